@@ -1,0 +1,17 @@
+// Registry of dsinfer subcommands. Each cmd_*.cpp defines one `int cmd_x(int argc, char** argv)` (argv[0] is
+// the subcommand name) and it is listed in commands.cpp.
+#pragma once
+#include <vector>
+
+namespace dsinfer::cli {
+
+struct Command {
+  const char* name;
+  const char* help;
+  int (*run)(int argc, char** argv);
+};
+const std::vector<Command>& commands();
+
+int cmd_check_reference(int argc, char** argv);
+
+}  // namespace dsinfer::cli

@@ -1,0 +1,340 @@
+// config.json -> ModelConfig for both the transformers and the official DeepSeek layouts (see config.h).
+// Every problem names the key and what was expected; nothing here throws past this file.
+#include "io/config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace dsinfer::io {
+
+using nlohmann::json;
+
+namespace {
+
+struct Reader {
+  const json& j;
+  std::string src;
+  Status err;  // first error seen
+
+  void fail(const std::string& msg) {
+    if (err.is_ok()) err = Status::error(src + ": " + msg);
+  }
+  bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
+  int64_t integer(const char* k, std::optional<int64_t> def = std::nullopt, int64_t min = 0) {
+    if (!has(k)) {
+      if (!def) fail(fmt::format("missing required key '{}'", k));
+      return def.value_or(0);
+    }
+    const json& v = j[k];
+    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
+      fail(fmt::format("'{}' must be an integer, found {}", k, v.dump()));
+      return 0;
+    }
+    int64_t x = v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
+    if (x < min) fail(fmt::format("'{}' must be >= {}, found {}", k, min, x));
+    return x;
+  }
+  double number(const char* k, std::optional<double> def = std::nullopt) {
+    if (!has(k)) {
+      if (!def) fail(fmt::format("missing required key '{}'", k));
+      return def.value_or(0.0);
+    }
+    if (!j[k].is_number()) {
+      fail(fmt::format("'{}' must be a number, found {}", k, j[k].dump()));
+      return 0.0;
+    }
+    return j[k].get<double>();
+  }
+  bool boolean(const char* k, bool def) {
+    if (!has(k)) return def;
+    if (!j[k].is_boolean()) {
+      fail(fmt::format("'{}' must be true or false, found {}", k, j[k].dump()));
+      return def;
+    }
+    return j[k].get<bool>();
+  }
+  std::string string(const char* k, std::string def) {
+    if (!has(k)) return def;
+    if (!j[k].is_string()) {
+      fail(fmt::format("'{}' must be a string, found {}", k, j[k].dump()));
+      return def;
+    }
+    return j[k].get<std::string>();
+  }
+};
+
+// One RoPE parameter block ({rope_type, rope_theta, factor, ...}); `where` names it in errors.
+RopeParams parse_rope_block(Reader& r, const json& b, const std::string& where, double default_theta) {
+  RopeParams p;
+  p.theta = default_theta;
+  if (!b.is_object()) {
+    r.fail(where + " must be an object");
+    return p;
+  }
+  Reader br{b, r.src + ": " + where, Status::ok()};
+  std::string type = br.string("rope_type", br.string("type", "default"));
+  p.theta = br.number("rope_theta", default_theta);
+  if (type == "yarn") {
+    p.yarn = true;
+    p.factor = br.number("factor");
+    p.original_max_position_embeddings = br.integer("original_max_position_embeddings", std::nullopt, 1);
+    p.beta_fast = br.number("beta_fast", 32.0);
+    p.beta_slow = br.number("beta_slow", 1.0);
+    p.attention_factor = br.number("attention_factor", 1.0);
+    if (p.factor <= 0) br.fail(fmt::format("'factor' must be > 0, found {}", p.factor));
+    if (b.contains("mscale") || b.contains("mscale_all_dim"))
+      br.fail("mscale/mscale_all_dim are not part of DeepSeek-V4 RoPE (no YaRN magnitude scaling)");
+  } else if (type != "default") {
+    br.fail(fmt::format("unsupported rope_type '{}' (expected 'default' or 'yarn')", type));
+  }
+  if (p.theta <= 1.0) br.fail(fmt::format("'rope_theta' must be > 1, found {}", p.theta));
+  if (!br.err.is_ok()) r.fail(br.err.message().substr(r.src.size() + 2));
+  return p;
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config_json(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    return Status::errorf("{}: not valid JSON: {}", source, e.what());
+  }
+  if (!j.is_object()) return Status::errorf("{}: top level must be a JSON object", source);
+  Reader r{j, source, Status::ok()};
+  ModelConfig c;
+  if (r.has("model_type")) {
+    std::string mt = r.string("model_type", "");
+    if (mt != "deepseek_v4") r.fail(fmt::format("model_type '{}' is not supported (expected 'deepseek_v4')", mt));
+  }
+  c.vocab_size = r.integer("vocab_size", std::nullopt, 1);
+  c.hidden_size = r.integer("hidden_size", std::nullopt, 1);
+  c.num_hidden_layers = r.integer("num_hidden_layers", std::nullopt, 1);
+  c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1);
+  int64_t kv_heads = r.integer("num_key_value_heads", 1, 1);
+  if (kv_heads != 1) r.fail(fmt::format("'num_key_value_heads' must be 1 (one shared K=V latent), found {}", kv_heads));
+  c.head_dim = r.integer("head_dim", std::nullopt, 2);
+  c.q_lora_rank = r.integer("q_lora_rank", std::nullopt, 1);
+  c.o_groups = r.integer("o_groups", std::nullopt, 1);
+  c.o_lora_rank = r.integer("o_lora_rank", std::nullopt, 1);
+  c.sliding_window = r.integer("sliding_window", std::nullopt, 1);
+  c.index_n_heads = r.integer("index_n_heads", 0);
+  c.index_head_dim = r.integer("index_head_dim", 0);
+  c.index_topk = r.integer("index_topk", 0);
+  c.n_routed_experts = r.integer("n_routed_experts", std::nullopt, 1);
+  c.num_experts_per_tok = r.integer("num_experts_per_tok", std::nullopt, 1);
+  c.n_shared_experts = r.integer("n_shared_experts", 1);
+  c.moe_intermediate_size = r.integer("moe_intermediate_size", std::nullopt, 1);
+  c.scoring_func = r.string("scoring_func", "sqrtsoftplus");
+  c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0);
+  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
+  c.swiglu_limit = r.number("swiglu_limit", 0.0);
+  c.hc_mult = r.integer("hc_mult", std::nullopt, 1);
+  c.hc_sinkhorn_iters = r.integer("hc_sinkhorn_iters", std::nullopt, 1);
+  c.hc_eps = r.number("hc_eps", 1e-6);
+  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0);
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  c.bos_token_id = r.integer("bos_token_id", 0);
+  c.eos_token_id = j.contains("eos_token_id") && j["eos_token_id"].is_array()
+                       ? (j["eos_token_id"].empty() ? 1 : j["eos_token_id"][0].get<int64_t>())
+                       : r.integer("eos_token_id", 1);
+  c.max_position_embeddings = r.integer("max_position_embeddings", 0);
+  if (c.scoring_func != "sqrtsoftplus" && c.scoring_func != "softmax" && c.scoring_func != "sigmoid")
+    r.fail(fmt::format("unsupported scoring_func '{}' (expected sqrtsoftplus, softmax or sigmoid)", c.scoring_func));
+  if (r.has("topk_method") && r.string("topk_method", "") != "noaux_tc")
+    r.fail("topk_method '" + r.string("topk_method", "") + "' is not supported (expected 'noaux_tc')");
+  if (r.has("n_group") && r.integer("n_group", 1) > 1) r.fail("group-limited routing (n_group > 1) is not part of DeepSeek-V4");
+  if (!r.err.is_ok()) return r.err;
+
+  // ---- layer schedule ----
+  const size_t L = size_t(c.num_hidden_layers);
+  if (r.has("compress_rates")) {
+    const json& cr = j["compress_rates"];
+    if (!cr.is_object()) return Status::errorf("{}: 'compress_rates' must be an object", source);
+    Reader crr{cr, source + ": compress_rates", Status::ok()};
+    c.csa_ratio = crr.integer("compressed_sparse_attention", 4, 1);
+    c.hca_ratio = crr.integer("heavily_compressed_attention", 128, 1);
+    if (!crr.err.is_ok()) return crr.err;
+  }
+  std::vector<AttnType> from_types, from_ratios;
+  std::vector<int64_t> ratios_from_list;
+  if (r.has("layer_types")) {
+    const json& lt = j["layer_types"];
+    if (!lt.is_array() || lt.size() != L)
+      return Status::errorf("{}: 'layer_types' must be a list of num_hidden_layers={} strings, found {}", source, L,
+                            lt.is_array() ? std::to_string(lt.size()) + " entries" : lt.dump());
+    for (size_t i = 0; i < L; ++i) {
+      std::string s = lt[i].is_string() ? lt[i].get<std::string>() : lt[i].dump();
+      if (s == "sliding_attention") from_types.push_back(AttnType::Sliding);
+      else if (s == "compressed_sparse_attention") from_types.push_back(AttnType::CSA);
+      else if (s == "heavily_compressed_attention") from_types.push_back(AttnType::HCA);
+      else
+        return Status::errorf("{}: layer_types[{}] = '{}' is unknown (expected sliding_attention, "
+                              "compressed_sparse_attention or heavily_compressed_attention)", source, i, s);
+    }
+  }
+  if (r.has("compress_ratios")) {
+    const json& cr = j["compress_ratios"];
+    size_t with_mtp = L + size_t(c.num_nextn_predict_layers);
+    if (!cr.is_array() || (cr.size() != L && cr.size() != with_mtp))
+      return Status::errorf("{}: 'compress_ratios' must have num_hidden_layers ({}) or num_hidden_layers + "
+                            "num_nextn_predict_layers ({}) entries, found {}", source, L, with_mtp,
+                            cr.is_array() ? std::to_string(cr.size()) : cr.dump());
+    for (size_t i = 0; i < cr.size(); ++i) {
+      if (!cr[i].is_number_integer() || cr[i].get<int64_t>() < 0)
+        return Status::errorf("{}: compress_ratios[{}] must be a non-negative integer, found {}", source, i, cr[i].dump());
+      int64_t v = cr[i].get<int64_t>();
+      if (i >= L) {
+        if (v != 0) return Status::errorf("{}: compress_ratios[{}] (MTP layer) must be 0, found {}", source, i, v);
+        continue;
+      }
+      ratios_from_list.push_back(v);
+      // Official code: overlap + indexer iff ratio == 4; any other non-zero ratio is heavily compressed.
+      from_ratios.push_back(v == 0 ? AttnType::Sliding : v == 4 ? AttnType::CSA : AttnType::HCA);
+    }
+  }
+  if (!from_types.empty()) {
+    c.layer_types = from_types;
+  } else if (!from_ratios.empty()) {
+    c.layer_types = from_ratios;
+    for (size_t i = 0; i < L; ++i) {
+      if (from_ratios[i] == AttnType::HCA) {
+        if (c.hca_ratio != 128 && c.hca_ratio != ratios_from_list[i] && r.has("compress_rates"))
+          return Status::errorf("{}: compress_ratios[{}] = {} disagrees with compress_rates", source, i, ratios_from_list[i]);
+        c.hca_ratio = ratios_from_list[i];
+      }
+    }
+  } else {
+    return Status::errorf("{}: needs 'layer_types' or 'compress_ratios' to know each layer's attention type", source);
+  }
+  if (!from_types.empty() && !from_ratios.empty()) {
+    for (size_t i = 0; i < L; ++i)
+      if (from_types[i] != from_ratios[i])
+        return Status::errorf("{}: layer_types[{}] disagrees with compress_ratios[{}] = {}", source, i, i, ratios_from_list[i]);
+  }
+  for (size_t i = 0; i < L; ++i)
+    c.compress_ratios.push_back(c.layer_types[i] == AttnType::Sliding ? 0
+                                : c.layer_types[i] == AttnType::CSA    ? c.csa_ratio
+                                                                       : c.hca_ratio);
+
+  if (r.has("mlp_layer_types")) {
+    const json& mt = j["mlp_layer_types"];
+    if (!mt.is_array() || mt.size() != L)
+      return Status::errorf("{}: 'mlp_layer_types' must be a list of num_hidden_layers={} strings", source, L);
+    for (size_t i = 0; i < L; ++i) {
+      std::string s = mt[i].is_string() ? mt[i].get<std::string>() : mt[i].dump();
+      if (s == "hash_moe") c.mlp_layer_types.push_back(MlpType::HashMoE);
+      else if (s == "moe") c.mlp_layer_types.push_back(MlpType::MoE);
+      else return Status::errorf("{}: mlp_layer_types[{}] = '{}' is unknown (expected hash_moe or moe)", source, i, s);
+    }
+    if (r.has("num_hash_layers")) {
+      int64_t nh = r.integer("num_hash_layers", 0);
+      for (size_t i = 0; i < L; ++i)
+        if ((int64_t(i) < nh) != (c.mlp_layer_types[i] == MlpType::HashMoE))
+          return Status::errorf("{}: mlp_layer_types[{}] disagrees with num_hash_layers = {}", source, i, nh);
+    }
+  } else {
+    int64_t nh = r.integer("num_hash_layers", 0);
+    if (nh > int64_t(L)) return Status::errorf("{}: num_hash_layers = {} exceeds num_hidden_layers = {}", source, nh, L);
+    for (size_t i = 0; i < L; ++i) c.mlp_layer_types.push_back(int64_t(i) < nh ? MlpType::HashMoE : MlpType::MoE);
+  }
+
+  // ---- RoPE ----
+  double rope_theta = r.number("rope_theta", 10000.0);
+  double compress_theta = r.number("compress_rope_theta", rope_theta);
+  double prf = r.number("partial_rotary_factor", 0.0);
+  c.rope_main.theta = rope_theta;
+  c.rope_compress.theta = compress_theta;
+  if (r.has("rope_parameters")) {
+    const json& rp = j["rope_parameters"];
+    if (!rp.is_object() || !rp.contains("main"))
+      return Status::errorf("{}: 'rope_parameters' must be an object with 'main' (and 'compress') blocks", source);
+    c.rope_main = parse_rope_block(r, rp["main"], "rope_parameters.main", rope_theta);
+    c.rope_compress = rp.contains("compress") ? parse_rope_block(r, rp["compress"], "rope_parameters.compress", compress_theta)
+                                              : c.rope_main;
+    if (rp["main"].is_object() && rp["main"].contains("partial_rotary_factor") && rp["main"]["partial_rotary_factor"].is_number())
+      prf = rp["main"]["partial_rotary_factor"].get<double>();
+    if (c.rope_main.yarn) r.fail("rope_parameters.main must not be yarn (sliding layers use plain RoPE)");
+  } else if (r.has("rope_scaling")) {
+    // Official form: YaRN applies only to the compressed layers (base compress_rope_theta).
+    json block = j["rope_scaling"];
+    if (block.is_object()) block["rope_theta"] = compress_theta;
+    c.rope_compress = parse_rope_block(r, block, "rope_scaling", compress_theta);
+  }
+  if (!r.err.is_ok()) return r.err;
+  if (r.has("qk_rope_head_dim")) {
+    c.qk_rope_head_dim = r.integer("qk_rope_head_dim", std::nullopt, 2);
+    if (prf > 0 && std::llround(prf * double(c.head_dim)) != c.qk_rope_head_dim)
+      return Status::errorf("{}: qk_rope_head_dim = {} disagrees with partial_rotary_factor {} x head_dim {}", source,
+                            c.qk_rope_head_dim, prf, c.head_dim);
+  } else if (prf > 0) {
+    c.qk_rope_head_dim = std::llround(prf * double(c.head_dim));
+  } else {
+    return Status::errorf("{}: needs 'qk_rope_head_dim' or 'partial_rotary_factor'", source);
+  }
+
+  // ---- storage formats ----
+  if (r.has("quantization_config")) {
+    const json& q = j["quantization_config"];
+    if (!q.is_object()) return Status::errorf("{}: 'quantization_config' must be an object", source);
+    Reader qr{q, source + ": quantization_config", Status::ok()};
+    std::string method = qr.string("quant_method", "");
+    if (method != "fp8") return Status::errorf("{}: quantization_config.quant_method '{}' is not supported (expected fp8)", source, method);
+    std::string fmt_ = qr.string("fmt", "e4m3");
+    if (fmt_ != "e4m3") return Status::errorf("{}: quantization_config.fmt '{}' is not supported (expected e4m3)", source, fmt_);
+    std::string sf = qr.string("scale_fmt", "ue8m0");
+    if (sf != "ue8m0" && sf != "float32" && sf != "fp32")
+      return Status::errorf("{}: quantization_config.scale_fmt '{}' is not supported (expected ue8m0)", source, sf);
+    if (q.contains("weight_block_size")) {
+      const json& b = q["weight_block_size"];
+      if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() || b[0].get<int64_t>() <= 0 ||
+          b[1].get<int64_t>() <= 0)
+        return Status::errorf("{}: quantization_config.weight_block_size must be two positive integers", source);
+      c.fp8_block_n = b[0].get<int64_t>();
+      c.fp8_block_k = b[1].get<int64_t>();
+    }
+    if (!qr.err.is_ok()) return qr.err;
+    c.fp8_weights = true;
+  }
+  c.expert_dtype = r.string("expert_dtype", "");
+  if (!c.expert_dtype.empty() && c.expert_dtype != "fp4" && c.expert_dtype != "fp8" && c.expert_dtype != "bf16")
+    return Status::errorf("{}: expert_dtype '{}' is not supported (expected fp4, fp8 or bf16)", source, c.expert_dtype);
+  if (!r.err.is_ok()) return r.err;
+
+  // ---- consistency ----
+  auto bad = [&](const std::string& m) { return Status::error(source + ": " + m); };
+  if (c.qk_rope_head_dim % 2 || c.qk_rope_head_dim > c.head_dim)
+    return bad(fmt::format("qk_rope_head_dim = {} must be even and <= head_dim = {}", c.qk_rope_head_dim, c.head_dim));
+  if (c.num_attention_heads % c.o_groups)
+    return bad(fmt::format("num_attention_heads = {} is not a multiple of o_groups = {}", c.num_attention_heads, c.o_groups));
+  if (c.num_experts_per_tok > c.n_routed_experts)
+    return bad(fmt::format("num_experts_per_tok = {} exceeds n_routed_experts = {}", c.num_experts_per_tok, c.n_routed_experts));
+  if (c.n_shared_experts > 1) return bad(fmt::format("n_shared_experts = {} (DeepSeek-V4 has at most 1)", c.n_shared_experts));
+  bool any_csa = false;
+  for (auto t : c.layer_types) any_csa |= t == AttnType::CSA;
+  if (any_csa) {
+    if (c.index_n_heads < 1 || c.index_head_dim < 2 || c.index_topk < 1)
+      return bad("CSA layers need index_n_heads, index_head_dim and index_topk >= 1");
+    if (c.qk_rope_head_dim > c.index_head_dim)
+      return bad(fmt::format("qk_rope_head_dim = {} exceeds index_head_dim = {}", c.qk_rope_head_dim, c.index_head_dim));
+  }
+  if (c.csa_ratio < 1 || c.hca_ratio < 1) return bad("compress rates must be >= 1");
+  if (c.hc_mult < 1) return bad("hc_mult must be >= 1");
+  return c;
+}
+
+Result<ModelConfig> load_model_config(const std::string& model_dir) {
+  std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  std::ifstream in(path);
+  if (!in) return Status::errorf("{}: cannot open (is {} a model directory?)", path, model_dir);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_model_config_json(ss.str(), path);
+}
+
+}  // namespace dsinfer::io

@@ -1,0 +1,221 @@
+// safetensors parsing and validation; see safetensors.h. Format: u64 little-endian header length N,
+// N bytes of JSON {name: {dtype, shape, data_offsets:[begin,end]}, "__metadata__": {str: str}}, then data.
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace dsinfer::io {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return Status::errorf("cannot open {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Status::errorf("cannot stat {}: {}", path, std::strerror(errno));
+  }
+  auto mf = std::shared_ptr<MappedFile>(new MappedFile());
+  mf->path_ = path;
+  mf->size_ = size_t(st.st_size);
+  if (mf->size_ > 0) {
+    void* p = mmap(nullptr, mf->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      return Status::errorf("cannot mmap {}: {}", path, std::strerror(errno));
+    }
+    mf->data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+  return mf;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  DSI_ASSIGN_OR_RETURN(auto mf, MappedFile::open(path));
+  SafetensorsFile f;
+  f.file_ = mf;
+  if (mf->size() < 8) return Status::errorf("{}: truncated file ({} bytes, need at least 8)", path, mf->size());
+  uint64_t n = 0;
+  std::memcpy(&n, mf->data(), 8);
+  if (n > mf->size() - 8)
+    return Status::errorf("{}: header length {} exceeds file size {} (truncated file?)", path, n, mf->size());
+  json h;
+  try {
+    h = json::parse(mf->data() + 8, mf->data() + 8 + n);
+  } catch (const std::exception& e) {
+    return Status::errorf("{}: header is not valid JSON: {}", path, e.what());
+  }
+  if (!h.is_object()) return Status::errorf("{}: header is not a JSON object", path);
+  const uint8_t* base = mf->data() + 8 + n;
+  const size_t data_size = mf->size() - 8 - n;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    const json& e = it.value();
+    if (name == "__metadata__") {
+      if (!e.is_object()) return Status::errorf("{}: __metadata__ is not an object", path);
+      for (auto m = e.begin(); m != e.end(); ++m)
+        if (m.value().is_string()) f.metadata_[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    auto bad = [&](const std::string& why) { return Status::errorf("{}: tensor '{}': {}", path, name, why); };
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+      return bad("entry needs dtype, shape and data_offsets");
+    if (!e["dtype"].is_string()) return bad("dtype is not a string");
+    auto dt = dtype_from_string(e["dtype"].get<std::string>());
+    if (!dt) return bad("unsupported dtype '" + e["dtype"].get<std::string>() + "'");
+    TensorView t;
+    t.name = name;
+    t.file = path;
+    t.dtype = *dt;
+    if (!e["shape"].is_array()) return bad("shape is not an array");
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) return bad("shape has a non-integer or negative entry");
+      t.shape.push_back(d.get<int64_t>());
+    }
+    const json& off = e["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      return bad("data_offsets must be two non-negative integers");
+    size_t b = off[0].get<size_t>(), en = off[1].get<size_t>();
+    if (b > en) return bad(fmt::format("data_offsets begin {} > end {}", b, en));
+    if (en > data_size)
+      return bad(fmt::format("data ends at byte {} but the file holds {} data bytes (truncated file?)", en, data_size));
+    size_t expect = size_t(t.numel()) * dtype_size(t.dtype);
+    if (en - b != expect)
+      return bad(fmt::format("{} {} needs {} bytes, data_offsets give {}", dtype_name(t.dtype), shape_str(t.shape),
+                             expect, en - b));
+    t.data = base + b;
+    t.nbytes = en - b;
+    if (en > b) ranges.emplace_back(b, en);
+    f.tensors_[name] = std::move(t);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second)
+      return Status::errorf("{}: tensor data ranges overlap at byte {}", path, ranges[i].first);
+  return f;
+}
+
+Result<Checkpoint> Checkpoint::open(const std::string& path) {
+  Checkpoint c;
+  std::vector<std::string> files;
+  if (fs::is_regular_file(path)) {
+    files.push_back(path);
+  } else if (fs::is_directory(path)) {
+    fs::path idx = fs::path(path) / "model.safetensors.index.json";
+    if (fs::exists(idx)) {
+      std::ifstream in(idx);
+      json j;
+      try {
+        j = json::parse(in);
+      } catch (const std::exception& e) {
+        return Status::errorf("{}: not valid JSON: {}", idx.string(), e.what());
+      }
+      if (!j.contains("weight_map") || !j["weight_map"].is_object())
+        return Status::errorf("{}: missing object 'weight_map'", idx.string());
+      std::map<std::string, std::string> wm;
+      for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+        if (!it.value().is_string())
+          return Status::errorf("{}: weight_map['{}'] is not a file name", idx.string(), it.key());
+        wm[it.key()] = it.value().get<std::string>();
+        if (std::find(files.begin(), files.end(), it.value().get<std::string>()) == files.end())
+          files.push_back(it.value().get<std::string>());
+      }
+      for (auto& f : files) f = (fs::path(path) / f).string();
+      for (const auto& f : files) {
+        DSI_ASSIGN_OR_RETURN(auto sf, SafetensorsFile::open(f));
+        c.files_.push_back(std::move(sf));
+      }
+      for (const auto& sf : c.files_)
+        for (const auto& [n, t] : sf.tensors()) c.tensors_[n] = t;
+      for (const auto& [n, f] : wm) {
+        auto it = c.tensors_.find(n);
+        if (it == c.tensors_.end())
+          return Status::errorf("{}: weight_map lists '{}' in {} but no shard holds it", idx.string(), n, f);
+        if (fs::path(it->second.file).filename() != fs::path(f).filename())
+          return Status::errorf("{}: weight_map puts '{}' in {} but it is in {}", idx.string(), n, f, it->second.file);
+      }
+      return c;
+    }
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.path().extension() == ".safetensors" && e.path().filename() != "reference.safetensors")
+        files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    if (files.empty()) return Status::errorf("{}: no model.safetensors or model.safetensors.index.json", path);
+    if (files.size() > 1)
+      return Status::errorf("{}: {} .safetensors files but no model.safetensors.index.json", path, files.size());
+  } else {
+    return Status::errorf("{}: no such file or directory", path);
+  }
+  for (const auto& f : files) {
+    DSI_ASSIGN_OR_RETURN(auto sf, SafetensorsFile::open(f));
+    for (const auto& [n, t] : sf.tensors()) {
+      if (c.tensors_.count(n)) return Status::errorf("tensor '{}' appears in two files ({} and {})", n, c.tensors_[n].file, f);
+      c.tensors_[n] = t;
+    }
+    c.files_.push_back(std::move(sf));
+  }
+  return c;
+}
+
+const TensorView* Checkpoint::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors) {
+  json h = json::object();
+  size_t off = 0;
+  for (const auto& t : tensors) {
+    h[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes.size()}}};
+    off += t.bytes.size();
+  }
+  std::string hs = h.dump();
+  while ((8 + hs.size()) % 8) hs.push_back(' ');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return Status::errorf("cannot write {}", path);
+  uint64_t n = hs.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(hs.data(), std::streamsize(hs.size()));
+  for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
+  if (!out) return Status::errorf("error writing {}", path);
+  return Status::ok();
+}
+
+TensorToWrite make_f32_tensor(std::string name, std::vector<int64_t> shape, const std::vector<float>& v) {
+  TensorToWrite t{std::move(name), DType::F32, std::move(shape), {}};
+  t.bytes.resize(v.size() * 4);
+  std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+  return t;
+}
+
+TensorToWrite make_i64_tensor(std::string name, const std::vector<int64_t>& v) {
+  TensorToWrite t{std::move(name), DType::I64, {int64_t(v.size())}, {}};
+  t.bytes.resize(v.size() * 8);
+  std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+  return t;
+}
+
+}  // namespace dsinfer::io
