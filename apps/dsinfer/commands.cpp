@@ -5,8 +5,8 @@ namespace dsinfer::cli {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
-
-
+      {"check-reference", "compare the CPU reference forward with reference logits (fixture format)",
+       cmd_check_reference},
   };
   return kCommands;
 }

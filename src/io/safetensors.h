@@ -49,6 +49,7 @@ class SafetensorsFile {
   static Result<SafetensorsFile> open(const std::string& path);
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::string& path() const { return file_->path(); }
 
  private:
   std::shared_ptr<MappedFile> file_;

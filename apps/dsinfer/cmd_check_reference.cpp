@@ -1,0 +1,81 @@
+// `dsinfer check-reference`: the CPU reference against reference logits (fixture format; see
+// src/model/reference_check.h). Prints per prompt the normalised logit error and the greedy match; exits 0 when
+// every prompt is within tolerance with identical greedy tokens, 1 when not, 2 on bad input.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "apps/dsinfer/commands.h"
+#include "model/reference_check.h"
+
+namespace dsinfer::cli {
+
+namespace {
+void usage() {
+  std::fprintf(stderr,
+               "usage: dsinfer check-reference --model DIR [--reference FILE] [--numerics hf|official]\n"
+               "                               [--tolerance X] [--dump-logits FILE]\n"
+               "  --reference    default DIR/reference.safetensors\n"
+               "  --numerics     official (default) or hf (transformers semantics)\n"
+               "  --tolerance    max allowed max|logit error| / max|reference logit| (default 1e-4 for fp32\n"
+               "                 checkpoints, 1e-3 for bf16/f16/fp8/fp4 ones; see docs/decisions.md)\n"
+               "  --dump-logits  write the computed logits as safetensors with the reference's keys\n");
+}
+int fail(const Status& s) {
+  std::fprintf(stderr, "check-reference: %s\n", s.message().c_str());
+  return 2;
+}
+}  // namespace
+
+int cmd_check_reference(int argc, char** argv) {
+  std::string model_dir, ref_path, dump_path, numerics = "official";
+  double tol = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (a == "-h" || a == "--help") return usage(), 0;
+    if (!v) {
+      std::fprintf(stderr, "check-reference: unknown or incomplete option '%s'\n", a.c_str());
+      return usage(), 2;
+    }
+    ++i;
+    if (a == "--model") model_dir = v;
+    else if (a == "--reference") ref_path = v;
+    else if (a == "--numerics") numerics = v;
+    else if (a == "--dump-logits") dump_path = v;
+    else if (a == "--tolerance") {
+      char* end = nullptr;
+      tol = std::strtod(v, &end);
+      if (*end || !(tol >= 0)) return fail(Status::errorf("--tolerance '{}' is not a non-negative number", v));
+    } else {
+      std::fprintf(stderr, "check-reference: unknown option '%s'\n", a.c_str());
+      return usage(), 2;
+    }
+  }
+  if (model_dir.empty()) return usage(), 2;
+  if (ref_path.empty()) ref_path = (std::filesystem::path(model_dir) / "reference.safetensors").string();
+  auto num = model::Numerics::from_name(numerics);
+  if (!num) return fail(num.status());
+  auto m = model::DeepseekV4Cpu::load(model_dir, *num);
+  if (!m) return fail(m.status());
+  auto ref = io::SafetensorsFile::open(ref_path);
+  if (!ref) return fail(ref.status());
+  if (tol < 0) tol = model::default_tolerance(**m);
+  std::printf("model %s, reference %s, numerics %s, tolerance %.1e\n", model_dir.c_str(), ref_path.c_str(),
+              numerics.c_str(), tol);
+  auto res = model::check_reference(**m, *ref, tol, !dump_path.empty());
+  if (!res) return fail(res.status());
+  for (size_t i = 0; i < res->prompts.size(); ++i) {
+    const model::PromptCheck& p = res->prompts[i];
+    std::printf("prompt %zu: len %3lld  max|err|/max|ref| = %.3e  greedy %zu/%zu  %s\n", i, (long long)p.len, p.rel_err,
+                p.greedy_matched, p.greedy_total, p.ok ? "OK" : "FAIL");
+  }
+  if (!dump_path.empty()) {
+    if (Status s = io::write_safetensors(dump_path, res->computed); !s) return fail(s);
+  }
+  std::printf("%s\n", res->ok() ? "PASS" : "FAIL");
+  return res->ok() ? 0 : 1;
+}
+
+}  // namespace dsinfer::cli

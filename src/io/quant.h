@@ -1,0 +1,26 @@
+// Dequantization reference functions, one per checkpoint storage format, each producing fp32 row-major
+// [rows, cols]. Shapes of the packed data and scales are validated by the caller (model/weights.cpp) so the
+// messages can name the tensor; these functions assume consistent sizes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/dtypes.h"
+
+namespace dsinfer::io {
+
+// Plain float formats (F32, BF16, F16) to fp32.
+void convert_to_f32(DType dtype, const uint8_t* src, int64_t n, float* dst);
+
+// FP8 e4m3fn weight [rows, cols] with one scale per block_rows x block_cols block; scale tensor
+// [ceil(rows/br), ceil(cols/bc)] in E8M0 (2^(e-127)) or F32. W = e4m3(q) * scale[i/br][j/bc].
+void dequant_fp8_block(const uint8_t* q, int64_t rows, int64_t cols, const uint8_t* scale, DType scale_dtype,
+                       int64_t block_rows, int64_t block_cols, float* dst);
+
+// FP4 e2m1 weight, logical [rows, cols], packed [rows, cols/2] (element 2c in the low nibble of byte c,
+// 2c+1 in the high nibble) with one scale per `group` consecutive inputs of a row: scale [rows, cols/group]
+// in E8M0 or F32.
+void dequant_fp4_e2m1(const uint8_t* packed, int64_t rows, int64_t cols, const uint8_t* scale, DType scale_dtype,
+                      int64_t group, float* dst);
+
+}  // namespace dsinfer::io

@@ -1,0 +1,307 @@
+// DeepSeek-V4 CPU reference forward (see deepseek_v4.h). Read top to bottom: embed -> per layer
+// [mHC pre -> attn_norm -> attention -> mHC post -> mHC pre -> ffn_norm -> MoE -> mHC post] -> hc_head -> norm
+// -> head. Stateless parts run over all T tokens of the step at once; the stateful part of attention (ring
+// write, compressors, indexer, sparse attention) walks each sequence's tokens in order, exactly the official
+// decode state machine, which is what makes chunking invisible in the results.
+#include "model/deepseek_v4.h"
+
+#include <cmath>
+
+#include "io/safetensors.h"
+#include "ops/indexer/indexer.h"
+#include "ops/linear/linear.h"
+#include "ops/mhc/mhc.h"
+#include "ops/moe/moe.h"
+#include "ops/quant_sim/quant_sim.h"
+#include "ops/rmsnorm/rmsnorm.h"
+#include "ops/rope/rope.h"
+#include "ops/sparse_attention/sparse_attention.h"
+
+namespace dsinfer::model {
+
+using io::AttnType;
+
+Numerics Numerics::official() { return Numerics{}; }
+
+Numerics Numerics::hf() {
+  Numerics n;
+  n.name = "hf";
+  n.kv_fp8_sim = false;
+  n.indexer_fp4_sim = false;
+  n.shared_expert_clamp = true;  // transformers 5.17 DeepseekV4MLP clamps (the older revision did not)
+  n.router_norm_eps = 1e-20f;
+  return n;
+}
+
+Result<Numerics> Numerics::from_name(const std::string& name) {
+  if (name == "official") return official();
+  if (name == "hf") return hf();
+  return Status::errorf("unknown numerics profile '{}' (expected 'official' or 'hf')", name);
+}
+
+DeepseekV4Cpu::DeepseekV4Cpu(io::ModelConfig cfg, Weights w, Numerics num)
+    : cfg_(std::move(cfg)), w_(std::move(w)), num_(std::move(num)) {
+  inv_freq_main_ = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
+  inv_freq_compress_ = ops::rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);
+}
+
+Result<std::unique_ptr<DeepseekV4Cpu>> DeepseekV4Cpu::load(const std::string& model_dir, const Numerics& num) {
+  DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(model_dir));
+  if (num.indexer_fp4_sim && cfg.index_head_dim > 0 && (cfg.index_head_dim & (cfg.index_head_dim - 1)))
+    return Status::errorf("{}: index_head_dim = {} is not a power of two, which the official indexer Hadamard "
+                          "transform needs (use --numerics hf)", model_dir, cfg.index_head_dim);
+  DSI_ASSIGN_OR_RETURN(io::Checkpoint ckpt, io::Checkpoint::open(model_dir));
+  auto w = load_weights(cfg, ckpt);
+  if (!w.is_ok()) return w.status().with_context(model_dir);
+  return std::make_unique<DeepseekV4Cpu>(std::move(cfg), std::move(w).value(), num);
+}
+
+SequenceState DeepseekV4Cpu::new_sequence() const {
+  SequenceState s;
+  s.layers.resize(size_t(cfg_.num_hidden_layers));
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    LayerState& ls = s.layers[size_t(l)];
+    ls.ring.assign(size_t(cfg_.sliding_window * cfg_.head_dim), 0.0f);
+    const AttnType t = cfg_.layer_types[size_t(l)];
+    if (t != AttnType::Sliding)
+      ls.comp_fr.reset({cfg_.ratio(l), t == AttnType::CSA, cfg_.head_dim, nullptr});
+    if (t == AttnType::CSA) ls.idx_fr.reset({cfg_.ratio(l), true, cfg_.index_head_dim, nullptr});
+  }
+  return s;
+}
+
+// Flattened view of one step: token t belongs to sequence seq[t] at absolute position pos[t].
+struct DeepseekV4Cpu::Step {
+  std::span<const SeqChunk> chunks;
+  std::vector<int32_t> tok;
+  std::vector<int64_t> pos;
+  std::vector<size_t> seq;
+  int64_t T = 0;
+};
+
+void DeepseekV4Cpu::tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const {
+  if (tap_) tap_(name, layer, v.data(), rows, rows ? int64_t(v.size()) / rows : 0);
+}
+
+Status DeepseekV4Cpu::forward(std::span<const SeqChunk> chunks, std::vector<float>& logits) {
+  Step s;
+  s.chunks = chunks;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    if (!chunks[c].state) return Status::errorf("sequence {} of the step has no state", c);
+    for (size_t i = 0; i < chunks[c].tokens.size(); ++i) {
+      const int32_t t = chunks[c].tokens[i];
+      if (t < 0 || t >= cfg_.vocab_size)
+        return Status::errorf("sequence {} token {}: id {} is outside the vocabulary [0, {})", c, i, t, cfg_.vocab_size);
+      s.tok.push_back(t);
+      s.pos.push_back(chunks[c].state->pos + int64_t(i));
+      s.seq.push_back(c);
+    }
+  }
+  s.T = int64_t(s.tok.size());
+  const int64_t T = s.T, D = cfg_.hidden_size, n = cfg_.hc_mult;
+  const float eps = float(cfg_.rms_norm_eps);
+
+  // embed -> X [T, n, D]: every stream starts as the token embedding
+  std::vector<float> X(size_t(T * n * D));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < n; ++j)
+      std::copy_n(w_.embed.p() + int64_t(s.tok[size_t(t)]) * D, D, X.data() + (t * n + j) * D);
+
+  std::vector<float> y(size_t(T * D)), f(size_t(T * D)), post(size_t(T * n)), comb(size_t(T * n * n));
+  auto hc_params = [&](const HcWeights& h) {
+    return ops::HcParams{h.fn.p(), h.base.data(), h.scale.data(), n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps};
+  };
+  // One residual site: y = norm(hc_pre(X)); f = sublayer(y); X = hc_post(f).
+  auto site = [&](const HcWeights& hc, const Vec& norm_w, auto&& sublayer) {
+    const ops::HcParams hp = hc_params(hc);
+    for (int64_t t = 0; t < T; ++t)
+      ops::hc_pre_ref(hp, X.data() + t * n * D, y.data() + t * D, post.data() + t * n, comb.data() + t * n * n);
+    ops::rmsnorm_ref(y.data(), T, D, norm_w.data(), eps, y.data());
+    sublayer(y, f);
+    for (int64_t t = 0; t < T; ++t)
+      ops::hc_post_ref(n, D, f.data() + t * D, post.data() + t * n, comb.data() + t * n * n, X.data() + t * n * D);
+  };
+
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const LayerWeights& L = w_.layers[size_t(l)];
+    site(L.hc_attn, L.attn_norm, [&](const std::vector<float>& x, std::vector<float>& out) { attention(l, s, x, out); });
+    tap("attn_out", l, f, T);
+    site(L.hc_ffn, L.ffn_norm, [&](const std::vector<float>& x, std::vector<float>& out) { moe(l, s, x, out); });
+    tap("ffn_out", l, f, T);
+    tap("residual", l, X, T);
+  }
+
+  // hc_head -> norm -> head, only for the rows that need logits
+  std::vector<int64_t> rows;
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t c = s.seq[size_t(t)];
+    const bool last = t + 1 == T || s.seq[size_t(t + 1)] != c;
+    if (chunks[c].all_logits || last) rows.push_back(t);
+  }
+  const ops::HcParams hp = hc_params(w_.hc_head);
+  std::vector<float> h(rows.size() * size_t(D));
+  for (size_t r = 0; r < rows.size(); ++r) ops::hc_head_ref(hp, X.data() + rows[r] * n * D, h.data() + r * size_t(D));
+  ops::rmsnorm_ref(h.data(), int64_t(rows.size()), D, w_.norm.data(), eps, h.data());
+  tap("final_hidden", -1, h, int64_t(rows.size()));
+  logits.assign(rows.size() * size_t(cfg_.vocab_size), 0.0f);
+  ops::linear_ref(h.data(), int64_t(rows.size()), D, w_.head.p(), cfg_.vocab_size, logits.data());
+
+  for (const SeqChunk& c : chunks) c.state->pos += int64_t(c.tokens.size());
+  return Status::ok();
+}
+
+void DeepseekV4Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) const {
+  const LayerWeights& L = w_.layers[size_t(l)];
+  const AttnType type = cfg_.layer_types[size_t(l)];
+  const int64_t T = s.T, D = cfg_.hidden_size, H = cfg_.num_attention_heads, hd = cfg_.head_dim;
+  const int64_t rd = cfg_.qk_rope_head_dim, nope = hd - rd, qr = cfg_.q_lora_rank, W = cfg_.sliding_window;
+  const int64_t m = cfg_.ratio(l);
+  const float eps = float(cfg_.rms_norm_eps);
+  const std::vector<float>& inv_freq = type == AttnType::Sliding ? inv_freq_main_ : inv_freq_compress_;
+  const float attn_factor = float(cfg_.rope_for_layer(l).attention_factor);
+
+  // q: [T, H, hd] = per-head RMS(q_norm(x wq_a) wq_b), RoPE on the trailing rd dims
+  std::vector<float> cq(size_t(T * qr)), q(size_t(T * H * hd));
+  ops::linear_ref(x.data(), T, D, L.wq_a.p(), qr, cq.data());
+  ops::rmsnorm_ref(cq.data(), T, qr, L.q_norm.data(), eps, cq.data());
+  ops::linear_ref(cq.data(), T, qr, L.wq_b.p(), H * hd, q.data());
+  ops::rmsnorm_ref(q.data(), T * H, hd, nullptr, eps, q.data());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      ops::rope_apply_ref(q.data() + (t * H + h) * hd, hd, rd, inv_freq, s.pos[size_t(t)], false, attn_factor);
+  tap("attn.q", l, q, T);
+
+  // kv: [T, hd] single shared K=V latent
+  std::vector<float> kv(size_t(T * hd));
+  ops::linear_ref(x.data(), T, D, L.wkv.p(), hd, kv.data());
+  ops::rmsnorm_ref(kv.data(), T, hd, L.kv_norm.data(), eps, kv.data());
+  for (int64_t t = 0; t < T; ++t) {
+    ops::rope_apply_ref(kv.data() + t * hd, hd, rd, inv_freq, s.pos[size_t(t)], false, attn_factor);
+    if (num_.kv_fp8_sim) ops::fp8_block_sim_ref(kv.data() + t * hd, nope, 64);
+  }
+  tap("attn.kv", l, kv, T);
+
+  // compressor projections [T, c*d]; indexer queries [T, Hi, di] and head weights [T, Hi]
+  const int64_t c = type == AttnType::CSA ? 2 : 1, Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
+  std::vector<float> ckv, cg, iq, iw, ikv, ig;
+  if (L.compressor) {
+    ckv.resize(size_t(T * c * hd));
+    cg.resize(size_t(T * c * hd));
+    ops::linear_ref(x.data(), T, D, L.compressor->wkv.p(), c * hd, ckv.data());
+    ops::linear_ref(x.data(), T, D, L.compressor->wgate.p(), c * hd, cg.data());
+  }
+  if (type == AttnType::CSA) {
+    iq.resize(size_t(T * Hi * di));
+    iw.resize(size_t(T * Hi));
+    ikv.resize(size_t(T * 2 * di));
+    ig.resize(size_t(T * 2 * di));
+    ops::linear_ref(cq.data(), T, qr, L.idx_wq_b.p(), Hi * di, iq.data());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < Hi; ++h) {
+        float* v = iq.data() + (t * Hi + h) * di;
+        ops::rope_apply_ref(v, di, rd, inv_freq, s.pos[size_t(t)], false, attn_factor);
+        if (num_.indexer_fp4_sim) {
+          ops::hadamard_ref(v, di);
+          ops::fp4_block_sim_ref(v, di, 32);
+        }
+      }
+    ops::linear_ref(x.data(), T, D, L.idx_weights_proj.p(), Hi, iw.data());
+    for (auto& v : iw) v *= float(1.0 / std::sqrt(double(Hi)));
+    ops::linear_ref(x.data(), T, D, L.idx_compressor->wkv.p(), 2 * di, ikv.data());
+    ops::linear_ref(x.data(), T, D, L.idx_compressor->wgate.p(), 2 * di, ig.data());
+  }
+
+  // Stateful part: walk each sequence's tokens in order.
+  std::vector<float> o(size_t(T * H * hd));
+  std::vector<const float*> keys;
+  std::vector<float> entry(size_t(std::max(hd, di)));
+  const ops::SparseAttentionParams ap{H, hd, float(1.0 / std::sqrt(double(hd))), L.attn_sink.data()};
+  for (int64_t t = 0; t < T; ++t) {
+    LayerState& st = s.chunks[s.seq[size_t(t)]].state->layers[size_t(l)];
+    const int64_t p = s.pos[size_t(t)];
+    std::copy_n(kv.data() + t * hd, hd, st.ring.data() + (p % W) * hd);
+    if (L.compressor) {
+      const ops::CompressorParams cp{m, type == AttnType::CSA, hd, L.compressor->ape.p()};
+      if (ops::compressor_step_ref(cp, st.comp_fr, ckv.data() + t * c * hd, cg.data() + t * c * hd, p, entry.data())) {
+        ops::rmsnorm_ref(entry.data(), 1, hd, L.compressor->norm.data(), eps, entry.data());
+        ops::rope_apply_ref(entry.data(), hd, rd, inv_freq, p + 1 - m, false, attn_factor);
+        if (num_.kv_fp8_sim) ops::fp8_block_sim_ref(entry.data(), nope, 64);
+        st.comp.insert(st.comp.end(), entry.begin(), entry.begin() + hd);
+      }
+    }
+    std::vector<int32_t> selected;
+    if (type == AttnType::CSA) {
+      const ops::CompressorParams ip{m, true, di, L.idx_compressor->ape.p()};
+      if (ops::compressor_step_ref(ip, st.idx_fr, ikv.data() + t * 2 * di, ig.data() + t * 2 * di, p, entry.data())) {
+        ops::rmsnorm_ref(entry.data(), 1, di, L.idx_compressor->norm.data(), eps, entry.data());
+        ops::rope_apply_ref(entry.data(), di, rd, inv_freq, p + 1 - m, false, attn_factor);
+        if (num_.indexer_fp4_sim) {
+          ops::hadamard_ref(entry.data(), di);
+          ops::fp4_block_sim_ref(entry.data(), di, 32);
+        }
+        st.idx_keys.insert(st.idx_keys.end(), entry.begin(), entry.begin() + di);
+      }
+      const ops::IndexerQuery qq{iq.data() + t * Hi * di, iw.data() + t * Hi, Hi, di};
+      selected = ops::indexer_topk_ref(qq, st.idx_keys.data(), (p + 1) / m, cfg_.index_topk);
+    }
+    // keys: the window (positions p-W+1..p, oldest first), then the compressed entries
+    keys.clear();
+    for (int64_t q_ = std::max<int64_t>(0, p - W + 1); q_ <= p; ++q_) keys.push_back(st.ring.data() + (q_ % W) * hd);
+    if (type == AttnType::HCA)
+      for (int64_t j = 0; j < (p + 1) / m; ++j) keys.push_back(st.comp.data() + j * hd);
+    for (int32_t j : selected) keys.push_back(st.comp.data() + int64_t(j) * hd);
+    float* ot = o.data() + t * H * hd;
+    ops::sparse_attention_ref(ap, q.data() + t * H * hd, keys.data(), int64_t(keys.size()), ot);
+    for (int64_t h = 0; h < H; ++h) ops::rope_apply_ref(ot + h * hd, hd, rd, inv_freq, p, true, attn_factor);
+  }
+  tap("attn.o", l, o, T);
+
+  // grouped output projection: group g's heads [H/g * hd] -> wo_a rows [g*r, (g+1)*r), then wo_b
+  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
+  std::vector<float> mid(size_t(T * G * r)), tmp(static_cast<size_t>(r));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < G; ++g) {
+      ops::linear_ref(o.data() + t * H * hd + g * gin, 1, gin, L.wo_a.p() + g * r * gin, r, tmp.data());
+      std::copy(tmp.begin(), tmp.end(), mid.begin() + (t * G + g) * r);
+    }
+  ops::linear_ref(mid.data(), T, G * r, L.wo_b.p(), D, out.data());
+}
+
+void DeepseekV4Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
+  const LayerWeights& L = w_.layers[size_t(l)];
+  const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok;
+  const bool hash = cfg_.mlp_layer_types[size_t(l)] == io::MlpType::HashMoE;
+  ops::RouterParams rp;
+  rp.gate = L.gate.p();
+  rp.bias = hash ? nullptr : L.gate_bias.data();
+  rp.experts = cfg_.n_routed_experts;
+  rp.dim = D;
+  rp.topk = k;
+  rp.score = cfg_.scoring_func == "softmax"   ? ops::ScoreFunc::Softmax
+             : cfg_.scoring_func == "sigmoid" ? ops::ScoreFunc::Sigmoid
+                                              : ops::ScoreFunc::SqrtSoftplus;
+  rp.renormalize = cfg_.norm_topk_prob;
+  rp.norm_eps = num_.router_norm_eps;
+  rp.route_scale = float(cfg_.routed_scaling_factor);
+  const float limit = float(cfg_.swiglu_limit);
+  std::vector<int32_t> idx(static_cast<size_t>(k));
+  std::vector<float> wt(static_cast<size_t>(k));
+  std::vector<double> acc(static_cast<size_t>(D));
+  for (int64_t t = 0; t < s.T; ++t) {
+    const float* xt = x.data() + t * D;
+    ops::route_ref(rp, xt, hash ? L.tid2eid.data() + int64_t(s.tok[size_t(t)]) * k : nullptr, idx.data(), wt.data());
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const ExpertWeights& e = L.experts[size_t(idx[size_t(j)])];
+      ops::expert_accumulate_ref({e.w1.p(), e.w3.p(), e.w2.p(), D, I, limit}, xt, wt[size_t(j)], acc.data());
+    }
+    if (L.shared) {
+      const ExpertWeights& e = *L.shared;
+      ops::expert_accumulate_ref({e.w1.p(), e.w3.p(), e.w2.p(), D, I, num_.shared_expert_clamp ? limit : 0.0f}, xt, 1.0f,
+                                 acc.data());
+    }
+    for (int64_t d = 0; d < D; ++d) out[size_t(t * D + d)] = float(acc[size_t(d)]);
+  }
+}
+
+}  // namespace dsinfer::model

@@ -1,0 +1,87 @@
+// The DeepSeek-V4 forward pass, CPU reference (fp32 storage, fp32/fp64 math): the specification every other
+// backend is checked against. One step runs many sequences, each with any number of new tokens (prefill chunk,
+// one decode token, or 1 + k verify tokens), on top of per-sequence incremental state, so any split of a prompt
+// into chunks followed by token-by-token decoding gives the same logits as one full forward.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "io/config.h"
+#include "model/weights.h"
+#include "ops/compressor/compressor.h"
+
+namespace dsinfer::model {
+
+// Where official DeepSeek inference and transformers differ (architecture notes §13). `official` is the
+// default; `hf` reproduces transformers 5.17 (the fixtures' reference).
+struct Numerics {
+  std::string name = "official";
+  bool kv_fp8_sim = true;           // FP8 e4m3 1x64 simulation of the stored KV's non-RoPE dims
+  bool indexer_fp4_sim = true;      // Hadamard + FP4 e2m1 1x32 simulation of indexer queries and keys
+  bool shared_expert_clamp = true;  // SwiGLU clamp on the shared expert (current official, transformers 5.17)
+  float router_norm_eps = 0.0f;     // routing-weight renormalization epsilon (transformers: 1e-20)
+  static Numerics official();
+  static Numerics hf();
+  static Result<Numerics> from_name(const std::string& name);
+};
+
+// Per-layer incremental state of one sequence (architecture notes §11.1).
+struct LayerState {
+  std::vector<float> ring;       // [sliding_window, head_dim]; slot = pos % sliding_window
+  std::vector<float> comp;       // [entries, head_dim] compressed KV (CSA / HCA)
+  std::vector<float> idx_keys;   // [entries, index_head_dim] indexer keys (CSA)
+  ops::CompressorState comp_fr;  // main compressor frontier
+  ops::CompressorState idx_fr;   // indexer compressor frontier (CSA)
+};
+
+struct SequenceState {
+  int64_t pos = 0;  // tokens already processed
+  std::vector<LayerState> layers;
+};
+
+// One sequence's share of a step.
+struct SeqChunk {
+  SequenceState* state = nullptr;
+  std::span<const int32_t> tokens;
+  bool all_logits = false;  // logits for every token (else only the last one)
+};
+
+// Observes named intermediates ("layer.attn.q", ...) for CPU/GPU diffing. rows x cols floats.
+using TapFn = std::function<void(std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols)>;
+
+class DeepseekV4Cpu {
+ public:
+  DeepseekV4Cpu(io::ModelConfig cfg, Weights w, Numerics num);
+  // Reads model_dir/config.json and the safetensors checkpoint (single file or sharded).
+  static Result<std::unique_ptr<DeepseekV4Cpu>> load(const std::string& model_dir, const Numerics& num);
+
+  const io::ModelConfig& config() const { return cfg_; }
+  const Numerics& numerics() const { return num_; }
+  const Weights& weights() const { return w_; }
+  SequenceState new_sequence() const;
+  void set_tap(TapFn tap) { tap_ = std::move(tap); }
+
+  // Runs one step. `logits` receives [rows, vocab] in chunk order: every token of an all_logits chunk, else its
+  // last token. Advances each chunk's state. Fails (changing no state) on an out-of-range token id.
+  Status forward(std::span<const SeqChunk> chunks, std::vector<float>& logits);
+
+ private:
+  struct Step;
+  void attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  void moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  void tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const;
+
+  io::ModelConfig cfg_;
+  Weights w_;
+  Numerics num_;
+  std::vector<float> inv_freq_main_, inv_freq_compress_;
+  TapFn tap_;
+};
+
+}  // namespace dsinfer::model

@@ -1,0 +1,134 @@
+// Reference-logit comparison (see reference_check.h).
+#include "model/reference_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace dsinfer::model {
+
+namespace {
+
+struct RefPrompt {
+  std::vector<int32_t> input_ids;
+  std::vector<float> logits;         // [L, V]
+  std::vector<int32_t> greedy_ids;
+  std::vector<float> greedy_logits;  // [n, V]
+};
+
+Result<std::vector<int32_t>> read_ids(const io::TensorView& t) {
+  if ((t.dtype != DType::I64 && t.dtype != DType::I32) || t.shape.size() != 1)
+    return Status::errorf("{}: '{}' must be a 1-D I64 or I32 tensor, found {} {}", t.file, t.name, dtype_name(t.dtype),
+                          io::shape_str(t.shape));
+  std::vector<int32_t> v(size_t(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t x = 0;
+    if (t.dtype == DType::I64) {
+      std::memcpy(&x, t.data + 8 * i, 8);
+    } else {
+      int32_t y;
+      std::memcpy(&y, t.data + 4 * i, 4);
+      x = y;
+    }
+    v[i] = int32_t(x);
+  }
+  return v;
+}
+
+Result<std::vector<float>> read_f32(const io::TensorView& t, int64_t rows, int64_t vocab) {
+  if (t.dtype != DType::F32 || t.shape != std::vector<int64_t>{rows, vocab})
+    return Status::errorf("{}: '{}' must be F32 {}, found {} {}", t.file, t.name, io::shape_str({rows, vocab}),
+                          dtype_name(t.dtype), io::shape_str(t.shape));
+  std::vector<float> v(size_t(rows * vocab));
+  std::memcpy(v.data(), t.data, v.size() * 4);
+  return v;
+}
+
+Result<std::vector<RefPrompt>> read_reference(const io::SafetensorsFile& f, int64_t vocab) {
+  std::vector<RefPrompt> out;
+  const auto& ts = f.tensors();
+  for (size_t i = 0;; ++i) {
+    const std::string p = "prompt." + std::to_string(i) + ".";
+    auto ids = ts.find(p + "input_ids");
+    if (ids == ts.end()) break;
+    RefPrompt r;
+    DSI_ASSIGN_OR_RETURN(r.input_ids, read_ids(ids->second));
+    if (r.input_ids.empty()) return Status::errorf("'{}input_ids' is empty", p);
+    auto lg = ts.find(p + "logits");
+    if (lg == ts.end()) return Status::errorf("reference has '{}input_ids' but no '{}logits'", p, p);
+    DSI_ASSIGN_OR_RETURN(r.logits, read_f32(lg->second, int64_t(r.input_ids.size()), vocab));
+    if (auto g = ts.find(p + "greedy_ids"); g != ts.end()) {
+      DSI_ASSIGN_OR_RETURN(r.greedy_ids, read_ids(g->second));
+      if (auto gl = ts.find(p + "greedy_logits"); gl != ts.end()) {
+        DSI_ASSIGN_OR_RETURN(r.greedy_logits, read_f32(gl->second, int64_t(r.greedy_ids.size()), vocab));
+      }
+    }
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) return Status::error("reference file holds no prompt.0.input_ids");
+  return out;
+}
+
+}  // namespace
+
+bool ReferenceCheck::ok() const {
+  return std::all_of(prompts.begin(), prompts.end(), [](const PromptCheck& p) { return p.ok; });
+}
+
+double default_tolerance(const DeepseekV4Cpu& model) { return model.weights().fp32_storage ? 1e-4 : 1e-3; }
+
+Result<ReferenceCheck> check_reference(DeepseekV4Cpu& model, const io::SafetensorsFile& reference, double tol,
+                                       bool keep_logits) {
+  const int64_t V = model.config().vocab_size;
+  if (tol < 0) tol = default_tolerance(model);
+  auto prompts = read_reference(reference, V);
+  if (!prompts) return prompts.status().with_context(reference.path());
+  ReferenceCheck out;
+  for (size_t i = 0; i < prompts->size(); ++i) {
+    const RefPrompt& r = (*prompts)[i];
+    const int64_t L = int64_t(r.input_ids.size());
+    SequenceState st = model.new_sequence();
+    std::vector<float> logits;
+    SeqChunk c{&st, r.input_ids, true};
+    DSI_RETURN_IF_ERROR(model.forward({&c, 1}, logits).with_context(fmt::format("prompt {}", i)));
+    double max_err = 0, max_ref = 0;
+    auto compare = [&](const float* ours, const float* ref, int64_t n) {
+      for (int64_t k = 0; k < n; ++k) {
+        max_err = std::max(max_err, double(std::fabs(ours[k] - ref[k])));
+        max_ref = std::max(max_ref, double(std::fabs(ref[k])));
+      }
+    };
+    compare(logits.data(), r.logits.data(), L * V);
+    std::vector<int64_t> ours;
+    std::vector<float> greedy_logits, step(logits.end() - V, logits.end());
+    PromptCheck pc;
+    pc.len = L;
+    pc.greedy_total = r.greedy_ids.size();
+    for (size_t k = 0; k < r.greedy_ids.size(); ++k) {
+      if (!r.greedy_logits.empty()) compare(step.data(), r.greedy_logits.data() + k * size_t(V), V);
+      if (keep_logits) greedy_logits.insert(greedy_logits.end(), step.begin(), step.end());
+      const int32_t tok = int32_t(std::max_element(step.begin(), step.end()) - step.begin());
+      ours.push_back(tok);
+      pc.greedy_matched += tok == r.greedy_ids[k];
+      if (k + 1 == r.greedy_ids.size()) break;
+      const int32_t feed = r.greedy_ids[k];
+      SeqChunk d{&st, {&feed, 1}, false};
+      DSI_RETURN_IF_ERROR(model.forward({&d, 1}, step).with_context(fmt::format("prompt {} decode step {}", i, k)));
+    }
+    pc.rel_err = max_ref > 0 ? max_err / max_ref : max_err;
+    pc.ok = pc.rel_err <= tol && pc.greedy_matched == pc.greedy_total;
+    out.prompts.push_back(pc);
+    if (keep_logits) {
+      const std::string p = "prompt." + std::to_string(i) + ".";
+      out.computed.push_back(io::make_i64_tensor(p + "input_ids", std::vector<int64_t>(r.input_ids.begin(), r.input_ids.end())));
+      out.computed.push_back(io::make_f32_tensor(p + "logits", {L, V}, logits));
+      if (!ours.empty()) {
+        out.computed.push_back(io::make_i64_tensor(p + "greedy_ids", ours));
+        out.computed.push_back(io::make_f32_tensor(p + "greedy_logits", {int64_t(ours.size()), V}, greedy_logits));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace dsinfer::model
