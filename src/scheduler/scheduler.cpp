@@ -63,6 +63,10 @@ Scheduler::Scheduler(SchedulerConfig cfg, cache::StateCache cache)
   plan_.clear();
 }
 
+Scheduler::~Scheduler() = default;
+Scheduler::Scheduler(Scheduler&&) noexcept = default;
+Scheduler& Scheduler::operator=(Scheduler&&) noexcept = default;
+
 Result<RequestId> Scheduler::add_request(RequestSpec spec) {
   const int64_t max_len = cache_.max_model_len();
   const int64_t plen = int64_t(spec.prompt.size());
@@ -98,6 +102,7 @@ Result<RequestId> Scheduler::add_request(RequestSpec spec) {
 }
 
 void Scheduler::retire(Sequence* s, SeqState final_state) {
+  if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding) --num_running_;
   if (s->slot >= 0) cache_.free(s->slot);
   s->slot = -1;
   s->state = final_state;
@@ -128,6 +133,7 @@ void Scheduler::preempt(Sequence* s) {
   s->slot = -1;
   s->num_computed = 0;
   s->state = SeqState::Waiting;
+  --num_running_;
   waiting_.push_front(s);
   plan_.preempted.push_back(s->id);
   ++num_preemptions_;
@@ -215,6 +221,7 @@ const BatchPlan& Scheduler::schedule() {
       s->state = SeqState::Prefilling;
       s->num_computed = 0;
       running_.push_back(s);
+      ++num_running_;
       emit(s, n);
       budget -= n;
     }
@@ -293,7 +300,7 @@ Status Scheduler::update(std::span<const StepOutput> outputs) {
 SchedulerStats Scheduler::stats() const {
   SchedulerStats st;
   st.waiting = int32_t(waiting_.size());
-  for (const Sequence* s : running_) st.running += s->state == SeqState::Prefilling || s->state == SeqState::Decoding;
+  st.running = num_running_;
   st.num_preemptions = num_preemptions_;
   st.num_finished = num_finished_;
   st.num_aborted = num_aborted_;

@@ -66,6 +66,9 @@ struct SchedulerStats {
 class Scheduler {
  public:
   Scheduler(SchedulerConfig cfg, cache::StateCache cache);
+  ~Scheduler();  // out of line: Request / Sequence are private, complete only in scheduler.cpp
+  Scheduler(Scheduler&&) noexcept;
+  Scheduler& operator=(Scheduler&&) noexcept;
 
   // Validates (prompt non-empty and within max_model_len and vocab, params ranges, max_tokens fits) and
   // queues n sequences sharing the prompt. Errors name the parameter and value.
@@ -84,7 +87,7 @@ class Scheduler {
   // The per-sequence events of the last update() (valid until the next update()).
   std::span<const SeqUpdate> updates() const { return {updates_.data(), num_updates_}; }
 
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_unfinished() const { return !waiting_.empty() || num_running_ > 0; }
   SchedulerStats stats() const;
   const cache::StateCache& cache() const { return cache_; }
   const SchedulerConfig& config() const { return cfg_; }
@@ -109,7 +112,9 @@ class Scheduler {
   uint64_t step_ = 0;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
-  std::vector<Sequence*> running_;   // admission order = age order (oldest first)
+  std::vector<Sequence*> running_;   // admission order = age order (oldest first); may hold retired
+                                     // sequences until the next schedule() compacts it
+  int32_t num_running_ = 0;          // live (prefilling / decoding) sequences
   std::deque<Sequence*> waiting_;    // arrival order
   std::vector<SeqId> retired_;       // finished / aborted, destroyed at the next schedule()
   BatchPlan plan_;
