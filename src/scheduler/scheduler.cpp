@@ -140,30 +140,36 @@ void Scheduler::preempt(Sequence* s) {
 }
 
 void Scheduler::emit(Sequence* s, int32_t n) {
-  SeqPlan sp;
+  // Hot path (runs for every sequence every step): fill in place, no temporaries.
+  const int32_t offset = plan_.num_tokens();
+  const bool logits = s->num_computed + n == s->total_len();
+  SeqPlan& sp = plan_.seqs.emplace_back();
   sp.seq_id = s->id;
   sp.request_id = s->req->id;
   sp.start_pos = s->num_computed;
   sp.num_new_tokens = n;
-  sp.token_offset = plan_.num_tokens();
+  sp.token_offset = offset;
   sp.is_prefill = s->state == SeqState::Prefilling;
-  sp.needs_logits = s->num_computed + n == s->total_len();
+  sp.needs_logits = logits;
   sp.slot = s->slot;
   sp.block_table = cache_.table(s->slot);
   sp.params = &s->req->params;
   sp.rng = {s->req->seed, s->sample_index};
   sp.prompt_tokens = s->req->prompt;
   sp.output_tokens = s->output;
+  plan_.token_ids.resize(size_t(offset + n));
+  plan_.positions.resize(size_t(offset + n));
+  int32_t* ids = plan_.token_ids.data() + offset;
+  int64_t* pos = plan_.positions.data() + offset;
   for (int32_t i = 0; i < n; ++i) {
-    plan_.token_ids.push_back(s->token_at(s->num_computed + i));
-    plan_.positions.push_back(s->num_computed + i);
+    ids[i] = s->token_at(s->num_computed + i);
+    pos[i] = s->num_computed + i;
   }
-  plan_.cu_seqlens.push_back(plan_.num_tokens());
-  if (sp.needs_logits) {
+  plan_.cu_seqlens.push_back(offset + n);
+  if (logits) {
     sp.logits_row = plan_.num_logits();
-    plan_.logits_token_index.push_back(plan_.num_tokens() - 1);
+    plan_.logits_token_index.push_back(offset + n - 1);
   }
-  plan_.seqs.push_back(sp);
   plan_seqs_.push_back(s);
 }
 
@@ -195,7 +201,8 @@ const BatchPlan& Scheduler::schedule() {
     const int32_t n = int32_t(std::min<int64_t>(s->total_len() - s->num_computed, budget));
     assert(n > 0);
     bool self_preempted = false;
-    while (!cache_.allocate_for(s->slot, s->num_computed + n)) {
+    // Most steps need no new block (one per block_size tokens): check capacity before the allocator.
+    while (s->num_computed + n > cache_.capacity_tokens(s->slot) && !cache_.allocate_for(s->slot, s->num_computed + n)) {
       preempted = true;
       Sequence* victim = running_.back();
       running_.pop_back();
