@@ -1,0 +1,86 @@
+// StateCache: bookkeeping (no memory, no CUDA) for per-sequence DeepSeek-V4 state over a fixed byte budget:
+// `num_slots` fixed-size slots (rings + compressor frontiers) and `num_blocks` token blocks (compressed
+// entries + indexer keys of block_size tokens, all layers), see state_layout.h. A sequence holds one slot
+// and a block table (list of block ids, position order). The runner owns the device memory and maps
+// slot s -> slot_base + s * slot_bytes, block b -> block_base + b * block_bytes.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cache/block_allocator.h"
+#include "cache/state_layout.h"
+#include "core/status.h"
+
+namespace dsinfer::cache {
+
+using SlotId = int32_t;
+
+struct StateCacheStats {
+  int32_t num_slots = 0, free_slots = 0;
+  int32_t num_blocks = 0, free_blocks = 0;
+  int32_t shared_blocks = 0;  // blocks with refcount > 1
+  int64_t slot_bytes = 0, block_bytes = 0, block_size = 0;
+  int64_t used_bytes = 0;     // slots in use * slot_bytes + blocks in use * block_bytes
+  int64_t budget_bytes = 0;
+};
+
+class StateCache {
+ public:
+  // Splits the budget: slots for min(max_num_seqs, what fits) sequences, the rest in blocks (capped at
+  // what every slot running to max_model_len could use). Fails, naming the numbers, when the budget cannot
+  // hold one slot plus the blocks of one max_model_len sequence — below that a lone request could not
+  // finish, and preemption could not guarantee progress.
+  static Result<StateCache> create(const io::ModelConfig& cfg, const StateCacheConfig& cc);
+
+  const StateLayout& layout() const { return layout_; }
+  int64_t block_size() const { return layout_.block_size; }
+  int64_t max_model_len() const { return max_model_len_; }
+  int32_t num_slots() const { return int32_t(slot_used_.size()); }
+  int32_t free_slots() const { return int32_t(free_slots_.size()); }
+  int32_t num_blocks() const { return blocks_.num_blocks(); }
+  int32_t free_blocks() const { return blocks_.num_free(); }
+  int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size() - 1) / block_size(); }
+
+  // New sequence: a slot plus blocks for num_tokens tokens, leaving at least `reserve_blocks` free.
+  bool can_admit(int64_t num_tokens, int64_t reserve_blocks = 0) const;
+  SlotId admit(int64_t num_tokens);  // -1 (and nothing taken) when !can_admit(num_tokens)
+
+  // Grow slot's table to cover new_len tokens (no-op when it already does).
+  bool can_allocate(SlotId s, int64_t new_len) const { return blocks_needed(s, new_len) <= free_blocks(); }
+  bool allocate_for(SlotId s, int64_t new_len);  // false (and table unchanged) when blocks are short
+
+  // Rollback (speculative decoding, rejected positions): keep blocks_for(len) blocks, release the rest.
+  // Fails when it would leave a partially used *shared* block at the end of the table, since the next
+  // write would corrupt the other owners (shared blocks are complete prefix blocks; copy-on-write is the
+  // prefix cache's job).
+  Status truncate(SlotId s, int64_t len);
+  void free(SlotId s);  // releases the slot and drops one reference on each of its blocks
+
+  // Prefix-cache hook: start slot s's (empty) table with already-filled complete blocks, one more
+  // reference each. Fails when the table is not empty or a block id is not allocated.
+  Status share_blocks(SlotId s, std::span<const BlockId> blocks);
+
+  std::span<const BlockId> table(SlotId s) const { return tables_[size_t(s)]; }
+  int64_t capacity_tokens(SlotId s) const { return int64_t(tables_[size_t(s)].size()) * block_size(); }
+  int32_t refcount(BlockId b) const { return blocks_.refcount(b); }
+  bool slot_in_use(SlotId s) const { return slot_used_[size_t(s)]; }
+  StateCacheStats stats() const;
+
+ private:
+  StateCache(StateLayout layout, int32_t num_slots, int32_t num_blocks, int64_t budget, int64_t max_model_len);
+  int64_t blocks_needed(SlotId s, int64_t new_len) const {
+    int64_t need = blocks_for(new_len) - int64_t(tables_[size_t(s)].size());
+    return need > 0 ? need : 0;
+  }
+
+  StateLayout layout_;
+  BlockAllocator blocks_;
+  std::vector<std::vector<BlockId>> tables_;  // per slot
+  std::vector<bool> slot_used_;
+  std::vector<SlotId> free_slots_;            // LIFO
+  int64_t budget_bytes_ = 0;
+  int64_t max_model_len_ = 0;
+};
+
+}  // namespace dsinfer::cache

@@ -1,0 +1,192 @@
+// Validation (vLLM ranges) and OpenAI-body parsing for SamplingParams. Errors name the field and the value.
+#include "sampling/sampling_params.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace dsinfer::sampling {
+
+using nlohmann::json;
+
+Status SamplingParams::validate(int64_t vocab_size) const {
+  auto finite = [](double x) { return std::isfinite(x); };
+  if (n < 1) return Status::errorf("n must be at least 1, got {}", n);
+  if (!finite(temperature) || temperature < 0.0)
+    return Status::errorf("temperature must be a finite number >= 0, got {}", temperature);
+  if (!finite(top_p) || top_p <= 0.0 || top_p > 1.0) return Status::errorf("top_p must be in (0, 1], got {}", top_p);
+  if (top_k < -1) return Status::errorf("top_k must be -1 or 0 (disabled) or at least 1, got {}", top_k);
+  if (!finite(min_p) || min_p < 0.0 || min_p > 1.0) return Status::errorf("min_p must be in [0, 1], got {}", min_p);
+  if (!finite(presence_penalty) || presence_penalty < -2.0 || presence_penalty > 2.0)
+    return Status::errorf("presence_penalty must be in [-2, 2], got {}", presence_penalty);
+  if (!finite(frequency_penalty) || frequency_penalty < -2.0 || frequency_penalty > 2.0)
+    return Status::errorf("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
+  if (!finite(repetition_penalty) || repetition_penalty <= 0.0)
+    return Status::errorf("repetition_penalty must be > 0, got {}", repetition_penalty);
+  for (const auto& [tok, bias] : logit_bias) {
+    if (tok < 0 || (vocab_size > 0 && tok >= vocab_size))
+      return Status::errorf("logit_bias token id {} is outside the vocabulary [0, {})", tok, vocab_size);
+    if (!finite(bias) || bias < -100.0 || bias > 100.0)
+      return Status::errorf("logit_bias[{}] must be in [-100, 100], got {}", tok, bias);
+  }
+  if (max_tokens && *max_tokens < 1) return Status::errorf("max_tokens must be at least 1, got {}", *max_tokens);
+  if (min_tokens < 0) return Status::errorf("min_tokens must be >= 0, got {}", min_tokens);
+  if (max_tokens && min_tokens > *max_tokens)
+    return Status::errorf("min_tokens ({}) must be <= max_tokens ({})", min_tokens, *max_tokens);
+  for (size_t i = 0; i < stop.size(); ++i)
+    if (stop[i].empty()) return Status::errorf("stop[{}] is an empty string", i);
+  for (size_t i = 0; i < stop_token_ids.size(); ++i) {
+    int32_t t = stop_token_ids[i];
+    if (t < 0 || (vocab_size > 0 && t >= vocab_size))
+      return Status::errorf("stop_token_ids[{}] = {} is outside the vocabulary [0, {})", i, t, vocab_size);
+  }
+  if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs)
+    return Status::errorf("top_logprobs must be in [0, {}], got {}", kMaxTopLogprobs, top_logprobs);
+  if (top_logprobs > 0 && !logprobs)
+    return Status::errorf("top_logprobs = {} needs logprobs = true", top_logprobs);
+  return Status::ok();
+}
+
+namespace {
+
+// Field readers: null means "not given" (OpenAI clients send explicit nulls); anything else must match.
+const char* type_name(const json& v) { return v.type_name(); }
+
+Status read_number(const json& body, const char* key, double& out) {
+  if (!body.contains(key) || body[key].is_null()) return Status::ok();
+  const json& v = body[key];
+  if (!v.is_number()) return Status::errorf("'{}' must be a number, found {} {}", key, type_name(v), v.dump());
+  out = v.get<double>();
+  return Status::ok();
+}
+
+Status read_int(const json& body, const char* key, std::optional<int64_t>& out) {
+  if (!body.contains(key) || body[key].is_null()) return Status::ok();
+  const json& v = body[key];
+  if (v.is_number_integer()) {
+    out = v.get<int64_t>();
+    return Status::ok();
+  }
+  // 16.0 is accepted as 16 (some clients serialise every number as a float); 16.5 is not.
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (std::floor(d) == d && std::fabs(d) < 9.0e15) {
+      out = int64_t(d);
+      return Status::ok();
+    }
+  }
+  return Status::errorf("'{}' must be an integer, found {} {}", key, type_name(v), v.dump());
+}
+
+Status read_bool(const json& body, const char* key, bool& out) {
+  if (!body.contains(key) || body[key].is_null()) return Status::ok();
+  const json& v = body[key];
+  if (!v.is_boolean()) return Status::errorf("'{}' must be true or false, found {} {}", key, type_name(v), v.dump());
+  out = v.get<bool>();
+  return Status::ok();
+}
+
+Status read_int32(const json& body, const char* key, int32_t& out) {
+  std::optional<int64_t> v;
+  DSI_RETURN_IF_ERROR(read_int(body, key, v));
+  if (v) {
+    if (*v < std::numeric_limits<int32_t>::min() || *v > std::numeric_limits<int32_t>::max())
+      return Status::errorf("'{}' = {} is out of range", key, *v);
+    out = int32_t(*v);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<SamplingParams> parse_sampling_params(const json& body) {
+  if (!body.is_object()) return Status::errorf("request body must be a JSON object, found {}", body.type_name());
+  SamplingParams p;
+  DSI_RETURN_IF_ERROR(read_number(body, "temperature", p.temperature));
+  DSI_RETURN_IF_ERROR(read_number(body, "top_p", p.top_p));
+  DSI_RETURN_IF_ERROR(read_int32(body, "top_k", p.top_k));
+  DSI_RETURN_IF_ERROR(read_number(body, "min_p", p.min_p));
+  DSI_RETURN_IF_ERROR(read_number(body, "presence_penalty", p.presence_penalty));
+  DSI_RETURN_IF_ERROR(read_number(body, "frequency_penalty", p.frequency_penalty));
+  DSI_RETURN_IF_ERROR(read_number(body, "repetition_penalty", p.repetition_penalty));
+  DSI_RETURN_IF_ERROR(read_bool(body, "ignore_eos", p.ignore_eos));
+  DSI_RETURN_IF_ERROR(read_int32(body, "n", p.n));
+
+  std::optional<int64_t> seed;
+  DSI_RETURN_IF_ERROR(read_int(body, "seed", seed));
+  if (seed) p.seed = uint64_t(*seed);  // negative seeds are valid keys too; only the bits matter
+
+  std::optional<int64_t> max_tokens, max_completion_tokens, min_tokens;
+  DSI_RETURN_IF_ERROR(read_int(body, "max_tokens", max_tokens));
+  DSI_RETURN_IF_ERROR(read_int(body, "max_completion_tokens", max_completion_tokens));
+  if (max_tokens && max_completion_tokens && *max_tokens != *max_completion_tokens)
+    return Status::errorf("max_tokens ({}) and max_completion_tokens ({}) disagree", *max_tokens,
+                          *max_completion_tokens);
+  p.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  DSI_RETURN_IF_ERROR(read_int(body, "min_tokens", min_tokens));
+  if (min_tokens) p.min_tokens = *min_tokens;
+
+  // logprobs: bool (chat API, with top_logprobs) or integer N (completions API = chosen + N alternatives).
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    const json& v = body["logprobs"];
+    if (v.is_boolean()) {
+      p.logprobs = v.get<bool>();
+    } else if (v.is_number_integer()) {
+      int64_t k = v.get<int64_t>();
+      if (k < 0 || k > kMaxTopLogprobs) return Status::errorf("logprobs must be in [0, {}], got {}", kMaxTopLogprobs, k);
+      p.logprobs = true;
+      p.top_logprobs = int32_t(k);
+    } else {
+      return Status::errorf("'logprobs' must be a boolean or an integer, found {} {}", v.type_name(), v.dump());
+    }
+  }
+  if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+    DSI_RETURN_IF_ERROR(read_int32(body, "top_logprobs", p.top_logprobs));
+  }
+
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const json& v = body["stop"];
+    if (v.is_string()) {
+      p.stop.push_back(v.get<std::string>());
+    } else if (v.is_array()) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_string())
+          return Status::errorf("'stop[{}]' must be a string, found {} {}", i, v[i].type_name(), v[i].dump());
+        p.stop.push_back(v[i].get<std::string>());
+      }
+    } else {
+      return Status::errorf("'stop' must be a string or a list of strings, found {} {}", v.type_name(), v.dump());
+    }
+  }
+  if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
+    const json& v = body["stop_token_ids"];
+    if (!v.is_array()) return Status::errorf("'stop_token_ids' must be a list of integers, found {}", v.dump());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number_integer())
+        return Status::errorf("'stop_token_ids[{}]' must be an integer, found {}", i, v[i].dump());
+      int64_t t = v[i].get<int64_t>();
+      if (t < 0 || t > std::numeric_limits<int32_t>::max())
+        return Status::errorf("'stop_token_ids[{}]' = {} is not a valid token id", i, t);
+      p.stop_token_ids.push_back(int32_t(t));
+    }
+  }
+  // logit_bias: OpenAI sends {"token id as string": bias}; integer-valued keys only.
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+    const json& v = body["logit_bias"];
+    if (!v.is_object()) return Status::errorf("'logit_bias' must be an object {{token id: bias}}, found {}", v.dump());
+    for (const auto& [key, bias] : v.items()) {
+      char* end = nullptr;
+      long long tok = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || tok < 0 || tok > std::numeric_limits<int32_t>::max())
+        return Status::errorf("'logit_bias' key '{}' is not a token id", key);
+      if (!bias.is_number())
+        return Status::errorf("'logit_bias[{}]' must be a number, found {} {}", key, bias.type_name(), bias.dump());
+      p.logit_bias[int32_t(tok)] = bias.get<double>();
+    }
+  }
+  DSI_RETURN_IF_ERROR(p.validate());
+  return p;
+}
+
+}  // namespace dsinfer::sampling

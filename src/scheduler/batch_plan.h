@@ -1,0 +1,64 @@
+// BatchPlan: everything one engine step needs, as plain data — which sequences run, their new tokens and
+// positions (ragged: a prefill chunk, one decode token, or later 1 + k verify tokens), where their state
+// lives (slot + block table), which rows need logits, and what the sampler needs for each of those rows.
+// Produced by Scheduler::schedule(); read by the model runner and the sampler; no hidden globals.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cache/state_cache.h"
+#include "sampling/philox.h"
+#include "sampling/sampling_params.h"
+
+namespace dsinfer::scheduler {
+
+using RequestId = uint64_t;
+using SeqId = uint64_t;
+
+struct SeqPlan {
+  SeqId seq_id = 0;
+  RequestId request_id = 0;
+  int64_t start_pos = 0;          // position of the first new token (= tokens already in the state cache)
+  int32_t num_new_tokens = 0;     // tokens computed this step
+  int32_t token_offset = 0;       // where they start in BatchPlan::token_ids / positions
+  bool is_prefill = false;        // computing tokens it did not just sample (prompt, or recompute)
+  bool needs_logits = false;      // last new token's logits are sampled (last prefill chunk, or decode)
+  int32_t logits_row = -1;        // row in the logits output ([num_logits, vocab]); -1 when !needs_logits
+  cache::SlotId slot = -1;        // fixed state: rings + compressor frontiers
+  std::span<const cache::BlockId> block_table;  // token blocks covering >= start_pos + num_new_tokens
+  // For the sampler (valid until the next Scheduler::update or schedule call):
+  const sampling::SamplingParams* params = nullptr;
+  sampling::RngKey rng;
+  std::span<const int32_t> prompt_tokens;
+  std::span<const int32_t> output_tokens;
+};
+
+struct BatchPlan {
+  uint64_t step = 0;
+  std::vector<SeqPlan> seqs;
+  // Flattened for a GPU runner: [num_tokens] token ids and positions in seqs order, cu_seqlens
+  // [num_seqs + 1] prefix sums of num_new_tokens, logits_token_index [num_logits] = flat index of the token
+  // whose logits each logits row holds.
+  std::vector<int32_t> token_ids;
+  std::vector<int64_t> positions;
+  std::vector<int32_t> cu_seqlens;
+  std::vector<int32_t> logits_token_index;
+  // Sequences whose state was freed this step to make room (they will recompute from scratch).
+  std::vector<SeqId> preempted;
+
+  int32_t num_seqs() const { return int32_t(seqs.size()); }
+  int32_t num_tokens() const { return int32_t(token_ids.size()); }
+  int32_t num_logits() const { return int32_t(logits_token_index.size()); }
+  bool empty() const { return seqs.empty(); }
+  void clear() {
+    seqs.clear();
+    token_ids.clear();
+    positions.clear();
+    cu_seqlens.assign(1, 0);
+    logits_token_index.clear();
+    preempted.clear();
+  }
+};
+
+}  // namespace dsinfer::scheduler

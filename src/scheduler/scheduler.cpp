@@ -1,0 +1,337 @@
+// Scheduler (see header). Invariants: running_ is in admission order and, because admission is strictly
+// FCFS and preemption always takes the newest running sequence, every running sequence is older than every
+// waiting one; a running sequence holds a slot and blocks covering num_computed tokens.
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace dsinfer::scheduler {
+
+using sampling::FinishReason;
+
+const char* seq_state_name(SeqState s) {
+  switch (s) {
+    case SeqState::Waiting: return "waiting";
+    case SeqState::Prefilling: return "prefilling";
+    case SeqState::Decoding: return "decoding";
+    case SeqState::Finished: return "finished";
+    case SeqState::Aborted: return "aborted";
+  }
+  return "?";
+}
+
+struct Scheduler::Request {
+  RequestId id = 0;
+  std::vector<int32_t> prompt;
+  sampling::SamplingParams params;
+  uint64_t seed = 0;
+  int64_t max_tokens = 0;  // effective: min(params.max_tokens, max_model_len - prompt)
+  std::vector<SeqId> seqs;
+  int32_t live = 0;        // sequences not finished / aborted
+};
+
+struct Scheduler::Sequence {
+  Sequence(Request* r, SeqId i, uint32_t k, int64_t eos)
+      : id(i), req(r), sample_index(k), stop(&r->params, eos, r->max_tokens) {}
+  SeqId id;
+  Request* req;
+  uint32_t sample_index;
+  std::vector<int32_t> output;
+  int64_t num_computed = 0;  // tokens whose state is in the cache
+  SeqState state = SeqState::Waiting;
+  cache::SlotId slot = -1;
+  sampling::StopChecker stop;
+  int64_t total_len() const { return int64_t(req->prompt.size() + output.size()); }
+  int32_t token_at(int64_t i) const {
+    const int64_t p = int64_t(req->prompt.size());
+    return i < p ? req->prompt[size_t(i)] : output[size_t(i - p)];
+  }
+};
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+Scheduler::Scheduler(SchedulerConfig cfg, cache::StateCache cache)
+    : cfg_(cfg), cache_(std::move(cache)), seed_state_(cfg.seed) {
+  plan_.clear();
+}
+
+Scheduler::~Scheduler() = default;
+Scheduler::Scheduler(Scheduler&&) noexcept = default;
+Scheduler& Scheduler::operator=(Scheduler&&) noexcept = default;
+
+Result<RequestId> Scheduler::add_request(RequestSpec spec) {
+  const int64_t max_len = cache_.max_model_len();
+  const int64_t plen = int64_t(spec.prompt.size());
+  if (plen == 0) return Status::error("prompt is empty");
+  if (plen >= max_len)
+    return Status::errorf("prompt has {} tokens, but max_model_len is {} (room for at least one output token "
+                          "is needed)", plen, max_len);
+  if (cfg_.vocab_size > 0)
+    for (size_t i = 0; i < spec.prompt.size(); ++i)
+      if (spec.prompt[i] < 0 || spec.prompt[i] >= cfg_.vocab_size)
+        return Status::errorf("prompt token {} (index {}) is outside the vocabulary [0, {})", spec.prompt[i], i,
+                              cfg_.vocab_size);
+  DSI_RETURN_IF_ERROR(spec.params.validate(cfg_.vocab_size));
+  if (spec.params.max_tokens && plen + *spec.params.max_tokens > max_len)
+    return Status::errorf("max_tokens {} + prompt {} tokens exceeds max_model_len {}", *spec.params.max_tokens, plen,
+                          max_len);
+  auto req = std::make_unique<Request>();
+  req->id = next_request_id_++;
+  req->prompt = std::move(spec.prompt);
+  req->params = std::move(spec.params);
+  req->seed = req->params.seed ? *req->params.seed : splitmix64(seed_state_);
+  req->max_tokens = req->params.max_tokens ? *req->params.max_tokens : max_len - plen;
+  for (int32_t k = 0; k < req->params.n; ++k) {
+    auto seq = std::make_unique<Sequence>(req.get(), next_seq_id_++, uint32_t(k), cfg_.eos_token_id);
+    req->seqs.push_back(seq->id);
+    waiting_.push_back(seq.get());
+    seqs_.emplace(seq->id, std::move(seq));
+  }
+  req->live = req->params.n;
+  RequestId id = req->id;
+  requests_.emplace(id, std::move(req));
+  return id;
+}
+
+void Scheduler::retire(Sequence* s, SeqState final_state) {
+  if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding) --num_running_;
+  if (s->slot >= 0) cache_.free(s->slot);
+  s->slot = -1;
+  s->state = final_state;
+  retired_.push_back(s->id);
+  --s->req->live;
+  (final_state == SeqState::Aborted ? num_aborted_ : num_finished_) += 1;
+}
+
+Status Scheduler::abort(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return Status::errorf("abort: unknown request id {}", id);
+  Request* r = it->second.get();
+  if (r->live == 0) return Status::errorf("abort: request {} has already finished", id);
+  for (SeqId sid : r->seqs) {
+    Sequence* s = seqs_.at(sid).get();
+    if (s->state == SeqState::Finished || s->state == SeqState::Aborted) continue;
+    if (s->state == SeqState::Waiting) waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+    // Running ones are dropped from running_ by the next schedule() (state is no longer live).
+    retire(s, SeqState::Aborted);
+  }
+  return Status::ok();
+}
+
+void Scheduler::preempt(Sequence* s) {
+  // Recompute preemption: drop all state; on readmission prompt + output are prefilled again. The newest
+  // running sequence is older than every waiting one, so it goes to the front of the queue.
+  cache_.free(s->slot);
+  s->slot = -1;
+  s->num_computed = 0;
+  s->state = SeqState::Waiting;
+  --num_running_;
+  waiting_.push_front(s);
+  plan_.preempted.push_back(s->id);
+  ++num_preemptions_;
+}
+
+void Scheduler::emit(Sequence* s, int32_t n) {
+  // Hot path (runs for every sequence every step): fill in place, no temporaries.
+  const int32_t offset = plan_.num_tokens();
+  const bool logits = s->num_computed + n == s->total_len();
+  SeqPlan& sp = plan_.seqs.emplace_back();
+  sp.seq_id = s->id;
+  sp.request_id = s->req->id;
+  sp.start_pos = s->num_computed;
+  sp.num_new_tokens = n;
+  sp.token_offset = offset;
+  sp.is_prefill = s->state == SeqState::Prefilling;
+  sp.needs_logits = logits;
+  sp.slot = s->slot;
+  sp.block_table = cache_.table(s->slot);
+  sp.params = &s->req->params;
+  sp.rng = {s->req->seed, s->sample_index};
+  sp.prompt_tokens = s->req->prompt;
+  sp.output_tokens = s->output;
+  plan_.token_ids.resize(size_t(offset + n));
+  plan_.positions.resize(size_t(offset + n));
+  int32_t* ids = plan_.token_ids.data() + offset;
+  int64_t* pos = plan_.positions.data() + offset;
+  for (int32_t i = 0; i < n; ++i) {
+    ids[i] = s->token_at(s->num_computed + i);
+    pos[i] = s->num_computed + i;
+  }
+  plan_.cu_seqlens.push_back(offset + n);
+  if (logits) {
+    sp.logits_row = plan_.num_logits();
+    plan_.logits_token_index.push_back(offset + n - 1);
+  }
+  plan_seqs_.push_back(s);
+}
+
+const BatchPlan& Scheduler::schedule() {
+  // Sequences retired before this call can no longer be referenced by an in-flight plan: destroy them.
+  for (SeqId id : retired_) {
+    auto it = seqs_.find(id);
+    Request* r = it->second->req;
+    seqs_.erase(it);
+    if (r->live == 0 && std::none_of(r->seqs.begin(), r->seqs.end(), [&](SeqId x) { return seqs_.count(x) > 0; }))
+      requests_.erase(r->id);
+  }
+  retired_.clear();
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const Sequence* s) {
+                                  return s->state != SeqState::Prefilling && s->state != SeqState::Decoding;
+                                }),
+                 running_.end());
+
+  plan_.clear();
+  plan_.step = ++step_;
+  plan_seqs_.clear();
+  int64_t budget = cfg_.max_num_batched_tokens;
+
+  // 1. Running sequences, oldest first; make room by preempting from the newest end.
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i];
+    const int32_t n = int32_t(std::min<int64_t>(s->total_len() - s->num_computed, budget));
+    assert(n > 0);
+    bool self_preempted = false;
+    // Most steps need no new block (one per block_size tokens): check capacity before the allocator.
+    while (s->num_computed + n > cache_.capacity_tokens(s->slot) && !cache_.allocate_for(s->slot, s->num_computed + n)) {
+      preempted = true;
+      Sequence* victim = running_.back();
+      running_.pop_back();
+      preempt(victim);
+      if (victim == s) { self_preempted = true; break; }
+    }
+    if (self_preempted) break;  // s was the newest: nothing after it
+    emit(s, n);
+    budget -= n;
+  }
+
+  // 2. Admission, strictly FCFS, and not in a step that had to preempt (the pool is under pressure).
+  if (!preempted) {
+    const int32_t max_seqs = std::min(cfg_.max_num_seqs, cache_.num_slots());
+    const int64_t watermark = int64_t(cfg_.admission_watermark * cache_.num_blocks());
+    while (!waiting_.empty() && int32_t(running_.size()) < max_seqs && budget > 0) {
+      Sequence* s = waiting_.front();
+      const int32_t n = int32_t(std::min<int64_t>(s->total_len(), budget));
+      // Alone, a sequence may use every block: the cache was sized so that it can always finish.
+      if (!cache_.can_admit(n, running_.empty() ? 0 : watermark)) break;
+      waiting_.pop_front();
+      s->slot = cache_.admit(n);
+      s->state = SeqState::Prefilling;
+      s->num_computed = 0;
+      running_.push_back(s);
+      ++num_running_;
+      emit(s, n);
+      budget -= n;
+    }
+  }
+  return plan_;
+}
+
+Status Scheduler::update(std::span<const StepOutput> outputs) {
+  num_updates_ = 0;
+  // Validate everything first so that a bad batch changes nothing.
+  seen_.assign(plan_.seqs.size(), 0);
+  for (const StepOutput& o : outputs) {
+    if (o.plan_index < 0 || o.plan_index >= plan_.num_seqs())
+      return Status::errorf("update: plan_index {} is outside the plan ({} sequences)", o.plan_index, plan_.num_seqs());
+    const SeqPlan& sp = plan_.seqs[size_t(o.plan_index)];
+    if (sp.seq_id != o.seq_id)
+      return Status::errorf("update: plan_index {} holds sequence {}, output is for {}", o.plan_index, sp.seq_id,
+                            o.seq_id);
+    if (!sp.needs_logits) return Status::errorf("update: sequence {} needed no logits this step", o.seq_id);
+    if (seen_[size_t(o.plan_index)]++) return Status::errorf("update: two outputs for sequence {}", o.seq_id);
+    if (o.samples.empty()) return Status::errorf("update: no sampled token for sequence {}", o.seq_id);
+    if (!o.text.empty() && o.text.size() != o.samples.size())
+      return Status::errorf("update: sequence {} has {} text deltas for {} tokens", o.seq_id, o.text.size(),
+                            o.samples.size());
+    for (const auto& smp : o.samples)
+      if (smp.token < 0 || (cfg_.vocab_size > 0 && smp.token >= cfg_.vocab_size))
+        return Status::errorf("update: sequence {} sampled token {} outside the vocabulary", o.seq_id, smp.token);
+  }
+  for (size_t i = 0; i < plan_.seqs.size(); ++i)
+    if (plan_.seqs[i].needs_logits && !seen_[i] && plan_seqs_[i]->state != SeqState::Aborted)
+      return Status::errorf("update: no output for sequence {} which needed logits", plan_.seqs[i].seq_id);
+
+  // Every planned (still live) sequence now has its new tokens in the state cache.
+  for (size_t i = 0; i < plan_.seqs.size(); ++i) {
+    Sequence* s = plan_seqs_[i];
+    if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding) s->num_computed += plan_.seqs[i].num_new_tokens;
+  }
+  for (const StepOutput& o : outputs) {
+    Sequence* s = plan_seqs_[size_t(o.plan_index)];
+    if (s->state != SeqState::Prefilling && s->state != SeqState::Decoding) continue;  // aborted meanwhile
+    if (num_updates_ == updates_.size()) updates_.emplace_back();
+    SeqUpdate& u = updates_[num_updates_++];
+    u.request_id = s->req->id;
+    u.seq_id = s->id;
+    u.sample_index = s->sample_index;
+    u.tokens.clear();
+    u.logprobs.clear();
+    u.text.clear();
+    u.finished = false;
+    u.finish_reason = FinishReason::None;
+    u.stop_token = -1;
+    u.stop_string.clear();
+    u.request_finished = false;
+    for (size_t k = 0; k < o.samples.size(); ++k) {
+      const int32_t tok = o.samples[k].token;
+      s->output.push_back(tok);
+      u.tokens.push_back(tok);
+      if (s->req->params.logprobs) u.logprobs.push_back(o.samples[k]);
+      sampling::StopResult r = s->stop.append(tok, o.text.empty() ? std::string_view() : std::string_view(o.text[k]));
+      u.text += r.text;
+      if (r.finished) {
+        u.finished = true;
+        u.finish_reason = r.reason;
+        u.stop_token = r.stop_token;
+        u.stop_string = std::move(r.stop_string);
+        retire(s, SeqState::Finished);
+        u.request_finished = s->req->live == 0;
+        break;  // later (speculative) tokens are discarded
+      }
+    }
+    if (!u.finished) s->state = s->total_len() - s->num_computed > 1 ? SeqState::Prefilling : SeqState::Decoding;
+  }
+  return Status::ok();
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats st;
+  st.waiting = int32_t(waiting_.size());
+  st.running = num_running_;
+  st.num_preemptions = num_preemptions_;
+  st.num_finished = num_finished_;
+  st.num_aborted = num_aborted_;
+  return st;
+}
+
+SeqState Scheduler::seq_state(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? SeqState::Finished : it->second->state;
+}
+
+std::vector<SeqId> Scheduler::seq_ids(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? std::vector<SeqId>{} : it->second->seqs;
+}
+
+const std::vector<int32_t>* Scheduler::output_tokens(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : &it->second->output;
+}
+
+int64_t Scheduler::num_computed(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? -1 : it->second->num_computed;
+}
+
+}  // namespace dsinfer::scheduler

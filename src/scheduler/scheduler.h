@@ -1,0 +1,128 @@
+// Scheduler: request / sequence lifecycle, FCFS admission under max_num_seqs and free state blocks, a
+// per-step token budget with chunked prefill mixed with decode tokens, preemption (by recompute) of the
+// newest sequences when blocks run out, abort. schedule() -> BatchPlan; update(outputs) appends sampled
+// tokens and applies the finish conditions. Single-threaded; owns the StateCache bookkeeping.
+#pragma once
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/state_cache.h"
+#include "sampling/sampler.h"
+#include "sampling/stop_checker.h"
+#include "scheduler/batch_plan.h"
+
+namespace dsinfer::scheduler {
+
+// Waiting -> Prefilling -> Decoding -> Finished; Aborted from any live state; Prefilling / Decoding ->
+// Waiting on preemption (state freed; on readmission it recomputes prompt + generated tokens).
+enum class SeqState { Waiting, Prefilling, Decoding, Finished, Aborted };
+const char* seq_state_name(SeqState s);
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;             // running sequences at once (also capped by the cache's slots)
+  int64_t max_num_batched_tokens = 8192;  // tokens computed per step, prefill + decode
+  double admission_watermark = 0.01;      // fraction of blocks kept free when admitting (not when alone)
+  int64_t eos_token_id = -1;
+  int64_t vocab_size = 0;                 // > 0: token ids in prompts / params are checked against it
+  uint64_t seed = 0;                      // seeds requests that carry none (reproducible per engine seed)
+};
+
+struct RequestSpec {
+  std::vector<int32_t> prompt;
+  sampling::SamplingParams params;
+};
+
+// What the runner / sampler hands back for one SeqPlan with needs_logits.
+struct StepOutput {
+  int32_t plan_index = -1;                       // index into BatchPlan::seqs
+  SeqId seq_id = 0;                              // must match seqs[plan_index].seq_id
+  std::vector<sampling::SampleResult> samples;   // >= 1 tokens (several: accepted speculative tokens)
+  std::vector<std::string> text;                 // optional, one detokenized delta per sample (stop strings)
+};
+
+// What happened to one sequence in update() (or abort()).
+struct SeqUpdate {
+  RequestId request_id = 0;
+  SeqId seq_id = 0;
+  uint32_t sample_index = 0;
+  std::vector<int32_t> tokens;                   // appended this step
+  std::vector<sampling::SampleResult> logprobs;  // per appended token when the request asked for logprobs
+  std::string text;                              // released text (stop-string hold-back applied)
+  bool finished = false;
+  sampling::FinishReason finish_reason = sampling::FinishReason::None;
+  int32_t stop_token = -1;
+  std::string stop_string;
+  bool request_finished = false;                 // this was the request's last live sequence
+};
+
+struct SchedulerStats {
+  int32_t waiting = 0, running = 0;
+  int64_t num_preemptions = 0, num_finished = 0, num_aborted = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig cfg, cache::StateCache cache);
+  ~Scheduler();  // out of line: Request / Sequence are private, complete only in scheduler.cpp
+  Scheduler(Scheduler&&) noexcept;
+  Scheduler& operator=(Scheduler&&) noexcept;
+
+  // Validates (prompt non-empty and within max_model_len and vocab, params ranges, max_tokens fits) and
+  // queues n sequences sharing the prompt. Errors name the parameter and value.
+  Result<RequestId> add_request(RequestSpec spec);
+  // Ends every live sequence of the request now and frees its state. Outputs for it that arrive in the
+  // next update() are dropped. Fails for an unknown or already finished request.
+  Status abort(RequestId id);
+
+  // Builds the next step's plan (empty when nothing can run). The reference is valid until the next
+  // schedule() call; spans inside it until the next update() or schedule().
+  const BatchPlan& schedule();
+  // Applies the runner's outputs for the last plan: advances computed positions of every planned sequence,
+  // appends sampled tokens, checks finish conditions, frees finished state. Outputs are validated first
+  // (plan index, seq id, exactly one per logits row); on error nothing is changed.
+  Status update(std::span<const StepOutput> outputs);
+  // The per-sequence events of the last update() (valid until the next update()).
+  std::span<const SeqUpdate> updates() const { return {updates_.data(), num_updates_}; }
+
+  bool has_unfinished() const { return !waiting_.empty() || num_running_ > 0; }
+  SchedulerStats stats() const;
+  const cache::StateCache& cache() const { return cache_; }
+  const SchedulerConfig& config() const { return cfg_; }
+  // Inspection (tests, engine): nullopt-like -1 / empty for unknown or destroyed sequences.
+  SeqState seq_state(SeqId id) const;
+  std::vector<SeqId> seq_ids(RequestId id) const;
+  const std::vector<int32_t>* output_tokens(SeqId id) const;
+  int64_t num_computed(SeqId id) const;
+
+ private:
+  struct Request;
+  struct Sequence;
+  void preempt(Sequence* s);
+  void retire(Sequence* s, SeqState final_state);
+  void emit(Sequence* s, int32_t n);
+
+  SchedulerConfig cfg_;
+  cache::StateCache cache_;
+  uint64_t seed_state_;
+  RequestId next_request_id_ = 1;
+  SeqId next_seq_id_ = 1;
+  uint64_t step_ = 0;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
+  std::vector<Sequence*> running_;   // admission order = age order (oldest first); may hold retired
+                                     // sequences until the next schedule() compacts it
+  int32_t num_running_ = 0;          // live (prefilling / decoding) sequences
+  std::deque<Sequence*> waiting_;    // arrival order
+  std::vector<SeqId> retired_;       // finished / aborted, destroyed at the next schedule()
+  BatchPlan plan_;
+  std::vector<Sequence*> plan_seqs_;  // parallel to plan_.seqs
+  std::vector<uint8_t> seen_;         // update(): one output per logits row
+  std::vector<SeqUpdate> updates_;    // reused across steps (inner buffers keep their capacity)
+  size_t num_updates_ = 0;
+  int64_t num_preemptions_ = 0, num_finished_ = 0, num_aborted_ = 0;
+};
+
+}  // namespace dsinfer::scheduler

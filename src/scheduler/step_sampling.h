@@ -1,0 +1,17 @@
+// sample_step: runs the reference Sampler over every logits row of a BatchPlan and packages the results as
+// Scheduler::update() inputs. Each row is sampled from its own params / history / RNG key only, so the
+// tokens do not depend on the batch composition (given batch-invariant logits).
+#pragma once
+#include <span>
+#include <vector>
+
+#include "sampling/sampler.h"
+#include "scheduler/scheduler.h"
+
+namespace dsinfer::scheduler {
+
+// logits: [plan.num_logits(), vocab_size] row-major, row r for the SeqPlan with logits_row == r.
+Status sample_step(const BatchPlan& plan, std::span<const float> logits, int64_t vocab_size, int64_t eos_token_id,
+                   sampling::Sampler& sampler, std::vector<StepOutput>& out);
+
+}  // namespace dsinfer::scheduler
