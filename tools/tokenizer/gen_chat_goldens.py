@@ -137,7 +137,66 @@ def conversations():
     return c
 
 
+D = "｜DSML｜"
+
+
+def dsml(calls):
+    out = f"<{D}tool_calls>\n"
+    for name, params in calls:
+        out += f'<{D}invoke name="{name}">\n'
+        for k, v, is_str in params:
+            out += f'<{D}parameter name="{k}" string="{"true" if is_str else "false"}">{v}</{D}parameter>\n'
+        out += f"</{D}invoke>\n"
+    return out + f"</{D}tool_calls>"
+
+
+OUTPUTS = [
+    ("plain_nothink", ND, "\n\nHello world!\nSecond line.\n"),
+    ("plain_think", TH, "\nLet me think about it.\n\nStep 2.</think>\n\nThe answer is 4."),
+    ("think_only", TH, "Still thinking when it stopped"),
+    ("cjk_emoji", TH, "思考中…🤔</think>答案是：四。👍"),
+    ("markers_as_text", ND, "Use </think> and <think> literally; also <｜DSML｜ alone."),
+    ("tool_call_think", TH, "I need the weather.</think>Let me check.\n\n" + dsml([("get_weather", [("city", "Paris", True), ("days", "3", False)])])),
+    ("tool_calls_parallel", ND, "Sure " + dsml([("get_weather", [("city", "a\nb \"q\"", True), ("days", "[1, 2]", False)]),
+                                                ("search", [("q", "x <｜User｜> y", True), ("filters", '{"lang": ["en"], "safe": true}', False),
+                                                            ("top_k", "2.5", False)]), ("now", [])])),
+    ("tool_call_only_think", TH, "\n\nreasoning</think>\n\n" + dsml([("now", [])])),
+    ("tool_call_non_json_false", ND, dsml([("search", [("q", "not json", False)])])),
+    ("tool_call_unicode", ND, "好的\n\n" + dsml([("search", [("q", "天气 🌧️ ünïcödé", True), ("top_k", "null", False)])])),
+]
+
+
+def parse_output(req, text, pieces):
+    conv_req = dr.ChatCompletionRequest(dict(model=MODEL, **req)).convert(dr.ConversionOptions())
+    gen = dr.ChatCompletionRequest.chunk_generator(conv_req, "id", "m")
+    sp = dr.StreamProcessor(gen, conv_req.parsing_options, TOK)
+    resp = dr.ChatCompletionResponse("id", "m", 0, 0, 0)
+    chunks = []
+    for p in pieces:
+        chunks += sp.push(dr.InferenceChunk.text(p, 1))
+    chunks += sp.push(dr.InferenceChunk.finish(dr.InferenceFinishReason.Stop))
+    chunks += sp.finish()
+    for ch in chunks:
+        resp.accumulate(ch)
+    msg = json.loads(resp.to_json())["choices"][0]["message"]
+    return {"content": msg.get("content") or "", "reasoning_content": msg.get("reasoning_content") or "",
+            "tool_calls": [{"name": t["function"]["name"], "arguments": t["function"]["arguments"]}
+                           for t in msg.get("tool_calls") or []]}
+
+
+def write_outputs():
+    with open(os.path.join(OUT, "chat_outputs.jsonl"), "w") as f:
+        for name, mode, text in OUTPUTS:
+            req = {"messages": [U("q")], "tools": TOOLS, **mode}
+            whole = parse_output(req, text, [text])
+            assert parse_output(req, text, [text[i:i + 3] for i in range(0, len(text), 3)]) == whole, name
+            f.write(json.dumps({"name": name, "thinking": mode is TH, "output": text, "expected": whole},
+                               ensure_ascii=False) + "\n")
+    print(len(OUTPUTS), "model outputs parsed")
+
+
 def main():
+    write_outputs()
     n_ok = n_err = 0
     with open(os.path.join(OUT, "chat_goldens.jsonl"), "w") as f:
         for name, req in conversations():
