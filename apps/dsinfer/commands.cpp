@@ -5,6 +5,8 @@ namespace dsinfer::cli {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
+      {"tokenize", "JSON-lines texts -> token id arrays (--tokenizer FILE [--plain])", cmd_tokenize},
+      {"detokenize", "JSON-lines token id arrays -> texts (--tokenizer FILE)", cmd_detokenize},
 
 
   };
