@@ -7,6 +7,8 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
       {"check-reference", "compare the CPU reference forward with reference logits (fixture format)",
        cmd_check_reference},
+      {"tokenize", "JSON-lines texts -> token id arrays (--tokenizer FILE [--plain])", cmd_tokenize},
+      {"detokenize", "JSON-lines token id arrays -> texts (--tokenizer FILE)", cmd_detokenize},
   };
   return kCommands;
 }

@@ -1,0 +1,130 @@
+// Output parsing: reasoning / content / DSML tool calls agree with deepseek-recipe's StreamProcessor on the
+// outputs in chat_outputs.jsonl for any chunking, and rendering then parsing tool calls round-trips.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "src/tokenizer/chat_request.h"
+#include "src/tokenizer/output_parser.h"
+#include "tests/unit/tokenizer_test_util.h"
+
+namespace dsinfer::tokenizer {
+namespace {
+
+struct Parsed {
+  std::string content, reasoning;
+  std::vector<std::pair<std::string, std::string>> calls;
+  bool operator==(const Parsed&) const = default;
+};
+
+Parsed run(const std::string& text, bool thinking, size_t chunk, Status* st = nullptr) {
+  OutputParser p(ParserOptions{thinking, false, {}});
+  Parsed out;
+  auto take = [&](const ParseDelta& d) {
+    out.content += d.content;
+    out.reasoning += d.reasoning;
+    for (const auto& c : d.tool_calls) out.calls.emplace_back(c.name, c.arguments);
+  };
+  for (size_t i = 0; i < text.size(); i += chunk) take(p.push(std::string_view(text).substr(i, chunk)));
+  ParseDelta last;
+  Status s = p.finish(last);
+  take(last);
+  if (st) *st = s;
+  EXPECT_EQ(out.content, p.content());
+  EXPECT_EQ(out.reasoning, p.reasoning());
+  return out;
+}
+
+TEST(ChatOutputParser, MatchesDeepseekRecipeForAnyChunking) {
+  // Deliberate divergences (docs/decisions.md): deepseek-recipe drops a stray "</think>" and an unfinished
+  // "<｜DSML｜" from content, and pastes a non-JSON string="false" value into arguments unquoted (invalid JSON).
+  const std::set<std::string> divergent = {"markers_as_text", "tool_call_non_json_false"};
+  size_t n = 0, equal = 0;
+  for (const auto& line : testing::read_lines(testing::source_dir() + "/tests/data/tokenizer/chat_outputs.jsonl")) {
+    auto j = ojson::parse(line);
+    const std::string name = j["name"];
+    Parsed want{j["expected"]["content"], j["expected"]["reasoning_content"], {}};
+    for (const auto& c : j["expected"]["tool_calls"]) want.calls.emplace_back(c["name"], c["arguments"]);
+    for (size_t chunk : {size_t(1), size_t(3), size_t(7), size_t(1) << 20}) {
+      Parsed got = run(j["output"], j["thinking"], chunk);
+      if (divergent.count(name)) continue;
+      ++n;
+      if (got == want) ++equal;
+      else ADD_FAILURE() << name << " chunk " << chunk << ": content " << ojson(got.content).dump() << " reasoning "
+                         << ojson(got.reasoning).dump() << " calls " << got.calls.size();
+    }
+  }
+  std::printf("[output parity] %zu / %zu (output, chunking) pairs equal to deepseek-recipe\n", equal, n);
+  EXPECT_EQ(equal, n);
+  EXPECT_GE(n, 30u);
+}
+
+TEST(ChatOutputParser, DivergentCasesAreValidJson) {
+  std::string d = "｜DSML｜";
+  Parsed p = run("<" + d + "tool_calls>\n<" + d + "invoke name=\"f\">\n<" + d +
+                 "parameter name=\"q\" string=\"false\">not json</" + d + "parameter>\n</" + d + "invoke>\n</" + d +
+                 "tool_calls>", false, 5);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].second, R"({"q": "not json"})");
+  EXPECT_FALSE(ojson::parse(p.calls[0].second, nullptr, false).is_discarded());
+}
+
+TEST(ChatOutputParser, RenderThenParseRoundTrips) {
+  size_t calls = 0;
+  for (const auto& line : testing::read_lines(testing::source_dir() + "/tests/data/tokenizer/chat_goldens.jsonl")) {
+    auto g = ojson::parse(line);
+    if (g.contains("error")) continue;
+    auto conv = parse_chat_request(g["request"]);
+    ASSERT_TRUE(conv.is_ok());
+    for (const ChatMessage& m : conv->messages) {
+      if (m.role != Role::kAssistant) continue;
+      // Reasoning that itself spells </think> (the injection conversation) is ambiguous by construction.
+      if (m.reasoning.find("</think>") != std::string::npos) continue;
+      // The assistant turn as the model would write it (thinking mode): reasoning</think>content\n\nDSML.
+      RenderedPrompt r;
+      r.prompt = m.reasoning + "</think>" + m.content;
+      if (!m.tool_calls.empty()) {
+        r.prompt += "\n\n";
+        append_dsml_tool_calls(m.tool_calls, V4Tokens{}, r);
+      }
+      for (size_t chunk : {size_t(2), size_t(1) << 20}) {
+        Status st;
+        Parsed p = run(r.prompt, true, chunk, &st);
+        ASSERT_TRUE(st.is_ok()) << st.message();
+        std::string want_content = m.content;
+        while (!want_content.empty() && want_content.front() == '\n') want_content.erase(0, 1);
+        if (!m.tool_calls.empty())
+          while (!want_content.empty() && want_content.back() == '\n') want_content.pop_back();
+        EXPECT_EQ(p.content, want_content);
+        ASSERT_EQ(p.calls.size(), m.tool_calls.size());
+        for (size_t k = 0; k < p.calls.size(); ++k) {
+          EXPECT_EQ(p.calls[k].first, m.tool_calls[k].name);
+          EXPECT_EQ(ojson::parse(p.calls[k].second), m.tool_calls[k].arguments);
+          ++calls;
+        }
+      }
+    }
+  }
+  EXPECT_GT(calls, 10u);
+}
+
+TEST(ChatOutputParser, UnterminatedToolCallsIsAnError) {
+  Status st;
+  Parsed p = run("ok\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">", false, 4, &st);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("tool_calls"), std::string::npos);
+  EXPECT_TRUE(p.calls.empty());
+}
+
+TEST(ChatOutputParser, StartsInToolCallsForRequiredChoice) {
+  OutputParser p(ParserOptions{false, true, {}});
+  ParseDelta d = p.push("<｜DSML｜invoke name=\"now\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "now");
+  EXPECT_EQ(d.tool_calls[0].arguments, "{}");
+  ParseDelta end;
+  EXPECT_TRUE(p.finish(end).is_ok());
+}
+
+}  // namespace
+}  // namespace dsinfer::tokenizer
