@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "io/safetensors.h"
+#include "ops/compressor/compressor.h"
 #include "ops/indexer/indexer.h"
 #include "ops/linear/linear.h"
 #include "ops/mhc/mhc.h"
@@ -56,22 +57,33 @@ Result<std::unique_ptr<DeepseekV4Cpu>> DeepseekV4Cpu::load(const std::string& mo
   return std::make_unique<DeepseekV4Cpu>(std::move(cfg), std::move(w).value(), num);
 }
 
-SequenceState DeepseekV4Cpu::new_sequence() const {
-  SequenceState s;
-  s.layers.resize(size_t(cfg_.num_hidden_layers));
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-    LayerState& ls = s.layers[size_t(l)];
-    ls.ring.assign(size_t(cfg_.sliding_window * cfg_.head_dim), 0.0f);
-    const AttnType t = cfg_.layer_types[size_t(l)];
-    if (t != AttnType::Sliding)
-      ls.comp_fr.reset({cfg_.ratio(l), t == AttnType::CSA, cfg_.head_dim, nullptr});
-    if (t == AttnType::CSA) ls.idx_fr.reset({cfg_.ratio(l), true, cfg_.index_head_dim, nullptr});
-  }
-  return s;
+ops::LayerStateView layer_view(const StatePool& pool, int64_t layer) {
+  const cache::StateLayout& L = *pool.layout;
+  const cache::LayerState& ls = L.layers[size_t(layer)];
+  auto f = [](int64_t bytes) { return bytes < 0 ? int64_t(-1) : bytes / int64_t(sizeof(float)); };
+  ops::LayerStateView v;
+  v.slots = pool.slots;
+  v.slot_stride = f(L.slot_bytes);
+  v.blocks = pool.blocks;
+  v.block_stride = f(L.block_bytes);
+  v.ring_offset = f(ls.ring_offset);
+  v.ring_rows = L.ring_rows;
+  v.head_dim = L.head_dim;
+  v.frontier_offset = f(ls.frontier_offset);
+  v.frontier_rows = ls.frontier_rows;
+  v.frontier_width = ls.frontier_width;
+  v.index_frontier_offset = f(ls.index_frontier_offset);
+  v.index_frontier_width = ls.index_frontier_width;
+  v.entries_offset = f(ls.entries_offset);
+  v.entries_per_block = ls.entries_per_block;
+  v.index_keys_offset = f(ls.index_keys_offset);
+  v.index_head_dim = L.index_head_dim;
+  return v;
 }
 
 // Flattened view of one step: token t belongs to sequence seq[t] at absolute position pos[t].
 struct DeepseekV4Cpu::Step {
+  const StatePool* state = nullptr;
   std::span<const SeqChunk> chunks;
   std::vector<int32_t> tok;
   std::vector<int64_t> pos;
@@ -83,17 +95,26 @@ void DeepseekV4Cpu::tap(std::string_view name, int64_t layer, const std::vector<
   if (tap_) tap_(name, layer, v.data(), rows, rows ? int64_t(v.size()) / rows : 0);
 }
 
-Status DeepseekV4Cpu::forward(std::span<const SeqChunk> chunks, std::vector<float>& logits) {
+Status DeepseekV4Cpu::forward(const StatePool& state, std::span<const SeqChunk> chunks, std::vector<float>& logits) {
+  if (!state.layout || !state.slots || !state.blocks) return Status::error("forward: no state pool");
+  if (state.layout->kv_elem_bytes != 4 || state.layout->layers.size() < size_t(cfg_.num_hidden_layers))
+    return Status::error("forward: the CPU reference needs an fp32 state layout of this model");
   Step s;
+  s.state = &state;
   s.chunks = chunks;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    if (!chunks[c].state) return Status::errorf("sequence {} of the step has no state", c);
-    for (size_t i = 0; i < chunks[c].tokens.size(); ++i) {
-      const int32_t t = chunks[c].tokens[i];
+    const SeqChunk& ch = chunks[c];
+    const int64_t end = ch.start_pos + int64_t(ch.tokens.size());
+    if (ch.slot < 0 || ch.start_pos < 0) return Status::errorf("sequence {} of the step has no slot or a negative position", c);
+    if (int64_t(ch.block_table.size()) * state.layout->block_size < end)
+      return Status::errorf("sequence {}: block table covers {} tokens, the step needs {}", c,
+                            int64_t(ch.block_table.size()) * state.layout->block_size, end);
+    for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      const int32_t t = ch.tokens[i];
       if (t < 0 || t >= cfg_.vocab_size)
         return Status::errorf("sequence {} token {}: id {} is outside the vocabulary [0, {})", c, i, t, cfg_.vocab_size);
       s.tok.push_back(t);
-      s.pos.push_back(chunks[c].state->pos + int64_t(i));
+      s.pos.push_back(ch.start_pos + int64_t(i));
       s.seq.push_back(c);
     }
   }
@@ -145,12 +166,10 @@ Status DeepseekV4Cpu::forward(std::span<const SeqChunk> chunks, std::vector<floa
   tap("final_hidden", -1, h, int64_t(rows.size()));
   logits.assign(rows.size() * size_t(cfg_.vocab_size), 0.0f);
   ops::linear_ref(h.data(), int64_t(rows.size()), D, w_.head.p(), cfg_.vocab_size, logits.data());
-
-  for (const SeqChunk& c : chunks) c.state->pos += int64_t(c.tokens.size());
   return Status::ok();
 }
 
-void DeepseekV4Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) const {
+void DeepseekV4Cpu::attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
   const LayerWeights& L = w_.layers[size_t(l)];
   const AttnType type = cfg_.layer_types[size_t(l)];
   const int64_t T = s.T, D = cfg_.hidden_size, H = cfg_.num_attention_heads, hd = cfg_.head_dim;
@@ -212,44 +231,50 @@ void DeepseekV4Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, s
   }
 
   // Stateful part: walk each sequence's tokens in order.
-  std::vector<float> o(size_t(T * H * hd));
+  const ops::LayerStateView v = layer_view(*s.state, l);
+  std::vector<float> o(static_cast<size_t>(T * H * hd)), entry(static_cast<size_t>(std::max(hd, di))), keybuf;
   std::vector<const float*> keys;
-  std::vector<float> entry(size_t(std::max(hd, di)));
   const ops::SparseAttentionParams ap{H, hd, float(1.0 / std::sqrt(double(hd))), L.attn_sink.data()};
   for (int64_t t = 0; t < T; ++t) {
-    LayerState& st = s.chunks[s.seq[size_t(t)]].state->layers[size_t(l)];
+    const SeqChunk& ch = s.chunks[s.seq[size_t(t)]];
+    const int32_t* table = ch.block_table.data();
     const int64_t p = s.pos[size_t(t)];
-    std::copy_n(kv.data() + t * hd, hd, st.ring.data() + (p % W) * hd);
+    std::copy_n(kv.data() + t * hd, hd, v.ring_row(ch.slot, p));
     if (L.compressor) {
-      const ops::CompressorParams cp{m, type == AttnType::CSA, hd, L.compressor->ape.p()};
-      if (ops::compressor_step_ref(cp, st.comp_fr, ckv.data() + t * c * hd, cg.data() + t * c * hd, p, entry.data())) {
+      const ops::CompressorParams cp{m, type == AttnType::CSA, hd, L.compressor->ape.p(), v.frontier_rows};
+      if (ops::compressor_step_ref(cp, v.frontier(ch.slot), ckv.data() + t * c * hd, cg.data() + t * c * hd, p,
+                                   entry.data())) {
         ops::rmsnorm_ref(entry.data(), 1, hd, L.compressor->norm.data(), eps, entry.data());
         ops::rope_apply_ref(entry.data(), hd, rd, inv_freq, p + 1 - m, false, attn_factor);
         if (num_.kv_fp8_sim) ops::fp8_block_sim_ref(entry.data(), nope, 64);
-        st.comp.insert(st.comp.end(), entry.begin(), entry.begin() + hd);
+        std::copy_n(entry.data(), hd, v.entry(table, p / m));
       }
     }
     std::vector<int32_t> selected;
     if (type == AttnType::CSA) {
-      const ops::CompressorParams ip{m, true, di, L.idx_compressor->ape.p()};
-      if (ops::compressor_step_ref(ip, st.idx_fr, ikv.data() + t * 2 * di, ig.data() + t * 2 * di, p, entry.data())) {
+      const ops::CompressorParams ip{m, true, di, L.idx_compressor->ape.p(), v.frontier_rows};
+      if (ops::compressor_step_ref(ip, v.index_frontier(ch.slot), ikv.data() + t * 2 * di, ig.data() + t * 2 * di, p,
+                                   entry.data())) {
         ops::rmsnorm_ref(entry.data(), 1, di, L.idx_compressor->norm.data(), eps, entry.data());
         ops::rope_apply_ref(entry.data(), di, rd, inv_freq, p + 1 - m, false, attn_factor);
         if (num_.indexer_fp4_sim) {
           ops::hadamard_ref(entry.data(), di);
           ops::fp4_block_sim_ref(entry.data(), di, 32);
         }
-        st.idx_keys.insert(st.idx_keys.end(), entry.begin(), entry.begin() + di);
+        std::copy_n(entry.data(), di, v.index_key(table, p / m));
       }
+      const int64_t visible = (p + 1) / m;
+      keybuf.resize(size_t(visible * di));
+      for (int64_t j = 0; j < visible; ++j) std::copy_n(v.index_key(table, j), di, keybuf.data() + j * di);
       const ops::IndexerQuery qq{iq.data() + t * Hi * di, iw.data() + t * Hi, Hi, di};
-      selected = ops::indexer_topk_ref(qq, st.idx_keys.data(), (p + 1) / m, cfg_.index_topk);
+      selected = ops::indexer_topk_ref(qq, keybuf.data(), visible, cfg_.index_topk);
     }
     // keys: the window (positions p-W+1..p, oldest first), then the compressed entries
     keys.clear();
-    for (int64_t q_ = std::max<int64_t>(0, p - W + 1); q_ <= p; ++q_) keys.push_back(st.ring.data() + (q_ % W) * hd);
+    for (int64_t q_ = std::max<int64_t>(0, p - W + 1); q_ <= p; ++q_) keys.push_back(v.ring_row(ch.slot, q_));
     if (type == AttnType::HCA)
-      for (int64_t j = 0; j < (p + 1) / m; ++j) keys.push_back(st.comp.data() + j * hd);
-    for (int32_t j : selected) keys.push_back(st.comp.data() + int64_t(j) * hd);
+      for (int64_t j = 0; j < (p + 1) / m; ++j) keys.push_back(v.entry(table, j));
+    for (int32_t j : selected) keys.push_back(v.entry(table, j));
     float* ot = o.data() + t * H * hd;
     ops::sparse_attention_ref(ap, q.data() + t * H * hd, keys.data(), int64_t(keys.size()), ot);
     for (int64_t h = 0; h < H; ++h) ops::rope_apply_ref(ot + h * hd, hd, rd, inv_freq, p, true, attn_factor);

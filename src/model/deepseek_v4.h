@@ -13,8 +13,9 @@
 
 #include "core/status.h"
 #include "io/config.h"
+#include "cache/state_layout.h"
 #include "model/weights.h"
-#include "ops/compressor/compressor.h"
+#include "ops/state_view.h"
 
 namespace dsinfer::model {
 
@@ -31,23 +32,22 @@ struct Numerics {
   static Result<Numerics> from_name(const std::string& name);
 };
 
-// Per-layer incremental state of one sequence (architecture notes §11.1).
-struct LayerState {
-  std::vector<float> ring;       // [sliding_window, head_dim]; slot = pos % sliding_window
-  std::vector<float> comp;       // [entries, head_dim] compressed KV (CSA / HCA)
-  std::vector<float> idx_keys;   // [entries, index_head_dim] indexer keys (CSA)
-  ops::CompressorState comp_fr;  // main compressor frontier
-  ops::CompressorState idx_fr;   // indexer compressor frontier (CSA)
+// Where the per-sequence state lives: memory laid out by cache::StateLayout with fp32 rows
+// (kv_elem_bytes = 4), owned by the caller (model/host_state.h for the CPU backend).
+struct StatePool {
+  const cache::StateLayout* layout = nullptr;
+  float* slots = nullptr;
+  float* blocks = nullptr;
 };
+ops::LayerStateView layer_view(const StatePool& pool, int64_t layer);
 
-struct SequenceState {
-  int64_t pos = 0;  // tokens already processed
-  std::vector<LayerState> layers;
-};
-
-// One sequence's share of a step.
+// One sequence's share of a step: tokens at positions [start_pos, start_pos + tokens.size()), its slot, and a
+// block table covering at least start_pos + tokens.size() tokens. The state of positions < start_pos must be
+// the one this forward wrote (any earlier split of the sequence into steps gives the same state).
 struct SeqChunk {
-  SequenceState* state = nullptr;
+  int32_t slot = -1;
+  int64_t start_pos = 0;
+  std::span<const int32_t> block_table;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token (else only the last one)
 };
@@ -64,16 +64,15 @@ class DeepseekV4Cpu {
   const io::ModelConfig& config() const { return cfg_; }
   const Numerics& numerics() const { return num_; }
   const Weights& weights() const { return w_; }
-  SequenceState new_sequence() const;
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
 
   // Runs one step. `logits` receives [rows, vocab] in chunk order: every token of an all_logits chunk, else its
-  // last token. Advances each chunk's state. Fails (changing no state) on an out-of-range token id.
-  Status forward(std::span<const SeqChunk> chunks, std::vector<float>& logits);
+  // last token. Fails (changing no state) on an out-of-range token id, a missing slot or a short block table.
+  Status forward(const StatePool& state, std::span<const SeqChunk> chunks, std::vector<float>& logits);
 
  private:
   struct Step;
-  void attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  void attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   void moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   void tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const;
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/host_state.h"
+
 namespace dsinfer::model {
 
 namespace {
@@ -83,14 +85,16 @@ Result<ReferenceCheck> check_reference(DeepseekV4Cpu& model, const io::Safetenso
   if (tol < 0) tol = default_tolerance(model);
   auto prompts = read_reference(reference, V);
   if (!prompts) return prompts.status().with_context(reference.path());
+  int64_t max_len = 1;
+  for (const RefPrompt& r : *prompts) max_len = std::max<int64_t>(max_len, int64_t(r.input_ids.size() + r.greedy_ids.size()));
+  DSI_ASSIGN_OR_RETURN(auto state, HostState::create(model.config(), 1, max_len));
   ReferenceCheck out;
   for (size_t i = 0; i < prompts->size(); ++i) {
     const RefPrompt& r = (*prompts)[i];
     const int64_t L = int64_t(r.input_ids.size());
-    SequenceState st = model.new_sequence();
+    SoloSequence seq(*state);
     std::vector<float> logits;
-    SeqChunk c{&st, r.input_ids, true};
-    DSI_RETURN_IF_ERROR(model.forward({&c, 1}, logits).with_context(fmt::format("prompt {}", i)));
+    DSI_RETURN_IF_ERROR(seq.step(model, r.input_ids, true, logits).with_context(fmt::format("prompt {}", i)));
     double max_err = 0, max_ref = 0;
     auto compare = [&](const float* ours, const float* ref, int64_t n) {
       for (int64_t k = 0; k < n; ++k) {
@@ -112,8 +116,7 @@ Result<ReferenceCheck> check_reference(DeepseekV4Cpu& model, const io::Safetenso
       pc.greedy_matched += tok == r.greedy_ids[k];
       if (k + 1 == r.greedy_ids.size()) break;
       const int32_t feed = r.greedy_ids[k];
-      SeqChunk d{&st, {&feed, 1}, false};
-      DSI_RETURN_IF_ERROR(model.forward({&d, 1}, step).with_context(fmt::format("prompt {} decode step {}", i, k)));
+      DSI_RETURN_IF_ERROR(seq.step(model, {&feed, 1}, false, step).with_context(fmt::format("prompt {} decode step {}", i, k)));
     }
     pc.rel_err = max_ref > 0 ? max_err / max_ref : max_err;
     pc.ok = pc.rel_err <= tol && pc.greedy_matched == pc.greedy_total;

@@ -9,6 +9,7 @@
 
 #include "io/safetensors.h"
 #include "model/deepseek_v4.h"
+#include "model/host_state.h"
 #include "test_util.h"
 
 using namespace dsinfer;
@@ -66,10 +67,11 @@ TEST(Loader, ShardedCheckpointEqualsSingleFile) {
   ASSERT_TRUE(single.is_ok());
   std::vector<int32_t> toks = {3, 14, 15, 92, 65, 35, 89, 79, 32};
   std::vector<float> la, lb;
-  auto sa = (*sharded)->new_sequence(), sb = (*single)->new_sequence();
-  model::SeqChunk ca{&sa, toks, true}, cb{&sb, toks, true};
-  ASSERT_TRUE((*sharded)->forward({&ca, 1}, la).is_ok());
-  ASSERT_TRUE((*single)->forward({&cb, 1}, lb).is_ok());
+  auto state = model::HostState::create((*single)->config(), 2, 16);
+  ASSERT_TRUE(state.is_ok());
+  model::SoloSequence sa(**state), sb(**state);
+  ASSERT_TRUE(sa.step(**sharded, toks, true, la).is_ok());
+  ASSERT_TRUE(sb.step(**single, toks, true, lb).is_ok());
   EXPECT_EQ(la, lb);
 }
 

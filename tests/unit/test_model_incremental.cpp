@@ -8,6 +8,7 @@
 #include <random>
 
 #include "model/deepseek_v4.h"
+#include "model/host_state.h"
 #include "test_util.h"
 
 using namespace dsinfer;
@@ -30,17 +31,19 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
 
 // Logits of every position, produced by feeding `toks` in chunks of the given sizes (cycled).
 std::vector<float> run_chunked(DeepseekV4Cpu& m, const std::vector<int32_t>& toks, const std::vector<int>& sizes) {
-  SequenceState st = m.new_sequence();
+  auto state = HostState::create(m.config(), 1, int64_t(toks.size()));
+  EXPECT_TRUE(state.is_ok()) << state.status().message();
+  SoloSequence seq(**state);
   std::vector<float> all, part;
   size_t i = 0, k = 0;
   while (i < toks.size()) {
     size_t n = std::min(toks.size() - i, size_t(sizes[k++ % sizes.size()]));
-    SeqChunk c{&st, {toks.data() + i, n}, true};
-    EXPECT_TRUE(m.forward({&c, 1}, part).is_ok());
+    Status st = seq.step(m, {toks.data() + i, n}, true, part);
+    EXPECT_TRUE(st.is_ok()) << st.message();
     all.insert(all.end(), part.begin(), part.end());
     i += n;
   }
-  EXPECT_EQ(st.pos, int64_t(toks.size()));
+  EXPECT_EQ(seq.pos(), int64_t(toks.size()));
   return all;
 }
 
@@ -86,18 +89,26 @@ TEST_P(Incremental, MixedBatchEqualsEachSequenceAlone) {
   std::vector<std::vector<float>> alone;
   for (const auto& p : prompts) alone.push_back(run_chunked(*m, p, {int(p.size())}));
 
-  // Batched: sequence 1 is prefilled in an earlier step and then decodes inside the mixed step.
-  std::vector<SequenceState> st;
-  for (size_t i = 0; i < prompts.size(); ++i) st.push_back(m->new_sequence());
+  // Batched: sequence 1 is prefilled in an earlier step and then decodes inside the mixed step. Slots are
+  // taken in a scrambled order so that no sequence sits where it sat when run alone.
+  auto state = HostState::create(m->config(), 6, 32);
+  ASSERT_TRUE(state.is_ok()) << state.status().message();
+  SoloSequence filler(**state), s1(**state), s3(**state), s0(**state), s2(**state);
   std::vector<float> pre;
-  SeqChunk first{&st[1], {prompts[1].data(), 8}, true};
-  ASSERT_TRUE(m->forward({&first, 1}, pre).is_ok());
-  std::vector<SeqChunk> chunks = {{&st[0], prompts[0], true},
-                                  {&st[1], {prompts[1].data() + 8, 1}, true},
-                                  {&st[2], prompts[2], false},
-                                  {&st[3], prompts[3], true}};
+  const int32_t one = 7;
+  ASSERT_TRUE(filler.step(*m, {&one, 1}, false, pre).is_ok());
+  ASSERT_TRUE(s1.step(*m, {prompts[1].data(), 8}, true, pre).is_ok());
+  std::vector<SeqChunk> chunks;
+  for (auto [seq, toks, all] : {std::tuple{&s0, std::span<const int32_t>(prompts[0]), true},
+                                std::tuple{&s1, std::span<const int32_t>(prompts[1].data() + 8, 1), true},
+                                std::tuple{&s2, std::span<const int32_t>(prompts[2]), false},
+                                std::tuple{&s3, std::span<const int32_t>(prompts[3]), true}}) {
+    auto c = seq->next_chunk(toks, all);
+    ASSERT_TRUE(c.is_ok()) << c.status().message();
+    chunks.push_back(*c);
+  }
   std::vector<float> out;
-  ASSERT_TRUE(m->forward(chunks, out).is_ok());
+  ASSERT_TRUE(m->forward((*state)->pool(), chunks, out).is_ok());
   const size_t Vs = size_t(V);
   size_t row = 0;
   auto expect_rows = [&](size_t seq, size_t first_pos, size_t count) {
@@ -116,17 +127,24 @@ TEST_P(Incremental, MixedBatchEqualsEachSequenceAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Incremental, ::testing::Range(0, 4));
 
-TEST(Forward, RejectsOutOfRangeTokenWithoutTouchingState) {
+TEST(Forward, RejectsBadTokensAndShortBlockTables) {
   auto m = load(test::shared_fixture("tiny-v4-a"), Numerics::hf());
   ASSERT_TRUE(m);
-  SequenceState st = m->new_sequence();
+  auto state = HostState::create(m->config(), 1, 64);
+  ASSERT_TRUE(state.is_ok());
+  SoloSequence seq(**state);
   std::vector<int32_t> bad = {5, int32_t(m->config().vocab_size)};
-  SeqChunk c{&st, bad, true};
   std::vector<float> out;
-  Status s = m->forward({&c, 1}, out);
+  Status s = seq.step(*m, bad, true, out);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s.message();
-  EXPECT_EQ(st.pos, 0);
+  EXPECT_NE(s.message().find("token 1: id 512 is outside the vocabulary"), std::string::npos) << s.message();
+  EXPECT_EQ(seq.pos(), 0);
+  auto c = seq.next_chunk(std::span<const int32_t>(bad.data(), 1), true);
+  ASSERT_TRUE(c.is_ok());
+  c->start_pos = 1000;  // beyond what the table covers
+  s = m->forward((*state)->pool(), {&*c, 1}, out);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("block table covers"), std::string::npos) << s.message();
 }
 
 TEST(Forward, OfficialNumericsDifferFromHfButStayClose) {

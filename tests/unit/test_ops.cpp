@@ -112,13 +112,12 @@ TEST(Ops, MhcSinkhornIsNearlyDoublyStochasticAndPostInRange) {
 TEST(Ops, HcaCompressorPoolsEachChannelWithItsOwnSoftmax) {
   const int64_t m = 2, d = 2;
   std::vector<float> ape = {0.0f, 0.0f, 1.0f, -1.0f};  // [m, d]
-  CompressorParams p{m, false, d, ape.data()};
-  CompressorState s;
-  s.reset(p);
+  CompressorParams p{m, false, d, ape.data(), 3};  // 3 rows: positions wrap around the frontier
+  std::vector<float> fr(static_cast<size_t>(3 * p.row_width()), NAN);
   float out[2];
   const float kv0[] = {1, 10}, g0[] = {0, 0}, kv1[] = {3, 20}, g1[] = {0, 0};
-  EXPECT_FALSE(compressor_step_ref(p, s, kv0, g0, 0, out));
-  EXPECT_TRUE(compressor_step_ref(p, s, kv1, g1, 1, out));
+  EXPECT_FALSE(compressor_step_ref(p, fr.data(), kv0, g0, 4, out));  // window 2 = positions 4, 5
+  EXPECT_TRUE(compressor_step_ref(p, fr.data(), kv1, g1, 5, out));
   // channel 0: gates (0, 0+1) -> weights (1, e)/(1+e); channel 1: gates (0, -1)
   const double e = std::exp(1.0);
   EXPECT_NEAR(out[0], (1 * 1 + 3 * e) / (1 + e), 1e-6);
@@ -128,17 +127,16 @@ TEST(Ops, HcaCompressorPoolsEachChannelWithItsOwnSoftmax) {
 TEST(Ops, CsaCompressorOverlapsWithThePreviousWindowsFirstHalf) {
   const int64_t m = 2, d = 1;
   std::vector<float> ape(size_t(m * 2 * d), 0.0f);
-  CompressorParams p{m, true, d, ape.data()};
-  CompressorState s;
-  s.reset(p);
+  CompressorParams p{m, true, d, ape.data(), 5};
+  std::vector<float> fr(static_cast<size_t>(5 * p.row_width()), NAN);  // never-written rows must not be read
   float out[1];
   // token projections: [first half (for the next window), second half (own window)], all gates equal
   const float kv[4][2] = {{100, 1}, {200, 3}, {5, 7}, {6, 9}}, g[2] = {0, 0};
-  EXPECT_FALSE(compressor_step_ref(p, s, kv[0], g, 0, out));
-  EXPECT_TRUE(compressor_step_ref(p, s, kv[1], g, 1, out));
+  EXPECT_FALSE(compressor_step_ref(p, fr.data(), kv[0], g, 0, out));
+  EXPECT_TRUE(compressor_step_ref(p, fr.data(), kv[1], g, 1, out));
   EXPECT_NEAR(out[0], (1 + 3) / 2.0, 1e-6);  // window 0: no previous window
-  EXPECT_FALSE(compressor_step_ref(p, s, kv[2], g, 2, out));
-  EXPECT_TRUE(compressor_step_ref(p, s, kv[3], g, 3, out));
+  EXPECT_FALSE(compressor_step_ref(p, fr.data(), kv[2], g, 2, out));
+  EXPECT_TRUE(compressor_step_ref(p, fr.data(), kv[3], g, 3, out));
   EXPECT_NEAR(out[0], (100 + 200 + 7 + 9) / 4.0, 1e-5);  // window 1: previous first halves + own second halves
 }
 

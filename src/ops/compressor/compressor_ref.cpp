@@ -1,48 +1,45 @@
-// CPU reference compressor (see compressor.h), following the official state machine (model.py Compressor).
+// CPU reference compressor (see compressor.h), following the official pooling (model.py Compressor) over
+// position-indexed frontier rows.
 #include "ops/compressor/compressor.h"
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace dsinfer::ops {
 
-void CompressorState::reset(const CompressorParams& p) {
-  const size_t n = size_t(p.c() * p.m * p.c() * p.d);
-  kv.assign(n, 0.0f);
-  score.assign(n, -std::numeric_limits<float>::infinity());
-}
-
-bool compressor_step_ref(const CompressorParams& p, CompressorState& s, const float* kv_t, const float* gate_t,
+bool compressor_step_ref(const CompressorParams& p, float* frontier, const float* kv_t, const float* gate_t,
                          int64_t pos, float* out) {
-  const int64_t c = p.c(), w = c * p.d, slot = pos % p.m;
-  const int64_t row = (p.overlap ? p.m : 0) + slot;
-  for (int64_t i = 0; i < w; ++i) {
-    s.kv[size_t(row * w + i)] = kv_t[i];
-    s.score[size_t(row * w + i)] = gate_t[i] + p.ape[slot * w + i];
+  const int64_t cd = p.c() * p.d, slot = pos % p.m;
+  float* row = frontier + (pos % p.frontier_rows) * p.row_width();
+  for (int64_t i = 0; i < cd; ++i) {
+    row[i] = kv_t[i];
+    row[cd + i] = gate_t[i] + p.ape[slot * cd + i];
   }
   if ((pos + 1) % p.m != 0) return false;
-  const int64_t slots = c * p.m;
+  const int64_t w = pos / p.m;
+  // Slots: (previous window's rows, first half) for CSA windows w >= 1, then the current window's rows
+  // (second half for CSA, the only half for HCA).
+  struct Slot {
+    const float* row;
+    int64_t half;
+  };
+  std::vector<Slot> slots;
+  if (p.overlap && w > 0)
+    for (int64_t i = 0; i < p.m; ++i) slots.push_back({frontier + (((w - 1) * p.m + i) % p.frontier_rows) * p.row_width(), 0});
+  for (int64_t i = 0; i < p.m; ++i)
+    slots.push_back({frontier + ((w * p.m + i) % p.frontier_rows) * p.row_width(), p.overlap ? p.d : 0});
   for (int64_t ch = 0; ch < p.d; ++ch) {
-    // Slot r < m of a CSA window reads the first half [0,d) of the previous window's rows; the rest read
-    // the second half [d,2d) (or the only half for HCA).
-    auto col = [&](int64_t r) { return r * w + ((p.overlap && r >= p.m) ? p.d : 0) + ch; };
     float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t r = 0; r < slots; ++r) mx = std::fmax(mx, s.score[size_t(col(r))]);
+    for (const Slot& s : slots) mx = std::fmax(mx, s.row[cd + s.half + ch]);
     double den = 0.0, num = 0.0;
-    for (int64_t r = 0; r < slots; ++r) {
-      float sc = s.score[size_t(col(r))];
-      if (sc == -std::numeric_limits<float>::infinity()) continue;
-      double e = std::exp(double(sc) - double(mx));
+    for (const Slot& s : slots) {
+      const double e = std::exp(double(s.row[cd + s.half + ch]) - double(mx));
       den += e;
-      num += e * double(s.kv[size_t(col(r))]);
+      num += e * double(s.row[s.half + ch]);
     }
     out[ch] = float(num / den);
   }
-  if (p.overlap)  // the current window becomes the next entry's previous window
-    for (int64_t i = 0; i < p.m * w; ++i) {
-      s.kv[size_t(i)] = s.kv[size_t(p.m * w + i)];
-      s.score[size_t(i)] = s.score[size_t(p.m * w + i)];
-    }
   return true;
 }
 
