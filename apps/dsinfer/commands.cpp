@@ -5,6 +5,7 @@ namespace dsinfer::cli {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
+      {"generate", "offline generation: OpenAI Batch JSONL in/out, or one --prompt", cmd_generate},
       {"check-reference", "compare the CPU reference forward with reference logits (fixture format)",
        cmd_check_reference},
       {"tokenize", "JSON-lines texts -> token id arrays (--tokenizer FILE [--plain])", cmd_tokenize},

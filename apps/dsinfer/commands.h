@@ -13,6 +13,7 @@ struct Command {
 const std::vector<Command>& commands();
 
 int cmd_check_reference(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 

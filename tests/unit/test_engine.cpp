@@ -1,0 +1,133 @@
+// The engine end to end on the CPU backend (tiny random model): many mixed requests in one run give exactly
+// the tokens each gives alone (greedy and seeded sampling), whatever the chunking, batch and preemption.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "runtime/engine.h"
+#include "test_util.h"
+
+using namespace dsinfer;
+using nlohmann::json;
+
+namespace {
+
+runtime::EngineConfig config(int32_t max_seqs, int64_t budget_tokens, int64_t state_bytes = 0) {
+  runtime::EngineConfig c;
+  c.runner.model_dir = test::own_fixture("tiny-v4-c");
+  c.runner.numerics = "official";
+  c.max_num_seqs = max_seqs;
+  c.max_num_batched_tokens = budget_tokens;
+  c.max_model_len = 96;
+  c.seed = 42;
+  c.state_budget_bytes = state_bytes;
+  return c;
+}
+
+std::vector<json> mixed_requests() {
+  std::vector<json> out;
+  for (int i = 0; i < 18; ++i) {
+    json prompt = json::array();
+    const int len = 1 + (i * 7) % 41;
+    for (int k = 0; k < len; ++k) prompt.push_back(2 + (i * 31 + k * 17) % 250);
+    json body = {{"prompt", prompt}, {"max_tokens", 3 + i % 9}};
+    if (i % 2) body.update({{"temperature", 0.9}, {"top_p", 0.95}, {"seed", 1000 + i}});
+    else body["temperature"] = 0.0;
+    if (i % 5 == 0) body["n"] = 2;
+    if (i % 6 == 1) body["ignore_eos"] = true;
+    out.push_back(body);
+  }
+  return out;
+}
+
+// Runs `bodies` together; returns each request's choices' token ids, in request order.
+std::vector<std::vector<std::vector<int32_t>>> run(const runtime::EngineConfig& cfg, const std::vector<json>& bodies,
+                                                   int64_t* preemptions = nullptr) {
+  auto e = runtime::Engine::create(cfg);
+  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  std::map<scheduler::RequestId, size_t> idx;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    auto id = (*e)->add(bodies[i]);
+    EXPECT_TRUE(id.is_ok()) << id.status().message();
+    idx[*id] = i;
+  }
+  std::vector<std::vector<std::vector<int32_t>>> out(bodies.size());
+  int guard = 0;
+  while ((*e)->has_unfinished() && guard++ < 10000) {
+    Status s = (*e)->step();
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    for (auto& r : (*e)->take_finished())
+      for (auto& c : r.choices) out[idx[r.id]].push_back(c.token_ids);
+  }
+  if (preemptions) *preemptions = (*e)->stats().num_preemptions;
+  return out;
+}
+
+}  // namespace
+
+TEST(Engine, MixedBatchEqualsEachRequestAlone) {
+  const auto bodies = mixed_requests();
+  const auto together = run(config(16, 24), bodies);  // chunked prefill mixed with decode
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const auto alone = run(config(4, 4096), {bodies[i]});  // whole prompt in one step
+    ASSERT_EQ(alone.size(), 1u);
+    EXPECT_EQ(together[i], alone[0]) << "request " << i << ": " << bodies[i].dump();
+    EXPECT_EQ(together[i].size(), size_t(bodies[i].value("n", 1)));
+    for (const auto& c : together[i]) EXPECT_LE(c.size(), size_t(bodies[i]["max_tokens"].get<int>()));
+  }
+}
+
+TEST(Engine, TinyStateBudgetForcesPreemptionButOutputsAreIdentical) {
+  const auto bodies = mixed_requests();
+  const auto roomy = run(config(16, 64), bodies);
+  // Room for few sequences' blocks at once: the scheduler must preempt and recompute.
+  auto probe = runtime::Engine::create(config(16, 64));
+  ASSERT_TRUE(probe.is_ok());
+  auto tight_cfg = config(16, 64, 0);
+  {
+    cache::StateCacheConfig cc;
+    cc.max_num_seqs = 16;
+    cc.max_model_len = 96;
+    cc.kv_elem_bytes = 4;
+    auto layout = cache::compute_state_layout((*probe)->model_config(), cc);
+    ASSERT_TRUE(layout.is_ok());
+    const int64_t per_seq = layout->slot_bytes + (96 + layout->block_size - 1) / layout->block_size * layout->block_bytes;
+    tight_cfg.state_budget_bytes = 3 * per_seq;
+  }
+  int64_t preemptions = 0;
+  const auto tight = run(tight_cfg, bodies, &preemptions);
+  EXPECT_GT(preemptions, 0);
+  EXPECT_EQ(tight, roomy);
+}
+
+TEST(Engine, SeededSamplesDifferAcrossNButRepeatAcrossRuns) {
+  json body = {{"prompt", json::array({5, 6, 7})}, {"max_tokens", 12}, {"temperature", 1.0}, {"seed", 7}, {"n", 3},
+               {"ignore_eos", true}};
+  const auto a = run(config(8, 64), {body}), b = run(config(8, 64), {body});
+  ASSERT_EQ(a[0].size(), 3u);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a[0][0], a[0][1]);
+  EXPECT_NE(a[0][1], a[0][2]);
+}
+
+TEST(Engine, BadRequestsAreRejectedWithTheReason) {
+  auto e = runtime::Engine::create(config(4, 64));
+  ASSERT_TRUE(e.is_ok());
+  auto expect_err = [&](const json& body, const std::string& needle) {
+    auto r = (*e)->add(body);
+    ASSERT_FALSE(r.is_ok()) << body.dump();
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  expect_err(json::array(), "must be a JSON object");
+  expect_err({{"max_tokens", 3}}, "needs 'messages'");
+  expect_err({{"prompt", "text"}}, "needs a tokenizer");
+  expect_err({{"messages", json::array()}}, "needs a tokenizer");
+  expect_err({{"prompt", json::array({1, -2})}}, "'prompt'[1] = -2 is outside the vocabulary");
+  expect_err({{"prompt", json::array()}}, "prompt is empty");
+  json long_prompt = json::array();
+  for (int i = 0; i < 96; ++i) long_prompt.push_back(3);
+  expect_err({{"prompt", long_prompt}}, "context limit (--max-model-len) is 96");
+  expect_err({{"prompt", json::array({1})}, {"top_p", 1.5}}, "top_p");
+  expect_err({{"prompt", json::array({1})}, {"stop", "x"}}, "'stop' strings need a tokenizer");
+  EXPECT_FALSE((*e)->has_unfinished());
+}
