@@ -34,10 +34,15 @@ std::string canonical_tensor_name(const std::string& name) {
 
 namespace {
 
+// Walks the weights a config needs (in load_impl's order). With a checkpoint it validates each tensor and, when
+// `dequantize`, converts it to fp32; every walked tensor is recorded as a ResolvedTensor (data views null when
+// there is no checkpoint: then only the specs are collected).
 class Loader {
  public:
-  Loader(const io::ModelConfig& cfg, const io::Checkpoint& ckpt) : cfg_(cfg) {
-    for (const auto& [name, t] : ckpt.tensors()) {
+  Loader(const io::ModelConfig& cfg, const io::Checkpoint* ckpt, bool dequantize)
+      : cfg_(cfg), ckpt_(ckpt), dequantize_(dequantize) {
+    if (!ckpt) return;
+    for (const auto& [name, t] : ckpt->tensors()) {
       std::string c = canonical_tensor_name(name);
       if (c.empty()) continue;
       if (by_canon_.count(c))
@@ -47,14 +52,18 @@ class Loader {
   }
 
   // A weight of logical shape [rows, cols] in any supported storage format.
-  Mat mat(const std::string& name, int64_t rows, int64_t cols) {
+  Mat mat(const std::string& name, int64_t rows, int64_t cols, TensorKind kind = TensorKind::Matrix) {
     Mat m;
     m.rows = rows;
     m.cols = cols;
+    resolved_.push_back({{name, kind, rows, cols}, nullptr, nullptr});
+    if (!ckpt_) return m;
     const TensorView* t = take(name);
     if (!t) return m;
-    m.data.assign(size_t(rows * cols), 0.0f);
+    resolved_.back().data = t;
     fp32_storage_ &= t->dtype == DType::F32;
+    if (dequantize_) m.data.assign(size_t(rows * cols), 0.0f);
+    float* dst = dequantize_ ? m.data.data() : nullptr;
     auto where = [&] { return fmt::format("tensor '{}' ({})", name, t->file); };
     const std::vector<int64_t> logical{rows, cols};
     // Vectors are stored 1-D: [n] is the logical [1, n].
@@ -64,13 +73,14 @@ class Loader {
       case DType::BF16:
       case DType::F16:
         if (!shape_ok) return shape_error(where(), rows == 1 ? std::vector<int64_t>{cols} : logical, t), m;
-        io::convert_to_f32(t->dtype, t->data, rows * cols, m.data.data());
+        if (dst) io::convert_to_f32(t->dtype, t->data, rows * cols, dst);
         return m;
       case DType::F8_E4M3: {
         if (!shape_ok) return shape_error(where(), rows == 1 ? std::vector<int64_t>{cols} : logical, t), m;
         const int64_t bn = cfg_.fp8_block_n, bk = cfg_.fp8_block_k;
         const TensorView* s = scale_for(name, {(rows + bn - 1) / bn, (cols + bk - 1) / bk});
-        if (s) io::dequant_fp8_block(t->data, rows, cols, s->data, s->dtype, bn, bk, m.data.data());
+        resolved_.back().scale = s;
+        if (s && dst) io::dequant_fp8_block(t->data, rows, cols, s->data, s->dtype, bn, bk, dst);
         return m;
       }
       case DType::I8:
@@ -83,7 +93,8 @@ class Loader {
           return m;
         }
         const TensorView* s = scale_for(name, {rows, cols / 32});
-        if (s) io::dequant_fp4_e2m1(t->data, rows, cols, s->data, s->dtype, 32, m.data.data());
+        resolved_.back().scale = s;
+        if (s && dst) io::dequant_fp4_e2m1(t->data, rows, cols, s->data, s->dtype, 32, dst);
         return m;
       }
       default:
@@ -94,14 +105,17 @@ class Loader {
   }
 
   Vec vec(const std::string& name, int64_t n) {
-    Mat m = mat(name, 1, n);
+    Mat m = mat(name, 1, n, TensorKind::Vector);
     return std::move(m.data);
   }
 
   std::vector<int32_t> index_table(const std::string& name, int64_t rows, int64_t cols, int64_t max_value) {
     std::vector<int32_t> out;
+    resolved_.push_back({{name, TensorKind::IndexTable, rows, cols}, nullptr, nullptr});
+    if (!ckpt_) return out;
     const TensorView* t = take(name);
     if (!t) return out;
+    resolved_.back().data = t;
     const std::vector<int64_t> want{rows, cols};
     if ((t->dtype != DType::I64 && t->dtype != DType::I32) || t->shape != want) {
       error(fmt::format("tensor '{}' ({}): expected I64 or I32 {}, found {} {}", name, t->file, io::shape_str(want),
@@ -128,6 +142,7 @@ class Loader {
   }
 
   bool fp32_storage() const { return fp32_storage_; }
+  std::vector<ResolvedTensor>& resolved() { return resolved_; }
 
   Status finish() {
     for (const auto& [c, t] : by_canon_)
@@ -176,16 +191,17 @@ class Loader {
   void error(std::string e) { errors_.push_back(std::move(e)); }
 
   const io::ModelConfig& cfg_;
+  const io::Checkpoint* ckpt_;
+  bool dequantize_;
+  std::vector<ResolvedTensor> resolved_;
   std::map<std::string, const TensorView*> by_canon_;
   std::set<std::string> used_;
   std::vector<std::string> errors_;
   bool fp32_storage_ = true;
 };
 
-}  // namespace
-
-Result<Weights> load_weights(const io::ModelConfig& cfg, const io::Checkpoint& ckpt) {
-  Loader ld(cfg, ckpt);
+// The one enumeration of a DeepSeek-V4 model's tensors (names, logical shapes, kinds).
+Weights load_impl(const io::ModelConfig& cfg, Loader& ld) {
   Weights w;
   const int64_t D = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult, H = cfg.num_attention_heads;
   const int64_t hd = cfg.head_dim, qr = cfg.q_lora_rank, g = cfg.o_groups, r = cfg.o_lora_rank;
@@ -237,6 +253,44 @@ Result<Weights> load_weights(const io::ModelConfig& cfg, const io::Checkpoint& c
     }
     w.layers.push_back(std::move(L));
   }
+  return w;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> weight_specs(const io::ModelConfig& cfg) {
+  Loader ld(cfg, nullptr, false);
+  load_impl(cfg, ld);
+  std::vector<TensorSpec> out;
+  for (auto& r : ld.resolved()) out.push_back(r.spec);
+  return out;
+}
+
+DType official_storage(const TensorSpec& s) {
+  auto ends = [&](const char* suf) {
+    const size_t n = std::strlen(suf);
+    return s.name.size() >= n && s.name.compare(s.name.size() - n, n, suf) == 0;
+  };
+  if (s.kind == TensorKind::IndexTable) return DType::I64;
+  if (s.name.find(".ffn.experts.") != std::string::npos) return DType::I8;
+  if (s.name.find(".shared_experts.") != std::string::npos) return DType::F8_E4M3;
+  for (const char* n : {".attn.wq_a.weight", ".attn.wq_b.weight", ".attn.wkv.weight", ".attn.wo_a.weight", ".attn.wo_b.weight",
+                        ".attn.indexer.wq_b.weight"})
+    if (ends(n)) return DType::F8_E4M3;
+  if (s.name.find("hc_") != std::string::npos || ends("attn_sink") || ends(".ape") || ends(".gate.bias")) return DType::F32;
+  return DType::BF16;
+}
+
+Result<std::vector<ResolvedTensor>> resolve_weights(const io::ModelConfig& cfg, const io::Checkpoint& ckpt) {
+  Loader ld(cfg, &ckpt, false);
+  load_impl(cfg, ld);
+  DSI_RETURN_IF_ERROR(ld.finish());
+  return std::move(ld.resolved());
+}
+
+Result<Weights> load_weights(const io::ModelConfig& cfg, const io::Checkpoint& ckpt) {
+  Loader ld(cfg, &ckpt, true);
+  Weights w = load_impl(cfg, ld);
   DSI_RETURN_IF_ERROR(ld.finish());
   w.fp32_storage = ld.fp32_storage();
   return w;

@@ -73,6 +73,30 @@ struct Weights {
 // Canonical name of a checkpoint tensor name, or "" when the tensor is deliberately ignored (MTP layers).
 std::string canonical_tensor_name(const std::string& name);
 
+// Every tensor a config needs, in canonical names: matrices (any weight storage format, logical [rows, cols]),
+// float vectors ([cols], rows = 1) and integer tables (tid2eid [vocab, k]).
+enum class TensorKind { Matrix, Vector, IndexTable };
+struct TensorSpec {
+  std::string name;
+  TensorKind kind = TensorKind::Matrix;
+  int64_t rows = 1, cols = 0;
+};
+std::vector<TensorSpec> weight_specs(const io::ModelConfig& cfg);
+// The storage dtype official DeepSeek-V4 releases use for a tensor (for --load-format dummy): F8_E4M3 (128x128
+// block scales) for the attention projections and shared experts, I8 (packed FP4, 1x32 scales) for routed
+// experts, F32 for mHC parameters, sinks, ape and router bias, I64 for tid2eid, BF16 otherwise.
+DType official_storage(const TensorSpec& spec);
+
+// A validated checkpoint tensor in its storage format (views into the memory-mapped files).
+struct ResolvedTensor {
+  TensorSpec spec;
+  const io::TensorView* data = nullptr;
+  const io::TensorView* scale = nullptr;  // FP8 block / FP4 group scales, else null
+};
+// Checks the checkpoint against weight_specs(cfg) exactly as load_weights does (all problems reported
+// together) without converting anything; the CUDA backend uploads these as stored.
+Result<std::vector<ResolvedTensor>> resolve_weights(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
+
 Result<Weights> load_weights(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
 
 }  // namespace dsinfer::model

@@ -184,6 +184,10 @@ void Engine::apply_updates() {
     if (p.want_logprobs) so.choice.logprobs.insert(so.choice.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
     std::string text = u.text;
     if (u.finished && so.decoder && u.finish_reason != sampling::FinishReason::Stop) so.decoder->finish(text);
+    StreamEvent ev;
+    ev.request_id = u.request_id;
+    ev.index = so.choice.index;
+    ev.token_ids = u.tokens;
     if (so.parser) {
       tokenizer::ParseDelta d = so.parser->push(text);
       if (u.finished) {
@@ -192,16 +196,23 @@ void Engine::apply_updates() {
       }
       so.choice.reasoning += d.reasoning;
       so.choice.text += d.content;
+      ev.text = std::move(d.content);
+      ev.reasoning = std::move(d.reasoning);
+      ev.tool_calls = d.tool_calls;
       for (auto& c : d.tool_calls) so.choice.tool_calls.push_back(std::move(c));
     } else {
       so.choice.text += text;
+      ev.text = std::move(text);
     }
     if (u.finished) {
       so.choice.finish_reason = sampling::finish_reason_name(u.finish_reason);
       if (!so.choice.tool_calls.empty() && u.finish_reason == sampling::FinishReason::Stop) so.choice.finish_reason = "tool_calls";
       p.out.completion_tokens += int64_t(so.choice.token_ids.size());
       --p.live;
+      ev.finished = true;
+      ev.finish_reason = so.choice.finish_reason;
     }
+    if (on_event_) on_event_(ev);
     if (u.request_finished || p.live == 0) {
       p.out.finish_s = t;
       for (auto& [sid, s] : p.seqs) p.out.choices.push_back(std::move(s.choice));

@@ -3,6 +3,7 @@
 // update (stop checks) -> detokenized, parsed outputs. Synchronous: one step at a time on the caller's thread.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,6 +51,17 @@ struct RequestOutput {
   double arrival_s = 0, first_token_s = -1, finish_s = 0;  // seconds since the engine started
 };
 
+// One sequence's progress in a step (for streaming): the new tokens and the text they released.
+struct StreamEvent {
+  scheduler::RequestId request_id = 0;
+  int32_t index = 0;                 // choice index (n > 1)
+  std::vector<int32_t> token_ids;
+  std::string text, reasoning;       // chat: content / reasoning deltas; completions: text delta
+  std::vector<tokenizer::ParsedToolCall> tool_calls;  // completed this step
+  bool finished = false;
+  std::string finish_reason;
+};
+
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg);
@@ -62,6 +74,8 @@ class Engine {
   Status step();
   bool has_unfinished() const { return sched_->has_unfinished(); }
   scheduler::SchedulerStats stats() const { return sched_->stats(); }
+  // Called once per sequence update during step() (streaming); empty = off.
+  void set_stream_callback(std::function<void(const StreamEvent&)> cb) { on_event_ = std::move(cb); }
   // Requests finished since the last call, in completion order.
   std::vector<RequestOutput> take_finished();
 
@@ -88,6 +102,7 @@ class Engine {
   std::vector<float> logits_;
   std::vector<scheduler::StepOutput> outputs_;
   std::chrono::steady_clock::time_point t0_;
+  std::function<void(const StreamEvent&)> on_event_;
 };
 
 }  // namespace dsinfer::runtime

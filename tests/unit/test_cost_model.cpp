@@ -1,0 +1,51 @@
+// The roofline cost model against hand counts for V4-Flash (architecture notes §10, §19).
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "io/config.h"
+#include "runtime/cost_model.h"
+#include "test_util.h"
+
+using namespace dsinfer;
+
+TEST(CostModel, FlashDecodeBatch1) {
+  auto cfg = io::load_model_config(test::source_dir() + "/configs/deepseek-v4-flash");
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+  runtime::StepShape s{1, 1, 4096, -1};
+  const auto ops = runtime::step_costs(*cfg, s, {}, 43);
+  std::map<std::string, double> bytes_l2, flops_l2;
+  for (const auto& o : ops) {
+    if (o.layer == 2) {
+      bytes_l2[o.name] += o.bytes;
+      flops_l2[o.name] += o.flops;
+    }
+  }
+  // wq_b of one token: 32768 x 1024 FP8 weights (+ scales) dominate.
+  EXPECT_NEAR(bytes_l2["wq_b"], 32768.0 * 1024 * (1 + 1.0 / 16384) + 1024 * 4 + 32768 * 4, 1.0);
+  EXPECT_DOUBLE_EQ(flops_l2["wq_b"], 2.0 * 32768 * 1024);
+  // One token picks 6 experts: ~6 experts x 3 x 2048 x 4096 x (0.5 + 1/32) bytes.
+  EXPECT_NEAR(bytes_l2["moe_experts"] / (6 * 3 * 2048.0 * 4096 * (0.5 + 1.0 / 32)), 1.0, 0.01);
+  // Layer 2 is CSA: window 128 + top-512 keys at 4K context.
+  EXPECT_DOUBLE_EQ(flops_l2["sparse_attention"], 4.0 * 64 * 512 * (128 + 512));
+  // Batch-1 decode is memory bound: every op's floor is its bytes over bandwidth.
+  runtime::Ceilings c;
+  for (const auto& o : ops) EXPECT_DOUBLE_EQ(o.floor_s(c), o.bytes / c.hbm_bytes_per_s) << o.name;
+  // Active weights per token, all layers (~13B active params in FP8/FP4): a few GB per step.
+  double total = 0;
+  for (const auto& o : ops) total += o.bytes;
+  EXPECT_GT(total, 5e9);
+  EXPECT_LT(total, 15e9);
+}
+
+TEST(CostModel, PrefillIsComputeBound) {
+  auto cfg = io::load_model_config(test::source_dir() + "/configs/deepseek-v4-flash");
+  ASSERT_TRUE(cfg.is_ok());
+  runtime::StepShape s{1, 4096, 0, 1};
+  runtime::Ceilings c;
+  for (const auto& o : runtime::step_costs(*cfg, s, {}, 4)) {
+    if (o.name == "wq_b" || o.name == "wo_b") {  // (MoE at 4096 tokens is balanced: fp32 intermediates)
+      EXPECT_GT(o.flops / c.fp8_flops, o.bytes / c.hbm_bytes_per_s) << o.name;
+    }
+  }
+}
