@@ -6,6 +6,7 @@ namespace dsinfer::cli {
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
       {"generate", "offline generation: OpenAI Batch JSONL in/out, or one --prompt", cmd_generate},
+      {"bench", "per-op and end-to-end decode / prefill timing next to roofline floors (cuda)", cmd_bench},
       {"check-reference", "compare the CPU reference forward with reference logits (fixture format)",
        cmd_check_reference},
       {"tokenize", "JSON-lines texts -> token id arrays (--tokenizer FILE [--plain])", cmd_tokenize},

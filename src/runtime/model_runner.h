@@ -25,6 +25,19 @@ class ModelRunner {
   virtual Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) = 0;
   // Runs the plan's tokens; logits [plan.num_logits(), vocab] in logits_row order.
   virtual Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) = 0;
+
+  // Benchmark support (dsinfer bench); the default says the backend has none.
+  struct OpTime {
+    std::string name;
+    int64_t layer;  // -1: not per layer
+    float ms;
+  };
+  virtual Status set_timing(bool on) { return Status::errorf("{}: per-op timing is not supported", name()); }
+  // Times of every named op of the last step, in execution order.
+  virtual Result<std::vector<OpTime>> op_times() { return Status::errorf("{}: per-op timing is not supported", name()); }
+  // Fills the bound state memory with small random values, so decode can be timed at a context length
+  // without prefilling it first.
+  virtual Status randomize_state(uint64_t seed) { return Status::errorf("{}: randomize_state is not supported", name()); }
 };
 
 struct RunnerOptions {
@@ -32,6 +45,7 @@ struct RunnerOptions {
   std::string backend = "cpu";     // "cpu" or "cuda"
   std::string numerics = "official";
   std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights, CUDA only)
+  int64_t num_layers = 0;            // > 0: run only the first N layers (dummy weights; benchmarks)
 };
 
 // Creates the runner the options name; "cuda" fails clearly when the binary was built without CUDA.
