@@ -7,7 +7,7 @@
 #include <string>
 
 #include "apps/dsinfer/commands.h"
-#include "model/reference_check.h"
+#include "runtime/reference_check.h"
 
 namespace dsinfer::cli {
 
@@ -15,11 +15,12 @@ namespace {
 void usage() {
   std::fprintf(stderr,
                "usage: dsinfer check-reference --model DIR [--reference FILE] [--numerics hf|official]\n"
-               "                               [--tolerance X] [--dump-logits FILE]\n"
+               "                               [--backend cpu|cuda] [--tolerance X] [--dump-logits FILE]\n"
                "  --reference    default DIR/reference.safetensors\n"
                "  --numerics     official (default) or hf (transformers semantics)\n"
-               "  --tolerance    max allowed max|logit error| / max|reference logit| (default 1e-4 for fp32\n"
-               "                 checkpoints, 1e-3 for bf16/f16/fp8/fp4 ones; see docs/decisions.md)\n"
+               "  --backend      cpu (reference, default) or cuda\n"
+               "  --tolerance    max allowed max|logit error| / max|reference logit| (default: cpu 1e-4 for fp32\n"
+               "                 checkpoints, 1e-3 for bf16/f16/fp8/fp4 ones; cuda 3e-2; see docs/decisions.md)\n"
                "  --dump-logits  write the computed logits as safetensors with the reference's keys\n");
 }
 int fail(const Status& s) {
@@ -29,7 +30,7 @@ int fail(const Status& s) {
 }  // namespace
 
 int cmd_check_reference(int argc, char** argv) {
-  std::string model_dir, ref_path, dump_path, numerics = "official";
+  std::string model_dir, ref_path, dump_path, numerics = "official", backend = "cpu";
   double tol = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -43,6 +44,7 @@ int cmd_check_reference(int argc, char** argv) {
     if (a == "--model") model_dir = v;
     else if (a == "--reference") ref_path = v;
     else if (a == "--numerics") numerics = v;
+    else if (a == "--backend") backend = v;
     else if (a == "--dump-logits") dump_path = v;
     else if (a == "--tolerance") {
       char* end = nullptr;
@@ -55,19 +57,17 @@ int cmd_check_reference(int argc, char** argv) {
   }
   if (model_dir.empty()) return usage(), 2;
   if (ref_path.empty()) ref_path = (std::filesystem::path(model_dir) / "reference.safetensors").string();
-  auto num = model::Numerics::from_name(numerics);
-  if (!num) return fail(num.status());
-  auto m = model::DeepseekV4Cpu::load(model_dir, *num);
-  if (!m) return fail(m.status());
+  auto runner = runtime::create_runner({model_dir, backend, numerics, "auto", 0});
+  if (!runner) return fail(runner.status());
   auto ref = io::SafetensorsFile::open(ref_path);
   if (!ref) return fail(ref.status());
-  if (tol < 0) tol = model::default_tolerance(**m);
-  std::printf("model %s, reference %s, numerics %s, tolerance %.1e\n", model_dir.c_str(), ref_path.c_str(),
-              numerics.c_str(), tol);
-  auto res = model::check_reference(**m, *ref, tol, !dump_path.empty());
+  if (tol < 0) tol = runtime::default_tolerance(**runner);
+  std::printf("model %s, reference %s, %s, tolerance %.1e\n", model_dir.c_str(), ref_path.c_str(), (*runner)->name().c_str(),
+              tol);
+  auto res = runtime::check_reference(**runner, *ref, tol, !dump_path.empty());
   if (!res) return fail(res.status());
   for (size_t i = 0; i < res->prompts.size(); ++i) {
-    const model::PromptCheck& p = res->prompts[i];
+    const runtime::PromptCheck& p = res->prompts[i];
     std::printf("prompt %zu: len %3lld  max|err|/max|ref| = %.3e  greedy %zu/%zu  %s\n", i, (long long)p.len, p.rel_err,
                 p.greedy_matched, p.greedy_total, p.ok ? "OK" : "FAIL");
   }

@@ -16,20 +16,42 @@ Status CpuRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots
 }
 
 Status CpuRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
-  // The reference forward returns logits for the last token of every sequence that needs them; sequences
-  // without logits (mid-prompt prefill chunks) still run.
+  // The reference forward returns, per sequence, logits of every token (all_logits) or of its last one. A
+  // sequence gets all_logits when the plan asks for any token other than its last.
+  const int64_t T = plan.num_tokens();
+  std::vector<int32_t> seq_of(static_cast<size_t>(T));
+  for (size_t i = 0; i < plan.seqs.size(); ++i)
+    for (int32_t k = 0; k < plan.seqs[i].num_new_tokens; ++k) seq_of[size_t(plan.seqs[i].token_offset + k)] = int32_t(i);
+  std::vector<bool> all(plan.seqs.size(), false);
+  for (int32_t t : plan.logits_token_index) {
+    if (t < 0 || t >= T) return Status::errorf("cpu runner: logits row for token {} of a {}-token step", t, T);
+    const scheduler::SeqPlan& s = plan.seqs[size_t(seq_of[size_t(t)])];
+    if (t != s.token_offset + s.num_new_tokens - 1) all[size_t(seq_of[size_t(t)])] = true;
+  }
   chunks_.clear();
-  for (const scheduler::SeqPlan& s : plan.seqs)
-    chunks_.push_back({s.slot, s.start_pos, s.block_table,
-                       std::span<const int32_t>(plan.token_ids.data() + s.token_offset, size_t(s.num_new_tokens)), false});
-  const model::StatePool pool{&layout_, slots_.data(), blocks_.data()};
-  DSI_RETURN_IF_ERROR(model_->forward(pool, chunks_, out_));
-  const int64_t V = model_->config().vocab_size;
-  logits.assign(size_t(plan.num_logits()) * size_t(V), 0.0f);
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const scheduler::SeqPlan& s = plan.seqs[i];
-    if (s.needs_logits) std::memcpy(logits.data() + size_t(s.logits_row) * size_t(V), out_.data() + i * size_t(V), size_t(V) * 4);
+    chunks_.push_back({s.slot, s.start_pos, s.block_table,
+                       std::span<const int32_t>(plan.token_ids.data() + s.token_offset, size_t(s.num_new_tokens)), all[i]});
   }
+  const model::StatePool pool{&layout_, slots_.data(), blocks_.data()};
+  DSI_RETURN_IF_ERROR(model_->forward(pool, chunks_, out_));
+  // Row of the forward's output holding token t.
+  std::vector<int64_t> out_row(static_cast<size_t>(T), -1);
+  int64_t row = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const scheduler::SeqPlan& s = plan.seqs[i];
+    if (all[i]) {
+      for (int32_t k = 0; k < s.num_new_tokens; ++k) out_row[size_t(s.token_offset + k)] = row++;
+    } else {
+      out_row[size_t(s.token_offset + s.num_new_tokens - 1)] = row++;
+    }
+  }
+  const int64_t V = model_->config().vocab_size;
+  logits.assign(size_t(plan.num_logits()) * size_t(V), 0.0f);
+  for (size_t r = 0; r < plan.logits_token_index.size(); ++r)
+    std::memcpy(logits.data() + r * size_t(V), out_.data() + size_t(out_row[size_t(plan.logits_token_index[r])]) * size_t(V),
+                size_t(V) * 4);
   return Status::ok();
 }
 

@@ -13,6 +13,7 @@ class CpuRunner final : public ModelRunner {
   const io::ModelConfig& config() const override { return model_->config(); }
   std::string name() const override { return "cpu (" + model_->numerics().name + " numerics)"; }
   int32_t kv_elem_bytes() const override { return 4; }
+  bool fp32_weights() const override { return model_->weights().fp32_storage; }
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
 

@@ -18,12 +18,16 @@ class ModelRunner {
   virtual ~ModelRunner() = default;
   virtual const io::ModelConfig& config() const = 0;
   virtual std::string name() const = 0;
+  virtual bool is_cuda() const { return false; }
+  // True when every float weight was stored as F32 (no bf16/fp8/fp4 rounding in the checkpoint).
+  virtual bool fp32_weights() const = 0;
   // Bytes per row element of the state this runner stores (4 = fp32, 2 = bf16); the engine builds the
   // StateLayout with it.
   virtual int32_t kv_elem_bytes() const = 0;
   // Allocates the state memory for the engine's cache (num_slots slots, num_blocks blocks of `layout`).
   virtual Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) = 0;
-  // Runs the plan's tokens; logits [plan.num_logits(), vocab] in logits_row order.
+  // Runs the plan's tokens; logits [plan.num_logits(), vocab], row i for token plan.logits_token_index[i]
+  // (normally each sequence's last token; check-reference asks for every position).
   virtual Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) = 0;
 
   // Benchmark support (dsinfer bench); the default says the backend has none.

@@ -1,4 +1,4 @@
-// Compares the model with reference logits in the fixture format (../shared/fixtures): per prompt i,
+// Compares a model runner (any backend) with reference logits in the fixture format (../shared/fixtures): per prompt i,
 // prompt.{i}.input_ids I64 [L], prompt.{i}.logits F32 [L,V], optional prompt.{i}.greedy_ids I64 [n] and
 // prompt.{i}.greedy_logits F32 [n,V]. Each prompt runs one full forward, then its greedy continuation token by
 // token on the incremental state (feeding the reference's tokens, so later steps stay comparable after a miss).
@@ -9,9 +9,9 @@
 
 #include "core/status.h"
 #include "io/safetensors.h"
-#include "model/deepseek_v4.h"
+#include "runtime/model_runner.h"
 
-namespace dsinfer::model {
+namespace dsinfer::runtime {
 
 struct PromptCheck {
   int64_t len = 0;
@@ -26,10 +26,12 @@ struct ReferenceCheck {
   bool ok() const;
 };
 
-// tolerance < 0 picks the default: 1e-4 for fp32 checkpoints, 1e-3 otherwise (docs/decisions.md).
-double default_tolerance(const DeepseekV4Cpu& model);
+// Default tolerance (docs/decisions.md): CPU 1e-4 for fp32 checkpoints and 1e-3 for low-precision ones; the
+// CUDA backend's tensor-core GEMMs round operands to bf16, so it gets 3e-2.
+double default_tolerance(const ModelRunner& runner);
 
-Result<ReferenceCheck> check_reference(DeepseekV4Cpu& model, const io::SafetensorsFile& reference, double tolerance,
+// tolerance < 0 picks default_tolerance. The runner is bound to a fresh one-sequence state here.
+Result<ReferenceCheck> check_reference(ModelRunner& runner, const io::SafetensorsFile& reference, double tolerance,
                                        bool keep_logits);
 
-}  // namespace dsinfer::model
+}  // namespace dsinfer::runtime

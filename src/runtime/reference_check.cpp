@@ -1,13 +1,13 @@
 // Reference-logit comparison (see reference_check.h).
-#include "model/reference_check.h"
+#include "runtime/reference_check.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "model/host_state.h"
+#include "cache/state_cache.h"
 
-namespace dsinfer::model {
+namespace dsinfer::runtime {
 
 namespace {
 
@@ -77,25 +77,79 @@ bool ReferenceCheck::ok() const {
   return std::all_of(prompts.begin(), prompts.end(), [](const PromptCheck& p) { return p.ok; });
 }
 
-double default_tolerance(const DeepseekV4Cpu& model) { return model.weights().fp32_storage ? 1e-4 : 1e-3; }
+double default_tolerance(const ModelRunner& r) {
+  if (r.is_cuda()) return 3e-2;
+  return r.fp32_weights() ? 1e-4 : 1e-3;
+}
 
-Result<ReferenceCheck> check_reference(DeepseekV4Cpu& model, const io::SafetensorsFile& reference, double tol,
+namespace {
+
+// One sequence driven through the runner with hand-built plans (no scheduler).
+class Solo {
+ public:
+  Solo(ModelRunner& r, cache::StateCache& c) : r_(r), c_(c) {}
+  ~Solo() {
+    if (slot_ >= 0) c_.free(slot_);
+  }
+  // Runs `tokens` after the current position; logits for every token (all) or the last one.
+  Status step(std::span<const int32_t> tokens, bool all, std::vector<float>& logits) {
+    const int64_t end = pos_ + int64_t(tokens.size());
+    if (slot_ < 0) slot_ = c_.admit(end);
+    if (slot_ < 0 || !c_.allocate_for(slot_, end)) return Status::errorf("state cache cannot hold {} tokens", end);
+    scheduler::BatchPlan p;
+    p.clear();
+    scheduler::SeqPlan sp;
+    sp.seq_id = 1;
+    sp.start_pos = pos_;
+    sp.num_new_tokens = int32_t(tokens.size());
+    sp.needs_logits = true;
+    sp.logits_row = 0;
+    sp.slot = slot_;
+    sp.block_table = c_.table(slot_);
+    p.token_ids.assign(tokens.begin(), tokens.end());
+    for (int64_t i = 0; i < int64_t(tokens.size()); ++i) {
+      p.positions.push_back(pos_ + i);
+      if (all || i + 1 == int64_t(tokens.size())) p.logits_token_index.push_back(int32_t(i));
+    }
+    p.cu_seqlens.push_back(int32_t(tokens.size()));
+    p.seqs.push_back(sp);
+    DSI_RETURN_IF_ERROR(r_.step(p, logits));
+    pos_ = end;
+    return Status::ok();
+  }
+
+ private:
+  ModelRunner& r_;
+  cache::StateCache& c_;
+  cache::SlotId slot_ = -1;
+  int64_t pos_ = 0;
+};
+
+}  // namespace
+
+Result<ReferenceCheck> check_reference(ModelRunner& runner, const io::SafetensorsFile& reference, double tol,
                                        bool keep_logits) {
-  const int64_t V = model.config().vocab_size;
-  if (tol < 0) tol = default_tolerance(model);
+  const int64_t V = runner.config().vocab_size;
+  if (tol < 0) tol = default_tolerance(runner);
   auto prompts = read_reference(reference, V);
   if (!prompts) return prompts.status().with_context(reference.path());
   int64_t max_len = 1;
   for (const RefPrompt& r : *prompts) max_len = std::max<int64_t>(max_len, int64_t(r.input_ids.size() + r.greedy_ids.size()));
-  DSI_ASSIGN_OR_RETURN(auto state, HostState::create(model.config(), 1, max_len));
+  cache::StateCacheConfig cc;
+  cc.max_num_seqs = 1;
+  cc.max_model_len = max_len;
+  cc.kv_elem_bytes = runner.kv_elem_bytes();
+  DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(runner.config(), cc));
+  cc.budget_bytes = layout.slot_bytes + (max_len + layout.block_size - 1) / layout.block_size * layout.block_bytes;
+  DSI_ASSIGN_OR_RETURN(cache::StateCache cache, cache::StateCache::create(runner.config(), cc));
+  DSI_RETURN_IF_ERROR(runner.bind_state(cache.layout(), cache.num_slots(), cache.num_blocks()));
   ReferenceCheck out;
   for (size_t i = 0; i < prompts->size(); ++i) {
     const RefPrompt& r = (*prompts)[i];
     const int64_t L = int64_t(r.input_ids.size());
-    SoloSequence seq(*state);
+    Solo seq(runner, cache);
     std::vector<float> logits;
-    DSI_RETURN_IF_ERROR(seq.step(model, r.input_ids, true, logits).with_context(fmt::format("prompt {}", i)));
-    double max_err = 0, max_ref = 0;
+    DSI_RETURN_IF_ERROR(seq.step(r.input_ids, true, logits).with_context(fmt::format("prompt {}", i)));    double max_err = 0, max_ref = 0;
     auto compare = [&](const float* ours, const float* ref, int64_t n) {
       for (int64_t k = 0; k < n; ++k) {
         max_err = std::max(max_err, double(std::fabs(ours[k] - ref[k])));
@@ -116,7 +170,7 @@ Result<ReferenceCheck> check_reference(DeepseekV4Cpu& model, const io::Safetenso
       pc.greedy_matched += tok == r.greedy_ids[k];
       if (k + 1 == r.greedy_ids.size()) break;
       const int32_t feed = r.greedy_ids[k];
-      DSI_RETURN_IF_ERROR(seq.step(model, {&feed, 1}, false, step).with_context(fmt::format("prompt {} decode step {}", i, k)));
+      DSI_RETURN_IF_ERROR(seq.step({&feed, 1}, false, step).with_context(fmt::format("prompt {} decode step {}", i, k)));
     }
     pc.rel_err = max_ref > 0 ? max_err / max_ref : max_err;
     pc.ok = pc.rel_err <= tol && pc.greedy_matched == pc.greedy_total;
@@ -134,4 +188,4 @@ Result<ReferenceCheck> check_reference(DeepseekV4Cpu& model, const io::Safetenso
   return out;
 }
 
-}  // namespace dsinfer::model
+}  // namespace dsinfer::runtime
