@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run HERE (development machine) before a device call: builds the CUDA preset (sm_90a), strips the binaries
+# that travel, and copies ../shared/fixtures into .gpu_carry/ (../shared does not travel with the tree).
+# Then call the device with carry = [build/cuda/dsinfer, build/cuda/dsinfer_gpu_tests, .gpu_carry] and the
+# command `bash tools/gpu_run.sh`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH
+cmake --preset cuda >/dev/null
+cmake --build build/cuda -j "$(nproc)" --target dsinfer dsinfer_gpu_tests
+rm -rf .gpu_carry && mkdir -p .gpu_carry
+cp -r ../shared/fixtures .gpu_carry/shared_fixtures
+for b in build/cuda/dsinfer_*bench; do [ -x "$b" ] && cp "$b" .gpu_carry/; done
+strip build/cuda/dsinfer build/cuda/dsinfer_gpu_tests .gpu_carry/dsinfer_*bench 2>/dev/null || true
+du -sh build/cuda/dsinfer build/cuda/dsinfer_gpu_tests .gpu_carry

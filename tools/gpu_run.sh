@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Run ON the H200 machine (device call, after tools/gpu_prepare.sh here): every GPU test, check-reference on
+# the GPU for every fixture, and the benchmarks. Logs under $OUT; a short table at the end of stdout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/dsinfer_gpu_out}
+mkdir -p "$OUT"
+BIN=build/cuda
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+echo "== GPU tests"
+timeout 240 $BIN/dsinfer_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+echo "== check-reference on the GPU"
+: > "$OUT/check_reference.log"
+for fx in .gpu_carry/shared_fixtures/* tests/fixtures/*; do
+  [ -f "$fx/reference.safetensors" ] || continue
+  timeout 60 $BIN/dsinfer check-reference --backend cuda --numerics hf --model "$fx" >> "$OUT/check_reference.log" 2>&1
+  echo "$(basename "$fx"): exit $?" | tee -a "$OUT/check_reference.log"
+done
+grep -E "prompt|PASS|FAIL|error" "$OUT/check_reference.log" | head -60
+if [ "${DSINFER_BENCH:-1}" = 1 ]; then
+  echo "== bench (V4-Flash shapes, dummy weights)"
+  timeout 300 $BIN/dsinfer bench --model configs/deepseek-v4-flash --load-format dummy --layers ${BENCH_LAYERS:-4} \
+    --batch 1,64,256 --context 4096 --prefill 4096 --iters 5 2>&1 | tee "$OUT/bench_flash.log" | tail -80
+  for b in .gpu_carry/dsinfer_*bench; do
+    [ -x "$b" ] || continue
+    echo "== $(basename "$b")"
+    timeout 120 "$b" 2>&1 | tee "$OUT/$(basename "$b").log" | tail -30
+  done
+fi
