@@ -35,7 +35,7 @@ def target_config(vocab_size):
                                       "attention_factor": 1.0, "partial_rotary_factor": 0.25}})
 
 
-DSPARK = dict(layers=2, block=5, markov_rank=128)
+DSPARK = dict(layers=2, block=5, markov_rank=64)
 
 
 def drafter_config(tcfg, n_layers):

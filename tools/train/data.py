@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Step 1 of tools/train/run_all.sh: corpus, tokenizer, token data, held-out prompts.
 
-    python3 tools/train/data.py --out OUT_DIR/work [--max-chars N] [--tok-chars N] [--vocab 4096]
+    python3 tools/train/data.py --out OUT_DIR/work [--max-chars N] [--tok-chars N] [--vocab 3072]
 
 Corpus: the Python source and documentation (*.py, *.pyi, *.md, *.rst, *.txt) of the installed Python packages
 (every site-packages / purelib / platlib directory of the running interpreter, found through `sysconfig` and `site`)
@@ -159,7 +159,7 @@ def main():
     ap.add_argument("--max-chars", type=int, default=64_000_000)
     ap.add_argument("--heldout-mod", type=int, default=50, help="a file is held out when sha256 %% this == 0")
     ap.add_argument("--tok-chars", type=int, default=12_000_000)
-    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--vocab", type=int, default=3072)
     ap.add_argument("--n-prompts", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -11,7 +11,7 @@ dequantized values loaded back through transformers' checkpoint conversion into 
 the drafters are trained against and measured on, and whose logits are the reference.
 
 finalize: quantizes the drafters (work/drafters.pt) the same way (mtp.* names, see docs/small_model.md), writes
-OUT_DIR/model/{model.safetensors, mtp1.safetensors, config.json, generation_config.json, tokenizer.json,
+OUT_DIR/model/{model.safetensors, mtp1/model.safetensors, config.json, generation_config.json, tokenizer.json,
 tokenizer_config.json, reference.safetensors} and OUT_DIR/model.tar. The reference is transformers in fp32, with the
 stable-topk patch, on exactly the dequantized exported weights (gen_fixtures.reference: one full forward per prompt
 plus 8 greedy tokens by full forwards).
@@ -125,7 +125,9 @@ def finalize(a):
     assert not (set(main) & set(dsp))
     save_file({**main, **dsp}, os.path.join(model_dir, "model.safetensors"),
               metadata={"format": "pt", "mtp": "DSpark drafter (docs/small_model.md)"})
-    save_file(m1, os.path.join(model_dir, "mtp1.safetensors"), metadata={"format": "pt", "mtp": "MTP-1 baseline"})
+    os.makedirs(os.path.join(model_dir, "mtp1"))  # a second top-level .safetensors would read as a shard
+    save_file(m1, os.path.join(model_dir, "mtp1", "model.safetensors"),
+              metadata={"format": "pt", "mtp": "MTP-1 baseline"})
     extra = {"dspark_block_size": ds.block, "dspark_markov_rank": ds.rank,
              "dspark_target_layer_ids": ds.target_layer_ids, "dspark_noise_token_id": ds.noise_id,
              "dspark_n_routed_experts": tcfg["n_routed_experts"], "dspark_num_experts_per_tok":
@@ -133,7 +135,7 @@ def finalize(a):
              "dspark_target_hidden": "mean_of_hc_streams",
              "dspark_sts_temperatures": cal["sample"]["temperatures"],
              "dspark_sts_temperatures_greedy": cal["greedy"]["temperatures"],
-             "mtp1_file": "mtp1.safetensors"}
+             "mtp1_file": "mtp1/model.safetensors"}
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(official_config(tcfg, info, extra), f, indent=2)
     with open(os.path.join(model_dir, "generation_config.json"), "w") as f:
@@ -146,7 +148,7 @@ def finalize(a):
                                                              dtype=torch.float32).eval()
     tok = Tokenizer.from_file(os.path.join(a.work, "tokenizer.json"))
     texts = json.load(open(os.path.join(a.work, "prompts_ref.json"), encoding="utf-8"))
-    lengths = [1, 6, 17, 40, 64, 90]
+    lengths = [1, 6, 17, 40, 64]
     prompts = []
     for i, n in enumerate(lengths):
         ids = [0] + tok.encode(texts[i % max(1, len(texts))] if texts else "def main():\n").ids
@@ -154,7 +156,8 @@ def finalize(a):
             ids += tok.encode(texts[(i + len(ids)) % len(texts)]).ids
         prompts.append(ids[:n])
     save_file(arch.gf.reference(deq, prompts, 8), os.path.join(model_dir, "reference.safetensors"))
-    sizes = {fn: os.path.getsize(os.path.join(model_dir, fn)) for fn in sorted(os.listdir(model_dir))}
+    sizes = {os.path.relpath(os.path.join(dp, fn), model_dir): os.path.getsize(os.path.join(dp, fn))
+             for dp, _, fns in os.walk(model_dir) for fn in sorted(fns)}
     with tarfile.open(os.path.join(a.out, "model.tar"), "w") as t:
         t.add(model_dir, arcname="model")
     sizes["model.tar"] = os.path.getsize(os.path.join(a.out, "model.tar"))
