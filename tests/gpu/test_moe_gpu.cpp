@@ -232,9 +232,9 @@ void check_moe(const MoeCase& c, uint64_t seed) {
 
   // permutation, exactly
   const int64_t n = c.T * c.k;
-  std::vector<int32_t> roff(size_t(c.E + 1)), rperm(size_t(n), -9), rpos(size_t(n));
+  std::vector<int32_t> roff(size_t(c.E + 1)), rperm(size_t(n), -9), rpos(static_cast<size_t>(n));
   dsinfer::ops::moe_permutation_ref(idx.data(), c.T, c.k, c.E, roff.data(), rperm.data(), rpos.data());
-  std::vector<int32_t> goff(roff.size()), gperm(size_t(n)), gpos(size_t(n));
+  std::vector<int32_t> goff(roff.size()), gperm(static_cast<size_t>(n)), gpos(static_cast<size_t>(n));
   ASSERT_EQ(cudaMemcpy(goff.data(), ws.offsets(), goff.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(gperm.data(), ws.perm_token(), gperm.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(gpos.data(), ws.pos_of(), gpos.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);

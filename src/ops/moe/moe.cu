@@ -184,8 +184,8 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
                 MoeWorkspace& ws, void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter;
   if (T < 0 || topk <= 0) return Status::errorf("moe_cuda: bad T = {} or topk = {}", T, topk);
-  if (E <= 0 || E > 65535 || D <= 0 || I <= 0)
-    return Status::errorf("moe_cuda: bad experts = {} (max 65535), dim = {}, inter = {}", E, D, I);
+  if (E <= 0 || E > 8192 || D <= 0 || I <= 0)  // 8192: the count kernel keeps E int counters in shared memory
+    return Status::errorf("moe_cuda: bad experts = {} (max 8192), dim = {}, inter = {}", E, D, I);
   DSI_RETURN_IF_ERROR(check_experts(ex.w1, I, D, "w1"));
   DSI_RETURN_IF_ERROR(check_experts(ex.w3, I, D, "w3"));
   DSI_RETURN_IF_ERROR(check_experts(ex.w2, D, I, "w2"));
