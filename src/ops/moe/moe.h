@@ -36,4 +36,11 @@ struct ExpertParams {
 // out[D] += scale * expert(x).
 void expert_accumulate_ref(const ExpertParams& p, const float* x, float scale, double* out);
 
+// Token permutation of the GPU MoE (specification of moe_cuda's grouping): assignment a = t*topk + k with expert
+// e = idx[a] in [0, experts) goes to permuted row pos_of[a]; rows are grouped by expert (offsets[e] = first row of
+// expert e, offsets[experts] = number of valid assignments) and ordered by a within an expert; perm_token[row] =
+// a / topk. Invalid ids get pos_of = -1. offsets has experts + 1 entries, perm_token and pos_of T * topk.
+void moe_permutation_ref(const int32_t* idx, int64_t T, int64_t topk, int64_t experts, int32_t* offsets,
+                         int32_t* perm_token, int32_t* pos_of);
+
 }  // namespace dsinfer::ops

@@ -71,4 +71,25 @@ void expert_accumulate_ref(const ExpertParams& p, const float* x, float scale, d
   }
 }
 
+void moe_permutation_ref(const int32_t* idx, int64_t T, int64_t topk, int64_t experts, int32_t* offsets,
+                         int32_t* perm_token, int32_t* pos_of) {
+  const int64_t n = T * topk;
+  std::vector<int64_t> count(size_t(experts), 0);
+  for (int64_t a = 0; a < n; ++a)
+    if (idx[a] >= 0 && idx[a] < experts) ++count[size_t(idx[a])];
+  offsets[0] = 0;
+  for (int64_t e = 0; e < experts; ++e) offsets[e + 1] = int32_t(offsets[e] + count[size_t(e)]);
+  std::vector<int64_t> next(offsets, offsets + experts);
+  for (int64_t a = 0; a < n; ++a) {
+    const int32_t e = idx[a];
+    if (e < 0 || e >= experts) {
+      pos_of[a] = -1;
+      continue;
+    }
+    const int64_t row = next[size_t(e)]++;
+    pos_of[a] = int32_t(row);
+    perm_token[row] = int32_t(a / topk);
+  }
+}
+
 }  // namespace dsinfer::ops

@@ -1,0 +1,127 @@
+// GEMM entry points: argument validation, path choice (skinny fp32 streaming vs tiled tensor core), launch.
+#include <cstdint>
+
+#include "cuda/cuda_common.h"
+#include "ops/gemm/gemm_common.h"
+#include "ops/gemm/gemm_kernels.cuh"
+
+namespace dsinfer::ops::cuda {
+
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::F32: return "F32";
+    case WeightFormat::BF16: return "BF16";
+    case WeightFormat::FP8_BLOCK: return "FP8_BLOCK";
+    case WeightFormat::FP4_G32: return "FP4_G32";
+  }
+  return "unknown";
+}
+
+size_t weight_data_bytes(WeightFormat f, int64_t rows, int64_t cols) {
+  const size_t n = size_t(rows) * size_t(cols);
+  switch (f) {
+    case WeightFormat::F32: return n * 4;
+    case WeightFormat::BF16: return n * 2;
+    case WeightFormat::FP8_BLOCK: return n;
+    case WeightFormat::FP4_G32: return size_t(rows) * size_t(cols / 2);
+  }
+  return 0;
+}
+
+size_t weight_scale_bytes(WeightFormat f, int64_t rows, int64_t cols, bool scale_e8m0, int64_t block_n,
+                          int64_t block_k) {
+  const size_t es = scale_e8m0 ? 1 : 4;
+  if (f == WeightFormat::FP8_BLOCK && block_n > 0 && block_k > 0)
+    return size_t((rows + block_n - 1) / block_n) * size_t((cols + block_k - 1) / block_k) * es;
+  if (f == WeightFormat::FP4_G32) return size_t(rows) * size_t(cols / 32) * es;
+  return 0;
+}
+
+Status validate_weight(const DeviceWeight& w, const char* what) {
+  if (w.fmt != WeightFormat::F32 && w.fmt != WeightFormat::BF16 && w.fmt != WeightFormat::FP8_BLOCK &&
+      w.fmt != WeightFormat::FP4_G32)
+    return Status::errorf("{}: unknown weight format {}", what, int(w.fmt));
+  if (w.rows <= 0 || w.cols <= 0)
+    return Status::errorf("{}: bad shape [{}, {}] ({})", what, w.rows, w.cols, weight_format_name(w.fmt));
+  if (!w.data) return Status::errorf("{}: null data pointer", what);
+  if (w.fmt == WeightFormat::FP4_G32 && w.cols % 32 != 0)
+    return Status::errorf("{}: FP4_G32 needs cols (K) divisible by 32, got [{}, {}]", what, w.rows, w.cols);
+  if (w.fmt == WeightFormat::FP8_BLOCK && (w.block_n <= 0 || w.block_k <= 0))
+    return Status::errorf("{}: FP8_BLOCK needs positive block sizes, got {}x{}", what, w.block_n, w.block_k);
+  if ((w.fmt == WeightFormat::FP8_BLOCK || w.fmt == WeightFormat::FP4_G32) && !w.scale)
+    return Status::errorf("{}: {} weight without scales", what, weight_format_name(w.fmt));
+  return Status::ok();
+}
+
+namespace detail {
+
+void set_weight_args(GemmArgs& a, const DeviceWeight& w) {
+  a.wdata = static_cast<const uint8_t*>(w.data);
+  a.wscale = static_cast<const uint8_t*>(w.scale);
+  a.scale_e8m0 = w.scale_e8m0;
+  a.block_n = w.block_n;
+  a.block_k = w.block_k;
+  a.scale_cols = w.fmt == WeightFormat::FP8_BLOCK ? (a.K + w.block_k - 1) / w.block_k
+                 : w.fmt == WeightFormat::FP4_G32 ? a.K / 32
+                                                  : 0;
+  a.w_vec = a.K % vec_elems(w.fmt) == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+            (w.fmt != WeightFormat::FP8_BLOCK || w.block_k % 16 == 0);
+}
+
+void set_x_vec(GemmArgs& a) {
+  a.x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 && a.x_gstride % 4 == 0;
+}
+
+}  // namespace detail
+
+namespace {
+
+Status check_activations(const float* x, int64_t M, int64_t ldx, int64_t K, const float* y, int64_t ldy, int64_t N) {
+  if (M < 0) return Status::errorf("gemm: negative row count {}", M);
+  if (M > 0 && (!x || !y)) return Status::error("gemm: null x or y pointer");
+  if (ldx < K) return Status::errorf("gemm: ldx {} is smaller than K {}", ldx, K);
+  if (ldy < N) return Status::errorf("gemm: ldy {} is smaller than N {}", ldy, N);
+  return Status::ok();
+}
+
+Status run(detail::GemmArgs& a, WeightFormat f, cudaStream_t s) {
+  if (a.M <= kGemmSkinnyMaxM && a.w_vec) return detail::launch_gemm_skinny(f, a, s);
+  const int64_t m_tiles = (a.M + gemm_detail::kBM - 1) / gemm_detail::kBM;
+  if (m_tiles > 65535) return Status::errorf("gemm: M = {} exceeds the supported {} rows", a.M, 65535 * gemm_detail::kBM);
+  a.m_tiles_z = int(m_tiles);
+  return detail::launch_gemm_tiled(f, a, s);
+}
+
+}  // namespace
+
+Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
+                 void* stream) {
+  DSI_RETURN_IF_ERROR(validate_weight(w, "gemm weight"));
+  DSI_RETURN_IF_ERROR(check_activations(x, M, ldx, w.cols, y, ldy, w.rows));
+  if (M == 0) return Status::ok();
+  detail::GemmArgs a;
+  a.x = x, a.ldx = ldx, a.y = y, a.ldy = ldy, a.M = M, a.groups = 1, a.N = w.rows, a.K = w.cols;
+  a.accumulate = accumulate;
+  detail::set_weight_args(a, w);
+  detail::set_x_vec(a);
+  return run(a, w.fmt, static_cast<cudaStream_t>(stream));
+}
+
+Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group_stride, const DeviceWeight& w,
+                         int64_t groups, float* y, int64_t ldy, int64_t y_group_stride, void* stream) {
+  DSI_RETURN_IF_ERROR(validate_weight(w, "grouped gemm weight"));
+  if (groups <= 0 || groups > 65535 || w.rows % groups != 0)
+    return Status::errorf("grouped gemm: {} groups do not divide the weight's {} rows (or exceed 65535)", groups, w.rows);
+  const int64_t n_g = w.rows / groups;
+  DSI_RETURN_IF_ERROR(check_activations(x, M, ldx, w.cols, y, ldy, n_g));
+  if (x_group_stride < 0 || y_group_stride < 0) return Status::error("grouped gemm: negative group stride");
+  if (M == 0) return Status::ok();
+  detail::GemmArgs a;
+  a.x = x, a.ldx = ldx, a.x_gstride = x_group_stride, a.y = y, a.ldy = ldy, a.y_gstride = y_group_stride, a.M = M;
+  a.groups = groups, a.N = n_g, a.K = w.cols;
+  detail::set_weight_args(a, w);
+  detail::set_x_vec(a);
+  return run(a, w.fmt, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,175 @@
+// Streaming GEMM for few rows (decode): y rows computed in fp32 on CUDA cores while the weight is read once per
+// chunk of kSkMaxM x rows. Each warp owns kSkRowsPerWarp weight rows; each lane loads 16-byte weight vectors
+// (kSkVecPerLane per row per K chunk, all issued before use), dequantizes them in registers and dots them with
+// the x chunk held in shared memory (fp32, padded by 4 floats per vector so lanes hit distinct banks). Lane
+// partial sums are reduced with a fixed butterfly, so the result is deterministic.
+// Requires (checked by the caller, GemmArgs::w_vec): K % vec_elems == 0, 16-byte aligned weight rows, FP8
+// block_k % 16 == 0 (one scale per vector).
+#include "cuda/cuda_common.h"
+#include "ops/gemm/gemm_dequant.cuh"
+
+namespace dsinfer::ops::cuda::detail {
+namespace {
+
+using gd::kSkMaxM;
+using gd::kSkRowsPerWarp;
+using gd::kSkVecPerLane;
+using gd::kSkWarps;
+
+template <WeightFormat F>
+struct SkFmt {
+  static constexpr int VE = int(vec_elems(F));       // weight elements per 16-byte vector
+  static constexpr int PAD = VE >= 8 ? 4 : 0;          // floats of padding after each vector's x slice
+  static constexpr int KC = 32 * kSkVecPerLane * VE;   // K chunk held in shared memory
+  static constexpr int KCP = KC + (KC / VE) * PAD;     // padded floats per x row in shared memory
+  static constexpr size_t kSmem = size_t(kSkMaxM) * KCP * sizeof(float);
+};
+
+template <WeightFormat F>
+__device__ __forceinline__ const uint4* vec_ptr(const GemmArgs& a, const WPtr& w, int64_t n, int64_t k) {
+  if constexpr (F == WeightFormat::F32) return reinterpret_cast<const uint4*>(w.data + (n * a.K + k) * 4);
+  else if constexpr (F == WeightFormat::BF16) return reinterpret_cast<const uint4*>(w.data + (n * a.K + k) * 2);
+  else if constexpr (F == WeightFormat::FP8_BLOCK) return reinterpret_cast<const uint4*>(w.data + n * a.K + k);
+  else return reinterpret_cast<const uint4*>(w.data + n * (a.K / 2) + k / 2);
+}
+
+// Dequantizes one 16-byte vector into VE floats (without the scale; the caller scales the dot product).
+template <WeightFormat F>
+__device__ __forceinline__ void unpack(const uint4& v, float (&wf)[SkFmt<F>::VE]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (F == WeightFormat::F32) {
+      wf[i] = bits_f(words[i]);
+    } else if constexpr (F == WeightFormat::BF16) {
+      wf[2 * i] = bits_f(words[i] << 16);
+      wf[2 * i + 1] = bits_f(words[i] & 0xFFFF0000u);
+    } else if constexpr (F == WeightFormat::FP8_BLOCK) {
+      const float2 lo = e4m3x2_to_float2(words[i]), hi = e4m3x2_to_float2(words[i] >> 16);
+      wf[4 * i] = lo.x, wf[4 * i + 1] = lo.y, wf[4 * i + 2] = hi.x, wf[4 * i + 3] = hi.y;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) wf[8 * i + j] = bits_f(gd::e2m1_f32_bits(gd::fp4_code_in_word(words[i], j)));
+    }
+  }
+}
+
+template <WeightFormat F>
+__global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(const GemmArgs a) {
+  using T = SkFmt<F>;
+  extern __shared__ float4 xs4[];
+  float* xs = reinterpret_cast<float*>(xs4);
+  const int64_t g = blockIdx.y;
+  int64_t r_begin, r_count;
+  group_rows(a, g, r_begin, r_count);
+  if (r_count <= 0) return;  // uniform over the block
+  const WPtr w = group_weight(a, g);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t n_first = (int64_t(blockIdx.x) * kSkWarps + warp) * kSkRowsPerWarp;
+
+  for (int64_t m0 = 0; m0 < r_count; m0 += kSkMaxM) {
+    const int mc = int(r_count - m0 < kSkMaxM ? r_count - m0 : kSkMaxM);
+    float acc[kSkRowsPerWarp][kSkMaxM];
+#pragma unroll
+    for (int rr = 0; rr < kSkRowsPerWarp; ++rr)
+#pragma unroll
+      for (int m = 0; m < kSkMaxM; ++m) acc[rr][m] = 0.0f;
+
+    for (int64_t k0 = 0; k0 < a.K; k0 += T::KC) {
+      const int kc = int(a.K - k0 < T::KC ? a.K - k0 : T::KC);  // a multiple of VE
+      __syncthreads();  // the previous chunk's readers are done
+      for (int r = 0; r < mc; ++r) {
+        const float* xr = x_row(a, g, r_begin + m0 + r) + k0;
+        float* dst = xs + r * T::KCP;
+        for (int c = tid; c < kc; c += kSkWarps * 32) dst[c + (c / T::VE) * T::PAD] = __ldg(xr + c);
+      }
+      __syncthreads();
+      const int nv = kc / T::VE;
+      uint4 wv[kSkRowsPerWarp][kSkVecPerLane];
+      uint32_t sr[kSkRowsPerWarp][kSkVecPerLane];
+#pragma unroll
+      for (int rr = 0; rr < kSkRowsPerWarp; ++rr)
+#pragma unroll
+        for (int u = 0; u < kSkVecPerLane; ++u) {
+          const int64_t nl = n_first + rr;
+          const int v = lane + 32 * u;
+          wv[rr][u] = make_uint4(0, 0, 0, 0);
+          sr[rr][u] = 0;
+          if (nl < a.N && v < nv) {
+            const int64_t n = w.row0 + nl, k = k0 + int64_t(v) * T::VE;
+            wv[rr][u] = __ldg(vec_ptr<F>(a, w, n, k));
+            if constexpr (F == WeightFormat::FP8_BLOCK || F == WeightFormat::FP4_G32)
+              sr[rr][u] = load_scale_raw(a, w.scale, scale_index<F>(a, n, k));
+          }
+        }
+#pragma unroll
+      for (int rr = 0; rr < kSkRowsPerWarp; ++rr)
+#pragma unroll
+        for (int u = 0; u < kSkVecPerLane; ++u) {
+          const int v = lane + 32 * u;
+          if (n_first + rr < a.N && v < nv) {
+            float wf[T::VE];
+            unpack<F>(wv[rr][u], wf);
+            float s = 1.0f;
+            if constexpr (F == WeightFormat::FP8_BLOCK || F == WeightFormat::FP4_G32) s = scale_value(a, sr[rr][u]);
+            const float4* xv = reinterpret_cast<const float4*>(xs + v * (T::VE + T::PAD));
+#pragma unroll
+            for (int m = 0; m < kSkMaxM; ++m) {
+              if (m < mc) {
+                float d = 0.0f;
+#pragma unroll
+                for (int q = 0; q < T::VE / 4; ++q) {
+                  const float4 x4 = xv[m * (T::KCP / 4) + q];
+                  d = fmaf(wf[4 * q], x4.x, d);
+                  d = fmaf(wf[4 * q + 1], x4.y, d);
+                  d = fmaf(wf[4 * q + 2], x4.z, d);
+                  d = fmaf(wf[4 * q + 3], x4.w, d);
+                }
+                acc[rr][m] = fmaf(s, d, acc[rr][m]);
+              }
+            }
+          }
+        }
+    }
+    // butterfly reduction over the warp (fixed order), lane 0 writes
+#pragma unroll
+    for (int rr = 0; rr < kSkRowsPerWarp; ++rr)
+#pragma unroll
+      for (int m = 0; m < kSkMaxM; ++m) {
+        float v = acc[rr][m];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        const int64_t nl = n_first + rr;
+        if (lane == 0 && m < mc && nl < a.N) {
+          float* yp = y_row(a, g, r_begin + m0 + m) + nl;
+          *yp = a.accumulate ? *yp + v : v;
+        }
+      }
+  }
+}
+
+template <WeightFormat F>
+Status launch(const GemmArgs& a, cudaStream_t s) {
+  constexpr size_t smem = SkFmt<F>::kSmem;
+  if (smem > 48 * 1024)
+    DSI_CUDA_TRY(cudaFuncSetAttribute(gemm_skinny_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int64_t rows_per_block = int64_t(kSkWarps) * kSkRowsPerWarp;
+  const dim3 grid(unsigned((a.N + rows_per_block - 1) / rows_per_block), unsigned(a.groups));
+  gemm_skinny_kernel<F><<<grid, kSkWarps * 32, smem, s>>>(a);
+  DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
+  return Status::ok();
+}
+
+}  // namespace
+
+Status launch_gemm_skinny(WeightFormat f, const GemmArgs& a, cudaStream_t s) {
+  switch (f) {
+    case WeightFormat::F32: return launch<WeightFormat::F32>(a, s);
+    case WeightFormat::BF16: return launch<WeightFormat::BF16>(a, s);
+    case WeightFormat::FP8_BLOCK: return launch<WeightFormat::FP8_BLOCK>(a, s);
+    case WeightFormat::FP4_G32: return launch<WeightFormat::FP4_G32>(a, s);
+  }
+  return Status::error("gemm_skinny: unknown weight format");
+}
+
+}  // namespace dsinfer::ops::cuda::detail
