@@ -41,7 +41,7 @@ void run_case(const Dims& dm, std::vector<SeqSpec> seqs, int64_t layer, bool ind
 
   // CPU: the sequential walk of the forward
   const ops::LayerStateView hv = st.host_view(layer);
-  std::vector<float> entry(size_t(d));
+  std::vector<float> entry(static_cast<size_t>(d));
   int64_t emitted = 0;
   for (int64_t t = 0; t < T; ++t) {
     const size_t s = step.seq_index(t);

@@ -36,7 +36,7 @@ TEST(GpuRmsnorm, MatchesReferenceWeightedAndUnweighted) {
     std::vector<float> ref(x.size());
     ops::rmsnorm_ref(x.data(), rows, dim, weighted ? w.data() : nullptr, 1e-6f, ref.data());
     auto dx = to_device(x), dw = to_device(w);
-    DeviceBuffer<float> dy;
+    cuda::DeviceBuffer<float> dy;
     ASSERT_TRUE(dy.alloc(x.size()).is_ok());
     cudaMemset(dy.data(), 0xff, x.size() * 4);  // NaN poison
     ASSERT_TRUE(ops::cuda::rmsnorm(dx.data(), rows, dim, weighted ? dw.data() : nullptr, 1e-6f, dy.data(), nullptr).is_ok());
