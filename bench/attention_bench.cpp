@@ -1,0 +1,162 @@
+// Sparse attention decode kernel at DeepSeek-V4-Flash shapes (64 heads x 512, window 128, one token per sequence
+// at position 4095): CSA (window + indexer top-512) and HCA (window + all 32 entries of ratio 128), batch 1 / 64 /
+// 256 sequences, with the default key-split count and without splits. CUDA events after warm-up, median of 20
+// runs; each run uses a different group of sequences (and query rows) out of a 512-sequence pool (>1 GB of state,
+// far beyond the 60 MB L2), so every key is read from HBM. Prints bytes that must move (keys read once per token,
+// q read, o written, index list), floor = bytes / 4.2e12 B/s, and measured / floor. Built only with DSINFER_CUDA.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_common.h"
+#include "cuda/device.h"
+#include "ops/sparse_attention/sparse_attention_cuda.h"
+
+using namespace dsinfer;
+
+namespace {
+
+constexpr int64_t kH = 64, kHd = 512, kW = 128, kPos = 4095, kTopk = 512, kPool = 512;
+constexpr double kHbm = 4.2e12;
+
+#define BENCH_CHECK(x)                                                  \
+  do {                                                                  \
+    Status s_ = (x);                                                    \
+    if (!s_.is_ok()) {                                                  \
+      std::fprintf(stderr, "%s: %s\n", #x, s_.message().c_str());      \
+      std::exit(1);                                                     \
+    }                                                                   \
+  } while (0)
+
+void fill(cuda::DeviceBuffer<float>& b, size_t n, uint32_t seed) {
+  std::vector<float> h(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& v : h) {
+    x = x * 1664525u + 1013904223u;
+    v = float(int32_t(x >> 8) - (1 << 23)) / float(1 << 23);
+  }
+  BENCH_CHECK(b.upload(h.data(), n));
+}
+
+struct Group {  // one rotation: B sequences with their step arrays
+  cuda::DeviceBuffer<int32_t> seq, cu, slot, tables, topk;
+  cuda::DeviceBuffer<int64_t> pos, start;
+  ops::StepDevice step;
+};
+
+}  // namespace
+
+int main() {
+  auto dev = cuda::query_device(0);
+  if (!dev.is_ok()) {
+    std::fprintf(stderr, "%s\n", dev.status().message().c_str());
+    return 1;
+  }
+  std::printf("# sparse attention decode, %s, %d SMs; H=%ld hd=%ld W=%ld pos=%ld\n", dev->name.c_str(),
+              dev->multiprocessors, long(kH), long(kHd), long(kW), long(kPos));
+  // State: per slot a ring [128, 512]; per sequence its CSA entries (1024) or HCA entries (32), one block each.
+  const int64_t csa_entries = (kPos + 1) / 4, hca_entries = (kPos + 1) / 128;
+  cuda::DeviceBuffer<float> slots, blocks, q, kv, o, ws, sinks, inv;
+  fill(slots, size_t(kPool * kW * kHd), 1);
+  fill(blocks, size_t(kPool * csa_entries * kHd), 2);
+  fill(q, size_t(kPool * kH * kHd), 3);
+  fill(kv, size_t(kPool * kHd), 4);
+  fill(sinks, size_t(kH), 5);
+  fill(inv, 32, 6);
+  BENCH_CHECK(o.alloc(size_t(kPool * kH * kHd)));
+  std::mt19937 g(7);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::printf("%-4s %5s %6s %10s %10s %10s %7s\n", "kind", "batch", "splits", "MB", "floor_us", "median_us", "ratio");
+  for (bool csa : {true, false}) {
+    const int64_t m = csa ? 4 : 128, ncomp = csa ? kTopk : hca_entries;
+    ops::LayerStateView v;
+    v.slots = slots.data();
+    v.slot_stride = kW * kHd;
+    v.ring_offset = 0;
+    v.ring_rows = kW;
+    v.head_dim = kHd;
+    v.blocks = blocks.data();
+    v.entries_per_block = csa ? csa_entries : hca_entries;
+    v.block_stride = v.entries_per_block * kHd;
+    v.entries_offset = 0;
+    for (int64_t B : {int64_t(1), int64_t(64), int64_t(256)}) {
+      const int64_t ngroups = kPool / B;
+      std::vector<Group> groups(static_cast<size_t>(ngroups));
+      for (int64_t gi = 0; gi < ngroups; ++gi) {
+        Group& gr = groups[size_t(gi)];
+        std::vector<int32_t> seq(static_cast<size_t>(B)), cu(static_cast<size_t>(B + 1)), slot(static_cast<size_t>(B)),
+            tables(static_cast<size_t>(B)), topk;
+        std::vector<int64_t> pos(static_cast<size_t>(B), kPos), start(static_cast<size_t>(B), kPos);
+        for (int64_t b = 0; b < B; ++b) {
+          seq[size_t(b)] = int32_t(b);
+          cu[size_t(b)] = int32_t(b);
+          slot[size_t(b)] = int32_t(gi * B + b);
+          tables[size_t(b)] = int32_t(gi * B + b);
+          if (csa) {
+            std::vector<int32_t> all(static_cast<size_t>(csa_entries));
+            std::iota(all.begin(), all.end(), 0);
+            std::shuffle(all.begin(), all.end(), g);
+            all.resize(size_t(kTopk));
+            std::sort(all.begin(), all.end());
+            topk.insert(topk.end(), all.begin(), all.end());
+          }
+        }
+        cu[size_t(B)] = int32_t(B);
+        BENCH_CHECK(gr.seq.upload(seq.data(), seq.size()));
+        BENCH_CHECK(gr.cu.upload(cu.data(), cu.size()));
+        BENCH_CHECK(gr.slot.upload(slot.data(), slot.size()));
+        BENCH_CHECK(gr.tables.upload(tables.data(), tables.size()));
+        BENCH_CHECK(gr.pos.upload(pos.data(), pos.size()));
+        BENCH_CHECK(gr.start.upload(start.data(), start.size()));
+        if (csa) BENCH_CHECK(gr.topk.upload(topk.data(), topk.size()));
+        gr.step = {B, B, nullptr, gr.pos.data(), gr.seq.data(), gr.cu.data(), gr.start.data(), gr.slot.data(),
+                   gr.tables.data(), 1};
+      }
+      const int64_t nkeys = kW + ncomp;
+      const double bytes = double(B) * (double(nkeys) * kHd * 4 + 2.0 * kH * kHd * 4 + (csa ? kTopk * 4 : 0));
+      const int64_t def_splits = ops::cuda::sparse_attention_splits(B, kH, nkeys, dev->multiprocessors);
+      for (int64_t splits : {def_splits, int64_t(1)}) {
+        BENCH_CHECK(ws.alloc(size_t(std::max<int64_t>(1, ops::cuda::sparse_attention_workspace_floats(B, kH, kHd, splits)))));
+        ops::cuda::SparseAttentionCudaParams p;
+        p.heads = kH;
+        p.head_dim = kHd;
+        p.scale = 1.0f / std::sqrt(float(kHd));
+        p.sinks = sinks.data();
+        p.window = kW;
+        p.m = m;
+        p.topk = csa ? kTopk : 0;
+        p.rope_dim = 64;
+        p.inv_freq = inv.data();
+        p.num_splits = splits;
+        std::vector<float> ms;
+        for (int it = 0; it < 23; ++it) {
+          const Group& gr = groups[size_t(it % ngroups)];
+          p.topk_idx = csa ? gr.topk.data() : nullptr;
+          const int64_t off = (it % ngroups) * B;
+          cudaEventRecord(e0);
+          BENCH_CHECK(ops::cuda::sparse_attention(gr.step, v, p, q.data() + off * kH * kHd, kv.data() + off * kHd,
+                                                  o.data() + off * kH * kHd, ws.data(), nullptr));
+          cudaEventRecord(e1);
+          cudaEventSynchronize(e1);
+          float t = 0;
+          cudaEventElapsedTime(&t, e0, e1);
+          if (it >= 3) ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        const double med_us = double(ms[ms.size() / 2]) * 1e3, floor_us = bytes / kHbm * 1e6;
+        std::printf("%-4s %5ld %6ld %10.2f %10.2f %10.2f %7.2f\n", csa ? "CSA" : "HCA", long(B), long(splits),
+                    bytes / 1e6, floor_us, med_us, med_us / floor_us);
+        if (def_splits == 1) break;  // the no-split row would repeat it
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,153 @@
+// Device helpers shared by the op kernels (*.cu only): warp/block reductions, RoPE rotation, the exact
+// e4m3/e2m1 rounding of core/dtypes.cpp, and block-cooperative vector routines on shared memory (RMSNorm,
+// RoPE, block quantization simulation, Hadamard). Elementwise float math that feeds a quantization simulation
+// uses __f*_rn intrinsics so nvcc cannot contract it into FMAs: the CPU reference computes those products and
+// sums separately, and a one-ulp difference could flip an FP8/FP4 rounding.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsinfer::cuda::dev {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+// Contains __syncthreads(): call from all threads.
+__device__ __forceinline__ double block_sum(double v) {
+  __shared__ double part[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // part[] may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  double t = 0.0;
+  for (int i = 0; i < nw; ++i) t += part[i];  // same order in every thread
+  return t;
+}
+
+// cos/sin of the RoPE angle exactly as ops/rope/rope_ref.cpp: fp32 angle, cos/sin in double rounded to fp32,
+// times attention_factor; the inverse rotation negates sin.
+__device__ __forceinline__ void rope_cos_sin(float inv_freq, int64_t pos, float attention_factor, bool inverse,
+                                             float& c, float& s) {
+  const float angle = __fmul_rn(inv_freq, float(pos));
+  double sd, cd;
+  sincos(double(angle), &sd, &cd);
+  c = __fmul_rn(float(cd), attention_factor);
+  s = __fmul_rn(float(sd), attention_factor);
+  if (inverse) s = -s;
+}
+__device__ __forceinline__ void rope_rotate(float& re, float& im, float c, float s) {
+  const float r = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, s));
+  const float i = __fadd_rn(__fmul_rn(re, s), __fmul_rn(im, c));
+  re = r;
+  im = i;
+}
+
+// Round-to-nearest-even into a small float format without inf (mantissa bits M, bias B, largest finite
+// maxv), saturating; bit-identical to encode_small_float + decode in core/dtypes.cpp.
+__device__ __forceinline__ float round_small_float(float f, int M, int B, float maxv) {
+  float a = fabsf(f);
+  if (a >= maxv) a = maxv;
+  int e = 0;
+  frexpf(a, &e);
+  int unbiased = e - 1;
+  const int min_exp = 1 - B;
+  if (a == 0.0f || unbiased < min_exp) unbiased = min_exp;
+  const float quantum = ldexpf(1.0f, unbiased - M);
+  float r = __fmul_rn(rintf(__fdiv_rn(a, quantum)), quantum);
+  if (r > maxv) r = maxv;
+  return copysignf(r, f);
+}
+__device__ __forceinline__ float round_e4m3(float f) { return round_small_float(f, 3, 7, 448.0f); }
+__device__ __forceinline__ float round_e2m1(float f) { return round_small_float(f, 1, 1, 6.0f); }
+
+// 2^ceil(log2(amax / qmax)) computed exactly (the reference takes log2 in double of the double ratio).
+__device__ __forceinline__ float pow2_scale(float amax, float qmax) {
+  const double r = double(amax) / double(qmax);
+  int E = 0;
+  const double f = frexp(r, &E);  // r = f * 2^E, f in [0.5, 1)
+  return ldexpf(1.0f, f == 0.5 ? E - 1 : E);
+}
+
+// ---- block-cooperative routines on a vector v[n] in shared memory (all threads call; blockDim % 32 == 0) ----
+
+// In-place block quantization simulation of v[0, n): blocks of `block` channels, scale pow2_scale(amax, qmax),
+// amax >= amax_floor; fp8 = true: e4m3, else e2m1 (ops/quant_sim/quant_sim_ref.cpp).
+__device__ __forceinline__ void smem_block_quant_sim(float* v, int n, int block, bool fp8) {
+  const float qmax = fp8 ? 448.0f : 6.0f;
+  const float amax_floor = fp8 ? 1e-4f : 6.0f * 1.1754943508222875e-38f;  // 6 * 2^-126
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int b0 = warp * block; b0 < n; b0 += nw * block) {
+    const int b1 = min(n, b0 + block);
+    float amax = 0.0f;
+    for (int i = b0 + lane; i < b1; i += 32) amax = fmaxf(amax, fabsf(v[i]));
+    amax = fmaxf(amax_floor, warp_max(amax));
+    const float s = pow2_scale(amax, qmax);
+    for (int i = b0 + lane; i < b1; i += 32) {
+      const float x = fminf(fmaxf(__fdiv_rn(v[i], s), -qmax), qmax);
+      v[i] = __fmul_rn(fp8 ? round_e4m3(x) : round_e2m1(x), s);
+    }
+  }
+  __syncthreads();
+}
+
+// In-place normalized Walsh-Hadamard transform of v[0, n) (n a power of two), butterflies in double exactly
+// like hadamard_ref; scratch: n doubles of shared memory.
+__device__ __forceinline__ void smem_hadamard(float* v, int n, double* scratch) {
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) scratch[i] = double(v[i]);
+  __syncthreads();
+  for (int h = 1; h < n; h *= 2) {
+    for (int k = threadIdx.x; k < n / 2; k += blockDim.x) {
+      const int j = (k / h) * 2 * h + (k % h);
+      const double a = scratch[j], b = scratch[j + h];
+      scratch[j] = a + b;
+      scratch[j + h] = a - b;
+    }
+    __syncthreads();
+  }
+  const double sc = 1.0 / sqrt(double(n));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v[i] = float(scratch[i] * sc);
+  __syncthreads();
+}
+
+// In-place RMSNorm of v[0, n) with optional weight w (global memory), sum of squares in double.
+__device__ __forceinline__ void smem_rmsnorm(float* v, int n, const float* w, float eps) {
+  __syncthreads();
+  double ss = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += double(v[i]) * double(v[i]);
+  ss = block_sum(ss);
+  const float inv = float(1.0 / sqrt(ss / double(n) + double(eps)));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v[i] = __fmul_rn(__fmul_rn(v[i], inv), w ? w[i] : 1.0f);
+  __syncthreads();
+}
+
+// In-place RoPE of the trailing rope_dim channels of v[0, n) at `pos`.
+__device__ __forceinline__ void smem_rope(float* v, int n, int rope_dim, const float* inv_freq, int64_t pos,
+                                          bool inverse, float attention_factor) {
+  __syncthreads();
+  float* r = v + (n - rope_dim);
+  for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) {
+    float c, s;
+    rope_cos_sin(inv_freq[i], pos, attention_factor, inverse, c, s);
+    rope_rotate(r[2 * i], r[2 * i + 1], c, s);
+  }
+  __syncthreads();
+}
+
+}  // namespace dsinfer::cuda::dev

@@ -1,0 +1,37 @@
+// Parameters and kernel launchers behind compressor_cuda.h (no CUDA types, no Status; validated by
+// compressor_cuda.cpp).
+#pragma once
+#include <cstdint>
+
+#include "ops/state_view.h"
+#include "ops/step_cuda.h"
+
+namespace dsinfer::ops::cuda {
+
+enum class CompressorSim { None, Fp8Nope, HadamardFp4 };
+
+struct CompressorCudaParams {
+  int64_t m = 4;                   // compress ratio
+  bool overlap = false;            // CSA (2m-slot windows, projections 2*d wide)
+  int64_t d = 0;                   // entry width: head_dim (main) or index_head_dim (indexer)
+  bool indexer = false;            // the CSA indexer's compressor: view.index_frontier_row / view.index_key
+  const float* ape = nullptr;      // [m, c*d] device
+  const float* norm_w = nullptr;   // [d] device
+  float eps = 1e-6f;
+  int64_t rope_dim = 0;            // trailing dims rotated at the window's first position
+  const float* inv_freq = nullptr;  // [rope_dim / 2] device
+  float attention_factor = 1.0f;
+  CompressorSim sim = CompressorSim::None;
+  int64_t fp8_dims = 0, fp8_block = 64;  // Fp8Nope: channels [0, fp8_dims) (nope dims) in blocks of fp8_block
+  int64_t fp4_block = 32;                // HadamardFp4: block of the FP4 simulation
+  DSI_HD int64_t c() const { return overlap ? 2 : 1; }
+};
+
+namespace detail {
+void launch_compressor_emit(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
+                            const float* kv, const float* gate, void* stream);
+void launch_compressor_frontier(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
+                                const float* kv, const float* gate, void* stream);
+}  // namespace detail
+
+}  // namespace dsinfer::ops::cuda

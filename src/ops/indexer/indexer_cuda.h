@@ -1,0 +1,27 @@
+// CUDA Lightning Indexer (semantics of indexer.h): per token t at position p, scores over the visible indexer
+// keys j < (p+1)/m, score[j] = sum_h w[t,h] * relu(q[t,h] . key_j) * dim^-1/2, then the indices of the
+// min(topk, visible) largest scores. Tie rule (as indexer_topk_ref): equal scores -> lower index first
+// (-0.0 and +0.0 are equal); the output row is sorted ascending and padded with -1 up to topk.
+#pragma once
+#include <cstdint>
+
+#include "core/status.h"
+#include "ops/indexer/indexer_launch.h"  // IndexerCudaParams
+
+namespace dsinfer::ops::cuda {
+
+// Scratch floats indexer_topk needs for its scores: T * max_visible.
+inline int64_t indexer_scores_floats(int64_t T, int64_t max_visible) { return T * max_visible; }
+
+// q: [T, heads, dim] (RoPE'd, Hadamard + FP4-simulated in official numerics); weights: [T, heads] already scaled by
+// heads^-1/2 (as the CPU forward passes them); keys from view.index_key(block table of the token's sequence, j).
+// max_visible: >= max over the step's tokens of (pos+1)/m (the host knows it from the plan; larger only wastes
+// scratch). scores: [T, max_visible] scratch, left holding each token's scores [0, visible) (tests read them).
+// out: [T, topk] int32.
+// Kernels: scores = grid (T, ceil(max_visible/64)), 256 threads: 64 keys x 4 head groups per block, q and the
+// key tile in shared memory; select = one block of 1024 threads per token: 4-pass 8-bit radix select of the k-th
+// largest score key, then an index-ordered compaction (so the output is ascending and ties go to lower indices).
+Status indexer_topk(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p, const float* q,
+                    const float* weights, int64_t max_visible, float* scores, int32_t* out, void* stream);
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,26 @@
+// Parameters and kernel launchers behind indexer_cuda.h (no CUDA types, no Status; validated by indexer_cuda.cpp).
+#pragma once
+#include <cstdint>
+
+#include "ops/state_view.h"
+#include "ops/step_cuda.h"
+
+namespace dsinfer::ops::cuda {
+
+struct IndexerCudaParams {
+  int64_t heads = 0;  // index_n_heads (<= 64)
+  int64_t dim = 0;    // index_head_dim (multiple of 4, <= 256)
+  int64_t m = 4;      // compress ratio of the layer
+  int64_t topk = 0;   // index_topk
+};
+
+namespace detail {
+inline constexpr int kIdxKeysPerBlock = 64;
+inline constexpr int kIdxMaxHeads = 64;
+void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
+                           const float* q, const float* weights, int64_t max_visible, float* scores, void* stream);
+void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
+                           int32_t* out, void* stream);
+}  // namespace detail
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,25 @@
+// CUDA mHC (same semantics as mhc.h) fused with the RMSNorm that always follows a collapse: hc_pre + attn_norm /
+// ffn_norm, hc_post, and hc_head + the final norm for the rows that need logits. All pointers are device
+// pointers; activations fp32.
+#pragma once
+#include <cstdint>
+
+#include "core/status.h"
+#include "ops/mhc/mhc_launch.h"  // HcNormParams
+
+namespace dsinfer::ops::cuda {
+
+// X: [T, n, dim] residual streams. Outputs y [T, dim] = rmsnorm(sum_j pre_j X_j, norm_w), post [T, n],
+// comb [T, n, n] (comb[t, j, k], row-major). One block of 512 threads per token; n <= 8, dim % 4 == 0.
+Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, float* post, float* comb, void* stream);
+
+// In place: X[t, k, :] = post[t, k] * f[t, :] + sum_j comb[t, j, k] * X[t, j, :] (double accumulation; every
+// thread reads all n old streams of its channels before writing). One thread per (token, channel).
+Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
+               void* stream);
+
+// y[r] = rmsnorm(hc_head(X[rows[r]]), norm_w) for r < R (rows: device int32 token indices into X).
+// One block of 512 threads per row.
+Status hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t R, float* y, void* stream);
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,19 @@
+// CUDA versions of the official numerics simulations (same semantics as quant_sim.h, bit-identical rounding):
+// FP8 e4m3 block simulation of the stored KV's non-RoPE channels and Hadamard + FP4 e2m1 block simulation of
+// indexer queries. All pointers are device pointers; x is updated in place.
+#pragma once
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace dsinfer::ops::cuda {
+
+// Rows of x [rows, row_stride]: FP8 simulation of channels [0, n) in blocks of `block` (official: 64).
+// One block of 128 threads per row.
+Status fp8_block_sim(float* x, int64_t rows, int64_t row_stride, int64_t n, int64_t block, void* stream);
+
+// Rows of x [rows, dim] (dim a power of two <= 4096): normalized Hadamard transform (double butterflies, as
+// hadamard_ref), then FP4 simulation in blocks of `block` (official: 32). One block of 128 threads per row.
+Status hadamard_fp4_sim(float* x, int64_t rows, int64_t dim, int64_t block, void* stream);
+
+}  // namespace dsinfer::ops::cuda

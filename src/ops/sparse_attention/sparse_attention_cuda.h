@@ -1,0 +1,49 @@
+// CUDA sparse attention with sinks over the sliding window and the compressed entries (semantics of
+// model/deepseek_v4.cpp's key list + sparse_attention_ref + the inverse RoPE of the output), and the ring write
+// that follows it.
+//
+// For token t (position p, sequence s) the keys are, in this order: window positions max(0, p-W+1) .. p (a
+// position >= start_pos[s] is this step's kv_new row cu_seqlens[s] + (q - start_pos[s]), an older one the ring
+// row view.ring_row(slot, q), written by earlier steps); then compressed entries view.entry(table, j): every
+// j < (p+1)/m for HCA, the indexer's list for CSA (-1 and j >= (p+1)/m skipped). K = V (one latent row per key,
+// shared by all heads); s = q.k * scale; softmax over all keys plus the per-head sink logit (denominator only);
+// o = sum p_j k_j, then o's trailing rope_dim dims rotated by -p.
+#pragma once
+#include <cstdint>
+
+#include "core/status.h"
+#include "ops/sparse_attention/sparse_attention_launch.h"  // SparseAttentionCudaParams
+
+namespace dsinfer::ops::cuda {
+
+// Workspace floats for num_splits > 1: per (token, split, head) the unnormalised output and (max, sum).
+inline int64_t sparse_attention_workspace_floats(int64_t T, int64_t heads, int64_t head_dim, int64_t num_splits) {
+  return num_splits > 1 ? T * num_splits * heads * (head_dim + 2) : 0;
+}
+
+// A split count that gives about two blocks per SM (at most one split per 64 keys).
+inline int64_t sparse_attention_splits(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
+  const int64_t hpb = 8 * (heads >= 16 ? 2 : 1);
+  const int64_t blocks = T * ((heads + hpb - 1) / hpb);
+  int64_t s = (2 * sm_count + blocks - 1) / (blocks > 0 ? blocks : 1);
+  const int64_t cap = max_keys / 64 > 1 ? max_keys / 64 : 1;
+  return s < 1 ? 1 : (s > cap ? cap : s);
+}
+
+// q: [T, heads, head_dim] (normed, RoPE'd); kv_new: [T, head_dim] (the step's window kv rows, final form);
+// o: [T, heads, head_dim]. Kernel: grid (T, ceil(heads / (8 * hpw)), num_splits), 256 threads = 8 warps, each
+// warp owns hpw (1 or 2) heads with q and the output accumulator in registers (lane l holds float4 chunks
+// l, l+32, ... of the head vector); keys are staged 32 at a time in shared memory and each key row is read by
+// every warp of the block (all its heads); scores by a warp reduce-scatter, online softmax per tile. With
+// num_splits > 1 each split writes (o, max, sum) partials to the workspace and a combine kernel (grid (T, heads),
+// 128 threads) merges them with the sink and applies the inverse RoPE.
+// Preconditions: view.ring_rows >= window; the ring holds the sequence's positions < start_pos (ring_write of
+// earlier steps); this step's compressed entries are written (compressor_step) before the call.
+Status sparse_attention(const StepDevice& step, const LayerStateView& view, const SparseAttentionCudaParams& p,
+                        const float* q, const float* kv_new, float* o, float* workspace, void* stream);
+
+// After attention: ring rows of the step's kv_new, only the last ring_rows positions of each sequence's chunk
+// (earlier ones would be overwritten by later positions of the same chunk). One block of 128 threads per token.
+Status ring_write(const StepDevice& step, const LayerStateView& view, const float* kv_new, void* stream);
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,36 @@
+// Parameters and kernel launchers behind sparse_attention_cuda.h (no CUDA types, no Status; validated by
+// sparse_attention_cuda.cpp).
+#pragma once
+#include <cstdint>
+
+#include "ops/state_view.h"
+#include "ops/step_cuda.h"
+
+namespace dsinfer::ops::cuda {
+
+struct SparseAttentionCudaParams {
+  int64_t heads = 0, head_dim = 0;  // head_dim: multiple of 4, <= 512
+  float scale = 1.0f;               // head_dim^-1/2
+  const float* sinks = nullptr;     // [heads] device
+  int64_t window = 0;               // sliding_window W: keys at positions max(0, p-W+1) .. p
+  int64_t m = 0;                    // compress ratio; 0 = sliding layer (window keys only)
+  const int32_t* topk_idx = nullptr;  // CSA: [T, topk] from indexer_topk (-1 = none); nullptr with m > 0 = HCA
+  int64_t topk = 0;
+  int64_t rope_dim = 0;             // inverse RoPE of the output's trailing rope_dim dims at p (0 = none)
+  const float* inv_freq = nullptr;  // [rope_dim / 2] device
+  float attention_factor = 1.0f;
+  int64_t num_splits = 1;           // key-range splits per (token, head block); > 1 needs the workspace
+};
+
+namespace detail {
+inline constexpr int kAttnWarps = 8;   // warps per block
+inline constexpr int kAttnTile = 32;   // keys per shared-memory tile
+int attn_heads_per_warp(int64_t heads);
+void launch_sparse_attention(const StepDevice& step, const LayerStateView& view, const SparseAttentionCudaParams& p,
+                             const float* q, const float* kv_new, float* o, float* workspace, void* stream);
+void launch_attention_combine(const StepDevice& step, const SparseAttentionCudaParams& p, const float* workspace,
+                              float* o, void* stream);
+void launch_ring_write(const StepDevice& step, const LayerStateView& view, const float* kv_new, void* stream);
+}  // namespace detail
+
+}  // namespace dsinfer::ops::cuda
