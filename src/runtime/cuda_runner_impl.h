@@ -1,0 +1,104 @@
+// CudaRunner: the CUDA ModelRunner (weights, state memory, scratch, the per-step forward). Internal to
+// src/runtime/*_cuda.cpp; everything else reaches it through ModelRunner / create_cuda_runner.
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/device.h"
+#include "model/deepseek_v4.h"
+#include "model/weights.h"
+#include "ops/gemm/gemm_cuda.h"
+#include "ops/moe/moe_cuda.h"
+#include "runtime/model_runner.h"
+
+namespace dsinfer::runtime {
+
+class CudaRunner final : public ModelRunner {
+ public:
+  CudaRunner(io::ModelConfig cfg, model::Numerics num) : cfg_(std::move(cfg)), num_(std::move(num)) {}
+  ~CudaRunner() override;
+  Status init(const RunnerOptions& opts);
+
+  const io::ModelConfig& config() const override { return cfg_; }
+  std::string name() const override;
+  int32_t kv_elem_bytes() const override { return 4; }
+  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) override;
+  Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
+
+  // Per-op timing for `dsinfer bench`: when on, every named op is bracketed by CUDA events and the times (ms)
+  // of the last step are returned by op_times() as (name, layer, ms) in execution order.
+  void set_timing(bool on) { timing_ = on; }
+  struct OpTime {
+    std::string name;
+    int64_t layer;
+    float ms;
+  };
+  Result<std::vector<OpTime>> op_times();
+  int64_t weight_bytes() const { return weight_bytes_; }
+  const cuda::DeviceInfo& device() const { return device_; }
+
+ private:
+  struct DevTensor {
+    ops::cuda::DeviceBlob data, scale;
+    ops::cuda::DeviceWeight w;  // matrices
+  };
+  struct Hc {
+    const float *fn = nullptr, *base = nullptr, *scale = nullptr;
+  };
+  struct DevLayer {
+    const float *attn_norm = nullptr, *ffn_norm = nullptr, *sink = nullptr, *q_norm = nullptr, *kv_norm = nullptr;
+    Hc hc_attn, hc_ffn;
+    ops::cuda::DeviceWeight wq_a, wq_b, wkv, wo_a, wo_b;
+    ops::cuda::DeviceWeight comp_wkv, comp_wgate, idx_wq_b, idx_wproj, idx_wkv, idx_wgate;
+    const float *comp_ape = nullptr, *comp_norm = nullptr, *idx_ape = nullptr, *idx_norm = nullptr;
+    ops::cuda::DeviceWeight gate;
+    const float* gate_bias = nullptr;
+    const int32_t* tid2eid = nullptr;
+    ops::cuda::MoeExpertsDevice experts;
+    bool has_shared = false;
+    ops::cuda::MoeSharedDevice shared;
+  };
+  // Scratch sized for the largest step seen (grown, never shrunk).
+  struct Scratch {
+    int64_t tokens = 0, rows = 0, visible = 0;
+    ops::cuda::DeviceBlob X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, sel, scores, o, mid, router, ridx,
+        rw, hid, logits, plan;
+  };
+
+  Status upload_resolved(const model::ResolvedTensor& r);
+  Status make_dummy(const model::TensorSpec& spec, uint64_t seed);
+  const DevTensor* find(const std::string& name) const;
+  Status build_layers();
+  Status ensure_scratch(int64_t T, int64_t R, int64_t max_visible);
+  Status attention(int64_t l, const void* step_dev);
+  Status ffn(int64_t l, const int32_t* tokens, int64_t T);
+  Status mark(const char* name, int64_t layer, bool begin);
+
+  io::ModelConfig cfg_;
+  model::Numerics num_;
+  cuda::DeviceInfo device_;
+  void* stream_ = nullptr;
+  std::map<std::string, DevTensor> tensors_;
+  std::vector<ops::cuda::DeviceBlob> pointer_blobs_;
+  int64_t weight_bytes_ = 0;
+  const DevTensor* embed_ = nullptr;
+  ops::cuda::DeviceWeight head_;
+  const float* final_norm_ = nullptr;
+  Hc hc_head_;
+  std::vector<DevLayer> layers_;
+  std::vector<float> inv_main_, inv_comp_;
+  ops::cuda::DeviceBlob inv_main_dev_, inv_comp_dev_;
+  cache::StateLayout layout_;
+  ops::cuda::DeviceBlob slots_, blocks_;
+  Scratch s_;
+  ops::cuda::MoeWorkspace moe_ws_;
+  std::vector<uint8_t> plan_host_;
+  int64_t T_ = 0;
+  bool timing_ = false;
+  std::map<std::pair<std::string, int64_t>, std::pair<void*, void*>> events_;
+  std::vector<std::pair<std::string, int64_t>> order_;
+};
+
+}  // namespace dsinfer::runtime
