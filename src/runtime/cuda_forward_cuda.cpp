@@ -85,7 +85,7 @@ Status CudaRunner::mark(const char* name, int64_t layer, bool begin) {
   return Status::ok();
 }
 
-Result<std::vector<CudaRunner::OpTime>> CudaRunner::op_times() {
+Result<std::vector<ModelRunner::OpTime>> CudaRunner::op_times() {
   DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
   std::vector<OpTime> out;
   for (const auto& key : order_) {

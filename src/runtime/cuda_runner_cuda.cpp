@@ -3,8 +3,10 @@
 // from the checkpoint (validated by model::resolve_weights) or, with --load-format dummy, are generated on the
 // GPU in the official formats. The per-sequence state lives in device memory laid out by the engine's
 // cache::StateLayout (fp32 rows). Optional per-op CUDA-event timing feeds `dsinfer bench`.
+#include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "cuda/cuda_common.h"
@@ -250,6 +252,15 @@ Status CudaRunner::build_layers() {
 Result<std::unique_ptr<ModelRunner>> create_cuda_runner(const RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(model::Numerics num, model::Numerics::from_name(opts.numerics));
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(opts.model_dir));
+  if (opts.num_layers > 0) {
+    if (opts.load_format != "dummy") return Status::error("--layers needs --load-format dummy (a checkpoint has all its layers)");
+    if (opts.num_layers > cfg.num_hidden_layers)
+      return Status::errorf("--layers {} exceeds the model's {} layers", opts.num_layers, cfg.num_hidden_layers);
+    cfg.num_hidden_layers = opts.num_layers;
+    cfg.layer_types.resize(size_t(opts.num_layers));
+    cfg.mlp_layer_types.resize(size_t(opts.num_layers));
+    cfg.compress_ratios.resize(size_t(opts.num_layers));
+  }
   std::unique_ptr<CudaRunner> r(new CudaRunner(cfg, num));
   DSI_RETURN_IF_ERROR(r->init(opts));
   return std::unique_ptr<ModelRunner>(std::move(r));
@@ -302,6 +313,14 @@ CudaRunner::~CudaRunner() {
 
 std::string CudaRunner::name() const {
   return fmt::format("cuda ({}, {} numerics, {:.2f} GiB weights)", device_.name, num_.name, double(weight_bytes_) / double(1 << 30));
+}
+
+Status CudaRunner::randomize_state(uint64_t seed) {
+  // Small values like real normalized KV rows; frontier gates included (any finite value is valid there).
+  DSI_RETURN_IF_ERROR(fill_dummy_cuda(slots_.data(), slots_.bytes() / 4, {DummyFill::Uniform, false, 0.0f, 1.0f}, seed, stream_));
+  DSI_RETURN_IF_ERROR(fill_dummy_cuda(blocks_.data(), blocks_.bytes() / 4, {DummyFill::Uniform, false, 0.0f, 1.0f}, seed + 1, stream_));
+  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+  return Status::ok();
 }
 
 Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) {

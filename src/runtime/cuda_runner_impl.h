@@ -27,15 +27,13 @@ class CudaRunner final : public ModelRunner {
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
 
-  // Per-op timing for `dsinfer bench`: when on, every named op is bracketed by CUDA events and the times (ms)
-  // of the last step are returned by op_times() as (name, layer, ms) in execution order.
-  void set_timing(bool on) { timing_ = on; }
-  struct OpTime {
-    std::string name;
-    int64_t layer;
-    float ms;
-  };
-  Result<std::vector<OpTime>> op_times();
+  // Per-op timing for `dsinfer bench`: when on, every named op is bracketed by CUDA events.
+  Status set_timing(bool on) override {
+    timing_ = on;
+    return Status::ok();
+  }
+  Result<std::vector<OpTime>> op_times() override;
+  Status randomize_state(uint64_t seed) override;
   int64_t weight_bytes() const { return weight_bytes_; }
   const cuda::DeviceInfo& device() const { return device_; }
 
