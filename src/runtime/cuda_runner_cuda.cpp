@@ -36,6 +36,7 @@ using io::AttnType;
 Status CudaRunner::upload_resolved(const model::ResolvedTensor& r) {
   DevTensor t;
   const io::TensorView& v = *r.data;
+  fp32_weights_ &= r.spec.kind == model::TensorKind::IndexTable || v.dtype == DType::F32;
   if (r.spec.kind == model::TensorKind::Vector) {
     std::vector<float> host(size_t(r.spec.cols));
     io::convert_to_f32(v.dtype, v.data, r.spec.cols, host.data());
@@ -285,6 +286,7 @@ Status CudaRunner::init(const RunnerOptions& opts) {
                             "(num_hidden_layers in config.json) or more GPUs",
                             need / double(1 << 30), device_.name, double(device_.free_bytes) / double(1 << 30));
     uint64_t seed = 1;
+    fp32_weights_ = false;
     for (const auto& s : specs) DSI_RETURN_IF_ERROR(make_dummy(s, seed++));
   } else if (opts.load_format == "auto") {
     DSI_ASSIGN_OR_RETURN(io::Checkpoint ckpt, io::Checkpoint::open(opts.model_dir));

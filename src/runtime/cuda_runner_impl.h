@@ -24,6 +24,8 @@ class CudaRunner final : public ModelRunner {
   const io::ModelConfig& config() const override { return cfg_; }
   std::string name() const override;
   int32_t kv_elem_bytes() const override { return 4; }
+  bool is_cuda() const override { return true; }
+  bool fp32_weights() const override { return fp32_weights_; }
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
 
@@ -81,6 +83,7 @@ class CudaRunner final : public ModelRunner {
   std::map<std::string, DevTensor> tensors_;
   std::vector<ops::cuda::DeviceBlob> pointer_blobs_;
   int64_t weight_bytes_ = 0;
+  bool fp32_weights_ = true;
   const DevTensor* embed_ = nullptr;
   ops::cuda::DeviceWeight head_;
   const float* final_norm_ = nullptr;
