@@ -162,6 +162,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const int32_t* rows = reinterpret_cast<const int32_t*>(base + o_rows);
   T_ = T;
   s_.visible = max_visible;
+  s_.max_pos = max_pos;
 
   // ---- forward ----
   DSI_OP("embed", -1, embed(embed_->data.data(), embed_->w.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D,
@@ -262,18 +263,24 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
   }
   SparseAttentionCudaParams ap;
   ap.heads = H;
-  ap.dim = hd;
-  ap.window = cfg_.sliding_window;
-  ap.m = m;
-  ap.mode = type == AttnType::Sliding ? AttentionKeys::WindowOnly : type == AttnType::HCA ? AttentionKeys::AllCompressed
-                                                                                          : AttentionKeys::Selected;
-  ap.topk = cfg_.index_topk;
+  ap.head_dim = hd;
   ap.scale = float(1.0 / std::sqrt(double(hd)));
   ap.sinks = L.sink;
+  ap.window = cfg_.sliding_window;
+  ap.m = type == AttnType::Sliding ? 0 : m;
+  ap.topk_idx = selected;
+  ap.topk = cfg_.index_topk;
+  ap.rope_dim = rd;  // the inverse RoPE of the output is fused into the kernel's final write
+  ap.inv_freq = inv;
+  ap.attention_factor = af;
+  const int64_t max_keys = cfg_.sliding_window + (type == AttnType::CSA   ? cfg_.index_topk
+                                                  : type == AttnType::HCA ? (s_.max_pos + 1) / std::max<int64_t>(m, 1)
+                                                                          : 0);
+  ap.num_splits = sparse_attention_splits(T, H, max_keys, device_.multiprocessors);
+  DSI_RETURN_IF_ERROR(grow(s_.attn_ws, size_t(sparse_attention_workspace_floats(T, H, hd, ap.num_splits)) * 4 + 256,
+                           "attention workspace"));
   float* o = ptr<float>(s_.o);
-  DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, selected, o, stream_));
-  rp = {T, H, hd, HeadNorm::None, nullptr, eps, rd, inv, af, true};
-  DSI_OP("o_inverse_rope", l, head_norm_rope(rp, o, st.pos, stream_));
+  DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, ptr<float>(s_.attn_ws), stream_));
   DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
   DSI_OP("wo_a", l, gemm_grouped_cuda(o, T, H * hd, gin, L.wo_a, G, ptr<float>(s_.mid), G * r, r, stream_));

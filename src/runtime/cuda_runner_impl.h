@@ -62,8 +62,8 @@ class CudaRunner final : public ModelRunner {
   };
   // Scratch sized for the largest step seen (grown, never shrunk).
   struct Scratch {
-    int64_t tokens = 0, rows = 0, visible = 0;
-    ops::cuda::DeviceBlob X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, sel, scores, o, mid, router, ridx,
+    int64_t tokens = 0, rows = 0, visible = 0, max_pos = 0;
+    ops::cuda::DeviceBlob attn_ws, X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, sel, scores, o, mid, router, ridx,
         rw, hid, logits, plan;
   };
 
