@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cuda/cuda_common.h"
+#include "io/quant.h"
 #include "model/deepseek_v4.h"
 #include "ops/compressor/compressor_cuda.h"
 #include "ops/embed/embed_cuda.h"
@@ -38,7 +39,7 @@ Status CudaRunner::upload_resolved(const model::ResolvedTensor& r) {
   const io::TensorView& v = *r.data;
   fp32_weights_ &= r.spec.kind == model::TensorKind::IndexTable || v.dtype == DType::F32;
   if (r.spec.kind == model::TensorKind::Vector) {
-    std::vector<float> host(size_t(r.spec.cols));
+    std::vector<float> host(static_cast<size_t>(r.spec.cols));
     io::convert_to_f32(v.dtype, v.data, r.spec.cols, host.data());
     DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::upload(host.data(), host.size() * 4, r.spec.name.c_str()));
   } else if (r.spec.kind == model::TensorKind::IndexTable) {
@@ -106,9 +107,9 @@ Status CudaRunner::make_dummy(const model::TensorSpec& spec, uint64_t seed) {
     return spec.name.size() >= n && spec.name.compare(spec.name.size() - n, n, suf) == 0;
   };
   if (spec.kind == model::TensorKind::IndexTable) {
-    std::mt19937 rng(uint32_t(seed));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     std::vector<int32_t> host(size_t(spec.rows * spec.cols));
-    std::vector<int32_t> perm(size_t(cfg_.n_routed_experts));
+    std::vector<int32_t> perm(static_cast<size_t>(cfg_.n_routed_experts));
     for (int64_t r = 0; r < spec.rows; ++r) {
       std::iota(perm.begin(), perm.end(), 0);
       for (int64_t k = 0; k < spec.cols; ++k) {
@@ -219,7 +220,7 @@ Status CudaRunner::build_layers() {
     // Routed experts: device arrays of per-expert data / scale pointers for each projection.
     std::vector<const void*> ptrs;
     auto expert_arrays = [&](const char* w, DeviceExpertWeights& out) -> Status {
-      std::vector<const void*> data(size_t(E)), scale(size_t(E));
+      std::vector<const void*> data(static_cast<size_t>(E)), scale(static_cast<size_t>(E));
       for (int64_t e = 0; e < E; ++e) {
         const DeviceWeight dw = mat(fmt::format("{}ffn.experts.{}.{}.weight", p, e, w));
         data[size_t(e)] = dw.data;
