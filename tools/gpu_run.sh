@@ -9,22 +9,33 @@ BIN=build/cuda
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 echo "== GPU tests"
-timeout 240 $BIN/dsinfer_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+timeout 200 $BIN/dsinfer_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 echo "== check-reference on the GPU"
 : > "$OUT/check_reference.log"
-for fx in .gpu_carry/shared_fixtures/* tests/fixtures/*; do
+for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
   [ -f "$fx/reference.safetensors" ] || continue
   timeout 60 $BIN/dsinfer check-reference --backend cuda --numerics hf --model "$fx" >> "$OUT/check_reference.log" 2>&1
-  echo "$(basename "$fx"): exit $?" | tee -a "$OUT/check_reference.log"
+  rc=$?
+  echo "$(basename "$fx"): exit $rc" | tee -a "$OUT/check_reference.log"
 done
 grep -E "prompt|PASS|FAIL|error" "$OUT/check_reference.log" | head -60
+echo "== check-reference on the GPU with the tensor-core GEMM path (--fast-gemm; reported, bf16 operands)"
+for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
+  [ -f "$fx/reference.safetensors" ] || continue
+  echo "--- $(basename "$fx")" >> "$OUT/check_reference_fast.log"
+  timeout 60 $BIN/dsinfer check-reference --backend cuda --fast-gemm --numerics hf --model "$fx" >> "$OUT/check_reference_fast.log" 2>&1
+done
+grep -E "^---|PASS|FAIL" "$OUT/check_reference_fast.log" | paste - - 
+echo "== generate on the GPU (shipped model; greedy lines must equal the CPU run)"
+timeout 60 $BIN/dsinfer generate --backend cuda --model models/dsv4-small --input examples/requests.jsonl \
+  --output "$OUT/generate_cuda.jsonl" 2>&1 | tail -3
 if [ "${DSINFER_BENCH:-1}" = 1 ]; then
   echo "== bench (V4-Flash shapes, dummy weights)"
-  timeout 300 $BIN/dsinfer bench --model configs/deepseek-v4-flash --load-format dummy --layers ${BENCH_LAYERS:-4} \
+  timeout 150 $BIN/dsinfer bench --model configs/deepseek-v4-flash --load-format dummy --layers ${BENCH_LAYERS:-4} \
     --batch 1,64,256 --context 4096 --prefill 4096 --iters 5 2>&1 | tee "$OUT/bench_flash.log" | tail -80
   for b in .gpu_carry/dsinfer_*bench; do
     [ -x "$b" ] || continue
     echo "== $(basename "$b")"
-    timeout 120 "$b" 2>&1 | tee "$OUT/$(basename "$b").log" | tail -30
+    timeout 60 "$b" 2>&1 | tee "$OUT/$(basename "$b").log" | tail -30
   done
 fi

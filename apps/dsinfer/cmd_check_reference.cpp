@@ -19,6 +19,7 @@ void usage() {
                "  --reference    default DIR/reference.safetensors\n"
                "  --numerics     official (default) or hf (transformers semantics)\n"
                "  --backend      cpu (reference, default) or cuda\n"
+               "  --fast-gemm    cuda: check the tensor-core GEMM path (bf16 operands) instead of exact fp32 GEMMs\n"
                "  --tolerance    max allowed max|logit error| / max|reference logit| (default: cpu 1e-4 for fp32\n"
                "                 checkpoints, 1e-3 for bf16/f16/fp8/fp4 ones; cuda 3e-2; see docs/decisions.md)\n"
                "  --dump-logits  write the computed logits as safetensors with the reference's keys\n");
@@ -32,10 +33,15 @@ int fail(const Status& s) {
 int cmd_check_reference(int argc, char** argv) {
   std::string model_dir, ref_path, dump_path, numerics = "official", backend = "cpu";
   double tol = -1;
+  bool fast_gemm = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (a == "-h" || a == "--help") return usage(), 0;
+    if (a == "--fast-gemm") {
+      fast_gemm = true;
+      continue;
+    }
     if (!v) {
       std::fprintf(stderr, "check-reference: unknown or incomplete option '%s'\n", a.c_str());
       return usage(), 2;
@@ -57,7 +63,9 @@ int cmd_check_reference(int argc, char** argv) {
   }
   if (model_dir.empty()) return usage(), 2;
   if (ref_path.empty()) ref_path = (std::filesystem::path(model_dir) / "reference.safetensors").string();
-  auto runner = runtime::create_runner({model_dir, backend, numerics, "auto", 0});
+  // On the GPU the default is exact (fp32) GEMMs, so the check tests every kernel at reference precision;
+  // --fast-gemm checks the production tensor-core path (bf16 operands) instead.
+  auto runner = runtime::create_runner({model_dir, backend, numerics, "auto", 0, !fast_gemm});
   if (!runner) return fail(runner.status());
   auto ref = io::SafetensorsFile::open(ref_path);
   if (!ref) return fail(ref.status());

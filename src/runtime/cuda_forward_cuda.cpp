@@ -85,6 +85,39 @@ Status CudaRunner::mark(const char* name, int64_t layer, bool begin) {
   return Status::ok();
 }
 
+// GEMMs and the MoE in exact mode run in chunks small enough for the fp32 CUDA-core kernels (the tensor-core
+// path rounds operands to bf16); check-reference uses it to test every other kernel at fp32 precision.
+Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
+                        void* stream) {
+  const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
+  for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
+    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, stream));
+  return Status::ok();
+}
+
+Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
+                                float* y, int64_t ldy, int64_t yg, void* stream) {
+  const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
+  for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
+    DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg, stream));
+  return Status::ok();
+}
+
+Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const MoeExpertsDevice& e,
+                       const MoeSharedDevice* shared, float limit, float shared_limit, float* out, MoeWorkspace& ws,
+                       void* stream) {
+  // moe_cuda takes the fp32 path for the routed experts when T * topk <= 8 * experts, and its shared expert
+  // is a plain GEMM of T rows (fp32 path for T <= kGemmSkinnyMaxM).
+  const int64_t chunk =
+      exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * e.experts / std::max<int64_t>(k, 1))) : T;
+  const int64_t D = e.dim;
+  for (int64_t r = 0; r < T; r += chunk) {
+    const int64_t n = std::min(chunk, T - r);
+    DSI_RETURN_IF_ERROR(moe_cuda(x + r * D, n, idx + r * k, w + r * k, k, e, shared, limit, shared_limit, out + r * D, ws, stream));
+  }
+  return Status::ok();
+}
+
 Result<std::vector<ModelRunner::OpTime>> CudaRunner::op_times() {
   DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
   std::vector<OpTime> out;
@@ -180,9 +213,10 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
     DSI_OP("hc_post_ffn", l, hc_post(T, n, D, ptr<float>(s_.f), ptr<float>(s_.post), ptr<float>(s_.comb), ptr<float>(s_.X), stream_));
   }
   if (R > 0) {
-    const HcNormParams hh{hc_head_.fn, hc_head_.base, hc_head_.scale, n, D, 0, float(cfg_.hc_eps), float(cfg_.rms_norm_eps), final_norm_};
+    // sinkhorn_iters is unused at the head (no comb there) but must be valid.
+    const HcNormParams hh{hc_head_.fn, hc_head_.base, hc_head_.scale, n, D, 1, float(cfg_.hc_eps), float(cfg_.rms_norm_eps), final_norm_};
     DSI_OP("hc_head", -1, hc_head_norm(hh, ptr<float>(s_.X), rows, R, ptr<float>(s_.hid), stream_));
-    DSI_OP("lm_head", -1, gemm_cuda(ptr<float>(s_.hid), R, D, head_, ptr<float>(s_.logits), V, false, stream_));
+    DSI_OP("lm_head", -1, gemm(ptr<float>(s_.hid), R, D, head_, ptr<float>(s_.logits), V, false, stream_));
   }
   logits.resize(size_t(R) * size_t(V));
   if (R > 0)
@@ -203,10 +237,10 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
   const ops::LayerStateView view = model::layer_view(pool, l);
   float *y = ptr<float>(s_.y), *cq = ptr<float>(s_.cq), *q = ptr<float>(s_.q), *kv = ptr<float>(s_.kv);
 
-  DSI_OP("wq_a", l, gemm_cuda(y, T, D, L.wq_a, cq, qr, false, stream_));
+  DSI_OP("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr, false, stream_));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
-  DSI_OP("wq_b", l, gemm_cuda(cq, T, qr, L.wq_b, q, H * hd, false, stream_));
-  DSI_OP("wkv", l, gemm_cuda(y, T, D, L.wkv, kv, hd, false, stream_));
+  DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, H * hd, false, stream_));
+  DSI_OP("wkv", l, gemm(y, T, D, L.wkv, kv, hd, false, stream_));
   HeadNormRopeParams rp{T, H, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
   DSI_OP("q_norm_rope", l, head_norm_rope(rp, q, st.pos, stream_));
   rp = {T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, af, false};
@@ -215,8 +249,8 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
 
   if (type != AttnType::Sliding) {
     const int64_t c = type == AttnType::CSA ? 2 : 1;
-    DSI_OP("compressor_proj", l, gemm_cuda(y, T, D, L.comp_wkv, ptr<float>(s_.ckv), c * hd, false, stream_));
-    DSI_OP("compressor_proj", l, gemm_cuda(y, T, D, L.comp_wgate, ptr<float>(s_.cg), c * hd, false, stream_));
+    DSI_OP("compressor_proj", l, gemm(y, T, D, L.comp_wkv, ptr<float>(s_.ckv), c * hd, false, stream_));
+    DSI_OP("compressor_proj", l, gemm(y, T, D, L.comp_wgate, ptr<float>(s_.cg), c * hd, false, stream_));
     CompressorCudaParams cp;
     cp.m = m;
     cp.overlap = type == AttnType::CSA;
@@ -235,14 +269,14 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
   if (type == AttnType::CSA) {
     const int64_t Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
     float *iq = ptr<float>(s_.iq), *iw = ptr<float>(s_.iw);
-    DSI_OP("indexer_q", l, gemm_cuda(cq, T, qr, L.idx_wq_b, iq, Hi * di, false, stream_));
+    DSI_OP("indexer_q", l, gemm(cq, T, qr, L.idx_wq_b, iq, Hi * di, false, stream_));
     rp = {T, Hi, di, HeadNorm::None, nullptr, eps, rd, inv, af, false};
     DSI_OP("indexer_q_rope", l, head_norm_rope(rp, iq, st.pos, stream_));
     if (num_.indexer_fp4_sim) DSI_OP("indexer_fp4_sim", l, hadamard_fp4_sim(iq, T * Hi, di, 32, stream_));
-    DSI_OP("indexer_proj", l, gemm_cuda(y, T, D, L.idx_wproj, iw, Hi, false, stream_));
+    DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wproj, iw, Hi, false, stream_));
     DSI_OP("indexer_proj", l, scale_cuda(iw, T * Hi, float(1.0 / std::sqrt(double(Hi))), stream_));
-    DSI_OP("indexer_proj", l, gemm_cuda(y, T, D, L.idx_wkv, ptr<float>(s_.ikv), 2 * di, false, stream_));
-    DSI_OP("indexer_proj", l, gemm_cuda(y, T, D, L.idx_wgate, ptr<float>(s_.ig), 2 * di, false, stream_));
+    DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wkv, ptr<float>(s_.ikv), 2 * di, false, stream_));
+    DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wgate, ptr<float>(s_.ig), 2 * di, false, stream_));
     CompressorCudaParams ip;
     ip.m = m;
     ip.overlap = true;
@@ -283,15 +317,15 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
   DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, ptr<float>(s_.attn_ws), stream_));
   DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
-  DSI_OP("wo_a", l, gemm_grouped_cuda(o, T, H * hd, gin, L.wo_a, G, ptr<float>(s_.mid), G * r, r, stream_));
-  DSI_OP("wo_b", l, gemm_cuda(ptr<float>(s_.mid), T, G * r, L.wo_b, ptr<float>(s_.f), D, false, stream_));
+  DSI_OP("wo_a", l, gemm_grouped(o, T, H * hd, gin, L.wo_a, G, ptr<float>(s_.mid), G * r, r, stream_));
+  DSI_OP("wo_b", l, gemm(ptr<float>(s_.mid), T, G * r, L.wo_b, ptr<float>(s_.f), D, false, stream_));
   return Status::ok();
 }
 
 Status CudaRunner::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   const DevLayer& L = layers_[size_t(l)];
   const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
-  DSI_OP("router", l, gemm_cuda(ptr<float>(s_.y), T, D, L.gate, ptr<float>(s_.router), E, false, stream_));
+  DSI_OP("router", l, gemm(ptr<float>(s_.y), T, D, L.gate, ptr<float>(s_.router), E, false, stream_));
   RouterCudaParams rp;
   rp.experts = E;
   rp.topk = k;
@@ -303,7 +337,7 @@ Status CudaRunner::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   DSI_OP("router", l, route_cuda(ptr<float>(s_.router), T, L.gate_bias, L.tid2eid, tokens, rp, ptr<int32_t>(s_.ridx),
                                  ptr<float>(s_.rw), stream_));
   const float limit = float(cfg_.swiglu_limit);
-  DSI_OP("moe", l, moe_cuda(ptr<float>(s_.y), T, ptr<int32_t>(s_.ridx), ptr<float>(s_.rw), k, L.experts,
+  DSI_OP("moe", l, moe(ptr<float>(s_.y), T, ptr<int32_t>(s_.ridx), ptr<float>(s_.rw), k, L.experts,
                             L.has_shared ? &L.shared : nullptr, limit, num_.shared_expert_clamp ? limit : 0.0f,
                             ptr<float>(s_.f), moe_ws_, stream_));
   return Status::ok();

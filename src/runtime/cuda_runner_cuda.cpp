@@ -38,9 +38,12 @@ Status CudaRunner::upload_resolved(const model::ResolvedTensor& r) {
   DevTensor t;
   const io::TensorView& v = *r.data;
   fp32_weights_ &= r.spec.kind == model::TensorKind::IndexTable || v.dtype == DType::F32;
-  if (r.spec.kind == model::TensorKind::Vector) {
-    std::vector<float> host(static_cast<size_t>(r.spec.cols));
-    io::convert_to_f32(v.dtype, v.data, r.spec.cols, host.data());
+  // mHC mixing matrices and ape are read by kernels as fp32 arrays, not through a GEMM.
+  const std::string& nm = r.spec.name;
+  const bool as_floats = r.spec.kind == model::TensorKind::Vector || nm.ends_with("_fn") || nm.ends_with(".ape");
+  if (as_floats) {
+    std::vector<float> host(static_cast<size_t>(r.spec.rows * r.spec.cols));
+    io::convert_to_f32(v.dtype, v.data, r.spec.rows * r.spec.cols, host.data());
     DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::upload(host.data(), host.size() * 4, r.spec.name.c_str()));
   } else if (r.spec.kind == model::TensorKind::IndexTable) {
     std::vector<int32_t> host(size_t(v.numel()));
@@ -269,6 +272,7 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(const RunnerOptions& opt
 }
 
 Status CudaRunner::init(const RunnerOptions& opts) {
+  exact_ = opts.exact_gemm;
   DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(0));
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
   if (opts.load_format == "dummy") {

@@ -25,6 +25,7 @@ class CudaRunner final : public ModelRunner {
   std::string name() const override;
   int32_t kv_elem_bytes() const override { return 4; }
   bool is_cuda() const override { return true; }
+  bool exact_math() const override { return exact_; }
   bool fp32_weights() const override { return fp32_weights_; }
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
@@ -75,6 +76,13 @@ class CudaRunner final : public ModelRunner {
   Status attention(int64_t l, const void* step_dev);
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);
   Status mark(const char* name, int64_t layer, bool begin);
+  Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc,
+              void* stream);
+  Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w, int64_t groups,
+                      float* y, int64_t ldy, int64_t yg, void* stream);
+  Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const ops::cuda::MoeExpertsDevice& e,
+             const ops::cuda::MoeSharedDevice* shared, float limit, float shared_limit, float* out,
+             ops::cuda::MoeWorkspace& ws, void* stream);
 
   io::ModelConfig cfg_;
   model::Numerics num_;
@@ -98,6 +106,7 @@ class CudaRunner final : public ModelRunner {
   std::vector<uint8_t> plan_host_;
   int64_t T_ = 0;
   bool timing_ = false;
+  bool exact_ = false;  // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
   std::map<std::pair<std::string, int64_t>, std::pair<void*, void*>> events_;
   std::vector<std::pair<std::string, int64_t>> order_;
 };

@@ -19,6 +19,8 @@ class ModelRunner {
   virtual const io::ModelConfig& config() const = 0;
   virtual std::string name() const = 0;
   virtual bool is_cuda() const { return false; }
+  // CUDA: GEMMs restricted to the fp32 CUDA-core kernels (no bf16 tensor-core rounding).
+  virtual bool exact_math() const { return !is_cuda(); }
   // True when every float weight was stored as F32 (no bf16/fp8/fp4 rounding in the checkpoint).
   virtual bool fp32_weights() const = 0;
   // Bytes per row element of the state this runner stores (4 = fp32, 2 = bf16); the engine builds the
@@ -50,6 +52,7 @@ struct RunnerOptions {
   std::string numerics = "official";
   std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights, CUDA only)
   int64_t num_layers = 0;            // > 0: run only the first N layers (dummy weights; benchmarks)
+  bool exact_gemm = false;           // cuda: fp32 CUDA-core GEMMs only (check-reference's default)
 };
 
 // Creates the runner the options name; "cuda" fails clearly when the binary was built without CUDA.

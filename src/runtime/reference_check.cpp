@@ -78,7 +78,7 @@ bool ReferenceCheck::ok() const {
 }
 
 double default_tolerance(const ModelRunner& r) {
-  if (r.is_cuda()) return 3e-2;
+  if (!r.exact_math()) return 3e-2;
   return r.fp32_weights() ? 1e-4 : 1e-3;
 }
 

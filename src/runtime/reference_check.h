@@ -26,8 +26,8 @@ struct ReferenceCheck {
   bool ok() const;
 };
 
-// Default tolerance (docs/decisions.md): CPU 1e-4 for fp32 checkpoints and 1e-3 for low-precision ones; the
-// CUDA backend's tensor-core GEMMs round operands to bf16, so it gets 3e-2.
+// Default tolerance (docs/decisions.md): 1e-4 for fp32 checkpoints and 1e-3 for low-precision ones when the
+// backend computes in fp32 (CPU, CUDA with exact GEMMs); 3e-2 when tensor-core GEMMs round operands to bf16.
 double default_tolerance(const ModelRunner& runner);
 
 // tolerance < 0 picks default_tolerance. The runner is bound to a fresh one-sequence state here.

@@ -39,32 +39,35 @@ __global__ void compressor_emit_kernel(StepDevice st, LayerStateView v, Compress
   const int32_t s = st.seq_of_token[t];
   const SlotSource src{st, v, p, kv, gate, st.start_pos[s], st.cu_seqlens[s], st.slot[s]};
   const int64_t w = pos / p.m, ch = threadIdx.x;
-  const bool prev = p.overlap && w > 0;
-  const int64_t cur_half = p.overlap ? p.d : 0;
-  float mx = -INFINITY, k, g;
-  for (int64_t i = 0; i < p.m; ++i) {
-    if (prev) {
-      src.fetch((w - 1) * p.m + i, ch, k, g);
+  // blockDim is d rounded up to a warp multiple: threads past d only join the block-wide steps below.
+  if (ch < p.d) {
+    const bool prev = p.overlap && w > 0;
+    const int64_t cur_half = p.overlap ? p.d : 0;
+    float mx = -INFINITY, k, g;
+    for (int64_t i = 0; i < p.m; ++i) {
+      if (prev) {
+        src.fetch((w - 1) * p.m + i, ch, k, g);
+        mx = fmaxf(mx, g);
+      }
+      src.fetch(w * p.m + i, cur_half + ch, k, g);
       mx = fmaxf(mx, g);
     }
-    src.fetch(w * p.m + i, cur_half + ch, k, g);
-    mx = fmaxf(mx, g);
-  }
-  double den = 0.0, num = 0.0;
-  if (prev)  // the reference sums the previous window's slots first
+    double den = 0.0, num = 0.0;
+    if (prev)  // the reference sums the previous window's slots first
+      for (int64_t i = 0; i < p.m; ++i) {
+        src.fetch((w - 1) * p.m + i, ch, k, g);
+        const double x = exp(double(g) - double(mx));
+        den += x;
+        num += x * double(k);
+      }
     for (int64_t i = 0; i < p.m; ++i) {
-      src.fetch((w - 1) * p.m + i, ch, k, g);
+      src.fetch(w * p.m + i, cur_half + ch, k, g);
       const double x = exp(double(g) - double(mx));
       den += x;
       num += x * double(k);
     }
-  for (int64_t i = 0; i < p.m; ++i) {
-    src.fetch(w * p.m + i, cur_half + ch, k, g);
-    const double x = exp(double(g) - double(mx));
-    den += x;
-    num += x * double(k);
+    e[ch] = float(num / den);
   }
-  e[ch] = float(num / den);
   dev::smem_rmsnorm(e, int(p.d), p.norm_w, p.eps);
   if (p.rope_dim > 0) dev::smem_rope(e, int(p.d), int(p.rope_dim), p.inv_freq, pos + 1 - p.m, false, p.attention_factor);
   if (p.sim == CompressorSim::Fp8Nope) dev::smem_block_quant_sim(e, int(p.fp8_dims), int(p.fp8_block), true);
@@ -74,7 +77,7 @@ __global__ void compressor_emit_kernel(StepDevice st, LayerStateView v, Compress
   }
   const int32_t* table = st.block_tables + int64_t(s) * st.table_stride;
   float* dst = p.indexer ? v.index_key(table, w) : v.entry(table, w);
-  dst[ch] = e[ch];
+  if (ch < p.d) dst[ch] = e[ch];
 }
 
 __global__ void compressor_frontier_kernel(StepDevice st, LayerStateView v, CompressorCudaParams p, const float* kv,
@@ -95,7 +98,7 @@ __global__ void compressor_frontier_kernel(StepDevice st, LayerStateView v, Comp
 
 void launch_compressor_emit(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
                             const float* kv, const float* gate, void* stream) {
-  compressor_emit_kernel<<<unsigned(step.T), unsigned(p.d), size_t(p.d) * (sizeof(double) + sizeof(float)),
+  compressor_emit_kernel<<<unsigned(step.T), unsigned((p.d + 31) / 32 * 32), size_t(p.d) * (sizeof(double) + sizeof(float)),
                            static_cast<cudaStream_t>(stream)>>>(step, view, p, kv, gate);
 }
 

@@ -9,8 +9,8 @@ Status compressor_step(const StepDevice& step, const LayerStateView& view, const
                        const float* kv, const float* gate, void* stream) {
   const char* who = p.indexer ? "indexer compressor" : "compressor";
   if (p.m <= 0) return Status::errorf("{}: compress ratio {} must be positive", who, p.m);
-  if (p.d <= 0 || p.d % 32 != 0 || p.d > 1024)
-    return Status::errorf("{}: d = {} must be a multiple of 32 in [32, 1024] (one thread per channel)", who, p.d);
+  if (p.d <= 0 || p.d > 1024)
+    return Status::errorf("{}: d = {} must be in [1, 1024] (one thread per channel)", who, p.d);
   const int64_t want_d = p.indexer ? view.index_head_dim : view.head_dim;
   if (p.d != want_d) return Status::errorf("{}: d = {} but the state layout has {}", who, p.d, want_d);
   const int64_t off = p.indexer ? view.index_frontier_offset : view.frontier_offset;
