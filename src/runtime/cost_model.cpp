@@ -35,7 +35,8 @@ std::vector<OpCost> step_costs(const io::ModelConfig& cfg, const StepShape& s, c
     gemm("wq_a", l, qr, D, wb.dense, true);
     gemm("wq_b", l, H * hd, qr, wb.dense, true);
     gemm("wkv", l, hd, D, wb.dense, true);
-    out.push_back({"qkv_norm_rope", l, 2 * T * (H * hd + hd) * A, 0, false});
+    out.push_back({"q_norm_rope", l, 2 * T * H * hd * A, 0, false});
+    out.push_back({"kv_norm_rope", l, 2 * T * hd * A, 0, false});
     if (at != io::AttnType::Sliding) {
       const double c = at == io::AttnType::CSA ? 2 : 1;
       gemm("compressor_proj", l, 2 * c * hd, D, wb.other, false);
@@ -62,10 +63,11 @@ std::vector<OpCost> step_costs(const io::ModelConfig& cfg, const StepShape& s, c
     hc_post("hc_post_attn");
     hc_pre("hc_pre_ffn");
     gemm("router", l, E, D, wb.other, false);
-    // Routed experts: each expert hit at least once is read whole; expected distinct experts for T*k picks.
+    // Expected distinct experts for T*k picks.
     const double hit = E * (1 - std::pow(1 - 1 / E, T * k));
-    out.push_back({"moe_experts", l, hit * 3 * I * D * wb.expert + T * D * A * 2 + T * k * 2 * I * A, 2 * T * k * 3 * I * D, true});
-    out.push_back({"shared_expert", l, 3 * I * D * wb.dense + T * D * A * 2, 2 * T * 3 * I * D, true});
+    // Routed experts (each expert hit at least once is read whole) plus the shared expert, one op in the runner.
+    out.push_back({"moe", l, hit * 3 * I * D * wb.expert + 3 * I * D * wb.dense + T * D * A * 2 + T * k * 2 * I * A,
+                   2 * T * (k + 1) * 3 * I * D, true});
     hc_post("hc_post_ffn");
   }
   out.push_back({"lm_head", -1, V * D * wb.other + R * D * A + R * V * A, 2 * R * V * D, false});

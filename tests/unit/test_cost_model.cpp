@@ -24,8 +24,8 @@ TEST(CostModel, FlashDecodeBatch1) {
   // wq_b of one token: 32768 x 1024 FP8 weights (+ scales) dominate.
   EXPECT_NEAR(bytes_l2["wq_b"], 32768.0 * 1024 * (1 + 1.0 / 16384) + 1024 * 4 + 32768 * 4, 1.0);
   EXPECT_DOUBLE_EQ(flops_l2["wq_b"], 2.0 * 32768 * 1024);
-  // One token picks 6 experts: ~6 experts x 3 x 2048 x 4096 x (0.5 + 1/32) bytes.
-  EXPECT_NEAR(bytes_l2["moe_experts"] / (6 * 3 * 2048.0 * 4096 * (0.5 + 1.0 / 32)), 1.0, 0.01);
+  // One token picks 6 experts: ~6 experts x 3 x 2048 x 4096 x (0.5 + 1/32) bytes, plus the FP8 shared expert.
+  EXPECT_NEAR(bytes_l2["moe"] / (6 * 3 * 2048.0 * 4096 * (0.5 + 1.0 / 32) + 3 * 2048.0 * 4096 * (1 + 1.0 / 16384)), 1.0, 0.01);
   // Layer 2 is CSA: window 128 + top-512 keys at 4K context.
   EXPECT_DOUBLE_EQ(flops_l2["sparse_attention"], 4.0 * 64 * 512 * (128 + 512));
   // Batch-1 decode is memory bound: every op's floor is its bytes over bandwidth.
