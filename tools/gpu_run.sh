@@ -8,8 +8,10 @@ mkdir -p "$OUT"
 BIN=build/cuda
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
-echo "== GPU tests"
-timeout 200 $BIN/dsinfer_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+if [ "${DSINFER_GPU_TESTS:-1}" = 1 ]; then
+  echo "== GPU tests"
+  timeout 200 $BIN/dsinfer_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+fi
 echo "== check-reference on the GPU"
 : > "$OUT/check_reference.log"
 for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
@@ -19,16 +21,23 @@ for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
   echo "$(basename "$fx"): exit $rc" | tee -a "$OUT/check_reference.log"
 done
 grep -E "prompt|PASS|FAIL|error" "$OUT/check_reference.log" | head -60
-echo "== check-reference on the GPU with the tensor-core GEMM path (--fast-gemm; reported, bf16 operands)"
-for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
+[ "${DSINFER_FAST_CHECK:-1}" = 1 ] && echo "== check-reference on the GPU with the tensor-core GEMM path (--fast-gemm; reported, bf16 operands)"
+[ "${DSINFER_FAST_CHECK:-1}" = 1 ] && for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
   [ -f "$fx/reference.safetensors" ] || continue
   echo "--- $(basename "$fx")" >> "$OUT/check_reference_fast.log"
   timeout 60 $BIN/dsinfer check-reference --backend cuda --fast-gemm --numerics hf --model "$fx" >> "$OUT/check_reference_fast.log" 2>&1
 done
-grep -E "^---|PASS|FAIL" "$OUT/check_reference_fast.log" | paste - - 
-echo "== generate on the GPU (shipped model; greedy lines must equal the CPU run)"
+[ "${DSINFER_FAST_CHECK:-1}" = 1 ] && grep -E "^---|PASS|FAIL" "$OUT/check_reference_fast.log" | paste - - 
+echo "== generate on the GPU (shipped model), with and without CUDA graphs: outputs must be identical"
 timeout 60 $BIN/dsinfer generate --backend cuda --model models/dsv4-small --input examples/requests.jsonl \
   --output "$OUT/generate_cuda.jsonl" 2>&1 | tail -3
+DSINFER_CUDA_GRAPHS=0 timeout 60 $BIN/dsinfer generate --backend cuda --model models/dsv4-small \
+  --input examples/requests.jsonl --output /tmp/generate_nograph.jsonl 2>&1 | tail -1
+python3 - "$OUT/generate_cuda.jsonl" /tmp/generate_nograph.jsonl <<'PY'
+import json, sys
+a, b = ([json.loads(l)["response"]["body"]["choices"] for l in open(f)] for f in sys.argv[1:3])
+print("graph vs no-graph outputs identical:", a == b)
+PY
 if [ "${DSINFER_BENCH:-1}" = 1 ]; then
   echo "== bench (V4-Flash shapes, dummy weights)"
   timeout 150 $BIN/dsinfer bench --model configs/deepseek-v4-flash --load-format dummy --layers ${BENCH_LAYERS:-4} \

@@ -7,7 +7,7 @@
 
 namespace dsinfer::runtime {
 
-Status CpuRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) {
+Status CpuRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t) {
   if (layout.kv_elem_bytes != 4) return Status::error("cpu runner: state layout must use fp32 rows");
   layout_ = layout;
   slots_.assign(size_t(num_slots) * size_t(layout.slot_bytes / 4), 0.0f);

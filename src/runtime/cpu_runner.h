@@ -14,7 +14,7 @@ class CpuRunner final : public ModelRunner {
   std::string name() const override { return "cpu (" + model_->numerics().name + " numerics)"; }
   int32_t kv_elem_bytes() const override { return 4; }
   bool fp32_weights() const override { return model_->weights().fp32_storage; }
-  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) override;
+  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
 
  private:

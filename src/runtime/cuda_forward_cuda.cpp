@@ -28,14 +28,22 @@ template <typename T>
 T* ptr(DeviceBlob& b) {
   return static_cast<T*>(b.data());
 }
-Status grow(DeviceBlob& b, size_t bytes, const char* what) {
-  if (b.bytes() >= bytes) return Status::ok();
-  DSI_ASSIGN_OR_RETURN(b, DeviceBlob::alloc(std::max<size_t>(bytes, 256), what));
-  return Status::ok();
-}
 }  // namespace
 
-Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible) {
+int64_t CudaRunner::attention_splits(AttnType type, int64_t m, int64_t T, int64_t max_pos) const {
+  const int64_t max_keys = cfg_.sliding_window + (type == AttnType::CSA   ? cfg_.index_topk
+                                                  : type == AttnType::HCA ? (max_pos + 1) / std::max<int64_t>(m, 1)
+                                                                          : 0);
+  return sparse_attention_splits(T, cfg_.num_attention_heads, max_keys, device_.multiprocessors);
+}
+
+Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int64_t max_pos) {
+  auto grow = [&](DeviceBlob& b, size_t bytes, const char* what) -> Status {
+    if (b.bytes() >= bytes) return Status::ok();
+    DSI_ASSIGN_OR_RETURN(b, DeviceBlob::alloc(std::max<size_t>(bytes, 256), what));
+    ++scratch_gen_;  // captured graphs hold the old pointers
+    return Status::ok();
+  };
   const int64_t D = cfg_.hidden_size, n = cfg_.hc_mult, H = cfg_.num_attention_heads, hd = cfg_.head_dim;
   const int64_t Hi = std::max<int64_t>(cfg_.index_n_heads, 1), di = std::max<int64_t>(cfg_.index_head_dim, 1);
   const size_t t = size_t(T), f = 4;
@@ -62,11 +70,21 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible) {
   DSI_RETURN_IF_ERROR(grow(s_.rw, t * size_t(cfg_.num_experts_per_tok) * f, "routing"));
   DSI_RETURN_IF_ERROR(grow(s_.hid, size_t(R) * size_t(D) * f, "final hidden"));
   DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size) * f, "logits"));
+  int64_t ws = 0;
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+    ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(cfg_.layer_types[size_t(l)], cfg_.ratio(l), T, max_pos)));
+  DSI_RETURN_IF_ERROR(grow(s_.attn_ws, size_t(ws) * f + 256, "attention workspace"));
   if (T > s_.tokens) {
     DSI_RETURN_IF_ERROR(moe_ws_.reserve(T, cfg_.num_experts_per_tok, D, cfg_.moe_intermediate_size, cfg_.n_routed_experts));
     s_.tokens = T;
+    ++scratch_gen_;
   }
   return Status::ok();
+}
+
+void CudaRunner::drop_graphs() {
+  for (auto& [t, g] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
+  graphs_.clear();
 }
 
 Status CudaRunner::mark(const char* name, int64_t layer, bool begin) {
@@ -141,13 +159,21 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   if (!slots_.data()) return Status::error("cuda runner: bind_state was not called");
   order_.clear();
   const int64_t T = plan.num_tokens(), S = plan.num_seqs(), R = plan.num_logits();
-  const int64_t V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
+  const int64_t V = cfg_.vocab_size;
   if (T == 0) return Status::ok();
+  // A decode step (one token per sequence, one logits row each) replays a CUDA graph of its batch size.
+  const bool graph = graphs_enabled_ && !timing_ && max_model_len_ > 0 && T == S && R == S;
   // ---- upload the plan: one packed buffer, 16-byte aligned arrays ----
   int64_t stride = 1, max_pos = 0;
   for (const auto& s : plan.seqs) {
     stride = std::max<int64_t>(stride, int64_t(s.block_table.size()));
     max_pos = std::max<int64_t>(max_pos, s.start_pos + s.num_new_tokens - 1);
+  }
+  if (graph) {  // shapes fixed by max_model_len, so one graph serves every context length
+    if (stride * layout_.block_size > max_model_len_ + layout_.block_size || max_pos >= max_model_len_)
+      return Status::errorf("cuda runner: a sequence exceeds max_model_len {}", max_model_len_);
+    stride = (max_model_len_ + layout_.block_size - 1) / layout_.block_size;
+    max_pos = max_model_len_ - 1;
   }
   for (int32_t t : plan.token_ids)
     if (t < 0 || t >= V) return Status::errorf("cuda runner: token id {} outside the vocabulary [0, {})", t, V);
@@ -177,9 +203,13 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
     put(o_tab + size_t(s * stride) * 4, sp.block_table.data(), sp.block_table.size() * 4);
   }
   const int64_t max_visible = (max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
-  DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), max_visible));
-  DSI_RETURN_IF_ERROR(grow(s_.plan, off, "step plan"));
-  DSI_CUDA_TRY(cudaMemcpyAsync(s_.plan.data(), plan_host_.data(), off, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)));
+  DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), max_visible, max_pos));
+  if (s_.plan.bytes() < off) {
+    DSI_ASSIGN_OR_RETURN(s_.plan, DeviceBlob::alloc(std::max<size_t>(off, 4096), "step plan"));
+    ++scratch_gen_;
+  }
+  cudaStream_t cs = static_cast<cudaStream_t>(stream_);
+  DSI_CUDA_TRY(cudaMemcpyAsync(s_.plan.data(), plan_host_.data(), off, cudaMemcpyHostToDevice, cs));
   uint8_t* base = ptr<uint8_t>(s_.plan);
   ops::StepDevice st;
   st.T = T;
@@ -197,7 +227,41 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   s_.visible = max_visible;
   s_.max_pos = max_pos;
 
-  // ---- forward ----
+  if (graph) {
+    if (graphs_gen_ != scratch_gen_) {
+      drop_graphs();
+      graphs_gen_ = scratch_gen_;
+    }
+    auto it = graphs_.find(T);
+    if (it == graphs_.end()) {
+      DSI_CUDA_TRY(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed));
+      const Status fwd = run_forward(&st, rows, T, R);
+      cudaGraph_t g = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(cs, &g);
+      if (!fwd) {
+        if (g) cudaGraphDestroy(g);
+        return fwd.with_context("capturing the decode graph");
+      }
+      DSI_CUDA_TRY(end);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      DSI_CUDA_TRY(inst);
+      it = graphs_.emplace(T, static_cast<void*>(exec)).first;
+    }
+    DSI_CUDA_TRY(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), cs));
+  } else {
+    DSI_RETURN_IF_ERROR(run_forward(&st, rows, T, R));
+  }
+  logits.resize(size_t(R) * size_t(V));
+  if (R > 0) DSI_CUDA_TRY(cudaMemcpyAsync(logits.data(), s_.logits.data(), size_t(R * V) * 4, cudaMemcpyDeviceToHost, cs));
+  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  return Status::ok();
+}
+
+Status CudaRunner::run_forward(const void* step_dev, const int32_t* rows, int64_t T, int64_t R) {
+  const ops::StepDevice& st = *static_cast<const ops::StepDevice*>(step_dev);
+  const int64_t V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
   DSI_OP("embed", -1, embed(embed_->data.data(), embed_->w.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D,
                             st.tokens, T, n, ptr<float>(s_.X), stream_));
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
@@ -218,10 +282,6 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
     DSI_OP("hc_head", -1, hc_head_norm(hh, ptr<float>(s_.X), rows, R, ptr<float>(s_.hid), stream_));
     DSI_OP("lm_head", -1, gemm(ptr<float>(s_.hid), R, D, head_, ptr<float>(s_.logits), V, false, stream_));
   }
-  logits.resize(size_t(R) * size_t(V));
-  if (R > 0)
-    DSI_CUDA_TRY(cudaMemcpyAsync(logits.data(), s_.logits.data(), size_t(R * V) * 4, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_)));
-  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
   return Status::ok();
 }
 
@@ -307,12 +367,7 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
   ap.rope_dim = rd;  // the inverse RoPE of the output is fused into the kernel's final write
   ap.inv_freq = inv;
   ap.attention_factor = af;
-  const int64_t max_keys = cfg_.sliding_window + (type == AttnType::CSA   ? cfg_.index_topk
-                                                  : type == AttnType::HCA ? (s_.max_pos + 1) / std::max<int64_t>(m, 1)
-                                                                          : 0);
-  ap.num_splits = sparse_attention_splits(T, H, max_keys, device_.multiprocessors);
-  DSI_RETURN_IF_ERROR(grow(s_.attn_ws, size_t(sparse_attention_workspace_floats(T, H, hd, ap.num_splits)) * 4 + 256,
-                           "attention workspace"));
+  ap.num_splits = attention_splits(type, m, T, s_.max_pos);  // workspace sized by ensure_scratch
   float* o = ptr<float>(s_.o);
   DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, ptr<float>(s_.attn_ws), stream_));
   DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));

@@ -4,6 +4,7 @@
 // GPU in the official formats. The per-sequence state lives in device memory laid out by the engine's
 // cache::StateLayout (fp32 rows). Optional per-op CUDA-event timing feeds `dsinfer bench`.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -273,6 +274,7 @@ Result<std::unique_ptr<ModelRunner>> create_cuda_runner(const RunnerOptions& opt
 
 Status CudaRunner::init(const RunnerOptions& opts) {
   exact_ = opts.exact_gemm;
+  if (const char* g = std::getenv("DSINFER_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
   DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(0));
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
   if (opts.load_format == "dummy") {
@@ -311,6 +313,7 @@ Status CudaRunner::init(const RunnerOptions& opts) {
 }
 
 CudaRunner::~CudaRunner() {
+  drop_graphs();
   for (auto& [k, ev] : events_) {
     cudaEventDestroy(static_cast<cudaEvent_t>(ev.first));
     cudaEventDestroy(static_cast<cudaEvent_t>(ev.second));
@@ -330,7 +333,9 @@ Status CudaRunner::randomize_state(uint64_t seed) {
   return Status::ok();
 }
 
-Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) {
+Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) {
+  max_model_len_ = max_model_len;
+  drop_graphs();
   if (layout.kv_elem_bytes != 4) return Status::error("cuda runner: state layout must use fp32 rows");
   layout_ = layout;
   DSI_ASSIGN_OR_RETURN(slots_, DeviceBlob::alloc(size_t(num_slots) * size_t(layout.slot_bytes), "state slots"));

@@ -27,7 +27,7 @@ class CudaRunner final : public ModelRunner {
   bool is_cuda() const override { return true; }
   bool exact_math() const override { return exact_; }
   bool fp32_weights() const override { return fp32_weights_; }
-  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) override;
+  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
 
   // Per-op timing for `dsinfer bench`: when on, every named op is bracketed by CUDA events.
@@ -72,7 +72,11 @@ class CudaRunner final : public ModelRunner {
   Status make_dummy(const model::TensorSpec& spec, uint64_t seed);
   const DevTensor* find(const std::string& name) const;
   Status build_layers();
-  Status ensure_scratch(int64_t T, int64_t R, int64_t max_visible);
+  Status ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int64_t max_pos);
+  int64_t attention_splits(io::AttnType type, int64_t m, int64_t T, int64_t max_pos) const;
+  // The kernels of one step (no host synchronisation, no allocation: capturable into a CUDA graph).
+  Status run_forward(const void* step_dev, const int32_t* rows, int64_t T, int64_t R);
+  void drop_graphs();
   Status attention(int64_t l, const void* step_dev);
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);
   Status mark(const char* name, int64_t layer, bool begin);
@@ -107,6 +111,12 @@ class CudaRunner final : public ModelRunner {
   int64_t T_ = 0;
   bool timing_ = false;
   bool exact_ = false;  // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
+  int64_t max_model_len_ = 0;
+  // Decode steps (one new token per sequence) replay a CUDA graph per batch size; scratch buffers are sized
+  // for max_model_len so the captured pointers and launch shapes stay valid. Any reallocation drops them.
+  bool graphs_enabled_ = true;          // DSINFER_CUDA_GRAPHS=0 turns them off
+  std::map<int64_t, void*> graphs_;     // batch size -> cudaGraphExec_t
+  uint64_t scratch_gen_ = 0, graphs_gen_ = 0;
   std::map<std::pair<std::string, int64_t>, std::pair<void*, void*>> events_;
   std::vector<std::pair<std::string, int64_t>> order_;
 };

@@ -71,7 +71,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg) {
     cc.budget_bytes = std::max<int64_t>(cc.budget_bytes, per_seq);
   }
   DSI_ASSIGN_OR_RETURN(cache::StateCache sc, cache::StateCache::create(mc, cc));
-  DSI_RETURN_IF_ERROR(e->runner_->bind_state(sc.layout(), sc.num_slots(), sc.num_blocks()));
+  DSI_RETURN_IF_ERROR(e->runner_->bind_state(sc.layout(), sc.num_slots(), sc.num_blocks(), e->max_model_len_));
   scheduler::SchedulerConfig scfg;
   scfg.max_num_seqs = cfg.max_num_seqs;
   scfg.max_num_batched_tokens = cfg.max_num_batched_tokens;

@@ -26,8 +26,10 @@ class ModelRunner {
   // Bytes per row element of the state this runner stores (4 = fp32, 2 = bf16); the engine builds the
   // StateLayout with it.
   virtual int32_t kv_elem_bytes() const = 0;
-  // Allocates the state memory for the engine's cache (num_slots slots, num_blocks blocks of `layout`).
-  virtual Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks) = 0;
+  // Allocates the state memory for the engine's cache (num_slots slots, num_blocks blocks of `layout`);
+  // no sequence will be longer than max_model_len.
+  virtual Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks,
+                            int64_t max_model_len) = 0;
   // Runs the plan's tokens; logits [plan.num_logits(), vocab], row i for token plan.logits_token_index[i]
   // (normally each sequence's last token; check-reference asks for every position).
   virtual Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) = 0;

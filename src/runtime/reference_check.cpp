@@ -142,7 +142,7 @@ Result<ReferenceCheck> check_reference(ModelRunner& runner, const io::Safetensor
   DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(runner.config(), cc));
   cc.budget_bytes = layout.slot_bytes + (max_len + layout.block_size - 1) / layout.block_size * layout.block_bytes;
   DSI_ASSIGN_OR_RETURN(cache::StateCache cache, cache::StateCache::create(runner.config(), cc));
-  DSI_RETURN_IF_ERROR(runner.bind_state(cache.layout(), cache.num_slots(), cache.num_blocks()));
+  DSI_RETURN_IF_ERROR(runner.bind_state(cache.layout(), cache.num_slots(), cache.num_blocks(), max_len));
   ReferenceCheck out;
   for (size_t i = 0; i < prompts->size(); ++i) {
     const RefPrompt& r = (*prompts)[i];
