@@ -186,8 +186,15 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const size_t o_tok = reserve(size_t(T) * 4), o_pos = reserve(size_t(T) * 8), o_seq = reserve(size_t(T) * 4),
                o_cu = reserve(size_t(S + 1) * 4), o_start = reserve(size_t(S) * 8), o_slot = reserve(size_t(S) * 4),
                o_tab = reserve(size_t(S * stride) * 4), o_rows = reserve(size_t(std::max<int64_t>(R, 1)) * 4);
-  plan_host_.assign(off, 0);
-  auto put = [&](size_t o, const void* src, size_t bytes) { std::memcpy(plan_host_.data() + o, src, bytes); };
+  if (plan_host_bytes_ < off) {
+    if (plan_host_) cudaFreeHost(plan_host_);
+    plan_host_ = nullptr;
+    plan_host_bytes_ = 0;
+    DSI_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&plan_host_), std::max<size_t>(off, 4096)));
+    plan_host_bytes_ = std::max<size_t>(off, 4096);
+  }
+  std::memset(plan_host_, 0, off);
+  auto put = [&](size_t o, const void* src, size_t bytes) { std::memcpy(plan_host_ + o, src, bytes); };
   put(o_tok, plan.token_ids.data(), size_t(T) * 4);
   put(o_pos, plan.positions.data(), size_t(T) * 8);
   put(o_cu, plan.cu_seqlens.data(), size_t(S + 1) * 4);
@@ -209,7 +216,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
     ++scratch_gen_;
   }
   cudaStream_t cs = static_cast<cudaStream_t>(stream_);
-  DSI_CUDA_TRY(cudaMemcpyAsync(s_.plan.data(), plan_host_.data(), off, cudaMemcpyHostToDevice, cs));
+  DSI_CUDA_TRY(cudaMemcpyAsync(s_.plan.data(), plan_host_, off, cudaMemcpyHostToDevice, cs));
   uint8_t* base = ptr<uint8_t>(s_.plan);
   ops::StepDevice st;
   st.T = T;

@@ -314,6 +314,7 @@ Status CudaRunner::init(const RunnerOptions& opts) {
 
 CudaRunner::~CudaRunner() {
   drop_graphs();
+  if (plan_host_) cudaFreeHost(plan_host_);
   for (auto& [k, ev] : events_) {
     cudaEventDestroy(static_cast<cudaEvent_t>(ev.first));
     cudaEventDestroy(static_cast<cudaEvent_t>(ev.second));

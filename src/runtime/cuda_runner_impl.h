@@ -107,7 +107,10 @@ class CudaRunner final : public ModelRunner {
   ops::cuda::DeviceBlob slots_, blocks_;
   Scratch s_;
   ops::cuda::MoeWorkspace moe_ws_;
-  std::vector<uint8_t> plan_host_;
+  // Pinned host staging of the step plan (one async copy per step; page-locked so it overlaps and stays
+  // valid while the copy is in flight).
+  uint8_t* plan_host_ = nullptr;
+  size_t plan_host_bytes_ = 0;
   int64_t T_ = 0;
   bool timing_ = false;
   bool exact_ = false;  // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
