@@ -303,6 +303,21 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
   const model::StatePool pool{&layout_, static_cast<float*>(slots_.data()), static_cast<float*>(blocks_.data())};
   const ops::LayerStateView view = model::layer_view(pool, l);
   float *y = ptr<float>(s_.y), *cq = ptr<float>(s_.cq), *q = ptr<float>(s_.q), *kv = ptr<float>(s_.kv);
+  // Main (d = head_dim) and indexer (d = index_head_dim) compressors share everything but these.
+  auto compressor_params = [&](bool overlap, int64_t d, bool indexer, const float* ape, const float* norm) {
+    CompressorCudaParams p;
+    p.m = m;
+    p.overlap = overlap;
+    p.d = d;
+    p.indexer = indexer;
+    p.ape = ape;
+    p.norm_w = norm;
+    p.eps = eps;
+    p.rope_dim = rd;
+    p.inv_freq = inv;
+    p.attention_factor = af;
+    return p;
+  };
 
   DSI_OP("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr, false, stream_));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
@@ -318,16 +333,7 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
     const int64_t c = type == AttnType::CSA ? 2 : 1;
     DSI_OP("compressor_proj", l, gemm(y, T, D, L.comp_wkv, ptr<float>(s_.ckv), c * hd, false, stream_));
     DSI_OP("compressor_proj", l, gemm(y, T, D, L.comp_wgate, ptr<float>(s_.cg), c * hd, false, stream_));
-    CompressorCudaParams cp;
-    cp.m = m;
-    cp.overlap = type == AttnType::CSA;
-    cp.d = hd;
-    cp.ape = L.comp_ape;
-    cp.norm_w = L.comp_norm;
-    cp.eps = eps;
-    cp.rope_dim = rd;
-    cp.inv_freq = inv;
-    cp.attention_factor = af;
+    CompressorCudaParams cp = compressor_params(type == AttnType::CSA, hd, false, L.comp_ape, L.comp_norm);
     cp.sim = num_.kv_fp8_sim ? CompressorSim::Fp8Nope : CompressorSim::None;
     cp.fp8_dims = nope;
     DSI_OP("compressor", l, compressor_step(st, view, cp, ptr<float>(s_.ckv), ptr<float>(s_.cg), stream_));
@@ -344,17 +350,7 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
     DSI_OP("indexer_proj", l, scale_cuda(iw, T * Hi, float(1.0 / std::sqrt(double(Hi))), stream_));
     DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wkv, ptr<float>(s_.ikv), 2 * di, false, stream_));
     DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wgate, ptr<float>(s_.ig), 2 * di, false, stream_));
-    CompressorCudaParams ip;
-    ip.m = m;
-    ip.overlap = true;
-    ip.d = di;
-    ip.indexer = true;
-    ip.ape = L.idx_ape;
-    ip.norm_w = L.idx_norm;
-    ip.eps = eps;
-    ip.rope_dim = rd;
-    ip.inv_freq = inv;
-    ip.attention_factor = af;
+    CompressorCudaParams ip = compressor_params(true, di, true, L.idx_ape, L.idx_norm);
     ip.sim = num_.indexer_fp4_sim ? CompressorSim::HadamardFp4 : CompressorSim::None;
     DSI_OP("indexer_compressor", l, compressor_step(st, view, ip, ptr<float>(s_.ikv), ptr<float>(s_.ig), stream_));
     const IndexerCudaParams xp{Hi, di, m, cfg_.index_topk};

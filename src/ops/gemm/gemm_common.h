@@ -4,11 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DSI_HD __host__ __device__ __forceinline__
-#else
-#define DSI_HD inline
-#endif
+#include "ops/state_view.h"  // DSI_HD
 
 namespace dsinfer::ops::gemm_detail {
 
