@@ -3,6 +3,7 @@
 // before any tensor is handed out, so a bad file is an error naming the file and tensor, never a crash.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +25,17 @@ struct TensorView {
     int64_t n = 1;
     for (auto d : shape) n *= d;
     return n;
+  }
+  // Element i of an I64 or I32 tensor (caller checked the dtype).
+  int64_t int_at(int64_t i) const {
+    if (dtype == DType::I64) {
+      int64_t v;
+      std::memcpy(&v, data + 8 * i, 8);
+      return v;
+    }
+    int32_t v;
+    std::memcpy(&v, data + 4 * i, 4);
+    return v;
   }
 };
 

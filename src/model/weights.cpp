@@ -124,14 +124,7 @@ class Loader {
     }
     out.resize(size_t(rows * cols));
     for (int64_t i = 0; i < rows * cols; ++i) {
-      int64_t v;
-      if (t->dtype == DType::I64) {
-        std::memcpy(&v, t->data + 8 * i, 8);
-      } else {
-        int32_t v32;
-        std::memcpy(&v32, t->data + 4 * i, 4);
-        v = v32;
-      }
+      const int64_t v = t->int_at(i);
       if (v < 0 || v >= max_value) {
         error(fmt::format("tensor '{}': entry {} = {} is not an expert id in [0, {})", name, i, v, max_value));
         return {};

@@ -48,17 +48,7 @@ Status CudaRunner::upload_resolved(const model::ResolvedTensor& r) {
     DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::upload(host.data(), host.size() * 4, r.spec.name.c_str()));
   } else if (r.spec.kind == model::TensorKind::IndexTable) {
     std::vector<int32_t> host(size_t(v.numel()));
-    for (size_t i = 0; i < host.size(); ++i) {
-      int64_t x = 0;
-      if (v.dtype == DType::I64) {
-        std::memcpy(&x, v.data + 8 * i, 8);
-      } else {
-        int32_t y;
-        std::memcpy(&y, v.data + 4 * i, 4);
-        x = y;
-      }
-      host[i] = int32_t(x);
-    }
+    for (size_t i = 0; i < host.size(); ++i) host[i] = int32_t(v.int_at(int64_t(i)));
     DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::upload(host.data(), host.size() * 4, r.spec.name.c_str()));
   } else {
     t.w.rows = r.spec.rows;

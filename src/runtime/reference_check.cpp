@@ -23,17 +23,7 @@ Result<std::vector<int32_t>> read_ids(const io::TensorView& t) {
     return Status::errorf("{}: '{}' must be a 1-D I64 or I32 tensor, found {} {}", t.file, t.name, dtype_name(t.dtype),
                           io::shape_str(t.shape));
   std::vector<int32_t> v(size_t(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) {
-    int64_t x = 0;
-    if (t.dtype == DType::I64) {
-      std::memcpy(&x, t.data + 8 * i, 8);
-    } else {
-      int32_t y;
-      std::memcpy(&y, t.data + 4 * i, 4);
-      x = y;
-    }
-    v[i] = int32_t(x);
-  }
+  for (size_t i = 0; i < v.size(); ++i) v[i] = int32_t(t.int_at(int64_t(i)));
   return v;
 }
 
