@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
   const std::string src = DSINFER_SOURCE_DIR;

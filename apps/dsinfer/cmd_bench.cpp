@@ -11,8 +11,8 @@
 
 #include "apps/dsinfer/commands.h"
 #include "cache/state_layout.h"
-#include "runtime/cost_model.h"
-#include "runtime/model_runner.h"
+#include "perf/cost_model.h"
+#include "engine/model_runner.h"
 
 namespace dsinfer::cli {
 
@@ -66,11 +66,12 @@ scheduler::BatchPlan make_plan(int64_t seqs, int64_t new_tokens, int64_t context
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  runtime::RunnerOptions ro;
-  ro.backend = "cuda";
-  ro.load_format = "dummy";
+  engine::RunnerOptions ro;
+  ro.backend = engine::Backend::kCuda;
+  ro.load_format = engine::LoadFormat::kDummy;
   std::vector<int64_t> batches = {1, 64, 256};
   int64_t context = 4096, prefill = 4096, iters = 5;
+  std::string backend = "cuda", load_format = "dummy", numerics = "official";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") return usage(), 0;
@@ -78,9 +79,9 @@ int cmd_bench(int argc, char** argv) {
     const std::string v = argv[++i];
     try {
       if (a == "--model") ro.model_dir = v;
-      else if (a == "--backend") ro.backend = v;
-      else if (a == "--load-format") ro.load_format = v;
-      else if (a == "--numerics") ro.numerics = v;
+      else if (a == "--backend") backend = v;
+      else if (a == "--load-format") load_format = v;
+      else if (a == "--numerics") numerics = v;
       else if (a == "--layers") ro.num_layers = std::stoll(v);
       else if (a == "--batch") batches = parse_list(v);
       else if (a == "--context") context = std::stoll(v);
@@ -96,12 +97,20 @@ int cmd_bench(int argc, char** argv) {
     }
   }
   if (ro.model_dir.empty()) return usage(), 2;
-  auto runner = runtime::create_runner(ro);
+  auto be = engine::parse_backend(backend);
+  auto lf = engine::parse_load_format(load_format);
+  auto num = model::Numerics::from_name(numerics);
+  for (const Status& s : {be.status(), lf.status(), num.status()})
+    if (!s) return std::fprintf(stderr, "bench: %s\n", s.message().c_str()), 2;
+  ro.backend = *be;
+  ro.load_format = *lf;
+  ro.numerics = *num;
+  auto runner = engine::create_runner(ro);
   if (!runner) {
     std::fprintf(stderr, "bench: %s\n", runner.status().message().c_str());
     return 2;
   }
-  runtime::ModelRunner& r = **runner;
+  engine::ModelRunner& r = **runner;
   const io::ModelConfig& cfg = r.config();
   std::printf("bench: %s, %lld layers, %s\n", ro.model_dir.c_str(), (long long)cfg.num_hidden_layers, r.name().c_str());
   const int64_t max_b = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
@@ -110,16 +119,16 @@ int cmd_bench(int argc, char** argv) {
   cc.max_num_seqs = int32_t(max_b);
   auto layout = cache::compute_state_layout(cfg, cc);
   if (!layout) return std::fprintf(stderr, "bench: %s\n", layout.status().message().c_str()), 2;
-  const int64_t bps_decode = (context + 1 + layout->block_size - 1) / layout->block_size;
-  const int64_t bps_prefill = (prefill + layout->block_size - 1) / layout->block_size;
+  const int64_t bps_decode = layout->blocks_per_sequence(context + 1);
+  const int64_t bps_prefill = layout->blocks_per_sequence(prefill);
   if (Status s = r.bind_state(*layout, int32_t(max_b), int32_t(std::max(max_b * bps_decode, bps_prefill)),
                               std::max(context + 1, prefill));
       !s)
     return std::fprintf(stderr, "bench: %s\n", s.message().c_str()), 2;
-  if (Status s = r.randomize_state(7); !s) return std::fprintf(stderr, "bench: %s\n", s.message().c_str()), 2;
-  if (Status s = r.set_timing(true); !s) return std::fprintf(stderr, "bench: %s\n", s.message().c_str()), 2;
+  if (Status s = r.diagnostics().randomize_state(7); !s) return std::fprintf(stderr, "bench: %s\n", s.message().c_str()), 2;
+  if (Status s = r.diagnostics().set_timing(true); !s) return std::fprintf(stderr, "bench: %s\n", s.message().c_str()), 2;
 
-  const runtime::Ceilings ceil;
+  const perf::Ceilings ceil;
   auto run_case = [&](const char* title, int64_t seqs, int64_t new_tokens, int64_t ctx) -> bool {
     std::vector<std::vector<cache::BlockId>> tables;
     const scheduler::BatchPlan plan = make_plan(seqs, new_tokens, ctx, layout->block_size, tables, cfg.vocab_size);
@@ -133,7 +142,7 @@ int cmd_bench(int argc, char** argv) {
         return false;
       }
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      auto times = r.op_times();
+      auto times = r.diagnostics().op_times();
       if (!times) return std::fprintf(stderr, "bench: %s\n", times.status().message().c_str()), false;
       if (it == 0) continue;
       step_ms.push_back(ms);
@@ -145,7 +154,7 @@ int cmd_bench(int argc, char** argv) {
     };
     std::sort(step_ms.begin(), step_ms.end());
     // Aggregate ops over layers; floors from the cost model for the same names.
-    runtime::StepShape shape{seqs, new_tokens, ctx, seqs};
+    perf::StepShape shape{seqs, new_tokens, ctx, seqs};
     std::map<std::string, std::pair<double, double>> agg;  // name -> (measured ms, floor ms)
     std::vector<std::string> order;
     for (const auto& [key, v] : samples) {
@@ -153,7 +162,7 @@ int cmd_bench(int argc, char** argv) {
       agg[key.first].first += median(v);
     }
     double total_floor = 0;
-    for (const auto& c : runtime::step_costs(cfg, shape, {}, cfg.num_hidden_layers)) {
+    for (const auto& c : perf::step_costs(cfg, shape, {}, cfg.num_hidden_layers)) {
       agg[c.name].second += 1e3 * c.floor_s(ceil);
       total_floor += 1e3 * c.floor_s(ceil);
     }
@@ -174,7 +183,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("per layer: %.4f ms; tokens/s: %.1f\n", total_meas / double(cfg.num_hidden_layers),
                 double(seqs * new_tokens) / (step / 1e3));
     if (new_tokens == 1) {  // decode again without per-op events: the runner replays its CUDA graph
-      (void)r.set_timing(false);
+      (void)r.diagnostics().set_timing(false);
       std::vector<double> g;
       for (int64_t it = 0; it < iters + 1; ++it) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -188,7 +197,7 @@ int cmd_bench(int argc, char** argv) {
       const double gs = g[g.size() / 2];
       std::printf("%-22s %12.4f %12.4f %8.2f   (CUDA graph replay, host wall; tokens/s %.1f)\n", "step (graph)", gs,
                   total_floor, gs / total_floor, double(seqs) / (gs / 1e3));
-      (void)r.set_timing(true);
+      (void)r.diagnostics().set_timing(true);
     }
     return true;
   };

@@ -7,7 +7,8 @@
 #include <string>
 
 #include "apps/dsinfer/commands.h"
-#include "runtime/reference_check.h"
+#include "check/reference_check.h"
+#include "engine/model_runner.h"
 
 namespace dsinfer::cli {
 
@@ -65,17 +66,26 @@ int cmd_check_reference(int argc, char** argv) {
   if (ref_path.empty()) ref_path = (std::filesystem::path(model_dir) / "reference.safetensors").string();
   // On the GPU the default is exact (fp32) GEMMs, so the check tests every kernel at reference precision;
   // --fast-gemm checks the production tensor-core path (bf16 operands) instead.
-  auto runner = runtime::create_runner({model_dir, backend, numerics, "auto", 0, !fast_gemm});
+  engine::RunnerOptions ro;
+  ro.model_dir = model_dir;
+  ro.exact_gemm = !fast_gemm;
+  auto be = engine::parse_backend(backend);
+  if (!be) return fail(be.status());
+  ro.backend = *be;
+  auto num = model::Numerics::from_name(numerics);
+  if (!num) return fail(num.status());
+  ro.numerics = *num;
+  auto runner = engine::create_runner(ro);
   if (!runner) return fail(runner.status());
   auto ref = io::SafetensorsFile::open(ref_path);
   if (!ref) return fail(ref.status());
-  if (tol < 0) tol = runtime::default_tolerance(**runner);
+  if (tol < 0) tol = check::default_tolerance(**runner);
   std::printf("model %s, reference %s, %s, tolerance %.1e\n", model_dir.c_str(), ref_path.c_str(), (*runner)->name().c_str(),
               tol);
-  auto res = runtime::check_reference(**runner, *ref, tol, !dump_path.empty());
+  auto res = check::check_reference(**runner, *ref, tol, !dump_path.empty());
   if (!res) return fail(res.status());
   for (size_t i = 0; i < res->prompts.size(); ++i) {
-    const runtime::PromptCheck& p = res->prompts[i];
+    const check::PromptCheck& p = res->prompts[i];
     std::printf("prompt %zu: len %3lld  max|err|/max|ref| = %.3e  greedy %zu/%zu  %s\n", i, (long long)p.len, p.rel_err,
                 p.greedy_matched, p.greedy_total, p.ok ? "OK" : "FAIL");
   }

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/dsinfer/commands.h"
-#include "src/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dsinfer::cli {
 namespace {

@@ -25,8 +25,8 @@ Result<StateCache> StateCache::create(const io::ModelConfig& cfg, const StateCac
                           cfg.max_position_embeddings);
   if (cc.max_num_seqs < 1) return Status::errorf("state cache: max_num_seqs must be >= 1, found {}", cc.max_num_seqs);
   // One sequence at max_model_len, plus the speculative tokens of its last step.
-  const int64_t per_seq_blocks = (max_len + cc.max_spec_tokens + layout.block_size - 1) / layout.block_size;
-  const int64_t min_bytes = layout.slot_bytes + per_seq_blocks * layout.block_bytes;
+  const int64_t per_seq_blocks = layout.blocks_per_sequence(max_len);
+  const int64_t min_bytes = layout.bytes_per_sequence(max_len);
   if (cc.budget_bytes < min_bytes)
     return Status::errorf("state cache: budget_bytes {} is below the {} bytes one max_model_len={} sequence needs "
                           "(slot {} B + {} blocks x {} B)", cc.budget_bytes, min_bytes, max_len, layout.slot_bytes,

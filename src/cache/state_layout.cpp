@@ -85,6 +85,7 @@ Result<StateLayout> compute_state_layout(const io::ModelConfig& cfg, const State
     return Status::errorf("state layout: block_size {} must be a positive multiple of every compress ratio "
                           "(lcm {})", cc.block_size, lcm);
   L.ring_rows = cfg.sliding_window + cc.max_spec_tokens;
+  L.spec_tokens = cc.max_spec_tokens;
   L.head_dim = cfg.head_dim;
   L.index_head_dim = cfg.index_head_dim;
   L.kv_elem_bytes = cc.kv_elem_bytes;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "dsinfer/engine.h"
 #include "io/config.h"
 
 namespace dsinfer::cache {
@@ -18,7 +19,7 @@ namespace dsinfer::cache {
 struct StateCacheConfig {
   int64_t budget_bytes = 0;     // total bytes for slots + blocks
   int64_t block_size = 0;       // tokens per block; 0 = lcm of the compress ratios (128 for V4), min 16
-  int32_t max_num_seqs = 256;   // most slots ever created (sequences holding state at once)
+  int32_t max_num_seqs = EngineOptions{}.max_num_seqs;  // most slots ever created (sequences holding state at once)
   int64_t max_model_len = 0;    // longest sequence (prompt + output); 0 = max_position_embeddings
   int32_t max_spec_tokens = 0;  // k of speculative decoding: extra ring/frontier rows so rollback is free
   int32_t kv_elem_bytes = 4;    // ring rows, compressed entries, indexer keys: 4 (fp32 reference) or 2 (bf16)
@@ -58,6 +59,7 @@ struct StateLayout {
   int64_t block_bytes = 0;           // padded
   int64_t slot_bytes = 0;            // padded
   int64_t ring_rows = 0;             // sliding_window + max_spec_tokens
+  int64_t spec_tokens = 0;           // max_spec_tokens: a sequence may hold this many unverified tokens
   int64_t head_dim = 0, index_head_dim = 0, kv_elem_bytes = 0;
   std::vector<LayerState> layers;    // num_hidden_layers (+ MTP layers when include_mtp)
 
@@ -69,6 +71,11 @@ struct StateLayout {
   Loc indexer_key(int64_t layer, int64_t j) const;
   int64_t ring_row(int64_t layer, int64_t pos) const;      // byte offset in the slot
   int64_t frontier_row(int64_t layer, int64_t pos) const;  // byte offset in the slot
+
+  // The one per-sequence sizing rule: token blocks and bytes (slot + blocks) a sequence of up to max_len
+  // tokens (plus spec_tokens speculative ones) can need.
+  int64_t blocks_per_sequence(int64_t max_len) const { return (max_len + spec_tokens + block_size - 1) / block_size; }
+  int64_t bytes_per_sequence(int64_t max_len) const { return slot_bytes + blocks_per_sequence(max_len) * block_bytes; }
 };
 
 // Fails (naming the value) on a block_size that is not a positive multiple of every compress ratio, or

@@ -129,7 +129,11 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
   c.num_experts_per_tok = r.integer("num_experts_per_tok", std::nullopt, 1);
   c.n_shared_experts = r.integer("n_shared_experts", 1);
   c.moe_intermediate_size = r.integer("moe_intermediate_size", std::nullopt, 1);
-  c.scoring_func = r.string("scoring_func", "sqrtsoftplus");
+  const std::string scoring = r.string("scoring_func", "sqrtsoftplus");
+  if (scoring == "sqrtsoftplus") c.scoring_func = ScoringFunc::SqrtSoftplus;
+  else if (scoring == "softmax") c.scoring_func = ScoringFunc::Softmax;
+  else if (scoring == "sigmoid") c.scoring_func = ScoringFunc::Sigmoid;
+  else r.fail(fmt::format("unsupported scoring_func '{}' (expected sqrtsoftplus, softmax or sigmoid)", scoring));
   c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0);
   c.norm_topk_prob = r.boolean("norm_topk_prob", true);
   c.swiglu_limit = r.number("swiglu_limit", 0.0);
@@ -144,8 +148,6 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
                        ? (j["eos_token_id"].empty() ? 1 : j["eos_token_id"][0].get<int64_t>())
                        : r.integer("eos_token_id", 1);
   c.max_position_embeddings = r.integer("max_position_embeddings", 0);
-  if (c.scoring_func != "sqrtsoftplus" && c.scoring_func != "softmax" && c.scoring_func != "sigmoid")
-    r.fail(fmt::format("unsupported scoring_func '{}' (expected sqrtsoftplus, softmax or sigmoid)", c.scoring_func));
   if (r.has("topk_method") && r.string("topk_method", "") != "noaux_tc")
     r.fail("topk_method '" + r.string("topk_method", "") + "' is not supported (expected 'noaux_tc')");
   if (r.has("n_group") && r.integer("n_group", 1) > 1) r.fail("group-limited routing (n_group > 1) is not part of DeepSeek-V4");
@@ -301,9 +303,12 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
     if (!qr.err.is_ok()) return qr.err;
     c.fp8_weights = true;
   }
-  c.expert_dtype = r.string("expert_dtype", "");
-  if (!c.expert_dtype.empty() && c.expert_dtype != "fp4" && c.expert_dtype != "fp8" && c.expert_dtype != "bf16")
-    return Status::errorf("{}: expert_dtype '{}' is not supported (expected fp4, fp8 or bf16)", source, c.expert_dtype);
+  const std::string expert_dtype = r.string("expert_dtype", "");
+  if (expert_dtype == "fp4") c.expert_dtype = ExpertDtype::FP4;
+  else if (expert_dtype == "fp8") c.expert_dtype = ExpertDtype::FP8;
+  else if (expert_dtype == "bf16") c.expert_dtype = ExpertDtype::BF16;
+  else if (!expert_dtype.empty())
+    return Status::errorf("{}: expert_dtype '{}' is not supported (expected fp4, fp8 or bf16)", source, expert_dtype);
   if (!r.err.is_ok()) return r.err;
 
   // ---- consistency ----

@@ -7,11 +7,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "io/config_enums.h"
 
 namespace dsinfer::io {
-
-enum class AttnType { Sliding, CSA, HCA };  // compress ratio 0 / compress_rates.csa / compress_rates.hca
-enum class MlpType { HashMoE, MoE };
 
 struct RopeParams {
   double theta = 10000.0;
@@ -33,7 +31,7 @@ struct ModelConfig {
   int64_t csa_ratio = 4, hca_ratio = 128;
   int64_t index_n_heads = 0, index_head_dim = 0, index_topk = 0;
   int64_t n_routed_experts = 0, num_experts_per_tok = 0, n_shared_experts = 1, moe_intermediate_size = 0;
-  std::string scoring_func = "sqrtsoftplus";
+  ScoringFunc scoring_func = ScoringFunc::SqrtSoftplus;
   double routed_scaling_factor = 1.0;
   bool norm_topk_prob = true;
   double swiglu_limit = 0.0;  // 0 = no clamp
@@ -47,7 +45,7 @@ struct ModelConfig {
   // Storage formats (informational for the loader; the loader trusts each tensor's own dtype).
   bool fp8_weights = false;          // quantization_config.quant_method == fp8
   int64_t fp8_block_n = 128, fp8_block_k = 128;
-  std::string expert_dtype;          // "fp4", "fp8", "" (same as other weights)
+  ExpertDtype expert_dtype = ExpertDtype::Same;
 
   int64_t rope_dim() const { return qk_rope_head_dim; }
   int64_t nope_dim() const { return head_dim - qk_rope_head_dim; }

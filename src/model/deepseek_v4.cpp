@@ -22,24 +22,6 @@ namespace dsinfer::model {
 
 using io::AttnType;
 
-Numerics Numerics::official() { return Numerics{}; }
-
-Numerics Numerics::hf() {
-  Numerics n;
-  n.name = "hf";
-  n.kv_fp8_sim = false;
-  n.indexer_fp4_sim = false;
-  n.shared_expert_clamp = true;  // transformers 5.17 DeepseekV4MLP clamps (the older revision did not)
-  n.router_norm_eps = 1e-20f;
-  return n;
-}
-
-Result<Numerics> Numerics::from_name(const std::string& name) {
-  if (name == "official") return official();
-  if (name == "hf") return hf();
-  return Status::errorf("unknown numerics profile '{}' (expected 'official' or 'hf')", name);
-}
-
 DeepseekV4Cpu::DeepseekV4Cpu(io::ModelConfig cfg, Weights w, Numerics num)
     : cfg_(std::move(cfg)), w_(std::move(w)), num_(std::move(num)) {
   inv_freq_main_ = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
@@ -302,9 +284,7 @@ void DeepseekV4Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, s
   rp.experts = cfg_.n_routed_experts;
   rp.dim = D;
   rp.topk = k;
-  rp.score = cfg_.scoring_func == "softmax"   ? ops::ScoreFunc::Softmax
-             : cfg_.scoring_func == "sigmoid" ? ops::ScoreFunc::Sigmoid
-                                              : ops::ScoreFunc::SqrtSoftplus;
+  rp.score = cfg_.scoring_func;
   rp.renormalize = cfg_.norm_topk_prob;
   rp.norm_eps = num_.router_norm_eps;
   rp.route_scale = float(cfg_.routed_scaling_factor);

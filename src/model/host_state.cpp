@@ -9,8 +9,7 @@ Result<std::unique_ptr<HostState>> HostState::create(const io::ModelConfig& cfg,
   cc.max_model_len = max_len;
   cc.kv_elem_bytes = 4;
   DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(cfg, cc));
-  const int64_t blocks_per_seq = (max_len + layout.block_size - 1) / layout.block_size;
-  cc.budget_bytes = int64_t(num_seqs) * (layout.slot_bytes + blocks_per_seq * layout.block_bytes);
+  cc.budget_bytes = int64_t(num_seqs) * layout.bytes_per_sequence(max_len);
   return create(cfg, cc);
 }
 

@@ -8,43 +8,43 @@
 
 namespace dsinfer::sampling {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
-Status SamplingParams::validate(int64_t vocab_size) const {
+Status validate(const SamplingParams& p, int64_t vocab_size) {
   auto finite = [](double x) { return std::isfinite(x); };
-  if (n < 1) return Status::errorf("n must be at least 1, got {}", n);
-  if (!finite(temperature) || temperature < 0.0)
-    return Status::errorf("temperature must be a finite number >= 0, got {}", temperature);
-  if (!finite(top_p) || top_p <= 0.0 || top_p > 1.0) return Status::errorf("top_p must be in (0, 1], got {}", top_p);
-  if (top_k < -1) return Status::errorf("top_k must be -1 or 0 (disabled) or at least 1, got {}", top_k);
-  if (!finite(min_p) || min_p < 0.0 || min_p > 1.0) return Status::errorf("min_p must be in [0, 1], got {}", min_p);
-  if (!finite(presence_penalty) || presence_penalty < -2.0 || presence_penalty > 2.0)
-    return Status::errorf("presence_penalty must be in [-2, 2], got {}", presence_penalty);
-  if (!finite(frequency_penalty) || frequency_penalty < -2.0 || frequency_penalty > 2.0)
-    return Status::errorf("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
-  if (!finite(repetition_penalty) || repetition_penalty <= 0.0)
-    return Status::errorf("repetition_penalty must be > 0, got {}", repetition_penalty);
-  for (const auto& [tok, bias] : logit_bias) {
+  if (p.n < 1) return Status::errorf("n must be at least 1, got {}", p.n);
+  if (!finite(p.temperature) || p.temperature < 0.0)
+    return Status::errorf("temperature must be a finite number >= 0, got {}", p.temperature);
+  if (!finite(p.top_p) || p.top_p <= 0.0 || p.top_p > 1.0) return Status::errorf("top_p must be in (0, 1], got {}", p.top_p);
+  if (p.top_k < -1) return Status::errorf("top_k must be -1 or 0 (disabled) or at least 1, got {}", p.top_k);
+  if (!finite(p.min_p) || p.min_p < 0.0 || p.min_p > 1.0) return Status::errorf("min_p must be in [0, 1], got {}", p.min_p);
+  if (!finite(p.presence_penalty) || p.presence_penalty < -2.0 || p.presence_penalty > 2.0)
+    return Status::errorf("presence_penalty must be in [-2, 2], got {}", p.presence_penalty);
+  if (!finite(p.frequency_penalty) || p.frequency_penalty < -2.0 || p.frequency_penalty > 2.0)
+    return Status::errorf("frequency_penalty must be in [-2, 2], got {}", p.frequency_penalty);
+  if (!finite(p.repetition_penalty) || p.repetition_penalty <= 0.0)
+    return Status::errorf("repetition_penalty must be > 0, got {}", p.repetition_penalty);
+  for (const auto& [tok, bias] : p.logit_bias) {
     if (tok < 0 || (vocab_size > 0 && tok >= vocab_size))
       return Status::errorf("logit_bias token id {} is outside the vocabulary [0, {})", tok, vocab_size);
     if (!finite(bias) || bias < -100.0 || bias > 100.0)
       return Status::errorf("logit_bias[{}] must be in [-100, 100], got {}", tok, bias);
   }
-  if (max_tokens && *max_tokens < 1) return Status::errorf("max_tokens must be at least 1, got {}", *max_tokens);
-  if (min_tokens < 0) return Status::errorf("min_tokens must be >= 0, got {}", min_tokens);
-  if (max_tokens && min_tokens > *max_tokens)
-    return Status::errorf("min_tokens ({}) must be <= max_tokens ({})", min_tokens, *max_tokens);
-  for (size_t i = 0; i < stop.size(); ++i)
-    if (stop[i].empty()) return Status::errorf("stop[{}] is an empty string", i);
-  for (size_t i = 0; i < stop_token_ids.size(); ++i) {
-    int32_t t = stop_token_ids[i];
+  if (p.max_tokens && *p.max_tokens < 1) return Status::errorf("max_tokens must be at least 1, got {}", *p.max_tokens);
+  if (p.min_tokens < 0) return Status::errorf("min_tokens must be >= 0, got {}", p.min_tokens);
+  if (p.max_tokens && p.min_tokens > *p.max_tokens)
+    return Status::errorf("min_tokens ({}) must be <= max_tokens ({})", p.min_tokens, *p.max_tokens);
+  for (size_t i = 0; i < p.stop.size(); ++i)
+    if (p.stop[i].empty()) return Status::errorf("stop[{}] is an empty string", i);
+  for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
+    int32_t t = p.stop_token_ids[i];
     if (t < 0 || (vocab_size > 0 && t >= vocab_size))
       return Status::errorf("stop_token_ids[{}] = {} is outside the vocabulary [0, {})", i, t, vocab_size);
   }
-  if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs)
-    return Status::errorf("top_logprobs must be in [0, {}], got {}", kMaxTopLogprobs, top_logprobs);
-  if (top_logprobs > 0 && !logprobs)
-    return Status::errorf("top_logprobs = {} needs logprobs = true", top_logprobs);
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
+    return Status::errorf("top_logprobs must be in [0, {}], got {}", kMaxTopLogprobs, p.top_logprobs);
+  if (p.top_logprobs > 0 && !p.logprobs)
+    return Status::errorf("top_logprobs = {} needs logprobs = true", p.top_logprobs);
   return Status::ok();
 }
 
@@ -185,7 +185,7 @@ Result<SamplingParams> parse_sampling_params(const json& body) {
       p.logit_bias[int32_t(tok)] = bias.get<double>();
     }
   }
-  DSI_RETURN_IF_ERROR(p.validate());
+  DSI_RETURN_IF_ERROR(validate(p));
   return p;
 }
 

@@ -79,8 +79,8 @@ Result<RequestId> Scheduler::add_request(RequestSpec spec) {
       if (spec.prompt[i] < 0 || spec.prompt[i] >= cfg_.vocab_size)
         return Status::errorf("prompt token {} (index {}) is outside the vocabulary [0, {})", spec.prompt[i], i,
                               cfg_.vocab_size);
-  DSI_RETURN_IF_ERROR(spec.params.validate(cfg_.vocab_size));
-  if (spec.params.max_tokens && plen + *spec.params.max_tokens > max_len)
+  DSI_RETURN_IF_ERROR(sampling::validate(spec.params, cfg_.vocab_size));
+  if (spec.params.max_tokens && *spec.params.max_tokens > max_len - plen)
     return Status::errorf("max_tokens {} + prompt {} tokens exceeds max_model_len {}", *spec.params.max_tokens, plen,
                           max_len);
   auto req = std::make_unique<Request>();

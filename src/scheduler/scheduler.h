@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/state_cache.h"
+#include "dsinfer/engine.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_checker.h"
 #include "scheduler/batch_plan.h"
@@ -22,8 +23,8 @@ enum class SeqState { Waiting, Prefilling, Decoding, Finished, Aborted };
 const char* seq_state_name(SeqState s);
 
 struct SchedulerConfig {
-  int32_t max_num_seqs = 256;             // running sequences at once (also capped by the cache's slots)
-  int64_t max_num_batched_tokens = 8192;  // tokens computed per step, prefill + decode
+  int32_t max_num_seqs = EngineOptions{}.max_num_seqs;  // running sequences at once (also capped by the cache's slots)
+  int64_t max_num_batched_tokens = EngineOptions{}.max_num_batched_tokens;  // tokens per step, prefill + decode
   double admission_watermark = 0.01;      // fraction of blocks kept free when admitting (not when alone)
   int64_t eos_token_id = -1;
   int64_t vocab_size = 0;                 // > 0: token ids in prompts / params are checked against it

@@ -1,9 +1,9 @@
 // Leftmost-longest added-token matching with the single_word / lstrip / rstrip rules of HF tokenizers.
-#include "src/tokenizer/added_tokens.h"
+#include "tokenizer/added_tokens.h"
 
 #include <algorithm>
 
-#include "src/tokenizer/utf8.h"
+#include "tokenizer/utf8.h"
 
 namespace dsinfer::tokenizer {
 namespace {

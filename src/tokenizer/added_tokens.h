@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "src/tokenizer/pretokenizer.h"
+#include "tokenizer/pretokenizer.h"
 
 namespace dsinfer::tokenizer {
 

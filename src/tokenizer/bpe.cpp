@@ -1,6 +1,6 @@
 // BPE merge loop: a linear scan for short words, a lazy-deletion heap for long ones; both merge the lowest
 // rank pair first and the leftmost one among equal ranks, so they agree with HF's merge_word.
-#include "src/tokenizer/bpe.h"
+#include "tokenizer/bpe.h"
 
 #include <algorithm>
 #include <queue>

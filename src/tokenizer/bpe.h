@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "src/core/status.h"
+#include "core/status.h"
 
 namespace dsinfer::tokenizer {
 

@@ -1,7 +1,7 @@
 // GPT-2 byte <-> code point tables (openai/gpt-2 encoder.py bytes_to_unicode, as HF tokenizers' ByteLevel).
-#include "src/tokenizer/byte_level.h"
+#include "tokenizer/byte_level.h"
 
-#include "src/tokenizer/utf8.h"
+#include "tokenizer/utf8.h"
 
 namespace dsinfer::tokenizer {
 namespace {

@@ -1,12 +1,12 @@
 // HF pre-tokenizer Split sequence on PCRE2 with JIT, and the Oniguruma -> PCRE2 pattern rewrite.
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "src/tokenizer/pretokenizer.h"
+#include "tokenizer/pretokenizer.h"
 
 #include <pcre2.h>
 
 #include <nlohmann/json.hpp>
 
-#include "src/tokenizer/unicode_delta.h"
+#include "tokenizer/unicode_delta.h"
 
 namespace dsinfer::tokenizer {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "src/core/status.h"
+#include "core/status.h"
 
 namespace dsinfer::tokenizer {
 

@@ -1,7 +1,7 @@
 // Incremental UTF-8 assembly over token bytes (see stream_decoder.h for the invalid-byte policy).
-#include "src/tokenizer/stream_decoder.h"
+#include "tokenizer/stream_decoder.h"
 
-#include "src/tokenizer/utf8.h"
+#include "tokenizer/utf8.h"
 
 namespace dsinfer::tokenizer {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "src/core/status.h"
-#include "src/tokenizer/tokenizer.h"
+#include "core/status.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dsinfer::tokenizer {
 

@@ -1,13 +1,13 @@
 // Loading tokenizer.json and the encode / decode pipeline: added tokens -> Split regexes -> byte-level BPE.
-#include "src/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "src/tokenizer/byte_level.h"
-#include "src/tokenizer/utf8.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/utf8.h"
 
 namespace dsinfer::tokenizer {
 namespace {

@@ -12,10 +12,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "src/core/status.h"
-#include "src/tokenizer/added_tokens.h"
-#include "src/tokenizer/bpe.h"
-#include "src/tokenizer/pretokenizer.h"
+#include "core/status.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/pretokenizer.h"
 
 namespace dsinfer::tokenizer {
 

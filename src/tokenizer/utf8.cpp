@@ -1,5 +1,5 @@
 // UTF-8 validation and lossy decoding (maximal-subpart replacement, Unicode 15 §3.9 / WHATWG).
-#include "src/tokenizer/utf8.h"
+#include "tokenizer/utf8.h"
 
 namespace dsinfer::tokenizer {
 

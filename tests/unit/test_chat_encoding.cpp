@@ -3,16 +3,16 @@
 // rejected here too, with a message.
 #include <gtest/gtest.h>
 
-#include "src/tokenizer/chat_encoding.h"
-#include "src/tokenizer/chat_request.h"
+#include "chat/chat_encoding.h"
+#include "chat/chat_request.h"
 #include "tests/unit/tokenizer_test_util.h"
 
-namespace dsinfer::tokenizer {
+namespace dsinfer::chat {
 namespace {
 
 std::vector<ojson> chat_goldens() {
   std::vector<ojson> out;
-  for (const auto& l : testing::read_lines(testing::source_dir() + "/tests/data/tokenizer/chat_goldens.jsonl"))
+  for (const auto& l : tokenizer::testing::read_lines(tokenizer::testing::source_dir() + "/tests/data/tokenizer/chat_goldens.jsonl"))
     out.push_back(ojson::parse(l));
   return out;
 }
@@ -49,7 +49,7 @@ TEST(ChatEncoding, PromptsMatchDeepseekRecipe) {
 
 TEST(ChatEncoding, TokenIdsMatchDeepseekRecipe) {
   std::string why;
-  const Tokenizer* tok = testing::load("v4", &why);
+  const tokenizer::Tokenizer* tok = tokenizer::testing::load("v4", &why);
   if (!tok) GTEST_SKIP() << why;
   size_t n = 0, equal = 0;
   for (const ojson& g : chat_goldens()) {
@@ -93,4 +93,4 @@ TEST(ChatEncoding, MalformedRequestsNameTheProblem) {
 }
 
 }  // namespace
-}  // namespace dsinfer::tokenizer
+}  // namespace dsinfer::chat

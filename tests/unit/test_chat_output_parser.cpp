@@ -4,11 +4,11 @@
 
 #include <set>
 
-#include "src/tokenizer/chat_request.h"
-#include "src/tokenizer/output_parser.h"
+#include "chat/chat_request.h"
+#include "chat/output_parser.h"
 #include "tests/unit/tokenizer_test_util.h"
 
-namespace dsinfer::tokenizer {
+namespace dsinfer::chat {
 namespace {
 
 struct Parsed {
@@ -40,7 +40,7 @@ TEST(ChatOutputParser, MatchesDeepseekRecipeForAnyChunking) {
   // "<｜DSML｜" from content, and pastes a non-JSON string="false" value into arguments unquoted (invalid JSON).
   const std::set<std::string> divergent = {"markers_as_text", "tool_call_non_json_false"};
   size_t n = 0, equal = 0;
-  for (const auto& line : testing::read_lines(testing::source_dir() + "/tests/data/tokenizer/chat_outputs.jsonl")) {
+  for (const auto& line : tokenizer::testing::read_lines(tokenizer::testing::source_dir() + "/tests/data/tokenizer/chat_outputs.jsonl")) {
     auto j = ojson::parse(line);
     const std::string name = j["name"];
     Parsed want{j["expected"]["content"], j["expected"]["reasoning_content"], {}};
@@ -71,7 +71,7 @@ TEST(ChatOutputParser, DivergentCasesAreValidJson) {
 
 TEST(ChatOutputParser, RenderThenParseRoundTrips) {
   size_t calls = 0;
-  for (const auto& line : testing::read_lines(testing::source_dir() + "/tests/data/tokenizer/chat_goldens.jsonl")) {
+  for (const auto& line : tokenizer::testing::read_lines(tokenizer::testing::source_dir() + "/tests/data/tokenizer/chat_goldens.jsonl")) {
     auto g = ojson::parse(line);
     if (g.contains("error")) continue;
     auto conv = parse_chat_request(g["request"]);
@@ -127,4 +127,4 @@ TEST(ChatOutputParser, StartsInToolCallsForRequiredChoice) {
 }
 
 }  // namespace
-}  // namespace dsinfer::tokenizer
+}  // namespace dsinfer::chat

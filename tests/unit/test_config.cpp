@@ -55,7 +55,7 @@ TEST(Config, OfficialForm) {
   EXPECT_FALSE(c->rope_main.yarn);
   EXPECT_EQ(c->rope_main.theta, 10000.0);
   EXPECT_TRUE(c->fp8_weights);
-  EXPECT_EQ(c->expert_dtype, "fp4");
+  EXPECT_EQ(c->expert_dtype, io::ExpertDtype::FP4);
   EXPECT_EQ(c->num_nextn_predict_layers, 1);
 }
 

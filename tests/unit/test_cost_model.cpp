@@ -4,7 +4,7 @@
 #include <map>
 
 #include "io/config.h"
-#include "runtime/cost_model.h"
+#include "perf/cost_model.h"
 #include "test_util.h"
 
 using namespace dsinfer;
@@ -12,8 +12,8 @@ using namespace dsinfer;
 TEST(CostModel, FlashDecodeBatch1) {
   auto cfg = io::load_model_config(test::source_dir() + "/configs/deepseek-v4-flash");
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
-  runtime::StepShape s{1, 1, 4096, -1};
-  const auto ops = runtime::step_costs(*cfg, s, {}, 43);
+  perf::StepShape s{1, 1, 4096, -1};
+  const auto ops = perf::step_costs(*cfg, s, {}, 43);
   std::map<std::string, double> bytes_l2, flops_l2;
   for (const auto& o : ops) {
     if (o.layer == 2) {
@@ -29,7 +29,7 @@ TEST(CostModel, FlashDecodeBatch1) {
   // Layer 2 is CSA: window 128 + top-512 keys at 4K context.
   EXPECT_DOUBLE_EQ(flops_l2["sparse_attention"], 4.0 * 64 * 512 * (128 + 512));
   // Batch-1 decode is memory bound: every op's floor is its bytes over bandwidth.
-  runtime::Ceilings c;
+  perf::Ceilings c;
   for (const auto& o : ops) EXPECT_DOUBLE_EQ(o.floor_s(c), o.bytes / c.hbm_bytes_per_s) << o.name;
   // Active weights per token, all layers (~13B active params in FP8/FP4): a few GB per step.
   double total = 0;
@@ -41,9 +41,9 @@ TEST(CostModel, FlashDecodeBatch1) {
 TEST(CostModel, PrefillIsComputeBound) {
   auto cfg = io::load_model_config(test::source_dir() + "/configs/deepseek-v4-flash");
   ASSERT_TRUE(cfg.is_ok());
-  runtime::StepShape s{1, 4096, 0, 1};
-  runtime::Ceilings c;
-  for (const auto& o : runtime::step_costs(*cfg, s, {}, 4)) {
+  perf::StepShape s{1, 4096, 0, 1};
+  perf::Ceilings c;
+  for (const auto& o : perf::step_costs(*cfg, s, {}, 4)) {
     if (o.name == "wq_b" || o.name == "wo_b") {  // (MoE at 4096 tokens is balanced: fp32 intermediates)
       EXPECT_GT(o.flops / c.fp8_flops, o.bytes / c.hbm_bytes_per_s) << o.name;
     }

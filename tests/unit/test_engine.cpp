@@ -4,7 +4,8 @@
 
 #include <map>
 
-#include "runtime/engine.h"
+#include "api/request.h"
+#include "engine/engine.h"
 #include "test_util.h"
 
 using namespace dsinfer;
@@ -12,16 +13,23 @@ using nlohmann::json;
 
 namespace {
 
-runtime::EngineConfig config(int32_t max_seqs, int64_t budget_tokens, int64_t state_bytes = 0) {
-  runtime::EngineConfig c;
-  c.runner.model_dir = test::own_fixture("tiny-v4-c");
-  c.runner.numerics = "official";
+EngineOptions config(int32_t max_seqs, int64_t budget_tokens, double state_gb = 0) {
+  EngineOptions c;
+  c.model_dir = test::own_fixture("tiny-v4-c");
+  c.numerics = "official";
   c.max_num_seqs = max_seqs;
   c.max_num_batched_tokens = budget_tokens;
   c.max_model_len = 96;
   c.seed = 42;
-  c.state_budget_bytes = state_bytes;
+  c.state_memory_gb = state_gb;
   return c;
+}
+
+// The request path of every edge: body -> typed Request (api::parse_request_body) -> Engine::add.
+Result<scheduler::RequestId> add(engine::Engine& e, const json& body) {
+  Request r;
+  DSI_RETURN_IF_ERROR(api::parse_request_body(nlohmann::ordered_json::parse(body.dump()), std::nullopt, r));
+  return e.add(r);
 }
 
 std::vector<json> mixed_requests() {
@@ -41,13 +49,13 @@ std::vector<json> mixed_requests() {
 }
 
 // Runs `bodies` together; returns each request's choices' token ids, in request order.
-std::vector<std::vector<std::vector<int32_t>>> run(const runtime::EngineConfig& cfg, const std::vector<json>& bodies,
+std::vector<std::vector<std::vector<int32_t>>> run(const EngineOptions& cfg, const std::vector<json>& bodies,
                                                    int64_t* preemptions = nullptr) {
-  auto e = runtime::Engine::create(cfg);
+  auto e = engine::Engine::create(cfg);
   EXPECT_TRUE(e.is_ok()) << e.status().message();
   std::map<scheduler::RequestId, size_t> idx;
   for (size_t i = 0; i < bodies.size(); ++i) {
-    auto id = (*e)->add(bodies[i]);
+    auto id = add(**e, bodies[i]);
     EXPECT_TRUE(id.is_ok()) << id.status().message();
     idx[*id] = i;
   }
@@ -81,7 +89,7 @@ TEST(Engine, TinyStateBudgetForcesPreemptionButOutputsAreIdentical) {
   const auto bodies = mixed_requests();
   const auto roomy = run(config(16, 64), bodies);
   // Room for few sequences' blocks at once: the scheduler must preempt and recompute.
-  auto probe = runtime::Engine::create(config(16, 64));
+  auto probe = engine::Engine::create(config(16, 64));
   ASSERT_TRUE(probe.is_ok());
   auto tight_cfg = config(16, 64, 0);
   {
@@ -91,8 +99,7 @@ TEST(Engine, TinyStateBudgetForcesPreemptionButOutputsAreIdentical) {
     cc.kv_elem_bytes = 4;
     auto layout = cache::compute_state_layout((*probe)->model_config(), cc);
     ASSERT_TRUE(layout.is_ok());
-    const int64_t per_seq = layout->slot_bytes + (96 + layout->block_size - 1) / layout->block_size * layout->block_bytes;
-    tight_cfg.state_budget_bytes = 3 * per_seq;
+    tight_cfg.state_memory_gb = double(3 * layout->bytes_per_sequence(96)) / double(int64_t(1) << 30);
   }
   int64_t preemptions = 0;
   const auto tight = run(tight_cfg, bodies, &preemptions);
@@ -111,22 +118,24 @@ TEST(Engine, SeededSamplesDifferAcrossNButRepeatAcrossRuns) {
 }
 
 TEST(Engine, BadRequestsAreRejectedWithTheReason) {
-  auto e = runtime::Engine::create(config(4, 64));
+  auto e = engine::Engine::create(config(4, 64));
   ASSERT_TRUE(e.is_ok());
   auto expect_err = [&](const json& body, const std::string& needle) {
-    auto r = (*e)->add(body);
+    auto r = add(**e, body);
     ASSERT_FALSE(r.is_ok()) << body.dump();
     EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
   };
   expect_err(json::array(), "must be a JSON object");
-  expect_err({{"max_tokens", 3}}, "needs 'messages'");
+  expect_err({{"max_tokens", 3}}, "needs 'prompt'");
   expect_err({{"prompt", "text"}}, "needs a tokenizer");
-  expect_err({{"messages", json::array()}}, "needs a tokenizer");
-  expect_err({{"prompt", json::array({1, -2})}}, "'prompt'[1] = -2 is outside the vocabulary");
+  expect_err({{"messages", json::array()}}, "\"messages\" is empty");
+  expect_err({{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}, "needs a tokenizer");
+  expect_err({{"prompt", json::array({1, -2})}}, "'prompt'[1] = -2 is not a valid token id");
+  expect_err({{"prompt", json::array({1, 400})}}, "prompt token 400 (index 1) is outside the vocabulary");
   expect_err({{"prompt", json::array()}}, "prompt is empty");
   json long_prompt = json::array();
   for (int i = 0; i < 96; ++i) long_prompt.push_back(3);
-  expect_err({{"prompt", long_prompt}}, "context limit (--max-model-len) is 96");
+  expect_err({{"prompt", long_prompt}}, "max_model_len is 96");
   expect_err({{"prompt", json::array({1})}, {"top_p", 1.5}}, "top_p");
   expect_err({{"prompt", json::array({1})}, {"stop", "x"}}, "'stop' strings need a tokenizer");
   EXPECT_FALSE((*e)->has_unfinished());

@@ -7,11 +7,11 @@
 #include "sampling/sampling_params.h"
 
 using namespace dsinfer::sampling;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 std::string error_of(const SamplingParams& p, int64_t vocab = 0) {
-  auto s = p.validate(vocab);
+  auto s = dsinfer::sampling::validate(p, vocab);
   return s.is_ok() ? "" : s.message();
 }
 }  // namespace

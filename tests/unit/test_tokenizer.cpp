@@ -7,9 +7,9 @@
 #include <random>
 #include <stdexcept>
 
-#include "src/tokenizer/pretokenizer.h"
-#include "src/tokenizer/stream_decoder.h"
-#include "src/tokenizer/utf8.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/utf8.h"
 #include "tests/unit/tokenizer_test_util.h"
 
 namespace dsinfer::tokenizer {

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dsinfer::tokenizer::testing {
 

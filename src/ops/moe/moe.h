@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "io/config_enums.h"
+
 namespace dsinfer::ops {
 
-enum class ScoreFunc { SqrtSoftplus, Softmax, Sigmoid };
+using ScoreFunc = io::ScoringFunc;
 
 struct RouterParams {
   const float* gate = nullptr;   // [E, D]

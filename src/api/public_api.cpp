@@ -1,0 +1,111 @@
+// include/dsinfer/engine.h on top of engine::Engine.
+#include <ctime>
+#include <filesystem>
+
+#include "api/openai_format.h"
+#include "api/request.h"
+#include "dsinfer/engine.h"
+#include "engine/engine.h"
+
+namespace dsinfer {
+
+struct Engine::Impl {
+  std::unique_ptr<engine::Engine> e;
+  std::string model_name;
+};
+
+Engine::Engine() : impl_(std::make_unique<Impl>()) {}
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::create(const EngineOptions& o, std::string* error) {
+  auto r = engine::Engine::create(o);
+  if (!r) {
+    if (error) *error = r.status().message();
+    return nullptr;
+  }
+  std::unique_ptr<Engine> e(new Engine());
+  e->impl_->e = std::move(r).value();
+  e->impl_->model_name = std::filesystem::path(o.model_dir).filename().string();
+  return e;
+}
+
+uint64_t Engine::submit(const Request& request, std::string* error) {
+  auto id = impl_->e->add(request);
+  if (!id) {
+    if (error) *error = id.status().message();
+    return 0;
+  }
+  return *id;
+}
+
+uint64_t Engine::submit(const std::string& body_json, std::string* error) {
+  // Chat when the body has "messages": the same rule as an OpenAI client choosing the endpoint.
+  Request r;
+  Status s = api::parse_request_text(body_json, std::nullopt, r);
+  if (!s) {
+    if (error) *error = s.message();
+    return 0;
+  }
+  return submit(r, error);
+}
+
+bool Engine::step(std::string* error) {
+  Status s = impl_->e->step();
+  if (!s && error) *error = s.message();
+  return s.is_ok();
+}
+
+bool Engine::has_unfinished() const { return impl_->e->has_unfinished(); }
+
+std::vector<RequestResult> Engine::take_finished() {
+  std::vector<RequestResult> out;
+  const int64_t created = int64_t(std::time(nullptr));
+  for (engine::RequestOutput& r : impl_->e->take_finished()) {
+    RequestResult rr;
+    rr.id = r.id;
+    rr.prompt_tokens = r.prompt_tokens;
+    rr.completion_tokens = r.completion_tokens;
+    rr.arrival_s = r.arrival_s;
+    rr.first_token_s = r.first_token_s;
+    rr.finish_s = r.finish_s;
+    rr.response_id = api::response_id(r);
+    rr.response_json = api::dump_json(api::response_body(r, impl_->model_name, impl_->e->tokenizer(), created));
+    for (engine::Choice& c : r.choices) {
+      Completion cp{c.index, std::move(c.token_ids), std::move(c.text), std::move(c.reasoning), {}, {}, c.finish_reason};
+      for (const chat::ParsedToolCall& t : c.tool_calls) cp.tool_calls.push_back({t.id, t.name, t.arguments});
+      for (const sampling::SampleResult& s : c.logprobs) {
+        TokenLogprob lp{s.token, s.logprob, {}};
+        for (const auto& a : s.top) lp.top.emplace_back(a.token, a.logprob);
+        cp.logprobs.push_back(std::move(lp));
+      }
+      rr.completions.push_back(std::move(cp));
+    }
+    out.push_back(std::move(rr));
+  }
+  return out;
+}
+
+bool Engine::run_until_idle(std::vector<RequestResult>& results, std::string* error) {
+  while (has_unfinished()) {
+    if (!step(error)) return false;
+    for (auto& r : take_finished()) results.push_back(std::move(r));
+  }
+  return true;
+}
+
+void Engine::set_token_callback(std::function<void(const TokenEvent&)> cb) {
+  if (!cb) {
+    impl_->e->set_stream_callback(nullptr);
+    return;
+  }
+  impl_->e->set_stream_callback([cb = std::move(cb)](const engine::StreamEvent& ev) {
+    cb(TokenEvent{ev.request_id, ev.index, ev.token_ids, ev.text, ev.reasoning, ev.finished, ev.finish_reason});
+  });
+}
+
+std::string Engine::backend_name() const { return impl_->e->runner().name(); }
+int64_t Engine::max_model_len() const { return impl_->e->max_model_len(); }
+bool Engine::has_tokenizer() const { return impl_->e->tokenizer() != nullptr; }
+double Engine::now_s() const { return impl_->e->now_s(); }
+
+}  // namespace dsinfer

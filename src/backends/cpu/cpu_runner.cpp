@@ -1,0 +1,62 @@
+// CpuRunner (see cpu_runner.h).
+#include "backends/cpu/cpu_runner.h"
+
+#include <cstring>
+
+namespace dsinfer::backends {
+
+Status CpuRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t) {
+  if (layout.kv_elem_bytes != 4) return Status::error("cpu runner: state layout must use fp32 rows");
+  layout_ = layout;
+  slots_.assign(size_t(num_slots) * size_t(layout.slot_bytes / 4), 0.0f);
+  blocks_.assign(size_t(num_blocks) * size_t(layout.block_bytes / 4), 0.0f);
+  return Status::ok();
+}
+
+Status CpuRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
+  // The reference forward returns, per sequence, logits of every token (all_logits) or of its last one. A
+  // sequence gets all_logits when the plan asks for any token other than its last.
+  const int64_t T = plan.num_tokens();
+  std::vector<int32_t> seq_of(static_cast<size_t>(T));
+  for (size_t i = 0; i < plan.seqs.size(); ++i)
+    for (int32_t k = 0; k < plan.seqs[i].num_new_tokens; ++k) seq_of[size_t(plan.seqs[i].token_offset + k)] = int32_t(i);
+  std::vector<bool> all(plan.seqs.size(), false);
+  for (int32_t t : plan.logits_token_index) {
+    if (t < 0 || t >= T) return Status::errorf("cpu runner: logits row for token {} of a {}-token step", t, T);
+    const scheduler::SeqPlan& s = plan.seqs[size_t(seq_of[size_t(t)])];
+    if (t != s.token_offset + s.num_new_tokens - 1) all[size_t(seq_of[size_t(t)])] = true;
+  }
+  chunks_.clear();
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const scheduler::SeqPlan& s = plan.seqs[i];
+    chunks_.push_back({s.slot, s.start_pos, s.block_table,
+                       std::span<const int32_t>(plan.token_ids.data() + s.token_offset, size_t(s.num_new_tokens)), all[i]});
+  }
+  const model::StatePool pool{&layout_, slots_.data(), blocks_.data()};
+  DSI_RETURN_IF_ERROR(model_->forward(pool, chunks_, out_));
+  // Row of the forward's output holding token t.
+  std::vector<int64_t> out_row(static_cast<size_t>(T), -1);
+  int64_t row = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const scheduler::SeqPlan& s = plan.seqs[i];
+    if (all[i]) {
+      for (int32_t k = 0; k < s.num_new_tokens; ++k) out_row[size_t(s.token_offset + k)] = row++;
+    } else {
+      out_row[size_t(s.token_offset + s.num_new_tokens - 1)] = row++;
+    }
+  }
+  const int64_t V = model_->config().vocab_size;
+  logits.assign(size_t(plan.num_logits()) * size_t(V), 0.0f);
+  for (size_t r = 0; r < plan.logits_token_index.size(); ++r)
+    std::memcpy(logits.data() + r * size_t(V), out_.data() + size_t(out_row[size_t(plan.logits_token_index[r])]) * size_t(V),
+                size_t(V) * 4);
+  return Status::ok();
+}
+
+Result<std::unique_ptr<engine::ModelRunner>> create_cpu_runner(const engine::RunnerOptions& opts) {
+  if (opts.load_format != engine::LoadFormat::kAuto) return Status::error("dummy weights are only supported by the cuda backend");
+  DSI_ASSIGN_OR_RETURN(auto m, model::DeepseekV4Cpu::load(opts.model_dir, opts.numerics));
+  return std::unique_ptr<engine::ModelRunner>(new CpuRunner(std::move(m)));
+}
+
+}  // namespace dsinfer::backends

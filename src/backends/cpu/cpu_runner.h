@@ -1,0 +1,32 @@
+// The CPU backend: the reference forward (model/deepseek_v4.h) over host-memory state.
+#pragma once
+#include <memory>
+
+#include "model/deepseek_v4.h"
+#include "engine/model_runner.h"
+
+namespace dsinfer::backends {
+
+Result<std::unique_ptr<engine::ModelRunner>> create_cpu_runner(const engine::RunnerOptions& opts);
+
+class CpuRunner final : public engine::ModelRunner, public engine::RunnerDiagnostics {
+ public:
+  explicit CpuRunner(std::unique_ptr<model::DeepseekV4Cpu> m) : model_(std::move(m)) {}
+  const io::ModelConfig& config() const override { return model_->config(); }
+  std::string name() const override { return "cpu (" + model_->numerics().name + " numerics)"; }
+  int32_t kv_elem_bytes() const override { return 4; }
+  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;
+  Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
+  engine::RunnerDiagnostics& diagnostics() override { return *this; }
+  bool exact_math() const override { return true; }
+  bool fp32_weights() const override { return model_->weights().fp32_storage; }
+
+ private:
+  std::unique_ptr<model::DeepseekV4Cpu> model_;
+  cache::StateLayout layout_;
+  std::vector<float> slots_, blocks_;
+  std::vector<model::SeqChunk> chunks_;
+  std::vector<float> out_;
+};
+
+}  // namespace dsinfer::backends

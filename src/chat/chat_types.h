@@ -1,0 +1,54 @@
+// Chat data model shared by the request parser, the DeepSeek-V4 prompt renderer and the output parser: a
+// validated conversation (OpenAI Chat Completions semantics, as deepseek-recipe's Conversation).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dsinfer::chat {
+
+using ojson = nlohmann::ordered_json;  // key order matters: tool schemas are rendered as given
+
+struct ToolCall {
+  std::string id;
+  std::string name;
+  ojson arguments = ojson::object();  // always a JSON object
+};
+
+enum class Role { kSystem, kUser, kAssistant, kTool, kLatestReminder };
+
+struct ChatMessage {
+  Role role = Role::kUser;
+  std::string content;
+  std::string reasoning;        // assistant only
+  bool has_reasoning = false;   // reasoning_content was given
+  std::vector<ToolCall> tool_calls;  // assistant only
+  std::string tool_call_id;          // tool only
+  bool prefix = false;               // assistant continuation (must be the last message)
+};
+
+struct ToolDefinition {
+  std::string name;
+  std::string description;
+  ojson parameters = ojson::object();
+};
+
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
+enum class ReasoningEffort { kNone, kHigh, kMax };
+
+struct Conversation {
+  std::vector<ChatMessage> messages;  // system messages already merged into `system`
+  std::string system;                 // all system contents joined by "\n\n"
+  bool has_system = false;
+  bool thinking = true;
+  ReasoningEffort effort = ReasoningEffort::kHigh;
+  std::vector<ToolDefinition> tools;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string named_tool;
+  ResponseFormat response_format = ResponseFormat::kText;
+  ojson response_schema;
+};
+
+}  // namespace dsinfer::chat

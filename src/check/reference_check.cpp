@@ -1,0 +1,181 @@
+// Reference-logit comparison (see reference_check.h).
+#include "check/reference_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cache/state_cache.h"
+
+namespace dsinfer::check {
+
+namespace {
+
+struct RefPrompt {
+  std::vector<int32_t> input_ids;
+  std::vector<float> logits;         // [L, V]
+  std::vector<int32_t> greedy_ids;
+  std::vector<float> greedy_logits;  // [n, V]
+};
+
+Result<std::vector<int32_t>> read_ids(const io::TensorView& t) {
+  if ((t.dtype != DType::I64 && t.dtype != DType::I32) || t.shape.size() != 1)
+    return Status::errorf("{}: '{}' must be a 1-D I64 or I32 tensor, found {} {}", t.file, t.name, dtype_name(t.dtype),
+                          io::shape_str(t.shape));
+  std::vector<int32_t> v(size_t(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = int32_t(t.int_at(int64_t(i)));
+  return v;
+}
+
+Result<std::vector<float>> read_f32(const io::TensorView& t, int64_t rows, int64_t vocab) {
+  if (t.dtype != DType::F32 || t.shape != std::vector<int64_t>{rows, vocab})
+    return Status::errorf("{}: '{}' must be F32 {}, found {} {}", t.file, t.name, io::shape_str({rows, vocab}),
+                          dtype_name(t.dtype), io::shape_str(t.shape));
+  std::vector<float> v(size_t(rows * vocab));
+  std::memcpy(v.data(), t.data, v.size() * 4);
+  return v;
+}
+
+Result<std::vector<RefPrompt>> read_reference(const io::SafetensorsFile& f, int64_t vocab) {
+  std::vector<RefPrompt> out;
+  const auto& ts = f.tensors();
+  for (size_t i = 0;; ++i) {
+    const std::string p = "prompt." + std::to_string(i) + ".";
+    auto ids = ts.find(p + "input_ids");
+    if (ids == ts.end()) break;
+    RefPrompt r;
+    DSI_ASSIGN_OR_RETURN(r.input_ids, read_ids(ids->second));
+    if (r.input_ids.empty()) return Status::errorf("'{}input_ids' is empty", p);
+    auto lg = ts.find(p + "logits");
+    if (lg == ts.end()) return Status::errorf("reference has '{}input_ids' but no '{}logits'", p, p);
+    DSI_ASSIGN_OR_RETURN(r.logits, read_f32(lg->second, int64_t(r.input_ids.size()), vocab));
+    if (auto g = ts.find(p + "greedy_ids"); g != ts.end()) {
+      DSI_ASSIGN_OR_RETURN(r.greedy_ids, read_ids(g->second));
+      if (auto gl = ts.find(p + "greedy_logits"); gl != ts.end()) {
+        DSI_ASSIGN_OR_RETURN(r.greedy_logits, read_f32(gl->second, int64_t(r.greedy_ids.size()), vocab));
+      }
+    }
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) return Status::error("reference file holds no prompt.0.input_ids");
+  return out;
+}
+
+}  // namespace
+
+bool ReferenceCheck::ok() const {
+  return std::all_of(prompts.begin(), prompts.end(), [](const PromptCheck& p) { return p.ok; });
+}
+
+double default_tolerance(engine::ModelRunner& r) {
+  if (!r.diagnostics().exact_math()) return 3e-2;
+  return r.diagnostics().fp32_weights() ? 1e-4 : 1e-3;
+}
+
+namespace {
+
+// One sequence driven through the runner with hand-built plans (no scheduler).
+class Solo {
+ public:
+  Solo(engine::ModelRunner& r, cache::StateCache& c) : r_(r), c_(c) {}
+  ~Solo() {
+    if (slot_ >= 0) c_.free(slot_);
+  }
+  // Runs `tokens` after the current position; logits for every token (all) or the last one.
+  Status step(std::span<const int32_t> tokens, bool all, std::vector<float>& logits) {
+    const int64_t end = pos_ + int64_t(tokens.size());
+    if (slot_ < 0) slot_ = c_.admit(end);
+    if (slot_ < 0 || !c_.allocate_for(slot_, end)) return Status::errorf("state cache cannot hold {} tokens", end);
+    scheduler::BatchPlan p;
+    p.clear();
+    scheduler::SeqPlan sp;
+    sp.seq_id = 1;
+    sp.start_pos = pos_;
+    sp.num_new_tokens = int32_t(tokens.size());
+    sp.needs_logits = true;
+    sp.logits_row = 0;
+    sp.slot = slot_;
+    sp.block_table = c_.table(slot_);
+    p.token_ids.assign(tokens.begin(), tokens.end());
+    for (int64_t i = 0; i < int64_t(tokens.size()); ++i) {
+      p.positions.push_back(pos_ + i);
+      if (all || i + 1 == int64_t(tokens.size())) p.logits_token_index.push_back(int32_t(i));
+    }
+    p.cu_seqlens.push_back(int32_t(tokens.size()));
+    p.seqs.push_back(sp);
+    DSI_RETURN_IF_ERROR(r_.step(p, logits));
+    pos_ = end;
+    return Status::ok();
+  }
+
+ private:
+  engine::ModelRunner& r_;
+  cache::StateCache& c_;
+  cache::SlotId slot_ = -1;
+  int64_t pos_ = 0;
+};
+
+}  // namespace
+
+Result<ReferenceCheck> check_reference(engine::ModelRunner& runner, const io::SafetensorsFile& reference, double tol,
+                                       bool keep_logits) {
+  const int64_t V = runner.config().vocab_size;
+  if (tol < 0) tol = default_tolerance(runner);
+  auto prompts = read_reference(reference, V);
+  if (!prompts) return prompts.status().with_context(reference.path());
+  int64_t max_len = 1;
+  for (const RefPrompt& r : *prompts) max_len = std::max<int64_t>(max_len, int64_t(r.input_ids.size() + r.greedy_ids.size()));
+  cache::StateCacheConfig cc;
+  cc.max_num_seqs = 1;
+  cc.max_model_len = max_len;
+  cc.kv_elem_bytes = runner.kv_elem_bytes();
+  DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(runner.config(), cc));
+  cc.budget_bytes = layout.bytes_per_sequence(max_len);
+  DSI_ASSIGN_OR_RETURN(cache::StateCache cache, cache::StateCache::create(runner.config(), cc));
+  DSI_RETURN_IF_ERROR(runner.bind_state(cache.layout(), cache.num_slots(), cache.num_blocks(), max_len));
+  ReferenceCheck out;
+  for (size_t i = 0; i < prompts->size(); ++i) {
+    const RefPrompt& r = (*prompts)[i];
+    const int64_t L = int64_t(r.input_ids.size());
+    Solo seq(runner, cache);
+    std::vector<float> logits;
+    DSI_RETURN_IF_ERROR(seq.step(r.input_ids, true, logits).with_context(fmt::format("prompt {}", i)));    double max_err = 0, max_ref = 0;
+    auto compare = [&](const float* ours, const float* ref, int64_t n) {
+      for (int64_t k = 0; k < n; ++k) {
+        max_err = std::max(max_err, double(std::fabs(ours[k] - ref[k])));
+        max_ref = std::max(max_ref, double(std::fabs(ref[k])));
+      }
+    };
+    compare(logits.data(), r.logits.data(), L * V);
+    std::vector<int64_t> ours;
+    std::vector<float> greedy_logits, step(logits.end() - V, logits.end());
+    PromptCheck pc;
+    pc.len = L;
+    pc.greedy_total = r.greedy_ids.size();
+    for (size_t k = 0; k < r.greedy_ids.size(); ++k) {
+      if (!r.greedy_logits.empty()) compare(step.data(), r.greedy_logits.data() + k * size_t(V), V);
+      if (keep_logits) greedy_logits.insert(greedy_logits.end(), step.begin(), step.end());
+      const int32_t tok = int32_t(std::max_element(step.begin(), step.end()) - step.begin());
+      ours.push_back(tok);
+      pc.greedy_matched += tok == r.greedy_ids[k];
+      if (k + 1 == r.greedy_ids.size()) break;
+      const int32_t feed = r.greedy_ids[k];
+      DSI_RETURN_IF_ERROR(seq.step({&feed, 1}, false, step).with_context(fmt::format("prompt {} decode step {}", i, k)));
+    }
+    pc.rel_err = max_ref > 0 ? max_err / max_ref : max_err;
+    pc.ok = pc.rel_err <= tol && pc.greedy_matched == pc.greedy_total;
+    out.prompts.push_back(pc);
+    if (keep_logits) {
+      const std::string p = "prompt." + std::to_string(i) + ".";
+      out.computed.push_back(io::make_i64_tensor(p + "input_ids", std::vector<int64_t>(r.input_ids.begin(), r.input_ids.end())));
+      out.computed.push_back(io::make_f32_tensor(p + "logits", {L, V}, logits));
+      if (!ours.empty()) {
+        out.computed.push_back(io::make_i64_tensor(p + "greedy_ids", ours));
+        out.computed.push_back(io::make_f32_tensor(p + "greedy_logits", {int64_t(ours.size()), V}, greedy_logits));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace dsinfer::check

@@ -1,0 +1,212 @@
+// Engine (see engine.h). Read top to bottom: create (runner, tokenizer, state cache sized from the layout,
+// scheduler) -> add (body -> prompt ids + sampling params) -> step (schedule, run, sample, detokenize,
+// update, collect outputs).
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "scheduler/step_sampling.h"
+#include "chat/chat_encoding.h"
+#include "chat/chat_types.h"
+
+namespace dsinfer::engine {
+
+// Per sequence: its streaming detokenizer and (chat) output parser, and what it produced so far.
+struct Engine::SeqOut {
+  std::unique_ptr<tokenizer::StreamDecoder> decoder;
+  std::unique_ptr<chat::OutputParser> parser;
+  Choice choice;
+};
+
+struct Engine::Pending {
+  RequestOutput out;
+  bool want_logprobs = false;
+  std::optional<chat::ParserOptions> parser_opts;
+  std::map<scheduler::SeqId, SeqOut> seqs;
+  int32_t live = 0;
+};
+
+Engine::~Engine() = default;
+
+double Engine::now_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->t0_ = std::chrono::steady_clock::now();
+  RunnerOptions ro;
+  ro.model_dir = o.model_dir;
+  DSI_ASSIGN_OR_RETURN(ro.backend, parse_backend(o.backend));
+  DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
+  DSI_ASSIGN_OR_RETURN(ro.load_format, parse_load_format(o.load_format));
+  if (o.max_num_seqs < 1) return Status::errorf("max_num_seqs must be >= 1, found {}", o.max_num_seqs);
+  if (o.max_num_batched_tokens < 1)
+    return Status::errorf("max_num_batched_tokens must be >= 1, found {}", o.max_num_batched_tokens);
+  if (!(o.state_memory_gb >= 0)) return Status::errorf("state_memory_gb must be >= 0, found {}", o.state_memory_gb);
+  DSI_ASSIGN_OR_RETURN(e->runner_, create_runner(ro));
+  const io::ModelConfig& mc = e->runner_->config();
+
+  std::string tok_path = o.tokenizer_path;
+  if (tok_path.empty() && std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
+    tok_path = (std::filesystem::path(o.model_dir) / "tokenizer.json").string();
+  if (!tok_path.empty()) {
+    DSI_ASSIGN_OR_RETURN(e->tok_, tokenizer::Tokenizer::from_file(tok_path));
+    if (int64_t(e->tok_->vocab_size()) > mc.vocab_size)
+      return Status::errorf("{}: {} token ids but the model's vocab_size is {}", tok_path, e->tok_->vocab_size(), mc.vocab_size);
+  }
+
+  const int64_t pos_limit = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : (int64_t(1) << 20);
+  e->max_model_len_ = o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(pos_limit, 8192);
+  if (e->max_model_len_ > pos_limit)
+    return Status::errorf("max_model_len {} exceeds the model's max_position_embeddings {}", e->max_model_len_, pos_limit);
+
+  cache::StateCacheConfig cc;
+  cc.max_num_seqs = o.max_num_seqs;
+  cc.max_model_len = e->max_model_len_;
+  cc.kv_elem_bytes = e->runner_->kv_elem_bytes();
+  DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(mc, cc));
+  cc.budget_bytes = int64_t(o.state_memory_gb * double(int64_t(1) << 30));
+  if (cc.budget_bytes <= 0) {
+    const int64_t per_seq = layout.bytes_per_sequence(e->max_model_len_);
+    cc.budget_bytes = std::max<int64_t>(std::min<int64_t>(per_seq * o.max_num_seqs, int64_t(4) << 30), per_seq);
+  }
+  DSI_ASSIGN_OR_RETURN(cache::StateCache sc, cache::StateCache::create(mc, cc));
+  DSI_RETURN_IF_ERROR(e->runner_->bind_state(sc.layout(), sc.num_slots(), sc.num_blocks(), e->max_model_len_));
+  scheduler::SchedulerConfig scfg;
+  scfg.max_num_seqs = o.max_num_seqs;
+  scfg.max_num_batched_tokens = o.max_num_batched_tokens;
+  scfg.eos_token_id = mc.eos_token_id;
+  scfg.vocab_size = mc.vocab_size;
+  scfg.seed = o.seed;
+  e->sched_ = std::make_unique<scheduler::Scheduler>(scfg, std::move(sc));
+  return e;
+}
+
+Result<scheduler::RequestId> Engine::add(const Request& req) {
+  auto p = std::make_unique<Pending>();
+  scheduler::RequestSpec spec;
+  if (req.endpoint == Endpoint::kChatCompletions) {
+    if (!req.conversation) return Status::error("a chat request needs a conversation");
+    if (!tok_) return Status::error("'messages' needs a tokenizer, and this model directory has no tokenizer.json");
+    const chat::Conversation& conv = *req.conversation;
+    DSI_ASSIGN_OR_RETURN(spec.prompt, chat::encode_prompt(chat::render_v4_prompt(conv), *tok_));
+    chat::ParserOptions po;
+    po.thinking = conv.thinking;
+    po.starts_in_tool_calls = conv.tool_choice == chat::ToolChoice::kRequired || conv.tool_choice == chat::ToolChoice::kNamed;
+    p->parser_opts = po;
+    p->out.chat = true;
+  } else if (req.prompt_is_ids) {
+    spec.prompt = req.prompt_ids;
+  } else {
+    if (!tok_) return Status::error("a text 'prompt' needs a tokenizer; send token ids (a JSON array of integers) instead");
+    DSI_ASSIGN_OR_RETURN(spec.prompt, tok_->encode(req.prompt_text));
+  }
+  spec.params = req.sampling;
+  p->out.return_token_ids = req.return_token_ids;
+  if (!tok_) {
+    if (!spec.params.stop.empty()) return Status::error("'stop' strings need a tokenizer; use 'stop_token_ids'");
+    p->out.return_token_ids = true;  // without a tokenizer the ids are the only output
+  }
+  p->want_logprobs = spec.params.logprobs;
+  p->out.prompt_tokens = int64_t(spec.prompt.size());
+  const int32_t n = spec.params.n;
+  DSI_ASSIGN_OR_RETURN(scheduler::RequestId id, sched_->add_request(std::move(spec)));
+  p->out.id = id;
+  p->out.arrival_s = now_s();
+  const std::vector<scheduler::SeqId> seqs = sched_->seq_ids(id);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    SeqOut& so = p->seqs[seqs[i]];
+    so.choice.index = int32_t(i);
+    if (tok_) so.decoder = std::make_unique<tokenizer::StreamDecoder>(*tok_, /*skip_special_tokens=*/true);
+    if (p->parser_opts) so.parser = std::make_unique<chat::OutputParser>(*p->parser_opts);
+  }
+  p->live = n;
+  pending_[id] = std::move(p);
+  return id;
+}
+
+Status Engine::step() {
+  const scheduler::BatchPlan& plan = sched_->schedule();
+  if (plan.empty()) return Status::ok();
+  DSI_RETURN_IF_ERROR(runner_->step(plan, logits_));
+  const int64_t V = model_config().vocab_size;
+  DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_));
+  // Text deltas let the stop checker match stop strings across token boundaries.
+  for (scheduler::StepOutput& o : outputs_) {
+    const scheduler::SeqPlan& sp = plan.seqs[size_t(o.plan_index)];
+    auto pit = pending_.find(sp.request_id);
+    if (pit == pending_.end()) continue;
+    SeqOut& so = pit->second->seqs[sp.seq_id];
+    if (!so.decoder) continue;
+    o.text.clear();
+    for (const sampling::SampleResult& r : o.samples) {
+      std::string delta;
+      DSI_RETURN_IF_ERROR(so.decoder->push(r.token, delta));
+      o.text.push_back(std::move(delta));
+    }
+  }
+  DSI_RETURN_IF_ERROR(sched_->update(outputs_));
+  apply_updates();
+  return Status::ok();
+}
+
+void Engine::apply_updates() {
+  const double t = now_s();
+  for (const scheduler::SeqUpdate& u : sched_->updates()) {
+    auto pit = pending_.find(u.request_id);
+    if (pit == pending_.end()) continue;
+    Pending& p = *pit->second;
+    SeqOut& so = p.seqs[u.seq_id];
+    if (!u.tokens.empty() && p.out.first_token_s < 0) p.out.first_token_s = t;
+    so.choice.token_ids.insert(so.choice.token_ids.end(), u.tokens.begin(), u.tokens.end());
+    if (p.want_logprobs) so.choice.logprobs.insert(so.choice.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
+    std::string text = u.text;
+    if (u.finished && so.decoder && u.finish_reason != sampling::FinishReason::Stop) so.decoder->finish(text);
+    StreamEvent ev;
+    ev.request_id = u.request_id;
+    ev.index = so.choice.index;
+    ev.token_ids = u.tokens;
+    if (so.parser) {
+      chat::ParseDelta d = so.parser->push(text);
+      if (u.finished) {
+        Status s = so.parser->finish(d);
+        if (!s) so.choice.parse_error = s.message();
+      }
+      so.choice.reasoning += d.reasoning;
+      so.choice.text += d.content;
+      ev.text = std::move(d.content);
+      ev.reasoning = std::move(d.reasoning);
+      ev.tool_calls = d.tool_calls;
+      for (auto& c : d.tool_calls) so.choice.tool_calls.push_back(std::move(c));
+    } else {
+      so.choice.text += text;
+      ev.text = std::move(text);
+    }
+    if (u.finished) {
+      so.choice.finish_reason = sampling::finish_reason_name(u.finish_reason);
+      if (!so.choice.tool_calls.empty() && u.finish_reason == sampling::FinishReason::Stop) so.choice.finish_reason = "tool_calls";
+      p.out.completion_tokens += int64_t(so.choice.token_ids.size());
+      --p.live;
+      ev.finished = true;
+      ev.finish_reason = so.choice.finish_reason;
+    }
+    if (on_event_) on_event_(ev);
+    if (u.request_finished || p.live == 0) {
+      p.out.finish_s = t;
+      for (auto& [sid, s] : p.seqs) p.out.choices.push_back(std::move(s.choice));
+      std::sort(p.out.choices.begin(), p.out.choices.end(), [](const Choice& a, const Choice& b) { return a.index < b.index; });
+      finished_.push_back(std::move(p.out));
+      pending_.erase(pit);
+    }
+  }
+}
+
+std::vector<RequestOutput> Engine::take_finished() {
+  std::vector<RequestOutput> out;
+  out.swap(finished_);
+  return out;
+}
+
+}  // namespace dsinfer::engine

@@ -1,0 +1,77 @@
+// ModelRunner: the seam between the engine (host logic, no CUDA) and a compute backend. A runner owns the
+// model weights and the memory of the per-sequence state (laid out by the engine's cache::StateLayout) and
+// turns one BatchPlan into logits. Implementations: src/backends/cpu (reference), src/backends/cuda.
+// RunnerDiagnostics holds what only check-reference and bench use (timing, random state, precision facts);
+// the engine never calls it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/state_cache.h"
+#include "core/status.h"
+#include "io/config.h"
+#include "model/numerics.h"
+#include "scheduler/batch_plan.h"
+
+namespace dsinfer::engine {
+
+enum class Backend { kCpu, kCuda };
+enum class LoadFormat { kAuto, kDummy };
+Result<Backend> parse_backend(const std::string& name);
+Result<LoadFormat> parse_load_format(const std::string& name);
+
+struct RunnerOptions {
+  std::string model_dir;
+  Backend backend = Backend::kCpu;
+  model::Numerics numerics = model::Numerics::official();
+  LoadFormat load_format = LoadFormat::kAuto;  // kDummy: random weights in the storage formats (cuda only)
+  int64_t num_layers = 0;                      // > 0: run only the first N layers (dummy weights; benchmarks)
+  bool exact_gemm = false;                     // cuda: fp32 CUDA-core GEMMs only (check-reference's default)
+};
+
+class RunnerDiagnostics {
+ public:
+  virtual ~RunnerDiagnostics() = default;
+  // True when the GEMMs run in fp32 (CPU; CUDA with exact_gemm): no bf16 tensor-core rounding.
+  virtual bool exact_math() const = 0;
+  // True when every float weight was stored as F32 (no bf16/fp8/fp4 rounding in the checkpoint).
+  virtual bool fp32_weights() const = 0;
+
+  struct OpTime {
+    std::string name;
+    int64_t layer;  // -1: not per layer
+    float ms;
+  };
+  // Per-op event timing of each step (bench); the default says the backend has none.
+  virtual Status set_timing(bool on) { return Status::error("this backend has no per-op timing"); }
+  // Times of every named op of the last step, in execution order.
+  virtual Result<std::vector<OpTime>> op_times() { return Status::error("this backend has no per-op timing"); }
+  // Fills the bound state memory with small random values, so decode can be timed at a context length
+  // without prefilling it first.
+  virtual Status randomize_state(uint64_t seed) { return Status::error("this backend cannot randomize its state"); }
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const io::ModelConfig& config() const = 0;
+  virtual std::string name() const = 0;
+  // Bytes per row element of the state this runner stores (4 = fp32, 2 = bf16); the engine builds the
+  // StateLayout with it.
+  virtual int32_t kv_elem_bytes() const = 0;
+  // Allocates the state memory for the engine's cache (num_slots slots, num_blocks blocks of `layout`);
+  // no sequence will be longer than max_model_len.
+  virtual Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks,
+                            int64_t max_model_len) = 0;
+  // Runs the plan's tokens; logits [plan.num_logits(), vocab], row i for token plan.logits_token_index[i]
+  // (normally each sequence's last token; check-reference asks for every position).
+  virtual Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) = 0;
+  virtual RunnerDiagnostics& diagnostics() = 0;
+};
+
+// Creates the runner the options name; kCuda fails clearly when the binary was built without CUDA.
+Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts);
+
+}  // namespace dsinfer::engine

@@ -1,0 +1,31 @@
+// The backend factory: names -> enums (once, here) and RunnerOptions -> the backend's runner.
+#include "backends/cpu/cpu_runner.h"
+#include "engine/model_runner.h"
+#if DSINFER_HAS_CUDA
+#include "backends/cuda/cuda_runner.h"
+#endif
+
+namespace dsinfer::engine {
+
+Result<Backend> parse_backend(const std::string& name) {
+  if (name == "cpu") return Backend::kCpu;
+  if (name == "cuda") return Backend::kCuda;
+  return Status::errorf("unknown backend '{}' (expected cpu or cuda)", name);
+}
+
+Result<LoadFormat> parse_load_format(const std::string& name) {
+  if (name == "auto") return LoadFormat::kAuto;
+  if (name == "dummy") return LoadFormat::kDummy;
+  return Status::errorf("unknown load format '{}' (expected auto or dummy)", name);
+}
+
+Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
+  if (opts.backend == Backend::kCpu) return backends::create_cpu_runner(opts);
+#if DSINFER_HAS_CUDA
+  return backends::create_cuda_runner(opts);
+#else
+  return Status::error("this dsinfer was built without CUDA (configure with the 'cuda' preset for the cuda backend)");
+#endif
+}
+
+}  // namespace dsinfer::engine

@@ -1,0 +1,44 @@
+// Roofline cost model of one DeepSeek-V4 forward step: for every named op of a layer (the same names the CUDA
+// runner times), the bytes that must move through HBM and the FLOPs that must run, given the config, the step
+// shape (sequences x new tokens each, context per sequence) and the weight storage formats. floor =
+// max(bytes / bandwidth, flops / peak) with the H200 ceilings measured here (shared/PERFORMANCE.md).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "io/config.h"
+
+namespace dsinfer::perf {
+
+struct StepShape {
+  int64_t seqs = 1;            // sequences in the step
+  int64_t tokens_per_seq = 1;  // new tokens per sequence (1 = decode)
+  int64_t context = 4096;      // positions already in the state per sequence (plus the new ones)
+  int64_t logits_rows = -1;    // rows of the LM head; -1 = seqs
+};
+
+struct Ceilings {
+  double hbm_bytes_per_s = 4.2e12;   // device copy, read + write
+  double bf16_flops = 780e12;        // dense bf16 GEMM 8192^3
+  double fp8_flops = 1400e12;        // FP8 GEMM 8192^3
+};
+
+struct OpCost {
+  std::string name;
+  int64_t layer = -1;   // -1 = not per layer (embed, head)
+  double bytes = 0, flops = 0;
+  bool fp8_math = false;  // weights in FP8/FP4: the FP8 tensor-core peak bounds the math
+  double floor_s(const Ceilings& c) const;
+};
+
+// Weight element sizes of the storage: FP8 = 1 byte + scales, FP4 = 0.5 byte + 1/32 byte scales, BF16 = 2.
+struct WeightBytes {
+  double dense = 1.0 + 1.0 / (128 * 128);  // attention projections, shared experts (FP8 block)
+  double expert = 0.5 + 1.0 / 32;          // routed experts (FP4 + E8M0 per 32)
+  double other = 2.0;                      // embeddings, head, gates, compressors (BF16)
+  double state = 4.0;                      // per element of ring / compressed entries / indexer keys
+};
+
+std::vector<OpCost> step_costs(const io::ModelConfig& cfg, const StepShape& s, const WeightBytes& wb, int64_t layers);
+
+}  // namespace dsinfer::perf
