@@ -18,7 +18,9 @@ struct CheckReferenceOptions {
   std::string model_dir;
   std::string reference_path;    // empty: model_dir/reference.safetensors
   std::string backend = "cpu";   // "cpu" (reference) or "cuda"
-  std::string numerics;          // "official" or "hf"; empty: official
+  // "official" or "hf"; empty: the numerics that produced the reference (its safetensors metadata "numerics",
+  // else reference.json next to it, else hf: the fixture format is transformers' output).
+  std::string numerics;
   bool exact_gemm = true;        // cuda: fp32 CUDA-core GEMMs; false checks the tensor-core (bf16) path
   double tolerance = -1;         // max allowed max|err| / max|ref|; < 0: the default for the backend and weights
   std::string dump_logits_path;  // non-empty: write our logits there as safetensors with the reference's keys
@@ -35,7 +37,7 @@ struct CheckReferenceReport {
   std::string model_dir, reference_path;
   std::string runner_name;       // e.g. "cpu (hf numerics)"
   std::string numerics;          // the numerics used: "official" or "hf"
-  std::string numerics_source;   // "given" or "default"
+  std::string numerics_source;   // "given", "reference metadata", "reference.json" or "assumed (transformers)"
   double tolerance = 0;          // the tolerance applied
   std::vector<PromptCheckResult> prompts;
   bool ok = false;               // every prompt ok

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "check/reference_check.h"
+#include "check/reference_numerics.h"
 #include "engine/model_runner.h"
 #include "perf/bench.h"
 
@@ -29,8 +30,14 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
   ro.model_dir = o.model_dir;
   ro.exact_gemm = o.exact_gemm;
   DSI_ASSIGN_OR_RETURN(ro.backend, engine::parse_backend(o.backend));
-  DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics.empty() ? "official" : o.numerics));
-  rep.numerics_source = o.numerics.empty() ? "default" : "given";
+  if (o.numerics.empty()) {
+    DSI_ASSIGN_OR_RETURN(check::ReferenceNumerics rn, check::reference_numerics(ref));
+    ro.numerics = rn.numerics;
+    rep.numerics_source = rn.source;
+  } else {
+    DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
+    rep.numerics_source = "given";
+  }
   rep.numerics = ro.numerics.name;
   DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
   rep.runner_name = runner->name();

@@ -1,13 +1,83 @@
-// The diagnostics API (include/dsinfer/diagnostics.h): run_bench / check_reference report bad input as errors;
-// the bench plan layout.
+// The diagnostics API (include/dsinfer/diagnostics.h): check_reference uses the numerics that produced the
+// reference by default (issue 18 item 8: the shipped model failed its own check with the documented defaults),
+// an explicit numerics wins, and run_bench / check_reference report bad input as errors.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "check/reference_numerics.h"
 #include "dsinfer/diagnostics.h"
+#include "io/safetensors.h"
 #include "perf/bench.h"
 #include "test_util.h"
 
 using namespace dsinfer;
 
+namespace {
+
+// A one-tensor safetensors file with the given __metadata__ (none when empty).
+void write_reference(const std::string& path, const std::map<std::string, std::string>& metadata) {
+  nlohmann::json h = {{"prompt.0.input_ids", {{"dtype", "I64"}, {"shape", {1}}, {"data_offsets", {0, 8}}}}};
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  std::string text = h.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t n = text.size();
+  const int64_t id = 5;
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(text.data(), std::streamsize(text.size()));
+  f.write(reinterpret_cast<const char*>(&id), 8);
+  test::require(bool(f), "cannot write " + path);
+}
+
+Result<check::ReferenceNumerics> numerics_of(const std::string& path) {
+  auto f = io::SafetensorsFile::open(path);
+  if (!f) return f.status();
+  return check::reference_numerics(*f);
+}
+
+std::string shipped_model() { return test::source_dir() + "/models/dsv4-small"; }
+
+}  // namespace
+
+// The regression of issue 18 item 8: `dsinfer check-reference --model models/dsv4-small` with no flags.
+TEST(CheckReference, ShippedModelPassesWithDefaults) {
+  CheckReferenceOptions o;
+  o.model_dir = shipped_model();
+  CheckReferenceReport rep;
+  std::string error;
+  ASSERT_TRUE(check_reference(o, &rep, &error)) << error;
+  EXPECT_EQ(rep.numerics, "hf");
+  EXPECT_EQ(rep.numerics_source, "reference metadata");
+  EXPECT_EQ(rep.reference_path, shipped_model() + "/reference.safetensors");
+  ASSERT_EQ(rep.prompts.size(), 5u);
+  for (const PromptCheckResult& p : rep.prompts) {
+    EXPECT_TRUE(p.ok) << "len " << p.len << " rel_err " << p.rel_err;
+    EXPECT_EQ(p.greedy_matched, p.greedy_total);
+    EXPECT_GT(p.greedy_total, 0);
+    EXPECT_LE(p.rel_err, rep.tolerance);
+  }
+  EXPECT_TRUE(rep.ok);
+}
+
+// An explicit numerics wins over the reference's; the official profile does not reproduce transformers'
+// logits on this model (which is why the old default failed).
+TEST(CheckReference, ExplicitNumericsWins) {
+  CheckReferenceOptions o;
+  o.model_dir = shipped_model();
+  o.numerics = "official";
+  CheckReferenceReport rep;
+  std::string error;
+  ASSERT_TRUE(check_reference(o, &rep, &error)) << error;
+  EXPECT_EQ(rep.numerics, "official");
+  EXPECT_EQ(rep.numerics_source, "given");
+  EXPECT_NE(rep.runner_name.find("official"), std::string::npos) << rep.runner_name;
+  EXPECT_FALSE(rep.ok);
+}
 
 TEST(CheckReference, BadInputIsAnError) {
   CheckReferenceReport rep;
@@ -25,6 +95,80 @@ TEST(CheckReference, BadInputIsAnError) {
   o.backend = "tpu";
   EXPECT_FALSE(check_reference(o, &rep, &error));
   EXPECT_NE(error.find("'tpu'"), std::string::npos) << error;
+}
+
+// Every reference we ship says which numerics produced it; the shared fixtures say it in reference.json.
+TEST(ReferenceNumerics, ShippedAndSharedReferences) {
+  for (const std::string& dir : {shipped_model(), test::own_fixture("tiny-v4-c"), test::own_fixture("tiny-v4-official")}) {
+    auto n = numerics_of(dir + "/reference.safetensors");
+    ASSERT_TRUE(n.is_ok()) << n.status().message();
+    EXPECT_EQ(n->numerics.name, "hf") << dir;
+    EXPECT_EQ(n->source, "reference metadata") << dir;
+  }
+  for (const char* name : {"tiny-v4-a", "tiny-v4-b"}) {
+    auto n = numerics_of(test::shared_fixture(name) + "/reference.safetensors");
+    ASSERT_TRUE(n.is_ok()) << n.status().message();
+    EXPECT_EQ(n->numerics.name, "hf") << name;
+    EXPECT_EQ(n->source, "reference.json") << name;
+  }
+  auto n = numerics_of(test::shared_fixture("tiny-v4-a-bf16") + "/reference.safetensors");  // says nothing
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->numerics.name, "hf");
+  EXPECT_EQ(n->source, "assumed (transformers)");
+}
+
+TEST(ReferenceNumerics, MetadataThenReferenceJsonThenAssumed) {
+  test::ScratchDir d("refnum");
+  const std::string ref = d.str() + "/reference.safetensors", js = d.str() + "/reference.json";
+  write_reference(ref, {{"numerics", "official"}});
+  std::ofstream(js) << R"({"numerics": "hf"})";  // the file's own metadata comes first
+  auto n = numerics_of(ref);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->numerics.name, "official");
+  EXPECT_TRUE(n->numerics.kv_fp8_sim);
+  EXPECT_EQ(n->source, "reference metadata");
+
+  write_reference(ref, {{"format", "pt"}});
+  std::ofstream(js) << R"({"numerics": "official"})";
+  n = numerics_of(ref);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->numerics.name, "official");
+  EXPECT_EQ(n->source, "reference.json");
+
+  std::ofstream(js) << R"({"name": "x", "prompts": [{"len": 3, "hf_cached_decode_agrees": true}]})";
+  n = numerics_of(ref);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->numerics.name, "hf");
+  EXPECT_FALSE(n->numerics.kv_fp8_sim);
+  EXPECT_EQ(n->source, "reference.json");
+
+  std::filesystem::remove(js);
+  n = numerics_of(ref);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->numerics.name, "hf");
+  EXPECT_EQ(n->source, "assumed (transformers)");
+}
+
+TEST(ReferenceNumerics, BadValuesNameFileAndValue) {
+  test::ScratchDir d("refnumbad");
+  const std::string ref = d.str() + "/reference.safetensors", js = d.str() + "/reference.json";
+  write_reference(ref, {{"numerics", "fp8"}});
+  auto n = numerics_of(ref);
+  ASSERT_FALSE(n.is_ok());
+  EXPECT_NE(n.status().message().find(ref), std::string::npos) << n.status().message();
+  EXPECT_NE(n.status().message().find("'fp8'"), std::string::npos) << n.status().message();
+
+  write_reference(ref, {});
+  std::ofstream(js) << R"({"numerics": 3})";
+  n = numerics_of(ref);
+  ASSERT_FALSE(n.is_ok());
+  EXPECT_NE(n.status().message().find("reference.json"), std::string::npos) << n.status().message();
+  EXPECT_NE(n.status().message().find("number"), std::string::npos) << n.status().message();
+
+  std::ofstream(js) << "{not json";
+  n = numerics_of(ref);
+  ASSERT_FALSE(n.is_ok());
+  EXPECT_NE(n.status().message().find("reference.json"), std::string::npos) << n.status().message();
 }
 
 // The bench plan: `seqs` sequences of `new_tokens` after `context`, each with its own slot and consecutive blocks.
