@@ -29,7 +29,8 @@ std::vector<int64_t> parse_list(const std::string& s) {
 }
 
 void print_header(const BenchReport& rep) {
-  std::printf("bench: %s, %lld layers, %s\n", rep.model_dir.c_str(), (long long)rep.num_layers, rep.runner_name.c_str());
+  std::printf("bench: %s, %lld layers, %s\n", rep.model_dir.c_str(), (long long)rep.num_layers,
+              rep.runner_name.c_str());
 }
 
 void print_case(const BenchCase& c, int64_t layers) {
@@ -43,7 +44,8 @@ void print_case(const BenchCase& c, int64_t layers) {
   for (const BenchOp& op : c.ops)
     std::printf("%-22s %12.4f %12.4f %8.2f %14.4f\n", op.name.c_str(), op.measured_ms, op.floor_ms, op.ratio(),
                 op.measured_ms / double(layers));
-  std::printf("%-22s %12.4f %12.4f %8.2f   (sum of op times)\n", "total ops", c.ops_ms, c.floor_ms, c.ops_ms / c.floor_ms);
+  std::printf("%-22s %12.4f %12.4f %8.2f   (sum of op times)\n", "total ops", c.ops_ms, c.floor_ms,
+              c.ops_ms / c.floor_ms);
   std::printf("%-22s %12.4f %12.4f %8.2f   (host wall, incl. plan upload and logits download)\n", "step", c.step_ms,
               c.floor_ms, c.step_ms / c.floor_ms);
   std::printf("per layer: %.4f ms; tokens/s: %.1f\n", c.ops_ms / double(layers), c.tokens_per_s());

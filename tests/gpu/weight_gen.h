@@ -97,7 +97,8 @@ inline HostWeight make_host_weight(ops::cuda::WeightFormat fmt, int64_t rows, in
   return w;
 }
 
-inline ops::cuda::OwnedDeviceWeight upload(const HostWeight& h, std::source_location at = std::source_location::current()) {
+inline ops::cuda::OwnedDeviceWeight upload(const HostWeight& h,
+                                           std::source_location at = std::source_location::current()) {
   // A failed upload fails (and ends) the test with the reason; the caller never sees an empty weight.
   return unwrap(ops::cuda::upload_weight(h.fmt, h.rows, h.cols, h.data.data(),
                                          h.scale.empty() ? nullptr : h.scale.data(), h.e8m0, h.bn, h.bk),

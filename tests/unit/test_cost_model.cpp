@@ -54,7 +54,8 @@ TEST(CostModel, PrefillIsComputeBound) {
     EXPECT_TRUE(o.fp8_math) << o.name;
     EXPECT_GT(o.flops / c.fp8_flops, o.bytes / c.hbm_bytes_per_s) << o.name;
     EXPECT_DOUBLE_EQ(o.floor_s(c), o.flops / c.fp8_flops) << o.name;
-    // 2 x tokens x out x in: wq_b 32768 x 1024 (64 heads x 512, q_lora_rank), wo_b 4096 x 8192 (o_groups x o_lora_rank).
+    // 2 x tokens x out x in: wq_b 32768 x 1024 (64 heads x 512, q_lora_rank), wo_b 4096 x 8192
+    // (o_groups x o_lora_rank).
     const double n_k = o.name == "wq_b" ? 32768.0 * 1024 : 4096.0 * 8 * 1024;
     EXPECT_DOUBLE_EQ(o.flops, 2.0 * double(T) * n_k) << o.name;
   }

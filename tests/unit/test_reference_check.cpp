@@ -99,7 +99,8 @@ TEST(CheckReference, BadInputIsAnError) {
 
 // Every reference we ship says which numerics produced it; the shared fixtures say it in reference.json.
 TEST(ReferenceNumerics, ShippedAndSharedReferences) {
-  for (const std::string& dir : {shipped_model(), test::own_fixture("tiny-v4-c"), test::own_fixture("tiny-v4-official")}) {
+  for (const std::string& dir :
+       {shipped_model(), test::own_fixture("tiny-v4-c"), test::own_fixture("tiny-v4-official")}) {
     auto n = numerics_of(dir + "/reference.safetensors");
     ASSERT_TRUE(n.is_ok()) << n.status().message();
     EXPECT_EQ(n->numerics.name, "hf") << dir;

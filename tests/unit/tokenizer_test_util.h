@@ -83,7 +83,8 @@ inline std::vector<std::string> corpus(std::source_location at = std::source_loc
   const std::string path = source_dir() + "/tests/data/tokenizer/corpus.jsonl";
   for (const auto& l : read_lines(path, at)) {
     nlohmann::json j = nlohmann::json::parse(l, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_string()) dsinfer::test::setup_failed(path + ": line " + std::to_string(out.size() + 1) + " is not a JSON string", at);
+    if (!j.is_string())
+      dsinfer::test::setup_failed(path + ": line " + std::to_string(out.size() + 1) + " is not a JSON string", at);
     out.push_back(j.get<std::string>());
   }
   return out;
