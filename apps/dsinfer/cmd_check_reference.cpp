@@ -1,14 +1,12 @@
-// `dsinfer check-reference`: the CPU reference against reference logits (fixture format; see
-// src/model/reference_check.h). Prints per prompt the normalised logit error and the greedy match; exits 0 when
+// `dsinfer check-reference`: a backend against reference logits (fixture format; see
+// include/dsinfer/diagnostics.h). Prints per prompt the normalised logit error and the greedy match; exits 0 when
 // every prompt is within tolerance with identical greedy tokens, 1 when not, 2 on bad input.
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "apps/dsinfer/commands.h"
-#include "check/reference_check.h"
-#include "engine/model_runner.h"
+#include "dsinfer/diagnostics.h"
 
 namespace dsinfer::cli {
 
@@ -18,29 +16,30 @@ void usage() {
                "usage: dsinfer check-reference --model DIR [--reference FILE] [--numerics hf|official]\n"
                "                               [--backend cpu|cuda] [--tolerance X] [--dump-logits FILE]\n"
                "  --reference    default DIR/reference.safetensors\n"
-               "  --numerics     official (default) or hf (transformers semantics)\n"
+               "  --numerics     official or hf (transformers semantics); default: the numerics that produced the\n"
+               "                 reference (its metadata \"numerics\", else reference.json next to it, else hf)\n"
                "  --backend      cpu (reference, default) or cuda\n"
                "  --fast-gemm    cuda: check the tensor-core GEMM path (bf16 operands) instead of exact fp32 GEMMs\n"
                "  --tolerance    max allowed max|logit error| / max|reference logit| (default: cpu 1e-4 for fp32\n"
                "                 checkpoints, 1e-3 for bf16/f16/fp8/fp4 ones; cuda 3e-2; see docs/decisions.md)\n"
                "  --dump-logits  write the computed logits as safetensors with the reference's keys\n");
 }
-int fail(const Status& s) {
-  std::fprintf(stderr, "check-reference: %s\n", s.message().c_str());
+int fail(const std::string& message) {
+  std::fprintf(stderr, "check-reference: %s\n", message.c_str());
   return 2;
 }
 }  // namespace
 
 int cmd_check_reference(int argc, char** argv) {
-  std::string model_dir, ref_path, dump_path, numerics = "official", backend = "cpu";
-  double tol = -1;
-  bool fast_gemm = false;
+  CheckReferenceOptions o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (a == "-h" || a == "--help") return usage(), 0;
     if (a == "--fast-gemm") {
-      fast_gemm = true;
+      // On the GPU the default is exact (fp32) GEMMs, so the check tests every kernel at reference precision;
+      // --fast-gemm checks the production tensor-core path (bf16 operands) instead.
+      o.exact_gemm = false;
       continue;
     }
     if (!v) {
@@ -48,52 +47,33 @@ int cmd_check_reference(int argc, char** argv) {
       return usage(), 2;
     }
     ++i;
-    if (a == "--model") model_dir = v;
-    else if (a == "--reference") ref_path = v;
-    else if (a == "--numerics") numerics = v;
-    else if (a == "--backend") backend = v;
-    else if (a == "--dump-logits") dump_path = v;
+    if (a == "--model") o.model_dir = v;
+    else if (a == "--reference") o.reference_path = v;
+    else if (a == "--numerics") o.numerics = v;
+    else if (a == "--backend") o.backend = v;
+    else if (a == "--dump-logits") o.dump_logits_path = v;
     else if (a == "--tolerance") {
       char* end = nullptr;
-      tol = std::strtod(v, &end);
-      if (*end || !(tol >= 0)) return fail(Status::errorf("--tolerance '{}' is not a non-negative number", v));
+      o.tolerance = std::strtod(v, &end);
+      if (*end || !(o.tolerance >= 0)) return fail(std::string("--tolerance '") + v + "' is not a non-negative number");
     } else {
       std::fprintf(stderr, "check-reference: unknown option '%s'\n", a.c_str());
       return usage(), 2;
     }
   }
-  if (model_dir.empty()) return usage(), 2;
-  if (ref_path.empty()) ref_path = (std::filesystem::path(model_dir) / "reference.safetensors").string();
-  // On the GPU the default is exact (fp32) GEMMs, so the check tests every kernel at reference precision;
-  // --fast-gemm checks the production tensor-core path (bf16 operands) instead.
-  engine::RunnerOptions ro;
-  ro.model_dir = model_dir;
-  ro.exact_gemm = !fast_gemm;
-  auto be = engine::parse_backend(backend);
-  if (!be) return fail(be.status());
-  ro.backend = *be;
-  auto num = model::Numerics::from_name(numerics);
-  if (!num) return fail(num.status());
-  ro.numerics = *num;
-  auto runner = engine::create_runner(ro);
-  if (!runner) return fail(runner.status());
-  auto ref = io::SafetensorsFile::open(ref_path);
-  if (!ref) return fail(ref.status());
-  if (tol < 0) tol = check::default_tolerance(**runner);
-  std::printf("model %s, reference %s, %s, tolerance %.1e\n", model_dir.c_str(), ref_path.c_str(), (*runner)->name().c_str(),
-              tol);
-  auto res = check::check_reference(**runner, *ref, tol, !dump_path.empty());
-  if (!res) return fail(res.status());
-  for (size_t i = 0; i < res->prompts.size(); ++i) {
-    const check::PromptCheck& p = res->prompts[i];
-    std::printf("prompt %zu: len %3lld  max|err|/max|ref| = %.3e  greedy %zu/%zu  %s\n", i, (long long)p.len, p.rel_err,
-                p.greedy_matched, p.greedy_total, p.ok ? "OK" : "FAIL");
+  if (o.model_dir.empty()) return usage(), 2;
+  CheckReferenceReport rep;
+  std::string error;
+  if (!check_reference(o, &rep, &error)) return fail(error);
+  std::printf("model %s, reference %s, %s, tolerance %.1e (numerics: %s)\n", rep.model_dir.c_str(),
+              rep.reference_path.c_str(), rep.runner_name.c_str(), rep.tolerance, rep.numerics_source.c_str());
+  for (size_t i = 0; i < rep.prompts.size(); ++i) {
+    const PromptCheckResult& p = rep.prompts[i];
+    std::printf("prompt %zu: len %3lld  max|err|/max|ref| = %.3e  greedy %lld/%lld  %s\n", i, (long long)p.len,
+                p.rel_err, (long long)p.greedy_matched, (long long)p.greedy_total, p.ok ? "OK" : "FAIL");
   }
-  if (!dump_path.empty()) {
-    if (Status s = io::write_safetensors(dump_path, res->computed); !s) return fail(s);
-  }
-  std::printf("%s\n", res->ok() ? "PASS" : "FAIL");
-  return res->ok() ? 0 : 1;
+  std::printf("%s\n", rep.ok ? "PASS" : "FAIL");
+  return rep.ok ? 0 : 1;
 }
 
 }  // namespace dsinfer::cli

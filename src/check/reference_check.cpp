@@ -139,7 +139,8 @@ Result<ReferenceCheck> check_reference(engine::ModelRunner& runner, const io::Sa
     const int64_t L = int64_t(r.input_ids.size());
     Solo seq(runner, cache);
     std::vector<float> logits;
-    DSI_RETURN_IF_ERROR(seq.step(r.input_ids, true, logits).with_context(fmt::format("prompt {}", i)));    double max_err = 0, max_ref = 0;
+    DSI_RETURN_IF_ERROR(seq.step(r.input_ids, true, logits).with_context(fmt::format("prompt {}", i)));
+    double max_err = 0, max_ref = 0;
     auto compare = [&](const float* ours, const float* ref, int64_t n) {
       for (int64_t k = 0; k < n; ++k) {
         max_err = std::max(max_err, double(std::fabs(ours[k] - ref[k])));

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <source_location>
 #include <vector>
 
 #include "core/dtypes.h"
 #include "io/quant.h"
 #include "ops/gemm/gemm_cuda.h"
+#include "test_util.h"
 
 namespace dsinfer::test {
 
@@ -95,11 +97,12 @@ inline HostWeight make_host_weight(ops::cuda::WeightFormat fmt, int64_t rows, in
   return w;
 }
 
-inline ops::cuda::OwnedDeviceWeight upload(const HostWeight& h) {
-  auto r = ops::cuda::upload_weight(h.fmt, h.rows, h.cols, h.data.data(), h.scale.empty() ? nullptr : h.scale.data(),
-                                    h.e8m0, h.bn, h.bk);
-  EXPECT_TRUE(r.is_ok()) << r.status().message();
-  return std::move(r).value();
+inline ops::cuda::OwnedDeviceWeight upload(const HostWeight& h,
+                                           std::source_location at = std::source_location::current()) {
+  // A failed upload fails (and ends) the test with the reason; the caller never sees an empty weight.
+  return unwrap(ops::cuda::upload_weight(h.fmt, h.rows, h.cols, h.data.data(),
+                                         h.scale.empty() ? nullptr : h.scale.data(), h.e8m0, h.bn, h.bk),
+                at);
 }
 
 }  // namespace dsinfer::test

@@ -40,12 +40,33 @@ TEST(CostModel, FlashDecodeBatch1) {
 
 TEST(CostModel, PrefillIsComputeBound) {
   auto cfg = io::load_model_config(test::source_dir() + "/configs/deepseek-v4-flash");
-  ASSERT_TRUE(cfg.is_ok());
-  perf::StepShape s{1, 4096, 0, 1};
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+  const int64_t T = 4096, layers = 4;
+  perf::StepShape s{1, T, 0, 1};
   perf::Ceilings c;
-  for (const auto& o : perf::step_costs(*cfg, s, {}, 4)) {
-    if (o.name == "wq_b" || o.name == "wo_b") {  // (MoE at 4096 tokens is balanced: fp32 intermediates)
-      EXPECT_GT(o.flops / c.fp8_flops, o.bytes / c.hbm_bytes_per_s) << o.name;
-    }
+  const auto ops = perf::step_costs(*cfg, s, {}, layers);
+  // The big FP8 projections at 4096 tokens are compute bound: the floor is their flops at the FP8 peak.
+  // (MoE at 4096 tokens is balanced: fp32 intermediates.)
+  int checked = 0;
+  for (const auto& o : ops) {
+    if (o.name != "wq_b" && o.name != "wo_b") continue;
+    ++checked;
+    EXPECT_TRUE(o.fp8_math) << o.name;
+    EXPECT_GT(o.flops / c.fp8_flops, o.bytes / c.hbm_bytes_per_s) << o.name;
+    EXPECT_DOUBLE_EQ(o.floor_s(c), o.flops / c.fp8_flops) << o.name;
+    // 2 x tokens x out x in: wq_b 32768 x 1024 (64 heads x 512, q_lora_rank), wo_b 4096 x 8192
+    // (o_groups x o_lora_rank).
+    const double n_k = o.name == "wq_b" ? 32768.0 * 1024 : 4096.0 * 8 * 1024;
+    EXPECT_DOUBLE_EQ(o.flops, 2.0 * double(T) * n_k) << o.name;
   }
+  EXPECT_EQ(checked, 2 * layers);  // one wq_b and one wo_b per layer: the loop above checked every one
+  // One logits row (logits_rows = 1): the LM head is a matrix-vector product, memory bound.
+  int heads = 0;
+  for (const auto& o : ops) {
+    if (o.name != "lm_head") continue;
+    ++heads;
+    EXPECT_DOUBLE_EQ(o.flops, 2.0 * double(cfg->vocab_size) * double(cfg->hidden_size));
+    EXPECT_DOUBLE_EQ(o.floor_s(c), o.bytes / c.hbm_bytes_per_s);
+  }
+  EXPECT_EQ(heads, 1);
 }

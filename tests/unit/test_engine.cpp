@@ -51,23 +51,18 @@ std::vector<json> mixed_requests() {
 // Runs `bodies` together; returns each request's choices' token ids, in request order.
 std::vector<std::vector<std::vector<int32_t>>> run(const EngineOptions& cfg, const std::vector<json>& bodies,
                                                    int64_t* preemptions = nullptr) {
-  auto e = engine::Engine::create(cfg);
-  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  auto e = test::unwrap(engine::Engine::create(cfg));  // a setup error ends the test with the reason
   std::map<scheduler::RequestId, size_t> idx;
-  for (size_t i = 0; i < bodies.size(); ++i) {
-    auto id = add(**e, bodies[i]);
-    EXPECT_TRUE(id.is_ok()) << id.status().message();
-    idx[*id] = i;
-  }
+  for (size_t i = 0; i < bodies.size(); ++i) idx[test::unwrap(add(*e, bodies[i]))] = i;
   std::vector<std::vector<std::vector<int32_t>>> out(bodies.size());
   int guard = 0;
-  while ((*e)->has_unfinished() && guard++ < 10000) {
-    Status s = (*e)->step();
+  while (e->has_unfinished() && guard++ < 10000) {
+    Status s = e->step();
     EXPECT_TRUE(s.is_ok()) << s.message();
-    for (auto& r : (*e)->take_finished())
+    for (auto& r : e->take_finished())
       for (auto& c : r.choices) out[idx[r.id]].push_back(c.token_ids);
   }
-  if (preemptions) *preemptions = (*e)->stats().num_preemptions;
+  if (preemptions) *preemptions = e->stats().num_preemptions;
   return out;
 }
 

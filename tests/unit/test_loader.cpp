@@ -19,10 +19,9 @@ namespace {
 
 // All tensors of a fixture as writable copies.
 std::vector<io::TensorToWrite> fixture_tensors(const std::string& dir) {
-  auto ck = io::Checkpoint::open(dir + "/model.safetensors");
-  EXPECT_TRUE(ck.is_ok()) << ck.status().message();
+  auto ck = test::unwrap(io::Checkpoint::open(dir + "/model.safetensors"));
   std::vector<io::TensorToWrite> out;
-  for (const auto& [n, t] : ck->tensors())
+  for (const auto& [n, t] : ck.tensors())
     out.push_back({n, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
   return out;
 }

@@ -17,9 +17,7 @@ using namespace dsinfer::model;
 namespace {
 
 std::unique_ptr<DeepseekV4Cpu> load(const std::string& dir, const Numerics& num) {
-  auto m = DeepseekV4Cpu::load(dir, num);
-  EXPECT_TRUE(m.is_ok()) << m.status().message();
-  return m.is_ok() ? std::move(m).value() : nullptr;
+  return test::unwrap(DeepseekV4Cpu::load(dir, num));  // a load error ends the test with the reason
 }
 
 std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
@@ -31,9 +29,8 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
 
 // Logits of every position, produced by feeding `toks` in chunks of the given sizes (cycled).
 std::vector<float> run_chunked(DeepseekV4Cpu& m, const std::vector<int32_t>& toks, const std::vector<int>& sizes) {
-  auto state = HostState::create(m.config(), 1, int64_t(toks.size()));
-  EXPECT_TRUE(state.is_ok()) << state.status().message();
-  SoloSequence seq(**state);
+  auto state = test::unwrap(HostState::create(m.config(), 1, int64_t(toks.size())));
+  SoloSequence seq(*state);
   std::vector<float> all, part;
   size_t i = 0, k = 0;
   while (i < toks.size()) {

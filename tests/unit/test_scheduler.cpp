@@ -9,6 +9,7 @@
 
 #include "scheduler/scheduler.h"
 #include "scheduler/step_sampling.h"
+#include "test_util.h"
 
 using namespace dsinfer;
 using namespace dsinfer::scheduler;
@@ -97,20 +98,18 @@ struct Harness {
     cc.block_size = 4;
     cc.max_model_len = s.max_model_len;
     cc.max_num_seqs = s.num_slots;
-    auto L = cache::compute_state_layout(small_model(), cc);
-    EXPECT_TRUE(L.is_ok());
-    cc.budget_bytes = s.num_slots * L->slot_bytes + int64_t(s.num_blocks) * L->block_bytes;
-    auto c = cache::StateCache::create(small_model(), cc);
-    EXPECT_TRUE(c.is_ok()) << c.status().message();
+    const auto L = test::unwrap(cache::compute_state_layout(small_model(), cc));
+    cc.budget_bytes = s.num_slots * L.slot_bytes + int64_t(s.num_blocks) * L.block_bytes;
+    auto c = test::unwrap(cache::StateCache::create(small_model(), cc));
     // The cache caps blocks at what its slots could use at max_model_len.
-    EXPECT_EQ(c->num_blocks(), std::min<int64_t>(s.num_blocks, s.num_slots * ((s.max_model_len + 3) / 4)));
+    EXPECT_EQ(c.num_blocks(), std::min<int64_t>(s.num_blocks, s.num_slots * ((s.max_model_len + 3) / 4)));
     SchedulerConfig sc;
     sc.max_num_seqs = s.max_num_seqs;
     sc.max_num_batched_tokens = s.max_num_batched_tokens;
     sc.admission_watermark = s.watermark;
     sc.eos_token_id = kEos;
     sc.vocab_size = kVocab;
-    sched = std::make_unique<Scheduler>(sc, std::move(*c));
+    sched = std::make_unique<Scheduler>(sc, std::move(c));
   }
 
   RequestId add(std::vector<int32_t> prompt, int64_t max_tokens, sampling::SamplingParams p = greedy()) {

@@ -146,7 +146,8 @@ TEST(Pretokenizer, RewriteAddsUnicode16Letters) {
 }
 
 std::string run_cli(const std::string& args, const std::string& input, int* rc) {
-  std::string in_path = ::testing::TempDir() + "/cli_in.jsonl";
+  // Per process: other checkouts' test runs on the same machine use the same temp dir.
+  std::string in_path = ::testing::TempDir() + "/cli_in_" + std::to_string(::getpid()) + ".jsonl";
   std::ofstream(in_path) << input;
   std::string cmd = std::string(DSINFER_BINARY) + " " + args + " < " + in_path + " 2>&1";
   std::FILE* p = ::popen(cmd.c_str(), "r");

@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <source_location>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::tokenizer::testing {
@@ -54,9 +56,12 @@ inline const Tokenizer* load(const std::string& name, std::string* why) {
   return cache[k].get();
 }
 
-// Lines of a file split on '\n' only (the corpus holds U+0085 / U+2028, which are not line breaks here).
-inline std::vector<std::string> read_lines(const std::string& path) {
+// Lines of a file split on '\n' only (the corpus holds U+0085 / U+2028, which are not line breaks here). A file
+// that cannot be read, or holds no line, fails the test: a loop over zero lines would pass vacuously.
+inline std::vector<std::string> read_lines(const std::string& path,
+                                           std::source_location at = std::source_location::current()) {
   std::ifstream f(path, std::ios::binary);
+  if (!f) dsinfer::test::setup_failed("cannot open test data file " + path, at);
   std::stringstream ss;
   ss << f.rdbuf();
   std::vector<std::string> lines;
@@ -68,13 +73,20 @@ inline std::vector<std::string> read_lines(const std::string& path) {
       start = i + 1;
     }
   }
+  if (lines.empty()) dsinfer::test::setup_failed("test data file " + path + " holds no line", at);
   return lines;
 }
 
-inline std::vector<std::string> corpus() {
+// The tokenizer corpus: one JSON string per line; a line that is not one fails the test, naming it.
+inline std::vector<std::string> corpus(std::source_location at = std::source_location::current()) {
   std::vector<std::string> out;
-  for (const auto& l : read_lines(source_dir() + "/tests/data/tokenizer/corpus.jsonl"))
-    out.push_back(nlohmann::json::parse(l).get<std::string>());
+  const std::string path = source_dir() + "/tests/data/tokenizer/corpus.jsonl";
+  for (const auto& l : read_lines(path, at)) {
+    nlohmann::json j = nlohmann::json::parse(l, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_string())
+      dsinfer::test::setup_failed(path + ": line " + std::to_string(out.size() + 1) + " is not a JSON string", at);
+    out.push_back(j.get<std::string>());
+  }
   return out;
 }
 

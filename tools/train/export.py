@@ -155,7 +155,8 @@ def finalize(a):
         while len(ids) < n:  # a short snippet is extended with the next one
             ids += tok.encode(texts[(i + len(ids)) % len(texts)]).ids
         prompts.append(ids[:n])
-    save_file(arch.gf.reference(deq, prompts, 8), os.path.join(model_dir, "reference.safetensors"))
+    save_file(arch.gf.reference(deq, prompts, 8), os.path.join(model_dir, "reference.safetensors"),
+              metadata=arch.gf.REFERENCE_METADATA)
     sizes = {os.path.relpath(os.path.join(dp, fn), model_dir): os.path.getsize(os.path.join(dp, fn))
              for dp, _, fns in os.walk(model_dir) for fn in sorted(fns)}
     with tarfile.open(os.path.join(a.out, "model.tar"), "w") as t:

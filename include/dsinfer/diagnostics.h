@@ -1,0 +1,103 @@
+// dsinfer public diagnostics API: compare a backend with reference logits (check_reference) and time a
+// forward step per op next to its roofline floor (run_bench). Both build the model runner themselves from a
+// model directory; no CUDA and no third-party types here. Errors come back in *error (like engine.h).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dsinfer {
+
+// ---- check_reference ----------------------------------------------------------------------------------------
+// The reference file is in the fixture format (../shared/fixtures): per prompt i, prompt.{i}.input_ids [L],
+// prompt.{i}.logits F32 [L, V], optional prompt.{i}.greedy_ids [n] and prompt.{i}.greedy_logits F32 [n, V].
+// Each prompt runs one full forward, then its greedy continuation token by token on the incremental state
+// (feeding the reference's tokens, so later steps stay comparable after a miss).
+struct CheckReferenceOptions {
+  std::string model_dir;
+  std::string reference_path;    // empty: model_dir/reference.safetensors
+  std::string backend = "cpu";   // "cpu" (reference) or "cuda"
+  // "official" or "hf"; empty: the numerics that produced the reference (its safetensors metadata "numerics",
+  // else reference.json next to it, else hf: the fixture format is transformers' output).
+  std::string numerics;
+  bool exact_gemm = true;        // cuda: fp32 CUDA-core GEMMs; false checks the tensor-core (bf16) path
+  double tolerance = -1;         // max allowed max|err| / max|ref|; < 0: the default for the backend and weights
+  std::string dump_logits_path;  // non-empty: write our logits there as safetensors with the reference's keys
+};
+
+struct PromptCheckResult {
+  int64_t len = 0;               // prompt tokens
+  double rel_err = 0;            // max |ours - ref| / max |ref| over every compared logit of the prompt
+  int64_t greedy_matched = 0, greedy_total = 0;  // greedy tokens equal to the reference's
+  bool ok = false;               // rel_err <= tolerance and every greedy token matched
+};
+
+struct CheckReferenceReport {
+  std::string model_dir, reference_path;
+  std::string runner_name;       // e.g. "cpu (hf numerics)"
+  std::string numerics;          // the numerics used: "official" or "hf"
+  std::string numerics_source;   // "given", "reference metadata", "reference.json" or "assumed (transformers)"
+  double tolerance = 0;          // the tolerance applied
+  std::vector<PromptCheckResult> prompts;
+  bool ok = false;               // every prompt ok
+};
+
+// Runs the check. false (with the reason in *error) when it could not run: unreadable model or reference,
+// bad option values, a failed step, an unwritable dump file. true otherwise; report->ok says pass or fail.
+bool check_reference(const CheckReferenceOptions& options, CheckReferenceReport* report, std::string* error);
+
+// ---- run_bench ----------------------------------------------------------------------------------------------
+// Decode step time at each batch size and context, and prefill time of N tokens, per op and end to end, each
+// next to its roofline floor. Decode runs on randomized state (no prefill of the context needed); the weights
+// are usually load_format "dummy" at real V4-Flash / V4-Pro shapes, with num_layers when the model does not
+// fit one GPU. Needs a backend with per-op timing (cuda); the cpu backend reports that it has none.
+struct BenchReport;
+
+struct BenchOptions {
+  std::string model_dir;
+  std::string backend = "cuda";       // "cuda" or "cpu"
+  std::string load_format = "dummy";  // "dummy" (random weights in the storage formats) or "auto"
+  std::string numerics = "official";  // "official" or "hf"
+  int64_t num_layers = 0;             // > 0: run only the first N layers
+  std::vector<int64_t> batches = {1, 64, 256};  // one decode case per batch size
+  int64_t context = 4096;             // decode: positions already in each sequence's state
+  int64_t prefill = 4096;             // prefill case: tokens of one sequence from position 0; 0 = none
+  int64_t iters = 5;                  // timed iterations per case (after one warm-up), medians reported
+  // Called after each case is added to the report (streaming output); may be empty.
+  std::function<void(const BenchReport& report)> on_case;
+};
+
+struct BenchOp {
+  std::string name;                   // op name, summed over layers
+  double measured_ms = 0;             // sum over layers of the per-layer medians
+  double floor_ms = 0;                // roofline floor: max(bytes / HBM bandwidth, flops / peak)
+  double bytes = 0, flops = 0;        // from the cost model
+  double ratio() const { return floor_ms > 0 ? measured_ms / floor_ms : 0.0; }
+};
+
+struct BenchCase {
+  std::string title;                  // "decode" or "prefill"
+  int64_t seqs = 0, new_tokens = 0, context = 0;
+  std::vector<BenchOp> ops;           // by name
+  double ops_ms = 0;                  // sum of measured op times
+  double floor_ms = 0;                // sum of every op's floor
+  double step_ms = 0;                 // median host wall time of a step (incl. plan upload, logits download)
+  double graph_step_ms = -1;          // decode: median step without per-op events (CUDA graph replay); -1 none
+  std::string error;                  // non-empty: the case failed (what was measured before stays filled in)
+  double tokens_per_s() const { return step_ms > 0 ? double(seqs * new_tokens) / (step_ms / 1e3) : 0.0; }
+  double graph_tokens_per_s() const { return graph_step_ms > 0 ? double(seqs) / (graph_step_ms / 1e3) : 0.0; }
+};
+
+struct BenchReport {
+  std::string model_dir, runner_name;
+  int64_t num_layers = 0;             // layers of the model run
+  std::vector<BenchCase> cases;
+  bool ok = false;                    // every case ran
+};
+
+// false (with *error) when the bench could not start: bad options, unloadable model, a backend without
+// per-op timing or random state. A case that fails records its error in the report (report->ok false).
+bool run_bench(const BenchOptions& options, BenchReport* report, std::string* error);
+
+}  // namespace dsinfer

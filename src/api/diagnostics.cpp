@@ -1,0 +1,86 @@
+// include/dsinfer/diagnostics.h: option strings -> runner options, the runner from the factory, then the checker
+// (src/check) or the bench driver (src/perf/bench). Here and not in src/check or src/perf because creating a
+// runner needs engine::create_runner (dsinfer_engine), and src/perf is part of dsinfer_core below it.
+#include "dsinfer/diagnostics.h"
+
+#include <filesystem>
+
+#include "check/reference_check.h"
+#include "check/reference_numerics.h"
+#include "engine/model_runner.h"
+#include "perf/bench.h"
+
+namespace dsinfer {
+
+namespace {
+
+bool fail(const Status& s, std::string* error) {
+  if (error) *error = s.message();
+  return false;
+}
+
+Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
+  if (o.model_dir.empty()) return Status::error("check_reference: no model directory given");
+  rep.model_dir = o.model_dir;
+  rep.reference_path = o.reference_path.empty()
+                           ? (std::filesystem::path(o.model_dir) / "reference.safetensors").string()
+                           : o.reference_path;
+  DSI_ASSIGN_OR_RETURN(io::SafetensorsFile ref, io::SafetensorsFile::open(rep.reference_path));
+  engine::RunnerOptions ro;
+  ro.model_dir = o.model_dir;
+  ro.exact_gemm = o.exact_gemm;
+  DSI_ASSIGN_OR_RETURN(ro.backend, engine::parse_backend(o.backend));
+  if (o.numerics.empty()) {
+    DSI_ASSIGN_OR_RETURN(check::ReferenceNumerics rn, check::reference_numerics(ref));
+    ro.numerics = rn.numerics;
+    rep.numerics_source = rn.source;
+  } else {
+    DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
+    rep.numerics_source = "given";
+  }
+  rep.numerics = ro.numerics.name;
+  DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
+  rep.runner_name = runner->name();
+  rep.tolerance = o.tolerance >= 0 ? o.tolerance : check::default_tolerance(*runner);
+  DSI_ASSIGN_OR_RETURN(check::ReferenceCheck res,
+                       check::check_reference(*runner, ref, rep.tolerance, !o.dump_logits_path.empty()));
+  for (const check::PromptCheck& p : res.prompts)
+    rep.prompts.push_back({p.len, p.rel_err, int64_t(p.greedy_matched), int64_t(p.greedy_total), p.ok});
+  rep.ok = res.ok();
+  if (!o.dump_logits_path.empty()) DSI_RETURN_IF_ERROR(io::write_safetensors(o.dump_logits_path, res.computed));
+  return Status::ok();
+}
+
+Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
+  if (o.model_dir.empty()) return Status::error("run_bench: no model directory given");
+  rep.model_dir = o.model_dir;
+  DSI_RETURN_IF_ERROR(perf::validate_bench_options(o));
+  engine::RunnerOptions ro;
+  ro.model_dir = o.model_dir;
+  ro.num_layers = o.num_layers;
+  DSI_ASSIGN_OR_RETURN(ro.backend, engine::parse_backend(o.backend));
+  DSI_ASSIGN_OR_RETURN(ro.load_format, engine::parse_load_format(o.load_format));
+  DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
+  DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
+  return perf::run_bench(*runner, o, rep);
+}
+
+}  // namespace
+
+bool check_reference(const CheckReferenceOptions& options, CheckReferenceReport* report, std::string* error) {
+  CheckReferenceReport local;
+  CheckReferenceReport& rep = report ? *report : local;
+  rep = CheckReferenceReport{};
+  if (Status s = run_check(options, rep); !s) return fail(s, error);
+  return true;
+}
+
+bool run_bench(const BenchOptions& options, BenchReport* report, std::string* error) {
+  BenchReport local;
+  BenchReport& rep = report ? *report : local;
+  rep = BenchReport{};
+  if (Status s = run_bench_impl(options, rep); !s) return fail(s, error);
+  return true;
+}
+
+}  // namespace dsinfer

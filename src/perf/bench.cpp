@@ -1,0 +1,174 @@
+// Bench driver (see bench.h). Moved from apps/dsinfer/cmd_bench.cpp unchanged in what it measures: medians of
+// `iters` timed steps after one warm-up, op times summed over layers, floors from perf::step_costs.
+#include "perf/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "cache/state_layout.h"
+#include "perf/cost_model.h"
+
+namespace dsinfer::perf {
+
+scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t context, int64_t blocks_per_seq,
+                                     int64_t vocab, std::vector<std::vector<cache::BlockId>>& tables) {
+  scheduler::BatchPlan p;
+  p.clear();
+  tables.assign(size_t(seqs), {});
+  for (int64_t s = 0; s < seqs; ++s) {
+    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[size_t(s)].push_back(cache::BlockId(s * blocks_per_seq + b));
+    scheduler::SeqPlan sp;
+    sp.seq_id = scheduler::SeqId(s + 1);
+    sp.start_pos = context;
+    sp.num_new_tokens = int32_t(new_tokens);
+    sp.token_offset = p.num_tokens();
+    sp.is_prefill = new_tokens > 1;
+    sp.needs_logits = true;
+    sp.logits_row = int32_t(s);
+    sp.slot = cache::SlotId(s);
+    sp.block_table = tables[size_t(s)];
+    for (int64_t i = 0; i < new_tokens; ++i) {
+      p.token_ids.push_back(int32_t((s * 7919 + i * 104729 + 13) % vocab));
+      p.positions.push_back(context + i);
+    }
+    p.cu_seqlens.push_back(p.num_tokens());
+    p.logits_token_index.push_back(p.num_tokens() - 1);
+    p.seqs.push_back(sp);
+  }
+  return p;
+}
+
+namespace {
+
+template <typename T>
+double median(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return double(v[v.size() / 2]);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Per-op samples keyed by (name, layer), and host wall times, of `iters` steps after one warm-up.
+struct Samples {
+  std::map<std::pair<std::string, int64_t>, std::vector<float>> ops;
+  std::vector<double> step_ms;
+};
+
+Status time_steps(engine::ModelRunner& r, const scheduler::BatchPlan& plan, int64_t iters, Samples& out) {
+  std::vector<float> logits;
+  for (int64_t it = 0; it < iters + 1; ++it) {  // first run = warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    DSI_RETURN_IF_ERROR(r.step(plan, logits));
+    const double ms = ms_since(t0);
+    DSI_ASSIGN_OR_RETURN(auto times, r.diagnostics().op_times());
+    if (it == 0) continue;
+    out.step_ms.push_back(ms);
+    for (const auto& t : times) out.ops[{t.name, t.layer}].push_back(t.ms);
+  }
+  return Status::ok();
+}
+
+// Decode again without per-op events: the runner replays its CUDA graph. Median host wall time.
+Result<double> time_graph_steps(engine::ModelRunner& r, const scheduler::BatchPlan& plan, int64_t iters) {
+  DSI_RETURN_IF_ERROR(r.diagnostics().set_timing(false));
+  std::vector<float> logits;
+  std::vector<double> g;
+  Status s;
+  for (int64_t it = 0; it < iters + 1 && s.is_ok(); ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s = r.step(plan, logits);
+    if (it > 0) g.push_back(ms_since(t0));
+  }
+  (void)r.diagnostics().set_timing(true);
+  if (!s) return s.with_context("graph replay");
+  return median(g);
+}
+
+// Ops aggregated over layers (by name) with the cost model's floors, bytes and flops for the same names.
+void aggregate(const io::ModelConfig& cfg, const Samples& samples, BenchCase& c) {
+  std::map<std::string, BenchOp> agg;
+  for (const auto& [key, v] : samples.ops) agg[key.first].measured_ms += median(v);
+  const Ceilings ceil;
+  const StepShape shape{c.seqs, c.new_tokens, c.context, c.seqs};
+  for (const OpCost& oc : step_costs(cfg, shape, {}, cfg.num_hidden_layers)) {
+    BenchOp& op = agg[oc.name];
+    op.floor_ms += 1e3 * oc.floor_s(ceil);
+    op.bytes += oc.bytes;
+    op.flops += oc.flops;
+    c.floor_ms += 1e3 * oc.floor_s(ceil);
+  }
+  for (auto& [name, op] : agg) {
+    if (op.measured_ms == 0 && op.floor_ms == 0) continue;
+    op.name = name;
+    c.ops_ms += op.measured_ms;
+    c.ops.push_back(op);
+  }
+}
+
+BenchCase run_case(engine::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o, const char* title,
+                   int64_t seqs, int64_t new_tokens, int64_t ctx) {
+  BenchCase c;
+  c.title = title;
+  c.seqs = seqs;
+  c.new_tokens = new_tokens;
+  c.context = ctx;
+  std::vector<std::vector<cache::BlockId>> tables;
+  const scheduler::BatchPlan plan = make_bench_plan(seqs, new_tokens, ctx, layout.blocks_per_sequence(ctx + new_tokens),
+                                                    r.config().vocab_size, tables);
+  Samples samples;
+  if (Status s = time_steps(r, plan, o.iters, samples); !s) {
+    c.error = s.message();
+    return c;
+  }
+  aggregate(r.config(), samples, c);
+  c.step_ms = median(samples.step_ms);
+  if (new_tokens == 1) {
+    auto g = time_graph_steps(r, plan, o.iters);
+    if (!g) c.error = g.status().message();
+    else c.graph_step_ms = *g;
+  }
+  return c;
+}
+
+}  // namespace
+
+Status validate_bench_options(const BenchOptions& o) {
+  if (o.iters < 1) return Status::errorf("bench iterations must be >= 1, found {}", o.iters);
+  if (o.context < 0 || o.prefill < 0)
+    return Status::errorf("bench context ({}) and prefill ({}) must be >= 0", o.context, o.prefill);
+  for (int64_t b : o.batches)
+    if (b < 1) return Status::errorf("bench batch size must be >= 1, found {}", b);
+  return Status::ok();
+}
+
+Status run_bench(engine::ModelRunner& r, const BenchOptions& o, BenchReport& report) {
+  DSI_RETURN_IF_ERROR(validate_bench_options(o));
+  const io::ModelConfig& cfg = r.config();
+  report.runner_name = r.name();
+  report.num_layers = cfg.num_hidden_layers;
+  const int64_t max_b = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
+  cache::StateCacheConfig cc;
+  cc.kv_elem_bytes = r.kv_elem_bytes();
+  cc.max_num_seqs = int32_t(max_b);
+  DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(cfg, cc));
+  const int64_t blocks_decode = max_b * layout.blocks_per_sequence(o.context + 1);
+  const int64_t blocks_prefill = layout.blocks_per_sequence(o.prefill);
+  DSI_RETURN_IF_ERROR(r.bind_state(layout, int32_t(max_b), int32_t(std::max(blocks_decode, blocks_prefill)),
+                                   std::max(o.context + 1, o.prefill)));
+  DSI_RETURN_IF_ERROR(r.diagnostics().randomize_state(7));
+  DSI_RETURN_IF_ERROR(r.diagnostics().set_timing(true));
+  report.ok = true;
+  auto add = [&](BenchCase c) {
+    report.ok &= c.error.empty();
+    report.cases.push_back(std::move(c));
+    if (o.on_case) o.on_case(report);
+  };
+  for (int64_t b : o.batches) add(run_case(r, layout, o, "decode", b, 1, o.context));
+  if (o.prefill > 0) add(run_case(r, layout, o, "prefill", 1, o.prefill, 0));
+  return Status::ok();
+}
+
+}  // namespace dsinfer::perf
