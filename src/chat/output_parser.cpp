@@ -75,7 +75,9 @@ Status OutputParser::parse_invoke(std::string_view body, ParsedToolCall& call) c
   if (q == std::string_view::npos) return Status::error("DSML invoke without a closing '\">' after its name");
   call.name = std::string(body.substr(0, q));
   std::string_view rest = body.substr(q + 2);
-  ojson args = ojson::object();
+  // Arguments text as deepseek-recipe builds it: values of string="false" parameters verbatim (when they are
+  // JSON), string values JSON-escaped, in output order.
+  std::string args = "{";
   while (true) {
     size_t p = rest.find(param_open_);
     if (p == std::string_view::npos) break;
@@ -92,14 +94,13 @@ Status OutputParser::parse_invoke(std::string_view body, ParsedToolCall& call) c
     if (end == std::string_view::npos) return Status::errorf("DSML parameter {:?} is not closed", name);
     std::string_view value = rest.substr(0, end);
     rest.remove_prefix(end + param_close_.size());
-    if (is_string) {
-      args[name] = std::string(value);
-    } else {
-      ojson v = ojson::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
-      args[name] = v.is_discarded() ? ojson(std::string(value)) : v;  // not JSON after all: keep the text
-    }
+    if (args.size() > 1) args += ", ";
+    args += "\"" + name + "\": ";
+    const bool json = !is_string && ojson::accept(value.begin(), value.end());
+    if (json) args += value;
+    else args += ojson(std::string(value)).dump(-1, ' ', false, ojson::error_handler_t::replace);  // a string, or not JSON after all
   }
-  call.arguments = dump_python_style(args);
+  call.arguments = args + "}";
   return Status::ok();
 }
 
