@@ -3,6 +3,7 @@
 
 #include "chat/chat_encoding.h"
 #include "chat/output_parser.h"
+#include "chat/parser_options.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -13,14 +14,6 @@ bool chat_conversation(const Request& r, std::string* error) {
   if (r.endpoint == Endpoint::kChatCompletions && r.conversation) return true;
   if (error) *error = "not a chat request (a /v1/chat/completions body with 'messages' is needed)";
   return false;
-}
-
-// The parser options the engine uses for a conversation (engine/engine.cpp, Engine::add).
-chat::ParserOptions parser_options(const chat::Conversation& conv) {
-  chat::ParserOptions po;
-  po.thinking = conv.thinking;
-  po.starts_in_tool_calls = conv.tool_choice == chat::ToolChoice::kRequired || conv.tool_choice == chat::ToolChoice::kNamed;
-  return po;
 }
 
 void collect(const chat::ParseDelta& d, ChatOutput& out) {
@@ -43,7 +36,7 @@ bool render_chat_text(const Request& request, ChatPrompt* out, std::string* erro
 ChatOutput parse_chat_output(const Request& request, const std::vector<std::string>& pieces) {
   ChatOutput out;
   if (!chat_conversation(request, &out.error)) return out;
-  chat::OutputParser parser(parser_options(*request.conversation));
+  chat::OutputParser parser(chat::parser_options_for(*request.conversation));
   for (const std::string& p : pieces) collect(parser.push(p), out);
   chat::ParseDelta last;
   Status s = parser.finish(last);
@@ -94,7 +87,7 @@ bool ChatTemplate::parse_output_ids(const Request& request, const std::vector<in
       if (error) *error = fmt::format("output token id [{}] = {} is outside the vocabulary (0..{})", i, ids[i], vocab - 1);
       return false;
     }
-  chat::OutputParser parser(parser_options(*request.conversation));
+  chat::OutputParser parser(chat::parser_options_for(*request.conversation));
   tokenizer::StreamDecoder dec(*impl_->tok, /*skip_special_tokens=*/true);
   for (int32_t id : ids) {
     std::string delta;
