@@ -166,5 +166,33 @@ TEST(ChatParity, RenderChatParseOutputMatchesTheReferenceParser) {
   EXPECT_EQ(equal, got.size());
 }
 
+TEST(ChatParity, RenderChatCliLineForms) {
+  std::string why;
+  const std::string tok_path = v4_tokenizer_or_skip_reason(&why);
+  if (tok_path.empty()) GTEST_SKIP() << why;
+  test::ScratchDir d("render_chat_forms");
+  const std::string in = d.str() + "/in.jsonl", out = d.str() + "/out.jsonl";
+  std::ofstream(in) << R"({"messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "disabled"}})" "\n"
+                    << R"({"custom_id": "c1", "url": "/v1/completions", "body": {"prompt": "x"}})" "\n"
+                    << "{broken\n"
+                    << R"({"custom_id": "c2", "body": {"messages": [{"role": "developer", "content": "x"}]}})" "\n";
+  EXPECT_EQ(run(std::string(DSINFER_BINARY) + " render-chat --tokenizer " + tok_path + " --input " + in + " --output " + out +
+                " 2>/dev/null"), 1);
+  const auto got = read_jsonl(out);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_TRUE(got[0]["custom_id"].is_null());
+  EXPECT_EQ(got[0]["prompt"], "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>");
+  EXPECT_EQ(got[0]["prompt_token_ids"].size(), 5u);
+  EXPECT_EQ(got[1]["custom_id"], "c1");
+  EXPECT_NE(got[1]["error"]["message"].get<std::string>().find("not a chat request"), std::string::npos) << got[1].dump();
+  EXPECT_NE(got[2]["error"]["message"].get<std::string>().find("line 3"), std::string::npos) << got[2].dump();
+  EXPECT_NE(got[3]["error"]["message"].get<std::string>().find("unknown role \"developer\""), std::string::npos) << got[3].dump();
+  // --parse-output without an output names what is missing.
+  std::ofstream(in) << R"({"messages": [{"role": "user", "content": "hi"}]})" "\n";
+  EXPECT_EQ(run(std::string(DSINFER_BINARY) + " render-chat --parse-output --tokenizer " + tok_path + " --input " + in +
+                " --output " + out + " 2>/dev/null"), 1);
+  EXPECT_NE(read_jsonl(out)[0]["error"]["message"].get<std::string>().find("output_token_ids"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dsinfer
