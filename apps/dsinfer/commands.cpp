@@ -11,6 +11,7 @@ const std::vector<Command>& commands() {
        cmd_check_reference},
       {"tokenize", "JSON-lines texts -> token id arrays (--tokenizer FILE [--plain])", cmd_tokenize},
       {"detokenize", "JSON-lines token id arrays -> texts (--tokenizer FILE)", cmd_detokenize},
+      {"render-chat", "chat requests -> V4 prompt text + token ids, or --parse-output (--tokenizer FILE)", cmd_render_chat},
   };
   return kCommands;
 }

@@ -17,5 +17,6 @@ int cmd_generate(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
+int cmd_render_chat(int argc, char** argv);
 
 }  // namespace dsinfer::cli

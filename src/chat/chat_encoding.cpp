@@ -1,6 +1,8 @@
 // V4 prompt layout; strings below are the DeepSeek-V4 template texts (as deepseek-recipe 0.2.0 renders them).
 #include "chat/chat_encoding.h"
 
+#include <algorithm>
+
 #include "chat/chat_request.h"
 
 namespace dsinfer::chat {
@@ -61,6 +63,92 @@ std::string tools_head(const V4Tokens& t) {
          "### Available Tool Schemas\n\n";
 }
 
+// Assistant content and reasoning: the grounding tokens (<｜ref｜> ... <｜/polygon｜>) are special tokens there,
+// every other spelling is plain text.
+void assistant_text(Builder& b, std::string_view s) {
+  static constexpr std::string_view kGrounding[] = {"<｜ref｜>", "<｜/ref｜>", "<｜box｜>", "<｜/box｜>",
+                                                    "<｜point｜>", "<｜/point｜>", "<｜polygon｜>", "<｜/polygon｜>"};
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t best = std::string_view::npos, len = 0;
+    for (std::string_view g : kGrounding) {
+      size_t f = s.find(g, i);
+      if (f < best) best = f, len = g.size();
+    }
+    if (best == std::string_view::npos) break;
+    b.plain(s.substr(i, best - i));
+    b.special(s.substr(best, len));
+    i = best + len;
+  }
+  b.plain(s.substr(i));
+}
+
+void render_assistant(const ChatMessage& m, const V4Tokens& t, bool thinking, bool keep_reasoning, bool last, RenderedPrompt& out) {
+  Builder b{out};
+  b.special(t.assistant);
+  // Reasoning is shown with the tool prompt, and always for the continued (prefix) turn in thinking mode.
+  if (thinking && (keep_reasoning || m.prefix)) {
+    b.special(t.think_start);
+    assistant_text(b, m.reasoning);
+  }
+  if (!thinking || !m.prefix || !m.content.empty()) b.special(t.think_end);
+  assistant_text(b, m.content);
+  if (!m.tool_calls.empty()) {
+    std::vector<ToolCall> calls = m.tool_calls;  // rendered in id order, as are their results
+    std::stable_sort(calls.begin(), calls.end(), [](const ToolCall& a, const ToolCall& c) { return a.id < c.id; });
+    b.plain("\n\n");
+    append_dsml_tool_calls(calls, t, out);
+  }
+  if (!last || !m.prefix) b.special(t.eos);
+}
+
+// Consecutive user messages are one user turn (non-empty contents joined by "\n\n"); tool results form a user
+// turn of <tool_result> blocks in tool_call_id order, and a user message right after them joins that turn.
+void render_messages(const Conversation& conv, const V4Tokens& t, bool keep_reasoning, RenderedPrompt& out) {
+  Builder b{out};
+  std::vector<const ChatMessage*> order;
+  for (const ChatMessage& m : conv.messages) order.push_back(&m);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const size_t n = order[i]->role == Role::kAssistant ? order[i]->tool_calls.size() : 0;
+    if (n && i + n < order.size() + 1)
+      std::stable_sort(order.begin() + long(i) + 1, order.begin() + long(std::min(order.size(), i + 1 + n)),
+                       [](const ChatMessage* a, const ChatMessage* c) { return a->tool_call_id < c->tool_call_id; });
+  }
+  Role prev = Role::kSystem;
+  bool user_nonempty = false;  // the user turn being merged has content so far
+  for (size_t i = 0; i < order.size(); ++i) {
+    const ChatMessage& m = *order[i];
+    switch (m.role) {
+      case Role::kUser:
+        if (prev == Role::kUser) {
+          if (!m.content.empty() && user_nonempty) b.plain("\n\n");
+          user_nonempty = user_nonempty || !m.content.empty();
+        } else {
+          if (prev == Role::kTool) b.plain("\n\n");
+          else b.special(t.user);
+          user_nonempty = !m.content.empty();
+        }
+        b.plain(m.content);
+        break;
+      case Role::kTool:
+        if (prev == Role::kTool) b.plain("\n\n");
+        else b.special(t.user);
+        b.plain("<tool_result>" + m.content + "</tool_result>");
+        break;
+      case Role::kLatestReminder:
+        b.special(t.latest_reminder);
+        b.plain(m.content);
+        break;
+      case Role::kAssistant:
+        render_assistant(m, t, conv.thinking, keep_reasoning, i + 1 == order.size(), out);
+        break;
+      case Role::kSystem:
+        break;  // merged into conv.system by the request parser
+    }
+    prev = m.role;
+  }
+}
+
 }  // namespace
 
 void append_dsml_tool_calls(const std::vector<ToolCall>& calls, const V4Tokens& t, RenderedPrompt& out) {
@@ -84,8 +172,8 @@ RenderedPrompt render_v4_prompt(const Conversation& conv, const V4Tokens& t) {
   RenderedPrompt out;
   Builder b{out};
   const bool tools_shown = !conv.tools.empty() && conv.tool_choice != ToolChoice::kNone;
-  // Earlier reasoning is kept only in thinking mode with tools (agentic loops need it); otherwise every
-  // historical assistant turn is rendered as "</think>content".
+  // Earlier reasoning is kept only with the tool prompt (agentic loops need it); otherwise every historical
+  // assistant turn is rendered as "</think>content".
   const bool keep_reasoning = conv.thinking && tools_shown;
 
   b.special(t.bos);
@@ -95,18 +183,15 @@ RenderedPrompt render_v4_prompt(const Conversation& conv, const V4Tokens& t) {
   if (tools_shown) {
     b.plain("\n\n");
     b.templ(tools_head(t), {t.dsml, t.think_start, t.think_end});
-    bool first = true;
     for (const ToolDefinition& d : conv.tools) {
-      if (conv.tool_choice == ToolChoice::kNamed && d.name != conv.named_tool) continue;
       ojson schema = ojson::object();
       schema["name"] = d.name;
       schema["description"] = d.description;
       schema["parameters"] = d.parameters;
-      if (!first) b.plain("\n");
-      first = false;
       b.plain(dump_python_style(schema));
+      b.plain("\n");
     }
-    b.plain("\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
+    b.plain("\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
   }
   if (conv.response_format == ResponseFormat::kJsonObject) {
     b.plain("\n\n");
@@ -116,57 +201,15 @@ RenderedPrompt render_v4_prompt(const Conversation& conv, const V4Tokens& t) {
     b.plain(kJsonSchema);
     b.plain(dump_python_style(conv.response_schema));
   }
-
-  // Consecutive user / tool messages form one user turn, parts joined by "\n\n".
-  bool in_user_turn = false;
-  bool ends_with_prefix = false;
-  for (const ChatMessage& m : conv.messages) {
-    switch (m.role) {
-      case Role::kUser:
-      case Role::kTool:
-        if (in_user_turn) b.plain("\n\n");
-        else b.special(t.user);
-        in_user_turn = true;
-        if (m.role == Role::kTool) b.plain("<tool_result>" + m.content + "</tool_result>");
-        else b.plain(m.content);
-        break;
-      case Role::kLatestReminder:
-        b.special(t.latest_reminder);
-        b.plain(m.content);
-        in_user_turn = false;
-        break;
-      case Role::kAssistant: {
-        in_user_turn = false;
-        b.special(t.assistant);
-        // The continued (prefix) turn always shows its reasoning in thinking mode.
-        if (keep_reasoning || (m.prefix && conv.thinking)) {
-          b.special(t.think_start);
-          b.plain(m.reasoning);
-          if (!(m.prefix && m.content.empty() && m.tool_calls.empty())) b.special(t.think_end);
-        } else {
-          b.special(t.think_end);
-        }
-        b.plain(m.content);
-        if (!m.tool_calls.empty()) {
-          b.plain("\n\n");
-          append_dsml_tool_calls(m.tool_calls, t, out);
-        }
-        if (m.prefix) ends_with_prefix = true;
-        else b.special(t.eos);
-        break;
-      }
-      case Role::kSystem:
-        break;  // merged into conv.system by the request parser
-    }
-  }
-  if (!ends_with_prefix) {
+  render_messages(conv, t, keep_reasoning, out);
+  if (conv.messages.empty() || !conv.messages.back().prefix) {
     b.special(t.assistant);
     b.special(conv.thinking ? t.think_start : t.think_end);
-    if (conv.tool_choice == ToolChoice::kRequired || conv.tool_choice == ToolChoice::kNamed) {
-      b.plain("\n\n<");
-      b.special(t.dsml);
-      b.plain("tool_calls>\n");
-    }
+  }
+  if ((conv.tool_choice == ToolChoice::kRequired || conv.tool_choice == ToolChoice::kNamed) && tools_shown) {
+    b.plain("\n\n<");
+    b.special(t.dsml);
+    b.plain("tool_calls>\n");
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "chat/chat_json.h"
 #include "chat/chat_types.h"
 
 namespace dsinfer::chat {
@@ -11,7 +12,5 @@ namespace dsinfer::chat {
 Result<Conversation> parse_chat_request(const ojson& body);
 Result<Conversation> parse_chat_request_text(std::string_view json_text);
 
-// Python json.dumps style (", " and ": " separators, non-ASCII kept) as the V4 prompt format uses.
-std::string dump_python_style(const ojson& v);
 
 }  // namespace dsinfer::chat

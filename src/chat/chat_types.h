@@ -20,7 +20,7 @@ enum class Role { kSystem, kUser, kAssistant, kTool, kLatestReminder };
 
 struct ChatMessage {
   Role role = Role::kUser;
-  std::string content;
+  std::string content;          // image parts of a V4 conversation are "[Unsupported Image]" text
   std::string reasoning;        // assistant only
   bool has_reasoning = false;   // reasoning_content was given
   std::vector<ToolCall> tool_calls;  // assistant only
@@ -31,12 +31,14 @@ struct ChatMessage {
 struct ToolDefinition {
   std::string name;
   std::string description;
-  ojson parameters = ojson::object();
+  ojson parameters = ojson::object();  // as rendered: a strict tool's schema is already normalised
+  bool strict = false;
 };
 
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
-enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
-enum class ReasoningEffort { kNone, kHigh, kMax };
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema, kRegex };
+// kLow (low / minimal): no reasoning-effort preamble; kHigh (medium / high / xhigh, the default); kMax (max / ultra).
+enum class ReasoningEffort { kLow, kHigh, kMax };
 
 struct Conversation {
   std::vector<ChatMessage> messages;  // system messages already merged into `system`
@@ -44,11 +46,12 @@ struct Conversation {
   bool has_system = false;
   bool thinking = true;
   ReasoningEffort effort = ReasoningEffort::kHigh;
-  std::vector<ToolDefinition> tools;
+  std::vector<ToolDefinition> tools;  // after tool_choice: empty for "none", only the named tool for a named one
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string named_tool;
   ResponseFormat response_format = ResponseFormat::kText;
-  ojson response_schema;
+  ojson response_schema;              // json_schema: the schema as written (also when strict)
+  std::string response_regex;         // regex: not rendered into the prompt
 };
 
 }  // namespace dsinfer::chat

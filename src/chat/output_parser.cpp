@@ -1,7 +1,9 @@
 // V4 output parsing state machine: reasoning -> </think> -> content -> <｜DSML｜tool_calls> ... -> end.
-// Leading newlines of reasoning and of content are dropped, and so are the newlines between content and a
-// tool_calls block (deepseek-recipe's StreamProcessor does the same).
+// Leading newlines of reasoning and of content are dropped, and so are the newlines before </think> and before
+// a tool_calls block; text after the block is dropped (deepseek-recipe's StreamProcessor does the same).
 #include "chat/output_parser.h"
+
+#include <algorithm>
 
 #include "chat/chat_request.h"
 
@@ -27,6 +29,7 @@ OutputParser::OutputParser(ParserOptions opts) : opts_(std::move(opts)) {
   param_open_ = "<" + d + "parameter name=\"";
   param_close_ = "</" + d + "parameter>";
   state_ = opts_.starts_in_tool_calls ? State::kToolCalls : opts_.thinking ? State::kReasoning : State::kContent;
+  if (opts_.keep_leading_newlines) (state_ == State::kReasoning ? reasoning_started_ : content_started_) = true;
 }
 
 void OutputParser::emit_reasoning(std::string_view s, ParseDelta& d) {
@@ -75,7 +78,9 @@ Status OutputParser::parse_invoke(std::string_view body, ParsedToolCall& call) c
   if (q == std::string_view::npos) return Status::error("DSML invoke without a closing '\">' after its name");
   call.name = std::string(body.substr(0, q));
   std::string_view rest = body.substr(q + 2);
-  ojson args = ojson::object();
+  // Arguments text as deepseek-recipe builds it: values of string="false" parameters verbatim (when they are
+  // JSON), string values JSON-escaped, in output order.
+  std::string args = "{";
   while (true) {
     size_t p = rest.find(param_open_);
     if (p == std::string_view::npos) break;
@@ -92,34 +97,48 @@ Status OutputParser::parse_invoke(std::string_view body, ParsedToolCall& call) c
     if (end == std::string_view::npos) return Status::errorf("DSML parameter {:?} is not closed", name);
     std::string_view value = rest.substr(0, end);
     rest.remove_prefix(end + param_close_.size());
-    if (is_string) {
-      args[name] = std::string(value);
-    } else {
-      ojson v = ojson::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
-      args[name] = v.is_discarded() ? ojson(std::string(value)) : v;  // not JSON after all: keep the text
-    }
+    if (args.size() > 1) args += ", ";
+    args += "\"" + name + "\": ";
+    const bool json = !is_string && ojson::accept(value.begin(), value.end());
+    if (json) args += value;
+    else args += ojson(std::string(value)).dump(-1, ' ', false, ojson::error_handler_t::replace);  // a string, or not JSON after all
   }
-  call.arguments = dump_python_style(args);
+  call.arguments = args + "}";
   return Status::ok();
 }
 
 void OutputParser::step(ParseDelta& d, bool final) {
   while (true) {
     if (state_ == State::kReasoning) {
-      size_t f = buf_.find(think_end_);
-      if (f != std::string::npos) {
-        emit_reasoning(std::string_view(buf_).substr(0, f), d);
-        buf_.erase(0, f + think_end_.size());
-        state_ = State::kContent;
+      // </think> ends reasoning; a tool_calls block may also open straight from it. Newlines right before
+      // either marker are layout, not reasoning.
+      const size_t f = buf_.find(think_end_);
+      const size_t c = opts_.parse_tool_calls ? buf_.find(calls_open_) : std::string::npos;
+      if (f != std::string::npos || c != std::string::npos) {
+        const bool to_calls = c < f;
+        const size_t at = to_calls ? c : f;
+        size_t e = at;
+        while (e > 0 && buf_[e - 1] == '\n') --e;
+        emit_reasoning(std::string_view(buf_).substr(0, e), d);
+        buf_.erase(0, at + (to_calls ? calls_open_ : think_end_).size());
+        state_ = to_calls ? State::kToolCalls : State::kContent;
         continue;
       }
-      size_t hold = final ? 0 : partial_marker_suffix(buf_, think_end_);
+      size_t hold = 0;
+      if (!final) {
+        hold = std::max(partial_marker_suffix(buf_, think_end_), opts_.parse_tool_calls ? partial_marker_suffix(buf_, calls_open_) : 0);
+        while (hold < buf_.size() && buf_[buf_.size() - hold - 1] == '\n') ++hold;
+      }
       emit_reasoning(std::string_view(buf_).substr(0, buf_.size() - hold), d);
       buf_.erase(0, buf_.size() - hold);
       return;
     }
-    if (state_ == State::kContent || state_ == State::kAfterToolCalls) {
-      size_t f = state_ == State::kContent ? buf_.find(calls_open_) : std::string::npos;
+    if (state_ == State::kAfterToolCalls) {
+      buf_.clear();  // nothing follows a tool_calls block (deepseek-recipe drops it as invalid)
+      return;
+    }
+    if (state_ == State::kContent) {
+      size_t f = opts_.parse_tool_calls ? buf_.find(calls_open_) : std::string::npos;
       if (f != std::string::npos) {
         size_t e = f;
         while (e > 0 && buf_[e - 1] == '\n') --e;  // newlines before the block are layout, not content
@@ -129,7 +148,7 @@ void OutputParser::step(ParseDelta& d, bool final) {
         continue;
       }
       size_t hold = 0;
-      if (!final && state_ == State::kContent) {
+      if (!final && opts_.parse_tool_calls) {
         hold = partial_marker_suffix(buf_, calls_open_);
         while (hold < buf_.size() && buf_[buf_.size() - hold - 1] == '\n') ++hold;
       }
@@ -137,8 +156,10 @@ void OutputParser::step(ParseDelta& d, bool final) {
       buf_.erase(0, buf_.size() - hold);
       return;
     }
-    // kToolCalls: report each completed invoke; stop at the closing tag.
-    size_t inv = buf_.find(invoke_open_), close = buf_.find(calls_close_);
+    // kToolCalls: report each completed invoke; stop at the closing tag (also spelled "</｜DSML｜ calls>").
+    const std::string close_alt = "</" + opts_.tokens.dsml + " calls>";
+    size_t inv = buf_.find(invoke_open_), close = buf_.find(calls_close_), close_len = calls_close_.size();
+    if (size_t alt = buf_.find(close_alt); alt < close) close = alt, close_len = close_alt.size();
     if (inv != std::string::npos && (close == std::string::npos || inv < close)) {
       size_t end = buf_.find(invoke_close_, inv);
       if (end == std::string::npos) return;  // wait for more text
@@ -155,7 +176,7 @@ void OutputParser::step(ParseDelta& d, bool final) {
       continue;
     }
     if (close != std::string::npos) {
-      buf_.erase(0, close + calls_close_.size());
+      buf_.erase(0, close + close_len);
       state_ = State::kAfterToolCalls;
       continue;
     }

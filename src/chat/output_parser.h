@@ -29,6 +29,8 @@ struct ParseDelta {
 struct ParserOptions {
   bool thinking = true;              // the prompt ended with <think>: output starts in reasoning
   bool starts_in_tool_calls = false; // the prompt opened a tool_calls block (tool_choice required / named)
+  bool parse_tool_calls = true;      // false without tools (or tool_choice "none"): DSML is plain content
+  bool keep_leading_newlines = false;  // the output continues a prefix message's reasoning / content
   V4Tokens tokens;
 };
 

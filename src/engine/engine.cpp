@@ -9,6 +9,7 @@
 #include "scheduler/step_sampling.h"
 #include "chat/chat_encoding.h"
 #include "chat/chat_types.h"
+#include "chat/parser_options.h"
 
 namespace dsinfer::engine {
 
@@ -92,10 +93,7 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
     if (!tok_) return Status::error("'messages' needs a tokenizer, and this model directory has no tokenizer.json");
     const chat::Conversation& conv = *req.conversation;
     DSI_ASSIGN_OR_RETURN(spec.prompt, chat::encode_prompt(chat::render_v4_prompt(conv), *tok_));
-    chat::ParserOptions po;
-    po.thinking = conv.thinking;
-    po.starts_in_tool_calls = conv.tool_choice == chat::ToolChoice::kRequired || conv.tool_choice == chat::ToolChoice::kNamed;
-    p->parser_opts = po;
+    p->parser_opts = chat::parser_options_for(conv);
     p->out.chat = true;
   } else if (req.prompt_is_ids) {
     spec.prompt = req.prompt_ids;

@@ -17,8 +17,15 @@ struct Parsed {
   bool operator==(const Parsed&) const = default;
 };
 
+ParserOptions options(bool thinking, bool starts_in_tool_calls) {
+  ParserOptions o;
+  o.thinking = thinking;
+  o.starts_in_tool_calls = starts_in_tool_calls;
+  return o;
+}
+
 Parsed run(const std::string& text, bool thinking, size_t chunk, Status* st = nullptr) {
-  OutputParser p(ParserOptions{thinking, false, {}});
+  OutputParser p(options(thinking, false));
   Parsed out;
   auto take = [&](const ParseDelta& d) {
     out.content += d.content;
@@ -117,7 +124,7 @@ TEST(ChatOutputParser, UnterminatedToolCallsIsAnError) {
 }
 
 TEST(ChatOutputParser, StartsInToolCallsForRequiredChoice) {
-  OutputParser p(ParserOptions{false, true, {}});
+  OutputParser p(options(false, true));
   ParseDelta d = p.push("<｜DSML｜invoke name=\"now\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>");
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].name, "now");
