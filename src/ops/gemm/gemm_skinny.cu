@@ -49,7 +49,7 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&wf)[SkFmt<F>::VE]
       wf[4 * i] = lo.x, wf[4 * i + 1] = lo.y, wf[4 * i + 2] = hi.x, wf[4 * i + 3] = hi.y;
     } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) wf[8 * i + j] = bits_f(gd::e2m1_f32_bits(gd::fp4_code_in_word(words[i], j)));
+      for (int j = 0; j < 8; ++j) wf[8 * i + j] = bits_f(sf::e2m1_f32_bits(gd::fp4_code_in_word(words[i], j)));
     }
   }
 }

@@ -113,8 +113,8 @@ __device__ __forceinline__ void store_tiles(const GemmArgs& a, const WPtr& w, co
       for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          o[4 * i + j] = pack_bf16(bits_f(gd::e2m1_f32_bits(gd::fp4_code_in_word(words[i], 2 * j))) * s,
-                                   bits_f(gd::e2m1_f32_bits(gd::fp4_code_in_word(words[i], 2 * j + 1))) * s);
+          o[4 * i + j] = pack_bf16(bits_f(sf::e2m1_f32_bits(gd::fp4_code_in_word(words[i], 2 * j))) * s,
+                                   bits_f(sf::e2m1_f32_bits(gd::fp4_code_in_word(words[i], 2 * j + 1))) * s);
     }
   } else {
     float wf[16];
