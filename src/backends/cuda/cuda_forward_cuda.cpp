@@ -25,8 +25,8 @@ using io::AttnType;
 
 namespace {
 template <typename T>
-T* ptr(DeviceBlob& b) {
-  return static_cast<T*>(b.data());
+T* ptr(const dsinfer::cuda::DeviceBuffer<uint8_t>& b) {
+  return b.as<T>();
 }
 }  // namespace
 
@@ -38,9 +38,9 @@ int64_t CudaRunner::attention_splits(AttnType type, int64_t m, int64_t T, int64_
 }
 
 Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int64_t max_pos) {
-  auto grow = [&](DeviceBlob& b, size_t bytes, const char* what) -> Status {
+  auto grow = [&](cuda::DeviceBuffer<uint8_t>& b, size_t bytes, const char* what) -> Status {
     if (b.bytes() >= bytes) return Status::ok();
-    DSI_ASSIGN_OR_RETURN(b, DeviceBlob::alloc(std::max<size_t>(bytes, 256), what));
+    DSI_RETURN_IF_ERROR(b.alloc(std::max<size_t>(bytes, 256), what));
     ++scratch_gen_;  // captured graphs hold the old pointers
     return Status::ok();
   };
@@ -212,7 +212,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const int64_t max_visible = (max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
   DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), max_visible, max_pos));
   if (s_.plan.bytes() < off) {
-    DSI_ASSIGN_OR_RETURN(s_.plan, DeviceBlob::alloc(std::max<size_t>(off, 4096), "step plan"));
+    DSI_RETURN_IF_ERROR(s_.plan.alloc(std::max<size_t>(off, 4096), "step plan"));
     ++scratch_gen_;
   }
   cudaStream_t cs = static_cast<cudaStream_t>(stream_);
@@ -299,8 +299,8 @@ Status CudaRunner::attention(int64_t l, const void* step_dev) {
   const int64_t T = T_, D = cfg_.hidden_size, H = cfg_.num_attention_heads, hd = cfg_.head_dim, qr = cfg_.q_lora_rank;
   const int64_t rd = cfg_.qk_rope_head_dim, nope = hd - rd, m = cfg_.ratio(l);
   const float eps = float(cfg_.rms_norm_eps), af = float(cfg_.rope_for_layer(l).attention_factor);
-  const float* inv = static_cast<const float*>(type == AttnType::Sliding ? inv_main_dev_.data() : inv_comp_dev_.data());
-  const model::StatePool pool{&layout_, static_cast<float*>(slots_.data()), static_cast<float*>(blocks_.data())};
+  const float* inv = (type == AttnType::Sliding ? inv_main_dev_ : inv_comp_dev_).as<const float>();
+  const model::StatePool pool{&layout_, slots_.as<float>(), blocks_.as<float>()};
   const ops::LayerStateView view = model::layer_view(pool, l);
   float *y = ptr<float>(s_.y), *cq = ptr<float>(s_.cq), *q = ptr<float>(s_.q), *kv = ptr<float>(s_.kv);
   // Main (d = head_dim) and indexer (d = index_head_dim) compressors share everything but these.

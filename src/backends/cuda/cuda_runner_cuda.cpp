@@ -45,11 +45,11 @@ Status CudaRunner::upload_resolved(const model::ResolvedTensor& r) {
   if (as_floats) {
     std::vector<float> host(static_cast<size_t>(r.spec.rows * r.spec.cols));
     io::convert_to_f32(v.dtype, v.data, r.spec.rows * r.spec.cols, host.data());
-    DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::upload(host.data(), host.size() * 4, r.spec.name.c_str()));
+    DSI_RETURN_IF_ERROR(t.data.upload_bytes(host.data(), host.size() * 4, r.spec.name.c_str()));
   } else if (r.spec.kind == model::TensorKind::IndexTable) {
     std::vector<int32_t> host(size_t(v.numel()));
     for (size_t i = 0; i < host.size(); ++i) host[i] = int32_t(v.int_at(int64_t(i)));
-    DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::upload(host.data(), host.size() * 4, r.spec.name.c_str()));
+    DSI_RETURN_IF_ERROR(t.data.upload_bytes(host.data(), host.size() * 4, r.spec.name.c_str()));
   } else {
     t.w.rows = r.spec.rows;
     t.w.cols = r.spec.cols;
@@ -68,7 +68,7 @@ Status CudaRunner::upload_resolved(const model::ResolvedTensor& r) {
       default: t.w.fmt = WeightFormat::FP4_G32; break;  // I8 / U8 packed e2m1 (validated by resolve_weights)
     }
     const size_t bytes = weight_data_bytes(t.w.fmt, t.w.rows, t.w.cols);
-    DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::upload(src, bytes, r.spec.name.c_str()));
+    DSI_RETURN_IF_ERROR(t.data.upload_bytes(src, bytes, r.spec.name.c_str()));
     t.w.data = t.data.data();
     if (r.scale) {
       const io::TensorView& s = *r.scale;
@@ -83,7 +83,7 @@ Status CudaRunner::upload_resolved(const model::ResolvedTensor& r) {
       t.w.block_n = cfg_.fp8_block_n;
       t.w.block_k = cfg_.fp8_block_k;
       const size_t sbytes = weight_scale_bytes(t.w.fmt, t.w.rows, t.w.cols, t.w.scale_e8m0, t.w.block_n, t.w.block_k);
-      DSI_ASSIGN_OR_RETURN(t.scale, DeviceBlob::upload(ssrc, sbytes, (r.spec.name + " scale").c_str()));
+      DSI_RETURN_IF_ERROR(t.scale.upload_bytes(ssrc, sbytes, (r.spec.name + " scale").c_str()));
       t.w.scale = t.scale.data();
     }
     DSI_RETURN_IF_ERROR(validate_weight(t.w, r.spec.name.c_str()));
@@ -111,9 +111,9 @@ Status CudaRunner::make_dummy(const model::TensorSpec& spec, uint64_t seed) {
         host[size_t(r * spec.cols + k)] = perm[size_t(k)];
       }
     }
-    DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::upload(host.data(), host.size() * 4, spec.name.c_str()));
+    DSI_RETURN_IF_ERROR(t.data.upload_bytes(host.data(), host.size() * 4, spec.name.c_str()));
   } else if (spec.kind == model::TensorKind::Vector) {
-    DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::alloc(size_t(spec.cols) * 4, spec.name.c_str()));
+    DSI_RETURN_IF_ERROR(t.data.alloc(size_t(spec.cols) * 4, spec.name.c_str()));
     DummySpec ds;  // norms ~1, mHC scales 1, everything else small around 0
     if (ends("norm.weight")) ds = {DummyFill::Uniform, false, 1.0f, 0.05f};
     else if (ends("_scale")) ds = {DummyFill::Uniform, false, 1.0f, 0.1f};
@@ -127,7 +127,7 @@ Status CudaRunner::make_dummy(const model::TensorSpec& spec, uint64_t seed) {
               : dt == DType::F32   ? WeightFormat::F32
                                    : WeightFormat::BF16;
     const size_t bytes = weight_data_bytes(t.w.fmt, t.w.rows, t.w.cols);
-    DSI_ASSIGN_OR_RETURN(t.data, DeviceBlob::alloc(bytes, spec.name.c_str()));
+    DSI_RETURN_IF_ERROR(t.data.alloc(bytes, spec.name.c_str()));
     DummySpec ds;
     size_t count = bytes;
     // Weight magnitudes ~ 1/sqrt(fan_in) keep activations O(1) through many layers.
@@ -142,7 +142,7 @@ Status CudaRunner::make_dummy(const model::TensorSpec& spec, uint64_t seed) {
     t.w.data = t.data.data();
     if (t.w.fmt == WeightFormat::FP8_BLOCK || t.w.fmt == WeightFormat::FP4_G32) {
       const size_t sbytes = weight_scale_bytes(t.w.fmt, t.w.rows, t.w.cols, true, 128, 128);
-      DSI_ASSIGN_OR_RETURN(t.scale, DeviceBlob::alloc(sbytes, (spec.name + " scale").c_str()));
+      DSI_RETURN_IF_ERROR(t.scale.alloc(sbytes, (spec.name + " scale").c_str()));
       // Codes are O(1) (fp8 |v| <= 1.875, fp4 |v| <= 6): the E8M0 scale brings them to ~1/sqrt(fan_in).
       const int e = int(std::lround(std::log2(double(std_w) / (t.w.fmt == WeightFormat::FP8_BLOCK ? 0.8 : 2.5))));
       DSI_RETURN_IF_ERROR(fill_dummy_cuda(t.scale.data(), sbytes, {DummyFill::Constant8, false, 0, 0, uint8_t(127 + e)}, seed, stream_));
@@ -162,7 +162,7 @@ const CudaRunner::DevTensor* CudaRunner::find(const std::string& name) const {
 Status CudaRunner::build_layers() {
   auto vec = [&](const std::string& n) -> const float* {
     const DevTensor* t = find(n);
-    return t ? static_cast<const float*>(t->data.data()) : nullptr;
+    return t ? t->data.as<const float>() : nullptr;
   };
   auto mat = [&](const std::string& n) -> DeviceWeight {
     const DevTensor* t = find(n);
@@ -207,7 +207,7 @@ Status CudaRunner::build_layers() {
     L.gate = mat(p + "ffn.gate.weight");
     if (cfg_.mlp_layer_types[size_t(l)] == io::MlpType::HashMoE) {
       const DevTensor* t = find(p + "ffn.gate.tid2eid");
-      L.tid2eid = t ? static_cast<const int32_t*>(t->data.data()) : nullptr;
+      L.tid2eid = t ? t->data.as<const int32_t>() : nullptr;
     } else {
       L.gate_bias = vec(p + "ffn.gate.bias");
     }
@@ -223,8 +223,9 @@ Status CudaRunner::build_layers() {
         else if (dw.fmt != out.fmt) return Status::errorf("{}ffn.experts.{}.{}: experts of one layer must share a format", p, e, w);
       }
       data.insert(data.end(), scale.begin(), scale.end());
-      DSI_ASSIGN_OR_RETURN(DeviceBlob b, DeviceBlob::upload(data.data(), data.size() * sizeof(void*), "expert pointers"));
-      out.data = static_cast<const void* const*>(b.data());
+      cuda::DeviceBuffer<uint8_t> b;
+      DSI_RETURN_IF_ERROR(b.upload_bytes(data.data(), data.size() * sizeof(void*), "expert pointers"));
+      out.data = b.as<const void* const>();
       out.scale = out.fmt == WeightFormat::F32 || out.fmt == WeightFormat::BF16 ? nullptr : out.data + E;
       pointer_blobs_.push_back(std::move(b));
       return Status::ok();
@@ -294,8 +295,8 @@ Status CudaRunner::init(const engine::RunnerOptions& opts) {
   DSI_RETURN_IF_ERROR(build_layers());
   inv_main_ = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
   inv_comp_ = ops::rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);
-  DSI_ASSIGN_OR_RETURN(inv_main_dev_, DeviceBlob::upload(inv_main_.data(), inv_main_.size() * 4, "rope inv_freq"));
-  DSI_ASSIGN_OR_RETURN(inv_comp_dev_, DeviceBlob::upload(inv_comp_.data(), inv_comp_.size() * 4, "rope inv_freq"));
+  DSI_RETURN_IF_ERROR(inv_main_dev_.upload_bytes(inv_main_.data(), inv_main_.size() * 4, "rope inv_freq"));
+  DSI_RETURN_IF_ERROR(inv_comp_dev_.upload_bytes(inv_comp_.data(), inv_comp_.size() * 4, "rope inv_freq"));
   DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
   return Status::ok();
 }
@@ -327,8 +328,8 @@ Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slot
   drop_graphs();
   if (layout.kv_elem_bytes != 4) return Status::error("cuda runner: state layout must use fp32 rows");
   layout_ = layout;
-  DSI_ASSIGN_OR_RETURN(slots_, DeviceBlob::alloc(size_t(num_slots) * size_t(layout.slot_bytes), "state slots"));
-  DSI_ASSIGN_OR_RETURN(blocks_, DeviceBlob::alloc(size_t(num_blocks) * size_t(layout.block_bytes), "state blocks"));
+  DSI_RETURN_IF_ERROR(slots_.alloc(size_t(num_slots) * size_t(layout.slot_bytes), "state slots"));
+  DSI_RETURN_IF_ERROR(blocks_.alloc(size_t(num_blocks) * size_t(layout.block_bytes), "state blocks"));
   return Status::ok();
 }
 

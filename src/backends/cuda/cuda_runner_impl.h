@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda/device.h"
+#include "cuda/device_buffer.h"
 #include "model/deepseek_v4.h"
 #include "model/weights.h"
 #include "ops/gemm/gemm_cuda.h"
@@ -42,7 +43,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
 
  private:
   struct DevTensor {
-    ops::cuda::DeviceBlob data, scale;
+    cuda::DeviceBuffer<uint8_t> data, scale;
     ops::cuda::DeviceWeight w;  // matrices
   };
   struct Hc {
@@ -64,7 +65,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   // Scratch sized for the largest step seen (grown, never shrunk).
   struct Scratch {
     int64_t tokens = 0, rows = 0, visible = 0, max_pos = 0;
-    ops::cuda::DeviceBlob attn_ws, X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, sel, scores, o, mid, router, ridx,
+    cuda::DeviceBuffer<uint8_t> attn_ws, X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, sel, scores, o, mid, router, ridx,
         rw, hid, logits, plan;
   };
 
@@ -93,7 +94,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   cuda::DeviceInfo device_;
   void* stream_ = nullptr;
   std::map<std::string, DevTensor> tensors_;
-  std::vector<ops::cuda::DeviceBlob> pointer_blobs_;
+  std::vector<cuda::DeviceBuffer<uint8_t>> pointer_blobs_;
   int64_t weight_bytes_ = 0;
   bool fp32_weights_ = true;
   const DevTensor* embed_ = nullptr;
@@ -102,9 +103,9 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   Hc hc_head_;
   std::vector<DevLayer> layers_;
   std::vector<float> inv_main_, inv_comp_;
-  ops::cuda::DeviceBlob inv_main_dev_, inv_comp_dev_;
+  cuda::DeviceBuffer<uint8_t> inv_main_dev_, inv_comp_dev_;
   cache::StateLayout layout_;
-  ops::cuda::DeviceBlob slots_, blocks_;
+  cuda::DeviceBuffer<uint8_t> slots_, blocks_;
   Scratch s_;
   ops::cuda::MoeWorkspace moe_ws_;
   // Pinned host staging of the step plan (one async copy per step; page-locked so it overlaps and stays

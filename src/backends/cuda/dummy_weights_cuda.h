@@ -5,25 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/dummy_weights_launch.h"  // DummyFill, DummySpec
 #include "core/status.h"
 
 namespace dsinfer::backends {
 
-enum class DummyFill {
-  Uniform,    // f32/bf16: uniform in [center - spread, center + spread]
-  Fp8Codes,   // e4m3 bytes with |value| <= 1.875 (no NaN codes)
-  Fp4Codes,   // packed e2m1 nibbles, any code
-  Constant8,  // every byte = `byte_value` (E8M0 scales)
-};
-
-struct DummySpec {
-  DummyFill fill = DummyFill::Uniform;
-  bool bf16 = false;      // Uniform: write bf16 (else fp32)
-  float center = 0.0f, spread = 0.02f;
-  uint8_t byte_value = 127;
-};
-
-// Fills `count` elements (bytes for the code fills) at dst.
+// Fills `count` elements (bytes for the code fills) at dst: a counter-based hash per element, so the result does
+// not depend on the launch shape.
 Status fill_dummy_cuda(void* dst, size_t count, const DummySpec& spec, uint64_t seed, void* stream);
 
 }  // namespace dsinfer::backends

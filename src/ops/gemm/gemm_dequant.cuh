@@ -6,7 +6,7 @@
 
 #include "core/small_float.h"
 #include "ops/gemm/gemm_common.h"
-#include "ops/gemm/gemm_kernels.cuh"
+#include "ops/gemm/gemm_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
 
