@@ -1,7 +1,8 @@
 // Benchmark of the CUDA GEMM (FP8 block-scaled V4-Flash projections) and the MoE layer (256 FP4 experts, top-6,
 // D 4096, I 2048, FP8 shared expert) at decode and prefill sizes. CUDA events, warm-up, median of 25 runs,
-// 4 rotating buffer sets (weights + inputs > 60 MB L2), random data. Prints time, bytes, FLOPs, the roofline floor
-// max(bytes / 4.2e12, flops / 780e12) and measured / floor. Usage: dsinfer_gemm_bench (no arguments).
+// 4 rotating buffer sets (weights + inputs > 60 MB L2), random data (the dummy-weight fills of backends/cuda).
+// Prints time, bytes, FLOPs, the roofline floor max(bytes / 4.2e12, flops / 780e12) and measured / floor.
+// Usage: dsinfer_gemm_bench (no arguments).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "backends/cuda/dummy_weights_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
 
@@ -18,25 +20,6 @@ namespace {
 
 constexpr int kSets = 4, kWarm = 3, kRuns = 25;
 constexpr double kHbm = 4.2e12, kPeak = 780e12;
-
-__device__ uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-// kind 0: random bytes (FP4), 1: e4m3 bytes without NaN, 2: e8m0 scales 2^-7..2^0
-__global__ void fill_bytes(uint8_t* p, size_t n, uint64_t seed, int kind) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint8_t b = uint8_t(mix(seed * 0x9E3779B97F4A7C15ull + i));
-    if (kind == 1 && (b & 0x7F) == 0x7F) b ^= 1;
-    if (kind == 2) b = uint8_t(120 + b % 8);
-    p[i] = b;
-  }
-}
-__global__ void fill_floats(float* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = float(mix(seed * 0x9E3779B97F4A7C15ull + i) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
 
 bool ok(const dsinfer::Status& s, const char* what) {
   if (!s.is_ok()) std::fprintf(stderr, "%s: %s\n", what, s.message().c_str());
@@ -70,9 +53,15 @@ Blob blob(size_t bytes, int kind, uint64_t seed) {
     std::fprintf(stderr, "%s\n", st.message().c_str());
     std::exit(1);
   }
-  if (kind >= 0) fill_bytes<<<1024, 256>>>(b.data(), bytes, seed, kind);
-  else fill_floats<<<1024, 256>>>(b.as<float>(), bytes / 4, seed);
-  CHECK(cudaGetLastError());
+  // kind 0: random bytes (FP4 codes), 1: e4m3 bytes without NaN, 2: E8M0 scales (2^-3), -1: floats in [-1, 1).
+  using dsinfer::backends::DummyFill;
+  using dsinfer::backends::DummySpec;
+  const DummySpec spec = kind == 0   ? DummySpec{DummyFill::Fp4Codes}
+                         : kind == 1 ? DummySpec{DummyFill::Fp8Codes}
+                         : kind == 2 ? DummySpec{DummyFill::Constant8, false, 0.0f, 0.0f, 124}
+                                     : DummySpec{DummyFill::Uniform, false, 0.0f, 1.0f};
+  const size_t count = kind >= 0 ? bytes : bytes / 4;
+  if (!ok(dsinfer::backends::fill_dummy_cuda(b.data(), count, spec, seed, nullptr), "fill")) std::exit(1);
   return b;
 }
 
