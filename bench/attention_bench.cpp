@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/cuda_common.h"
+#include "cuda/device_buffer.h"
 #include "cuda/device.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 

@@ -1,10 +1,13 @@
-// Host conversions between checkpoint scalar formats and float. Decoders are exact; encoders round to
-// nearest even like the CUDA __nv_cvt_* intrinsics with saturation (what official act_quant produces).
+// Host conversions between checkpoint scalar formats and float, on the shared host/device codecs of
+// core/small_float.h. Decoders are exact; encoders round to nearest even like the CUDA __nv_cvt_* intrinsics with
+// saturation (what official act_quant produces).
 #include "core/dtypes.h"
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "core/small_float.h"
 
 namespace dsinfer {
 
@@ -34,20 +37,8 @@ size_t dtype_size(DType t) {
   return 0;
 }
 
-float bf16_to_f32(uint16_t v) {
-  uint32_t u = uint32_t(v) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
+float bf16_to_f32(uint16_t v) { return small_float::from_bits(small_float::bf16_f32_bits(v)); }
+uint16_t f32_to_bf16(float f) { return small_float::f32_to_bf16_bits(f); }
 
 float f16_to_f32(uint16_t v) {
   uint32_t sign = (v >> 15) & 1, exp = (v >> 10) & 0x1f, man = v & 0x3ff;
@@ -58,64 +49,40 @@ float f16_to_f32(uint16_t v) {
   return sign ? -r : r;
 }
 
-float e4m3_to_f32(uint8_t v) {
-  uint32_t sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 0x7;
-  if (exp == 0xf && man == 0x7) return std::numeric_limits<float>::quiet_NaN();
-  float r = exp == 0 ? std::ldexp(float(man), -9) : std::ldexp(float(man | 0x8), int(exp) - 10);
-  return sign ? -r : r;
-}
+float e4m3_to_f32(uint8_t v) { return small_float::from_bits(small_float::e4m3_f32_bits(v)); }
+float e8m0_to_f32(uint8_t v) { return small_float::from_bits(small_float::e8m0_f32_bits(v)); }
+float e2m1_to_f32(uint8_t code) { return small_float::from_bits(small_float::e2m1_f32_bits(code)); }
 
-// Generic RNE encoder for small float formats with no inf: exponent bits E, mantissa bits M, bias B,
-// largest finite magnitude maxv. Saturates.
-static uint8_t encode_small_float(float f, int E, int M, int B, float maxv) {
-  uint8_t sign = std::signbit(f) ? 1 : 0;
-  float a = std::fabs(f);
-  if (std::isnan(f)) return uint8_t((sign << (E + M)) | ((1 << (E + M)) - 1));  // NaN pattern (e4m3 only)
-  if (a >= maxv) a = maxv;
-  // Enumerate by scaling: value = m * 2^(e - B - M) for normal (m includes hidden bit), subnormal e=1 scale.
-  int min_exp = 1 - B;  // exponent of smallest normal
-  int e;
-  std::frexp(a, &e);    // a = frac * 2^e, frac in [0.5,1)
-  int unbiased = e - 1;
-  if (a == 0.0f || unbiased < min_exp) unbiased = min_exp;
-  float quantum = std::ldexp(1.0f, unbiased - M);
-  float q = std::nearbyint(a / quantum);  // default rounding mode: nearest-even
-  float r = q * quantum;
-  if (r > maxv) r = maxv;
-  // Now encode r exactly.
-  uint8_t bits;
-  if (r == 0.0f) {
-    bits = 0;
-  } else {
+namespace {
+// Bits of a value r already rounded into the format (exponent bits E, mantissa bits M, bias B) with f's sign.
+uint8_t encode_rounded(float f, float r, int E, int M, int B) {
+  const uint8_t sign = std::signbit(f) ? 1 : 0;
+  r = std::fabs(r);
+  const int min_exp = 1 - B;
+  uint8_t bits = 0;
+  if (r != 0.0f) {
     int re;
     std::frexp(r, &re);
-    int ue = re - 1;
+    const int ue = re - 1;
     if (ue < min_exp) {  // subnormal
       bits = uint8_t(r / std::ldexp(1.0f, min_exp - M));
     } else {
-      int man = int(r / std::ldexp(1.0f, ue - M)) - (1 << M);
+      const int man = int(r / std::ldexp(1.0f, ue - M)) - (1 << M);
       bits = uint8_t(((ue + B) << M) | man);
     }
   }
   return uint8_t((sign << (E + M)) | bits);
 }
+}  // namespace
 
-uint8_t f32_to_e4m3(float f) { return encode_small_float(f, 4, 3, 7, 448.0f); }
-
-float e8m0_to_f32(uint8_t v) {
-  if (v == 0xff) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, int(v) - 127);
-}
-
-float e2m1_to_f32(uint8_t code) {
-  static constexpr float kLut[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
-                                     -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
-  return kLut[code & 0xf];
+uint8_t f32_to_e4m3(float f) {
+  if (std::isnan(f)) return std::signbit(f) ? 0xff : 0x7f;  // the NaN pattern
+  return encode_rounded(f, small_float::round_e4m3(f), 4, 3, 7);
 }
 
 uint8_t f32_to_e2m1(float f) {
   if (std::isnan(f)) f = 0.0f;  // e2m1 has no NaN; callers never pass one
-  return encode_small_float(f, 2, 1, 1, 6.0f);
+  return encode_rounded(f, small_float::round_e2m1(f), 2, 1, 1);
 }
 
 }  // namespace dsinfer

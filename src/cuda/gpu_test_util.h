@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cuda/cuda_common.h"
+#include "cuda/device_buffer.h"
 
 #define DSI_SKIP_WITHOUT_GPU()                                              \
   do {                                                                      \

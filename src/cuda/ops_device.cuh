@@ -1,5 +1,5 @@
 // Device helpers shared by the op kernels (*.cu only): warp/block reductions, RoPE rotation, the exact
-// e4m3/e2m1 rounding of core/dtypes.cpp, and block-cooperative vector routines on shared memory (RMSNorm,
+// e4m3/e2m1 rounding of core/small_float.h, and block-cooperative vector routines on shared memory (RMSNorm,
 // RoPE, block quantization simulation, Hadamard). Elementwise float math that feeds a quantization simulation
 // uses __f*_rn intrinsics so nvcc cannot contract it into FMAs: the CPU reference computes those products and
 // sums separately, and a one-ulp difference could flip an FP8/FP4 rounding.
@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "core/small_float.h"
 
 namespace dsinfer::cuda::dev {
 
@@ -57,23 +59,9 @@ __device__ __forceinline__ void rope_rotate(float& re, float& im, float c, float
   im = i;
 }
 
-// Round-to-nearest-even into a small float format without inf (mantissa bits M, bias B, largest finite
-// maxv), saturating; bit-identical to encode_small_float + decode in core/dtypes.cpp.
-__device__ __forceinline__ float round_small_float(float f, int M, int B, float maxv) {
-  float a = fabsf(f);
-  if (a >= maxv) a = maxv;
-  int e = 0;
-  frexpf(a, &e);
-  int unbiased = e - 1;
-  const int min_exp = 1 - B;
-  if (a == 0.0f || unbiased < min_exp) unbiased = min_exp;
-  const float quantum = ldexpf(1.0f, unbiased - M);
-  float r = __fmul_rn(rintf(__fdiv_rn(a, quantum)), quantum);
-  if (r > maxv) r = maxv;
-  return copysignf(r, f);
-}
-__device__ __forceinline__ float round_e4m3(float f) { return round_small_float(f, 3, 7, 448.0f); }
-__device__ __forceinline__ float round_e2m1(float f) { return round_small_float(f, 1, 1, 6.0f); }
+// The exact e4m3 / e2m1 rounding of the host reference (core/small_float.h, shared with core/dtypes.cpp).
+using ::dsinfer::small_float::round_e2m1;
+using ::dsinfer::small_float::round_e4m3;
 
 // 2^ceil(log2(amax / qmax)) computed exactly (the reference takes log2 in double of the double ratio).
 __device__ __forceinline__ float pow2_scale(float amax, float qmax) {

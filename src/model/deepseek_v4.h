@@ -15,19 +15,11 @@
 #include "io/config.h"
 #include "cache/state_layout.h"
 #include "model/numerics.h"
+#include "model/state_pool.h"
 #include "model/weights.h"
 #include "ops/state_view.h"
 
 namespace dsinfer::model {
-
-// Where the per-sequence state lives: memory laid out by cache::StateLayout with fp32 rows
-// (kv_elem_bytes = 4), owned by the caller (model/host_state.h for the CPU backend).
-struct StatePool {
-  const cache::StateLayout* layout = nullptr;
-  float* slots = nullptr;
-  float* blocks = nullptr;
-};
-ops::LayerStateView layer_view(const StatePool& pool, int64_t layer);
 
 // One sequence's share of a step: tokens at positions [start_pos, start_pos + tokens.size()), its slot, and a
 // block table covering at least start_pos + tokens.size() tokens. The state of positions < start_pos must be

@@ -4,7 +4,6 @@
 
 #include <map>
 #include <set>
-#include <cstring>
 
 #include "io/quant.h"
 
@@ -34,15 +33,12 @@ std::string canonical_tensor_name(const std::string& name) {
 
 namespace {
 
-// Walks the weights a config needs (in load_impl's order). With a checkpoint it validates each tensor and, when
-// `dequantize`, converts it to fp32; every walked tensor is recorded as a ResolvedTensor (data views null when
-// there is no checkpoint: then only the specs are collected).
+// Validates the checkpoint tensor of each table entry it is given and, when `dequantize`, converts it to fp32;
+// every entry is recorded as a ResolvedTensor (data views null when the tensor is missing or invalid).
 class Loader {
  public:
-  Loader(const io::ModelConfig& cfg, const io::Checkpoint* ckpt, bool dequantize)
-      : cfg_(cfg), ckpt_(ckpt), dequantize_(dequantize) {
-    if (!ckpt) return;
-    for (const auto& [name, t] : ckpt->tensors()) {
+  Loader(const io::ModelConfig& cfg, const io::Checkpoint& ckpt, bool dequantize) : cfg_(cfg), dequantize_(dequantize) {
+    for (const auto& [name, t] : ckpt.tensors()) {
       std::string c = canonical_tensor_name(name);
       if (c.empty()) continue;
       if (by_canon_.count(c))
@@ -51,13 +47,14 @@ class Loader {
     }
   }
 
-  // A weight of logical shape [rows, cols] in any supported storage format.
-  Mat mat(const std::string& name, int64_t rows, int64_t cols, TensorKind kind = TensorKind::Matrix) {
+  // A matrix or vector of logical shape [rows, cols] in any supported storage format (vectors may be stored 1-D).
+  Mat mat(const TensorSpec& spec) {
+    const std::string& name = spec.name;
+    const int64_t rows = spec.rows, cols = spec.cols;
     Mat m;
     m.rows = rows;
     m.cols = cols;
-    resolved_.push_back({{name, kind, rows, cols}, nullptr, nullptr});
-    if (!ckpt_) return m;
+    resolved_.push_back({spec, nullptr, nullptr});
     const TensorView* t = take(name);
     if (!t) return m;
     resolved_.back().data = t;
@@ -104,15 +101,12 @@ class Loader {
     }
   }
 
-  Vec vec(const std::string& name, int64_t n) {
-    Mat m = mat(name, 1, n, TensorKind::Vector);
-    return std::move(m.data);
-  }
-
-  std::vector<int32_t> index_table(const std::string& name, int64_t rows, int64_t cols, int64_t max_value) {
+  // An integer table [rows, cols] whose entries must lie in [0, max_value).
+  std::vector<int32_t> index_table(const TensorSpec& spec, int64_t max_value) {
+    const std::string& name = spec.name;
+    const int64_t rows = spec.rows, cols = spec.cols;
     std::vector<int32_t> out;
-    resolved_.push_back({{name, TensorKind::IndexTable, rows, cols}, nullptr, nullptr});
-    if (!ckpt_) return out;
+    resolved_.push_back({spec, nullptr, nullptr});
     const TensorView* t = take(name);
     if (!t) return out;
     resolved_.back().data = t;
@@ -184,7 +178,6 @@ class Loader {
   void error(std::string e) { errors_.push_back(std::move(e)); }
 
   const io::ModelConfig& cfg_;
-  const io::Checkpoint* ckpt_;
   bool dequantize_;
   std::vector<ResolvedTensor> resolved_;
   std::map<std::string, const TensorView*> by_canon_;
@@ -193,96 +186,102 @@ class Loader {
   bool fp32_storage_ = true;
 };
 
-// The one enumeration of a DeepSeek-V4 model's tensors (names, logical shapes, kinds).
+// Where a table entry lands in Weights (layers, experts and optional parts already sized by load_impl).
+struct Slot {
+  Mat* mat = nullptr;
+  Vec* vec = nullptr;
+  std::vector<int32_t>* table = nullptr;
+};
+
+Slot layer_slot(LayerWeights& L, const TensorSpec& s) {
+  using R = TensorRole;
+  auto compressor = [](std::optional<CompressorWeights>& c) -> CompressorWeights& {
+    if (!c) c.emplace();
+    return *c;
+  };
+  auto shared = [&]() -> ExpertWeights& {
+    if (!L.shared) L.shared.emplace();
+    return *L.shared;
+  };
+  switch (s.role) {
+    case R::AttnNorm: return {nullptr, &L.attn_norm};
+    case R::FfnNorm: return {nullptr, &L.ffn_norm};
+    case R::HcAttnFn: return {&L.hc_attn.fn};
+    case R::HcAttnBase: return {nullptr, &L.hc_attn.base};
+    case R::HcAttnScale: return {nullptr, &L.hc_attn.scale};
+    case R::HcFfnFn: return {&L.hc_ffn.fn};
+    case R::HcFfnBase: return {nullptr, &L.hc_ffn.base};
+    case R::HcFfnScale: return {nullptr, &L.hc_ffn.scale};
+    case R::AttnSink: return {nullptr, &L.attn_sink};
+    case R::WqA: return {&L.wq_a};
+    case R::QNorm: return {nullptr, &L.q_norm};
+    case R::WqB: return {&L.wq_b};
+    case R::Wkv: return {&L.wkv};
+    case R::KvNorm: return {nullptr, &L.kv_norm};
+    case R::WoA: return {&L.wo_a};
+    case R::WoB: return {&L.wo_b};
+    case R::CompWkv: return {&compressor(L.compressor).wkv};
+    case R::CompWgate: return {&compressor(L.compressor).wgate};
+    case R::CompApe: return {&compressor(L.compressor).ape};
+    case R::CompNorm: return {nullptr, &compressor(L.compressor).norm};
+    case R::IdxCompWkv: return {&compressor(L.idx_compressor).wkv};
+    case R::IdxCompWgate: return {&compressor(L.idx_compressor).wgate};
+    case R::IdxCompApe: return {&compressor(L.idx_compressor).ape};
+    case R::IdxCompNorm: return {nullptr, &compressor(L.idx_compressor).norm};
+    case R::IdxWqB: return {&L.idx_wq_b};
+    case R::IdxWeightsProj: return {&L.idx_weights_proj};
+    case R::Gate: return {&L.gate};
+    case R::GateBias: return {nullptr, &L.gate_bias};
+    case R::Tid2Eid: return {nullptr, nullptr, &L.tid2eid};
+    case R::ExpertW1: return {&L.experts[size_t(s.expert)].w1};
+    case R::ExpertW3: return {&L.experts[size_t(s.expert)].w3};
+    case R::ExpertW2: return {&L.experts[size_t(s.expert)].w2};
+    case R::SharedW1: return {&shared().w1};
+    case R::SharedW3: return {&shared().w3};
+    case R::SharedW2: return {&shared().w2};
+    default: return {};  // model-level roles
+  }
+}
+
+Slot slot(Weights& w, const TensorSpec& s) {
+  using R = TensorRole;
+  switch (s.role) {
+    case R::Embed: return {&w.embed};
+    case R::Head: return {&w.head};
+    case R::FinalNorm: return {nullptr, &w.norm};
+    case R::HcHeadFn: return {&w.hc_head.fn};
+    case R::HcHeadBase: return {nullptr, &w.hc_head.base};
+    case R::HcHeadScale: return {nullptr, &w.hc_head.scale};
+    default: return layer_slot(w.layers[size_t(s.layer)], s);
+  }
+}
+
+// Loads every entry of the tensor table (in table order) into its slot.
 Weights load_impl(const io::ModelConfig& cfg, Loader& ld) {
   Weights w;
-  const int64_t D = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult, H = cfg.num_attention_heads;
-  const int64_t hd = cfg.head_dim, qr = cfg.q_lora_rank, g = cfg.o_groups, r = cfg.o_lora_rank;
-  const int64_t E = cfg.n_routed_experts, I = cfg.moe_intermediate_size, k = cfg.num_experts_per_tok;
-  const int64_t mix = (2 + n) * n;
-  w.embed = ld.mat("embed.weight", V, D);
-  w.head = cfg.tie_word_embeddings ? w.embed : ld.mat("head.weight", V, D);
-  w.norm = ld.vec("norm.weight", D);
-  w.hc_head = {ld.mat("hc_head_fn", n, n * D), ld.vec("hc_head_base", n), ld.vec("hc_head_scale", 1)};
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    const std::string p = fmt::format("layers.{}.", l);
-    LayerWeights L;
-    L.attn_norm = ld.vec(p + "attn_norm.weight", D);
-    L.ffn_norm = ld.vec(p + "ffn_norm.weight", D);
-    L.hc_attn = {ld.mat(p + "hc_attn_fn", mix, n * D), ld.vec(p + "hc_attn_base", mix), ld.vec(p + "hc_attn_scale", 3)};
-    L.hc_ffn = {ld.mat(p + "hc_ffn_fn", mix, n * D), ld.vec(p + "hc_ffn_base", mix), ld.vec(p + "hc_ffn_scale", 3)};
-    L.attn_sink = ld.vec(p + "attn.attn_sink", H);
-    L.wq_a = ld.mat(p + "attn.wq_a.weight", qr, D);
-    L.q_norm = ld.vec(p + "attn.q_norm.weight", qr);
-    L.wq_b = ld.mat(p + "attn.wq_b.weight", H * hd, qr);
-    L.wkv = ld.mat(p + "attn.wkv.weight", hd, D);
-    L.kv_norm = ld.vec(p + "attn.kv_norm.weight", hd);
-    L.wo_a = ld.mat(p + "attn.wo_a.weight", g * r, H * hd / g);
-    L.wo_b = ld.mat(p + "attn.wo_b.weight", D, g * r);
-    const io::AttnType at = cfg.layer_types[size_t(l)];
-    auto compressor = [&](const std::string& cp, int64_t d, int64_t c) {
-      return CompressorWeights{ld.mat(cp + "wkv.weight", c * d, D), ld.mat(cp + "wgate.weight", c * d, D),
-                               ld.mat(cp + "ape", cfg.ratio(l), c * d), ld.vec(cp + "norm.weight", d)};
-    };
-    if (at != io::AttnType::Sliding) L.compressor = compressor(p + "attn.compressor.", hd, at == io::AttnType::CSA ? 2 : 1);
-    if (at == io::AttnType::CSA) {
-      const int64_t Hi = cfg.index_n_heads, di = cfg.index_head_dim;
-      L.idx_compressor = compressor(p + "attn.indexer.compressor.", di, 2);
-      L.idx_wq_b = ld.mat(p + "attn.indexer.wq_b.weight", Hi * di, qr);
-      L.idx_weights_proj = ld.mat(p + "attn.indexer.weights_proj.weight", Hi, D);
-    }
-    L.gate = ld.mat(p + "ffn.gate.weight", E, D);
-    if (cfg.mlp_layer_types[size_t(l)] == io::MlpType::HashMoE)
-      L.tid2eid = ld.index_table(p + "ffn.gate.tid2eid", V, k, E);
-    else
-      L.gate_bias = ld.vec(p + "ffn.gate.bias", E);
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string ep = fmt::format("{}ffn.experts.{}.", p, e);
-      L.experts.push_back({ld.mat(ep + "w1.weight", I, D), ld.mat(ep + "w3.weight", I, D), ld.mat(ep + "w2.weight", D, I)});
-    }
-    if (cfg.n_shared_experts > 0) {
-      const std::string sp = p + "ffn.shared_experts.";
-      L.shared = ExpertWeights{ld.mat(sp + "w1.weight", I, D), ld.mat(sp + "w3.weight", I, D), ld.mat(sp + "w2.weight", D, I)};
-    }
-    w.layers.push_back(std::move(L));
+  w.layers.resize(size_t(cfg.num_hidden_layers));
+  for (auto& L : w.layers) L.experts.resize(size_t(cfg.n_routed_experts));
+  for (const TensorSpec& s : weight_specs(cfg)) {
+    const Slot dst = slot(w, s);
+    if (s.kind == TensorKind::IndexTable) *dst.table = ld.index_table(s, cfg.n_routed_experts);
+    else if (dst.vec) *dst.vec = std::move(ld.mat(s).data);
+    else *dst.mat = ld.mat(s);
   }
+  if (cfg.tie_word_embeddings) w.head = w.embed;
   return w;
 }
 
 }  // namespace
 
-std::vector<TensorSpec> weight_specs(const io::ModelConfig& cfg) {
-  Loader ld(cfg, nullptr, false);
-  load_impl(cfg, ld);
-  std::vector<TensorSpec> out;
-  for (auto& r : ld.resolved()) out.push_back(r.spec);
-  return out;
-}
-
-DType official_storage(const TensorSpec& s) {
-  auto ends = [&](const char* suf) {
-    const size_t n = std::strlen(suf);
-    return s.name.size() >= n && s.name.compare(s.name.size() - n, n, suf) == 0;
-  };
-  if (s.kind == TensorKind::IndexTable) return DType::I64;
-  if (s.name.find(".ffn.experts.") != std::string::npos) return DType::I8;
-  if (s.name.find(".shared_experts.") != std::string::npos) return DType::F8_E4M3;
-  for (const char* n : {".attn.wq_a.weight", ".attn.wq_b.weight", ".attn.wkv.weight", ".attn.wo_a.weight", ".attn.wo_b.weight",
-                        ".attn.indexer.wq_b.weight"})
-    if (ends(n)) return DType::F8_E4M3;
-  if (s.name.find("hc_") != std::string::npos || ends("attn_sink") || ends(".ape") || ends(".gate.bias")) return DType::F32;
-  return DType::BF16;
-}
-
 Result<std::vector<ResolvedTensor>> resolve_weights(const io::ModelConfig& cfg, const io::Checkpoint& ckpt) {
-  Loader ld(cfg, &ckpt, false);
+  Loader ld(cfg, ckpt, false);
   load_impl(cfg, ld);
   DSI_RETURN_IF_ERROR(ld.finish());
   return std::move(ld.resolved());
 }
 
 Result<Weights> load_weights(const io::ModelConfig& cfg, const io::Checkpoint& ckpt) {
-  Loader ld(cfg, &ckpt, true);
+  Loader ld(cfg, ckpt, true);
   Weights w = load_impl(cfg, ld);
   DSI_RETURN_IF_ERROR(ld.finish());
   w.fp32_storage = ld.fp32_storage();

@@ -1,7 +1,7 @@
 // DeepSeek-V4 weights for the CPU reference: every tensor dequantized to fp32 (row-major, PyTorch [out, in]).
-// Loading maps checkpoint names (official `layers.N.attn.wq_a.weight`, the transformers-saved form with a
-// `model.` prefix, `embed_tokens`, `hc_head.hc_fn`, `attn.norm`, `weight_scale_inv`, `e_score_correction_bias`)
-// onto one canonical (official) name set, checks every expected tensor's shape and storage format (F32 / BF16 /
+// Loading walks the tensor table (model/tensor_table.h), maps checkpoint names (official
+// `layers.N.attn.wq_a.weight`, the transformers-saved form with a `model.` prefix, `embed_tokens`, `hc_head.hc_fn`,
+// `attn.norm`, `weight_scale_inv`, `e_score_correction_bias`) onto the table's canonical (official) names, checks every expected tensor's shape and storage format (F32 / BF16 /
 // F16 / FP8 e4m3 + 128x128 block scales / FP4 e2m1 + 1x32 E8M0 scales / I64 or I32 tables), and rejects
 // missing or unexpected tensors with the tensor name and expected vs found.
 #pragma once
@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "model/tensor_table.h"
 
 namespace dsinfer::model {
 
@@ -72,20 +73,6 @@ struct Weights {
 
 // Canonical name of a checkpoint tensor name, or "" when the tensor is deliberately ignored (MTP layers).
 std::string canonical_tensor_name(const std::string& name);
-
-// Every tensor a config needs, in canonical names: matrices (any weight storage format, logical [rows, cols]),
-// float vectors ([cols], rows = 1) and integer tables (tid2eid [vocab, k]).
-enum class TensorKind { Matrix, Vector, IndexTable };
-struct TensorSpec {
-  std::string name;
-  TensorKind kind = TensorKind::Matrix;
-  int64_t rows = 1, cols = 0;
-};
-std::vector<TensorSpec> weight_specs(const io::ModelConfig& cfg);
-// The storage dtype official DeepSeek-V4 releases use for a tensor (for --load-format dummy): F8_E4M3 (128x128
-// block scales) for the attention projections and shared experts, I8 (packed FP4, 1x32 scales) for routed
-// experts, F32 for mHC parameters, sinks, ape and router bias, I64 for tid2eid, BF16 otherwise.
-DType official_storage(const TensorSpec& spec);
 
 // A validated checkpoint tensor in its storage format (views into the memory-mapped files).
 struct ResolvedTensor {

@@ -6,11 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DSI_HD __host__ __device__ __forceinline__
-#else
-#define DSI_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace dsinfer::ops {
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/dtypes.h"
+#include "core/small_float.h"
 
 using namespace dsinfer;
 
@@ -67,4 +68,37 @@ TEST(DTypes, E2M1) {
   EXPECT_EQ(round_e2m1(2.5f), 2.0f);   // halfway 2 and 3 -> 2
   EXPECT_EQ(round_e2m1(0.25f), 0.0f);  // halfway 0 and 0.5 -> 0
   EXPECT_EQ(round_e2m1(100.0f), 6.0f);
+}
+
+// The shared host/device decoders (core/small_float.h) against the arithmetic definition of each format, for
+// every code.
+TEST(SmallFloat, DecodersMatchArithmeticDefinition) {
+  namespace sf = dsinfer::small_float;
+  auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : sf::to_bits(a) == sf::to_bits(b); };
+  for (uint32_t c = 0; c < 16; ++c) {
+    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const float want = (c & 8) ? -mag[c & 7] : mag[c & 7];
+    EXPECT_TRUE(same(sf::from_bits(sf::e2m1_f32_bits(c)), want)) << c;
+  }
+  for (uint32_t b = 0; b < 256; ++b) {
+    const float e8 = b == 255 ? NAN : std::ldexp(1.0f, int(b) - 127);
+    EXPECT_TRUE(same(sf::from_bits(sf::e8m0_f32_bits(b)), e8)) << b;
+    const uint32_t s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    float e4 = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(float(m | 8), int(e) - 10);
+    if (e == 15 && m == 7) e4 = NAN;
+    EXPECT_TRUE(same(sf::from_bits(sf::e4m3_f32_bits(b)), s ? -e4 : e4)) << b;
+  }
+  for (uint32_t h : {0x0000u, 0x8000u, 0x3f80u, 0xc000u, 0x7f80u, 0x0001u})
+    EXPECT_EQ(sf::bf16_f32_bits(h), h << 16);
+}
+
+TEST(SmallFloat, RoundingKeepsSignAndSaturates) {
+  namespace sf = dsinfer::small_float;
+  EXPECT_EQ(sf::round_e4m3(1000.0f), 448.0f);
+  EXPECT_EQ(sf::round_e4m3(-1000.0f), -448.0f);
+  EXPECT_EQ(sf::round_e4m3(1.0625f), 1.0f);          // tie -> even
+  EXPECT_EQ(sf::round_e4m3(std::ldexp(1.0f, -10)), 0.0f);  // half the smallest subnormal -> even (0)
+  EXPECT_TRUE(std::signbit(sf::round_e2m1(-0.1f)));  // rounds to -0
+  EXPECT_EQ(sf::round_e2m1(-5.0f), -4.0f);
+  EXPECT_EQ(sf::round_e2m1(7.0f), 6.0f);
 }

@@ -1,5 +1,5 @@
 // CPU self-checks of the GPU GEMM/MoE index and bit logic (ops/gemm/gemm_common.h, shared with the kernels):
-// format decoders vs core/dtypes, the FP4 nibble order vs io::dequant_fp4_e2m1, tile-loader coverage, an emulation
+// the FP4 nibble order vs io::dequant_fp4_e2m1, tile-loader coverage, an emulation
 // of the tiled kernel's mma.sync fragment traffic against the PTX-specified layout, and the MoE permutation ref.
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dtypes.h"
+#include "core/small_float.h"
 #include "io/quant.h"
 #include "ops/gemm/gemm_common.h"
 #include "ops/moe/moe.h"
@@ -16,27 +17,10 @@ namespace gd = dsinfer::ops::gemm_detail;
 
 namespace {
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 float from_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-
-TEST(GemmTiling, DecodersMatchDtypes) {
-  for (uint32_t c = 0; c < 16; ++c) EXPECT_EQ(gd::e2m1_f32_bits(c), bits(dsinfer::e2m1_to_f32(uint8_t(c)))) << c;
-  for (uint32_t b = 0; b < 256; ++b) {
-    const float ref8 = dsinfer::e8m0_to_f32(uint8_t(b)), got8 = from_bits(gd::e8m0_f32_bits(b));
-    if (std::isnan(ref8)) EXPECT_TRUE(std::isnan(got8)) << b;
-    else EXPECT_EQ(got8, ref8) << b;
-    const float ref = dsinfer::e4m3_to_f32(uint8_t(b)), got = from_bits(gd::e4m3_f32_bits(b));
-    if (std::isnan(ref)) EXPECT_TRUE(std::isnan(got)) << b;
-    else EXPECT_EQ(bits(got), bits(ref)) << b;
-  }
 }
 
 TEST(GemmTiling, Fp4WordOrderMatchesDequant) {
@@ -49,7 +33,7 @@ TEST(GemmTiling, Fp4WordOrderMatchesDequant) {
   for (int w = 0; w < 4; ++w) {
     uint32_t word;
     std::memcpy(&word, packed + 4 * w, 4);
-    for (int j = 0; j < 8; ++j) EXPECT_EQ(from_bits(gd::e2m1_f32_bits(gd::fp4_code_in_word(word, j))), ref[8 * w + j]);
+    for (int j = 0; j < 8; ++j) EXPECT_EQ(from_bits(dsinfer::small_float::e2m1_f32_bits(gd::fp4_code_in_word(word, j))), ref[8 * w + j]);
   }
 }
 

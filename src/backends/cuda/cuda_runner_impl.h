@@ -1,17 +1,29 @@
-// CudaRunner: the CUDA ModelRunner (weights, state memory, scratch, the per-step forward). Internal to
-// src/backends/cuda/; everything else reaches it through ModelRunner / create_cuda_runner.
+// CudaRunner: the CUDA ModelRunner. Internal to src/backends/cuda/; everything else reaches it through
+// ModelRunner / create_cuda_runner. Its parts:
+//   device_weights.h   weights on the GPU, bound to typed per-layer slots (checkpoint upload or dummy weights)
+//   step_plan.h        the BatchPlan packed into one buffer, uploaded through pinned staging each step
+//   decode_graphs.h    CUDA graphs of decode steps, one per batch size
+//   forward_cuda.cpp   the per-step forward (embed, layers, head) over scratch sized for the largest step;
+//   attention_cuda.cpp its attention block
+//   op_timer.h         per-op event timing for `dsinfer bench` (RunnerDiagnostics)
 #pragma once
-#include <map>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/decode_graphs.h"
+#include "backends/cuda/device_weights.h"
+#include "backends/cuda/op_timer.h"
+#include "backends/cuda/step_plan.h"
 #include "cuda/device.h"
-#include "model/deepseek_v4.h"
-#include "model/weights.h"
+#include "cuda/device_buffer.h"
+#include "engine/model_runner.h"
+#include "model/numerics.h"
+#include "model/state_pool.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
-#include "engine/model_runner.h"
+#include "ops/step_cuda.h"
 
 namespace dsinfer::backends {
 
@@ -25,103 +37,80 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   std::string name() const override;
   int32_t kv_elem_bytes() const override { return 4; }
   bool exact_math() const override { return exact_; }
-  bool fp32_weights() const override { return fp32_weights_; }
+  bool fp32_weights() const override { return weights_.fp32_storage(); }
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
   engine::RunnerDiagnostics& diagnostics() override { return *this; }
 
   // Per-op timing for `dsinfer bench`: when on, every named op is bracketed by CUDA events.
   Status set_timing(bool on) override {
-    timing_ = on;
+    timer_.set_enabled(on);
     return Status::ok();
   }
-  Result<std::vector<OpTime>> op_times() override;
+  Result<std::vector<OpTime>> op_times() override { return timer_.times(stream_); }
   Status randomize_state(uint64_t seed) override;
-  int64_t weight_bytes() const { return weight_bytes_; }
-  const cuda::DeviceInfo& device() const { return device_; }
 
  private:
-  struct DevTensor {
-    ops::cuda::DeviceBlob data, scale;
-    ops::cuda::DeviceWeight w;  // matrices
-  };
-  struct Hc {
-    const float *fn = nullptr, *base = nullptr, *scale = nullptr;
-  };
-  struct DevLayer {
-    const float *attn_norm = nullptr, *ffn_norm = nullptr, *sink = nullptr, *q_norm = nullptr, *kv_norm = nullptr;
-    Hc hc_attn, hc_ffn;
-    ops::cuda::DeviceWeight wq_a, wq_b, wkv, wo_a, wo_b;
-    ops::cuda::DeviceWeight comp_wkv, comp_wgate, idx_wq_b, idx_wproj, idx_wkv, idx_wgate;
-    const float *comp_ape = nullptr, *comp_norm = nullptr, *idx_ape = nullptr, *idx_norm = nullptr;
-    ops::cuda::DeviceWeight gate;
-    const float* gate_bias = nullptr;
-    const int32_t* tid2eid = nullptr;
-    ops::cuda::MoeExpertsDevice experts;
-    bool has_shared = false;
-    ops::cuda::MoeSharedDevice shared;
-  };
-  // Scratch sized for the largest step seen (grown, never shrunk).
+  // Scratch of the forward, sized for the largest step seen (grown, never shrunk; growing starts a new scratch
+  // generation, which drops the decode graphs).
   struct Scratch {
-    int64_t tokens = 0, rows = 0, visible = 0, max_pos = 0;
-    ops::cuda::DeviceBlob attn_ws, X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, sel, scores, o, mid, router, ridx,
-        rw, hid, logits, plan;
+    int64_t tokens = 0;
+    cuda::DeviceBuffer<float> attn_ws, X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, scores, o, mid, router,
+        rw, hid, logits;
+    cuda::DeviceBuffer<int32_t> sel, ridx;
+  };
+  // Shape facts of the current step that size the attention (set by step()).
+  struct StepShape {
+    int64_t max_pos = 0;  // largest position (fixed-shape steps: max_model_len - 1)
+    int64_t visible = 0;  // compressed entries visible to the indexer at max_pos
   };
 
-  Status upload_resolved(const model::ResolvedTensor& r);
-  Status make_dummy(const model::TensorSpec& spec, uint64_t seed);
-  const DevTensor* find(const std::string& name) const;
-  Status build_layers();
+  // step(): pack the plan into pinned staging and copy it to the device (one copy on the stream).
+  Status upload_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout);
+  // forward_cuda.cpp
   Status ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int64_t max_pos);
   int64_t attention_splits(io::AttnType type, int64_t m, int64_t T, int64_t max_pos) const;
   // The kernels of one step (no host synchronisation, no allocation: capturable into a CUDA graph).
-  Status run_forward(const void* step_dev, const int32_t* rows, int64_t T, int64_t R);
-  void drop_graphs();
-  Status attention(int64_t l, const void* step_dev);
+  Status run_forward(const ops::StepDevice& st, const int32_t* rows, int64_t R);
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);
-  Status mark(const char* name, int64_t layer, bool begin);
-  Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc,
-              void* stream);
-  Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w, int64_t groups,
-                      float* y, int64_t ldy, int64_t yg, void* stream);
-  Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const ops::cuda::MoeExpertsDevice& e,
-             const ops::cuda::MoeSharedDevice* shared, float limit, float shared_limit, float* out,
-             ops::cuda::MoeWorkspace& ws, void* stream);
+  Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
+  Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
+                      int64_t groups, float* y, int64_t ldy, int64_t yg);
+  Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L);
+  Status mark(const char* name, int64_t layer, bool begin) { return timer_.mark(name, layer, begin, stream_); }
+  // attention_cuda.cpp
+  Status attention(int64_t l, const ops::StepDevice& st);
 
   io::ModelConfig cfg_;
   model::Numerics num_;
   cuda::DeviceInfo device_;
   void* stream_ = nullptr;
-  std::map<std::string, DevTensor> tensors_;
-  std::vector<ops::cuda::DeviceBlob> pointer_blobs_;
-  int64_t weight_bytes_ = 0;
-  bool fp32_weights_ = true;
-  const DevTensor* embed_ = nullptr;
-  ops::cuda::DeviceWeight head_;
-  const float* final_norm_ = nullptr;
-  Hc hc_head_;
-  std::vector<DevLayer> layers_;
-  std::vector<float> inv_main_, inv_comp_;
-  ops::cuda::DeviceBlob inv_main_dev_, inv_comp_dev_;
+  DeviceWeights weights_;
+  cuda::DeviceBuffer<float> inv_main_, inv_comp_;  // RoPE inverse frequencies (main / compressed layers)
   cache::StateLayout layout_;
-  ops::cuda::DeviceBlob slots_, blocks_;
+  cuda::DeviceBuffer<uint8_t> slots_, blocks_;  // the engine's state memory (fp32 rows)
+  int64_t max_model_len_ = 0;
   Scratch s_;
+  StepShape shape_;
   ops::cuda::MoeWorkspace moe_ws_;
-  // Pinned host staging of the step plan (one async copy per step; page-locked so it overlaps and stays
-  // valid while the copy is in flight).
+  uint64_t scratch_gen_ = 0;
+  // Pinned host staging of the step plan (one async copy per step; page-locked so it overlaps and stays valid
+  // while the copy is in flight) and its device copy.
   uint8_t* plan_host_ = nullptr;
   size_t plan_host_bytes_ = 0;
-  int64_t T_ = 0;
-  bool timing_ = false;
-  bool exact_ = false;  // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
-  int64_t max_model_len_ = 0;
-  // Decode steps (one new token per sequence) replay a CUDA graph per batch size; scratch buffers are sized
-  // for max_model_len so the captured pointers and launch shapes stay valid. Any reallocation drops them.
-  bool graphs_enabled_ = true;          // DSINFER_CUDA_GRAPHS=0 turns them off
-  std::map<int64_t, void*> graphs_;     // batch size -> cudaGraphExec_t
-  uint64_t scratch_gen_ = 0, graphs_gen_ = 0;
-  std::map<std::pair<std::string, int64_t>, std::pair<void*, void*>> events_;
-  std::vector<std::pair<std::string, int64_t>> order_;
+  cuda::DeviceBuffer<uint8_t> plan_dev_;
+  bool exact_ = false;            // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
+  bool graphs_enabled_ = true;    // DSINFER_CUDA_GRAPHS=0 turns decode graphs off
+  DecodeGraphs graphs_;
+  OpTimer timer_;
 };
 
 }  // namespace dsinfer::backends
+
+// Runs one named op of the forward, bracketed by the op timer's events (forward_cuda.cpp, attention_cuda.cpp).
+#define DSI_OP(name, layer, ...)                   \
+  do {                                             \
+    DSI_RETURN_IF_ERROR(mark(name, layer, true));  \
+    DSI_RETURN_IF_ERROR(__VA_ARGS__);              \
+    DSI_RETURN_IF_ERROR(mark(name, layer, false)); \
+  } while (0)

@@ -1,9 +1,13 @@
 // Random dummy weights on the GPU (see dummy_weights_cuda.h): a counter-based hash per element, so the result
 // does not depend on the launch shape.
-#include "cuda/cuda_common.h"
-#include "backends/cuda/dummy_weights_cuda.h"
+#include <cuda_runtime.h>
 
-namespace dsinfer::backends {
+#include <algorithm>
+
+#include "backends/cuda/dummy_weights_launch.h"
+#include "core/small_float.h"
+
+namespace dsinfer::backends::detail {
 
 namespace {
 
@@ -21,7 +25,7 @@ __global__ void fill_kernel(void* dst, size_t count, DummySpec spec, uint64_t se
       case DummyFill::Uniform: {
         const float u = float(r >> 40) * (1.0f / float(1 << 24));  // [0, 1)
         const float v = spec.center + spec.spread * (2.0f * u - 1.0f);
-        if (spec.bf16) static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16(v);
+        if (spec.bf16) static_cast<uint16_t*>(dst)[i] = small_float::f32_to_bf16_bits(v);
         else static_cast<float*>(dst)[i] = v;
         break;
       }
@@ -43,14 +47,10 @@ __global__ void fill_kernel(void* dst, size_t count, DummySpec spec, uint64_t se
 
 }  // namespace
 
-Status fill_dummy_cuda(void* dst, size_t count, const DummySpec& spec, uint64_t seed, void* stream) {
-  if (count == 0) return Status::ok();
-  if (!dst) return Status::error("fill_dummy_cuda: null destination");
+void launch_fill_dummy(void* dst, size_t count, const DummySpec& spec, uint64_t seed, void* stream) {
   const int threads = 256;
   const int blocks = int(std::min<size_t>((count + threads - 1) / threads, 65535));
   fill_kernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(dst, count, spec, seed);
-  DSI_CUDA_LAUNCHED("fill_dummy_cuda");
-  return Status::ok();
 }
 
-}  // namespace dsinfer::backends
+}  // namespace dsinfer::backends::detail

@@ -1,29 +1,28 @@
 // --load-format dummy: random weights generated directly on the GPU in the storage formats official
-// DeepSeek-V4 releases use (model/weights.h official_storage), so full-size V4-Flash / V4-Pro configs run and
+// DeepSeek-V4 releases use (model/tensor_table.h official_storage), so full-size V4-Flash / V4-Pro configs run and
 // can be timed without a download. Deterministic in (seed, tensor index). Plain header, no CUDA types.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "backends/cuda/device_weights.h"        // DevTensor
+#include "backends/cuda/dummy_weights_launch.h"  // DummyFill, DummySpec
 #include "core/status.h"
+#include "model/tensor_table.h"
 
 namespace dsinfer::backends {
 
-enum class DummyFill {
-  Uniform,    // f32/bf16: uniform in [center - spread, center + spread]
-  Fp8Codes,   // e4m3 bytes with |value| <= 1.875 (no NaN codes)
-  Fp4Codes,   // packed e2m1 nibbles, any code
-  Constant8,  // every byte = `byte_value` (E8M0 scales)
-};
-
-struct DummySpec {
-  DummyFill fill = DummyFill::Uniform;
-  bool bf16 = false;      // Uniform: write bf16 (else fp32)
-  float center = 0.0f, spread = 0.02f;
-  uint8_t byte_value = 127;
-};
-
-// Fills `count` elements (bytes for the code fills) at dst.
+// Fills `count` elements (bytes for the code fills) at dst: a counter-based hash per element, so the result does
+// not depend on the launch shape.
 Status fill_dummy_cuda(void* dst, size_t count, const DummySpec& spec, uint64_t seed, void* stream);
+
+// Bytes the tensors take in their official storage formats (vectors and tables as 4-byte elements).
+double dummy_weight_bytes(const std::vector<model::TensorSpec>& specs);
+
+// One tensor of the table in its official storage format, filled by role: norm weights ~1, mHC scales ~1, other
+// vectors small around 0, matrices ~ 1/sqrt(fan_in) (FP8 / FP4 codes with E8M0 scales of that size), tid2eid rows
+// of distinct expert ids in [0, experts).
+Result<DevTensor> make_dummy_tensor(const model::TensorSpec& spec, int64_t experts, uint64_t seed, void* stream);
 
 }  // namespace dsinfer::backends

@@ -1,8 +1,11 @@
-// Elementwise helpers (see elementwise_cuda.h).
-#include "cuda/cuda_common.h"
-#include "backends/cuda/elementwise_cuda.h"
+// Elementwise kernels of the CUDA runner (see elementwise_cuda.h; launchers in elementwise_launch.h).
+#include <cuda_runtime.h>
 
-namespace dsinfer::ops::cuda {
+#include <algorithm>
+
+#include "backends/cuda/elementwise_launch.h"
+
+namespace dsinfer::ops::cuda::detail {
 
 namespace {
 __global__ void scale_kernel(float* x, int64_t n, float s) {
@@ -10,13 +13,9 @@ __global__ void scale_kernel(float* x, int64_t n, float s) {
 }
 }  // namespace
 
-Status scale_cuda(float* x, int64_t n, float s, void* stream) {
-  if (n <= 0) return Status::ok();
-  if (!x) return Status::error("scale_cuda: null pointer");
+void launch_scale(float* x, int64_t n, float s, void* stream) {
   const int blocks = int(std::min<int64_t>((n + 255) / 256, 4096));
   scale_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, n, s);
-  DSI_CUDA_LAUNCHED("scale_cuda");
-  return Status::ok();
 }
 
-}  // namespace dsinfer::ops::cuda
+}  // namespace dsinfer::ops::cuda::detail

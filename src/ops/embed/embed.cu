@@ -1,6 +1,7 @@
 // CUDA embedding kernel (see embed_cuda.h): one block per token, each channel read once and written n times.
 #include <cuda_runtime.h>
 
+#include "core/small_float.h"
 #include "ops/embed/embed_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -18,7 +19,7 @@ __global__ void embed_kernel(const void* table, EmbedDType dt, int64_t vocab, in
       if (dt == EmbedDType::F32)
         v = static_cast<const float*>(table)[tok * dim + d];
       else
-        v = __uint_as_float(uint32_t(static_cast<const uint16_t*>(table)[tok * dim + d]) << 16);
+        v = small_float::from_bits(small_float::bf16_f32_bits(static_cast<const uint16_t*>(table)[tok * dim + d]));
     }
     for (int j = 0; j < n; ++j) x[j * dim + d] = v;
   }

@@ -1,10 +1,10 @@
 // Index and bit logic shared by the GEMM/MoE CUDA kernels and their CPU self-checks (tests/unit/test_gemm_tiling.cpp):
 // the tensor-core tile shape, which thread loads which tile element, the mma.sync m16n8k16 fragment layout, and the
-// bit-level decoders of the weight formats. Compiles with and without nvcc (no CUDA types), so the CPU build tests it.
+// FP4 nibble order of packed weights. Compiles with and without nvcc (no CUDA types), so the CPU build tests it.
 #pragma once
 #include <cstdint>
 
-#include "ops/state_view.h"  // DSI_HD
+#include "core/host_device.h"
 
 namespace dsinfer::ops::gemm_detail {
 
@@ -50,31 +50,7 @@ DSI_HD Coord frag_c(int lane, int j) {
 // weight rows, each lane streams 16-byte weight vectors.
 inline constexpr int kSkMaxM = 8, kSkWarps = 4, kSkRowsPerWarp = 2, kSkVecPerLane = 2;
 
-// ---- scalar format decoders (bit exact; the host conversions in core/dtypes.h are the specification) ----
-DSI_HD uint32_t e2m1_f32_bits(uint32_t code) {
-  const uint32_t s = (code >> 3) & 1u, e = (code >> 1) & 3u, m = code & 1u;
-  const uint32_t mag = e ? (((e + 126u) << 23) | (m << 22)) : (m ? 0x3F000000u : 0u);  // 0x3F000000 = 0.5f
-  return mag | (s << 31);
-}
-DSI_HD uint32_t e8m0_f32_bits(uint32_t b) {
-  b &= 0xFFu;
-  if (b == 0xFFu) return 0x7FC00000u;  // NaN
-  if (b == 0u) return 0x00400000u;     // 2^-127 is an fp32 subnormal
-  return b << 23;
-}
-// e4m3fn: bias 7, subnormal m * 2^-9, 0x7F / 0xFF NaN, no inf.
-DSI_HD uint32_t e4m3_f32_bits(uint32_t b) {
-  const uint32_t s = (b >> 7) & 1u, e = (b >> 3) & 15u, m = b & 7u;
-  if (e == 15u && m == 7u) return 0x7FC00000u;
-  if (e == 0u) {
-    if (m == 0u) return s << 31;
-    // m * 2^-9 with m in 1..7: normalise the 3-bit mantissa.
-    uint32_t shift = m >= 4u ? 2u : (m >= 2u ? 1u : 0u);  // position of the leading one
-    uint32_t frac = (m << (23u - shift)) & 0x7FFFFFu;
-    return (s << 31) | ((118u + shift) << 23) | frac;   // 2^-9 has biased exponent 118
-  }
-  return (s << 31) | ((e + 120u) << 23) | (m << 20);
-}
+// ---- weight formats: the scalar decoders are core/small_float.h (shared with the host conversions) ----
 // FP4 vectors: byte c holds element 2c in its low nibble, so in a little-endian 32-bit word element j (0..7) is
 // nibble j.
 DSI_HD uint32_t fp4_code_in_word(uint32_t word, int j) { return (word >> (4 * j)) & 0xFu; }

@@ -1,6 +1,8 @@
 // Dense projections on the GPU: y[M,N] (+)= x[M,K] . W^T with fp32 activations and weights kept in their storage
 // format (F32, BF16, FP8 e4m3 with block scales, FP4 e2m1 with 1x32 scales), dequantized inside the kernels.
 // Plain C++ header (no CUDA types): streams are `void*` (a cudaStream_t), every function returns a Status.
+// Layout: gemm_cuda.cpp validates and picks the path, gemm_launch.h holds the parameters and launchers, the
+// kernels are gemm_skinny.cu and gemm_tiled.cu (device helpers gemm_dequant.cuh, index logic gemm_common.h).
 // Paths (docs/kernels.md "GEMM and MoE"): rows <= kGemmSkinnyMaxM use an fp32 CUDA-core streaming kernel (exact
 // fp32 products); larger M uses a bf16 mma.sync tensor-core kernel (x and dequantized W rounded to bf16, fp32
 // accumulation). Each output row depends only on its own x row and the path, never on other rows: no split-K,
@@ -10,26 +12,12 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "cuda/device_buffer.h"
+#include "ops/gemm/gemm_launch.h"  // WeightFormat, DeviceWeight, kGemmSkinnyMaxM
 
 namespace dsinfer::ops::cuda {
 
-enum class WeightFormat { F32, BF16, FP8_BLOCK, FP4_G32 };
 const char* weight_format_name(WeightFormat f);
-
-// Logical W [rows = N (out), cols = K (in)], row-major like nn.Linear, in device memory.
-struct DeviceWeight {
-  WeightFormat fmt = WeightFormat::F32;
-  int64_t rows = 0, cols = 0;
-  const void* data = nullptr;   // F32 / BF16: [N,K]; FP8_BLOCK: e4m3 [N,K]; FP4_G32: packed e2m1 [N, K/2]
-                                //   (element 2c in the low nibble of byte c)
-  const void* scale = nullptr;  // FP8_BLOCK: [ceil(N/block_n), ceil(K/block_k)]; FP4_G32: [N, K/32]; else unused
-  bool scale_e8m0 = true;       // E8M0 bytes (2^(b-127)); else fp32 scales
-  int64_t block_n = 128, block_k = 128;  // FP8_BLOCK only
-};
-
-// Rows of x at or below this go through the fp32 streaming (decode) kernel when the format allows 16-byte weight
-// loads (K a multiple of 16 bytes of weight, FP8 block_k a multiple of 16, 16-byte aligned weight data).
-inline constexpr int64_t kGemmSkinnyMaxM = 8;
 
 // Bytes of the data / scale arrays of a weight of this shape (what DeviceWeight points at).
 size_t weight_data_bytes(WeightFormat f, int64_t rows, int64_t cols);
@@ -49,30 +37,9 @@ Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, 
 Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group_stride, const DeviceWeight& w,
                          int64_t groups, float* y, int64_t ldy, int64_t y_group_stride, void* stream);
 
-// ---- device memory helpers for weight uploads (tests, benchmarks, loaders) ----
-
-// One owned device allocation; move-only.
-class DeviceBlob {
- public:
-  DeviceBlob() = default;
-  DeviceBlob(const DeviceBlob&) = delete;
-  DeviceBlob& operator=(const DeviceBlob&) = delete;
-  DeviceBlob(DeviceBlob&& o) noexcept;
-  DeviceBlob& operator=(DeviceBlob&& o) noexcept;
-  ~DeviceBlob();
-  static Result<DeviceBlob> alloc(size_t bytes, const char* what = "device blob");
-  static Result<DeviceBlob> upload(const void* host, size_t bytes, const char* what = "device blob");
-  void* data() const { return p_; }
-  size_t bytes() const { return n_; }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
-
 // A weight uploaded from host arrays in storage format (sizes from weight_data_bytes / weight_scale_bytes).
 struct OwnedDeviceWeight {
-  DeviceBlob data, scale;
+  dsinfer::cuda::DeviceBuffer<uint8_t> data, scale;
   DeviceWeight w;
 };
 Result<OwnedDeviceWeight> upload_weight(WeightFormat fmt, int64_t rows, int64_t cols, const void* host_data,

@@ -4,12 +4,14 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "core/small_float.h"
 #include "ops/gemm/gemm_common.h"
-#include "ops/gemm/gemm_kernels.cuh"
+#include "ops/gemm/gemm_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
 
 namespace gd = ::dsinfer::ops::gemm_detail;
+namespace sf = ::dsinfer::small_float;
 
 // Rows of group g covered by this launch.
 __device__ __forceinline__ void group_rows(const GemmArgs& a, int64_t g, int64_t& begin, int64_t& count) {
@@ -53,7 +55,7 @@ __device__ __forceinline__ uint32_t load_scale_raw(const GemmArgs& a, const uint
   return a.scale_e8m0 ? uint32_t(__ldg(scale + idx)) : __float_as_uint(__ldg(reinterpret_cast<const float*>(scale) + idx));
 }
 __device__ __forceinline__ float scale_value(const GemmArgs& a, uint32_t raw) {
-  return a.scale_e8m0 ? bits_f(gd::e8m0_f32_bits(raw)) : bits_f(raw);
+  return a.scale_e8m0 ? bits_f(sf::e8m0_f32_bits(raw)) : bits_f(raw);
 }
 
 // One weight element, any alignment (the general path; also covers K tails).
@@ -62,13 +64,13 @@ __device__ __forceinline__ float load_w_scalar(const GemmArgs& a, const WPtr& w,
   if constexpr (F == WeightFormat::F32) {
     return __ldg(reinterpret_cast<const float*>(w.data) + n * a.K + k);
   } else if constexpr (F == WeightFormat::BF16) {
-    return bits_f(uint32_t(__ldg(reinterpret_cast<const uint16_t*>(w.data) + n * a.K + k)) << 16);
+    return bits_f(sf::bf16_f32_bits(__ldg(reinterpret_cast<const uint16_t*>(w.data) + n * a.K + k)));
   } else if constexpr (F == WeightFormat::FP8_BLOCK) {
-    const float v = bits_f(gd::e4m3_f32_bits(__ldg(w.data + n * a.K + k)));
+    const float v = bits_f(sf::e4m3_f32_bits(__ldg(w.data + n * a.K + k)));
     return v * scale_value(a, load_scale_raw(a, w.scale, scale_index<F>(a, n, k)));
   } else {
     const uint32_t byte = __ldg(w.data + n * (a.K / 2) + k / 2);
-    const float v = bits_f(gd::e2m1_f32_bits((k & 1) ? (byte >> 4) : (byte & 0xFu)));
+    const float v = bits_f(sf::e2m1_f32_bits((k & 1) ? (byte >> 4) : (byte & 0xFu)));
     return v * scale_value(a, load_scale_raw(a, w.scale, scale_index<F>(a, n, k)));
   }
 }

@@ -4,7 +4,6 @@
 // step k+1 are issued before the mma work of step k (register prefetch). Layouts: ops/gemm/gemm_common.h.
 #include <cuda_bf16.h>
 
-#include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_dequant.cuh"
 
 namespace dsinfer::ops::cuda::detail {
@@ -113,8 +112,8 @@ __device__ __forceinline__ void store_tiles(const GemmArgs& a, const WPtr& w, co
       for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          o[4 * i + j] = pack_bf16(bits_f(gd::e2m1_f32_bits(gd::fp4_code_in_word(words[i], 2 * j))) * s,
-                                   bits_f(gd::e2m1_f32_bits(gd::fp4_code_in_word(words[i], 2 * j + 1))) * s);
+          o[4 * i + j] = pack_bf16(bits_f(sf::e2m1_f32_bits(gd::fp4_code_in_word(words[i], 2 * j))) * s,
+                                   bits_f(sf::e2m1_f32_bits(gd::fp4_code_in_word(words[i], 2 * j + 1))) * s);
     }
   } else {
     float wf[16];
@@ -206,23 +205,21 @@ __global__ void __launch_bounds__(gd::kTiledThreads) gemm_tiled_kernel(const Gem
 }
 
 template <WeightFormat F>
-Status launch(const GemmArgs& a, cudaStream_t s) {
+void launch(const GemmArgs& a, cudaStream_t s) {
   const dim3 grid(unsigned((a.N + kBN - 1) / kBN), unsigned(a.groups), unsigned(a.m_tiles_z));
   gemm_tiled_kernel<F><<<grid, gd::kTiledThreads, 0, s>>>(a);
-  DSI_CUDA_LAUNCHED("gemm_tiled_kernel");
-  return Status::ok();
 }
 
 }  // namespace
 
-Status launch_gemm_tiled(WeightFormat f, const GemmArgs& a, cudaStream_t s) {
+void launch_gemm_tiled(WeightFormat f, const GemmArgs& a, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (f) {
     case WeightFormat::F32: return launch<WeightFormat::F32>(a, s);
     case WeightFormat::BF16: return launch<WeightFormat::BF16>(a, s);
     case WeightFormat::FP8_BLOCK: return launch<WeightFormat::FP8_BLOCK>(a, s);
     case WeightFormat::FP4_G32: return launch<WeightFormat::FP4_G32>(a, s);
   }
-  return Status::error("gemm_tiled: unknown weight format");
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -1,17 +1,17 @@
-// Router top-k on the GPU (see moe_cuda.h): one warp per token; scores and biased scores of the token in shared
-// memory, topk rounds of a warp arg-max under the total order (value desc, expert id asc) = route_ref's tie rule.
+// Router top-k on the GPU (see moe_cuda.h; launcher in moe_launch.h): one warp per token; scores and biased scores
+// of the token in shared memory, topk rounds of a warp arg-max under the total order (value desc, expert id asc) = route_ref's tie rule.
 // Transcendentals are evaluated in double and rounded to float, as the CPU reference does, so scores agree to the
 // last bit in practice and near-ties select the same experts.
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/cuda_common.h"
-#include "ops/moe/moe_cuda.h"
+#include "ops/moe/moe_launch.h"
 
-namespace dsinfer::ops::cuda {
+namespace dsinfer::ops::cuda::detail {
 namespace {
 
-constexpr int kRouteWarps = 4;
 constexpr int kNoExpert = 0x7fffffff;
 
 struct RouteArgs {
@@ -113,27 +113,13 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
 
 }  // namespace
 
-Status route_cuda(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
+void launch_route(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
                   const RouterCudaParams& p, int32_t* idx, float* weight, void* stream) {
-  if (p.experts <= 0 || p.experts > 1024)
-    return Status::errorf("route_cuda: experts must be in [1, 1024], got {}", p.experts);
-  if (p.topk <= 0 || p.topk > p.experts)
-    return Status::errorf("route_cuda: topk {} must be in [1, experts = {}]", p.topk, p.experts);
-  if (T < 0) return Status::errorf("route_cuda: negative token count {}", T);
-  if (T == 0) return Status::ok();
-  if (!logits || !idx || !weight) return Status::error("route_cuda: null logits / idx / weight");
-  if (hash_table && (!tokens || p.hash_vocab <= 0))
-    return Status::error("route_cuda: a hash table needs token ids and hash_vocab > 0");
-  if (p.score != ScoreFunc::SqrtSoftplus && p.score != ScoreFunc::Softmax && p.score != ScoreFunc::Sigmoid)
-    return Status::error("route_cuda: unknown score function");
-  if (int64_t(T + kRouteWarps - 1) / kRouteWarps > 0x7fffffff) return Status::error("route_cuda: too many tokens");
-  RouteArgs a{T, p.experts, p.topk, p.hash_vocab, int(p.score), p.renormalize, p.norm_eps, p.route_scale};
+  const RouteArgs a{T, p.experts, p.topk, p.hash_vocab, int(p.score), p.renormalize, p.norm_eps, p.route_scale};
   const size_t smem = size_t(kRouteWarps) * size_t(p.experts) * (2 * sizeof(float) + 1);
   const unsigned blocks = unsigned((T + kRouteWarps - 1) / kRouteWarps);
   route_kernel<<<blocks, kRouteWarps * 32, smem, static_cast<cudaStream_t>(stream)>>>(logits, bias, hash_table, tokens,
                                                                                        a, idx, weight);
-  DSI_CUDA_LAUNCHED("route_kernel");
-  return Status::ok();
 }
 
-}  // namespace dsinfer::ops::cuda
+}  // namespace dsinfer::ops::cuda::detail

@@ -1,7 +1,8 @@
 // Benchmark of the CUDA GEMM (FP8 block-scaled V4-Flash projections) and the MoE layer (256 FP4 experts, top-6,
 // D 4096, I 2048, FP8 shared expert) at decode and prefill sizes. CUDA events, warm-up, median of 25 runs,
-// 4 rotating buffer sets (weights + inputs > 60 MB L2), random data. Prints time, bytes, FLOPs, the roofline floor
-// max(bytes / 4.2e12, flops / 780e12) and measured / floor. Usage: dsinfer_gemm_bench (no arguments).
+// 4 rotating buffer sets (weights + inputs > 60 MB L2), random data (the dummy-weight fills of backends/cuda).
+// Prints time, bytes, FLOPs, the roofline floor max(bytes / 4.2e12, flops / 780e12) and measured / floor.
+// Usage: dsinfer_gemm_bench (no arguments).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "backends/cuda/dummy_weights_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
 
@@ -18,25 +20,6 @@ namespace {
 
 constexpr int kSets = 4, kWarm = 3, kRuns = 25;
 constexpr double kHbm = 4.2e12, kPeak = 780e12;
-
-__device__ uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-// kind 0: random bytes (FP4), 1: e4m3 bytes without NaN, 2: e8m0 scales 2^-7..2^0
-__global__ void fill_bytes(uint8_t* p, size_t n, uint64_t seed, int kind) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint8_t b = uint8_t(mix(seed * 0x9E3779B97F4A7C15ull + i));
-    if (kind == 1 && (b & 0x7F) == 0x7F) b ^= 1;
-    if (kind == 2) b = uint8_t(120 + b % 8);
-    p[i] = b;
-  }
-}
-__global__ void fill_floats(float* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = float(mix(seed * 0x9E3779B97F4A7C15ull + i) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
 
 bool ok(const dsinfer::Status& s, const char* what) {
   if (!s.is_ok()) std::fprintf(stderr, "%s: %s\n", what, s.message().c_str());
@@ -51,16 +34,34 @@ bool ok(const dsinfer::Status& s, const char* what) {
     }                                                                  \
   } while (0)
 
-oc::DeviceBlob blob(size_t bytes, int kind, uint64_t seed) {
-  auto r = oc::DeviceBlob::alloc(bytes, "bench buffer");
-  if (!r.is_ok()) {
-    std::fprintf(stderr, "%s\n", r.status().message().c_str());
+using Blob = dsinfer::cuda::DeviceBuffer<uint8_t>;
+
+Blob upload_blob(const void* host, size_t bytes, const char* what) {
+  Blob b;
+  const dsinfer::Status st = b.upload_bytes(host, bytes, what);
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "%s\n", st.message().c_str());
     std::exit(1);
   }
-  oc::DeviceBlob b = std::move(r).value();
-  if (kind >= 0) fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(b.data()), bytes, seed, kind);
-  else fill_floats<<<1024, 256>>>(static_cast<float*>(b.data()), bytes / 4, seed);
-  CHECK(cudaGetLastError());
+  return b;
+}
+
+Blob blob(size_t bytes, int kind, uint64_t seed) {
+  Blob b;
+  const dsinfer::Status st = b.alloc(bytes, "bench buffer");
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "%s\n", st.message().c_str());
+    std::exit(1);
+  }
+  // kind 0: random bytes (FP4 codes), 1: e4m3 bytes without NaN, 2: E8M0 scales (2^-3), -1: floats in [-1, 1).
+  using dsinfer::backends::DummyFill;
+  using dsinfer::backends::DummySpec;
+  const DummySpec spec = kind == 0   ? DummySpec{DummyFill::Fp4Codes}
+                         : kind == 1 ? DummySpec{DummyFill::Fp8Codes}
+                         : kind == 2 ? DummySpec{DummyFill::Constant8, false, 0.0f, 0.0f, 124}
+                                     : DummySpec{DummyFill::Uniform, false, 0.0f, 1.0f};
+  const size_t count = kind >= 0 ? bytes : bytes / 4;
+  if (!ok(dsinfer::backends::fill_dummy_cuda(b.data(), count, spec, seed, nullptr), "fill")) std::exit(1);
   return b;
 }
 
@@ -101,7 +102,7 @@ void bench_gemm() {
     int64_t N, K;
   };
   for (S s : {S{"wq_a", 1024, 4096}, S{"wq_b", 32768, 1024}, S{"wo_b", 4096, 8192}}) {
-    std::vector<oc::DeviceBlob> wd, ws;
+    std::vector<Blob> wd, ws;
     std::vector<oc::DeviceWeight> w(kSets);
     for (int i = 0; i < kSets; ++i) {
       wd.push_back(blob(oc::weight_data_bytes(oc::WeightFormat::FP8_BLOCK, s.N, s.K), 1, 10 + i));
@@ -109,14 +110,14 @@ void bench_gemm() {
       w[size_t(i)] = {oc::WeightFormat::FP8_BLOCK, s.N, s.K, wd.back().data(), ws.back().data(), true, 128, 128};
     }
     for (int64_t M : {1, 64, 256, 4096}) {
-      std::vector<oc::DeviceBlob> xs, ys;
+      std::vector<Blob> xs, ys;
       for (int i = 0; i < kSets; ++i) {
         xs.push_back(blob(size_t(M * s.K) * 4, -1, 30 + i));
         ys.push_back(blob(size_t(M * s.N) * 4, -1, 40 + i));
       }
       const double ms = time_ms([&](int i) {
-        return ok(oc::gemm_cuda(static_cast<float*>(xs[size_t(i)].data()), M, s.K, w[size_t(i)],
-                                static_cast<float*>(ys[size_t(i)].data()), s.N, false, nullptr),
+        return ok(oc::gemm_cuda(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)],
+                                ys[size_t(i)].as<float>(), s.N, false, nullptr),
                   "gemm");
       });
       const double bytes = double(s.N * s.K) + double(s.N / 128 * s.K / 128) + 4.0 * M * (s.K + s.N);
@@ -131,8 +132,8 @@ void bench_gemm() {
 void bench_moe() {
   const int64_t E = 256, k = 6, D = 4096, I = 2048;
   struct Set {
-    std::vector<oc::DeviceBlob> bufs;
-    oc::DeviceBlob ptrs;
+    std::vector<Blob> bufs;
+    Blob ptrs;
     oc::MoeExpertsDevice ex;
     oc::MoeSharedDevice sh;
   };
@@ -146,17 +147,15 @@ void bench_moe() {
     for (int proj = 0; proj < 3; ++proj) {
       st.bufs.push_back(blob(w_bytes * size_t(E), 0, uint64_t(100 + si * 10 + proj)));
       st.bufs.push_back(blob(s_bytes * size_t(E), 2, uint64_t(200 + si * 10 + proj)));
-      const uint8_t* d = static_cast<const uint8_t*>(st.bufs[st.bufs.size() - 2].data());
-      const uint8_t* sc = static_cast<const uint8_t*>(st.bufs.back().data());
+      const uint8_t* d = st.bufs[st.bufs.size() - 2].data();
+      const uint8_t* sc = st.bufs.back().data();
       for (int64_t e = 0; e < E; ++e) {
         host_ptrs[size_t((2 * proj) * E + e)] = d + size_t(e) * w_bytes;
         host_ptrs[size_t((2 * proj + 1) * E + e)] = sc + size_t(e) * s_bytes;
       }
     }
-    auto r = oc::DeviceBlob::upload(host_ptrs.data(), host_ptrs.size() * sizeof(void*), "expert pointers");
-    if (!r.is_ok()) std::exit(1);
-    st.ptrs = std::move(r).value();
-    const void* const* P = static_cast<const void* const*>(st.ptrs.data());
+    st.ptrs = upload_blob(host_ptrs.data(), host_ptrs.size() * sizeof(void*), "expert pointers");
+    const void* const* P = st.ptrs.as<const void* const>();
     auto proj = [&](int p, int64_t rows, int64_t cols) {
       oc::DeviceExpertWeights w;
       w.fmt = oc::WeightFormat::FP4_G32, w.rows = rows, w.cols = cols;
@@ -183,7 +182,7 @@ void bench_moe() {
     return rng;
   };
   for (int64_t T : {1, 64, 256, 4096}) {
-    std::vector<oc::DeviceBlob> xs, outs, idxs, wts;
+    std::vector<Blob> xs, outs, idxs, wts;
     std::set<int32_t> distinct;
     for (int si = 0; si < kSets; ++si) {
       std::vector<int32_t> idx(size_t(T * k));
@@ -200,17 +199,17 @@ void bench_moe() {
           idx[size_t(t * k + j)] = e;
           if (si == 0) distinct.insert(e);
         }
-      idxs.push_back(std::move(oc::DeviceBlob::upload(idx.data(), idx.size() * 4).value()));
-      wts.push_back(std::move(oc::DeviceBlob::upload(wt.data(), wt.size() * 4).value()));
+      idxs.push_back(upload_blob(idx.data(), idx.size() * 4, "bench routing"));
+      wts.push_back(upload_blob(wt.data(), wt.size() * 4, "bench routing"));
       xs.push_back(blob(size_t(T * D) * 4, -1, uint64_t(500 + si)));
       outs.push_back(blob(size_t(T * D) * 4, -1, uint64_t(600 + si)));
     }
     const double ms = time_ms([&](int i) {
       const Set& st = sets[size_t(i)];
-      return ok(oc::moe_cuda(static_cast<float*>(xs[size_t(i)].data()), T,
-                             static_cast<const int32_t*>(idxs[size_t(i)].data()),
-                             static_cast<const float*>(wts[size_t(i)].data()), k, st.ex, &st.sh, 10.0f, 10.0f,
-                             static_cast<float*>(outs[size_t(i)].data()), ws, nullptr),
+      return ok(oc::moe_cuda(xs[size_t(i)].as<float>(), T,
+                             idxs[size_t(i)].as<const int32_t>(),
+                             wts[size_t(i)].as<const float>(), k, st.ex, &st.sh, 10.0f, 10.0f,
+                             outs[size_t(i)].as<float>(), ws, nullptr),
                 "moe");
     });
     const double expert_bytes = 3.0 * double(w_bytes + s_bytes);

@@ -1,9 +1,11 @@
-// GEMM entry points: argument validation, path choice (skinny fp32 streaming vs tiled tensor core), launch.
+// GEMM entry points (see gemm_cuda.h): argument validation, path choice (skinny fp32 streaming vs tiled tensor
+// core), launch and launch check.
+#include "ops/gemm/gemm_cuda.h"
+
 #include <cstdint>
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
-#include "ops/gemm/gemm_kernels.cuh"
 
 namespace dsinfer::ops::cuda {
 
@@ -84,12 +86,18 @@ Status check_activations(const float* x, int64_t M, int64_t ldx, int64_t K, cons
   return Status::ok();
 }
 
-Status run(detail::GemmArgs& a, WeightFormat f, cudaStream_t s) {
-  if (a.M <= kGemmSkinnyMaxM && a.w_vec) return detail::launch_gemm_skinny(f, a, s);
+Status run(detail::GemmArgs& a, WeightFormat f, void* stream) {
+  if (a.M <= kGemmSkinnyMaxM && a.w_vec) {
+    detail::launch_gemm_skinny(f, a, stream);
+    DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
+    return Status::ok();
+  }
   const int64_t m_tiles = (a.M + gemm_detail::kBM - 1) / gemm_detail::kBM;
   if (m_tiles > 65535) return Status::errorf("gemm: M = {} exceeds the supported {} rows", a.M, 65535 * gemm_detail::kBM);
   a.m_tiles_z = int(m_tiles);
-  return detail::launch_gemm_tiled(f, a, s);
+  detail::launch_gemm_tiled(f, a, stream);
+  DSI_CUDA_LAUNCHED("gemm_tiled_kernel");
+  return Status::ok();
 }
 
 }  // namespace
@@ -104,7 +112,7 @@ Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, 
   a.accumulate = accumulate;
   detail::set_weight_args(a, w);
   detail::set_x_vec(a);
-  return run(a, w.fmt, static_cast<cudaStream_t>(stream));
+  return run(a, w.fmt, stream);
 }
 
 Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group_stride, const DeviceWeight& w,
@@ -121,7 +129,7 @@ Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group
   a.groups = groups, a.N = n_g, a.K = w.cols;
   detail::set_weight_args(a, w);
   detail::set_x_vec(a);
-  return run(a, w.fmt, static_cast<cudaStream_t>(stream));
+  return run(a, w.fmt, stream);
 }
 
 }  // namespace dsinfer::ops::cuda

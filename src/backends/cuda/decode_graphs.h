@@ -1,0 +1,31 @@
+// CUDA graphs of decode steps: a step with one new token (and one logits row) per sequence replays the graph
+// captured for its batch size. The forward's scratch buffers are sized for max_model_len, so the captured pointers
+// and launch shapes stay valid for every context length; any scratch reallocation (a new scratch generation)
+// drops the graphs. DSINFER_CUDA_GRAPHS=0 turns them off (CudaRunner). Plain header, no CUDA types.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+
+#include "core/status.h"
+
+namespace dsinfer::backends {
+
+class DecodeGraphs {
+ public:
+  DecodeGraphs() = default;
+  DecodeGraphs(const DecodeGraphs&) = delete;
+  DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+  ~DecodeGraphs() { clear(); }
+
+  // Launches the graph of `batch` on `stream`, first capturing `forward` (kernels only: no host synchronisation,
+  // no allocation) when there is none for this batch size and scratch generation.
+  Status launch(int64_t batch, uint64_t scratch_gen, void* stream, const std::function<Status()>& forward);
+  void clear();
+
+ private:
+  std::map<int64_t, void*> graphs_;  // batch size -> cudaGraphExec_t
+  uint64_t gen_ = 0;                 // scratch generation the graphs were captured with
+};
+
+}  // namespace dsinfer::backends

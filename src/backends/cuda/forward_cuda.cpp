@@ -1,0 +1,149 @@
+// CudaRunner's forward — the DeepSeek-V4 forward on the GPU, in the order of the CPU reference
+// (model/deepseek_v4.cpp): embed -> per layer [hc_pre+attn_norm -> attention -> hc_post -> hc_pre+ffn_norm ->
+// MoE -> hc_post] -> hc_head+norm -> head. Every op is named (timing for `dsinfer bench`). The attention block is
+// attention_cuda.cpp; the scratch it all runs in is sized here.
+#include <algorithm>
+
+#include "backends/cuda/cuda_runner_impl.h"
+#include "ops/embed/embed_cuda.h"
+#include "ops/indexer/indexer_cuda.h"
+#include "ops/mhc/mhc_cuda.h"
+#include "ops/sparse_attention/sparse_attention_cuda.h"
+
+namespace dsinfer::backends {
+
+using namespace ops::cuda;
+using io::AttnType;
+
+int64_t CudaRunner::attention_splits(AttnType type, int64_t m, int64_t T, int64_t max_pos) const {
+  const int64_t max_keys = cfg_.sliding_window + (type == AttnType::CSA   ? cfg_.index_topk
+                                                  : type == AttnType::HCA ? (max_pos + 1) / std::max<int64_t>(m, 1)
+                                                                          : 0);
+  return sparse_attention_splits(T, cfg_.num_attention_heads, max_keys, device_.multiprocessors);
+}
+
+Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int64_t max_pos) {
+  // Element counts; at least 64 elements (256 bytes) per buffer.
+  auto grow = [&](auto& b, size_t n, const char* what) -> Status {
+    if (b.size() >= n) return Status::ok();
+    DSI_RETURN_IF_ERROR(b.alloc(std::max<size_t>(n, 64), what));
+    ++scratch_gen_;  // captured graphs hold the old pointers
+    return Status::ok();
+  };
+  const int64_t D = cfg_.hidden_size, n = cfg_.hc_mult, H = cfg_.num_attention_heads, hd = cfg_.head_dim;
+  const int64_t Hi = std::max<int64_t>(cfg_.index_n_heads, 1), di = std::max<int64_t>(cfg_.index_head_dim, 1);
+  const size_t t = size_t(T);
+  DSI_RETURN_IF_ERROR(grow(s_.X, t * size_t(n * D), "residual streams"));
+  DSI_RETURN_IF_ERROR(grow(s_.y, t * size_t(D), "activations"));
+  DSI_RETURN_IF_ERROR(grow(s_.f, t * size_t(D), "activations"));
+  DSI_RETURN_IF_ERROR(grow(s_.post, t * size_t(n), "mHC post"));
+  DSI_RETURN_IF_ERROR(grow(s_.comb, t * size_t(n * n), "mHC comb"));
+  DSI_RETURN_IF_ERROR(grow(s_.cq, t * size_t(cfg_.q_lora_rank), "q latent"));
+  DSI_RETURN_IF_ERROR(grow(s_.q, t * size_t(H * hd), "q"));
+  DSI_RETURN_IF_ERROR(grow(s_.kv, t * size_t(hd), "kv"));
+  DSI_RETURN_IF_ERROR(grow(s_.ckv, t * size_t(2 * hd), "compressor kv"));
+  DSI_RETURN_IF_ERROR(grow(s_.cg, t * size_t(2 * hd), "compressor gate"));
+  DSI_RETURN_IF_ERROR(grow(s_.iq, t * size_t(Hi * di), "indexer q"));
+  DSI_RETURN_IF_ERROR(grow(s_.iw, t * size_t(Hi), "indexer weights"));
+  DSI_RETURN_IF_ERROR(grow(s_.ikv, t * size_t(2 * di), "indexer kv"));
+  DSI_RETURN_IF_ERROR(grow(s_.ig, t * size_t(2 * di), "indexer gate"));
+  DSI_RETURN_IF_ERROR(grow(s_.sel, t * size_t(std::max<int64_t>(cfg_.index_topk, 1)), "indexer selection"));
+  DSI_RETURN_IF_ERROR(grow(s_.scores, size_t(indexer_scores_floats(T, std::max<int64_t>(max_visible, 1))), "indexer scores"));
+  DSI_RETURN_IF_ERROR(grow(s_.o, t * size_t(H * hd), "attention output"));
+  DSI_RETURN_IF_ERROR(grow(s_.mid, t * size_t(cfg_.o_groups * cfg_.o_lora_rank), "output projection"));
+  DSI_RETURN_IF_ERROR(grow(s_.router, t * size_t(cfg_.n_routed_experts), "router logits"));
+  DSI_RETURN_IF_ERROR(grow(s_.ridx, t * size_t(cfg_.num_experts_per_tok), "routing"));
+  DSI_RETURN_IF_ERROR(grow(s_.rw, t * size_t(cfg_.num_experts_per_tok), "routing"));
+  DSI_RETURN_IF_ERROR(grow(s_.hid, size_t(R) * size_t(D), "final hidden"));
+  DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size), "logits"));
+  int64_t ws = 0;
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+    ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(cfg_.layer_types[size_t(l)], cfg_.ratio(l), T, max_pos)));
+  DSI_RETURN_IF_ERROR(grow(s_.attn_ws, size_t(ws) + 64, "attention workspace"));
+  if (T > s_.tokens) {
+    DSI_RETURN_IF_ERROR(moe_ws_.reserve(T, cfg_.num_experts_per_tok, D, cfg_.moe_intermediate_size, cfg_.n_routed_experts));
+    s_.tokens = T;
+    ++scratch_gen_;
+  }
+  return Status::ok();
+}
+
+// GEMMs and the MoE in exact mode run in chunks small enough for the fp32 CUDA-core kernels (the tensor-core
+// path rounds operands to bf16); check-reference uses it to test every other kernel at fp32 precision.
+Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
+  const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
+  for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
+    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, stream_));
+  return Status::ok();
+}
+
+Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
+                                float* y, int64_t ldy, int64_t yg) {
+  const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
+  for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
+    DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg, stream_));
+  return Status::ok();
+}
+
+Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L) {
+  const MoeExpertsDevice& e = L.experts;
+  const float limit = float(cfg_.swiglu_limit), shared_limit = num_.shared_expert_clamp ? limit : 0.0f;
+  // moe_cuda takes the fp32 path for the routed experts when T * topk <= 8 * experts, and its shared expert
+  // is a plain GEMM of T rows (fp32 path for T <= kGemmSkinnyMaxM).
+  const int64_t chunk =
+      exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * e.experts / std::max<int64_t>(k, 1))) : T;
+  const int64_t D = e.dim;
+  float* out = s_.f.data();
+  for (int64_t r = 0; r < T; r += chunk) {
+    const int64_t n = std::min(chunk, T - r);
+    DSI_RETURN_IF_ERROR(moe_cuda(x + r * D, n, idx + r * k, w + r * k, k, e, L.has_shared ? &L.shared : nullptr, limit,
+                                 shared_limit, out + r * D, moe_ws_, stream_));
+  }
+  return Status::ok();
+}
+
+Status CudaRunner::run_forward(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
+  const int64_t T = st.T, V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
+  const DeviceWeight& emb = weights_.embed();
+  DSI_OP("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens, T, n,
+                            s_.X.data(), stream_));
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const DeviceLayer& L = weights_.layer(l);
+    HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
+                    float(cfg_.rms_norm_eps), L.attn_norm};
+    DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
+    DSI_RETURN_IF_ERROR(attention(l, st));
+    DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), float(cfg_.rms_norm_eps), L.ffn_norm};
+    DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
+    DSI_RETURN_IF_ERROR(ffn(l, st.tokens, T));
+    DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+  }
+  if (R > 0) {
+    // sinkhorn_iters is unused at the head (no comb there) but must be valid.
+    const HcDevice& hc = weights_.hc_head();
+    const HcNormParams hh{hc.fn, hc.base, hc.scale, n, D, 1, float(cfg_.hc_eps), float(cfg_.rms_norm_eps), weights_.final_norm()};
+    DSI_OP("hc_head", -1, hc_head_norm(hh, s_.X.data(), rows, R, s_.hid.data(), stream_));
+    DSI_OP("lm_head", -1, gemm(s_.hid.data(), R, D, weights_.head(), s_.logits.data(), V, false));
+  }
+  return Status::ok();
+}
+
+Status CudaRunner::ffn(int64_t l, const int32_t* tokens, int64_t T) {
+  const DeviceLayer& L = weights_.layer(l);
+  const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  DSI_OP("router", l, gemm(s_.y.data(), T, D, L.gate, s_.router.data(), E, false));
+  RouterCudaParams rp;
+  rp.experts = E;
+  rp.topk = k;
+  rp.score = cfg_.scoring_func;
+  rp.renormalize = cfg_.norm_topk_prob;
+  rp.norm_eps = num_.router_norm_eps;
+  rp.route_scale = float(cfg_.routed_scaling_factor);
+  rp.hash_vocab = L.tid2eid ? cfg_.vocab_size : 0;
+  DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, L.tid2eid, tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
+  DSI_OP("moe", l, moe(s_.y.data(), T, s_.ridx.data(), s_.rw.data(), k, L));
+  return Status::ok();
+}
+
+}  // namespace dsinfer::backends

@@ -1,0 +1,40 @@
+// The per-step plan of the CUDA runner: a scheduler::BatchPlan checked and packed into one buffer of 16-byte
+// aligned arrays (token ids, positions, sequence of each token, cu_seqlens, start positions, slots, block tables,
+// logits rows) that reaches the device in one copy, and the ops::StepDevice view of the device copy.
+// Host-only code without CUDA: it is built in every configuration, so the CPU unit tests cover it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "cache/state_layout.h"
+#include "core/status.h"
+#include "ops/step_cuda.h"
+#include "scheduler/batch_plan.h"
+
+namespace dsinfer::backends {
+
+struct StepPlanLayout {
+  int64_t T = 0, S = 0, R = 0;  // tokens, sequences, logits rows
+  int64_t table_stride = 1;     // block-table row length
+  int64_t max_pos = 0;          // largest position in the step (fixed-shape steps: max_model_len - 1)
+  // Byte offsets of the arrays in the packed buffer, and its size.
+  size_t tokens = 0, pos = 0, seq_of_token = 0, cu_seqlens = 0, start_pos = 0, slot = 0, block_tables = 0,
+         logits_rows = 0, bytes = 0;
+};
+
+// Checks the plan (a fixed-shape step must fit max_model_len; token ids in [0, vocab)) and lays it out.
+// fixed_shape: a decode step replayed as a CUDA graph, so the table stride and max_pos are those of
+// max_model_len and one graph serves every context length.
+Result<StepPlanLayout> layout_step_plan(const scheduler::BatchPlan& plan, const cache::StateLayout& state,
+                                        int64_t vocab, bool fixed_shape, int64_t max_model_len);
+
+// Writes the plan into dst (layout.bytes bytes; padding and unused table entries zero).
+void pack_step_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout, uint8_t* dst);
+
+// The step as the kernels see it, over the packed plan at `base` (a device copy of pack_step_plan's output).
+ops::StepDevice step_device(const StepPlanLayout& layout, const uint8_t* base);
+inline const int32_t* logits_rows(const StepPlanLayout& layout, const uint8_t* base) {
+  return reinterpret_cast<const int32_t*>(base + layout.logits_rows);
+}
+
+}  // namespace dsinfer::backends

@@ -1,0 +1,72 @@
+// Parameters and kernel launchers behind gemm_cuda.h (no CUDA types, no Status; validated by gemm_cuda.cpp and, for
+// the MoE's grouped expert GEMMs, ops/moe/moe_cuda.cpp). One launch covers `groups` independent problems:
+//   rows of group g: [row_off[g], row_off[g+1]) when row_off != nullptr (MoE: tokens grouped by expert),
+//                    else [0, M);
+//   x row of launch row p: x + g*x_gstride + (x_rows ? x_rows[p] : p) * ldx   (x_rows gathers tokens for the MoE);
+//   y row of launch row p: y + g*y_gstride + p * ldy;
+//   weight of group g: wdata_arr[g] / wscale_arr[g] (rows [0, N)) when wdata_arr != nullptr (per-expert tensors),
+//                      else rows [g*N, (g+1)*N) of wdata / wscale (grouped projection).
+#pragma once
+#include <cstdint>
+
+namespace dsinfer::ops::cuda {
+
+enum class WeightFormat { F32, BF16, FP8_BLOCK, FP4_G32 };
+
+// Logical W [rows = N (out), cols = K (in)], row-major like nn.Linear, in device memory.
+struct DeviceWeight {
+  WeightFormat fmt = WeightFormat::F32;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;   // F32 / BF16: [N,K]; FP8_BLOCK: e4m3 [N,K]; FP4_G32: packed e2m1 [N, K/2]
+                                //   (element 2c in the low nibble of byte c)
+  const void* scale = nullptr;  // FP8_BLOCK: [ceil(N/block_n), ceil(K/block_k)]; FP4_G32: [N, K/32]; else unused
+  bool scale_e8m0 = true;       // E8M0 bytes (2^(b-127)); else fp32 scales
+  int64_t block_n = 128, block_k = 128;  // FP8_BLOCK only
+};
+
+// Rows of x at or below this go through the fp32 streaming (decode) kernel when the format allows 16-byte weight
+// loads (K a multiple of 16 bytes of weight, FP8 block_k a multiple of 16, 16-byte aligned weight data).
+inline constexpr int64_t kGemmSkinnyMaxM = 8;
+
+namespace detail {
+
+struct GemmArgs {
+  const float* x = nullptr;
+  int64_t ldx = 0, x_gstride = 0;
+  const int32_t* x_rows = nullptr;
+  float* y = nullptr;
+  int64_t ldy = 0, y_gstride = 0;
+  int64_t M = 0;
+  const int32_t* row_off = nullptr;
+  int64_t groups = 1, N = 0, K = 0;
+  const uint8_t* wdata = nullptr;
+  const uint8_t* wscale = nullptr;
+  const void* const* wdata_arr = nullptr;
+  const void* const* wscale_arr = nullptr;
+  int64_t scale_cols = 0;  // FP8: ceil(K / block_k); FP4: K / 32
+  int64_t block_n = 128, block_k = 128;
+  bool scale_e8m0 = true;
+  bool accumulate = false;
+  bool w_vec = false;  // 16-byte weight vectors are legal (K and alignment allow; FP8 block_k % 16 == 0)
+  bool x_vec = false;  // 16-byte x loads are legal (x, ldx, x_gstride 16-byte multiples)
+  int m_tiles_z = 1;   // tiled kernel: grid z (m-tiles walked by each block with stride gridDim.z)
+};
+
+// Elements per 16-byte weight vector.
+inline constexpr int64_t vec_elems(WeightFormat f) {
+  return f == WeightFormat::F32 ? 4 : f == WeightFormat::BF16 ? 8 : f == WeightFormat::FP8_BLOCK ? 16 : 32;
+}
+
+// Fills the weight fields of `a` from `w` (single weight, grouped by rows) and decides w_vec / x_vec (host code,
+// gemm_cuda.cpp).
+void set_weight_args(GemmArgs& a, const DeviceWeight& w);
+void set_x_vec(GemmArgs& a);
+
+// Launchers (gemm_skinny.cu: needs a.w_vec; gemm_tiled.cu: any shape, a.m_tiles_z <= 65535). The caller checks the
+// launch (DSI_CUDA_LAUNCHED) under the kernel names "gemm_skinny_kernel" / "gemm_tiled_kernel".
+void launch_gemm_skinny(WeightFormat f, const GemmArgs& a, void* stream);
+void launch_gemm_tiled(WeightFormat f, const GemmArgs& a, void* stream);
+
+}  // namespace detail
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,162 @@
+// MoE on the GPU (see moe_cuda.h): argument checks, the workspace, and the launch sequence of the expert layer:
+//   1. permutation of the T * topk assignments into per-expert row groups (moe.cu);
+//   2. grouped GEMMs over the permuted rows (x rows gathered through perm_token): h1 = x W1^T, h3 = x W3^T;
+//   3. clamped SwiGLU in place (h1 <- silu(min(h1, L)) * clamp(h3, -L, L));
+//   4. grouped GEMM y_p = h1 W2^T;
+//   5. shared expert with gemm_cuda on all T rows;
+//   6. combine: out[t] = sum_k weight[t,k] * y_p[pos_of[t,k]] in k order, + shared[t]. No float atomics anywhere.
+#include "ops/moe/moe_cuda.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/cuda_common.h"
+#include "ops/gemm/gemm_common.h"
+
+namespace dsinfer::ops::cuda {
+
+Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter, int64_t experts) {
+  if (T < 0 || topk <= 0 || dim <= 0 || inter <= 0 || experts <= 0)
+    return Status::errorf("MoeWorkspace::reserve: bad sizes T={} topk={} dim={} inter={} experts={}", T, topk, dim,
+                          inter, experts);
+  if (T <= T_ && topk <= topk_ && dim <= dim_ && inter <= inter_ && experts <= experts_) return Status::ok();
+  T = std::max(T, T_), topk = std::max(topk, topk_), dim = std::max(dim, dim_);
+  inter = std::max(inter, inter_), experts = std::max(experts, experts_);
+  const size_t tk = size_t(std::max<int64_t>(T * topk, 1)), t1 = size_t(std::max<int64_t>(T, 1));
+  DSI_RETURN_IF_ERROR(offsets_.alloc(size_t(experts + 1), "moe offsets"));
+  DSI_RETURN_IF_ERROR(perm_token_.alloc(tk, "moe perm_token"));
+  DSI_RETURN_IF_ERROR(pos_of_.alloc(tk, "moe pos_of"));
+  DSI_RETURN_IF_ERROR(h1_.alloc(tk * size_t(inter), "moe h1"));
+  DSI_RETURN_IF_ERROR(h3_.alloc(tk * size_t(inter), "moe h3"));
+  DSI_RETURN_IF_ERROR(yp_.alloc(tk * size_t(dim), "moe expert outputs"));
+  DSI_RETURN_IF_ERROR(sh1_.alloc(t1 * size_t(inter), "moe shared h1"));
+  DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
+  DSI_RETURN_IF_ERROR(shy_.alloc(t1 * size_t(dim), "moe shared out"));
+  T_ = T, topk_ = topk, dim_ = dim, inter_ = inter, experts_ = experts;
+  return Status::ok();
+}
+
+Status route_cuda(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
+                  const RouterCudaParams& p, int32_t* idx, float* weight, void* stream) {
+  if (p.experts <= 0 || p.experts > 1024)
+    return Status::errorf("route_cuda: experts must be in [1, 1024], got {}", p.experts);
+  if (p.topk <= 0 || p.topk > p.experts)
+    return Status::errorf("route_cuda: topk {} must be in [1, experts = {}]", p.topk, p.experts);
+  if (T < 0) return Status::errorf("route_cuda: negative token count {}", T);
+  if (T == 0) return Status::ok();
+  if (!logits || !idx || !weight) return Status::error("route_cuda: null logits / idx / weight");
+  if (hash_table && (!tokens || p.hash_vocab <= 0))
+    return Status::error("route_cuda: a hash table needs token ids and hash_vocab > 0");
+  if (p.score != ScoreFunc::SqrtSoftplus && p.score != ScoreFunc::Softmax && p.score != ScoreFunc::Sigmoid)
+    return Status::error("route_cuda: unknown score function");
+  if (int64_t(T + detail::kRouteWarps - 1) / detail::kRouteWarps > 0x7fffffff)
+    return Status::error("route_cuda: too many tokens");
+  detail::launch_route(logits, T, bias, hash_table, tokens, p, idx, weight, stream);
+  DSI_CUDA_LAUNCHED("route_kernel");
+  return Status::ok();
+}
+
+namespace {
+
+Status check_experts(const DeviceExpertWeights& w, int64_t rows, int64_t cols, const char* what) {
+  if (w.rows != rows || w.cols != cols)
+    return Status::errorf("moe {}: expected [{}, {}], got [{}, {}]", what, rows, cols, w.rows, w.cols);
+  if (!w.data) return Status::errorf("moe {}: null device pointer array", what);
+  DeviceWeight probe;  // shape/format rules are those of a single weight (the pointers are checked per array)
+  probe.fmt = w.fmt, probe.rows = rows, probe.cols = cols, probe.data = w.data, probe.scale = w.scale;
+  probe.scale_e8m0 = w.scale_e8m0, probe.block_n = w.block_n, probe.block_k = w.block_k;
+  return validate_weight(probe, what);
+}
+
+Status check_shared(const MoeSharedDevice& sh, int64_t D) {
+  const int64_t Is = sh.w1.rows;
+  DSI_RETURN_IF_ERROR(validate_weight(sh.w1, "moe shared w1"));
+  DSI_RETURN_IF_ERROR(validate_weight(sh.w3, "moe shared w3"));
+  DSI_RETURN_IF_ERROR(validate_weight(sh.w2, "moe shared w2"));
+  if (sh.w1.cols != D || sh.w3.rows != Is || sh.w3.cols != D || sh.w2.rows != D || sh.w2.cols != Is)
+    return Status::errorf("moe_cuda: shared expert shapes w1 [{}, {}] w3 [{}, {}] w2 [{}, {}] do not fit dim {}",
+                          sh.w1.rows, sh.w1.cols, sh.w3.rows, sh.w3.cols, sh.w2.rows, sh.w2.cols, D);
+  return Status::ok();
+}
+
+// Grouped GEMM over the permuted rows of all experts.
+Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets, int64_t total_rows,
+                   int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream) {
+  detail::GemmArgs a;
+  a.x = x, a.ldx = ldx, a.x_rows = x_rows, a.y = y, a.ldy = ldy, a.row_off = offsets;
+  a.groups = experts, a.N = w.rows, a.K = w.cols;
+  DeviceWeight probe;
+  probe.fmt = w.fmt, probe.rows = w.rows, probe.cols = w.cols, probe.scale_e8m0 = w.scale_e8m0;
+  probe.block_n = w.block_n, probe.block_k = w.block_k, probe.data = nullptr;  // per-expert pointers: aligned by contract
+  detail::set_weight_args(a, probe);
+  a.wdata = nullptr, a.wscale = nullptr;
+  a.wdata_arr = w.data, a.wscale_arr = w.scale;
+  detail::set_x_vec(a);
+  if (total_rows <= 8 * experts && a.w_vec) {
+    detail::launch_gemm_skinny(w.fmt, a, stream);
+    DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
+    return Status::ok();
+  }
+  const int64_t avg_tiles = (total_rows / experts + gemm_detail::kBM - 1) / gemm_detail::kBM;
+  const int64_t max_tiles = (total_rows + gemm_detail::kBM - 1) / gemm_detail::kBM;
+  a.m_tiles_z = int(std::clamp<int64_t>(avg_tiles + 1, 1, std::min<int64_t>(max_tiles, 65535)));
+  detail::launch_gemm_tiled(w.fmt, a, stream);
+  DSI_CUDA_LAUNCHED("gemm_tiled_kernel");
+  return Status::ok();
+}
+
+}  // namespace
+
+Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
+                MoeWorkspace& ws, void* stream) {
+  const int64_t E = ex.experts, D = ex.dim, I = ex.inter;
+  if (T < 0 || topk <= 0) return Status::errorf("moe_cuda: bad T = {} or topk = {}", T, topk);
+  if (E <= 0 || E > detail::kMoeMaxExperts || D <= 0 || I <= 0)
+    return Status::errorf("moe_cuda: bad experts = {} (max {}), dim = {}, inter = {}", E, detail::kMoeMaxExperts, D, I);
+  DSI_RETURN_IF_ERROR(check_experts(ex.w1, I, D, "w1"));
+  DSI_RETURN_IF_ERROR(check_experts(ex.w3, I, D, "w3"));
+  DSI_RETURN_IF_ERROR(check_experts(ex.w2, D, I, "w2"));
+  const int64_t Is = shared ? shared->w1.rows : 0;
+  if (shared) DSI_RETURN_IF_ERROR(check_shared(*shared, D));
+  if (T == 0) return Status::ok();
+  if (!x || !idx || !weight || !out) return Status::error("moe_cuda: null x / idx / weight / out");
+  if (T > ws.T_ || topk > ws.topk_ || D > ws.dim_ || I > ws.inter_ || Is > ws.inter_ || E > ws.experts_)
+    return Status::errorf(
+        "moe_cuda: workspace reserved for T={} topk={} dim={} inter={} experts={}, call needs T={} topk={} dim={} "
+        "inter={} experts={}",
+        ws.T_, ws.topk_, ws.dim_, ws.inter_, ws.experts_, T, topk, D, std::max(I, Is), E);
+  const int64_t n = T * topk;
+  if (n > 0x7fffffff) return Status::error("moe_cuda: T * topk exceeds int32 row indices");
+  int32_t* offsets = ws.offsets_.data();
+  int32_t* perm = ws.perm_token_.data();
+  int32_t* pos = ws.pos_of_.data();
+  float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data();
+
+  detail::launch_moe_count(idx, n, E, offsets, pos, stream);
+  DSI_CUDA_LAUNCHED("moe_count_kernel");
+  detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
+  DSI_CUDA_LAUNCHED("moe_scatter_kernel");
+
+  DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w1, h1, I, stream));
+  DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w3, h3, I, stream));
+  detail::launch_swiglu(h1, h3, n, offsets + E, I, limit, stream);
+  DSI_CUDA_LAUNCHED("swiglu_kernel");
+  DSI_RETURN_IF_ERROR(expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream));
+
+  const float* shy = nullptr;
+  if (shared) {
+    float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *so = ws.shy_.data();
+    DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w1, s1, Is, false, stream));
+    DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w3, s3, Is, false, stream));
+    detail::launch_swiglu(s1, s3, T, nullptr, Is, shared_limit, stream);
+    DSI_CUDA_LAUNCHED("swiglu_kernel(shared)");
+    DSI_RETURN_IF_ERROR(gemm_cuda(s1, T, Is, shared->w2, so, D, false, stream));
+    shy = so;
+  }
+  detail::launch_combine(yp, pos, weight, T, topk, D, shy, out, stream);
+  DSI_CUDA_LAUNCHED("combine_kernel");
+  return Status::ok();
+}
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,63 @@
+// Parameters and kernel launchers behind moe_cuda.h (no CUDA types, no Status; validated by moe_cuda.cpp). The
+// grouped expert GEMMs go through the GEMM launchers (ops/gemm/gemm_launch.h).
+#pragma once
+#include <cstdint>
+
+#include "ops/gemm/gemm_launch.h"  // WeightFormat, DeviceWeight
+#include "ops/moe/moe.h"           // ScoreFunc
+
+namespace dsinfer::ops::cuda {
+
+using ::dsinfer::ops::ScoreFunc;
+
+struct RouterCudaParams {
+  int64_t experts = 0, topk = 0;  // experts <= 1024, 0 < topk <= experts
+  ScoreFunc score = ScoreFunc::SqrtSoftplus;
+  bool renormalize = true;
+  float norm_eps = 0.0f, route_scale = 1.0f;
+  int64_t hash_vocab = 0;  // rows of hash_table; a token id outside [0, hash_vocab) gets ids -1 and weight 0
+};
+
+// One projection (w1, w3 or w2) of all routed experts of a layer: same format and shape for every expert; `data`
+// and `scale` are DEVICE arrays [experts] of device pointers (each expert's tensor, 16-byte aligned), so experts may
+// live in separate allocations or in one stacked buffer.
+struct DeviceExpertWeights {
+  WeightFormat fmt = WeightFormat::FP4_G32;
+  int64_t rows = 0, cols = 0;
+  bool scale_e8m0 = true;
+  int64_t block_n = 128, block_k = 128;  // FP8_BLOCK only
+  const void* const* data = nullptr;
+  const void* const* scale = nullptr;   // null for F32 / BF16
+};
+
+struct MoeExpertsDevice {
+  int64_t experts = 0, dim = 0, inter = 0;
+  DeviceExpertWeights w1, w3;  // [inter, dim] gate / up
+  DeviceExpertWeights w2;      // [dim, inter] down
+};
+
+struct MoeSharedDevice {
+  DeviceWeight w1, w3;  // [I_s, dim] (I_s <= the workspace's inter)
+  DeviceWeight w2;      // [dim, I_s]
+};
+
+namespace detail {
+inline constexpr int kRouteWarps = 4;  // tokens per router block (one warp each)
+inline constexpr int64_t kMoeMaxExperts = 8192;  // the count kernel keeps one int counter per expert in shared memory
+
+// route.cu: the router top-k, one warp per token (kernel "route_kernel").
+void launch_route(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
+                  const RouterCudaParams& p, int32_t* idx, float* weight, void* stream);
+// moe.cu: the permutation of n = T * topk assignments into per-expert row groups ("moe_count_kernel",
+// "moe_scatter_kernel"), the clamped SwiGLU over the first *rows_dev (or `rows`) rows ("swiglu_kernel") and the
+// weighted combine in k order plus the optional shared expert output ("combine_kernel").
+void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of, void* stream);
+void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,
+                        int32_t* perm_token, int32_t* pos_of, void* stream);
+void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows_dev, int64_t inter, float limit,
+                   void* stream);
+void launch_combine(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk, int64_t dim,
+                    const float* shared, float* out, void* stream);
+}  // namespace detail
+
+}  // namespace dsinfer::ops::cuda
