@@ -32,18 +32,31 @@ endif()
 set(_xgr_root "${CMAKE_BINARY_DIR}/_deps")
 set(XGRAMMAR_SOURCE_DIR "${_xgr_root}/xgrammar-${DSINFER_XGRAMMAR_VERSION}")
 set(_xgr_stamp "${XGRAMMAR_SOURCE_DIR}/.dsinfer-sha256")
+set(_xgr_want "${DSINFER_XGRAMMAR_SHA256}+patch1")
 set(_xgr_have "")
 if(EXISTS "${_xgr_stamp}")
   file(READ "${_xgr_stamp}" _xgr_have)
 endif()
-if(NOT _xgr_have STREQUAL DSINFER_XGRAMMAR_SHA256)
+if(NOT _xgr_have STREQUAL _xgr_want)
   file(REMOVE_RECURSE "${XGRAMMAR_SOURCE_DIR}")
   file(ARCHIVE_EXTRACT INPUT "${_xgr_archive}" DESTINATION "${_xgr_root}"
        PATTERNS "xgrammar-${DSINFER_XGRAMMAR_VERSION}/cpp" "xgrammar-${DSINFER_XGRAMMAR_VERSION}/include"
                 "xgrammar-${DSINFER_XGRAMMAR_VERSION}/3rdparty/picojson"
                 "xgrammar-${DSINFER_XGRAMMAR_VERSION}/3rdparty/dlpack/include"
                 "xgrammar-${DSINFER_XGRAMMAR_VERSION}/LICENSE")
-  file(WRITE "${_xgr_stamp}" "${DSINFER_XGRAMMAR_SHA256}")
+  # Patch 1 (upstream bug in 0.2.9): a JSON string with minLength/maxLength admits raw control characters
+  # (U+0000-U+001F, e.g. tabs), which JSON forbids unescaped; exclude them as the unbounded string rule does.
+  set(_xgr_file "${XGRAMMAR_SOURCE_DIR}/cpp/json_schema_converter.cc")
+  file(READ "${_xgr_file}" _xgr_text)
+  set(_xgr_old "builder_.AddCharacterClass({{'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true);")
+  set(_xgr_new "builder_.AddCharacterClass({{0, 0x1f}, {'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true);")
+  string(FIND "${_xgr_text}" "${_xgr_old}" _xgr_at)
+  if(_xgr_at EQUAL -1)
+    message(FATAL_ERROR "xgrammar: patch 1 does not apply to ${_xgr_file} (new version? check the bounded string rule)")
+  endif()
+  string(REPLACE "${_xgr_old}" "${_xgr_new}" _xgr_text "${_xgr_text}")
+  file(WRITE "${_xgr_file}" "${_xgr_text}")
+  file(WRITE "${_xgr_stamp}" "${_xgr_want}")
 endif()
 
 file(GLOB_RECURSE _xgr_sources "${XGRAMMAR_SOURCE_DIR}/cpp/*.cc")

@@ -26,9 +26,10 @@ namespace dsinfer::structured {
 // the DSML marker, which strict tool-call grammars spell; ids past the tokenizer are "" too.
 std::vector<std::string> grammar_vocabulary(const tokenizer::Tokenizer& tok, int64_t model_vocab);
 
-// Whitespace bound between JSON tokens when any whitespace is allowed: keeps a weak model from looping on
-// newlines forever while leaving room for indented output.
-inline constexpr int kMaxJsonWhitespace = 64;
+// Most whitespace characters in a row between JSON tokens when any whitespace is allowed. Unbounded
+// whitespace lets a weak model loop on tabs / newlines until max_tokens (the failure vLLM answers with
+// disable_any_whitespace); 16 still fits a newline plus the indentation of 3-level, 4-space pretty printing.
+inline constexpr int kMaxJsonWhitespace = 16;
 
 class GrammarCache {
  public:

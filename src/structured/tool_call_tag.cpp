@@ -2,6 +2,8 @@
 // tool_choice "forced" / "required", minus the "\n\n<｜DSML｜tool_calls>\n" opening our prompt already holds.
 #include "structured/tool_call_tag.h"
 
+#include "structured/grammar_cache.h"
+
 namespace dsinfer::structured {
 
 namespace {
@@ -11,7 +13,8 @@ using ojson = nlohmann::ordered_json;
 const std::string kDsml = "｜DSML｜";
 
 ojson invoke_tag(const ToolSchema& t) {
-  ojson content = {{"type", "json_schema"}, {"json_schema", t.parameters}, {"style", "deepseek_xml"}};
+  ojson content = {{"type", "json_schema"}, {"json_schema", t.parameters}, {"style", "deepseek_xml"},
+                   {"max_whitespace_cnt", kMaxJsonWhitespace}};
   return ojson{{"type", "tag"},
                {"begin", "<" + kDsml + "invoke name=\"" + t.name + "\">\n"},
                {"content", content},
