@@ -14,3 +14,10 @@ jobs=$(nproc)
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$jobs"
 ctest --preset "$preset" -j "$jobs"
+# Structured outputs: 50 JSON schemas + regex / choice / grammar cases through `dsinfer generate` on the shipped
+# model, every output validated with jsonschema (skipped when the module is missing).
+if python3 -c "import jsonschema" >/dev/null 2>&1; then
+  python3 tests/python/structured_outputs_test.py --binary "build/$preset/dsinfer"
+else
+  echo "test.sh: python3 has no jsonschema module; skipping tests/python/structured_outputs_test.py" >&2
+fi

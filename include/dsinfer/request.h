@@ -21,6 +21,27 @@ enum class Endpoint { kCompletions, kChatCompletions };
 // "/v1/completions" / "/v1/chat/completions"; false for any other URL.
 bool endpoint_from_url(std::string_view url, Endpoint* out);
 
+// Structured outputs: a constraint on the generated text, enforced token by token (src/structured, xgrammar):
+// tokens that cannot continue a valid output are masked before sampling, and the output ends (finish "stop",
+// through EOS) once it is complete. In chat thinking mode it applies to the answer after </think>.
+struct StructuredOutput {
+  enum class Kind {
+    kNone,
+    kJsonObject,     // any JSON object
+    kJsonSchema,     // spec: a JSON Schema (JSON text)
+    kRegex,          // spec: a regular expression the whole output matches
+    kChoice,         // choices: the output is exactly one of them
+    kGrammar,        // spec: an EBNF grammar (root rule "root", when it has "::=") or a Lark grammar ("start")
+    kStructuralTag,  // spec: an xgrammar structural tag (JSON text); also built for strict forced tool calls
+  };
+  Kind kind = Kind::kNone;
+  std::string spec;
+  std::vector<std::string> choices;
+  bool any_whitespace = true;  // JSON: any whitespace between tokens (false: compact separators only)
+  std::string field;           // the request field it came from, named in errors (e.g. "response_format")
+  bool active() const { return kind != Kind::kNone; }
+};
+
 struct Request {
   Endpoint endpoint = Endpoint::kCompletions;
   // Completions: a text prompt (tokenized by the engine) or token ids.
@@ -31,6 +52,7 @@ struct Request {
   std::shared_ptr<const chat::Conversation> conversation;
   SamplingParams sampling;
   bool return_token_ids = false;
+  StructuredOutput structured;  // response_format / structured_outputs / guided_* / strict forced tool calls
 };
 
 // A conversation of one user message (thinking and tools at their defaults), e.g. for `generate --chat`.

@@ -7,6 +7,7 @@
 #include "chat/chat_request.h"
 #include "chat/chat_types.h"
 #include "sampling/sampling_params.h"
+#include "structured/tool_call_tag.h"
 
 namespace dsinfer {
 
@@ -34,6 +35,163 @@ Status parse_prompt(const ojson& body, Request& r) {
   return Status::ok();
 }
 
+// ---- structured outputs: response_format, structured_outputs, guided_*, strict forced tool calls ----
+
+using Kind = StructuredOutput::Kind;
+
+bool present(const ojson& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
+
+// A JSON Schema given as an object / boolean, or (guided_json, structured_outputs.json) as JSON text.
+Status schema_text(const ojson& v, const std::string& field, std::string& out) {
+  ojson schema = v;
+  if (v.is_string()) {
+    schema = ojson::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (schema.is_discarded()) return Status::errorf("'{}' is a string but not valid JSON", field);
+  }
+  if (!schema.is_object() && !schema.is_boolean())
+    return Status::errorf("'{}' must be a JSON Schema (an object), found {}", field, schema.type_name());
+  out = schema.dump();
+  return Status::ok();
+}
+
+// One vLLM constraint (structured_outputs.<key> / guided_<key>) -> so.
+Status parse_constraint(const std::string& key, const ojson& v, const std::string& field, StructuredOutput& so) {
+  so.field = field;
+  if (key == "json") {
+    so.kind = Kind::kJsonSchema;
+    return schema_text(v, field, so.spec);
+  }
+  if (key == "regex" || key == "grammar") {
+    if (!v.is_string() || v.get<std::string>().empty())
+      return Status::errorf("'{}' must be a non-empty string, found {}", field, v.dump().substr(0, 200));
+    so.kind = key == "regex" ? Kind::kRegex : Kind::kGrammar;
+    so.spec = v.get<std::string>();
+    return Status::ok();
+  }
+  if (key == "choice") {
+    if (!v.is_array() || v.empty()) return Status::errorf("'{}' must be a non-empty array of strings", field);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string()) return Status::errorf("'{}'[{}] must be a string, found {}", field, i, v[i].type_name());
+      so.choices.push_back(v[i].get<std::string>());
+    }
+    so.kind = Kind::kChoice;
+    return Status::ok();
+  }
+  if (key == "json_object") {
+    if (!v.is_boolean()) return Status::errorf("'{}' must be true or false", field);
+    so.kind = v.get<bool>() ? Kind::kJsonObject : Kind::kNone;
+    return Status::ok();
+  }
+  if (key == "structural_tag") {
+    ojson tag = v.is_string() ? ojson::parse(v.get<std::string>(), nullptr, false) : v;
+    if (!tag.is_object() || !tag.contains("format"))
+      return Status::errorf("'{}' must be a structural tag object {{\"type\": \"structural_tag\", \"format\": ...}}", field);
+    so.kind = Kind::kStructuralTag;
+    so.spec = tag.dump();
+    return Status::ok();
+  }
+  return Status::errorf("'{}' is not a supported structured-output constraint", field);
+}
+
+Status parse_response_format(const ojson& rf, StructuredOutput& so) {
+  const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
+  if (type == "text") return Status::ok();
+  so.field = "response_format";
+  if (type == "json_object") {
+    so.kind = Kind::kJsonObject;
+    return Status::ok();
+  }
+  if (type == "json_schema") {
+    if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema"))
+      return Status::error("response_format json_schema: missing json_schema.schema");
+    so.kind = Kind::kJsonSchema;
+    so.field = "response_format.json_schema.schema";
+    return schema_text(rf["json_schema"]["schema"], so.field, so.spec);
+  }
+  return Status::errorf("response_format.type must be text, json_object or json_schema; got {}", rf.dump().substr(0, 200));
+}
+
+Status parse_structured_outputs(const ojson& so_body, StructuredOutput& so) {
+  if (!so_body.is_object()) return Status::errorf("'structured_outputs' must be an object, found {}", so_body.type_name());
+  std::string chosen;
+  for (auto it = so_body.begin(); it != so_body.end(); ++it) {
+    const std::string& k = it.key();
+    const ojson& v = it.value();
+    const std::string field = "structured_outputs." + k;
+    if (v.is_null()) continue;
+    if (k == "disable_any_whitespace" || k == "disable_fallback" || k == "disable_additional_properties") {
+      if (!v.is_boolean()) return Status::errorf("'{}' must be true or false", field);
+      if (k == "disable_any_whitespace") so.any_whitespace = !v.get<bool>();
+      continue;
+    }
+    if (k == "whitespace_pattern") return Status::errorf("'{}' is not supported (xgrammar has no whitespace pattern)", field);
+    if (k == "json" || k == "regex" || k == "choice" || k == "grammar" || k == "json_object" || k == "structural_tag") {
+      if (!chosen.empty()) return Status::errorf("'structured_outputs' sets both {} and {}; give one constraint", chosen, k);
+      chosen = k;
+      DSI_RETURN_IF_ERROR(parse_constraint(k, v, field, so));
+      continue;
+    }
+    return Status::errorf("'{}' is not a known structured_outputs field", field);
+  }
+  if (chosen.empty()) return Status::error("'structured_outputs' needs one of json, regex, choice, grammar, json_object, structural_tag");
+  return Status::ok();
+}
+
+// Strict forced tool calls: tool_choice "required" / a named function, and every tool it may call has
+// function.strict == true.
+Status parse_strict_tools(const ojson& body, const chat::Conversation& conv, StructuredOutput& so) {
+  if (conv.tool_choice != chat::ToolChoice::kRequired && conv.tool_choice != chat::ToolChoice::kNamed) return Status::ok();
+  std::vector<structured::ToolSchema> tools;
+  bool all_strict = true;
+  for (size_t k = 0; k < conv.tools.size(); ++k) {
+    const chat::ToolDefinition& d = conv.tools[k];
+    if (conv.tool_choice == chat::ToolChoice::kNamed && d.name != conv.named_tool) continue;
+    const ojson& f = body["tools"][k]["function"];
+    if (f.contains("strict") && !f["strict"].is_null() && !f["strict"].is_boolean())
+      return Status::errorf("tools[{}].function.strict must be true or false", k);
+    all_strict = all_strict && f.value("strict", false);
+    tools.push_back({d.name, d.parameters});
+  }
+  if (!all_strict || tools.empty()) return Status::ok();
+  if (so.active())
+    return Status::errorf("strict tool calls (tool_choice with strict tools) cannot be combined with '{}'", so.field);
+  so.kind = Kind::kStructuralTag;
+  so.field = "tools";
+  so.spec = structured::dsml_tool_calls_tag(tools, conv.tool_choice == chat::ToolChoice::kNamed);
+  return Status::ok();
+}
+
+Status parse_structured(const ojson& body, Request& r) {
+  StructuredOutput so;
+  std::string source;
+  auto claim = [&](const std::string& field) -> Status {
+    if (!source.empty())
+      return Status::errorf("'{}' and '{}' both constrain the output; give only one of response_format, "
+                            "structured_outputs and guided_*", source, field);
+    source = field;
+    return Status::ok();
+  };
+  if (present(body, "response_format")) {
+    DSI_RETURN_IF_ERROR(parse_response_format(body["response_format"], so));
+    if (so.active()) DSI_RETURN_IF_ERROR(claim("response_format"));
+  }
+  if (present(body, "structured_outputs")) {
+    DSI_RETURN_IF_ERROR(claim("structured_outputs"));
+    DSI_RETURN_IF_ERROR(parse_structured_outputs(body["structured_outputs"], so));
+  }
+  for (const char* key : {"json", "regex", "choice", "grammar"}) {
+    const std::string field = std::string("guided_") + key;
+    if (!present(body, field.c_str())) continue;
+    DSI_RETURN_IF_ERROR(claim(field));
+    DSI_RETURN_IF_ERROR(parse_constraint(key, body[field], field, so));
+  }
+  if (present(body, "guided_whitespace_pattern"))
+    return Status::error("'guided_whitespace_pattern' is not supported (xgrammar has no whitespace pattern)");
+  if (r.conversation) DSI_RETURN_IF_ERROR(parse_strict_tools(body, *r.conversation, so));
+  r.structured = std::move(so);
+  return Status::ok();
+}
+
 }  // namespace
 
 namespace api {
@@ -52,6 +210,7 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_op
     DSI_RETURN_IF_ERROR(parse_prompt(body, r));
   }
   DSI_ASSIGN_OR_RETURN(r.sampling, sampling::parse_sampling_params(body));
+  DSI_RETURN_IF_ERROR(parse_structured(body, r));
   if (body.contains("return_token_ids") && !body["return_token_ids"].is_null()) {
     if (!body["return_token_ids"].is_boolean()) return Status::error("'return_token_ids' must be true or false");
     r.return_token_ids = body["return_token_ids"].get<bool>();

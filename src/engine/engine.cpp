@@ -102,6 +102,8 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
     DSI_ASSIGN_OR_RETURN(spec.prompt, tok_->encode(req.prompt_text));
   }
   spec.params = req.sampling;
+  DSI_ASSIGN_OR_RETURN(structured::Grammar grammar, compile_structured(req));
+  const std::vector<int32_t> prompt_ids = grammar ? spec.prompt : std::vector<int32_t>();
   p->out.return_token_ids = req.return_token_ids;
   if (!tok_) {
     if (!spec.params.stop.empty()) return Status::error("'stop' strings need a tokenizer; use 'stop_token_ids'");
@@ -114,6 +116,7 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
   p->out.id = id;
   p->out.arrival_s = now_s();
   const std::vector<scheduler::SeqId> seqs = sched_->seq_ids(id);
+  if (grammar) track_structured(req, grammar, prompt_ids, seqs);
   for (size_t i = 0; i < seqs.size(); ++i) {
     SeqOut& so = p->seqs[seqs[i]];
     so.choice.index = int32_t(i);
@@ -128,9 +131,14 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
 Status Engine::step() {
   const scheduler::BatchPlan& plan = sched_->schedule();
   if (plan.empty()) return Status::ok();
-  DSI_RETURN_IF_ERROR(runner_->step(plan, logits_));
+  std::future<Status> masks = start_bitmasks(plan);
+  const bool masked = masks.valid();
+  const Status ran = runner_->step(plan, logits_);
+  if (masked) DSI_RETURN_IF_ERROR(masks.get());
+  DSI_RETURN_IF_ERROR(ran);
   const int64_t V = model_config().vocab_size;
-  DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_));
+  const sampling::TokenBitmask* mask = masked && bitmask_.any_active() ? &bitmask_ : nullptr;
+  DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_, mask));
   // Text deltas let the stop checker match stop strings across token boundaries.
   for (scheduler::StepOutput& o : outputs_) {
     const scheduler::SeqPlan& sp = plan.seqs[size_t(o.plan_index)];
@@ -152,6 +160,7 @@ Status Engine::step() {
 
 void Engine::apply_updates() {
   const double t = now_s();
+  if (structured_) structured_->advance(sched_->updates());
   for (const scheduler::SeqUpdate& u : sched_->updates()) {
     auto pit = pending_.find(u.request_id);
     if (pit == pending_.end()) continue;
@@ -199,6 +208,46 @@ void Engine::apply_updates() {
       pending_.erase(pit);
     }
   }
+}
+
+Result<structured::Grammar> Engine::compile_structured(const Request& req) {
+  if (!req.structured.active()) return structured::Grammar();
+  if (!tok_) return Status::errorf("'{}' (structured outputs) needs a tokenizer, and this model directory has no tokenizer.json",
+                                   req.structured.field);
+  if (!structured_) {
+    DSI_ASSIGN_OR_RETURN(structured_, structured::StructuredDecoding::create(*tok_, model_config().vocab_size,
+                                                                             int32_t(model_config().eos_token_id)));
+  }
+  return structured_->compile(req.structured);
+}
+
+void Engine::track_structured(const Request& req, const structured::Grammar& g, const std::vector<int32_t>& prompt,
+                              const std::vector<scheduler::SeqId>& seqs) {
+  structured::StructuredDecoding::SeqOptions so;
+  so.stop_tokens = req.sampling.stop_token_ids;
+  // Chat prompts that end inside the reasoning (thinking mode, or a continued reasoning prefix): the grammar
+  // applies to the answer after </think>.
+  if (req.endpoint == Endpoint::kChatCompletions) {
+    const auto start = tok_->token_to_id("<think>"), end = tok_->token_to_id(structured::kThinkEnd);
+    const auto last = [&](std::optional<int32_t> id) {
+      auto it = id ? std::find(prompt.rbegin(), prompt.rend(), *id) : prompt.rend();
+      return it == prompt.rend() ? int64_t(-1) : int64_t(prompt.rend() - it - 1);
+    };
+    so.wait_for_think_end = start && last(start) > last(end);
+  }
+  for (scheduler::SeqId s : seqs) structured_->add(s, g, so);
+}
+
+std::future<Status> Engine::start_bitmasks(const scheduler::BatchPlan& plan) {
+  if (!structured_ || structured_->empty()) return {};
+  return std::async(std::launch::async, [this, &plan]() -> Status {
+    try {
+      structured_->fill_bitmask(plan, bitmask_);
+    } catch (const std::exception& e) {
+      return Status::errorf("structured outputs: computing the token bitmasks failed: {}", e.what());
+    }
+    return Status::ok();
+  });
 }
 
 std::vector<RequestOutput> Engine::take_finished() {

@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "engine/model_runner.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
+#include "structured/structured_decoding.h"
 #include "chat/output_parser.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -81,6 +83,12 @@ class Engine {
   struct SeqOut;
   Engine() = default;
   void apply_updates();
+  // Structured outputs (src/structured): the request's grammar, compiled before anything is queued; the
+  // matchers of its sequences; the step's bitmasks, computed while the model step runs.
+  Result<structured::Grammar> compile_structured(const Request& req);
+  void track_structured(const Request& req, const structured::Grammar& g, const std::vector<int32_t>& prompt,
+                        const std::vector<scheduler::SeqId>& seqs);
+  std::future<Status> start_bitmasks(const scheduler::BatchPlan& plan);
 
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
@@ -90,6 +98,8 @@ class Engine {
   std::map<scheduler::RequestId, std::unique_ptr<Pending>> pending_;
   std::vector<RequestOutput> finished_;
   std::vector<float> logits_;
+  std::unique_ptr<structured::StructuredDecoding> structured_;  // created with the first constrained request
+  sampling::TokenBitmask bitmask_;
   std::vector<scheduler::StepOutput> outputs_;
   std::chrono::steady_clock::time_point t0_;
   std::function<void(const StreamEvent&)> on_event_;

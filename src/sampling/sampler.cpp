@@ -25,6 +25,32 @@ int32_t argmax(std::span<const float> x) {
 
 }  // namespace
 
+void TokenBitmask::reset(int32_t rows, int64_t vocab) {
+  words_per_row = bitmask_words(vocab);
+  words.resize(size_t(rows) * size_t(words_per_row));
+  active.assign(size_t(rows), 0);
+}
+
+bool TokenBitmask::any_active() const {
+  return std::any_of(active.begin(), active.end(), [](uint8_t a) { return a != 0; });
+}
+
+std::span<const int32_t> TokenBitmask::row_if_active(int32_t r) const {
+  if (r < 0 || r >= rows() || !active[size_t(r)]) return {};
+  return {words.data() + size_t(r) * size_t(words_per_row), size_t(words_per_row)};
+}
+
+void apply_token_bitmask(std::span<float> logits, std::span<const int32_t> mask) {
+  const size_t n = logits.size();
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t bits = w < mask.size() ? uint32_t(mask[w]) : 0u;
+    if (bits == 0xffffffffu) continue;
+    const size_t end = std::min(n, w * 32 + 32);
+    for (size_t i = w * 32; i < end; ++i)
+      if (!((bits >> (i - w * 32)) & 1u)) logits[i] = kNegInf;
+  }
+}
+
 void log_softmax_top(std::span<const float> logits, int32_t n, int32_t token, float* token_logprob,
                      std::vector<TokenLogprob>* top) {
   auto val = [&](size_t i) { float v = logits[i]; return std::isnan(v) ? kNegInf : v; };
@@ -58,9 +84,18 @@ SampleResult Sampler::sample(const SampleInput& in) {
   const size_t vocab = in.logits.size();
   SampleResult res;
 
-  // 1. Working copy; NaN -> -inf so comparisons below are total.
+  // 1. Working copy; NaN -> -inf so comparisons below are total; then the structured-output mask.
   work_.resize(vocab);
   for (size_t i = 0; i < vocab; ++i) work_[i] = std::isnan(in.logits[i]) ? kNegInf : in.logits[i];
+  std::span<const float> raw = in.logits;
+  if (!in.token_bitmask.empty()) {
+    apply_token_bitmask(work_, in.token_bitmask);
+    if (p.logprobs && mode_ == LogprobsMode::Raw) {
+      masked_.assign(in.logits.begin(), in.logits.end());
+      apply_token_bitmask(masked_, in.token_bitmask);
+      raw = masked_;
+    }
+  }
 
   // 2. logit_bias (ids were validated against the vocabulary at admission; out-of-range ones are skipped).
   for (const auto& [tok, bias] : p.logit_bias)
@@ -154,7 +189,7 @@ SampleResult Sampler::sample(const SampleInput& in) {
   if (p.logprobs) {
     const int32_t n = p.top_logprobs;
     if (mode_ == LogprobsMode::Raw) {
-      log_softmax_top(in.logits, n, res.token, &res.logprob, &res.top);
+      log_softmax_top(raw, n, res.token, &res.logprob, &res.top);
     } else {
       // Processed: the sampled-from distribution, expressed as logits (masked = -inf).
       if (!p.greedy()) {

@@ -23,8 +23,30 @@ struct TokenLogprob {
   float logprob = 0.0f;
 };
 
+// Allowed-token bitmasks of a batch of logits rows (structured outputs), in xgrammar's layout: token t of row r
+// is allowed iff bit (t % 32) of words[r * words_per_row + t / 32] is set. Rows with active[r] == 0 are not
+// constrained. This is the seam between the grammar matchers and a sampler: the CPU sampler takes one row
+// (SampleInput::token_bitmask), a GPU sampler can upload `words` as is.
+struct TokenBitmask {
+  int32_t words_per_row = 0;
+  std::vector<int32_t> words;   // [rows, words_per_row]
+  std::vector<uint8_t> active;  // [rows]
+  // rows x vocab, every row inactive (the words are left for the matchers to fill).
+  void reset(int32_t rows, int64_t vocab);
+  int32_t rows() const { return int32_t(active.size()); }
+  bool any_active() const;
+  std::span<int32_t> row(int32_t r) { return {words.data() + size_t(r) * size_t(words_per_row), size_t(words_per_row)}; }
+  // The row's mask, or empty when the row is unconstrained.
+  std::span<const int32_t> row_if_active(int32_t r) const;
+};
+inline int32_t bitmask_words(int64_t vocab) { return int32_t((vocab + 31) / 32); }
+
+// The mask hook: logits of tokens the bitmask row disallows become -inf (ids past the mask are disallowed).
+void apply_token_bitmask(std::span<float> logits, std::span<const int32_t> mask);
+
 struct SampleInput {
   std::span<const float> logits;          // [vocab_size]
+  std::span<const int32_t> token_bitmask;  // structured outputs: allowed tokens (TokenBitmask row); empty = all
   const SamplingParams* params = nullptr;
   std::span<const int32_t> prompt_tokens;  // for repetition_penalty
   std::span<const int32_t> output_tokens;  // generated so far: penalties, min_tokens, and the RNG step
@@ -38,7 +60,8 @@ struct SampleResult {
   std::vector<TokenLogprob> top;      // top_logprobs alternatives, best first (ties: lower token id first)
 };
 
-// Processing order (same as vLLM V1): logit_bias -> min_tokens mask -> repetition/frequency/presence
+// Processing order (same as vLLM V1): token_bitmask (disallowed -> -inf; raw logprobs then describe the
+// masked logits, as vLLM's do) -> logit_bias -> min_tokens mask -> repetition/frequency/presence
 // penalties -> [greedy: argmax] -> temperature -> min_p -> top_k -> top_p -> inverse-CDF draw.
 // Tie rules, all deterministic: argmax and top_k/top_p ordering break ties by lower token id; top_k keeps
 // exactly k tokens; top_p keeps the shortest prefix (in that order) whose mass reaches top_p (at least one);
@@ -58,6 +81,7 @@ class Sampler {
   std::vector<int32_t> order_;
   std::vector<uint32_t> counts_;
   std::vector<int32_t> touched_;
+  std::vector<float> masked_;
 };
 
 // log_softmax(logits)[token] and the top-n (value desc, id asc) of a row; exposed for tests and runners.

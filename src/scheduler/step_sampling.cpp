@@ -4,7 +4,7 @@
 namespace dsinfer::scheduler {
 
 Status sample_step(const BatchPlan& plan, std::span<const float> logits, int64_t vocab_size, int64_t eos_token_id,
-                   sampling::Sampler& sampler, std::vector<StepOutput>& out) {
+                   sampling::Sampler& sampler, std::vector<StepOutput>& out, const sampling::TokenBitmask* bitmask) {
   if (int64_t(logits.size()) != int64_t(plan.num_logits()) * vocab_size)
     return Status::errorf("sample_step: logits hold {} floats, expected {} rows x vocab {}", logits.size(),
                           plan.num_logits(), vocab_size);
@@ -19,6 +19,7 @@ Status sample_step(const BatchPlan& plan, std::span<const float> logits, int64_t
     in.output_tokens = sp.output_tokens;
     in.rng = sp.rng;
     in.eos_token_id = eos_token_id;
+    if (bitmask) in.token_bitmask = bitmask->row_if_active(sp.logits_row);
     StepOutput o;
     o.plan_index = i;
     o.seq_id = sp.seq_id;
