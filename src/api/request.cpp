@@ -108,7 +108,15 @@ Status parse_response_format(const ojson& rf, StructuredOutput& so) {
     so.field = "response_format.json_schema.schema";
     return schema_text(rf["json_schema"]["schema"], so.field, so.spec);
   }
-  return Status::errorf("response_format.type must be text, json_object or json_schema; got {}", rf.dump().substr(0, 200));
+  if (type == "regex") {  // deepseek-recipe's response_format extension (src/chat/chat_options.cpp)
+    if (!rf.contains("regex") || !rf["regex"].is_string() || rf["regex"].get<std::string>().empty())
+      return Status::error("response_format regex: missing string \"regex\"");
+    so.kind = Kind::kRegex;
+    so.field = "response_format.regex";
+    so.spec = rf["regex"].get<std::string>();
+    return Status::ok();
+  }
+  return Status::errorf("response_format.type must be text, json_object, json_schema or regex; got {}", rf.dump().substr(0, 200));
 }
 
 Status parse_structured_outputs(const ojson& so_body, StructuredOutput& so) {

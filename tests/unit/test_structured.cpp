@@ -136,17 +136,23 @@ TEST(StructuredRequest, ConflictsAndBadValuesNameTheField) {
 TEST(StructuredRequest, StrictForcedToolCallsBecomeAStructuralTag) {
   const std::string tools = R"("tools": [
       {"type": "function", "function": {"name": "f", "strict": true, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}},
-      {"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}}])";
+      {"type": "function", "function": {"name": "g", "strict": true, "parameters": {"type": "object", "properties": {}}}}])";
   const std::string head = R"({"messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "disabled"}, )";
   Request r = parse_ok(head + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})", Endpoint::kChatCompletions);
   EXPECT_EQ(r.structured.kind, Kind::kStructuralTag);
   EXPECT_EQ(r.structured.field, "tools");
   EXPECT_NE(r.structured.spec.find("invoke name=\\\"f\\\""), std::string::npos) << r.structured.spec;
-  // "required" with a non-strict tool among the candidates, or "auto": not constrained.
+  // "required" over strict tools constrains too; "auto" does not.
   r = parse_ok(head + tools + R"(, "tool_choice": "required"})", Endpoint::kChatCompletions);
+  EXPECT_EQ(r.structured.kind, Kind::kStructuralTag);
+  r = parse_ok(head + tools + R"(, "tool_choice": "auto"})", Endpoint::kChatCompletions);
   EXPECT_FALSE(r.structured.active());
-  r = parse_ok(head + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})", Endpoint::kChatCompletions);
-  EXPECT_FALSE(r.structured.active());
+  // Strict and non-strict tools in one request are rejected, as deepseek-recipe does.
+  const std::string mixed = R"("tools": [
+      {"type": "function", "function": {"name": "f", "strict": true, "parameters": {"type": "object", "properties": {}}}},
+      {"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}}])";
+  EXPECT_NE(parse_err(head + mixed + R"(, "tool_choice": "required"})", Endpoint::kChatCompletions).find("cannot be mixed"),
+            std::string::npos);
   EXPECT_NE(parse_err(head + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}, "guided_regex": "a"})",
                       Endpoint::kChatCompletions).find("cannot be combined with 'guided_regex'"), std::string::npos);
 }

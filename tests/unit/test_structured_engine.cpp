@@ -49,7 +49,7 @@ TEST(StructuredEngine, SchemasRegexChoiceGrammarStopAndThinking) {
   auto e = small_engine();
   ASSERT_TRUE(e);
   const json person = json::parse(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
-      "age": {"type": "integer", "minimum": 0, "maximum": 99}, "tags": {"type": "array", "items": {"enum": ["a", "b"]},
+      "age": {"type": "integer", "minimum": 0, "maximum": 99}, "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]},
       "minItems": 1, "maxItems": 2}}, "required": ["name", "age", "tags"]})");
   const json point = json::parse(R"({"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "integer",
       "minimum": -5, "maximum": 5}})");
