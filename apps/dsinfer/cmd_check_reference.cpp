@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "apps/dsinfer/commands.h"
@@ -17,8 +18,10 @@ void usage() {
   std::fprintf(stderr,
                "usage: dsinfer check-reference --model DIR [--reference FILE] [--numerics hf|official]\n"
                "                               [--backend cpu|cuda] [--tolerance X] [--dump-logits FILE]\n"
-               "  --reference    default DIR/reference.safetensors\n"
-               "  --numerics     official (default) or hf (transformers semantics)\n"
+               "  --reference    default DIR/reference.safetensors; a file in the official format (DeepSeek-V4.1\n"
+               "                 official.safetensors: last_logits / greedy_prefill_logits) takes its ids from it\n"
+               "  --numerics     official (default), hf (transformers semantics) or hf-noqat (hf without the\n"
+               "                 DeepSeek-V4.1 KV / indexer quantizers; for reference_noqat.safetensors)\n"
                "  --backend      cpu (reference, default) or cuda\n"
                "  --fast-gemm    cuda: check the tensor-core GEMM path (bf16 operands) instead of exact fp32 GEMMs\n"
                "  --tolerance    max allowed max|logit error| / max|reference logit| (default: cpu 1e-4 for fp32\n"
@@ -82,11 +85,19 @@ int cmd_check_reference(int argc, char** argv) {
   if (tol < 0) tol = check::default_tolerance(**runner);
   std::printf("model %s, reference %s, %s, tolerance %.1e\n", model_dir.c_str(), ref_path.c_str(), (*runner)->name().c_str(),
               tol);
-  auto res = check::check_reference(**runner, *ref, tol, !dump_path.empty());
+  // The official format carries no ids: they come from the fixture's own reference.safetensors.
+  const std::string ids_path = (std::filesystem::path(model_dir) / "reference.safetensors").string();
+  std::optional<io::SafetensorsFile> ids;
+  if (ref_path != ids_path && std::filesystem::exists(ids_path)) {
+    auto f = io::SafetensorsFile::open(ids_path);
+    if (!f) return fail(f.status());
+    ids.emplace(std::move(*f));
+  }
+  auto res = check::check_reference(**runner, *ref, tol, !dump_path.empty(), ids ? &*ids : nullptr);
   if (!res) return fail(res.status());
   for (size_t i = 0; i < res->prompts.size(); ++i) {
     const check::PromptCheck& p = res->prompts[i];
-    std::printf("prompt %zu: len %3lld  max|err|/max|ref| = %.3e  greedy %zu/%zu  %s\n", i, (long long)p.len, p.rel_err,
+    std::printf("prompt %zu: len %3lld  max|err|/max|ref| = %.3e  greedy %zu/%zu  %s\n", p.index, (long long)p.len, p.rel_err,
                 p.greedy_matched, p.greedy_total, p.ok ? "OK" : "FAIL");
   }
   if (!dump_path.empty()) {
