@@ -115,11 +115,12 @@ void DeepseekV41Cpu::index_select(int64_t l, Step& s, int64_t t, const IndexQuer
                                               : ops::csa2_index_scores_ref(qt, q.iw.data() + t * Hi, Hi, di, keys.data(), visible);
   const uint8_t* mask = nullptr;
   if (l == v.candidate_source_layer_id) {  // publishes the mask; its own top-k is unrestricted
-    s.candidates[size_t(t)] = ops::csa2_candidate_blocks_ref(sc, v.candidate_topk_blocks, v.candidate_block_size);
+    s.candidates[size_t(t)] = num_.official ? ops::csa2_candidate_blocks_torch(sc, v.candidate_topk_blocks, v.candidate_block_size)
+                                            : ops::csa2_candidate_blocks_ref(sc, v.candidate_topk_blocks, v.candidate_block_size);
   } else if (v.candidate_source_layer_id >= 0 && v.candidate_source_layer_id < l && !s.candidates[size_t(t)].empty()) {
     mask = s.candidates[size_t(t)].data();
   }
-  s.topk[size_t(t)] = ops::csa2_topk_ref(sc, cfg_.index_topk, mask);
+  s.topk[size_t(t)] = num_.official ? ops::csa2_topk_torch(sc, cfg_.index_topk, mask) : ops::csa2_topk_ref(sc, cfg_.index_topk, mask);
 }
 
 // Token t at a KV source: feeds the compressor; a completed group j becomes an indexer key (from the pre-RoPE

@@ -35,4 +35,14 @@ std::vector<uint8_t> csa2_candidate_blocks_ref(const std::vector<float>& scores,
 // its score is finite and (mask null or mask[t]) -- transformers drops picks whose score is -inf.
 std::vector<int32_t> csa2_topk_ref(const std::vector<float>& scores, int64_t topk, const uint8_t* mask);
 
+// Indices of the k largest values as torch.topk on CPU picks them (TopKImpl.h: (value, index) pairs in index
+// order, std::partial_sort when k * 64 <= n else std::nth_element, comparator value_a > value_b), so exact ties
+// -- frequent between bf16 scores -- resolve as in the official code run on CPU. Order of the result is
+// unspecified (callers sort). NaN is not expected.
+std::vector<int32_t> torch_cpu_topk(const std::vector<float>& values, int64_t k);
+
+// csa2_candidate_blocks_ref / csa2_topk_ref with torch_cpu_topk's tie resolution (official numerics).
+std::vector<uint8_t> csa2_candidate_blocks_torch(const std::vector<float>& scores, int64_t topk_blocks, int64_t block_size);
+std::vector<int32_t> csa2_topk_torch(const std::vector<float>& scores, int64_t topk, const uint8_t* mask);
+
 }  // namespace dsinfer::ops

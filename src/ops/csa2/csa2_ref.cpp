@@ -81,4 +81,43 @@ std::vector<int32_t> csa2_topk_ref(const std::vector<float>& scores, int64_t top
   return idx;
 }
 
+std::vector<int32_t> torch_cpu_topk(const std::vector<float>& values, int64_t k) {
+  using Elem = std::pair<float, int32_t>;
+  std::vector<Elem> q;
+  for (size_t i = 0; i < values.size(); ++i) q.emplace_back(values[i], int32_t(i));
+  const int64_t n = int64_t(q.size());
+  k = std::min(k, n);
+  auto greater = [](const Elem& a, const Elem& b) { return a.first > b.first; };
+  if (k * 64 <= n) std::partial_sort(q.begin(), q.begin() + k, q.end(), greater);
+  else if (k > 0) std::nth_element(q.begin(), q.begin() + k - 1, q.end(), greater);
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < k; ++i) out.push_back(q[size_t(i)].second);
+  return out;
+}
+
+std::vector<uint8_t> csa2_candidate_blocks_torch(const std::vector<float>& scores, int64_t topk_blocks, int64_t block_size) {
+  const int64_t n = int64_t(scores.size()), nb = (n + block_size - 1) / block_size;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> best(static_cast<size_t>(nb), -inf);
+  for (int64_t t = 0; t < n; ++t) best[size_t(t / block_size)] = std::max(best[size_t(t / block_size)], scores[size_t(t)]);
+  if (n > 0) best[size_t((n - 1) / block_size)] = inf;
+  std::vector<uint8_t> mask(static_cast<size_t>(n), 0);
+  for (int32_t b : torch_cpu_topk(best, topk_blocks)) {
+    if (best[size_t(b)] == -inf) continue;
+    for (int64_t t = b * block_size; t < std::min(n, (b + 1) * block_size); ++t) mask[size_t(t)] = 1;
+  }
+  return mask;
+}
+
+std::vector<int32_t> csa2_topk_torch(const std::vector<float>& scores, int64_t topk, const uint8_t* mask) {
+  std::vector<float> v(scores);
+  for (size_t t = 0; t < v.size(); ++t)
+    if (mask && !mask[t]) v[t] = -std::numeric_limits<float>::infinity();
+  std::vector<int32_t> idx;
+  for (int32_t t : torch_cpu_topk(v, topk))
+    if (std::isfinite(v[size_t(t)])) idx.push_back(t);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
 }  // namespace dsinfer::ops
