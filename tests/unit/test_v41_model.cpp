@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <random>
 
+#include "api/request.h"
 #include "backends/cpu/cpu_model.h"
+#include "engine/engine.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v41.h"
 #include "model/host_state.h"
@@ -175,4 +178,94 @@ TEST(V41Forward, RunsBehindTheCpuModelInterface) {
   auto v4 = backends::load_cpu_model(test::shared_fixture("tiny-v4-a"), Numerics::hf());
   ASSERT_TRUE(v4.is_ok()) << v4.status().message();
   EXPECT_FALSE((*v4)->config().is_v41());
+}
+
+// The engine end to end on a V4.1 model: chunked prefill mixed with decode, and preemption under a tiny state
+// budget, give each request the tokens it gets alone. (The fixture's tokenizer.json is a WordLevel model, which
+// only the Engram vocabulary reads; the engine's detokenizer gets a byte-level BPE one.)
+namespace {
+// A byte-level BPE tokenizer.json covering the fixture's 512 ids (256 byte tokens, then plain placeholders).
+std::string byte_tokenizer(const test::ScratchDir& dir) {
+  nlohmann::json vocab = nlohmann::json::object();
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool direct = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const uint32_t cp = direct ? b : next++;
+    std::string u8 = cp < 0x80 ? std::string(1, char(cp))
+                                : std::string{char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};
+    vocab[u8] = b;
+  }
+  for (int i = 256; i < 512; ++i) vocab["<t" + std::to_string(i) + ">"] = i;  // decodable, never encoded
+  const nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+                            {"decoder", {{"type", "ByteLevel"}}}};
+  const std::string path = dir.str() + "/tokenizer.json";
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+EngineOptions engine_options(int32_t max_seqs, int64_t budget_tokens, double state_gb = 0) {
+  static const test::ScratchDir dir("v41_engine_tok");
+  static const std::string tok = byte_tokenizer(dir);
+  EngineOptions c;
+  c.model_dir = test::shared_fixture("tiny-v41-b");
+  c.tokenizer_path = tok;
+  c.numerics = "hf";
+  c.max_num_seqs = max_seqs;
+  c.max_num_batched_tokens = budget_tokens;
+  c.max_model_len = 80;
+  c.seed = 7;
+  c.state_memory_gb = state_gb;
+  return c;
+}
+
+std::vector<std::vector<int32_t>> run_engine(const EngineOptions& o, const std::vector<nlohmann::json>& bodies,
+                                             int64_t* preemptions = nullptr) {
+  auto e = engine::Engine::create(o);
+  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  if (!e.is_ok()) return {};
+  std::map<scheduler::RequestId, size_t> idx;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    Request r;
+    EXPECT_TRUE(api::parse_request_body(nlohmann::ordered_json::parse(bodies[i].dump()), std::nullopt, r).is_ok());
+    auto id = (*e)->add(r);
+    EXPECT_TRUE(id.is_ok()) << id.status().message();
+    idx[*id] = i;
+  }
+  std::vector<std::vector<int32_t>> out(bodies.size());
+  for (int guard = 0; (*e)->has_unfinished() && guard < 10000; ++guard) {
+    const Status s = (*e)->step();
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    for (auto& r : (*e)->take_finished()) out[idx[r.id]] = r.choices.at(0).token_ids;
+  }
+  if (preemptions) *preemptions = (*e)->stats().num_preemptions;
+  return out;
+}
+}  // namespace
+
+TEST(V41Engine, ChunkedBatchedAndPreemptedRequestsMatchAlone) {
+  std::vector<nlohmann::json> bodies;
+  for (int i = 0; i < 8; ++i) {
+    nlohmann::json prompt = nlohmann::json::array();
+    for (int k = 0; k < 1 + (i * 11) % 45; ++k) prompt.push_back(3 + (i * 37 + k * 13) % 500);
+    bodies.push_back({{"prompt", prompt}, {"max_tokens", 4 + i % 6}, {"temperature", 0.0}, {"ignore_eos", true}});
+  }
+  const auto together = run_engine(engine_options(8, 16), bodies);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const auto alone = run_engine(engine_options(2, 4096), {bodies[i]});
+    ASSERT_EQ(alone.size(), 1u);
+    EXPECT_EQ(together[i], alone[0]) << "request " << i;
+    EXPECT_EQ(together[i].size(), size_t(bodies[i]["max_tokens"].get<int>()));
+  }
+  auto probe = model::DeepseekV41Cpu::load(test::shared_fixture("tiny-v41-b"), Numerics::hf());
+  ASSERT_TRUE(probe.is_ok());
+  cache::StateCacheConfig cc;
+  cc.max_num_seqs = 8;
+  cc.max_model_len = 80;
+  auto layout = cache::compute_state_layout((*probe)->config(), cc);
+  ASSERT_TRUE(layout.is_ok());
+  int64_t preemptions = 0;
+  const auto tight = run_engine(engine_options(8, 64, double(2 * layout->bytes_per_sequence(80)) / double(int64_t(1) << 30)),
+                                bodies, &preemptions);
+  EXPECT_GT(preemptions, 0);
+  EXPECT_EQ(tight, together);
 }
