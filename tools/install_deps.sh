@@ -2,7 +2,8 @@
 # Installs the build dependencies (Debian bookworm / Ubuntu 24.04 packages). Idempotent; quiet when all present.
 set -euo pipefail
 # python3-pip: tools/fetch_xgrammar.sh fetches xgrammar's sdist with `pip download` (cmake/xgrammar.cmake).
-pkgs=(cmake g++ make pkg-config nlohmann-json3-dev libpcre2-dev libfmt-dev libgtest-dev python3 python3-pip ccache)
+# libicu-dev: Unicode normalisation for the DeepSeek-V4.1 Engram vocabulary.
+pkgs=(cmake g++ make pkg-config nlohmann-json3-dev libpcre2-dev libicu-dev libfmt-dev libgtest-dev python3 python3-pip ccache)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -4,6 +4,7 @@
 #include "dsinfer/diagnostics.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "check/reference_check.h"
 #include "check/reference_numerics.h"
@@ -42,10 +43,25 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
   DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
   rep.runner_name = runner->name();
   rep.tolerance = o.tolerance >= 0 ? o.tolerance : check::default_tolerance(*runner);
+  // The official format carries no ids: they come from the fixture's own reference.safetensors.
+  const std::string ids_path = (std::filesystem::path(o.model_dir) / "reference.safetensors").string();
+  std::optional<io::SafetensorsFile> ids;
+  if (rep.reference_path != ids_path && std::filesystem::exists(ids_path)) {
+    DSI_ASSIGN_OR_RETURN(io::SafetensorsFile f, io::SafetensorsFile::open(ids_path));
+    ids.emplace(std::move(f));
+  }
+  if (!(o.min_greedy_match >= 0 && o.min_greedy_match <= 1))
+    return Status::errorf("check_reference: min_greedy_match {} is not a fraction in [0, 1]", o.min_greedy_match);
   DSI_ASSIGN_OR_RETURN(check::ReferenceCheck res,
-                       check::check_reference(*runner, ref, rep.tolerance, !o.dump_logits_path.empty()));
-  for (const check::PromptCheck& p : res.prompts)
-    rep.prompts.push_back({p.len, p.rel_err, int64_t(p.greedy_matched), int64_t(p.greedy_total), p.ok});
+                       check::check_reference(*runner, ref, rep.tolerance, !o.dump_logits_path.empty(), ids ? &*ids : nullptr,
+                                              o.min_greedy_match));
+  for (const check::PromptCheck& p : res.prompts) {
+    rep.prompts.push_back({int64_t(p.index), p.len, p.rel_err, int64_t(p.greedy_matched), int64_t(p.greedy_total),
+                           p.logits_ok, p.ok});
+    rep.greedy_matched += int64_t(p.greedy_matched);
+    rep.greedy_total += int64_t(p.greedy_total);
+  }
+  rep.min_greedy_match = o.min_greedy_match;
   rep.ok = res.ok();
   if (!o.dump_logits_path.empty()) DSI_RETURN_IF_ERROR(io::write_safetensors(o.dump_logits_path, res.computed));
   return Status::ok();

@@ -37,6 +37,7 @@ int64_t frontier_rows(const LayerDims& l, const StateCacheConfig& cc) {
 }  // namespace
 
 StateSizes compute_state_sizes(const io::ModelConfig& cfg, const StateCacheConfig& cc) {
+  if (cfg.is_v41()) return compute_state_sizes_v41(cfg, cc);
   StateSizes s;
   const int64_t e = cc.kv_elem_bytes, ring_rows = cfg.sliding_window + cc.max_spec_tokens;
   for (const LayerDims& l : layer_dims(cfg, cc)) {
@@ -55,6 +56,7 @@ StateSizes compute_state_sizes(const io::ModelConfig& cfg, const StateCacheConfi
 }
 
 Result<StateLayout> compute_state_layout(const io::ModelConfig& cfg, const StateCacheConfig& cc) {
+  if (cfg.is_v41()) return compute_state_layout_v41(cfg, cc);
   if (cfg.head_dim <= 0) return Status::errorf("state layout: head_dim must be > 0, found {}", cfg.head_dim);
   if (cfg.sliding_window <= 0)
     return Status::errorf("state layout: sliding_window must be > 0, found {}", cfg.sliding_window);

@@ -62,6 +62,9 @@ struct StateLayout {
   int64_t spec_tokens = 0;           // max_spec_tokens: a sequence may hold this many unverified tokens
   int64_t head_dim = 0, index_head_dim = 0, kv_elem_bytes = 0;
   std::vector<LayerState> layers;    // num_hidden_layers (+ MTP layers when include_mtp)
+  // DeepSeek-V4.1 Engram n-gram history in the slot: [ngram_rows] int32 compressed token ids (-1 = image
+  // token), row = position % ngram_rows; -1 offset when the model has no Engram layers.
+  int64_t ngram_offset = -1, ngram_rows = 0;
 
   struct Loc {
     int64_t block_index;  // index into the sequence's block table
@@ -81,5 +84,12 @@ struct StateLayout {
 // Fails (naming the value) on a block_size that is not a positive multiple of every compress ratio, or
 // on configs without head_dim / sliding_window.
 Result<StateLayout> compute_state_layout(const io::ModelConfig& cfg, const StateCacheConfig& cc);
+
+// DeepSeek-V4.1 (state_layout_v41.cpp; used by the two functions above for arch DeepseekV41): every layer has a
+// window ring; only KV-source layers own compressed state -- a compressor frontier (ratio > 1: `ratio` rows of
+// kv | score, plus the speculative rows), compressed entries (head_dim) and indexer keys (index_head_dim) in the
+// token blocks -- which the layers reusing that source read; the slot also holds the Engram n-gram history.
+StateSizes compute_state_sizes_v41(const io::ModelConfig& cfg, const StateCacheConfig& cc);
+Result<StateLayout> compute_state_layout_v41(const io::ModelConfig& cfg, const StateCacheConfig& cc);
 
 }  // namespace dsinfer::cache

@@ -98,6 +98,7 @@ RopeParams parse_rope_block(Reader& r, const json& b, const std::string& where, 
 }  // namespace
 
 Result<ModelConfig> parse_model_config_json(const std::string& text, const std::string& source) {
+  if (is_v41_config_json(text)) return parse_v41_config_json(text, source);  // DeepSeek-V4.1: io/config_v41.cpp
   json j;
   try {
     j = json::parse(text);

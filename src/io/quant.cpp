@@ -7,6 +7,7 @@ namespace dsinfer::io {
 
 static float scale_at(const uint8_t* scale, DType dt, int64_t idx) {
   if (dt == DType::F8_E8M0) return e8m0_to_f32(scale[idx]);
+  if (dt == DType::F8_E4M3) return e4m3_to_f32(scale[idx]);
   if (dt == DType::BF16) {
     uint16_t v;
     std::memcpy(&v, scale + 2 * idx, 2);

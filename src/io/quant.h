@@ -19,8 +19,25 @@ void dequant_fp8_block(const uint8_t* q, int64_t rows, int64_t cols, const uint8
 
 // FP4 e2m1 weight, logical [rows, cols], packed [rows, cols/2] (element 2c in the low nibble of byte c,
 // 2c+1 in the high nibble) with one scale per `group` consecutive inputs of a row: scale [rows, cols/group]
-// in E8M0 or F32.
+// in E8M0, E4M3 (DeepSeek-V4.1 compressed KV: group 16) or F32.
 void dequant_fp4_e2m1(const uint8_t* packed, int64_t rows, int64_t cols, const uint8_t* scale, DType scale_dtype,
                       int64_t group, float* dst);
+
+// DeepSeek-V4.1 storage formats (research/dsv41-architecture.md §3.1), named for their users:
+// dense FP8 weights, e4m3 [rows, cols] with one E8M0 scale per 32x32 block (scale [ceil(rows/32), ceil(cols/32)]);
+inline void dequant_fp8_32x32(const uint8_t* q, int64_t rows, int64_t cols, const uint8_t* scale, DType scale_dtype,
+                              float* dst) {
+  dequant_fp8_block(q, rows, cols, scale, scale_dtype, 32, 32, dst);
+}
+// Engram tables, e4m3 rows [rows, cols] with one E8M0 scale per row and 32 channels (scale [rows, cols/32]);
+inline void dequant_fp8_row32(const uint8_t* q, int64_t rows, int64_t cols, const uint8_t* scale, DType scale_dtype,
+                              float* dst) {
+  dequant_fp8_block(q, rows, cols, scale, scale_dtype, 1, 32, dst);
+}
+// routed experts, FP4 e2m1 packed [rows, cols/2] with one E8M0 scale per row and 32 inputs (scale [rows, cols/32]).
+inline void dequant_fp4_row32(const uint8_t* packed, int64_t rows, int64_t cols, const uint8_t* scale, DType scale_dtype,
+                              float* dst) {
+  dequant_fp4_e2m1(packed, rows, cols, scale, scale_dtype, 32, dst);
+}
 
 }  // namespace dsinfer::io

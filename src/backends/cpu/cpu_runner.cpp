@@ -55,7 +55,7 @@ Status CpuRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& log
 
 Result<std::unique_ptr<engine::ModelRunner>> create_cpu_runner(const engine::RunnerOptions& opts) {
   if (opts.load_format != engine::LoadFormat::kAuto) return Status::error("dummy weights are only supported by the cuda backend");
-  DSI_ASSIGN_OR_RETURN(auto m, model::DeepseekV4Cpu::load(opts.model_dir, opts.numerics));
+  DSI_ASSIGN_OR_RETURN(auto m, load_cpu_model(opts.model_dir, opts.numerics));
   return std::unique_ptr<engine::ModelRunner>(new CpuRunner(std::move(m)));
 }
 

@@ -1,8 +1,9 @@
-// The CPU backend: the reference forward (model/deepseek_v4.h) over host-memory state.
+// The CPU backend: a reference forward (model/deepseek_v4.h or model/deepseek_v41.h, behind CpuModel) over
+// host-memory state.
 #pragma once
 #include <memory>
 
-#include "model/deepseek_v4.h"
+#include "backends/cpu/cpu_model.h"
 #include "engine/model_runner.h"
 
 namespace dsinfer::backends {
@@ -11,7 +12,7 @@ Result<std::unique_ptr<engine::ModelRunner>> create_cpu_runner(const engine::Run
 
 class CpuRunner final : public engine::ModelRunner, public engine::RunnerDiagnostics {
  public:
-  explicit CpuRunner(std::unique_ptr<model::DeepseekV4Cpu> m) : model_(std::move(m)) {}
+  explicit CpuRunner(std::unique_ptr<CpuModel> m) : model_(std::move(m)) {}
   const io::ModelConfig& config() const override { return model_->config(); }
   std::string name() const override { return "cpu (" + model_->numerics().name + " numerics)"; }
   int32_t kv_elem_bytes() const override { return 4; }
@@ -19,10 +20,10 @@ class CpuRunner final : public engine::ModelRunner, public engine::RunnerDiagnos
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
   engine::RunnerDiagnostics& diagnostics() override { return *this; }
   bool exact_math() const override { return true; }
-  bool fp32_weights() const override { return model_->weights().fp32_storage; }
+  bool fp32_weights() const override { return model_->fp32_weights(); }
 
  private:
-  std::unique_ptr<model::DeepseekV4Cpu> model_;
+  std::unique_ptr<CpuModel> model_;
   cache::StateLayout layout_;
   std::vector<float> slots_, blocks_;
   std::vector<model::SeqChunk> chunks_;

@@ -19,6 +19,8 @@ namespace dsinfer::backends {
 Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner(const engine::RunnerOptions& opts) {
   const model::Numerics& num = opts.numerics;
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(opts.model_dir));
+  if (cfg.is_v41())
+    return Status::errorf("{}: DeepSeek-V4.1 has no CUDA kernels yet (issue 19); use the cpu backend", opts.model_dir);
   if (opts.num_layers > 0) {
     if (opts.load_format != engine::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");
     if (opts.num_layers > cfg.num_hidden_layers)

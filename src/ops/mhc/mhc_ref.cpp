@@ -23,13 +23,12 @@ void mixes(const float* fn, int64_t rows, const float* x, int64_t len, float rms
 }
 }  // namespace
 
-void hc_pre_ref(const HcParams& p, const float* x, float* y, float* post, float* comb) {
+void hc_mixes_ref(const HcParams& p, const float* x, float* pre, float* post, float* comb) {
   const int64_t n = p.n, len = n * p.dim, rows = (2 + n) * n;
   std::vector<float> mu(static_cast<size_t>(rows));
   mixes(p.fn, rows, x, len, p.rms_eps, mu.data());
-  std::vector<float> pre(static_cast<size_t>(n));
   for (int64_t j = 0; j < n; ++j) {
-    pre[size_t(j)] = sigmoid(mu[size_t(j)] * p.scale[0] + p.base[j]) + p.hc_eps;
+    pre[j] = sigmoid(mu[size_t(j)] * p.scale[0] + p.base[j]) + p.hc_eps;
     post[j] = 2.0f * sigmoid(mu[size_t(n + j)] * p.scale[1] + p.base[n + j]);
   }
   for (int64_t j = 0; j < n; ++j) {  // row softmax over k, + eps
@@ -62,11 +61,20 @@ void hc_pre_ref(const HcParams& p, const float* x, float* y, float* post, float*
     row_norm();
     col_norm();
   }
-  for (int64_t d = 0; d < p.dim; ++d) {
+}
+
+void hc_collapse_ref(int64_t n, int64_t dim, const float* x, const float* pre, float* y) {
+  for (int64_t d = 0; d < dim; ++d) {
     double acc = 0.0;
-    for (int64_t j = 0; j < n; ++j) acc += double(pre[size_t(j)]) * double(x[j * p.dim + d]);
+    for (int64_t j = 0; j < n; ++j) acc += double(pre[j]) * double(x[j * dim + d]);
     y[d] = float(acc);
   }
+}
+
+void hc_pre_ref(const HcParams& p, const float* x, float* y, float* post, float* comb) {
+  std::vector<float> pre(static_cast<size_t>(p.n));
+  hc_mixes_ref(p, x, pre.data(), post, comb);
+  hc_collapse_ref(p.n, p.dim, x, pre.data(), y);
 }
 
 void hc_post_ref(int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* x) {

@@ -1,0 +1,27 @@
+// The Engram compressed vocabulary of DeepSeek-V4.1 (research/dsv41-architecture.md §2.2a): every token id maps
+// to the dense index (in order of first appearance) of its normalised text, so tokens that normalise alike
+// (" The", "the", "THE") hash alike. Derived from the model's tokenizer.json exactly as transformers'
+// build_compressed_token_map: decode the single id (ByteLevel decoder or none), key = the byte-level spelling
+// when the text holds U+FFFD, else NFKC -> NFD -> strip marks -> lowercase -> collapse [ \t\r\n]+ -> strip
+// whitespace (a lone space survives), or the raw text when that is empty. Unicode tables come from ICU.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dsinfer::model {
+
+struct EngramVocab {
+  std::vector<int64_t> token_map;  // token id -> compressed id
+  int64_t size = 0;                // number of distinct compressed ids
+};
+
+// The normalisation above, on UTF-8 (exposed for tests).
+std::string engram_normalize(const std::string& text);
+
+// Reads tokenizer.json (WordLevel without decoder, or BPE / WordLevel with a ByteLevel decoder).
+Result<EngramVocab> build_engram_vocab(const std::string& tokenizer_json_path);
+
+}  // namespace dsinfer::model

@@ -1,0 +1,236 @@
+// Checkpoint -> fp32 DeepSeek-V4.1 weights (see weights_v41.h). Problems are collected and reported together,
+// each naming the tensor, the file and expected vs found.
+#include "model/weights_v41.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "io/quant.h"
+
+namespace dsinfer::model {
+
+using io::TensorView;
+
+namespace {
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+// Tensors of other modules in a V4.1 checkpoint: the vision tower, its aligner and the image delimiters.
+bool other_module(const std::string& canon) {
+  return starts_with(canon, "vision.") || starts_with(canon, "aligner.") || canon == "image_start" ||
+         canon == "image_end" || canon == "image_newline";
+}
+
+class Loader {
+ public:
+  Loader(const io::ModelConfig& cfg, const io::Checkpoint* ckpt) : cfg_(cfg), ckpt_(ckpt) {
+    if (!ckpt) return;
+    for (const auto& [name, t] : ckpt->tensors()) {
+      const std::string c = canonical_tensor_name(name);
+      if (c.empty() || other_module(c)) continue;
+      if (by_canon_.count(c)) error(fmt::format("tensors '{}' and '{}' both map to '{}'", by_canon_[c]->name, name, c));
+      by_canon_[c] = &t;
+    }
+  }
+
+  // A weight of logical shape [rows, cols]; FP8 storage uses `block` (rows x cols per scale).
+  Mat mat(const std::string& name, int64_t rows, int64_t cols, std::pair<int64_t, int64_t> block = {0, 0}) {
+    Mat m;
+    m.rows = rows;
+    m.cols = cols;
+    specs_.push_back({name, rows == 1 ? TensorKind::Vector : TensorKind::Matrix, rows, cols});
+    if (!ckpt_) return m;
+    const TensorView* t = take(name);
+    if (!t) return m;
+    fp32_ &= t->dtype == DType::F32;
+    m.data.assign(size_t(rows * cols), 0.0f);
+    const std::vector<int64_t> logical{rows, cols};
+    const bool shape_ok = t->shape == logical || (rows == 1 && t->shape == std::vector<int64_t>{cols});
+    const std::string where = fmt::format("tensor '{}' ({})", name, t->file);
+    switch (t->dtype) {
+      case DType::F32:
+      case DType::BF16:
+      case DType::F16:
+        if (!shape_ok) return shape_error(where, logical, t), m;
+        io::convert_to_f32(t->dtype, t->data, rows * cols, m.data.data());
+        return m;
+      case DType::F8_E4M3: {
+        if (!shape_ok) return shape_error(where, logical, t), m;
+        const int64_t bn = block.first ? block.first : cfg_.fp8_block_n, bk = block.second ? block.second : cfg_.fp8_block_k;
+        if (const TensorView* s = scale_for(name, {(rows + bn - 1) / bn, (cols + bk - 1) / bk}))
+          io::dequant_fp8_block(t->data, rows, cols, s->data, s->dtype, bn, bk, m.data.data());
+        return m;
+      }
+      case DType::I8:
+      case DType::U8:
+        if (cols % 32 || t->shape != std::vector<int64_t>{rows, cols / 2}) {
+          error(fmt::format("{}: FP4 storage of logical {} needs packed shape [{}, {}] with in % 32 == 0, found {} {}", where,
+                            io::shape_str(logical), rows, cols / 2, dtype_name(t->dtype), io::shape_str(t->shape)));
+          return m;
+        }
+        if (const TensorView* s = scale_for(name, {rows, cols / 32}))
+          io::dequant_fp4_e2m1(t->data, rows, cols, s->data, s->dtype, 32, m.data.data());
+        return m;
+      default:
+        error(fmt::format("{}: dtype {} is not a weight format (expected F32, BF16, F16, F8_E4M3 or packed FP4 I8)", where,
+                          dtype_name(t->dtype)));
+        return m;
+    }
+  }
+  Vec vec(const std::string& name, int64_t n) { return std::move(mat(name, 1, n).data); }
+  Vec optional_vec(const std::string& name, int64_t n) { return by_canon_.count(name) ? vec(name, n) : Vec{}; }
+
+  // Engram table: FP8 rows with one scale per 32 channels; a float table's `.scale` (transformers keeps ones
+  // there) is checked for shape and otherwise ignored, as transformers does.
+  Mat engram_table(const std::string& name, int64_t rows, int64_t cols) {
+    const TensorView* t = ckpt_ && by_canon_.count(name) ? by_canon_[name] : nullptr;
+    if (t && t->dtype == DType::F8_E4M3) return mat(name, rows, cols, {1, 32});
+    Mat m = mat(name, rows, cols);
+    const std::string base = name.substr(0, name.size() - 7);  // strip ".weight"
+    if (ckpt_ && by_canon_.count(base + ".scale")) scale_for(name, {rows, (cols + 31) / 32});
+    return m;
+  }
+
+  const std::vector<TensorSpec>& specs() const { return specs_; }
+  bool fp32_storage() const { return fp32_; }
+
+  Status finish() {
+    for (const auto& [c, t] : by_canon_)
+      if (!used_.count(c))
+        error(fmt::format("unexpected tensor '{}' ({}) is not part of a DeepSeek-V4.1 model with this config.json", t->name, t->file));
+    if (errors_.empty()) return Status::ok();
+    std::string msg = fmt::format("checkpoint does not match config.json ({} problem{}):", errors_.size(), errors_.size() > 1 ? "s" : "");
+    for (size_t i = 0; i < errors_.size() && i < 12; ++i) msg += "\n  " + errors_[i];
+    if (errors_.size() > 12) msg += fmt::format("\n  ... and {} more", errors_.size() - 12);
+    return Status::error(msg);
+  }
+
+ private:
+  const TensorView* take(const std::string& name) {
+    used_.insert(name);
+    auto it = by_canon_.find(name);
+    if (it == by_canon_.end()) {
+      error(fmt::format("missing tensor '{}'", name));
+      return nullptr;
+    }
+    return it->second;
+  }
+  const TensorView* scale_for(const std::string& weight, const std::vector<int64_t>& want) {
+    const std::string sname = weight.substr(0, weight.size() - (weight.ends_with(".weight") ? 7 : 0)) + ".scale";
+    const TensorView* s = take(sname);
+    if (!s) return nullptr;
+    if ((s->dtype != DType::F8_E8M0 && s->dtype != DType::F32 && s->dtype != DType::BF16) || s->shape != want) {
+      error(fmt::format("tensor '{}' ({}): expected F8_E8M0 or F32 scales {}, found {} {}", sname, s->file,
+                        io::shape_str(want), dtype_name(s->dtype), io::shape_str(s->shape)));
+      return nullptr;
+    }
+    return s;
+  }
+  void shape_error(const std::string& where, const std::vector<int64_t>& want, const TensorView* t) {
+    error(fmt::format("{}: expected shape {}, found {} {}", where, io::shape_str(want), dtype_name(t->dtype), io::shape_str(t->shape)));
+  }
+  void error(std::string e) { errors_.push_back(std::move(e)); }
+
+  const io::ModelConfig& cfg_;
+  const io::Checkpoint* ckpt_;
+  std::map<std::string, const TensorView*> by_canon_;
+  std::set<std::string> used_;
+  std::vector<std::string> errors_;
+  std::vector<TensorSpec> specs_;
+  bool fp32_ = true;
+};
+
+void load_attention(const io::ModelConfig& cfg, int64_t l, const std::string& p, Loader& ld, LayerWeightsV41& L) {
+  const int64_t D = cfg.hidden_size, H = cfg.num_attention_heads, hd = cfg.head_dim, qr = cfg.q_lora_rank;
+  const int64_t g = cfg.o_groups, r = cfg.o_lora_rank, Hi = cfg.index_n_heads, di = cfg.index_head_dim;
+  L.attn_sink = ld.vec(p + "attn.attn_sink", H);
+  L.wq_a = ld.mat(p + "attn.wq_a.weight", qr, D);
+  L.q_norm = ld.vec(p + "attn.q_norm.weight", qr);
+  L.wq_b = ld.mat(p + "attn.wq_b.weight", H * hd, qr);
+  L.wkv = ld.mat(p + "attn.wkv.weight", hd, D);
+  L.kv_norm = ld.vec(p + "attn.kv_norm.weight", hd);
+  L.wo_a = ld.mat(p + "attn.wo_a.weight", g * r, H * hd / g);
+  L.wo_b = ld.mat(p + "attn.wo_b.weight", D, g * r);
+  const auto& v = cfg.v41;
+  const bool kv_source = std::count(v.kv_source_layer_ids.begin(), v.kv_source_layer_ids.end(), l) > 0;
+  const bool index_source = std::count(v.index_source_layer_ids.begin(), v.index_source_layer_ids.end(), l) > 0;
+  if (kv_source) {
+    L.comp_wkv = ld.mat(p + "attn.compressor.wkv.weight", hd, D);
+    if (cfg.ratio(l) > 1) L.comp_wgate = ld.mat(p + "attn.compressor.wgate.weight", hd, D);
+    L.comp_norm = ld.vec(p + "attn.compressor.norm.weight", hd);
+    L.idx_wk = ld.mat(p + "attn.indexer.wk.weight", di, hd);
+    L.idx_k_norm = ld.vec(p + "attn.indexer.k_norm.weight", di);
+  }
+  if (index_source) {
+    L.idx_wq_b = ld.mat(p + "attn.indexer.wq_b.weight", Hi * di, qr);
+    L.idx_weights_proj = ld.mat(p + "attn.indexer.weights_proj.weight", Hi, D);
+  }
+}
+
+void load_ffn(const io::ModelConfig& cfg, const std::string& p, Loader& ld, LayerWeightsV41& L) {
+  const int64_t D = cfg.hidden_size, E = cfg.n_routed_experts, I = cfg.moe_intermediate_size;
+  L.gate = ld.mat(p + "ffn.gate.weight", E, D);
+  if (cfg.v41.gate_temp != 1.0)
+    for (float& w : L.gate.data) w = float(double(w) / cfg.v41.gate_temp);
+  L.gate_bias = ld.vec(p + "ffn.gate.bias", E);
+  L.gate_bias_vl = cfg.v41.vision ? ld.vec(p + "ffn.gate.bias_vl", E) : ld.optional_vec(p + "ffn.gate.bias_vl", E);
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ep = fmt::format("{}ffn.experts.{}.", p, e);
+    L.experts.push_back({ld.mat(ep + "w1.weight", I, D), ld.mat(ep + "w3.weight", I, D), ld.mat(ep + "w2.weight", D, I)});
+  }
+  const std::string sp = p + "ffn.shared_experts.";
+  L.shared = {ld.mat(sp + "w1.weight", I, D), ld.mat(sp + "w3.weight", I, D), ld.mat(sp + "w2.weight", D, I)};
+}
+
+// The one enumeration of a V4.1 backbone's tensors.
+WeightsV41 load_impl(const io::ModelConfig& cfg, Loader& ld) {
+  WeightsV41 w;
+  const int64_t D = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult, mix = (2 + n) * n;
+  w.embed = ld.mat("embed.weight", V, D);
+  w.head = cfg.tie_word_embeddings ? w.embed : ld.mat("head.weight", V, D);
+  w.norm = ld.vec("norm.weight", D);
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    const std::string p = fmt::format("layers.{}.", l);
+    LayerWeightsV41 L;
+    L.attn_norm = ld.vec(p + "attn_norm.weight", D);
+    L.ffn_norm = ld.vec(p + "ffn_norm.weight", D);
+    L.hc_attn = {ld.mat(p + "hc_attn_fn", mix, n * D), ld.vec(p + "hc_attn_base", mix), ld.vec(p + "hc_attn_scale", 3)};
+    L.hc_ffn = {ld.mat(p + "hc_ffn_fn", mix, n * D), ld.vec(p + "hc_ffn_base", mix), ld.vec(p + "hc_ffn_scale", 3)};
+    load_attention(cfg, l, p, ld, L);
+    load_ffn(cfg, p, ld, L);
+    if (const int64_t e = cfg.engram_index(l); e >= 0) {
+      const auto& v = cfg.v41;
+      const int64_t hd = v.engram_head_dim, cols = (v.engram_max_ngram_size - 1) * v.engram_n_heads;
+      EngramWeights ew;
+      ew.table = ld.engram_table(p + "engram.embed.weight", v.engram_num_embeddings[size_t(e)], hd);
+      ew.wkv = ld.mat(p + "engram.wkv.weight", (n + 1) * D, cols * hd);
+      const Mat q = ld.mat(p + "engram.q_weight", n, D), k = ld.mat(p + "engram.k_weight", n, D);
+      if (!q.data.empty() && !k.data.empty()) {
+        ew.qk.resize(size_t(n * D));
+        for (size_t i = 0; i < ew.qk.size(); ++i) ew.qk[i] = q.data[i] * k.data[i];
+      }
+      L.engram = std::move(ew);
+    }
+    w.layers.push_back(std::move(L));
+  }
+  return w;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> weight_specs_v41(const io::ModelConfig& cfg) {
+  Loader ld(cfg, nullptr);
+  load_impl(cfg, ld);
+  return ld.specs();
+}
+
+Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt) {
+  Loader ld(cfg, &ckpt);
+  WeightsV41 w = load_impl(cfg, ld);
+  DSI_RETURN_IF_ERROR(ld.finish());
+  w.fp32_storage = ld.fp32_storage();
+  return w;
+}
+
+}  // namespace dsinfer::model

@@ -1,0 +1,59 @@
+// DeepSeek-V4.1 weights for the CPU reference, dequantized to fp32 (research/dsv41-architecture.md §3). Names
+// are the official ones; the transformers-saved form (`model.` prefix, `lm_head`, `weight_scale_inv`) maps onto
+// them through model::canonical_tensor_name. Storage formats: F32 / BF16 / F16, FP8 e4m3 with UE8M0 block scales
+// (quantization_config.weight_block_size, 32x32 for the release), FP4 e2m1 experts (packed [out, in/2], one
+// scale per 32 inputs), and Engram tables in FP8 e4m3 rows with one scale per 32 channels. The DSpark (`mtp.*`)
+// and vision (`vision.*`, `aligner.*`, `image_*`) tensors belong to other modules and are skipped. (Separate
+// from model/weights.* for now; to be folded into its typed per-layer tensor table.)
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "core/status.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "model/weights.h"
+
+namespace dsinfer::model {
+
+struct EngramWeights {
+  Mat table;  // [rows, engram_head_dim]
+  Mat wkv;    // [(n + 1) * D, cols * engram_head_dim]: n keys, then the value
+  Vec qk;     // [n * D] = q_weight * k_weight (only the product is used)
+};
+
+struct LayerWeightsV41 {
+  Vec attn_norm, ffn_norm;
+  HcWeights hc_attn, hc_ffn;
+  Vec attn_sink;         // [H]
+  Mat wq_a, wq_b, wkv;   // [q_lora, D], [H*hd, q_lora], [hd, D]
+  Vec q_norm, kv_norm;   // [q_lora], [hd]
+  Mat wo_a, wo_b;        // [g*r, H*hd/g], [D, g*r]
+  // KV source: compressor (wgate only for ratio > 1) and indexer keys.
+  Mat comp_wkv, comp_wgate;  // [hd, D]
+  Vec comp_norm;             // [hd]
+  Mat idx_wk;                // [di, hd]
+  Vec idx_k_norm;            // [di]
+  // Index source: queries and head weights.
+  Mat idx_wq_b;              // [Hi*di, q_lora]
+  Mat idx_weights_proj;      // [Hi, D]
+  Mat gate;                  // [E, D], divided by gate_temp
+  Vec gate_bias, gate_bias_vl;  // [E]; bias_vl empty when the checkpoint has none
+  std::vector<ExpertWeights> experts;
+  ExpertWeights shared;
+  std::optional<EngramWeights> engram;
+};
+
+struct WeightsV41 {
+  Mat embed, head;  // [V, D]
+  Vec norm;         // [D]
+  std::vector<LayerWeightsV41> layers;
+  bool fp32_storage = true;
+};
+
+// Every tensor of a V4.1 backbone (official names, logical [rows, cols]).
+std::vector<TensorSpec> weight_specs_v41(const io::ModelConfig& cfg);
+// Validates the checkpoint against the config (all problems reported together) and dequantizes it.
+Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
+
+}  // namespace dsinfer::model
