@@ -2,6 +2,7 @@
 // parsed. ordered_json keeps the key order of tool and schema objects.
 #include "api/request.h"
 
+#include <cmath>
 #include <limits>
 
 #include "chat/chat_request.h"
@@ -42,6 +43,17 @@ using Kind = StructuredOutput::Kind;
 bool present(const ojson& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
 
 // A JSON Schema given as an object / boolean, or (guided_json, structured_outputs.json) as JSON text.
+// JSON Schema counts a number with a zero fractional part as an integer (draft 2020-12 §4.2.1), so
+// "maxLength": 1e2 is valid; xgrammar wants integer JSON there. Integral floats become integers.
+void integral_floats_to_integers(ojson& j) {
+  if (j.is_number_float()) {
+    const double d = j.get<double>();
+    if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9.0e15) j = int64_t(d);
+  } else if (j.is_structured()) {
+    for (auto& x : j) integral_floats_to_integers(x);
+  }
+}
+
 Status schema_text(const ojson& v, const std::string& field, std::string& out) {
   ojson schema = v;
   if (v.is_string()) {
@@ -50,6 +62,7 @@ Status schema_text(const ojson& v, const std::string& field, std::string& out) {
   }
   if (!schema.is_object() && !schema.is_boolean())
     return Status::errorf("'{}' must be a JSON Schema (an object), found {}", field, schema.type_name());
+  integral_floats_to_integers(schema);
   out = schema.dump();
   return Status::ok();
 }

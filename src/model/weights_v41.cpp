@@ -39,7 +39,12 @@ class Loader {
     Mat m;
     m.rows = rows;
     m.cols = cols;
-    specs_.push_back({name, rows == 1 ? TensorKind::Vector : TensorKind::Matrix, rows, cols});
+    TensorSpec spec;  // V4.1 tensors are listed here by name; their roles join the tensor table with the CUDA side
+    spec.name = name;
+    spec.kind = rows == 1 ? TensorKind::Vector : TensorKind::Matrix;
+    spec.rows = rows;
+    spec.cols = cols;
+    specs_.push_back(std::move(spec));
     if (!ckpt_) return m;
     const TensorView* t = take(name);
     if (!t) return m;
