@@ -31,6 +31,10 @@ struct Request {
   std::shared_ptr<const chat::Conversation> conversation;
   SamplingParams sampling;
   bool return_token_ids = false;
+  // "stream": true (the server answers with server-sent events); stream_options.include_usage.
+  bool stream = false;
+  bool include_usage = false;
+  std::string model;  // "model" as given ("" when absent); the server checks it names the served model
 };
 
 // A conversation of one user message (thinking and tools at their defaults), e.g. for `generate --chat`.

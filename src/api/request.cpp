@@ -34,6 +34,28 @@ Status parse_prompt(const ojson& body, Request& r) {
   return Status::ok();
 }
 
+// "model", "stream", "stream_options": read by the server, ignored by the engine.
+Status parse_edge_fields(const ojson& body, Request& r) {
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) return Status::errorf("'model' must be a string, found {}", body["model"].type_name());
+    r.model = body["model"].get<std::string>();
+  }
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) return Status::errorf("'stream' must be true or false, found {}", body["stream"].dump());
+    r.stream = body["stream"].get<bool>();
+  }
+  if (!body.contains("stream_options") || body["stream_options"].is_null()) return Status::ok();
+  const ojson& so = body["stream_options"];
+  if (!so.is_object()) return Status::errorf("'stream_options' must be an object, found {}", so.type_name());
+  if (!r.stream) return Status::error("'stream_options' is only allowed when 'stream' is true");
+  if (so.contains("include_usage") && !so["include_usage"].is_null()) {
+    if (!so["include_usage"].is_boolean())
+      return Status::errorf("'stream_options.include_usage' must be true or false, found {}", so["include_usage"].dump());
+    r.include_usage = so["include_usage"].get<bool>();
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 namespace api {
@@ -56,7 +78,7 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_op
     if (!body["return_token_ids"].is_boolean()) return Status::error("'return_token_ids' must be true or false");
     r.return_token_ids = body["return_token_ids"].get<bool>();
   }
-  return Status::ok();
+  return parse_edge_fields(body, r);
 }
 
 Status parse_request_text(std::string_view body_json, std::optional<Endpoint> endpoint, Request& r) {
