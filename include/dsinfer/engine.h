@@ -72,6 +72,7 @@ struct TokenEvent {
   std::string finish_reason;           // "stop", "length", "tool_calls", "abort"
   std::vector<ToolCallDelta> tool_calls;  // chat: tool-call pieces parsed with these tokens
   std::vector<TokenLogprob> logprobs;  // one per token in token_ids, when the request asked for logprobs
+  std::string parse_error;             // chat: output that did not parse (kept as content); with finished
 };
 
 // A snapshot of the engine's load (for monitoring).

@@ -89,9 +89,10 @@ void Engine::set_token_callback(std::function<void(const TokenEvent&)> cb) {
     return;
   }
   impl_->e->set_stream_callback([cb = std::move(cb)](const engine::StreamEvent& ev) {
-    TokenEvent te{ev.request_id, ev.index, ev.token_ids, ev.text, ev.reasoning, ev.finished, ev.finish_reason, {}, {}};
+    TokenEvent te{ev.request_id, ev.index, ev.token_ids, ev.text, ev.reasoning, ev.finished, ev.finish_reason, {}, {}, {}};
     for (const chat::ToolCallDelta& d : ev.tool_call_deltas) te.tool_calls.push_back({d.index, d.id, d.name, d.arguments});
     te.logprobs = api::public_logprobs(ev.logprobs);
+    te.parse_error = ev.parse_error;
     cb(te);
   });
 }

@@ -89,6 +89,7 @@ std::string StreamFormatter::chunk(const TokenEvent& ev) {
   }
   choice["finish_reason"] = ev.finished ? json(ev.finish_reason) : json(nullptr);
   if (m.return_token_ids) choice["token_ids"] = ev.token_ids;
+  if (!ev.parse_error.empty()) choice["parse_error"] = ev.parse_error;  // as in the non-streaming choice
   return m.wrap(json::array({std::move(choice)}));
 }
 

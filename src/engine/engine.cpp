@@ -173,7 +173,7 @@ void Engine::apply_updates() {
       chat::ParseDelta d = so.parser->push(text);
       if (u.finished) {
         Status s = so.parser->finish(d);
-        if (!s) so.choice.parse_error = s.message();
+        if (!s) so.choice.parse_error = ev.parse_error = s.message();
       }
       so.choice.reasoning += d.reasoning;
       so.choice.text += d.content;

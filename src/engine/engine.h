@@ -52,6 +52,7 @@ struct StreamEvent {
   std::vector<chat::ToolCallDelta> tool_call_deltas;  // tool-call pieces parsed this step (streaming)
   std::vector<sampling::SampleResult> logprobs;  // per token, when the request asked for logprobs
   bool finished = false;
+  std::string parse_error;           // chat output that did not parse (Choice::parse_error), with finished
   std::string finish_reason;
 };
 

@@ -54,7 +54,9 @@ class Server : public ::testing::Test {
     EXPECT_EQ(r.headers["Content-Type"], "text/event-stream");
     auto data = dsinfer::test::sse_data(r.body);
     EXPECT_FALSE(data.empty());
-    if (!data.empty()) EXPECT_EQ(data.back(), "[DONE]");
+    if (!data.empty()) {
+      EXPECT_EQ(data.back(), "[DONE]");
+    }
     if (raw) *raw = data;
     return dsinfer::test::fold_stream(data, path == "/v1/chat/completions");
   }
@@ -80,7 +82,9 @@ class Server : public ::testing::Test {
     EXPECT_EQ(streamed["choices"], plain["choices"]) << "streamed " << streamed.dump() << "\nplain " << plain.dump();
     EXPECT_EQ(plain["choices"], off["choices"]);
     EXPECT_EQ(plain["usage"], off["usage"]);
-    if (body.contains("stream_options")) EXPECT_EQ(streamed["usage"], plain["usage"]);
+    if (body.contains("stream_options")) {
+      EXPECT_EQ(streamed["usage"], plain["usage"]);
+    }
     return plain;
   }
   static std::string metrics() { return request(port_, "GET", "/metrics").body; }
@@ -145,7 +149,7 @@ TEST_F(Server, ChatToolsStreamLikeTheResponse) {
   for (const char* choice : {"auto", "required"}) {
     const json body = {{"messages", {{{"role", "user"}, {"content", "What is the weather in Paris?"}}}},
                        {"tools", tools}, {"tool_choice", choice}, {"thinking", {{"type", "disabled"}}},
-                       {"max_tokens", 48}, {"temperature", 0}};
+                       {"max_tokens", 32}, {"temperature", 0}};
     const json r = check_three_ways("/v1/chat/completions", body);
     EXPECT_EQ(r["choices"].size(), 1u) << choice;
   }
@@ -196,3 +200,5 @@ TEST_F(Server, ModelsHealthMetrics) {
     EXPECT_NE(text.find(name), std::string::npos) << name;
   EXPECT_GE(metric("dsinfer_generation_tokens_total"), 3);
 }
+
+}  // namespace

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,21 +57,25 @@ class Client {
     if (!body.empty() || method == "POST") r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
     return send_raw(r + "\r\n" + body);
   }
-  // Reads one response; `until` (if set) is called with the body so far and may stop the read early (the
-  // response is then incomplete: status is kept, the body is what arrived).
+  // Reads one response; `until` (if set) is called with the body so far and may stop the read early: the
+  // response is then incomplete (status and the body so far), and the next read() continues it.
   HttpResponse read(double timeout_s = 120, const std::function<bool(const std::string&)>& until = nullptr) {
     namespace http = boost::beast::http;
-    http::response_parser<http::string_body> p;
-    p.eager(true);
-    p.body_limit(64u << 20);
+    if (!p_) {
+      p_ = std::make_unique<http::response_parser<http::string_body>>();
+      p_->eager(true);
+      p_->body_limit(64u << 20);
+    }
+    auto& p = *p_;
     HttpResponse out;
     const auto t0 = std::chrono::steady_clock::now();
-    auto finish = [&] {
+    auto finish = [&](bool done) {
       if (p.is_header_done()) {
         out.status = int(p.get().result_int());
         for (const auto& f : p.get()) out.headers[std::string(f.name_string())] = std::string(f.value());
         out.body = p.get().body();
       }
+      if (done) p_.reset();
       return out;
     };
     while (fd_ >= 0) {
@@ -79,11 +84,11 @@ class Client {
         const size_t used = p.put(boost::asio::buffer(buf_), ec);
         buf_.erase(0, used);
         if (ec == http::error::need_more) break;
-        if (ec) return finish();
+        if (ec) return finish(true);
         if (used == 0) break;
       }
-      if (p.is_done()) return finish();
-      if (until && p.is_header_done() && until(p.get().body())) return finish();
+      if (p.is_done()) return finish(true);
+      if (until && p.is_header_done() && until(p.get().body())) return finish(false);
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return HttpResponse{};
       pollfd pf{fd_, POLLIN, 0};
       if (::poll(&pf, 1, 50) <= 0) continue;
@@ -92,7 +97,9 @@ class Client {
       if (n <= 0) {
         boost::beast::error_code ec;
         p.put_eof(ec);
-        return p.is_done() ? finish() : HttpResponse{};
+        const bool ok = p.is_done();
+        HttpResponse r = finish(true);
+        return ok ? r : HttpResponse{};
       }
       buf_.append(tmp, size_t(n));
     }
@@ -102,6 +109,7 @@ class Client {
  private:
   int fd_ = -1;
   std::string buf_;
+  std::unique_ptr<boost::beast::http::response_parser<boost::beast::http::string_body>> p_;
 };
 
 inline HttpResponse request(int port, const std::string& method, const std::string& target, const std::string& body = "",
@@ -144,6 +152,7 @@ inline nlohmann::json fold_stream(const std::vector<std::string>& data, bool cha
         else o["text"] = "";
       }
       if (!ch["finish_reason"].is_null()) o["finish_reason"] = ch["finish_reason"];
+      if (ch.contains("parse_error")) o["parse_error"] = ch["parse_error"];
       if (ch.contains("token_ids")) {
         if (!o.contains("token_ids")) o["token_ids"] = json::array();
         for (const auto& t : ch["token_ids"]) o["token_ids"].push_back(t);
