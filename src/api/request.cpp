@@ -81,7 +81,27 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_op
   return parse_edge_fields(body, r);
 }
 
+Status check_json_depth(std::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return Status::errorf("JSON nested deeper than {} levels", kMaxJsonDepth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return Status::ok();
+}
+
 Status parse_request_text(std::string_view body_json, std::optional<Endpoint> endpoint, Request& r) {
+  DSI_RETURN_IF_ERROR(check_json_depth(body_json).with_context("request body"));
   ojson body;
   try {
     body = ojson::parse(body_json);

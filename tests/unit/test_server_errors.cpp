@@ -75,6 +75,17 @@ TEST(ServerErrors, StatusCodesAndErrorObjects) {
   r = request(port, "POST", "/v1/completions", R"({"model": "gpt-4", "prompt": "x"})");
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(error_of(r)["code"], "model_not_found");
+  // Deep nesting is refused before parsing (printing or destroying it recursively could exhaust the stack).
+  r = request(port, "POST", "/v1/completions", "{\"prompt\": \"x\", \"stop\": " + std::string(1500, '[') + std::string(1500, ']') + "}");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("nested deeper than 128"), std::string::npos) << r.body;
+  dsinfer::Request parsed;
+  std::string err;
+  const std::string deep = "{\"prompt\": " + std::string(1 << 20, '[') + std::string(1 << 20, ']') + "}";
+  EXPECT_FALSE(dsinfer::parse_request(deep, dsinfer::Endpoint::kCompletions, &parsed, &err));
+  EXPECT_NE(err.find("nested deeper"), std::string::npos) << err;
+  EXPECT_TRUE(dsinfer::parse_request("{\"prompt\": \"[[[[\\\"\", \"max_tokens\": 1}", dsinfer::Endpoint::kCompletions, &parsed, &err))
+      << err;  // brackets inside strings do not count
   r = request(port, "GET", "/v2/nothing");
   EXPECT_EQ(r.status, 404);
   error_of(r);
