@@ -56,11 +56,7 @@ Status parse_edge_fields(const ojson& body, Request& r) {
   return Status::ok();
 }
 
-}  // namespace
-
-namespace api {
-
-Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_opt, Request& r) {
+Status parse_body_fields(const ojson& body, std::optional<Endpoint> endpoint_opt, Request& r) {
   if (!body.is_object()) return Status::errorf("request body must be a JSON object, found {}", body.type_name());
   // Without an endpoint (the C++ API's JSON convenience), chat when the body has "messages".
   const Endpoint endpoint = endpoint_opt ? *endpoint_opt : body.contains("messages") ? Endpoint::kChatCompletions : Endpoint::kCompletions;
@@ -79,6 +75,19 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_op
     r.return_token_ids = body["return_token_ids"].get<bool>();
   }
   return parse_edge_fields(body, r);
+}
+
+}  // namespace
+
+namespace api {
+
+Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint, Request& r) {
+  // The field readers check types before reading; should one be missed, a request is still never a crash.
+  try {
+    return parse_body_fields(body, endpoint, r);
+  } catch (const std::exception& e) {
+    return Status::errorf("request body has a field of an unexpected type: {}", e.what());
+  }
 }
 
 Status check_json_depth(std::string_view text) {

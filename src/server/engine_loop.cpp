@@ -58,10 +58,17 @@ void EngineLoop::take_inbox(std::vector<std::shared_ptr<Job>>& submits, std::vec
 
 void EngineLoop::admit(const std::shared_ptr<Job>& job) {
   std::string err;
-  const uint64_t id = engine_->submit(job->request, &err);
+  uint64_t id = 0;
+  int status = 400;
+  try {
+    id = engine_->submit(job->request, &err);
+  } catch (const std::exception& e) {  // a bug: the request fails, the server lives on
+    err = std::string("internal error: ") + e.what();
+    status = 500;
+  }
   if (!id) {
     --in_flight_;
-    job->channel->push({Event::Kind::kError, 0, {}, {}, 400, "invalid_request_error", err});
+    job->channel->push({Event::Kind::kError, 0, {}, {}, status, status == 400 ? "invalid_request_error" : "internal_error", err});
     return;
   }
   job->id = id;
@@ -141,7 +148,13 @@ void EngineLoop::run() {
     // A job cancelled before it was admitted is aborted right after admission above (same iteration).
     if (engine_->has_unfinished()) {
       std::string err;
-      if (!engine_->step(&err)) fail_all(err);
+      bool ok = false;
+      try {
+        ok = engine_->step(&err);
+      } catch (const std::exception& e) {
+        err = std::string("internal error: ") + e.what();
+      }
+      if (!ok) fail_all(err);
     }
     deliver_finished();
     metrics_->set_engine_stats(engine_->stats(), 0);

@@ -96,6 +96,7 @@ class BeastWriter : public ResponseWriter {
       : s_(s), fd_(fd), version_(version), keep_alive_(keep_alive), head_(head) {}
   bool ok() const { return ok_; }
   bool keep_alive() const { return keep_alive_; }
+  bool started() const { return started_; }
 
   bool send(int status, const std::string& content_type, const std::string& body, const Headers& extra) override {
     http::response<http::string_body> res{http::int_to_status(unsigned(status)), version_};
@@ -103,6 +104,7 @@ class BeastWriter : public ResponseWriter {
     res.set(http::field::content_type, content_type);
     for (const auto& [k, v] : extra) res.set(k, v);
     res.keep_alive(keep_alive_);
+    started_ = true;
     res.body() = head_ ? std::string() : body;
     res.prepare_payload();
     if (head_) res.content_length(body.size());
@@ -119,6 +121,7 @@ class BeastWriter : public ResponseWriter {
     if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the body ends when the connection closes
     res.keep_alive(keep_alive_);
     res.chunked(chunked_);
+    started_ = true;
     http::response_serializer<http::empty_body> sr{res};
     beast::error_code ec;
     http::write_header(s_, sr, ec);
@@ -149,7 +152,7 @@ class BeastWriter : public ResponseWriter {
   int fd_;
   unsigned version_;
   bool keep_alive_, head_;
-  bool chunked_ = false, ok_ = true;
+  bool chunked_ = false, ok_ = true, started_ = false;
 };
 
 std::string serialize(const http::response<http::string_body>& res) {
@@ -354,7 +357,12 @@ void Server::Impl::serve(tcp::socket sock) {
     hr.authorization = std::string(msg[http::field::authorization]);
     hr.body = std::move(msg.body());
     BeastWriter w(s, fd, msg.version(), msg.keep_alive() && !stopping, msg.method() == http::verb::head);
-    router->handle(hr, w);
+    try {
+      router->handle(hr, w);
+    } catch (const std::exception& e) {  // a bug, not the client's fault: answer 500 if nothing went out yet
+      if (!w.started()) router->send_error(w, "other", 500, std::string("internal error: ") + e.what(), "", "", "internal_error");
+      break;
+    }
     if (!w.ok() || !w.keep_alive()) break;
   }
   if (replied) drain(sock);

@@ -75,6 +75,14 @@ TEST(ServerErrors, StatusCodesAndErrorObjects) {
   r = request(port, "POST", "/v1/completions", R"({"model": "gpt-4", "prompt": "x"})");
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(error_of(r)["code"], "model_not_found");
+  // Fields of the wrong JSON type are 400s, never an exception (these three used to abort the process).
+  for (const char* b : {R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": 0, "function": "x"}]})",
+                        R"({"messages": [{"role": "user", "content": [{"type": 1, "text": "a"}]}]})",
+                        R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": []}})"}) {
+    r = request(port, "POST", "/v1/chat/completions", b);
+    EXPECT_EQ(r.status, 400) << b;
+    error_of(r);
+  }
   // Deep nesting is refused before parsing (printing or destroying it recursively could exhaust the stack).
   r = request(port, "POST", "/v1/completions", "{\"prompt\": \"x\", \"stop\": " + std::string(1500, '[') + std::string(1500, ']') + "}");
   EXPECT_EQ(r.status, 400);
