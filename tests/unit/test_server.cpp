@@ -202,3 +202,45 @@ TEST_F(Server, ModelsHealthMetrics) {
 }
 
 }  // namespace
+
+namespace {
+
+// Tool-call pieces as the engine reports them become OpenAI tool_call deltas: id, type and name first, then
+// argument pieces; folded, they are the message's tool_calls.
+TEST(StreamFormatter, ToolCallDeltas) {
+  std::string err;
+  auto e = dsinfer::Engine::create(engine_options(), &err);
+  ASSERT_TRUE(e) << err;
+  dsinfer::Request req;
+  ASSERT_TRUE(dsinfer::parse_request(R"({"messages": [{"role": "user", "content": "hi"}], "stream": true})",
+                                     dsinfer::Endpoint::kChatCompletions, &req, &err)) << err;
+  dsinfer::StreamFormatter f(*e, req, 42);
+  EXPECT_EQ(f.response_id(), "chatcmpl-42");
+  std::vector<std::string> data = f.start();
+  dsinfer::TokenEvent ev;
+  ev.request_id = 42;
+  ev.token_ids = {1};
+  ev.tool_calls = {{0, "call_0", "get_weather", ""}};
+  data.push_back(f.chunk(ev));
+  ev.tool_calls = {{0, "", "", "{\"city\": \"Pa"}};
+  data.push_back(f.chunk(ev));
+  ev.tool_calls = {{0, "", "", "ris\"}"}, {1, "call_1", "now", "{}"}};
+  ev.finished = true;
+  ev.finish_reason = "tool_calls";
+  data.push_back(f.chunk(ev));
+  const json second = json::parse(data[1])["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(second["id"], "call_0");
+  EXPECT_EQ(second["type"], "function");
+  EXPECT_FALSE(json::parse(data[2])["choices"][0]["delta"]["tool_calls"][0].contains("id"));
+  const json folded = dsinfer::test::fold_stream(data, true)["choices"][0];
+  EXPECT_EQ(folded["finish_reason"], "tool_calls");
+  EXPECT_EQ(folded["message"]["tool_calls"], json::parse(R"([
+      {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+      {"id": "call_1", "type": "function", "function": {"name": "now", "arguments": "{}"}}])"));
+  dsinfer::TokenEvent empty;  // tokens that released nothing (held back) produce no chunk
+  empty.token_ids = {3};
+  EXPECT_EQ(f.chunk(empty), "");
+  EXPECT_EQ(f.usage_chunk({}), "");  // not asked for
+}
+
+}  // namespace
