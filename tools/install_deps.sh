@@ -3,7 +3,9 @@
 set -euo pipefail
 # python3-pip: tools/fetch_xgrammar.sh fetches xgrammar's sdist with `pip download` (cmake/xgrammar.cmake).
 # libicu-dev: Unicode normalisation for the DeepSeek-V4.1 Engram vocabulary.
-pkgs=(cmake g++ make pkg-config nlohmann-json3-dev libpcre2-dev libicu-dev libfmt-dev libgtest-dev python3 python3-pip ccache)
+# libboost-dev: Boost.Beast / Asio (header-only), the HTTP server of `dsinfer serve`.
+pkgs=(cmake g++ make pkg-config nlohmann-json3-dev libpcre2-dev libicu-dev libfmt-dev libgtest-dev python3 python3-pip
+      ccache libboost-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "apps/dsinfer/commands.h"
+#include "apps/dsinfer/engine_flags.h"
 #include "dsinfer/batch.h"
 #include "dsinfer/engine.h"
 
@@ -26,12 +27,11 @@ namespace {
 void usage() {
   std::fprintf(stderr,
                "usage: dsinfer generate --model DIR (--input requests.jsonl --output results.jsonl | --prompt TEXT [--chat])\n"
-               "  engine:   --backend cpu|cuda  --numerics official|hf  --load-format auto|dummy  --tokenizer FILE\n"
-               "            --max-num-seqs N (64)  --max-num-batched-tokens N (2048)  --max-model-len N  --seed N\n"
-               "            --state-memory-gb X\n"
+               "%s"
                "  --prompt:  --max-tokens N (64)  --temperature X (0)  --top-p X  --top-k N  --ignore-eos\n"
                "Input lines: {\"custom_id\": \"...\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\" or\n"
-               "\"/v1/completions\", \"body\": {\"messages\": [...] | \"prompt\": \"text\" | [token ids], sampling fields}}.\n");
+               "\"/v1/completions\", \"body\": {\"messages\": [...] | \"prompt\": \"text\" | [token ids], sampling fields}}.\n",
+               engine_flags_help().c_str());
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -60,6 +60,10 @@ int cmd_generate(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") return usage(), 0;
+    if (const FlagParse f = parse_engine_flag("generate", argc, argv, i, eo); f != FlagParse::kNotEngineFlag) {
+      if (f == FlagParse::kError) return usage(), 2;
+      continue;
+    }
     if (a == "--chat") { chat = true; continue; }
     if (a == "--ignore-eos") { single_req.sampling.ignore_eos = true; continue; }
     if (i + 1 >= argc) {
@@ -77,20 +81,10 @@ int cmd_generate(int argc, char** argv) {
       return true;
     };
     double x = 0;
-    if (a == "--model") eo.model_dir = v;
-    else if (a == "--input") input = v;
+    if (a == "--input") input = v;
     else if (a == "--output") output = v;
     else if (a == "--prompt") prompt = v;
-    else if (a == "--backend") eo.backend = v;
-    else if (a == "--numerics") eo.numerics = v;
-    else if (a == "--load-format") eo.load_format = v;
-    else if (a == "--tokenizer") eo.tokenizer_path = v;
     else if (!num(x)) return 2;
-    else if (a == "--max-num-seqs") eo.max_num_seqs = int32_t(x);
-    else if (a == "--max-num-batched-tokens") eo.max_num_batched_tokens = int64_t(x);
-    else if (a == "--max-model-len") eo.max_model_len = int64_t(x);
-    else if (a == "--seed") eo.seed = uint64_t(x);
-    else if (a == "--state-memory-gb") eo.state_memory_gb = x;
     else if (a == "--max-tokens") single_req.sampling.max_tokens = int64_t(x);
     else if (a == "--temperature") single_req.sampling.temperature = x;
     else if (a == "--top-p") single_req.sampling.top_p = x;

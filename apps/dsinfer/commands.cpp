@@ -6,6 +6,7 @@ namespace dsinfer::cli {
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
       {"generate", "offline generation: OpenAI Batch JSONL in/out, or one --prompt", cmd_generate},
+      {"serve", "OpenAI-compatible HTTP server (chat / completions, streaming, /metrics)", cmd_serve},
       {"bench", "per-op and end-to-end decode / prefill timing next to roofline floors (cuda)", cmd_bench},
       {"check-reference", "compare the CPU reference forward with reference logits (fixture format)",
        cmd_check_reference},

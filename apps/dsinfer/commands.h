@@ -14,6 +14,7 @@ const std::vector<Command>& commands();
 
 int cmd_check_reference(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);

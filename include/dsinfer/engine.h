@@ -55,13 +55,34 @@ struct RequestResult {
   std::string response_json;           // the OpenAI response object (chat.completion / text_completion)
 };
 
+// A streamed piece of a chat tool call: a call's first piece carries its id and name, later ones the next part
+// of its arguments (JSON text, streamed as it is parsed); concatenated they give ToolCallResult::arguments.
+struct ToolCallDelta {
+  int32_t index = 0;                   // the call's position in the choice's tool_calls
+  std::string id, name;                // first piece only
+  std::string arguments;
+};
+
 struct TokenEvent {
   uint64_t request_id = 0;
   int32_t index = 0;
   std::vector<int32_t> token_ids;
   std::string text, reasoning;
   bool finished = false;
-  std::string finish_reason;
+  std::string finish_reason;           // "stop", "length", "tool_calls", "abort"
+  std::vector<ToolCallDelta> tool_calls;  // chat: tool-call pieces parsed with these tokens
+  std::vector<TokenLogprob> logprobs;  // one per token in token_ids, when the request asked for logprobs
+  std::string parse_error;             // chat: output that did not parse (kept as content); with finished
+};
+
+// A snapshot of the engine's load (for monitoring).
+struct EngineStats {
+  int32_t running_requests = 0, waiting_requests = 0;  // running: some sequence holds state
+  int32_t running_seqs = 0, waiting_seqs = 0;
+  int64_t num_preemptions = 0;         // since the engine was created
+  int32_t state_slots = 0, state_slots_used = 0;
+  int32_t state_blocks = 0, state_blocks_used = 0;
+  int64_t state_bytes_used = 0, state_bytes_budget = 0;
 };
 
 class Engine {
@@ -75,6 +96,10 @@ class Engine {
   uint64_t submit(const Request& request, std::string* error);
   // Parses an OpenAI body (chat when it has "messages", else completions) and queues it.
   uint64_t submit(const std::string& body_json, std::string* error);
+  // Ends a queued or running request now and frees its state: its unfinished completions finish with
+  // "abort" (the token callback reports it) and the request comes back from the next take_finished().
+  // False (with *error) for an unknown or already finished id.
+  bool abort(uint64_t request_id, std::string* error);
   // Runs one step; false (with *error) if the model step failed.
   bool step(std::string* error);
   bool has_unfinished() const;
@@ -88,9 +113,34 @@ class Engine {
   int64_t max_model_len() const;
   bool has_tokenizer() const;
   double now_s() const;                // seconds since the engine was created
+  std::string model_name() const;      // the "model" of response objects: the model directory's name
+  EngineStats stats() const;
 
  private:
+  friend class StreamFormatter;
   Engine();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// OpenAI streaming format of one request ("stream": true): chat.completion.chunk / text_completion chunk
+// objects as JSON text, one per server-sent-event "data:" line. Concatenating a request's chunks gives its
+// non-streaming response (content, reasoning_content, tool_calls, logprobs, finish_reason). A formatter only
+// reads the engine's tokenizer, so it may be used on another thread than the one stepping the engine, while
+// the engine lives.
+class StreamFormatter {
+ public:
+  StreamFormatter(const Engine& engine, const Request& request, uint64_t request_id);
+  ~StreamFormatter();
+  // Chat: the first chunk of every choice (role "assistant", content ""); completions: none.
+  std::vector<std::string> start() const;
+  // The chunk for one token event; "" when it carries nothing to send.
+  std::string chunk(const TokenEvent& event);
+  // stream_options.include_usage: the last chunk (no choices, the request's usage); "" when not asked for.
+  std::string usage_chunk(const RequestResult& result) const;
+  const std::string& response_id() const;
+
+ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

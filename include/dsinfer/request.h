@@ -53,6 +53,10 @@ struct Request {
   SamplingParams sampling;
   bool return_token_ids = false;
   StructuredOutput structured;  // response_format / structured_outputs / guided_* / strict forced tool calls
+  // "stream": true (the server answers with server-sent events); stream_options.include_usage.
+  bool stream = false;
+  bool include_usage = false;
+  std::string model;  // "model" as given ("" when absent); the server checks it names the served model
 };
 
 // A conversation of one user message (thinking and tools at their defaults), e.g. for `generate --chat`.

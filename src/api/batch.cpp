@@ -23,6 +23,7 @@ bool parse_batch_line(std::string_view line, size_t n, BatchLine* out, std::stri
     if (error) *error = fmt::format("line {}: {}", n, m);
     return false;
   };
+  if (Status s = api::check_json_depth(line); !s) return fail(s.message());
   ojson j;
   try {
     j = ojson::parse(line);

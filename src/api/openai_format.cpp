@@ -38,37 +38,47 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-json chat_logprobs(const engine::Choice& c, const tokenizer::Tokenizer* tok) {
+}  // namespace
+
+std::vector<TokenLogprob> public_logprobs(const std::vector<sampling::SampleResult>& lps) {
+  std::vector<TokenLogprob> out;
+  out.reserve(lps.size());
+  for (const sampling::SampleResult& s : lps) {
+    TokenLogprob lp{s.token, s.logprob, {}};
+    for (const auto& a : s.top) lp.top.emplace_back(a.token, a.logprob);
+    out.push_back(std::move(lp));
+  }
+  return out;
+}
+
+json chat_logprobs(const std::vector<TokenLogprob>& lps, const tokenizer::Tokenizer* tok) {
   json content = json::array();
-  for (size_t i = 0; i < c.logprobs.size(); ++i) {
-    const std::string t = token_text(tok, c.token_ids[i]);
+  for (const TokenLogprob& lp : lps) {
+    const std::string t = token_text(tok, lp.token);
     json top = json::array();
-    for (const auto& a : c.logprobs[i].top) {
-      const std::string at = token_text(tok, a.token);
-      top.push_back({{"token", printable(at)}, {"logprob", a.logprob}, {"bytes", bytes_of(at)}});
+    for (const auto& [id, logprob] : lp.top) {
+      const std::string at = token_text(tok, id);
+      top.push_back({{"token", printable(at)}, {"logprob", logprob}, {"bytes", bytes_of(at)}});
     }
-    content.push_back({{"token", printable(t)}, {"logprob", c.logprobs[i].logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+    content.push_back({{"token", printable(t)}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
   }
   return {{"content", content}};
 }
 
-json completion_logprobs(const engine::Choice& c, const tokenizer::Tokenizer* tok) {
-  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
-  size_t off = 0;
-  for (size_t i = 0; i < c.logprobs.size(); ++i) {
-    const std::string t = printable(token_text(tok, c.token_ids[i]));
+json completion_logprobs(const std::vector<TokenLogprob>& lps, const tokenizer::Tokenizer* tok, size_t* text_offset) {
+  json tokens = json::array(), values = json::array(), tops = json::array(), offs = json::array();
+  for (const TokenLogprob& lp : lps) {
+    const std::string t = printable(token_text(tok, lp.token));
     tokens.push_back(t);
-    lps.push_back(c.logprobs[i].logprob);
+    values.push_back(lp.logprob);
     json top = json::object();
-    for (const auto& a : c.logprobs[i].top) top[printable(token_text(tok, a.token))] = a.logprob;
+    for (const auto& [id, logprob] : lp.top) top[printable(token_text(tok, id))] = logprob;
     tops.push_back(top);
-    offs.push_back(off);
-    off += t.size();
+    offs.push_back(*text_offset);
+    *text_offset += t.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
-
-}  // namespace
 
 std::string response_id(const engine::RequestOutput& r) { return (r.chat ? "chatcmpl-" : "cmpl-") + std::to_string(r.id); }
 
@@ -89,10 +99,11 @@ json response_body(const engine::RequestOutput& r, const std::string& model_name
         msg["tool_calls"] = calls;
       }
       ch["message"] = msg;
-      ch["logprobs"] = c.logprobs.empty() ? json(nullptr) : chat_logprobs(c, tok);
+      ch["logprobs"] = c.logprobs.empty() ? json(nullptr) : chat_logprobs(public_logprobs(c.logprobs), tok);
     } else {
       ch["text"] = c.text;
-      ch["logprobs"] = c.logprobs.empty() ? json(nullptr) : completion_logprobs(c, tok);
+      size_t offset = 0;
+      ch["logprobs"] = c.logprobs.empty() ? json(nullptr) : completion_logprobs(public_logprobs(c.logprobs), tok, &offset);
     }
     if (r.return_token_ids) ch["token_ids"] = c.token_ids;
     if (!c.parse_error.empty()) ch["parse_error"] = c.parse_error;

@@ -2,6 +2,7 @@
 // output record around them. Used by the public API (src/api/public_api.cpp).
 #pragma once
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -9,6 +10,12 @@
 
 namespace dsinfer::api {
 
+// Token logprobs in the public form (include/dsinfer/engine.h).
+std::vector<TokenLogprob> public_logprobs(const std::vector<sampling::SampleResult>& lps);
+// The "logprobs" object of a chat choice / a completions choice (text_offset continues from *text_offset,
+// which is advanced: streamed chunks carry offsets into the whole text).
+nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& lps, const tokenizer::Tokenizer* tok);
+nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& lps, const tokenizer::Tokenizer* tok, size_t* text_offset);
 // "chatcmpl-<id>" / "cmpl-<id>".
 std::string response_id(const engine::RequestOutput& r);
 // JSON text; strings that are not valid UTF-8 are written with U+FFFD (never throws).

@@ -2,17 +2,11 @@
 #include <ctime>
 #include <filesystem>
 
+#include "api/engine_impl.h"
 #include "api/openai_format.h"
 #include "api/request.h"
-#include "dsinfer/engine.h"
-#include "engine/engine.h"
 
 namespace dsinfer {
-
-struct Engine::Impl {
-  std::unique_ptr<engine::Engine> e;
-  std::string model_name;
-};
 
 Engine::Engine() : impl_(std::make_unique<Impl>()) {}
 Engine::~Engine() = default;
@@ -73,11 +67,7 @@ std::vector<RequestResult> Engine::take_finished() {
     for (engine::Choice& c : r.choices) {
       Completion cp{c.index, std::move(c.token_ids), std::move(c.text), std::move(c.reasoning), {}, {}, c.finish_reason};
       for (const chat::ParsedToolCall& t : c.tool_calls) cp.tool_calls.push_back({t.id, t.name, t.arguments});
-      for (const sampling::SampleResult& s : c.logprobs) {
-        TokenLogprob lp{s.token, s.logprob, {}};
-        for (const auto& a : s.top) lp.top.emplace_back(a.token, a.logprob);
-        cp.logprobs.push_back(std::move(lp));
-      }
+      cp.logprobs = api::public_logprobs(c.logprobs);
       rr.completions.push_back(std::move(cp));
     }
     out.push_back(std::move(rr));
@@ -99,7 +89,11 @@ void Engine::set_token_callback(std::function<void(const TokenEvent&)> cb) {
     return;
   }
   impl_->e->set_stream_callback([cb = std::move(cb)](const engine::StreamEvent& ev) {
-    cb(TokenEvent{ev.request_id, ev.index, ev.token_ids, ev.text, ev.reasoning, ev.finished, ev.finish_reason});
+    TokenEvent te{ev.request_id, ev.index, ev.token_ids, ev.text, ev.reasoning, ev.finished, ev.finish_reason, {}, {}, {}};
+    for (const chat::ToolCallDelta& d : ev.tool_call_deltas) te.tool_calls.push_back({d.index, d.id, d.name, d.arguments});
+    te.logprobs = api::public_logprobs(ev.logprobs);
+    te.parse_error = ev.parse_error;
+    cb(te);
   });
 }
 
@@ -107,5 +101,31 @@ std::string Engine::backend_name() const { return impl_->e->runner().name(); }
 int64_t Engine::max_model_len() const { return impl_->e->max_model_len(); }
 bool Engine::has_tokenizer() const { return impl_->e->tokenizer() != nullptr; }
 double Engine::now_s() const { return impl_->e->now_s(); }
+std::string Engine::model_name() const { return impl_->model_name; }
+
+bool Engine::abort(uint64_t request_id, std::string* error) {
+  Status s = impl_->e->abort(request_id);
+  if (!s && error) *error = s.message();
+  return s.is_ok();
+}
+
+EngineStats Engine::stats() const {
+  const engine::Engine& e = *impl_->e;
+  const scheduler::SchedulerStats ss = e.stats();
+  const cache::StateCacheStats cs = e.state_cache().stats();
+  EngineStats st;
+  st.running_requests = e.num_running_requests();
+  st.waiting_requests = e.num_pending_requests() - st.running_requests;
+  st.running_seqs = ss.running;
+  st.waiting_seqs = ss.waiting;
+  st.num_preemptions = ss.num_preemptions;
+  st.state_slots = cs.num_slots;
+  st.state_slots_used = cs.num_slots - cs.free_slots;
+  st.state_blocks = cs.num_blocks;
+  st.state_blocks_used = cs.num_blocks - cs.free_blocks;
+  st.state_bytes_used = cs.used_bytes;
+  st.state_bytes_budget = cs.budget_bytes;
+  return st;
+}
 
 }  // namespace dsinfer

@@ -213,11 +213,30 @@ Status parse_structured(const ojson& body, Request& r) {
   return Status::ok();
 }
 
-}  // namespace
 
-namespace api {
+// "model", "stream", "stream_options": read by the server, ignored by the engine.
+Status parse_edge_fields(const ojson& body, Request& r) {
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) return Status::errorf("'model' must be a string, found {}", body["model"].type_name());
+    r.model = body["model"].get<std::string>();
+  }
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) return Status::errorf("'stream' must be true or false, found {}", body["stream"].dump());
+    r.stream = body["stream"].get<bool>();
+  }
+  if (!body.contains("stream_options") || body["stream_options"].is_null()) return Status::ok();
+  const ojson& so = body["stream_options"];
+  if (!so.is_object()) return Status::errorf("'stream_options' must be an object, found {}", so.type_name());
+  if (!r.stream) return Status::error("'stream_options' is only allowed when 'stream' is true");
+  if (so.contains("include_usage") && !so["include_usage"].is_null()) {
+    if (!so["include_usage"].is_boolean())
+      return Status::errorf("'stream_options.include_usage' must be true or false, found {}", so["include_usage"].dump());
+    r.include_usage = so["include_usage"].get<bool>();
+  }
+  return Status::ok();
+}
 
-Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_opt, Request& r) {
+Status parse_body_fields(const ojson& body, std::optional<Endpoint> endpoint_opt, Request& r) {
   if (!body.is_object()) return Status::errorf("request body must be a JSON object, found {}", body.type_name());
   // Without an endpoint (the C++ API's JSON convenience), chat when the body has "messages".
   const Endpoint endpoint = endpoint_opt ? *endpoint_opt : body.contains("messages") ? Endpoint::kChatCompletions : Endpoint::kCompletions;
@@ -236,10 +255,43 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_op
     if (!body["return_token_ids"].is_boolean()) return Status::error("'return_token_ids' must be true or false");
     r.return_token_ids = body["return_token_ids"].get<bool>();
   }
+  return parse_edge_fields(body, r);
+}
+
+}  // namespace
+
+namespace api {
+
+Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint, Request& r) {
+  // The field readers check types before reading; should one be missed, a request is still never a crash.
+  try {
+    return parse_body_fields(body, endpoint, r);
+  } catch (const std::exception& e) {
+    return Status::errorf("request body has a field of an unexpected type: {}", e.what());
+  }
+}
+
+Status check_json_depth(std::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return Status::errorf("JSON nested deeper than {} levels", kMaxJsonDepth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   return Status::ok();
 }
 
 Status parse_request_text(std::string_view body_json, std::optional<Endpoint> endpoint, Request& r) {
+  DSI_RETURN_IF_ERROR(check_json_depth(body_json).with_context("request body"));
   ojson body;
   try {
     body = ojson::parse(body_json);

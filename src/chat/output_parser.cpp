@@ -17,6 +17,24 @@ size_t partial_marker_suffix(std::string_view s, std::string_view marker) {
   return 0;
 }
 
+// Bytes at the end of s that start a UTF-8 sequence not yet complete (held back so that a streamed JSON string
+// never splits a character).
+size_t incomplete_utf8_suffix(std::string_view s) {
+  for (size_t k = 1; k <= std::min<size_t>(3, s.size()); ++k) {
+    const unsigned char c = static_cast<unsigned char>(s[s.size() - k]);
+    if ((c >> 6) == 2) continue;  // continuation byte: look further back
+    const size_t need = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    return need > k ? k : 0;
+  }
+  return 0;
+}
+
+// s as the inside of a JSON string literal (no quotes); invalid UTF-8 becomes U+FFFD.
+std::string json_string_body(std::string_view s) {
+  std::string q = ojson(std::string(s)).dump(-1, ' ', false, ojson::error_handler_t::replace);
+  return q.substr(1, q.size() - 2);
+}
+
 }  // namespace
 
 OutputParser::OutputParser(ParserOptions opts) : opts_(std::move(opts)) {
@@ -61,50 +79,33 @@ ParseDelta OutputParser::push(std::string_view text) {
 
 Status OutputParser::finish(ParseDelta& d) {
   step(d, true);
-  if (!error_.is_ok()) return error_;
-  if (state_ == State::kToolCalls) {
-    error_ = Status::errorf("model output ended inside a DSML tool_calls block ({} unparsed bytes)", buf_.size());
+  if (state_ != State::kReasoning && state_ != State::kContent && state_ != State::kAfterToolCalls) {
+    Status s = Status::errorf("model output ended inside a DSML tool_calls block ({} unparsed bytes)",
+                              block_raw_.size() + buf_.size());
+    if (error_.is_ok()) error_ = s;
     content_started_ = true;
-    emit_content(buf_, d);
+    emit_content(block_raw_ + buf_, d);
+    block_raw_.clear();
     buf_.clear();
-    return error_;
   }
-  return Status::ok();
+  return error_;
 }
 
-Status OutputParser::parse_invoke(std::string_view body, ParsedToolCall& call) const {
-  // body: everything after `<｜DSML｜invoke name="` up to (not including) `</｜DSML｜invoke>`.
-  size_t q = body.find("\">");
-  if (q == std::string_view::npos) return Status::error("DSML invoke without a closing '\">' after its name");
-  call.name = std::string(body.substr(0, q));
-  std::string_view rest = body.substr(q + 2);
-  // Arguments text as deepseek-recipe builds it: values of string="false" parameters verbatim (when they are
-  // JSON), string values JSON-escaped, in output order.
-  std::string args = "{";
-  while (true) {
-    size_t p = rest.find(param_open_);
-    if (p == std::string_view::npos) break;
-    rest.remove_prefix(p + param_open_.size());
-    size_t nq = rest.find("\" string=\"");
-    if (nq == std::string_view::npos) return Status::errorf("DSML parameter of {:?} lacks string=\"...\"", call.name);
-    std::string name(rest.substr(0, nq));
-    rest.remove_prefix(nq + 10);
-    size_t fq = rest.find("\">");
-    if (fq == std::string_view::npos) return Status::errorf("DSML parameter {:?} lacks '\">'", name);
-    bool is_string = rest.substr(0, fq) == "true";
-    rest.remove_prefix(fq + 2);
-    size_t end = rest.find(param_close_);
-    if (end == std::string_view::npos) return Status::errorf("DSML parameter {:?} is not closed", name);
-    std::string_view value = rest.substr(0, end);
-    rest.remove_prefix(end + param_close_.size());
-    if (args.size() > 1) args += ", ";
-    args += "\"" + name + "\": ";
-    const bool json = !is_string && ojson::accept(value.begin(), value.end());
-    if (json) args += value;
-    else args += ojson(std::string(value)).dump(-1, ' ', false, ojson::error_handler_t::replace);  // a string, or not JSON after all
-  }
-  call.arguments = args + "}";
-  return Status::ok();
+void OutputParser::fail(Status s) {
+  if (error_.is_ok()) error_ = std::move(s);
+}
+
+void OutputParser::consume(size_t n) {
+  block_raw_.append(buf_, 0, n);
+  buf_.erase(0, n);
+}
+
+void OutputParser::emit_args(std::string piece, ParseDelta& d) {
+  if (piece.empty()) return;
+  cur_.arguments += piece;
+  if (d.tool_call_deltas.empty() || d.tool_call_deltas.back().index != cur_.index)
+    d.tool_call_deltas.push_back({cur_.index, "", "", ""});
+  d.tool_call_deltas.back().arguments += piece;
 }
 
 void OutputParser::step(ParseDelta& d, bool final) {
@@ -122,6 +123,7 @@ void OutputParser::step(ParseDelta& d, bool final) {
         emit_reasoning(std::string_view(buf_).substr(0, e), d);
         buf_.erase(0, at + (to_calls ? calls_open_ : think_end_).size());
         state_ = to_calls ? State::kToolCalls : State::kContent;
+        if (to_calls) block_raw_.clear();
         continue;
       }
       size_t hold = 0;
@@ -145,6 +147,7 @@ void OutputParser::step(ParseDelta& d, bool final) {
         emit_content(std::string_view(buf_).substr(0, e), d);
         buf_.erase(0, f + calls_open_.size());
         state_ = State::kToolCalls;
+        block_raw_.clear();
         continue;
       }
       size_t hold = 0;
@@ -156,32 +159,118 @@ void OutputParser::step(ParseDelta& d, bool final) {
       buf_.erase(0, buf_.size() - hold);
       return;
     }
-    // kToolCalls: report each completed invoke; stop at the closing tag (also spelled "</｜DSML｜ calls>").
+    if (!step_tool_calls(d, final)) return;
+  }
+}
+
+bool OutputParser::step_tool_calls(ParseDelta& d, bool final) {
+  constexpr size_t npos = std::string::npos;
+  if (state_ == State::kToolCalls) {  // between invokes: the next invoke, or the end of the block
+    // The closing tag is also accepted as "</｜DSML｜ calls>" (deepseek-recipe does).
     const std::string close_alt = "</" + opts_.tokens.dsml + " calls>";
     size_t inv = buf_.find(invoke_open_), close = buf_.find(calls_close_), close_len = calls_close_.size();
     if (size_t alt = buf_.find(close_alt); alt < close) close = alt, close_len = close_alt.size();
-    if (inv != std::string::npos && (close == std::string::npos || inv < close)) {
-      size_t end = buf_.find(invoke_close_, inv);
-      if (end == std::string::npos) return;  // wait for more text
-      ParsedToolCall call;
-      call.index = static_cast<int>(calls_.size());
-      call.id = fmt::format("call_{}", call.index);
-      Status s = parse_invoke(std::string_view(buf_).substr(inv + invoke_open_.size(), end - inv - invoke_open_.size()), call);
-      if (!s.is_ok() && error_.is_ok()) error_ = s;
-      if (s.is_ok()) {
-        calls_.push_back(call);
-        d.tool_calls.push_back(std::move(call));
-      }
-      buf_.erase(0, end + invoke_close_.size());
-      continue;
+    if (inv != npos && (close == npos || inv < close)) {
+      consume(inv + invoke_open_.size());
+      state_ = State::kInvokeName;
+      return true;
     }
-    if (close != std::string::npos) {
-      buf_.erase(0, close + close_len);
-      state_ = State::kAfterToolCalls;
-      continue;
-    }
-    return;
+    if (close == npos) return false;
+    buf_.erase(0, close + close_len);
+    block_raw_.clear();
+    state_ = State::kAfterToolCalls;
+    return true;
   }
+  const size_t ic = buf_.find(invoke_close_);
+  if (state_ == State::kInvokeName) {  // `<invoke name="` NAME `">`
+    const size_t q = buf_.find("\">");
+    if (q != npos && (ic == npos || q < ic)) {
+      cur_ = ParsedToolCall{};
+      cur_.index = static_cast<int>(calls_.size());
+      cur_.id = fmt::format("call_{}", cur_.index);
+      cur_.name = buf_.substr(0, q);
+      cur_has_params_ = false;
+      d.tool_call_deltas.push_back({cur_.index, cur_.id, cur_.name, ""});
+      consume(q + 2);
+      state_ = State::kInvokeBody;
+      return true;
+    }
+    if (ic == npos) return false;
+    fail(Status::error("DSML invoke without a closing '\">' after its name"));  // dropped: nothing was streamed
+    buf_.erase(0, ic + invoke_close_.size());
+    block_raw_.clear();
+    state_ = State::kToolCalls;
+    return true;
+  }
+  if (state_ == State::kInvokeBody) {  // the next parameter, or the end of the invoke
+    const size_t p = buf_.find(param_open_);
+    if (p != npos && (ic == npos || p < ic)) {
+      consume(p + param_open_.size());
+      state_ = State::kParamHeader;
+      return true;
+    }
+    if (ic == npos) return false;
+    emit_args(cur_has_params_ ? "}" : "{}", d);
+    buf_.erase(0, ic + invoke_close_.size());
+    block_raw_.clear();
+    calls_.push_back(cur_);
+    d.tool_calls.push_back(cur_);
+    state_ = State::kToolCalls;
+    return true;
+  }
+  return step_param(d, final);
+}
+
+bool OutputParser::step_param(ParseDelta& d, bool final) {
+  constexpr size_t npos = std::string::npos;
+  const size_t ic = buf_.find(invoke_close_), pc = buf_.find(param_close_);
+  const size_t bound = std::min(ic, pc);  // a parameter never spans either marker
+  if (state_ == State::kParamHeader) {  // NAME `" string="` (true|false) `">`
+    const size_t nq = buf_.find("\" string=\"");
+    const size_t fq = nq == npos ? npos : buf_.find("\">", nq + 10);
+    if (fq != npos && fq < bound) {
+      param_name_ = buf_.substr(0, nq);
+      param_is_string_ = std::string_view(buf_).substr(nq + 10, fq - nq - 10) == "true";
+      std::string head = cur_has_params_ ? ", " : "{";
+      head += ojson(param_name_).dump(-1, ' ', false, ojson::error_handler_t::replace);
+      head += param_is_string_ ? ": \"" : ": ";
+      emit_args(std::move(head), d);
+      cur_has_params_ = true;
+      consume(fq + 2);
+      state_ = State::kParamValue;
+      return true;
+    }
+    if (bound == npos) return false;
+    if (nq == npos || nq > bound) fail(Status::errorf("DSML parameter of {:?} lacks string=\"...\"", cur_.name));
+    else fail(Status::errorf("DSML parameter {:?} lacks '\">'", buf_.substr(0, nq)));
+    consume(pc < ic ? pc + param_close_.size() : ic);  // the malformed parameter is skipped
+    state_ = State::kInvokeBody;
+    return true;
+  }
+  // kParamValue: string values stream as they arrive; other values are parsed as JSON once complete.
+  if (bound == npos) {
+    if (!param_is_string_ || final) return false;
+    size_t n = buf_.size() - std::max(partial_marker_suffix(buf_, param_close_), partial_marker_suffix(buf_, invoke_close_));
+    n -= incomplete_utf8_suffix(std::string_view(buf_).substr(0, n));
+    if (n == 0) return false;
+    emit_args(json_string_body(std::string_view(buf_).substr(0, n)), d);
+    consume(n);
+    return false;
+  }
+  if (ic < pc) fail(Status::errorf("DSML parameter {:?} is not closed", param_name_));
+  const std::string_view value = std::string_view(buf_).substr(0, bound);
+  if (param_is_string_) {
+    emit_args(json_string_body(value) + "\"", d);
+  } else {
+    // JSON values verbatim, as deepseek-recipe builds the arguments text; not JSON after all: the text as a
+    // JSON string.
+    emit_args(ojson::accept(value.begin(), value.end())
+                  ? std::string(value)
+                  : ojson(std::string(value)).dump(-1, ' ', false, ojson::error_handler_t::replace), d);
+  }
+  consume(ic < pc ? ic : pc + param_close_.size());
+  state_ = State::kInvokeBody;
+  return true;
 }
 
 }  // namespace dsinfer::chat

@@ -175,17 +175,19 @@ void Engine::apply_updates() {
     ev.request_id = u.request_id;
     ev.index = so.choice.index;
     ev.token_ids = u.tokens;
+    if (p.want_logprobs) ev.logprobs = u.logprobs;
     if (so.parser) {
       chat::ParseDelta d = so.parser->push(text);
       if (u.finished) {
         Status s = so.parser->finish(d);
-        if (!s) so.choice.parse_error = s.message();
+        if (!s) so.choice.parse_error = ev.parse_error = s.message();
       }
       so.choice.reasoning += d.reasoning;
       so.choice.text += d.content;
       ev.text = std::move(d.content);
       ev.reasoning = std::move(d.reasoning);
       ev.tool_calls = d.tool_calls;
+      ev.tool_call_deltas = std::move(d.tool_call_deltas);
       for (auto& c : d.tool_calls) so.choice.tool_calls.push_back(std::move(c));
     } else {
       so.choice.text += text;
@@ -200,13 +202,7 @@ void Engine::apply_updates() {
       ev.finish_reason = so.choice.finish_reason;
     }
     if (on_event_) on_event_(ev);
-    if (u.request_finished || p.live == 0) {
-      p.out.finish_s = t;
-      for (auto& [sid, s] : p.seqs) p.out.choices.push_back(std::move(s.choice));
-      std::sort(p.out.choices.begin(), p.out.choices.end(), [](const Choice& a, const Choice& b) { return a.index < b.index; });
-      finished_.push_back(std::move(p.out));
-      pending_.erase(pit);
-    }
+    if (u.request_finished || p.live == 0) finish_request(pit, t);
   }
 }
 
@@ -248,6 +244,48 @@ std::future<Status> Engine::start_bitmasks(const scheduler::BatchPlan& plan) {
     }
     return Status::ok();
   });
+void Engine::finish_request(std::map<scheduler::RequestId, std::unique_ptr<Pending>>::iterator it, double t) {
+  RequestOutput& out = it->second->out;
+  out.finish_s = t;
+  for (auto& [sid, s] : it->second->seqs) out.choices.push_back(std::move(s.choice));
+  std::sort(out.choices.begin(), out.choices.end(), [](const Choice& a, const Choice& b) { return a.index < b.index; });
+  finished_.push_back(std::move(out));
+  pending_.erase(it);
+}
+
+Status Engine::abort(scheduler::RequestId id) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return Status::errorf("abort: request {} is unknown or has already finished", id);
+  DSI_RETURN_IF_ERROR(sched_->abort(id));  // frees the state of every live sequence
+  Pending& p = *it->second;
+  for (auto& [sid, so] : p.seqs) {
+    if (structured_) structured_->remove(sid);
+    if (!so.choice.finish_reason.empty()) continue;
+    so.choice.finish_reason = sampling::finish_reason_name(sampling::FinishReason::Abort);
+    p.out.completion_tokens += int64_t(so.choice.token_ids.size());
+    if (!on_event_) continue;
+    StreamEvent ev;
+    ev.request_id = id;
+    ev.index = so.choice.index;
+    ev.finished = true;
+    ev.finish_reason = so.choice.finish_reason;
+    on_event_(ev);
+  }
+  finish_request(it, now_s());
+  return Status::ok();
+}
+
+int32_t Engine::num_running_requests() const {
+  int32_t n = 0;
+  for (const auto& [id, p] : pending_)
+    for (const auto& [sid, so] : p->seqs) {
+      const scheduler::SeqState st = sched_->seq_state(sid);
+      if (st == scheduler::SeqState::Prefilling || st == scheduler::SeqState::Decoding) {
+        ++n;
+        break;
+      }
+    }
+  return n;
 }
 
 std::vector<RequestOutput> Engine::take_finished() {

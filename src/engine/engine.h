@@ -51,7 +51,10 @@ struct StreamEvent {
   std::vector<int32_t> token_ids;
   std::string text, reasoning;       // chat: content / reasoning deltas; completions: text delta
   std::vector<chat::ParsedToolCall> tool_calls;  // completed this step
+  std::vector<chat::ToolCallDelta> tool_call_deltas;  // tool-call pieces parsed this step (streaming)
+  std::vector<sampling::SampleResult> logprobs;  // per token, when the request asked for logprobs
   bool finished = false;
+  std::string parse_error;           // chat output that did not parse (Choice::parse_error), with finished
   std::string finish_reason;
 };
 
@@ -63,10 +66,17 @@ class Engine {
   // Tokenizes / renders and queues one parsed request (prompt checks happen in the scheduler). Errors name
   // the field and value; nothing is queued then.
   Result<scheduler::RequestId> add(const Request& req);
+  // Ends a queued or running request now: its state is freed, its unfinished choices finish with "abort"
+  // (stream events say so) and it is returned by the next take_finished(). Fails for an unknown or finished id.
+  Status abort(scheduler::RequestId id);
   // One scheduler step (no-op when idle). A model failure is returned; the engine stays usable.
   Status step();
   bool has_unfinished() const { return sched_->has_unfinished(); }
   scheduler::SchedulerStats stats() const { return sched_->stats(); }
+  const cache::StateCache& state_cache() const { return sched_->cache(); }
+  // Requests queued / running in the scheduler (a request runs when any of its sequences holds state).
+  int32_t num_running_requests() const;
+  int32_t num_pending_requests() const { return int32_t(pending_.size()); }
   // Called once per sequence update during step() (streaming); empty = off.
   void set_stream_callback(std::function<void(const StreamEvent&)> cb) { on_event_ = std::move(cb); }
   // Requests finished since the last call, in completion order.
@@ -89,6 +99,7 @@ class Engine {
   void track_structured(const Request& req, const structured::Grammar& g, const std::vector<int32_t>& prompt,
                         const std::vector<scheduler::SeqId>& seqs);
   std::future<Status> start_bitmasks(const scheduler::BatchPlan& plan);
+  void finish_request(std::map<scheduler::RequestId, std::unique_ptr<Pending>>::iterator it, double t);
 
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;

@@ -133,5 +133,93 @@ TEST(ChatOutputParser, StartsInToolCallsForRequiredChoice) {
   EXPECT_TRUE(p.finish(end).is_ok());
 }
 
+
+// Streaming: the tool-call pieces of every push, concatenated per call, give the completed calls exactly (id and
+// name first, then the arguments), for any chunking; string values arrive before their parameter closes.
+struct Streamed {
+  std::vector<ToolCallDelta> calls;  // accumulated per index
+  std::vector<ParsedToolCall> done;
+};
+
+Streamed stream(const std::string& text, bool thinking, size_t chunk, bool in_calls = false) {
+  OutputParser p(ParserOptions{thinking, in_calls, {}});
+  Streamed out;
+  auto take = [&](const ParseDelta& d) {
+    for (const ToolCallDelta& t : d.tool_call_deltas) {
+      if (!t.name.empty()) {  // a call's first piece
+        EXPECT_EQ(size_t(t.index), out.calls.size());
+        out.calls.push_back(t);
+        continue;
+      }
+      EXPECT_TRUE(t.id.empty());
+      ASSERT_LT(size_t(t.index), out.calls.size());
+      out.calls[size_t(t.index)].arguments += t.arguments;
+    }
+    for (const auto& c : d.tool_calls) out.done.push_back(c);
+  };
+  for (size_t i = 0; i < text.size(); i += chunk) take(p.push(std::string_view(text).substr(i, chunk)));
+  ParseDelta last;
+  (void)p.finish(last);
+  take(last);
+  return out;
+}
+
+TEST(ChatOutputParser, ToolCallPiecesConcatenateToTheCalls) {
+  size_t calls = 0;
+  for (const auto& line : tokenizer::testing::read_lines(tokenizer::testing::source_dir() + "/tests/data/tokenizer/chat_outputs.jsonl")) {
+    auto j = ojson::parse(line);
+    for (size_t chunk : {size_t(1), size_t(2), size_t(5), size_t(1) << 20}) {
+      Streamed s = stream(j["output"], j["thinking"], chunk);
+      ASSERT_EQ(s.calls.size(), s.done.size()) << j["name"];
+      for (size_t k = 0; k < s.done.size(); ++k) {
+        EXPECT_EQ(s.calls[k].id, s.done[k].id);
+        EXPECT_EQ(s.calls[k].name, s.done[k].name);
+        EXPECT_EQ(s.calls[k].arguments, s.done[k].arguments) << j["name"] << " chunk " << chunk;
+        ++calls;
+      }
+    }
+  }
+  EXPECT_GE(calls, 12u);
+}
+
+TEST(ChatOutputParser, StringArgumentsStreamBeforeTheParameterCloses) {
+  const std::string d = "｜DSML｜";
+  OutputParser p(ParserOptions{false, true, {}});
+  ParseDelta a = p.push("<" + d + "invoke name=\"search\">\n<" + d + "parameter name=\"q\" string=\"true\">hel");
+  ASSERT_EQ(a.tool_call_deltas.size(), 1u);
+  EXPECT_EQ(a.tool_call_deltas[0].name, "search");
+  EXPECT_EQ(a.tool_call_deltas[0].id, "call_0");
+  EXPECT_EQ(a.tool_call_deltas[0].arguments, "{\"q\": \"hel");
+  ParseDelta b = p.push("lo \"w\"\xE5\xA4");  // a quote to escape, and half a character (held back)
+  ASSERT_EQ(b.tool_call_deltas.size(), 1u);
+  EXPECT_EQ(b.tool_call_deltas[0].arguments, "lo \\\"w\\\"");
+  ParseDelta c = p.push("\xA9</" + d + "parameter>\n<" + d + "parameter name=\"k\" string=\"false\">[1,2]</" + d +
+                        "parameter>\n</" + d + "invoke>\n</" + d + "tool_calls>");
+  ASSERT_EQ(c.tool_calls.size(), 1u);
+  EXPECT_EQ(c.tool_calls[0].arguments, "{\"q\": \"hello \\\"w\\\"\xE5\xA4\xA9\", \"k\": [1, 2]}");
+  EXPECT_EQ(a.tool_call_deltas[0].arguments + b.tool_call_deltas[0].arguments + c.tool_call_deltas[0].arguments,
+            c.tool_calls[0].arguments);
+  ParseDelta end;
+  EXPECT_TRUE(p.finish(end).is_ok());
+}
+
+TEST(ChatOutputParser, MalformedParameterIsSkippedWithAnError) {
+  const std::string d = "｜DSML｜";
+  const std::string text = "<" + d + "invoke name=\"f\">\n<" + d + "parameter name=\"a\">1</" + d + "parameter>\n<" + d +
+                           "parameter name=\"b\" string=\"false\">2</" + d + "parameter>\n</" + d + "invoke>\n</" + d + "tool_calls>";
+  for (size_t chunk : {size_t(1), size_t(1) << 20}) {
+    OutputParser p(ParserOptions{false, true, {}});
+    std::vector<ParsedToolCall> done;
+    for (size_t i = 0; i < text.size(); i += chunk)
+      for (auto& c : p.push(std::string_view(text).substr(i, chunk)).tool_calls) done.push_back(c);
+    ParseDelta end;
+    Status s = p.finish(end);
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find("string="), std::string::npos) << s.message();
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].arguments, "{\"b\": 2}");
+  }
+}
+
 }  // namespace
 }  // namespace dsinfer::chat

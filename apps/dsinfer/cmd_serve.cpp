@@ -1,0 +1,103 @@
+// `dsinfer serve`: the OpenAI-compatible HTTP server (src/server/server.h) on one engine. Listens on
+// 127.0.0.1 unless told otherwise; SIGINT / SIGTERM stop it cleanly (requests in flight end with finish
+// reason "abort"), exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "apps/dsinfer/commands.h"
+#include "apps/dsinfer/engine_flags.h"
+#include "dsinfer/engine.h"
+#include "server/server.h"
+
+namespace dsinfer::cli {
+
+namespace {
+
+void usage() {
+  const server::ServerOptions d;
+  std::fprintf(stderr,
+               "usage: dsinfer serve --model DIR [--host %s] [--port %d] [--api-key KEY] [engine flags]\n"
+               "%s"
+               "  server:   --api-key KEY (or env DSINFER_API_KEY): /v1/* needs 'Authorization: Bearer KEY'\n"
+               "            --max-waiting-requests N (%d, then 503)  --max-connections N (%d)\n"
+               "            --max-body-bytes N (%zu, then 413)  --max-n N (%d)\n"
+               "Endpoints: POST /v1/chat/completions, POST /v1/completions (\"stream\": true for server-sent events),\n"
+               "GET /v1/models, GET /health, GET /metrics (Prometheus).\n",
+               d.host.c_str(), d.port, engine_flags_help().c_str(), d.max_waiting_requests, d.max_connections,
+               d.max_body_bytes, d.max_n);
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  EngineOptions eo;
+  server::ServerOptions so;
+  if (const char* key = std::getenv("DSINFER_API_KEY")) so.api_key = key;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") return usage(), 0;
+    if (const FlagParse f = parse_engine_flag("serve", argc, argv, i, eo); f != FlagParse::kNotEngineFlag) {
+      if (f == FlagParse::kError) return usage(), 2;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "serve: option '%s' needs a value (or is unknown)\n", a.c_str());
+      return usage(), 2;
+    }
+    const std::string v = argv[++i];
+    int64_t n = 0;
+    if (a == "--host") so.host = v;
+    else if (a == "--api-key") so.api_key = v;
+    else if (!parse_int_flag("serve", a, v, n)) return 2;
+    else if (n < 0) return std::fprintf(stderr, "serve: %s must be >= 0, found %s\n", a.c_str(), v.c_str()), 2;
+    else if (a == "--port") so.port = int(n);
+    else if (a == "--max-waiting-requests") so.max_waiting_requests = int32_t(n);
+    else if (a == "--max-connections") so.max_connections = int32_t(n);
+    else if (a == "--max-body-bytes") so.max_body_bytes = size_t(n);
+    else if (a == "--max-n") so.max_n = int32_t(n);
+    else {
+      std::fprintf(stderr, "serve: unknown option '%s'\n", a.c_str());
+      return usage(), 2;
+    }
+  }
+  if (eo.model_dir.empty()) {
+    std::fprintf(stderr, "serve: needs --model DIR\n");
+    return usage(), 2;
+  }
+  // SIGINT / SIGTERM are taken by sigwait below: block them before any thread starts so that every thread
+  // inherits the mask. A client that vanishes must not kill the process with SIGPIPE.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string err;
+  std::unique_ptr<Engine> engine = Engine::create(eo, &err);
+  if (!engine) {
+    std::fprintf(stderr, "serve: %s\n", err.c_str());
+    return 2;
+  }
+  const std::string backend = engine->backend_name();
+  const long long max_len = (long long)engine->max_model_len();
+  server::Server srv(std::move(engine), so);
+  if (Status s = srv.start(); !s) {
+    std::fprintf(stderr, "serve: %s\n", s.message().c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "serve: model %s on %s, max_model_len %lld%s\nserve: listening on http://%s:%d\n",
+               eo.model_dir.c_str(), backend.c_str(), max_len, so.api_key.empty() ? "" : ", API key required",
+               so.host.c_str(), srv.port());
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "serve: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  srv.stop();
+  return 0;
+}
+
+}  // namespace dsinfer::cli

@@ -1,0 +1,17 @@
+// The public Engine's private state (include/dsinfer/engine.h), shared by the files implementing it
+// (public_api.cpp, stream_format.cpp).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dsinfer/engine.h"
+#include "engine/engine.h"
+
+namespace dsinfer {
+
+struct Engine::Impl {
+  std::unique_ptr<engine::Engine> e;
+  std::string model_name;
+};
+
+}  // namespace dsinfer

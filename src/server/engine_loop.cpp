@@ -1,0 +1,168 @@
+// EngineLoop (see engine_loop.h). Each iteration: take the inbox (new jobs, cancellations), submit / abort,
+// run one engine step, hand token events and finished results to the jobs' channels, publish stats.
+#include "server/engine_loop.h"
+
+namespace dsinfer::server {
+
+namespace {
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, Metrics* metrics)
+    : engine_(std::move(engine)), metrics_(metrics), max_model_len_(engine_->max_model_len()) {
+  engine_->set_token_callback([this](const TokenEvent& ev) { on_token(ev); });
+}
+
+EngineLoop::~EngineLoop() { stop(); }
+
+void EngineLoop::start() { thread_ = std::thread([this] { run(); }); }
+
+void EngineLoop::submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) {
+      job->channel->push({Event::Kind::kError, 0, {}, {}, 503, "server_shutting_down", "the server is shutting down"});
+      return;
+    }
+    ++in_flight_;
+    inbox_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void EngineLoop::cancel(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    cancels_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void EngineLoop::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::take_inbox(std::vector<std::shared_ptr<Job>>& submits, std::vector<std::shared_ptr<Job>>& cancels) {
+  std::unique_lock<std::mutex> lk(mu_);
+  // Idle: sleep until there is work (the timeout only bounds how stale the published stats get).
+  if (!engine_->has_unfinished())
+    cv_.wait_for(lk, std::chrono::milliseconds(500), [&] { return stopping_ || !inbox_.empty() || !cancels_.empty(); });
+  submits.swap(inbox_);
+  cancels.swap(cancels_);
+}
+
+void EngineLoop::admit(const std::shared_ptr<Job>& job) {
+  std::string err;
+  uint64_t id = 0;
+  int status = 400;
+  try {
+    id = engine_->submit(job->request, &err);
+  } catch (const std::exception& e) {  // a bug: the request fails, the server lives on
+    err = std::string("internal error: ") + e.what();
+    status = 500;
+  }
+  if (!id) {
+    --in_flight_;
+    job->channel->push({Event::Kind::kError, 0, {}, {}, status, status == 400 ? "invalid_request_error" : "internal_error", err});
+    return;
+  }
+  job->id = id;
+  jobs_[id] = job;
+  job->channel->push({Event::Kind::kStarted, id, {}, {}, 0, "", ""});
+}
+
+void EngineLoop::on_token(const TokenEvent& ev) {
+  auto it = jobs_.find(ev.request_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  if (!ev.token_ids.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    uint64_t later = ev.token_ids.size();
+    if (!job.first_token_seen) {
+      job.first_token_seen = true;
+      metrics_->observe_ttft(seconds(now - job.arrival));
+      --later;
+    }
+    if (later > 0) metrics_->observe_inter_token(seconds(now - job.last_token), later);
+    job.last_token = now;
+  }
+  Event e;
+  e.kind = Event::Kind::kToken;
+  e.token = ev;
+  job.channel->push(std::move(e));
+}
+
+void EngineLoop::deliver_finished() {
+  for (RequestResult& r : engine_->take_finished()) {
+    auto it = jobs_.find(r.id);
+    if (it == jobs_.end()) continue;
+    metrics_->count_finished(r, seconds(std::chrono::steady_clock::now() - it->second->arrival));
+    Event e;
+    e.kind = Event::Kind::kDone;
+    e.result = std::move(r);
+    it->second->channel->push(std::move(e));
+    jobs_.erase(it);
+    --in_flight_;
+  }
+}
+
+void EngineLoop::fail_all(const std::string& message) {
+  // A failed model step: every request in flight ends with the error (the engine stays usable).
+  for (auto& [id, job] : jobs_) {
+    std::string ignored;
+    engine_->abort(id, &ignored);
+    job->channel->push({Event::Kind::kError, id, {}, {}, 500, "internal_error", "model step failed: " + message});
+    --in_flight_;
+  }
+  jobs_.clear();
+  (void)engine_->take_finished();
+}
+
+void EngineLoop::run() {
+  std::vector<std::shared_ptr<Job>> submits, cancels;
+  while (true) {
+    submits.clear();
+    cancels.clear();
+    take_inbox(submits, cancels);
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopping = stopping_;
+    }
+    for (const auto& job : submits) admit(job);
+    for (const auto& job : cancels)
+      if (job->id && jobs_.count(job->id)) {
+        std::string ignored;
+        engine_->abort(job->id, &ignored);
+      }
+    if (stopping)
+      for (auto& [id, job] : jobs_) {
+        std::string ignored;
+        engine_->abort(id, &ignored);
+      }
+    // A job cancelled before it was admitted is aborted right after admission above (same iteration).
+    if (engine_->has_unfinished()) {
+      std::string err;
+      bool ok = false;
+      try {
+        ok = engine_->step(&err);
+      } catch (const std::exception& e) {
+        err = std::string("internal error: ") + e.what();
+      }
+      if (!ok) fail_all(err);
+    }
+    deliver_finished();
+    metrics_->set_engine_stats(engine_->stats(), 0);
+    if (stopping && jobs_.empty()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (inbox_.empty()) return;
+    }
+  }
+}
+
+}  // namespace dsinfer::server

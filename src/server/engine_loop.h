@@ -1,0 +1,65 @@
+// The engine thread: it alone owns and steps the (single-threaded) Engine. Connection threads hand it jobs
+// (a parsed request and the Channel to answer on) and cancellations through a mutex-guarded inbox and never
+// wait for a step; it answers through each job's Channel, so a slow or vanished client never blocks it.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "dsinfer/engine.h"
+#include "server/channel.h"
+#include "server/metrics.h"
+
+namespace dsinfer::server {
+
+struct Job {
+  Request request;
+  std::shared_ptr<Channel> channel = std::make_shared<Channel>();
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+  // Engine-thread bookkeeping.
+  uint64_t id = 0;
+  bool first_token_seen = false;
+  std::chrono::steady_clock::time_point last_token;
+};
+
+class EngineLoop {
+ public:
+  EngineLoop(std::unique_ptr<Engine> engine, Metrics* metrics);
+  ~EngineLoop();  // stops and joins
+  void start();
+  // Queues a job; the answer (kStarted or kError first) arrives on job->channel.
+  void submit(std::shared_ptr<Job> job);
+  // The client is gone: abort the job (queued or running) and free its state.
+  void cancel(std::shared_ptr<Job> job);
+  // Aborts everything in flight (each job still gets its kDone), then the thread exits.
+  void stop();
+  // Jobs submitted and not yet finished (queued here or in the engine).
+  int32_t in_flight() const { return in_flight_.load(); }
+  const Engine& engine() const { return *engine_; }  // immutable parts only (model name, tokenizer)
+  int64_t max_model_len() const { return max_model_len_; }
+
+ private:
+  void run();
+  void take_inbox(std::vector<std::shared_ptr<Job>>& submits, std::vector<std::shared_ptr<Job>>& cancels);
+  void admit(const std::shared_ptr<Job>& job);
+  void on_token(const TokenEvent& ev);
+  void deliver_finished();
+  void fail_all(const std::string& message);
+
+  std::unique_ptr<Engine> engine_;
+  Metrics* metrics_;
+  int64_t max_model_len_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Job>> inbox_, cancels_;
+  bool stopping_ = false;
+  std::atomic<int32_t> in_flight_{0};
+  std::map<uint64_t, std::shared_ptr<Job>> jobs_;  // engine thread only
+};
+
+}  // namespace dsinfer::server

@@ -1,0 +1,205 @@
+// Router (see handlers.h): every path of the server and its errors.
+#include "server/handlers.h"
+
+#include <ctime>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+namespace dsinfer::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const std::set<std::string>& body_fields() {
+  static const std::set<std::string> k = {
+      "messages", "prompt", "model", "n", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "max_tokens", "max_completion_tokens",
+      "min_tokens", "stop", "stop_token_ids", "ignore_eos", "logprobs", "top_logprobs", "stream", "stream_options",
+      "tools", "tool_choice", "response_format", "thinking", "reasoning_effort", "return_token_ids"};
+  return k;
+}
+
+// The identifier at s[i...] (letters, digits, '_').
+std::string ident_at(const std::string& s, size_t i) {
+  size_t j = i;
+  while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+  return s.substr(i, j - i);
+}
+
+const char* reason_phrase_type(int status) {
+  switch (status) {
+    case 400: case 405: case 413: case 431: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 503: return "service_unavailable";
+    default: return "internal_error";
+  }
+}
+
+std::string sse(const std::string& data) { return "data: " + data + "\n\n"; }
+
+}  // namespace
+
+std::string error_json(const std::string& message, const std::string& type, const std::string& param, const std::string& code) {
+  return dump({{"error",
+                {{"message", message},
+                 {"type", type},
+                 {"param", param.empty() ? json(nullptr) : json(param)},
+                 {"code", code.empty() ? json(nullptr) : json(code)}}}});
+}
+
+std::string param_of(const std::string& message) {
+  const std::string lead = ident_at(message, message.rfind('\'', 0) == 0 ? 1 : 0);
+  if (body_fields().count(lead)) return lead;
+  for (size_t q = message.find('\''); q != std::string::npos; q = message.find('\'', q + 1)) {
+    const std::string f = ident_at(message, q + 1);
+    if (body_fields().count(f)) return f;
+  }
+  return "";
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  // Runs over the expected key's length whatever the input; the length difference is folded in.
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < b.size(); ++i) diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ b[i]);
+  return diff == 0;
+}
+
+Router::Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options)
+    : loop_(loop), metrics_(metrics), opts_(options), model_name_(loop.engine().model_name()),
+      created_(int64_t(std::time(nullptr))) {}
+
+void Router::send_error(ResponseWriter& w, const std::string& endpoint, int status, const std::string& message,
+                        const std::string& type, const std::string& param, const std::string& code, const Headers& extra) {
+  metrics_.count_http(endpoint, status);
+  w.send(status, "application/json", error_json(message, type.empty() ? reason_phrase_type(status) : type, param, code), extra);
+}
+
+std::string Router::models_json() const {
+  return dump({{"object", "list"},
+               {"data", json::array({{{"id", model_name_},
+                                      {"object", "model"},
+                                      {"created", created_},
+                                      {"owned_by", "dsinfer"},
+                                      {"max_model_len", loop_.max_model_len()}}})}});
+}
+
+void Router::handle(const HttpRequest& req, ResponseWriter& w) {
+  struct Route {
+    const char* path;
+    const char* method;
+  };
+  static const Route kRoutes[] = {{"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/v1/models", "GET"},
+                                  {"/health", "GET"}, {"/metrics", "GET"}};
+  const Route* route = nullptr;
+  for (const Route& r : kRoutes)
+    if (req.path == r.path) route = &r;
+  if (!route) return send_error(w, "other", 404, "no route for " + req.method + " " + req.path, "", "", "not_found");
+  const std::string endpoint = route->path;
+  if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET"))
+    return send_error(w, endpoint, 405, req.method + " is not allowed on " + endpoint + " (use " + route->method + ")", "",
+                      "", "method_not_allowed", {{"Allow", route->method}});
+  if (endpoint.rfind("/v1/", 0) == 0 && !opts_.api_key.empty()) {
+    const std::string prefix = "Bearer ";
+    const bool bearer = req.authorization.rfind(prefix, 0) == 0;
+    if (!bearer || !constant_time_equal(req.authorization.substr(bearer ? prefix.size() : 0), opts_.api_key))
+      return send_error(w, endpoint, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')", "", "",
+                        "invalid_api_key", {{"WWW-Authenticate", "Bearer"}});
+  }
+  if (endpoint == "/health") {
+    metrics_.count_http(endpoint, 200);
+    w.send(200, "application/json", "{}");
+  } else if (endpoint == "/metrics") {
+    metrics_.count_http(endpoint, 200);
+    w.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
+  } else if (endpoint == "/v1/models") {
+    metrics_.count_http(endpoint, 200);
+    w.send(200, "application/json", models_json());
+  } else {
+    completions(req, endpoint == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, endpoint, w);
+  }
+}
+
+bool Router::next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWriter& w) {
+  while (!job->channel->pop(e, std::chrono::milliseconds(50)))
+    if (w.client_gone()) {
+      loop_.cancel(job);
+      return false;
+    }
+  return true;
+}
+
+void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& endpoint, ResponseWriter& w) {
+  auto job = std::make_shared<Job>();
+  Request& req = job->request;
+  std::string err;
+  if (!parse_request(hr.body, ep, &req, &err)) return send_error(w, endpoint, 400, err, "", param_of(err));
+  if (!req.model.empty() && req.model != model_name_)
+    return send_error(w, endpoint, 404, "the model '" + req.model + "' does not exist (this server serves '" + model_name_ + "')",
+                      "", "model", "model_not_found");
+  if (req.sampling.n > opts_.max_n)
+    return send_error(w, endpoint, 400, fmt::format("n must be at most {} on this server, got {}", opts_.max_n, req.sampling.n), "", "n");
+  if (int64_t(req.sampling.stop.size()) > opts_.max_stop_strings)
+    return send_error(w, endpoint, 400, fmt::format("'stop' may hold at most {} strings, got {}", opts_.max_stop_strings,
+                                                    req.sampling.stop.size()), "", "stop");
+  for (size_t i = 0; i < req.sampling.stop.size(); ++i)
+    if (req.sampling.stop[i].size() > opts_.max_stop_bytes)
+      return send_error(w, endpoint, 400, fmt::format("'stop[{}]' is {} bytes long; the limit is {}", i,
+                                                      req.sampling.stop[i].size(), opts_.max_stop_bytes), "", "stop");
+  const EngineStats st = metrics_.engine_stats();
+  if (loop_.in_flight() - st.running_requests >= opts_.max_waiting_requests)
+    return send_error(w, endpoint, 503, fmt::format("the server is overloaded ({} requests waiting); retry later",
+                                                    loop_.in_flight() - st.running_requests), "", "", "overloaded",
+                      {{"Retry-After", "1"}});
+  loop_.submit(job);
+  Event e;
+  if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);
+  if (e.kind != Event::Kind::kStarted)
+    return send_error(w, endpoint, e.http_status, e.message, e.error_type, param_of(e.message));
+  if (req.stream) return stream(job, e.request_id, endpoint, w);
+  while (true) {
+    if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);
+    if (e.kind == Event::Kind::kError) return send_error(w, endpoint, e.http_status, e.message, e.error_type);
+    if (e.kind != Event::Kind::kDone) continue;
+    metrics_.count_http(endpoint, 200);
+    w.send(200, "application/json", e.result.response_json);
+    return;
+  }
+}
+
+void Router::stream(const std::shared_ptr<Job>& job, uint64_t id, const std::string& endpoint, ResponseWriter& w) {
+  StreamFormatter f(loop_.engine(), job->request, id);
+  auto gone = [&] {
+    loop_.cancel(job);  // the client is gone: free the request's state now
+    metrics_.count_http(endpoint, 499);
+  };
+  if (!w.begin_stream(200, "text/event-stream")) return gone();
+  for (const std::string& c : f.start())
+    if (!w.write(sse(c))) return gone();
+  Event e;
+  while (true) {
+    if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);
+    std::string out;
+    if (e.kind == Event::Kind::kToken) {
+      const std::string c = f.chunk(e.token);
+      if (c.empty()) continue;
+      out = sse(c);
+    } else if (e.kind == Event::Kind::kDone) {
+      const std::string u = f.usage_chunk(e.result);
+      if (!u.empty()) out = sse(u);
+      out += sse("[DONE]");
+    } else {  // an engine failure after the head went out: an error event, then the end of the stream
+      out = sse(error_json(e.message, e.error_type, "", "")) + sse("[DONE]");
+    }
+    if (!w.write(out)) return gone();
+    if (e.kind != Event::Kind::kToken) break;
+  }
+  metrics_.count_http(endpoint, 200);
+  w.end_stream();
+}
+
+}  // namespace dsinfer::server

@@ -1,0 +1,67 @@
+// Request handling independent of the HTTP library: routing, authentication, OpenAI error objects, limits,
+// and the completions endpoints (JSON responses and server-sent-event streams). The connection code
+// (http_server.cpp) parses HTTP and hands each request here with a ResponseWriter for its socket.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/server.h"
+
+namespace dsinfer::server {
+
+struct HttpRequest {
+  std::string method;         // "GET", "POST", ...
+  std::string path;           // the target without the query string
+  std::string authorization;  // the Authorization header ("" when absent)
+  std::string body;
+};
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  // A complete response. False when the client is gone.
+  virtual bool send(int status, const std::string& content_type, const std::string& body, const Headers& extra = {}) = 0;
+  // A streamed response: the head (chunked transfer encoding), then pieces, then the end.
+  virtual bool begin_stream(int status, const std::string& content_type) = 0;
+  virtual bool write(const std::string& data) = 0;
+  virtual bool end_stream() = 0;
+  // True when the client has closed the connection (polled while a request waits for the engine).
+  virtual bool client_gone() = 0;
+};
+
+// The OpenAI error object {"error": {"message", "type", "param", "code"}}.
+std::string error_json(const std::string& message, const std::string& type, const std::string& param, const std::string& code);
+// The request field a validation message names ("'stop[1]' must be ..." -> "stop"), or "".
+std::string param_of(const std::string& message);
+// Compares without an early exit (the time does not depend on where the strings differ).
+bool constant_time_equal(const std::string& a, const std::string& b);
+
+class Router {
+ public:
+  Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options);
+  void handle(const HttpRequest& req, ResponseWriter& w);
+  // An error response, counted in the metrics under `endpoint`.
+  void send_error(ResponseWriter& w, const std::string& endpoint, int status, const std::string& message,
+                  const std::string& type, const std::string& param = "", const std::string& code = "",
+                  const Headers& extra = {});
+
+ private:
+  void completions(const HttpRequest& req, Endpoint ep, const std::string& endpoint, ResponseWriter& w);
+  void stream(const std::shared_ptr<Job>& job, uint64_t id, const std::string& endpoint, ResponseWriter& w);
+  // Waits for the job's next event; false (and the job cancelled) when the client went away.
+  bool next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWriter& w);
+  std::string models_json() const;
+
+  EngineLoop& loop_;
+  Metrics& metrics_;
+  ServerOptions opts_;
+  std::string model_name_;
+  int64_t created_ = 0;
+};
+
+}  // namespace dsinfer::server

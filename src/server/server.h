@@ -1,0 +1,48 @@
+// The OpenAI-compatible HTTP server behind `dsinfer serve`: POST /v1/chat/completions and /v1/completions (JSON
+// or server-sent-event streams), GET /v1/models, /health, /metrics. HTTP/1.1 with keep-alive from Boost.Beast
+// (header-only: the binary needs no HTTP library at run time), one thread per connection, and one engine thread
+// that owns the Engine (server/engine_loop.h). Connection threads never wait for the engine thread; the engine
+// thread never waits for a client.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "dsinfer/engine.h"
+
+namespace dsinfer::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                        // 0: an ephemeral port (see Server::port())
+  std::string api_key;                    // non-empty: /v1/* needs "Authorization: Bearer <key>"
+  size_t max_body_bytes = 8u << 20;       // larger bodies: 413
+  size_t max_header_bytes = 16u << 10;    // larger header blocks: 431
+  int32_t max_waiting_requests = 256;     // queued (not yet running) requests beyond this: 503 + Retry-After
+  int32_t max_connections = 1024;         // open connections beyond this: 503, closed
+  int32_t max_n = 16;                     // limits on request fields (400 naming the field)
+  int32_t max_stop_strings = 16;
+  size_t max_stop_bytes = 256;
+  int idle_timeout_s = 60;                // keep-alive connections idle this long are closed
+  int write_timeout_s = 30;               // a client that accepts no data this long is dropped (and aborted)
+};
+
+class Server {
+ public:
+  Server(std::unique_ptr<Engine> engine, ServerOptions options);
+  ~Server();  // stop()
+  // Binds and listens, then starts the engine thread and the accept thread. Errors name the address.
+  Status start();
+  int port() const;  // the bound port (after start)
+  // Stops accepting, aborts requests in flight (streams end with finish_reason "abort"), closes
+  // connections, joins every thread. Idempotent.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsinfer::server
