@@ -244,6 +244,8 @@ std::future<Status> Engine::start_bitmasks(const scheduler::BatchPlan& plan) {
     }
     return Status::ok();
   });
+}
+
 void Engine::finish_request(std::map<scheduler::RequestId, std::unique_ptr<Pending>>::iterator it, double t) {
   RequestOutput& out = it->second->out;
   out.finish_s = t;
