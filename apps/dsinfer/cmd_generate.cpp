@@ -29,6 +29,8 @@ void usage() {
                "  engine:   --backend cpu|cuda  --numerics official|hf  --load-format auto|dummy  --tokenizer FILE\n"
                "            --max-num-seqs N (64)  --max-num-batched-tokens N (2048)  --max-model-len N  --seed N\n"
                "            --state-memory-gb X\n"
+               "  speculative decoding: --speculative dspark|mtp1|off  --num-speculative-tokens K  --speculative-budget N\n"
+               "            --speculative-min-survival X\n"
                "  --prompt:  --max-tokens N (64)  --temperature X (0)  --top-p X  --top-k N  --ignore-eos\n"
                "Input lines: {\"custom_id\": \"...\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\" or\n"
                "\"/v1/completions\", \"body\": {\"messages\": [...] | \"prompt\": \"text\" | [token ids], sampling fields}}.\n");
@@ -85,12 +87,16 @@ int cmd_generate(int argc, char** argv) {
     else if (a == "--numerics") eo.numerics = v;
     else if (a == "--load-format") eo.load_format = v;
     else if (a == "--tokenizer") eo.tokenizer_path = v;
+    else if (a == "--speculative") eo.speculative = v;
     else if (!num(x)) return 2;
     else if (a == "--max-num-seqs") eo.max_num_seqs = int32_t(x);
     else if (a == "--max-num-batched-tokens") eo.max_num_batched_tokens = int64_t(x);
     else if (a == "--max-model-len") eo.max_model_len = int64_t(x);
     else if (a == "--seed") eo.seed = uint64_t(x);
     else if (a == "--state-memory-gb") eo.state_memory_gb = x;
+    else if (a == "--num-speculative-tokens") eo.num_speculative_tokens = int32_t(x);
+    else if (a == "--speculative-budget") eo.speculative_budget = int64_t(x);
+    else if (a == "--speculative-min-survival") eo.speculative_min_survival = x;
     else if (a == "--max-tokens") single_req.sampling.max_tokens = int64_t(x);
     else if (a == "--temperature") single_req.sampling.temperature = x;
     else if (a == "--top-p") single_req.sampling.top_p = x;
@@ -246,6 +252,20 @@ int cmd_generate(int argc, char** argv) {
                lines.size(), failed, (long long)in_tokens, (long long)out_tokens, wall, wall > 0 ? double(out_tokens) / wall : 0.0,
                wall > 0 ? double(in_tokens + out_tokens) / wall : 0.0, 1e3 * percentile(ttft, .5), 1e3 * percentile(ttft, .9),
                1e3 * percentile(ttft, .99), 1e3 * percentile(tpot, .5), 1e3 * percentile(tpot, .9), 1e3 * percentile(tpot, .99));
+  const SpeculativeMetrics sm = engine->speculative_metrics();
+  if (sm.method != "off") {
+    std::string per;
+    for (size_t k = 0; k < sm.trials_per_position.size(); ++k)
+      per += fmt::format("{}{:.3f}", k ? " " : "", sm.trials_per_position[k] ? double(sm.accepted_per_position[k]) /
+                                                                                   double(sm.trials_per_position[k]) : 0.0);
+    std::fprintf(stderr,
+                 "speculative: %s, mean accepted length %.3f (tokens per decode round), acceptance per position [%s],\n"
+                 "         verified tokens per step %.2f, verified per emitted token %.3f, draft time %.1f%% of steps\n",
+                 sm.method.c_str(), sm.mean_accepted_length(), per.c_str(),
+                 sm.steps ? double(sm.verified_tokens) / double(sm.steps) : 0.0,
+                 sm.emitted_tokens ? double(sm.verified_tokens) / double(sm.emitted_tokens) : 0.0,
+                 sm.step_seconds > 0 ? 100.0 * sm.draft_seconds / sm.step_seconds : 0.0);
+  }
   return failed ? 1 : 0;
 }
 
