@@ -70,9 +70,9 @@ void moe(const io::ModelConfig& c, const model::LayerWeights& L, const std::vect
   rp.norm_eps = kRouterNormEps;
   rp.route_scale = float(c.routed_scaling_factor);
   const float limit = float(c.swiglu_limit);
-  std::vector<int32_t> idx(size_t(k));
-  std::vector<float> wt(size_t(k));
-  std::vector<double> acc(size_t(D));
+  std::vector<int32_t> idx(static_cast<size_t>(k));
+  std::vector<float> wt(static_cast<size_t>(k));
+  std::vector<double> acc(static_cast<size_t>(D));
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x.data() + t * D;
     ops::route_ref(rp, xt, nullptr, idx.data(), wt.data());

@@ -106,11 +106,13 @@ double tight_state_gb(const std::string& spec, int32_t k) {
   cc.max_spec_tokens = spec == "off" ? 0 : k;
   auto layout = cache::compute_state_layout((*probe)->model_config(), cc);
   EXPECT_TRUE(layout.is_ok());
-  return double(3 * layout->bytes_per_sequence(160)) / double(int64_t(1) << 30);
+  // 16 slots but token blocks for two max-length sequences only: running sequences outgrow them.
+  return double(16 * layout->slot_bytes + 2 * layout->blocks_per_sequence(160) * layout->block_bytes) /
+         double(int64_t(1) << 30);
 }
 
 const RunResult& plain_greedy() {
-  static RunResult r = run(options("off", 64, 4096), greedy_bodies(20));
+  static RunResult r = run(options("off", 64, 4096), greedy_bodies(16));
   return r;
 }
 
@@ -123,11 +125,11 @@ void expect_same(const RunResult& a, const RunResult& b, const char* what) {
 
 TEST(SpecEngine, DsparkGreedyEqualsPlainAloneAndInMixedBatchesWithPreemption) {
   const RunResult& plain = plain_greedy();
-  const RunResult alone = run(options("dspark", 1, 4096), greedy_bodies(20));
+  const RunResult alone = run(options("dspark", 1, 4096), greedy_bodies(16));
   expect_same(plain, alone, "dspark alone");
   EXPECT_GT(alone.metrics.accepted_tokens, 0);
   EXPECT_GT(alone.metrics.mean_accepted_length(), 1.0);
-  const RunResult mixed = run(options("dspark", 16, 48, tight_state_gb("dspark", 5)), greedy_bodies(20));
+  const RunResult mixed = run(options("dspark", 16, 48, tight_state_gb("dspark", 5)), greedy_bodies(16));
   expect_same(plain, mixed, "dspark mixed + preemption");
   EXPECT_GT(mixed.preemptions, 0);
   std::printf("dspark greedy: mean accepted length %.3f, %lld rounds, acceptance per position", 
@@ -139,9 +141,9 @@ TEST(SpecEngine, DsparkGreedyEqualsPlainAloneAndInMixedBatchesWithPreemption) {
 
 TEST(SpecEngine, Mtp1GreedyEqualsPlainAloneAndInMixedBatchesWithPreemption) {
   const RunResult& plain = plain_greedy();
-  const RunResult alone = run(options("mtp1", 1, 4096), greedy_bodies(20));
+  const RunResult alone = run(options("mtp1", 1, 4096), greedy_bodies(16));
   expect_same(plain, alone, "mtp1 alone");
-  const RunResult mixed = run(options("mtp1", 16, 48, tight_state_gb("mtp1", 1)), greedy_bodies(20));
+  const RunResult mixed = run(options("mtp1", 16, 48, tight_state_gb("mtp1", 1)), greedy_bodies(16));
   expect_same(plain, mixed, "mtp1 mixed + preemption");
   EXPECT_GT(mixed.preemptions, 0);
   std::printf("mtp1 greedy: mean accepted length %.3f, acceptance %.3f\n", alone.metrics.mean_accepted_length(),
@@ -151,10 +153,10 @@ TEST(SpecEngine, Mtp1GreedyEqualsPlainAloneAndInMixedBatchesWithPreemption) {
 TEST(SpecEngine, ConfidenceScheduleKeepsGreedyOutputAndVerifiesFewerTokens) {
   const RunResult& plain = plain_greedy();
   EngineOptions o = options("dspark", 16, 4096);
-  const RunResult all = run(o, greedy_bodies(20));
+  const RunResult all = run(o, greedy_bodies(16));
   o.speculative_budget = 12;
   o.speculative_min_survival = 0.25;
-  const RunResult sched = run(o, greedy_bodies(20));
+  const RunResult sched = run(o, greedy_bodies(16));
   expect_same(plain, sched, "dspark confidence-scheduled");
   const double per_all = double(all.metrics.verified_tokens) / double(all.metrics.emitted_tokens);
   const double per_sched = double(sched.metrics.verified_tokens) / double(sched.metrics.emitted_tokens);
