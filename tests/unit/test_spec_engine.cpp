@@ -61,6 +61,8 @@ const std::vector<std::vector<int32_t>>& prompts() {
 
 struct RunResult {
   std::vector<std::vector<int32_t>> tokens;  // per request, first choice
+  std::vector<std::string> text, finish;     // its text and finish reason
+  std::vector<std::vector<std::pair<float, size_t>>> logprobs;  // (logprob, number of alternatives) per token
   int64_t preemptions = 0;
   SpeculativeMetrics metrics;
 };
@@ -79,20 +81,38 @@ RunResult run(const EngineOptions& o, const std::vector<json>& bodies) {
     idx[*id] = i;
   }
   rr.tokens.resize(bodies.size());
+  rr.text.resize(bodies.size());
+  rr.finish.resize(bodies.size());
+  rr.logprobs.resize(bodies.size());
   for (int guard = 0; (*e)->has_unfinished() && guard < 100000; ++guard) {
     Status s = (*e)->step();
     EXPECT_TRUE(s.is_ok()) << s.message();
     if (!s.is_ok()) break;
-    for (auto& r : (*e)->take_finished()) rr.tokens[idx[r.id]] = r.choices[0].token_ids;
+    for (auto& r : (*e)->take_finished()) {
+      const size_t i = idx[r.id];
+      rr.tokens[i] = r.choices[0].token_ids;
+      rr.text[i] = r.choices[0].text;
+      rr.finish[i] = r.choices[0].finish_reason;
+      for (const auto& lp : r.choices[0].logprobs) rr.logprobs[i].push_back({lp.logprob, lp.top.size()});
+    }
   }
   rr.preemptions = (*e)->stats().num_preemptions;
   rr.metrics = (*e)->speculative_metrics();
   return rr;
 }
 
+// Greedy requests with the output controls that must behave exactly as without speculation: stop strings,
+// min_tokens, penalties, logit_bias, logprobs.
 std::vector<json> greedy_bodies(int max_tokens) {
   std::vector<json> b;
-  for (const auto& p : prompts()) b.push_back({{"prompt", p}, {"max_tokens", max_tokens}, {"temperature", 0.0}});
+  for (size_t i = 0; i < prompts().size(); ++i) {
+    json body = {{"prompt", prompts()[i]}, {"max_tokens", max_tokens}, {"temperature", 0.0}};
+    if (i % 5 == 1) body["stop"] = json::array({"\n", "(", "self"});
+    if (i % 5 == 2) body.update({{"min_tokens", 6}, {"stop_token_ids", json::array({11, 13})}});
+    if (i % 5 == 3) body.update({{"frequency_penalty", 0.5}, {"repetition_penalty", 1.2}, {"logit_bias", {{"223", 3.0}}}});
+    if (i % 5 == 4) body.update({{"logprobs", true}, {"top_logprobs", 3}});
+    b.push_back(body);
+  }
   return b;
 }
 
@@ -118,7 +138,12 @@ const RunResult& plain_greedy() {
 
 void expect_same(const RunResult& a, const RunResult& b, const char* what) {
   ASSERT_EQ(a.tokens.size(), b.tokens.size());
-  for (size_t i = 0; i < a.tokens.size(); ++i) EXPECT_EQ(a.tokens[i], b.tokens[i]) << what << ", prompt " << i;
+  for (size_t i = 0; i < a.tokens.size(); ++i) {
+    EXPECT_EQ(a.tokens[i], b.tokens[i]) << what << ", prompt " << i;
+    EXPECT_EQ(a.text[i], b.text[i]) << what << ", prompt " << i;
+    EXPECT_EQ(a.finish[i], b.finish[i]) << what << ", prompt " << i;
+    EXPECT_EQ(a.logprobs[i], b.logprobs[i]) << what << ", prompt " << i;
+  }
 }
 
 }  // namespace
