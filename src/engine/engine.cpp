@@ -71,6 +71,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
   if (spec_method != spec::SpecMethod::kOff) {
     if (o.num_speculative_tokens < 0)
       return Status::errorf("num_speculative_tokens must be >= 0, found {}", o.num_speculative_tokens);
+    if (o.speculative_budget < 0) return Status::errorf("speculative_budget must be >= 0, found {}", o.speculative_budget);
+    if (!(o.speculative_min_survival >= 0 && o.speculative_min_survival <= 1))
+      return Status::errorf("speculative_min_survival must be in [0, 1], found {}", o.speculative_min_survival);
     DSI_ASSIGN_OR_RETURN(spec::DraftConfig dc, spec::load_draft_config(o.model_dir));
     const int32_t max_k = spec_method == spec::SpecMethod::kDspark ? int32_t(dc.block_size) : 1;
     cc.max_spec_tokens = o.num_speculative_tokens > 0 ? o.num_speculative_tokens : max_k;
