@@ -240,6 +240,20 @@ int cmd_generate(int argc, char** argv) {
                lines.size(), failed, (long long)in_tokens, (long long)out_tokens, wall, wall > 0 ? double(out_tokens) / wall : 0.0,
                wall > 0 ? double(in_tokens + out_tokens) / wall : 0.0, 1e3 * percentile(ttft, .5), 1e3 * percentile(ttft, .9),
                1e3 * percentile(ttft, .99), 1e3 * percentile(tpot, .5), 1e3 * percentile(tpot, .9), 1e3 * percentile(tpot, .99));
+  const SpeculativeMetrics sm = engine->speculative_metrics();
+  if (sm.method != "off") {
+    std::string per;
+    for (size_t k = 0; k < sm.trials_per_position.size(); ++k)
+      per += fmt::format("{}{:.3f}", k ? " " : "", sm.trials_per_position[k] ? double(sm.accepted_per_position[k]) /
+                                                                                   double(sm.trials_per_position[k]) : 0.0);
+    std::fprintf(stderr,
+                 "speculative: %s, mean accepted length %.3f (tokens per decode round), acceptance per position [%s],\n"
+                 "         verified tokens per step %.2f, verified per emitted token %.3f, draft time %.1f%% of steps\n",
+                 sm.method.c_str(), sm.mean_accepted_length(), per.c_str(),
+                 sm.steps ? double(sm.verified_tokens) / double(sm.steps) : 0.0,
+                 sm.emitted_tokens ? double(sm.verified_tokens) / double(sm.emitted_tokens) : 0.0,
+                 sm.step_seconds > 0 ? 100.0 * sm.draft_seconds / sm.step_seconds : 0.0);
+  }
   return failed ? 1 : 0;
 }
 

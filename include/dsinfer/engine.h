@@ -24,6 +24,29 @@ struct EngineOptions {
   int64_t max_model_len = 0;           // 0: min(max_position_embeddings, 8192)
   uint64_t seed = 0;                   // draws the seeds of requests that give none
   double state_memory_gb = 0;          // 0: room for max_num_seqs full-length sequences, capped at 4 GiB
+  // Speculative decoding (docs/engine_core.md): drafter "dspark" (the checkpoint's mtp.* DSpark drafter), "mtp1"
+  // (model_dir/mtp1/) or "off"; drafts per sequence per step (0 = the drafter's block: DSpark 5, MTP-1 1); the
+  // confidence schedule: at most speculative_budget drafts verified per step over all sequences, ranked by the
+  // confidence head's cumulative survival (0 = no limit), and only drafts whose survival >= min_survival.
+  std::string speculative = "off";
+  int32_t num_speculative_tokens = 0;
+  int64_t speculative_budget = 0;
+  double speculative_min_survival = 0;
+};
+
+// Counters of speculative decoding since the engine was created.
+struct SpeculativeMetrics {
+  std::string method = "off";
+  int64_t steps = 0;             // engine steps
+  int64_t rounds = 0;            // decode rounds: one decoding sequence in one step
+  int64_t emitted_tokens = 0;    // tokens those rounds produced (accepted drafts + correction / bonus token)
+  int64_t verified_tokens = 0;   // tokens those rounds computed (anchor + verified drafts)
+  int64_t drafted_tokens = 0;    // drafts proposed
+  int64_t accepted_tokens = 0;   // drafts accepted
+  std::vector<int64_t> trials_per_position;    // draft k verified with drafts 0..k-1 accepted
+  std::vector<int64_t> accepted_per_position;  // ... and accepted
+  double draft_seconds = 0, step_seconds = 0;  // drafter time, whole step time
+  double mean_accepted_length() const { return rounds ? double(emitted_tokens) / double(rounds) : 0.0; }
 };
 
 struct ToolCallResult {
@@ -109,6 +132,7 @@ class Engine {
   // Called for every sequence that produced tokens in a step (streaming).
   void set_token_callback(std::function<void(const TokenEvent&)> cb);
 
+  SpeculativeMetrics speculative_metrics() const;
   std::string backend_name() const;    // e.g. "cpu (official numerics)"
   int64_t max_model_len() const;
   bool has_tokenizer() const;

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "scheduler/step_sampling.h"
+#include "spec/speculator.h"
 #include "chat/chat_encoding.h"
 #include "chat/chat_types.h"
 #include "chat/parser_options.h"
@@ -67,6 +68,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
   cc.max_num_seqs = o.max_num_seqs;
   cc.max_model_len = e->max_model_len_;
   cc.kv_elem_bytes = e->runner_->kv_elem_bytes();
+  DSI_ASSIGN_OR_RETURN(spec::SpecMethod spec_method, spec::parse_spec_method(o.speculative));
+  if (spec_method != spec::SpecMethod::kOff) {
+    if (o.num_speculative_tokens < 0)
+      return Status::errorf("num_speculative_tokens must be >= 0, found {}", o.num_speculative_tokens);
+    if (o.speculative_budget < 0) return Status::errorf("speculative_budget must be >= 0, found {}", o.speculative_budget);
+    if (!(o.speculative_min_survival >= 0 && o.speculative_min_survival <= 1))
+      return Status::errorf("speculative_min_survival must be in [0, 1], found {}", o.speculative_min_survival);
+    DSI_ASSIGN_OR_RETURN(spec::DraftConfig dc, spec::load_draft_config(o.model_dir));
+    const int32_t max_k = spec_method == spec::SpecMethod::kDspark ? int32_t(dc.block_size) : 1;
+    cc.max_spec_tokens = o.num_speculative_tokens > 0 ? o.num_speculative_tokens : max_k;
+  }
   DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(mc, cc));
   cc.budget_bytes = int64_t(o.state_memory_gb * double(int64_t(1) << 30));
   if (cc.budget_bytes <= 0) {
@@ -81,9 +93,18 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
   scfg.eos_token_id = mc.eos_token_id;
   scfg.vocab_size = mc.vocab_size;
   scfg.seed = o.seed;
+  scfg.spec_budget = o.speculative_budget;
+  scfg.spec_min_survival = o.speculative_min_survival;
+  const int32_t num_slots = sc.num_slots();
   e->sched_ = std::make_unique<scheduler::Scheduler>(scfg, std::move(sc));
+  if (spec_method != spec::SpecMethod::kOff) {
+    DSI_ASSIGN_OR_RETURN(e->spec_, spec::Speculator::create(spec_method, cc.max_spec_tokens, o.model_dir, mc, num_slots));
+    DSI_RETURN_IF_ERROR(e->runner_->set_hidden_capture(e->spec_->tapped_layers()));
+  }
   return e;
 }
+
+SpeculativeMetrics Engine::speculative_metrics() const { return spec_ ? spec_->metrics() : SpeculativeMetrics{}; }
 
 Result<scheduler::RequestId> Engine::add(const Request& req) {
   auto p = std::make_unique<Pending>();
@@ -102,6 +123,9 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
     DSI_ASSIGN_OR_RETURN(spec.prompt, tok_->encode(req.prompt_text));
   }
   spec.params = req.sampling;
+  if (spec_ && req.structured.active())
+    return Status::errorf("'{}' (structured outputs) cannot be combined with speculative decoding yet; run the engine "
+                          "with speculative decoding off", req.structured.field);
   DSI_ASSIGN_OR_RETURN(structured::Grammar grammar, compile_structured(req));
   const std::vector<int32_t> prompt_ids = grammar ? spec.prompt : std::vector<int32_t>();
   p->out.return_token_ids = req.return_token_ids;
@@ -131,6 +155,7 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
 Status Engine::step() {
   const scheduler::BatchPlan& plan = sched_->schedule();
   if (plan.empty()) return Status::ok();
+  const auto t0 = std::chrono::steady_clock::now();
   std::future<Status> masks = start_bitmasks(plan);
   const bool masked = masks.valid();
   const Status ran = runner_->step(plan, logits_);
@@ -138,7 +163,10 @@ Status Engine::step() {
   DSI_RETURN_IF_ERROR(ran);
   const int64_t V = model_config().vocab_size;
   const sampling::TokenBitmask* mask = masked && bitmask_.any_active() ? &bitmask_ : nullptr;
-  DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_, mask));
+  if (spec_)  // structured outputs and speculation are exclusive (Engine::add)
+    DSI_RETURN_IF_ERROR(spec_->sample(plan, logits_, model_config().eos_token_id, sampler_, outputs_));
+  else
+    DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_, mask));
   // Text deltas let the stop checker match stop strings across token boundaries.
   for (scheduler::StepOutput& o : outputs_) {
     const scheduler::SeqPlan& sp = plan.seqs[size_t(o.plan_index)];
@@ -154,6 +182,11 @@ Status Engine::step() {
     }
   }
   DSI_RETURN_IF_ERROR(sched_->update(outputs_));
+  if (spec_) {
+    // Speculative decoding: the drafter reads the committed positions' hidden states and drafts the next step.
+    DSI_RETURN_IF_ERROR(spec_->draft(plan, outputs_, runner_->captured_hidden(), *sched_));
+    spec_->metrics().step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   apply_updates();
   return Status::ok();
 }

@@ -21,6 +21,10 @@
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
+namespace dsinfer::spec {
+class Speculator;
+}
+
 namespace dsinfer::engine {
 
 
@@ -87,6 +91,7 @@ class Engine {
   const ModelRunner& runner() const { return *runner_; }
   int64_t max_model_len() const { return max_model_len_; }
   double now_s() const;
+  SpeculativeMetrics speculative_metrics() const;
 
  private:
   struct Pending;
@@ -104,6 +109,7 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<scheduler::Scheduler> sched_;
+  std::unique_ptr<spec::Speculator> spec_;  // speculative decoding (null when off)
   sampling::Sampler sampler_;
   int64_t max_model_len_ = 0;
   std::map<scheduler::RequestId, std::unique_ptr<Pending>> pending_;

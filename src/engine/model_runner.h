@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,14 @@ class ModelRunner {
   // (normally each sequence's last token; check-reference asks for every position).
   virtual Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) = 0;
   virtual RunnerDiagnostics& diagnostics() = 0;
+
+  // Speculative decoding (src/spec): from now on every step() also keeps the output residual streams of these
+  // target layers for every token of the step, readable until the next step() as captured_hidden():
+  // [plan.num_tokens(), layers.size(), hc_mult * hidden_size] floats in plan token order. Empty = off.
+  virtual Status set_hidden_capture(std::vector<int64_t> layers) {
+    return layers.empty() ? Status::ok() : Status::error(name() + ": this backend cannot capture hidden states");
+  }
+  virtual std::span<const float> captured_hidden() const { return {}; }
 };
 
 // Creates the runner the options name; kCuda fails clearly when the binary was built without CUDA.

@@ -25,6 +25,8 @@ struct SeqPlan {
   bool is_prefill = false;        // computing tokens it did not just sample (prompt, or recompute)
   bool needs_logits = false;      // last new token's logits are sampled (last prefill chunk, or decode)
   int32_t logits_row = -1;        // row in the logits output ([num_logits, vocab]); -1 when !needs_logits
+  int32_t num_spec_tokens = 0;    // speculative decoding: the last num_spec_tokens new tokens are drafts to verify;
+                                  // the anchor and every draft get logits, rows logits_row .. + num_spec_tokens
   cache::SlotId slot = -1;        // fixed state: rings + compressor frontiers
   std::span<const cache::BlockId> block_table;  // token blocks covering >= start_pos + num_new_tokens
   // For the sampler (valid until the next Scheduler::update or schedule call):

@@ -42,6 +42,9 @@ struct Scheduler::Sequence {
   SeqState state = SeqState::Waiting;
   cache::SlotId slot = -1;
   sampling::StopChecker stop;
+  std::vector<int32_t> draft;       // speculative decoding: drafts after the last token (see set_draft)
+  std::vector<float> survival;      //   and their cumulative survival estimates
+  int32_t spec_len = 0;             //   drafts verified in the step being planned
   int64_t total_len() const { return int64_t(req->prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {
     const int64_t p = int64_t(req->prompt.size());
@@ -132,6 +135,8 @@ void Scheduler::preempt(Sequence* s) {
   cache_.free(s->slot);
   s->slot = -1;
   s->num_computed = 0;
+  s->draft.clear();
+  s->survival.clear();
   s->state = SeqState::Waiting;
   --num_running_;
   waiting_.push_front(s);
@@ -139,10 +144,10 @@ void Scheduler::preempt(Sequence* s) {
   ++num_preemptions_;
 }
 
-void Scheduler::emit(Sequence* s, int32_t n) {
+void Scheduler::emit(Sequence* s, int32_t n, int32_t num_spec) {
   // Hot path (runs for every sequence every step): fill in place, no temporaries.
   const int32_t offset = plan_.num_tokens();
-  const bool logits = s->num_computed + n == s->total_len();
+  const bool logits = s->num_computed + n - num_spec == s->total_len();
   SeqPlan& sp = plan_.seqs.emplace_back();
   sp.seq_id = s->id;
   sp.request_id = s->req->id;
@@ -151,6 +156,7 @@ void Scheduler::emit(Sequence* s, int32_t n) {
   sp.token_offset = offset;
   sp.is_prefill = s->state == SeqState::Prefilling;
   sp.needs_logits = logits;
+  sp.num_spec_tokens = num_spec;
   sp.slot = s->slot;
   sp.block_table = cache_.table(s->slot);
   sp.params = &s->req->params;
@@ -162,13 +168,13 @@ void Scheduler::emit(Sequence* s, int32_t n) {
   int32_t* ids = plan_.token_ids.data() + offset;
   int64_t* pos = plan_.positions.data() + offset;
   for (int32_t i = 0; i < n; ++i) {
-    ids[i] = s->token_at(s->num_computed + i);
+    ids[i] = i < n - num_spec ? s->token_at(s->num_computed + i) : s->draft[size_t(i - (n - num_spec))];
     pos[i] = s->num_computed + i;
   }
   plan_.cu_seqlens.push_back(offset + n);
   if (logits) {
     sp.logits_row = plan_.num_logits();
-    plan_.logits_token_index.push_back(offset + n - 1);
+    for (int32_t k = num_spec; k >= 0; --k) plan_.logits_token_index.push_back(offset + n - 1 - k);
   }
   plan_seqs_.push_back(s);
 }
@@ -195,14 +201,21 @@ const BatchPlan& Scheduler::schedule() {
   int64_t budget = cfg_.max_num_batched_tokens;
 
   // 1. Running sequences, oldest first; make room by preempting from the newest end.
+  plan_spec_lengths();
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
-    const int32_t n = int32_t(std::min<int64_t>(s->total_len() - s->num_computed, budget));
+    int32_t spec = int32_t(std::min<int64_t>(s->spec_len, budget - 1));
+    int32_t n = int32_t(std::min<int64_t>(s->total_len() - s->num_computed, budget)) + spec;
     assert(n > 0);
     bool self_preempted = false;
     // Most steps need no new block (one per block_size tokens): check capacity before the allocator.
     while (s->num_computed + n > cache_.capacity_tokens(s->slot) && !cache_.allocate_for(s->slot, s->num_computed + n)) {
+      if (spec > 0) {  // short of blocks: verify no drafts rather than preempt (independent of draft values)
+        n -= spec;
+        spec = 0;
+        continue;
+      }
       preempted = true;
       Sequence* victim = running_.back();
       running_.pop_back();
@@ -210,7 +223,7 @@ const BatchPlan& Scheduler::schedule() {
       if (victim == s) { self_preempted = true; break; }
     }
     if (self_preempted) break;  // s was the newest: nothing after it
-    emit(s, n);
+    emit(s, n, spec);
     budget -= n;
   }
 
@@ -250,6 +263,13 @@ Status Scheduler::update(std::span<const StepOutput> outputs) {
     if (!sp.needs_logits) return Status::errorf("update: sequence {} needed no logits this step", o.seq_id);
     if (seen_[size_t(o.plan_index)]++) return Status::errorf("update: two outputs for sequence {}", o.seq_id);
     if (o.samples.empty()) return Status::errorf("update: no sampled token for sequence {}", o.seq_id);
+    if (int32_t(o.samples.size()) > sp.num_spec_tokens + 1)
+      return Status::errorf("update: sequence {} returned {} tokens for {} verified drafts", o.seq_id, o.samples.size(),
+                            sp.num_spec_tokens);
+    for (size_t k = 0; k + 1 < o.samples.size(); ++k)
+      if (o.samples[k].token != plan_.token_ids[size_t(sp.token_offset + sp.num_new_tokens - sp.num_spec_tokens) + k])
+        return Status::errorf("update: sequence {} accepted token {} at {} which is not its draft", o.seq_id,
+                              o.samples[k].token, k);
     if (!o.text.empty() && o.text.size() != o.samples.size())
       return Status::errorf("update: sequence {} has {} text deltas for {} tokens", o.seq_id, o.text.size(),
                             o.samples.size());
@@ -264,7 +284,11 @@ Status Scheduler::update(std::span<const StepOutput> outputs) {
   // Every planned (still live) sequence now has its new tokens in the state cache.
   for (size_t i = 0; i < plan_.seqs.size(); ++i) {
     Sequence* s = plan_seqs_[i];
-    if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding) s->num_computed += plan_.seqs[i].num_new_tokens;
+    // Verify steps: the anchor now; accepted drafts below, once the outputs are read.
+    if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding)
+      s->num_computed += plan_.seqs[i].num_new_tokens - plan_.seqs[i].num_spec_tokens;
+    s->draft.clear();
+    s->survival.clear();
   }
   for (const StepOutput& o : outputs) {
     Sequence* s = plan_seqs_[size_t(o.plan_index)];
@@ -282,6 +306,8 @@ Status Scheduler::update(std::span<const StepOutput> outputs) {
     u.stop_token = -1;
     u.stop_string.clear();
     u.request_finished = false;
+    const int32_t accepted = int32_t(o.samples.size()) - 1;  // drafts accepted (verify steps; else 0)
+    s->num_computed += accepted;
     for (size_t k = 0; k < o.samples.size(); ++k) {
       const int32_t tok = o.samples[k].token;
       s->output.push_back(tok);
@@ -300,8 +326,61 @@ Status Scheduler::update(std::span<const StepOutput> outputs) {
       }
     }
     if (!u.finished) s->state = s->total_len() - s->num_computed > 1 ? SeqState::Prefilling : SeqState::Decoding;
+    if (!u.finished && plan_.seqs[size_t(o.plan_index)].num_spec_tokens > accepted)
+      DSI_RETURN_IF_ERROR(cache_.truncate(s->slot, s->num_computed));  // release blocks of rejected positions
   }
   return Status::ok();
+}
+
+// ---- speculative decoding ----
+
+Status Scheduler::set_draft(SeqId id, std::vector<int32_t> tokens, std::vector<float> survival) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return Status::errorf("set_draft: unknown sequence {}", id);
+  Sequence* s = it->second.get();
+  if (s->state != SeqState::Decoding || s->num_computed + 1 != s->total_len())
+    return Status::errorf("set_draft: sequence {} is not waiting for its next decode token", id);
+  if (survival.size() != tokens.size())
+    return Status::errorf("set_draft: {} survival values for {} drafts", survival.size(), tokens.size());
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    if (tokens[k] < 0 || (cfg_.vocab_size > 0 && tokens[k] >= cfg_.vocab_size))
+      return Status::errorf("set_draft: draft token {} outside the vocabulary", tokens[k]);
+    if (!(survival[k] >= 0.0f && survival[k] <= 1.0f) || (k > 0 && survival[k] > survival[k - 1]))
+      return Status::errorf("set_draft: survival must be non-increasing in [0, 1], found {} at {}", survival[k], k);
+  }
+  const int64_t room = s->req->max_tokens - int64_t(s->output.size());  // tokens it may still emit
+  const size_t keep = size_t(std::clamp<int64_t>(room - 1, 0, int64_t(tokens.size())));
+  tokens.resize(std::min(keep, size_t(cache_.layout().spec_tokens)));
+  survival.resize(tokens.size());
+  s->draft = std::move(tokens);
+  s->survival = std::move(survival);
+  return Status::ok();
+}
+
+void Scheduler::plan_spec_lengths() {
+  struct Cand {
+    float a;
+    int32_t pos;
+    int32_t seq;  // index in running_ (age order)
+  };
+  std::vector<Cand> cands;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence* s = running_[i];
+    s->spec_len = 0;
+    if (s->state != SeqState::Decoding || s->draft.empty() || s->num_computed + 1 != s->total_len()) continue;
+    for (size_t k = 0; k < s->draft.size(); ++k)
+      if (double(s->survival[k]) >= cfg_.spec_min_survival) cands.push_back({s->survival[k], int32_t(k), int32_t(i)});
+  }
+  if (cfg_.spec_budget > 0 && int64_t(cands.size()) > cfg_.spec_budget) {
+    auto before = [](const Cand& x, const Cand& y) {
+      return x.a > y.a || (x.a == y.a && (x.pos < y.pos || (x.pos == y.pos && x.seq < y.seq)));
+    };
+    std::nth_element(cands.begin(), cands.begin() + cfg_.spec_budget, cands.end(), before);
+    cands.resize(size_t(cfg_.spec_budget));
+  }
+  // Survival is non-increasing per sequence and ties go to the earlier position, so the admitted drafts of a
+  // sequence are a prefix of its block.
+  for (const Cand& c : cands) running_[size_t(c.seq)]->spec_len += 1;
 }
 
 SchedulerStats Scheduler::stats() const {

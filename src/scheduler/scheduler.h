@@ -29,6 +29,10 @@ struct SchedulerConfig {
   int64_t eos_token_id = -1;
   int64_t vocab_size = 0;                 // > 0: token ids in prompts / params are checked against it
   uint64_t seed = 0;                      // seeds requests that carry none (reproducible per engine seed)
+  // Speculative decoding (set_draft): verify budget = most draft tokens verified per step over all sequences
+  // (0 = no limit), and the least cumulative survival a draft needs to be verified (0 = any).
+  int64_t spec_budget = 0;
+  double spec_min_survival = 0.0;
 };
 
 struct RequestSpec {
@@ -85,6 +89,15 @@ class Scheduler {
   // appends sampled tokens, checks finish conditions, frees finished state. Outputs are validated first
   // (plan index, seq id, exactly one per logits row); on error nothing is changed.
   Status update(std::span<const StepOutput> outputs);
+  // Speculative decoding: drafts to verify after the last token of a decoding sequence (num_computed ==
+  // total_len - 1) in its next step, with their cumulative survival estimates (non-increasing, in [0, 1]).
+  // schedule() verifies, per sequence, the prefix that falls in the step's global top-spec_budget by survival
+  // (ties: earlier draft position, then older sequence) among those >= spec_min_survival — a choice that never
+  // depends on the value of a draft it admits, which keeps rejection sampling lossless. Drafts are dropped when
+  // the sequence is scheduled, preempted or finishes. update() then takes 1 + accepted tokens as computed and
+  // rolls the state cache back past them (StateCache::truncate; ring / frontier rows are overwritten later).
+  Status set_draft(SeqId id, std::vector<int32_t> tokens, std::vector<float> survival);
+
   // The per-sequence events of the last update() (valid until the next update()).
   std::span<const SeqUpdate> updates() const { return {updates_.data(), num_updates_}; }
 
@@ -103,7 +116,8 @@ class Scheduler {
   struct Sequence;
   void preempt(Sequence* s);
   void retire(Sequence* s, SeqState final_state);
-  void emit(Sequence* s, int32_t n);
+  void emit(Sequence* s, int32_t n, int32_t num_spec = 0);
+  void plan_spec_lengths();
 
   SchedulerConfig cfg_;
   cache::StateCache cache_;

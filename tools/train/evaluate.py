@@ -234,8 +234,8 @@ def main():
                      "confidence_ece_cumulative_prefix_survival": {
                          "before": ece_report(rows_e, [1.0] * ds.block), "after": ece_report(rows_e, temps),
                          "sts_temperatures": temps, "calibration_rounds": len(rows_c)}}
-        if greedy:
-            same = sum(int(x == y) for x, y in zip(out_d, out_m))
+        if greedy:  # a round appends up to 6 (DSpark) or 2 (MTP-1) tokens, so lengths overshoot new_tokens differently
+            same = sum(int(x[:a.new_tokens] == y[:a.new_tokens]) for x, y in zip(out_d, out_m))
             res[mode]["greedy_outputs_identical_dspark_vs_mtp1"] = f"{same}/{len(out_d)}"
         res[mode]["samples"] = [{"prompt": tok.decode(evalp[i][1:]), "continuation": tok.decode(out_d[i])}
                                 for i in range(min(4, len(evalp)))]

@@ -33,6 +33,8 @@ Status CpuRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& log
                        std::span<const int32_t>(plan.token_ids.data() + s.token_offset, size_t(s.num_new_tokens)), all[i]});
   }
   const model::StatePool pool{&layout_, slots_.data(), blocks_.data()};
+  if (!capture_layers_.empty())
+    hidden_.assign(size_t(T) * capture_layers_.size() * size_t(model_->config().hc_mult * model_->config().hidden_size), 0.0f);
   DSI_RETURN_IF_ERROR(model_->forward(pool, chunks_, out_));
   // Row of the forward's output holding token t.
   std::vector<int64_t> out_row(static_cast<size_t>(T), -1);
@@ -50,6 +52,27 @@ Status CpuRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& log
   for (size_t r = 0; r < plan.logits_token_index.size(); ++r)
     std::memcpy(logits.data() + r * size_t(V), out_.data() + size_t(out_row[size_t(plan.logits_token_index[r])]) * size_t(V),
                 size_t(V) * 4);
+  return Status::ok();
+}
+
+Status CpuRunner::set_hidden_capture(std::vector<int64_t> layers) {
+  for (int64_t l : layers)
+    if (l < 0 || l >= model_->config().num_hidden_layers)
+      return Status::errorf("cpu runner: hidden-state capture of layer {} outside [0, {})", l, model_->config().num_hidden_layers);
+  capture_layers_ = std::move(layers);
+  if (capture_layers_.empty()) {
+    model_->set_tap(nullptr);
+    return Status::ok();
+  }
+  // The forward's "residual" tap is X [T, hc * D] after each layer; copy the captured layers interleaved.
+  model_->set_tap([this](std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols) {
+    if (name != "residual") return;
+    const size_t m = capture_layers_.size();
+    for (size_t i = 0; i < m; ++i)
+      if (capture_layers_[i] == layer)
+        for (int64_t t = 0; t < rows; ++t)
+          std::memcpy(hidden_.data() + (size_t(t) * m + i) * size_t(cols), data + t * cols, size_t(cols) * 4);
+  });
   return Status::ok();
 }
 

@@ -19,6 +19,8 @@ class CpuRunner final : public engine::ModelRunner, public engine::RunnerDiagnos
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
   engine::RunnerDiagnostics& diagnostics() override { return *this; }
+  Status set_hidden_capture(std::vector<int64_t> layers) override;
+  std::span<const float> captured_hidden() const override { return hidden_; }
   bool exact_math() const override { return true; }
   bool fp32_weights() const override { return model_->fp32_weights(); }
 
@@ -28,6 +30,8 @@ class CpuRunner final : public engine::ModelRunner, public engine::RunnerDiagnos
   std::vector<float> slots_, blocks_;
   std::vector<model::SeqChunk> chunks_;
   std::vector<float> out_;
+  std::vector<int64_t> capture_layers_;  // speculative decoding: layers whose residual streams are kept
+  std::vector<float> hidden_;            // [tokens, capture_layers_, hc * D] of the last step
 };
 
 }  // namespace dsinfer::backends

@@ -1,0 +1,205 @@
+// Drafter weight loading (see draft_weights.h).
+#include "spec/draft_weights.h"
+
+#include <filesystem>
+#include <set>
+
+#include "io/quant.h"
+#include "io/safetensors.h"
+
+namespace dsinfer::spec {
+
+using model::Mat;
+using model::Vec;
+
+namespace {
+
+// Reads tensors of one checkpoint by exact name into fp32, collecting every problem.
+class TensorReader {
+ public:
+  TensorReader(const io::Checkpoint& ck, const io::ModelConfig& cfg) : ck_(ck), cfg_(cfg) {}
+
+  Mat mat(const std::string& name, int64_t rows, int64_t cols) {
+    Mat m;
+    m.rows = rows;
+    m.cols = cols;
+    const io::TensorView* t = take(name);
+    if (!t) return m;
+    const std::vector<int64_t> logical{rows, cols};
+    const bool shape_ok = t->shape == logical || (rows == 1 && t->shape == std::vector<int64_t>{cols});
+    m.data.assign(size_t(rows * cols), 0.0f);
+    switch (t->dtype) {
+      case DType::F32:
+      case DType::BF16:
+      case DType::F16:
+        if (!shape_ok) return bad_shape(t, logical), m;
+        io::convert_to_f32(t->dtype, t->data, rows * cols, m.data.data());
+        return m;
+      case DType::F8_E4M3: {
+        if (!shape_ok) return bad_shape(t, logical), m;
+        const int64_t bn = cfg_.fp8_block_n, bk = cfg_.fp8_block_k;
+        const io::TensorView* s = scale(name, {(rows + bn - 1) / bn, (cols + bk - 1) / bk});
+        if (s) io::dequant_fp8_block(t->data, rows, cols, s->data, s->dtype, bn, bk, m.data.data());
+        return m;
+      }
+      case DType::I8:
+      case DType::U8: {
+        if (cols % 32 || t->shape != std::vector<int64_t>{rows, cols / 2}) return bad_shape(t, {rows, cols / 2}), m;
+        const io::TensorView* s = scale(name, {rows, cols / 32});
+        if (s) io::dequant_fp4_e2m1(t->data, rows, cols, s->data, s->dtype, 32, m.data.data());
+        return m;
+      }
+      default:
+        errors_.push_back(fmt::format("tensor '{}' ({}): dtype {} is not a weight format", name, t->file,
+                                      dtype_name(t->dtype)));
+        return m;
+    }
+  }
+  Vec vec(const std::string& name, int64_t n) { return std::move(mat(name, 1, n).data); }
+
+  // Fails listing every problem; `prefix` tensors of the checkpoint that were not read are problems too.
+  Status finish(const std::string& prefix, const std::string& what) {
+    for (const auto& [name, t] : ck_.tensors())
+      if (name.rfind(prefix, 0) == 0 && !used_.count(name))
+        errors_.push_back(fmt::format("unexpected tensor '{}' ({})", name, t.file));
+    if (errors_.empty()) return Status::ok();
+    std::string msg = fmt::format("{} does not match config.json ({} problems):", what, errors_.size());
+    for (size_t i = 0; i < errors_.size() && i < 12; ++i) msg += "\n  " + errors_[i];
+    return Status::error(msg);
+  }
+
+ private:
+  const io::TensorView* take(const std::string& name) {
+    used_.insert(name);
+    const io::TensorView* t = ck_.find(name);
+    if (!t) errors_.push_back(fmt::format("missing tensor '{}'", name));
+    return t;
+  }
+  const io::TensorView* scale(const std::string& weight, const std::vector<int64_t>& want) {
+    const std::string base = weight.size() > 7 && weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight;
+    const io::TensorView* s = take(base + ".scale");
+    if (s && ((s->dtype != DType::F8_E8M0 && s->dtype != DType::F32 && s->dtype != DType::BF16) || s->shape != want)) {
+      errors_.push_back(fmt::format("tensor '{}.scale' ({}): expected F8_E8M0 or F32 scales {}, found {} {}", base,
+                                    s->file, io::shape_str(want), dtype_name(s->dtype), io::shape_str(s->shape)));
+      return nullptr;
+    }
+    return s;
+  }
+  void bad_shape(const io::TensorView* t, const std::vector<int64_t>& want) {
+    errors_.push_back(fmt::format("tensor '{}' ({}): expected shape {}, found {} {}", t->name, t->file,
+                                  io::shape_str(want), dtype_name(t->dtype), io::shape_str(t->shape)));
+  }
+
+  const io::Checkpoint& ck_;
+  const io::ModelConfig& cfg_;
+  std::set<std::string> used_;
+  std::vector<std::string> errors_;
+};
+
+// A sliding-window, score-routed decoder layer `p` (e.g. "mtp.0.") in the target's per-layer names.
+model::LayerWeights read_layer(TensorReader& rd, const std::string& p, const io::ModelConfig& c) {
+  const int64_t D = c.hidden_size, n = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim, qr = c.q_lora_rank;
+  const int64_t g = c.o_groups, r = c.o_lora_rank, E = c.n_routed_experts, I = c.moe_intermediate_size;
+  const int64_t mix = (2 + n) * n;
+  model::LayerWeights L;
+  L.attn_norm = rd.vec(p + "attn_norm.weight", D);
+  L.ffn_norm = rd.vec(p + "ffn_norm.weight", D);
+  L.hc_attn = {rd.mat(p + "hc_attn_fn", mix, n * D), rd.vec(p + "hc_attn_base", mix), rd.vec(p + "hc_attn_scale", 3)};
+  L.hc_ffn = {rd.mat(p + "hc_ffn_fn", mix, n * D), rd.vec(p + "hc_ffn_base", mix), rd.vec(p + "hc_ffn_scale", 3)};
+  L.attn_sink = rd.vec(p + "attn.attn_sink", H);
+  L.wq_a = rd.mat(p + "attn.wq_a.weight", qr, D);
+  L.q_norm = rd.vec(p + "attn.q_norm.weight", qr);
+  L.wq_b = rd.mat(p + "attn.wq_b.weight", H * hd, qr);
+  L.wkv = rd.mat(p + "attn.wkv.weight", hd, D);
+  L.kv_norm = rd.vec(p + "attn.kv_norm.weight", hd);
+  L.wo_a = rd.mat(p + "attn.wo_a.weight", g * r, H * hd / g);
+  L.wo_b = rd.mat(p + "attn.wo_b.weight", D, g * r);
+  L.gate = rd.mat(p + "ffn.gate.weight", E, D);
+  L.gate_bias = rd.vec(p + "ffn.gate.bias", E);
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ep = fmt::format("{}ffn.experts.{}.", p, e);
+    L.experts.push_back({rd.mat(ep + "w1.weight", I, D), rd.mat(ep + "w3.weight", I, D), rd.mat(ep + "w2.weight", D, I)});
+  }
+  if (c.n_shared_experts > 0) {
+    const std::string sp = p + "ffn.shared_experts.";
+    L.shared = model::ExpertWeights{rd.mat(sp + "w1.weight", I, D), rd.mat(sp + "w3.weight", I, D),
+                                    rd.mat(sp + "w2.weight", D, I)};
+  }
+  return L;
+}
+
+model::HcWeights read_hc_head(TensorReader& rd, const std::string& p, const io::ModelConfig& c) {
+  return {rd.mat(p + "hc_head_fn", c.hc_mult, c.hc_mult * c.hidden_size), rd.vec(p + "hc_head_base", c.hc_mult),
+          rd.vec(p + "hc_head_scale", 1)};
+}
+
+}  // namespace
+
+io::ModelConfig draft_layer_config(const io::ModelConfig& target, const DraftConfig& dc) {
+  io::ModelConfig c = target;
+  if (dc.n_routed_experts > 0) c.n_routed_experts = dc.n_routed_experts;
+  if (dc.num_experts_per_tok > 0) c.num_experts_per_tok = dc.num_experts_per_tok;
+  if (dc.sliding_window > 0) c.sliding_window = dc.sliding_window;
+  return c;
+}
+
+Result<SharedWeights> load_shared_weights(const io::ModelConfig& target, const std::string& model_dir) {
+  DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(model_dir));
+  TensorReader rd(ck, target);
+  SharedWeights w;
+  // Checkpoints saved by transformers use embed_tokens / lm_head; the official ones embed / head.
+  const bool hf = ck.find("embed.weight") == nullptr && ck.find("model.embed_tokens.weight") != nullptr;
+  w.embed = rd.mat(hf ? "model.embed_tokens.weight" : "embed.weight", target.vocab_size, target.hidden_size);
+  w.head = target.tie_word_embeddings ? w.embed : rd.mat(hf ? "lm_head.weight" : "head.weight", target.vocab_size,
+                                                         target.hidden_size);
+  DSI_RETURN_IF_ERROR(rd.finish("\x01", model_dir + " (drafter embedding / head)"));
+  return w;
+}
+
+Result<DsparkWeights> load_dspark_weights(const io::ModelConfig& target, const DraftConfig& dc,
+                                          const std::string& model_dir) {
+  if (dc.num_layers < 1 || dc.block_size < 1)
+    return Status::errorf("{}/config.json has no DSpark drafter (dspark_block_size / num_nextn_predict_layers)", model_dir);
+  DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(model_dir));
+  const io::ModelConfig c = draft_layer_config(target, dc);
+  const int64_t D = c.hidden_size, V = c.vocab_size, r = dc.markov_rank, m = int64_t(dc.target_layer_ids.size());
+  TensorReader rd(ck, c);
+  DsparkWeights w;
+  for (int64_t i = 0; i < dc.num_layers; ++i) w.layers.push_back(read_layer(rd, fmt::format("mtp.{}.", i), c));
+  const std::string last = fmt::format("mtp.{}.", dc.num_layers - 1);
+  w.main_proj = rd.mat("mtp.0.main_proj.weight", D, m * D);
+  w.main_norm = rd.vec("mtp.0.main_norm.weight", D);
+  w.hc_head = read_hc_head(rd, last, c);
+  w.norm = rd.vec(last + "norm.weight", D);
+  if (r > 0) {
+    w.markov_embed = rd.mat(last + "markov_head.embed.weight", V, r);
+    w.markov_head = rd.mat(last + "markov_head.head.weight", V, r);
+  }
+  w.confidence_w = rd.vec(last + "confidence_head.weight", D + r);
+  const Vec b = rd.vec(last + "confidence_head.bias", 1);
+  w.confidence_b = b.empty() ? 0.0f : b[0];
+  DSI_RETURN_IF_ERROR(rd.finish("mtp.", model_dir + " (DSpark drafter)"));
+  return w;
+}
+
+Result<Mtp1Weights> load_mtp1_weights(const io::ModelConfig& target, const DraftConfig& dc, const std::string& model_dir) {
+  const std::string rel = dc.mtp1_file.empty() ? "mtp1/model.safetensors" : dc.mtp1_file;
+  const std::string path = (std::filesystem::path(model_dir) / rel).string();
+  if (!std::filesystem::exists(path)) return Status::errorf("{}: MTP-1 drafter file not found", path);
+  DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(path));
+  const io::ModelConfig& c = target;  // V4 MTP: the target's own layer format
+  const int64_t D = c.hidden_size;
+  TensorReader rd(ck, c);
+  Mtp1Weights w;
+  w.layer = read_layer(rd, "mtp.0.", c);
+  w.e_proj = rd.mat("mtp.0.e_proj.weight", D, D);
+  w.h_proj = rd.mat("mtp.0.h_proj.weight", D, D);
+  w.enorm = rd.vec("mtp.0.enorm.weight", D);
+  w.hnorm = rd.vec("mtp.0.hnorm.weight", D);
+  w.norm = rd.vec("mtp.0.norm.weight", D);
+  w.hc_head = read_hc_head(rd, "mtp.0.", c);
+  DSI_RETURN_IF_ERROR(rd.finish("mtp.", path + " (MTP-1 drafter)"));
+  return w;
+}
+
+}  // namespace dsinfer::spec

@@ -1,0 +1,68 @@
+// Drafter: proposes the next tokens of running sequences from the target's hidden states (speculative decoding,
+// docs/engine_core.md "Speculative decoding"). The engine feeds it, after every step, the target hidden states
+// of each sequence's newly *committed* positions (prefill chunks, decode tokens, the accepted part of a verify
+// block) — never those of rejected drafts — then asks for a block of drafts anchored at each decoding sequence's
+// last token. Per-sequence drafter state (context K=V rows, MTP ring) lives in the drafter, indexed by the
+// sequence's state-cache slot and by position modulo its rows, so a slot reused by another sequence, a
+// preempted and recomputed sequence, or a rollback needs no reset: every position is re-ingested before it is
+// read.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/config.h"
+#include "spec/draft_config.h"
+
+namespace dsinfer::spec {
+
+// Committed positions [start_pos, start_pos + count) of the sequence in `slot`; their target hidden states are
+// rows [row, row + count) of the step's capture; next_tokens[i] is the token at position start_pos + i + 1.
+struct IngestItem {
+  int32_t slot = -1;
+  int64_t start_pos = 0;
+  int32_t count = 0;
+  int32_t row = 0;
+  std::span<const int32_t> next_tokens;
+};
+
+// Draft `num_drafts` tokens after `anchor_token` at `anchor_pos` (the sequence's last token, not yet computed by
+// the target); every position < anchor_pos must have been ingested.
+struct ProposeItem {
+  int32_t slot = -1;
+  int64_t anchor_pos = 0;
+  int32_t anchor_token = 0;
+  int32_t num_drafts = 0;
+};
+
+// Chooses draft k of item i from its draft logits [vocab] (the sequential part of drafting: the next draft
+// position's Markov bias / confidence depends on the token chosen here).
+using DrawFn = std::function<int32_t(size_t item, int32_t k, std::span<const float> logits)>;
+
+struct Proposal {
+  std::vector<int32_t> tokens;
+  std::vector<float> confidence_logits;  // raw c_k per draft (empty without a confidence head)
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual SpecMethod method() const = 0;
+  // Target layers whose output residual streams the drafter reads; the runner captures them for every token of
+  // a step as [num_tokens, layers.size(), hc_mult * hidden] floats.
+  virtual const std::vector<int64_t>& tapped_layers() const = 0;
+  virtual int32_t max_drafts() const = 0;
+  virtual bool has_confidence() const = 0;
+  virtual Status ingest(std::span<const IngestItem> items, std::span<const float> hidden) = 0;
+  virtual Status propose(std::span<const ProposeItem> items, const DrawFn& draw, std::vector<Proposal>& out) = 0;
+};
+
+// CPU reference drafters for `num_slots` state-cache slots; weights from model_dir (spec/draft_weights.h).
+Result<std::unique_ptr<Drafter>> create_cpu_drafter(SpecMethod method, const std::string& model_dir,
+                                                    const io::ModelConfig& target, int32_t num_slots);
+
+}  // namespace dsinfer::spec

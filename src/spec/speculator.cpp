@@ -1,0 +1,175 @@
+// Speculator (see speculator.h).
+#include "spec/speculator.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "sampling/spec_sampling.h"
+
+namespace dsinfer::spec {
+
+using scheduler::BatchPlan;
+using scheduler::SeqPlan;
+using scheduler::StepOutput;
+
+Result<std::unique_ptr<Speculator>> Speculator::create(SpecMethod method, int32_t k, const std::string& model_dir,
+                                                       const io::ModelConfig& target, int32_t num_slots) {
+  DSI_ASSIGN_OR_RETURN(DraftConfig dc, load_draft_config(model_dir));
+  DSI_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> d, create_cpu_drafter(method, model_dir, target, num_slots));
+  if (k < 0 || k > d->max_drafts())
+    return Status::errorf("num_speculative_tokens must be in [0, {}] for the {} drafter, found {}", d->max_drafts(),
+                          spec_method_name(method), k);
+  return std::make_unique<Speculator>(std::move(d), k, std::move(dc), target.vocab_size);
+}
+
+Speculator::Speculator(std::unique_ptr<Drafter> drafter, int32_t k, DraftConfig dc, int64_t vocab)
+    : drafter_(std::move(drafter)), k_(k > 0 ? k : drafter_->max_drafts()), dc_(std::move(dc)), vocab_(vocab) {
+  metrics_.method = spec_method_name(drafter_->method());
+  metrics_.trials_per_position.assign(size_t(k_), 0);
+  metrics_.accepted_per_position.assign(size_t(k_), 0);
+}
+
+std::vector<float> Speculator::survival(std::span<const float> c, bool greedy) const {
+  // Prefix survival a_k = prod_{i<=k} sigmoid(c_i / T_i), T from sequential temperature scaling.
+  const std::vector<double>& T = greedy && !dc_.sts_temperatures_greedy.empty() ? dc_.sts_temperatures_greedy
+                                                                                : dc_.sts_temperatures;
+  std::vector<float> a;
+  double acc = 1.0;
+  for (size_t k = 0; k < c.size(); ++k) {
+    const double t = k < T.size() ? T[k] : 1.0;
+    acc *= 1.0 / (1.0 + std::exp(-double(c[k]) / t));
+    a.push_back(float(acc));
+  }
+  return a;
+}
+
+Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, int64_t eos_token_id,
+                          sampling::Sampler& sampler, std::vector<StepOutput>& out) {
+  const size_t V = size_t(vocab_);
+  if (logits.size() != size_t(plan.num_logits()) * V)
+    return Status::errorf("speculator: logits hold {} floats, expected {} rows x vocab {}", logits.size(),
+                          plan.num_logits(), V);
+  out.clear();
+  ++metrics_.steps;
+  for (int32_t i = 0; i < plan.num_seqs(); ++i) {
+    const SeqPlan& sp = plan.seqs[size_t(i)];
+    if (!sp.needs_logits) continue;
+    StepOutput o;
+    o.plan_index = i;
+    o.seq_id = sp.seq_id;
+    const int32_t L = sp.num_spec_tokens;
+    if (L == 0) {
+      sampling::SampleInput in;
+      in.logits = logits.subspan(size_t(sp.logits_row) * V, V);
+      in.params = sp.params;
+      in.prompt_tokens = sp.prompt_tokens;
+      in.output_tokens = sp.output_tokens;
+      in.rng = sp.rng;
+      in.eos_token_id = eos_token_id;
+      o.samples.push_back(sampler.sample(in));
+    } else {
+      auto it = drafts_.find(sp.seq_id);
+      const bool greedy = sp.params->greedy();
+      if (!greedy && (it == drafts_.end() || it->second.q.size() < size_t(L) * V))
+        return Status::errorf("speculator: sequence {} verifies {} drafts without their distributions", sp.seq_id, L);
+      sampling::VerifyInput vi;
+      vi.logits = logits.subspan(size_t(sp.logits_row) * V, size_t(L + 1) * V);
+      vi.drafts = std::span<const int32_t>(plan.token_ids.data() + sp.token_offset + sp.num_new_tokens - L, size_t(L));
+      if (!greedy) vi.draft_probs = std::span<const double>(it->second.q.data(), size_t(L) * V);
+      vi.params = sp.params;
+      vi.prompt_tokens = sp.prompt_tokens;
+      vi.output_tokens = sp.output_tokens;
+      vi.rng = sp.rng;
+      vi.eos_token_id = eos_token_id;
+      sampling::verify_drafts(vi, sampler, logprobs_mode_, o.samples);
+      const int32_t acc = int32_t(o.samples.size()) - 1;
+      for (int32_t k = 0; k < L && k <= acc && k < k_; ++k) {
+        metrics_.trials_per_position[size_t(k)] += 1;
+        if (k < acc) metrics_.accepted_per_position[size_t(k)] += 1;
+      }
+      metrics_.accepted_tokens += acc;
+    }
+    if (!sp.is_prefill) {
+      ++metrics_.rounds;
+      metrics_.emitted_tokens += int64_t(o.samples.size());
+      metrics_.verified_tokens += 1 + L;
+    }
+    out.push_back(std::move(o));
+  }
+  return Status::ok();
+}
+
+Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outputs, std::span<const float> hidden,
+                         scheduler::Scheduler& sched) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto it = drafts_.begin(); it != drafts_.end();) {  // preempted, finished or aborted meanwhile
+    const scheduler::SeqState st = sched.seq_state(it->first);
+    it = st == scheduler::SeqState::Decoding ? std::next(it) : drafts_.erase(it);
+  }
+  std::vector<int32_t> accepted(plan.seqs.size(), 0);
+  for (const StepOutput& o : outputs) accepted[size_t(o.plan_index)] = int32_t(o.samples.size()) - 1;
+
+  // 1. Every live planned sequence's newly committed positions (never a rejected draft's).
+  std::vector<IngestItem> ingest;
+  std::vector<std::vector<int32_t>> next(plan.seqs.size());
+  std::vector<size_t> decoding;  // plan indices of sequences to draft for
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const SeqPlan& sp = plan.seqs[i];
+    drafts_.erase(sp.seq_id);
+    const scheduler::SeqState st = sched.seq_state(sp.seq_id);
+    if (st != scheduler::SeqState::Prefilling && st != scheduler::SeqState::Decoding) continue;
+    const std::vector<int32_t>& out = *sched.output_tokens(sp.seq_id);
+    const int32_t n = sp.num_new_tokens - sp.num_spec_tokens + (sp.num_spec_tokens > 0 ? accepted[i] : 0);
+    const int64_t P = int64_t(sp.prompt_tokens.size());
+    for (int32_t t = 0; t < n; ++t) {
+      const int64_t p = sp.start_pos + t + 1;
+      next[i].push_back(p < P ? sp.prompt_tokens[size_t(p)] : out[size_t(p - P)]);
+    }
+    ingest.push_back({sp.slot, sp.start_pos, n, sp.token_offset, next[i]});
+    if (st == scheduler::SeqState::Decoding) decoding.push_back(i);
+  }
+  DSI_RETURN_IF_ERROR(drafter_->ingest(ingest, hidden));
+
+  // 2. A block of drafts after each decoding sequence's last token, drawn from the request's processing of the
+  //    draft logits with its own Philox stream.
+  std::vector<ProposeItem> items;
+  std::vector<std::vector<int32_t>> hist(decoding.size());
+  for (size_t j = 0; j < decoding.size(); ++j) {
+    const SeqPlan& sp = plan.seqs[decoding[j]];
+    hist[j] = *sched.output_tokens(sp.seq_id);
+    const int64_t anchor_pos = sched.num_computed(sp.seq_id);
+    items.push_back({sp.slot, anchor_pos, hist[j].back(), k_});
+  }
+  std::vector<std::vector<double>> q(items.size());
+  auto draw = [&](size_t j, int32_t k, std::span<const float> lg) {
+    const SeqPlan& sp = plan.seqs[decoding[j]];
+    sampling::SampleInput in;
+    in.logits = lg;
+    in.params = sp.params;
+    in.prompt_tokens = sp.prompt_tokens;
+    in.output_tokens = hist[j];
+    in.rng = sp.rng;
+    in.eos_token_id = sched.config().eos_token_id;
+    const uint64_t anchor_index = hist[j].size() - 1 - size_t(k);
+    std::vector<double> qk;
+    const int32_t t = sampling::draw_draft(in, anchor_index, k, sp.params->greedy() ? nullptr : &qk);
+    q[j].insert(q[j].end(), qk.begin(), qk.end());
+    hist[j].push_back(t);
+    return t;
+  };
+  std::vector<Proposal> props;
+  DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
+  for (size_t j = 0; j < items.size(); ++j) {
+    const SeqPlan& sp = plan.seqs[decoding[j]];
+    const bool greedy = sp.params->greedy();
+    std::vector<float> a = drafter_->has_confidence() ? survival(props[j].confidence_logits, greedy)
+                                                      : std::vector<float>(props[j].tokens.size(), 1.0f);
+    metrics_.drafted_tokens += int64_t(props[j].tokens.size());
+    if (!greedy) drafts_[sp.seq_id].q = std::move(q[j]);
+    DSI_RETURN_IF_ERROR(sched.set_draft(sp.seq_id, std::move(props[j].tokens), std::move(a)));
+  }
+  metrics_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::ok();
+}
+
+}  // namespace dsinfer::spec

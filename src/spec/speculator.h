@@ -1,0 +1,60 @@
+// Speculator: the engine's speculative-decoding driver (docs/engine_core.md "Speculative decoding"). Owns the
+// drafter and each sequence's pending drafts with the distributions they were drawn from. Per step:
+//   schedule (the scheduler plans anchor + admitted drafts) -> runner (logits for every verified token, target
+//   hidden states captured) -> sample(): verification (sampling/spec_sampling.h) and plain sampling of the rest
+//   -> Scheduler::update (accepted tokens, rollback) -> draft(): the drafter ingests the hidden states of every
+//   newly committed position, then proposes the next block for each decoding sequence; the confidence head's
+//   cumulative survival goes to the scheduler with the drafts.
+#pragma once
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "dsinfer/engine.h"
+#include "sampling/sampler.h"
+#include "scheduler/scheduler.h"
+#include "spec/drafter.h"
+
+namespace dsinfer::spec {
+
+class Speculator {
+ public:
+  // num_speculative_tokens 0 = the drafter's maximum. `num_slots`: the state cache's slots.
+  static Result<std::unique_ptr<Speculator>> create(SpecMethod method, int32_t num_speculative_tokens,
+                                                    const std::string& model_dir, const io::ModelConfig& target,
+                                                    int32_t num_slots);
+  // Or around any drafter (tests).
+  Speculator(std::unique_ptr<Drafter> drafter, int32_t num_speculative_tokens, DraftConfig dc, int64_t vocab);
+
+  const std::vector<int64_t>& tapped_layers() const { return drafter_->tapped_layers(); }
+  int32_t num_speculative_tokens() const { return k_; }
+  Drafter& drafter() { return *drafter_; }
+
+  // Samples every logits row of the plan: verifying sequences with sampling::verify_drafts, others like
+  // scheduler::sample_step.
+  Status sample(const scheduler::BatchPlan& plan, std::span<const float> logits, int64_t eos_token_id,
+                sampling::Sampler& sampler, std::vector<scheduler::StepOutput>& out);
+  // After Scheduler::update(plan's outputs): ingest + propose (see the file comment). `hidden`: the runner's
+  // captured_hidden() of the plan's step.
+  Status draft(const scheduler::BatchPlan& plan, std::span<const scheduler::StepOutput> outputs,
+               std::span<const float> hidden, scheduler::Scheduler& sched);
+
+  SpeculativeMetrics& metrics() { return metrics_; }
+
+ private:
+  struct SeqDraft {
+    std::vector<double> q;  // [drafts, vocab] distributions drawn from (sampling requests only)
+  };
+  std::vector<float> survival(std::span<const float> conf_logits, bool greedy) const;
+
+  std::unique_ptr<Drafter> drafter_;
+  int32_t k_;
+  DraftConfig dc_;
+  int64_t vocab_;
+  sampling::LogprobsMode logprobs_mode_ = sampling::LogprobsMode::Raw;
+  std::unordered_map<scheduler::SeqId, SeqDraft> drafts_;
+  SpeculativeMetrics metrics_;
+};
+
+}  // namespace dsinfer::spec

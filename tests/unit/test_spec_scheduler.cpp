@@ -1,0 +1,125 @@
+// Scheduler side of speculative decoding: confidence-scheduled verify lengths (global top-budget by survival,
+// minimum survival, prefixes per sequence), the ragged verify plan (anchor + drafts, logits for each), accepted
+// tokens advancing num_computed with rollback of blocks past them, and rejection of inconsistent outputs.
+#include <gtest/gtest.h>
+
+#include "scheduler/scheduler.h"
+
+using namespace dsinfer;
+using namespace dsinfer::scheduler;
+
+namespace {
+
+io::ModelConfig small_model() {
+  io::ModelConfig c;
+  c.head_dim = 32;
+  c.index_head_dim = 16;
+  c.sliding_window = 8;
+  c.layer_types = {io::AttnType::Sliding, io::AttnType::CSA};
+  c.compress_ratios = {0, 4};
+  c.num_hidden_layers = 2;
+  c.vocab_size = 50;
+  return c;
+}
+
+std::unique_ptr<Scheduler> make(int64_t budget, double min_survival) {
+  cache::StateCacheConfig cc;
+  cc.block_size = 4;
+  cc.max_model_len = 64;
+  cc.max_num_seqs = 4;
+  cc.max_spec_tokens = 3;
+  auto L = cache::compute_state_layout(small_model(), cc);
+  EXPECT_TRUE(L.is_ok());
+  cc.budget_bytes = 4 * L->slot_bytes + 100 * L->block_bytes;
+  auto c = cache::StateCache::create(small_model(), cc);
+  EXPECT_TRUE(c.is_ok());
+  SchedulerConfig sc;
+  sc.max_num_seqs = 4;
+  sc.max_num_batched_tokens = 256;
+  sc.eos_token_id = 0;
+  sc.vocab_size = 50;
+  sc.spec_budget = budget;
+  sc.spec_min_survival = min_survival;
+  return std::make_unique<Scheduler>(sc, std::move(*c));
+}
+
+StepOutput out(const BatchPlan& plan, int32_t i, std::vector<int32_t> toks) {
+  StepOutput o;
+  o.plan_index = i;
+  o.seq_id = plan.seqs[size_t(i)].seq_id;
+  for (int32_t t : toks) o.samples.push_back({t, 0.f, {}});
+  return o;
+}
+
+}  // namespace
+
+TEST(SpecScheduler, TopBudgetBySurvivalVerifiesPrefixesAndRollsBack) {
+  auto s = make(/*budget=*/4, /*min_survival=*/0.2);
+  sampling::SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 20;
+  std::vector<SeqId> ids;
+  for (int r = 0; r < 3; ++r) {
+    auto id = s->add_request({{1, 2, 3, 4, 5, 6, 7}, p});
+    ASSERT_TRUE(id.is_ok());
+    ids.push_back(s->seq_ids(*id)[0]);
+  }
+  {  // prefill: one token each
+    const BatchPlan& plan = s->schedule();
+    ASSERT_EQ(plan.num_seqs(), 3);
+    std::vector<StepOutput> o;
+    for (int32_t i = 0; i < 3; ++i) o.push_back(out(plan, i, {10 + i}));
+    ASSERT_TRUE(s->update(o).is_ok());
+  }
+  // Drafts: A [.9 .5 .1], B [.8 .7 .6], C [.95]; >= .2 and top 4 -> C0, A0, B0, B1.
+  ASSERT_TRUE(s->set_draft(ids[0], {20, 21, 22}, {0.9f, 0.5f, 0.1f}).is_ok());
+  ASSERT_TRUE(s->set_draft(ids[1], {30, 31, 32}, {0.8f, 0.7f, 0.6f}).is_ok());
+  ASSERT_TRUE(s->set_draft(ids[2], {40}, {0.95f}).is_ok());
+  EXPECT_FALSE(s->set_draft(ids[2], {40, 41}, {0.5f, 0.6f}).is_ok());  // survival must not increase
+  const BatchPlan& plan = s->schedule();
+  ASSERT_EQ(plan.num_seqs(), 3);
+  EXPECT_EQ(plan.seqs[0].num_spec_tokens, 1);
+  EXPECT_EQ(plan.seqs[1].num_spec_tokens, 2);
+  EXPECT_EQ(plan.seqs[2].num_spec_tokens, 1);
+  EXPECT_EQ(plan.num_logits(), 2 + 3 + 2);
+  EXPECT_EQ(plan.seqs[1].num_new_tokens, 3);
+  EXPECT_EQ(std::vector<int32_t>(plan.token_ids.begin() + plan.seqs[1].token_offset,
+                                 plan.token_ids.begin() + plan.seqs[1].token_offset + 3),
+            (std::vector<int32_t>{11, 30, 31}));
+  EXPECT_EQ(plan.positions[size_t(plan.seqs[1].token_offset + 2)], 9);
+  EXPECT_EQ(plan.logits_token_index[size_t(plan.seqs[1].logits_row)], plan.seqs[1].token_offset);
+  EXPECT_EQ(plan.logits_token_index[size_t(plan.seqs[1].logits_row + 2)], plan.seqs[1].token_offset + 2);
+  // A draft that is not the planned one cannot be "accepted".
+  std::vector<StepOutput> bad{out(plan, 0, {21, 5}), out(plan, 1, {9}), out(plan, 2, {40, 9})};
+  EXPECT_FALSE(s->update(bad).is_ok());
+  // A accepts its draft (+ bonus), B rejects at once (correction), C accepts (+ bonus).
+  std::vector<StepOutput> o{out(plan, 0, {20, 23}), out(plan, 1, {33}), out(plan, 2, {40, 41})};
+  ASSERT_TRUE(s->update(o).is_ok());
+  EXPECT_EQ(s->num_computed(ids[0]), 9);  // 7 prompt + anchor + 1 accepted
+  EXPECT_EQ(s->num_computed(ids[1]), 8);  // rejected drafts leave no computed positions
+  EXPECT_EQ(*s->output_tokens(ids[1]), (std::vector<int32_t>{11, 33}));
+  EXPECT_EQ(*s->output_tokens(ids[2]), (std::vector<int32_t>{12, 40, 41}));
+  // Blocks past the committed length were released: B (8 computed, block size 4) holds 2 blocks.
+  EXPECT_EQ(s->cache().free_blocks() + 3 + 2 + 3, s->cache().num_blocks());
+  // Drafts were consumed: the next plan is plain decode.
+  const BatchPlan& next = s->schedule();
+  for (const SeqPlan& sp : next.seqs) EXPECT_EQ(sp.num_spec_tokens, 0);
+}
+
+TEST(SpecScheduler, DraftsAreCappedByMaxTokensAndTheSpareRows) {
+  auto s = make(0, 0.0);
+  sampling::SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 3;
+  auto id = s->add_request({{1, 2, 3}, p});
+  ASSERT_TRUE(id.is_ok());
+  const SeqId sid = s->seq_ids(*id)[0];
+  const BatchPlan& plan = s->schedule();
+  ASSERT_TRUE(s->update(std::vector<StepOutput>{out(plan, 0, {9})}).is_ok());
+  ASSERT_TRUE(s->set_draft(sid, {4, 5, 6}, {1.f, 1.f, 1.f}).is_ok());
+  const BatchPlan& p2 = s->schedule();
+  EXPECT_EQ(p2.seqs[0].num_spec_tokens, 1);  // 2 tokens may still come: one draft + the bonus
+  ASSERT_TRUE(s->update(std::vector<StepOutput>{out(p2, 0, {4, 8})}).is_ok());
+  EXPECT_EQ(s->seq_state(sid), SeqState::Finished);
+  EXPECT_EQ(*s->output_tokens(sid), (std::vector<int32_t>{9, 4, 8}));
+}
