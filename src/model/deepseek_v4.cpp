@@ -238,8 +238,13 @@ void DeepseekV4Cpu::attention(int64_t l, const Step& s, const std::vector<float>
     for (int64_t h = 0; h < H; ++h) ops::rope_apply_ref(ot + h * hd, hd, rd, inv_freq, p, true, attn_factor);
   }
   tap("attn.o", l, o, T);
+  output_projection(L, o, T, out);
+}
 
-  // grouped output projection: group g's heads [H/g * hd] -> wo_a rows [g*r, (g+1)*r), then wo_b
+// Grouped output projection: group g's heads [H/G * hd] -> wo_a rows [g*r, (g+1)*r), then wo_b.
+void DeepseekV4Cpu::output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T,
+                                      std::vector<float>& out) const {
+  const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim, D = cfg_.hidden_size;
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
   std::vector<float> mid(size_t(T * G * r)), tmp(static_cast<size_t>(r));
   for (int64_t t = 0; t < T; ++t)

@@ -52,6 +52,7 @@ class DeepseekV4Cpu {
 
  private:
   struct Step;
+  void output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, std::vector<float>& out) const;
   void attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   void moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   void tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const;

@@ -79,6 +79,30 @@ void log_softmax_top(std::span<const float> logits, int32_t n, int32_t token, fl
   for (auto& e : *top) e.logprob = lp(size_t(e.token));
 }
 
+// Penalties (vLLM semantics): repetition over prompt + output, dividing positive logits and multiplying
+// negative ones; frequency (x count) and presence (x [count > 0]) over the output only.
+void Sampler::apply_penalties(const SamplingParams& p, const SampleInput& in) {
+  const size_t vocab = work_.size();
+  const bool rep = p.repetition_penalty != 1.0;
+  if (rep || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) {
+    counts_.resize(vocab, 0);
+    touched_.clear();
+    auto touch = [&](int32_t t) { if (counts_[size_t(t)] == 0) touched_.push_back(t); };
+    if (rep)
+      for (int32_t t : in.prompt_tokens)
+        if (size_t(t) < vocab) { touch(t); counts_[size_t(t)] |= kInPrompt; }
+    for (int32_t t : in.output_tokens)
+      if (size_t(t) < vocab) { touch(t); counts_[size_t(t)] += 1; }
+    for (int32_t t : touched_) {
+      uint32_t c = counts_[size_t(t)] & ~kInPrompt;
+      float& x = work_[size_t(t)];
+      if (rep) x = x > 0.0f ? float(x / p.repetition_penalty) : float(x * p.repetition_penalty);
+      x -= float(p.frequency_penalty * double(c) + p.presence_penalty * (c > 0 ? 1.0 : 0.0));
+      counts_[size_t(t)] = 0;  // leave the scratch zeroed for the next call
+    }
+  }
+}
+
 SampleResult Sampler::sample(const SampleInput& in) {
   const SamplingParams& p = *in.params;
   const size_t vocab = in.logits.size();
@@ -109,26 +133,8 @@ SampleResult Sampler::sample(const SampleInput& in) {
       work_[size_t(in.eos_token_id)] = kNegInf;
   }
 
-  // 4. Penalties (vLLM semantics): repetition over prompt + output, dividing positive logits and multiplying
-  //    negative ones; frequency (x count) and presence (x [count > 0]) over the output only.
-  const bool rep = p.repetition_penalty != 1.0;
-  if (rep || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) {
-    counts_.resize(vocab, 0);
-    touched_.clear();
-    auto touch = [&](int32_t t) { if (counts_[size_t(t)] == 0) touched_.push_back(t); };
-    if (rep)
-      for (int32_t t : in.prompt_tokens)
-        if (size_t(t) < vocab) { touch(t); counts_[size_t(t)] |= kInPrompt; }
-    for (int32_t t : in.output_tokens)
-      if (size_t(t) < vocab) { touch(t); counts_[size_t(t)] += 1; }
-    for (int32_t t : touched_) {
-      uint32_t c = counts_[size_t(t)] & ~kInPrompt;
-      float& x = work_[size_t(t)];
-      if (rep) x = x > 0.0f ? float(x / p.repetition_penalty) : float(x * p.repetition_penalty);
-      x -= float(p.frequency_penalty * double(c) + p.presence_penalty * (c > 0 ? 1.0 : 0.0));
-      counts_[size_t(t)] = 0;  // leave the scratch zeroed for the next call
-    }
-  }
+  // 4. Penalties.
+  apply_penalties(p, in);
 
   if (p.greedy()) {
     res.token = argmax(work_);

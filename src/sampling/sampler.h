@@ -74,6 +74,7 @@ class Sampler {
   SampleResult sample(const SampleInput& in);
 
  private:
+  void apply_penalties(const SamplingParams& p, const SampleInput& in);  // on work_
   LogprobsMode mode_;
   // Scratch reused across calls (a Sampler is per thread / per runner, never shared between threads).
   std::vector<float> work_;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "scheduler/scheduler_state.h"
+
 namespace dsinfer::scheduler {
 
 using sampling::FinishReason;
@@ -20,37 +22,6 @@ const char* seq_state_name(SeqState s) {
   }
   return "?";
 }
-
-struct Scheduler::Request {
-  RequestId id = 0;
-  std::vector<int32_t> prompt;
-  sampling::SamplingParams params;
-  uint64_t seed = 0;
-  int64_t max_tokens = 0;  // effective: min(params.max_tokens, max_model_len - prompt)
-  std::vector<SeqId> seqs;
-  int32_t live = 0;        // sequences not finished / aborted
-};
-
-struct Scheduler::Sequence {
-  Sequence(Request* r, SeqId i, uint32_t k, int64_t eos)
-      : id(i), req(r), sample_index(k), stop(&r->params, eos, r->max_tokens) {}
-  SeqId id;
-  Request* req;
-  uint32_t sample_index;
-  std::vector<int32_t> output;
-  int64_t num_computed = 0;  // tokens whose state is in the cache
-  SeqState state = SeqState::Waiting;
-  cache::SlotId slot = -1;
-  sampling::StopChecker stop;
-  std::vector<int32_t> draft;       // speculative decoding: drafts after the last token (see set_draft)
-  std::vector<float> survival;      //   and their cumulative survival estimates
-  int32_t spec_len = 0;             //   drafts verified in the step being planned
-  int64_t total_len() const { return int64_t(req->prompt.size() + output.size()); }
-  int32_t token_at(int64_t i) const {
-    const int64_t p = int64_t(req->prompt.size());
-    return i < p ? req->prompt[size_t(i)] : output[size_t(i - p)];
-  }
-};
 
 namespace {
 uint64_t splitmix64(uint64_t& x) {
@@ -333,55 +304,6 @@ Status Scheduler::update(std::span<const StepOutput> outputs) {
 }
 
 // ---- speculative decoding ----
-
-Status Scheduler::set_draft(SeqId id, std::vector<int32_t> tokens, std::vector<float> survival) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) return Status::errorf("set_draft: unknown sequence {}", id);
-  Sequence* s = it->second.get();
-  if (s->state != SeqState::Decoding || s->num_computed + 1 != s->total_len())
-    return Status::errorf("set_draft: sequence {} is not waiting for its next decode token", id);
-  if (survival.size() != tokens.size())
-    return Status::errorf("set_draft: {} survival values for {} drafts", survival.size(), tokens.size());
-  for (size_t k = 0; k < tokens.size(); ++k) {
-    if (tokens[k] < 0 || (cfg_.vocab_size > 0 && tokens[k] >= cfg_.vocab_size))
-      return Status::errorf("set_draft: draft token {} outside the vocabulary", tokens[k]);
-    if (!(survival[k] >= 0.0f && survival[k] <= 1.0f) || (k > 0 && survival[k] > survival[k - 1]))
-      return Status::errorf("set_draft: survival must be non-increasing in [0, 1], found {} at {}", survival[k], k);
-  }
-  const int64_t room = s->req->max_tokens - int64_t(s->output.size());  // tokens it may still emit
-  const size_t keep = size_t(std::clamp<int64_t>(room - 1, 0, int64_t(tokens.size())));
-  tokens.resize(std::min(keep, size_t(cache_.layout().spec_tokens)));
-  survival.resize(tokens.size());
-  s->draft = std::move(tokens);
-  s->survival = std::move(survival);
-  return Status::ok();
-}
-
-void Scheduler::plan_spec_lengths() {
-  struct Cand {
-    float a;
-    int32_t pos;
-    int32_t seq;  // index in running_ (age order)
-  };
-  std::vector<Cand> cands;
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Sequence* s = running_[i];
-    s->spec_len = 0;
-    if (s->state != SeqState::Decoding || s->draft.empty() || s->num_computed + 1 != s->total_len()) continue;
-    for (size_t k = 0; k < s->draft.size(); ++k)
-      if (double(s->survival[k]) >= cfg_.spec_min_survival) cands.push_back({s->survival[k], int32_t(k), int32_t(i)});
-  }
-  if (cfg_.spec_budget > 0 && int64_t(cands.size()) > cfg_.spec_budget) {
-    auto before = [](const Cand& x, const Cand& y) {
-      return x.a > y.a || (x.a == y.a && (x.pos < y.pos || (x.pos == y.pos && x.seq < y.seq)));
-    };
-    std::nth_element(cands.begin(), cands.begin() + cfg_.spec_budget, cands.end(), before);
-    cands.resize(size_t(cfg_.spec_budget));
-  }
-  // Survival is non-increasing per sequence and ties go to the earlier position, so the admitted drafts of a
-  // sequence are a prefix of its block.
-  for (const Cand& c : cands) running_[size_t(c.seq)]->spec_len += 1;
-}
 
 SchedulerStats Scheduler::stats() const {
   SchedulerStats st;

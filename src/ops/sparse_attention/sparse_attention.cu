@@ -83,6 +83,50 @@ __device__ __forceinline__ void out_rope(float (&e)[4], int64_t d, const SparseA
     }
 }
 
+// The kernel's epilogue: with one split, normalise with the sink, apply the inverse RoPE and write o; with
+// several, write this split's unnormalised accumulator and its (max, sum) for attention_combine_kernel.
+template <int NCH, int HPW>
+__device__ __forceinline__ void write_result(const float4 (&acc)[HPW][NCH], const float (&mrun)[HPW],
+                                             const float (&lrun)[HPW], int64_t h0, int64_t t, int64_t split,
+                                             const SparseAttentionCudaParams& prm, int64_t pos, float* o, float* ws) {
+  const int lane = threadIdx.x & 31;
+  const int64_t H = prm.heads, hd = prm.head_dim, hd4 = hd / 4, splits = prm.num_splits;
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    const int64_t h = h0 + hh;
+    if (h >= H) continue;
+    if (splits == 1) {
+      const float sink = prm.sinks[h], M = fmaxf(mrun[hh], sink);
+      const float em = expf(mrun[hh] - M);
+      const float f = em / (lrun[hh] * em + expf(sink - M));
+#pragma unroll
+      for (int i = 0; i < NCH; ++i) {
+        const int64_t c = lane + 32 * i;
+        if (c >= hd4) continue;
+        float e[4] = {acc[hh][i].x * f, acc[hh][i].y * f, acc[hh][i].z * f, acc[hh][i].w * f};
+        out_rope(e, 4 * c, prm, pos);
+        reinterpret_cast<float4*>(o + (t * H + h) * hd)[c] = make_float4(e[0], e[1], e[2], e[3]);
+      }
+    } else {
+      float* part = ws + ((t * splits + split) * H + h) * (hd + 2);
+#pragma unroll
+      for (int i = 0; i < NCH; ++i) {
+        const int64_t c = lane + 32 * i;
+        if (c < hd4) {
+          part[4 * c + 0] = acc[hh][i].x;
+          part[4 * c + 1] = acc[hh][i].y;
+          part[4 * c + 2] = acc[hh][i].z;
+          part[4 * c + 3] = acc[hh][i].w;
+        }
+      }
+      if (lane == 0) {
+        part[hd] = mrun[hh];
+        part[hd + 1] = lrun[hh];
+      }
+    }
+  }
+}
+
 template <int NCH, int HPW>
 __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(StepDevice st, LayerStateView v,
                                                                    SparseAttentionCudaParams prm, const float* q,
@@ -198,40 +242,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(StepDevice s
     }
   }
 
-#pragma unroll
-  for (int hh = 0; hh < HPW; ++hh) {
-    const int64_t h = h0 + hh;
-    if (h >= H) continue;
-    if (splits == 1) {
-      const float sink = prm.sinks[h], M = fmaxf(mrun[hh], sink);
-      const float em = expf(mrun[hh] - M);
-      const float f = em / (lrun[hh] * em + expf(sink - M));
-#pragma unroll
-      for (int i = 0; i < NCH; ++i) {
-        const int64_t c = lane + 32 * i;
-        if (c >= hd4) continue;
-        float e[4] = {acc[hh][i].x * f, acc[hh][i].y * f, acc[hh][i].z * f, acc[hh][i].w * f};
-        out_rope(e, 4 * c, prm, tk.p);
-        reinterpret_cast<float4*>(o + (t * H + h) * hd)[c] = make_float4(e[0], e[1], e[2], e[3]);
-      }
-    } else {
-      float* part = ws + ((t * splits + blockIdx.z) * H + h) * (hd + 2);
-#pragma unroll
-      for (int i = 0; i < NCH; ++i) {
-        const int64_t c = lane + 32 * i;
-        if (c < hd4) {
-          part[4 * c + 0] = acc[hh][i].x;
-          part[4 * c + 1] = acc[hh][i].y;
-          part[4 * c + 2] = acc[hh][i].z;
-          part[4 * c + 3] = acc[hh][i].w;
-        }
-      }
-      if (lane == 0) {
-        part[hd] = mrun[hh];
-        part[hd + 1] = lrun[hh];
-      }
-    }
-  }
+  write_result<NCH, HPW>(acc, mrun, lrun, h0, t, blockIdx.z, prm, tk.p, o, ws);
 }
 
 __global__ void attention_combine_kernel(StepDevice st, SparseAttentionCudaParams prm, const float* ws, float* o) {
