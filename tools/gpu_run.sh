@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dsinfer_gpu_out}
 mkdir -p "$OUT"
 BIN=build/cuda
+# tools/gpu_prepare.sh packs the binaries and fixtures (xz) so that they fit the device's carry limit.
+[ -f .gpu_pack/bins.tar.xz ] && tar xJf .gpu_pack/bins.tar.xz
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 if [ "${DSINFER_GPU_TESTS:-1}" = 1 ]; then
@@ -14,8 +16,10 @@ if [ "${DSINFER_GPU_TESTS:-1}" = 1 ]; then
 fi
 echo "== check-reference on the GPU"
 : > "$OUT/check_reference.log"
+is_v41() { grep -q '"model_type": *"deepseek_v41' "$1/config.json"; }  # no CUDA kernels yet (issue 19)
 for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
   [ -f "$fx/reference.safetensors" ] || continue
+  is_v41 "$fx" && continue
   timeout 60 $BIN/dsinfer check-reference --backend cuda --numerics hf --model "$fx" >> "$OUT/check_reference.log" 2>&1
   rc=$?
   echo "$(basename "$fx"): exit $rc" | tee -a "$OUT/check_reference.log"
@@ -24,6 +28,7 @@ grep -E "prompt|PASS|FAIL|error" "$OUT/check_reference.log" | head -60
 [ "${DSINFER_FAST_CHECK:-1}" = 1 ] && echo "== check-reference on the GPU with the tensor-core GEMM path (--fast-gemm; reported, bf16 operands)"
 [ "${DSINFER_FAST_CHECK:-1}" = 1 ] && for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
   [ -f "$fx/reference.safetensors" ] || continue
+  is_v41 "$fx" && continue
   echo "--- $(basename "$fx")" >> "$OUT/check_reference_fast.log"
   timeout 60 $BIN/dsinfer check-reference --backend cuda --fast-gemm --numerics hf --model "$fx" >> "$OUT/check_reference_fast.log" 2>&1
 done
@@ -35,8 +40,20 @@ DSINFER_CUDA_GRAPHS=0 timeout 60 $BIN/dsinfer generate --backend cuda --model mo
   --input examples/requests.jsonl --output /tmp/generate_nograph.jsonl 2>&1 | tail -1
 python3 - "$OUT/generate_cuda.jsonl" /tmp/generate_nograph.jsonl <<'PY'
 import json, sys
+# Tokens and text must be identical; logprobs may differ in the last bits (a graph is captured with the split
+# count of max_model_len, a direct step uses that of its own context), so their largest difference is reported.
 a, b = ([json.loads(l)["response"]["body"]["choices"] for l in open(f)] for f in sys.argv[1:3])
-print("graph vs no-graph outputs identical:", a == b)
+def strip(cs): return [{k: v for k, v in c.items() if k != "logprobs"} for c in cs]
+def lps(cs):
+    out = []
+    for c in cs:
+        lp = c.get("logprobs") or {}
+        out += lp.get("token_logprobs") or [t["logprob"] for t in lp.get("content") or []]
+    return out
+same = [strip(x) == strip(y) for x, y in zip(a, b)]
+diff = max([abs(p - q) for x, y in zip(a, b) for p, q in zip(lps(x), lps(y))] or [0.0])
+print("graph vs no-graph tokens and text identical:", all(same), f"(max logprob difference {diff:.2e})")
+sys.exit(0 if all(same) else 1)
 PY
 if [ "${DSINFER_BENCH:-1}" = 1 ]; then
   echo "== bench (V4-Flash shapes, dummy weights)"
