@@ -6,6 +6,7 @@
 
 #include "chat/chat_request.h"
 #include "chat/chat_types.h"
+#include "io/json_limits.h"
 #include "sampling/sampling_params.h"
 
 namespace dsinfer {
@@ -34,6 +35,22 @@ Status parse_prompt(const ojson& body, Request& r) {
   return Status::ok();
 }
 
+// Fields of the OpenAI APIs that dsinfer does not implement: an explicit non-default value is an error rather
+// than silently ignored. ("model" and "user" are accepted and ignored: an engine serves one model.)
+Status check_unsupported_fields(const ojson& body, Endpoint endpoint) {
+  auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
+  if (given("stream") && !body["stream"].is_boolean())
+    return Status::errorf("'stream' must be true or false, found {}", body["stream"].type_name());
+  if (endpoint == Endpoint::kCompletions) {
+    if (given("echo") && body["echo"] != false) return Status::error("'echo' is not supported (only false)");
+    if (given("suffix") && body["suffix"] != "") return Status::error("'suffix' is not supported");
+    if (given("best_of") && body["best_of"] != 1) return Status::error("'best_of' is not supported (use 'n')");
+    if (given("response_format"))
+      return Status::error("'response_format' belongs to /v1/chat/completions, not /v1/completions");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 namespace api {
@@ -43,6 +60,7 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_op
   // Without an endpoint (the C++ API's JSON convenience), chat when the body has "messages".
   const Endpoint endpoint = endpoint_opt ? *endpoint_opt : body.contains("messages") ? Endpoint::kChatCompletions : Endpoint::kCompletions;
   r.endpoint = endpoint;
+  DSI_RETURN_IF_ERROR(check_unsupported_fields(body, endpoint));
   if (endpoint == Endpoint::kChatCompletions) {
     if (!body.contains("messages")) return Status::error("a /v1/chat/completions body needs 'messages'");
     DSI_ASSIGN_OR_RETURN(chat::Conversation conv, chat::parse_chat_request(body));
@@ -60,6 +78,7 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_op
 }
 
 Status parse_request_text(std::string_view body_json, std::optional<Endpoint> endpoint, Request& r) {
+  DSI_RETURN_IF_ERROR(io::check_json_depth(body_json, "request body"));
   ojson body;
   try {
     body = ojson::parse(body_json);

@@ -4,6 +4,7 @@
 #include "chat/output_parser.h"
 
 #include "chat/chat_request.h"
+#include "io/json_limits.h"
 
 namespace dsinfer::chat {
 namespace {
@@ -95,8 +96,11 @@ Status OutputParser::parse_invoke(std::string_view body, ParsedToolCall& call) c
     if (is_string) {
       args[name] = std::string(value);
     } else {
-      ojson v = ojson::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
-      args[name] = v.is_discarded() ? ojson(std::string(value)) : v;  // not JSON after all: keep the text
+      // Too deep (or not JSON after all): keep the text.
+      ojson v = io::json_nesting_depth(value) > io::kMaxJsonDepth
+                    ? ojson(ojson::value_t::discarded)
+                    : ojson::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
+      args[name] = v.is_discarded() ? ojson(std::string(value)) : v;
     }
   }
   call.arguments = dump_python_style(args);

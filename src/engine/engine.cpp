@@ -132,7 +132,9 @@ Status Engine::step() {
   if (plan.empty()) return Status::ok();
   DSI_RETURN_IF_ERROR(runner_->step(plan, logits_));
   const int64_t V = model_config().vocab_size;
-  DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_));
+  DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_, nonfinite_));
+  // A broken model (NaN / Inf weights or activations) fails only the requests whose logits are not finite.
+  for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
   // Text deltas let the stop checker match stop strings across token boundaries.
   for (scheduler::StepOutput& o : outputs_) {
     const scheduler::SeqPlan& sp = plan.seqs[size_t(o.plan_index)];
@@ -201,6 +203,27 @@ void Engine::apply_updates() {
       pending_.erase(pit);
     }
   }
+}
+
+void Engine::fail_request(const scheduler::SeqPlan& sp, const std::string& why) {
+  auto pit = pending_.find(sp.request_id);
+  if (pit == pending_.end()) return;  // another of its sequences failed it already
+  (void)sched_->abort(sp.request_id);  // its outputs in this step's update() are dropped
+  Pending& p = *pit->second;
+  p.out.error = fmt::format("{} at position {} (sample {}); the request was stopped", why,
+                            sp.start_pos + sp.num_new_tokens - 1, p.seqs[sp.seq_id].choice.index);
+  p.out.finish_s = now_s();
+  for (auto& [sid, s] : p.seqs) {
+    if (s.choice.finish_reason.empty()) {
+      s.choice.finish_reason = "error";
+      p.out.completion_tokens += int64_t(s.choice.token_ids.size());
+      if (on_event_) on_event_(StreamEvent{sp.request_id, s.choice.index, {}, {}, {}, {}, true, "error"});
+    }
+    p.out.choices.push_back(std::move(s.choice));
+  }
+  std::sort(p.out.choices.begin(), p.out.choices.end(), [](const Choice& a, const Choice& b) { return a.index < b.index; });
+  finished_.push_back(std::move(p.out));
+  pending_.erase(pit);
 }
 
 std::vector<RequestOutput> Engine::take_finished() {

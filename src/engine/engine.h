@@ -40,6 +40,7 @@ struct RequestOutput {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::vector<Choice> choices;
   double arrival_s = 0, first_token_s = -1, finish_s = 0;  // seconds since the engine started
+  std::string error;  // non-empty: the request failed mid-run (e.g. non-finite logits); choices end "error"
 };
 
 // One sequence's progress in a step (for streaming): the new tokens and the text they released.
@@ -81,6 +82,7 @@ class Engine {
   struct SeqOut;
   Engine() = default;
   void apply_updates();
+  void fail_request(const scheduler::SeqPlan& sp, const std::string& why);
 
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
@@ -91,6 +93,7 @@ class Engine {
   std::vector<RequestOutput> finished_;
   std::vector<float> logits_;
   std::vector<scheduler::StepOutput> outputs_;
+  std::vector<int32_t> nonfinite_;
   std::chrono::steady_clock::time_point t0_;
   std::function<void(const StreamEvent&)> on_event_;
 };

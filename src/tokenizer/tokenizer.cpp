@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_limits.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/utf8.h"
 
@@ -13,6 +14,9 @@ namespace dsinfer::tokenizer {
 namespace {
 
 using json = nlohmann::json;
+
+// How far token ids may run past the number of vocab + added entries (unused ids in between are allowed).
+constexpr int64_t kIdSlack = 1 << 16;
 
 Status check_supported(const json& j) {
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
@@ -48,6 +52,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_file(const std::string& path)
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view text, std::string_view source) {
   auto ctx = [&](const Status& s) { return s.with_context(fmt::format("tokenizer {:?}", source)); };
+  if (Status s = io::check_json_depth(text, "file"); !s) return ctx(s);
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return ctx(Status::error("not valid JSON"));
   if (!j.is_object()) return ctx(Status::error("top level is not a JSON object"));
@@ -86,6 +91,19 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view te
         t->added_.push_back(std::move(tok));
         ++k;
       }
+    }
+    // Ids index a dense table: one far beyond the number of entries is a corrupt file, not a reason to allocate
+    // gigabytes (or to overflow max_id + 1).
+    const int64_t entries = int64_t(t->vocab_.size() + t->added_.size());
+    if (int64_t(max_id) >= entries + kIdSlack) {
+      for (size_t k = 0; k < t->added_.size(); ++k)
+        if (int64_t(t->added_[k].id) >= entries + kIdSlack)
+          return ctx(Status::errorf("added_tokens[{}].id = {} is far outside the vocabulary ({} entries; ids must be "
+                                    "below {})", k, t->added_[k].id, entries, entries + kIdSlack));
+      for (const auto& [tok, id] : t->vocab_)
+        if (int64_t(id) >= entries + kIdSlack)
+          return ctx(Status::errorf("model.vocab[{:?}] = {} is far outside the vocabulary ({} entries; ids must be "
+                                    "below {})", tok, id, entries, entries + kIdSlack));
     }
     // Raw bytes per id; added tokens override vocab entries with the same id (HF looks added tokens up first).
     std::vector<std::string> bytes(static_cast<size_t>(max_id + 1));
