@@ -19,6 +19,13 @@ struct CliResult {
   std::string out, err;
 };
 
+// The binary under test: DSINFER_BINARY, or $DSINFER_TEST_BINARY (e.g. an older build, to see a regression
+// test fail before its fix).
+inline const char* binary() {
+  const char* b = std::getenv("DSINFER_TEST_BINARY");
+  return b && *b ? b : DSINFER_BINARY;
+}
+
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
@@ -29,7 +36,7 @@ inline std::string slurp(const std::string& path) {
 // Runs `dsinfer <args>` (a shell fragment: quoting is the caller's) in `dir`'s scratch files.
 inline CliResult run_cli(const ScratchDir& dir, const std::string& args, const std::string& stdin_file = "") {
   const std::string out = dir.str() + "/cli.out", err = dir.str() + "/cli.err";
-  std::string cmd = std::string(DSINFER_BINARY) + " " + args + " >" + out + " 2>" + err;
+  std::string cmd = std::string(binary()) + " " + args + " >" + out + " 2>" + err;
   if (!stdin_file.empty()) cmd += " <" + stdin_file;
   const int st = std::system(cmd.c_str());
   CliResult r;

@@ -1,6 +1,7 @@
 // Regression tests for issue 18 through the built binary: invalid UTF-8 end to end (also with --output equal
 // to --input), output path checks, write errors, numeric flags, help / --version, the summary, duplicate ids,
 // huge n / max_tokens, deep JSON, corrupt model files, tokenize / detokenize continuing past bad lines.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
