@@ -46,7 +46,8 @@ bool BatchOutput::open(const std::string& path, bool resume, std::string* error)
     direct_ = true;
     return true;
   }
-  const bool have_partial = fs::exists(partial_, ec);
+  // An empty partial file (a run stopped while loading the model) holds nothing to lose.
+  const bool have_partial = fs::exists(partial_, ec) && fs::file_size(partial_, ec) > 0;
   if (have_partial && !resume)
     return *error = fmt::format("{} exists: an earlier run was interrupted; pass --resume to continue it (or delete "
                                 "the file to start over)", partial_), false;

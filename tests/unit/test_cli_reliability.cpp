@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -168,6 +169,37 @@ TEST(CliReliability, CorruptModelFilesAreErrors) {
     EXPECT_EQ(r.rc, 1) << cmd;
     EXPECT_NE(r.err.find("added_tokens[0].id = 2147483647 is far outside the vocabulary"), std::string::npos) << r.err;
   }
+}
+
+// Defect 7 through the CLI: a NaN embedding row (token 7) fails exactly the lines whose prompt holds it, with a
+// "model_error" record; the other lines succeed.
+TEST(CliReliability, NonFiniteLogitsGiveModelErrorRecords) {
+  ScratchDir d("nan");
+  fs::copy(kTiny, d.path / "m");
+  const std::string st = (d.path / "m/model.safetensors").string();
+  {
+    std::fstream f(st, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    f.read(header.data(), std::streamsize(n));
+    const json e = json::parse(header)["model.embed_tokens.weight"];
+    const int64_t D = e["shape"][1];
+    f.seekp(std::streamoff(8 + n + e["data_offsets"][0].get<uint64_t>() + 7 * D * 4));
+    const float nan = std::nanf("");
+    for (int64_t k = 0; k < D; ++k) f.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  const std::string in = d.str() + "/in.jsonl", out = d.str() + "/out.jsonl";
+  std::ofstream(in) << R"({"custom_id": "poisoned", "body": {"prompt": [5, 7], "max_tokens": 3}})" "\n"
+                    << R"({"custom_id": "fine", "body": {"prompt": [5, 6], "max_tokens": 3}})" "\n";
+  CliResult r = run_cli(d, "generate --model " + d.str() + "/m --input " + in + " --output " + out);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  std::vector<json> recs = read_jsonl(out);
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0]["error"]["code"], "model_error");
+  EXPECT_NE(recs[0]["error"]["message"].get<std::string>().find("non-finite logits"), std::string::npos);
+  EXPECT_TRUE(recs[1]["error"].is_null());
+  EXPECT_EQ(recs[1]["response"]["body"]["choices"][0]["token_ids"].size(), 3u);
 }
 
 // Defect 9: tokenize stopped at the first bad line.
