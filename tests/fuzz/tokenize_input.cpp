@@ -26,13 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // must round-trip exactly.
     if (mode == tokenizer::EncodeMode::kPlainText && *back != text) std::abort();
     tokenizer::StreamDecoder sd(tok, /*skip_special_tokens=*/false);
-    std::string streamed, delta;
-    for (int32_t id : ids) {
-      if (!sd.push(id, delta).is_ok()) std::abort();
-      streamed += delta;
-    }
-    sd.finish(delta);
-    streamed += delta;
+    std::string streamed;  // push() and finish() append
+    for (int32_t id : ids)
+      if (!sd.push(id, streamed).is_ok()) std::abort();
+    sd.finish(streamed);
     if (streamed != *back) std::abort();
   }
   // The same bytes as token ids (ids outside the vocabulary are errors).
