@@ -207,6 +207,17 @@ TEST(CorruptModel, FarOutAddedTokenIdIsAnError) {
       << v.status().message();
 }
 
+// Found by fuzz_tokenizer_json: a non-string "type" made json::value() throw out of the loader (terminate).
+TEST(CorruptModel, NonStringTypeFieldsInTokenizerJson) {
+  for (const char* text : {R"({"model": {"type": [1], "vocab": {}, "merges": []}})",
+                           R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "decoder": {"type": 5}})",
+                           R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "normalizer": {"type": {}}})"}) {
+    auto t = tokenizer::Tokenizer::from_json_text(text, "tok.json");
+    ASSERT_FALSE(t.is_ok()) << text;
+    EXPECT_NE(t.status().message().find("not supported"), std::string::npos) << t.status().message();
+  }
+}
+
 TEST(CorruptModel, SafetensorsShapeOverflowIsAnError) {
   // 2^32 x 2^32 F32 elements wrap to 0 bytes in 64-bit arithmetic: it must not pass as an empty tensor.
   const std::string header = R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})";
