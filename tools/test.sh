@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install_deps.sh
+# ccache hits across checkouts in other folders (CI clones afresh): paths under the repo are hashed relative to
+# it, and -g builds (asan, fuzz) do not hash the build directory.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 mode=${1:-default}
 jobs=$(nproc)
 case "$mode" in
