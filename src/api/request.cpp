@@ -55,7 +55,9 @@ Status check_unsupported_fields(const ojson& body, Endpoint endpoint) {
 
 namespace api {
 
-Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_opt, Request& r) {
+namespace {
+
+Status parse_body(const ojson& body, std::optional<Endpoint> endpoint_opt, Request& r) {
   if (!body.is_object()) return Status::errorf("request body must be a JSON object, found {}", body.type_name());
   // Without an endpoint (the C++ API's JSON convenience), chat when the body has "messages".
   const Endpoint endpoint = endpoint_opt ? *endpoint_opt : body.contains("messages") ? Endpoint::kChatCompletions : Endpoint::kCompletions;
@@ -75,6 +77,21 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint_op
     r.return_token_ids = body["return_token_ids"].get<bool>();
   }
   return Status::ok();
+}
+
+}  // namespace
+
+Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint, Request& r) {
+  // Every field is type-checked before it is read; this only keeps a missed check (a json::value() or get<>()
+  // on a field of another type) a request error instead of an exception through the caller.
+  try {
+    return parse_body(body, endpoint, r);
+  } catch (const nlohmann::json::exception& e) {
+#ifdef DSINFER_FUZZING
+    throw;  // the fuzz targets report a missed check as a crash
+#endif
+    return Status::errorf("malformed request body: {}", e.what());
+  }
 }
 
 Status parse_request_text(std::string_view body_json, std::optional<Endpoint> endpoint, Request& r) {

@@ -28,7 +28,7 @@ Result<std::string> content_text(const ojson& m, const std::string& where, bool 
   std::string out;
   for (size_t k = 0; k < c.size(); ++k) {
     const ojson& p = c[k];
-    if (!p.is_object() || p.value("type", "") != "text" || !p.contains("text") || !p["text"].is_string())
+    if (!p.is_object() || !(p.contains("type") && p["type"] == "text") || !p.contains("text") || !p["text"].is_string())
       return Status::errorf("{}.content[{}] is not a {{\"type\": \"text\", \"text\": string}} part (only text is supported)",
                             where, k);
     if (k) out += "\n\n";
@@ -64,7 +64,8 @@ Result<ToolCall> parse_tool_call(const ojson& tc, const std::string& where) {
 
 Result<ToolDefinition> parse_tool(const ojson& t, size_t k) {
   const std::string where = fmt::format("tools[{}]", k);
-  if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+  if (!t.is_object() || !(t.contains("type") && t["type"] == "function") || !t.contains("function") ||
+      !t["function"].is_object())
     return Status::errorf("{} must be {{\"type\": \"function\", \"function\": {{...}}}}", where);
   const ojson& f = t["function"];
   ToolDefinition d;
@@ -153,7 +154,7 @@ Result<Conversation> parse_chat_request(const ojson& body) {
     if (c == "auto") conv.tool_choice = ToolChoice::kAuto;
     else if (c == "none") conv.tool_choice = ToolChoice::kNone;
     else if (c == "required") conv.tool_choice = ToolChoice::kRequired;
-    else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") && c["function"].is_object() &&
+    else if (c.is_object() && c.contains("type") && c["type"] == "function" && c.contains("function") && c["function"].is_object() &&
              c["function"].contains("name") && c["function"]["name"].is_string()) {
       conv.tool_choice = ToolChoice::kNamed;
       conv.named_tool = c["function"]["name"].get<std::string>();

@@ -113,6 +113,22 @@ TEST(JsonDepth, DeepModelFilesAreErrors) {
   EXPECT_NE(s.message().find("m.safetensors: header: JSON nested deeper"), std::string::npos) << s.message();
 }
 
+// Found by fuzz_chat_request: a "type" of another JSON type made json::value() throw out of the chat parser
+// (std::terminate in `generate`, losing the whole batch).
+TEST(RequestLimits, NonStringTypeFieldsInChatRequests) {
+  const std::string user = R"({"role": "user", "content": "hi"})";
+  for (const std::string& body : std::vector<std::string>{
+           R"({"messages": [)" + user + R"(], "tools": [{"type": {"name": "f"}, "function": {"name": "f"}}]})",
+           R"({"messages": [{"role": "user", "content": [{"type": ["text"], "text": "x"}]}]})",
+           R"({"messages": [)" + user + R"(], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": 1, "function": {"name": "f"}}})",
+       }) {
+    Request r;
+    std::string err;
+    EXPECT_FALSE(parse_request(body, Endpoint::kChatCompletions, &r, &err)) << body;
+    EXPECT_FALSE(err.empty());
+  }
+}
+
 // Defect 5: n had no cap (OpenAI caps it at 128); n = 2^31-1 exhausted memory.
 TEST(RequestLimits, NIsCappedAt128) {
   Request r;
