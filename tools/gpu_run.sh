@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run ON the H200 machine (device call, after tools/gpu_prepare.sh here): every GPU test, check-reference on
-# the GPU for every fixture, and the benchmarks. Logs under $OUT; a short table at the end of stdout.
+# Run ON the H200 machine (device call, after tools/gpu_prepare.sh here): every GPU test, the GPU tests under
+# compute-sanitizer (memcheck, racecheck), check-reference on the GPU for every fixture, and the benchmarks.
+# Logs under $OUT; a short table at the end of stdout. `tools/gpu_run.sh sanitize`: only the sanitizer passes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dsinfer_gpu_out}
@@ -10,10 +11,38 @@ BIN=build/cuda
 [ -f .gpu_pack/bins.tar.xz ] && tar xJf .gpu_pack/bins.tar.xz
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
+
+# The GPU tests under compute-sanitizer: memcheck (out-of-bounds / misaligned accesses, leaks, API errors) and
+# racecheck (shared-memory hazards). `tools/gpu_run.sh sanitize` runs only this; in the full run it is on unless
+# DSINFER_SANITIZER=0. SANITIZER_FILTER narrows the tests (gtest filter), SANITIZER_TIMEOUT bounds each tool (s).
+run_sanitizers() {
+  local cs
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ ! -x "$cs" ]; then echo "compute-sanitizer not found: skipped"; return 0; fi
+  local filter=() st=0
+  [ -n "${SANITIZER_FILTER:-}" ] && filter=(--gtest_filter="$SANITIZER_FILTER")
+  for tool in memcheck racecheck; do
+    local extra=()
+    [ $tool = memcheck ] && extra=(--leak-check full)
+    echo "== compute-sanitizer --tool $tool: GPU tests"
+    timeout "${SANITIZER_TIMEOUT:-240}" "$cs" --tool $tool "${extra[@]}" --error-exitcode 99 --print-limit 20 \
+      $BIN/dsinfer_gpu_tests --gtest_brief=1 "${filter[@]}" > "$OUT/sanitizer_$tool.log" 2>&1
+    local rc=$?
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|FAILED|PASSED" "$OUT/sanitizer_$tool.log" | tail -6
+    echo "compute-sanitizer $tool: exit $rc (0 clean, 99 errors reported, 124 timed out)"
+    [ $rc -ne 0 ] && st=1
+  done
+  return $st
+}
+if [ "${1:-}" = sanitize ]; then
+  run_sanitizers
+  exit $?
+fi
 if [ "${DSINFER_GPU_TESTS:-1}" = 1 ]; then
   echo "== GPU tests"
   timeout 200 $BIN/dsinfer_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 fi
+[ "${DSINFER_SANITIZER:-1}" = 1 ] && run_sanitizers
 echo "== check-reference on the GPU"
 : > "$OUT/check_reference.log"
 is_v41() { grep -q '"model_type": *"deepseek_v41' "$1/config.json"; }  # no CUDA kernels yet (issue 19)

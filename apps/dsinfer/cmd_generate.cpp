@@ -1,20 +1,27 @@
 // `dsinfer generate`: offline generation. Either a JSONL file in the OpenAI Batch API request format
 // (--input/--output: one output record per input line, in input order; bad lines get an error record and the
 // rest still run) or one prompt (--prompt, optionally --chat). Progress on stderr, a summary at the end.
+// Finished records reach the disk as they complete (batch_output.h); SIGINT / SIGTERM stop the run, record the
+// unfinished lines as "aborted" errors and keep everything finished; --resume skips what an earlier run did.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
-#include <ctime>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "apps/dsinfer/batch_output.h"
 #include "apps/dsinfer/commands.h"
 #include "apps/dsinfer/engine_flags.h"
 #include "dsinfer/batch.h"
@@ -24,124 +31,174 @@ namespace dsinfer::cli {
 
 namespace {
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: dsinfer generate --model DIR (--input requests.jsonl --output results.jsonl | --prompt TEXT [--chat])\n"
+volatile std::sig_atomic_t g_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C kills at once (finished records are already on disk)
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: dsinfer generate --model DIR (--input requests.jsonl --output results.jsonl [--resume] | --prompt TEXT [--chat])\n"
                "%s"
                "  --prompt:  --max-tokens N (64)  --temperature X (0)  --top-p X  --top-k N  --ignore-eos\n"
+               "  --resume:  reuse the successful records of an interrupted run (OUTPUT and OUTPUT.partial), run the rest\n"
                "Input lines: {\"custom_id\": \"...\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\" or\n"
-               "\"/v1/completions\", \"body\": {\"messages\": [...] | \"prompt\": \"text\" | [token ids], sampling fields}}.\n",
+               "\"/v1/completions\", \"body\": {\"messages\": [...] | \"prompt\": \"text\" | [token ids], sampling fields}}.\n"
+               "Finished records are flushed to OUTPUT.partial as they complete; OUTPUT is written (input order) at the\n"
+               "end. SIGINT/SIGTERM stop the run: unfinished lines get \"aborted\" error records (exit 130/143).\n",
                engine_flags_help().c_str());
 }
 
 double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
   const double idx = q * double(v.size() - 1);
   const size_t lo = size_t(idx), hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
 }
 
+// "p50/p90/p99 ms" of latencies in seconds, or "n/a" when there are none.
+std::string latency_ms(const std::vector<double>& v) {
+  if (v.empty()) return "n/a";
+  return fmt::format("{:.1f}/{:.1f}/{:.1f} ms", 1e3 * percentile(v, .5), 1e3 * percentile(v, .9), 1e3 * percentile(v, .99));
+}
+
+struct Options {
+  EngineOptions eo;
+  std::string input, output, prompt;
+  bool chat = false, resume = false;
+  Request single;  // --prompt
+};
+
+// Returns -1 to go on, otherwise the exit code.
+int parse_options(int argc, char** argv, Options& o) {
+  o.single.sampling.max_tokens = 64;
+  o.single.sampling.temperature = 0.0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") return usage(stdout), 0;
+    if (const FlagParse f = parse_engine_flag("generate", argc, argv, i, o.eo); f != FlagParse::kNotEngineFlag) {
+      if (f == FlagParse::kError) return 2;
+      continue;
+    }
+    if (a == "--chat") { o.chat = true; continue; }
+    if (a == "--resume") { o.resume = true; continue; }
+    if (a == "--ignore-eos") { o.single.sampling.ignore_eos = true; continue; }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "generate: option '%s' needs a value (or is unknown)\n", a.c_str());
+      return usage(stderr), 2;
+    }
+    const std::string v = argv[++i];
+    long long n = 0;
+    double x = 0;
+    bool ok = true;
+    if (a == "--input") o.input = v;
+    else if (a == "--output") o.output = v;
+    else if (a == "--prompt") o.prompt = v;
+    else if (a == "--max-tokens") ok = parse_int_flag("generate", a, v, 1, LLONG_MAX, &n), o.single.sampling.max_tokens = n;
+    else if (a == "--temperature") ok = parse_real_flag("generate", a, v, 0, 1e6, &x), o.single.sampling.temperature = x;
+    else if (a == "--top-p") ok = parse_real_flag("generate", a, v, 0, 1, &x), o.single.sampling.top_p = x;
+    else if (a == "--top-k") ok = parse_int_flag("generate", a, v, -1, INT32_MAX, &n), o.single.sampling.top_k = int32_t(n);
+    else {
+      std::fprintf(stderr, "generate: unknown option '%s'\n", a.c_str());
+      return usage(stderr), 2;
+    }
+    if (!ok) return 2;
+  }
+  if (o.eo.model_dir.empty() || (o.input.empty() == o.prompt.empty()) || (!o.input.empty() && o.output.empty())) {
+    std::fprintf(stderr, "generate: needs --model and either --input with --output, or --prompt\n");
+    return usage(stderr), 2;
+  }
+  if (o.resume && o.input.empty()) return std::fprintf(stderr, "generate: --resume needs --input/--output\n"), 2;
+  return -1;
+}
+
 struct Line {
   std::string custom_id;
   std::optional<std::string> record;  // filled when done (success or error)
   bool failed = false;
+  std::string error;                  // the message of an error record
 };
+
+// Reads the input file (before the model is loaded, so that a bad path fails at once).
+bool read_input(const std::string& path, std::vector<std::string>* texts) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return std::fprintf(stderr, "generate: input %s is a directory\n", path.c_str()), false;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::fprintf(stderr, "generate: cannot open %s\n", path.c_str()), false;
+  for (std::string text; std::getline(in, text);) {
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    texts->push_back(std::move(text));
+  }
+  if (in.bad()) return std::fprintf(stderr, "generate: error reading %s\n", path.c_str()), false;
+  return true;
+}
 
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-  EngineOptions eo;
-  std::string input, output, prompt;
-  bool chat = false;
-  Request single_req;  // --prompt
-  single_req.sampling.max_tokens = 64;
-  single_req.sampling.temperature = 0.0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") return usage(), 0;
-    if (const FlagParse f = parse_engine_flag("generate", argc, argv, i, eo); f != FlagParse::kNotEngineFlag) {
-      if (f == FlagParse::kError) return usage(), 2;
-      continue;
-    }
-    if (a == "--chat") { chat = true; continue; }
-    if (a == "--ignore-eos") { single_req.sampling.ignore_eos = true; continue; }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "generate: option '%s' needs a value (or is unknown)\n", a.c_str());
-      return usage(), 2;
-    }
-    const std::string v = argv[++i];
-    auto num = [&](double& out) {
-      char* end = nullptr;
-      out = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end) {
-        std::fprintf(stderr, "generate: %s expects a number, found '%s'\n", a.c_str(), v.c_str());
-        return false;
-      }
-      return true;
-    };
-    double x = 0;
-    if (a == "--input") input = v;
-    else if (a == "--output") output = v;
-    else if (a == "--prompt") prompt = v;
-    else if (!num(x)) return 2;
-    else if (a == "--max-tokens") single_req.sampling.max_tokens = int64_t(x);
-    else if (a == "--temperature") single_req.sampling.temperature = x;
-    else if (a == "--top-p") single_req.sampling.top_p = x;
-    else if (a == "--top-k") single_req.sampling.top_k = int32_t(x);
-    else {
-      std::fprintf(stderr, "generate: unknown option '%s'\n", a.c_str());
-      return usage(), 2;
-    }
-  }
-  if (eo.model_dir.empty() || (input.empty() == prompt.empty()) || (!input.empty() && output.empty())) {
-    std::fprintf(stderr, "generate: needs --model and either --input with --output, or --prompt\n");
-    return usage(), 2;
-  }
+  Options o;
+  if (int rc = parse_options(argc, argv, o); rc >= 0) return rc;
+  const bool batch = o.prompt.empty();
   std::string err;
-  std::unique_ptr<Engine> engine = Engine::create(eo, &err);
+  std::vector<std::string> texts;
+  BatchOutput output;
+  if (batch && (!read_input(o.input, &texts) || !output.open(o.output, o.resume, &err))) {
+    if (!err.empty()) std::fprintf(stderr, "generate: %s\n", err.c_str());
+    return 2;
+  }
+  std::unique_ptr<Engine> engine = Engine::create(o.eo, &err);
   if (!engine) {
     std::fprintf(stderr, "generate: %s\n", err.c_str());
     return 2;
   }
-  std::fprintf(stderr, "model %s on %s, max_model_len %lld\n", eo.model_dir.c_str(), engine->backend_name().c_str(),
+  std::fprintf(stderr, "model %s on %s, max_model_len %lld\n", o.eo.model_dir.c_str(), engine->backend_name().c_str(),
                (long long)engine->max_model_len());
 
   // ---- requests ----
   std::vector<Line> lines;
   std::map<uint64_t, size_t> line_of;
-  auto fail = [&](size_t li, const std::string& code, const std::string& msg) {
-    lines[li].record = batch_error_line(li + 1, lines[li].custom_id, code, msg);
-    lines[li].failed = true;
-  };
-  if (!prompt.empty()) {
-    if (chat) {
-      single_req.endpoint = Endpoint::kChatCompletions;
-      single_req.conversation = user_message_conversation(prompt);
-    } else {
-      single_req.prompt_text = prompt;
+  bool write_failed = false;
+  auto finish_line = [&](size_t li, std::string record, bool failed) {
+    lines[li].record = std::move(record);
+    lines[li].failed = failed;
+    if (batch && !write_failed && !output.add(*lines[li].record, &err)) {
+      write_failed = true;
+      std::fprintf(stderr, "generate: %s\n", err.c_str());
     }
-    lines.push_back({"prompt", std::nullopt, false});
-    const uint64_t id = engine->submit(single_req, &err);
+  };
+  auto fail = [&](size_t li, const std::string& code, const std::string& msg) {
+    lines[li].error = msg;
+    finish_line(li, batch_error_line(li + 1, lines[li].custom_id, code, msg), true);
+  };
+  size_t resumed = 0;
+  if (!batch) {
+    if (o.chat) {
+      o.single.endpoint = Endpoint::kChatCompletions;
+      o.single.conversation = user_message_conversation(o.prompt);
+    } else {
+      o.single.prompt_text = o.prompt;
+    }
+    lines.push_back({"prompt", std::nullopt, false, ""});
+    const uint64_t id = engine->submit(o.single, &err);
     if (!id) {
       std::fprintf(stderr, "generate: %s\n", err.c_str());
       return 2;
     }
     line_of[id] = 0;
   } else {
-    std::ifstream in(input);
-    if (!in) {
-      std::fprintf(stderr, "generate: cannot open %s\n", input.c_str());
-      return 2;
-    }
     std::set<std::string> seen_ids;
-    std::string text;
-    for (size_t lineno = 1; std::getline(in, text); ++lineno) {
-      if (!text.empty() && text.back() == '\r') text.pop_back();
-      lines.push_back({"", std::nullopt, false});
-      const size_t li = lines.size() - 1;
+    lines.resize(texts.size());
+    for (size_t li = 0; li < texts.size() && !write_failed; ++li) {
+      const size_t lineno = li + 1;
       BatchLine bl;
-      const bool ok = parse_batch_line(text, lineno, &bl, &err);
+      const bool ok = parse_batch_line(texts[li], lineno, &bl, &err);
       lines[li].custom_id = bl.custom_id;
       if (!ok) {
         fail(li, "invalid_request", err);
@@ -151,6 +208,11 @@ int cmd_generate(int argc, char** argv) {
         fail(li, "invalid_request", fmt::format("line {}: duplicate custom_id \"{}\"", lineno, bl.custom_id));
         continue;
       }
+      if (auto it = output.resumed().find(bl.custom_id); it != output.resumed().end()) {
+        lines[li].record = it->second;  // already in the partial / output file: not written again
+        ++resumed;
+        continue;
+      }
       const uint64_t id = engine->submit(bl.request, &err);
       if (!id) {
         fail(li, "invalid_request", fmt::format("line {}: {}", lineno, err));
@@ -158,9 +220,12 @@ int cmd_generate(int argc, char** argv) {
       }
       line_of[id] = li;
     }
+    texts.clear();
+    if (resumed) std::fprintf(stderr, "resume: %zu records reused from an earlier run\n", resumed);
   }
 
   // ---- run ----
+  install_stop_handlers();
   const bool tty = isatty(STDERR_FILENO);
   const size_t total = line_of.size();
   size_t done = 0;
@@ -169,7 +234,7 @@ int cmd_generate(int argc, char** argv) {
   double last_report = 0;
   const double t_start = engine->now_s();
   std::vector<RequestResult> single;
-  while (engine->has_unfinished()) {
+  while (engine->has_unfinished() && !g_signal && !write_failed) {
     if (!engine->step(&err)) {
       // A model failure ends the run; every request still pending gets the error, finished ones keep results.
       std::fprintf(stderr, "generate: step failed: %s\n", err.c_str());
@@ -181,13 +246,17 @@ int cmd_generate(int argc, char** argv) {
       const size_t li = line_of[r.id];
       in_tokens += r.prompt_tokens;
       out_tokens += r.completion_tokens;
+      ++done;
+      if (!r.error.empty()) {
+        fail(li, "model_error", fmt::format("line {}: {}", li + 1, r.error));
+        continue;
+      }
       if (r.first_token_s >= 0) ttft.push_back(r.first_token_s - r.arrival_s);
       // Per-output-token latency after the first token, per sample of the request.
       const int64_t per_sample = r.completion_tokens / std::max<int64_t>(1, int64_t(r.completions.size()));
       if (per_sample > 1 && r.first_token_s >= 0) tpot.push_back((r.finish_s - r.first_token_s) / double(per_sample - 1));
-      lines[li].record = batch_success_line(li + 1, lines[li].custom_id, r);
-      ++done;
-      if (!prompt.empty()) single.push_back(std::move(r));
+      finish_line(li, batch_success_line(li + 1, lines[li].custom_id, r), false);
+      if (!batch) single.push_back(std::move(r));
     }
     const double now = engine->now_s();
     if (tty || now - last_report > 5.0 || done == total) {
@@ -204,11 +273,29 @@ int cmd_generate(int argc, char** argv) {
   }
   if (tty) std::fprintf(stderr, "\n");
   const double wall = engine->now_s() - t_start;
+  const int sig = g_signal;
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (sig || write_failed) {
+    // Unfinished lines are recorded as aborted; a rerun with --resume computes exactly these.
+    const std::string why = sig ? fmt::format("interrupted by {} before this request finished; rerun with --resume",
+                                              sig == SIGINT ? "SIGINT" : "SIGTERM")
+                                : "the run stopped because the output could not be written";
+    size_t aborted = 0;
+    for (size_t li = 0; li < lines.size(); ++li)
+      if (!lines[li].record) {
+        lines[li].record = batch_error_line(li + 1, lines[li].custom_id, "aborted", fmt::format("line {}: {}", li + 1, why));
+        lines[li].failed = true;
+        ++aborted;
+      }
+    if (sig) std::fprintf(stderr, "generate: interrupted: %zu finished, %zu aborted\n", done, aborted);
+  }
 
   // ---- output ----
   size_t failed = 0;
   for (const Line& l : lines) failed += l.failed;
-  if (!prompt.empty()) {
+  int rc = failed ? 1 : 0;
+  if (!batch) {
     if (!single.empty()) {
       const Completion& c = single[0].completions[0];
       if (!c.reasoning.empty()) std::printf("[reasoning] %s\n[answer] ", c.reasoning.c_str());
@@ -223,23 +310,27 @@ int cmd_generate(int argc, char** argv) {
         std::printf("%s\n", ids.c_str());
       }
     } else if (!lines.empty() && lines[0].failed) {
-      std::printf("%s\n", err.c_str());
+      std::fprintf(stderr, "generate: %s\n", lines[0].error.c_str());
+    }
+    if (std::fflush(stdout) != 0) rc = 2;
+  } else if (!write_failed) {
+    std::vector<std::string> records;
+    records.reserve(lines.size());
+    for (Line& l : lines) records.push_back(std::move(*l.record));
+    if (!output.finish(records, &err)) {
+      std::fprintf(stderr, "generate: %s\n", err.c_str());
+      rc = 2;
     }
   } else {
-    std::ofstream out(output);
-    if (!out) {
-      std::fprintf(stderr, "generate: cannot write %s\n", output.c_str());
-      return 2;
-    }
-    for (const Line& l : lines) out << (l.record ? *l.record : std::string("null")) << "\n";
+    rc = 2;
   }
   std::fprintf(stderr,
-               "summary: %zu requests (%zu failed), %lld input tokens, %lld output tokens, %.2f s wall, "
+               "summary: %zu requests (%zu failed%s), %lld input tokens, %lld output tokens, %.2f s wall, "
                "%.1f output tok/s, %.1f total tok/s\n"
-               "         TTFT p50/p90/p99 %.1f/%.1f/%.1f ms, per-token latency p50/p90/p99 %.1f/%.1f/%.1f ms\n",
-               lines.size(), failed, (long long)in_tokens, (long long)out_tokens, wall, wall > 0 ? double(out_tokens) / wall : 0.0,
-               wall > 0 ? double(in_tokens + out_tokens) / wall : 0.0, 1e3 * percentile(ttft, .5), 1e3 * percentile(ttft, .9),
-               1e3 * percentile(ttft, .99), 1e3 * percentile(tpot, .5), 1e3 * percentile(tpot, .9), 1e3 * percentile(tpot, .99));
+               "         TTFT p50/p90/p99 %s, per-token latency p50/p90/p99 %s\n",
+               lines.size(), failed, resumed ? fmt::format(", {} resumed", resumed).c_str() : "", (long long)in_tokens,
+               (long long)out_tokens, wall, wall > 0 ? double(out_tokens) / wall : 0.0,
+               wall > 0 ? double(in_tokens + out_tokens) / wall : 0.0, latency_ms(ttft).c_str(), latency_ms(tpot).c_str());
   const SpeculativeMetrics sm = engine->speculative_metrics();
   if (sm.method != "off") {
     std::string per;
@@ -254,7 +345,8 @@ int cmd_generate(int argc, char** argv) {
                  sm.emitted_tokens ? double(sm.verified_tokens) / double(sm.emitted_tokens) : 0.0,
                  sm.step_seconds > 0 ? 100.0 * sm.draft_seconds / sm.step_seconds : 0.0);
   }
-  return failed ? 1 : 0;
+  if (sig) return 128 + sig;
+  return rc;
 }
 
 }  // namespace dsinfer::cli

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -49,11 +50,10 @@ int cmd_serve(int argc, char** argv) {
       return usage(), 2;
     }
     const std::string v = argv[++i];
-    int64_t n = 0;
+    long long n = 0;
     if (a == "--host") so.host = v;
     else if (a == "--api-key") so.api_key = v;
-    else if (!parse_int_flag("serve", a, v, n)) return 2;
-    else if (n < 0) return std::fprintf(stderr, "serve: %s must be >= 0, found %s\n", a.c_str(), v.c_str()), 2;
+    else if (!parse_int_flag("serve", a, v, 0, a == "--port" ? 65535 : INT32_MAX, &n)) return 2;
     else if (a == "--port") so.port = int(n);
     else if (a == "--max-waiting-requests") so.max_waiting_requests = int32_t(n);
     else if (a == "--max-connections") so.max_connections = int32_t(n);

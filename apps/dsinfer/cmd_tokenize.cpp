@@ -1,13 +1,18 @@
-// `dsinfer tokenize` / `dsinfer detokenize`: JSON lines in, JSON lines out (one text <-> one id array per line).
+// `dsinfer tokenize` / `dsinfer detokenize`: JSON lines in, JSON lines out (one text <-> one id array per line),
+// on the public tokenizer API (include/dsinfer/tokenizer.h). A bad line gets {"error": "..."} on stdout (so
+// output line k always answers input line k) and a message on stderr; the other lines still run, and the
+// exit code is 1 when any line failed.
+#include <fmt/format.h>
+
+#include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/dsinfer/commands.h"
-#include "tokenizer/tokenizer.h"
+#include "dsinfer/tokenizer.h"
 
 namespace dsinfer::cli {
 namespace {
@@ -18,7 +23,7 @@ struct Args {
   bool skip_special = false;
 };
 
-// Returns 0 on success, otherwise the exit code (after printing usage / the error).
+// Returns 0 on success, -1 after --help, otherwise the exit code (after printing usage / the error).
 int parse_args(int argc, char** argv, bool detok, Args& a) {
   const char* usage = detok ? "usage: dsinfer detokenize --tokenizer tokenizer.json [--skip-special]\n"
                               "  stdin: one JSON array of token ids per line; stdout: one JSON string per line\n"
@@ -37,50 +42,60 @@ int parse_args(int argc, char** argv, bool detok, Args& a) {
   return 0;
 }
 
+// One input line -> its output JSON, or false with *error.
+bool convert(const Tokenizer& tok, const Args& a, bool detok, const std::string& line, std::string* out, std::string* error) {
+  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return *error = "not valid JSON", false;
+  std::vector<int32_t> ids;
+  if (!detok) {
+    if (!j.is_string()) return *error = "expected a JSON string, got " + std::string(j.type_name()), false;
+    if (!tok.encode(j.get_ref<const std::string&>(), &ids, error, !a.plain)) return false;
+    *out = nlohmann::json(ids).dump();
+    return true;
+  }
+  if (!j.is_array()) return *error = "expected a JSON array of token ids, got " + std::string(j.type_name()), false;
+  for (size_t k = 0; k < j.size(); ++k) {
+    if (!j[k].is_number_integer() || j[k].get<int64_t>() < INT32_MIN || j[k].get<int64_t>() > INT32_MAX ||
+        (j[k].is_number_unsigned() && j[k].get<uint64_t>() > uint64_t(INT32_MAX)))
+      return *error = fmt::format("element {} is not a 32-bit integer token id", k), false;
+    ids.push_back(j[k].get<int32_t>());
+  }
+  std::string text;
+  if (!tok.decode(ids, &text, error, a.skip_special)) return false;
+  *out = nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return true;
+}
+
 int run(int argc, char** argv, bool detok) {
   Args a;
   if (int rc = parse_args(argc, argv, detok, a)) return rc < 0 ? 0 : rc;
-  auto tok = tokenizer::Tokenizer::from_file(a.tokenizer);
-  if (!tok.is_ok()) {
-    std::fprintf(stderr, "dsinfer %s: %s\n", argv[0], tok.status().message().c_str());
+  std::string err;
+  std::unique_ptr<Tokenizer> tok = Tokenizer::load(a.tokenizer, &err);
+  if (!tok) {
+    std::fprintf(stderr, "dsinfer %s: %s\n", argv[0], err.c_str());
     return 1;
   }
   std::ios::sync_with_stdio(false);
   std::string line, out;
-  std::vector<int32_t> ids;
-  size_t lineno = 0;
+  size_t lineno = 0, failed = 0;
   while (std::getline(std::cin, line)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    auto fail = [&](const std::string& why) {
-      std::fprintf(stderr, "dsinfer %s: stdin line %zu: %s\n", argv[0], lineno, why.c_str());
-      return 1;
-    };
-    if (j.is_discarded()) return fail("not valid JSON");
-    if (!detok) {
-      if (!j.is_string()) return fail("expected a JSON string, got " + std::string(j.type_name()));
-      ids.clear();
-      Status s = (*tok)->encode(j.get_ref<const std::string&>(), ids,
-                                a.plain ? tokenizer::EncodeMode::kPlainText : tokenizer::EncodeMode::kWithAddedTokens);
-      if (!s.is_ok()) return fail(s.message());
-      out = nlohmann::json(ids).dump();
-    } else {
-      if (!j.is_array()) return fail("expected a JSON array of token ids, got " + std::string(j.type_name()));
-      ids.clear();
-      for (size_t k = 0; k < j.size(); ++k) {
-        if (!j[k].is_number_integer() || j[k].get<int64_t>() < INT32_MIN || j[k].get<int64_t>() > INT32_MAX)
-          return fail(fmt::format("element {} is not a 32-bit integer token id", k));
-        ids.push_back(j[k].get<int32_t>());
-      }
-      auto text = (*tok)->decode(ids, a.skip_special);
-      if (!text.is_ok()) return fail(text.status().message());
-      out = nlohmann::json(*text).dump();
+    if (!convert(*tok, a, detok, line, &out, &err)) {
+      ++failed;
+      const std::string msg = fmt::format("stdin line {}: {}", lineno, err);
+      std::fprintf(stderr, "dsinfer %s: %s\n", argv[0], msg.c_str());
+      out = nlohmann::json{{"error", msg}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
     out += '\n';
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) break;
   }
-  return 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "dsinfer %s: error writing the output\n", argv[0]);
+    return 2;
+  }
+  if (failed) std::fprintf(stderr, "dsinfer %s: %zu of %zu lines failed\n", argv[0], failed, lineno);
+  return failed ? 1 : 0;
 }
 
 }  // namespace

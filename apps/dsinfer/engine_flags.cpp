@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -20,26 +22,27 @@ std::string engine_flags_help() {
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens);
 }
 
-bool parse_number_flag(const char* cmd, const std::string& flag, const std::string& v, double& out) {
-  char* end = nullptr;
+bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
+                    long long* out) {
   errno = 0;
-  out = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end || errno == ERANGE) {
-    std::fprintf(stderr, "%s: %s expects a number, found '%s'\n", cmd, flag.c_str(), v.c_str());
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno == ERANGE || x < lo || x > hi) {
+    std::fprintf(stderr, "%s: %s expects an integer in [%lld, %lld], found '%s'\n", cmd, flag.c_str(), lo, hi, v.c_str());
     return false;
   }
+  *out = x;
   return true;
 }
 
-bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, int64_t& out) {
+bool parse_real_flag(const char* cmd, const std::string& flag, const std::string& v, double lo, double hi, double* out) {
   char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno == ERANGE) {
-    std::fprintf(stderr, "%s: %s expects an integer, found '%s'\n", cmd, flag.c_str(), v.c_str());
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end || !std::isfinite(x) || x < lo || x > hi) {
+    std::fprintf(stderr, "%s: %s expects a number in [%g, %g], found '%s'\n", cmd, flag.c_str(), lo, hi, v.c_str());
     return false;
   }
-  out = int64_t(x);
+  *out = x;
   return true;
 }
 
@@ -57,31 +60,24 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
     return FlagParse::kError;
   }
   const std::string v = argv[++i];
-  int64_t n = 0;
+  long long n = 0;
   double x = 0;
+  bool ok = true;
   if (a == "--model") eo.model_dir = v;
   else if (a == "--backend") eo.backend = v;
   else if (a == "--numerics") eo.numerics = v;
   else if (a == "--load-format") eo.load_format = v;
   else if (a == "--tokenizer") eo.tokenizer_path = v;
   else if (a == "--speculative") eo.speculative = v;
-  else if (a == "--state-memory-gb" || a == "--speculative-min-survival") {
-    if (!parse_number_flag(cmd, a, v, x)) return FlagParse::kError;
-    (a == "--state-memory-gb" ? eo.state_memory_gb : eo.speculative_min_survival) = x;
-  } else {
-    if (!parse_int_flag(cmd, a, v, n)) return FlagParse::kError;
-    if (n < 0) {
-      std::fprintf(stderr, "%s: %s must be >= 0, found %s\n", cmd, a.c_str(), v.c_str());
-      return FlagParse::kError;
-    }
-    if (a == "--max-num-seqs") eo.max_num_seqs = int32_t(std::min<int64_t>(n, INT32_MAX));
-    else if (a == "--max-num-batched-tokens") eo.max_num_batched_tokens = n;
-    else if (a == "--max-model-len") eo.max_model_len = n;
-    else if (a == "--num-speculative-tokens") eo.num_speculative_tokens = int32_t(std::min<int64_t>(n, INT32_MAX));
-    else if (a == "--speculative-budget") eo.speculative_budget = n;
-    else eo.seed = uint64_t(n);
-  }
-  return FlagParse::kOk;
+  else if (a == "--max-num-seqs") ok = parse_int_flag(cmd, a, v, 1, 1 << 20, &n), eo.max_num_seqs = int32_t(n);
+  else if (a == "--max-num-batched-tokens") ok = parse_int_flag(cmd, a, v, 1, 1ll << 32, &n), eo.max_num_batched_tokens = n;
+  else if (a == "--max-model-len") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.max_model_len = n;
+  else if (a == "--seed") ok = parse_int_flag(cmd, a, v, 0, LLONG_MAX, &n), eo.seed = uint64_t(n);
+  else if (a == "--state-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.state_memory_gb = x;
+  else if (a == "--num-speculative-tokens") ok = parse_int_flag(cmd, a, v, 0, 64, &n), eo.num_speculative_tokens = int32_t(n);
+  else if (a == "--speculative-budget") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.speculative_budget = n;
+  else ok = parse_real_flag(cmd, a, v, 0, 1, &x), eo.speculative_min_survival = x;
+  return ok ? FlagParse::kOk : FlagParse::kError;
 }
 
 }  // namespace dsinfer::cli

@@ -1,4 +1,5 @@
-// The engine flags shared by the commands that build an Engine (`generate`, `serve`): one parser, one help text.
+// The engine flags shared by the commands that build an Engine (`generate`, `serve`): one parser, one help text,
+// and the range-checked number parsers every command uses for its own flags.
 #pragma once
 #include <string>
 
@@ -14,8 +15,10 @@ enum class FlagParse { kNotEngineFlag, kOk, kError };
 // kError (with the reason printed as "<cmd>: ...") on a missing or bad value; kNotEngineFlag otherwise.
 FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, EngineOptions& eo);
 
-// Numeric flag values: false (with the reason printed) when v is not a number / not an integer.
-bool parse_number_flag(const char* cmd, const std::string& flag, const std::string& v, double& out);
-bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, int64_t& out);
+// Numeric flag values: the whole value must parse and lie in [lo, hi]; no silent casts. false (with the reason
+// printed as "<cmd>: <flag> expects ...") otherwise.
+bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
+                    long long* out);
+bool parse_real_flag(const char* cmd, const std::string& flag, const std::string& v, double lo, double hi, double* out);
 
 }  // namespace dsinfer::cli

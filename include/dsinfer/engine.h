@@ -66,7 +66,7 @@ struct Completion {
   std::string reasoning;               // chat reasoning_content
   std::vector<ToolCallResult> tool_calls;
   std::vector<TokenLogprob> logprobs;  // when the request asked for logprobs
-  std::string finish_reason;           // "stop", "length", "tool_calls", "abort"
+  std::string finish_reason;           // "stop", "length", "tool_calls", "abort", "error"
 };
 
 struct RequestResult {
@@ -76,6 +76,8 @@ struct RequestResult {
   double arrival_s = 0, first_token_s = -1, finish_s = 0;  // seconds since the engine was created
   std::string response_id;             // the response object's "id" ("chatcmpl-<id>" / "cmpl-<id>")
   std::string response_json;           // the OpenAI response object (chat.completion / text_completion)
+  std::string error;                   // non-empty: the request failed mid-run (e.g. the model produced
+                                       // non-finite logits); unfinished completions end with "error"
 };
 
 // A streamed piece of a chat tool call: a call's first piece carries its id and name, later ones the next part

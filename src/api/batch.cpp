@@ -5,6 +5,7 @@
 
 #include "api/request.h"
 #include "core/status.h"
+#include "io/json_limits.h"
 
 namespace dsinfer {
 
@@ -23,7 +24,7 @@ bool parse_batch_line(std::string_view line, size_t n, BatchLine* out, std::stri
     if (error) *error = fmt::format("line {}: {}", n, m);
     return false;
   };
-  if (Status s = api::check_json_depth(line); !s) return fail(s.message());
+  if (Status s = io::check_json_depth(line, "line"); !s) return fail(s.message());
   ojson j;
   try {
     j = ojson::parse(line);
@@ -43,7 +44,8 @@ bool parse_batch_line(std::string_view line, size_t n, BatchLine* out, std::stri
     if (!url.is_string() || !endpoint_from_url(url.get<std::string>(), &ep))
       return fail("unsupported url " + dump(url) + " (expected /v1/chat/completions or /v1/completions)");
   }
-  if (body.contains("stream") && body["stream"] == true) return fail("'stream' is not supported in batch mode");
+  if (body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>())
+    return fail("'stream' is not supported in batch mode");
   if (Status s = api::parse_request_body(body, ep, out->request); !s) return fail(s.message());
   return true;
 }

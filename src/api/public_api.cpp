@@ -62,6 +62,7 @@ std::vector<RequestResult> Engine::take_finished() {
     rr.arrival_s = r.arrival_s;
     rr.first_token_s = r.first_token_s;
     rr.finish_s = r.finish_s;
+    rr.error = r.error;
     rr.response_id = api::response_id(r);
     rr.response_json = api::dump_json(api::response_body(r, impl_->model_name, impl_->e->tokenizer(), created));
     for (engine::Choice& c : r.choices) {

@@ -7,6 +7,7 @@
 
 #include "chat/chat_request.h"
 #include "chat/chat_types.h"
+#include "io/json_limits.h"
 #include "sampling/sampling_params.h"
 #include "structured/tool_call_tag.h"
 
@@ -236,11 +237,24 @@ Status parse_edge_fields(const ojson& body, Request& r) {
   return Status::ok();
 }
 
+// Fields of the OpenAI APIs that dsinfer does not implement: an explicit non-default value is an error rather
+// than silently ignored. ("model" and "user" are accepted: an engine serves one model.)
+Status check_unsupported_fields(const ojson& body, Endpoint endpoint) {
+  auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
+  if (endpoint == Endpoint::kCompletions) {
+    if (given("echo") && body["echo"] != false) return Status::error("'echo' is not supported (only false)");
+    if (given("suffix") && body["suffix"] != "") return Status::error("'suffix' is not supported");
+    if (given("best_of") && body["best_of"] != 1) return Status::error("'best_of' is not supported (use 'n')");
+  }
+  return Status::ok();
+}
+
 Status parse_body_fields(const ojson& body, std::optional<Endpoint> endpoint_opt, Request& r) {
   if (!body.is_object()) return Status::errorf("request body must be a JSON object, found {}", body.type_name());
   // Without an endpoint (the C++ API's JSON convenience), chat when the body has "messages".
   const Endpoint endpoint = endpoint_opt ? *endpoint_opt : body.contains("messages") ? Endpoint::kChatCompletions : Endpoint::kCompletions;
   r.endpoint = endpoint;
+  DSI_RETURN_IF_ERROR(check_unsupported_fields(body, endpoint));
   if (endpoint == Endpoint::kChatCompletions) {
     if (!body.contains("messages")) return Status::error("a /v1/chat/completions body needs 'messages'");
     DSI_ASSIGN_OR_RETURN(chat::Conversation conv, chat::parse_chat_request(body));
@@ -267,31 +281,15 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint, R
   try {
     return parse_body_fields(body, endpoint, r);
   } catch (const std::exception& e) {
+#ifdef DSINFER_FUZZING
+    throw;  // the fuzz targets report a missed type check as a crash
+#endif
     return Status::errorf("request body has a field of an unexpected type: {}", e.what());
   }
 }
 
-Status check_json_depth(std::string_view text) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) return Status::errorf("JSON nested deeper than {} levels", kMaxJsonDepth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return Status::ok();
-}
-
 Status parse_request_text(std::string_view body_json, std::optional<Endpoint> endpoint, Request& r) {
-  DSI_RETURN_IF_ERROR(check_json_depth(body_json).with_context("request body"));
+  DSI_RETURN_IF_ERROR(io::check_json_depth(body_json, "request body"));
   ojson body;
   try {
     body = ojson::parse(body_json);

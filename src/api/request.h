@@ -15,10 +15,4 @@ namespace dsinfer::api {
 Status parse_request_body(const nlohmann::ordered_json& body, std::optional<Endpoint> endpoint, Request& out);
 Status parse_request_text(std::string_view body_json, std::optional<Endpoint> endpoint, Request& out);
 
-// Objects / arrays nested deeper than this are refused before parsing: JSON values are printed (error
-// messages, prompts) and destroyed recursively, and a crafted body must not exhaust a thread's stack.
-inline constexpr int kMaxJsonDepth = 128;
-// Scans JSON text (without parsing it) for nesting deeper than kMaxJsonDepth.
-Status check_json_depth(std::string_view text);
-
 }  // namespace dsinfer::api

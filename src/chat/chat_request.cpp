@@ -7,6 +7,7 @@
 #include <set>
 
 #include "chat/chat_options.h"
+#include "io/json_limits.h"
 
 namespace dsinfer::chat {
 namespace {
@@ -94,6 +95,7 @@ Result<ToolCall> parse_tool_call(const ojson& tc, const std::string& where) {
   if (!f.contains("arguments") || !f["arguments"].is_string())
     return Status::errorf("{}.function.arguments must be a string holding a JSON object", where);
   const std::string& args = f["arguments"].get_ref<const std::string&>();
+  DSI_RETURN_IF_ERROR(io::check_json_depth(args, where + ".function.arguments"));
   ojson parsed = ojson::parse(args, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return Status::errorf("{}.function.arguments is not valid JSON: {:?}", where, args.substr(0, 200));
   if (!parsed.is_object()) return Status::errorf("{}.function.arguments is JSON but not an object: {:?}", where, args.substr(0, 200));
@@ -230,6 +232,7 @@ Status parse_messages(const ojson& body, MessageState& st) {
 }  // namespace
 
 Result<Conversation> parse_chat_request_text(std::string_view text) {
+  DSI_RETURN_IF_ERROR(io::check_json_depth(text, "chat request"));
   ojson body = ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return Status::error("chat request is not valid JSON");
   return parse_chat_request(body);

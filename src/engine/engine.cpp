@@ -163,10 +163,14 @@ Status Engine::step() {
   DSI_RETURN_IF_ERROR(ran);
   const int64_t V = model_config().vocab_size;
   const sampling::TokenBitmask* mask = masked && bitmask_.any_active() ? &bitmask_ : nullptr;
-  if (spec_)  // structured outputs and speculation are exclusive (Engine::add)
+  if (spec_) {  // structured outputs and speculation are exclusive (Engine::add)
     DSI_RETURN_IF_ERROR(spec_->sample(plan, logits_, model_config().eos_token_id, sampler_, outputs_));
-  else
-    DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_, mask));
+  } else {
+    DSI_RETURN_IF_ERROR(
+        scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_, nonfinite_, mask));
+    // A broken model (NaN / Inf weights or activations) fails only the requests whose logits are not finite.
+    for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
+  }
   // Text deltas let the stop checker match stop strings across token boundaries.
   for (scheduler::StepOutput& o : outputs_) {
     const scheduler::SeqPlan& sp = plan.seqs[size_t(o.plan_index)];
@@ -308,6 +312,29 @@ Status Engine::abort(scheduler::RequestId id) {
   }
   finish_request(it, now_s());
   return Status::ok();
+}
+
+void Engine::fail_request(const scheduler::SeqPlan& sp, const std::string& why) {
+  auto pit = pending_.find(sp.request_id);
+  if (pit == pending_.end()) return;  // another of its sequences failed it already
+  (void)sched_->abort(sp.request_id);  // its outputs in this step's update() are dropped
+  Pending& p = *pit->second;
+  p.out.error = fmt::format("{} at position {} (sample {}); the request was stopped", why,
+                            sp.start_pos + sp.num_new_tokens - 1, p.seqs[sp.seq_id].choice.index);
+  for (auto& [sid, s] : p.seqs) {
+    if (structured_) structured_->remove(sid);
+    if (!s.choice.finish_reason.empty()) continue;
+    s.choice.finish_reason = "error";
+    p.out.completion_tokens += int64_t(s.choice.token_ids.size());
+    if (!on_event_) continue;
+    StreamEvent ev;
+    ev.request_id = sp.request_id;
+    ev.index = s.choice.index;
+    ev.finished = true;
+    ev.finish_reason = "error";
+    on_event_(ev);
+  }
+  finish_request(pit, now_s());
 }
 
 int32_t Engine::num_running_requests() const {

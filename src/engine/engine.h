@@ -46,6 +46,7 @@ struct RequestOutput {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::vector<Choice> choices;
   double arrival_s = 0, first_token_s = -1, finish_s = 0;  // seconds since the engine started
+  std::string error;  // non-empty: the request failed mid-run (e.g. non-finite logits); choices end "error"
 };
 
 // One sequence's progress in a step (for streaming): the new tokens and the text they released.
@@ -105,6 +106,7 @@ class Engine {
                         const std::vector<scheduler::SeqId>& seqs);
   std::future<Status> start_bitmasks(const scheduler::BatchPlan& plan);
   void finish_request(std::map<scheduler::RequestId, std::unique_ptr<Pending>>::iterator it, double t);
+  void fail_request(const scheduler::SeqPlan& sp, const std::string& why);
 
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
@@ -118,6 +120,7 @@ class Engine {
   std::unique_ptr<structured::StructuredDecoding> structured_;  // created with the first constrained request
   sampling::TokenBitmask bitmask_;
   std::vector<scheduler::StepOutput> outputs_;
+  std::vector<int32_t> nonfinite_;
   std::chrono::steady_clock::time_point t0_;
   std::function<void(const StreamEvent&)> on_event_;
 };

@@ -8,11 +8,19 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/json_limits.h"
+
 namespace dsinfer::io {
 
 using nlohmann::json;
 
 namespace {
+
+// Upper bound of every size in config.json (DeepSeek-V4's largest is vocab_size 129280): keeps products such as
+// vocab_size x hidden_size inside int64 and rejects corrupt values before the loader allocates from them.
+constexpr int64_t kMaxDim = int64_t(1) << 24;
+constexpr int64_t kMaxTokenId = INT32_MAX;
+constexpr int64_t kMaxPositions = int64_t(1) << 31;
 
 struct Reader {
   const json& j;
@@ -23,18 +31,28 @@ struct Reader {
     if (err.is_ok()) err = Status::error(src + ": " + msg);
   }
   bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
-  int64_t integer(const char* k, std::optional<int64_t> def = std::nullopt, int64_t min = 0) {
+  // Sizes are bounded (kMaxDim) so that products of two or three of them cannot overflow and a corrupt value is
+  // an error here, before anything is allocated from it.
+  int64_t integer(const char* k, std::optional<int64_t> def = std::nullopt, int64_t min = 0, int64_t max = kMaxDim) {
     if (!has(k)) {
       if (!def) fail(fmt::format("missing required key '{}'", k));
       return def.value_or(0);
     }
-    const json& v = j[k];
-    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
+    return integer_value(j[k], k, min, max);
+  }
+  int64_t integer_value(const json& v, const std::string& k, int64_t min, int64_t max) {
+    const bool integral_float = v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+                                std::fabs(v.get<double>()) < 9.0e18;
+    if (!(v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT64_MAX) : true)) &&
+        !integral_float) {
       fail(fmt::format("'{}' must be an integer, found {}", k, v.dump()));
-      return 0;
+      return min;
     }
     int64_t x = v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
-    if (x < min) fail(fmt::format("'{}' must be >= {}, found {}", k, min, x));
+    if (x < min || x > max) {
+      fail(fmt::format("'{}' must be in [{}, {}], found {}", k, min, max, x));
+      return min;
+    }
     return x;
   }
   double number(const char* k, std::optional<double> def = std::nullopt) {
@@ -80,7 +98,7 @@ RopeParams parse_rope_block(Reader& r, const json& b, const std::string& where, 
   if (type == "yarn") {
     p.yarn = true;
     p.factor = br.number("factor");
-    p.original_max_position_embeddings = br.integer("original_max_position_embeddings", std::nullopt, 1);
+    p.original_max_position_embeddings = br.integer("original_max_position_embeddings", std::nullopt, 1, kMaxPositions);
     p.beta_fast = br.number("beta_fast", 32.0);
     p.beta_slow = br.number("beta_slow", 1.0);
     p.attention_factor = br.number("attention_factor", 1.0);
@@ -98,6 +116,7 @@ RopeParams parse_rope_block(Reader& r, const json& b, const std::string& where, 
 }  // namespace
 
 Result<ModelConfig> parse_model_config_json(const std::string& text, const std::string& source) {
+  DSI_RETURN_IF_ERROR(check_json_depth(text, source));
   if (is_v41_config_json(text)) return parse_v41_config_json(text, source);  // DeepSeek-V4.1: io/config_v41.cpp
   json j;
   try {
@@ -144,11 +163,18 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  c.bos_token_id = r.integer("bos_token_id", 0);
-  c.eos_token_id = j.contains("eos_token_id") && j["eos_token_id"].is_array()
-                       ? (j["eos_token_id"].empty() ? 1 : j["eos_token_id"][0].get<int64_t>())
-                       : r.integer("eos_token_id", 1);
-  c.max_position_embeddings = r.integer("max_position_embeddings", 0);
+  c.bos_token_id = r.integer("bos_token_id", 0, 0, kMaxTokenId);
+  // eos_token_id: an id or a list of ids (the first is used).
+  if (r.has("eos_token_id") && j["eos_token_id"].is_array()) {
+    const json& e = j["eos_token_id"];
+    c.eos_token_id = e.empty() ? 1 : r.integer_value(e[0], "eos_token_id[0]", 0, kMaxTokenId);
+    for (size_t i = 1; i < e.size(); ++i) r.integer_value(e[i], fmt::format("eos_token_id[{}]", i), 0, kMaxTokenId);
+  } else {
+    c.eos_token_id = r.integer("eos_token_id", 1, 0, kMaxTokenId);
+  }
+  if (r.err.is_ok() && c.eos_token_id >= c.vocab_size)
+    r.fail(fmt::format("'eos_token_id' = {} is outside the vocabulary [0, {})", c.eos_token_id, c.vocab_size));
+  c.max_position_embeddings = r.integer("max_position_embeddings", 0, 0, kMaxPositions);
   if (r.has("topk_method") && r.string("topk_method", "") != "noaux_tc")
     r.fail("topk_method '" + r.string("topk_method", "") + "' is not supported (expected 'noaux_tc')");
   if (r.has("n_group") && r.integer("n_group", 1) > 1) r.fail("group-limited routing (n_group > 1) is not part of DeepSeek-V4");
@@ -189,8 +215,9 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
                             "num_nextn_predict_layers ({}) entries, found {}", source, L, with_mtp,
                             cr.is_array() ? std::to_string(cr.size()) : cr.dump());
     for (size_t i = 0; i < cr.size(); ++i) {
-      if (!cr[i].is_number_integer() || cr[i].get<int64_t>() < 0)
-        return Status::errorf("{}: compress_ratios[{}] must be a non-negative integer, found {}", source, i, cr[i].dump());
+      if (!cr[i].is_number_integer() || cr[i].get<int64_t>() < 0 || cr[i].get<int64_t>() > kMaxDim)
+        return Status::errorf("{}: compress_ratios[{}] must be an integer in [0, {}], found {}", source, i, kMaxDim,
+                              cr[i].dump());
       int64_t v = cr[i].get<int64_t>();
       if (i >= L) {
         if (v != 0) return Status::errorf("{}: compress_ratios[{}] (MTP layer) must be 0, found {}", source, i, v);
@@ -296,7 +323,7 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
     if (q.contains("weight_block_size")) {
       const json& b = q["weight_block_size"];
       if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() || b[0].get<int64_t>() <= 0 ||
-          b[1].get<int64_t>() <= 0)
+          b[1].get<int64_t>() <= 0 || b[0].get<int64_t>() > kMaxDim || b[1].get<int64_t>() > kMaxDim)
         return Status::errorf("{}: quantization_config.weight_block_size must be two positive integers", source);
       c.fp8_block_n = b[0].get<int64_t>();
       c.fp8_block_k = b[1].get<int64_t>();

@@ -12,7 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
+
+#include "io/json_limits.h"
 
 namespace dsinfer::io {
 
@@ -52,24 +55,19 @@ MappedFile::~MappedFile() {
   if (data_) munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  DSI_ASSIGN_OR_RETURN(auto mf, MappedFile::open(path));
-  SafetensorsFile f;
-  f.file_ = mf;
-  if (mf->size() < 8) return Status::errorf("{}: truncated file ({} bytes, need at least 8)", path, mf->size());
+Status parse_safetensors(const uint8_t* bytes, size_t size, const std::string& path,
+                         std::map<std::string, TensorView>& tensors, std::map<std::string, std::string>& metadata) {
+  if (size < 8) return Status::errorf("{}: truncated file ({} bytes, need at least 8)", path, size);
   uint64_t n = 0;
-  std::memcpy(&n, mf->data(), 8);
-  if (n > mf->size() - 8)
-    return Status::errorf("{}: header length {} exceeds file size {} (truncated file?)", path, n, mf->size());
-  json h;
-  try {
-    h = json::parse(mf->data() + 8, mf->data() + 8 + n);
-  } catch (const std::exception& e) {
-    return Status::errorf("{}: header is not valid JSON: {}", path, e.what());
-  }
+  std::memcpy(&n, bytes, 8);
+  if (n > size - 8) return Status::errorf("{}: header length {} exceeds file size {} (truncated file?)", path, n, size);
+  const std::string_view header(reinterpret_cast<const char*>(bytes + 8), size_t(n));
+  DSI_RETURN_IF_ERROR(check_json_depth(header, path + ": header"));
+  json h = json::parse(header.begin(), header.end(), nullptr, /*allow_exceptions=*/false);
+  if (h.is_discarded()) return Status::errorf("{}: header is not valid JSON", path);
   if (!h.is_object()) return Status::errorf("{}: header is not a JSON object", path);
-  const uint8_t* base = mf->data() + 8 + n;
-  const size_t data_size = mf->size() - 8 - n;
+  const uint8_t* base = bytes + 8 + n;
+  const size_t data_size = size - 8 - n;
   std::vector<std::pair<size_t, size_t>> ranges;
   for (auto it = h.begin(); it != h.end(); ++it) {
     const std::string& name = it.key();
@@ -77,7 +75,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     if (name == "__metadata__") {
       if (!e.is_object()) return Status::errorf("{}: __metadata__ is not an object", path);
       for (auto m = e.begin(); m != e.end(); ++m)
-        if (m.value().is_string()) f.metadata_[m.key()] = m.value().get<std::string>();
+        if (m.value().is_string()) metadata[m.key()] = m.value().get<std::string>();
       continue;
     }
     auto bad = [&](const std::string& why) { return Status::errorf("{}: tensor '{}': {}", path, name, why); };
@@ -91,9 +89,15 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     t.file = path;
     t.dtype = *dt;
     if (!e["shape"].is_array()) return bad("shape is not an array");
+    // The byte size is computed with overflow checks: a corrupt shape must not wrap around to a small size.
+    size_t expect = dtype_size(t.dtype);
     for (const auto& d : e["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) return bad("shape has a non-integer or negative entry");
-      t.shape.push_back(d.get<int64_t>());
+      const int64_t dim = d.get<int64_t>();
+      if (dim > 0 && expect > data_size / size_t(dim))
+        return bad(fmt::format("shape {} needs more bytes than the file holds", e["shape"].dump()));
+      expect *= size_t(dim);
+      t.shape.push_back(dim);
     }
     const json& off = e["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -102,19 +106,26 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     if (b > en) return bad(fmt::format("data_offsets begin {} > end {}", b, en));
     if (en > data_size)
       return bad(fmt::format("data ends at byte {} but the file holds {} data bytes (truncated file?)", en, data_size));
-    size_t expect = size_t(t.numel()) * dtype_size(t.dtype);
     if (en - b != expect)
       return bad(fmt::format("{} {} needs {} bytes, data_offsets give {}", dtype_name(t.dtype), shape_str(t.shape),
                              expect, en - b));
     t.data = base + b;
     t.nbytes = en - b;
     if (en > b) ranges.emplace_back(b, en);
-    f.tensors_[name] = std::move(t);
+    tensors[name] = std::move(t);
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second)
       return Status::errorf("{}: tensor data ranges overlap at byte {}", path, ranges[i].first);
+  return Status::ok();
+}
+
+Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  DSI_ASSIGN_OR_RETURN(auto mf, MappedFile::open(path));
+  SafetensorsFile f;
+  f.file_ = mf;
+  DSI_RETURN_IF_ERROR(parse_safetensors(mf->data(), mf->size(), path, f.tensors_, f.metadata_));
   return f;
 }
 
@@ -127,9 +138,12 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     fs::path idx = fs::path(path) / "model.safetensors.index.json";
     if (fs::exists(idx)) {
       std::ifstream in(idx);
+      std::stringstream text;
+      text << in.rdbuf();
+      DSI_RETURN_IF_ERROR(check_json_depth(text.str(), idx.string()));
       json j;
       try {
-        j = json::parse(in);
+        j = json::parse(text.str());
       } catch (const std::exception& e) {
         return Status::errorf("{}: not valid JSON: {}", idx.string(), e.what());
       }

@@ -55,6 +55,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Parses and validates a whole safetensors file held in memory (`path` names it in errors). TensorViews
+// point into `bytes`. Used by SafetensorsFile::open and the fuzz target.
+Status parse_safetensors(const uint8_t* bytes, size_t size, const std::string& path,
+                         std::map<std::string, TensorView>& tensors, std::map<std::string, std::string>& metadata);
+
 // One parsed safetensors file.
 class SafetensorsFile {
  public:

@@ -59,8 +59,13 @@ class Loader {
     if (!t) return m;
     resolved_.back().data = t;
     fp32_storage_ &= t->dtype == DType::F32;
-    if (dequantize_) m.data.assign(size_t(rows * cols), 0.0f);
-    float* dst = dequantize_ ? m.data.data() : nullptr;
+    // fp32 storage is allocated only once the tensor's shape matched: a corrupt config.json size must be an
+    // error naming the tensor, not an allocation failure.
+    auto alloc = [&]() -> float* {
+      if (!dequantize_) return nullptr;
+      m.data.assign(size_t(rows * cols), 0.0f);
+      return m.data.data();
+    };
     auto where = [&] { return fmt::format("tensor '{}' ({})", name, t->file); };
     const std::vector<int64_t> logical{rows, cols};
     // Vectors are stored 1-D: [n] is the logical [1, n].
@@ -70,14 +75,14 @@ class Loader {
       case DType::BF16:
       case DType::F16:
         if (!shape_ok) return shape_error(where(), rows == 1 ? std::vector<int64_t>{cols} : logical, t), m;
-        if (dst) io::convert_to_f32(t->dtype, t->data, rows * cols, dst);
+        if (float* dst = alloc()) io::convert_to_f32(t->dtype, t->data, rows * cols, dst);
         return m;
       case DType::F8_E4M3: {
         if (!shape_ok) return shape_error(where(), rows == 1 ? std::vector<int64_t>{cols} : logical, t), m;
         const int64_t bn = cfg_.fp8_block_n, bk = cfg_.fp8_block_k;
         const TensorView* s = scale_for(name, {(rows + bn - 1) / bn, (cols + bk - 1) / bk});
         resolved_.back().scale = s;
-        if (s && dst) io::dequant_fp8_block(t->data, rows, cols, s->data, s->dtype, bn, bk, dst);
+        if (float* dst = s ? alloc() : nullptr) io::dequant_fp8_block(t->data, rows, cols, s->data, s->dtype, bn, bk, dst);
         return m;
       }
       case DType::I8:
@@ -91,7 +96,7 @@ class Loader {
         }
         const TensorView* s = scale_for(name, {rows, cols / 32});
         resolved_.back().scale = s;
-        if (s && dst) io::dequant_fp4_e2m1(t->data, rows, cols, s->data, s->dtype, 32, dst);
+        if (float* dst = s ? alloc() : nullptr) io::dequant_fp4_e2m1(t->data, rows, cols, s->data, s->dtype, 32, dst);
         return m;
       }
       default:

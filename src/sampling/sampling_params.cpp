@@ -8,11 +8,15 @@
 
 namespace dsinfer::sampling {
 
+// OpenAI caps n at 128; each sample holds a sequence's state, so an uncapped n exhausts memory.
+constexpr int32_t kMaxN = 128;
+
 using json = nlohmann::ordered_json;
 
 Status validate(const SamplingParams& p, int64_t vocab_size) {
   auto finite = [](double x) { return std::isfinite(x); };
   if (p.n < 1) return Status::errorf("n must be at least 1, got {}", p.n);
+  if (p.n > kMaxN) return Status::errorf("n must be at most {}, got {}", kMaxN, p.n);
   if (!finite(p.temperature) || p.temperature < 0.0)
     return Status::errorf("temperature must be a finite number >= 0, got {}", p.temperature);
   if (!finite(p.top_p) || p.top_p <= 0.0 || p.top_p > 1.0) return Status::errorf("top_p must be in (0, 1], got {}", p.top_p);

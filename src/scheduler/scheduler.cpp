@@ -151,7 +151,13 @@ void Scheduler::emit(Sequence* s, int32_t n, int32_t num_spec) {
 }
 
 const BatchPlan& Scheduler::schedule() {
-  // Sequences retired before this call can no longer be referenced by an in-flight plan: destroy them.
+  // Drop retired sequences from running_ first (it may still point at them), then destroy them: a plan
+  // built before this call is the last thing that could reference them.
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const Sequence* s) {
+                                  return s->state != SeqState::Prefilling && s->state != SeqState::Decoding;
+                                }),
+                 running_.end());
   for (SeqId id : retired_) {
     auto it = seqs_.find(id);
     Request* r = it->second->req;
@@ -160,11 +166,6 @@ const BatchPlan& Scheduler::schedule() {
       requests_.erase(r->id);
   }
   retired_.clear();
-  running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [](const Sequence* s) {
-                                  return s->state != SeqState::Prefilling && s->state != SeqState::Decoding;
-                                }),
-                 running_.end());
 
   plan_.clear();
   plan_.step = ++step_;

@@ -10,10 +10,12 @@
 
 namespace dsinfer::scheduler {
 
-// logits: [plan.num_logits(), vocab_size] row-major, row r for the SeqPlan with logits_row == r. bitmask
-// (structured outputs; null = none): row r's allowed tokens, applied before anything else.
+// logits: [plan.num_logits(), vocab_size] row-major, row r for the SeqPlan with logits_row == r. A row holding
+// a NaN or an infinity (a broken model or checkpoint) is not sampled: its plan index goes to `nonfinite` and
+// the caller fails that request; every other row is sampled as usual. bitmask (structured outputs; null =
+// none): row r's allowed tokens, applied before anything else.
 Status sample_step(const BatchPlan& plan, std::span<const float> logits, int64_t vocab_size, int64_t eos_token_id,
-                   sampling::Sampler& sampler, std::vector<StepOutput>& out,
+                   sampling::Sampler& sampler, std::vector<StepOutput>& out, std::vector<int32_t>& nonfinite,
                    const sampling::TokenBitmask* bitmask = nullptr);
 
 }  // namespace dsinfer::scheduler

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_limits.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/utf8.h"
 
@@ -14,19 +15,30 @@ namespace {
 
 using json = nlohmann::json;
 
+// How far token ids may run past the number of vocab + added entries (unused ids in between are allowed).
+constexpr int64_t kIdSlack = 1 << 16;
+
+// j[key] when it is a string; `def` when absent; a marker when present but not a string (json::value()
+// would throw there).
+std::string string_or(const json& j, const char* key, const std::string& def) {
+  if (!j.is_object() || !j.contains(key)) return def;
+  return j[key].is_string() ? j[key].get<std::string>() : "<not a string>";
+}
+
 Status check_supported(const json& j) {
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
     const json& n = j["normalizer"];
-    bool identity = n.is_object() && n.value("type", "") == "Sequence" && n.contains("normalizers") &&
+    bool identity = n.is_object() && string_or(n, "type", "") == "Sequence" && n.contains("normalizers") &&
                     n["normalizers"].is_array() && n["normalizers"].empty();
     if (!identity) return Status::errorf("normalizer {} is not supported (only null or an empty Sequence)", n.dump());
   }
   if (j.contains("decoder") && !j["decoder"].is_null() &&
-      !(j["decoder"].is_object() && j["decoder"].value("type", "") == "ByteLevel"))
+      !(j["decoder"].is_object() && string_or(j["decoder"], "type", "") == "ByteLevel"))
     return Status::errorf("decoder {} is not supported (only ByteLevel)", j["decoder"].dump());
   if (!j.contains("model") || !j["model"].is_object()) return Status::error("missing object \"model\"");
   const json& m = j["model"];
-  if (m.value("type", "BPE") != "BPE") return Status::errorf("model.type {:?} is not supported (only BPE)", m.value("type", ""));
+  if (string_or(m, "type", "BPE") != "BPE")
+    return Status::errorf("model.type {} is not supported (only \"BPE\")", m["type"].dump());
   for (const char* k : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"})
     if (m.contains(k) && !m[k].is_null()) return Status::errorf("model.{} = {} is not supported", k, m[k].dump());
   for (const char* k : {"byte_fallback", "ignore_merges", "fuse_unk"})
@@ -48,10 +60,15 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_file(const std::string& path)
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view text, std::string_view source) {
   auto ctx = [&](const Status& s) { return s.with_context(fmt::format("tokenizer {:?}", source)); };
+  if (Status s = io::check_json_depth(text, "file"); !s) return ctx(s);
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return ctx(Status::error("not valid JSON"));
   if (!j.is_object()) return ctx(Status::error("top level is not a JSON object"));
-  if (Status s = check_supported(j); !s) return ctx(s);
+  try {
+    if (Status s = check_supported(j); !s) return ctx(s);
+  } catch (const json::exception& e) {
+    return ctx(Status::errorf("malformed field: {}", e.what()));
+  }
 
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   try {
@@ -86,6 +103,19 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view te
         t->added_.push_back(std::move(tok));
         ++k;
       }
+    }
+    // Ids index a dense table: one far beyond the number of entries is a corrupt file, not a reason to allocate
+    // gigabytes (or to overflow max_id + 1).
+    const int64_t entries = int64_t(t->vocab_.size() + t->added_.size());
+    if (int64_t(max_id) >= entries + kIdSlack) {
+      for (size_t k = 0; k < t->added_.size(); ++k)
+        if (int64_t(t->added_[k].id) >= entries + kIdSlack)
+          return ctx(Status::errorf("added_tokens[{}].id = {} is far outside the vocabulary ({} entries; ids must be "
+                                    "below {})", k, t->added_[k].id, entries, entries + kIdSlack));
+      for (const auto& [tok, id] : t->vocab_)
+        if (int64_t(id) >= entries + kIdSlack)
+          return ctx(Status::errorf("model.vocab[{:?}] = {} is far outside the vocabulary ({} entries; ids must be "
+                                    "below {})", tok, id, entries, entries + kIdSlack));
     }
     // Raw bytes per id; added tokens override vocab entries with the same id (HF looks added tokens up first).
     std::vector<std::string> bytes(static_cast<size_t>(max_id + 1));

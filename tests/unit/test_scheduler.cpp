@@ -127,7 +127,9 @@ struct Harness {
   // Runs the model and sampler for a plan and applies the outputs.
   void finish_step(const BatchPlan& plan) {
     model.run(plan, sched->cache());
-    ASSERT_TRUE(sample_step(plan, model.logits, kVocab, kEos, sampler, outs).is_ok());
+    std::vector<int32_t> nonfinite;
+    ASSERT_TRUE(sample_step(plan, model.logits, kVocab, kEos, sampler, outs, nonfinite).is_ok());
+    ASSERT_TRUE(nonfinite.empty());
     ASSERT_TRUE(sched->update(outs).is_ok());
     for (const SeqUpdate& u : sched->updates()) {
       auto& t = tokens[u.seq_id];

@@ -1,0 +1,117 @@
+// BatchOutput (see batch_output.h).
+#include "apps/dsinfer/batch_output.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace dsinfer::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Writes all of `s` (fwrite + fflush); false on any error.
+bool write_all(FILE* f, const std::string& s) {
+  return std::fwrite(s.data(), 1, s.size(), f) == s.size() && std::fflush(f) == 0 && !std::ferror(f);
+}
+
+}  // namespace
+
+BatchOutput::~BatchOutput() {
+  if (f_) std::fclose(f_);
+}
+
+bool BatchOutput::open(const std::string& path, bool resume, std::string* error) {
+  path_ = path;
+  partial_ = path + ".partial";
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  if (!fs::is_directory(dir, ec)) return *error = fmt::format("output directory {} does not exist", dir.string()), false;
+  const fs::file_status st = fs::status(p, ec);
+  if (fs::is_directory(st)) return *error = fmt::format("output {} is a directory", path), false;
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    // A device or pipe: written once at the end (no rename, no partial file next to it).
+    if (resume) return *error = fmt::format("--resume needs a regular output file, {} is not one", path), false;
+    direct_ = true;
+    return true;
+  }
+  // An empty partial file (a run stopped while loading the model) holds nothing to lose.
+  const bool have_partial = fs::exists(partial_, ec) && fs::file_size(partial_, ec) > 0;
+  if (have_partial && !resume)
+    return *error = fmt::format("{} exists: an earlier run was interrupted; pass --resume to continue it (or delete "
+                                "the file to start over)", partial_), false;
+  if (resume) {
+    if (fs::exists(p, ec) && !load_resume(path, error)) return false;
+    if (have_partial && !load_resume(partial_, error)) return false;
+  }
+  f_ = std::fopen(partial_.c_str(), resume ? "a" : "w");
+  if (!f_) return *error = fmt::format("cannot write {}: {}", partial_, errno_text()), false;
+  return true;
+}
+
+bool BatchOutput::load_resume(const std::string& file, std::string* error) {
+  std::ifstream in(file);
+  if (!in) return *error = fmt::format("--resume: cannot read {}", file), false;
+  // Lines that do not parse (a record cut short by a crash) or that carry an error are simply run again.
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("custom_id") || !j["custom_id"].is_string()) continue;
+    if (!j.contains("error") || !j["error"].is_null() || !j.contains("response") || !j["response"].is_object()) continue;
+    resumed_[j["custom_id"].get<std::string>()] = line;
+  }
+  return true;
+}
+
+bool BatchOutput::add(const std::string& record, std::string* error) {
+  if (direct_) return true;
+  if (!write_all(f_, record + "\n")) return *error = fmt::format("error writing {}: {}", partial_, errno_text()), false;
+  return true;
+}
+
+bool BatchOutput::finish(const std::vector<std::string>& records, std::string* error) {
+  std::string all;
+  for (const std::string& r : records) all += r + "\n";
+  if (direct_) {
+    FILE* f = std::fopen(path_.c_str(), "w");
+    if (!f) return *error = fmt::format("cannot write {}: {}", path_, errno_text()), false;
+    bool ok = write_all(f, all);
+    int saved = errno;
+    if (std::fclose(f) != 0 && ok) ok = false, saved = errno;
+    if (!ok) {
+      errno = saved;
+      return *error = fmt::format("error writing {}: {}", path_, errno_text()), false;
+    }
+    return true;
+  }
+  const std::string tmp = path_ + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) return *error = fmt::format("cannot write {}: {}", tmp, errno_text()), false;
+  bool ok = write_all(f, all) && ::fsync(fileno(f)) == 0;
+  int saved = errno;
+  if (std::fclose(f) != 0 && ok) ok = false, saved = errno;
+  if (!ok) {
+    errno = saved;
+    *error = fmt::format("error writing {}: {} (the finished records are in {})", tmp, errno_text(), partial_);
+    std::remove(tmp.c_str());
+    return false;
+  }
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0)
+    return *error = fmt::format("cannot rename {} to {}: {}", tmp, path_, errno_text()), false;
+  std::fclose(f_);
+  f_ = nullptr;
+  std::remove(partial_.c_str());
+  return true;
+}
+
+}  // namespace dsinfer::cli
