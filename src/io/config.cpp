@@ -115,72 +115,8 @@ RopeParams parse_rope_block(Reader& r, const json& b, const std::string& where, 
 
 }  // namespace
 
-Result<ModelConfig> parse_model_config_json(const std::string& text, const std::string& source) {
-  DSI_RETURN_IF_ERROR(check_json_depth(text, source));
-  if (is_v41_config_json(text)) return parse_v41_config_json(text, source);  // DeepSeek-V4.1: io/config_v41.cpp
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const std::exception& e) {
-    return Status::errorf("{}: not valid JSON: {}", source, e.what());
-  }
-  if (!j.is_object()) return Status::errorf("{}: top level must be a JSON object", source);
-  Reader r{j, source, Status::ok()};
-  ModelConfig c;
-  if (r.has("model_type")) {
-    std::string mt = r.string("model_type", "");
-    if (mt != "deepseek_v4") r.fail(fmt::format("model_type '{}' is not supported (expected 'deepseek_v4')", mt));
-  }
-  c.vocab_size = r.integer("vocab_size", std::nullopt, 1);
-  c.hidden_size = r.integer("hidden_size", std::nullopt, 1);
-  c.num_hidden_layers = r.integer("num_hidden_layers", std::nullopt, 1);
-  c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1);
-  int64_t kv_heads = r.integer("num_key_value_heads", 1, 1);
-  if (kv_heads != 1) r.fail(fmt::format("'num_key_value_heads' must be 1 (one shared K=V latent), found {}", kv_heads));
-  c.head_dim = r.integer("head_dim", std::nullopt, 2);
-  c.q_lora_rank = r.integer("q_lora_rank", std::nullopt, 1);
-  c.o_groups = r.integer("o_groups", std::nullopt, 1);
-  c.o_lora_rank = r.integer("o_lora_rank", std::nullopt, 1);
-  c.sliding_window = r.integer("sliding_window", std::nullopt, 1);
-  c.index_n_heads = r.integer("index_n_heads", 0);
-  c.index_head_dim = r.integer("index_head_dim", 0);
-  c.index_topk = r.integer("index_topk", 0);
-  c.n_routed_experts = r.integer("n_routed_experts", std::nullopt, 1);
-  c.num_experts_per_tok = r.integer("num_experts_per_tok", std::nullopt, 1);
-  c.n_shared_experts = r.integer("n_shared_experts", 1);
-  c.moe_intermediate_size = r.integer("moe_intermediate_size", std::nullopt, 1);
-  const std::string scoring = r.string("scoring_func", "sqrtsoftplus");
-  if (scoring == "sqrtsoftplus") c.scoring_func = ScoringFunc::SqrtSoftplus;
-  else if (scoring == "softmax") c.scoring_func = ScoringFunc::Softmax;
-  else if (scoring == "sigmoid") c.scoring_func = ScoringFunc::Sigmoid;
-  else r.fail(fmt::format("unsupported scoring_func '{}' (expected sqrtsoftplus, softmax or sigmoid)", scoring));
-  c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0);
-  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
-  c.swiglu_limit = r.number("swiglu_limit", 0.0);
-  c.hc_mult = r.integer("hc_mult", std::nullopt, 1);
-  c.hc_sinkhorn_iters = r.integer("hc_sinkhorn_iters", std::nullopt, 1);
-  c.hc_eps = r.number("hc_eps", 1e-6);
-  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0);
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  c.bos_token_id = r.integer("bos_token_id", 0, 0, kMaxTokenId);
-  // eos_token_id: an id or a list of ids (the first is used).
-  if (r.has("eos_token_id") && j["eos_token_id"].is_array()) {
-    const json& e = j["eos_token_id"];
-    c.eos_token_id = e.empty() ? 1 : r.integer_value(e[0], "eos_token_id[0]", 0, kMaxTokenId);
-    for (size_t i = 1; i < e.size(); ++i) r.integer_value(e[i], fmt::format("eos_token_id[{}]", i), 0, kMaxTokenId);
-  } else {
-    c.eos_token_id = r.integer("eos_token_id", 1, 0, kMaxTokenId);
-  }
-  if (r.err.is_ok() && c.eos_token_id >= c.vocab_size)
-    r.fail(fmt::format("'eos_token_id' = {} is outside the vocabulary [0, {})", c.eos_token_id, c.vocab_size));
-  c.max_position_embeddings = r.integer("max_position_embeddings", 0, 0, kMaxPositions);
-  if (r.has("topk_method") && r.string("topk_method", "") != "noaux_tc")
-    r.fail("topk_method '" + r.string("topk_method", "") + "' is not supported (expected 'noaux_tc')");
-  if (r.has("n_group") && r.integer("n_group", 1) > 1) r.fail("group-limited routing (n_group > 1) is not part of DeepSeek-V4");
-  if (!r.err.is_ok()) return r.err;
-
-  // ---- layer schedule ----
+// Layer schedule: layer_types / compress_ratios / compress_rates, mlp_layer_types / num_hash_layers.
+Status parse_layer_schedule(const json& j, Reader& r, const std::string& source, ModelConfig& c) {
   const size_t L = size_t(c.num_hidden_layers);
   if (r.has("compress_rates")) {
     const json& cr = j["compress_rates"];
@@ -273,8 +209,11 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
     if (nh > int64_t(L)) return Status::errorf("{}: num_hash_layers = {} exceeds num_hidden_layers = {}", source, nh, L);
     for (size_t i = 0; i < L; ++i) c.mlp_layer_types.push_back(int64_t(i) < nh ? MlpType::HashMoE : MlpType::MoE);
   }
+  return Status::ok();
+}
 
-  // ---- RoPE ----
+// RoPE: rope_parameters (transformers) or rope_theta + rope_scaling (official); the rotary dims.
+Status parse_rope(const json& j, Reader& r, const std::string& source, ModelConfig& c) {
   double rope_theta = r.number("rope_theta", 10000.0);
   double compress_theta = r.number("compress_rope_theta", rope_theta);
   double prf = r.number("partial_rotary_factor", 0.0);
@@ -307,8 +246,11 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
   } else {
     return Status::errorf("{}: needs 'qk_rope_head_dim' or 'partial_rotary_factor'", source);
   }
+  return Status::ok();
+}
 
-  // ---- storage formats ----
+// Storage formats: quantization_config and expert_dtype.
+Status parse_storage_formats(const json& j, Reader& r, const std::string& source, ModelConfig& c) {
   if (r.has("quantization_config")) {
     const json& q = j["quantization_config"];
     if (!q.is_object()) return Status::errorf("{}: 'quantization_config' must be an object", source);
@@ -338,8 +280,11 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
   else if (!expert_dtype.empty())
     return Status::errorf("{}: expert_dtype '{}' is not supported (expected fp4, fp8 or bf16)", source, expert_dtype);
   if (!r.err.is_ok()) return r.err;
+  return Status::ok();
+}
 
-  // ---- consistency ----
+// Consistency of the parsed values.
+Status check_consistency(const ModelConfig& c, const std::string& source) {
   auto bad = [&](const std::string& m) { return Status::error(source + ": " + m); };
   if (c.qk_rope_head_dim % 2 || c.qk_rope_head_dim > c.head_dim)
     return bad(fmt::format("qk_rope_head_dim = {} must be even and <= head_dim = {}", c.qk_rope_head_dim, c.head_dim));
@@ -358,6 +303,78 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
   }
   if (c.csa_ratio < 1 || c.hca_ratio < 1) return bad("compress rates must be >= 1");
   if (c.hc_mult < 1) return bad("hc_mult must be >= 1");
+  return Status::ok();
+}
+
+Result<ModelConfig> parse_model_config_json(const std::string& text, const std::string& source) {
+  DSI_RETURN_IF_ERROR(check_json_depth(text, source));
+  if (is_v41_config_json(text)) return parse_v41_config_json(text, source);  // DeepSeek-V4.1: io/config_v41.cpp
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    return Status::errorf("{}: not valid JSON: {}", source, e.what());
+  }
+  if (!j.is_object()) return Status::errorf("{}: top level must be a JSON object", source);
+  Reader r{j, source, Status::ok()};
+  ModelConfig c;
+  if (r.has("model_type")) {
+    std::string mt = r.string("model_type", "");
+    if (mt != "deepseek_v4") r.fail(fmt::format("model_type '{}' is not supported (expected 'deepseek_v4')", mt));
+  }
+  c.vocab_size = r.integer("vocab_size", std::nullopt, 1);
+  c.hidden_size = r.integer("hidden_size", std::nullopt, 1);
+  c.num_hidden_layers = r.integer("num_hidden_layers", std::nullopt, 1);
+  c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1);
+  int64_t kv_heads = r.integer("num_key_value_heads", 1, 1);
+  if (kv_heads != 1) r.fail(fmt::format("'num_key_value_heads' must be 1 (one shared K=V latent), found {}", kv_heads));
+  c.head_dim = r.integer("head_dim", std::nullopt, 2);
+  c.q_lora_rank = r.integer("q_lora_rank", std::nullopt, 1);
+  c.o_groups = r.integer("o_groups", std::nullopt, 1);
+  c.o_lora_rank = r.integer("o_lora_rank", std::nullopt, 1);
+  c.sliding_window = r.integer("sliding_window", std::nullopt, 1);
+  c.index_n_heads = r.integer("index_n_heads", 0);
+  c.index_head_dim = r.integer("index_head_dim", 0);
+  c.index_topk = r.integer("index_topk", 0);
+  c.n_routed_experts = r.integer("n_routed_experts", std::nullopt, 1);
+  c.num_experts_per_tok = r.integer("num_experts_per_tok", std::nullopt, 1);
+  c.n_shared_experts = r.integer("n_shared_experts", 1);
+  c.moe_intermediate_size = r.integer("moe_intermediate_size", std::nullopt, 1);
+  const std::string scoring = r.string("scoring_func", "sqrtsoftplus");
+  if (scoring == "sqrtsoftplus") c.scoring_func = ScoringFunc::SqrtSoftplus;
+  else if (scoring == "softmax") c.scoring_func = ScoringFunc::Softmax;
+  else if (scoring == "sigmoid") c.scoring_func = ScoringFunc::Sigmoid;
+  else r.fail(fmt::format("unsupported scoring_func '{}' (expected sqrtsoftplus, softmax or sigmoid)", scoring));
+  c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0);
+  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
+  c.swiglu_limit = r.number("swiglu_limit", 0.0);
+  c.hc_mult = r.integer("hc_mult", std::nullopt, 1);
+  c.hc_sinkhorn_iters = r.integer("hc_sinkhorn_iters", std::nullopt, 1);
+  c.hc_eps = r.number("hc_eps", 1e-6);
+  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0);
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  c.bos_token_id = r.integer("bos_token_id", 0, 0, kMaxTokenId);
+  // eos_token_id: an id or a list of ids (the first is used).
+  if (r.has("eos_token_id") && j["eos_token_id"].is_array()) {
+    const json& e = j["eos_token_id"];
+    c.eos_token_id = e.empty() ? 1 : r.integer_value(e[0], "eos_token_id[0]", 0, kMaxTokenId);
+    for (size_t i = 1; i < e.size(); ++i) r.integer_value(e[i], fmt::format("eos_token_id[{}]", i), 0, kMaxTokenId);
+  } else {
+    c.eos_token_id = r.integer("eos_token_id", 1, 0, kMaxTokenId);
+  }
+  if (r.err.is_ok() && c.eos_token_id >= c.vocab_size)
+    r.fail(fmt::format("'eos_token_id' = {} is outside the vocabulary [0, {})", c.eos_token_id, c.vocab_size));
+  c.max_position_embeddings = r.integer("max_position_embeddings", 0, 0, kMaxPositions);
+  if (r.has("topk_method") && r.string("topk_method", "") != "noaux_tc")
+    r.fail("topk_method '" + r.string("topk_method", "") + "' is not supported (expected 'noaux_tc')");
+  if (r.has("n_group") && r.integer("n_group", 1) > 1) r.fail("group-limited routing (n_group > 1) is not part of DeepSeek-V4");
+  if (!r.err.is_ok()) return r.err;
+
+  DSI_RETURN_IF_ERROR(parse_layer_schedule(j, r, source, c));
+  DSI_RETURN_IF_ERROR(parse_rope(j, r, source, c));
+  DSI_RETURN_IF_ERROR(parse_storage_formats(j, r, source, c));
+  DSI_RETURN_IF_ERROR(check_consistency(c, source));
   return c;
 }
 

@@ -58,6 +58,35 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_file(const std::string& path)
   return from_json_text(ss.str(), path);
 }
 
+// Merges: "a b" strings (old format) or ["a", "b"] pairs (new format); rank = position.
+template <class Vocab>
+Status read_merges(const json& merges, const Vocab& vocab, MergeTable& table) {
+  table.build(merges.size());
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const json& mj = merges[r];
+    std::string a, b;
+    if (mj.is_string()) {
+      const std::string& s = mj.get_ref<const std::string&>();
+      size_t sp = s.find(' ', 1);
+      if (sp == std::string::npos) return Status::errorf("model.merges[{}] {:?} is not \"left right\"", r, s);
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else if (mj.is_array() && mj.size() == 2 && mj[0].is_string() && mj[1].is_string()) {
+      a = mj[0].get<std::string>();
+      b = mj[1].get<std::string>();
+    } else {
+      return Status::errorf("model.merges[{}] is neither \"a b\" nor [\"a\", \"b\"]", r);
+    }
+    auto ia = vocab.find(a), ib = vocab.find(b), im = vocab.find(a + b);
+    if (ia == vocab.end() || ib == vocab.end())
+      return Status::errorf("model.merges[{}]: {:?} or {:?} is not in the vocab", r, a, b);
+    if (im == vocab.end())
+      return Status::errorf("model.merges[{}]: merged token {:?} is not in the vocab", r, a + b);
+    table.insert(ia->second, ib->second, static_cast<uint32_t>(r), im->second);
+  }
+  return Status::ok();
+}
+
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view text, std::string_view source) {
   auto ctx = [&](const Status& s) { return s.with_context(fmt::format("tokenizer {:?}", source)); };
   if (Status s = io::check_json_depth(text, "file"); !s) return ctx(s);
@@ -147,32 +176,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view te
       if (it == t->vocab_.end()) return ctx(Status::errorf("model.unk_token {} is not in the vocab", m["unk_token"].dump()));
       unk_id = it->second;
     }
-    // Merges: "a b" strings (old format) or ["a", "b"] pairs (new format); rank = position.
-    const json& merges = m["merges"];
     MergeTable table;
-    table.build(merges.size());
-    for (size_t r = 0; r < merges.size(); ++r) {
-      const json& mj = merges[r];
-      std::string a, b;
-      if (mj.is_string()) {
-        const std::string& s = mj.get_ref<const std::string&>();
-        size_t sp = s.find(' ', 1);
-        if (sp == std::string::npos) return ctx(Status::errorf("model.merges[{}] {:?} is not \"left right\"", r, s));
-        a = s.substr(0, sp);
-        b = s.substr(sp + 1);
-      } else if (mj.is_array() && mj.size() == 2 && mj[0].is_string() && mj[1].is_string()) {
-        a = mj[0].get<std::string>();
-        b = mj[1].get<std::string>();
-      } else {
-        return ctx(Status::errorf("model.merges[{}] is neither \"a b\" nor [\"a\", \"b\"]", r));
-      }
-      auto ia = t->vocab_.find(a), ib = t->vocab_.find(b), im = t->vocab_.find(a + b);
-      if (ia == t->vocab_.end() || ib == t->vocab_.end())
-        return ctx(Status::errorf("model.merges[{}]: {:?} or {:?} is not in the vocab", r, a, b));
-      if (im == t->vocab_.end())
-        return ctx(Status::errorf("model.merges[{}]: merged token {:?} is not in the vocab", r, a + b));
-      table.insert(ia->second, ib->second, static_cast<uint32_t>(r), im->second);
-    }
+    if (Status ms = read_merges(m["merges"], t->vocab_, table); !ms) return ctx(ms);
     t->bpe_ = std::make_unique<BpeModel>(byte_ids, std::move(table), unk_id);
 
     DSI_ASSIGN_OR_RETURN(Pretokenizer pre, [&]() -> Result<Pretokenizer> {
