@@ -8,112 +8,17 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/config_reader.h"
 #include "io/json_limits.h"
 
 namespace dsinfer::io {
 
 using nlohmann::json;
-
-namespace {
-
-// Upper bound of every size in config.json (DeepSeek-V4's largest is vocab_size 129280): keeps products such as
-// vocab_size x hidden_size inside int64 and rejects corrupt values before the loader allocates from them.
-constexpr int64_t kMaxDim = int64_t(1) << 24;
-constexpr int64_t kMaxTokenId = INT32_MAX;
-constexpr int64_t kMaxPositions = int64_t(1) << 31;
-
-struct Reader {
-  const json& j;
-  std::string src;
-  Status err;  // first error seen
-
-  void fail(const std::string& msg) {
-    if (err.is_ok()) err = Status::error(src + ": " + msg);
-  }
-  bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
-  // Sizes are bounded (kMaxDim) so that products of two or three of them cannot overflow and a corrupt value is
-  // an error here, before anything is allocated from it.
-  int64_t integer(const char* k, std::optional<int64_t> def = std::nullopt, int64_t min = 0, int64_t max = kMaxDim) {
-    if (!has(k)) {
-      if (!def) fail(fmt::format("missing required key '{}'", k));
-      return def.value_or(0);
-    }
-    return integer_value(j[k], k, min, max);
-  }
-  int64_t integer_value(const json& v, const std::string& k, int64_t min, int64_t max) {
-    const bool integral_float = v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
-                                std::fabs(v.get<double>()) < 9.0e18;
-    if (!(v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT64_MAX) : true)) &&
-        !integral_float) {
-      fail(fmt::format("'{}' must be an integer, found {}", k, v.dump()));
-      return min;
-    }
-    int64_t x = v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
-    if (x < min || x > max) {
-      fail(fmt::format("'{}' must be in [{}, {}], found {}", k, min, max, x));
-      return min;
-    }
-    return x;
-  }
-  double number(const char* k, std::optional<double> def = std::nullopt) {
-    if (!has(k)) {
-      if (!def) fail(fmt::format("missing required key '{}'", k));
-      return def.value_or(0.0);
-    }
-    if (!j[k].is_number()) {
-      fail(fmt::format("'{}' must be a number, found {}", k, j[k].dump()));
-      return 0.0;
-    }
-    return j[k].get<double>();
-  }
-  bool boolean(const char* k, bool def) {
-    if (!has(k)) return def;
-    if (!j[k].is_boolean()) {
-      fail(fmt::format("'{}' must be true or false, found {}", k, j[k].dump()));
-      return def;
-    }
-    return j[k].get<bool>();
-  }
-  std::string string(const char* k, std::string def) {
-    if (!has(k)) return def;
-    if (!j[k].is_string()) {
-      fail(fmt::format("'{}' must be a string, found {}", k, j[k].dump()));
-      return def;
-    }
-    return j[k].get<std::string>();
-  }
-};
-
-// One RoPE parameter block ({rope_type, rope_theta, factor, ...}); `where` names it in errors.
-RopeParams parse_rope_block(Reader& r, const json& b, const std::string& where, double default_theta) {
-  RopeParams p;
-  p.theta = default_theta;
-  if (!b.is_object()) {
-    r.fail(where + " must be an object");
-    return p;
-  }
-  Reader br{b, r.src + ": " + where, Status::ok()};
-  std::string type = br.string("rope_type", br.string("type", "default"));
-  p.theta = br.number("rope_theta", default_theta);
-  if (type == "yarn") {
-    p.yarn = true;
-    p.factor = br.number("factor");
-    p.original_max_position_embeddings = br.integer("original_max_position_embeddings", std::nullopt, 1, kMaxPositions);
-    p.beta_fast = br.number("beta_fast", 32.0);
-    p.beta_slow = br.number("beta_slow", 1.0);
-    p.attention_factor = br.number("attention_factor", 1.0);
-    if (p.factor <= 0) br.fail(fmt::format("'factor' must be > 0, found {}", p.factor));
-    if (b.contains("mscale") || b.contains("mscale_all_dim"))
-      br.fail("mscale/mscale_all_dim are not part of DeepSeek-V4 RoPE (no YaRN magnitude scaling)");
-  } else if (type != "default") {
-    br.fail(fmt::format("unsupported rope_type '{}' (expected 'default' or 'yarn')", type));
-  }
-  if (p.theta <= 1.0) br.fail(fmt::format("'rope_theta' must be > 1, found {}", p.theta));
-  if (!br.err.is_ok()) r.fail(br.err.message().substr(r.src.size() + 2));
-  return p;
-}
-
-}  // namespace
+using detail::Reader;
+using detail::kMaxDim;
+using detail::kMaxPositions;
+using detail::parse_rope_block;
+using detail::read_shared_fields;
 
 // Layer schedule: layer_types / compress_ratios / compress_rates, mlp_layer_types / num_hash_layers.
 Status parse_layer_schedule(const json& j, Reader& r, const std::string& source, ModelConfig& c) {
@@ -285,22 +190,11 @@ Status parse_storage_formats(const json& j, Reader& r, const std::string& source
 
 // Consistency of the parsed values.
 Status check_consistency(const ModelConfig& c, const std::string& source) {
-  auto bad = [&](const std::string& m) { return Status::error(source + ": " + m); };
-  if (c.qk_rope_head_dim % 2 || c.qk_rope_head_dim > c.head_dim)
-    return bad(fmt::format("qk_rope_head_dim = {} must be even and <= head_dim = {}", c.qk_rope_head_dim, c.head_dim));
-  if (c.num_attention_heads % c.o_groups)
-    return bad(fmt::format("num_attention_heads = {} is not a multiple of o_groups = {}", c.num_attention_heads, c.o_groups));
-  if (c.num_experts_per_tok > c.n_routed_experts)
-    return bad(fmt::format("num_experts_per_tok = {} exceeds n_routed_experts = {}", c.num_experts_per_tok, c.n_routed_experts));
-  if (c.n_shared_experts > 1) return bad(fmt::format("n_shared_experts = {} (DeepSeek-V4 has at most 1)", c.n_shared_experts));
   bool any_csa = false;
   for (auto t : c.layer_types) any_csa |= t == AttnType::CSA;
-  if (any_csa) {
-    if (c.index_n_heads < 1 || c.index_head_dim < 2 || c.index_topk < 1)
-      return bad("CSA layers need index_n_heads, index_head_dim and index_topk >= 1");
-    if (c.qk_rope_head_dim > c.index_head_dim)
-      return bad(fmt::format("qk_rope_head_dim = {} exceeds index_head_dim = {}", c.qk_rope_head_dim, c.index_head_dim));
-  }
+  DSI_RETURN_IF_ERROR(detail::check_shared_shapes(c, source, any_csa));
+  auto bad = [&](const std::string& m) { return Status::error(source + ": " + m); };
+  if (c.n_shared_experts > 1) return bad(fmt::format("n_shared_experts = {} (DeepSeek-V4 has at most 1)", c.n_shared_experts));
   if (c.csa_ratio < 1 || c.hca_ratio < 1) return bad("compress rates must be >= 1");
   if (c.hc_mult < 1) return bad("hc_mult must be >= 1");
   return Status::ok();
@@ -322,50 +216,11 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
     std::string mt = r.string("model_type", "");
     if (mt != "deepseek_v4") r.fail(fmt::format("model_type '{}' is not supported (expected 'deepseek_v4')", mt));
   }
-  c.vocab_size = r.integer("vocab_size", std::nullopt, 1);
-  c.hidden_size = r.integer("hidden_size", std::nullopt, 1);
-  c.num_hidden_layers = r.integer("num_hidden_layers", std::nullopt, 1);
-  c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1);
-  int64_t kv_heads = r.integer("num_key_value_heads", 1, 1);
-  if (kv_heads != 1) r.fail(fmt::format("'num_key_value_heads' must be 1 (one shared K=V latent), found {}", kv_heads));
-  c.head_dim = r.integer("head_dim", std::nullopt, 2);
-  c.q_lora_rank = r.integer("q_lora_rank", std::nullopt, 1);
-  c.o_groups = r.integer("o_groups", std::nullopt, 1);
-  c.o_lora_rank = r.integer("o_lora_rank", std::nullopt, 1);
-  c.sliding_window = r.integer("sliding_window", std::nullopt, 1);
-  c.index_n_heads = r.integer("index_n_heads", 0);
-  c.index_head_dim = r.integer("index_head_dim", 0);
-  c.index_topk = r.integer("index_topk", 0);
-  c.n_routed_experts = r.integer("n_routed_experts", std::nullopt, 1);
-  c.num_experts_per_tok = r.integer("num_experts_per_tok", std::nullopt, 1);
-  c.n_shared_experts = r.integer("n_shared_experts", 1);
-  c.moe_intermediate_size = r.integer("moe_intermediate_size", std::nullopt, 1);
-  const std::string scoring = r.string("scoring_func", "sqrtsoftplus");
-  if (scoring == "sqrtsoftplus") c.scoring_func = ScoringFunc::SqrtSoftplus;
-  else if (scoring == "softmax") c.scoring_func = ScoringFunc::Softmax;
-  else if (scoring == "sigmoid") c.scoring_func = ScoringFunc::Sigmoid;
-  else r.fail(fmt::format("unsupported scoring_func '{}' (expected sqrtsoftplus, softmax or sigmoid)", scoring));
-  c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0);
-  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
-  c.swiglu_limit = r.number("swiglu_limit", 0.0);
+  read_shared_fields(r, c);
   c.hc_mult = r.integer("hc_mult", std::nullopt, 1);
   c.hc_sinkhorn_iters = r.integer("hc_sinkhorn_iters", std::nullopt, 1);
   c.hc_eps = r.number("hc_eps", 1e-6);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0);
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  c.bos_token_id = r.integer("bos_token_id", 0, 0, kMaxTokenId);
-  // eos_token_id: an id or a list of ids (the first is used).
-  if (r.has("eos_token_id") && j["eos_token_id"].is_array()) {
-    const json& e = j["eos_token_id"];
-    c.eos_token_id = e.empty() ? 1 : r.integer_value(e[0], "eos_token_id[0]", 0, kMaxTokenId);
-    for (size_t i = 1; i < e.size(); ++i) r.integer_value(e[i], fmt::format("eos_token_id[{}]", i), 0, kMaxTokenId);
-  } else {
-    c.eos_token_id = r.integer("eos_token_id", 1, 0, kMaxTokenId);
-  }
-  if (r.err.is_ok() && c.eos_token_id >= c.vocab_size)
-    r.fail(fmt::format("'eos_token_id' = {} is outside the vocabulary [0, {})", c.eos_token_id, c.vocab_size));
-  c.max_position_embeddings = r.integer("max_position_embeddings", 0, 0, kMaxPositions);
   if (r.has("topk_method") && r.string("topk_method", "") != "noaux_tc")
     r.fail("topk_method '" + r.string("topk_method", "") + "' is not supported (expected 'noaux_tc')");
   if (r.has("n_group") && r.integer("n_group", 1) > 1) r.fail("group-limited routing (n_group > 1) is not part of DeepSeek-V4");

@@ -9,73 +9,17 @@
 #include <optional>
 
 #include "io/config.h"
+#include "io/config_reader.h"
 
 namespace dsinfer::io {
 
 using nlohmann::json;
+using detail::parse_rope_block;
+using detail::read_shared_fields;
+using detail::Reader;
 
 namespace {
 
-struct Reader {
-  const json& j;
-  std::string src;
-  Status err;
-
-  void fail(const std::string& msg) {
-    if (err.is_ok()) err = Status::error(src + ": " + msg);
-  }
-  bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
-  int64_t integer(const char* k, std::optional<int64_t> def = std::nullopt, int64_t min = 0) {
-    if (!has(k)) {
-      if (!def) fail(fmt::format("missing required key '{}'", k));
-      return def.value_or(0);
-    }
-    const json& v = j[k];
-    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
-      fail(fmt::format("'{}' must be an integer, found {}", k, v.dump()));
-      return 0;
-    }
-    const int64_t x = v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
-    if (x < min) fail(fmt::format("'{}' must be >= {}, found {}", k, min, x));
-    return x;
-  }
-  double number(const char* k, double def) {
-    if (!has(k)) return def;
-    if (!j[k].is_number()) {
-      fail(fmt::format("'{}' must be a number, found {}", k, j[k].dump()));
-      return def;
-    }
-    return j[k].get<double>();
-  }
-  bool boolean(const char* k, bool def) {
-    if (!has(k)) return def;
-    if (!j[k].is_boolean()) fail(fmt::format("'{}' must be true or false, found {}", k, j[k].dump()));
-    return j[k].is_boolean() ? j[k].get<bool>() : def;
-  }
-  std::string string(const char* k, std::string def) {
-    if (!has(k)) return def;
-    if (!j[k].is_string()) fail(fmt::format("'{}' must be a string, found {}", k, j[k].dump()));
-    return j[k].is_string() ? j[k].get<std::string>() : def;
-  }
-  // A list of integers >= min; nullopt when absent.
-  std::optional<std::vector<int64_t>> ints(const char* k, int64_t min = 0) {
-    if (!has(k)) return std::nullopt;
-    std::vector<int64_t> out;
-    if (!j[k].is_array()) {
-      fail(fmt::format("'{}' must be a list of integers, found {}", k, j[k].dump()));
-      return out;
-    }
-    for (size_t i = 0; i < j[k].size(); ++i) {
-      const json& v = j[k][i];
-      if (!v.is_number_integer() || v.get<int64_t>() < min) {
-        fail(fmt::format("{}[{}] must be an integer >= {}, found {}", k, i, min, v.dump()));
-        return out;
-      }
-      out.push_back(v.get<int64_t>());
-    }
-    return out;
-  }
-};
 
 // Official ModelArgs key -> transformers text-config key (research §1.2).
 const std::pair<const char*, const char*> kOfficialNames[] = {
@@ -117,79 +61,21 @@ json official_to_text(const json& o) {
   return t;
 }
 
-RopeParams rope_block(Reader& r, const json& b, const std::string& where, double default_theta) {
-  RopeParams p;
-  p.theta = default_theta;
-  if (!b.is_object()) {
-    r.fail(where + " must be an object");
-    return p;
-  }
-  Reader br{b, where, Status::ok()};
-  const std::string type = br.string("rope_type", br.string("type", "default"));
-  p.theta = br.number("rope_theta", default_theta);
-  if (type == "yarn") {
-    p.yarn = true;
-    p.factor = br.number("factor", 0.0);
-    p.original_max_position_embeddings = br.integer("original_max_position_embeddings", std::nullopt, 1);
-    p.beta_fast = br.number("beta_fast", 32.0);
-    p.beta_slow = br.number("beta_slow", 1.0);
-    p.attention_factor = br.number("attention_factor", 1.0);
-    if (p.factor <= 0) br.fail(fmt::format("'factor' must be > 0, found {}", p.factor));
-    if (b.contains("mscale") || b.contains("mscale_all_dim")) br.fail("mscale is not part of DeepSeek-V4.1 RoPE");
-  } else if (type != "default") {
-    br.fail(fmt::format("unsupported rope_type '{}' (expected 'default' or 'yarn')", type));
-  }
-  if (p.theta <= 1.0) br.fail(fmt::format("'rope_theta' must be > 1, found {}", p.theta));
-  if (!br.err.is_ok()) r.fail(br.err.message());
-  return p;
-}
 
-// Shapes, MoE, mHC and RoPE (the parts V4.1 shares with V4).
+// The keys V4.1 reads beyond those it shares with V4 (read_shared_fields).
 void read_common(Reader& r, ModelConfig& c) {
-  c.vocab_size = r.integer("vocab_size", std::nullopt, 1);
-  c.hidden_size = r.integer("hidden_size", std::nullopt, 1);
-  c.num_hidden_layers = r.integer("num_hidden_layers", std::nullopt, 1);
-  c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1);
-  if (const int64_t kv = r.integer("num_key_value_heads", 1, 1); kv != 1)
-    r.fail(fmt::format("'num_key_value_heads' must be 1 (one shared K=V latent), found {}", kv));
-  c.head_dim = r.integer("head_dim", std::nullopt, 2);
-  c.q_lora_rank = r.integer("q_lora_rank", std::nullopt, 1);
-  c.o_groups = r.integer("o_groups", std::nullopt, 1);
-  c.o_lora_rank = r.integer("o_lora_rank", std::nullopt, 1);
-  c.sliding_window = r.integer("sliding_window", std::nullopt, 1);
-  c.index_n_heads = r.integer("index_n_heads", 0);
-  c.index_head_dim = r.integer("index_head_dim", 0);
-  c.index_topk = r.integer("index_topk", 0);
-  c.n_routed_experts = r.integer("n_routed_experts", std::nullopt, 1);
-  c.num_experts_per_tok = r.integer("num_experts_per_tok", std::nullopt, 1);
-  c.n_shared_experts = r.integer("n_shared_experts", 1);
-  c.moe_intermediate_size = r.integer("moe_intermediate_size", std::nullopt, 1);
-  const std::string scoring = r.string("scoring_func", "sqrtsoftplus");
-  if (scoring == "sqrtsoftplus") c.scoring_func = ScoringFunc::SqrtSoftplus;
-  else if (scoring == "softmax") c.scoring_func = ScoringFunc::Softmax;
-  else if (scoring == "sigmoid") c.scoring_func = ScoringFunc::Sigmoid;
-  else r.fail(fmt::format("unsupported scoring_func '{}' (expected sqrtsoftplus, softmax or sigmoid)", scoring));
+  read_shared_fields(r, c);
   if (r.string("topk_method", "noaux_tc") != "noaux_tc") r.fail("topk_method must be 'noaux_tc'");
   if (r.string("hidden_act", "silu") != "silu") r.fail("hidden_act must be 'silu'");
   if (r.integer("num_hash_layers", 0) != 0) r.fail("'num_hash_layers' must be 0: DeepSeek-V4.1 has no hash-routed layers");
-  c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0);
-  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
-  c.swiglu_limit = r.number("swiglu_limit", 0.0);
   c.hc_mult = r.integer("hc_mult", 4, 1);
   c.hc_sinkhorn_iters = r.integer("hc_sinkhorn_iters", 20, 1);
   c.hc_eps = r.number("hc_eps", 1e-6);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-20);
-  c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0);
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  c.bos_token_id = r.integer("bos_token_id", 0);
-  c.eos_token_id = r.j.contains("eos_token_id") && r.j["eos_token_id"].is_array()
-                       ? (r.j["eos_token_id"].empty() ? 1 : r.j["eos_token_id"][0].get<int64_t>())
-                       : r.integer("eos_token_id", 1);
-  c.max_position_embeddings = r.integer("max_position_embeddings", 0);
-  c.v41.pad_token_id = r.integer("pad_token_id", 2);
+  c.v41.pad_token_id = r.integer("pad_token_id", 2, 0, detail::kMaxTokenId);
   c.v41.gate_temp = r.number("gate_temp", 1.0);
   if (!(c.v41.gate_temp > 0)) r.fail(fmt::format("'gate_temp' must be > 0, found {}", c.v41.gate_temp));
-  c.v41.image_token_id = r.integer("image_token_id", 129264);
+  c.v41.image_token_id = r.integer("image_token_id", 129264, 0, detail::kMaxTokenId);
 }
 
 void read_rope(Reader& r, ModelConfig& c) {
@@ -201,15 +87,15 @@ void read_rope(Reader& r, ModelConfig& c) {
   if (r.has("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("main") &&
       j["rope_parameters"].contains("compress")) {
     const json& rp = j["rope_parameters"];
-    c.rope_main = rope_block(r, rp["main"], "rope_parameters.main", theta);
-    c.rope_compress = rope_block(r, rp["compress"], "rope_parameters.compress", ctheta);
+    c.rope_main = parse_rope_block(r, rp["main"], "rope_parameters.main", theta);
+    c.rope_compress = parse_rope_block(r, rp["compress"], "rope_parameters.compress", ctheta);
     if (rp["main"].is_object() && rp["main"].value("partial_rotary_factor", json()).is_number())
       prf = rp["main"]["partial_rotary_factor"].get<double>();
     if (c.rope_main.yarn) r.fail("rope_parameters.main must not be yarn (ratio-0 layers use plain RoPE)");
   } else if (r.has("rope_scaling")) {
     json block = j["rope_scaling"];
     if (block.is_object()) block["rope_theta"] = ctheta;
-    c.rope_compress = rope_block(r, block, "rope_scaling", ctheta);
+    c.rope_compress = parse_rope_block(r, block, "rope_scaling", ctheta);
   }
   if (r.has("qk_rope_head_dim")) {
     c.qk_rope_head_dim = r.integer("qk_rope_head_dim", std::nullopt, 2);
@@ -264,7 +150,9 @@ bool is_v41_config_json(const std::string& text) {
   return is_official_form(j);
 }
 
-Result<ModelConfig> parse_v41_config_json(const std::string& text, const std::string& source) {
+namespace {
+
+Result<ModelConfig> parse_v41(const std::string& text, const std::string& source) {
   json j = json::parse(text, nullptr, false);
   if (!j.is_object()) return Status::errorf("{}: not a JSON object", source);
   const json* top = nullptr;
@@ -294,6 +182,18 @@ Result<ModelConfig> parse_v41_config_json(const std::string& text, const std::st
   if (!r.err.is_ok()) return r.err;
   DSI_RETURN_IF_ERROR(read_v41_schedule(tc, src, c));
   return c;
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_v41_config_json(const std::string& text, const std::string& source) {
+  // The readers check types before reading; json::value() on a field of another type (official names such as
+  // original_seq_len, dtype) would throw: a config error, never an exception through the loader.
+  try {
+    return parse_v41(text, source);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::errorf("{}: malformed field: {}", source, e.what());
+  }
 }
 
 int64_t ModelConfig::kv_source_of(int64_t layer) const {

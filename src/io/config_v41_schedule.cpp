@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/config.h"
+#include "io/config_reader.h"
 
 namespace dsinfer::io {
 
@@ -183,20 +184,8 @@ Status read_v41_schedule(const json& j, const std::string& src, ModelConfig& c) 
   v.dspark_target_layer_ids = int_list(j, "dspark_target_layer_ids", src, err).value_or(std::vector<int64_t>{});
   DSI_RETURN_IF_ERROR(err);
 
-  auto bad = [&](const std::string& m) { return Status::error(src + ": " + m); };
-  if (c.qk_rope_head_dim % 2 || c.qk_rope_head_dim > c.head_dim)
-    return bad(fmt::format("qk_rope_head_dim = {} must be even and <= head_dim = {}", c.qk_rope_head_dim, c.head_dim));
-  if (c.num_attention_heads % c.o_groups)
-    return bad(fmt::format("num_attention_heads = {} is not a multiple of o_groups = {}", c.num_attention_heads, c.o_groups));
-  if (c.num_experts_per_tok > c.n_routed_experts)
-    return bad(fmt::format("num_experts_per_tok = {} exceeds n_routed_experts = {}", c.num_experts_per_tok, c.n_routed_experts));
-  if (c.n_shared_experts != 1) return bad(fmt::format("n_shared_experts must be 1, found {}", c.n_shared_experts));
-  if (!v.kv_source_layer_ids.empty()) {
-    if (c.index_n_heads < 1 || c.index_head_dim < 2 || c.index_topk < 1)
-      return bad("layers with compress_ratios > 0 need index_n_heads, index_head_dim and index_topk >= 1");
-    if (c.qk_rope_head_dim > c.index_head_dim)
-      return bad(fmt::format("qk_rope_head_dim = {} exceeds index_head_dim = {}", c.qk_rope_head_dim, c.index_head_dim));
-  }
+  DSI_RETURN_IF_ERROR(detail::check_shared_shapes(c, src, !v.kv_source_layer_ids.empty()));
+  if (c.n_shared_experts != 1) return Status::errorf("{}: n_shared_experts must be 1, found {}", src, c.n_shared_experts);
   return Status::ok();
 }
 

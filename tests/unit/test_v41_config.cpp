@@ -196,3 +196,13 @@ TEST(V41StateLayout, ReleasedShapes) {
   cc.block_size = 25;
   EXPECT_FALSE(cache::compute_state_layout(*c, cc).is_ok());
 }
+
+// A field of the wrong type in the official form (read with json::value()) is a config error, not a crash.
+TEST(V41Config, WrongTypedOfficialFieldIsAnError) {
+  json j = official_flash();
+  j["original_seq_len"] = "x";
+  expect_error(j, "malformed field");
+  j = official_flash();
+  j["eos_token_id"] = json::array({"x"});
+  expect_error(j, "eos_token_id[0]");
+}
