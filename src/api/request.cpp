@@ -160,21 +160,20 @@ Status parse_structured_outputs(const ojson& so_body, StructuredOutput& so) {
 }
 
 // Strict forced tool calls: tool_choice "required" / a named function, and every tool it may call has
-// function.strict == true.
+// function.strict == true. The grammar holds the arguments to the schema as the client wrote it: the chat layer
+// renders a normalised strict schema, which drops keywords such as maxLength that the output must still obey.
 Status parse_strict_tools(const ojson& body, const chat::Conversation& conv, StructuredOutput& so) {
   if (conv.tool_choice != chat::ToolChoice::kRequired && conv.tool_choice != chat::ToolChoice::kNamed) return Status::ok();
   std::vector<structured::ToolSchema> tools;
-  bool all_strict = true;
-  for (size_t k = 0; k < conv.tools.size(); ++k) {
-    const chat::ToolDefinition& d = conv.tools[k];
-    if (conv.tool_choice == chat::ToolChoice::kNamed && d.name != conv.named_tool) continue;
-    const ojson& f = body["tools"][k]["function"];
-    if (f.contains("strict") && !f["strict"].is_null() && !f["strict"].is_boolean())
-      return Status::errorf("tools[{}].function.strict must be true or false", k);
-    all_strict = all_strict && f.value("strict", false);
-    tools.push_back({d.name, d.parameters});
+  for (const chat::ToolDefinition& d : conv.tools) {  // the tools the call may name (validated by the chat layer)
+    if (!d.strict) return Status::ok();
+    for (const ojson& t : body["tools"]) {
+      const ojson& f = t["function"];
+      if (f["name"] != d.name) continue;
+      tools.push_back({d.name, present(f, "parameters") ? f["parameters"] : d.parameters});
+    }
   }
-  if (!all_strict || tools.empty()) return Status::ok();
+  if (tools.empty()) return Status::ok();
   if (so.active())
     return Status::errorf("strict tool calls (tool_choice with strict tools) cannot be combined with '{}'", so.field);
   so.kind = Kind::kStructuralTag;

@@ -49,6 +49,19 @@ def sampling(mode, i):
     return {"temperature": 0} if mode == "greedy" else {"temperature": 0.8, "top_p": 0.95, "seed": 1000 + i}
 
 
+def strict_compatible(s):
+    """OpenAI / deepseek-recipe strict mode: every object lists all its properties in "required" and allows no
+    additional ones (the engine rejects other schemas with strict: true, as the reference does)."""
+    if isinstance(s, dict):
+        if s.get("type") == "object":
+            if set(s.get("required", [])) != set(s.get("properties", {})) or s.get("additionalProperties") is True:
+                return False
+        return all(strict_compatible(v) for v in s.values())
+    if isinstance(s, list):
+        return all(strict_compatible(v) for v in s)
+    return True
+
+
 def build_cases(think_end_id):
     cases = []  # (custom_id, endpoint, body, check)
 
@@ -59,7 +72,7 @@ def build_cases(think_end_id):
         for mode in ("greedy", "sampled"):
             endpoint = "chat" if i % 2 == 0 else "completions"
             if i % 3 == 0:
-                fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": s, "strict": True}}}
+                fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": s, "strict": strict_compatible(s)}}}
             elif i % 3 == 1:
                 fmt = {"structured_outputs": {"json": s}}
             else:
