@@ -4,6 +4,8 @@
 // time per schema (cold) and per cache hit. The "sampler" here picks a random allowed token per row (a stop
 // token, when allowed, with probability 1/4), and a sequence whose grammar ended starts over, so every row stays
 // constrained.
+// With the CUDA backend, also the GPU application of the last step's masks to device logits [batch, vocab]
+// (ops/token_mask, what a GPU sampler runs before its softmax).
 // usage: structured_bench [tokenizer.json] [batch (64)] [steps (200)] [vocab (129280)] [mask threads (0: auto)]
 // Default tokenizer: the V4 one fetched by tools/tokenizer/fetch_v4_tokenizer.py into build/tokenizer-cache,
 // else the shared V3 one (same 128K-token BPE size).
@@ -19,6 +21,12 @@
 
 #include "structured/structured_decoding.h"
 #include "tokenizer/tokenizer.h"
+#if DSINFER_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/device_buffer.h"
+#include "ops/token_mask/token_mask_cuda.h"
+#endif
 
 using namespace dsinfer;
 using Clock = std::chrono::steady_clock;
@@ -58,6 +66,41 @@ Pct pct(std::vector<double> v) {
   for (double x : v) s += x;
   return {s / double(v.size()), v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
 }
+
+#if DSINFER_HAS_CUDA
+// Mean microseconds of one ops::cuda::apply_token_bitmask over `mask` (every row active) on random-free logits.
+// The kernel only writes where a bit is 0, so the logits are not restored between launches: same work each time.
+void bench_gpu_mask(const sampling::TokenBitmask& mask, int64_t vocab) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return std::printf("  GPU mask apply: no CUDA device\n"), void();
+  cuda::DeviceBuffer<float> logits;
+  cuda::DeviceBuffer<int32_t> words;
+  if (!logits.alloc(size_t(mask.rows()) * size_t(vocab)).is_ok() || !words.upload(mask.words.data(), mask.words.size()).is_ok())
+    return std::printf("  GPU mask apply: allocation failed\n"), void();
+  cudaMemset(logits.data(), 0, size_t(mask.rows()) * size_t(vocab) * sizeof(float));
+  auto launch = [&] {
+    return ops::cuda::apply_token_bitmask(logits.data(), vocab, vocab, words.data(), mask.words_per_row, nullptr,
+                                          mask.rows(), nullptr);
+  };
+  for (int i = 0; i < 10; ++i) (void)launch();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  const int iters = 200;
+  cudaEventRecord(a);
+  for (int i = 0; i < iters; ++i) (void)launch();
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  int64_t masked = 0;
+  for (int32_t w : mask.words) masked += 32 - __builtin_popcount(uint32_t(w));
+  std::printf("  GPU mask apply (%d rows x %lld): %.2f us per step (%.1f%% of logits masked)\n", mask.rows(),
+              (long long)vocab, 1000.0 * ms / iters, 100.0 * double(masked) / (double(mask.words.size()) * 32.0));
+}
+#endif
 
 }  // namespace
 
@@ -154,5 +197,8 @@ int main(int argc, char** argv) {
               f.p99, 1000.0 * f.mean / batch);
   std::printf("  matcher advance per step: mean %.3f ms, p50 %.3f, p99 %.3f\n", a.mean, a.p50, a.p99);
   std::printf("  %lld tokens accepted, %lld grammars completed and restarted\n", (long long)tokens, (long long)restarts);
+#if DSINFER_HAS_CUDA
+  bench_gpu_mask(mask, vocab);
+#endif
   return 0;
 }

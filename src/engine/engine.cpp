@@ -123,9 +123,6 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
     DSI_ASSIGN_OR_RETURN(spec.prompt, tok_->encode(req.prompt_text));
   }
   spec.params = req.sampling;
-  if (spec_ && req.structured.active())
-    return Status::errorf("'{}' (structured outputs) cannot be combined with speculative decoding yet; run the engine "
-                          "with speculative decoding off", req.structured.field);
   DSI_ASSIGN_OR_RETURN(structured::Grammar grammar, compile_structured(req));
   const std::vector<int32_t> prompt_ids = grammar ? spec.prompt : std::vector<int32_t>();
   p->out.return_token_ids = req.return_token_ids;
@@ -163,8 +160,9 @@ Status Engine::step() {
   DSI_RETURN_IF_ERROR(ran);
   const int64_t V = model_config().vocab_size;
   const sampling::TokenBitmask* mask = masked && bitmask_.any_active() ? &bitmask_ : nullptr;
-  if (spec_) {  // structured outputs and speculation are exclusive (Engine::add)
-    DSI_RETURN_IF_ERROR(spec_->sample(plan, logits_, model_config().eos_token_id, sampler_, outputs_));
+  if (spec_) {
+    DSI_RETURN_IF_ERROR(
+        spec_->sample(plan, logits_, model_config().eos_token_id, sampler_, outputs_, mask, structured_.get()));
   } else {
     DSI_RETURN_IF_ERROR(
         scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_, nonfinite_, mask));
@@ -188,7 +186,7 @@ Status Engine::step() {
   DSI_RETURN_IF_ERROR(sched_->update(outputs_));
   if (spec_) {
     // Speculative decoding: the drafter reads the committed positions' hidden states and drafts the next step.
-    DSI_RETURN_IF_ERROR(spec_->draft(plan, outputs_, runner_->captured_hidden(), *sched_));
+    DSI_RETURN_IF_ERROR(spec_->draft(plan, outputs_, runner_->captured_hidden(), *sched_, structured_.get()));
     spec_->metrics().step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   apply_updates();

@@ -19,12 +19,14 @@ int32_t argmax(const std::vector<float>& x) {
   return best;
 }
 
-// Steps 1-4 of Sampler::sample: working logits after logit_bias, min_tokens and penalties.
+// Steps 1-4 of Sampler::sample: working logits after the structured-output mask, logit_bias, min_tokens and
+// penalties.
 void processed_logits(const SampleInput& in, std::vector<float>& w) {
   const SamplingParams& p = *in.params;
   const size_t V = in.logits.size();
   w.resize(V);
   for (size_t i = 0; i < V; ++i) w[i] = std::isnan(in.logits[i]) ? kNegInf : in.logits[i];
+  if (!in.token_bitmask.empty()) apply_token_bitmask(w, in.token_bitmask);
   for (const auto& [tok, bias] : p.logit_bias)
     if (size_t(tok) < V) w[size_t(tok)] += float(bias);
   if (int64_t(in.output_tokens.size()) < p.min_tokens) {
@@ -57,7 +59,13 @@ void one_hot(size_t V, int32_t t, std::vector<double>& probs) {
 void logprobs_for(const SampleInput& in, LogprobsMode mode, const std::vector<double>& p, SampleResult& r) {
   if (!in.params->logprobs) return;
   if (mode == LogprobsMode::Raw) {
-    log_softmax_top(in.logits, in.params->top_logprobs, r.token, &r.logprob, &r.top);
+    std::vector<float> masked;  // as Sampler::sample: raw logprobs of a masked row describe the masked logits
+    if (!in.token_bitmask.empty()) {
+      masked.assign(in.logits.begin(), in.logits.end());
+      apply_token_bitmask(masked, in.token_bitmask);
+    }
+    const std::span<const float> raw = in.token_bitmask.empty() ? in.logits : std::span<const float>(masked);
+    log_softmax_top(raw, in.params->top_logprobs, r.token, &r.logprob, &r.top);
     return;
   }
   // Processed: Sampler::sample's row (kept tokens: temperature-scaled working logits, else -inf).
@@ -147,6 +155,7 @@ void verify_drafts(const VerifyInput& in, Sampler& sampler, LogprobsMode mode, s
     s.output_tokens = hist;
     s.rng = in.rng;
     s.eos_token_id = in.eos_token_id;
+    if (in.row_mask) s.token_bitmask = in.row_mask(k);  // drafts[0..k) are accepted by now
     if (in.params->greedy() || k == L) {  // the Sampler's own token: greedy match, or the bonus draw
       out.push_back(sampler.sample(s));
       if (k == L || out.back().token != in.drafts[k]) return;

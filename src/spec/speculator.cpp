@@ -44,7 +44,8 @@ std::vector<float> Speculator::survival(std::span<const float> c, bool greedy) c
 }
 
 Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, int64_t eos_token_id,
-                          sampling::Sampler& sampler, std::vector<StepOutput>& out) {
+                          sampling::Sampler& sampler, std::vector<StepOutput>& out,
+                          const sampling::TokenBitmask* mask, structured::StructuredDecoding* sd) {
   const size_t V = size_t(vocab_);
   if (logits.size() != size_t(plan.num_logits()) * V)
     return Status::errorf("speculator: logits hold {} floats, expected {} rows x vocab {}", logits.size(),
@@ -66,6 +67,7 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
       in.output_tokens = sp.output_tokens;
       in.rng = sp.rng;
       in.eos_token_id = eos_token_id;
+      if (mask) in.token_bitmask = mask->row_if_active(sp.logits_row);
       o.samples.push_back(sampler.sample(in));
     } else {
       auto it = drafts_.find(sp.seq_id);
@@ -81,6 +83,14 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
       vi.output_tokens = sp.output_tokens;
       vi.rng = sp.rng;
       vi.eos_token_id = eos_token_id;
+      structured::TentativeMatcher tm(sd ? sd->matcher(sp.seq_id) : nullptr, vocab_);
+      if (sd && sd->matcher(sp.seq_id)) {
+        vi.row_mask = [&](size_t k) -> std::span<const int32_t> {
+          if (k == 0 && mask) return mask->row_if_active(sp.logits_row);  // filled during the model step
+          if (k > 0) tm.push(vi.drafts[k - 1]);
+          return tm.mask();
+        };
+      }
       sampling::verify_drafts(vi, sampler, logprobs_mode_, o.samples);
       const int32_t acc = int32_t(o.samples.size()) - 1;
       for (int32_t k = 0; k < L && k <= acc && k < k_; ++k) {
@@ -100,7 +110,7 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
 }
 
 Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outputs, std::span<const float> hidden,
-                         scheduler::Scheduler& sched) {
+                         scheduler::Scheduler& sched, structured::StructuredDecoding* sd) {
   const auto t0 = std::chrono::steady_clock::now();
   for (auto it = drafts_.begin(); it != drafts_.end();) {  // preempted, finished or aborted meanwhile
     const scheduler::SeqState st = sched.seq_state(it->first);
@@ -134,9 +144,16 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   //    draft logits with its own Philox stream.
   std::vector<ProposeItem> items;
   std::vector<std::vector<int32_t>> hist(decoding.size());
+  // Structured outputs: each constrained sequence's matcher walks this step's committed tokens, then the drafts.
+  std::vector<std::unique_ptr<structured::TentativeMatcher>> tms(decoding.size());
   for (size_t j = 0; j < decoding.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];
     hist[j] = *sched.output_tokens(sp.seq_id);
+    if (structured::SequenceMatcher* m = sd ? sd->matcher(sp.seq_id) : nullptr) {
+      tms[j] = std::make_unique<structured::TentativeMatcher>(m, vocab_);
+      for (size_t t = size_t(std::min<int64_t>(m->num_tokens(), int64_t(hist[j].size()))); t < hist[j].size(); ++t)
+        tms[j]->push(hist[j][t]);
+    }
     const int64_t anchor_pos = sched.num_computed(sp.seq_id);
     items.push_back({sp.slot, anchor_pos, hist[j].back(), k_});
   }
@@ -150,11 +167,13 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     in.output_tokens = hist[j];
     in.rng = sp.rng;
     in.eos_token_id = sched.config().eos_token_id;
+    if (tms[j]) in.token_bitmask = tms[j]->mask();
     const uint64_t anchor_index = hist[j].size() - 1 - size_t(k);
     std::vector<double> qk;
     const int32_t t = sampling::draw_draft(in, anchor_index, k, sp.params->greedy() ? nullptr : &qk);
     q[j].insert(q[j].end(), qk.begin(), qk.end());
     hist[j].push_back(t);
+    if (tms[j]) tms[j]->push(t);
     return t;
   };
   std::vector<Proposal> props;

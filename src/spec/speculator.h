@@ -15,6 +15,7 @@
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 #include "spec/drafter.h"
+#include "structured/structured_decoding.h"
 
 namespace dsinfer::spec {
 
@@ -32,13 +33,20 @@ class Speculator {
   Drafter& drafter() { return *drafter_; }
 
   // Samples every logits row of the plan: verifying sequences with sampling::verify_drafts, others like
-  // scheduler::sample_step.
+  // scheduler::sample_step. Structured outputs (both null = none): `mask` holds each sequence's first row
+  // (StructuredDecoding::fill_bitmask of the plan, computed during the model step); the rows after accepted
+  // drafts come from `sd`'s matchers, advanced tentatively through the drafts and rolled back afterwards (the
+  // engine advances them over the accepted tokens after Scheduler::update).
   Status sample(const scheduler::BatchPlan& plan, std::span<const float> logits, int64_t eos_token_id,
-                sampling::Sampler& sampler, std::vector<scheduler::StepOutput>& out);
+                sampling::Sampler& sampler, std::vector<scheduler::StepOutput>& out,
+                const sampling::TokenBitmask* mask = nullptr, structured::StructuredDecoding* sd = nullptr);
   // After Scheduler::update(plan's outputs): ingest + propose (see the file comment). `hidden`: the runner's
-  // captured_hidden() of the plan's step.
+  // captured_hidden() of the plan's step. With `sd` (structured outputs, matchers not yet advanced over this
+  // step's tokens), drafts of a constrained sequence are drawn from grammar-masked draft logits: a cheaper,
+  // better draft; verification's target-side mask is what keeps the output exact.
   Status draft(const scheduler::BatchPlan& plan, std::span<const scheduler::StepOutput> outputs,
-               std::span<const float> hidden, scheduler::Scheduler& sched);
+               std::span<const float> hidden, scheduler::Scheduler& sched,
+               structured::StructuredDecoding* sd = nullptr);
 
   SpeculativeMetrics& metrics() { return metrics_; }
 

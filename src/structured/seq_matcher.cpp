@@ -115,4 +115,24 @@ Status SequenceMatcher::rollback(int64_t n) {
   return Status::ok();
 }
 
+TentativeMatcher::TentativeMatcher(SequenceMatcher* m, int64_t vocab_size)
+    : m_(m), row_(size_t((vocab_size + 31) / 32)) {}
+
+TentativeMatcher::~TentativeMatcher() {
+  // Cannot fail: exactly the pushed tokens are undone.
+  if (m_ && pushed_ > 0) (void)m_->rollback(pushed_);
+}
+
+void TentativeMatcher::push(int32_t token) {
+  if (!m_) return;
+  m_->accept(token);  // a token outside the grammar sets the latch; the rollback clears it
+  ++pushed_;
+}
+
+std::span<const int32_t> TentativeMatcher::mask() {
+  if (!m_ || !m_->constrained()) return {};
+  m_->fill_bitmask(row_);
+  return row_;
+}
+
 }  // namespace dsinfer::structured

@@ -69,4 +69,27 @@ class SequenceMatcher {
   int64_t violated_at_ = -1;
 };
 
+// A tentative walk of one sequence's matcher (speculative decoding: verifying or drafting a block): push() the
+// block's tokens as the walk goes, mask() gives the allowed tokens of the position after them; the destructor
+// rolls every pushed token back, so the engine's advance() later takes only the accepted tokens. A null
+// matcher (unconstrained sequence) gives empty masks.
+class TentativeMatcher {
+ public:
+  TentativeMatcher(SequenceMatcher* m, int64_t vocab_size);
+  ~TentativeMatcher();
+  TentativeMatcher(const TentativeMatcher&) = delete;
+  TentativeMatcher& operator=(const TentativeMatcher&) = delete;
+
+  void push(int32_t token);
+  // The next position's allowed tokens (xgrammar layout), empty when it is unconstrained; valid until the
+  // next call.
+  std::span<const int32_t> mask();
+  int64_t pushed() const { return pushed_; }
+
+ private:
+  SequenceMatcher* m_;
+  std::vector<int32_t> row_;
+  int64_t pushed_ = 0;
+};
+
 }  // namespace dsinfer::structured

@@ -3,9 +3,12 @@
 schemas (tests/python/structured_schemas.py) through chat and completions, greedy and sampled, plus regex,
 choice, EBNF and Lark grammars, n > 1, stop strings, thinking mode and strict forced tool calls. Every output
 must finish with "stop" and match its constraint: JSON outputs parse and validate against their schema with
-the `jsonschema` package (Draft 2020-12).
+the `jsonschema` package (Draft 2020-12). Then a speculative pass: the greedy cases again with
+`--speculative dspark` (drafts that break the grammar are rejected at verification); every output must equal the
+non-speculative run's (text, reasoning, tool calls, finish reason).
 
 usage: structured_outputs_test.py --binary build/cpu/dsinfer [--model models/dsv4-small] [--keep DIR]
+                                  [--speculative dspark|mtp1|off]
 """
 import argparse
 import json
@@ -160,33 +163,50 @@ def check(kind, spec, choice, endpoint):
     return f"unknown check {kind}"
 
 
+def generate(args, cases, work, tag, extra=()):
+    """Runs `dsinfer generate` over the cases; (results by custom_id, stderr) or None on failure."""
+    inp, outp = os.path.join(work, f"requests{tag}.jsonl"), os.path.join(work, f"results{tag}.jsonl")
+    with open(inp, "w", encoding="utf-8") as f:
+        for cid, endpoint, b, _ in cases:
+            url = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+            f.write(json.dumps({"custom_id": cid, "method": "POST", "url": url, "body": b}) + "\n")
+    r = subprocess.run([args.binary, "generate", "--model", args.model, "--input", inp, "--output", outp, *extra],
+                       stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        print(r.stderr[-3000:], file=sys.stderr)
+        print(f"FAIL: dsinfer generate {' '.join(extra)} exited with {r.returncode}")
+        return None
+    results = {}
+    with open(outp, encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            results[rec["custom_id"]] = rec
+    return results, r.stderr
+
+
+def comparable(choice):
+    """What a greedy output must reproduce exactly (tool-call ids are fresh per response)."""
+    m = choice.get("message") or {}
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+    return (choice.get("text"), m.get("content"), m.get("reasoning_content"), calls, choice.get("finish_reason"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default=os.path.join(ROOT, "build/cpu/dsinfer"))
     ap.add_argument("--model", default=os.path.join(ROOT, "models/dsv4-small"))
     ap.add_argument("--keep", help="directory to keep the input / output JSONL in")
+    ap.add_argument("--speculative", default="dspark", help="drafter of the greedy speculative pass (off: skip it)")
     args = ap.parse_args()
     with open(os.path.join(args.model, "tokenizer.json"), encoding="utf-8") as f:
         think_end_id = next(t["id"] for t in json.load(f)["added_tokens"] if t["content"] == "</think>")
     cases = build_cases(think_end_id)
     work = args.keep or tempfile.mkdtemp(prefix="dsinfer_structured_")
     os.makedirs(work, exist_ok=True)
-    inp, outp = os.path.join(work, "requests.jsonl"), os.path.join(work, "results.jsonl")
-    with open(inp, "w", encoding="utf-8") as f:
-        for cid, endpoint, b, _ in cases:
-            url = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
-            f.write(json.dumps({"custom_id": cid, "method": "POST", "url": url, "body": b}) + "\n")
-    r = subprocess.run([args.binary, "generate", "--model", args.model, "--input", inp, "--output", outp],
-                       stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        print(r.stderr[-3000:], file=sys.stderr)
-        print(f"FAIL: dsinfer generate exited with {r.returncode}")
+    run = generate(args, cases, work, "")
+    if run is None:
         return 1
-    results = {}
-    with open(outp, encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            results[rec["custom_id"]] = rec
+    results, stderr = run
     failures, outputs = [], 0
     for cid, endpoint, _, (kind, spec) in cases:
         rec = results.get(cid)
@@ -198,13 +218,34 @@ def main():
             why = check(kind, spec, choice, endpoint)
             if why:
                 failures.append(f"{cid}[{choice['index']}]: {why}")
-    summary = r.stderr.strip().splitlines()[-2:] if r.stderr.strip() else []
+    summary = stderr.strip().splitlines()[-2:] if stderr.strip() else []
     print("\n".join(summary))
     print(f"{len(cases)} requests, {outputs} outputs, {len(failures)} failures (files in {work})")
+    if args.speculative != "off":
+        greedy = [c for c in cases if c[2].get("temperature") == 0]
+        run = generate(args, greedy, work, "-spec", ("--speculative", args.speculative))
+        if run is None:
+            return 1
+        spec_results, stderr = run
+        for cid, _, _, _ in greedy:
+            want, got = results.get(cid), spec_results.get(cid)
+            if not want or want.get("error"):
+                continue  # reported above
+            if got is None or got.get("error"):
+                failures.append(f"{cid} (--speculative {args.speculative}): {got and got.get('error')}")
+                continue
+            wc, gc = want["response"]["body"]["choices"], got["response"]["body"]["choices"]
+            if len(wc) != len(gc):
+                failures.append(f"{cid} --speculative {args.speculative}: {len(gc)} choices, not {len(wc)}")
+            for a, b in zip(wc, gc):
+                if comparable(a) != comparable(b):
+                    failures.append(f"{cid}[{a['index']}] --speculative {args.speculative} differs: "
+                                    f"{comparable(b)!r:.200} vs {comparable(a)!r:.200}")
+        print("\n".join(l for l in stderr.strip().splitlines() if "speculative" in l or "accepted" in l))
+        print(f"speculative pass ({args.speculative}): {len(greedy)} greedy requests compared with the plain run")
     for f_ in failures:
         print("  " + f_)
     return 1 if failures else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
