@@ -1,5 +1,5 @@
-// Benchmark of the CUDA GEMM (FP8 block-scaled V4-Flash projections) and the MoE layer (256 FP4 experts, top-6,
-// D 4096, I 2048, FP8 shared expert) at decode and prefill sizes. CUDA events, warm-up, median of 25 runs,
+// Benchmark of the CUDA GEMM (V4-Flash projections: old path, streaming kernel, cuBLASLt) and the MoE layer (256
+// FP4 experts, top-6, D 4096, I 2048, FP8 shared expert) at decode and prefill sizes. CUDA events, warm-up, median of 25 runs,
 // 4 rotating buffer sets (weights + inputs > 60 MB L2), random data (the dummy-weight fills of backends/cuda).
 // Prints time, bytes, FLOPs, the roofline floor max(bytes / 4.2e12, flops / 780e12) and measured / floor.
 // Usage: dsinfer_gemm_bench (no arguments).
@@ -7,10 +7,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/dummy_weights_cuda.h"
+#include "cublaslt_ref.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
 
@@ -53,14 +57,16 @@ Blob blob(size_t bytes, int kind, uint64_t seed) {
     std::fprintf(stderr, "%s\n", st.message().c_str());
     std::exit(1);
   }
-  // kind 0: random bytes (FP4 codes), 1: e4m3 bytes without NaN, 2: E8M0 scales (2^-3), -1: floats in [-1, 1).
+  // kind 0: random bytes (FP4 codes), 1: e4m3 bytes without NaN, 2: E8M0 scales (2^-3), 3: bf16 in [-1, 1],
+  // -1: floats in [-1, 1).
   using dsinfer::backends::DummyFill;
   using dsinfer::backends::DummySpec;
   const DummySpec spec = kind == 0   ? DummySpec{DummyFill::Fp4Codes}
                          : kind == 1 ? DummySpec{DummyFill::Fp8Codes}
                          : kind == 2 ? DummySpec{DummyFill::Constant8, false, 0.0f, 0.0f, 124}
+                         : kind == 3 ? DummySpec{DummyFill::Uniform, true, 0.0f, 1.0f}
                                      : DummySpec{DummyFill::Uniform, false, 0.0f, 1.0f};
-  const size_t count = kind >= 0 ? bytes : bytes / 4;
+  const size_t count = kind == 3 ? bytes / 2 : kind >= 0 ? bytes : bytes / 4;
   if (!ok(dsinfer::backends::fill_dummy_cuda(b.data(), count, spec, seed, nullptr), "fill")) std::exit(1);
   return b;
 }
@@ -96,37 +102,120 @@ void report(const char* name, double ms, double bytes, double flops) {
               flops / (ms * 1e-3) / 1e12);
 }
 
-void bench_gemm() {
-  struct S {
-    const char* name;
-    int64_t N, K;
-  };
-  for (S s : {S{"wq_a", 1024, 4096}, S{"wq_b", 32768, 1024}, S{"wo_b", 4096, 8192}}) {
-    std::vector<Blob> wd, ws;
-    std::vector<oc::DeviceWeight> w(kSets);
-    for (int i = 0; i < kSets; ++i) {
-      wd.push_back(blob(oc::weight_data_bytes(oc::WeightFormat::FP8_BLOCK, s.N, s.K), 1, 10 + i));
-      ws.push_back(blob(oc::weight_scale_bytes(oc::WeightFormat::FP8_BLOCK, s.N, s.K, true, 128, 128), 2, 20 + i));
-      w[size_t(i)] = {oc::WeightFormat::FP8_BLOCK, s.N, s.K, wd.back().data(), ws.back().data(), true, 128, 128};
-    }
-    for (int64_t M : {1, 64, 256, 4096}) {
-      std::vector<Blob> xs, ys;
-      for (int i = 0; i < kSets; ++i) {
-        xs.push_back(blob(size_t(M * s.K) * 4, -1, 30 + i));
-        ys.push_back(blob(size_t(M * s.N) * 4, -1, 40 + i));
-      }
-      const double ms = time_ms([&](int i) {
-        return ok(oc::gemm_cuda(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)],
-                                ys[size_t(i)].as<float>(), s.N, false, nullptr),
-                  "gemm");
-      });
-      const double bytes = double(s.N * s.K) + double(s.N / 128 * s.K / 128) + 4.0 * M * (s.K + s.N);
-      char name[96];
-      std::snprintf(name, sizeof name, "gemm FP8 %s N=%lld K=%lld M=%lld", s.name, (long long)s.N, (long long)s.K,
-                    (long long)M);
-      report(name, ms, bytes, 2.0 * M * s.N * s.K);
+// ---- dense GEMMs: V4-Flash decode projections; old path (default precision), new streaming kernel (kBf16) and
+// cuBLASLt (bf16, FP8 per-tensor, FP8 128x128 block-scaled) on the same shapes. Effective TB/s = (weights + scales +
+// fp32 x + fp32 y bytes) / time of the new kernel.
+struct GemmShape {
+  const char* name;
+  oc::WeightFormat fmt;
+  int64_t N, K, groups;  // N: all rows of W (groups * rows per group); K per group
+};
+
+// Median ms of fn over the sets, or -1 when fn is not available (init returned false).
+double time_opt(bool available, const std::function<bool(int)>& fn) { return available ? time_ms(fn) : -1.0; }
+
+void print_ms(double ms) {
+  if (ms < 0) std::printf("      n/a");
+  else std::printf(" %8.1f", ms * 1e3);
+}
+
+void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* lt_ws, size_t lt_ws_bytes) {
+  const bool fp8 = s.fmt == oc::WeightFormat::FP8_BLOCK;
+  const int64_t Ng = s.N / s.groups, Kx = s.K * s.groups;  // rows per group, x row length
+  std::vector<Blob> wd, ws, xs, ys, wb, xb, x8, wsc, xsc;
+  std::vector<oc::DeviceWeight> w(kSets);
+  const size_t wsc_n = size_t((s.N + 127) / 128 + 1) * size_t((s.K + 127) / 128 + 1), xsc_n = size_t(M + 1) * size_t((s.K + 127) / 128 + 1);
+  for (int i = 0; i < kSets; ++i) {
+    wd.push_back(blob(oc::weight_data_bytes(s.fmt, s.N, s.K), fp8 ? 1 : 3, 10 + i));
+    ws.push_back(fp8 ? blob(oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128), 2, 20 + i) : Blob{});
+    w[size_t(i)] = {s.fmt, s.N, s.K, wd.back().data(), fp8 ? ws.back().data() : nullptr, true, 128, 128};
+    xs.push_back(blob(size_t(M * Kx) * 4, -1, 30 + i));
+    ys.push_back(blob(size_t(M * s.N) * 4, -1, 40 + i));
+    if (s.groups == 1) {  // cuBLASLt operands (grouped shapes: n/a)
+      wb.push_back(fp8 ? blob(size_t(s.N * s.K) * 2, 3, 50 + i) : Blob{});
+      xb.push_back(blob(size_t(M * s.K) * 2, 3, 60 + i));
+      x8.push_back(blob(size_t(M * s.K), 1, 70 + i));
+      wsc.push_back(blob(wsc_n * 4, -1, 80 + i));
+      xsc.push_back(blob(xsc_n * 4, -1, 90 + i));
     }
   }
+  auto gemm = [&](int i, oc::GemmPrecision prec) {
+    const float* x = xs[size_t(i)].as<float>();
+    float* y = ys[size_t(i)].as<float>();
+    if (s.groups == 1) return ok(oc::gemm_cuda(x, M, s.K, w[size_t(i)], y, s.N, false, nullptr, prec), "gemm");
+    return ok(oc::gemm_grouped_cuda(x, M, Kx, s.K, w[size_t(i)], s.groups, y, s.N, Ng, nullptr, prec), "grouped gemm");
+  };
+  oc::detail::GemmArgs a;
+  a.M = M, a.groups = s.groups, a.N = Ng, a.K = s.K;
+  oc::detail::set_weight_args(a, w[0]);
+  oc::detail::StreamParams sp;
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const bool has_new = oc::detail::plan_gemm_stream(a, s.fmt, sms, sp);
+  const double t_old = time_ms([&](int i) { return gemm(i, oc::GemmPrecision::kFp32SmallM); });
+  const double t_new = time_opt(has_new, [&](int i) { return gemm(i, oc::GemmPrecision::kBf16); });
+  double t_lt[3] = {-1, -1, -1};
+  std::string why[3];
+  for (int k = 0; k < 3 && s.groups == 1; ++k) {
+    const auto kind = bench_lt::Kind(k);
+    std::vector<std::unique_ptr<bench_lt::LtGemm>> g;
+    bool all = true;
+    for (int i = 0; i < kSets && all; ++i) {
+      g.push_back(std::make_unique<bench_lt::LtGemm>());
+      const bool bf = kind == bench_lt::Kind::Bf16;
+      const void* wp = bf ? (fp8 ? wb[size_t(i)].data() : wd[size_t(i)].data()) : wd[size_t(i)].data();
+      all = (bf || fp8) && g.back()->init(lt, kind, M, s.N, s.K, wp, bf ? xb[size_t(i)].data() : x8[size_t(i)].data(),
+                                          ys[size_t(i)].data(), wsc[size_t(i)].as<float>(), xsc[size_t(i)].as<float>(),
+                                          lt_ws, lt_ws_bytes, &why[k]);
+    }
+    t_lt[k] = time_opt(all, [&](int i) { return g[size_t(i)]->run(nullptr); });
+  }
+  const double bytes = double(oc::weight_data_bytes(s.fmt, s.N, s.K)) +
+                       double(fp8 ? oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128) : 0) +
+                       4.0 * double(M) * double(Kx + s.N);
+  const double flops = 2.0 * double(M) * double(s.N) * double(s.K), floor_s = std::max(bytes / kHbm, flops / kPeak);
+  std::printf("%-16s %5s N=%5lld K=%4lld M=%4lld %8.2f MB floor %6.1f us | old", s.name, fp8 ? "FP8" : "BF16",
+              (long long)s.N, (long long)s.K, (long long)M, bytes / 1e6, floor_s * 1e6);
+  print_ms(t_old);
+  std::printf(" | new");
+  print_ms(t_new);
+  if (t_new > 0) std::printf(" %5.2f TB/s %5.2fx", bytes / (t_new * 1e-3) / 1e12, t_new * 1e-3 / floor_s);
+  else std::printf("                  ");
+  std::printf(" | Lt bf16");
+  print_ms(t_lt[0]);
+  std::printf(" fp8-tensor");
+  print_ms(t_lt[1]);
+  std::printf(" fp8-block");
+  print_ms(t_lt[2]);
+  std::printf(" us\n");
+  for (int k = 0; k < 3; ++k)
+    if (t_lt[k] < 0 && !why[k].empty() && M == 1) std::printf("    (cuBLASLt kind %d: %s)\n", k, why[k].c_str());
+}
+
+void bench_gemm() {
+  const GemmShape shapes[] = {
+      {"wq_a", oc::WeightFormat::FP8_BLOCK, 1024, 4096, 1},       {"wq_b", oc::WeightFormat::FP8_BLOCK, 32768, 1024, 1},
+      {"wkv", oc::WeightFormat::FP8_BLOCK, 512, 4096, 1},         {"wo_a(8 groups)", oc::WeightFormat::FP8_BLOCK, 8192, 4096, 8},
+      {"wo_b", oc::WeightFormat::FP8_BLOCK, 4096, 8192, 1},       {"shared w1/w3", oc::WeightFormat::FP8_BLOCK, 2048, 4096, 1},
+      {"shared w2", oc::WeightFormat::FP8_BLOCK, 4096, 2048, 1},  {"idx wq_b", oc::WeightFormat::FP8_BLOCK, 8192, 1024, 1},
+      {"csa cmp wkv", oc::WeightFormat::BF16, 1024, 4096, 1},     {"hca cmp wkv", oc::WeightFormat::BF16, 512, 4096, 1},
+      {"idx cmp wkv", oc::WeightFormat::BF16, 256, 4096, 1},      {"idx weights", oc::WeightFormat::BF16, 64, 4096, 1},
+  };
+  cublasLtHandle_t lt = nullptr;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cublasLtCreate failed\n");
+    std::exit(1);
+  }
+  const size_t ws_bytes = size_t(64) << 20;
+  Blob lt_ws = blob(ws_bytes, 2, 1);
+  std::printf("GEMM times in us (median of %d after %d warm-up, %d rotating sets); old = default path (fp32 skinny for "
+              "M <= 8, tiled above), new = GemmPrecision::kBf16 streaming kernel\n", kRuns, kWarm, kSets);
+  for (const GemmShape& s : shapes) {
+    const bool big = std::string(s.name) == "wq_a" || std::string(s.name) == "wq_b" || std::string(s.name) == "wo_b";
+    for (int64_t M : {int64_t(1), int64_t(64), int64_t(256), int64_t(4096)})
+      if (M < 4096 || big) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes);
+  }
+  cublasLtDestroy(lt);
 }
 
 void bench_moe() {

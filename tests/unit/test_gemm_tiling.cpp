@@ -37,6 +37,43 @@ TEST(GemmTiling, Fp4WordOrderMatchesDequant) {
   }
 }
 
+// Streaming kernel: the e4m3 -> bf16 bit move is the e4m3 value times 2^-120 for every non-NaN code, even and odd
+// bytes of a word land in the low / high bf16 halves as documented.
+TEST(GemmTiling, StreamE4m3ToBf16BitsAreExact) {
+  for (uint32_t b = 0; b < 256; ++b) {
+    if ((b & 0x7F) == 0x7F) continue;  // NaN codes (documented: not propagated)
+    const float ref = from_bits(dsinfer::small_float::e4m3_f32_bits(b));
+    const uint32_t word = b | (b << 16), word_odd = (b << 8) | (b << 24);
+    for (uint32_t v : {gd::st_e4m3_even_bf16(word), gd::st_e4m3_odd_bf16(word_odd)}) {
+      EXPECT_EQ(v & 0xFFFFu, v >> 16) << b;
+      EXPECT_EQ(std::ldexp(double(from_bits((v & 0xFFFFu) << 16)), 120), double(ref)) << "code " << b;
+    }
+  }
+  // bytes 0..3 = codes 0x38 (1.0), 0x40 (2.0), 0x44 (3.0), 0xB8 (-1.0): even -> (b0, b2), odd -> (b1, b3)
+  const uint32_t w = 0x38u | (0x40u << 8) | (0x44u << 16) | (0xB8u << 24);
+  auto half = [](uint32_t v, int h) { return std::ldexp(double(from_bits(((v >> (16 * h)) & 0xFFFFu) << 16)), 120); };
+  EXPECT_EQ(half(gd::st_e4m3_even_bf16(w), 0), 1.0);
+  EXPECT_EQ(half(gd::st_e4m3_even_bf16(w), 1), 3.0);
+  EXPECT_EQ(half(gd::st_e4m3_odd_bf16(w), 0), 2.0);
+  EXPECT_EQ(half(gd::st_e4m3_odd_bf16(w), 1), -1.0);
+}
+
+// Streaming kernel k order: A fragment k (2t + h + 8w) of step s is weight byte 16t + 4s + w + 2h of the chunk (even
+// bytes for w = 0, odd for w = 1), and x element st_x_slot of that offset is element 4s + 2w + h of the lane's 16
+// (its B register w of step s, half h): both operands see the same k, and the chunk is covered exactly once.
+TEST(GemmTiling, StreamChunkOrderMatchesFragments) {
+  std::vector<int> seen(gd::kStChunk, 0);
+  for (int s = 0; s < 4; ++s)
+    for (int kk = 0; kk < 16; ++kk) {
+      const int t = kk % 8 / 2, h = kk % 2, w = kk / 8, off = gd::st_chunk_k(s, kk);
+      ASSERT_TRUE(off >= 0 && off < gd::kStChunk);
+      ++seen[size_t(off)];
+      EXPECT_EQ(off, 16 * t + 4 * s + w + 2 * h);
+      EXPECT_EQ(gd::st_x_slot(off), 16 * t + 4 * s + 2 * w + h);
+    }
+  for (int c : seen) EXPECT_EQ(c, 1);
+}
+
 TEST(GemmTiling, LoadersCoverTheTilesOnce) {
   std::vector<int> xs(gd::kBM * gd::kBK, 0), ws(gd::kBN * gd::kBK, 0);
   for (int t = 0; t < gd::kTiledThreads; ++t) {

@@ -69,19 +69,23 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
 }
 
 // GEMMs and the MoE in exact mode run in chunks small enough for the fp32 CUDA-core kernels (the tensor-core
-// path rounds operands to bf16); check-reference uses it to test every other kernel at fp32 precision.
+// path rounds operands to bf16); check-reference uses it to test every other kernel at fp32 precision. Otherwise
+// small-M FP8 GEMMs take the bf16 streaming tensor-core kernel (GemmPrecision::kBf16).
 Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
   const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
+  const GemmPrecision prec = exact_ ? GemmPrecision::kFp32SmallM : GemmPrecision::kBf16;
   for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
-    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, stream_));
+    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, stream_, prec));
   return Status::ok();
 }
 
 Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                                 float* y, int64_t ldy, int64_t yg) {
   const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
+  const GemmPrecision prec = exact_ ? GemmPrecision::kFp32SmallM : GemmPrecision::kBf16;
   for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
-    DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg, stream_));
+    DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg,
+                                          stream_, prec));
   return Status::ok();
 }
 

@@ -50,6 +50,23 @@ DSI_HD Coord frag_c(int lane, int j) {
 // weight rows, each lane streams 16-byte weight vectors.
 inline constexpr int kSkMaxM = 8, kSkWarps = 4, kSkRowsPerWarp = 2, kSkVecPerLane = 2;
 
+// ---- streaming tensor-core kernel (gemm_stream.cu, FP8 weights, 1 <= M <= 256): 4 warps x 16 weight rows per
+// block, weights are the mma A operand (m16), tokens the B operand (n8). Each lane streams 16 bytes of weight row g
+// and of row g + 8 per 64-wide K chunk straight into registers: within a chunk, lane (g, t) holds bytes
+// [16t, 16t + 16) and mma step s (0..3) uses bytes 16t + 4s + {0, 2} as fragment k (2t, 2t + 1) and 16t + 4s + {1, 3}
+// as k (2t + 8, 2t + 9). Any k order gives the same dot product as long as x uses the same one, so x is stored in
+// shared memory with each group of 4 consecutive k as (k0, k2, k1, k3) and a lane's B fragments are its 32
+// contiguous bytes. st_chunk_k: the chunk offset that fragment k kk (0..15; lane quad t = kk % 8 / 2) of step s holds.
+inline constexpr int kStRows = 64, kStWarps = 4, kStThreads = 128, kStChunk = 64, kStPartLd = kStRows + 4;
+DSI_HD int st_chunk_k(int s, int kk) { return 16 * (kk % 8 / 2) + 4 * s + (kk >= 8 ? 1 : 0) + 2 * (kk % 2); }
+// Position of chunk offset k in a row of the permuted shared-memory x tile (quads stored as k0, k2, k1, k3).
+DSI_HD int st_x_slot(int k) { return (k & ~3) + ((k & 1) ? 2 : 0) + ((k & 2) ? 1 : 0); }
+// e4m3 bytes 0 and 2 (even) / 1 and 3 (odd) of a word as a bf16 pair (low half = lower byte): sign to bit 15,
+// exponent and mantissa to bits 10..4. Each half is the e4m3 value times 2^-120 exactly (e4m3 subnormals become
+// bf16 subnormals; the NaN codes 0x7F / 0xFF become +-480 * 2^-120); the kernel multiplies by 2^120 in bf16.
+DSI_HD uint32_t st_e4m3_even_bf16(uint32_t w) { return ((w << 8) & 0x80008000u) | ((w << 4) & 0x07F007F0u); }
+DSI_HD uint32_t st_e4m3_odd_bf16(uint32_t w) { return (w & 0x80008000u) | ((w >> 4) & 0x07F007F0u); }
+
 // ---- weight formats: the scalar decoders are core/small_float.h (shared with the host conversions) ----
 // FP4 vectors: byte c holds element 2c in its low nibble, so in a little-endian 32-bit word element j (0..7) is
 // nibble j.

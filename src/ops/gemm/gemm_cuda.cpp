@@ -1,5 +1,5 @@
-// GEMM entry points (see gemm_cuda.h): argument validation, path choice (skinny fp32 streaming vs tiled tensor
-// core), launch and launch check.
+// GEMM entry points (see gemm_cuda.h): argument validation, path choice (bf16 streaming tensor core when asked for
+// and applicable, else skinny fp32 streaming vs tiled tensor core), launch and launch check.
 #include "ops/gemm/gemm_cuda.h"
 
 #include <cstdint>
@@ -74,9 +74,43 @@ void set_x_vec(GemmArgs& a) {
   a.x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 && a.x_gstride % 4 == 0;
 }
 
+// Streaming-kernel launch shape: tokens per block = the power of two >= M (8..64); K split (cluster) doubled while
+// the grid has fewer than 2 blocks per SM or the x tile exceeds kStXsMax; then tokens halved while it still does.
+bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamParams& p) {
+  constexpr int64_t kStXsMax = 96 * 1024;  // bytes of bf16 x tile per block (2 blocks per SM at 64 tokens)
+  if (f != WeightFormat::FP8_BLOCK || a.M < 1 || a.M > kGemmStreamMaxM || !a.w_vec || a.K % 64 != 0 ||
+      a.block_k % 64 != 0 || a.row_off || a.x_rows || a.wdata_arr)
+    return false;
+  const int64_t kblocks = (a.K + a.block_k - 1) / a.block_k, row_blocks = (a.N + gemm_detail::kStRows - 1) / gemm_detail::kStRows;
+  int64_t tokens = 8;
+  while (tokens < 64 && tokens < a.M) tokens *= 2;
+  auto per_split = [&](int64_t s) { return (kblocks + s - 1) / s; };
+  auto xs_bytes = [&](int64_t s, int64_t t) { return t * (per_split(s) * a.block_k * 2 + 16); };
+  auto blocks = [&](int64_t s, int64_t t) { return row_blocks * ((a.M + t - 1) / t) * a.groups * s; };
+  int64_t s = 1;
+  while (s < 8 && 2 * s <= kblocks && (blocks(s, tokens) < 2 * int64_t(sm_count) || xs_bytes(s, tokens) > kStXsMax)) s *= 2;
+  while (tokens > 8 && xs_bytes(s, tokens) > kStXsMax) tokens /= 2;
+  if (xs_bytes(s, tokens) > kStXsMax) return false;
+  const int64_t per = per_split(s), token_chunks = (a.M + tokens - 1) / tokens;
+  if (row_blocks > 65535 || token_chunks * a.groups > 65535) return false;
+  p.kb_per_split = int(per);
+  p.splits = int((kblocks + per - 1) / per);  // every split non-empty
+  p.tokens = int(tokens);
+  p.token_chunks = int(token_chunks);
+  p.xs_ld = int(per * a.block_k + 8);  // +16 bytes: lane fragment reads hit distinct banks
+  return true;
+}
+
 }  // namespace detail
 
 namespace {
+
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 132;  // only shapes the launch; a real device error surfaces at the launch check
+  return n;
+}
 
 Status check_activations(const float* x, int64_t M, int64_t ldx, int64_t K, const float* y, int64_t ldy, int64_t N) {
   if (M < 0) return Status::errorf("gemm: negative row count {}", M);
@@ -86,7 +120,17 @@ Status check_activations(const float* x, int64_t M, int64_t ldx, int64_t K, cons
   return Status::ok();
 }
 
-Status run(detail::GemmArgs& a, WeightFormat f, void* stream) {
+Status run(detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, void* stream) {
+  detail::StreamParams sp;
+  if (precision == GemmPrecision::kBf16 && detail::plan_gemm_stream(a, f, sm_count(), sp)) {
+    const int err = detail::launch_gemm_stream(a, sp, stream);
+    if (err != 0) {
+      cudaGetLastError();  // the error is returned here; leave no sticky launch error behind
+      return Status::errorf("gemm_stream_kernel launch failed: {}", cudaGetErrorString(cudaError_t(err)));
+    }
+    DSI_CUDA_LAUNCHED("gemm_stream_kernel");
+    return Status::ok();
+  }
   if (a.M <= kGemmSkinnyMaxM && a.w_vec) {
     detail::launch_gemm_skinny(f, a, stream);
     DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
@@ -103,7 +147,7 @@ Status run(detail::GemmArgs& a, WeightFormat f, void* stream) {
 }  // namespace
 
 Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
-                 void* stream) {
+                 void* stream, GemmPrecision precision) {
   DSI_RETURN_IF_ERROR(validate_weight(w, "gemm weight"));
   DSI_RETURN_IF_ERROR(check_activations(x, M, ldx, w.cols, y, ldy, w.rows));
   if (M == 0) return Status::ok();
@@ -112,11 +156,12 @@ Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, 
   a.accumulate = accumulate;
   detail::set_weight_args(a, w);
   detail::set_x_vec(a);
-  return run(a, w.fmt, stream);
+  return run(a, w.fmt, precision, stream);
 }
 
 Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group_stride, const DeviceWeight& w,
-                         int64_t groups, float* y, int64_t ldy, int64_t y_group_stride, void* stream) {
+                         int64_t groups, float* y, int64_t ldy, int64_t y_group_stride, void* stream,
+                         GemmPrecision precision) {
   DSI_RETURN_IF_ERROR(validate_weight(w, "grouped gemm weight"));
   if (groups <= 0 || groups > 65535 || w.rows % groups != 0)
     return Status::errorf("grouped gemm: {} groups do not divide the weight's {} rows (or exceed 65535)", groups, w.rows);
@@ -129,7 +174,7 @@ Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group
   a.groups = groups, a.N = n_g, a.K = w.cols;
   detail::set_weight_args(a, w);
   detail::set_x_vec(a);
-  return run(a, w.fmt, stream);
+  return run(a, w.fmt, precision, stream);
 }
 
 }  // namespace dsinfer::ops::cuda

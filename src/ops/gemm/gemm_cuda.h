@@ -3,10 +3,12 @@
 // Plain C++ header (no CUDA types): streams are `void*` (a cudaStream_t), every function returns a Status.
 // Layout: gemm_cuda.cpp validates and picks the path, gemm_launch.h holds the parameters and launchers, the
 // kernels are gemm_skinny.cu and gemm_tiled.cu (device helpers gemm_dequant.cuh, index logic gemm_common.h).
-// Paths (docs/kernels.md "GEMM and MoE"): rows <= kGemmSkinnyMaxM use an fp32 CUDA-core streaming kernel (exact
-// fp32 products); larger M uses a bf16 mma.sync tensor-core kernel (x and dequantized W rounded to bf16, fp32
-// accumulation). Each output row depends only on its own x row and the path, never on other rows: no split-K,
-// no float atomics, so results are deterministic run to run.
+// Paths (docs/kernels.md "GEMM and MoE", chosen by M, the format and GemmPrecision): rows <= kGemmSkinnyMaxM use
+// an fp32 CUDA-core streaming kernel (exact fp32 products); larger M uses a bf16 mma.sync tensor-core kernel (x and
+// dequantized W rounded to bf16, fp32 accumulation); with GemmPrecision::kBf16, FP8 weights and M <= 256, a bf16
+// streaming tensor-core kernel with split-K summed in a fixed order. No float atomics anywhere: results are
+// deterministic run to run, and each output row depends only on its own x row and the path (and, on the kBf16
+// path, on the launch shape chosen from M).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,13 +31,14 @@ Status validate_weight(const DeviceWeight& w, const char* what = "weight");
 // y[M,N] (row stride ldy) (+)= x[M,K] (row stride ldx) * W^T, N = w.rows, K = w.cols. fp32 in/out, fp32
 // accumulation. y must not overlap x. M == 0 is a no-op.
 Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
-                 void* stream);
+                 void* stream, GemmPrecision precision = GemmPrecision::kFp32SmallM);
 
 // Batched over `groups` independent groups (the grouped output projection wo_a): with N_g = w.rows / groups,
 // group g computes y_g[M, N_g] = x_g[M, K] * W[g*N_g : (g+1)*N_g, :]^T where x_g = x + g*x_group_stride and
 // y_g = y + g*y_group_stride (rows of x_g / y_g at strides ldx / ldy). Overwrites y_g.
 Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group_stride, const DeviceWeight& w,
-                         int64_t groups, float* y, int64_t ldy, int64_t y_group_stride, void* stream);
+                         int64_t groups, float* y, int64_t ldy, int64_t y_group_stride, void* stream,
+                         GemmPrecision precision = GemmPrecision::kFp32SmallM);
 
 // A weight uploaded from host arrays in storage format (sizes from weight_data_bytes / weight_scale_bytes).
 struct OwnedDeviceWeight {

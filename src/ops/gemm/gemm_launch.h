@@ -27,6 +27,16 @@ struct DeviceWeight {
 // Rows of x at or below this go through the fp32 streaming (decode) kernel when the format allows 16-byte weight
 // loads (K a multiple of 16 bytes of weight, FP8 block_k a multiple of 16, 16-byte aligned weight data).
 inline constexpr int64_t kGemmSkinnyMaxM = 8;
+// Rows at or below this may use the bf16 streaming tensor-core kernel (GemmPrecision::kBf16, FP8_BLOCK weights).
+inline constexpr int64_t kGemmStreamMaxM = 256;
+
+// Which kernels gemm_cuda / gemm_grouped_cuda may use.
+//   kFp32SmallM (default): rows <= kGemmSkinnyMaxM run the fp32 CUDA-core streaming kernel (exact fp32 products),
+//     larger M the bf16 tiled kernel. Exact mode relies on it (it calls with chunks of kGemmSkinnyMaxM rows).
+//   kBf16: 1 <= M <= kGemmStreamMaxM with FP8_BLOCK weights (K and block_k multiples of 64, 16-byte aligned data)
+//     run the bf16 streaming tensor-core kernel (gemm_stream.cu: x rounded to bf16, fp32 accumulation, split-K
+//     summed in a fixed order); every other case as kFp32SmallM.
+enum class GemmPrecision { kFp32SmallM, kBf16 };
 
 namespace detail {
 
@@ -52,6 +62,16 @@ struct GemmArgs {
   int m_tiles_z = 1;   // tiled kernel: grid z (m-tiles walked by each block with stride gridDim.z)
 };
 
+// Launch shape of the streaming kernel (plan_gemm_stream): grid x = K splits (one thread-block cluster), y = 64-row
+// blocks, z = groups * token_chunks.
+struct StreamParams {
+  int splits = 1;        // K splits = cluster size, 1..8
+  int kb_per_split = 1;  // block_k-wide scale blocks per split
+  int tokens = 8;        // x rows per block: 8, 16, 32 or 64
+  int token_chunks = 1;  // ceil(M / tokens)
+  int xs_ld = 0;         // bf16 elements per x row in shared memory
+};
+
 // Elements per 16-byte weight vector.
 inline constexpr int64_t vec_elems(WeightFormat f) {
   return f == WeightFormat::F32 ? 4 : f == WeightFormat::BF16 ? 8 : f == WeightFormat::FP8_BLOCK ? 16 : 32;
@@ -65,6 +85,10 @@ void set_x_vec(GemmArgs& a);
 // Launchers (gemm_skinny.cu: needs a.w_vec; gemm_tiled.cu: any shape, a.m_tiles_z <= 65535). The caller checks the
 // launch (DSI_CUDA_LAUNCHED) under the kernel names "gemm_skinny_kernel" / "gemm_tiled_kernel".
 void launch_gemm_skinny(WeightFormat f, const GemmArgs& a, void* stream);
+// Streaming kernel: false when it does not apply (format, M, K / block_k / alignment, MoE gathers, shared memory).
+bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamParams& p);
+// Returns the cudaError_t of the launch (as int; also check DSI_CUDA_LAUNCHED("gemm_stream_kernel")).
+int launch_gemm_stream(const GemmArgs& a, const StreamParams& p, void* stream);
 void launch_gemm_tiled(WeightFormat f, const GemmArgs& a, void* stream);
 
 }  // namespace detail

@@ -1,0 +1,232 @@
+// Streaming tensor-core GEMM for few rows (decode, 1 <= M <= kGemmStreamMaxM) with FP8 block-scaled weights.
+// Bandwidth bound: every weight byte is read once per call (per token chunk of up to 64 rows) straight into
+// registers, D 64-wide K chunks ahead per lane (2 x 16-byte loads per chunk), converted e4m3 -> bf16 in registers
+// (exact) and fed to mma.sync m16n8k16 as the A operand (16 weight rows) against x tokens as the B operand (n8).
+// x is converted to bf16 once per block in the prologue into shared memory (k-permuted, gemm_common.h). Each
+// block_k-wide scale block is accumulated separately and added as acc += scale * partial (fp32), per weight row.
+// Split-K: the K splits of one output tile form a thread-block cluster; each block leaves its partial tile in
+// shared memory and, after a cluster barrier, sums a share of the tile over the cluster's blocks in rank order
+// through distributed shared memory (fixed order: deterministic, no atomics, no workspace).
+// Requires (gemm_cuda.cpp, plan_gemm_stream): FP8_BLOCK, K % 64 == 0, block_k % 64 == 0, 16-byte aligned weights,
+// no row gather / per-expert pointers. e4m3 NaN codes (0x7F / 0xFF) decode as +-480, not NaN.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include "ops/gemm/gemm_dequant.cuh"
+
+namespace dsinfer::ops::cuda::detail {
+namespace {
+
+namespace cg = cooperative_groups;
+using gd::kStChunk;
+using gd::kStPartLd;
+using gd::kStRows;
+using gd::kStThreads;
+
+// gd::st_e4m3_*_bf16 give the e4m3 values times 2^-120 as bf16 pairs; this restores them exactly (power-of-two
+// product, in range).
+__device__ __forceinline__ uint32_t bf16_scale2p120(uint32_t v) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(v), "r"(0x7B807B80u), "r"(0x80008000u));  // v * 2^120 + -0
+  return d;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  union {
+    __nv_bfloat162 v;
+    uint32_t u;
+  } c;
+  c.v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
+  return c.u;
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// x rows [tok0, tok0 + TP) x k [k_begin, k_end) -> bf16 shared tile (rows past M are zero).
+template <int TP>
+__device__ __forceinline__ void load_x_tile(const GemmArgs& a, const StreamParams& p, int64_t g, int64_t tok0,
+                                            int64_t k_begin, int64_t k_end, uint16_t* xs) {
+  const int quads = int((k_end - k_begin) / 4);
+  for (int i = threadIdx.x; i < TP * quads; i += kStThreads) {
+    const int r = i / quads, q = i - r * quads;
+    const int64_t tok = tok0 + r;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (tok < a.M) {
+      const float* xr = x_row(a, g, tok) + k_begin + 4 * q;
+      if (a.x_vec) {
+        v = __ldg(reinterpret_cast<const float4*>(xr));
+      } else {
+        v.x = __ldg(xr), v.y = __ldg(xr + 1), v.z = __ldg(xr + 2), v.w = __ldg(xr + 3);
+      }
+    }
+    // quad stored as (k0, k2, k1, k3): word 0 = (k0, k2), word 1 = (k1, k3) (gd::st_x_slot)
+    *reinterpret_cast<uint2*>(xs + size_t(r) * p.xs_ld + 4 * q) = make_uint2(pack_bf16x2(v.x, v.z), pack_bf16x2(v.y, v.w));
+  }
+}
+
+// One 64-wide K chunk of one warp: 16 weight rows (lo = g, hi = g + 8 of lane g) x NT n8 token tiles into tmp.
+template <int NT>
+__device__ __forceinline__ void chunk_mma(const uint4& wl, const uint4& wh, const uint16_t* xs_lane, int xs_ld,
+                                          float (&tmp)[NT][4]) {
+  const uint32_t lo[4] = {wl.x, wl.y, wl.z, wl.w}, hi[4] = {wh.x, wh.y, wh.z, wh.w};
+  uint32_t A[4][4];
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    A[s][0] = bf16_scale2p120(gd::st_e4m3_even_bf16(lo[s]));  // row g,     k 2t, 2t+1
+    A[s][1] = bf16_scale2p120(gd::st_e4m3_even_bf16(hi[s]));  // row g + 8, k 2t, 2t+1
+    A[s][2] = bf16_scale2p120(gd::st_e4m3_odd_bf16(lo[s]));   // row g,     k 2t+8, 2t+9
+    A[s][3] = bf16_scale2p120(gd::st_e4m3_odd_bf16(hi[s]));   // row g + 8, k 2t+8, 2t+9
+  }
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const uint4* xp = reinterpret_cast<const uint4*>(xs_lane + size_t(8 * n) * xs_ld);
+    const uint4 x0 = xp[0], x1 = xp[1];
+    mma_bf16_16816(tmp[n], A[0], x0.x, x0.y);
+    mma_bf16_16816(tmp[n], A[1], x0.z, x0.w);
+    mma_bf16_16816(tmp[n], A[2], x1.x, x1.y);
+    mma_bf16_16816(tmp[n], A[3], x1.z, x1.w);
+  }
+}
+
+// grid: x = K split (cluster rank), y = 64-row block, z = group * token_chunks + token chunk.
+template <int NT, int D>
+__global__ void __launch_bounds__(kStThreads) gemm_stream_kernel(const GemmArgs a, const StreamParams p) {
+  constexpr int TP = 8 * NT;
+  extern __shared__ uint4 smem4[];
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem4);             // [TP][xs_ld] bf16
+  float* part = reinterpret_cast<float*>(xs + size_t(TP) * p.xs_ld);  // [TP][kStPartLd] fp32 partial tile
+  const int split = int(blockIdx.x);
+  const int64_t g = blockIdx.z / p.token_chunks, tok0 = int64_t(blockIdx.z % p.token_chunks) * TP;
+  const int64_t n0 = int64_t(blockIdx.y) * kStRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+  const int64_t k_begin = int64_t(split) * p.kb_per_split * a.block_k;
+  const int64_t k_end = min(a.K, k_begin + int64_t(p.kb_per_split) * a.block_k);
+  const int nchunks = k_end > k_begin ? int((k_end - k_begin) / kStChunk) : 0;
+  const int cpb = int(a.block_k / kStChunk);  // chunks per scale block (k_begin is a scale-block boundary)
+
+  const WPtr w = group_weight(a, g);
+  const int64_t r_lo = n0 + warp * 16 + gq, r_hi = r_lo + 8;  // rows within the group
+  const bool ok_lo = r_lo < a.N, ok_hi = r_hi < a.N;
+  const uint8_t* p_lo = w.data + (w.row0 + (ok_lo ? r_lo : 0)) * a.K + k_begin + 16 * tq;
+  const uint8_t* p_hi = w.data + (w.row0 + (ok_hi ? r_hi : 0)) * a.K + k_begin + 16 * tq;
+  const int64_t s_lo = ((w.row0 + r_lo) / a.block_n) * a.scale_cols + k_begin / a.block_k;
+  const int64_t s_hi = ((w.row0 + r_hi) / a.block_n) * a.scale_cols + k_begin / a.block_k;
+
+  uint4 bl[D], bh[D];
+  uint32_t sl[D], sh[D];
+#pragma unroll
+  for (int j = 0; j < D; ++j) {  // weight loads first: they are in flight while x is converted
+    bl[j] = bh[j] = make_uint4(0, 0, 0, 0);
+    sl[j] = sh[j] = 0;
+    if (j < nchunks) {
+      if (ok_lo) bl[j] = __ldg(reinterpret_cast<const uint4*>(p_lo + j * kStChunk)), sl[j] = load_scale_raw(a, w.scale, s_lo + j / cpb);
+      if (ok_hi) bh[j] = __ldg(reinterpret_cast<const uint4*>(p_hi + j * kStChunk)), sh[j] = load_scale_raw(a, w.scale, s_hi + j / cpb);
+    }
+  }
+  load_x_tile<TP>(a, p, g, tok0, k_begin, k_end, xs);
+  __syncthreads();
+
+  float acc[NT][4], tmp[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[n][q] = tmp[n][q] = 0.0f;
+  const uint16_t* xs_lane = xs + size_t(gq) * p.xs_ld + 16 * tq;
+  for (int c0 = 0; c0 < nchunks; c0 += D) {
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+      const int c = c0 + j;
+      if (c < nchunks) {
+        const uint4 wl = bl[j], wh = bh[j];
+        const uint32_t rl = sl[j], rh = sh[j];
+        const int cn = c + D;  // refill this slot before computing on the copy
+        if (cn < nchunks) {
+          if (ok_lo) bl[j] = __ldg(reinterpret_cast<const uint4*>(p_lo + int64_t(cn) * kStChunk)), sl[j] = load_scale_raw(a, w.scale, s_lo + cn / cpb);
+          if (ok_hi) bh[j] = __ldg(reinterpret_cast<const uint4*>(p_hi + int64_t(cn) * kStChunk)), sh[j] = load_scale_raw(a, w.scale, s_hi + cn / cpb);
+        }
+        chunk_mma<NT>(wl, wh, xs_lane + c * kStChunk, p.xs_ld, tmp);
+        if (c % cpb == cpb - 1 || c == nchunks - 1) {  // end of a scale block: acc += scale * partial
+          const float fl = scale_value(a, rl), fh = scale_value(a, rh);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            acc[n][0] = fmaf(fl, tmp[n][0], acc[n][0]);
+            acc[n][1] = fmaf(fl, tmp[n][1], acc[n][1]);
+            acc[n][2] = fmaf(fh, tmp[n][2], acc[n][2]);
+            acc[n][3] = fmaf(fh, tmp[n][3], acc[n][3]);
+            tmp[n][0] = tmp[n][1] = tmp[n][2] = tmp[n][3] = 0.0f;
+          }
+        }
+      }
+    }
+  }
+
+  // C fragment (row = weight row, col = token) -> part[token][row]
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const int tk = 8 * n + 2 * tq, rl = warp * 16 + gq;
+    part[tk * kStPartLd + rl] = acc[n][0];
+    part[(tk + 1) * kStPartLd + rl] = acc[n][1];
+    part[tk * kStPartLd + rl + 8] = acc[n][2];
+    part[(tk + 1) * kStPartLd + rl + 8] = acc[n][3];
+  }
+  cg::cluster_group cl = cg::this_cluster();
+  if (p.splits > 1) cl.sync();
+  else __syncthreads();
+  // this block writes the tile elements e = (split + splits * i) * threads + tid, summed over ranks 0..splits-1
+  for (int e = split * kStThreads + int(threadIdx.x); e < TP * kStRows; e += p.splits * kStThreads) {
+    const int tk = e / kStRows, rl = e % kStRows;
+    const int64_t tok = tok0 + tk, nl = n0 + rl;
+    if (tok >= a.M || nl >= a.N) continue;
+    float v = 0.0f;
+    for (int r = 0; r < p.splits; ++r) {
+      const float* src = p.splits > 1 ? cl.map_shared_rank(part, unsigned(r)) : part;
+      v += src[tk * kStPartLd + rl];
+    }
+    float* yp = y_row(a, g, tok) + nl;
+    *yp = a.accumulate ? *yp + v : v;
+  }
+  if (p.splits > 1) cl.sync();  // the peers' shared memory must outlive every read of it
+}
+
+template <int NT, int D>
+cudaError_t launch(const GemmArgs& a, const StreamParams& p, cudaStream_t s) {
+  const size_t smem = size_t(8 * NT) * size_t(p.xs_ld) * 2 + size_t(8 * NT) * kStPartLd * sizeof(float);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(gemm_stream_kernel<NT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(p.splits), unsigned((a.N + kStRows - 1) / kStRows), unsigned(p.token_chunks * a.groups));
+  cfg.blockDim = dim3(kStThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(p.splits);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.splits > 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, gemm_stream_kernel<NT, D>, a, p);
+}
+
+}  // namespace
+
+int launch_gemm_stream(const GemmArgs& a, const StreamParams& p, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (p.tokens) {
+    case 8: return int(launch<1, 8>(a, p, s));
+    case 16: return int(launch<2, 8>(a, p, s));
+    case 32: return int(launch<4, 4>(a, p, s));
+    case 64: return int(launch<8, 4>(a, p, s));
+  }
+  return int(cudaErrorInvalidValue);
+}
+
+}  // namespace dsinfer::ops::cuda::detail
