@@ -72,6 +72,12 @@ grep -E "prompt|PASS|FAIL|error" "$OUT/check_reference.log" | head -60
   timeout 60 $BIN/dsinfer check-reference --backend cuda --fast-gemm --numerics hf --model "$fx" >> "$OUT/check_reference_fast.log" 2>&1
 done
 [ "${DSINFER_FAST_CHECK:-1}" = 1 ] && grep -E "^---|PASS|FAIL" "$OUT/check_reference_fast.log" | paste - - 
+# Issue 10's must-show: the tensor-core path against the exact path on the shipped model, teacher-forced over
+# 2,048 positions (top-1 agreement >= 99.5 %, mean KL <= 1e-3, else exit 1).
+echo "== fidelity: fast (tensor-core) vs exact path, shipped model"
+timeout 300 $BIN/dsinfer check-reference --backend cuda --fidelity --model models/dsv4-small 2>&1 \
+  | tee "$OUT/fidelity.log" | tail -5
+note "fidelity" "${PIPESTATUS[0]}"
 echo "== generate on the GPU (shipped model), with and without CUDA graphs: outputs must be identical"
 timeout 60 $BIN/dsinfer generate --backend cuda --model models/dsv4-small --input examples/requests.jsonl \
   --output "$OUT/generate_cuda.jsonl" 2>&1 | tail -3

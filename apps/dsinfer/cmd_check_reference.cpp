@@ -26,11 +26,29 @@ void usage() {
                "                 checkpoints, 1e-3 for bf16/f16/fp8/fp4 ones; cuda 3e-2; see docs/decisions.md)\n"
                "  --dump-logits  write the computed logits as safetensors with the reference's keys\n"
                "  --min-greedy-match F  pass when at least this fraction of all greedy steps match (default 1:\n"
-               "                 every step of every prompt); each prompt must still be within tolerance\n");
+               "                 every step of every prompt); each prompt must still be within tolerance\n"
+               "  --fidelity     instead: the fast path (cuda tensor-core GEMMs) against the exact path, teacher-forced\n"
+               "                 over a deterministic stream (reference prompt ids continued by seeded samples of the\n"
+               "                 exact path); reports top-1 agreement, mean / max KL(exact || fast), max |logit diff|\n"
+               "  --positions N  fidelity: positions compared (default 2048); --seq-len N tokens per sequence (512)\n"
+               "  --min-top1 F   fidelity: pass threshold on top-1 agreement (default 0.995)\n"
+               "  --max-kl X     fidelity: pass threshold on the mean KL (default 1e-3)\n");
 }
 int fail(const std::string& message) {
   std::fprintf(stderr, "check-reference: %s\n", message.c_str());
   return 2;
+}
+int print_fidelity(const CheckReferenceReport& rep) {
+  const FidelityResult& f = rep.fidelity;
+  std::printf("fidelity: model %s (numerics %s), exact \"%s\" vs fast \"%s\"\n", rep.model_dir.c_str(),
+              rep.numerics.c_str(), f.exact_runner.c_str(), f.fast_runner.c_str());
+  std::printf("positions %lld in %lld sequences (reference prompt ids + seeded samples of the exact path)\n",
+              (long long)f.positions, (long long)f.sequences);
+  std::printf("top-1 agreement %.3f%% (%lld/%lld)  mean KL %.3e  max KL %.3e  max|logit diff| %.4g\n", 100.0 * f.top1,
+              (long long)f.top1_matches, (long long)f.positions, f.mean_kl, f.max_kl, f.max_logit_diff);
+  std::printf("thresholds: top-1 >= %.2f%%, mean KL <= %.1e\n%s\n", 100.0 * f.min_top1, f.max_kl_allowed,
+              rep.ok ? "PASS" : "FAIL");
+  return rep.ok ? 0 : 1;
 }
 }  // namespace
 
@@ -44,6 +62,10 @@ int cmd_check_reference(int argc, char** argv) {
       // On the GPU the default is exact (fp32) GEMMs, so the check tests every kernel at reference precision;
       // --fast-gemm checks the production tensor-core path (bf16 operands) instead.
       o.exact_gemm = false;
+      continue;
+    }
+    if (a == "--fidelity") {
+      o.fidelity = true;
       continue;
     }
     if (!v) {
@@ -65,6 +87,16 @@ int cmd_check_reference(int argc, char** argv) {
       o.min_greedy_match = std::strtod(v, &end);
       if (*end || !(o.min_greedy_match >= 0 && o.min_greedy_match <= 1))
         return fail(std::string("--min-greedy-match '") + v + "' is not a fraction in [0, 1]");
+    } else if (a == "--positions" || a == "--seq-len") {
+      char* end = nullptr;
+      const long long n = std::strtoll(v, &end, 10);
+      if (*end || n < 1 || n > (1ll << 30)) return fail(a + " '" + v + "' is not a positive integer");
+      (a == "--positions" ? o.fidelity_positions : o.fidelity_seq_len) = n;
+    } else if (a == "--min-top1" || a == "--max-kl") {
+      char* end = nullptr;
+      const double x = std::strtod(v, &end);
+      if (*end || !(x >= 0) || (a == "--min-top1" && x > 1)) return fail(a + " '" + v + "' is out of range");
+      (a == "--min-top1" ? o.min_top1 : o.max_kl) = x;
     } else {
       std::fprintf(stderr, "check-reference: unknown option '%s'\n", a.c_str());
       return usage(), 2;
@@ -74,6 +106,7 @@ int cmd_check_reference(int argc, char** argv) {
   CheckReferenceReport rep;
   std::string error;
   if (!check_reference(o, &rep, &error)) return fail(error);
+  if (o.fidelity) return print_fidelity(rep);
   std::printf("model %s, reference %s, %s, tolerance %.1e (numerics: %s)\n", rep.model_dir.c_str(),
               rep.reference_path.c_str(), rep.runner_name.c_str(), rep.tolerance, rep.numerics_source.c_str());
   const bool partial = rep.min_greedy_match < 1;

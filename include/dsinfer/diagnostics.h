@@ -29,6 +29,26 @@ struct CheckReferenceOptions {
   // Pass when at least this fraction of all greedy steps match (1: every step of every prompt); each prompt
   // must still be within tolerance. For references whose greedy path has bf16 ties (DeepSeek-V4.1 official).
   double min_greedy_match = 1.0;
+  // Fidelity mode (issue 10; reference logits are not used): the fast path (cuda: tensor-core GEMMs) against
+  // the exact path (fp32 GEMMs; exact_gemm above is ignored), teacher-forced over fidelity_positions positions
+  // of a deterministic stream: sequences of fidelity_seq_len tokens, each the ids of a reference prompt
+  // (input_ids + greedy_ids) continued with tokens sampled (temperature 1, fixed seed) from the exact path.
+  // Passes when top-1 agreement >= min_top1 and mean KL(exact || fast) <= max_kl. On the cpu backend both
+  // paths are the same computation (100 % / 0).
+  bool fidelity = false;
+  int64_t fidelity_positions = 2048;
+  int64_t fidelity_seq_len = 512;
+  double min_top1 = 0.995;
+  double max_kl = 1e-3;
+};
+
+struct FidelityResult {
+  std::string exact_runner, fast_runner;  // runner names
+  int64_t positions = 0, sequences = 0, top1_matches = 0;
+  double top1 = 0;                        // top1_matches / positions
+  double mean_kl = 0, max_kl = 0;         // KL(exact || fast) per position, nats (+inf: non-finite fast logits)
+  double max_logit_diff = 0;              // max |exact - fast| over every logit
+  double min_top1 = 0, max_kl_allowed = 0;  // the thresholds applied
 };
 
 struct PromptCheckResult {
@@ -50,7 +70,8 @@ struct CheckReferenceReport {
   double min_greedy_match = 1.0;
   int64_t greedy_matched = 0, greedy_total = 0;  // over all prompts
   bool ok = false;               // every prompt ok (or, with min_greedy_match < 1: every prompt's logits ok and
-                                 // enough greedy steps matched)
+                                 // enough greedy steps matched); fidelity mode: both thresholds met
+  FidelityResult fidelity;       // fidelity mode only (prompts then stays empty)
 };
 
 // Runs the check. false (with the reason in *error) when it could not run: unreadable model or reference,

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "check/fidelity_check.h"
 #include "check/reference_check.h"
 #include "check/reference_numerics.h"
 #include "engine/model_runner.h"
@@ -18,6 +19,44 @@ namespace {
 bool fail(const Status& s, std::string* error) {
   if (error) *error = s.message();
   return false;
+}
+
+// Fidelity mode: an exact and a fast runner of the same model; the stream's seeds come from the reference's
+// prompt ids (or, for an official-format reference without ids, from model_dir/reference.safetensors).
+Status run_fidelity(const CheckReferenceOptions& o, engine::RunnerOptions ro, const io::SafetensorsFile& ref,
+                    CheckReferenceReport& rep) {
+  if (!(o.min_top1 >= 0 && o.min_top1 <= 1) || !(o.max_kl >= 0))
+    return Status::errorf("check_reference: min_top1 {} must be in [0, 1] and max_kl {} >= 0", o.min_top1, o.max_kl);
+  auto seeds = check::fidelity_seeds(ref);
+  const std::string ids_path = (std::filesystem::path(o.model_dir) / "reference.safetensors").string();
+  if (!seeds && rep.reference_path != ids_path) {
+    DSI_ASSIGN_OR_RETURN(io::SafetensorsFile ids, io::SafetensorsFile::open(ids_path));
+    seeds = check::fidelity_seeds(ids);
+  }
+  if (!seeds) return seeds.status();
+  ro.exact_gemm = true;
+  DSI_ASSIGN_OR_RETURN(auto exact, engine::create_runner(ro));
+  ro.exact_gemm = false;
+  DSI_ASSIGN_OR_RETURN(auto fast, engine::create_runner(ro));
+  check::FidelityOptions fo;
+  fo.positions = o.fidelity_positions;
+  fo.seq_len = o.fidelity_seq_len;
+  DSI_ASSIGN_OR_RETURN(check::Fidelity f, check::check_fidelity(*exact, *fast, *seeds, fo));
+  FidelityResult& r = rep.fidelity;
+  r.exact_runner = exact->name();
+  r.fast_runner = fast->name();
+  r.positions = f.positions;
+  r.sequences = f.sequences;
+  r.top1_matches = f.top1_matches;
+  r.top1 = f.top1();
+  r.mean_kl = f.mean_kl;
+  r.max_kl = f.max_kl;
+  r.max_logit_diff = f.max_logit_diff;
+  r.min_top1 = o.min_top1;
+  r.max_kl_allowed = o.max_kl;
+  rep.runner_name = r.fast_runner;
+  rep.ok = r.top1 >= o.min_top1 && r.mean_kl <= o.max_kl;
+  return Status::ok();
 }
 
 Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
@@ -40,6 +79,7 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
     rep.numerics_source = "given";
   }
   rep.numerics = ro.numerics.name;
+  if (o.fidelity) return run_fidelity(o, ro, ref, rep);
   DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
   rep.runner_name = runner->name();
   rep.tolerance = o.tolerance >= 0 ? o.tolerance : check::default_tolerance(*runner);

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "cache/state_cache.h"
+#include "check/solo_sequence.h"
 
 namespace dsinfer::check {
 
@@ -139,51 +139,6 @@ double default_tolerance(engine::ModelRunner& r) {
   return r.diagnostics().fp32_weights() ? 1e-4 : 1e-3;
 }
 
-namespace {
-
-// One sequence driven through the runner with hand-built plans (no scheduler).
-class Solo {
- public:
-  Solo(engine::ModelRunner& r, cache::StateCache& c) : r_(r), c_(c) {}
-  ~Solo() {
-    if (slot_ >= 0) c_.free(slot_);
-  }
-  // Runs `tokens` after the current position; logits for every token (all) or the last one.
-  Status step(std::span<const int32_t> tokens, bool all, std::vector<float>& logits) {
-    const int64_t end = pos_ + int64_t(tokens.size());
-    if (slot_ < 0) slot_ = c_.admit(end);
-    if (slot_ < 0 || !c_.allocate_for(slot_, end)) return Status::errorf("state cache cannot hold {} tokens", end);
-    scheduler::BatchPlan p;
-    p.clear();
-    scheduler::SeqPlan sp;
-    sp.seq_id = 1;
-    sp.start_pos = pos_;
-    sp.num_new_tokens = int32_t(tokens.size());
-    sp.needs_logits = true;
-    sp.logits_row = 0;
-    sp.slot = slot_;
-    sp.block_table = c_.table(slot_);
-    p.token_ids.assign(tokens.begin(), tokens.end());
-    for (int64_t i = 0; i < int64_t(tokens.size()); ++i) {
-      p.positions.push_back(pos_ + i);
-      if (all || i + 1 == int64_t(tokens.size())) p.logits_token_index.push_back(int32_t(i));
-    }
-    p.cu_seqlens.push_back(int32_t(tokens.size()));
-    p.seqs.push_back(sp);
-    DSI_RETURN_IF_ERROR(r_.step(p, logits));
-    pos_ = end;
-    return Status::ok();
-  }
-
- private:
-  engine::ModelRunner& r_;
-  cache::StateCache& c_;
-  cache::SlotId slot_ = -1;
-  int64_t pos_ = 0;
-};
-
-}  // namespace
-
 Result<ReferenceCheck> check_reference(engine::ModelRunner& runner, const io::SafetensorsFile& reference, double tol,
                                        bool keep_logits, const io::SafetensorsFile* ids, double min_greedy_match) {
   const int64_t V = runner.config().vocab_size;
@@ -192,20 +147,13 @@ Result<ReferenceCheck> check_reference(engine::ModelRunner& runner, const io::Sa
   if (!prompts) return prompts.status().with_context(reference.path());
   int64_t max_len = 1;
   for (const RefPrompt& r : *prompts) max_len = std::max<int64_t>(max_len, int64_t(r.input_ids.size() + r.feed.size()));
-  cache::StateCacheConfig cc;
-  cc.max_num_seqs = 1;
-  cc.max_model_len = max_len;
-  cc.kv_elem_bytes = runner.kv_elem_bytes();
-  DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(runner.config(), cc));
-  cc.budget_bytes = layout.bytes_per_sequence(max_len);
-  DSI_ASSIGN_OR_RETURN(cache::StateCache cache, cache::StateCache::create(runner.config(), cc));
-  DSI_RETURN_IF_ERROR(runner.bind_state(cache.layout(), cache.num_slots(), cache.num_blocks(), max_len));
+  DSI_ASSIGN_OR_RETURN(cache::StateCache cache, bind_single_sequence_cache(runner, max_len));
   ReferenceCheck out;
   out.min_greedy_match = min_greedy_match;
   for (size_t i = 0; i < prompts->size(); ++i) {
     const RefPrompt& r = (*prompts)[i];
     const int64_t L = int64_t(r.input_ids.size());
-    Solo seq(runner, cache);
+    SoloSequence seq(runner, cache);
     std::vector<float> logits;
     DSI_RETURN_IF_ERROR(seq.step(r.input_ids, true, logits).with_context(fmt::format("prompt {}", r.index)));
     double max_err = 0, max_ref = 0;

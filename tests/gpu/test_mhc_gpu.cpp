@@ -1,8 +1,11 @@
 // GPU parity: embed, hc_pre + norm, hc_post, hc_head + final norm, argmax against the CPU reference.
-// Thresholds: the mixes are double dot products on both sides (different summation order), the Sinkhorn runs in
-// fp32 with the same op order but the GPU's expf differs from glibc's by an ulp: 1e-5 on y / post / comb.
+// Thresholds: the mixes are double dot products on both sides (different summation order: split partials added in
+// split order on the GPU), the Sinkhorn runs in fp32 with the same op order but the GPU's expf differs from
+// glibc's by an ulp: 1e-5 on y / post / comb.
 // hc_post is a double accumulation of the same products: 1e-6. embed and argmax compare exactly.
 #include <gtest/gtest.h>
+
+#include <tuple>
 
 #include "attn_test_util.h"
 #include "core/dtypes.h"
@@ -16,29 +19,31 @@ using namespace dsinfer;
 using namespace dsinfer::cuda::test;
 
 namespace {
-constexpr int64_t kN = 4, kD = 4096;
+constexpr int64_t kN = 4, kD = 4096;  // DeepSeek-V4-Flash: hc_mult 4, hidden 4096
 
 struct HcFixture {
+  int64_t n, dim;
   std::vector<float> fn, base, scale, norm_w;
   cuda::DeviceBuffer<float> dfn, dbase, dscale, dnorm;
-  HcFixture(int64_t rows, int64_t nscale, uint32_t seed) {
-    fn = random_vec(size_t(rows * kN * kD), seed, 0.02f);
+  HcFixture(int64_t n_, int64_t dim_, bool head, uint32_t seed) : n(n_), dim(dim_) {
+    const int64_t rows = head ? n : (2 + n) * n;
+    fn = random_vec(size_t(rows * n * dim), seed, 0.02f);
     base = random_vec(size_t(rows), seed + 1);
-    scale = random_vec(size_t(nscale), seed + 2);
-    norm_w = random_vec(size_t(kD), seed + 3);
+    scale = random_vec(size_t(head ? 1 : 3), seed + 2);
+    norm_w = random_vec(size_t(dim), seed + 3);
     dfn = to_device(fn);
     dbase = to_device(base);
     dscale = to_device(scale);
     dnorm = to_device(norm_w);
   }
-  ops::HcParams host() const { return {fn.data(), base.data(), scale.data(), kN, kD, 20, 1e-6f, 1e-6f}; }
+  ops::HcParams host() const { return {fn.data(), base.data(), scale.data(), n, dim, 20, 1e-6f, 1e-6f}; }
   ops::cuda::HcNormParams device() {
     ops::cuda::HcNormParams p;
     p.fn = dfn.data();
     p.base = dbase.data();
     p.scale = dscale.data();
-    p.n = kN;
-    p.dim = kD;
+    p.n = n;
+    p.dim = dim;
     p.sinkhorn_iters = 20;
     p.norm_w = dnorm.data();
     return p;
@@ -52,52 +57,105 @@ cuda::DeviceBuffer<T> poisoned(size_t n) {
   cudaMemset(b.data(), 0xff, n * sizeof(T));  // NaN for floats, -1 for ints
   return b;
 }
+
+struct PreOut {
+  std::vector<float> y, post, comb;
+};
+
+PreOut run_pre(HcFixture& f, const cuda::DeviceBuffer<float>& dX, int64_t T) {
+  auto dy = poisoned<float>(size_t(T * f.dim)), dpost = poisoned<float>(size_t(T * f.n));
+  auto dcomb = poisoned<float>(size_t(T * f.n * f.n));
+  EXPECT_TRUE(ops::cuda::hc_pre_norm(f.device(), dX.data(), T, dy.data(), dpost.data(), dcomb.data(), nullptr).is_ok());
+  return {to_host(dy, size_t(T * f.dim)), to_host(dpost, size_t(T * f.n)), to_host(dcomb, size_t(T * f.n * f.n))};
+}
+
+// hc_pre + norm against the CPU reference for T tokens of n streams of dim channels.
+void check_pre(int64_t T, int64_t n, int64_t dim, uint32_t seed) {
+  HcFixture f(n, dim, false, seed);
+  auto X = random_vec(size_t(T * n * dim), seed + 7, 2.0f);
+  std::vector<float> y(size_t(T * dim)), post(size_t(T * n)), comb(size_t(T * n * n));
+  for (int64_t t = 0; t < T; ++t)
+    ops::hc_pre_ref(f.host(), X.data() + t * n * dim, y.data() + t * dim, post.data() + t * n, comb.data() + t * n * n);
+  ops::rmsnorm_ref(y.data(), T, dim, f.norm_w.data(), 1e-6f, y.data());
+  auto dX = to_device(X);
+  const PreOut g = run_pre(f, dX, T);
+  EXPECT_LT(normalized_error(g.y, y), 1e-5) << "T " << T << " n " << n << " dim " << dim;
+  EXPECT_LT(normalized_error(g.post, post), 1e-5) << "T " << T << " n " << n << " dim " << dim;
+  EXPECT_LT(normalized_error(g.comb, comb), 1e-5) << "T " << T << " n " << n << " dim " << dim;
+}
 }  // namespace
 
+// T = 1 / 5 / 64 take 8-token mixing tiles and a whole block per token in the finalize; T = 300 takes 32-token
+// tiles and one warp per token. dim 256 (the shipped model) and 64 (the tiny fixtures) leave room for few
+// splits in the output row; n = 8 fills two comb elements per lane.
 TEST(GpuMhc, PreNormMatchesReference) {
   DSI_SKIP_WITHOUT_GPU();
-  const int64_t T = 5;
-  HcFixture f((2 + kN) * kN, 3, 10);
-  auto X = random_vec(size_t(T * kN * kD), 11, 2.0f);
-  std::vector<float> y(size_t(T * kD)), post(size_t(T * kN)), comb(size_t(T * kN * kN));
-  for (int64_t t = 0; t < T; ++t)
-    ops::hc_pre_ref(f.host(), X.data() + t * kN * kD, y.data() + t * kD, post.data() + t * kN, comb.data() + t * kN * kN);
-  ops::rmsnorm_ref(y.data(), T, kD, f.norm_w.data(), 1e-6f, y.data());
-  auto dX = to_device(X);
-  auto dy = poisoned<float>(y.size()), dpost = poisoned<float>(post.size()), dcomb = poisoned<float>(comb.size());
-  ASSERT_TRUE(ops::cuda::hc_pre_norm(f.device(), dX.data(), T, dy.data(), dpost.data(), dcomb.data(), nullptr).is_ok());
-  EXPECT_LT(normalized_error(to_host(dy, y.size()), y), 1e-5);
-  EXPECT_LT(normalized_error(to_host(dpost, post.size()), post), 1e-5);
-  EXPECT_LT(normalized_error(to_host(dcomb, comb.size()), comb), 1e-5);
+  for (int64_t T : {1, 5, 64, 300}) check_pre(T, kN, kD, 10);
+  for (int64_t T : {3, 300}) check_pre(T, kN, 256, 11);
+  check_pre(7, kN, 64, 12);
+  check_pre(5, 2, 64, 13);
+  check_pre(70, 8, 256, 14);
+}
+
+// Same input twice (the second time into outputs holding the first run's values): bitwise the same results.
+TEST(GpuMhc, PreNormIsDeterministic) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (int64_t T : {1, 300}) {
+    HcFixture f(kN, kD, false, 30);
+    auto dX = to_device(random_vec(size_t(T * kN * kD), 31, 2.0f));
+    const PreOut a = run_pre(f, dX, T), b = run_pre(f, dX, T);
+    EXPECT_EQ(a.y, b.y) << T;
+    EXPECT_EQ(a.post, b.post) << T;
+    EXPECT_EQ(a.comb, b.comb) << T;
+  }
 }
 
 TEST(GpuMhc, PostMatchesReferenceInPlace) {
   DSI_SKIP_WITHOUT_GPU();
-  const int64_t T = 6;
-  auto X = random_vec(size_t(T * kN * kD), 12), fo = random_vec(size_t(T * kD), 13);
-  auto post = random_vec(size_t(T * kN), 14), comb = random_vec(size_t(T * kN * kN), 15);
-  std::vector<float> ref = X;
-  for (int64_t t = 0; t < T; ++t)
-    ops::hc_post_ref(kN, kD, fo.data() + t * kD, post.data() + t * kN, comb.data() + t * kN * kN, ref.data() + t * kN * kD);
-  auto dX = to_device(X), df = to_device(fo), dp = to_device(post), dc = to_device(comb);
-  ASSERT_TRUE(ops::cuda::hc_post(T, kN, kD, df.data(), dp.data(), dc.data(), dX.data(), nullptr).is_ok());
-  EXPECT_LT(normalized_error(to_host(dX, X.size()), ref), 1e-6);
+  for (auto [T, n, dim] : {std::tuple<int64_t, int64_t, int64_t>{1, kN, kD}, {6, kN, kD}, {64, kN, kD}, {300, kN, kD},
+                           {5, 8, 256}, {3, 2, 68}}) {
+    auto X = random_vec(size_t(T * n * dim), 12), fo = random_vec(size_t(T * dim), 13);
+    auto post = random_vec(size_t(T * n), 14), comb = random_vec(size_t(T * n * n), 15);
+    std::vector<float> ref = X;
+    for (int64_t t = 0; t < T; ++t)
+      ops::hc_post_ref(n, dim, fo.data() + t * dim, post.data() + t * n, comb.data() + t * n * n, ref.data() + t * n * dim);
+    auto dX = to_device(X), df = to_device(fo), dp = to_device(post), dc = to_device(comb);
+    ASSERT_TRUE(ops::cuda::hc_post(T, n, dim, df.data(), dp.data(), dc.data(), dX.data(), nullptr).is_ok());
+    EXPECT_LT(normalized_error(to_host(dX, X.size()), ref), 1e-6) << "T " << T << " n " << n << " dim " << dim;
+  }
 }
 
 TEST(GpuMhc, HeadNormForSelectedRows) {
   DSI_SKIP_WITHOUT_GPU();
-  const int64_t T = 4;
-  HcFixture f(kN, 1, 20);
-  auto X = random_vec(size_t(T * kN * kD), 21, 2.0f);
-  const std::vector<int32_t> rows = {3, 0, 2};
-  std::vector<float> ref(rows.size() * size_t(kD));
-  for (size_t r = 0; r < rows.size(); ++r) ops::hc_head_ref(f.host(), X.data() + rows[r] * kN * kD, ref.data() + r * kD);
-  ops::rmsnorm_ref(ref.data(), int64_t(rows.size()), kD, f.norm_w.data(), 1e-6f, ref.data());
-  auto dX = to_device(X);
-  auto drows = to_device(rows);
-  auto dy = poisoned<float>(ref.size());
-  ASSERT_TRUE(ops::cuda::hc_head_norm(f.device(), dX.data(), drows.data(), int64_t(rows.size()), dy.data(), nullptr).is_ok());
-  EXPECT_LT(normalized_error(to_host(dy, ref.size()), ref), 1e-5);
+  for (int64_t T : {4, 300}) {
+    HcFixture f(kN, kD, true, 20);
+    auto X = random_vec(size_t(T * kN * kD), 21, 2.0f);
+    std::vector<int32_t> rows = {3, 0, 2};
+    if (T > 4) {  // 299 rows (more than 256: the one-warp-per-row path), in a scrambled order
+      rows.clear();
+      for (int64_t r = 0; r + 1 < T; ++r) rows.push_back(int32_t((r * 7 + 3) % T));
+    }
+    std::vector<float> ref(rows.size() * size_t(kD));
+    for (size_t r = 0; r < rows.size(); ++r) ops::hc_head_ref(f.host(), X.data() + rows[r] * kN * kD, ref.data() + r * kD);
+    ops::rmsnorm_ref(ref.data(), int64_t(rows.size()), kD, f.norm_w.data(), 1e-6f, ref.data());
+    auto dX = to_device(X);
+    auto drows = to_device(rows);
+    auto dy = poisoned<float>(ref.size());
+    ASSERT_TRUE(
+        ops::cuda::hc_head_norm(f.device(), dX.data(), drows.data(), int64_t(rows.size()), dy.data(), nullptr).is_ok());
+    EXPECT_LT(normalized_error(to_host(dy, ref.size()), ref), 1e-5) << T;
+  }
+}
+
+// Shapes the kernels cannot take are errors, not launches.
+TEST(GpuMhc, BadShapesAreErrors) {
+  DSI_SKIP_WITHOUT_GPU();
+  HcFixture f(kN, 32, false, 40);  // dim 32 < 2 * (24 + 1): no room for the mixing partials
+  auto dX = to_device(random_vec(size_t(kN * 32), 41));
+  auto dy = poisoned<float>(32), dp = poisoned<float>(kN), dc = poisoned<float>(kN * kN);
+  EXPECT_FALSE(ops::cuda::hc_pre_norm(f.device(), dX.data(), 1, dy.data(), dp.data(), dc.data(), nullptr).is_ok());
+  EXPECT_FALSE(ops::cuda::hc_post(1, kN, 30, dy.data(), dp.data(), dc.data(), dX.data(), nullptr).is_ok());
+  EXPECT_FALSE(ops::cuda::hc_post(1, kN, 32, dy.data() + 1, dp.data(), dc.data(), dX.data(), nullptr).is_ok());
 }
 
 TEST(GpuEmbed, F32AndBf16TablesIntoAllStreams) {

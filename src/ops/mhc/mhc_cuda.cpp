@@ -1,50 +1,85 @@
-// Argument checks and launches of the CUDA mHC kernels (see mhc_cuda.h).
+// Argument checks, the split of the mixing reduction, and launches of the CUDA mHC kernels (see mhc_cuda.h).
 #include "ops/mhc/mhc_cuda.h"
+
+#include <algorithm>
 
 #include "cuda/cuda_common.h"
 
 namespace dsinfer::ops::cuda {
 
 namespace {
-Status check_params(const HcNormParams& p, const char* op) {
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+Status check_params(const HcNormParams& p, int64_t mixes, const char* op) {
   if (p.n < 1 || p.n > detail::kHcMaxN) return Status::errorf("{}: hc_mult {} outside [1, {}]", op, p.n, detail::kHcMaxN);
   if (p.dim <= 0 || p.dim % 4 != 0 || p.dim > 12288)
     return Status::errorf("{}: dim {} must be a positive multiple of 4 (<= 12288)", op, p.dim);
+  if (detail::hc_max_splits(p.dim, mixes) < 1)
+    return Status::errorf("{}: dim {} is too small for hc_mult {} (the mixing partials use the output row: dim >= {})",
+                          op, p.dim, p.n, 2 * (mixes + 1));
   if (!p.fn || !p.base || !p.scale || !p.norm_w) return Status::errorf("{}: null fn/base/scale/norm weight", op);
+  if (!aligned16(p.fn)) return Status::errorf("{}: fn is not 16-byte aligned", op);
   if (p.sinkhorn_iters < 1) return Status::errorf("{}: sinkhorn_iters {} < 1", op, p.sinkhorn_iters);
+  return Status::ok();
+}
+
+// Enough blocks for two per SM: T / tile token tiles times `splits` slices of the n*dim reduction, bounded by
+// the chunk count and by the partials that fit in an output row. Depends on T and the device only, so a call
+// is deterministic; partial sums are added in split order.
+detail::HcSplit pick_split(int64_t T, int64_t n, int64_t dim, int64_t mixes) {
+  detail::HcSplit s;
+  s.tile = T <= 64 ? 8 : 32;
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    sms = 132;
+  const int64_t tiles = (T + s.tile - 1) / s.tile, nchunks = (n * dim + detail::kHcChunk - 1) / detail::kHcChunk;
+  const int64_t splits =
+      std::clamp<int64_t>((2 * sms + tiles - 1) / tiles, 1, std::min(nchunks, detail::hc_max_splits(dim, mixes)));
+  s.chunks_per_split = int((nchunks + splits - 1) / splits);
+  s.splits = int((nchunks + s.chunks_per_split - 1) / s.chunks_per_split);
+  return s;
+}
+
+Status launch(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, float* y, float* post, float* comb,
+              void* stream, int64_t mixes, const char* op) {
+  if (!aligned16(X) || !aligned16(y)) return Status::errorf("{}: X and y must be 16-byte aligned", op);
+  if ((T + 7) / 8 > 0x7fffffff) return Status::errorf("{}: {} tokens exceed the grid limit", op, T);
+  detail::launch_hc_norm(p, X, rows, T, pick_split(T, p.n, p.dim, mixes), y, post, comb, stream);
   return Status::ok();
 }
 }  // namespace
 
 Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, float* post, float* comb, void* stream) {
-  DSI_RETURN_IF_ERROR(check_params(p, "hc_pre_norm"));
+  const int64_t mixes = (2 + p.n) * p.n;
+  DSI_RETURN_IF_ERROR(check_params(p, mixes, "hc_pre_norm"));
   if (T < 0 || T > 0x7fffffff) return Status::errorf("hc_pre_norm: bad token count {}", T);
   if (T == 0) return Status::ok();
   if (!X || !y || !post || !comb) return Status::error("hc_pre_norm: null input or output");
-  detail::launch_hc_pre_norm(p, X, T, y, post, comb, stream);
-  DSI_CUDA_LAUNCHED("hc_pre_norm_kernel");
+  DSI_RETURN_IF_ERROR(launch(p, X, nullptr, T, y, post, comb, stream, mixes, "hc_pre_norm"));
+  DSI_CUDA_LAUNCHED("hc_pre_norm kernels");
   return Status::ok();
 }
 
 Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                void* stream) {
-  if (n < 1 || n > detail::kHcMaxN || dim <= 0 || T < 0)
-    return Status::errorf("hc_post: bad shape T={} n={} dim={}", T, n, dim);
+  if (n < 1 || n > detail::kHcMaxN || dim <= 0 || dim % 4 != 0 || T < 0)
+    return Status::errorf("hc_post: bad shape T={} n={} dim={} (dim a multiple of 4)", T, n, dim);
   if (T == 0) return Status::ok();
   if (!f || !post || !comb || !X) return Status::error("hc_post: null input or output");
-  if ((T * dim + 255) / 256 > 0x7fffffff) return Status::errorf("hc_post: T={} dim={} exceed the grid limit", T, dim);
+  if (!aligned16(f) || !aligned16(X)) return Status::error("hc_post: f and X must be 16-byte aligned");
+  if ((dim / 4 + 255) / 256 > 0x7fffffff) return Status::errorf("hc_post: dim={} exceeds the grid limit", dim);
   detail::launch_hc_post(T, n, dim, f, post, comb, X, stream);
   DSI_CUDA_LAUNCHED("hc_post_kernel");
   return Status::ok();
 }
 
 Status hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t R, float* y, void* stream) {
-  DSI_RETURN_IF_ERROR(check_params(p, "hc_head_norm"));
+  DSI_RETURN_IF_ERROR(check_params(p, p.n, "hc_head_norm"));
   if (R < 0 || R > 0x7fffffff) return Status::errorf("hc_head_norm: bad row count {}", R);
   if (R == 0) return Status::ok();
   if (!X || !rows || !y) return Status::error("hc_head_norm: null input or output");
-  detail::launch_hc_head_norm(p, X, rows, R, y, stream);
-  DSI_CUDA_LAUNCHED("hc_head_norm_kernel");
+  DSI_RETURN_IF_ERROR(launch(p, X, rows, R, y, nullptr, nullptr, stream, p.n, "hc_head_norm"));
+  DSI_CUDA_LAUNCHED("hc_head_norm kernels");
   return Status::ok();
 }
 

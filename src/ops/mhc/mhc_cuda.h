@@ -10,16 +10,19 @@
 namespace dsinfer::ops::cuda {
 
 // X: [T, n, dim] residual streams. Outputs y [T, dim] = rmsnorm(sum_j pre_j X_j, norm_w), post [T, n],
-// comb [T, n, n] (comb[t, j, k], row-major). One block of 512 threads per token; n <= 8, dim % 4 == 0.
+// comb [T, n, n] (comb[t, j, k], row-major). Two kernels: the mixing reduction of all tokens split over n*dim
+// (its double partials are parked in y, which must not alias X), then per token the Sinkhorn in one warp and the
+// collapse + norm. n <= 8, dim % 4 == 0, dim >= 2 * ((2+n)*n + 1); X, y, fn 16-byte aligned.
 Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, float* post, float* comb, void* stream);
 
 // In place: X[t, k, :] = post[t, k] * f[t, :] + sum_j comb[t, j, k] * X[t, j, :] (double accumulation; every
-// thread reads all n old streams of its channels before writing). One thread per (token, channel).
+// thread reads all n old streams of its channels before writing). One thread per (token, 4 channels);
+// dim % 4 == 0, f and X 16-byte aligned.
 Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                void* stream);
 
 // y[r] = rmsnorm(hc_head(X[rows[r]]), norm_w) for r < R (rows: device int32 token indices into X).
-// One block of 512 threads per row.
+// Same two kernels as hc_pre_norm over the listed rows (n mixes, no Sinkhorn); y must not alias X.
 Status hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t R, float* y, void* stream);
 
 }  // namespace dsinfer::ops::cuda

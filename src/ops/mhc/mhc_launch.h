@@ -16,11 +16,23 @@ struct HcNormParams {
 
 namespace detail {
 inline constexpr int kHcMaxN = 8;
-void launch_hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, float* post, float* comb,
-                        void* stream);
+inline constexpr int kHcChunk = 64;  // floats of the n*dim reduction staged in shared memory per step
+
+// How the mixing reduction of one call is split (mhc_cuda.cpp picks it, the kernels follow it): `splits` blocks
+// along n*dim per token tile, each covering `chunks_per_split` chunks of kHcChunk floats; tile = 8 or 32 tokens.
+struct HcSplit {
+  int splits = 1, chunks_per_split = 1, tile = 32;
+};
+// Largest split count whose double partials [splits, mixes + 1] fit in one output row of dim floats (the
+// partials live in y until the finalize kernel overwrites y; see mhc.cu). 0: dim too small.
+inline int64_t hc_max_splits(int64_t dim, int64_t mixes) { return (dim / 2) / (mixes + 1); }
+
+// hc_pre / hc_head in two kernels: the split mixing reduction, then the finalize (sigmoids, Sinkhorn, collapse,
+// RMSNorm). rows == nullptr: hc_pre over T tokens; else hc_head over the R = T listed rows.
+void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& split,
+                    float* y, float* post, float* comb, void* stream);
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                     void* stream);
-void launch_hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t R, float* y, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda
