@@ -16,9 +16,9 @@ namespace {
 constexpr int kCountThreads = 1024, kScatterThreads = 256;
 
 // One block: per-expert counts (integer atomics, result independent of order), exclusive scan into offsets,
-// pos_of = -1 for invalid expert ids.
+// pos_of = -1 for invalid expert ids, optionally the list of touched experts (fast path).
 __global__ void __launch_bounds__(kCountThreads)
-    moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* offsets, int32_t* pos_of) {
+    moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* offsets, int32_t* pos_of, int32_t* active) {
   extern __shared__ int cnt[];
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
@@ -29,12 +29,14 @@ __global__ void __launch_bounds__(kCountThreads)
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    int run = 0;
+    int run = 0, na = 0;
     for (int e = 0; e < E; ++e) {
       offsets[e] = run;
       run += cnt[e];
+      if (active && cnt[e] > 0) active[1 + na++] = e;
     }
     offsets[E] = run;
+    if (active) active[0] = na;
   }
 }
 
@@ -110,9 +112,10 @@ unsigned elementwise_blocks(int64_t total) {
 
 }  // namespace
 
-void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of, void* stream) {
+void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of,
+                      int32_t* active, void* stream) {
   moe_count_kernel<<<1, kCountThreads, size_t(experts) * sizeof(int), static_cast<cudaStream_t>(stream)>>>(
-      idx, n, int(experts), offsets, pos_of);
+      idx, n, int(experts), offsets, pos_of, active);
 }
 
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,
