@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kCountThreads = 1024, kScatterThreads = 256;
 
-// One block: per-expert counts (integer atomics, result independent of order), exclusive scan into offsets,
+// One block: per-expert counts (integer atomics, result independent of order), parallel exclusive scan into offsets,
 // pos_of = -1 for invalid expert ids, optionally the list of touched experts (fast path).
 __global__ void __launch_bounds__(kCountThreads)
     moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* offsets, int32_t* pos_of, int32_t* active) {
@@ -28,13 +28,37 @@ __global__ void __launch_bounds__(kCountThreads)
     else pos_of[a] = -1;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int run = 0, na = 0;
-    for (int e = 0; e < E; ++e) {
-      offsets[e] = run;
-      run += cnt[e];
-      if (active && cnt[e] > 0) active[1 + na++] = e;
+  // Exclusive scan of the counts (and of the touched flags, for the active list): thread i owns a run of
+  // consecutive experts; warp shuffles, then warp 0 scans the 32 warp totals. Integer sums: order-free.
+  __shared__ int warp_cnt[kCountThreads / 32], warp_flag[kCountThreads / 32];
+  const int per = (E + kCountThreads - 1) / kCountThreads;
+  const int e0 = min(E, int(threadIdx.x) * per), e1 = min(E, e0 + per);
+  int c = 0, f = 0;
+  for (int e = e0; e < e1; ++e) c += cnt[e], f += cnt[e] > 0 ? 1 : 0;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int ci = c, fi = f;  // inclusive within the warp
+  for (int d = 1; d < 32; d <<= 1) {
+    const int cu = __shfl_up_sync(0xffffffffu, ci, d), fu = __shfl_up_sync(0xffffffffu, fi, d);
+    if (lane >= d) ci += cu, fi += fu;
+  }
+  if (lane == 31) warp_cnt[warp] = ci, warp_flag[warp] = fi;
+  __syncthreads();
+  if (warp == 0) {
+    int wc = warp_cnt[lane], wf = warp_flag[lane];
+    for (int d = 1; d < 32; d <<= 1) {
+      const int cu = __shfl_up_sync(0xffffffffu, wc, d), fu = __shfl_up_sync(0xffffffffu, wf, d);
+      if (lane >= d) wc += cu, wf += fu;
     }
+    warp_cnt[lane] = wc - warp_cnt[lane], warp_flag[lane] = wf - warp_flag[lane];  // exclusive
+  }
+  __syncthreads();
+  int run = warp_cnt[warp] + ci - c, na = warp_flag[warp] + fi - f;
+  for (int e = e0; e < e1; ++e) {
+    offsets[e] = run;
+    run += cnt[e];
+    if (active && cnt[e] > 0) active[1 + na++] = e;
+  }
+  if (threadIdx.x == kCountThreads - 1) {
     offsets[E] = run;
     if (active) active[0] = na;
   }
