@@ -179,9 +179,22 @@ struct MoeCase {
   float limit, shared_limit;
   int64_t ref_tokens;     // tokens checked against the CPU reference (sampled)
   bool invalid_ids;       // sprinkle expert id -1 into the routing
+  oc::MoePath path = oc::MoePath::Exact;
+  double vs_exact_tol = 0;  // > 0: also run the exact path on the same weights, compare all tokens
 };
 
-void check_moe(const MoeCase& c, uint64_t seed) {
+// Runs moe_cuda on the case, checks the permutation exactly and sampled tokens against the CPU reference; `out_copy`
+// receives the output (for path-vs-path comparisons). The fast path also runs twice (bitwise determinism).
+// Fast path tolerance (normalised L2 error). Round-to-nearest bf16 has relative error |d| <= 2^-9, RMS 2^-9/sqrt(3)
+// = 1.1e-3 for uniformly spread mantissas. h = W1 x: each term w*x gets an independent relative error, so
+// ||dh|| / ||h|| ~ 1.1e-3 whatever K is (noise and signal both grow as sqrt(K); the worst case per output,
+// 2^-9 * sum_k |w_k x_k|, is not reached by random signs). SwiGLU(g, u) = silu(g) * u inherits the errors of g and u
+// (|d silu / dg| <= 1.1) and adds its own bf16 rounding: ~sqrt(1.1^2 + 1 + 1) * 1.1e-3 = 2e-3; W2 keeps the
+// relative size, the shared expert (FP8 GEMM path, fp32 for T <= 8, bf16 above) adds up to the same again
+// in quadrature: expected ~2-3e-3; 1e-2 leaves a margin for the small-D cases (few terms, clamp edges).
+constexpr double kFastTol = 1e-2;
+
+void check_moe(const MoeCase& c, uint64_t seed, std::vector<float>* out_copy = nullptr) {
   SCOPED_TRACE(testing::Message() << "T=" << c.T << " E=" << c.E << " k=" << c.k << " D=" << c.D << " I=" << c.I
                                   << " fmt=" << oc::weight_format_name(c.fmt) << " shared=" << c.shared);
   ExpertSet w1, w3, w2;
@@ -222,13 +235,27 @@ void check_moe(const MoeCase& c, uint64_t seed) {
   auto dout = to_device(std::vector<float>(size_t(c.T * c.D), NAN));
   oc::MoeWorkspace ws;
   ASSERT_TRUE(ws.reserve(c.T, c.k, c.D, c.I, c.E).is_ok());
-  auto st = oc::moe_cuda(dx.data(), c.T, di.data(), dwt.data(), c.k, ex, c.shared ? &sh : nullptr, c.limit,
-                         c.shared_limit, dout.data(), ws, nullptr);
-  ASSERT_TRUE(st.is_ok()) << st.message();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> out(size_t(c.T * c.D));
-  ASSERT_EQ(cudaMemcpy(out.data(), dout.data(), out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<float> out(size_t(c.T * c.D)), again(out.size());
+  for (int run = 0; run < (c.path == oc::MoePath::Fast ? 2 : 1); ++run) {
+    auto st = oc::moe_cuda(dx.data(), c.T, di.data(), dwt.data(), c.k, ex, c.shared ? &sh : nullptr, c.limit,
+                           c.shared_limit, dout.data(), ws, nullptr, c.path);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float>& dst = run == 0 ? out : again;
+    ASSERT_EQ(cudaMemcpy(dst.data(), dout.data(), dst.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
   for (float v : out) ASSERT_TRUE(std::isfinite(v)) << "unwritten / NaN output";
+  if (c.path == oc::MoePath::Fast)
+    EXPECT_EQ(std::memcmp(out.data(), again.data(), out.size() * 4), 0) << "fast path not bitwise deterministic";
+  if (out_copy) *out_copy = out;
+  if (c.vs_exact_tol > 0) {
+    ASSERT_TRUE(oc::moe_cuda(dx.data(), c.T, di.data(), dwt.data(), c.k, ex, c.shared ? &sh : nullptr, c.limit,
+                             c.shared_limit, dout.data(), ws, nullptr, oc::MoePath::Exact)
+                    .is_ok());
+    ASSERT_EQ(cudaMemcpy(again.data(), dout.data(), again.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    const double e = normalized_error(out, again);
+    EXPECT_LT(e, c.vs_exact_tol) << "vs the exact path: " << e;
+  }
 
   // permutation, exactly
   const int64_t n = c.T * c.k;
@@ -264,11 +291,13 @@ void check_moe(const MoeCase& c, uint64_t seed) {
                                           1.0f, acc.data());
     for (int64_t d = 0; d < c.D; ++d) ref.push_back(float(acc[size_t(d)])), got.push_back(out[size_t(t * c.D + d)]);
   }
-  const bool all_skinny = c.T * c.k <= 8 * c.E && (!c.shared || c.T <= oc::kGemmSkinnyMaxM);
+  const bool fast = c.path == oc::MoePath::Fast && oc::moe_fast_supported(ex);
+  const bool all_skinny = !fast && c.T * c.k <= 8 * c.E && (!c.shared || c.T <= oc::kGemmSkinnyMaxM);
   // Tensor-core path: x and the SwiGLU output are rounded to bf16 before the w1/w3 and w2 GEMMs; at D = 64 the
-  // H200 showed up to 1.4e-2 (2026-11-29), so 3e-2.
-  const double err = normalized_error(got, ref), tol = all_skinny ? 1e-4 : 3e-2;
+  // H200 showed up to 1.4e-2 (2026-11-29), so 3e-2. Fast path: see kFastTol.
+  const double err = normalized_error(got, ref), tol = all_skinny ? 1e-4 : fast ? kFastTol : 3e-2;
   EXPECT_LT(err, tol) << "normalized error " << err;
+
 }
 
 TEST(MoeGpu, SmallAllFormats) {
@@ -292,6 +321,43 @@ TEST(MoeGpu, RealFlashShapes) {
   for (int64_t T : {1, 3, 64, 512})
     check_moe({T, 256, 6, 4096, 2048, WeightFormat::FP4_G32, true, WeightFormat::FP8_BLOCK, 10.0f, 10.0f, 4, false},
               ++seed);
+}
+
+// Fast (decode) path: FP4 experts, odd T, experts with zero rows (T small vs E), invalid ids (-1 and >= E), several
+// passes of 8 rows per expert (E = 16, T = 256: ~48 rows each), K of a single 128-chunk (D = I = 128: warps 1..7
+// idle), no clamp; plus the fall-back of other formats (bitwise equal to the exact path).
+TEST(MoeGpu, FastPathSmall) {
+  DSI_SKIP_WITHOUT_GPU();
+  uint64_t seed = 300;
+  for (int64_t T : {1, 3, 17, 64, 256}) {
+    // The shared expert runs the tiled bf16 GEMM for T > 8, whose error with a clamp this tight reaches 1-4e-2 on
+    // either path (H200, 2026-11-30); unclamped there (measured fast-path errors: 2.4-4.3e-3, identical to 3
+    // digits to the exact path's tiled bf16 GEMMs, which round the same operands).
+    check_moe({T, 16, 3, 256, 384, WeightFormat::FP4_G32, true, WeightFormat::FP8_BLOCK, 0.05f, T <= 8 ? 0.05f : 0.0f,
+               12, true, oc::MoePath::Fast}, ++seed);
+    check_moe({T, 256, 6, 128, 128, WeightFormat::FP4_G32, false, WeightFormat::F32, 0.0f, 0.0f, 12, T % 2 == 1,
+               oc::MoePath::Fast}, ++seed);
+  }
+  for (WeightFormat f : {WeightFormat::FP8_BLOCK, WeightFormat::BF16}) {
+    MoeCase c{17, 8, 2, 64, 96, f, true, WeightFormat::FP8_BLOCK, 0.05f, 0.05f, 4, true, oc::MoePath::Fast};
+    std::vector<float> fast_out, exact_out;
+    check_moe(c, 400, &fast_out);
+    c.path = oc::MoePath::Exact;
+    check_moe(c, 400, &exact_out);
+    EXPECT_EQ(fast_out, exact_out) << "unsupported formats must fall back to the exact path";
+  }
+}
+
+// V4-Flash shapes on the fast path, against the CPU reference (sampled tokens) and the exact path (all tokens).
+TEST(MoeGpu, FastPathFlashShapes) {
+  DSI_SKIP_WITHOUT_GPU();
+  uint64_t seed = 500;
+  for (int64_t T : {1, 3, 17, 64, 256}) {
+    // vs exact: fp32 GEMMs for T <= 8 (kFastTol), the tiled bf16 path above (its 3e-2 plus ours)
+    check_moe({T, 256, 6, 4096, 2048, WeightFormat::FP4_G32, true, WeightFormat::FP8_BLOCK, 10.0f, 10.0f,
+               T == 1 ? 1 : 2, false, oc::MoePath::Fast, T <= 8 ? kFastTol : kFastTol + 3e-2},
+              ++seed);
+  }
 }
 
 TEST(MoeGpu, ArgumentErrors) {

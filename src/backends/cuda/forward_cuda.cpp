@@ -92,8 +92,12 @@ Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t 
 Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L) {
   const MoeExpertsDevice& e = L.experts;
   const float limit = float(cfg_.swiglu_limit), shared_limit = num_.shared_expert_clamp ? limit : 0.0f;
-  // moe_cuda takes the fp32 path for the routed experts when T * topk <= 8 * experts, and its shared expert
-  // is a plain GEMM of T rows (fp32 path for T <= kGemmSkinnyMaxM).
+  // Exact: moe_cuda takes the fp32 path for the routed experts when T * topk <= 8 * experts, and its shared
+  // expert is a plain GEMM of T rows (fp32 path for T <= kGemmSkinnyMaxM). Otherwise the fast grouped FP4 kernels
+  // (bf16 activations) up to kMoeFastMaxT tokens, where they read each touched expert once per 8 of its rows;
+  // beyond, the tiled tensor-core GEMMs (prefill).
+  constexpr int64_t kMoeFastMaxT = 1024;
+  const MoePath path = !exact_ && T <= kMoeFastMaxT ? MoePath::Fast : MoePath::Exact;
   const int64_t chunk =
       exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * e.experts / std::max<int64_t>(k, 1))) : T;
   const int64_t D = e.dim;
@@ -101,7 +105,7 @@ Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const floa
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t n = std::min(chunk, T - r);
     DSI_RETURN_IF_ERROR(moe_cuda(x + r * D, n, idx + r * k, w + r * k, k, e, L.has_shared ? &L.shared : nullptr, limit,
-                                 shared_limit, out + r * D, moe_ws_, stream_));
+                                 shared_limit, out + r * D, moe_ws_, stream_, path));
   }
   return Status::ok();
 }

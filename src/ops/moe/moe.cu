@@ -15,10 +15,10 @@ namespace {
 
 constexpr int kCountThreads = 1024, kScatterThreads = 256;
 
-// One block: per-expert counts (integer atomics, result independent of order), exclusive scan into offsets,
-// pos_of = -1 for invalid expert ids.
+// One block: per-expert counts (integer atomics, result independent of order), parallel exclusive scan into offsets,
+// pos_of = -1 for invalid expert ids, optionally the list of touched experts (fast path).
 __global__ void __launch_bounds__(kCountThreads)
-    moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* offsets, int32_t* pos_of) {
+    moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* offsets, int32_t* pos_of, int32_t* active) {
   extern __shared__ int cnt[];
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
@@ -28,13 +28,39 @@ __global__ void __launch_bounds__(kCountThreads)
     else pos_of[a] = -1;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int run = 0;
-    for (int e = 0; e < E; ++e) {
-      offsets[e] = run;
-      run += cnt[e];
+  // Exclusive scan of the counts (and of the touched flags, for the active list): thread i owns a run of
+  // consecutive experts; warp shuffles, then warp 0 scans the 32 warp totals. Integer sums: order-free.
+  __shared__ int warp_cnt[kCountThreads / 32], warp_flag[kCountThreads / 32];
+  const int per = (E + kCountThreads - 1) / kCountThreads;
+  const int e0 = min(E, int(threadIdx.x) * per), e1 = min(E, e0 + per);
+  int c = 0, f = 0;
+  for (int e = e0; e < e1; ++e) c += cnt[e], f += cnt[e] > 0 ? 1 : 0;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int ci = c, fi = f;  // inclusive within the warp
+  for (int d = 1; d < 32; d <<= 1) {
+    const int cu = __shfl_up_sync(0xffffffffu, ci, d), fu = __shfl_up_sync(0xffffffffu, fi, d);
+    if (lane >= d) ci += cu, fi += fu;
+  }
+  if (lane == 31) warp_cnt[warp] = ci, warp_flag[warp] = fi;
+  __syncthreads();
+  if (warp == 0) {
+    int wc = warp_cnt[lane], wf = warp_flag[lane];
+    for (int d = 1; d < 32; d <<= 1) {
+      const int cu = __shfl_up_sync(0xffffffffu, wc, d), fu = __shfl_up_sync(0xffffffffu, wf, d);
+      if (lane >= d) wc += cu, wf += fu;
     }
+    warp_cnt[lane] = wc - warp_cnt[lane], warp_flag[lane] = wf - warp_flag[lane];  // exclusive
+  }
+  __syncthreads();
+  int run = warp_cnt[warp] + ci - c, na = warp_flag[warp] + fi - f;
+  for (int e = e0; e < e1; ++e) {
+    offsets[e] = run;
+    run += cnt[e];
+    if (active && cnt[e] > 0) active[1 + na++] = e;
+  }
+  if (threadIdx.x == kCountThreads - 1) {
     offsets[E] = run;
+    if (active) active[0] = na;
   }
 }
 
@@ -110,9 +136,10 @@ unsigned elementwise_blocks(int64_t total) {
 
 }  // namespace
 
-void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of, void* stream) {
+void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of,
+                      int32_t* active, void* stream) {
   moe_count_kernel<<<1, kCountThreads, size_t(experts) * sizeof(int), static_cast<cudaStream_t>(stream)>>>(
-      idx, n, int(experts), offsets, pos_of);
+      idx, n, int(experts), offsets, pos_of, active);
 }
 
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,

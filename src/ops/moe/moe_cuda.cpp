@@ -5,6 +5,8 @@
 //   4. grouped GEMM y_p = h1 W2^T;
 //   5. shared expert with gemm_cuda on all T rows;
 //   6. combine: out[t] = sum_k weight[t,k] * y_p[pos_of[t,k]] in k order, + shared[t]. No float atomics anywhere.
+// MoePath::Fast replaces 2-4 by moe_fast.cu: gather x rows to bf16, gate/up + SwiGLU kernel, down kernel, over the
+// list of touched experts written by the count kernel.
 #include "ops/moe/moe_cuda.h"
 
 #include <algorithm>
@@ -27,7 +29,9 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(perm_token_.alloc(tk, "moe perm_token"));
   DSI_RETURN_IF_ERROR(pos_of_.alloc(tk, "moe pos_of"));
   DSI_RETURN_IF_ERROR(h1_.alloc(tk * size_t(inter), "moe h1"));
-  DSI_RETURN_IF_ERROR(h3_.alloc(tk * size_t(inter), "moe h3"));
+  // h3 doubles as the fast path's bf16 x rows [tk, dim]
+  DSI_RETURN_IF_ERROR(h3_.alloc(tk * size_t(std::max<int64_t>(inter, (dim + 1) / 2)), "moe h3"));
+  DSI_RETURN_IF_ERROR(active_.alloc(size_t(experts + 1), "moe active experts"));
   DSI_RETURN_IF_ERROR(yp_.alloc(tk * size_t(dim), "moe expert outputs"));
   DSI_RETURN_IF_ERROR(sh1_.alloc(t1 * size_t(inter), "moe shared h1"));
   DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
@@ -105,11 +109,35 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
   return Status::ok();
 }
 
+// Fast path of the routed experts (after the permutation): yp rows of all valid assignments.
+void moe_fast_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit, const int32_t* offsets,
+                      const int32_t* perm, const int32_t* active, uint16_t* xb, uint16_t* hb, float* yp, void* stream) {
+  const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_active = std::min(E, n);
+  detail::launch_moe_gather(x, perm, offsets + E, n, D, xb, stream);
+  MoeFastArgs a;
+  a.active = active, a.offsets = offsets, a.xb = xb;
+  a.w1 = ex.w1.data, a.s1 = ex.w1.scale, a.w3 = ex.w3.data, a.s3 = ex.w3.scale;
+  a.K = D, a.N = I, a.limit = limit, a.hout = hb;
+  detail::launch_moe_fast(true, a, max_active, stream);
+  MoeFastArgs b;
+  b.active = active, b.offsets = offsets, b.xb = hb;
+  b.w1 = ex.w2.data, b.s1 = ex.w2.scale;
+  b.K = I, b.N = D, b.yout = yp;
+  detail::launch_moe_fast(false, b, max_active, stream);
+}
+
 }  // namespace
+
+bool moe_fast_supported(const MoeExpertsDevice& ex) {
+  auto fp4 = [](const DeviceExpertWeights& w) {
+    return w.fmt == WeightFormat::FP4_G32 && w.scale_e8m0 && w.data && w.scale;
+  };
+  return fp4(ex.w1) && fp4(ex.w3) && fp4(ex.w2) && ex.dim % 128 == 0 && ex.inter % 128 == 0;
+}
 
 Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                 const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
-                MoeWorkspace& ws, void* stream) {
+                MoeWorkspace& ws, void* stream, MoePath path) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter;
   if (T < 0 || topk <= 0) return Status::errorf("moe_cuda: bad T = {} or topk = {}", T, topk);
   if (E <= 0 || E > detail::kMoeMaxExperts || D <= 0 || I <= 0)
@@ -133,16 +161,25 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   int32_t* pos = ws.pos_of_.data();
   float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data();
 
-  detail::launch_moe_count(idx, n, E, offsets, pos, stream);
+  const bool fast = path == MoePath::Fast && moe_fast_supported(ex);
+  int32_t* active = fast ? ws.active_.data() : nullptr;
+
+  detail::launch_moe_count(idx, n, E, offsets, pos, active, stream);
   DSI_CUDA_LAUNCHED("moe_count_kernel");
   detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
   DSI_CUDA_LAUNCHED("moe_scatter_kernel");
 
-  DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w1, h1, I, stream));
-  DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w3, h3, I, stream));
-  detail::launch_swiglu(h1, h3, n, offsets + E, I, limit, stream);
-  DSI_CUDA_LAUNCHED("swiglu_kernel");
-  DSI_RETURN_IF_ERROR(expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream));
+  if (fast) {
+    moe_fast_experts(x, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
+                     reinterpret_cast<uint16_t*>(h1), yp, stream);
+    DSI_CUDA_LAUNCHED("moe_gather_kernel / moe_fast_kernel");
+  } else {
+    DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w1, h1, I, stream));
+    DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w3, h3, I, stream));
+    detail::launch_swiglu(h1, h3, n, offsets + E, I, limit, stream);
+    DSI_CUDA_LAUNCHED("swiglu_kernel");
+    DSI_RETURN_IF_ERROR(expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream));
+  }
 
   const float* shy = nullptr;
   if (shared) {

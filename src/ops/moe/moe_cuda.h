@@ -20,6 +20,26 @@ namespace dsinfer::ops::cuda {
 Status route_cuda(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
                   const RouterCudaParams& p, int32_t* idx, float* weight, void* stream);
 
+// Which kernels run the routed experts. Exact: fp32 streaming GEMMs for T*topk <= 8*experts, else the bf16
+// tensor-core tiled GEMMs (the reference-checking path). Fast: the grouped decode kernels of moe_fast.cu (x and the
+// SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
+// moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda either way.
+enum class MoePath { Exact, Fast };
+
+// FP4_G32 experts with E8M0 scales, dim % 128 == 0 and inter % 128 == 0.
+bool moe_fast_supported(const MoeExpertsDevice& experts);
+
+class MoeWorkspace;
+// out[T, D] = sum_k weight[t,k] * expert_{idx[t,k]}(x[t]) + (shared ? shared(x[t]) : 0), summed in k order, then the
+// shared expert added. expert(x) = w2 . (silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)); limit 0 = no clamp;
+// shared_limit likewise for the shared expert. x and out are contiguous [T, D] and must not overlap. An expert id
+// outside [0, experts) contributes nothing. Deterministic: no float atomics; a token's result depends only on its
+// own row and on which path runs (Exact: chosen from T, fp32 streaming when T*topk <= 8*experts, else tensor
+// core; Fast: independent of the other tokens, see docs/kernels.md).
+Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float shared_limit,
+                float* out, MoeWorkspace& ws, void* stream, MoePath path = MoePath::Exact);
+
 // Device scratch of moe_cuda, grown by reserve() (never inside moe_cuda, so a captured forward allocates nothing).
 class MoeWorkspace {
  public:
@@ -36,19 +56,11 @@ class MoeWorkspace {
 
  private:
   friend Status moe_cuda(const float*, int64_t, const int32_t*, const float*, int64_t, const MoeExpertsDevice&,
-                         const MoeSharedDevice*, float, float, float*, MoeWorkspace&, void*);
+                         const MoeSharedDevice*, float, float, float*, MoeWorkspace&, void*, MoePath);
   int64_t T_ = 0, topk_ = 0, dim_ = 0, inter_ = 0, experts_ = 0;
-  dsinfer::cuda::DeviceBuffer<int32_t> offsets_, perm_token_, pos_of_;
+  dsinfer::cuda::DeviceBuffer<int32_t> offsets_, perm_token_, pos_of_, active_;
+  // Fast path: h1_ holds the bf16 SwiGLU output [n, inter], h3_ the bf16 gathered x [n, dim] (sized for both).
   dsinfer::cuda::DeviceBuffer<float> h1_, h3_, yp_, sh1_, sh3_, shy_;
 };
-
-// out[T, D] = sum_k weight[t,k] * expert_{idx[t,k]}(x[t]) + (shared ? shared(x[t]) : 0), summed in k order, then the
-// shared expert added. expert(x) = w2 . (silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)); limit 0 = no clamp;
-// shared_limit likewise for the shared expert. x and out are contiguous [T, D] and must not overlap. An expert id
-// outside [0, experts) contributes nothing. Deterministic: no float atomics; a token's result depends only on its
-// own row and on which GEMM path runs (chosen from T: fp32 streaming when T*topk <= 8*experts, else tensor core).
-Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
-                const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float shared_limit,
-                float* out, MoeWorkspace& ws, void* stream);
 
 }  // namespace dsinfer::ops::cuda

@@ -41,6 +41,21 @@ struct MoeSharedDevice {
   DeviceWeight w2;      // [dim, I_s]
 };
 
+// Fast (decode) path of the routed experts (moe_fast.cu): FP4_G32 weights with E8M0 scales, bf16 activations.
+struct MoeFastArgs {
+  const int32_t* active = nullptr;   // [1 + experts]: number of touched experts, then their ids (increasing)
+  const int32_t* offsets = nullptr;  // [experts + 1] (the permutation)
+  const uint16_t* xb = nullptr;      // B operand rows, bf16 in pair layout (moe_fast_common.h) [rows, K]
+  const void* const* w1 = nullptr;   // gate kernel: W1 [N, K]; down kernel: W2 [N, K] (per-expert pointers)
+  const void* const* s1 = nullptr;
+  const void* const* w3 = nullptr;   // gate kernel: W3 [N, K]; unused by the down kernel
+  const void* const* s3 = nullptr;
+  int64_t K = 0, N = 0;              // K % 128 == 0; N % 32 (gate) or % 64 (down) == 0
+  float limit = 0.0f;                // SwiGLU clamp (gate kernel), 0 = none
+  uint16_t* hout = nullptr;          // gate kernel: SwiGLU output, bf16 pair layout [rows, N]
+  float* yout = nullptr;             // down kernel: fp32 [rows, N]
+};
+
 namespace detail {
 inline constexpr int kRouteWarps = 4;  // tokens per router block (one warp each)
 inline constexpr int64_t kMoeMaxExperts = 8192;  // the count kernel keeps one int counter per expert in shared memory
@@ -51,13 +66,21 @@ void launch_route(const float* logits, int64_t T, const float* bias, const int32
 // moe.cu: the permutation of n = T * topk assignments into per-expert row groups ("moe_count_kernel",
 // "moe_scatter_kernel"), the clamped SwiGLU over the first *rows_dev (or `rows`) rows ("swiglu_kernel") and the
 // weighted combine in k order plus the optional shared expert output ("combine_kernel").
-void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of, void* stream);
+// launch_moe_count also writes the touched-expert list (count, then ids) when `active` is not null.
+void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of,
+                      int32_t* active, void* stream);
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,
                         int32_t* perm_token, int32_t* pos_of, void* stream);
 void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows_dev, int64_t inter, float limit,
                    void* stream);
 void launch_combine(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk, int64_t dim,
                     const float* shared, float* out, void* stream);
+// moe_fast.cu: x rows gathered through perm_token into bf16 pair layout, rows < *rows_dev ("moe_gather_kernel",
+// max_rows blocks); the gate/up + SwiGLU kernel (gate_up) or the down kernel ("moe_fast_kernel"), grid
+// (N / rows per block, max_active).
+void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
+                       int64_t K, uint16_t* xb, void* stream);
+void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda

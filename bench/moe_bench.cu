@@ -1,0 +1,187 @@
+// Benchmark of the MoE layer at V4-Flash shapes (256 FP4_G32 experts with E8M0 scales, top-6, D 4096, I 2048, FP8
+// shared expert, swiglu limit 10): the exact path (fp32 skinny / bf16 tiled grouped GEMMs) against the fast
+// grouped decode kernels (moe_fast.cu), side by side, with and without the shared expert. CUDA events, 3 warm-up
+// runs, median of 25, 4 rotating weight sets (4 x 3.4 GB: nothing stays in the 60 MB L2), uniform random routing.
+// Floor = bytes / 4.2 TB/s with bytes = touched experts x 13.37 MB (+ shared 25.2 MB) + x + out (fp32); the
+// intermediates are not counted (an ideal kernel keeps them on chip). Usage: dsinfer_moe_bench (no arguments).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <vector>
+
+#include "backends/cuda/dummy_weights_cuda.h"
+#include "ops/gemm/gemm_cuda.h"
+#include "ops/moe/moe_cuda.h"
+
+namespace oc = dsinfer::ops::cuda;
+
+namespace {
+
+constexpr int kSets = 4, kWarm = 3, kRuns = 25;
+constexpr double kHbm = 4.2e12;
+constexpr int64_t E = 256, k = 6, D = 4096, I = 2048;
+
+void die(const dsinfer::Status& s, const char* what) {
+  if (s.is_ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, s.message().c_str());
+  std::exit(1);
+}
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+using Blob = dsinfer::cuda::DeviceBuffer<uint8_t>;
+
+Blob upload_blob(const void* host, size_t bytes) {
+  Blob b;
+  die(b.upload_bytes(host, bytes, "bench upload"), "upload");
+  return b;
+}
+
+// kind 0: random FP4 codes, 1: e4m3 codes, 2: E8M0 scales 2^-3, -1: floats in [-1, 1).
+Blob blob(size_t bytes, int kind, uint64_t seed) {
+  Blob b;
+  die(b.alloc(bytes, "bench buffer"), "alloc");
+  using dsinfer::backends::DummyFill;
+  using dsinfer::backends::DummySpec;
+  const DummySpec spec = kind == 0   ? DummySpec{DummyFill::Fp4Codes}
+                         : kind == 1 ? DummySpec{DummyFill::Fp8Codes}
+                         : kind == 2 ? DummySpec{DummyFill::Constant8, false, 0.0f, 0.0f, 124}
+                                     : DummySpec{DummyFill::Uniform, false, 0.0f, 1.0f};
+  die(dsinfer::backends::fill_dummy_cuda(b.data(), kind >= 0 ? bytes : bytes / 4, spec, seed, nullptr), "fill");
+  return b;
+}
+
+template <typename F>
+double median_us(F&& fn) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < kWarm; ++i) fn(i % kSets);
+  std::vector<float> t;
+  for (int i = 0; i < kRuns; ++i) {
+    check(cudaEventRecord(a), "record");
+    fn(i % kSets);
+    check(cudaEventRecord(b), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return double(t[t.size() / 2]) * 1e3;
+}
+
+struct Set {
+  std::vector<Blob> bufs;
+  Blob ptrs;
+  oc::MoeExpertsDevice ex;
+  oc::MoeSharedDevice sh;
+};
+
+void build(Set& st, int si, size_t w_bytes, size_t s_bytes) {
+  std::vector<const void*> host_ptrs(size_t(6 * E));  // one stacked allocation per projection
+  for (int proj = 0; proj < 3; ++proj) {
+    st.bufs.push_back(blob(w_bytes * size_t(E), 0, uint64_t(100 + si * 10 + proj)));
+    st.bufs.push_back(blob(s_bytes * size_t(E), 2, uint64_t(200 + si * 10 + proj)));
+    const uint8_t* d = st.bufs[st.bufs.size() - 2].data();
+    const uint8_t* sc = st.bufs.back().data();
+    for (int64_t e = 0; e < E; ++e) {
+      host_ptrs[size_t((2 * proj) * E + e)] = d + size_t(e) * w_bytes;
+      host_ptrs[size_t((2 * proj + 1) * E + e)] = sc + size_t(e) * s_bytes;
+    }
+  }
+  st.ptrs = upload_blob(host_ptrs.data(), host_ptrs.size() * sizeof(void*));
+  const void* const* P = st.ptrs.as<const void* const>();
+  auto proj = [&](int p, int64_t rows, int64_t cols) {
+    oc::DeviceExpertWeights w;
+    w.fmt = oc::WeightFormat::FP4_G32, w.rows = rows, w.cols = cols;
+    w.data = P + (2 * p) * E, w.scale = P + (2 * p + 1) * E;
+    return w;
+  };
+  st.ex = {E, D, I, proj(0, I, D), proj(1, I, D), proj(2, D, I)};
+  for (int p = 0; p < 3; ++p) {
+    const int64_t rows = p == 2 ? D : I, cols = p == 2 ? I : D;
+    const auto f = oc::WeightFormat::FP8_BLOCK;
+    st.bufs.push_back(blob(oc::weight_data_bytes(f, rows, cols), 1, uint64_t(300 + si * 10 + p)));
+    st.bufs.push_back(blob(oc::weight_scale_bytes(f, rows, cols, true, 128, 128), 2, uint64_t(400 + si * 10 + p)));
+    oc::DeviceWeight dw{f, rows, cols, st.bufs[st.bufs.size() - 2].data(), st.bufs.back().data(), true, 128, 128};
+    (p == 0 ? st.sh.w1 : p == 1 ? st.sh.w3 : st.sh.w2) = dw;
+  }
+}
+
+}  // namespace
+
+int main() {
+  int dev = 0;
+  if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::printf("device: %s, %d SMs; MoE FP4 256 experts top-6 D=4096 I=2048 + FP8 shared; floor = bytes / %.1f TB/s\n",
+              prop.name, prop.multiProcessorCount, kHbm / 1e12);
+  const size_t w_bytes = oc::weight_data_bytes(oc::WeightFormat::FP4_G32, I, D);
+  const size_t s_bytes = oc::weight_scale_bytes(oc::WeightFormat::FP4_G32, I, D, true, 128, 128);
+  std::vector<Set> sets(kSets);
+  for (int si = 0; si < kSets; ++si) build(sets[size_t(si)], si, w_bytes, s_bytes);
+  oc::MoeWorkspace ws;
+  die(ws.reserve(1024, k, D, I, E), "reserve");
+  const double expert_bytes = 3.0 * double(w_bytes + s_bytes);
+  const double shared_bytes = 3.0 * double(I * D + (I / 128) * (D / 128));
+  std::printf("%5s %8s %9s | %-38s | %-38s\n", "T", "experts", "MB", "with shared: floor  exact   fast (us, x floor)",
+              "routed only: floor  exact   fast");
+  uint64_t rng = 12345;
+  auto next = [&] {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+  };
+  for (int64_t T : {1, 8, 64, 128, 256, 512, 1024}) {
+    std::vector<Blob> xs, outs, idxs, wts;
+    std::set<int32_t> distinct;
+    for (int si = 0; si < kSets; ++si) {
+      std::vector<int32_t> idx(size_t(T * k));
+      std::vector<float> wt(size_t(T * k), 1.0f / 6.0f);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+          int32_t e;
+          bool dup;
+          do {
+            e = int32_t(next() % uint64_t(E));
+            dup = false;
+            for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
+          } while (dup);
+          idx[size_t(t * k + j)] = e;
+          if (si == 0) distinct.insert(e);
+        }
+      idxs.push_back(upload_blob(idx.data(), idx.size() * 4));
+      wts.push_back(upload_blob(wt.data(), wt.size() * 4));
+      xs.push_back(blob(size_t(T * D) * 4, -1, uint64_t(500 + si)));
+      outs.push_back(blob(size_t(T * D) * 4, -1, uint64_t(600 + si)));
+    }
+    double us[2][2];  // [with shared][path]
+    for (int with_shared = 0; with_shared < 2; ++with_shared)
+      for (int fast = 0; fast < 2; ++fast)
+        us[with_shared][fast] = median_us([&](int i) {
+          const Set& st = sets[size_t(i)];
+          die(oc::moe_cuda(xs[size_t(i)].as<float>(), T, idxs[size_t(i)].as<const int32_t>(),
+                           wts[size_t(i)].as<const float>(), k, st.ex, with_shared ? &st.sh : nullptr, 10.0f, 10.0f,
+                           outs[size_t(i)].as<float>(), ws, nullptr, fast ? oc::MoePath::Fast : oc::MoePath::Exact),
+              "moe_cuda");
+        });
+    const double io = 8.0 * double(T * D), routed = double(distinct.size()) * expert_bytes + io;
+    const double f1 = (routed + shared_bytes) / kHbm * 1e6, f0 = routed / kHbm * 1e6;
+    std::printf("%5lld %8zu %9.1f | %7.1f %7.1f (%5.2fx) %7.1f (%5.2fx) | %7.1f %7.1f (%5.2fx) %7.1f (%5.2fx)\n",
+                (long long)T, distinct.size(), (routed + shared_bytes) / 1e6, f1, us[1][0], us[1][0] / f1, us[1][1],
+                us[1][1] / f1, f0, us[0][0], us[0][0] / f0, us[0][1], us[0][1] / f0);
+  }
+  return 0;
+}

@@ -1,0 +1,63 @@
+// Index and bit logic of the fast (decode) MoE kernels (moe_fast.cu), shared with their CPU self-checks
+// (tests/unit/test_moe_fast.cpp). No CUDA types. Design in docs/kernels.md "MoE fast path".
+//
+// mma.sync m16n8k16 with the expert weights as the A operand (16 weight rows) and tokens as B (8 tokens). A dot
+// product does not care about the order of k, so each lane feeds the tensor core its own 32 consecutive k (one
+// 16-byte FP4 vector = one E8M0 scale group) over 8 mma k-steps: lane t (= lane & 3) of a 128-k chunk owns
+// elements [32t, 32t + 32). In the 32-element group, bf16 "pair" P (0..15) holds elements (8(P/4) + P%4,
+// 8(P/4) + P%4 + 4): word q of the FP4 vector (codes 8q..8q+7, code j in nibble j) gives pairs 4q..4q+3 with a few
+// shifts and masks, no table. k-step s uses pair 2s in the fragment registers of columns (2t, 2t+1) and pair
+// 2s + 1 in those of columns (2t+8, 2t+9), for A and B alike. The B operand (activations) is stored in that pair
+// order ("pair layout": slot 2P + h of a group holds element pair_src(2P + h)), so a lane loads its 8 k-steps of B
+// as 64 contiguous bytes.
+#pragma once
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace dsinfer::ops::moe_detail {
+
+inline constexpr int kFastThreads = 256, kFastWarps = 8;
+inline constexpr int kFastChunk = 128;     // k per warp step: 4 lanes (t) x 32
+inline constexpr int kFastTokens = 8;      // tokens (mma N) per pass over an expert's rows
+inline constexpr int kFastTiles = 4;       // m16 weight tiles per block
+inline constexpr int kFastGateRows = 32;   // gate/up kernel: I rows per block (tiles: W1 x2, W3 x2)
+inline constexpr int kFastDownRows = 64;   // down kernel: D rows per block (tiles: W2 x4)
+// The weights are decoded as value * 2^-(126 + kFastScaleShift) (see fp4_scale_bf16); the fp32 accumulators are
+// multiplied back by 2^kFastScaleShift in the epilogue. Exact for E8M0 scale bytes 66..192 (scales 2^-61 .. 2^65;
+// real FP4 expert scales are near 2^-9): below, the smallest codes underflow bf16 (flush toward 0).
+inline constexpr int kFastScaleShift = 64;
+
+// Element (0..31) held in slot i (0..31) of a pair-layout group.
+DSI_HD int pair_src(int i) {
+  const int P = i >> 1;
+  return 8 * (P >> 2) + (P & 3) + 4 * (i & 1);
+}
+// Inverse of pair_src: the slot of element e.
+DSI_HD int pair_dst(int e) {
+  const int q = e >> 3, r = e & 7;
+  return 2 * (4 * q + (r & 3)) + (r >> 2);
+}
+
+// bf16x2 bits of FP4 codes p (low half) and p + 4 (high half) of word w (p = 0..3), each as the bf16 whose bits
+// are sign << 15 | eem << 6 (eem = the code's 3 magnitude bits): that is the e2m1 value times 2^-126 (the code
+// 001, 0.5, lands on the subnormal 2^-127; codes with exponent bits land on normal numbers). Multiplying by a
+// power of two brings it back exactly.
+DSI_HD uint32_t fp4_pair_bits(uint32_t w, int p) {
+  const int sh = 6 - 4 * p;  // moves bits 4p..4p+2 to 6..8 (and 16+4p.. to 22..24)
+  const uint32_t mag = (sh >= 0 ? (w << sh) : (w >> -sh)) & 0x01C001C0u;
+  const uint32_t sign = (w << (12 - 4 * p)) & 0x80008000u;  // bit 4p+3 -> 15, bit 4p+19 -> 31
+  return mag | sign;
+}
+
+// bf16 bits of 2^(s - 127) * 2^126 / 2^kFastScaleShift for an E8M0 scale byte s: the factor that turns
+// fp4_pair_bits values into weight * 2^-kFastScaleShift. 0xFF (NaN scale) gives a bf16 NaN; bytes above 192
+// (scales over 2^65, not produced by real checkpoints) saturate to inf.
+DSI_HD uint32_t fp4_scale_bf16(uint32_t s) {
+  s &= 0xFFu;
+  if (s == 0xFFu) return 0x7FC0u;
+  const uint32_t e = s + 126u - uint32_t(kFastScaleShift);  // biased bf16 exponent of 2^(s - 1 - shift)
+  return e >= 255u ? 0x7F80u : (e << 7);
+}
+
+}  // namespace dsinfer::ops::moe_detail

@@ -1,0 +1,80 @@
+// CPU self-checks of the fast MoE kernels' index and bit logic (ops/moe/moe_fast_common.h, shared with
+// moe_fast.cu): the pair layout is a permutation, the table-free FP4 -> bf16 decode times the scale factor gives
+// exactly e2m1 * 2^(s-127) (against core/small_float.h), and an emulation of one warp k-chunk's mma fragment
+// pairing (A from FP4 words, B from pair-layout activations) reproduces the plain dot product.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/small_float.h"
+#include "ops/moe/moe_fast_common.h"
+
+namespace md = dsinfer::ops::moe_detail;
+namespace sf = dsinfer::small_float;
+
+namespace {
+
+double bf16_value(uint32_t bits16) { return double(sf::from_bits((bits16 & 0xFFFFu) << 16)); }
+
+TEST(MoeFast, PairLayoutIsAPermutation) {
+  std::vector<int> seen(32, 0);
+  for (int i = 0; i < 32; ++i) {
+    const int e = md::pair_src(i);
+    ASSERT_GE(e, 0);
+    ASSERT_LT(e, 32);
+    ++seen[size_t(e)];
+    EXPECT_EQ(md::pair_dst(e), i);
+  }
+  for (int v : seen) EXPECT_EQ(v, 1);
+}
+
+TEST(MoeFast, Fp4DecodeTimesScaleIsExact) {
+  for (uint32_t s : {66u, 80u, 100u, 118u, 127u, 128u, 150u, 192u}) {  // the exact range (moe_fast_common.h)
+    const double f = bf16_value(md::fp4_scale_bf16(s));
+    const double scale = double(sf::from_bits(sf::e8m0_f32_bits(s)));
+    for (uint32_t w : {0x76543210u, 0xFEDCBA98u, 0x19E3C5A7u, 0x8F0F1E2Du}) {
+      for (int p = 0; p < 4; ++p) {
+        const uint32_t bits = md::fp4_pair_bits(w, p);
+        const double lo = bf16_value(bits) * f * std::ldexp(1.0, md::kFastScaleShift);
+        const double hi = bf16_value(bits >> 16) * f * std::ldexp(1.0, md::kFastScaleShift);
+        const double want_lo = double(sf::from_bits(sf::e2m1_f32_bits((w >> (4 * p)) & 0xFu))) * scale;
+        const double want_hi = double(sf::from_bits(sf::e2m1_f32_bits((w >> (4 * p + 16)) & 0xFu))) * scale;
+        EXPECT_EQ(lo, want_lo) << "s=" << s << " w=" << w << " p=" << p;
+        EXPECT_EQ(hi, want_hi) << "s=" << s << " w=" << w << " p=" << p;
+        // the kernel's bf16 product (lo * 2^-shift) must be a normal bf16 (no rounding, no underflow): at most 8
+        // significant bits, magnitude >= 2^-126
+        if (lo != 0) {
+          int ex = 0;
+          const double v = std::fabs(lo) * std::ldexp(1.0, -md::kFastScaleShift), m = std::frexp(v, &ex);
+          EXPECT_EQ(std::ldexp(m, 8), std::floor(std::ldexp(m, 8)));
+          EXPECT_GE(v, std::ldexp(1.0, -126));
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(std::isnan(bf16_value(md::fp4_scale_bf16(255))));
+}
+
+// Emulates moe_fast.cu's compute_chunk for one weight row and one token: for each lane t and k-step s the pairs
+// the kernel multiplies (A: fp4_pair_bits of word s/2, pairs 2(s%2), 2(s%2)+1; B: slots of pairs 2s, 2s+1 of the
+// pair-layout group) must cover each k exactly once, matching element by element.
+TEST(MoeFast, ChunkPairingCoversEveryK) {
+  std::vector<int> used(md::kFastChunk, 0);
+  for (int t = 0; t < 4; ++t)
+    for (int s = 0; s < 8; ++s)
+      for (int half = 0; half < 2; ++half) {  // cols (2t, 2t+1) then (2t+8, 2t+9)
+        const int q = s / 2, p = 2 * (s % 2) + half;  // A: word q, pair p
+        const int P = 2 * s + half;                   // B: pair P of the lane's group
+        for (int h = 0; h < 2; ++h) {
+          const int a_elem = 8 * q + p + 4 * h;           // nibble p (+4) of word q
+          const int b_elem = md::pair_src(2 * P + h);     // slot 2P + h
+          EXPECT_EQ(a_elem, b_elem) << "t=" << t << " s=" << s;
+          ++used[size_t(32 * t + a_elem)];
+        }
+      }
+  for (int v : used) EXPECT_EQ(v, 1);
+}
+
+}  // namespace
