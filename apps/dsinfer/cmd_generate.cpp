@@ -345,6 +345,14 @@ int cmd_generate(int argc, char** argv) {
                  sm.emitted_tokens ? double(sm.verified_tokens) / double(sm.emitted_tokens) : 0.0,
                  sm.step_seconds > 0 ? 100.0 * sm.draft_seconds / sm.step_seconds : 0.0);
   }
+  const PrefixCacheMetrics pm = engine->stats().prefix_cache;
+  if (pm.mode != "off")
+    std::fprintf(stderr,
+                 "prefix cache: %s, %lld lookups, %lld of %lld tokens hit (%lld exact hits, %lld bounded), %lld replayed, "
+                 "%lld evictions, %lld snapshots (%.1f MiB of %.1f MiB)\n",
+                 pm.mode.c_str(), (long long)pm.lookups, (long long)pm.hit_tokens, (long long)pm.lookup_tokens,
+                 (long long)pm.exact_hits, (long long)pm.bounded_hits, (long long)pm.replayed_tokens, (long long)pm.evictions,
+                 (long long)pm.snapshots, double(pm.snapshot_bytes) / 1048576.0, double(pm.snapshot_budget_bytes) / 1048576.0);
   if (sig) return 128 + sig;
   return rc;
 }

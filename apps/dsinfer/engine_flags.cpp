@@ -18,8 +18,10 @@ std::string engine_flags_help() {
       "            --max-num-seqs N ({})  --max-num-batched-tokens N ({})  --max-model-len N  --seed N\n"
       "            --state-memory-gb X\n"
       "  speculative decoding: --speculative dspark|mtp1|off ({})  --num-speculative-tokens K ({})\n"
-      "            --speculative-budget N  --speculative-min-survival X\n",
-      d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens);
+      "            --speculative-budget N  --speculative-min-survival X\n"
+      "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n",
+      d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
+      d.enable_prefix_caching);
 }
 
 bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
@@ -52,7 +54,13 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
                                  "--max-num-batched-tokens", "--max-model-len", "--seed", "--state-memory-gb",
                                  "--speculative", "--num-speculative-tokens", "--speculative-budget",
                                  "--speculative-min-survival"};
-  bool known = false;
+  if (a == "--enable-prefix-caching") {  // the mode is optional: a bare flag means exact
+    const std::string next = i + 1 < argc ? argv[i + 1] : "";
+    eo.enable_prefix_caching = "exact";
+    if (next == "exact" || next == "bounded" || next == "off") eo.enable_prefix_caching = argv[++i];
+    return FlagParse::kOk;
+  }
+  bool known = a == "--prefix-snapshot-memory-gb";
   for (const char* f : kFlags) known = known || a == f;
   if (!known) return FlagParse::kNotEngineFlag;
   if (i + 1 >= argc) {
@@ -76,6 +84,7 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   else if (a == "--state-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.state_memory_gb = x;
   else if (a == "--num-speculative-tokens") ok = parse_int_flag(cmd, a, v, 0, 64, &n), eo.num_speculative_tokens = int32_t(n);
   else if (a == "--speculative-budget") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.speculative_budget = n;
+  else if (a == "--prefix-snapshot-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.prefix_snapshot_memory_gb = x;
   else ok = parse_real_flag(cmd, a, v, 0, 1, &x), eo.speculative_min_survival = x;
   return ok ? FlagParse::kOk : FlagParse::kError;
 }

@@ -32,6 +32,26 @@ struct EngineOptions {
   int32_t num_speculative_tokens = 0;
   int64_t speculative_budget = 0;
   double speculative_min_survival = 0;
+  // Prefix caching (docs/architecture.md, "Prefix caching"): "off"; "exact" (a hit resumes from a snapshot of
+  // the sequence state taken at a block boundary: outputs bit-identical to no caching); "bounded" (also hits on
+  // cached blocks without a snapshot, recomputing the sliding window before the hit: close, not identical).
+  // Snapshot memory in GiB (0: a quarter of the state memory), LRU beyond it.
+  std::string enable_prefix_caching = "off";
+  double prefix_snapshot_memory_gb = 0;
+};
+
+// Counters of prefix caching since the engine was created (gauges marked "now").
+struct PrefixCacheMetrics {
+  std::string mode = "off";
+  int64_t lookups = 0;           // admissions that looked up a prefix
+  int64_t lookup_tokens = 0;     // tokens those admissions had to compute without a cache
+  int64_t hit_tokens = 0;        // tokens whose prefill a hit skipped
+  int64_t exact_hits = 0, bounded_hits = 0;
+  int64_t replayed_tokens = 0;   // tokens recomputed to rebuild sliding windows (bounded hits)
+  int64_t evictions = 0, snapshot_evictions = 0;
+  int64_t deferred = 0;          // admission steps held back while a running sequence computed the same prefix
+  int64_t cached_blocks = 0;     // now
+  int64_t snapshots = 0, snapshot_bytes = 0, snapshot_budget_bytes = 0;  // now
 };
 
 // Counters of speculative decoding since the engine was created.
@@ -108,6 +128,7 @@ struct EngineStats {
   int32_t state_slots = 0, state_slots_used = 0;
   int32_t state_blocks = 0, state_blocks_used = 0;
   int64_t state_bytes_used = 0, state_bytes_budget = 0;
+  PrefixCacheMetrics prefix_cache;
 };
 
 class Engine {

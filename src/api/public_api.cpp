@@ -127,6 +127,7 @@ EngineStats Engine::stats() const {
   st.state_blocks_used = cs.num_blocks - cs.free_blocks;
   st.state_bytes_used = cs.used_bytes;
   st.state_bytes_budget = cs.budget_bytes;
+  st.prefix_cache = e.prefix_stats();
   return st;
 }
 

@@ -41,16 +41,25 @@ Result<StateCache> StateCache::create(const io::ModelConfig& cfg, const StateCac
   return StateCache(std::move(layout), int32_t(slots), int32_t(blocks), cc.budget_bytes, max_len);
 }
 
-bool StateCache::can_admit(int64_t num_tokens, int64_t reserve_blocks) const {
-  return !free_slots_.empty() && blocks_for(num_tokens) + reserve_blocks <= free_blocks();
+bool StateCache::can_admit(int64_t num_tokens, int64_t reserve_blocks, std::span<const BlockId> shared,
+                           int64_t extra) const {
+  // Shared blocks that only the cache holds count as free, but this admission takes them.
+  int64_t held = 0;
+  for (BlockId b : shared) held += blocks_.refcount(b) == 1 && prefix_ && prefix_->is_cached(b);
+  const int64_t need = std::max<int64_t>(blocks_for(num_tokens) - int64_t(shared.size()), 0) + extra;
+  return !free_slots_.empty() && need + reserve_blocks <= free_blocks() - held;
 }
 
-SlotId StateCache::admit(int64_t num_tokens) {
-  if (!can_admit(num_tokens)) return -1;
+SlotId StateCache::admit(int64_t num_tokens, std::span<const BlockId> shared) {
+  if (!can_admit(num_tokens, 0, shared)) return -1;
   SlotId s = free_slots_.back();
   free_slots_.pop_back();
   slot_used_[size_t(s)] = true;
   assert(tables_[size_t(s)].empty());
+  for (BlockId b : shared) {
+    ref(b);
+    tables_[size_t(s)].push_back(b);
+  }
   bool ok = allocate_for(s, num_tokens);
   assert(ok);
   (void)ok;
@@ -61,8 +70,52 @@ bool StateCache::allocate_for(SlotId s, int64_t new_len) {
   const int64_t need = blocks_needed(s, new_len);
   if (need > free_blocks()) return false;
   auto& t = tables_[size_t(s)];
-  for (int64_t i = 0; i < need; ++i) t.push_back(blocks_.allocate());
+  for (int64_t i = 0; i < need; ++i) t.push_back(take());
   return true;
+}
+
+BlockId StateCache::take() {
+  BlockId b = blocks_.allocate();
+  if (b >= 0 || !prefix_) return b;
+  const BlockId v = prefix_->evict([this](BlockId x) { return blocks_.refcount(x); });
+  if (v < 0) return -1;
+  --evictable_;
+  blocks_.decref(v);
+  return blocks_.allocate();
+}
+
+void StateCache::ref(BlockId b) {
+  blocks_.incref(b);
+  if (blocks_.refcount(b) == 2 && prefix_ && prefix_->is_cached(b)) --evictable_;
+}
+
+void StateCache::unref(BlockId b) {
+  blocks_.decref(b);
+  if (blocks_.refcount(b) == 1 && prefix_ && prefix_->is_cached(b)) ++evictable_;
+}
+
+PrefixCache::Insert StateCache::cache_block(SlotId s, int64_t index, uint64_t key, uint64_t parent_gen,
+                                            std::span<const int32_t> tokens) {
+  const BlockId b = tables_[size_t(s)][size_t(index)];
+  if (!prefix_ || prefix_->is_cached(b)) return {};
+  PrefixCache::Insert r = prefix_->insert(key, parent_gen, int32_t(index), tokens, b);
+  if (r.took) blocks_.incref(b);  // the cache's own reference; the sequence holds one, so not evictable
+  return r;
+}
+
+BlockId StateCache::swap_scratch(SlotId s, int64_t index) {
+  const BlockId fresh = take();
+  if (fresh < 0) return -1;
+  BlockId& e = tables_[size_t(s)][size_t(index)];
+  const BlockId old = e;
+  e = fresh;
+  return old;
+}
+
+void StateCache::swap_back(SlotId s, int64_t index, BlockId shared) {
+  BlockId& e = tables_[size_t(s)][size_t(index)];
+  unref(e);
+  e = shared;
 }
 
 Status StateCache::truncate(SlotId s, int64_t len) {
@@ -72,7 +125,7 @@ Status StateCache::truncate(SlotId s, int64_t len) {
   if (keep > 0 && len % block_size() != 0 && blocks_.refcount(t[keep - 1]) > 1)
     return Status::errorf("state cache: truncate to {} tokens would leave shared block {} (refcount {}) partially "
                           "used", len, t[keep - 1], blocks_.refcount(t[keep - 1]));
-  for (size_t i = keep; i < t.size(); ++i) blocks_.decref(t[i]);
+  for (size_t i = keep; i < t.size(); ++i) unref(t[i]);
   t.resize(keep);
   return Status::ok();
 }
@@ -80,7 +133,7 @@ Status StateCache::truncate(SlotId s, int64_t len) {
 void StateCache::free(SlotId s) {
   assert(slot_used_[size_t(s)]);
   auto& t = tables_[size_t(s)];
-  for (BlockId b : t) blocks_.decref(b);
+  for (BlockId b : t) unref(b);
   t.clear();
   slot_used_[size_t(s)] = false;
   free_slots_.push_back(s);
@@ -93,7 +146,7 @@ Status StateCache::share_blocks(SlotId s, std::span<const BlockId> blocks) {
     if (b < 0 || b >= num_blocks() || blocks_.refcount(b) == 0)
       return Status::errorf("state cache: share_blocks of block {} which is not allocated", b);
   for (BlockId b : blocks) {
-    blocks_.incref(b);
+    ref(b);
     t.push_back(b);
   }
   return Status::ok();

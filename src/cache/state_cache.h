@@ -5,10 +5,12 @@
 // slot s -> slot_base + s * slot_bytes, block b -> block_base + b * block_bytes.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "cache/block_allocator.h"
+#include "cache/prefix_cache.h"
 #include "cache/state_layout.h"
 #include "core/status.h"
 
@@ -39,12 +41,16 @@ class StateCache {
   int32_t num_slots() const { return int32_t(slot_used_.size()); }
   int32_t free_slots() const { return int32_t(free_slots_.size()); }
   int32_t num_blocks() const { return blocks_.num_blocks(); }
-  int32_t free_blocks() const { return blocks_.num_free(); }
+  // Free blocks, counting cached blocks that only the prefix cache references (evicted on demand, LRU).
+  int32_t free_blocks() const { return blocks_.num_free() + evictable_; }
   int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size() - 1) / block_size(); }
 
-  // New sequence: a slot plus blocks for num_tokens tokens, leaving at least `reserve_blocks` free.
-  bool can_admit(int64_t num_tokens, int64_t reserve_blocks = 0) const;
-  SlotId admit(int64_t num_tokens);  // -1 (and nothing taken) when !can_admit(num_tokens)
+  // New sequence: a slot plus blocks for num_tokens tokens, leaving at least `reserve_blocks` free. `shared`:
+  // complete cached blocks that start its table (a prefix-cache hit; one more reference each), `extra`: blocks
+  // it needs beyond its table (bounded-replay scratch copies).
+  bool can_admit(int64_t num_tokens, int64_t reserve_blocks = 0, std::span<const BlockId> shared = {},
+                 int64_t extra = 0) const;
+  SlotId admit(int64_t num_tokens, std::span<const BlockId> shared = {});  // -1 (nothing taken) when !can_admit
 
   // Grow slot's table to cover new_len tokens (no-op when it already does).
   bool can_allocate(SlotId s, int64_t new_len) const { return blocks_needed(s, new_len) <= free_blocks(); }
@@ -61,6 +67,19 @@ class StateCache {
   // reference each. Fails when the table is not empty or a block id is not allocated.
   Status share_blocks(SlotId s, std::span<const BlockId> blocks);
 
+  // ---- prefix caching (cache/prefix_cache.h) ----
+  void enable_prefix_cache(const PrefixCacheConfig& cfg) { prefix_ = std::make_unique<PrefixCache>(cfg, num_blocks()); }
+  PrefixCache* prefix() { return prefix_.get(); }
+  const PrefixCache* prefix() const { return prefix_.get(); }
+  // Offers block `index` of slot s's table (complete, never written again) to the prefix cache under `key`.
+  PrefixCache::Insert cache_block(SlotId s, int64_t index, uint64_t key, uint64_t parent_gen,
+                                  std::span<const int32_t> tokens);
+  // Bounded replay: table entry `index` of slot s becomes a fresh private block (-1 when none is left); the
+  // block it replaces is returned and keeps its reference (the caller's), to be put back by swap_back.
+  BlockId swap_scratch(SlotId s, int64_t index);
+  void swap_back(SlotId s, int64_t index, BlockId shared);  // frees the scratch block
+  void release(BlockId b) { unref(b); }
+
   std::span<const BlockId> table(SlotId s) const { return tables_[size_t(s)]; }
   int64_t capacity_tokens(SlotId s) const { return int64_t(tables_[size_t(s)].size()) * block_size(); }
   int32_t refcount(BlockId b) const { return blocks_.refcount(b); }
@@ -69,6 +88,10 @@ class StateCache {
 
  private:
   StateCache(StateLayout layout, int32_t num_slots, int32_t num_blocks, int64_t budget, int64_t max_model_len);
+  // Every reference change goes through these, which keep evictable_ (cached blocks with refcount 1) true.
+  BlockId take();  // allocate, evicting the LRU unreferenced cached block when the pool is empty
+  void ref(BlockId b);
+  void unref(BlockId b);
   int64_t blocks_needed(SlotId s, int64_t new_len) const {
     int64_t need = blocks_for(new_len) - int64_t(tables_[size_t(s)].size());
     return need > 0 ? need : 0;
@@ -81,6 +104,8 @@ class StateCache {
   std::vector<SlotId> free_slots_;            // LIFO
   int64_t budget_bytes_ = 0;
   int64_t max_model_len_ = 0;
+  std::unique_ptr<PrefixCache> prefix_;
+  int32_t evictable_ = 0;
 };
 
 }  // namespace dsinfer::cache

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "engine/prefix_setup.h"
 #include "scheduler/step_sampling.h"
 #include "spec/speculator.h"
 #include "chat/chat_encoding.h"
@@ -86,7 +87,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
     cc.budget_bytes = std::max<int64_t>(std::min<int64_t>(per_seq * o.max_num_seqs, int64_t(4) << 30), per_seq);
   }
   DSI_ASSIGN_OR_RETURN(cache::StateCache sc, cache::StateCache::create(mc, cc));
+  DSI_ASSIGN_OR_RETURN(const int32_t num_snapshots, setup_prefix_cache(o, *e->runner_, spec_method != spec::SpecMethod::kOff,
+                                                                       cc.budget_bytes, sc));
   DSI_RETURN_IF_ERROR(e->runner_->bind_state(sc.layout(), sc.num_slots(), sc.num_blocks(), e->max_model_len_));
+  DSI_RETURN_IF_ERROR(e->runner_->bind_snapshots(num_snapshots));
   scheduler::SchedulerConfig scfg;
   scfg.max_num_seqs = o.max_num_seqs;
   scfg.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -155,7 +159,8 @@ Status Engine::step() {
   const auto t0 = std::chrono::steady_clock::now();
   std::future<Status> masks = start_bitmasks(plan);
   const bool masked = masks.valid();
-  const Status ran = runner_->step(plan, logits_);
+  Status ran = runner_->copy_state(plan.state_copies);  // prefix-cache hits: restore / replay setup
+  if (ran) ran = runner_->step(plan, logits_);
   if (masked) DSI_RETURN_IF_ERROR(masks.get());
   DSI_RETURN_IF_ERROR(ran);
   const int64_t V = model_config().vocab_size;
@@ -184,6 +189,7 @@ Status Engine::step() {
     }
   }
   DSI_RETURN_IF_ERROR(sched_->update(outputs_));
+  DSI_RETURN_IF_ERROR(runner_->copy_state(sched_->state_saves()));  // boundary snapshots, before the slot moves on
   if (spec_) {
     // Speculative decoding: the drafter reads the committed positions' hidden states and drafts the next step.
     DSI_RETURN_IF_ERROR(spec_->draft(plan, outputs_, runner_->captured_hidden(), *sched_, structured_.get()));

@@ -93,6 +93,10 @@ class Engine {
   int64_t max_model_len() const { return max_model_len_; }
   double now_s() const;
   SpeculativeMetrics speculative_metrics() const;
+  cache::PrefixCacheStats prefix_stats() const { return sched_->prefix_stats(); }
+  // The logits of the last step ([rows, vocab], one row per sequence that needed logits); tests and divergence
+  // measurements read them between steps.
+  std::span<const float> last_logits() const { return logits_; }
 
  private:
   struct Pending;

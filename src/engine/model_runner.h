@@ -78,6 +78,16 @@ class ModelRunner {
     return layers.empty() ? Status::ok() : Status::error(name() + ": this backend cannot capture hidden states");
   }
   virtual std::span<const float> captured_hidden() const { return {}; }
+
+  // Prefix caching (cache/prefix_cache.h): room for `num_snapshots` copies of one slot (after bind_state), and
+  // the state copies the engine asks for between steps, done in order before the next step() reads the state
+  // (slot <-> snapshot for exact hits, block -> block and zeroed slots for bounded replay). Ids are checked.
+  virtual Status bind_snapshots(int32_t num_snapshots) {
+    return num_snapshots == 0 ? Status::ok() : Status::error(name() + ": this backend has no prefix-cache snapshots");
+  }
+  virtual Status copy_state(std::span<const cache::StateCopy> copies) {
+    return copies.empty() ? Status::ok() : Status::error(name() + ": this backend cannot copy state");
+  }
 };
 
 // Creates the runner the options name; kCuda fails clearly when the binary was built without CUDA.

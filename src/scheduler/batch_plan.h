@@ -48,6 +48,9 @@ struct BatchPlan {
   std::vector<int32_t> logits_token_index;
   // Sequences whose state was freed this step to make room (they will recompute from scratch).
   std::vector<SeqId> preempted;
+  // Prefix caching: state copies the runner does before this step (restore a snapshot into an admitted
+  // sequence's slot; bounded replay: zero its slot, copy shared blocks into its scratch blocks).
+  std::vector<cache::StateCopy> state_copies;
 
   int32_t num_seqs() const { return int32_t(seqs.size()); }
   int32_t num_tokens() const { return int32_t(token_ids.size()); }
@@ -60,6 +63,7 @@ struct BatchPlan {
     cu_seqlens.assign(1, 0);
     logits_token_index.clear();
     preempted.clear();
+    state_copies.clear();
   }
 };
 

@@ -77,6 +77,7 @@ Result<RequestId> Scheduler::add_request(RequestSpec spec) {
 
 void Scheduler::retire(Sequence* s, SeqState final_state) {
   if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding) --num_running_;
+  if (s->slot >= 0) prefix_end_replay(s);
   if (s->slot >= 0) cache_.free(s->slot);
   s->slot = -1;
   s->state = final_state;
@@ -103,6 +104,7 @@ Status Scheduler::abort(RequestId id) {
 void Scheduler::preempt(Sequence* s) {
   // Recompute preemption: drop all state; on readmission prompt + output are prefilled again. The newest
   // running sequence is older than every waiting one, so it goes to the front of the queue.
+  prefix_end_replay(s);
   cache_.free(s->slot);
   s->slot = -1;
   s->num_computed = 0;
@@ -178,7 +180,8 @@ const BatchPlan& Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
     int32_t spec = int32_t(std::min<int64_t>(s->spec_len, budget - 1));
-    int32_t n = int32_t(std::min<int64_t>(s->total_len() - s->num_computed, budget)) + spec;
+    int32_t n = prefix_cap(s->num_computed, s->replay_until, s->approx,
+                           int32_t(std::min<int64_t>(s->total_len() - s->num_computed, budget))) + spec;
     assert(n > 0);
     bool self_preempted = false;
     // Most steps need no new block (one per block_size tokens): check capacity before the allocator.
@@ -205,13 +208,16 @@ const BatchPlan& Scheduler::schedule() {
     const int64_t watermark = int64_t(cfg_.admission_watermark * cache_.num_blocks());
     while (!waiting_.empty() && int32_t(running_.size()) < max_seqs && budget > 0) {
       Sequence* s = waiting_.front();
-      const int32_t n = int32_t(std::min<int64_t>(s->total_len(), budget));
+      const PrefixHit hit = prefix_lookup(s);  // nothing when prefix caching is off
+      if (prefix_defer(s, hit)) break;
+      const int32_t n = prefix_cap(hit.start, hit.replay_end, hit.replay_end > 0,
+                                   int32_t(std::min<int64_t>(s->total_len() - hit.start, budget)));
       // Alone, a sequence may use every block: the cache was sized so that it can always finish.
-      if (!cache_.can_admit(n, running_.empty() ? 0 : watermark)) break;
+      if (!cache_.can_admit(hit.start + n, running_.empty() ? 0 : watermark, hit.blocks, hit.extra_blocks)) break;
       waiting_.pop_front();
-      s->slot = cache_.admit(n);
+      s->slot = cache_.admit(hit.start + n, hit.blocks);
       s->state = SeqState::Prefilling;
-      s->num_computed = 0;
+      prefix_admit(s, hit);  // sets num_computed (0 without a hit)
       running_.push_back(s);
       ++num_running_;
       emit(s, n);
@@ -223,6 +229,7 @@ const BatchPlan& Scheduler::schedule() {
 
 Status Scheduler::update(std::span<const StepOutput> outputs) {
   num_updates_ = 0;
+  saves_.clear();
   // Validate everything first so that a bad batch changes nothing.
   seen_.assign(plan_.seqs.size(), 0);
   for (const StepOutput& o : outputs) {
@@ -257,8 +264,10 @@ Status Scheduler::update(std::span<const StepOutput> outputs) {
   for (size_t i = 0; i < plan_.seqs.size(); ++i) {
     Sequence* s = plan_seqs_[i];
     // Verify steps: the anchor now; accepted drafts below, once the outputs are read.
-    if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding)
+    if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding) {
       s->num_computed += plan_.seqs[i].num_new_tokens - plan_.seqs[i].num_spec_tokens;
+      prefix_register(s);  // complete blocks -> prefix cache, boundary snapshots -> saves_
+    }
     s->draft.clear();
     s->survival.clear();
   }

@@ -98,6 +98,11 @@ class Scheduler {
   // rolls the state cache back past them (StateCache::truncate; ring / frontier rows are overwritten later).
   Status set_draft(SeqId id, std::vector<int32_t> tokens, std::vector<float> survival);
 
+  // Prefix caching: state copies the runner must do right after update() (snapshots of slots that reached a
+  // block boundary), before the next schedule(); valid until the next update().
+  std::span<const cache::StateCopy> state_saves() const { return saves_; }
+  cache::PrefixCacheStats prefix_stats() const;
+
   // The per-sequence events of the last update() (valid until the next update()).
   std::span<const SeqUpdate> updates() const { return {updates_.data(), num_updates_}; }
 
@@ -118,6 +123,20 @@ class Scheduler {
   void retire(Sequence* s, SeqState final_state);
   void emit(Sequence* s, int32_t n, int32_t num_spec = 0);
   void plan_spec_lengths();
+  // Prefix caching (scheduler_prefix.cpp). A hit: cached blocks that start the table and where computing
+  // resumes (exact: a snapshot restores the slot; replay: the window before replay_end is recomputed).
+  struct PrefixHit {
+    std::vector<cache::BlockId> blocks;
+    std::vector<uint64_t> gens;
+    int64_t start = 0, replay_end = 0, extra_blocks = 0;
+    int32_t snapshot = -1;
+  };
+  PrefixHit prefix_lookup(Sequence* s);
+  bool prefix_defer(const Sequence* s, const PrefixHit& h);
+  void prefix_admit(Sequence* s, const PrefixHit& h);
+  int32_t prefix_cap(int64_t pos, int64_t replay_until, bool approx, int32_t n) const;
+  void prefix_register(Sequence* s);
+  void prefix_end_replay(Sequence* s);
 
   SchedulerConfig cfg_;
   cache::StateCache cache_;
@@ -136,6 +155,7 @@ class Scheduler {
   std::vector<Sequence*> plan_seqs_;  // parallel to plan_.seqs
   std::vector<uint8_t> seen_;         // update(): one output per logits row
   std::vector<SeqUpdate> updates_;    // reused across steps (inner buffers keep their capacity)
+  std::vector<cache::StateCopy> saves_;  // prefix caching: snapshots to take after the last update()
   size_t num_updates_ = 0;
   int64_t num_preemptions_ = 0, num_finished_ = 0, num_aborted_ = 0;
 };

@@ -31,6 +31,13 @@ struct Scheduler::Sequence {
   std::vector<int32_t> draft;       // speculative decoding: drafts after the last token (see set_draft)
   std::vector<float> survival;      //   and their cumulative survival estimates
   int32_t spec_len = 0;             //   drafts verified in the step being planned
+  // Prefix caching (scheduler_prefix.cpp):
+  std::vector<uint64_t> keys;       // chain keys of its complete token blocks
+  std::vector<uint64_t> gens;       // cache node of each of its first blocks (0: not cached, chain broken)
+  bool approx = false;              // resumed by bounded replay: its later state is inexact and never cached
+  int64_t replay_until = 0;         // > num_computed while it recomputes the window before a bounded hit
+  int64_t replay_first = 0;         // first table index holding a scratch copy during the replay
+  std::vector<cache::BlockId> replay_shared;  // the cached blocks those scratch copies stand in for
   int64_t total_len() const { return int64_t(req->prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {
     const int64_t p = int64_t(req->prompt.size());

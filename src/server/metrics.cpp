@@ -106,6 +106,23 @@ std::string Metrics::render() const {
   render_value(out, "dsinfer_state_cache_bytes_used", "gauge", "State-cache bytes in use.", double(engine_.state_bytes_used));
   render_value(out, "dsinfer_num_preemptions_total", "counter", "Sequences preempted (recomputed later).",
                double(engine_.num_preemptions));
+  const PrefixCacheMetrics& pc = engine_.prefix_cache;
+  render_value(out, "dsinfer_prefix_cache_lookups_total", "counter", "Admissions that looked up a cached prefix.",
+               double(pc.lookups));
+  render_value(out, "dsinfer_prefix_cache_queried_tokens_total", "counter", "Tokens of the admissions that looked up.",
+               double(pc.lookup_tokens));
+  render_value(out, "dsinfer_prefix_cache_hit_tokens_total", "counter", "Prefill tokens skipped by prefix-cache hits.",
+               double(pc.hit_tokens));
+  render_value(out, "dsinfer_prefix_cache_exact_hits_total", "counter", "Hits resumed from a state snapshot.",
+               double(pc.exact_hits));
+  render_value(out, "dsinfer_prefix_cache_bounded_hits_total", "counter", "Hits resumed by sliding-window replay.",
+               double(pc.bounded_hits));
+  render_value(out, "dsinfer_prefix_cache_replayed_tokens_total", "counter", "Tokens recomputed by bounded replay.",
+               double(pc.replayed_tokens));
+  render_value(out, "dsinfer_prefix_cache_evictions_total", "counter", "Cached blocks evicted (LRU).", double(pc.evictions));
+  render_value(out, "dsinfer_prefix_cache_blocks", "gauge", "Blocks held by the prefix cache.", double(pc.cached_blocks));
+  render_value(out, "dsinfer_prefix_cache_snapshot_bytes", "gauge", "Bytes of state snapshots held.",
+               double(pc.snapshot_bytes));
   return out;
 }
 

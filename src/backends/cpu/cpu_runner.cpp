@@ -10,6 +10,43 @@ Status CpuRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots
   layout_ = layout;
   slots_.assign(size_t(num_slots) * size_t(layout.slot_bytes / 4), 0.0f);
   blocks_.assign(size_t(num_blocks) * size_t(layout.block_bytes / 4), 0.0f);
+  num_slots_ = num_slots;
+  num_blocks_ = num_blocks;
+  return Status::ok();
+}
+
+Status CpuRunner::bind_snapshots(int32_t num_snapshots) {
+  if (num_snapshots < 0) return Status::errorf("cpu runner: {} snapshots", num_snapshots);
+  snapshots_.assign(size_t(num_snapshots) * size_t(layout_.slot_bytes / 4), 0.0f);
+  num_snapshots_ = num_snapshots;
+  return Status::ok();
+}
+
+Status CpuRunner::copy_state(std::span<const cache::StateCopy> copies) {
+  using K = cache::StateCopy::Kind;
+  const size_t sw = size_t(layout_.slot_bytes / 4), bw = size_t(layout_.block_bytes / 4);
+  auto in = [](int32_t i, int32_t n) { return i >= 0 && i < n; };
+  for (const cache::StateCopy& c : copies) {
+    switch (c.kind) {
+      case K::kSlotToSnapshot:
+        if (!in(c.src, num_slots_) || !in(c.dst, num_snapshots_)) break;
+        std::memcpy(snapshots_.data() + size_t(c.dst) * sw, slots_.data() + size_t(c.src) * sw, sw * 4);
+        continue;
+      case K::kSnapshotToSlot:
+        if (!in(c.src, num_snapshots_) || !in(c.dst, num_slots_)) break;
+        std::memcpy(slots_.data() + size_t(c.dst) * sw, snapshots_.data() + size_t(c.src) * sw, sw * 4);
+        continue;
+      case K::kBlockToBlock:
+        if (!in(c.src, num_blocks_) || !in(c.dst, num_blocks_)) break;
+        std::memcpy(blocks_.data() + size_t(c.dst) * bw, blocks_.data() + size_t(c.src) * bw, bw * 4);
+        continue;
+      case K::kZeroSlot:
+        if (!in(c.dst, num_slots_)) break;
+        std::memset(slots_.data() + size_t(c.dst) * sw, 0, sw * 4);
+        continue;
+    }
+    return Status::errorf("cpu runner: state copy {} -> {} (kind {}) is out of range", c.src, c.dst, int(c.kind));
+  }
   return Status::ok();
 }
 

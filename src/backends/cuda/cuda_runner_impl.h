@@ -49,6 +49,9 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   }
   Result<std::vector<OpTime>> op_times() override { return timer_.times(stream_); }
   Status randomize_state(uint64_t seed) override;
+  // Prefix caching (prefix_cache_cuda.cpp): snapshots in device memory, copies on the runner's stream.
+  Status bind_snapshots(int32_t num_snapshots) override;
+  Status copy_state(std::span<const cache::StateCopy> copies) override;
 
  private:
   // Scratch of the forward, sized for the largest step seen (grown, never shrunk; growing starts a new scratch
@@ -89,6 +92,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   cuda::DeviceBuffer<float> inv_main_, inv_comp_;  // RoPE inverse frequencies (main / compressed layers)
   cache::StateLayout layout_;
   cuda::DeviceBuffer<uint8_t> slots_, blocks_;  // the engine's state memory (fp32 rows)
+  cuda::DeviceBuffer<uint8_t> snapshots_;       // prefix caching: [num_snapshots, slot_bytes]
   int64_t max_model_len_ = 0;
   Scratch s_;
   StepShape shape_;
