@@ -152,7 +152,9 @@ int main() {
                    gr.tables.data(), 1};
       }
       const int64_t nkeys = kW + ncomp;
-      auto bytes_for = [&](double row) { return double(B) * (double(nkeys) * row + 2.0 * kH * kHd * 4 + (csa ? kTopk * 4 : 0)); };
+      auto bytes_for = [&](double row) {
+        return double(B) * (double(nkeys) * row + 2.0 * kH * kHd * 4 + (csa ? kTopk * 4 : 0));
+      };
       const double bytes = bytes_for(kHd * 4.0);
       const int64_t def_splits = ops::cuda::sparse_attention_splits(B, kH, nkeys, dev->multiprocessors);
       const int64_t tc_splits =
@@ -163,7 +165,8 @@ int main() {
       } runs[] = {{false, false, def_splits}, {false, true, 1}, {true, false, tc_splits}, {true, true, 1}};
       for (const auto& r : runs) {
         if (r.no_split && (r.tc ? tc_splits : def_splits) == 1) continue;  // would repeat the row above
-        BENCH_CHECK(ws.alloc(size_t(std::max<int64_t>(1, ops::cuda::sparse_attention_workspace_floats(B, kH, kHd, r.splits)))));
+        const int64_t wsn = ops::cuda::sparse_attention_workspace_floats(B, kH, kHd, r.splits);
+        BENCH_CHECK(ws.alloc(size_t(std::max<int64_t>(1, wsn))));
         ops::cuda::SparseAttentionCudaParams p;
         p.heads = kH;
         p.head_dim = kHd;

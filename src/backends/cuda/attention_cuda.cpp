@@ -100,11 +100,11 @@ Status CudaRunner::attention(int64_t l, const ops::StepDevice& st) {
   // kernel. Its split count is capped by the fp32 kernel's, which sized the workspace.
   ap.tensor_cores = !exact_ && sparse_attention_tc_supported(hd);
   if (ap.tensor_cores) {
-    const int64_t max_keys = cfg_.sliding_window + (type == AttnType::CSA   ? cfg_.index_topk
-                                                    : type == AttnType::HCA ? (shape_.max_pos + 1) / std::max<int64_t>(m, 1)
-                                                                            : 0);
-    ap.num_splits =
-        std::min(ap.num_splits, sparse_attention_tc_splits(T, H, max_keys, device_.multiprocessors));
+    const int64_t ncomp = type == AttnType::CSA   ? cfg_.index_topk
+                          : type == AttnType::HCA ? (shape_.max_pos + 1) / std::max<int64_t>(m, 1)
+                                                  : 0;
+    const int64_t tc = sparse_attention_tc_splits(T, H, cfg_.sliding_window + ncomp, device_.multiprocessors);
+    ap.num_splits = std::min(ap.num_splits, tc);
   }
   float* o = s_.o.data();
   DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));

@@ -167,8 +167,10 @@ __device__ __forceinline__ void pv_half(const float (&p)[4][4], const __nv_bfloa
   const int lane = threadIdx.x & 31, mi = lane >> 3;
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
-    const uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-                           pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    const float(&lo)[4] = p[2 * kk];
+    const float(&hi)[4] = p[2 * kk + 1];
+    const uint32_t a[4] = {pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]), pack_bf16(hi[0], hi[1]),
+                           pack_bf16(hi[2], hi[3])};
     const __nv_bfloat16* base = ks + (16 * kk + (lane & 7) + (mi & 1) * 8) * kP + d0 + (mi >> 1) * 8;
 #pragma unroll
     for (int np = 0; np < 16; ++np) {
