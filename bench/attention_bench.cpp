@@ -1,9 +1,14 @@
-// Sparse attention decode kernel at DeepSeek-V4-Flash shapes (64 heads x 512, window 128, one token per sequence
+// Sparse attention decode kernels at DeepSeek-V4-Flash shapes (64 heads x 512, window 128, one token per sequence
 // at position 4095): CSA (window + indexer top-512) and HCA (window + all 32 entries of ratio 128), batch 1 / 64 /
-// 256 sequences, with the default key-split count and without splits. CUDA events after warm-up, median of 20
-// runs; each run uses a different group of sequences (and query rows) out of a 512-sequence pool (>1 GB of state,
-// far beyond the 60 MB L2), so every key is read from HBM. Prints bytes that must move (keys read once per token,
-// q read, o written, index list), floor = bytes / 4.2e12 B/s, and measured / floor. Built only with DSINFER_CUDA.
+// 256 sequences. Side by side: the fp32 CUDA-core kernel (exact mode) with its default split count and without
+// splits, and the bf16 tensor-core kernel (fast mode) with the runner's split count (min of its heuristic and the
+// fp32 kernel's, which sizes the workspace) and without splits. CUDA events after 5 warm-ups, median of 20 runs;
+// each run uses a different group of sequences (and query rows) out of a 512-sequence pool (>1 GB of state, far
+// beyond the 50 MB L2), so every key is read from HBM. Bytes that must move: key rows read once per token (fp32
+// rows, as the state holds them today), q read and o written (fp32), the index list. floor = bytes / HBM
+// bandwidth, the bandwidth measured here by a 1 GB device-to-device copy (read + write bytes; nominal 4.8e12);
+// %bw = floor / measured. The last columns give the floor with bf16 rows (1024 B) and with FP8 rows (448 FP8 nope
+// + 64 bf16 rope dims + scales, ~584 B), what the state format change would allow. Built only with DSINFER_CUDA.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,7 +29,7 @@ using namespace dsinfer;
 namespace {
 
 constexpr int64_t kH = 64, kHd = 512, kW = 128, kPos = 4095, kTopk = 512, kPool = 512;
-constexpr double kHbm = 4.2e12;
+constexpr double kBf16Row = 1024, kFp8Row = 584;  // bytes per key row in the later state formats
 
 #define BENCH_CHECK(x)                                                  \
   do {                                                                  \
@@ -51,6 +56,29 @@ struct Group {  // one rotation: B sequences with their step arrays
   ops::StepDevice step;
 };
 
+// Device-to-device copy bandwidth (bytes read + written per second), median of 10 copies of 1 GB.
+double measure_hbm() {
+  const size_t n = size_t(1) << 28;  // floats
+  cuda::DeviceBuffer<float> a, b;
+  BENCH_CHECK(a.alloc(n));
+  BENCH_CHECK(b.alloc(n));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> ms;
+  for (int it = 0; it < 13; ++it) {
+    cudaEventRecord(e0);
+    cudaMemcpyAsync(b.data(), a.data(), n * 4, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    if (it >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] > 0 ? 2.0 * double(n) * 4 / (double(ms[ms.size() / 2]) * 1e-3) : 4.8e12;
+}
+
 }  // namespace
 
 int main() {
@@ -59,8 +87,9 @@ int main() {
     std::fprintf(stderr, "%s\n", dev.status().message().c_str());
     return 1;
   }
-  std::printf("# sparse attention decode, %s, %d SMs; H=%ld hd=%ld W=%ld pos=%ld\n", dev->name.c_str(),
-              dev->multiprocessors, long(kH), long(kHd), long(kW), long(kPos));
+  const double hbm = measure_hbm();
+  std::printf("# sparse attention decode, %s, %d SMs; H=%ld hd=%ld W=%ld pos=%ld; HBM copy %.2f TB/s\n",
+              dev->name.c_str(), dev->multiprocessors, long(kH), long(kHd), long(kW), long(kPos), hbm / 1e12);
   // State: per slot a ring [128, 512]; per sequence its CSA entries (1024) or HCA entries (32), one block each.
   const int64_t csa_entries = (kPos + 1) / 4, hca_entries = (kPos + 1) / 128;
   cuda::DeviceBuffer<float> slots, blocks, q, kv, o, ws, sinks, inv;
@@ -75,7 +104,8 @@ int main() {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  std::printf("%-4s %5s %6s %10s %10s %10s %7s\n", "kind", "batch", "splits", "MB", "floor_us", "median_us", "ratio");
+  std::printf("%-4s %-4s %5s %6s %9s %9s %10s %7s %6s %10s %10s\n", "kind", "kern", "batch", "splits", "MB", "floor_us",
+              "median_us", "ratio", "%bw", "bf16_fl_us", "fp8_fl_us");
   for (bool csa : {true, false}) {
     const int64_t m = csa ? 4 : 128, ncomp = csa ? kTopk : hca_entries;
     ops::LayerStateView v;
@@ -122,10 +152,21 @@ int main() {
                    gr.tables.data(), 1};
       }
       const int64_t nkeys = kW + ncomp;
-      const double bytes = double(B) * (double(nkeys) * kHd * 4 + 2.0 * kH * kHd * 4 + (csa ? kTopk * 4 : 0));
+      auto bytes_for = [&](double row) {
+        return double(B) * (double(nkeys) * row + 2.0 * kH * kHd * 4 + (csa ? kTopk * 4 : 0));
+      };
+      const double bytes = bytes_for(kHd * 4.0);
       const int64_t def_splits = ops::cuda::sparse_attention_splits(B, kH, nkeys, dev->multiprocessors);
-      for (int64_t splits : {def_splits, int64_t(1)}) {
-        BENCH_CHECK(ws.alloc(size_t(std::max<int64_t>(1, ops::cuda::sparse_attention_workspace_floats(B, kH, kHd, splits)))));
+      const int64_t tc_splits =
+          std::min(def_splits, ops::cuda::sparse_attention_tc_splits(B, kH, nkeys, dev->multiprocessors));
+      const struct {
+        bool tc, no_split;
+        int64_t splits;
+      } runs[] = {{false, false, def_splits}, {false, true, 1}, {true, false, tc_splits}, {true, true, 1}};
+      for (const auto& r : runs) {
+        if (r.no_split && (r.tc ? tc_splits : def_splits) == 1) continue;  // would repeat the row above
+        const int64_t wsn = ops::cuda::sparse_attention_workspace_floats(B, kH, kHd, r.splits);
+        BENCH_CHECK(ws.alloc(size_t(std::max<int64_t>(1, wsn))));
         ops::cuda::SparseAttentionCudaParams p;
         p.heads = kH;
         p.head_dim = kHd;
@@ -136,9 +177,10 @@ int main() {
         p.topk = csa ? kTopk : 0;
         p.rope_dim = 64;
         p.inv_freq = inv.data();
-        p.num_splits = splits;
+        p.num_splits = r.splits;
+        p.tensor_cores = r.tc;
         std::vector<float> ms;
-        for (int it = 0; it < 23; ++it) {
+        for (int it = 0; it < 25; ++it) {
           const Group& gr = groups[size_t(it % ngroups)];
           p.topk_idx = csa ? gr.topk.data() : nullptr;
           const int64_t off = (it % ngroups) * B;
@@ -149,13 +191,14 @@ int main() {
           cudaEventSynchronize(e1);
           float t = 0;
           cudaEventElapsedTime(&t, e0, e1);
-          if (it >= 3) ms.push_back(t);
+          if (it >= 5) ms.push_back(t);
         }
+        BENCH_CHECK(cuda::cuda_status(cudaDeviceSynchronize(), "sparse_attention", __FILE__, __LINE__));
         std::sort(ms.begin(), ms.end());
-        const double med_us = double(ms[ms.size() / 2]) * 1e3, floor_us = bytes / kHbm * 1e6;
-        std::printf("%-4s %5ld %6ld %10.2f %10.2f %10.2f %7.2f\n", csa ? "CSA" : "HCA", long(B), long(splits),
-                    bytes / 1e6, floor_us, med_us, med_us / floor_us);
-        if (def_splits == 1) break;  // the no-split row would repeat it
+        const double med_us = double(ms[ms.size() / 2]) * 1e3, floor_us = bytes / hbm * 1e6;
+        std::printf("%-4s %-4s %5ld %6ld %9.2f %9.2f %10.2f %7.2f %5.1f%% %10.2f %10.2f\n", csa ? "CSA" : "HCA",
+                    r.tc ? "tc" : "fp32", long(B), long(r.splits), bytes / 1e6, floor_us, med_us, med_us / floor_us,
+                    100.0 * floor_us / med_us, bytes_for(kBf16Row) / hbm * 1e6, bytes_for(kFp8Row) / hbm * 1e6);
       }
     }
   }

@@ -1,6 +1,5 @@
 // CUDA sparse attention kernels (see sparse_attention_cuda.h for the layout and parallelisation).
-#include "cuda/ops_device.cuh"
-#include "ops/sparse_attention/sparse_attention_launch.h"
+#include "ops/sparse_attention/sparse_attention_keys.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -8,41 +7,6 @@ namespace {
 namespace dev = dsinfer::cuda::dev;
 constexpr int kThreads = kAttnWarps * 32;
 constexpr int KT = kAttnTile;
-
-struct TokenKeys {
-  int64_t p, lo, nwin, ncomp, start, t0;
-  int32_t slot;
-  const int32_t* table;
-};
-
-__device__ __forceinline__ TokenKeys token_keys(const StepDevice& st, const SparseAttentionCudaParams& prm, int64_t t) {
-  TokenKeys k;
-  k.p = st.pos[t];
-  k.lo = k.p - prm.window + 1 > 0 ? k.p - prm.window + 1 : 0;
-  k.nwin = k.p - k.lo + 1;
-  k.ncomp = prm.m == 0 ? 0 : (prm.topk_idx ? prm.topk : (k.p + 1) / prm.m);
-  const int32_t s = st.seq_of_token[t];
-  k.start = st.start_pos[s];
-  k.t0 = st.cu_seqlens[s];
-  k.slot = st.slot[s];
-  k.table = st.block_tables + int64_t(s) * st.table_stride;
-  return k;
-}
-
-// Row of key number `idx` of token t (nullptr: no key, e.g. an indexer pick of -1).
-__device__ __forceinline__ const float* key_row(const TokenKeys& k, const LayerStateView& v,
-                                                const SparseAttentionCudaParams& prm, const float* kv_new, int64_t t,
-                                                int64_t idx) {
-  if (idx < k.nwin) {
-    const int64_t q = k.lo + idx;
-    if (q >= k.start) return kv_new + (k.t0 + (q - k.start)) * prm.head_dim;
-    return v.ring_row(k.slot, q);
-  }
-  const int64_t c = idx - k.nwin;
-  const int64_t j = prm.topk_idx ? int64_t(prm.topk_idx[t * prm.topk + c]) : c;
-  if (j < 0 || j >= (k.p + 1) / prm.m) return nullptr;
-  return v.entry(k.table, j);
-}
 
 template <int OFF>
 __device__ __forceinline__ void scatter_stage(float (&v)[16], int lane) {
@@ -70,18 +34,6 @@ __device__ __forceinline__ float reduce_scatter16(float (&v)[16]) {
 }
 
 __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
-
-// Inverse RoPE of the four channels d..d+3 of an output head vector (pairs never straddle a float4).
-__device__ __forceinline__ void out_rope(float (&e)[4], int64_t d, const SparseAttentionCudaParams& prm, int64_t p) {
-  const int64_t rs = prm.head_dim - prm.rope_dim;
-#pragma unroll
-  for (int k = 0; k < 4; k += 2)
-    if (prm.rope_dim > 0 && d + k >= rs) {
-      float c, s;
-      dev::rope_cos_sin(prm.inv_freq[(d + k - rs) / 2], p, prm.attention_factor, true, c, s);
-      dev::rope_rotate(e[k], e[k + 1], c, s);
-    }
-}
 
 // The kernel's epilogue: with one split, normalise with the sink, apply the inverse RoPE and write o; with
 // several, write this split's unnormalised accumulator and its (max, sum) for attention_combine_kernel.

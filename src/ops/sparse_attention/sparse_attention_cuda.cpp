@@ -30,12 +30,20 @@ Status sparse_attention(const StepDevice& step, const LayerStateView& view, cons
   if (!p.sinks) return Status::error("sparse_attention: null sinks");
   if (p.rope_dim < 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.head_dim || (p.rope_dim > 0 && !p.inv_freq))
     return Status::errorf("sparse_attention: bad rope_dim {} (or no inv_freq)", p.rope_dim);
+  if (p.tensor_cores && !sparse_attention_tc_supported(p.head_dim))
+    return Status::errorf("sparse_attention: the tensor-core kernel needs head_dim {} (have {})", detail::kTcDim,
+                          p.head_dim);
   if (p.num_splits < 1 || p.num_splits > 65535) return Status::errorf("sparse_attention: num_splits {}", p.num_splits);
   if (p.num_splits > 1 && !workspace) return Status::error("sparse_attention: num_splits > 1 needs a workspace");
   if (step.T == 0) return Status::ok();
   if (!q || !kv_new || !o) return Status::error("sparse_attention: null q, kv_new or output");
-  detail::launch_sparse_attention(step, view, p, q, kv_new, o, workspace, stream);
-  DSI_CUDA_LAUNCHED("sparse_attention_kernel");
+  if (p.tensor_cores) {
+    detail::launch_sparse_attention_tc(step, view, p, q, kv_new, o, workspace, stream);
+    DSI_CUDA_LAUNCHED("sparse_attention_tc_kernel");
+  } else {
+    detail::launch_sparse_attention(step, view, p, q, kv_new, o, workspace, stream);
+    DSI_CUDA_LAUNCHED("sparse_attention_kernel");
+  }
   if (p.num_splits > 1) {
     detail::launch_attention_combine(step, p, workspace, o, stream);
     DSI_CUDA_LAUNCHED("attention_combine_kernel");

@@ -30,6 +30,28 @@ inline int64_t sparse_attention_splits(int64_t T, int64_t heads, int64_t max_key
   return s < 1 ? 1 : (s > cap ? cap : s);
 }
 
+// The tensor-core kernel (p.tensor_cores) serves head_dim 512 only (DeepSeek-V4), any head count.
+inline bool sparse_attention_tc_supported(int64_t head_dim) { return head_dim == detail::kTcDim; }
+
+// Split count for the tensor-core kernel: blocks are (token, 64-head group, split), one per SM (182 KB of shared
+// memory). Minimises waves * (tiles per split + 2), the 2 standing for a block's fixed cost (q load, epilogue, its
+// share of the combine); at least one 32-key tile per split. Flash, 132 SMs: batch 1 -> one split per tile, batch
+// 64 -> 2 (one wave of 128 blocks), batch 256 -> 1.
+inline int64_t sparse_attention_tc_splits(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
+  const int64_t groups = T * ((heads + detail::kTcHeads - 1) / detail::kTcHeads);
+  const int64_t tiles = max_keys > detail::kTcKeys ? (max_keys + detail::kTcKeys - 1) / detail::kTcKeys : 1;
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  int64_t best = 1, best_cost = -1;
+  for (int64_t s = 1; s <= tiles && s <= 256; ++s) {
+    const int64_t cost = (groups * s + sms - 1) / sms * ((tiles + s - 1) / s + 2);
+    if (best_cost < 0 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 // q: [T, heads, head_dim] (normed, RoPE'd); kv_new: [T, head_dim] (the step's window kv rows, final form);
 // o: [T, heads, head_dim]. Kernel: grid (T, ceil(heads / (8 * hpw)), num_splits), 256 threads = 8 warps, each
 // warp owns hpw (1 or 2) heads with q and the output accumulator in registers (lane l holds float4 chunks
@@ -37,6 +59,9 @@ inline int64_t sparse_attention_splits(int64_t T, int64_t heads, int64_t max_key
 // every warp of the block (all its heads); scores by a warp reduce-scatter, online softmax per tile. With
 // num_splits > 1 each split writes (o, max, sum) partials to the workspace and a combine kernel (grid (T, heads),
 // 128 threads) merges them with the sink and applies the inverse RoPE.
+// p.tensor_cores: the bf16 mma.sync kernel of sparse_attention_tc.cu instead (grid (T, ceil(heads / 64),
+// num_splits) x 256 threads; q, key rows and p rounded to bf16, fp32 accumulation and softmax; same workspace and
+// combine), for the runner's fast mode; the fp32 kernel is the exact one.
 // Preconditions: view.ring_rows >= window; the ring holds the sequence's positions < start_pos (ring_write of
 // earlier steps); this step's compressed entries are written (compressor_step) before the call.
 Status sparse_attention(const StepDevice& step, const LayerStateView& view, const SparseAttentionCudaParams& p,

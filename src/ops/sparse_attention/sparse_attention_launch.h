@@ -20,12 +20,20 @@ struct SparseAttentionCudaParams {
   const float* inv_freq = nullptr;  // [rope_dim / 2] device
   float attention_factor = 1.0f;
   int64_t num_splits = 1;           // key-range splits per (token, head block); > 1 needs the workspace
+  bool tensor_cores = false;        // bf16 mma.sync kernel (q, k, p rounded to bf16); needs head_dim 512
 };
 
 namespace detail {
 inline constexpr int kAttnWarps = 8;   // warps per block
 inline constexpr int kAttnTile = 32;   // keys per shared-memory tile
 int attn_heads_per_warp(int64_t heads);
+inline constexpr int kTcHeads = 64;   // tensor-core kernel: heads per block (4 m16 row tiles)
+inline constexpr int kTcDim = 512;    // tensor-core kernel: the only head_dim it serves
+inline constexpr int kTcKeys = 32;    // tensor-core kernel: keys per tile
+inline constexpr int kTcWarps = 8;    // warp w: heads 16 * (w % 4) .., dims 256 * (w / 4) ..
+void launch_sparse_attention_tc(const StepDevice& step, const LayerStateView& view,
+                                const SparseAttentionCudaParams& p, const float* q, const float* kv_new, float* o,
+                                float* workspace, void* stream);
 void launch_sparse_attention(const StepDevice& step, const LayerStateView& view, const SparseAttentionCudaParams& p,
                              const float* q, const float* kv_new, float* o, float* workspace, void* stream);
 void launch_attention_combine(const StepDevice& step, const SparseAttentionCudaParams& p, const float* workspace,

@@ -1,0 +1,303 @@
+// Tensor-core sparse attention (decode fast path, FlashMLA class): one block per (token, 64-head group, key split),
+// 8 warps. The block holds the token's 64 query heads x 512 as bf16 in shared memory and streams its key rows 32 at a
+// time (fp32 state rows -> bf16 tile). Warp w owns heads 16 * (w % 4) .. +15 and output dims 256 * (w / 4) .. +255:
+// S = Q K^T is computed per warp over its own 256 dims (mma.sync m16n8k16, fp32 accumulate), the two halves are
+// added through shared memory (both warps of a head group then hold the same S, bitwise: fp add commutes), online
+// softmax in fp32 (p rounded to bf16 and used so in numerator and denominator), O += P V with P taken straight from
+// the S accumulator registers (the C fragment of two n8 tiles is the A fragment of one k16 step) and V = the key
+// tile loaded transposed by ldmatrix. Epilogue as the fp32 kernel: one split -> sink + inverse RoPE + write; several
+// -> (o, max, sum) partials for attention_combine_kernel. Fragment layouts (PTX ISA, mma.m16n8k16 .bf16), with
+// g = lane / 4 and q4 = lane % 4:
+//   A 16x16 (row): a0 = (g, 2q4..+1), a1 = (g+8, 2q4..+1), a2 = (g, 2q4+8..+9), a3 = (g+8, 2q4+8..+9)
+//   B 16x8 (col): b0 = (k 2q4..+1, n g), b1 = (k 2q4+8..+9, n g);  C 16x8: c0,c1 = (g, 2q4..+1), c2,c3 = (g+8, ...)
+#include <cuda_bf16.h>
+
+#include "ops/sparse_attention/sparse_attention_keys.cuh"
+
+namespace dsinfer::ops::cuda::detail {
+
+namespace {
+namespace dev = dsinfer::cuda::dev;
+constexpr int kThreads = kTcWarps * 32;
+constexpr int kP = kTcDim + 8;  // bf16 row pitch (1040 B): rows 4 banks apart, fragment loads conflict-free
+constexpr int kHalf = kTcDim / 2;
+constexpr int kChunks = kTcKeys * kTcDim / 4;  // 16-byte fp32 chunks of one key tile
+
+// Shared memory carve-up, byte offsets (all multiples of 16).
+constexpr size_t kOffQ = 0;                                                  // bf16 [kTcHeads][kP]
+constexpr size_t kOffK = kOffQ + size_t(kTcHeads) * kP * 2;                   // bf16 [kTcKeys][kP]
+constexpr size_t kOffStage = kOffK + size_t(kTcKeys) * kP * 2;                // f32 [kTcKeys][kTcDim]
+constexpr size_t kOffX = kOffStage + size_t(kTcKeys) * kTcDim * 4;            // f32 [kTcWarps][16][32]
+constexpr size_t kOffRows = kOffX + size_t(kTcWarps) * 16 * 32 * 4;           // const float* [2][kTcKeys]
+constexpr size_t kSmemBytes = kOffRows + 2 * kTcKeys * sizeof(const float*);  // 182,272 B: one block per SM
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  union {
+    __nv_bfloat162 v;
+    uint32_t u;
+  } c;
+  c.v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits, the lower column) = lo
+  return c.u;
+}
+
+__device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 bf16 matrices, transposed: lanes 8i..8i+7 give the row addresses of matrix i; the thread gets in r[i]
+// the elements (rows 2*q4, 2*q4+1; column g) of matrix i.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// The row loader: the only code that knows the state row format (fp32 today). issue() starts asynchronous 16-byte
+// copies of the tile's rows into the fp32 staging buffer (one commit group); to_bf16() converts them into the bf16
+// key tile, zero for a missing row (its p is 0, but 0 * stale data could be NaN). A bf16 state would cp.async
+// straight into the key tile (and need no staging), an FP8 one would dequantise in to_bf16().
+struct Fp32RowLoader {
+  static __device__ __forceinline__ void issue(const float* const* rows, float* stage) {
+    for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+      const int r = c / (kTcDim / 4), c4 = c % (kTcDim / 4);
+      if (rows[r] != nullptr) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(stage + 4 * c)),
+                     "l"(rows[r] + 4 * c4)
+                     : "memory");
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  static __device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+  static __device__ __forceinline__ void to_bf16(const float* const* rows, const float* stage, __nv_bfloat16* ks) {
+    for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+      const int r = c / (kTcDim / 4), c4 = c % (kTcDim / 4);
+      const float4 v = rows[r] != nullptr ? reinterpret_cast<const float4*>(stage)[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<uint2*>(ks + r * kP + 4 * c4) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    }
+  }
+};
+
+// q rows h0 .. h0+63 of token t -> bf16 tile (zero rows for heads >= H).
+__device__ __forceinline__ void load_q(const float* q, int64_t t, int64_t h0, int64_t H, __nv_bfloat16* qs) {
+#pragma unroll 8  // 8 loads in flight per thread: at batch 1 this 128 KB read is latency-bound
+  for (int c = threadIdx.x; c < kTcHeads * kTcDim / 4; c += kThreads) {
+    const int r = c / (kTcDim / 4), c4 = c % (kTcDim / 4);
+    const int64_t h = h0 + r;
+    const float4 v = h < H ? __ldg(reinterpret_cast<const float4*>(q + (t * H + h) * kTcDim) + c4)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<uint2*>(qs + r * kP + 4 * c4) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+  }
+}
+
+// Partial scores of heads hr..hr+15 against the tile's 32 keys over dims d0..d0+255; s[j] = C fragment of keys
+// 8j..8j+7. A from Q rows (a0/a1 rows g/g+8 at dims 2q4, a2/a3 at 2q4+8), B from key rows (b0 = key 8j+g at dims
+// 2q4, 2q4+1; b1 at +8): all plain 32-bit shared loads.
+__device__ __forceinline__ void qk_half(const __nv_bfloat16* qs, const __nv_bfloat16* ks, int hr, int d0,
+                                        float (&s)[4][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+  const __nv_bfloat16* qa = qs + (hr + g) * kP + d0 + 2 * q4;
+  const __nv_bfloat16* kb = ks + g * kP + d0 + 2 * q4;
+#pragma unroll 4
+  for (int kk = 0; kk < kHalf / 16; ++kk) {
+    const int d = 16 * kk;
+    const uint32_t a[4] = {ld_u32(qa + d), ld_u32(qa + 8 * kP + d), ld_u32(qa + d + 8), ld_u32(qa + 8 * kP + d + 8)};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) mma_bf16(s[j], a, ld_u32(kb + 8 * j * kP + d), ld_u32(kb + 8 * j * kP + d + 8));
+  }
+}
+
+// Online softmax of one tile for the lane's two rows (r = 0: head g, r = 1: head g+8); on return s holds p
+// (rounded to bf16), alpha the factor for the old accumulator. Key of s[j][e]: 8j + 2*q4 + (e & 1); row e >> 1.
+__device__ __forceinline__ void softmax_tile(float (&s)[4][4], uint32_t valid, float scale, float (&m)[2],
+                                             float (&l)[2], float (&alpha)[2]) {
+  const int q4 = threadIdx.x & 3;
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = 8 * j + 2 * q4 + (e & 1);
+      s[j][e] = (valid >> key) & 1u ? s[j][e] * scale : -INFINITY;
+      mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+    }
+  float mnew[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // the four lanes of a row are q4 = 0..3 of one g
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 2));
+    mnew[r] = fmaxf(m[r], mx[r]);
+    alpha[r] = mnew[r] != -INFINITY ? expf(m[r] - mnew[r]) : 1.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      const float p = mnew[r] != -INFINITY ? __bfloat162float(__float2bfloat16_rn(expf(s[j][e] - mnew[r]))) : 0.0f;
+      s[j][e] = p;
+      sum[r] += p;
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sum[r] += __shfl_xor_sync(dev::kFull, sum[r], 1);
+    sum[r] += __shfl_xor_sync(dev::kFull, sum[r], 2);
+    l[r] = l[r] * alpha[r] + sum[r];
+    m[r] = mnew[r];
+  }
+}
+
+// acc[nt] (dims d0 + 8nt ..) += P V over the tile's 32 keys (two k16 steps). A = P from the score fragments:
+// a0 = tile 2kk (c0, c1), a1 = tile 2kk (c2, c3), a2 / a3 the same of tile 2kk+1. B by ldmatrix.x4.trans of key
+// rows: matrices (keys +0, dims +0), (keys +8, dims +0), (keys +0, dims +8), (keys +8, dims +8) give b0, b1 of
+// n-tile 2np and b0, b1 of n-tile 2np+1.
+__device__ __forceinline__ void pv_half(const float (&p)[4][4], const __nv_bfloat16* ks, int d0, float (&acc)[32][4]) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3;
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    const float(&lo)[4] = p[2 * kk];
+    const float(&hi)[4] = p[2 * kk + 1];
+    const uint32_t a[4] = {pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]), pack_bf16(hi[0], hi[1]),
+                           pack_bf16(hi[2], hi[3])};
+    const __nv_bfloat16* base = ks + (16 * kk + (lane & 7) + (mi & 1) * 8) * kP + d0 + (mi >> 1) * 8;
+#pragma unroll
+    for (int np = 0; np < 16; ++np) {
+      uint32_t b[4];
+      ldsm_x4_trans(b, base + 16 * np);
+      mma_bf16(acc[2 * np], a, b[0], b[1]);
+      mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Epilogue of one warp: rows hr + g (+8), dims d0 + 8nt + 2q4 (+1). One split: normalise with the sink, inverse
+// RoPE, write o. Several: unnormalised partial + (max, sum) for attention_combine_kernel (written once, by the
+// dims-0 warp).
+__device__ __forceinline__ void write_tc(const float (&acc)[32][4], const float (&m)[2], const float (&l)[2],
+                                         int64_t hr, int d0, int64_t t, int64_t split,
+                                         const SparseAttentionCudaParams& prm, int64_t pos, float* o, float* ws) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int64_t H = prm.heads, hd = prm.head_dim, S = prm.num_splits;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t h = hr + g + 8 * r;
+    if (h >= H) continue;
+    if (S == 1) {
+      const float sink = prm.sinks[h], M = fmaxf(m[r], sink);
+      const float em = expf(m[r] - M);
+      const float f = em / (l[r] * em + expf(sink - M));
+      float* orow = o + (t * H + h) * hd;
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        const int d = d0 + 8 * nt + 2 * q4;
+        float e0 = acc[nt][2 * r] * f, e1 = acc[nt][2 * r + 1] * f;
+        out_rope_pair(e0, e1, d, prm, pos);
+        *reinterpret_cast<float2*>(orow + d) = make_float2(e0, e1);
+      }
+    } else {
+      float* part = ws + ((t * S + split) * H + h) * (hd + 2);  // (hd + 2) * 4 B is a multiple of 8
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        const int d = d0 + 8 * nt + 2 * q4;
+        *reinterpret_cast<float2*>(part + d) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
+      }
+      if (d0 == 0 && q4 == 0) {
+        part[hd] = m[r];
+        part[hd + 1] = l[r];
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attention_tc_kernel(StepDevice st, LayerStateView v, SparseAttentionCudaParams prm, const float* q,
+                               const float* kv_new, float* o, float* ws) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + kOffQ);
+  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
+  float* stage = reinterpret_cast<float*>(smem + kOffStage);
+  float* sx = reinterpret_cast<float*>(smem + kOffX);
+  const float** rows = reinterpret_cast<const float**>(smem + kOffRows);  // [2][kTcKeys], double-buffered
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hr = 16 * (warp & 3), d0 = kHalf * (warp >> 2);
+  const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kTcHeads, split = blockIdx.z;
+  const TokenKeys tk = token_keys(st, prm, t);
+  const int64_t nkeys = tk.nwin + tk.ncomp, S = prm.num_splits;
+  const int64_t per = ((nkeys + S - 1) / S + kTcKeys - 1) / kTcKeys * kTcKeys;  // whole tiles per split
+  const int64_t kbeg = split * per < nkeys ? split * per : nkeys, kend = kbeg + per < nkeys ? kbeg + per : nkeys;
+  auto resolve = [&](int buf, int64_t kb) {  // row pointers of the tile at kb (nullptr: no key)
+    if (threadIdx.x < kTcKeys) {
+      const int64_t idx = kb + threadIdx.x;
+      rows[buf * kTcKeys + threadIdx.x] = idx < kend ? key_row(tk, v, prm, kv_new, t, idx) : nullptr;
+    }
+  };
+
+  if (kbeg < kend) resolve(0, kbeg);
+  __syncthreads();
+  if (kbeg < kend) Fp32RowLoader::issue(rows, stage);  // tile 0 flies while q is converted
+  load_q(q, t, h0, prm.heads, qs);
+
+  float acc[32][4];
+#pragma unroll
+  for (int nt = 0; nt < 32; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  int buf = 0;
+  for (int64_t kb = kbeg; kb < kend; kb += kTcKeys, buf ^= 1) {
+    Fp32RowLoader::wait();
+    __syncthreads();  // this tile's rows are staged (and q written); every warp is past the previous tile
+    const float* const* cur = rows + buf * kTcKeys;
+    Fp32RowLoader::to_bf16(cur, stage, ks);
+    const bool more = kb + kTcKeys < kend;
+    if (more) resolve(buf ^ 1, kb + kTcKeys);
+    const uint32_t valid = __ballot_sync(dev::kFull, cur[lane] != nullptr);
+    __syncthreads();  // key tile ready, staging free, next rows resolved
+    if (more) Fp32RowLoader::issue(rows + (buf ^ 1) * kTcKeys, stage);  // overlaps this tile's math
+
+    float s[4][4];
+    qk_half(qs, ks, hr, d0, s);
+    float* mine = sx + warp * 16 * 32;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
+    __syncthreads();
+    const float* other = sx + (warp ^ 4) * 16 * 32;  // the same heads, the other 256 dims
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] += other[i * 32 + lane];
+    float alpha[2];
+    softmax_tile(s, valid, prm.scale, m, l, alpha);
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      acc[nt][0] *= alpha[0];
+      acc[nt][1] *= alpha[0];
+      acc[nt][2] *= alpha[1];
+      acc[nt][3] *= alpha[1];
+    }
+    pv_half(s, ks, d0, acc);
+  }
+  write_tc(acc, m, l, h0 + hr, d0, t, split, prm, tk.p, o, ws);
+}
+}  // namespace
+
+void launch_sparse_attention_tc(const StepDevice& step, const LayerStateView& view,
+                                const SparseAttentionCudaParams& p, const float* q, const float* kv_new, float* o,
+                                float* workspace, void* stream) {
+  cudaFuncSetAttribute(sparse_attention_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
+  const dim3 grid(unsigned(step.T), unsigned((p.heads + kTcHeads - 1) / kTcHeads), unsigned(p.num_splits));
+  sparse_attention_tc_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(step, view, p, q,
+                                                                                               kv_new, o, workspace);
+}
+
+}  // namespace dsinfer::ops::cuda::detail
