@@ -294,8 +294,12 @@ void check_moe(const MoeCase& c, uint64_t seed, std::vector<float>* out_copy = n
   const bool fast = c.path == oc::MoePath::Fast && oc::moe_fast_supported(ex);
   const bool all_skinny = !fast && c.T * c.k <= 8 * c.E && (!c.shared || c.T <= oc::kGemmSkinnyMaxM);
   // Tensor-core path: x and the SwiGLU output are rounded to bf16 before the w1/w3 and w2 GEMMs; at D = 64 the
-  // H200 showed up to 1.4e-2 (2026-11-29), so 3e-2. Fast path: see kFastTol.
-  const double err = normalized_error(got, ref), tol = all_skinny ? 1e-4 : fast ? kFastTol : 3e-2;
+  // H200 showed up to 1.4e-2 (2026-11-29), so 3e-2. Fast path: see kFastTol; but a clamped shared expert runs bf16
+  // GEMMs there too (streaming kernel for N <= 1024 even at T <= 8, gemm_stream_preferred), with the tiled path's
+  // error under a tight clamp (1.1-1.3e-2 at T = 1, 3 with limit 0.05 on the H200, 2026-11-30), so 3e-2 as above.
+  const bool clamped_bf16_shared = fast && c.shared && c.shared_limit > 0.0f;
+  const double err = normalized_error(got, ref),
+               tol = all_skinny ? 1e-4 : fast && !clamped_bf16_shared ? kFastTol : 3e-2;
   EXPECT_LT(err, tol) << "normalized error " << err;
 
 }

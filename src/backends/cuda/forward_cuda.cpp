@@ -73,7 +73,8 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
 // small-M FP8 GEMMs take the bf16 streaming tensor-core kernel (GemmPrecision::kBf16).
 Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
   const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
-  const GemmPrecision prec = exact_ ? GemmPrecision::kFp32SmallM : GemmPrecision::kBf16;
+  const GemmPrecision prec =
+      !exact_ && gemm_stream_preferred(M, w.rows) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
   for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
     DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, stream_, prec));
   return Status::ok();
@@ -81,11 +82,12 @@ Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeig
 
 Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                                 float* y, int64_t ldy, int64_t yg) {
+  // The streaming kernel measured slower than the default kernels for the grouped wo_a at every M
+  // (gemm_stream_preferred): grouped GEMMs keep the default path.
   const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
-  const GemmPrecision prec = exact_ ? GemmPrecision::kFp32SmallM : GemmPrecision::kBf16;
   for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
     DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg,
-                                          stream_, prec));
+                                          stream_));
   return Status::ok();
 }
 

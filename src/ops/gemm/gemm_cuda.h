@@ -33,6 +33,15 @@ Status validate_weight(const DeviceWeight& w, const char* what = "weight");
 Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
                  void* stream, GemmPrecision precision = GemmPrecision::kFp32SmallM);
 
+// Whether the bf16 streaming kernel (GemmPrecision::kBf16) is the faster choice for a single-group FP8 GEMM of M
+// rows and N outputs, from the per-shape side-by-side on the H200 (bench/gemm_bench.cpp, bench/NOTES.md
+// 2026-11-30): it wins for N <= 1024 at every M <= 256 (wq_a, wkv) and for N <= 4096 at 9 <= M <= 128 (wo_b, the
+// shared expert); larger N (wq_b, the indexer's wq_b), grouped weights (wo_a) and N > 1024 at M > 128 run faster
+// on the default kernels. The CUDA runner's fast path asks this per call.
+inline bool gemm_stream_preferred(int64_t M, int64_t N) {
+  return M >= 1 && M <= 256 && N <= (M > 8 && M <= 128 ? 4096 : 1024);
+}
+
 // Batched over `groups` independent groups (the grouped output projection wo_a): with N_g = w.rows / groups,
 // group g computes y_g[M, N_g] = x_g[M, K] * W[g*N_g : (g+1)*N_g, :]^T where x_g = x + g*x_group_stride and
 // y_g = y + g*y_group_stride (rows of x_g / y_g at strides ldx / ldy). Overwrites y_g.

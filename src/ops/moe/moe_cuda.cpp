@@ -184,11 +184,15 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   const float* shy = nullptr;
   if (shared) {
     float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *so = ws.shy_.data();
-    DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w1, s1, Is, false, stream));
-    DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w3, s3, Is, false, stream));
+    // The fast path takes the streaming GEMM where it measured faster (gemm_stream_preferred).
+    auto prec = [&](int64_t N) {
+      return path == MoePath::Fast && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
+    };
+    DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w1, s1, Is, false, stream, prec(Is)));
+    DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w3, s3, Is, false, stream, prec(Is)));
     detail::launch_swiglu(s1, s3, T, nullptr, Is, shared_limit, stream);
     DSI_CUDA_LAUNCHED("swiglu_kernel(shared)");
-    DSI_RETURN_IF_ERROR(gemm_cuda(s1, T, Is, shared->w2, so, D, false, stream));
+    DSI_RETURN_IF_ERROR(gemm_cuda(s1, T, Is, shared->w2, so, D, false, stream, prec(D)));
     shy = so;
   }
   detail::launch_combine(yp, pos, weight, T, topk, D, shy, out, stream);
