@@ -134,7 +134,7 @@ int main() {
   std::vector<Set> sets(kSets);
   for (int si = 0; si < kSets; ++si) build(sets[size_t(si)], si, w_bytes, s_bytes);
   oc::MoeWorkspace ws;
-  die(ws.reserve(1024, k, D, I, E), "reserve");
+  die(ws.reserve(4096, k, D, I, E), "reserve");
   const double expert_bytes = 3.0 * double(w_bytes + s_bytes);
   const double shared_bytes = 3.0 * double(I * D + (I / 128) * (D / 128));
   std::printf("%5s %8s %9s | %-38s | %-38s\n", "T", "experts", "MB", "with shared: floor  exact   fast (us, x floor)",
@@ -144,7 +144,7 @@ int main() {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return rng;
   };
-  for (int64_t T : {1, 8, 64, 128, 256, 512, 1024}) {
+  for (int64_t T : {1, 8, 64, 128, 256, 512, 1024, 4096}) {
     std::vector<Blob> xs, outs, idxs, wts;
     std::set<int32_t> distinct;
     for (int si = 0; si < kSets; ++si) {
