@@ -1,4 +1,4 @@
-// `dsinfer serve`: the OpenAI-compatible HTTP server (src/server/server.h) on one engine. Listens on
+// `dsinfer serve`: the OpenAI-compatible HTTP server (include/dsinfer/server.h) on one engine. Listens on
 // 127.0.0.1 unless told otherwise; SIGINT / SIGTERM stop it cleanly (requests in flight end with finish
 // reason "abort"), exit 0.
 #include <pthread.h>
@@ -12,7 +12,7 @@
 #include "apps/dsinfer/commands.h"
 #include "apps/dsinfer/engine_flags.h"
 #include "dsinfer/engine.h"
-#include "server/server.h"
+#include "dsinfer/server.h"
 
 namespace dsinfer::cli {
 
@@ -86,8 +86,8 @@ int cmd_serve(int argc, char** argv) {
   const std::string backend = engine->backend_name();
   const long long max_len = (long long)engine->max_model_len();
   server::Server srv(std::move(engine), so);
-  if (Status s = srv.start(); !s) {
-    std::fprintf(stderr, "serve: %s\n", s.message().c_str());
+  if (!srv.start(&err)) {
+    std::fprintf(stderr, "serve: %s\n", err.c_str());
     return 2;
   }
   std::fprintf(stderr, "serve: model %s on %s, max_model_len %lld%s\nserve: listening on http://%s:%d\n",

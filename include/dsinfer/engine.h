@@ -129,6 +129,7 @@ struct EngineStats {
   int32_t state_blocks = 0, state_blocks_used = 0;
   int64_t state_bytes_used = 0, state_bytes_budget = 0;
   PrefixCacheMetrics prefix_cache;
+  SpeculativeMetrics speculative;
 };
 
 class Engine {

@@ -128,6 +128,7 @@ EngineStats Engine::stats() const {
   st.state_bytes_used = cs.used_bytes;
   st.state_bytes_budget = cs.budget_bytes;
   st.prefix_cache = e.prefix_stats();
+  st.speculative = e.speculative_metrics();
   return st;
 }
 

@@ -6,9 +6,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
+#include "dsinfer/server.h"
 #include "server/engine_loop.h"
 #include "server/metrics.h"
-#include "server/server.h"
 
 namespace dsinfer::server {
 

@@ -17,8 +17,8 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include "dsinfer/server.h"
 #include "server/handlers.h"
-#include "server/server.h"
 
 namespace dsinfer::server {
 
@@ -198,24 +198,28 @@ Server::~Server() { stop(); }
 
 int Server::port() const { return impl_->port; }
 
-Status Server::start() {
-  Impl& m = *impl_;
-  beast::error_code ec;
-  const auto addr = net::ip::make_address(m.opts.host, ec);
-  if (ec) return Status::errorf("host '{}' is not an IP address: {}", m.opts.host, ec.message());
-  if (m.opts.port < 0 || m.opts.port > 65535) return Status::errorf("port {} is outside [0, 65535]", m.opts.port);
-  const tcp::endpoint ep(addr, static_cast<unsigned short>(m.opts.port));
-  m.acceptor.open(ep.protocol(), ec);
-  if (!ec) m.acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) m.acceptor.bind(ep, ec);
-  if (!ec) m.acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (!ec) m.acceptor.non_blocking(true, ec);
-  if (ec) return Status::errorf("cannot listen on {}:{}: {}", m.opts.host, m.opts.port, ec.message());
-  m.port = m.acceptor.local_endpoint().port();
-  m.loop->start();
-  m.accept_thread = std::thread([&m] { m.accept_loop(); });
-  m.started = true;
-  return Status::ok();
+bool Server::start(std::string* error) {
+  const Status s = [&]() -> Status {
+    Impl& m = *impl_;
+    beast::error_code ec;
+    const auto addr = net::ip::make_address(m.opts.host, ec);
+    if (ec) return Status::errorf("host '{}' is not an IP address: {}", m.opts.host, ec.message());
+    if (m.opts.port < 0 || m.opts.port > 65535) return Status::errorf("port {} is outside [0, 65535]", m.opts.port);
+    const tcp::endpoint ep(addr, static_cast<unsigned short>(m.opts.port));
+    m.acceptor.open(ep.protocol(), ec);
+    if (!ec) m.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) m.acceptor.bind(ep, ec);
+    if (!ec) m.acceptor.listen(net::socket_base::max_listen_connections, ec);
+    if (!ec) m.acceptor.non_blocking(true, ec);
+    if (ec) return Status::errorf("cannot listen on {}:{}: {}", m.opts.host, m.opts.port, ec.message());
+    m.port = m.acceptor.local_endpoint().port();
+    m.loop->start();
+    m.accept_thread = std::thread([&m] { m.accept_loop(); });
+    m.started = true;
+    return Status::ok();
+  }();
+  if (!s && error) *error = s.message();
+  return s.is_ok();
 }
 
 void Server::stop() {

@@ -123,6 +123,21 @@ std::string Metrics::render() const {
   render_value(out, "dsinfer_prefix_cache_blocks", "gauge", "Blocks held by the prefix cache.", double(pc.cached_blocks));
   render_value(out, "dsinfer_prefix_cache_snapshot_bytes", "gauge", "Bytes of state snapshots held.",
                double(pc.snapshot_bytes));
+  // Speculative decoding (vLLM's spec_decode_* counters); all zero when it is off.
+  const SpeculativeMetrics& sp = engine_.speculative;
+  render_value(out, "dsinfer_spec_decode_num_drafts_total", "counter", "Decode rounds of one sequence with drafts.",
+               double(sp.rounds));
+  render_value(out, "dsinfer_spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.",
+               double(sp.drafted_tokens));
+  render_value(out, "dsinfer_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+               double(sp.accepted_tokens));
+  render_value(out, "dsinfer_spec_decode_num_emitted_tokens_total", "counter",
+               "Tokens emitted by speculative rounds (accepted drafts + correction / bonus).", double(sp.emitted_tokens));
+  out += "# HELP dsinfer_spec_decode_num_accepted_tokens_per_pos_total Drafts accepted at each draft position.\n"
+         "# TYPE dsinfer_spec_decode_num_accepted_tokens_per_pos_total counter\n";
+  for (size_t k = 0; k < sp.accepted_per_position.size(); ++k)
+    out += fmt::format("dsinfer_spec_decode_num_accepted_tokens_per_pos_total{{position=\"{}\"}} {}\n", k,
+                       sp.accepted_per_position[k]);
   return out;
 }
 

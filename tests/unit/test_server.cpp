@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "dsinfer/engine.h"
-#include "server/server.h"
+#include "dsinfer/server.h"
 #include "test_server_util.h"
 #include "test_util.h"
 
@@ -33,7 +33,7 @@ class Server : public ::testing::Test {
     so.max_body_bytes = 64 << 10;
     so.max_header_bytes = 4 << 10;
     server_ = new dsinfer::server::Server(std::move(e), so);
-    ASSERT_TRUE(server_->start().is_ok());
+    ASSERT_TRUE(server_->start(&err)) << err;
     port_ = server_->port();
   }
   static void TearDownTestSuite() {

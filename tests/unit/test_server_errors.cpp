@@ -7,7 +7,7 @@
 
 #include "dsinfer/engine.h"
 #include "server/handlers.h"
-#include "server/server.h"
+#include "dsinfer/server.h"
 #include "test_server_util.h"
 #include "test_util.h"
 
@@ -27,7 +27,7 @@ std::unique_ptr<dsinfer::server::Server> start(dsinfer::server::ServerOptions so
   EXPECT_TRUE(e) << err;
   so.port = 0;
   auto s = std::make_unique<dsinfer::server::Server>(std::move(e), so);
-  EXPECT_TRUE(s->start().is_ok());
+  EXPECT_TRUE(s->start(&err)) << err;
   return s;
 }
 
@@ -209,6 +209,45 @@ TEST(ServerErrors, ParamOfNamesTheField) {
   EXPECT_EQ(param_of("a /v1/chat/completions body needs 'messages'"), "messages");
   EXPECT_EQ(param_of("messages[0].content is null"), "messages");
   EXPECT_EQ(param_of("request body is not valid JSON"), "");
+}
+
+}  // namespace
+
+namespace {
+
+// /metrics carries the speculative-decoding counters (vLLM's spec_decode_* names), from the engine's own counts.
+TEST(ServerMetrics, SpeculativeDecodingCounters) {
+  dsinfer::EngineOptions o;
+  o.model_dir = dsinfer::test::source_dir() + "/models/dsv4-small";
+  o.max_model_len = 256;
+  o.speculative = "dspark";
+  std::string err;
+  auto e = dsinfer::Engine::create(o, &err);
+  ASSERT_TRUE(e) << err;
+  dsinfer::server::ServerOptions so;
+  so.port = 0;
+  dsinfer::server::Server s(std::move(e), so);
+  ASSERT_TRUE(s.start(&err)) << err;
+  const int port = s.port();
+  EXPECT_EQ(metric_value(port, "dsinfer_spec_decode_num_draft_tokens_total"), 0);
+  auto r = request(port, "POST", "/v1/completions",
+                   R"({"prompt": "def add(a, b):\n    return", "max_tokens": 24, "temperature": 0, "ignore_eos": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const double rounds = metric_value(port, "dsinfer_spec_decode_num_drafts_total");
+  const double drafted = metric_value(port, "dsinfer_spec_decode_num_draft_tokens_total");
+  const double accepted = metric_value(port, "dsinfer_spec_decode_num_accepted_tokens_total");
+  const double emitted = metric_value(port, "dsinfer_spec_decode_num_emitted_tokens_total");
+  EXPECT_GT(rounds, 0);
+  EXPECT_GT(drafted, 0);
+  EXPECT_LE(accepted, drafted);
+  EXPECT_GT(emitted, 0);
+  EXPECT_LE(emitted, accepted + rounds);  // a round emits its accepted drafts and at most one more token
+  double per_pos = 0;
+  for (int k = 0; k < 16; ++k)
+    per_pos += metric_value(port, "dsinfer_spec_decode_num_accepted_tokens_per_pos_total{position=\"" + std::to_string(k) + "\"}");
+  EXPECT_EQ(per_pos, accepted);
+  EXPECT_EQ(metric_value(port, "dsinfer_generation_tokens_total"), 24);
+  s.stop();
 }
 
 }  // namespace

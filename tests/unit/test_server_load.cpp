@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "dsinfer/engine.h"
-#include "server/server.h"
+#include "dsinfer/server.h"
 #include "test_server_util.h"
 #include "test_util.h"
 
@@ -35,7 +35,7 @@ TEST(ServerLoad, TwoHundredStreamsWithDisconnects) {
   dsinfer::server::ServerOptions so;
   so.port = 0;
   dsinfer::server::Server srv(std::move(e), so);
-  ASSERT_TRUE(srv.start().is_ok());
+  ASSERT_TRUE(srv.start(&err)) << err;
   const int port = srv.port();
 
   const std::vector<std::string> prompts = {"def parse(s):", "import json\n", "class Queue:", "# Utility functions\n"};

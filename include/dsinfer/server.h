@@ -9,7 +9,6 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
 #include "dsinfer/engine.h"
 
 namespace dsinfer::server {
@@ -33,8 +32,9 @@ class Server {
  public:
   Server(std::unique_ptr<Engine> engine, ServerOptions options);
   ~Server();  // stop()
-  // Binds and listens, then starts the engine thread and the accept thread. Errors name the address.
-  Status start();
+  // Binds and listens, then starts the engine thread and the accept thread. False with the reason (naming the
+  // address) in *error when it cannot listen.
+  bool start(std::string* error);
   int port() const;  // the bound port (after start)
   // Stops accepting, aborts requests in flight (streams end with finish_reason "abort"), closes
   // connections, joins every thread. Idempotent.
