@@ -22,7 +22,9 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 constexpr const char* kUsage =
-    "usage: dsinfer render-chat --tokenizer tokenizer.json [--input FILE] [--output FILE] [--parse-output]\n"
+    "usage: dsinfer render-chat (--tokenizer tokenizer.json | --model DIR) [--input FILE] [--output FILE] [--parse-output]\n"
+    "  --model DIR: the chat encoding (V4 / V4.1) from DIR/config.json; without --tokenizer the prompt is rendered\n"
+    "    without token ids (prompt_token_ids null) and --parse-output takes text only\n"
     "  input (default stdin): one chat request per line, an OpenAI Batch line {\"custom_id\", \"body\", ...} or a bare\n"
     "    /v1/chat/completions body {\"messages\": ...}\n"
     "  output (default stdout): per line {\"custom_id\", \"prompt\", \"prompt_token_ids\", \"special_ranges\"}, or\n"
@@ -32,7 +34,8 @@ constexpr const char* kUsage =
     "    \"tool_calls\"}, \"parse_error\"?}\n";
 
 struct Args {
-  std::string tokenizer, input, output;
+  std::string tokenizer, input, output, model;
+  ChatEncoding enc = ChatEncoding::kDeepSeekV4;
   bool parse_output = false;
 };
 
@@ -46,7 +49,7 @@ ojson message_json(const ChatOutput& o) {
 }
 
 // One input line -> one output record; false when the line failed.
-bool process(const std::string& line, size_t n, const Args& a, const ChatTemplate& tmpl, ojson& rec) {
+bool process(const std::string& line, size_t n, const Args& a, const ChatTemplate* tmpl, ojson& rec) {
   rec = ojson::object();
   auto fail = [&](const std::string& m) {
     rec["error"] = {{"message", m}};
@@ -72,11 +75,11 @@ bool process(const std::string& line, size_t n, const Args& a, const ChatTemplat
   if (req.endpoint != Endpoint::kChatCompletions) return fail(fmt::format("line {}: not a chat request (no 'messages')", n));
   if (!a.parse_output) {
     ChatPrompt p;
-    if (!tmpl.render(req, &p, &error)) return fail(fmt::format("line {}: {}", n, error));
+    if (!(tmpl ? tmpl->render(req, &p, &error) : render_chat_text(req, &p, &error, a.enc))) return fail(fmt::format("line {}: {}", n, error));
     ojson ranges = ojson::array();
     for (const auto& [b, e] : p.special_ranges) ranges.push_back({b, e});
     rec["prompt"] = p.text;
-    rec["prompt_token_ids"] = p.token_ids;
+    rec["prompt_token_ids"] = tmpl ? ojson(p.token_ids) : ojson(nullptr);
     rec["special_ranges"] = std::move(ranges);
     return true;
   }
@@ -90,7 +93,8 @@ bool process(const std::string& line, size_t n, const Args& a, const ChatTemplat
       v.push_back(ids[k].get<int32_t>());
     }
     if (!ids.is_array()) return fail(fmt::format("line {}: output_token_ids must be an array of token ids", n));
-    if (!tmpl.parse_output_ids(req, v, &out, &error)) return fail(fmt::format("line {}: {}", n, error));
+    if (!tmpl) return fail(fmt::format("line {}: output_token_ids need --tokenizer", n));
+    if (!tmpl->parse_output_ids(req, v, &out, &error)) return fail(fmt::format("line {}: {}", n, error));
   } else if (j.contains("output") && (j["output"].is_string() || j["output"].is_array())) {
     std::vector<std::string> pieces;
     if (j["output"].is_string()) pieces.push_back(j["output"].get<std::string>());
@@ -98,7 +102,7 @@ bool process(const std::string& line, size_t n, const Args& a, const ChatTemplat
       if (!j["output"][k].is_string()) return fail(fmt::format("line {}: output[{}] is not a string", n, k));
       pieces.push_back(j["output"][k].get<std::string>());
     }
-    out = parse_chat_output(req, pieces);
+    out = parse_chat_output(req, pieces, a.enc);
   } else {
     return fail(fmt::format("line {}: --parse-output needs \"output\" (text or list of texts) or \"output_token_ids\"", n));
   }
@@ -114,16 +118,21 @@ int cmd_render_chat(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     if (s == "--tokenizer" && i + 1 < argc) a.tokenizer = argv[++i];
+    else if (s == "--model" && i + 1 < argc) a.model = argv[++i];
     else if (s == "--input" && i + 1 < argc) a.input = argv[++i];
     else if (s == "--output" && i + 1 < argc) a.output = argv[++i];
     else if (s == "--parse-output") a.parse_output = true;
     else if (s == "--help" || s == "-h") { std::fputs(kUsage, stdout); return 0; }
     else { std::fprintf(stderr, "dsinfer render-chat: unknown argument '%s'\n%s", s.c_str(), kUsage); return 2; }
   }
-  if (a.tokenizer.empty()) { std::fprintf(stderr, "dsinfer render-chat: --tokenizer is required\n%s", kUsage); return 2; }
+  if (a.tokenizer.empty() && a.model.empty()) { std::fprintf(stderr, "dsinfer render-chat: --tokenizer or --model is required\n%s", kUsage); return 2; }
   std::string error;
-  auto tmpl = ChatTemplate::load(a.tokenizer, &error);
-  if (!tmpl) { std::fprintf(stderr, "dsinfer render-chat: %s\n", error.c_str()); return 2; }
+  if (!a.model.empty() && !chat_encoding_of_model(a.model, &a.enc, &error)) { std::fprintf(stderr, "dsinfer render-chat: %s\n", error.c_str()); return 2; }
+  std::unique_ptr<ChatTemplate> tmpl;
+  if (!a.tokenizer.empty()) {
+    tmpl = ChatTemplate::load(a.tokenizer, &error, a.enc);
+    if (!tmpl) { std::fprintf(stderr, "dsinfer render-chat: %s\n", error.c_str()); return 2; }
+  }
   std::ifstream fin;
   if (!a.input.empty()) {
     fin.open(a.input, std::ios::binary);
@@ -143,7 +152,7 @@ int cmd_render_chat(int argc, char** argv) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     ojson rec;
-    if (!process(line, n, a, *tmpl, rec)) ++failed;
+    if (!process(line, n, a, tmpl.get(), rec)) ++failed;
     out << dump(rec) << '\n';
   }
   out.flush();

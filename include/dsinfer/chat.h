@@ -14,6 +14,10 @@
 
 namespace dsinfer {
 
+// The model's chat encoding; chat_encoding_of_model reads it from model_dir/config.json (model_type).
+enum class ChatEncoding { kDeepSeekV4, kDeepSeekV41 };
+bool chat_encoding_of_model(const std::string& model_dir, ChatEncoding* out, std::string* error);
+
 struct ChatPrompt {
   std::string text;                                       // the rendered prompt
   std::vector<std::pair<size_t, size_t>> special_ranges;  // byte ranges of `text` that are one special token
@@ -28,16 +32,19 @@ struct ChatOutput {
 
 // Renders the prompt text and its special-token ranges (no tokenizer needed). False with *error for a request
 // that is not a chat request.
-bool render_chat_text(const Request& request, ChatPrompt* out, std::string* error);
+bool render_chat_text(const Request& request, ChatPrompt* out, std::string* error,
+                      ChatEncoding enc = ChatEncoding::kDeepSeekV4);
 
 // Parses model output text (the text after the prompt) as the engine does for `request`, pushing `pieces` one
 // after another as streamed chunks; {whole_text} for the whole output at once.
-ChatOutput parse_chat_output(const Request& request, const std::vector<std::string>& pieces);
+ChatOutput parse_chat_output(const Request& request, const std::vector<std::string>& pieces,
+                             ChatEncoding enc = ChatEncoding::kDeepSeekV4);
 
 class ChatTemplate {
  public:
   // tokenizer_json: a Hugging Face tokenizer.json holding the V4 template tokens. nullptr with *error on failure.
-  static std::unique_ptr<ChatTemplate> load(const std::string& tokenizer_json, std::string* error);
+  static std::unique_ptr<ChatTemplate> load(const std::string& tokenizer_json, std::string* error,
+                                            ChatEncoding enc = ChatEncoding::kDeepSeekV4);
   ~ChatTemplate();
 
   // Prompt text, special ranges and token ids (template tokens by spelling, all other text as plain text).

@@ -4,6 +4,7 @@
 #include "chat/chat_encoding.h"
 #include "chat/output_parser.h"
 #include "chat/parser_options.h"
+#include "io/config.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,21 +23,33 @@ void collect(const chat::ParseDelta& d, ChatOutput& out) {
   for (const chat::ParsedToolCall& c : d.tool_calls) out.tool_calls.push_back({c.id, c.name, c.arguments});
 }
 
+chat::ChatFamily family(ChatEncoding e) { return e == ChatEncoding::kDeepSeekV41 ? chat::ChatFamily::kV41 : chat::ChatFamily::kV4; }
+
 }  // namespace
 
-bool render_chat_text(const Request& request, ChatPrompt* out, std::string* error) {
+bool chat_encoding_of_model(const std::string& model_dir, ChatEncoding* out, std::string* error) {
+  auto mc = io::load_model_config(model_dir);
+  if (!mc) {
+    if (error) *error = mc.status().message();
+    return false;
+  }
+  *out = chat::chat_family(*mc) == chat::ChatFamily::kV41 ? ChatEncoding::kDeepSeekV41 : ChatEncoding::kDeepSeekV4;
+  return true;
+}
+
+bool render_chat_text(const Request& request, ChatPrompt* out, std::string* error, ChatEncoding enc) {
   if (!chat_conversation(request, error)) return false;
-  chat::RenderedPrompt p = chat::render_v4_prompt(*request.conversation);
+  chat::RenderedPrompt p = chat::render_prompt(*request.conversation, family(enc));
   out->text = std::move(p.prompt);
   out->special_ranges = std::move(p.special_ranges);
   out->token_ids.clear();
   return true;
 }
 
-ChatOutput parse_chat_output(const Request& request, const std::vector<std::string>& pieces) {
+ChatOutput parse_chat_output(const Request& request, const std::vector<std::string>& pieces, ChatEncoding enc) {
   ChatOutput out;
   if (!chat_conversation(request, &out.error)) return out;
-  chat::OutputParser parser(chat::parser_options_for(*request.conversation));
+  chat::OutputParser parser(chat::parser_options_for(*request.conversation, family(enc)));
   for (const std::string& p : pieces) collect(parser.push(p), out);
   chat::ParseDelta last;
   Status s = parser.finish(last);
@@ -47,12 +60,13 @@ ChatOutput parse_chat_output(const Request& request, const std::vector<std::stri
 
 struct ChatTemplate::Impl {
   std::unique_ptr<tokenizer::Tokenizer> tok;
+  chat::ChatFamily family = chat::ChatFamily::kV4;
 };
 
 ChatTemplate::ChatTemplate() : impl_(std::make_unique<Impl>()) {}
 ChatTemplate::~ChatTemplate() = default;
 
-std::unique_ptr<ChatTemplate> ChatTemplate::load(const std::string& tokenizer_json, std::string* error) {
+std::unique_ptr<ChatTemplate> ChatTemplate::load(const std::string& tokenizer_json, std::string* error, ChatEncoding enc) {
   auto tok = tokenizer::Tokenizer::from_file(tokenizer_json);
   if (!tok) {
     if (error) *error = tok.status().message();
@@ -60,12 +74,13 @@ std::unique_ptr<ChatTemplate> ChatTemplate::load(const std::string& tokenizer_js
   }
   std::unique_ptr<ChatTemplate> t(new ChatTemplate());
   t->impl_->tok = std::move(tok).value();
+  t->impl_->family = family(enc);
   return t;
 }
 
 bool ChatTemplate::render(const Request& request, ChatPrompt* out, std::string* error) const {
   if (!chat_conversation(request, error)) return false;
-  chat::RenderedPrompt p = chat::render_v4_prompt(*request.conversation);
+  chat::RenderedPrompt p = chat::render_prompt(*request.conversation, impl_->family);
   auto ids = chat::encode_prompt(p, *impl_->tok);
   if (!ids) {
     if (error) *error = ids.status().message();
@@ -87,7 +102,7 @@ bool ChatTemplate::parse_output_ids(const Request& request, const std::vector<in
       if (error) *error = fmt::format("output token id [{}] = {} is outside the vocabulary (0..{})", i, ids[i], vocab - 1);
       return false;
     }
-  chat::OutputParser parser(chat::parser_options_for(*request.conversation));
+  chat::OutputParser parser(chat::parser_options_for(*request.conversation, impl_->family));
   tokenizer::StreamDecoder dec(*impl_->tok, /*skip_special_tokens=*/true);
   for (int32_t id : ids) {
     std::string delta;

@@ -50,12 +50,12 @@ struct Builder {
 };
 
 std::string tools_head(const V4Tokens& t) {
-  const std::string d = t.dsml;
+  const std::string &d = t.dsml, &c = t.calls_tag, &i = t.invoke_tag, &p = t.param_tag;
   return "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can invoke tools by "
-         "writing a \"<" + d + "tool_calls>\" block like the following:\n\n<" + d + "tool_calls>\n<" + d +
-         "invoke name=\"$TOOL_NAME\">\n<" + d + "parameter name=\"$PARAMETER_NAME\" string=\"true|false\">"
-         "$PARAMETER_VALUE</" + d + "parameter>\n...\n</" + d + "invoke>\n<" + d + "invoke name=\"$TOOL_NAME2\">\n...\n</" +
-         d + "invoke>\n</" + d + "tool_calls>\n\nString parameters should be specified as is and set `string=\"true\"`. "
+         "writing a \"<" + d + c + ">\" block like the following:\n\n<" + d + c + ">\n<" + d + i +
+         " name=\"$TOOL_NAME\">\n<" + d + p + " name=\"$PARAMETER_NAME\" string=\"true|false\">"
+         "$PARAMETER_VALUE</" + d + p + ">\n...\n</" + d + i + ">\n<" + d + i + " name=\"$TOOL_NAME2\">\n...\n</" +
+         d + i + ">\n</" + d + c + ">\n\nString parameters should be specified as is and set `string=\"true\"`. "
          "For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set "
          "`string=\"false\"`.\n\nIf thinking_mode is enabled (triggered by " + t.think_start + "), you MUST output your "
          "complete reasoning inside " + t.think_start + "..." + t.think_end + " BEFORE any tool calls or final "
@@ -153,19 +153,46 @@ void render_messages(const Conversation& conv, const V4Tokens& t, bool keep_reas
 
 void append_dsml_tool_calls(const std::vector<ToolCall>& calls, const V4Tokens& t, RenderedPrompt& out) {
   Builder b{out};
-  b.plain("<"); b.special(t.dsml); b.plain("tool_calls>\n");
+  b.plain("<"); b.special(t.dsml); b.plain(t.calls_tag + ">\n");
   for (const ToolCall& c : calls) {
-    b.plain("<"); b.special(t.dsml); b.plain("invoke name=\"" + c.name + "\">\n");
+    b.plain("<"); b.special(t.dsml); b.plain(t.invoke_tag + " name=\"" + c.name + "\">\n");
+    // V4.1 joins the parameters with "\n" and closes with "\n</invoke>": an argument-less call has a blank line.
+    if (t.family == ChatFamily::kV41 && c.arguments.empty()) b.plain("\n");
     for (auto it = c.arguments.begin(); it != c.arguments.end(); ++it) {
       const bool is_str = it.value().is_string();
       b.plain("<"); b.special(t.dsml);
-      b.plain("parameter name=\"" + it.key() + "\" string=\"" + (is_str ? "true" : "false") + "\">");
+      b.plain(t.param_tag + " name=\"" + it.key() + "\" string=\"" + (is_str ? "true" : "false") + "\">");
       b.plain(is_str ? it.value().get<std::string>() : dump_python_style(it.value()));
-      b.plain("</"); b.special(t.dsml); b.plain("parameter>\n");
+      b.plain("</"); b.special(t.dsml); b.plain(t.param_tag + ">\n");
     }
-    b.plain("</"); b.special(t.dsml); b.plain("invoke>\n");
+    b.plain("</"); b.special(t.dsml); b.plain(t.invoke_tag + ">\n");
   }
-  b.plain("</"); b.special(t.dsml); b.plain("tool_calls>");
+  b.plain("</"); b.special(t.dsml); b.plain(t.calls_tag + ">");
+}
+
+V4Tokens tokens_for(ChatFamily f) {
+  V4Tokens t;
+  t.family = f;
+  if (f == ChatFamily::kV41) t.calls_tag = " calls", t.invoke_tag = " invoke", t.param_tag = " parameter";
+  return t;
+}
+
+RenderedPrompt render_prompt(const Conversation& conv, ChatFamily family) {
+  return family == ChatFamily::kV41 ? render_v41_prompt(conv) : render_v4_prompt(conv);
+}
+
+void append_tools_prompt(const std::vector<ToolDefinition>& tools, const V4Tokens& t, RenderedPrompt& out) {
+  Builder b{out};
+  b.templ(tools_head(t), {t.dsml, t.think_start, t.think_end});
+  for (const ToolDefinition& d : tools) {
+    ojson schema = ojson::object();
+    schema["name"] = d.name;
+    schema["description"] = d.description;
+    schema["parameters"] = d.parameters;
+    b.plain(dump_python_style(schema));
+    b.plain("\n");
+  }
+  b.plain("\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
 }
 
 RenderedPrompt render_v4_prompt(const Conversation& conv, const V4Tokens& t) {
@@ -182,16 +209,7 @@ RenderedPrompt render_v4_prompt(const Conversation& conv, const V4Tokens& t) {
   b.plain(conv.system);
   if (tools_shown) {
     b.plain("\n\n");
-    b.templ(tools_head(t), {t.dsml, t.think_start, t.think_end});
-    for (const ToolDefinition& d : conv.tools) {
-      ojson schema = ojson::object();
-      schema["name"] = d.name;
-      schema["description"] = d.description;
-      schema["parameters"] = d.parameters;
-      b.plain(dump_python_style(schema));
-      b.plain("\n");
-    }
-    b.plain("\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
+    append_tools_prompt(conv.tools, t, out);
   }
   if (conv.response_format == ResponseFormat::kJsonObject) {
     b.plain("\n\n");

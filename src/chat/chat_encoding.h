@@ -9,12 +9,18 @@
 
 #include "core/status.h"
 #include "chat/chat_types.h"
+#include "io/config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::chat {
 
-// Spellings of the V4 template tokens (looked up in the tokenizer by spelling, never by id).
+// Which chat encoding a model speaks; chosen from the model config only (chat_family), never per request.
+enum class ChatFamily { kV4, kV41 };
+
+// Spellings of the template tokens (looked up in the tokenizer by spelling, never by id) and the DSML tag names
+// after the DSML token (V4: "tool_calls" / "invoke" / "parameter"; V4.1 the same with a leading space, " calls").
 struct V4Tokens {
+  ChatFamily family = ChatFamily::kV4;
   std::string bos = "<｜begin▁of▁sentence｜>";
   std::string eos = "<｜end▁of▁sentence｜>";
   std::string user = "<｜User｜>";
@@ -23,7 +29,14 @@ struct V4Tokens {
   std::string think_start = "<think>";
   std::string think_end = "</think>";
   std::string dsml = "｜DSML｜";
+  std::string system = "<｜System｜>";  // V4.1 only
+  std::string calls_tag = "tool_calls";
+  std::string invoke_tag = "invoke";
+  std::string param_tag = "parameter";
 };
+
+V4Tokens tokens_for(ChatFamily f);
+inline ChatFamily chat_family(const io::ModelConfig& mc) { return mc.is_v41() ? ChatFamily::kV41 : ChatFamily::kV4; }
 
 struct RenderedPrompt {
   std::string prompt;
@@ -31,6 +44,14 @@ struct RenderedPrompt {
 };
 
 RenderedPrompt render_v4_prompt(const Conversation& conv, const V4Tokens& tokens = {});
+// DeepSeek-V4.1 (chat_encoding_v41.cpp): <｜System｜>, numeric reasoning effort, system messages in place,
+// " calls" DSML tags, tool results merged into user turns in call order.
+RenderedPrompt render_v41_prompt(const Conversation& conv, const V4Tokens& tokens = tokens_for(ChatFamily::kV41));
+// The prompt of `conv` in the family's encoding (the one place that dispatches on it).
+RenderedPrompt render_prompt(const Conversation& conv, ChatFamily family);
+
+// The tools section of the system prompt ("## Tools ... tool calls.\n"), as both families render it.
+void append_tools_prompt(const std::vector<ToolDefinition>& tools, const V4Tokens& t, RenderedPrompt& out);
 
 // Token ids of a rendered prompt: special ranges by token_to_id (error if the tokenizer lacks one), the text
 // between them in EncodeMode::kPlainText.

@@ -127,14 +127,23 @@ Status parse_thinking(const ojson& body, Conversation& conv) {
   if (given(body, "reasoning_effort")) {
     static const std::set<std::string> kEfforts = {"none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max"};
     const ojson& e = body["reasoning_effort"];
+    // V4.1 also takes a number 1-100 (its prompt states the effort numerically).
+    if (e.is_number_integer() && e.get<int64_t>() >= 1 && e.get<int64_t>() <= 100) {
+      conv.effort_budget = int(e.get<int64_t>());
+      conv.thinking = explicit_mode != 0;
+      conv.effort = conv.effort_budget <= 25 ? ReasoningEffort::kLow : conv.effort_budget >= 100 ? ReasoningEffort::kMax : ReasoningEffort::kHigh;
+      return Status::ok();
+    }
     if (!e.is_string() || !kEfforts.count(e.get<std::string>()))
-      return Status::errorf("reasoning_effort must be one of none, minimal, low, medium, high, xhigh, ultra, max; got {}", e.dump());
+      return Status::errorf("reasoning_effort must be one of none, minimal, low, medium, high, xhigh, ultra, max or an integer 1-100; got {}", e.dump());
     effort = e.get<std::string>();
   }
   conv.thinking = explicit_mode >= 0 ? explicit_mode == 1 : effort != "none";
   if (effort == "minimal" || effort == "low") conv.effort = ReasoningEffort::kLow;
   else if (effort == "ultra" || effort == "max") conv.effort = ReasoningEffort::kMax;
   else conv.effort = ReasoningEffort::kHigh;  // none (with thinking on), medium, high, xhigh, unset
+  // V4.1's numbers for the names (low / high / xhigh / max = 25 / 50 / 75 / 100; V4's aliases alike).
+  conv.effort_budget = conv.effort == ReasoningEffort::kLow ? 25 : conv.effort == ReasoningEffort::kMax ? 100 : effort == "xhigh" ? 75 : 50;
   return Status::ok();
 }
 

@@ -206,6 +206,7 @@ Status parse_messages(const ojson& body, MessageState& st) {
       if (st.conv.has_system) st.conv.system += "\n\n";
       st.conv.system += c;
       st.conv.has_system = true;
+      st.conv.system_messages.push_back({st.conv.messages.size(), c});
       st.saw(c);
       ++st.count;
       continue;

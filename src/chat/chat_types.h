@@ -40,12 +40,20 @@ enum class ResponseFormat { kText, kJsonObject, kJsonSchema, kRegex };
 // kLow (low / minimal): no reasoning-effort preamble; kHigh (medium / high / xhigh, the default); kMax (max / ultra).
 enum class ReasoningEffort { kLow, kHigh, kMax };
 
+// One system message where it was sent (V4.1 renders each in place; V4 uses the merged Conversation::system).
+struct SystemMessage {
+  size_t before = 0;  // number of Conversation::messages before it
+  std::string content;
+};
+
 struct Conversation {
   std::vector<ChatMessage> messages;  // system messages already merged into `system`
   std::string system;                 // all system contents joined by "\n\n"
   bool has_system = false;
+  std::vector<SystemMessage> system_messages;  // the same system contents, in place
   bool thinking = true;
   ReasoningEffort effort = ReasoningEffort::kHigh;
+  int effort_budget = 50;             // V4.1's numeric effort 1-100 (named levels mapped; default high = 50)
   std::vector<ToolDefinition> tools;  // after tool_choice: empty for "none", only the named tool for a named one
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string named_tool;

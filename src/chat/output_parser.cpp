@@ -40,12 +40,12 @@ std::string json_string_body(std::string_view s) {
 OutputParser::OutputParser(ParserOptions opts) : opts_(std::move(opts)) {
   const std::string& d = opts_.tokens.dsml;
   think_end_ = opts_.tokens.think_end;
-  calls_open_ = "<" + d + "tool_calls>";
-  calls_close_ = "</" + d + "tool_calls>";
-  invoke_open_ = "<" + d + "invoke name=\"";
-  invoke_close_ = "</" + d + "invoke>";
-  param_open_ = "<" + d + "parameter name=\"";
-  param_close_ = "</" + d + "parameter>";
+  calls_open_ = "<" + d + opts_.tokens.calls_tag + ">";
+  calls_close_ = "</" + d + opts_.tokens.calls_tag + ">";
+  invoke_open_ = "<" + d + opts_.tokens.invoke_tag + " name=\"";
+  invoke_close_ = "</" + d + opts_.tokens.invoke_tag + ">";
+  param_open_ = "<" + d + opts_.tokens.param_tag + " name=\"";
+  param_close_ = "</" + d + opts_.tokens.param_tag + ">";
   state_ = opts_.starts_in_tool_calls ? State::kToolCalls : opts_.thinking ? State::kReasoning : State::kContent;
   if (opts_.keep_leading_newlines) (state_ == State::kReasoning ? reasoning_started_ : content_started_) = true;
 }

@@ -3,8 +3,9 @@
 
 namespace dsinfer::chat {
 
-ParserOptions parser_options_for(const Conversation& conv) {
+ParserOptions parser_options_for(const Conversation& conv, ChatFamily family) {
   ParserOptions po;
+  po.tokens = tokens_for(family);
   const bool tools = !conv.tools.empty() && conv.tool_choice != ToolChoice::kNone;
   po.parse_tool_calls = tools;
   po.starts_in_tool_calls = tools && (conv.tool_choice == ToolChoice::kRequired || conv.tool_choice == ToolChoice::kNamed);

@@ -7,6 +7,6 @@
 
 namespace dsinfer::chat {
 
-ParserOptions parser_options_for(const Conversation& conv);
+ParserOptions parser_options_for(const Conversation& conv, ChatFamily family = ChatFamily::kV4);
 
 }  // namespace dsinfer::chat

@@ -117,8 +117,8 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
     if (!req.conversation) return Status::error("a chat request needs a conversation");
     if (!tok_) return Status::error("'messages' needs a tokenizer, and this model directory has no tokenizer.json");
     const chat::Conversation& conv = *req.conversation;
-    DSI_ASSIGN_OR_RETURN(spec.prompt, chat::encode_prompt(chat::render_v4_prompt(conv), *tok_));
-    p->parser_opts = chat::parser_options_for(conv);
+    DSI_ASSIGN_OR_RETURN(spec.prompt, chat::encode_prompt(chat::render_prompt(conv, chat::chat_family(model_config())), *tok_));
+    p->parser_opts = chat::parser_options_for(conv, chat::chat_family(model_config()));
     p->out.chat = true;
   } else if (req.prompt_is_ids) {
     spec.prompt = req.prompt_ids;
