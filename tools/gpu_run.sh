@@ -103,6 +103,17 @@ print("graph vs no-graph tokens and text identical:", all(same), f"(max logprob 
 sys.exit(0 if all(same) else 1)
 PY
 note "graph vs no-graph comparison" $?
+# Feature checks (one script per feature, tools/gpu_checks/*.sh, run in name order): each gets OUT and BIN in its
+# environment, writes its logs under $OUT and exits non-zero when its check fails. DSINFER_GPU_CHECKS selects a
+# subset (space-separated script names without .sh).
+for chk in tools/gpu_checks/*.sh; do
+  [ -f "$chk" ] || continue
+  name=$(basename "$chk" .sh)
+  if [ -n "${DSINFER_GPU_CHECKS:-}" ] && [[ " $DSINFER_GPU_CHECKS " != *" $name "* ]]; then continue; fi
+  echo "== check: $name"
+  OUT="$OUT" BIN="$BIN" timeout "${GPU_CHECK_TIMEOUT:-240}" bash "$chk" 2>&1 | tee "$OUT/check_$name.log" | tail -25
+  note "check $name" "${PIPESTATUS[0]}"
+done
 if [ "${DSINFER_BENCH:-1}" = 1 ]; then
   echo "== bench (V4-Flash shapes, dummy weights)"
   timeout 150 $BIN/dsinfer bench --model configs/deepseek-v4-flash --load-format dummy --layers ${BENCH_LAYERS:-4} \
