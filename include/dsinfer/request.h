@@ -32,7 +32,9 @@ struct StructuredOutput {
     kRegex,          // spec: a regular expression the whole output matches
     kChoice,         // choices: the output is exactly one of them
     kGrammar,        // spec: an EBNF grammar (root rule "root", when it has "::=") or a Lark grammar ("start")
-    kStructuralTag,  // spec: an xgrammar structural tag (JSON text); also built for strict forced tool calls
+    kStructuralTag,  // spec: an xgrammar structural tag (JSON text)
+    kToolCalls,      // strict forced tool calls; spec: {"tools": [{"name", "parameters"}], "single_call": bool}
+                     // (model-independent; the engine builds the model family's DSML structural tag from it)
   };
   Kind kind = Kind::kNone;
   std::string spec;

@@ -176,9 +176,9 @@ Status parse_strict_tools(const ojson& body, const chat::Conversation& conv, Str
   if (tools.empty()) return Status::ok();
   if (so.active())
     return Status::errorf("strict tool calls (tool_choice with strict tools) cannot be combined with '{}'", so.field);
-  so.kind = Kind::kStructuralTag;
+  so.kind = Kind::kToolCalls;
   so.field = "tools";
-  so.spec = structured::dsml_tool_calls_tag(tools, conv.tool_choice == chat::ToolChoice::kNamed);
+  so.spec = structured::tool_calls_spec(tools, conv.tool_choice == chat::ToolChoice::kNamed);
   return Status::ok();
 }
 

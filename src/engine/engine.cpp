@@ -9,6 +9,7 @@
 #include "engine/prefix_setup.h"
 #include "scheduler/step_sampling.h"
 #include "spec/speculator.h"
+#include "structured/tool_call_tag.h"
 #include "chat/chat_encoding.h"
 #include "chat/chat_types.h"
 #include "chat/parser_options.h"
@@ -255,7 +256,9 @@ Result<structured::Grammar> Engine::compile_structured(const Request& req) {
     DSI_ASSIGN_OR_RETURN(structured_, structured::StructuredDecoding::create(*tok_, model_config().vocab_size,
                                                                              int32_t(model_config().eos_token_id)));
   }
-  return structured_->compile(req.structured);
+  // Strict tool calls are parsed model-independently; their grammar uses this model's DSML tags.
+  DSI_ASSIGN_OR_RETURN(const StructuredOutput so, structured::resolve_tool_calls(req.structured, chat::chat_family(model_config())));
+  return structured_->compile(so);
 }
 
 void Engine::track_structured(const Request& req, const structured::Grammar& g, const std::vector<int32_t>& prompt,

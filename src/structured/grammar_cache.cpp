@@ -56,6 +56,7 @@ const char* kind_name(StructuredOutput::Kind k) {
     case StructuredOutput::Kind::kChoice: return "choice";
     case StructuredOutput::Kind::kGrammar: return "grammar";
     case StructuredOutput::Kind::kStructuralTag: return "structural tag";
+    case StructuredOutput::Kind::kToolCalls: return "tool-call constraint";
     case StructuredOutput::Kind::kNone: break;
   }
   return "none";
@@ -138,6 +139,8 @@ Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarCache::compile(c
         return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileLark(so.spec));
       case Kind::kStructuralTag:
         return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileStructuralTag(so.spec));
+      case Kind::kToolCalls:  // resolved to a structural tag by the engine (structured::resolve_tool_calls)
+        return Status::errorf("{}: tool-call constraint not resolved for a model family", so.field);
       case Kind::kNone:
         break;
     }

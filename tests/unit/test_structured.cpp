@@ -133,18 +133,36 @@ TEST(StructuredRequest, ConflictsAndBadValuesNameTheField) {
             std::string::npos);
 }
 
-TEST(StructuredRequest, StrictForcedToolCallsBecomeAStructuralTag) {
+TEST(StructuredRequest, StrictForcedToolCallsBecomeAToolCallConstraint) {
   const std::string tools = R"("tools": [
       {"type": "function", "function": {"name": "f", "strict": true, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}},
       {"type": "function", "function": {"name": "g", "strict": true, "parameters": {"type": "object", "properties": {}}}}])";
   const std::string head = R"({"messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "disabled"}, )";
   Request r = parse_ok(head + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})", Endpoint::kChatCompletions);
-  EXPECT_EQ(r.structured.kind, Kind::kStructuralTag);
+  EXPECT_EQ(r.structured.kind, Kind::kToolCalls);
   EXPECT_EQ(r.structured.field, "tools");
-  EXPECT_NE(r.structured.spec.find("invoke name=\\\"f\\\""), std::string::npos) << r.structured.spec;
+  EXPECT_NE(r.structured.spec.find(R"("single_call":true)"), std::string::npos) << r.structured.spec;
+  // The engine resolves it with its model's chat family: V4 and V4.1 DSML tags and parameter styles.
+  auto v4 = st::resolve_tool_calls(r.structured, dsinfer::chat::ChatFamily::kV4);
+  ASSERT_TRUE(v4.is_ok()) << v4.status().message();
+  EXPECT_EQ(v4->kind, Kind::kStructuralTag);
+  EXPECT_NE(v4->spec.find("<｜DSML｜invoke name=\\\"f\\\">"), std::string::npos) << v4->spec;
+  EXPECT_NE(v4->spec.find("</｜DSML｜tool_calls>"), std::string::npos) << v4->spec;
+  EXPECT_NE(v4->spec.find(R"("style":"deepseek_xml")"), std::string::npos) << v4->spec;
+  auto v41 = st::resolve_tool_calls(r.structured, dsinfer::chat::ChatFamily::kV41);
+  ASSERT_TRUE(v41.is_ok()) << v41.status().message();
+  EXPECT_NE(v41->spec.find("<｜DSML｜ invoke name=\\\"f\\\">"), std::string::npos) << v41->spec;
+  EXPECT_NE(v41->spec.find("</｜DSML｜ calls>"), std::string::npos) << v41->spec;
+  EXPECT_NE(v41->spec.find(R"("style":"deepseek_v4_1_xml")"), std::string::npos) << v41->spec;
+  EXPECT_TRUE(cache().get(*v4).is_ok());
+  EXPECT_TRUE(cache().get(*v41).is_ok());
+  EXPECT_FALSE(cache().get(r.structured).is_ok());  // unresolved: a clear error, never a V4 default
+  dsinfer::StructuredOutput bad = r.structured;
+  bad.spec = R"({"tools": [{"name": 3}], "single_call": false})";
+  EXPECT_FALSE(st::resolve_tool_calls(bad, dsinfer::chat::ChatFamily::kV4).is_ok());
   // "required" over strict tools constrains too; "auto" does not.
   r = parse_ok(head + tools + R"(, "tool_choice": "required"})", Endpoint::kChatCompletions);
-  EXPECT_EQ(r.structured.kind, Kind::kStructuralTag);
+  EXPECT_EQ(r.structured.kind, Kind::kToolCalls);
   r = parse_ok(head + tools + R"(, "tool_choice": "auto"})", Endpoint::kChatCompletions);
   EXPECT_FALSE(r.structured.active());
   // Strict and non-strict tools in one request are rejected, as deepseek-recipe does.
@@ -285,32 +303,39 @@ TEST(StructuredSampler, MaskHookUnderEveryMode) {
 }
 
 TEST(StructuredToolCall, TagAcceptsTheChatEncodingsDsmlCall) {
+  // For V4 and V4.1: the grammar accepts exactly the call block the family's chat encoding renders.
   nlohmann::ordered_json params = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
       "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]})");
   dsinfer::StructuredOutput so;
-  so.kind = Kind::kStructuralTag;
+  so.kind = Kind::kToolCalls;
   so.field = "tools";
-  so.spec = st::dsml_tool_calls_tag({{"get_weather", params}}, /*single_call=*/true);
-  auto g = cache().get(so);
-  ASSERT_TRUE(g.is_ok()) << g.status().message();
-  // What the chat encoding renders for the same call in an assistant turn.
-  dsinfer::chat::Conversation conv;
-  dsinfer::chat::ChatMessage u, a;
-  u.content = "weather?";
-  a.role = dsinfer::chat::Role::kAssistant;
-  a.tool_calls.push_back({"call_1", "get_weather", nlohmann::ordered_json::parse(R"({"city": "Paris", "days": 3})")});
-  conv.thinking = false;
-  conv.messages = {u, a};
-  const std::string prompt = dsinfer::chat::render_v4_prompt(conv).prompt;
-  const std::string open = "<｜DSML｜tool_calls>\n", close = "</｜DSML｜tool_calls>";
-  const size_t b = prompt.find(open), e = prompt.find(close);
-  ASSERT_NE(b, std::string::npos);
-  ASSERT_NE(e, std::string::npos);
-  const std::string block = prompt.substr(b + open.size(), e + close.size() - b - open.size());
-  st::SequenceMatcher m(*g, small_tokenizer(), {kEos}, false);
-  ASSERT_TRUE(m.matcher().AcceptString(block)) << block;
-  EXPECT_TRUE(m.completed());
-  st::SequenceMatcher bad(*g, small_tokenizer(), {kEos}, false);
-  const std::string days9 = block.substr(0, block.find(">3<") + 1) + "9";  // days out of [1, 7]
-  EXPECT_FALSE(bad.matcher().AcceptString(days9)) << days9;
+  so.spec = st::tool_calls_spec({{"get_weather", params}}, /*single_call=*/true);
+  for (const auto family : {dsinfer::chat::ChatFamily::kV4, dsinfer::chat::ChatFamily::kV41}) {
+    SCOPED_TRACE(family == dsinfer::chat::ChatFamily::kV4 ? "V4" : "V4.1");
+    auto resolved = st::resolve_tool_calls(so, family);
+    ASSERT_TRUE(resolved.is_ok()) << resolved.status().message();
+    auto g = cache().get(*resolved);
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    // What the chat encoding renders for the same call in an assistant turn.
+    dsinfer::chat::Conversation conv;
+    dsinfer::chat::ChatMessage u, a;
+    u.content = "weather?";
+    a.role = dsinfer::chat::Role::kAssistant;
+    a.tool_calls.push_back({"call_1", "get_weather", nlohmann::ordered_json::parse(R"({"city": "Paris", "days": 3})")});
+    conv.thinking = false;
+    conv.messages = {u, a};
+    const std::string prompt = dsinfer::chat::render_prompt(conv, family).prompt;
+    const dsinfer::chat::V4Tokens t = dsinfer::chat::tokens_for(family);
+    const std::string open = "<" + t.dsml + t.calls_tag + ">\n", close = "</" + t.dsml + t.calls_tag + ">";
+    const size_t b = prompt.find(open), e = prompt.find(close);
+    ASSERT_NE(b, std::string::npos) << prompt;
+    ASSERT_NE(e, std::string::npos) << prompt;
+    const std::string block = prompt.substr(b + open.size(), e + close.size() - b - open.size());
+    st::SequenceMatcher m(*g, small_tokenizer(), {kEos}, false);
+    ASSERT_TRUE(m.matcher().AcceptString(block)) << block;
+    EXPECT_TRUE(m.completed());
+    st::SequenceMatcher bad(*g, small_tokenizer(), {kEos}, false);
+    const std::string days9 = block.substr(0, block.find(">3<") + 1) + "9";  // days out of [1, 7]
+    EXPECT_FALSE(bad.matcher().AcceptString(days9)) << days9;
+  }
 }
