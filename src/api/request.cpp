@@ -9,6 +9,7 @@
 #include "chat/chat_types.h"
 #include "io/json_limits.h"
 #include "sampling/sampling_params.h"
+#include "chat/chat_options.h"
 #include "structured/tool_call_tag.h"
 
 namespace dsinfer {
@@ -107,30 +108,28 @@ Status parse_constraint(const std::string& key, const ojson& v, const std::strin
   return Status::errorf("'{}' is not a supported structured-output constraint", field);
 }
 
+// response_format (read by the chat layer's parser, for chat and completions alike) -> a structured output.
 Status parse_response_format(const ojson& rf, StructuredOutput& so) {
-  const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
-  if (type == "text") return Status::ok();
+  DSI_ASSIGN_OR_RETURN(const chat::ResponseFormatSpec f, chat::parse_response_format(rf));
   so.field = "response_format";
-  if (type == "json_object") {
-    so.kind = Kind::kJsonObject;
-    return Status::ok();
+  switch (f.format) {
+    case chat::ResponseFormat::kText:
+      return Status::ok();
+    case chat::ResponseFormat::kJsonObject:
+      so.kind = Kind::kJsonObject;
+      return Status::ok();
+    case chat::ResponseFormat::kJsonSchema:
+      so.kind = Kind::kJsonSchema;
+      so.field = "response_format.json_schema.schema";
+      return schema_text(f.schema, so.field, so.spec);
+    case chat::ResponseFormat::kRegex:
+      if (f.regex.empty()) return Status::error("response_format regex: the \"regex\" string is empty");
+      so.kind = Kind::kRegex;
+      so.field = "response_format.regex";
+      so.spec = f.regex;
+      return Status::ok();
   }
-  if (type == "json_schema") {
-    if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema"))
-      return Status::error("response_format json_schema: missing json_schema.schema");
-    so.kind = Kind::kJsonSchema;
-    so.field = "response_format.json_schema.schema";
-    return schema_text(rf["json_schema"]["schema"], so.field, so.spec);
-  }
-  if (type == "regex") {  // deepseek-recipe's response_format extension (src/chat/chat_options.cpp)
-    if (!rf.contains("regex") || !rf["regex"].is_string() || rf["regex"].get<std::string>().empty())
-      return Status::error("response_format regex: missing string \"regex\"");
-    so.kind = Kind::kRegex;
-    so.field = "response_format.regex";
-    so.spec = rf["regex"].get<std::string>();
-    return Status::ok();
-  }
-  return Status::errorf("response_format.type must be text, json_object, json_schema or regex; got {}", rf.dump().substr(0, 200));
+  return Status::ok();
 }
 
 Status parse_structured_outputs(const ojson& so_body, StructuredOutput& so) {

@@ -64,15 +64,15 @@ Status parse_tool_choice(const ojson& body, RequestOptions& o) {
   return Status::ok();
 }
 
-Status parse_response_format(const ojson& body, RequestOptions& o) {
-  if (!given(body, "response_format")) return Status::ok();
-  const ojson& rf = body["response_format"];
+}  // namespace
+
+Result<ResponseFormatSpec> parse_response_format(const ojson& rf) {
   const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
-  o.has_response_format = true;
+  ResponseFormatSpec r;
   if (type == "text") {
-    o.format = ResponseFormat::kText;
+    r.format = ResponseFormat::kText;
   } else if (type == "json_object") {
-    o.format = ResponseFormat::kJsonObject;
+    r.format = ResponseFormat::kJsonObject;
   } else if (type == "json_schema") {
     if (!rf.contains("json_schema") || !rf["json_schema"].is_object()) return Status::error("response_format: missing object \"json_schema\"");
     const ojson& js = rf["json_schema"];
@@ -81,19 +81,21 @@ Status parse_response_format(const ojson& body, RequestOptions& o) {
     (void)name;
     if (given(js, "strict")) {
       if (!js["strict"].is_boolean()) return Status::errorf("response_format.json_schema.strict must be a boolean, got {}", js["strict"].dump());
-      o.schema_strict = js["strict"].get<bool>();
+      r.strict = js["strict"].get<bool>();
     }
-    o.format = ResponseFormat::kJsonSchema;
-    o.schema = js["schema"];
+    r.format = ResponseFormat::kJsonSchema;
+    r.schema = js["schema"];
   } else if (type == "regex") {
     if (!rf.contains("regex") || !rf["regex"].is_string()) return Status::error("response_format: missing string \"regex\"");
-    o.format = ResponseFormat::kRegex;
-    o.regex = rf["regex"].get<std::string>();
+    r.format = ResponseFormat::kRegex;
+    r.regex = rf["regex"].get<std::string>();
   } else {
-    return Status::errorf("response_format.type must be text, json_object, json_schema or regex; got {}", rf.dump());
+    return Status::errorf("response_format.type must be text, json_object, json_schema or regex; got {}", rf.dump().substr(0, 200));
   }
-  return Status::ok();
+  return r;
 }
+
+namespace {
 
 Result<ojson> tool_parameters(const ToolDecl& d, size_t k) {
   const std::string where = fmt::format("tools[{}].function.parameters", k);
@@ -157,7 +159,10 @@ Result<RequestOptions> parse_request_options(const ojson& body) {
     }
   }
   DSI_RETURN_IF_ERROR(parse_tool_choice(body, o));
-  DSI_RETURN_IF_ERROR(parse_response_format(body, o));
+  if (given(body, "response_format")) {
+    o.has_response_format = true;
+    DSI_ASSIGN_OR_RETURN(o.response, parse_response_format(body["response_format"]));
+  }
   return o;
 }
 
@@ -181,15 +186,16 @@ Status apply_request_options(const RequestOptions& o, Conversation& conv) {
   } else if (o.choice != ToolChoice::kNone) {
     conv.tool_choice = ToolChoice::kAuto;  // "required" / named without tools: nothing to require
   }
-  conv.response_format = o.format;
-  conv.response_regex = o.regex;
-  if (o.format == ResponseFormat::kJsonSchema) {
-    if (o.schema_strict) {
-      DSI_RETURN_IF_ERROR(normalize_strict_schema(o.schema, /*allow_empty_object=*/false, "response_format.json_schema.schema").status());
+  const ResponseFormatSpec& rf = o.response;
+  conv.response_format = rf.format;
+  conv.response_regex = rf.regex;
+  if (rf.format == ResponseFormat::kJsonSchema) {
+    if (rf.strict) {
+      DSI_RETURN_IF_ERROR(normalize_strict_schema(rf.schema, /*allow_empty_object=*/false, "response_format.json_schema.schema").status());
     } else {
-      DSI_RETURN_IF_ERROR(validate_json_schema(o.schema, "response_format.json_schema.schema"));
+      DSI_RETURN_IF_ERROR(validate_json_schema(rf.schema, "response_format.json_schema.schema"));
     }
-    conv.response_schema = o.schema;  // rendered as written, also when strict
+    conv.response_schema = rf.schema;  // rendered as written, also when strict
   }
   if (!conv.tools.empty() && conv.tool_choice != ToolChoice::kNone) {
     const bool any_strict = std::any_of(conv.tools.begin(), conv.tools.end(), [](const auto& t) { return t.strict; });

@@ -17,15 +17,21 @@ struct ToolDecl {
   bool strict = false;
 };
 
+// A response_format object, read once for chat and completions (src/api/request.cpp maps it to structured outputs).
+struct ResponseFormatSpec {
+  ResponseFormat format = ResponseFormat::kText;
+  ojson schema;         // json_schema: the schema as written
+  bool strict = false;  // json_schema.strict
+  std::string regex;    // regex (deepseek-recipe's extension)
+};
+Result<ResponseFormatSpec> parse_response_format(const ojson& rf);
+
 struct RequestOptions {
   std::vector<ToolDecl> tools;
   ToolChoice choice = ToolChoice::kAuto;
   std::string named_tool;
   bool has_response_format = false;  // any response_format, "text" included
-  ResponseFormat format = ResponseFormat::kText;
-  ojson schema;
-  bool schema_strict = false;
-  std::string regex;
+  ResponseFormatSpec response;
 };
 
 // Sets conv.thinking and conv.effort: an explicit "thinking" decides the mode, else reasoning_effort "none"

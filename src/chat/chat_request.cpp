@@ -251,10 +251,10 @@ Result<Conversation> parse_chat_request(const ojson& body) {
   const bool prefix = st.prefix_index >= 0;
   if (prefix && size_t(st.prefix_index) + 1 != st.count)
     return Status::error("messages: only the last message may be an assistant message with \"prefix\": true");
-  if (opts.format == ResponseFormat::kJsonObject && !st.mentions_json)
+  if (opts.response.format == ResponseFormat::kJsonObject && !st.mentions_json)
     return Status::error("response_format json_object requires the word 'json' in some message");
   DSI_RETURN_IF_ERROR(apply_request_options(opts, conv));
-  if (prefix && opts.format == ResponseFormat::kJsonObject)
+  if (prefix && opts.response.format == ResponseFormat::kJsonObject)
     return Status::error("response_format json_object cannot be used with a prefix (continued) assistant message");
   if (prefix && (st.tool_context || !opts.tools.empty()))
     return Status::error("tools and tool calls cannot be used with a prefix (continued) assistant message");
