@@ -146,7 +146,9 @@ std::pair<int32_t, bool> PrefixCache::snapshot_for(uint64_t gen) {
 PrefixCache::Evicted PrefixCache::evict_node(uint64_t gen) {
   Node& n = nodes_.at(gen_key_.at(gen));
   const BlockId b = n.block;
-  const int32_t h = host_block();  // never n's own: n is on the device
+  // An orphan (its parent was dropped) can never be matched again: drop it rather than spend host memory on it.
+  const bool orphan = n.depth > 0 && !by_gen(n.parent_gen);
+  const int32_t h = orphan ? -1 : host_block();  // never n's own: n is on the device
   if (h < 0) {
     erase(key_of_[size_t(b)]);
     return {b, -1};

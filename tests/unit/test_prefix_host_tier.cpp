@@ -146,6 +146,29 @@ TEST(PrefixHostTier, EvictedBlocksMoveToTheHostComeBackAndTheHostEvictsLru) {
   EXPECT_EQ(pc.stats_now().host_blocks, 1);
 }
 
+TEST(PrefixHostTier, AnOrphanedBlockIsDroppedNotSpilled) {
+  cache::PrefixCache pc(host_config(1), 8);
+  cache::BlockId next = 0;
+  const std::vector<int32_t> a = seq_tokens(2 * 16, 1), c = seq_tokens(16, 2);
+  insert_chain(pc, a, &next);  // blocks 0, 1
+  const std::vector<uint64_t> ga = match_all(pc, a).gens;
+  const auto only_cache = [](cache::BlockId) { return 1; };
+  EXPECT_EQ(pc.evict(only_cache).host, 0);  // a's block 0 -> the host
+  insert_chain(pc, c, &next);               // block 2
+  pc.touch({&ga[1], 1});
+  const auto ec = pc.evict(only_cache);     // c's block: the full host tier drops a's block 0 for it
+  EXPECT_EQ(ec.block, 2);
+  EXPECT_EQ(ec.host, 0);
+  const auto e1 = pc.evict(only_cache);     // a's block 1 can no longer be matched: dropped
+  EXPECT_EQ(e1.block, 1);
+  EXPECT_EQ(e1.host, -1);
+  const cache::PrefixCacheStats st = pc.stats_now();
+  EXPECT_EQ(st.host_spills, 2);
+  EXPECT_EQ(st.host_evictions, 1);
+  EXPECT_EQ(st.host_blocks, 1);
+  EXPECT_EQ(match_all(pc, c).blocks.size(), 1u);
+}
+
 TEST(PrefixHostTier, HostHitNeverRestoresABlockWhoseTokensDiffer) {
   for (const uint64_t mask : {~uint64_t(0), uint64_t(0), uint64_t(3)}) {  // real keys; all collide; 4 keys
     cache::PrefixCache pc(host_config(8, mask), 16);
