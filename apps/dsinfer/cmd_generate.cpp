@@ -353,6 +353,13 @@ int cmd_generate(int argc, char** argv) {
                  pm.mode.c_str(), (long long)pm.lookups, (long long)pm.hit_tokens, (long long)pm.lookup_tokens,
                  (long long)pm.exact_hits, (long long)pm.bounded_hits, (long long)pm.replayed_tokens, (long long)pm.evictions,
                  (long long)pm.snapshots, double(pm.snapshot_bytes) / 1048576.0, double(pm.snapshot_budget_bytes) / 1048576.0);
+  if (pm.mode != "off" && pm.host_budget_bytes > 0)
+    std::fprintf(stderr,
+                 "prefix cache host tier: %lld blocks (%lld tokens) restored by hits, %lld spilled, %lld dropped, "
+                 "%.1f MiB to host, %.1f MiB to device, %.1f MiB of %.1f MiB held\n",
+                 (long long)pm.host_hit_blocks, (long long)pm.host_hit_tokens, (long long)pm.host_spills,
+                 (long long)pm.host_evictions, double(pm.bytes_to_host) / 1048576.0, double(pm.bytes_to_device) / 1048576.0,
+                 double(pm.host_bytes) / 1048576.0, double(pm.host_budget_bytes) / 1048576.0);
   if (sig) return 128 + sig;
   return rc;
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace dsinfer::cli {
 
@@ -19,7 +20,8 @@ std::string engine_flags_help() {
       "            --state-memory-gb X\n"
       "  speculative decoding: --speculative dspark|mtp1|off ({})  --num-speculative-tokens K ({})\n"
       "            --speculative-budget N  --speculative-min-survival X\n"
-      "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n",
+      "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n"
+      "            --prefix-cache-host-bytes N[KiB|MiB|GiB] (host tier for evicted blocks; 0 = none)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
       d.enable_prefix_caching);
 }
@@ -48,6 +50,34 @@ bool parse_real_flag(const char* cmd, const std::string& flag, const std::string
   return true;
 }
 
+namespace {
+
+// A byte count: an integer or a number with a binary unit suffix (K/KiB, M/MiB, G/GiB), e.g. 4GiB or 1.5G.
+bool parse_bytes_flag(const char* cmd, const std::string& flag, const std::string& v, int64_t* out) {
+  static const std::pair<const char*, double> kUnits[] = {{"KiB", 1024.0}, {"K", 1024.0}, {"MiB", 1048576.0},
+                                                          {"M", 1048576.0}, {"GiB", 1073741824.0}, {"G", 1073741824.0}};
+  std::string num = v;
+  double scale = 1;
+  for (const auto& [suffix, mult] : kUnits) {
+    const std::string sfx = suffix;
+    if (num.size() > sfx.size() && num.compare(num.size() - sfx.size(), sfx.size(), sfx) == 0) {
+      num.resize(num.size() - sfx.size());
+      scale = mult;
+      break;
+    }
+  }
+  double x = 0;
+  if (!parse_real_flag(cmd, flag, num, 0, 1ll << 50, &x)) return false;
+  if (x * scale > double(1ll << 50)) {
+    std::fprintf(stderr, "%s: %s expects at most 1 PiB, found '%s'\n", cmd, flag.c_str(), v.c_str());
+    return false;
+  }
+  *out = int64_t(x * scale);
+  return true;
+}
+
+}  // namespace
+
 FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, EngineOptions& eo) {
   const std::string a = argv[i];
   static const char* kFlags[] = {"--model", "--backend", "--numerics", "--load-format", "--tokenizer", "--max-num-seqs",
@@ -60,7 +90,7 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
     if (next == "exact" || next == "bounded" || next == "off") eo.enable_prefix_caching = argv[++i];
     return FlagParse::kOk;
   }
-  bool known = a == "--prefix-snapshot-memory-gb";
+  bool known = a == "--prefix-snapshot-memory-gb" || a == "--prefix-cache-host-bytes";
   for (const char* f : kFlags) known = known || a == f;
   if (!known) return FlagParse::kNotEngineFlag;
   if (i + 1 >= argc) {
@@ -84,6 +114,7 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   else if (a == "--state-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.state_memory_gb = x;
   else if (a == "--num-speculative-tokens") ok = parse_int_flag(cmd, a, v, 0, 64, &n), eo.num_speculative_tokens = int32_t(n);
   else if (a == "--speculative-budget") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.speculative_budget = n;
+  else if (a == "--prefix-cache-host-bytes") ok = parse_bytes_flag(cmd, a, v, &eo.prefix_cache_host_bytes);
   else if (a == "--prefix-snapshot-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.prefix_snapshot_memory_gb = x;
   else ok = parse_real_flag(cmd, a, v, 0, 1, &x), eo.speculative_min_survival = x;
   return ok ? FlagParse::kOk : FlagParse::kError;

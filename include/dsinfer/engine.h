@@ -35,9 +35,12 @@ struct EngineOptions {
   // Prefix caching (docs/architecture.md, "Prefix caching"): "off"; "exact" (a hit resumes from a snapshot of
   // the sequence state taken at a block boundary: outputs bit-identical to no caching); "bounded" (also hits on
   // cached blocks without a snapshot, recomputing the sliding window before the hit: close, not identical).
-  // Snapshot memory in GiB (0: a quarter of the state memory), LRU beyond it.
+  // Snapshot memory in GiB (0: a quarter of the state memory), LRU beyond it. Host tier: bytes of host memory
+  // (pinned on CUDA) that cached blocks evicted from the state memory spill to and come back from on a hit
+  // (0: none, evicted blocks are dropped; LRU beyond it; snapshots stay in device memory).
   std::string enable_prefix_caching = "off";
   double prefix_snapshot_memory_gb = 0;
+  int64_t prefix_cache_host_bytes = 0;
 };
 
 // Counters of prefix caching since the engine was created (gauges marked "now").
@@ -52,6 +55,11 @@ struct PrefixCacheMetrics {
   int64_t deferred = 0;          // admission steps held back while a running sequence computed the same prefix
   int64_t cached_blocks = 0;     // now
   int64_t snapshots = 0, snapshot_bytes = 0, snapshot_budget_bytes = 0;  // now
+  // Host tier: blocks (and their tokens) that hits restored from it, blocks spilled to it, host blocks dropped
+  // (LRU), bytes copied device -> host and host -> device.
+  int64_t host_hit_blocks = 0, host_hit_tokens = 0, host_spills = 0, host_evictions = 0;
+  int64_t bytes_to_host = 0, bytes_to_device = 0;
+  int64_t host_blocks = 0, host_bytes = 0, host_budget_bytes = 0;  // now
 };
 
 // Counters of speculative decoding since the engine was created.

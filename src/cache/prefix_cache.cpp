@@ -36,6 +36,7 @@ uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens) {
 PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int32_t num_blocks)
     : cfg_(cfg), key_of_(size_t(num_blocks), kNone), snap_owner_(size_t(std::max(cfg.num_snapshots, 0)), 0) {
   stats_.mode = prefix_mode_name(cfg.mode);
+  for (int32_t h = cfg.num_host_blocks - 1; h >= 0; --h) host_free_.push_back(h);  // hands out 0, 1, 2, ...
 }
 
 void PrefixCache::extend_keys(std::span<const int32_t> tokens, std::vector<uint64_t>& keys) const {
@@ -95,6 +96,15 @@ PrefixCache::Insert PrefixCache::insert(uint64_t key, uint64_t parent_gen, int32
     const Node& n = it->second;
     const bool same = n.depth == depth && n.parent_gen == parent_gen &&
                       std::equal(n.tokens.begin(), n.tokens.end(), tokens.begin(), tokens.end());
+    if (same && n.block < 0 && !n.pinned) {  // in the host tier: the fresh device copy replaces it (no copy back)
+      Node& m = it->second;
+      host_free_.push_back(m.host);
+      m.host = -1;
+      m.block = b;
+      m.tick = ++tick_;
+      key_of_[size_t(b)] = key;
+      return {m.gen, true};
+    }
     return {same ? n.gen : 0, false};  // not same: a collision; the first owner of the key keeps it
   }
   Node n;
@@ -133,11 +143,69 @@ std::pair<int32_t, bool> PrefixCache::snapshot_for(uint64_t gen) {
   return {s, true};
 }
 
+PrefixCache::Evicted PrefixCache::evict_node(uint64_t gen) {
+  Node& n = nodes_.at(gen_key_.at(gen));
+  const BlockId b = n.block;
+  // An orphan (its parent was dropped) can never be matched again: drop it rather than spend host memory on it.
+  const bool orphan = n.depth > 0 && !by_gen(n.parent_gen);
+  const int32_t h = orphan ? -1 : host_block();  // never n's own: n is on the device
+  if (h < 0) {
+    erase(key_of_[size_t(b)]);
+    return {b, -1};
+  }
+  key_of_[size_t(b)] = kNone;
+  n.block = -1;
+  n.host = h;
+  ++stats_.host_spills;
+  stats_.bytes_to_host += cfg_.block_bytes;
+  return {b, h};
+}
+
+int32_t PrefixCache::host_block() {
+  if (cfg_.num_host_blocks <= 0) return -1;
+  if (host_free_.empty()) {
+    const Node* victim = nullptr;
+    for (const auto& [k, n] : nodes_)
+      if (n.host >= 0 && !n.pinned &&
+          (!victim || n.tick < victim->tick || (n.tick == victim->tick && n.depth > victim->depth)))
+        victim = &n;
+    if (!victim) return -1;
+    ++stats_.host_evictions;
+    erase(gen_key_.at(victim->gen));  // frees its host block
+  }
+  const int32_t h = host_free_.back();
+  host_free_.pop_back();
+  return h;
+}
+
+void PrefixCache::pin(uint64_t gen, bool on) {
+  auto g = gen_key_.find(gen);
+  if (g != gen_key_.end()) nodes_.at(g->second).pinned = on;
+}
+
+int32_t PrefixCache::restore(uint64_t gen, BlockId b) {
+  auto g = gen_key_.find(gen);
+  if (g == gen_key_.end()) return -1;
+  Node& n = nodes_.at(g->second);
+  if (n.host < 0) return -1;
+  const int32_t h = n.host;
+  host_free_.push_back(h);
+  n.host = -1;
+  n.pinned = false;
+  n.block = b;
+  key_of_[size_t(b)] = g->second;
+  ++stats_.host_hit_blocks;
+  stats_.host_hit_tokens += cfg_.block_size;
+  stats_.bytes_to_device += cfg_.block_bytes;
+  return h;
+}
+
 void PrefixCache::erase(uint64_t key) {
   auto it = nodes_.find(key);
   if (it == nodes_.end()) return;
   if (it->second.snapshot >= 0) snap_owner_[size_t(it->second.snapshot)] = 0;
-  key_of_[size_t(it->second.block)] = kNone;
+  if (it->second.host >= 0) host_free_.push_back(it->second.host);
+  if (it->second.block >= 0) key_of_[size_t(it->second.block)] = kNone;
   gen_key_.erase(it->second.gen);
   nodes_.erase(it);
 }
@@ -148,6 +216,9 @@ PrefixCacheStats PrefixCache::stats_now() const {
   s.snapshots = std::count_if(snap_owner_.begin(), snap_owner_.end(), [](uint64_t g) { return g != 0; });
   s.snapshot_bytes = s.snapshots * cfg_.snapshot_bytes;
   s.snapshot_budget_bytes = int64_t(snap_owner_.size()) * cfg_.snapshot_bytes;
+  s.host_blocks = std::max<int64_t>(cfg_.num_host_blocks, 0) - int64_t(host_free_.size());
+  s.host_bytes = s.host_blocks * cfg_.block_bytes;
+  s.host_budget_bytes = std::max<int64_t>(cfg_.num_host_blocks, 0) * cfg_.block_bytes;
   return s;
 }
 

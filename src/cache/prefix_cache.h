@@ -5,6 +5,9 @@
 // Exact mode also keeps *snapshots* of the per-sequence slot state (rings, compressor frontiers, overlap rows,
 // n-gram history: the whole slot) taken when a sequence stood exactly at a block boundary; a hit on a block
 // with a snapshot resumes bit-identically. Snapshots live in a fixed pool (the runner's memory) with LRU reuse.
+// Host tier (num_host_blocks > 0): a block evicted from the device pool moves to a host-memory block instead of
+// being dropped (the node stays, its block id becomes -1); a hit restores it into a fresh device block. The host
+// tier drops its own least recently used node when full. Snapshots stay in their (device) pool either way.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "cache/block_allocator.h"
+#include "cache/state_copy.h"
 #include "core/status.h"
 #include "dsinfer/engine.h"
 
@@ -24,14 +28,6 @@ enum class PrefixMode { kOff, kExact, kBounded };
 Result<PrefixMode> parse_prefix_mode(const std::string& name);  // "off", "exact", "bounded"
 const char* prefix_mode_name(PrefixMode m);
 
-// A state copy the runner performs between steps (ModelRunner::copy_state). Slots, snapshots and blocks are
-// each slot_bytes / slot_bytes / block_bytes long.
-struct StateCopy {
-  enum class Kind : uint8_t { kSlotToSnapshot, kSnapshotToSlot, kBlockToBlock, kZeroSlot };
-  Kind kind = Kind::kZeroSlot;
-  int32_t src = -1, dst = -1;  // kZeroSlot: dst only
-};
-
 // The counters are the public API's (dsinfer/engine.h), filled here.
 using PrefixCacheStats = PrefixCacheMetrics;
 
@@ -42,6 +38,8 @@ struct PrefixCacheConfig {
   int32_t num_snapshots = 0;     // snapshot pool size (0: no snapshots; exact mode then never hits)
   int64_t snapshot_bytes = 0;    // bytes of one snapshot (= slot_bytes)
   uint64_t hash_mask = ~uint64_t(0);  // tests: a narrow mask makes keys collide on purpose
+  int32_t num_host_blocks = 0;   // host-tier pool size (0: evicted blocks are dropped)
+  int64_t block_bytes = 0;       // bytes of one block (host-tier traffic metrics)
 };
 
 // 64-bit chain hash of one block: parent key and the block's token ids.
@@ -60,6 +58,7 @@ class PrefixCache {
 
   struct Match {
     std::vector<BlockId> blocks;    // cached blocks matching the first blocks.size() blocks of the tokens
+                                    // (-1: in the host tier; StateCache::admit restores it)
     std::vector<uint64_t> gens;     // their node generations (for registering later blocks under them)
     int32_t snapshot_blocks = 0;    // deepest prefix (in blocks) whose last block has a snapshot
     int32_t snapshot = -1;          // that snapshot
@@ -82,19 +81,29 @@ class PrefixCache {
 
   bool is_cached(BlockId b) const { return size_t(b) < key_of_.size() && key_of_[size_t(b)] != kNone; }
   // Removes the least recently used node whose block only the cache references (refcount(b) == 1), deepest
-  // first among equals, and returns its block (the caller drops the cache's reference); -1 when none.
+  // first among equals, from the device pool and returns its block (the caller drops the cache's reference);
+  // block -1 when none. With a host tier the node moves there: `host` is its host block, which the caller must
+  // fill from `block` before the block is written again (a StateCopy kBlockToHost); -1: the node was dropped.
+  struct Evicted {
+    BlockId block = -1;
+    int32_t host = -1;
+  };
   template <class RefFn>
-  BlockId evict(RefFn refcount) {
+  Evicted evict(RefFn refcount) {
     const Node* best = nullptr;
     for (const auto& [k, n] : nodes_)
-      if (refcount(n.block) == 1 && (!best || n.tick < best->tick || (n.tick == best->tick && n.depth > best->depth)))
+      if (n.block >= 0 && refcount(n.block) == 1 &&
+          (!best || n.tick < best->tick || (n.tick == best->tick && n.depth > best->depth)))
         best = &n;
-    if (!best) return -1;
-    const BlockId b = best->block;
-    erase(key_of_[size_t(b)]);
+    if (!best) return {};
     ++stats_.evictions;
-    return b;
+    return evict_node(best->gen);
   }
+  // Host tier: while pinned, a host-resident node is not dropped to make room (an admission restoring it).
+  void pin(uint64_t gen, bool on);
+  // Host-resident node `gen` now lives in device block b (refcount 1: the cache's); returns the host block the
+  // caller copies from (kHostToBlock), -1 when the node is gone or not in the host tier.
+  int32_t restore(uint64_t gen, BlockId b);
 
   PrefixCacheStats& stats() { return stats_; }
   PrefixCacheStats stats_now() const;
@@ -106,10 +115,14 @@ class PrefixCache {
     int32_t depth = 0;
     BlockId block = -1;
     int32_t snapshot = -1;
+    int32_t host = -1;     // host-tier block (block == -1 then)
+    bool pinned = false;
     uint64_t tick = 0;
     std::vector<int32_t> tokens;
   };
   void erase(uint64_t key);
+  Evicted evict_node(uint64_t gen);
+  int32_t host_block();  // a free host-tier block, dropping the LRU unpinned host node when full; -1 when none
   const Node* by_gen(uint64_t gen) const;
 
   PrefixCacheConfig cfg_;
@@ -117,6 +130,7 @@ class PrefixCache {
   std::unordered_map<uint64_t, uint64_t> gen_key_;  // generation -> key
   std::vector<uint64_t> key_of_;                   // block -> key (kNone: not cached)
   std::vector<uint64_t> snap_owner_;               // snapshot -> owning generation (0: free)
+  std::vector<int32_t> host_free_;                 // free host-tier blocks (LIFO)
   uint64_t next_gen_ = 1, tick_ = 0;
   PrefixCacheStats stats_;
 };

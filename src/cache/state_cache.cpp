@@ -44,21 +44,44 @@ Result<StateCache> StateCache::create(const io::ModelConfig& cfg, const StateCac
 bool StateCache::can_admit(int64_t num_tokens, int64_t reserve_blocks, std::span<const BlockId> shared,
                            int64_t extra) const {
   // Shared blocks that only the cache holds count as free, but this admission takes them.
-  int64_t held = 0;
-  for (BlockId b : shared) held += blocks_.refcount(b) == 1 && prefix_ && prefix_->is_cached(b);
-  const int64_t need = std::max<int64_t>(blocks_for(num_tokens) - int64_t(shared.size()), 0) + extra;
+  // Host-tier blocks each need a fresh block to come back into.
+  int64_t held = 0, restores = 0;
+  for (BlockId b : shared) {
+    if (b < 0) ++restores;
+    else held += blocks_.refcount(b) == 1 && prefix_ && prefix_->is_cached(b);
+  }
+  const int64_t need = std::max<int64_t>(blocks_for(num_tokens) - int64_t(shared.size()), 0) + extra + restores;
   return !free_slots_.empty() && need + reserve_blocks <= free_blocks() - held;
 }
 
-SlotId StateCache::admit(int64_t num_tokens, std::span<const BlockId> shared) {
+SlotId StateCache::admit(int64_t num_tokens, std::span<const BlockId> shared, std::span<const uint64_t> gens) {
   if (!can_admit(num_tokens, 0, shared)) return -1;
+  const bool restoring = std::any_of(shared.begin(), shared.end(), [](BlockId b) { return b < 0; });
+  if (restoring && (!prefix_ || gens.size() != shared.size())) return -1;
   SlotId s = free_slots_.back();
   free_slots_.pop_back();
   slot_used_[size_t(s)] = true;
-  assert(tables_[size_t(s)].empty());
+  auto& t = tables_[size_t(s)];
+  assert(t.empty());
+  // Device blocks first (referenced, they cannot be evicted by the restores' allocations), then the host-tier
+  // ones: pinned so that no spill drops them, each restored into a fresh block (its refcount 1 is the cache's).
   for (BlockId b : shared) {
-    ref(b);
-    tables_[size_t(s)].push_back(b);
+    if (b >= 0) ref(b);
+    t.push_back(b);
+  }
+  if (restoring) {
+    for (size_t i = 0; i < shared.size(); ++i)
+      if (shared[i] < 0) prefix_->pin(gens[i], true);
+    for (size_t i = 0; i < shared.size(); ++i) {
+      if (shared[i] >= 0) continue;
+      const BlockId b = take();  // can_admit counted it
+      assert(b >= 0);
+      const int32_t h = prefix_->restore(gens[i], b);
+      assert(h >= 0);
+      copies_.push_back({StateCopy::Kind::kHostToBlock, h, b});
+      blocks_.incref(b);  // the sequence's reference (cached with refcount 2: not evictable)
+      t[i] = b;
+    }
   }
   bool ok = allocate_for(s, num_tokens);
   assert(ok);
@@ -77,10 +100,12 @@ bool StateCache::allocate_for(SlotId s, int64_t new_len) {
 BlockId StateCache::take() {
   BlockId b = blocks_.allocate();
   if (b >= 0 || !prefix_) return b;
-  const BlockId v = prefix_->evict([this](BlockId x) { return blocks_.refcount(x); });
-  if (v < 0) return -1;
+  const PrefixCache::Evicted v = prefix_->evict([this](BlockId x) { return blocks_.refcount(x); });
+  if (v.block < 0) return -1;
+  // Host tier: the block's content moves out before anything (a step, a later copy) writes the block again.
+  if (v.host >= 0) copies_.push_back({StateCopy::Kind::kBlockToHost, v.block, v.host});
   --evictable_;
-  blocks_.decref(v);
+  blocks_.decref(v.block);
   return blocks_.allocate();
 }
 

@@ -46,11 +46,13 @@ class StateCache {
   int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size() - 1) / block_size(); }
 
   // New sequence: a slot plus blocks for num_tokens tokens, leaving at least `reserve_blocks` free. `shared`:
-  // complete cached blocks that start its table (a prefix-cache hit; one more reference each), `extra`: blocks
-  // it needs beyond its table (bounded-replay scratch copies).
+  // complete cached blocks that start its table (a prefix-cache hit; one more reference each; -1: a block in
+  // the host tier, node gens[i], restored into a fresh block), `extra`: blocks it needs beyond its table
+  // (bounded-replay scratch copies).
   bool can_admit(int64_t num_tokens, int64_t reserve_blocks = 0, std::span<const BlockId> shared = {},
                  int64_t extra = 0) const;
-  SlotId admit(int64_t num_tokens, std::span<const BlockId> shared = {});  // -1 (nothing taken) when !can_admit
+  // -1 (nothing taken) when !can_admit.
+  SlotId admit(int64_t num_tokens, std::span<const BlockId> shared = {}, std::span<const uint64_t> gens = {});
 
   // Grow slot's table to cover new_len tokens (no-op when it already does).
   bool can_allocate(SlotId s, int64_t new_len) const { return blocks_needed(s, new_len) <= free_blocks(); }
@@ -79,6 +81,14 @@ class StateCache {
   BlockId swap_scratch(SlotId s, int64_t index);
   void swap_back(SlotId s, int64_t index, BlockId shared);  // frees the scratch block
   void release(BlockId b) { unref(b); }
+  // State copies the runner must do before the next step, in order: host-tier spills of evicted blocks and
+  // restores (queued here as blocks change hands), and the scheduler's own (push_copy). Not yet handed out when
+  // no step ran since they were queued: the device blocks they read are only written by a step.
+  void push_copy(const StateCopy& c) { copies_.push_back(c); }
+  void take_copies(std::vector<StateCopy>& out) {
+    out.insert(out.end(), copies_.begin(), copies_.end());
+    copies_.clear();
+  }
 
   std::span<const BlockId> table(SlotId s) const { return tables_[size_t(s)]; }
   int64_t capacity_tokens(SlotId s) const { return int64_t(tables_[size_t(s)].size()) * block_size(); }
@@ -106,6 +116,7 @@ class StateCache {
   int64_t max_model_len_ = 0;
   std::unique_ptr<PrefixCache> prefix_;
   int32_t evictable_ = 0;
+  std::vector<StateCopy> copies_;
 };
 
 }  // namespace dsinfer::cache

@@ -88,10 +88,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
     cc.budget_bytes = std::max<int64_t>(std::min<int64_t>(per_seq * o.max_num_seqs, int64_t(4) << 30), per_seq);
   }
   DSI_ASSIGN_OR_RETURN(cache::StateCache sc, cache::StateCache::create(mc, cc));
-  DSI_ASSIGN_OR_RETURN(const int32_t num_snapshots, setup_prefix_cache(o, *e->runner_, spec_method != spec::SpecMethod::kOff,
-                                                                       cc.budget_bytes, sc));
+  DSI_ASSIGN_OR_RETURN(const PrefixMemory pmem, setup_prefix_cache(o, *e->runner_, spec_method != spec::SpecMethod::kOff,
+                                                                    cc.budget_bytes, sc));
   DSI_RETURN_IF_ERROR(e->runner_->bind_state(sc.layout(), sc.num_slots(), sc.num_blocks(), e->max_model_len_));
-  DSI_RETURN_IF_ERROR(e->runner_->bind_snapshots(num_snapshots));
+  DSI_RETURN_IF_ERROR(e->runner_->bind_snapshots(pmem.num_snapshots));
+  DSI_RETURN_IF_ERROR(e->runner_->bind_host_blocks(pmem.num_host_blocks));
   scheduler::SchedulerConfig scfg;
   scfg.max_num_seqs = o.max_num_seqs;
   scfg.max_num_batched_tokens = o.max_num_batched_tokens;

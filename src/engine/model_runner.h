@@ -85,6 +85,11 @@ class ModelRunner {
   virtual Status bind_snapshots(int32_t num_snapshots) {
     return num_snapshots == 0 ? Status::ok() : Status::error(name() + ": this backend has no prefix-cache snapshots");
   }
+  // Host tier: room for `num_host_blocks` blocks in host memory (pinned on CUDA) that kBlockToHost /
+  // kHostToBlock copies spill evicted blocks to and restore them from.
+  virtual Status bind_host_blocks(int32_t num_host_blocks) {
+    return num_host_blocks == 0 ? Status::ok() : Status::error(name() + ": this backend has no prefix-cache host tier");
+  }
   virtual Status copy_state(std::span<const cache::StateCopy> copies) {
     return copies.empty() ? Status::ok() : Status::error(name() + ": this backend cannot copy state");
   }

@@ -32,10 +32,12 @@ uint64_t identity_seed(const EngineOptions& o, const ModelRunner& runner, const 
 
 }  // namespace
 
-Result<int32_t> setup_prefix_cache(const EngineOptions& o, const ModelRunner& runner, bool speculative,
-                                   int64_t state_budget_bytes, cache::StateCache& sc) {
+Result<PrefixMemory> setup_prefix_cache(const EngineOptions& o, const ModelRunner& runner, bool speculative,
+                                        int64_t state_budget_bytes, cache::StateCache& sc) {
   DSI_ASSIGN_OR_RETURN(const cache::PrefixMode mode, cache::parse_prefix_mode(o.enable_prefix_caching));
-  if (mode == cache::PrefixMode::kOff) return 0;
+  if (o.prefix_cache_host_bytes < 0)
+    return Status::errorf("prefix_cache_host_bytes must be >= 0, found {}", o.prefix_cache_host_bytes);
+  if (mode == cache::PrefixMode::kOff) return PrefixMemory{};
   if (speculative)
     return Status::errorf("enable_prefix_caching '{}' cannot be combined with speculative decoding yet (the drafter's "
                           "own state is not snapshot)", o.enable_prefix_caching);
@@ -50,8 +52,11 @@ Result<int32_t> setup_prefix_cache(const EngineOptions& o, const ModelRunner& ru
   pc.block_size = L.block_size;
   pc.snapshot_bytes = L.slot_bytes;
   pc.num_snapshots = L.slot_bytes > 0 ? int32_t(std::min<int64_t>(budget / L.slot_bytes, INT32_MAX / 2)) : 0;
+  pc.block_bytes = L.block_bytes;
+  pc.num_host_blocks =
+      L.block_bytes > 0 ? int32_t(std::min<int64_t>(o.prefix_cache_host_bytes / L.block_bytes, INT32_MAX / 2)) : 0;
   sc.enable_prefix_cache(pc);
-  return pc.num_snapshots;
+  return PrefixMemory{pc.num_snapshots, pc.num_host_blocks};
 }
 
 }  // namespace dsinfer::engine

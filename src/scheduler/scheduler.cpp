@@ -215,7 +215,7 @@ const BatchPlan& Scheduler::schedule() {
       // Alone, a sequence may use every block: the cache was sized so that it can always finish.
       if (!cache_.can_admit(hit.start + n, running_.empty() ? 0 : watermark, hit.blocks, hit.extra_blocks)) break;
       waiting_.pop_front();
-      s->slot = cache_.admit(hit.start + n, hit.blocks);
+      s->slot = cache_.admit(hit.start + n, hit.blocks, hit.gens);
       s->state = SeqState::Prefilling;
       prefix_admit(s, hit);  // sets num_computed (0 without a hit)
       running_.push_back(s);
@@ -224,6 +224,7 @@ const BatchPlan& Scheduler::schedule() {
       budget -= n;
     }
   }
+  if (!plan_.empty()) cache_.take_copies(plan_.state_copies);  // prefix caching (an empty plan is not run)
   return plan_;
 }
 

@@ -2,7 +2,8 @@
 // of its tokens (never all of them: the last token is computed for its logits); exact hits restore a slot
 // snapshot, bounded hits recompute the sliding window before the hit into scratch copies of the shared blocks.
 // As a sequence's blocks complete, update() offers them to the cache and snapshots its slot at block
-// boundaries. Shared blocks are complete, so no sequence ever writes one (it appends past them).
+// boundaries. Shared blocks are complete, so no sequence ever writes one (it appends past them). Every copy goes
+// through the StateCache's queue, in order with its host-tier spills / restores; schedule() hands it to the plan.
 #include <algorithm>
 
 #include "scheduler/scheduler.h"
@@ -74,7 +75,7 @@ void Scheduler::prefix_admit(Sequence* s, const PrefixHit& h) {
   st.hit_tokens += h.start;
   if (h.snapshot >= 0) {
     ++st.exact_hits;
-    plan_.state_copies.push_back({StateCopy::Kind::kSnapshotToSlot, h.snapshot, s->slot});
+    cache_.push_copy({StateCopy::Kind::kSnapshotToSlot, h.snapshot, s->slot});
     return;
   }
   // Bounded replay: a clean slot (deterministic), and private copies of the blocks the window's tokens would
@@ -84,11 +85,11 @@ void Scheduler::prefix_admit(Sequence* s, const PrefixHit& h) {
   s->approx = true;
   s->replay_until = h.replay_end;
   s->replay_first = int64_t(h.blocks.size()) - h.extra_blocks;
-  plan_.state_copies.push_back({StateCopy::Kind::kZeroSlot, -1, s->slot});
+  cache_.push_copy({StateCopy::Kind::kZeroSlot, -1, s->slot});
   for (int64_t i = s->replay_first; i < int64_t(h.blocks.size()); ++i) {
     const cache::BlockId shared = cache_.swap_scratch(s->slot, i);  // can_admit counted these blocks
     s->replay_shared.push_back(shared);
-    plan_.state_copies.push_back({StateCopy::Kind::kBlockToBlock, shared, cache_.table(s->slot)[size_t(i)]});
+    cache_.push_copy({StateCopy::Kind::kBlockToBlock, shared, cache_.table(s->slot)[size_t(i)]});
   }
 }
 

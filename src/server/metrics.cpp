@@ -123,6 +123,20 @@ std::string Metrics::render() const {
   render_value(out, "dsinfer_prefix_cache_blocks", "gauge", "Blocks held by the prefix cache.", double(pc.cached_blocks));
   render_value(out, "dsinfer_prefix_cache_snapshot_bytes", "gauge", "Bytes of state snapshots held.",
                double(pc.snapshot_bytes));
+  render_value(out, "dsinfer_prefix_cache_host_hit_blocks_total", "counter", "Blocks restored from the host tier by hits.",
+               double(pc.host_hit_blocks));
+  render_value(out, "dsinfer_prefix_cache_host_hit_tokens_total", "counter", "Tokens of the blocks restored from the host tier.",
+               double(pc.host_hit_tokens));
+  render_value(out, "dsinfer_prefix_cache_host_spills_total", "counter", "Evicted blocks moved to the host tier.",
+               double(pc.host_spills));
+  render_value(out, "dsinfer_prefix_cache_host_evictions_total", "counter", "Blocks dropped from the host tier (LRU).",
+               double(pc.host_evictions));
+  render_value(out, "dsinfer_prefix_cache_host_bytes_to_host_total", "counter", "Bytes copied device to host tier.",
+               double(pc.bytes_to_host));
+  render_value(out, "dsinfer_prefix_cache_host_bytes_to_device_total", "counter", "Bytes copied host tier to device.",
+               double(pc.bytes_to_device));
+  render_value(out, "dsinfer_prefix_cache_host_bytes", "gauge", "Bytes of blocks held in the host tier.",
+               double(pc.host_bytes));
   // Speculative decoding (vLLM's spec_decode_* counters); all zero when it is off.
   const SpeculativeMetrics& sp = engine_.speculative;
   render_value(out, "dsinfer_spec_decode_num_drafts_total", "counter", "Decode rounds of one sequence with drafts.",

@@ -22,30 +22,26 @@ Status CpuRunner::bind_snapshots(int32_t num_snapshots) {
   return Status::ok();
 }
 
+Status CpuRunner::bind_host_blocks(int32_t num_host_blocks) {
+  if (num_host_blocks < 0) return Status::errorf("cpu runner: {} host blocks", num_host_blocks);
+  // A second pool of the same host memory: exercises the host tier's logic exactly as the CUDA runner does.
+  host_blocks_.assign(size_t(num_host_blocks) * size_t(layout_.block_bytes / 4), 0.0f);
+  num_host_blocks_ = num_host_blocks;
+  return Status::ok();
+}
+
 Status CpuRunner::copy_state(std::span<const cache::StateCopy> copies) {
-  using K = cache::StateCopy::Kind;
-  const size_t sw = size_t(layout_.slot_bytes / 4), bw = size_t(layout_.block_bytes / 4);
-  auto in = [](int32_t i, int32_t n) { return i >= 0 && i < n; };
-  for (const cache::StateCopy& c : copies) {
-    switch (c.kind) {
-      case K::kSlotToSnapshot:
-        if (!in(c.src, num_slots_) || !in(c.dst, num_snapshots_)) break;
-        std::memcpy(snapshots_.data() + size_t(c.dst) * sw, slots_.data() + size_t(c.src) * sw, sw * 4);
-        continue;
-      case K::kSnapshotToSlot:
-        if (!in(c.src, num_snapshots_) || !in(c.dst, num_slots_)) break;
-        std::memcpy(slots_.data() + size_t(c.dst) * sw, snapshots_.data() + size_t(c.src) * sw, sw * 4);
-        continue;
-      case K::kBlockToBlock:
-        if (!in(c.src, num_blocks_) || !in(c.dst, num_blocks_)) break;
-        std::memcpy(blocks_.data() + size_t(c.dst) * bw, blocks_.data() + size_t(c.src) * bw, bw * 4);
-        continue;
-      case K::kZeroSlot:
-        if (!in(c.dst, num_slots_)) break;
-        std::memset(slots_.data() + size_t(c.dst) * sw, 0, sw * 4);
-        continue;
-    }
-    return Status::errorf("cpu runner: state copy {} -> {} (kind {}) is out of range", c.src, c.dst, int(c.kind));
+  auto bytes = [](std::vector<float>& v) { return reinterpret_cast<uint8_t*>(v.data()); };
+  const cache::StateMemory mem{bytes(slots_), bytes(blocks_), bytes(snapshots_), bytes(host_blocks_),
+                               num_slots_, num_blocks_, num_snapshots_, num_host_blocks_,
+                               layout_.slot_bytes, layout_.block_bytes};
+  auto runs = cache::plan_copy_runs(copies, mem);
+  if (!runs) return Status::error("cpu runner: " + runs.status().message());
+  for (const cache::CopyRun& r : *runs) {
+    if (r.src)
+      std::memcpy(r.dst, r.src, r.bytes);
+    else
+      std::memset(r.dst, 0, r.bytes);
   }
   return Status::ok();
 }

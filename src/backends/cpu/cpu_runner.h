@@ -22,6 +22,7 @@ class CpuRunner final : public engine::ModelRunner, public engine::RunnerDiagnos
   Status set_hidden_capture(std::vector<int64_t> layers) override;
   std::span<const float> captured_hidden() const override { return hidden_; }
   Status bind_snapshots(int32_t num_snapshots) override;
+  Status bind_host_blocks(int32_t num_host_blocks) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
   bool exact_math() const override { return true; }
   bool fp32_weights() const override { return model_->fp32_weights(); }
@@ -31,7 +32,8 @@ class CpuRunner final : public engine::ModelRunner, public engine::RunnerDiagnos
   cache::StateLayout layout_;
   std::vector<float> slots_, blocks_;
   std::vector<float> snapshots_;  // prefix caching: [num_snapshots, slot_bytes / 4]
-  int32_t num_slots_ = 0, num_blocks_ = 0, num_snapshots_ = 0;
+  std::vector<float> host_blocks_;  // prefix-cache host tier: [num_host_blocks, block_bytes / 4]
+  int32_t num_slots_ = 0, num_blocks_ = 0, num_snapshots_ = 0, num_host_blocks_ = 0;
   std::vector<model::SeqChunk> chunks_;
   std::vector<float> out_;
   std::vector<int64_t> capture_layers_;  // speculative decoding: layers whose residual streams are kept

@@ -14,6 +14,7 @@
 
 #include "backends/cuda/decode_graphs.h"
 #include "backends/cuda/device_weights.h"
+#include "backends/cuda/host_tier_cuda.h"
 #include "backends/cuda/op_timer.h"
 #include "backends/cuda/step_plan.h"
 #include "cuda/device.h"
@@ -49,8 +50,10 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   }
   Result<std::vector<OpTime>> op_times() override { return timer_.times(stream_); }
   Status randomize_state(uint64_t seed) override;
-  // Prefix caching (prefix_cache_cuda.cpp): snapshots in device memory, copies on the runner's stream.
+  // Prefix caching (prefix_cache_cuda.cpp): snapshots in device memory, host tier in pinned memory, copies on
+  // the runner's stream.
   Status bind_snapshots(int32_t num_snapshots) override;
+  Status bind_host_blocks(int32_t num_host_blocks) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
 
  private:
@@ -93,6 +96,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   cache::StateLayout layout_;
   cuda::DeviceBuffer<uint8_t> slots_, blocks_;  // the engine's state memory (fp32 rows)
   cuda::DeviceBuffer<uint8_t> snapshots_;       // prefix caching: [num_snapshots, slot_bytes]
+  PinnedHostBuffer host_blocks_;                // prefix-cache host tier: [num_host_blocks, block_bytes]
   int64_t max_model_len_ = 0;
   Scratch s_;
   StepShape shape_;

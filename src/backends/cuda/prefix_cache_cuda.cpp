@@ -1,10 +1,46 @@
-// CudaRunner prefix-cache state copies (ModelRunner::bind_snapshots / copy_state): the CPU runner's copies, done
-// device-to-device with cudaMemcpyAsync / cudaMemsetAsync on the runner's stream, so they are ordered before the
-// next step's kernels (and before decode-graph replays, which read the same slot / block memory).
+// CudaRunner prefix-cache state copies (ModelRunner::bind_snapshots / bind_host_blocks / copy_state): the CPU
+// runner's copies (cache::plan_copy_runs: same bounds checks, adjacent blocks merged into one transfer), issued
+// with cudaMemcpyAsync / cudaMemsetAsync on the runner's stream, so they are ordered before the next step's
+// kernels (and before decode-graph replays, which read the same slot / block memory). Host-tier blocks live in
+// pinned memory; the host never touches it, so stream order is the only ordering needed.
 #include "backends/cuda/cuda_runner_impl.h"
+#include "backends/cuda/host_tier_cuda.h"
 #include "cuda/cuda_common.h"
 
 namespace dsinfer::backends {
+
+Status PinnedHostBuffer::alloc(size_t bytes, const char* what) {
+  release();
+  if (bytes == 0) return Status::ok();
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess)
+    return Status::errorf("cudaHostAlloc of {} bytes for {} failed: {}", bytes, what, cudaGetErrorString(e));
+  p_ = static_cast<uint8_t*>(p);
+  n_ = bytes;
+  return Status::ok();
+}
+
+void PinnedHostBuffer::release() {
+  if (p_) cudaFreeHost(p_);
+  p_ = nullptr;
+  n_ = 0;
+}
+
+Status issue_copy_runs(std::span<const cache::CopyRun> runs, void* stream) {
+  cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  for (const cache::CopyRun& r : runs) {
+    if (!r.src) {
+      DSI_CUDA_TRY(cudaMemsetAsync(r.dst, 0, r.bytes, cs));
+      continue;
+    }
+    const cudaMemcpyKind kind = r.dir == cache::CopyRun::Dir::kToHost     ? cudaMemcpyDeviceToHost
+                                : r.dir == cache::CopyRun::Dir::kToDevice ? cudaMemcpyHostToDevice
+                                                                          : cudaMemcpyDeviceToDevice;
+    DSI_CUDA_TRY(cudaMemcpyAsync(r.dst, r.src, r.bytes, kind, cs));
+  }
+  return Status::ok();
+}
 
 Status CudaRunner::bind_snapshots(int32_t num_snapshots) {
   if (num_snapshots < 0) return Status::errorf("cuda runner: {} snapshots", num_snapshots);
@@ -12,46 +48,21 @@ Status CudaRunner::bind_snapshots(int32_t num_snapshots) {
   return snapshots_.alloc(size_t(num_snapshots) * size_t(layout_.slot_bytes), "prefix-cache snapshots");
 }
 
+Status CudaRunner::bind_host_blocks(int32_t num_host_blocks) {
+  if (num_host_blocks < 0) return Status::errorf("cuda runner: {} host blocks", num_host_blocks);
+  return host_blocks_.alloc(size_t(num_host_blocks) * size_t(layout_.block_bytes), "the prefix-cache host tier");
+}
+
 Status CudaRunner::copy_state(std::span<const cache::StateCopy> copies) {
   if (copies.empty()) return Status::ok();
-  using K = cache::StateCopy::Kind;
   const size_t sb = size_t(layout_.slot_bytes), bb = size_t(layout_.block_bytes);
-  const int64_t num_slots = sb ? int64_t(slots_.size() / sb) : 0, num_blocks = bb ? int64_t(blocks_.size() / bb) : 0;
-  const int64_t num_snaps = sb ? int64_t(snapshots_.size() / sb) : 0;
-  auto in = [](int32_t i, int64_t n) { return i >= 0 && i < n; };
-  cudaStream_t cs = static_cast<cudaStream_t>(stream_);
-  for (const cache::StateCopy& c : copies) {
-    uint8_t* dst = nullptr;
-    const uint8_t* src = nullptr;
-    size_t bytes = sb;
-    bool ok = false;
-    switch (c.kind) {
-      case K::kSlotToSnapshot:
-        ok = in(c.src, num_slots) && in(c.dst, num_snaps);
-        if (ok) src = slots_.data() + size_t(c.src) * sb, dst = snapshots_.data() + size_t(c.dst) * sb;
-        break;
-      case K::kSnapshotToSlot:
-        ok = in(c.src, num_snaps) && in(c.dst, num_slots);
-        if (ok) src = snapshots_.data() + size_t(c.src) * sb, dst = slots_.data() + size_t(c.dst) * sb;
-        break;
-      case K::kBlockToBlock:
-        bytes = bb;
-        ok = in(c.src, num_blocks) && in(c.dst, num_blocks);
-        if (ok) src = blocks_.data() + size_t(c.src) * bb, dst = blocks_.data() + size_t(c.dst) * bb;
-        break;
-      case K::kZeroSlot:
-        ok = in(c.dst, num_slots);
-        if (ok) dst = slots_.data() + size_t(c.dst) * sb;
-        break;
-    }
-    if (!ok)
-      return Status::errorf("cuda runner: state copy {} -> {} (kind {}) is out of range", c.src, c.dst, int(c.kind));
-    if (src)
-      DSI_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cs));
-    else
-      DSI_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, cs));
-  }
-  return Status::ok();
+  auto count = [](size_t bytes, size_t unit) { return unit ? int64_t(bytes / unit) : int64_t(0); };
+  const cache::StateMemory mem{slots_.data(), blocks_.data(), snapshots_.data(), host_blocks_.data(),
+                               count(slots_.size(), sb), count(blocks_.size(), bb), count(snapshots_.size(), sb),
+                               count(host_blocks_.size(), bb), layout_.slot_bytes, layout_.block_bytes};
+  auto runs = cache::plan_copy_runs(copies, mem);
+  if (!runs) return Status::error("cuda runner: " + runs.status().message());
+  return issue_copy_runs(*runs, stream_);
 }
 
 }  // namespace dsinfer::backends

@@ -1,0 +1,35 @@
+// The prefix cache's host tier on the CUDA runner: page-locked host memory for spilled blocks (so that
+// cudaMemcpyAsync really is asynchronous and ordered on the runner's stream), and the issuing of planned state
+// copies (cache::plan_copy_runs) on a stream. Implemented in prefix_cache_cuda.cpp.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "cache/state_copy.h"
+#include "core/status.h"
+
+namespace dsinfer::backends {
+
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer() = default;
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  ~PinnedHostBuffer() { release(); }
+  // Replaces the contents with `bytes` uninitialised bytes (cudaHostAlloc); 0 leaves it empty.
+  Status alloc(size_t bytes, const char* what);
+  void release();  // cudaFreeHost (synchronises with work still reading or writing it)
+  uint8_t* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Issues every run on `stream` (a cudaStream_t) with cudaMemcpyAsync / cudaMemsetAsync: kLocal device to device,
+// kToHost device to host, kToDevice host to device. Nothing waits for them.
+Status issue_copy_runs(std::span<const cache::CopyRun> runs, void* stream);
+
+}  // namespace dsinfer::backends
