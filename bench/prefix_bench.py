@@ -8,7 +8,7 @@ reuses, the blocks they computed. Runs the batch with caching off / exact / boun
 saved, TTFT and wall time from the generate summary.
 
   python3 bench/prefix_bench.py --dsinfer build/cuda/dsinfer --model models/dsv4-small --conversations 64 --turns 4 \
-      --backend cuda
+      --backend cuda [--batch-invariant]
 """
 import argparse
 import json
@@ -40,6 +40,8 @@ def run(args, mode, path):
            "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs)]
     if mode != "off":
         cmd += ["--enable-prefix-caching", mode]
+    if args.batch_invariant:
+        cmd += ["--batch-invariant"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
@@ -75,6 +77,8 @@ def main():
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--vocab", type=int, default=3000)
     ap.add_argument("--modes", default="off,exact,bounded")
+    ap.add_argument("--batch-invariant", action="store_true",
+                    help="pass --batch-invariant to every run (GPU: exact mode must then match caching off)")
     args = ap.parse_args()
     lines = build_requests(args.conversations, args.turns, args.system_tokens, args.turn_tokens, args.reply_tokens,
                            args.max_tokens, args.vocab)
@@ -84,7 +88,7 @@ def main():
         with open(path, "w") as f:
             f.writelines(json.dumps(l) + "\n" for l in lines)
         print(f"{len(lines)} requests ({args.conversations} conversations x {args.turns} turns), {prompt_tokens} prompt tokens, "
-              f"backend {args.backend}")
+              f"backend {args.backend}{', batch-invariant' if args.batch_invariant else ''}")
         print(f"{'mode':8} {'wall s':>8} {'TTFT p50/p90/p99 ms':>24} {'hit tokens':>11} {'saved %':>8} {'exact':>6} "
               f"{'bounded':>8} {'replayed':>9}")
         for mode in args.modes.split(","):
@@ -102,7 +106,8 @@ def main():
                 print(f"{mode}: {same}/{len(ref)} requests with outputs identical to caching off")
                 if mode == "exact" and same != len(ref):
                     # On the GPU this also happens when kernels are not batch-invariant (a hit changes the batch
-                    # composition and chunk sizes, hence GEMM launch shapes and attention splits): bench/NOTES.md.
+                    # composition and chunk sizes, hence GEMM launch shapes and attention splits): bench/NOTES.md;
+                    # with --batch-invariant it must not.
                     raise SystemExit("exact prefix caching changed outputs")
 
 

@@ -19,7 +19,8 @@ std::string engine_flags_help() {
       "            --state-memory-gb X\n"
       "  speculative decoding: --speculative dspark|mtp1|off ({})  --num-speculative-tokens K ({})\n"
       "            --speculative-budget N  --speculative-min-survival X\n"
-      "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n",
+      "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n"
+      "  --batch-invariant: results independent of the batch (cuda: fixed kernel choices, slower; cpu: always)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
       d.enable_prefix_caching);
 }
@@ -54,6 +55,10 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
                                  "--max-num-batched-tokens", "--max-model-len", "--seed", "--state-memory-gb",
                                  "--speculative", "--num-speculative-tokens", "--speculative-budget",
                                  "--speculative-min-survival"};
+  if (a == "--batch-invariant") {
+    eo.batch_invariant = true;
+    return FlagParse::kOk;
+  }
   if (a == "--enable-prefix-caching") {  // the mode is optional: a bare flag means exact
     const std::string next = i + 1 < argc ? argv[i + 1] : "";
     eo.enable_prefix_caching = "exact";
