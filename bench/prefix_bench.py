@@ -12,7 +12,7 @@ Host tier: a mode with a "+host" suffix (e.g. exact+host) adds --prefix-cache-ho
 are evicted from the state memory before its next turn, so only the host tier can bring them back.
 
   python3 bench/prefix_bench.py --dsinfer build/cuda/dsinfer --model models/dsv4-small --conversations 64 --turns 4 \
-      --backend cuda
+      --backend cuda [--batch-invariant]
 """
 import argparse
 import json
@@ -53,6 +53,8 @@ def run(args, mode, path):
             cmd += ["--prefix-snapshot-memory-gb", str(args.snapshot_memory_gb)]
     if mode.endswith("+host"):
         cmd += ["--prefix-cache-host-bytes", args.host_bytes]
+    if args.batch_invariant:
+        cmd += ["--batch-invariant"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
@@ -95,6 +97,8 @@ def main():
     ap.add_argument("--snapshot-memory-gb", type=float, default=0, help="0: the engine's default")
     ap.add_argument("--host-bytes", default="4GiB", help="--prefix-cache-host-bytes of the +host modes")
     ap.add_argument("--report-only", action="store_true", help="report exact-mode output differences, do not fail")
+    ap.add_argument("--batch-invariant", action="store_true",
+                    help="pass --batch-invariant to every run (GPU: exact mode must then match caching off)")
     args = ap.parse_args()
     lines = build_requests(args.conversations, args.turns, args.system_tokens, args.turn_tokens, args.reply_tokens,
                            args.max_tokens, args.vocab, args.order)
@@ -104,7 +108,7 @@ def main():
         with open(path, "w") as f:
             f.writelines(json.dumps(l) + "\n" for l in lines)
         print(f"{len(lines)} requests ({args.conversations} conversations x {args.turns} turns), {prompt_tokens} prompt tokens, "
-              f"backend {args.backend}")
+              f"backend {args.backend}{', batch-invariant' if args.batch_invariant else ''}")
         print(f"{'mode':12} {'wall s':>8} {'TTFT p50/p90/p99 ms':>24} {'hit tokens':>11} {'saved %':>8} {'exact':>6} "
               f"{'bounded':>8} {'replayed':>9} {'host hit blk/tok':>17} {'spills':>7} {'MiB D2H/H2D':>13}")
         for mode in args.modes.split(","):
@@ -126,7 +130,8 @@ def main():
                 print(f"{mode}: {same}/{len(ref)} requests with outputs identical to caching off")
                 if mode.split("+")[0] == "exact" and same != len(ref) and not args.report_only:
                     # On the GPU this also happens when kernels are not batch-invariant (a hit changes the batch
-                    # composition and chunk sizes, hence GEMM launch shapes and attention splits): bench/NOTES.md.
+                    # composition and chunk sizes, hence GEMM launch shapes and attention splits): bench/NOTES.md;
+                    # with --batch-invariant it must not.
                     raise SystemExit("exact prefix caching changed outputs")
 
 

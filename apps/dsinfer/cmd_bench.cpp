@@ -17,7 +17,8 @@ namespace {
 void usage() {
   std::fprintf(stderr,
                "usage: dsinfer bench --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
-               "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n");
+               "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n"
+               "                     [--batch-invariant]\n");
 }
 
 std::vector<int64_t> parse_list(const std::string& s) {
@@ -62,6 +63,10 @@ int cmd_bench(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") return usage(), 0;
+    if (a == "--batch-invariant") {
+      o.batch_invariant = true;
+      continue;
+    }
     if (i + 1 >= argc) return usage(), 2;
     const std::string v = argv[++i];
     try {

@@ -22,6 +22,8 @@ std::string engine_flags_help() {
       "            --speculative-budget N  --speculative-min-survival X\n"
       "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n"
       "            --prefix-cache-host-bytes N[KiB|MiB|GiB] (host tier for evicted blocks; 0 = none)\n",
+
+      "  --batch-invariant: results independent of the batch (cuda: fixed kernel choices, slower; cpu: always)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
       d.enable_prefix_caching);
 }
@@ -84,6 +86,10 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
                                  "--max-num-batched-tokens", "--max-model-len", "--seed", "--state-memory-gb",
                                  "--speculative", "--num-speculative-tokens", "--speculative-budget",
                                  "--speculative-min-survival"};
+  if (a == "--batch-invariant") {
+    eo.batch_invariant = true;
+    return FlagParse::kOk;
+  }
   if (a == "--enable-prefix-caching") {  // the mode is optional: a bare flag means exact
     const std::string next = i + 1 < argc ? argv[i + 1] : "";
     eo.enable_prefix_caching = "exact";

@@ -95,6 +95,7 @@ struct BenchOptions {
   int64_t context = 4096;             // decode: positions already in each sequence's state
   int64_t prefill = 4096;             // prefill case: tokens of one sequence from position 0; 0 = none
   int64_t iters = 5;                  // timed iterations per case (after one warm-up), medians reported
+  bool batch_invariant = false;       // time the batch-invariant mode (EngineOptions::batch_invariant)
   // Called after each case is added to the report (streaming output); may be empty.
   std::function<void(const BenchReport& report)> on_case;
 };

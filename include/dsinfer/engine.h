@@ -41,6 +41,11 @@ struct EngineOptions {
   std::string enable_prefix_caching = "off";
   double prefix_snapshot_memory_gb = 0;
   int64_t prefix_cache_host_bytes = 0;
+
+  // Batch-invariant inference (docs/kernels.md "Batch invariance"): on cuda every kernel's reduction order is
+  // independent of the batch, so a request's tokens and logprobs are bit-identical alone or in any batch, with or
+  // without CUDA graphs and preemption; costs some speed. The cpu backend is always batch-invariant (a no-op).
+  bool batch_invariant = false;
 };
 
 // Counters of prefix caching since the engine was created (gauges marked "now").

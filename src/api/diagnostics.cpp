@@ -114,6 +114,7 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   engine::RunnerOptions ro;
   ro.model_dir = o.model_dir;
   ro.num_layers = o.num_layers;
+  ro.batch_invariant = o.batch_invariant;
   DSI_ASSIGN_OR_RETURN(ro.backend, engine::parse_backend(o.backend));
   DSI_ASSIGN_OR_RETURN(ro.load_format, engine::parse_load_format(o.load_format));
   DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));

@@ -30,6 +30,9 @@ struct RunnerOptions {
   LoadFormat load_format = LoadFormat::kAuto;  // kDummy: random weights in the storage formats (cuda only)
   int64_t num_layers = 0;                      // > 0: run only the first N layers (dummy weights; benchmarks)
   bool exact_gemm = false;                     // cuda: fp32 CUDA-core GEMMs only (check-reference's default)
+  // cuda: every kernel's reduction order independent of the batch (docs/kernels.md "Batch invariance"); the cpu
+  // runner is invariant already and ignores it.
+  bool batch_invariant = false;
 };
 
 class RunnerDiagnostics {

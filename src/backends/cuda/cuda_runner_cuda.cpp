@@ -37,6 +37,7 @@ Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner(const engine::Ru
 
 Status CudaRunner::init(const engine::RunnerOptions& opts) {
   exact_ = opts.exact_gemm;
+  batch_invariant_ = opts.batch_invariant;
   if (const char* g = std::getenv("DSINFER_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
   DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(0));
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
@@ -59,8 +60,8 @@ CudaRunner::~CudaRunner() {
 }
 
 std::string CudaRunner::name() const {
-  return fmt::format("cuda ({}, {} numerics, {:.2f} GiB weights)", device_.name, num_.name,
-                     double(weights_.bytes()) / double(1 << 30));
+  return fmt::format("cuda ({}, {} numerics, {:.2f} GiB weights{})", device_.name, num_.name,
+                     double(weights_.bytes()) / double(1 << 30), batch_invariant_ ? ", batch-invariant" : "");
 }
 
 Status CudaRunner::randomize_state(uint64_t seed) {

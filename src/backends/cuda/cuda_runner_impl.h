@@ -79,6 +79,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   // The kernels of one step (no host synchronisation, no allocation: capturable into a CUDA graph).
   Status run_forward(const ops::StepDevice& st, const int32_t* rows, int64_t R);
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);
+  ops::cuda::GemmPrecision gemm_precision(int64_t M, int64_t N) const;
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
   Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
                       int64_t groups, float* y, int64_t ldy, int64_t yg);
@@ -108,6 +109,9 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   size_t plan_host_bytes_ = 0;
   cuda::DeviceBuffer<uint8_t> plan_dev_;
   bool exact_ = false;            // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
+  // RunnerOptions::batch_invariant: GEMM kernels and K splits chosen per weight (GemmPrecision::kBatchInvariant),
+  // fixed attention split size, fixed mHC split, MoE never by T. No cuBLASLt in this mode.
+  bool batch_invariant_ = false;
   bool graphs_enabled_ = true;    // DSINFER_CUDA_GRAPHS=0 turns decode graphs off
   DecodeGraphs graphs_;
   OpTimer timer_;

@@ -15,10 +15,13 @@ namespace dsinfer::backends {
 using namespace ops::cuda;
 using io::AttnType;
 
+// Batch-invariant mode: a fixed split size (each token's partition from its own key count) and as many splits as
+// the step's longest key list needs; otherwise a count for ~2 blocks per SM, which depends on T and max_pos.
 int64_t CudaRunner::attention_splits(AttnType type, int64_t m, int64_t T, int64_t max_pos) const {
   const int64_t max_keys = cfg_.sliding_window + (type == AttnType::CSA   ? cfg_.index_topk
                                                   : type == AttnType::HCA ? (max_pos + 1) / std::max<int64_t>(m, 1)
                                                                           : 0);
+  if (batch_invariant_) return sparse_attention_fixed_splits(max_keys, kAttnInvariantSplitKeys);
   return sparse_attention_splits(T, cfg_.num_attention_heads, max_keys, device_.multiprocessors);
 }
 
@@ -58,7 +61,8 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
   DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size), "logits"));
   int64_t ws = 0;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
-    ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(cfg_.layer_types[size_t(l)], cfg_.ratio(l), T, max_pos)));
+    ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(cfg_.layer_types[size_t(l)], cfg_.ratio(l), T, max_pos),
+                                                        batch_invariant_));
   DSI_RETURN_IF_ERROR(grow(s_.attn_ws, size_t(ws) + 64, "attention workspace"));
   if (T > s_.tokens) {
     DSI_RETURN_IF_ERROR(moe_ws_.reserve(T, cfg_.num_experts_per_tok, D, cfg_.moe_intermediate_size, cfg_.n_routed_experts));
@@ -69,12 +73,19 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
 }
 
 // GEMMs and the MoE in exact mode run in chunks small enough for the fp32 CUDA-core kernels (the tensor-core
-// path rounds operands to bf16); check-reference uses it to test every other kernel at fp32 precision. Otherwise
-// small-M FP8 GEMMs take the bf16 streaming tensor-core kernel (GemmPrecision::kBf16).
+// path rounds operands to bf16); check-reference uses it to test every other kernel at fp32 precision (and every
+// row's sums are then independent of M: batch-invariant as they are). Batch-invariant mode otherwise takes
+// GemmPrecision::kBatchInvariant (kernel and K split per weight). Otherwise small-M FP8 GEMMs take the bf16
+// streaming tensor-core kernel where it measured faster (GemmPrecision::kBf16).
+GemmPrecision CudaRunner::gemm_precision(int64_t M, int64_t N) const {
+  if (exact_) return GemmPrecision::kFp32SmallM;
+  if (batch_invariant_) return GemmPrecision::kBatchInvariant;
+  return gemm_stream_preferred(M, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
+}
+
 Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
   const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
-  const GemmPrecision prec =
-      !exact_ && gemm_stream_preferred(M, w.rows) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
+  const GemmPrecision prec = gemm_precision(M, w.rows);
   for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
     DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, stream_, prec));
   return Status::ok();
@@ -83,11 +94,12 @@ Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeig
 Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                                 float* y, int64_t ldy, int64_t yg) {
   // The streaming kernel measured slower than the default kernels for the grouped wo_a at every M
-  // (gemm_stream_preferred): grouped GEMMs keep the default path.
+  // (gemm_stream_preferred): grouped GEMMs keep the default path (the tiled kernel in batch-invariant mode).
   const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
+  const GemmPrecision prec = !exact_ && batch_invariant_ ? GemmPrecision::kBatchInvariant : GemmPrecision::kFp32SmallM;
   for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
     DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg,
-                                          stream_));
+                                          stream_, prec));
   return Status::ok();
 }
 
@@ -98,10 +110,17 @@ Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const floa
   // expert is a plain GEMM of T rows (fp32 path for T <= kGemmSkinnyMaxM). Otherwise the fast grouped FP4 kernels
   // (bf16 activations) up to kMoeFastMaxT tokens, where they read each touched expert once per 8 of its rows;
   // beyond, the tiled tensor-core GEMMs (prefill).
+  // Batch-invariant: MoePath::Invariant for every T (the fast kernels in chunks of kMoeFastMaxT tokens, whose
+  // per-token sums do not depend on the chunk; else the tiled GEMMs).
   constexpr int64_t kMoeFastMaxT = 1024;
-  const MoePath path = !exact_ && T <= kMoeFastMaxT ? MoePath::Fast : MoePath::Exact;
+  const MoePath path = exact_               ? MoePath::Exact
+                       : batch_invariant_   ? MoePath::Invariant
+                       : T <= kMoeFastMaxT  ? MoePath::Fast
+                                            : MoePath::Exact;
   const int64_t chunk =
-      exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * e.experts / std::max<int64_t>(k, 1))) : T;
+      exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * e.experts / std::max<int64_t>(k, 1)))
+      : batch_invariant_ ? kMoeFastMaxT
+                         : T;
   const int64_t D = e.dim;
   float* out = s_.f.data();
   for (int64_t r = 0; r < T; r += chunk) {
@@ -120,11 +139,12 @@ Status CudaRunner::run_forward(const ops::StepDevice& st, const int32_t* rows, i
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const DeviceLayer& L = weights_.layer(l);
     HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
-                    float(cfg_.rms_norm_eps), L.attn_norm};
+                    float(cfg_.rms_norm_eps), L.attn_norm, batch_invariant_};
     DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(attention(l, st));
     DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
-    hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), float(cfg_.rms_norm_eps), L.ffn_norm};
+    hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
+          float(cfg_.rms_norm_eps), L.ffn_norm, batch_invariant_};
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(ffn(l, st.tokens, T));
     DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
@@ -132,7 +152,8 @@ Status CudaRunner::run_forward(const ops::StepDevice& st, const int32_t* rows, i
   if (R > 0) {
     // sinkhorn_iters is unused at the head (no comb there) but must be valid.
     const HcDevice& hc = weights_.hc_head();
-    const HcNormParams hh{hc.fn, hc.base, hc.scale, n, D, 1, float(cfg_.hc_eps), float(cfg_.rms_norm_eps), weights_.final_norm()};
+    const HcNormParams hh{hc.fn, hc.base, hc.scale, n, D, 1, float(cfg_.hc_eps), float(cfg_.rms_norm_eps), weights_.final_norm(),
+                          batch_invariant_};
     DSI_OP("hc_head", -1, hc_head_norm(hh, s_.X.data(), rows, R, s_.hid.data(), stream_));
     DSI_OP("lm_head", -1, gemm(s_.hid.data(), R, D, weights_.head(), s_.logits.data(), V, false));
   }

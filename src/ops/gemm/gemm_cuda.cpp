@@ -2,10 +2,12 @@
 // and applicable, else skinny fp32 streaming vs tiled tensor core), launch and launch check.
 #include "ops/gemm/gemm_cuda.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
+#include "ops/gemm/gemm_invariant.h"
 
 namespace dsinfer::ops::cuda {
 
@@ -77,7 +79,7 @@ void set_x_vec(GemmArgs& a) {
 // Streaming-kernel launch shape: tokens per block = the power of two >= M (8..64); K split (cluster) doubled while
 // the grid has fewer than 2 blocks per SM or the x tile exceeds kStXsMax; then tokens halved while it still does.
 bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamParams& p) {
-  constexpr int64_t kStXsMax = 96 * 1024;  // bytes of bf16 x tile per block (2 blocks per SM at 64 tokens)
+  constexpr int64_t kStXsMax = kGemmStreamXsMax;
   if (f != WeightFormat::FP8_BLOCK || a.M < 1 || a.M > kGemmStreamMaxM || !a.w_vec || a.K % 64 != 0 ||
       a.block_k % 64 != 0 || a.row_off || a.x_rows || a.wdata_arr)
     return false;
@@ -120,28 +122,65 @@ Status check_activations(const float* x, int64_t M, int64_t ldx, int64_t K, cons
   return Status::ok();
 }
 
-Status run(detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, void* stream) {
-  detail::StreamParams sp;
-  if (precision == GemmPrecision::kBf16 && detail::plan_gemm_stream(a, f, sm_count(), sp)) {
-    const int err = detail::launch_gemm_stream(a, sp, stream);
-    if (err != 0) {
-      cudaGetLastError();  // the error is returned here; leave no sticky launch error behind
-      return Status::errorf("gemm_stream_kernel launch failed: {}", cudaGetErrorString(cudaError_t(err)));
-    }
-    DSI_CUDA_LAUNCHED("gemm_stream_kernel");
-    return Status::ok();
+Status launch_stream(const detail::GemmArgs& a, const detail::StreamParams& sp, void* stream) {
+  const int err = detail::launch_gemm_stream(a, sp, stream);
+  if (err != 0) {
+    cudaGetLastError();  // the error is returned here; leave no sticky launch error behind
+    return Status::errorf("gemm_stream_kernel launch failed: {}", cudaGetErrorString(cudaError_t(err)));
   }
-  if (a.M <= kGemmSkinnyMaxM && a.w_vec) {
-    detail::launch_gemm_skinny(f, a, stream);
-    DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
-    return Status::ok();
-  }
+  DSI_CUDA_LAUNCHED("gemm_stream_kernel");
+  return Status::ok();
+}
+
+Status launch_tiled(detail::GemmArgs& a, WeightFormat f, void* stream) {
   const int64_t m_tiles = (a.M + gemm_detail::kBM - 1) / gemm_detail::kBM;
   if (m_tiles > 65535) return Status::errorf("gemm: M = {} exceeds the supported {} rows", a.M, 65535 * gemm_detail::kBM);
   a.m_tiles_z = int(m_tiles);
   detail::launch_gemm_tiled(f, a, stream);
   DSI_CUDA_LAUNCHED("gemm_tiled_kernel");
   return Status::ok();
+}
+
+// GemmPrecision::kBatchInvariant: the kernel and the streaming K partition come from the weight (gemm_invariant.h);
+// M only decides how many row chunks / token blocks run.
+Status run_invariant(detail::GemmArgs& a, WeightFormat f, void* stream) {
+  GemmWeightShape ws;
+  ws.fmt = f, ws.N = a.N, ws.K = a.K, ws.block_k = a.block_k, ws.groups = a.groups, ws.w_vec = a.w_vec;
+  ws.gathered = a.row_off || a.x_rows || a.wdata_arr;
+  const GemmInvariantPlan plan = gemm_invariant_plan(ws, sm_count());
+  if (plan.kernel == GemmKernel::kSkinny) {
+    detail::launch_gemm_skinny(f, a, stream);  // walks any M in chunks of kGemmSkinnyMaxM rows
+    DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
+    return Status::ok();
+  }
+  if (plan.kernel == GemmKernel::kTiled) return launch_tiled(a, f, stream);
+  for (int64_t r = 0; r < a.M; r += kGemmStreamMaxM) {
+    detail::GemmArgs c = a;
+    c.x = a.x + r * a.ldx, c.y = a.y + r * a.ldy, c.M = std::min(kGemmStreamMaxM, a.M - r);
+    detail::set_x_vec(c);
+    detail::StreamParams sp;
+    sp.splits = plan.splits;
+    sp.kb_per_split = plan.kb_per_split;
+    sp.tokens = gemm_invariant_stream_tokens(c.M, plan.kb_per_split, a.block_k);
+    if (sp.tokens == 0) return Status::errorf("gemm: no streaming tile fits K = {} (block_k {})", a.K, a.block_k);
+    sp.token_chunks = int((c.M + sp.tokens - 1) / sp.tokens);
+    sp.xs_ld = int(int64_t(plan.kb_per_split) * a.block_k + 8);  // as plan_gemm_stream
+    if ((a.N + gemm_detail::kStRows - 1) / gemm_detail::kStRows > 65535) return Status::error("gemm: N too large");
+    DSI_RETURN_IF_ERROR(launch_stream(c, sp, stream));
+  }
+  return Status::ok();
+}
+
+Status run(detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, void* stream) {
+  if (precision == GemmPrecision::kBatchInvariant) return run_invariant(a, f, stream);
+  detail::StreamParams sp;
+  if (precision == GemmPrecision::kBf16 && detail::plan_gemm_stream(a, f, sm_count(), sp)) return launch_stream(a, sp, stream);
+  if (a.M <= kGemmSkinnyMaxM && a.w_vec) {
+    detail::launch_gemm_skinny(f, a, stream);
+    DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
+    return Status::ok();
+  }
+  return launch_tiled(a, f, stream);
 }
 
 }  // namespace

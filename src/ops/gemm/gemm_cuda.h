@@ -8,7 +8,8 @@
 // dequantized W rounded to bf16, fp32 accumulation); with GemmPrecision::kBf16, FP8 weights and M <= 256, a bf16
 // streaming tensor-core kernel with split-K summed in a fixed order. No float atomics anywhere: results are
 // deterministic run to run, and each output row depends only on its own x row and the path (and, on the kBf16
-// path, on the launch shape chosen from M).
+// path, on the launch shape chosen from M). GemmPrecision::kBatchInvariant chooses the path and the K split from
+// the weight alone (gemm_invariant.h), so a row's bits do not depend on M.
 #pragma once
 #include <cstddef>
 #include <cstdint>

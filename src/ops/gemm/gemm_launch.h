@@ -36,7 +36,10 @@ inline constexpr int64_t kGemmStreamMaxM = 256;
 //   kBf16: 1 <= M <= kGemmStreamMaxM with FP8_BLOCK weights (K and block_k multiples of 64, 16-byte aligned data)
 //     run the bf16 streaming tensor-core kernel (gemm_stream.cu: x rounded to bf16, fp32 accumulation, split-K
 //     summed in a fixed order); every other case as kFp32SmallM.
-enum class GemmPrecision { kFp32SmallM, kBf16 };
+//   kBatchInvariant: kernel and K split chosen from the weight alone, never from M (gemm_invariant.h), so a row's
+//     bits do not depend on the batch: FP8 N <= 4096 streaming (chunks of kGemmStreamMaxM rows), small other
+//     weights skinny, the rest tiled.
+enum class GemmPrecision { kFp32SmallM, kBf16, kBatchInvariant };
 
 namespace detail {
 

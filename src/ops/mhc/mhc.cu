@@ -296,8 +296,8 @@ void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, 
     hc_mix_kernel<8><<<grid1, kThreads, smem1, st>>>(p.fn, mixes, X, rows, T, len, p.dim, sp.chunks_per_split, y);
   else
     hc_mix_kernel<32><<<grid1, kThreads, smem1, st>>>(p.fn, mixes, X, rows, T, len, p.dim, sp.chunks_per_split, y);
-  // Few tokens: a whole block per token (more loads in flight per token); many: one warp per token, 8 per block.
-  const bool wide = T <= 256;
+  // Whole block per token (wide) or one warp per token, 8 per block: chosen by mhc_cuda.cpp (HcSplit::wide).
+  const bool wide = sp.wide;
   const unsigned grid2 = unsigned(wide ? T : (T + 7) / 8);
   if (head) {
     if (wide) hc_finalize_kernel<true, 8><<<grid2, kThreads, 0, st>>>(p, X, rows, T, sp.splits, y, nullptr, nullptr);

@@ -37,6 +37,7 @@ detail::HcSplit pick_split(int64_t T, int64_t n, int64_t dim, int64_t mixes) {
       std::clamp<int64_t>((2 * sms + tiles - 1) / tiles, 1, std::min(nchunks, detail::hc_max_splits(dim, mixes)));
   s.chunks_per_split = int((nchunks + splits - 1) / splits);
   s.splits = int((nchunks + s.chunks_per_split - 1) / s.chunks_per_split);
+  s.wide = T <= 256;  // few tokens: a whole block per token (more loads in flight); many: one warp per token
   return s;
 }
 
@@ -44,7 +45,9 @@ Status launch(const HcNormParams& p, const float* X, const int32_t* rows, int64_
               void* stream, int64_t mixes, const char* op) {
   if (!aligned16(X) || !aligned16(y)) return Status::errorf("{}: X and y must be 16-byte aligned", op);
   if ((T + 7) / 8 > 0x7fffffff) return Status::errorf("{}: {} tokens exceed the grid limit", op, T);
-  detail::launch_hc_norm(p, X, rows, T, pick_split(T, p.n, p.dim, mixes), y, post, comb, stream);
+  const detail::HcSplit sp =
+      p.batch_invariant ? detail::hc_invariant_split(T, p.n, p.dim, mixes) : pick_split(T, p.n, p.dim, mixes);
+  detail::launch_hc_norm(p, X, rows, T, sp, y, post, comb, stream);
   return Status::ok();
 }
 }  // namespace

@@ -84,8 +84,10 @@ Status check_shared(const MoeSharedDevice& sh, int64_t D) {
 }
 
 // Grouped GEMM over the permuted rows of all experts.
+// allow_skinny = false (MoePath::Invariant): always the tiled kernel, whose per-row sums do not depend on T.
 Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets, int64_t total_rows,
-                   int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream) {
+                   int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream,
+                   bool allow_skinny) {
   detail::GemmArgs a;
   a.x = x, a.ldx = ldx, a.x_rows = x_rows, a.y = y, a.ldy = ldy, a.row_off = offsets;
   a.groups = experts, a.N = w.rows, a.K = w.cols;
@@ -96,7 +98,7 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
   a.wdata = nullptr, a.wscale = nullptr;
   a.wdata_arr = w.data, a.wscale_arr = w.scale;
   detail::set_x_vec(a);
-  if (total_rows <= 8 * experts && a.w_vec) {
+  if (allow_skinny && total_rows <= 8 * experts && a.w_vec) {
     detail::launch_gemm_skinny(w.fmt, a, stream);
     DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
     return Status::ok();
@@ -161,7 +163,8 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   int32_t* pos = ws.pos_of_.data();
   float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data();
 
-  const bool fast = path == MoePath::Fast && moe_fast_supported(ex);
+  const bool fast = (path == MoePath::Fast || path == MoePath::Invariant) && moe_fast_supported(ex);
+  const bool skinny_ok = path != MoePath::Invariant;
   int32_t* active = fast ? ws.active_.data() : nullptr;
 
   detail::launch_moe_count(idx, n, E, offsets, pos, active, stream);
@@ -174,11 +177,11 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
                      reinterpret_cast<uint16_t*>(h1), yp, stream);
     DSI_CUDA_LAUNCHED("moe_gather_kernel / moe_fast_kernel");
   } else {
-    DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w1, h1, I, stream));
-    DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w3, h3, I, stream));
+    DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w1, h1, I, stream, skinny_ok));
+    DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w3, h3, I, stream, skinny_ok));
     detail::launch_swiglu(h1, h3, n, offsets + E, I, limit, stream);
     DSI_CUDA_LAUNCHED("swiglu_kernel");
-    DSI_RETURN_IF_ERROR(expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream));
+    DSI_RETURN_IF_ERROR(expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream, skinny_ok));
   }
 
   const float* shy = nullptr;
@@ -186,6 +189,7 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *so = ws.shy_.data();
     // The fast path takes the streaming GEMM where it measured faster (gemm_stream_preferred).
     auto prec = [&](int64_t N) {
+      if (path == MoePath::Invariant) return GemmPrecision::kBatchInvariant;
       return path == MoePath::Fast && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
     };
     DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w1, s1, Is, false, stream, prec(Is)));

@@ -24,7 +24,10 @@ Status route_cuda(const float* logits, int64_t T, const float* bias, const int32
 // tensor-core tiled GEMMs (the reference-checking path). Fast: the grouped decode kernels of moe_fast.cu (x and the
 // SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
 // moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda either way.
-enum class MoePath { Exact, Fast };
+// Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
+// tiled grouped GEMMs for every T (never the T-dependent skinny choice); the shared expert with
+// GemmPrecision::kBatchInvariant. A token's bits then do not depend on the other tokens or on T.
+enum class MoePath { Exact, Fast, Invariant };
 
 // FP4_G32 experts with E8M0 scales, dim % 128 == 0 and inter % 128 == 0.
 bool moe_fast_supported(const MoeExpertsDevice& experts);

@@ -47,7 +47,7 @@ __device__ __forceinline__ void write_result(const float4 (&acc)[HPW][NCH], cons
   for (int hh = 0; hh < HPW; ++hh) {
     const int64_t h = h0 + hh;
     if (h >= H) continue;
-    if (splits == 1) {
+    if (splits == 1 && prm.split_keys == 0) {
       const float sink = prm.sinks[h], M = fmaxf(mrun[hh], sink);
       const float em = expf(mrun[hh] - M);
       const float f = em / (lrun[hh] * em + expf(sink - M));
@@ -90,8 +90,10 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(StepDevice s
   const int64_t h0 = int64_t(blockIdx.y) * (kAttnWarps * HPW) + warp * HPW;
   const TokenKeys tk = token_keys(st, prm, t);
   const int64_t nkeys = tk.nwin + tk.ncomp, splits = prm.num_splits;
-  const int64_t per = (nkeys + splits - 1) / splits;
-  const int64_t kbeg = int64_t(blockIdx.z) * per, kend = kbeg + per < nkeys ? kbeg + per : nkeys;
+  // Fixed split size: splits past this token's keys write nothing (the combine reads only the token's own).
+  if (prm.split_keys > 0 && int64_t(blockIdx.z) >= attn_token_splits(nkeys, splits, prm.split_keys)) return;
+  int64_t kbeg, kend;
+  attn_split_range(nkeys, blockIdx.z, splits, prm.split_keys, 1, kbeg, kend);
 
   float4 qr[HPW][NCH], acc[HPW][NCH];
   float mrun[HPW], lrun[HPW];
@@ -201,15 +203,21 @@ __global__ void attention_combine_kernel(StepDevice st, SparseAttentionCudaParam
   const int64_t t = blockIdx.x, h = blockIdx.y, H = prm.heads, hd = prm.head_dim, S = prm.num_splits;
   const float* base = ws + (t * S * H + h) * (hd + 2);  // split s at base + s * H * (hd + 2)
   const int64_t sstride = H * (hd + 2);
+  // Fixed split size: only the token's own splits, in order (independent of the step's num_splits).
+  int64_t St = S;
+  if (prm.split_keys > 0) {
+    const TokenKeys tk = token_keys(st, prm, t);
+    St = attn_token_splits(tk.nwin + tk.ncomp, S, prm.split_keys);
+  }
   const float sink = prm.sinks[h];
   float M = sink;
-  for (int64_t s = 0; s < S; ++s) M = fmaxf(M, base[s * sstride + hd]);
+  for (int64_t s = 0; s < St; ++s) M = fmaxf(M, base[s * sstride + hd]);
   float den = expf(sink - M);
-  for (int64_t s = 0; s < S; ++s) den += base[s * sstride + hd + 1] * expf(base[s * sstride + hd] - M);
+  for (int64_t s = 0; s < St; ++s) den += base[s * sstride + hd + 1] * expf(base[s * sstride + hd] - M);
   const int64_t p = st.pos[t];
   for (int64_t d4 = threadIdx.x; d4 < hd / 4; d4 += blockDim.x) {
     float e[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int64_t s = 0; s < S; ++s) {
+    for (int64_t s = 0; s < St; ++s) {
       const float* ps = base + s * sstride;
       const float w = expf(ps[hd] - M);  // 0 for an empty split (max -inf)
 #pragma unroll

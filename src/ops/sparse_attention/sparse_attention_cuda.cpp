@@ -34,7 +34,10 @@ Status sparse_attention(const StepDevice& step, const LayerStateView& view, cons
     return Status::errorf("sparse_attention: the tensor-core kernel needs head_dim {} (have {})", detail::kTcDim,
                           p.head_dim);
   if (p.num_splits < 1 || p.num_splits > 65535) return Status::errorf("sparse_attention: num_splits {}", p.num_splits);
-  if (p.num_splits > 1 && !workspace) return Status::error("sparse_attention: num_splits > 1 needs a workspace");
+  if (p.split_keys < 0 || p.split_keys % detail::kAttnTile != 0)
+    return Status::errorf("sparse_attention: split_keys {} must be a multiple of {}", p.split_keys, detail::kAttnTile);
+  if ((p.num_splits > 1 || p.split_keys > 0) && !workspace)
+    return Status::error("sparse_attention: num_splits > 1 or split_keys > 0 needs a workspace");
   if (step.T == 0) return Status::ok();
   if (!q || !kv_new || !o) return Status::error("sparse_attention: null q, kv_new or output");
   if (p.tensor_cores) {
@@ -44,7 +47,7 @@ Status sparse_attention(const StepDevice& step, const LayerStateView& view, cons
     detail::launch_sparse_attention(step, view, p, q, kv_new, o, workspace, stream);
     DSI_CUDA_LAUNCHED("sparse_attention_kernel");
   }
-  if (p.num_splits > 1) {
+  if (p.num_splits > 1 || p.split_keys > 0) {
     detail::launch_attention_combine(step, p, workspace, o, stream);
     DSI_CUDA_LAUNCHED("attention_combine_kernel");
   }

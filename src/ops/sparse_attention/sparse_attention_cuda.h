@@ -16,9 +16,21 @@
 
 namespace dsinfer::ops::cuda {
 
-// Workspace floats for num_splits > 1: per (token, split, head) the unnormalised output and (max, sum).
-inline int64_t sparse_attention_workspace_floats(int64_t T, int64_t heads, int64_t head_dim, int64_t num_splits) {
-  return num_splits > 1 ? T * num_splits * heads * (head_dim + 2) : 0;
+// Workspace floats for num_splits > 1 (or any count with a fixed split size, fixed = true): per (token, split,
+// head) the unnormalised output and (max, sum).
+inline int64_t sparse_attention_workspace_floats(int64_t T, int64_t heads, int64_t head_dim, int64_t num_splits,
+                                                 bool fixed = false) {
+  return num_splits > 1 || fixed ? T * num_splits * heads * (head_dim + 2) : 0;
+}
+
+// Batch-invariant attention (SparseAttentionCudaParams::split_keys): keys per split, fixed for every step and
+// batch (four 32-key tiles: decode batch 1 on V4-Flash gets 5-6 CSA splits, batch 64+ stays one wave or two).
+inline constexpr int64_t kAttnInvariantSplitKeys = 128;
+// Grid splits that cover a step whose longest key list has max_keys keys under fixed split_keys (>= 1). A token's
+// own splits are ceil(its keys / split_keys), whatever this count is.
+inline int64_t sparse_attention_fixed_splits(int64_t max_keys, int64_t split_keys) {
+  const int64_t s = split_keys > 0 && max_keys > 0 ? (max_keys + split_keys - 1) / split_keys : 1;
+  return s < 1 ? 1 : s;
 }
 
 // A split count that gives about two blocks per SM (at most one split per 64 keys).

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "ops/state_view.h"
 #include "ops/step_cuda.h"
 
@@ -20,10 +21,35 @@ struct SparseAttentionCudaParams {
   const float* inv_freq = nullptr;  // [rope_dim / 2] device
   float attention_factor = 1.0f;
   int64_t num_splits = 1;           // key-range splits per (token, head block); > 1 needs the workspace
+  // > 0 (batch-invariant mode): every split covers this many keys of the token's own list (a multiple of 32), so a
+  // token's partition depends only on its own key count, never on num_splits; splits past the token's keys do not
+  // run, and every token goes through the workspace and the combine (even with one split). num_splits must cover
+  // the step's longest key list (sparse_attention_fixed_splits); the last split takes any excess keys.
+  int64_t split_keys = 0;
   bool tensor_cores = false;        // bf16 mma.sync kernel (q, k, p rounded to bf16); needs head_dim 512
 };
 
 namespace detail {
+// Key range [beg, end) of split z of a token with nkeys keys (host and device): fixed-size chunks of split_keys
+// keys (the last split takes the rest) when split_keys > 0; else nkeys spread over num_splits, rounded up to
+// whole tiles of `tile` keys. end <= beg: the split has no keys.
+DSI_HD void attn_split_range(int64_t nkeys, int64_t z, int64_t num_splits, int64_t split_keys, int64_t tile,
+                             int64_t& beg, int64_t& end) {
+  int64_t per;
+  if (split_keys > 0) {
+    per = split_keys;
+  } else {
+    per = (nkeys + num_splits - 1) / num_splits;
+    per = (per + tile - 1) / tile * tile;
+  }
+  beg = z * per < nkeys ? z * per : nkeys;
+  end = (split_keys > 0 && z == num_splits - 1) || beg + per > nkeys ? nkeys : beg + per;
+}
+// Splits a token with nkeys keys uses under fixed split_keys (what the combine sums), at most num_splits.
+DSI_HD int64_t attn_token_splits(int64_t nkeys, int64_t num_splits, int64_t split_keys) {
+  const int64_t s = nkeys > 0 ? (nkeys + split_keys - 1) / split_keys : 1;
+  return s < num_splits ? s : num_splits;
+}
 inline constexpr int kAttnWarps = 8;   // warps per block
 inline constexpr int kAttnTile = 32;   // keys per shared-memory tile
 int attn_heads_per_warp(int64_t heads);

@@ -194,7 +194,7 @@ __device__ __forceinline__ void write_tc(const float (&acc)[32][4], const float 
   for (int r = 0; r < 2; ++r) {
     const int64_t h = hr + g + 8 * r;
     if (h >= H) continue;
-    if (S == 1) {
+    if (S == 1 && prm.split_keys == 0) {
       const float sink = prm.sinks[h], M = fmaxf(m[r], sink);
       const float em = expf(m[r] - M);
       const float f = em / (l[r] * em + expf(sink - M));
@@ -235,8 +235,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kTcHeads, split = blockIdx.z;
   const TokenKeys tk = token_keys(st, prm, t);
   const int64_t nkeys = tk.nwin + tk.ncomp, S = prm.num_splits;
-  const int64_t per = ((nkeys + S - 1) / S + kTcKeys - 1) / kTcKeys * kTcKeys;  // whole tiles per split
-  const int64_t kbeg = split * per < nkeys ? split * per : nkeys, kend = kbeg + per < nkeys ? kbeg + per : nkeys;
+  // Fixed split size: splits past this token's keys write nothing (the combine reads only the token's own).
+  if (prm.split_keys > 0 && split >= attn_token_splits(nkeys, S, prm.split_keys)) return;
+  int64_t kbeg, kend;  // whole tiles per split
+  attn_split_range(nkeys, split, S, prm.split_keys, kTcKeys, kbeg, kend);
   auto resolve = [&](int buf, int64_t kb) {  // row pointers of the tile at kb (nullptr: no key)
     if (threadIdx.x < kTcKeys) {
       const int64_t idx = kb + threadIdx.x;
