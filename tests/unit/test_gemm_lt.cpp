@@ -1,0 +1,86 @@
+// CPU checks of the cuBLASLt engine's activation quantization (ops/gemm/gemm_lt_quant.h, shared with the kernel):
+// the e4m3 encoder against the decoder for every code, the power-of-two scale against ops::pow2_ceil_scale, and
+// the host reference dequantized against ops::fp8_qat_ref (the official act_quant simulation) bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/small_float.h"
+#include "ops/gemm/gemm_lt_quant.h"
+#include "ops/qat/qat.h"
+
+namespace {
+
+namespace lt = dsinfer::ops::gemm_lt;
+namespace sf = dsinfer::small_float;
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(GemmLtQuant, E4m3EncoderInvertsDecoder) {
+  for (uint32_t c = 0; c < 256; ++c) {
+    const float v = sf::from_bits(sf::e4m3_f32_bits(c));
+    if ((c & 0x7F) == 0x7F) {
+      EXPECT_EQ(lt::e4m3_code(v) & 0x7F, 0x7F) << "NaN code " << c;
+      continue;
+    }
+    EXPECT_EQ(lt::e4m3_code(v), c) << "code " << c << " value " << v;
+  }
+}
+
+TEST(GemmLtQuant, ScaleIsPow2CeilOfAmaxOver448) {
+  for (float amax : {0.0f, 1e-7f, 1e-4f, 0.0447f, 1.0f, 3.5f, 448.0f, 449.0f, 896.0f, 1e6f, 7.0e30f}) {
+    const float s = lt::act_scale(amax);
+    EXPECT_EQ(s, dsinfer::ops::pow2_ceil_scale(std::fmax(amax, 1e-4f) * (1.0f / 448.0f))) << amax;
+    EXPECT_EQ(bits(s) & 0x7FFFFFu, 0u) << "power of two, amax " << amax;
+    EXPECT_LE(std::fmax(amax, 1e-4f) / s, 448.0f * (1.0f + 1e-6f)) << amax;  // the block fits the e4m3 range
+    EXPECT_GT(std::fmax(amax, 1e-4f) / s, 224.0f * (1.0f - 1e-6f)) << amax;  // and uses at least half of it
+  }
+}
+
+// Rows with blocks of very different magnitudes (zeros, tiny, subnormal e4m3 codes, exact powers of two, values
+// near +-448 s, negative zero): the dequantized codes must equal the official act_quant simulation bit for bit.
+TEST(GemmLtQuant, RefMatchesOfficialActQuantSimulation) {
+  const int64_t M = 5, K = 512, ldx = 520, kb = K / 128;
+  std::vector<float> x(size_t(M * ldx), 0.0f);
+  uint64_t st = 12345;
+  auto uni = [&] {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    return float(st >> 40) / float(1 << 24) * 2.0f - 1.0f;
+  };
+  const float mags[] = {0.0f, 1e-9f, 3e-4f, 1.0f, 7.5f, 300.0f, 2.0e5f};
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < kb; ++b) {
+      const float mag = mags[size_t(m * kb + b) % 7];
+      for (int64_t i = 0; i < 128; ++i) x[size_t(m * ldx + b * 128 + i)] = mag * uni();
+    }
+  x[size_t(1 * ldx + 5)] = 4.0f;                 // an exact power of two as the block maximum
+  x[size_t(1 * ldx + 6)] = -0.0f;
+  x[size_t(2 * ldx + 130)] = 448.0f * 1024.0f;  // amax / 448 exactly a power of two
+  x[size_t(3 * ldx + 260)] = std::nextafter(1.0f, 2.0f) * 300.0f;
+  std::vector<uint8_t> q(size_t(M * K));
+  std::vector<float> s(size_t(M * kb));
+  lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data());
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<float> want(x.begin() + m * ldx, x.begin() + m * ldx + K);
+    dsinfer::ops::fp8_qat_ref(want.data(), K, 128);
+    for (int64_t k = 0; k < K; ++k) {
+      const float got = sf::from_bits(sf::e4m3_f32_bits(q[size_t(m * K + k)])) * s[size_t(m * kb + k / 128)];
+      ASSERT_EQ(bits(got), bits(want[size_t(k)])) << "m=" << m << " k=" << k << " x=" << x[size_t(m * ldx + k)];
+    }
+  }
+}
+
+TEST(GemmLtQuant, SaturatesAndKeepsNaN) {
+  EXPECT_EQ(lt::quantize(1000.0f, 1.0f), lt::e4m3_code(448.0f));
+  EXPECT_EQ(lt::quantize(-1000.0f, 1.0f), lt::e4m3_code(-448.0f));
+  EXPECT_EQ(lt::quantize(NAN, 1.0f) & 0x7F, 0x7F);
+  EXPECT_EQ(lt::quantize(0.001953125f, 1.0f), 0x01);  // 2^-9: the smallest subnormal code
+}
+
+}  // namespace
