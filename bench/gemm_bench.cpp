@@ -3,8 +3,10 @@
 // 4 rotating buffer sets (weights + inputs > 60 MB L2), random data (the dummy-weight fills of backends/cuda).
 // Prints time, bytes, FLOPs, the roofline floor max(bytes / 4.2e12, flops / 780e12) and measured / floor.
 // "lt-runner" is the runner's cuBLASLt engine (ops/gemm/gemm_lt_cuda.h) as the runner calls it: fp32 x quantized
-// to FP8 1x128 by its kernel, then the block-scaled cuBLASLt matmul, fp32 y; its ratio is against the FP8 floor
-// max(bytes / 4.2e12, flops / 1400e12). The raw cuBLASLt columns start from operands already in their formats.
+// to FP8 1x128 by its kernel, then the block-scaled cuBLASLt matmul(s), fp32 y; "x2" = the default two-term
+// activations (two matmuls), "x1" = one term (official act_quant numerics); ratios against the FP8 floor
+// max(bytes / 4.2e12, flops / 1400e12) of one GEMM. The raw cuBLASLt columns start from operands already in their
+// formats.
 // Usage: dsinfer_gemm_bench (no arguments).
 #include <cuda_runtime.h>
 
@@ -168,10 +170,10 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   }
   // The runner's engine (one per shape: its prepared scales are keyed by weight address), M rows as the runner
   // sends them; n/a with the engine's reason when it refuses (e.g. no block-scaled algorithm at this M).
-  double t_run = -1;
   std::string why_run;
-  if (fp8 && s.groups == 1) {
-    oc::GemmLtEngine eng;
+  auto time_engine = [&](oc::GemmLtActivations act) {
+    if (!fp8 || s.groups != 1) return -1.0;
+    oc::GemmLtEngine eng(act);
     bool all = true;
     for (int i = 0; i < kSets && all; ++i) {
       dsinfer::Status st = eng.prepare(w[size_t(i)], M, nullptr);
@@ -179,11 +181,12 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
       if (!st.is_ok()) why_run = st.message(), all = false;
     }
     CHECK(cudaDeviceSynchronize());
-    t_run = time_opt(all, [&](int i) {
+    return time_opt(all, [&](int i) {
       return ok(eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, nullptr),
                 "lt-runner");
     });
-  }
+  };
+  const double t_run = time_engine(oc::GemmLtActivations::kFp8x2), t_run1 = time_engine(oc::GemmLtActivations::kFp8);
   const double bytes = double(oc::weight_data_bytes(s.fmt, s.N, s.K)) +
                        double(fp8 ? oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128) : 0) +
                        4.0 * double(M) * double(Kx + s.N);
@@ -201,9 +204,13 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   print_ms(t_lt[1]);
   std::printf(" fp8-block");
   print_ms(t_lt[2]);
-  std::printf(" | lt-runner");
+  const double floor8 = std::max(bytes / kHbm, flops / kPeakFp8);
+  std::printf(" | lt-runner x2");
   print_ms(t_run);
-  if (t_run > 0) std::printf(" %5.2fx fp8 floor", t_run * 1e-3 / std::max(bytes / kHbm, flops / kPeakFp8));
+  if (t_run > 0) std::printf(" %5.2fx", t_run * 1e-3 / floor8);
+  std::printf(" x1");
+  print_ms(t_run1);
+  if (t_run1 > 0) std::printf(" %5.2fx fp8 floor", t_run1 * 1e-3 / floor8);
   std::printf(" us\n");
   if (t_run < 0 && !why_run.empty() && (M == 1 || M == 8)) std::printf("    (lt-runner: %s)\n", why_run.c_str());
   for (int k = 0; k < 3; ++k)

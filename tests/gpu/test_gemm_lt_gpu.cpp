@@ -3,8 +3,8 @@
 // conversion, and GEMM parity against an fp64 GEMM of the same quantization (x quantized 1x128 on the host and
 // dequantized, W dequantized by io::dequant_fp8_block) on V4-Flash and odd shapes, strides, accumulate, M not a
 // multiple of 4, a CUDA graph capture, and clean errors (unsupported weights, shapes without an algorithm).
-// Tolerance (normalised L2 error 4e-3): operands are exact (e4m3 codes, power-of-two or E8M0 scales), so the error
-// is the library's: Hopper FP8 tensor cores accumulate each 128-wide K block with ~14 mantissa bits before the
+// Both activation modes (one e4m3 term; two terms). Tolerance (normalised L2 error 4e-3): the reference uses the
+// same quantized operands, which are exact (e4m3 codes, power-of-two or E8M0 scales), so the error is the library's: Hopper FP8 tensor cores accumulate each 128-wide K block with ~14 mantissa bits before the
 // fp32 promotion (~1e-4 relative rms), plus, where cuBLASLt offers only bf16 output for the block-scaled mode,
 // bf16 rounding of y (uniform relative error 2^-9, rms 1.1e-3). A wrong scale layout or operand order gives O(1):
 // weight scales vary 2^5 across blocks and activation blocks span 1e-3 .. 30.
@@ -52,23 +52,32 @@ TEST(GemmLtGpu, QuantKernelMatchesHostReference) {
     const int64_t M = 37, K = 1024, kb = K / 128, s_ld = 40;
     std::vector<float> x = block_activations(M, ldx, 7 + uint64_t(ldx));
     x[5] = 448.0f * 4.0f, x[6] = -0.0f, x[size_t(ldx + 200)] = NAN;
-    std::vector<uint8_t> q(size_t(M * K));
-    std::vector<float> s(size_t(M * kb));
-    lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data());
+    std::vector<uint8_t> q(size_t(M * K)), q2(size_t(M * K));
+    std::vector<float> s(size_t(M * kb)), s2(size_t(M * kb));
+    lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data(), q2.data(), s2.data());
     auto dx = to_device(x);
-    dsinfer::cuda::DeviceBuffer<uint8_t> dq;
-    ASSERT_TRUE(dq.alloc(q.size()).is_ok());
-    auto ds = to_device(std::vector<float>(size_t(s_ld * kb), 777.0f));
-    dsinfer::ops::cuda::detail::launch_lt_quant(dx.data(), M, ldx, K, dq.data(), ds.data(), s_ld, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<uint8_t> gq = to_host(dq, q.size());
-    const std::vector<float> gs = to_host(ds, size_t(s_ld * kb));
-    for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(gq[i], q[i]) << "code " << i << " ldx " << ldx;
-    for (int64_t b = 0; b < kb; ++b)
-      for (int64_t m = 0; m < s_ld; ++m) {
-        const float want = m < M ? s[size_t(m * kb + b)] : 0.0f;
-        ASSERT_EQ(gs[size_t(b * s_ld + m)], want) << "scale of row " << m << " block " << b;
+    for (bool two : {false, true}) {
+      dsinfer::cuda::DeviceBuffer<uint8_t> dq, dq2;
+      ASSERT_TRUE(dq.alloc(q.size()).is_ok());
+      ASSERT_TRUE(dq2.alloc(q.size()).is_ok());
+      auto ds = to_device(std::vector<float>(size_t(s_ld * kb), 777.0f));
+      auto ds2 = to_device(std::vector<float>(size_t(s_ld * kb), 777.0f));
+      dsinfer::ops::cuda::detail::launch_lt_quant(dx.data(), M, ldx, K, dq.data(), ds.data(), s_ld,
+                                                  two ? dq2.data() : nullptr, two ? ds2.data() : nullptr, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int term = 0; term < (two ? 2 : 1); ++term) {
+        const std::vector<uint8_t> gq = to_host(term ? dq2 : dq, q.size());
+        const std::vector<float> gs = to_host(term ? ds2 : ds, size_t(s_ld * kb));
+        const std::vector<uint8_t>& wq = term ? q2 : q;
+        const std::vector<float>& wsc = term ? s2 : s;
+        for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(gq[i], wq[i]) << "code " << i << " ldx " << ldx << " term " << term;
+        for (int64_t b = 0; b < kb; ++b)
+          for (int64_t m = 0; m < s_ld; ++m) {
+            const float want = m < M ? wsc[size_t(m * kb + b)] : 0.0f;
+            ASSERT_EQ(gs[size_t(b * s_ld + m)], want) << "scale of row " << m << " block " << b << " term " << term;
+          }
       }
+    }
   }
 }
 
@@ -112,13 +121,16 @@ bool check_lt(GemmLtEngine& eng, const HostWeight& hw, const dsinfer::ops::cuda:
     EXPECT_EQ(std::memcmp(y.data(), y0.data(), y.size() * 4), 0) << "refused call wrote y: " << st.message();
     return false;
   }
-  std::vector<uint8_t> q(size_t(M * K));
-  std::vector<float> s(size_t(M * kb)), ref, got;
-  lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data());
+  const bool two = eng.activations() == dsinfer::ops::cuda::GemmLtActivations::kFp8x2;
+  std::vector<uint8_t> q(size_t(M * K)), q2(size_t(M * K), 0);
+  std::vector<float> s(size_t(M * kb)), s2(size_t(M * kb), 0.0f), ref, got;
+  lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data(), two ? q2.data() : nullptr, two ? s2.data() : nullptr);
   for (int64_t m = 0; m < M; ++m) {
     std::vector<double> xd(static_cast<size_t>(K));
-    for (int64_t k = 0; k < K; ++k)
-      xd[size_t(k)] = double(sf::from_bits(sf::e4m3_f32_bits(q[size_t(m * K + k)]))) * double(s[size_t(m * kb + k / 128)]);
+    for (int64_t k = 0; k < K; ++k) {
+      const size_t i = size_t(m * K + k), j = size_t(m * kb + k / 128);
+      xd[size_t(k)] = double(lt::dequantize(q[i], s[j])) + double(lt::dequantize(q2[i], s2[j]));
+    }
     for (int64_t n = 0; n < ldy; ++n) {
       const float v = y[size_t(m * ldy + n)];
       if (n >= N) {
@@ -137,10 +149,15 @@ bool check_lt(GemmLtEngine& eng, const HostWeight& hw, const dsinfer::ops::cuda:
   return true;
 }
 
-TEST(GemmLtGpu, ParityOnFlashAndOddShapes) {
+class GemmLtGpuModes : public testing::TestWithParam<dsinfer::ops::cuda::GemmLtActivations> {};
+INSTANTIATE_TEST_SUITE_P(Activations, GemmLtGpuModes,
+                         testing::Values(dsinfer::ops::cuda::GemmLtActivations::kFp8x2,
+                                         dsinfer::ops::cuda::GemmLtActivations::kFp8));
+
+TEST_P(GemmLtGpuModes, ParityOnFlashAndOddShapes) {
   DSI_SKIP_WITHOUT_GPU();
   uint64_t seed = 100;
-  GemmLtEngine eng;
+  GemmLtEngine eng(GetParam());
   const HostWeight wq_a = make_host_weight(WeightFormat::FP8_BLOCK, 1024, 4096, ++seed);
   auto d1 = dsinfer::test::upload(wq_a);
   ASSERT_TRUE(eng.prepare(d1.w, 256, nullptr).is_ok());
@@ -165,10 +182,10 @@ TEST(GemmLtGpu, ParityOnFlashAndOddShapes) {
   check_lt(eng, odd, d2.w, 8, 512, 384, false, ++seed);
 }
 
-TEST(GemmLtGpu, StridesAndAccumulate) {
+TEST_P(GemmLtGpuModes, StridesAndAccumulate) {
   DSI_SKIP_WITHOUT_GPU();
   uint64_t seed = 200;
-  GemmLtEngine eng;
+  GemmLtEngine eng(GetParam());
   const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, 512, 1024, ++seed);
   auto d = dsinfer::test::upload(w);
   EXPECT_TRUE(check_lt(eng, w, d.w, 66, 1030, 520, false, ++seed));  // scalar x loads, padded y rows

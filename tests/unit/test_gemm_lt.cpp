@@ -63,16 +63,31 @@ TEST(GemmLtQuant, RefMatchesOfficialActQuantSimulation) {
   x[size_t(1 * ldx + 6)] = -0.0f;
   x[size_t(2 * ldx + 130)] = 448.0f * 1024.0f;  // amax / 448 exactly a power of two
   x[size_t(3 * ldx + 260)] = std::nextafter(1.0f, 2.0f) * 300.0f;
-  std::vector<uint8_t> q(size_t(M * K));
-  std::vector<float> s(size_t(M * kb));
-  lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data());
+  std::vector<uint8_t> q(size_t(M * K)), q2(size_t(M * K)), q1(size_t(M * K));
+  std::vector<float> s(size_t(M * kb)), s2(size_t(M * kb)), s1(size_t(M * kb));
+  lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data(), q2.data(), s2.data());
+  lt::quantize_ref(x.data(), M, ldx, K, q1.data(), s1.data());  // one term: the same first term
+  EXPECT_EQ(q1, q);
+  EXPECT_EQ(s1, s);
   for (int64_t m = 0; m < M; ++m) {
-    std::vector<float> want(x.begin() + m * ldx, x.begin() + m * ldx + K);
-    dsinfer::ops::fp8_qat_ref(want.data(), K, 128);
+    // First term: act_quant(x). Second term: act_quant(x - first term), the remainder computed in fp32.
+    std::vector<float> hi(x.begin() + m * ldx, x.begin() + m * ldx + K), lo(static_cast<size_t>(K));
+    dsinfer::ops::fp8_qat_ref(hi.data(), K, 128);
+    for (int64_t k = 0; k < K; ++k) lo[size_t(k)] = x[size_t(m * ldx + k)] - hi[size_t(k)];
+    dsinfer::ops::fp8_qat_ref(lo.data(), K, 128);
+    double err1 = 0, err2 = 0, norm = 0;
     for (int64_t k = 0; k < K; ++k) {
-      const float got = sf::from_bits(sf::e4m3_f32_bits(q[size_t(m * K + k)])) * s[size_t(m * kb + k / 128)];
-      ASSERT_EQ(bits(got), bits(want[size_t(k)])) << "m=" << m << " k=" << k << " x=" << x[size_t(m * ldx + k)];
+      const size_t i = size_t(m * K + k), j = size_t(m * kb + k / 128);
+      const float got = sf::from_bits(sf::e4m3_f32_bits(q[i])) * s[j];
+      const float got2 = sf::from_bits(sf::e4m3_f32_bits(q2[i])) * s2[j];
+      ASSERT_EQ(bits(got), bits(hi[size_t(k)])) << "m=" << m << " k=" << k << " x=" << x[size_t(m * ldx + k)];
+      ASSERT_EQ(bits(got2), bits(lo[size_t(k)])) << "second term, m=" << m << " k=" << k;
+      const double xv = x[size_t(m * ldx + k)];
+      err1 += (xv - got) * (xv - got), err2 += (xv - got - got2) * (xv - got - got2), norm += xv * xv;
     }
+    // The second term cuts the error from e4m3's ~2^-4 relative to ~2^-8.
+    EXPECT_LT(std::sqrt(err2 / norm), 0.2 * std::sqrt(err1 / norm) + 1e-30) << "row " << m;
+    EXPECT_LT(std::sqrt(err2 / norm), std::ldexp(1.0, -7)) << "row " << m;
   }
 }
 

@@ -11,7 +11,7 @@ rc=0
 fail() { echo "lt check FAILED: $1"; rc=1; }
 
 echo "== GemmLtGpu tests"
-timeout 90 "$BIN/dsinfer_gpu_tests" --gtest_filter='GemmLtGpu.*' 2>&1 | tee "$OUT/lt_gpu_tests.log" | tail -12
+timeout 90 "$BIN/dsinfer_gpu_tests" --gtest_filter='*GemmLtGpu*' 2>&1 | tee "$OUT/lt_gpu_tests.log" | tail -12
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail "GemmLtGpu tests"
 
 echo "== dsinfer_gemm_bench (lt-runner column = the runner's engine)"

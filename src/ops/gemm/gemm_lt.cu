@@ -13,11 +13,23 @@ namespace {
 namespace lt = dsinfer::ops::gemm_lt;
 constexpr int kWarpsPerBlock = 8;
 
+// One block-quantization step of a warp: the block's amax over the lanes' 4 values each, its scale, the 4 codes
+// packed into a word (byte i = value i).
+__device__ __forceinline__ uint32_t quantize_warp(const float (&v)[4], float& sc) {
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  sc = lt::act_scale(amax);
+  uint32_t word = 0;
+  for (int i = 0; i < 4; ++i) word |= uint32_t(lt::quantize(v[i], sc)) << (8 * i);
+  return word;
+}
+
 // Warp w of the grid owns (row m, block b) = (w % s_ld, w / s_ld): consecutive warps write consecutive scale
 // entries. Lane l handles channels [4l, 4l + 4) of the block and stores their 4 codes as one 32-bit word.
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     gemm_lt_quant_kernel(const float* __restrict__ x, int64_t M, int64_t ldx, int64_t K, uint8_t* __restrict__ q,
-                         float* __restrict__ s, int64_t s_ld, bool x_vec) {
+                         float* __restrict__ s, int64_t s_ld, uint8_t* __restrict__ q2, float* __restrict__ s2,
+                         bool x_vec) {
   const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = int(threadIdx.x % 32);
   const int64_t blocks = K / lt::kActBlock;
@@ -25,6 +37,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   const int64_t m = warp % s_ld, b = warp / s_ld;
   if (m >= M) {  // padding column of the scale matrix
     if (lane == 0) s[b * s_ld + m] = 0.0f;
+    if (lane == 0 && s2) s2[b * s_ld + m] = 0.0f;
     return;
   }
   const float* xb = x + m * ldx + b * lt::kActBlock + 4 * lane;
@@ -35,13 +48,18 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   } else {
     for (int i = 0; i < 4; ++i) v[i] = xb[i];
   }
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float sc = lt::act_scale(amax);
-  uint32_t word = 0;
-  for (int i = 0; i < 4; ++i) word |= uint32_t(lt::quantize(v[i], sc)) << (8 * i);
-  *reinterpret_cast<uint32_t*>(q + m * K + b * lt::kActBlock + 4 * lane) = word;
+  float sc = 0.0f;
+  const uint32_t word = quantize_warp(v, sc);
+  const int64_t at = m * K + b * lt::kActBlock + 4 * lane;
+  *reinterpret_cast<uint32_t*>(q + at) = word;
   if (lane == 0) s[b * s_ld + m] = sc;
+  if (!q2) return;  // warp-uniform
+  float r[4];
+  for (int i = 0; i < 4; ++i) r[i] = lt::residual(v[i], uint8_t(word >> (8 * i)), sc);
+  float sc2 = 0.0f;
+  const uint32_t word2 = quantize_warp(r, sc2);
+  *reinterpret_cast<uint32_t*>(q2 + at) = word2;
+  if (lane == 0) s2[b * s_ld + m] = sc2;
 }
 
 __global__ void gemm_lt_wscale_kernel(const void* __restrict__ src, bool e8m0, int64_t nb, int64_t kb,
@@ -76,12 +94,12 @@ unsigned grid_for(int64_t n, int threads) {
 }  // namespace
 
 void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s, int64_t s_ld,
-                     void* stream) {
+                     uint8_t* q2, float* s2, void* stream) {
   const int64_t warps = s_ld * (K / lt::kActBlock);
   const bool x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
   const unsigned grid = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   gemm_lt_quant_kernel<<<grid, 32 * kWarpsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(x, M, ldx, K, q, s, s_ld,
-                                                                                            x_vec);
+                                                                                            q2, s2, x_vec);
 }
 
 void launch_lt_weight_scales(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld, void* stream) {

@@ -35,7 +35,15 @@ int64_t gemm_lt_min_rows() {
   return rows;
 }
 
+GemmLtActivations gemm_lt_env_activations() {
+  const char* v = std::getenv("DSINFER_CUBLASLT_ACT");
+  return v && std::string(v) == "fp8" ? GemmLtActivations::kFp8 : GemmLtActivations::kFp8x2;
+}
+
 namespace {
+
+// Offset (floats) of the second term's scale matrix: after the first, 256-byte aligned.
+int64_t scale_offset(int64_t first) { return (first + 63) / 64 * 64; }
 
 template <typename T>
 Status grow_buffer(dsinfer::cuda::DeviceBuffer<T>& b, size_t n, std::vector<dsinfer::cuda::DeviceBuffer<T>>& retired,
@@ -74,7 +82,7 @@ Status GemmLtEngine::Impl::init(void* stream) {
   return init_status;
 }
 
-GemmLtEngine::GemmLtEngine() : impl_(std::make_unique<Impl>()) {}
+GemmLtEngine::GemmLtEngine(GemmLtActivations act) : impl_(std::make_unique<Impl>()) { impl_->act = act; }
 GemmLtEngine::~GemmLtEngine() = default;
 
 bool GemmLtEngine::supports(const DeviceWeight& w) {
@@ -119,9 +127,10 @@ Status GemmLtEngine::prepare(const DeviceWeight& w, int64_t max_rows, void* stre
   }
   DSI_RETURN_IF_ERROR(ws.status);
   if (max_rows > 0) {
-    const int64_t rows4 = (max_rows + 3) / 4 * 4;
-    DSI_RETURN_IF_ERROR(I.grow(I.q, size_t(max_rows * w.cols), "cuBLASLt activation codes"));
-    DSI_RETURN_IF_ERROR(I.grow(I.s, size_t(rows4 * (w.cols / lt::kActBlock)), "cuBLASLt activation scales"));
+    const bool two = I.act == GemmLtActivations::kFp8x2;
+    const int64_t sk = (max_rows + 3) / 4 * 4 * kb;
+    DSI_RETURN_IF_ERROR(I.grow(I.q, size_t((two ? 2 : 1) * max_rows * w.cols), "cuBLASLt activation codes"));
+    DSI_RETURN_IF_ERROR(I.grow(I.s, size_t(two ? scale_offset(sk) + sk : sk), "cuBLASLt activation scales"));
   }
   return Status::ok();
 }
@@ -150,7 +159,9 @@ Status GemmLtEngine::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWe
     return Status::errorf("cuBLASLt GEMM: M = {} is not a multiple of 4 and the scale layout probe matched neither "
                           "reading", M);
   const int64_t K = w.cols, N = w.rows, s_ld = odd && I.scale_layout == 2 ? (M + 3) / 4 * 4 : M;
-  if (I.q.size() < size_t(M * K) || I.s.size() < size_t(s_ld * (K / lt::kActBlock)))
+  const bool two = I.act == GemmLtActivations::kFp8x2;
+  const int64_t sk = s_ld * (K / lt::kActBlock), s2_at = scale_offset(sk);
+  if (I.q.size() < size_t((two ? 2 : 1) * M * K) || I.s.size() < size_t(two ? s2_at + sk : sk))
     return Status::errorf("cuBLASLt GEMM: activation buffers too small for M = {} inside a graph capture", M);
   const PlanKey key{M, N, K, ldy, accumulate, alignment(reinterpret_cast<uintptr_t>(w.data) | uint64_t(K)),
                     alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4))};
@@ -160,9 +171,13 @@ Status GemmLtEngine::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWe
     if (cap) return Status::error("cuBLASLt GEMM: bf16 output buffer too small inside a graph capture");
     DSI_RETURN_IF_ERROR(I.grow(I.t, size_t(M * N * 2), "cuBLASLt bf16 output"));
   }
-  detail::launch_lt_quant(x, M, ldx, K, I.q.data(), I.s.data(), s_ld, stream);
+  uint8_t* q2 = two ? I.q.data() + M * K : nullptr;  // M * K is a multiple of 128: aligned like the first term
+  float* s2 = two ? I.s.data() + s2_at : nullptr;
+  detail::launch_lt_quant(x, M, ldx, K, I.q.data(), I.s.data(), s_ld, q2, s2, stream);
   DSI_CUDA_LAUNCHED("gemm_lt_quant_kernel");
-  return I.run(p, w.data, ws.scale.data(), I.q.data(), I.s.data(), M, y, ldy, accumulate, stream);
+  DSI_RETURN_IF_ERROR(I.run(p, w.data, ws.scale.data(), I.q.data(), I.s.data(), M, y, ldy, accumulate, stream));
+  if (!two) return Status::ok();
+  return I.run(p, w.data, ws.scale.data(), q2, s2, M, y, ldy, true, stream);  // y += the second term's product
 }
 
 size_t GemmLtEngine::device_bytes() const {
@@ -176,5 +191,6 @@ size_t GemmLtEngine::device_bytes() const {
 
 int GemmLtEngine::scale_layout() const { return impl_->scale_layout; }
 int GemmLtEngine::weight_scale_layout() const { return impl_->wscale_layout; }
+GemmLtActivations GemmLtEngine::activations() const { return impl_->act; }
 
 }  // namespace dsinfer::ops::cuda

@@ -1,14 +1,15 @@
 // cuBLASLt GEMM engine for the CUDA runner's fast path: y[M, N] (+)= x[M, K] . W^T with W an FP8_BLOCK weight in
 // its stored format (e4m3 [N, K], 128 x 128 block scales) and fp32 x / y. x is quantized per token and per 128
-// channels to e4m3 with a power-of-two scale (the official DeepSeek `act_quant`, gemm_lt_quant.h), then cuBLASLt
-// runs the block-scaled FP8 matmul (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F for W, VEC128_32F for x; cuBLAS
-// >= 12.9, Hopper): per 128-wide K block fp32 partial sums scaled by s_x * s_w, fp32 output (or bf16 output plus an
-// fp32 epilogue where cuBLASLt offers only bf16). Numerics = the official FP8 GEMM; not the exact path.
+// channels to e4m3 with a power-of-two scale (the official DeepSeek `act_quant`, gemm_lt_quant.h) - by default in
+// two terms (GemmLtActivations below) - then cuBLASLt runs the block-scaled FP8 matmul
+// (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F for W, VEC128_32F for x; cuBLAS >= 12.9, Hopper): per 128-wide K
+// block fp32 partial sums scaled by s_x * s_w, fp32 output (or bf16 output plus an fp32 epilogue where cuBLASLt
+// offers only bf16). Not the exact path.
 //
 // Memory: the weight's block scales are converted once per weight (prepare) to fp32 in cuBLASLt's layout,
 // 4 bytes per 128 x 128 block (N * K / 4096 bytes: 8 KB for wq_b 32768 x 1024, ~1/4096 of the FP8 weight); plus a
-// 32 MiB cuBLASLt workspace and the activation buffers (M * K bytes of codes, M * K / 32 bytes of scales and, only
-// for bf16 output, M * N * 2 bytes), grown to the largest call. Buffers replaced while growing are kept until the
+// 32 MiB cuBLASLt workspace and the activation buffers (M * K bytes of codes and M * K / 32 bytes of scales per
+// term and, only for bf16 output, M * N * 2 bytes), grown to the largest call. Buffers replaced while growing are kept until the
 // engine dies, because captured CUDA graphs may still point at them.
 //
 // Plans (matmul descriptor, layouts, algorithm from cublasLtMatmulAlgoGetHeuristic) are cached per (M, N, K,
@@ -37,9 +38,19 @@ bool gemm_lt_env_enabled();
 inline constexpr int64_t kGemmLtMinM = 64;
 int64_t gemm_lt_min_rows();
 
+// How the engine represents x (DSINFER_CUBLASLT_ACT=fp8 selects kFp8; default kFp8x2):
+//   kFp8    one e4m3 term per element: the official act_quant numerics and the fastest (one matmul), but e4m3's
+//           ~2^-4 relative rounding of every activation failed the fidelity gate on the shipped model in a CPU
+//           simulation (top-1 97.3 %, mean KL 1.5e-3 vs the exact path, 5 dense projections quantized);
+//   kFp8x2  two terms x ~= q s + q2 s2 (the second quantizes what the first leaves, per 128-block): ~2^-8 relative,
+//           bf16-class (same simulation: top-1 99.90 %, mean KL 2.5e-6); two matmuls accumulate into y, so twice
+//           the FP8 tensor-core work and twice the weight reads (still one FP8 weight copy in memory).
+enum class GemmLtActivations { kFp8, kFp8x2 };
+GemmLtActivations gemm_lt_env_activations();
+
 class GemmLtEngine {
  public:
-  GemmLtEngine();
+  explicit GemmLtEngine(GemmLtActivations act = gemm_lt_env_activations());
   ~GemmLtEngine();
   GemmLtEngine(const GemmLtEngine&) = delete;
   GemmLtEngine& operator=(const GemmLtEngine&) = delete;
@@ -57,7 +68,8 @@ class GemmLtEngine {
   Status prepare(const DeviceWeight& w, int64_t max_rows, void* stream);
   // y[M, N] (row stride ldy) (+)= x[M, K] (row stride ldx) . W^T. Outside capture it prepares what is missing;
   // while capturing, an unprepared weight or too small buffers are errors. Any error leaves y untouched, so the
-  // caller may fall back to the gemm_cuda kernels.
+  // caller may fall back to the gemm_cuda kernels - except a failure of kFp8x2's second matmul (same plan and
+  // arguments as the first, which succeeded: not expected), after which y holds the first term.
   Status gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
               void* stream);
   // Prepared scales are keyed by the weight's data pointer: a weight whose memory is freed must be forgotten
@@ -71,6 +83,7 @@ class GemmLtEngine {
   // 1 = ceil(K / 128), 2 = ceil(K / 128) rounded up to 4 entries.
   int scale_layout() const;
   int weight_scale_layout() const;
+  GemmLtActivations activations() const;
 
   struct Impl;
 

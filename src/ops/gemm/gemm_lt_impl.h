@@ -73,13 +73,16 @@ inline uint32_t alignment(uint64_t v) {
 }  // namespace gemm_lt_detail
 
 struct GemmLtEngine::Impl {
+  GemmLtActivations act = GemmLtActivations::kFp8x2;
   cublasLtHandle_t handle = nullptr;
   bool initialized = false;
   Status init_status;  // sticky: the engine is unusable when this is an error
   int scale_layout = 0;   // activation scales: 1 ld = M, 2 ld = M rounded up to 4, 3 neither (see the probe)
   int wscale_layout = 0;  // weight scales: 1 rows of ceil(K/128), 2 rounded up to 4, 3 neither
-  dsinfer::cuda::DeviceBuffer<uint8_t> workspace, q, t;  // workspace, activation codes [M, K], bf16 output [M, N]
-  dsinfer::cuda::DeviceBuffer<float> s;                   // activation scales [K / 128, s_ld]
+  // workspace, activation codes [terms][M, K], bf16 output [M, N]; activation scales [terms][K / 128, s_ld] (the
+  // second term's matrix at a 256-byte aligned offset, scale_offset)
+  dsinfer::cuda::DeviceBuffer<uint8_t> workspace, q, t;
+  dsinfer::cuda::DeviceBuffer<float> s;
   std::vector<dsinfer::cuda::DeviceBuffer<uint8_t>> retired;  // replaced buffers, kept for graphs that captured them
   std::vector<dsinfer::cuda::DeviceBuffer<float>> retired_f;
   std::unordered_map<const void*, gemm_lt_detail::WeightScales> weights;

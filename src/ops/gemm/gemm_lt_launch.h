@@ -7,9 +7,10 @@ namespace dsinfer::ops::cuda::detail {
 
 // "gemm_lt_quant_kernel": x [M, ldx] fp32 with K % 128 == 0 -> q [M, K] e4m3 codes (row stride K) and the 1x128
 // scales in cuBLASLt's VEC128_32F layout for the B operand, s[b * s_ld + m] (block b of row m; outer dimension
-// fastest), s_ld >= M; the entries of rows [M, s_ld) are set to 0. One warp per (row, block).
+// fastest), s_ld >= M; the entries of rows [M, s_ld) are set to 0. With q2 / s2 non-null, also the second term
+// (gemm_lt::residual quantized again) in the same layouts. One warp per (row, block).
 void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s, int64_t s_ld,
-                     void* stream);
+                     uint8_t* q2, float* s2, void* stream);
 
 // "gemm_lt_wscale_kernel": weight block scales [nb, kb] (E8M0 bytes or fp32, row-major) -> fp32 [nb, ld] with
 // ld >= kb (cuBLASLt's BLK128x128_32F layout for the transposed A operand); entries [kb, ld) of a row are 0.

@@ -51,8 +51,29 @@ DSI_HD uint8_t quantize(float x, float s) {
   return e4m3_code(small_float::round_e4m3(fminf(fmaxf(v, -448.0f), 448.0f)));
 }
 
+// The e4m3 value of code c times the power-of-two scale s (exact).
+DSI_HD float dequantize(uint8_t c, float s) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(small_float::from_bits(small_float::e4m3_f32_bits(c)), s);
+#else
+  return small_float::from_bits(small_float::e4m3_f32_bits(c)) * s;
+#endif
+}
+// What the first term leaves of x: x - dequantize(quantize(x, s), s). Exact in fp32 (the two are within a factor
+// of 2 of each other or the code is 0, Sterbenz), so the second term quantizes the true remainder.
+DSI_HD float residual(float x, uint8_t c, float s) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(x, dequantize(c, s));
+#else
+  return x - dequantize(c, s);
+#endif
+}
+
 // Host reference of the activation quantization kernel: x [M, ldx] fp32 (K % 128 == 0) -> q [M, K] e4m3 codes and
 // s [M, K / 128] fp32 scales, row-major (the kernel writes s transposed for cuBLASLt; see gemm_lt_launch.h).
-void quantize_ref(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s);
+// With q2 / s2 (two-term mode, GemmLtActivations::kFp8x2), also the second term: the residual of each block
+// quantized the same way, so x ~= q * s + q2 * s2 with ~2^-8 relative error instead of e4m3's 2^-4.
+void quantize_ref(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s, uint8_t* q2 = nullptr,
+                  float* s2 = nullptr);
 
 }  // namespace dsinfer::ops::gemm_lt
