@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -152,7 +153,11 @@ bool check_lt(GemmLtEngine& eng, const HostWeight& hw, const dsinfer::ops::cuda:
 class GemmLtGpuModes : public testing::TestWithParam<dsinfer::ops::cuda::GemmLtActivations> {};
 INSTANTIATE_TEST_SUITE_P(Activations, GemmLtGpuModes,
                          testing::Values(dsinfer::ops::cuda::GemmLtActivations::kFp8x2,
-                                         dsinfer::ops::cuda::GemmLtActivations::kFp8));
+                                         dsinfer::ops::cuda::GemmLtActivations::kFp8),
+                         [](const testing::TestParamInfo<dsinfer::ops::cuda::GemmLtActivations>& i) {
+                           return std::string(i.param == dsinfer::ops::cuda::GemmLtActivations::kFp8x2 ? "TwoTerms"
+                                                                                                     : "OneTerm");
+                         });
 
 TEST_P(GemmLtGpuModes, ParityOnFlashAndOddShapes) {
   DSI_SKIP_WITHOUT_GPU();
