@@ -2,6 +2,11 @@
 // sizes (the MoE layer has its own bench, bench/moe_bench.cu). CUDA events, warm-up, median of 25 runs,
 // 4 rotating buffer sets (weights + inputs > 60 MB L2), random data (the dummy-weight fills of backends/cuda).
 // Prints time, bytes, FLOPs, the roofline floor max(bytes / 4.2e12, flops / 780e12) and measured / floor.
+// "lt-runner" is the runner's cuBLASLt engine (ops/gemm/gemm_lt_cuda.h) as the runner calls it: fp32 x quantized
+// to FP8 1x128 by its kernel, then the block-scaled cuBLASLt matmul(s), fp32 y; "x2" = the default two-term
+// activations (two matmuls), "x1" = one term (official act_quant numerics); ratios against the FP8 floor
+// max(bytes / 4.2e12, flops / 1400e12) of one GEMM. The raw cuBLASLt columns start from operands already in their
+// formats.
 // Usage: dsinfer_gemm_bench (no arguments).
 #include <cuda_runtime.h>
 
@@ -15,13 +20,14 @@
 #include "backends/cuda/dummy_weights_cuda.h"
 #include "cublaslt_ref.h"
 #include "ops/gemm/gemm_cuda.h"
+#include "ops/gemm/gemm_lt_cuda.h"
 
 namespace oc = dsinfer::ops::cuda;
 
 namespace {
 
 constexpr int kSets = 4, kWarm = 3, kRuns = 25;
-constexpr double kHbm = 4.2e12, kPeak = 780e12;
+constexpr double kHbm = 4.2e12, kPeak = 780e12, kPeakFp8 = 1400e12;
 
 bool ok(const dsinfer::Status& s, const char* what) {
   if (!s.is_ok()) std::fprintf(stderr, "%s: %s\n", what, s.message().c_str());
@@ -162,6 +168,25 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     }
     t_lt[k] = time_opt(all, [&](int i) { return g[size_t(i)]->run(nullptr); });
   }
+  // The runner's engine (one per shape: its prepared scales are keyed by weight address), M rows as the runner
+  // sends them; n/a with the engine's reason when it refuses (e.g. no block-scaled algorithm at this M).
+  std::string why_run;
+  auto time_engine = [&](oc::GemmLtActivations act) {
+    if (!fp8 || s.groups != 1) return -1.0;
+    oc::GemmLtEngine eng(act);
+    bool all = true;
+    for (int i = 0; i < kSets && all; ++i) {
+      dsinfer::Status st = eng.prepare(w[size_t(i)], M, nullptr);
+      if (st.is_ok()) st = eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, nullptr);
+      if (!st.is_ok()) why_run = st.message(), all = false;
+    }
+    CHECK(cudaDeviceSynchronize());
+    return time_opt(all, [&](int i) {
+      return ok(eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, nullptr),
+                "lt-runner");
+    });
+  };
+  const double t_run = time_engine(oc::GemmLtActivations::kFp8x2), t_run1 = time_engine(oc::GemmLtActivations::kFp8);
   const double bytes = double(oc::weight_data_bytes(s.fmt, s.N, s.K)) +
                        double(fp8 ? oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128) : 0) +
                        4.0 * double(M) * double(Kx + s.N);
@@ -179,7 +204,15 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   print_ms(t_lt[1]);
   std::printf(" fp8-block");
   print_ms(t_lt[2]);
+  const double floor8 = std::max(bytes / kHbm, flops / kPeakFp8);
+  std::printf(" | lt-runner x2");
+  print_ms(t_run);
+  if (t_run > 0) std::printf(" %5.2fx", t_run * 1e-3 / floor8);
+  std::printf(" x1");
+  print_ms(t_run1);
+  if (t_run1 > 0) std::printf(" %5.2fx fp8 floor", t_run1 * 1e-3 / floor8);
   std::printf(" us\n");
+  if (t_run < 0 && !why_run.empty() && (M == 1 || M == 8)) std::printf("    (lt-runner: %s)\n", why_run.c_str());
   for (int k = 0; k < 3; ++k)
     if (t_lt[k] < 0 && !why[k].empty() && M == 1) std::printf("    (cuBLASLt kind %d: %s)\n", k, why[k].c_str());
 }
@@ -204,7 +237,7 @@ void bench_gemm() {
               "M <= 8, tiled above), new = GemmPrecision::kBf16 streaming kernel\n", kRuns, kWarm, kSets);
   for (const GemmShape& s : shapes) {
     const bool big = std::string(s.name) == "wq_a" || std::string(s.name) == "wq_b" || std::string(s.name) == "wo_b";
-    for (int64_t M : {int64_t(1), int64_t(64), int64_t(256), int64_t(4096)})
+    for (int64_t M : {int64_t(1), int64_t(8), int64_t(64), int64_t(256), int64_t(512), int64_t(4096)})
       if (M < 4096 || big) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes);
   }
   cublasLtDestroy(lt);

@@ -23,6 +23,7 @@
 #include "model/numerics.h"
 #include "model/state_pool.h"
 #include "ops/gemm/gemm_cuda.h"
+#include "ops/gemm/gemm_lt_cuda.h"
 #include "ops/moe/moe_cuda.h"
 #include "ops/step_cuda.h"
 
@@ -113,6 +114,10 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   // fixed attention split size, fixed mHC split, MoE never by T. No cuBLASLt in this mode.
   bool batch_invariant_ = false;
   bool graphs_enabled_ = true;    // DSINFER_CUDA_GRAPHS=0 turns decode graphs off
+  // cuBLASLt FP8 block-scaled GEMMs for the fast path's dense projections (forward_cuda.cpp gemm); DSINFER_CUBLASLT=0
+  // turns them off.
+  bool use_lt_ = ops::cuda::gemm_lt_env_enabled();
+  ops::cuda::GemmLtEngine lt_;
   DecodeGraphs graphs_;
   OpTimer timer_;
 };

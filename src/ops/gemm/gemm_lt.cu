@@ -1,0 +1,115 @@
+// Kernels of the cuBLASLt GEMM engine (see gemm_lt_launch.h): FP8 activation quantization, the one-time weight
+// scale conversion and the bf16-output epilogue. The quantization arithmetic is gemm_lt_quant.h (shared with the
+// host reference), so the kernel is bit-exact against it.
+#include <cuda_runtime.h>
+
+#include "ops/gemm/gemm_lt_launch.h"
+#include "ops/gemm/gemm_lt_quant.h"
+
+namespace dsinfer::ops::cuda::detail {
+
+namespace {
+
+namespace lt = dsinfer::ops::gemm_lt;
+constexpr int kWarpsPerBlock = 8;
+
+// One block-quantization step of a warp: the block's amax over the lanes' 4 values each, its scale, the 4 codes
+// packed into a word (byte i = value i).
+__device__ __forceinline__ uint32_t quantize_warp(const float (&v)[4], float& sc) {
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  sc = lt::act_scale(amax);
+  uint32_t word = 0;
+  for (int i = 0; i < 4; ++i) word |= uint32_t(lt::quantize(v[i], sc)) << (8 * i);
+  return word;
+}
+
+// Warp w of the grid owns (row m, block b) = (w % s_ld, w / s_ld): consecutive warps write consecutive scale
+// entries. Lane l handles channels [4l, 4l + 4) of the block and stores their 4 codes as one 32-bit word.
+__global__ void __launch_bounds__(32 * kWarpsPerBlock)
+    gemm_lt_quant_kernel(const float* __restrict__ x, int64_t M, int64_t ldx, int64_t K, uint8_t* __restrict__ q,
+                         float* __restrict__ s, int64_t s_ld, uint8_t* __restrict__ q2, float* __restrict__ s2,
+                         bool x_vec) {
+  const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = int(threadIdx.x % 32);
+  const int64_t blocks = K / lt::kActBlock;
+  if (warp >= s_ld * blocks) return;
+  const int64_t m = warp % s_ld, b = warp / s_ld;
+  if (m >= M) {  // padding column of the scale matrix
+    if (lane == 0) s[b * s_ld + m] = 0.0f;
+    if (lane == 0 && s2) s2[b * s_ld + m] = 0.0f;
+    return;
+  }
+  const float* xb = x + m * ldx + b * lt::kActBlock + 4 * lane;
+  float v[4];
+  if (x_vec) {
+    const float4 f = *reinterpret_cast<const float4*>(xb);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else {
+    for (int i = 0; i < 4; ++i) v[i] = xb[i];
+  }
+  float sc = 0.0f;
+  const uint32_t word = quantize_warp(v, sc);
+  const int64_t at = m * K + b * lt::kActBlock + 4 * lane;
+  *reinterpret_cast<uint32_t*>(q + at) = word;
+  if (lane == 0) s[b * s_ld + m] = sc;
+  if (!q2) return;  // warp-uniform
+  float r[4];
+  for (int i = 0; i < 4; ++i) r[i] = lt::residual(v[i], uint8_t(word >> (8 * i)), sc);
+  float sc2 = 0.0f;
+  const uint32_t word2 = quantize_warp(r, sc2);
+  *reinterpret_cast<uint32_t*>(q2 + at) = word2;
+  if (lane == 0) s2[b * s_ld + m] = sc2;
+}
+
+__global__ void gemm_lt_wscale_kernel(const void* __restrict__ src, bool e8m0, int64_t nb, int64_t kb,
+                                      float* __restrict__ dst, int64_t ld) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nb * ld; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / ld, c = i % ld;
+    float v = 0.0f;
+    if (c < kb) {
+      const int64_t j = r * kb + c;
+      v = e8m0 ? small_float::from_bits(small_float::e8m0_f32_bits(static_cast<const uint8_t*>(src)[j]))
+               : static_cast<const float*>(src)[j];
+    }
+    dst[i] = v;
+  }
+}
+
+__global__ void gemm_lt_epilogue_kernel(const uint16_t* __restrict__ t, int64_t M, int64_t N, float* __restrict__ y,
+                                        int64_t ldy, bool acc) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / N, n = i % N;
+    const float v = small_float::from_bits(small_float::bf16_f32_bits(t[i]));
+    float* o = y + m * ldy + n;
+    *o = acc ? *o + v : v;
+  }
+}
+
+unsigned grid_for(int64_t n, int threads) {
+  const int64_t g = (n + threads - 1) / threads;
+  return unsigned(g < 1 ? 1 : (g > 65535 * 16 ? 65535 * 16 : g));  // grid-stride loops cover the rest
+}
+
+}  // namespace
+
+void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s, int64_t s_ld,
+                     uint8_t* q2, float* s2, void* stream) {
+  const int64_t warps = s_ld * (K / lt::kActBlock);
+  const bool x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+  const unsigned grid = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  gemm_lt_quant_kernel<<<grid, 32 * kWarpsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(x, M, ldx, K, q, s, s_ld,
+                                                                                            q2, s2, x_vec);
+}
+
+void launch_lt_weight_scales(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld, void* stream) {
+  gemm_lt_wscale_kernel<<<grid_for(nb * ld, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, e8m0, nb, kb, dst,
+                                                                                               ld);
+}
+
+void launch_lt_epilogue(const uint16_t* t, int64_t M, int64_t N, float* y, int64_t ldy, bool accumulate, void* stream) {
+  gemm_lt_epilogue_kernel<<<grid_for(M * N, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(t, M, N, y, ldy,
+                                                                                               accumulate);
+}
+
+}  // namespace dsinfer::ops::cuda::detail

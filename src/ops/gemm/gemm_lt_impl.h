@@ -1,0 +1,104 @@
+// Internals of the cuBLASLt GEMM engine (gemm_lt_cuda.h), shared by gemm_lt_cuda.cpp (weights, buffers, calls) and
+// gemm_lt_plan_cuda.cpp (matmul plans and the scale-layout probe). Host code only; includes cuBLASLt.
+#pragma once
+#include <cublasLt.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/device_buffer.h"
+#include "ops/gemm/gemm_lt_cuda.h"
+
+namespace dsinfer::ops::cuda {
+
+namespace gemm_lt_detail {
+
+inline constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+// Everything a cached plan depends on: the problem, the output row stride and the operand alignments the
+// heuristic was told about (an algorithm chosen for aligned pointers may not run on less aligned ones).
+struct PlanKey {
+  int64_t M = 0, N = 0, K = 0, ldy = 0;
+  bool accumulate = false;
+  uint32_t align_w = 0, align_y = 0;
+  bool operator==(const PlanKey&) const = default;
+};
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t v : {k.M, k.N, k.K, k.ldy, int64_t(k.accumulate), int64_t(k.align_w), int64_t(k.align_y)})
+      h = (h ^ size_t(v)) * 1099511628211ull;
+    return h;
+  }
+};
+
+// One matmul configuration: descriptor (scale modes set; the scale pointers are set per call), the A (W), B (x)
+// and D layouts and the heuristic's algorithm. D is y itself (fp32, row stride ldy) or, when cuBLASLt offers only
+// bf16 output, a bf16 [M, N] buffer the epilogue kernel adds into y. status: why there is no algorithm.
+struct Plan {
+  Status status;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool bf16_out = false;
+  int64_t N = 0;
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() { release(); }
+  void release();
+};
+
+// Creates the plan for key (A scales at w_scale, B scales at x_scale: the heuristic sees real pointers), trying
+// fp32 output first, then bf16. Never null; plan->status says whether it can run.
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const PlanKey& key, const float* w_scale, const float* x_scale);
+
+// Per weight (keyed by its data pointer): the block scales as fp32 [ceil(N/128), ld], or why not.
+struct WeightScales {
+  Status status;
+  dsinfer::cuda::DeviceBuffer<float> scale;
+  int64_t rows = 0, cols = 0;
+};
+
+// Largest power of two (<= 256) dividing v: the alignment in bytes of an address or stride.
+inline uint32_t alignment(uint64_t v) {
+  uint32_t a = 1;
+  while (a < 256 && v % (2 * a) == 0) a *= 2;
+  return v == 0 ? 256 : a;
+}
+
+}  // namespace gemm_lt_detail
+
+struct GemmLtEngine::Impl {
+  GemmLtActivations act = GemmLtActivations::kFp8x2;
+  cublasLtHandle_t handle = nullptr;
+  bool initialized = false;
+  Status init_status;  // sticky: the engine is unusable when this is an error
+  int scale_layout = 0;   // activation scales: 1 ld = M, 2 ld = M rounded up to 4, 3 neither (see the probe)
+  int wscale_layout = 0;  // weight scales: 1 rows of ceil(K/128), 2 rounded up to 4, 3 neither
+  // workspace, activation codes [terms][M, K], bf16 output [M, N]; activation scales [terms][K / 128, s_ld] (the
+  // second term's matrix at a 256-byte aligned offset, scale_offset)
+  dsinfer::cuda::DeviceBuffer<uint8_t> workspace, q, t;
+  dsinfer::cuda::DeviceBuffer<float> s;
+  std::vector<dsinfer::cuda::DeviceBuffer<uint8_t>> retired;  // replaced buffers, kept for graphs that captured them
+  std::vector<dsinfer::cuda::DeviceBuffer<float>> retired_f;
+  std::unordered_map<const void*, gemm_lt_detail::WeightScales> weights;
+  std::unordered_map<gemm_lt_detail::PlanKey, std::unique_ptr<gemm_lt_detail::Plan>, gemm_lt_detail::PlanKeyHash> plans;
+
+  ~Impl();
+  Status init(void* stream);   // handle, workspace, probe (gemm_lt_cuda.cpp)
+  Status probe(void* stream);  // sets scale_layout and wscale_layout (gemm_lt_plan_cuda.cpp)
+  gemm_lt_detail::Plan& plan(const gemm_lt_detail::PlanKey& key, const float* w_scale, const float* x_scale);
+  // Grows a buffer to at least n elements (x1.5 steps), retiring the old one (gemm_lt_cuda.cpp).
+  Status grow(dsinfer::cuda::DeviceBuffer<uint8_t>& b, size_t n, const char* what);
+  Status grow(dsinfer::cuda::DeviceBuffer<float>& b, size_t n, const char* what);
+  // Runs a planned matmul (gemm_lt_plan_cuda.cpp): x as codes xq [M, K] with scales xs, W at wdata with converted
+  // scales w_scale; D = y, or t followed by the epilogue (per plan).
+  Status run(gemm_lt_detail::Plan& p, const void* wdata, const float* w_scale, const uint8_t* xq, const float* xs,
+             int64_t M, float* y, int64_t ldy, bool accumulate, void* stream);
+};
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,23 @@
+// Kernel launchers behind the cuBLASLt GEMM engine (gemm_lt_cuda.h; validated there; no CUDA types, no Status).
+// The caller checks each launch (DSI_CUDA_LAUNCHED) under the kernel's name.
+#pragma once
+#include <cstdint>
+
+namespace dsinfer::ops::cuda::detail {
+
+// "gemm_lt_quant_kernel": x [M, ldx] fp32 with K % 128 == 0 -> q [M, K] e4m3 codes (row stride K) and the 1x128
+// scales in cuBLASLt's VEC128_32F layout for the B operand, s[b * s_ld + m] (block b of row m; outer dimension
+// fastest), s_ld >= M; the entries of rows [M, s_ld) are set to 0. With q2 / s2 non-null, also the second term
+// (gemm_lt::residual quantized again) in the same layouts. One warp per (row, block).
+void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s, int64_t s_ld,
+                     uint8_t* q2, float* s2, void* stream);
+
+// "gemm_lt_wscale_kernel": weight block scales [nb, kb] (E8M0 bytes or fp32, row-major) -> fp32 [nb, ld] with
+// ld >= kb (cuBLASLt's BLK128x128_32F layout for the transposed A operand); entries [kb, ld) of a row are 0.
+void launch_lt_weight_scales(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld, void* stream);
+
+// "gemm_lt_epilogue_kernel": y[m, n] = (accumulate ? y[m, n] : 0) + t[m, n] for m < M, n < N; t bf16 [M, N]
+// (row stride N). Used when cuBLASLt offers only bf16 output for the block-scaled mode.
+void launch_lt_epilogue(const uint16_t* t, int64_t M, int64_t N, float* y, int64_t ldy, bool accumulate, void* stream);
+
+}  // namespace dsinfer::ops::cuda::detail

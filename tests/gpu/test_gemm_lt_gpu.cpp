@@ -1,0 +1,254 @@
+// GPU checks of the cuBLASLt GEMM engine (ops/gemm/gemm_lt_cuda.h): the activation quantization kernel bit-exact
+// against gemm_lt::quantize_ref (codes and the transposed VEC128 scale layout, padding zeroed), the weight-scale
+// conversion, and GEMM parity against an fp64 GEMM of the same quantization (x quantized 1x128 on the host and
+// dequantized, W dequantized by io::dequant_fp8_block) on V4-Flash and odd shapes, strides, accumulate, M not a
+// multiple of 4, a CUDA graph capture, and clean errors (unsupported weights, shapes without an algorithm).
+// Both activation modes (one e4m3 term; two terms). Tolerance (normalised L2 error 4e-3): the reference uses the
+// same quantized operands, which are exact (e4m3 codes, power-of-two or E8M0 scales), so the error is the library's: Hopper FP8 tensor cores accumulate each 128-wide K block with ~14 mantissa bits before the
+// fp32 promotion (~1e-4 relative rms), plus, where cuBLASLt offers only bf16 output for the block-scaled mode,
+// bf16 rounding of y (uniform relative error 2^-9, rms 1.1e-3). A wrong scale layout or operand order gives O(1):
+// weight scales vary 2^5 across blocks and activation blocks span 1e-3 .. 30.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/gpu_test_util.h"
+#include "ops/gemm/gemm_cuda.h"
+#include "ops/gemm/gemm_lt_cuda.h"
+#include "ops/gemm/gemm_lt_launch.h"
+#include "ops/gemm/gemm_lt_quant.h"
+#include "weight_gen.h"
+
+namespace {
+
+using dsinfer::cuda::test::normalized_error;
+using dsinfer::cuda::test::to_device;
+using dsinfer::cuda::test::to_host;
+using dsinfer::ops::cuda::GemmLtEngine;
+using dsinfer::ops::cuda::WeightFormat;
+using dsinfer::test::HostWeight;
+using dsinfer::test::make_host_weight;
+namespace lt = dsinfer::ops::gemm_lt;
+namespace sf = dsinfer::small_float;
+
+constexpr double kLtTol = 4e-3;
+
+// Activations whose 128-blocks have very different magnitudes (so a wrong scale index shows).
+std::vector<float> block_activations(int64_t M, int64_t ldx, uint64_t seed) {
+  dsinfer::test::Rng r(seed);
+  const float mags[] = {1e-3f, 0.1f, 1.0f, 30.0f, 0.02f};
+  std::vector<float> x(size_t(M * ldx));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < ldx; ++k) x[size_t(m * ldx + k)] = mags[size_t(m + 3 * (k / 128)) % 5] * r.sym();
+  return x;
+}
+
+TEST(GemmLtGpu, QuantKernelMatchesHostReference) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (int64_t ldx : {1024, 1030}) {  // 16-byte vector loads / scalar loads
+    const int64_t M = 37, K = 1024, kb = K / 128, s_ld = 40;
+    std::vector<float> x = block_activations(M, ldx, 7 + uint64_t(ldx));
+    x[5] = 448.0f * 4.0f, x[6] = -0.0f, x[size_t(ldx + 200)] = NAN;
+    std::vector<uint8_t> q(size_t(M * K)), q2(size_t(M * K));
+    std::vector<float> s(size_t(M * kb)), s2(size_t(M * kb));
+    lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data(), q2.data(), s2.data());
+    auto dx = to_device(x);
+    for (bool two : {false, true}) {
+      dsinfer::cuda::DeviceBuffer<uint8_t> dq, dq2;
+      ASSERT_TRUE(dq.alloc(q.size()).is_ok());
+      ASSERT_TRUE(dq2.alloc(q.size()).is_ok());
+      auto ds = to_device(std::vector<float>(size_t(s_ld * kb), 777.0f));
+      auto ds2 = to_device(std::vector<float>(size_t(s_ld * kb), 777.0f));
+      dsinfer::ops::cuda::detail::launch_lt_quant(dx.data(), M, ldx, K, dq.data(), ds.data(), s_ld,
+                                                  two ? dq2.data() : nullptr, two ? ds2.data() : nullptr, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int term = 0; term < (two ? 2 : 1); ++term) {
+        const std::vector<uint8_t> gq = to_host(term ? dq2 : dq, q.size());
+        const std::vector<float> gs = to_host(term ? ds2 : ds, size_t(s_ld * kb));
+        const std::vector<uint8_t>& wq = term ? q2 : q;
+        const std::vector<float>& wsc = term ? s2 : s;
+        for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(gq[i], wq[i]) << "code " << i << " ldx " << ldx << " term " << term;
+        for (int64_t b = 0; b < kb; ++b)
+          for (int64_t m = 0; m < s_ld; ++m) {
+            const float want = m < M ? wsc[size_t(m * kb + b)] : 0.0f;
+            ASSERT_EQ(gs[size_t(b * s_ld + m)], want) << "scale of row " << m << " block " << b << " term " << term;
+          }
+      }
+    }
+  }
+}
+
+TEST(GemmLtGpu, WeightScaleConversion) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (bool e8 : {true, false}) {
+    const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, 384, 1024, 11, e8, 128, 128, false);
+    const int64_t nb = 3, kb = 8, ld = 12;
+    auto src = to_device(w.scale);
+    auto dst = to_device(std::vector<float>(size_t(nb * ld), 5.0f));
+    dsinfer::ops::cuda::detail::launch_lt_weight_scales(src.data(), e8, nb, kb, dst.data(), ld, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = to_host(dst, size_t(nb * ld));
+    for (int64_t r = 0; r < nb; ++r)
+      for (int64_t c = 0; c < ld; ++c) {
+        float want = 0.0f;
+        if (c < kb && e8) want = sf::from_bits(sf::e8m0_f32_bits(w.scale[size_t(r * kb + c)]));
+        else if (c < kb) std::memcpy(&want, w.scale.data() + 4 * (r * kb + c), 4);
+        ASSERT_EQ(got[size_t(r * ld + c)], want) << r << "," << c;
+      }
+  }
+}
+
+// One engine call on poisoned (or random, with accumulate) y against the fp64 GEMM of the dequantized
+// quantization; outputs past N must stay untouched. Returns false when the engine refused (y then untouched).
+bool check_lt(GemmLtEngine& eng, const HostWeight& hw, const dsinfer::ops::cuda::DeviceWeight& w, int64_t M,
+              int64_t ldx, int64_t ldy, bool acc, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "M=" << M << " N=" << hw.rows << " K=" << hw.cols << " ldx=" << ldx << " ldy="
+                                  << ldy << " acc=" << acc << (hw.e8m0 ? " e8m0" : " f32"));
+  const int64_t N = hw.rows, K = hw.cols, kb = K / 128;
+  const std::vector<float> x = block_activations(M, ldx, seed);
+  const std::vector<float> y0 = acc ? dsinfer::test::random_floats(size_t(M * ldy), seed + 1)
+                                    : std::vector<float>(size_t(M * ldy), NAN);
+  auto dx = to_device(x);
+  auto dy = to_device(y0);
+  const dsinfer::Status st = eng.gemm(dx.data(), M, ldx, w, dy.data(), ldy, acc, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> y = to_host(dy, y0.size());
+  if (!st.is_ok()) {
+    EXPECT_FALSE(st.message().empty());
+    EXPECT_EQ(std::memcmp(y.data(), y0.data(), y.size() * 4), 0) << "refused call wrote y: " << st.message();
+    return false;
+  }
+  const bool two = eng.activations() == dsinfer::ops::cuda::GemmLtActivations::kFp8x2;
+  std::vector<uint8_t> q(size_t(M * K)), q2(size_t(M * K), 0);
+  std::vector<float> s(size_t(M * kb)), s2(size_t(M * kb), 0.0f), ref, got;
+  lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data(), two ? q2.data() : nullptr, two ? s2.data() : nullptr);
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<double> xd(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) {
+      const size_t i = size_t(m * K + k), j = size_t(m * kb + k / 128);
+      xd[size_t(k)] = double(lt::dequantize(q[i], s[j])) + double(lt::dequantize(q2[i], s2[j]));
+    }
+    for (int64_t n = 0; n < ldy; ++n) {
+      const float v = y[size_t(m * ldy + n)];
+      if (n >= N) {
+        if (acc) EXPECT_EQ(v, y0[size_t(m * ldy + n)]) << "write outside N, row " << m;
+        else EXPECT_TRUE(std::isnan(v)) << "write outside N, row " << m;
+        continue;
+      }
+      double r = acc ? double(y0[size_t(m * ldy + n)]) : 0.0;
+      for (int64_t k = 0; k < K; ++k) r += xd[size_t(k)] * double(hw.deq[size_t(n * K + k)]);
+      ref.push_back(float(r));
+      got.push_back(v);
+    }
+  }
+  const double err = normalized_error(got, ref);
+  EXPECT_LT(err, kLtTol) << "normalized error " << err;
+  return true;
+}
+
+class GemmLtGpuModes : public testing::TestWithParam<dsinfer::ops::cuda::GemmLtActivations> {};
+INSTANTIATE_TEST_SUITE_P(Activations, GemmLtGpuModes,
+                         testing::Values(dsinfer::ops::cuda::GemmLtActivations::kFp8x2,
+                                         dsinfer::ops::cuda::GemmLtActivations::kFp8),
+                         [](const testing::TestParamInfo<dsinfer::ops::cuda::GemmLtActivations>& i) {
+                           return std::string(i.param == dsinfer::ops::cuda::GemmLtActivations::kFp8x2 ? "TwoTerms"
+                                                                                                     : "OneTerm");
+                         });
+
+TEST_P(GemmLtGpuModes, ParityOnFlashAndOddShapes) {
+  DSI_SKIP_WITHOUT_GPU();
+  uint64_t seed = 100;
+  GemmLtEngine eng(GetParam());
+  const HostWeight wq_a = make_host_weight(WeightFormat::FP8_BLOCK, 1024, 4096, ++seed);
+  auto d1 = dsinfer::test::upload(wq_a);
+  ASSERT_TRUE(eng.prepare(d1.w, 256, nullptr).is_ok());
+  EXPECT_TRUE(eng.scale_layout() == 1 || eng.scale_layout() == 2) << "layout probe: " << eng.scale_layout();
+  EXPECT_TRUE(eng.weight_scale_layout() == 1 || eng.weight_scale_layout() == 2);
+  std::printf("cuBLASLt scale layouts: 1x128 ld = %s, 128x128 rows of %s\n",
+              eng.scale_layout() == 1 ? "M" : "M rounded up to 4",
+              eng.weight_scale_layout() == 1 ? "ceil(K/128)" : "ceil(K/128) rounded up to 4");
+  for (int64_t M : {64, 128, 130, 256}) EXPECT_TRUE(check_lt(eng, wq_a, d1.w, M, 4096, 1024, false, ++seed)) << M;
+  const HostWeight odd = make_host_weight(WeightFormat::FP8_BLOCK, 384, 512, ++seed, /*e8m0=*/false);
+  auto d2 = dsinfer::test::upload(odd);
+  for (int64_t M : {37, 517}) EXPECT_TRUE(check_lt(eng, odd, d2.w, M, 512, 384, false, ++seed)) << M;
+  // The shipped model's shapes: ceil(K / 128) = 1, 2, 3 scale blocks per row (padded weight-scale rows), N = 64.
+  const HostWeight k128 = make_host_weight(WeightFormat::FP8_BLOCK, 64, 128, ++seed);
+  const HostWeight k256 = make_host_weight(WeightFormat::FP8_BLOCK, 256, 256, ++seed);
+  const HostWeight k384 = make_host_weight(WeightFormat::FP8_BLOCK, 400, 384, ++seed, /*e8m0=*/false);
+  auto d3 = dsinfer::test::upload(k128), d4 = dsinfer::test::upload(k256), d5 = dsinfer::test::upload(k384);
+  EXPECT_TRUE(check_lt(eng, k128, d3.w, 512, 128, 64, false, ++seed));
+  EXPECT_TRUE(check_lt(eng, k256, d4.w, 130, 256, 256, false, ++seed));
+  EXPECT_TRUE(check_lt(eng, k384, d5.w, 67, 384, 400, false, ++seed));
+  check_lt(eng, odd, d2.w, 1, 512, 384, false, ++seed);  // M = 1: an algorithm or a clean refusal
+  check_lt(eng, odd, d2.w, 8, 512, 384, false, ++seed);
+}
+
+TEST_P(GemmLtGpuModes, StridesAndAccumulate) {
+  DSI_SKIP_WITHOUT_GPU();
+  uint64_t seed = 200;
+  GemmLtEngine eng(GetParam());
+  const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, 512, 1024, ++seed);
+  auto d = dsinfer::test::upload(w);
+  EXPECT_TRUE(check_lt(eng, w, d.w, 66, 1030, 520, false, ++seed));  // scalar x loads, padded y rows
+  EXPECT_TRUE(check_lt(eng, w, d.w, 96, 1024, 512, true, ++seed));   // accumulate
+  EXPECT_TRUE(check_lt(eng, w, d.w, 131, 1028, 516, true, ++seed));  // accumulate, M % 4 == 3
+  check_lt(eng, w, d.w, 64, 1024, 515, true, ++seed);  // 4-byte aligned y rows: computed right or refused cleanly
+}
+
+TEST(GemmLtGpu, RefusesUnsupportedWeightsCleanly) {
+  DSI_SKIP_WITHOUT_GPU();
+  GemmLtEngine eng;
+  const HostWeight w64 = make_host_weight(WeightFormat::FP8_BLOCK, 256, 512, 5, true, 64, 64, false);
+  auto d = dsinfer::test::upload(w64);
+  EXPECT_FALSE(GemmLtEngine::supports(d.w));
+  EXPECT_FALSE(eng.prepare(d.w, 64, nullptr).is_ok());
+  auto dx = to_device(std::vector<float>(64 * 512, 1.0f));
+  auto dy = to_device(std::vector<float>(64 * 256, 3.0f));
+  EXPECT_FALSE(eng.gemm(dx.data(), 64, 512, d.w, dy.data(), 256, false, nullptr).is_ok());
+  const std::vector<float> y = to_host(dy, 64 * 256);
+  for (float v : y) ASSERT_EQ(v, 3.0f);
+  const HostWeight k200 = make_host_weight(WeightFormat::FP8_BLOCK, 256, 200, 6, true, 128, 128, false);
+  auto d2 = dsinfer::test::upload(k200);
+  EXPECT_FALSE(GemmLtEngine::supports(d2.w));  // K % 128 != 0
+}
+
+// A call captured into a CUDA graph (weight prepared before, as the runner does) replays to the eager result; an
+// unprepared weight inside the capture is refused without breaking the capture.
+TEST(GemmLtGpu, GraphCaptureReplaysEagerResult) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t M = 70, N = 1024, K = 1024;
+  GemmLtEngine eng;
+  const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, N, K, 31, true, 128, 128, false);
+  const HostWeight other = make_host_weight(WeightFormat::FP8_BLOCK, N, K, 32, true, 128, 128, false);
+  auto dw = dsinfer::test::upload(w);
+  auto dother = dsinfer::test::upload(other);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_TRUE(eng.prepare(dw.w, M, s).is_ok());
+  auto dx = to_device(block_activations(M, K, 33));
+  auto dy = to_device(std::vector<float>(size_t(M * N), 0.0f)), dg = to_device(std::vector<float>(size_t(M * N), 0.0f));
+  ASSERT_TRUE(eng.gemm(dx.data(), M, K, dw.w, dy.data(), N, false, s).is_ok());
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  const dsinfer::Status in = eng.gemm(dx.data(), M, K, dw.w, dg.data(), N, false, s);
+  const dsinfer::Status refused = eng.gemm(dx.data(), M, K, dother.w, dg.data(), N, false, s);
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  EXPECT_TRUE(in.is_ok()) << in.message();
+  EXPECT_FALSE(refused.is_ok());
+  cudaGraphExec_t ex = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&ex, g, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(ex, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const std::vector<float> a = to_host(dy, size_t(M * N)), b = to_host(dg, size_t(M * N));
+  EXPECT_LT(normalized_error(b, a), 1e-6);
+  cudaGraphExecDestroy(ex);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
