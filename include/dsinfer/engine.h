@@ -38,6 +38,10 @@ struct EngineOptions {
   // Snapshot memory in GiB (0: a quarter of the state memory), LRU beyond it.
   std::string enable_prefix_caching = "off";
   double prefix_snapshot_memory_gb = 0;
+  // Where tokens are sampled: "device" (the backend samples on the GPU when it can: cuda, except steps with
+  // speculative decoding, whose verification needs the full logits rows; same tokens as the host sampler for the
+  // same seed) or "host" (the reference CPU sampler, always used by the cpu backend).
+  std::string sampling = "device";
 };
 
 // Counters of prefix caching since the engine was created (gauges marked "now").
