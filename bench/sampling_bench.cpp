@@ -87,7 +87,7 @@ void run(int64_t B, int64_t V, int iters, const Setting& st, cuda::DeviceBuffer<
   cuda::DeviceBuffer<ops::SampleRowOut> dout;
   CHECK_OK(work.alloc(size_t(B * V)));
   CHECK_OK(dout.alloc(size_t(B)));
-  std::vector<ops::SampleRowOut> res(size_t(B));
+  std::vector<ops::SampleRowOut> res(static_cast<size_t>(B));
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
   for (int64_t B : batches) {
     if (B <= 0) continue;
     std::vector<float> logits(size_t(B * V));
-    std::mt19937 g(uint32_t(B));
+    std::mt19937 g(static_cast<uint32_t>(B));
     std::normal_distribution<float> nd(0.0f, 3.0f);
     for (auto& x : logits) x = nd(g);
     cuda::DeviceBuffer<float> d;

@@ -60,7 +60,7 @@ Case random_case(std::mt19937& g, int32_t V) {
 // Normal logits; `ties` rounds them to steps of 0.5 (many exact ties in every order statistic).
 std::vector<float> random_logits(std::mt19937& g, int32_t V, bool ties) {
   std::normal_distribution<float> nd(0.0f, 2.5f);
-  std::vector<float> v(size_t(V));
+  std::vector<float> v(static_cast<size_t>(V));
   for (auto& x : v) x = ties ? std::round(nd(g) * 2.0f) / 2.0f : nd(g);
   return v;
 }
@@ -68,13 +68,13 @@ std::vector<float> random_logits(std::mt19937& g, int32_t V, bool ties) {
 std::vector<ops::SampleRowOut> run_device(const std::vector<float>& logits, int64_t R, int64_t V, const PackedRows& pr) {
   auto dl = to_device(logits);
   auto drows = to_device(pr.rows);
-  DeviceBuffer<ops::SampleEntry> de;
+  cuda::DeviceBuffer<ops::SampleEntry> de;
   if (!pr.entries.empty()) de = to_device(pr.entries);
-  DeviceBuffer<int32_t> dm;
+  cuda::DeviceBuffer<int32_t> dm;
   if (!pr.mask_words.empty()) dm = to_device(pr.mask_words);
-  DeviceBuffer<float> work;
+  cuda::DeviceBuffer<float> work;
   EXPECT_TRUE(work.alloc(size_t(ops::cuda::sample_rows_work_floats(int64_t(pr.rows.size()), V))).is_ok());
-  DeviceBuffer<ops::SampleRowOut> dout;
+  cuda::DeviceBuffer<ops::SampleRowOut> dout;
   EXPECT_TRUE(dout.alloc(pr.rows.size()).is_ok());
   ops::cuda::SampleRowsArgs a;
   a.logits = dl.data(), a.logits_stride = V, a.V = V, a.logits_rows = R;

@@ -9,8 +9,9 @@
 namespace dsinfer::ops::cuda {
 
 Status sample_rows(const SampleRowsArgs& a, void* stream) {
-  if (a.V <= 0 || a.V > 0x7fffffff || a.logits_stride < a.V || a.num_rows < 0 || a.num_rows > 0x7fffffff || a.logits_rows < 0 || a.logits_rows > 0x7fffffff ||
-      a.num_entries < 0 || a.num_entries > 0x7fffffff || a.num_mask_rows < 0 || a.words_per_row < 0)
+  if (a.V <= 0 || a.V > 0x7fffffff || a.logits_stride < a.V || a.num_rows < 0 || a.num_rows > 0x7fffffff ||
+      a.logits_rows < 0 || a.logits_rows > 0x7fffffff || a.num_entries < 0 || a.num_entries > 0x7fffffff ||
+      a.num_mask_rows < 0 || a.words_per_row < 0)
     return Status::errorf("sample_rows: bad shape V={} stride={} rows={} entries={} mask rows={}", a.V,
                           a.logits_stride, a.num_rows, a.num_entries, a.num_mask_rows);
   if (a.num_mask_rows > 0 && (!a.mask_words || int64_t(a.words_per_row) * 32 < a.V))
