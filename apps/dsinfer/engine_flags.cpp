@@ -22,10 +22,10 @@ std::string engine_flags_help() {
       "            --speculative-budget N  --speculative-min-survival X\n"
       "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n"
       "            --prefix-cache-host-bytes N[KiB|MiB|GiB] (host tier for evicted blocks; 0 = none)\n",
-
       "  --batch-invariant: results independent of the batch (cuda: fixed kernel choices, slower; cpu: always)\n",
+      "  sampling: --sampling device|host ({}; device = on the GPU where the backend can, same tokens as host)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
-      d.enable_prefix_caching);
+      d.enable_prefix_caching, d.sampling);
 }
 
 bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
@@ -85,7 +85,7 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   static const char* kFlags[] = {"--model", "--backend", "--numerics", "--load-format", "--tokenizer", "--max-num-seqs",
                                  "--max-num-batched-tokens", "--max-model-len", "--seed", "--state-memory-gb",
                                  "--speculative", "--num-speculative-tokens", "--speculative-budget",
-                                 "--speculative-min-survival"};
+                                 "--speculative-min-survival", "--sampling"};
   if (a == "--batch-invariant") {
     eo.batch_invariant = true;
     return FlagParse::kOk;
@@ -113,6 +113,7 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   else if (a == "--load-format") eo.load_format = v;
   else if (a == "--tokenizer") eo.tokenizer_path = v;
   else if (a == "--speculative") eo.speculative = v;
+  else if (a == "--sampling") eo.sampling = v;
   else if (a == "--max-num-seqs") ok = parse_int_flag(cmd, a, v, 1, 1 << 20, &n), eo.max_num_seqs = int32_t(n);
   else if (a == "--max-num-batched-tokens") ok = parse_int_flag(cmd, a, v, 1, 1ll << 32, &n), eo.max_num_batched_tokens = n;
   else if (a == "--max-model-len") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.max_model_len = n;

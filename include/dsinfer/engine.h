@@ -46,6 +46,10 @@ struct EngineOptions {
   // independent of the batch, so a request's tokens and logprobs are bit-identical alone or in any batch, with or
   // without CUDA graphs and preemption; costs some speed. The cpu backend is always batch-invariant (a no-op).
   bool batch_invariant = false;
+  // Where tokens are sampled: "device" (the backend samples on the GPU when it can: cuda, except steps with
+  // speculative decoding, whose verification needs the full logits rows; same tokens as the host sampler for the
+  // same seed) or "host" (the reference CPU sampler, always used by the cpu backend).
+  std::string sampling = "device";
 };
 
 // Counters of prefix caching since the engine was created (gauges marked "now").

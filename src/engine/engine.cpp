@@ -50,6 +50,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
   if (o.max_num_batched_tokens < 1)
     return Status::errorf("max_num_batched_tokens must be >= 1, found {}", o.max_num_batched_tokens);
   if (!(o.state_memory_gb >= 0)) return Status::errorf("state_memory_gb must be >= 0, found {}", o.state_memory_gb);
+  if (o.sampling != "device" && o.sampling != "host")
+    return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
   DSI_ASSIGN_OR_RETURN(e->runner_, create_runner(ro));
   const io::ModelConfig& mc = e->runner_->config();
 
@@ -108,6 +110,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
     DSI_ASSIGN_OR_RETURN(e->spec_, spec::Speculator::create(spec_method, cc.max_spec_tokens, o.model_dir, mc, num_slots));
     DSI_RETURN_IF_ERROR(e->runner_->set_hidden_capture(e->spec_->tapped_layers()));
   }
+  // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
+  e->device_sampling_ = o.sampling == "device" && e->runner_->supports_device_sampling() && !e->spec_;
   return e;
 }
 
@@ -163,17 +167,23 @@ Status Engine::step() {
   std::future<Status> masks = start_bitmasks(plan);
   const bool masked = masks.valid();
   Status ran = runner_->copy_state(plan.state_copies);  // prefix-cache hits: restore / replay setup
-  if (ran) ran = runner_->step(plan, logits_);
+  if (ran && device_sampling_) logits_.clear();
+  if (ran) ran = device_sampling_ ? runner_->begin_sampled_step(plan) : runner_->step(plan, logits_);
   if (masked) DSI_RETURN_IF_ERROR(masks.get());
   DSI_RETURN_IF_ERROR(ran);
   const int64_t V = model_config().vocab_size;
+  const int64_t eos = model_config().eos_token_id;
   const sampling::TokenBitmask* mask = masked && bitmask_.any_active() ? &bitmask_ : nullptr;
-  if (spec_) {
-    DSI_RETURN_IF_ERROR(
-        spec_->sample(plan, logits_, model_config().eos_token_id, sampler_, outputs_, mask, structured_.get()));
+  if (device_sampling_) {
+    // The forward is still running on the GPU while the rows are packed here; only ids and logprobs come back.
+    DSI_RETURN_IF_ERROR(scheduler::pack_step_rows(plan, V, eos, mask, rows_));
+    DSI_RETURN_IF_ERROR(runner_->sample_rows(rows_, device_samples_));
+    DSI_RETURN_IF_ERROR(scheduler::collect_device_samples(plan, device_samples_, outputs_, nonfinite_));
+    for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
+  } else if (spec_) {
+    DSI_RETURN_IF_ERROR(spec_->sample(plan, logits_, eos, sampler_, outputs_, mask, structured_.get()));
   } else {
-    DSI_RETURN_IF_ERROR(
-        scheduler::sample_step(plan, logits_, V, model_config().eos_token_id, sampler_, outputs_, nonfinite_, mask));
+    DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, eos, sampler_, outputs_, nonfinite_, mask));
     // A broken model (NaN / Inf weights or activations) fails only the requests whose logits are not finite.
     for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
   }

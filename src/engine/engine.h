@@ -95,7 +95,7 @@ class Engine {
   SpeculativeMetrics speculative_metrics() const;
   cache::PrefixCacheStats prefix_stats() const { return sched_->prefix_stats(); }
   // The logits of the last step ([rows, vocab], one row per sequence that needed logits); tests and divergence
-  // measurements read them between steps.
+  // measurements read them between steps. Empty when the step sampled on the device.
   std::span<const float> last_logits() const { return logits_; }
 
  private:
@@ -123,6 +123,9 @@ class Engine {
   std::vector<float> logits_;
   std::unique_ptr<structured::StructuredDecoding> structured_;  // created with the first constrained request
   sampling::TokenBitmask bitmask_;
+  bool device_sampling_ = false;  // EngineOptions::sampling "device" on a runner that can, without speculation
+  sampling::PackedRows rows_;
+  std::vector<ops::SampleRowOut> device_samples_;
   std::vector<scheduler::StepOutput> outputs_;
   std::vector<int32_t> nonfinite_;
   std::chrono::steady_clock::time_point t0_;

@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "io/config.h"
 #include "model/numerics.h"
+#include "sampling/row_pack.h"
 #include "scheduler/batch_plan.h"
 
 namespace dsinfer::engine {
@@ -81,6 +82,18 @@ class ModelRunner {
     return layers.empty() ? Status::ok() : Status::error(name() + ": this backend cannot capture hidden states");
   }
   virtual std::span<const float> captured_hidden() const { return {}; }
+
+  // Device sampling (ops/sampling): begin_sampled_step() runs the plan like step() but leaves the logits on the
+  // device; sample_rows() then samples the rows `rows` describes (sampling/row_pack.h, pointing into those logits)
+  // and returns one result per row, so only sampled ids and requested logprobs cross to the host. The host
+  // Sampler stays the reference: runners without device sampling (CPU) return logits from step().
+  virtual bool supports_device_sampling() const { return false; }
+  virtual Status begin_sampled_step(const scheduler::BatchPlan& plan) {
+    return Status::error(name() + ": this backend cannot sample on the device");
+  }
+  virtual Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) {
+    return Status::error(name() + ": this backend cannot sample on the device");
+  }
 
   // Prefix caching (cache/prefix_cache.h): room for `num_snapshots` copies of one slot (after bind_state), and
   // the state copies the engine asks for between steps, done in order before the next step() reads the state

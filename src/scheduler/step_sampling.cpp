@@ -46,4 +46,48 @@ Status sample_step(const BatchPlan& plan, std::span<const float> logits, int64_t
   return Status::ok();
 }
 
+Status pack_step_rows(const BatchPlan& plan, int64_t vocab_size, int64_t eos_token_id,
+                      const sampling::TokenBitmask* bitmask, sampling::PackedRows& rows) {
+  rows.clear(vocab_size);
+  for (const SeqPlan& sp : plan.seqs) {
+    if (!sp.needs_logits) continue;
+    sampling::RowRequest r;
+    r.logits_row = sp.logits_row;
+    if (bitmask) r.token_bitmask = bitmask->row_if_active(sp.logits_row);
+    r.params = sp.params;
+    r.prompt_tokens = sp.prompt_tokens;
+    r.output_tokens = sp.output_tokens;
+    r.rng = sp.rng;
+    r.eos_token_id = eos_token_id;
+    DSI_RETURN_IF_ERROR(rows.add(r));
+  }
+  return Status::ok();
+}
+
+Status collect_device_samples(const BatchPlan& plan, std::span<const ops::SampleRowOut> results,
+                              std::vector<StepOutput>& out, std::vector<int32_t>& nonfinite) {
+  out.clear();
+  nonfinite.clear();
+  size_t j = 0;
+  for (int32_t i = 0; i < plan.num_seqs(); ++i) {
+    const SeqPlan& sp = plan.seqs[size_t(i)];
+    if (!sp.needs_logits) continue;
+    if (j >= results.size()) return Status::errorf("device sampling: {} results for a plan with more rows", results.size());
+    const ops::SampleRowOut& r = results[j++];
+    if (r.status == ops::kSampleNonFinite) {
+      nonfinite.push_back(i);
+      continue;
+    }
+    if (r.status != ops::kSampleOk || r.token < 0)
+      return Status::errorf("device sampling: row {} was rejected (status {}, token {})", sp.logits_row, r.status, r.token);
+    StepOutput o;
+    o.plan_index = i;
+    o.seq_id = sp.seq_id;
+    o.samples.push_back(sampling::to_sample_result(r, sp.params && sp.params->logprobs));
+    out.push_back(std::move(o));
+  }
+  if (j != results.size()) return Status::errorf("device sampling: {} results for {} rows", results.size(), j);
+  return Status::ok();
+}
+
 }  // namespace dsinfer::scheduler

@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "sampling/row_pack.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 
@@ -17,5 +18,14 @@ namespace dsinfer::scheduler {
 Status sample_step(const BatchPlan& plan, std::span<const float> logits, int64_t vocab_size, int64_t eos_token_id,
                    sampling::Sampler& sampler, std::vector<StepOutput>& out, std::vector<int32_t>& nonfinite,
                    const sampling::TokenBitmask* bitmask = nullptr);
+
+// Device sampling (ops/sampling): the same rows, described for the device sampler instead of sampled here, in
+// plan order (the order collect_device_samples expects). Raw logprobs, as the engine's host Sampler.
+Status pack_step_rows(const BatchPlan& plan, int64_t vocab_size, int64_t eos_token_id,
+                      const sampling::TokenBitmask* bitmask, sampling::PackedRows& rows);
+// The device results of pack_step_rows' rows -> update() inputs; rows the device found non-finite go to
+// `nonfinite` (plan indices), as in sample_step. A result the device rejected is an error.
+Status collect_device_samples(const BatchPlan& plan, std::span<const ops::SampleRowOut> results,
+                              std::vector<StepOutput>& out, std::vector<int32_t>& nonfinite);
 
 }  // namespace dsinfer::scheduler

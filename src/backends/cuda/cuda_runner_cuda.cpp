@@ -119,6 +119,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
     DSI_RETURN_IF_ERROR(graphs_.launch(T, scratch_gen_, stream_, [&] { return run_forward(st, rows, R); }));
   else
     DSI_RETURN_IF_ERROR(run_forward(st, rows, R));
+  if (dsamp_.defer_logits) return Status::ok();  // begin_sampled_step: sample_rows() reads them on the device
   cudaStream_t cs = static_cast<cudaStream_t>(stream_);
   logits.resize(size_t(R) * size_t(V));
   if (R > 0) DSI_CUDA_TRY(cudaMemcpyAsync(logits.data(), s_.logits.data(), size_t(R * V) * 4, cudaMemcpyDeviceToHost, cs));

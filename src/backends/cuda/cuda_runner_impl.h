@@ -6,6 +6,7 @@
 //   forward_cuda.cpp   the per-step forward (embed, layers, head) over scratch sized for the largest step;
 //   attention_cuda.cpp its attention block
 //   op_timer.h         per-op event timing for `dsinfer bench` (RunnerDiagnostics)
+//   device_sampler.h   buffers of device sampling (sampling_runner_cuda.cpp: ops/sampling on the logits)
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "backends/cuda/decode_graphs.h"
+#include "backends/cuda/device_sampler.h"
 #include "backends/cuda/device_weights.h"
 #include "backends/cuda/host_tier_cuda.h"
 #include "backends/cuda/op_timer.h"
@@ -43,6 +45,10 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
   engine::RunnerDiagnostics& diagnostics() override { return *this; }
+  // Device sampling (sampling_runner_cuda.cpp): the logits stay on the GPU, only sampled ids come back.
+  bool supports_device_sampling() const override { return true; }
+  Status begin_sampled_step(const scheduler::BatchPlan& plan) override;
+  Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override;
 
   // Per-op timing for `dsinfer bench`: when on, every named op is bracketed by CUDA events.
   Status set_timing(bool on) override {
@@ -120,6 +126,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   ops::cuda::GemmLtEngine lt_;
   DecodeGraphs graphs_;
   OpTimer timer_;
+  DeviceSamplerBuffers dsamp_;
 };
 
 }  // namespace dsinfer::backends
