@@ -15,6 +15,7 @@
 #include "io/config.h"
 #include "model/numerics.h"
 #include "scheduler/batch_plan.h"
+#include "spec/drafter.h"
 
 namespace dsinfer::engine {
 
@@ -78,6 +79,12 @@ class ModelRunner {
     return layers.empty() ? Status::ok() : Status::error(name() + ": this backend cannot capture hidden states");
   }
   virtual std::span<const float> captured_hidden() const { return {}; }
+  // The drafter of `method` on this backend's device, reading the captured hidden states where they are (the
+  // runner then stops downloading them: captured_hidden() stays empty); nullptr = the engine's host drafter.
+  virtual Result<std::unique_ptr<spec::Drafter>> create_drafter(spec::SpecMethod method, const std::string& model_dir,
+                                                                int32_t num_slots) {
+    return std::unique_ptr<spec::Drafter>();
+  }
 
   // Prefix caching (cache/prefix_cache.h): room for `num_snapshots` copies of one slot (after bind_state), and
   // the state copies the engine asks for between steps, done in order before the next step() reads the state
