@@ -58,15 +58,13 @@ class DraftForward {
   // floats between slots, window rows of head_dim).
   Status layer(const DeviceLayer& L, float* X, int64_t T, const int64_t* pos, const detail::DraftKeys* keys,
                int64_t max_keys, const float* ring, int64_t slot_stride);
-  // kv [T, head_dim] = RoPE(kv_norm(wkv(attn_norm(x)))) for x [T, D] (DSpark context) or, with x_normed, for the
-  // already collapsed+normed y of layer() (MTP-1: the window row of each position).
+  // kv [T, head_dim] = RoPE(kv_norm(wkv(attn_norm(x)))) for x [T, D] (DSpark context rows, which skip the mHC).
   Status context_kv(const DeviceLayer& L, const float* x, int64_t T, const int64_t* pos, float* kv);
   // h [R, D] = norm(hc_head(X[rows[r]])); rows (device int32) nullptr = rows 0..R-1.
   Status head_hidden(const HcDevice& hc, const float* norm, const float* X, const int32_t* rows, int64_t R, float* h);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
   Status rmsnorm_rows(const float* x, int64_t rows, int64_t dim, const float* w, float* y);
   const float* last_kv() const { return kv_.data(); }  // this call's K=V rows of the last layer() [T, head_dim]
-  float* scratch_y() { return y_.data(); }
 
  private:
   Status attention(const DeviceLayer& L, int64_t T, const int64_t* pos, const detail::DraftKeys* keys,

@@ -29,6 +29,7 @@ Status CudaRunner::set_hidden_capture(std::vector<int64_t> layers) {
 }
 
 void CudaRunner::free_capture() {
+  hidden_view_ = {};
   if (hidden_host_) cudaFreeHost(hidden_host_);
   hidden_host_ = nullptr;
   hidden_host_floats_ = 0;
