@@ -18,7 +18,8 @@ void usage() {
   std::fprintf(stderr,
                "usage: dsinfer bench --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
                "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n"
-               "                     [--batch-invariant]\n");
+               "                     [--batch-invariant]\n"
+               "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n");
 }
 
 std::vector<int64_t> parse_list(const std::string& s) {
@@ -79,6 +80,7 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--context") o.context = std::stoll(v);
       else if (a == "--prefill") o.prefill = std::stoll(v);
       else if (a == "--iters") o.iters = std::max<int64_t>(1, std::stoll(v));
+      else if (a == "--verify-tokens") o.verify_tokens = parse_list(v);
       else {
         std::fprintf(stderr, "bench: unknown option '%s'\n", a.c_str());
         return usage(), 2;

@@ -96,6 +96,9 @@ struct BenchOptions {
   int64_t prefill = 4096;             // prefill case: tokens of one sequence from position 0; 0 = none
   int64_t iters = 5;                  // timed iterations per case (after one warm-up), medians reported
   bool batch_invariant = false;       // time the batch-invariant mode (EngineOptions::batch_invariant)
+  // Speculative verify steps: per K a case per batch size of 1 + K tokens per sequence at `context`, logits for
+  // every token (what a verify step of K drafts costs); empty = none.
+  std::vector<int64_t> verify_tokens;
   // Called after each case is added to the report (streaming output); may be empty.
   std::function<void(const BenchReport& report)> on_case;
 };
@@ -109,8 +112,9 @@ struct BenchOp {
 };
 
 struct BenchCase {
-  std::string title;                  // "decode" or "prefill"
+  std::string title;                  // "decode", "prefill" or "verify"
   int64_t seqs = 0, new_tokens = 0, context = 0;
+  int64_t logits_rows = 0;            // LM-head rows (verify: every token)
   std::vector<BenchOp> ops;           // by name
   double ops_ms = 0;                  // sum of measured op times
   double floor_ms = 0;                // sum of every op's floor

@@ -16,6 +16,7 @@
 #include "model/numerics.h"
 #include "sampling/row_pack.h"
 #include "scheduler/batch_plan.h"
+#include "spec/drafter.h"
 
 namespace dsinfer::engine {
 
@@ -82,6 +83,12 @@ class ModelRunner {
     return layers.empty() ? Status::ok() : Status::error(name() + ": this backend cannot capture hidden states");
   }
   virtual std::span<const float> captured_hidden() const { return {}; }
+  // The drafter of `method` on this backend's device, reading the captured hidden states where they are (the
+  // runner then stops downloading them: captured_hidden() stays empty); nullptr = the engine's host drafter.
+  virtual Result<std::unique_ptr<spec::Drafter>> create_drafter(spec::SpecMethod method, const std::string& model_dir,
+                                                                int32_t num_slots) {
+    return std::unique_ptr<spec::Drafter>();
+  }
 
   // Device sampling (ops/sampling): begin_sampled_step() runs the plan like step() but leaves the logits on the
   // device; sample_rows() then samples the rows `rows` describes (sampling/row_pack.h, pointing into those logits)

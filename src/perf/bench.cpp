@@ -12,7 +12,7 @@
 namespace dsinfer::perf {
 
 scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t context, int64_t blocks_per_seq,
-                                     int64_t vocab, std::vector<std::vector<cache::BlockId>>& tables) {
+                                     int64_t vocab, std::vector<std::vector<cache::BlockId>>& tables, bool verify) {
   scheduler::BatchPlan p;
   p.clear();
   tables.assign(size_t(seqs), {});
@@ -23,9 +23,10 @@ scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t c
     sp.start_pos = context;
     sp.num_new_tokens = int32_t(new_tokens);
     sp.token_offset = p.num_tokens();
-    sp.is_prefill = new_tokens > 1;
+    sp.is_prefill = new_tokens > 1 && !verify;
+    sp.num_spec_tokens = verify ? int32_t(new_tokens - 1) : 0;
     sp.needs_logits = true;
-    sp.logits_row = int32_t(s);
+    sp.logits_row = int32_t(p.logits_token_index.size());
     sp.slot = cache::SlotId(s);
     sp.block_table = tables[size_t(s)];
     for (int64_t i = 0; i < new_tokens; ++i) {
@@ -33,7 +34,8 @@ scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t c
       p.positions.push_back(context + i);
     }
     p.cu_seqlens.push_back(p.num_tokens());
-    p.logits_token_index.push_back(p.num_tokens() - 1);
+    for (int64_t i = verify ? 0 : new_tokens - 1; i < new_tokens; ++i)
+      p.logits_token_index.push_back(int32_t(p.num_tokens() - new_tokens + i));
     p.seqs.push_back(sp);
   }
   return p;
@@ -92,7 +94,7 @@ void aggregate(const io::ModelConfig& cfg, const Samples& samples, BenchCase& c)
   std::map<std::string, BenchOp> agg;
   for (const auto& [key, v] : samples.ops) agg[key.first].measured_ms += median(v);
   const Ceilings ceil;
-  const StepShape shape{c.seqs, c.new_tokens, c.context, c.seqs};
+  const StepShape shape{c.seqs, c.new_tokens, c.context, c.logits_rows};
   for (const OpCost& oc : step_costs(cfg, shape, {}, cfg.num_hidden_layers)) {
     BenchOp& op = agg[oc.name];
     op.floor_ms += 1e3 * oc.floor_s(ceil);
@@ -109,15 +111,16 @@ void aggregate(const io::ModelConfig& cfg, const Samples& samples, BenchCase& c)
 }
 
 BenchCase run_case(engine::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o, const char* title,
-                   int64_t seqs, int64_t new_tokens, int64_t ctx) {
+                   int64_t seqs, int64_t new_tokens, int64_t ctx, bool verify = false) {
   BenchCase c;
   c.title = title;
   c.seqs = seqs;
   c.new_tokens = new_tokens;
   c.context = ctx;
+  c.logits_rows = verify ? seqs * new_tokens : seqs;
   std::vector<std::vector<cache::BlockId>> tables;
   const scheduler::BatchPlan plan = make_bench_plan(seqs, new_tokens, ctx, layout.blocks_per_sequence(ctx + new_tokens),
-                                                    r.config().vocab_size, tables);
+                                                    r.config().vocab_size, tables, verify);
   Samples samples;
   if (Status s = time_steps(r, plan, o.iters, samples); !s) {
     c.error = s.message();
@@ -141,6 +144,8 @@ Status validate_bench_options(const BenchOptions& o) {
     return Status::errorf("bench context ({}) and prefill ({}) must be >= 0", o.context, o.prefill);
   for (int64_t b : o.batches)
     if (b < 1) return Status::errorf("bench batch size must be >= 1, found {}", b);
+  for (int64_t k : o.verify_tokens)
+    if (k < 1 || k > 64) return Status::errorf("bench verify tokens must be in [1, 64], found {}", k);
   return Status::ok();
 }
 
@@ -153,11 +158,13 @@ Status run_bench(engine::ModelRunner& r, const BenchOptions& o, BenchReport& rep
   cache::StateCacheConfig cc;
   cc.kv_elem_bytes = r.kv_elem_bytes();
   cc.max_num_seqs = int32_t(max_b);
+  const int64_t max_k = o.verify_tokens.empty() ? 0 : *std::max_element(o.verify_tokens.begin(), o.verify_tokens.end());
+  cc.max_spec_tokens = int32_t(max_k);
   DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(cfg, cc));
-  const int64_t blocks_decode = max_b * layout.blocks_per_sequence(o.context + 1);
+  const int64_t blocks_decode = max_b * layout.blocks_per_sequence(o.context + 1 + max_k);
   const int64_t blocks_prefill = layout.blocks_per_sequence(o.prefill);
   DSI_RETURN_IF_ERROR(r.bind_state(layout, int32_t(max_b), int32_t(std::max(blocks_decode, blocks_prefill)),
-                                   std::max(o.context + 1, o.prefill)));
+                                   std::max(o.context + 1 + max_k, o.prefill)));
   DSI_RETURN_IF_ERROR(r.diagnostics().randomize_state(7));
   DSI_RETURN_IF_ERROR(r.diagnostics().set_timing(true));
   report.ok = true;
@@ -167,6 +174,8 @@ Status run_bench(engine::ModelRunner& r, const BenchOptions& o, BenchReport& rep
     if (o.on_case) o.on_case(report);
   };
   for (int64_t b : o.batches) add(run_case(r, layout, o, "decode", b, 1, o.context));
+  for (int64_t k : o.verify_tokens)
+    for (int64_t b : o.batches) add(run_case(r, layout, o, "verify", b, 1 + k, o.context, true));
   if (o.prefill > 0) add(run_case(r, layout, o, "prefill", 1, o.prefill, 0));
   return Status::ok();
 }

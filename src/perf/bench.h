@@ -12,11 +12,13 @@
 namespace dsinfer::perf {
 
 // A plan of `seqs` sequences with `new_tokens` each after `context` positions, in slots 0.., their blocks laid
-// out sequence after sequence (blocks_per_seq each); token ids are spread over the vocabulary.
+// out sequence after sequence (blocks_per_seq each); token ids are spread over the vocabulary. verify: a
+// speculative verify step (the new tokens are an anchor + new_tokens - 1 drafts, logits for every token).
 scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t context, int64_t blocks_per_seq,
-                                     int64_t vocab, std::vector<std::vector<cache::BlockId>>& tables);
+                                     int64_t vocab, std::vector<std::vector<cache::BlockId>>& tables,
+                                     bool verify = false);
 
-// Iterations >= 1, batch sizes >= 1, context and prefill >= 0; the error names the value.
+// Iterations >= 1, batch sizes >= 1, context and prefill >= 0, verify tokens in [1, 64]; the error names the value.
 Status validate_bench_options(const BenchOptions& options);
 
 // Runs every case of `options` (batches, context, prefill, iters) on `runner`, appending to report.cases and

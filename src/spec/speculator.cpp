@@ -13,9 +13,14 @@ using scheduler::SeqPlan;
 using scheduler::StepOutput;
 
 Result<std::unique_ptr<Speculator>> Speculator::create(SpecMethod method, int32_t k, const std::string& model_dir,
-                                                       const io::ModelConfig& target, int32_t num_slots) {
+                                                       const io::ModelConfig& target, int32_t num_slots,
+                                                       std::unique_ptr<Drafter> device_drafter) {
   DSI_ASSIGN_OR_RETURN(DraftConfig dc, load_draft_config(model_dir));
-  DSI_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> d, create_cpu_drafter(method, model_dir, target, num_slots));
+  std::unique_ptr<Drafter> d = std::move(device_drafter);
+  if (d && d->method() != method) return Status::error("speculator: the device drafter is of another method");
+  if (!d) {
+    DSI_ASSIGN_OR_RETURN(d, create_cpu_drafter(method, model_dir, target, num_slots));
+  }
   if (k < 0 || k > d->max_drafts())
     return Status::errorf("num_speculative_tokens must be in [0, {}] for the {} drafter, found {}", d->max_drafts(),
                           spec_method_name(method), k);

@@ -21,10 +21,11 @@ namespace dsinfer::spec {
 
 class Speculator {
  public:
-  // num_speculative_tokens 0 = the drafter's maximum. `num_slots`: the state cache's slots.
+  // num_speculative_tokens 0 = the drafter's maximum. `num_slots`: the state cache's slots. `device_drafter`: the
+  // runner's drafter on its device (ModelRunner::create_drafter), or nullptr for the CPU reference drafter.
   static Result<std::unique_ptr<Speculator>> create(SpecMethod method, int32_t num_speculative_tokens,
                                                     const std::string& model_dir, const io::ModelConfig& target,
-                                                    int32_t num_slots);
+                                                    int32_t num_slots, std::unique_ptr<Drafter> device_drafter = nullptr);
   // Or around any drafter (tests).
   Speculator(std::unique_ptr<Drafter> drafter, int32_t num_speculative_tokens, DraftConfig dc, int64_t vocab);
 

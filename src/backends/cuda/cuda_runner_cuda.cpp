@@ -55,6 +55,7 @@ Status CudaRunner::init(const engine::RunnerOptions& opts) {
 
 CudaRunner::~CudaRunner() {
   graphs_.clear();
+  free_capture();
   if (plan_host_) cudaFreeHost(plan_host_);
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
@@ -105,6 +106,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   timer_.begin_step();
   const int64_t T = plan.num_tokens(), S = plan.num_seqs(), R = plan.num_logits();
   const int64_t V = cfg_.vocab_size;
+  hidden_view_ = {};
   if (T == 0) return Status::ok();
   // A decode step (one token per sequence, one logits row each) replays a CUDA graph of its batch size.
   const bool graph = graphs_enabled_ && !timer_.enabled() && max_model_len_ > 0 && T == S && R == S;
@@ -112,6 +114,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   shape_.max_pos = layout.max_pos;
   shape_.visible = (layout.max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
   DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), shape_.visible, shape_.max_pos));
+  DSI_RETURN_IF_ERROR(ensure_capture(T));
   DSI_RETURN_IF_ERROR(upload_plan(plan, layout));
   const ops::StepDevice st = step_device(layout, plan_dev_.data());
   const int32_t* rows = logits_rows(layout, plan_dev_.data());
@@ -123,6 +126,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   cudaStream_t cs = static_cast<cudaStream_t>(stream_);
   logits.resize(size_t(R) * size_t(V));
   if (R > 0) DSI_CUDA_TRY(cudaMemcpyAsync(logits.data(), s_.logits.data(), size_t(R * V) * 4, cudaMemcpyDeviceToHost, cs));
+  DSI_RETURN_IF_ERROR(download_hidden(T));
   DSI_CUDA_TRY(cudaStreamSynchronize(cs));
   return Status::ok();
 }

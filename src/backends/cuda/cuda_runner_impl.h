@@ -62,6 +62,14 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   Status bind_snapshots(int32_t num_snapshots) override;
   Status bind_host_blocks(int32_t num_host_blocks) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
+  // Speculative decoding (hidden_capture_cuda.cpp): the tapped layers' residual streams of every token of a
+  // step, kept on the device (captured_hidden_device) and downloaded to pinned host memory with the logits.
+  Status set_hidden_capture(std::vector<int64_t> layers) override;
+  std::span<const float> captured_hidden() const override { return hidden_view_; }
+  // The GPU drafter (draft_cuda.h) on this runner's stream, embedding and head; DSINFER_DRAFTER=host keeps the
+  // host drafter (captured states downloaded).
+  Result<std::unique_ptr<spec::Drafter>> create_drafter(spec::SpecMethod method, const std::string& model_dir,
+                                                        int32_t num_slots) override;
 
  private:
   // Scratch of the forward, sized for the largest step seen (grown, never shrunk; growing starts a new scratch
@@ -94,6 +102,12 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   Status mark(const char* name, int64_t layer, bool begin) { return timer_.mark(name, layer, begin, stream_); }
   // attention_cuda.cpp
   Status attention(int64_t l, const ops::StepDevice& st);
+  // hidden_capture_cuda.cpp: sizing (before the forward), the copy after layer l (inside it, capturable), the
+  // download (after it, before the step's synchronisation).
+  Status ensure_capture(int64_t T);
+  Status capture_hidden(int64_t l, int64_t T);
+  Status download_hidden(int64_t T);
+  void free_capture();
 
   io::ModelConfig cfg_;
   model::Numerics num_;
@@ -127,6 +141,14 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   DecodeGraphs graphs_;
   OpTimer timer_;
   DeviceSamplerBuffers dsamp_;
+  // Hidden-state capture: capture_index_[l] = position of layer l in the requested list, or -1.
+  std::vector<int64_t> capture_layers_, capture_index_;
+  cuda::DeviceBuffer<float> hidden_dev_;  // [tokens, layers, hc * D]
+  float* hidden_host_ = nullptr;          // pinned, hidden_host_floats_ floats
+  size_t hidden_host_floats_ = 0;
+  size_t capture_floats_ = 0;     // floats captured by the last step
+  bool download_hidden_ = true;   // false once a device drafter reads the capture in place
+  std::span<const float> hidden_view_;
 };
 
 }  // namespace dsinfer::backends

@@ -156,6 +156,7 @@ Status CudaRunner::run_forward(const ops::StepDevice& st, const int32_t* rows, i
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(ffn(l, st.tokens, T));
     DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    DSI_RETURN_IF_ERROR(capture_hidden(l, T));  // speculative decoding: the drafter's tapped layers
   }
   if (R > 0) {
     // sinkhorn_iters is unused at the head (no comb there) but must be valid.

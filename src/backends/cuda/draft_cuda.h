@@ -1,0 +1,158 @@
+// The drafters of speculative decoding on the GPU (DSpark and MTP-1; CPU references spec/dspark.h, spec/mtp1.h,
+// spec/draft_layer.h): the same forward op for op, on the target's CUDA ops (GEMM, RMSNorm, fused norm + RoPE, mHC,
+// router, MoE, embed) plus draft_kernels_cuda.h (window attention over explicit key ranges, stream mean, ring
+// scatter). They read the target's hidden states where the CudaRunner captured them (device memory, no download),
+// share the runner's device embedding and head, and run on the runner's stream, so the next step is ordered after
+// them. Drafter weights are uploaded as F32 from the host loader (spec/draft_weights.h).
+//   draft_weights_cuda.cpp  upload of the drafter weights        draft_layer_cuda.cpp  one decoder layer, heads
+//   dspark_cuda.cpp         DsparkCuda                           mtp1_cuda.cpp         Mtp1Cuda
+// Precision: `exact` runs every GEMM / MoE on the fp32 CUDA-core kernels (chunks of kGemmSkinnyMaxM rows; parity
+// with the CPU reference up to fp32-vs-double accumulation); otherwise larger GEMMs take the bf16 tensor-core
+// path (drafts may differ in near ties; verification keeps the output exact either way).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backends/cuda/device_weights.h"
+#include "backends/cuda/draft_kernels_launch.h"
+#include "cuda/device_buffer.h"
+#include "ops/embed/embed_launch.h"
+#include "ops/moe/moe_cuda.h"
+#include "spec/draft_weights.h"
+#include "spec/drafter.h"
+
+namespace dsinfer::backends {
+
+struct DraftDeviceContext {
+  void* stream = nullptr;
+  const ops::cuda::DeviceWeight* embed = nullptr;  // the target's [V, D] table (F32 or BF16)
+  const ops::cuda::DeviceWeight* head = nullptr;   // the target's head [V, D]
+  // The runner's capture of the last step on the device ([tokens, layers, hc * D]); ingest reads it when the host
+  // span it is given is empty (otherwise it uploads the host span: tests, the host-capture path).
+  std::function<std::span<const float>()> device_hidden;
+  bool exact = false;
+};
+
+// Weights of one drafter decoder layer on the device (F32), with the buffers that own them.
+struct DraftDeviceLayer {
+  DeviceLayer L;
+  std::vector<cuda::DeviceBuffer<uint8_t>> owned;
+};
+Result<std::unique_ptr<DraftDeviceLayer>> upload_draft_layer(const model::LayerWeights& w, const io::ModelConfig& c);
+// Uploads host floats into a new owned buffer; returns its device pointer.
+Result<const float*> upload_floats(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, const float* p, size_t n);
+Result<ops::cuda::DeviceWeight> upload_mat(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, const model::Mat& m);
+Result<HcDevice> upload_hc(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, const model::HcWeights& h);
+
+// Scratch and the layer forward shared by both drafters (draft_layer_cuda.cpp).
+class DraftForward {
+ public:
+  DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx);
+  Status init();  // RoPE table
+  // Grows the scratch for T tokens whose attention reads at most max_keys keys.
+  Status reserve(int64_t T, int64_t max_keys);
+  // X [T, hc, D] in place; pos [T] and keys [T] device arrays; ring: the layer's ring of slot 0 (slot_stride
+  // floats between slots, window rows of head_dim).
+  Status layer(const DeviceLayer& L, float* X, int64_t T, const int64_t* pos, const detail::DraftKeys* keys,
+               int64_t max_keys, const float* ring, int64_t slot_stride);
+  // kv [T, head_dim] = RoPE(kv_norm(wkv(attn_norm(x)))) for x [T, D] (DSpark context rows, which skip the mHC).
+  Status context_kv(const DeviceLayer& L, const float* x, int64_t T, const int64_t* pos, float* kv);
+  // h [R, D] = norm(hc_head(X[rows[r]])); rows (device int32) nullptr = rows 0..R-1.
+  Status head_hidden(const HcDevice& hc, const float* norm, const float* X, const int32_t* rows, int64_t R, float* h);
+  Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
+  Status rmsnorm_rows(const float* x, int64_t rows, int64_t dim, const float* w, float* y);
+  const float* last_kv() const { return kv_.data(); }  // this call's K=V rows of the last layer() [T, head_dim]
+
+ private:
+  Status attention(const DeviceLayer& L, int64_t T, const int64_t* pos, const detail::DraftKeys* keys,
+                   int64_t max_keys, const float* ring, int64_t slot_stride);
+  Status moe(const DeviceLayer& L, int64_t T);
+
+  const io::ModelConfig& c_;
+  DraftDeviceContext ctx_;
+  int64_t T_ = 0;
+  cuda::DeviceBuffer<float> inv_freq_, y_, f_, post_, comb_, cq_, q_, kv_, o_, mid_, router_, rw_;
+  cuda::DeviceBuffer<int32_t> ridx_, rows_;
+  ops::cuda::MoeWorkspace moe_ws_;
+};
+
+// Host arrays of one call, uploaded in order on the drafter's stream (pageable copies are staged by the driver,
+// so the host vectors may change once the call returns).
+Status upload_async(void* stream, cuda::DeviceBuffer<uint8_t>& dst, const void* src, size_t bytes, const char* what);
+// The captured hidden states an ingest reads, on the device: `host` uploaded into `up` when it is non-empty, else
+// the runner's device capture (ctx.device_hidden).
+Result<std::span<const float>> device_hidden_source(const DraftDeviceContext& ctx, std::span<const float> host,
+                                                    cuda::DeviceBuffer<uint8_t>& up);
+
+class DsparkCuda final : public spec::Drafter {
+ public:
+  DsparkCuda(const io::ModelConfig& target, spec::DraftConfig dc, spec::DsparkWeights w, int32_t num_slots,
+             DraftDeviceContext ctx);
+  Status init();
+  spec::SpecMethod method() const override { return spec::SpecMethod::kDspark; }
+  const std::vector<int64_t>& tapped_layers() const override { return dc_.target_layer_ids; }
+  int32_t max_drafts() const override { return int32_t(dc_.block_size); }
+  bool has_confidence() const override { return true; }
+  Status ingest(std::span<const spec::IngestItem> items, std::span<const float> hidden) override;
+  Status propose(std::span<const spec::ProposeItem> items, const spec::DrawFn& draw,
+                 std::vector<spec::Proposal>& out) override;
+
+ private:
+  Status block_logits(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live);
+  io::ModelConfig tc_, lc_;
+  spec::DraftConfig dc_;
+  spec::DsparkWeights w_;  // host copies: Markov embedding and confidence weights (host-side confidence)
+  int32_t num_slots_;
+  int64_t window_;
+  DraftDeviceContext ctx_;
+  DraftForward fwd_;
+  std::vector<std::unique_ptr<DraftDeviceLayer>> layers_;
+  std::vector<cuda::DeviceBuffer<uint8_t>> owned_;
+  ops::cuda::DeviceWeight main_proj_, markov_embed_, markov_head_;
+  const float *main_norm_ = nullptr, *norm_ = nullptr;
+  HcDevice hc_head_;
+  cuda::DeviceBuffer<float> ring_, feats_, hctx_, kvc_, X_, h_, logits_, e_;
+  cuda::DeviceBuffer<uint8_t> hidden_up_, rows_, pos_, slot_, keys_, tok_;
+  std::vector<float> h_host_, lg_host_;
+};
+
+class Mtp1Cuda final : public spec::Drafter {
+ public:
+  Mtp1Cuda(const io::ModelConfig& target, spec::Mtp1Weights w, int32_t num_slots, DraftDeviceContext ctx);
+  Status init();
+  spec::SpecMethod method() const override { return spec::SpecMethod::kMtp1; }
+  const std::vector<int64_t>& tapped_layers() const override { return tapped_; }
+  int32_t max_drafts() const override { return 1; }
+  bool has_confidence() const override { return false; }
+  Status ingest(std::span<const spec::IngestItem> items, std::span<const float> hidden) override;
+  Status propose(std::span<const spec::ProposeItem> items, const spec::DrawFn& draw,
+                 std::vector<spec::Proposal>& out) override;
+
+ private:
+  io::ModelConfig tc_;
+  spec::Mtp1Weights w_;
+  std::vector<int64_t> tapped_;
+  int32_t num_slots_;
+  int64_t window_;
+  DraftDeviceContext ctx_;
+  DraftForward fwd_;
+  std::unique_ptr<DraftDeviceLayer> layer_;
+  std::vector<cuda::DeviceBuffer<uint8_t>> owned_;
+  ops::cuda::DeviceWeight e_proj_, h_proj_;
+  const float *enorm_ = nullptr, *hnorm_ = nullptr, *norm_ = nullptr;
+  HcDevice hc_head_;
+  cuda::DeviceBuffer<float> ring_, last_h_, X_, e_, ep_, hs_, h_, logits_;
+  cuda::DeviceBuffer<uint8_t> hidden_up_, pos_, keys_, tok_, slot_, lastsel_;
+  std::vector<int64_t> last_pos_;
+  std::vector<float> lg_host_;
+};
+
+// The drafter of `method` on the GPU (weights from model_dir).
+Result<std::unique_ptr<spec::Drafter>> create_cuda_drafter(spec::SpecMethod method, const std::string& model_dir,
+                                                           const io::ModelConfig& target, int32_t num_slots,
+                                                           DraftDeviceContext ctx);
+
+}  // namespace dsinfer::backends

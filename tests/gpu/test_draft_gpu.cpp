@@ -1,0 +1,145 @@
+// GPU parity of the CUDA drafters (backends/cuda/draft_cuda.h) against the CPU reference drafters (spec/dspark.h,
+// spec/mtp1.h) on the shipped models/dsv4-small: both ingest the same captured hidden states (random, two rounds:
+// a prefill longer than the window, then 3 positions that wrap the ring), then propose. With forced draws (the same
+// predecessor tokens on both sides) every draft-logits row and confidence logit is compared; with greedy draws
+// the proposals must be identical (a difference only where the CPU row's top two logits are a near tie).
+// Thresholds (normalised L2 of each logits row): exact mode (RunnerOptions::exact_gemm: every drafter GEMM / MoE on
+// the fp32 CUDA-core kernels) 2e-3 — fp32 products and accumulation against the reference's double accumulation,
+// through two mHC layers (Sinkhorn), norms and the router, leave ~1e-5; 2e-3 also absorbs a rare fp32-vs-double
+// router near tie on one token. Fast mode (bf16 tensor-core GEMMs above 8 rows) 5e-2: chained bf16-operand GEMMs
+// (2^-9 relative per operand, ~10 in a row).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "cuda/gpu_test_util.h"
+#include "engine/model_runner.h"
+#include "spec/drafter.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace dsinfer;
+
+std::string model_dir() { return test::source_dir() + "/models/dsv4-small"; }
+
+struct Draws {
+  std::map<std::pair<size_t, int32_t>, std::vector<float>> logits;
+  std::vector<spec::Proposal> props;
+};
+
+struct Case {
+  spec::SpecMethod method;
+  bool exact;
+  double tol;
+};
+
+// Feeds one drafter the two ingest rounds and proposes; forced = draw fixed tokens instead of the argmax.
+Draws drive(spec::Drafter& d, int64_t width, int64_t V, bool forced) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(V - 1));
+  std::vector<float> h1(size_t(90 * width)), h2(size_t(6 * width));
+  for (float& x : h1) x = u(rng);
+  for (float& x : h2) x = u(rng);
+  std::vector<int32_t> na(70), nb(20), na2(3), nb2(3);
+  for (auto* v : {&na, &nb, &na2, &nb2})
+    for (int32_t& t : *v) t = tok(rng);
+  const std::vector<spec::IngestItem> r1{{0, 0, 70, 0, na}, {2, 0, 20, 70, nb}};
+  const std::vector<spec::IngestItem> r2{{0, 70, 3, 0, na2}, {2, 20, 3, 3, nb2}};
+  EXPECT_TRUE(d.ingest(r1, h1).is_ok());
+  EXPECT_TRUE(d.ingest(r2, h2).is_ok());
+  const int32_t k = d.max_drafts();
+  const std::vector<spec::ProposeItem> items{{0, 73, na2[2], k}, {1, 5, 7, 0}, {2, 23, nb2[2], std::min(3, k)}};
+  Draws out;
+  auto draw = [&](size_t i, int32_t kk, std::span<const float> lg) -> int32_t {
+    out.logits[{i, kk}] = std::vector<float>(lg.begin(), lg.end());
+    if (forced) return int32_t((i * 977 + size_t(kk) * 131 + 5) % size_t(V));
+    return int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+  };
+  const Status s = d.propose(items, draw, out.props);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return out;
+}
+
+void check(const Case& c) {
+  engine::RunnerOptions ro;
+  ro.model_dir = model_dir();
+  ro.backend = engine::Backend::kCuda;
+  ro.exact_gemm = c.exact;
+  auto runner = engine::create_runner(ro);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().message();
+  const io::ModelConfig& cfg = (*runner)->config();
+  auto gpu = (*runner)->create_drafter(c.method, model_dir(), 4);
+  ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
+  ASSERT_TRUE(*gpu) << "the CUDA runner returned no device drafter";
+  auto cpu = spec::create_cpu_drafter(c.method, model_dir(), cfg, 4);
+  ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
+  const int64_t width = int64_t((*cpu)->tapped_layers().size()) * cfg.hc_mult * cfg.hidden_size;
+  ASSERT_EQ((*cpu)->tapped_layers(), (**gpu).tapped_layers());
+
+  for (bool forced : {true, false}) {
+    const Draws a = drive(**cpu, width, cfg.vocab_size, forced);
+    const Draws b = drive(**gpu, width, cfg.vocab_size, forced);
+    ASSERT_EQ(a.props.size(), b.props.size());
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    double worst = 0;
+    for (const auto& [key, ref] : a.logits) {
+      auto it = b.logits.find(key);
+      ASSERT_TRUE(it != b.logits.end());
+      const double err = cuda::test::normalized_error(it->second, ref);
+      worst = std::max(worst, err);
+      if (forced) EXPECT_LT(err, c.tol) << "item " << key.first << " draft " << key.second;
+    }
+    for (size_t i = 0; i < a.props.size(); ++i) {
+      if (forced) {
+        ASSERT_EQ(a.props[i].confidence_logits.size(), b.props[i].confidence_logits.size());
+        for (size_t k = 0; k < a.props[i].confidence_logits.size(); ++k)
+          EXPECT_NEAR(b.props[i].confidence_logits[k], a.props[i].confidence_logits[k],
+                      c.tol * std::max(1.0f, std::fabs(a.props[i].confidence_logits[k])));
+        EXPECT_EQ(a.props[i].tokens, b.props[i].tokens);  // the forced tokens themselves
+        continue;
+      }
+      // Greedy: identical up to a near tie of the CPU row (then the rows after it are not comparable).
+      const auto& x = a.props[i].tokens;
+      const auto& y = b.props[i].tokens;
+      ASSERT_EQ(x.size(), y.size());
+      for (size_t k = 0; k < x.size(); ++k) {
+        if (x[k] == y[k]) continue;
+        std::vector<float> row = a.logits.at({i, int32_t(k)});
+        const float mx = *std::max_element(row.begin(), row.end());
+        const float gap = row[size_t(x[k])] - row[size_t(y[k])];
+        EXPECT_LT(gap, c.tol * std::max(1.0f, std::fabs(mx)) * 10) << "item " << i << " draft " << k;
+        break;
+      }
+    }
+    std::printf("%s drafter (%s, %s draws): worst normalised logits error %.3g over %zu rows\n",
+                spec::spec_method_name(c.method), c.exact ? "exact" : "fast", forced ? "forced" : "greedy", worst,
+                a.logits.size());
+  }
+}
+
+}  // namespace
+
+TEST(DraftGpu, DsparkMatchesCpuReferenceExact) {
+  DSI_SKIP_WITHOUT_GPU();
+  check({spec::SpecMethod::kDspark, true, 2e-3});
+}
+
+TEST(DraftGpu, DsparkMatchesCpuReferenceFast) {
+  DSI_SKIP_WITHOUT_GPU();
+  check({spec::SpecMethod::kDspark, false, 5e-2});
+}
+
+TEST(DraftGpu, Mtp1MatchesCpuReferenceExact) {
+  DSI_SKIP_WITHOUT_GPU();
+  check({spec::SpecMethod::kMtp1, true, 2e-3});
+}
+
+TEST(DraftGpu, Mtp1MatchesCpuReferenceFast) {
+  DSI_SKIP_WITHOUT_GPU();
+  check({spec::SpecMethod::kMtp1, false, 5e-2});
+}
