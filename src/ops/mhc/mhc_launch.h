@@ -12,6 +12,10 @@ struct HcNormParams {
   int64_t n = 4, dim = 0, sinkhorn_iters = 20;
   float hc_eps = 1e-6f, rms_eps = 1e-6f;  // rms_eps: the mixing RMS and the following norm (rms_norm_eps)
   const float* norm_w = nullptr;  // [dim] weights of the norm after the collapse (attn_norm / ffn_norm / norm)
+  // DeepSeek-V4.1 (hc_pre_norm only): collapse with these carried coefficients [T, n] instead of the site's own
+  // pre, and store the site's own pre into pre_out [T, n]. Null = V4 behaviour. Must not alias each other.
+  const float* pre_in = nullptr;
+  float* pre_out = nullptr;
 };
 
 namespace detail {
@@ -31,6 +35,9 @@ inline int64_t hc_max_splits(int64_t dim, int64_t mixes) { return (dim / 2) / (m
 // RMSNorm). rows == nullptr: hc_pre over T tokens; else hc_head over the R = T listed rows.
 void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& split,
                     float* y, float* post, float* comb, void* stream);
+// y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w) (DeepSeek-V4.1's final collapse).
+void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
+                             const float* norm_w, float eps, float* y, void* stream);
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                     void* stream);
 }  // namespace detail
