@@ -55,9 +55,16 @@ Status check_roles(const io::ModelConfig& cfg) {
 Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner_v41(const engine::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(opts.model_dir));
   if (!cfg.is_v41()) return Status::errorf("{}: not a DeepSeek-V4.1 config", opts.model_dir);
-  if (opts.numerics.bf16_activations)
-    return Status::errorf("the cuda backend runs DeepSeek-V4.1 with transformers numerics (--numerics hf or hf-noqat); "
-                          "'{}' numerics are CPU-only for now", opts.numerics.name);
+  // Only transformers numerics have kernels. Dummy weights (benchmarks) time the same kernels under any name (the
+  // official rounding points would not change the cost); a checkpoint with official numerics is refused.
+  model::Numerics num = opts.numerics;
+  if (num.bf16_activations) {
+    if (opts.load_format != engine::LoadFormat::kDummy)
+      return Status::errorf("the cuda backend runs DeepSeek-V4.1 with transformers numerics (--numerics hf or hf-noqat); "
+                            "'{}' numerics are CPU-only for now", num.name);
+    num = model::Numerics::hf();
+    num.name = "hf (official requested; dummy weights)";
+  }
   if (opts.num_layers > 0) {
     if (opts.load_format != engine::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");
     if (opts.num_layers > cfg.num_hidden_layers)
@@ -65,7 +72,7 @@ Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner_v41(const engine
     keep_layers(cfg, opts.num_layers);
   }
   DSI_RETURN_IF_ERROR(check_roles(cfg).with_context(opts.model_dir));
-  std::unique_ptr<CudaRunnerV41> r(new CudaRunnerV41(cfg, opts.numerics));
+  std::unique_ptr<CudaRunnerV41> r(new CudaRunnerV41(cfg, num));
   DSI_RETURN_IF_ERROR(r->init(opts));
   return std::unique_ptr<engine::ModelRunner>(std::move(r));
 }
