@@ -149,7 +149,7 @@ Status CudaRunnerV41::ffn(int64_t l, const ops::StepDevice& st) {
   rp.route_scale = float(cfg_.routed_scaling_factor);
   DSI_OP41("router", l, route_cuda(s_.router.data(), T, L.gate_bias, nullptr, st.tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
   const float limit = float(cfg_.swiglu_limit);
-  const MoePath path = exact_ ? MoePath::Exact : MoePath::Fast;
+  const MoePath path = !exact_ && T <= 1024 ? MoePath::Fast : MoePath::Exact;  // as the V4 runner: tiled GEMMs beyond
   const int64_t chunk = exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * E / std::max<int64_t>(k, 1))) : T;
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t m = std::min(chunk, T - r);
