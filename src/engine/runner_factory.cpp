@@ -3,6 +3,7 @@
 #include "engine/model_runner.h"
 #if DSINFER_HAS_CUDA
 #include "backends/cuda/cuda_runner.h"
+#include "backends/cuda/cuda_runner_v41.h"
 #endif
 
 namespace dsinfer::engine {
@@ -22,6 +23,9 @@ Result<LoadFormat> parse_load_format(const std::string& name) {
 Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
   if (opts.backend == Backend::kCpu) return backends::create_cpu_runner(opts);
 #if DSINFER_HAS_CUDA
+  // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/cuda_runner_v41.h).
+  DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(opts.model_dir));
+  if (cfg.is_v41()) return backends::create_cuda_runner_v41(opts);
   return backends::create_cuda_runner(opts);
 #else
   return Status::error("this dsinfer was built without CUDA (configure with the 'cuda' preset for the cuda backend)");

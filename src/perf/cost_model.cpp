@@ -11,6 +11,7 @@ double OpCost::floor_s(const Ceilings& c) const {
 }
 
 std::vector<OpCost> step_costs(const io::ModelConfig& cfg, const StepShape& s, const WeightBytes& wb, int64_t layers) {
+  if (cfg.is_v41()) return step_costs_v41(cfg, s, wb, layers);
   const double T = double(s.seqs * s.tokens_per_seq), S = double(s.seqs), A = 4.0;  // fp32 activations
   const double D = double(cfg.hidden_size), n = double(cfg.hc_mult), H = double(cfg.num_attention_heads);
   const double hd = double(cfg.head_dim), qr = double(cfg.q_lora_rank), G = double(cfg.o_groups), r = double(cfg.o_lora_rank);

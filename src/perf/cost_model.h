@@ -40,5 +40,7 @@ struct WeightBytes {
 };
 
 std::vector<OpCost> step_costs(const io::ModelConfig& cfg, const StepShape& s, const WeightBytes& wb, int64_t layers);
+// DeepSeek-V4.1 (cost_model_v41.cpp; step_costs dispatches to it for a V4.1 config).
+std::vector<OpCost> step_costs_v41(const io::ModelConfig& cfg, const StepShape& s, const WeightBytes& wb, int64_t layers);
 
 }  // namespace dsinfer::perf

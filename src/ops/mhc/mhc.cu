@@ -208,9 +208,10 @@ __global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, c
     hc_coefficients<kHead>(p, reinterpret_cast<const double*>(yr), splits, s_pre[team],
                            kHead ? nullptr : post + t * n, kHead ? nullptr : comb + t * n * n);
   team_sync<kTeamWarps>();
+  if (!kHead && p.pre_out && tt < n) p.pre_out[t * n + tt] = s_pre[team][tt];
   float pr[kHcMaxN];
 #pragma unroll
-  for (int j = 0; j < kHcMaxN; ++j) pr[j] = j < n ? s_pre[team][j] : 0.0f;
+  for (int j = 0; j < kHcMaxN; ++j) pr[j] = j < n ? (!kHead && p.pre_in ? p.pre_in[t * n + j] : s_pre[team][j]) : 0.0f;
   const int64_t d4 = p.dim / 4;
   const float4* x4 = reinterpret_cast<const float4*>(X + (rows ? int64_t(rows[t]) : t) * p.n * p.dim);
   float4* y4 = reinterpret_cast<float4*>(yr);
@@ -282,7 +283,32 @@ __global__ void __launch_bounds__(kThreads) hc_post_kernel(int64_t T, int n, int
     }
   }
 }
+// One block per listed row: the collapse with the given pre (double, as hc_collapse_ref), then the RMSNorm.
+__global__ void __launch_bounds__(kThreads) hc_collapse_norm_kernel(const float* __restrict__ X, const float* pre,
+                                                                    const int32_t* rows, int64_t n, int64_t dim,
+                                                                    const float* norm_w, float eps, float* y) {
+  const int64_t r = blockIdx.x, t = rows[r];
+  const float* x = X + t * n * dim;
+  float* yr = y + r * dim;
+  double ss = 0.0;
+  for (int64_t d = threadIdx.x; d < dim; d += kThreads) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < n; ++j) acc += double(pre[t * n + j]) * double(x[j * dim + d]);
+    const float v = float(acc);
+    yr[d] = v;
+    ss += double(v) * double(v);
+  }
+  ss = dev::block_sum(ss);
+  const float inv = float(1.0 / sqrt(ss / double(dim) + double(eps)));
+  for (int64_t d = threadIdx.x; d < dim; d += kThreads) yr[d] = __fmul_rn(__fmul_rn(yr[d], inv), norm_w[d]);
+}
 }  // namespace
+
+void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
+                             const float* norm_w, float eps, float* y, void* stream) {
+  hc_collapse_norm_kernel<<<unsigned(R), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(X, pre, rows, n, dim, norm_w,
+                                                                                           eps, y);
+}
 
 void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp, float* y,
                     float* post, float* comb, void* stream) {

@@ -25,4 +25,9 @@ Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* p
 // Same two kernels as hc_pre_norm over the listed rows (n mixes, no Sinkhorn); y must not alias X.
 Status hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t R, float* y, void* stream);
 
+// DeepSeek-V4.1's final collapse (no hc_head): y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w)
+// for r < R, with pre [T, n] the last site's coefficients. Double accumulation as hc_collapse_ref; one block per row.
+Status hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
+                        const float* norm_w, float eps, float* y, void* stream);
+
 }  // namespace dsinfer::ops::cuda

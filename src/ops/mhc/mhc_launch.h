@@ -15,6 +15,10 @@ struct HcNormParams {
   // Batch-invariant mode: the mixing reduction's split and the finalize's team size fixed by (n, dim), not T, so
   // a token's bits do not depend on the other tokens of the call (hc_invariant_split).
   bool batch_invariant = false;
+  // DeepSeek-V4.1 (hc_pre_norm only): collapse with these carried coefficients [T, n] instead of the site's own
+  // pre, and store the site's own pre into pre_out [T, n]. Null = V4 behaviour. Must not alias each other.
+  const float* pre_in = nullptr;
+  float* pre_out = nullptr;
 };
 
 namespace detail {
@@ -53,6 +57,9 @@ inline HcSplit hc_invariant_split(int64_t T, int64_t n, int64_t dim, int64_t mix
 // RMSNorm). rows == nullptr: hc_pre over T tokens; else hc_head over the R = T listed rows.
 void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& split,
                     float* y, float* post, float* comb, void* stream);
+// y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w) (DeepSeek-V4.1's final collapse).
+void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
+                             const float* norm_w, float eps, float* y, void* stream);
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                     void* stream);
 }  // namespace detail
