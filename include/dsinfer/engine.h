@@ -47,8 +47,8 @@ struct EngineOptions {
   // without CUDA graphs and preemption; costs some speed. The cpu backend is always batch-invariant (a no-op).
   bool batch_invariant = false;
   // Where tokens are sampled: "device" (the backend samples on the GPU when it can: cuda, except steps with
-  // speculative decoding, whose verification needs the full logits rows; same tokens as the host sampler for the
-  // same seed) or "host" (the reference CPU sampler, always used by the cpu backend).
+  // speculative decoding, whose verification needs the full logits rows, and with prefix caching (a known bug);
+  // same tokens as the host sampler for the same seed) or "host" (the reference CPU sampler, always used by the cpu backend).
   std::string sampling = "device";
 };
 

@@ -113,8 +113,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
                                                             std::move(dd)));
     DSI_RETURN_IF_ERROR(e->runner_->set_hidden_capture(e->spec_->tapped_layers()));
   }
-  // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
-  e->device_sampling_ = o.sampling == "device" && e->runner_->supports_device_sampling() && !e->spec_;
+  // Speculative verification needs full logits rows on the host, so it keeps the host sampler. So does prefix
+  // caching for now: with it, device sampling hit an illegal address on the H200 (2026-11-30, not yet found).
+  e->device_sampling_ = o.sampling == "device" && e->runner_->supports_device_sampling() && !e->spec_ &&
+                        o.enable_prefix_caching == "off";
   return e;
 }
 

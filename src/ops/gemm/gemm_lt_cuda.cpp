@@ -19,9 +19,11 @@ using gemm_lt_detail::PlanKey;
 using gemm_lt_detail::WeightScales;
 namespace lt = dsinfer::ops::gemm_lt;
 
+// Opt-in (DSINFER_CUBLASLT=1): on the H200 (2026-11-30) cuBLASLt found no block-scaled FP8 algorithm for this
+// engine's descriptors (its scale-layout probe fails, GemmLtGpu tests fail), so the runner does not use it by default.
 bool gemm_lt_env_enabled() {
   const char* v = std::getenv("DSINFER_CUBLASLT");
-  return !v || std::string(v) != "0";
+  return v && std::string(v) == "1";
 }
 
 int64_t gemm_lt_min_rows() {
