@@ -1,5 +1,4 @@
 // The backend factory: names -> enums (once, here) and RunnerOptions -> the backend's runner.
-#include <cstdlib>
 #include <string>
 
 #include "backends/cpu/cpu_runner.h"
@@ -26,17 +25,9 @@ Result<LoadFormat> parse_load_format(const std::string& name) {
 Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
   if (opts.backend == Backend::kCpu) return backends::create_cpu_runner(opts);
 #if DSINFER_HAS_CUDA
-  // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/cuda_runner_v41.h). Experimental, opt-in with
-  // DSINFER_CUDA_V41=1: on the H200 (2026-11-30) it matched the fixtures only for some prompt lengths (1, 17+ tokens;
-  // 2-16 failed) and the V4.1-Flash bench hit an illegal address.
+  // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/cuda_runner_v41.h).
   DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(opts.model_dir));
-  if (cfg.is_v41()) {
-    const char* v = std::getenv("DSINFER_CUDA_V41");
-    if (!v || std::string(v) != "1")
-      return Status::error("the cuda backend does not run DeepSeek-V4.1 yet (experimental runner: DSINFER_CUDA_V41=1, "
-                           "known wrong for prompts of 2-16 tokens); use --backend cpu");
-    return backends::create_cuda_runner_v41(opts);
-  }
+  if (cfg.is_v41()) return backends::create_cuda_runner_v41(opts);
   return backends::create_cuda_runner(opts);
 #else
   return Status::error("this dsinfer was built without CUDA (configure with the 'cuda' preset for the cuda backend)");

@@ -57,8 +57,9 @@ class DeviceWeightsV41 {
   Status experts(const io::ModelConfig& cfg, const model::LayerWeightsV41& L, DeviceLayerV41& D);
   Status pointer_array(const std::vector<const void*>& ptrs, const void* const*& out);
   // dummy_weights_v41_cuda.cpp
+  // FP8 scales per block x block (block_rows > 0: per block_rows x block, e.g. one per 32 channels of a row).
   Result<ops::cuda::DeviceWeight> dummy_mat(int64_t rows, int64_t cols, ops::cuda::WeightFormat fmt, int64_t block,
-                                            uint64_t seed, void* stream);
+                                            uint64_t seed, void* stream, int64_t block_rows = 0);
   Result<const float*> dummy_vec(int64_t n, float center, float spread, uint64_t seed, void* stream);
   Status dummy_layer(const io::ModelConfig& cfg, int64_t l, uint64_t& seed, void* stream);
   Status dummy_experts(const io::ModelConfig& cfg, DeviceLayerV41& D, uint64_t& seed, void* stream);

@@ -42,12 +42,13 @@ double dummy_bytes(const io::ModelConfig& c) {
 }  // namespace
 
 Result<DeviceWeight> DeviceWeightsV41::dummy_mat(int64_t rows, int64_t cols, WeightFormat fmt, int64_t block, uint64_t seed,
-                                                 void* stream) {
+                                                 void* stream, int64_t block_rows) {
   DeviceWeight w;
   w.fmt = fmt;
   w.rows = rows;
   w.cols = cols;
-  w.block_n = w.block_k = block;
+  w.block_n = block_rows > 0 ? block_rows : block;
+  w.block_k = block;
   cuda::DeviceBuffer<uint8_t> data, scale;
   const size_t bytes = ops::cuda::weight_data_bytes(fmt, rows, cols);
   DSI_RETURN_IF_ERROR(data.alloc(bytes, "dummy weight"));
@@ -63,7 +64,7 @@ Result<DeviceWeight> DeviceWeightsV41::dummy_mat(int64_t rows, int64_t cols, Wei
   DSI_RETURN_IF_ERROR(fill_dummy_cuda(data.data(), count, ds, seed, stream));
   w.data = data.data();
   if (fmt == WeightFormat::FP8_BLOCK || fmt == WeightFormat::FP4_G32) {
-    const size_t sbytes = ops::cuda::weight_scale_bytes(fmt, rows, cols, true, block, block);
+    const size_t sbytes = ops::cuda::weight_scale_bytes(fmt, rows, cols, true, w.block_n, w.block_k);
     DSI_RETURN_IF_ERROR(scale.alloc(sbytes, "dummy weight scale"));
     const int e = int(std::lround(std::log2(double(std_w) / (fmt == WeightFormat::FP8_BLOCK ? 0.8 : 2.5))));
     DSI_RETURN_IF_ERROR(fill_dummy_cuda(scale.data(), sbytes, {DummyFill::Constant8, false, 0, 0, uint8_t(127 + e)}, seed, stream));
@@ -160,7 +161,7 @@ Status DeviceWeightsV41::dummy_layer(const io::ModelConfig& c, int64_t l, uint64
     const int64_t rows = std::min<int64_t>(kDummyEngramRows, size_t(e) < c.v41.engram_num_embeddings.size()
                                                                   ? c.v41.engram_num_embeddings[size_t(e)] : kDummyEngramRows);
     D.engram = true;
-    DSI_ASSIGN_OR_RETURN(const DeviceWeight t, dummy_mat(rows, ehd, F8, 32, sd++, st));  // one scale per 32 channels of a row
+    DSI_ASSIGN_OR_RETURN(const DeviceWeight t, dummy_mat(rows, ehd, F8, 32, sd++, st, 1));  // one scale per 32 channels of a row
     D.engram_table = {t.data, static_cast<const uint8_t*>(t.scale), rows, ehd, true};
     DSI_ASSIGN_OR_RETURN(D.engram_wkv, dummy_mat((n + 1) * Dm, cols * ehd, F8, blk, sd++, st));
     DSI_ASSIGN_OR_RETURN(D.engram_qk, dummy_vec(n * Dm, 1.0f, 0.05f, sd++, st));

@@ -42,8 +42,9 @@ Status CudaRunnerV41::ensure_scratch(int64_t T, int64_t R, int64_t max_pos) {
   DSI_RETURN_IF_ERROR(grow(s_.comb, t * size_t(n * n), "mHC comb"));
   for (auto* b : {&s_.pre_a, &s_.pre0, &s_.pre1}) DSI_RETURN_IF_ERROR(grow(*b, t * size_t(n), "mHC pre"));
   if (s_.onehot.size() < t * size_t(n)) {  // the first site collapses stream 0 only
+    // Every row of the buffer (it is at least 64 floats): a later step of more tokens reuses it without upload.
     std::vector<float> h(std::max<size_t>(t * size_t(n), 64), 0.0f);
-    for (size_t i = 0; i < t; ++i) h[i * size_t(n)] = 1.0f;
+    for (size_t i = 0; i < h.size() / size_t(n); ++i) h[i * size_t(n)] = 1.0f;
     DSI_RETURN_IF_ERROR(s_.onehot.upload(h.data(), h.size(), "mHC one-hot pre"));
   }
   DSI_RETURN_IF_ERROR(grow(s_.cq, t * size_t(cfg_.q_lora_rank), "q latent"));

@@ -3,9 +3,8 @@
 # tiny-v41 fixture (as the CPU ctest cases check them: hf-noqat against reference_noqat.safetensors at 1e-5, hf
 # against reference.safetensors at 0.2, greedy identical in both), then a short V4.1-Flash dummy-weight bench.
 # Env: OUT (log folder), BIN (build/cuda). Exits non-zero when a check fails.
-export DSINFER_CUDA_V41=1  # the runner is opt-in while it fails (src/engine/runner_factory.cpp)
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dsinfer_gpu_out}
 BIN=${BIN:-build/cuda}
 mkdir -p "$OUT"
