@@ -31,12 +31,15 @@ struct IngestItem {
 };
 
 // Draft `num_drafts` tokens after `anchor_token` at `anchor_pos` (the sequence's last token, not yet computed by
-// the target); every position < anchor_pos must have been ingested.
+// the target); every position < anchor_pos must have been ingested. pick_argmax: the request draws greedily from
+// unprocessed logits (no penalties, bias, min_tokens or grammar mask), so the drafter may take each draft's argmax
+// itself (a device drafter: on the device, downloading only the ids) without calling the DrawFn for this item.
 struct ProposeItem {
   int32_t slot = -1;
   int64_t anchor_pos = 0;
   int32_t anchor_token = 0;
   int32_t num_drafts = 0;
+  bool pick_argmax = false;
 };
 
 // Chooses draft k of item i from its draft logits [vocab] (the sequential part of drafting: the next draft

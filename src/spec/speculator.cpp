@@ -27,6 +27,13 @@ Result<std::unique_ptr<Speculator>> Speculator::create(SpecMethod method, int32_
   return std::make_unique<Speculator>(std::move(d), k, std::move(dc), target.vocab_size);
 }
 
+// Greedy with every logits-processing step a no-op for all drafts of this round (the Sampler's steps 2-4: bias,
+// min_tokens, penalties): the draft is the argmax of the raw draft logits, which a device drafter takes itself.
+bool plain_argmax(const SamplingParams& p, size_t num_output_tokens) {
+  return p.greedy() && p.logit_bias.empty() && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 &&
+         p.repetition_penalty == 1.0 && p.min_tokens <= int64_t(num_output_tokens);
+}
+
 Speculator::Speculator(std::unique_ptr<Drafter> drafter, int32_t k, DraftConfig dc, int64_t vocab)
     : drafter_(std::move(drafter)), k_(k > 0 ? k : drafter_->max_drafts()), dc_(std::move(dc)), vocab_(vocab) {
   metrics_.method = spec_method_name(drafter_->method());
@@ -160,7 +167,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
         tms[j]->push(hist[j][t]);
     }
     const int64_t anchor_pos = sched.num_computed(sp.seq_id);
-    items.push_back({sp.slot, anchor_pos, hist[j].back(), k_});
+    items.push_back({sp.slot, anchor_pos, hist[j].back(), k_, plain_argmax(*sp.params, hist[j].size()) && !tms[j]});
   }
   std::vector<std::vector<double>> q(items.size());
   auto draw = [&](size_t j, int32_t k, std::span<const float> lg) {

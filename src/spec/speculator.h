@@ -19,6 +19,10 @@
 
 namespace dsinfer::spec {
 
+// True when greedy draws from unprocessed logits (ProposeItem::pick_argmax) for a sequence with this many output
+// tokens: no bias, penalties or pending min_tokens.
+bool plain_argmax(const SamplingParams& p, size_t num_output_tokens);
+
 class Speculator {
  public:
   // num_speculative_tokens 0 = the drafter's maximum. `num_slots`: the state cache's slots. `device_drafter`: the

@@ -2,7 +2,8 @@
 // spec/mtp1.h) on the shipped models/dsv4-small: both ingest the same captured hidden states (random, two rounds:
 // a prefill longer than the window, then 3 positions that wrap the ring), then propose. With forced draws (the same
 // predecessor tokens on both sides) every draft-logits row and confidence logit is compared; with greedy draws
-// the proposals must be identical (a difference only where the CPU row's top two logits are a near tie).
+// the proposals must be identical (a difference only where the CPU row's top two logits are a near tie). The device
+// pick (ProposeItem::pick_argmax; DSpark's round in a CUDA graph, padded batch) must equal the host draws.
 // Thresholds (normalised L2 of each logits row): exact mode (RunnerOptions::exact_gemm: every drafter GEMM / MoE on
 // the fp32 CUDA-core kernels) 2e-3 — fp32 products and accumulation against the reference's double accumulation,
 // through two mHC layers (Sinkhorn), norms and the router, leave ~1e-5; 2e-3 also absorbs a rare fp32-vs-double
@@ -37,8 +38,10 @@ struct Case {
   double tol;
 };
 
-// Feeds one drafter the two ingest rounds and proposes; forced = draw fixed tokens instead of the argmax.
-Draws drive(spec::Drafter& d, int64_t width, int64_t V, bool forced) {
+// Feeds one drafter the two ingest rounds and proposes; forced = draw fixed tokens instead of the argmax; pick =
+// the items ask for the drafter's own argmax (ProposeItem::pick_argmax); third: a third live sequence (slot 1,
+// never ingested: DSpark reads its zeroed ring) so the batch of 3 is padded to 4.
+Draws drive(spec::Drafter& d, int64_t width, int64_t V, bool forced, bool pick = false, bool third = false) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   std::uniform_int_distribution<int32_t> tok(0, int32_t(V - 1));
@@ -53,7 +56,9 @@ Draws drive(spec::Drafter& d, int64_t width, int64_t V, bool forced) {
   EXPECT_TRUE(d.ingest(r1, h1).is_ok());
   EXPECT_TRUE(d.ingest(r2, h2).is_ok());
   const int32_t k = d.max_drafts();
-  const std::vector<spec::ProposeItem> items{{0, 73, na2[2], k}, {1, 5, 7, 0}, {2, 23, nb2[2], std::min(3, k)}};
+  const std::vector<spec::ProposeItem> items{{0, 73, na2[2], k, pick},
+                                             {1, 5, 7, third ? std::min(2, k) : 0, pick},
+                                             {2, 23, nb2[2], std::min(3, k), pick}};
   Draws out;
   auto draw = [&](size_t i, int32_t kk, std::span<const float> lg) -> int32_t {
     out.logits[{i, kk}] = std::vector<float>(lg.begin(), lg.end());
@@ -122,6 +127,45 @@ void check(const Case& c) {
   }
 }
 
+// The device pick (greedy-plain requests: argmax and confidence on the device, DSpark's round in a CUDA graph)
+// against the same drafter's host draws: the same kernels compute the same logits, so tokens must be identical and
+// confidence logits equal; a second pick call replays the captured graph and must repeat the result.
+void check_pick(spec::SpecMethod method, bool exact) {
+  engine::RunnerOptions ro;
+  ro.model_dir = model_dir();
+  ro.backend = engine::Backend::kCuda;
+  ro.exact_gemm = exact;
+  auto runner = engine::create_runner(ro);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().message();
+  const io::ModelConfig& cfg = (*runner)->config();
+  auto gpu = (*runner)->create_drafter(method, model_dir(), 4);
+  ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
+  ASSERT_TRUE(*gpu);
+  const int64_t width = int64_t((**gpu).tapped_layers().size()) * cfg.hc_mult * cfg.hidden_size;
+  const bool third = method == spec::SpecMethod::kDspark;  // MTP-1 refuses a never-ingested slot
+  const Draws host = drive(**gpu, width, cfg.vocab_size, false, false, third);
+  const Draws pick = drive(**gpu, width, cfg.vocab_size, false, true, third);
+  const Draws again = drive(**gpu, width, cfg.vocab_size, false, true, third);
+  EXPECT_TRUE(pick.logits.empty()) << "the DrawFn was called for pick_argmax items";
+  ASSERT_EQ(host.props.size(), pick.props.size());
+  ASSERT_EQ(host.props.size(), again.props.size());
+  size_t drafts = 0;
+  for (size_t i = 0; i < host.props.size(); ++i) {
+    EXPECT_EQ(host.props[i].tokens, pick.props[i].tokens) << "item " << i;
+    EXPECT_EQ(pick.props[i].tokens, again.props[i].tokens) << "item " << i;
+    ASSERT_EQ(host.props[i].confidence_logits.size(), pick.props[i].confidence_logits.size());
+    ASSERT_EQ(again.props[i].confidence_logits.size(), pick.props[i].confidence_logits.size());
+    // The same kernel on the same inputs; 1e-5 only allows for a reduction-order change of the bias GEMM.
+    for (size_t k = 0; k < host.props[i].confidence_logits.size(); ++k) {
+      const float ref = host.props[i].confidence_logits[k], tol = 1e-5f * std::max(1.0f, std::fabs(ref));
+      EXPECT_NEAR(pick.props[i].confidence_logits[k], ref, tol) << "item " << i << " draft " << k;
+      EXPECT_NEAR(again.props[i].confidence_logits[k], ref, tol) << "item " << i << " draft " << k;
+    }
+    drafts += pick.props[i].tokens.size();
+  }
+  EXPECT_GT(drafts, 0u);
+}
+
 }  // namespace
 
 TEST(DraftGpu, DsparkMatchesCpuReferenceExact) {
@@ -142,4 +186,15 @@ TEST(DraftGpu, Mtp1MatchesCpuReferenceExact) {
 TEST(DraftGpu, Mtp1MatchesCpuReferenceFast) {
   DSI_SKIP_WITHOUT_GPU();
   check({spec::SpecMethod::kMtp1, false, 5e-2});
+}
+
+TEST(DraftGpu, DsparkDevicePickEqualsHostDraws) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_pick(spec::SpecMethod::kDspark, false);
+  check_pick(spec::SpecMethod::kDspark, true);
+}
+
+TEST(DraftGpu, Mtp1DevicePickEqualsHostDraws) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_pick(spec::SpecMethod::kMtp1, false);
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Speculative decoding on the GPU (issue 13): the drafter parity and end-to-end greedy-equality GPU tests, output
-# tokens/s of the shipped model at batch 1 and 32 with --speculative dspark / mtp1 / off (GPU drafter; DSpark
-# batch 1 also with the host drafter, DSINFER_DRAFTER=host, for the draft-cost comparison), verified tokens per
-# emitted token with and without the confidence schedule, and the verify-step cost on V4-Flash shapes (dummy
-# weights, 4 layers, k = 1..5, batch 1 and 64). Gets OUT and BIN from tools/gpu_run.sh; about 2 minutes.
+# Speculative decoding on the GPU (issue 13): the drafter parity / device-pick and end-to-end greedy-equality GPU
+# tests (fast: teacher-forced near ties; --batch-invariant: identical), output tokens/s of the shipped model at
+# batch 1 and 32 with --speculative off / dspark / mtp1 (CUDA graphs on: decode, uniform verify steps, DSpark's
+# propose round), each with its ratio to off, mean accepted length and draft share of the step time; DSpark batch 1
+# also with DSINFER_CUDA_GRAPHS=0 (the un-graphed round, for attribution); the verify-step cost on V4-Flash shapes
+# (dummy weights, 4 layers, k = 1 and 5, batch 1 and 64). Gets OUT and BIN from tools/gpu_run.sh; about 2 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dsinfer_gpu_out}
@@ -13,8 +14,8 @@ D="$OUT/cudaspec"
 rc=0
 
 echo "== cudaspec: GPU tests (drafter parity, greedy equality with DSpark / MTP-1)"
-timeout 150 $BIN/dsinfer_gpu_tests --gtest_filter='DraftGpu.*:SpecGpu.*' 2>&1 | tee "$D/tests.log" \
-  | grep -E "OK \]|FAILED|drafter|greedy|Failure|error" | head -40
+timeout 170 $BIN/dsinfer_gpu_tests --gtest_filter='DraftGpu.*:SpecGpu.*' 2>&1 | tee "$D/tests.log" \
+  | grep -E "OK \]|FAILED|drafter|greedy|Failure|error|margin" | head -50
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "cudaspec: GPU tests failed"; rc=1; }
 
 # Requests: windows of this repository's Python sources as completion prompts (the model was trained on code),
@@ -30,16 +31,20 @@ for name, n in (("b1", 8), ("b32", 64)):
             f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions", "body": body}) + "\n")
 PY
 
+declare -A TPS
 gen() {  # name, request file, max seqs, env assignments ("" = none), generate flags...
   local name=$1 input=$2 seqs=$3 envs=$4
   shift 4
   # shellcheck disable=SC2086
   timeout 60 env $envs $BIN/dsinfer generate --model models/dsv4-small --backend cuda --input "$D/$input.jsonl" \
     --output "$D/$name.out.jsonl" --max-num-seqs "$seqs" --max-model-len 512 "$@" > "$D/$name.log" 2>&1
-  local st=$? tps spec
-  tps=$(grep -oE "[0-9.]+ output tok/s" "$D/$name.log" | head -1)
-  spec=$(grep -A1 "^speculative:" "$D/$name.log" | tr -s ' \n' ' ' | sed 's/speculative: //')
-  printf "%-20s %-22s %s\n" "$name" "${tps:-FAILED (exit $st)}" "$spec"
+  local st=$? tps spec ratio=""
+  tps=$(grep -oE "[0-9.]+ output tok/s" "$D/$name.log" | head -1 | cut -d' ' -f1)
+  TPS[$name]=${tps:-0}
+  local off=${TPS[off_b${seqs}]:-}
+  [ -n "$tps" ] && [ -n "$off" ] && ratio=$(awk -v a="$tps" -v b="$off" 'BEGIN{ if (b > 0) printf "%.2fx off", a / b }')
+  spec=$(grep -A1 "^speculative:" "$D/$name.log" | tr -s ' \n' ' ' | sed -E 's/speculative: [a-z0-9]+, //; s/acceptance per position \[[^]]*\], //')
+  printf "%-22s %-16s %-10s %s\n" "$name" "${tps:-FAILED (exit $st)}" "$ratio" "$spec"
   [ $st -eq 0 ] || { tail -3 "$D/$name.log"; rc=1; }
 }
 same() {  # outputs identical to the plain run's (greedy; GPU numerics are not batch-invariant: reported only)
@@ -51,7 +56,7 @@ same = sum(text(x) == text(y) for x, y in zip(a, b))
 print(f"  {sys.argv[2].split('/')[-1]}: {same}/{len(a)} outputs identical to {sys.argv[1].split('/')[-1]}")
 PY
 }
-echo "== cudaspec: generate on models/dsv4-small, greedy, 128 tokens per request (GPU drafter unless noted)"
+echo "== cudaspec: generate on models/dsv4-small, greedy, 128 tokens per request, graphs on (tok/s, ratio, accepted length, draft share)"
 for b in 1 32; do
   f=b1; [ "$b" = 32 ] && f=b32
   gen "off_b$b" $f $b ""
@@ -60,14 +65,12 @@ for b in 1 32; do
   same "off_b$b" "dspark_b$b"
   same "off_b$b" "mtp1_b$b"
 done
-gen "dspark_b1_hostdraft" b1 1 "DSINFER_DRAFTER=host" --speculative dspark
-# Confidence schedule (DeepInfer): at most 2 drafts per sequence per step on average, drafts below survival 0.25
-# dropped; verified per emitted token should fall at about the same accepted length.
-gen "dspark_b32_sched" b32 32 "" --speculative dspark --speculative-budget 64 --speculative-min-survival 0.25
+gen "dspark_b1_nographs" b1 1 "DSINFER_CUDA_GRAPHS=0" --speculative dspark
+gen "dspark_b1_k2" b1 1 "" --speculative dspark --num-speculative-tokens 2
 
-echo "== cudaspec: verify-step cost, V4-Flash shapes (dummy weights, 4 layers), k = 1..5, batch 1 and 64"
-timeout 120 $BIN/dsinfer bench --model configs/deepseek-v4-flash --load-format dummy --layers 4 --batch 1,64 \
-  --context 4096 --prefill 0 --iters 3 --verify-tokens 1,2,3,4,5 > "$D/verify_bench.log" 2>&1
+echo "== cudaspec: verify-step cost, V4-Flash shapes (dummy weights, 4 layers), k = 1 and 5, batch 1 and 64"
+timeout 90 $BIN/dsinfer bench --model configs/deepseek-v4-flash --load-format dummy --layers 4 --batch 1,64 \
+  --context 4096 --prefill 0 --iters 3 --verify-tokens 1,5 > "$D/verify_bench.log" 2>&1
 st=$?
 grep -E "^== |^step|tokens/s" "$D/verify_bench.log" | head -40
 [ $st -eq 0 ] || { echo "cudaspec: verify bench failed (exit $st)"; tail -5 "$D/verify_bench.log"; rc=1; }

@@ -108,8 +108,8 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const int64_t V = cfg_.vocab_size;
   hidden_view_ = {};
   if (T == 0) return Status::ok();
-  // A decode step (one token per sequence, one logits row each) replays a CUDA graph of its batch size.
-  const bool graph = graphs_enabled_ && !timer_.enabled() && max_model_len_ > 0 && T == S && R == S;
+  // A decode step, or a verify step of the same 1 + k tokens per sequence, replays a CUDA graph of its shape.
+  const bool graph = graphs_enabled_ && !timer_.enabled() && fixed_shape_step(plan, layout_, max_model_len_);
   DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, graph, max_model_len_));
   shape_.max_pos = layout.max_pos;
   shape_.visible = (layout.max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
@@ -119,7 +119,8 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const ops::StepDevice st = step_device(layout, plan_dev_.data());
   const int32_t* rows = logits_rows(layout, plan_dev_.data());
   if (graph)
-    DSI_RETURN_IF_ERROR(graphs_.launch(T, scratch_gen_, stream_, [&] { return run_forward(st, rows, R); }));
+    DSI_RETURN_IF_ERROR(
+        graphs_.launch(fixed_shape_key(T, S), scratch_gen_, stream_, [&] { return run_forward(st, rows, R); }));
   else
     DSI_RETURN_IF_ERROR(run_forward(st, rows, R));
   if (dsamp_.defer_logits) return Status::ok();  // begin_sampled_step: sample_rows() reads them on the device

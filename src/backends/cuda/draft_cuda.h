@@ -11,11 +11,13 @@
 // path (drafts may differ in near ties; verification keeps the output exact either way).
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "backends/cuda/decode_graphs.h"
 #include "backends/cuda/device_weights.h"
 #include "backends/cuda/draft_kernels_launch.h"
 #include "cuda/device_buffer.h"
@@ -34,7 +36,20 @@ struct DraftDeviceContext {
   // span it is given is empty (otherwise it uploads the host span: tests, the host-capture path).
   std::function<std::span<const float>()> device_hidden;
   bool exact = false;
+  bool graphs = true;  // DSpark propose replays a CUDA graph per (padded batch, drafts) bucket (DSINFER_CUDA_GRAPHS=0: off)
 };
+
+// Waits for the stream's queued work (before freeing a buffer it may still read).
+Status sync_stream(void* stream);
+// Grows b to at least n elements (64 at least), waiting for queued kernels that may read the old buffer first;
+// a reallocation bumps *gen (captured graphs hold the old pointer). The one scratch-growth rule of both drafters.
+template <typename T>
+Status grow_buffer(cuda::DeviceBuffer<T>& b, size_t n, void* stream, const char* what, uint64_t* gen = nullptr) {
+  if (b.size() >= n) return Status::ok();
+  DSI_RETURN_IF_ERROR(sync_stream(stream));
+  if (gen) ++*gen;
+  return b.alloc(n < 64 ? 64 : n, what);
+}
 
 // Weights of one drafter decoder layer on the device (F32), with the buffers that own them.
 struct DraftDeviceLayer {
@@ -65,6 +80,7 @@ class DraftForward {
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
   Status rmsnorm_rows(const float* x, int64_t rows, int64_t dim, const float* w, float* y);
   const float* last_kv() const { return kv_.data(); }  // this call's K=V rows of the last layer() [T, head_dim]
+  uint64_t generation() const { return gen_; }          // bumped whenever reserve() reallocates the scratch
 
  private:
   Status attention(const DeviceLayer& L, int64_t T, const int64_t* pos, const detail::DraftKeys* keys,
@@ -74,9 +90,22 @@ class DraftForward {
   const io::ModelConfig& c_;
   DraftDeviceContext ctx_;
   int64_t T_ = 0;
+  uint64_t gen_ = 0;
   cuda::DeviceBuffer<float> inv_freq_, y_, f_, post_, comb_, cq_, q_, kv_, o_, mid_, router_, rw_;
   cuda::DeviceBuffer<int32_t> ridx_, rows_;
   ops::cuda::MoeWorkspace moe_ws_;
+};
+
+// Host arrays of one call packed into one buffer (16-byte aligned offsets) that goes up in one copy.
+struct HostPack {
+  std::vector<uint8_t> bytes;
+  template <typename T>
+  size_t add(const std::vector<T>& v) {
+    const size_t off = (bytes.size() + 15) / 16 * 16;
+    bytes.resize(off + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes.data() + off, v.data(), v.size() * sizeof(T));
+    return off;
+  }
 };
 
 // Host arrays of one call, uploaded in order on the drafter's stream (pageable copies are staged by the driver,
@@ -100,8 +129,21 @@ class DsparkCuda final : public spec::Drafter {
   Status propose(std::span<const spec::ProposeItem> items, const spec::DrawFn& draw,
                  std::vector<spec::Proposal>& out) override;
 
+  // Offsets of the packed per-call arrays of a block of Bp (padded) sequences in in_ / out_ (bytes).
+  struct BlockLayout {
+    int64_t Bp = 0, g = 0;
+    size_t tok = 0, pos = 0, keys = 0, prev = 0, in_bytes = 0;  // in_: tokens, positions, keys, predecessors
+    size_t ids = 0, conf = 0, out_bytes = 0;                    // out_: drafted ids, confidence logits [Bp, g]
+  };
+
  private:
-  Status block_logits(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live);
+  Status upload_block(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl);
+  // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
+  Status block_forward(const BlockLayout& bl, int32_t kpick);
+  Status bias_and_pick(const BlockLayout& bl, int32_t k);
+  Status host_draws(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl,
+                    int32_t kmax, const spec::DrawFn& draw, std::vector<std::vector<int32_t>>& toks);
+  uint64_t generation() const { return gen_ + fwd_.generation(); }
   io::ModelConfig tc_, lc_;
   spec::DraftConfig dc_;
   spec::DsparkWeights w_;  // host copies: Markov embedding and confidence weights (host-side confidence)
@@ -112,11 +154,14 @@ class DsparkCuda final : public spec::Drafter {
   std::vector<std::unique_ptr<DraftDeviceLayer>> layers_;
   std::vector<cuda::DeviceBuffer<uint8_t>> owned_;
   ops::cuda::DeviceWeight main_proj_, markov_embed_, markov_head_;
-  const float *main_norm_ = nullptr, *norm_ = nullptr;
+  const float *main_norm_ = nullptr, *norm_ = nullptr, *conf_w_ = nullptr;
   HcDevice hc_head_;
   cuda::DeviceBuffer<float> ring_, feats_, hctx_, kvc_, X_, h_, logits_, e_;
-  cuda::DeviceBuffer<uint8_t> hidden_up_, rows_, pos_, slot_, keys_, tok_;
-  std::vector<float> h_host_, lg_host_;
+  cuda::DeviceBuffer<uint8_t> hidden_up_, ingest_in_, in_, out_;
+  uint64_t gen_ = 0;    // bumped when a buffer the propose graphs read is reallocated
+  DecodeGraphs graphs_;  // propose graphs, keyed by (padded batch, picked drafts)
+  std::vector<uint8_t> in_host_, out_host_;
+  std::vector<float> lg_host_;
 };
 
 class Mtp1Cuda final : public spec::Drafter {
@@ -145,7 +190,8 @@ class Mtp1Cuda final : public spec::Drafter {
   const float *enorm_ = nullptr, *hnorm_ = nullptr, *norm_ = nullptr;
   HcDevice hc_head_;
   cuda::DeviceBuffer<float> ring_, last_h_, X_, e_, ep_, hs_, h_, logits_;
-  cuda::DeviceBuffer<uint8_t> hidden_up_, pos_, keys_, tok_, slot_, lastsel_;
+  cuda::DeviceBuffer<uint8_t> hidden_up_, in_, pin_;
+  cuda::DeviceBuffer<int32_t> ids_;
   std::vector<int64_t> last_pos_;
   std::vector<float> lg_host_;
 };

@@ -1,5 +1,6 @@
 // Small kernels of the CUDA drafters (see draft_kernels_launch.h): the window attention with explicit key ranges,
-// the hc-stream mean of captured target rows, the ring scatter and a broadcast row add. Simple one-block-per-row
+// the hc-stream mean of captured target rows, the ring scatter, the greedy draft pick, row copies and a broadcast
+// row add. Simple one-block-per-row
 // kernels: the drafter's tensors are small (tens to hundreds of rows).
 #include <cuda_runtime.h>
 
@@ -73,11 +74,70 @@ __global__ void stream_mean_kernel(const float* hidden, const int32_t* rows, int
   }
 }
 
-__global__ void ring_scatter_kernel(const float* kv, const int32_t* slot, const int64_t* pos, int64_t dim, float* ring,
-                                    int64_t slot_stride, int64_t window) {
-  const int64_t t = blockIdx.x;
+__global__ void ring_scatter_kernel(const float* kv, const int32_t* slot, const int64_t* pos, const int32_t* rows,
+                                    int64_t dim, float* ring, int64_t slot_stride, int64_t window) {
+  const int64_t t = rows ? int64_t(rows[blockIdx.x]) : int64_t(blockIdx.x);
   float* dst = ring + int64_t(slot[t]) * slot_stride + (pos[t] % window) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = kv[t * dim + i];
+}
+
+constexpr int kPickThreads = 256;
+
+// (value desc, id asc): sampling's argmax order.
+__device__ __forceinline__ bool pick_better(float va, int32_t a, float vb, int32_t b) {
+  return va > vb || (va == vb && a < b);
+}
+
+// One block per sequence: the confidence dot product (double, block reduction), then the argmax.
+__global__ void draft_pick_kernel(DraftPickArgs a) {
+  __shared__ double dsum[kPickThreads / 32];
+  __shared__ float bv[kPickThreads / 32];
+  __shared__ int32_t bi[kPickThreads / 32];
+  const int64_t b = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (a.conf_w) {
+    double c = 0.0;
+    for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) c += double(a.conf_w[i]) * double(a.h[b * a.h_ld + i]);
+    for (int64_t i = threadIdx.x; i < a.rank; i += blockDim.x)
+      c += double(a.conf_w[a.dim + i]) * double(a.e[b * a.rank + i]);
+    for (int o = 16; o > 0; o /= 2) c += __shfl_xor_sync(0xffffffffu, c, o);
+    if (lane == 0) dsum[warp] = c;
+  }
+  const float* row = a.logits + b * a.logits_ld;
+  float best = -INFINITY;
+  int32_t idx = 0x7fffffff;
+  for (int64_t v = threadIdx.x; v < a.vocab; v += blockDim.x) {
+    float x = row[v];
+    if (isnan(x)) x = -INFINITY;
+    if (pick_better(x, int32_t(v), best, idx)) best = x, idx = int32_t(v);
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (pick_better(ov, oi, best, idx)) best = ov, idx = oi;
+  }
+  if (lane == 0) bv[warp] = best, bi[warp] = idx;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x / 32); ++w)
+      if (pick_better(bv[w], bi[w], best, idx)) best = bv[w], idx = bi[w];
+    if (idx == 0x7fffffff) idx = 0;
+    a.ids[b * a.out_ld] = idx;
+    if (a.prev) a.prev[b] = idx;
+    if (a.conf_w && a.conf) {
+      double c = double(a.conf_b);
+      for (int w = 0; w < int(blockDim.x / 32); ++w) c += dsum[w];
+      a.conf[b * a.out_ld] = float(c);
+    }
+  }
+}
+
+__global__ void copy_rows_kernel(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows,
+                                 int64_t width) {
+  const int64_t t = blockIdx.x;
+  const float* s = src + (src_rows ? int64_t(src_rows[t]) : t) * width;
+  float* d = dst + (dst_rows ? int64_t(dst_rows[t]) : t) * width;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];
 }
 
 __global__ void add_rows_kernel(const float* b, int64_t rep, int64_t dim, float* y) {
@@ -97,9 +157,19 @@ void launch_stream_mean(const float* hidden, const int32_t* rows, int64_t T, int
   stream_mean_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(hidden, rows, layers, n, dim, feats);
 }
 
-void launch_ring_scatter(const float* kv, const int32_t* slot, const int64_t* pos, int64_t T, int64_t dim, float* ring,
-                         int64_t slot_stride, int64_t window, void* stream) {
-  ring_scatter_kernel<<<unsigned(T), 128, 0, static_cast<cudaStream_t>(stream)>>>(kv, slot, pos, dim, ring, slot_stride, window);
+void launch_ring_scatter(const float* kv, const int32_t* slot, const int64_t* pos, const int32_t* rows, int64_t T,
+                         int64_t dim, float* ring, int64_t slot_stride, int64_t window, void* stream) {
+  ring_scatter_kernel<<<unsigned(T), 128, 0, static_cast<cudaStream_t>(stream)>>>(kv, slot, pos, rows, dim, ring,
+                                                                                  slot_stride, window);
+}
+
+void launch_draft_pick(const DraftPickArgs& a, void* stream) {
+  draft_pick_kernel<<<unsigned(a.B), kPickThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+}
+
+void launch_copy_rows(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
+                      int64_t width, void* stream) {
+  copy_rows_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, src_rows, dst, dst_rows, width);
 }
 
 void launch_add_rows(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream) {

@@ -14,8 +14,12 @@ namespace dsinfer::backends {
 Status draft_attention_cuda(const detail::DraftAttnArgs& a, void* stream);
 Status stream_mean_cuda(const float* hidden, const int32_t* rows, int64_t T, int64_t layers, int64_t n, int64_t dim,
                         float* feats, void* stream);
+// rows: optional device indices of the T rows to scatter (null = rows 0..T-1).
 Status ring_scatter_cuda(const float* kv, const int32_t* slot, const int64_t* pos, int64_t T, int64_t dim, float* ring,
-                         int64_t slot_stride, int64_t window, void* stream);
+                         int64_t slot_stride, int64_t window, void* stream, const int32_t* rows = nullptr);
+Status draft_pick_cuda(const detail::DraftPickArgs& a, void* stream);
+Status copy_rows_cuda(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
+                      int64_t width, void* stream);
 Status add_rows_cuda(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream);
 
 }  // namespace dsinfer::backends

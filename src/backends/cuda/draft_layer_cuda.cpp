@@ -34,6 +34,7 @@ Status DraftForward::reserve(int64_t T, int64_t max_keys) {
   if (T <= T_) return Status::ok();
   // Queued kernels may still read the old scratch.
   DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.stream)));
+  ++gen_;  // captured propose graphs hold the old pointers
   const size_t t = size_t(std::max<int64_t>(T, 8));
   const int64_t D = c_.hidden_size, n = c_.hc_mult, H = c_.num_attention_heads, hd = c_.head_dim;
   const int64_t E = c_.n_routed_experts, k = c_.num_experts_per_tok;

@@ -101,6 +101,11 @@ Result<std::unique_ptr<DraftDeviceLayer>> upload_draft_layer(const model::LayerW
   return d;
 }
 
+Status sync_stream(void* stream) {
+  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  return Status::ok();
+}
+
 Status upload_async(void* stream, cuda::DeviceBuffer<uint8_t>& dst, const void* src, size_t bytes, const char* what) {
   if (bytes == 0) return Status::ok();
   if (dst.size() < bytes) {

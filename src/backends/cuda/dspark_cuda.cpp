@@ -2,8 +2,11 @@
 // [slots, layers, window, head_dim]). ingest: stream mean of the tapped layers' captured rows -> main_proj ->
 // main_norm -> per layer K=V rows scattered into the ring. propose: the whole block of every sequence in one
 // batched forward (embed -> draft layers over ring context + the bidirectional block -> hc_head + norm -> head),
-// then per draft position the Markov bias of the chosen predecessor added on the device and the rows downloaded
-// for the host's draw; the confidence logit is computed on the host from the downloaded h (D + r products).
+// then per draft position the Markov bias of the chosen predecessor and the confidence logit on the device. When
+// every request draws greedily from unprocessed logits (ProposeItem::pick_argmax) the argmax is taken on the
+// device too and the round (one input upload, forward, k picks) replays a CUDA graph of its padded batch size;
+// only the drafted ids and confidences come down (one copy, the one host wait). Otherwise each draft position's
+// rows come down for the host's draw.
 #include <algorithm>
 
 #include "backends/cuda/draft_cuda.h"
@@ -43,6 +46,7 @@ Status DsparkCuda::init() {
   if (w_.confidence_w.size() != size_t(tc_.hidden_size + dc_.markov_rank))
     return Status::errorf("dspark (cuda): confidence weights hold {} floats, expected {}", w_.confidence_w.size(),
                           tc_.hidden_size + dc_.markov_rank);
+  DSI_ASSIGN_OR_RETURN(conf_w_, upload_floats(owned_, w_.confidence_w.data(), w_.confidence_w.size()));
   const size_t ring = size_t(num_slots_) * layers_.size() * size_t(window_) * size_t(lc_.head_dim);
   DSI_RETURN_IF_ERROR(ring_.alloc(ring, "dspark context ring"));
   if (ring) DSI_CUDA_TRY(cudaMemsetAsync(ring_.data(), 0, ring * 4, static_cast<cudaStream_t>(ctx_.stream)));
@@ -50,11 +54,12 @@ Status DsparkCuda::init() {
 }
 
 namespace {
-template <typename T>
-Status grow(cuda::DeviceBuffer<T>& b, size_t n, void* stream, const char* what) {
-  if (b.size() >= n) return Status::ok();
-  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));  // queued kernels may read the old one
-  return b.alloc(std::max<size_t>(n, 64), what);
+size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+// Padded batch of a propose graph: powers of two, so a handful of graphs serve every batch size.
+int64_t bucket(int64_t B) {
+  int64_t p = 1;
+  while (p < B) p *= 2;
+  return p;
 }
 }  // namespace
 
@@ -80,74 +85,143 @@ Status DsparkCuda::ingest(std::span<const spec::IngestItem> items, std::span<con
     if (it.count > 0 && int64_t(it.row + it.count) * row_width > int64_t(src.size()))
       return Status::errorf("dspark ingest: rows [{}, {}) outside the captured hidden states", it.row, it.row + it.count);
   void* s = ctx_.stream;
-  DSI_RETURN_IF_ERROR(upload_async(s, rows_, rows.data(), rows.size() * 4, "dspark rows"));
-  DSI_RETURN_IF_ERROR(upload_async(s, slot_, slots.data(), slots.size() * 4, "dspark slots"));
-  DSI_RETURN_IF_ERROR(upload_async(s, pos_, pos.data(), pos.size() * 8, "dspark positions"));
+  HostPack pk;
+  const size_t o_rows = pk.add(rows), o_slot = pk.add(slots), o_pos = pk.add(pos);
+  DSI_RETURN_IF_ERROR(upload_async(s, ingest_in_, pk.bytes.data(), pk.bytes.size(), "dspark ingest arrays"));
+  const int32_t* rows_d = reinterpret_cast<const int32_t*>(ingest_in_.data() + o_rows);
+  const int32_t* slot_d = reinterpret_cast<const int32_t*>(ingest_in_.data() + o_slot);
+  const int64_t* pos_d = reinterpret_cast<const int64_t*>(ingest_in_.data() + o_pos);
   DSI_RETURN_IF_ERROR(fwd_.reserve(N, 0));
-  DSI_RETURN_IF_ERROR(grow(feats_, size_t(N * m * D), s, "dspark context features"));
-  DSI_RETURN_IF_ERROR(grow(hctx_, size_t(N * D), s, "dspark context"));
-  DSI_RETURN_IF_ERROR(grow(kvc_, size_t(N * hd), s, "dspark context kv"));
-  DSI_RETURN_IF_ERROR(stream_mean_cuda(src.data(), rows_.as<int32_t>(), N, m, n, D, feats_.data(), s));
+  DSI_RETURN_IF_ERROR(grow_buffer(feats_, size_t(N * m * D), s, "dspark context features"));
+  DSI_RETURN_IF_ERROR(grow_buffer(hctx_, size_t(N * D), s, "dspark context"));
+  DSI_RETURN_IF_ERROR(grow_buffer(kvc_, size_t(N * hd), s, "dspark context kv"));
+  DSI_RETURN_IF_ERROR(stream_mean_cuda(src.data(), rows_d, N, m, n, D, feats_.data(), s));
   DSI_RETURN_IF_ERROR(fwd_.gemm(feats_.data(), N, m * D, main_proj_, hctx_.data(), D, false));
   DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(hctx_.data(), N, D, main_norm_, hctx_.data()));
   const int64_t L = int64_t(layers_.size()), slot_stride = L * window_ * hd;
   for (int64_t l = 0; l < L; ++l) {
-    DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos_.as<int64_t>(), kvc_.data()));
-    DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slot_.as<int32_t>(), pos_.as<int64_t>(), N, hd,
+    DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos_d, kvc_.data()));
+    DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slot_d, pos_d, N, hd,
                                           ring_.data() + l * window_ * hd, slot_stride, window_, s));
   }
   return Status::ok();
 }
 
-// Logits without the Markov bias [B * g, V] on the device and the normed hidden h [B * g, D] on the host.
-Status DsparkCuda::block_logits(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live) {
-  const int64_t g = dc_.block_size, D = tc_.hidden_size, n = tc_.hc_mult, V = tc_.vocab_size, hd = lc_.head_dim;
-  const int64_t B = int64_t(live.size()), Tq = B * g, max_keys = window_ + g;
-  std::vector<int32_t> tok(size_t(Tq), int32_t(dc_.noise_token_id));
-  std::vector<int64_t> pos(static_cast<size_t>(Tq));
-  std::vector<DraftKeys> keys(static_cast<size_t>(Tq));
-  for (int64_t b = 0; b < B; ++b) {
-    const spec::ProposeItem& it = items[live[size_t(b)]];
-    tok[size_t(b * g)] = it.anchor_token;
+// Packs and uploads the block's inputs (one copy): Bp padded sequences of g positions; a padding sequence drafts
+// noise tokens at positions 0..g-1 over slot 0 with no ring keys (valid reads, outputs ignored).
+Status DsparkCuda::upload_block(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live,
+                                const BlockLayout& bl) {
+  const int64_t g = bl.g, Tq = bl.Bp * g;
+  in_host_.assign(bl.in_bytes, 0);
+  auto* tok = reinterpret_cast<int32_t*>(in_host_.data() + bl.tok);
+  auto* pos = reinterpret_cast<int64_t*>(in_host_.data() + bl.pos);
+  auto* keys = reinterpret_cast<DraftKeys*>(in_host_.data() + bl.keys);
+  auto* prev = reinterpret_cast<int32_t*>(in_host_.data() + bl.prev);
+  for (int64_t b = 0; b < bl.Bp; ++b) {
+    const bool real = b < int64_t(live.size());
+    const spec::ProposeItem* it = real ? &items[live[size_t(b)]] : nullptr;
+    const int64_t anchor = real ? it->anchor_pos : 0;
+    prev[b] = real ? it->anchor_token : int32_t(dc_.noise_token_id);
     for (int64_t k = 0; k < g; ++k) {
-      DraftKeys& kk = keys[size_t(b * g + k)];
-      pos[size_t(b * g + k)] = it.anchor_pos + k;
-      kk.slot = it.slot;
-      kk.ring_lo = std::max<int64_t>(0, it.anchor_pos - window_);
-      kk.ring_hi = it.anchor_pos;
+      tok[b * g + k] = k == 0 && real ? it->anchor_token : int32_t(dc_.noise_token_id);
+      pos[b * g + k] = anchor + k;
+      DraftKeys kk;
+      kk.slot = real ? it->slot : 0;
+      kk.ring_lo = real ? std::max<int64_t>(0, anchor - window_) : 0;
+      kk.ring_hi = anchor;
       kk.new_lo = int32_t(b * g);
       kk.new_hi = int32_t(b * g + g);
+      keys[b * g + k] = kk;
     }
   }
   void* s = ctx_.stream;
-  DSI_RETURN_IF_ERROR(upload_async(s, tok_, tok.data(), tok.size() * 4, "dspark block tokens"));
-  DSI_RETURN_IF_ERROR(upload_async(s, pos_, pos.data(), pos.size() * 8, "dspark block positions"));
-  DSI_RETURN_IF_ERROR(upload_async(s, keys_, keys.data(), keys.size() * sizeof(DraftKeys), "dspark block keys"));
-  DSI_RETURN_IF_ERROR(fwd_.reserve(Tq, max_keys));
-  DSI_RETURN_IF_ERROR(grow(X_, size_t(Tq * n * D), s, "dspark block streams"));
-  DSI_RETURN_IF_ERROR(grow(h_, size_t(Tq * D), s, "dspark block hidden"));
-  DSI_RETURN_IF_ERROR(grow(logits_, size_t(Tq * V), s, "dspark draft logits"));
+  const int64_t D = tc_.hidden_size, n = tc_.hc_mult, V = tc_.vocab_size;
+  DSI_RETURN_IF_ERROR(fwd_.reserve(Tq, window_ + g));
+  DSI_RETURN_IF_ERROR(grow_buffer(in_, bl.in_bytes, s, "dspark block inputs", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(out_, bl.out_bytes, s, "dspark block outputs", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(X_, size_t(Tq * n * D), s, "dspark block streams", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(h_, size_t(Tq * D), s, "dspark block hidden", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(logits_, size_t(Tq * V), s, "dspark draft logits", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(e_, size_t(bl.Bp * std::max<int64_t>(dc_.markov_rank, 1)), s, "dspark markov rows", &gen_));
+  return upload_async(s, in_, in_host_.data(), bl.in_bytes, "dspark block inputs");
+}
+
+// Kernels only (no host synchronisation, no allocation): capturable into a CUDA graph.
+Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
+  const int64_t g = bl.g, D = tc_.hidden_size, n = tc_.hc_mult, V = tc_.vocab_size, hd = lc_.head_dim, Tq = bl.Bp * g;
   const ops::cuda::DeviceWeight& emb = *ctx_.embed;
   const auto dt = emb.fmt == ops::cuda::WeightFormat::BF16 ? ops::cuda::EmbedDType::BF16 : ops::cuda::EmbedDType::F32;
-  DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, tok_.as<int32_t>(), Tq, n, X_.data(), s));
+  const auto* tok = reinterpret_cast<const int32_t*>(in_.data() + bl.tok);
+  const auto* pos = reinterpret_cast<const int64_t*>(in_.data() + bl.pos);
+  const auto* keys = reinterpret_cast<const DraftKeys*>(in_.data() + bl.keys);
+  DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, tok, Tq, n, X_.data(), ctx_.stream));
   const int64_t L = int64_t(layers_.size());
   for (int64_t l = 0; l < L; ++l)
-    DSI_RETURN_IF_ERROR(fwd_.layer(layers_[size_t(l)]->L, X_.data(), Tq, pos_.as<int64_t>(), keys_.as<DraftKeys>(),
-                                   max_keys, ring_.data() + l * window_ * hd, L * window_ * hd));
+    DSI_RETURN_IF_ERROR(fwd_.layer(layers_[size_t(l)]->L, X_.data(), Tq, pos, keys, window_ + g,
+                                   ring_.data() + l * window_ * hd, L * window_ * hd));
   DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), nullptr, Tq, h_.data()));
   DSI_RETURN_IF_ERROR(fwd_.gemm(h_.data(), Tq, D, *ctx_.head, logits_.data(), V, false));
-  h_host_.resize(size_t(Tq * D));
-  DSI_CUDA_TRY(cudaMemcpyAsync(h_host_.data(), h_.data(), size_t(Tq * D) * 4, cudaMemcpyDeviceToHost,
-                               static_cast<cudaStream_t>(s)));
+  for (int32_t k = 0; k < kpick; ++k) DSI_RETURN_IF_ERROR(bias_and_pick(bl, k));
+  return Status::ok();
+}
+
+// Draft position k: logits[b, k] += W2 W1[prev_b] (prev on the device), the confidence logit
+// w.[h_k ; W1[prev_b]] + b and the argmax into out_ (prev_b := the argmax).
+Status DsparkCuda::bias_and_pick(const BlockLayout& bl, int32_t k) {
+  const int64_t g = bl.g, D = tc_.hidden_size, V = tc_.vocab_size, r = dc_.markov_rank;
+  auto* prev = reinterpret_cast<int32_t*>(in_.data() + bl.prev);
+  void* s = ctx_.stream;
+  if (r > 0) {
+    DSI_RETURN_IF_ERROR(ops::cuda::embed(markov_embed_.data, ops::cuda::EmbedDType::F32, V, r, prev, bl.Bp, 1, e_.data(), s));
+    DSI_RETURN_IF_ERROR(fwd_.gemm(e_.data(), bl.Bp, r, markov_head_, logits_.data() + k * V, g * V, true));
+  }
+  detail::DraftPickArgs a;
+  a.logits = logits_.data() + k * V, a.logits_ld = g * V, a.vocab = V;
+  a.h = h_.data() + k * D, a.h_ld = g * D, a.dim = D;
+  a.e = r > 0 ? e_.data() : nullptr, a.rank = r;
+  a.conf_w = conf_w_, a.conf_b = float(w_.confidence_b);
+  a.B = bl.Bp, a.out_ld = g;
+  a.ids = reinterpret_cast<int32_t*>(out_.data() + bl.ids) + k;
+  a.conf = reinterpret_cast<float*>(out_.data() + bl.conf) + k;
+  a.prev = prev;
+  return draft_pick_cuda(a, s);
+}
+
+// Requests that need the host's draw (sampling, processed logits): per draft position the predecessors go up,
+// the bias + pick run (for the confidence logit), the rows come down and the DrawFn chooses.
+Status DsparkCuda::host_draws(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live,
+                              const BlockLayout& bl, int32_t kmax, const spec::DrawFn& draw,
+                              std::vector<std::vector<int32_t>>& toks) {
+  const int64_t g = bl.g, V = tc_.vocab_size, B = int64_t(live.size());
+  cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
+  std::vector<int32_t> prev(size_t(bl.Bp), int32_t(dc_.noise_token_id));
+  for (int64_t b = 0; b < B; ++b) prev[size_t(b)] = items[live[size_t(b)]].anchor_token;
+  lg_host_.resize(size_t(B * V));
+  for (int32_t k = 0; k < kmax; ++k) {
+    DSI_CUDA_TRY(cudaMemcpyAsync(in_.data() + bl.prev, prev.data(), prev.size() * 4, cudaMemcpyHostToDevice, cs));
+    DSI_RETURN_IF_ERROR(bias_and_pick(bl, k));
+    DSI_CUDA_TRY(cudaMemcpy2DAsync(lg_host_.data(), size_t(V) * 4, logits_.data() + k * V, size_t(g * V) * 4,
+                                   size_t(V) * 4, size_t(B), cudaMemcpyDeviceToHost, cs));
+    DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+    for (int64_t b = 0; b < B; ++b) {
+      const size_t i = live[size_t(b)];
+      if (k >= items[i].num_drafts) continue;
+      const int32_t t = draw(i, k, std::span<const float>(lg_host_.data() + b * V, size_t(V)));
+      if (t < 0 || t >= V) return Status::errorf("dspark propose: drew token {} outside the vocabulary", t);
+      prev[size_t(b)] = t;
+      toks[size_t(b)].push_back(t);
+    }
+  }
   return Status::ok();
 }
 
 Status DsparkCuda::propose(std::span<const spec::ProposeItem> items, const spec::DrawFn& draw,
                            std::vector<spec::Proposal>& out) {
   out.assign(items.size(), {});
-  const int64_t g = dc_.block_size, D = tc_.hidden_size, V = tc_.vocab_size, r = dc_.markov_rank;
+  const int64_t g = dc_.block_size, V = tc_.vocab_size;
   std::vector<size_t> live;
   int32_t kmax = 0;
+  bool pick = true;
   for (size_t i = 0; i < items.size(); ++i) {
     const spec::ProposeItem& it = items[i];
     if (it.slot < 0 || it.slot >= num_slots_) return Status::errorf("dspark propose: slot {} outside [0, {})", it.slot, num_slots_);
@@ -156,40 +230,39 @@ Status DsparkCuda::propose(std::span<const spec::ProposeItem> items, const spec:
     if (it.num_drafts <= 0) continue;
     live.push_back(i);
     kmax = std::max(kmax, it.num_drafts);
+    pick = pick && it.pick_argmax;
   }
   if (live.empty()) return Status::ok();
-  const int64_t B = int64_t(live.size());
-  DSI_RETURN_IF_ERROR(block_logits(items, live));
-  void* s = ctx_.stream;
-  cudaStream_t cs = static_cast<cudaStream_t>(s);
-  if (r > 0) DSI_RETURN_IF_ERROR(grow(e_, size_t(B * r), s, "dspark markov rows"));
-  std::vector<int32_t> prev(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) prev[size_t(b)] = items[live[size_t(b)]].anchor_token;
-  lg_host_.resize(size_t(B * V));
-  for (int32_t k = 0; k < kmax; ++k) {
-    if (r > 0) {  // logits[b, k] += W2 W1[prev_b]
-      DSI_RETURN_IF_ERROR(upload_async(s, tok_, prev.data(), prev.size() * 4, "dspark predecessors"));
-      DSI_RETURN_IF_ERROR(ops::cuda::embed(markov_embed_.data, ops::cuda::EmbedDType::F32, V, r, tok_.as<int32_t>(), B,
-                                           1, e_.data(), s));
-      DSI_RETURN_IF_ERROR(fwd_.gemm(e_.data(), B, r, markov_head_, logits_.data() + k * V, g * V, true));
-    }
-    DSI_CUDA_TRY(cudaMemcpy2DAsync(lg_host_.data(), size_t(V) * 4, logits_.data() + k * V, size_t(g * V) * 4,
-                                   size_t(V) * 4, size_t(B), cudaMemcpyDeviceToHost, cs));
-    DSI_CUDA_TRY(cudaStreamSynchronize(cs));
-    for (int64_t b = 0; b < B; ++b) {
-      const size_t i = live[size_t(b)];
-      if (k >= items[i].num_drafts) continue;
-      // Confidence logit w.[h_k ; W1[x_{k-1}]] + b, summed in the reference's order.
-      const float* h = h_host_.data() + (b * g + k) * D;
-      const float* e = r > 0 ? w_.markov_embed.p() + int64_t(prev[size_t(b)]) * r : nullptr;
-      double c = w_.confidence_b;
-      for (int64_t d = 0; d < D; ++d) c += double(w_.confidence_w[size_t(d)]) * double(h[d]);
-      for (int64_t j = 0; j < r; ++j) c += double(w_.confidence_w[size_t(D + j)]) * double(e[j]);
-      const int32_t t = draw(i, k, std::span<const float>(lg_host_.data() + b * V, size_t(V)));
-      if (t < 0 || t >= V) return Status::errorf("dspark propose: drew token {} outside the vocabulary", t);
-      prev[size_t(b)] = t;
-      out[i].tokens.push_back(t);
-      out[i].confidence_logits.push_back(float(c));
+  if (g > 255) return Status::errorf("dspark propose: block size {} above 255", g);
+  BlockLayout bl;
+  bl.Bp = bucket(int64_t(live.size())), bl.g = g;
+  const size_t Tq = size_t(bl.Bp * g);
+  bl.tok = 0, bl.pos = align16(Tq * 4), bl.keys = bl.pos + align16(Tq * 8);
+  bl.prev = bl.keys + align16(Tq * sizeof(DraftKeys)), bl.in_bytes = bl.prev + align16(size_t(bl.Bp) * 4);
+  bl.ids = 0, bl.conf = align16(Tq * 4), bl.out_bytes = bl.conf + Tq * 4;
+  DSI_RETURN_IF_ERROR(upload_block(items, live, bl));
+  // All greedy-plain: the whole round (forward + kmax picks) is one graph and only ids + confidences come down.
+  const int32_t kpick = pick ? kmax : 0;
+  auto body = [&] { return block_forward(bl, kpick); };
+  if (ctx_.graphs)
+    DSI_RETURN_IF_ERROR(graphs_.launch(bl.Bp * 512 + kpick * 2 + (pick ? 1 : 0), generation(), ctx_.stream, body));
+  else
+    DSI_RETURN_IF_ERROR(body());
+  std::vector<std::vector<int32_t>> toks(live.size());
+  if (!pick) DSI_RETURN_IF_ERROR(host_draws(items, live, bl, kmax, draw, toks));
+  cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
+  out_host_.resize(bl.out_bytes);
+  DSI_CUDA_TRY(cudaMemcpyAsync(out_host_.data(), out_.data(), bl.out_bytes, cudaMemcpyDeviceToHost, cs));
+  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  const auto* ids = reinterpret_cast<const int32_t*>(out_host_.data() + bl.ids);
+  const auto* conf = reinterpret_cast<const float*>(out_host_.data() + bl.conf);
+  for (size_t b = 0; b < live.size(); ++b) {
+    spec::Proposal& p = out[live[b]];
+    for (int32_t k = 0; k < items[live[b]].num_drafts; ++k) {
+      const int32_t t = pick ? ids[b * size_t(g) + size_t(k)] : toks[b][size_t(k)];
+      if (t < 0 || t >= V) return Status::errorf("dspark propose: drafted token {} outside the vocabulary", t);
+      p.tokens.push_back(t);
+      p.confidence_logits.push_back(conf[b * size_t(g) + size_t(k)]);
     }
   }
   return Status::ok();

@@ -82,6 +82,7 @@ Result<std::unique_ptr<spec::Drafter>> CudaRunner::create_drafter(spec::SpecMeth
   ctx.head = &weights_.head();
   ctx.device_hidden = [this] { return std::span<const float>(hidden_dev_.data(), capture_floats_); };
   ctx.exact = exact_;
+  ctx.graphs = graphs_enabled_;
   DSI_ASSIGN_OR_RETURN(std::unique_ptr<spec::Drafter> d, create_cuda_drafter(method, model_dir, cfg_, num_slots, std::move(ctx)));
   download_hidden_ = false;
   free_capture();

@@ -2,7 +2,9 @@
 // head_dim]). ingest: X = h_proj(hnorm(X_main)) + e_proj(enorm(embed(next token))) for every committed position,
 // one decoder layer whose window reads the ring for positions before the call and this call's K=V rows after,
 // then the ring scatter of each sequence's last `window` rows and hc_head + norm of its last position (kept per
-// slot). propose: the head over each anchor's kept hidden, downloaded for the host's draw.
+// slot). propose: the head over each anchor's kept hidden; greedy-plain requests (ProposeItem::pick_argmax) take
+// the argmax on the device and download only the ids, others download the rows for the host's draw. Every
+// per-row array goes up in one copy; gathers and scatters are one kernel each (no per-sequence copies).
 #include <algorithm>
 
 #include "backends/cuda/draft_cuda.h"
@@ -43,19 +45,13 @@ Status Mtp1Cuda::init() {
 }
 
 namespace {
-template <typename T>
-Status grow(cuda::DeviceBuffer<T>& b, size_t n, void* stream, const char* what) {
-  if (b.size() >= n) return Status::ok();
-  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));  // queued kernels may read the old one
-  return b.alloc(std::max<size_t>(n, 64), what);
-}
-
 struct Mtp1Batch {
-  std::vector<int32_t> tok, slot, last_rows;
+  std::vector<int32_t> tok, slot, last_rows, last_slots;
+  std::vector<int32_t> src_rows;   // [N] capture row of each row
+  std::vector<int32_t> ring_rows;  // rows of each sequence's last `window` positions (earlier ones would collide)
   std::vector<int64_t> pos;
   std::vector<DraftKeys> keys;
-  std::vector<size_t> items;  // non-empty items, in order; their rows start at base[i]
-  std::vector<int64_t> base;
+  std::vector<size_t> items;  // non-empty items, in order
 };
 
 // Window of position p of a sequence whose call starts at `start` (rows from `row0`): ring positions
@@ -66,9 +62,8 @@ Status plan_mtp1(std::span<const spec::IngestItem> items, int64_t W, int64_t V, 
     if (it.slot < 0 || it.slot >= num_slots) return Status::errorf("mtp1 ingest: slot {} outside [0, {})", it.slot, num_slots);
     if (it.count <= 0) continue;
     if (int64_t(it.next_tokens.size()) != it.count) return Status::error("mtp1 ingest: needs the next token of every position");
-    const int64_t row0 = int64_t(b.pos.size());
+    const int64_t row0 = int64_t(b.pos.size()), skip = std::max<int64_t>(0, it.count - W);
     b.items.push_back(i);
-    b.base.push_back(row0);
     for (int64_t t = 0; t < it.count; ++t) {
       const int32_t tok = it.next_tokens[size_t(t)];
       if (tok < 0 || tok >= V) return Status::errorf("mtp1 ingest: token {} outside the vocabulary", tok);
@@ -83,8 +78,11 @@ Status plan_mtp1(std::span<const spec::IngestItem> items, int64_t W, int64_t V, 
       b.slot.push_back(it.slot);
       b.pos.push_back(p);
       b.keys.push_back(k);
+      b.src_rows.push_back(int32_t(it.row + t));
+      if (t >= skip) b.ring_rows.push_back(int32_t(row0 + t));
     }
     b.last_rows.push_back(int32_t(row0 + it.count - 1));
+    b.last_slots.push_back(it.slot);
   }
   return Status::ok();
 }
@@ -102,48 +100,39 @@ Status Mtp1Cuda::ingest(std::span<const spec::IngestItem> items, std::span<const
       return Status::errorf("mtp1 ingest: rows [{}, {}) outside the captured hidden states", items[j].row,
                             items[j].row + items[j].count);
   void* s = ctx_.stream;
-  cudaStream_t cs = static_cast<cudaStream_t>(s);
-  DSI_RETURN_IF_ERROR(upload_async(s, tok_, b.tok.data(), b.tok.size() * 4, "mtp1 next tokens"));
-  DSI_RETURN_IF_ERROR(upload_async(s, slot_, b.slot.data(), b.slot.size() * 4, "mtp1 slots"));
-  DSI_RETURN_IF_ERROR(upload_async(s, pos_, b.pos.data(), b.pos.size() * 8, "mtp1 positions"));
-  DSI_RETURN_IF_ERROR(upload_async(s, keys_, b.keys.data(), b.keys.size() * sizeof(DraftKeys), "mtp1 keys"));
-  DSI_RETURN_IF_ERROR(upload_async(s, lastsel_, b.last_rows.data(), b.last_rows.size() * 4, "mtp1 last rows"));
+  HostPack pk;  // one upload of every per-row / per-item array
+  const size_t o_tok = pk.add(b.tok), o_slot = pk.add(b.slot), o_pos = pk.add(b.pos), o_keys = pk.add(b.keys);
+  const size_t o_last = pk.add(b.last_rows), o_lslot = pk.add(b.last_slots), o_src = pk.add(b.src_rows);
+  const size_t o_ring = pk.add(b.ring_rows);
+  DSI_RETURN_IF_ERROR(upload_async(s, in_, pk.bytes.data(), pk.bytes.size(), "mtp1 ingest arrays"));
+  auto at = [&](size_t off) { return in_.data() + off; };
+  const auto* pos = reinterpret_cast<const int64_t*>(at(o_pos));
+  const auto* slot = reinterpret_cast<const int32_t*>(at(o_slot));
   DSI_RETURN_IF_ERROR(fwd_.reserve(N, window_));
-  DSI_RETURN_IF_ERROR(grow(X_, size_t(N * n * D), s, "mtp1 streams"));
-  DSI_RETURN_IF_ERROR(grow(hs_, size_t(N * n * D), s, "mtp1 target streams"));
-  DSI_RETURN_IF_ERROR(grow(e_, size_t(N * D), s, "mtp1 embeddings"));
-  DSI_RETURN_IF_ERROR(grow(ep_, size_t(N * D), s, "mtp1 embeddings"));
-  DSI_RETURN_IF_ERROR(grow(h_, size_t(std::max<int64_t>(I, 1) * D), s, "mtp1 hidden"));
-  // Target streams of each item's rows (contiguous per item), then hnorm -> h_proj per stream.
-  for (int64_t i = 0; i < I; ++i) {
-    const spec::IngestItem& it = items[b.items[size_t(i)]];
-    DSI_CUDA_TRY(cudaMemcpyAsync(hs_.data() + b.base[size_t(i)] * n * D, src.data() + int64_t(it.row) * n * D,
-                                 size_t(it.count * n * D) * 4, cudaMemcpyDeviceToDevice, cs));
-  }
+  DSI_RETURN_IF_ERROR(grow_buffer(X_, size_t(N * n * D), s, "mtp1 streams"));
+  DSI_RETURN_IF_ERROR(grow_buffer(hs_, size_t(N * n * D), s, "mtp1 target streams"));
+  DSI_RETURN_IF_ERROR(grow_buffer(e_, size_t(N * D), s, "mtp1 embeddings"));
+  DSI_RETURN_IF_ERROR(grow_buffer(ep_, size_t(N * D), s, "mtp1 embeddings"));
+  DSI_RETURN_IF_ERROR(grow_buffer(h_, size_t(std::max<int64_t>(I, 1) * D), s, "mtp1 hidden"));
+  // Target streams of every row (one gather), then hnorm -> h_proj per stream.
+  DSI_RETURN_IF_ERROR(copy_rows_cuda(src.data(), reinterpret_cast<const int32_t*>(at(o_src)), hs_.data(), nullptr, N,
+                                     n * D, s));
   DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(hs_.data(), N * n, D, hnorm_, hs_.data()));
   DSI_RETURN_IF_ERROR(fwd_.gemm(hs_.data(), N * n, D, h_proj_, X_.data(), D, false));
   const ops::cuda::DeviceWeight& emb = *ctx_.embed;
   const auto dt = emb.fmt == ops::cuda::WeightFormat::BF16 ? ops::cuda::EmbedDType::BF16 : ops::cuda::EmbedDType::F32;
-  DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, tok_.as<int32_t>(), N, 1, e_.data(), s));
+  DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, reinterpret_cast<const int32_t*>(at(o_tok)), N, 1, e_.data(), s));
   DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(e_.data(), N, D, enorm_, e_.data()));
   DSI_RETURN_IF_ERROR(fwd_.gemm(e_.data(), N, D, e_proj_, ep_.data(), D, false));
   DSI_RETURN_IF_ERROR(add_rows_cuda(ep_.data(), N * n, n, D, X_.data(), s));
-  DSI_RETURN_IF_ERROR(fwd_.layer(layer_->L, X_.data(), N, pos_.as<int64_t>(), keys_.as<DraftKeys>(), window_,
+  DSI_RETURN_IF_ERROR(fwd_.layer(layer_->L, X_.data(), N, pos, reinterpret_cast<const DraftKeys*>(at(o_keys)), window_,
                                  ring_.data(), window_ * hd));
-  // Ring rows of each sequence's last `window` positions (earlier ones would collide in the ring).
-  for (int64_t i = 0; i < I; ++i) {
-    const spec::IngestItem& it = items[b.items[size_t(i)]];
-    const int64_t skip = std::max<int64_t>(0, it.count - window_), r0 = b.base[size_t(i)] + skip;
-    DSI_RETURN_IF_ERROR(ring_scatter_cuda(fwd_.last_kv() + r0 * hd, slot_.as<int32_t>() + r0, pos_.as<int64_t>() + r0,
-                                          it.count - skip, hd, ring_.data(), window_ * hd, window_, s));
-  }
-  DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), lastsel_.as<int32_t>(), I, h_.data()));
-  for (int64_t i = 0; i < I; ++i) {
-    const spec::IngestItem& it = items[b.items[size_t(i)]];
-    DSI_CUDA_TRY(cudaMemcpyAsync(last_h_.data() + int64_t(it.slot) * D, h_.data() + i * D, size_t(D) * 4,
-                                 cudaMemcpyDeviceToDevice, cs));
-    last_pos_[size_t(it.slot)] = it.start_pos + it.count - 1;
-  }
+  DSI_RETURN_IF_ERROR(ring_scatter_cuda(fwd_.last_kv(), slot, pos, int64_t(b.ring_rows.size()), hd, ring_.data(),
+                                        window_ * hd, window_, s, reinterpret_cast<const int32_t*>(at(o_ring))));
+  DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), reinterpret_cast<const int32_t*>(at(o_last)), I, h_.data()));
+  DSI_RETURN_IF_ERROR(copy_rows_cuda(h_.data(), nullptr, last_h_.data(), reinterpret_cast<const int32_t*>(at(o_lslot)),
+                                     I, D, s));
+  for (size_t j : b.items) last_pos_[size_t(items[j].slot)] = items[j].start_pos + items[j].count - 1;
   return Status::ok();
 }
 
@@ -152,6 +141,8 @@ Status Mtp1Cuda::propose(std::span<const spec::ProposeItem> items, const spec::D
   out.assign(items.size(), {});
   const int64_t D = tc_.hidden_size, V = tc_.vocab_size;
   std::vector<size_t> live;
+  std::vector<int32_t> slots;
+  bool pick = true;
   for (size_t i = 0; i < items.size(); ++i) {
     const spec::ProposeItem& it = items[i];
     if (it.num_drafts <= 0) continue;
@@ -160,18 +151,32 @@ Status Mtp1Cuda::propose(std::span<const spec::ProposeItem> items, const spec::D
       return Status::errorf("mtp1 propose: slot {} ingested up to position {}, the anchor is at {}", it.slot,
                             last_pos_[size_t(it.slot)], it.anchor_pos);
     live.push_back(i);
+    slots.push_back(it.slot);
+    pick = pick && it.pick_argmax;
   }
   if (live.empty()) return Status::ok();
   const int64_t B = int64_t(live.size());
   void* s = ctx_.stream;
   cudaStream_t cs = static_cast<cudaStream_t>(s);
-  DSI_RETURN_IF_ERROR(fwd_.reserve(B, 0));
-  DSI_RETURN_IF_ERROR(grow(h_, size_t(B * D), s, "mtp1 hidden"));
-  DSI_RETURN_IF_ERROR(grow(logits_, size_t(B * V), s, "mtp1 logits"));
-  for (int64_t b = 0; b < B; ++b)
-    DSI_CUDA_TRY(cudaMemcpyAsync(h_.data() + b * D, last_h_.data() + int64_t(items[live[size_t(b)]].slot) * D,
-                                 size_t(D) * 4, cudaMemcpyDeviceToDevice, cs));
+  DSI_RETURN_IF_ERROR(grow_buffer(h_, size_t(B * D), s, "mtp1 hidden"));
+  DSI_RETURN_IF_ERROR(grow_buffer(logits_, size_t(B * V), s, "mtp1 logits"));
+  DSI_RETURN_IF_ERROR(grow_buffer(ids_, size_t(B), s, "mtp1 drafted ids"));
+  DSI_RETURN_IF_ERROR(upload_async(s, pin_, slots.data(), slots.size() * 4, "mtp1 propose slots"));
+  DSI_RETURN_IF_ERROR(copy_rows_cuda(last_h_.data(), pin_.as<int32_t>(), h_.data(), nullptr, B, D, s));
   DSI_RETURN_IF_ERROR(fwd_.gemm(h_.data(), B, D, *ctx_.head, logits_.data(), V, false));
+  if (pick) {  // greedy-plain requests: the argmax on the device, only the ids come down
+    detail::DraftPickArgs a;
+    a.logits = logits_.data(), a.logits_ld = V, a.vocab = V, a.B = B, a.out_ld = 1, a.ids = ids_.data();
+    DSI_RETURN_IF_ERROR(draft_pick_cuda(a, s));
+    std::vector<int32_t> ids(static_cast<size_t>(B));
+    DSI_CUDA_TRY(cudaMemcpyAsync(ids.data(), ids_.data(), size_t(B) * 4, cudaMemcpyDeviceToHost, cs));
+    DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+    for (int64_t b = 0; b < B; ++b) {
+      if (ids[size_t(b)] < 0 || ids[size_t(b)] >= V) return Status::errorf("mtp1 propose: drafted token {} outside the vocabulary", ids[size_t(b)]);
+      out[live[size_t(b)]].tokens.push_back(ids[size_t(b)]);
+    }
+    return Status::ok();
+  }
   lg_host_.resize(size_t(B * V));
   DSI_CUDA_TRY(cudaMemcpyAsync(lg_host_.data(), logits_.data(), size_t(B * V) * 4, cudaMemcpyDeviceToHost, cs));
   DSI_CUDA_TRY(cudaStreamSynchronize(cs));

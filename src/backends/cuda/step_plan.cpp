@@ -41,6 +41,21 @@ Result<StepPlanLayout> layout_step_plan(const scheduler::BatchPlan& plan, const 
   return L;
 }
 
+bool fixed_shape_step(const scheduler::BatchPlan& plan, const cache::StateLayout& state, int64_t max_model_len) {
+  const int64_t T = plan.num_tokens(), S = plan.num_seqs(), R = plan.num_logits();
+  if (max_model_len <= 0 || S <= 0 || T % S != 0 || T / S > 17) return false;
+  if (T == S ? R != S : R != T) return false;  // decode: a row per sequence; verify: a row per token
+  for (const auto& s : plan.seqs) {
+    if (s.num_new_tokens != T / S) return false;
+    if (T != S && (!s.needs_logits || s.num_spec_tokens != T / S - 1)) return false;
+    // The verify step's drafts must fit the fixed layout (a decode step beyond it is an error layout reports).
+    if (T != S && (s.start_pos + s.num_new_tokens > max_model_len ||
+                   int64_t(s.block_table.size()) * state.block_size > max_model_len + state.block_size))
+      return false;
+  }
+  return true;
+}
+
 void pack_step_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& L, uint8_t* dst) {
   std::memset(dst, 0, L.bytes);
   auto put = [&](size_t o, const void* src, size_t bytes) {

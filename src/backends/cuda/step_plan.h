@@ -28,6 +28,12 @@ struct StepPlanLayout {
 Result<StepPlanLayout> layout_step_plan(const scheduler::BatchPlan& plan, const cache::StateLayout& state,
                                         int64_t vocab, bool fixed_shape, int64_t max_model_len);
 
+// Whether the step replays a CUDA graph: a decode step (one token and one logits row per sequence) or a uniform
+// speculative verify step (the same 1 + k <= 17 tokens for every sequence, a logits row for each token), whose
+// positions and block tables fit max_model_len (the fixed-shape layout). Graphs are keyed by (tokens, sequences).
+bool fixed_shape_step(const scheduler::BatchPlan& plan, const cache::StateLayout& state, int64_t max_model_len);
+inline int64_t fixed_shape_key(int64_t T, int64_t S) { return T * (int64_t(1) << 24) + S; }
+
 // Writes the plan into dst (layout.bytes bytes; padding and unused table entries zero).
 void pack_step_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout, uint8_t* dst);
 
