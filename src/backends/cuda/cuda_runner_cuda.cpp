@@ -56,7 +56,6 @@ Status CudaRunner::init(const engine::RunnerOptions& opts) {
 CudaRunner::~CudaRunner() {
   graphs_.clear();
   free_capture();
-  if (plan_host_) cudaFreeHost(plan_host_);
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
@@ -84,20 +83,9 @@ Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slot
 }
 
 Status CudaRunner::upload_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout) {
-  if (plan_host_bytes_ < layout.bytes) {
-    if (plan_host_) cudaFreeHost(plan_host_);
-    plan_host_ = nullptr;
-    plan_host_bytes_ = 0;
-    DSI_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&plan_host_), std::max<size_t>(layout.bytes, 4096)));
-    plan_host_bytes_ = std::max<size_t>(layout.bytes, 4096);
-  }
-  pack_step_plan(plan, layout, plan_host_);
-  if (plan_dev_.size() < layout.bytes) {
-    DSI_RETURN_IF_ERROR(plan_dev_.alloc(std::max<size_t>(layout.bytes, 4096), "step plan"));
-    ++scratch_gen_;  // captured graphs hold the old plan pointers
-  }
-  DSI_CUDA_TRY(cudaMemcpyAsync(plan_dev_.data(), plan_host_, layout.bytes, cudaMemcpyHostToDevice,
-                               static_cast<cudaStream_t>(stream_)));
+  bool moved = false;
+  DSI_RETURN_IF_ERROR(plan_.upload(plan, layout, stream_, &moved));
+  if (moved) ++scratch_gen_;  // captured graphs hold the old plan pointers
   return Status::ok();
 }
 
@@ -116,8 +104,8 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), shape_.visible, shape_.max_pos));
   DSI_RETURN_IF_ERROR(ensure_capture(T));
   DSI_RETURN_IF_ERROR(upload_plan(plan, layout));
-  const ops::StepDevice st = step_device(layout, plan_dev_.data());
-  const int32_t* rows = logits_rows(layout, plan_dev_.data());
+  const ops::StepDevice st = step_device(layout, plan_.device());
+  const int32_t* rows = logits_rows(layout, plan_.device());
   if (graph)
     DSI_RETURN_IF_ERROR(
         graphs_.launch(fixed_shape_key(T, S), scratch_gen_, stream_, [&] { return run_forward(st, rows, R); }));

@@ -124,11 +124,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   StepShape shape_;
   ops::cuda::MoeWorkspace moe_ws_;
   uint64_t scratch_gen_ = 0;
-  // Pinned host staging of the step plan (one async copy per step; page-locked so it overlaps and stays valid
-  // while the copy is in flight) and its device copy.
-  uint8_t* plan_host_ = nullptr;
-  size_t plan_host_bytes_ = 0;
-  cuda::DeviceBuffer<uint8_t> plan_dev_;
+  StepPlanUpload plan_;  // the step plan's pinned staging and device copy (step_plan.h)
   bool exact_ = false;            // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
   // RunnerOptions::batch_invariant: GEMM kernels and K splits chosen per weight (GemmPrecision::kBatchInvariant),
   // fixed attention split size, fixed mHC split, MoE never by T. No cuBLASLt in this mode.

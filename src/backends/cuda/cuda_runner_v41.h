@@ -90,9 +90,7 @@ class CudaRunnerV41 final : public engine::ModelRunner, public engine::RunnerDia
   Scratch s_;
   int64_t max_pos_ = 0;
   ops::cuda::MoeWorkspace moe_ws_;
-  uint8_t* plan_host_ = nullptr;
-  size_t plan_host_bytes_ = 0;
-  cuda::DeviceBuffer<uint8_t> plan_dev_;
+  StepPlanUpload plan_;
   bool exact_ = false;
   OpTimer timer_;
 };

@@ -141,7 +141,6 @@ Status CudaRunnerV41::init_engram(const std::string& model_dir) {
 }
 
 CudaRunnerV41::~CudaRunnerV41() {
-  if (plan_host_) cudaFreeHost(plan_host_);
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
@@ -194,18 +193,9 @@ Status CudaRunnerV41::step(const scheduler::BatchPlan& plan, std::vector<float>&
   DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, false, max_model_len_));
   max_pos_ = layout.max_pos;
   DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), layout.max_pos));
-  if (plan_host_bytes_ < layout.bytes) {
-    if (plan_host_) cudaFreeHost(plan_host_);
-    plan_host_ = nullptr;
-    plan_host_bytes_ = 0;
-    DSI_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&plan_host_), std::max<size_t>(layout.bytes, 4096)));
-    plan_host_bytes_ = std::max<size_t>(layout.bytes, 4096);
-  }
-  pack_step_plan(plan, layout, plan_host_);
-  if (plan_dev_.size() < layout.bytes) DSI_RETURN_IF_ERROR(plan_dev_.alloc(std::max<size_t>(layout.bytes, 4096), "step plan"));
   cudaStream_t cs = static_cast<cudaStream_t>(stream_);
-  DSI_CUDA_TRY(cudaMemcpyAsync(plan_dev_.data(), plan_host_, layout.bytes, cudaMemcpyHostToDevice, cs));
-  DSI_RETURN_IF_ERROR(run_forward(step_device(layout, plan_dev_.data()), logits_rows(layout, plan_dev_.data()), R));
+  DSI_RETURN_IF_ERROR(plan_.upload(plan, layout, stream_));
+  DSI_RETURN_IF_ERROR(run_forward(step_device(layout, plan_.device()), logits_rows(layout, plan_.device()), R));
   logits.resize(size_t(R) * size_t(V));
   if (R > 0) DSI_CUDA_TRY(cudaMemcpyAsync(logits.data(), s_.logits.data(), size_t(R * V) * 4, cudaMemcpyDeviceToHost, cs));
   DSI_CUDA_TRY(cudaStreamSynchronize(cs));

@@ -8,6 +8,7 @@
 
 #include "cache/state_layout.h"
 #include "core/status.h"
+#include "cuda/device_buffer.h"
 #include "ops/step_cuda.h"
 #include "scheduler/batch_plan.h"
 
@@ -42,5 +43,25 @@ ops::StepDevice step_device(const StepPlanLayout& layout, const uint8_t* base);
 inline const int32_t* logits_rows(const StepPlanLayout& layout, const uint8_t* base) {
   return reinterpret_cast<const int32_t*>(base + layout.logits_rows);
 }
+
+// The per-step upload shared by the CUDA runners (step_plan_cuda.cpp, CUDA builds only): the plan is packed into
+// page-locked staging (so the async copy overlaps and the source stays valid while it is in flight) and copied to
+// a device buffer on the runner's stream. Both grow to the largest plan seen (at least 4 KiB).
+class StepPlanUpload {
+ public:
+  StepPlanUpload() = default;
+  StepPlanUpload(const StepPlanUpload&) = delete;
+  StepPlanUpload& operator=(const StepPlanUpload&) = delete;
+  ~StepPlanUpload();
+  // Packs and queues the copy. *moved (optional) is set when the device buffer was reallocated: CUDA graphs
+  // captured over the old one must be recaptured.
+  Status upload(const scheduler::BatchPlan& plan, const StepPlanLayout& layout, void* stream, bool* moved = nullptr);
+  const uint8_t* device() const { return dev_.data(); }
+
+ private:
+  uint8_t* host_ = nullptr;
+  size_t host_bytes_ = 0;
+  cuda::DeviceBuffer<uint8_t> dev_;
+};
 
 }  // namespace dsinfer::backends
