@@ -5,8 +5,10 @@
 // "lt-runner" is the runner's cuBLASLt engine (ops/gemm/gemm_lt_cuda.h) as the runner calls it: fp32 x quantized
 // to FP8 1x128 by its kernel, then the block-scaled cuBLASLt matmul(s), fp32 y; "x2" = the default two-term
 // activations (two matmuls), "x1" = one term (official act_quant numerics); ratios against the FP8 floor
-// max(bytes / 4.2e12, flops / 1400e12) of one GEMM. The raw cuBLASLt columns start from operands already in their
-// formats.
+// max(bytes / 4.2e12, flops / 1400e12) of one GEMM. For BF16 weights (the lm head, the compressors' wkv) "lt-runner"
+// is the engine's dense path (x rounded to bf16 by its kernel, bf16 cuBLASLt matmul, fp32 y; ratio against the bf16
+// floor). The raw cuBLASLt columns start from operands already in their formats. Every shape runs at M = 1, 8, 64,
+// 256 and 4096 (the lm head up to 256: prefill computes logits of the last tokens only).
 // Usage: dsinfer_gemm_bench (no arguments).
 #include <cuda_runtime.h>
 
@@ -172,7 +174,7 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   // sends them; n/a with the engine's reason when it refuses (e.g. no block-scaled algorithm at this M).
   std::string why_run;
   auto time_engine = [&](oc::GemmLtActivations act) {
-    if (!fp8 || s.groups != 1) return -1.0;
+    if (s.groups != 1 || !oc::GemmLtEngine::supports(w[0]) || (!fp8 && act == oc::GemmLtActivations::kFp8)) return -1.0;
     oc::GemmLtEngine eng(act);
     bool all = true;
     for (int i = 0; i < kSets && all; ++i) {
@@ -204,8 +206,8 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   print_ms(t_lt[1]);
   std::printf(" fp8-block");
   print_ms(t_lt[2]);
-  const double floor8 = std::max(bytes / kHbm, flops / kPeakFp8);
-  std::printf(" | lt-runner x2");
+  const double floor8 = fp8 ? std::max(bytes / kHbm, flops / kPeakFp8) : floor_s;
+  std::printf(" | lt-runner %s", fp8 ? "x2" : "bf16");
   print_ms(t_run);
   if (t_run > 0) std::printf(" %5.2fx", t_run * 1e-3 / floor8);
   std::printf(" x1");
@@ -225,6 +227,7 @@ void bench_gemm() {
       {"shared w2", oc::WeightFormat::FP8_BLOCK, 4096, 2048, 1},  {"idx wq_b", oc::WeightFormat::FP8_BLOCK, 8192, 1024, 1},
       {"csa cmp wkv", oc::WeightFormat::BF16, 1024, 4096, 1},     {"hca cmp wkv", oc::WeightFormat::BF16, 512, 4096, 1},
       {"idx cmp wkv", oc::WeightFormat::BF16, 256, 4096, 1},      {"idx weights", oc::WeightFormat::BF16, 64, 4096, 1},
+      {"lm_head", oc::WeightFormat::BF16, 129280, 4096, 1},
   };
   cublasLtHandle_t lt = nullptr;
   if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
@@ -236,9 +239,9 @@ void bench_gemm() {
   std::printf("GEMM times in us (median of %d after %d warm-up, %d rotating sets); old = default path (fp32 skinny for "
               "M <= 8, tiled above), new = GemmPrecision::kBf16 streaming kernel\n", kRuns, kWarm, kSets);
   for (const GemmShape& s : shapes) {
-    const bool big = std::string(s.name) == "wq_a" || std::string(s.name) == "wq_b" || std::string(s.name) == "wo_b";
-    for (int64_t M : {int64_t(1), int64_t(8), int64_t(64), int64_t(256), int64_t(512), int64_t(4096)})
-      if (M < 4096 || big) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes);
+    const bool head = std::string(s.name) == "lm_head";
+    for (int64_t M : {int64_t(1), int64_t(8), int64_t(64), int64_t(256), int64_t(4096)})
+      if (M <= 256 || !head) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes);
   }
   cublasLtDestroy(lt);
 }

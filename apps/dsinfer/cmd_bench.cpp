@@ -18,7 +18,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: dsinfer bench --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
                "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n"
-               "                     [--batch-invariant]\n"
+               "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
                "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n");
 }
 
@@ -40,8 +40,10 @@ void print_case(const BenchCase& c, int64_t layers) {
     std::fprintf(stderr, "bench: %s: %s\n", c.title.c_str(), c.error.c_str());
     return;
   }
-  std::printf("\n== %s: %lld seqs x %lld new tokens, context %lld ==\n", c.title.c_str(), (long long)c.seqs,
+  std::printf("\n== %s: %lld seqs x %lld new tokens, context %lld", c.title.c_str(), (long long)c.seqs,
               (long long)c.new_tokens, (long long)c.context);
+  if (c.chunk > 0) std::printf(", in chunks of %lld tokens", (long long)c.chunk);
+  std::printf(" ==\n");
   std::printf("%-22s %12s %12s %8s %14s\n", "op (all layers)", "measured ms", "floor ms", "ratio", "per layer ms");
   for (const BenchOp& op : c.ops)
     std::printf("%-22s %12.4f %12.4f %8.2f %14.4f\n", op.name.c_str(), op.measured_ms, op.floor_ms, op.ratio(),
@@ -51,6 +53,8 @@ void print_case(const BenchCase& c, int64_t layers) {
   std::printf("%-22s %12.4f %12.4f %8.2f   (host wall, incl. plan upload and logits download)\n", "step", c.step_ms,
               c.floor_ms, c.step_ms / c.floor_ms);
   std::printf("per layer: %.4f ms; tokens/s: %.1f\n", c.ops_ms / double(layers), c.tokens_per_s());
+  if (c.chunk > 0) std::printf("TTFT: %.1f ms (all chunks, host wall)\n", c.step_ms);
+  if (c.peak_device_bytes > 0) std::printf("peak device memory: %.2f GiB\n", c.peak_device_bytes / double(1 << 30));
   if (c.graph_step_ms > 0)
     std::printf("%-22s %12.4f %12.4f %8.2f   (CUDA graph replay, host wall; tokens/s %.1f)\n", "step (graph)",
                 c.graph_step_ms, c.floor_ms, c.graph_step_ms / c.floor_ms, c.graph_tokens_per_s());
@@ -79,6 +83,7 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--batch") o.batches = parse_list(v);
       else if (a == "--context") o.context = std::stoll(v);
       else if (a == "--prefill") o.prefill = std::stoll(v);
+      else if (a == "--prefill-chunk") o.prefill_chunk = std::stoll(v);
       else if (a == "--iters") o.iters = std::max<int64_t>(1, std::stoll(v));
       else if (a == "--verify-tokens") o.verify_tokens = parse_list(v);
       else {

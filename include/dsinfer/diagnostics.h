@@ -94,6 +94,8 @@ struct BenchOptions {
   std::vector<int64_t> batches = {1, 64, 256};  // one decode case per batch size
   int64_t context = 4096;             // decode: positions already in each sequence's state
   int64_t prefill = 4096;             // prefill case: tokens of one sequence from position 0; 0 = none
+  int64_t prefill_chunk = 0;          // > 0: the prefill runs in steps of this many tokens (chunked prefill:
+                                      // activations bounded by the chunk), one timed pass after a one-chunk warm-up
   int64_t iters = 5;                  // timed iterations per case (after one warm-up), medians reported
   bool batch_invariant = false;       // time the batch-invariant mode (EngineOptions::batch_invariant)
   // Speculative verify steps: per K a case per batch size of 1 + K tokens per sequence at `context`, logits for
@@ -120,6 +122,8 @@ struct BenchCase {
   double floor_ms = 0;                // sum of every op's floor
   double step_ms = 0;                 // median host wall time of a step (incl. plan upload, logits download)
   double graph_step_ms = -1;          // decode: median step without per-op events (CUDA graph replay); -1 none
+  int64_t chunk = 0;                  // chunked prefill: tokens per step (step_ms is then the whole prompt: TTFT)
+  double peak_device_bytes = -1;      // CUDA: largest device memory in use seen after a step (cudaMemGetInfo); -1 n/a
   std::string error;                  // non-empty: the case failed (what was measured before stays filled in)
   double tokens_per_s() const { return step_ms > 0 ? double(seqs * new_tokens) / (step_ms / 1e3) : 0.0; }
   double graph_tokens_per_s() const { return graph_step_ms > 0 ? double(seqs) / (graph_step_ms / 1e3) : 0.0; }

@@ -8,6 +8,9 @@
 
 #include "cache/state_layout.h"
 #include "perf/cost_model.h"
+#if DSINFER_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace dsinfer::perf {
 
@@ -89,6 +92,17 @@ Result<double> time_graph_steps(engine::ModelRunner& r, const scheduler::BatchPl
   return median(g);
 }
 
+// Device memory in use now (total - free; the CUDA runner's buffers only grow, so the largest value seen after
+// each step is the peak), or -1 without CUDA.
+double device_bytes_in_use() {
+#if DSINFER_HAS_CUDA
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) return double(total_b - free_b);
+  (void)cudaGetLastError();
+#endif
+  return -1.0;
+}
+
 // Ops aggregated over layers (by name) with the cost model's floors, bytes and flops for the same names.
 void aggregate(const io::ModelConfig& cfg, const Samples& samples, BenchCase& c) {
   std::map<std::string, BenchOp> agg;
@@ -128,11 +142,55 @@ BenchCase run_case(engine::ModelRunner& r, const cache::StateLayout& layout, con
   }
   aggregate(r.config(), samples, c);
   c.step_ms = median(samples.step_ms);
+  c.peak_device_bytes = device_bytes_in_use();
   if (new_tokens == 1) {
     auto g = time_graph_steps(r, plan, o.iters);
     if (!g) c.error = g.status().message();
     else c.graph_step_ms = *g;
   }
+  return c;
+}
+
+// The prefill of o.prefill tokens in steps of o.prefill_chunk (each step one chunk at the positions after the
+// previous ones, so attention reads the state the earlier chunks wrote): a one-chunk warm-up, then one timed pass.
+// step_ms = the whole pass (time to first token), op times summed over chunks, floors of the unchunked prefill.
+BenchCase run_chunked_prefill(engine::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o) {
+  BenchCase c;
+  c.title = "prefill";
+  c.seqs = 1, c.new_tokens = o.prefill, c.context = 0, c.logits_rows = 1, c.chunk = o.prefill_chunk;
+  std::vector<std::vector<cache::BlockId>> tables;
+  std::vector<float> logits;
+  Samples sums;
+  auto chunk_plan = [&](int64_t pos) {
+    const int64_t n = std::min(o.prefill_chunk, o.prefill - pos);
+    return make_bench_plan(1, n, pos, layout.blocks_per_sequence(pos + n), r.config().vocab_size, tables);
+  };
+  Status s = r.step(chunk_plan(0), logits);  // warm-up (plans, buffers, cuBLASLt heuristics)
+  double wall = 0;
+  for (int64_t pos = 0; pos < o.prefill && s.is_ok(); pos += o.prefill_chunk) {
+    const scheduler::BatchPlan plan = chunk_plan(pos);
+    const auto t0 = std::chrono::steady_clock::now();
+    s = r.step(plan, logits);
+    wall += ms_since(t0);
+    c.peak_device_bytes = std::max(c.peak_device_bytes, device_bytes_in_use());
+    if (!s) break;
+    auto times = r.diagnostics().op_times();
+    if (!times) {
+      s = times.status();
+      break;
+    }
+    for (const auto& t : *times) {
+      auto& v = sums.ops[{t.name, t.layer}];
+      if (v.empty()) v.push_back(0.0f);
+      v[0] += t.ms;
+    }
+  }
+  if (!s) {
+    c.error = s.message();
+    return c;
+  }
+  aggregate(r.config(), sums, c);
+  c.step_ms = wall;
   return c;
 }
 
@@ -142,6 +200,7 @@ Status validate_bench_options(const BenchOptions& o) {
   if (o.iters < 1) return Status::errorf("bench iterations must be >= 1, found {}", o.iters);
   if (o.context < 0 || o.prefill < 0)
     return Status::errorf("bench context ({}) and prefill ({}) must be >= 0", o.context, o.prefill);
+  if (o.prefill_chunk < 0) return Status::errorf("bench prefill chunk must be >= 0, found {}", o.prefill_chunk);
   for (int64_t b : o.batches)
     if (b < 1) return Status::errorf("bench batch size must be >= 1, found {}", b);
   for (int64_t k : o.verify_tokens)
@@ -176,7 +235,8 @@ Status run_bench(engine::ModelRunner& r, const BenchOptions& o, BenchReport& rep
   for (int64_t b : o.batches) add(run_case(r, layout, o, "decode", b, 1, o.context));
   for (int64_t k : o.verify_tokens)
     for (int64_t b : o.batches) add(run_case(r, layout, o, "verify", b, 1 + k, o.context, true));
-  if (o.prefill > 0) add(run_case(r, layout, o, "prefill", 1, o.prefill, 0));
+  if (o.prefill > 0 && o.prefill_chunk > 0 && o.prefill_chunk < o.prefill) add(run_chunked_prefill(r, layout, o));
+  else if (o.prefill > 0) add(run_case(r, layout, o, "prefill", 1, o.prefill, 0));
   return Status::ok();
 }
 

@@ -99,3 +99,41 @@ TEST(GemmLtQuant, SaturatesAndKeepsNaN) {
 }
 
 }  // namespace
+
+// cuBLASLt's documented scale layouts (cuBLAS docs 3.1.4.5.1), as the kernels index them: VEC128_32F activation
+// scales token-major (block b of token m at b * M + m), BLK128x128_32F weight scales K-major in rows of
+// ceil(K/128) rounded up to 4.
+TEST(GemmLtLayout, IndexHelpersFollowTheDocumentedLayouts) {
+  EXPECT_EQ(lt::wscale_ld(1), 4);
+  EXPECT_EQ(lt::wscale_ld(2), 4);
+  EXPECT_EQ(lt::wscale_ld(4), 4);
+  EXPECT_EQ(lt::wscale_ld(5), 8);
+  EXPECT_EQ(lt::wscale_ld(64), 64);  // wo_b: K = 8192
+  EXPECT_EQ(lt::act_scale_index(0, 0, 64), 0);
+  EXPECT_EQ(lt::act_scale_index(1, 0, 64), 1);   // consecutive tokens are adjacent
+  EXPECT_EQ(lt::act_scale_index(0, 1, 64), 64);  // the next K block starts after all M tokens
+  EXPECT_EQ(lt::wscale_index(1, 0, 4), 4);
+  EXPECT_EQ(lt::wscale_index(2, 3, 8), 19);
+}
+
+TEST(GemmLtLayout, ActivationScalesTransposedAndPadded) {
+  const int64_t M = 5, kb = 3, s_ld = 8;
+  std::vector<float> s(size_t(M * kb)), t(size_t(kb * s_ld), -1.0f);
+  for (size_t i = 0; i < s.size(); ++i) s[i] = float(i + 1);  // s[m * kb + b] = m * kb + b + 1
+  lt::act_scales_to_lt_ref(s.data(), M, kb, t.data(), s_ld);
+  for (int64_t b = 0; b < kb; ++b)
+    for (int64_t m = 0; m < s_ld; ++m)
+      EXPECT_EQ(t[size_t(b * s_ld + m)], m < M ? float(m * kb + b + 1) : 0.0f) << "token " << m << " block " << b;
+}
+
+TEST(GemmLtLayout, WeightScalesPaddedRowsE8m0AndF32) {
+  const int64_t nb = 2, kb = 3, ld = lt::wscale_ld(kb);
+  const std::vector<uint8_t> e8 = {127, 128, 126, 130, 117, 127};  // 1, 2, 0.5, 8, 2^-10, 1
+  std::vector<float> got(size_t(nb * ld), -1.0f);
+  lt::weight_scales_to_lt_ref(e8.data(), true, nb, kb, got.data(), ld);
+  const std::vector<float> want = {1.0f, 2.0f, 0.5f, 0.0f, 8.0f, std::ldexp(1.0f, -10), 1.0f, 0.0f};
+  EXPECT_EQ(got, want);
+  const std::vector<float> f = {0.5f, 0.25f, 3.0f, -1.0f, 7.0f, 0.125f};
+  lt::weight_scales_to_lt_ref(f.data(), false, nb, kb, got.data(), ld);
+  EXPECT_EQ(got, (std::vector<float>{0.5f, 0.25f, 3.0f, 0.0f, -1.0f, 7.0f, 0.125f, 0.0f}));
+}

@@ -76,12 +76,13 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
 // path rounds operands to bf16); check-reference uses it to test every other kernel at fp32 precision (and every
 // row's sums are then independent of M: batch-invariant as they are). Batch-invariant mode otherwise takes
 // GemmPrecision::kBatchInvariant (kernel and K split per weight; never cuBLASLt, whose algorithm depends on M).
-// Otherwise FP8 GEMMs of M >= gemm_lt_min_rows() rows run on cuBLASLt's block-scaled FP8 tensor cores with the
-// activations quantized 1x128 like official act_quant, in two terms by default (gemm_lt_cuda.h), and smaller FP8
-// GEMMs take the bf16 streaming kernel where it measured faster (GemmPrecision::kBf16). The engine's one-time
-// setup (weight scales, buffers for s_.tokens rows) runs on every eager call, so each weight is ready before a
-// decode graph captures it; any engine error falls back to gemm_cuda (the runner never accumulates here, so even
-// a half-done call is overwritten).
+// Otherwise GEMMs that GemmLtEngine::wants (FP8 weights at M >= gemm_lt_min_rows(), BF16 / F32 weights - the lm
+// head, the compressors' wkv - at M >= kGemmLtMinMDense) run on cuBLASLt: block-scaled FP8 with the activations
+// quantized 1x128 like official act_quant, in two terms by default, or bf16 with fp32 accumulation
+// (gemm_lt_cuda.h); smaller FP8 GEMMs take the bf16 streaming kernel where it measured faster (GemmPrecision::kBf16).
+// The engine's one-time setup (weight scales, buffers for s_.tokens rows) runs on every eager call, so each weight
+// is ready before a decode graph captures it; any engine error falls back to gemm_cuda (the runner never
+// accumulates here, so even a half-done call is overwritten).
 GemmPrecision CudaRunner::gemm_precision(int64_t M, int64_t N) const {
   if (exact_) return GemmPrecision::kFp32SmallM;
   if (batch_invariant_) return GemmPrecision::kBatchInvariant;
@@ -89,8 +90,9 @@ GemmPrecision CudaRunner::gemm_precision(int64_t M, int64_t N) const {
 }
 
 Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
-  if (use_lt_ && !exact_ && !batch_invariant_ && GemmLtEngine::supports(w) && lt_.prepare(w, std::max(M, s_.tokens), stream_).is_ok() &&
-      M >= gemm_lt_min_rows() && lt_.gemm(x, M, ldx, w, y, ldy, acc, stream_).is_ok())
+  if (use_lt_ && !exact_ && !batch_invariant_ && GemmLtEngine::supports(w) &&
+      lt_.prepare(w, std::max(M, s_.tokens), stream_).is_ok() && GemmLtEngine::wants(w, M) &&
+      lt_.gemm(x, M, ldx, w, y, ldy, acc, stream_).is_ok())
     return Status::ok();
   const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
   const GemmPrecision prec = gemm_precision(M, w.rows);

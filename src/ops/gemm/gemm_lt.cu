@@ -36,8 +36,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   if (warp >= s_ld * blocks) return;
   const int64_t m = warp % s_ld, b = warp / s_ld;
   if (m >= M) {  // padding column of the scale matrix
-    if (lane == 0) s[b * s_ld + m] = 0.0f;
-    if (lane == 0 && s2) s2[b * s_ld + m] = 0.0f;
+    if (lane == 0) s[lt::act_scale_index(m, b, s_ld)] = 0.0f;
+    if (lane == 0 && s2) s2[lt::act_scale_index(m, b, s_ld)] = 0.0f;
     return;
   }
   const float* xb = x + m * ldx + b * lt::kActBlock + 4 * lane;
@@ -52,14 +52,14 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   const uint32_t word = quantize_warp(v, sc);
   const int64_t at = m * K + b * lt::kActBlock + 4 * lane;
   *reinterpret_cast<uint32_t*>(q + at) = word;
-  if (lane == 0) s[b * s_ld + m] = sc;
+  if (lane == 0) s[lt::act_scale_index(m, b, s_ld)] = sc;
   if (!q2) return;  // warp-uniform
   float r[4];
   for (int i = 0; i < 4; ++i) r[i] = lt::residual(v[i], uint8_t(word >> (8 * i)), sc);
   float sc2 = 0.0f;
   const uint32_t word2 = quantize_warp(r, sc2);
   *reinterpret_cast<uint32_t*>(q2 + at) = word2;
-  if (lane == 0) s2[b * s_ld + m] = sc2;
+  if (lane == 0) s2[lt::act_scale_index(m, b, s_ld)] = sc2;
 }
 
 __global__ void gemm_lt_wscale_kernel(const void* __restrict__ src, bool e8m0, int64_t nb, int64_t kb,
@@ -72,7 +72,7 @@ __global__ void gemm_lt_wscale_kernel(const void* __restrict__ src, bool e8m0, i
       v = e8m0 ? small_float::from_bits(small_float::e8m0_f32_bits(static_cast<const uint8_t*>(src)[j]))
                : static_cast<const float*>(src)[j];
     }
-    dst[i] = v;
+    dst[lt::wscale_index(r, c, ld)] = v;  // == i
   }
 }
 
@@ -83,6 +83,15 @@ __global__ void gemm_lt_epilogue_kernel(const uint16_t* __restrict__ t, int64_t 
     const float v = small_float::from_bits(small_float::bf16_f32_bits(t[i]));
     float* o = y + m * ldy + n;
     *o = acc ? *o + v : v;
+  }
+}
+
+// Row-major bf16 copy of x (round to nearest even, as small_float::f32_to_bf16_bits on the host).
+__global__ void gemm_lt_bf16_kernel(const float* __restrict__ x, int64_t M, int64_t ldx, int64_t K,
+                                    uint16_t* __restrict__ xb) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < M * K; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / K, k = i % K;
+    xb[i] = small_float::f32_to_bf16_bits(x[m * ldx + k]);
   }
 }
 
@@ -105,6 +114,10 @@ void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t*
 void launch_lt_weight_scales(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld, void* stream) {
   gemm_lt_wscale_kernel<<<grid_for(nb * ld, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, e8m0, nb, kb, dst,
                                                                                                ld);
+}
+
+void launch_lt_bf16(const float* x, int64_t M, int64_t ldx, int64_t K, uint16_t* xb, void* stream) {
+  gemm_lt_bf16_kernel<<<grid_for(M * K, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(x, M, ldx, K, xb);
 }
 
 void launch_lt_epilogue(const uint16_t* t, int64_t M, int64_t N, float* y, int64_t ldy, bool accumulate, void* stream) {

@@ -1,6 +1,7 @@
-// cuBLASLt GEMM engine (see gemm_lt_cuda.h): environment switches, weight preparation (block scales to fp32 in
-// cuBLASLt's layout), activation buffers, and the call sequence quantize -> cublasLtMatmul (-> epilogue). The
-// cuBLASLt plans, the matmul call and the layout probe are gemm_lt_plan_cuda.cpp.
+// cuBLASLt GEMM engine (see gemm_lt_cuda.h): environment switches, routing, weight preparation (FP8 block scales to
+// fp32 in cuBLASLt's layout), activation buffers, and the call sequences quantize -> cublasLtMatmul (-> epilogue)
+// (+ the M % 4 tail rows on gemm_cuda) and bf16 x -> cublasLtMatmul. The cuBLASLt plans, the matmul call and the
+// layout probe are gemm_lt_plan_cuda.cpp.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -19,11 +20,10 @@ using gemm_lt_detail::PlanKey;
 using gemm_lt_detail::WeightScales;
 namespace lt = dsinfer::ops::gemm_lt;
 
-// Opt-in (DSINFER_CUBLASLT=1): on the H200 (2026-11-30) cuBLASLt found no block-scaled FP8 algorithm for this
-// engine's descriptors (its scale-layout probe fails, GemmLtGpu tests fail), so the runner does not use it by default.
 bool gemm_lt_env_enabled() {
   const char* v = std::getenv("DSINFER_CUBLASLT");
-  return v && std::string(v) == "1";
+  if (!v || !*v) return kGemmLtDefaultOn;
+  return std::string(v) != "0";
 }
 
 int64_t gemm_lt_min_rows() {
@@ -46,6 +46,7 @@ namespace {
 
 // Offset (floats) of the second term's scale matrix: after the first, 256-byte aligned.
 int64_t scale_offset(int64_t first) { return (first + 63) / 64 * 64; }
+int64_t round4(int64_t m) { return (m + 3) / 4 * 4; }
 
 template <typename T>
 Status grow_buffer(dsinfer::cuda::DeviceBuffer<T>& b, size_t n, std::vector<dsinfer::cuda::DeviceBuffer<T>>& retired,
@@ -70,7 +71,7 @@ Status GemmLtEngine::Impl::grow(dsinfer::cuda::DeviceBuffer<float>& b, size_t n,
   return grow_buffer(b, n, retired_f, what);
 }
 
-Status GemmLtEngine::Impl::init(void* stream) {
+Status GemmLtEngine::Impl::init() {
   if (initialized) return init_status;
   initialized = true;
   init_status = [&]() -> Status {
@@ -78,8 +79,7 @@ Status GemmLtEngine::Impl::init(void* stream) {
       return Status::errorf("cuBLASLt {} predates block-scaled FP8 matmuls (needs 12.9)", cublasLtGetVersion());
     const cublasStatus_t st = cublasLtCreate(&handle);
     if (st != CUBLAS_STATUS_SUCCESS) return Status::errorf("cublasLtCreate failed: {}", cublasLtGetStatusName(st));
-    DSI_RETURN_IF_ERROR(workspace.alloc(gemm_lt_detail::kWorkspaceBytes, "cuBLASLt workspace"));
-    return probe(stream);
+    return workspace.alloc(gemm_lt_detail::kWorkspaceBytes, "cuBLASLt workspace");
   }();
   return init_status;
 }
@@ -88,8 +88,15 @@ GemmLtEngine::GemmLtEngine(GemmLtActivations act) : impl_(std::make_unique<Impl>
 GemmLtEngine::~GemmLtEngine() = default;
 
 bool GemmLtEngine::supports(const DeviceWeight& w) {
-  return w.fmt == WeightFormat::FP8_BLOCK && w.data && w.scale && w.block_n == lt::kWBlock &&
-         w.block_k == lt::kWBlock && w.rows > 0 && w.rows % 16 == 0 && w.cols > 0 && w.cols % lt::kActBlock == 0;
+  if (!w.data || w.rows <= 0 || w.cols <= 0) return false;
+  if (w.fmt == WeightFormat::FP8_BLOCK)
+    return w.scale && w.block_n == lt::kWBlock && w.block_k == lt::kWBlock && w.rows % 16 == 0 &&
+           w.cols % lt::kActBlock == 0;
+  return (w.fmt == WeightFormat::BF16 || w.fmt == WeightFormat::F32) && w.cols % 8 == 0 && w.rows % 4 == 0;
+}
+
+bool GemmLtEngine::wants(const DeviceWeight& w, int64_t M) {
+  return supports(w) && M >= (w.fmt == WeightFormat::FP8_BLOCK ? gemm_lt_min_rows() : kGemmLtMinMDense);
 }
 
 bool GemmLtEngine::capturing(void* stream) {
@@ -104,16 +111,19 @@ bool GemmLtEngine::capturing(void* stream) {
 Status GemmLtEngine::prepare(const DeviceWeight& w, int64_t max_rows, void* stream) {
   if (capturing(stream)) return Status::ok();
   Impl& I = *impl_;
-  DSI_RETURN_IF_ERROR(I.init(stream));
+  DSI_RETURN_IF_ERROR(I.init());
   if (!supports(w))
-    return Status::errorf("cuBLASLt GEMM: unsupported weight {} [{}, {}] with {}x{} blocks (needs FP8_BLOCK, 128x128 "
-                          "blocks, K % 128 == 0, N % 16 == 0)", weight_format_name(w.fmt), w.rows, w.cols, w.block_n,
-                          w.block_k);
+    return Status::errorf("cuBLASLt GEMM: unsupported weight {} [{}, {}] with {}x{} blocks (needs FP8_BLOCK with 128x128 "
+                          "blocks, K % 128 == 0, N % 16 == 0, or BF16 / F32 with K % 8 == 0, N % 4 == 0)",
+                          weight_format_name(w.fmt), w.rows, w.cols, w.block_n, w.block_k);
+  if (w.fmt != WeightFormat::FP8_BLOCK) {
+    if (max_rows > 0 && w.fmt == WeightFormat::BF16)
+      DSI_RETURN_IF_ERROR(I.grow(I.q, size_t(max_rows * w.cols * 2), "cuBLASLt bf16 activations"));
+    return Status::ok();
+  }
+  DSI_RETURN_IF_ERROR(I.ensure_probe(stream));
   const int64_t nb = (w.rows + lt::kWBlock - 1) / lt::kWBlock, kb = w.cols / lt::kWBlock;
-  if (kb % 4 != 0 && I.wscale_layout == 3)
-    return Status::errorf("cuBLASLt GEMM: K = {} gives {} scale blocks per row (not a multiple of 4) and the layout "
-                          "probe matched no reading of padded weight-scale rows", w.cols, kb);
-  const int64_t ld = I.wscale_layout == 2 ? (kb + 3) / 4 * 4 : kb;
+  const int64_t ld = I.wscale_layout == 1 ? kb : lt::wscale_ld(kb);
   auto [it, fresh] = I.weights.try_emplace(w.data);
   WeightScales& ws = it->second;
   if (fresh) {
@@ -130,8 +140,8 @@ Status GemmLtEngine::prepare(const DeviceWeight& w, int64_t max_rows, void* stre
   DSI_RETURN_IF_ERROR(ws.status);
   if (max_rows > 0) {
     const bool two = I.act == GemmLtActivations::kFp8x2;
-    const int64_t sk = (max_rows + 3) / 4 * 4 * kb;
-    DSI_RETURN_IF_ERROR(I.grow(I.q, size_t((two ? 2 : 1) * max_rows * w.cols), "cuBLASLt activation codes"));
+    const int64_t m4 = round4(max_rows), sk = m4 * kb;
+    DSI_RETURN_IF_ERROR(I.grow(I.q, size_t((two ? 2 : 1) * m4 * w.cols), "cuBLASLt activation codes"));
     DSI_RETURN_IF_ERROR(I.grow(I.s, size_t(two ? scale_offset(sk) + sk : sk), "cuBLASLt activation scales"));
   }
   return Status::ok();
@@ -151,35 +161,73 @@ Status GemmLtEngine::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWe
   if (!cap) DSI_RETURN_IF_ERROR(prepare(w, M, stream));
   if (!I.initialized) return Status::error("cuBLASLt GEMM: first use inside a graph capture (prepare it before)");
   DSI_RETURN_IF_ERROR(I.init_status);
-  const auto it = I.weights.find(w.data);
-  if (it == I.weights.end()) return Status::error("cuBLASLt GEMM: weight not prepared before the graph capture");
+  if (!supports(w)) return Status::error("cuBLASLt GEMM: unsupported weight");
+  if (w.fmt == WeightFormat::FP8_BLOCK) return I.gemm_fp8(x, M, ldx, w, y, ldy, accumulate, cap, stream);
+  return I.gemm_dense(x, M, ldx, w, y, ldy, accumulate, cap, stream);
+}
+
+// Block scaling needs M % 4 == 0: rows [0, Mm) run on cuBLASLt, the last M % 4 on gemm_cuda's fp32 streaming kernel
+// (one more read of the weight: ~10 us for wq_b's 32 MB; the runner sends M >= 64).
+Status GemmLtEngine::Impl::gemm_fp8(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
+                                    int64_t ldy, bool acc, bool cap, void* stream) {
+  if (!probed) return Status::error("cuBLASLt GEMM: first FP8 use inside a graph capture (prepare it before)");
+  DSI_RETURN_IF_ERROR(probe_status);
+  const auto it = weights.find(w.data);
+  if (it == weights.end()) return Status::error("cuBLASLt GEMM: weight not prepared before the graph capture");
   const WeightScales& ws = it->second;
   DSI_RETURN_IF_ERROR(ws.status);
   if (ws.rows != w.rows || ws.cols != w.cols) return Status::error("cuBLASLt GEMM: weight shape changed");
-  const bool odd = M % 4 != 0;
-  if (odd && I.scale_layout == 3)
-    return Status::errorf("cuBLASLt GEMM: M = {} is not a multiple of 4 and the scale layout probe matched neither "
-                          "reading", M);
-  const int64_t K = w.cols, N = w.rows, s_ld = odd && I.scale_layout == 2 ? (M + 3) / 4 * 4 : M;
-  const bool two = I.act == GemmLtActivations::kFp8x2;
-  const int64_t sk = s_ld * (K / lt::kActBlock), s2_at = scale_offset(sk);
-  if (I.q.size() < size_t((two ? 2 : 1) * M * K) || I.s.size() < size_t(two ? s2_at + sk : sk))
+  const int64_t tail = M % 4, Mm = M - tail, K = w.cols, N = w.rows, kb = K / lt::kActBlock;
+  if (Mm == 0) return Status::errorf("cuBLASLt GEMM: M = {} < 4 has no block-scaled FP8 algorithm", M);
+  const bool two = act == GemmLtActivations::kFp8x2;
+  const int64_t sk = Mm * kb, s2_at = scale_offset(sk);
+  if (q.size() < size_t((two ? 2 : 1) * Mm * K) || s.size() < size_t(two ? s2_at + sk : sk))
     return Status::errorf("cuBLASLt GEMM: activation buffers too small for M = {} inside a graph capture", M);
-  const PlanKey key{M, N, K, ldy, accumulate, alignment(reinterpret_cast<uintptr_t>(w.data) | uint64_t(K)),
+  const PlanKey key{gemm_lt_detail::PlanKind::kFp8Block, Mm, N, K, ldy, acc,
+                    alignment(reinterpret_cast<uintptr_t>(w.data) | uint64_t(K)),
+                    alignment(reinterpret_cast<uintptr_t>(q.data()) | uint64_t(K)),
                     alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4))};
-  Plan& p = I.plan(key, ws.scale.data(), I.s.data());
+  Plan& p = plan(key, ws.scale.data(), s.data());
   DSI_RETURN_IF_ERROR(p.status);
-  if (p.bf16_out && I.t.size() < size_t(M * N * 2)) {
+  if (p.bf16_out && t.size() < size_t(Mm * N * 2)) {
     if (cap) return Status::error("cuBLASLt GEMM: bf16 output buffer too small inside a graph capture");
-    DSI_RETURN_IF_ERROR(I.grow(I.t, size_t(M * N * 2), "cuBLASLt bf16 output"));
+    DSI_RETURN_IF_ERROR(grow(t, size_t(Mm * N * 2), "cuBLASLt bf16 output"));
   }
-  uint8_t* q2 = two ? I.q.data() + M * K : nullptr;  // M * K is a multiple of 128: aligned like the first term
-  float* s2 = two ? I.s.data() + s2_at : nullptr;
-  detail::launch_lt_quant(x, M, ldx, K, I.q.data(), I.s.data(), s_ld, q2, s2, stream);
+  uint8_t* q2 = two ? q.data() + Mm * K : nullptr;  // Mm * K is a multiple of 512: aligned like the first term
+  float* s2 = two ? s.data() + s2_at : nullptr;
+  detail::launch_lt_quant(x, Mm, ldx, K, q.data(), s.data(), Mm, q2, s2, stream);
   DSI_CUDA_LAUNCHED("gemm_lt_quant_kernel");
-  DSI_RETURN_IF_ERROR(I.run(p, w.data, ws.scale.data(), I.q.data(), I.s.data(), M, y, ldy, accumulate, stream));
-  if (!two) return Status::ok();
-  return I.run(p, w.data, ws.scale.data(), q2, s2, M, y, ldy, true, stream);  // y += the second term's product
+  DSI_RETURN_IF_ERROR(run(p, w.data, ws.scale.data(), q.data(), s.data(), Mm, y, ldy, acc, stream));
+  if (two)  // y += the second term's product (same plan; beta = 1)
+    DSI_RETURN_IF_ERROR(run(p, w.data, ws.scale.data(), q2, s2, Mm, y, ldy, true, stream));
+  if (tail == 0) return Status::ok();
+  return gemm_cuda(x + Mm * ldx, tail, ldx, w, y + Mm * ldy, ldy, acc, stream, GemmPrecision::kFp32SmallM);
+}
+
+// BF16 W: x rounded to bf16 into q, then the bf16 matmul. F32 W: x read in place (ld K only: cuBLASLt's B layout
+// is given ld = K), bf16 products (CUBLAS_COMPUTE_32F_FAST_16BF).
+Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
+                                      int64_t ldy, bool acc, bool cap, void* stream) {
+  const bool bf = w.fmt == WeightFormat::BF16;
+  const int64_t K = w.cols, N = w.rows;
+  if (!bf && ldx != K) return Status::errorf("cuBLASLt GEMM: F32 weights need ldx == K ({} != {})", ldx, K);
+  if (bf && q.size() < size_t(M * K * 2)) {
+    if (cap) return Status::errorf("cuBLASLt GEMM: bf16 activation buffer too small for M = {} inside a capture", M);
+    DSI_RETURN_IF_ERROR(grow(q, size_t(M * K * 2), "cuBLASLt bf16 activations"));
+  }
+  const void* xb = bf ? static_cast<const void*>(q.data()) : static_cast<const void*>(x);
+  const uint64_t eb = bf ? 2 : 4;
+  const PlanKey key{bf ? gemm_lt_detail::PlanKind::kBf16 : gemm_lt_detail::PlanKind::kF32, M, N, K, ldy, acc,
+                    alignment(reinterpret_cast<uintptr_t>(w.data) | uint64_t(K) * eb),
+                    alignment(reinterpret_cast<uintptr_t>(xb) | uint64_t(K) * eb),
+                    alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4))};
+  Plan& p = plan(key, nullptr, nullptr);
+  DSI_RETURN_IF_ERROR(p.status);
+  if (bf) {
+    detail::launch_lt_bf16(x, M, ldx, K, reinterpret_cast<uint16_t*>(q.data()), stream);
+    DSI_CUDA_LAUNCHED("gemm_lt_bf16_kernel");
+  }
+  return run(p, w.data, nullptr, xb, nullptr, M, y, ldy, acc, stream);
 }
 
 size_t GemmLtEngine::device_bytes() const {
@@ -191,7 +239,6 @@ size_t GemmLtEngine::device_bytes() const {
   return n;
 }
 
-int GemmLtEngine::scale_layout() const { return impl_->scale_layout; }
 int GemmLtEngine::weight_scale_layout() const { return impl_->wscale_layout; }
 GemmLtActivations GemmLtEngine::activations() const { return impl_->act; }
 

@@ -1,24 +1,38 @@
-// cuBLASLt GEMM engine for the CUDA runner's fast path: y[M, N] (+)= x[M, K] . W^T with W an FP8_BLOCK weight in
-// its stored format (e4m3 [N, K], 128 x 128 block scales) and fp32 x / y. x is quantized per token and per 128
-// channels to e4m3 with a power-of-two scale (the official DeepSeek `act_quant`, gemm_lt_quant.h) - by default in
-// two terms (GemmLtActivations below) - then cuBLASLt runs the block-scaled FP8 matmul
-// (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F for W, VEC128_32F for x; cuBLAS >= 12.9, Hopper): per 128-wide K
-// block fp32 partial sums scaled by s_x * s_w, fp32 output (or bf16 output plus an fp32 epilogue where cuBLASLt
-// offers only bf16). Not the exact path.
+// cuBLASLt GEMM engine for the CUDA runner's fast path: y[M, N] (+)= x[M, K] . W^T with fp32 x / y and W in its
+// stored format. One class decides and runs both kinds (GemmLtEngine::wants says which calls it takes):
+//   FP8_BLOCK W (e4m3 [N, K], 128 x 128 block scales): x is quantized per token and per 128 channels to e4m3 with a
+//     power-of-two scale (the official DeepSeek `act_quant`, gemm_lt_quant.h) - by default in two terms
+//     (GemmLtActivations below) - then cuBLASLt runs the block-scaled FP8 matmul (cuBLAS >= 12.9, Hopper);
+//   BF16 W (or F32 W): x is rounded to bf16 (F32 W: cuBLASLt rounds both operands, CUBLAS_COMPUTE_32F_FAST_16BF),
+//     then a bf16 tensor-core matmul with fp32 accumulation: the lm head (N = 129,280) and the compressors' wkv.
+// fp32 output (or, where cuBLASLt offers only bf16 output for the block-scaled mode, bf16 plus an fp32 epilogue).
+// Not the exact path, never in batch-invariant mode (cuBLASLt picks algorithms and split-K by M).
 //
-// Memory: the weight's block scales are converted once per weight (prepare) to fp32 in cuBLASLt's layout,
-// 4 bytes per 128 x 128 block (N * K / 4096 bytes: 8 KB for wq_b 32768 x 1024, ~1/4096 of the FP8 weight); plus a
-// 32 MiB cuBLASLt workspace and the activation buffers (M * K bytes of codes and M * K / 32 bytes of scales per
-// term and, only for bf16 output, M * N * 2 bytes), grown to the largest call. Buffers replaced while growing are kept until the
-// engine dies, because captured CUDA graphs may still point at them.
+// cuBLASLt's rules for the block-scaled mode (cuBLAS docs 3.1.4.5 "128-element 1D and 128x128 2D block scaling",
+// cublasLtMatmul "tensor- or block-scaled FP8 kernels"; the NVIDIA sample LtBlk128x128Fp8Matmul):
+//   "TN" only: A transposed, B not; compute CUBLAS_COMPUTE_32F, scale type CUDA_R_32F; D fp32, bf16 or fp16.
+//   A (our W, after the row-major -> column-major swap: K x N column-major, op T) takes BLK128x128_32F; B (our x,
+//     K x M column-major, op N) VEC128_32F. (A = VEC128 / B = BLK is the other supported pairing; BLK x BLK is not.)
+//   cuBLAS's m and n (our N and M) must be multiples of 4; pointers and leading dimensions 16-byte aligned; scale
+//     tensors 16-byte aligned.
+//   VEC128_32F scales of B: shape n x ceil(K/128), n-major: block b of token m at b * M + m.
+//   BLK128x128_32F scales of A: K-major, shape ceil4(ceil(K/128)) x ceil(N/128): block (nb, kb) at nb * L4 + kb
+//     with L4 = ceil(K/128) rounded up to 4.
+// M % 4 != 0 (including M < 4) is not supported by the library: the engine runs the first M - M % 4 rows on
+// cuBLASLt and the last M % 4 rows on gemm_cuda's fp32 streaming kernel (exact fp32 products). The 2026-11-30
+// engine failed because its first-use probe ran M = 66 (chosen to tell the possible activation-scale layouts apart):
+// no algorithm for n % 4 != 0, and the failed probe switched the whole engine off.
 //
-// Plans (matmul descriptor, layouts, algorithm from cublasLtMatmulAlgoGetHeuristic) are cached per (M, N, K,
-// accumulate, operand alignments); a shape without an algorithm (e.g. M = 1 on sm_90) is cached as such and every
-// call returns the same error, so the caller falls back to the gemm_cuda kernels at the cost of a hash lookup.
-// The first use runs a small probe matmul (synchronising the stream once) that establishes how cuBLASLt reads the
-// scale tensors where the public descriptions leave it open: the 1 x 128 scales when M % 4 != 0 (leading
-// dimension M, or M rounded up to 4) and the weight's block-scale rows when ceil(K / 128) % 4 != 0 (padded to a
-// multiple of 4 or not). When the probe matches none of these readings the engine stays off (every call errors).
+// Memory: FP8 weight scales converted once per weight to fp32 in cuBLASLt's layout (N * K / 4096 bytes: 8 KB for
+// wq_b), a 32 MiB workspace and activation buffers (M * K bytes of codes and M * K / 32 bytes of scales per term;
+// M * K * 2 bytes of bf16 x), grown to the largest call. Buffers replaced while growing are kept until the engine
+// dies, because captured CUDA graphs may still point at them.
+//
+// Plans (matmul descriptor, layouts, algorithm from cublasLtMatmulAlgoGetHeuristic) are cached per (kind, M, N, K,
+// ldy, accumulate, alignments); a shape without an algorithm is cached as such and every call returns the same
+// error, so the caller falls back to the gemm_cuda kernels at the cost of a hash lookup. The first FP8 use runs a
+// probe matmul (M = 64, N = K = 256; one stream synchronisation) that checks the documented weight-scale layout
+// (rows of ceil4(ceil(K/128))) against the unpadded reading; when neither matches, FP8 calls error (engine off).
 // Plain C++ header (no CUDA / cuBLAS types): streams are `void*`.
 #pragma once
 #include <cstdint>
@@ -29,16 +43,21 @@
 
 namespace dsinfer::ops::cuda {
 
-// DSINFER_CUBLASLT=0 turns the engine off in the CUDA runner (any other value or unset: on).
+// The one switch: whether the CUDA runner uses the engine at all. DSINFER_CUBLASLT=0 turns it off, =1 on; unset:
+// kGemmLtDefaultOn.
+inline constexpr bool kGemmLtDefaultOn = true;
 bool gemm_lt_env_enabled();
-// The smallest M the CUDA runner sends to the engine: DSINFER_CUBLASLT_MIN_M, default kGemmLtMinM. From the
-// H200 side-by-side (bench/NOTES.md, 2026-11-30: wo_b at M = 64 took 26 us in cuBLASLt FP8 block-scaled vs 126 us
-// on the streaming kernel; M = 1 has no block-scaled algorithm); bench/gemm_bench.cpp's "lt-runner" column
-// (activation quantization included) is the table to re-tune it from.
+// The smallest M the engine takes for FP8_BLOCK weights: DSINFER_CUBLASLT_MIN_M, default kGemmLtMinM. H200
+// (bench/NOTES.md, 2026-11-30): wo_b M = 64 26 us cuBLASLt block-scaled vs 126 us streaming kernel; block scaling
+// needs M % 4 == 0 (M = 1 has no algorithm). bench/gemm_bench.cpp's "lt-runner" column is the table to re-tune from.
 inline constexpr int64_t kGemmLtMinM = 64;
 int64_t gemm_lt_min_rows();
+// The smallest M the engine takes for BF16 / F32 weights: above kGemmSkinnyMaxM the alternative is the tiled bf16
+// kernel (lm head at M = 256: 2.46 ms, 7.1x its floor), below it the fp32 streaming kernel, which reads the weight
+// at bandwidth as a GEMV would.
+inline constexpr int64_t kGemmLtMinMDense = kGemmSkinnyMaxM + 1;
 
-// How the engine represents x (DSINFER_CUBLASLT_ACT=fp8 selects kFp8; default kFp8x2):
+// How the engine represents x for FP8 weights (DSINFER_CUBLASLT_ACT=fp8 selects kFp8; default kFp8x2):
 //   kFp8    one e4m3 term per element: the official act_quant numerics and the fastest (one matmul), but e4m3's
 //           ~2^-4 relative rounding of every activation failed the fidelity gate on the shipped model in a CPU
 //           simulation (top-1 97.3 %, mean KL 1.5e-3 vs the exact path, 5 dense projections quantized);
@@ -56,20 +75,23 @@ class GemmLtEngine {
   GemmLtEngine& operator=(const GemmLtEngine&) = delete;
 
   // Whether the weight's format and shape can go through the engine: FP8_BLOCK with 128 x 128 blocks,
-  // K % 128 == 0, N % 16 == 0.
+  // K % 128 == 0, N % 16 == 0; or BF16 / F32 with K % 8 == 0, N % 4 == 0.
   static bool supports(const DeviceWeight& w);
+  // The routing rule (the one place that decides): supports(w) and M at or above the format's threshold
+  // (gemm_lt_min_rows() for FP8_BLOCK, kGemmLtMinMDense otherwise).
+  static bool wants(const DeviceWeight& w, int64_t M);
   // Whether `stream` is capturing a CUDA graph (the engine then neither allocates nor synchronises).
   static bool capturing(void* stream);
 
-  // One-time setup for this weight (and, on first use, the cuBLASLt handle, workspace and layout probe) on
-  // `stream`, and activation buffers for calls of up to max_rows rows. Does nothing while the stream is capturing
-  // (no allocation or synchronisation may enter a graph). An error (unsupported weight, no cuBLASLt, probe
-  // failure) is remembered: later calls return it at once.
+  // One-time setup for this weight (and, on first use, the cuBLASLt handle, workspace and, for FP8, the layout
+  // probe) on `stream`, and activation buffers for calls of up to max_rows rows. Does nothing while the stream is
+  // capturing (no allocation or synchronisation may enter a graph). An error (unsupported weight, no cuBLASLt,
+  // probe failure) is remembered: later calls return it at once.
   Status prepare(const DeviceWeight& w, int64_t max_rows, void* stream);
   // y[M, N] (row stride ldy) (+)= x[M, K] (row stride ldx) . W^T. Outside capture it prepares what is missing;
-  // while capturing, an unprepared weight or too small buffers are errors. Any error leaves y untouched, so the
-  // caller may fall back to the gemm_cuda kernels - except a failure of kFp8x2's second matmul (same plan and
-  // arguments as the first, which succeeded: not expected), after which y holds the first term.
+  // while capturing, an unprepared weight or too small buffers are errors. Every plan is resolved before the first
+  // launch, so any error leaves y untouched and the caller may fall back to the gemm_cuda kernels (a failing
+  // launch after that - not expected - returns its error with y partly written).
   Status gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
               void* stream);
   // Prepared scales are keyed by the weight's data pointer: a weight whose memory is freed must be forgotten
@@ -78,10 +100,9 @@ class GemmLtEngine {
 
   // Device memory held (converted scales, workspace, activation buffers, including retired ones).
   size_t device_bytes() const;
-  // Scale layouts found by the probe (0 before it ran, 3 when it matched no reading and the engine is off).
-  // scale_layout: 1 x 128 scales with leading dimension 1 = M, 2 = M rounded up to 4; weight_scale_layout: rows of
-  // 1 = ceil(K / 128), 2 = ceil(K / 128) rounded up to 4 entries.
-  int scale_layout() const;
+  // Weight-scale rows found by the FP8 probe: 0 before it ran, 2 = ceil(K/128) rounded up to 4 (documented),
+  // 1 = ceil(K/128), 3 = neither matched (FP8 calls error). Both agree when ceil(K/128) % 4 == 0 (every V4-Flash
+  // projection).
   int weight_scale_layout() const;
   GemmLtActivations activations() const;
 

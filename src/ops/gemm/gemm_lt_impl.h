@@ -20,22 +20,27 @@ inline constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
 // Everything a cached plan depends on: the problem, the output row stride and the operand alignments the
 // heuristic was told about (an algorithm chosen for aligned pointers may not run on less aligned ones).
+// kind: the operand types (kFp8Block: e4m3 x e4m3 block-scaled; kBf16: bf16 W x bf16 x; kF32: fp32 W x fp32 x
+// with bf16 tensor-core products, CUBLAS_COMPUTE_32F_FAST_16BF).
+enum class PlanKind : int { kFp8Block, kBf16, kF32 };
 struct PlanKey {
+  PlanKind kind = PlanKind::kFp8Block;
   int64_t M = 0, N = 0, K = 0, ldy = 0;
   bool accumulate = false;
-  uint32_t align_w = 0, align_y = 0;
+  uint32_t align_w = 0, align_x = 0, align_y = 0;
   bool operator==(const PlanKey&) const = default;
 };
 struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {
     size_t h = 1469598103934665603ull;
-    for (int64_t v : {k.M, k.N, k.K, k.ldy, int64_t(k.accumulate), int64_t(k.align_w), int64_t(k.align_y)})
+    for (int64_t v : {int64_t(k.kind), k.M, k.N, k.K, k.ldy, int64_t(k.accumulate), int64_t(k.align_w),
+                      int64_t(k.align_x), int64_t(k.align_y)})
       h = (h ^ size_t(v)) * 1099511628211ull;
     return h;
   }
 };
 
-// One matmul configuration: descriptor (scale modes set; the scale pointers are set per call), the A (W), B (x)
+// One matmul configuration: descriptor (FP8: scale modes set, the scale pointers set per call), the A (W), B (x)
 // and D layouts and the heuristic's algorithm. D is y itself (fp32, row stride ldy) or, when cuBLASLt offers only
 // bf16 output, a bf16 [M, N] buffer the epilogue kernel adds into y. status: why there is no algorithm.
 struct Plan {
@@ -52,11 +57,12 @@ struct Plan {
   void release();
 };
 
-// Creates the plan for key (A scales at w_scale, B scales at x_scale: the heuristic sees real pointers), trying
-// fp32 output first, then bf16. Never null; plan->status says whether it can run.
+// Creates the plan for key (FP8: A scales at w_scale, B scales at x_scale: the heuristic sees real pointers),
+// trying fp32 output first, then (FP8 only) bf16. Never null; plan->status says whether it can run.
 std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const PlanKey& key, const float* w_scale, const float* x_scale);
 
-// Per weight (keyed by its data pointer): the block scales as fp32 [ceil(N/128), ld], or why not.
+// Per weight (keyed by its data pointer): FP8 block scales as fp32 [ceil(N/128), ld], or why not (BF16 / F32
+// weights: only the shape, scale stays empty).
 struct WeightScales {
   Status status;
   dsinfer::cuda::DeviceBuffer<float> scale;
@@ -77,10 +83,11 @@ struct GemmLtEngine::Impl {
   cublasLtHandle_t handle = nullptr;
   bool initialized = false;
   Status init_status;  // sticky: the engine is unusable when this is an error
-  int scale_layout = 0;   // activation scales: 1 ld = M, 2 ld = M rounded up to 4, 3 neither (see the probe)
-  int wscale_layout = 0;  // weight scales: 1 rows of ceil(K/128), 2 rounded up to 4, 3 neither
-  // workspace, activation codes [terms][M, K], bf16 output [M, N]; activation scales [terms][K / 128, s_ld] (the
-  // second term's matrix at a 256-byte aligned offset, scale_offset)
+  bool probed = false;
+  Status probe_status;    // sticky: FP8 calls are refused when this is an error
+  int wscale_layout = 0;  // weight scales: 1 rows of ceil(K/128), 2 rounded up to 4 (documented), 3 neither
+  // workspace; activation codes [terms][M, K] (or bf16 x [M, K] for dense weights); bf16 output [M, N];
+  // activation scales [terms][K / 128, M] (the second term's matrix at a 256-byte aligned offset, scale_offset)
   dsinfer::cuda::DeviceBuffer<uint8_t> workspace, q, t;
   dsinfer::cuda::DeviceBuffer<float> s;
   std::vector<dsinfer::cuda::DeviceBuffer<uint8_t>> retired;  // replaced buffers, kept for graphs that captured them
@@ -89,16 +96,25 @@ struct GemmLtEngine::Impl {
   std::unordered_map<gemm_lt_detail::PlanKey, std::unique_ptr<gemm_lt_detail::Plan>, gemm_lt_detail::PlanKeyHash> plans;
 
   ~Impl();
-  Status init(void* stream);   // handle, workspace, probe (gemm_lt_cuda.cpp)
-  Status probe(void* stream);  // sets scale_layout and wscale_layout (gemm_lt_plan_cuda.cpp)
+  Status init();               // handle, workspace (gemm_lt_cuda.cpp)
+  Status probe(void* stream);  // sets wscale_layout (gemm_lt_plan_cuda.cpp)
+  Status ensure_probe(void* stream) {
+    if (!probed) probed = true, probe_status = probe(stream);
+    return probe_status;
+  }
   gemm_lt_detail::Plan& plan(const gemm_lt_detail::PlanKey& key, const float* w_scale, const float* x_scale);
   // Grows a buffer to at least n elements (x1.5 steps), retiring the old one (gemm_lt_cuda.cpp).
   Status grow(dsinfer::cuda::DeviceBuffer<uint8_t>& b, size_t n, const char* what);
   Status grow(dsinfer::cuda::DeviceBuffer<float>& b, size_t n, const char* what);
-  // Runs a planned matmul (gemm_lt_plan_cuda.cpp): x as codes xq [M, K] with scales xs, W at wdata with converted
-  // scales w_scale; D = y, or t followed by the epilogue (per plan).
-  Status run(gemm_lt_detail::Plan& p, const void* wdata, const float* w_scale, const uint8_t* xq, const float* xs,
+  // Runs a planned matmul (gemm_lt_plan_cuda.cpp): x as codes / bf16 / fp32 at xq [M, K] with scales xs (FP8),
+  // W at wdata with converted scales w_scale (FP8); D = y, or t followed by the epilogue (per plan).
+  Status run(gemm_lt_detail::Plan& p, const void* wdata, const float* w_scale, const void* xq, const float* xs,
              int64_t M, float* y, int64_t ldy, bool accumulate, void* stream);
+  // The FP8 / dense halves of GemmLtEngine::gemm (gemm_lt_cuda.cpp); M % 4 == 0 for FP8.
+  Status gemm_fp8(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
+                  bool cap, void* stream);
+  Status gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
+                    bool cap, void* stream);
 };
 
 }  // namespace dsinfer::ops::cuda

@@ -6,15 +6,20 @@
 namespace dsinfer::ops::cuda::detail {
 
 // "gemm_lt_quant_kernel": x [M, ldx] fp32 with K % 128 == 0 -> q [M, K] e4m3 codes (row stride K) and the 1x128
-// scales in cuBLASLt's VEC128_32F layout for the B operand, s[b * s_ld + m] (block b of row m; outer dimension
-// fastest), s_ld >= M; the entries of rows [M, s_ld) are set to 0. With q2 / s2 non-null, also the second term
+// scales in cuBLASLt's VEC128_32F layout for the B operand, s[gemm_lt::act_scale_index(m, b, s_ld)] (block b of
+// row m; token dimension fastest), s_ld >= M; the entries of rows [M, s_ld) are set to 0. With q2 / s2 non-null, also the second term
 // (gemm_lt::residual quantized again) in the same layouts. One warp per (row, block).
 void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s, int64_t s_ld,
                      uint8_t* q2, float* s2, void* stream);
 
 // "gemm_lt_wscale_kernel": weight block scales [nb, kb] (E8M0 bytes or fp32, row-major) -> fp32 [nb, ld] with
-// ld >= kb (cuBLASLt's BLK128x128_32F layout for the transposed A operand); entries [kb, ld) of a row are 0.
+// ld >= kb (cuBLASLt's BLK128x128_32F layout for the transposed A operand, ld = gemm_lt::wscale_ld(kb));
+// entries [kb, ld) of a row are 0. Host reference: gemm_lt::weight_scales_to_lt_ref.
 void launch_lt_weight_scales(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld, void* stream);
+
+// "gemm_lt_bf16_kernel": x [M, ldx] fp32 -> xb [M, K] bf16 bits (row stride K), round to nearest even; the B
+// operand of the dense (BF16 weight) matmul.
+void launch_lt_bf16(const float* x, int64_t M, int64_t ldx, int64_t K, uint16_t* xb, void* stream);
 
 // "gemm_lt_epilogue_kernel": y[m, n] = (accumulate ? y[m, n] : 0) + t[m, n] for m < M, n < N; t bf16 [M, N]
 // (row stride N). Used when cuBLASLt offers only bf16 output for the block-scaled mode.

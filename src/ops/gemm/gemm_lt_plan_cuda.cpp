@@ -1,15 +1,16 @@
 // cuBLASLt side of the GEMM engine (see gemm_lt_cuda.h): matmul plans (descriptor, layouts, heuristic algorithm),
-// the matmul call itself, and the probe that finds the layout cuBLASLt reads the 1 x 128 activation scales in.
+// the matmul call itself, and the probe that checks how cuBLASLt reads the FP8 weight scales.
 //
 // Operands, column-major as cuBLASLt sees them (the "TN" product D[N, M] = op(A)[N, K] . B[K, M]):
-//   A = W: e4m3 [N, K] row-major = K x N column-major (ld K), transposed; scales BLK128x128_32F, fp32
-//          [ceil(N/128), ld] with the K blocks contiguous, ld = ceil(K/128) or that rounded up to 4 (the probe
-//          finds which; both agree when ceil(K/128) % 4 == 0, as for every V4-Flash projection).
-//   B = x: e4m3 codes [M, K] row-major = K x M column-major (ld K); scales VEC128_32F, fp32, block b of token m at
-//          b * s_ld + m (the token dimension contiguous; s_ld = M or M rounded up to 4, found by the probe).
+//   A = W: [N, K] row-major = K x N column-major (ld K), transposed. FP8: e4m3, scales BLK128x128_32F, fp32
+//          [ceil(N/128), L4] with the K blocks contiguous, L4 = ceil(K/128) rounded up to 4 (cuBLAS docs
+//          3.1.4.5.1: "K-major, the stride between consecutive columns a multiple of 4"). BF16 / F32 as stored.
+//   B = x: [M, K] row-major = K x M column-major (ld K). FP8: e4m3 codes, scales VEC128_32F, fp32, block b of
+//          token m at b * M + m ("N-major", cuBLAS's n = our M, which must be a multiple of 4). BF16: x rounded.
 //   D = y: fp32 [M, N] row-major = N x M column-major (ld ldy), or bf16 [M, N] (ld N) plus the epilogue kernel.
-// This is the layout of PyTorch's torch._scaled_mm BlockWise1x128 x BlockWise128x128 and of Transformer Engine's
-// "GEMM_READY" block-scaling tensors, which both drive these cuBLASLt modes.
+// This is the layout of PyTorch's torch._scaled_mm BlockWise1x128 x BlockWise128x128 (its cuBLASLt A is mat2,
+// the weight, because the row-major output makes it run B^T A^T) and of NVIDIA's LtBlk128x128Fp8Matmul sample
+// with the operands swapped (A/B scale modes VEC128/BLK and BLK/VEC are both supported pairings).
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -21,6 +22,8 @@
 #include "ops/gemm/gemm_lt_quant.h"
 
 namespace dsinfer::ops::cuda {
+
+namespace lt = dsinfer::ops::gemm_lt;
 
 namespace gemm_lt_detail {
 
@@ -38,21 +41,26 @@ std::string lt_error(cublasStatus_t st) { return cublasLtGetStatusName(st); }
 
 // Descriptor and layouts of one output type; returns the first failing cuBLASLt status.
 cublasStatus_t describe(const PlanKey& k, const float* w_scale, const float* x_scale, bool bf16, Plan& p) {
-  cublasStatus_t st = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  const bool fp8 = k.kind == PlanKind::kFp8Block, f32 = k.kind == PlanKind::kF32;
+  // F32 weights: bf16 tensor-core products of fp32 operands, fp32 accumulation (the tiled kernel's numerics).
+  cublasStatus_t st = cublasLtMatmulDescCreate(&p.op, f32 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F);
   auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t n) {
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(p.op, attr, v, n);
   };
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  const int32_t am = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, bm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
   set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-  set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof am);
-  set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm);
-  set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale);
-  set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof x_scale);
+  if (fp8) {  // scales exist only for narrow-precision operands (cuBLAS errors on scales of bf16 / fp32 ones)
+    const int32_t am = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, bm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof am);
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm);
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale);
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof x_scale);
+  }
   if (st != CUBLAS_STATUS_SUCCESS) return st;
-  st = cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, uint64_t(k.K), uint64_t(k.N), k.K);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, uint64_t(k.K), uint64_t(k.M), k.K);
+  const cudaDataType ab = fp8 ? CUDA_R_8F_E4M3 : f32 ? CUDA_R_32F : CUDA_R_16BF;
+  st = cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(k.K), uint64_t(k.N), k.K);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(k.K), uint64_t(k.M), k.K);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatrixLayoutCreate(&p.d, bf16 ? CUDA_R_16BF : CUDA_R_32F, uint64_t(k.N), uint64_t(k.M), bf16 ? k.N : k.ldy);
   return st;
@@ -65,6 +73,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const PlanKey& k, const floa
   p->N = k.N;
   std::string why;
   for (bool bf16 : {false, true}) {  // block-scaled FP8 may offer only bf16 output
+    if (bf16 && k.kind != PlanKind::kFp8Block) break;
     p->release();
     p->bf16_out = bf16;
     const char* out = bf16 ? "bf16 out" : "fp32 out";
@@ -80,7 +89,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const PlanKey& k, const floa
       continue;
     }
     const size_t ws = kWorkspaceBytes;
-    const uint32_t al_a = k.align_w, al_b = alignment(uint64_t(k.K)), al_d = bf16 ? alignment(uint64_t(k.N) * 2) : k.align_y;
+    const uint32_t al_a = k.align_w, al_b = k.align_x, al_d = bf16 ? alignment(uint64_t(k.N) * 2) : k.align_y;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
@@ -98,8 +107,9 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const PlanKey& k, const floa
     why += fmt::format("{}: heuristic {} ({} found); ", out, lt_error(st), found);
   }
   p->release();
-  p->status = Status::errorf("cuBLASLt has no FP8 block-scaled algorithm for M={} N={} K={} ldy={}: {}", k.M, k.N, k.K,
-                             k.ldy, why);
+  static const char* const kinds[] = {"FP8 block-scaled", "bf16", "fp32 (fast bf16)"};
+  p->status = Status::errorf("cuBLASLt has no {} algorithm for M={} N={} K={} ldy={}: {}", kinds[int(k.kind)], k.M, k.N,
+                             k.K, k.ldy, why);
   return p;
 }
 
@@ -117,11 +127,12 @@ Plan& GemmLtEngine::Impl::plan(const PlanKey& key, const float* w_scale, const f
   return *it->second;
 }
 
-Status GemmLtEngine::Impl::run(Plan& p, const void* wdata, const float* w_scale, const uint8_t* xq, const float* xs,
+Status GemmLtEngine::Impl::run(Plan& p, const void* wdata, const float* w_scale, const void* xq, const float* xs,
                                int64_t M, float* y, int64_t ldy, bool accumulate, void* stream) {
   DSI_RETURN_IF_ERROR(p.status);
-  cublasStatus_t st = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale);
-  if (st == CUBLAS_STATUS_SUCCESS)
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  if (w_scale) st = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale);
+  if (st == CUBLAS_STATUS_SUCCESS && xs)
     st = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof xs);
   const float alpha = 1.0f, beta = accumulate && !p.bf16_out ? 1.0f : 0.0f;
   void* out = p.bf16_out ? static_cast<void*>(t.data()) : static_cast<void*>(y);
@@ -139,16 +150,17 @@ Status GemmLtEngine::Impl::run(Plan& p, const void* wdata, const float* w_scale,
   return Status::ok();
 }
 
-// A matmul whose result tells apart the possible readings of the two scale tensors, for the shapes where they
-// differ: the VEC128_32F activation scales when M % 4 != 0 (leading dimension M or M rounded up to 4) and the
-// BLK128x128_32F weight scales when ceil(K / 128) % 4 != 0 (rows of ceil(K / 128) or of that rounded up to 4).
-// M = 66, N = 256, K = 256 (2 x 2 blocks), all codes 1.0, activation scale entry i = i + 1, weight scale entry
-// j = 2^j: y[m, n] = 128 * sum_b (b * xld + m + 1) * 2^((n / 128) * wld + b). Distinct readings differ by >= 3 %
-// at the sampled outputs (bf16 output, where the library offers only that, rounds by <= 0.4 %).
+// A matmul whose result tells apart the two readings of the BLK128x128_32F weight scales when ceil(K / 128) % 4 != 0
+// (rows of L4 = ceil(K/128) rounded up to 4, documented, or of ceil(K/128)) and checks the VEC128_32F activation
+// layout (block b of token m at b * M + m). M = 64 (cuBLAS's n must be a multiple of 4: the 2026-11-30 probe used
+// 66 and found no algorithm), N = 256, K = 256 (2 x 2 blocks), all codes 1.0, activation scale entry i = i + 1,
+// weight scale entry j = 2^j: y[m, n] = 128 * sum_b (b * M + m + 1) * 2^((n / 128) * wld + b). The two readings
+// differ by a factor >= 2 at n >= 128; a wrong activation reading by >= 1.5 % at the sampled outputs (bf16 output,
+// where the library offers only that, rounds by <= 0.4 %).
 Status GemmLtEngine::Impl::probe(void* stream) {
-  constexpr int64_t M = 66, N = 256, K = 256, KB = K / 128, M4 = 68, KB4 = 4;
+  constexpr int64_t M = 64, N = 256, K = 256, KB = K / 128, KB4 = lt::wscale_ld(KB);
   const std::vector<uint8_t> ones_x(size_t(M * K), 0x38), ones_w(size_t(N * K), 0x38);  // e4m3 1.0
-  std::vector<float> xs(size_t(KB * M4)), wsc(size_t(2 * KB4));
+  std::vector<float> xs(size_t(KB * M)), wsc(size_t(2 * KB4));
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = float(i + 1);
   for (size_t j = 0; j < wsc.size(); ++j) wsc[j] = float(1 << j);
   dsinfer::cuda::DeviceBuffer<uint8_t> dq, dw;
@@ -158,7 +170,9 @@ Status GemmLtEngine::Impl::probe(void* stream) {
   DSI_RETURN_IF_ERROR(dxs.upload(xs.data(), xs.size(), "cuBLASLt probe"));
   DSI_RETURN_IF_ERROR(dws.upload(wsc.data(), wsc.size(), "cuBLASLt probe"));
   DSI_RETURN_IF_ERROR(dy.alloc(size_t(M * N), "cuBLASLt probe"));
-  const PlanKey key{M, N, K, N, false, gemm_lt_detail::alignment(reinterpret_cast<uintptr_t>(dw.data()) | uint64_t(K)),
+  const PlanKey key{gemm_lt_detail::PlanKind::kFp8Block, M, N, K, N, false,
+                    gemm_lt_detail::alignment(reinterpret_cast<uintptr_t>(dw.data()) | uint64_t(K)),
+                    gemm_lt_detail::alignment(reinterpret_cast<uintptr_t>(dq.data()) | uint64_t(K)),
                     gemm_lt_detail::alignment(reinterpret_cast<uintptr_t>(dy.data()) | uint64_t(N * 4))};
   Plan& p = plan(key, dws.data(), dxs.data());
   DSI_RETURN_IF_ERROR(p.status.with_context("cuBLASLt scale-layout probe"));
@@ -167,26 +181,25 @@ Status GemmLtEngine::Impl::probe(void* stream) {
   DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   std::vector<float> y(size_t(M * N));
   DSI_RETURN_IF_ERROR(dy.download(y.data(), y.size()));
-  auto matches = [&](int64_t xld, int64_t wld) {
+  auto matches = [&](int64_t wld) {
     for (int64_t m : {int64_t(0), int64_t(1), M - 1})
       for (int64_t n : {int64_t(0), N - 1}) {
         double e = 0;
-        for (int64_t b = 0; b < KB; ++b) e += 128.0 * double(b * xld + m + 1) * std::ldexp(1.0, int((n / 128) * wld + b));
+        for (int64_t b = 0; b < KB; ++b)
+          e += 128.0 * double(lt::act_scale_index(m, b, M) + 1) * std::ldexp(1.0, int((n / 128) * wld + b));
         if (std::fabs(double(y[size_t(m * N + n)]) - e) > 0.005 * e) return false;
       }
     return true;
   };
-  for (int64_t xld : {M, M4})
-    for (int64_t wld : {KB, KB4})
-      if (matches(xld, wld)) {
-        scale_layout = xld == M ? 1 : 2;
-        wscale_layout = wld == KB ? 1 : 2;
-        return Status::ok();
-      }
+  for (int64_t wld : {KB4, KB})
+    if (matches(wld)) {
+      wscale_layout = wld == KB ? 1 : 2;
+      return Status::ok();
+    }
   // None of the readings: the library reads the scales in some other layout, so no result could be trusted.
-  scale_layout = wscale_layout = 3;
+  wscale_layout = 3;
   return Status::errorf("cuBLASLt scale-layout probe matched no known scale layout (y[0, 0] = {}, y[0, 255] = {}): "
-                        "the engine stays off", y[0], y[size_t(N - 1)]);
+                        "FP8 GEMMs stay off", y[0], y[size_t(N - 1)]);
 }
 
 }  // namespace dsinfer::ops::cuda

@@ -17,6 +17,13 @@ namespace dsinfer::ops::gemm_lt {
 inline constexpr int64_t kActBlock = 128;  // channels per activation scale (1 x 128)
 inline constexpr int64_t kWBlock = 128;    // weight scale blocks the engine accepts (128 x 128)
 
+// cuBLASLt's scale layouts (cuBLAS docs 3.1.4.5.1; gemm_lt_cuda.h), shared by the kernels and the host references:
+// VEC128_32F activation scales are token-major: block b of token m at b * s_ld + m (s_ld = M, a multiple of 4);
+// BLK128x128_32F weight scales are K-major with rows of ceil(K/128) rounded up to 4: block (r, c) at r * ld + c.
+DSI_HD constexpr int64_t act_scale_index(int64_t m, int64_t b, int64_t s_ld) { return b * s_ld + m; }
+DSI_HD constexpr int64_t wscale_ld(int64_t kb) { return (kb + 3) / 4 * 4; }
+DSI_HD constexpr int64_t wscale_index(int64_t r, int64_t c, int64_t ld) { return r * ld + c; }
+
 // 2^ceil(log2(t)) for a normal t > 0 from its fp32 bits (as ops::pow2_ceil_scale).
 DSI_HD float pow2_ceil(float t) {
   const uint32_t b = small_float::to_bits(t);
@@ -75,5 +82,11 @@ DSI_HD float residual(float x, uint8_t c, float s) {
 // quantized the same way, so x ~= q * s + q2 * s2 with ~2^-8 relative error instead of e4m3's 2^-4.
 void quantize_ref(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s, uint8_t* q2 = nullptr,
                   float* s2 = nullptr);
+// Host reference of the activation-scale layout the quantization kernel writes: row-major s [M, kb] ->
+// t[act_scale_index(m, b, s_ld)] (s_ld >= M; entries of rows [M, s_ld) are 0).
+void act_scales_to_lt_ref(const float* s, int64_t M, int64_t kb, float* t, int64_t s_ld);
+// Host reference of the weight-scale conversion kernel: block scales [nb, kb] (E8M0 bytes or fp32, row-major) ->
+// fp32 dst[wscale_index(r, c, ld)], ld >= kb; entries [kb, ld) of a row are 0.
+void weight_scales_to_lt_ref(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld);
 
 }  // namespace dsinfer::ops::gemm_lt

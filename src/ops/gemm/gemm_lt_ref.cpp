@@ -29,4 +29,22 @@ void quantize_ref(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q,
     }
 }
 
+void act_scales_to_lt_ref(const float* s, int64_t M, int64_t kb, float* t, int64_t s_ld) {
+  for (int64_t b = 0; b < kb; ++b)
+    for (int64_t m = 0; m < s_ld; ++m) t[act_scale_index(m, b, s_ld)] = m < M ? s[m * kb + b] : 0.0f;
+}
+
+void weight_scales_to_lt_ref(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld) {
+  for (int64_t r = 0; r < nb; ++r)
+    for (int64_t c = 0; c < ld; ++c) {
+      float v = 0.0f;
+      if (c < kb) {
+        const int64_t j = r * kb + c;
+        v = e8m0 ? small_float::from_bits(small_float::e8m0_f32_bits(static_cast<const uint8_t*>(src)[j]))
+                 : static_cast<const float*>(src)[j];
+      }
+      dst[wscale_index(r, c, ld)] = v;
+    }
+}
+
 }  // namespace dsinfer::ops::gemm_lt
