@@ -4,6 +4,7 @@
 
 #include "backends/cpu/cpu_runner.h"
 #include "engine/model_runner.h"
+#include "parallel/parallel_plan.h"
 #if DSINFER_HAS_CUDA
 #include "backends/cuda/cuda_runner.h"
 #include "backends/cuda/cuda_runner_v41.h"
@@ -24,7 +25,12 @@ Result<LoadFormat> parse_load_format(const std::string& name) {
 }
 
 Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
-  if (opts.backend == Backend::kCpu) return backends::create_cpu_runner(opts);
+  if (opts.backend == Backend::kCpu) {
+    DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
+                                                     opts.tensor_parallel_size}, {}, -1).status());
+    if (opts.gpus != 1) return Status::errorf("--gpus {} needs the cuda backend (the cpu backend runs on the host)", opts.gpus);
+    return backends::create_cpu_runner(opts);
+  }
 #if DSINFER_HAS_CUDA
   // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/cuda_runner_v41.h). Experimental, opt-in with
   // DSINFER_CUDA_V41=1: on the H200 (2026-11-30) it matched the fixtures only for some prompt lengths (1, 17+ tokens;
@@ -35,6 +41,7 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
     if (!v || std::string(v) != "1")
       return Status::error("the cuda backend does not run DeepSeek-V4.1 yet (experimental runner: DSINFER_CUDA_V41=1, "
                            "known wrong for prompts of 2-16 tokens); use --backend cpu");
+    if (opts.gpus != 1) return Status::error("the DeepSeek-V4.1 cuda runner runs on one GPU only (--gpus 1)");
     return backends::create_cuda_runner_v41(opts);
   }
   return backends::create_cuda_runner(opts);
