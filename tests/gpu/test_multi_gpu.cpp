@@ -82,7 +82,7 @@ std::vector<Out> run(const std::string& model, int32_t gpus) {
   }
   std::vector<dsinfer::RequestResult> results;
   EXPECT_TRUE(e->run_until_idle(results, &err)) << err;
-  std::vector<Out> out(size_t(n));
+  std::vector<Out> out(static_cast<size_t>(n));
   for (const auto& r : results) {
     EXPECT_TRUE(r.error.empty()) << r.error;
     if (r.completions.size() == 1 && idx.count(r.id)) out[idx[r.id]] = {r.completions[0].token_ids, r.completions[0].logprobs};

@@ -31,12 +31,13 @@ Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner(const engine::Ru
     cfg.mlp_layer_types.resize(size_t(opts.num_layers));
     cfg.compress_ratios.resize(size_t(opts.num_layers));
   }
-  // Several GPUs: validated here, where the visible device count is known (docs/multi_gpu.md).
+  // Several GPUs: validated here, where the visible device count is known (docs/multi_gpu.md); with no device at
+  // all, query_device says so below.
   int visible = 0;
   if (cudaGetDeviceCount(&visible) != cudaSuccess) (void)cudaGetLastError(), visible = 0;
   DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
                                                    opts.tensor_parallel_size},
-                                                  parallel::torchrun_env(), visible)
+                                                  parallel::torchrun_env(), visible > 0 ? visible : -1)
                           .status());
   if (opts.gpus > 1) return create_parallel_runner(opts, std::move(cfg));
   std::unique_ptr<CudaRunner> r(new CudaRunner(cfg, num));
