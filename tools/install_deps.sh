@@ -27,4 +27,12 @@ if ! python3 -c "import jsonschema" >/dev/null 2>&1; then
     python3 -m pip install --quiet --break-system-packages jsonschema >/dev/null 2>&1 ||
     echo "install_deps: could not install jsonschema; the structured-output schema test will be skipped" >&2
 fi
+# nvidia-nccl-cu13: nccl.h for the CUDA build's multi-GPU runner (cmake/nccl.cmake; the library is loaded at run
+# time, only with --gpus > 1). Only where nvcc is present (the cuda preset).
+if { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+  ! python3 -c "import nvidia.nccl" >/dev/null 2>&1; then
+  python3 -m pip install --quiet nvidia-nccl-cu13 >/dev/null 2>&1 ||
+    python3 -m pip install --quiet --break-system-packages nvidia-nccl-cu13 >/dev/null 2>&1 ||
+    echo "install_deps: could not install nvidia-nccl-cu13; the cuda build will stop at cmake/nccl.cmake" >&2
+fi
 exit 0

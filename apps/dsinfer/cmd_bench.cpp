@@ -18,7 +18,10 @@ void usage() {
   std::fprintf(stderr,
                "usage: dsinfer bench --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
                "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n"
-               "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
+               "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)
+"
+               "                     [--gpus N]  (experts split over N GPUs of this node)
+"
                "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n");
 }
 
@@ -80,6 +83,7 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--load-format") o.load_format = v;
       else if (a == "--numerics") o.numerics = v;
       else if (a == "--layers") o.num_layers = std::stoll(v);
+      else if (a == "--gpus") o.gpus = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
       else if (a == "--batch") o.batches = parse_list(v);
       else if (a == "--context") o.context = std::stoll(v);
       else if (a == "--prefill") o.prefill = std::stoll(v);

@@ -21,6 +21,7 @@ void usage() {
                "                 indexer quantizers); default: the numerics that produced the reference (its metadata\n"
                "                 \"numerics\", else reference.json next to it, else hf)\n"
                "  --backend      cpu (reference, default) or cuda\n"
+               "  --gpus N       cuda: N GPUs of this node, routed experts split over them (default 1)\n"
                "  --fast-gemm    cuda: check the tensor-core GEMM path (bf16 operands) instead of exact fp32 GEMMs\n"
                "  --tolerance    max allowed max|logit error| / max|reference logit| (default: cpu 1e-4 for fp32\n"
                "                 checkpoints, 1e-3 for bf16/f16/fp8/fp4 ones; cuda 3e-2; see docs/decisions.md)\n"
@@ -77,6 +78,12 @@ int cmd_check_reference(int argc, char** argv) {
     else if (a == "--reference") o.reference_path = v;
     else if (a == "--numerics") o.numerics = v;
     else if (a == "--backend") o.backend = v;
+    else if (a == "--gpus") {
+      char* end = nullptr;
+      const long long n = std::strtoll(v, &end, 10);
+      if (*end || n < 1 || n > 1024) return fail(std::string("--gpus '") + v + "' is not an integer in [1, 1024]");
+      o.gpus = int32_t(n);
+    }
     else if (a == "--dump-logits") o.dump_logits_path = v;
     else if (a == "--tolerance") {
       char* end = nullptr;

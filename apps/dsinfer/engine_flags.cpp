@@ -21,11 +21,13 @@ std::string engine_flags_help() {
       "  speculative decoding: --speculative dspark|mtp1|off ({})  --num-speculative-tokens K ({})\n"
       "            --speculative-budget N  --speculative-min-survival X\n"
       "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n"
-      "            --prefix-cache-host-bytes N[KiB|MiB|GiB] (host tier for evicted blocks; 0 = none)\n",
-      "  --batch-invariant: results independent of the batch (cuda: fixed kernel choices, slower; cpu: always)\n",
-      "  sampling: --sampling device|host ({}; device = on the GPU where the backend can, same tokens as host)\n",
+      "            --prefix-cache-host-bytes N[KiB|MiB|GiB] (host tier for evicted blocks; 0 = none)\n"
+      "  --batch-invariant: results independent of the batch (cuda: fixed kernel choices, slower; cpu: always)\n"
+      "  sampling: --sampling device|host ({}; device = on the GPU where the backend can, same tokens as host)\n"
+      "  several GPUs (cuda): --gpus N ({})  --expert-parallel-size N (= --gpus)  --data-parallel-size 1\n"
+      "            --tensor-parallel-size 1 (routed experts split over the GPUs, the rest replicated)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
-      d.enable_prefix_caching, d.sampling);
+      d.enable_prefix_caching, d.sampling, d.gpus);
 }
 
 bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
@@ -85,7 +87,8 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   static const char* kFlags[] = {"--model", "--backend", "--numerics", "--load-format", "--tokenizer", "--max-num-seqs",
                                  "--max-num-batched-tokens", "--max-model-len", "--seed", "--state-memory-gb",
                                  "--speculative", "--num-speculative-tokens", "--speculative-budget",
-                                 "--speculative-min-survival", "--sampling"};
+                                 "--speculative-min-survival", "--sampling", "--gpus", "--expert-parallel-size",
+                                 "--data-parallel-size", "--tensor-parallel-size"};
   if (a == "--batch-invariant") {
     eo.batch_invariant = true;
     return FlagParse::kOk;
@@ -121,6 +124,10 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   else if (a == "--state-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.state_memory_gb = x;
   else if (a == "--num-speculative-tokens") ok = parse_int_flag(cmd, a, v, 0, 64, &n), eo.num_speculative_tokens = int32_t(n);
   else if (a == "--speculative-budget") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.speculative_budget = n;
+  else if (a == "--gpus") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.gpus = int32_t(n);
+  else if (a == "--expert-parallel-size") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.expert_parallel_size = int32_t(n);
+  else if (a == "--data-parallel-size") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.data_parallel_size = int32_t(n);
+  else if (a == "--tensor-parallel-size") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.tensor_parallel_size = int32_t(n);
   else if (a == "--prefix-cache-host-bytes") ok = parse_bytes_flag(cmd, a, v, &eo.prefix_cache_host_bytes);
   else if (a == "--prefix-snapshot-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.prefix_snapshot_memory_gb = x;
   else ok = parse_real_flag(cmd, a, v, 0, 1, &x), eo.speculative_min_survival = x;

@@ -50,6 +50,13 @@ struct EngineOptions {
   // speculative decoding, whose verification needs the full logits rows, and with prefix caching (a known bug);
   // same tokens as the host sampler for the same seed) or "host" (the reference CPU sampler, always used by the cpu backend).
   std::string sampling = "device";
+  // Several GPUs of one node (docs/multi_gpu.md), cuda: the GPUs to use (devices 0 .. gpus-1, one process);
+  // routed experts split over them (expert_parallel_size: 0 = gpus, must equal gpus for now), everything else
+  // replicated. Data- and tensor-parallel attention are later steps: only 1 is accepted.
+  int32_t gpus = 1;
+  int32_t expert_parallel_size = 0;
+  int32_t data_parallel_size = 1;
+  int32_t tensor_parallel_size = 1;
 };
 
 // Counters of prefix caching since the engine was created (gauges marked "now").

@@ -69,6 +69,7 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
   engine::RunnerOptions ro;
   ro.model_dir = o.model_dir;
   ro.exact_gemm = o.exact_gemm;
+  ro.gpus = o.gpus;
   DSI_ASSIGN_OR_RETURN(ro.backend, engine::parse_backend(o.backend));
   if (o.numerics.empty()) {
     DSI_ASSIGN_OR_RETURN(check::ReferenceNumerics rn, check::reference_numerics(ref));
@@ -114,6 +115,7 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   engine::RunnerOptions ro;
   ro.model_dir = o.model_dir;
   ro.num_layers = o.num_layers;
+  ro.gpus = o.gpus;
   ro.batch_invariant = o.batch_invariant;
   DSI_ASSIGN_OR_RETURN(ro.backend, engine::parse_backend(o.backend));
   DSI_ASSIGN_OR_RETURN(ro.load_format, engine::parse_load_format(o.load_format));

@@ -46,6 +46,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
   DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
   DSI_ASSIGN_OR_RETURN(ro.load_format, parse_load_format(o.load_format));
   ro.batch_invariant = o.batch_invariant;
+  ro.gpus = o.gpus, ro.expert_parallel_size = o.expert_parallel_size;
+  ro.data_parallel_size = o.data_parallel_size, ro.tensor_parallel_size = o.tensor_parallel_size;
   if (o.max_num_seqs < 1) return Status::errorf("max_num_seqs must be >= 1, found {}", o.max_num_seqs);
   if (o.max_num_batched_tokens < 1)
     return Status::errorf("max_num_batched_tokens must be >= 1, found {}", o.max_num_batched_tokens);

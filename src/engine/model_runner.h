@@ -35,6 +35,13 @@ struct RunnerOptions {
   // cuda: every kernel's reduction order independent of the batch (docs/kernels.md "Batch invariance"); the cpu
   // runner is invariant already and ignores it.
   bool batch_invariant = false;
+  // Several GPUs of one node (docs/multi_gpu.md): gpus > 1 makes a ParallelRunner of `gpus` CudaRunner shards
+  // with expert parallelism (expert_parallel_size 0 = gpus; it must equal gpus for now, and data / tensor
+  // parallel sizes must be 1). cuda only.
+  int32_t gpus = 1, expert_parallel_size = 0, data_parallel_size = 1, tensor_parallel_size = 1;
+  // Set by the ParallelRunner for each shard: its CUDA device and its rank of the expert-parallel group (the
+  // routed experts [rank * E / size, (rank + 1) * E / size)).
+  int32_t device = 0, ep_rank = 0, ep_size = 1;
 };
 
 class RunnerDiagnostics {

@@ -3,6 +3,7 @@
 
 #include "backends/cpu/cpu_runner.h"
 #include "engine/model_runner.h"
+#include "parallel/parallel_plan.h"
 #if DSINFER_HAS_CUDA
 #include "backends/cuda/cuda_runner.h"
 #include "backends/cuda/cuda_runner_v41.h"
@@ -23,11 +24,19 @@ Result<LoadFormat> parse_load_format(const std::string& name) {
 }
 
 Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
-  if (opts.backend == Backend::kCpu) return backends::create_cpu_runner(opts);
+  if (opts.backend == Backend::kCpu) {
+    DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
+                                                     opts.tensor_parallel_size}, {}, -1).status());
+    if (opts.gpus != 1) return Status::errorf("--gpus {} needs the cuda backend (the cpu backend runs on the host)", opts.gpus);
+    return backends::create_cpu_runner(opts);
+  }
 #if DSINFER_HAS_CUDA
   // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/cuda_runner_v41.h).
   DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(opts.model_dir));
-  if (cfg.is_v41()) return backends::create_cuda_runner_v41(opts);
+  if (cfg.is_v41()) {
+    if (opts.gpus != 1) return Status::error("the DeepSeek-V4.1 cuda runner runs on one GPU only (--gpus 1)");
+    return backends::create_cuda_runner_v41(opts);
+  }
   return backends::create_cuda_runner(opts);
 #else
   return Status::error("this dsinfer was built without CUDA (configure with the 'cuda' preset for the cuda backend)");

@@ -104,11 +104,11 @@ double device_bytes_in_use() {
 }
 
 // Ops aggregated over layers (by name) with the cost model's floors, bytes and flops for the same names.
-void aggregate(const io::ModelConfig& cfg, const Samples& samples, BenchCase& c) {
+void aggregate(const io::ModelConfig& cfg, const Samples& samples, int64_t expert_parallel, BenchCase& c) {
   std::map<std::string, BenchOp> agg;
   for (const auto& [key, v] : samples.ops) agg[key.first].measured_ms += median(v);
   const Ceilings ceil;
-  const StepShape shape{c.seqs, c.new_tokens, c.context, c.logits_rows};
+  const StepShape shape{c.seqs, c.new_tokens, c.context, c.logits_rows, expert_parallel};
   for (const OpCost& oc : step_costs(cfg, shape, {}, cfg.num_hidden_layers)) {
     BenchOp& op = agg[oc.name];
     op.floor_ms += 1e3 * oc.floor_s(ceil);
@@ -140,7 +140,7 @@ BenchCase run_case(engine::ModelRunner& r, const cache::StateLayout& layout, con
     c.error = s.message();
     return c;
   }
-  aggregate(r.config(), samples, c);
+  aggregate(r.config(), samples, std::max<int64_t>(o.gpus, 1), c);
   c.step_ms = median(samples.step_ms);
   c.peak_device_bytes = device_bytes_in_use();
   if (new_tokens == 1) {

@@ -7,6 +7,7 @@
 namespace dsinfer::perf {
 
 double OpCost::floor_s(const Ceilings& c) const {
+  if (link) return bytes / c.link_bytes_per_s;
   return std::max(bytes / c.hbm_bytes_per_s, flops / (fp8_math ? c.fp8_flops : c.bf16_flops));
 }
 
@@ -64,11 +65,15 @@ std::vector<OpCost> step_costs(const io::ModelConfig& cfg, const StepShape& s, c
     hc_post("hc_post_attn");
     hc_pre("hc_pre_ffn");
     gemm("router", l, E, D, wb.other, false);
-    // Expected distinct experts for T*k picks.
-    const double hit = E * (1 - std::pow(1 - 1 / E, T * k));
+    // Expected distinct experts for T*k picks; with expert parallelism over N GPUs each holds E/N of them (the
+    // same fraction is hit) and computes ~1/N of the assignments.
+    const double N = double(std::max<int64_t>(s.expert_parallel, 1));
+    const double hit = E * (1 - std::pow(1 - 1 / E, T * k)) / N;
     // Routed experts (each expert hit at least once is read whole) plus the shared expert, one op in the runner.
-    out.push_back({"moe", l, hit * 3 * I * D * wb.expert + 3 * I * D * wb.dense + T * D * A * 2 + T * k * 2 * I * A,
-                   2 * T * (k + 1) * 3 * I * D, true});
+    out.push_back({"moe", l, hit * 3 * I * D * wb.expert + 3 * I * D * wb.dense + T * D * A * 2 + T * k * 2 * I * A / N,
+                   2 * T * (k / N + 1) * 3 * I * D, true});
+    // Ring all-reduce of the fp32 MoE output: 2 (N - 1) / N of its bytes leave each GPU.
+    if (N > 1) out.push_back({"moe_allreduce", l, 2 * (N - 1) / N * T * D * A, 0, false, true});
     hc_post("hc_post_ffn");
   }
   out.push_back({"lm_head", -1, V * D * wb.other + R * D * A + R * V * A, 2 * R * V * D, false});

@@ -15,12 +15,16 @@ struct StepShape {
   int64_t tokens_per_seq = 1;  // new tokens per sequence (1 = decode)
   int64_t context = 4096;      // positions already in the state per sequence (plus the new ones)
   int64_t logits_rows = -1;    // rows of the LM head; -1 = seqs
+  // Expert parallelism over this many GPUs (docs/multi_gpu.md): the floors are per GPU (rank 0, which also runs
+  // the shared expert): 1/N of the routed-expert reads and math, and the MoE all-reduce over NVLink.
+  int64_t expert_parallel = 1;
 };
 
 struct Ceilings {
   double hbm_bytes_per_s = 4.2e12;   // device copy, read + write
   double bf16_flops = 780e12;        // dense bf16 GEMM 8192^3
   double fp8_flops = 1400e12;        // FP8 GEMM 8192^3
+  double link_bytes_per_s = 450e9;   // NVLink 4 per GPU and direction (nominal; all-reduce bus bandwidth)
 };
 
 struct OpCost {
@@ -28,6 +32,7 @@ struct OpCost {
   int64_t layer = -1;   // -1 = not per layer (embed, head)
   double bytes = 0, flops = 0;
   bool fp8_math = false;  // weights in FP8/FP4: the FP8 tensor-core peak bounds the math
+  bool link = false;      // bytes cross NVLink (an all-reduce), bounded by Ceilings::link_bytes_per_s
   double floor_s(const Ceilings& c) const;
 };
 

@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_runner.h"
 #include "backends/cuda/cuda_runner_impl.h"
 #include "backends/cuda/dummy_weights_cuda.h"
+#include "backends/cuda/parallel_runner.h"
 #include "cuda/cuda_common.h"
 #include "ops/rope/rope.h"
 
@@ -30,6 +31,15 @@ Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner(const engine::Ru
     cfg.mlp_layer_types.resize(size_t(opts.num_layers));
     cfg.compress_ratios.resize(size_t(opts.num_layers));
   }
+  // Several GPUs: validated here, where the visible device count is known (docs/multi_gpu.md); with no device at
+  // all, query_device says so below.
+  int visible = 0;
+  if (cudaGetDeviceCount(&visible) != cudaSuccess) (void)cudaGetLastError(), visible = 0;
+  DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
+                                                   opts.tensor_parallel_size},
+                                                  parallel::torchrun_env(), visible > 0 ? visible : -1)
+                          .status());
+  if (opts.gpus > 1) return create_parallel_runner(opts, std::move(cfg));
   std::unique_ptr<CudaRunner> r(new CudaRunner(cfg, num));
   DSI_RETURN_IF_ERROR(r->init(opts));
   return std::unique_ptr<engine::ModelRunner>(std::move(r));
@@ -38,13 +48,23 @@ Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner(const engine::Ru
 Status CudaRunner::init(const engine::RunnerOptions& opts) {
   exact_ = opts.exact_gemm;
   batch_invariant_ = opts.batch_invariant;
+  ordinal_ = opts.device;
+  ep_rank_ = opts.ep_rank;
+  ep_size_ = opts.ep_size;
+  DSI_ASSIGN_OR_RETURN(experts_, parallel::expert_range(cfg_.n_routed_experts, ep_rank_, ep_size_));
   if (const char* g = std::getenv("DSINFER_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
-  DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(0));
+  // Decode graphs stay off with expert parallelism: NCCL collectives can be captured, but this first step keeps
+  // every all-reduce an ordinary launch (docs/multi_gpu.md).
+  if (ep_size_ > 1) graphs_enabled_ = false;
+  DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(ordinal_));  // also makes it the current device
+  // Refuse a model that cannot fit before allocating anything (the same per-rank sizing as the ParallelRunner).
+  DSI_RETURN_IF_ERROR(parallel::check_rank_fits(parallel::rank_memory(model::weight_specs(cfg_), ep_size_), ep_size_,
+                                                ordinal_, device_.free_bytes, device_.name));
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
   if (opts.load_format == engine::LoadFormat::kDummy)
-    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, device_.free_bytes, device_.name, stream_));
+    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, experts_, stream_));
   else
-    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir));
+    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, experts_));
   const std::vector<float> inv_main = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
   const std::vector<float> inv_comp = ops::rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);
   DSI_RETURN_IF_ERROR(inv_main_.upload(inv_main.data(), inv_main.size(), "rope inv_freq"));
@@ -53,18 +73,26 @@ Status CudaRunner::init(const engine::RunnerOptions& opts) {
   return Status::ok();
 }
 
+Status CudaRunner::bind_device() const {
+  DSI_CUDA_TRY(cudaSetDevice(ordinal_));
+  return Status::ok();
+}
+
 CudaRunner::~CudaRunner() {
+  (void)cudaSetDevice(ordinal_);  // frees and destroys on this runner's GPU
   graphs_.clear();
   free_capture();
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
 std::string CudaRunner::name() const {
-  return fmt::format("cuda ({}, {} numerics, {:.2f} GiB weights{})", device_.name, num_.name,
-                     double(weights_.bytes()) / double(1 << 30), batch_invariant_ ? ", batch-invariant" : "");
+  const std::string ep = ep_size_ > 1 ? fmt::format(", GPU {}, experts [{}, {})", ordinal_, experts_.lo, experts_.hi) : "";
+  return fmt::format("cuda ({}, {} numerics, {:.2f} GiB weights{}{})", device_.name, num_.name,
+                     double(weights_.bytes()) / double(1 << 30), batch_invariant_ ? ", batch-invariant" : "", ep);
 }
 
 Status CudaRunner::randomize_state(uint64_t seed) {
+  DSI_RETURN_IF_ERROR(bind_device());
   // Small values like real normalized KV rows; frontier gates included (any finite value is valid there).
   DSI_RETURN_IF_ERROR(fill_dummy_cuda(slots_.data(), slots_.bytes() / 4, {DummyFill::Uniform, false, 0.0f, 1.0f}, seed, stream_));
   DSI_RETURN_IF_ERROR(fill_dummy_cuda(blocks_.data(), blocks_.bytes() / 4, {DummyFill::Uniform, false, 0.0f, 1.0f}, seed + 1, stream_));
@@ -73,6 +101,7 @@ Status CudaRunner::randomize_state(uint64_t seed) {
 }
 
 Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) {
+  DSI_RETURN_IF_ERROR(bind_device());
   max_model_len_ = max_model_len;
   graphs_.clear();
   if (layout.kv_elem_bytes != 4) return Status::error("cuda runner: state layout must use fp32 rows");
@@ -91,8 +120,10 @@ Status CudaRunner::upload_plan(const scheduler::BatchPlan& plan, const StepPlanL
 
 Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
   if (!slots_.data()) return Status::error("cuda runner: bind_state was not called");
+  DSI_RETURN_IF_ERROR(bind_device());
   timer_.begin_step();
-  const int64_t T = plan.num_tokens(), S = plan.num_seqs(), R = plan.num_logits();
+  // Shards other than 0 of a ParallelRunner run the layers only (their logits would be shard 0's).
+  const int64_t T = plan.num_tokens(), S = plan.num_seqs(), R = compute_logits_ ? plan.num_logits() : 0;
   const int64_t V = cfg_.vocab_size;
   hidden_view_ = {};
   if (T == 0) return Status::ok();

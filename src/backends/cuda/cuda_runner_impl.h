@@ -28,6 +28,8 @@
 #include "ops/gemm/gemm_lt_cuda.h"
 #include "ops/moe/moe_cuda.h"
 #include "ops/step_cuda.h"
+#include "parallel/nccl_cuda.h"
+#include "parallel/parallel_plan.h"
 
 namespace dsinfer::backends {
 
@@ -49,6 +51,12 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   bool supports_device_sampling() const override { return true; }
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override;
   Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override;
+
+  // Expert parallelism (parallel_runner.h): the communicator of this shard's EP group (the MoE output is summed
+  // over it after every MoE), and whether the step computes and downloads logits (shard 0 only).
+  void set_expert_comm(parallel::NcclComm* comm) { comm_ = comm; }
+  void set_compute_logits(bool on) { compute_logits_ = on; }
+  int32_t device_ordinal() const { return ordinal_; }
 
   // Per-op timing for `dsinfer bench`: when on, every named op is bracketed by CUDA events.
   Status set_timing(bool on) override {
@@ -109,9 +117,18 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   Status download_hidden(int64_t T);
   void free_capture();
 
+  // Makes this runner's GPU current: every entry point that launches work calls it first, since the engine (or the
+  // ParallelRunner) may call from a thread whose current device is another.
+  Status bind_device() const;
+
   io::ModelConfig cfg_;
   model::Numerics num_;
   cuda::DeviceInfo device_;
+  int32_t ordinal_ = 0;                  // RunnerOptions::device
+  int32_t ep_rank_ = 0, ep_size_ = 1;    // expert parallelism (RunnerOptions::ep_rank / ep_size)
+  parallel::ExpertRange experts_;        // routed experts held here (global ids)
+  parallel::NcclComm* comm_ = nullptr;   // EP group (ep_size_ > 1), owned by the ParallelRunner
+  bool compute_logits_ = true;
   void* stream_ = nullptr;
   DeviceWeights weights_;
   cuda::DeviceBuffer<float> inv_main_, inv_comp_;  // RoPE inverse frequencies (main / compressed layers)

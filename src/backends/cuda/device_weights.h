@@ -13,6 +13,7 @@
 #include "model/tensor_table.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
+#include "parallel/parallel_plan.h"
 
 namespace dsinfer::backends {
 
@@ -42,10 +43,12 @@ struct DeviceLayer {
 
 class DeviceWeights {
  public:
+  // Expert parallelism: only the routed experts in `experts` are uploaded / generated (the others are never read
+  // from the mmapped checkpoint), bound as local experts 0 .. experts.count() - 1; the default range is all.
   // Uploads the checkpoint in model_dir (validated against the tensor table first).
-  Status load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir);
-  // Random weights in the official storage formats; fails clearly when they would not fit in free_bytes.
-  Status generate_dummy(const io::ModelConfig& cfg, int64_t free_bytes, const std::string& gpu_name, void* stream);
+  Status load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir, parallel::ExpertRange experts);
+  // Random weights in the official storage formats (the caller checked they fit: parallel::check_rank_fits).
+  Status generate_dummy(const io::ModelConfig& cfg, parallel::ExpertRange experts, void* stream);
 
   const ops::cuda::DeviceWeight& embed() const { return embed_; }  // F32 or BF16 table [vocab, dim]
   const ops::cuda::DeviceWeight& head() const { return head_; }
@@ -60,7 +63,7 @@ class DeviceWeights {
   struct ExpertViews {
     std::vector<ops::cuda::DeviceWeight> w1, w3, w2;
   };
-  void start(const io::ModelConfig& cfg);
+  void start(const io::ModelConfig& cfg, parallel::ExpertRange experts);
   Status add(const model::TensorSpec& spec, DevTensor t);
   Status bind(const model::TensorSpec& spec, const DevTensor& t);
   Status finish(const io::ModelConfig& cfg);
@@ -70,6 +73,7 @@ class DeviceWeights {
   std::vector<DevTensor> tensors_;
   std::vector<cuda::DeviceBuffer<uint8_t>> pointer_arrays_;
   std::vector<ExpertViews> expert_views_;
+  parallel::ExpertRange experts_;  // the routed experts held here (global ids)
   ops::cuda::DeviceWeight embed_, head_;
   const float* final_norm_ = nullptr;
   HcDevice hc_head_;

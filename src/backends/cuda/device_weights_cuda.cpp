@@ -76,12 +76,14 @@ Result<DevTensor> upload_tensor(const model::ResolvedTensor& r, const io::ModelC
 
 }  // namespace
 
-Status DeviceWeights::load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir) {
+Status DeviceWeights::load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir,
+                                      parallel::ExpertRange experts) {
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ckpt, io::Checkpoint::open(model_dir));
   auto resolved = model::resolve_weights(cfg, ckpt);
   if (!resolved) return resolved.status().with_context(model_dir);
-  start(cfg);
+  start(cfg, experts);
   for (const auto& r : *resolved) {
+    if (r.spec.expert >= 0 && !experts.contains(r.spec.expert)) continue;  // another rank's expert
     fp32_storage_ &= r.spec.kind == TensorKind::IndexTable || r.data->dtype == DType::F32;
     DSI_ASSIGN_OR_RETURN(DevTensor t, upload_tensor(r, cfg));
     DSI_RETURN_IF_ERROR(add(r.spec, std::move(t)));
@@ -89,34 +91,30 @@ Status DeviceWeights::load_checkpoint(const io::ModelConfig& cfg, const std::str
   return finish(cfg);
 }
 
-Status DeviceWeights::generate_dummy(const io::ModelConfig& cfg, int64_t free_bytes, const std::string& gpu_name,
-                                     void* stream) {
+Status DeviceWeights::generate_dummy(const io::ModelConfig& cfg, parallel::ExpertRange experts, void* stream) {
   const std::vector<model::TensorSpec> specs = model::weight_specs(cfg);
-  // Fail early and clearly when the model cannot fit: sum the official storage sizes first.
-  const double need = dummy_weight_bytes(specs);
-  if (need > 0.92 * double(free_bytes))
-    return Status::errorf("model needs {:.1f} GiB of weights but the GPU '{}' has {:.1f} GiB free; use fewer layers "
-                          "(num_hidden_layers in config.json) or more GPUs",
-                          need / double(1 << 30), gpu_name, double(free_bytes) / double(1 << 30));
-  start(cfg);
+  start(cfg, experts);
   fp32_storage_ = false;
   uint64_t seed = 1;
   for (const auto& s : specs) {
-    DSI_ASSIGN_OR_RETURN(DevTensor t, make_dummy_tensor(s, cfg.n_routed_experts, seed++, stream));
+    const uint64_t sd = seed++;  // a tensor's seed does not depend on the rank: 1 and N GPUs hold the same weights
+    if (s.expert >= 0 && !experts.contains(s.expert)) continue;
+    DSI_ASSIGN_OR_RETURN(DevTensor t, make_dummy_tensor(s, cfg.n_routed_experts, sd, stream));
     DSI_RETURN_IF_ERROR(add(s, std::move(t)));
   }
   return finish(cfg);
 }
 
-void DeviceWeights::start(const io::ModelConfig& cfg) {
+void DeviceWeights::start(const io::ModelConfig& cfg, parallel::ExpertRange experts) {
+  experts_ = experts;
   tensors_.clear();
   pointer_arrays_.clear();
   layers_.assign(size_t(cfg.num_hidden_layers), DeviceLayer{});
   expert_views_.assign(size_t(cfg.num_hidden_layers), ExpertViews{});
   for (auto& v : expert_views_) {
-    v.w1.resize(size_t(cfg.n_routed_experts));
-    v.w3.resize(size_t(cfg.n_routed_experts));
-    v.w2.resize(size_t(cfg.n_routed_experts));
+    v.w1.resize(size_t(experts.count()));
+    v.w3.resize(size_t(experts.count()));
+    v.w2.resize(size_t(experts.count()));
   }
   embed_ = head_ = DeviceWeight{};
   final_norm_ = nullptr;
@@ -179,9 +177,9 @@ Status DeviceWeights::bind(const model::TensorSpec& s, const DevTensor& t) {
       case R::Gate: L.gate = w; return Status::ok();
       case R::GateBias: L.gate_bias = f; return Status::ok();
       case R::Tid2Eid: L.tid2eid = t.data.as<const int32_t>(); return Status::ok();
-      case R::ExpertW1: X.w1.at(size_t(s.expert)) = w; return Status::ok();
-      case R::ExpertW3: X.w3.at(size_t(s.expert)) = w; return Status::ok();
-      case R::ExpertW2: X.w2.at(size_t(s.expert)) = w; return Status::ok();
+      case R::ExpertW1: X.w1.at(size_t(s.expert - experts_.lo)) = w; return Status::ok();
+      case R::ExpertW3: X.w3.at(size_t(s.expert - experts_.lo)) = w; return Status::ok();
+      case R::ExpertW2: X.w2.at(size_t(s.expert - experts_.lo)) = w; return Status::ok();
       case R::SharedW1: L.shared.w1 = w; L.has_shared = true; return Status::ok();
       case R::SharedW3: L.shared.w3 = w; return Status::ok();
       case R::SharedW2: L.shared.w2 = w; return Status::ok();
@@ -200,7 +198,8 @@ Status DeviceWeights::expert_array(const std::vector<DeviceWeight>& views, int64
   for (size_t e = 0; e < E; ++e) {
     const DeviceWeight& dw = views[e];
     if (!dw.data)
-      return Status::errorf("cuda weights: layer {} expert {} has no {}", layer, e, model::tensor_role_name(role));
+      return Status::errorf("cuda weights: layer {} expert {} has no {}", layer, int64_t(e) + experts_.lo,
+                            model::tensor_role_name(role));
     ptrs[e] = dw.data;
     ptrs[E + e] = dw.scale;
     if (e == 0) out = {dw.fmt, dw.rows, dw.cols, dw.scale_e8m0, dw.block_n, dw.block_k, nullptr, nullptr};
@@ -241,7 +240,7 @@ Status DeviceWeights::finish(const io::ModelConfig& cfg) {
     if (hash ? !L.tid2eid : !L.gate_bias) return missing(l, hash ? TensorRole::Tid2Eid : TensorRole::GateBias);
     if (cfg.n_shared_experts > 0 && (!L.shared.w1.data || !L.shared.w3.data || !L.shared.w2.data))
       return missing(l, TensorRole::SharedW1);
-    L.experts.experts = cfg.n_routed_experts;
+    L.experts.experts = experts_.count();  // local ids (parallel/expert_remap.h)
     L.experts.dim = cfg.hidden_size;
     L.experts.inter = cfg.moe_intermediate_size;
     const ExpertViews& X = expert_views_[size_t(l)];

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "cuda/cuda_common.h"
+#include "parallel/parallel_plan.h"
 
 namespace dsinfer::backends {
 
@@ -23,14 +24,7 @@ Status fill_dummy_cuda(void* dst, size_t count, const DummySpec& spec, uint64_t 
 
 double dummy_weight_bytes(const std::vector<model::TensorSpec>& specs) {
   double need = 0;
-  for (const auto& s : specs) {
-    const DType dt = model::official_storage(s);
-    const double n = double(s.rows * s.cols);
-    need += s.kind != TensorKind::Matrix ? n * 4
-            : dt == DType::I8            ? n * (0.5 + 1.0 / 32)
-            : dt == DType::F8_E4M3       ? n * (1 + 1.0 / 16384)
-                                         : n * double(dtype_size(dt));
-  }
+  for (const auto& s : specs) need += parallel::storage_bytes(s);  // one sizing for every fit check
   return need;
 }
 

@@ -8,6 +8,7 @@
 #include "ops/embed/embed_cuda.h"
 #include "ops/indexer/indexer_cuda.h"
 #include "ops/mhc/mhc_cuda.h"
+#include "ops/moe/expert_remap_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 
 namespace dsinfer::backends {
@@ -135,8 +136,9 @@ Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const floa
   float* out = s_.f.data();
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t n = std::min(chunk, T - r);
-    DSI_RETURN_IF_ERROR(moe_cuda(x + r * D, n, idx + r * k, w + r * k, k, e, L.has_shared ? &L.shared : nullptr, limit,
-                                 shared_limit, out + r * D, moe_ws_, stream_, path));
+    // Expert parallelism: the shared expert on rank 0 only (the all-reduce adds it to every rank's sum once).
+    DSI_RETURN_IF_ERROR(moe_cuda(x + r * D, n, idx + r * k, w + r * k, k, e, L.has_shared && ep_rank_ == 0 ? &L.shared : nullptr,
+                                 limit, shared_limit, out + r * D, moe_ws_, stream_, path));
   }
   return Status::ok();
 }
@@ -184,7 +186,15 @@ Status CudaRunner::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   rp.route_scale = float(cfg_.routed_scaling_factor);
   rp.hash_vocab = L.tid2eid ? cfg_.vocab_size : 0;
   DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, L.tid2eid, tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
+  // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local ids, -1 (skipped) for the others';
+  // after the MoE every rank holds its partial sum in s_.f, summed over the ranks in place (fp32).
+  if (ep_size_ > 1)
+    DSI_OP("moe_remap", l, remap_experts_cuda(s_.ridx.data(), T * k, experts_.lo, experts_.hi, stream_));
   DSI_OP("moe", l, moe(s_.y.data(), T, s_.ridx.data(), s_.rw.data(), k, L));
+  if (ep_size_ > 1) {
+    if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");
+    DSI_OP("moe_allreduce", l, comm_->all_reduce_sum(s_.f.data(), size_t(T * D), stream_));
+  }
   return Status::ok();
 }
 

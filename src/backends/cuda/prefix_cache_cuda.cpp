@@ -45,6 +45,7 @@ Status issue_copy_runs(std::span<const cache::CopyRun> runs, void* stream) {
 Status CudaRunner::bind_snapshots(int32_t num_snapshots) {
   if (num_snapshots < 0) return Status::errorf("cuda runner: {} snapshots", num_snapshots);
   if (num_snapshots == 0 || layout_.slot_bytes == 0) return Status::ok();
+  DSI_RETURN_IF_ERROR(bind_device());
   return snapshots_.alloc(size_t(num_snapshots) * size_t(layout_.slot_bytes), "prefix-cache snapshots");
 }
 
@@ -55,6 +56,7 @@ Status CudaRunner::bind_host_blocks(int32_t num_host_blocks) {
 
 Status CudaRunner::copy_state(std::span<const cache::StateCopy> copies) {
   if (copies.empty()) return Status::ok();
+  DSI_RETURN_IF_ERROR(bind_device());
   const size_t sb = size_t(layout_.slot_bytes), bb = size_t(layout_.block_bytes);
   auto count = [](size_t bytes, size_t unit) { return unit ? int64_t(bytes / unit) : int64_t(0); };
   const cache::StateMemory mem{slots_.data(), blocks_.data(), snapshots_.data(), host_blocks_.data(),

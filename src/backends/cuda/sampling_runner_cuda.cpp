@@ -32,6 +32,7 @@ Status CudaRunner::begin_sampled_step(const scheduler::BatchPlan& plan) {
 }
 
 Status CudaRunner::sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) {
+  DSI_RETURN_IF_ERROR(bind_device());
   const int64_t n = int64_t(rows.rows.size()), V = cfg_.vocab_size;
   out.clear();
   if (n == 0) return Status::ok();

@@ -1,0 +1,19 @@
+// ParallelRunner: DeepSeek-V4 on several GPUs of one node (docs/multi_gpu.md). One process, one persistent worker
+// thread per GPU (parallel::ShardPool), each driving a CudaRunner shard bound to its device. Expert parallelism
+// over all N GPUs: shard r holds the routed experts [r*E/N, (r+1)*E/N) and a replica of every dense weight and of
+// the state; each layer's MoE output is summed over the shards by an NCCL all-reduce (forward_cuda.cpp ffn).
+// step() hands the same BatchPlan to every shard and returns shard 0's logits; the engine, scheduler and
+// sampling see one runner. Internal to src/backends/cuda/ (create_cuda_runner makes it for gpus > 1).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "io/config.h"
+
+namespace dsinfer::backends {
+
+// opts.gpus shards of `cfg` (already cut to opts.num_layers); the sizes were checked by create_cuda_runner.
+Result<std::unique_ptr<engine::ModelRunner>> create_parallel_runner(const engine::RunnerOptions& opts, io::ModelConfig cfg);
+
+}  // namespace dsinfer::backends

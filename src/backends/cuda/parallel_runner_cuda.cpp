@@ -1,0 +1,151 @@
+// ParallelRunner (see parallel_runner.h): creation (checks, per-GPU memory plan, NCCL communicators, shards on
+// their worker threads) and the ModelRunner calls fanned out to every shard. Every shard call runs on the shard's
+// own worker thread (whose current device is the shard's GPU), never on the caller's.
+#include "backends/cuda/parallel_runner.h"
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_runner_impl.h"
+#include "cuda/cuda_common.h"
+#include "parallel/nccl_cuda.h"
+#include "parallel/parallel_plan.h"
+#include "parallel/shard_pool.h"
+
+namespace dsinfer::backends {
+
+namespace {
+
+class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDiagnostics {
+ public:
+  ParallelRunner(io::ModelConfig cfg, model::Numerics num, int32_t n) : cfg_(std::move(cfg)), num_(std::move(num)),
+                                                                        shards_(size_t(n)), comms_(size_t(n)) {}
+  ~ParallelRunner() override {
+    // Shards and communicators are destroyed on their own threads (their GPU current), then the threads stop.
+    (void)pool_.run([&](int32_t r) {
+      shards_[size_t(r)].reset();
+      comms_[size_t(r)].reset();
+      return Status::ok();
+    });
+  }
+  Status init(const engine::RunnerOptions& opts);
+
+  const io::ModelConfig& config() const override { return cfg_; }
+  std::string name() const override {
+    return fmt::format("parallel ({} GPUs, expert parallel, {}): {}", shards_.size(), parallel::nccl_description(),
+                       shards_[0] ? shards_[0]->name() : "");
+  }
+  int32_t kv_elem_bytes() const override { return 4; }
+  bool exact_math() const override { return shards_[0]->exact_math(); }
+  bool fp32_weights() const override { return shards_[0]->fp32_weights(); }
+  engine::RunnerDiagnostics& diagnostics() override { return *this; }
+
+  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override {
+    return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
+  }
+  Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override {
+    return pool_.run([&](int32_t r) {
+      std::vector<float> unused;  // shards > 0 compute no logits
+      return shards_[size_t(r)]->step(plan, r == 0 ? logits : unused);
+    });
+  }
+  bool supports_device_sampling() const override { return true; }
+  Status begin_sampled_step(const scheduler::BatchPlan& plan) override {
+    return pool_.run([&](int32_t r) {
+      std::vector<float> unused;
+      return r == 0 ? shards_[0]->begin_sampled_step(plan) : shards_[size_t(r)]->step(plan, unused);
+    });
+  }
+  Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override {
+    return on_first([&](CudaRunner& s) { return s.sample_rows(rows, out); });
+  }
+  Status bind_snapshots(int32_t n) override { return all([&](CudaRunner& s) { return s.bind_snapshots(n); }); }
+  Status bind_host_blocks(int32_t n) override { return all([&](CudaRunner& s) { return s.bind_host_blocks(n); }); }
+  Status copy_state(std::span<const cache::StateCopy> copies) override {
+    return all([&](CudaRunner& s) { return s.copy_state(copies); });  // the state is replicated
+  }
+  Status set_hidden_capture(std::vector<int64_t> layers) override {
+    return layers.empty() ? Status::ok()
+                          : Status::error("speculative decoding is not implemented with --gpus > 1 yet (docs/multi_gpu.md)");
+  }
+
+  Status set_timing(bool on) override { return all([&](CudaRunner& s) { return s.set_timing(on); }); }
+  Result<std::vector<OpTime>> op_times() override {
+    std::vector<OpTime> times;  // shard 0's: the shards run the same ops in lockstep (the all-reduce joins them)
+    DSI_RETURN_IF_ERROR(on_first([&](CudaRunner& s) -> Status {
+      DSI_ASSIGN_OR_RETURN(times, s.op_times());
+      return Status::ok();
+    }));
+    return times;
+  }
+  Status randomize_state(uint64_t seed) override {
+    return all([&](CudaRunner& s) { return s.randomize_state(seed); });  // same seed: identical replicas
+  }
+
+ private:
+  template <typename F>
+  Status all(F&& f) {
+    return pool_.run([&](int32_t r) { return f(*shards_[size_t(r)]); });
+  }
+  template <typename F>
+  Status on_first(F&& f) {
+    return pool_.run([&](int32_t r) { return r == 0 ? f(*shards_[0]) : Status::ok(); });
+  }
+
+  io::ModelConfig cfg_;
+  model::Numerics num_;
+  parallel::ShardPool pool_;
+  std::vector<std::unique_ptr<CudaRunner>> shards_;
+  std::vector<std::unique_ptr<parallel::NcclComm>> comms_;
+};
+
+// Every GPU's free memory against the per-rank sizing, before anything is allocated. query_device makes each GPU
+// current in turn: the caller's current device is restored afterwards.
+Status check_memory(const io::ModelConfig& cfg, int32_t n) {
+  const parallel::RankMemory m = parallel::rank_memory(model::weight_specs(cfg), n);
+  int prev = 0;
+  DSI_CUDA_TRY(cudaGetDevice(&prev));
+  Status st = Status::ok();
+  for (int32_t g = 0; g < n && st.is_ok(); ++g) {
+    auto d = cuda::query_device(g);
+    st = d.is_ok() ? parallel::check_rank_fits(m, n, g, d->free_bytes, d->name) : d.status();
+  }
+  DSI_CUDA_TRY(cudaSetDevice(prev));
+  return st;
+}
+
+Status ParallelRunner::init(const engine::RunnerOptions& opts) {
+  const int32_t n = int32_t(shards_.size());
+  DSI_RETURN_IF_ERROR(parallel::expert_range(cfg_.n_routed_experts, 0, n).status());
+  DSI_RETURN_IF_ERROR(check_memory(cfg_, n));
+  DSI_RETURN_IF_ERROR(parallel::nccl_load());
+  DSI_ASSIGN_OR_RETURN(const parallel::NcclId id, parallel::nccl_unique_id());
+  // Each worker makes its GPU current once, then joins the communicator (ncclCommInitRank blocks until every
+  // rank has joined: the workers run it at the same time).
+  DSI_RETURN_IF_ERROR(pool_.start(n, [&](int32_t r) -> Status {
+    DSI_CUDA_TRY(cudaSetDevice(r));
+    comms_[size_t(r)] = std::make_unique<parallel::NcclComm>();
+    return comms_[size_t(r)]->init(id, n, r);
+  }));
+  return pool_.run([&](int32_t r) -> Status {
+    engine::RunnerOptions so = opts;
+    so.device = r;
+    so.ep_rank = r;
+    so.ep_size = n;
+    auto shard = std::make_unique<CudaRunner>(cfg_, num_);
+    DSI_RETURN_IF_ERROR(shard->init(so).with_context(fmt::format("GPU {}", r)));
+    shard->set_expert_comm(comms_[size_t(r)].get());
+    shard->set_compute_logits(r == 0);
+    shards_[size_t(r)] = std::move(shard);
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
+Result<std::unique_ptr<engine::ModelRunner>> create_parallel_runner(const engine::RunnerOptions& opts, io::ModelConfig cfg) {
+  auto r = std::make_unique<ParallelRunner>(std::move(cfg), opts.numerics, opts.gpus);
+  DSI_RETURN_IF_ERROR(r->init(opts));
+  return std::unique_ptr<engine::ModelRunner>(std::move(r));
+}
+
+}  // namespace dsinfer::backends

@@ -1,0 +1,188 @@
+// Multi-GPU planning on the host (docs/multi_gpu.md): the expert partition and the index remap the GPU kernel
+// mirrors (parallel/expert_remap.h), the per-rank memory sizing against a hand count for V4-Flash, the option
+// checks (sizes, torchrun variables, cpu backend), and the shard worker pool.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "cli_test_util.h"
+#include "dsinfer/engine.h"
+#include "io/config.h"
+#include "model/tensor_table.h"
+#include "parallel/expert_remap.h"
+#include "parallel/parallel_plan.h"
+#include "parallel/shard_pool.h"
+#include "test_util.h"
+
+using namespace dsinfer;
+
+TEST(ParallelExperts, RangesPartitionTheExperts) {
+  for (int32_t world : {1, 2, 4, 8}) {
+    std::vector<int> owner(256, -1);
+    for (int32_t r = 0; r < world; ++r) {
+      auto rg = parallel::expert_range(256, r, world);
+      ASSERT_TRUE(rg.is_ok()) << rg.status().message();
+      EXPECT_EQ(rg->count(), 256 / world);
+      for (int32_t e = rg->lo; e < rg->hi; ++e) {
+        EXPECT_EQ(owner[size_t(e)], -1) << "expert " << e << " on two ranks";
+        owner[size_t(e)] = r;
+      }
+    }
+    for (int o : owner) EXPECT_GE(o, 0);
+  }
+  auto uneven = parallel::expert_range(8, 0, 3);
+  ASSERT_FALSE(uneven.is_ok());
+  EXPECT_NE(uneven.status().message().find("8 routed experts cannot be split evenly over 3 GPUs"), std::string::npos);
+  EXPECT_FALSE(parallel::expert_range(8, 2, 2).is_ok());
+  EXPECT_FALSE(parallel::expert_range(8, -1, 2).is_ok());
+}
+
+// Every valid assignment lands on exactly one rank with local id e - lo; invalid ids nowhere. And the EP sum: the
+// ranks' partial sums of w * f(expert) over their local assignments add up to the single-GPU sum.
+TEST(ParallelExperts, RemapGivesEachAssignmentToOneRank) {
+  const int32_t E = 16, topk = 4, T = 50;
+  std::mt19937 rng(3);
+  std::vector<int32_t> idx(size_t(T * topk));
+  std::vector<float> w(idx.size());
+  for (size_t i = 0; i < idx.size(); ++i) {
+    idx[i] = int32_t(rng() % (E + 2)) - 1;  // -1 .. E: invalid ids at both ends too
+    w[i] = float(rng() % 1000) / 1000.0f;
+  }
+  auto f = [](int32_t e) { return 0.5f + float(e) * 0.25f; };  // a stand-in for expert e's output
+  for (int32_t world : {2, 4}) {
+    std::vector<int> seen(idx.size(), 0);
+    std::vector<double> sum(size_t(T), 0.0);
+    for (int32_t r = 0; r < world; ++r) {
+      auto rg = parallel::expert_range(E, r, world);
+      ASSERT_TRUE(rg.is_ok());
+      std::vector<int32_t> local = idx;
+      parallel::remap_experts_ref(local.data(), int64_t(local.size()), rg->lo, rg->hi);
+      for (size_t i = 0; i < idx.size(); ++i) {
+        if (local[i] < 0) continue;
+        ASSERT_LT(local[i], rg->count());
+        EXPECT_EQ(local[i] + rg->lo, idx[i]);
+        ++seen[i];
+        sum[i / topk] += double(w[i]) * f(local[i] + rg->lo);
+      }
+    }
+    for (size_t i = 0; i < idx.size(); ++i) EXPECT_EQ(seen[i], idx[i] >= 0 && idx[i] < E ? 1 : 0) << i;
+    for (int32_t t = 0; t < T; ++t) {
+      double full = 0;
+      for (int32_t k = 0; k < topk; ++k) {
+        const int32_t e = idx[size_t(t * topk + k)];
+        if (e >= 0 && e < E) full += double(w[size_t(t * topk + k)]) * f(e);
+      }
+      EXPECT_NEAR(sum[size_t(t)], full, 1e-9);
+    }
+  }
+  EXPECT_EQ(parallel::remap_expert(5, 4, 8), 1);
+  EXPECT_EQ(parallel::remap_expert(8, 4, 8), -1);
+  EXPECT_EQ(parallel::remap_expert(3, 4, 8), -1);
+}
+
+// V4-Flash: 43 layers x 256 experts x (w1, w3, w2: 3 x 2048 x 4096) in FP4 with an E8M0 scale per 32 = 0.53125
+// bytes per weight = 147,169,738,752 bytes (137.1 GiB) of routed experts; the dense rest (attention in FP8, BF16
+// embedding / head / gates, fp32 vectors) is a few GiB. One 141 GB H200 cannot hold it (0.92 x 141e9 = 129.7e9
+// bytes for weights); two can (73.6e9 of experts + the dense part per GPU).
+TEST(ParallelMemory, FlashNeedsTwoGpus) {
+  auto cfg = io::load_model_config(test::source_dir() + "/configs/deepseek-v4-flash");
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+  const auto specs = model::weight_specs(*cfg);
+  const double experts = 43.0 * 256 * 3 * 2048 * 4096 * (0.5 + 1.0 / 32);
+  EXPECT_DOUBLE_EQ(experts, 147169738752.0);
+  const parallel::RankMemory one = parallel::rank_memory(specs, 1), two = parallel::rank_memory(specs, 2);
+  EXPECT_NEAR(one.expert_bytes, experts, 1.0);
+  EXPECT_NEAR(two.expert_bytes, experts / 2, 1.0);
+  EXPECT_DOUBLE_EQ(one.dense_bytes, two.dense_bytes);
+  EXPECT_GT(one.dense_bytes, 2e9);   // embedding + head alone: 2 x 129280 x 4096 x 2 bytes = 2.1e9
+  EXPECT_LT(one.dense_bytes, 12e9);
+  double total = 0;
+  for (const auto& s : specs) total += parallel::storage_bytes(s);
+  EXPECT_NEAR(one.weight_bytes(), total, 1.0);
+  const int64_t h200_free = 141'000'000'000;
+  const Status s1 = parallel::check_rank_fits(one, 1, 0, h200_free, "H200");
+  ASSERT_FALSE(s1.is_ok());
+  EXPECT_NE(s1.message().find("per GPU on 1 GPU(s)"), std::string::npos) << s1.message();
+  EXPECT_NE(s1.message().find("free on GPU 0"), std::string::npos) << s1.message();
+  EXPECT_NE(s1.message().find("more GPUs"), std::string::npos) << s1.message();
+  EXPECT_TRUE(parallel::check_rank_fits(two, 2, 1, h200_free, "H200").is_ok());
+  // ... but not on two GPUs with half of that free.
+  EXPECT_FALSE(parallel::check_rank_fits(two, 2, 1, h200_free / 2, "H200").is_ok());
+}
+
+TEST(ParallelOptions, SizesAndTorchrunVariables) {
+  using parallel::ParallelSizes;
+  auto ok = [](const ParallelSizes& s, std::map<std::string, std::string> env, int32_t local) {
+    return parallel::validate_parallel(s, env, local);
+  };
+  EXPECT_EQ(*ok({}, {}, 1), 1);
+  EXPECT_EQ(*ok({2, 0, 1, 1}, {}, 2), 2);
+  EXPECT_EQ(*ok({2, 2, 1, 1}, {}, 8), 2);
+  auto msg = [&](const ParallelSizes& s, std::map<std::string, std::string> env, int32_t local) {
+    auto r = ok(s, env, local);
+    return r.is_ok() ? std::string("ok") : r.status().message();
+  };
+  EXPECT_NE(msg({2, 1, 1, 1}, {}, 2).find("must equal --gpus"), std::string::npos);
+  EXPECT_NE(msg({1, 0, 2, 1}, {}, 2).find("data-parallel attention is not implemented yet"), std::string::npos);
+  EXPECT_NE(msg({1, 0, 1, 2}, {}, 2).find("tensor parallelism is not implemented yet"), std::string::npos);
+  EXPECT_NE(msg({4, 0, 1, 1}, {}, 2).find("only 2 CUDA device(s)"), std::string::npos);
+  EXPECT_NE(msg({0, 0, 1, 1}, {}, 2).find(">= 1"), std::string::npos);
+  EXPECT_NE(msg({2, 0, 1, 1}, {{"WORLD_SIZE", "16"}, {"RANK", "0"}}, 8).find("multi-node"), std::string::npos);
+  EXPECT_EQ(msg({2, 0, 1, 1}, {{"WORLD_SIZE", "2"}}, 8), "ok");
+  EXPECT_NE(msg({1, 0, 1, 1}, {{"WORLD_SIZE", "x"}}, 8).find("WORLD_SIZE"), std::string::npos);
+}
+
+TEST(ParallelOptions, CpuBackendRefusesSeveralGpus) {
+  EngineOptions o;
+  o.model_dir = test::source_dir() + "/models/dsv4-small";
+  o.gpus = 2;
+  std::string err;
+  EXPECT_FALSE(Engine::create(o, &err));
+  EXPECT_NE(err.find("needs the cuda backend"), std::string::npos) << err;
+  o.gpus = 1;
+  o.tensor_parallel_size = 2;
+  EXPECT_FALSE(Engine::create(o, &err));
+  EXPECT_NE(err.find("tensor parallelism is not implemented yet"), std::string::npos) << err;
+  // The CLI takes the flags and reports the same errors.
+  test::ScratchDir dir("parallel_cli");
+  const test::CliResult r = test::run_cli(dir, "generate --model " + o.model_dir + " --gpus 2 --prompt hi");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("needs the cuda backend"), std::string::npos) << r.err;
+  const test::CliResult d = test::run_cli(dir, "generate --model " + o.model_dir + " --data-parallel-size 2 --prompt hi");
+  EXPECT_NE(d.rc, 0);
+  EXPECT_NE(d.err.find("data-parallel attention is not implemented yet"), std::string::npos) << d.err;
+}
+
+// Persistent workers: the same thread runs every job of a rank; results of all ranks are waited for; the first
+// failing rank's error comes back; many small jobs in a row neither deadlock nor skip a rank.
+TEST(ParallelShardPool, RunsEveryRankOnItsOwnThread) {
+  parallel::ShardPool pool;
+  std::vector<std::thread::id> setup_ids(4);
+  ASSERT_TRUE(pool.start(4, [&](int32_t r) {
+    setup_ids[size_t(r)] = std::this_thread::get_id();
+    return Status::ok();
+  }).is_ok());
+  EXPECT_EQ(pool.size(), 4);
+  EXPECT_EQ(std::set<std::thread::id>(setup_ids.begin(), setup_ids.end()).size(), 4u);
+  std::vector<int> count(4, 0);
+  std::atomic<int> wrong_thread{0};
+  for (int it = 0; it < 2000; ++it) {
+    ASSERT_TRUE(pool.run([&](int32_t r) {
+      if (std::this_thread::get_id() != setup_ids[size_t(r)]) ++wrong_thread;
+      ++count[size_t(r)];
+      return Status::ok();
+    }).is_ok());
+  }
+  EXPECT_EQ(wrong_thread.load(), 0);
+  for (int c : count) EXPECT_EQ(c, 2000);
+  const Status s = pool.run([](int32_t r) { return r >= 2 ? Status::errorf("rank {} failed", r) : Status::ok(); });
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(), "rank 2 failed");
+  EXPECT_TRUE(pool.run([](int32_t) { return Status::ok(); }).is_ok());  // usable after an error
+  parallel::ShardPool bad;
+  EXPECT_FALSE(bad.start(2, [](int32_t r) { return r == 1 ? Status::error("no device") : Status::ok(); }).is_ok());
+  EXPECT_FALSE(parallel::ShardPool().run([](int32_t) { return Status::ok(); }).is_ok());
+}
