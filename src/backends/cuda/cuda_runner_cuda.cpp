@@ -84,6 +84,7 @@ Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slot
 }
 
 Status CudaRunner::upload_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout) {
+  DSI_RETURN_IF_ERROR(wait_plan_staging());
   if (plan_host_bytes_ < layout.bytes) {
     if (plan_host_) cudaFreeHost(plan_host_);
     plan_host_ = nullptr;
@@ -93,12 +94,13 @@ Status CudaRunner::upload_plan(const scheduler::BatchPlan& plan, const StepPlanL
   }
   pack_step_plan(plan, layout, plan_host_);
   if (plan_dev_.size() < layout.bytes) {
+    DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));  // a launched step may still read it
     DSI_RETURN_IF_ERROR(plan_dev_.alloc(std::max<size_t>(layout.bytes, 4096), "step plan"));
     ++scratch_gen_;  // captured graphs hold the old plan pointers
   }
   DSI_CUDA_TRY(cudaMemcpyAsync(plan_dev_.data(), plan_host_, layout.bytes, cudaMemcpyHostToDevice,
                                static_cast<cudaStream_t>(stream_)));
-  return Status::ok();
+  return record_plan_upload();
 }
 
 Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
@@ -110,12 +112,14 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   if (T == 0) return Status::ok();
   // A decode step (one token per sequence, one logits row each) replays a CUDA graph of its batch size.
   const bool graph = graphs_enabled_ && !timer_.enabled() && max_model_len_ > 0 && T == S && R == S;
-  DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, graph, max_model_len_));
+  DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, graph, max_model_len_,
+                                                                         prev_sample_rows()));
   shape_.max_pos = layout.max_pos;
   shape_.visible = (layout.max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
   DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), shape_.visible, shape_.max_pos));
   DSI_RETURN_IF_ERROR(ensure_capture(T));
   DSI_RETURN_IF_ERROR(upload_plan(plan, layout));
+  DSI_RETURN_IF_ERROR(fill_plan_tokens(layout));  // asynchronous steps: inputs sampled by the step before
   const ops::StepDevice st = step_device(layout, plan_dev_.data());
   const int32_t* rows = logits_rows(layout, plan_dev_.data());
   if (graph)

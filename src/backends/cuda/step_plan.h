@@ -15,20 +15,23 @@ namespace dsinfer::backends {
 
 struct StepPlanLayout {
   int64_t T = 0, S = 0, R = 0;  // tokens, sequences, logits rows
+  int64_t F = 0;                // token fills (asynchronous steps: inputs taken from the previous sampling)
   int64_t table_stride = 1;     // block-table row length
   int64_t max_pos = 0;          // largest position in the step (fixed-shape steps: max_model_len - 1)
   // Byte offsets of the arrays in the packed buffer, and its size.
   size_t tokens = 0, pos = 0, seq_of_token = 0, cu_seqlens = 0, start_pos = 0, slot = 0, block_tables = 0,
-         logits_rows = 0, bytes = 0;
+         logits_rows = 0, fills = 0, bytes = 0;
 };
 
-// Checks the plan (a fixed-shape step must fit max_model_len; token ids in [0, vocab)) and lays it out.
+// Checks the plan (a fixed-shape step must fit max_model_len; token ids in [0, vocab), except the kPendingToken
+// inputs of plan.token_fills, whose rows must be < prev_rows: the rows of the previous sampling) and lays it out.
 // fixed_shape: a decode step replayed as a CUDA graph, so the table stride and max_pos are those of
 // max_model_len and one graph serves every context length.
 Result<StepPlanLayout> layout_step_plan(const scheduler::BatchPlan& plan, const cache::StateLayout& state,
-                                        int64_t vocab, bool fixed_shape, int64_t max_model_len);
+                                        int64_t vocab, bool fixed_shape, int64_t max_model_len, int64_t prev_rows = 0);
 
-// Writes the plan into dst (layout.bytes bytes; padding and unused table entries zero).
+// Writes the plan into dst (layout.bytes bytes; padding and unused table entries zero). Pending tokens are written as
+// 0 and the fills as [F, 2] int32 (token index, sample row) pairs for the device gather (fill_step_tokens).
 void pack_step_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout, uint8_t* dst);
 
 // The step as the kernels see it, over the packed plan at `base` (a device copy of pack_step_plan's output).
@@ -36,5 +39,10 @@ ops::StepDevice step_device(const StepPlanLayout& layout, const uint8_t* base);
 inline const int32_t* logits_rows(const StepPlanLayout& layout, const uint8_t* base) {
   return reinterpret_cast<const int32_t*>(base + layout.logits_rows);
 }
+
+// CPU reference of the device gather (token_fill_cuda.h): tokens[fill.token_index] = sampled[fill.sample_row], an id
+// outside [0, vocab) (a row that was not sampled) becoming 0, over the packed tokens / fills of pack_step_plan.
+void fill_step_tokens_ref(int32_t* tokens, int64_t T, const int32_t* fills, int64_t F, const int32_t* sampled,
+                          int64_t num_sampled, int64_t vocab);
 
 }  // namespace dsinfer::backends
