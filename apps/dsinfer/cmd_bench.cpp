@@ -18,11 +18,49 @@ void usage() {
   std::fprintf(stderr,
                "usage: dsinfer bench --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
                "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n"
-               "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)
-"
-               "                     [--gpus N]  (experts split over N GPUs of this node)
-"
-               "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n");
+               "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
+               "                     [--gpus N]  (experts split over N GPUs of this node)\n"
+               "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n"
+               "       dsinfer bench --engine-decode --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
+               "                     [--batch 64] [--prompt 128] [--steps 64] [--async-scheduling on|off|both]\n"
+               "                     (decode through the Engine: device busy / idle time between steps, sync vs async)\n");
+}
+
+// --engine-decode: one line per (batch, async mode).
+int engine_decode(const BenchOptions& b, int64_t prompt, int64_t steps, const std::string& async) {
+  std::printf("%-6s %-36s %8s %12s %12s %12s %8s\n", "batch", "steps", "measured", "wall ms/step", "busy ms/step",
+              "idle ms/step", "idle %");
+  int rc = 0;
+  for (int64_t batch : b.batches)
+    for (const char* mode : {"off", "on"}) {
+      if (async != "both" && async != mode) continue;
+      EngineDecodeOptions o;
+      o.model_dir = b.model_dir;
+      o.backend = b.backend;
+      o.load_format = b.load_format;
+      o.numerics = b.numerics;
+      o.num_layers = b.num_layers;
+      o.batch = batch;
+      o.prompt_tokens = prompt;
+      o.decode_steps = steps;
+      o.async_scheduling = mode;
+      EngineDecodeReport r;
+      std::string err;
+      if (!run_engine_decode_bench(o, &r, &err)) {
+        std::fprintf(stderr, "bench: engine-decode batch %lld async %s: %s\n", (long long)batch, mode, err.c_str());
+        rc = 1;
+        continue;
+      }
+      if (r.device_events)
+        std::printf("%-6lld %-36s %8lld %12.4f %12.4f %12.4f %8.2f\n", (long long)batch, r.step_mode.c_str(),
+                    (long long)r.steps, r.wall_ms_per_step, r.busy_ms_per_step, r.idle_ms_per_step,
+                    100.0 * r.idle_fraction());
+      else
+        std::printf("%-6lld %-36s %8lld %12.4f %12s %12s %8s\n", (long long)batch, r.step_mode.c_str(),
+                    (long long)r.steps, r.wall_ms_per_step, "-", "-", "-");
+      std::fflush(stdout);
+    }
+  return rc;
 }
 
 std::vector<int64_t> parse_list(const std::string& s) {
@@ -68,9 +106,16 @@ void print_case(const BenchCase& c, int64_t layers) {
 
 int cmd_bench(int argc, char** argv) {
   BenchOptions o;
+  bool engine_mode = false;
+  int64_t prompt = 128, steps = 64;
+  std::string async = "both";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") return usage(), 0;
+    if (a == "--engine-decode") {
+      engine_mode = true;
+      continue;
+    }
     if (a == "--batch-invariant") {
       o.batch_invariant = true;
       continue;
@@ -90,6 +135,9 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--prefill-chunk") o.prefill_chunk = std::stoll(v);
       else if (a == "--iters") o.iters = std::max<int64_t>(1, std::stoll(v));
       else if (a == "--verify-tokens") o.verify_tokens = parse_list(v);
+      else if (a == "--prompt") prompt = std::stoll(v);
+      else if (a == "--steps") steps = std::stoll(v);
+      else if (a == "--async-scheduling") async = v;
       else {
         std::fprintf(stderr, "bench: unknown option '%s'\n", a.c_str());
         return usage(), 2;
@@ -100,6 +148,10 @@ int cmd_bench(int argc, char** argv) {
     }
   }
   if (o.model_dir.empty()) return usage(), 2;
+  if (engine_mode) {
+    if (async != "on" && async != "off" && async != "both") return usage(), 2;
+    return engine_decode(o, prompt, steps, async);
+  }
   // Print each case as it finishes (a full bench takes minutes), the header before the first.
   o.on_case = [](const BenchReport& rep) {
     if (rep.cases.size() == 1) print_header(rep);

@@ -158,8 +158,8 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "generate: %s\n", err.c_str());
     return 2;
   }
-  std::fprintf(stderr, "model %s on %s, max_model_len %lld\n", o.eo.model_dir.c_str(), engine->backend_name().c_str(),
-               (long long)engine->max_model_len());
+  std::fprintf(stderr, "model %s on %s, max_model_len %lld, steps %s\n", o.eo.model_dir.c_str(),
+               engine->backend_name().c_str(), (long long)engine->max_model_len(), engine->step_mode().c_str());
 
   // ---- requests ----
   std::vector<Line> lines;

@@ -25,9 +25,10 @@ std::string engine_flags_help() {
       "  --batch-invariant: results independent of the batch (cuda: fixed kernel choices, slower; cpu: always)\n"
       "  sampling: --sampling device|host ({}; device = on the GPU where the backend can, same tokens as host)\n"
       "  several GPUs (cuda): --gpus N ({})  --expert-parallel-size N (= --gpus)  --data-parallel-size 1\n"
-      "            --tensor-parallel-size 1 (routed experts split over the GPUs, the rest replicated)\n",
+      "            --tensor-parallel-size 1 (routed experts split over the GPUs, the rest replicated)\n"
+      "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
-      d.enable_prefix_caching, d.sampling, d.gpus);
+      d.enable_prefix_caching, d.sampling, d.gpus, d.async_scheduling);
 }
 
 bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
@@ -88,7 +89,7 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
                                  "--max-num-batched-tokens", "--max-model-len", "--seed", "--state-memory-gb",
                                  "--speculative", "--num-speculative-tokens", "--speculative-budget",
                                  "--speculative-min-survival", "--sampling", "--gpus", "--expert-parallel-size",
-                                 "--data-parallel-size", "--tensor-parallel-size"};
+                                 "--data-parallel-size", "--tensor-parallel-size", "--async-scheduling"};
   if (a == "--batch-invariant") {
     eo.batch_invariant = true;
     return FlagParse::kOk;
@@ -117,6 +118,7 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   else if (a == "--tokenizer") eo.tokenizer_path = v;
   else if (a == "--speculative") eo.speculative = v;
   else if (a == "--sampling") eo.sampling = v;
+  else if (a == "--async-scheduling") eo.async_scheduling = v;
   else if (a == "--max-num-seqs") ok = parse_int_flag(cmd, a, v, 1, 1 << 20, &n), eo.max_num_seqs = int32_t(n);
   else if (a == "--max-num-batched-tokens") ok = parse_int_flag(cmd, a, v, 1, 1ll << 32, &n), eo.max_num_batched_tokens = n;
   else if (a == "--max-model-len") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.max_model_len = n;

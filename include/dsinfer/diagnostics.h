@@ -142,4 +142,27 @@ struct BenchReport {
 // per-op timing or random state. A case that fails records its error in the report (report->ok false).
 bool run_bench(const BenchOptions& options, BenchReport* report, std::string* error);
 
+// `dsinfer bench --engine-decode`: decode steps through the whole Engine (scheduler, device sampling, stop checks,
+// detokenization), synchronous or asynchronous (EngineOptions::async_scheduling), at batch B: B requests of
+// prompt_tokens random ids are prefilled, then decode_steps steps are measured. With the runner's step events
+// (cuda) it reports the device's busy and idle time between steps: idle fraction = sum of the gaps between the end
+// of a step's device work and the start of the next / (busy + idle).
+struct EngineDecodeOptions {
+  std::string model_dir, backend = "cuda", load_format = "dummy", numerics = "official";
+  int64_t num_layers = 0;       // > 0: only the first N layers
+  int64_t batch = 64;
+  int64_t prompt_tokens = 128;
+  int64_t decode_steps = 64;    // measured steps (after the prefill and 2 warm-up steps)
+  std::string async_scheduling = "on";
+};
+struct EngineDecodeReport {
+  std::string runner_name, step_mode;  // step_mode: Engine::step_mode() ("async" / "sync (...)")
+  int64_t steps = 0;                   // measured
+  double wall_ms_per_step = 0;         // host wall
+  bool device_events = false;          // the runner timed its steps (else busy / idle are 0)
+  double busy_ms_per_step = 0, idle_ms_per_step = 0;
+  double idle_fraction() const { return busy_ms_per_step + idle_ms_per_step > 0 ? idle_ms_per_step / (busy_ms_per_step + idle_ms_per_step) : 0; }
+};
+bool run_engine_decode_bench(const EngineDecodeOptions& options, EngineDecodeReport* report, std::string* error);
+
 }  // namespace dsinfer

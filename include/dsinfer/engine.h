@@ -47,8 +47,8 @@ struct EngineOptions {
   // without CUDA graphs and preemption; costs some speed. The cpu backend is always batch-invariant (a no-op).
   bool batch_invariant = false;
   // Where tokens are sampled: "device" (the backend samples on the GPU when it can: cuda, except steps with
-  // speculative decoding, whose verification needs the full logits rows, and with prefix caching (a known bug);
-  // same tokens as the host sampler for the same seed) or "host" (the reference CPU sampler, always used by the cpu backend).
+  // speculative decoding, whose verification needs the full logits rows; same tokens as the host sampler for the
+  // same seed) or "host" (the reference CPU sampler, always used by the cpu backend).
   std::string sampling = "device";
   // Several GPUs of one node (docs/multi_gpu.md), cuda: the GPUs to use (devices 0 .. gpus-1, one process);
   // routed experts split over them (expert_parallel_size: 0 = gpus, must equal gpus for now), everything else
@@ -57,6 +57,13 @@ struct EngineOptions {
   int32_t expert_parallel_size = 0;
   int32_t data_parallel_size = 1;
   int32_t tensor_parallel_size = 1;
+  // Asynchronous scheduling (docs/engine_core.md "Asynchronous steps"): "on" = the host plans and launches step
+  // t+1 while the device runs step t (the sampled ids stay on the device; stop conditions are seen one step late
+  // and a finished sequence's surplus token is discarded, so outputs are identical to "off"). Applies where the
+  // runner samples on the device (sampling "device" on cuda), without speculative decoding or prefix caching;
+  // steps of structured outputs and of requests with presence / frequency / repetition penalties wait for the
+  // step before. "off": every step waits for its sampled tokens before the next is planned.
+  std::string async_scheduling = "on";
 };
 
 // Counters of prefix caching since the engine was created (gauges marked "now").
@@ -182,6 +189,7 @@ class Engine {
 
   SpeculativeMetrics speculative_metrics() const;
   std::string backend_name() const;    // e.g. "cpu (official numerics)"
+  std::string step_mode() const;       // "async" or "sync (<why>)": EngineOptions::async_scheduling in effect
   int64_t max_model_len() const;
   bool has_tokenizer() const;
   double now_s() const;                // seconds since the engine was created

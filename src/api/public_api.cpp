@@ -99,6 +99,7 @@ void Engine::set_token_callback(std::function<void(const TokenEvent&)> cb) {
 }
 
 std::string Engine::backend_name() const { return impl_->e->runner().name(); }
+std::string Engine::step_mode() const { return impl_->e->step_mode(); }
 SpeculativeMetrics Engine::speculative_metrics() const { return impl_->e->speculative_metrics(); }
 int64_t Engine::max_model_len() const { return impl_->e->max_model_len(); }
 bool Engine::has_tokenizer() const { return impl_->e->tokenizer() != nullptr; }

@@ -38,8 +38,6 @@ double Engine::now_s() const {
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
-  std::unique_ptr<Engine> e(new Engine());
-  e->t0_ = std::chrono::steady_clock::now();
   RunnerOptions ro;
   ro.model_dir = o.model_dir;
   DSI_ASSIGN_OR_RETURN(ro.backend, parse_backend(o.backend));
@@ -48,13 +46,22 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
   ro.batch_invariant = o.batch_invariant;
   ro.gpus = o.gpus, ro.expert_parallel_size = o.expert_parallel_size;
   ro.data_parallel_size = o.data_parallel_size, ro.tensor_parallel_size = o.tensor_parallel_size;
+  if (o.sampling != "device" && o.sampling != "host")
+    return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
+  if (o.async_scheduling != "on" && o.async_scheduling != "off")
+    return Status::errorf("async_scheduling must be 'on' or 'off', found '{}'", o.async_scheduling);
+  DSI_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, create_runner(ro));
+  return create_with_runner(o, std::move(runner));
+}
+
+Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& o, std::unique_ptr<ModelRunner> runner) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->t0_ = std::chrono::steady_clock::now();
+  e->runner_ = std::move(runner);
   if (o.max_num_seqs < 1) return Status::errorf("max_num_seqs must be >= 1, found {}", o.max_num_seqs);
   if (o.max_num_batched_tokens < 1)
     return Status::errorf("max_num_batched_tokens must be >= 1, found {}", o.max_num_batched_tokens);
   if (!(o.state_memory_gb >= 0)) return Status::errorf("state_memory_gb must be >= 0, found {}", o.state_memory_gb);
-  if (o.sampling != "device" && o.sampling != "host")
-    return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
-  DSI_ASSIGN_OR_RETURN(e->runner_, create_runner(ro));
   const io::ModelConfig& mc = e->runner_->config();
 
   std::string tok_path = o.tokenizer_path;
@@ -115,10 +122,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
                                                             std::move(dd)));
     DSI_RETURN_IF_ERROR(e->runner_->set_hidden_capture(e->spec_->tapped_layers()));
   }
-  // Speculative verification needs full logits rows on the host, so it keeps the host sampler. So does prefix
-  // caching for now: with it, device sampling hit an illegal address on the H200 (2026-11-30, not yet found).
-  e->device_sampling_ = o.sampling == "device" && e->runner_->supports_device_sampling() && !e->spec_ &&
-                        o.enable_prefix_caching == "off";
+  // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
+  e->device_sampling_ = o.sampling == "device" && e->runner_->supports_device_sampling() && !e->spec_;
+  e->choose_step_mode(o);
   return e;
 }
 
@@ -168,6 +174,13 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
 }
 
 Status Engine::step() {
+  // Structured outputs compute the next step's bitmasks from the sampled tokens: those steps stay synchronous.
+  if (async_ && !(structured_ && !structured_->empty())) return step_async();
+  if (inflight_.active) DSI_RETURN_IF_ERROR(finish_inflight());
+  return step_sync();
+}
+
+Status Engine::step_sync() {
   const scheduler::BatchPlan& plan = sched_->schedule();
   if (plan.empty()) return Status::ok();
   const auto t0 = std::chrono::steady_clock::now();
@@ -195,19 +208,7 @@ Status Engine::step() {
     for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
   }
   // Text deltas let the stop checker match stop strings across token boundaries.
-  for (scheduler::StepOutput& o : outputs_) {
-    const scheduler::SeqPlan& sp = plan.seqs[size_t(o.plan_index)];
-    auto pit = pending_.find(sp.request_id);
-    if (pit == pending_.end()) continue;
-    SeqOut& so = pit->second->seqs[sp.seq_id];
-    if (!so.decoder) continue;
-    o.text.clear();
-    for (const sampling::SampleResult& r : o.samples) {
-      std::string delta;
-      DSI_RETURN_IF_ERROR(so.decoder->push(r.token, delta));
-      o.text.push_back(std::move(delta));
-    }
-  }
+  for (scheduler::StepOutput& o : outputs_) DSI_RETURN_IF_ERROR(detokenize(plan.seqs[size_t(o.plan_index)].request_id, o));
   DSI_RETURN_IF_ERROR(sched_->update(outputs_));
   DSI_RETURN_IF_ERROR(runner_->copy_state(sched_->state_saves()));  // boundary snapshots, before the slot moves on
   if (spec_) {
@@ -216,6 +217,20 @@ Status Engine::step() {
     spec_->metrics().step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   apply_updates();
+  return Status::ok();
+}
+
+Status Engine::detokenize(scheduler::RequestId rid, scheduler::StepOutput& o) {
+  auto pit = pending_.find(rid);
+  if (pit == pending_.end()) return Status::ok();
+  SeqOut& so = pit->second->seqs[o.seq_id];
+  if (!so.decoder) return Status::ok();
+  o.text.clear();
+  for (const sampling::SampleResult& r : o.samples) {
+    std::string delta;
+    DSI_RETURN_IF_ERROR(so.decoder->push(r.token, delta));
+    o.text.push_back(std::move(delta));
+  }
   return Status::ok();
 }
 
@@ -340,13 +355,13 @@ Status Engine::abort(scheduler::RequestId id) {
   return Status::ok();
 }
 
-void Engine::fail_request(const scheduler::SeqPlan& sp, const std::string& why) {
-  auto pit = pending_.find(sp.request_id);
+void Engine::fail_seq(scheduler::RequestId rid, scheduler::SeqId sid, int64_t position, const std::string& why) {
+  auto pit = pending_.find(rid);
   if (pit == pending_.end()) return;  // another of its sequences failed it already
-  (void)sched_->abort(sp.request_id);  // its outputs in this step's update() are dropped
+  (void)sched_->abort(rid);  // its outputs in this step's update() are dropped
   Pending& p = *pit->second;
-  p.out.error = fmt::format("{} at position {} (sample {}); the request was stopped", why,
-                            sp.start_pos + sp.num_new_tokens - 1, p.seqs[sp.seq_id].choice.index);
+  p.out.error = fmt::format("{} at position {} (sample {}); the request was stopped", why, position,
+                            p.seqs[sid].choice.index);
   for (auto& [sid, s] : p.seqs) {
     if (structured_) structured_->remove(sid);
     if (!s.choice.finish_reason.empty()) continue;
@@ -354,7 +369,7 @@ void Engine::fail_request(const scheduler::SeqPlan& sp, const std::string& why) 
     p.out.completion_tokens += int64_t(s.choice.token_ids.size());
     if (!on_event_) continue;
     StreamEvent ev;
-    ev.request_id = sp.request_id;
+    ev.request_id = rid;
     ev.index = s.choice.index;
     ev.finished = true;
     ev.finish_reason = "error";

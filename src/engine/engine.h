@@ -1,6 +1,8 @@
 // Engine: the step loop. Requests (OpenAI completions / chat bodies) -> token ids (tokenizer, chat encoding)
 // -> Scheduler (which tokens run this step) -> BatchPlan -> ModelRunner (logits) -> sampler -> Scheduler
-// update (stop checks) -> detokenized, parsed outputs. Synchronous: one step at a time on the caller's thread.
+// update (stop checks) -> detokenized, parsed outputs. One step at a time on the caller's thread; with
+// asynchronous scheduling (async_step.cpp) a step plans and launches the next device step before it reads the
+// sampled tokens of the one before, so the device never waits for the host.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -66,6 +68,8 @@ struct StreamEvent {
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const EngineOptions& opts);
+  // create() with a runner the caller built (tests: a fake device-sampling runner); opts.backend etc. unused.
+  static Result<std::unique_ptr<Engine>> create_with_runner(const EngineOptions& opts, std::unique_ptr<ModelRunner> runner);
   ~Engine();
 
   // Tokenizes / renders and queues one parsed request (prompt checks happen in the scheduler). Errors name
@@ -76,7 +80,11 @@ class Engine {
   Status abort(scheduler::RequestId id);
   // One scheduler step (no-op when idle). A model failure is returned; the engine stays usable.
   Status step();
-  bool has_unfinished() const { return sched_->has_unfinished(); }
+  bool has_unfinished() const { return sched_->has_unfinished() || inflight_.active; }
+  // How steps run: "async" or "sync (<why>)" (EngineOptions::async_scheduling and what it needs).
+  const std::string& step_mode() const { return step_mode_; }
+  // The runner's bench hooks (dsinfer bench --engine-decode: device idle time between steps).
+  RunnerDiagnostics& runner_diagnostics() { return runner_->diagnostics(); }
   scheduler::SchedulerStats stats() const { return sched_->stats(); }
   const cache::StateCache& state_cache() const { return sched_->cache(); }
   // Requests queued / running in the scheduler (a request runs when any of its sequences holds state).
@@ -103,6 +111,24 @@ class Engine {
   struct SeqOut;
   Engine() = default;
   void apply_updates();
+  Status step_sync();
+  // Asynchronous steps (async_step.cpp): the launched step whose sampled tokens are not read yet, one record per
+  // logits row (what resolving it needs once the scheduler's plan has moved on).
+  struct InflightRow {
+    scheduler::RequestId request_id = 0;
+    scheduler::SeqId seq_id = 0;
+    int64_t position = 0;  // of the token whose logits the row holds
+    bool logprobs = false;
+  };
+  struct Inflight {
+    bool active = false;
+    uint64_t step = 0;
+    std::vector<InflightRow> rows;
+  };
+  void choose_step_mode(const EngineOptions& o);
+  Status step_async();
+  Status finish_inflight();
+  Status detokenize(scheduler::RequestId rid, scheduler::StepOutput& o);
   // Structured outputs (src/structured): the request's grammar, compiled before anything is queued; the
   // matchers of its sequences; the step's bitmasks, computed while the model step runs.
   Result<structured::Grammar> compile_structured(const Request& req);
@@ -110,7 +136,10 @@ class Engine {
                         const std::vector<scheduler::SeqId>& seqs);
   std::future<Status> start_bitmasks(const scheduler::BatchPlan& plan);
   void finish_request(std::map<scheduler::RequestId, std::unique_ptr<Pending>>::iterator it, double t);
-  void fail_request(const scheduler::SeqPlan& sp, const std::string& why);
+  void fail_request(const scheduler::SeqPlan& sp, const std::string& why) {
+    fail_seq(sp.request_id, sp.seq_id, sp.start_pos + sp.num_new_tokens - 1, why);
+  }
+  void fail_seq(scheduler::RequestId rid, scheduler::SeqId sid, int64_t position, const std::string& why);
 
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
@@ -128,6 +157,9 @@ class Engine {
   std::vector<ops::SampleRowOut> device_samples_;
   std::vector<scheduler::StepOutput> outputs_;
   std::vector<int32_t> nonfinite_;
+  bool async_ = false;  // asynchronous steps (see step_mode())
+  std::string step_mode_;
+  Inflight inflight_, next_;
   std::chrono::steady_clock::time_point t0_;
   std::function<void(const StreamEvent&)> on_event_;
 };

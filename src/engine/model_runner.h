@@ -64,6 +64,17 @@ class RunnerDiagnostics {
   // Fills the bound state memory with small random values, so decode can be timed at a context length
   // without prefilling it first.
   virtual Status randomize_state(uint64_t seed) { return Status::error("this backend cannot randomize its state"); }
+
+  // Device idle time between steps (bench): while on, the runner records an event when a step's device work
+  // starts (its plan upload) and when it ends (its logits download or sampling results); step_gap_times() sums,
+  // over the steps since it was switched on, busy = end - start of each step and idle = start of a step - end of
+  // the step before, in milliseconds.
+  struct StepGapTimes {
+    int64_t steps = 0;
+    double busy_ms = 0, idle_ms = 0;
+  };
+  virtual Status set_step_events(bool on) { return Status::error("this backend has no step events"); }
+  virtual Result<StepGapTimes> step_gap_times() { return Status::error("this backend has no step events"); }
 };
 
 class ModelRunner {
@@ -107,6 +118,21 @@ class ModelRunner {
   }
   virtual Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) {
     return Status::error(name() + ": this backend cannot sample on the device");
+  }
+  // Asynchronous steps (docs/engine_core.md): sample_rows() split in two so that the host plans the next step
+  // while the device runs this one. launch_sample_rows() queues the sampling of `rows` after the forward of the
+  // last begin_sampled_step() and returns at once (the rows are copied); wait_sample_rows() waits for the oldest
+  // launched sampling not yet waited for and returns its results. A begin_sampled_step() plan may then carry
+  // BatchPlan::token_fills: its kPendingToken inputs are taken on the device from the ids of the most recent
+  // launch_sample_rows() (an id that is not a valid token, e.g. of a non-finite row, becomes token 0: that
+  // sequence is failed and its surplus step discarded). At most two launched samplings are outstanding.
+  // A wrapping runner forwards all three.
+  virtual bool supports_async_steps() const { return false; }
+  virtual Status launch_sample_rows(const sampling::PackedRows& rows) {
+    return Status::error(name() + ": this backend has no asynchronous steps");
+  }
+  virtual Status wait_sample_rows(std::vector<ops::SampleRowOut>& out) {
+    return Status::error(name() + ": this backend has no asynchronous steps");
   }
 
   // Prefix caching (cache/prefix_cache.h): room for `num_snapshots` copies of one slot (after bind_state), and

@@ -16,6 +16,14 @@ namespace dsinfer::scheduler {
 using RequestId = uint64_t;
 using SeqId = uint64_t;
 
+// Asynchronous steps: a new token whose id is still on the device (sampled by the step before, not yet read
+// back) is planned as kPendingToken, and BatchPlan::token_fills says where the runner takes it from.
+inline constexpr int32_t kPendingToken = -1;
+struct TokenFill {
+  int32_t token_index = 0;  // flat index into BatchPlan::token_ids (holds kPendingToken)
+  int32_t sample_row = 0;   // the row of the runner's previous sampling (launch_sample_rows) whose id goes there
+};
+
 struct SeqPlan {
   SeqId seq_id = 0;
   RequestId request_id = 0;
@@ -51,6 +59,8 @@ struct BatchPlan {
   // Prefix caching: state copies the runner does before this step (restore a snapshot into an admitted
   // sequence's slot; bounded replay: zero its slot, copy shared blocks into its scratch blocks).
   std::vector<cache::StateCopy> state_copies;
+  // Asynchronous steps: the kPendingToken entries of token_ids, in token order (empty in synchronous steps).
+  std::vector<TokenFill> token_fills;
 
   int32_t num_seqs() const { return int32_t(seqs.size()); }
   int32_t num_tokens() const { return int32_t(token_ids.size()); }
@@ -64,6 +74,7 @@ struct BatchPlan {
     logits_token_index.clear();
     preempted.clear();
     state_copies.clear();
+    token_fills.clear();
   }
 };
 

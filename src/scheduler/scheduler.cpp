@@ -78,8 +78,9 @@ Result<RequestId> Scheduler::add_request(RequestSpec spec) {
 void Scheduler::retire(Sequence* s, SeqState final_state) {
   if (s->state == SeqState::Prefilling || s->state == SeqState::Decoding) --num_running_;
   if (s->slot >= 0) prefix_end_replay(s);
-  if (s->slot >= 0) cache_.free(s->slot);
+  if (s->slot >= 0) release_slot(s);
   s->slot = -1;
+  s->pending_step = 0;  // its in-flight token is dropped (the placeholder stays: a plan's spans may still see it)
   s->state = final_state;
   retired_.push_back(s->id);
   --s->req->live;
@@ -105,9 +106,13 @@ void Scheduler::preempt(Sequence* s) {
   // Recompute preemption: drop all state; on readmission prompt + output are prefilled again. The newest
   // running sequence is older than every waiting one, so it goes to the front of the queue.
   prefix_end_replay(s);
+  // Freed now, even while a launched step still computes it: the device runs steps in order, so the step that
+  // reuses these blocks writes them after that one. Its in-flight token is dropped and sampled again.
   cache_.free(s->slot);
   s->slot = -1;
   s->num_computed = 0;
+  if (s->pending_step) s->output.pop_back();
+  s->pending_step = 0;
   s->draft.clear();
   s->survival.clear();
   s->state = SeqState::Waiting;
@@ -136,6 +141,7 @@ void Scheduler::emit(Sequence* s, int32_t n, int32_t num_spec) {
   sp.rng = {s->req->seed, s->sample_index};
   sp.prompt_tokens = s->req->prompt;
   sp.output_tokens = s->output;
+  s->last_step = step_;
   plan_.token_ids.resize(size_t(offset + n));
   plan_.positions.resize(size_t(offset + n));
   int32_t* ids = plan_.token_ids.data() + offset;
@@ -143,6 +149,7 @@ void Scheduler::emit(Sequence* s, int32_t n, int32_t num_spec) {
   for (int32_t i = 0; i < n; ++i) {
     ids[i] = i < n - num_spec ? s->token_at(s->num_computed + i) : s->draft[size_t(i - (n - num_spec))];
     pos[i] = s->num_computed + i;
+    if (ids[i] == kPendingToken) plan_.token_fills.push_back({offset + i, s->pending_row});
   }
   plan_.cu_seqlens.push_back(offset + n);
   if (logits) {
@@ -179,6 +186,8 @@ const BatchPlan& Scheduler::schedule() {
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
+    // Asynchronous steps: its in-flight token reaches max_tokens, so it finishes when resolved; no surplus step.
+    if (s->pending_step && int64_t(s->output.size()) >= s->req->max_tokens) continue;
     int32_t spec = int32_t(std::min<int64_t>(s->spec_len, budget - 1));
     int32_t n = prefix_cap(s->num_computed, s->replay_until, s->approx,
                            int32_t(std::min<int64_t>(s->total_len() - s->num_computed, budget))) + spec;
@@ -231,6 +240,8 @@ const BatchPlan& Scheduler::schedule() {
 Status Scheduler::update(std::span<const StepOutput> outputs) {
   num_updates_ = 0;
   saves_.clear();
+  consumed_step_ = step_;  // synchronous: the plan has run
+  free_consumed_slots();
   // Validate everything first so that a bad batch changes nothing.
   seen_.assign(plan_.seqs.size(), 0);
   for (const StepOutput& o : outputs) {
@@ -275,40 +286,11 @@ Status Scheduler::update(std::span<const StepOutput> outputs) {
   for (const StepOutput& o : outputs) {
     Sequence* s = plan_seqs_[size_t(o.plan_index)];
     if (s->state != SeqState::Prefilling && s->state != SeqState::Decoding) continue;  // aborted meanwhile
-    if (num_updates_ == updates_.size()) updates_.emplace_back();
-    SeqUpdate& u = updates_[num_updates_++];
-    u.request_id = s->req->id;
-    u.seq_id = s->id;
-    u.sample_index = s->sample_index;
-    u.tokens.clear();
-    u.logprobs.clear();
-    u.text.clear();
-    u.finished = false;
-    u.finish_reason = FinishReason::None;
-    u.stop_token = -1;
-    u.stop_string.clear();
-    u.request_finished = false;
     const int32_t accepted = int32_t(o.samples.size()) - 1;  // drafts accepted (verify steps; else 0)
     s->num_computed += accepted;
-    for (size_t k = 0; k < o.samples.size(); ++k) {
-      const int32_t tok = o.samples[k].token;
-      s->output.push_back(tok);
-      u.tokens.push_back(tok);
-      if (s->req->params.logprobs) u.logprobs.push_back(o.samples[k]);
-      sampling::StopResult r = s->stop.append(tok, o.text.empty() ? std::string_view() : std::string_view(o.text[k]));
-      u.text += r.text;
-      if (r.finished) {
-        u.finished = true;
-        u.finish_reason = r.reason;
-        u.stop_token = r.stop_token;
-        u.stop_string = std::move(r.stop_string);
-        retire(s, SeqState::Finished);
-        u.request_finished = s->req->live == 0;
-        break;  // later (speculative) tokens are discarded
-      }
-    }
-    if (!u.finished) s->state = s->total_len() - s->num_computed > 1 ? SeqState::Prefilling : SeqState::Decoding;
-    if (!u.finished && plan_.seqs[size_t(o.plan_index)].num_spec_tokens > accepted)
+    apply_samples(s, o, /*placeholder=*/false);
+    const bool finished = s->state == SeqState::Finished;
+    if (!finished && plan_.seqs[size_t(o.plan_index)].num_spec_tokens > accepted)
       DSI_RETURN_IF_ERROR(cache_.truncate(s->slot, s->num_computed));  // release blocks of rejected positions
   }
   return Status::ok();

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/state_cache.h"
@@ -89,6 +90,18 @@ class Scheduler {
   // appends sampled tokens, checks finish conditions, frees finished state. Outputs are validated first
   // (plan index, seq id, exactly one per logits row); on error nothing is changed.
   Status update(std::span<const StepOutput> outputs);
+  // Asynchronous steps (docs/engine_core.md "Asynchronous steps"): update() in two halves. advance(), right after
+  // the last plan was launched, takes its tokens as computed and gives every sequence that gets logits a
+  // placeholder output token (kPendingToken) that the next schedule() plans as a BatchPlan::token_fills entry;
+  // resolve(step, outputs), once that step's samples are on the host, puts the sampled tokens in place of the
+  // placeholders of `step` and applies the finish conditions — one step late. Outputs of sequences that finished,
+  // were aborted or preempted meanwhile (a preempted sequence drops its placeholder and resamples it) are
+  // dropped, and a finished / aborted sequence's slot is freed only once every step that computed it has been
+  // resolved. Not for speculative verification steps (update() only). updates() / state_saves() as for update().
+  Status advance();
+  Status resolve(uint64_t step, std::span<const StepOutput> outputs);
+  // True when the sequence still waits for the token it sampled in `step` (resolve would take it).
+  bool awaits(SeqId id, uint64_t step) const;
   // Speculative decoding: drafts to verify after the last token of a decoding sequence (num_computed ==
   // total_len - 1) in its next step, with their cumulative survival estimates (non-increasing, in [0, 1]).
   // schedule() verifies, per sequence, the prefix that falls in the step's global top-spec_budget by survival
@@ -122,6 +135,11 @@ class Scheduler {
   void preempt(Sequence* s);
   void retire(Sequence* s, SeqState final_state);
   void emit(Sequence* s, int32_t n, int32_t num_spec = 0);
+  // Appends the sampled tokens of `o` to s (the first replaces its placeholder when `placeholder`), applies the
+  // stop conditions and records the SeqUpdate.
+  void apply_samples(Sequence* s, const StepOutput& o, bool placeholder);
+  void release_slot(Sequence* s);
+  void free_consumed_slots();
   void plan_spec_lengths();
   // Prefix caching (scheduler_prefix.cpp). A hit: cached blocks that start the table and where computing
   // resumes (exact: a snapshot restores the slot; replay: the window before replay_end is recomputed).
@@ -157,6 +175,8 @@ class Scheduler {
   std::vector<SeqUpdate> updates_;    // reused across steps (inner buffers keep their capacity)
   std::vector<cache::StateCopy> saves_;  // prefix caching: snapshots to take after the last update()
   size_t num_updates_ = 0;
+  uint64_t consumed_step_ = 0;  // every step up to this one has finished on the device (asynchronous steps)
+  std::vector<std::pair<cache::SlotId, uint64_t>> deferred_free_;  // slots of retired sequences, and their last step
   int64_t num_preemptions_ = 0, num_finished_ = 0, num_aborted_ = 0;
 };
 

@@ -38,6 +38,12 @@ struct Scheduler::Sequence {
   int64_t replay_until = 0;         // > num_computed while it recomputes the window before a bounded hit
   int64_t replay_first = 0;         // first table index holding a scratch copy during the replay
   std::vector<cache::BlockId> replay_shared;  // the cached blocks those scratch copies stand in for
+  // Asynchronous steps (scheduler_async.cpp): output.back() is kPendingToken, sampled in logits row pending_row
+  // of step pending_step and not yet resolved (0: no placeholder); last_step: the last step that computed it
+  // (its slot is freed only once that step has been consumed).
+  uint64_t pending_step = 0;
+  int32_t pending_row = -1;
+  uint64_t last_step = 0;
   int64_t total_len() const { return int64_t(req->prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {
     const int64_t p = int64_t(req->prompt.size());

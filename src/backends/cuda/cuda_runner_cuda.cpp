@@ -129,12 +129,14 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   if (T == 0) return Status::ok();
   // A decode step, or a verify step of the same 1 + k tokens per sequence, replays a CUDA graph of its shape.
   const bool graph = graphs_enabled_ && !timer_.enabled() && fixed_shape_step(plan, layout_, max_model_len_);
-  DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, graph, max_model_len_));
+  DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, graph, max_model_len_,
+                                                                         prev_sample_rows()));
   shape_.max_pos = layout.max_pos;
   shape_.visible = (layout.max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
   DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), shape_.visible, shape_.max_pos));
   DSI_RETURN_IF_ERROR(ensure_capture(T));
   DSI_RETURN_IF_ERROR(upload_plan(plan, layout));
+  DSI_RETURN_IF_ERROR(fill_plan_tokens(layout));  // asynchronous steps: inputs sampled by the step before
   const ops::StepDevice st = step_device(layout, plan_.device());
   const int32_t* rows = logits_rows(layout, plan_.device());
   if (graph)

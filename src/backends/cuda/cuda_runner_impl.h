@@ -51,6 +51,12 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   bool supports_device_sampling() const override { return true; }
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override;
   Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override;
+  // Asynchronous steps (same file): sampling in two halves over two buffer sets; token fills gathered on the device.
+  bool supports_async_steps() const override { return true; }
+  Status launch_sample_rows(const sampling::PackedRows& rows) override;
+  Status wait_sample_rows(std::vector<ops::SampleRowOut>& out) override;
+  Status set_step_events(bool on) override;
+  Result<StepGapTimes> step_gap_times() override;
 
   // Expert parallelism (parallel_runner.h): the communicator of this shard's EP group (the MoE output is summed
   // over it after every MoE), and whether the step computes and downloads logits (shard 0 only).
@@ -108,6 +114,10 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
                       int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L);
   Status mark(const char* name, int64_t layer, bool begin) { return timer_.mark(name, layer, begin, stream_); }
+  // sampling_runner_cuda.cpp: the step's token fills (after the plan upload); the pinned plan staging may only be
+  // rewritten once the previous upload has left it (asynchronous steps pack step t+1 while step t may not have started).
+  Status fill_plan_tokens(const StepPlanLayout& layout);
+  int64_t prev_sample_rows() const;
   // attention_cuda.cpp
   Status attention(int64_t l, const ops::StepDevice& st);
   // hidden_capture_cuda.cpp: sizing (before the forward), the copy after layer l (inside it, capturable), the

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_runner_impl.h"
+#include "cuda/cuda_common.h"
 #include "ops/embed/embed_cuda.h"
 #include "ops/indexer/indexer_cuda.h"
 #include "ops/mhc/mhc_cuda.h"
@@ -30,6 +31,8 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
   // Element counts; at least 64 elements (256 bytes) per buffer.
   auto grow = [&](auto& b, size_t n, const char* what) -> Status {
     if (b.size() >= n) return Status::ok();
+    // Asynchronous steps: the step launched before may still use the old buffer; let it finish first.
+    DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
     DSI_RETURN_IF_ERROR(b.alloc(std::max<size_t>(n, 64), what));
     ++scratch_gen_;  // captured graphs hold the old pointers
     return Status::ok();

@@ -16,18 +16,20 @@ namespace dsinfer::backends {
 
 struct StepPlanLayout {
   int64_t T = 0, S = 0, R = 0;  // tokens, sequences, logits rows
+  int64_t F = 0;                // token fills (asynchronous steps: inputs taken from the previous sampling)
   int64_t table_stride = 1;     // block-table row length
   int64_t max_pos = 0;          // largest position in the step (fixed-shape steps: max_model_len - 1)
   // Byte offsets of the arrays in the packed buffer, and its size.
   size_t tokens = 0, pos = 0, seq_of_token = 0, cu_seqlens = 0, start_pos = 0, slot = 0, block_tables = 0,
-         logits_rows = 0, bytes = 0;
+         logits_rows = 0, fills = 0, bytes = 0;
 };
 
-// Checks the plan (a fixed-shape step must fit max_model_len; token ids in [0, vocab)) and lays it out.
+// Checks the plan (a fixed-shape step must fit max_model_len; token ids in [0, vocab), except the kPendingToken
+// inputs of plan.token_fills, whose rows must be < prev_rows: the rows of the previous sampling) and lays it out.
 // fixed_shape: a decode step replayed as a CUDA graph, so the table stride and max_pos are those of
 // max_model_len and one graph serves every context length.
 Result<StepPlanLayout> layout_step_plan(const scheduler::BatchPlan& plan, const cache::StateLayout& state,
-                                        int64_t vocab, bool fixed_shape, int64_t max_model_len);
+                                        int64_t vocab, bool fixed_shape, int64_t max_model_len, int64_t prev_rows = 0);
 
 // Whether the step replays a CUDA graph: a decode step (one token and one logits row per sequence) or a uniform
 // speculative verify step (the same 1 + k <= 17 tokens for every sequence, a logits row for each token), whose
@@ -35,7 +37,8 @@ Result<StepPlanLayout> layout_step_plan(const scheduler::BatchPlan& plan, const 
 bool fixed_shape_step(const scheduler::BatchPlan& plan, const cache::StateLayout& state, int64_t max_model_len);
 inline int64_t fixed_shape_key(int64_t T, int64_t S) { return T * (int64_t(1) << 24) + S; }
 
-// Writes the plan into dst (layout.bytes bytes; padding and unused table entries zero).
+// Writes the plan into dst (layout.bytes bytes; padding and unused table entries zero). Pending tokens are written as
+// 0 and the fills as [F, 2] int32 (token index, sample row) pairs for the device gather (fill_step_tokens).
 void pack_step_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout, uint8_t* dst);
 
 // The step as the kernels see it, over the packed plan at `base` (a device copy of pack_step_plan's output).
@@ -53,15 +56,23 @@ class StepPlanUpload {
   StepPlanUpload(const StepPlanUpload&) = delete;
   StepPlanUpload& operator=(const StepPlanUpload&) = delete;
   ~StepPlanUpload();
-  // Packs and queues the copy. *moved (optional) is set when the device buffer was reallocated: CUDA graphs
-  // captured over the old one must be recaptured.
+  // Packs and queues the copy. The staging is rewritten only after the previous copy left it (an event: with
+  // asynchronous steps the host packs step t+1 while step t's copy may still be queued). *moved (optional) is set
+  // when the device buffer was reallocated (after the stream drained): graphs captured over it must be recaptured.
   Status upload(const scheduler::BatchPlan& plan, const StepPlanLayout& layout, void* stream, bool* moved = nullptr);
   const uint8_t* device() const { return dev_.data(); }
+  uint8_t* device() { return dev_.data(); }  // the token fills of asynchronous steps are written in place
 
  private:
   uint8_t* host_ = nullptr;
   size_t host_bytes_ = 0;
+  void* copied_ = nullptr;  // cudaEvent_t recorded after the last copy
   cuda::DeviceBuffer<uint8_t> dev_;
 };
+
+// CPU reference of the device gather (token_fill_cuda.h): tokens[fill.token_index] = sampled[fill.sample_row], an id
+// outside [0, vocab) (a row that was not sampled) becoming 0, over the packed tokens / fills of pack_step_plan.
+void fill_step_tokens_ref(int32_t* tokens, int64_t T, const int32_t* fills, int64_t F, const int32_t* sampled,
+                          int64_t num_sampled, int64_t vocab);
 
 }  // namespace dsinfer::backends
