@@ -5,10 +5,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 namespace dsinfer::spec {
 
 using nlohmann::json;
+
+namespace {
+const std::pair<const char*, const char*> kOfficialNames[] = {
+    {"n_layers", "num_hidden_layers"}, {"n_mtp_layers", "num_nextn_predict_layers"},
+    {"window_size", "sliding_window"}, {"n_activated_experts", "num_experts_per_tok"},
+    {"dspark_n_activated_experts", "dspark_num_experts_per_tok"}};
+}  // namespace
 
 Result<SpecMethod> parse_spec_method(const std::string& name) {
   if (name == "off" || name.empty()) return SpecMethod::kOff;
@@ -32,8 +40,13 @@ Result<DraftConfig> load_draft_config(const std::string& model_dir) {
   if (!f) return Status::errorf("{}: cannot open", path);
   std::stringstream ss;
   ss << f.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Status::errorf("{}: not a JSON object", path);
+  const json top = json::parse(ss.str(), nullptr, false);
+  if (top.is_discarded() || !top.is_object()) return Status::errorf("{}: not a JSON object", path);
+  // DeepSeek-V4.1 configs nest the text model's keys (the DSpark ones included) under text_config; the official
+  // inference config spells some of them with ModelArgs names.
+  json j = top.contains("text_config") && top["text_config"].is_object() ? top["text_config"] : top;
+  for (const auto& [from, to] : kOfficialNames)
+    if (j.contains(from) && !j.contains(to)) j[to] = j[from];
   DraftConfig c;
   Status err;
   auto integer = [&](const char* k, int64_t def, int64_t min) -> int64_t {
@@ -62,7 +75,7 @@ Result<DraftConfig> load_draft_config(const std::string& model_dir) {
   };
   const int64_t L = integer("num_hidden_layers", 0, 1);
   c.block_size = integer("dspark_block_size", 0, 1);
-  c.num_layers = c.block_size > 0 ? integer("num_nextn_predict_layers", 0, 1) : 0;
+  c.num_layers = c.block_size > 0 ? integer("num_nextn_predict_layers", 0, 0) : 0;
   c.markov_rank = integer("dspark_markov_rank", 0, 0);
   c.noise_token_id = integer("dspark_noise_token_id", -1, 0);
   c.n_routed_experts = integer("dspark_n_routed_experts", integer("n_routed_experts", 0, 0), 1);

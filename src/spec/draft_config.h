@@ -28,8 +28,9 @@ struct DraftConfig {
   std::string mtp1_file;                  // relative to the model directory ("" = none)
 };
 
-// Reads model_dir/config.json. A config without DSpark keys gives num_layers / block_size 0 (no DSpark drafter);
-// present keys are checked (types, ranges, the target layer ids against num_hidden_layers).
+// Reads model_dir/config.json (its text_config when nested, as DeepSeek-V4.1's; official ModelArgs names such as
+// n_mtp_layers accepted). A config without DSpark keys, or with num_nextn_predict_layers 0, gives num_layers 0 (no
+// DSpark drafter); present keys are checked (types, ranges, the target layer ids against num_hidden_layers).
 Result<DraftConfig> load_draft_config(const std::string& model_dir);
 
 }  // namespace dsinfer::spec

@@ -56,6 +56,7 @@ class TensorReader {
     }
   }
   Vec vec(const std::string& name, int64_t n) { return std::move(mat(name, 1, n).data); }
+  Vec optional_vec(const std::string& name, int64_t n) { return ck_.find(name) ? vec(name, n) : Vec{}; }
 
   // Fails listing every problem; `prefix` tensors of the checkpoint that were not read are problems too.
   Status finish(const std::string& prefix, const std::string& what) {
@@ -161,6 +162,8 @@ Result<DsparkWeights> load_dspark_weights(const io::ModelConfig& target, const D
   if (dc.num_layers < 1 || dc.block_size < 1)
     return Status::errorf("{}/config.json has no DSpark drafter (dspark_block_size / num_nextn_predict_layers)", model_dir);
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(model_dir));
+  if (target.is_v41())  // V4.1 layout: no hc_head, bias-free confidence projection (see load_dspark_weights_v41)
+    return Status::errorf("{}: a DeepSeek-V4.1 drafter, which the V4 DSpark drafter cannot run", model_dir);
   const io::ModelConfig c = draft_layer_config(target, dc);
   const int64_t D = c.hidden_size, V = c.vocab_size, r = dc.markov_rank, m = int64_t(dc.target_layer_ids.size());
   TensorReader rd(ck, c);
@@ -179,6 +182,39 @@ Result<DsparkWeights> load_dspark_weights(const io::ModelConfig& target, const D
   const Vec b = rd.vec(last + "confidence_head.bias", 1);
   w.confidence_b = b.empty() ? 0.0f : b[0];
   DSI_RETURN_IF_ERROR(rd.finish("mtp.", model_dir + " (DSpark drafter)"));
+  return w;
+}
+
+Result<DsparkWeights> load_dspark_weights_v41(const io::ModelConfig& target, const DraftConfig& dc,
+                                              const std::string& model_dir) {
+  if (!target.is_v41()) return Status::errorf("{}: not a DeepSeek-V4.1 config", model_dir);
+  if (dc.num_layers < 1 || dc.block_size < 1)
+    return Status::errorf("{}/config.json has no DSpark drafter (dspark_block_size / num_nextn_predict_layers)", model_dir);
+  if (dc.target_layer_ids.empty()) return Status::errorf("{}: the DSpark drafter has no target layers", model_dir);
+  DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(model_dir));
+  const io::ModelConfig c = draft_layer_config(target, dc);
+  const int64_t D = c.hidden_size, V = c.vocab_size, r = dc.markov_rank, m = int64_t(dc.target_layer_ids.size());
+  TensorReader rd(ck, c);
+  DsparkWeights w;
+  w.v41 = true;
+  for (int64_t i = 0; i < dc.num_layers; ++i) {
+    const std::string p = fmt::format("mtp.{}.", i);
+    w.layers.push_back(read_layer(rd, p, c));
+    // The target's router (logits / gate_temp); the vision bias is never applied to draft tokens.
+    if (c.v41.gate_temp != 1.0)
+      for (float& g : w.layers.back().gate.data) g = float(double(g) / c.v41.gate_temp);
+    rd.optional_vec(p + "ffn.gate.bias_vl", c.n_routed_experts);
+  }
+  const std::string last = fmt::format("mtp.{}.", dc.num_layers - 1);
+  w.main_proj = rd.mat("mtp.0.main_proj.weight", D, m * D);
+  w.main_norm = rd.vec("mtp.0.main_norm.weight", D);
+  w.norm = rd.vec(last + "norm.weight", D);
+  if (r > 0) {
+    w.markov_embed = rd.mat(last + "markov_head.embed.weight", V, r);
+    w.markov_head = rd.mat(last + "markov_head.head.weight", V, r);
+  }
+  w.confidence_w = rd.vec(last + "confidence_head.proj.weight", D + r);  // [1, D + r], no bias
+  DSI_RETURN_IF_ERROR(rd.finish("mtp.", model_dir + " (DeepSeek-V4.1 DSpark drafter)"));
   return w;
 }
 

@@ -24,6 +24,7 @@ struct DsparkWeights {
   model::Mat markov_head;                   // W2 as a linear r -> V: [V, r]
   model::Vec confidence_w;                  // [D + r]
   float confidence_b = 0.0f;
+  bool v41 = false;                         // DeepSeek-V4.1 layout: no hc_head (hb = the last ffn pre's collapse)
 };
 
 struct Mtp1Weights {
@@ -41,8 +42,14 @@ struct SharedWeights {
 io::ModelConfig draft_layer_config(const io::ModelConfig& target, const DraftConfig& dc);
 
 Result<SharedWeights> load_shared_weights(const io::ModelConfig& target, const std::string& model_dir);
+// The V4 drafter (`mtp.N.hc_head_*`, confidence_head weight + bias); refuses a V4.1 target.
 Result<DsparkWeights> load_dspark_weights(const io::ModelConfig& target, const DraftConfig& dc,
                                           const std::string& model_dir);
+// DeepSeek-V4.1's drafter (research/dsv41-architecture.md §2.9): the same sliding-window MoE layers (128 experts,
+// top-3, router logits / gate_temp, an optional unused `ffn.gate.bias_vl`), stage 0's main_proj / main_norm, the
+// last stage's norm, markov_head.{embed,head} and a bias-free confidence_head.proj [1, D + r]; no hc_head.
+Result<DsparkWeights> load_dspark_weights_v41(const io::ModelConfig& target, const DraftConfig& dc,
+                                              const std::string& model_dir);
 // Reads model_dir/<dc.mtp1_file> (default mtp1/model.safetensors).
 Result<Mtp1Weights> load_mtp1_weights(const io::ModelConfig& target, const DraftConfig& dc, const std::string& model_dir);
 

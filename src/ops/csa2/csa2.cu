@@ -1,5 +1,6 @@
-// CUDA CSA2 kernels (see csa2_cuda.h). One block per token or row; every reduction in double where the CPU
-// reference accumulates in double, every fp32 product and quotient as a single rounded operation (no contraction).
+// CUDA CSA2 kernels (see csa2_cuda.h; the indexer is in csa2_index.cu). One block per token or row; every
+// reduction in double where the CPU reference accumulates in double, every fp32 product and quotient as a single
+// rounded operation (no contraction).
 #include "cuda/ops_device.cuh"
 #include "ops/csa2/csa2_launch.h"
 
@@ -8,7 +9,6 @@ namespace dsinfer::ops::cuda::detail {
 namespace {
 namespace dev = dsinfer::cuda::dev;
 constexpr int kThreads = 128;
-constexpr int kSelThreads = 256;
 
 // 2^ceil(log2(t)) read off the fp32 bits (ops::pow2_ceil_scale).
 __device__ __forceinline__ float pow2_ceil(float t) {
@@ -138,128 +138,6 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(StepDevice st, LayerStat
   for (int64_t i = threadIdx.x; i < p.d; i += kThreads) ed[i] = es[i];
 }
 
-// One warp per key: I[j] = sum_h max(q_h . k_j, 0) * dim^-1/2 * w_h, in double (csa2_index_scores_ref).
-__global__ void __launch_bounds__(kThreads) index_scores_kernel(StepDevice st, LayerStateView src, Csa2IndexCudaParams p,
-                                                                const float* q, const float* w, float* scores) {
-  const int64_t t = blockIdx.x;
-  const TokenCtx c = token_ctx(st, t);
-  const int64_t n = (c.p + 1) / p.ratio;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = kThreads / 32;
-  const double scale = 1.0 / sqrt(double(p.dim));
-  const float* qt = q + t * p.heads * p.dim;
-  for (int64_t j = warp; j < n; j += nw) {
-    const float* k = src.index_key(c.table, j);
-    double total = 0.0;
-    for (int64_t h = 0; h < p.heads; ++h) {
-      double dot = 0.0;
-      for (int64_t i = lane; i < p.dim; i += 32) dot += double(qt[h * p.dim + i]) * double(k[i]);
-      dot = dev::warp_sum(dot);
-      total += fmax(dot, 0.0) * scale * double(w[t * p.heads + h]);
-    }
-    if (lane == 0) scores[t * p.stride + j] = float(total);
-  }
-}
-
-// (value, index) order of the selections: larger value first, ties to the lower index; index -1 = none.
-__device__ __forceinline__ bool better(float va, int ia, float vb, int ib) {
-  if (ia < 0) return false;
-  if (ib < 0) return true;
-  return va > vb || (va == vb && ia < ib);
-}
-
-// Block-wide best (value, index) over v[0, n); all threads get the result.
-__device__ void block_best(const float* v, int64_t n, float& bv, int& bi) {
-  __shared__ float s_v[kSelThreads / 32];
-  __shared__ int s_i[kSelThreads / 32];
-  float mv = -INFINITY;
-  int mi = -1;
-  for (int64_t j = threadIdx.x; j < n; j += kSelThreads)
-    if (better(v[j], int(j), mv, mi)) mv = v[j], mi = int(j);
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(dev::kFull, mv, off);
-    const int oi = __shfl_xor_sync(dev::kFull, mi, off);
-    if (better(ov, oi, mv, mi)) mv = ov, mi = oi;
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) s_v[threadIdx.x >> 5] = mv, s_i[threadIdx.x >> 5] = mi;
-  __syncthreads();
-  bv = -INFINITY;
-  bi = -1;
-  for (int w = 0; w < kSelThreads / 32; ++w)
-    if (better(s_v[w], s_i[w], bv, bi)) bv = s_v[w], bi = s_i[w];
-  __syncthreads();
-}
-
-// Candidate source: blocks scored by their best entry, the newest entry's block pinned, the best
-// cand_topk_blocks finite blocks kept (csa2_candidate_blocks_ref) -> mask row.
-__device__ void candidate_mask(const Csa2IndexCudaParams& p, const float* s, int64_t n, float* blk, uint8_t* mask) {
-  const int64_t bs = p.cand_block_size, nb = (n + bs - 1) / bs;
-  for (int64_t j = threadIdx.x; j < n; j += kSelThreads) mask[j] = 0;
-  for (int64_t b = threadIdx.x; b < nb; b += kSelThreads) {
-    float best = -INFINITY;
-    for (int64_t j = b * bs; j < min(n, (b + 1) * bs); ++j) best = fmaxf(best, s[j]);
-    blk[b] = b == (n - 1) / bs ? INFINITY : best;
-  }
-  __syncthreads();
-  const int64_t k = min(p.cand_topk_blocks, nb);
-  for (int64_t i = 0; i < k; ++i) {
-    float bv;
-    int b;
-    block_best(blk, nb, bv, b);
-    if (b < 0 || bv == -INFINITY) break;  // picks come in decreasing order: the rest are -inf too
-    for (int64_t j = b * bs + threadIdx.x; j < min(n, (b + 1) * bs); j += kSelThreads) mask[j] = 1;
-    if (threadIdx.x == 0) blk[b] = -INFINITY;
-    __syncthreads();
-  }
-}
-
-__global__ void __launch_bounds__(kSelThreads) index_select_kernel(StepDevice st, Csa2IndexCudaParams p, float* scores,
-                                                                   uint8_t* mask, int32_t* mask_n, float* blk,
-                                                                   int32_t* sel) {
-  extern __shared__ int picks[];  // [topk]
-  __shared__ int s_count;
-  const int64_t t = blockIdx.x;
-  const int64_t n = (st.pos[t] + 1) / p.ratio;
-  float* s = scores + t * p.stride;
-  uint8_t* m = mask + t * p.stride;
-  if (p.mode == Csa2SelectMode::Candidate) {
-    candidate_mask(p, s, n, blk + t * p.stride, m);
-    if (threadIdx.x == 0) mask_n[t] = int32_t(n);
-  }
-  const int64_t mn = p.mode == Csa2SelectMode::Masked ? mask_n[t] : 0;
-  __syncthreads();
-  for (int64_t j = threadIdx.x; j < n; j += kSelThreads) {
-    const bool ok = isfinite(s[j]) && (mn == 0 || (j < mn && m[j]));
-    if (!ok) s[j] = -INFINITY;
-  }
-  if (threadIdx.x == 0) s_count = 0;
-  __syncthreads();
-  const int64_t k = min(p.topk, n);
-  for (int64_t i = 0; i < k; ++i) {
-    float bv;
-    int j;
-    block_best(s, n, bv, j);
-    if (j < 0 || bv == -INFINITY) break;
-    if (threadIdx.x == 0) {
-      picks[i] = j;
-      s_count = int(i + 1);
-      s[j] = -INFINITY;
-    }
-    __syncthreads();
-  }
-  __syncthreads();
-  const int cnt = s_count;
-  int32_t* out = sel + t * p.topk;
-  for (int64_t i = threadIdx.x; i < p.topk; i += kSelThreads) {
-    if (i >= cnt) {
-      out[i] = -1;
-      continue;
-    }
-    int rank = 0;  // picks are distinct: the rank is the ascending position
-    for (int u = 0; u < cnt; ++u) rank += picks[u] < picks[i];
-    out[rank] = picks[i];
-  }
-}
 }  // namespace
 
 void launch_csa2_qat(float* x, int64_t rows, int64_t dim, int64_t block, QatKind kind, void* stream) {
@@ -280,18 +158,6 @@ void launch_csa2_emit(const StepDevice& st, const LayerStateView& view, const Cs
                       const float* latent, const float* key, void* stream) {
   const size_t smem = size_t(p.d + p.di) * 4;
   emit_kernel<<<unsigned(st.T), kThreads, smem, static_cast<cudaStream_t>(stream)>>>(st, view, p, latent, key);
-}
-
-void launch_csa2_index_scores(const StepDevice& st, const LayerStateView& src, const Csa2IndexCudaParams& p,
-                              const float* q, const float* w, float* scores, void* stream) {
-  index_scores_kernel<<<unsigned(st.T), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(st, src, p, q, w, scores);
-}
-
-void launch_csa2_index_select(const StepDevice& st, const Csa2IndexCudaParams& p, float* scores, uint8_t* mask,
-                              int32_t* mask_n, float* block_scratch, int32_t* sel, void* stream) {
-  const size_t smem = size_t(p.topk) * 4;
-  index_select_kernel<<<unsigned(st.T), kSelThreads, smem, static_cast<cudaStream_t>(stream)>>>(
-      st, p, scores, mask, mask_n, block_scratch, sel);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

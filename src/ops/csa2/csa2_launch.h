@@ -36,6 +36,7 @@ struct Csa2IndexCudaParams {
 };
 
 inline constexpr int64_t kCsa2MaxTopk = 4096;
+inline constexpr int64_t kCsa2MaxScoreSmem = 227 * 1024;  // Hopper opt-in limit per block
 
 namespace detail {
 void launch_csa2_qat(float* x, int64_t rows, int64_t dim, int64_t block, QatKind kind, void* stream);
@@ -45,6 +46,8 @@ void launch_csa2_frontier_write(const StepDevice& st, const LayerStateView& view
                                 const float* gate, void* stream);
 void launch_csa2_emit(const StepDevice& st, const LayerStateView& view, const Csa2EmitCudaParams& p,
                       const float* latent, const float* key, void* stream);
+// Dynamic shared memory (bytes) of the score kernel for these indexer shapes (at most kCsa2MaxScoreSmem).
+int64_t csa2_index_scores_smem(int64_t heads, int64_t dim);
 void launch_csa2_index_scores(const StepDevice& st, const LayerStateView& src, const Csa2IndexCudaParams& p,
                               const float* q, const float* w, float* scores, void* stream);
 void launch_csa2_index_select(const StepDevice& st, const Csa2IndexCudaParams& p, float* scores, uint8_t* mask,
