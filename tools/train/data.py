@@ -213,7 +213,11 @@ def main():
     prompts = {"calib": snippets(calib_docs, args.n_prompts, prng), "eval": snippets(eval_docs, args.n_prompts, prng),
                "ref": snippets(eval_docs[::-1], 8, prng)}
     if args.train_prompts:  # own generator: the held-out prompts above stay identical with or without it
-        prompts["train"] = snippets(train, args.train_prompts, random.Random(args.seed + 2))
+        trng, prompts["train"] = random.Random(args.seed + 2), []
+        for _ in range(4):  # one snippet per file and pass (random start line), a few passes if files are few
+            prompts["train"] += snippets(train, args.train_prompts - len(prompts["train"]), trng)
+            if len(prompts["train"]) >= args.train_prompts:
+                break
     for k, v in prompts.items():
         with open(os.path.join(args.out, f"prompts_{k}.json"), "w", encoding="utf-8") as f:
             json.dump(v, f, ensure_ascii=False, indent=1)

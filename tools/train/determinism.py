@@ -4,8 +4,8 @@
 Every verify forward in evaluate.py is a full no-cache forward (no KV-cache path is involved), so the logits at a
 position are a function of the tokens before it only -- up to rounding. fp32 rounding depends on the shapes of the
 batch: the padded length and row count change the GEMM shapes (cuBLAS picks other kernels / split-K), and the
-sparse MoE gathers the tokens routed to each expert, so an expert's GEMM has as many rows as tokens went to it in the
-WHOLE batch (other prompts, pads, drafts). A DSpark run (verify 6 positions), an MTP-1 run (verify 2) and a plain
+sparse MoE (transformers' default grouped_mm experts) groups the tokens routed to each expert, so an expert's GEMM
+has as many rows as tokens went to it in the WHOLE batch (other prompts, pads, drafts). A DSpark run (verify 6 positions), an MTP-1 run (verify 2) and a plain
 greedy decode therefore compute the same position with different shapes; the logits differ by rounding, and where
 the target's top-2 logits are nearly tied (or a rounding difference flips a discrete choice inside the model: MoE
 top-k routing, the Lightning Indexer's top-k), greedy decoding takes another token and the continuations diverge.
@@ -96,11 +96,12 @@ def compare(outs, ref, ref_margins, n_new):
     return {"identical": f"{same}/{len(outs)}", "n_identical": same, "divergences": diffs}
 
 
-def check(run, prompts, n_new, dev, spec=None):
+def check(run, prompts, n_new, dev, spec=None, fixed_ref=None):
     """The proof (see the module doc): greedy decode in two batch shapes, variable vs fixed-shape evaluation.
     spec(kind) -> greedy outputs of a speculative run (evaluate.speculate); with it, the variable-shape mode also
     compares DSpark and MTP-1 runs with that mode's target decode (the old evaluation's situation; the fixed mode's
-    comparison is evaluate.py's lossless_vs_target_greedy)."""
+    comparison is evaluate.py's lossless_vs_target_greedy). fixed_ref: that decode (outputs, margins) if already
+    computed in the fixed mode with the prompts in their own rows (saves one decode)."""
     n = len(prompts)
     rev = list(range(n))[::-1]
     longest = max(len(p) for p in prompts) + n_new + 7
@@ -110,7 +111,10 @@ def check(run, prompts, n_new, dev, spec=None):
     for mode in ("variable_shapes_sparse_moe", "fixed_shapes_dense_moe"):
         run.fixed = saved if mode.startswith("fixed") else None
         with dense_moe(run.fixed is not None):
-            a, ma = target_greedy(run, prompts, n_new, dev)
+            if run.fixed and fixed_ref is not None:
+                a, ma = fixed_ref
+            else:
+                a, ma = target_greedy(run, prompts, n_new, dev)
             b, _ = target_greedy(run, prompts, n_new, dev, order=rev, extra_row=extra)
         res[mode] = compare(b, a, ma, n_new)
         if spec is not None and run.fixed is None:

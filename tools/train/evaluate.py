@@ -242,7 +242,7 @@ def main():
         f"fixed [{fixed[0]} rows, {fixed[1]} tokens] + dense MoE (determinism.py)"
     res["n_prompts"] = {"calib": len(calib), "eval": len(evalp)}
     res["prompt_len"], res["new_tokens"] = a.prompt_len, a.new_tokens
-    cal = {}
+    cal, fixed_ref = {}, None
     for mode, greedy in (("greedy", True), ("sample", False)):
         _, _, rows_c = speculate(run, calib, "dspark", greedy, a.new_tokens, dev, a.seed + 1)
         temps = sts_fit(rows_c)
@@ -257,6 +257,7 @@ def main():
             same = sum(int(x[:a.new_tokens] == y[:a.new_tokens]) for x, y in zip(out_d, out_m))
             res[mode]["greedy_outputs_identical_dspark_vs_mtp1"] = f"{same}/{len(out_d)}"
             ref, ref_m = determinism.target_greedy(run, evalp, a.new_tokens, dev)  # computed the same way
+            fixed_ref = (ref, ref_m) if run.fixed else None
             res[mode]["lossless_vs_target_greedy"] = {
                 "dspark": determinism.compare(out_d, ref, ref_m, a.new_tokens),
                 "mtp1": determinism.compare(out_m, ref, ref_m, a.new_tokens)}
@@ -265,7 +266,8 @@ def main():
     if not a.skip_determinism_check and run.fixed:
         t1 = time.time()
         res["determinism_check"] = determinism.check(
-            run, evalp, a.new_tokens, dev, lambda kind: speculate(run, evalp, kind, True, a.new_tokens, dev, 0)[1])
+            run, evalp, a.new_tokens, dev, lambda kind: speculate(run, evalp, kind, True, a.new_tokens, dev, 0)[1],
+            fixed_ref)
         res["determinism_check"]["seconds"] = time.time() - t1
         print("determinism check", json.dumps(res["determinism_check"]))
     json.dump(cal, open(os.path.join(a.work, "calibration.json"), "w"), indent=1)

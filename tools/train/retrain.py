@@ -143,7 +143,7 @@ def main():
     prepare(a.model, a.work)
     left = a.deadline - time.time()
     generate(a, dev, time.time() + a.gen_fraction * left)
-    left = a.deadline - time.time()
+    left = max(1.0, a.deadline - time.time())
     print(f"training the drafters for {left:.1f} s", flush=True)
     train.train_drafters(SimpleNamespace(
         device=dev, work=a.work, seconds=max(1.0, left), batch=a.batch, seq=a.seq, lr=a.lr, anchors=a.anchors,

@@ -61,7 +61,7 @@ elif [ "$DEVICE" = cuda ]; then
   DATA_ARGS=(--train-prompts 8192)
   RT_ARGS=()
   EVAL_ARGS=(--n-prompts 32 --prompt-len 48 --new-tokens 96)
-  RESERVE=105
+  RESERVE=110
 else
   DATA_ARGS=(--max-chars 3000000 --n-prompts 16 --heldout-mod 10 --train-prompts 512)
   RT_ARGS=(--gen-batch 16 --batch 4 --anchors 8 --seq 128 --prompt-lens 32,48)
