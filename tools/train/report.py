@@ -29,7 +29,8 @@ def main():
     with open(os.path.join(a.out, "train_log.txt"), "w") as f:
         if os.path.exists(os.path.join(a.work, "train_log.txt")):
             f.write(open(os.path.join(a.work, "train_log.txt")).read())
-        f.write("\n# drafters (DSpark + MTP-1 trained together)\n")
+        f.write("\n# drafters (DSpark + MTP-1 trained together" + (", retrained by distillation" if retrain else "")
+                + ")\n")
         f.write(open(os.path.join(a.work, "drafter_log.txt")).read())
     p, tt = ev["params"], ev["target_training"]
     L = [f"# Small DeepSeek-V4 + DSpark: run report" + (" (drafters retrained)" if retrain else ""), "",
@@ -105,6 +106,7 @@ def main():
 
 def retrain_lines(rep):
     g, v, d = rep["distillation_data"], rep["verify_export"], rep["drafter_training"]
+    before = ", ".join(f"{h['steps']} steps in {h['seconds']:.0f} s" for h in d.get("history", []) if h["steps"])
     ck = [f"{c['greedy_agreement_with_no_cache_argmax']:.4f}" + ("" if c["use_cache"] else " (no cache)")
           for c in g["checks"]]
     return ["- tokenizer: the shipped one (no BPE training); held-out prompts and validation stream as run_all.sh "
@@ -116,7 +118,8 @@ def retrain_lines(rep):
             f"{g['prompt_lens']} tokens from {g['distinct_train_prompts']} training-split snippets), "
             f"{g['generated_tokens']:,} generated tokens in {g['seconds']:.0f} s; greedy tokens equal to the "
             f"no-cache argmax, per greedy batch: {', '.join(ck)}",
-            f"- training: loss {d.get('loss', 'mix')}, {d['steps']} steps in {d['seconds']:.0f} s",
+            f"- training: loss {d.get('loss', 'mix')}, {d['steps']} steps in {d['seconds']:.0f} s (earlier "
+            f"training of the warm start: {before or 'unknown'})",
             f"- export check (verify_export.py): target tensors byte-identical {v['target_tensors_byte_identical']}, "
             f"DSpark tensors changed {v['dspark_tensors_changed']}, MTP-1 tensors changed "
             f"{v['mtp1_tensors_changed']}, errors {v['errors'] or 'none'}"]

@@ -38,17 +38,24 @@ def prepare(model_dir, work):
     shipped = load_file(os.path.join(model_dir, "model.safetensors"))
     save_file({k: v for k, v in shipped.items() if not k.startswith("mtp.")},
               os.path.join(work, "target_official.safetensors"))
+    rep = os.path.join(model_dir, "training", "report.json")
+    shipped_rep = json.load(open(rep, encoding="utf-8")) if os.path.exists(rep) else {}
+    prior = shipped_rep.get("drafter_training", {"steps": 0, "seconds": 0.0})
     torch.save({"dspark": ds.state_dict(), "mtp": mtp.state_dict(),
                 "dspark_args": {"target_layer_ids": list(ds.target_layer_ids), "noise_id": ds.noise_id},
                 "params": {"dspark": arch.count_params(ds), "mtp": arch.count_params(mtp)},
-                "steps": 0, "seconds": 0.0, "note": f"shipped drafters of {model_dir}"},
+                "steps": prior.get("steps", 0), "seconds": prior.get("seconds", 0.0),
+                "history": prior.get("history", []), "note": f"shipped drafters of {model_dir}"},
                os.path.join(work, "drafters_init.pt"))
     tt = {"steps": 0, "tokens": 0, "seconds": 0.0, "best_heldout_loss": float("nan"), "batch": 0, "seq": 0,
           "stopped": "n/a"}
-    rep = os.path.join(model_dir, "training", "report.json")
-    if os.path.exists(rep):
-        tt = json.load(open(rep, encoding="utf-8")).get("target_training", tt)
+    tt = shipped_rep.get("target_training", tt)
     tt["note"] = f"target unchanged: the shipped {model_dir} (numbers from its training report)"
+    log = os.path.join(model_dir, "training", "train_log.txt")
+    if os.path.exists(log):  # the target's training log (its drafter part is replaced by the new one)
+        text = open(log).read()
+        cut = text.find("\n# drafters")
+        open(os.path.join(work, "train_log.txt"), "w").write(text[:cut] if cut >= 0 else text)
     json.dump(tt, open(os.path.join(work, "target_train.json"), "w"), indent=1)
     print(f"prepared {model_dir} in {time.time() - t0:.1f} s")
 

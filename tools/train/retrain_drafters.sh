@@ -43,7 +43,11 @@ START=$(date +%s.%N)
 WORK="$OUT/work"
 rm -rf "$WORK" "$OUT/model" "$OUT/training" "$OUT/fixtures"
 mkdir -p "$WORK" "$OUT/training" "$OUT/fixtures"
-: > "$OUT/training/commands.txt"
+# Provenance: the shipped model's own commands (its target is kept), then this run's.
+{ if [ -f "$MODEL/training/commands.txt" ]; then
+    echo "# target and first drafters: the shipped model (tools/train/run_all.sh)"; cat "$MODEL/training/commands.txt"
+  fi
+  echo "# drafters retrained (tools/train/retrain_drafters.sh)"; } > "$OUT/training/commands.txt"
 run() { echo "$*" >> "$OUT/training/commands.txt"; echo "+ $*"; "$@"; }
 elapsed() { $PY -c "import time; print(round(time.time() - $START, 1))"; }
 export TOKENIZERS_PARALLELISM=true PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
@@ -54,9 +58,9 @@ fi
 # RESERVE: seconds kept after training for evaluation, export, verification, report, fixture and start-ups.
 if [ "$SMOKE" = 1 ]; then
   DATA_ARGS=(--max-chars 2000000 --n-prompts 4 --heldout-mod 10 --train-prompts 64)
-  RT_ARGS=(--gen-batch 8 --batch 4 --anchors 8 --seq 64 --prompt-lens 24,32 --gen-fraction 0.5)
-  EVAL_ARGS=(--n-prompts 3 --prompt-len 24 --new-tokens 12)
-  BUDGET=15; RESERVE=0   # training ends 15 s after the start (or 5 s after retrain.py's start-up, if later)
+  RT_ARGS=(--gen-batch 8 --batch 4 --anchors 8 --seq 48 --prompt-lens 16,24 --gen-fraction 0.5)
+  EVAL_ARGS=(--n-prompts 2 --prompt-len 16 --new-tokens 8)
+  BUDGET=10; RESERVE=0   # training ends 10 s after the start (or 5 s after the data step, if later)
 elif [ "$DEVICE" = cuda ]; then
   DATA_ARGS=(--train-prompts 8192)
   RT_ARGS=()
