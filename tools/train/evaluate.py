@@ -18,6 +18,12 @@ every round on the calibration prompts are fit with sequential temperature scali
 temperature T_k minimises the ECE of the cumulative prefix survival prod_{i<=k} sigmoid(c_i / T_i) against the
 observed prefix survival, earlier temperatures frozen; 121-point log grid on [1/8, 8]); ECE (20 equal-width bins,
 count-weighted |mean prediction - observed frequency|) is reported on the evaluation prompts before and after.
+
+Determinism (determinism.py): every target forward has one fixed shape [prompts, prompt + new + gamma + 1] with each
+prompt in its own row, and the routed experts run densely, so a position's logits are a bitwise function of its
+prefix. The greedy DSpark and MTP-1 outputs are compared with the target's own greedy decode computed the same way
+(lossless_vs_target_greedy: must be identical), and determinism.check records the proof (variable vs fixed shapes).
+--variable-shapes restores the old evaluation (unfinished prompts padded to the longest, sparse MoE).
 """
 import argparse, json, math, os, sys, time
 import numpy as np
