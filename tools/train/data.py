@@ -2,6 +2,7 @@
 """Step 1 of tools/train/run_all.sh: corpus, tokenizer, token data, held-out prompts.
 
     python3 tools/train/data.py --out OUT_DIR/work [--max-chars N] [--tok-chars N] [--vocab 3072]
+                                [--tokenizer MODEL/tokenizer.json] [--train-prompts N]
 
 Corpus: the Python source and documentation (*.py, *.pyi, *.md, *.rst, *.txt) of the installed Python packages
 (every site-packages / purelib / platlib directory of the running interpreter, found through `sysconfig` and `site`)
@@ -16,9 +17,11 @@ last ids of the vocabulary, in V4 order, with V4's flags.
 
 Writes into --out: tokenizer.json, tokenizer_config.json, train.bin / val.bin (uint16 token streams: every document
 is BOS + tokens + EOS), prompts_calib.json / prompts_eval.json / prompts_ref.json (held-out text snippets), data.json
-(counts and timings).
+(counts and timings). --tokenizer reuses an existing tokenizer.json (copied byte for byte; no BPE training: the
+drafter retraining, tools/train/retrain_drafters.sh, must use the shipped model's tokenizer); --train-prompts N also
+writes prompts_train.json, N snippets of training-split files (the prompts the distillation data is generated from).
 """
-import argparse, hashlib, json, os, random, site, sys, sysconfig, time
+import argparse, hashlib, json, os, random, shutil, site, sys, sysconfig, time
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers
 
@@ -162,6 +165,9 @@ def main():
     ap.add_argument("--vocab", type=int, default=3072)
     ap.add_argument("--n-prompts", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer", default=None, help="reuse this tokenizer.json instead of training one")
+    ap.add_argument("--train-prompts", type=int, default=0, help="also write N training-split prompts")
+    ap.add_argument("--no-train-stream", action="store_true", help="skip train.bin (not needed by the retraining)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -174,10 +180,16 @@ def main():
         n += len(train[i])
         if n >= args.tok_chars:
             break
-    tok, tok_json = build_tokenizer(sample, args.vocab)
+    if args.tokenizer:
+        shutil.copyfile(args.tokenizer, os.path.join(args.out, "tokenizer.json"))
+        tok = Tokenizer.from_file(args.tokenizer)
+        if tok.get_vocab_size() != args.vocab:
+            raise SystemExit(f"{args.tokenizer}: vocabulary {tok.get_vocab_size()}, expected {args.vocab}")
+    else:
+        tok, tok_json = build_tokenizer(sample, args.vocab)
+        with open(os.path.join(args.out, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tok_json, f, ensure_ascii=False)
     t2 = time.time()
-    with open(os.path.join(args.out, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(tok_json, f, ensure_ascii=False)
     bos, eos = 0, 1
     tail = [s for s in json.load(open(os.path.join(HERE, "v4_tokenizer_spec.json"), encoding="utf-8"))
             ["special_tokens"] if s["v4_id"] >= 3]
@@ -192,13 +204,20 @@ def main():
     rng.shuffle(held)
     q = max(1, len(held) // 4)
     val_docs, calib_docs, eval_docs = held[: 2 * q], held[2 * q: 3 * q], held[3 * q:]
-    train_ids = encode_stream(tok, train, bos, eos)
+    train_ids = encode_stream(tok, [] if args.no_train_stream else train, bos, eos)
     val_ids = encode_stream(tok, val_docs, bos, eos)
-    train_ids.tofile(os.path.join(args.out, "train.bin"))
+    if not args.no_train_stream:
+        train_ids.tofile(os.path.join(args.out, "train.bin"))
     val_ids.tofile(os.path.join(args.out, "val.bin"))
     prng = random.Random(args.seed + 1)
     prompts = {"calib": snippets(calib_docs, args.n_prompts, prng), "eval": snippets(eval_docs, args.n_prompts, prng),
                "ref": snippets(eval_docs[::-1], 8, prng)}
+    if args.train_prompts:  # own generator: the held-out prompts above stay identical with or without it
+        trng, prompts["train"] = random.Random(args.seed + 2), []
+        for _ in range(4):  # one snippet per file and pass (random start line), a few passes if files are few
+            prompts["train"] += snippets(train, args.train_prompts - len(prompts["train"]), trng)
+            if len(prompts["train"]) >= args.train_prompts:
+                break
     for k, v in prompts.items():
         with open(os.path.join(args.out, f"prompts_{k}.json"), "w", encoding="utf-8") as f:
             json.dump(v, f, ensure_ascii=False, indent=1)
@@ -207,7 +226,8 @@ def main():
             "train_chars": sum(map(len, train)), "heldout_chars": sum(map(len, held)),
             "tokenizer_sample_chars": n, "vocab_size": tok.get_vocab_size(), "noise_token_id": noise,
             "train_tokens": int(train_ids.size), "val_tokens": int(val_ids.size),
-            "chars_per_token_train": sum(map(len, train)) / max(1, train_ids.size - 2 * len(train)),
+            "chars_per_token_train": sum(map(len, train)) / max(1, train_ids.size - 2 * len(train))
+            if train_ids.size else None,
             "n_prompts": {k: len(v) for k, v in prompts.items()},
             "seconds": {"read_corpus": t1 - t0, "train_tokenizer": t2 - t1, "encode": t3 - t2}}
     with open(os.path.join(args.out, "data.json"), "w") as f:

@@ -81,15 +81,11 @@ def set_core(core, m):
     core.norm.load_state_dict(m.model.norm.state_dict())
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    torch.manual_seed(0)
-    cfg = json.load(open(os.path.join(a.model, "config.json")))
+def load_shipped(model_dir):
+    """(official config, target config kwargs, target, DSpark, MTP1) with exactly the dequantized checkpoint weights."""
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
     tcfg = arch.target_config(cfg["vocab_size"])
-    main_ck = Official(os.path.join(a.model, "model.safetensors"))
+    main_ck = Official(os.path.join(model_dir, "model.safetensors"))
     target = load_hf(tcfg, lambda on: main_ck.get(on) if on in main_ck.names else None)
     for p in target.parameters():
         p.requires_grad_(False)
@@ -105,7 +101,7 @@ def main():
         ds.markov_head.weight.copy_(main_ck.get(last + "markov_head.head.weight"))
         ds.confidence.weight.copy_(main_ck.get(last + "confidence_head.weight"))
         ds.confidence.bias.copy_(main_ck.get(last + "confidence_head.bias"))
-    mtp_ck = Official(os.path.join(a.model, cfg.get("mtp1_file", "mtp1/model.safetensors")))
+    mtp_ck = Official(os.path.join(model_dir, cfg.get("mtp1_file", "mtp1/model.safetensors")))
     mtp = arch.MTP1(tcfg)
     set_core(mtp.core, load_hf(mtp.cfg_kwargs, core_lookup(mtp_ck, "mtp.", 1, main_ck)))
     with torch.no_grad():
@@ -114,6 +110,17 @@ def main():
         for n in ("enorm", "hnorm"):
             getattr(mtp, n).weight.copy_(mtp_ck.get(f"mtp.0.{n}.weight"))
     ds.eval(); mtp.eval()
+    return cfg, tcfg, target, ds, mtp
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    cfg, tcfg, target, ds, mtp = load_shipped(a.model)
+    layer_ids, g = cfg["dspark_target_layer_ids"], cfg["dspark_block_size"]
 
     # Cases: held-out-like text from this repository's docs, tokenized; anchors inside and past the 64 window.
     from tokenizers import Tokenizer
@@ -143,8 +150,11 @@ def main():
             out[f"case.{i}.dspark_logits"] = torch.stack(lgs).float()
             out[f"case.{i}.dspark_conf"] = torch.tensor(cfs, dtype=torch.float32)
             out[f"case.{i}.mtp1_logits"] = ml.float()
+            # the C++ test also requires its argmax to equal each draft token: report the top-2 margins (a margin
+            # below ~1e-3 is at the mercy of the two forwards' rounding)
+            margins = [float(v[0] - v[1]) for v in (torch.stack(lgs).topk(2, -1).values)]
             print(f"case {i}: anchor {anchor}, dspark drafts {toks}, conf {[round(c, 3) for c in cfs]}, "
-                  f"mtp1 argmax {int(ml.argmax())}")
+                  f"mtp1 argmax {int(ml.argmax())}, draft top-2 margins {[round(m, 4) for m in margins]}")
     save_file({k: v.contiguous() for k, v in out.items()}, a.out,
               metadata={"generator": "tools/train/dump_drafter_reference.py", "model": os.path.basename(a.model)})
 

@@ -18,6 +18,12 @@ every round on the calibration prompts are fit with sequential temperature scali
 temperature T_k minimises the ECE of the cumulative prefix survival prod_{i<=k} sigmoid(c_i / T_i) against the
 observed prefix survival, earlier temperatures frozen; 121-point log grid on [1/8, 8]); ECE (20 equal-width bins,
 count-weighted |mean prediction - observed frequency|) is reported on the evaluation prompts before and after.
+
+Determinism (determinism.py): every target forward has one fixed shape [prompts, prompt + new + gamma + 1] with each
+prompt in its own row, and the routed experts run densely, so a position's logits are a bitwise function of its
+prefix. The greedy DSpark and MTP-1 outputs are compared with the target's own greedy decode computed the same way
+(lossless_vs_target_greedy: must be identical), and determinism.check records the proof (variable vs fixed shapes).
+--variable-shapes restores the old evaluation (unfinished prompts padded to the longest, sparse MoE).
 """
 import argparse, json, math, os, sys, time
 import numpy as np
@@ -26,25 +32,38 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import arch  # noqa: E402
+import determinism  # noqa: E402
 import export  # noqa: E402
 import train  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 
 class Runner:
-    def __init__(self, target, ds, mtp, layer_ids):
-        self.t, self.ds, self.mtp, self.layer_ids = target, ds, mtp, layer_ids
+    """Target forwards for the simulation. fixed = (rows, length): every forward has that shape (sequence k in row
+    rows[k], the rest padding) and is run under determinism.dense_moe, so a position's logits are a bitwise
+    function of the tokens before it (determinism.py); None: the unfinished sequences padded to the longest."""
+
+    def __init__(self, target, ds, mtp, layer_ids, fixed=None):
+        self.t, self.ds, self.mtp, self.layer_ids, self.fixed = target, ds, mtp, layer_ids, fixed
         self.L = target.config.num_hidden_layers
         self.tap = arch.FeatureTap(target, sorted(set(layer_ids + [self.L - 1])))
         self.embed, self.head = target.model.embed_tokens, target.lm_head
 
     @torch.no_grad()
-    def forward(self, seqs, dev):
-        n = max(len(s) for s in seqs)
-        x = torch.full((len(seqs), n), 1, dtype=torch.long, device=dev)
-        for i, s in enumerate(seqs):
-            x[i, :len(s)] = torch.tensor(s, device=dev)
-        logits = self.t(x, use_cache=False).logits.float()
+    def forward(self, seqs, dev, rows=None):
+        """-> (ids, logits, DSpark features, last layer streams); batch index = rows[k] (fixed) or k."""
+        if self.fixed:
+            R, n = self.fixed
+            rows = list(range(len(seqs))) if rows is None else rows
+        else:
+            R, n, rows = len(seqs), max(len(s) for s in seqs), list(range(len(seqs)))
+        x = torch.full((R, n), 1, dtype=torch.long, device=dev)
+        for r, s in zip(rows, seqs):
+            if len(s) > n:
+                raise ValueError(f"sequence of {len(s)} tokens > fixed evaluation length {n}")
+            x[r, :len(s)] = torch.tensor(s, device=dev)
+        with determinism.dense_moe(self.fixed is not None):
+            logits = self.t(x, use_cache=False).logits.float()
         return x, logits, arch.dspark_features(self.tap, self.layer_ids), self.tap.out[self.L - 1].float()
 
 
@@ -58,7 +77,7 @@ def speculate(run, prompts, kind, greedy, n_new, dev, seed):
     gen = torch.Generator(device=dev).manual_seed(seed)
     gamma = run.ds.block if kind == "dspark" else 1
     seqs = [list(p) for p in prompts]
-    x, logits, feats, xl = run.forward(seqs, dev)
+    x, logits, feats, xl = run.forward(seqs, dev)  # rows = prompt order in both modes
     out = [[] for _ in prompts]
     for i, s in enumerate(seqs):  # the first token comes from the prompt forward; it is the first anchor
         p = logits[i, len(s) - 1].softmax(-1)
@@ -95,14 +114,13 @@ def speculate(run, prompts, kind, greedy, n_new, dev, seed):
             drafts.append(d); qs.append(q)
         D = torch.stack(drafts, 1)  # [R, gamma]
         ver = [cur[r] + D[r].tolist() for r in range(len(idx))]
-        _, vlog, vfeats, vxl = run.forward(ver, dev)
-        new_feats = torch.zeros(len(prompts), vfeats.shape[1], vfeats.shape[2], device=dev)
-        new_xl = torch.zeros(len(prompts), vxl.shape[1], *vxl.shape[2:], device=dev)
+        _, vlog, vfeats, vxl = run.forward(ver, dev, rows=idx)
+        slot = idx if run.fixed else list(range(len(idx)))  # batch row of idx[r] in the verify forward
         for r, i in enumerate(idx):
             a0 = anchor_pos[r]
             n_acc, emit = 0, None
             for k in range(gamma):
-                p = vlog[r, a0 + k].softmax(-1)
+                p = vlog[slot[r], a0 + k].softmax(-1)
                 d = int(D[r, k])
                 trials[k] += 1
                 if greedy:
@@ -120,7 +138,7 @@ def speculate(run, prompts, kind, greedy, n_new, dev, seed):
                         emit = sample(res / res.sum(), gen) if res.sum() > 0 else sample(p, gen)
                     break
             if emit is None:
-                p = vlog[r, a0 + gamma].softmax(-1)
+                p = vlog[slot[r], a0 + gamma].softmax(-1)
                 emit = int(p.argmax()) if greedy else sample(p, gen)
             surv[:n_acc] += 1
             if confs is not None:
@@ -137,7 +155,7 @@ def speculate(run, prompts, kind, greedy, n_new, dev, seed):
         feats = torch.zeros(len(prompts), vfeats.shape[1], vfeats.shape[2], device=dev)
         xl = torch.zeros(len(prompts), *vxl.shape[1:], device=dev)
         for r, i in enumerate(idx):
-            feats[i] = vfeats[r]; xl[i] = vxl[r]
+            feats[i] = vfeats[slot[r]]; xl[i] = vxl[slot[r]]
     stats = {"rounds": rounds, "mean_accepted_length": emitted / max(1, rounds),
              "acceptance_per_position": (acc / np.maximum(trials, 1)).tolist(), "trials_per_position": trials.tolist(),
              "prefix_survival_per_position": (surv / max(1, rounds)).tolist()}
@@ -190,6 +208,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=48)
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variable-shapes", action="store_true", help="the old evaluation (not deterministic)")
+    ap.add_argument("--skip-determinism-check", action="store_true")
     a = ap.parse_args()
     dev = train.pick_device(a.device)
     t0 = time.time()
@@ -201,7 +221,8 @@ def main():
     tok = Tokenizer.from_file(os.path.join(a.work, "tokenizer.json"))
     res = {"params": {"target": arch.count_params(target), "target_active_per_token": None,
                       "dspark": ck["params"]["dspark"], "mtp1": ck["params"]["mtp"]},
-           "drafter_training": {"steps": ck["steps"], "seconds": ck["seconds"]}}
+           "drafter_training": {"steps": ck["steps"], "seconds": ck["seconds"], "loss": ck.get("loss", "mix"),
+                                "history": ck.get("history", [])}}
     E, k, I, Dm = tcfg["n_routed_experts"], tcfg["num_experts_per_tok"], tcfg["moe_intermediate_size"], \
         tcfg["hidden_size"]
     res["params"]["target_active_per_token"] = res["params"]["target"] - tcfg["num_hidden_layers"] * (E - k) * 3 * I * Dm
@@ -215,15 +236,19 @@ def main():
     res["target_training"]["heldout_perplexity_fp32_trained_weights_bf16_autocast"] = \
         math.exp(res["target_training"]["best_heldout_loss"])
     layer_ids = ck["dspark_args"]["target_layer_ids"]
-    run = Runner(target, ds, mtp, layer_ids)
+    run = None  # built below, once the prompt count is known
 
     def prompt_ids(name):
         texts = json.load(open(os.path.join(a.work, f"prompts_{name}.json"), encoding="utf-8"))[:a.n_prompts]
         return [([0] + tok.encode(t).ids)[:a.prompt_len] for t in texts]
     calib, evalp = prompt_ids("calib"), prompt_ids("eval")
+    fixed = None if a.variable_shapes else (max(len(calib), len(evalp)), a.prompt_len + a.new_tokens + ds.block + 1)
+    run = Runner(target, ds, mtp, layer_ids, fixed)
+    res["evaluation_shapes"] = "variable (old)" if fixed is None else \
+        f"fixed [{fixed[0]} rows, {fixed[1]} tokens] + dense MoE (determinism.py)"
     res["n_prompts"] = {"calib": len(calib), "eval": len(evalp)}
     res["prompt_len"], res["new_tokens"] = a.prompt_len, a.new_tokens
-    cal = {}
+    cal, fixed_ref = {}, None
     for mode, greedy in (("greedy", True), ("sample", False)):
         _, _, rows_c = speculate(run, calib, "dspark", greedy, a.new_tokens, dev, a.seed + 1)
         temps = sts_fit(rows_c)
@@ -237,8 +262,20 @@ def main():
         if greedy:  # a round appends up to 6 (DSpark) or 2 (MTP-1) tokens, so lengths overshoot new_tokens differently
             same = sum(int(x[:a.new_tokens] == y[:a.new_tokens]) for x, y in zip(out_d, out_m))
             res[mode]["greedy_outputs_identical_dspark_vs_mtp1"] = f"{same}/{len(out_d)}"
+            ref, ref_m = determinism.target_greedy(run, evalp, a.new_tokens, dev)  # computed the same way
+            fixed_ref = (ref, ref_m) if run.fixed else None
+            res[mode]["lossless_vs_target_greedy"] = {
+                "dspark": determinism.compare(out_d, ref, ref_m, a.new_tokens),
+                "mtp1": determinism.compare(out_m, ref, ref_m, a.new_tokens)}
         res[mode]["samples"] = [{"prompt": tok.decode(evalp[i][1:]), "continuation": tok.decode(out_d[i])}
                                 for i in range(min(4, len(evalp)))]
+    if not a.skip_determinism_check and run.fixed:
+        t1 = time.time()
+        res["determinism_check"] = determinism.check(
+            run, evalp, a.new_tokens, dev, lambda kind: speculate(run, evalp, kind, True, a.new_tokens, dev, 0)[1],
+            fixed_ref)
+        res["determinism_check"]["seconds"] = time.time() - t1
+        print("determinism check", json.dumps(res["determinism_check"]))
     json.dump(cal, open(os.path.join(a.work, "calibration.json"), "w"), indent=1)
     res["eval_seconds"] = time.time() - t0
     json.dump(res, open(os.path.join(a.work, "eval.json"), "w"), indent=1, ensure_ascii=False)

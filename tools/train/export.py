@@ -2,7 +2,7 @@
 """Steps 3 and 6 of tools/train/run_all.sh.
 
     python3 tools/train/export.py quantize-target --work W
-    python3 tools/train/export.py finalize --work W --out OUT_DIR
+    python3 tools/train/export.py finalize --work W --out OUT_DIR [--base-model MODEL_DIR]
 
 quantize-target: target_hf (fp32, trained) -> official tensors (FP8 e4m3 128x128 with E8M0 scales for attention and
 shared-expert projections, FP4 e2m1 routed experts with one E8M0 scale per 32 inputs, BF16 norms / embeddings / head
@@ -112,7 +112,41 @@ def official_config(tcfg, info, dspark_extra):
     return cfg
 
 
+def finalize_retrained(a, dsp, m1):
+    """--base-model: OUT/model/ = the base model with only the drafters replaced: its target tensors (read back from
+    its model.safetensors, so their bytes are unchanged), the new mtp.* tensors, the new mtp1 file, its config.json
+    with only the STS temperatures updated; tokenizer, generation config and reference.safetensors copied (the
+    target did not change, so neither did its reference logits)."""
+    base = a.base_model
+    model_dir = os.path.join(a.out, "model")
+    if os.path.exists(model_dir):
+        shutil.rmtree(model_dir)
+    os.makedirs(os.path.join(model_dir, "mtp1"))
+    main = {k: v for k, v in load_file(os.path.join(base, "model.safetensors")).items() if not k.startswith("mtp.")}
+    assert not (set(main) & set(dsp))
+    save_file({**main, **dsp}, os.path.join(model_dir, "model.safetensors"),
+              metadata={"format": "pt", "mtp": "DSpark drafter (docs/small_model.md), retrained by distillation"})
+    save_file(m1, os.path.join(model_dir, "mtp1", "model.safetensors"),
+              metadata={"format": "pt", "mtp": "MTP-1 baseline, retrained by distillation"})
+    cal = json.load(open(os.path.join(a.work, "calibration.json")))
+    cfg = json.load(open(os.path.join(base, "config.json")))
+    cfg["dspark_sts_temperatures"] = cal["sample"]["temperatures"]
+    cfg["dspark_sts_temperatures_greedy"] = cal["greedy"]["temperatures"]
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    for fn in ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "reference.safetensors"):
+        if os.path.exists(os.path.join(base, fn)):
+            shutil.copyfile(os.path.join(base, fn), os.path.join(model_dir, fn))
+    sizes = {os.path.relpath(os.path.join(dp, fn), model_dir): os.path.getsize(os.path.join(dp, fn))
+             for dp, _, fns in os.walk(model_dir) for fn in sorted(fns)}
+    json.dump({"sizes": sizes, "base_model": base}, open(os.path.join(a.work, "export.json"), "w"), indent=1)
+    print(json.dumps(sizes, indent=1))
+
+
 def finalize(a):
+    if a.base_model:
+        dsp, m1, _, _, _ = drafter_tensors(a.work)
+        return finalize_retrained(a, dsp, m1)
     info = json.load(open(os.path.join(a.work, "data.json")))
     tcfg = arch.target_config(info["vocab_size"])
     dsp, m1, ds, mtp, ck = drafter_tensors(a.work)
@@ -172,6 +206,7 @@ def main():
     ap.add_argument("what", choices=["quantize-target", "finalize"])
     ap.add_argument("--work", required=True)
     ap.add_argument("--out")
+    ap.add_argument("--base-model", help="finalize: replace only the drafters of this model (retrain_drafters.sh)")
     a = ap.parse_args()
     quantize_target(a) if a.what == "quantize-target" else finalize(a)
 

@@ -19,6 +19,11 @@ target forwards (one forward per batch feeds both):
           predecessor = the true previous token (teacher forcing), anchor for slot 1.
   MTP-1   same CE / L1 mix for the token after next at every position.
 Saves work/drafters.pt (fp32 state dicts).
+Drafter retraining (tools/train/retrain.py): --init warm-starts both drafters from a drafters.pt-format file,
+--pool trains on target-generated sequences (npz: seqs [N, S], prompt_len [N]; DSpark anchors are drawn from the
+generated part, where speculation happens), --loss distill replaces the mix by
+  0.5*CE(argmax p_target) + 0.5*KL(p_target || p_draft) + 0.5*L1 (+ the same confidence BCE for DSpark)
+with the target run in fp32 (TF32) instead of bf16 autocast (docs/small_model.md, "Drafter retraining").
 """
 import argparse, json, math, os, sys, time
 import numpy as np
@@ -172,6 +177,42 @@ def tv_ce_losses(logits, p_t, labels, valid):
     return ce * valid, l1 * valid, p_d
 
 
+def draft_loss(logits, p_t, labels, valid, mode):
+    """Per-item drafter loss and (ce, l1, agreement, p_d). mix: 0.1*CE(corpus token) + 0.9*L1 (the original);
+    distill: 0.5*CE(target argmax) + 0.5*KL(p_t || p_d) + 0.5*L1. agreement = argmax(p_d) == argmax(p_t)."""
+    t_arg = p_t.argmax(-1)
+    agree = (logits.argmax(-1) == t_arg).float() * valid
+    if mode == "mix":
+        ce, l1, p_d = tv_ce_losses(logits, p_t, labels, valid)
+        return 0.1 * ce + 0.9 * l1, ce, l1, agree, p_d
+    ce, l1, p_d = tv_ce_losses(logits, p_t, t_arg, valid)
+    logp = torch.log(p_d.clamp(min=1e-30))
+    kl = (p_t * (torch.log(p_t.clamp(min=1e-30)) - logp)).sum(-1) * valid
+    return 0.5 * ce + 0.5 * kl + 0.5 * l1, ce, l1, agree, p_d
+
+
+class Pool:
+    """Target-generated sequences (retrain.py): batch() -> (ids [B, S], first anchor position [B])."""
+
+    def __init__(self, path, seed):
+        z = np.load(path)
+        self.seqs, self.plen = z["seqs"].astype(np.int64), z["prompt_len"].astype(np.int64)
+        self.rng = np.random.default_rng(seed)
+
+    def batch(self, B, device):
+        i = self.rng.integers(0, len(self.seqs), size=B)
+        return torch.from_numpy(self.seqs[i]).to(device), torch.from_numpy(self.plen[i] - 1).to(device)
+
+
+def sample_anchors(lo, S, A, dev):
+    """A distinct anchor positions per row in [lo_b, S-2] (lo [B]); rows with fewer positions repeat some."""
+    B = lo.shape[0]
+    r = torch.rand(B, S, device=dev)
+    pos = torch.arange(S, device=dev)[None]
+    r = r.masked_fill((pos < lo[:, None].clamp(min=1)) | (pos > S - 2), 2.0)
+    return r.argsort(dim=1)[:, :A].clamp(min=1, max=S - 2)
+
+
 def train_drafters(a):
     dev = pick_device(a.device)
     info = json.load(open(os.path.join(a.work, "data.json")))
@@ -181,70 +222,87 @@ def train_drafters(a):
     layer_ids = [L - 3, L - 2, L - 1]
     ds = arch.DSpark(tcfg, layer_ids, info["noise_token_id"]).to(dev).train()
     mtp = arch.MTP1(tcfg).to(dev).train()
+    init = torch.load(a.init, weights_only=False) if a.init else None
+    if init:
+        ds.load_state_dict(init["dspark"]); mtp.load_state_dict(init["mtp"])
     tap = arch.FeatureTap(target, layer_ids)
     embed, head = target.model.embed_tokens, target.lm_head
     params = list(ds.parameters()) + list(mtp.parameters())
     opt = torch.optim.AdamW([{"params": list(ds.parameters()), "weight_decay": 0.0},
                              {"params": list(mtp.parameters()), "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), fused=(dev == "cuda"))
-    data = Windows(os.path.join(a.work, "train.bin"), a.seq, a.seed + 7)
+    pool = Pool(a.pool, a.seed + 7) if a.pool else None
+    data = None if pool else Windows(os.path.join(a.work, "train.bin"), a.seq, a.seed + 7)
+    # distill: the target's distributions in fp32 (TF32 matmuls), not bf16 autocast -- they are the labels
+    t_ctx = (lambda: torch.autocast(dev, enabled=False)) if a.loss == "distill" else (lambda: autocast(dev))
     g, A = ds.block, a.anchors
     w = torch.exp(-torch.arange(g, dtype=torch.float32, device=dev) / g)  # exp(-(k-1)/gamma), k = 1..gamma
     log = open(os.path.join(a.work, "drafter_log.txt"), "w")
-    log.write("step\tseconds\tdspark_ce\tdspark_l1\tdspark_conf_bce\tmtp_ce\tmtp_l1\n")
+    log.write(f"# drafters: loss {a.loss}, data {'target-generated pool ' + a.pool if pool else 'corpus'}, "
+              f"init {a.init or 'fresh'}, batch {a.batch}, anchors {A}, lr {a.lr}\n")
+    log.write("step\tseconds\tdspark_ce\tdspark_l1\tdspark_conf_bce\tmtp_ce\tmtp_l1\tdspark_agree_k\tmtp_agree\n")
     t0, step = time.time(), 0
     while time.time() - t0 < a.seconds:
         frac = (time.time() - t0) / a.seconds
         for gr in opt.param_groups:
             gr["lr"] = lr_at(frac, a.lr)
-        x = data.batch(a.batch, dev)[:, :-1]
+        if pool:
+            x, lo = pool.batch(a.batch, dev)
+        else:
+            x = data.batch(a.batch, dev)[:, :-1]
+            lo = torch.ones(x.shape[0], dtype=torch.long, device=dev)
         B, S = x.shape
-        with torch.no_grad(), autocast(dev):
+        with torch.no_grad(), t_ctx():
             tl = target(x, use_cache=False).logits.float()
             p_t_all = tl.softmax(-1)
             feats = arch.dspark_features(tap, layer_ids)
             x_last = tap.out[L - 1].float()
         # ---- DSpark
-        anchors = torch.stack([torch.randperm(S - 2, device=dev)[:A] + 1 for _ in range(B)])  # positions 1..S-2
+        anchors = sample_anchors(lo, S, A, dev)
         with autocast(dev):
             h = ds.backbone(embed, feats, x, anchors)  # [B, A, g, D]
         k = torch.arange(g, device=dev)
         tpos = anchors[:, :, None] + k  # position whose target distribution scores slot k
         valid = (tpos + 1 < S)
         tpos_c = tpos.clamp(max=S - 2)
-        labels = x.gather(1, (tpos_c + 1).reshape(B, -1)).view(B, A, g)
-        prev = x.gather(1, tpos_c.reshape(B, -1)).view(B, A, g)  # slot 1: anchor, slot k: true token k-1
-        p_t = p_t_all.gather(1, tpos_c.reshape(B, -1, 1).expand(-1, -1, p_t_all.shape[-1])).view(B, A, g, -1)
+        labels = x.gather(1, (tpos_c + 1).reshape(B, -1)).view(B, anchors.shape[1], g)
+        prev = x.gather(1, tpos_c.reshape(B, -1)).view(B, anchors.shape[1], g)  # slot 1: anchor, k: token k-1
+        p_t = p_t_all.gather(1, tpos_c.reshape(B, -1, 1).expand(-1, -1, p_t_all.shape[-1]))
+        p_t = p_t.view(B, anchors.shape[1], g, -1)
         with autocast(dev):
             logits, conf = ds.head(head, h, prev)
         vf = valid.float()
-        ce, l1, p_d = tv_ce_losses(logits, p_t, labels, vf)
+        loss_i, ce, l1, agree, p_d = draft_loss(logits, p_t, labels, vf, a.loss)
         label_c = torch.minimum(p_d.detach(), p_t).sum(-1)
         bce = F.binary_cross_entropy_with_logits(conf, label_c, reduction="none") * vf
         norm = (vf * w).sum()
         ds_ce, ds_l1, ds_bce = (ce * w).sum() / norm, (l1 * w).sum() / norm, (bce * w).sum() / norm
-        loss_ds = 0.1 * ds_ce + 0.9 * ds_l1 + 1.0 * ds_bce
+        loss_ds = (loss_i * w).sum() / norm + 1.0 * ds_bce
         # ---- MTP-1: input (X_i, t_{i+1}) for i = 0..S-3 predicts t_{i+2}, teacher p_t at position i+1
         with autocast(dev):
             ml = mtp(embed, head, x_last[:, :S - 2], x[:, 1:S - 1])
         vm = torch.ones(B, S - 2, device=dev)
-        mce, ml1, _ = tv_ce_losses(ml, p_t_all[:, 1:S - 1], x[:, 2:S], vm)
-        loss_m = 0.1 * mce.mean() + 0.9 * ml1.mean()
+        m_loss, mce, ml1, m_agree, _ = draft_loss(ml, p_t_all[:, 1:S - 1], x[:, 2:S], vm, a.loss)
+        loss_m = m_loss.mean()
         opt.zero_grad(set_to_none=True)
         (loss_ds + loss_m).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if step % a.log_every == 0:
+            ag = (agree.sum((0, 1)) / vf.sum((0, 1)).clamp(min=1)).tolist()
             line = f"{step}\t{time.time() - t0:.1f}\t{ds_ce.item():.4f}\t{ds_l1.item():.4f}\t{ds_bce.item():.4f}\t" \
-                   f"{mce.mean().item():.4f}\t{ml1.mean().item():.4f}"
+                   f"{mce.mean().item():.4f}\t{ml1.mean().item():.4f}\t{','.join(f'{v:.3f}' for v in ag)}\t" \
+                   f"{m_agree.mean().item():.3f}"
             log.write(line + "\n"); log.flush(); print(line, flush=True)
         step += 1
     tap.remove()
+    prior = init.get("history", []) + [{"steps": init["steps"], "seconds": init["seconds"]}] if init else []
     torch.save({"dspark": {k: v.cpu() for k, v in ds.state_dict().items()},
                 "mtp": {k: v.cpu() for k, v in mtp.state_dict().items()},
                 "dspark_args": {"target_layer_ids": layer_ids, "noise_id": info["noise_token_id"]},
                 "params": {"dspark": arch.count_params(ds), "mtp": arch.count_params(mtp)},
-                "steps": step, "seconds": time.time() - t0}, os.path.join(a.work, "drafters.pt"))
+                "steps": step, "seconds": time.time() - t0, "loss": a.loss, "history": prior},
+               os.path.join(a.work, "drafters.pt"))
     print("drafters trained", step, "steps")
 
 
@@ -263,6 +321,9 @@ def main():
     ap.add_argument("--patience", type=int, default=4)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", default=None, help="drafters: warm start from this drafters.pt-format file")
+    ap.add_argument("--pool", default=None, help="drafters: train on this target-generated pool (npz)")
+    ap.add_argument("--loss", choices=["mix", "distill"], default="mix")
     a = ap.parse_args()
     gpu = pick_device(a.device) == "cuda"
     if a.what == "target":
