@@ -189,7 +189,7 @@ BenchCase run_chunked_prefill(engine::ModelRunner& r, const cache::StateLayout& 
     c.error = s.message();
     return c;
   }
-  aggregate(r.config(), sums, c);
+  aggregate(r.config(), sums, std::max<int64_t>(o.gpus, 1), c);
   c.step_ms = wall;
   return c;
 }
