@@ -122,7 +122,8 @@ TEST(GpuAsync, TokenFillMatchesReference) {
     ids[size_t(r)] = sampled[size_t(r)].token = r % 7 == 3 ? -1 : r % 11 == 5 ? int32_t(V + 3) : int32_t(g() % V);
   std::vector<int32_t> fills(2 * F), tokens(T);
   for (int64_t i = 0; i < F; ++i) {
-    fills[size_t(2 * i)] = i % 17 == 9 ? int32_t(T + i) : int32_t((i * 5) % T);  // some past the step
+    // Distinct token indices (a plan fills each token once; gcd(7, T) = 1), some past the step.
+    fills[size_t(2 * i)] = i % 17 == 9 ? int32_t(T + i) : int32_t((i * 7) % T);
     fills[size_t(2 * i + 1)] = i % 13 == 4 ? int32_t(R + i) : int32_t(g() % R);  // some past the sampling
   }
   for (auto& t : tokens) t = int32_t(g() % V);

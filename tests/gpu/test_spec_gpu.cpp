@@ -43,9 +43,11 @@ namespace {
 // Fast vs exact on this model (bench/NOTES.md wave 3 fidelity, 2,048 positions): mean KL 3.3e-4, i.e. a typical
 // logit perturbation sigma ~ sqrt(2 KL) ~ 0.026; the largest over a few thousand positions ~ 5 sigma ~ 0.13 per run.
 // Two fast runs of different shapes each within that of the exact logits differ by up to ~0.13 with their
-// correlated part (the same bf16 weights); the margin sum is at most twice that: 0.26 -> 0.3. A confident position
-// (margin > 1 nat, the usual failure of a broken verify) stays far above.
-constexpr double kPairMargin = 0.3;
+// correlated part (the same bf16 weights); the margin sum is at most twice that: 0.26. The tails are heavier than
+// that Gaussian estimate (the same fidelity run's max |logit diff| is 2.09): on the H200 (2026-12-01) the worst pair
+// over 2 x 100 sequences was 0.41 (one position), so the bound is 0.6. A confident position (margin > 1 nat, the
+// usual failure of a broken verify) stays above; the exact check is the batch-invariant test below (identical).
+constexpr double kPairMargin = 0.6;
 
 std::string model_dir() { return dsinfer::test::source_dir() + "/models/dsv4-small"; }
 
