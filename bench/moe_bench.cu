@@ -3,13 +3,16 @@
 // grouped decode kernels (moe_fast.cu), side by side, with and without the shared expert. CUDA events, 3 warm-up
 // runs, median of 25, 4 rotating weight sets (4 x 3.4 GB: nothing stays in the 60 MB L2), uniform random routing.
 // Floor = bytes / 4.2 TB/s with bytes = touched experts x 13.37 MB (+ shared 25.2 MB) + x + out (fp32); the
-// intermediates are not counted (an ideal kernel keeps them on chip). Usage: dsinfer_moe_bench (no arguments).
+// intermediates are not counted (an ideal kernel keeps them on chip); "fast" above kMoeGroupedMinT tokens is the
+// grouped prefill path. Then bench_grouped's table (T = 1024 / 4096 / 8192: exact vs fast vs grouped, ms and
+// TFLOP/s). Usage: dsinfer_moe_bench [grouped] (grouped: only that table).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/dummy_weights_cuda.h"
@@ -117,9 +120,57 @@ void build(Set& st, int si, size_t w_bytes, size_t s_bytes) {
   }
 }
 
+// Grouped prefill GEMMs (moe_grouped.cu, MoePath::Grouped) against the tiled exact path and MoePath::Fast (decode
+// kernels up to kMoeGroupedMinT tokens, grouped above), routed experts only, uniform random routing. TFLOP/s =
+// 2 * T * topk * 3 * D * I / time (the expert GEMMs' useful work; permutation, conversion and combine included in
+// the time). `dsinfer_moe_bench grouped` runs only this table.
+void bench_grouped(std::vector<Set>& sets) {
+  oc::MoeWorkspace ws;
+  die(ws.reserve(8192, k, D, I, E), "reserve");
+  std::printf("grouped prefill GEMMs (routed only): %5s %8s | %-22s | %-22s | %-22s\n", "T", "GFLOP", "exact ms  TFLOP/s",
+              "fast ms  TFLOP/s", "grouped ms  TFLOP/s");
+  uint64_t rng = 777;
+  for (int64_t T : {1024, 4096, 8192}) {
+    std::vector<Blob> xs, outs, idxs, wts;
+    for (int si = 0; si < kSets; ++si) {
+      std::vector<int32_t> idx(size_t(T * k));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+          int32_t e;
+          bool dup;
+          do {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            e = int32_t(rng % uint64_t(E));
+            dup = false;
+            for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
+          } while (dup);
+          idx[size_t(t * k + j)] = e;
+        }
+      std::vector<float> wt(size_t(T * k), 1.0f / 6.0f);
+      idxs.push_back(upload_blob(idx.data(), idx.size() * 4));
+      wts.push_back(upload_blob(wt.data(), wt.size() * 4));
+      xs.push_back(blob(size_t(T * D) * 4, -1, uint64_t(700 + si)));
+      outs.push_back(blob(size_t(T * D) * 4, -1, uint64_t(800 + si)));
+    }
+    const double flop = 2.0 * double(T * k) * 3.0 * double(D) * double(I);
+    double ms[3];
+    const oc::MoePath paths[3] = {oc::MoePath::Exact, oc::MoePath::Fast, oc::MoePath::Grouped};
+    for (int pi = 0; pi < 3; ++pi)
+      ms[pi] = median_us([&](int i) {
+                 die(oc::moe_cuda(xs[size_t(i)].as<float>(), T, idxs[size_t(i)].as<const int32_t>(),
+                                  wts[size_t(i)].as<const float>(), k, sets[size_t(i)].ex, nullptr, 10.0f, 10.0f,
+                                  outs[size_t(i)].as<float>(), ws, nullptr, paths[pi]),
+                     "moe_cuda");
+               }) / 1e3;
+    std::printf("grouped prefill GEMMs (routed only): %5lld %8.1f | %8.3f %8.1f      | %8.3f %8.1f     | %8.3f %8.1f\n",
+                (long long)T, flop / 1e9, ms[0], flop / ms[0] / 1e9, ms[1], flop / ms[1] / 1e9, ms[2],
+                flop / ms[2] / 1e9);
+  }
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -133,6 +184,10 @@ int main() {
   const size_t s_bytes = oc::weight_scale_bytes(oc::WeightFormat::FP4_G32, I, D, true, 128, 128);
   std::vector<Set> sets(kSets);
   for (int si = 0; si < kSets; ++si) build(sets[size_t(si)], si, w_bytes, s_bytes);
+  if (argc > 1 && std::string(argv[1]) == "grouped") {
+    bench_grouped(sets);
+    return 0;
+  }
   oc::MoeWorkspace ws;
   die(ws.reserve(4096, k, D, I, E), "reserve");
   const double expert_bytes = 3.0 * double(w_bytes + s_bytes);
@@ -183,5 +238,6 @@ int main() {
                 (long long)T, distinct.size(), (routed + shared_bytes) / 1e6, f1, us[1][0], us[1][0] / f1, us[1][1],
                 us[1][1] / f1, f0, us[0][0], us[0][0] / f0, us[0][1], us[0][1] / f0);
   }
+  bench_grouped(sets);
   return 0;
 }

@@ -122,15 +122,12 @@ Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const floa
   const float limit = float(cfg_.swiglu_limit), shared_limit = num_.shared_expert_clamp ? limit : 0.0f;
   // Exact: moe_cuda takes the fp32 path for the routed experts when T * topk <= 8 * experts, and its shared
   // expert is a plain GEMM of T rows (fp32 path for T <= kGemmSkinnyMaxM). Otherwise the fast grouped FP4 kernels
-  // (bf16 activations) up to kMoeFastMaxT tokens, where they read each touched expert once per 8 of its rows;
-  // beyond, the tiled tensor-core GEMMs (prefill).
+  // (bf16 activations): moe_cuda takes the decode kernels up to kMoeGroupedMinT tokens (each touched expert read
+  // once per 8 of its rows), beyond the grouped tensor-core prefill GEMMs (moe_grouped.cu, same numerics).
   // Batch-invariant: MoePath::Invariant for every T (the fast kernels in chunks of kMoeFastMaxT tokens, whose
   // per-token sums do not depend on the chunk; else the tiled GEMMs).
   constexpr int64_t kMoeFastMaxT = 1024;
-  const MoePath path = exact_               ? MoePath::Exact
-                       : batch_invariant_   ? MoePath::Invariant
-                       : T <= kMoeFastMaxT  ? MoePath::Fast
-                                            : MoePath::Exact;
+  const MoePath path = exact_ ? MoePath::Exact : batch_invariant_ ? MoePath::Invariant : MoePath::Fast;
   const int64_t chunk =
       exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * e.experts / std::max<int64_t>(k, 1)))
       : batch_invariant_ ? kMoeFastMaxT

@@ -6,7 +6,8 @@
 //   5. shared expert with gemm_cuda on all T rows;
 //   6. combine: out[t] = sum_k weight[t,k] * y_p[pos_of[t,k]] in k order, + shared[t]. No float atomics anywhere.
 // MoePath::Fast replaces 2-4 by moe_fast.cu: gather x rows to bf16, gate/up + SwiGLU kernel, down kernel, over the
-// list of touched experts written by the count kernel.
+// list of touched experts written by the count kernel. Large T (MoePath::Fast above kMoeGroupedMinT, or Grouped)
+// replaces 2-4 by moe_grouped.cu: x to bf16, the tile list, gate/up + SwiGLU GEMM, down GEMM.
 #include "ops/moe/moe_cuda.h"
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
+#include "ops/moe/moe_grouped_common.h"
+#include "ops/moe/moe_grouped_launch.h"
 
 namespace dsinfer::ops::cuda {
 
@@ -32,6 +35,7 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   // h3 doubles as the fast path's bf16 x rows [tk, dim]
   DSI_RETURN_IF_ERROR(h3_.alloc(tk * size_t(std::max<int64_t>(inter, (dim + 1) / 2)), "moe h3"));
   DSI_RETURN_IF_ERROR(active_.alloc(size_t(experts + 1), "moe active experts"));
+  DSI_RETURN_IF_ERROR(tiles_.alloc(size_t(1 + 2 * moe_detail::grp_max_tiles(int64_t(tk), experts)), "moe tile list"));
   DSI_RETURN_IF_ERROR(yp_.alloc(tk * size_t(dim), "moe expert outputs"));
   DSI_RETURN_IF_ERROR(sh1_.alloc(t1 * size_t(inter), "moe shared h1"));
   DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
@@ -128,6 +132,25 @@ void moe_fast_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, flo
   detail::launch_moe_fast(false, b, max_active, stream);
 }
 
+// Grouped (prefill) path of the routed experts: yp rows of all valid assignments.
+void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
+                         const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint16_t* xb, uint16_t* hb,
+                         float* yp, void* stream) {
+  const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
+  detail::launch_moe_grouped_x(x, T, D, xb, stream);
+  detail::launch_moe_tile_list(offsets, E, tiles, stream);
+  MoeGroupedArgs a;
+  a.tiles = tiles, a.offsets = offsets, a.perm_token = perm, a.a = xb;
+  a.w1 = ex.w1.data, a.s1 = ex.w1.scale, a.w3 = ex.w3.data, a.s3 = ex.w3.scale;
+  a.K = D, a.N = I, a.limit = limit, a.hout = hb;
+  detail::launch_moe_grouped(true, a, max_tiles, stream);
+  MoeGroupedArgs b;
+  b.tiles = tiles, b.offsets = offsets, b.a = hb;
+  b.w1 = ex.w2.data, b.s1 = ex.w2.scale;
+  b.K = I, b.N = D, b.yout = yp;
+  detail::launch_moe_grouped(false, b, max_tiles, stream);
+}
+
 }  // namespace
 
 bool moe_fast_supported(const MoeExpertsDevice& ex) {
@@ -163,7 +186,9 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   int32_t* pos = ws.pos_of_.data();
   float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data();
 
-  const bool fast = (path == MoePath::Fast || path == MoePath::Invariant) && moe_fast_supported(ex);
+  const bool fast =
+      (path == MoePath::Fast || path == MoePath::Invariant || path == MoePath::Grouped) && moe_fast_supported(ex);
+  const bool grouped = fast && (path == MoePath::Grouped || (path == MoePath::Fast && T > kMoeGroupedMinT));
   const bool skinny_ok = path != MoePath::Invariant;
   int32_t* active = fast ? ws.active_.data() : nullptr;
 
@@ -172,7 +197,11 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
   DSI_CUDA_LAUNCHED("moe_scatter_kernel");
 
-  if (fast) {
+  if (grouped) {
+    moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
+                        reinterpret_cast<uint16_t*>(h1), yp, stream);
+    DSI_CUDA_LAUNCHED("moe_grouped_x_kernel / moe_tile_list_kernel / moe_grouped_kernel");
+  } else if (fast) {
     moe_fast_experts(x, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
                      reinterpret_cast<uint16_t*>(h1), yp, stream);
     DSI_CUDA_LAUNCHED("moe_gather_kernel / moe_fast_kernel");
@@ -190,7 +219,7 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     // The fast path takes the streaming GEMM where it measured faster (gemm_stream_preferred).
     auto prec = [&](int64_t N) {
       if (path == MoePath::Invariant) return GemmPrecision::kBatchInvariant;
-      return path == MoePath::Fast && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
+      return (path == MoePath::Fast || path == MoePath::Grouped) && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
     };
     DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w1, s1, Is, false, stream, prec(Is)));
     DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w3, s3, Is, false, stream, prec(Is)));

@@ -27,7 +27,12 @@ Status route_cuda(const float* logits, int64_t T, const float* bias, const int32
 // Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
 // tiled grouped GEMMs for every T (never the T-dependent skinny choice); the shared expert with
 // GemmPrecision::kBatchInvariant. A token's bits then do not depend on the other tokens or on T.
-enum class MoePath { Exact, Fast, Invariant };
+// Fast with T > kMoeGroupedMinT, and Grouped for every T (tests, benches): the grouped prefill GEMMs of
+// moe_grouped.cu (same numerics as Fast: x and h rounded to bf16, exact weights, fp32 sums; a token's result does
+// not depend on the other tokens, but differs in the last bits from the decode kernels' k order) when
+// moe_fast_supported(), else as Exact.
+enum class MoePath { Exact, Fast, Invariant, Grouped };
+inline constexpr int64_t kMoeGroupedMinT = 1024;
 
 // FP4_G32 experts with E8M0 scales, dim % 128 == 0 and inter % 128 == 0.
 bool moe_fast_supported(const MoeExpertsDevice& experts);
@@ -62,7 +67,9 @@ class MoeWorkspace {
                          const MoeSharedDevice*, float, float, float*, MoeWorkspace&, void*, MoePath);
   int64_t T_ = 0, topk_ = 0, dim_ = 0, inter_ = 0, experts_ = 0;
   dsinfer::cuda::DeviceBuffer<int32_t> offsets_, perm_token_, pos_of_, active_;
-  // Fast path: h1_ holds the bf16 SwiGLU output [n, inter], h3_ the bf16 gathered x [n, dim] (sized for both).
+  dsinfer::cuda::DeviceBuffer<int32_t> tiles_;  // grouped path: CTA row-tile list (moe_grouped_launch.h)
+  // Fast path: h1_ holds the bf16 SwiGLU output [n, inter], h3_ the bf16 gathered x [n, dim] (sized for both;
+  // the grouped path keeps x [T, dim] in h3_, unpermuted).
   dsinfer::cuda::DeviceBuffer<float> h1_, h3_, yp_, sh1_, sh3_, shy_;
 };
 

@@ -1,0 +1,33 @@
+// Launchers of the grouped (prefill) MoE GEMMs (moe_grouped.cu; no CUDA types, no Status: validated by
+// moe_cuda.cpp). FP4_G32 experts with E8M0 scales, bf16 activations in chunk layout (moe_grouped_common.h).
+#pragma once
+#include <cstdint>
+
+namespace dsinfer::ops::cuda {
+
+struct MoeGroupedArgs {
+  const int32_t* tiles = nullptr;       // [1 + 2 * max_tiles]: count, then (expert, first row in the expert) pairs
+  const int32_t* offsets = nullptr;     // [experts + 1] (the permutation)
+  const int32_t* perm_token = nullptr;  // gate/up: A row of permuted row p = token perm_token[p]; down: null (row p)
+  const uint16_t* a = nullptr;          // bf16 chunk layout: gate/up x [T, K]; down h [rows, K]
+  const void* const* w1 = nullptr;      // gate/up: W1 [N, K]; down: W2 [N, K] (per-expert device pointers)
+  const void* const* s1 = nullptr;
+  const void* const* w3 = nullptr;      // gate/up: W3 [N, K]; unused by the down kernel
+  const void* const* s3 = nullptr;
+  int64_t K = 0, N = 0;                 // K % 128 == 0; N % 64 (gate/up) or % 128 (down) == 0
+  float limit = 0.0f;                   // SwiGLU clamp (gate/up), 0 = none
+  uint16_t* hout = nullptr;             // gate/up: SwiGLU output, bf16 chunk layout [rows, N]
+  float* yout = nullptr;                // down: fp32 [rows, N]
+};
+
+namespace detail {
+// x fp32 [T, K] -> bf16 chunk layout [T, K] ("moe_grouped_x_kernel"); K % 128 == 0.
+void launch_moe_grouped_x(const float* x, int64_t T, int64_t K, uint16_t* xb, void* stream);
+// The CTA row-tile list from offsets, one warp ("moe_tile_list_kernel").
+void launch_moe_tile_list(const int32_t* offsets, int64_t experts, int32_t* tiles, void* stream);
+// The gate/up + SwiGLU kernel (gate_up) or the down kernel ("moe_grouped_kernel"), grid
+// (N / columns per tile, min(max_tiles, 65535)); blocks stride over the tile list.
+void launch_moe_grouped(bool gate_up, const MoeGroupedArgs& a, int64_t max_tiles, void* stream);
+}  // namespace detail
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,212 @@
+// GPU parity of the grouped (prefill) MoE GEMMs (moe_grouped.cu, MoePath::Grouped and MoePath::Fast above
+// kMoeGroupedMinT) against the CPU reference (expert_accumulate_ref on io::dequant_fp4_e2m1 weights) on sampled
+// tokens and against the exact path on all tokens, with ragged expert groups: an empty expert, a one-row expert, an
+// expert with > 128 rows (several CTA row tiles, the last partial), invalid ids; K of one 128-k stage (fewer stages
+// than the ring) and of 32. Also: bitwise determinism (two runs) and row independence (the first half of the tokens
+// alone gives bitwise the same rows), and the fall-back of non-FP4 experts to the exact path.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "cuda/gpu_test_util.h"
+#include "ops/moe/moe.h"
+#include "ops/moe/moe_cuda.h"
+#include "weight_gen.h"
+
+namespace {
+
+using dsinfer::cuda::DeviceBuffer;
+using dsinfer::cuda::test::normalized_error;
+using dsinfer::cuda::test::to_device;
+using dsinfer::ops::cuda::WeightFormat;
+using dsinfer::test::HostWeight;
+using dsinfer::test::make_host_weight;
+using dsinfer::test::random_floats;
+using dsinfer::test::Rng;
+namespace oc = dsinfer::ops::cuda;
+
+// Tolerance (normalised L2) against the CPU reference: as the decode fast path (test_moe_gpu.cpp kFastTol), the
+// only rounding is x and h = SwiGLU(...) to bf16 (relative RMS 2^-9/sqrt(3) = 1.1e-3 each, weights exact, fp32
+// sums): h inherits x's error through W1/W3 (~1.1e-3, independent of K for random signs) and adds its own, silu'
+// <= 1.1 -> ~2e-3; W2 keeps the relative size: expected 2-3e-3 (the decode path measured 2.4-4.3e-3 on the H200).
+// 1e-2 leaves margin for the small-K cases (few terms) and the tight clamp. Against the exact path (tiled bf16
+// GEMMs that round the same x and h): both within ~3e-3 of the reference, so 1e-2 as well.
+constexpr double kTol = 1e-2;
+
+struct ExpertSet {
+  std::vector<oc::OwnedDeviceWeight> owned;
+  DeviceBuffer<const void*> data_ptrs, scale_ptrs;
+  oc::DeviceExpertWeights view;
+};
+
+uint64_t expert_seed(uint64_t base, int64_t e, int proj) { return base * 1000003ull + uint64_t(e) * 7 + uint64_t(proj); }
+
+void build_set(ExpertSet& s, WeightFormat f, int64_t E, int64_t rows, int64_t cols, uint64_t base, int proj) {
+  std::vector<const void*> dp, sp;
+  for (int64_t e = 0; e < E; ++e) {
+    HostWeight h = make_host_weight(f, rows, cols, expert_seed(base, e, proj), true, 128, 128, false);
+    s.owned.push_back(dsinfer::test::upload(h));
+    dp.push_back(s.owned.back().w.data), sp.push_back(s.owned.back().w.scale);
+  }
+  s.data_ptrs = to_device(dp);
+  s.view.fmt = f, s.view.rows = rows, s.view.cols = cols, s.view.data = s.data_ptrs.data();
+  if (f == WeightFormat::FP8_BLOCK || f == WeightFormat::FP4_G32) {
+    s.scale_ptrs = to_device(sp);
+    s.view.scale = s.scale_ptrs.data();
+  }
+}
+
+struct GroupedCase {
+  int64_t T, E, k, D, I;
+  float limit;
+  bool shared;        // FP8 shared expert, unclamped
+  bool invalid_ids;   // id -1 / E + 5 in some tokens' last slot
+  oc::MoePath path;   // Grouped, or Fast with T > kMoeGroupedMinT
+  int64_t ref_tokens;
+};
+
+// Ragged routing: expert 0 never, expert 1 exactly once (token T/2, last slot), expert 2 in slot 0 of the first
+// min(T, 200) tokens (> 128 rows), the other slots distinct experts from [3, E).
+void ragged_routing(const GroupedCase& c, uint64_t seed, std::vector<int32_t>& idx, std::vector<float>& wt) {
+  Rng r(seed);
+  idx.assign(size_t(c.T * c.k), 0), wt.assign(idx.size(), 0.0f);
+  std::vector<int32_t> pool(size_t(c.E - 3));
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::iota(pool.begin(), pool.end(), 3);
+    for (int64_t j = 0; j < c.k; ++j) {
+      const size_t pick = size_t(j) + size_t(r.next() % uint64_t(pool.size() - size_t(j)));
+      std::swap(pool[size_t(j)], pool[pick]);
+      idx[size_t(t * c.k + j)] = pool[size_t(j)];
+      wt[size_t(t * c.k + j)] = 0.1f + r.uniform();
+    }
+    if (t < 200) idx[size_t(t * c.k)] = 2;
+    if (t == c.T / 2) idx[size_t(t * c.k + c.k - 1)] = 1;
+    else if (c.invalid_ids && t % 5 == 3) idx[size_t(t * c.k + c.k - 1)] = (t % 2) ? -1 : int32_t(c.E + 5);
+  }
+}
+
+std::vector<float> run_moe(const GroupedCase& c, int64_t T, const DeviceBuffer<float>& dx,
+                           const DeviceBuffer<int32_t>& di, const DeviceBuffer<float>& dw, const oc::MoeExpertsDevice& ex,
+                           const oc::MoeSharedDevice* sh, oc::MoePath path) {
+  auto dout = to_device(std::vector<float>(size_t(T * c.D), NAN));
+  oc::MoeWorkspace ws;
+  EXPECT_TRUE(ws.reserve(T, c.k, c.D, c.I, c.E).is_ok());
+  const auto st = oc::moe_cuda(dx.data(), T, di.data(), dw.data(), c.k, ex, sh, c.limit, 0.0f, dout.data(), ws,
+                               nullptr, path);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> out(size_t(T * c.D));
+  EXPECT_EQ(cudaMemcpy(out.data(), dout.data(), out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+void check_grouped(const GroupedCase& c, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "T=" << c.T << " E=" << c.E << " k=" << c.k << " D=" << c.D << " I=" << c.I
+                                  << " limit=" << c.limit << " shared=" << c.shared);
+  ASSERT_GE(c.E, c.k + 3);
+  ExpertSet w1, w3, w2;
+  build_set(w1, WeightFormat::FP4_G32, c.E, c.I, c.D, seed, 1);
+  build_set(w3, WeightFormat::FP4_G32, c.E, c.I, c.D, seed, 3);
+  build_set(w2, WeightFormat::FP4_G32, c.E, c.D, c.I, seed, 2);
+  oc::MoeExpertsDevice ex{c.E, c.D, c.I, w1.view, w3.view, w2.view};
+  ASSERT_TRUE(oc::moe_fast_supported(ex));
+  HostWeight s1, s3, s2;
+  std::vector<oc::OwnedDeviceWeight> sh_owned;
+  oc::MoeSharedDevice sh;
+  if (c.shared) {
+    s1 = make_host_weight(WeightFormat::FP8_BLOCK, c.I, c.D, seed + 11);
+    s3 = make_host_weight(WeightFormat::FP8_BLOCK, c.I, c.D, seed + 13);
+    s2 = make_host_weight(WeightFormat::FP8_BLOCK, c.D, c.I, seed + 12);
+    for (const HostWeight* h : {&s1, &s3, &s2}) sh_owned.push_back(dsinfer::test::upload(*h));
+    sh = {sh_owned[0].w, sh_owned[1].w, sh_owned[2].w};
+  }
+  std::vector<int32_t> idx;
+  std::vector<float> wt;
+  ragged_routing(c, seed + 5, idx, wt);
+  const std::vector<float> x = random_floats(size_t(c.T * c.D), seed + 6);
+  auto dx = to_device(x);
+  auto di = to_device(idx);
+  auto dwt = to_device(wt);
+  const oc::MoeSharedDevice* shp = c.shared ? &sh : nullptr;
+
+  const std::vector<float> out = run_moe(c, c.T, dx, di, dwt, ex, shp, c.path);
+  for (float v : out) ASSERT_TRUE(std::isfinite(v)) << "unwritten / NaN output";
+  const std::vector<float> again = run_moe(c, c.T, dx, di, dwt, ex, shp, c.path);
+  EXPECT_EQ(std::memcmp(out.data(), again.data(), out.size() * 4), 0) << "grouped path not bitwise deterministic";
+  if (!c.shared && c.path == oc::MoePath::Grouped) {
+    // Row independence: the first half of the tokens alone (other row tiles, other tile positions) -> same bits.
+    const int64_t half = c.T / 2;
+    const std::vector<float> part = run_moe(c, half, dx, di, dwt, ex, shp, c.path);
+    EXPECT_EQ(std::memcmp(part.data(), out.data(), part.size() * 4), 0) << "a row depends on the other rows";
+  }
+  const std::vector<float> exact = run_moe(c, c.T, dx, di, dwt, ex, shp, oc::MoePath::Exact);
+  const double ee = normalized_error(out, exact);
+  EXPECT_LT(ee, kTol) << "vs the exact path: " << ee;
+
+  // CPU reference: tokens 0 (expert 2), T/2 (the one-row expert 1), the last, and evenly spaced others
+  std::vector<int64_t> toks = {0, c.T / 2, c.T - 1};
+  for (int64_t i = 1; i + 3 <= c.ref_tokens; ++i) toks.push_back(i * (c.T - 1) / (c.ref_tokens - 2));
+  std::vector<float> got, ref;
+  for (int64_t t : toks) {
+    std::vector<double> acc(size_t(c.D), 0.0);
+    const float* xt = x.data() + t * c.D;
+    for (int64_t j = 0; j < c.k; ++j) {
+      const int32_t e = idx[size_t(t * c.k + j)];
+      if (e < 0 || e >= c.E) continue;
+      HostWeight a = make_host_weight(WeightFormat::FP4_G32, c.I, c.D, expert_seed(seed, e, 1));
+      HostWeight b = make_host_weight(WeightFormat::FP4_G32, c.I, c.D, expert_seed(seed, e, 3));
+      HostWeight d = make_host_weight(WeightFormat::FP4_G32, c.D, c.I, expert_seed(seed, e, 2));
+      dsinfer::ops::expert_accumulate_ref({a.deq.data(), b.deq.data(), d.deq.data(), c.D, c.I, c.limit}, xt,
+                                          wt[size_t(t * c.k + j)], acc.data());
+    }
+    if (c.shared)
+      dsinfer::ops::expert_accumulate_ref({s1.deq.data(), s3.deq.data(), s2.deq.data(), c.D, c.I, 0.0f}, xt, 1.0f,
+                                          acc.data());
+    for (int64_t d = 0; d < c.D; ++d) ref.push_back(float(acc[size_t(d)])), got.push_back(out[size_t(t * c.D + d)]);
+  }
+  const double err = normalized_error(got, ref);
+  EXPECT_LT(err, kTol) << "vs the CPU reference: " << err;
+}
+
+TEST(MoeGroupedGpu, SmallRagged) {
+  DSI_SKIP_WITHOUT_GPU();
+  // K = 256 (2 stages) with a clamp that bites; K = 128 (1 stage < ring) with invalid ids; K = 384 / 640 (3, 5
+  // stages: the ring wraps), a shared expert.
+  check_grouped({300, 8, 2, 256, 384, 0.05f, false, false, oc::MoePath::Grouped, 12}, 1);
+  check_grouped({37, 8, 3, 128, 128, 0.0f, false, true, oc::MoePath::Grouped, 12}, 2);
+  check_grouped({260, 12, 4, 384, 640, 0.0f, true, true, oc::MoePath::Grouped, 12}, 3);
+}
+
+// V4-Flash expert shapes (D 4096, I 2048, top-6, swiglu limit 10) with 32 experts (host memory and test time), T
+// above kMoeGroupedMinT through MoePath::Fast: ~290 rows per expert (3 row tiles), expert 2 with ~470.
+TEST(MoeGroupedGpu, FlashShapes) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_grouped({1536, 32, 6, 4096, 2048, 10.0f, false, true, oc::MoePath::Fast, 4}, 10);
+  check_grouped({700, 32, 6, 4096, 2048, 10.0f, false, false, oc::MoePath::Grouped, 3}, 11);
+}
+
+// Other formats fall back to the exact path (bitwise the same).
+TEST(MoeGroupedGpu, OtherFormatsFallBack) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t T = 40, E = 6, k = 2, D = 64, I = 96;
+  ExpertSet w1, w3, w2;
+  build_set(w1, WeightFormat::BF16, E, I, D, 7, 1);
+  build_set(w3, WeightFormat::BF16, E, I, D, 7, 3);
+  build_set(w2, WeightFormat::BF16, E, D, I, 7, 2);
+  oc::MoeExpertsDevice ex{E, D, I, w1.view, w3.view, w2.view};
+  GroupedCase c{T, E, k, D, I, 0.05f, false, false, oc::MoePath::Grouped, 0};
+  std::vector<int32_t> idx;
+  std::vector<float> wt;
+  ragged_routing(c, 8, idx, wt);
+  auto dx = to_device(random_floats(size_t(T * D), 9));
+  auto di = to_device(idx);
+  auto dwt = to_device(wt);
+  EXPECT_EQ(run_moe(c, T, dx, di, dwt, ex, nullptr, oc::MoePath::Grouped),
+            run_moe(c, T, dx, di, dwt, ex, nullptr, oc::MoePath::Exact));
+}
+
+}  // namespace
