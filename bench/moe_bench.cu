@@ -2,10 +2,11 @@
 // shared expert, swiglu limit 10): the exact path (fp32 skinny / bf16 tiled grouped GEMMs) against the fast
 // grouped decode kernels (moe_fast.cu), side by side, with and without the shared expert. CUDA events, 3 warm-up
 // runs, median of 25, 4 rotating weight sets (4 x 3.4 GB: nothing stays in the 60 MB L2), uniform random routing.
-// Floor = bytes / 4.2 TB/s with bytes = touched experts x 13.37 MB (+ shared 25.2 MB) + x + out (fp32); the
-// intermediates are not counted (an ideal kernel keeps them on chip); "fast" above kMoeGroupedMinT tokens is the
-// grouped prefill path. Then bench_grouped's table (T = 1024 / 4096 / 8192: exact vs fast vs grouped, ms and
-// TFLOP/s). Usage: dsinfer_moe_bench [grouped] (grouped: only that table).
+// Floor = bytes / 4.8 TB/s (H200 HBM3e peak) with bytes = touched experts x 13.37 MB (+ shared 25.2 MB) + x + out
+// (fp32); the intermediates are not counted (an ideal kernel keeps them on chip); "%" = floor / fast (share of the
+// peak the fast path reaches); "fast" above kMoeGroupedMinT tokens is the grouped prefill path. Then bench_grouped's
+// table (T = 1024 / 4096 / 8192: exact vs fast vs grouped, ms and TFLOP/s).
+// Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,7 +25,7 @@ namespace oc = dsinfer::ops::cuda;
 namespace {
 
 constexpr int kSets = 4, kWarm = 3, kRuns = 25;
-constexpr double kHbm = 4.2e12;
+constexpr double kHbm = 4.8e12;
 constexpr int64_t E = 256, k = 6, D = 4096, I = 2048;
 
 void die(const dsinfer::Status& s, const char* what) {
@@ -171,6 +172,17 @@ void bench_grouped(std::vector<Set>& sets) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::vector<int64_t> Ts;
+  const bool grouped_only = argc > 1 && std::string(argv[1]) == "grouped";
+  for (int i = grouped_only ? argc : 1; i < argc; ++i) {
+    const long long v = std::atoll(argv[i]);
+    if (v < 1 || v > 4096) {
+      std::fprintf(stderr, "usage: dsinfer_moe_bench [T ...] (1 <= T <= 4096), got '%s'\n", argv[i]);
+      return 2;
+    }
+    Ts.push_back(int64_t(v));
+  }
+  if (Ts.empty()) Ts = {1, 8, 64, 128, 256, 512, 1024, 4096};
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -184,7 +196,7 @@ int main(int argc, char** argv) {
   const size_t s_bytes = oc::weight_scale_bytes(oc::WeightFormat::FP4_G32, I, D, true, 128, 128);
   std::vector<Set> sets(kSets);
   for (int si = 0; si < kSets; ++si) build(sets[size_t(si)], si, w_bytes, s_bytes);
-  if (argc > 1 && std::string(argv[1]) == "grouped") {
+  if (grouped_only) {
     bench_grouped(sets);
     return 0;
   }
@@ -192,14 +204,14 @@ int main(int argc, char** argv) {
   die(ws.reserve(4096, k, D, I, E), "reserve");
   const double expert_bytes = 3.0 * double(w_bytes + s_bytes);
   const double shared_bytes = 3.0 * double(I * D + (I / 128) * (D / 128));
-  std::printf("%5s %8s %9s | %-38s | %-38s\n", "T", "experts", "MB", "with shared: floor  exact   fast (us, x floor)",
-              "routed only: floor  exact   fast");
+  std::printf("%5s %8s %9s | %-45s | %-45s\n", "T", "experts", "MB",
+              "with shared: floor  exact   fast (us, x floor, %)", "routed only: floor  exact   fast");
   uint64_t rng = 12345;
   auto next = [&] {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return rng;
   };
-  for (int64_t T : {1, 8, 64, 128, 256, 512, 1024, 4096}) {
+  for (int64_t T : Ts) {
     std::vector<Blob> xs, outs, idxs, wts;
     std::set<int32_t> distinct;
     for (int si = 0; si < kSets; ++si) {
@@ -234,9 +246,11 @@ int main(int argc, char** argv) {
         });
     const double io = 8.0 * double(T * D), routed = double(distinct.size()) * expert_bytes + io;
     const double f1 = (routed + shared_bytes) / kHbm * 1e6, f0 = routed / kHbm * 1e6;
-    std::printf("%5lld %8zu %9.1f | %7.1f %7.1f (%5.2fx) %7.1f (%5.2fx) | %7.1f %7.1f (%5.2fx) %7.1f (%5.2fx)\n",
-                (long long)T, distinct.size(), (routed + shared_bytes) / 1e6, f1, us[1][0], us[1][0] / f1, us[1][1],
-                us[1][1] / f1, f0, us[0][0], us[0][0] / f0, us[0][1], us[0][1] / f0);
+    std::printf(
+        "%5lld %8zu %9.1f | %7.1f %7.1f (%5.2fx) %7.1f (%5.2fx %3.0f%%) | %7.1f %7.1f (%5.2fx) %7.1f (%5.2fx %3.0f%%)\n",
+        (long long)T, distinct.size(), (routed + shared_bytes) / 1e6, f1, us[1][0], us[1][0] / f1, us[1][1],
+        us[1][1] / f1, 100.0 * f1 / us[1][1], f0, us[0][0], us[0][0] / f0, us[0][1], us[0][1] / f0,
+        100.0 * f0 / us[0][1]);
   }
   bench_grouped(sets);
   return 0;

@@ -18,6 +18,15 @@ namespace {
 
 double bf16_value(uint32_t bits16) { return double(sf::from_bits((bits16 & 0xFFFFu) << 16)); }
 
+// The gate/up kernel's direct read of fp32 x (moe_fast.cu load_x): word c of uint4 i of a lane's 32-element group
+// packs (element 8i + c, element 8i + c + 4), i.e. components c of the float4s at elements 8i and 8i + 4; that must be
+// pair-layout slots 8i + 2c (low half) and 8i + 2c + 1 (high half), as moe_gather_kernel writes them.
+TEST(MoeFast, DirectFp32ReadMatchesPairLayout) {
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < 4; ++c)
+      for (int h = 0; h < 2; ++h) EXPECT_EQ(md::pair_src(8 * i + 2 * c + h), 8 * i + c + 4 * h) << i << c << h;
+}
+
 TEST(MoeFast, PairLayoutIsAPermutation) {
   std::vector<int> seen(32, 0);
   for (int i = 0; i < 32; ++i) {

@@ -15,21 +15,11 @@ namespace {
 
 constexpr int kCountThreads = 1024, kScatterThreads = 256;
 
-// One block: per-expert counts (integer atomics, result independent of order), parallel exclusive scan into offsets,
-// pos_of = -1 for invalid expert ids, optionally the list of touched experts (fast path).
-__global__ void __launch_bounds__(kCountThreads)
-    moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* offsets, int32_t* pos_of, int32_t* active) {
-  extern __shared__ int cnt[];
-  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-  __syncthreads();
-  for (int64_t a = threadIdx.x; a < n; a += blockDim.x) {
-    const int32_t e = idx[a];
-    if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
-    else pos_of[a] = -1;
-  }
-  __syncthreads();
-  // Exclusive scan of the counts (and of the touched flags, for the active list): thread i owns a run of
-  // consecutive experts; warp shuffles, then warp 0 scans the 32 warp totals. Integer sums: order-free.
+// Exclusive scan of the per-expert counts cnt[0..E) (block of kCountThreads) into offsets[0..E] and, when `active`
+// is not null, the list of touched experts. starts: cnt[e] is replaced by offsets[e] (the prep kernel's running
+// row counters). Thread i owns a run of consecutive experts; warp shuffles, then warp 0 scans the 32 warp totals.
+// Integer sums: order-free.
+__device__ void scan_counts(int* cnt, int E, int32_t* offsets, int32_t* active, bool starts) {
   __shared__ int warp_cnt[kCountThreads / 32], warp_flag[kCountThreads / 32];
   const int per = (E + kCountThreads - 1) / kCountThreads;
   const int e0 = min(E, int(threadIdx.x) * per), e1 = min(E, e0 + per);
@@ -54,13 +44,71 @@ __global__ void __launch_bounds__(kCountThreads)
   __syncthreads();
   int run = warp_cnt[warp] + ci - c, na = warp_flag[warp] + fi - f;
   for (int e = e0; e < e1; ++e) {
+    const int ce = cnt[e];
     offsets[e] = run;
-    run += cnt[e];
-    if (active && cnt[e] > 0) active[1 + na++] = e;
+    if (starts) cnt[e] = run;
+    if (active && ce > 0) active[1 + na++] = e;
+    run += ce;
   }
   if (threadIdx.x == kCountThreads - 1) {
     offsets[E] = run;
     if (active) active[0] = na;
+  }
+}
+
+// One block: per-expert counts (integer atomics, result independent of order), parallel exclusive scan into offsets,
+// pos_of = -1 for invalid expert ids, optionally the list of touched experts (fast path).
+__global__ void __launch_bounds__(kCountThreads)
+    moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* offsets, int32_t* pos_of, int32_t* active) {
+  extern __shared__ int cnt[];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int64_t a = threadIdx.x; a < n; a += blockDim.x) {
+    const int32_t e = idx[a];
+    if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+    else pos_of[a] = -1;
+  }
+  __syncthreads();
+  scan_counts(cnt, E, offsets, active, false);
+}
+
+// The whole permutation in one block for n <= kMoePrepMaxN (the fast path's decode steps: one launch instead of
+// count + scatter): counts and scan as moe_count_kernel, then warp 0 walks the assignments in order, 32 at a time;
+// __match_any_sync groups a chunk's lanes by expert, a lane's row is its expert's running start plus its rank among
+// the lower lanes of its group (so rows stay in increasing assignment order, as moe_scatter_kernel), and the
+// group's lowest lane advances the start. Same offsets / perm_token / pos_of / active as count + scatter.
+__global__ void __launch_bounds__(kCountThreads)
+    moe_prep_kernel(const int32_t* idx, int n, int topk, int E, int32_t* offsets, int32_t* perm_token,
+                    int32_t* pos_of, int32_t* active) {
+  extern __shared__ int cnt[];
+  __shared__ int sidx[kMoePrepMaxN];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  for (int a = threadIdx.x; a < n; a += blockDim.x) sidx[a] = idx[a];
+  __syncthreads();
+  for (int a = threadIdx.x; a < n; a += blockDim.x) {
+    const int32_t e = sidx[a];
+    if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+    else pos_of[a] = -1;
+  }
+  __syncthreads();
+  scan_counts(cnt, E, offsets, active, true);
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  for (int base = 0; base < n; base += 32) {
+    const int a = base + lane;
+    const int e = a < n ? sidx[a] : -1;
+    const bool valid = e >= 0 && e < E;
+    const unsigned peers = __match_any_sync(0xffffffffu, valid ? e : -1);
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    if (valid) {
+      const int row = cnt[e] + rank;
+      perm_token[row] = a / topk;
+      pos_of[a] = row;
+    }
+    __syncwarp();  // every lane has read cnt[e] before the leader advances it
+    if (valid && rank == 0) cnt[e] += __popc(peers);
+    __syncwarp();
   }
 }
 
@@ -140,6 +188,12 @@ void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* o
                       int32_t* active, void* stream) {
   moe_count_kernel<<<1, kCountThreads, size_t(experts) * sizeof(int), static_cast<cudaStream_t>(stream)>>>(
       idx, n, int(experts), offsets, pos_of, active);
+}
+
+void launch_moe_prep(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, int32_t* offsets,
+                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream) {
+  moe_prep_kernel<<<1, kCountThreads, size_t(experts) * sizeof(int), static_cast<cudaStream_t>(stream)>>>(
+      idx, int(n), int(topk), int(experts), offsets, perm_token, pos_of, active);
 }
 
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,

@@ -5,9 +5,12 @@
 //   4. grouped GEMM y_p = h1 W2^T;
 //   5. shared expert with gemm_cuda on all T rows;
 //   6. combine: out[t] = sum_k weight[t,k] * y_p[pos_of[t,k]] in k order, + shared[t]. No float atomics anywhere.
-// MoePath::Fast replaces 2-4 by moe_fast.cu: gather x rows to bf16, gate/up + SwiGLU kernel, down kernel, over the
-// list of touched experts written by the count kernel. Large T (MoePath::Fast above kMoeGroupedMinT, or Grouped)
-// replaces 2-4 by moe_grouped.cu: x to bf16, the tile list, gate/up + SwiGLU GEMM, down GEMM.
+// MoePath::Fast replaces 2-4 by moe_fast.cu: gather x rows to bf16 (or, for T*topk <= kMoeDirectMaxN, the gate/up
+// kernel reads fp32 x itself), gate/up + SwiGLU kernel, down kernel, over the list of touched experts written by the
+// count kernel (or by the one-launch moe_prep_kernel for T*topk <= kMoePrepMaxN), and runs 5 on the workspace's
+// side stream concurrently with 1-4 (fork before 1, join before 6).
+// Large T (MoePath::Fast above kMoeGroupedMinT, or Grouped) replaces 2-4 by moe_grouped.cu: x to bf16, the tile
+// list, gate/up + SwiGLU GEMM, down GEMM.
 #include "ops/moe/moe_cuda.h"
 
 #include <algorithm>
@@ -24,7 +27,7 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   if (T < 0 || topk <= 0 || dim <= 0 || inter <= 0 || experts <= 0)
     return Status::errorf("MoeWorkspace::reserve: bad sizes T={} topk={} dim={} inter={} experts={}", T, topk, dim,
                           inter, experts);
-  if (T <= T_ && topk <= topk_ && dim <= dim_ && inter <= inter_ && experts <= experts_) return Status::ok();
+  if (T <= T_ && topk <= topk_ && dim <= dim_ && inter <= inter_ && experts <= experts_) return side_.create();
   T = std::max(T, T_), topk = std::max(topk, topk_), dim = std::max(dim, dim_);
   inter = std::max(inter, inter_), experts = std::max(experts, experts_);
   const size_t tk = size_t(std::max<int64_t>(T * topk, 1)), t1 = size_t(std::max<int64_t>(T, 1));
@@ -41,7 +44,45 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
   DSI_RETURN_IF_ERROR(shy_.alloc(t1 * size_t(dim), "moe shared out"));
   T_ = T, topk_ = topk, dim_ = dim, inter_ = inter, experts_ = experts;
+  return side_.create();
+}
+
+Status MoeSideStream::create() {
+  if (stream_) return Status::ok();
+  DSI_CUDA_TRY(cudaGetDevice(&device_));
+  DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
+  DSI_CUDA_TRY(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(&fork_), cudaEventDisableTiming));
+  DSI_CUDA_TRY(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(&join_), cudaEventDisableTiming));
   return Status::ok();
+}
+
+bool MoeSideStream::usable() const {
+  int dev = -1;
+  return stream_ && fork_ && join_ && cudaGetDevice(&dev) == cudaSuccess && dev == device_;
+}
+
+Status MoeSideStream::fork(void* main_stream) {
+  DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(fork_), static_cast<cudaStream_t>(main_stream)));
+  DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(fork_), 0));
+  return Status::ok();
+}
+
+Status MoeSideStream::join(void* main_stream) {
+  DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(join_), static_cast<cudaStream_t>(stream_)));
+  DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(main_stream), static_cast<cudaEvent_t>(join_), 0));
+  return Status::ok();
+}
+
+void MoeSideStream::release() {
+  if (fork_) cudaEventDestroy(static_cast<cudaEvent_t>(fork_));
+  if (join_) cudaEventDestroy(static_cast<cudaEvent_t>(join_));
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  stream_ = fork_ = join_ = nullptr, device_ = -1;
+}
+
+void MoeSideStream::swap(MoeSideStream& o) noexcept {
+  std::swap(stream_, o.stream_), std::swap(fork_, o.fork_), std::swap(join_, o.join_);
+  std::swap(device_, o.device_);
 }
 
 Status route_cuda(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
@@ -115,13 +156,20 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
   return Status::ok();
 }
 
+// Up to this many assignments the gate/up kernel reads fp32 x through perm_token itself (no gather launch); above,
+// the gathered bf16 rows halve its L2 reads of x (T = 256: x would be ~80 % of the weight bytes per block).
+constexpr int64_t kMoeDirectMaxN = 512;
+
 // Fast path of the routed experts (after the permutation): yp rows of all valid assignments.
 void moe_fast_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit, const int32_t* offsets,
                       const int32_t* perm, const int32_t* active, uint16_t* xb, uint16_t* hb, float* yp, void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_active = std::min(E, n);
-  detail::launch_moe_gather(x, perm, offsets + E, n, D, xb, stream);
+  // the direct read uses 16-byte loads: x must be 16-byte aligned (rows are, D % 128 == 0)
+  const bool direct = n <= kMoeDirectMaxN && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (!direct) detail::launch_moe_gather(x, perm, offsets + E, n, D, xb, stream);
   MoeFastArgs a;
-  a.active = active, a.offsets = offsets, a.xb = xb;
+  a.active = active, a.offsets = offsets, a.xb = direct ? nullptr : xb;
+  a.xf = direct ? x : nullptr, a.perm = perm;
   a.w1 = ex.w1.data, a.s1 = ex.w1.scale, a.w3 = ex.w3.data, a.s3 = ex.w3.scale;
   a.K = D, a.N = I, a.limit = limit, a.hout = hb;
   detail::launch_moe_fast(true, a, max_active, stream);
@@ -149,6 +197,39 @@ void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsD
   b.w1 = ex.w2.data, b.s1 = ex.w2.scale;
   b.K = I, b.N = D, b.yout = yp;
   detail::launch_moe_grouped(false, b, max_tiles, stream);
+}
+
+// Routed experts through the grouped GEMMs (MoePath::Exact, and Invariant for formats the fast path lacks).
+Status exact_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit, const int32_t* offsets,
+                     const int32_t* perm, float* h1, float* h3, float* yp, void* stream, bool skinny_ok) {
+  const int64_t E = ex.experts, D = ex.dim, I = ex.inter;
+  DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w1, h1, I, stream, skinny_ok));
+  DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w3, h3, I, stream, skinny_ok));
+  detail::launch_swiglu(h1, h3, n, offsets + E, I, limit, stream);
+  DSI_CUDA_LAUNCHED("swiglu_kernel");
+  return expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream, skinny_ok);
+}
+
+// Shared expert on all T rows through gemm_cuda: s1 = x W1^T, s3 = x W3^T, SwiGLU in place, shy = s1 W2^T.
+Status shared_expert(const float* x, int64_t T, int64_t D, const MoeSharedDevice& sh, float shared_limit,
+                     MoePath path, float* s1, float* s3, float* shy, void* stream) {
+  const int64_t Is = sh.w1.rows;
+  // The fast path takes the streaming GEMM where it measured faster (gemm_stream_preferred).
+  auto prec = [&](int64_t N) {
+    if (path == MoePath::Invariant) return GemmPrecision::kBatchInvariant;
+    const bool fast = path == MoePath::Fast || path == MoePath::Grouped;
+    return fast && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
+  };
+  DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, sh.w1, s1, Is, false, stream, prec(Is)));
+  DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, sh.w3, s3, Is, false, stream, prec(Is)));
+  detail::launch_swiglu(s1, s3, T, nullptr, Is, shared_limit, stream);
+  DSI_CUDA_LAUNCHED("swiglu_kernel(shared)");
+  return gemm_cuda(s1, T, Is, sh.w2, shy, D, false, stream, prec(D));
+}
+
+Status check_launch_status(const char* name) {
+  DSI_CUDA_LAUNCHED(name);
+  return Status::ok();
 }
 
 }  // namespace
@@ -192,42 +273,41 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   const bool skinny_ok = path != MoePath::Invariant;
   int32_t* active = fast ? ws.active_.data() : nullptr;
 
-  detail::launch_moe_count(idx, n, E, offsets, pos, active, stream);
-  DSI_CUDA_LAUNCHED("moe_count_kernel");
-  detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
-  DSI_CUDA_LAUNCHED("moe_scatter_kernel");
-
-  if (grouped) {
+  // Fast path: the shared expert on the side stream, concurrently with the routed experts. The join precedes the
+  // combine and is recorded whatever happened in between (a captured forward never ends with the side stream
+  // unjoined).
+  const bool side = shared && fast && ws.side_.usable();
+  float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *shy = shared ? ws.shy_.data() : nullptr;
+  if (side) DSI_RETURN_IF_ERROR(ws.side_.fork(stream));
+  Status st = Status::ok();
+  if (fast && n <= detail::kMoePrepMaxN) {
+    detail::launch_moe_prep(idx, n, topk, E, offsets, perm, pos, active, stream);  // count + scatter in one launch
+    st = check_launch_status("moe_prep_kernel");
+  } else {
+    detail::launch_moe_count(idx, n, E, offsets, pos, active, stream);
+    st = check_launch_status("moe_count_kernel");
+    if (st.is_ok()) detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
+    if (st.is_ok()) st = check_launch_status("moe_scatter_kernel");
+  }
+  if (st.is_ok() && grouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
                         reinterpret_cast<uint16_t*>(h1), yp, stream);
-    DSI_CUDA_LAUNCHED("moe_grouped_x_kernel / moe_tile_list_kernel / moe_grouped_kernel");
-  } else if (fast) {
+    st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_kernel / moe_grouped_kernel");
+  } else if (st.is_ok() && fast) {
     moe_fast_experts(x, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
                      reinterpret_cast<uint16_t*>(h1), yp, stream);
-    DSI_CUDA_LAUNCHED("moe_gather_kernel / moe_fast_kernel");
-  } else {
-    DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w1, h1, I, stream, skinny_ok));
-    DSI_RETURN_IF_ERROR(expert_gemm(x, D, perm, offsets, n, E, ex.w3, h3, I, stream, skinny_ok));
-    detail::launch_swiglu(h1, h3, n, offsets + E, I, limit, stream);
-    DSI_CUDA_LAUNCHED("swiglu_kernel");
-    DSI_RETURN_IF_ERROR(expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream, skinny_ok));
+    st = check_launch_status("moe_gather_kernel / moe_fast_kernel");
+  } else if (st.is_ok()) {
+    st = exact_experts(x, n, ex, limit, offsets, perm, h1, h3, yp, stream, skinny_ok);
   }
-
-  const float* shy = nullptr;
-  if (shared) {
-    float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *so = ws.shy_.data();
-    // The fast path takes the streaming GEMM where it measured faster (gemm_stream_preferred).
-    auto prec = [&](int64_t N) {
-      if (path == MoePath::Invariant) return GemmPrecision::kBatchInvariant;
-      return (path == MoePath::Fast || path == MoePath::Grouped) && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
-    };
-    DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w1, s1, Is, false, stream, prec(Is)));
-    DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, shared->w3, s3, Is, false, stream, prec(Is)));
-    detail::launch_swiglu(s1, s3, T, nullptr, Is, shared_limit, stream);
-    DSI_CUDA_LAUNCHED("swiglu_kernel(shared)");
-    DSI_RETURN_IF_ERROR(gemm_cuda(s1, T, Is, shared->w2, so, D, false, stream, prec(D)));
-    shy = so;
+  // launched after the routed kernels (host launch time stays off the routed critical path), forked before them
+  if (st.is_ok() && shared)
+    st = shared_expert(x, T, D, *shared, shared_limit, path, s1, s3, shy, side ? ws.side_.stream() : stream);
+  if (side) {
+    const Status joined = ws.side_.join(stream);
+    if (st.is_ok()) st = joined;
   }
+  DSI_RETURN_IF_ERROR(st);
   detail::launch_combine(yp, pos, weight, T, topk, D, shy, out, stream);
   DSI_CUDA_LAUNCHED("combine_kernel");
   return Status::ok();

@@ -24,6 +24,8 @@ Status route_cuda(const float* logits, int64_t T, const float* bias, const int32
 // tensor-core tiled GEMMs (the reference-checking path). Fast: the grouped decode kernels of moe_fast.cu (x and the
 // SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
 // moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda either way.
+// Fast also runs the shared expert on the workspace's side stream, concurrently with the routed experts (same
+// bits), and, for T*topk <= kMoePrepMaxN, the permutation in one launch and the gate/up kernel on fp32 x directly.
 // Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
 // tiled grouped GEMMs for every T (never the T-dependent skinny choice); the shared expert with
 // GemmPrecision::kBatchInvariant. A token's bits then do not depend on the other tokens or on T.
@@ -48,6 +50,34 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
                 const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float shared_limit,
                 float* out, MoeWorkspace& ws, void* stream, MoePath path = MoePath::Exact);
 
+// Second stream and fork/join events on which the fast path runs the shared expert concurrently with the routed
+// experts (same kernels and buffers as in line, so the same bits; the join precedes the combine). Created by
+// MoeWorkspace::reserve on the current device (stream/event creation never happens inside a captured forward);
+// moe_cuda runs the shared expert in line when called on another device.
+class MoeSideStream {
+ public:
+  MoeSideStream() = default;
+  MoeSideStream(const MoeSideStream&) = delete;
+  MoeSideStream& operator=(const MoeSideStream&) = delete;
+  MoeSideStream(MoeSideStream&& o) noexcept { swap(o); }
+  MoeSideStream& operator=(MoeSideStream&& o) noexcept {
+    if (this != &o) release(), swap(o);
+    return *this;
+  }
+  ~MoeSideStream() { release(); }
+  Status create();                  // no-op when already created
+  bool usable() const;              // created on the current device
+  Status fork(void* main_stream);   // the side stream waits for the main stream's work so far
+  Status join(void* main_stream);   // the main stream waits for the side stream's work so far
+  void* stream() const { return stream_; }
+
+ private:
+  void release();
+  void swap(MoeSideStream& o) noexcept;
+  void *stream_ = nullptr, *fork_ = nullptr, *join_ = nullptr;
+  int device_ = -1;
+};
+
 // Device scratch of moe_cuda, grown by reserve() (never inside moe_cuda, so a captured forward allocates nothing).
 class MoeWorkspace {
  public:
@@ -71,6 +101,7 @@ class MoeWorkspace {
   // Fast path: h1_ holds the bf16 SwiGLU output [n, inter], h3_ the bf16 gathered x [n, dim] (sized for both;
   // the grouped path keeps x [T, dim] in h3_, unpermuted).
   dsinfer::cuda::DeviceBuffer<float> h1_, h3_, yp_, sh1_, sh3_, shy_;
+  MoeSideStream side_;
 };
 
 }  // namespace dsinfer::ops::cuda

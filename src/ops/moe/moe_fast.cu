@@ -3,8 +3,10 @@
 // (blocks past the list's length exit), so every touched expert's weights are streamed once per pass of 8 tokens.
 // Block: 8 warps split K in 128-k chunks (warp w takes chunks w, w+8, ...), each warp holds 4 m16 weight tiles
 // x 8 tokens of fp32 accumulators; the warps' partial sums are added in warp order in shared memory (deterministic,
-// no atomics). Gate/up kernel: tiles W1 rows n0..n0+31 and W3 rows n0..n0+31, epilogue = clamped SwiGLU -> bf16
-// (pair layout, the B operand of the down kernel). Down kernel: W2 rows n0..n0+63, epilogue = fp32 rows of yp.
+// no atomics). Before the first pass each warp prefetches its next chunks to L2. The gate/up kernel reads its B
+// operand from the gathered bf16 rows or (kXf32, small T) from fp32 x through perm_token, rounded the same way.
+// Gate/up kernel: tiles W1 rows n0..n0+31 and W3 rows n0..n0+31, epilogue = clamped SwiGLU -> bf16 (pair layout,
+// the B operand of the down kernel). Down kernel: W2 rows n0..n0+63, epilogue = fp32 rows of yp.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -19,6 +21,7 @@ namespace {
 
 namespace md = ::dsinfer::ops::moe_detail;
 using md::kFastChunk;
+using md::kFastPrefetch;
 using md::kFastThreads;
 using md::kFastTiles;
 using md::kFastTokens;
@@ -56,23 +59,64 @@ struct TileRows {
   int64_t data_row, scale_row;  // bytes per row: K/2 and K/32
 };
 
-template <bool kGateUp>
-__device__ __forceinline__ void load_chunk(const TileRows& tr, const uint16_t* xrow, int ch, int t, Chunk& c) {
+// bf16x2 bits (round to nearest) of lo (low half) and hi.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
+// Activations of the lane: 32 k of the chunk. xf (fp32 x row): word c of c.x[i] holds the pair (element 8i + c,
+// element 8i + c + 4) of the lane's group = pair layout slots 8i + 2c, 8i + 2c + 1 (pair_src), so two float4 loads
+// per uint4 and the same rounding as moe_gather_kernel. xb: the gathered bf16 pair-layout row. Neither: zeros.
+__device__ __forceinline__ void load_x(const uint16_t* xb, const float* xf, int ch, int t, Chunk& c) {
+  if (xf) {
+    const float4* p = reinterpret_cast<const float4*>(xf + ch * kFastChunk + t * 32);
 #pragma unroll
-  for (int a = 0; a < kFastTiles; ++a)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int m = kGateUp ? (a >> 1) : 0, row = (kGateUp ? 16 * (a & 1) : 16 * a) + 8 * r;
-      c.w[a][r] = __ldg(reinterpret_cast<const uint4*>(tr.data[m] + row * tr.data_row + ch * (kFastChunk / 2) + t * 16));
-      c.s[a][r] = __ldg(tr.scale[m] + row * tr.scale_row + ch * (kFastChunk / 32) + t);
+    for (int i = 0; i < 4; ++i) {
+      const float4 a = __ldg(p + 2 * i), b = __ldg(p + 2 * i + 1);
+      c.x[i] = make_uint4(pack_bf16(a.x, b.x), pack_bf16(a.y, b.y), pack_bf16(a.z, b.z), pack_bf16(a.w, b.w));
     }
-  if (xrow) {
-    const uint4* p = reinterpret_cast<const uint4*>(xrow + ch * kFastChunk + t * 32);
+  } else if (xb) {
+    const uint4* p = reinterpret_cast<const uint4*>(xb + ch * kFastChunk + t * 32);
 #pragma unroll
     for (int i = 0; i < 4; ++i) c.x[i] = __ldg(p + i);
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) c.x[i] = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Weight matrix of tile a (0: W1 or W2, 1: W3) and its row half r's offset from the lane's row g.
+template <bool kGateUp>
+__device__ __forceinline__ int tile_matrix(int a) { return kGateUp ? (a >> 1) : 0; }
+template <bool kGateUp>
+__device__ __forceinline__ int tile_row(int a, int r) { return (kGateUp ? 16 * (a & 1) : 16 * a) + 8 * r; }
+
+template <bool kGateUp>
+__device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Chunk& c) {
+#pragma unroll
+  for (int a = 0; a < kFastTiles; ++a)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int m = tile_matrix<kGateUp>(a), row = tile_row<kGateUp>(a, r);
+      c.w[a][r] = __ldg(reinterpret_cast<const uint4*>(tr.data[m] + row * tr.data_row + ch * (kFastChunk / 2) + t * 16));
+      c.s[a][r] = __ldg(tr.scale[m] + row * tr.scale_row + ch * (kFastChunk / 32) + t);
+    }
+}
+
+// L2 prefetch of the block's weights and scales of chunk ch (what the warp's load_chunk of ch will read, no
+// registers held: the chunks ahead are in flight while the warp decodes the current one). Lane L takes two of the
+// block's 64 rows (gate/up: row L of W1 and of W3; down: rows L and L + 32 of W2): the row's 64-byte FP4 segment
+// (two 32-byte sectors) and its scale bytes.
+template <bool kGateUp>
+__device__ __forceinline__ void prefetch_chunk(const TileRows& tr, int ch, int lane, int g) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int m = kGateUp ? j : 0, row = (kGateUp ? lane : lane + 32 * j) - g;  // tr rows start at row g
+    const uint8_t* d = tr.data[m] + row * tr.data_row + ch * (kFastChunk / 2);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(d));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(d + 32));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(tr.scale[m] + row * tr.scale_row + ch * (kFastChunk / 32)));
   }
 }
 
@@ -107,7 +151,7 @@ __device__ __forceinline__ float reduced(const float* red, int a, int row16, int
 static_assert(md::kFastScaleShift == 64, "reduced() multiplies by 2^64");
 static_assert(kFastThreads == md::kFastGateRows * kFastTokens, "gate/up epilogue: one thread per (row, token)");
 
-template <bool kGateUp>
+template <bool kGateUp, bool kXf32>
 __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p) {
   __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
   if (int(blockIdx.y) >= p.active[0]) return;
@@ -127,15 +171,25 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     tr.scale[m] = static_cast<const uint8_t*>(up ? p.s3[e] : p.s1[e]) + (n0 + g) * tr.scale_row;
   }
 
+  // L2 prefetch of the warp's next kFastPrefetch chunks (first pass; later passes re-read what it brought in)
+  for (int j = 1; j <= kFastPrefetch; ++j)
+    if (warp + j * kFastWarps < nch) prefetch_chunk<kGateUp>(tr, int(warp + j * kFastWarps), lane, g);
   for (int pass = 0; pass < cnt; pass += kFastTokens) {
-    const uint16_t* xrow = pass + g < cnt ? p.xb + (int64_t(rb) + pass + g) * K : nullptr;
+    const bool has_row = pass + g < cnt;
+    const uint16_t* xrow = !kXf32 && has_row ? p.xb + (int64_t(rb) + pass + g) * K : nullptr;
+    const float* xfrow = kXf32 && has_row ? p.xf + int64_t(p.perm[rb + pass + g]) * K : nullptr;
     float acc[kFastTiles][4] = {};
-    // One chunk in flight per warp (4 KB); 3 blocks = 24 warps per SM keep up to ~96 KB outstanding. Measured on
-    // the H200 (2026-11-30): 3 blocks/SM at 80 registers beat 2 blocks/SM by 10-25 %, and a 2-stage cp.async
-    // ring per warp (2 blocks/SM by shared memory) was no faster: the FP4 decode's ALU work is the other limit.
+    // One chunk loaded per warp at a time (4 KB); 3 blocks = 24 warps per SM. Measured on the H200 (2026-11-30):
+    // 3 blocks/SM at 80 registers beat 2 blocks/SM by 10-25 %, and a 2-stage cp.async ring per warp (2 blocks/SM
+    // by shared memory) was no faster: the FP4 decode's ALU work is the other limit. The prefetch above
+    // (2026-12-01) puts the warp's first 1 + kFastPrefetch chunks in flight at once without holding registers (all
+    // of them for K <= 4096: T = 1 no longer waits for 4 HBM round trips in a row); it sits outside the pass loop
+    // because inside it the compiler keeps its addresses live across passes and spills.
     for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
       Chunk c;
-      load_chunk<kGateUp>(tr, xrow, int(ch), t, c);
+      if constexpr (kXf32) load_x(xrow, xfrow, int(ch), t, c);  // fp32 x converted first: fewer live registers
+      load_chunk<kGateUp>(tr, int(ch), t, c);
+      if constexpr (!kXf32) load_x(xrow, xfrow, int(ch), t, c);
       compute_chunk(c, acc);
     }
 #pragma unroll
@@ -187,8 +241,10 @@ void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t*
 void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream) {
   const int rows = gate_up ? md::kFastGateRows : md::kFastDownRows;
   const dim3 grid(unsigned(a.N / rows), unsigned(max_active));
-  if (gate_up) moe_fast_kernel<true><<<grid, kFastThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
-  else moe_fast_kernel<false><<<grid, kFastThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (gate_up && a.xf) moe_fast_kernel<true, true><<<grid, kFastThreads, 0, st>>>(a);
+  else if (gate_up) moe_fast_kernel<true, false><<<grid, kFastThreads, 0, st>>>(a);
+  else moe_fast_kernel<false, false><<<grid, kFastThreads, 0, st>>>(a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

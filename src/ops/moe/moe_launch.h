@@ -46,6 +46,8 @@ struct MoeFastArgs {
   const int32_t* active = nullptr;   // [1 + experts]: number of touched experts, then their ids (increasing)
   const int32_t* offsets = nullptr;  // [experts + 1] (the permutation)
   const uint16_t* xb = nullptr;      // B operand rows, bf16 in pair layout (moe_fast_common.h) [rows, K]
+  const float* xf = nullptr;         // gate kernel, instead of xb: fp32 x [T, K], row perm[p] for permuted row p,
+  const int32_t* perm = nullptr;     //   rounded to bf16 in registers (bitwise the same B operand as xb)
   const void* const* w1 = nullptr;   // gate kernel: W1 [N, K]; down kernel: W2 [N, K] (per-expert pointers)
   const void* const* s1 = nullptr;
   const void* const* w3 = nullptr;   // gate kernel: W3 [N, K]; unused by the down kernel
@@ -59,6 +61,7 @@ struct MoeFastArgs {
 namespace detail {
 inline constexpr int kRouteWarps = 4;  // tokens per router block (one warp each)
 inline constexpr int64_t kMoeMaxExperts = 8192;  // the count kernel keeps one int counter per expert in shared memory
+inline constexpr int kMoePrepMaxN = 2048;  // moe_prep_kernel: assignments staged in shared memory
 
 // route.cu: the router top-k, one warp per token (kernel "route_kernel").
 void launch_route(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
@@ -69,6 +72,10 @@ void launch_route(const float* logits, int64_t T, const float* bias, const int32
 // launch_moe_count also writes the touched-expert list (count, then ids) when `active` is not null.
 void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of,
                       int32_t* active, void* stream);
+// The same permutation (and active list, when not null) in one single-block launch, for n <= kMoePrepMaxN
+// ("moe_prep_kernel").
+void launch_moe_prep(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, int32_t* offsets,
+                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream);
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,
                         int32_t* perm_token, int32_t* pos_of, void* stream);
 void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows_dev, int64_t inter, float limit,
@@ -76,8 +83,8 @@ void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows
 void launch_combine(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk, int64_t dim,
                     const float* shared, float* out, void* stream);
 // moe_fast.cu: x rows gathered through perm_token into bf16 pair layout, rows < *rows_dev ("moe_gather_kernel",
-// max_rows blocks); the gate/up + SwiGLU kernel (gate_up) or the down kernel ("moe_fast_kernel"), grid
-// (N / rows per block, max_active).
+// max_rows blocks); the gate/up + SwiGLU kernel (gate_up; reads a.xf through a.perm when a.xf is set, else a.xb)
+// or the down kernel ("moe_fast_kernel"), grid (N / rows per block, max_active).
 void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
                        int64_t K, uint16_t* xb, void* stream);
 void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream);

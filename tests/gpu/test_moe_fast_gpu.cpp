@@ -1,0 +1,164 @@
+// GPU checks of the fast MoE path's launch variants (ops/moe/moe_cuda.cpp), which must not change any bit:
+// * the gate/up kernel reading fp32 x itself (T*topk <= 512) vs the gathered bf16 rows (above), the one-launch
+//   permutation (T*topk <= kMoePrepMaxN) vs count + scatter (above): a token's output is bitwise the same at
+//   T = 5, 120 and 400 (routed experts only; the shared expert's GEMM path depends on T by design);
+// * a misaligned x pointer (gather fallback) gives the aligned run's bits;
+// * the shared expert on the workspace's side stream under CUDA graph capture: the replay equals the eager run
+//   bitwise and both are close to the in-line (Exact path) result.
+// Accuracy against the CPU reference is test_moe_gpu.cpp's business (MoeGpu.FastPath*).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cuda/gpu_test_util.h"
+#include "ops/moe/moe_cuda.h"
+#include "weight_gen.h"
+
+namespace {
+
+using dsinfer::cuda::DeviceBuffer;
+using dsinfer::cuda::test::normalized_error;
+using dsinfer::cuda::test::to_device;
+using dsinfer::ops::cuda::WeightFormat;
+using dsinfer::test::HostWeight;
+using dsinfer::test::make_host_weight;
+using dsinfer::test::random_floats;
+using dsinfer::test::Rng;
+namespace oc = dsinfer::ops::cuda;
+
+struct Experts {
+  std::vector<oc::OwnedDeviceWeight> owned;
+  DeviceBuffer<const void*> ptrs[6];
+  oc::MoeExpertsDevice ex;
+};
+
+// E FP4_G32 experts (w1, w3: [I, D]; w2: [D, I]).
+void build_experts(Experts& s, int64_t E, int64_t D, int64_t I, uint64_t seed) {
+  oc::DeviceExpertWeights views[3];
+  for (int p = 0; p < 3; ++p) {
+    const int64_t rows = p == 2 ? D : I, cols = p == 2 ? I : D;
+    std::vector<const void*> dp, sp;
+    for (int64_t e = 0; e < E; ++e) {
+      HostWeight h = make_host_weight(WeightFormat::FP4_G32, rows, cols, seed * 1000 + uint64_t(e * 3 + p), true, 128,
+                                      128, false);
+      s.owned.push_back(dsinfer::test::upload(h));
+      dp.push_back(s.owned.back().w.data), sp.push_back(s.owned.back().w.scale);
+    }
+    s.ptrs[2 * p] = to_device(dp), s.ptrs[2 * p + 1] = to_device(sp);
+    views[p].fmt = WeightFormat::FP4_G32, views[p].rows = rows, views[p].cols = cols;
+    views[p].data = s.ptrs[2 * p].data(), views[p].scale = s.ptrs[2 * p + 1].data();
+  }
+  s.ex = {E, D, I, views[0], views[1], views[2]};
+}
+
+// k distinct experts per token, weights in (0.1, 1.1).
+void routing(int64_t T, int64_t E, int64_t k, uint64_t seed, std::vector<int32_t>& idx, std::vector<float>& wt) {
+  Rng r(seed);
+  idx.assign(size_t(T * k), 0), wt.assign(size_t(T * k), 0.0f);
+  std::vector<int32_t> perm(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < E; ++e) perm[size_t(e)] = int32_t(e);
+    for (int64_t j = 0; j < k; ++j) {
+      std::swap(perm[size_t(j)], perm[size_t(j + int64_t(r.next() % uint64_t(E - j)))]);
+      idx[size_t(t * k + j)] = perm[size_t(j)], wt[size_t(t * k + j)] = 0.1f + r.uniform();
+    }
+  }
+}
+
+std::vector<float> run_fast(const Experts& s, const float* dx, int64_t T, const int32_t* di, const float* dw, int64_t k,
+                            const oc::MoeSharedDevice* sh, oc::MoePath path = oc::MoePath::Fast) {
+  oc::MoeWorkspace ws;
+  EXPECT_TRUE(ws.reserve(T, k, s.ex.dim, s.ex.inter, s.ex.experts).is_ok());
+  DeviceBuffer<float> out;
+  EXPECT_TRUE(out.alloc(size_t(T * s.ex.dim)).is_ok());
+  const auto st = oc::moe_cuda(dx, T, di, dw, k, s.ex, sh, 10.0f, 10.0f, out.data(), ws, nullptr, path);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  std::vector<float> h(size_t(T * s.ex.dim));
+  EXPECT_EQ(cudaMemcpy(h.data(), out.data(), h.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t E = 32, k = 6, D = 256, I = 384, Tmax = 400, Tsmall = 5;
+  Experts s;
+  build_experts(s, E, D, I, 7);
+  std::vector<int32_t> idx;
+  std::vector<float> wt;
+  routing(Tmax, E, k, 11, idx, wt);
+  const std::vector<float> x = random_floats(size_t(Tmax * D), 13);
+  auto di = to_device(idx);
+  auto dw = to_device(wt);
+  // x at a 4-byte offset: not 16-byte aligned, so the gate/up kernel gets the gathered rows even for small T
+  std::vector<float> x_off(x.size() + 1, 0.0f);
+  std::memcpy(x_off.data() + 1, x.data(), x.size() * 4);
+  auto dx = to_device(x);
+  auto dx_off = to_device(x_off);
+  // T = 5 (direct x, one-launch permutation), 120 (n = 720: gather), 400 (n = 2400: count + scatter, gather)
+  const std::vector<float> small = run_fast(s, dx.data(), Tsmall, di.data(), dw.data(), k, nullptr);
+  const std::vector<float> small_off = run_fast(s, dx_off.data() + 1, Tsmall, di.data(), dw.data(), k, nullptr);
+  const std::vector<float> mid = run_fast(s, dx.data(), 120, di.data(), dw.data(), k, nullptr);
+  const std::vector<float> big = run_fast(s, dx.data(), Tmax, di.data(), dw.data(), k, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const size_t cmp = size_t(Tsmall * D) * 4;
+  for (float v : small) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(std::memcmp(small.data(), small_off.data(), cmp), 0) << "misaligned x (gather) vs direct x";
+  EXPECT_EQ(std::memcmp(small.data(), mid.data(), cmp), 0) << "T = 5 vs T = 120";
+  EXPECT_EQ(std::memcmp(mid.data(), big.data(), size_t(120 * D) * 4), 0) << "T = 120 vs T = 400";
+}
+
+TEST(MoeFastGpu, SharedExpertSideStreamUnderGraphCapture) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t E = 16, k = 4, D = 256, I = 256, T = 3;
+  Experts s;
+  build_experts(s, E, D, I, 21);
+  std::vector<oc::OwnedDeviceWeight> sh_owned;
+  for (int p = 0; p < 3; ++p)
+    sh_owned.push_back(dsinfer::test::upload(
+        make_host_weight(WeightFormat::FP8_BLOCK, p == 2 ? D : I, p == 2 ? I : D, 900 + uint64_t(p))));
+  const oc::MoeSharedDevice sh{sh_owned[0].w, sh_owned[1].w, sh_owned[2].w};
+  std::vector<int32_t> idx;
+  std::vector<float> wt;
+  routing(T, E, k, 23, idx, wt);
+  auto dx = to_device(random_floats(size_t(T * D), 25));
+  auto di = to_device(idx);
+  auto dw = to_device(wt);
+  oc::MoeWorkspace ws;
+  ASSERT_TRUE(ws.reserve(T, k, D, I, E).is_ok());
+  DeviceBuffer<float> out_eager, out_graph;
+  ASSERT_TRUE(out_eager.alloc(size_t(T * D)).is_ok());
+  ASSERT_TRUE(out_graph.alloc(size_t(T * D)).is_ok());
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  auto call = [&](float* out) {
+    return oc::moe_cuda(dx.data(), T, di.data(), dw.data(), k, s.ex, &sh, 10.0f, 10.0f, out, ws, st, oc::MoePath::Fast);
+  };
+  ASSERT_TRUE(call(out_eager.data()).is_ok());
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const auto cap = call(out_graph.data());
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "side stream not joined before the capture ended";
+  ASSERT_TRUE(cap.is_ok()) << cap.message();
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  std::vector<float> a(size_t(T * D)), b(a.size());
+  ASSERT_EQ(cudaMemcpy(a.data(), out_eager.data(), a.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(b.data(), out_graph.data(), b.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (float v : a) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "graph replay vs eager";
+  // The exact path runs the shared expert in line (fp32 GEMMs): same math up to the fast path's bf16 rounding
+  // (kFastTol of test_moe_gpu.cpp).
+  const std::vector<float> exact = run_fast(s, dx.data(), T, di.data(), dw.data(), k, &sh, oc::MoePath::Exact);
+  EXPECT_LT(normalized_error(a, exact), 1e-2);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+}
+
+}  // namespace
