@@ -3,8 +3,10 @@
 // another copy of the mixing weights and (while they fit) another copy of the streams out of pools larger than
 // the 60 MB L2, so weights and activations come from HBM as in a forward step (a layer's fn is read once).
 // Bytes that must move: fn + X read, y (hc_pre / hc_head) or X read + written and f read (hc_post); floor =
-// bytes / 4.2e12 B/s. The mixes run in double (as the reference): fp64_us is their FLOPs at 34 TFLOP/s (H200
-// fp64 without tensor cores), a second bound. Version-1 figure to beat (bench/NOTES.md): hc_pre 160 us at T = 1.
+// bytes / 4.2e12 B/s. The mixes run in double (as the reference) on the fp64 tensor cores: fp64_us is their FLOPs
+// at 67 TFLOP/s, a second bound. hc_pre also prints its two kernels alone (mix = the split reduction, fin = the
+// finalize: partial sums, Sinkhorn, collapse, norm), the batch-invariant split (hc_pre_inv), and old_us: the
+// per-call figure of the previous kernels (`dsinfer bench` per-op table, 2026-11-30: 44 / 60 / 112 / 1160 us).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,13 +19,14 @@
 #include "cuda/device.h"
 #include "cuda/device_buffer.h"
 #include "ops/mhc/mhc_cuda.h"
+#include "ops/mhc/mhc_launch.h"
 
 using namespace dsinfer;
 
 namespace {
 
 constexpr int64_t kN = 4, kD = 4096, kLen = kN * kD, kMixes = (2 + kN) * kN;
-constexpr double kHbm = 4.2e12, kFp64 = 34e12;
+constexpr double kHbm = 4.2e12, kFp64 = 67e12;
 constexpr size_t kPoolBytes = size_t(160) << 20;  // > L2
 
 #define BENCH_CHECK(x)                                             \
@@ -62,11 +65,15 @@ double median_us(const std::function<void(int)>& run, cudaEvent_t e0, cudaEvent_
   return 1e3 * ms[ms.size() / 2];
 }
 
-void row(const char* op, int64_t T, double bytes, double flops64, double us) {
+void row(const char* op, int64_t T, double bytes, double flops64, double us, double old_us = 0.0) {
   const double floor_us = bytes / kHbm * 1e6, fp64_us = flops64 / kFp64 * 1e6;
-  std::printf("%-8s %5ld %9.3f %9.3f %9.3f %10.2f %7.1f\n", op, long(T), bytes / 1e6, floor_us, fp64_us, us,
+  std::printf("%-10s %5ld %9.3f %9.3f %9.3f %10.2f %7.1f", op, long(T), bytes / 1e6, floor_us, fp64_us, us,
               us / std::max(floor_us, fp64_us));
+  if (old_us > 0) std::printf(" %9.0f", old_us);
+  std::printf("\n");
 }
+
+double old_pre_us(int64_t T) { return T == 1 ? 44 : T == 64 ? 60 : T == 256 ? 112 : T == 4096 ? 1160 : 0; }
 
 }  // namespace
 
@@ -90,7 +97,8 @@ int main() {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  std::printf("%-8s %5s %9s %9s %9s %10s %7s\n", "op", "T", "MB", "floor_us", "fp64_us", "median_us", "ratio");
+  std::printf("%-10s %5s %9s %9s %9s %10s %7s %9s\n", "op", "T", "MB", "floor_us", "fp64_us", "median_us", "ratio",
+              "old_us");
   for (int64_t T : {1, 64, 256, 4096}) {
     const size_t xsz = size_t(T * kLen);
     const int64_t x_copies = std::max<int64_t>(1, int64_t(kPoolBytes / (xsz * 4)));
@@ -104,7 +112,7 @@ int main() {
     std::vector<int32_t> hr(static_cast<size_t>(T));
     for (int64_t r = 0; r < T; ++r) hr[size_t(r)] = int32_t(r);
     BENCH_CHECK(rows.upload(hr.data(), hr.size()));
-    auto params = [&](bool head, int i) {
+    auto params = [&](bool head, int i, bool inv = false) {
       ops::cuda::HcNormParams p;
       p.fn = head ? hfn.data() + (i % fn_copies) * kN * kLen : fn.data() + (i % fn_copies) * kMixes * kLen;
       p.base = head ? hbase.data() : base.data();
@@ -112,6 +120,7 @@ int main() {
       p.n = kN;
       p.dim = kD;
       p.norm_w = norm_w.data();
+      p.batch_invariant = inv;
       return p;
     };
     auto xs = [&](int i) { return X.data() + size_t(i % x_copies) * xsz; };
@@ -125,8 +134,24 @@ int main() {
     auto head = [&](int i) {
       BENCH_CHECK(ops::cuda::hc_head_norm(params(true, i), xs(i), rows.data(), T, y.data(), nullptr));
     };
+    const double pre_bytes = double(kMixes * kLen) * 4 + xb + yb, pre_flops = 2.0 * double(T) * double(kLen) * (kMixes + 1);
     double us = median_us(pre, e0, e1);
-    row("hc_pre", T, double(kMixes * kLen) * 4 + xb + yb, 2.0 * double(T) * double(kLen) * double(kMixes + 1), us);
+    row("hc_pre", T, pre_bytes, pre_flops, us, old_pre_us(T));
+    // The two kernels alone (the default split): mix reads fn + X, the finalize reads X again and writes y.
+    const ops::cuda::detail::HcSplit sp = ops::cuda::detail::hc_default_split(T, kN, kD, kMixes);
+    us = median_us([&](int i) { ops::cuda::detail::launch_hc_mix(params(false, i), xs(i), nullptr, T, sp, y.data(), nullptr); },
+                   e0, e1);
+    row("  mix", T, double(kMixes * kLen) * 4 + xb, pre_flops, us);
+    // (Repeated finalize runs read their own outputs as partials: the values are garbage, the work is the same.)
+    us = median_us([&](int i) {
+      ops::cuda::detail::launch_hc_finalize(params(false, i), xs(i), nullptr, T, sp, y.data(), post.data(), comb.data(),
+                                            nullptr);
+    }, e0, e1);
+    row("  fin", T, xb + yb, 0.0, us);
+    us = median_us([&](int i) {
+      BENCH_CHECK(ops::cuda::hc_pre_norm(params(false, i, true), xs(i), T, y.data(), post.data(), comb.data(), nullptr));
+    }, e0, e1);
+    row("hc_pre_inv", T, pre_bytes, pre_flops, us);
     us = median_us(pst, e0, e1);
     row("hc_post", T, 2 * xb + yb, 0.0, us);
     us = median_us(head, e0, e1);

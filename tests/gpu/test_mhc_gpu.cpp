@@ -1,10 +1,12 @@
 // GPU parity: embed, hc_pre + norm, hc_post, hc_head + final norm, argmax against the CPU reference.
-// Thresholds: the mixes are double dot products on both sides (different summation order: split partials added in
-// split order on the GPU), the Sinkhorn runs in fp32 with the same op order but the GPU's expf differs from
-// glibc's by an ulp: 1e-5 on y / post / comb.
+// Thresholds: the mixes are double dot products on both sides (exact products of floats; the GPU adds them on the
+// fp64 tensor cores in another order: per warp k-slice, then warps, then splits, a relative difference ~1e-15),
+// the Sinkhorn runs in fp32 with the same op order but the GPU's expf differs from glibc's by an ulp and a mu that
+// lands on a float rounding boundary may round the other way: 1e-5 on y / post / comb.
 // hc_post is a double accumulation of the same products: 1e-6. embed and argmax compare exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <tuple>
 
 #include "attn_test_util.h"
@@ -62,10 +64,12 @@ struct PreOut {
   std::vector<float> y, post, comb;
 };
 
-PreOut run_pre(HcFixture& f, const cuda::DeviceBuffer<float>& dX, int64_t T) {
+PreOut run_pre(HcFixture& f, const cuda::DeviceBuffer<float>& dX, int64_t T, bool invariant = false) {
   auto dy = poisoned<float>(size_t(T * f.dim)), dpost = poisoned<float>(size_t(T * f.n));
   auto dcomb = poisoned<float>(size_t(T * f.n * f.n));
-  EXPECT_TRUE(ops::cuda::hc_pre_norm(f.device(), dX.data(), T, dy.data(), dpost.data(), dcomb.data(), nullptr).is_ok());
+  ops::cuda::HcNormParams p = f.device();
+  p.batch_invariant = invariant;
+  EXPECT_TRUE(ops::cuda::hc_pre_norm(p, dX.data(), T, dy.data(), dpost.data(), dcomb.data(), nullptr).is_ok());
   return {to_host(dy, size_t(T * f.dim)), to_host(dpost, size_t(T * f.n)), to_host(dcomb, size_t(T * f.n * f.n))};
 }
 
@@ -85,22 +89,53 @@ void check_pre(int64_t T, int64_t n, int64_t dim, uint32_t seed) {
 }
 }  // namespace
 
-// T = 1 / 5 / 64 take 8-token mixing tiles and a whole block per token in the finalize; T = 300 takes 32-token
-// tiles and one warp per token. dim 256 (the shipped model) and 64 (the tiny fixtures) leave room for few
-// splits in the output row; n = 8 fills two comb elements per lane.
+// T = 1 / 5 take 8-token mixing tiles (one m-tile), T >= 9 32-token tiles (four m-tiles; 9 and 300 end in a
+// partial tile); the finalize runs a whole block per token up to T = 512 and one warp per token above (T = 1000 /
+// 600). n = 4 takes the unrolled finalize, n = 2 / 3 / 8 the generic one (n = 3: 15 mixes in 3 n-tiles; n = 8: 80
+// mixes in 10 n-tiles, two comb elements per lane). dim 256 (the shipped model) and 64 (the tiny fixtures) leave
+// room for few splits in the output row.
 TEST(GpuMhc, PreNormMatchesReference) {
   DSI_SKIP_WITHOUT_GPU();
-  for (int64_t T : {1, 5, 64, 300}) check_pre(T, kN, kD, 10);
-  for (int64_t T : {3, 300}) check_pre(T, kN, 256, 11);
+  for (int64_t T : {1, 5, 9, 64, 300, 1000}) check_pre(T, kN, kD, 10);
+  for (int64_t T : {3, 300, 600}) check_pre(T, kN, 256, 11);
   check_pre(7, kN, 64, 12);
   check_pre(5, 2, 64, 13);
+  check_pre(600, 2, 64, 15);
+  check_pre(20, 3, 256, 16);
   check_pre(70, 8, 256, 14);
+}
+
+// Batch-invariant mode: a token's outputs are bitwise the same alone (T = 1, one m-tile) and as token 0 of 600
+// (four m-tiles, other tokens in the tile), for hc_pre and hc_head.
+TEST(GpuMhc, InvariantTokenDoesNotDependOnT) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t T = 600;
+  HcFixture f(kN, kD, false, 50), h(kN, kD, true, 52);
+  auto X = random_vec(size_t(T * kN * kD), 51, 2.0f);
+  auto dX = to_device(X);
+  const PreOut big = run_pre(f, dX, T, true), one = run_pre(f, dX, 1, true);
+  EXPECT_TRUE(std::equal(one.y.begin(), one.y.end(), big.y.begin()));
+  EXPECT_TRUE(std::equal(one.post.begin(), one.post.end(), big.post.begin()));
+  EXPECT_TRUE(std::equal(one.comb.begin(), one.comb.end(), big.comb.begin()));
+  std::vector<int32_t> rows(static_cast<size_t>(T));
+  for (int64_t r = 0; r < T; ++r) rows[size_t(r)] = int32_t(r);
+  auto drows = to_device(rows);
+  ops::cuda::HcNormParams p = h.device();
+  p.batch_invariant = true;
+  std::vector<float> yh[2];
+  for (int k = 0; k < 2; ++k) {
+    const int64_t R = k == 0 ? 1 : T;
+    auto dy = poisoned<float>(size_t(R * kD));
+    ASSERT_TRUE(ops::cuda::hc_head_norm(p, dX.data(), drows.data(), R, dy.data(), nullptr).is_ok());
+    yh[k] = to_host(dy, size_t(kD));  // row 0 only
+  }
+  EXPECT_EQ(yh[0], yh[1]);
 }
 
 // Same input twice (the second time into outputs holding the first run's values): bitwise the same results.
 TEST(GpuMhc, PreNormIsDeterministic) {
   DSI_SKIP_WITHOUT_GPU();
-  for (int64_t T : {1, 300}) {
+  for (int64_t T : {1, 300, 1000}) {
     HcFixture f(kN, kD, false, 30);
     auto dX = to_device(random_vec(size_t(T * kN * kD), 31, 2.0f));
     const PreOut a = run_pre(f, dX, T), b = run_pre(f, dX, T);
@@ -127,11 +162,11 @@ TEST(GpuMhc, PostMatchesReferenceInPlace) {
 
 TEST(GpuMhc, HeadNormForSelectedRows) {
   DSI_SKIP_WITHOUT_GPU();
-  for (int64_t T : {4, 300}) {
+  for (int64_t T : {4, 600}) {
     HcFixture f(kN, kD, true, 20);
     auto X = random_vec(size_t(T * kN * kD), 21, 2.0f);
     std::vector<int32_t> rows = {3, 0, 2};
-    if (T > 4) {  // 299 rows (more than 256: the one-warp-per-row path), in a scrambled order
+    if (T > 4) {  // 599 rows (more than 512: the one-warp-per-row path), in a scrambled order
       rows.clear();
       for (int64_t r = 0; r + 1 < T; ++r) rows.push_back(int32_t((r * 7 + 3) % T));
     }

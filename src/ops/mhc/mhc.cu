@@ -1,14 +1,13 @@
 // CUDA mHC kernels (see mhc_cuda.h). hc_pre / hc_head run as two kernels:
-//  1. hc_mix_kernel: the mixing GEMM mu[t, r] = fn[r] . x[t] plus sum(x[t]^2) for all tokens at once, split over the
-//     n*dim reduction: block (tile, split) stages a chunk of kHcChunk floats of a tile of 8 or 32 tokens and of
-//     every fn row in shared memory and accumulates in double (products of floats are exact in double, as in the
-//     reference). Each (split, token, mix) partial is written by exactly one thread into the token's own output
-//     row y[t] (viewed as doubles [splits, mixes + 1]); nothing is added atomically, so results are deterministic.
-//  2. hc_finalize_kernel: per token, one warp sums the partials in split order, forms mu = acc * rsqrt(mean x^2 +
-//     eps), the sigmoids and the Sinkhorn iterations (one comb element per lane, rows/columns gathered with
-//     shuffles and summed in the reference's sequential k / j order, so the fp32 values equal a serial run); then
-//     the token's team (one warp with 8 tokens per block for many tokens, the whole block for few) collapses
-//     the streams with float4 loads into y (overwriting the partials, read before) and applies the RMSNorm.
+//  1. hc_mix_mma_kernel (mhc_mix.cu): the mixing GEMM of all tokens on the fp64 tensor cores, split over the n*dim
+//     reduction, double partials parked in the token's output row y[t] as [splits, mixes + 1].
+//  2. hc_finalize_kernel (here): per token, the team (the whole block for few tokens, one warp for many) adds
+//     the partials in a fixed order (each warp a contiguous range of splits, then the warps in order), one warp
+//     forms mu = acc * rsqrt(mean x^2 + eps), the sigmoids and the Sinkhorn iterations (one comb element per
+//     lane, rows/columns gathered with shuffles and summed in the reference's sequential k / j order, so the fp32
+//     values equal a serial run; N = 4 is instantiated with every loop unrolled, other n take the generic N = 0),
+//     then the team collapses the streams with float4 loads (several in flight per thread) into y (overwriting
+//     the partials, read before) and applies the RMSNorm.
 // hc_post: one thread per (token, 4 channels), float4 loads, the token's post/comb in shared memory.
 #include "cuda/ops_device.cuh"
 #include "ops/mhc/mhc_launch.h"
@@ -17,71 +16,19 @@ namespace dsinfer::ops::cuda::detail {
 
 namespace {
 namespace dev = dsinfer::cuda::dev;
-constexpr int kThreads = 256;
+constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kMaxMixes = (2 + kHcMaxN) * kHcMaxN;
-constexpr int kQ = kHcChunk / 4;                      // float4 per staged row
-constexpr int kStride = kQ + 1;                       // padded (68 floats): conflict-free float4 reads
-constexpr int kSlots = (kHcMaxN * kHcMaxN + 31) / 32;  // comb elements per lane
-constexpr int kMixSlots = (kMaxMixes + 1 + 31) / 32;  // mixes (+ sum of squares) per lane
 
 __device__ float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-__device__ __forceinline__ void fma4(double& acc, const float4& a, const float4& b) {
-  acc = fma(double(a.x), double(b.x), acc);
-  acc = fma(double(a.y), double(b.y), acc);
-  acc = fma(double(a.z), double(b.z), acc);
-  acc = fma(double(a.w), double(b.w), acc);
-}
-
-// Partials of mixes [0, mixes) and the sum of squares (index mixes) of tokens tile*TT.. over the chunks of split
-// blockIdx.y. rows: hc_head's token indices (null: token t is row t). Thread (t, g) owns mixes g, g + G, ...
-template <int TT>
-__global__ void __launch_bounds__(kThreads) hc_mix_kernel(const float* __restrict__ fn, int mixes,
-                                                          const float* __restrict__ X, const int32_t* __restrict__ rows,
-                                                          int64_t T, int64_t len, int64_t dim, int cps, float* y) {
-  constexpr int G = kThreads / TT, kPer = (kMaxMixes + 1 + G - 1) / G;
-  extern __shared__ float4 sm[];
-  float4* xs = sm;                 // [TT][kStride]
-  float4* fs = sm + TT * kStride;  // [mixes][kStride]
-  const int R = mixes + 1, t = threadIdx.x % TT, g = threadIdx.x / TT;
-  const int64_t tok0 = int64_t(blockIdx.x) * TT, nchunks = (len + kHcChunk - 1) / kHcChunk;
-  const int64_t c0 = int64_t(blockIdx.y) * cps, c1 = c0 + cps < nchunks ? c0 + cps : nchunks;
-  double acc[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) acc[i] = 0.0;
-  for (int64_t c = c0; c < c1; ++c) {
-    const int64_t k0 = c * kHcChunk;
-    for (int i = threadIdx.x; i < TT * kQ; i += kThreads) {
-      const int tt = i / kQ, q = i % kQ;
-      const int64_t k = k0 + 4 * q, tok = tok0 + tt;
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (tok < T && k < len) v = *reinterpret_cast<const float4*>(X + (rows ? int64_t(rows[tok]) : tok) * len + k);
-      xs[tt * kStride + q] = v;
-    }
-    for (int i = threadIdx.x; i < mixes * kQ; i += kThreads) {
-      const int r = i / kQ, q = i % kQ;
-      const int64_t k = k0 + 4 * q;
-      fs[r * kStride + q] = k < len ? *reinterpret_cast<const float4*>(fn + r * len + k) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    __syncthreads();
-#pragma unroll 2
-    for (int q = 0; q < kQ; ++q) {
-      const float4 xv = xs[t * kStride + q];
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int r = g + G * i;
-        if (r < R) fma4(acc[i], r < mixes ? fs[r * kStride + q] : xv, xv);
-      }
-    }
-    __syncthreads();
-  }
-  const int64_t tok = tok0 + t;
-  if (tok >= T) return;
-  double* part = reinterpret_cast<double*>(y + tok * dim) + int64_t(blockIdx.y) * R;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i)
-    if (g + G * i < R) part[g + G * i] = acc[i];
-}
+// Compile-time bounds of the finalize: N > 0 is the hc_mult itself (every loop unrolled), N == 0 any n <= kHcMaxN.
+template <int N>
+struct HcDims {
+  static constexpr int kN = N > 0 ? N : kHcMaxN;
+  static constexpr int kSlots = (kN * kN + 31) / 32;                 // comb elements per lane
+  static constexpr int kMixSlots = ((2 + kN) * kN + 1 + 31) / 32;  // mixes (+ sum of squares) per lane
+  static constexpr int kUnroll = N > 0 ? 4 : 1;                     // float4 columns in flight per thread
+};
 
 // Element idx of a warp-wide array held as v[idx / 32] in lane idx % 32. Collective: call from all 32 lanes.
 template <int K>
@@ -95,31 +42,70 @@ __device__ __forceinline__ float warp_pick(const float (&v)[K], int idx) {
   return out;
 }
 
-// One warp: the token's mu from the split partials, pre (into smem), post and the Sinkhorn-normalised comb, in
-// the float op order of ops/mhc/mhc_ref.cpp. kHead: pre only.
-template <bool kHead>
-__device__ void hc_coefficients(const HcNormParams& p, const double* part, int splits, float* pre, float* post,
-                                float* comb) {
-  const int lane = threadIdx.x & 31, n = int(p.n), mixes = kHead ? n : (2 + n) * n, R = mixes + 1;
-  double acc[kMixSlots];
-#pragma unroll
-  for (int i = 0; i < kMixSlots; ++i) {
-    const int j = lane + 32 * i;
-    acc[i] = 0.0;
-    if (j < R)
-      for (int s = 0; s < splits; ++s) acc[i] += part[int64_t(s) * R + j];
+// Sequential sum of part[s * R] for s in [s0, s1), four loads in flight.
+__device__ __forceinline__ double sum_splits(const double* part, int R, int s0, int s1) {
+  double acc = 0.0;
+  int s = s0;
+  for (; s + 4 <= s1; s += 4) {
+    const double v0 = part[int64_t(s) * R], v1 = part[int64_t(s + 1) * R], v2 = part[int64_t(s + 2) * R],
+                 v3 = part[int64_t(s + 3) * R];
+    acc += v0;
+    acc += v1;
+    acc += v2;
+    acc += v3;
   }
-  __syncwarp();  // every partial is read before the collapse overwrites this row of y
+  for (; s < s1; ++s) acc += part[int64_t(s) * R];
+  return acc;
+}
+
+// The token's mixes summed over the splits into acc (valid in the team's first warp, lane j + 32 i holds mix j).
+// A team of 8 warps: warp w sums splits [w S / 8, (w + 1) S / 8), then warp 0 adds the 8 sums in warp order.
+// Every partial is read before this returns (the collapse then overwrites the row). Call from the whole team.
+template <int N, int kTeamWarps>
+__device__ __forceinline__ void team_partials(const double* part, int splits, int R,
+                                              double (&acc)[HcDims<N>::kMixSlots], double (*s_acc)[kMaxMixes + 1]) {
+  const int lane = threadIdx.x & 31, w = int(threadIdx.x >> 5) % kTeamWarps;
+  const int s0 = int(int64_t(splits) * w / kTeamWarps), s1 = int(int64_t(splits) * (w + 1) / kTeamWarps);
+#pragma unroll
+  for (int i = 0; i < HcDims<N>::kMixSlots; ++i) {
+    const int j = lane + 32 * i;
+    acc[i] = j < R ? sum_splits(part + j, R, s0, s1) : 0.0;
+  }
+  if constexpr (kTeamWarps == 1) {
+    __syncwarp();
+  } else {
+#pragma unroll
+    for (int i = 0; i < HcDims<N>::kMixSlots; ++i)
+      if (lane + 32 * i < R) s_acc[w][lane + 32 * i] = acc[i];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < HcDims<N>::kMixSlots; ++i) {
+      const int j = lane + 32 * i;
+      double t = 0.0;
+      if (j < R)
+        for (int v = 0; v < kTeamWarps; ++v) t += s_acc[v][j];
+      acc[i] = t;
+    }
+  }
+}
+
+// One warp: from the token's summed mixes, pre (into smem), post and the Sinkhorn-normalised comb, in the float op
+// order of ops/mhc/mhc_ref.cpp. kHead: pre only.
+template <bool kHead, int N>
+__device__ void hc_coefficients(const HcNormParams& p, const double (&acc)[HcDims<N>::kMixSlots], float* pre,
+                                float* post, float* comb) {
+  using D = HcDims<N>;
+  const int lane = threadIdx.x & 31, n = N > 0 ? N : int(p.n), mixes = kHead ? n : (2 + n) * n;
   double ss = 0.0;
 #pragma unroll
-  for (int i = 0; i < kMixSlots; ++i) {
+  for (int i = 0; i < D::kMixSlots; ++i) {
     const double v = __shfl_sync(dev::kFull, acc[i], mixes & 31);
     if (i == (mixes >> 5)) ss = v;
   }
-  const double rho = 1.0 / sqrt(ss / double(p.n * p.dim) + double(p.rms_eps));
-  float mu[kMixSlots];
+  const double rho = 1.0 / sqrt(ss / double(int64_t(n) * p.dim) + double(p.rms_eps));
+  float mu[D::kMixSlots];
 #pragma unroll
-  for (int i = 0; i < kMixSlots; ++i) mu[i] = float(acc[i] * rho);
+  for (int i = 0; i < D::kMixSlots; ++i) mu[i] = float(acc[i] * rho);
   const float mu_post = warp_pick(mu, n + lane);  // lanes < n: mu[n + lane]
   if (lane < n) {
     pre[lane] = sigmoidf(mu[0] * p.scale[0] + p.base[lane]) + p.hc_eps;
@@ -127,50 +113,51 @@ __device__ void hc_coefficients(const HcNormParams& p, const double* part, int s
   }
   if (kHead) return;
   const int nn = n * n;
-  int e[kSlots];  // this lane's comb elements (clamped to 0 beyond n*n: computed, never stored)
-  float z[kSlots], c[kSlots], s[kSlots];
+  int e[D::kSlots];  // this lane's comb elements (clamped to 0 beyond n*n: computed, never stored)
+  float z[D::kSlots], c[D::kSlots], s[D::kSlots];
 #pragma unroll
-  for (int i = 0; i < kSlots; ++i) {
+  for (int i = 0; i < D::kSlots; ++i) {
     e[i] = lane + 32 * i < nn ? lane + 32 * i : 0;
     z[i] = warp_pick(mu, 2 * n + e[i]) * p.scale[2] + p.base[2 * n + e[i]];
   }
+  // Row (k over a row j) or column (j over a column k) sums of c, in index order, for each slot.
+  auto line_sums = [&](const float (&v)[D::kSlots], bool row) {
 #pragma unroll
-  for (int i = 0; i < kSlots; ++i) {  // row softmax over k
+    for (int i = 0; i < D::kSlots; ++i) {
+      const int j = e[i] / n, k = e[i] % n;
+      float g[D::kN];
+#pragma unroll
+      for (int u = 0; u < D::kN; ++u) g[u] = u < n ? warp_pick(v, row ? j * n + u : u * n + k) : 0.0f;
+      s[i] = 0.0f;
+#pragma unroll
+      for (int u = 0; u < D::kN; ++u)
+        if (u < n) s[i] += g[u];
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < D::kSlots; ++i) {  // row softmax over k
     const int j = e[i] / n;
     float mx = -INFINITY;
-    for (int k = 0; k < n; ++k) mx = fmaxf(mx, warp_pick(z, j * n + k));
+#pragma unroll
+    for (int k = 0; k < D::kN; ++k)
+      if (k < n) mx = fmaxf(mx, warp_pick(z, j * n + k));
     c[i] = expf(z[i] - mx);
   }
+  line_sums(c, true);
 #pragma unroll
-  for (int i = 0; i < kSlots; ++i) {
-    const int j = e[i] / n;
-    s[i] = 0.0f;
-    for (int k = 0; k < n; ++k) s[i] += warp_pick(c, j * n + k);
-  }
-#pragma unroll
-  for (int i = 0; i < kSlots; ++i) c[i] = c[i] / s[i] + p.hc_eps;
+  for (int i = 0; i < D::kSlots; ++i) c[i] = c[i] / s[i] + p.hc_eps;
   for (int it = 0; it < p.sinkhorn_iters; ++it) {
     if (it > 0) {  // row normalisation: sums over k first, then the divisions
+      line_sums(c, true);
 #pragma unroll
-      for (int i = 0; i < kSlots; ++i) {
-        const int j = e[i] / n;
-        s[i] = 0.0f;
-        for (int k = 0; k < n; ++k) s[i] += warp_pick(c, j * n + k);
-      }
-#pragma unroll
-      for (int i = 0; i < kSlots; ++i) c[i] /= (s[i] + p.hc_eps);
+      for (int i = 0; i < D::kSlots; ++i) c[i] /= (s[i] + p.hc_eps);
     }
+    line_sums(c, false);  // column normalisation
 #pragma unroll
-    for (int i = 0; i < kSlots; ++i) {  // column normalisation
-      const int k = e[i] % n;
-      s[i] = 0.0f;
-      for (int j = 0; j < n; ++j) s[i] += warp_pick(c, j * n + k);
-    }
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i) c[i] /= (s[i] + p.hc_eps);
+    for (int i = 0; i < D::kSlots; ++i) c[i] /= (s[i] + p.hc_eps);
   }
 #pragma unroll
-  for (int i = 0; i < kSlots; ++i)
+  for (int i = 0; i < D::kSlots; ++i)
     if (lane + 32 * i < nn) comb[lane + 32 * i] = c[i];
 }
 
@@ -192,59 +179,95 @@ __device__ __forceinline__ double team_sum(double v, double* red) {
   return t;
 }
 
+// y[q] (float4 columns q of the token) = sum_j pr[j] * x[j, q] in double; returns this thread's sum of squares of
+// the rounded outputs, in q order. kUnroll columns are loaded before any is combined.
+template <int N, int kTeamThreads>
+__device__ __forceinline__ double collapse_row(const float4* __restrict__ x4, int n, int64_t d4, const float (&pr)[HcDims<N>::kN],
+                                               float4* y4) {
+  using D = HcDims<N>;
+  const int tt = int(threadIdx.x) % kTeamThreads;
+  double ss = 0.0;
+  for (int64_t q0 = tt; q0 < d4; q0 += int64_t(D::kUnroll) * kTeamThreads) {
+    float4 v[D::kUnroll][D::kN];
+#pragma unroll
+    for (int u = 0; u < D::kUnroll; ++u) {
+      const int64_t q = q0 + int64_t(u) * kTeamThreads;
+#pragma unroll
+      for (int j = 0; j < D::kN; ++j) v[u][j] = q < d4 && j < n ? x4[j * d4 + q] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < D::kUnroll; ++u) {
+      const int64_t q = q0 + int64_t(u) * kTeamThreads;
+      if (q >= d4) break;
+      double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+#pragma unroll
+      for (int j = 0; j < D::kN; ++j) {
+        if (j >= n) break;
+        const double w = pr[j];
+        a0 += w * double(v[u][j].x);
+        a1 += w * double(v[u][j].y);
+        a2 += w * double(v[u][j].z);
+        a3 += w * double(v[u][j].w);
+      }
+      const float4 o = make_float4(float(a0), float(a1), float(a2), float(a3));
+      ss += double(o.x) * double(o.x);
+      ss += double(o.y) * double(o.y);
+      ss += double(o.z) * double(o.z);
+      ss += double(o.w) * double(o.w);
+      y4[q] = o;
+    }
+  }
+  return ss;
+}
+
 // Token t of a team of kTeamWarps warps (1: 8 tokens per block; 8: one token per block).
-template <bool kHead, int kTeamWarps>
+template <bool kHead, int kTeamWarps, int N>
 __global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, const float* __restrict__ X,
                                                                const int32_t* __restrict__ rows, int64_t T, int splits,
                                                                float* y, float* post, float* comb) {
-  constexpr int kTeams = kThreads / 32 / kTeamWarps, kTeamThreads = 32 * kTeamWarps;
+  using D = HcDims<N>;
+  constexpr int kTeams = kWarps / kTeamWarps, kTeamThreads = 32 * kTeamWarps;
   __shared__ float s_pre[kTeams][kHcMaxN];
-  __shared__ double s_red[kThreads / 32];
-  const int team = int(threadIdx.x >> 5) / kTeamWarps, tt = int(threadIdx.x) % kTeamThreads, n = int(p.n);
+  __shared__ double s_red[kWarps];
+  __shared__ double s_acc[kTeamWarps > 1 ? kTeamWarps : 1][kMaxMixes + 1];
+  const int team = int(threadIdx.x >> 5) / kTeamWarps, tt = int(threadIdx.x) % kTeamThreads;
+  const int n = N > 0 ? N : int(p.n), R = (kHead ? n : (2 + n) * n) + 1;
   const int64_t t = int64_t(blockIdx.x) * kTeams + team;
   if (t >= T) return;  // kTeamWarps > 1: one team per block, so the whole block leaves
   float* yr = y + t * p.dim;
+  double acc[D::kMixSlots];
+  team_partials<N, kTeamWarps>(reinterpret_cast<const double*>(yr), splits, R, acc, s_acc);
   if (tt < 32)
-    hc_coefficients<kHead>(p, reinterpret_cast<const double*>(yr), splits, s_pre[team],
-                           kHead ? nullptr : post + t * n, kHead ? nullptr : comb + t * n * n);
+    hc_coefficients<kHead, N>(p, acc, s_pre[team], kHead ? nullptr : post + t * n, kHead ? nullptr : comb + t * n * n);
   team_sync<kTeamWarps>();
   if (!kHead && p.pre_out && tt < n) p.pre_out[t * n + tt] = s_pre[team][tt];
-  float pr[kHcMaxN];
+  float pr[D::kN];
 #pragma unroll
-  for (int j = 0; j < kHcMaxN; ++j) pr[j] = j < n ? (!kHead && p.pre_in ? p.pre_in[t * n + j] : s_pre[team][j]) : 0.0f;
+  for (int j = 0; j < D::kN; ++j) pr[j] = j < n ? (!kHead && p.pre_in ? p.pre_in[t * n + j] : s_pre[team][j]) : 0.0f;
   const int64_t d4 = p.dim / 4;
-  const float4* x4 = reinterpret_cast<const float4*>(X + (rows ? int64_t(rows[t]) : t) * p.n * p.dim);
+  const float4* x4 = reinterpret_cast<const float4*>(X + (rows ? int64_t(rows[t]) : t) * n * p.dim);
   float4* y4 = reinterpret_cast<float4*>(yr);
-  double ss = 0.0;
-  for (int64_t q = tt; q < d4; q += kTeamThreads) {
-    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-#pragma unroll
-    for (int j = 0; j < kHcMaxN; ++j) {
-      if (j >= n) break;
-      const float4 v = x4[j * d4 + q];
-      const double w = pr[j];
-      a0 += w * double(v.x);
-      a1 += w * double(v.y);
-      a2 += w * double(v.z);
-      a3 += w * double(v.w);
-    }
-    const float4 o = make_float4(float(a0), float(a1), float(a2), float(a3));
-    ss += double(o.x) * double(o.x);
-    ss += double(o.y) * double(o.y);
-    ss += double(o.z) * double(o.z);
-    ss += double(o.w) * double(o.w);
-    y4[q] = o;
-  }
-  ss = team_sum<kTeamWarps>(ss, s_red);
+  const double ss = team_sum<kTeamWarps>(collapse_row<N, kTeamThreads>(x4, n, d4, pr, y4), s_red);
   const float inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.rms_eps)));
-  for (int64_t q = tt; q < d4; q += kTeamThreads) {  // each thread rescales the values it wrote
-    float4 v = y4[q];
-    const float* w = p.norm_w + 4 * q;
-    v.x = __fmul_rn(__fmul_rn(v.x, inv), w[0]);
-    v.y = __fmul_rn(__fmul_rn(v.y, inv), w[1]);
-    v.z = __fmul_rn(__fmul_rn(v.z, inv), w[2]);
-    v.w = __fmul_rn(__fmul_rn(v.w, inv), w[3]);
-    y4[q] = v;
+  // Each thread rescales the values it wrote; kUnroll columns (and their weights) loaded before any store.
+  for (int64_t q0 = tt; q0 < d4; q0 += int64_t(D::kUnroll) * kTeamThreads) {
+    float4 v[D::kUnroll], w[D::kUnroll];
+#pragma unroll
+    for (int u = 0; u < D::kUnroll; ++u) {
+      const int64_t q = q0 + int64_t(u) * kTeamThreads;
+      if (q < d4) {
+        v[u] = y4[q];
+        const float* wp = p.norm_w + 4 * q;
+        w[u] = make_float4(wp[0], wp[1], wp[2], wp[3]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < D::kUnroll; ++u) {
+      const int64_t q = q0 + int64_t(u) * kTeamThreads;
+      if (q >= d4) break;
+      y4[q] = make_float4(__fmul_rn(__fmul_rn(v[u].x, inv), w[u].x), __fmul_rn(__fmul_rn(v[u].y, inv), w[u].y),
+                          __fmul_rn(__fmul_rn(v[u].z, inv), w[u].z), __fmul_rn(__fmul_rn(v[u].w, inv), w[u].w));
+    }
   }
 }
 
@@ -302,6 +325,15 @@ __global__ void __launch_bounds__(kThreads) hc_collapse_norm_kernel(const float*
   const float inv = float(1.0 / sqrt(ss / double(dim) + double(eps)));
   for (int64_t d = threadIdx.x; d < dim; d += kThreads) yr[d] = __fmul_rn(__fmul_rn(yr[d], inv), norm_w[d]);
 }
+template <bool kHead, int N>
+void launch_finalize(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp,
+                     float* y, float* post, float* comb, cudaStream_t st) {
+  if (sp.wide)
+    hc_finalize_kernel<kHead, kWarps, N><<<unsigned(T), kThreads, 0, st>>>(p, X, rows, T, sp.splits, y, post, comb);
+  else
+    hc_finalize_kernel<kHead, 1, N><<<unsigned((T + kWarps - 1) / kWarps), kThreads, 0, st>>>(p, X, rows, T, sp.splits,
+                                                                                             y, post, comb);
+}
 }  // namespace
 
 void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
@@ -310,28 +342,23 @@ void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* ro
                                                                                            eps, y);
 }
 
+void launch_hc_finalize(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp,
+                        float* y, float* post, float* comb, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  // Whole block per token (wide) or one warp per token, 8 per block: chosen by mhc_cuda.cpp (HcSplit::wide).
+  if (rows) {
+    if (p.n == 4) launch_finalize<true, 4>(p, X, rows, T, sp, y, nullptr, nullptr, st);
+    else launch_finalize<true, 0>(p, X, rows, T, sp, y, nullptr, nullptr, st);
+  } else {
+    if (p.n == 4) launch_finalize<false, 4>(p, X, nullptr, T, sp, y, post, comb, st);
+    else launch_finalize<false, 0>(p, X, nullptr, T, sp, y, post, comb, st);
+  }
+}
+
 void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp, float* y,
                     float* post, float* comb, void* stream) {
-  const auto st = static_cast<cudaStream_t>(stream);
-  const bool head = rows != nullptr;
-  const int n = int(p.n), mixes = head ? n : (2 + n) * n;
-  const int64_t len = p.n * p.dim;
-  const dim3 grid1(unsigned((T + sp.tile - 1) / sp.tile), unsigned(sp.splits));
-  const size_t smem1 = size_t(sp.tile + mixes) * kStride * sizeof(float4);
-  if (sp.tile == 8)
-    hc_mix_kernel<8><<<grid1, kThreads, smem1, st>>>(p.fn, mixes, X, rows, T, len, p.dim, sp.chunks_per_split, y);
-  else
-    hc_mix_kernel<32><<<grid1, kThreads, smem1, st>>>(p.fn, mixes, X, rows, T, len, p.dim, sp.chunks_per_split, y);
-  // Whole block per token (wide) or one warp per token, 8 per block: chosen by mhc_cuda.cpp (HcSplit::wide).
-  const bool wide = sp.wide;
-  const unsigned grid2 = unsigned(wide ? T : (T + 7) / 8);
-  if (head) {
-    if (wide) hc_finalize_kernel<true, 8><<<grid2, kThreads, 0, st>>>(p, X, rows, T, sp.splits, y, nullptr, nullptr);
-    else hc_finalize_kernel<true, 1><<<grid2, kThreads, 0, st>>>(p, X, rows, T, sp.splits, y, nullptr, nullptr);
-  } else {
-    if (wide) hc_finalize_kernel<false, 8><<<grid2, kThreads, 0, st>>>(p, X, nullptr, T, sp.splits, y, post, comb);
-    else hc_finalize_kernel<false, 1><<<grid2, kThreads, 0, st>>>(p, X, nullptr, T, sp.splits, y, post, comb);
-  }
+  launch_hc_mix(p, X, rows, T, sp, y, stream);
+  launch_hc_finalize(p, X, rows, T, sp, y, post, comb, stream);
 }
 
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,

@@ -22,31 +22,34 @@ Status check_params(const HcNormParams& p, int64_t mixes, const char* op) {
   if (p.sinkhorn_iters < 1) return Status::errorf("{}: sinkhorn_iters {} < 1", op, p.sinkhorn_iters);
   return Status::ok();
 }
+}  // namespace
 
-// Enough blocks for two per SM: T / tile token tiles times `splits` slices of the n*dim reduction, bounded by
-// the chunk count and by the partials that fit in an output row. Depends on T and the device only, so a call
-// is deterministic; partial sums are added in split order.
-detail::HcSplit pick_split(int64_t T, int64_t n, int64_t dim, int64_t mixes) {
+// About one wave of the mixing kernel (two blocks per SM at its ~59 KB of shared memory): T / tile token tiles
+// times `splits` slices of the n*dim reduction (rounded down so that a second, mostly idle wave is not started),
+// bounded by the chunk count and by the partials that fit in an output row. Depends on T and the device only, so a
+// call is deterministic; partial sums are added in a fixed order.
+detail::HcSplit detail::hc_default_split(int64_t T, int64_t n, int64_t dim, int64_t mixes) {
   detail::HcSplit s;
-  s.tile = T <= 64 ? 8 : 32;
+  s.tile = detail::hc_tile(T, mixes);
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     sms = 132;
   const int64_t tiles = (T + s.tile - 1) / s.tile, nchunks = (n * dim + detail::kHcChunk - 1) / detail::kHcChunk;
-  const int64_t splits =
-      std::clamp<int64_t>((2 * sms + tiles - 1) / tiles, 1, std::min(nchunks, detail::hc_max_splits(dim, mixes)));
+  const int64_t splits = std::clamp<int64_t>(2 * sms / tiles, 1, std::min(nchunks, detail::hc_max_splits(dim, mixes)));
   s.chunks_per_split = int((nchunks + splits - 1) / splits);
   s.splits = int((nchunks + s.chunks_per_split - 1) / s.chunks_per_split);
-  s.wide = T <= 256;  // few tokens: a whole block per token (more loads in flight); many: one warp per token
+  s.wide = T <= 512;  // few tokens: a whole block per token (more loads in flight); many: one warp per token
   return s;
 }
+
+namespace {
 
 Status launch(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, float* y, float* post, float* comb,
               void* stream, int64_t mixes, const char* op) {
   if (!aligned16(X) || !aligned16(y)) return Status::errorf("{}: X and y must be 16-byte aligned", op);
   if ((T + 7) / 8 > 0x7fffffff) return Status::errorf("{}: {} tokens exceed the grid limit", op, T);
   const detail::HcSplit sp =
-      p.batch_invariant ? detail::hc_invariant_split(T, p.n, p.dim, mixes) : pick_split(T, p.n, p.dim, mixes);
+      p.batch_invariant ? detail::hc_invariant_split(T, p.n, p.dim, mixes) : detail::hc_default_split(T, p.n, p.dim, mixes);
   detail::launch_hc_norm(p, X, rows, T, sp, y, post, comb, stream);
   return Status::ok();
 }

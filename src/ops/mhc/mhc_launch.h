@@ -23,12 +23,13 @@ struct HcNormParams {
 
 namespace detail {
 inline constexpr int kHcMaxN = 8;
-inline constexpr int kHcChunk = 64;  // floats of the n*dim reduction staged in shared memory per step
+inline constexpr int kHcChunk = 128;  // floats of the n*dim reduction staged in shared memory per pipeline stage
 
 // How the mixing reduction of one call is split (mhc_cuda.cpp picks it, the kernels follow it): `splits` blocks
-// along n*dim per token tile, each covering `chunks_per_split` chunks of kHcChunk floats; tile = 8 or 32 tokens.
-// wide: the finalize runs one token per block (8 warps), else one token per warp; the sum of squares of the norm
-// is added in a different order, so it must not depend on T in batch-invariant mode.
+// along n*dim per token tile, each covering `chunks_per_split` chunks of kHcChunk floats; tile = 8 or 32 tokens
+// (1 or 4 m-tiles of the fp64 mma). The order of a token's sums depends on the split only, never on the tile.
+// wide: the finalize runs one token per block (8 warps), else one token per warp; the split sums and the sum of
+// squares of the norm are added in a different order, so it must not depend on T in batch-invariant mode.
 struct HcSplit {
   int splits = 1, chunks_per_split = 1, tile = 32;
   bool wide = true;
@@ -36,13 +37,16 @@ struct HcSplit {
 // Largest split count whose double partials [splits, mixes + 1] fit in one output row of dim floats (the
 // partials live in y until the finalize kernel overwrites y; see mhc.cu). 0: dim too small.
 inline int64_t hc_max_splits(int64_t dim, int64_t mixes) { return (dim / 2) / (mixes + 1); }
-// Batch-invariant split: at most kHcInvariantSplits slices of the n*dim reduction (V4-Flash: 32 slices of 8 chunks,
-// ~24 % of 132 SMs' two-block target at T = 1), always the wide finalize. The tile (8 or 32 tokens) is still
-// chosen from T: it only changes which block holds a token, not the order of its sums.
+// Token tile of the mixing kernel: 8 tokens for a few, else 32 (fn reused by 4 m-tiles); 8 when the mixes need
+// more than 3 n-tiles (n > 4), to bound the accumulator registers.
+inline int hc_tile(int64_t T, int64_t mixes) { return T <= 8 || mixes > 24 ? 8 : 32; }
+// Batch-invariant split: at most kHcInvariantSplits slices of the n*dim reduction (V4-Flash: 32 slices of 4 chunks),
+// always the wide finalize. The tile is still chosen from T: it only changes which block holds a token, not the
+// order of its sums.
 inline constexpr int64_t kHcInvariantSplits = 32;
 inline HcSplit hc_invariant_split(int64_t T, int64_t n, int64_t dim, int64_t mixes) {
   HcSplit s;
-  s.tile = T <= 64 ? 8 : 32;
+  s.tile = hc_tile(T, mixes);
   const int64_t nchunks = (n * dim + kHcChunk - 1) / kHcChunk, cap = hc_max_splits(dim, mixes);
   int64_t splits = kHcInvariantSplits < nchunks ? kHcInvariantSplits : nchunks;
   if (splits > cap) splits = cap;
@@ -53,10 +57,18 @@ inline HcSplit hc_invariant_split(int64_t T, int64_t n, int64_t dim, int64_t mix
   return s;
 }
 
-// hc_pre / hc_head in two kernels: the split mixing reduction, then the finalize (sigmoids, Sinkhorn, collapse,
-// RMSNorm). rows == nullptr: hc_pre over T tokens; else hc_head over the R = T listed rows.
+// The split of the default (and exact) path: about one wave of the mixing kernel on this device (mhc_cuda.cpp).
+HcSplit hc_default_split(int64_t T, int64_t n, int64_t dim, int64_t mixes);
+
+// hc_pre / hc_head in two kernels: the split mixing reduction (launch_hc_mix, mhc_mix.cu), then the finalize
+// (sigmoids, Sinkhorn, collapse, RMSNorm). rows == nullptr: hc_pre over T tokens; else hc_head over the R = T
+// listed rows. launch_hc_norm runs both; the two halves are exposed for the bench's breakdown.
 void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& split,
                     float* y, float* post, float* comb, void* stream);
+void launch_hc_mix(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& split,
+                   float* y, void* stream);
+void launch_hc_finalize(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& split,
+                        float* y, float* post, float* comb, void* stream);
 // y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w) (DeepSeek-V4.1's final collapse).
 void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
                              const float* norm_w, float eps, float* y, void* stream);

@@ -1,0 +1,172 @@
+// The mixing reduction of hc_pre / hc_head (see mhc.cu for the finalize): mu[t, r] = fn[r] . x[t] for all tokens
+// and mixes, plus sum(x[t]^2), on the fp64 tensor cores (mma.m8n8k4.f64: fp32 inputs are exact in double, each
+// product exact, accumulation in double as in the reference). Block (tile, split) of 8 warps: a tile of 8 * MT
+// tokens (A, m-tiles) against the 8 * NT fn rows (B, n-tiles) over the chunks of its split; each chunk of kHcChunk
+// floats is staged with a 2-stage cp.async pipeline, and warp w takes the chunk's k-slice [16w, 16w + 16). The 8
+// warps' sums are then added in warp order and written once per (token, split, mix) into the token's own output
+// row y[t] (viewed as doubles [splits, mixes + 1]); nothing is added atomically, so results are deterministic.
+// A token's sums follow the same k order whatever MT is (mma rows are independent), so the tile may follow T in
+// batch-invariant mode.
+#include "cuda/ops_device.cuh"
+#include "ops/mhc/mhc_launch.h"
+
+namespace dsinfer::ops::cuda::detail {
+
+namespace {
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kRowF = kHcChunk + 4;  // padded row (floats): conflict-free fragment reads (row r -> banks 4r..)
+constexpr int kWarpK = kHcChunk / kWarps;  // 16 k per warp per chunk: 4 mma k-steps
+static_assert(kWarpK % 4 == 0, "whole mma k-steps per warp");
+
+__device__ __forceinline__ void dmma(double (&d)[2], double a, double b) {
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+               : "+d"(d[0]), "+d"(d[1])
+               : "d"(a), "d"(b));
+}
+
+// 16 bytes global -> shared; valid == false fills zeros (src is then not read).
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <int MT, int NT>
+constexpr size_t mix_smem_bytes() {
+  const size_t stages = size_t(2) * (8 * MT + 8 * NT) * kRowF * sizeof(float);
+  const size_t red = size_t(kWarps) * (8 * MT) * (8 * NT + 1) * sizeof(double);
+  return stages > red ? stages : red;
+}
+
+// Stage chunk c (k0 = c * kHcChunk) of the tile's tokens and the fn rows into `st` ([8 MT + 8 NT][kRowF] floats).
+template <int MT, int NT>
+__device__ __forceinline__ void stage_chunk(float* st, const float* __restrict__ fn, int mixes,
+                                            const float* __restrict__ X, const int32_t* __restrict__ rows,
+                                            int64_t T, int64_t len, int64_t tok0, int64_t c) {
+  constexpr int kRows = 8 * MT + 8 * NT, kQ = kHcChunk / 4;
+  const int64_t k0 = c * kHcChunk;
+  for (int i = threadIdx.x; i < kRows * kQ; i += kThreads) {
+    const int r = i / kQ, q = i % kQ;
+    const int64_t k = k0 + 4 * q;
+    const float* src = fn;  // any valid address when nothing is read
+    bool ok = k < len;
+    if (r < 8 * MT) {
+      const int64_t tok = tok0 + r;
+      ok = ok && tok < T;
+      if (ok) src = X + (rows ? int64_t(rows[tok]) : tok) * len + k;
+    } else {
+      const int m = r - 8 * MT;
+      ok = ok && m < mixes;
+      if (ok) src = fn + int64_t(m) * len + k;
+    }
+    cp_async16(st + r * kRowF + 4 * q, src, ok);
+  }
+}
+
+template <int MT, int NT>
+__global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __restrict__ fn, int mixes,
+                                                              const float* __restrict__ X,
+                                                              const int32_t* __restrict__ rows, int64_t T,
+                                                              int64_t len, int64_t dim, int cps, float* y) {
+  constexpr int TT = 8 * MT, NR = 8 * NT, kStageF = (TT + NR) * kRowF;
+  extern __shared__ __align__(16) float sm[];  // 2 stages; after the loop: the warps' sums [kWarps][TT][NR + 1]
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, gr = lane >> 2, kq = lane & 3;
+  const int64_t tok0 = int64_t(blockIdx.x) * TT, nchunks = (len + kHcChunk - 1) / kHcChunk;
+  const int64_t c0 = int64_t(blockIdx.y) * cps, c1 = c0 + cps < nchunks ? c0 + cps : nchunks;
+  double acc[MT][NT][2], ss[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    ss[mt] = 0.0;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = 0.0;
+  }
+  if (c0 < c1) stage_chunk<MT, NT>(sm, fn, mixes, X, rows, T, len, tok0, c0);
+  cp_commit();
+  for (int64_t c = c0; c < c1; ++c) {
+    const int s = int(c - c0) & 1;
+    if (c + 1 < c1) stage_chunk<MT, NT>(sm + (s ^ 1) * kStageF, fn, mixes, X, rows, T, len, tok0, c + 1);
+    cp_commit();  // possibly empty: keeps "all but the newest group" = chunk c
+    cp_wait<1>();
+    __syncthreads();
+    const float* xs = sm + s * kStageF;
+    const float* fs = xs + TT * kRowF;
+#pragma unroll
+    for (int ks = 0; ks < kWarpK / 4; ++ks) {
+      const int kk = warp * kWarpK + 4 * ks + kq;  // A[gr][kq], B[kq][gr] of this k-step
+      double a[MT], b[NT];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt] = double(xs[(8 * mt + gr) * kRowF + kk]);
+        ss[mt] = fma(a[mt], a[mt], ss[mt]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) b[nt] = double(fs[(8 * nt + gr) * kRowF + kk]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) dmma(acc[mt][nt], a[mt], b[nt]);
+    }
+    __syncthreads();  // stage s is refilled by the next iteration
+  }
+  cp_wait<0>();
+  __syncthreads();
+  double* red = reinterpret_cast<double*>(sm);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    double* rr = red + (warp * TT + 8 * mt + gr) * (NR + 1);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      rr[8 * nt + 2 * kq] = acc[mt][nt][0];  // C[gr][2 kq + v]
+      rr[8 * nt + 2 * kq + 1] = acc[mt][nt][1];
+    }
+    double sq = 0.0;  // the 4 lanes of the row (k = kq mod 4), in lane order
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sq += __shfl_sync(0xffffffffu, ss[mt], (lane & ~3) + i);
+    if (kq == 0) rr[NR] = sq;
+  }
+  __syncthreads();
+  const int R = mixes + 1;
+  for (int e = threadIdx.x; e < TT * R; e += kThreads) {
+    const int tt = e / R, r = e % R, col = r < mixes ? r : NR;
+    const int64_t tok = tok0 + tt;
+    if (tok >= T) continue;
+    double v = 0.0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[(w * TT + tt) * (NR + 1) + col];
+    reinterpret_cast<double*>(y + tok * dim)[int64_t(blockIdx.y) * R + r] = v;
+  }
+}
+
+template <int MT, int NT>
+void launch_mix(const HcNormParams& p, int mixes, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp,
+                float* y, cudaStream_t st) {
+  constexpr size_t smem = mix_smem_bytes<MT, NT>();
+  if (smem > 48 * 1024)
+    cudaFuncSetAttribute(hc_mix_mma_kernel<MT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  const dim3 grid(unsigned((T + 8 * MT - 1) / (8 * MT)), unsigned(sp.splits));
+  hc_mix_mma_kernel<MT, NT><<<grid, kThreads, smem, st>>>(p.fn, mixes, X, rows, T, p.n * p.dim, p.dim,
+                                                          sp.chunks_per_split, y);
+}
+}  // namespace
+
+void launch_hc_mix(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp, float* y,
+                   void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  const int n = int(p.n), mixes = rows ? n : (2 + n) * n;  // <= 80: at most 10 n-tiles
+  const bool wide_tile = sp.tile == 32 && mixes <= 24;    // hc_tile never asks for 32 with more mixes
+  if (mixes <= 8) {
+    if (wide_tile) launch_mix<4, 1>(p, mixes, X, rows, T, sp, y, st);
+    else launch_mix<1, 1>(p, mixes, X, rows, T, sp, y, st);
+  } else if (mixes <= 24) {
+    if (wide_tile) launch_mix<4, 3>(p, mixes, X, rows, T, sp, y, st);
+    else launch_mix<1, 3>(p, mixes, X, rows, T, sp, y, st);
+  } else {
+    launch_mix<1, 10>(p, mixes, X, rows, T, sp, y, st);
+  }
+}
+
+}  // namespace dsinfer::ops::cuda::detail
