@@ -1,14 +1,17 @@
 // Sparse attention decode kernels at DeepSeek-V4-Flash shapes (64 heads x 512, window 128, one token per sequence
 // at position 4095): CSA (window + indexer top-512) and HCA (window + all 32 entries of ratio 128), batch 1 / 64 /
 // 256 sequences. Side by side: the fp32 CUDA-core kernel (exact mode) with its default split count and without
-// splits, and the bf16 tensor-core kernel (fast mode) with the runner's split count (min of its heuristic and the
-// fp32 kernel's, which sizes the workspace) and without splits. CUDA events after 5 warm-ups, median of 20 runs;
-// each run uses a different group of sequences (and query rows) out of a 512-sequence pool (>1 GB of state, far
-// beyond the 50 MB L2), so every key is read from HBM. Bytes that must move: key rows read once per token (fp32
-// rows, as the state holds them today), q read and o written (fp32), the index list. floor = bytes / HBM
-// bandwidth, the bandwidth measured here by a 1 GB device-to-device copy (read + write bytes; nominal 4.8e12);
-// %bw = floor / measured. The last columns give the floor with bf16 rows (1024 B) and with FP8 rows (448 FP8 nope
-// + 64 bf16 rope dims + scales, ~584 B), what the state format change would allow. Built only with DSINFER_CUDA.
+// splits, and the bf16 tensor-core kernel (fast mode) with the runner's split count (sparse_attention_tc_splits)
+// and without splits (at batch 1 also 2 / 5 / 10 / 20 splits, to check the heuristic). CUDA events after 5
+// warm-ups, median of 20 single calls (launch latency included, as NOTES.md's earlier tables); b2b_us: 20 calls
+// back to back / 20 (launch overhead hidden, as in a CUDA graph). Each call uses a different group of sequences
+// (and query rows) out of a 512-sequence pool (>1 GB of state, far beyond the 50 MB L2), so every key is read from
+// HBM. Bytes that must move: key rows read once per token (fp32 rows, as the state holds them today), q read and o
+// written (fp32), the index list. floor = bytes / HBM bandwidth, the bandwidth measured here by a 1 GB
+// device-to-device copy (read + write bytes; nominal 4.8e12); %bw = floor / median; GB/s = bytes / median, %4.8T
+// its share of the nominal 4.8 TB/s. The last columns give the floor with bf16 rows (1024 B) and with FP8 rows
+// (448 FP8 nope + 64 bf16 rope dims + scales, ~584 B), what the state format change would allow. Built only with
+// DSINFER_CUDA.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -104,8 +107,8 @@ int main() {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  std::printf("%-4s %-4s %5s %6s %9s %9s %10s %7s %6s %10s %10s\n", "kind", "kern", "batch", "splits", "MB", "floor_us",
-              "median_us", "ratio", "%bw", "bf16_fl_us", "fp8_fl_us");
+  std::printf("%-4s %-4s %5s %6s %9s %9s %10s %7s %6s %7s %6s %7s %10s %10s\n", "kind", "kern", "batch", "splits", "MB",
+              "floor_us", "median_us", "ratio", "%bw", "GB/s", "%4.8T", "b2b_us", "bf16_fl_us", "fp8_fl_us");
   for (bool csa : {true, false}) {
     const int64_t m = csa ? 4 : 128, ncomp = csa ? kTopk : hca_entries;
     ops::LayerStateView v;
@@ -157,14 +160,19 @@ int main() {
       };
       const double bytes = bytes_for(kHd * 4.0);
       const int64_t def_splits = ops::cuda::sparse_attention_splits(B, kH, nkeys, dev->multiprocessors);
-      const int64_t tc_splits =
-          std::min(def_splits, ops::cuda::sparse_attention_tc_splits(B, kH, nkeys, dev->multiprocessors));
-      const struct {
-        bool tc, no_split;
+      const int64_t tc_splits = ops::cuda::sparse_attention_tc_splits(B, kH, nkeys, dev->multiprocessors);
+      struct Run {
+        bool tc;
         int64_t splits;
-      } runs[] = {{false, false, def_splits}, {false, true, 1}, {true, false, tc_splits}, {true, true, 1}};
-      for (const auto& r : runs) {
-        if (r.no_split && (r.tc ? tc_splits : def_splits) == 1) continue;  // would repeat the row above
+      };
+      std::vector<Run> runs = {{false, def_splits}, {false, 1}, {true, tc_splits}, {true, 1}};
+      // Batch 1: the tensor-core kernel's other split counts too (checks the heuristic's choice).
+      if (B == 1)
+        for (int64_t sp : {2, 5, 10, 20})
+          if (sp != tc_splits && sp <= (nkeys + 31) / 32) runs.push_back({true, sp});
+      for (size_t ri = 0; ri < runs.size(); ++ri) {
+        const Run& r = runs[ri];
+        if (ri < 4 && ri % 2 == 1 && runs[ri - 1].splits == 1) continue;  // would repeat the row above
         const int64_t wsn = ops::cuda::sparse_attention_workspace_floats(B, kH, kHd, r.splits);
         BENCH_CHECK(ws.alloc(size_t(std::max<int64_t>(1, wsn))));
         ops::cuda::SparseAttentionCudaParams p;
@@ -193,12 +201,26 @@ int main() {
           cudaEventElapsedTime(&t, e0, e1);
           if (it >= 5) ms.push_back(t);
         }
+        // Back to back (as in a CUDA graph: launch overhead hidden), 20 calls over different groups.
+        cudaEventRecord(e0);
+        for (int it = 0; it < 20; ++it) {
+          const Group& gr = groups[size_t(it % ngroups)];
+          p.topk_idx = csa ? gr.topk.data() : nullptr;
+          const int64_t off = (it % ngroups) * B;
+          BENCH_CHECK(ops::cuda::sparse_attention(gr.step, v, p, q.data() + off * kH * kHd, kv.data() + off * kHd,
+                                                  o.data() + off * kH * kHd, ws.data(), nullptr));
+        }
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float b2b_ms = 0;
+        cudaEventElapsedTime(&b2b_ms, e0, e1);
         BENCH_CHECK(cuda::cuda_status(cudaDeviceSynchronize(), "sparse_attention", __FILE__, __LINE__));
         std::sort(ms.begin(), ms.end());
         const double med_us = double(ms[ms.size() / 2]) * 1e3, floor_us = bytes / hbm * 1e6;
-        std::printf("%-4s %-4s %5ld %6ld %9.2f %9.2f %10.2f %7.2f %5.1f%% %10.2f %10.2f\n", csa ? "CSA" : "HCA",
-                    r.tc ? "tc" : "fp32", long(B), long(r.splits), bytes / 1e6, floor_us, med_us, med_us / floor_us,
-                    100.0 * floor_us / med_us, bytes_for(kBf16Row) / hbm * 1e6, bytes_for(kFp8Row) / hbm * 1e6);
+        std::printf("%-4s %-4s %5ld %6ld %9.2f %9.2f %10.2f %7.2f %5.1f%% %7.0f %5.1f%% %7.2f %10.2f %10.2f\n",
+                    csa ? "CSA" : "HCA", r.tc ? "tc" : "fp32", long(B), long(r.splits), bytes / 1e6, floor_us, med_us,
+                    med_us / floor_us, 100.0 * floor_us / med_us, bytes / med_us * 1e-3, bytes / med_us / 4.8e4,
+                    double(b2b_ms) * 1e3 / 20, bytes_for(kBf16Row) / hbm * 1e6, bytes_for(kFp8Row) / hbm * 1e6);
       }
     }
   }

@@ -29,6 +29,7 @@ namespace {
 
 struct Dims {
   int64_t H, hd, rd, W, hca_ratio, topk, block_size;
+  float sink_amp = 2.0f;  // sink logits uniform in +-[0.05, 1) * sink_amp
 };
 
 constexpr double kTcTol = 1e-2;  // see the header comment
@@ -77,7 +78,7 @@ void run_case(const Dims& dm, const std::vector<SeqSpec>& seqs, int64_t layer, i
   const int64_t T = step.T, H = dm.H, hd = dm.hd, m = layer == 0 ? 0 : (layer == 1 ? 4 : dm.hca_ratio);
   const bool csa = layer == 1;
   const auto q = random_vec(size_t(T * H * hd), seed + 1, 4.0f), kv = random_vec(size_t(T * hd), seed + 2);
-  const auto sinks = random_vec(size_t(H), seed + 3, 2.0f);
+  const auto sinks = random_vec(size_t(H), seed + 3, dm.sink_amp);
   io::RopeParams rp;
   rp.theta = 160000.0;
   const std::vector<float> inv = ops::rope_inv_freq(rp, dm.rd);
@@ -219,6 +220,38 @@ TEST(GpuSparseAttentionTc, HeadGroupsAndPartialTiles) {
   const Dims d{80, 512, 64, 40, 8, 7, 16};
   for (int64_t layer : {0, 1, 2})
     for (int64_t splits : {1, 3}) run_case(d, kSmallSeqs, layer, splits, 880 + uint32_t(layer), true);
+}
+
+// Split-KV path of the fast mode (tensor-core kernel, combine with one thread per split): decode batches 1, 2, 7
+// from one split to one per tile and beyond (empty splits: max -inf, sum 0), the heuristic's own count, short key
+// lists (position 0: one key; 41: a partial window, no entries), sinks strong enough to hold ~half the mass.
+TEST(GpuSparseAttentionTc, SplitPathDecodeBatches) {
+  DSI_SKIP_WITHOUT_GPU();
+  Dims strong = kFlash;
+  strong.sink_amp = 8.0f;
+  const std::vector<std::vector<SeqSpec>> batches = {
+      {{0, 4095, 1}}, {{0, 0, 1}}, {{0, 41, 1}}, {{0, 3000, 1}, {1, 700, 1}}, decode_batch(7, 5, 600)};
+  uint32_t seed = 900;
+  for (const auto& seqs : batches)
+    for (int64_t layer : {1, 2}) {
+      const int64_t T = int64_t(seqs.size()), keys = 128 + (layer == 1 ? 512 : 4096 / 128);
+      const int64_t heur = ops::cuda::sparse_attention_tc_splits(T, 64, keys, 132);
+      for (int64_t splits : {int64_t(1), int64_t(2), int64_t(7), heur, int64_t(20), int64_t(33)})
+        run_case(splits == 7 ? strong : kFlash, seqs, layer, splits, ++seed, true);
+    }
+}
+
+// Key lists longer than one 256-row resolve chunk (the kernel resolves row pointers 256 at a time, 8 tiles ahead):
+// CSA top-1024 at 8191 (1152 keys: 36 tiles, 5 chunks) and HCA ratio 16 at 8000 (628 keys), split so that a split
+// starts mid-chunk; 130 splits take the original combine (over kFastCombineSplits).
+TEST(GpuSparseAttentionTc, SplitPathLongKeyLists) {
+  DSI_SKIP_WITHOUT_GPU();
+  const Dims d{64, 512, 64, 128, 16, 1024, 128};
+  uint32_t seed = 950;
+  for (int64_t splits : {1, 3, 5, 130}) {
+    run_case(d, {{0, 8191, 1}, {1, 6000, 1}}, 1, splits, ++seed, true);
+    run_case(d, {{0, 8000, 1}}, 2, splits, ++seed, true);
+  }
 }
 
 TEST(GpuSparseAttentionTc, SplitHeuristic) {  // host-only; Flash shapes on 132 SMs (CSA: 640 keys, 20 tiles)

@@ -98,16 +98,9 @@ Status CudaRunner::attention(int64_t l, const ops::StepDevice& st) {
   ap.num_splits = attention_splits(type, m, T, shape_.max_pos);  // workspace sized by ensure_scratch
   // Batch-invariant: every token's keys in fixed chunks, always combined (both kernels).
   ap.split_keys = batch_invariant_ ? kAttnInvariantSplitKeys : 0;
-  // Fast mode: the bf16 tensor-core kernel (q, k, p rounded to bf16); exact mode (check-reference) keeps the fp32
-  // kernel. Its split count is capped by the fp32 kernel's, which sized the workspace.
+  // Fast mode: the bf16 tensor-core kernel (q, k, p rounded to bf16; its own split count, see attention_splits);
+  // exact mode (check-reference) keeps the fp32 kernel.
   ap.tensor_cores = !exact_ && sparse_attention_tc_supported(hd);
-  if (ap.tensor_cores && !batch_invariant_) {
-    const int64_t ncomp = type == AttnType::CSA   ? cfg_.index_topk
-                          : type == AttnType::HCA ? (shape_.max_pos + 1) / std::max<int64_t>(m, 1)
-                                                  : 0;
-    const int64_t tc = sparse_attention_tc_splits(T, H, cfg_.sliding_window + ncomp, device_.multiprocessors);
-    ap.num_splits = std::min(ap.num_splits, tc);
-  }
   float* o = s_.o.data();
   DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
   DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));

@@ -18,12 +18,15 @@ using namespace ops::cuda;
 using io::AttnType;
 
 // Batch-invariant mode: a fixed split size (each token's partition from its own key count) and as many splits as
-// the step's longest key list needs; otherwise a count for ~2 blocks per SM, which depends on T and max_pos.
+// the step's longest key list needs; fast mode with head_dim 512: the tensor-core kernel's count (one block per
+// SM); otherwise (exact mode) a count for ~2 blocks per SM. The last two depend on T and max_pos.
 int64_t CudaRunner::attention_splits(AttnType type, int64_t m, int64_t T, int64_t max_pos) const {
   const int64_t max_keys = cfg_.sliding_window + (type == AttnType::CSA   ? cfg_.index_topk
                                                   : type == AttnType::HCA ? (max_pos + 1) / std::max<int64_t>(m, 1)
                                                                           : 0);
   if (batch_invariant_) return sparse_attention_fixed_splits(max_keys, kAttnInvariantSplitKeys);
+  if (!exact_ && sparse_attention_tc_supported(cfg_.head_dim))
+    return sparse_attention_tc_splits(T, cfg_.num_attention_heads, max_keys, device_.multiprocessors);
   return sparse_attention_splits(T, cfg_.num_attention_heads, max_keys, device_.multiprocessors);
 }
 

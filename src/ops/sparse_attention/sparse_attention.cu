@@ -230,6 +230,55 @@ __global__ void attention_combine_kernel(StepDevice st, SparseAttentionCudaParam
   }
 }
 
+// The fast mode's combine (tensor-core kernel, no fixed split size, S <= kFastCombineSplits): thread s reads split
+// s's (max, sum), so the block waits for one load instead of 2 S dependent ones; the weights exp(m_s - M) go through
+// shared memory and each thread merges 4 dims of every split with loads in flight (float2: a partial row of hd + 2
+// floats is only 8-byte aligned). Sums in a fixed order (warp trees, then warps 0..3): deterministic, and the same
+// for a token whatever the batch. Exact and batch-invariant modes keep attention_combine_kernel.
+constexpr int kCombineThreads = 128;
+static_assert(kFastCombineSplits <= kCombineThreads, "one split per thread");
+
+__global__ void __launch_bounds__(kCombineThreads)
+    attention_combine_fast_kernel(StepDevice st, SparseAttentionCudaParams prm, const float* ws, float* o) {
+  __shared__ float wsh[kCombineThreads], red[kCombineThreads / 32];
+  const int64_t t = blockIdx.x, h = blockIdx.y, H = prm.heads, hd = prm.head_dim, S = prm.num_splits;
+  const int64_t sstride = H * (hd + 2);
+  const float* base = ws + (t * S * H + h) * (hd + 2);  // split s at base + s * sstride
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const float ms = tid < S ? base[tid * sstride + hd] : -INFINITY;
+  const float ls = tid < S ? base[tid * sstride + hd + 1] : 0.0f;
+  const float wmax = dev::warp_max(ms);
+  if (lane == 0) red[warp] = wmax;
+  __syncthreads();
+  const float sink = prm.sinks[h];
+  const float M = fmaxf(fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])), sink);  // finite: the sink is
+  const float w = tid < S ? expf(ms - M) : 0.0f;                                      // 0 for an empty split
+  const float wsum = dev::warp_sum(ls * w);
+  __syncthreads();  // every thread has read red[]
+  wsh[tid] = w;
+  if (lane == 0) red[warp] = wsum;
+  __syncthreads();
+  const float inv = 1.0f / (expf(sink - M) + ((red[0] + red[1]) + (red[2] + red[3])));
+  const int64_t p = st.pos[t];
+  for (int64_t d4 = tid; d4 < hd / 4; d4 += kCombineThreads) {
+    float e[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+    for (int64_t s = 0; s < S; ++s) {
+      const float2* src = reinterpret_cast<const float2*>(base + s * sstride + 4 * d4);
+      const float2 a = src[0], b = src[1];
+      const float ww = wsh[s];
+      e[0] += a.x * ww;
+      e[1] += a.y * ww;
+      e[2] += b.x * ww;
+      e[3] += b.y * ww;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) e[k] *= inv;
+    out_rope(e, 4 * d4, prm, p);
+    reinterpret_cast<float4*>(o + (t * H + h) * hd)[d4] = make_float4(e[0], e[1], e[2], e[3]);
+  }
+}
+
 __global__ void ring_write_kernel(StepDevice st, LayerStateView v, const float* kv_new) {
   const int64_t t = blockIdx.x, pos = st.pos[t];
   const int32_t s = st.seq_of_token[t];
@@ -270,8 +319,12 @@ void launch_sparse_attention(const StepDevice& step, const LayerStateView& view,
 
 void launch_attention_combine(const StepDevice& step, const SparseAttentionCudaParams& p, const float* workspace,
                               float* o, void* stream) {
-  attention_combine_kernel<<<dim3(unsigned(step.T), unsigned(p.heads)), 128, 0, static_cast<cudaStream_t>(stream)>>>(
-      step, p, workspace, o);
+  const dim3 grid(unsigned(step.T), unsigned(p.heads));
+  if (attn_fast_combine(p))
+    attention_combine_fast_kernel<<<grid, kCombineThreads, 0, static_cast<cudaStream_t>(stream)>>>(step, p, workspace,
+                                                                                                  o);
+  else
+    attention_combine_kernel<<<grid, 128, 0, static_cast<cudaStream_t>(stream)>>>(step, p, workspace, o);
 }
 
 void launch_ring_write(const StepDevice& step, const LayerStateView& view, const float* kv_new, void* stream) {

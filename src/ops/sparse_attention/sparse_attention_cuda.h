@@ -45,8 +45,8 @@ inline int64_t sparse_attention_splits(int64_t T, int64_t heads, int64_t max_key
 // The tensor-core kernel (p.tensor_cores) serves head_dim 512 only (DeepSeek-V4), any head count.
 inline bool sparse_attention_tc_supported(int64_t head_dim) { return head_dim == detail::kTcDim; }
 
-// Split count for the tensor-core kernel: blocks are (token, 64-head group, split), one per SM (182 KB of shared
-// memory). Minimises waves * (tiles per split + 2), the 2 standing for a block's fixed cost (q load, epilogue, its
+// Split count for the tensor-core kernel (the runner's fast mode; it also sizes the workspace): blocks are (token,
+// 64-head group, split), one per SM (214 KB of shared memory, 128 accumulators per thread). Minimises waves * (tiles per split + 2), the 2 standing for a block's fixed cost (q load, epilogue, its
 // share of the combine); at least one 32-key tile per split. Flash, 132 SMs: batch 1 -> one split per tile, batch
 // 64 -> 2 (one wave of 128 blocks), batch 256 -> 1.
 inline int64_t sparse_attention_tc_splits(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
@@ -72,8 +72,9 @@ inline int64_t sparse_attention_tc_splits(int64_t T, int64_t heads, int64_t max_
 // num_splits > 1 each split writes (o, max, sum) partials to the workspace and a combine kernel (grid (T, heads),
 // 128 threads) merges them with the sink and applies the inverse RoPE.
 // p.tensor_cores: the bf16 mma.sync kernel of sparse_attention_tc.cu instead (grid (T, ceil(heads / 64),
-// num_splits) x 256 threads; q, key rows and p rounded to bf16, fp32 accumulation and softmax; same workspace and
-// combine), for the runner's fast mode; the fp32 kernel is the exact one.
+// num_splits) x 256 threads; q, key rows and p rounded to bf16, fp32 accumulation and softmax; same workspace; with
+// 2..kFastCombineSplits splits and split_keys 0 the combine is attention_combine_fast_kernel, one thread per
+// split), for the runner's fast mode; the fp32 kernel is the exact one.
 // Preconditions: view.ring_rows >= window; the ring holds the sequence's positions < start_pos (ring_write of
 // earlier steps); this step's compressed entries are written (compressor_step) before the call.
 Status sparse_attention(const StepDevice& step, const LayerStateView& view, const SparseAttentionCudaParams& p,

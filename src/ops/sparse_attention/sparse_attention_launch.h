@@ -50,6 +50,12 @@ DSI_HD int64_t attn_token_splits(int64_t nkeys, int64_t num_splits, int64_t spli
   const int64_t s = nkeys > 0 ? (nkeys + split_keys - 1) / split_keys : 1;
   return s < num_splits ? s : num_splits;
 }
+// The fast mode's combine (attention_combine_fast_kernel, one thread per split) serves the tensor-core kernel
+// without a fixed split size and with at most this many splits; exact and batch-invariant modes keep the original.
+inline constexpr int64_t kFastCombineSplits = 128;
+DSI_HD bool attn_fast_combine(const SparseAttentionCudaParams& p) {
+  return p.tensor_cores && p.split_keys == 0 && p.num_splits > 1 && p.num_splits <= kFastCombineSplits;
+}
 inline constexpr int kAttnWarps = 8;   // warps per block
 inline constexpr int kAttnTile = 32;   // keys per shared-memory tile
 int attn_heads_per_warp(int64_t heads);

@@ -6,8 +6,12 @@
 // softmax in fp32 (p rounded to bf16 and used so in numerator and denominator), O += P V with P taken straight from
 // the S accumulator registers (the C fragment of two n8 tiles is the A fragment of one k16 step) and V = the key
 // tile loaded transposed by ldmatrix. Epilogue as the fp32 kernel: one split -> sink + inverse RoPE + write; several
-// -> (o, max, sum) partials for attention_combine_kernel. Fragment layouts (PTX ISA, mma.m16n8k16 .bf16), with
-// g = lane / 4 and q4 = lane % 4:
+// -> (o, max, sum) partials for the combine kernel.
+// Memory pipeline (the kernel is bound by HBM latency: one block per SM, its 128 accumulator registers per thread
+// rule out a second): the fp32 rows go through a ring of three 16-key half tiles (cp.async, one commit group per
+// half), so 1.5 tiles are in flight while a tile is converted and multiplied; the row pointers of the split are
+// resolved 256 at a time (one per thread, 8 tiles ahead), so no per-tile index / block-table load stalls the block.
+// Fragment layouts (PTX ISA, mma.m16n8k16 .bf16), with g = lane / 4 and q4 = lane % 4:
 //   A 16x16 (row): a0 = (g, 2q4..+1), a1 = (g+8, 2q4..+1), a2 = (g, 2q4+8..+9), a3 = (g+8, 2q4+8..+9)
 //   B 16x8 (col): b0 = (k 2q4..+1, n g), b1 = (k 2q4+8..+9, n g);  C 16x8: c0,c1 = (g, 2q4..+1), c2,c3 = (g+8, ...)
 #include <cuda_bf16.h>
@@ -22,14 +26,21 @@ constexpr int kThreads = kTcWarps * 32;
 constexpr int kP = kTcDim + 8;  // bf16 row pitch (1040 B): rows 4 banks apart, fragment loads conflict-free
 constexpr int kHalf = kTcDim / 2;
 constexpr int kChunks = kTcKeys * kTcDim / 4;  // 16-byte fp32 chunks of one key tile
+constexpr int kHalfKeys = kTcKeys / 2;          // keys per staged half tile
+constexpr int kStages = 3;                      // half tiles in the staging ring
+constexpr int kHalfFloats = kHalfKeys * kTcDim;
+constexpr int kResolve = kThreads;              // row pointers resolved at a time (one per thread)
+constexpr int kTilesPerResolve = kResolve / kTcKeys;
 
 // Shared memory carve-up, byte offsets (all multiples of 16).
 constexpr size_t kOffQ = 0;                                                  // bf16 [kTcHeads][kP]
 constexpr size_t kOffK = kOffQ + size_t(kTcHeads) * kP * 2;                   // bf16 [kTcKeys][kP]
-constexpr size_t kOffStage = kOffK + size_t(kTcKeys) * kP * 2;                // f32 [kTcKeys][kTcDim]
-constexpr size_t kOffX = kOffStage + size_t(kTcKeys) * kTcDim * 4;            // f32 [kTcWarps][16][32]
-constexpr size_t kOffRows = kOffX + size_t(kTcWarps) * 16 * 32 * 4;           // const float* [2][kTcKeys]
-constexpr size_t kSmemBytes = kOffRows + 2 * kTcKeys * sizeof(const float*);  // 182,272 B: one block per SM
+constexpr size_t kOffStage = kOffK + size_t(kTcKeys) * kP * 2;                // f32 [kStages][kHalfKeys][kTcDim]
+constexpr size_t kOffX = kOffStage + size_t(kStages) * kHalfFloats * 4;       // f32 [kTcWarps][16][32]
+constexpr size_t kOffRows = kOffX + size_t(kTcWarps) * 16 * 32 * 4;           // const float* [2][kResolve]
+constexpr size_t kSmemBytes = kOffRows + 2 * kResolve * sizeof(const float*);  // 218,624 B: one block per SM
+static_assert(kSmemBytes <= 232448, "over the 227 KB of shared memory a block may use");
+static_assert(kResolve % kTcKeys == 0 && kChunks % kThreads == 0, "tiles must not straddle a resolve chunk");
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
@@ -60,27 +71,42 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloa
                : "r"(smem_u32(p)));
 }
 
+// Slot of key k (of the split) in the double-buffered row pointer array: chunk k / kResolve in half (chunk & 1).
+__device__ __forceinline__ int row_slot(int64_t k) { return int((k / kResolve) & 1) * kResolve + int(k % kResolve); }
+
 // The row loader: the only code that knows the state row format (fp32 today). issue() starts asynchronous 16-byte
-// copies of the tile's rows into the fp32 staging buffer (one commit group); to_bf16() converts them into the bf16
-// key tile, zero for a missing row (its p is 0, but 0 * stale data could be NaN). A bf16 state would cp.async
-// straight into the key tile (and need no staging), an FP8 one would dequantise in to_bf16().
+// copies of half tile hf (keys 16 hf .. +15 of the split) into ring slot hf % kStages, as one commit group (an
+// empty one past the split's last half, so the wait_group count stays uniform); to_bf16() converts a tile's two
+// halves into the bf16 key tile, zero for a missing row (its p is 0, but 0 * stale data could be NaN). A bf16 state
+// would cp.async straight into the key tile, an FP8 one would dequantise in to_bf16().
 struct Fp32RowLoader {
-  static __device__ __forceinline__ void issue(const float* const* rows, float* stage) {
-    for (int c = threadIdx.x; c < kChunks; c += kThreads) {
-      const int r = c / (kTcDim / 4), c4 = c % (kTcDim / 4);
-      if (rows[r] != nullptr) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(stage + 4 * c)),
-                     "l"(rows[r] + 4 * c4)
-                     : "memory");
+  static __device__ __forceinline__ void issue(const float* const* rows, int64_t hf, int64_t nhalves, float* stage) {
+    if (hf < nhalves) {
+      const float* const* hr = rows + row_slot(hf * kHalfKeys);
+      float* dst = stage + (hf % kStages) * kHalfFloats;
+      for (int c = threadIdx.x; c < kHalfFloats / 4; c += kThreads) {
+        const int r = c / (kTcDim / 4), c4 = c % (kTcDim / 4);
+        const float* src = hr[r];
+        if (src != nullptr) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst + 4 * c)), "l"(src + 4 * c4)
+                       : "memory");
+        }
       }
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
-  static __device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-  static __device__ __forceinline__ void to_bf16(const float* const* rows, const float* stage, __nv_bfloat16* ks) {
+  // All groups but the newest complete: with two groups committed per tile, the current tile's two halves.
+  static __device__ __forceinline__ void wait_tile() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+  static __device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+  // Tile n (rows: its 32 row pointers) from half tiles 2n and 2n+1 of the ring.
+  static __device__ __forceinline__ void to_bf16(const float* const* rows, int64_t n, const float* stage,
+                                                 __nv_bfloat16* ks) {
+    const float* h0 = stage + ((2 * n) % kStages) * kHalfFloats;
+    const float* h1 = stage + ((2 * n + 1) % kStages) * kHalfFloats;
     for (int c = threadIdx.x; c < kChunks; c += kThreads) {
       const int r = c / (kTcDim / 4), c4 = c % (kTcDim / 4);
-      const float4 v = rows[r] != nullptr ? reinterpret_cast<const float4*>(stage)[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float* src = (r < kHalfKeys ? h0 : h1) + (r % kHalfKeys) * kTcDim + 4 * c4;
+      const float4 v = rows[r] != nullptr ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
       *reinterpret_cast<uint2*>(ks + r * kP + 4 * c4) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
     }
   }
@@ -88,7 +114,7 @@ struct Fp32RowLoader {
 
 // q rows h0 .. h0+63 of token t -> bf16 tile (zero rows for heads >= H).
 __device__ __forceinline__ void load_q(const float* q, int64_t t, int64_t h0, int64_t H, __nv_bfloat16* qs) {
-#pragma unroll 8  // 8 loads in flight per thread: at batch 1 this 128 KB read is latency-bound
+#pragma unroll 16  // 16 loads in flight per thread: at batch 1 this 128 KB read is latency-bound
   for (int c = threadIdx.x; c < kTcHeads * kTcDim / 4; c += kThreads) {
     const int r = c / (kTcDim / 4), c4 = c % (kTcDim / 4);
     const int64_t h = h0 + r;
@@ -229,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
   float* stage = reinterpret_cast<float*>(smem + kOffStage);
   float* sx = reinterpret_cast<float*>(smem + kOffX);
-  const float** rows = reinterpret_cast<const float**>(smem + kOffRows);  // [2][kTcKeys], double-buffered
+  const float** rows = reinterpret_cast<const float**>(smem + kOffRows);  // [2][kResolve], see row_slot
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hr = 16 * (warp & 3), d0 = kHalf * (warp >> 2);
   const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kTcHeads, split = blockIdx.z;
@@ -239,16 +265,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (prm.split_keys > 0 && split >= attn_token_splits(nkeys, S, prm.split_keys)) return;
   int64_t kbeg, kend;  // whole tiles per split
   attn_split_range(nkeys, split, S, prm.split_keys, kTcKeys, kbeg, kend);
-  auto resolve = [&](int buf, int64_t kb) {  // row pointers of the tile at kb (nullptr: no key)
-    if (threadIdx.x < kTcKeys) {
-      const int64_t idx = kb + threadIdx.x;
-      rows[buf * kTcKeys + threadIdx.x] = idx < kend ? key_row(tk, v, prm, kv_new, t, idx) : nullptr;
-    }
+  const int64_t nk = kend > kbeg ? kend - kbeg : 0, ntiles = (nk + kTcKeys - 1) / kTcKeys, nhalves = 2 * ntiles;
+  auto resolve = [&](int64_t c) {  // row pointers of keys kResolve * c .. of the split (nullptr: no key)
+    const int64_t k = c * kResolve + threadIdx.x;
+    rows[row_slot(k)] = k < nk ? key_row(tk, v, prm, kv_new, t, kbeg + k) : nullptr;
   };
 
-  if (kbeg < kend) resolve(0, kbeg);
+  resolve(0);
   __syncthreads();
-  if (kbeg < kend) Fp32RowLoader::issue(rows, stage);  // tile 0 flies while q is converted
+  for (int hf = 0; hf < kStages; ++hf) Fp32RowLoader::issue(rows, hf, nhalves, stage);  // fly while q converts
   load_q(q, t, h0, prm.heads, qs);
 
   float acc[32][4];
@@ -257,17 +282,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  int buf = 0;
-  for (int64_t kb = kbeg; kb < kend; kb += kTcKeys, buf ^= 1) {
-    Fp32RowLoader::wait();
-    __syncthreads();  // this tile's rows are staged (and q written); every warp is past the previous tile
-    const float* const* cur = rows + buf * kTcKeys;
-    Fp32RowLoader::to_bf16(cur, stage, ks);
-    const bool more = kb + kTcKeys < kend;
-    if (more) resolve(buf ^ 1, kb + kTcKeys);
+  for (int64_t n = 0; n < ntiles; ++n) {
+    Fp32RowLoader::wait_tile();
+    __syncthreads();  // this tile's halves are staged (and q written); every warp is past the previous tile
+    const float* const* cur = rows + row_slot(n * kTcKeys);
+    Fp32RowLoader::to_bf16(cur, n, stage, ks);
     const uint32_t valid = __ballot_sync(dev::kFull, cur[lane] != nullptr);
-    __syncthreads();  // key tile ready, staging free, next rows resolved
-    if (more) Fp32RowLoader::issue(rows + (buf ^ 1) * kTcKeys, stage);  // overlaps this tile's math
+    __syncthreads();  // key tile ready; the tile's two ring slots are free
+    Fp32RowLoader::issue(rows, 2 * n + kStages, nhalves, stage);  // into the slots just freed
+    Fp32RowLoader::issue(rows, 2 * n + kStages + 1, nhalves, stage);
+    // The next resolve chunk, into the buffer of the previous one (its last tile was converted before the sync
+    // above, its last half issued two tiles ago); first needed by the issue 6 tiles from now.
+    if (n % kTilesPerResolve == 0 && (n / kTilesPerResolve + 1) * kResolve < nk) resolve(n / kTilesPerResolve + 1);
 
     float s[4][4];
     qk_half(qs, ks, hr, d0, s);
@@ -289,6 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     pv_half(s, ks, d0, acc);
   }
+  Fp32RowLoader::wait_all();  // only empty groups are left; nothing may outlive the block
   write_tc(acc, m, l, h0 + hr, d0, t, split, prm, tk.p, o, ws);
 }
 }  // namespace
