@@ -57,12 +57,14 @@ void check_gemv(const HostWeight& hw, int64_t M, int64_t ldx, int64_t ldy, bool 
                 uint64_t seed) {
   SCOPED_TRACE(testing::Message() << dsinfer::ops::cuda::weight_format_name(hw.fmt) << " M=" << M << " N=" << hw.rows
                                   << " K=" << hw.cols << " blocks " << hw.bn << "x" << hw.bk
-                                  << (hw.e8m0 ? " e8m0" : " f32") << " ldx=" << ldx << " ldy=" << ldy << " acc=" << acc);
+                                  << (hw.e8m0 ? " e8m0" : " f32") << " ldx=" << ldx << " ldy=" << ldy
+                                  << " acc=" << acc);
   const int64_t N = hw.rows, K = hw.cols;
   auto dw = dsinfer::test::upload(hw);
   ASSERT_TRUE(planned(dw.w, M));
   const std::vector<float> x = random_floats(size_t(M * ldx), seed);
-  const std::vector<float> y0 = acc ? random_floats(size_t(M * ldy), seed + 1) : std::vector<float>(size_t(M * ldy), NAN);
+  const std::vector<float> y0 =
+      acc ? random_floats(size_t(M * ldy), seed + 1) : std::vector<float>(size_t(M * ldy), NAN);
   auto dx = to_device(x);
   auto dy = to_device(y0), dy2 = to_device(y0);
   ASSERT_TRUE(gemm_cuda(dx.data(), M, ldx, dw.w, dy.data(), ldy, acc, nullptr, kBf16).is_ok());

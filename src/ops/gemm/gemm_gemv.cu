@@ -3,7 +3,8 @@
 // CPU reference). Bandwidth-bound design:
 //  - each warp owns kGemvRowsPerWarp weight rows and one K step per staged chunk; every lane issues all its 16-byte
 //    weight loads (rows x vectors, L1 no-allocate) before the block stages the x chunk, so the weight latency
-//    overlaps the x staging and each thread keeps 4..8 loads in flight;
+//    overlaps the x staging and each thread keeps 4..8 loads in flight (at mt = 1 the next chunk's loads are
+//    issued before this chunk's FMAs);
 //  - x chunk [mt, kc] in shared memory (fp32, 4 floats of padding per weight vector: conflict-free float4 reads),
 //    read once per 4 weight rows;
 //  - the FP8 128x128 block scale is applied to the dequantized weights of each 16-element vector (one scale per
@@ -66,6 +67,41 @@ __device__ __forceinline__ void stage_x(const GemmArgs& a, const GemvParams& p, 
   }
 }
 
+// One warp step of weight vectors in registers: rows x vectors per lane, with their raw scales (FP8).
+template <WeightFormat F, int MT>
+struct GvStep {
+  uint4 wv[GvCfg<F, MT>::RW][GvCfg<F, MT>::VPL];
+  uint32_t sr[GvCfg<F, MT>::RW][GvCfg<F, MT>::VPL];
+};
+
+// Issues the 16-byte loads of the warp step at kw (zeros for rows >= N or k >= K). Addressing hoisted by the caller:
+// wbase = weight row n_first, srow = each row's scale-row offset (no 64-bit divisions here).
+template <WeightFormat F, int MT>
+__device__ __forceinline__ void load_step(const GemmArgs& a, const uint8_t* wbase, int64_t row_bytes, int64_t n_first,
+                                          const uint32_t (&srow)[GvCfg<F, MT>::RW], const uint8_t* scale, int64_t kw,
+                                          int lane, GvStep<F, MT>& st) {
+  using C = GvCfg<F, MT>;
+#pragma unroll
+  for (int u = 0; u < C::VPL; ++u) {
+    const int64_t k = kw + int64_t(lane + 32 * u) * C::VE;
+    const uint32_t kb = F == WeightFormat::FP8_BLOCK ? uint32_t(k) / uint32_t(a.block_k) : 0;  // K < 2^31
+#pragma unroll
+    for (int rr = 0; rr < C::RW; ++rr) {
+      st.wv[rr][u] = make_uint4(0, 0, 0, 0);
+      st.sr[rr][u] = 0;
+      if (n_first + rr < a.N && k < a.K) {
+        st.wv[rr][u] = ld_stream(wbase + rr * row_bytes + k * (F == WeightFormat::FP8_BLOCK ? 1 : 2));
+        if constexpr (F == WeightFormat::FP8_BLOCK) st.sr[rr][u] = load_scale_raw(a, scale, srow[rr] + kb);
+      }
+    }
+  }
+}
+
+// mt = 1 has the registers to load the next chunk's step while this one is computed (blocks walking several chunks:
+// wo_b, wo_a, the lm head keep their loads in flight across the barriers); larger mt would spill.
+template <int MT>
+inline constexpr bool kGvPrefetch = MT == 1;
+
 template <WeightFormat F, int MT>
 __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const GemmArgs a, const GemvParams p) {
   using C = GvCfg<F, MT>;
@@ -91,44 +127,36 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
 #pragma unroll
   for (int rr = 0; rr < RW; ++rr)
     srow[rr] = F == WeightFormat::FP8_BLOCK ? uint32_t((w.row0 + n_first + rr) / a.block_n * a.scale_cols) : 0;
-  const uint32_t block_k = uint32_t(a.block_k);  // K < 2^31 (plan_gemm_gemv)
 
+  GvStep<F, MT> cur;
+  if constexpr (kGvPrefetch<MT>)
+    load_step<F, MT>(a, wbase, row_bytes, n_first, srow, w.scale, int64_t(wk) * C::STEP, lane, cur);
   for (int64_t k0 = 0; k0 < a.K; k0 += p.kc) {  // uniform over the block
+    GvStep<F, MT> next;
     const int64_t kw = k0 + int64_t(wk) * C::STEP;
-    uint4 wv[RW][VPL];
-    uint32_t sr[RW][VPL];
-#pragma unroll
-    for (int u = 0; u < VPL; ++u) {
-      const int64_t k = kw + int64_t(lane + 32 * u) * VE;
-      const uint32_t kb = F == WeightFormat::FP8_BLOCK ? uint32_t(k) / block_k : 0;
-#pragma unroll
-      for (int rr = 0; rr < RW; ++rr) {
-        wv[rr][u] = make_uint4(0, 0, 0, 0);
-        sr[rr][u] = 0;
-        if (n_first + rr < a.N && k < a.K) {
-          wv[rr][u] = ld_stream(wbase + rr * row_bytes + k * (F == WeightFormat::FP8_BLOCK ? 1 : 2));
-          if constexpr (F == WeightFormat::FP8_BLOCK) sr[rr][u] = load_scale_raw(a, w.scale, srow[rr] + kb);
-        }
-      }
+    if constexpr (kGvPrefetch<MT>) {
+      if (k0 + p.kc < a.K) load_step<F, MT>(a, wbase, row_bytes, n_first, srow, w.scale, kw + p.kc, lane, next);
+    } else {
+      load_step<F, MT>(a, wbase, row_bytes, n_first, srow, w.scale, kw, lane, cur);
     }
     __syncthreads();  // the previous chunk's readers are done
     stage_x<F, MT>(a, p, g, k0, xs);
     __syncthreads();
 #pragma unroll
     for (int u = 0; u < VPL; ++u) {
-      const float* xv = xs + (wk * (C::STEP / VE) + lane + 32 * u) * C::VS;
+      const float* xv = xs + (wk * (C::STEP / VE) + lane + 32 * u) * C::VS;  // this warp's step slice
       float s[RW];
 #pragma unroll
       for (int rr = 0; rr < RW; ++rr) {
         s[rr] = 1.0f;
-        if constexpr (F == WeightFormat::FP8_BLOCK) s[rr] = scale_value(a, sr[rr][u]);  // zero vectors stay 0
+        if constexpr (F == WeightFormat::FP8_BLOCK) s[rr] = scale_value(a, cur.sr[rr][u]);  // zero vectors stay 0
       }
 #pragma unroll
       for (int q = 0; q < VE / 4; ++q) {
         float wf[RW][4];
 #pragma unroll
         for (int rr = 0; rr < RW; ++rr) {
-          dequant4<F>(wv[rr][u], q, wf[rr]);
+          dequant4<F>(cur.wv[rr][u], q, wf[rr]);
 #pragma unroll
           for (int j = 0; j < 4; ++j) wf[rr][j] *= s[rr];
         }
@@ -148,6 +176,8 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
         }
       }
     }
+    if constexpr (kGvPrefetch<MT>)
+      if (k0 + p.kc < a.K) cur = next;
   }
 
   // Fixed butterfly over the warp: every lane ends with the warp's sums; lane (rr * MT + m) % 32 owns item (rr, m).
