@@ -7,9 +7,10 @@
 // activations (two matmuls), "x1" = one term (official act_quant numerics); ratios against the FP8 floor
 // max(bytes / 4.2e12, flops / 1400e12) of one GEMM. For BF16 weights (the lm head, the compressors' wkv) "lt-runner"
 // is the engine's dense path (x rounded to bf16 by its kernel, bf16 cuBLASLt matmul, fp32 y; ratio against the bf16
-// floor). The raw cuBLASLt columns start from operands already in their formats. Every shape runs at M = 1, 8, 64,
-// 256 and 4096 (the lm head up to 256: prefill computes logits of the last tokens only).
-// Usage: dsinfer_gemm_bench (no arguments).
+// floor). The raw cuBLASLt columns start from operands already in their formats. Every shape runs at M = 1, 2, 4, 6,
+// 8, 16 (decode, speculative verify: the GEMV kernel's range), 64, 256 and 4096 (the lm head up to 256: prefill
+// computes logits of the last tokens only).
+// Usage: dsinfer_gemm_bench [--gemv]   (--gemv: only M <= 16)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -151,9 +152,21 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   oc::detail::StreamParams sp;
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const bool has_new = oc::detail::plan_gemm_stream(a, s.fmt, sms, sp);
+  oc::detail::GemvParams gp;
+  const bool has_stream = oc::detail::plan_gemm_stream(a, s.fmt, sms, sp);
+  const bool uses_gemv = oc::gemm_gemv_preferred(M) && oc::detail::plan_gemm_gemv(a, s.fmt, sms, gp);
+  const bool has_new = has_stream || uses_gemv;
   const double t_old = time_ms([&](int i) { return gemm(i, oc::GemmPrecision::kFp32SmallM); });
   const double t_new = time_opt(has_new, [&](int i) { return gemm(i, oc::GemmPrecision::kBf16); });
+  // The streaming kernel on its own (kBf16 takes the GEMV kernel at M <= kGemmGemvMaxM): the side-by-side.
+  const double t_stream = time_opt(has_stream && M <= oc::kGemmGemvMaxM, [&](int i) {
+    oc::detail::GemmArgs c = a;
+    c.x = xs[size_t(i)].as<float>(), c.y = ys[size_t(i)].as<float>(), c.ldx = Kx, c.x_gstride = s.groups > 1 ? s.K : 0;
+    c.ldy = s.N, c.y_gstride = s.groups > 1 ? Ng : 0;
+    oc::detail::set_weight_args(c, w[size_t(i)]);
+    oc::detail::set_x_vec(c);
+    return oc::detail::launch_gemm_stream(c, sp, nullptr) == 0;
+  });
   double t_lt[3] = {-1, -1, -1};
   std::string why[3];
   for (int k = 0; k < 3 && s.groups == 1; ++k) {
@@ -200,6 +213,10 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   print_ms(t_new);
   if (t_new > 0) std::printf(" %5.2f TB/s %5.2fx", bytes / (t_new * 1e-3) / 1e12, t_new * 1e-3 / floor_s);
   else std::printf("                  ");
+  if (M <= oc::kGemmGemvMaxM) {
+    std::printf(" %s | stream", uses_gemv ? "gemv" : "    ");
+    print_ms(t_stream);
+  }
   std::printf(" | Lt bf16");
   print_ms(t_lt[0]);
   std::printf(" fp8-tensor");
@@ -219,7 +236,7 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     if (t_lt[k] < 0 && !why[k].empty() && M == 1) std::printf("    (cuBLASLt kind %d: %s)\n", k, why[k].c_str());
 }
 
-void bench_gemm() {
+void bench_gemm(bool gemv_only) {
   const GemmShape shapes[] = {
       {"wq_a", oc::WeightFormat::FP8_BLOCK, 1024, 4096, 1},       {"wq_b", oc::WeightFormat::FP8_BLOCK, 32768, 1024, 1},
       {"wkv", oc::WeightFormat::FP8_BLOCK, 512, 4096, 1},         {"wo_a(8 groups)", oc::WeightFormat::FP8_BLOCK, 8192, 4096, 8},
@@ -237,10 +254,14 @@ void bench_gemm() {
   const size_t ws_bytes = size_t(64) << 20;
   Blob lt_ws = blob(ws_bytes, 2, 1);
   std::printf("GEMM times in us (median of %d after %d warm-up, %d rotating sets); old = default path (fp32 skinny for "
-              "M <= 8, tiled above), new = GemmPrecision::kBf16 streaming kernel\n", kRuns, kWarm, kSets);
+              "M <= 8, tiled above), new = GemmPrecision::kBf16 (the GEMV kernel at M <= %d where it applies, tagged "
+              "'gemv'; else the streaming kernel), stream = the streaming kernel alone\n", kRuns, kWarm, kSets,
+              int(oc::kGemmGemvMaxM));
+  const std::vector<int64_t> ms = gemv_only ? std::vector<int64_t>{1, 2, 4, 6, 8, 16}
+                                            : std::vector<int64_t>{1, 2, 4, 6, 8, 16, 64, 256, 4096};
   for (const GemmShape& s : shapes) {
     const bool head = std::string(s.name) == "lm_head";
-    for (int64_t M : {int64_t(1), int64_t(8), int64_t(64), int64_t(256), int64_t(4096)})
+    for (int64_t M : ms)
       if (M <= 256 || !head) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes);
   }
   cublasLtDestroy(lt);
@@ -248,7 +269,8 @@ void bench_gemm() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool gemv_only = argc > 1 && std::string(argv[1]) == "--gemv";
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -258,6 +280,6 @@ int main() {
   CHECK(cudaGetDeviceProperties(&p, 0));
   std::printf("device: %s, %d SMs, L2 %d MB; floor = max(bytes / %.1f TB/s, flops / %.0f TFLOP/s)\n", p.name,
               p.multiProcessorCount, p.l2CacheSize >> 20, kHbm / 1e12, kPeak / 1e12);
-  bench_gemm();
+  bench_gemm(gemv_only);
   return 0;
 }

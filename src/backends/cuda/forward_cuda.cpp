@@ -86,7 +86,8 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
 // Otherwise GEMMs that GemmLtEngine::wants (FP8 weights at M >= gemm_lt_min_rows(), BF16 / F32 weights - the lm
 // head, the compressors' wkv - at M >= kGemmLtMinMDense) run on cuBLASLt: block-scaled FP8 with the activations
 // quantized 1x128 like official act_quant, in two terms by default, or bf16 with fp32 accumulation
-// (gemm_lt_cuda.h); smaller FP8 GEMMs take the bf16 streaming kernel where it measured faster (GemmPrecision::kBf16).
+// (gemm_lt_cuda.h); smaller FP8 GEMMs take GemmPrecision::kBf16 where gemm_stream_preferred says so (the GEMV
+// kernel at M <= kGemmGemvMaxM, FP8 or BF16; the bf16 streaming kernel where it measured faster).
 // The engine's one-time setup (weight scales, buffers for s_.tokens rows) runs on every eager call, so each weight
 // is ready before a decode graph captures it; any engine error falls back to gemm_cuda (the runner never
 // accumulates here, so even a half-done call is overwritten).
@@ -111,9 +112,13 @@ Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeig
 Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                                 float* y, int64_t ldy, int64_t yg) {
   // The streaming kernel measured slower than the default kernels for the grouped wo_a at every M
-  // (gemm_stream_preferred): grouped GEMMs keep the default path (the tiled kernel in batch-invariant mode).
+  // (gemm_stream_preferred): grouped GEMMs keep the default path (the tiled kernel in batch-invariant mode), except
+  // the fast path's GEMV range (gemm_gemv_preferred), where kBf16 takes the GEMV kernel.
   const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
-  const GemmPrecision prec = !exact_ && batch_invariant_ ? GemmPrecision::kBatchInvariant : GemmPrecision::kFp32SmallM;
+  const GemmPrecision prec = exact_             ? GemmPrecision::kFp32SmallM
+                             : batch_invariant_ ? GemmPrecision::kBatchInvariant
+                             : gemm_gemv_preferred(M) ? GemmPrecision::kBf16
+                                                      : GemmPrecision::kFp32SmallM;
   for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
     DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg,
                                           stream_, prec));

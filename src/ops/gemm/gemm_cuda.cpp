@@ -1,5 +1,6 @@
-// GEMM entry points (see gemm_cuda.h): argument validation, path choice (bf16 streaming tensor core when asked for
-// and applicable, else skinny fp32 streaming vs tiled tensor core), launch and launch check.
+// GEMM entry points (see gemm_cuda.h): argument validation, path choice (with kBf16: the GEMV kernel where
+// gemm_gemv_preferred, else bf16 streaming tensor core when applicable; else skinny fp32 streaming vs tiled tensor
+// core), launch and launch check.
 #include "ops/gemm/gemm_cuda.h"
 
 #include <algorithm>
@@ -132,6 +133,16 @@ Status launch_stream(const detail::GemmArgs& a, const detail::StreamParams& sp, 
   return Status::ok();
 }
 
+Status launch_gemv(const detail::GemmArgs& a, WeightFormat f, const detail::GemvParams& gp, void* stream) {
+  const int err = detail::launch_gemm_gemv(f, a, gp, stream);
+  if (err != 0) {
+    cudaGetLastError();  // as launch_stream
+    return Status::errorf("gemm_gemv_kernel launch failed: {}", cudaGetErrorString(cudaError_t(err)));
+  }
+  DSI_CUDA_LAUNCHED("gemm_gemv_kernel");
+  return Status::ok();
+}
+
 Status launch_tiled(detail::GemmArgs& a, WeightFormat f, void* stream) {
   const int64_t m_tiles = (a.M + gemm_detail::kBM - 1) / gemm_detail::kBM;
   if (m_tiles > 65535) return Status::errorf("gemm: M = {} exceeds the supported {} rows", a.M, 65535 * gemm_detail::kBM);
@@ -173,6 +184,9 @@ Status run_invariant(detail::GemmArgs& a, WeightFormat f, void* stream) {
 
 Status run(detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, void* stream) {
   if (precision == GemmPrecision::kBatchInvariant) return run_invariant(a, f, stream);
+  detail::GemvParams gp;
+  if (precision == GemmPrecision::kBf16 && gemm_gemv_preferred(a.M) && detail::plan_gemm_gemv(a, f, sm_count(), gp))
+    return launch_gemv(a, f, gp, stream);
   detail::StreamParams sp;
   if (precision == GemmPrecision::kBf16 && detail::plan_gemm_stream(a, f, sm_count(), sp)) return launch_stream(a, sp, stream);
   if (a.M <= kGemmSkinnyMaxM && a.w_vec) {

@@ -5,8 +5,9 @@
 // kernels are gemm_skinny.cu and gemm_tiled.cu (device helpers gemm_dequant.cuh, index logic gemm_common.h).
 // Paths (docs/kernels.md "GEMM and MoE", chosen by M, the format and GemmPrecision): rows <= kGemmSkinnyMaxM use
 // an fp32 CUDA-core streaming kernel (exact fp32 products); larger M uses a bf16 mma.sync tensor-core kernel (x and
-// dequantized W rounded to bf16, fp32 accumulation); with GemmPrecision::kBf16, FP8 weights and M <= 256, a bf16
-// streaming tensor-core kernel with split-K summed in a fixed order. No float atomics anywhere: results are
+// dequantized W rounded to bf16, fp32 accumulation); with GemmPrecision::kBf16: M <= kGemmGemvMaxM with FP8 or BF16
+// weights an fp32 GEMV kernel (gemm_gemv.cu, exact products), else FP8 weights and M <= 256 a bf16 streaming
+// tensor-core kernel with split-K summed in a fixed order. No float atomics anywhere: results are
 // deterministic run to run, and each output row depends only on its own x row and the path (and, on the kBf16
 // path, on the launch shape chosen from M). GemmPrecision::kBatchInvariant chooses the path and the K split from
 // the weight alone (gemm_invariant.h), so a row's bits do not depend on M.
@@ -34,13 +35,20 @@ Status validate_weight(const DeviceWeight& w, const char* what = "weight");
 Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
                  void* stream, GemmPrecision precision = GemmPrecision::kFp32SmallM);
 
-// Whether the bf16 streaming kernel (GemmPrecision::kBf16) is the faster choice for a single-group FP8 GEMM of M
-// rows and N outputs, from the per-shape side-by-side on the H200 (bench/gemm_bench.cpp, bench/NOTES.md
-// 2026-11-30): it wins for N <= 1024 at every M <= 256 (wq_a, wkv) and for N <= 4096 at 9 <= M <= 128 (wo_b, the
-// shared expert); larger N (wq_b, the indexer's wq_b), grouped weights (wo_a) and N > 1024 at M > 128 run faster
-// on the default kernels. The CUDA runner's fast path asks this per call.
+// The fast path's kernel choice for FP8_BLOCK / BF16 weights (the one place that decides; gemm_cuda's run() and the
+// CUDA runner ask it):
+//  - gemm_gemv_preferred: M <= kGemmGemvMaxM, any N, single or grouped weight -> the fp32 GEMV kernel
+//    (gemm_gemv.cu). Model (H200, FP8): per weight byte it does M FMAs and 4 M / 4 bytes of shared-memory x reads,
+//    so it stays bandwidth-bound (>= 3 TB/s predicted) up to M ~ 8 and falls to ~1.5-2 TB/s at M = 16 (FMA and
+//    shared-memory bound), still above the streaming kernel's measured 0.3-0.9 TB/s at these M; cuBLASLt's
+//    block-scaled FP8 only runs at M >= gemm_lt_min_rows() (64). Lower kGemmGemvMaxM if the bench says otherwise.
+//  - gemm_stream_preferred: whether the runner passes GemmPrecision::kBf16 at all: the GEMV range, plus the bf16
+//    streaming kernel where it measured faster (bench/NOTES.md 2026-11-30: N <= 1024 at every M <= 256 (wq_a,
+//    wkv), N <= 4096 at 9 <= M <= 128 (wo_b, the shared expert)); larger N, grouped weights (wo_a) and N > 1024 at
+//    M > 128 run faster on the default kernels.
+inline bool gemm_gemv_preferred(int64_t M) { return M >= 1 && M <= kGemmGemvMaxM; }
 inline bool gemm_stream_preferred(int64_t M, int64_t N) {
-  return M >= 1 && M <= 256 && N <= (M > 8 && M <= 128 ? 4096 : 1024);
+  return gemm_gemv_preferred(M) || (M >= 1 && M <= 256 && N <= (M > 8 && M <= 128 ? 4096 : 1024));
 }
 
 // Batched over `groups` independent groups (the grouped output projection wo_a): with N_g = w.rows / groups,

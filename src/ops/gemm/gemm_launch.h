@@ -27,13 +27,17 @@ struct DeviceWeight {
 // Rows of x at or below this go through the fp32 streaming (decode) kernel when the format allows 16-byte weight
 // loads (K a multiple of 16 bytes of weight, FP8 block_k a multiple of 16, 16-byte aligned weight data).
 inline constexpr int64_t kGemmSkinnyMaxM = 8;
+// Rows at or below this may use the GEMV kernel (gemm_gemv.cu; GemmPrecision::kBf16, FP8_BLOCK / BF16 weights).
+inline constexpr int64_t kGemmGemvMaxM = 16;
 // Rows at or below this may use the bf16 streaming tensor-core kernel (GemmPrecision::kBf16, FP8_BLOCK weights).
 inline constexpr int64_t kGemmStreamMaxM = 256;
 
 // Which kernels gemm_cuda / gemm_grouped_cuda may use.
 //   kFp32SmallM (default): rows <= kGemmSkinnyMaxM run the fp32 CUDA-core streaming kernel (exact fp32 products),
 //     larger M the bf16 tiled kernel. Exact mode relies on it (it calls with chunks of kGemmSkinnyMaxM rows).
-//   kBf16: 1 <= M <= kGemmStreamMaxM with FP8_BLOCK weights (K and block_k multiples of 64, 16-byte aligned data)
+//   kBf16: where gemm_gemv_preferred (gemm_cuda.h) says so, the fp32 GEMV kernel (gemm_gemv.cu: FP8_BLOCK / BF16,
+//     M <= kGemmGemvMaxM, exact fp32 products, K split inside a block summed in a fixed order); else
+//     1 <= M <= kGemmStreamMaxM with FP8_BLOCK weights (K and block_k multiples of 64, 16-byte aligned data)
 //     run the bf16 streaming tensor-core kernel (gemm_stream.cu: x rounded to bf16, fp32 accumulation, split-K
 //     summed in a fixed order); every other case as kFp32SmallM.
 //   kBatchInvariant: kernel and K split chosen from the weight alone, never from M (gemm_invariant.h), so a row's
@@ -75,6 +79,20 @@ struct StreamParams {
   int xs_ld = 0;         // bf16 elements per x row in shared memory
 };
 
+// Launch shape of the GEMV kernel (plan_gemm_gemv): blocks of wk * wr warps; each warp owns kGemvRowsPerWarp weight
+// rows and one kGemvStep-wide K step of every staged x chunk (kc = wk steps); grid x = row blocks, y = groups.
+inline constexpr int kGemvRowsPerWarp = 4, kGemvMaxWarps = 8, kGemvXsBudget = 46 * 1024;
+// 16-byte weight vectors per lane per row per step: 2 (8 loads in flight per thread) while x rows are few; 1 at
+// mt >= 8, where the FMAs and shared-memory reads bound the kernel and the x chunk must stay small.
+inline constexpr int gemv_vpl(int mt) { return mt <= 4 ? 2 : 1; }
+struct GemvParams {
+  int mt = 1;          // x rows of the kernel instance: the power of two >= M (1..16)
+  int wk = 1, wr = 1;  // warps splitting K / rows inside a block (wk * wr <= kGemvMaxWarps)
+  int kc = 0;          // K elements per staged x chunk
+  int xs_ld = 0;       // floats per staged x row (each weight vector's slice padded by 4 floats: no bank conflicts)
+  int smem = 0;        // dynamic shared memory bytes (x chunk + cross-warp partials), <= 48 KB
+};
+
 // Elements per 16-byte weight vector.
 inline constexpr int64_t vec_elems(WeightFormat f) {
   return f == WeightFormat::F32 ? 4 : f == WeightFormat::BF16 ? 8 : f == WeightFormat::FP8_BLOCK ? 16 : 32;
@@ -93,6 +111,10 @@ bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamPar
 // Returns the cudaError_t of the launch (as int; also check DSI_CUDA_LAUNCHED("gemm_stream_kernel")).
 int launch_gemm_stream(const GemmArgs& a, const StreamParams& p, void* stream);
 void launch_gemm_tiled(WeightFormat f, const GemmArgs& a, void* stream);
+// GEMV kernel (gemm_gemv.cu): false when it does not apply (format, M, !w_vec, MoE gathers, too many row blocks).
+bool plan_gemm_gemv(const GemmArgs& a, WeightFormat f, int sm_count, GemvParams& p);
+// Returns the cudaError_t of the launch (as int; also check DSI_CUDA_LAUNCHED("gemm_gemv_kernel")).
+int launch_gemm_gemv(WeightFormat f, const GemmArgs& a, const GemvParams& p, void* stream);
 
 }  // namespace detail
 
