@@ -304,8 +304,8 @@ TEST(ParallelEplb, RemapGivesEachAssignmentExactlyOneOwner) {
 }
 
 // Zipf(1.0)-skewed routing, V4-Flash's 256 experts and top-6 over 8 ranks with 32 redundant slots: placed from the
-// loads of one batch of 4096 tokens and measured on another, the max / mean rank load drops from ~2.4 (static
-// split) to ~1.03 (bench/eplb_bench.cpp prints the table). Bounds: the static ratio is far above 1.5 and the
+// loads of one batch of 4096 tokens and measured on another, the max / mean rank load drops from ~2.1 (static
+// split) to ~1.02 (bench/eplb_bench.cpp prints the table). Bounds: the static ratio is far above 1.5 and the
 // EPLB ratio far below 1.15 at these sizes, for any seed; without redundant slots (a permutation only) the ratio
 // still drops.
 TEST(ParallelEplb, ZipfLoadRatioDrops) {
