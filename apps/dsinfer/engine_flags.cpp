@@ -26,9 +26,11 @@ std::string engine_flags_help() {
       "  sampling: --sampling device|host ({}; device = on the GPU where the backend can, same tokens as host)\n"
       "  several GPUs (cuda): --gpus N ({})  --expert-parallel-size N (= --gpus)  --data-parallel-size 1\n"
       "            --tensor-parallel-size 1 (routed experts split over the GPUs, the rest replicated)\n"
+      "            --eplb (expert load balancing)  --num-redundant-experts R (0; a multiple of --gpus)\n"
+      "            --eplb-interval STEPS ({}; the placement is recomputed from measured loads this often)\n"
       "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
-      d.enable_prefix_caching, d.sampling, d.gpus, d.async_scheduling);
+      d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling);
 }
 
 bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
@@ -89,7 +91,12 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
                                  "--max-num-batched-tokens", "--max-model-len", "--seed", "--state-memory-gb",
                                  "--speculative", "--num-speculative-tokens", "--speculative-budget",
                                  "--speculative-min-survival", "--sampling", "--gpus", "--expert-parallel-size",
-                                 "--data-parallel-size", "--tensor-parallel-size", "--async-scheduling"};
+                                 "--data-parallel-size", "--tensor-parallel-size", "--async-scheduling",
+                                 "--num-redundant-experts", "--eplb-interval"};
+  if (a == "--eplb") {
+    eo.eplb = true;
+    return FlagParse::kOk;
+  }
   if (a == "--batch-invariant") {
     eo.batch_invariant = true;
     return FlagParse::kOk;
@@ -130,6 +137,8 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   else if (a == "--expert-parallel-size") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.expert_parallel_size = int32_t(n);
   else if (a == "--data-parallel-size") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.data_parallel_size = int32_t(n);
   else if (a == "--tensor-parallel-size") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.tensor_parallel_size = int32_t(n);
+  else if (a == "--num-redundant-experts") ok = parse_int_flag(cmd, a, v, 0, 1 << 20, &n), eo.num_redundant_experts = int32_t(n);
+  else if (a == "--eplb-interval") ok = parse_int_flag(cmd, a, v, 1, 1ll << 40, &n), eo.eplb_interval = n;
   else if (a == "--prefix-cache-host-bytes") ok = parse_bytes_flag(cmd, a, v, &eo.prefix_cache_host_bytes);
   else if (a == "--prefix-snapshot-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.prefix_snapshot_memory_gb = x;
   else ok = parse_real_flag(cmd, a, v, 0, 1, &x), eo.speculative_min_survival = x;

@@ -57,6 +57,12 @@ struct EngineOptions {
   int32_t expert_parallel_size = 0;
   int32_t data_parallel_size = 1;
   int32_t tensor_parallel_size = 1;
+  // Expert-parallel load balancing (docs/multi_gpu.md "EPLB"), gpus > 1: num_redundant_experts extra expert slots
+  // (a multiple of gpus) hold replicas of the busiest experts; the placement is recomputed from measured per-expert
+  // loads every eplb_interval steps, without a restart. Results stay exact (each token's expert computed once).
+  bool eplb = false;
+  int32_t num_redundant_experts = 0;
+  int64_t eplb_interval = 1000;
   // Asynchronous scheduling (docs/engine_core.md "Asynchronous steps"): "on" = the host plans and launches step
   // t+1 while the device runs step t (the sampled ids stay on the device; stop conditions are seen one step late
   // and a finished sequence's surplus token is discarded, so outputs are identical to "off"). Applies where the

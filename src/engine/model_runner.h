@@ -42,6 +42,11 @@ struct RunnerOptions {
   // Set by the ParallelRunner for each shard: its CUDA device and its rank of the expert-parallel group (the
   // routed experts [rank * E / size, (rank + 1) * E / size)).
   int32_t device = 0, ep_rank = 0, ep_size = 1;
+  // Expert-parallel load balancing (docs/multi_gpu.md "EPLB"), gpus > 1: num_redundant_experts extra expert slots
+  // (a multiple of gpus), the placement recomputed from measured loads every eplb_interval steps.
+  bool eplb = false;
+  int32_t num_redundant_experts = 0;
+  int64_t eplb_interval = 1000;
 };
 
 class RunnerDiagnostics {

@@ -28,13 +28,15 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
     DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
                                                      opts.tensor_parallel_size}, {}, -1).status());
     if (opts.gpus != 1) return Status::errorf("--gpus {} needs the cuda backend (the cpu backend runs on the host)", opts.gpus);
+    if (opts.eplb || opts.num_redundant_experts != 0)
+      return Status::error("--eplb / --num-redundant-experts need the cuda backend with --gpus > 1");
     return backends::create_cpu_runner(opts);
   }
 #if DSINFER_HAS_CUDA
   // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/cuda_runner_v41.h).
   DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(opts.model_dir));
   if (cfg.is_v41()) {
-    if (opts.gpus != 1) return Status::error("the DeepSeek-V4.1 cuda runner runs on one GPU only (--gpus 1)");
+    if (opts.gpus != 1 || opts.eplb) return Status::error("the DeepSeek-V4.1 cuda runner runs on one GPU only (--gpus 1, no --eplb)");
     return backends::create_cuda_runner_v41(opts);
   }
   return backends::create_cuda_runner(opts);

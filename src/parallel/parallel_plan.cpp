@@ -1,6 +1,7 @@
 // Multi-GPU plan (see parallel_plan.h): option checks, expert ranges, per-rank memory.
 #include "parallel/parallel_plan.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace dsinfer::parallel {
@@ -70,11 +71,17 @@ double storage_bytes(const model::TensorSpec& s) {
                                              : n * double(dtype_size(dt));
 }
 
-RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t world) {
+RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t world, int32_t redundant) {
   RankMemory m;
   double experts = 0;
-  for (const model::TensorSpec& s : specs) (s.expert >= 0 ? experts : m.dense_bytes) += storage_bytes(s);
-  m.expert_bytes = experts / double(world < 1 ? 1 : world);
+  int64_t count = 0;  // routed experts per layer (ids 0 .. count-1)
+  for (const model::TensorSpec& s : specs) {
+    (s.expert >= 0 ? experts : m.dense_bytes) += storage_bytes(s);
+    count = std::max<int64_t>(count, s.expert + 1);
+  }
+  // Experts of one layer share a shape: a redundant slot costs one average expert.
+  const double per_expert = count > 0 ? experts / double(count) : 0.0;
+  m.expert_bytes = (experts + per_expert * double(std::max(redundant, 0))) / double(world < 1 ? 1 : world);
   return m;
 }
 

@@ -45,12 +45,14 @@ double storage_bytes(const model::TensorSpec& spec);
 
 // Per-rank memory of expert parallelism over `world` GPUs: every dense weight (attention, mHC, router, shared
 // expert, embedding, head) replicated, 1/world of the routed experts, and the headroom kept for state and scratch.
+// EPLB (parallel/eplb.h): `redundant` extra expert slots over all ranks, so a rank holds (E + redundant) / world
+// experts' worth of every MoE layer.
 struct RankMemory {
   double dense_bytes = 0;    // replicated weights
   double expert_bytes = 0;   // this rank's routed experts
   double weight_bytes() const { return dense_bytes + expert_bytes; }
 };
-RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t world);
+RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t world, int32_t redundant = 0);
 // Fraction of a GPU's free memory the weights may take: the rest (8%) is left for the state cache, the step's
 // scratch and the CUDA graphs (the single-GPU runner's rule since it first refused models).
 inline constexpr double kWeightFraction = 0.92;

@@ -16,11 +16,16 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "dsinfer/engine.h"
 #include "engine/model_runner.h"
+#include "ops/moe/expert_remap_cuda.h"
+#include "parallel/eplb.h"
+#include "parallel/expert_remap.h"
 #include "test_util.h"
 
 namespace {
@@ -51,8 +56,12 @@ struct Out {
   std::vector<dsinfer::TokenLogprob> logprobs;
 };
 
-std::vector<Out> run(const std::string& model, int32_t gpus) {
+// eplb_interval > 0: EPLB with 2 redundant slots, rebalanced every eplb_interval steps (so several times per run).
+std::vector<Out> run(const std::string& model, int32_t gpus, int64_t eplb_interval = 0) {
   dsinfer::EngineOptions o;
+  o.eplb = eplb_interval > 0;
+  o.num_redundant_experts = o.eplb ? 2 : 0;
+  o.eplb_interval = o.eplb ? eplb_interval : 1000;
   o.model_dir = model;
   o.backend = "cuda";
   o.numerics = "hf";
@@ -90,11 +99,13 @@ std::vector<Out> run(const std::string& model, int32_t gpus) {
   return out;
 }
 
-void compare(const std::string& name) {
+// EPLB off vs on (eplb_interval > 0): each assignment is still computed once, by a replica with the same weights,
+// so only the all-reduce's grouping of the fp32 sums changes: the same tolerance as 1 vs 2 GPUs.
+void compare(const std::string& name, int64_t eplb_interval = 0) {
   const std::string model = find_model(name);
   if (model.empty()) GTEST_SKIP() << name << " not found";
   SCOPED_TRACE(model);
-  const std::vector<Out> one = run(model, 1), two = run(model, 2);
+  const std::vector<Out> one = eplb_interval > 0 ? run(model, 2) : run(model, 1), two = run(model, 2, eplb_interval);
   ASSERT_EQ(one.size(), two.size());
   double max_diff = 0;
   for (size_t i = 0; i < one.size(); ++i) {
@@ -107,7 +118,8 @@ void compare(const std::string& name) {
       for (size_t j = 0; j < a.top.size(); ++j) max_diff = std::max(max_diff, std::abs(a.top[j].second - b.top[j].second));
     }
   }
-  std::printf("%s: 1 GPU vs 2 GPUs: tokens identical, max logprob difference %.3g\n", name.c_str(), max_diff);
+  std::printf("%s: %s: tokens identical, max logprob difference %.3g\n", name.c_str(),
+              eplb_interval > 0 ? "2 GPUs, EPLB off vs on" : "1 GPU vs 2 GPUs", max_diff);
   EXPECT_LE(max_diff, 2e-3);
 }
 
@@ -147,4 +159,80 @@ TEST(GpuMultiGpu, RunnerSplitsTheExperts) {
   auto bad = dsinfer::engine::create_runner(o);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("must equal --gpus"), std::string::npos);
+}
+
+// EPLB (docs/multi_gpu.md): 2 redundant slots, a rebalance every 3 steps (dozens during the run, each reloading
+// the moved slots: dummy-free fixtures, so from the mapped checkpoint), same greedy tokens as without EPLB.
+TEST(GpuMultiGpu, EplbMatchesPlainExpertParallel) {
+  SKIP_WITHOUT_TWO_GPUS();
+  compare("tiny-v4-a", 3);
+  compare("dsv4-small", 3);
+}
+
+// The runner reports EPLB's slots (8 experts + 2 redundant over 2 GPUs: 5 per GPU); bad sizes are refused.
+TEST(GpuMultiGpu, EplbRunnerSlotsAndRefusals) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string model = find_model("tiny-v4-a");
+  if (model.empty()) GTEST_SKIP() << "tiny-v4-a not found";
+  dsinfer::engine::RunnerOptions o;
+  o.model_dir = model;
+  o.backend = dsinfer::engine::Backend::kCuda;
+  o.gpus = 2;
+  o.eplb = true;
+  o.num_redundant_experts = 2;
+  auto r = dsinfer::engine::create_runner(o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const std::string name = (*r)->name();
+  EXPECT_NE(name.find("EPLB: 2 redundant experts"), std::string::npos) << name;
+  EXPECT_NE(name.find("EPLB 5 expert slots"), std::string::npos) << name;
+  o.num_redundant_experts = 3;
+  auto odd = dsinfer::engine::create_runner(o);
+  ASSERT_FALSE(odd.is_ok());
+  EXPECT_NE(odd.status().message().find("must be a multiple of --gpus 2"), std::string::npos) << odd.status().message();
+  o.gpus = 1;
+  o.num_redundant_experts = 0;
+  auto one = dsinfer::engine::create_runner(o);
+  ASSERT_FALSE(one.is_ok());
+  EXPECT_NE(one.status().message().find("needs --gpus > 1"), std::string::npos) << one.status().message();
+}
+
+// The EPLB remap kernel against its CPU reference (one GPU is enough): random placements (duplicates included) and
+// routings with invalid ids, every rank; ids and the per-expert counters are integers: exact equality.
+TEST(GpuMultiGpu, EplbRemapKernelMatchesReference) {
+  if (visible_gpus() < 1) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int32_t world = 2 + int32_t(rng() % 7), E = world * (1 + int32_t(rng() % 40)), R = world * int32_t(rng() % 5);
+    const int32_t topk = 1 + int32_t(rng() % 8);
+    const int64_t T = 1 + int64_t(rng() % 3000);
+    std::vector<int32_t> slots(size_t(E + R));
+    for (int32_t i = 0; i < E + R; ++i) slots[size_t(i)] = i < E ? i : int32_t(rng() % uint32_t(E));
+    std::shuffle(slots.begin(), slots.end(), rng);
+    auto p = dsinfer::parallel::make_placement(slots, E, world);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    const std::vector<int32_t> table = p->table();
+    std::vector<int32_t> idx(size_t(T * topk));
+    for (auto& e : idx) e = int32_t(rng() % uint32_t(E + 2)) - 1;
+    dsinfer::cuda::DeviceBuffer<int32_t> d_idx, d_table;
+    dsinfer::cuda::DeviceBuffer<uint32_t> d_counts;
+    ASSERT_TRUE(d_table.upload(table.data(), table.size()).is_ok());
+    for (int32_t r = 0; r < world; ++r) {
+      std::vector<int32_t> want = idx, got(idx.size());
+      std::vector<uint32_t> want_counts(size_t(E), 7u), got_counts(static_cast<size_t>(E), 0u);
+      dsinfer::parallel::remap_experts_eplb_ref(want.data(), int64_t(want.size()), topk, table.data(), E, r,
+                                                p->slots_per_rank, want_counts.data());
+      ASSERT_TRUE(d_idx.upload(idx.data(), idx.size()).is_ok());
+      const std::vector<uint32_t> seven(size_t(E), 7);  // counters accumulate onto what is there
+      ASSERT_TRUE(d_counts.upload(seven.data(), seven.size()).is_ok());
+      const dsinfer::Status st = dsinfer::ops::cuda::remap_experts_eplb_cuda(
+          d_idx.data(), int64_t(idx.size()), topk, d_table.data(), E, r, p->slots_per_rank, d_counts.data(), nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_TRUE(d_idx.download(got.data(), got.size()).is_ok());
+      ASSERT_TRUE(d_counts.download(got_counts.data(), got_counts.size()).is_ok());
+      ASSERT_EQ(got, want) << "trial " << trial << " rank " << r;
+      ASSERT_EQ(got_counts, want_counts) << "trial " << trial << " rank " << r;
+    }
+  }
+  EXPECT_FALSE(dsinfer::ops::cuda::remap_experts_eplb_cuda(nullptr, 6, 4, nullptr, 8, 0, 5, nullptr, nullptr).is_ok());
 }

@@ -3,7 +3,10 @@
 # with fewer than 2 visible GPUs. Checks: the GPU test (1 vs 2 GPUs through the Engine: same greedy tokens,
 # logprobs within 2e-3), check-reference --gpus 2 on the fixtures and the shipped model, a greedy `generate`
 # 1 GPU vs 2 GPUs token for token, the full V4-Flash refusal on 1 GPU (it does not fit) and the full V4-Flash
-# bench (all 43 layers, dummy weights) on 2 GPUs. ~2-3 minutes.
+# bench (all 43 layers, dummy weights) on 2 GPUs; EPLB (--eplb, docs/multi_gpu.md): the GPU tests above include
+# EPLB on vs off, a greedy `generate` with a rebalance every 4 steps must match the plain 2-GPU run token for token
+# and log its rebalances, the same with dummy weights (moved slots regenerated from their seeds, every 2 steps),
+# and the host balance table (dsinfer_eplb_bench). ~3 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dsinfer_gpu_out}
@@ -70,6 +73,40 @@ same = [k for k in a if a[k] == b[k]]
 print(f"generate: {len(same)}/{len(a)} requests identical on 1 and 2 GPUs")
 sys.exit(0 if len(same) == len(a) else 1)
 PY
+
+echo "-- EPLB: generate 2 GPUs with a rebalance every 4 steps vs plain 2 GPUs"
+DSINFER_EPLB_LOG=1 timeout 120 $BIN/dsinfer generate --backend cuda --gpus 2 --eplb --num-redundant-experts 2 \
+  --eplb-interval 4 --model models/dsv4-small --input "$req" --output "$OUT/multigpu_gen_eplb.jsonl" \
+  > "$OUT/multigpu_gen_eplb.log" 2>&1 || { fail "generate --eplb"; tail -5 "$OUT/multigpu_gen_eplb.log"; }
+grep -c "^eplb: step" "$OUT/multigpu_gen_eplb.log" | sed 's/^/rebalances logged: /'
+grep -q "^eplb: step" "$OUT/multigpu_gen_eplb.log" || fail "generate --eplb logged no rebalance"
+grep "^eplb: step" "$OUT/multigpu_gen_eplb.log" | tail -2
+python3 - "$OUT/multigpu_gen_2.jsonl" "$OUT/multigpu_gen_eplb.jsonl" <<'PY' || fail "generate EPLB on vs off differs"
+import json, sys
+def load(f):
+    try:
+        return {r["custom_id"]: [c.get("text") for c in r["response"]["body"].get("choices", [])] for r in map(json.loads, open(f))}
+    except (OSError, KeyError, ValueError):
+        return None
+a, b = load(sys.argv[1]), load(sys.argv[2])
+if not a or a.keys() != (b or {}).keys(): print("missing outputs"); sys.exit(1)
+same = [k for k in a if a[k] == b[k]]
+print(f"generate: {len(same)}/{len(a)} requests identical with EPLB on and off")
+sys.exit(0 if len(same) == len(a) else 1)
+PY
+echo "-- EPLB: dummy weights (moved slots regenerated from their seeds), rebalance every 2 steps vs plain 2 GPUs"
+for mode in plain eplb; do
+  flags=""; [ $mode = eplb ] && flags="--eplb --num-redundant-experts 4 --eplb-interval 2"
+  DSINFER_EPLB_LOG=1 timeout 120 $BIN/dsinfer generate --backend cuda --gpus 2 $flags --load-format dummy \
+    --model models/dsv4-small --input "$req" --output "$OUT/multigpu_dummy_$mode.jsonl" > "$OUT/multigpu_dummy_$mode.log" 2>&1 ||
+    { fail "generate dummy $mode"; tail -5 "$OUT/multigpu_dummy_$mode.log"; }
+done
+grep -q "^eplb: step" "$OUT/multigpu_dummy_eplb.log" || fail "dummy --eplb logged no rebalance"
+grep "^eplb: step" "$OUT/multigpu_dummy_eplb.log" | tail -1
+cmp -s <(python3 -c "import json,sys; [print(r['custom_id'], [c.get('text') for c in r['response']['body'].get('choices', [])]) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/multigpu_dummy_plain.jsonl") \
+       <(python3 -c "import json,sys; [print(r['custom_id'], [c.get('text') for c in r['response']['body'].get('choices', [])]) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/multigpu_dummy_eplb.jsonl") &&
+  echo "dummy weights: EPLB on and off identical" || fail "dummy weights: EPLB on vs off differs"
+[ -x "$BIN/dsinfer_eplb_bench" ] && $BIN/dsinfer_eplb_bench | head -20
 
 echo "-- V4-Flash (43 layers, dummy weights): 1 GPU must refuse, 2 GPUs bench"
 timeout 60 $BIN/dsinfer bench --gpus 1 --model configs/deepseek-v4-flash --load-format dummy --batch 1 --prefill 0 \

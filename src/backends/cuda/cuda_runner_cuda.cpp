@@ -58,13 +58,16 @@ Status CudaRunner::init(const engine::RunnerOptions& opts) {
   if (ep_size_ > 1) graphs_enabled_ = false;
   DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(ordinal_));  // also makes it the current device
   // Refuse a model that cannot fit before allocating anything (the same per-rank sizing as the ParallelRunner).
-  DSI_RETURN_IF_ERROR(parallel::check_rank_fits(parallel::rank_memory(model::weight_specs(cfg_), ep_size_), ep_size_,
-                                                ordinal_, device_.free_bytes, device_.name));
+  // (EPLB: options checked and the redundant expert slots counted.)
+  DSI_ASSIGN_OR_RETURN(ExpertSlots slots, eplb_init(opts));
+  DSI_RETURN_IF_ERROR(parallel::check_rank_fits(
+      parallel::rank_memory(model::weight_specs(cfg_), ep_size_, eplb_.redundant), ep_size_, ordinal_,
+      device_.free_bytes, device_.name));
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
   if (opts.load_format == engine::LoadFormat::kDummy)
-    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, experts_, stream_));
+    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, std::move(slots), stream_));
   else
-    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, experts_));
+    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, std::move(slots)));
   const std::vector<float> inv_main = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
   const std::vector<float> inv_comp = ops::rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);
   DSI_RETURN_IF_ERROR(inv_main_.upload(inv_main.data(), inv_main.size(), "rope inv_freq"));
@@ -86,7 +89,9 @@ CudaRunner::~CudaRunner() {
 }
 
 std::string CudaRunner::name() const {
-  const std::string ep = ep_size_ > 1 ? fmt::format(", GPU {}, experts [{}, {})", ordinal_, experts_.lo, experts_.hi) : "";
+  const std::string ep = !(ep_size_ > 1) ? ""
+                         : eplb_.on ? fmt::format(", GPU {}, EPLB {} expert slots", ordinal_, eplb_.slots)
+                                    : fmt::format(", GPU {}, experts [{}, {})", ordinal_, experts_.lo, experts_.hi);
   return fmt::format("cuda ({}, {} numerics, {:.2f} GiB weights{}{})", device_.name, num_.name,
                      double(weights_.bytes()) / double(1 << 30), batch_invariant_ ? ", batch-invariant" : "", ep);
 }

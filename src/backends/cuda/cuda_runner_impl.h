@@ -28,6 +28,7 @@
 #include "ops/gemm/gemm_lt_cuda.h"
 #include "ops/moe/moe_cuda.h"
 #include "ops/step_cuda.h"
+#include "parallel/eplb.h"
 #include "parallel/nccl_cuda.h"
 #include "parallel/parallel_plan.h"
 
@@ -63,6 +64,11 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   void set_expert_comm(parallel::NcclComm* comm) { comm_ = comm; }
   void set_compute_logits(bool on) { compute_logits_ = on; }
   int32_t device_ordinal() const { return ordinal_; }
+  // EPLB (parallel_runner_eplb_cuda.cpp, docs/multi_gpu.md): the per-expert token counts of every MoE layer since
+  // the last call ([layers * experts], counted on the device by rank 0 only; zeroed after reading), and a new
+  // placement of every layer applied between steps (changed slots reloaded, tables uploaded; slots reloaded).
+  Status eplb_take_counts(std::vector<uint32_t>& counts);
+  Result<int32_t> eplb_apply(const std::vector<parallel::Placement>& layers);
 
   // Per-op timing for `dsinfer bench`: when on, every named op is bracketed by CUDA events.
   Status set_timing(bool on) override {
@@ -127,6 +133,21 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   Status download_hidden(int64_t T);
   void free_capture();
 
+  // EPLB state of this shard: the placement table of every layer ([layers * table_len] int32, remap_expert_eplb)
+  // and the per-expert counters ([layers * experts] uint32, rank 0 only).
+  struct EplbDevice {
+    bool on = false;
+    int32_t redundant = 0, slots = 0;
+    int64_t table_len = 0;
+    cuda::DeviceBuffer<int32_t> tables;
+    cuda::DeviceBuffer<uint32_t> counts;
+  };
+  // The routed experts this shard loads: its range, or with EPLB the initial placement (tables and counters set up).
+  Result<ExpertSlots> eplb_init(const engine::RunnerOptions& opts);
+  Status eplb_upload_tables(const std::vector<parallel::Placement>& layers);
+  // forward_cuda.cpp ffn: global top-k ids -> local slots (range or placement table).
+  Status remap_experts(int64_t l, int64_t T, int64_t k);
+
   // Makes this runner's GPU current: every entry point that launches work calls it first, since the engine (or the
   // ParallelRunner) may call from a thread whose current device is another.
   Status bind_device() const;
@@ -138,6 +159,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   int32_t ep_rank_ = 0, ep_size_ = 1;    // expert parallelism (RunnerOptions::ep_rank / ep_size)
   parallel::ExpertRange experts_;        // routed experts held here (global ids)
   parallel::NcclComm* comm_ = nullptr;   // EP group (ep_size_ > 1), owned by the ParallelRunner
+  EplbDevice eplb_;
   bool compute_logits_ = true;
   void* stream_ = nullptr;
   DeviceWeights weights_;

@@ -76,51 +76,123 @@ Result<DevTensor> upload_tensor(const model::ResolvedTensor& r, const io::ModelC
 
 }  // namespace
 
-Status DeviceWeights::load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir,
-                                      parallel::ExpertRange experts) {
+ExpertSlots range_slots(int64_t layers, parallel::ExpertRange experts) {
+  std::vector<int32_t> ids(size_t(experts.count()));
+  for (int32_t i = 0; i < experts.count(); ++i) ids[size_t(i)] = experts.lo + i;
+  return ExpertSlots(size_t(layers), ids);
+}
+
+Status DeviceWeights::load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir, ExpertSlots slots) {
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ckpt, io::Checkpoint::open(model_dir));
-  auto resolved = model::resolve_weights(cfg, ckpt);
+  ckpt_ = std::make_unique<io::Checkpoint>(std::move(ckpt));  // resolved views point into it: it stays alive
+  auto resolved = model::resolve_weights(cfg, *ckpt_);
   if (!resolved) return resolved.status().with_context(model_dir);
-  start(cfg, experts);
+  start(cfg, std::move(slots));
   for (const auto& r : *resolved) {
-    if (r.spec.expert >= 0 && !experts.contains(r.spec.expert)) continue;  // another rank's expert
     fp32_storage_ &= r.spec.kind == TensorKind::IndexTable || r.data->dtype == DType::F32;
+    if (r.spec.expert >= 0) {  // made only for the slots holding it (other ranks' experts are never read)
+      DSI_RETURN_IF_ERROR(add_expert(cfg, {r.spec, 0, r.data, r.scale}, nullptr));
+      continue;
+    }
     DSI_ASSIGN_OR_RETURN(DevTensor t, upload_tensor(r, cfg));
     DSI_RETURN_IF_ERROR(add(r.spec, std::move(t)));
   }
   return finish(cfg);
 }
 
-Status DeviceWeights::generate_dummy(const io::ModelConfig& cfg, parallel::ExpertRange experts, void* stream) {
+Status DeviceWeights::generate_dummy(const io::ModelConfig& cfg, ExpertSlots slots, void* stream) {
   const std::vector<model::TensorSpec> specs = model::weight_specs(cfg);
-  start(cfg, experts);
+  start(cfg, std::move(slots));
   fp32_storage_ = false;
   uint64_t seed = 1;
   for (const auto& s : specs) {
     const uint64_t sd = seed++;  // a tensor's seed does not depend on the rank: 1 and N GPUs hold the same weights
-    if (s.expert >= 0 && !experts.contains(s.expert)) continue;
+    if (s.expert >= 0) {
+      DSI_RETURN_IF_ERROR(add_expert(cfg, {s, sd, nullptr, nullptr}, stream));
+      continue;
+    }
     DSI_ASSIGN_OR_RETURN(DevTensor t, make_dummy_tensor(s, cfg.n_routed_experts, sd, stream));
     DSI_RETURN_IF_ERROR(add(s, std::move(t)));
   }
   return finish(cfg);
 }
 
-void DeviceWeights::start(const io::ModelConfig& cfg, parallel::ExpertRange experts) {
-  experts_ = experts;
+void DeviceWeights::start(const io::ModelConfig& cfg, ExpertSlots slots) {
+  slots_ = std::move(slots);
+  slots_.resize(size_t(cfg.num_hidden_layers));
+  num_experts_ = cfg.n_routed_experts;
+  const size_t S = slots_.empty() ? 0 : slots_[0].size();
   tensors_.clear();
+  sources_.assign(size_t(cfg.num_hidden_layers * num_experts_) * 3, ExpertSource{});
+  expert_tensors_.clear();
+  expert_tensors_.resize(size_t(cfg.num_hidden_layers) * S * 3);
   pointer_arrays_.clear();
+  pointer_arrays_.resize(size_t(cfg.num_hidden_layers) * 3);
   layers_.assign(size_t(cfg.num_hidden_layers), DeviceLayer{});
   expert_views_.assign(size_t(cfg.num_hidden_layers), ExpertViews{});
   for (auto& v : expert_views_) {
-    v.w1.resize(size_t(experts.count()));
-    v.w3.resize(size_t(experts.count()));
-    v.w2.resize(size_t(experts.count()));
+    v.w1.resize(S);
+    v.w3.resize(S);
+    v.w2.resize(S);
   }
   embed_ = head_ = DeviceWeight{};
   final_norm_ = nullptr;
   hc_head_ = HcDevice{};
   bytes_ = 0;
   fp32_storage_ = true;
+}
+
+namespace {
+int expert_role_index(TensorRole r) { return r == TensorRole::ExpertW1 ? 0 : r == TensorRole::ExpertW3 ? 1 : 2; }
+}  // namespace
+
+Result<DevTensor> DeviceWeights::make_expert(const io::ModelConfig& cfg, const ExpertSource& src, void* stream) const {
+  if (src.data) return upload_tensor(model::ResolvedTensor{src.spec, src.data, src.scale}, cfg);
+  return make_dummy_tensor(src.spec, cfg.n_routed_experts, src.seed, stream);
+}
+
+Status DeviceWeights::add_expert(const io::ModelConfig& cfg, ExpertSource src, void* stream) {
+  const model::TensorSpec& s = src.spec;
+  if (s.layer < 0 || size_t(s.layer) >= slots_.size() || s.expert >= num_experts_)
+    return Status::errorf("cuda weights: routed expert tensor '{}' is out of range", s.name);
+  const int role = expert_role_index(s.role);
+  const std::vector<int32_t>& ids = slots_[size_t(s.layer)];
+  for (size_t slot = 0; slot < ids.size(); ++slot) {
+    if (ids[slot] != s.expert) continue;
+    DSI_ASSIGN_OR_RETURN(DevTensor t, make_expert(cfg, src, stream));
+    bytes_ += int64_t(t.data.bytes() + t.scale.bytes());
+    ExpertViews& X = expert_views_[size_t(s.layer)];
+    (role == 0 ? X.w1 : role == 1 ? X.w3 : X.w2)[slot] = t.w;
+    expert_tensors_[(size_t(s.layer) * ids.size() + slot) * 3 + size_t(role)] = std::move(t);
+  }
+  sources_[size_t(s.layer * num_experts_ + s.expert) * 3 + size_t(role)] = std::move(src);
+  return Status::ok();
+}
+
+Result<int32_t> DeviceWeights::reload_slots(const io::ModelConfig& cfg, int64_t layer, const std::vector<int32_t>& slots,
+                                            void* stream) {
+  if (layer < 0 || size_t(layer) >= slots_.size() || slots.size() != slots_[size_t(layer)].size())
+    return Status::errorf("cuda weights: EPLB reload of layer {} with {} slots does not match", layer, slots.size());
+  std::vector<int32_t>& cur = slots_[size_t(layer)];
+  ExpertViews& X = expert_views_[size_t(layer)];
+  int32_t reloaded = 0;
+  for (size_t slot = 0; slot < slots.size(); ++slot) {
+    const int32_t e = slots[slot];
+    if (e == cur[slot]) continue;
+    if (e < 0 || e >= num_experts_) return Status::errorf("cuda weights: EPLB slot {} names expert {}", slot, e);
+    for (int role = 0; role < 3; ++role) {
+      const ExpertSource& src = sources_[size_t(layer * num_experts_ + e) * 3 + size_t(role)];
+      DSI_ASSIGN_OR_RETURN(DevTensor t, make_expert(cfg, src, stream));
+      DevTensor& old = expert_tensors_[(size_t(layer) * slots.size() + slot) * 3 + size_t(role)];
+      bytes_ += int64_t(t.data.bytes() + t.scale.bytes()) - int64_t(old.data.bytes() + old.scale.bytes());
+      (role == 0 ? X.w1 : role == 1 ? X.w3 : X.w2)[slot] = t.w;
+      old = std::move(t);  // frees the previous expert's memory (the stream is idle: nothing reads it)
+    }
+    cur[slot] = e;
+    ++reloaded;
+  }
+  if (reloaded > 0) DSI_RETURN_IF_ERROR(expert_arrays(layer));
+  return reloaded;
 }
 
 Status DeviceWeights::add(const model::TensorSpec& spec, DevTensor t) {
@@ -146,7 +218,6 @@ Status DeviceWeights::bind(const model::TensorSpec& s, const DevTensor& t) {
     }
   } else if (size_t(s.layer) < layers_.size()) {
     DeviceLayer& L = layers_[size_t(s.layer)];
-    ExpertViews& X = expert_views_[size_t(s.layer)];
     switch (s.role) {
       case R::AttnNorm: L.attn_norm = f; return Status::ok();
       case R::FfnNorm: L.ffn_norm = f; return Status::ok();
@@ -177,9 +248,6 @@ Status DeviceWeights::bind(const model::TensorSpec& s, const DevTensor& t) {
       case R::Gate: L.gate = w; return Status::ok();
       case R::GateBias: L.gate_bias = f; return Status::ok();
       case R::Tid2Eid: L.tid2eid = t.data.as<const int32_t>(); return Status::ok();
-      case R::ExpertW1: X.w1.at(size_t(s.expert - experts_.lo)) = w; return Status::ok();
-      case R::ExpertW3: X.w3.at(size_t(s.expert - experts_.lo)) = w; return Status::ok();
-      case R::ExpertW2: X.w2.at(size_t(s.expert - experts_.lo)) = w; return Status::ok();
       case R::SharedW1: L.shared.w1 = w; L.has_shared = true; return Status::ok();
       case R::SharedW3: L.shared.w3 = w; return Status::ok();
       case R::SharedW2: L.shared.w2 = w; return Status::ok();
@@ -190,29 +258,38 @@ Status DeviceWeights::bind(const model::TensorSpec& s, const DevTensor& t) {
                         model::tensor_role_name(s.role), s.layer);
 }
 
-// Device array of the per-expert data pointers followed by the scale pointers (moe_cuda's layout).
+// Device array of the per-slot data pointers followed by the scale pointers (moe_cuda's layout), in `buf`.
 Status DeviceWeights::expert_array(const std::vector<DeviceWeight>& views, int64_t layer, TensorRole role,
-                                   ops::cuda::DeviceExpertWeights& out) {
+                                   cuda::DeviceBuffer<uint8_t>& buf, ops::cuda::DeviceExpertWeights& out) {
   const size_t E = views.size();
   std::vector<const void*> ptrs(2 * E);
   for (size_t e = 0; e < E; ++e) {
     const DeviceWeight& dw = views[e];
     if (!dw.data)
-      return Status::errorf("cuda weights: layer {} expert {} has no {}", layer, int64_t(e) + experts_.lo,
+      return Status::errorf("cuda weights: layer {} expert {} has no {}", layer, slots_[size_t(layer)][e],
                             model::tensor_role_name(role));
     ptrs[e] = dw.data;
     ptrs[E + e] = dw.scale;
     if (e == 0) out = {dw.fmt, dw.rows, dw.cols, dw.scale_e8m0, dw.block_n, dw.block_k, nullptr, nullptr};
     else if (dw.fmt != out.fmt)
-      return Status::errorf("layers.{}.ffn.experts.{}.{}: experts of one layer must share a format", layer, e,
+      return Status::errorf("layers.{}.ffn.experts.{}.{}: experts of one layer must share a format", layer,
+                            slots_[size_t(layer)][e],
                             role == TensorRole::ExpertW1 ? "w1" : role == TensorRole::ExpertW3 ? "w3" : "w2");
   }
-  cuda::DeviceBuffer<uint8_t> b;
-  DSI_RETURN_IF_ERROR(b.upload_bytes(ptrs.data(), ptrs.size() * sizeof(void*), "expert pointers"));
-  out.data = b.as<const void* const>();
+  DSI_RETURN_IF_ERROR(buf.upload_bytes(ptrs.data(), ptrs.size() * sizeof(void*), "expert pointers"));
+  out.data = buf.as<const void* const>();
   out.scale = out.fmt == WeightFormat::F32 || out.fmt == WeightFormat::BF16 ? nullptr : out.data + E;
-  pointer_arrays_.push_back(std::move(b));
   return Status::ok();
+}
+
+// The layer's three pointer arrays (rewritten in place by an EPLB reload: same size, same buffer).
+Status DeviceWeights::expert_arrays(int64_t layer) {
+  DeviceLayer& L = layers_[size_t(layer)];
+  const ExpertViews& X = expert_views_[size_t(layer)];
+  const size_t b = size_t(layer) * 3;
+  DSI_RETURN_IF_ERROR(expert_array(X.w1, layer, TensorRole::ExpertW1, pointer_arrays_[b], L.experts.w1));
+  DSI_RETURN_IF_ERROR(expert_array(X.w3, layer, TensorRole::ExpertW3, pointer_arrays_[b + 1], L.experts.w3));
+  return expert_array(X.w2, layer, TensorRole::ExpertW2, pointer_arrays_[b + 2], L.experts.w2);
 }
 
 Status DeviceWeights::finish(const io::ModelConfig& cfg) {
@@ -240,15 +317,11 @@ Status DeviceWeights::finish(const io::ModelConfig& cfg) {
     if (hash ? !L.tid2eid : !L.gate_bias) return missing(l, hash ? TensorRole::Tid2Eid : TensorRole::GateBias);
     if (cfg.n_shared_experts > 0 && (!L.shared.w1.data || !L.shared.w3.data || !L.shared.w2.data))
       return missing(l, TensorRole::SharedW1);
-    L.experts.experts = experts_.count();  // local ids (parallel/expert_remap.h)
+    L.experts.experts = int64_t(slots_[size_t(l)].size());  // local slot ids (parallel/expert_remap.h)
     L.experts.dim = cfg.hidden_size;
     L.experts.inter = cfg.moe_intermediate_size;
-    const ExpertViews& X = expert_views_[size_t(l)];
-    DSI_RETURN_IF_ERROR(expert_array(X.w1, l, TensorRole::ExpertW1, L.experts.w1));
-    DSI_RETURN_IF_ERROR(expert_array(X.w3, l, TensorRole::ExpertW3, L.experts.w3));
-    DSI_RETURN_IF_ERROR(expert_array(X.w2, l, TensorRole::ExpertW2, L.experts.w2));
+    DSI_RETURN_IF_ERROR(expert_arrays(l));  // the views stay: an EPLB reload rewrites them
   }
-  expert_views_.clear();
   return Status::ok();
 }
 

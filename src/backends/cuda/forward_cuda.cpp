@@ -196,8 +196,7 @@ Status CudaRunner::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, L.tid2eid, tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local ids, -1 (skipped) for the others';
   // after the MoE every rank holds its partial sum in s_.f, summed over the ranks in place (fp32).
-  if (ep_size_ > 1)
-    DSI_OP("moe_remap", l, remap_experts_cuda(s_.ridx.data(), T * k, experts_.lo, experts_.hi, stream_));
+  if (ep_size_ > 1) DSI_OP("moe_remap", l, remap_experts(l, T, k));
   DSI_OP("moe", l, moe(s_.y.data(), T, s_.ridx.data(), s_.rw.data(), k, L));
   if (ep_size_ > 1) {
     if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");

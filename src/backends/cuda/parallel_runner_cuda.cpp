@@ -5,8 +5,12 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "backends/cuda/cuda_runner_impl.h"
 #include "cuda/cuda_common.h"
+#include "parallel/eplb.h"
 #include "parallel/nccl_cuda.h"
 #include "parallel/parallel_plan.h"
 #include "parallel/shard_pool.h"
@@ -31,7 +35,8 @@ class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDi
 
   const io::ModelConfig& config() const override { return cfg_; }
   std::string name() const override {
-    return fmt::format("parallel ({} GPUs, expert parallel, {}): {}", shards_.size(), parallel::nccl_description(),
+    const std::string eplb = eplb_ ? fmt::format(", EPLB: {} redundant experts, every {} steps", redundant_, interval_) : "";
+    return fmt::format("parallel ({} GPUs, expert parallel{}, {}): {}", shards_.size(), eplb, parallel::nccl_description(),
                        shards_[0] ? shards_[0]->name() : "");
   }
   int32_t kv_elem_bytes() const override { return 4; }
@@ -43,6 +48,7 @@ class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDi
     return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
   }
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override {
+    DSI_RETURN_IF_ERROR(before_step());
     return pool_.run([&](int32_t r) {
       std::vector<float> unused;  // shards > 0 compute no logits
       return shards_[size_t(r)]->step(plan, r == 0 ? logits : unused);
@@ -50,6 +56,7 @@ class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDi
   }
   bool supports_device_sampling() const override { return true; }
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override {
+    DSI_RETURN_IF_ERROR(before_step());
     return pool_.run([&](int32_t r) {
       std::vector<float> unused;
       return r == 0 ? shards_[0]->begin_sampled_step(plan) : shards_[size_t(r)]->step(plan, unused);
@@ -82,6 +89,15 @@ class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDi
   }
 
  private:
+  // EPLB (docs/multi_gpu.md): every interval_ steps, before the next step runs, the placement of every layer is
+  // recomputed from rank 0's counts and applied on every shard (parallel_runner_eplb_cuda.cpp).
+  Status before_step() {
+    if (eplb_ && steps_ > 0 && steps_ % interval_ == 0) DSI_RETURN_IF_ERROR(rebalance());
+    ++steps_;
+    return Status::ok();
+  }
+  Status rebalance();
+
   template <typename F>
   Status all(F&& f) {
     return pool_.run([&](int32_t r) { return f(*shards_[size_t(r)]); });
@@ -96,12 +112,54 @@ class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDi
   parallel::ShardPool pool_;
   std::vector<std::unique_ptr<CudaRunner>> shards_;
   std::vector<std::unique_ptr<parallel::NcclComm>> comms_;
+  bool eplb_ = false;
+  int32_t redundant_ = 0;
+  int64_t interval_ = 0, steps_ = 0;
+  std::vector<parallel::Placement> placement_;  // per layer, identical on every shard
 };
+
+// One rebalance: counts -> per-layer greedy placement (a layer with no counted tokens keeps its placement) ->
+// every shard reloads its changed slots. DSINFER_EPLB_LOG=1 prints one line per rebalance (the expected max/mean
+// rank load of the counted tokens under the old and the new placements, averaged over the layers).
+Status ParallelRunner::rebalance() {
+  std::vector<uint32_t> counts;
+  DSI_RETURN_IF_ERROR(on_first([&](CudaRunner& s) { return s.eplb_take_counts(counts); }));
+  const size_t E = size_t(cfg_.n_routed_experts), n = shards_.size();
+  if (counts.size() != placement_.size() * E) return Status::error("eplb: expert counts do not match the layers");
+  std::vector<parallel::Placement> next = placement_;
+  double before = 0, after = 0;
+  int64_t layers = 0;
+  for (size_t l = 0; l < placement_.size(); ++l) {
+    std::vector<double> load(E);
+    double sum = 0;
+    for (size_t e = 0; e < E; ++e) sum += load[e] = double(counts[l * E + e]);
+    if (sum <= 0) continue;
+    DSI_ASSIGN_OR_RETURN(next[l], parallel::compute_placement(load, int32_t(n), redundant_, &placement_[l]));
+    before += parallel::max_mean_ratio(parallel::expected_rank_loads(placement_[l], load));
+    after += parallel::max_mean_ratio(parallel::expected_rank_loads(next[l], load));
+    ++layers;
+  }
+  if (layers == 0) return Status::ok();
+  std::vector<int32_t> reloaded(n, 0);
+  DSI_RETURN_IF_ERROR(pool_.run([&](int32_t r) -> Status {
+    DSI_ASSIGN_OR_RETURN(reloaded[size_t(r)], shards_[size_t(r)]->eplb_apply(next));
+    return Status::ok();
+  }));
+  placement_ = std::move(next);
+  if (const char* v = std::getenv("DSINFER_EPLB_LOG"); v && std::string(v) == "1") {
+    int64_t total = 0;
+    for (int32_t x : reloaded) total += x;
+    std::fprintf(stderr, "eplb: step %lld: %lld layers rebalanced, max/mean rank load %.3f -> %.3f, %lld slots reloaded\n",
+                 static_cast<long long>(steps_), static_cast<long long>(layers), before / double(layers),
+                 after / double(layers), static_cast<long long>(total));
+  }
+  return Status::ok();
+}
 
 // Every GPU's free memory against the per-rank sizing, before anything is allocated. query_device makes each GPU
 // current in turn: the caller's current device is restored afterwards.
-Status check_memory(const io::ModelConfig& cfg, int32_t n) {
-  const parallel::RankMemory m = parallel::rank_memory(model::weight_specs(cfg), n);
+Status check_memory(const io::ModelConfig& cfg, int32_t n, int32_t redundant) {
+  const parallel::RankMemory m = parallel::rank_memory(model::weight_specs(cfg), n, redundant);
   int prev = 0;
   DSI_CUDA_TRY(cudaGetDevice(&prev));
   Status st = Status::ok();
@@ -116,7 +174,14 @@ Status check_memory(const io::ModelConfig& cfg, int32_t n) {
 Status ParallelRunner::init(const engine::RunnerOptions& opts) {
   const int32_t n = int32_t(shards_.size());
   DSI_RETURN_IF_ERROR(parallel::expert_range(cfg_.n_routed_experts, 0, n).status());
-  DSI_RETURN_IF_ERROR(check_memory(cfg_, n));
+  eplb_ = opts.eplb;
+  redundant_ = opts.eplb ? opts.num_redundant_experts : 0;
+  interval_ = opts.eplb_interval;
+  if (eplb_) {
+    DSI_RETURN_IF_ERROR(parallel::validate_eplb(cfg_.n_routed_experts, n, redundant_, interval_));
+    placement_.assign(size_t(cfg_.num_hidden_layers), parallel::static_placement(int32_t(cfg_.n_routed_experts), n, redundant_));
+  }
+  DSI_RETURN_IF_ERROR(check_memory(cfg_, n, redundant_));
   DSI_RETURN_IF_ERROR(parallel::nccl_load());
   DSI_ASSIGN_OR_RETURN(const parallel::NcclId id, parallel::nccl_unique_id());
   // Each worker makes its GPU current once, then joins the communicator (ncclCommInitRank blocks until every
