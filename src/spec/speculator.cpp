@@ -214,7 +214,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     std::vector<float> a = drafter_->has_confidence() ? survival(props[j].confidence_logits, greedy)
                                                       : std::vector<float>(props[j].tokens.size(), 1.0f);
     metrics_.drafted_tokens += int64_t(props[j].tokens.size());
-    if (solo && drafter_->has_confidence()) {
+    if (solo && greedy && drafter_->has_confidence()) {  // sampled: seeded draws stay batch-invariant
       const size_t L = best_verify_length(a, row_cost_);
       a.resize(L);
       props[j].tokens.resize(L);
