@@ -19,7 +19,7 @@ std::string engine_flags_help() {
       "            --max-num-seqs N ({})  --max-num-batched-tokens N ({})  --max-model-len N  --seed N\n"
       "            --state-memory-gb X\n"
       "  speculative decoding: --speculative dspark|mtp1|off ({})  --num-speculative-tokens K ({})\n"
-      "            --speculative-budget N  --speculative-min-survival X\n"
+      "            --speculative-budget N  --speculative-min-survival X  --speculative-row-cost X ({})\n"
       "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n"
       "            --prefix-cache-host-bytes N[KiB|MiB|GiB] (host tier for evicted blocks; 0 = none)\n"
       "  --batch-invariant: results independent of the batch (cuda: fixed kernel choices, slower; cpu: always)\n"
@@ -30,7 +30,7 @@ std::string engine_flags_help() {
       "            --eplb-interval STEPS ({}; the placement is recomputed from measured loads this often)\n"
       "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
-      d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling);
+      d.speculative_row_cost, d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling);
 }
 
 bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
@@ -90,8 +90,9 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   static const char* kFlags[] = {"--model", "--backend", "--numerics", "--load-format", "--tokenizer", "--max-num-seqs",
                                  "--max-num-batched-tokens", "--max-model-len", "--seed", "--state-memory-gb",
                                  "--speculative", "--num-speculative-tokens", "--speculative-budget",
-                                 "--speculative-min-survival", "--sampling", "--gpus", "--expert-parallel-size",
-                                 "--data-parallel-size", "--tensor-parallel-size", "--async-scheduling",
+                                 "--speculative-min-survival", "--speculative-row-cost", "--sampling", "--gpus",
+                                 "--expert-parallel-size", "--data-parallel-size", "--tensor-parallel-size",
+                                 "--async-scheduling",
                                  "--num-redundant-experts", "--eplb-interval"};
   if (a == "--eplb") {
     eo.eplb = true;
@@ -140,6 +141,7 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   else if (a == "--num-redundant-experts") ok = parse_int_flag(cmd, a, v, 0, 1 << 20, &n), eo.num_redundant_experts = int32_t(n);
   else if (a == "--eplb-interval") ok = parse_int_flag(cmd, a, v, 1, 1ll << 40, &n), eo.eplb_interval = n;
   else if (a == "--prefix-cache-host-bytes") ok = parse_bytes_flag(cmd, a, v, &eo.prefix_cache_host_bytes);
+  else if (a == "--speculative-row-cost") ok = parse_real_flag(cmd, a, v, 0, 100, &x), eo.speculative_row_cost = x;
   else if (a == "--prefix-snapshot-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.prefix_snapshot_memory_gb = x;
   else ok = parse_real_flag(cmd, a, v, 0, 1, &x), eo.speculative_min_survival = x;
   return ok ? FlagParse::kOk : FlagParse::kError;

@@ -32,6 +32,10 @@ struct EngineOptions {
   int32_t num_speculative_tokens = 0;
   int64_t speculative_budget = 0;
   double speculative_min_survival = 0;
+  // Batch 1 (one running sequence): of its drafts, verify the prefix L that maximises the expected tokens per
+  // step cost, (1 + sum_{k<=L} survival_k) / (1 + speculative_row_cost * L), row_cost being one more verified
+  // token's cost relative to the rest of the step (draft + verify); 0 = verify every draft.
+  double speculative_row_cost = 0.05;
   // Prefix caching (docs/architecture.md, "Prefix caching"): "off"; "exact" (a hit resumes from a snapshot of
   // the sequence state taken at a block boundary: outputs bit-identical to no caching); "bounded" (also hits on
   // cached blocks without a snapshot, recomputing the sliding window before the hit: close, not identical).

@@ -119,7 +119,7 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
     // The runner's own drafter when it has one (CUDA: on the GPU, reading the captured states in place).
     DSI_ASSIGN_OR_RETURN(std::unique_ptr<spec::Drafter> dd, e->runner_->create_drafter(spec_method, o.model_dir, num_slots));
     DSI_ASSIGN_OR_RETURN(e->spec_, spec::Speculator::create(spec_method, cc.max_spec_tokens, o.model_dir, mc, num_slots,
-                                                            std::move(dd)));
+                                                            std::move(dd), o.speculative_row_cost));
     DSI_RETURN_IF_ERROR(e->runner_->set_hidden_capture(e->spec_->tapped_layers()));
   }
   // Speculative verification needs full logits rows on the host, so it keeps the host sampler.

@@ -14,7 +14,8 @@ using scheduler::StepOutput;
 
 Result<std::unique_ptr<Speculator>> Speculator::create(SpecMethod method, int32_t k, const std::string& model_dir,
                                                        const io::ModelConfig& target, int32_t num_slots,
-                                                       std::unique_ptr<Drafter> device_drafter) {
+                                                       std::unique_ptr<Drafter> device_drafter, double row_cost) {
+  if (!(row_cost >= 0 && row_cost <= 100)) return Status::errorf("speculative_row_cost must be in [0, 100], found {}", row_cost);
   DSI_ASSIGN_OR_RETURN(DraftConfig dc, load_draft_config(model_dir));
   std::unique_ptr<Drafter> d = std::move(device_drafter);
   if (d && d->method() != method) return Status::error("speculator: the device drafter is of another method");
@@ -24,7 +25,21 @@ Result<std::unique_ptr<Speculator>> Speculator::create(SpecMethod method, int32_
   if (k < 0 || k > d->max_drafts())
     return Status::errorf("num_speculative_tokens must be in [0, {}] for the {} drafter, found {}", d->max_drafts(),
                           spec_method_name(method), k);
-  return std::make_unique<Speculator>(std::move(d), k, std::move(dc), target.vocab_size);
+  auto sp = std::make_unique<Speculator>(std::move(d), k, std::move(dc), target.vocab_size);
+  sp->set_row_cost(row_cost);
+  return sp;
+}
+
+size_t best_verify_length(std::span<const float> a, double row_cost) {
+  if (!(row_cost > 0)) return a.size();
+  size_t best = 0;
+  double gain = 1.0, best_rate = 1.0;  // L = 0: one token per step of cost 1
+  for (size_t L = 1; L <= a.size(); ++L) {
+    gain += double(a[L - 1]);
+    const double rate = gain / (1.0 + row_cost * double(L));
+    if (rate > best_rate) best = L, best_rate = rate;
+  }
+  return best;
 }
 
 // Greedy with every logits-processing step a no-op for all drafts of this round (the Sampler's steps 2-4: bias,
@@ -190,12 +205,21 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   };
   std::vector<Proposal> props;
   DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
+  // Batch 1: the verify step's length follows this round's confidence (at larger batches the scheduler's budget
+  // and min_survival rank drafts across sequences).
+  const bool solo = items.size() == 1 && sched.stats().running == 1;
   for (size_t j = 0; j < items.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];
     const bool greedy = sp.params->greedy();
     std::vector<float> a = drafter_->has_confidence() ? survival(props[j].confidence_logits, greedy)
                                                       : std::vector<float>(props[j].tokens.size(), 1.0f);
     metrics_.drafted_tokens += int64_t(props[j].tokens.size());
+    if (solo && greedy && drafter_->has_confidence()) {  // sampled: seeded draws stay batch-invariant
+      const size_t L = best_verify_length(a, row_cost_);
+      a.resize(L);
+      props[j].tokens.resize(L);
+      q[j].resize(std::min(q[j].size(), L * size_t(vocab_)));
+    }
     if (!greedy) drafts_[sp.seq_id].q = std::move(q[j]);
     DSI_RETURN_IF_ERROR(sched.set_draft(sp.seq_id, std::move(props[j].tokens), std::move(a)));
   }

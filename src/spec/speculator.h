@@ -23,19 +23,27 @@ namespace dsinfer::spec {
 // tokens: no bias, penalties or pending min_tokens.
 bool plain_argmax(const SamplingParams& p, size_t num_output_tokens);
 
+// The number of drafts worth verifying given their cumulative survival a_1 >= a_2 >= ...: the L maximising the
+// expected tokens per step cost (1 + a_1 + ... + a_L) / (1 + row_cost * L) (ties: the shorter prefix); row_cost
+// <= 0 keeps every draft. A choice made from the drafter's own confidence, never from the target: lossless.
+size_t best_verify_length(std::span<const float> survival, double row_cost);
+
 class Speculator {
  public:
   // num_speculative_tokens 0 = the drafter's maximum. `num_slots`: the state cache's slots. `device_drafter`: the
   // runner's drafter on its device (ModelRunner::create_drafter), or nullptr for the CPU reference drafter.
   static Result<std::unique_ptr<Speculator>> create(SpecMethod method, int32_t num_speculative_tokens,
                                                     const std::string& model_dir, const io::ModelConfig& target,
-                                                    int32_t num_slots, std::unique_ptr<Drafter> device_drafter = nullptr);
+                                                    int32_t num_slots, std::unique_ptr<Drafter> device_drafter = nullptr,
+                                                    double row_cost = 0);
   // Or around any drafter (tests).
   Speculator(std::unique_ptr<Drafter> drafter, int32_t num_speculative_tokens, DraftConfig dc, int64_t vocab);
 
   const std::vector<int64_t>& tapped_layers() const { return drafter_->tapped_layers(); }
   int32_t num_speculative_tokens() const { return k_; }
   Drafter& drafter() { return *drafter_; }
+  // Batch 1: drafts of the only running sequence are cut to best_verify_length (EngineOptions::speculative_row_cost).
+  void set_row_cost(double c) { row_cost_ = c; }
 
   // Samples every logits row of the plan: verifying sequences with sampling::verify_drafts, others like
   // scheduler::sample_step. Structured outputs (both null = none): `mask` holds each sequence's first row
@@ -65,6 +73,7 @@ class Speculator {
   int32_t k_;
   DraftConfig dc_;
   int64_t vocab_;
+  double row_cost_ = 0;
   sampling::LogprobsMode logprobs_mode_ = sampling::LogprobsMode::Raw;
   std::unordered_map<scheduler::SeqId, SeqDraft> drafts_;
   SpeculativeMetrics metrics_;

@@ -3,7 +3,9 @@
 # tests (fast: teacher-forced near ties; --batch-invariant: identical), output tokens/s of the shipped model at
 # batch 1 and 32 with --speculative off / dspark / mtp1 (CUDA graphs on: decode, uniform verify steps, DSpark's
 # propose round), each with its ratio to off, mean accepted length and draft share of the step time; DSpark batch 1
-# also with DSINFER_CUDA_GRAPHS=0 (the un-graphed round, for attribution); the verify-step cost on V4-Flash shapes
+# also with DSINFER_CUDA_GRAPHS=0 (the un-graphed round, for attribution) and with --speculative-row-cost 0 (every
+# draft verified), the held-out evaluation prompts (report.json's samples) and the per-round arithmetic (draft +
+# verify ms against what 1.8x needs); the verify-step cost on V4-Flash shapes
 # (dummy weights, 4 layers, k = 1 and 5, batch 1 and 64). Gets OUT and BIN from tools/gpu_run.sh; about 2 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +25,13 @@ timeout 170 $BIN/dsinfer_gpu_tests --gtest_filter='DraftGpu.*:SpecGpu.*' 2>&1 | 
 python3 - "$D" <<'PY'
 import json, sys, pathlib
 src = "".join(pathlib.Path(f).read_text() for f in ["tools/train/arch.py", "tools/train/train.py", "tools/train/evaluate.py"])
+# The held-out evaluation prompts in the repository: the 4 samples of models/dsv4-small/training/report.json
+# (evaluate.py: 48-token prompts, 96 new tokens), for the engine's accepted length on the evaluation's text.
+r = json.load(open("models/dsv4-small/training/report.json"))
+with open(f"{sys.argv[1]}/heldout.jsonl", "w") as f:
+    for i, smp in enumerate(r["greedy"]["samples"]):
+        body = {"prompt": smp["prompt"], "max_tokens": 96, "temperature": 0, "ignore_eos": True}
+        f.write(json.dumps({"custom_id": f"h{i}", "method": "POST", "url": "/v1/completions", "body": body}) + "\n")
 for name, n in (("b1", 8), ("b32", 64)):
     with open(f"{sys.argv[1]}/{name}.jsonl", "w") as f:
         for i in range(n):
@@ -41,7 +50,7 @@ gen() {  # name, request file, max seqs, env assignments ("" = none), generate f
   local st=$? tps spec ratio=""
   tps=$(grep -oE "[0-9.]+ output tok/s" "$D/$name.log" | head -1 | cut -d' ' -f1)
   TPS[$name]=${tps:-0}
-  local off=${TPS[off_b${seqs}]:-}
+  local off=${TPS[${OFFKEY:-off_b${seqs}}]:-}
   [ -n "$tps" ] && [ -n "$off" ] && ratio=$(awk -v a="$tps" -v b="$off" 'BEGIN{ if (b > 0) printf "%.2fx off", a / b }')
   spec=$(grep -A1 "^speculative:" "$D/$name.log" | tr -s ' \n' ' ' | sed -E 's/speculative: [a-z0-9]+, //; s/acceptance per position \[[^]]*\], //')
   printf "%-22s %-16s %-10s %s\n" "$name" "${tps:-FAILED (exit $st)}" "$ratio" "$spec"
@@ -66,7 +75,24 @@ for b in 1 32; do
   same "off_b$b" "mtp1_b$b"
 done
 gen "dspark_b1_nographs" b1 1 "DSINFER_CUDA_GRAPHS=0" --speculative dspark
-gen "dspark_b1_k2" b1 1 "" --speculative dspark --num-speculative-tokens 2
+# Row cost 0: every round verifies the whole block (the evaluation's definition; the default 0.05 cuts low-confidence
+# tails at batch 1). Held-out prompts: the evaluation's text, every draft verified.
+gen "dspark_b1_rc0" b1 1 "" --speculative dspark --speculative-row-cost 0
+gen "off_heldout" heldout 1 ""
+OFFKEY=off_heldout gen "dspark_heldout_rc0" heldout 1 "" --speculative dspark --speculative-row-cost 0
+same off_heldout dspark_heldout_rc0
+arith() {  # step arithmetic of a batch-1 run: round = accepted length / tok/s; draft = its share; 1.8x needs
+  local log="$D/$1.log" tps=${TPS[$1]:-0} off=${TPS[off_b1]:-0}
+  awk -v tps="$tps" -v off="$off" -v name="$1" '
+    /mean accepted length/ { for (i = 1; i <= NF; ++i) if ($i == "length") acc = $(i + 1) }
+    /draft time/ { for (i = 1; i <= NF; ++i) if ($i == "time") share = $(i + 1) }
+    END { if (tps > 0 && off > 0) { r = 1000 * acc / tps; sub("%", "", share); d = r * share / 100;
+      printf "  %s: round %.3f ms = draft %.3f + verify/host %.3f (accepted %.2f); off %.3f ms/token; 1.8x needs a round <= %.3f ms\n",
+             name, r, d, r - d, acc, 1000 / off, 1000 * acc / (1.8 * off) } }' "$log"
+}
+arith dspark_b1
+arith dspark_b1_rc0
+arith mtp1_b1
 
 echo "== cudaspec: verify-step cost, V4-Flash shapes (dummy weights, 4 layers), k = 1 and 5, batch 1 and 64"
 timeout 90 $BIN/dsinfer bench --model configs/deepseek-v4-flash --load-format dummy --layers 4 --batch 1,64 \

@@ -13,7 +13,8 @@ argmax matching for greedy.
 
 Reported: per-position conditional acceptance (accepted_k / trials_k, a trial = all earlier drafts of the round
 accepted), prefix survival (rounds whose first k drafts were all accepted / rounds), mean accepted length (tokens
-emitted per round = accepted drafts + the target's correction or bonus token). Confidence head: logits c_k of
+emitted per round = accepted drafts + the target's correction or bonus token; the engine's `mean accepted length`
+is the same quantity, tests/unit/test_spec_offline.cpp), also per prompt, and the evaluation prompts' token ids. Confidence head: logits c_k of
 every round on the calibration prompts are fit with sequential temperature scaling (position k = 1..5 in order, the
 temperature T_k minimises the ECE of the cumulative prefix survival prod_{i<=k} sigmoid(c_i / T_i) against the
 observed prefix survival, earlier temperatures frozen; 121-point log grid on [1/8, 8]); ECE (20 equal-width bins,
@@ -84,6 +85,7 @@ def speculate(run, prompts, kind, greedy, n_new, dev, seed):
         out[i].append(int(p.argmax()) if greedy else sample(p, gen))
     active = [out[i][-1] != 1 for i in range(len(prompts))]
     acc = np.zeros(gamma); trials = np.zeros(gamma); surv = np.zeros(gamma); rounds = 0; emitted = 0
+    p_rounds = np.zeros(len(prompts)); p_emitted = np.zeros(len(prompts))  # per prompt (engine comparisons)
     conf_rows = []  # (confidence logits [gamma], survival [gamma]) per DSpark round
     while any(a and len(out[i]) < n_new for i, a in enumerate(active)):
         idx = [i for i, a in enumerate(active) if a and len(out[i]) < n_new]
@@ -146,6 +148,7 @@ def speculate(run, prompts, kind, greedy, n_new, dev, seed):
                 conf_rows.append((confs[r].cpu().numpy(), s))
             new = D[r, :n_acc].tolist() + [emit]
             rounds += 1; emitted += len(new)
+            p_rounds[i] += 1; p_emitted[i] += len(new)
             for tkn in new:
                 out[i].append(tkn)
                 if tkn == 1:
@@ -158,7 +161,8 @@ def speculate(run, prompts, kind, greedy, n_new, dev, seed):
             feats[i] = vfeats[slot[r]]; xl[i] = vxl[slot[r]]
     stats = {"rounds": rounds, "mean_accepted_length": emitted / max(1, rounds),
              "acceptance_per_position": (acc / np.maximum(trials, 1)).tolist(), "trials_per_position": trials.tolist(),
-             "prefix_survival_per_position": (surv / max(1, rounds)).tolist()}
+             "prefix_survival_per_position": (surv / max(1, rounds)).tolist(),
+             "mean_accepted_length_per_prompt": (p_emitted / np.maximum(p_rounds, 1)).tolist()}
     return stats, out, conf_rows
 
 
@@ -248,6 +252,9 @@ def main():
         f"fixed [{fixed[0]} rows, {fixed[1]} tokens] + dense MoE (determinism.py)"
     res["n_prompts"] = {"calib": len(calib), "eval": len(evalp)}
     res["prompt_len"], res["new_tokens"] = a.prompt_len, a.new_tokens
+    # The exact evaluation prompts (BOS included), so the engine can be measured on the same text
+    # (dsinfer generate with {"prompt": ids, "max_tokens": new_tokens, "ignore_eos": true}, --speculative-row-cost 0).
+    res["eval_prompt_ids"] = evalp
     cal, fixed_ref = {}, None
     for mode, greedy in (("greedy", True), ("sample", False)):
         _, _, rows_c = speculate(run, calib, "dspark", greedy, a.new_tokens, dev, a.seed + 1)
