@@ -154,7 +154,7 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   oc::detail::GemvParams gp;
   const bool has_stream = oc::detail::plan_gemm_stream(a, s.fmt, sms, sp);
-  const bool uses_gemv = oc::gemm_gemv_preferred(M) && oc::detail::plan_gemm_gemv(a, s.fmt, sms, gp);
+  const bool uses_gemv = oc::gemm_gemv_preferred(M, Ng, s.groups > 1) && oc::detail::plan_gemm_gemv(a, s.fmt, sms, gp);
   const bool has_new = has_stream || uses_gemv;
   const double t_old = time_ms([&](int i) { return gemm(i, oc::GemmPrecision::kFp32SmallM); });
   const double t_new = time_opt(has_new, [&](int i) { return gemm(i, oc::GemmPrecision::kBf16); });

@@ -1,4 +1,4 @@
-// GPU parity of the GEMV kernel (gemm_gemv.cu: GemmPrecision::kBf16 at M <= kGemmGemvMaxM, FP8_BLOCK / BF16
+// GPU parity of the GEMV kernel (gemm_gemv.cu: GemmPrecision::kGemv, any M <= kGemmGemvMaxM, FP8_BLOCK / BF16
 // weights) against ops::linear_ref on the io::dequant_* fp32 weights: every M = 1..16, the V4-Flash decode shapes
 // (wq_a, wkv, wq_b, wo_b, grouped wo_a), odd N, K not a multiple of the scale block, non-128 blocks, fp32 scales,
 // unaligned x strides, accumulate, grouped, bitwise determinism, and that the GEMV kernel is the one planned.
@@ -34,15 +34,15 @@ using dsinfer::test::random_floats;
 namespace od = dsinfer::ops::cuda::detail;
 
 constexpr double kGemvTol = 1e-5;
-constexpr GemmPrecision kBf16 = GemmPrecision::kBf16;
+constexpr GemmPrecision kGemv = GemmPrecision::kGemv;  // the kernel wherever it can run
 
-// Whether gemm_cuda / gemm_grouped_cuda with kBf16 take the GEMV kernel for this weight, M and x layout.
+// Whether gemm_cuda / gemm_grouped_cuda with kGemv take the GEMV kernel for this weight, M and x layout.
 bool planned(const DeviceWeight& w, int64_t M, int64_t groups = 1) {
   od::GemmArgs a;
   a.M = M, a.groups = groups, a.N = w.rows / groups, a.K = w.cols;
   od::set_weight_args(a, w);
   od::GemvParams p;
-  return dsinfer::ops::cuda::gemm_gemv_preferred(M) && od::plan_gemm_gemv(a, w.fmt, 132, p);
+  return M <= dsinfer::ops::cuda::kGemmGemvMaxM && od::plan_gemm_gemv(a, w.fmt, 132, p);
 }
 
 std::vector<int64_t> sample_rows(int64_t M, int64_t want) {
@@ -51,7 +51,7 @@ std::vector<int64_t> sample_rows(int64_t M, int64_t want) {
   return r;
 }
 
-// One kBf16 gemm on poisoned (or random, with acc) y, twice: bitwise equal, every element in [0, N) written and
+// One kGemv gemm on poisoned (or random, with acc) y, twice: bitwise equal, every element in [0, N) written and
 // finite, nothing written past N, sampled rows against the reference.
 void check_gemv(const HostWeight& hw, int64_t M, int64_t ldx, int64_t ldy, bool acc, int64_t max_ref_rows,
                 uint64_t seed) {
@@ -67,8 +67,8 @@ void check_gemv(const HostWeight& hw, int64_t M, int64_t ldx, int64_t ldy, bool 
       acc ? random_floats(size_t(M * ldy), seed + 1) : std::vector<float>(size_t(M * ldy), NAN);
   auto dx = to_device(x);
   auto dy = to_device(y0), dy2 = to_device(y0);
-  ASSERT_TRUE(gemm_cuda(dx.data(), M, ldx, dw.w, dy.data(), ldy, acc, nullptr, kBf16).is_ok());
-  ASSERT_TRUE(gemm_cuda(dx.data(), M, ldx, dw.w, dy2.data(), ldy, acc, nullptr, kBf16).is_ok());
+  ASSERT_TRUE(gemm_cuda(dx.data(), M, ldx, dw.w, dy.data(), ldy, acc, nullptr, kGemv).is_ok());
+  ASSERT_TRUE(gemm_cuda(dx.data(), M, ldx, dw.w, dy2.data(), ldy, acc, nullptr, kGemv).is_ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> y = to_host(dy, y0.size()), y2 = to_host(dy2, y0.size());
   EXPECT_EQ(std::memcmp(y.data(), y2.data(), y.size() * 4), 0) << "not deterministic";
@@ -142,7 +142,7 @@ void check_grouped(WeightFormat f, int64_t G, int64_t Ng, int64_t K, int64_t M, 
   const std::vector<float> x = random_floats(size_t(M * ldx), seed + 1);
   auto dx = to_device(x);
   auto dy = to_device(std::vector<float>(size_t(M * ldy), NAN));
-  ASSERT_TRUE(gemm_grouped_cuda(dx.data(), M, ldx, K, dw.w, G, dy.data(), ldy, Ng, nullptr, kBf16).is_ok());
+  ASSERT_TRUE(gemm_grouped_cuda(dx.data(), M, ldx, K, dw.w, G, dy.data(), ldy, Ng, nullptr, kGemv).is_ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> y = to_host(dy, size_t(M * ldy));
   for (float v : y) ASSERT_TRUE(std::isfinite(v));

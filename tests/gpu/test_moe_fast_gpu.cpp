@@ -1,7 +1,7 @@
 // GPU checks of the fast MoE path's launch variants (ops/moe/moe_cuda.cpp), which must not change any bit:
-// * the gate/up kernel reading fp32 x itself (T*topk <= 512) vs the gathered bf16 rows (above), the one-launch
+// * the gate/up kernel reading fp32 x itself (T*topk <= kMoeDirectMaxN = 16) vs the gathered bf16 rows (above), the one-launch
 //   permutation (T*topk <= kMoePrepMaxN) vs count + scatter (above): a token's output is bitwise the same at
-//   T = 5, 120 and 400 (routed experts only; the shared expert's GEMM path depends on T by design);
+//   T = 2, 120 and 400 (routed experts only; the shared expert's GEMM path depends on T by design);
 // * a misaligned x pointer (gather fallback) gives the aligned run's bits;
 // * the shared expert on the workspace's side stream under CUDA graph capture: the replay equals the eager run
 //   bitwise and both are close to the in-line (Exact path) result.
@@ -83,7 +83,7 @@ std::vector<float> run_fast(const Experts& s, const float* dx, int64_t T, const 
 
 TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
   DSI_SKIP_WITHOUT_GPU();
-  const int64_t E = 32, k = 6, D = 256, I = 384, Tmax = 400, Tsmall = 5;
+  const int64_t E = 32, k = 6, D = 256, I = 384, Tmax = 400, Tsmall = 2;
   Experts s;
   build_experts(s, E, D, I, 7);
   std::vector<int32_t> idx;
@@ -97,7 +97,7 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
   std::memcpy(x_off.data() + 1, x.data(), x.size() * 4);
   auto dx = to_device(x);
   auto dx_off = to_device(x_off);
-  // T = 5 (direct x, one-launch permutation), 120 (n = 720: gather), 400 (n = 2400: count + scatter, gather)
+  // T = 2 (n = 12: direct x, one-launch permutation), 120 (n = 720: gather), 400 (n = 2400: count + scatter, gather)
   const std::vector<float> small = run_fast(s, dx.data(), Tsmall, di.data(), dw.data(), k, nullptr);
   const std::vector<float> small_off = run_fast(s, dx_off.data() + 1, Tsmall, di.data(), dw.data(), k, nullptr);
   const std::vector<float> mid = run_fast(s, dx.data(), 120, di.data(), dw.data(), k, nullptr);
@@ -106,7 +106,7 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
   const size_t cmp = size_t(Tsmall * D) * 4;
   for (float v : small) ASSERT_TRUE(std::isfinite(v));
   EXPECT_EQ(std::memcmp(small.data(), small_off.data(), cmp), 0) << "misaligned x (gather) vs direct x";
-  EXPECT_EQ(std::memcmp(small.data(), mid.data(), cmp), 0) << "T = 5 vs T = 120";
+  EXPECT_EQ(std::memcmp(small.data(), mid.data(), cmp), 0) << "T = 2 vs T = 120";
   EXPECT_EQ(std::memcmp(mid.data(), big.data(), size_t(120 * D) * 4), 0) << "T = 120 vs T = 400";
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MoE decode fast path (issue 10, ops/moe/moe_fast.cu + moe_cuda.cpp): one-launch permutation, gate/up kernel on
-# fp32 x, L2 prefetch, shared expert on a side stream. GPU parity (MoeGpu.FastPath* and RealFlashShapes vs the CPU
+# fp32 x, shared expert on a side stream. GPU parity (MoeGpu.FastPath* and RealFlashShapes vs the CPU
 # reference; MoeFastGpu.* = the launch variants keep the bits, graph capture of the side stream) and the MoE bench
 # at T = 1, 8, 64, 256 (us, floor at 4.8 TB/s, % of it). Gets OUT and BIN (tools/gpu_checks/README.md); exits
 # non-zero when a test or the bench fails. ~1.5 minutes.

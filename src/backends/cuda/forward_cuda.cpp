@@ -109,15 +109,44 @@ Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeig
   return Status::ok();
 }
 
+// A grouped FP8 weight whose groups are whole 128-row scale blocks (wo_a) through cuBLASLt, one call per group on
+// a view of the group's rows (its own prepared scales): measured on the H200 (bench/NOTES.md wave 5) the default
+// kernels ran wo_a at 12x its floor for M >= 64, but one cuBLASLt call per group costs more below prefill sizes
+// (V4-Flash, 4 layers: 9.4 -> 6.4 ms at M = 4096, 0.49 -> 1.18 ms at M = 64), hence kGroupedLtMinM. Any error
+// before the first launch leaves y untouched and the caller takes the kernels; the groups are independent, so a
+// later fallback simply recomputes every group.
+constexpr int64_t kGroupedLtMinM = 1024;
+
+Status CudaRunner::gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
+                                   int64_t groups, float* y, int64_t ldy, int64_t yg) {
+  if (w.fmt != WeightFormat::FP8_BLOCK || groups <= 1 || w.rows % groups != 0 || (w.rows / groups) % w.block_n != 0)
+    return Status::error("grouped cuBLASLt: not an FP8 weight of whole scale-block groups");
+  const int64_t ng = w.rows / groups, kb = (w.cols + w.block_k - 1) / w.block_k;
+  for (int64_t g = 0; g < groups; ++g) {
+    DeviceWeight v = w;
+    v.rows = ng;
+    v.data = static_cast<const uint8_t*>(w.data) + g * ng * w.cols;
+    v.scale = static_cast<const uint8_t*>(w.scale) + (g * ng / w.block_n) * kb * (w.scale_e8m0 ? 1 : 4);
+    if (!GemmLtEngine::supports(v) || !GemmLtEngine::wants(v, M))
+      return Status::error("grouped cuBLASLt: shape not taken by the engine");
+    DSI_RETURN_IF_ERROR(lt_.prepare(v, std::max(M, s_.tokens), stream_));
+    DSI_RETURN_IF_ERROR(lt_.gemm(x + g * xg, M, ldx, v, y + g * yg, ldy, false, stream_));
+  }
+  return Status::ok();
+}
+
 Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                                 float* y, int64_t ldy, int64_t yg) {
   // The streaming kernel measured slower than the default kernels for the grouped wo_a at every M
   // (gemm_stream_preferred): grouped GEMMs keep the default path (the tiled kernel in batch-invariant mode), except
   // the fast path's GEMV range (gemm_gemv_preferred), where kBf16 takes the GEMV kernel.
+  if (use_lt_ && !exact_ && !batch_invariant_ && M >= kGroupedLtMinM &&
+      gemm_grouped_lt(x, M, ldx, xg, w, groups, y, ldy, yg).is_ok())
+    return Status::ok();
   const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
   const GemmPrecision prec = exact_             ? GemmPrecision::kFp32SmallM
                              : batch_invariant_ ? GemmPrecision::kBatchInvariant
-                             : gemm_gemv_preferred(M) ? GemmPrecision::kBf16
+                             : gemm_gemv_preferred(M, w.rows / groups, true) ? GemmPrecision::kBf16
                                                       : GemmPrecision::kFp32SmallM;
   for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
     DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg,

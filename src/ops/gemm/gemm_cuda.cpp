@@ -185,10 +185,11 @@ Status run_invariant(detail::GemmArgs& a, WeightFormat f, void* stream) {
 Status run(detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, void* stream) {
   if (precision == GemmPrecision::kBatchInvariant) return run_invariant(a, f, stream);
   detail::GemvParams gp;
-  if (precision == GemmPrecision::kBf16 && gemm_gemv_preferred(a.M) && detail::plan_gemm_gemv(a, f, sm_count(), gp))
-    return launch_gemv(a, f, gp, stream);
+  const bool bf16 = precision == GemmPrecision::kBf16 || precision == GemmPrecision::kGemv;
+  const bool gemv = precision == GemmPrecision::kGemv || (bf16 && gemm_gemv_preferred(a.M, a.N, a.groups > 1));
+  if (gemv && detail::plan_gemm_gemv(a, f, sm_count(), gp)) return launch_gemv(a, f, gp, stream);
   detail::StreamParams sp;
-  if (precision == GemmPrecision::kBf16 && detail::plan_gemm_stream(a, f, sm_count(), sp)) return launch_stream(a, sp, stream);
+  if (bf16 && detail::plan_gemm_stream(a, f, sm_count(), sp)) return launch_stream(a, sp, stream);
   if (a.M <= kGemmSkinnyMaxM && a.w_vec) {
     detail::launch_gemm_skinny(f, a, stream);
     DSI_CUDA_LAUNCHED("gemm_skinny_kernel");

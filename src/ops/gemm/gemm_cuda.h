@@ -37,18 +37,23 @@ Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, 
 
 // The fast path's kernel choice for FP8_BLOCK / BF16 weights (the one place that decides; gemm_cuda's run() and the
 // CUDA runner ask it):
-//  - gemm_gemv_preferred: M <= kGemmGemvMaxM, any N, single or grouped weight -> the fp32 GEMV kernel
-//    (gemm_gemv.cu). Model (H200, FP8): per weight byte it does M FMAs and 4 M / 4 bytes of shared-memory x reads,
-//    so it stays bandwidth-bound (>= 3 TB/s predicted) up to M ~ 8 and falls to ~1.5-2 TB/s at M = 16 (FMA and
-//    shared-memory bound), still above the streaming kernel's measured 0.3-0.9 TB/s at these M; cuBLASLt's
-//    block-scaled FP8 only runs at M >= gemm_lt_min_rows() (64). Lower kGemmGemvMaxM if the bench says otherwise.
-//  - gemm_stream_preferred: whether the runner passes GemmPrecision::kBf16 at all: the GEMV range, plus the bf16
-//    streaming kernel where it measured faster (bench/NOTES.md 2026-11-30: N <= 1024 at every M <= 256 (wq_a,
-//    wkv), N <= 4096 at 9 <= M <= 128 (wo_b, the shared expert)); larger N, grouped weights (wo_a) and N > 1024 at
-//    M > 128 run faster on the default kernels.
-inline bool gemm_gemv_preferred(int64_t M) { return M >= 1 && M <= kGemmGemvMaxM; }
+//  - gemm_gemv_preferred: the fp32 GEMV kernel (gemm_gemv.cu), for grouped weights (wo_a) and N > 1024 at every
+//    M <= kGemmGemvMaxM; the bf16 streaming kernel for N <= 1024 (wq_a, wkv). Measured on the H200 (bench/NOTES.md
+//    wave 5, dsinfer_gemm_bench --gemv): the GEMV kernel is fastest at M <= 2 for every V4-Flash shape and at every
+//    M for wo_a, the streaming kernel at M >= 4 for N <= 2048 and for wq_b (N = 32768). The choice depends on the
+//    shape only, never on M, on purpose: a speculative verify step (1 + k rows) must run each row through the same
+//    kernel as a plain decode step (1 row), or the fast path's greedy tokens with and without speculation diverge
+//    (measured: 3/8 identical with an M-dependent choice, 8/8 with this one).
+//  - gemm_stream_preferred: whether the runner passes GemmPrecision::kBf16 at all: every M <= kGemmGemvMaxM (the
+//    GEMV or the streaming kernel, both faster there than the default kernels), plus the bf16 streaming kernel where
+//    it measured faster (bench/NOTES.md 2026-11-30: N <= 1024 at every M <= 256 (wq_a, wkv), N <= 4096 at 9 <= M
+//    <= 128 (wo_b, the shared expert)); larger N, grouped weights (wo_a) and N > 1024 at M > 128 run faster on the
+//    default kernels.
+inline bool gemm_gemv_preferred(int64_t M, int64_t N, bool grouped) {
+  return M >= 1 && M <= kGemmGemvMaxM && (grouped || N > 1024);
+}
 inline bool gemm_stream_preferred(int64_t M, int64_t N) {
-  return gemm_gemv_preferred(M) || (M >= 1 && M <= 256 && N <= (M > 8 && M <= 128 ? 4096 : 1024));
+  return (M >= 1 && M <= kGemmGemvMaxM) || (M >= 1 && M <= 256 && N <= (M > 8 && M <= 128 ? 4096 : 1024));
 }
 
 // Batched over `groups` independent groups (the grouped output projection wo_a): with N_g = w.rows / groups,

@@ -35,6 +35,8 @@ inline constexpr int64_t kGemmStreamMaxM = 256;
 // Which kernels gemm_cuda / gemm_grouped_cuda may use.
 //   kFp32SmallM (default): rows <= kGemmSkinnyMaxM run the fp32 CUDA-core streaming kernel (exact fp32 products),
 //     larger M the bf16 tiled kernel. Exact mode relies on it (it calls with chunks of kGemmSkinnyMaxM rows).
+//   kGemv: the GEMV kernel wherever it can run (M <= kGemmGemvMaxM and plan_gemm_gemv), else as kBf16: tests and
+//     benches force the kernel with it.
 //   kBf16: where gemm_gemv_preferred (gemm_cuda.h) says so, the fp32 GEMV kernel (gemm_gemv.cu: FP8_BLOCK / BF16,
 //     M <= kGemmGemvMaxM, exact fp32 products, K split inside a block summed in a fixed order); else
 //     1 <= M <= kGemmStreamMaxM with FP8_BLOCK weights (K and block_k multiples of 64, 16-byte aligned data)
@@ -43,7 +45,7 @@ inline constexpr int64_t kGemmStreamMaxM = 256;
 //   kBatchInvariant: kernel and K split chosen from the weight alone, never from M (gemm_invariant.h), so a row's
 //     bits do not depend on the batch: FP8 N <= 4096 streaming (chunks of kGemmStreamMaxM rows), small other
 //     weights skinny, the rest tiled.
-enum class GemmPrecision { kFp32SmallM, kBf16, kBatchInvariant };
+enum class GemmPrecision { kFp32SmallM, kBf16, kGemv, kBatchInvariant };
 
 namespace detail {
 

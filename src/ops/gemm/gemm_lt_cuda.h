@@ -52,9 +52,10 @@ bool gemm_lt_env_enabled();
 // needs M % 4 == 0 (M = 1 has no algorithm). bench/gemm_bench.cpp's "lt-runner" column is the table to re-tune from.
 inline constexpr int64_t kGemmLtMinM = 64;
 int64_t gemm_lt_min_rows();
-// The smallest M the engine takes for BF16 / F32 weights: above kGemmSkinnyMaxM the alternative is the tiled bf16
-// kernel (lm head at M = 256: 2.46 ms, 7.1x its floor), below it the fp32 streaming kernel, which reads the weight
-// at bandwidth as a GEMV would.
+// The smallest M the engine takes for BF16 / F32 weights (the lm head, the compressors' wkv). cuBLASLt's bf16 GEMM
+// runs the lm head at its floor for every M (H200: 250-258 us) and the GEMV kernel only at M <= 2 (330 / 558 us at
+// M = 4 / 8), but the lm head decides greedy tokens: a speculative verify step of 1 + k <= 8 rows must compute its
+// logits with the kernel of a 1-row decode step (see gemm_gemv_preferred), so cuBLASLt starts above that.
 inline constexpr int64_t kGemmLtMinMDense = kGemmSkinnyMaxM + 1;
 
 // How the engine represents x for FP8 weights (DSINFER_CUBLASLT_ACT=fp8 selects kFp8; default kFp8x2):

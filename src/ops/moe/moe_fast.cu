@@ -3,7 +3,7 @@
 // (blocks past the list's length exit), so every touched expert's weights are streamed once per pass of 8 tokens.
 // Block: 8 warps split K in 128-k chunks (warp w takes chunks w, w+8, ...), each warp holds 4 m16 weight tiles
 // x 8 tokens of fp32 accumulators; the warps' partial sums are added in warp order in shared memory (deterministic,
-// no atomics). Before the first pass each warp prefetches its next chunks to L2. The gate/up kernel reads its B
+// no atomics). The gate/up kernel reads its B
 // operand from the gathered bf16 rows or (kXf32, small T) from fp32 x through perm_token, rounded the same way.
 // Gate/up kernel: tiles W1 rows n0..n0+31 and W3 rows n0..n0+31, epilogue = clamped SwiGLU -> bf16 (pair layout,
 // the B operand of the down kernel). Down kernel: W2 rows n0..n0+63, epilogue = fp32 rows of yp.
@@ -21,7 +21,6 @@ namespace {
 
 namespace md = ::dsinfer::ops::moe_detail;
 using md::kFastChunk;
-using md::kFastPrefetch;
 using md::kFastThreads;
 using md::kFastTiles;
 using md::kFastTokens;
@@ -104,22 +103,6 @@ __device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Ch
     }
 }
 
-// L2 prefetch of the block's weights and scales of chunk ch (what the warp's load_chunk of ch will read, no
-// registers held: the chunks ahead are in flight while the warp decodes the current one). Lane L takes two of the
-// block's 64 rows (gate/up: row L of W1 and of W3; down: rows L and L + 32 of W2): the row's 64-byte FP4 segment
-// (two 32-byte sectors) and its scale bytes.
-template <bool kGateUp>
-__device__ __forceinline__ void prefetch_chunk(const TileRows& tr, int ch, int lane, int g) {
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int m = kGateUp ? j : 0, row = (kGateUp ? lane : lane + 32 * j) - g;  // tr rows start at row g
-    const uint8_t* d = tr.data[m] + row * tr.data_row + ch * (kFastChunk / 2);
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(d));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(d + 32));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(tr.scale[m] + row * tr.scale_row + ch * (kFastChunk / 32)));
-  }
-}
-
 __device__ __forceinline__ uint32_t word(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
 
 __device__ __forceinline__ void compute_chunk(const Chunk& c, float (&acc)[kFastTiles][4]) {
@@ -171,9 +154,6 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     tr.scale[m] = static_cast<const uint8_t*>(up ? p.s3[e] : p.s1[e]) + (n0 + g) * tr.scale_row;
   }
 
-  // L2 prefetch of the warp's next kFastPrefetch chunks (first pass; later passes re-read what it brought in)
-  for (int j = 1; j <= kFastPrefetch; ++j)
-    if (warp + j * kFastWarps < nch) prefetch_chunk<kGateUp>(tr, int(warp + j * kFastWarps), lane, g);
   for (int pass = 0; pass < cnt; pass += kFastTokens) {
     const bool has_row = pass + g < cnt;
     const uint16_t* xrow = !kXf32 && has_row ? p.xb + (int64_t(rb) + pass + g) * K : nullptr;
@@ -181,10 +161,9 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     float acc[kFastTiles][4] = {};
     // One chunk loaded per warp at a time (4 KB); 3 blocks = 24 warps per SM. Measured on the H200 (2026-11-30):
     // 3 blocks/SM at 80 registers beat 2 blocks/SM by 10-25 %, and a 2-stage cp.async ring per warp (2 blocks/SM
-    // by shared memory) was no faster: the FP4 decode's ALU work is the other limit. The prefetch above
-    // (2026-12-01) puts the warp's first 1 + kFastPrefetch chunks in flight at once without holding registers (all
-    // of them for K <= 4096: T = 1 no longer waits for 4 HBM round trips in a row); it sits outside the pass loop
-    // because inside it the compiler keeps its addresses live across passes and spills.
+    // by shared memory) was no faster: the FP4 decode's ALU work is the other limit. An L2 prefetch of each warp's
+    // next 3 chunks (2026-12-01) made every T slower (H200: T = 1 / 64 / 256 routed 54 / 991 / 1310 us without,
+    // 73 / 1368 / 1861 us with) and was removed.
     for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
       Chunk c;
       if constexpr (kXf32) load_x(xrow, xfrow, int(ch), t, c);  // fp32 x converted first: fewer live registers

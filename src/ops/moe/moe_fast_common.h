@@ -23,7 +23,6 @@ inline constexpr int kFastTokens = 8;      // tokens (mma N) per pass over an ex
 inline constexpr int kFastTiles = 4;       // m16 weight tiles per block
 inline constexpr int kFastGateRows = 32;   // gate/up kernel: I rows per block (tiles: W1 x2, W3 x2)
 inline constexpr int kFastDownRows = 64;   // down kernel: D rows per block (tiles: W2 x4)
-inline constexpr int kFastPrefetch = 3;    // chunks after its first that a warp prefetches to L2 at a pass start
 // The weights are decoded as value * 2^-(126 + kFastScaleShift) (see fp4_scale_bf16); the fp32 accumulators are
 // multiplied back by 2^kFastScaleShift in the epilogue. Exact for E8M0 scale bytes 66..192 (scales 2^-61 .. 2^65;
 // real FP4 expert scales are near 2^-9): below, the smallest codes underflow bf16 (flush toward 0).
