@@ -157,8 +157,9 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
 }
 
 // Up to this many assignments the gate/up kernel reads fp32 x through perm_token itself (no gather launch); above,
-// the gathered bf16 rows halve its L2 reads of x. Measured on the H200 (bench/NOTES.md wave 5): the direct read
-// saves ~8 us at T = 1 (6 assignments) and costs ~15 us at T = 8 and ~130 us at T = 64, so only T <= 2 take it.
+// the gathered bf16 rows halve its L2 reads of x. Measured on the H200 (bench/NOTES.md wave 5, direct read and
+// one-launch permutation toggled together): ~8 us faster at T = 1 (6 assignments), ~15 us slower at T = 8 and ~130 us
+// at T = 64, so only T <= 2 read x directly.
 constexpr int64_t kMoeDirectMaxN = 16;
 
 // Fast path of the routed experts (after the permutation): yp rows of all valid assignments.
