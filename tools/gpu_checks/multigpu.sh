@@ -32,6 +32,22 @@ fi
 echo "== multigpu: $ngpu GPUs, NCCL library: ${DSINFER_NCCL_LIBRARY:-not found (dsinfer will try libnccl.so.2)}"
 st=0
 fail() { echo "FAIL: $1"; st=1; }
+# same_outputs A.jsonl B.jsonl WHAT: every request's choice texts equal in two generate outputs (else a failure).
+same_outputs() {
+  python3 - "$1" "$2" "$3" <<'PY' || fail "generate: $3 differs"
+import json, sys
+def load(f):
+    try:
+        return {r["custom_id"]: [c.get("text") for c in r["response"]["body"].get("choices", [])] for r in map(json.loads, open(f))}
+    except (OSError, KeyError, ValueError):
+        return None
+a, b = load(sys.argv[1]), load(sys.argv[2])
+if not a or a.keys() != (b or {}).keys(): print("missing outputs"); sys.exit(1)
+same = [k for k in a if a[k] == b[k]]
+print(f"generate: {len(same)}/{len(a)} requests identical, {sys.argv[3]}")
+sys.exit(0 if len(same) == len(a) else 1)
+PY
+}
 
 echo "-- GPU test: 1 vs 2 GPUs"
 timeout 300 $BIN/dsinfer_gpu_tests --gtest_brief=1 --gtest_filter='GpuMultiGpu.*' > "$OUT/multigpu_tests.log" 2>&1 ||
@@ -60,19 +76,7 @@ for g in 1 2; do
   timeout 120 $BIN/dsinfer generate --backend cuda --gpus $g --model models/dsv4-small --input "$req" \
     --output "$OUT/multigpu_gen_$g.jsonl" > "$OUT/multigpu_gen_$g.log" 2>&1 || { fail "generate --gpus $g"; tail -5 "$OUT/multigpu_gen_$g.log"; }
 done
-python3 - "$OUT/multigpu_gen_1.jsonl" "$OUT/multigpu_gen_2.jsonl" <<'PY' || fail "generate 1 vs 2 GPUs differs"
-import json, sys
-def load(f):
-    try:
-        return {r["custom_id"]: [c.get("text") for c in r["response"]["body"].get("choices", [])] for r in map(json.loads, open(f))}
-    except (OSError, KeyError, ValueError):
-        return None
-a, b = load(sys.argv[1]), load(sys.argv[2])
-if not a or a.keys() != (b or {}).keys(): print("missing outputs"); sys.exit(1)
-same = [k for k in a if a[k] == b[k]]
-print(f"generate: {len(same)}/{len(a)} requests identical on 1 and 2 GPUs")
-sys.exit(0 if len(same) == len(a) else 1)
-PY
+same_outputs "$OUT/multigpu_gen_1.jsonl" "$OUT/multigpu_gen_2.jsonl" "1 vs 2 GPUs"
 
 echo "-- EPLB: generate 2 GPUs with a rebalance every 4 steps vs plain 2 GPUs"
 DSINFER_EPLB_LOG=1 timeout 120 $BIN/dsinfer generate --backend cuda --gpus 2 --eplb --num-redundant-experts 2 \
@@ -81,19 +85,7 @@ DSINFER_EPLB_LOG=1 timeout 120 $BIN/dsinfer generate --backend cuda --gpus 2 --e
 grep -c "^eplb: step" "$OUT/multigpu_gen_eplb.log" | sed 's/^/rebalances logged: /'
 grep -q "^eplb: step" "$OUT/multigpu_gen_eplb.log" || fail "generate --eplb logged no rebalance"
 grep "^eplb: step" "$OUT/multigpu_gen_eplb.log" | tail -2
-python3 - "$OUT/multigpu_gen_2.jsonl" "$OUT/multigpu_gen_eplb.jsonl" <<'PY' || fail "generate EPLB on vs off differs"
-import json, sys
-def load(f):
-    try:
-        return {r["custom_id"]: [c.get("text") for c in r["response"]["body"].get("choices", [])] for r in map(json.loads, open(f))}
-    except (OSError, KeyError, ValueError):
-        return None
-a, b = load(sys.argv[1]), load(sys.argv[2])
-if not a or a.keys() != (b or {}).keys(): print("missing outputs"); sys.exit(1)
-same = [k for k in a if a[k] == b[k]]
-print(f"generate: {len(same)}/{len(a)} requests identical with EPLB on and off")
-sys.exit(0 if len(same) == len(a) else 1)
-PY
+same_outputs "$OUT/multigpu_gen_2.jsonl" "$OUT/multigpu_gen_eplb.jsonl" "EPLB on vs off (checkpoint)"
 echo "-- EPLB: dummy weights (moved slots regenerated from their seeds), rebalance every 2 steps vs plain 2 GPUs"
 for mode in plain eplb; do
   flags=""; [ $mode = eplb ] && flags="--eplb --num-redundant-experts 4 --eplb-interval 2"
@@ -103,9 +95,7 @@ for mode in plain eplb; do
 done
 grep -q "^eplb: step" "$OUT/multigpu_dummy_eplb.log" || fail "dummy --eplb logged no rebalance"
 grep "^eplb: step" "$OUT/multigpu_dummy_eplb.log" | tail -1
-cmp -s <(python3 -c "import json,sys; [print(r['custom_id'], [c.get('text') for c in r['response']['body'].get('choices', [])]) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/multigpu_dummy_plain.jsonl") \
-       <(python3 -c "import json,sys; [print(r['custom_id'], [c.get('text') for c in r['response']['body'].get('choices', [])]) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/multigpu_dummy_eplb.jsonl") &&
-  echo "dummy weights: EPLB on and off identical" || fail "dummy weights: EPLB on vs off differs"
+same_outputs "$OUT/multigpu_dummy_plain.jsonl" "$OUT/multigpu_dummy_eplb.jsonl" "EPLB on vs off (dummy weights)"
 [ -x "$BIN/dsinfer_eplb_bench" ] && $BIN/dsinfer_eplb_bench | head -20
 
 echo "-- V4-Flash (43 layers, dummy weights): 1 GPU must refuse, 2 GPUs bench"
