@@ -156,8 +156,9 @@ void EngineLoop::run() {
       }
       if (!ok) fail_all(err);
     }
-    deliver_finished();
+    // Stats first: a client that reads /metrics after its response sees the step that finished it.
     metrics_->set_engine_stats(engine_->stats(), 0);
+    deliver_finished();
     if (stopping && jobs_.empty()) {
       std::lock_guard<std::mutex> lk(mu_);
       if (inbox_.empty()) return;

@@ -132,9 +132,12 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const int64_t V = cfg_.vocab_size;
   hidden_view_ = {};
   if (T == 0) return Status::ok();
-  // A decode step, or a verify step of the same 1 + k tokens per sequence, replays a CUDA graph of its shape.
-  const bool graph = graphs_enabled_ && !timer_.enabled() && fixed_shape_step(plan, layout_, max_model_len_);
-  DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, graph, max_model_len_,
+  // A decode step, or a verify step of the same 1 + k tokens per sequence, replays a CUDA graph of its shape. It
+  // is laid out for max_model_len (split counts and scratch follow max_pos) whether or not it is graphed, so graphs
+  // on or off (DSINFER_CUDA_GRAPHS, per-op timing) compute the same bits.
+  const bool fixed = fixed_shape_step(plan, layout_, max_model_len_);
+  const bool graph = fixed && graphs_enabled_ && !timer_.enabled();
+  DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, fixed, max_model_len_,
                                                                          prev_sample_rows()));
   shape_.max_pos = layout.max_pos;
   shape_.visible = (layout.max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
