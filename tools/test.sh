@@ -39,9 +39,10 @@ case "$mode" in
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
     cmake --preset cpu-asan >/dev/null
     cmake --build --preset cpu-asan -j "$jobs" --target dsinfer dsinfer_unit_tests
-    # The long end-to-end speculative-decoding and 200-client server tests run in the default stage only: under
-    # ASan they would take most of CI's time budget, and the code paths they cover run in the shorter tests too.
-    ctest --preset cpu-asan -j "$jobs" -E '^(SpecEngine|ServerLoad)\.'
+    # The long end-to-end speculative-decoding (engine runs, offline replays) and 200-client server tests run in the
+    # default stage only: under ASan they would take most of CI's time budget, and the code paths they cover run in
+    # the shorter tests too.
+    ctest --preset cpu-asan -j "$jobs" -E '^(SpecEngine|ServerLoad)\.|^SpecOffline\..*EngineMatches'
     ;;
   fuzz)
     bash tools/fuzz.sh "${FUZZ_SECONDS:-20}"
