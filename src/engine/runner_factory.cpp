@@ -24,6 +24,9 @@ Result<LoadFormat> parse_load_format(const std::string& name) {
 }
 
 Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
+  if (opts.eplb && opts.batch_invariant)
+    return Status::error("--eplb cannot be combined with --batch-invariant: a token's expert replica (and so the GPU "
+                         "that computes it) follows its index in the step, which makes results depend on the batch");
   if (opts.backend == Backend::kCpu) {
     DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
                                                      opts.tensor_parallel_size}, {}, -1).status());
@@ -36,7 +39,8 @@ Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
   // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/cuda_runner_v41.h).
   DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(opts.model_dir));
   if (cfg.is_v41()) {
-    if (opts.gpus != 1 || opts.eplb) return Status::error("the DeepSeek-V4.1 cuda runner runs on one GPU only (--gpus 1, no --eplb)");
+    if (opts.gpus != 1 || opts.eplb || opts.num_redundant_experts != 0)
+      return Status::error("the DeepSeek-V4.1 cuda runner runs on one GPU only (--gpus 1, no --eplb / --num-redundant-experts)");
     return backends::create_cuda_runner_v41(opts);
   }
   return backends::create_cuda_runner(opts);

@@ -51,7 +51,8 @@ Placement static_placement(int32_t experts, int32_t world, int32_t redundant);
 //     expert (a second copy on one rank adds no capacity);
 //  3. slot order within a rank: when `previous` (same shape) is given, an expert the rank already held keeps its
 //     old slot, so a rebalance reloads only the slots whose expert changed.
-// Loads must be finite and >= 0 (all zero: the replicas spread evenly in id order).
+// Loads must be finite and >= 0 (all zero: the redundant slots go to the lowest ids first, each expert up to
+// `world` replicas; the runner never rebalances a layer without counted tokens).
 Result<Placement> compute_placement(const std::vector<double>& load, int32_t world, int32_t redundant,
                                     const Placement* previous = nullptr);
 

@@ -351,4 +351,11 @@ TEST(ParallelEplb, CpuBackendAndFlags) {
   const test::CliResult bad = test::run_cli(dir, "generate --model " + o.model_dir + " --eplb-interval 0 --prompt hi");
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("--eplb-interval expects an integer"), std::string::npos) << bad.err;
+  // EPLB's replica choice follows a token's index in the step: refused with --batch-invariant on any backend.
+  for (const char* backend : {"cpu", "cuda"}) {
+    const test::CliResult inv = test::run_cli(dir, "generate --backend " + std::string(backend) + " --gpus 2 --model " +
+                                                       o.model_dir + " --eplb --batch-invariant --prompt hi");
+    EXPECT_NE(inv.rc, 0);
+    EXPECT_NE(inv.err.find("--eplb cannot be combined with --batch-invariant"), std::string::npos) << inv.err;
+  }
 }

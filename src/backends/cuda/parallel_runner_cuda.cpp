@@ -91,8 +91,17 @@ class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDi
  private:
   // EPLB (docs/multi_gpu.md): every interval_ steps, before the next step runs, the placement of every layer is
   // recomputed from rank 0's counts and applied on every shard (parallel_runner_eplb_cuda.cpp).
+  // A failed rebalance may have reached some shards and not others (they would disagree on which rank computes
+  // an expert): it ends this runner, every later step returns its error.
   Status before_step() {
-    if (eplb_ && steps_ > 0 && steps_ % interval_ == 0) DSI_RETURN_IF_ERROR(rebalance());
+    if (!failed_.is_ok()) return failed_;
+    if (eplb_ && steps_ > 0 && steps_ % interval_ == 0) {
+      if (Status s = rebalance(); !s.is_ok()) {
+        failed_ = Status::errorf("eplb rebalance failed, the GPUs' expert placements may differ; restart the engine "
+                                 "({})", s.message());
+        return failed_;
+      }
+    }
     ++steps_;
     return Status::ok();
   }
@@ -116,6 +125,7 @@ class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDi
   int32_t redundant_ = 0;
   int64_t interval_ = 0, steps_ = 0;
   std::vector<parallel::Placement> placement_;  // per layer, identical on every shard
+  Status failed_ = Status::ok();
 };
 
 // One rebalance: counts -> per-layer greedy placement (a layer with no counted tokens keeps its placement) ->

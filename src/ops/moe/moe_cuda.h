@@ -25,7 +25,8 @@ Status route_cuda(const float* logits, int64_t T, const float* bias, const int32
 // SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
 // moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda either way.
 // Fast also runs the shared expert on the workspace's side stream, concurrently with the routed experts (same
-// bits), and, for T*topk <= kMoePrepMaxN, the permutation in one launch and the gate/up kernel on fp32 x directly.
+// bits), for T*topk <= kMoePrepMaxN the permutation in one launch, and for T*topk <= kMoeDirectMaxN (16) the gate/up
+// kernel on fp32 x directly (no bf16 gather).
 // Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
 // tiled grouped GEMMs for every T (never the T-dependent skinny choice); the shared expert with
 // GemmPrecision::kBatchInvariant. A token's bits then do not depend on the other tokens or on T.
