@@ -99,7 +99,7 @@ def lps(cs):
     return out
 same = [strip(x) == strip(y) for x, y in zip(a, b)]
 diff = max([abs(p - q) for x, y in zip(a, b) for p, q in zip(lps(x), lps(y))] or [0.0])
-print("graph vs no-graph tokens and text identical:", all(same), f"(max logprob difference {diff:.2e})")
+print("graph vs no-graph: tokens and text identical:", all(same), f"| logprobs identical: {diff == 0} (max difference {diff:.2e})")
 sys.exit(0 if all(same) and diff == 0 else 1)
 PY
 note "graph vs no-graph comparison" $?

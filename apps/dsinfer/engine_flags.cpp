@@ -26,7 +26,8 @@ std::string engine_flags_help() {
       "  sampling: --sampling device|host ({}; device = on the GPU where the backend can, same tokens as host)\n"
       "  several GPUs (cuda): --gpus N ({})  --expert-parallel-size N (= --gpus)  --data-parallel-size 1\n"
       "            --tensor-parallel-size 1 (routed experts split over the GPUs, the rest replicated)\n"
-      "            --eplb (expert load balancing)  --num-redundant-experts R (0; a multiple of --gpus)\n"
+      "            --eplb (expert load balancing; not with --batch-invariant)  --num-redundant-experts R (0; a\n"
+      "            multiple of --gpus)\n"
       "            --eplb-interval STEPS ({}; the placement is recomputed from measured loads this often)\n"
       "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
