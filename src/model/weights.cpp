@@ -2,10 +2,7 @@
 // each naming the tensor, the file and expected vs found.
 #include "model/weights.h"
 
-#include <map>
-#include <set>
-
-#include "io/quant.h"
+#include "model/tensor_reader.h"
 
 namespace dsinfer::model {
 
@@ -37,73 +34,19 @@ namespace {
 // every entry is recorded as a ResolvedTensor (data views null when the tensor is missing or invalid).
 class Loader {
  public:
-  Loader(const io::ModelConfig& cfg, const io::Checkpoint& ckpt, bool dequantize) : cfg_(cfg), dequantize_(dequantize) {
-    for (const auto& [name, t] : ckpt.tensors()) {
-      std::string c = canonical_tensor_name(name);
-      if (c.empty()) continue;
-      if (by_canon_.count(c))
-        error(fmt::format("tensors '{}' and '{}' both map to '{}'", by_canon_[c]->name, name, c));
-      by_canon_[c] = &t;
-    }
-  }
+  Loader(const io::ModelConfig& cfg, const io::Checkpoint& ckpt, bool dequantize)
+      : cfg_(cfg), dequantize_(dequantize), rd_(ckpt, canonical_tensor_name) {}
 
   // A matrix or vector of logical shape [rows, cols] in any supported storage format (vectors may be stored 1-D).
   Mat mat(const TensorSpec& spec) {
-    const std::string& name = spec.name;
-    const int64_t rows = spec.rows, cols = spec.cols;
     Mat m;
-    m.rows = rows;
-    m.cols = cols;
-    resolved_.push_back({spec, nullptr, nullptr});
-    const TensorView* t = take(name);
-    if (!t) return m;
-    resolved_.back().data = t;
-    fp32_storage_ &= t->dtype == DType::F32;
-    // fp32 storage is allocated only once the tensor's shape matched: a corrupt config.json size must be an
-    // error naming the tensor, not an allocation failure.
-    auto alloc = [&]() -> float* {
-      if (!dequantize_) return nullptr;
-      m.data.assign(size_t(rows * cols), 0.0f);
-      return m.data.data();
-    };
-    auto where = [&] { return fmt::format("tensor '{}' ({})", name, t->file); };
-    const std::vector<int64_t> logical{rows, cols};
-    // Vectors are stored 1-D: [n] is the logical [1, n].
-    const bool shape_ok = t->shape == logical || (rows == 1 && t->shape == std::vector<int64_t>{cols});
-    switch (t->dtype) {
-      case DType::F32:
-      case DType::BF16:
-      case DType::F16:
-        if (!shape_ok) return shape_error(where(), rows == 1 ? std::vector<int64_t>{cols} : logical, t), m;
-        if (float* dst = alloc()) io::convert_to_f32(t->dtype, t->data, rows * cols, dst);
-        return m;
-      case DType::F8_E4M3: {
-        if (!shape_ok) return shape_error(where(), rows == 1 ? std::vector<int64_t>{cols} : logical, t), m;
-        const int64_t bn = cfg_.fp8_block_n, bk = cfg_.fp8_block_k;
-        const TensorView* s = scale_for(name, {(rows + bn - 1) / bn, (cols + bk - 1) / bk});
-        resolved_.back().scale = s;
-        if (float* dst = s ? alloc() : nullptr) io::dequant_fp8_block(t->data, rows, cols, s->data, s->dtype, bn, bk, dst);
-        return m;
-      }
-      case DType::I8:
-      case DType::U8: {
-        const std::vector<int64_t> packed{rows, cols / 2};
-        if (cols % 32 || t->shape != packed) {
-          error(fmt::format("{}: FP4 e2m1 storage of logical {} needs packed shape {} with in % 32 == 0, found {} {}",
-                            where(), io::shape_str(logical), io::shape_str(packed), dtype_name(t->dtype),
-                            io::shape_str(t->shape)));
-          return m;
-        }
-        const TensorView* s = scale_for(name, {rows, cols / 32});
-        resolved_.back().scale = s;
-        if (float* dst = s ? alloc() : nullptr) io::dequant_fp4_e2m1(t->data, rows, cols, s->data, s->dtype, 32, dst);
-        return m;
-      }
-      default:
-        error(fmt::format("{}: dtype {} is not a weight format (expected F32, BF16, F16, F8_E4M3 or packed FP4 I8)",
-                          where(), dtype_name(t->dtype)));
-        return m;
-    }
+    m.rows = spec.rows;
+    m.cols = spec.cols;
+    const TensorReader::Weight w = rd_.weight(spec.name, spec.rows, spec.cols, {cfg_.fp8_block_n, cfg_.fp8_block_k},
+                                              dequantize_ ? &m.data : nullptr);
+    resolved_.push_back({spec, w.data, w.scale});
+    if (w.data) fp32_storage_ &= w.data->dtype == DType::F32;
+    return m;
   }
 
   // An integer table [rows, cols] whose entries must lie in [0, max_value).
@@ -112,20 +55,20 @@ class Loader {
     const int64_t rows = spec.rows, cols = spec.cols;
     std::vector<int32_t> out;
     resolved_.push_back({spec, nullptr, nullptr});
-    const TensorView* t = take(name);
+    const TensorView* t = rd_.take(name);
     if (!t) return out;
     resolved_.back().data = t;
     const std::vector<int64_t> want{rows, cols};
     if ((t->dtype != DType::I64 && t->dtype != DType::I32) || t->shape != want) {
-      error(fmt::format("tensor '{}' ({}): expected I64 or I32 {}, found {} {}", name, t->file, io::shape_str(want),
-                        dtype_name(t->dtype), io::shape_str(t->shape)));
+      rd_.error(fmt::format("tensor '{}' ({}): expected I64 or I32 {}, found {} {}", name, t->file, io::shape_str(want),
+                            dtype_name(t->dtype), io::shape_str(t->shape)));
       return out;
     }
     out.resize(size_t(rows * cols));
     for (int64_t i = 0; i < rows * cols; ++i) {
       const int64_t v = t->int_at(i);
       if (v < 0 || v >= max_value) {
-        error(fmt::format("tensor '{}': entry {} = {} is not an expert id in [0, {})", name, i, v, max_value));
+        rd_.error(fmt::format("tensor '{}': entry {} = {} is not an expert id in [0, {})", name, i, v, max_value));
         return {};
       }
       out[size_t(i)] = int32_t(v);
@@ -137,57 +80,17 @@ class Loader {
   std::vector<ResolvedTensor>& resolved() { return resolved_; }
 
   Status finish() {
-    for (const auto& [c, t] : by_canon_)
-      if (!used_.count(c))
-        error(fmt::format("unexpected tensor '{}' ({}) is not part of a DeepSeek-V4 model with this config.json", t->name,
-                          t->file));
-    if (errors_.empty()) return Status::ok();
-    std::string msg = fmt::format("checkpoint does not match config.json ({} problem{}):", errors_.size(),
-                                  errors_.size() > 1 ? "s" : "");
-    for (size_t i = 0; i < errors_.size() && i < 12; ++i) msg += "\n  " + errors_[i];
-    if (errors_.size() > 12) msg += fmt::format("\n  ... and {} more", errors_.size() - 12);
-    return Status::error(msg);
+    for (const auto& [c, t] : rd_.unused())
+      rd_.error(fmt::format("unexpected tensor '{}' ({}) is not part of a DeepSeek-V4 model with this config.json",
+                            t->name, t->file));
+    return rd_.finish("checkpoint");
   }
 
  private:
-  const TensorView* take(const std::string& name) {
-    used_.insert(name);
-    auto it = by_canon_.find(name);
-    if (it == by_canon_.end()) {
-      error(fmt::format("missing tensor '{}'", name));
-      return nullptr;
-    }
-    return it->second;
-  }
-
-  const TensorView* scale_for(const std::string& weight_name, std::vector<int64_t> want) {
-    std::string base = weight_name.size() > 7 && weight_name.compare(weight_name.size() - 7, 7, ".weight") == 0
-                           ? weight_name.substr(0, weight_name.size() - 7)
-                           : weight_name;
-    std::string sname = base + ".scale";
-    const TensorView* s = take(sname);
-    if (!s) return nullptr;
-    if ((s->dtype != DType::F8_E8M0 && s->dtype != DType::F32 && s->dtype != DType::BF16) || s->shape != want) {
-      error(fmt::format("tensor '{}' ({}): expected F8_E8M0 or F32 scales {}, found {} {}", sname, s->file,
-                        io::shape_str(want), dtype_name(s->dtype), io::shape_str(s->shape)));
-      return nullptr;
-    }
-    return s;
-  }
-
-  void shape_error(const std::string& where, const std::vector<int64_t>& want, const TensorView* t) {
-    error(fmt::format("{}: expected shape {}, found {} {}", where, io::shape_str(want), dtype_name(t->dtype),
-                      io::shape_str(t->shape)));
-  }
-
-  void error(std::string e) { errors_.push_back(std::move(e)); }
-
   const io::ModelConfig& cfg_;
   bool dequantize_;
+  TensorReader rd_;
   std::vector<ResolvedTensor> resolved_;
-  std::map<std::string, const TensorView*> by_canon_;
-  std::set<std::string> used_;
-  std::vector<std::string> errors_;
   bool fp32_storage_ = true;
 };
 

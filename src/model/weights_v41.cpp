@@ -3,10 +3,8 @@
 #include "model/weights_v41.h"
 
 #include <algorithm>
-#include <map>
-#include <set>
 
-#include "io/quant.h"
+#include "model/tensor_reader.h"
 
 namespace dsinfer::model {
 
@@ -25,13 +23,11 @@ bool other_module(const std::string& canon) {
 class Loader {
  public:
   Loader(const io::ModelConfig& cfg, const io::Checkpoint* ckpt) : cfg_(cfg), ckpt_(ckpt) {
-    if (!ckpt) return;
-    for (const auto& [name, t] : ckpt->tensors()) {
-      const std::string c = canonical_tensor_name(name);
-      if (c.empty() || other_module(c)) continue;
-      if (by_canon_.count(c)) error(fmt::format("tensors '{}' and '{}' both map to '{}'", by_canon_[c]->name, name, c));
-      by_canon_[c] = &t;
-    }
+    if (ckpt)
+      rd_ = TensorReader(*ckpt, [](const std::string& name) {
+        const std::string c = canonical_tensor_name(name);
+        return other_module(c) ? std::string() : c;
+      });
   }
 
   // A weight of logical shape [rows, cols]; FP8 storage uses `block` (rows x cols per scale).
@@ -46,54 +42,22 @@ class Loader {
     spec.cols = cols;
     specs_.push_back(std::move(spec));
     if (!ckpt_) return m;
-    const TensorView* t = take(name);
-    if (!t) return m;
-    fp32_ &= t->dtype == DType::F32;
-    m.data.assign(size_t(rows * cols), 0.0f);
-    const std::vector<int64_t> logical{rows, cols};
-    const bool shape_ok = t->shape == logical || (rows == 1 && t->shape == std::vector<int64_t>{cols});
-    const std::string where = fmt::format("tensor '{}' ({})", name, t->file);
-    switch (t->dtype) {
-      case DType::F32:
-      case DType::BF16:
-      case DType::F16:
-        if (!shape_ok) return shape_error(where, logical, t), m;
-        io::convert_to_f32(t->dtype, t->data, rows * cols, m.data.data());
-        return m;
-      case DType::F8_E4M3: {
-        if (!shape_ok) return shape_error(where, logical, t), m;
-        const int64_t bn = block.first ? block.first : cfg_.fp8_block_n, bk = block.second ? block.second : cfg_.fp8_block_k;
-        if (const TensorView* s = scale_for(name, {(rows + bn - 1) / bn, (cols + bk - 1) / bk}))
-          io::dequant_fp8_block(t->data, rows, cols, s->data, s->dtype, bn, bk, m.data.data());
-        return m;
-      }
-      case DType::I8:
-      case DType::U8:
-        if (cols % 32 || t->shape != std::vector<int64_t>{rows, cols / 2}) {
-          error(fmt::format("{}: FP4 storage of logical {} needs packed shape [{}, {}] with in % 32 == 0, found {} {}", where,
-                            io::shape_str(logical), rows, cols / 2, dtype_name(t->dtype), io::shape_str(t->shape)));
-          return m;
-        }
-        if (const TensorView* s = scale_for(name, {rows, cols / 32}))
-          io::dequant_fp4_e2m1(t->data, rows, cols, s->data, s->dtype, 32, m.data.data());
-        return m;
-      default:
-        error(fmt::format("{}: dtype {} is not a weight format (expected F32, BF16, F16, F8_E4M3 or packed FP4 I8)", where,
-                          dtype_name(t->dtype)));
-        return m;
-    }
+    const std::pair<int64_t, int64_t> b{block.first ? block.first : cfg_.fp8_block_n,
+                                        block.second ? block.second : cfg_.fp8_block_k};
+    if (const TensorView* t = rd_.weight(name, rows, cols, b, &m.data).data) fp32_ &= t->dtype == DType::F32;
+    return m;
   }
   Vec vec(const std::string& name, int64_t n) { return std::move(mat(name, 1, n).data); }
-  Vec optional_vec(const std::string& name, int64_t n) { return by_canon_.count(name) ? vec(name, n) : Vec{}; }
+  Vec optional_vec(const std::string& name, int64_t n) { return rd_.find(name) ? vec(name, n) : Vec{}; }
 
   // Engram table: FP8 rows with one scale per 32 channels; a float table's `.scale` (transformers keeps ones
   // there) is checked for shape and otherwise ignored, as transformers does.
   Mat engram_table(const std::string& name, int64_t rows, int64_t cols) {
-    const TensorView* t = ckpt_ && by_canon_.count(name) ? by_canon_[name] : nullptr;
+    const TensorView* t = rd_.find(name);
     if (t && t->dtype == DType::F8_E4M3) return mat(name, rows, cols, {1, 32});
     Mat m = mat(name, rows, cols);
     const std::string base = name.substr(0, name.size() - 7);  // strip ".weight"
-    if (ckpt_ && by_canon_.count(base + ".scale")) scale_for(name, {rows, (cols + 31) / 32});
+    if (ckpt_ && rd_.find(base + ".scale")) rd_.scale_for(name, {rows, (cols + 31) / 32});
     return m;
   }
 
@@ -101,47 +65,16 @@ class Loader {
   bool fp32_storage() const { return fp32_; }
 
   Status finish() {
-    for (const auto& [c, t] : by_canon_)
-      if (!used_.count(c))
-        error(fmt::format("unexpected tensor '{}' ({}) is not part of a DeepSeek-V4.1 model with this config.json", t->name, t->file));
-    if (errors_.empty()) return Status::ok();
-    std::string msg = fmt::format("checkpoint does not match config.json ({} problem{}):", errors_.size(), errors_.size() > 1 ? "s" : "");
-    for (size_t i = 0; i < errors_.size() && i < 12; ++i) msg += "\n  " + errors_[i];
-    if (errors_.size() > 12) msg += fmt::format("\n  ... and {} more", errors_.size() - 12);
-    return Status::error(msg);
+    for (const auto& [c, t] : rd_.unused())
+      rd_.error(fmt::format("unexpected tensor '{}' ({}) is not part of a DeepSeek-V4.1 model with this config.json",
+                            t->name, t->file));
+    return rd_.finish("checkpoint");
   }
 
  private:
-  const TensorView* take(const std::string& name) {
-    used_.insert(name);
-    auto it = by_canon_.find(name);
-    if (it == by_canon_.end()) {
-      error(fmt::format("missing tensor '{}'", name));
-      return nullptr;
-    }
-    return it->second;
-  }
-  const TensorView* scale_for(const std::string& weight, const std::vector<int64_t>& want) {
-    const std::string sname = weight.substr(0, weight.size() - (weight.ends_with(".weight") ? 7 : 0)) + ".scale";
-    const TensorView* s = take(sname);
-    if (!s) return nullptr;
-    if ((s->dtype != DType::F8_E8M0 && s->dtype != DType::F32 && s->dtype != DType::BF16) || s->shape != want) {
-      error(fmt::format("tensor '{}' ({}): expected F8_E8M0 or F32 scales {}, found {} {}", sname, s->file,
-                        io::shape_str(want), dtype_name(s->dtype), io::shape_str(s->shape)));
-      return nullptr;
-    }
-    return s;
-  }
-  void shape_error(const std::string& where, const std::vector<int64_t>& want, const TensorView* t) {
-    error(fmt::format("{}: expected shape {}, found {} {}", where, io::shape_str(want), dtype_name(t->dtype), io::shape_str(t->shape)));
-  }
-  void error(std::string e) { errors_.push_back(std::move(e)); }
-
   const io::ModelConfig& cfg_;
   const io::Checkpoint* ckpt_;
-  std::map<std::string, const TensorView*> by_canon_;
-  std::set<std::string> used_;
-  std::vector<std::string> errors_;
+  TensorReader rd_;
   std::vector<TensorSpec> specs_;
   bool fp32_ = true;
 };

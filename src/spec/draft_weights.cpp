@@ -2,10 +2,9 @@
 #include "spec/draft_weights.h"
 
 #include <filesystem>
-#include <set>
 
-#include "io/quant.h"
 #include "io/safetensors.h"
+#include "model/tensor_reader.h"
 
 namespace dsinfer::spec {
 
@@ -14,91 +13,35 @@ using model::Vec;
 
 namespace {
 
-// Reads tensors of one checkpoint by exact name into fp32, collecting every problem.
-class TensorReader {
+// Reads tensors of one checkpoint by exact name into fp32, collecting every problem (model::TensorReader).
+class DraftReader {
  public:
-  TensorReader(const io::Checkpoint& ck, const io::ModelConfig& cfg) : ck_(ck), cfg_(cfg) {}
+  DraftReader(const io::Checkpoint& ck, const io::ModelConfig& cfg) : rd_(ck), cfg_(cfg) {}
 
   Mat mat(const std::string& name, int64_t rows, int64_t cols) {
     Mat m;
     m.rows = rows;
     m.cols = cols;
-    const io::TensorView* t = take(name);
-    if (!t) return m;
-    const std::vector<int64_t> logical{rows, cols};
-    const bool shape_ok = t->shape == logical || (rows == 1 && t->shape == std::vector<int64_t>{cols});
-    m.data.assign(size_t(rows * cols), 0.0f);
-    switch (t->dtype) {
-      case DType::F32:
-      case DType::BF16:
-      case DType::F16:
-        if (!shape_ok) return bad_shape(t, logical), m;
-        io::convert_to_f32(t->dtype, t->data, rows * cols, m.data.data());
-        return m;
-      case DType::F8_E4M3: {
-        if (!shape_ok) return bad_shape(t, logical), m;
-        const int64_t bn = cfg_.fp8_block_n, bk = cfg_.fp8_block_k;
-        const io::TensorView* s = scale(name, {(rows + bn - 1) / bn, (cols + bk - 1) / bk});
-        if (s) io::dequant_fp8_block(t->data, rows, cols, s->data, s->dtype, bn, bk, m.data.data());
-        return m;
-      }
-      case DType::I8:
-      case DType::U8: {
-        if (cols % 32 || t->shape != std::vector<int64_t>{rows, cols / 2}) return bad_shape(t, {rows, cols / 2}), m;
-        const io::TensorView* s = scale(name, {rows, cols / 32});
-        if (s) io::dequant_fp4_e2m1(t->data, rows, cols, s->data, s->dtype, 32, m.data.data());
-        return m;
-      }
-      default:
-        errors_.push_back(fmt::format("tensor '{}' ({}): dtype {} is not a weight format", name, t->file,
-                                      dtype_name(t->dtype)));
-        return m;
-    }
+    rd_.weight(name, rows, cols, {cfg_.fp8_block_n, cfg_.fp8_block_k}, &m.data);
+    return m;
   }
   Vec vec(const std::string& name, int64_t n) { return std::move(mat(name, 1, n).data); }
-  Vec optional_vec(const std::string& name, int64_t n) { return ck_.find(name) ? vec(name, n) : Vec{}; }
+  Vec optional_vec(const std::string& name, int64_t n) { return rd_.find(name) ? vec(name, n) : Vec{}; }
 
   // Fails listing every problem; `prefix` tensors of the checkpoint that were not read are problems too.
   Status finish(const std::string& prefix, const std::string& what) {
-    for (const auto& [name, t] : ck_.tensors())
-      if (name.rfind(prefix, 0) == 0 && !used_.count(name))
-        errors_.push_back(fmt::format("unexpected tensor '{}' ({})", name, t.file));
-    if (errors_.empty()) return Status::ok();
-    std::string msg = fmt::format("{} does not match config.json ({} problems):", what, errors_.size());
-    for (size_t i = 0; i < errors_.size() && i < 12; ++i) msg += "\n  " + errors_[i];
-    return Status::error(msg);
+    for (const auto& [name, t] : rd_.unused())
+      if (name.rfind(prefix, 0) == 0) rd_.error(fmt::format("unexpected tensor '{}' ({})", name, t->file));
+    return rd_.finish(what);
   }
 
  private:
-  const io::TensorView* take(const std::string& name) {
-    used_.insert(name);
-    const io::TensorView* t = ck_.find(name);
-    if (!t) errors_.push_back(fmt::format("missing tensor '{}'", name));
-    return t;
-  }
-  const io::TensorView* scale(const std::string& weight, const std::vector<int64_t>& want) {
-    const std::string base = weight.size() > 7 && weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight;
-    const io::TensorView* s = take(base + ".scale");
-    if (s && ((s->dtype != DType::F8_E8M0 && s->dtype != DType::F32 && s->dtype != DType::BF16) || s->shape != want)) {
-      errors_.push_back(fmt::format("tensor '{}.scale' ({}): expected F8_E8M0 or F32 scales {}, found {} {}", base,
-                                    s->file, io::shape_str(want), dtype_name(s->dtype), io::shape_str(s->shape)));
-      return nullptr;
-    }
-    return s;
-  }
-  void bad_shape(const io::TensorView* t, const std::vector<int64_t>& want) {
-    errors_.push_back(fmt::format("tensor '{}' ({}): expected shape {}, found {} {}", t->name, t->file,
-                                  io::shape_str(want), dtype_name(t->dtype), io::shape_str(t->shape)));
-  }
-
-  const io::Checkpoint& ck_;
+  model::TensorReader rd_;
   const io::ModelConfig& cfg_;
-  std::set<std::string> used_;
-  std::vector<std::string> errors_;
 };
 
 // A sliding-window, score-routed decoder layer `p` (e.g. "mtp.0.") in the target's per-layer names.
-model::LayerWeights read_layer(TensorReader& rd, const std::string& p, const io::ModelConfig& c) {
+model::LayerWeights read_layer(DraftReader& rd, const std::string& p, const io::ModelConfig& c) {
   const int64_t D = c.hidden_size, n = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim, qr = c.q_lora_rank;
   const int64_t g = c.o_groups, r = c.o_lora_rank, E = c.n_routed_experts, I = c.moe_intermediate_size;
   const int64_t mix = (2 + n) * n;
@@ -129,7 +72,7 @@ model::LayerWeights read_layer(TensorReader& rd, const std::string& p, const io:
   return L;
 }
 
-model::HcWeights read_hc_head(TensorReader& rd, const std::string& p, const io::ModelConfig& c) {
+model::HcWeights read_hc_head(DraftReader& rd, const std::string& p, const io::ModelConfig& c) {
   return {rd.mat(p + "hc_head_fn", c.hc_mult, c.hc_mult * c.hidden_size), rd.vec(p + "hc_head_base", c.hc_mult),
           rd.vec(p + "hc_head_scale", 1)};
 }
@@ -146,7 +89,7 @@ io::ModelConfig draft_layer_config(const io::ModelConfig& target, const DraftCon
 
 Result<SharedWeights> load_shared_weights(const io::ModelConfig& target, const std::string& model_dir) {
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(model_dir));
-  TensorReader rd(ck, target);
+  DraftReader rd(ck, target);
   SharedWeights w;
   // Checkpoints saved by transformers use embed_tokens / lm_head; the official ones embed / head.
   const bool hf = ck.find("embed.weight") == nullptr && ck.find("model.embed_tokens.weight") != nullptr;
@@ -166,7 +109,7 @@ Result<DsparkWeights> load_dspark_weights(const io::ModelConfig& target, const D
     return Status::errorf("{}: a DeepSeek-V4.1 drafter, which the V4 DSpark drafter cannot run", model_dir);
   const io::ModelConfig c = draft_layer_config(target, dc);
   const int64_t D = c.hidden_size, V = c.vocab_size, r = dc.markov_rank, m = int64_t(dc.target_layer_ids.size());
-  TensorReader rd(ck, c);
+  DraftReader rd(ck, c);
   DsparkWeights w;
   for (int64_t i = 0; i < dc.num_layers; ++i) w.layers.push_back(read_layer(rd, fmt::format("mtp.{}.", i), c));
   const std::string last = fmt::format("mtp.{}.", dc.num_layers - 1);
@@ -194,7 +137,7 @@ Result<DsparkWeights> load_dspark_weights_v41(const io::ModelConfig& target, con
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(model_dir));
   const io::ModelConfig c = draft_layer_config(target, dc);
   const int64_t D = c.hidden_size, V = c.vocab_size, r = dc.markov_rank, m = int64_t(dc.target_layer_ids.size());
-  TensorReader rd(ck, c);
+  DraftReader rd(ck, c);
   DsparkWeights w;
   w.v41 = true;
   for (int64_t i = 0; i < dc.num_layers; ++i) {
@@ -225,7 +168,7 @@ Result<Mtp1Weights> load_mtp1_weights(const io::ModelConfig& target, const Draft
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(path));
   const io::ModelConfig& c = target;  // V4 MTP: the target's own layer format
   const int64_t D = c.hidden_size;
-  TensorReader rd(ck, c);
+  DraftReader rd(ck, c);
   Mtp1Weights w;
   w.layer = read_layer(rd, "mtp.0.", c);
   w.e_proj = rd.mat("mtp.0.e_proj.weight", D, D);
