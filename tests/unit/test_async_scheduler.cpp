@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/scheduler.h"
+#include "scheduler_test_util.h"
 #include "test_util.h"
 
 using namespace dsinfer;
@@ -15,14 +16,7 @@ constexpr int64_t kVocab = 50;
 constexpr int64_t kEos = 0;
 
 std::unique_ptr<Scheduler> make_scheduler() {
-  io::ModelConfig c;
-  c.head_dim = 32;
-  c.index_head_dim = 16;
-  c.sliding_window = 8;
-  c.layer_types = {io::AttnType::Sliding, io::AttnType::CSA};
-  c.compress_ratios = {0, 4};
-  c.num_hidden_layers = 2;
-  c.vocab_size = kVocab;
+  const io::ModelConfig c = test::scheduler_test_model(kVocab);
   cache::StateCacheConfig cc;
   cc.block_size = 4;
   cc.max_model_len = 64;

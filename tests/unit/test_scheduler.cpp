@@ -9,6 +9,7 @@
 
 #include "scheduler/scheduler.h"
 #include "scheduler/step_sampling.h"
+#include "scheduler_test_util.h"
 #include "test_util.h"
 
 using namespace dsinfer;
@@ -63,17 +64,7 @@ struct FakeModel {
   }
 };
 
-io::ModelConfig small_model() {
-  io::ModelConfig c;
-  c.head_dim = 32;
-  c.index_head_dim = 16;
-  c.sliding_window = 8;
-  c.layer_types = {io::AttnType::Sliding, io::AttnType::CSA};
-  c.compress_ratios = {0, 4};
-  c.num_hidden_layers = 2;
-  c.vocab_size = kVocab;
-  return c;
-}
+io::ModelConfig small_model() { return test::scheduler_test_model(kVocab); }
 
 struct Rig {
   int32_t max_num_seqs = 8;

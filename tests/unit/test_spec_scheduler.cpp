@@ -4,23 +4,14 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/scheduler.h"
+#include "scheduler_test_util.h"
 
 using namespace dsinfer;
 using namespace dsinfer::scheduler;
 
 namespace {
 
-io::ModelConfig small_model() {
-  io::ModelConfig c;
-  c.head_dim = 32;
-  c.index_head_dim = 16;
-  c.sliding_window = 8;
-  c.layer_types = {io::AttnType::Sliding, io::AttnType::CSA};
-  c.compress_ratios = {0, 4};
-  c.num_hidden_layers = 2;
-  c.vocab_size = 50;
-  return c;
-}
+io::ModelConfig small_model() { return test::scheduler_test_model(50); }
 
 std::unique_ptr<Scheduler> make(int64_t budget, double min_survival) {
   cache::StateCacheConfig cc;
