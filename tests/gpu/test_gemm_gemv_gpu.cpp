@@ -178,4 +178,66 @@ TEST(GemvGpu, PlanCoversOnlyItsRange) {
   EXPECT_FALSE(planned(dsinfer::test::upload(k200).w, 1));
 }
 
+// The plan of a weight shape at M rows, on a fake 16-byte aligned weight (host only: no device needed).
+od::GemvParams plan_for(WeightFormat f, int64_t groups, int64_t Ng, int64_t K, int64_t M) {
+  DeviceWeight w;
+  w.fmt = f, w.rows = groups * Ng, w.cols = K;
+  w.data = reinterpret_cast<const void*>(uintptr_t(4096));
+  od::GemmArgs a;
+  a.M = M, a.groups = groups, a.N = Ng, a.K = K;
+  od::set_weight_args(a, w);
+  od::GemvParams p;
+  EXPECT_TRUE(od::plan_gemm_gemv(a, f, 132, p)) << "N=" << Ng << " K=" << K << " M=" << M;
+  return p;
+}
+
+// With one warp on K a lane sums the same weight vectors in the same order at every M (the vectors per lane only
+// change how K is chunked), so a row's bits do not depend on M; a K split over warps that changes with M changes
+// them. Which shapes keep one K warp at every M (host only, runs without a GPU): the shipped model's GEMV weights
+// (lm head, grouped wo_a) and V4-Flash wq_b, grouped wo_a and the lm head; the Flash shared expert is the
+// documented exception (wk 4 at M <= 2, 2 at M = 3..8).
+TEST(GemvPlan, OneKWarpAtEveryMWhereRowsMustMatchDecode) {
+  struct S {
+    WeightFormat f;
+    int64_t groups, Ng, K;
+  };
+  for (S s : {S{WeightFormat::BF16, 1, 3072, 256}, S{WeightFormat::FP8_BLOCK, 2, 128, 128}, S{WeightFormat::BF16, 2, 128, 128},
+              S{WeightFormat::FP8_BLOCK, 1, 32768, 1024}, S{WeightFormat::FP8_BLOCK, 8, 1024, 4096},
+              S{WeightFormat::BF16, 1, 129280, 4096}})
+    for (int64_t M = 1; M <= dsinfer::ops::cuda::kGemmGemvMaxM; ++M)
+      EXPECT_EQ(plan_for(s.f, s.groups, s.Ng, s.K, M).wk, 1) << "groups=" << s.groups << " N=" << s.Ng << " K=" << s.K
+                                                             << " M=" << M;
+  EXPECT_NE(plan_for(WeightFormat::FP8_BLOCK, 1, 2048, 4096, 1).wk, plan_for(WeightFormat::FP8_BLOCK, 1, 2048, 4096, 3).wk);
+}
+
+// What the plan test promises, on the device: row 0 of x gives the same bits at every M = 1..16 for one-K-warp
+// shapes (the other rows random), as a decode row (M = 1) and the rows of a verify step (M = 1 + k) must.
+TEST(GemvGpu, OneKWarpRowsBitEqualAtEveryM) {
+  DSI_SKIP_WITHOUT_GPU();
+  struct S {
+    WeightFormat f;
+    int64_t N, K;
+  };
+  uint64_t seed = 7500;
+  for (S s : {S{WeightFormat::BF16, 3072, 256}, S{WeightFormat::FP8_BLOCK, 32768, 1024}, S{WeightFormat::FP8_BLOCK, 8192, 1040}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " K=" << s.K);
+    HostWeight hw = make_host_weight(s.f, s.N, s.K, ++seed);
+    auto dw = dsinfer::test::upload(hw);
+    std::vector<float> first;
+    for (int64_t M = 1; M <= dsinfer::ops::cuda::kGemmGemvMaxM; ++M) {
+      ASSERT_EQ(plan_for(s.f, 1, s.N, s.K, M).wk, 1);
+      std::vector<float> x = random_floats(size_t(M * s.K), seed + 100 + uint64_t(M));
+      const std::vector<float> row0 = random_floats(size_t(s.K), seed);  // the same row 0 at every M
+      std::copy(row0.begin(), row0.end(), x.begin());
+      auto dx = to_device(x);
+      auto dy = to_device(std::vector<float>(size_t(M * s.N), NAN));
+      ASSERT_TRUE(gemm_cuda(dx.data(), M, s.K, dw.w, dy.data(), s.N, false, nullptr, kGemv).is_ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> y = to_host(dy, size_t(s.N));  // row 0
+      if (M == 1) first = y;
+      else EXPECT_EQ(std::memcmp(y.data(), first.data(), y.size() * 4), 0) << "row 0 differs at M=" << M;
+    }
+  }
+}
+
 }  // namespace

@@ -43,10 +43,13 @@ Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, 
 //    M for wo_a, the streaming kernel at M >= 4 for N <= 2048 and for wq_b (N = 32768). The choice depends on the
 //    shape only, never on M, on purpose: a speculative verify step (1 + k rows) runs each row through the same
 //    kernel as a plain decode step (1 row) (measured: fast-path greedy output with and without speculation 3/8
-//    identical with an M-dependent choice, 8/8 with this one). Same kernel is not same bits: inside the GEMV the
-//    vectors per lane (2 at M <= 4, 1 above) and, for large K, the warps splitting K follow M, so a row can still
-//    round differently; an M-independent split measured 30-90 % slower at M = 1 (wave 5). Bit-equal rows at every
-//    M are what --batch-invariant (GemmPrecision::kBatchInvariant) is for.
+//    identical with an M-dependent choice, 8/8 with this one). Same kernel is not always same bits: with one warp
+//    on K (plan wk = 1) a lane sums the same vectors in the same order at every M (vectors per lane only change the
+//    chunking), so rows are bit-equal; where the plan splits K over warps and wk or the vectors per lane change
+//    with M (V4-Flash shared expert and wo_b at M <= 8), the warps' K slices differ and so do the last bits. The
+//    shipped model and V4-Flash wq_b / wo_a / lm head have wk = 1 at every M. The M-independent plan tried in wave 5
+//    (one vector per lane and the K split of M = 16) was 30-90 % slower at M = 1; bit-equal rows everywhere are what
+//    --batch-invariant is for.
 //  - gemm_stream_preferred: whether the runner passes GemmPrecision::kBf16 at all: every M <= kGemmGemvMaxM (the
 //    GEMV or the streaming kernel, both faster there than the default kernels), plus the bf16 streaming kernel where
 //    it measured faster (bench/NOTES.md 2026-11-30: N <= 1024 at every M <= 256 (wq_a, wkv), N <= 4096 at 9 <= M
