@@ -19,5 +19,6 @@ int cmd_bench(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_render_chat(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 
 }  // namespace dsinfer::cli

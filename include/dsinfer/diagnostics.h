@@ -165,4 +165,35 @@ struct EngineDecodeReport {
 };
 bool run_engine_decode_bench(const EngineDecodeOptions& options, EngineDecodeReport* report, std::string* error);
 
+// `dsinfer plan`: what a model needs per GPU, from its config.json alone (no weights read): the weights in the
+// official checkpoint formats under expert parallelism over N GPUs (dense weights replicated, routed experts
+// split, EPLB's redundant slots counted), the per-sequence state as the runners keep it (fp32 rows; with
+// expert parallelism every GPU holds every sequence's state), and how many sequences of `context` tokens fit in
+// what the weights leave of the runner's 92 % share of a GPU.
+struct MemoryPlanOptions {
+  std::string model_dir;
+  std::vector<int32_t> gpus = {1, 2, 4, 8};
+  double gpu_memory_gib = 139.0;  // H200 (cudaMemGetInfo total); H100: 79
+  int64_t context = 8192;         // tokens per sequence (prompt + output)
+  int32_t redundant_experts = 0;  // EPLB (--num-redundant-experts), a multiple of every N
+};
+struct MemoryPlanRow {
+  int32_t gpus = 0;
+  double weight_bytes = 0;   // per GPU: dense + this GPU's routed experts
+  double tables_split_bytes = 0;  // per GPU if the Engram tables were split over the GPUs too (not implemented)
+  double limit_bytes = 0;    // 92 % of gpu_memory_gib: what the CUDA runner lets weights take
+  bool fits = false;
+  int64_t sequences = 0;     // of `context` tokens in limit - weights (0 when the weights do not fit)
+};
+struct MemoryPlan {
+  std::string model_type;
+  int64_t layers = 0;
+  double dense_bytes = 0;        // replicated on every GPU (attention, mHC, router, shared experts, embedding, head)
+  double engram_table_bytes = 0; // of dense_bytes: DeepSeek-V4.1's Engram tables (0 for V4)
+  double expert_bytes = 0;       // every routed expert (EPLB slots excluded)
+  double state_bytes_per_token = 0, state_fixed_bytes = 0, state_bytes_per_sequence = 0;  // fp32 state
+  std::vector<MemoryPlanRow> rows;  // one per entry of options.gpus
+};
+bool plan_memory(const MemoryPlanOptions& options, MemoryPlan* plan, std::string* error);
+
 }  // namespace dsinfer

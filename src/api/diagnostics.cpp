@@ -6,10 +6,15 @@
 #include <filesystem>
 #include <optional>
 
+#include "cache/state_layout.h"
 #include "check/fidelity_check.h"
 #include "check/reference_check.h"
 #include "check/reference_numerics.h"
 #include "engine/model_runner.h"
+#include "io/config.h"
+#include "model/tensor_table.h"
+#include "model/weights_v41.h"
+#include "parallel/parallel_plan.h"
 #include "perf/bench.h"
 
 namespace dsinfer {
@@ -140,6 +145,54 @@ bool run_bench(const BenchOptions& options, BenchReport* report, std::string* er
   rep = BenchReport{};
   if (Status s = run_bench_impl(options, rep); !s) return fail(s, error);
   return true;
+}
+
+bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* error) {
+  auto run = [&]() -> Status {
+    if (!(o.gpu_memory_gib > 0)) return Status::errorf("plan: gpu memory must be > 0 GiB, found {}", o.gpu_memory_gib);
+    if (o.context < 1) return Status::errorf("plan: context must be >= 1 token, found {}", o.context);
+    if (o.gpus.empty()) return Status::error("plan: no GPU counts given");
+    DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(o.model_dir));
+    const bool v41 = cfg.is_v41();
+    const std::vector<model::TensorSpec> specs = v41 ? model::weight_specs_v41(cfg) : model::weight_specs(cfg);
+    auto* bytes = v41 ? &model::official_storage_bytes_v41 : &parallel::storage_bytes;
+    MemoryPlan p;
+    p.model_type = v41 ? "deepseek_v41" : "deepseek_v4";
+    p.layers = cfg.num_hidden_layers;
+    const parallel::RankMemory all = parallel::rank_memory(specs, 1, 0, bytes);
+    p.dense_bytes = all.dense_bytes;
+    p.expert_bytes = all.expert_bytes;
+    for (const model::TensorSpec& s : specs)
+      if (s.name.find("engram.embed.") != std::string::npos) p.engram_table_bytes += bytes(s);
+    cache::StateCacheConfig cc;
+    cc.max_model_len = o.context;
+    cc.max_num_seqs = 1;
+    cc.kv_elem_bytes = 4;
+    const cache::StateSizes sizes = cache::compute_state_sizes(cfg, cc);
+    DSI_ASSIGN_OR_RETURN(const cache::StateLayout layout, cache::compute_state_layout(cfg, cc));
+    p.state_bytes_per_token = sizes.bytes_per_token;
+    p.state_fixed_bytes = double(sizes.fixed_bytes());
+    p.state_bytes_per_sequence = double(layout.bytes_per_sequence(o.context));
+    for (const int32_t n : o.gpus) {
+      if (n < 1) return Status::errorf("plan: GPU count {} must be >= 1", n);
+      if (o.redundant_experts % n != 0)
+        return Status::errorf("plan: --num-redundant-experts {} is not a multiple of {} GPUs", o.redundant_experts, n);
+      if (cfg.n_routed_experts % n != 0)
+        return Status::errorf("plan: {} routed experts cannot be split evenly over {} GPUs", cfg.n_routed_experts, n);
+      MemoryPlanRow r;
+      r.gpus = n;
+      r.weight_bytes = parallel::rank_memory(specs, n, o.redundant_experts, bytes).weight_bytes();
+      r.tables_split_bytes = r.weight_bytes - p.engram_table_bytes * (1.0 - 1.0 / double(n));
+      r.limit_bytes = parallel::kWeightFraction * o.gpu_memory_gib * double(int64_t(1) << 30);
+      r.fits = r.weight_bytes <= r.limit_bytes;
+      r.sequences = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_bytes_per_sequence) : 0;
+      p.rows.push_back(r);
+    }
+    *plan = std::move(p);
+    return Status::ok();
+  };
+  const Status s = run();
+  return s.is_ok() || fail(s, error);
 }
 
 }  // namespace dsinfer

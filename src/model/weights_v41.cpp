@@ -3,6 +3,7 @@
 #include "model/weights_v41.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "model/tensor_reader.h"
 
@@ -40,6 +41,11 @@ class Loader {
     spec.kind = rows == 1 ? TensorKind::Vector : TensorKind::Matrix;
     spec.rows = rows;
     spec.cols = cols;
+    int layer = -1, expert = -1;
+    if (std::sscanf(name.c_str(), "layers.%d.", &layer) == 1) spec.layer = layer;
+    if (const size_t at = name.find(".ffn.experts."); at != std::string::npos &&
+        std::sscanf(name.c_str() + at, ".ffn.experts.%d.", &expert) == 1)
+      spec.expert = expert;
     specs_.push_back(std::move(spec));
     if (!ckpt_) return m;
     const std::pair<int64_t, int64_t> b{block.first ? block.first : cfg_.fp8_block_n,
@@ -156,6 +162,19 @@ WeightsV41 load_impl(const io::ModelConfig& cfg, Loader& ld) {
 }
 
 }  // namespace
+
+double official_storage_bytes_v41(const TensorSpec& s) {
+  const double n = double(s.rows) * double(s.cols);
+  auto has = [&](const char* part) { return s.name.find(part) != std::string::npos; };
+  if (s.expert >= 0) return n * (0.5 + 1.0 / 32);                  // packed FP4, E8M0 per 32 inputs
+  if (has("engram.embed.")) return double(s.rows) * (double(s.cols) + double((s.cols + 31) / 32));  // FP8 rows
+  static const char* const kFp8[] = {"attn.wq_a.", "attn.wq_b.", "attn.wkv.", "attn.wo_a.", "attn.wo_b.",
+                                     "indexer.wq_b.", "shared_experts.", "engram.wkv."};
+  for (const char* f : kFp8)
+    if (has(f)) return n + double((s.rows + 31) / 32) * double((s.cols + 31) / 32);  // E8M0 per 32x32 block
+  if (has("hc_") || has("attn_sink") || has("gate.bias")) return n * 4;
+  return n * 2;  // BF16
+}
 
 std::vector<TensorSpec> weight_specs_v41(const io::ModelConfig& cfg) {
   Loader ld(cfg, nullptr);

@@ -51,8 +51,13 @@ struct WeightsV41 {
   bool fp32_storage = true;
 };
 
-// Every tensor of a V4.1 backbone (official names, logical [rows, cols]).
+// Every tensor of a V4.1 backbone (official names, logical [rows, cols]; layer and routed-expert ids set).
 std::vector<TensorSpec> weight_specs_v41(const io::ModelConfig& cfg);
+// Bytes of a V4.1 backbone tensor in the official checkpoint formats (research dsv41 section 3): dense FP8 e4m3
+// with an E8M0 scale per 32x32 block (attention projections, indexer wq_b, shared experts, Engram wkv), routed
+// experts packed FP4 with an E8M0 scale per 32 inputs, Engram tables FP8 rows with an E8M0 scale per 32
+// channels, mHC mixes / sinks / router biases F32, everything else BF16.
+double official_storage_bytes_v41(const TensorSpec& spec);
 // Validates the checkpoint against the config (all problems reported together) and dequantizes it.
 Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
 

@@ -71,12 +71,13 @@ double storage_bytes(const model::TensorSpec& s) {
                                              : n * double(dtype_size(dt));
 }
 
-RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t world, int32_t redundant) {
+RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t world, int32_t redundant,
+                       double (*bytes)(const model::TensorSpec&)) {
   RankMemory m;
   double experts = 0;
   int64_t count = 0;  // routed experts per layer (ids 0 .. count-1)
   for (const model::TensorSpec& s : specs) {
-    (s.expert >= 0 ? experts : m.dense_bytes) += storage_bytes(s);
+    (s.expert >= 0 ? experts : m.dense_bytes) += bytes(s);
     count = std::max<int64_t>(count, s.expert + 1);
   }
   // Experts of one layer share a shape: a redundant slot costs one average expert.

@@ -52,7 +52,9 @@ struct RankMemory {
   double expert_bytes = 0;   // this rank's routed experts
   double weight_bytes() const { return dense_bytes + expert_bytes; }
 };
-RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t world, int32_t redundant = 0);
+// `bytes`: a tensor's size (default: V4's storage_bytes; model::official_storage_bytes_v41 for V4.1).
+RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t world, int32_t redundant = 0,
+                       double (*bytes)(const model::TensorSpec&) = storage_bytes);
 // Fraction of a GPU's free memory the weights may take: the rest (8%) is left for the state cache, the step's
 // scratch and the CUDA graphs (the single-GPU runner's rule since it first refused models).
 inline constexpr double kWeightFraction = 0.92;

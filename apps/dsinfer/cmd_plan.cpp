@@ -1,0 +1,85 @@
+// `dsinfer plan`: the memory a model needs per GPU for 1, 2, 4, 8 GPUs, from its config.json alone
+// (dsinfer::plan_memory, include/dsinfer/diagnostics.h). Runs anywhere: no GPU, no weights.
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include "apps/dsinfer/commands.h"
+#include "apps/dsinfer/engine_flags.h"
+#include "dsinfer/diagnostics.h"
+
+namespace dsinfer::cli {
+
+namespace {
+
+const char* const kUsage =
+    "usage: dsinfer plan --model DIR [--gpus 1,2,4,8] [--gpu-memory-gib 139] [--context 8192]\n"
+    "                    [--num-redundant-experts R]\n"
+    "  weights per GPU in the official checkpoint formats (dense replicated, routed experts split over the GPUs),\n"
+    "  the fp32 state per sequence, and how many sequences of --context tokens fit per GPU\n";
+
+double gib(double bytes) { return bytes / double(int64_t(1) << 30); }
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  MemoryPlanOptions o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "plan: %s needs a value\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    const std::string v = argv[++i];
+    long long n = 0;
+    bool ok = true;
+    if (a == "--model") o.model_dir = v;
+    else if (a == "--gpu-memory-gib") ok = parse_real_flag("plan", a, v, 1e-3, 1e6, &o.gpu_memory_gib);
+    else if (a == "--context") ok = parse_int_flag("plan", a, v, 1, 1ll << 40, &n), o.context = n;
+    else if (a == "--num-redundant-experts") ok = parse_int_flag("plan", a, v, 0, 1 << 20, &n), o.redundant_experts = int32_t(n);
+    else if (a == "--gpus") {
+      o.gpus.clear();
+      std::stringstream ss(v);
+      for (std::string item; ok && std::getline(ss, item, ',');)
+        if ((ok = parse_int_flag("plan", a, item, 1, 1 << 16, &n))) o.gpus.push_back(int32_t(n));
+    } else {
+      std::fprintf(stderr, "plan: unknown argument '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    if (!ok) return 2;
+  }
+  if (o.model_dir.empty()) {
+    std::fprintf(stderr, "plan: --model is required\n%s", kUsage);
+    return 2;
+  }
+  MemoryPlan p;
+  std::string err;
+  if (!plan_memory(o, &p, &err)) {
+    std::fprintf(stderr, "plan: %s\n", err.c_str());
+    return 1;
+  }
+  std::printf("plan: %s (%s, %lld layers), official checkpoint formats, %.1f GiB per GPU\n", o.model_dir.c_str(),
+              p.model_type.c_str(), (long long)p.layers, o.gpu_memory_gib);
+  std::printf("weights: %.2f GiB dense, replicated on every GPU", gib(p.dense_bytes));
+  if (p.engram_table_bytes > 0) std::printf(" (of which %.2f GiB Engram tables)", gib(p.engram_table_bytes));
+  std::printf("; %.2f GiB routed experts, split over the GPUs\n", gib(p.expert_bytes));
+  std::printf("state (fp32 rows; every GPU holds every sequence): %.0f B per token + %.2f MiB fixed = %.2f MiB per "
+              "%lld-token sequence\n", p.state_bytes_per_token, p.state_fixed_bytes / double(1 << 20),
+              p.state_bytes_per_sequence / double(1 << 20), (long long)o.context);
+  std::printf("%-5s %16s %16s %5s %22s\n", "gpus", "weights/GPU GiB", "limit (92%) GiB", "fits", "sequences per GPU");
+  for (const MemoryPlanRow& r : p.rows)
+    std::printf("%-5d %16.2f %16.2f %5s %22lld\n", r.gpus, gib(r.weight_bytes), gib(r.limit_bytes),
+                r.fits ? "yes" : "no", (long long)r.sequences);
+  if (p.engram_table_bytes > 0) {
+    std::printf("with the Engram tables split over the GPUs as well (not implemented), weights per GPU:");
+    for (const MemoryPlanRow& r : p.rows) std::printf(" %d: %.2f GiB", r.gpus, gib(r.tables_split_bytes));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace dsinfer::cli
