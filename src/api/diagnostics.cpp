@@ -153,6 +153,9 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
     if (o.context < 1) return Status::errorf("plan: context must be >= 1 token, found {}", o.context);
     if (o.gpus.empty()) return Status::error("plan: no GPU counts given");
     DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(o.model_dir));
+    if (cfg.max_position_embeddings > 0 && o.context > cfg.max_position_embeddings)
+      return Status::errorf("plan: context {} exceeds the model's max_position_embeddings {}", o.context,
+                            cfg.max_position_embeddings);
     const bool v41 = cfg.is_v41();
     const std::vector<model::TensorSpec> specs = v41 ? model::weight_specs_v41(cfg) : model::weight_specs(cfg);
     auto* bytes = v41 ? &model::official_storage_bytes_v41 : &parallel::storage_bytes;

@@ -84,6 +84,9 @@ TEST(MemoryPlan, CliPrintsTheTableAndNamesBadOptions) {
   const test::CliResult bad = test::run_cli(dir, "plan --model " + model + " --gpus 0");
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("--gpus"), std::string::npos) << bad.err;
+  const test::CliResult huge = test::run_cli(dir, "plan --model " + model + " --context 100000000");
+  EXPECT_EQ(huge.rc, 1);
+  EXPECT_NE(huge.err.find("max_position_embeddings"), std::string::npos) << huge.err;
   const test::CliResult none = test::run_cli(dir, "plan --model " + (dir.path / "nope").string());
   EXPECT_EQ(none.rc, 1);
   EXPECT_NE(none.err.find("config.json"), std::string::npos) << none.err;
