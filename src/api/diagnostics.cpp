@@ -166,7 +166,7 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
     p.dense_bytes = all.dense_bytes;
     p.expert_bytes = all.expert_bytes;
     for (const model::TensorSpec& s : specs)
-      if (s.name.find("engram.embed.") != std::string::npos) p.engram_table_bytes += bytes(s);
+      if (model::is_engram_table(s)) p.engram_table_bytes += bytes(s);
     cache::StateCacheConfig cc;
     cc.max_model_len = o.context;
     cc.max_num_seqs = 1;
@@ -176,17 +176,17 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
     p.state_bytes_per_token = sizes.bytes_per_token;
     p.state_fixed_bytes = double(sizes.fixed_bytes());
     p.state_bytes_per_sequence = double(layout.bytes_per_sequence(o.context));
+    const double limit = parallel::kWeightFraction * o.gpu_memory_gib * double(int64_t(1) << 30);
     for (const int32_t n : o.gpus) {
       if (n < 1) return Status::errorf("plan: GPU count {} must be >= 1", n);
       if (o.redundant_experts % n != 0)
         return Status::errorf("plan: --num-redundant-experts {} is not a multiple of {} GPUs", o.redundant_experts, n);
-      if (cfg.n_routed_experts % n != 0)
-        return Status::errorf("plan: {} routed experts cannot be split evenly over {} GPUs", cfg.n_routed_experts, n);
+      DSI_RETURN_IF_ERROR(parallel::expert_range(cfg.n_routed_experts, 0, n).status());  // an even split
       MemoryPlanRow r;
       r.gpus = n;
       r.weight_bytes = parallel::rank_memory(specs, n, o.redundant_experts, bytes).weight_bytes();
       r.tables_split_bytes = r.weight_bytes - p.engram_table_bytes * (1.0 - 1.0 / double(n));
-      r.limit_bytes = parallel::kWeightFraction * o.gpu_memory_gib * double(int64_t(1) << 30);
+      r.limit_bytes = limit;
       r.fits = r.weight_bytes <= r.limit_bytes;
       r.sequences = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_bytes_per_sequence) : 0;
       p.rows.push_back(r);

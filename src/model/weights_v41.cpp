@@ -163,11 +163,13 @@ WeightsV41 load_impl(const io::ModelConfig& cfg, Loader& ld) {
 
 }  // namespace
 
+bool is_engram_table(const TensorSpec& s) { return s.name.find("engram.embed.") != std::string::npos; }
+
 double official_storage_bytes_v41(const TensorSpec& s) {
   const double n = double(s.rows) * double(s.cols);
   auto has = [&](const char* part) { return s.name.find(part) != std::string::npos; };
   if (s.expert >= 0) return n * (0.5 + 1.0 / 32);                  // packed FP4, E8M0 per 32 inputs
-  if (has("engram.embed.")) return double(s.rows) * (double(s.cols) + double((s.cols + 31) / 32));  // FP8 rows
+  if (is_engram_table(s)) return double(s.rows) * (double(s.cols) + double((s.cols + 31) / 32));  // FP8 rows
   static const char* const kFp8[] = {"attn.wq_a.", "attn.wq_b.", "attn.wkv.", "attn.wo_a.", "attn.wo_b.",
                                      "indexer.wq_b.", "shared_experts.", "engram.wkv."};
   for (const char* f : kFp8)

@@ -58,6 +58,8 @@ std::vector<TensorSpec> weight_specs_v41(const io::ModelConfig& cfg);
 // experts packed FP4 with an E8M0 scale per 32 inputs, Engram tables FP8 rows with an E8M0 scale per 32
 // channels, mHC mixes / sinks / router biases F32, everything else BF16.
 double official_storage_bytes_v41(const TensorSpec& spec);
+// Whether the tensor is an Engram table (`engram.embed.weight` / `.scale`): the rows a lookup gathers.
+bool is_engram_table(const TensorSpec& spec);
 // Validates the checkpoint against the config (all problems reported together) and dequantizes it.
 Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
 
