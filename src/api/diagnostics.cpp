@@ -10,7 +10,7 @@
 #include "check/fidelity_check.h"
 #include "check/reference_check.h"
 #include "check/reference_numerics.h"
-#include "engine/model_runner.h"
+#include "engine/runner_factory.h"
 #include "io/config.h"
 #include "model/tensor_table.h"
 #include "model/weights_v41.h"
@@ -28,7 +28,7 @@ bool fail(const Status& s, std::string* error) {
 
 // Fidelity mode: an exact and a fast runner of the same model; the stream's seeds come from the reference's
 // prompt ids (or, for an official-format reference without ids, from model_dir/reference.safetensors).
-Status run_fidelity(const CheckReferenceOptions& o, engine::RunnerOptions ro, const io::SafetensorsFile& ref,
+Status run_fidelity(const CheckReferenceOptions& o, runner::RunnerOptions ro, const io::SafetensorsFile& ref,
                     CheckReferenceReport& rep) {
   if (!(o.min_top1 >= 0 && o.min_top1 <= 1) || !(o.max_kl >= 0))
     return Status::errorf("check_reference: min_top1 {} must be in [0, 1] and max_kl {} >= 0", o.min_top1, o.max_kl);
@@ -71,11 +71,11 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
                            ? (std::filesystem::path(o.model_dir) / "reference.safetensors").string()
                            : o.reference_path;
   DSI_ASSIGN_OR_RETURN(io::SafetensorsFile ref, io::SafetensorsFile::open(rep.reference_path));
-  engine::RunnerOptions ro;
+  runner::RunnerOptions ro;
   ro.model_dir = o.model_dir;
   ro.exact_gemm = o.exact_gemm;
   ro.gpus = o.gpus;
-  DSI_ASSIGN_OR_RETURN(ro.backend, engine::parse_backend(o.backend));
+  DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
   if (o.numerics.empty()) {
     DSI_ASSIGN_OR_RETURN(check::ReferenceNumerics rn, check::reference_numerics(ref));
     ro.numerics = rn.numerics;
@@ -117,13 +117,13 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   if (o.model_dir.empty()) return Status::error("run_bench: no model directory given");
   rep.model_dir = o.model_dir;
   DSI_RETURN_IF_ERROR(perf::validate_bench_options(o));
-  engine::RunnerOptions ro;
+  runner::RunnerOptions ro;
   ro.model_dir = o.model_dir;
   ro.num_layers = o.num_layers;
   ro.gpus = o.gpus;
   ro.batch_invariant = o.batch_invariant;
-  DSI_ASSIGN_OR_RETURN(ro.backend, engine::parse_backend(o.backend));
-  DSI_ASSIGN_OR_RETURN(ro.load_format, engine::parse_load_format(o.load_format));
+  DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
+  DSI_ASSIGN_OR_RETURN(ro.load_format, runner::parse_load_format(o.load_format));
   DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
   DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
   return perf::run_bench(*runner, o, rep);

@@ -35,7 +35,7 @@ int32_t sample(const float* logits, int64_t V, uint64_t& rng) {
 }
 
 // Sequence i: its seed (cut to len) continued by sampling from the exact runner.
-Result<std::vector<int32_t>> make_sequence(engine::ModelRunner& exact, cache::StateCache& cache,
+Result<std::vector<int32_t>> make_sequence(runner::ModelRunner& exact, cache::StateCache& cache,
                                            const std::vector<int32_t>& seed, int64_t len, uint64_t rng) {
   std::vector<int32_t> toks(seed.begin(), seed.begin() + std::min<int64_t>(len, int64_t(seed.size())));
   if (int64_t(toks.size()) >= len) return toks;
@@ -94,7 +94,7 @@ double kl_from_logits(const float* a, const float* b, int64_t n) {
   return std::max(0.0, kl - lse_a + lse_b);
 }
 
-Result<Fidelity> check_fidelity(engine::ModelRunner& exact, engine::ModelRunner& fast,
+Result<Fidelity> check_fidelity(runner::ModelRunner& exact, runner::ModelRunner& fast,
                                 const std::vector<std::vector<int32_t>>& seeds, const FidelityOptions& o) {
   const int64_t V = exact.config().vocab_size, max_pos = exact.config().max_position_embeddings;
   if (fast.config().vocab_size != V) return Status::error("fidelity: the two runners have different vocabularies");

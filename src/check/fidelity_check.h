@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/model_runner.h"
 #include "io/safetensors.h"
+#include "runner/model_runner.h"
 
 namespace dsinfer::check {
 
@@ -39,7 +39,7 @@ Result<std::vector<std::vector<int32_t>>> fidelity_seeds(const io::SafetensorsFi
 // KL(p || q) of softmax(a) and softmax(b) over n logits (double; +inf when either holds a non-finite value).
 double kl_from_logits(const float* a, const float* b, int64_t n);
 
-Result<Fidelity> check_fidelity(engine::ModelRunner& exact, engine::ModelRunner& fast,
+Result<Fidelity> check_fidelity(runner::ModelRunner& exact, runner::ModelRunner& fast,
                                 const std::vector<std::vector<int32_t>>& seeds, const FidelityOptions& options);
 
 }  // namespace dsinfer::check

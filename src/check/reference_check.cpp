@@ -134,12 +134,12 @@ bool ReferenceCheck::ok() const {
   return double(matched) >= min_greedy_match * double(total);
 }
 
-double default_tolerance(engine::ModelRunner& r) {
+double default_tolerance(runner::ModelRunner& r) {
   if (!r.diagnostics().exact_math()) return 3e-2;
   return r.diagnostics().fp32_weights() ? 1e-4 : 1e-3;
 }
 
-Result<ReferenceCheck> check_reference(engine::ModelRunner& runner, const io::SafetensorsFile& reference, double tol,
+Result<ReferenceCheck> check_reference(runner::ModelRunner& runner, const io::SafetensorsFile& reference, double tol,
                                        bool keep_logits, const io::SafetensorsFile* ids, double min_greedy_match) {
   const int64_t V = runner.config().vocab_size;
   if (tol < 0) tol = default_tolerance(runner);

@@ -13,7 +13,7 @@
 
 #include "core/status.h"
 #include "io/safetensors.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 
 namespace dsinfer::check {
 
@@ -37,11 +37,11 @@ struct ReferenceCheck {
 
 // Default tolerance (docs/decisions.md): 1e-4 for fp32 checkpoints and 1e-3 for low-precision ones when the
 // backend computes in fp32 (CPU, CUDA with exact GEMMs); 3e-2 when tensor-core GEMMs round operands to bf16.
-double default_tolerance(engine::ModelRunner& runner);
+double default_tolerance(runner::ModelRunner& runner);
 
 // tolerance < 0 picks default_tolerance. The runner is bound to a fresh one-sequence state here. `ids` supplies
 // input_ids / greedy_ids for a reference in the official format (may be null otherwise).
-Result<ReferenceCheck> check_reference(engine::ModelRunner& runner, const io::SafetensorsFile& reference, double tolerance,
+Result<ReferenceCheck> check_reference(runner::ModelRunner& runner, const io::SafetensorsFile& reference, double tolerance,
                                        bool keep_logits, const io::SafetensorsFile* ids = nullptr,
                                        double min_greedy_match = 1.0);
 

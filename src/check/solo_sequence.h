@@ -7,12 +7,12 @@
 
 #include "cache/state_cache.h"
 #include "core/status.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 
 namespace dsinfer::check {
 
 // A state cache for one sequence of up to max_len tokens, bound to the runner.
-inline Result<cache::StateCache> bind_single_sequence_cache(engine::ModelRunner& runner, int64_t max_len) {
+inline Result<cache::StateCache> bind_single_sequence_cache(runner::ModelRunner& runner, int64_t max_len) {
   cache::StateCacheConfig cc;
   cc.max_num_seqs = 1;
   cc.max_model_len = max_len;
@@ -26,7 +26,7 @@ inline Result<cache::StateCache> bind_single_sequence_cache(engine::ModelRunner&
 
 class SoloSequence {
  public:
-  SoloSequence(engine::ModelRunner& r, cache::StateCache& c) : r_(r), c_(c) {}
+  SoloSequence(runner::ModelRunner& r, cache::StateCache& c) : r_(r), c_(c) {}
   ~SoloSequence() {
     if (slot_ >= 0) c_.free(slot_);
   }
@@ -61,7 +61,7 @@ class SoloSequence {
   }
 
  private:
-  engine::ModelRunner& r_;
+  runner::ModelRunner& r_;
   cache::StateCache& c_;
   cache::SlotId slot_ = -1;
   int64_t pos_ = 0;

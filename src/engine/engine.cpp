@@ -6,13 +6,14 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "engine/prefix_setup.h"
-#include "scheduler/step_sampling.h"
-#include "spec/speculator.h"
-#include "structured/tool_call_tag.h"
 #include "chat/chat_encoding.h"
 #include "chat/chat_types.h"
 #include "chat/parser_options.h"
+#include "engine/prefix_setup.h"
+#include "engine/runner_factory.h"
+#include "scheduler/step_sampling.h"
+#include "spec/speculator.h"
+#include "structured/tool_call_tag.h"
 
 namespace dsinfer::engine {
 
@@ -38,11 +39,11 @@ double Engine::now_s() const {
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
-  RunnerOptions ro;
+  runner::RunnerOptions ro;
   ro.model_dir = o.model_dir;
-  DSI_ASSIGN_OR_RETURN(ro.backend, parse_backend(o.backend));
+  DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
   DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
-  DSI_ASSIGN_OR_RETURN(ro.load_format, parse_load_format(o.load_format));
+  DSI_ASSIGN_OR_RETURN(ro.load_format, runner::parse_load_format(o.load_format));
   ro.batch_invariant = o.batch_invariant, ro.gpus = o.gpus, ro.expert_parallel_size = o.expert_parallel_size;
   ro.data_parallel_size = o.data_parallel_size, ro.tensor_parallel_size = o.tensor_parallel_size;
   ro.eplb = o.eplb, ro.num_redundant_experts = o.num_redundant_experts, ro.eplb_interval = o.eplb_interval;
@@ -50,11 +51,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
     return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
   if (o.async_scheduling != "on" && o.async_scheduling != "off")
     return Status::errorf("async_scheduling must be 'on' or 'off', found '{}'", o.async_scheduling);
-  DSI_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, create_runner(ro));
+  DSI_ASSIGN_OR_RETURN(std::unique_ptr<runner::ModelRunner> runner, create_runner(ro));
   return create_with_runner(o, std::move(runner));
 }
 
-Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& o, std::unique_ptr<ModelRunner> runner) {
+Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& o, std::unique_ptr<runner::ModelRunner> runner) {
   std::unique_ptr<Engine> e(new Engine());
   e->t0_ = std::chrono::steady_clock::now();
   e->runner_ = std::move(runner);

@@ -1,5 +1,5 @@
 // Engine: the step loop. Requests (OpenAI completions / chat bodies) -> token ids (tokenizer, chat encoding)
-// -> Scheduler (which tokens run this step) -> BatchPlan -> ModelRunner (logits) -> sampler -> Scheduler
+// -> Scheduler (which tokens run this step) -> BatchPlan -> runner::ModelRunner (logits) -> sampler -> Scheduler
 // update (stop checks) -> detokenized, parsed outputs. One step at a time on the caller's thread; with
 // asynchronous scheduling (async_step.cpp) a step plans and launches the next device step before it reads the
 // sampled tokens of the one before, so the device never waits for the host.
@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "chat/output_parser.h"
 #include "dsinfer/engine.h"
 #include "dsinfer/request.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 #include "structured/structured_decoding.h"
-#include "chat/output_parser.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -69,7 +69,7 @@ class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const EngineOptions& opts);
   // create() with a runner the caller built (tests: a fake device-sampling runner); opts.backend etc. unused.
-  static Result<std::unique_ptr<Engine>> create_with_runner(const EngineOptions& opts, std::unique_ptr<ModelRunner> runner);
+  static Result<std::unique_ptr<Engine>> create_with_runner(const EngineOptions& opts, std::unique_ptr<runner::ModelRunner> runner);
   ~Engine();
 
   // Tokenizes / renders and queues one parsed request (prompt checks happen in the scheduler). Errors name
@@ -84,7 +84,7 @@ class Engine {
   // How steps run: "async" or "sync (<why>)" (EngineOptions::async_scheduling and what it needs).
   const std::string& step_mode() const { return step_mode_; }
   // The runner's bench hooks (dsinfer bench --engine-decode: device idle time between steps).
-  RunnerDiagnostics& runner_diagnostics() { return runner_->diagnostics(); }
+  runner::RunnerDiagnostics& runner_diagnostics() { return runner_->diagnostics(); }
   scheduler::SchedulerStats stats() const { return sched_->stats(); }
   const cache::StateCache& state_cache() const { return sched_->cache(); }
   // Requests queued / running in the scheduler (a request runs when any of its sequences holds state).
@@ -97,7 +97,7 @@ class Engine {
 
   const io::ModelConfig& model_config() const { return runner_->config(); }
   const tokenizer::Tokenizer* tokenizer() const { return tok_.get(); }
-  const ModelRunner& runner() const { return *runner_; }
+  const runner::ModelRunner& runner() const { return *runner_; }
   int64_t max_model_len() const { return max_model_len_; }
   double now_s() const;
   SpeculativeMetrics speculative_metrics() const;
@@ -141,7 +141,7 @@ class Engine {
   }
   void fail_seq(scheduler::RequestId rid, scheduler::SeqId sid, int64_t position, const std::string& why);
 
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<runner::ModelRunner> runner_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<scheduler::Scheduler> sched_;
   std::unique_ptr<spec::Speculator> spec_;  // speculative decoding (null when off)

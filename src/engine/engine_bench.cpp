@@ -1,11 +1,12 @@
 // dsinfer::run_engine_decode_bench (include/dsinfer/diagnostics.h): decode through the whole Engine at batch B, with
-// the runner's step events (RunnerDiagnostics::set_step_events) for the device idle time between steps. The runner
+// the runner's step events (runner::RunnerDiagnostics::set_step_events) for the device idle time between steps. The runner
 // is built here (dummy weights, --layers) and handed to Engine::create_with_runner, so the engine runs exactly as
 // in `dsinfer generate`.
 #include <chrono>
 
 #include "dsinfer/diagnostics.h"
 #include "engine/engine.h"
+#include "engine/runner_factory.h"
 
 namespace dsinfer {
 
@@ -15,13 +16,13 @@ Status engine_decode(const EngineDecodeOptions& o, EngineDecodeReport& rep) {
   if (o.batch < 1 || o.prompt_tokens < 1 || o.decode_steps < 1)
     return Status::errorf("engine-decode: batch {}, prompt {} and steps {} must be >= 1", o.batch, o.prompt_tokens,
                           o.decode_steps);
-  engine::RunnerOptions ro;
+  runner::RunnerOptions ro;
   ro.model_dir = o.model_dir;
   ro.num_layers = o.num_layers;
-  DSI_ASSIGN_OR_RETURN(ro.backend, engine::parse_backend(o.backend));
-  DSI_ASSIGN_OR_RETURN(ro.load_format, engine::parse_load_format(o.load_format));
+  DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
+  DSI_ASSIGN_OR_RETURN(ro.load_format, runner::parse_load_format(o.load_format));
   DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
-  DSI_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelRunner> runner, engine::create_runner(ro));
+  DSI_ASSIGN_OR_RETURN(std::unique_ptr<runner::ModelRunner> runner, engine::create_runner(ro));
   rep.runner_name = runner->name();
   EngineOptions eo;
   eo.model_dir = o.model_dir;
@@ -44,7 +45,7 @@ Status engine_decode(const EngineDecodeOptions& o, EngineDecodeReport& rep) {
   rep.device_events = bool(e->runner_diagnostics().set_step_events(true));
   // Prefill + two decode steps of warm-up (CUDA graph capture of the batch size).
   for (int k = 0; k < 3; ++k) DSI_RETURN_IF_ERROR(e->step());
-  engine::RunnerDiagnostics::StepGapTimes t0, t1;
+  runner::RunnerDiagnostics::StepGapTimes t0, t1;
   if (rep.device_events) {
     DSI_ASSIGN_OR_RETURN(t0, e->runner_diagnostics().step_gap_times());
   }

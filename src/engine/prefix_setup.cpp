@@ -18,7 +18,7 @@ uint64_t hash_bytes(uint64_t h, const std::string& bytes) {
   return cache::hash_block(h, v);
 }
 
-uint64_t identity_seed(const EngineOptions& o, const ModelRunner& runner, const cache::StateLayout& L) {
+uint64_t identity_seed(const EngineOptions& o, const runner::ModelRunner& runner, const cache::StateLayout& L) {
   std::string config;
   std::ifstream f(std::filesystem::path(o.model_dir) / "config.json", std::ios::binary);
   if (f) config.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -32,7 +32,7 @@ uint64_t identity_seed(const EngineOptions& o, const ModelRunner& runner, const 
 
 }  // namespace
 
-Result<PrefixMemory> setup_prefix_cache(const EngineOptions& o, const ModelRunner& runner, bool speculative,
+Result<PrefixMemory> setup_prefix_cache(const EngineOptions& o, const runner::ModelRunner& runner, bool speculative,
                                         int64_t state_budget_bytes, cache::StateCache& sc) {
   DSI_ASSIGN_OR_RETURN(const cache::PrefixMode mode, cache::parse_prefix_mode(o.enable_prefix_caching));
   if (o.prefix_cache_host_bytes < 0)

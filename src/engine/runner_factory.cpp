@@ -1,8 +1,9 @@
-// The backend factory: names -> enums (once, here) and RunnerOptions -> the backend's runner.
+// The backend factory: runner::RunnerOptions -> the backend's runner.
+#include "engine/runner_factory.h"
+
 #include <string>
 
 #include "backends/cpu/cpu_runner.h"
-#include "engine/model_runner.h"
 #include "parallel/parallel_plan.h"
 #if DSINFER_HAS_CUDA
 #include "backends/cuda/cuda_runner.h"
@@ -11,23 +12,11 @@
 
 namespace dsinfer::engine {
 
-Result<Backend> parse_backend(const std::string& name) {
-  if (name == "cpu") return Backend::kCpu;
-  if (name == "cuda") return Backend::kCuda;
-  return Status::errorf("unknown backend '{}' (expected cpu or cuda)", name);
-}
-
-Result<LoadFormat> parse_load_format(const std::string& name) {
-  if (name == "auto") return LoadFormat::kAuto;
-  if (name == "dummy") return LoadFormat::kDummy;
-  return Status::errorf("unknown load format '{}' (expected auto or dummy)", name);
-}
-
-Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts) {
+Result<std::unique_ptr<runner::ModelRunner>> create_runner(const runner::RunnerOptions& opts) {
   if (opts.eplb && opts.batch_invariant)
     return Status::error("--eplb cannot be combined with --batch-invariant: a token's expert replica (and so the GPU "
                          "that computes it) follows its index in the step, which makes results depend on the batch");
-  if (opts.backend == Backend::kCpu) {
+  if (opts.backend == runner::Backend::kCpu) {
     DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
                                                      opts.tensor_parallel_size}, {}, -1).status());
     if (opts.gpus != 1) return Status::errorf("--gpus {} needs the cuda backend (the cpu backend runs on the host)", opts.gpus);

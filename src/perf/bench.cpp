@@ -62,7 +62,7 @@ struct Samples {
   std::vector<double> step_ms;
 };
 
-Status time_steps(engine::ModelRunner& r, const scheduler::BatchPlan& plan, int64_t iters, Samples& out) {
+Status time_steps(runner::ModelRunner& r, const scheduler::BatchPlan& plan, int64_t iters, Samples& out) {
   std::vector<float> logits;
   for (int64_t it = 0; it < iters + 1; ++it) {  // first run = warm-up
     const auto t0 = std::chrono::steady_clock::now();
@@ -77,7 +77,7 @@ Status time_steps(engine::ModelRunner& r, const scheduler::BatchPlan& plan, int6
 }
 
 // Decode again without per-op events: the runner replays its CUDA graph. Median host wall time.
-Result<double> time_graph_steps(engine::ModelRunner& r, const scheduler::BatchPlan& plan, int64_t iters) {
+Result<double> time_graph_steps(runner::ModelRunner& r, const scheduler::BatchPlan& plan, int64_t iters) {
   DSI_RETURN_IF_ERROR(r.diagnostics().set_timing(false));
   std::vector<float> logits;
   std::vector<double> g;
@@ -124,7 +124,7 @@ void aggregate(const io::ModelConfig& cfg, const Samples& samples, int64_t exper
   }
 }
 
-BenchCase run_case(engine::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o, const char* title,
+BenchCase run_case(runner::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o, const char* title,
                    int64_t seqs, int64_t new_tokens, int64_t ctx, bool verify = false) {
   BenchCase c;
   c.title = title;
@@ -154,7 +154,7 @@ BenchCase run_case(engine::ModelRunner& r, const cache::StateLayout& layout, con
 // The prefill of o.prefill tokens in steps of o.prefill_chunk (each step one chunk at the positions after the
 // previous ones, so attention reads the state the earlier chunks wrote): a one-chunk warm-up, then one timed pass.
 // step_ms = the whole pass (time to first token), op times summed over chunks, floors of the unchunked prefill.
-BenchCase run_chunked_prefill(engine::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o) {
+BenchCase run_chunked_prefill(runner::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o) {
   BenchCase c;
   c.title = "prefill";
   c.seqs = 1, c.new_tokens = o.prefill, c.context = 0, c.logits_rows = 1, c.chunk = o.prefill_chunk;
@@ -208,7 +208,7 @@ Status validate_bench_options(const BenchOptions& o) {
   return Status::ok();
 }
 
-Status run_bench(engine::ModelRunner& r, const BenchOptions& o, BenchReport& report) {
+Status run_bench(runner::ModelRunner& r, const BenchOptions& o, BenchReport& report) {
   DSI_RETURN_IF_ERROR(validate_bench_options(o));
   const io::ModelConfig& cfg = r.config();
   report.runner_name = r.name();

@@ -6,7 +6,7 @@
 #pragma once
 #include "core/status.h"
 #include "dsinfer/diagnostics.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "scheduler/batch_plan.h"
 
 namespace dsinfer::perf {
@@ -24,6 +24,6 @@ Status validate_bench_options(const BenchOptions& options);
 // Runs every case of `options` (batches, context, prefill, iters) on `runner`, appending to report.cases and
 // calling options.on_case after each. An error when the runner cannot be set up for timing (state binding,
 // random state, per-op timing unsupported); a failing case records its error and the others still run.
-Status run_bench(engine::ModelRunner& runner, const BenchOptions& options, BenchReport& report);
+Status run_bench(runner::ModelRunner& runner, const BenchOptions& options, BenchReport& report);
 
 }  // namespace dsinfer::perf

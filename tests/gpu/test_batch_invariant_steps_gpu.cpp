@@ -22,7 +22,7 @@
 #include "backends/cuda/cuda_runner.h"
 #include "cache/state_layout.h"
 #include "cuda/gpu_test_util.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "scheduler/batch_plan.h"
 
 using namespace dsinfer;
@@ -75,7 +75,7 @@ struct Trace {
 };
 
 struct StepSetup {
-  engine::RunnerOptions opts;
+  runner::RunnerOptions opts;
   std::vector<int64_t> layers;  // captured layers
   int64_t max_len = 0, target_len = 0;
   bool all_logits = true;
@@ -193,7 +193,7 @@ class Harness {
 
  private:
   StepSetup s_;
-  std::unique_ptr<engine::ModelRunner> r_;
+  std::unique_ptr<runner::ModelRunner> r_;
   std::string error_;
   int64_t nb_ = 0, width_ = 0, V_ = 0;
 };
@@ -239,7 +239,7 @@ TEST(GpuBatchInvariantSteps, SmallModelPrefillSchedulesAreBitIdentical) {
   if (!std::filesystem::exists(model + "/model.safetensors")) GTEST_SKIP() << "models/dsv4-small not present";
   StepSetup s;
   s.opts.model_dir = model;
-  s.opts.backend = engine::Backend::kCuda;
+  s.opts.backend = runner::Backend::kCuda;
   s.opts.numerics = model::Numerics::hf();
   s.opts.batch_invariant = true;
   s.layers = {0, 1, 2, 3, 4};
@@ -255,8 +255,8 @@ TEST(GpuBatchInvariantSteps, FlashShapesPrefillSchedulesAreBitIdentical) {
   DSI_SKIP_WITHOUT_GPU();
   StepSetup s;
   s.opts.model_dir = std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash";
-  s.opts.backend = engine::Backend::kCuda;
-  s.opts.load_format = engine::LoadFormat::kDummy;
+  s.opts.backend = runner::Backend::kCuda;
+  s.opts.load_format = runner::LoadFormat::kDummy;
   s.opts.num_layers = 4;
   s.opts.batch_invariant = true;
   s.layers = {2, 3};

@@ -17,7 +17,7 @@
 #include <random>
 
 #include "cuda/gpu_test_util.h"
-#include "engine/model_runner.h"
+#include "engine/runner_factory.h"
 #include "spec/drafter.h"
 #include "test_util.h"
 
@@ -71,9 +71,9 @@ Draws drive(spec::Drafter& d, int64_t width, int64_t V, bool forced, bool pick =
 }
 
 void check(const Case& c) {
-  engine::RunnerOptions ro;
+  runner::RunnerOptions ro;
   ro.model_dir = model_dir();
-  ro.backend = engine::Backend::kCuda;
+  ro.backend = runner::Backend::kCuda;
   ro.exact_gemm = c.exact;
   auto runner = engine::create_runner(ro);
   ASSERT_TRUE(runner.is_ok()) << runner.status().message();
@@ -131,9 +131,9 @@ void check(const Case& c) {
 // against the same drafter's host draws: the same kernels compute the same logits, so tokens must be identical and
 // confidence logits equal; a second pick call replays the captured graph and must repeat the result.
 void check_pick(spec::SpecMethod method, bool exact) {
-  engine::RunnerOptions ro;
+  runner::RunnerOptions ro;
   ro.model_dir = model_dir();
-  ro.backend = engine::Backend::kCuda;
+  ro.backend = runner::Backend::kCuda;
   ro.exact_gemm = exact;
   auto runner = engine::create_runner(ro);
   ASSERT_TRUE(runner.is_ok()) << runner.status().message();

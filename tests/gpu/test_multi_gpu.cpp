@@ -22,7 +22,7 @@
 
 #include "cuda/device_buffer.h"
 #include "dsinfer/engine.h"
-#include "engine/model_runner.h"
+#include "engine/runner_factory.h"
 #include "ops/moe/expert_remap_cuda.h"
 #include "parallel/eplb.h"
 #include "parallel/expert_remap.h"
@@ -145,9 +145,9 @@ TEST(GpuMultiGpu, RunnerSplitsTheExperts) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string model = find_model("tiny-v4-a");
   if (model.empty()) GTEST_SKIP() << "tiny-v4-a not found";
-  dsinfer::engine::RunnerOptions o;
+  dsinfer::runner::RunnerOptions o;
   o.model_dir = model;
-  o.backend = dsinfer::engine::Backend::kCuda;
+  o.backend = dsinfer::runner::Backend::kCuda;
   o.gpus = 2;
   auto r = dsinfer::engine::create_runner(o);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
@@ -174,9 +174,9 @@ TEST(GpuMultiGpu, EplbRunnerSlotsAndRefusals) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string model = find_model("tiny-v4-a");
   if (model.empty()) GTEST_SKIP() << "tiny-v4-a not found";
-  dsinfer::engine::RunnerOptions o;
+  dsinfer::runner::RunnerOptions o;
   o.model_dir = model;
-  o.backend = dsinfer::engine::Backend::kCuda;
+  o.backend = dsinfer::runner::Backend::kCuda;
   o.gpus = 2;
   o.eplb = true;
   o.num_redundant_experts = 2;

@@ -64,14 +64,14 @@ std::string find_fixture(const std::string& name) {
 
 void run_schedule(const std::string& fixture, const model::Numerics& num) {
   SCOPED_TRACE(fixture + " " + num.name);
-  engine::RunnerOptions o;
+  runner::RunnerOptions o;
   o.model_dir = find_fixture(fixture);
   if (o.model_dir.empty()) GTEST_SKIP() << fixture << " not found (.gpu_carry/shared_fixtures or ../shared/fixtures)";
   o.numerics = num;
   o.exact_gemm = true;
   auto gpu = backends::create_cuda_runner_v41(o);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
-  o.backend = engine::Backend::kCpu;
+  o.backend = runner::Backend::kCpu;
   auto cpu = backends::create_cpu_runner(o);
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
   cache::StateCacheConfig cc;

@@ -9,6 +9,7 @@
 
 #include "api/request.h"
 #include "engine/engine.h"
+#include "engine/runner_factory.h"
 #include "test_async_runner.h"
 #include "test_util.h"
 
@@ -36,7 +37,7 @@ std::unique_ptr<engine::Engine> make(EngineOptions o, Mode m, test::HostSampling
     return test::unwrap(engine::Engine::create(o));
   }
   o.async_scheduling = m == Mode::kAsync ? "on" : "off";
-  engine::RunnerOptions ro;
+  runner::RunnerOptions ro;
   ro.model_dir = o.model_dir;
   auto inner = test::unwrap(engine::create_runner(ro));
   auto runner = std::make_unique<test::HostSamplingRunner>(std::move(inner), m == Mode::kAsync);

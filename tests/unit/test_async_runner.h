@@ -9,14 +9,14 @@
 #include <memory>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "sampling/sampler.h"
 
 namespace dsinfer::test {
 
-class HostSamplingRunner final : public engine::ModelRunner {
+class HostSamplingRunner final : public runner::ModelRunner {
  public:
-  HostSamplingRunner(std::unique_ptr<engine::ModelRunner> inner, bool async) : inner_(std::move(inner)), async_(async) {}
+  HostSamplingRunner(std::unique_ptr<runner::ModelRunner> inner, bool async) : inner_(std::move(inner)), async_(async) {}
   const io::ModelConfig& config() const override { return inner_->config(); }
   std::string name() const override { return "host-sampling(" + inner_->name() + ")"; }
   int32_t kv_elem_bytes() const override { return inner_->kv_elem_bytes(); }
@@ -24,7 +24,7 @@ class HostSamplingRunner final : public engine::ModelRunner {
     return inner_->bind_state(l, slots, blocks, len);
   }
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override { return inner_->step(plan, logits); }
-  engine::RunnerDiagnostics& diagnostics() override { return inner_->diagnostics(); }
+  runner::RunnerDiagnostics& diagnostics() override { return inner_->diagnostics(); }
   bool supports_device_sampling() const override { return true; }
   bool supports_async_steps() const override { return async_; }
   int64_t steps_with_fills = 0;  // plans that carried token_fills (the async path was taken)
@@ -128,7 +128,7 @@ class HostSamplingRunner final : public engine::ModelRunner {
     std::vector<int32_t> output;
     sampling::RngKey rng;
   };
-  std::unique_ptr<engine::ModelRunner> inner_;
+  std::unique_ptr<runner::ModelRunner> inner_;
   bool async_;
   sampling::Sampler sampler_;
   std::vector<float> logits_;

@@ -111,10 +111,10 @@ Status CpuRunner::set_hidden_capture(std::vector<int64_t> layers) {
 
 // RunnerOptions::batch_invariant is a no-op here: the reference forward computes every row on its own in a fixed
 // order, so its results never depend on the batch.
-Result<std::unique_ptr<engine::ModelRunner>> create_cpu_runner(const engine::RunnerOptions& opts) {
-  if (opts.load_format != engine::LoadFormat::kAuto) return Status::error("dummy weights are only supported by the cuda backend");
+Result<std::unique_ptr<runner::ModelRunner>> create_cpu_runner(const runner::RunnerOptions& opts) {
+  if (opts.load_format != runner::LoadFormat::kAuto) return Status::error("dummy weights are only supported by the cuda backend");
   DSI_ASSIGN_OR_RETURN(auto m, load_cpu_model(opts.model_dir, opts.numerics));
-  return std::unique_ptr<engine::ModelRunner>(new CpuRunner(std::move(m)));
+  return std::unique_ptr<runner::ModelRunner>(new CpuRunner(std::move(m)));
 }
 
 }  // namespace dsinfer::backends

@@ -4,13 +4,13 @@
 #include <memory>
 
 #include "backends/cpu/cpu_model.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 
 namespace dsinfer::backends {
 
-Result<std::unique_ptr<engine::ModelRunner>> create_cpu_runner(const engine::RunnerOptions& opts);
+Result<std::unique_ptr<runner::ModelRunner>> create_cpu_runner(const runner::RunnerOptions& opts);
 
-class CpuRunner final : public engine::ModelRunner, public engine::RunnerDiagnostics {
+class CpuRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
   explicit CpuRunner(std::unique_ptr<CpuModel> m) : model_(std::move(m)) {}
   const io::ModelConfig& config() const override { return model_->config(); }
@@ -18,7 +18,7 @@ class CpuRunner final : public engine::ModelRunner, public engine::RunnerDiagnos
   int32_t kv_elem_bytes() const override { return 4; }
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
-  engine::RunnerDiagnostics& diagnostics() override { return *this; }
+  runner::RunnerDiagnostics& diagnostics() override { return *this; }
   Status set_hidden_capture(std::vector<int64_t> layers) override;
   std::span<const float> captured_hidden() const override { return hidden_; }
   Status bind_snapshots(int32_t num_snapshots) override;

@@ -2,10 +2,10 @@
 #pragma once
 #include <memory>
 
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 
 namespace dsinfer::backends {
 
-Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner(const engine::RunnerOptions& opts);
+Result<std::unique_ptr<runner::ModelRunner>> create_cuda_runner(const runner::RunnerOptions& opts);
 
 }  // namespace dsinfer::backends

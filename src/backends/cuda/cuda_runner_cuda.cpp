@@ -17,13 +17,13 @@
 
 namespace dsinfer::backends {
 
-Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner(const engine::RunnerOptions& opts) {
+Result<std::unique_ptr<runner::ModelRunner>> create_cuda_runner(const runner::RunnerOptions& opts) {
   const model::Numerics& num = opts.numerics;
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(opts.model_dir));
   if (cfg.is_v41())
     return Status::errorf("{}: DeepSeek-V4.1 has no CUDA kernels yet (issue 19); use the cpu backend", opts.model_dir);
   if (opts.num_layers > 0) {
-    if (opts.load_format != engine::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");
+    if (opts.load_format != runner::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");
     if (opts.num_layers > cfg.num_hidden_layers)
       return Status::errorf("{} layers requested, but the model has only {}", opts.num_layers, cfg.num_hidden_layers);
     cfg.num_hidden_layers = opts.num_layers;
@@ -42,10 +42,10 @@ Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner(const engine::Ru
   if (opts.gpus > 1) return create_parallel_runner(opts, std::move(cfg));
   std::unique_ptr<CudaRunner> r(new CudaRunner(cfg, num));
   DSI_RETURN_IF_ERROR(r->init(opts));
-  return std::unique_ptr<engine::ModelRunner>(std::move(r));
+  return std::unique_ptr<runner::ModelRunner>(std::move(r));
 }
 
-Status CudaRunner::init(const engine::RunnerOptions& opts) {
+Status CudaRunner::init(const runner::RunnerOptions& opts) {
   exact_ = opts.exact_gemm;
   batch_invariant_ = opts.batch_invariant;
   ordinal_ = opts.device;
@@ -64,7 +64,7 @@ Status CudaRunner::init(const engine::RunnerOptions& opts) {
       parallel::rank_memory(model::weight_specs(cfg_), ep_size_, eplb_.redundant), ep_size_, ordinal_,
       device_.free_bytes, device_.name));
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
-  if (opts.load_format == engine::LoadFormat::kDummy)
+  if (opts.load_format == runner::LoadFormat::kDummy)
     DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, std::move(slots), stream_));
   else
     DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, std::move(slots)));

@@ -21,7 +21,6 @@
 #include "backends/cuda/step_plan.h"
 #include "cuda/device.h"
 #include "cuda/device_buffer.h"
-#include "engine/model_runner.h"
 #include "model/numerics.h"
 #include "model/state_pool.h"
 #include "ops/gemm/gemm_cuda.h"
@@ -31,14 +30,15 @@
 #include "parallel/eplb.h"
 #include "parallel/nccl_cuda.h"
 #include "parallel/parallel_plan.h"
+#include "runner/model_runner.h"
 
 namespace dsinfer::backends {
 
-class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagnostics {
+class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
   CudaRunner(io::ModelConfig cfg, model::Numerics num) : cfg_(std::move(cfg)), num_(std::move(num)) {}
   ~CudaRunner() override;
-  Status init(const engine::RunnerOptions& opts);
+  Status init(const runner::RunnerOptions& opts);
 
   const io::ModelConfig& config() const override { return cfg_; }
   std::string name() const override;
@@ -47,7 +47,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
   bool fp32_weights() const override { return weights_.fp32_storage(); }
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
-  engine::RunnerDiagnostics& diagnostics() override { return *this; }
+  runner::RunnerDiagnostics& diagnostics() override { return *this; }
   // Device sampling (sampling_runner_cuda.cpp): the logits stay on the GPU, only sampled ids come back.
   bool supports_device_sampling() const override { return true; }
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override;
@@ -145,7 +145,7 @@ class CudaRunner final : public engine::ModelRunner, public engine::RunnerDiagno
     cuda::DeviceBuffer<uint32_t> counts;
   };
   // The routed experts this shard loads: its range, or with EPLB the initial placement (tables and counters set up).
-  Result<ExpertSlots> eplb_init(const engine::RunnerOptions& opts);
+  Result<ExpertSlots> eplb_init(const runner::RunnerOptions& opts);
   Status eplb_upload_tables(const std::vector<parallel::Placement>& layers);
   // forward_cuda.cpp ffn: global top-k ids -> local slots (range or placement table).
   Status remap_experts(int64_t l, int64_t T, int64_t k);

@@ -18,21 +18,21 @@
 #include "backends/cuda/step_plan.h"
 #include "cuda/device.h"
 #include "cuda/device_buffer.h"
-#include "engine/model_runner.h"
 #include "model/numerics.h"
 #include "ops/engram/engram_launch.h"
 #include "ops/moe/moe_cuda.h"
 #include "ops/step_cuda.h"
+#include "runner/model_runner.h"
 
 namespace dsinfer::backends {
 
-Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner_v41(const engine::RunnerOptions& opts);
+Result<std::unique_ptr<runner::ModelRunner>> create_cuda_runner_v41(const runner::RunnerOptions& opts);
 
-class CudaRunnerV41 final : public engine::ModelRunner, public engine::RunnerDiagnostics {
+class CudaRunnerV41 final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
   CudaRunnerV41(io::ModelConfig cfg, model::Numerics num) : cfg_(std::move(cfg)), num_(std::move(num)) {}
   ~CudaRunnerV41() override;
-  Status init(const engine::RunnerOptions& opts);
+  Status init(const runner::RunnerOptions& opts);
 
   const io::ModelConfig& config() const override { return cfg_; }
   std::string name() const override;
@@ -41,7 +41,7 @@ class CudaRunnerV41 final : public engine::ModelRunner, public engine::RunnerDia
   bool fp32_weights() const override { return weights_.fp32_storage(); }
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
-  engine::RunnerDiagnostics& diagnostics() override { return *this; }
+  runner::RunnerDiagnostics& diagnostics() override { return *this; }
   Status set_timing(bool on) override {
     timer_.set_enabled(on);
     return Status::ok();

@@ -52,21 +52,21 @@ Status check_roles(const io::ModelConfig& cfg) {
 
 }  // namespace
 
-Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner_v41(const engine::RunnerOptions& opts) {
+Result<std::unique_ptr<runner::ModelRunner>> create_cuda_runner_v41(const runner::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(opts.model_dir));
   if (!cfg.is_v41()) return Status::errorf("{}: not a DeepSeek-V4.1 config", opts.model_dir);
   // Only transformers numerics have kernels. Dummy weights (benchmarks) time the same kernels under any name (the
   // official rounding points would not change the cost); a checkpoint with official numerics is refused.
   model::Numerics num = opts.numerics;
   if (num.bf16_activations) {
-    if (opts.load_format != engine::LoadFormat::kDummy)
+    if (opts.load_format != runner::LoadFormat::kDummy)
       return Status::errorf("the cuda backend runs DeepSeek-V4.1 with transformers numerics (--numerics hf or hf-noqat); "
                             "'{}' numerics are CPU-only for now", num.name);
     num = model::Numerics::hf();
     num.name = "hf (official requested; dummy weights)";
   }
   if (opts.num_layers > 0) {
-    if (opts.load_format != engine::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");
+    if (opts.load_format != runner::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");
     if (opts.num_layers > cfg.num_hidden_layers)
       return Status::errorf("{} layers requested, but the model has only {}", opts.num_layers, cfg.num_hidden_layers);
     keep_layers(cfg, opts.num_layers);
@@ -74,14 +74,14 @@ Result<std::unique_ptr<engine::ModelRunner>> create_cuda_runner_v41(const engine
   DSI_RETURN_IF_ERROR(check_roles(cfg).with_context(opts.model_dir));
   std::unique_ptr<CudaRunnerV41> r(new CudaRunnerV41(cfg, num));
   DSI_RETURN_IF_ERROR(r->init(opts));
-  return std::unique_ptr<engine::ModelRunner>(std::move(r));
+  return std::unique_ptr<runner::ModelRunner>(std::move(r));
 }
 
-Status CudaRunnerV41::init(const engine::RunnerOptions& opts) {
+Status CudaRunnerV41::init(const runner::RunnerOptions& opts) {
   exact_ = opts.exact_gemm;
   DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(0));
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
-  if (opts.load_format == engine::LoadFormat::kDummy) {
+  if (opts.load_format == runner::LoadFormat::kDummy) {
     DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, device_.free_bytes, device_.name, stream_));
   } else {
     // The CPU loader validates the checkpoint and the Engram vocabulary against the config; its fp32 weights are
@@ -89,7 +89,7 @@ Status CudaRunnerV41::init(const engine::RunnerOptions& opts) {
     DSI_ASSIGN_OR_RETURN(std::unique_ptr<model::DeepseekV41Cpu> m, model::DeepseekV41Cpu::load(opts.model_dir, num_));
     DSI_RETURN_IF_ERROR(weights_.upload(cfg_, m->weights()));
   }
-  DSI_RETURN_IF_ERROR(init_engram(opts.load_format == engine::LoadFormat::kDummy ? std::string() : opts.model_dir));
+  DSI_RETURN_IF_ERROR(init_engram(opts.load_format == runner::LoadFormat::kDummy ? std::string() : opts.model_dir));
   // transformers' frequencies (the official precompute differs; official numerics are refused above)
   const std::vector<float> inv_main = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
   const std::vector<float> inv_comp = ops::rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 
 namespace dsinfer::backends {
 
@@ -27,7 +27,7 @@ class OpTimer {
   // Records the begin or end event of op (name, layer) on `stream`.
   Status mark(const char* name, int64_t layer, bool begin, void* stream);
   // Waits for `stream`, then the time of every op of the step, in execution order.
-  Result<std::vector<engine::RunnerDiagnostics::OpTime>> times(void* stream) const;
+  Result<std::vector<runner::RunnerDiagnostics::OpTime>> times(void* stream) const;
 
  private:
   bool enabled_ = false;

@@ -28,9 +28,9 @@ Status OpTimer::mark(const char* name, int64_t layer, bool begin, void* stream) 
   return Status::ok();
 }
 
-Result<std::vector<engine::RunnerDiagnostics::OpTime>> OpTimer::times(void* stream) const {
+Result<std::vector<runner::RunnerDiagnostics::OpTime>> OpTimer::times(void* stream) const {
   DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-  std::vector<engine::RunnerDiagnostics::OpTime> out;
+  std::vector<runner::RunnerDiagnostics::OpTime> out;
   for (const auto& key : order_) {
     const auto& ev = events_.at(key);
     float ms = 0;

@@ -8,12 +8,12 @@
 #include <memory>
 #include <vector>
 
-#include "engine/model_runner.h"
 #include "io/config.h"
+#include "runner/model_runner.h"
 
 namespace dsinfer::backends {
 
 // opts.gpus shards of `cfg` (already cut to opts.num_layers); the sizes were checked by create_cuda_runner.
-Result<std::unique_ptr<engine::ModelRunner>> create_parallel_runner(const engine::RunnerOptions& opts, io::ModelConfig cfg);
+Result<std::unique_ptr<runner::ModelRunner>> create_parallel_runner(const runner::RunnerOptions& opts, io::ModelConfig cfg);
 
 }  // namespace dsinfer::backends

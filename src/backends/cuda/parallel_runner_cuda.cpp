@@ -19,7 +19,7 @@ namespace dsinfer::backends {
 
 namespace {
 
-class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDiagnostics {
+class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
   ParallelRunner(io::ModelConfig cfg, model::Numerics num, int32_t n) : cfg_(std::move(cfg)), num_(std::move(num)),
                                                                         shards_(size_t(n)), comms_(size_t(n)) {}
@@ -31,7 +31,7 @@ class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDi
       return Status::ok();
     });
   }
-  Status init(const engine::RunnerOptions& opts);
+  Status init(const runner::RunnerOptions& opts);
 
   const io::ModelConfig& config() const override { return cfg_; }
   std::string name() const override {
@@ -42,7 +42,7 @@ class ParallelRunner final : public engine::ModelRunner, public engine::RunnerDi
   int32_t kv_elem_bytes() const override { return 4; }
   bool exact_math() const override { return shards_[0]->exact_math(); }
   bool fp32_weights() const override { return shards_[0]->fp32_weights(); }
-  engine::RunnerDiagnostics& diagnostics() override { return *this; }
+  runner::RunnerDiagnostics& diagnostics() override { return *this; }
 
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override {
     return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
@@ -181,7 +181,7 @@ Status check_memory(const io::ModelConfig& cfg, int32_t n, int32_t redundant) {
   return st;
 }
 
-Status ParallelRunner::init(const engine::RunnerOptions& opts) {
+Status ParallelRunner::init(const runner::RunnerOptions& opts) {
   const int32_t n = int32_t(shards_.size());
   DSI_RETURN_IF_ERROR(parallel::expert_range(cfg_.n_routed_experts, 0, n).status());
   eplb_ = opts.eplb;
@@ -202,7 +202,7 @@ Status ParallelRunner::init(const engine::RunnerOptions& opts) {
     return comms_[size_t(r)]->init(id, n, r);
   }));
   return pool_.run([&](int32_t r) -> Status {
-    engine::RunnerOptions so = opts;
+    runner::RunnerOptions so = opts;
     so.device = r;
     so.ep_rank = r;
     so.ep_size = n;
@@ -217,10 +217,10 @@ Status ParallelRunner::init(const engine::RunnerOptions& opts) {
 
 }  // namespace
 
-Result<std::unique_ptr<engine::ModelRunner>> create_parallel_runner(const engine::RunnerOptions& opts, io::ModelConfig cfg) {
+Result<std::unique_ptr<runner::ModelRunner>> create_parallel_runner(const runner::RunnerOptions& opts, io::ModelConfig cfg) {
   auto r = std::make_unique<ParallelRunner>(std::move(cfg), opts.numerics, opts.gpus);
   DSI_RETURN_IF_ERROR(r->init(opts));
-  return std::unique_ptr<engine::ModelRunner>(std::move(r));
+  return std::unique_ptr<runner::ModelRunner>(std::move(r));
 }
 
 }  // namespace dsinfer::backends

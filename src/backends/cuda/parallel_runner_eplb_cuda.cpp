@@ -9,7 +9,7 @@
 
 namespace dsinfer::backends {
 
-Result<ExpertSlots> CudaRunner::eplb_init(const engine::RunnerOptions& opts) {
+Result<ExpertSlots> CudaRunner::eplb_init(const runner::RunnerOptions& opts) {
   const int64_t L = cfg_.num_hidden_layers, E = cfg_.n_routed_experts;
   if (!opts.eplb) {
     if (opts.num_redundant_experts != 0)

@@ -187,7 +187,7 @@ Status CudaRunner::set_step_events(bool on) {
   return Status::ok();
 }
 
-Result<engine::RunnerDiagnostics::StepGapTimes> CudaRunner::step_gap_times() {
+Result<runner::RunnerDiagnostics::StepGapTimes> CudaRunner::step_gap_times() {
   StepGapTimes t;
   t.steps = dsamp_.events.steps;
   t.busy_ms = dsamp_.events.busy_ms;

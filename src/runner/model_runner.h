@@ -1,6 +1,6 @@
-// ModelRunner: the seam between the engine (host logic, no CUDA) and a compute backend. A runner owns the
-// model weights and the memory of the per-sequence state (laid out by the engine's cache::StateLayout) and
-// turns one BatchPlan into logits. Implementations: src/backends/cpu (reference), src/backends/cuda.
+// ModelRunner: the seam between the engine (host logic, no CUDA) and a compute backend, below both (the engine's
+// runner_factory.h is the one place that names the backends). A runner owns the model weights and the memory of
+// the per-sequence state (laid out by the engine's cache::StateLayout) and turns one BatchPlan into logits. Implementations: src/backends/cpu (reference), src/backends/cuda.
 // RunnerDiagnostics holds what only check-reference and bench use (timing, random state, precision facts);
 // the engine never calls it.
 #pragma once
@@ -18,7 +18,7 @@
 #include "scheduler/batch_plan.h"
 #include "spec/drafter.h"
 
-namespace dsinfer::engine {
+namespace dsinfer::runner {
 
 enum class Backend { kCpu, kCuda };
 enum class LoadFormat { kAuto, kDummy };
@@ -156,7 +156,4 @@ class ModelRunner {
   }
 };
 
-// Creates the runner the options name; kCuda fails clearly when the binary was built without CUDA.
-Result<std::unique_ptr<ModelRunner>> create_runner(const RunnerOptions& opts);
-
-}  // namespace dsinfer::engine
+}  // namespace dsinfer::runner
