@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "sampling/spec_sampling.h"
+#include "scheduler/scheduler.h"
 
 namespace dsinfer::spec {
 

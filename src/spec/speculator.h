@@ -11,11 +11,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "dsinfer/engine.h"
 #include "sampling/sampler.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/step_output.h"
 #include "spec/drafter.h"
 #include "structured/structured_decoding.h"
+
+namespace dsinfer::scheduler {
+class Scheduler;  // draft() reads the sequences and hands it the drafts (speculator.cpp includes scheduler.h)
+}  // namespace dsinfer::scheduler
 
 namespace dsinfer::spec {
 

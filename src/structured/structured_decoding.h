@@ -18,7 +18,7 @@
 #include "dsinfer/request.h"
 #include "sampling/sampler.h"
 #include "scheduler/batch_plan.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/step_output.h"
 #include "structured/grammar_cache.h"
 #include "structured/seq_matcher.h"
 
