@@ -12,7 +12,7 @@
 #include "engine/prefix_setup.h"
 #include "engine/runner_factory.h"
 #include "scheduler/step_sampling.h"
-#include "spec/speculator.h"
+#include "speculative/speculator.h"
 #include "structured/tool_call_tag.h"
 
 namespace dsinfer::engine {
@@ -83,15 +83,15 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
   cc.max_num_seqs = o.max_num_seqs;
   cc.max_model_len = e->max_model_len_;
   cc.kv_elem_bytes = e->runner_->kv_elem_bytes();
-  DSI_ASSIGN_OR_RETURN(spec::SpecMethod spec_method, spec::parse_spec_method(o.speculative));
-  if (spec_method != spec::SpecMethod::kOff) {
+  DSI_ASSIGN_OR_RETURN(speculative::SpecMethod spec_method, speculative::parse_spec_method(o.speculative));
+  if (spec_method != speculative::SpecMethod::kOff) {
     if (o.num_speculative_tokens < 0)
       return Status::errorf("num_speculative_tokens must be >= 0, found {}", o.num_speculative_tokens);
     if (o.speculative_budget < 0) return Status::errorf("speculative_budget must be >= 0, found {}", o.speculative_budget);
     if (!(o.speculative_min_survival >= 0 && o.speculative_min_survival <= 1))
       return Status::errorf("speculative_min_survival must be in [0, 1], found {}", o.speculative_min_survival);
-    DSI_ASSIGN_OR_RETURN(spec::DraftConfig dc, spec::load_draft_config(o.model_dir));
-    const int32_t max_k = spec_method == spec::SpecMethod::kDspark ? int32_t(dc.block_size) : 1;
+    DSI_ASSIGN_OR_RETURN(speculative::DraftConfig dc, speculative::load_draft_config(o.model_dir));
+    const int32_t max_k = spec_method == speculative::SpecMethod::kDspark ? int32_t(dc.block_size) : 1;
     cc.max_spec_tokens = o.num_speculative_tokens > 0 ? o.num_speculative_tokens : max_k;
   }
   DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(mc, cc));
@@ -101,7 +101,7 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
     cc.budget_bytes = std::max<int64_t>(std::min<int64_t>(per_seq * o.max_num_seqs, int64_t(4) << 30), per_seq);
   }
   DSI_ASSIGN_OR_RETURN(cache::StateCache sc, cache::StateCache::create(mc, cc));
-  DSI_ASSIGN_OR_RETURN(const PrefixMemory pmem, setup_prefix_cache(o, *e->runner_, spec_method != spec::SpecMethod::kOff,
+  DSI_ASSIGN_OR_RETURN(const PrefixMemory pmem, setup_prefix_cache(o, *e->runner_, spec_method != speculative::SpecMethod::kOff,
                                                                     cc.budget_bytes, sc));
   DSI_RETURN_IF_ERROR(e->runner_->bind_state(sc.layout(), sc.num_slots(), sc.num_blocks(), e->max_model_len_));
   DSI_RETURN_IF_ERROR(e->runner_->bind_snapshots(pmem.num_snapshots));
@@ -116,10 +116,10 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
   scfg.spec_min_survival = o.speculative_min_survival;
   const int32_t num_slots = sc.num_slots();
   e->sched_ = std::make_unique<scheduler::Scheduler>(scfg, std::move(sc));
-  if (spec_method != spec::SpecMethod::kOff) {
+  if (spec_method != speculative::SpecMethod::kOff) {
     // The runner's own drafter when it has one (CUDA: on the GPU, reading the captured states in place).
-    DSI_ASSIGN_OR_RETURN(std::unique_ptr<spec::Drafter> dd, e->runner_->create_drafter(spec_method, o.model_dir, num_slots));
-    DSI_ASSIGN_OR_RETURN(e->spec_, spec::Speculator::create(spec_method, cc.max_spec_tokens, o.model_dir, mc, num_slots,
+    DSI_ASSIGN_OR_RETURN(std::unique_ptr<speculative::Drafter> dd, e->runner_->create_drafter(spec_method, o.model_dir, num_slots));
+    DSI_ASSIGN_OR_RETURN(e->spec_, speculative::Speculator::create(spec_method, cc.max_spec_tokens, o.model_dir, mc, num_slots,
                                                             std::move(dd), o.speculative_row_cost));
     DSI_RETURN_IF_ERROR(e->runner_->set_hidden_capture(e->spec_->tapped_layers()));
   }

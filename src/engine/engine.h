@@ -23,7 +23,7 @@
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 class Speculator;
 }
 
@@ -144,7 +144,7 @@ class Engine {
   std::unique_ptr<runner::ModelRunner> runner_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<scheduler::Scheduler> sched_;
-  std::unique_ptr<spec::Speculator> spec_;  // speculative decoding (null when off)
+  std::unique_ptr<speculative::Speculator> spec_;  // speculative decoding (null when off)
   sampling::Sampler sampler_;
   int64_t max_model_len_ = 0;
   std::map<scheduler::RequestId, std::unique_ptr<Pending>> pending_;

@@ -1,6 +1,6 @@
 // Checkpoint tensors read by name with every problem collected and reported together, each naming the tensor, its
 // file and expected vs found: the one reader behind the DeepSeek-V4 (weights.cpp), V4.1 (weights_v41.cpp) and
-// drafter (spec/draft_weights.cpp) loaders.
+// drafter (speculative/draft_weights.cpp) loaders.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -16,7 +16,7 @@
 #include "model/numerics.h"
 #include "sampling/row_pack.h"
 #include "scheduler/batch_plan.h"
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 
 namespace dsinfer::runner {
 
@@ -99,7 +99,7 @@ class ModelRunner {
   virtual Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) = 0;
   virtual RunnerDiagnostics& diagnostics() = 0;
 
-  // Speculative decoding (src/spec): from now on every step() also keeps the output residual streams of these
+  // Speculative decoding (src/speculative): from now on every step() also keeps the output residual streams of these
   // target layers for every token of the step, readable until the next step() as captured_hidden():
   // [plan.num_tokens(), layers.size(), hc_mult * hidden_size] floats in plan token order. Empty = off.
   virtual Status set_hidden_capture(std::vector<int64_t> layers) {
@@ -108,9 +108,9 @@ class ModelRunner {
   virtual std::span<const float> captured_hidden() const { return {}; }
   // The drafter of `method` on this backend's device, reading the captured hidden states where they are (the
   // runner then stops downloading them: captured_hidden() stays empty); nullptr = the engine's host drafter.
-  virtual Result<std::unique_ptr<spec::Drafter>> create_drafter(spec::SpecMethod method, const std::string& model_dir,
+  virtual Result<std::unique_ptr<speculative::Drafter>> create_drafter(speculative::SpecMethod method, const std::string& model_dir,
                                                                 int32_t num_slots) {
-    return std::unique_ptr<spec::Drafter>();
+    return std::unique_ptr<speculative::Drafter>();
   }
 
   // Device sampling (ops/sampling): begin_sampled_step() runs the plan like step() but leaves the logits on the

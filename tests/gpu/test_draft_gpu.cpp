@@ -1,5 +1,5 @@
-// GPU parity of the CUDA drafters (backends/cuda/draft_cuda.h) against the CPU reference drafters (spec/dspark.h,
-// spec/mtp1.h) on the shipped models/dsv4-small: both ingest the same captured hidden states (random, two rounds:
+// GPU parity of the CUDA drafters (backends/cuda/draft_cuda.h) against the CPU reference drafters (speculative/dspark.h,
+// speculative/mtp1.h) on the shipped models/dsv4-small: both ingest the same captured hidden states (random, two rounds:
 // a prefill longer than the window, then 3 positions that wrap the ring), then propose. With forced draws (the same
 // predecessor tokens on both sides) every draft-logits row and confidence logit is compared; with greedy draws
 // the proposals must be identical (a difference only where the CPU row's top two logits are a near tie). The device
@@ -18,7 +18,7 @@
 
 #include "cuda/gpu_test_util.h"
 #include "engine/runner_factory.h"
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 #include "test_util.h"
 
 namespace {
@@ -29,11 +29,11 @@ std::string model_dir() { return test::source_dir() + "/models/dsv4-small"; }
 
 struct Draws {
   std::map<std::pair<size_t, int32_t>, std::vector<float>> logits;
-  std::vector<spec::Proposal> props;
+  std::vector<speculative::Proposal> props;
 };
 
 struct Case {
-  spec::SpecMethod method;
+  speculative::SpecMethod method;
   bool exact;
   double tol;
 };
@@ -41,7 +41,7 @@ struct Case {
 // Feeds one drafter the two ingest rounds and proposes; forced = draw fixed tokens instead of the argmax; pick =
 // the items ask for the drafter's own argmax (ProposeItem::pick_argmax); third: a third live sequence (slot 1,
 // never ingested: DSpark reads its zeroed ring) so the batch of 3 is padded to 4.
-Draws drive(spec::Drafter& d, int64_t width, int64_t V, bool forced, bool pick = false, bool third = false) {
+Draws drive(speculative::Drafter& d, int64_t width, int64_t V, bool forced, bool pick = false, bool third = false) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   std::uniform_int_distribution<int32_t> tok(0, int32_t(V - 1));
@@ -51,12 +51,12 @@ Draws drive(spec::Drafter& d, int64_t width, int64_t V, bool forced, bool pick =
   std::vector<int32_t> na(70), nb(20), na2(3), nb2(3);
   for (auto* v : {&na, &nb, &na2, &nb2})
     for (int32_t& t : *v) t = tok(rng);
-  const std::vector<spec::IngestItem> r1{{0, 0, 70, 0, na}, {2, 0, 20, 70, nb}};
-  const std::vector<spec::IngestItem> r2{{0, 70, 3, 0, na2}, {2, 20, 3, 3, nb2}};
+  const std::vector<speculative::IngestItem> r1{{0, 0, 70, 0, na}, {2, 0, 20, 70, nb}};
+  const std::vector<speculative::IngestItem> r2{{0, 70, 3, 0, na2}, {2, 20, 3, 3, nb2}};
   EXPECT_TRUE(d.ingest(r1, h1).is_ok());
   EXPECT_TRUE(d.ingest(r2, h2).is_ok());
   const int32_t k = d.max_drafts();
-  const std::vector<spec::ProposeItem> items{{0, 73, na2[2], k, pick},
+  const std::vector<speculative::ProposeItem> items{{0, 73, na2[2], k, pick},
                                              {1, 5, 7, third ? std::min(2, k) : 0, pick},
                                              {2, 23, nb2[2], std::min(3, k), pick}};
   Draws out;
@@ -81,7 +81,7 @@ void check(const Case& c) {
   auto gpu = (*runner)->create_drafter(c.method, model_dir(), 4);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
   ASSERT_TRUE(*gpu) << "the CUDA runner returned no device drafter";
-  auto cpu = spec::create_cpu_drafter(c.method, model_dir(), cfg, 4);
+  auto cpu = speculative::create_cpu_drafter(c.method, model_dir(), cfg, 4);
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
   const int64_t width = int64_t((*cpu)->tapped_layers().size()) * cfg.hc_mult * cfg.hidden_size;
   ASSERT_EQ((*cpu)->tapped_layers(), (**gpu).tapped_layers());
@@ -122,7 +122,7 @@ void check(const Case& c) {
       }
     }
     std::printf("%s drafter (%s, %s draws): worst normalised logits error %.3g over %zu rows\n",
-                spec::spec_method_name(c.method), c.exact ? "exact" : "fast", forced ? "forced" : "greedy", worst,
+                speculative::spec_method_name(c.method), c.exact ? "exact" : "fast", forced ? "forced" : "greedy", worst,
                 a.logits.size());
   }
 }
@@ -130,7 +130,7 @@ void check(const Case& c) {
 // The device pick (greedy-plain requests: argmax and confidence on the device, DSpark's round in a CUDA graph)
 // against the same drafter's host draws: the same kernels compute the same logits, so tokens must be identical and
 // confidence logits equal; a second pick call replays the captured graph and must repeat the result.
-void check_pick(spec::SpecMethod method, bool exact) {
+void check_pick(speculative::SpecMethod method, bool exact) {
   runner::RunnerOptions ro;
   ro.model_dir = model_dir();
   ro.backend = runner::Backend::kCuda;
@@ -142,7 +142,7 @@ void check_pick(spec::SpecMethod method, bool exact) {
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
   ASSERT_TRUE(*gpu);
   const int64_t width = int64_t((**gpu).tapped_layers().size()) * cfg.hc_mult * cfg.hidden_size;
-  const bool third = method == spec::SpecMethod::kDspark;  // MTP-1 refuses a never-ingested slot
+  const bool third = method == speculative::SpecMethod::kDspark;  // MTP-1 refuses a never-ingested slot
   const Draws host = drive(**gpu, width, cfg.vocab_size, false, false, third);
   const Draws pick = drive(**gpu, width, cfg.vocab_size, false, true, third);
   const Draws again = drive(**gpu, width, cfg.vocab_size, false, true, third);
@@ -170,31 +170,31 @@ void check_pick(spec::SpecMethod method, bool exact) {
 
 TEST(DraftGpu, DsparkMatchesCpuReferenceExact) {
   DSI_SKIP_WITHOUT_GPU();
-  check({spec::SpecMethod::kDspark, true, 2e-3});
+  check({speculative::SpecMethod::kDspark, true, 2e-3});
 }
 
 TEST(DraftGpu, DsparkMatchesCpuReferenceFast) {
   DSI_SKIP_WITHOUT_GPU();
-  check({spec::SpecMethod::kDspark, false, 5e-2});
+  check({speculative::SpecMethod::kDspark, false, 5e-2});
 }
 
 TEST(DraftGpu, Mtp1MatchesCpuReferenceExact) {
   DSI_SKIP_WITHOUT_GPU();
-  check({spec::SpecMethod::kMtp1, true, 2e-3});
+  check({speculative::SpecMethod::kMtp1, true, 2e-3});
 }
 
 TEST(DraftGpu, Mtp1MatchesCpuReferenceFast) {
   DSI_SKIP_WITHOUT_GPU();
-  check({spec::SpecMethod::kMtp1, false, 5e-2});
+  check({speculative::SpecMethod::kMtp1, false, 5e-2});
 }
 
 TEST(DraftGpu, DsparkDevicePickEqualsHostDraws) {
   DSI_SKIP_WITHOUT_GPU();
-  check_pick(spec::SpecMethod::kDspark, false);
-  check_pick(spec::SpecMethod::kDspark, true);
+  check_pick(speculative::SpecMethod::kDspark, false);
+  check_pick(speculative::SpecMethod::kDspark, true);
 }
 
 TEST(DraftGpu, Mtp1DevicePickEqualsHostDraws) {
   DSI_SKIP_WITHOUT_GPU();
-  check_pick(spec::SpecMethod::kMtp1, false);
+  check_pick(speculative::SpecMethod::kMtp1, false);
 }

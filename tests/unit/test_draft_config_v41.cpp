@@ -1,6 +1,6 @@
 // DSpark drafter of DeepSeek-V4.1 checkpoints: the config keys nested under text_config, the official ModelArgs
-// names, num_nextn_predict_layers 0 (keys but no drafter stages) (spec/draft_config.h), and the V4.1 weight
-// layout with its validation (spec/draft_weights.h load_dspark_weights_v41) on a synthetic tiny drafter.
+// names, num_nextn_predict_layers 0 (keys but no drafter stages) (speculative/draft_config.h), and the V4.1 weight
+// layout with its validation (speculative/draft_weights.h load_dspark_weights_v41) on a synthetic tiny drafter.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,8 +8,8 @@
 
 #include "io/config.h"
 #include "io/safetensors.h"
-#include "spec/draft_config.h"
-#include "spec/draft_weights.h"
+#include "speculative/draft_config.h"
+#include "speculative/draft_weights.h"
 #include "test_util.h"
 
 using namespace dsinfer;
@@ -29,7 +29,7 @@ TEST(DraftConfigV41, ReadsTextConfig) {
   test::ScratchDir dir("dcv41");
   write_config(dir, std::string(R"({"model_type": "deepseek_v41", "vision_config": {"num_hidden_layers": 32},
     "text_config": {)") + kText + "}}");
-  const spec::DraftConfig c = test::unwrap(spec::load_draft_config(dir.str()));
+  const speculative::DraftConfig c = test::unwrap(speculative::load_draft_config(dir.str()));
   EXPECT_EQ(c.num_layers, 3);
   EXPECT_EQ(c.block_size, 5);
   EXPECT_EQ(c.noise_token_id, 128799);
@@ -45,7 +45,7 @@ TEST(DraftConfigV41, OfficialNames) {
   write_config(dir, R"({"dim": 64, "n_layers": 8, "n_mtp_layers": 2, "window_size": 16, "n_activated_experts": 4,
     "dspark_block_size": 4, "dspark_noise_token_id": 7, "dspark_target_layer_ids": [5, 6, 7],
     "dspark_n_activated_experts": 2})");
-  const spec::DraftConfig c = test::unwrap(spec::load_draft_config(dir.str()));
+  const speculative::DraftConfig c = test::unwrap(speculative::load_draft_config(dir.str()));
   EXPECT_EQ(c.num_layers, 2);
   EXPECT_EQ(c.num_experts_per_tok, 2);
   EXPECT_EQ(c.sliding_window, 16);
@@ -57,16 +57,16 @@ TEST(DraftConfigV41, NoStagesAndBadLayers) {
     test::ScratchDir dir("dcv41z");
     write_config(dir, R"({"text_config": {"num_hidden_layers": 10, "num_nextn_predict_layers": 0,
       "dspark_block_size": 5, "dspark_noise_token_id": 511, "dspark_target_layer_ids": [7, 8, 9]}})");
-    const spec::DraftConfig c = test::unwrap(spec::load_draft_config(dir.str()));
+    const speculative::DraftConfig c = test::unwrap(speculative::load_draft_config(dir.str()));
     EXPECT_EQ(c.num_layers, 0);
-    const auto w = spec::load_dspark_weights(io::ModelConfig{}, c, dir.str());
+    const auto w = speculative::load_dspark_weights(io::ModelConfig{}, c, dir.str());
     ASSERT_FALSE(w.is_ok());
     EXPECT_NE(w.status().message().find("no DSpark drafter"), std::string::npos) << w.status().message();
   }
   test::ScratchDir dir("dcv41b");
   write_config(dir, R"({"text_config": {"num_hidden_layers": 10, "num_nextn_predict_layers": 3,
     "dspark_block_size": 5, "dspark_noise_token_id": 511, "dspark_target_layer_ids": [7, 10]}})");
-  const auto c = spec::load_draft_config(dir.str());
+  const auto c = speculative::load_draft_config(dir.str());
   ASSERT_FALSE(c.is_ok());
   EXPECT_NE(c.status().message().find("entry 10 is not a layer in [0, 10)"), std::string::npos) << c.status().message();
 }
@@ -75,7 +75,7 @@ TEST(DraftConfigV41, NoStagesAndBadLayers) {
 // experts), every tensor F32, with one tensor left out / added / misshapen on request.
 struct V41Drafter {
   io::ModelConfig cfg;
-  spec::DraftConfig dc;
+  speculative::DraftConfig dc;
   std::vector<io::TensorToWrite> t;
   explicit V41Drafter(io::ModelConfig c) : cfg(std::move(c)) {
     dc.num_layers = 1;
@@ -124,9 +124,9 @@ struct V41Drafter {
     for (int64_t d : shape) numel *= d;
     t.push_back(io::make_f32_tensor(name, shape, std::vector<float>(size_t(numel), 0.25f + 0.001f * float(t.size()))));
   }
-  Result<spec::DsparkWeights> load(const test::ScratchDir& dir) const {
+  Result<speculative::DsparkWeights> load(const test::ScratchDir& dir) const {
     if (!io::write_safetensors(dir.str() + "/model.safetensors", t).is_ok()) return Status::error("cannot write");
-    return spec::load_dspark_weights_v41(cfg, dc, dir.str());
+    return speculative::load_dspark_weights_v41(cfg, dc, dir.str());
   }
 };
 
@@ -136,7 +136,7 @@ TEST(DraftConfigV41, LoadsV41DrafterWeights) {
   V41Drafter d(*cfg);
   {
     test::ScratchDir dir("dcv41w");
-    const spec::DsparkWeights w = test::unwrap(d.load(dir));
+    const speculative::DsparkWeights w = test::unwrap(d.load(dir));
     EXPECT_TRUE(w.v41);
     ASSERT_EQ(w.layers.size(), 1u);
     EXPECT_EQ(w.layers[0].experts.size(), 4u);
@@ -145,7 +145,7 @@ TEST(DraftConfigV41, LoadsV41DrafterWeights) {
     EXPECT_EQ(w.confidence_b, 0.0f);
     EXPECT_EQ(w.markov_embed.rows, cfg->vocab_size);
     // The V4 loader refuses a V4.1 target instead of listing missing V4 tensors.
-    const auto v4 = spec::load_dspark_weights(*cfg, d.dc, dir.str());
+    const auto v4 = speculative::load_dspark_weights(*cfg, d.dc, dir.str());
     ASSERT_FALSE(v4.is_ok());
     EXPECT_NE(v4.status().message().find("DeepSeek-V4.1 drafter"), std::string::npos) << v4.status().message();
   }

@@ -1,4 +1,4 @@
-// The C++ drafters (src/spec: DSpark and MTP-1, CPU reference) against PyTorch: tests/fixtures/
+// The C++ drafters (src/speculative: DSpark and MTP-1, CPU reference) against PyTorch: tests/fixtures/
 // dspark-reference.safetensors holds, for three (prompt, anchor) cases of the shipped model, the DSpark block's
 // draft logits and confidence logits (drafts chosen by argmax) and MTP-1's logits, computed by
 // tools/train/dump_drafter_reference.py (transformers + tools/train/arch.py, fp32 CPU, the exported weights).
@@ -11,8 +11,8 @@
 #include "io/safetensors.h"
 #include "model/deepseek_v4.h"
 #include "model/host_state.h"
-#include "spec/draft_weights.h"
-#include "spec/drafter.h"
+#include "speculative/draft_weights.h"
+#include "speculative/drafter.h"
 #include "test_util.h"
 
 using namespace dsinfer;
@@ -67,9 +67,9 @@ TEST(SpecDrafter, DsparkAndMtp1MatchPyTorch) {
   ASSERT_TRUE(m.is_ok()) << m.status().message();
   const io::ModelConfig& cfg = (*m)->config();
   const int64_t V = cfg.vocab_size;
-  auto ds = spec::create_cpu_drafter(spec::SpecMethod::kDspark, model_dir(), cfg, 2);
+  auto ds = speculative::create_cpu_drafter(speculative::SpecMethod::kDspark, model_dir(), cfg, 2);
   ASSERT_TRUE(ds.is_ok()) << ds.status().message();
-  auto mtp = spec::create_cpu_drafter(spec::SpecMethod::kMtp1, model_dir(), cfg, 2);
+  auto mtp = speculative::create_cpu_drafter(speculative::SpecMethod::kMtp1, model_dir(), cfg, 2);
   ASSERT_TRUE(mtp.is_ok()) << mtp.status().message();
   int cases = 0;
   for (int c = 0;; ++c) {
@@ -85,7 +85,7 @@ TEST(SpecDrafter, DsparkAndMtp1MatchPyTorch) {
     // DSpark: ingest the context (in two pieces: chunking must not matter), draft the reference's tokens.
     const int32_t slot = c % 2;
     const int32_t half = int32_t(a / 2);
-    std::vector<spec::IngestItem> ing{{slot, 0, half, 0, {}}, {slot, half, int32_t(a) - half, half, {}}};
+    std::vector<speculative::IngestItem> ing{{slot, 0, half, 0, {}}, {slot, half, int32_t(a) - half, half, {}}};
     ASSERT_TRUE((*ds)->ingest(ing, hidden).is_ok());
     const io::TensorView* tk = ref->find(fmt::format("case.{}.dspark_tokens", c));
     const std::vector<float> want = f32(ref->find(fmt::format("case.{}.dspark_logits", c)));
@@ -96,8 +96,8 @@ TEST(SpecDrafter, DsparkAndMtp1MatchPyTorch) {
       std::copy(lg.begin(), lg.end(), got.begin() + int64_t(k) * V);
       return int32_t(tk->int_at(k));
     };
-    std::vector<spec::Proposal> props;
-    const spec::ProposeItem item{slot, a, ids[size_t(a)], g};
+    std::vector<speculative::Proposal> props;
+    const speculative::ProposeItem item{slot, a, ids[size_t(a)], g};
     ASSERT_TRUE((*ds)->propose({&item, 1}, draw, props).is_ok());
     for (int32_t k = 0; k < g; ++k) {
       double scale = 0;
@@ -116,14 +116,14 @@ TEST(SpecDrafter, DsparkAndMtp1MatchPyTorch) {
     const int64_t W = cfg.hc_mult * cfg.hidden_size;
     for (int64_t t = 0; t < a; ++t) std::memcpy(last.data() + t * W, hidden.data() + (t * 3 + 2) * W, size_t(W) * 4);
     const std::vector<int32_t> next(ids.begin() + 1, ids.end());
-    std::vector<spec::IngestItem> mi{{slot, 0, int32_t(a), 0, next}};
+    std::vector<speculative::IngestItem> mi{{slot, 0, int32_t(a), 0, next}};
     ASSERT_TRUE((*mtp)->ingest(mi, last).is_ok());
     std::vector<float> mgot;
     auto mdraw = [&](size_t, int32_t, std::span<const float> lg) {
       mgot.assign(lg.begin(), lg.end());
       return 0;
     };
-    const spec::ProposeItem mitem{slot, a, ids[size_t(a)], 1};
+    const speculative::ProposeItem mitem{slot, a, ids[size_t(a)], 1};
     ASSERT_TRUE((*mtp)->propose({&mitem, 1}, mdraw, props).is_ok());
     const std::vector<float> mwant = f32(ref->find(fmt::format("case.{}.mtp1_logits", c)));
     double scale = 0;
@@ -136,20 +136,20 @@ TEST(SpecDrafter, DsparkAndMtp1MatchPyTorch) {
 TEST(SpecDrafter, LoaderErrorsNameTheProblem) {
   auto cfg = io::load_model_config(model_dir());
   ASSERT_TRUE(cfg.is_ok());
-  spec::DraftConfig dc;
-  auto none = spec::load_dspark_weights(*cfg, dc, model_dir());
+  speculative::DraftConfig dc;
+  auto none = speculative::load_dspark_weights(*cfg, dc, model_dir());
   ASSERT_FALSE(none.is_ok());
   EXPECT_NE(none.status().message().find("no DSpark drafter"), std::string::npos) << none.status().message();
   dc.mtp1_file = "nope/model.safetensors";
-  auto missing = spec::load_mtp1_weights(*cfg, dc, model_dir());
+  auto missing = speculative::load_mtp1_weights(*cfg, dc, model_dir());
   ASSERT_FALSE(missing.is_ok());
   EXPECT_NE(missing.status().message().find("nope/model.safetensors"), std::string::npos);
   // The MTP-1 file read as a DSpark drafter: names the missing tensors.
-  auto dcr = spec::load_draft_config(model_dir());
+  auto dcr = speculative::load_draft_config(model_dir());
   ASSERT_TRUE(dcr.is_ok());
   EXPECT_EQ(dcr->block_size, 5);
   EXPECT_EQ(dcr->target_layer_ids, (std::vector<int64_t>{2, 3, 4}));
   EXPECT_EQ(dcr->sts_temperatures.size(), 5u);
-  auto wrong = spec::load_dspark_weights(*cfg, *dcr, model_dir() + "/mtp1");
+  auto wrong = speculative::load_dspark_weights(*cfg, *dcr, model_dir() + "/mtp1");
   ASSERT_FALSE(wrong.is_ok());
 }

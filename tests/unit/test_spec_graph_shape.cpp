@@ -1,12 +1,12 @@
 // Speculative decoding's fast-path gates (host-only): which steps the CUDA runner replays as graphs
 // (backends::fixed_shape_step: decode steps and uniform verify steps that fit max_model_len) and which requests
-// let a device drafter take the argmax itself (spec::plain_argmax).
+// let a device drafter take the argmax itself (speculative::plain_argmax).
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "backends/cuda/step_plan.h"
-#include "spec/speculator.h"
+#include "speculative/speculator.h"
 
 using namespace dsinfer;
 
@@ -73,19 +73,19 @@ TEST(SpecGraphShape, KeysSeparateDecodeFromVerifyOfTheSameTokenCount) {
 TEST(SpecGraphShape, PlainArgmaxOnlyForUnprocessedGreedy) {
   SamplingParams p;
   p.temperature = 0.0;
-  EXPECT_TRUE(spec::plain_argmax(p, 1));
+  EXPECT_TRUE(speculative::plain_argmax(p, 1));
   SamplingParams q = p;
   q.temperature = 0.7;
-  EXPECT_FALSE(spec::plain_argmax(q, 1));
+  EXPECT_FALSE(speculative::plain_argmax(q, 1));
   q = p, q.repetition_penalty = 1.1;
-  EXPECT_FALSE(spec::plain_argmax(q, 1));
+  EXPECT_FALSE(speculative::plain_argmax(q, 1));
   q = p, q.presence_penalty = 0.5;
-  EXPECT_FALSE(spec::plain_argmax(q, 1));
+  EXPECT_FALSE(speculative::plain_argmax(q, 1));
   q = p, q.frequency_penalty = 0.5;
-  EXPECT_FALSE(spec::plain_argmax(q, 1));
+  EXPECT_FALSE(speculative::plain_argmax(q, 1));
   q = p, q.logit_bias[3] = 1.0;
-  EXPECT_FALSE(spec::plain_argmax(q, 1));
+  EXPECT_FALSE(speculative::plain_argmax(q, 1));
   q = p, q.min_tokens = 5;
-  EXPECT_FALSE(spec::plain_argmax(q, 4));  // EOS still suppressed for the drafts
-  EXPECT_TRUE(spec::plain_argmax(q, 5));
+  EXPECT_FALSE(speculative::plain_argmax(q, 4));  // EOS still suppressed for the drafts
+  EXPECT_TRUE(speculative::plain_argmax(q, 5));
 }

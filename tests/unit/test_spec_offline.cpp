@@ -16,8 +16,8 @@
 
 #include "engine/engine.h"
 #include "model/host_state.h"
-#include "spec/drafter.h"
-#include "spec/speculator.h"
+#include "speculative/drafter.h"
+#include "speculative/speculator.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -59,13 +59,13 @@ struct Stats {
 int32_t argmax(const float* row, int64_t V) { return int32_t(std::max_element(row, row + V) - row); }
 
 // evaluate.py's greedy simulation (k drafts per round, capped like the scheduler caps them at max_tokens).
-Stats simulate(spec::SpecMethod method, const std::vector<std::vector<int32_t>>& ps, int32_t max_tokens) {
+Stats simulate(speculative::SpecMethod method, const std::vector<std::vector<int32_t>>& ps, int32_t max_tokens) {
   Stats st;
   auto m = model::DeepseekV4Cpu::load(model_dir(), model::Numerics::official());
   EXPECT_TRUE(m.is_ok());
   const io::ModelConfig& cfg = (*m)->config();
   const int64_t V = cfg.vocab_size, W = cfg.hc_mult * cfg.hidden_size;
-  auto d = spec::create_cpu_drafter(method, model_dir(), cfg, 1);
+  auto d = speculative::create_cpu_drafter(method, model_dir(), cfg, 1);
   EXPECT_TRUE(d.is_ok());
   const std::vector<int64_t> layers = (*d)->tapped_layers();
   const int32_t k_max = (*d)->max_drafts();
@@ -97,12 +97,12 @@ Stats simulate(spec::SpecMethod method, const std::vector<std::vector<int32_t>>&
       const int64_t anchor = int64_t(cur.size()) - 1;
       // Context: every committed position < anchor, from the last forward (positions are causal: same values).
       std::vector<int32_t> next(cur.begin() + 1, cur.end());
-      const spec::IngestItem ing{0, 0, int32_t(anchor), 0, next};
+      const speculative::IngestItem ing{0, 0, int32_t(anchor), 0, next};
       EXPECT_TRUE((*d)->ingest({&ing, 1}, hidden).is_ok());
       const int32_t k = std::min(k_max, max_tokens - int32_t(out.size()) - 1);
-      std::vector<spec::Proposal> props(1);
+      std::vector<speculative::Proposal> props(1);
       if (k > 0) {
-        const spec::ProposeItem item{0, anchor, cur.back(), k, false};
+        const speculative::ProposeItem item{0, anchor, cur.back(), k, false};
         auto draw = [&](size_t, int32_t, std::span<const float> lg) { return argmax(lg.data(), V); };
         EXPECT_TRUE((*d)->propose({&item, 1}, draw, props).is_ok());
       }
@@ -167,7 +167,7 @@ Stats engine_run(const std::string& spec, const std::vector<std::vector<int32_t>
   return st;
 }
 
-void compare(const char* spec, spec::SpecMethod method) {
+void compare(const char* spec, speculative::SpecMethod method) {
   // Small: the simulation runs a full forward per round (about 40 rounds here).
   const auto ps = prompts(3);
   const Stats off = simulate(method, ps, 24), eng = engine_run(spec, ps, 24);
@@ -183,9 +183,9 @@ void compare(const char* spec, spec::SpecMethod method) {
 
 }  // namespace
 
-TEST(SpecOffline, DsparkEngineMatchesTheFreshRecomputeSimulation) { compare("dspark", spec::SpecMethod::kDspark); }
+TEST(SpecOffline, DsparkEngineMatchesTheFreshRecomputeSimulation) { compare("dspark", speculative::SpecMethod::kDspark); }
 
-TEST(SpecOffline, Mtp1EngineMatchesTheFreshRecomputeSimulation) { compare("mtp1", spec::SpecMethod::kMtp1); }
+TEST(SpecOffline, Mtp1EngineMatchesTheFreshRecomputeSimulation) { compare("mtp1", speculative::SpecMethod::kMtp1); }
 
 // Batch 1's verify length from the confidence head (EngineOptions::speculative_row_cost): the same greedy tokens,
 // fewer verified rows.
@@ -201,11 +201,11 @@ TEST(SpecOffline, RowCostCutsVerifyRowsAtBatch1Losslessly) {
 
 TEST(SpecOffline, BestVerifyLengthMaximisesTokensPerCost) {
   const std::vector<float> a{0.68f, 0.45f, 0.32f, 0.23f, 0.16f};  // the evaluation's mean prefix survival
-  EXPECT_EQ(spec::best_verify_length(a, 0.0), 5u);
-  EXPECT_EQ(spec::best_verify_length(a, 0.05), 5u);  // 2.84 / 1.25 beats every shorter prefix
-  EXPECT_EQ(spec::best_verify_length(a, 0.3), 2u);   // 1.68 / 1.3 = 1.29 < 2.13 / 1.6 = 1.33 > 2.45 / 1.9 = 1.29
-  EXPECT_EQ(spec::best_verify_length(a, 1.5), 0u);   // no draft pays for its row
+  EXPECT_EQ(speculative::best_verify_length(a, 0.0), 5u);
+  EXPECT_EQ(speculative::best_verify_length(a, 0.05), 5u);  // 2.84 / 1.25 beats every shorter prefix
+  EXPECT_EQ(speculative::best_verify_length(a, 0.3), 2u);   // 1.68 / 1.3 = 1.29 < 2.13 / 1.6 = 1.33 > 2.45 / 1.9 = 1.29
+  EXPECT_EQ(speculative::best_verify_length(a, 1.5), 0u);   // no draft pays for its row
   const std::vector<float> low{0.3f, 0.1f, 0.03f, 0.01f, 0.0f};
-  EXPECT_EQ(spec::best_verify_length(low, 0.05), 2u);  // 1.4 / 1.1 > 1.3 / 1.05 and > 1.43 / 1.15
-  EXPECT_EQ(spec::best_verify_length({}, 0.05), 0u);
+  EXPECT_EQ(speculative::best_verify_length(low, 0.05), 2u);  // 1.4 / 1.1 > 1.3 / 1.05 and > 1.43 / 1.15
+  EXPECT_EQ(speculative::best_verify_length({}, 0.05), 0u);
 }

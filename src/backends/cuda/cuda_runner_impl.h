@@ -88,7 +88,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   std::span<const float> captured_hidden() const override { return hidden_view_; }
   // The GPU drafter (draft_cuda.h) on this runner's stream, embedding and head; DSINFER_DRAFTER=host keeps the
   // host drafter (captured states downloaded).
-  Result<std::unique_ptr<spec::Drafter>> create_drafter(spec::SpecMethod method, const std::string& model_dir,
+  Result<std::unique_ptr<speculative::Drafter>> create_drafter(speculative::SpecMethod method, const std::string& model_dir,
                                                         int32_t num_slots) override;
 
  private:

@@ -1,9 +1,9 @@
-// The drafters of speculative decoding on the GPU (DSpark and MTP-1; CPU references spec/dspark.h, spec/mtp1.h,
-// spec/draft_layer.h): the same forward op for op, on the target's CUDA ops (GEMM, RMSNorm, fused norm + RoPE, mHC,
+// The drafters of speculative decoding on the GPU (DSpark and MTP-1; CPU references speculative/dspark.h, speculative/mtp1.h,
+// speculative/draft_layer.h): the same forward op for op, on the target's CUDA ops (GEMM, RMSNorm, fused norm + RoPE, mHC,
 // router, MoE, embed) plus draft_kernels_cuda.h (window attention over explicit key ranges, stream mean, ring
 // scatter). They read the target's hidden states where the CudaRunner captured them (device memory, no download),
 // share the runner's device embedding and head, and run on the runner's stream, so the next step is ordered after
-// them. Drafter weights are uploaded as F32 from the host loader (spec/draft_weights.h).
+// them. Drafter weights are uploaded as F32 from the host loader (speculative/draft_weights.h).
 //   draft_weights_cuda.cpp  upload of the drafter weights        draft_layer_cuda.cpp  one decoder layer, heads
 //   dspark_cuda.cpp         DsparkCuda                           mtp1_cuda.cpp         Mtp1Cuda
 // Precision: `exact` runs every GEMM / MoE on the fp32 CUDA-core kernels (chunks of kGemmSkinnyMaxM rows; parity
@@ -23,8 +23,8 @@
 #include "cuda/device_buffer.h"
 #include "ops/embed/embed_launch.h"
 #include "ops/moe/moe_cuda.h"
-#include "spec/draft_weights.h"
-#include "spec/drafter.h"
+#include "speculative/draft_weights.h"
+#include "speculative/drafter.h"
 
 namespace dsinfer::backends {
 
@@ -116,18 +116,18 @@ Status upload_async(void* stream, cuda::DeviceBuffer<uint8_t>& dst, const void* 
 Result<std::span<const float>> device_hidden_source(const DraftDeviceContext& ctx, std::span<const float> host,
                                                     cuda::DeviceBuffer<uint8_t>& up);
 
-class DsparkCuda final : public spec::Drafter {
+class DsparkCuda final : public speculative::Drafter {
  public:
-  DsparkCuda(const io::ModelConfig& target, spec::DraftConfig dc, spec::DsparkWeights w, int32_t num_slots,
+  DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig dc, speculative::DsparkWeights w, int32_t num_slots,
              DraftDeviceContext ctx);
   Status init();
-  spec::SpecMethod method() const override { return spec::SpecMethod::kDspark; }
+  speculative::SpecMethod method() const override { return speculative::SpecMethod::kDspark; }
   const std::vector<int64_t>& tapped_layers() const override { return dc_.target_layer_ids; }
   int32_t max_drafts() const override { return int32_t(dc_.block_size); }
   bool has_confidence() const override { return true; }
-  Status ingest(std::span<const spec::IngestItem> items, std::span<const float> hidden) override;
-  Status propose(std::span<const spec::ProposeItem> items, const spec::DrawFn& draw,
-                 std::vector<spec::Proposal>& out) override;
+  Status ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) override;
+  Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
+                 std::vector<speculative::Proposal>& out) override;
 
   // Offsets of the packed per-call arrays of a block of Bp (padded) sequences in in_ / out_ (bytes).
   struct BlockLayout {
@@ -137,16 +137,16 @@ class DsparkCuda final : public spec::Drafter {
   };
 
  private:
-  Status upload_block(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl);
+  Status upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl);
   // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
   Status block_forward(const BlockLayout& bl, int32_t kpick);
   Status bias_and_pick(const BlockLayout& bl, int32_t k);
-  Status host_draws(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl,
-                    int32_t kmax, const spec::DrawFn& draw, std::vector<std::vector<int32_t>>& toks);
+  Status host_draws(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl,
+                    int32_t kmax, const speculative::DrawFn& draw, std::vector<std::vector<int32_t>>& toks);
   uint64_t generation() const { return gen_ + fwd_.generation(); }
   io::ModelConfig tc_, lc_;
-  spec::DraftConfig dc_;
-  spec::DsparkWeights w_;  // host copies: Markov embedding and confidence weights (host-side confidence)
+  speculative::DraftConfig dc_;
+  speculative::DsparkWeights w_;  // host copies: Markov embedding and confidence weights (host-side confidence)
   int32_t num_slots_;
   int64_t window_;
   DraftDeviceContext ctx_;
@@ -164,21 +164,21 @@ class DsparkCuda final : public spec::Drafter {
   std::vector<float> lg_host_;
 };
 
-class Mtp1Cuda final : public spec::Drafter {
+class Mtp1Cuda final : public speculative::Drafter {
  public:
-  Mtp1Cuda(const io::ModelConfig& target, spec::Mtp1Weights w, int32_t num_slots, DraftDeviceContext ctx);
+  Mtp1Cuda(const io::ModelConfig& target, speculative::Mtp1Weights w, int32_t num_slots, DraftDeviceContext ctx);
   Status init();
-  spec::SpecMethod method() const override { return spec::SpecMethod::kMtp1; }
+  speculative::SpecMethod method() const override { return speculative::SpecMethod::kMtp1; }
   const std::vector<int64_t>& tapped_layers() const override { return tapped_; }
   int32_t max_drafts() const override { return 1; }
   bool has_confidence() const override { return false; }
-  Status ingest(std::span<const spec::IngestItem> items, std::span<const float> hidden) override;
-  Status propose(std::span<const spec::ProposeItem> items, const spec::DrawFn& draw,
-                 std::vector<spec::Proposal>& out) override;
+  Status ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) override;
+  Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
+                 std::vector<speculative::Proposal>& out) override;
 
  private:
   io::ModelConfig tc_;
-  spec::Mtp1Weights w_;
+  speculative::Mtp1Weights w_;
   std::vector<int64_t> tapped_;
   int32_t num_slots_;
   int64_t window_;
@@ -197,7 +197,7 @@ class Mtp1Cuda final : public spec::Drafter {
 };
 
 // The drafter of `method` on the GPU (weights from model_dir).
-Result<std::unique_ptr<spec::Drafter>> create_cuda_drafter(spec::SpecMethod method, const std::string& model_dir,
+Result<std::unique_ptr<speculative::Drafter>> create_cuda_drafter(speculative::SpecMethod method, const std::string& model_dir,
                                                            const io::ModelConfig& target, int32_t num_slots,
                                                            DraftDeviceContext ctx);
 

@@ -1,4 +1,4 @@
-// One drafter decoder layer on the GPU (see draft_cuda.h; CPU reference spec/draft_layer.cpp): mHC around
+// One drafter decoder layer on the GPU (see draft_cuda.h; CPU reference speculative/draft_layer.cpp): mHC around
 // sliding-window attention over explicit key ranges (sink, grouped output projection, inverse RoPE of the output)
 // and a score-routed MoE; transformers numerics like the reference (no FP8 KV simulation, router eps 1e-20).
 #include <algorithm>
@@ -19,7 +19,7 @@ namespace dsinfer::backends {
 using namespace ops::cuda;
 
 namespace {
-constexpr float kRouterNormEps = 1e-20f;  // transformers' renormalization epsilon (spec/draft_layer.cpp)
+constexpr float kRouterNormEps = 1e-20f;  // transformers' renormalization epsilon (speculative/draft_layer.cpp)
 }
 
 DraftForward::DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx) : c_(lc), ctx_(ctx) {}

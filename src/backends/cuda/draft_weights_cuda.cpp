@@ -1,5 +1,5 @@
 // Upload of the drafter weights to the GPU (see draft_cuda.h) and create_cuda_drafter. The host loader already
-// dequantized every tensor to fp32 (spec/draft_weights.h), so the device copies are F32: the drafters are small
+// dequantized every tensor to fp32 (speculative/draft_weights.h), so the device copies are F32: the drafters are small
 // next to the target (models/dsv4-small: a few MB) and the GEMMs read them exactly.
 #include <cstring>
 
@@ -127,22 +127,22 @@ Result<std::span<const float>> device_hidden_source(const DraftDeviceContext& ct
   return ctx.device_hidden();
 }
 
-Result<std::unique_ptr<spec::Drafter>> create_cuda_drafter(spec::SpecMethod method, const std::string& model_dir,
+Result<std::unique_ptr<speculative::Drafter>> create_cuda_drafter(speculative::SpecMethod method, const std::string& model_dir,
                                                            const io::ModelConfig& target, int32_t num_slots,
                                                            DraftDeviceContext ctx) {
-  if (method == spec::SpecMethod::kOff) return Status::error("create_cuda_drafter: speculative decoding is off");
+  if (method == speculative::SpecMethod::kOff) return Status::error("create_cuda_drafter: speculative decoding is off");
   if (!ctx.stream || !ctx.embed || !ctx.head) return Status::error("create_cuda_drafter: no device context");
-  DSI_ASSIGN_OR_RETURN(spec::DraftConfig dc, spec::load_draft_config(model_dir));
-  if (method == spec::SpecMethod::kDspark) {
-    DSI_ASSIGN_OR_RETURN(spec::DsparkWeights w, spec::load_dspark_weights(target, dc, model_dir));
+  DSI_ASSIGN_OR_RETURN(speculative::DraftConfig dc, speculative::load_draft_config(model_dir));
+  if (method == speculative::SpecMethod::kDspark) {
+    DSI_ASSIGN_OR_RETURN(speculative::DsparkWeights w, speculative::load_dspark_weights(target, dc, model_dir));
     auto d = std::make_unique<DsparkCuda>(target, std::move(dc), std::move(w), num_slots, std::move(ctx));
     DSI_RETURN_IF_ERROR(d->init());
-    return std::unique_ptr<spec::Drafter>(std::move(d));
+    return std::unique_ptr<speculative::Drafter>(std::move(d));
   }
-  DSI_ASSIGN_OR_RETURN(spec::Mtp1Weights w, spec::load_mtp1_weights(target, dc, model_dir));
+  DSI_ASSIGN_OR_RETURN(speculative::Mtp1Weights w, speculative::load_mtp1_weights(target, dc, model_dir));
   auto d = std::make_unique<Mtp1Cuda>(target, std::move(w), num_slots, std::move(ctx));
   DSI_RETURN_IF_ERROR(d->init());
-  return std::unique_ptr<spec::Drafter>(std::move(d));
+  return std::unique_ptr<speculative::Drafter>(std::move(d));
 }
 
 }  // namespace dsinfer::backends

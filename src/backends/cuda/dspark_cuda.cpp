@@ -1,4 +1,4 @@
-// DSpark drafter on the GPU (see draft_cuda.h; CPU reference spec/dspark.cpp, same ring layout
+// DSpark drafter on the GPU (see draft_cuda.h; CPU reference speculative/dspark.cpp, same ring layout
 // [slots, layers, window, head_dim]). ingest: stream mean of the tapped layers' captured rows -> main_proj ->
 // main_norm -> per layer K=V rows scattered into the ring. propose: the whole block of every sequence in one
 // batched forward (embed -> draft layers over ring context + the bidirectional block -> hc_head + norm -> head),
@@ -18,10 +18,10 @@ namespace dsinfer::backends {
 
 using detail::DraftKeys;
 
-DsparkCuda::DsparkCuda(const io::ModelConfig& target, spec::DraftConfig dc, spec::DsparkWeights w, int32_t num_slots,
+DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig dc, speculative::DsparkWeights w, int32_t num_slots,
                        DraftDeviceContext ctx)
     : tc_(target),
-      lc_(spec::draft_layer_config(target, dc)),
+      lc_(speculative::draft_layer_config(target, dc)),
       dc_(std::move(dc)),
       w_(std::move(w)),
       num_slots_(num_slots),
@@ -63,12 +63,12 @@ int64_t bucket(int64_t B) {
 }
 }  // namespace
 
-Status DsparkCuda::ingest(std::span<const spec::IngestItem> items, std::span<const float> hidden) {
+Status DsparkCuda::ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) {
   const int64_t D = tc_.hidden_size, n = tc_.hc_mult, m = int64_t(dc_.target_layer_ids.size()), hd = lc_.head_dim;
   const int64_t row_width = m * n * D;
   std::vector<int32_t> rows, slots;
   std::vector<int64_t> pos;
-  for (const spec::IngestItem& it : items) {
+  for (const speculative::IngestItem& it : items) {
     if (it.slot < 0 || it.slot >= num_slots_) return Status::errorf("dspark ingest: slot {} outside [0, {})", it.slot, num_slots_);
     if (it.count <= 0) continue;
     const int64_t skip = std::max<int64_t>(0, it.count - window_);  // only the last `window` positions are read again
@@ -81,7 +81,7 @@ Status DsparkCuda::ingest(std::span<const spec::IngestItem> items, std::span<con
   const int64_t N = int64_t(rows.size());
   if (N == 0) return Status::ok();
   DSI_ASSIGN_OR_RETURN(std::span<const float> src, device_hidden_source(ctx_, hidden, hidden_up_));
-  for (const spec::IngestItem& it : items)
+  for (const speculative::IngestItem& it : items)
     if (it.count > 0 && int64_t(it.row + it.count) * row_width > int64_t(src.size()))
       return Status::errorf("dspark ingest: rows [{}, {}) outside the captured hidden states", it.row, it.row + it.count);
   void* s = ctx_.stream;
@@ -109,7 +109,7 @@ Status DsparkCuda::ingest(std::span<const spec::IngestItem> items, std::span<con
 
 // Packs and uploads the block's inputs (one copy): Bp padded sequences of g positions; a padding sequence drafts
 // noise tokens at positions 0..g-1 over slot 0 with no ring keys (valid reads, outputs ignored).
-Status DsparkCuda::upload_block(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live,
+Status DsparkCuda::upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live,
                                 const BlockLayout& bl) {
   const int64_t g = bl.g, Tq = bl.Bp * g;
   in_host_.assign(bl.in_bytes, 0);
@@ -119,7 +119,7 @@ Status DsparkCuda::upload_block(std::span<const spec::ProposeItem> items, const 
   auto* prev = reinterpret_cast<int32_t*>(in_host_.data() + bl.prev);
   for (int64_t b = 0; b < bl.Bp; ++b) {
     const bool real = b < int64_t(live.size());
-    const spec::ProposeItem* it = real ? &items[live[size_t(b)]] : nullptr;
+    const speculative::ProposeItem* it = real ? &items[live[size_t(b)]] : nullptr;
     const int64_t anchor = real ? it->anchor_pos : 0;
     prev[b] = real ? it->anchor_token : int32_t(dc_.noise_token_id);
     for (int64_t k = 0; k < g; ++k) {
@@ -189,8 +189,8 @@ Status DsparkCuda::bias_and_pick(const BlockLayout& bl, int32_t k) {
 
 // Requests that need the host's draw (sampling, processed logits): per draft position the predecessors go up,
 // the bias + pick run (for the confidence logit), the rows come down and the DrawFn chooses.
-Status DsparkCuda::host_draws(std::span<const spec::ProposeItem> items, const std::vector<size_t>& live,
-                              const BlockLayout& bl, int32_t kmax, const spec::DrawFn& draw,
+Status DsparkCuda::host_draws(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live,
+                              const BlockLayout& bl, int32_t kmax, const speculative::DrawFn& draw,
                               std::vector<std::vector<int32_t>>& toks) {
   const int64_t g = bl.g, V = tc_.vocab_size, B = int64_t(live.size());
   cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
@@ -215,15 +215,15 @@ Status DsparkCuda::host_draws(std::span<const spec::ProposeItem> items, const st
   return Status::ok();
 }
 
-Status DsparkCuda::propose(std::span<const spec::ProposeItem> items, const spec::DrawFn& draw,
-                           std::vector<spec::Proposal>& out) {
+Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
+                           std::vector<speculative::Proposal>& out) {
   out.assign(items.size(), {});
   const int64_t g = dc_.block_size, V = tc_.vocab_size;
   std::vector<size_t> live;
   int32_t kmax = 0;
   bool pick = true;
   for (size_t i = 0; i < items.size(); ++i) {
-    const spec::ProposeItem& it = items[i];
+    const speculative::ProposeItem& it = items[i];
     if (it.slot < 0 || it.slot >= num_slots_) return Status::errorf("dspark propose: slot {} outside [0, {})", it.slot, num_slots_);
     if (it.num_drafts > g) return Status::errorf("dspark propose: {} drafts asked, the block has {}", it.num_drafts, g);
     if (it.anchor_token < 0 || it.anchor_token >= V) return Status::errorf("dspark propose: token {} outside the vocabulary", it.anchor_token);
@@ -257,7 +257,7 @@ Status DsparkCuda::propose(std::span<const spec::ProposeItem> items, const spec:
   const auto* ids = reinterpret_cast<const int32_t*>(out_host_.data() + bl.ids);
   const auto* conf = reinterpret_cast<const float*>(out_host_.data() + bl.conf);
   for (size_t b = 0; b < live.size(); ++b) {
-    spec::Proposal& p = out[live[b]];
+    speculative::Proposal& p = out[live[b]];
     for (int32_t k = 0; k < items[live[b]].num_drafts; ++k) {
       const int32_t t = pick ? ids[b * size_t(g) + size_t(k)] : toks[b][size_t(k)];
       if (t < 0 || t >= V) return Status::errorf("dspark propose: drafted token {} outside the vocabulary", t);

@@ -1,4 +1,4 @@
-// MTP-1 drafter on the GPU (see draft_cuda.h; CPU reference spec/mtp1.cpp, same ring layout [slots, window,
+// MTP-1 drafter on the GPU (see draft_cuda.h; CPU reference speculative/mtp1.cpp, same ring layout [slots, window,
 // head_dim]). ingest: X = h_proj(hnorm(X_main)) + e_proj(enorm(embed(next token))) for every committed position,
 // one decoder layer whose window reads the ring for positions before the call and this call's K=V rows after,
 // then the ring scatter of each sequence's last `window` rows and hc_head + norm of its last position (kept per
@@ -16,7 +16,7 @@ namespace dsinfer::backends {
 
 using detail::DraftKeys;
 
-Mtp1Cuda::Mtp1Cuda(const io::ModelConfig& target, spec::Mtp1Weights w, int32_t num_slots, DraftDeviceContext ctx)
+Mtp1Cuda::Mtp1Cuda(const io::ModelConfig& target, speculative::Mtp1Weights w, int32_t num_slots, DraftDeviceContext ctx)
     : tc_(target),
       w_(std::move(w)),
       tapped_{target.num_hidden_layers - 1},
@@ -56,9 +56,9 @@ struct Mtp1Batch {
 
 // Window of position p of a sequence whose call starts at `start` (rows from `row0`): ring positions
 // [max(0, p-W+1), start), then this call's rows of positions [max(start, p-W+1), p].
-Status plan_mtp1(std::span<const spec::IngestItem> items, int64_t W, int64_t V, int32_t num_slots, Mtp1Batch& b) {
+Status plan_mtp1(std::span<const speculative::IngestItem> items, int64_t W, int64_t V, int32_t num_slots, Mtp1Batch& b) {
   for (size_t i = 0; i < items.size(); ++i) {
-    const spec::IngestItem& it = items[i];
+    const speculative::IngestItem& it = items[i];
     if (it.slot < 0 || it.slot >= num_slots) return Status::errorf("mtp1 ingest: slot {} outside [0, {})", it.slot, num_slots);
     if (it.count <= 0) continue;
     if (int64_t(it.next_tokens.size()) != it.count) return Status::error("mtp1 ingest: needs the next token of every position");
@@ -88,7 +88,7 @@ Status plan_mtp1(std::span<const spec::IngestItem> items, int64_t W, int64_t V, 
 }
 }  // namespace
 
-Status Mtp1Cuda::ingest(std::span<const spec::IngestItem> items, std::span<const float> hidden) {
+Status Mtp1Cuda::ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) {
   const int64_t D = tc_.hidden_size, n = tc_.hc_mult, hd = tc_.head_dim, V = tc_.vocab_size;
   Mtp1Batch b;
   DSI_RETURN_IF_ERROR(plan_mtp1(items, window_, V, num_slots_, b));
@@ -136,15 +136,15 @@ Status Mtp1Cuda::ingest(std::span<const spec::IngestItem> items, std::span<const
   return Status::ok();
 }
 
-Status Mtp1Cuda::propose(std::span<const spec::ProposeItem> items, const spec::DrawFn& draw,
-                         std::vector<spec::Proposal>& out) {
+Status Mtp1Cuda::propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
+                         std::vector<speculative::Proposal>& out) {
   out.assign(items.size(), {});
   const int64_t D = tc_.hidden_size, V = tc_.vocab_size;
   std::vector<size_t> live;
   std::vector<int32_t> slots;
   bool pick = true;
   for (size_t i = 0; i < items.size(); ++i) {
-    const spec::ProposeItem& it = items[i];
+    const speculative::ProposeItem& it = items[i];
     if (it.num_drafts <= 0) continue;
     if (it.slot < 0 || it.slot >= num_slots_) return Status::errorf("mtp1 propose: slot {} outside [0, {})", it.slot, num_slots_);
     if (last_pos_[size_t(it.slot)] != it.anchor_pos - 1)

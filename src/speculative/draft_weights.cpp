@@ -1,12 +1,12 @@
 // Drafter weight loading (see draft_weights.h).
-#include "spec/draft_weights.h"
+#include "speculative/draft_weights.h"
 
 #include <filesystem>
 
 #include "io/safetensors.h"
 #include "model/tensor_reader.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 using model::Mat;
 using model::Vec;
@@ -181,4 +181,4 @@ Result<Mtp1Weights> load_mtp1_weights(const io::ModelConfig& target, const Draft
   return w;
 }
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

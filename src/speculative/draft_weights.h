@@ -10,9 +10,9 @@
 #include "core/status.h"
 #include "io/config.h"
 #include "model/weights.h"
-#include "spec/draft_config.h"
+#include "speculative/draft_config.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 struct DsparkWeights {
   std::vector<model::LayerWeights> layers;  // sliding-window, score-routed MoE decoder layers
@@ -53,4 +53,4 @@ Result<DsparkWeights> load_dspark_weights_v41(const io::ModelConfig& target, con
 // Reads model_dir/<dc.mtp1_file> (default mtp1/model.safetensors).
 Result<Mtp1Weights> load_mtp1_weights(const io::ModelConfig& target, const DraftConfig& dc, const std::string& model_dir);
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

@@ -1,5 +1,5 @@
 // DraftConfig parsing (see draft_config.h).
-#include "spec/draft_config.h"
+#include "speculative/draft_config.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,7 +7,7 @@
 #include <sstream>
 #include <utility>
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 using nlohmann::json;
 
@@ -109,4 +109,4 @@ Result<DraftConfig> load_draft_config(const std::string& model_dir) {
   return c;
 }
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

@@ -4,11 +4,11 @@
 // ring, hc_head -> norm -> the target's head = the distribution of t_{i+2}. The output at the last ingested
 // position (anchor - 1) is the single draft after the anchor.
 #pragma once
-#include "spec/draft_layer.h"
-#include "spec/draft_weights.h"
-#include "spec/drafter.h"
+#include "speculative/draft_layer.h"
+#include "speculative/draft_weights.h"
+#include "speculative/drafter.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 class Mtp1Cpu final : public Drafter {
  public:
@@ -39,4 +39,4 @@ class Mtp1Cpu final : public Drafter {
   std::vector<int64_t> last_pos_; // [slots]
 };
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

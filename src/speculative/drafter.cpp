@@ -1,10 +1,10 @@
 // create_cpu_drafter (see drafter.h).
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 
-#include "spec/dspark.h"
-#include "spec/mtp1.h"
+#include "speculative/dspark.h"
+#include "speculative/mtp1.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 Result<std::unique_ptr<Drafter>> create_cpu_drafter(SpecMethod method, const std::string& model_dir,
                                                     const io::ModelConfig& target, int32_t num_slots) {
@@ -19,4 +19,4 @@ Result<std::unique_ptr<Drafter>> create_cpu_drafter(SpecMethod method, const std
   return std::unique_ptr<Drafter>(new Mtp1Cpu(target, std::move(w), std::move(sw), num_slots));
 }
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

@@ -1,5 +1,5 @@
 // Speculator (see speculator.h).
-#include "spec/speculator.h"
+#include "speculative/speculator.h"
 
 #include <chrono>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "sampling/spec_sampling.h"
 #include "scheduler/scheduler.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 using scheduler::BatchPlan;
 using scheduler::SeqPlan;
@@ -228,4 +228,4 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   return Status::ok();
 }
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

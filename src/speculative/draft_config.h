@@ -9,7 +9,7 @@
 
 #include "core/status.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 enum class SpecMethod { kOff, kDspark, kMtp1 };
 Result<SpecMethod> parse_spec_method(const std::string& name);  // "off", "dspark", "mtp1"
@@ -33,4 +33,4 @@ struct DraftConfig {
 // DSpark drafter); present keys are checked (types, ranges, the target layer ids against num_hidden_layers).
 Result<DraftConfig> load_draft_config(const std::string& model_dir);
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

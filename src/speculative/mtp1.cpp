@@ -1,12 +1,12 @@
 // MTP-1 drafter, CPU reference (see mtp1.h).
-#include "spec/mtp1.h"
+#include "speculative/mtp1.h"
 
 #include <algorithm>
 
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm/rmsnorm.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 Mtp1Cpu::Mtp1Cpu(const io::ModelConfig& target, Mtp1Weights w, SharedWeights sw, int32_t num_slots)
     : tc_(target),
@@ -88,4 +88,4 @@ Status Mtp1Cpu::propose(std::span<const ProposeItem> items, const DrawFn& draw, 
   return Status::ok();
 }
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

@@ -16,9 +16,9 @@
 
 #include "core/status.h"
 #include "io/config.h"
-#include "spec/draft_config.h"
+#include "speculative/draft_config.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 // Committed positions [start_pos, start_pos + count) of the sequence in `slot`; their target hidden states are
 // rows [row, row + count) of the step's capture; next_tokens[i] is the token at position start_pos + i + 1.
@@ -64,8 +64,8 @@ class Drafter {
   virtual Status propose(std::span<const ProposeItem> items, const DrawFn& draw, std::vector<Proposal>& out) = 0;
 };
 
-// CPU reference drafters for `num_slots` state-cache slots; weights from model_dir (spec/draft_weights.h).
+// CPU reference drafters for `num_slots` state-cache slots; weights from model_dir (speculative/draft_weights.h).
 Result<std::unique_ptr<Drafter>> create_cpu_drafter(SpecMethod method, const std::string& model_dir,
                                                     const io::ModelConfig& target, int32_t num_slots);
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

@@ -11,10 +11,10 @@
 #include "io/config.h"
 #include "model/weights.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 struct DraftLayerCtx {
-  const io::ModelConfig* cfg = nullptr;  // drafter layer dimensions (spec/draft_weights.h draft_layer_config)
+  const io::ModelConfig* cfg = nullptr;  // drafter layer dimensions (speculative/draft_weights.h draft_layer_config)
   std::vector<float> inv_freq;           // main (sliding-window) RoPE
   explicit DraftLayerCtx(const io::ModelConfig& c);
 };
@@ -35,4 +35,4 @@ void draft_context_kv(const DraftLayerCtx& ctx, const model::LayerWeights& L, co
 void draft_head_hidden(const DraftLayerCtx& ctx, const model::HcWeights& hc, const model::Vec& norm,
                        const std::vector<float>& X, int64_t T, std::vector<float>& h);
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

@@ -1,5 +1,5 @@
 // Drafter decoder layer (see draft_layer.h); mirrors model/deepseek_v4.cpp's sliding layer with explicit keys.
-#include "spec/draft_layer.h"
+#include "speculative/draft_layer.h"
 
 #include <cmath>
 
@@ -10,7 +10,7 @@
 #include "ops/rope/rope.h"
 #include "ops/sparse_attention/sparse_attention.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 namespace {
 
@@ -136,4 +136,4 @@ void draft_head_hidden(const DraftLayerCtx& ctx, const model::HcWeights& hc, con
   ops::rmsnorm_ref(h.data(), T, D, norm.data(), float(c.rms_norm_eps), h.data());
 }
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

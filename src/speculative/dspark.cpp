@@ -1,12 +1,12 @@
 // DSpark drafter, CPU reference (see dspark.h).
-#include "spec/dspark.h"
+#include "speculative/dspark.h"
 
 #include <algorithm>
 
 #include "ops/linear/linear.h"
 #include "ops/rmsnorm/rmsnorm.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 DsparkCpu::DsparkCpu(const io::ModelConfig& target, DraftConfig dc, DsparkWeights w, SharedWeights sw, int32_t num_slots)
     : tc_(target),
@@ -116,4 +116,4 @@ Status DsparkCpu::propose(std::span<const ProposeItem> items, const DrawFn& draw
   return Status::ok();
 }
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

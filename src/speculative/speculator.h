@@ -13,14 +13,14 @@
 
 #include "sampling/sampler.h"
 #include "scheduler/step_output.h"
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 #include "structured/structured_decoding.h"
 
 namespace dsinfer::scheduler {
 class Scheduler;  // draft() reads the sequences and hands it the drafts (speculator.cpp includes scheduler.h)
 }  // namespace dsinfer::scheduler
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 // True when greedy draws from unprocessed logits (ProposeItem::pick_argmax) for a sequence with this many output
 // tokens: no bias, penalties or pending min_tokens.
@@ -82,4 +82,4 @@ class Speculator {
   SpeculativeMetrics metrics_;
 };
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative

@@ -6,11 +6,11 @@
 // attending to context positions [anchor - window, anchor); hc_head -> norm -> h_k; draft logits
 // head(h_k) + W2 W1[x_{k-1}] (x_0 = anchor), confidence logit w.[h_k ; W1[x_{k-1}]] + b.
 #pragma once
-#include "spec/draft_layer.h"
-#include "spec/draft_weights.h"
-#include "spec/drafter.h"
+#include "speculative/draft_layer.h"
+#include "speculative/draft_weights.h"
+#include "speculative/drafter.h"
 
-namespace dsinfer::spec {
+namespace dsinfer::speculative {
 
 class DsparkCpu final : public Drafter {
  public:
@@ -46,4 +46,4 @@ class DsparkCpu final : public Drafter {
   std::vector<float> ring_;  // [slots, layers, window, head_dim]
 };
 
-}  // namespace dsinfer::spec
+}  // namespace dsinfer::speculative
