@@ -6,7 +6,7 @@
 #include <numeric>
 #include <random>
 
-#include "parallel/expert_remap.h"
+#include "ops/moe/expert_remap.h"
 
 namespace dsinfer::parallel {
 
@@ -160,7 +160,7 @@ std::vector<double> routed_rank_loads(const Placement& p, const int32_t* idx, in
   const std::vector<int32_t> table = p.table();
   for (int64_t i = 0; i < tokens * topk; ++i)
     for (int32_t r = 0; r < p.world; ++r)  // the remap's own replica choice (one definition)
-      if (remap_expert_eplb(idx[i], i / topk, table.data(), p.experts, r, p.slots_per_rank) >= 0) loads[size_t(r)] += 1;
+      if (ops::remap_expert_eplb(idx[i], i / topk, table.data(), p.experts, r, p.slots_per_rank) >= 0) loads[size_t(r)] += 1;
   return loads;
 }
 

@@ -3,7 +3,7 @@
 // p = rank * S + local to a logical expert, every logical expert having at least one replica. It is computed per
 // MoE layer from measured per-expert loads by a greedy algorithm (compute_placement). Each (token, expert)
 // assignment is served by exactly one replica, chosen by the token's index in the step modulo the expert's replica
-// count (parallel/expert_remap.h remap_expert_eplb), so every assignment is computed once and results stay exact.
+// count (ops/moe/expert_remap.h remap_expert_eplb), so every assignment is computed once and results stay exact.
 // Host code, no CUDA.
 #pragma once
 #include <cstdint>

@@ -23,9 +23,9 @@
 #include "cuda/device_buffer.h"
 #include "dsinfer/engine.h"
 #include "engine/runner_factory.h"
+#include "ops/moe/expert_remap.h"
 #include "ops/moe/expert_remap_cuda.h"
 #include "parallel/eplb.h"
-#include "parallel/expert_remap.h"
 #include "test_util.h"
 
 namespace {
@@ -219,7 +219,7 @@ TEST(GpuMultiGpu, EplbRemapKernelMatchesReference) {
     for (int32_t r = 0; r < world; ++r) {
       std::vector<int32_t> want = idx, got(idx.size());
       std::vector<uint32_t> want_counts(size_t(E), 7u), got_counts(static_cast<size_t>(E), 0u);
-      dsinfer::parallel::remap_experts_eplb_ref(want.data(), int64_t(want.size()), topk, table.data(), E, r,
+      dsinfer::ops::remap_experts_eplb_ref(want.data(), int64_t(want.size()), topk, table.data(), E, r,
                                                 p->slots_per_rank, want_counts.data());
       ASSERT_TRUE(d_idx.upload(idx.data(), idx.size()).is_ok());
       const std::vector<uint32_t> seven(size_t(E), 7);  // counters accumulate onto what is there

@@ -1,5 +1,5 @@
 // Multi-GPU planning on the host (docs/multi_gpu.md): the expert partition and the index remap the GPU kernel
-// mirrors (parallel/expert_remap.h), the per-rank memory sizing against a hand count for V4-Flash, the option
+// mirrors (ops/moe/expert_remap.h), the per-rank memory sizing against a hand count for V4-Flash, the option
 // checks (sizes, torchrun variables, cpu backend), and the shard worker pool.
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include "dsinfer/engine.h"
 #include "io/config.h"
 #include "model/tensor_table.h"
+#include "ops/moe/expert_remap.h"
 #include "parallel/eplb.h"
-#include "parallel/expert_remap.h"
 #include "parallel/parallel_plan.h"
 #include "parallel/shard_pool.h"
 #include "test_util.h"
@@ -62,7 +62,7 @@ TEST(ParallelExperts, RemapGivesEachAssignmentToOneRank) {
       auto rg = parallel::expert_range(E, r, world);
       ASSERT_TRUE(rg.is_ok());
       std::vector<int32_t> local = idx;
-      parallel::remap_experts_ref(local.data(), int64_t(local.size()), rg->lo, rg->hi);
+      ops::remap_experts_ref(local.data(), int64_t(local.size()), rg->lo, rg->hi);
       for (size_t i = 0; i < idx.size(); ++i) {
         if (local[i] < 0) continue;
         ASSERT_LT(local[i], rg->count());
@@ -81,9 +81,9 @@ TEST(ParallelExperts, RemapGivesEachAssignmentToOneRank) {
       EXPECT_NEAR(sum[size_t(t)], full, 1e-9);
     }
   }
-  EXPECT_EQ(parallel::remap_expert(5, 4, 8), 1);
-  EXPECT_EQ(parallel::remap_expert(8, 4, 8), -1);
-  EXPECT_EQ(parallel::remap_expert(3, 4, 8), -1);
+  EXPECT_EQ(ops::remap_expert(5, 4, 8), 1);
+  EXPECT_EQ(ops::remap_expert(8, 4, 8), -1);
+  EXPECT_EQ(ops::remap_expert(3, 4, 8), -1);
 }
 
 // V4-Flash: 43 layers x 256 experts x (w1, w3, w2: 3 x 2048 x 4096) in FP4 with an E8M0 scale per 32 = 0.53125
@@ -279,7 +279,7 @@ TEST(ParallelEplb, RemapGivesEachAssignmentExactlyOneOwner) {
       std::vector<uint32_t> counts(size_t(E), 0);
       for (int32_t r = 0; r < world; ++r) {
         std::vector<int32_t> local = idx;
-        parallel::remap_experts_eplb_ref(local.data(), int64_t(local.size()), topk, table.data(), E, r,
+        ops::remap_experts_eplb_ref(local.data(), int64_t(local.size()), topk, table.data(), E, r,
                                          p->slots_per_rank, r == 0 ? counts.data() : nullptr);
         for (size_t i = 0; i < idx.size(); ++i) {
           if (local[i] < 0) continue;

@@ -317,7 +317,7 @@ Status DeviceWeights::finish(const io::ModelConfig& cfg) {
     if (hash ? !L.tid2eid : !L.gate_bias) return missing(l, hash ? TensorRole::Tid2Eid : TensorRole::GateBias);
     if (cfg.n_shared_experts > 0 && (!L.shared.w1.data || !L.shared.w3.data || !L.shared.w2.data))
       return missing(l, TensorRole::SharedW1);
-    L.experts.experts = int64_t(slots_[size_t(l)].size());  // local slot ids (parallel/expert_remap.h)
+    L.experts.experts = int64_t(slots_[size_t(l)].size());  // local slot ids (ops/moe/expert_remap.h)
     L.experts.dim = cfg.hidden_size;
     L.experts.inter = cfg.moe_intermediate_size;
     DSI_RETURN_IF_ERROR(expert_arrays(l));  // the views stay: an EPLB reload rewrites them

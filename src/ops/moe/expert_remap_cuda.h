@@ -1,4 +1,4 @@
-// Expert parallelism's index remap on the GPU (parallel/expert_remap.h): idx[0, n) rewritten in place from global
+// Expert parallelism's index remap on the GPU (ops/moe/expert_remap.h): idx[0, n) rewritten in place from global
 // expert ids to this rank's local ids [0, hi - lo), -1 for experts held by other ranks (moe_cuda skips them).
 // Plain C++ header (no CUDA types).
 #pragma once

@@ -9,7 +9,7 @@
 
 #include "core/host_device.h"
 
-namespace dsinfer::parallel {
+namespace dsinfer::ops {
 
 // Global expert id e -> local id e - lo when lo <= e < hi, else -1 (another rank's expert, or an invalid id).
 DSI_HD int32_t remap_expert(int32_t e, int32_t lo, int32_t hi) { return e >= lo && e < hi ? e - lo : -1; }
@@ -43,4 +43,4 @@ inline void remap_experts_eplb_ref(int32_t* idx, int64_t n, int32_t topk, const 
   }
 }
 
-}  // namespace dsinfer::parallel
+}  // namespace dsinfer::ops
