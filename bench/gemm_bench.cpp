@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/dummy_weights_cuda.h"
 #include "cublaslt_ref.h"
+#include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/gemm/gemm_lt_cuda.h"
 
@@ -66,15 +66,15 @@ Blob blob(size_t bytes, int kind, uint64_t seed) {
   }
   // kind 0: random bytes (FP4 codes), 1: e4m3 bytes without NaN, 2: E8M0 scales (2^-3), 3: bf16 in [-1, 1],
   // -1: floats in [-1, 1).
-  using dsinfer::backends::DummyFill;
-  using dsinfer::backends::DummySpec;
+  using dsinfer::ops::cuda::DummyFill;
+  using dsinfer::ops::cuda::DummySpec;
   const DummySpec spec = kind == 0   ? DummySpec{DummyFill::Fp4Codes}
                          : kind == 1 ? DummySpec{DummyFill::Fp8Codes}
                          : kind == 2 ? DummySpec{DummyFill::Constant8, false, 0.0f, 0.0f, 124}
                          : kind == 3 ? DummySpec{DummyFill::Uniform, true, 0.0f, 1.0f}
                                      : DummySpec{DummyFill::Uniform, false, 0.0f, 1.0f};
   const size_t count = kind == 3 ? bytes / 2 : kind >= 0 ? bytes : bytes / 4;
-  if (!ok(dsinfer::backends::fill_dummy_cuda(b.data(), count, spec, seed, nullptr), "fill")) std::exit(1);
+  if (!ok(dsinfer::ops::cuda::fill_dummy_cuda(b.data(), count, spec, seed, nullptr), "fill")) std::exit(1);
   return b;
 }
 

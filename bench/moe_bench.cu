@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/dummy_weights_cuda.h"
+#include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
 
@@ -51,13 +51,13 @@ Blob upload_blob(const void* host, size_t bytes) {
 Blob blob(size_t bytes, int kind, uint64_t seed) {
   Blob b;
   die(b.alloc(bytes, "bench buffer"), "alloc");
-  using dsinfer::backends::DummyFill;
-  using dsinfer::backends::DummySpec;
+  using dsinfer::ops::cuda::DummyFill;
+  using dsinfer::ops::cuda::DummySpec;
   const DummySpec spec = kind == 0   ? DummySpec{DummyFill::Fp4Codes}
                          : kind == 1 ? DummySpec{DummyFill::Fp8Codes}
                          : kind == 2 ? DummySpec{DummyFill::Constant8, false, 0.0f, 0.0f, 124}
                                      : DummySpec{DummyFill::Uniform, false, 0.0f, 1.0f};
-  die(dsinfer::backends::fill_dummy_cuda(b.data(), kind >= 0 ? bytes : bytes / 4, spec, seed, nullptr), "fill");
+  die(dsinfer::ops::cuda::fill_dummy_cuda(b.data(), kind >= 0 ? bytes : bytes / 4, spec, seed, nullptr), "fill");
   return b;
 }
 

@@ -6,8 +6,9 @@
 #include "backends/cpu/cpu_runner.h"
 #include "parallel/parallel_plan.h"
 #if DSINFER_HAS_CUDA
-#include "backends/cuda/cuda_runner.h"
-#include "backends/cuda/cuda_runner_v41.h"
+#include "backends/cuda/parallel/parallel_runner.h"
+#include "backends/cuda/runner/cuda_runner.h"
+#include "backends/cuda/runner/cuda_runner_v41.h"
 #endif
 
 namespace dsinfer::engine {
@@ -25,13 +26,14 @@ Result<std::unique_ptr<runner::ModelRunner>> create_runner(const runner::RunnerO
     return backends::create_cpu_runner(opts);
   }
 #if DSINFER_HAS_CUDA
-  // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/cuda_runner_v41.h).
+  // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/runner/cuda_runner_v41.h).
   DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(opts.model_dir));
   if (cfg.is_v41()) {
     if (opts.gpus != 1 || opts.eplb || opts.num_redundant_experts != 0)
       return Status::error("the DeepSeek-V4.1 cuda runner runs on one GPU only (--gpus 1, no --eplb / --num-redundant-experts)");
     return backends::create_cuda_runner_v41(opts);
   }
+  if (opts.gpus > 1) return backends::create_parallel_runner(opts);
   return backends::create_cuda_runner(opts);
 #else
   return Status::error("this dsinfer was built without CUDA (configure with the 'cuda' preset for the cuda backend)");

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/step_plan.h"
-#include "backends/cuda/token_fill_cuda.h"
+#include "backends/cuda/step/step_plan.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gpu_test_util.h"
 #include "dsinfer/engine.h"
+#include "ops/token_fill/token_fill_cuda.h"
 
 namespace {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_runner.h"
+#include "backends/cuda/runner/cuda_runner.h"
 #include "cache/state_layout.h"
 #include "cuda/gpu_test_util.h"
 #include "runner/model_runner.h"

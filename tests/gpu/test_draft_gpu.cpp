@@ -1,4 +1,4 @@
-// GPU parity of the CUDA drafters (backends/cuda/draft_cuda.h) against the CPU reference drafters (speculative/dspark.h,
+// GPU parity of the CUDA drafters (backends/cuda/speculative/draft_cuda.h) against the CPU reference drafters (speculative/dspark.h,
 // speculative/mtp1.h) on the shipped models/dsv4-small: both ingest the same captured hidden states (random, two rounds:
 // a prefill longer than the window, then 3 positions that wrap the ring), then propose. With forced draws (the same
 // predecessor tokens on both sides) every draft-logits row and confidence logit is compared; with greedy draws

@@ -1,4 +1,4 @@
-// Prefix-cache host tier on the GPU (backends/cuda/host_tier_cuda.h): spills of device blocks into pinned host
+// Prefix-cache host tier on the GPU (backends/cuda/runner/host_tier_cuda.h): spills of device blocks into pinned host
 // memory and restores back, planned by cache::plan_copy_runs (adjacent blocks merged into one transfer) and issued
 // with cudaMemcpyAsync on one stream, leave exactly the bytes that the same copies done one by one with memmove on
 // the host leave (skips without a device). Byte equality: copies do no arithmetic.
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "backends/cuda/host_tier_cuda.h"
+#include "backends/cuda/runner/host_tier_cuda.h"
 #include "cache/state_copy.h"
 #include "cuda/gpu_test_util.h"
 

@@ -13,7 +13,7 @@
 #include <filesystem>
 
 #include "backends/cpu/cpu_runner.h"
-#include "backends/cuda/cuda_runner_v41.h"
+#include "backends/cuda/runner/cuda_runner_v41.h"
 #include "cache/state_layout.h"
 #include "cuda/gpu_test_util.h"
 #include "scheduler/batch_plan.h"

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "backends/cuda/step_plan.h"
+#include "backends/cuda/step/step_plan.h"
 #include "speculative/speculator.h"
 
 using namespace dsinfer;

@@ -1,11 +1,11 @@
-// The CUDA runner's step-plan packing (backends/cuda/step_plan.h, host-only): array placement and alignment,
+// The CUDA runner's step-plan packing (backends/cuda/step/step_plan.h, host-only): array placement and alignment,
 // the per-token sequence index, zero-padded block tables, fixed-shape (decode graph) strides, and the checks.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "backends/cuda/step_plan.h"
+#include "backends/cuda/step/step_plan.h"
 
 using namespace dsinfer;
 

@@ -1,0 +1,228 @@
+// ParallelRunner (see parallel_runner.h): creation (checks, per-GPU memory plan, NCCL communicators, shards on
+// their worker threads) and the ModelRunner calls fanned out to every shard. Every shard call runs on the shard's
+// own worker thread (whose current device is the shard's GPU), never on the caller's.
+#include "backends/cuda/parallel/parallel_runner.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "backends/cuda/runner/cuda_runner.h"
+#include "backends/cuda/runner/cuda_runner_impl.h"
+#include "cuda/cuda_common.h"
+#include "parallel/eplb.h"
+#include "parallel/nccl_cuda.h"
+#include "parallel/parallel_plan.h"
+#include "parallel/shard_pool.h"
+
+namespace dsinfer::backends {
+
+namespace {
+
+class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
+ public:
+  ParallelRunner(io::ModelConfig cfg, model::Numerics num, int32_t n) : cfg_(std::move(cfg)), num_(std::move(num)),
+                                                                        shards_(size_t(n)), comms_(size_t(n)) {}
+  ~ParallelRunner() override {
+    // Shards and communicators are destroyed on their own threads (their GPU current), then the threads stop.
+    (void)pool_.run([&](int32_t r) {
+      shards_[size_t(r)].reset();
+      comms_[size_t(r)].reset();
+      return Status::ok();
+    });
+  }
+  Status init(const runner::RunnerOptions& opts);
+
+  const io::ModelConfig& config() const override { return cfg_; }
+  std::string name() const override {
+    const std::string eplb = eplb_ ? fmt::format(", EPLB: {} redundant experts, every {} steps", redundant_, interval_) : "";
+    return fmt::format("parallel ({} GPUs, expert parallel{}, {}): {}", shards_.size(), eplb, parallel::nccl_description(),
+                       shards_[0] ? shards_[0]->name() : "");
+  }
+  int32_t kv_elem_bytes() const override { return 4; }
+  bool exact_math() const override { return shards_[0]->exact_math(); }
+  bool fp32_weights() const override { return shards_[0]->fp32_weights(); }
+  runner::RunnerDiagnostics& diagnostics() override { return *this; }
+
+  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override {
+    return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
+  }
+  Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override {
+    DSI_RETURN_IF_ERROR(before_step());
+    return pool_.run([&](int32_t r) {
+      std::vector<float> unused;  // shards > 0 compute no logits
+      return shards_[size_t(r)]->step(plan, r == 0 ? logits : unused);
+    });
+  }
+  bool supports_device_sampling() const override { return true; }
+  Status begin_sampled_step(const scheduler::BatchPlan& plan) override {
+    DSI_RETURN_IF_ERROR(before_step());
+    return pool_.run([&](int32_t r) {
+      std::vector<float> unused;
+      return r == 0 ? shards_[0]->begin_sampled_step(plan) : shards_[size_t(r)]->step(plan, unused);
+    });
+  }
+  Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override {
+    return on_first([&](CudaRunner& s) { return s.sample_rows(rows, out); });
+  }
+  Status bind_snapshots(int32_t n) override { return all([&](CudaRunner& s) { return s.bind_snapshots(n); }); }
+  Status bind_host_blocks(int32_t n) override { return all([&](CudaRunner& s) { return s.bind_host_blocks(n); }); }
+  Status copy_state(std::span<const cache::StateCopy> copies) override {
+    return all([&](CudaRunner& s) { return s.copy_state(copies); });  // the state is replicated
+  }
+  Status set_hidden_capture(std::vector<int64_t> layers) override {
+    return layers.empty() ? Status::ok()
+                          : Status::error("speculative decoding is not implemented with --gpus > 1 yet (docs/multi_gpu.md)");
+  }
+
+  Status set_timing(bool on) override { return all([&](CudaRunner& s) { return s.set_timing(on); }); }
+  Result<std::vector<OpTime>> op_times() override {
+    std::vector<OpTime> times;  // shard 0's: the shards run the same ops in lockstep (the all-reduce joins them)
+    DSI_RETURN_IF_ERROR(on_first([&](CudaRunner& s) -> Status {
+      DSI_ASSIGN_OR_RETURN(times, s.op_times());
+      return Status::ok();
+    }));
+    return times;
+  }
+  Status randomize_state(uint64_t seed) override {
+    return all([&](CudaRunner& s) { return s.randomize_state(seed); });  // same seed: identical replicas
+  }
+
+ private:
+  // EPLB (docs/multi_gpu.md): every interval_ steps, before the next step runs, the placement of every layer is
+  // recomputed from rank 0's counts and applied on every shard (parallel_runner_eplb_cuda.cpp).
+  // A failed rebalance may have reached some shards and not others (they would disagree on which rank computes
+  // an expert): it ends this runner, every later step returns its error.
+  Status before_step() {
+    if (!failed_.is_ok()) return failed_;
+    if (eplb_ && steps_ > 0 && steps_ % interval_ == 0) {
+      if (Status s = rebalance(); !s.is_ok()) {
+        failed_ = Status::errorf("eplb rebalance failed, the GPUs' expert placements may differ; restart the engine "
+                                 "({})", s.message());
+        return failed_;
+      }
+    }
+    ++steps_;
+    return Status::ok();
+  }
+  Status rebalance();
+
+  template <typename F>
+  Status all(F&& f) {
+    return pool_.run([&](int32_t r) { return f(*shards_[size_t(r)]); });
+  }
+  template <typename F>
+  Status on_first(F&& f) {
+    return pool_.run([&](int32_t r) { return r == 0 ? f(*shards_[0]) : Status::ok(); });
+  }
+
+  io::ModelConfig cfg_;
+  model::Numerics num_;
+  parallel::ShardPool pool_;
+  std::vector<std::unique_ptr<CudaRunner>> shards_;
+  std::vector<std::unique_ptr<parallel::NcclComm>> comms_;
+  bool eplb_ = false;
+  int32_t redundant_ = 0;
+  int64_t interval_ = 0, steps_ = 0;
+  std::vector<parallel::Placement> placement_;  // per layer, identical on every shard
+  Status failed_ = Status::ok();
+};
+
+// One rebalance: counts -> per-layer greedy placement (a layer with no counted tokens keeps its placement) ->
+// every shard reloads its changed slots. DSINFER_EPLB_LOG=1 prints one line per rebalance (the expected max/mean
+// rank load of the counted tokens under the old and the new placements, averaged over the layers).
+Status ParallelRunner::rebalance() {
+  std::vector<uint32_t> counts;
+  DSI_RETURN_IF_ERROR(on_first([&](CudaRunner& s) { return s.eplb_take_counts(counts); }));
+  const size_t E = size_t(cfg_.n_routed_experts), n = shards_.size();
+  if (counts.size() != placement_.size() * E) return Status::error("eplb: expert counts do not match the layers");
+  std::vector<parallel::Placement> next = placement_;
+  double before = 0, after = 0;
+  int64_t layers = 0;
+  for (size_t l = 0; l < placement_.size(); ++l) {
+    std::vector<double> load(E);
+    double sum = 0;
+    for (size_t e = 0; e < E; ++e) sum += load[e] = double(counts[l * E + e]);
+    if (sum <= 0) continue;
+    DSI_ASSIGN_OR_RETURN(next[l], parallel::compute_placement(load, int32_t(n), redundant_, &placement_[l]));
+    before += parallel::max_mean_ratio(parallel::expected_rank_loads(placement_[l], load));
+    after += parallel::max_mean_ratio(parallel::expected_rank_loads(next[l], load));
+    ++layers;
+  }
+  if (layers == 0) return Status::ok();
+  std::vector<int32_t> reloaded(n, 0);
+  DSI_RETURN_IF_ERROR(pool_.run([&](int32_t r) -> Status {
+    DSI_ASSIGN_OR_RETURN(reloaded[size_t(r)], shards_[size_t(r)]->eplb_apply(next));
+    return Status::ok();
+  }));
+  placement_ = std::move(next);
+  if (const char* v = std::getenv("DSINFER_EPLB_LOG"); v && std::string(v) == "1") {
+    int64_t total = 0;
+    for (int32_t x : reloaded) total += x;
+    std::fprintf(stderr, "eplb: step %lld: %lld layers rebalanced, max/mean rank load %.3f -> %.3f, %lld slots reloaded\n",
+                 static_cast<long long>(steps_), static_cast<long long>(layers), before / double(layers),
+                 after / double(layers), static_cast<long long>(total));
+  }
+  return Status::ok();
+}
+
+// Every GPU's free memory against the per-rank sizing, before anything is allocated. query_device makes each GPU
+// current in turn: the caller's current device is restored afterwards.
+Status check_memory(const io::ModelConfig& cfg, int32_t n, int32_t redundant) {
+  const parallel::RankMemory m = parallel::rank_memory(model::weight_specs(cfg), n, redundant);
+  int prev = 0;
+  DSI_CUDA_TRY(cudaGetDevice(&prev));
+  Status st = Status::ok();
+  for (int32_t g = 0; g < n && st.is_ok(); ++g) {
+    auto d = cuda::query_device(g);
+    st = d.is_ok() ? parallel::check_rank_fits(m, n, g, d->free_bytes, d->name) : d.status();
+  }
+  DSI_CUDA_TRY(cudaSetDevice(prev));
+  return st;
+}
+
+Status ParallelRunner::init(const runner::RunnerOptions& opts) {
+  const int32_t n = int32_t(shards_.size());
+  DSI_RETURN_IF_ERROR(parallel::expert_range(cfg_.n_routed_experts, 0, n).status());
+  eplb_ = opts.eplb;
+  redundant_ = opts.eplb ? opts.num_redundant_experts : 0;
+  interval_ = opts.eplb_interval;
+  if (eplb_) {
+    DSI_RETURN_IF_ERROR(parallel::validate_eplb(cfg_.n_routed_experts, n, redundant_, interval_));
+    placement_.assign(size_t(cfg_.num_hidden_layers), parallel::static_placement(int32_t(cfg_.n_routed_experts), n, redundant_));
+  }
+  DSI_RETURN_IF_ERROR(check_memory(cfg_, n, redundant_));
+  DSI_RETURN_IF_ERROR(parallel::nccl_load());
+  DSI_ASSIGN_OR_RETURN(const parallel::NcclId id, parallel::nccl_unique_id());
+  // Each worker makes its GPU current once, then joins the communicator (ncclCommInitRank blocks until every
+  // rank has joined: the workers run it at the same time).
+  DSI_RETURN_IF_ERROR(pool_.start(n, [&](int32_t r) -> Status {
+    DSI_CUDA_TRY(cudaSetDevice(r));
+    comms_[size_t(r)] = std::make_unique<parallel::NcclComm>();
+    return comms_[size_t(r)]->init(id, n, r);
+  }));
+  return pool_.run([&](int32_t r) -> Status {
+    runner::RunnerOptions so = opts;
+    so.device = r;
+    so.ep_rank = r;
+    so.ep_size = n;
+    auto shard = std::make_unique<CudaRunner>(cfg_, num_);
+    DSI_RETURN_IF_ERROR(shard->init(so).with_context(fmt::format("GPU {}", r)));
+    shard->set_expert_comm(comms_[size_t(r)].get());
+    shard->set_compute_logits(r == 0);
+    shards_[size_t(r)] = std::move(shard);
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
+Result<std::unique_ptr<runner::ModelRunner>> create_parallel_runner(const runner::RunnerOptions& opts) {
+  DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, cuda_model_config(opts));
+  auto r = std::make_unique<ParallelRunner>(std::move(cfg), opts.numerics, opts.gpus);
+  DSI_RETURN_IF_ERROR(r->init(opts));
+  return std::unique_ptr<runner::ModelRunner>(std::move(r));
+}
+
+}  // namespace dsinfer::backends

@@ -1,0 +1,172 @@
+// The CUDA backend: the DeepSeek-V4 forward on one GPU, op for op the CPU reference (model/deepseek_v4.cpp),
+// with weights kept in their storage formats (F32 / BF16 / FP8 block / FP4) and fp32 activations. Weights come
+// from the checkpoint (validated by model::resolve_weights) or, with --load-format dummy, are generated on the
+// GPU in the official formats. The per-sequence state lives in device memory laid out by the engine's
+// cache::StateLayout (fp32 rows). This file: creation, state binding and the step (plan upload, graph or direct
+// forward, logits download); the parts are listed in cuda_runner_impl.h.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "backends/cuda/runner/cuda_runner.h"
+#include "backends/cuda/runner/cuda_runner_impl.h"
+#include "cuda/cuda_common.h"
+#include "ops/dummy_fill/dummy_fill_cuda.h"
+#include "ops/rope/rope.h"
+
+namespace dsinfer::backends {
+
+Result<io::ModelConfig> cuda_model_config(const runner::RunnerOptions& opts) {
+  DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(opts.model_dir));
+  if (cfg.is_v41())
+    return Status::errorf("{}: DeepSeek-V4.1 has no CUDA kernels yet (issue 19); use the cpu backend", opts.model_dir);
+  if (opts.num_layers > 0) {
+    if (opts.load_format != runner::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");
+    if (opts.num_layers > cfg.num_hidden_layers)
+      return Status::errorf("{} layers requested, but the model has only {}", opts.num_layers, cfg.num_hidden_layers);
+    cfg.num_hidden_layers = opts.num_layers;
+    cfg.layer_types.resize(size_t(opts.num_layers));
+    cfg.mlp_layer_types.resize(size_t(opts.num_layers));
+    cfg.compress_ratios.resize(size_t(opts.num_layers));
+  }
+  // Several GPUs: validated here, where the visible device count is known (docs/multi_gpu.md); with no device at
+  // all, query_device says so when the runner starts.
+  int visible = 0;
+  if (cudaGetDeviceCount(&visible) != cudaSuccess) {
+    (void)cudaGetLastError();
+    visible = 0;
+  }
+  DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
+                                                   opts.tensor_parallel_size},
+                                                  parallel::torchrun_env(), visible > 0 ? visible : -1)
+                          .status());
+  return cfg;
+}
+
+Result<std::unique_ptr<runner::ModelRunner>> create_cuda_runner(const runner::RunnerOptions& opts) {
+  if (opts.gpus > 1)
+    return Status::errorf("--gpus {}: several GPUs run in the ParallelRunner (create_parallel_runner)", opts.gpus);
+  DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, cuda_model_config(opts));
+  std::unique_ptr<CudaRunner> r(new CudaRunner(cfg, opts.numerics));
+  DSI_RETURN_IF_ERROR(r->init(opts));
+  return std::unique_ptr<runner::ModelRunner>(std::move(r));
+}
+
+Status CudaRunner::init(const runner::RunnerOptions& opts) {
+  exact_ = opts.exact_gemm;
+  batch_invariant_ = opts.batch_invariant;
+  ordinal_ = opts.device;
+  ep_rank_ = opts.ep_rank;
+  ep_size_ = opts.ep_size;
+  DSI_ASSIGN_OR_RETURN(experts_, parallel::expert_range(cfg_.n_routed_experts, ep_rank_, ep_size_));
+  if (const char* g = std::getenv("DSINFER_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
+  // Decode graphs stay off with expert parallelism: NCCL collectives can be captured, but this first step keeps
+  // every all-reduce an ordinary launch (docs/multi_gpu.md).
+  if (ep_size_ > 1) graphs_enabled_ = false;
+  DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(ordinal_));  // also makes it the current device
+  // Refuse a model that cannot fit before allocating anything (the same per-rank sizing as the ParallelRunner).
+  // (EPLB: options checked and the redundant expert slots counted.)
+  DSI_ASSIGN_OR_RETURN(ExpertSlots slots, eplb_init(opts));
+  DSI_RETURN_IF_ERROR(parallel::check_rank_fits(
+      parallel::rank_memory(model::weight_specs(cfg_), ep_size_, eplb_.redundant), ep_size_, ordinal_,
+      device_.free_bytes, device_.name));
+  DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
+  if (opts.load_format == runner::LoadFormat::kDummy)
+    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, std::move(slots), stream_));
+  else
+    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, std::move(slots)));
+  const std::vector<float> inv_main = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
+  const std::vector<float> inv_comp = ops::rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);
+  DSI_RETURN_IF_ERROR(inv_main_.upload(inv_main.data(), inv_main.size(), "rope inv_freq"));
+  DSI_RETURN_IF_ERROR(inv_comp_.upload(inv_comp.data(), inv_comp.size(), "rope inv_freq"));
+  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+  return Status::ok();
+}
+
+Status CudaRunner::bind_device() const {
+  DSI_CUDA_TRY(cudaSetDevice(ordinal_));
+  return Status::ok();
+}
+
+CudaRunner::~CudaRunner() {
+  (void)cudaSetDevice(ordinal_);  // frees and destroys on this runner's GPU
+  graphs_.clear();
+  free_capture();
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+std::string CudaRunner::name() const {
+  const std::string ep = !(ep_size_ > 1) ? ""
+                         : eplb_.on ? fmt::format(", GPU {}, EPLB {} expert slots", ordinal_, eplb_.slots)
+                                    : fmt::format(", GPU {}, experts [{}, {})", ordinal_, experts_.lo, experts_.hi);
+  return fmt::format("cuda ({}, {} numerics, {:.2f} GiB weights{}{})", device_.name, num_.name,
+                     double(weights_.bytes()) / double(1 << 30), batch_invariant_ ? ", batch-invariant" : "", ep);
+}
+
+Status CudaRunner::randomize_state(uint64_t seed) {
+  DSI_RETURN_IF_ERROR(bind_device());
+  // Small values like real normalized KV rows; frontier gates included (any finite value is valid there).
+  const ops::cuda::DummySpec unit{ops::cuda::DummyFill::Uniform, false, 0.0f, 1.0f};
+  DSI_RETURN_IF_ERROR(ops::cuda::fill_dummy_cuda(slots_.data(), slots_.bytes() / 4, unit, seed, stream_));
+  DSI_RETURN_IF_ERROR(ops::cuda::fill_dummy_cuda(blocks_.data(), blocks_.bytes() / 4, unit, seed + 1, stream_));
+  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+  return Status::ok();
+}
+
+Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) {
+  DSI_RETURN_IF_ERROR(bind_device());
+  max_model_len_ = max_model_len;
+  graphs_.clear();
+  if (layout.kv_elem_bytes != 4) return Status::error("cuda runner: state layout must use fp32 rows");
+  layout_ = layout;
+  DSI_RETURN_IF_ERROR(slots_.alloc(size_t(num_slots) * size_t(layout.slot_bytes), "state slots"));
+  DSI_RETURN_IF_ERROR(blocks_.alloc(size_t(num_blocks) * size_t(layout.block_bytes), "state blocks"));
+  return Status::ok();
+}
+
+Status CudaRunner::upload_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout) {
+  bool moved = false;
+  DSI_RETURN_IF_ERROR(plan_.upload(plan, layout, stream_, &moved));
+  if (moved) ++scratch_gen_;  // captured graphs hold the old plan pointers
+  return Status::ok();
+}
+
+Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
+  if (!slots_.data()) return Status::error("cuda runner: bind_state was not called");
+  DSI_RETURN_IF_ERROR(bind_device());
+  timer_.begin_step();
+  // Shards other than 0 of a ParallelRunner run the layers only (their logits would be shard 0's).
+  const int64_t T = plan.num_tokens(), S = plan.num_seqs(), R = compute_logits_ ? plan.num_logits() : 0;
+  const int64_t V = cfg_.vocab_size;
+  hidden_view_ = {};
+  if (T == 0) return Status::ok();
+  // A decode step, or a verify step of the same 1 + k tokens per sequence, replays a CUDA graph of its shape. It
+  // is laid out for max_model_len (split counts and scratch follow max_pos) whether or not it is graphed, so graphs
+  // on or off (DSINFER_CUDA_GRAPHS, per-op timing) compute the same bits.
+  const bool fixed = fixed_shape_step(plan, layout_, max_model_len_);
+  const bool graph = fixed && graphs_enabled_ && !timer_.enabled();
+  DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, fixed, max_model_len_,
+                                                                         prev_sample_rows()));
+  shape_.max_pos = layout.max_pos;
+  shape_.visible = (layout.max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
+  DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), shape_.visible, shape_.max_pos));
+  DSI_RETURN_IF_ERROR(ensure_capture(T));
+  DSI_RETURN_IF_ERROR(upload_plan(plan, layout));
+  DSI_RETURN_IF_ERROR(fill_plan_tokens(layout));  // asynchronous steps: inputs sampled by the step before
+  const ops::StepDevice st = step_device(layout, plan_.device());
+  const int32_t* rows = logits_rows(layout, plan_.device());
+  if (graph)
+    DSI_RETURN_IF_ERROR(
+        graphs_.launch(fixed_shape_key(T, S), scratch_gen_, stream_, [&] { return run_forward(st, rows, R); }));
+  else
+    DSI_RETURN_IF_ERROR(run_forward(st, rows, R));
+  if (dsamp_.defer_logits) return Status::ok();  // begin_sampled_step: sample_rows() reads them on the device
+  cudaStream_t cs = static_cast<cudaStream_t>(stream_);
+  logits.resize(size_t(R) * size_t(V));
+  if (R > 0) DSI_CUDA_TRY(cudaMemcpyAsync(logits.data(), s_.logits.data(), size_t(R * V) * 4, cudaMemcpyDeviceToHost, cs));
+  DSI_RETURN_IF_ERROR(download_hidden(T));
+  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  return Status::ok();
+}
+
+}  // namespace dsinfer::backends

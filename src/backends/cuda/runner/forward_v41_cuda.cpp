@@ -1,0 +1,163 @@
+// CudaRunnerV41's forward, in the order of the CPU reference (model/deepseek_v41.cpp): embed -> per layer [Engram
+// -> mHC mixes + collapse with the carried pre -> attn_norm -> attention (attention_v41_cuda.cpp) -> mHC post ->
+// mixes + collapse with the attention site's pre -> ffn_norm -> MoE -> mHC post] -> collapse with the last pre ->
+// norm -> head. Every op is named (timing for `dsinfer bench`); the scratch it all runs in is sized here.
+#include <algorithm>
+#include <vector>
+
+#include "backends/cuda/runner/cuda_runner_v41.h"
+#include "cuda/cuda_common.h"
+#include "ops/embed/embed_cuda.h"
+#include "ops/engram/engram_cuda.h"
+#include "ops/mhc/mhc_cuda.h"
+#include "ops/sparse_attention/sparse_attention_cuda.h"
+
+namespace dsinfer::backends {
+
+using namespace ops::cuda;
+
+int64_t CudaRunnerV41::attention_splits(int64_t l, int64_t T) const {
+  const int64_t keys = cfg_.sliding_window + (cfg_.ratio(l) > 0 ? cfg_.index_topk : 0);
+  return sparse_attention_splits(T, cfg_.num_attention_heads, keys, device_.multiprocessors);
+}
+
+Status CudaRunnerV41::ensure_scratch(int64_t T, int64_t R, int64_t max_pos) {
+  auto grow = [&](auto& b, size_t n, const char* what) -> Status {
+    return b.size() >= n ? Status::ok() : b.alloc(std::max<size_t>(n, 64), what);
+  };
+  const int64_t D = cfg_.hidden_size, n = cfg_.hc_mult, H = cfg_.num_attention_heads, hd = cfg_.head_dim;
+  const int64_t Hi = std::max<int64_t>(cfg_.index_n_heads, 1), di = std::max<int64_t>(cfg_.index_head_dim, 1);
+  const auto& v = cfg_.v41;
+  int64_t min_ratio = 0;  // the most entries any index source sees: (max_pos + 1) / its ratio
+  for (int64_t l : v.index_source_layer_ids)
+    if (l < cfg_.num_hidden_layers && cfg_.ratio(l) > 0) min_ratio = min_ratio ? std::min(min_ratio, cfg_.ratio(l)) : cfg_.ratio(l);
+  const int64_t stride = std::max<int64_t>(1, min_ratio ? (max_pos + 1) / min_ratio : 1);
+  const size_t t = size_t(T), st = t * size_t(stride);
+  const int64_t ecols = v.engram_layer_ids.empty() ? 1 : (v.engram_max_ngram_size - 1) * v.engram_n_heads;
+  const int64_t elayers = std::max<int64_t>(int64_t(v.engram_layer_ids.size()), 1);
+  DSI_RETURN_IF_ERROR(grow(s_.X, t * size_t(n * D), "residual streams"));
+  DSI_RETURN_IF_ERROR(grow(s_.y, t * size_t(D), "activations"));
+  DSI_RETURN_IF_ERROR(grow(s_.f, t * size_t(D), "activations"));
+  DSI_RETURN_IF_ERROR(grow(s_.post, t * size_t(n), "mHC post"));
+  DSI_RETURN_IF_ERROR(grow(s_.comb, t * size_t(n * n), "mHC comb"));
+  for (auto* b : {&s_.pre_a, &s_.pre0, &s_.pre1}) DSI_RETURN_IF_ERROR(grow(*b, t * size_t(n), "mHC pre"));
+  if (s_.onehot.size() < t * size_t(n)) {  // the first site collapses stream 0 only
+    // Every row of the buffer (it is at least 64 floats): a later step of more tokens reuses it without upload.
+    std::vector<float> h(std::max<size_t>(t * size_t(n), 64), 0.0f);
+    for (size_t i = 0; i < h.size() / size_t(n); ++i) h[i * size_t(n)] = 1.0f;
+    DSI_RETURN_IF_ERROR(s_.onehot.upload(h.data(), h.size(), "mHC one-hot pre"));
+  }
+  DSI_RETURN_IF_ERROR(grow(s_.cq, t * size_t(cfg_.q_lora_rank), "q latent"));
+  DSI_RETURN_IF_ERROR(grow(s_.q, t * size_t(H * hd), "q"));
+  for (auto* b : {&s_.kv, &s_.ckv, &s_.cg, &s_.latent}) DSI_RETURN_IF_ERROR(grow(*b, t * size_t(hd), "kv"));
+  DSI_RETURN_IF_ERROR(grow(s_.key, t * size_t(di), "indexer keys"));
+  DSI_RETURN_IF_ERROR(grow(s_.iq, t * size_t(Hi * di), "indexer q"));
+  DSI_RETURN_IF_ERROR(grow(s_.iw, t * size_t(Hi), "indexer weights"));
+  DSI_RETURN_IF_ERROR(grow(s_.scores, st, "indexer scores"));
+  DSI_RETURN_IF_ERROR(grow(s_.blk, st, "candidate blocks"));
+  DSI_RETURN_IF_ERROR(grow(s_.mask, st, "candidate mask"));
+  DSI_RETURN_IF_ERROR(grow(s_.mask_n, t, "candidate mask"));
+  DSI_RETURN_IF_ERROR(grow(s_.sel, t * size_t(std::max<int64_t>(cfg_.index_topk, 1)), "indexer selection"));
+  DSI_RETURN_IF_ERROR(grow(s_.o, t * size_t(H * hd), "attention output"));
+  DSI_RETURN_IF_ERROR(grow(s_.mid, t * size_t(cfg_.o_groups * cfg_.o_lora_rank), "output projection"));
+  DSI_RETURN_IF_ERROR(grow(s_.router, t * size_t(cfg_.n_routed_experts), "router logits"));
+  DSI_RETURN_IF_ERROR(grow(s_.ridx, t * size_t(cfg_.num_experts_per_tok), "routing"));
+  DSI_RETURN_IF_ERROR(grow(s_.rw, t * size_t(cfg_.num_experts_per_tok), "routing"));
+  DSI_RETURN_IF_ERROR(grow(s_.hashes, t * size_t(elayers * ecols), "engram hashes"));
+  DSI_RETURN_IF_ERROR(grow(s_.erows, t * size_t(ecols * std::max<int64_t>(v.engram_head_dim, 1)), "engram rows"));
+  DSI_RETURN_IF_ERROR(grow(s_.ekv, t * size_t((n + 1) * D), "engram kv"));
+  DSI_RETURN_IF_ERROR(grow(s_.hid, size_t(R) * size_t(D), "final hidden"));
+  DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size), "logits"));
+  int64_t ws = 0;
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+    ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(l, T)));
+  DSI_RETURN_IF_ERROR(grow(s_.attn_ws, size_t(ws) + 64, "attention workspace"));
+  s_.stride = stride;
+  if (T > s_.tokens) {
+    DSI_RETURN_IF_ERROR(moe_ws_.reserve(T, cfg_.num_experts_per_tok, D, cfg_.moe_intermediate_size, cfg_.n_routed_experts));
+    s_.tokens = T;
+  }
+  return Status::ok();
+}
+
+// Exact mode (check-reference): chunks of kGemmSkinnyMaxM rows, so every GEMM takes the fp32 CUDA-core kernel.
+Status CudaRunnerV41::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy) {
+  const int64_t chunk = exact_ ? kGemmSkinnyMaxM : std::max<int64_t>(M, 1);
+  for (int64_t r = 0; r < M; r += chunk)
+    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, false, stream_));
+  return Status::ok();
+}
+
+Status CudaRunnerV41::run_forward(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
+  const int64_t T = st.T, V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
+  const float eps = float(cfg_.rms_norm_eps);
+  const DeviceWeight& emb = weights_.embed();
+  DSI_OP41("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens,
+                              T, n, s_.X.data(), stream_));
+  if (!cfg_.v41.engram_layer_ids.empty()) {
+    DSI_OP41("engram_hash", -1, engram_hash(st, hash_, s_.hashes.data(), stream_));
+    DSI_OP41("engram_hash", -1, engram_history_write(st, hash_, stream_));
+  }
+  const float* pre = s_.onehot.data();  // the carried pre; site outputs never alias their input
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const DeviceLayerV41& L = weights_.layer(l);
+    if (L.engram) DSI_RETURN_IF_ERROR(engram(l, st));
+    HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.attn_norm};
+    hp.pre_in = pre;
+    hp.pre_out = s_.pre_a.data();
+    DSI_OP41("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
+    DSI_RETURN_IF_ERROR(attention(l, st));
+    DSI_OP41("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    float* next = (l % 2 ? s_.pre1 : s_.pre0).data();
+    hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.ffn_norm};
+    hp.pre_in = s_.pre_a.data();
+    hp.pre_out = next;
+    DSI_OP41("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
+    DSI_RETURN_IF_ERROR(ffn(l, st));
+    DSI_OP41("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    pre = next;
+  }
+  if (R > 0) {
+    DSI_OP41("final_collapse", -1, hc_collapse_norm(s_.X.data(), pre, rows, R, n, D, weights_.final_norm(), eps, s_.hid.data(), stream_));
+    DSI_OP41("lm_head", -1, gemm(s_.hid.data(), R, D, weights_.head(), s_.logits.data(), V));
+  }
+  return Status::ok();
+}
+
+// Engram before layer l: table rows of the token's hash ids -> wkv -> n keys + a shared value -> per-stream gate.
+Status CudaRunnerV41::engram(int64_t l, const ops::StepDevice& st) {
+  const DeviceLayerV41& L = weights_.layer(l);
+  const int64_t T = st.T, n = cfg_.hc_mult, D = cfg_.hidden_size, e = cfg_.engram_index(l);
+  const int64_t cols = hash_.cols(), hd = cfg_.v41.engram_head_dim;
+  DSI_OP41("engram_lookup", l, engram_gather(s_.hashes.data(), T, hash_.layers, e, cols, L.engram_table, s_.erows.data(), stream_));
+  DSI_OP41("engram_wkv", l, gemm(s_.erows.data(), T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
+  DSI_OP41("engram_gate", l, engram_gate(s_.X.data(), T, n, D, s_.ekv.data(), L.engram_qk, float(cfg_.rms_norm_eps), stream_));
+  return Status::ok();
+}
+
+// MoE: router logits (gate already divided by gate_temp) -> top-k of scores + bias, +1e-20 renorm -> experts and
+// the clamped shared expert. Exact mode keeps T * topk <= 8 * experts per call (fp32 expert kernels).
+Status CudaRunnerV41::ffn(int64_t l, const ops::StepDevice& st) {
+  const DeviceLayerV41& L = weights_.layer(l);
+  const int64_t T = st.T, D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  DSI_OP41("router", l, gemm(s_.y.data(), T, D, L.gate, s_.router.data(), E));
+  RouterCudaParams rp;
+  rp.experts = E;
+  rp.topk = k;
+  rp.score = cfg_.scoring_func;
+  rp.renormalize = cfg_.norm_topk_prob && k > 1;
+  rp.norm_eps = 1e-20f;
+  rp.route_scale = float(cfg_.routed_scaling_factor);
+  DSI_OP41("router", l, route_cuda(s_.router.data(), T, L.gate_bias, nullptr, st.tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
+  const float limit = float(cfg_.swiglu_limit);
+  const MoePath path = !exact_ && T <= 1024 ? MoePath::Fast : MoePath::Exact;  // as the V4 runner: tiled GEMMs beyond
+  const int64_t chunk = exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * E / std::max<int64_t>(k, 1))) : T;
+  for (int64_t r = 0; r < T; r += chunk) {
+    const int64_t m = std::min(chunk, T - r);
+    DSI_OP41("moe", l, moe_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k, L.experts, &L.shared,
+                                limit, limit, s_.f.data() + r * D, moe_ws_, stream_, path));
+  }
+  return Status::ok();
+}
+
+}  // namespace dsinfer::backends

@@ -1,0 +1,204 @@
+// The drafters of speculative decoding on the GPU (DSpark and MTP-1; CPU references speculative/dspark.h, speculative/mtp1.h,
+// speculative/draft_layer.h): the same forward op for op, on the target's CUDA ops (GEMM, RMSNorm, fused norm + RoPE, mHC,
+// router, MoE, embed) plus draft_kernels_cuda.h (window attention over explicit key ranges, stream mean, ring
+// scatter). They read the target's hidden states where the CudaRunner captured them (device memory, no download),
+// share the runner's device embedding and head, and run on the runner's stream, so the next step is ordered after
+// them. Drafter weights are uploaded as F32 from the host loader (speculative/draft_weights.h).
+//   draft_weights_cuda.cpp  upload of the drafter weights        draft_layer_cuda.cpp  one decoder layer, heads
+//   dspark_cuda.cpp         DsparkCuda                           mtp1_cuda.cpp         Mtp1Cuda
+// Precision: `exact` runs every GEMM / MoE on the fp32 CUDA-core kernels (chunks of kGemmSkinnyMaxM rows; parity
+// with the CPU reference up to fp32-vs-double accumulation); otherwise larger GEMMs take the bf16 tensor-core
+// path (drafts may differ in near ties; verification keeps the output exact either way).
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backends/cuda/step/decode_graphs.h"
+#include "backends/cuda/weights/device_weights.h"
+#include "cuda/device_buffer.h"
+#include "ops/draft_kernels/draft_kernels_launch.h"
+#include "ops/embed/embed_launch.h"
+#include "ops/moe/moe_cuda.h"
+#include "speculative/draft_weights.h"
+#include "speculative/drafter.h"
+
+namespace dsinfer::backends {
+
+struct DraftDeviceContext {
+  void* stream = nullptr;
+  const ops::cuda::DeviceWeight* embed = nullptr;  // the target's [V, D] table (F32 or BF16)
+  const ops::cuda::DeviceWeight* head = nullptr;   // the target's head [V, D]
+  // The runner's capture of the last step on the device ([tokens, layers, hc * D]); ingest reads it when the host
+  // span it is given is empty (otherwise it uploads the host span: tests, the host-capture path).
+  std::function<std::span<const float>()> device_hidden;
+  bool exact = false;
+  bool graphs = true;  // DSpark propose replays a CUDA graph per (padded batch, drafts) bucket (DSINFER_CUDA_GRAPHS=0: off)
+};
+
+// Waits for the stream's queued work (before freeing a buffer it may still read).
+Status sync_stream(void* stream);
+// Grows b to at least n elements (64 at least), waiting for queued kernels that may read the old buffer first;
+// a reallocation bumps *gen (captured graphs hold the old pointer). The one scratch-growth rule of both drafters.
+template <typename T>
+Status grow_buffer(cuda::DeviceBuffer<T>& b, size_t n, void* stream, const char* what, uint64_t* gen = nullptr) {
+  if (b.size() >= n) return Status::ok();
+  DSI_RETURN_IF_ERROR(sync_stream(stream));
+  if (gen) ++*gen;
+  return b.alloc(n < 64 ? 64 : n, what);
+}
+
+// Weights of one drafter decoder layer on the device (F32), with the buffers that own them.
+struct DraftDeviceLayer {
+  DeviceLayer L;
+  std::vector<cuda::DeviceBuffer<uint8_t>> owned;
+};
+Result<std::unique_ptr<DraftDeviceLayer>> upload_draft_layer(const model::LayerWeights& w, const io::ModelConfig& c);
+// Uploads host floats into a new owned buffer; returns its device pointer.
+Result<const float*> upload_floats(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, const float* p, size_t n);
+Result<ops::cuda::DeviceWeight> upload_mat(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, const model::Mat& m);
+Result<HcDevice> upload_hc(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, const model::HcWeights& h);
+
+// Scratch and the layer forward shared by both drafters (draft_layer_cuda.cpp).
+class DraftForward {
+ public:
+  DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx);
+  Status init();  // RoPE table
+  // Grows the scratch for T tokens whose attention reads at most max_keys keys.
+  Status reserve(int64_t T, int64_t max_keys);
+  // X [T, hc, D] in place; pos [T] and keys [T] device arrays; ring: the layer's ring of slot 0 (slot_stride
+  // floats between slots, window rows of head_dim).
+  Status layer(const DeviceLayer& L, float* X, int64_t T, const int64_t* pos, const ops::cuda::DraftKeys* keys,
+               int64_t max_keys, const float* ring, int64_t slot_stride);
+  // kv [T, head_dim] = RoPE(kv_norm(wkv(attn_norm(x)))) for x [T, D] (DSpark context rows, which skip the mHC).
+  Status context_kv(const DeviceLayer& L, const float* x, int64_t T, const int64_t* pos, float* kv);
+  // h [R, D] = norm(hc_head(X[rows[r]])); rows (device int32) nullptr = rows 0..R-1.
+  Status head_hidden(const HcDevice& hc, const float* norm, const float* X, const int32_t* rows, int64_t R, float* h);
+  Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
+  Status rmsnorm_rows(const float* x, int64_t rows, int64_t dim, const float* w, float* y);
+  const float* last_kv() const { return kv_.data(); }  // this call's K=V rows of the last layer() [T, head_dim]
+  uint64_t generation() const { return gen_; }          // bumped whenever reserve() reallocates the scratch
+
+ private:
+  Status attention(const DeviceLayer& L, int64_t T, const int64_t* pos, const ops::cuda::DraftKeys* keys,
+                   int64_t max_keys, const float* ring, int64_t slot_stride);
+  Status moe(const DeviceLayer& L, int64_t T);
+
+  const io::ModelConfig& c_;
+  DraftDeviceContext ctx_;
+  int64_t T_ = 0;
+  uint64_t gen_ = 0;
+  cuda::DeviceBuffer<float> inv_freq_, y_, f_, post_, comb_, cq_, q_, kv_, o_, mid_, router_, rw_;
+  cuda::DeviceBuffer<int32_t> ridx_, rows_;
+  ops::cuda::MoeWorkspace moe_ws_;
+};
+
+// Host arrays of one call packed into one buffer (16-byte aligned offsets) that goes up in one copy.
+struct HostPack {
+  std::vector<uint8_t> bytes;
+  template <typename T>
+  size_t add(const std::vector<T>& v) {
+    const size_t off = (bytes.size() + 15) / 16 * 16;
+    bytes.resize(off + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes.data() + off, v.data(), v.size() * sizeof(T));
+    return off;
+  }
+};
+
+// Host arrays of one call, uploaded in order on the drafter's stream (pageable copies are staged by the driver,
+// so the host vectors may change once the call returns).
+Status upload_async(void* stream, cuda::DeviceBuffer<uint8_t>& dst, const void* src, size_t bytes, const char* what);
+// The captured hidden states an ingest reads, on the device: `host` uploaded into `up` when it is non-empty, else
+// the runner's device capture (ctx.device_hidden).
+Result<std::span<const float>> device_hidden_source(const DraftDeviceContext& ctx, std::span<const float> host,
+                                                    cuda::DeviceBuffer<uint8_t>& up);
+
+class DsparkCuda final : public speculative::Drafter {
+ public:
+  DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig dc, speculative::DsparkWeights w, int32_t num_slots,
+             DraftDeviceContext ctx);
+  Status init();
+  speculative::SpecMethod method() const override { return speculative::SpecMethod::kDspark; }
+  const std::vector<int64_t>& tapped_layers() const override { return dc_.target_layer_ids; }
+  int32_t max_drafts() const override { return int32_t(dc_.block_size); }
+  bool has_confidence() const override { return true; }
+  Status ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) override;
+  Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
+                 std::vector<speculative::Proposal>& out) override;
+
+  // Offsets of the packed per-call arrays of a block of Bp (padded) sequences in in_ / out_ (bytes).
+  struct BlockLayout {
+    int64_t Bp = 0, g = 0;
+    size_t tok = 0, pos = 0, keys = 0, prev = 0, in_bytes = 0;  // in_: tokens, positions, keys, predecessors
+    size_t ids = 0, conf = 0, out_bytes = 0;                    // out_: drafted ids, confidence logits [Bp, g]
+  };
+
+ private:
+  Status upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl);
+  // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
+  Status block_forward(const BlockLayout& bl, int32_t kpick);
+  Status bias_and_pick(const BlockLayout& bl, int32_t k);
+  Status host_draws(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl,
+                    int32_t kmax, const speculative::DrawFn& draw, std::vector<std::vector<int32_t>>& toks);
+  uint64_t generation() const { return gen_ + fwd_.generation(); }
+  io::ModelConfig tc_, lc_;
+  speculative::DraftConfig dc_;
+  speculative::DsparkWeights w_;  // host copies: Markov embedding and confidence weights (host-side confidence)
+  int32_t num_slots_;
+  int64_t window_;
+  DraftDeviceContext ctx_;
+  DraftForward fwd_;
+  std::vector<std::unique_ptr<DraftDeviceLayer>> layers_;
+  std::vector<cuda::DeviceBuffer<uint8_t>> owned_;
+  ops::cuda::DeviceWeight main_proj_, markov_embed_, markov_head_;
+  const float *main_norm_ = nullptr, *norm_ = nullptr, *conf_w_ = nullptr;
+  HcDevice hc_head_;
+  cuda::DeviceBuffer<float> ring_, feats_, hctx_, kvc_, X_, h_, logits_, e_;
+  cuda::DeviceBuffer<uint8_t> hidden_up_, ingest_in_, in_, out_;
+  uint64_t gen_ = 0;    // bumped when a buffer the propose graphs read is reallocated
+  DecodeGraphs graphs_;  // propose graphs, keyed by (padded batch, picked drafts)
+  std::vector<uint8_t> in_host_, out_host_;
+  std::vector<float> lg_host_;
+};
+
+class Mtp1Cuda final : public speculative::Drafter {
+ public:
+  Mtp1Cuda(const io::ModelConfig& target, speculative::Mtp1Weights w, int32_t num_slots, DraftDeviceContext ctx);
+  Status init();
+  speculative::SpecMethod method() const override { return speculative::SpecMethod::kMtp1; }
+  const std::vector<int64_t>& tapped_layers() const override { return tapped_; }
+  int32_t max_drafts() const override { return 1; }
+  bool has_confidence() const override { return false; }
+  Status ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) override;
+  Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
+                 std::vector<speculative::Proposal>& out) override;
+
+ private:
+  io::ModelConfig tc_;
+  speculative::Mtp1Weights w_;
+  std::vector<int64_t> tapped_;
+  int32_t num_slots_;
+  int64_t window_;
+  DraftDeviceContext ctx_;
+  DraftForward fwd_;
+  std::unique_ptr<DraftDeviceLayer> layer_;
+  std::vector<cuda::DeviceBuffer<uint8_t>> owned_;
+  ops::cuda::DeviceWeight e_proj_, h_proj_;
+  const float *enorm_ = nullptr, *hnorm_ = nullptr, *norm_ = nullptr;
+  HcDevice hc_head_;
+  cuda::DeviceBuffer<float> ring_, last_h_, X_, e_, ep_, hs_, h_, logits_;
+  cuda::DeviceBuffer<uint8_t> hidden_up_, in_, pin_;
+  cuda::DeviceBuffer<int32_t> ids_;
+  std::vector<int64_t> last_pos_;
+  std::vector<float> lg_host_;
+};
+
+// The drafter of `method` on the GPU (weights from model_dir).
+Result<std::unique_ptr<speculative::Drafter>> create_cuda_drafter(speculative::SpecMethod method, const std::string& model_dir,
+                                                           const io::ModelConfig& target, int32_t num_slots,
+                                                           DraftDeviceContext ctx);
+
+}  // namespace dsinfer::backends

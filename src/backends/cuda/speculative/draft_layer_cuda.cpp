@@ -1,0 +1,161 @@
+// One drafter decoder layer on the GPU (see draft_cuda.h; CPU reference speculative/draft_layer.cpp): mHC around
+// sliding-window attention over explicit key ranges (sink, grouped output projection, inverse RoPE of the output)
+// and a score-routed MoE; transformers numerics like the reference (no FP8 KV simulation, router eps 1e-20).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backends/cuda/speculative/draft_cuda.h"
+#include "cuda/cuda_common.h"
+#include "ops/draft_kernels/draft_kernels_cuda.h"
+#include "ops/gemm/gemm_cuda.h"
+#include "ops/mhc/mhc_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
+#include "ops/rope/rope.h"
+#include "ops/rope/rope_cuda.h"
+
+namespace dsinfer::backends {
+
+using namespace ops::cuda;
+
+namespace {
+constexpr float kRouterNormEps = 1e-20f;  // transformers' renormalization epsilon (speculative/draft_layer.cpp)
+}
+
+DraftForward::DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx) : c_(lc), ctx_(ctx) {}
+
+Status DraftForward::init() {
+  const std::vector<float> inv = ops::rope_inv_freq(c_.rope_main, c_.qk_rope_head_dim);
+  return inv_freq_.upload(inv.data(), inv.size(), "drafter rope inv_freq");
+}
+
+Status DraftForward::reserve(int64_t T, int64_t max_keys) {
+  if (max_keys > 4096) return Status::errorf("drafter attention: {} keys per token", max_keys);
+  if (T <= T_) return Status::ok();
+  // Queued kernels may still read the old scratch.
+  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.stream)));
+  ++gen_;  // captured propose graphs hold the old pointers
+  const size_t t = size_t(std::max<int64_t>(T, 8));
+  const int64_t D = c_.hidden_size, n = c_.hc_mult, H = c_.num_attention_heads, hd = c_.head_dim;
+  const int64_t E = c_.n_routed_experts, k = c_.num_experts_per_tok;
+  DSI_RETURN_IF_ERROR(y_.alloc(t * size_t(D), "drafter activations"));
+  DSI_RETURN_IF_ERROR(f_.alloc(t * size_t(D), "drafter activations"));
+  DSI_RETURN_IF_ERROR(post_.alloc(t * size_t(n), "drafter mHC post"));
+  DSI_RETURN_IF_ERROR(comb_.alloc(t * size_t(n * n), "drafter mHC comb"));
+  DSI_RETURN_IF_ERROR(cq_.alloc(t * size_t(c_.q_lora_rank), "drafter q latent"));
+  DSI_RETURN_IF_ERROR(q_.alloc(t * size_t(H * hd), "drafter q"));
+  DSI_RETURN_IF_ERROR(kv_.alloc(t * size_t(hd), "drafter kv"));
+  DSI_RETURN_IF_ERROR(o_.alloc(t * size_t(H * hd), "drafter attention output"));
+  DSI_RETURN_IF_ERROR(mid_.alloc(t * size_t(c_.o_groups * c_.o_lora_rank), "drafter output projection"));
+  DSI_RETURN_IF_ERROR(router_.alloc(t * size_t(E), "drafter router"));
+  DSI_RETURN_IF_ERROR(rw_.alloc(t * size_t(k), "drafter routing"));
+  DSI_RETURN_IF_ERROR(ridx_.alloc(t * size_t(k), "drafter routing"));
+  std::vector<int32_t> iota(t);
+  std::iota(iota.begin(), iota.end(), 0);
+  DSI_RETURN_IF_ERROR(rows_.upload(iota.data(), iota.size(), "drafter rows"));
+  DSI_RETURN_IF_ERROR(moe_ws_.reserve(int64_t(t), k, D, c_.moe_intermediate_size, E));
+  T_ = int64_t(t);
+  return Status::ok();
+}
+
+Status DraftForward::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
+  const int64_t chunk = ctx_.exact ? kGemmSkinnyMaxM : std::max<int64_t>(M, 1);
+  for (int64_t r = 0; r < M; r += chunk)
+    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, ctx_.stream));
+  return Status::ok();
+}
+
+Status DraftForward::rmsnorm_rows(const float* x, int64_t rows, int64_t dim, const float* w, float* y) {
+  return rmsnorm(x, rows, dim, w, float(c_.rms_norm_eps), y, ctx_.stream);
+}
+
+Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* pos, const ops::cuda::DraftKeys* keys,
+                               int64_t max_keys, const float* ring, int64_t slot_stride) {
+  const int64_t D = c_.hidden_size, H = c_.num_attention_heads, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
+  const int64_t qr = c_.q_lora_rank, G = c_.o_groups, r = c_.o_lora_rank, gin = H * hd / G;
+  const float eps = float(c_.rms_norm_eps), af = float(c_.rope_main.attention_factor);
+  void* s = ctx_.stream;
+  DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wq_a, cq_.data(), qr, false));
+  DSI_RETURN_IF_ERROR(rmsnorm(cq_.data(), T, qr, L.q_norm, eps, cq_.data(), s));
+  DSI_RETURN_IF_ERROR(gemm(cq_.data(), T, qr, L.wq_b, q_.data(), H * hd, false));
+  HeadNormRopeParams rp{T, H, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv_freq_.data(), af, false};
+  DSI_RETURN_IF_ERROR(head_norm_rope(rp, q_.data(), pos, s));
+  DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wkv, kv_.data(), hd, false));
+  rp = {T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv_freq_.data(), af, false};
+  DSI_RETURN_IF_ERROR(head_norm_rope(rp, kv_.data(), pos, s));
+  ops::cuda::DraftAttnArgs a;
+  a.q = q_.data(), a.kv = kv_.data(), a.ring = ring, a.slot_stride = slot_stride, a.window = c_.sliding_window;
+  a.keys = keys, a.sinks = L.sink, a.scale = float(1.0 / std::sqrt(double(hd)));
+  a.T = T, a.heads = H, a.dim = hd, a.max_keys = max_keys, a.out = o_.data();
+  DSI_RETURN_IF_ERROR(draft_attention_cuda(a, s));
+  rp = {T, H, hd, HeadNorm::None, nullptr, eps, rd, inv_freq_.data(), af, true};
+  DSI_RETURN_IF_ERROR(head_norm_rope(rp, o_.data(), pos, s));
+  const int64_t chunk = ctx_.exact ? kGemmSkinnyMaxM : std::max<int64_t>(T, 1);
+  for (int64_t i = 0; i < T; i += chunk)
+    DSI_RETURN_IF_ERROR(gemm_grouped_cuda(o_.data() + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
+                                          mid_.data() + i * G * r, G * r, r, s));
+  return gemm(mid_.data(), T, G * r, L.wo_b, f_.data(), D, false);
+}
+
+Status DraftForward::moe(const DeviceLayer& L, int64_t T) {
+  const int64_t D = c_.hidden_size, E = c_.n_routed_experts, k = c_.num_experts_per_tok;
+  DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.gate, router_.data(), E, false));
+  RouterCudaParams rp;
+  rp.experts = E;
+  rp.topk = k;
+  rp.score = c_.scoring_func;
+  rp.renormalize = c_.norm_topk_prob;
+  rp.norm_eps = kRouterNormEps;
+  rp.route_scale = float(c_.routed_scaling_factor);
+  DSI_RETURN_IF_ERROR(route_cuda(router_.data(), T, L.gate_bias, nullptr, nullptr, rp, ridx_.data(), rw_.data(), ctx_.stream));
+  // Exact: chunks small enough for moe_cuda's fp32 streaming path (T * topk <= 8 * experts, rows <= 8).
+  const float limit = float(c_.swiglu_limit);
+  const int64_t chunk = ctx_.exact ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * E / std::max<int64_t>(k, 1)))
+                                   : std::max<int64_t>(T, 1);
+  for (int64_t r = 0; r < T; r += chunk) {
+    const int64_t m = std::min(chunk, T - r);
+    DSI_RETURN_IF_ERROR(moe_cuda(y_.data() + r * D, m, ridx_.data() + r * k, rw_.data() + r * k, k, L.experts,
+                                 L.has_shared ? &L.shared : nullptr, limit, limit, f_.data() + r * D, moe_ws_,
+                                 ctx_.stream, MoePath::Exact));
+  }
+  return Status::ok();
+}
+
+Status DraftForward::layer(const DeviceLayer& L, float* X, int64_t T, const int64_t* pos, const ops::cuda::DraftKeys* keys,
+                           int64_t max_keys, const float* ring, int64_t slot_stride) {
+  if (T > T_) return Status::errorf("drafter layer: {} tokens, scratch for {}", T, T_);
+  if (T == 0) return Status::ok();
+  const int64_t D = c_.hidden_size, n = c_.hc_mult;
+  const float hc_eps = float(c_.hc_eps), eps = float(c_.rms_norm_eps);
+  void* s = ctx_.stream;
+  HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, c_.hc_sinkhorn_iters, hc_eps, eps, L.attn_norm};
+  DSI_RETURN_IF_ERROR(hc_pre_norm(hp, X, T, y_.data(), post_.data(), comb_.data(), s));
+  DSI_RETURN_IF_ERROR(attention(L, T, pos, keys, max_keys, ring, slot_stride));
+  DSI_RETURN_IF_ERROR(hc_post(T, n, D, f_.data(), post_.data(), comb_.data(), X, s));
+  hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, c_.hc_sinkhorn_iters, hc_eps, eps, L.ffn_norm};
+  DSI_RETURN_IF_ERROR(hc_pre_norm(hp, X, T, y_.data(), post_.data(), comb_.data(), s));
+  DSI_RETURN_IF_ERROR(moe(L, T));
+  return hc_post(T, n, D, f_.data(), post_.data(), comb_.data(), X, s);
+}
+
+Status DraftForward::context_kv(const DeviceLayer& L, const float* x, int64_t T, const int64_t* pos, float* kv) {
+  if (T > T_) return Status::errorf("drafter context kv: {} tokens, scratch for {}", T, T_);
+  if (T == 0) return Status::ok();
+  const int64_t D = c_.hidden_size, hd = c_.head_dim;
+  const float eps = float(c_.rms_norm_eps), af = float(c_.rope_main.attention_factor);
+  DSI_RETURN_IF_ERROR(rmsnorm(x, T, D, L.attn_norm, eps, y_.data(), ctx_.stream));
+  DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wkv, kv, hd, false));
+  const HeadNormRopeParams rp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, c_.qk_rope_head_dim, inv_freq_.data(), af, false};
+  return head_norm_rope(rp, kv, pos, ctx_.stream);
+}
+
+Status DraftForward::head_hidden(const HcDevice& hc, const float* norm, const float* X, const int32_t* rows, int64_t T,
+                                 float* h) {
+  if (T > T_) return Status::errorf("drafter head: {} rows, scratch for {}", T, T_);
+  if (T == 0) return Status::ok();
+  // sinkhorn_iters is unused at the head (no comb there) but must be valid.
+  const HcNormParams hh{hc.fn, hc.base, hc.scale, c_.hc_mult, c_.hidden_size, 1, float(c_.hc_eps), float(c_.rms_norm_eps), norm};
+  return hc_head_norm(hh, X, rows ? rows : rows_.data(), T, h, ctx_.stream);
+}
+
+}  // namespace dsinfer::backends

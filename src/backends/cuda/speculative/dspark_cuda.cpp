@@ -1,0 +1,274 @@
+// DSpark drafter on the GPU (see draft_cuda.h; CPU reference speculative/dspark.cpp, same ring layout
+// [slots, layers, window, head_dim]). ingest: stream mean of the tapped layers' captured rows -> main_proj ->
+// main_norm -> per layer K=V rows scattered into the ring. propose: the whole block of every sequence in one
+// batched forward (embed -> draft layers over ring context + the bidirectional block -> hc_head + norm -> head),
+// then per draft position the Markov bias of the chosen predecessor and the confidence logit on the device. When
+// every request draws greedily from unprocessed logits (ProposeItem::pick_argmax) the argmax is taken on the
+// device too and the round (one input upload, forward, k picks) replays a CUDA graph of its padded batch size;
+// only the drafted ids and confidences come down (one copy, the one host wait). Otherwise each draft position's
+// rows come down for the host's draw.
+#include <algorithm>
+
+#include "backends/cuda/speculative/draft_cuda.h"
+#include "cuda/cuda_common.h"
+#include "ops/draft_kernels/draft_kernels_cuda.h"
+#include "ops/embed/embed_cuda.h"
+
+namespace dsinfer::backends {
+
+using ops::cuda::DraftKeys;
+using ops::cuda::draft_pick_cuda;
+using ops::cuda::ring_scatter_cuda;
+using ops::cuda::stream_mean_cuda;
+
+DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig dc, speculative::DsparkWeights w, int32_t num_slots,
+                       DraftDeviceContext ctx)
+    : tc_(target),
+      lc_(speculative::draft_layer_config(target, dc)),
+      dc_(std::move(dc)),
+      w_(std::move(w)),
+      num_slots_(num_slots),
+      window_(lc_.sliding_window),
+      ctx_(std::move(ctx)),
+      fwd_(lc_, ctx_) {}
+
+Status DsparkCuda::init() {
+  DSI_RETURN_IF_ERROR(fwd_.init());
+  for (const model::LayerWeights& l : w_.layers) {
+    DSI_ASSIGN_OR_RETURN(std::unique_ptr<DraftDeviceLayer> d, upload_draft_layer(l, lc_));
+    layers_.push_back(std::move(d));
+  }
+  DSI_ASSIGN_OR_RETURN(main_proj_, upload_mat(owned_, w_.main_proj));
+  DSI_ASSIGN_OR_RETURN(main_norm_, upload_floats(owned_, w_.main_norm.data(), w_.main_norm.size()));
+  DSI_ASSIGN_OR_RETURN(norm_, upload_floats(owned_, w_.norm.data(), w_.norm.size()));
+  DSI_ASSIGN_OR_RETURN(hc_head_, upload_hc(owned_, w_.hc_head));
+  if (dc_.markov_rank > 0) {
+    DSI_ASSIGN_OR_RETURN(markov_embed_, upload_mat(owned_, w_.markov_embed));
+    DSI_ASSIGN_OR_RETURN(markov_head_, upload_mat(owned_, w_.markov_head));
+  }
+  if (w_.confidence_w.size() != size_t(tc_.hidden_size + dc_.markov_rank))
+    return Status::errorf("dspark (cuda): confidence weights hold {} floats, expected {}", w_.confidence_w.size(),
+                          tc_.hidden_size + dc_.markov_rank);
+  DSI_ASSIGN_OR_RETURN(conf_w_, upload_floats(owned_, w_.confidence_w.data(), w_.confidence_w.size()));
+  const size_t ring = size_t(num_slots_) * layers_.size() * size_t(window_) * size_t(lc_.head_dim);
+  DSI_RETURN_IF_ERROR(ring_.alloc(ring, "dspark context ring"));
+  if (ring) DSI_CUDA_TRY(cudaMemsetAsync(ring_.data(), 0, ring * 4, static_cast<cudaStream_t>(ctx_.stream)));
+  return Status::ok();
+}
+
+namespace {
+size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+// Padded batch of a propose graph: powers of two, so a handful of graphs serve every batch size.
+int64_t bucket(int64_t B) {
+  int64_t p = 1;
+  while (p < B) p *= 2;
+  return p;
+}
+}  // namespace
+
+Status DsparkCuda::ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) {
+  const int64_t D = tc_.hidden_size, n = tc_.hc_mult, m = int64_t(dc_.target_layer_ids.size()), hd = lc_.head_dim;
+  const int64_t row_width = m * n * D;
+  std::vector<int32_t> rows, slots;
+  std::vector<int64_t> pos;
+  for (const speculative::IngestItem& it : items) {
+    if (it.slot < 0 || it.slot >= num_slots_) return Status::errorf("dspark ingest: slot {} outside [0, {})", it.slot, num_slots_);
+    if (it.count <= 0) continue;
+    const int64_t skip = std::max<int64_t>(0, it.count - window_);  // only the last `window` positions are read again
+    for (int64_t t = skip; t < it.count; ++t) {
+      rows.push_back(int32_t(it.row + t));
+      slots.push_back(it.slot);
+      pos.push_back(it.start_pos + t);
+    }
+  }
+  const int64_t N = int64_t(rows.size());
+  if (N == 0) return Status::ok();
+  DSI_ASSIGN_OR_RETURN(std::span<const float> src, device_hidden_source(ctx_, hidden, hidden_up_));
+  for (const speculative::IngestItem& it : items)
+    if (it.count > 0 && int64_t(it.row + it.count) * row_width > int64_t(src.size()))
+      return Status::errorf("dspark ingest: rows [{}, {}) outside the captured hidden states", it.row, it.row + it.count);
+  void* s = ctx_.stream;
+  HostPack pk;
+  const size_t o_rows = pk.add(rows), o_slot = pk.add(slots), o_pos = pk.add(pos);
+  DSI_RETURN_IF_ERROR(upload_async(s, ingest_in_, pk.bytes.data(), pk.bytes.size(), "dspark ingest arrays"));
+  const int32_t* rows_d = reinterpret_cast<const int32_t*>(ingest_in_.data() + o_rows);
+  const int32_t* slot_d = reinterpret_cast<const int32_t*>(ingest_in_.data() + o_slot);
+  const int64_t* pos_d = reinterpret_cast<const int64_t*>(ingest_in_.data() + o_pos);
+  DSI_RETURN_IF_ERROR(fwd_.reserve(N, 0));
+  DSI_RETURN_IF_ERROR(grow_buffer(feats_, size_t(N * m * D), s, "dspark context features"));
+  DSI_RETURN_IF_ERROR(grow_buffer(hctx_, size_t(N * D), s, "dspark context"));
+  DSI_RETURN_IF_ERROR(grow_buffer(kvc_, size_t(N * hd), s, "dspark context kv"));
+  DSI_RETURN_IF_ERROR(stream_mean_cuda(src.data(), rows_d, N, m, n, D, feats_.data(), s));
+  DSI_RETURN_IF_ERROR(fwd_.gemm(feats_.data(), N, m * D, main_proj_, hctx_.data(), D, false));
+  DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(hctx_.data(), N, D, main_norm_, hctx_.data()));
+  const int64_t L = int64_t(layers_.size()), slot_stride = L * window_ * hd;
+  for (int64_t l = 0; l < L; ++l) {
+    DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos_d, kvc_.data()));
+    DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slot_d, pos_d, N, hd,
+                                          ring_.data() + l * window_ * hd, slot_stride, window_, s));
+  }
+  return Status::ok();
+}
+
+// Packs and uploads the block's inputs (one copy): Bp padded sequences of g positions; a padding sequence drafts
+// noise tokens at positions 0..g-1 over slot 0 with no ring keys (valid reads, outputs ignored).
+Status DsparkCuda::upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live,
+                                const BlockLayout& bl) {
+  const int64_t g = bl.g, Tq = bl.Bp * g;
+  in_host_.assign(bl.in_bytes, 0);
+  auto* tok = reinterpret_cast<int32_t*>(in_host_.data() + bl.tok);
+  auto* pos = reinterpret_cast<int64_t*>(in_host_.data() + bl.pos);
+  auto* keys = reinterpret_cast<DraftKeys*>(in_host_.data() + bl.keys);
+  auto* prev = reinterpret_cast<int32_t*>(in_host_.data() + bl.prev);
+  for (int64_t b = 0; b < bl.Bp; ++b) {
+    const bool real = b < int64_t(live.size());
+    const speculative::ProposeItem* it = real ? &items[live[size_t(b)]] : nullptr;
+    const int64_t anchor = real ? it->anchor_pos : 0;
+    prev[b] = real ? it->anchor_token : int32_t(dc_.noise_token_id);
+    for (int64_t k = 0; k < g; ++k) {
+      tok[b * g + k] = k == 0 && real ? it->anchor_token : int32_t(dc_.noise_token_id);
+      pos[b * g + k] = anchor + k;
+      DraftKeys kk;
+      kk.slot = real ? it->slot : 0;
+      kk.ring_lo = real ? std::max<int64_t>(0, anchor - window_) : 0;
+      kk.ring_hi = anchor;
+      kk.new_lo = int32_t(b * g);
+      kk.new_hi = int32_t(b * g + g);
+      keys[b * g + k] = kk;
+    }
+  }
+  void* s = ctx_.stream;
+  const int64_t D = tc_.hidden_size, n = tc_.hc_mult, V = tc_.vocab_size;
+  DSI_RETURN_IF_ERROR(fwd_.reserve(Tq, window_ + g));
+  DSI_RETURN_IF_ERROR(grow_buffer(in_, bl.in_bytes, s, "dspark block inputs", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(out_, bl.out_bytes, s, "dspark block outputs", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(X_, size_t(Tq * n * D), s, "dspark block streams", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(h_, size_t(Tq * D), s, "dspark block hidden", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(logits_, size_t(Tq * V), s, "dspark draft logits", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(e_, size_t(bl.Bp * std::max<int64_t>(dc_.markov_rank, 1)), s, "dspark markov rows", &gen_));
+  return upload_async(s, in_, in_host_.data(), bl.in_bytes, "dspark block inputs");
+}
+
+// Kernels only (no host synchronisation, no allocation): capturable into a CUDA graph.
+Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
+  const int64_t g = bl.g, D = tc_.hidden_size, n = tc_.hc_mult, V = tc_.vocab_size, hd = lc_.head_dim, Tq = bl.Bp * g;
+  const ops::cuda::DeviceWeight& emb = *ctx_.embed;
+  const auto dt = emb.fmt == ops::cuda::WeightFormat::BF16 ? ops::cuda::EmbedDType::BF16 : ops::cuda::EmbedDType::F32;
+  const auto* tok = reinterpret_cast<const int32_t*>(in_.data() + bl.tok);
+  const auto* pos = reinterpret_cast<const int64_t*>(in_.data() + bl.pos);
+  const auto* keys = reinterpret_cast<const DraftKeys*>(in_.data() + bl.keys);
+  DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, tok, Tq, n, X_.data(), ctx_.stream));
+  const int64_t L = int64_t(layers_.size());
+  for (int64_t l = 0; l < L; ++l)
+    DSI_RETURN_IF_ERROR(fwd_.layer(layers_[size_t(l)]->L, X_.data(), Tq, pos, keys, window_ + g,
+                                   ring_.data() + l * window_ * hd, L * window_ * hd));
+  DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), nullptr, Tq, h_.data()));
+  DSI_RETURN_IF_ERROR(fwd_.gemm(h_.data(), Tq, D, *ctx_.head, logits_.data(), V, false));
+  for (int32_t k = 0; k < kpick; ++k) DSI_RETURN_IF_ERROR(bias_and_pick(bl, k));
+  return Status::ok();
+}
+
+// Draft position k: logits[b, k] += W2 W1[prev_b] (prev on the device), the confidence logit
+// w.[h_k ; W1[prev_b]] + b and the argmax into out_ (prev_b := the argmax).
+Status DsparkCuda::bias_and_pick(const BlockLayout& bl, int32_t k) {
+  const int64_t g = bl.g, D = tc_.hidden_size, V = tc_.vocab_size, r = dc_.markov_rank;
+  auto* prev = reinterpret_cast<int32_t*>(in_.data() + bl.prev);
+  void* s = ctx_.stream;
+  if (r > 0) {
+    DSI_RETURN_IF_ERROR(ops::cuda::embed(markov_embed_.data, ops::cuda::EmbedDType::F32, V, r, prev, bl.Bp, 1, e_.data(), s));
+    DSI_RETURN_IF_ERROR(fwd_.gemm(e_.data(), bl.Bp, r, markov_head_, logits_.data() + k * V, g * V, true));
+  }
+  ops::cuda::DraftPickArgs a;
+  a.logits = logits_.data() + k * V, a.logits_ld = g * V, a.vocab = V;
+  a.h = h_.data() + k * D, a.h_ld = g * D, a.dim = D;
+  a.e = r > 0 ? e_.data() : nullptr, a.rank = r;
+  a.conf_w = conf_w_, a.conf_b = float(w_.confidence_b);
+  a.B = bl.Bp, a.out_ld = g;
+  a.ids = reinterpret_cast<int32_t*>(out_.data() + bl.ids) + k;
+  a.conf = reinterpret_cast<float*>(out_.data() + bl.conf) + k;
+  a.prev = prev;
+  return draft_pick_cuda(a, s);
+}
+
+// Requests that need the host's draw (sampling, processed logits): per draft position the predecessors go up,
+// the bias + pick run (for the confidence logit), the rows come down and the DrawFn chooses.
+Status DsparkCuda::host_draws(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live,
+                              const BlockLayout& bl, int32_t kmax, const speculative::DrawFn& draw,
+                              std::vector<std::vector<int32_t>>& toks) {
+  const int64_t g = bl.g, V = tc_.vocab_size, B = int64_t(live.size());
+  cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
+  std::vector<int32_t> prev(size_t(bl.Bp), int32_t(dc_.noise_token_id));
+  for (int64_t b = 0; b < B; ++b) prev[size_t(b)] = items[live[size_t(b)]].anchor_token;
+  lg_host_.resize(size_t(B * V));
+  for (int32_t k = 0; k < kmax; ++k) {
+    DSI_CUDA_TRY(cudaMemcpyAsync(in_.data() + bl.prev, prev.data(), prev.size() * 4, cudaMemcpyHostToDevice, cs));
+    DSI_RETURN_IF_ERROR(bias_and_pick(bl, k));
+    DSI_CUDA_TRY(cudaMemcpy2DAsync(lg_host_.data(), size_t(V) * 4, logits_.data() + k * V, size_t(g * V) * 4,
+                                   size_t(V) * 4, size_t(B), cudaMemcpyDeviceToHost, cs));
+    DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+    for (int64_t b = 0; b < B; ++b) {
+      const size_t i = live[size_t(b)];
+      if (k >= items[i].num_drafts) continue;
+      const int32_t t = draw(i, k, std::span<const float>(lg_host_.data() + b * V, size_t(V)));
+      if (t < 0 || t >= V) return Status::errorf("dspark propose: drew token {} outside the vocabulary", t);
+      prev[size_t(b)] = t;
+      toks[size_t(b)].push_back(t);
+    }
+  }
+  return Status::ok();
+}
+
+Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
+                           std::vector<speculative::Proposal>& out) {
+  out.assign(items.size(), {});
+  const int64_t g = dc_.block_size, V = tc_.vocab_size;
+  std::vector<size_t> live;
+  int32_t kmax = 0;
+  bool pick = true;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const speculative::ProposeItem& it = items[i];
+    if (it.slot < 0 || it.slot >= num_slots_) return Status::errorf("dspark propose: slot {} outside [0, {})", it.slot, num_slots_);
+    if (it.num_drafts > g) return Status::errorf("dspark propose: {} drafts asked, the block has {}", it.num_drafts, g);
+    if (it.anchor_token < 0 || it.anchor_token >= V) return Status::errorf("dspark propose: token {} outside the vocabulary", it.anchor_token);
+    if (it.num_drafts <= 0) continue;
+    live.push_back(i);
+    kmax = std::max(kmax, it.num_drafts);
+    pick = pick && it.pick_argmax;
+  }
+  if (live.empty()) return Status::ok();
+  if (g > 255) return Status::errorf("dspark propose: block size {} above 255", g);
+  BlockLayout bl;
+  bl.Bp = bucket(int64_t(live.size())), bl.g = g;
+  const size_t Tq = size_t(bl.Bp * g);
+  bl.tok = 0, bl.pos = align16(Tq * 4), bl.keys = bl.pos + align16(Tq * 8);
+  bl.prev = bl.keys + align16(Tq * sizeof(DraftKeys)), bl.in_bytes = bl.prev + align16(size_t(bl.Bp) * 4);
+  bl.ids = 0, bl.conf = align16(Tq * 4), bl.out_bytes = bl.conf + Tq * 4;
+  DSI_RETURN_IF_ERROR(upload_block(items, live, bl));
+  // All greedy-plain: the whole round (forward + kmax picks) is one graph and only ids + confidences come down.
+  const int32_t kpick = pick ? kmax : 0;
+  auto body = [&] { return block_forward(bl, kpick); };
+  if (ctx_.graphs)
+    DSI_RETURN_IF_ERROR(graphs_.launch(bl.Bp * 512 + kpick * 2 + (pick ? 1 : 0), generation(), ctx_.stream, body));
+  else
+    DSI_RETURN_IF_ERROR(body());
+  std::vector<std::vector<int32_t>> toks(live.size());
+  if (!pick) DSI_RETURN_IF_ERROR(host_draws(items, live, bl, kmax, draw, toks));
+  cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
+  out_host_.resize(bl.out_bytes);
+  DSI_CUDA_TRY(cudaMemcpyAsync(out_host_.data(), out_.data(), bl.out_bytes, cudaMemcpyDeviceToHost, cs));
+  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  const auto* ids = reinterpret_cast<const int32_t*>(out_host_.data() + bl.ids);
+  const auto* conf = reinterpret_cast<const float*>(out_host_.data() + bl.conf);
+  for (size_t b = 0; b < live.size(); ++b) {
+    speculative::Proposal& p = out[live[b]];
+    for (int32_t k = 0; k < items[live[b]].num_drafts; ++k) {
+      const int32_t t = pick ? ids[b * size_t(g) + size_t(k)] : toks[b][size_t(k)];
+      if (t < 0 || t >= V) return Status::errorf("dspark propose: drafted token {} outside the vocabulary", t);
+      p.tokens.push_back(t);
+      p.confidence_logits.push_back(conf[b * size_t(g) + size_t(k)]);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace dsinfer::backends

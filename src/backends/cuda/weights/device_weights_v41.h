@@ -1,0 +1,75 @@
+// DeepSeek-V4.1 weights on the GPU for CudaRunnerV41 (separate from the V4 DeviceWeights: V4.1 has its own tensor
+// list, model/weights_v41.h). Two sources: the CPU loader's validated, dequantized fp32 weights uploaded as F32
+// (the exact path that check-reference runs; a full-size checkpoint does not fit this way, see docs/kernels.md),
+// or dummy weights generated on the GPU in the official storage formats (FP8 dense, FP4 experts) for benchmarks.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/weights/device_weights.h"  // HcDevice
+#include "core/status.h"
+#include "cuda/device_buffer.h"
+#include "io/config.h"
+#include "model/weights_v41.h"
+#include "ops/engram/engram_launch.h"
+#include "ops/gemm/gemm_cuda.h"
+#include "ops/moe/moe_cuda.h"
+
+namespace dsinfer::backends {
+
+struct DeviceLayerV41 {
+  const float *attn_norm = nullptr, *ffn_norm = nullptr, *sink = nullptr, *q_norm = nullptr, *kv_norm = nullptr;
+  HcDevice hc_attn, hc_ffn;
+  ops::cuda::DeviceWeight wq_a, wq_b, wkv, wo_a, wo_b;
+  // KV source: compressor (wgate for ratio > 1) and indexer keys; index source: queries and head weights.
+  ops::cuda::DeviceWeight comp_wkv, comp_wgate, idx_wk, idx_wq_b, idx_wproj;
+  const float *comp_norm = nullptr, *idx_k_norm = nullptr;
+  ops::cuda::DeviceWeight gate;  // [E, D], already divided by gate_temp
+  const float* gate_bias = nullptr;
+  ops::cuda::MoeExpertsDevice experts;
+  ops::cuda::MoeSharedDevice shared;
+  // Engram (engram_layer_ids): the table, wkv, q_weight * k_weight [n * D].
+  bool engram = false;
+  ops::cuda::EngramTableDevice engram_table;
+  ops::cuda::DeviceWeight engram_wkv;
+  const float* engram_qk = nullptr;
+};
+
+class DeviceWeightsV41 {
+ public:
+  // Uploads the CPU loader's fp32 weights (all F32 on the device).
+  Status upload(const io::ModelConfig& cfg, const model::WeightsV41& w);
+  // Random weights: FP8 (128x128 blocks, E8M0 scales) dense projections, FP4 experts, fp32 vectors / Engram tables;
+  // fails clearly when they would not fit in free_bytes.
+  Status generate_dummy(const io::ModelConfig& cfg, int64_t free_bytes, const std::string& gpu_name, void* stream);
+
+  const ops::cuda::DeviceWeight& embed() const { return embed_; }
+  const ops::cuda::DeviceWeight& head() const { return head_; }
+  const float* final_norm() const { return final_norm_; }
+  const DeviceLayerV41& layer(int64_t l) const { return layers_[size_t(l)]; }
+  int64_t bytes() const { return bytes_; }
+  bool fp32_storage() const { return fp32_storage_; }
+
+ private:
+  Result<const float*> vec(const std::vector<float>& v, const char* what);
+  Result<ops::cuda::DeviceWeight> mat(const model::Mat& m, const char* what);
+  Status experts(const io::ModelConfig& cfg, const model::LayerWeightsV41& L, DeviceLayerV41& D);
+  Status pointer_array(const std::vector<const void*>& ptrs, const void* const*& out);
+  // dummy_weights_v41_cuda.cpp
+  // FP8 scales per block x block (block_rows > 0: per block_rows x block, e.g. one per 32 channels of a row).
+  Result<ops::cuda::DeviceWeight> dummy_mat(int64_t rows, int64_t cols, ops::cuda::WeightFormat fmt, int64_t block,
+                                            uint64_t seed, void* stream, int64_t block_rows = 0);
+  Result<const float*> dummy_vec(int64_t n, float center, float spread, uint64_t seed, void* stream);
+  Status dummy_layer(const io::ModelConfig& cfg, int64_t l, uint64_t& seed, void* stream);
+  Status dummy_experts(const io::ModelConfig& cfg, DeviceLayerV41& D, uint64_t& seed, void* stream);
+
+  std::vector<cuda::DeviceBuffer<uint8_t>> buffers_;
+  ops::cuda::DeviceWeight embed_, head_;
+  const float* final_norm_ = nullptr;
+  std::vector<DeviceLayerV41> layers_;
+  int64_t bytes_ = 0;
+  bool fp32_storage_ = true;
+};
+
+}  // namespace dsinfer::backends

@@ -1,0 +1,179 @@
+// Small kernels of the CUDA drafters (see draft_kernels_launch.h): the window attention with explicit key ranges,
+// the hc-stream mean of captured target rows, the ring scatter, the greedy draft pick, row copies and a broadcast
+// row add. Simple one-block-per-row
+// kernels: the drafter's tensors are small (tens to hundreds of rows).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "ops/draft_kernels/draft_kernels_launch.h"
+
+namespace dsinfer::ops::cuda::detail {
+
+namespace {
+
+constexpr int kAttnThreads = 128;
+
+// One block per (token, head). Scores in double like sparse_attention_ref; softmax with the sink in the
+// denominator; then every thread owns output channels.
+__global__ void draft_attention_kernel(DraftAttnArgs a) {
+  extern __shared__ double smem[];
+  const int64_t t = blockIdx.x, h = blockIdx.y, dim = a.dim;
+  const DraftKeys k = a.keys[t];
+  const int64_t nring = k.ring_hi > k.ring_lo ? k.ring_hi - k.ring_lo : 0;
+  const int64_t nnew = k.new_hi > k.new_lo ? k.new_hi - k.new_lo : 0;
+  const int64_t n = min(nring + nnew, a.max_keys);
+  double* s = smem;                 // [max_keys]
+  double* red = smem + a.max_keys;  // [2]: max, denominator
+  const float* q = a.q + (t * a.heads + h) * dim;
+  auto key = [&](int64_t j) -> const float* {
+    if (j < nring) return a.ring + int64_t(k.slot) * a.slot_stride + ((k.ring_lo + j) % a.window) * dim;
+    return a.kv + (k.new_lo + (j - nring)) * dim;
+  };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t j = warp; j < n; j += warps) {
+    const float* kr = key(j);
+    double dot = 0.0;
+    for (int64_t i = lane; i < dim; i += 32) dot += double(q[i]) * double(kr[i]);
+    for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (lane == 0) s[j] = dot * double(a.scale);
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const double sink = double(a.sinks[h]);
+    double mx = sink;
+    for (int64_t j = lane; j < n; j += 32) mx = fmax(mx, s[j]);
+    for (int o = 16; o > 0; o /= 2) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    double den = 0.0;
+    for (int64_t j = lane; j < n; j += 32) {
+      s[j] = exp(s[j] - mx);
+      den += s[j];
+    }
+    for (int o = 16; o > 0; o /= 2) den += __shfl_xor_sync(0xffffffffu, den, o);
+    if (lane == 0) red[1] = den + exp(sink - mx);
+  }
+  __syncthreads();
+  const double den = red[1];
+  float* out = a.out + (t * a.heads + h) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < n; ++j) acc += s[j] * double(key(j)[i]);
+    out[i] = float(acc / den);
+  }
+}
+
+__global__ void stream_mean_kernel(const float* hidden, const int32_t* rows, int64_t layers, int64_t n, int64_t dim,
+                                   float* feats) {
+  const int64_t t = blockIdx.x;
+  const float* src = hidden + int64_t(rows[t]) * layers * n * dim;
+  for (int64_t idx = threadIdx.x; idx < layers * dim; idx += blockDim.x) {
+    const int64_t l = idx / dim, d = idx % dim;
+    float s = 0.0f;
+    for (int64_t j = 0; j < n; ++j) s += src[(l * n + j) * dim + d];
+    feats[t * layers * dim + idx] = s / float(n);
+  }
+}
+
+__global__ void ring_scatter_kernel(const float* kv, const int32_t* slot, const int64_t* pos, const int32_t* rows,
+                                    int64_t dim, float* ring, int64_t slot_stride, int64_t window) {
+  const int64_t t = rows ? int64_t(rows[blockIdx.x]) : int64_t(blockIdx.x);
+  float* dst = ring + int64_t(slot[t]) * slot_stride + (pos[t] % window) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = kv[t * dim + i];
+}
+
+constexpr int kPickThreads = 256;
+
+// (value desc, id asc): sampling's argmax order.
+__device__ __forceinline__ bool pick_better(float va, int32_t a, float vb, int32_t b) {
+  return va > vb || (va == vb && a < b);
+}
+
+// One block per sequence: the confidence dot product (double, block reduction), then the argmax.
+__global__ void draft_pick_kernel(DraftPickArgs a) {
+  __shared__ double dsum[kPickThreads / 32];
+  __shared__ float bv[kPickThreads / 32];
+  __shared__ int32_t bi[kPickThreads / 32];
+  const int64_t b = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (a.conf_w) {
+    double c = 0.0;
+    for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) c += double(a.conf_w[i]) * double(a.h[b * a.h_ld + i]);
+    for (int64_t i = threadIdx.x; i < a.rank; i += blockDim.x)
+      c += double(a.conf_w[a.dim + i]) * double(a.e[b * a.rank + i]);
+    for (int o = 16; o > 0; o /= 2) c += __shfl_xor_sync(0xffffffffu, c, o);
+    if (lane == 0) dsum[warp] = c;
+  }
+  const float* row = a.logits + b * a.logits_ld;
+  float best = -INFINITY;
+  int32_t idx = 0x7fffffff;
+  for (int64_t v = threadIdx.x; v < a.vocab; v += blockDim.x) {
+    float x = row[v];
+    if (isnan(x)) x = -INFINITY;
+    if (pick_better(x, int32_t(v), best, idx)) best = x, idx = int32_t(v);
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (pick_better(ov, oi, best, idx)) best = ov, idx = oi;
+  }
+  if (lane == 0) bv[warp] = best, bi[warp] = idx;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x / 32); ++w)
+      if (pick_better(bv[w], bi[w], best, idx)) best = bv[w], idx = bi[w];
+    if (idx == 0x7fffffff) idx = 0;
+    a.ids[b * a.out_ld] = idx;
+    if (a.prev) a.prev[b] = idx;
+    if (a.conf_w && a.conf) {
+      double c = double(a.conf_b);
+      for (int w = 0; w < int(blockDim.x / 32); ++w) c += dsum[w];
+      a.conf[b * a.out_ld] = float(c);
+    }
+  }
+}
+
+__global__ void copy_rows_kernel(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows,
+                                 int64_t width) {
+  const int64_t t = blockIdx.x;
+  const float* s = src + (src_rows ? int64_t(src_rows[t]) : t) * width;
+  float* d = dst + (dst_rows ? int64_t(dst_rows[t]) : t) * width;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];
+}
+
+__global__ void add_rows_kernel(const float* b, int64_t rep, int64_t dim, float* y) {
+  const int64_t t = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[t * dim + i] += b[(t / rep) * dim + i];
+}
+
+}  // namespace
+
+void launch_draft_attention(const DraftAttnArgs& a, void* stream) {
+  const size_t smem = size_t(a.max_keys + 2) * sizeof(double);
+  draft_attention_kernel<<<dim3(unsigned(a.T), unsigned(a.heads)), kAttnThreads, smem, static_cast<cudaStream_t>(stream)>>>(a);
+}
+
+void launch_stream_mean(const float* hidden, const int32_t* rows, int64_t T, int64_t layers, int64_t n, int64_t dim,
+                        float* feats, void* stream) {
+  stream_mean_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(hidden, rows, layers, n, dim, feats);
+}
+
+void launch_ring_scatter(const float* kv, const int32_t* slot, const int64_t* pos, const int32_t* rows, int64_t T,
+                         int64_t dim, float* ring, int64_t slot_stride, int64_t window, void* stream) {
+  ring_scatter_kernel<<<unsigned(T), 128, 0, static_cast<cudaStream_t>(stream)>>>(kv, slot, pos, rows, dim, ring,
+                                                                                  slot_stride, window);
+}
+
+void launch_draft_pick(const DraftPickArgs& a, void* stream) {
+  draft_pick_kernel<<<unsigned(a.B), kPickThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+}
+
+void launch_copy_rows(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
+                      int64_t width, void* stream) {
+  copy_rows_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, src_rows, dst, dst_rows, width);
+}
+
+void launch_add_rows(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream) {
+  add_rows_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(b, rep, dim, y);
+}
+
+}  // namespace dsinfer::ops::cuda::detail

@@ -1,0 +1,73 @@
+// Argument checks and launches of the drafter kernels (see draft_kernels_cuda.h).
+#include "ops/draft_kernels/draft_kernels_cuda.h"
+
+#include "cuda/cuda_common.h"
+
+namespace dsinfer::ops::cuda {
+
+Status draft_attention_cuda(const DraftAttnArgs& a, void* stream) {
+  if (a.T == 0) return Status::ok();
+  if (a.T < 0 || a.T > 0x7fffffff || a.heads <= 0 || a.heads > 65535 || a.dim <= 0 || a.max_keys < 0 || a.window <= 0)
+    return Status::errorf("draft_attention: bad shape T={} heads={} dim={} max_keys={} window={}", a.T, a.heads, a.dim,
+                          a.max_keys, a.window);
+  if ((a.max_keys + 2) * 8 > 48 * 1024) return Status::errorf("draft_attention: {} keys exceed shared memory", a.max_keys);
+  if (!a.q || !a.kv || !a.ring || !a.keys || !a.sinks || !a.out) return Status::error("draft_attention: null pointer");
+  detail::launch_draft_attention(a, stream);
+  DSI_CUDA_LAUNCHED("draft_attention_kernel");
+  return Status::ok();
+}
+
+Status stream_mean_cuda(const float* hidden, const int32_t* rows, int64_t T, int64_t layers, int64_t n, int64_t dim,
+                        float* feats, void* stream) {
+  if (T == 0) return Status::ok();
+  if (T < 0 || T > 0x7fffffff || layers <= 0 || n <= 0 || dim <= 0)
+    return Status::errorf("stream_mean: bad shape T={} layers={} n={} dim={}", T, layers, n, dim);
+  if (!hidden || !rows || !feats) return Status::error("stream_mean: null pointer");
+  detail::launch_stream_mean(hidden, rows, T, layers, n, dim, feats, stream);
+  DSI_CUDA_LAUNCHED("stream_mean_kernel");
+  return Status::ok();
+}
+
+Status ring_scatter_cuda(const float* kv, const int32_t* slot, const int64_t* pos, int64_t T, int64_t dim, float* ring,
+                         int64_t slot_stride, int64_t window, void* stream, const int32_t* rows) {
+  if (T == 0) return Status::ok();
+  if (T < 0 || T > 0x7fffffff || dim <= 0 || window <= 0 || slot_stride < window * dim)
+    return Status::errorf("ring_scatter: bad shape T={} dim={} window={} slot_stride={}", T, dim, window, slot_stride);
+  if (!kv || !slot || !pos || !ring) return Status::error("ring_scatter: null pointer");
+  detail::launch_ring_scatter(kv, slot, pos, rows, T, dim, ring, slot_stride, window, stream);
+  DSI_CUDA_LAUNCHED("ring_scatter_kernel");
+  return Status::ok();
+}
+
+Status draft_pick_cuda(const DraftPickArgs& a, void* stream) {
+  if (a.B == 0) return Status::ok();
+  if (a.B < 0 || a.B > 0x7fffffff || a.vocab <= 0 || a.vocab > 0x7fffffff || a.logits_ld < a.vocab || a.out_ld <= 0)
+    return Status::errorf("draft_pick: bad shape B={} vocab={} ld={} out_ld={}", a.B, a.vocab, a.logits_ld, a.out_ld);
+  if (!a.logits || !a.ids) return Status::error("draft_pick: null logits or ids");
+  if (a.conf_w && (!a.h || a.dim <= 0 || a.h_ld < a.dim || a.rank < 0 || (a.rank > 0 && !a.e) || !a.conf))
+    return Status::errorf("draft_pick: bad confidence inputs dim={} rank={}", a.dim, a.rank);
+  detail::launch_draft_pick(a, stream);
+  DSI_CUDA_LAUNCHED("draft_pick_kernel");
+  return Status::ok();
+}
+
+Status copy_rows_cuda(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
+                      int64_t width, void* stream) {
+  if (T == 0) return Status::ok();
+  if (T < 0 || T > 0x7fffffff || width <= 0) return Status::errorf("copy_rows: bad shape T={} width={}", T, width);
+  if (!src || !dst) return Status::error("copy_rows: null pointer");
+  detail::launch_copy_rows(src, src_rows, dst, dst_rows, T, width, stream);
+  DSI_CUDA_LAUNCHED("copy_rows_kernel");
+  return Status::ok();
+}
+
+Status add_rows_cuda(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream) {
+  if (T == 0) return Status::ok();
+  if (T < 0 || T > 0x7fffffff || rep <= 0 || dim <= 0) return Status::errorf("add_rows: bad shape T={} rep={} dim={}", T, rep, dim);
+  if (!b || !y) return Status::error("add_rows: null pointer");
+  detail::launch_add_rows(b, T, rep, dim, y, stream);
+  DSI_CUDA_LAUNCHED("add_rows_kernel");
+  return Status::ok();
+}
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,25 @@
+// The CUDA drafters' own kernels (plain header; launchers in draft_kernels_launch.h, kernels in draft_kernels.cu).
+// Everything else of the drafter forward reuses the target's ops (GEMM, RMSNorm, RoPE, mHC, router, MoE, embed).
+#pragma once
+#include <cstdint>
+
+#include "core/status.h"
+#include "ops/draft_kernels/draft_kernels_launch.h"
+
+namespace dsinfer::ops::cuda {
+
+// Window attention with per-token key ranges (DraftKeys) and per-head sinks, K = V (semantics of
+// ops::sparse_attention_ref over the key list "ring range, then new rows"); no RoPE. Every token's key count
+// must be <= a.max_keys (checked on the host by the caller, which built the ranges).
+Status draft_attention_cuda(const DraftAttnArgs& a, void* stream);
+Status stream_mean_cuda(const float* hidden, const int32_t* rows, int64_t T, int64_t layers, int64_t n, int64_t dim,
+                        float* feats, void* stream);
+// rows: optional device indices of the T rows to scatter (null = rows 0..T-1).
+Status ring_scatter_cuda(const float* kv, const int32_t* slot, const int64_t* pos, int64_t T, int64_t dim, float* ring,
+                         int64_t slot_stride, int64_t window, void* stream, const int32_t* rows = nullptr);
+Status draft_pick_cuda(const DraftPickArgs& a, void* stream);
+Status copy_rows_cuda(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
+                      int64_t width, void* stream);
+Status add_rows_cuda(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream);
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,64 @@
+// Parameters and kernel launchers behind draft_kernels_cuda.h (no CUDA types, no Status; validated by
+// draft_kernels_cuda.cpp).
+#pragma once
+#include <cstdint>
+
+namespace dsinfer::ops::cuda {
+
+// Keys of one query token of the drafter's window attention: ring positions [ring_lo, ring_hi) of `slot` (row
+// pos % window of the layer's ring), then rows [new_lo, new_hi) of this call's kv.
+struct DraftKeys {
+  int32_t slot = 0, new_lo = 0, new_hi = 0, pad = 0;
+  int64_t ring_lo = 0, ring_hi = 0;
+};
+
+struct DraftAttnArgs {
+  const float* q = nullptr;      // [T, heads, dim]
+  const float* kv = nullptr;     // [rows, dim]: this call's K=V rows
+  const float* ring = nullptr;   // the layer's ring of slot 0: row (slot, p) at ring + slot*slot_stride + (p % window)*dim
+  int64_t slot_stride = 0, window = 0;
+  const DraftKeys* keys = nullptr;  // [T]
+  const float* sinks = nullptr;     // [heads]
+  float scale = 1.0f;
+  int64_t T = 0, heads = 0, dim = 0, max_keys = 0;
+  float* out = nullptr;  // [T, heads, dim]
+};
+
+// Greedy draft pick of one draft position for B sequences (DSpark: after the Markov bias of the predecessor):
+// conf[b] = conf_b + conf_w . [h_b ; e_b] (when conf), ids[b] = prev[b] = argmax_v logits[b] (NaN as -inf, ties
+// to the lower id, like sampling's argmax). Row b of logits / h / e / ids / conf is at b * its stride.
+struct DraftPickArgs {
+  const float* logits = nullptr;
+  int64_t logits_ld = 0, vocab = 0;
+  const float* h = nullptr;  // [B, h_ld] (confidence only)
+  int64_t h_ld = 0, dim = 0;
+  const float* e = nullptr;  // [B, rank] Markov rows W1[prev] (may be null when rank is 0)
+  int64_t rank = 0;
+  const float* conf_w = nullptr;  // [dim + rank]; null = no confidence
+  float conf_b = 0.0f;
+  int64_t B = 0, out_ld = 1;
+  int32_t* ids = nullptr;   // ids[b * out_ld]
+  float* conf = nullptr;    // conf[b * out_ld]
+  int32_t* prev = nullptr;  // [B], may be null
+};
+
+namespace detail {
+
+void launch_draft_attention(const DraftAttnArgs& a, void* stream);           // draft_kernels.cu ("draft_attention_kernel")
+// feats[t, l*dim + d] = mean_j hidden[rows[t], l, j, d] (float sum in stream order, then / n).
+void launch_stream_mean(const float* hidden, const int32_t* rows, int64_t T, int64_t layers, int64_t n, int64_t dim,
+                        float* feats, void* stream);                         // ("stream_mean_kernel")
+// ring[slot[r]*slot_stride + (pos[r] % window)*dim + :dim] = kv[r] for t < T.
+// rows (may be null = 0..T-1): the call's t-th row is r = rows[t] of kv, slot and pos.
+void launch_ring_scatter(const float* kv, const int32_t* slot, const int64_t* pos, const int32_t* rows, int64_t T,
+                         int64_t dim, float* ring, int64_t slot_stride, int64_t window, void* stream);  // ("ring_scatter_kernel")
+// y[t] = a[t] + b[t / rep] for t < T rows of dim floats (MTP-1: per-stream h_proj plus the token's e_proj).
+void launch_draft_pick(const DraftPickArgs& a, void* stream);  // ("draft_pick_kernel")
+// dst[dst_rows[t]] = src[src_rows[t]] for t < T rows of width floats (a null index array = t).
+void launch_copy_rows(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
+                      int64_t width, void* stream);  // ("copy_rows_kernel")
+void launch_add_rows(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream);  // ("add_rows_kernel")
+
+}  // namespace detail
+
+}  // namespace dsinfer::ops::cuda
