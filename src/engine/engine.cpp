@@ -44,9 +44,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
   DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
   DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
   DSI_ASSIGN_OR_RETURN(ro.load_format, runner::parse_load_format(o.load_format));
-  ro.batch_invariant = o.batch_invariant, ro.gpus = o.gpus, ro.expert_parallel_size = o.expert_parallel_size;
-  ro.data_parallel_size = o.data_parallel_size, ro.tensor_parallel_size = o.tensor_parallel_size;
-  ro.eplb = o.eplb, ro.num_redundant_experts = o.num_redundant_experts, ro.eplb_interval = o.eplb_interval;
+  ro.batch_invariant = o.batch_invariant;
+  ro.gpus = o.gpus;
+  ro.expert_parallel_size = o.expert_parallel_size;
+  ro.data_parallel_size = o.data_parallel_size;
+  ro.tensor_parallel_size = o.tensor_parallel_size;
+  ro.eplb = o.eplb;
+  ro.num_redundant_experts = o.num_redundant_experts;
+  ro.eplb_interval = o.eplb_interval;
   if (o.sampling != "device" && o.sampling != "host")
     return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
   if (o.async_scheduling != "on" && o.async_scheduling != "off")

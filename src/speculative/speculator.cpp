@@ -38,7 +38,10 @@ size_t best_verify_length(std::span<const float> a, double row_cost) {
   for (size_t L = 1; L <= a.size(); ++L) {
     gain += double(a[L - 1]);
     const double rate = gain / (1.0 + row_cost * double(L));
-    if (rate > best_rate) best = L, best_rate = rate;
+    if (rate > best_rate) {
+      best = L;
+      best_rate = rate;
+    }
   }
   return best;
 }

@@ -109,18 +109,30 @@ __global__ void draft_pick_kernel(DraftPickArgs a) {
   for (int64_t v = threadIdx.x; v < a.vocab; v += blockDim.x) {
     float x = row[v];
     if (isnan(x)) x = -INFINITY;
-    if (pick_better(x, int32_t(v), best, idx)) best = x, idx = int32_t(v);
+    if (pick_better(x, int32_t(v), best, idx)) {
+      best = x;
+      idx = int32_t(v);
+    }
   }
   for (int o = 16; o > 0; o /= 2) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (pick_better(ov, oi, best, idx)) best = ov, idx = oi;
+    if (pick_better(ov, oi, best, idx)) {
+      best = ov;
+      idx = oi;
+    }
   }
-  if (lane == 0) bv[warp] = best, bi[warp] = idx;
+  if (lane == 0) {
+    bv[warp] = best;
+    bi[warp] = idx;
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < int(blockDim.x / 32); ++w)
-      if (pick_better(bv[w], bi[w], best, idx)) best = bv[w], idx = bi[w];
+      if (pick_better(bv[w], bi[w], best, idx)) {
+        best = bv[w];
+        idx = bi[w];
+      }
     if (idx == 0x7fffffff) idx = 0;
     a.ids[b * a.out_ld] = idx;
     if (a.prev) a.prev[b] = idx;

@@ -51,7 +51,8 @@ Result<ops::cuda::DeviceExpertWeights> upload_experts(std::vector<cuda::DeviceBu
   for (const model::ExpertWeights& e : ex) {
     DSI_ASSIGN_OR_RETURN(DeviceWeight w, upload_mat(owned, e.*which));
     if (!ptrs.empty() && (w.rows != d.rows || w.cols != d.cols)) return Status::error("drafter experts differ in shape");
-    d.rows = w.rows, d.cols = w.cols;
+    d.rows = w.rows;
+    d.cols = w.cols;
     ptrs.push_back(w.data);
   }
   d.fmt = WeightFormat::F32;

@@ -179,11 +179,18 @@ Status DsparkCuda::bias_and_pick(const BlockLayout& bl, int32_t k) {
     DSI_RETURN_IF_ERROR(fwd_.gemm(e_.data(), bl.Bp, r, markov_head_, logits_.data() + k * V, g * V, true));
   }
   ops::cuda::DraftPickArgs a;
-  a.logits = logits_.data() + k * V, a.logits_ld = g * V, a.vocab = V;
-  a.h = h_.data() + k * D, a.h_ld = g * D, a.dim = D;
-  a.e = r > 0 ? e_.data() : nullptr, a.rank = r;
-  a.conf_w = conf_w_, a.conf_b = float(w_.confidence_b);
-  a.B = bl.Bp, a.out_ld = g;
+  a.logits = logits_.data() + k * V;
+  a.logits_ld = g * V;
+  a.vocab = V;
+  a.h = h_.data() + k * D;
+  a.h_ld = g * D;
+  a.dim = D;
+  a.e = r > 0 ? e_.data() : nullptr;
+  a.rank = r;
+  a.conf_w = conf_w_;
+  a.conf_b = float(w_.confidence_b);
+  a.B = bl.Bp;
+  a.out_ld = g;
   a.ids = reinterpret_cast<int32_t*>(out_.data() + bl.ids) + k;
   a.conf = reinterpret_cast<float*>(out_.data() + bl.conf) + k;
   a.prev = prev;
@@ -238,11 +245,17 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
   if (live.empty()) return Status::ok();
   if (g > 255) return Status::errorf("dspark propose: block size {} above 255", g);
   BlockLayout bl;
-  bl.Bp = bucket(int64_t(live.size())), bl.g = g;
+  bl.Bp = bucket(int64_t(live.size()));
+  bl.g = g;
   const size_t Tq = size_t(bl.Bp * g);
-  bl.tok = 0, bl.pos = align16(Tq * 4), bl.keys = bl.pos + align16(Tq * 8);
-  bl.prev = bl.keys + align16(Tq * sizeof(DraftKeys)), bl.in_bytes = bl.prev + align16(size_t(bl.Bp) * 4);
-  bl.ids = 0, bl.conf = align16(Tq * 4), bl.out_bytes = bl.conf + Tq * 4;
+  bl.tok = 0;
+  bl.pos = align16(Tq * 4);
+  bl.keys = bl.pos + align16(Tq * 8);
+  bl.prev = bl.keys + align16(Tq * sizeof(DraftKeys));
+  bl.in_bytes = bl.prev + align16(size_t(bl.Bp) * 4);
+  bl.ids = 0;
+  bl.conf = align16(Tq * 4);
+  bl.out_bytes = bl.conf + Tq * 4;
   DSI_RETURN_IF_ERROR(upload_block(items, live, bl));
   // All greedy-plain: the whole round (forward + kmax picks) is one graph and only ids + confidences come down.
   const int32_t kpick = pick ? kmax : 0;

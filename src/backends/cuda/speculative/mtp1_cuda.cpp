@@ -170,7 +170,12 @@ Status Mtp1Cuda::propose(std::span<const speculative::ProposeItem> items, const 
   DSI_RETURN_IF_ERROR(fwd_.gemm(h_.data(), B, D, *ctx_.head, logits_.data(), V, false));
   if (pick) {  // greedy-plain requests: the argmax on the device, only the ids come down
     ops::cuda::DraftPickArgs a;
-    a.logits = logits_.data(), a.logits_ld = V, a.vocab = V, a.B = B, a.out_ld = 1, a.ids = ids_.data();
+    a.logits = logits_.data();
+    a.logits_ld = V;
+    a.vocab = V;
+    a.B = B;
+    a.out_ld = 1;
+    a.ids = ids_.data();
     DSI_RETURN_IF_ERROR(draft_pick_cuda(a, s));
     std::vector<int32_t> ids(static_cast<size_t>(B));
     DSI_CUDA_TRY(cudaMemcpyAsync(ids.data(), ids_.data(), size_t(B) * 4, cudaMemcpyDeviceToHost, cs));

@@ -9,7 +9,9 @@ namespace dsinfer::backends {
 Result<StepPlanLayout> layout_step_plan(const scheduler::BatchPlan& plan, const cache::StateLayout& state,
                                         int64_t vocab, bool fixed_shape, int64_t max_model_len, int64_t prev_rows) {
   StepPlanLayout L;
-  L.T = plan.num_tokens(), L.S = plan.num_seqs(), L.R = plan.num_logits();
+  L.T = plan.num_tokens();
+  L.S = plan.num_seqs();
+  L.R = plan.num_logits();
   L.F = int64_t(plan.token_fills.size());
   for (const auto& s : plan.seqs) {
     L.table_stride = std::max<int64_t>(L.table_stride, int64_t(s.block_table.size()));
