@@ -39,19 +39,15 @@ double Engine::now_s() const {
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
-  runner::RunnerOptions ro;
-  ro.model_dir = o.model_dir;
-  DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
-  DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
-  DSI_ASSIGN_OR_RETURN(ro.load_format, runner::parse_load_format(o.load_format));
-  ro.batch_invariant = o.batch_invariant;
-  ro.gpus = o.gpus;
-  ro.expert_parallel_size = o.expert_parallel_size;
-  ro.data_parallel_size = o.data_parallel_size;
-  ro.tensor_parallel_size = o.tensor_parallel_size;
-  ro.eplb = o.eplb;
-  ro.num_redundant_experts = o.num_redundant_experts;
-  ro.eplb_interval = o.eplb_interval;
+  DSI_ASSIGN_OR_RETURN(const runner::Backend backend, runner::parse_backend(o.backend));
+  DSI_ASSIGN_OR_RETURN(model::Numerics numerics, model::Numerics::from_name(o.numerics));
+  DSI_ASSIGN_OR_RETURN(const runner::LoadFormat load_format, runner::parse_load_format(o.load_format));
+  const runner::RunnerOptions ro{.model_dir = o.model_dir, .backend = backend, .numerics = std::move(numerics),
+                                 .load_format = load_format, .batch_invariant = o.batch_invariant, .gpus = o.gpus,
+                                 .expert_parallel_size = o.expert_parallel_size,
+                                 .data_parallel_size = o.data_parallel_size,
+                                 .tensor_parallel_size = o.tensor_parallel_size, .eplb = o.eplb,
+                                 .num_redundant_experts = o.num_redundant_experts, .eplb_interval = o.eplb_interval};
   if (o.sampling != "device" && o.sampling != "host")
     return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
   if (o.async_scheduling != "on" && o.async_scheduling != "off")
@@ -343,22 +339,25 @@ Status Engine::abort(scheduler::RequestId id) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return Status::errorf("abort: request {} is unknown or has already finished", id);
   DSI_RETURN_IF_ERROR(sched_->abort(id));  // frees the state of every live sequence
-  Pending& p = *it->second;
+  close_open_seqs(id, *it->second, sampling::finish_reason_name(sampling::FinishReason::Abort));
+  finish_request(it, now_s());
+  return Status::ok();
+}
+
+void Engine::close_open_seqs(scheduler::RequestId id, Pending& p, const std::string& reason) {
   for (auto& [sid, so] : p.seqs) {
     if (structured_) structured_->remove(sid);
     if (!so.choice.finish_reason.empty()) continue;
-    so.choice.finish_reason = sampling::finish_reason_name(sampling::FinishReason::Abort);
+    so.choice.finish_reason = reason;
     p.out.completion_tokens += int64_t(so.choice.token_ids.size());
     if (!on_event_) continue;
     StreamEvent ev;
     ev.request_id = id;
     ev.index = so.choice.index;
     ev.finished = true;
-    ev.finish_reason = so.choice.finish_reason;
+    ev.finish_reason = reason;
     on_event_(ev);
   }
-  finish_request(it, now_s());
-  return Status::ok();
 }
 
 void Engine::fail_seq(scheduler::RequestId rid, scheduler::SeqId sid, int64_t position, const std::string& why) {
@@ -368,19 +367,7 @@ void Engine::fail_seq(scheduler::RequestId rid, scheduler::SeqId sid, int64_t po
   Pending& p = *pit->second;
   p.out.error = fmt::format("{} at position {} (sample {}); the request was stopped", why, position,
                             p.seqs[sid].choice.index);
-  for (auto& [sid, s] : p.seqs) {
-    if (structured_) structured_->remove(sid);
-    if (!s.choice.finish_reason.empty()) continue;
-    s.choice.finish_reason = "error";
-    p.out.completion_tokens += int64_t(s.choice.token_ids.size());
-    if (!on_event_) continue;
-    StreamEvent ev;
-    ev.request_id = rid;
-    ev.index = s.choice.index;
-    ev.finished = true;
-    ev.finish_reason = "error";
-    on_event_(ev);
-  }
+  close_open_seqs(rid, p, "error");
   finish_request(pit, now_s());
 }
 

@@ -140,6 +140,8 @@ class Engine {
     fail_seq(sp.request_id, sp.seq_id, sp.start_pos + sp.num_new_tokens - 1, why);
   }
   void fail_seq(scheduler::RequestId rid, scheduler::SeqId sid, int64_t position, const std::string& why);
+  // Ends every sequence of request `id` not finished yet with `reason`: its tokens counted, a final event streamed.
+  void close_open_seqs(scheduler::RequestId id, Pending& p, const std::string& reason);
 
   std::unique_ptr<runner::ModelRunner> runner_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;

@@ -14,11 +14,7 @@
 
 namespace dsinfer::backends {
 
-using ops::cuda::add_rows_cuda;
-using ops::cuda::copy_rows_cuda;
 using ops::cuda::DraftKeys;
-using ops::cuda::draft_pick_cuda;
-using ops::cuda::ring_scatter_cuda;
 
 Mtp1Cuda::Mtp1Cuda(const io::ModelConfig& target, speculative::Mtp1Weights w, int32_t num_slots, DraftDeviceContext ctx)
     : tc_(target),
@@ -119,8 +115,8 @@ Status Mtp1Cuda::ingest(std::span<const speculative::IngestItem> items, std::spa
   DSI_RETURN_IF_ERROR(grow_buffer(ep_, size_t(N * D), s, "mtp1 embeddings"));
   DSI_RETURN_IF_ERROR(grow_buffer(h_, size_t(std::max<int64_t>(I, 1) * D), s, "mtp1 hidden"));
   // Target streams of every row (one gather), then hnorm -> h_proj per stream.
-  DSI_RETURN_IF_ERROR(copy_rows_cuda(src.data(), reinterpret_cast<const int32_t*>(at(o_src)), hs_.data(), nullptr, N,
-                                     n * D, s));
+  const auto* src_rows = reinterpret_cast<const int32_t*>(at(o_src));
+  DSI_RETURN_IF_ERROR(ops::cuda::copy_rows_cuda(src.data(), src_rows, hs_.data(), nullptr, N, n * D, s));
   DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(hs_.data(), N * n, D, hnorm_, hs_.data()));
   DSI_RETURN_IF_ERROR(fwd_.gemm(hs_.data(), N * n, D, h_proj_, X_.data(), D, false));
   const ops::cuda::DeviceWeight& emb = *ctx_.embed;
@@ -128,14 +124,15 @@ Status Mtp1Cuda::ingest(std::span<const speculative::IngestItem> items, std::spa
   DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, reinterpret_cast<const int32_t*>(at(o_tok)), N, 1, e_.data(), s));
   DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(e_.data(), N, D, enorm_, e_.data()));
   DSI_RETURN_IF_ERROR(fwd_.gemm(e_.data(), N, D, e_proj_, ep_.data(), D, false));
-  DSI_RETURN_IF_ERROR(add_rows_cuda(ep_.data(), N * n, n, D, X_.data(), s));
+  DSI_RETURN_IF_ERROR(ops::cuda::add_rows_cuda(ep_.data(), N * n, n, D, X_.data(), s));
   DSI_RETURN_IF_ERROR(fwd_.layer(layer_->L, X_.data(), N, pos, reinterpret_cast<const DraftKeys*>(at(o_keys)), window_,
                                  ring_.data(), window_ * hd));
-  DSI_RETURN_IF_ERROR(ring_scatter_cuda(fwd_.last_kv(), slot, pos, int64_t(b.ring_rows.size()), hd, ring_.data(),
-                                        window_ * hd, window_, s, reinterpret_cast<const int32_t*>(at(o_ring))));
+  DSI_RETURN_IF_ERROR(ops::cuda::ring_scatter_cuda(fwd_.last_kv(), slot, pos, int64_t(b.ring_rows.size()), hd,
+                                                   ring_.data(), window_ * hd, window_, s,
+                                                   reinterpret_cast<const int32_t*>(at(o_ring))));
   DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), reinterpret_cast<const int32_t*>(at(o_last)), I, h_.data()));
-  DSI_RETURN_IF_ERROR(copy_rows_cuda(h_.data(), nullptr, last_h_.data(), reinterpret_cast<const int32_t*>(at(o_lslot)),
-                                     I, D, s));
+  const auto* last_slots = reinterpret_cast<const int32_t*>(at(o_lslot));
+  DSI_RETURN_IF_ERROR(ops::cuda::copy_rows_cuda(h_.data(), nullptr, last_h_.data(), last_slots, I, D, s));
   for (size_t j : b.items) last_pos_[size_t(items[j].slot)] = items[j].start_pos + items[j].count - 1;
   return Status::ok();
 }
@@ -166,7 +163,7 @@ Status Mtp1Cuda::propose(std::span<const speculative::ProposeItem> items, const 
   DSI_RETURN_IF_ERROR(grow_buffer(logits_, size_t(B * V), s, "mtp1 logits"));
   DSI_RETURN_IF_ERROR(grow_buffer(ids_, size_t(B), s, "mtp1 drafted ids"));
   DSI_RETURN_IF_ERROR(upload_async(s, pin_, slots.data(), slots.size() * 4, "mtp1 propose slots"));
-  DSI_RETURN_IF_ERROR(copy_rows_cuda(last_h_.data(), pin_.as<int32_t>(), h_.data(), nullptr, B, D, s));
+  DSI_RETURN_IF_ERROR(ops::cuda::copy_rows_cuda(last_h_.data(), pin_.as<int32_t>(), h_.data(), nullptr, B, D, s));
   DSI_RETURN_IF_ERROR(fwd_.gemm(h_.data(), B, D, *ctx_.head, logits_.data(), V, false));
   if (pick) {  // greedy-plain requests: the argmax on the device, only the ids come down
     ops::cuda::DraftPickArgs a;
@@ -176,7 +173,7 @@ Status Mtp1Cuda::propose(std::span<const speculative::ProposeItem> items, const 
     a.B = B;
     a.out_ld = 1;
     a.ids = ids_.data();
-    DSI_RETURN_IF_ERROR(draft_pick_cuda(a, s));
+    DSI_RETURN_IF_ERROR(ops::cuda::draft_pick_cuda(a, s));
     std::vector<int32_t> ids(static_cast<size_t>(B));
     DSI_CUDA_TRY(cudaMemcpyAsync(ids.data(), ids_.data(), size_t(B) * 4, cudaMemcpyDeviceToHost, cs));
     DSI_CUDA_TRY(cudaStreamSynchronize(cs));
