@@ -38,7 +38,10 @@ struct Builder {
       size_t best = std::string_view::npos, best_len = 0;
       for (auto sp : specials) {
         size_t f = s.find(sp, i);
-        if (f < best || (f == best && sp.size() > best_len)) best = f, best_len = sp.size();
+        if (f < best || (f == best && sp.size() > best_len)) {
+          best = f;
+          best_len = sp.size();
+        }
       }
       if (best == std::string_view::npos) break;
       plain(s.substr(i, best - i));
@@ -73,7 +76,10 @@ void assistant_text(Builder& b, std::string_view s) {
     size_t best = std::string_view::npos, len = 0;
     for (std::string_view g : kGrounding) {
       size_t f = s.find(g, i);
-      if (f < best) best = f, len = g.size();
+      if (f < best) {
+        best = f;
+        len = g.size();
+      }
     }
     if (best == std::string_view::npos) break;
     b.plain(s.substr(i, best - i));
@@ -173,7 +179,11 @@ void append_dsml_tool_calls(const std::vector<ToolCall>& calls, const V4Tokens& 
 V4Tokens tokens_for(ChatFamily f) {
   V4Tokens t;
   t.family = f;
-  if (f == ChatFamily::kV41) t.calls_tag = " calls", t.invoke_tag = " invoke", t.param_tag = " parameter";
+  if (f == ChatFamily::kV41) {
+    t.calls_tag = " calls";
+    t.invoke_tag = " invoke";
+    t.param_tag = " parameter";
+  }
   return t;
 }
 

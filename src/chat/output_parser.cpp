@@ -169,7 +169,10 @@ bool OutputParser::step_tool_calls(ParseDelta& d, bool final) {
     // The closing tag is also accepted as "</｜DSML｜ calls>" (deepseek-recipe does).
     const std::string close_alt = "</" + opts_.tokens.dsml + " calls>";
     size_t inv = buf_.find(invoke_open_), close = buf_.find(calls_close_), close_len = calls_close_.size();
-    if (size_t alt = buf_.find(close_alt); alt < close) close = alt, close_len = close_alt.size();
+    if (size_t alt = buf_.find(close_alt); alt < close) {
+      close = alt;
+      close_len = close_alt.size();
+    }
     if (inv != npos && (close == npos || inv < close)) {
       consume(inv + invoke_open_.size());
       state_ = State::kInvokeName;

@@ -122,8 +122,12 @@ void read_storage(Reader& r, const json* top, ModelConfig& c) {
     if (qr.string("quant_method", "") != "fp8") qr.fail("quant_method must be 'fp8'");
     if (qr.string("scale_fmt", "ue8m0") != "ue8m0") qr.fail("scale_fmt must be 'ue8m0'");
     if (auto b = qr.ints("weight_block_size", 1)) {
-      if (b->size() != 2) qr.fail("weight_block_size must be two positive integers");
-      else c.fp8_block_n = (*b)[0], c.fp8_block_k = (*b)[1];
+      if (b->size() != 2) {
+        qr.fail("weight_block_size must be two positive integers");
+      } else {
+        c.fp8_block_n = (*b)[0];
+        c.fp8_block_k = (*b)[1];
+      }
     }
     if (expert.empty()) expert = qr.string("expert_dtype", "");
     if (!qr.err.is_ok()) return r.fail(qr.err.message().substr(r.src.size() + 2));

@@ -63,12 +63,18 @@ TensorReader::Weight TensorReader::weight(const std::string& name, int64_t rows,
     case DType::F32:
     case DType::BF16:
     case DType::F16:
-      if (!shape_ok) return shape_error(name, t, rows == 1 ? std::vector<int64_t>{cols} : logical), w;
+      if (!shape_ok) {
+        shape_error(name, t, rows == 1 ? std::vector<int64_t>{cols} : logical);
+        return w;
+      }
       if (float* d = out()) io::convert_to_f32(t->dtype, t->data, rows * cols, d);
       w.data = t;
       return w;
     case DType::F8_E4M3: {
-      if (!shape_ok) return shape_error(name, t, rows == 1 ? std::vector<int64_t>{cols} : logical), w;
+      if (!shape_ok) {
+        shape_error(name, t, rows == 1 ? std::vector<int64_t>{cols} : logical);
+        return w;
+      }
       const auto [bn, bk] = fp8_block;
       w.scale = scale_for(name, {(rows + bn - 1) / bn, (cols + bk - 1) / bk});
       if (!w.scale) return w;

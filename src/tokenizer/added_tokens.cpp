@@ -71,7 +71,10 @@ void AddedTokenMatcher::find(std::string_view text, Span range, std::vector<Matc
     for (uint32_t k = i; k < range.second; ++k) {
       node = child(node, static_cast<unsigned char>(text[k]));
       if (node < 0) break;
-      if (nodes_[node].token) best = nodes_[node].token, best_end = k + 1;
+      if (nodes_[node].token) {
+        best = nodes_[node].token;
+        best_end = k + 1;
+      }
     }
     if (!best) {
       ++i;

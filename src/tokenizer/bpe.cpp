@@ -78,7 +78,10 @@ void BpeModel::merge_small(std::vector<int32_t>& out) {
     size_t best = 0;
     uint32_t best_rank = kNoRank;
     for (size_t i = 0; i + 1 < n; ++i)
-      if (ranks_[i] < best_rank) best_rank = ranks_[i], best = i;
+      if (ranks_[i] < best_rank) {
+        best_rank = ranks_[i];
+        best = i;
+      }
     if (best_rank == kNoRank) break;
     syms_[best] = merged_id[best];
     syms_.erase(syms_.begin() + static_cast<ptrdiff_t>(best) + 1);
