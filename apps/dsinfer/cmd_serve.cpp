@@ -36,8 +36,9 @@ void usage(FILE* f = stderr) {
                d.max_body_bytes, d.max_n);
 }
 
-// The address to bind for --host: an IP address as is, a host name (localhost) resolved to its first address.
-// False (with the reason naming the flag and value) when it is neither.
+// The address to bind for --host: an IP address as is, a host name (localhost) resolved to its first IPv4 address
+// (else its first address; clients resolving "localhost" try IPv4 too). False (with the reason naming the flag and
+// value) when it is neither.
 bool resolve_host(const std::string& host, std::string* address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -50,8 +51,14 @@ bool resolve_host(const std::string& host, std::string* address) {
                  rc ? gai_strerror(rc) : "no address");
     return false;
   }
+  const addrinfo* pick = res;
+  for (const addrinfo* p = res; p; p = p->ai_next)
+    if (p->ai_family == AF_INET) {
+      pick = p;
+      break;
+    }
   char buf[NI_MAXHOST];
-  const int nrc = getnameinfo(res->ai_addr, res->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
+  const int nrc = getnameinfo(pick->ai_addr, pick->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
   freeaddrinfo(res);
   if (nrc != 0) {
     std::fprintf(stderr, "serve: --host '%s': %s\n", host.c_str(), gai_strerror(nrc));
