@@ -81,7 +81,7 @@ int cmd_serve(int argc, char** argv) {
       return 0;
     }
     if (const FlagParse f = parse_engine_flag("serve", argc, argv, i, eo); f != FlagParse::kNotEngineFlag) {
-      if (f == FlagParse::kError) return usage(), 2;
+      if (f == FlagParse::kError) return 2;  // the message names the flag and the value
       continue;
     }
     if (i + 1 >= argc) {

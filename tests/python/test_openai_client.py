@@ -230,7 +230,7 @@ def defaults(client, model):
               "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
                              "required": ["city"], "additionalProperties": False}}}]
     r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}],
-                                       tools=tools, tool_choice="required", max_tokens=48)
+                                       tools=tools, tool_choice="required", max_tokens=300)
     calls = r.choices[0].message.tool_calls or []
     check(len(calls) > 0 and calls[0].function.name == "get_weather" and isinstance(json.loads(calls[0].function.arguments), dict),
           f"tool_choice required returns a tool call ({r.choices[0].message})")
