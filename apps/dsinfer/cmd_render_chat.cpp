@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -23,8 +24,9 @@ using ojson = nlohmann::ordered_json;
 
 constexpr const char* kUsage =
     "usage: dsinfer render-chat (--tokenizer tokenizer.json | --model DIR) [--input FILE] [--output FILE] [--parse-output]\n"
-    "  --model DIR: the chat encoding (V4 / V4.1) from DIR/config.json; without --tokenizer the prompt is rendered\n"
-    "    without token ids (prompt_token_ids null) and --parse-output takes text only\n"
+    "  --model DIR: the chat encoding (V4 / V4.1) from DIR/config.json, the token ids from DIR/tokenizer.json (unless\n"
+    "    --tokenizer names another) and the chat defaults from DIR/chat_defaults.json (thinking on or off for requests\n"
+    "    that do not say); a DIR without tokenizer.json renders without token ids (prompt_token_ids null)\n"
     "  input (default stdin): one chat request per line, an OpenAI Batch line {\"custom_id\", \"body\", ...} or a bare\n"
     "    /v1/chat/completions body {\"messages\": ...}\n"
     "  output (default stdout): per line {\"custom_id\", \"prompt\", \"prompt_token_ids\", \"special_ranges\"}, or\n"
@@ -73,6 +75,7 @@ bool process(const std::string& line, size_t n, const Args& a, const ChatTemplat
     if (!parse_request(dump(body), Endpoint::kChatCompletions, &req, &error)) return fail(fmt::format("line {}: {}", n, error));
   }
   if (req.endpoint != Endpoint::kChatCompletions) return fail(fmt::format("line {}: not a chat request (no 'messages')", n));
+  if (!a.model.empty() && !apply_model_chat_defaults(a.model, &req, &error)) return fail(fmt::format("line {}: {}", n, error));
   if (!a.parse_output) {
     ChatPrompt p;
     if (!(tmpl ? tmpl->render(req, &p, &error) : render_chat_text(req, &p, &error, a.enc))) return fail(fmt::format("line {}: {}", n, error));
@@ -132,6 +135,11 @@ int cmd_render_chat(int argc, char** argv) {
   if (!a.tokenizer.empty()) {
     tmpl = ChatTemplate::load(a.tokenizer, &error, a.enc);
     if (!tmpl) { std::fprintf(stderr, "dsinfer render-chat: %s\n", error.c_str()); return 2; }
+  } else if (const auto model_tok = std::filesystem::path(a.model) / "tokenizer.json"; std::filesystem::exists(model_tok)) {
+    // The model's own tokenizer fills prompt_token_ids; one this tokenizer cannot read (e.g. a test fixture's
+    // WordLevel vocabulary) leaves them null, said once.
+    tmpl = ChatTemplate::load(model_tok.string(), &error, a.enc);
+    if (!tmpl) std::fprintf(stderr, "dsinfer render-chat: no token ids (prompt_token_ids null): %s\n", error.c_str());
   }
   std::ifstream fin;
   if (!a.input.empty()) {

@@ -1,8 +1,10 @@
 // `dsinfer serve`: the OpenAI-compatible HTTP server (include/dsinfer/server.h) on one engine. Listens on
 // 127.0.0.1 unless told otherwise; SIGINT / SIGTERM stop it cleanly (requests in flight end with finish
 // reason "abort"), exit 0.
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <climits>
 #include <cstdio>
@@ -18,10 +20,12 @@ namespace dsinfer::cli {
 
 namespace {
 
-void usage() {
+// To stdout when asked for (--help), else to stderr after a usage error.
+void usage(FILE* f = stderr) {
   const server::ServerOptions d;
-  std::fprintf(stderr,
+  std::fprintf(f,
                "usage: dsinfer serve --model DIR [--host %s] [--port %d] [--api-key KEY] [engine flags]\n"
+               "  --host: an IP address (IPv4 or IPv6) or a host name such as localhost; --port 0 picks a free port\n"
                "%s"
                "  server:   --api-key KEY (or env DSINFER_API_KEY): /v1/* needs 'Authorization: Bearer KEY'\n"
                "            --max-waiting-requests N (%d, then 503)  --max-connections N (%d)\n"
@@ -32,6 +36,38 @@ void usage() {
                d.max_body_bytes, d.max_n);
 }
 
+// The address to bind for --host: an IP address as is, a host name (localhost) resolved to its first IPv4 address
+// (else its first address; clients resolving "localhost" try IPv4 too). False (with the reason naming the flag and
+// value) when it is neither.
+bool resolve_host(const std::string& host, std::string* address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || !res) {
+    std::fprintf(stderr, "serve: --host '%s' is not an IP address or a known host name: %s\n", host.c_str(),
+                 rc ? gai_strerror(rc) : "no address");
+    return false;
+  }
+  const addrinfo* pick = res;
+  for (const addrinfo* p = res; p; p = p->ai_next)
+    if (p->ai_family == AF_INET) {
+      pick = p;
+      break;
+    }
+  char buf[NI_MAXHOST];
+  const int nrc = getnameinfo(pick->ai_addr, pick->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
+  freeaddrinfo(res);
+  if (nrc != 0) {
+    std::fprintf(stderr, "serve: --host '%s': %s\n", host.c_str(), gai_strerror(nrc));
+    return false;
+  }
+  *address = buf;
+  return true;
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -40,9 +76,12 @@ int cmd_serve(int argc, char** argv) {
   if (const char* key = std::getenv("DSINFER_API_KEY")) so.api_key = key;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "-h" || a == "--help") return usage(), 0;
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    }
     if (const FlagParse f = parse_engine_flag("serve", argc, argv, i, eo); f != FlagParse::kNotEngineFlag) {
-      if (f == FlagParse::kError) return usage(), 2;
+      if (f == FlagParse::kError) return 2;  // the message names the flag and the value
       continue;
     }
     if (i + 1 >= argc) {
@@ -68,6 +107,8 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "serve: needs --model DIR\n");
     return usage(), 2;
   }
+  const std::string given_host = so.host;
+  if (!resolve_host(so.host, &so.host)) return 2;
   // SIGINT / SIGTERM are taken by sigwait below: block them before any thread starts so that every thread
   // inherits the mask. A client that vanishes must not kill the process with SIGPIPE.
   sigset_t sigs;
@@ -90,9 +131,11 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "serve: %s\n", err.c_str());
     return 2;
   }
+  // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8000.
+  const std::string url_host = given_host.find(':') != std::string::npos ? "[" + given_host + "]" : given_host;
   std::fprintf(stderr, "serve: model %s on %s, max_model_len %lld%s\nserve: listening on http://%s:%d\n",
                eo.model_dir.c_str(), backend.c_str(), max_len, so.api_key.empty() ? "" : ", API key required",
-               so.host.c_str(), srv.port());
+               url_host.c_str(), srv.port());
   int sig = 0;
   sigwait(&sigs, &sig);
   std::fprintf(stderr, "serve: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -3,12 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
 namespace dsinfer::cli {
 
@@ -84,6 +86,22 @@ bool parse_bytes_flag(const char* cmd, const std::string& flag, const std::strin
   return true;
 }
 
+// The flags that take one of a few words: a bad value is an error naming the flag, the value and the choices.
+bool check_choice(const char* cmd, const std::string& flag, const std::string& v) {
+  static const std::pair<const char*, std::vector<std::string>> kChoices[] = {
+      {"--backend", {"cpu", "cuda"}},           {"--numerics", {"official", "hf", "hf-noqat"}},
+      {"--load-format", {"auto", "dummy"}},     {"--speculative", {"dspark", "mtp1", "off"}},
+      {"--sampling", {"device", "host"}},       {"--async-scheduling", {"on", "off"}}};
+  for (const auto& [name, words] : kChoices) {
+    if (flag != name || std::find(words.begin(), words.end(), v) != words.end()) continue;
+    std::string list;
+    for (const std::string& w : words) list += (list.empty() ? "" : "|") + w;
+    std::fprintf(stderr, "%s: %s expects %s, found '%s'\n", cmd, flag.c_str(), list.c_str(), v.c_str());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, EngineOptions& eo) {
@@ -103,20 +121,26 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
     eo.batch_invariant = true;
     return FlagParse::kOk;
   }
-  if (a == "--enable-prefix-caching") {  // the mode is optional: a bare flag means exact
+  if (a == "--enable-prefix-caching") {  // the mode is optional: a bare flag (next is another flag, or none) means exact
     const std::string next = i + 1 < argc ? argv[i + 1] : "";
     eo.enable_prefix_caching = "exact";
-    if (next == "exact" || next == "bounded" || next == "off") eo.enable_prefix_caching = argv[++i];
+    if (next == "exact" || next == "bounded" || next == "off") {
+      eo.enable_prefix_caching = argv[++i];
+    } else if (!next.empty() && next.rfind("--", 0) != 0) {
+      std::fprintf(stderr, "%s: --enable-prefix-caching expects exact, bounded or off, found '%s'\n", cmd, next.c_str());
+      return FlagParse::kError;
+    }
     return FlagParse::kOk;
   }
   bool known = a == "--prefix-snapshot-memory-gb" || a == "--prefix-cache-host-bytes";
   for (const char* f : kFlags) known = known || a == f;
   if (!known) return FlagParse::kNotEngineFlag;
   if (i + 1 >= argc) {
-    std::fprintf(stderr, "%s: option '%s' needs a value\n", cmd, a.c_str());
+    std::fprintf(stderr, "%s: %s needs a value\n", cmd, a.c_str());
     return FlagParse::kError;
   }
   const std::string v = argv[++i];
+  if (!check_choice(cmd, a, v)) return FlagParse::kError;
   long long n = 0;
   double x = 0;
   bool ok = true;

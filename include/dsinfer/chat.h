@@ -18,6 +18,13 @@ namespace dsinfer {
 enum class ChatEncoding { kDeepSeekV4, kDeepSeekV41 };
 bool chat_encoding_of_model(const std::string& model_dir, ChatEncoding* out, std::string* error);
 
+// A model directory's chat defaults (model_dir/chat_defaults.json, e.g. {"thinking": {"type": "disabled"}}): the
+// "thinking" / "reasoning_effort" a chat request gets when it sets neither (without the file: thinking on, effort
+// high, as DeepSeek's API). The Engine applies them to every request it is given; this does the same for rendering
+// on its own. False with *error for a bad file or a request the resulting mode rejects (tool_choice "required" or
+// a named function in thinking mode).
+bool apply_model_chat_defaults(const std::string& model_dir, Request* request, std::string* error);
+
 struct ChatPrompt {
   std::string text;                                       // the rendered prompt
   std::vector<std::pair<size_t, size_t>> special_ranges;  // byte ranges of `text` that are one special token

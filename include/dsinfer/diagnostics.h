@@ -10,7 +10,7 @@
 namespace dsinfer {
 
 // ---- check_reference ----------------------------------------------------------------------------------------
-// The reference file is in the fixture format (../shared/fixtures): per prompt i, prompt.{i}.input_ids [L],
+// The reference file is in the fixture format (tests/fixtures): per prompt i, prompt.{i}.input_ids [L],
 // prompt.{i}.logits F32 [L, V], optional prompt.{i}.greedy_ids [n] and prompt.{i}.greedy_logits F32 [n, V];
 // or in the official format (DeepSeek-V4.1 official.safetensors: prompt.{i}.last_logits / greedy_prefill_logits),
 // whose ids come from model_dir/reference.safetensors.
@@ -174,7 +174,7 @@ struct MemoryPlanOptions {
   std::string model_dir;
   std::vector<int32_t> gpus = {1, 2, 4, 8};
   double gpu_memory_gib = 139.0;  // H200 (cudaMemGetInfo total); H100: 79
-  int64_t context = 8192;         // tokens per sequence (prompt + output)
+  int64_t context = 0;            // tokens per sequence (prompt + output); 0 = the model's max_position_embeddings
   int32_t redundant_experts = 0;  // EPLB (--num-redundant-experts), a multiple of every N
 };
 struct MemoryPlanRow {
@@ -188,6 +188,7 @@ struct MemoryPlanRow {
 struct MemoryPlan {
   std::string model_type;
   int64_t layers = 0;
+  int64_t context = 0;           // the context the sequences are sized for (options.context, or the model's maximum)
   double dense_bytes = 0;        // replicated on every GPU (attention, mHC, router, shared experts, embedding, head)
   double engram_table_bytes = 0; // of dense_bytes: DeepSeek-V4.1's Engram tables (0 for V4)
   double expert_bytes = 0;       // every routed expert (EPLB slots excluded)

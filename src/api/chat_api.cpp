@@ -1,7 +1,9 @@
 // include/dsinfer/chat.h on top of src/chat (render_v4_prompt, encode_prompt, OutputParser) and the tokenizer.
 #include "dsinfer/chat.h"
 
+#include "chat/chat_defaults.h"
 #include "chat/chat_encoding.h"
+#include "chat/chat_options.h"
 #include "chat/output_parser.h"
 #include "chat/parser_options.h"
 #include "io/config.h"
@@ -12,9 +14,17 @@ namespace dsinfer {
 namespace {
 
 bool chat_conversation(const Request& r, std::string* error) {
-  if (r.endpoint == Endpoint::kChatCompletions && r.conversation) return true;
-  if (error) *error = "not a chat request (a /v1/chat/completions body with 'messages' is needed)";
-  return false;
+  if (!(r.endpoint == Endpoint::kChatCompletions && r.conversation)) {
+    if (error) *error = "not a chat request (a /v1/chat/completions body with 'messages' is needed)";
+    return false;
+  }
+  // Model-independent rendering: thinking as parsed (DeepSeek's API default where the request left it open, unless
+  // apply_model_chat_defaults ran), under the API's tool_choice rule.
+  if (Status s = chat::check_thinking_tool_choice(*r.conversation); !s) {
+    if (error) *error = s.message();
+    return false;
+  }
+  return true;
 }
 
 void collect(const chat::ParseDelta& d, ChatOutput& out) {
@@ -34,6 +44,20 @@ bool chat_encoding_of_model(const std::string& model_dir, ChatEncoding* out, std
     return false;
   }
   *out = chat::chat_family(*mc) == chat::ChatFamily::kV41 ? ChatEncoding::kDeepSeekV41 : ChatEncoding::kDeepSeekV4;
+  return true;
+}
+
+bool apply_model_chat_defaults(const std::string& model_dir, Request* request, std::string* error) {
+  if (!request->conversation) return true;
+  auto d = chat::load_chat_defaults(model_dir);
+  Status s = d.status();
+  chat::Conversation conv = *request->conversation;
+  if (s) s = chat::apply_chat_defaults(*d, conv);
+  if (!s) {
+    if (error) *error = s.message();
+    return false;
+  }
+  request->conversation = std::make_shared<const chat::Conversation>(std::move(conv));
   return true;
 }
 

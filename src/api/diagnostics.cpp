@@ -149,38 +149,43 @@ bool run_bench(const BenchOptions& options, BenchReport* report, std::string* er
 
 bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* error) {
   auto run = [&]() -> Status {
-    if (!(o.gpu_memory_gib > 0)) return Status::errorf("plan: gpu memory must be > 0 GiB, found {}", o.gpu_memory_gib);
-    if (o.context < 1) return Status::errorf("plan: context must be >= 1 token, found {}", o.context);
-    if (o.gpus.empty()) return Status::error("plan: no GPU counts given");
+    // Messages name the option; the caller (`dsinfer plan`) adds its own prefix.
+    if (!(o.gpu_memory_gib > 0)) return Status::errorf("gpu memory must be > 0 GiB, found {}", o.gpu_memory_gib);
+    if (o.context < 0) return Status::errorf("context must be >= 1 token (or 0 for the model's maximum), found {}", o.context);
+    if (o.gpus.empty()) return Status::error("no GPU counts given");
     DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(o.model_dir));
     if (cfg.max_position_embeddings > 0 && o.context > cfg.max_position_embeddings)
-      return Status::errorf("plan: context {} exceeds the model's max_position_embeddings {}", o.context,
+      return Status::errorf("context {} exceeds the model's max_position_embeddings {}", o.context,
                             cfg.max_position_embeddings);
+    const int64_t context = o.context > 0 ? o.context : cfg.max_position_embeddings;
+    if (context < 1)
+      return Status::errorf("{}: no max_position_embeddings in config.json; give the context (--context N)", o.model_dir);
     const bool v41 = cfg.is_v41();
     const std::vector<model::TensorSpec> specs = v41 ? model::weight_specs_v41(cfg) : model::weight_specs(cfg);
     auto* bytes = v41 ? &model::official_storage_bytes_v41 : &parallel::storage_bytes;
     MemoryPlan p;
     p.model_type = v41 ? "deepseek_v41" : "deepseek_v4";
     p.layers = cfg.num_hidden_layers;
+    p.context = context;
     const parallel::RankMemory all = parallel::rank_memory(specs, 1, 0, bytes);
     p.dense_bytes = all.dense_bytes;
     p.expert_bytes = all.expert_bytes;
     for (const model::TensorSpec& s : specs)
       if (model::is_engram_table(s)) p.engram_table_bytes += bytes(s);
     cache::StateCacheConfig cc;
-    cc.max_model_len = o.context;
+    cc.max_model_len = context;
     cc.max_num_seqs = 1;
     cc.kv_elem_bytes = 4;
     const cache::StateSizes sizes = cache::compute_state_sizes(cfg, cc);
     DSI_ASSIGN_OR_RETURN(const cache::StateLayout layout, cache::compute_state_layout(cfg, cc));
     p.state_bytes_per_token = sizes.bytes_per_token;
     p.state_fixed_bytes = double(sizes.fixed_bytes());
-    p.state_bytes_per_sequence = double(layout.bytes_per_sequence(o.context));
+    p.state_bytes_per_sequence = double(layout.bytes_per_sequence(context));
     const double limit = parallel::kWeightFraction * o.gpu_memory_gib * double(int64_t(1) << 30);
     for (const int32_t n : o.gpus) {
-      if (n < 1) return Status::errorf("plan: GPU count {} must be >= 1", n);
+      if (n < 1) return Status::errorf("GPU count {} must be >= 1", n);
       if (o.redundant_experts % n != 0)
-        return Status::errorf("plan: --num-redundant-experts {} is not a multiple of {} GPUs", o.redundant_experts, n);
+        return Status::errorf("--num-redundant-experts {} is not a multiple of {} GPUs", o.redundant_experts, n);
       DSI_RETURN_IF_ERROR(parallel::expert_range(cfg.n_routed_experts, 0, n).status());  // an even split
       MemoryPlanRow r;
       r.gpus = n;

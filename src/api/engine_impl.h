@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "chat/chat_defaults.h"
 #include "dsinfer/engine.h"
 #include "engine/engine.h"
 
@@ -12,6 +13,7 @@ namespace dsinfer {
 struct Engine::Impl {
   std::unique_ptr<engine::Engine> e;
   std::string model_name;
+  chat::ChatDefaults chat_defaults;  // the model directory's (chat_defaults.json), applied by submit
 };
 
 }  // namespace dsinfer

@@ -12,6 +12,11 @@ Engine::Engine() : impl_(std::make_unique<Impl>()) {}
 Engine::~Engine() = default;
 
 std::unique_ptr<Engine> Engine::create(const EngineOptions& o, std::string* error) {
+  auto defaults = chat::load_chat_defaults(o.model_dir);  // before the weights: a bad file fails at once
+  if (!defaults) {
+    if (error) *error = defaults.status().message();
+    return nullptr;
+  }
   auto r = engine::Engine::create(o);
   if (!r) {
     if (error) *error = r.status().message();
@@ -20,11 +25,24 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, std::string* erro
   std::unique_ptr<Engine> e(new Engine());
   e->impl_->e = std::move(r).value();
   e->impl_->model_name = std::filesystem::path(o.model_dir).filename().string();
+  e->impl_->chat_defaults = std::move(defaults).value();
   return e;
 }
 
 uint64_t Engine::submit(const Request& request, std::string* error) {
-  auto id = impl_->e->add(request);
+  Request with_defaults;
+  const Request* req = &request;
+  if (request.conversation) {  // the model's thinking default where the request left it open; DeepSeek's tool_choice rule
+    chat::Conversation conv = *request.conversation;
+    if (Status s = chat::apply_chat_defaults(impl_->chat_defaults, conv); !s) {
+      if (error) *error = s.message();
+      return 0;
+    }
+    with_defaults = request;
+    with_defaults.conversation = std::make_shared<const chat::Conversation>(std::move(conv));
+    req = &with_defaults;
+  }
+  auto id = impl_->e->add(*req);
   if (!id) {
     if (error) *error = id.status().message();
     return 0;

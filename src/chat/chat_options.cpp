@@ -114,7 +114,16 @@ Result<ojson> tool_parameters(const ToolDecl& d, size_t k) {
 
 }  // namespace
 
+Status check_thinking_tool_choice(const Conversation& conv) {
+  if (conv.thinking && !conv.tools.empty() &&
+      (conv.tool_choice == ToolChoice::kRequired || conv.tool_choice == ToolChoice::kNamed))
+    return Status::error("thinking mode does not support tool_choice \"required\" or a named function (DeepSeek's API "
+                         "rule); send \"thinking\": {\"type\": \"disabled\"} to force a tool call");
+  return Status::ok();
+}
+
 Status parse_thinking(const ojson& body, Conversation& conv) {
+  conv.thinking_given = given(body, "thinking") || given(body, "reasoning_effort");
   int explicit_mode = -1;  // -1: not given
   if (given(body, "thinking")) {
     const ojson& t = body["thinking"];
@@ -181,8 +190,8 @@ Status apply_request_options(const RequestOptions& o, Conversation& conv) {
       conv.named_tool = o.named_tool;
       std::erase_if(conv.tools, [&](const ToolDefinition& t) { return t.name != o.named_tool; });
     }
-    if ((o.choice == ToolChoice::kRequired || o.choice == ToolChoice::kNamed) && conv.thinking)
-      return Status::error("thinking mode does not support tool_choice \"required\" or a named function");
+    // Without "thinking" / "reasoning_effort" the mode is the model's default, checked where it is applied.
+    if (conv.thinking_given) DSI_RETURN_IF_ERROR(check_thinking_tool_choice(conv));
   } else if (o.choice != ToolChoice::kNone) {
     conv.tool_choice = ToolChoice::kAuto;  // "required" / named without tools: nothing to require
   }

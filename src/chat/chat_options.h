@@ -35,8 +35,13 @@ struct RequestOptions {
 };
 
 // Sets conv.thinking and conv.effort: an explicit "thinking" decides the mode, else reasoning_effort "none"
-// disables it and any other effort enables it; the default is on with high effort.
+// disables it and any other effort enables it; the default is on with high effort (DeepSeek's API), which a model
+// directory's chat defaults replace (chat_defaults.h). conv.thinking_given says whether the body set either field.
 Status parse_thinking(const ojson& body, Conversation& conv);
+
+// DeepSeek's API rule: thinking mode takes tool_choice "auto" or "none" only; "required" or a named function is an
+// error (the hosted API answers 400) unless thinking is disabled.
+Status check_thinking_tool_choice(const Conversation& conv);
 
 // Reads tools (names checked: 1-128 bytes of [A-Za-z0-9_-]), tool_choice and response_format.
 Result<RequestOptions> parse_request_options(const ojson& body);

@@ -52,6 +52,7 @@ struct Conversation {
   bool has_system = false;
   std::vector<SystemMessage> system_messages;  // the same system contents, in place
   bool thinking = true;
+  bool thinking_given = false;        // the request set "thinking" or "reasoning_effort" (else the model's defaults)
   ReasoningEffort effort = ReasoningEffort::kHigh;
   int effort_budget = 50;             // V4.1's numeric effort 1-100 (named levels mapped; default high = 50)
   std::vector<ToolDefinition> tools;  // after tool_choice: empty for "none", only the named tool for a named one

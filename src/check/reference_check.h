@@ -1,4 +1,4 @@
-// Compares a model runner (any backend) with reference logits in the fixture format (../shared/fixtures): per prompt i,
+// Compares a model runner (any backend) with reference logits in the fixture format (tests/fixtures): per prompt i,
 // prompt.{i}.input_ids I64 [L], prompt.{i}.logits F32 [L,V], optional prompt.{i}.greedy_ids I64 [n] and
 // prompt.{i}.greedy_logits F32 [n,V]. Each prompt runs one full forward, then its greedy continuation token by
 // token on the incremental state (feeding the reference's tokens, so later steps stay comparable after a miss).

@@ -45,8 +45,9 @@ int visible_gpus() {
   } while (0)
 
 std::string find_model(const std::string& name) {
-  for (const std::string& d : {".gpu_carry/shared_fixtures/" + name, "../shared/fixtures/" + name,
-                               dsinfer::test::shared_fixture(name), std::string(DSINFER_SOURCE_DIR) + "/models/" + name})
+  // Relative paths first: on the GPU machine the tests run from the repository root of a copied tree.
+  for (const std::string& d : {"tests/fixtures/" + name, "models/" + name, dsinfer::test::own_fixture(name),
+                               std::string(DSINFER_SOURCE_DIR) + "/models/" + name})
     if (std::filesystem::exists(d + "/config.json")) return d;
   return "";
 }

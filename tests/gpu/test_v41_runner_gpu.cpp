@@ -54,10 +54,10 @@ scheduler::BatchPlan make_plan(std::vector<std::pair<Seq*, int32_t>> parts) {
   return p;
 }
 
-// The fixture on the device machine (tools/gpu_prepare.sh copies ../shared/fixtures to .gpu_carry/; tests run
-// from the repository root there) or in the source tree here; empty when neither exists.
+// The fixture relative to the repository root (the GPU machine runs the tests there, in a copied tree) or in the
+// source tree here; empty when neither exists.
 std::string find_fixture(const std::string& name) {
-  for (const std::string& d : {".gpu_carry/shared_fixtures/" + name, "../shared/fixtures/" + name, test::shared_fixture(name)})
+  for (const std::string& d : {"tests/fixtures/" + name, test::own_fixture(name)})
     if (std::filesystem::exists(d + "/config.json")) return d;
   return "";
 }
@@ -66,7 +66,7 @@ void run_schedule(const std::string& fixture, const model::Numerics& num) {
   SCOPED_TRACE(fixture + " " + num.name);
   runner::RunnerOptions o;
   o.model_dir = find_fixture(fixture);
-  if (o.model_dir.empty()) GTEST_SKIP() << fixture << " not found (.gpu_carry/shared_fixtures or ../shared/fixtures)";
+  if (o.model_dir.empty()) GTEST_SKIP() << fixture << " not found under tests/fixtures";
   o.numerics = num;
   o.exact_gemm = true;
   auto gpu = backends::create_cuda_runner_v41(o);

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """`dsinfer serve` driven by the official `openai` Python client (pip install openai).
 
-Starts the server on a free loopback port with the shipped model, then: chat and completions, streaming with
-usage, thinking (reasoning_content), tools, logprobs, n > 1, every error status, and a client that disconnects
-mid-stream. Every answer is compared with the offline `dsinfer generate` output of the same request and seed.
+Starts the server on a free loopback port with the shipped model, then: chat with the model's defaults and nothing
+but standard fields (plain, streamed, a forced tool call, a JSON-schema answer: each must come back with content or
+tool calls), chat and completions, streaming with usage, thinking (reasoning_content), tools, logprobs, n > 1, every
+error status, and a client that disconnects mid-stream. Every answer is compared with the offline `dsinfer generate`
+output of the same request and seed.
 Exit 0 = pass, 1 = failure, 77 = skipped (the openai package is not installed).
 
 usage: test_openai_client.py --dsinfer build/cpu/dsinfer [--model models/dsv4-small]
@@ -155,6 +157,7 @@ def run(a, srv):
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
     model = client.models.list().data[0].id
     check(model == os.path.basename(os.path.normpath(a.model)), f"/v1/models lists the model ({model})")
+    defaults(client, model)
 
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
               "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
@@ -208,6 +211,40 @@ def run(a, srv):
 
     errors(a, srv, client, model)
     disconnect(srv, client, model)
+
+
+def defaults(client, model):
+    """What a new user sends first: standard OpenAI fields only, the model's chat defaults (the shipped model:
+    thinking off). Each answer must carry content or tool calls."""
+    user = [{"role": "user", "content": "Write a Python function that reverses a string."}]
+    r = client.chat.completions.create(model=model, messages=user, max_tokens=32)
+    m = r.choices[0].message
+    check(bool(m.content) and not (m.model_extra or {}).get("reasoning_content"),
+          f"plain chat answers with content, no reasoning ({m.content!r})")
+    text = "".join(c.choices[0].delta.content or "" for c in
+                   client.chat.completions.create(model=model, messages=user, max_tokens=32, stream=True) if c.choices)
+    check(bool(text), f"streamed chat answers with content ({text!r})")
+    # "strict": true (OpenAI's function field) holds the call to its schema: the shipped model was not trained on
+    # tool calls, a real model makes them without it.
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", "strict": True,
+              "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
+                             "required": ["city"], "additionalProperties": False}}}]
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                       tools=tools, tool_choice="required", max_tokens=300)
+    calls = r.choices[0].message.tool_calls or []
+    check(len(calls) > 0 and calls[0].function.name == "get_weather" and isinstance(json.loads(calls[0].function.arguments), dict),
+          f"tool_choice required returns a tool call ({r.choices[0].message})")
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 16}, "year": {"type": "integer"}},
+              "required": ["name", "year"], "additionalProperties": False}
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "A Python release as JSON."}],
+                                       response_format={"type": "json_schema", "json_schema": {"name": "release", "schema": schema}},
+                                       max_tokens=64)
+    content = r.choices[0].message.content or ""
+    try:
+        value = json.loads(content)
+    except ValueError:
+        value = None
+    check(isinstance(value, dict) and set(value) == {"name", "year"}, f"json_schema answer is the schema's object ({content!r})")
 
 
 def errors(a, srv, client, model):

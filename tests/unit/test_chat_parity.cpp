@@ -29,8 +29,8 @@ std::vector<ojson> read_jsonl(const std::string& path) {
   return out;
 }
 
-std::string v4_tokenizer_or_skip_reason(std::string* why) {
-  const tokenizer::Tokenizer* tok = tt::load("v4", why);
+std::string v4_tokenizer(std::string* why) {
+  const tokenizer::Tokenizer* tok = tt::load_v4(why);
   return tok ? tt::v4_path(why) : "";
 }
 
@@ -51,7 +51,7 @@ TEST(ChatParity, PublicApiRendersTheReferencePrompts) {
   ASSERT_EQ(lines.size(), expected.size());
   ASSERT_GE(lines.size(), 150u);
   std::string why;
-  const std::string tok_path = v4_tokenizer_or_skip_reason(&why);
+  const std::string tok_path = v4_tokenizer(&why);
   std::unique_ptr<ChatTemplate> tmpl = tok_path.empty() ? nullptr : ChatTemplate::load(tok_path, &why);
   size_t rendered = 0, text_equal = 0, ids_equal = 0, rejected = 0, rejected_both = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -94,14 +94,14 @@ TEST(ChatParity, PublicApiRendersTheReferencePrompts) {
               text_equal, rendered, ids_equal, rendered, tmpl ? "" : " (V4 tokenizer unavailable)", rejected_both, rejected);
   EXPECT_EQ(text_equal, rendered);
   EXPECT_EQ(rejected_both, rejected);
-  if (!tmpl) GTEST_SKIP() << "token ids not checked: " << why;
+  ASSERT_NE(tmpl, nullptr) << "token ids not checked: " << why;
   EXPECT_EQ(ids_equal, rendered);
 }
 
 TEST(ChatParity, RenderChatCliMatchesTheReference) {
   std::string why;
-  const std::string tok_path = v4_tokenizer_or_skip_reason(&why);
-  if (tok_path.empty()) GTEST_SKIP() << why;
+  const std::string tok_path = v4_tokenizer(&why);
+  ASSERT_FALSE(tok_path.empty()) << why;
   test::ScratchDir d("render_chat");
   const std::string out = d.str() + "/out.jsonl";
   const int rc = run(std::string(DSINFER_BINARY) + " render-chat --tokenizer " + tok_path + " --input " + data("requests.jsonl") +
@@ -136,8 +136,8 @@ TEST(ChatParity, RenderChatCliMatchesTheReference) {
 
 TEST(ChatParity, RenderChatParseOutputMatchesTheReferenceParser) {
   std::string why;
-  const std::string tok_path = v4_tokenizer_or_skip_reason(&why);
-  if (tok_path.empty()) GTEST_SKIP() << why;
+  const std::string tok_path = v4_tokenizer(&why);
+  ASSERT_FALSE(tok_path.empty()) << why;
   test::ScratchDir d("parse_output");
   const std::string out = d.str() + "/out.jsonl";
   const int rc = run(std::string(DSINFER_BINARY) + " render-chat --parse-output --tokenizer " + tok_path + " --input " +
@@ -168,8 +168,8 @@ TEST(ChatParity, RenderChatParseOutputMatchesTheReferenceParser) {
 
 TEST(ChatParity, RenderChatCliLineForms) {
   std::string why;
-  const std::string tok_path = v4_tokenizer_or_skip_reason(&why);
-  if (tok_path.empty()) GTEST_SKIP() << why;
+  const std::string tok_path = v4_tokenizer(&why);
+  ASSERT_FALSE(tok_path.empty()) << why;
   test::ScratchDir d("render_chat_forms");
   const std::string in = d.str() + "/in.jsonl", out = d.str() + "/out.jsonl";
   std::ofstream(in) << R"({"messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "disabled"}})" "\n"

@@ -98,9 +98,8 @@ TEST(ChatV41, ParsesV41ToolCallsWholeAndStreamed) {
 }
 
 TEST(ChatV41, RenderChatCliPicksTheEncodingFromTheModelConfig) {
-  const std::string model = tt::source_dir() + "/../shared/fixtures/tiny-v41-a";
-  const std::string bin = tt::source_dir() + "/build/cuda/dsinfer";
-  if (std::system(("test -f " + model + "/config.json && test -x " + bin).c_str()) != 0) GTEST_SKIP() << "no tiny-v41-a or dsinfer binary";
+  const std::string model = dsinfer::test::own_fixture("tiny-v41-a");
+  const std::string bin = DSINFER_BINARY;
   const std::string out = ::testing::TempDir() + "/v41_render.jsonl";
   const std::string cmd = bin + " render-chat --model " + model + " --input " + data("requests.jsonl") + " --output " + out + " 2>/dev/null";
   const int rc = std::system(cmd.c_str());

@@ -25,7 +25,7 @@ void expect_error(const json& j, const std::string& needle) {
 }  // namespace
 
 TEST(Config, TransformersForm) {
-  auto c = io::load_model_config(test::shared_fixture("tiny-v4-a"));
+  auto c = io::load_model_config(test::own_fixture("tiny-v4-a"));
   ASSERT_TRUE(c.is_ok()) << c.status().message();
   EXPECT_EQ(c->num_hidden_layers, 4);
   EXPECT_EQ(c->layer_types[0], io::AttnType::Sliding);
@@ -78,7 +78,7 @@ TEST(Config, ShippedFullSizeConfigsParse) {
 }
 
 TEST(Config, Errors) {
-  const json base = read_json(test::shared_fixture("tiny-v4-a") + "/config.json");
+  const json base = read_json(test::own_fixture("tiny-v4-a") + "/config.json");
   const json official = read_json(test::own_fixture("tiny-v4-official") + "/config.json");
   auto with = [](json j, const std::string& k, json v) {
     j[k] = std::move(v);

@@ -131,7 +131,7 @@ struct V41Drafter {
 };
 
 TEST(DraftConfigV41, LoadsV41DrafterWeights) {
-  auto cfg = io::load_model_config(test::shared_fixture("tiny-v41-a"));
+  auto cfg = io::load_model_config(test::own_fixture("tiny-v41-a"));
   if (!cfg.is_ok()) GTEST_SKIP() << "tiny-v41-a fixture not available: " << cfg.status().message();
   V41Drafter d(*cfg);
   {

@@ -41,7 +41,7 @@ void expect_error(const std::string& dir, const std::vector<std::string>& needle
   for (const auto& n : needles) EXPECT_NE(s.message().find(n), std::string::npos) << "missing '" << n << "' in: " << s.message();
 }
 
-const std::string kFixture = test::shared_fixture("tiny-v4-a");
+const std::string kFixture = test::own_fixture("tiny-v4-a");
 
 }  // namespace
 

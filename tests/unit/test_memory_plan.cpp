@@ -25,7 +25,9 @@ MemoryPlan plan_of(const std::string& config, MemoryPlanOptions o = {}) {
 }
 
 TEST(MemoryPlan, FlashNeedsTwoH200s) {
-  const MemoryPlan p = plan_of("deepseek-v4-flash");
+  MemoryPlanOptions o8k;
+  o8k.context = 8192;
+  const MemoryPlan p = plan_of("deepseek-v4-flash", o8k);
   EXPECT_EQ(p.model_type, "deepseek_v4");
   EXPECT_DOUBLE_EQ(p.expert_bytes, 43.0 * 256 * 3 * 2048 * 4096 * (0.5 + 1.0 / 32));  // FP4 + E8M0 per 32
   EXPECT_EQ(p.engram_table_bytes, 0);

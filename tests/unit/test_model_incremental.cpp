@@ -52,8 +52,8 @@ struct Case {
 class Incremental : public ::testing::TestWithParam<int> {
  protected:
   static std::vector<Case> cases() {
-    return {{test::shared_fixture("tiny-v4-a"), Numerics::hf()},
-            {test::shared_fixture("tiny-v4-b"), Numerics::hf()},
+    return {{test::own_fixture("tiny-v4-a"), Numerics::hf()},
+            {test::own_fixture("tiny-v4-b"), Numerics::hf()},
             {test::own_fixture("tiny-v4-c"), Numerics::hf()},
             {test::own_fixture("tiny-v4-official"), Numerics::official()}};
   }
@@ -125,7 +125,7 @@ TEST_P(Incremental, MixedBatchEqualsEachSequenceAlone) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Incremental, ::testing::Range(0, 4));
 
 TEST(Forward, RejectsBadTokensAndShortBlockTables) {
-  auto m = load(test::shared_fixture("tiny-v4-a"), Numerics::hf());
+  auto m = load(test::own_fixture("tiny-v4-a"), Numerics::hf());
   ASSERT_TRUE(m);
   auto state = HostState::create(m->config(), 1, 64);
   ASSERT_TRUE(state.is_ok());

@@ -65,7 +65,7 @@ TEST(PrefixCache, ModelIdentitySeedsTheChain) {
 }
 
 TEST(PrefixCacheEngine, ExactModeEqualsNoCacheInAnyOrderOnFixturesAndShippedModel) {
-  const std::vector<std::string> models = {test::shared_fixture("tiny-v4-a"), test::shared_fixture("tiny-v4-b"),
+  const std::vector<std::string> models = {test::own_fixture("tiny-v4-a"), test::own_fixture("tiny-v4-b"),
                                            test::source_dir() + "/models/dsv4-small"};
   for (const std::string& m : models) {
     const std::vector<json> reqs = shared_prefix_requests(200);
@@ -84,7 +84,7 @@ TEST(PrefixCacheEngine, ExactModeEqualsNoCacheInAnyOrderOnFixturesAndShippedMode
 }
 
 TEST(PrefixCacheEngine, ExactModeUnderEvictionPressureAndBatchedSharing) {
-  const std::string m = test::shared_fixture("tiny-v4-b");
+  const std::string m = test::own_fixture("tiny-v4-b");
   std::vector<json> reqs = shared_prefix_requests(200);
   // Multi-turn: the second turn resends the first prompt and (a prefix of) its reply.
   const RunResult off = run_in_order(options(m, "off"), reqs, {0, 1, 2, 3, 4, 5});
@@ -179,7 +179,7 @@ Divergence measure(const std::string& model, const std::vector<int32_t>& warm, c
 }  // namespace
 
 TEST(PrefixCacheEngine, BoundedReplayDivergencePerFixtureAndShippedModel) {
-  const std::vector<std::string> models = {test::shared_fixture("tiny-v4-a"), test::shared_fixture("tiny-v4-b"),
+  const std::vector<std::string> models = {test::own_fixture("tiny-v4-a"), test::own_fixture("tiny-v4-b"),
                                            test::source_dir() + "/models/dsv4-small"};
   for (const std::string& m : models) {
     double agree = 0, worst_kl = 0;

@@ -219,7 +219,7 @@ std::vector<json> host_tier_requests() {
 }  // namespace
 
 TEST(PrefixHostTierEngine, TinyBlockBudgetWithHostTierEqualsNoCacheInAnyOrder) {
-  for (const std::string& m : {test::shared_fixture("tiny-v4-a"), test::shared_fixture("tiny-v4-b")}) {
+  for (const std::string& m : {test::own_fixture("tiny-v4-a"), test::own_fixture("tiny-v4-b")}) {
     const std::vector<json> reqs = host_tier_requests();
     std::vector<size_t> fwd(reqs.size());
     std::iota(fwd.begin(), fwd.end(), size_t(0));
@@ -248,7 +248,7 @@ TEST(PrefixHostTierEngine, TinyBlockBudgetWithHostTierEqualsNoCacheInAnyOrder) {
 }
 
 TEST(PrefixHostTierEngine, ExhaustedHostPoolEvictsLruAndStaysCorrect) {
-  const std::string m = test::shared_fixture("tiny-v4-b");
+  const std::string m = test::own_fixture("tiny-v4-b");
   const std::vector<json> reqs = host_tier_requests();
   std::vector<size_t> fwd(reqs.size());
   std::iota(fwd.begin(), fwd.end(), size_t(0));

@@ -83,7 +83,7 @@ TEST(CheckReference, BadInputIsAnError) {
   CheckReferenceReport rep;
   std::string error;
   CheckReferenceOptions o;
-  o.model_dir = test::shared_fixture("tiny-v4-a");
+  o.model_dir = test::own_fixture("tiny-v4-a");
   o.numerics = "bf17";
   EXPECT_FALSE(check_reference(o, &rep, &error));
   EXPECT_NE(error.find("'bf17'"), std::string::npos) << error;
@@ -107,12 +107,12 @@ TEST(ReferenceNumerics, ShippedAndSharedReferences) {
     EXPECT_EQ(n->source, "reference metadata") << dir;
   }
   for (const char* name : {"tiny-v4-a", "tiny-v4-b"}) {
-    auto n = numerics_of(test::shared_fixture(name) + "/reference.safetensors");
+    auto n = numerics_of(test::own_fixture(name) + "/reference.safetensors");
     ASSERT_TRUE(n.is_ok()) << n.status().message();
     EXPECT_EQ(n->numerics.name, "hf") << name;
     EXPECT_EQ(n->source, "reference.json") << name;
   }
-  auto n = numerics_of(test::shared_fixture("tiny-v4-a-bf16") + "/reference.safetensors");  // says nothing
+  auto n = numerics_of(test::own_fixture("tiny-v4-a-bf16") + "/reference.safetensors");  // says nothing
   ASSERT_TRUE(n.is_ok()) << n.status().message();
   EXPECT_EQ(n->numerics.name, "hf");
   EXPECT_EQ(n->source, "assumed (transformers)");
@@ -202,7 +202,7 @@ TEST(Bench, PlanLayout) {
 // The CPU backend has no per-op timing or random state: run_bench says so instead of timing nothing.
 TEST(Bench, CpuBackendReportsUnsupported) {
   BenchOptions o;
-  o.model_dir = test::shared_fixture("tiny-v4-a");
+  o.model_dir = test::own_fixture("tiny-v4-a");
   o.backend = "cpu";
   o.load_format = "auto";
   o.batches = {1};

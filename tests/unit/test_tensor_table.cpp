@@ -19,7 +19,7 @@ using model::TensorRole;
 
 namespace {
 
-const std::string kFixture = test::shared_fixture("tiny-v4-a");
+const std::string kFixture = test::own_fixture("tiny-v4-a");
 
 io::ModelConfig fixture_config() {
   auto cfg = io::load_model_config(kFixture);

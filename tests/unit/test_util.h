@@ -15,7 +15,6 @@
 namespace dsinfer::test {
 
 inline std::string source_dir() { return DSINFER_SOURCE_DIR; }
-inline std::string shared_fixture(const std::string& name) { return source_dir() + "/../shared/fixtures/" + name; }
 inline std::string own_fixture(const std::string& name) { return source_dir() + "/tests/fixtures/" + name; }
 
 // Thrown by the helpers below after recording a gtest failure at the caller's line. gtest catches it and ends

@@ -131,7 +131,7 @@ TEST(V41Config, FlatTextConfigAndDefaults) {
 }
 
 TEST(V41Config, Fixtures) {
-  auto a = io::load_model_config(test::shared_fixture("tiny-v41-a"));
+  auto a = io::load_model_config(test::own_fixture("tiny-v41-a"));
   ASSERT_TRUE(a.is_ok()) << a.status().message();
   EXPECT_TRUE(a->is_v41());
   EXPECT_EQ((std::vector<int64_t>{0, 0, 2, 2, 2, 2, 1, 1, 1, 1}), a->compress_ratios);
@@ -141,7 +141,7 @@ TEST(V41Config, Fixtures) {
 }
 
 TEST(V41Config, ScheduleErrors) {
-  const json base = read_json(test::shared_fixture("tiny-v41-a") + "/config.json");
+  const json base = read_json(test::own_fixture("tiny-v41-a") + "/config.json");
   auto with = [&](const char* k, json v) {
     json j = base;
     j["text_config"][k] = std::move(v);

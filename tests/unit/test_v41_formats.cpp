@@ -83,7 +83,7 @@ std::vector<float> last_logits(model::DeepseekV41Cpu& m, const std::vector<int32
 }  // namespace
 
 TEST(V41Formats, ReleaseFormatCheckpointLoadsToTheSameModel) {
-  const std::string src = test::shared_fixture("tiny-v41-a");
+  const std::string src = test::own_fixture("tiny-v41-a");
   test::ScratchDir dir("v41_formats");
   const nlohmann::json ref = nlohmann::json::parse(std::ifstream(src + "/reference.json"));
   const auto& formats = ref["weights"]["storage_format"];

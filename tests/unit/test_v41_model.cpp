@@ -74,7 +74,7 @@ class V41Incremental : public ::testing::TestWithParam<int> {};
 
 TEST_P(V41Incremental, ChunkedPrefillAndDecodeEqualFullForward) {
   const Case c = cases()[size_t(GetParam())];
-  auto m = load(test::shared_fixture(c.fixture), c.num);
+  auto m = load(test::own_fixture(c.fixture), c.num);
   ASSERT_TRUE(m);
   // 75 tokens: past the sliding windows (16 / 32), many ratio-2 groups, several candidate blocks.
   const auto toks = random_tokens(75, int(m->config().vocab_size), 3);
@@ -88,7 +88,7 @@ TEST_P(V41Incremental, ChunkedPrefillAndDecodeEqualFullForward) {
 
 TEST_P(V41Incremental, MixedBatchEqualsEachSequenceAlone) {
   const Case c = cases()[size_t(GetParam())];
-  auto m = load(test::shared_fixture(c.fixture), c.num);
+  auto m = load(test::own_fixture(c.fixture), c.num);
   ASSERT_TRUE(m);
   const int V = int(m->config().vocab_size);
   std::vector<std::vector<int32_t>> prompts = {random_tokens(37, V, 10), random_tokens(9, V, 11), random_tokens(20, V, 12),
@@ -135,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, V41Incremental, ::testing::Range(0, 5));
 // Streams after every layer, the carried pre, Engram output and final hidden of the fixture's debug prompt,
 // against transformers (QAT on): the first layer that drifts names the culprit.
 TEST(V41Forward, MatchesTransformersLayerByLayer) {
-  const std::string dir = test::shared_fixture("tiny-v41-a");
+  const std::string dir = test::own_fixture("tiny-v41-a");
   auto m = load(dir, Numerics::hf());
   ASSERT_TRUE(m);
   auto ref = io::SafetensorsFile::open(dir + "/reference.safetensors");
@@ -171,11 +171,11 @@ TEST(V41Forward, MatchesTransformersLayerByLayer) {
 }
 
 TEST(V41Forward, RunsBehindTheCpuModelInterface) {
-  auto m = backends::load_cpu_model(test::shared_fixture("tiny-v41-b"), Numerics::hf());
+  auto m = backends::load_cpu_model(test::own_fixture("tiny-v41-b"), Numerics::hf());
   ASSERT_TRUE(m.is_ok()) << m.status().message();
   EXPECT_TRUE((*m)->config().is_v41());
   EXPECT_TRUE((*m)->fp32_weights());
-  auto v4 = backends::load_cpu_model(test::shared_fixture("tiny-v4-a"), Numerics::hf());
+  auto v4 = backends::load_cpu_model(test::own_fixture("tiny-v4-a"), Numerics::hf());
   ASSERT_TRUE(v4.is_ok()) << v4.status().message();
   EXPECT_FALSE((*v4)->config().is_v41());
 }
@@ -207,7 +207,7 @@ EngineOptions engine_options(int32_t max_seqs, int64_t budget_tokens, double sta
   static const test::ScratchDir dir("v41_engine_tok");
   static const std::string tok = byte_tokenizer(dir);
   EngineOptions c;
-  c.model_dir = test::shared_fixture("tiny-v41-b");
+  c.model_dir = test::own_fixture("tiny-v41-b");
   c.tokenizer_path = tok;
   c.numerics = "hf";
   c.max_num_seqs = max_seqs;
@@ -256,7 +256,7 @@ TEST(V41Engine, ChunkedBatchedAndPreemptedRequestsMatchAlone) {
     EXPECT_EQ(together[i], alone[0]) << "request " << i;
     EXPECT_EQ(together[i].size(), size_t(bodies[i]["max_tokens"].get<int>()));
   }
-  auto probe = model::DeepseekV41Cpu::load(test::shared_fixture("tiny-v41-b"), Numerics::hf());
+  auto probe = model::DeepseekV41Cpu::load(test::own_fixture("tiny-v41-b"), Numerics::hf());
   ASSERT_TRUE(probe.is_ok());
   cache::StateCacheConfig cc;
   cc.max_num_seqs = 8;

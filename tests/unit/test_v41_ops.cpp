@@ -125,7 +125,7 @@ TEST(V41Engram, ReleasedPrimeLayout) {
 TEST(V41Engram, FixtureVocabularyLayoutAndHashes) {
   for (const char* name : {"tiny-v41-a", "tiny-v41-b"}) {
     SCOPED_TRACE(name);
-    const std::string dir = test::shared_fixture(name);
+    const std::string dir = test::own_fixture(name);
     auto ref = io::SafetensorsFile::open(dir + "/reference.safetensors");
     ASSERT_TRUE(ref.is_ok()) << ref.status().message();
     const auto& ts = ref->tensors();

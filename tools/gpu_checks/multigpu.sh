@@ -55,7 +55,7 @@ timeout 300 $BIN/dsinfer_gpu_tests --gtest_brief=1 --gtest_filter='GpuMultiGpu.*
 grep -E "tokens identical|PASSED|FAILED|SKIPPED" "$OUT/multigpu_tests.log" | head -10
 
 echo "-- check-reference --gpus 2"
-for fx in .gpu_carry/shared_fixtures/tiny-v4-a .gpu_carry/shared_fixtures/tiny-v4-b models/dsv4-small; do
+for fx in tests/fixtures/tiny-v4-a tests/fixtures/tiny-v4-b models/dsv4-small; do
   [ -f "$fx/reference.safetensors" ] || { echo "$fx: no reference, skipped"; continue; }
   timeout 120 $BIN/dsinfer check-reference --backend cuda --gpus 2 --numerics hf --model "$fx" \
     > "$OUT/multigpu_check_$(basename "$fx").log" 2>&1 || { fail "check-reference --gpus 2 $fx"; tail -5 "$OUT/multigpu_check_$(basename "$fx").log"; }

