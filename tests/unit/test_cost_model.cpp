@@ -182,9 +182,19 @@ TEST(CostModel, FlashDecodeBatch1) {
   // Layer 2 is CSA: window 128 + top-512 keys at 4K context; 640 FP8 rows of 584 B read.
   EXPECT_DOUBLE_EQ(flops_l2["sparse_attention"], 83886080);
   EXPECT_DOUBLE_EQ(bytes_l2["sparse_attention"], 373760);
-  // Batch-1 decode is memory bound: every op's floor is its bytes over bandwidth.
+  // Batch-1 decode is memory bound: every op that moves bytes has its bytes over bandwidth as its floor (hc_post_attn
+  // moves none: its residual is an intermediate) -- except sparse attention over FP8 rows: 64 heads share each
+  // 584-byte row, 224 FLOPs per byte, above the H200's 206 (989 TFLOP/s over 4.8 TB/s): 84.8 ns of math against
+  // 77.9 ns of reads on the CSA layer.
   perf::Ceilings c;
-  for (const auto& o : ops) EXPECT_DOUBLE_EQ(o.floor_s(c), o.bytes / c.hbm_bytes_per_s) << o.name;
+  for (const auto& o : ops) {
+    if (o.bytes > 0 && o.name != "sparse_attention") {
+      EXPECT_DOUBLE_EQ(o.floor_s(c), o.bytes / c.hbm_bytes_per_s) << o.name;
+    }
+    if (o.name == "sparse_attention" && o.layer == 2) {
+      EXPECT_NEAR(o.floor_s(c), 84.8e-9, 0.05e-9);
+    }
+  }
 }
 
 TEST(CostModel, PrefillIsComputeBound) {
