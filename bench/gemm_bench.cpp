@@ -11,6 +11,8 @@
 // 8, 16 (decode, speculative verify: the GEMV kernel's range), 64, 256 and 4096 (the lm head up to 256: prefill
 // computes logits of the last tokens only).
 // Usage: dsinfer_gemm_bench [--gemv]   (--gemv: only M <= 16)
+//        dsinfer_gemm_bench --peer      (bench/peers: the FP8 ungrouped shapes at M = 64 / 1024 / 4096, each also as a
+//                                        "PEERROW" line: the runner's path (cuBLASLt x2 from M = 64) and our kernel)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -120,7 +122,7 @@ void print_ms(double ms) {
   else std::printf(" %8.1f", ms * 1e3);
 }
 
-void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* lt_ws, size_t lt_ws_bytes) {
+void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* lt_ws, size_t lt_ws_bytes, bool peer) {
   const bool fp8 = s.fmt == oc::WeightFormat::FP8_BLOCK;
   const int64_t Ng = s.N / s.groups, Kx = s.K * s.groups;  // rows per group, x row length
   std::vector<Blob> wd, ws, xs, ys, wb, xb, x8, wsc, xsc;
@@ -232,11 +234,15 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   if (t_run1 > 0) std::printf(" %5.2fx fp8 floor", t_run1 * 1e-3 / floor8);
   std::printf(" us\n");
   if (t_run < 0 && !why_run.empty() && (M == 1 || M == 8)) std::printf("    (lt-runner: %s)\n", why_run.c_str());
+  // The runner sends FP8 GEMMs of M >= 64 rows to cuBLASLt (two-term activations), smaller ones to our kernels.
+  if (peer)
+    std::printf("PEERROW gemm %s N=%lld K=%lld M=%lld runner_us=%.2f kernel_us=%.2f\n", s.name, (long long)s.N,
+                (long long)s.K, (long long)M, (M >= 64 && t_run > 0 ? t_run : t_new) * 1e3, t_new * 1e3);
   for (int k = 0; k < 3; ++k)
     if (t_lt[k] < 0 && !why[k].empty() && M == 1) std::printf("    (cuBLASLt kind %d: %s)\n", k, why[k].c_str());
 }
 
-void bench_gemm(bool gemv_only) {
+void bench_gemm(bool gemv_only, bool peer) {
   const GemmShape shapes[] = {
       {"wq_a", oc::WeightFormat::FP8_BLOCK, 1024, 4096, 1},       {"wq_b", oc::WeightFormat::FP8_BLOCK, 32768, 1024, 1},
       {"wkv", oc::WeightFormat::FP8_BLOCK, 512, 4096, 1},         {"wo_a(8 groups)", oc::WeightFormat::FP8_BLOCK, 8192, 4096, 8},
@@ -257,12 +263,14 @@ void bench_gemm(bool gemv_only) {
               "M <= 8, tiled above), new = GemmPrecision::kBf16 (the GEMV kernel at M <= %d where it applies, tagged "
               "'gemv'; else the streaming kernel), stream = the streaming kernel alone\n", kRuns, kWarm, kSets,
               int(oc::kGemmGemvMaxM));
-  const std::vector<int64_t> ms = gemv_only ? std::vector<int64_t>{1, 2, 4, 6, 8, 16}
-                                            : std::vector<int64_t>{1, 2, 4, 6, 8, 16, 64, 256, 4096};
+  const std::vector<int64_t> ms = peer        ? std::vector<int64_t>{64, 1024, 4096}
+                                  : gemv_only ? std::vector<int64_t>{1, 2, 4, 6, 8, 16}
+                                              : std::vector<int64_t>{1, 2, 4, 6, 8, 16, 64, 256, 4096};
   for (const GemmShape& s : shapes) {
     const bool head = std::string(s.name) == "lm_head";
+    if (peer && (s.fmt != oc::WeightFormat::FP8_BLOCK || s.groups != 1)) continue;
     for (int64_t M : ms)
-      if (M <= 256 || !head) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes);
+      if (M <= 256 || !head) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes, peer);
   }
   cublasLtDestroy(lt);
 }
@@ -271,6 +279,11 @@ void bench_gemm(bool gemv_only) {
 
 int main(int argc, char** argv) {
   const bool gemv_only = argc > 1 && std::string(argv[1]) == "--gemv";
+  const bool peer = argc > 1 && std::string(argv[1]) == "--peer";
+  if (argc > 1 && !gemv_only && !peer) {
+    std::fprintf(stderr, "usage: dsinfer_gemm_bench [--gemv | --peer], found '%s'\n", argv[1]);
+    return 2;
+  }
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -280,6 +293,6 @@ int main(int argc, char** argv) {
   CHECK(cudaGetDeviceProperties(&p, 0));
   std::printf("device: %s, %d SMs, L2 %d MB; floor = max(bytes / %.1f TB/s, flops / %.0f TFLOP/s)\n", p.name,
               p.multiProcessorCount, p.l2CacheSize >> 20, kHbm / 1e12, kPeak / 1e12);
-  bench_gemm(gemv_only);
+  bench_gemm(gemv_only, peer);
   return 0;
 }

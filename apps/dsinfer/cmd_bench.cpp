@@ -22,6 +22,9 @@ void usage(FILE* f = stderr) {
                "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
                "                     [--gpus N]  (experts split over N GPUs of this node)\n"
                "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n"
+               "                     [--ceilings measured|nominal]  (floors at ceilings measured here at start, or the\n"
+               "                      H200 datasheet's 4.8 TB/s, 989 / 1,979 TFLOP/s)\n"
+               "                     [--state-profile fp8|bf16|fp32]  (state format the floors count; fp8 = official)\n"
                "       dsinfer bench --engine-decode --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
                "                     [--batch 64] [--prompt 128] [--steps 64] [--async-scheduling on|off|both]\n"
                "                     (decode through the Engine: device busy / idle time between steps, sync vs async)\n");
@@ -77,7 +80,9 @@ void print_header(const BenchReport& rep) {
               rep.runner_name.c_str());
 }
 
-void print_case(const BenchCase& c, int64_t layers) {
+double ratio(double ms, double floor_ms) { return floor_ms > 0 ? ms / floor_ms : 0.0; }
+
+void print_case(const BenchCase& c, const BenchCeilings& ceil, int64_t layers) {
   if (c.step_ms <= 0) {  // failed before anything was measured
     std::fprintf(stderr, "bench: %s: %s\n", c.title.c_str(), c.error.c_str());
     return;
@@ -86,6 +91,22 @@ void print_case(const BenchCase& c, int64_t layers) {
               (long long)c.new_tokens, (long long)c.context);
   if (c.chunk > 0) std::printf(", in chunks of %lld tokens", (long long)c.chunk);
   std::printf(" ==\n");
+  std::printf("ceilings (%s): copy %.2f TB/s, BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s; state %s; floors count the minimum "
+              "work (docs/kernels.md)\n",
+              ceil.source.c_str(), ceil.hbm_bytes_per_s / 1e12, ceil.bf16_flops / 1e12, ceil.fp8_flops / 1e12,
+              ceil.state_profile.c_str());
+  // Headlines: the step as a user runs it, next to the sum of op times; per layer with the head apart.
+  if (c.user_ms > 0) {
+    std::printf("%-22s %12.4f %12.4f %8.2f   (", "STEP AS RUN", c.user_ms, c.user_floor_ms, ratio(c.user_ms, c.user_floor_ms));
+    if (c.user_chunk > 0) std::printf("prefill in chunks of %lld tokens, no per-op events, host wall)\n", (long long)c.user_chunk);
+    else std::printf("CUDA graph replay, host wall)\n");
+  }
+  std::printf("%-22s %12.4f %12.4f %8.2f   (sum of op times)\n", "SUM OF OPS", c.ops_ms, c.floor_ms,
+              ratio(c.ops_ms, c.floor_ms));
+  std::printf("%-22s %12.4f %12.4f %8.2f   (ops of one layer, mean of %lld)\n", "PER LAYER", c.layers_ms / double(layers),
+              c.layers_floor_ms / double(layers), ratio(c.layers_ms, c.layers_floor_ms), (long long)layers);
+  std::printf("%-22s %12.4f %12.4f %8.2f   (embed, hc_head, lm_head)\n", "HEAD APART", c.head_ms, c.head_floor_ms,
+              ratio(c.head_ms, c.head_floor_ms));
   std::printf("%-22s %12s %12s %8s %14s\n", "op (all layers)", "measured ms", "floor ms", "ratio", "per layer ms");
   for (const BenchOp& op : c.ops)
     std::printf("%-22s %12.4f %12.4f %8.2f %14.4f\n", op.name.c_str(), op.measured_ms, op.floor_ms, op.ratio(),
@@ -142,6 +163,8 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--prompt") prompt = std::stoll(v);
       else if (a == "--steps") steps = std::stoll(v);
       else if (a == "--async-scheduling") async = v;
+      else if (a == "--ceilings") o.ceilings = v;
+      else if (a == "--state-profile") o.state_profile = v;
       else {
         std::fprintf(stderr, "bench: unknown option '%s'\n", a.c_str());
         return usage(), 2;
@@ -159,7 +182,7 @@ int cmd_bench(int argc, char** argv) {
   // Print each case as it finishes (a full bench takes minutes), the header before the first.
   o.on_case = [](const BenchReport& rep) {
     if (rep.cases.size() == 1) print_header(rep);
-    print_case(rep.cases.back(), rep.num_layers);
+    print_case(rep.cases.back(), rep.ceilings, rep.num_layers);
     std::fflush(stdout);
   };
   BenchReport rep;

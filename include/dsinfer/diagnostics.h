@@ -99,6 +99,12 @@ struct BenchOptions {
   int64_t prefill_chunk = 0;          // > 0: the prefill runs in steps of this many tokens (chunked prefill:
                                       // activations bounded by the chunk), one timed pass after a one-chunk warm-up
   int64_t iters = 5;                  // timed iterations per case (after one warm-up), medians reported
+  // The ceilings the floors divide by: "measured" (device copy bandwidth, BF16 and FP8 cuBLASLt GEMMs at 8192^3 on
+  // random data, measured at start in this process) or "nominal" (H200 datasheet: 4.8 TB/s, 989 / 1,979 TFLOP/s).
+  std::string ceilings = "measured";
+  // The state storage format the floors count: "fp8" (official: 584-byte KV rows, 132-byte indexer keys), "bf16"
+  // or "fp32" (the runners' rows today).
+  std::string state_profile = "fp8";
   bool batch_invariant = false;       // time the batch-invariant mode (EngineOptions::batch_invariant)
   // Speculative verify steps: per K a case per batch size of 1 + K tokens per sequence at `context`, logits for
   // every token (what a verify step of K drafts costs); empty = none.
@@ -115,6 +121,13 @@ struct BenchOp {
   double ratio() const { return floor_ms > 0 ? measured_ms / floor_ms : 0.0; }
 };
 
+struct BenchCeilings {
+  double hbm_bytes_per_s = 0;         // device-to-device copy, bytes read + written
+  double bf16_flops = 0, fp8_flops = 0;  // dense GEMM rates
+  std::string source;                 // "measured" or "nominal"
+  std::string state_profile;          // BenchOptions::state_profile
+};
+
 struct BenchCase {
   std::string title;                  // "decode", "prefill" or "verify"
   int64_t seqs = 0, new_tokens = 0, context = 0;
@@ -124,6 +137,13 @@ struct BenchCase {
   double floor_ms = 0;                // sum of every op's floor
   double step_ms = 0;                 // median host wall time of a step (incl. plan upload, logits download)
   double graph_step_ms = -1;          // decode: median step without per-op events (CUDA graph replay); -1 none
+  // The step as a user runs it, without per-op events: decode = graph_step_ms; prefill = the whole prompt in
+  // chunks of user_chunk tokens (the engine's max_num_batched_tokens unless --prefill-chunk), median of iters;
+  // user_floor_ms = the sum of those chunks' floors. -1: not measured.
+  double user_ms = -1, user_floor_ms = -1;
+  int64_t user_chunk = 0;
+  // Per-layer ops (layer >= 0) and the rest (embed, hc_head, lm_head) apart: sums of measured times and floors.
+  double layers_ms = 0, layers_floor_ms = 0, head_ms = 0, head_floor_ms = 0;
   int64_t chunk = 0;                  // chunked prefill: tokens per step (step_ms is then the whole prompt: TTFT)
   double peak_device_bytes = -1;      // CUDA: largest device memory in use seen after a step (cudaMemGetInfo); -1 n/a
   std::string error;                  // non-empty: the case failed (what was measured before stays filled in)
@@ -135,6 +155,7 @@ struct BenchReport {
   std::string model_dir, runner_name;
   int64_t num_layers = 0;             // layers of the model run
   std::vector<BenchCase> cases;
+  BenchCeilings ceilings;             // what the floors of every case divide by
   bool ok = false;                    // every case ran
 };
 

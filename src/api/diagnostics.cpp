@@ -16,6 +16,7 @@
 #include "model/weights_v41.h"
 #include "parallel/parallel_plan.h"
 #include "perf/bench.h"
+#include "perf/ceilings.h"
 
 namespace dsinfer {
 
@@ -125,8 +126,19 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
   DSI_ASSIGN_OR_RETURN(ro.load_format, runner::parse_load_format(o.load_format));
   DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
+  // The ceilings are measured before the runner takes the device memory (about 2 GiB, freed again); without a GPU
+  // (the cpu backend, which then reports that it cannot time ops) they stay the nominal ones, marked so.
+  perf::Ceilings ceilings;
+  if (o.ceilings == "measured") {
+    ceilings.source = "nominal (no GPU to measure)";
+#if DSINFER_HAS_CUDA
+    if (ro.backend == engine::Backend::kCuda) {
+      DSI_ASSIGN_OR_RETURN(ceilings, perf::measure_ceilings());
+    }
+#endif
+  }
   DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
-  return perf::run_bench(*runner, o, rep);
+  return perf::run_bench(*runner, o, ceilings, rep);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Bench driver (see bench.h). Moved from apps/dsinfer/cmd_bench.cpp unchanged in what it measures: medians of
-// `iters` timed steps after one warm-up, op times summed over layers, floors from perf::step_costs.
+// Bench driver (see bench.h): medians of `iters` timed steps after one warm-up, op times summed over layers, floors
+// from perf::step_costs at the ceilings given, and the step as a user runs it (graphed decode, chunked prefill).
 #include "perf/bench.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <map>
 
 #include "cache/state_layout.h"
+#include "perf/ceilings.h"
 #include "perf/cost_model.h"
 #if DSINFER_HAS_CUDA
 #include <cuda_runtime.h>
@@ -45,6 +46,9 @@ scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t c
 }
 
 namespace {
+
+// The engine's default prefill chunk (EngineOptions::max_num_batched_tokens, include/dsinfer/engine.h).
+constexpr int64_t kEngineChunk = 2048;
 
 template <typename T>
 double median(std::vector<T> v) {
@@ -103,18 +107,31 @@ double device_bytes_in_use() {
   return -1.0;
 }
 
-// Ops aggregated over layers (by name) with the cost model's floors, bytes and flops for the same names.
-void aggregate(const io::ModelConfig& cfg, const Samples& samples, int64_t expert_parallel, BenchCase& c) {
+// What the floors of a run use: the ceilings and the state format.
+struct FloorModel {
+  Ceilings ceil;
+  WeightBytes wb;
+  int64_t expert_parallel = 1;
+};
+
+// Ops aggregated over layers (by name) with the cost model's floors, bytes and flops for the same names; the
+// per-layer ops and the rest (embed, head) also summed apart.
+void aggregate(const io::ModelConfig& cfg, const Samples& samples, const FloorModel& fm, BenchCase& c) {
   std::map<std::string, BenchOp> agg;
-  for (const auto& [key, v] : samples.ops) agg[key.first].measured_ms += median(v);
-  const Ceilings ceil;
-  const StepShape shape{c.seqs, c.new_tokens, c.context, c.logits_rows, expert_parallel};
-  for (const OpCost& oc : step_costs(cfg, shape, {}, cfg.num_hidden_layers)) {
+  for (const auto& [key, v] : samples.ops) {
+    const double ms = median(v);
+    agg[key.first].measured_ms += ms;
+    (key.second >= 0 ? c.layers_ms : c.head_ms) += ms;
+  }
+  const StepShape shape{c.seqs, c.new_tokens, c.context, c.logits_rows, fm.expert_parallel};
+  for (const OpCost& oc : step_costs(cfg, shape, fm.wb, cfg.num_hidden_layers)) {
     BenchOp& op = agg[oc.name];
-    op.floor_ms += 1e3 * oc.floor_s(ceil);
+    const double f = 1e3 * oc.floor_s(fm.ceil);
+    op.floor_ms += f;
     op.bytes += oc.bytes;
     op.flops += oc.flops;
-    c.floor_ms += 1e3 * oc.floor_s(ceil);
+    c.floor_ms += f;
+    (oc.layer >= 0 ? c.layers_floor_ms : c.head_floor_ms) += f;
   }
   for (auto& [name, op] : agg) {
     if (op.measured_ms == 0 && op.floor_ms == 0) continue;
@@ -124,8 +141,8 @@ void aggregate(const io::ModelConfig& cfg, const Samples& samples, int64_t exper
   }
 }
 
-BenchCase run_case(runner::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o, const char* title,
-                   int64_t seqs, int64_t new_tokens, int64_t ctx, bool verify = false) {
+BenchCase run_case(runner::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o, const FloorModel& fm,
+                   const char* title, int64_t seqs, int64_t new_tokens, int64_t ctx, bool verify = false) {
   BenchCase c;
   c.title = title;
   c.seqs = seqs;
@@ -140,13 +157,18 @@ BenchCase run_case(runner::ModelRunner& r, const cache::StateLayout& layout, con
     c.error = s.message();
     return c;
   }
-  aggregate(r.config(), samples, std::max<int64_t>(o.gpus, 1), c);
+  aggregate(r.config(), samples, fm, c);
   c.step_ms = median(samples.step_ms);
   c.peak_device_bytes = device_bytes_in_use();
   if (new_tokens == 1) {
     auto g = time_graph_steps(r, plan, o.iters);
-    if (!g) c.error = g.status().message();
-    else c.graph_step_ms = *g;
+    if (!g) {
+      c.error = g.status().message();
+    } else {
+      c.graph_step_ms = *g;
+      c.user_ms = *g;
+      c.user_floor_ms = c.floor_ms;
+    }
   }
   return c;
 }
@@ -154,7 +176,8 @@ BenchCase run_case(runner::ModelRunner& r, const cache::StateLayout& layout, con
 // The prefill of o.prefill tokens in steps of o.prefill_chunk (each step one chunk at the positions after the
 // previous ones, so attention reads the state the earlier chunks wrote): a one-chunk warm-up, then one timed pass.
 // step_ms = the whole pass (time to first token), op times summed over chunks, floors of the unchunked prefill.
-BenchCase run_chunked_prefill(runner::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o) {
+BenchCase run_chunked_prefill(runner::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o,
+                              const FloorModel& fm) {
   BenchCase c;
   c.title = "prefill";
   c.seqs = 1, c.new_tokens = o.prefill, c.context = 0, c.logits_rows = 1, c.chunk = o.prefill_chunk;
@@ -189,9 +212,50 @@ BenchCase run_chunked_prefill(runner::ModelRunner& r, const cache::StateLayout& 
     c.error = s.message();
     return c;
   }
-  aggregate(r.config(), sums, std::max<int64_t>(o.gpus, 1), c);
+  aggregate(r.config(), sums, fm, c);
   c.step_ms = wall;
   return c;
+}
+
+// The floor of a prefill of `total` tokens run in chunks of `chunk`: the sum of each chunk's step floor (each chunk
+// re-reads the weights and attends the state the earlier ones wrote).
+double chunked_floor_ms(const io::ModelConfig& cfg, int64_t total, int64_t chunk, const FloorModel& fm) {
+  double ms = 0;
+  for (int64_t pos = 0; pos < total; pos += chunk) {
+    const StepShape shape{1, std::min(chunk, total - pos), pos, 1, fm.expert_parallel};
+    for (const OpCost& oc : step_costs(cfg, shape, fm.wb, cfg.num_hidden_layers)) ms += 1e3 * oc.floor_s(fm.ceil);
+  }
+  return ms;
+}
+
+// The prefill as the engine runs it: the prompt in steps of `chunk` tokens, without per-op events; the median over
+// `iters` passes (after one warm-up pass) of the host wall time of the whole prompt (time to first token).
+Status time_user_prefill(runner::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o,
+                         const FloorModel& fm, BenchCase& c) {
+  const int64_t chunk = o.prefill_chunk > 0 ? std::min(o.prefill_chunk, o.prefill) : std::min(kEngineChunk, o.prefill);
+  std::vector<std::vector<cache::BlockId>> tables;
+  std::vector<float> logits;
+  DSI_RETURN_IF_ERROR(r.diagnostics().set_timing(false));
+  std::vector<double> walls;
+  Status s;
+  for (int64_t it = 0; it < o.iters + 1 && s.is_ok(); ++it) {
+    double wall = 0;
+    for (int64_t pos = 0; pos < o.prefill && s.is_ok(); pos += chunk) {
+      const int64_t n = std::min(chunk, o.prefill - pos);
+      const scheduler::BatchPlan plan =
+          make_bench_plan(1, n, pos, layout.blocks_per_sequence(pos + n), r.config().vocab_size, tables);
+      const auto t0 = std::chrono::steady_clock::now();
+      s = r.step(plan, logits);
+      wall += ms_since(t0);
+    }
+    if (it > 0) walls.push_back(wall);
+  }
+  (void)r.diagnostics().set_timing(true);
+  if (!s) return s.with_context("prefill as the engine runs it");
+  c.user_ms = median(walls);
+  c.user_chunk = chunk;
+  c.user_floor_ms = chunked_floor_ms(r.config(), o.prefill, chunk, fm);
+  return Status::ok();
 }
 
 }  // namespace
@@ -205,12 +269,20 @@ Status validate_bench_options(const BenchOptions& o) {
     if (b < 1) return Status::errorf("bench batch size must be >= 1, found {}", b);
   for (int64_t k : o.verify_tokens)
     if (k < 1 || k > 64) return Status::errorf("bench verify tokens must be in [1, 64], found {}", k);
+  DSI_RETURN_IF_ERROR(validate_ceilings_mode(o.ceilings));
+  if (o.state_profile != "fp8" && o.state_profile != "bf16" && o.state_profile != "fp32")
+    return Status::errorf("bench state profile must be fp8, bf16 or fp32, found '{}'", o.state_profile);
   return Status::ok();
 }
 
-Status run_bench(runner::ModelRunner& r, const BenchOptions& o, BenchReport& report) {
+Status run_bench(runner::ModelRunner& r, const BenchOptions& o, const Ceilings& ceilings, BenchReport& report) {
   DSI_RETURN_IF_ERROR(validate_bench_options(o));
   const io::ModelConfig& cfg = r.config();
+  FloorModel fm;
+  fm.ceil = ceilings;
+  DSI_ASSIGN_OR_RETURN(fm.wb, state_profile(cfg, o.state_profile));
+  fm.expert_parallel = std::max<int64_t>(o.gpus, 1);
+  report.ceilings = {ceilings.hbm_bytes_per_s, ceilings.bf16_flops, ceilings.fp8_flops, ceilings.source, o.state_profile};
   report.runner_name = r.name();
   report.num_layers = cfg.num_hidden_layers;
   const int64_t max_b = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
@@ -232,11 +304,16 @@ Status run_bench(runner::ModelRunner& r, const BenchOptions& o, BenchReport& rep
     report.cases.push_back(std::move(c));
     if (o.on_case) o.on_case(report);
   };
-  for (int64_t b : o.batches) add(run_case(r, layout, o, "decode", b, 1, o.context));
+  for (int64_t b : o.batches) add(run_case(r, layout, o, fm, "decode", b, 1, o.context));
   for (int64_t k : o.verify_tokens)
-    for (int64_t b : o.batches) add(run_case(r, layout, o, "verify", b, 1 + k, o.context, true));
-  if (o.prefill > 0 && o.prefill_chunk > 0 && o.prefill_chunk < o.prefill) add(run_chunked_prefill(r, layout, o));
-  else if (o.prefill > 0) add(run_case(r, layout, o, "prefill", 1, o.prefill, 0));
+    for (int64_t b : o.batches) add(run_case(r, layout, o, fm, "verify", b, 1 + k, o.context, true));
+  if (o.prefill > 0) {
+    BenchCase c = o.prefill_chunk > 0 && o.prefill_chunk < o.prefill ? run_chunked_prefill(r, layout, o, fm)
+                                                                      : run_case(r, layout, o, fm, "prefill", 1, o.prefill, 0);
+    if (c.error.empty())
+      if (Status s = time_user_prefill(r, layout, o, fm, c); !s) c.error = s.message();
+    add(std::move(c));
+  }
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 #include "core/status.h"
 #include "dsinfer/diagnostics.h"
+#include "perf/cost_model.h"
 #include "runner/model_runner.h"
 #include "scheduler/batch_plan.h"
 
@@ -22,8 +23,9 @@ scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t c
 Status validate_bench_options(const BenchOptions& options);
 
 // Runs every case of `options` (batches, context, prefill, iters) on `runner`, appending to report.cases and
-// calling options.on_case after each. An error when the runner cannot be set up for timing (state binding,
-// random state, per-op timing unsupported); a failing case records its error and the others still run.
-Status run_bench(runner::ModelRunner& runner, const BenchOptions& options, BenchReport& report);
+// calling options.on_case after each; floors at `ceilings` (perf/ceilings.h) with the state format of
+// options.state_profile. An error when the runner cannot be set up for timing (state binding, random state, per-op
+// timing unsupported) or the state profile is unknown; a failing case records its error and the others still run.
+Status run_bench(runner::ModelRunner& runner, const BenchOptions& options, const Ceilings& ceilings, BenchReport& report);
 
 }  // namespace dsinfer::perf

@@ -1,7 +1,10 @@
 // Roofline cost model of one DeepSeek-V4 forward step: for every named op of a layer (the same names the CUDA
-// runner times), the bytes that must move through HBM and the FLOPs that must run, given the config, the step
-// shape (sequences x new tokens each, context per sequence) and the weight storage formats. floor =
-// max(bytes / bandwidth, flops / peak) with the H200 ceilings measured here (shared/PERFORMANCE.md).
+// runner times), the minimum bytes that must move through HBM and the FLOPs that must run, given the config, the
+// step shape (sequences x new tokens each, context per sequence) and the storage formats. floor =
+// max(bytes / bandwidth, flops / peak) with the ceilings measured in the same process (perf/ceilings.h).
+// What counts (docs/kernels.md, "Roofline floors"): weights touched read once, state rows in their storage format,
+// the bf16 residual stream in and out of each layer, the logits out, causal FLOPs of the keys attended; never the
+// traffic of our own intermediates.
 #pragma once
 #include <string>
 #include <vector>
@@ -20,11 +23,14 @@ struct StepShape {
   int64_t expert_parallel = 1;
 };
 
+// Device ceilings. The defaults are the H200 datasheet (dense, no sparsity); `dsinfer bench` measures them at start
+// (perf/ceilings.h) unless asked for the nominal ones.
 struct Ceilings {
-  double hbm_bytes_per_s = 4.2e12;   // device copy, read + write
-  double bf16_flops = 780e12;        // dense bf16 GEMM 8192^3
-  double fp8_flops = 1400e12;        // FP8 GEMM 8192^3
+  double hbm_bytes_per_s = 4.8e12;   // HBM3e (measured: device-to-device copy, read + write)
+  double bf16_flops = 989e12;        // dense bf16 (measured: cuBLASLt GEMM 8192^3, random data)
+  double fp8_flops = 1979e12;        // dense FP8 (measured: cuBLASLt per-tensor-scaled GEMM 8192^3)
   double link_bytes_per_s = 450e9;   // NVLink 4 per GPU and direction (nominal; all-reduce bus bandwidth)
+  std::string source = "nominal";    // "nominal" or "measured"
 };
 
 struct OpCost {
@@ -36,13 +42,27 @@ struct OpCost {
   double floor_s(const Ceilings& c) const;
 };
 
-// Weight element sizes of the storage: FP8 = 1 byte + scales, FP4 = 0.5 byte + 1/32 byte scales, BF16 = 2.
+// Storage sizes. Weights per element: FP8 = 1 byte + a 1-byte scale per 128x128 block, FP4 = 0.5 byte + an E8M0 scale per
+// 32, BF16 = 2. State per stored row (V4): the main KV row (compressed entries and window ring alike) and the
+// indexer key row; the defaults are the official FP8 profile (fp8_ds_mla: 448 e4m3 NoPE + 64 bf16 RoPE dims +
+// 7 UE8M0 scales padded to 8 = 584 B; indexer keys 128 e4m3 + an fp32 scale = 132 B); state_rows() gives them for
+// the bf16 / fp32 rows of the runners.
 struct WeightBytes {
   double dense = 1.0 + 1.0 / (128 * 128);  // attention projections, shared experts (FP8 block)
   double expert = 0.5 + 1.0 / 32;          // routed experts (FP4 + E8M0 per 32)
   double other = 2.0;                      // embeddings, head, gates, compressors (BF16)
-  double state = 4.0;                      // per element of ring / compressed entries / indexer keys
+  double kv_row = 584;                     // V4: bytes per main KV row (head_dim 512)
+  double index_row = 132;                  // V4: bytes per indexer key row (index_head_dim 128)
+  double state = 4.0;                      // V4.1 (cost_model_v41.cpp): bytes per state element
 };
+
+// The state profiles a floor can assume: "fp8" (official, the defaults above), "bf16" or "fp32" rows of
+// head_dim / index_head_dim elements (the runners' kv_elem_bytes). An error names an unknown profile.
+Result<WeightBytes> state_profile(const io::ModelConfig& cfg, const std::string& profile);
+
+// The expected number of distinct routed experts that T tokens hit when each picks k of E distinct experts
+// uniformly: E * (1 - (1 - k/E)^T).
+double expected_experts_hit(double E, double k, double T);
 
 std::vector<OpCost> step_costs(const io::ModelConfig& cfg, const StepShape& s, const WeightBytes& wb, int64_t layers);
 // DeepSeek-V4.1 (cost_model_v41.cpp; step_costs dispatches to it for a V4.1 config).
