@@ -135,7 +135,8 @@ TEST(GemmPlan, SettingsMoveOnlyTheCublasLtChoice) {
   expect_ran(wo_b, 64, KernelMode::kFast, Ran::kStream, off);
   expect_ran(wo_b, 512, KernelMode::kFast, Ran::kTiled, off);
   expect_ran(wq_a, 200, KernelMode::kFast, Ran::kStream, off);
-  expect_ran(lm, 9, KernelMode::kFast, Ran::kTiled, off);
+  expect_ran(lm, 9, KernelMode::kFast, Ran::kGemv, off);  // the verify range keeps the decode kernel
+  expect_ran(lm, 17, KernelMode::kFast, Ran::kTiled, off);
   expect_ran(wo_a, 4096, KernelMode::kFast, Ran::kTiled, off);
   const GemmSettings late = gemm_settings_from(nullptr, "128", nullptr);
   expect_ran(wo_b, 64, KernelMode::kFast, Ran::kStream, late);
