@@ -191,27 +191,9 @@ od::GemvParams plan_for(WeightFormat f, int64_t groups, int64_t Ng, int64_t K, i
   return p;
 }
 
-// With one warp on K a lane sums the same weight vectors in the same order at every M (the vectors per lane only
-// change how K is chunked), so a row's bits do not depend on M; a K split over warps that changes with M changes
-// them. Which shapes keep one K warp at every M (host only, runs without a GPU): the shipped model's GEMV weights
-// (lm head, grouped wo_a) and V4-Flash wq_b, grouped wo_a and the lm head; the Flash shared expert is the
-// documented exception (wk 4 at M <= 2, 2 at M = 3..8).
-TEST(GemvPlan, OneKWarpAtEveryMWhereRowsMustMatchDecode) {
-  struct S {
-    WeightFormat f;
-    int64_t groups, Ng, K;
-  };
-  for (S s : {S{WeightFormat::BF16, 1, 3072, 256}, S{WeightFormat::FP8_BLOCK, 2, 128, 128}, S{WeightFormat::BF16, 2, 128, 128},
-              S{WeightFormat::FP8_BLOCK, 1, 32768, 1024}, S{WeightFormat::FP8_BLOCK, 8, 1024, 4096},
-              S{WeightFormat::BF16, 1, 129280, 4096}})
-    for (int64_t M = 1; M <= dsinfer::ops::cuda::kGemmGemvMaxM; ++M)
-      EXPECT_EQ(plan_for(s.f, s.groups, s.Ng, s.K, M).wk, 1) << "groups=" << s.groups << " N=" << s.Ng << " K=" << s.K
-                                                             << " M=" << M;
-  EXPECT_NE(plan_for(WeightFormat::FP8_BLOCK, 1, 2048, 4096, 1).wk, plan_for(WeightFormat::FP8_BLOCK, 1, 2048, 4096, 3).wk);
-}
-
-// What the plan test promises, on the device: row 0 of x gives the same bits at every M = 1..16 for one-K-warp
-// shapes (the other rows random), as a decode row (M = 1) and the rows of a verify step (M = 1 + k) must.
+// What the plan test promises (tests/unit/test_gemm_plan.cpp GemvPlan.OneKWarpAtEveryMWhereRowsMustMatchDecode),
+// on the device: row 0 of x gives the same bits at every M = 1..16 for one-K-warp shapes (the other rows random),
+// as a decode row (M = 1) and the rows of a verify step (M = 1 + k) must.
 TEST(GemvGpu, OneKWarpRowsBitEqualAtEveryM) {
   DSI_SKIP_WITHOUT_GPU();
   struct S {

@@ -1,8 +1,8 @@
 // GPU checks of the cuBLASLt GEMM engine's dense path (ops/gemm/gemm_lt_cuda.h; the lm head and the compressors'
 // wkv in the runner): BF16 weights (x rounded to bf16 by gemm_lt_bf16_kernel, bf16 tensor-core products, fp32
 // accumulation) and F32 weights (CUBLAS_COMPUTE_32F_FAST_16BF), against an fp64 GEMM on the host, on an lm-head-like
-// shape (N = 8,080: not a multiple of 128; K = 4,096), odd M (no multiple-of-4 rule here), row strides, accumulate,
-// and the routing rule GemmLtEngine::wants.
+// shape (N = 8,080: not a multiple of 128; K = 4,096), odd M (no multiple-of-4 rule here), row strides and
+// accumulate. The routing rule (gemm_plan.h gemm_lt_wants) is CPU-tested in tests/unit/test_gemm_plan.cpp.
 // Tolerances (normalised L2 error): BF16 W, reference with x rounded to bf16 exactly as the kernel does (RNE), so
 // only fp32 accumulation order differs: ~sqrt(K) * 2^-24 ~ 4e-6, allowed 2e-4. F32 W, reference unrounded: the
 // library rounds both operands to bf16, 2^-9 relative each, rms of a product's error ~ sqrt(2/3) 2^-9 ~ 1.6e-3
@@ -104,20 +104,6 @@ TEST(GemmLtDenseGpu, F32WeightParity) {
   }
   // ldx != K: F32 x is read in place with ld = K, so the engine refuses and leaves y alone.
   EXPECT_LT(check_dense(eng, w, d.w, 16, 1028, 512, false, 1, 430), 0.0);
-}
-
-TEST(GemmLtDenseGpu, RoutingRule) {
-  DSI_SKIP_WITHOUT_GPU();
-  const HostWeight bf = make_host_weight(WeightFormat::BF16, 256, 512, 403, true, 128, 128, false);
-  const HostWeight f8 = make_host_weight(WeightFormat::FP8_BLOCK, 256, 512, 404, true, 128, 128, false);
-  const HostWeight fp4 = make_host_weight(WeightFormat::FP4_G32, 256, 512, 405, true, 128, 128, false);
-  auto db = dsinfer::test::upload(bf), d8 = dsinfer::test::upload(f8), d4 = dsinfer::test::upload(fp4);
-  EXPECT_FALSE(GemmLtEngine::wants(db.w, dsinfer::ops::cuda::kGemmLtMinMDense - 1));
-  EXPECT_TRUE(GemmLtEngine::wants(db.w, dsinfer::ops::cuda::kGemmLtMinMDense));
-  EXPECT_FALSE(GemmLtEngine::wants(d8.w, dsinfer::ops::cuda::gemm_lt_min_rows() - 1));
-  EXPECT_TRUE(GemmLtEngine::wants(d8.w, dsinfer::ops::cuda::gemm_lt_min_rows()));
-  EXPECT_FALSE(GemmLtEngine::supports(d4.w));
-  EXPECT_FALSE(GemmLtEngine::wants(d4.w, 4096));
 }
 
 }  // namespace

@@ -254,15 +254,6 @@ TEST(GpuSparseAttentionTc, SplitPathLongKeyLists) {
   }
 }
 
-TEST(GpuSparseAttentionTc, SplitHeuristic) {  // host-only; Flash shapes on 132 SMs (CSA: 640 keys, 20 tiles)
-  EXPECT_EQ(ops::cuda::sparse_attention_tc_splits(1, 64, 640, 132), 20);   // one tile per split
-  EXPECT_EQ(ops::cuda::sparse_attention_tc_splits(64, 64, 640, 132), 2);   // 128 blocks: one wave
-  EXPECT_EQ(ops::cuda::sparse_attention_tc_splits(256, 64, 640, 132), 1);  // 256 blocks: two waves
-  EXPECT_EQ(ops::cuda::sparse_attention_tc_splits(1, 64, 160, 132), 5);    // HCA at 4095
-  EXPECT_EQ(ops::cuda::sparse_attention_tc_splits(64, 128, 640, 132), 1);  // 2 head groups per token
-  EXPECT_EQ(ops::cuda::sparse_attention_tc_splits(1, 64, 1, 132), 1);
-}
-
 TEST(GpuSparseAttentionTc, RejectsOtherHeadDims) {
   DSI_SKIP_WITHOUT_GPU();
   const io::ModelConfig cfg = attn_config(64, 16, 8, 64, {io::AttnType::Sliding}, {0});

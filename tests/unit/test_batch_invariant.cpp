@@ -1,5 +1,5 @@
 // CPU checks of the batch-invariant mode's host decisions (docs/kernels.md "Batch invariance"): the GEMM kernel and
-// K split as functions of the weight alone (ops/gemm/gemm_invariant.h), the fixed-size attention key splits
+// K split as functions of the weight alone (ops/gemm/gemm_plan.h), the fixed-size attention key splits
 // (sparse_attention_launch.h: the same key ranges and combine count for any grid split count), the fixed mHC split
 // (mhc_launch.h), and the engine option on the cpu backend (a no-op: same outputs). The GPU side is
 // tests/gpu/test_batch_invariant_gpu.cpp.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "dsinfer/engine.h"
-#include "ops/gemm/gemm_invariant.h"
+#include "ops/gemm/gemm_plan.h"
 #include "ops/mhc/mhc_launch.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "test_util.h"

@@ -1,6 +1,5 @@
-// GEMM entry points (see gemm_cuda.h): argument validation, path choice (with kBf16: the GEMV kernel where
-// gemm_gemv_preferred, else bf16 streaming tensor core when applicable; else skinny fp32 streaming vs tiled tensor
-// core), launch and launch check.
+// GEMM entry points (see gemm_cuda.h): argument validation, the launch of the kernel plan_gemm_kernel chose
+// (gemm_plan.h), and the launch check.
 #include "ops/gemm/gemm_cuda.h"
 
 #include <algorithm>
@@ -8,7 +7,7 @@
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
-#include "ops/gemm/gemm_invariant.h"
+#include "ops/gemm/gemm_plan.h"
 
 namespace dsinfer::ops::cuda {
 
@@ -58,54 +57,6 @@ Status validate_weight(const DeviceWeight& w, const char* what) {
   return Status::ok();
 }
 
-namespace detail {
-
-void set_weight_args(GemmArgs& a, const DeviceWeight& w) {
-  a.wdata = static_cast<const uint8_t*>(w.data);
-  a.wscale = static_cast<const uint8_t*>(w.scale);
-  a.scale_e8m0 = w.scale_e8m0;
-  a.block_n = w.block_n;
-  a.block_k = w.block_k;
-  a.scale_cols = w.fmt == WeightFormat::FP8_BLOCK ? (a.K + w.block_k - 1) / w.block_k
-                 : w.fmt == WeightFormat::FP4_G32 ? a.K / 32
-                                                  : 0;
-  a.w_vec = a.K % vec_elems(w.fmt) == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
-            (w.fmt != WeightFormat::FP8_BLOCK || w.block_k % 16 == 0);
-}
-
-void set_x_vec(GemmArgs& a) {
-  a.x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 && a.x_gstride % 4 == 0;
-}
-
-// Streaming-kernel launch shape: tokens per block = the power of two >= M (8..64); K split (cluster) doubled while
-// the grid has fewer than 2 blocks per SM or the x tile exceeds kStXsMax; then tokens halved while it still does.
-bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamParams& p) {
-  constexpr int64_t kStXsMax = kGemmStreamXsMax;
-  if (f != WeightFormat::FP8_BLOCK || a.M < 1 || a.M > kGemmStreamMaxM || !a.w_vec || a.K % 64 != 0 ||
-      a.block_k % 64 != 0 || a.row_off || a.x_rows || a.wdata_arr)
-    return false;
-  const int64_t kblocks = (a.K + a.block_k - 1) / a.block_k, row_blocks = (a.N + gemm_detail::kStRows - 1) / gemm_detail::kStRows;
-  int64_t tokens = 8;
-  while (tokens < 64 && tokens < a.M) tokens *= 2;
-  auto per_split = [&](int64_t s) { return (kblocks + s - 1) / s; };
-  auto xs_bytes = [&](int64_t s, int64_t t) { return t * (per_split(s) * a.block_k * 2 + 16); };
-  auto blocks = [&](int64_t s, int64_t t) { return row_blocks * ((a.M + t - 1) / t) * a.groups * s; };
-  int64_t s = 1;
-  while (s < 8 && 2 * s <= kblocks && (blocks(s, tokens) < 2 * int64_t(sm_count) || xs_bytes(s, tokens) > kStXsMax)) s *= 2;
-  while (tokens > 8 && xs_bytes(s, tokens) > kStXsMax) tokens /= 2;
-  if (xs_bytes(s, tokens) > kStXsMax) return false;
-  const int64_t per = per_split(s), token_chunks = (a.M + tokens - 1) / tokens;
-  if (row_blocks > 65535 || token_chunks * a.groups > 65535) return false;
-  p.kb_per_split = int(per);
-  p.splits = int((kblocks + per - 1) / per);  // every split non-empty
-  p.tokens = int(tokens);
-  p.token_chunks = int(token_chunks);
-  p.xs_ld = int(per * a.block_k + 8);  // +16 bytes: lane fragment reads hit distinct banks
-  return true;
-}
-
-}  // namespace detail
-
 namespace {
 
 int sm_count() {
@@ -152,30 +103,26 @@ Status launch_tiled(detail::GemmArgs& a, WeightFormat f, void* stream) {
   return Status::ok();
 }
 
-// GemmPrecision::kBatchInvariant: the kernel and the streaming K partition come from the weight (gemm_invariant.h);
+Status launch_skinny(const detail::GemmArgs& a, WeightFormat f, void* stream) {
+  detail::launch_gemm_skinny(f, a, stream);  // walks any M in chunks of kGemmSkinnyMaxM rows
+  DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
+  return Status::ok();
+}
+
+// GemmPrecision::kBatchInvariant: the kernel and the streaming K partition come from the weight (gemm_invariant_plan);
 // M only decides how many row chunks / token blocks run.
-Status run_invariant(detail::GemmArgs& a, WeightFormat f, void* stream) {
-  GemmWeightShape ws;
-  ws.fmt = f, ws.N = a.N, ws.K = a.K, ws.block_k = a.block_k, ws.groups = a.groups, ws.w_vec = a.w_vec;
-  ws.gathered = a.row_off || a.x_rows || a.wdata_arr;
-  const GemmInvariantPlan plan = gemm_invariant_plan(ws, sm_count());
-  if (plan.kernel == GemmKernel::kSkinny) {
-    detail::launch_gemm_skinny(f, a, stream);  // walks any M in chunks of kGemmSkinnyMaxM rows
-    DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
-    return Status::ok();
-  }
+Status run_invariant(detail::GemmArgs& a, WeightFormat f, const GemmInvariantPlan& plan, void* stream) {
+  if (plan.kernel == GemmKernel::kSkinny) return launch_skinny(a, f, stream);
   if (plan.kernel == GemmKernel::kTiled) return launch_tiled(a, f, stream);
   for (int64_t r = 0; r < a.M; r += kGemmStreamMaxM) {
     detail::GemmArgs c = a;
-    c.x = a.x + r * a.ldx, c.y = a.y + r * a.ldy, c.M = std::min(kGemmStreamMaxM, a.M - r);
+    c.x = a.x + r * a.ldx;
+    c.y = a.y + r * a.ldy;
+    c.M = std::min(kGemmStreamMaxM, a.M - r);
     detail::set_x_vec(c);
     detail::StreamParams sp;
-    sp.splits = plan.splits;
-    sp.kb_per_split = plan.kb_per_split;
-    sp.tokens = gemm_invariant_stream_tokens(c.M, plan.kb_per_split, a.block_k);
-    if (sp.tokens == 0) return Status::errorf("gemm: no streaming tile fits K = {} (block_k {})", a.K, a.block_k);
-    sp.token_chunks = int((c.M + sp.tokens - 1) / sp.tokens);
-    sp.xs_ld = int(int64_t(plan.kb_per_split) * a.block_k + 8);  // as plan_gemm_stream
+    if (!gemm_invariant_stream_params(plan, c.M, a.block_k, sp))
+      return Status::errorf("gemm: no streaming tile fits K = {} (block_k {})", a.K, a.block_k);
     if ((a.N + gemm_detail::kStRows - 1) / gemm_detail::kStRows > 65535) return Status::error("gemm: N too large");
     DSI_RETURN_IF_ERROR(launch_stream(c, sp, stream));
   }
@@ -183,17 +130,13 @@ Status run_invariant(detail::GemmArgs& a, WeightFormat f, void* stream) {
 }
 
 Status run(detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, void* stream) {
-  if (precision == GemmPrecision::kBatchInvariant) return run_invariant(a, f, stream);
-  detail::GemvParams gp;
-  const bool bf16 = precision == GemmPrecision::kBf16 || precision == GemmPrecision::kGemv;
-  const bool gemv = precision == GemmPrecision::kGemv || (bf16 && gemm_gemv_preferred(a.M, a.N, a.groups > 1));
-  if (gemv && detail::plan_gemm_gemv(a, f, sm_count(), gp)) return launch_gemv(a, f, gp, stream);
-  detail::StreamParams sp;
-  if (bf16 && detail::plan_gemm_stream(a, f, sm_count(), sp)) return launch_stream(a, sp, stream);
-  if (a.M <= kGemmSkinnyMaxM && a.w_vec) {
-    detail::launch_gemm_skinny(f, a, stream);
-    DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
-    return Status::ok();
+  const GemmKernelPlan p = plan_gemm_kernel(a, f, precision, sm_count());
+  if (precision == GemmPrecision::kBatchInvariant) return run_invariant(a, f, p.invariant, stream);
+  switch (p.kernel) {
+    case GemmKernel::kGemv: return launch_gemv(a, f, p.gemv, stream);
+    case GemmKernel::kStream: return launch_stream(a, p.stream, stream);
+    case GemmKernel::kSkinny: return launch_skinny(a, f, stream);
+    case GemmKernel::kTiled: break;
   }
   return launch_tiled(a, f, stream);
 }

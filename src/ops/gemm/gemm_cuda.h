@@ -1,8 +1,9 @@
 // Dense projections on the GPU: y[M,N] (+)= x[M,K] . W^T with fp32 activations and weights kept in their storage
 // format (F32, BF16, FP8 e4m3 with block scales, FP4 e2m1 with 1x32 scales), dequantized inside the kernels.
 // Plain C++ header (no CUDA types): streams are `void*` (a cudaStream_t), every function returns a Status.
-// Layout: gemm_cuda.cpp validates and picks the path, gemm_launch.h holds the parameters and launchers, the
-// kernels are gemm_skinny.cu and gemm_tiled.cu (device helpers gemm_dequant.cuh, index logic gemm_common.h).
+// Layout: gemm_plan.h picks the kernel (every rule and threshold), gemm_cuda.cpp validates and launches,
+// gemm_launch.h holds the parameters and launchers, the kernels are gemm_skinny.cu, gemm_tiled.cu, gemm_stream.cu
+// and gemm_gemv.cu (device helpers gemm_dequant.cuh, index logic gemm_common.h).
 // Paths (docs/kernels.md "GEMM and MoE", chosen by M, the format and GemmPrecision): rows <= kGemmSkinnyMaxM use
 // an fp32 CUDA-core streaming kernel (exact fp32 products); larger M uses a bf16 mma.sync tensor-core kernel (x and
 // dequantized W rounded to bf16, fp32 accumulation); with GemmPrecision::kBf16: M <= kGemmGemvMaxM with FP8 or BF16
@@ -10,14 +11,15 @@
 // tensor-core kernel with split-K summed in a fixed order. No float atomics anywhere: results are
 // deterministic run to run, and each output row depends only on its own x row and the path (and, on the kBf16
 // path, on the launch shape chosen from M). GemmPrecision::kBatchInvariant chooses the path and the K split from
-// the weight alone (gemm_invariant.h), so a row's bits do not depend on M.
+// the weight alone (gemm_plan.h gemm_invariant_plan), so a row's bits do not depend on M.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 #include "core/status.h"
 #include "cuda/device_buffer.h"
-#include "ops/gemm/gemm_launch.h"  // WeightFormat, DeviceWeight, kGemmSkinnyMaxM
+#include "ops/gemm/gemm_launch.h"  // WeightFormat, DeviceWeight
+#include "ops/gemm/gemm_plan.h"    // GemmPrecision, kGemmSkinnyMaxM, the kernel choice
 
 namespace dsinfer::ops::cuda {
 
@@ -34,33 +36,6 @@ Status validate_weight(const DeviceWeight& w, const char* what = "weight");
 // accumulation. y must not overlap x. M == 0 is a no-op.
 Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
                  void* stream, GemmPrecision precision = GemmPrecision::kFp32SmallM);
-
-// The fast path's kernel choice for FP8_BLOCK / BF16 weights (the one place that decides; gemm_cuda's run() and the
-// CUDA runner ask it):
-//  - gemm_gemv_preferred: the fp32 GEMV kernel (gemm_gemv.cu), for grouped weights (wo_a) and N > 1024 at every
-//    M <= kGemmGemvMaxM; the bf16 streaming kernel for N <= 1024 (wq_a, wkv). Measured on the H200 (bench/NOTES.md
-//    wave 5, dsinfer_gemm_bench --gemv): the GEMV kernel is fastest at M <= 2 for every V4-Flash shape and at every
-//    M for wo_a, the streaming kernel at M >= 4 for N <= 2048 and for wq_b (N = 32768). The choice depends on the
-//    shape only, never on M, on purpose: a speculative verify step (1 + k rows) runs each row through the same
-//    kernel as a plain decode step (1 row) (measured: fast-path greedy output with and without speculation 3/8
-//    identical with an M-dependent choice, 8/8 with this one). Same kernel is not always same bits: with one warp
-//    on K (plan wk = 1) a lane sums the same vectors in the same order at every M (vectors per lane only change the
-//    chunking), so rows are bit-equal; where the plan splits K over warps and wk or the vectors per lane change
-//    with M (V4-Flash shared expert and wo_b at M <= 8), the warps' K slices differ and so do the last bits. The
-//    shipped model and V4-Flash wq_b / wo_a / lm head have wk = 1 at every M. The M-independent plan tried in wave 5
-//    (one vector per lane and the K split of M = 16) was 30-90 % slower at M = 1; bit-equal rows everywhere are what
-//    --batch-invariant is for.
-//  - gemm_stream_preferred: whether the runner passes GemmPrecision::kBf16 at all: every M <= kGemmGemvMaxM (the
-//    GEMV or the streaming kernel, both faster there than the default kernels), plus the bf16 streaming kernel where
-//    it measured faster (bench/NOTES.md 2026-11-30: N <= 1024 at every M <= 256 (wq_a, wkv), N <= 4096 at 9 <= M
-//    <= 128 (wo_b, the shared expert)); larger N, grouped weights (wo_a) and N > 1024 at M > 128 run faster on the
-//    default kernels.
-inline bool gemm_gemv_preferred(int64_t M, int64_t N, bool grouped) {
-  return M >= 1 && M <= kGemmGemvMaxM && (grouped || N > 1024);
-}
-inline bool gemm_stream_preferred(int64_t M, int64_t N) {
-  return (M >= 1 && M <= kGemmGemvMaxM) || (M >= 1 && M <= 256 && N <= (M > 8 && M <= 128 ? 4096 : 1024));
-}
 
 // Batched over `groups` independent groups (the grouped output projection wo_a): with N_g = w.rows / groups,
 // group g computes y_g[M, N_g] = x_g[M, K] * W[g*N_g : (g+1)*N_g, :]^T where x_g = x + g*x_group_stride and

@@ -11,9 +11,7 @@
 //    vector since block_k % 16 == 0; e8m0 scales are powers of two, so this is exact);
 //  - small N: the K steps of a chunk are split over wk warps of a block and their partials summed through shared
 //    memory in warp order after a fixed butterfly inside each warp: deterministic, no atomics, no workspace;
-//  - block shape (wk, wr) from plan_gemm_gemv: enough blocks for the SMs, x chunk <= kGemvXsBudget.
-#include <climits>
-
+//  - block shape (wk, wr) from plan_gemm_gemv (gemm_plan.cpp): enough blocks for the SMs, x chunk <= kGemvXsBudget.
 #include "ops/gemm/gemm_dequant.cuh"
 
 namespace dsinfer::ops::cuda::detail {
@@ -238,34 +236,6 @@ cudaError_t launch_fmt(const GemmArgs& a, const GemvParams& p, cudaStream_t s) {
 }
 
 }  // namespace
-
-// Block shape: wr = row warps, the largest of 8, 4, 2, 1 whose grid still has a block per SM (more rows per block
-// = fewer re-reads of the staged x: x bytes per weight byte = 4 mt / (4 wr * weight bytes per element)); then
-// wk = K-splitting warps filling the block up to 8 warps (small N: wkv, wq_a), as far as the chunk has steps for
-// them and the x chunk fits kGemvXsBudget.
-bool plan_gemm_gemv(const GemmArgs& a, WeightFormat f, int sm_count, GemvParams& p) {
-  if ((f != WeightFormat::FP8_BLOCK && f != WeightFormat::BF16) || a.M < 1 || a.M > kGemmGemvMaxM || !a.w_vec ||
-      a.row_off || a.x_rows || a.wdata_arr || a.N < 1 || a.K < 1 || a.K >= (int64_t(1) << 31) || a.groups < 1 ||
-      a.groups > 65535)
-    return false;
-  if (f == WeightFormat::FP8_BLOCK && (a.N * a.groups + a.block_n - 1) / a.block_n * a.scale_cols >= (int64_t(1) << 31))
-    return false;
-  int mt = 1;
-  while (mt < a.M) mt *= 2;
-  const int64_t ve = vec_elems(f), step = 32 * gemv_vpl(mt) * ve, steps = (a.K + step - 1) / step;
-  auto xs_ld = [&](int64_t wk) { return wk * step / ve * (ve + 4); };
-  auto row_blocks = [&](int r) { return (a.N + int64_t(kGemvRowsPerWarp) * r - 1) / (int64_t(kGemvRowsPerWarp) * r); };
-  int wr = kGemvMaxWarps;
-  while (wr > 1 && row_blocks(wr) * a.groups < sm_count) wr /= 2;
-  int wk = 1;
-  while (wk * wr < kGemvMaxWarps && wk < steps && int64_t(mt) * xs_ld(2 * wk) * 4 <= kGemvXsBudget) wk *= 2;
-  if (row_blocks(wr) > INT_MAX) return false;
-  p.mt = mt, p.wk = wk, p.wr = wr;
-  p.kc = int(wk * step);
-  p.xs_ld = int(xs_ld(wk));
-  p.smem = int(int64_t(mt) * p.xs_ld * 4 + (wk > 1 ? int64_t(wk) * wr * kGemvRowsPerWarp * mt * 4 : 0));
-  return true;
-}
 
 int launch_gemm_gemv(WeightFormat f, const GemmArgs& a, const GemvParams& p, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);

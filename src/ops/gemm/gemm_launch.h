@@ -24,28 +24,7 @@ struct DeviceWeight {
   int64_t block_n = 128, block_k = 128;  // FP8_BLOCK only
 };
 
-// Rows of x at or below this go through the fp32 streaming (decode) kernel when the format allows 16-byte weight
-// loads (K a multiple of 16 bytes of weight, FP8 block_k a multiple of 16, 16-byte aligned weight data).
-inline constexpr int64_t kGemmSkinnyMaxM = 8;
-// Rows at or below this may use the GEMV kernel (gemm_gemv.cu; GemmPrecision::kBf16, FP8_BLOCK / BF16 weights).
-inline constexpr int64_t kGemmGemvMaxM = 16;
-// Rows at or below this may use the bf16 streaming tensor-core kernel (GemmPrecision::kBf16, FP8_BLOCK weights).
-inline constexpr int64_t kGemmStreamMaxM = 256;
-
-// Which kernels gemm_cuda / gemm_grouped_cuda may use.
-//   kFp32SmallM (default): rows <= kGemmSkinnyMaxM run the fp32 CUDA-core streaming kernel (exact fp32 products),
-//     larger M the bf16 tiled kernel. Exact mode relies on it (it calls with chunks of kGemmSkinnyMaxM rows).
-//   kGemv: the GEMV kernel wherever it can run (M <= kGemmGemvMaxM and plan_gemm_gemv), else as kBf16: tests and
-//     benches force the kernel with it.
-//   kBf16: where gemm_gemv_preferred (gemm_cuda.h) says so, the fp32 GEMV kernel (gemm_gemv.cu: FP8_BLOCK / BF16,
-//     M <= kGemmGemvMaxM, exact fp32 products, K split inside a block summed in a fixed order); else
-//     1 <= M <= kGemmStreamMaxM with FP8_BLOCK weights (K and block_k multiples of 64, 16-byte aligned data)
-//     run the bf16 streaming tensor-core kernel (gemm_stream.cu: x rounded to bf16, fp32 accumulation, split-K
-//     summed in a fixed order); every other case as kFp32SmallM.
-//   kBatchInvariant: kernel and K split chosen from the weight alone, never from M (gemm_invariant.h), so a row's
-//     bits do not depend on the batch: FP8 N <= 4096 streaming (chunks of kGemmStreamMaxM rows), small other
-//     weights skinny, the rest tiled.
-enum class GemmPrecision { kFp32SmallM, kBf16, kGemv, kBatchInvariant };
+// Which kernel runs, with which parameters (StreamParams, GemvParams below): gemm_plan.h.
 
 namespace detail {
 
@@ -71,8 +50,8 @@ struct GemmArgs {
   int m_tiles_z = 1;   // tiled kernel: grid z (m-tiles walked by each block with stride gridDim.z)
 };
 
-// Launch shape of the streaming kernel (plan_gemm_stream): grid x = K splits (one thread-block cluster), y = 64-row
-// blocks, z = groups * token_chunks.
+// Launch shape of the streaming kernel (gemm_plan.h plan_gemm_stream): grid x = K splits (one thread-block
+// cluster), y = 64-row blocks, z = groups * token_chunks.
 struct StreamParams {
   int splits = 1;        // K splits = cluster size, 1..8
   int kb_per_split = 1;  // block_k-wide scale blocks per split
@@ -81,8 +60,9 @@ struct StreamParams {
   int xs_ld = 0;         // bf16 elements per x row in shared memory
 };
 
-// Launch shape of the GEMV kernel (plan_gemm_gemv): blocks of wk * wr warps; each warp owns kGemvRowsPerWarp weight
-// rows and one kGemvStep-wide K step of every staged x chunk (kc = wk steps); grid x = row blocks, y = groups.
+// Launch shape of the GEMV kernel (gemm_plan.h plan_gemm_gemv): blocks of wk * wr warps; each warp owns
+// kGemvRowsPerWarp weight rows and one K step of every staged x chunk (kc = wk steps); grid x = row blocks,
+// y = groups.
 inline constexpr int kGemvRowsPerWarp = 4, kGemvMaxWarps = 8, kGemvXsBudget = 46 * 1024;
 // 16-byte weight vectors per lane per row per step: 2 (8 loads in flight per thread) while x rows are few; 1 at
 // mt >= 8, where the FMAs and shared-memory reads bound the kernel and the x chunk must stay small.
@@ -100,21 +80,14 @@ inline constexpr int64_t vec_elems(WeightFormat f) {
   return f == WeightFormat::F32 ? 4 : f == WeightFormat::BF16 ? 8 : f == WeightFormat::FP8_BLOCK ? 16 : 32;
 }
 
-// Fills the weight fields of `a` from `w` (single weight, grouped by rows) and decides w_vec / x_vec (host code,
-// gemm_cuda.cpp).
-void set_weight_args(GemmArgs& a, const DeviceWeight& w);
-void set_x_vec(GemmArgs& a);
+// set_weight_args / set_x_vec (the weight fields and the 16-byte load legality of GemmArgs): gemm_plan.h.
 
 // Launchers (gemm_skinny.cu: needs a.w_vec; gemm_tiled.cu: any shape, a.m_tiles_z <= 65535). The caller checks the
 // launch (DSI_CUDA_LAUNCHED) under the kernel names "gemm_skinny_kernel" / "gemm_tiled_kernel".
 void launch_gemm_skinny(WeightFormat f, const GemmArgs& a, void* stream);
-// Streaming kernel: false when it does not apply (format, M, K / block_k / alignment, MoE gathers, shared memory).
-bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamParams& p);
 // Returns the cudaError_t of the launch (as int; also check DSI_CUDA_LAUNCHED("gemm_stream_kernel")).
 int launch_gemm_stream(const GemmArgs& a, const StreamParams& p, void* stream);
 void launch_gemm_tiled(WeightFormat f, const GemmArgs& a, void* stream);
-// GEMV kernel (gemm_gemv.cu): false when it does not apply (format, M, !w_vec, MoE gathers, too many row blocks).
-bool plan_gemm_gemv(const GemmArgs& a, WeightFormat f, int sm_count, GemvParams& p);
 // Returns the cudaError_t of the launch (as int; also check DSI_CUDA_LAUNCHED("gemm_gemv_kernel")).
 int launch_gemm_gemv(WeightFormat f, const GemmArgs& a, const GemvParams& p, void* stream);
 

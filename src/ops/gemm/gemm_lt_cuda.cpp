@@ -1,10 +1,8 @@
-// cuBLASLt GEMM engine (see gemm_lt_cuda.h): environment switches, routing, weight preparation (FP8 block scales to
+// cuBLASLt GEMM engine (see gemm_lt_cuda.h; when it runs: gemm_plan.h): weight preparation (FP8 block scales to
 // fp32 in cuBLASLt's layout), activation buffers, and the call sequences quantize -> cublasLtMatmul (-> epilogue)
 // (+ the M % 4 tail rows on gemm_cuda) and bf16 x -> cublasLtMatmul. The cuBLASLt plans, the matmul call and the
 // layout probe are gemm_lt_plan_cuda.cpp.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_cuda.h"
@@ -19,28 +17,6 @@ using gemm_lt_detail::Plan;
 using gemm_lt_detail::PlanKey;
 using gemm_lt_detail::WeightScales;
 namespace lt = dsinfer::ops::gemm_lt;
-
-bool gemm_lt_env_enabled() {
-  const char* v = std::getenv("DSINFER_CUBLASLT");
-  if (!v || !*v) return kGemmLtDefaultOn;
-  return std::string(v) != "0";
-}
-
-int64_t gemm_lt_min_rows() {
-  static const int64_t rows = [] {
-    const char* v = std::getenv("DSINFER_CUBLASLT_MIN_M");
-    if (!v) return kGemmLtMinM;
-    char* end = nullptr;
-    const long long r = std::strtoll(v, &end, 10);
-    return end != v && *end == '\0' && r >= 1 ? int64_t(r) : kGemmLtMinM;
-  }();
-  return rows;
-}
-
-GemmLtActivations gemm_lt_env_activations() {
-  const char* v = std::getenv("DSINFER_CUBLASLT_ACT");
-  return v && std::string(v) == "fp8" ? GemmLtActivations::kFp8 : GemmLtActivations::kFp8x2;
-}
 
 namespace {
 
@@ -86,18 +62,6 @@ Status GemmLtEngine::Impl::init() {
 
 GemmLtEngine::GemmLtEngine(GemmLtActivations act) : impl_(std::make_unique<Impl>()) { impl_->act = act; }
 GemmLtEngine::~GemmLtEngine() = default;
-
-bool GemmLtEngine::supports(const DeviceWeight& w) {
-  if (!w.data || w.rows <= 0 || w.cols <= 0) return false;
-  if (w.fmt == WeightFormat::FP8_BLOCK)
-    return w.scale && w.block_n == lt::kWBlock && w.block_k == lt::kWBlock && w.rows % 16 == 0 &&
-           w.cols % lt::kActBlock == 0;
-  return (w.fmt == WeightFormat::BF16 || w.fmt == WeightFormat::F32) && w.cols % 8 == 0 && w.rows % 4 == 0;
-}
-
-bool GemmLtEngine::wants(const DeviceWeight& w, int64_t M) {
-  return supports(w) && M >= (w.fmt == WeightFormat::FP8_BLOCK ? gemm_lt_min_rows() : kGemmLtMinMDense);
-}
 
 bool GemmLtEngine::capturing(void* stream) {
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;

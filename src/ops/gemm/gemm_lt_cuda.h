@@ -1,5 +1,5 @@
 // cuBLASLt GEMM engine for the CUDA runner's fast path: y[M, N] (+)= x[M, K] . W^T with fp32 x / y and W in its
-// stored format. One class decides and runs both kinds (GemmLtEngine::wants says which calls it takes):
+// stored format. One class runs both kinds (which calls it takes: gemm_plan.h gemm_lt_wants):
 //   FP8_BLOCK W (e4m3 [N, K], 128 x 128 block scales): x is quantized per token and per 128 channels to e4m3 with a
 //     power-of-two scale (the official DeepSeek `act_quant`, gemm_lt_quant.h) - by default in two terms
 //     (GemmLtActivations below) - then cuBLASLt runs the block-scaled FP8 matmul (cuBLAS >= 12.9, Hopper);
@@ -40,47 +40,22 @@
 
 #include "core/status.h"
 #include "ops/gemm/gemm_launch.h"  // DeviceWeight
+#include "ops/gemm/gemm_plan.h"    // GemmLtActivations
 
 namespace dsinfer::ops::cuda {
 
-// The one switch: whether the CUDA runner uses the engine at all. DSINFER_CUBLASLT=0 turns it off, =1 on; unset:
-// kGemmLtDefaultOn.
-inline constexpr bool kGemmLtDefaultOn = true;
-bool gemm_lt_env_enabled();
-// The smallest M the engine takes for FP8_BLOCK weights: DSINFER_CUBLASLT_MIN_M, default kGemmLtMinM. H200
-// (bench/NOTES.md, 2026-11-30): wo_b M = 64 26 us cuBLASLt block-scaled vs 126 us streaming kernel; block scaling
-// needs M % 4 == 0 (M = 1 has no algorithm). bench/gemm_bench.cpp's "lt-runner" column is the table to re-tune from.
-inline constexpr int64_t kGemmLtMinM = 64;
-int64_t gemm_lt_min_rows();
-// The smallest M the engine takes for BF16 / F32 weights (the lm head, the compressors' wkv). cuBLASLt's bf16 GEMM
-// runs the lm head at its floor for every M (H200: 250-258 us) and the GEMV kernel only at M <= 2 (330 / 558 us at
-// M = 4 / 8), but the lm head decides greedy tokens: a speculative verify step of 1 + k <= 8 rows must compute its
-// logits with the kernel of a 1-row decode step (see gemm_gemv_preferred), so cuBLASLt starts above that.
-inline constexpr int64_t kGemmLtMinMDense = kGemmSkinnyMaxM + 1;
-
-// How the engine represents x for FP8 weights (DSINFER_CUBLASLT_ACT=fp8 selects kFp8; default kFp8x2):
-//   kFp8    one e4m3 term per element: the official act_quant numerics and the fastest (one matmul), but e4m3's
-//           ~2^-4 relative rounding of every activation failed the fidelity gate on the shipped model in a CPU
-//           simulation (top-1 97.3 %, mean KL 1.5e-3 vs the exact path, 5 dense projections quantized);
-//   kFp8x2  two terms x ~= q s + q2 s2 (the second quantizes what the first leaves, per 128-block): ~2^-8 relative,
-//           bf16-class (same simulation: top-1 99.90 %, mean KL 2.5e-6); two matmuls accumulate into y, so twice
-//           the FP8 tensor-core work and twice the weight reads (still one FP8 weight copy in memory).
-enum class GemmLtActivations { kFp8, kFp8x2 };
-GemmLtActivations gemm_lt_env_activations();
+// When the runner uses the engine (DSINFER_CUBLASLT*, the M thresholds, the activation terms): gemm_plan.h
+// (GemmSettings, plan_gemm_call, gemm_lt_supports / gemm_lt_wants, GemmLtActivations).
 
 class GemmLtEngine {
  public:
-  explicit GemmLtEngine(GemmLtActivations act = gemm_lt_env_activations());
+  explicit GemmLtEngine(GemmLtActivations act = GemmSettings{}.lt_activations);
   ~GemmLtEngine();
   GemmLtEngine(const GemmLtEngine&) = delete;
   GemmLtEngine& operator=(const GemmLtEngine&) = delete;
 
-  // Whether the weight's format and shape can go through the engine: FP8_BLOCK with 128 x 128 blocks,
-  // K % 128 == 0, N % 16 == 0; or BF16 / F32 with K % 8 == 0, N % 4 == 0.
-  static bool supports(const DeviceWeight& w);
-  // The routing rule (the one place that decides): supports(w) and M at or above the format's threshold
-  // (gemm_lt_min_rows() for FP8_BLOCK, kGemmLtMinMDense otherwise).
-  static bool wants(const DeviceWeight& w, int64_t M);
+  // Whether the weight's format and shape can go through the engine (gemm_plan.h gemm_lt_supports).
+  static bool supports(const DeviceWeight& w) { return gemm_lt_supports(w); }
   // Whether `stream` is capturing a CUDA graph (the engine then neither allocates nor synchronises).
   static bool capturing(void* stream);
 

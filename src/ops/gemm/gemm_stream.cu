@@ -7,7 +7,7 @@
 // Split-K: the K splits of one output tile form a thread-block cluster; each block leaves its partial tile in
 // shared memory and, after a cluster barrier, sums a share of the tile over the cluster's blocks in rank order
 // through distributed shared memory (fixed order: deterministic, no atomics, no workspace).
-// Requires (gemm_cuda.cpp, plan_gemm_stream): FP8_BLOCK, K % 64 == 0, block_k % 64 == 0, 16-byte aligned weights,
+// Requires (gemm_plan.cpp plan_gemm_stream): FP8_BLOCK, K % 64 == 0, block_k % 64 == 0, 16-byte aligned weights,
 // no row gather / per-expert pointers. e4m3 NaN codes (0x7F / 0xFF) decode as +-480, not NaN.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ops/moe/moe_launch.h"
+#include "ops/moe/moe_plan.h"  // kMoePrepMaxN
 
 namespace dsinfer::ops::cuda::detail {
 

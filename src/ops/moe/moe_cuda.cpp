@@ -5,10 +5,11 @@
 //   4. grouped GEMM y_p = h1 W2^T;
 //   5. shared expert with gemm_cuda on all T rows;
 //   6. combine: out[t] = sum_k weight[t,k] * y_p[pos_of[t,k]] in k order, + shared[t]. No float atomics anywhere.
-// MoePath::Fast replaces 2-4 by moe_fast.cu: gather x rows to bf16 (or, for T*topk <= kMoeDirectMaxN, the gate/up
-// kernel reads fp32 x itself), gate/up + SwiGLU kernel, down kernel, over the list of touched experts written by the
-// count kernel (or by the one-launch moe_prep_kernel for T*topk <= kMoePrepMaxN), and runs 5 on the workspace's
-// side stream concurrently with 1-4 (fork before 1, join before 6).
+// Which of these run: moe_plan.h. MoePath::Fast replaces 2-4 by moe_fast.cu: gather x rows to bf16 (or, for
+// T*topk <= kMoeDirectMaxN, the gate/up kernel reads fp32 x itself), gate/up + SwiGLU kernel, down kernel, over
+// the list of touched experts written by the count kernel (or by the one-launch moe_prep_kernel for
+// T*topk <= kMoePrepMaxN), and runs 5 on the workspace's side stream concurrently with 1-4 (fork before 1, join
+// before 6).
 // Large T (MoePath::Fast above kMoeGroupedMinT, or Grouped) replaces 2-4 by moe_grouped.cu: x to bf16, the tile
 // list, gate/up + SwiGLU GEMM, down GEMM.
 #include "ops/moe/moe_cuda.h"
@@ -128,11 +129,11 @@ Status check_shared(const MoeSharedDevice& sh, int64_t D) {
   return Status::ok();
 }
 
-// Grouped GEMM over the permuted rows of all experts.
-// allow_skinny = false (MoePath::Invariant): always the tiled kernel, whose per-row sums do not depend on T.
+// Grouped GEMM over the permuted rows of all experts, on the kernel plan_moe_expert_gemm chooses.
+// skinny_ok = false (MoePath::Invariant): always the tiled kernel, whose per-row sums do not depend on T.
 Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets, int64_t total_rows,
                    int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream,
-                   bool allow_skinny) {
+                   bool skinny_ok) {
   detail::GemmArgs a;
   a.x = x, a.ldx = ldx, a.x_rows = x_rows, a.y = y, a.ldy = ldy, a.row_off = offsets;
   a.groups = experts, a.N = w.rows, a.K = w.cols;
@@ -143,31 +144,24 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
   a.wdata = nullptr, a.wscale = nullptr;
   a.wdata_arr = w.data, a.wscale_arr = w.scale;
   detail::set_x_vec(a);
-  if (allow_skinny && total_rows <= 8 * experts && a.w_vec) {
+  const MoeExpertGemmPlan p = plan_moe_expert_gemm(skinny_ok, total_rows, experts, a.w_vec);
+  if (p.kernel == GemmKernel::kSkinny) {
     detail::launch_gemm_skinny(w.fmt, a, stream);
     DSI_CUDA_LAUNCHED("gemm_skinny_kernel");
     return Status::ok();
   }
-  const int64_t avg_tiles = (total_rows / experts + gemm_detail::kBM - 1) / gemm_detail::kBM;
-  const int64_t max_tiles = (total_rows + gemm_detail::kBM - 1) / gemm_detail::kBM;
-  a.m_tiles_z = int(std::clamp<int64_t>(avg_tiles + 1, 1, std::min<int64_t>(max_tiles, 65535)));
+  a.m_tiles_z = p.m_tiles_z;
   detail::launch_gemm_tiled(w.fmt, a, stream);
   DSI_CUDA_LAUNCHED("gemm_tiled_kernel");
   return Status::ok();
 }
 
-// Up to this many assignments the gate/up kernel reads fp32 x through perm_token itself (no gather launch); above,
-// the gathered bf16 rows halve its L2 reads of x. Measured on the H200 (bench/NOTES.md wave 5, direct read and
-// one-launch permutation toggled together): ~8 us faster at T = 1 (6 assignments), ~15 us slower at T = 8 and ~130 us
-// at T = 64, so only T <= 2 read x directly.
-constexpr int64_t kMoeDirectMaxN = 16;
-
 // Fast path of the routed experts (after the permutation): yp rows of all valid assignments.
+// direct (MoePlan::direct_x): the gate/up kernel reads fp32 x itself.
 void moe_fast_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit, const int32_t* offsets,
-                      const int32_t* perm, const int32_t* active, uint16_t* xb, uint16_t* hb, float* yp, void* stream) {
+                      const int32_t* perm, const int32_t* active, uint16_t* xb, uint16_t* hb, float* yp, bool direct,
+                      void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_active = std::min(E, n);
-  // the direct read uses 16-byte loads: x must be 16-byte aligned (rows are, D % 128 == 0)
-  const bool direct = n <= kMoeDirectMaxN && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   if (!direct) detail::launch_moe_gather(x, perm, offsets + E, n, D, xb, stream);
   MoeFastArgs a;
   a.active = active, a.offsets = offsets, a.xb = direct ? nullptr : xb;
@@ -216,12 +210,7 @@ Status exact_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, floa
 Status shared_expert(const float* x, int64_t T, int64_t D, const MoeSharedDevice& sh, float shared_limit,
                      MoePath path, float* s1, float* s3, float* shy, void* stream) {
   const int64_t Is = sh.w1.rows;
-  // The fast path takes the streaming GEMM where it measured faster (gemm_stream_preferred).
-  auto prec = [&](int64_t N) {
-    if (path == MoePath::Invariant) return GemmPrecision::kBatchInvariant;
-    const bool fast = path == MoePath::Fast || path == MoePath::Grouped;
-    return fast && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
-  };
+  auto prec = [&](int64_t N) { return moe_shared_precision(path, T, N); };
   DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, sh.w1, s1, Is, false, stream, prec(Is)));
   DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, sh.w3, s3, Is, false, stream, prec(Is)));
   detail::launch_swiglu(s1, s3, T, nullptr, Is, shared_limit, stream);
@@ -235,13 +224,6 @@ Status check_launch_status(const char* name) {
 }
 
 }  // namespace
-
-bool moe_fast_supported(const MoeExpertsDevice& ex) {
-  auto fp4 = [](const DeviceExpertWeights& w) {
-    return w.fmt == WeightFormat::FP4_G32 && w.scale_e8m0 && w.data && w.scale;
-  };
-  return fp4(ex.w1) && fp4(ex.w3) && fp4(ex.w2) && ex.dim % 128 == 0 && ex.inter % 128 == 0;
-}
 
 Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                 const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
@@ -269,20 +251,20 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   int32_t* pos = ws.pos_of_.data();
   float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data();
 
-  const bool fast =
-      (path == MoePath::Fast || path == MoePath::Invariant || path == MoePath::Grouped) && moe_fast_supported(ex);
-  const bool grouped = fast && (path == MoePath::Grouped || (path == MoePath::Fast && T > kMoeGroupedMinT));
-  const bool skinny_ok = path != MoePath::Invariant;
+  // the direct read uses 16-byte loads: x must be 16-byte aligned (rows are, D % 128 == 0)
+  const MoePlan plan =
+      plan_moe(path, moe_fast_supported(ex), T, topk, shared != nullptr, reinterpret_cast<uintptr_t>(x) % 16 == 0);
+  const bool fast = plan.experts != MoeExpertKernels::kGemm;
   int32_t* active = fast ? ws.active_.data() : nullptr;
 
   // Fast path: the shared expert on the side stream, concurrently with the routed experts. The join precedes the
   // combine and is recorded whatever happened in between (a captured forward never ends with the side stream
   // unjoined).
-  const bool side = shared && fast && ws.side_.usable();
+  const bool side = plan.side_stream && ws.side_.usable();
   float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *shy = shared ? ws.shy_.data() : nullptr;
   if (side) DSI_RETURN_IF_ERROR(ws.side_.fork(stream));
   Status st = Status::ok();
-  if (fast && n <= detail::kMoePrepMaxN) {
+  if (plan.prep_one_launch) {
     detail::launch_moe_prep(idx, n, topk, E, offsets, perm, pos, active, stream);  // count + scatter in one launch
     st = check_launch_status("moe_prep_kernel");
   } else {
@@ -291,16 +273,16 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     if (st.is_ok()) detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
     if (st.is_ok()) st = check_launch_status("moe_scatter_kernel");
   }
-  if (st.is_ok() && grouped) {
+  if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
                         reinterpret_cast<uint16_t*>(h1), yp, stream);
     st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_kernel / moe_grouped_kernel");
   } else if (st.is_ok() && fast) {
     moe_fast_experts(x, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
-                     reinterpret_cast<uint16_t*>(h1), yp, stream);
+                     reinterpret_cast<uint16_t*>(h1), yp, plan.direct_x, stream);
     st = check_launch_status("moe_gather_kernel / moe_fast_kernel");
   } else if (st.is_ok()) {
-    st = exact_experts(x, n, ex, limit, offsets, perm, h1, h3, yp, stream, skinny_ok);
+    st = exact_experts(x, n, ex, limit, offsets, perm, h1, h3, yp, stream, plan.gemm_skinny_ok);
   }
   // launched after the routed kernels (host launch time stays off the routed critical path), forked before them
   if (st.is_ok() && shared)

@@ -2,8 +2,9 @@
 // (tokens permuted into per-expert groups, grouped GEMMs with weights dequantized in-kernel, clamped SwiGLU,
 // weighted combine in k order plus the shared expert). Plain C++ header (no CUDA types); fp32 activations.
 // Same semantics as the CPU references in ops/moe/moe.h (route_ref, expert_accumulate_ref); layouts and
-// determinism rules in docs/kernels.md "GEMM and MoE". Layout: moe_cuda.cpp validates and sequences the launches,
-// moe_launch.h holds the parameters and launchers, the kernels are route.cu and moe.cu.
+// determinism rules in docs/kernels.md "GEMM and MoE". Layout: moe_plan.h chooses the kernels, moe_cuda.cpp
+// validates and sequences the launches, moe_launch.h holds the parameters and launchers, the kernels are route.cu,
+// moe.cu, moe_fast.cu and moe_grouped.cu.
 #pragma once
 #include <cstdint>
 
@@ -11,6 +12,7 @@
 #include "cuda/device_buffer.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_launch.h"  // RouterCudaParams, DeviceExpertWeights, MoeExpertsDevice, MoeSharedDevice
+#include "ops/moe/moe_plan.h"    // MoePath, the kernel choice
 
 namespace dsinfer::ops::cuda {
 
@@ -20,25 +22,7 @@ namespace dsinfer::ops::cuda {
 Status route_cuda(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
                   const RouterCudaParams& p, int32_t* idx, float* weight, void* stream);
 
-// Which kernels run the routed experts. Exact: fp32 streaming GEMMs for T*topk <= 8*experts, else the bf16
-// tensor-core tiled GEMMs (the reference-checking path). Fast: the grouped decode kernels of moe_fast.cu (x and the
-// SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
-// moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda either way.
-// Fast also runs the shared expert on the workspace's side stream, concurrently with the routed experts (same
-// bits), for T*topk <= kMoePrepMaxN the permutation in one launch, and for T*topk <= kMoeDirectMaxN (16) the gate/up
-// kernel on fp32 x directly (no bf16 gather).
-// Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
-// tiled grouped GEMMs for every T (never the T-dependent skinny choice); the shared expert with
-// GemmPrecision::kBatchInvariant. A token's bits then do not depend on the other tokens or on T.
-// Fast with T > kMoeGroupedMinT, and Grouped for every T (tests, benches): the grouped prefill GEMMs of
-// moe_grouped.cu (same numerics as Fast: x and h rounded to bf16, exact weights, fp32 sums; a token's result does
-// not depend on the other tokens, but differs in the last bits from the decode kernels' k order) when
-// moe_fast_supported(), else as Exact.
-enum class MoePath { Exact, Fast, Invariant, Grouped };
-inline constexpr int64_t kMoeGroupedMinT = 1024;
-
-// FP4_G32 experts with E8M0 scales, dim % 128 == 0 and inter % 128 == 0.
-bool moe_fast_supported(const MoeExpertsDevice& experts);
+// The kernel choice (MoePath, moe_fast_supported, the thresholds): moe_plan.h.
 
 class MoeWorkspace;
 // out[T, D] = sum_k weight[t,k] * expert_{idx[t,k]}(x[t]) + (shared ? shared(x[t]) : 0), summed in k order, then the

@@ -61,7 +61,6 @@ struct MoeFastArgs {
 namespace detail {
 inline constexpr int kRouteWarps = 4;  // tokens per router block (one warp each)
 inline constexpr int64_t kMoeMaxExperts = 8192;  // the count kernel keeps one int counter per expert in shared memory
-inline constexpr int kMoePrepMaxN = 2048;  // moe_prep_kernel: assignments staged in shared memory
 
 // route.cu: the router top-k, one warp per token (kernel "route_kernel").
 void launch_route(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,

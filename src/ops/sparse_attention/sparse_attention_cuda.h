@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "ops/sparse_attention/sparse_attention_launch.h"  // SparseAttentionCudaParams
+#include "ops/sparse_attention/sparse_attention_plan.h"    // the split counts, the kernel choice
 
 namespace dsinfer::ops::cuda {
 
@@ -21,47 +22,6 @@ namespace dsinfer::ops::cuda {
 inline int64_t sparse_attention_workspace_floats(int64_t T, int64_t heads, int64_t head_dim, int64_t num_splits,
                                                  bool fixed = false) {
   return num_splits > 1 || fixed ? T * num_splits * heads * (head_dim + 2) : 0;
-}
-
-// Batch-invariant attention (SparseAttentionCudaParams::split_keys): keys per split, fixed for every step and
-// batch (four 32-key tiles: decode batch 1 on V4-Flash gets 5-6 CSA splits, batch 64+ stays one wave or two).
-inline constexpr int64_t kAttnInvariantSplitKeys = 128;
-// Grid splits that cover a step whose longest key list has max_keys keys under fixed split_keys (>= 1). A token's
-// own splits are ceil(its keys / split_keys), whatever this count is.
-inline int64_t sparse_attention_fixed_splits(int64_t max_keys, int64_t split_keys) {
-  const int64_t s = split_keys > 0 && max_keys > 0 ? (max_keys + split_keys - 1) / split_keys : 1;
-  return s < 1 ? 1 : s;
-}
-
-// A split count that gives about two blocks per SM (at most one split per 64 keys).
-inline int64_t sparse_attention_splits(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
-  const int64_t hpb = 8 * (heads >= 16 ? 2 : 1);
-  const int64_t blocks = T * ((heads + hpb - 1) / hpb);
-  int64_t s = (2 * sm_count + blocks - 1) / (blocks > 0 ? blocks : 1);
-  const int64_t cap = max_keys / 64 > 1 ? max_keys / 64 : 1;
-  return s < 1 ? 1 : (s > cap ? cap : s);
-}
-
-// The tensor-core kernel (p.tensor_cores) serves head_dim 512 only (DeepSeek-V4), any head count.
-inline bool sparse_attention_tc_supported(int64_t head_dim) { return head_dim == detail::kTcDim; }
-
-// Split count for the tensor-core kernel (the runner's fast mode; it also sizes the workspace): blocks are (token,
-// 64-head group, split), one per SM (214 KB of shared memory, 128 accumulators per thread). Minimises waves * (tiles per split + 2), the 2 standing for a block's fixed cost (q load, epilogue, its
-// share of the combine); at least one 32-key tile per split. Flash, 132 SMs: batch 1 -> one split per tile, batch
-// 64 -> 2 (one wave of 128 blocks), batch 256 -> 1.
-inline int64_t sparse_attention_tc_splits(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
-  const int64_t groups = T * ((heads + detail::kTcHeads - 1) / detail::kTcHeads);
-  const int64_t tiles = max_keys > detail::kTcKeys ? (max_keys + detail::kTcKeys - 1) / detail::kTcKeys : 1;
-  const int64_t sms = sm_count > 0 ? sm_count : 1;
-  int64_t best = 1, best_cost = -1;
-  for (int64_t s = 1; s <= tiles && s <= 256; ++s) {
-    const int64_t cost = (groups * s + sms - 1) / sms * ((tiles + s - 1) / s + 2);
-    if (best_cost < 0 || cost < best_cost) {
-      best = s;
-      best_cost = cost;
-    }
-  }
-  return best;
 }
 
 // q: [T, heads, head_dim] (normed, RoPE'd); kv_new: [T, head_dim] (the step's window kv rows, final form);

@@ -96,11 +96,11 @@ Status CudaRunner::attention(int64_t l, const ops::StepDevice& st) {
   ap.inv_freq = inv;
   ap.attention_factor = af;
   ap.num_splits = attention_splits(type, m, T, shape_.max_pos);  // workspace sized by ensure_scratch
-  // Batch-invariant: every token's keys in fixed chunks, always combined (both kernels).
-  ap.split_keys = batch_invariant_ ? kAttnInvariantSplitKeys : 0;
-  // Fast mode: the bf16 tensor-core kernel (q, k, p rounded to bf16; its own split count, see attention_splits);
-  // exact mode (check-reference) keeps the fp32 kernel.
-  ap.tensor_cores = !exact_ && sparse_attention_tc_supported(hd);
+  // Batch-invariant: every token's keys in fixed chunks, always combined (both kernels). Fast mode: the bf16
+  // tensor-core kernel (q, k, p rounded to bf16; its own split count); exact mode keeps the fp32 kernel
+  // (sparse_attention_plan.h).
+  ap.split_keys = sparse_attention_split_keys(kernel_mode());
+  ap.tensor_cores = sparse_attention_tensor_cores(kernel_mode(), hd);
   float* o = s_.o.data();
   DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
   DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));

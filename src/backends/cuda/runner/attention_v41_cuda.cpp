@@ -133,10 +133,11 @@ Status CudaRunnerV41::attention(int64_t l, const ops::StepDevice& st) {
   DSI_OP41("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
   DSI_OP41("ring_write", l, ring_write(st, view, kv, stream_));
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
-  const int64_t chunk = exact_ ? kGemmSkinnyMaxM : std::max<int64_t>(T, 1);
+  const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, kernel_mode(), GemmSettings{});
+  const int64_t chunk = gp.chunk_rows;
   for (int64_t i = 0; i < T; i += chunk)
     DSI_OP41("wo_a", l, gemm_grouped_cuda(o + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
-                                          s_.mid.data() + i * G * r, G * r, r, stream_));
+                                          s_.mid.data() + i * G * r, G * r, r, stream_, gp.precision));
   DSI_OP41("wo_b", l, gemm(s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D));
   return Status::ok();
 }

@@ -114,7 +114,11 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // The kernels of one step (no host synchronisation, no allocation: capturable into a CUDA graph).
   Status run_forward(const ops::StepDevice& st, const int32_t* rows, int64_t R);
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);
-  ops::cuda::GemmPrecision gemm_precision(int64_t M, int64_t N) const;
+  // The kernel-choice plans' mode (ops/kernel_mode.h): exact, batch-invariant or fast.
+  ops::KernelMode kernel_mode() const {
+    if (exact_) return ops::KernelMode::kExact;
+    return batch_invariant_ ? ops::KernelMode::kBatchInvariant : ops::KernelMode::kFast;
+  }
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
   Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
                       int64_t groups, float* y, int64_t ldy, int64_t yg);
@@ -181,10 +185,10 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // fixed attention split size, fixed mHC split, MoE never by T. No cuBLASLt in this mode.
   bool batch_invariant_ = false;
   bool graphs_enabled_ = true;    // DSINFER_CUDA_GRAPHS=0 turns decode graphs off
-  // cuBLASLt FP8 block-scaled GEMMs for the fast path's dense projections (forward_cuda.cpp gemm); DSINFER_CUBLASLT=0
-  // turns them off.
-  bool use_lt_ = ops::cuda::gemm_lt_env_enabled();
-  ops::cuda::GemmLtEngine lt_;
+  // The GEMM environment overrides (DSINFER_CUBLASLT*), read once here; cuBLASLt runs the fast path's dense
+  // projections where plan_gemm_call says so (forward_cuda.cpp gemm).
+  ops::cuda::GemmSettings gemm_settings_ = ops::cuda::gemm_settings_from_env();
+  ops::cuda::GemmLtEngine lt_{gemm_settings_.lt_activations};
   DecodeGraphs graphs_;
   OpTimer timer_;
   DeviceSamplerBuffers dsamp_;

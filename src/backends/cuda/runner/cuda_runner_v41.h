@@ -66,6 +66,8 @@ class CudaRunnerV41 final : public runner::ModelRunner, public runner::RunnerDia
   Status engram(int64_t l, const ops::StepDevice& st);
   Status ffn(int64_t l, const ops::StepDevice& st);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy);
+  // The kernel-choice plans' mode (ops/kernel_mode.h): exact, else the default kernels.
+  ops::KernelMode kernel_mode() const { return exact_ ? ops::KernelMode::kExact : ops::KernelMode::kDefault; }
   Status mark(const char* name, int64_t layer, bool begin) { return timer_.mark(name, layer, begin, stream_); }
   // attention_v41_cuda.cpp
   Status attention(int64_t l, const ops::StepDevice& st);

@@ -11,23 +11,22 @@
 #include "ops/mhc/mhc_cuda.h"
 #include "ops/moe/expert_remap_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
+#include "ops/sparse_attention/sparse_attention_plan.h"
 
 namespace dsinfer::backends {
 
 using namespace ops::cuda;
 using io::AttnType;
 
-// Batch-invariant mode: a fixed split size (each token's partition from its own key count) and as many splits as
-// the step's longest key list needs; fast mode with head_dim 512: the tensor-core kernel's count (one block per
-// SM); otherwise (exact mode) a count for ~2 blocks per SM. The last two depend on T and max_pos.
+// The split count of the attention kernel (ops/sparse_attention/sparse_attention_plan.h): batch-invariant mode a
+// fixed split size, fast mode the tensor-core kernel's count, exact mode ~2 blocks per SM.
 int64_t CudaRunner::attention_splits(AttnType type, int64_t m, int64_t T, int64_t max_pos) const {
   const int64_t max_keys = cfg_.sliding_window + (type == AttnType::CSA   ? cfg_.index_topk
                                                   : type == AttnType::HCA ? (max_pos + 1) / std::max<int64_t>(m, 1)
                                                                           : 0);
-  if (batch_invariant_) return sparse_attention_fixed_splits(max_keys, kAttnInvariantSplitKeys);
-  if (!exact_ && sparse_attention_tc_supported(cfg_.head_dim))
-    return sparse_attention_tc_splits(T, cfg_.num_attention_heads, max_keys, device_.multiprocessors);
-  return sparse_attention_splits(T, cfg_.num_attention_heads, max_keys, device_.multiprocessors);
+  return plan_sparse_attention(kernel_mode(), T, cfg_.num_attention_heads, cfg_.head_dim, max_keys,
+                               device_.multiprocessors)
+      .num_splits;
 }
 
 Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int64_t max_pos) {
@@ -79,56 +78,32 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
   return Status::ok();
 }
 
-// GEMMs and the MoE in exact mode run in chunks small enough for the fp32 CUDA-core kernels (the tensor-core
-// path rounds operands to bf16); check-reference uses it to test every other kernel at fp32 precision (and every
-// row's sums are then independent of M: batch-invariant as they are). Batch-invariant mode otherwise takes
-// GemmPrecision::kBatchInvariant (kernel and K split per weight; never cuBLASLt, whose algorithm depends on M).
-// Otherwise GEMMs that GemmLtEngine::wants (FP8 weights at M >= gemm_lt_min_rows(), BF16 / F32 weights - the lm
-// head, the compressors' wkv - at M >= kGemmLtMinMDense) run on cuBLASLt: block-scaled FP8 with the activations
-// quantized 1x128 like official act_quant, in two terms by default, or bf16 with fp32 accumulation
-// (gemm_lt_cuda.h); smaller FP8 GEMMs take GemmPrecision::kBf16 where gemm_stream_preferred says so (the GEMV
-// kernel at M <= kGemmGemvMaxM, FP8 or BF16; the bf16 streaming kernel where it measured faster).
-// The engine's one-time setup (weight scales, buffers for s_.tokens rows) runs on every eager call, so each weight
-// is ready before a decode graph captures it; any engine error falls back to gemm_cuda (the runner never
-// accumulates here, so even a half-done call is overwritten).
-GemmPrecision CudaRunner::gemm_precision(int64_t M, int64_t N) const {
-  if (exact_) return GemmPrecision::kFp32SmallM;
-  if (batch_invariant_) return GemmPrecision::kBatchInvariant;
-  return gemm_stream_preferred(M, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
-}
-
+// Kernel choice of the projections: ops/gemm/gemm_plan.h plan_gemm_call / plan_gemm_grouped_call (exact: chunks
+// for the fp32 kernel; batch-invariant: kernel and K split per weight, never cuBLASLt; fast: cuBLASLt from the
+// settings' thresholds, else the GEMV / streaming kernels where they measured faster). The engine's one-time setup
+// (weight scales, buffers for s_.tokens rows) runs on every eager call, so each weight is ready before a decode
+// graph captures it; any engine error falls back to gemm_cuda (the runner never accumulates here, so even a
+// half-done call is overwritten).
 Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
-  if (use_lt_ && !exact_ && !batch_invariant_ && GemmLtEngine::supports(w) &&
-      lt_.prepare(w, std::max(M, s_.tokens), stream_).is_ok() && GemmLtEngine::wants(w, M) &&
+  const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), gemm_settings_);
+  if (p.lt_prepare && lt_.prepare(w, std::max(M, s_.tokens), stream_).is_ok() && p.lt &&
       lt_.gemm(x, M, ldx, w, y, ldy, acc, stream_).is_ok())
     return Status::ok();
-  const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
-  const GemmPrecision prec = gemm_precision(M, w.rows);
-  for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
+  const int64_t chunk = p.chunk_rows;
+  const GemmPrecision prec = p.precision;
+  for (int64_t r = 0; r < M; r += chunk)
     DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, stream_, prec));
   return Status::ok();
 }
 
-// A grouped FP8 weight whose groups are whole 128-row scale blocks (wo_a) through cuBLASLt, one call per group on
-// a view of the group's rows (its own prepared scales): measured on the H200 (bench/NOTES.md wave 5) the default
-// kernels ran wo_a at 12x its floor for M >= 64, but one cuBLASLt call per group costs more below prefill sizes
-// (V4-Flash, 4 layers: 9.4 -> 6.4 ms at M = 4096, 0.49 -> 1.18 ms at M = 64), hence kGroupedLtMinM. Any error
-// before the first launch leaves y untouched and the caller takes the kernels; the groups are independent, so a
-// later fallback simply recomputes every group.
-constexpr int64_t kGroupedLtMinM = 1024;
-
+// A grouped FP8 weight of whole scale-block groups (wo_a) through cuBLASLt, one call per group on a view of the
+// group's rows (its own prepared scales), where plan_gemm_grouped_call says so. Any error before the first launch
+// leaves y untouched and the caller takes the kernels; the groups are independent, so a later fallback simply
+// recomputes every group.
 Status CudaRunner::gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
                                    int64_t groups, float* y, int64_t ldy, int64_t yg) {
-  if (w.fmt != WeightFormat::FP8_BLOCK || groups <= 1 || w.rows % groups != 0 || (w.rows / groups) % w.block_n != 0)
-    return Status::error("grouped cuBLASLt: not an FP8 weight of whole scale-block groups");
-  const int64_t ng = w.rows / groups, kb = (w.cols + w.block_k - 1) / w.block_k;
   for (int64_t g = 0; g < groups; ++g) {
-    DeviceWeight v = w;
-    v.rows = ng;
-    v.data = static_cast<const uint8_t*>(w.data) + g * ng * w.cols;
-    v.scale = static_cast<const uint8_t*>(w.scale) + (g * ng / w.block_n) * kb * (w.scale_e8m0 ? 1 : 4);
-    if (!GemmLtEngine::supports(v) || !GemmLtEngine::wants(v, M))
-      return Status::error("grouped cuBLASLt: shape not taken by the engine");
+    const DeviceWeight v = gemm_group_view(w, groups, g);
     DSI_RETURN_IF_ERROR(lt_.prepare(v, std::max(M, s_.tokens), stream_));
     DSI_RETURN_IF_ERROR(lt_.gemm(x + g * xg, M, ldx, v, y + g * yg, ldy, false, stream_));
   }
@@ -137,18 +112,11 @@ Status CudaRunner::gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64
 
 Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                                 float* y, int64_t ldy, int64_t yg) {
-  // The streaming kernel measured slower than the default kernels for the grouped wo_a at every M
-  // (gemm_stream_preferred): grouped GEMMs keep the default path (the tiled kernel in batch-invariant mode), except
-  // the fast path's GEMV range (gemm_gemv_preferred), where kBf16 takes the GEMV kernel.
-  if (use_lt_ && !exact_ && !batch_invariant_ && M >= kGroupedLtMinM &&
-      gemm_grouped_lt(x, M, ldx, xg, w, groups, y, ldy, yg).is_ok())
-    return Status::ok();
-  const int64_t chunk = exact_ ? kGemmSkinnyMaxM : M;
-  const GemmPrecision prec = exact_             ? GemmPrecision::kFp32SmallM
-                             : batch_invariant_ ? GemmPrecision::kBatchInvariant
-                             : gemm_gemv_preferred(M, w.rows / groups, true) ? GemmPrecision::kBf16
-                                                      : GemmPrecision::kFp32SmallM;
-  for (int64_t r = 0; r < M; r += std::max<int64_t>(chunk, 1))
+  const GemmCallPlan p = plan_gemm_grouped_call(w, groups, M, kernel_mode(), gemm_settings_);
+  if (p.lt && gemm_grouped_lt(x, M, ldx, xg, w, groups, y, ldy, yg).is_ok()) return Status::ok();
+  const int64_t chunk = p.chunk_rows;
+  const GemmPrecision prec = p.precision;
+  for (int64_t r = 0; r < M; r += chunk)
     DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg,
                                           stream_, prec));
   return Status::ok();
@@ -157,18 +125,10 @@ Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t 
 Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L) {
   const MoeExpertsDevice& e = L.experts;
   const float limit = float(cfg_.swiglu_limit), shared_limit = num_.shared_expert_clamp ? limit : 0.0f;
-  // Exact: moe_cuda takes the fp32 path for the routed experts when T * topk <= 8 * experts, and its shared
-  // expert is a plain GEMM of T rows (fp32 path for T <= kGemmSkinnyMaxM). Otherwise the fast grouped FP4 kernels
-  // (bf16 activations): moe_cuda takes the decode kernels up to kMoeGroupedMinT tokens (each touched expert read
-  // once per 8 of its rows), beyond the grouped tensor-core prefill GEMMs (moe_grouped.cu, same numerics).
-  // Batch-invariant: MoePath::Invariant for every T (the fast kernels in chunks of kMoeFastMaxT tokens, whose
-  // per-token sums do not depend on the chunk; else the tiled GEMMs).
-  constexpr int64_t kMoeFastMaxT = 1024;
-  const MoePath path = exact_ ? MoePath::Exact : batch_invariant_ ? MoePath::Invariant : MoePath::Fast;
-  const int64_t chunk =
-      exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * e.experts / std::max<int64_t>(k, 1)))
-      : batch_invariant_ ? kMoeFastMaxT
-                         : T;
+  // Path and tokens per call: ops/moe/moe_plan.h (exact: chunks that keep every expert GEMM on the fp32 kernel;
+  // batch-invariant: MoePath::Invariant in chunks of kMoeInvariantChunkT tokens; fast: the whole step).
+  const MoePath path = moe_path(kernel_mode(), T);
+  const int64_t chunk = moe_chunk_tokens(kernel_mode(), T, e.experts, k);
   const int64_t D = e.dim;
   float* out = s_.f.data();
   for (int64_t r = 0; r < T; r += chunk) {

@@ -18,7 +18,8 @@ using namespace ops::cuda;
 
 int64_t CudaRunnerV41::attention_splits(int64_t l, int64_t T) const {
   const int64_t keys = cfg_.sliding_window + (cfg_.ratio(l) > 0 ? cfg_.index_topk : 0);
-  return sparse_attention_splits(T, cfg_.num_attention_heads, keys, device_.multiprocessors);
+  return plan_sparse_attention(kernel_mode(), T, cfg_.num_attention_heads, cfg_.head_dim, keys, device_.multiprocessors)
+      .num_splits;
 }
 
 Status CudaRunnerV41::ensure_scratch(int64_t T, int64_t R, int64_t max_pos) {
@@ -80,11 +81,14 @@ Status CudaRunnerV41::ensure_scratch(int64_t T, int64_t R, int64_t max_pos) {
   return Status::ok();
 }
 
-// Exact mode (check-reference): chunks of kGemmSkinnyMaxM rows, so every GEMM takes the fp32 CUDA-core kernel.
+// Exact mode (check-reference): chunks of kGemmSkinnyMaxM rows, so every GEMM takes the fp32 CUDA-core kernel;
+// otherwise the default kernels (ops/gemm/gemm_plan.h, KernelMode::kDefault).
 Status CudaRunnerV41::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy) {
-  const int64_t chunk = exact_ ? kGemmSkinnyMaxM : std::max<int64_t>(M, 1);
+  const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), GemmSettings{});
+  const int64_t chunk = p.chunk_rows;
   for (int64_t r = 0; r < M; r += chunk)
-    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, false, stream_));
+    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, false, stream_,
+                                  p.precision));
   return Status::ok();
 }
 
@@ -150,8 +154,8 @@ Status CudaRunnerV41::ffn(int64_t l, const ops::StepDevice& st) {
   rp.route_scale = float(cfg_.routed_scaling_factor);
   DSI_OP41("router", l, route_cuda(s_.router.data(), T, L.gate_bias, nullptr, st.tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
   const float limit = float(cfg_.swiglu_limit);
-  const MoePath path = !exact_ && T <= 1024 ? MoePath::Fast : MoePath::Exact;  // as the V4 runner: tiled GEMMs beyond
-  const int64_t chunk = exact_ ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * E / std::max<int64_t>(k, 1))) : T;
+  const MoePath path = moe_path(kernel_mode(), T);  // ops/moe/moe_plan.h
+  const int64_t chunk = moe_chunk_tokens(kernel_mode(), T, E, k);
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t m = std::min(chunk, T - r);
     DSI_OP41("moe", l, moe_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k, L.experts, &L.shared,

@@ -58,10 +58,15 @@ Status DraftForward::reserve(int64_t T, int64_t max_keys) {
   return Status::ok();
 }
 
+// The kernel-choice plans' mode (ops/kernel_mode.h): exact, else the default kernels.
+static ops::KernelMode draft_mode(bool exact) { return exact ? ops::KernelMode::kExact : ops::KernelMode::kDefault; }
+
 Status DraftForward::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
-  const int64_t chunk = ctx_.exact ? kGemmSkinnyMaxM : std::max<int64_t>(M, 1);
+  const GemmCallPlan p = plan_gemm_call(w, M, draft_mode(ctx_.exact), GemmSettings{});
+  const int64_t chunk = p.chunk_rows;
   for (int64_t r = 0; r < M; r += chunk)
-    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, ctx_.stream));
+    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, ctx_.stream,
+                                  p.precision));
   return Status::ok();
 }
 
@@ -100,10 +105,11 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
   DSI_RETURN_IF_ERROR(draft_attention_cuda(a, s));
   rp = {T, H, hd, HeadNorm::None, nullptr, eps, rd, inv_freq_.data(), af, true};
   DSI_RETURN_IF_ERROR(head_norm_rope(rp, o_.data(), pos, s));
-  const int64_t chunk = ctx_.exact ? kGemmSkinnyMaxM : std::max<int64_t>(T, 1);
+  const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, draft_mode(ctx_.exact), GemmSettings{});
+  const int64_t chunk = gp.chunk_rows;
   for (int64_t i = 0; i < T; i += chunk)
     DSI_RETURN_IF_ERROR(gemm_grouped_cuda(o_.data() + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
-                                          mid_.data() + i * G * r, G * r, r, s));
+                                          mid_.data() + i * G * r, G * r, r, s, gp.precision));
   return gemm(mid_.data(), T, G * r, L.wo_b, f_.data(), D, false);
 }
 
@@ -118,10 +124,9 @@ Status DraftForward::moe(const DeviceLayer& L, int64_t T) {
   rp.norm_eps = kRouterNormEps;
   rp.route_scale = float(c_.routed_scaling_factor);
   DSI_RETURN_IF_ERROR(route_cuda(router_.data(), T, L.gate_bias, nullptr, nullptr, rp, ridx_.data(), rw_.data(), ctx_.stream));
-  // Exact: chunks small enough for moe_cuda's fp32 streaming path (T * topk <= 8 * experts, rows <= 8).
+  // Exact: chunks small enough for moe_cuda's fp32 streaming path (ops/moe/moe_plan.h moe_chunk_tokens).
   const float limit = float(c_.swiglu_limit);
-  const int64_t chunk = ctx_.exact ? std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, 8 * E / std::max<int64_t>(k, 1)))
-                                   : std::max<int64_t>(T, 1);
+  const int64_t chunk = moe_chunk_tokens(draft_mode(ctx_.exact), T, E, k);
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t m = std::min(chunk, T - r);
     DSI_RETURN_IF_ERROR(moe_cuda(y_.data() + r * D, m, ridx_.data() + r * k, rw_.data() + r * k, k, L.experts,

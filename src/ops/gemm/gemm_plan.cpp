@@ -1,0 +1,248 @@
+// The GEMM kernel choice (see gemm_plan.h): environment settings, the runner's call plan, and the kernel plans with
+// their launch shapes (streaming, GEMV, batch-invariant).
+#include "ops/gemm/gemm_plan.h"
+
+#include <climits>
+#include <cstdlib>
+#include <string>
+
+#include "ops/gemm/gemm_common.h"
+#include "ops/gemm/gemm_lt_quant.h"
+
+namespace dsinfer::ops::cuda {
+
+GemmSettings gemm_settings_from(const char* cublaslt, const char* min_m, const char* act) {
+  GemmSettings s;
+  if (cublaslt && *cublaslt) s.cublaslt = std::string(cublaslt) != "0";
+  if (min_m) {
+    char* end = nullptr;
+    const long long r = std::strtoll(min_m, &end, 10);
+    if (end != min_m && *end == '\0' && r >= 1) s.lt_min_m = int64_t(r);
+  }
+  s.lt_activations = act && std::string(act) == "fp8" ? GemmLtActivations::kFp8 : GemmLtActivations::kFp8x2;
+  return s;
+}
+
+GemmSettings gemm_settings_from_env() {
+  return gemm_settings_from(std::getenv("DSINFER_CUBLASLT"), std::getenv("DSINFER_CUBLASLT_MIN_M"),
+                            std::getenv("DSINFER_CUBLASLT_ACT"));
+}
+
+bool gemm_gemv_preferred(int64_t M, int64_t N, bool grouped) {
+  return M >= 1 && M <= kGemmGemvMaxM && (grouped || N > kGemmGemvMinN);
+}
+
+bool gemm_stream_preferred(int64_t M, int64_t N) {
+  if (M < 1) return false;
+  if (M <= kGemmGemvMaxM) return true;
+  const bool mid = M > kGemmSkinnyMaxM && M <= kGemmStreamMidMaxM;
+  return M <= kGemmStreamMaxM && N <= (mid ? kGemmStreamMidMaxN : kGemmStreamMaxN);
+}
+
+bool gemm_lt_supports(const DeviceWeight& w) {
+  if (!w.data || w.rows <= 0 || w.cols <= 0) return false;
+  if (w.fmt == WeightFormat::FP8_BLOCK)
+    return w.scale && w.block_n == gemm_lt::kWBlock && w.block_k == gemm_lt::kWBlock && w.rows % 16 == 0 &&
+           w.cols % gemm_lt::kActBlock == 0;
+  return (w.fmt == WeightFormat::BF16 || w.fmt == WeightFormat::F32) && w.cols % 8 == 0 && w.rows % 4 == 0;
+}
+
+bool gemm_lt_wants(const DeviceWeight& w, int64_t M, const GemmSettings& s) {
+  return gemm_lt_supports(w) && M >= (w.fmt == WeightFormat::FP8_BLOCK ? s.lt_min_m : kGemmLtMinMDense);
+}
+
+namespace {
+
+// Rows per kernel call and the precision outside cuBLASLt; `fast` is the fast path's own kBf16 rule.
+GemmCallPlan kernel_call(int64_t M, KernelMode mode, bool fast_bf16) {
+  GemmCallPlan p;
+  p.chunk_rows = mode == KernelMode::kExact ? kGemmSkinnyMaxM : (M > 1 ? M : 1);
+  if (mode == KernelMode::kBatchInvariant) p.precision = GemmPrecision::kBatchInvariant;
+  else if (mode == KernelMode::kFast && fast_bf16) p.precision = GemmPrecision::kBf16;
+  return p;
+}
+
+}  // namespace
+
+DeviceWeight gemm_group_view(const DeviceWeight& w, int64_t groups, int64_t g) {
+  const int64_t ng = w.rows / groups, kb = (w.cols + w.block_k - 1) / w.block_k;
+  DeviceWeight v = w;
+  v.rows = ng;
+  v.data = static_cast<const uint8_t*>(w.data) + g * ng * w.cols;
+  v.scale = static_cast<const uint8_t*>(w.scale) + (g * ng / w.block_n) * kb * (w.scale_e8m0 ? 1 : 4);
+  return v;
+}
+
+GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s) {
+  GemmCallPlan p = kernel_call(M, mode, gemm_stream_preferred(M, w.rows));
+  p.lt_prepare = mode == KernelMode::kFast && s.cublaslt && gemm_lt_supports(w);
+  p.lt = p.lt_prepare && gemm_lt_wants(w, M, s);
+  return p;
+}
+
+GemmCallPlan plan_gemm_grouped_call(const DeviceWeight& w, int64_t groups, int64_t M, KernelMode mode,
+                                    const GemmSettings& s) {
+  const bool whole_groups = groups > 1 && w.rows % groups == 0;
+  GemmCallPlan p = kernel_call(M, mode, gemm_gemv_preferred(M, groups > 0 ? w.rows / groups : 0, true));
+  if (mode != KernelMode::kFast || !s.cublaslt || M < kGemmGroupedLtMinM) return p;
+  if (w.fmt != WeightFormat::FP8_BLOCK || !whole_groups || w.block_n <= 0 || (w.rows / groups) % w.block_n != 0)
+    return p;
+  // Every group view has the same shape and format and non-null pointers: group 0 speaks for all.
+  p.lt = gemm_lt_wants(gemm_group_view(w, groups, 0), M, s);
+  p.lt_prepare = p.lt;
+  return p;
+}
+
+GemmWeightShape gemm_weight_shape(const detail::GemmArgs& a, WeightFormat f) {
+  GemmWeightShape ws;
+  ws.fmt = f;
+  ws.N = a.N;
+  ws.K = a.K;
+  ws.block_k = a.block_k;
+  ws.groups = a.groups;
+  ws.w_vec = a.w_vec;
+  ws.gathered = a.row_off || a.x_rows || a.wdata_arr;
+  return ws;
+}
+
+bool gemm_stream_weight_ok(const GemmWeightShape& w) {
+  return w.fmt == WeightFormat::FP8_BLOCK && w.w_vec && !w.gathered && w.groups == 1 && w.K > 0 && w.K % 64 == 0 &&
+         w.block_k > 0 && w.block_k % 64 == 0;
+}
+
+GemmInvariantPlan gemm_invariant_plan(const GemmWeightShape& w, int sm_count) {
+  GemmInvariantPlan p;
+  if (gemm_stream_weight_ok(w) && w.N <= kGemmInvariantStreamMaxN) {
+    const int64_t kblocks = (w.K + w.block_k - 1) / w.block_k;
+    const int64_t row_blocks = (w.N + gemm_detail::kStRows - 1) / gemm_detail::kStRows;
+    const int64_t sms = sm_count > 0 ? sm_count : 1;
+    auto per = [&](int64_t s) { return (kblocks + s - 1) / s; };
+    int64_t s = 1;
+    while (s < 8 && 2 * s <= kblocks &&
+           (row_blocks * s < 2 * sms || gemm_stream_xs_bytes(8, per(s), w.block_k) > kGemmStreamXsMax))
+      s *= 2;
+    if (gemm_stream_xs_bytes(8, per(s), w.block_k) <= kGemmStreamXsMax) {
+      p.kernel = GemmKernel::kStream;
+      p.kb_per_split = int(per(s));
+      p.splits = int((kblocks + per(s) - 1) / per(s));  // every split non-empty
+      return p;
+    }
+  }
+  const bool skinny = w.w_vec && !w.gathered && w.groups == 1 && w.N <= kGemmInvariantSkinnyMaxN;
+  p.kernel = skinny ? GemmKernel::kSkinny : GemmKernel::kTiled;
+  return p;
+}
+
+int gemm_invariant_stream_tokens(int64_t M, int64_t kb_per_split, int64_t block_k) {
+  int64_t tokens = 8;
+  while (tokens < 64 && tokens < M) tokens *= 2;
+  while (tokens > 8 && gemm_stream_xs_bytes(tokens, kb_per_split, block_k) > kGemmStreamXsMax) tokens /= 2;
+  return gemm_stream_xs_bytes(tokens, kb_per_split, block_k) > kGemmStreamXsMax ? 0 : int(tokens);
+}
+
+bool gemm_invariant_stream_params(const GemmInvariantPlan& p, int64_t M, int64_t block_k, detail::StreamParams& sp) {
+  sp.splits = p.splits;
+  sp.kb_per_split = p.kb_per_split;
+  sp.tokens = gemm_invariant_stream_tokens(M, p.kb_per_split, block_k);
+  if (sp.tokens == 0) return false;
+  sp.token_chunks = int((M + sp.tokens - 1) / sp.tokens);
+  sp.xs_ld = int(int64_t(p.kb_per_split) * block_k + 8);  // as plan_gemm_stream
+  return true;
+}
+
+namespace detail {
+
+void set_weight_args(GemmArgs& a, const DeviceWeight& w) {
+  a.wdata = static_cast<const uint8_t*>(w.data);
+  a.wscale = static_cast<const uint8_t*>(w.scale);
+  a.scale_e8m0 = w.scale_e8m0;
+  a.block_n = w.block_n;
+  a.block_k = w.block_k;
+  a.scale_cols = w.fmt == WeightFormat::FP8_BLOCK ? (a.K + w.block_k - 1) / w.block_k
+                 : w.fmt == WeightFormat::FP4_G32 ? a.K / 32
+                                                  : 0;
+  a.w_vec = a.K % vec_elems(w.fmt) == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+            (w.fmt != WeightFormat::FP8_BLOCK || w.block_k % 16 == 0);
+}
+
+void set_x_vec(GemmArgs& a) {
+  a.x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 && a.x_gstride % 4 == 0;
+}
+
+bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamParams& p) {
+  if (f != WeightFormat::FP8_BLOCK || a.M < 1 || a.M > kGemmStreamMaxM || !a.w_vec || a.K % 64 != 0 ||
+      a.block_k % 64 != 0 || a.row_off || a.x_rows || a.wdata_arr)
+    return false;
+  const int64_t kblocks = (a.K + a.block_k - 1) / a.block_k;
+  const int64_t row_blocks = (a.N + gemm_detail::kStRows - 1) / gemm_detail::kStRows;
+  int64_t tokens = 8;
+  while (tokens < 64 && tokens < a.M) tokens *= 2;
+  auto per_split = [&](int64_t s) { return (kblocks + s - 1) / s; };
+  auto xs_bytes = [&](int64_t s, int64_t t) { return gemm_stream_xs_bytes(t, per_split(s), a.block_k); };
+  auto blocks = [&](int64_t s, int64_t t) { return row_blocks * ((a.M + t - 1) / t) * a.groups * s; };
+  int64_t s = 1;
+  while (s < 8 && 2 * s <= kblocks &&
+         (blocks(s, tokens) < 2 * int64_t(sm_count) || xs_bytes(s, tokens) > kGemmStreamXsMax))
+    s *= 2;
+  while (tokens > 8 && xs_bytes(s, tokens) > kGemmStreamXsMax) tokens /= 2;
+  if (xs_bytes(s, tokens) > kGemmStreamXsMax) return false;
+  const int64_t per = per_split(s), token_chunks = (a.M + tokens - 1) / tokens;
+  if (row_blocks > 65535 || token_chunks * a.groups > 65535) return false;
+  p.kb_per_split = int(per);
+  p.splits = int((kblocks + per - 1) / per);  // every split non-empty
+  p.tokens = int(tokens);
+  p.token_chunks = int(token_chunks);
+  p.xs_ld = int(per * a.block_k + 8);  // +16 bytes: lane fragment reads hit distinct banks
+  return true;
+}
+
+bool plan_gemm_gemv(const GemmArgs& a, WeightFormat f, int sm_count, GemvParams& p) {
+  if ((f != WeightFormat::FP8_BLOCK && f != WeightFormat::BF16) || a.M < 1 || a.M > kGemmGemvMaxM || !a.w_vec ||
+      a.row_off || a.x_rows || a.wdata_arr || a.N < 1 || a.K < 1 || a.K >= (int64_t(1) << 31) || a.groups < 1 ||
+      a.groups > 65535)
+    return false;
+  if (f == WeightFormat::FP8_BLOCK && (a.N * a.groups + a.block_n - 1) / a.block_n * a.scale_cols >= (int64_t(1) << 31))
+    return false;
+  int mt = 1;
+  while (mt < a.M) mt *= 2;
+  const int64_t ve = vec_elems(f), step = 32 * gemv_vpl(mt) * ve, steps = (a.K + step - 1) / step;
+  auto xs_ld = [&](int64_t wk) { return wk * step / ve * (ve + 4); };
+  auto row_blocks = [&](int r) { return (a.N + int64_t(kGemvRowsPerWarp) * r - 1) / (int64_t(kGemvRowsPerWarp) * r); };
+  int wr = kGemvMaxWarps;
+  while (wr > 1 && row_blocks(wr) * a.groups < sm_count) wr /= 2;
+  int wk = 1;
+  while (wk * wr < kGemvMaxWarps && wk < steps && int64_t(mt) * xs_ld(2 * wk) * 4 <= kGemvXsBudget) wk *= 2;
+  if (row_blocks(wr) > INT_MAX) return false;
+  p.mt = mt;
+  p.wk = wk;
+  p.wr = wr;
+  p.kc = int(wk * step);
+  p.xs_ld = int(xs_ld(wk));
+  p.smem = int(int64_t(mt) * p.xs_ld * 4 + (wk > 1 ? int64_t(wk) * wr * kGemvRowsPerWarp * mt * 4 : 0));
+  return true;
+}
+
+}  // namespace detail
+
+GemmKernelPlan plan_gemm_kernel(const detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, int sm_count) {
+  GemmKernelPlan p;
+  if (precision == GemmPrecision::kBatchInvariant) {
+    p.invariant = gemm_invariant_plan(gemm_weight_shape(a, f), sm_count);
+    p.kernel = p.invariant.kernel;
+    return p;
+  }
+  const bool bf16 = precision == GemmPrecision::kBf16 || precision == GemmPrecision::kGemv;
+  const bool gemv = precision == GemmPrecision::kGemv || (bf16 && gemm_gemv_preferred(a.M, a.N, a.groups > 1));
+  if (gemv && detail::plan_gemm_gemv(a, f, sm_count, p.gemv)) {
+    p.kernel = GemmKernel::kGemv;
+    return p;
+  }
+  if (bf16 && detail::plan_gemm_stream(a, f, sm_count, p.stream)) {
+    p.kernel = GemmKernel::kStream;
+    return p;
+  }
+  p.kernel = a.M <= kGemmSkinnyMaxM && a.w_vec ? GemmKernel::kSkinny : GemmKernel::kTiled;
+  return p;
+}
+
+}  // namespace dsinfer::ops::cuda

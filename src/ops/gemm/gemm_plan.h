@@ -1,0 +1,212 @@
+// Kernel choice of the dense GEMMs, in one place: for a weight (format, shape, alignment), M rows, the runner's mode,
+// the device's SM count and the environment overrides (read once into GemmSettings), which kernel computes
+// y = x . W^T - cuBLASLt, the fp32 GEMV, the bf16 streaming, the fp32 skinny or the bf16 tiled kernel - and with
+// which launch parameters. The runners, gemm_cuda.cpp and gemm_lt_cuda.cpp only execute the plan. Host code without
+// CUDA types (dsinfer_core; C++17 like the launch headers); tests/unit/test_gemm_plan.cpp pins the decisions at the
+// V4-Flash and shipped-model shapes. Measurements behind the thresholds: bench/NOTES.md, docs/kernels.md.
+#pragma once
+#include <cstdint>
+
+#include "ops/gemm/gemm_launch.h"
+#include "ops/kernel_mode.h"
+
+namespace dsinfer::ops::cuda {
+
+using ::dsinfer::ops::KernelMode;
+
+// ---- Thresholds (one definition each) ----
+
+// Rows at or below this go through the fp32 streaming (skinny) kernel when the format allows 16-byte weight loads
+// (K a multiple of 16 bytes of weight, FP8 block_k a multiple of 16, 16-byte aligned weight data). Exact mode runs
+// every GEMM in chunks of this many rows.
+inline constexpr int64_t kGemmSkinnyMaxM = 8;
+// Rows at or below this may use the GEMV kernel (gemm_gemv.cu; FP8_BLOCK / BF16 weights).
+inline constexpr int64_t kGemmGemvMaxM = 16;
+// Rows at or below this may use the bf16 streaming tensor-core kernel (FP8_BLOCK weights).
+inline constexpr int64_t kGemmStreamMaxM = 256;
+// Bytes of the streaming kernel's bf16 x tile per block (two blocks per SM at 64 tokens).
+inline constexpr int64_t kGemmStreamXsMax = 96 * 1024;
+// The fast path's GEMV kernel takes grouped weights and single weights with more outputs than this
+// (gemm_gemv_preferred).
+inline constexpr int64_t kGemmGemvMinN = 1024;
+// The fast path's streaming kernel above kGemmGemvMaxM rows: N <= kGemmStreamMaxN at every M <= kGemmStreamMaxM, and
+// N <= kGemmStreamMidMaxN at kGemmSkinnyMaxM < M <= kGemmStreamMidMaxM (gemm_stream_preferred).
+inline constexpr int64_t kGemmStreamMaxN = 1024;
+inline constexpr int64_t kGemmStreamMidMaxN = 4096;
+inline constexpr int64_t kGemmStreamMidMaxM = 128;
+// Batch-invariant mode: single FP8 weights up to this many outputs take the streaming kernel (it beat the default
+// kernels for N <= 4096 at M = 9-128 on the H200, bench/NOTES.md); larger N (wq_b) take the tiled kernel.
+inline constexpr int64_t kGemmInvariantStreamMaxN = 4096;
+// Batch-invariant mode: other single weights up to this many outputs take the skinny fp32 kernel in one launch for
+// any M (it walks the rows in chunks of 8, re-reading a small weight from L2): router, indexer weights, compressor
+// projections. Larger ones (lm head) and grouped weights (wo_a) take the tiled kernel.
+inline constexpr int64_t kGemmInvariantSkinnyMaxN = 1024;
+// Whether the fast path uses cuBLASLt at all when DSINFER_CUBLASLT is unset.
+inline constexpr bool kGemmLtDefaultOn = true;
+// The smallest M cuBLASLt takes for FP8_BLOCK weights (DSINFER_CUBLASLT_MIN_M overrides). H200 (bench/NOTES.md,
+// 2026-11-30): wo_b M = 64 26 us cuBLASLt block-scaled vs 126 us streaming kernel; block scaling needs M % 4 == 0
+// (M = 1 has no algorithm). bench/gemm_bench.cpp's "lt-runner" column is the table to re-tune from.
+inline constexpr int64_t kGemmLtMinM = 64;
+// The smallest M cuBLASLt takes for BF16 / F32 weights (the lm head, the compressors' wkv). cuBLASLt's bf16 GEMM runs
+// the lm head at its floor for every M (H200: 250-258 us) and the GEMV kernel only at M <= 2 (330 / 558 us at
+// M = 4 / 8), but the lm head decides greedy tokens: a speculative verify step of 1 + k <= 8 rows must compute its
+// logits with the kernel of a 1-row decode step (see gemm_gemv_preferred), so cuBLASLt starts above that.
+inline constexpr int64_t kGemmLtMinMDense = kGemmSkinnyMaxM + 1;
+// A grouped FP8 weight whose groups are whole 128-row scale blocks (wo_a) goes through cuBLASLt, one call per group,
+// from this M: the default kernels ran wo_a at 12x its floor for M >= 64, but one cuBLASLt call per group costs more
+// below prefill sizes (H200, V4-Flash, 4 layers: 9.4 -> 6.4 ms at M = 4096, 0.49 -> 1.18 ms at M = 64;
+// bench/NOTES.md wave 5).
+inline constexpr int64_t kGemmGroupedLtMinM = 1024;
+
+// ---- Choices ----
+
+// Which kernels gemm_cuda / gemm_grouped_cuda may use (the kernel-level plan input; plan_gemm_kernel below).
+//   kFp32SmallM (default): rows <= kGemmSkinnyMaxM run the fp32 CUDA-core streaming kernel (exact fp32 products),
+//     larger M the bf16 tiled kernel. Exact mode relies on it (it calls with chunks of kGemmSkinnyMaxM rows).
+//   kGemv: the GEMV kernel wherever it can run (M <= kGemmGemvMaxM and plan_gemm_gemv), else as kBf16: tests and
+//     benches force the kernel with it.
+//   kBf16: where gemm_gemv_preferred says so, the fp32 GEMV kernel (FP8_BLOCK / BF16, M <= kGemmGemvMaxM, exact
+//     fp32 products, K split inside a block summed in a fixed order); else 1 <= M <= kGemmStreamMaxM with FP8_BLOCK
+//     weights (K and block_k multiples of 64, 16-byte aligned data) run the bf16 streaming tensor-core kernel (x
+//     rounded to bf16, fp32 accumulation, split-K summed in a fixed order); every other case as kFp32SmallM.
+//   kBatchInvariant: kernel and K split chosen from the weight alone, never from M (gemm_invariant_plan), so a row's
+//     bits do not depend on the batch: FP8 N <= 4096 streaming (chunks of kGemmStreamMaxM rows), small other
+//     weights skinny, the rest tiled.
+enum class GemmPrecision { kFp32SmallM, kBf16, kGemv, kBatchInvariant };
+
+enum class GemmKernel { kSkinny, kTiled, kStream, kGemv };
+
+// How the cuBLASLt engine represents x for FP8 weights (DSINFER_CUBLASLT_ACT=fp8 selects kFp8; default kFp8x2):
+//   kFp8    one e4m3 term per element: the official act_quant numerics and the fastest (one matmul), but e4m3's
+//           ~2^-4 relative rounding of every activation failed the fidelity gate on the shipped model in a CPU
+//           simulation (top-1 97.3 %, mean KL 1.5e-3 vs the exact path, 5 dense projections quantized);
+//   kFp8x2  two terms x ~= q s + q2 s2 (the second quantizes what the first leaves, per 128-block): ~2^-8 relative,
+//           bf16-class (same simulation: top-1 99.90 %, mean KL 2.5e-6); two matmuls accumulate into y, so twice
+//           the FP8 tensor-core work and twice the weight reads (still one FP8 weight copy in memory).
+enum class GemmLtActivations { kFp8, kFp8x2 };
+
+// The environment overrides of the GEMM choice, read once (gemm_settings_from_env, at runner construction):
+//   DSINFER_CUBLASLT      0 = no cuBLASLt, anything else non-empty = on; unset or empty: kGemmLtDefaultOn
+//   DSINFER_CUBLASLT_MIN_M  smallest M for FP8 weights on cuBLASLt (an integer >= 1; otherwise kGemmLtMinM)
+//   DSINFER_CUBLASLT_ACT  fp8 = one activation term; otherwise two (kFp8x2)
+struct GemmSettings {
+  bool cublaslt = kGemmLtDefaultOn;
+  int64_t lt_min_m = kGemmLtMinM;
+  GemmLtActivations lt_activations = GemmLtActivations::kFp8x2;
+};
+// The settings from these variable values (nullptr = unset); gemm_settings_from_env passes std::getenv's.
+GemmSettings gemm_settings_from(const char* cublaslt, const char* min_m, const char* act);
+GemmSettings gemm_settings_from_env();
+
+// The fast path's kernel choice for FP8_BLOCK / BF16 weights at few rows:
+//  - gemm_gemv_preferred: the fp32 GEMV kernel for grouped weights (wo_a) and N > kGemmGemvMinN at every
+//    M <= kGemmGemvMaxM; the bf16 streaming kernel for N <= 1024 (wq_a, wkv). Measured on the H200 (bench/NOTES.md
+//    wave 5, dsinfer_gemm_bench --gemv): the GEMV kernel is fastest at M <= 2 for every V4-Flash shape and at every
+//    M for wo_a, the streaming kernel at M >= 4 for N <= 2048 and for wq_b (N = 32768). The choice depends on the
+//    shape only, never on M, on purpose: a speculative verify step (1 + k rows) runs each row through the same
+//    kernel as a plain decode step (1 row) (measured: fast-path greedy output with and without speculation 3/8
+//    identical with an M-dependent choice, 8/8 with this one). Same kernel is not always same bits: with one warp
+//    on K (GemvParams::wk = 1) a lane sums the same vectors in the same order at every M, so rows are bit-equal;
+//    where the plan splits K over warps and wk or the vectors per lane change with M (V4-Flash shared expert and
+//    wo_b at M <= 8), the last bits differ. The shipped model and V4-Flash wq_b / wo_a / lm head have wk = 1 at
+//    every M (tests/unit/test_gemm_plan.cpp). Bit-equal rows everywhere are what --batch-invariant is for.
+//  - gemm_stream_preferred: whether the runner passes GemmPrecision::kBf16 at all: every M <= kGemmGemvMaxM (the
+//    GEMV or the streaming kernel, both faster there than the default kernels), plus the bf16 streaming kernel where
+//    it measured faster (bench/NOTES.md 2026-11-30: N <= 1024 at every M <= 256 (wq_a, wkv), N <= 4096 at 9 <= M
+//    <= 128 (wo_b, the shared expert)); larger N, grouped weights (wo_a) and N > 1024 at M > 128 run faster on the
+//    default kernels.
+bool gemm_gemv_preferred(int64_t M, int64_t N, bool grouped);
+bool gemm_stream_preferred(int64_t M, int64_t N);
+
+// Whether a weight's format and shape can go through cuBLASLt: FP8_BLOCK with 128 x 128 blocks, K % 128 == 0,
+// N % 16 == 0; or BF16 / F32 with K % 8 == 0, N % 4 == 0.
+bool gemm_lt_supports(const DeviceWeight& w);
+// gemm_lt_supports(w) and M at or above the format's threshold (s.lt_min_m for FP8_BLOCK, kGemmLtMinMDense else).
+bool gemm_lt_wants(const DeviceWeight& w, int64_t M, const GemmSettings& s);
+
+// The runner's plan for one projection call (V4 runner, V4.1 runner, GPU drafter).
+struct GemmCallPlan {
+  bool lt_prepare = false;  // set the weight up on cuBLASLt (every eager call, so it is ready before a graph captures)
+  bool lt = false;          // run it on cuBLASLt; any engine error falls back to the kernels below
+  int64_t chunk_rows = 1;   // kernels: rows per gemm_cuda / gemm_grouped_cuda call
+  GemmPrecision precision = GemmPrecision::kFp32SmallM;
+};
+// y = x . W^T, M rows. kExact: chunks of kGemmSkinnyMaxM rows, kFp32SmallM (the fp32 kernel throughout);
+// kBatchInvariant: kBatchInvariant in one call, never cuBLASLt (its algorithm depends on M); kDefault: kFp32SmallM
+// in one call; kFast: cuBLASLt where s.cublaslt and gemm_lt_wants, else kBf16 where gemm_stream_preferred.
+GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s);
+// The grouped projection (wo_a: `groups` groups of w.rows / groups rows). kFast: cuBLASLt from kGemmGroupedLtMinM
+// rows for FP8 weights of whole 128-row scale-block groups that cuBLASLt takes, else kBf16 where
+// gemm_gemv_preferred (the streaming kernel measured slower than the default kernels for wo_a at every M).
+GemmCallPlan plan_gemm_grouped_call(const DeviceWeight& w, int64_t groups, int64_t M, KernelMode mode,
+                                    const GemmSettings& s);
+// Group g of a grouped FP8 weight as a weight of its own (its rows and scale blocks): what cuBLASLt runs per group.
+DeviceWeight gemm_group_view(const DeviceWeight& w, int64_t groups, int64_t g);
+
+// ---- Kernel plans (what gemm_cuda / gemm_grouped_cuda launch) ----
+
+// The weight facts the batch-invariant choice may depend on.
+struct GemmWeightShape {
+  WeightFormat fmt = WeightFormat::F32;
+  int64_t N = 0, K = 0, block_k = 128, groups = 1;
+  bool w_vec = false;     // 16-byte weight vectors legal (GemmArgs::w_vec)
+  bool gathered = false;  // MoE row gather / per-expert pointers / row offsets
+};
+GemmWeightShape gemm_weight_shape(const detail::GemmArgs& a, WeightFormat f);
+
+struct GemmInvariantPlan {
+  GemmKernel kernel = GemmKernel::kTiled;
+  int splits = 1, kb_per_split = 1;  // streaming kernel: fixed K partition (scale blocks per split)
+};
+
+// The streaming kernel applies to the weight at all (any M <= kGemmStreamMaxM).
+bool gemm_stream_weight_ok(const GemmWeightShape& w);
+// x tile bytes of one streaming block: `tokens` rows of kb_per_split scale blocks in bf16, +16 bytes of padding.
+inline int64_t gemm_stream_xs_bytes(int64_t tokens, int64_t kb_per_split, int64_t block_k) {
+  return tokens * (kb_per_split * block_k * 2 + 16);
+}
+// Batch-invariant mode (docs/kernels.md "Batch invariance"): kernel and K partition from the weight and the SM count,
+// never from M, so the same row gives the same bits in any batch (skinny: a lane chain + fixed butterfly per row;
+// tiled: one thread's fixed-order mma chain per element; streaming: per-split chains summed in cluster-rank order,
+// tokens per block only change which block holds a row). Streaming split: doubled (<= 8) while one token chunk of
+// the weight gives fewer than 2 blocks per SM or the 8-token x tile exceeds kGemmStreamXsMax - the default plan's
+// rule at M = 1, so decode keeps its parallelism; larger M only adds token chunks on grid z.
+GemmInvariantPlan gemm_invariant_plan(const GemmWeightShape& w, int sm_count);
+// Tokens per streaming block for a chunk of M <= kGemmStreamMaxM rows under a fixed K partition: the power of two
+// >= M (8..64), halved while the x tile exceeds kGemmStreamXsMax. Changes only which block holds a row, never a
+// row's sums. 0 when even 8 tokens do not fit (gemm_invariant_plan never returns such a plan).
+int gemm_invariant_stream_tokens(int64_t M, int64_t kb_per_split, int64_t block_k);
+// Launch shape of one batch-invariant streaming chunk of M <= kGemmStreamMaxM rows; false when no tile fits.
+bool gemm_invariant_stream_params(const GemmInvariantPlan& p, int64_t M, int64_t block_k, detail::StreamParams& sp);
+
+namespace detail {
+// Fills the weight fields of `a` from `w` (single weight, grouped by rows) and decides w_vec (16-byte weight vectors:
+// K a multiple of a vector, 16-byte aligned data, FP8 block_k % 16 == 0) / x_vec (x, ldx, x_gstride 16-byte
+// multiples): facts the plans below read.
+void set_weight_args(GemmArgs& a, const DeviceWeight& w);
+void set_x_vec(GemmArgs& a);
+// Streaming kernel: false when it does not apply (format, M, K / block_k / alignment, MoE gathers, shared memory).
+// Tokens per block = the power of two >= M (8..64); K split (cluster) doubled while the grid has fewer than 2
+// blocks per SM or the x tile exceeds kGemmStreamXsMax; then tokens halved while it still does.
+bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamParams& p);
+// GEMV kernel: false when it does not apply (format, M, !w_vec, MoE gathers, too many row blocks). Block shape:
+// wr = row warps, the largest of 8, 4, 2, 1 whose grid still has a block per SM (more rows per block = fewer
+// re-reads of the staged x); then wk = K-splitting warps filling the block up to 8 warps (small N: wkv, wq_a), as far
+// as the chunk has steps for them and the x chunk fits kGemvXsBudget.
+bool plan_gemm_gemv(const GemmArgs& a, WeightFormat f, int sm_count, GemvParams& p);
+}  // namespace detail
+
+// The kernel gemm_cuda / gemm_grouped_cuda launch for a filled GemmArgs (weight fields, w_vec, x_vec) and a
+// precision. kBatchInvariant: gemm_invariant_plan (streaming in chunks of kGemmStreamMaxM rows,
+// gemm_invariant_stream_params per chunk). Else: the GEMV kernel when kGemv, or kBf16 and gemm_gemv_preferred, and
+// plan_gemm_gemv applies; the streaming kernel when kBf16 / kGemv and plan_gemm_stream applies; the skinny kernel at
+// M <= kGemmSkinnyMaxM with 16-byte weight vectors; the tiled kernel otherwise.
+struct GemmKernelPlan {
+  GemmKernel kernel = GemmKernel::kTiled;
+  detail::GemvParams gemv;        // kGemv
+  detail::StreamParams stream;    // kStream outside batch-invariant mode
+  GemmInvariantPlan invariant;    // kBatchInvariant: the fixed K partition of the streaming kernel
+};
+GemmKernelPlan plan_gemm_kernel(const detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, int sm_count);
+
+}  // namespace dsinfer::ops::cuda

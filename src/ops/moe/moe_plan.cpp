@@ -1,0 +1,67 @@
+// The MoE kernel choice (see moe_plan.h).
+#include "ops/moe/moe_plan.h"
+
+#include <algorithm>
+
+#include "ops/gemm/gemm_common.h"
+
+namespace dsinfer::ops::cuda {
+
+bool moe_fast_supported(const MoeExpertsDevice& ex) {
+  auto fp4 = [](const DeviceExpertWeights& w) {
+    return w.fmt == WeightFormat::FP4_G32 && w.scale_e8m0 && w.data && w.scale;
+  };
+  return fp4(ex.w1) && fp4(ex.w3) && fp4(ex.w2) && ex.dim % 128 == 0 && ex.inter % 128 == 0;
+}
+
+MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16) {
+  const int64_t n = T * topk;
+  const bool fast = (path == MoePath::Fast || path == MoePath::Invariant || path == MoePath::Grouped) && fast_supported;
+  const bool grouped = fast && (path == MoePath::Grouped || (path == MoePath::Fast && T > kMoeGroupedMinT));
+  MoePlan p;
+  p.experts = grouped ? MoeExpertKernels::kGrouped : fast ? MoeExpertKernels::kFast : MoeExpertKernels::kGemm;
+  p.gemm_skinny_ok = path != MoePath::Invariant;
+  p.prep_one_launch = fast && n <= kMoePrepMaxN;
+  p.direct_x = p.experts == MoeExpertKernels::kFast && n <= kMoeDirectMaxN && x_aligned16;
+  p.side_stream = has_shared && fast;
+  return p;
+}
+
+MoeExpertGemmPlan plan_moe_expert_gemm(bool skinny_ok, int64_t total_rows, int64_t experts, bool w_vec) {
+  MoeExpertGemmPlan p;
+  if (skinny_ok && total_rows <= kMoeSkinnyRowsPerExpert * experts && w_vec) {
+    p.kernel = GemmKernel::kSkinny;
+    return p;
+  }
+  const int64_t bm = gemm_detail::kBM;
+  const int64_t avg_tiles = (total_rows / std::max<int64_t>(experts, 1) + bm - 1) / bm;
+  const int64_t max_tiles = (total_rows + bm - 1) / bm;
+  p.m_tiles_z = int(std::clamp<int64_t>(avg_tiles + 1, 1, std::max<int64_t>(1, std::min<int64_t>(max_tiles, 65535))));
+  return p;
+}
+
+GemmPrecision moe_shared_precision(MoePath path, int64_t T, int64_t N) {
+  if (path == MoePath::Invariant) return GemmPrecision::kBatchInvariant;
+  const bool fast = path == MoePath::Fast || path == MoePath::Grouped;
+  return fast && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
+}
+
+MoePath moe_path(KernelMode mode, int64_t T) {
+  switch (mode) {
+    case KernelMode::kExact: return MoePath::Exact;
+    case KernelMode::kBatchInvariant: return MoePath::Invariant;
+    case KernelMode::kFast: return MoePath::Fast;
+    case KernelMode::kDefault: break;
+  }
+  return T <= kMoeDefaultFastMaxT ? MoePath::Fast : MoePath::Exact;
+}
+
+int64_t moe_chunk_tokens(KernelMode mode, int64_t T, int64_t experts, int64_t topk) {
+  if (mode == KernelMode::kExact)
+    return std::max<int64_t>(1, std::min<int64_t>(kGemmSkinnyMaxM, kMoeSkinnyRowsPerExpert * experts /
+                                                                      std::max<int64_t>(topk, 1)));
+  if (mode == KernelMode::kBatchInvariant) return kMoeInvariantChunkT;
+  return std::max<int64_t>(T, 1);
+}
+
+}  // namespace dsinfer::ops::cuda

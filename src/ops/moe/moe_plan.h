@@ -1,0 +1,89 @@
+// Kernel choice of the MoE expert layer, in one place: which kernels run the routed experts (exact grouped GEMMs,
+// the fast decode kernels, the grouped prefill GEMMs), the permutation in one launch or two, the gate/up kernel on
+// fp32 x or on gathered bf16 rows, the shared expert's GEMM precision, and how the runners chunk and route a step
+// (MoePath from the runner's KernelMode). moe_cuda.cpp and the runners only execute it. Host code without CUDA types
+// (dsinfer_core; C++17: moe.cu sizes its shared memory from kMoePrepMaxN); tests/unit/test_moe_plan.cpp pins it.
+#pragma once
+#include <cstdint>
+
+#include "ops/gemm/gemm_plan.h"
+#include "ops/kernel_mode.h"
+#include "ops/moe/moe_launch.h"  // MoeExpertsDevice
+
+namespace dsinfer::ops::cuda {
+
+// Which kernels run the routed experts. Exact: fp32 streaming GEMMs for T*topk <= 8*experts, else the bf16
+// tensor-core tiled GEMMs (the reference-checking path). Fast: the grouped decode kernels of moe_fast.cu (x and the
+// SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
+// moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda either way.
+// Fast also runs the shared expert on the workspace's side stream, concurrently with the routed experts (same
+// bits), for T*topk <= kMoePrepMaxN the permutation in one launch, and for T*topk <= kMoeDirectMaxN the gate/up
+// kernel on fp32 x directly (no bf16 gather).
+// Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
+// tiled grouped GEMMs for every T (never the T-dependent skinny choice); the shared expert with
+// GemmPrecision::kBatchInvariant. A token's bits then do not depend on the other tokens or on T.
+// Fast with T > kMoeGroupedMinT, and Grouped for every T (tests, benches): the grouped prefill GEMMs of
+// moe_grouped.cu (same numerics as Fast: x and h rounded to bf16, exact weights, fp32 sums; a token's result does
+// not depend on the other tokens, but differs in the last bits from the decode kernels' k order) when
+// moe_fast_supported(), else as Exact.
+enum class MoePath { Exact, Fast, Invariant, Grouped };
+
+// ---- Thresholds (one definition each) ----
+
+// MoePath::Fast takes the grouped prefill GEMMs above this many tokens, the decode kernels up to it.
+inline constexpr int64_t kMoeGroupedMinT = 1024;
+// Up to this many assignments (T * topk) the permutation is one launch (moe_prep_kernel stages them in shared
+// memory: this is also its array size); above, the count and scatter kernels.
+inline constexpr int kMoePrepMaxN = 2048;
+// Up to this many assignments the gate/up kernel reads fp32 x through perm_token itself (no gather launch); above,
+// the gathered bf16 rows halve its L2 reads of x. Measured on the H200 (bench/NOTES.md wave 5, direct read and
+// one-launch permutation toggled together): ~8 us faster at T = 1 (6 assignments), ~15 us slower at T = 8 and
+// ~130 us at T = 64, so only T <= 2 read x directly.
+inline constexpr int64_t kMoeDirectMaxN = 16;
+// Exact / fallback expert GEMMs take the fp32 skinny kernel while the expert rows average at most this many per
+// expert (T * topk <= 8 * experts; the skinny kernel's row chunk), else the tiled kernel. Exact mode chunks a step
+// so that every chunk qualifies.
+inline constexpr int64_t kMoeSkinnyRowsPerExpert = 8;
+// Batch-invariant mode runs the MoE in chunks of this many tokens (the fast kernels' per-token sums do not depend
+// on the chunk; it bounds the workspace like the fast path's decode range).
+inline constexpr int64_t kMoeInvariantChunkT = 1024;
+// KernelMode::kDefault (the V4.1 runner) takes MoePath::Fast up to this many tokens, the exact path's tiled GEMMs
+// beyond (as the V4 runner did before the grouped prefill kernels).
+inline constexpr int64_t kMoeDefaultFastMaxT = 1024;
+
+// FP4_G32 experts with E8M0 scales, dim % 128 == 0 and inter % 128 == 0.
+bool moe_fast_supported(const MoeExpertsDevice& experts);
+
+enum class MoeExpertKernels { kGemm, kFast, kGrouped };
+
+// moe_cuda's choices for one call of T tokens with topk experts each.
+struct MoePlan {
+  MoeExpertKernels experts = MoeExpertKernels::kGemm;
+  bool gemm_skinny_ok = true;   // kGemm: the skinny kernel may run (plan_moe_expert_gemm); false for Invariant
+  bool prep_one_launch = false;  // the permutation in one launch (moe_prep_kernel), else count + scatter
+  bool direct_x = false;         // kFast: the gate/up kernel reads fp32 x (needs 16-byte aligned x)
+  bool side_stream = false;      // the shared expert on the side stream (when it is usable on this device)
+};
+MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16);
+
+// One grouped expert GEMM (kGemm) over total_rows permuted rows of `experts` experts: the skinny kernel when allowed
+// and the rows average <= kMoeSkinnyRowsPerExpert per expert (and 16-byte weight vectors are legal), else the tiled
+// kernel walking m_tiles_z row tiles per block (the average expert's tiles + 1).
+struct MoeExpertGemmPlan {
+  GemmKernel kernel = GemmKernel::kTiled;
+  int m_tiles_z = 1;
+};
+MoeExpertGemmPlan plan_moe_expert_gemm(bool skinny_ok, int64_t total_rows, int64_t experts, bool w_vec);
+
+// The shared expert's projections (N outputs over T rows): kBatchInvariant for Invariant; Fast and Grouped take
+// kBf16 where gemm_stream_preferred (the streaming GEMM measured faster); else kFp32SmallM.
+GemmPrecision moe_shared_precision(MoePath path, int64_t T, int64_t N);
+
+// The runners: MoePath of a step of T tokens (kExact -> Exact, kBatchInvariant -> Invariant, kFast -> Fast,
+// kDefault -> Fast up to kMoeDefaultFastMaxT tokens, else Exact), and the tokens per moe_cuda call (kExact: as
+// many as keep T * topk <= kMoeSkinnyRowsPerExpert * experts and T <= kGemmSkinnyMaxM, so the routed and the shared
+// expert GEMMs stay on the fp32 kernel; kBatchInvariant: kMoeInvariantChunkT; else all T).
+MoePath moe_path(KernelMode mode, int64_t T);
+int64_t moe_chunk_tokens(KernelMode mode, int64_t T, int64_t experts, int64_t topk);
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,56 @@
+// The sparse-attention kernel choice (see sparse_attention_plan.h).
+#include "ops/sparse_attention/sparse_attention_plan.h"
+
+namespace dsinfer::ops::cuda {
+
+int64_t sparse_attention_fixed_splits(int64_t max_keys, int64_t split_keys) {
+  const int64_t s = split_keys > 0 && max_keys > 0 ? (max_keys + split_keys - 1) / split_keys : 1;
+  return s < 1 ? 1 : s;
+}
+
+int64_t sparse_attention_splits(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
+  const int64_t hpb = 8 * (heads >= 16 ? 2 : 1);
+  const int64_t blocks = T * ((heads + hpb - 1) / hpb);
+  const int64_t s = (2 * sm_count + blocks - 1) / (blocks > 0 ? blocks : 1);
+  const int64_t cap = max_keys / 64 > 1 ? max_keys / 64 : 1;
+  return s < 1 ? 1 : (s > cap ? cap : s);
+}
+
+bool sparse_attention_tc_supported(int64_t head_dim) { return head_dim == detail::kTcDim; }
+
+int64_t sparse_attention_tc_splits(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
+  const int64_t groups = T * ((heads + detail::kTcHeads - 1) / detail::kTcHeads);
+  const int64_t tiles = max_keys > detail::kTcKeys ? (max_keys + detail::kTcKeys - 1) / detail::kTcKeys : 1;
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  int64_t best = 1;
+  int64_t best_cost = -1;
+  for (int64_t s = 1; s <= tiles && s <= 256; ++s) {
+    const int64_t cost = (groups * s + sms - 1) / sms * ((tiles + s - 1) / s + 2);
+    if (best_cost < 0 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+int64_t sparse_attention_split_keys(KernelMode mode) {
+  return mode == KernelMode::kBatchInvariant ? kAttnInvariantSplitKeys : 0;
+}
+
+bool sparse_attention_tensor_cores(KernelMode mode, int64_t head_dim) {
+  return (mode == KernelMode::kFast || mode == KernelMode::kBatchInvariant) && sparse_attention_tc_supported(head_dim);
+}
+
+SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,
+                                          int64_t max_keys, int64_t sm_count) {
+  SparseAttentionPlan p;
+  p.split_keys = sparse_attention_split_keys(mode);
+  p.tensor_cores = sparse_attention_tensor_cores(mode, head_dim);
+  if (mode == KernelMode::kBatchInvariant) p.num_splits = sparse_attention_fixed_splits(max_keys, p.split_keys);
+  else if (p.tensor_cores) p.num_splits = sparse_attention_tc_splits(T, heads, max_keys, sm_count);
+  else p.num_splits = sparse_attention_splits(T, heads, max_keys, sm_count);
+  return p;
+}
+
+}  // namespace dsinfer::ops::cuda

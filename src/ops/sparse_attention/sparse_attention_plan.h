@@ -1,0 +1,49 @@
+// Kernel choice of the sparse attention, in one place: the fp32 or the bf16 tensor-core kernel, the number of key
+// splits per (token, head block) and the fixed split size of batch-invariant mode, from the runner's KernelMode, the
+// step (tokens, longest key list), the head shape and the SM count. The runners only execute it. Host code without
+// CUDA types (dsinfer_core); tests/unit/test_sparse_attention_plan.cpp pins it at the V4-Flash and shipped shapes.
+#pragma once
+#include <cstdint>
+
+#include "ops/kernel_mode.h"
+#include "ops/sparse_attention/sparse_attention_launch.h"  // the kernels' tile constants (detail::kTc*, kAttnTile)
+
+namespace dsinfer::ops::cuda {
+
+using ::dsinfer::ops::KernelMode;
+
+// Batch-invariant attention (SparseAttentionCudaParams::split_keys): keys per split, fixed for every step and
+// batch (four 32-key tiles: decode batch 1 on V4-Flash gets 5-6 CSA splits, batch 64+ stays one wave or two).
+inline constexpr int64_t kAttnInvariantSplitKeys = 128;
+
+// Grid splits that cover a step whose longest key list has max_keys keys under fixed split_keys (>= 1). A token's
+// own splits are ceil(its keys / split_keys), whatever this count is.
+int64_t sparse_attention_fixed_splits(int64_t max_keys, int64_t split_keys);
+// The fp32 kernel's split count: about two blocks per SM (at most one split per 64 keys).
+int64_t sparse_attention_splits(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count);
+// The tensor-core kernel serves head_dim 512 only (DeepSeek-V4), any head count.
+bool sparse_attention_tc_supported(int64_t head_dim);
+// Split count for the tensor-core kernel: blocks are (token, 64-head group, split), one per SM (214 KB of shared
+// memory, 128 accumulators per thread). Minimises waves * (tiles per split + 2), the 2 standing for a block's fixed
+// cost (q load, epilogue, its share of the combine); at least one 32-key tile per split. Flash, 132 SMs: batch 1 ->
+// one split per tile, batch 64 -> 2 (one wave of 128 blocks), batch 256 -> 1.
+int64_t sparse_attention_tc_splits(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count);
+
+// SparseAttentionCudaParams::split_keys and ::tensor_cores for a mode: a fixed split size in batch-invariant mode
+// (else 0); the tensor-core kernel in the fast and batch-invariant modes where it serves the head_dim (exact mode,
+// check-reference, and kDefault, the V4.1 runner, keep the fp32 kernel).
+int64_t sparse_attention_split_keys(KernelMode mode);
+bool sparse_attention_tensor_cores(KernelMode mode, int64_t head_dim);
+
+struct SparseAttentionPlan {
+  int64_t num_splits = 1;
+  int64_t split_keys = 0;
+  bool tensor_cores = false;
+};
+// The whole choice for a step of T tokens whose longest key list has max_keys keys: batch-invariant mode as many
+// fixed-size splits as the longest list needs; fast mode with the tensor-core kernel its own count; otherwise ~2
+// blocks per SM (sparse_attention_splits).
+SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,
+                                          int64_t max_keys, int64_t sm_count);
+
+}  // namespace dsinfer::ops::cuda

@@ -1,0 +1,329 @@
+// CPU checks of the GEMM kernel choice (ops/gemm/gemm_plan.h): the kernel each V4-Flash and shipped-model
+// projection gets per mode and M, the environment settings, the cuBLASLt routing rule, and the invariants the kernels
+// and the speculative path rely on (a verify row takes the kernel of a decode row; one K warp where rows must match;
+// exact mode stays on the fp32 kernel; legal launch shapes). The GPU side (that the kernels compute what the plan
+// says) is tests/gpu/test_gemm_*_gpu.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "ops/gemm/gemm_plan.h"
+
+using namespace dsinfer::ops::cuda;
+using dsinfer::ops::KernelMode;
+namespace od = dsinfer::ops::cuda::detail;
+
+namespace {
+
+constexpr int kSms = 132;  // H200
+
+// A weight on a fake 16-byte aligned address (the plans read pointers only for null / alignment).
+DeviceWeight weight(WeightFormat f, int64_t rows, int64_t cols) {
+  DeviceWeight w;
+  w.fmt = f;
+  w.rows = rows;
+  w.cols = cols;
+  w.data = reinterpret_cast<const void*>(uintptr_t(1) << 20);
+  const bool scaled = f == WeightFormat::FP8_BLOCK || f == WeightFormat::FP4_G32;
+  w.scale = scaled ? reinterpret_cast<const void*>(uintptr_t(1) << 21) : nullptr;
+  return w;
+}
+DeviceWeight fp8(int64_t N, int64_t K) { return weight(WeightFormat::FP8_BLOCK, N, K); }
+DeviceWeight bf16(int64_t N, int64_t K) { return weight(WeightFormat::BF16, N, K); }
+
+// What runs for one projection call of M rows: "lt" (cuBLASLt) or the kernel of the first gemm_cuda chunk.
+enum class Ran { kLt, kSkinny, kTiled, kStream, kGemv };
+
+const char* name(Ran r) {
+  switch (r) {
+    case Ran::kLt: return "lt";
+    case Ran::kSkinny: return "skinny";
+    case Ran::kTiled: return "tiled";
+    case Ran::kStream: return "stream";
+    case Ran::kGemv: return "gemv";
+  }
+  return "?";
+}
+
+Ran ran(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s = GemmSettings{},
+        int64_t groups = 1) {
+  const GemmCallPlan c =
+      groups > 1 ? plan_gemm_grouped_call(w, groups, M, mode, s) : plan_gemm_call(w, M, mode, s);
+  if (c.lt) return Ran::kLt;
+  od::GemmArgs a;
+  a.M = std::min(c.chunk_rows, M);
+  a.groups = groups;
+  a.N = w.rows / groups;
+  a.K = w.cols;
+  a.ldx = w.cols;
+  a.x = reinterpret_cast<const float*>(uintptr_t(1) << 22);
+  od::set_weight_args(a, w);
+  od::set_x_vec(a);
+  switch (plan_gemm_kernel(a, w.fmt, c.precision, kSms).kernel) {
+    case GemmKernel::kSkinny: return Ran::kSkinny;
+    case GemmKernel::kTiled: return Ran::kTiled;
+    case GemmKernel::kStream: return Ran::kStream;
+    case GemmKernel::kGemv: return Ran::kGemv;
+  }
+  return Ran::kTiled;
+}
+
+struct Shape {
+  const char* what;
+  DeviceWeight w;
+  int64_t groups;
+};
+
+// V4-Flash (configs/deepseek-v4-flash/config.json: D 4096, 64 heads x 512, q/o lora 1024, 8 o-groups, experts'
+// inter 2048, vocab 129280; FP8 128 x 128 blocks) and the shipped model (models/dsv4-small/config.json: D 256,
+// 4 heads x 64, q/o lora 128, 2 o-groups, vocab 3072).
+std::vector<Shape> flash_shapes() {
+  return {{"wq_a", fp8(1024, 4096), 1},         {"wkv", fp8(512, 4096), 1},
+          {"wq_b", fp8(32768, 1024), 1},        {"wo_a", fp8(8192, 4096), 8},
+          {"wo_b", fp8(4096, 8192), 1},         {"shared w1", fp8(2048, 4096), 1},
+          {"shared w2", fp8(4096, 2048), 1},    {"lm head", bf16(129280, 4096), 1}};
+}
+std::vector<Shape> small_shapes() {
+  return {{"wq_a", fp8(128, 256), 1}, {"wq_b", fp8(256, 128), 1}, {"wo_a", fp8(256, 128), 2},
+          {"wo_b", fp8(256, 256), 1}, {"lm head", bf16(3072, 256), 1}};
+}
+
+void expect_ran(const Shape& s, int64_t M, KernelMode mode, Ran want, const GemmSettings& st = GemmSettings{}) {
+  const Ran got = ran(s.w, M, mode, st, s.groups);
+  EXPECT_EQ(got, want) << s.what << " M=" << M << ": got " << name(got) << ", want " << name(want);
+}
+
+}  // namespace
+
+// The fast path on V4-Flash, by M: GEMV for N > 1024 and wo_a and the streaming kernel for N <= 1024 at decode and
+// verify sizes; the streaming kernel for N <= 4096 at M = 17..128; cuBLASLt for FP8 from M = 64 (wo_a from 1024),
+// for the BF16 lm head from M = 9; the default kernels elsewhere.
+TEST(GemmPlan, FlashFastPathKernels) {
+  const std::vector<Shape> f = flash_shapes();
+  const Shape &wq_a = f[0], &wkv = f[1], &wq_b = f[2], &wo_a = f[3], &wo_b = f[4], &w1 = f[5], &lm = f[7];
+  for (int64_t M : {1, 2, 8, 16}) {
+    expect_ran(wq_a, M, KernelMode::kFast, Ran::kStream);
+    expect_ran(wkv, M, KernelMode::kFast, Ran::kStream);
+    expect_ran(wq_b, M, KernelMode::kFast, Ran::kGemv);
+    expect_ran(wo_a, M, KernelMode::kFast, Ran::kGemv);
+    expect_ran(wo_b, M, KernelMode::kFast, Ran::kGemv);
+    expect_ran(w1, M, KernelMode::kFast, Ran::kGemv);
+  }
+  for (int64_t M : {1, 8}) expect_ran(lm, M, KernelMode::kFast, Ran::kGemv);
+  for (int64_t M : {9, 16, 64, 4096}) expect_ran(lm, M, KernelMode::kFast, Ran::kLt);
+  expect_ran(wo_b, 32, KernelMode::kFast, Ran::kStream);
+  expect_ran(w1, 63, KernelMode::kFast, Ran::kStream);
+  expect_ran(wq_b, 32, KernelMode::kFast, Ran::kTiled);
+  expect_ran(wq_a, 63, KernelMode::kFast, Ran::kStream);
+  for (const Shape* s : {&wq_a, &wkv, &wq_b, &wo_b, &w1}) {
+    expect_ran(*s, 63, KernelMode::kFast, s == &wq_b ? Ran::kTiled : Ran::kStream);
+    expect_ran(*s, 64, KernelMode::kFast, Ran::kLt);
+    expect_ran(*s, 4096, KernelMode::kFast, Ran::kLt);
+  }
+  expect_ran(wo_a, 64, KernelMode::kFast, Ran::kTiled);
+  expect_ran(wo_a, 1023, KernelMode::kFast, Ran::kTiled);
+  expect_ran(wo_a, 1024, KernelMode::kFast, Ran::kLt);
+}
+
+// DSINFER_CUBLASLT=0 and DSINFER_CUBLASLT_MIN_M move only the cuBLASLt decisions.
+TEST(GemmPlan, SettingsMoveOnlyTheCublasLtChoice) {
+  const std::vector<Shape> f = flash_shapes();
+  const Shape &wq_a = f[0], &wo_a = f[3], &wo_b = f[4], &lm = f[7];
+  const GemmSettings off = gemm_settings_from("0", nullptr, nullptr);
+  expect_ran(wo_b, 64, KernelMode::kFast, Ran::kStream, off);
+  expect_ran(wo_b, 512, KernelMode::kFast, Ran::kTiled, off);
+  expect_ran(wq_a, 200, KernelMode::kFast, Ran::kStream, off);
+  expect_ran(lm, 9, KernelMode::kFast, Ran::kGemv, off);  // the verify range keeps the decode kernel
+  expect_ran(lm, 17, KernelMode::kFast, Ran::kTiled, off);
+  expect_ran(wo_a, 4096, KernelMode::kFast, Ran::kTiled, off);
+  const GemmSettings late = gemm_settings_from(nullptr, "128", nullptr);
+  expect_ran(wo_b, 64, KernelMode::kFast, Ran::kStream, late);
+  expect_ran(wo_b, 127, KernelMode::kFast, Ran::kStream, late);
+  expect_ran(wo_b, 128, KernelMode::kFast, Ran::kLt, late);
+  expect_ran(lm, 9, KernelMode::kFast, Ran::kLt, late);  // the dense threshold is not the override's
+  for (int64_t M : {1, 16}) expect_ran(wo_b, M, KernelMode::kFast, Ran::kGemv, off);
+}
+
+// Exact mode: chunks of kGemmSkinnyMaxM rows on the fp32 skinny kernel for every projection, never cuBLASLt;
+// kDefault (V4.1 runner, drafter): kFp32SmallM in one call - skinny at M <= 8, tiled above, never cuBLASLt.
+TEST(GemmPlan, ExactAndDefaultModes) {
+  std::vector<Shape> all = flash_shapes();
+  for (const Shape& s : small_shapes()) all.push_back(s);
+  for (const Shape& s : all)
+    for (int64_t M : {1, 7, 8, 9, 64, 1000}) {
+      const GemmCallPlan c = s.groups > 1 ? plan_gemm_grouped_call(s.w, s.groups, M, KernelMode::kExact, GemmSettings{})
+                                          : plan_gemm_call(s.w, M, KernelMode::kExact, GemmSettings{});
+      EXPECT_EQ(c.chunk_rows, kGemmSkinnyMaxM) << s.what;
+      EXPECT_EQ(c.precision, GemmPrecision::kFp32SmallM) << s.what;
+      EXPECT_FALSE(c.lt_prepare) << s.what;
+      expect_ran(s, M, KernelMode::kExact, Ran::kSkinny);
+      expect_ran(s, M, KernelMode::kDefault, M <= kGemmSkinnyMaxM ? Ran::kSkinny : Ran::kTiled);
+    }
+  // A weight without 16-byte vectors (K not a multiple of a vector) has no skinny kernel: tiled even in exact mode.
+  const Shape odd{"odd K", bf16(256, 100), 1};
+  expect_ran(odd, 1, KernelMode::kExact, Ran::kTiled);
+}
+
+// Batch-invariant mode: one call, the kernel from the weight (the same at every M), never cuBLASLt.
+TEST(GemmPlan, BatchInvariantKernelIgnoresM) {
+  std::vector<Shape> all = flash_shapes();
+  for (const Shape& s : small_shapes()) all.push_back(s);
+  for (const Shape& s : all) {
+    const Ran first = ran(s.w, 1, KernelMode::kBatchInvariant, GemmSettings{}, s.groups);
+    EXPECT_NE(first, Ran::kLt) << s.what;
+    EXPECT_NE(first, Ran::kGemv) << s.what;
+    for (int64_t M : {2, 9, 64, 257, 4096}) expect_ran(s, M, KernelMode::kBatchInvariant, first);
+  }
+  const std::vector<Shape> f = flash_shapes();
+  expect_ran(f[0], 100, KernelMode::kBatchInvariant, Ran::kStream);  // wq_a
+  expect_ran(f[2], 100, KernelMode::kBatchInvariant, Ran::kTiled);   // wq_b: N > 4096
+  expect_ran(f[3], 100, KernelMode::kBatchInvariant, Ran::kTiled);   // wo_a: grouped
+  expect_ran(f[7], 100, KernelMode::kBatchInvariant, Ran::kTiled);   // lm head: N > 1024
+  expect_ran(small_shapes()[4], 100, KernelMode::kBatchInvariant, Ran::kTiled);  // shipped lm head: N = 3072
+  expect_ran(Shape{"router", bf16(256, 4096), 1}, 100, KernelMode::kBatchInvariant, Ran::kSkinny);
+}
+
+// A speculative verify step (1 + k <= kGemmGemvMaxM rows) must run each row through the kernel of a 1-row decode
+// step: on the fast path the kernel at every M <= kGemmGemvMaxM is the kernel at M = 1, and the lm head (it decides
+// greedy tokens) stays off cuBLASLt for verify steps of up to kGemmSkinnyMaxM rows.
+TEST(GemmPlan, VerifyRowsTakeTheDecodeKernel) {
+  std::vector<Shape> all = flash_shapes();
+  for (const Shape& s : small_shapes()) all.push_back(s);
+  for (const Shape& s : all) {
+    const Ran decode = ran(s.w, 1, KernelMode::kFast, GemmSettings{}, s.groups);
+    for (int64_t M = 2; M <= kGemmGemvMaxM; ++M) {
+      if (s.w.fmt == WeightFormat::BF16 && M > kGemmSkinnyMaxM) break;  // cuBLASLt from kGemmLtMinMDense
+      expect_ran(s, M, KernelMode::kFast, decode);
+    }
+  }
+  EXPECT_GT(kGemmLtMinMDense, kGemmSkinnyMaxM);
+  EXPECT_GT(GemmSettings{}.lt_min_m, kGemmGemvMaxM);
+}
+
+// The plan of a weight shape at M rows, on a fake 16-byte aligned weight (moved from tests/gpu: host only).
+od::GemvParams gemv_plan_for(WeightFormat f, int64_t groups, int64_t Ng, int64_t K, int64_t M) {
+  DeviceWeight w = weight(f, groups * Ng, K);
+  od::GemmArgs a;
+  a.M = M;
+  a.groups = groups;
+  a.N = Ng;
+  a.K = K;
+  od::set_weight_args(a, w);
+  od::GemvParams p;
+  EXPECT_TRUE(od::plan_gemm_gemv(a, f, kSms, p)) << "N=" << Ng << " K=" << K << " M=" << M;
+  return p;
+}
+
+// With one warp on K a lane sums the same weight vectors in the same order at every M (the vectors per lane only
+// change how K is chunked), so a row's bits do not depend on M; a K split over warps that changes with M changes
+// them. Which shapes keep one K warp at every M: the shipped model's GEMV weights (lm head, grouped wo_a) and
+// V4-Flash wq_b, grouped wo_a and the lm head; the Flash shared expert is the documented exception (wk 4 at
+// M <= 2, 2 at M = 3..8). tests/gpu/test_gemm_gemv_gpu.cpp GemvGpu.OneKWarpRowsBitEqualAtEveryM checks the bits.
+TEST(GemvPlan, OneKWarpAtEveryMWhereRowsMustMatchDecode) {
+  struct S {
+    WeightFormat f;
+    int64_t groups, Ng, K;
+  };
+  for (S s : {S{WeightFormat::BF16, 1, 3072, 256}, S{WeightFormat::FP8_BLOCK, 2, 128, 128},
+              S{WeightFormat::BF16, 2, 128, 128}, S{WeightFormat::FP8_BLOCK, 1, 32768, 1024},
+              S{WeightFormat::FP8_BLOCK, 8, 1024, 4096}, S{WeightFormat::BF16, 1, 129280, 4096}})
+    for (int64_t M = 1; M <= kGemmGemvMaxM; ++M)
+      EXPECT_EQ(gemv_plan_for(s.f, s.groups, s.Ng, s.K, M).wk, 1)
+          << "groups=" << s.groups << " N=" << s.Ng << " K=" << s.K << " M=" << M;
+  EXPECT_EQ(gemv_plan_for(WeightFormat::FP8_BLOCK, 1, 2048, 4096, 1).wk, 4);
+  EXPECT_EQ(gemv_plan_for(WeightFormat::FP8_BLOCK, 1, 2048, 4096, 3).wk, 2);
+}
+
+// Every GEMV and streaming plan the fast path can produce is a legal launch: GEMV blocks of <= 8 warps, x rows a
+// power of two >= M, shared memory within the 48 KB default; streaming clusters of 1..8 non-empty K splits whose x
+// tile fits kGemmStreamXsMax and whose token blocks cover M.
+TEST(GemmPlan, LaunchShapesAreLegal) {
+  for (WeightFormat f : {WeightFormat::FP8_BLOCK, WeightFormat::BF16})
+    for (int64_t N : {64, 128, 512, 1024, 2048, 4096, 32768, 129280})
+      for (int64_t K : {128, 256, 1024, 2048, 4096, 8192})
+        for (int64_t M = 1; M <= kGemmGemvMaxM; ++M) {
+          const od::GemvParams p = gemv_plan_for(f, 1, N, K, M);
+          EXPECT_LE(p.wk * p.wr, od::kGemvMaxWarps);
+          EXPECT_GE(p.mt, M);
+          EXPECT_EQ(p.mt & (p.mt - 1), 0);
+          EXPECT_LE(p.smem, 48 * 1024);
+          EXPECT_GT(p.kc, 0);
+        }
+  for (int64_t N : {64, 512, 1024, 4096, 32768})
+    for (int64_t K : {256, 1024, 4096, 8192, 16384})
+      for (int64_t M : {1, 7, 8, 9, 33, 64, 65, 128, 255, 256}) {
+        od::GemmArgs a;
+        a.M = M;
+        a.N = N;
+        a.K = K;
+        od::set_weight_args(a, fp8(N, K));
+        od::StreamParams p;
+        ASSERT_TRUE(od::plan_gemm_stream(a, WeightFormat::FP8_BLOCK, kSms, p)) << N << "x" << K << " M=" << M;
+        const int64_t kblocks = K / 128;
+        EXPECT_GE(p.splits, 1);
+        EXPECT_LE(p.splits, 8);
+        EXPECT_GE(int64_t(p.splits) * p.kb_per_split, kblocks);
+        EXPECT_LT(int64_t(p.splits - 1) * p.kb_per_split, kblocks);
+        EXPECT_LE(gemm_stream_xs_bytes(p.tokens, p.kb_per_split, 128), kGemmStreamXsMax);
+        EXPECT_GE(int64_t(p.tokens) * p.token_chunks, M);
+      }
+  // Outside its range the streaming kernel is not planned: M > kGemmStreamMaxM, BF16, MoE gathers.
+  od::GemmArgs a;
+  a.M = kGemmStreamMaxM + 1;
+  a.N = 1024;
+  a.K = 4096;
+  od::set_weight_args(a, fp8(1024, 4096));
+  od::StreamParams p;
+  EXPECT_FALSE(od::plan_gemm_stream(a, WeightFormat::FP8_BLOCK, kSms, p));
+  a.M = 4;
+  EXPECT_FALSE(od::plan_gemm_stream(a, WeightFormat::BF16, kSms, p));
+  const int32_t rows[1] = {0};
+  a.x_rows = rows;
+  EXPECT_FALSE(od::plan_gemm_stream(a, WeightFormat::FP8_BLOCK, kSms, p));
+}
+
+// The environment overrides: unset / empty keep the defaults, DSINFER_CUBLASLT=0 turns cuBLASLt off, a bad
+// DSINFER_CUBLASLT_MIN_M keeps the default, DSINFER_CUBLASLT_ACT=fp8 selects one activation term.
+TEST(GemmPlan, SettingsFromEnvironmentValues) {
+  const GemmSettings d = gemm_settings_from(nullptr, nullptr, nullptr);
+  EXPECT_TRUE(d.cublaslt);
+  EXPECT_EQ(d.lt_min_m, 64);
+  EXPECT_EQ(d.lt_activations, GemmLtActivations::kFp8x2);
+  EXPECT_FALSE(gemm_settings_from("0", nullptr, nullptr).cublaslt);
+  EXPECT_TRUE(gemm_settings_from("1", nullptr, nullptr).cublaslt);
+  EXPECT_TRUE(gemm_settings_from("", nullptr, nullptr).cublaslt);
+  EXPECT_EQ(gemm_settings_from(nullptr, "16", nullptr).lt_min_m, 16);
+  for (const char* bad : {"", "0", "-4", "12x", "abc"})
+    EXPECT_EQ(gemm_settings_from(nullptr, bad, nullptr).lt_min_m, 64) << "'" << bad << "'";
+  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, "fp8").lt_activations, GemmLtActivations::kFp8);
+  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, "fp8x2").lt_activations, GemmLtActivations::kFp8x2);
+  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, "FP8").lt_activations, GemmLtActivations::kFp8x2);
+}
+
+// The cuBLASLt routing rule (moved from tests/gpu/test_gemm_lt_dense_gpu.cpp: host only): BF16 from
+// kGemmLtMinMDense rows, FP8 from the settings' threshold; FP4, non-128 FP8 blocks and odd N never.
+TEST(GemmPlan, CublasLtRoutingRule) {
+  const GemmSettings s;
+  const DeviceWeight b = bf16(256, 512), f = fp8(256, 512), q = weight(WeightFormat::FP4_G32, 256, 512);
+  EXPECT_FALSE(gemm_lt_wants(b, kGemmLtMinMDense - 1, s));
+  EXPECT_TRUE(gemm_lt_wants(b, kGemmLtMinMDense, s));
+  EXPECT_FALSE(gemm_lt_wants(f, s.lt_min_m - 1, s));
+  EXPECT_TRUE(gemm_lt_wants(f, s.lt_min_m, s));
+  EXPECT_FALSE(gemm_lt_supports(q));
+  EXPECT_FALSE(gemm_lt_wants(q, 4096, s));
+  DeviceWeight blocks64 = fp8(256, 512);
+  blocks64.block_n = blocks64.block_k = 64;
+  EXPECT_FALSE(gemm_lt_supports(blocks64));
+  EXPECT_FALSE(gemm_lt_supports(fp8(264, 512)));   // N % 16 != 0
+  EXPECT_FALSE(gemm_lt_supports(fp8(256, 520)));   // K % 128 != 0
+  EXPECT_TRUE(gemm_lt_supports(bf16(8080, 4096)));  // N % 4 == 0 suffices for BF16
+  DeviceWeight no_scale = fp8(256, 512);
+  no_scale.scale = nullptr;
+  EXPECT_FALSE(gemm_lt_supports(no_scale));
+  // A grouped weight goes through cuBLASLt only as whole 128-row scale-block groups.
+  EXPECT_TRUE(plan_gemm_grouped_call(fp8(8192, 4096), 8, 1024, KernelMode::kFast, s).lt);
+  EXPECT_FALSE(plan_gemm_grouped_call(fp8(8 * 192, 4096), 8, 1024, KernelMode::kFast, s).lt);
+  EXPECT_FALSE(plan_gemm_grouped_call(bf16(8192, 4096), 8, 1024, KernelMode::kFast, s).lt);
+}

@@ -1,0 +1,141 @@
+// CPU checks of the MoE kernel choice (ops/moe/moe_plan.h) at the V4-Flash (256 experts, top 6, inter 2048) and
+// shipped-model (8 experts, top 2, inter 128) shapes: the routed-expert kernels per path and T, the one-launch
+// permutation and direct-x limits, the runners' path and chunking, and the invariants exact mode relies on (every
+// chunk keeps the expert and shared-expert GEMMs on the fp32 skinny kernel). The GPU side is tests/gpu/test_moe*.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "ops/moe/moe_plan.h"
+
+using namespace dsinfer::ops::cuda;
+using dsinfer::ops::KernelMode;
+
+namespace {
+
+constexpr int64_t kFlashE = 256, kFlashK = 6, kSmallE = 8, kSmallK = 2;
+
+MoeExpertsDevice experts(WeightFormat f, int64_t E, int64_t dim, int64_t inter) {
+  static const void* const fake[1] = {nullptr};  // device pointer arrays: only their presence matters here
+  MoeExpertsDevice ex;
+  ex.experts = E;
+  ex.dim = dim;
+  ex.inter = inter;
+  for (DeviceExpertWeights* w : {&ex.w1, &ex.w3, &ex.w2}) {
+    w->fmt = f;
+    w->data = fake;
+    w->scale = fake;
+  }
+  return ex;
+}
+
+}  // namespace
+
+TEST(MoePlan, FastSupportedNeedsFp4E8m0And128Multiples) {
+  EXPECT_TRUE(moe_fast_supported(experts(WeightFormat::FP4_G32, kFlashE, 4096, 2048)));
+  EXPECT_TRUE(moe_fast_supported(experts(WeightFormat::FP4_G32, kSmallE, 256, 128)));
+  EXPECT_FALSE(moe_fast_supported(experts(WeightFormat::FP8_BLOCK, kFlashE, 4096, 2048)));
+  EXPECT_FALSE(moe_fast_supported(experts(WeightFormat::FP4_G32, kSmallE, 256, 96)));
+  MoeExpertsDevice f32_scales = experts(WeightFormat::FP4_G32, kSmallE, 256, 128);
+  f32_scales.w2.scale_e8m0 = false;
+  EXPECT_FALSE(moe_fast_supported(f32_scales));
+}
+
+// Flash fast path: decode kernels up to kMoeGroupedMinT tokens, grouped prefill GEMMs beyond; the permutation in
+// one launch up to 341 tokens (2046 assignments), fp32 x read directly up to 2 tokens (12 assignments), aligned x only.
+TEST(MoePlan, FlashFastPathByTokens) {
+  auto plan = [](int64_t T, bool aligned = true) {
+    return plan_moe(MoePath::Fast, true, T, kFlashK, true, aligned);
+  };
+  EXPECT_EQ(plan(1).experts, MoeExpertKernels::kFast);
+  EXPECT_EQ(plan(1024).experts, MoeExpertKernels::kFast);
+  EXPECT_EQ(plan(1025).experts, MoeExpertKernels::kGrouped);
+  EXPECT_TRUE(plan(1).direct_x);
+  EXPECT_TRUE(plan(2).direct_x);
+  EXPECT_FALSE(plan(3).direct_x);
+  EXPECT_FALSE(plan(1, false).direct_x);
+  EXPECT_TRUE(plan(341).prep_one_launch);
+  EXPECT_FALSE(plan(342).prep_one_launch);
+  EXPECT_TRUE(plan(1).side_stream);
+  EXPECT_TRUE(plan(4096).side_stream);
+  EXPECT_FALSE(plan_moe(MoePath::Fast, true, 1, kFlashK, false, true).side_stream);  // no shared expert
+  EXPECT_FALSE(plan(1025).direct_x);  // the grouped path gathers x itself
+}
+
+// The other paths: Grouped at every T; Invariant the decode kernels at every T (a token's sums do not depend on T)
+// and, without fast support, the tiled GEMMs only; Exact and unsupported formats the expert GEMMs, in line.
+TEST(MoePlan, PathsAndFallbacks) {
+  EXPECT_EQ(plan_moe(MoePath::Grouped, true, 1, kSmallK, true, true).experts, MoeExpertKernels::kGrouped);
+  for (int64_t T : {1, 1025, 8192}) {
+    const MoePlan inv = plan_moe(MoePath::Invariant, true, T, kFlashK, true, true);
+    EXPECT_EQ(inv.experts, MoeExpertKernels::kFast) << T;
+    EXPECT_FALSE(inv.gemm_skinny_ok);
+  }
+  const MoePlan inv_gemm = plan_moe(MoePath::Invariant, false, 1, kFlashK, true, true);
+  EXPECT_EQ(inv_gemm.experts, MoeExpertKernels::kGemm);
+  EXPECT_EQ(plan_moe_expert_gemm(inv_gemm.gemm_skinny_ok, 6, kFlashE, true).kernel, GemmKernel::kTiled);
+  for (MoePath path : {MoePath::Exact, MoePath::Fast, MoePath::Grouped}) {
+    const MoePlan p = plan_moe(path, path == MoePath::Exact, 1, kFlashK, true, true);
+    EXPECT_EQ(p.experts, MoeExpertKernels::kGemm);
+    EXPECT_TRUE(p.gemm_skinny_ok);
+    EXPECT_FALSE(p.prep_one_launch);
+    EXPECT_FALSE(p.direct_x);
+    EXPECT_FALSE(p.side_stream);
+  }
+}
+
+// The expert GEMMs: the skinny kernel while the rows average <= 8 per expert (and 16-byte vectors are legal), else
+// the tiled kernel over the average expert's row tiles + 1 per block.
+TEST(MoePlan, ExpertGemmKernel) {
+  EXPECT_EQ(plan_moe_expert_gemm(true, 8 * kFlashE, kFlashE, true).kernel, GemmKernel::kSkinny);
+  EXPECT_EQ(plan_moe_expert_gemm(true, 8 * kFlashE + 1, kFlashE, true).kernel, GemmKernel::kTiled);
+  EXPECT_EQ(plan_moe_expert_gemm(true, 6, kFlashE, false).kernel, GemmKernel::kTiled);
+  EXPECT_EQ(plan_moe_expert_gemm(true, 6 * 1024, kFlashE, true).m_tiles_z, 2);   // 24 rows per expert: 1 tile
+  EXPECT_EQ(plan_moe_expert_gemm(true, 8 * 1000, kSmallE, true).m_tiles_z, 17);  // 1000 rows: 16 tiles
+  EXPECT_EQ(plan_moe_expert_gemm(false, 1, kSmallE, true).m_tiles_z, 1);         // never past the rows' tiles
+}
+
+// The shared expert: the streaming GEMM on the fast paths where gemm_stream_preferred (Flash w1/w3 N = 2048 up to
+// 128 tokens, w2 N = 4096 likewise), the default kernels beyond and on the exact path, kBatchInvariant when invariant.
+TEST(MoePlan, SharedExpertPrecision) {
+  for (MoePath path : {MoePath::Fast, MoePath::Grouped}) {
+    EXPECT_EQ(moe_shared_precision(path, 1, 2048), GemmPrecision::kBf16);
+    EXPECT_EQ(moe_shared_precision(path, 128, 4096), GemmPrecision::kBf16);
+    EXPECT_EQ(moe_shared_precision(path, 129, 2048), GemmPrecision::kFp32SmallM);
+    EXPECT_EQ(moe_shared_precision(path, 200, 128), GemmPrecision::kBf16);  // shipped: N <= 1024 up to 256
+  }
+  EXPECT_EQ(moe_shared_precision(MoePath::Exact, 1, 2048), GemmPrecision::kFp32SmallM);
+  EXPECT_EQ(moe_shared_precision(MoePath::Invariant, 1, 2048), GemmPrecision::kBatchInvariant);
+}
+
+// The runners: path per mode (kDefault, the V4.1 runner: Fast up to 1024 tokens), tokens per moe_cuda call.
+TEST(MoePlan, RunnerPathAndChunk) {
+  EXPECT_EQ(moe_path(KernelMode::kExact, 1), MoePath::Exact);
+  EXPECT_EQ(moe_path(KernelMode::kFast, 5000), MoePath::Fast);
+  EXPECT_EQ(moe_path(KernelMode::kBatchInvariant, 1), MoePath::Invariant);
+  EXPECT_EQ(moe_path(KernelMode::kDefault, 1024), MoePath::Fast);
+  EXPECT_EQ(moe_path(KernelMode::kDefault, 1025), MoePath::Exact);
+  EXPECT_EQ(moe_chunk_tokens(KernelMode::kExact, 4096, kFlashE, kFlashK), 8);
+  EXPECT_EQ(moe_chunk_tokens(KernelMode::kExact, 4096, kSmallE, kSmallK), 8);
+  EXPECT_EQ(moe_chunk_tokens(KernelMode::kExact, 4096, 4, 8), 4);
+  EXPECT_EQ(moe_chunk_tokens(KernelMode::kExact, 4096, 1, 16), 1);
+  EXPECT_EQ(moe_chunk_tokens(KernelMode::kBatchInvariant, 4096, kFlashE, kFlashK), 1024);
+  EXPECT_EQ(moe_chunk_tokens(KernelMode::kFast, 4096, kFlashE, kFlashK), 4096);
+  EXPECT_EQ(moe_chunk_tokens(KernelMode::kDefault, 0, kSmallE, kSmallK), 1);  // a loop step, never 0
+}
+
+// Exact mode's promise (check-reference compares the fp32 kernels with the CPU): every chunk it makes keeps the
+// routed expert GEMMs and the shared expert's GEMMs (kFp32SmallM, T rows) on the fp32 skinny kernel.
+TEST(MoePlan, ExactChunksStayOnTheFp32Kernel) {
+  for (int64_t E : {1, 4, 8, 64, 256})
+    for (int64_t k : {1, 2, 6, 8, 16}) {
+      if (k > E) continue;
+      const int64_t T = moe_chunk_tokens(KernelMode::kExact, 100000, E, k);
+      ASSERT_GE(T, 1);
+      const MoePlan p = plan_moe(moe_path(KernelMode::kExact, T), true, T, k, true, true);
+      ASSERT_EQ(p.experts, MoeExpertKernels::kGemm);
+      EXPECT_EQ(plan_moe_expert_gemm(p.gemm_skinny_ok, T * k, E, true).kernel, GemmKernel::kSkinny) << E << "/" << k;
+      EXPECT_LE(T, kGemmSkinnyMaxM);
+      EXPECT_EQ(moe_shared_precision(MoePath::Exact, T, 2048), GemmPrecision::kFp32SmallM);
+    }
+}

@@ -1,0 +1,85 @@
+// CPU checks of the sparse-attention kernel choice (ops/sparse_attention/sparse_attention_plan.h) at the V4-Flash
+// (64 heads x 512, window 128, CSA top 512, HCA ratio 128) and shipped-model (4 heads x 64, window 64, top 8)
+// shapes: kernel and split count per mode, the tensor-core split heuristic (moved from tests/gpu), and the
+// invariants the kernels rely on (splits within the grid limit; fixed splits cover the longest key list).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/sparse_attention/sparse_attention_plan.h"
+
+using namespace dsinfer::ops::cuda;
+using dsinfer::ops::KernelMode;
+
+namespace {
+constexpr int64_t kSms = 132;
+constexpr int64_t kFlashCsaKeys = 128 + 512;  // window + top-k: 20 tiles of 32
+}  // namespace
+
+TEST(SparseAttentionPlan, TensorCoreSplitHeuristic) {  // Flash shapes on 132 SMs
+  EXPECT_EQ(sparse_attention_tc_splits(1, 64, 640, kSms), 20);   // one tile per split
+  EXPECT_EQ(sparse_attention_tc_splits(64, 64, 640, kSms), 2);   // 128 blocks: one wave
+  EXPECT_EQ(sparse_attention_tc_splits(256, 64, 640, kSms), 1);  // 256 blocks: two waves
+  EXPECT_EQ(sparse_attention_tc_splits(1, 64, 160, kSms), 5);    // HCA at 4095
+  EXPECT_EQ(sparse_attention_tc_splits(64, 128, 640, kSms), 1);  // 2 head groups per token
+  EXPECT_EQ(sparse_attention_tc_splits(1, 64, 1, kSms), 1);
+}
+
+// Flash per mode: fast and batch-invariant take the tensor-core kernel (head_dim 512), exact and kDefault the fp32
+// kernel; batch-invariant splits every token's keys in fixed 128-key chunks (640 keys: 5 splits at any batch).
+TEST(SparseAttentionPlan, FlashModes) {
+  const SparseAttentionPlan fast = plan_sparse_attention(KernelMode::kFast, 1, 64, 512, kFlashCsaKeys, kSms);
+  EXPECT_TRUE(fast.tensor_cores);
+  EXPECT_EQ(fast.split_keys, 0);
+  EXPECT_EQ(fast.num_splits, 20);
+  EXPECT_EQ(plan_sparse_attention(KernelMode::kFast, 64, 64, 512, kFlashCsaKeys, kSms).num_splits, 2);
+  for (KernelMode m : {KernelMode::kExact, KernelMode::kDefault}) {
+    const SparseAttentionPlan p1 = plan_sparse_attention(m, 1, 64, 512, kFlashCsaKeys, kSms);
+    EXPECT_FALSE(p1.tensor_cores);
+    EXPECT_EQ(p1.split_keys, 0);
+    EXPECT_EQ(p1.num_splits, 10);  // capped at one split per 64 keys
+    EXPECT_EQ(plan_sparse_attention(m, 64, 64, 512, kFlashCsaKeys, kSms).num_splits, 2);
+    EXPECT_EQ(plan_sparse_attention(m, 256, 64, 512, kFlashCsaKeys, kSms).num_splits, 1);
+  }
+  for (int64_t T : {1, 64, 4096}) {
+    const SparseAttentionPlan inv = plan_sparse_attention(KernelMode::kBatchInvariant, T, 64, 512, kFlashCsaKeys, kSms);
+    EXPECT_TRUE(inv.tensor_cores);
+    EXPECT_EQ(inv.split_keys, kAttnInvariantSplitKeys);
+    EXPECT_EQ(inv.num_splits, 5) << T;
+  }
+}
+
+// The shipped model (head_dim 64): no tensor-core kernel in any mode; a sliding layer's 64 keys are one split.
+TEST(SparseAttentionPlan, ShippedModelModes) {
+  for (KernelMode m : {KernelMode::kExact, KernelMode::kDefault, KernelMode::kFast}) {
+    const SparseAttentionPlan p = plan_sparse_attention(m, 1, 4, 64, 64 + 8, kSms);
+    EXPECT_FALSE(p.tensor_cores);
+    EXPECT_EQ(p.split_keys, 0);
+    EXPECT_EQ(p.num_splits, 1);
+  }
+  EXPECT_EQ(plan_sparse_attention(KernelMode::kFast, 1, 4, 64, 4096, kSms).num_splits, 64);  // 264 blocks wanted, cap
+  const SparseAttentionPlan inv = plan_sparse_attention(KernelMode::kBatchInvariant, 1, 4, 64, 4096 / 16 + 64, kSms);
+  EXPECT_FALSE(inv.tensor_cores);
+  EXPECT_EQ(inv.num_splits, 3);  // 320 keys in 128-key chunks
+}
+
+// Every plan is launchable (1 <= splits <= 65535, tensor-core splits at most one per 32-key tile) and a fixed-size
+// plan covers the longest key list with no empty trailing split.
+TEST(SparseAttentionPlan, SplitsAreLegal) {
+  for (KernelMode m : {KernelMode::kExact, KernelMode::kDefault, KernelMode::kFast, KernelMode::kBatchInvariant})
+    for (int64_t T : {1, 2, 7, 64, 256, 8192})
+      for (int64_t keys : {0, 1, 31, 33, 160, 640, 1152, 65536 + 128})
+        for (int64_t hd : {64, 512}) {
+          const SparseAttentionPlan p = plan_sparse_attention(m, T, 64, hd, keys, kSms);
+          ASSERT_GE(p.num_splits, 1);
+          ASSERT_LE(p.num_splits, 65535);
+          if (p.tensor_cores && p.split_keys == 0) {
+            EXPECT_LE(p.num_splits, std::max<int64_t>(1, (keys + 31) / 32));
+          }
+          if (p.split_keys > 0) {
+            EXPECT_GE(p.num_splits * p.split_keys, keys);
+            EXPECT_LT((p.num_splits - 1) * p.split_keys, std::max<int64_t>(keys, 1));
+          }
+        }
+}
