@@ -150,17 +150,19 @@ TEST(AsyncEngine, TightStateBudgetStaysExact) {
   for (auto& b : bs) b["prompt"] = std::string(b["prompt"]) + " " + std::string(b["prompt"]) + " " + std::string(b["prompt"]);
   auto roomy = make(options(), Mode::kSync);
   const auto want = run(*roomy, bs);
-  // Room for about three sequences' state. (On this model that budget limits the slots rather than the blocks, so
-  // the scheduler has not been seen to preempt here; the preemption path is not covered by this test.)
+  // Slots for all 16 sequences but token blocks for only two full-length ones: the sequences are admitted, then
+  // outgrow the blocks, so the scheduler must preempt (and later recompute) while async steps are in flight.
   cache::StateCacheConfig cc;
   cc.max_num_seqs = 16;
   cc.max_model_len = 96;
   cc.kv_elem_bytes = roomy->runner().kv_elem_bytes();
   const auto layout = test::unwrap(cache::compute_state_layout(roomy->model_config(), cc));
-  auto o = options(double(3 * layout.bytes_per_sequence(96)) / double(int64_t(1) << 30));
+  const int64_t budget = 16 * layout.slot_bytes + 2 * layout.blocks_per_sequence(96) * layout.block_bytes;
+  auto o = options(double(budget) / double(int64_t(1) << 30));
   o.max_model_len = 96;
   auto tight = make(o, Mode::kAsync);
   const auto got = run(*tight, bs);
+  EXPECT_GT(tight->stats().num_preemptions, 0) << "the budget was meant to force preemption";
   for (size_t i = 0; i < bs.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i << " " << bs[i].dump();
 }
 

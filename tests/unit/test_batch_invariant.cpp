@@ -162,34 +162,61 @@ TEST(BatchInvariantMhc, SplitIsFixedByTheShape) {
     }
 }
 
-// The cpu runner is batch-invariant already: the option changes nothing there.
-TEST(BatchInvariantEngine, CpuOptionIsANoOp) {
-  auto run = [](bool inv) {
+// The cpu backend claims batch invariance without the flag (README, engine.h): a request's tokens and logprobs must
+// be bit-identical whether it runs alone in one prefill or batched with others whose prompts are chunked beside it
+// (a 16-token budget splits every prompt but the first over several steps, and decode rows share steps with
+// prefill chunks). A forward whose reductions followed the batch (a GEMM blocked over the step's tokens, a
+// per-step normalisation) would change low bits here.
+TEST(BatchInvariantEngine, CpuTokensAndLogprobsDoNotDependOnTheBatch) {
+  struct Out {
+    std::vector<int32_t> ids;
+    std::vector<double> logprobs;
+    bool operator==(const Out&) const = default;
+  };
+  auto prompt = [](int i) {
+    std::vector<int32_t> p;
+    for (int k = 0; k < 5 + 9 * i; ++k) p.push_back(2 + (k * 13 + i) % 200);
+    return p;
+  };
+  auto run = [&](const std::vector<int>& which, int64_t budget) {
     dsinfer::EngineOptions o;
     o.model_dir = dsinfer::test::own_fixture("tiny-v4-c");
     o.max_num_seqs = 4;
-    o.max_num_batched_tokens = 16;
+    o.max_num_batched_tokens = budget;
     o.max_model_len = 96;
-    o.batch_invariant = inv;
     std::string err;
     auto e = dsinfer::Engine::create(o, &err);
     EXPECT_TRUE(e) << err;
-    std::map<uint64_t, std::vector<int32_t>> out;
+    std::map<int, Out> out;
     if (!e) return out;
-    for (int i = 0; i < 3; ++i) {
+    std::map<uint64_t, int> index;
+    for (int i : which) {
       dsinfer::Request r;
       r.prompt_is_ids = true;
-      for (int k = 0; k < 5 + 9 * i; ++k) r.prompt_ids.push_back(2 + (k * 13 + i) % 200);
-      r.sampling.max_tokens = 5;
+      r.prompt_ids = prompt(i);
+      r.sampling.max_tokens = 6;
       r.sampling.temperature = 0.0;
-      EXPECT_NE(e->submit(r, &err), 0u) << err;
+      r.sampling.logprobs = true;
+      const uint64_t id = e->submit(r, &err);
+      EXPECT_NE(id, 0u) << err;
+      index[id] = i;
     }
     std::vector<dsinfer::RequestResult> res;
     EXPECT_TRUE(e->run_until_idle(res, &err)) << err;
-    for (const auto& r : res) out[r.id] = r.completions.at(0).token_ids;
+    for (const auto& r : res) {
+      Out& o = out[index.at(r.id)];
+      o.ids = r.completions.at(0).token_ids;
+      for (const auto& lp : r.completions.at(0).logprobs) o.logprobs.push_back(lp.logprob);
+    }
     return out;
   };
-  const auto a = run(false), b = run(true);
-  EXPECT_EQ(a.size(), 3u);
-  EXPECT_EQ(a, b);
+  const auto together = run({0, 1, 2}, 16);
+  ASSERT_EQ(together.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const auto alone = run({i}, 96);
+    ASSERT_EQ(alone.size(), 1u);
+    EXPECT_EQ(alone.at(i).ids.size(), 6u);
+    EXPECT_EQ(alone.at(i).logprobs.size(), 6u);
+    EXPECT_TRUE(alone.at(i) == together.at(i)) << "request " << i << " differs alone and batched";
+  }
 }

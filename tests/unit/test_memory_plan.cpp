@@ -40,6 +40,10 @@ TEST(MemoryPlan, FlashNeedsTwoH200s) {
     EXPECT_EQ(r.fits, r.gpus >= 2);
     EXPECT_EQ(r.sequences, r.fits ? int64_t((limit - r.weight_bytes) / p.state_bytes_per_sequence) : 0);
   }
+  // Per token, by hand from config.json: 21 CSA layers (ratio 4) keep one 512-wide compressed row and one 128-wide
+  // indexer key per 4 tokens, 20 HCA layers (ratio 128) one 512-wide row per 128 tokens, all fp32 today:
+  // 21 x (512 + 128) x 4 B / 4 + 20 x 512 x 4 B / 128 = 13,440 + 320 = 13,760 B.
+  EXPECT_DOUBLE_EQ(p.state_bytes_per_token, 13760.0);
   // fp32 state of an 8K sequence: the per-token bytes times the context plus the fixed part, padded to blocks.
   EXPECT_GE(p.state_bytes_per_sequence, p.state_bytes_per_token * 8192 + p.state_fixed_bytes);
   EXPECT_LT(p.state_bytes_per_sequence, 1.1 * (p.state_bytes_per_token * 8192 + p.state_fixed_bytes));
