@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer.h"
+#include "tests/build_paths.h"
 
 int main(int argc, char** argv) {
   const std::string src = DSINFER_SOURCE_DIR;

@@ -132,7 +132,7 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   if (o.ceilings == "measured") {
     ceilings.source = "nominal (no GPU to measure)";
 #if DSINFER_HAS_CUDA
-    if (ro.backend == engine::Backend::kCuda) {
+    if (ro.backend == runner::Backend::kCuda) {
       DSI_ASSIGN_OR_RETURN(ceilings, perf::measure_ceilings());
     }
 #endif

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "backends/cuda/dummy_weights_cuda.h"
+#include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "cuda/cuda_common.h"
 #include "perf/ceilings.h"
 
@@ -70,12 +70,12 @@ Result<double> gemm_flops(cublasLtHandle_t h, bool fp8, Buffers& buf) {
   DSI_CUDA_TRY(cudaMemcpy(scale, &one, sizeof one, cudaMemcpyHostToDevice));
   // Random operands, never zeros (a GEMM on zeros runs faster than on data): bf16 uniform in [-1, 1], e4m3 codes
   // with |value| <= 1.875.
-  backends::DummySpec spec;
-  spec.fill = fp8 ? backends::DummyFill::Fp8Codes : backends::DummyFill::Uniform;
+  ops::cuda::DummySpec spec;
+  spec.fill = fp8 ? ops::cuda::DummyFill::Fp8Codes : ops::cuda::DummyFill::Uniform;
   spec.bf16 = true;
   spec.spread = 1.0f;
-  DSI_RETURN_IF_ERROR(backends::fill_dummy_cuda(A, elems, spec, 11, nullptr));
-  DSI_RETURN_IF_ERROR(backends::fill_dummy_cuda(B, elems, spec, 12, nullptr));
+  DSI_RETURN_IF_ERROR(ops::cuda::fill_dummy_cuda(A, elems, spec, 11, nullptr));
+  DSI_RETURN_IF_ERROR(ops::cuda::fill_dummy_cuda(B, elems, spec, 12, nullptr));
   const cudaDataType ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
@@ -133,8 +133,8 @@ Result<Ceilings> measure_ceilings() {
     const size_t bytes = size_t(1) << 30;
     DSI_ASSIGN_OR_RETURN(void* src, buf.alloc(bytes, "copy source"));
     DSI_ASSIGN_OR_RETURN(void* dst, buf.alloc(bytes, "copy destination"));
-    backends::DummySpec spec;
-    DSI_RETURN_IF_ERROR(backends::fill_dummy_cuda(src, bytes / 4, spec, 7, nullptr));
+    ops::cuda::DummySpec spec;
+    DSI_RETURN_IF_ERROR(ops::cuda::fill_dummy_cuda(src, bytes / 4, spec, 7, nullptr));
     DSI_ASSIGN_OR_RETURN(const double t, median_s([&] {
                            return cuda::cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice),
                                                     "ceilings: device copy", __FILE__, __LINE__);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tokenizer/tokenizer.h"
+#include "tests/build_paths.h"
 
 namespace dsinfer::fuzz {
 

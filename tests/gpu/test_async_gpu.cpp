@@ -23,6 +23,7 @@
 #include "cuda/gpu_test_util.h"
 #include "dsinfer/engine.h"
 #include "ops/token_fill/token_fill_cuda.h"
+#include "tests/build_paths.h"
 
 namespace {
 

@@ -27,6 +27,7 @@
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/linear/linear.h"
 #include "weight_gen.h"
+#include "tests/build_paths.h"
 
 namespace {
 

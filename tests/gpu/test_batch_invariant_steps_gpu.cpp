@@ -24,6 +24,7 @@
 #include "cuda/gpu_test_util.h"
 #include "runner/model_runner.h"
 #include "scheduler/batch_plan.h"
+#include "tests/build_paths.h"
 
 using namespace dsinfer;
 

@@ -27,6 +27,7 @@
 #include "ops/moe/expert_remap_cuda.h"
 #include "parallel/eplb.h"
 #include "test_util.h"
+#include "tests/build_paths.h"
 
 namespace {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "tests/build_paths.h"
 
 namespace dsinfer::test {
 

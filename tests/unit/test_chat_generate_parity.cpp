@@ -14,6 +14,7 @@
 
 #include "tests/unit/test_util.h"
 #include "tests/unit/tokenizer_test_util.h"
+#include "tests/build_paths.h"
 
 namespace dsinfer {
 namespace {

@@ -11,6 +11,7 @@
 #include "dsinfer/chat.h"
 #include "tests/unit/test_util.h"
 #include "tests/unit/tokenizer_test_util.h"
+#include "tests/build_paths.h"
 
 namespace dsinfer {
 namespace {

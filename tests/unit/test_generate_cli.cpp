@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "test_util.h"
+#include "tests/build_paths.h"
 
 using nlohmann::json;
 

@@ -196,9 +196,14 @@ TEST(PrefixCacheEngine, BoundedReplayDivergencePerFixtureAndShippedModel) {
       agree += d.agreement / 3;
       worst_kl = std::max(worst_kl, d.kl);
     }
-    // Loose bounds: the hit must stay a close approximation, not garbage (measured values in docs/decisions.md).
-    EXPECT_LT(worst_kl, 1.0) << m;
-    if (m.find("dsv4-small") != std::string::npos) {
+    // Per-model bounds from the measured first-token KL (CPU, deterministic; 2026-12-01, these fixtures): tiny-v4-a
+    // 2.2e-5 / 5.8e-4 / 6.2e-5, tiny-v4-b 2.3e-3 / 1.0e-3 / 1.3e-3, dsv4-small 0.018 / 0.43 / 0.12 (its window is
+    // 64 tokens of a trained model, so dropping the keys before it moves more). Bounds: 1e-2 for the random
+    // fixtures (4.4x their worst), 1.0 for the shipped model (2.3x its worst); a replay that read garbage state
+    // gives KL of order log(vocab).
+    const bool shipped = m.find("dsv4-small") != std::string::npos;
+    EXPECT_LT(worst_kl, shipped ? 1.0 : 1e-2) << m;
+    if (shipped) {
       EXPECT_GE(agree, 0.5) << m;
     }
   }

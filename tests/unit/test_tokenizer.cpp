@@ -10,6 +10,7 @@
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/utf8.h"
 #include "tests/unit/tokenizer_test_util.h"
+#include "tests/build_paths.h"
 
 namespace dsinfer::tokenizer {
 namespace {

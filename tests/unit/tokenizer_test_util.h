@@ -16,6 +16,7 @@
 
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/build_paths.h"
 
 namespace dsinfer::tokenizer::testing {
 
