@@ -45,7 +45,7 @@ if [ "${1:-}" = sanitize ]; then
 fi
 if [ "${DSINFER_GPU_TESTS:-1}" = 1 ]; then
   echo "== GPU tests"
-  timeout 200 $BIN/dsinfer_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+  timeout 420 $BIN/dsinfer_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
   note "GPU tests" "${PIPESTATUS[0]}"
 fi
 if [ "${DSINFER_SANITIZER:-0}" = 1 ]; then
