@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "core/status.h"
+#include "test_paths.h"
 
 namespace dsinfer::test {
 
