@@ -26,16 +26,14 @@ Status check_options(const EngineOptions& o) {
 
 Result<runner::RunnerOptions> resolve_runner_options(const EngineOptions& o) {
   DSI_RETURN_IF_ERROR(check_options(o));
-  DSI_ASSIGN_OR_RETURN(runner::RunnerOptions ro, runner::runner_options(o.model_dir, o.backend, o.numerics, o.load_format));
-  ro.batch_invariant = o.batch_invariant;
-  ro.gpus = o.gpus;
-  ro.expert_parallel_size = o.expert_parallel_size;
-  ro.data_parallel_size = o.data_parallel_size;
-  ro.tensor_parallel_size = o.tensor_parallel_size;
-  ro.eplb = o.eplb;
-  ro.num_redundant_experts = o.num_redundant_experts;
-  ro.eplb_interval = o.eplb_interval;
-  return ro;
+  DSI_ASSIGN_OR_RETURN(const runner::RunnerOptions named,
+                       runner::runner_options(o.model_dir, o.backend, o.numerics, o.load_format));
+  return runner::RunnerOptions{.model_dir = named.model_dir, .backend = named.backend, .numerics = named.numerics,
+                               .load_format = named.load_format, .batch_invariant = o.batch_invariant, .gpus = o.gpus,
+                               .expert_parallel_size = o.expert_parallel_size,
+                               .data_parallel_size = o.data_parallel_size,
+                               .tensor_parallel_size = o.tensor_parallel_size, .eplb = o.eplb,
+                               .num_redundant_experts = o.num_redundant_experts, .eplb_interval = o.eplb_interval};
 }
 
 Result<EngineConfig> resolve_engine_config(const EngineOptions& o, const io::ModelConfig& mc, int32_t kv_elem_bytes) {
