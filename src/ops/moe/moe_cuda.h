@@ -46,7 +46,10 @@ class MoeSideStream {
   MoeSideStream& operator=(const MoeSideStream&) = delete;
   MoeSideStream(MoeSideStream&& o) noexcept { swap(o); }
   MoeSideStream& operator=(MoeSideStream&& o) noexcept {
-    if (this != &o) release(), swap(o);
+    if (this != &o) {
+      release();
+      swap(o);
+    }
     return *this;
   }
   ~MoeSideStream() { release(); }
