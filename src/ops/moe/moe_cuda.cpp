@@ -19,6 +19,7 @@
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
+#include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
 
@@ -252,17 +253,18 @@ void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsD
   detail::launch_moe_grouped(false, b, max_tiles, stream);
 }
 
-// FP8 grouped path of the routed experts: x quantized to e4m3 [T, D] + scales in the x scratch, the SwiGLU output as
-// e4m3 [n, I] + scales in the h scratch (both fit: the scratch holds bf16 / fp32 rows of the same shapes).
+// FP8 grouped path of the routed experts: x quantized to e4m3 [T, D] + 1x128 scales in the x scratch, the SwiGLU
+// output as e4m3 [n, I] + 1x64 scales in the h scratch (both fit: the scratch holds bf16 / fp32 rows of the same
+// shapes).
 void moe_grouped_fp8_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
                              const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint8_t* xscratch,
                              uint8_t* hscratch, float* yp, void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
   uint8_t* xq = xscratch;
-  float* xs = reinterpret_cast<float*>(xscratch + T * D);  // T * D % 64 == 0: 4-byte aligned
+  float* xs = reinterpret_cast<float*>(xscratch + T * D);  // T * D % 128 == 0: 4-byte aligned
   uint8_t* hq = hscratch;
   float* hs = reinterpret_cast<float*>(hscratch + n * I);
-  detail::launch_moe_quant_1x64(x, T, D, xq, xs, stream);
+  detail::launch_moe_quant(x, T, D, moe_detail::kFp8BlockGateUp, xq, xs, stream);
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
   MoeGroupedFp8Args a;
   a.tiles = tiles;
@@ -374,7 +376,7 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedFp8) {
     moe_grouped_fp8_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint8_t*>(h3),
                             reinterpret_cast<uint8_t*>(h1), yp, stream);
-    st = check_launch_status("moe_quant_1x64_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
+    st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
                         reinterpret_cast<uint16_t*>(h1), yp, stream);

@@ -1,14 +1,15 @@
 // FP8 grouped (prefill) MoE GEMMs on Hopper's wgmma for FP4_G32 experts with E8M0 scales (numeric contract in
 // moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). CTA tile: 128 permuted rows of one expert
-// (two consumer warpgroups of 64 rows) x 128 weight rows, from the device-built tile list of the bf16 grouped path
-// (same BM, same moe_tile_list_kernel); grid x = column tile. Per 128-k stage all 256 threads cp.async the e4m3 A
-// rows (gate/up: gathered through perm_token) into a 128-byte-swizzled tile with their 1x64 scales, and the raw FP4
-// bytes + E8M0 scales of the weight rows (3-stage ring); the FP4 codes of stage k+1 are expanded to e4m3 into a
-// swizzled B tile (double buffer, per 64-k block: one prmt table per 32-k group, exact) while the warpgroups' wgmmas
-// of stage k run. Each warpgroup: m64n128k32 wgmma, two k-steps per 64-k block into a block accumulator, promoted
-// into the fp32 result with (row scale x column block scale). Gate/up: W1 and W3 rows of the same 64 columns in one
-// tile; epilogue h = silu(min(g, L)) * clamp(u, -L, L), quantized 1x64 (the tile's 64 columns) to e4m3 for the down
-// kernel. Down: W2, epilogue fp32 rows of yp. Deterministic, and a row's result does not depend on the other rows.
+// (two warpgroups of 64 rows) x 128 weight rows, from the device-built tile list of the bf16 grouped path (same BM,
+// same moe_tile_list_kernel); grid x = column tile. Per 128-k stage all 256 threads cp.async the e4m3 A rows
+// (gate/up: gathered through perm_token) into a 128-byte-swizzled tile with their scales (gate/up: one per row and
+// stage, 1x128; down: two, 1x64), and the raw FP4 bytes + E8M0 scales of the weight rows (3-stage ring); the FP4
+// codes of stage k+1 are expanded to e4m3 into a swizzled B tile (double buffer; a prmt table per 32-k group, exact)
+// while the warpgroups' wgmmas of stage k run. Each warpgroup: m64n128k32 wgmma, the k-steps of one scale block
+// (gate/up 4, down 2) into a block accumulator, promoted into the fp32 result with (row scale x column block scale).
+// Gate/up: W1 and W3 rows of the same 64 columns in one tile; epilogue h = silu(min(g, L)) * clamp(u, -L, L),
+// quantized 1x64 (the tile's 64 columns) to e4m3 for the down kernel. Down: W2, epilogue fp32 rows of yp.
+// Deterministic, and a row's result does not depend on the other rows.
 // Not yet: TMA, warp specialization with setmaxnreg, a persistent scheduler (docs/kernels.md lists the next steps).
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -35,7 +36,13 @@ constexpr int kRing = (kA + kSa + kRaw + kRs + 1023) / 1024 * 1024;
 constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
 constexpr int kSb = 2 * BN * 4;    // B block scales [2 blocks][128 rows]
 constexpr int kSmem = 1024 + kStages * kRing + 2 * kBx + 2 * kSb;  // + 1024: the base is aligned up to 1024
-static_assert(BM == 128 && BN == 128 && BK == 128 && md::kFp8Block == 64, "the loaders below assume these sizes");
+static_assert(BM == 128 && BN == 128 && BK == 128, "the loaders below assume these sizes");
+static_assert(md::kFp8BlockGateUp == 128 && md::kFp8BlockDown == 64, "one promoted block per stage / per half stage");
+// k per activation scale and promoted block (gate/up: x, 128; down: h, 64) and blocks per 128-k stage
+template <bool kGateUp>
+constexpr int kBlk = kGateUp ? md::kFp8BlockGateUp : md::kFp8BlockDown;
+template <bool kGateUp>
+constexpr int kNB = BK / kBlk<kGateUp>;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
@@ -90,7 +97,7 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
 struct TileSrc {
   const uint8_t* arow[4];  // A rows (tid >> 3) + 32i, piece tid & 7 (a valid dummy row past the expert's rows)
   bool avalid[4];
-  const float* srow;       // A scale row tid >> 1, block tid & 1
+  const float* srow;       // A scale row tid (gate/up, tid < 128) or tid >> 1, block tid & 1 (down)
   bool svalid;
   const uint8_t* brow[2];  // B rows (tid >> 2) + 64i, piece tid & 3
   const uint8_t* bsrow;    // E8M0 scale row tid (tid < 128)
@@ -109,8 +116,9 @@ __device__ __forceinline__ void tile_sources(const MoeGroupedFp8Args& p, int e, 
     src.avalid[i] = r < rows;
     src.arow[i] = p.a + arow(r) * K + (tid & 7) * 16;
   }
-  src.svalid = (tid >> 1) < rows;
-  src.srow = p.a_scale + arow(tid >> 1) * (K / 64) + (tid & 1);
+  const int srow = kGateUp ? tid : tid >> 1;
+  src.svalid = srow < rows && srow < BM;
+  src.srow = p.a_scale + arow(srow) * (K / kBlk<kGateUp>) + (kGateUp ? 0 : tid & 1);
   // weight row of shared row br: gate/up: W1 (br < 64) or W3 column n0 + br % 64; down: W2 row n0 + br
   const int64_t n0 = int64_t(blockIdx.x) * (kGateUp ? md::kGrpHCols : BN);
   auto wrow = [&](int br, bool scale) -> const uint8_t* {
@@ -124,7 +132,8 @@ __device__ __forceinline__ void tile_sources(const MoeGroupedFp8Args& p, int e, 
   src.bsrow = tid < BN ? wrow(tid, true) : nullptr;
 }
 
-// One 128-k stage into ring slot `ring` (shared address).
+// One 128-k stage into ring slot `ring` (shared address). A scales: sa[row * kNB + block].
+template <bool kGateUp>
 __device__ __forceinline__ void load_stage(const TileSrc& src, int kt, uint32_t ring) {
   const int tid = threadIdx.x, piece = tid & 7;
   const uint32_t sa = ring + kA, raw = sa + kSa, rs = raw + kRaw;
@@ -133,7 +142,7 @@ __device__ __forceinline__ void load_stage(const TileSrc& src, int kt, uint32_t 
     const int r = (tid >> 3) + 32 * i;
     cp_async16(ring + uint32_t(r * 128 + ((piece ^ (r & 7)) << 4)), src.arow[i] + int64_t(kt) * BK, src.avalid[i]);
   }
-  cp_async4(sa + uint32_t(tid * 4), src.srow + kt * 2, src.svalid);
+  if (!kGateUp || tid < BM) cp_async4(sa + uint32_t(tid * 4), src.srow + kt * kNB<kGateUp>, src.svalid);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int br = (tid >> 2) + 64 * i;
@@ -148,27 +157,30 @@ __device__ __forceinline__ uint32_t expand4(uint32_t w, uint32_t t0, uint32_t t1
   return __byte_perm(t0, t1, w & 0x7777u) | __byte_perm(0u, 0x80808080u, (w >> 1) & 0x4444u);
 }
 
-// Thread tid expands row tid / 2, 64-k block tid % 2 of the raw FP4 stage at `raw` (+ scales at rs) into the
-// swizzled e4m3 tile bx and the block scale sb[block][row].
+// Thread tid expands row tid / 2, 64 k (half tid % 2) of the raw FP4 stage at `raw` (+ scales at rs) into the
+// swizzled e4m3 tile bx and the block scales sb[block][row] (gate/up: one 128-k block per row, its scale written by
+// the first half's thread; down: two 64-k blocks).
+template <bool kGateUp>
 __device__ __forceinline__ void expand_stage(const uint8_t* raw, const uint8_t* rs, uint8_t* bx, float* sb) {
   const int tid = threadIdx.x, br = tid >> 1, b = tid & 1;
-  const uint32_t e0 = rs[br * 4 + 2 * b], e1 = rs[br * 4 + 2 * b + 1], m = max(e0, e1);
-  sb[b * BN + br] = __uint_as_float(md::fp8_block_scale_bits(e0, e1));
+  const uint32_t sw = *reinterpret_cast<const uint32_t*>(rs + br * 4);  // the row's 4 E8M0 bytes
+  const uint32_t e0 = (sw >> (16 * b)) & 0xFFu, e1 = (sw >> (16 * b + 8)) & 0xFFu;
+  uint32_t m = max(e0, e1);
+  if (kGateUp) m = max(max(sw & 0xFFu, (sw >> 8) & 0xFFu), max((sw >> 16) & 0xFFu, sw >> 24));
+  if (!kGateUp || b == 0) sb[(kGateUp ? 0 : b) * BN + br] = __uint_as_float(md::fp8_block_scale_bits(m));
 #pragma unroll
   for (int g = 0; g < 2; ++g) {
-    const int d = int(g ? e1 : e0) - int(m);
-    uint32_t t[2] = {0u, 0u};
-#pragma unroll
-    for (int i = 1; i < 8; ++i) t[i >> 2] |= md::fp4_mag_e4m3(uint32_t(i), d) << (8 * (i & 3));
+    uint32_t t0, t1;
+    md::fp4_e4m3_table(int(g ? e1 : e0) - int(m), t0, t1);
     const uint4 v = *reinterpret_cast<const uint4*>(raw + br * 64 + b * 32 + g * 16);
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // 16-byte piece 4b + 2g + h of the row: words 2h, 2h + 1
       uint4 o;
-      o.x = expand4(w[2 * h], t[0], t[1]);
-      o.y = expand4(w[2 * h] >> 16, t[0], t[1]);
-      o.z = expand4(w[2 * h + 1], t[0], t[1]);
-      o.w = expand4(w[2 * h + 1] >> 16, t[0], t[1]);
+      o.x = expand4(w[2 * h], t0, t1);
+      o.y = expand4(w[2 * h] >> 16, t0, t1);
+      o.z = expand4(w[2 * h + 1], t0, t1);
+      o.w = expand4(w[2 * h + 1] >> 16, t0, t1);
       const int c = 4 * b + 2 * g + h;
       *reinterpret_cast<uint4*>(bx + br * 128 + ((c ^ (br & 7)) << 4)) = o;
     }
@@ -247,13 +259,14 @@ __device__ __forceinline__ void epilogue(const MoeGroupedFp8Args& p, int rb, int
   }
 }
 
-// One 64-k block (half) of stage kt for warpgroup wg: blk = A rows x B rows over the block (two k-steps).
-__device__ __forceinline__ void issue_block(float (&blk)[64], uint32_t a_tile, uint32_t b_tile, int half) {
+// Block `blk_i` (kBlk k) of a stage for one warpgroup: blk = A rows x B rows over the block (kBlk / 32 k-steps).
+template <bool kGateUp>
+__device__ __forceinline__ void issue_block(float (&blk)[64], uint32_t a_tile, uint32_t b_tile, int blk_i) {
   fence_regs(blk);
   wgmma_fence();
 #pragma unroll
-  for (int s = 0; s < 2; ++s) {
-    const uint32_t off = uint32_t(half * 64 + s * 32);
+  for (int s = 0; s < kBlk<kGateUp> / 32; ++s) {
+    const uint32_t off = uint32_t(blk_i * kBlk<kGateUp> + s * 32);
     wgmma_m64n128k32(blk, smem_desc(a_tile + off), smem_desc(b_tile + off), s);
   }
   wgmma_commit();
@@ -271,7 +284,6 @@ __global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Arg
   for (int tile = blockIdx.y; tile < ntiles; tile += gridDim.y) {
     const int e = p.tiles[1 + 2 * tile], m0 = p.tiles[2 + 2 * tile];
     const int rb = p.offsets[e] + m0, rows = min(BM, p.offsets[e + 1] - rb);
-    const bool active = rows > wg * 64;  // warpgroup-uniform: this warpgroup's 64 rows hold expert rows
     TileSrc src;
     tile_sources<kGateUp>(p, e, rb, rows, src);
     float acc[64], blk[64];
@@ -279,39 +291,41 @@ __global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Arg
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < nk) load_stage(src, s, s0 + uint32_t(s * kRing));
+      if (s < nk) load_stage<kGateUp>(src, s, s0 + uint32_t(s * kRing));
       cp_async_commit();
     }
     cp_async_wait<kStages - 2>();
     fence_proxy_async();
     __syncthreads();
-    expand_stage(smem + kA + kSa, smem + kA + kSa + kRaw, bx, sbs);
+    expand_stage<kGateUp>(smem + kA + kSa, smem + kA + kSa + kRaw, bx, sbs);
     fence_proxy_async();
     __syncthreads();
     const int ra = wg * 64 + warp * 16 + (lane >> 2);  // the thread's accumulator rows ra, ra + 8
+    constexpr int NB = kNB<kGateUp>;
     for (int kt = 0; kt < nk; ++kt) {
       const int nxt = kt + kStages - 1;
-      if (nxt < nk) load_stage(src, nxt, s0 + uint32_t((nxt % kStages) * kRing));
+      if (nxt < nk) load_stage<kGateUp>(src, nxt, s0 + uint32_t((nxt % kStages) * kRing));
       cp_async_commit();
       const uint32_t ring = s0 + uint32_t((kt % kStages) * kRing), btile = smem_u32(bx + (kt & 1) * kBx);
       const float* sa = reinterpret_cast<const float*>(smem + (kt % kStages) * kRing + kA);
       const float* sb = sbs + (kt & 1) * 2 * BN;
-      if (active) issue_block(blk, ring + uint32_t(wg * 64 * 128), btile, 0);
-      cp_async_wait<kStages - 2>();  // stage kt + 1 has landed (for this thread) ...
-      fence_proxy_async();
-      __syncthreads();               // ... for all threads
-      if (kt + 1 < nk) {
-        const uint8_t* nr = smem + ((kt + 1) % kStages) * kRing + kA + kSa;
-        expand_stage(nr, nr + kRaw, bx + ((kt + 1) & 1) * kBx, sbs + ((kt + 1) & 1) * 2 * BN);
-      }
-      if (active) {
+#pragma unroll
+      for (int bi = 0; bi < NB; ++bi) {
+        // (a warpgroup whose rows are all past the expert's computes zeros: skipping it behind a branch makes ptxas
+        // serialize the wgmmas, C7518; at T = 4096 a tile of <= 64 rows is rare)
+        issue_block<kGateUp>(blk, ring + uint32_t(wg * 64 * 128), btile, bi);
+        if (bi == 0) {
+          cp_async_wait<kStages - 2>();  // stage kt + 1 has landed (for this thread) ...
+          fence_proxy_async();
+          __syncthreads();               // ... for all threads: expand it while the wgmmas run
+          if (kt + 1 < nk) {
+            const uint8_t* nr = smem + ((kt + 1) % kStages) * kRing + kA + kSa;
+            expand_stage<kGateUp>(nr, nr + kRaw, bx + ((kt + 1) & 1) * kBx, sbs + ((kt + 1) & 1) * 2 * BN);
+          }
+        }
         wgmma_wait0();
         fence_regs(blk);
-        promote(acc, blk, sa[ra * 2], sa[(ra + 8) * 2], sb, t);
-        issue_block(blk, ring + uint32_t(wg * 64 * 128), btile, 1);
-        wgmma_wait0();
-        fence_regs(blk);
-        promote(acc, blk, sa[ra * 2 + 1], sa[(ra + 8) * 2 + 1], sb + BN, t);
+        promote(acc, blk, sa[ra * NB + bi], sa[(ra + 8) * NB + bi], sb + bi * BN, t);
       }
       fence_proxy_async();  // the expanded tile of stage kt + 1
       __syncthreads();      // and everyone is done with stage kt's ring slot and B tile
@@ -320,27 +334,37 @@ __global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Arg
   }
 }
 
-// x fp32 [T, K] -> e4m3 + 1x64 scales; one warp per 64-k block (lane: 2 elements).
-__global__ void moe_quant_1x64_kernel(const float* x, int64_t blocks, uint8_t* q, float* s) {
+// x fp32 [T, K] -> e4m3 + 1 x kBlock scales; one warp per block (lane: kBlock / 32 consecutive elements).
+template <int kBlock>
+__global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, float* s) {
+  constexpr int kPer = kBlock / 32;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
   for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < blocks; b += warps) {
-    const float2 v = reinterpret_cast<const float2*>(x + b * 64)[lane];
-    float amax = fmaxf(fabsf(v.x), fabsf(v.y));
+    float v[kPer];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      v[i] = x[b * kBlock + lane * kPer + i];
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
-    reinterpret_cast<uint16_t*>(q + b * 64)[lane] = uint16_t(e4m3x2(v.x * inv, v.y * inv));
+#pragma unroll
+    for (int i = 0; i < kPer; i += 2)
+      *reinterpret_cast<uint16_t*>(q + b * kBlock + lane * kPer + i) = uint16_t(e4m3x2(v[i] * inv, v[i + 1] * inv));
     if (lane == 0) s[b] = amax / 448.0f;
   }
 }
 
 }  // namespace
 
-void launch_moe_quant_1x64(const float* x, int64_t T, int64_t K, uint8_t* q, float* s, void* stream) {
-  const int64_t blocks = T * K / 64;
+void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, float* s, void* stream) {
+  const int64_t blocks = T * K / block;
   const unsigned grid = unsigned(std::clamp<int64_t>((blocks + 7) / 8, 1, 132 * 16));
-  moe_quant_1x64_kernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, q, s);
+  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, q, s);
+  else moe_quant_kernel<64><<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, q, s);
 }
 
 void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
