@@ -34,14 +34,18 @@ using dsinfer::test::Rng;
 namespace oc = dsinfer::ops::cuda;
 namespace ops = dsinfer::ops;
 
-// Tolerances (normalised L2 over the sampled tokens' outputs). Against the FP8 CPU reference: the kernels differ only
-// in the order of fp32 sums (block sums of 64 exact e4m3 products; the promotion; h's expf) and in the rare h element
-// whose e4m3 rounding flips with the last bit of h: measured up to MEASURED_REF on the H200 (see bench/NOTES.md), bound
-// kRefTol. Against the exact reference (bf16-free, double sums) and the bf16 grouped path: the FP8 quantization of x
-// and h, relative RMS ~2^-4/sqrt(3) per element for uniform mantissas, ~3 % per quantization, two in a row: measured
-// MEASURED_EXACT, bound kExactTol.
-constexpr double kRefTol = 2e-3;
-constexpr double kExactTol = 0.1;
+// Tolerances (normalised L2 over the sampled tokens' outputs). Against the FP8 CPU reference (block sums in double):
+// the order of fp32 sums, the tensor cores' FP8 accumulation (narrower than fp32: DeepSeek-V3 reports ~14 bits, which
+// is why the block sums are promoted every 128 / 64 k), h's expf, and the h elements whose e4m3 rounding flips with
+// the last bits of g and u. Measured on the H200 (2026-12-02; x in 1x128 blocks: one promotion per 4 wgmma k-steps):
+// 3.5e-4 (K = 384 / 640), 7.0e-4 (K = 128), 9.5e-4 (Flash shapes), 3.3e-3 (K = 256 with the 0.05 clamp: few terms
+// per h block, clamp edges); with 1x64 x blocks (two k-steps per promotion) 4-9x less. Bound 1e-2, 3x the worst; a
+// wrong fragment, swizzle, scale or expert gives O(1). Against the exact CPU reference and the bf16 grouped path: the
+// two e4m3 quantizations (x, h; ~2.5 % relative each), measured 4.2e-2 .. 7.6e-2 on the small cases and 0.089 / 0.112
+// at Flash shapes, where expert 3's 2^20 scale spread makes |g| ~2^20 and the clamp edge amplifies x's quantization
+// error (a host simulation of the same shapes without that expert gives 3.9e-2); bound 0.25, 2x the worst.
+constexpr double kRefTol = 1e-2;
+constexpr double kExactTol = 0.25;
 
 struct ExpertSet {
   std::vector<oc::OwnedDeviceWeight> owned;
