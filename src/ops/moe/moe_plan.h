@@ -26,9 +26,10 @@ namespace dsinfer::ops::cuda {
 // moe_grouped.cu (same numerics as Fast: x and h rounded to bf16, exact weights, fp32 sums; a token's result does
 // not depend on the other tokens, but differs in the last bits from the decode kernels' k order) when
 // moe_fast_supported(), else as Exact.
-// GroupedFp8 (tests, benches, and what the plan would pick where measured faster): the FP8 grouped GEMMs of
-// moe_grouped_fp8.cu (x and h quantized to e4m3 per row and 64 k, FP4 weights expanded to e4m3 exactly, fp32
-// block sums promoted per 64 k; contract in moe_fp8_common.h) when moe_fast_supported(), else as Exact.
+// GroupedFp8 (by name only: tests, benches): the FP8 wgmma grouped GEMMs of moe_grouped_fp8.cu (x quantized to e4m3
+// per row and 128 k, h per 64 k, FP4 weights expanded to e4m3 exactly, fp32 block sums promoted per block; contract in
+// moe_fp8_common.h) when moe_fast_supported(), else as Exact. Faster than Grouped from T = 1024 on the H200 but outside
+// the fidelity gate on the shipped model (bench/NOTES.md, issue 30), so no runner path selects it.
 enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8 };
 
 // ---- Thresholds (one definition each) ----
