@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/small_float.h"
 #include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
