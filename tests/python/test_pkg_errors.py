@@ -26,7 +26,7 @@ def test_bad_engine_options(model_dir):
 
 
 def test_wrong_types(llm):
-    with pytest.raises(TypeError, match="a prompt must be"):
+    with pytest.raises(TypeError, match="prompts must be a str, token ids"):
         llm.generate(5)
     with pytest.raises(TypeError, match="a prompt must be"):
         llm.generate([[1.5, 2]])

@@ -95,20 +95,26 @@ def test_chat_greedy_matches_cli(llm, cli_generate):
 
 def test_chat_with_tools_matches_cli(llm, cli_generate):
     conv = [{"role": "user", "content": "What is the weather in Paris?"}]
-    tools = [WEATHER_TOOL]
-    outs = llm.chat(conv, SamplingParams(temperature=0, max_tokens=64), use_tqdm=False, tools=tools,
+    # strict + tool_choice "required": the call is held to the tool's schema (the small model would not call it)
+    params = {**WEATHER_TOOL["function"]["parameters"], "required": ["city", "unit"], "additionalProperties": False}
+    params["properties"] = {**params["properties"], "city": {"type": "string", "maxLength": 12}}
+    tools = [{"type": "function", "function": {**WEATHER_TOOL["function"], "parameters": params, "strict": True}}]
+    outs = llm.chat(conv, SamplingParams(temperature=0, max_tokens=200), use_tqdm=False, tools=tools,
                     tool_choice="required", chat_template_kwargs={"thinking": False})
-    cli = cli_generate([(CHAT, {"messages": conv, "tools": tools, "tool_choice": "required", "max_tokens": 64,
+    cli = cli_generate([(CHAT, {"messages": conv, "tools": tools, "tool_choice": "required", "max_tokens": 200,
                                "temperature": 0, "return_token_ids": True, "thinking": {"type": "disabled"}})])
     c = outs[0].outputs[0]
     want = cli[0]["choices"][0]
-    assert c.finish_reason == want["finish_reason"] == "tool_calls"
+    assert c.finish_reason == want["finish_reason"]
     assert c.token_ids == want["token_ids"]
-    assert len(c.tool_calls) == len(want["message"]["tool_calls"]) >= 1
-    for got, exp in zip(c.tool_calls, want["message"]["tool_calls"]):
+    assert c.text == (want["message"]["content"] or "")
+    assert len(c.tool_calls) == len(want["message"].get("tool_calls", [])) >= 1
+    for got, exp in zip(c.tool_calls, want["message"].get("tool_calls", [])):
+        assert got.id == exp["id"]
         assert got.name == exp["function"]["name"] == "get_weather"
         assert got.arguments == exp["function"]["arguments"]
-        assert isinstance(json.loads(got.arguments), dict)
+        args = json.loads(got.arguments)
+        assert set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit")
 
 
 def test_chat_json_schema_response(llm, cli_generate):
@@ -116,9 +122,7 @@ def test_chat_json_schema_response(llm, cli_generate):
     sp = SamplingParams(temperature=0, max_tokens=64, structured_outputs=StructuredOutputsParams(json=PERSON_SCHEMA))
     outs = llm.chat(conv, sp, use_tqdm=False, chat_template_kwargs={"thinking": False})
     cli = cli_generate([(CHAT, {"messages": conv, "max_tokens": 64, "temperature": 0, "return_token_ids": True,
-                               "thinking": {"type": "disabled"},
-                               "response_format": {"type": "json_schema",
-                                                   "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}})])
+                               "thinking": {"type": "disabled"}, "structured_outputs": {"json": PERSON_SCHEMA}})])
     c = outs[0].outputs[0]
     assert c.finish_reason == "stop"
     value = json.loads(c.text)
