@@ -8,12 +8,13 @@ task that iterates a stream (or leaving the `async for`) aborts the request in t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 from . import _core
 from .engine_options import make_engine
-from .outputs import CompletionOutput, RequestOutput, logprobs_of, request_output_of
+from .outputs import CompletionOutput, RequestOutput, ToolCall, logprobs_of, request_output_of
 from .requests import PromptType, as_conversations, chat_fields, prompt_body, to_json
 from .sampling_params import SamplingParams
 
@@ -103,6 +104,8 @@ class AsyncEngine:
         stream = _Stream(loop)
         submitted: asyncio.Future = loop.create_future()
         with self._cv:
+            if self._error is not None:
+                raise RuntimeError(f"the AsyncEngine's worker failed: {self._error}")
             if self._stopped:
                 raise RuntimeError("the AsyncEngine has been shut down")
             self._submits.append((to_json(body), stream, submitted))
@@ -116,7 +119,7 @@ class AsyncEngine:
                 kind, value = await stream.queue.get()
                 if kind == "events":
                     _apply_events(partial, value, want_lp)
-                    yield partial
+                    yield _snapshot(partial)
                 elif kind == "result":
                     done = True
                     yield request_output_of(value, text, ids, want_lp)
@@ -155,16 +158,21 @@ class AsyncEngine:
                     return
                 if self._engine.has_unfinished():
                     self._step()
-        except BaseException as e:  # a failed step: every open stream gets the error
-            self._error = e
+        except BaseException as e:  # a failed step: every open stream and every waiting submission gets the error
+            with self._cv:
+                self._error = e
+                self._stopped = True
+                pending, self._submits = self._submits, []
             for stream in self._streams.values():
                 stream.put("error", e)
             self._streams.clear()
+            for _, stream, fut in pending:
+                stream.loop.call_soon_threadsafe(_set_exception, fut, RuntimeError(f"engine failed: {e}"))
 
     def _submit(self, body: str, stream: _Stream, fut: asyncio.Future) -> None:
         try:
             rid = self._engine.submit(body)
-        except (ValueError, TypeError) as e:
+        except Exception as e:  # ValueError naming the field of a rejected request
             stream.loop.call_soon_threadsafe(_set_exception, fut, e)
             return
         self._streams[rid] = stream
@@ -200,6 +208,14 @@ def _set_exception(fut: asyncio.Future, exc: BaseException) -> None:
         fut.set_exception(exc)
 
 
+def _snapshot(out: RequestOutput) -> RequestOutput:
+    """A copy of the cumulative output to hand out (the stream keeps appending to its own)."""
+    outs = [dataclasses.replace(c, token_ids=list(c.token_ids),
+                                logprobs=None if c.logprobs is None else list(c.logprobs),
+                                tool_calls=[dataclasses.replace(t) for t in c.tool_calls]) for c in out.outputs]
+    return dataclasses.replace(out, outputs=outs)
+
+
 def _apply_events(out: RequestOutput, events: list, want_logprobs: bool) -> None:
     """Append a step's token events to the cumulative outputs."""
     for ev in events:
@@ -211,5 +227,9 @@ def _apply_events(out: RequestOutput, events: list, want_logprobs: bool) -> None
         c.token_ids.extend(ev.token_ids)
         if want_logprobs and c.logprobs is not None:
             c.logprobs.extend(logprobs_of(ev.logprobs))
+        for d in ev.tool_calls:  # a call's first piece has its id and name, later ones more of its arguments
+            while d.index >= len(c.tool_calls):
+                c.tool_calls.append(ToolCall(d.id, d.name, ""))
+            c.tool_calls[d.index].arguments += d.arguments
         if ev.finished:
             c.finish_reason = ev.finish_reason

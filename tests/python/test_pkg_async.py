@@ -7,6 +7,7 @@ import time
 
 import dsinfer
 from dsinfer import SamplingParams
+from test_pkg_offline import STRICT_WEATHER_TOOLS
 
 N_STREAMS = 64
 CANCELLED = set(range(3, N_STREAMS, 8))  # 8 streams
@@ -97,3 +98,23 @@ def test_step_releases_the_gil(llm):
     finally:
         sys.setswitchinterval(old)
     assert moved and max(moved) > 0, moved
+
+
+def test_async_chat_streams_tool_calls(model_dir, llm):
+    conv = [{"role": "user", "content": "What is the weather in Paris?"}]
+    sp = SamplingParams(temperature=0, max_tokens=200)
+    kw = {"tools": STRICT_WEATHER_TOOLS, "tool_choice": "required", "chat_template_kwargs": {"thinking": False}}
+
+    async def main():
+        with dsinfer.AsyncEngine(model_dir) as engine:
+            return [o async for o in engine.chat(conv, sp, **kw)]
+
+    outs = asyncio.run(main())
+    want = llm.chat(conv, sp, use_tqdm=False, **kw)[0].outputs[0]
+    final, streamed = outs[-1].outputs[0], outs[-2].outputs[0]
+    assert outs[0].outputs[0].token_ids != streamed.token_ids  # each streamed output is its own snapshot
+    assert outs[-1].finished and final.token_ids == want.token_ids and final.tool_calls == want.tool_calls
+    assert len(want.tool_calls) >= 1
+    # the streamed pieces (cumulative) add up to the final calls
+    assert [(t.name, t.arguments) for t in streamed.tool_calls] == [(t.name, t.arguments) for t in want.tool_calls]
+    assert streamed.token_ids == want.token_ids

@@ -17,6 +17,12 @@ WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather of a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string",
                    "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}
+# strict + tool_choice "required": the call is held to the tool's schema (the small model would not call it)
+STRICT_WEATHER_TOOLS = [{"type": "function", "function": {
+    **WEATHER_TOOL["function"], "strict": True,
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}]
 PERSON_SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                  "age": {"type": "integer", "minimum": 0, "maximum": 150}},
                  "required": ["name", "age"], "additionalProperties": False}
@@ -95,10 +101,7 @@ def test_chat_greedy_matches_cli(llm, cli_generate):
 
 def test_chat_with_tools_matches_cli(llm, cli_generate):
     conv = [{"role": "user", "content": "What is the weather in Paris?"}]
-    # strict + tool_choice "required": the call is held to the tool's schema (the small model would not call it)
-    params = {**WEATHER_TOOL["function"]["parameters"], "required": ["city", "unit"], "additionalProperties": False}
-    params["properties"] = {**params["properties"], "city": {"type": "string", "maxLength": 12}}
-    tools = [{"type": "function", "function": {**WEATHER_TOOL["function"], "parameters": params, "strict": True}}]
+    tools = STRICT_WEATHER_TOOLS
     outs = llm.chat(conv, SamplingParams(temperature=0, max_tokens=200), use_tqdm=False, tools=tools,
                     tool_choice="required", chat_template_kwargs={"thinking": False})
     cli = cli_generate([(CHAT, {"messages": conv, "tools": tools, "tool_choice": "required", "max_tokens": 200,
