@@ -35,10 +35,10 @@ int64_t first_nonfinite(const TensorView& t, int64_t n) {
 
 }  // namespace
 
-void TensorReader::check_finite(const std::string& name, const TensorView* t, int64_t n) {
+void TensorReader::check_finite(const TensorView* t, int64_t n) {
   if (const int64_t i = first_nonfinite(*t, n); i >= 0)
     error(fmt::format("tensor '{}' ({}): element {} is not a finite number (NaN or infinity); biases, norms and "
-                      "scales must be finite", name, t->file, i));
+                      "scales must be finite", t->name, t->file, i));
 }
 
 TensorReader::TensorReader(const io::Checkpoint& ck, const std::function<std::string(const std::string&)>& rename) {
@@ -72,7 +72,7 @@ const TensorView* TensorReader::scale_for(const std::string& weight, const std::
                       io::shape_str(want), dtype_name(s->dtype), io::shape_str(s->shape)));
     return nullptr;
   }
-  check_finite(sname, s, s->numel());  // one scale per block: cheap
+  check_finite(s, s->numel());  // one scale per block: cheap
   return s;
 }
 
@@ -102,7 +102,7 @@ TensorReader::Weight TensorReader::weight(const std::string& name, int64_t rows,
         shape_error(name, t, rows == 1 ? std::vector<int64_t>{cols} : logical);
         return w;
       }
-      if (rows == 1) check_finite(name, t, cols);  // vectors: biases, norm weights (cheap to check)
+      if (rows == 1) check_finite(t, cols);  // vectors: biases, norm weights (cheap to check)
       if (float* d = out()) io::convert_to_f32(t->dtype, t->data, rows * cols, d);
       w.data = t;
       return w;

@@ -51,8 +51,8 @@ class TensorReader {
 
  private:
   void shape_error(const std::string& name, const io::TensorView* t, const std::vector<int64_t>& want);
-  // A problem when one of the first n values of t is NaN or infinite (vectors and block scales: cheap).
-  void check_finite(const std::string& name, const io::TensorView* t, int64_t n);
+  // A problem naming the tensor (its checkpoint name) when one of its first n values is NaN or infinite.
+  void check_finite(const io::TensorView* t, int64_t n);
 
   std::map<std::string, const io::TensorView*> by_name_;
   std::set<std::string> used_;

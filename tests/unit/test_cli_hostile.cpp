@@ -1,10 +1,16 @@
 // Issue 36 (hostile input, round 3) through the built binary: `generate --resume` after the input changed reruns
-// the changed lines; `--output` naming the input file (also through a symbolic or hard link) is refused.
+// the changed lines; `--output` naming the input file (also through a symbolic or hard link) is refused; hostile
+// model directories (nonsense config values, NaN weights, FIFOs, paths leading out) are clear errors.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "cli_test_util.h"
@@ -98,6 +104,156 @@ TEST(CliHostile, OutputThatIsTheInputIsRefused) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("which is the input file"), std::string::npos) << r.err;
   EXPECT_EQ(slurp(d.str() + "/o.jsonl.partial"), body);
+}
+
+// A copy of a model directory (its files copied, so they can be edited) in `d`/name.
+std::string copy_model(const ScratchDir& d, const std::string& from, const std::string& name) {
+  const std::string dir = d.str() + "/" + name;
+  fs::copy(from, dir, fs::copy_options::recursive);
+  return dir;
+}
+
+void edit_config(const std::string& dir, const std::function<void(json&)>& f) {
+  json j = json::parse(slurp(dir + "/config.json"));
+  f(j);
+  std::ofstream(dir + "/config.json") << j.dump(2);
+}
+
+// Writes `value` over element `index` of the F32 tensor `name` in dir/model.safetensors.
+void poke_f32(const std::string& dir, const std::string& name, int64_t index, float value) {
+  std::string bytes = slurp(dir + "/model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const json h = json::parse(bytes.substr(8, n));
+  ASSERT_EQ(h.at(name).at("dtype"), "F32");
+  const size_t off = 8 + n + h.at(name).at("data_offsets")[0].get<size_t>() + size_t(index) * 4;
+  std::memcpy(bytes.data() + off, &value, 4);
+  std::ofstream(dir + "/model.safetensors", std::ios::binary) << bytes;
+}
+
+struct ModelRun {
+  const ScratchDir& d;
+  std::string in;
+  explicit ModelRun(const ScratchDir& dir) : d(dir), in(dir.str() + "/req.jsonl") {
+    std::ofstream(in) << line("a", 2) << "\n";
+  }
+  // generate on `model` (bounded by `timeout`: a FIFO must not hang the test).
+  CliResult operator()(const std::string& model, const std::string& flags = "") const {
+    return run_cli(d, "generate --model " + model + " --input " + in + " --output " + d.str() + "/out.jsonl " + flags);
+  }
+};
+
+void expect_error(const CliResult& r, const std::vector<std::string>& wants) {
+  EXPECT_EQ(r.rc, 2) << r.err;
+  for (const std::string& w : wants) EXPECT_NE(r.err.find(w), std::string::npos) << "want '" << w << "' in:\n" << r.err;
+}
+
+// Before the fix max_position_embeddings 0 was accepted (max_model_len became 8192, above the model's limit),
+// and eps / scaling factors of any sign went through.
+TEST(CliHostile, NonsenseConfigValuesAreRefusedNamingFileAndField) {
+  ScratchDir d("bad_config");
+  const ModelRun run(d);
+  struct Case { const char* key; json value; std::string want; };
+  for (const Case& c : std::vector<Case>{
+           {"max_position_embeddings", 0, "'max_position_embeddings' must be in [1, "},
+           {"max_position_embeddings", -5, "'max_position_embeddings' must be in [1, "},
+           {"rms_norm_eps", 0.0, "'rms_norm_eps' must be in (0, 1]"},
+           {"rms_norm_eps", -1e-6, "'rms_norm_eps' must be in (0, 1]"},
+           {"hc_eps", 2.0, "'hc_eps' must be in (0, 1]"},
+           {"routed_scaling_factor", 0, "'routed_scaling_factor' must be in (0, "},
+           {"swiglu_limit", -1, "'swiglu_limit' must be in [0, "},
+           {"partial_rotary_factor", 1.5, "'partial_rotary_factor' must be in [0, 1]"},
+       }) {
+    const std::string dir = copy_model(d, kTiny, "m");
+    edit_config(dir, [&](json& j) { j[c.key] = c.value; });
+    expect_error(run(dir), {dir + "/config.json", c.want});
+    fs::remove_all(dir);
+  }
+  // A max_model_len above the model's limit is refused (the limit of tiny-v4-c is 4096).
+  expect_error(run(kTiny, "--max-model-len 4097"), {"max_model_len 4097 exceeds the model's max_position_embeddings 4096"});
+}
+
+// Before the fix a NaN routing bias loaded silently.
+TEST(CliHostile, NanOrInfInVectorsAndScalesIsNamed) {
+  ScratchDir d("nan_weights");
+  const ModelRun run(d);
+  for (const auto& [tensor, value] : std::vector<std::pair<std::string, float>>{
+           {"model.layers.1.ffn.gate.bias", std::nanf("")},
+           {"model.layers.0.attn_norm.weight", INFINITY},
+           {"model.layers.0.hc_attn_scale", -INFINITY},
+       }) {
+    const std::string dir = copy_model(d, kTiny, "m");
+    poke_f32(dir, tensor, 1, value);
+    expect_error(run(dir), {"tensor '" + tensor + "'", "element 1 is not a finite number"});
+    fs::remove_all(dir);
+  }
+}
+
+// Runs `dsinfer generate` on `model` under `timeout 60`: a hang shows as rc 124 instead of a stuck test.
+CliResult run_bounded(const ScratchDir& d, const ModelRun& run, const std::string& model, const std::string& flags = "") {
+  const std::string err = d.str() + "/bounded.err";
+  const int st = std::system(("timeout 60 " + std::string(binary()) + " generate --model " + model + " --input " + run.in +
+                              " --output " + d.str() + "/o.jsonl " + flags + " >/dev/null 2>" + err).c_str());
+  CliResult r;
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.err = slurp(err);
+  return r;
+}
+
+// Before the fix a FIFO in place of model.safetensors blocked generate forever.
+TEST(CliHostile, FifoOrDirectoryInPlaceOfAModelFileIsAnError) {
+  ScratchDir d("fifo");
+  const ModelRun run(d);
+  for (const std::string file : {"model.safetensors", "config.json", "model.safetensors.index.json"}) {
+    const std::string dir = copy_model(d, kTiny, "m");
+    fs::remove(dir + "/" + file);
+    ASSERT_EQ(mkfifo((dir + "/" + file).c_str(), 0644), 0);
+    expect_error(run_bounded(d, run, dir), {dir + "/" + file + " is a FIFO (named pipe): a model file must be a regular file"});
+    fs::remove_all(dir);
+  }
+  const std::string dir = copy_model(d, kTiny, "m");
+  fs::remove(dir + "/model.safetensors");
+  fs::create_directory(dir + "/model.safetensors");
+  expect_error(run_bounded(d, run, dir), {dir + "/model.safetensors is a directory"});
+}
+
+// Before the fix index.json shard names and mtp1_file were opened as given (/etc/passwd was opened).
+TEST(CliHostile, PathsInAModelDirectoryStayInside) {
+  ScratchDir d("escape");
+  const ModelRun run(d);
+  const std::string outside = d.str() + "/outside.safetensors";
+  fs::copy_file(kTiny + "/model.safetensors", outside);
+  struct Case { std::string shard, want; };
+  for (const Case& c : std::vector<Case>{
+           {"../outside.safetensors", "has a \"..\" component"},
+           {"sub/../../outside.safetensors", "has a \"..\" component"},
+           {outside, "is an absolute path"},
+           {"/etc/passwd", "is an absolute path"},
+           {"", "is empty"},
+           {"link.safetensors", "leads outside the model directory"},
+       }) {
+    const std::string dir = copy_model(d, kTiny, "m");
+    fs::rename(dir + "/model.safetensors", dir + "/shard.safetensors");
+    fs::create_symlink(outside, dir + "/link.safetensors");
+    json idx = {{"weight_map", {{"model.embed.weight", "shard.safetensors"}, {"model.norm.weight", c.shard}}}};
+    std::ofstream(dir + "/model.safetensors.index.json") << idx.dump();
+    expect_error(run(dir), {"model.safetensors.index.json: weight_map shard = \"" + c.shard + "\"", c.want});
+    fs::remove_all(dir);
+  }
+  // A symbolic link in place of model.safetensors that leads out of the directory.
+  const std::string dir = copy_model(d, kTiny, "m");
+  fs::remove(dir + "/model.safetensors");
+  fs::create_symlink(outside, dir + "/model.safetensors");
+  expect_error(run(dir), {"weights file = \"model.safetensors\"", "leads outside the model directory"});
+  fs::remove_all(dir);
+  // mtp1_file (the MTP-1 drafter of the shipped model) may not leave the directory either.
+  for (const Case& c : std::vector<Case>{{"../../../../etc/passwd", "has a \"..\" component"},
+                                         {"/etc/passwd", "is an absolute path"}}) {
+    const std::string m = copy_model(d, source_dir() + "/models/dsv4-small", "small");
+    edit_config(m, [&](json& j) { j["mtp1_file"] = c.shard; });
+    expect_error(run(m, "--speculative mtp1"), {"config.json: mtp1_file = \"" + c.shard + "\"", c.want});
+    fs::remove_all(m);
+  }
 }
 
 }  // namespace
