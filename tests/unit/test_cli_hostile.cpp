@@ -256,5 +256,64 @@ TEST(CliHostile, PathsInAModelDirectoryStayInside) {
   }
 }
 
+// `"parameters": {}` (the empty schema, accepted by OpenAI and vLLM) was rejected; it now renders exactly like a
+// function without parameters, through render-chat and generate.
+TEST(CliHostile, EmptyToolParametersAreAccepted) {
+  ScratchDir d("empty_params");
+  const std::string in = d.str() + "/in.jsonl";
+  auto req = [](const std::string& id, const std::string& params) {
+    return R"({"custom_id": ")" + id + R"(", "body": {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": )"
+           R"("function", "function": {"name": "now")" + params + R"(}}], "max_tokens": 2, "temperature": 0}})";
+  };
+  std::ofstream(in) << req("empty", R"(, "parameters": {})") << "\n" << req("absent", "") << "\n"
+                    << req("strict", R"(, "parameters": {}, "strict": true)") << "\n"
+                    << req("strict_absent", R"(, "strict": true)") << "\n";
+  const std::string model = source_dir() + "/models/dsv4-small";
+  CliResult r = run_cli(d, "render-chat --model " + model + " --input " + in);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  std::vector<json> recs;
+  for (size_t p = 0, e; (e = r.out.find('\n', p)) != std::string::npos; p = e + 1) recs.push_back(json::parse(r.out.substr(p, e - p)));
+  ASSERT_EQ(recs.size(), 4u);
+  EXPECT_EQ(recs[0]["prompt_token_ids"], recs[1]["prompt_token_ids"]);
+  EXPECT_EQ(recs[2]["prompt_token_ids"], recs[3]["prompt_token_ids"]);
+  r = run_cli(d, "generate --model " + model + " --input " + in + " --output " + d.str() + "/out.jsonl");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  for (const json& rec : read_jsonl(d.str() + "/out.jsonl")) EXPECT_TRUE(rec["error"].is_null()) << rec.dump();
+}
+
+// tokenize and generate read JSON strings by one rule: a lone UTF-16 surrogate escape is an error naming it.
+TEST(CliHostile, LoneSurrogatesAreOneClearErrorEverywhere) {
+  ScratchDir d("surrogates");
+  const std::string model = source_dir() + "/models/dsv4-small";
+  const std::string texts = d.str() + "/texts.jsonl", in = d.str() + "/in.jsonl";
+  const std::vector<std::string> bad = {R"("a\ud800b")", R"("\udc00")", R"("\ud800\ud800")", R"("x\udbff")"};
+  {
+    std::ofstream t(texts), b(in);
+    for (size_t i = 0; i < bad.size(); ++i) {
+      t << bad[i] << "\n";
+      b << R"({"custom_id": "s)" << i << R"(", "body": {"prompt": )" << bad[i] << R"(, "max_tokens": 1}})" << "\n";
+    }
+    t << R"("\ud83d\ude00")" << "\n";  // a proper pair is fine
+  }
+  CliResult r = run_cli(d, "tokenize --tokenizer " + model + "/tokenizer.json", texts);
+  EXPECT_EQ(r.rc, 1);
+  std::vector<json> tok;
+  for (size_t p = 0, e; (e = r.out.find('\n', p)) != std::string::npos; p = e + 1) tok.push_back(json::parse(r.out.substr(p, e - p)));
+  ASSERT_EQ(tok.size(), bad.size() + 1);
+  EXPECT_TRUE(tok.back().is_array());
+  r = run_cli(d, "generate --model " + model + " --input " + in + " --output " + d.str() + "/out.jsonl");
+  EXPECT_EQ(r.rc, 1);
+  const std::vector<json> gen = read_jsonl(d.str() + "/out.jsonl");
+  ASSERT_EQ(gen.size(), bad.size());
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const std::string t = tok[i]["error"], g = gen[i]["error"]["message"];
+    EXPECT_NE(t.find("not valid JSON"), std::string::npos) << t;
+    EXPECT_NE(t.find("surrogate"), std::string::npos) << t;
+    EXPECT_NE(g.find("surrogate"), std::string::npos) << g;
+    // The same parser message after the line prefix ("stdin line N: " / "line N: ").
+    EXPECT_EQ(t.substr(t.find("surrogate")), g.substr(g.find("surrogate"))) << t << "\n" << g;
+  }
+}
+
 }  // namespace
 }  // namespace dsinfer::test
