@@ -120,8 +120,8 @@ Status parse_layer_schedule(const json& j, Reader& r, const std::string& source,
 
 // RoPE: rope_parameters (transformers) or rope_theta + rope_scaling (official); the rotary dims.
 Status parse_rope(const json& j, Reader& r, const std::string& source, ModelConfig& c) {
-  double rope_theta = r.number("rope_theta", 10000.0);
-  double compress_theta = r.number("compress_rope_theta", rope_theta);
+  double rope_theta = r.number_in("rope_theta", 10000.0, 1.0, 1e15, true);
+  double compress_theta = r.number_in("compress_rope_theta", rope_theta, 1.0, 1e15, true);
   double prf = r.number_in("partial_rotary_factor", 0.0, 0.0, 1.0, false);
   c.rope_main.theta = rope_theta;
   c.rope_compress.theta = compress_theta;
