@@ -1,6 +1,7 @@
 // Speculator (see speculator.h).
 #include "speculative/speculator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -186,7 +187,13 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
         tms[j]->push(hist[j][t]);
     }
     const int64_t anchor_pos = sched.num_computed(sp.seq_id);
-    items.push_back({sp.slot, anchor_pos, hist[j].back(), k_, plain_argmax(*sp.params, hist[j].size()) && !tms[j]});
+    // Scheduler::set_draft keeps at most max_tokens - outputs - 1 drafts: drafting more near a request's end was
+    // pure waste (a full draft head per token on the CPU drafter). The kept drafts are the same (per-position draws).
+    int32_t num_drafts = k_;
+    if (sp.params->max_tokens)
+      num_drafts = int32_t(std::clamp<int64_t>(*sp.params->max_tokens - int64_t(hist[j].size()) - 1, 0, k_));
+    items.push_back({sp.slot, anchor_pos, hist[j].back(), num_drafts,
+                     plain_argmax(*sp.params, hist[j].size()) && !tms[j]});
   }
   std::vector<std::vector<double>> q(items.size());
   auto draw = [&](size_t j, int32_t k, std::span<const float> lg) {
