@@ -104,7 +104,8 @@ Result<ojson> tool_parameters(const ToolDecl& d, size_t k) {
   const bool none = d.parameters.is_null() || (d.parameters.is_object() && d.parameters.empty());
   if (d.strict) {
     ojson schema = d.parameters;
-    if (none) schema = ojson::parse(R"({"type": "object", "properties": {}, "additionalProperties": false, "required": []})");
+    if (none)
+      schema = ojson::parse(R"({"type": "object", "properties": {}, "additionalProperties": false, "required": []})");
     return normalize_strict_schema(schema, /*allow_empty_object=*/true, where);
   }
   if (none) return ojson::object();

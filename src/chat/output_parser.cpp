@@ -99,7 +99,8 @@ Status OutputParser::finish(ParseDelta& d) {
 void OutputParser::close_partial_call(ParseDelta& d) {
   if (state_ == State::kParamValue) {
     std::string_view value(buf_);  // less a closing marker cut short and an incomplete UTF-8 character
-    value.remove_suffix(std::max(partial_marker_suffix(value, param_close_), partial_marker_suffix(value, invoke_close_)));
+    value.remove_suffix(
+        std::max(partial_marker_suffix(value, param_close_), partial_marker_suffix(value, invoke_close_)));
     value.remove_suffix(incomplete_utf8_suffix(value));
     if (param_is_string_) {
       emit_args(json_string_body(value) + "\"", d);

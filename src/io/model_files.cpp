@@ -38,7 +38,8 @@ bool inside(const fs::path& p, const fs::path& root) {
 Status check_regular_file(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return Status::errorf("cannot open {}: {}", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return Status::errorf("{} is {}: a model file must be a regular file", path, kind_of(st.st_mode));
+  if (!S_ISREG(st.st_mode))
+    return Status::errorf("{} is {}: a model file must be a regular file", path, kind_of(st.st_mode));
   return Status::ok();
 }
 
@@ -72,10 +73,11 @@ Result<std::string> read_regular_file(const std::string& path) {
   return out;
 }
 
-Result<std::string> resolve_in_model_dir(const std::string& model_dir, const std::string& entry, const std::string& where) {
+Result<std::string> resolve_in_model_dir(const std::string& model_dir, const std::string& entry,
+                                         const std::string& where) {
   auto bad = [&](const std::string& why) {
-    return Status::errorf("{} = \"{}\" {}; paths in a model directory must name files inside it ({})", where, entry, why,
-                          model_dir);
+    return Status::errorf("{} = \"{}\" {}; paths in a model directory must name files inside it ({})", where, entry,
+                          why, model_dir);
   };
   if (entry.empty()) return bad("is empty");
   if (entry.find('\0') != std::string::npos) return bad("holds a NUL byte");

@@ -21,6 +21,7 @@ Status check_regular_file(const std::string& path);
 // model_dir / entry, checked: `entry` is what `where` (e.g. "model.safetensors.index.json: weight_map['w']")
 // names. Errors name `where` and the entry: empty, absolute, with a ".." component, or resolving (symbolic
 // links followed) outside model_dir.
-Result<std::string> resolve_in_model_dir(const std::string& model_dir, const std::string& entry, const std::string& where);
+Result<std::string> resolve_in_model_dir(const std::string& model_dir, const std::string& entry,
+                                         const std::string& where);
 
 }  // namespace dsinfer::io

@@ -167,8 +167,8 @@ Result<Mtp1Weights> load_mtp1_weights(const io::ModelConfig& target, const Draft
   DSI_ASSIGN_OR_RETURN(const std::string path,
                        io::resolve_in_model_dir(model_dir, rel, model_dir + "/config.json: mtp1_file"));
   if (!std::filesystem::exists(path))
-    return Status::errorf("{}: MTP-1 drafter file not found ({}/config.json: mtp1_file = \"{}\"{})", path, model_dir, rel,
-                          dc.mtp1_file.empty() ? ", the default" : "");
+    return Status::errorf("{}: MTP-1 drafter file not found ({}/config.json: mtp1_file = \"{}\"{})", path, model_dir,
+                          rel, dc.mtp1_file.empty() ? ", the default" : "");
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(path));
   const io::ModelConfig& c = target;  // V4 MTP: the target's own layer format
   const int64_t D = c.hidden_size;

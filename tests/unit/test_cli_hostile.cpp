@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstring>
-
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -24,8 +23,8 @@ using nlohmann::json;
 const std::string kTiny = own_fixture("tiny-v4-c");
 
 std::string line(const std::string& id, int max_tokens, const std::string& prompt = "[5, 6, 7]") {
-  return fmt::format(R"({{"custom_id": "{}", "body": {{"prompt": {}, "max_tokens": {}, "temperature": 0}}}})", id, prompt,
-                     max_tokens);
+  return fmt::format(R"({{"custom_id": "{}", "body": {{"prompt": {}, "max_tokens": {}, "temperature": 0}}}})", id,
+                     prompt, max_tokens);
 }
 
 std::map<std::string, json> by_id(const std::string& path) {
@@ -34,7 +33,9 @@ std::map<std::string, json> by_id(const std::string& path) {
   return m;
 }
 
-int64_t completion_tokens(const json& rec) { return rec["response"]["body"]["usage"]["completion_tokens"].get<int64_t>(); }
+int64_t completion_tokens(const json& rec) {
+  return rec["response"]["body"]["usage"]["completion_tokens"].get<int64_t>();
+}
 
 // Before the fix a changed line under the same custom_id silently kept its old record ("resumed").
 TEST(CliHostile, ResumeRerunsLinesWhoseRequestChanged) {
@@ -49,8 +50,11 @@ TEST(CliHostile, ResumeRerunsLinesWhoseRequestChanged) {
   const std::string first_a = read_jsonl(out)[0].dump();
 
   // "a" only reformatted (same request: reused), "b" has a new max_tokens, "c" a new prompt, "d" is new.
-  std::ofstream(in) << R"({"body": {"temperature": 0, "max_tokens": 2, "prompt": [5,6,7]}, "custom_id": "a"})" << "\n"
-                    << line("b", 4) << "\n" << line("c", 2, "[9, 9]") << "\n" << line("d", 1) << "\n";
+  std::ofstream(in) << R"({"body": {"temperature": 0, "max_tokens": 2, "prompt": [5,6,7]}, "custom_id": "a"})"
+                    << "\n"
+                    << line("b", 4) << "\n"
+                    << line("c", 2, "[9, 9]") << "\n"
+                    << line("d", 1) << "\n";
   r = run_cli(d, cmd + " --resume");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("resume: 1 records reused"), std::string::npos) << r.err;
@@ -82,7 +86,9 @@ TEST(CliHostile, OutputThatIsTheInputIsRefused) {
   fs::create_symlink(in, d.str() + "/sym.jsonl");
   fs::create_hard_link(in, d.str() + "/hard.jsonl");
   fs::create_directory(d.str() + "/sub");
-  struct Case { std::string input, output, want; };
+  struct Case {
+    std::string input, output, want;
+  };
   for (const Case& c : std::vector<Case>{
            {in, in, "is the input file " + in + " (the same file)"},
            {in, d.str() + "/sub/../in.jsonl", "(the same file through a link)"},
@@ -153,7 +159,11 @@ void expect_error(const CliResult& r, const std::vector<std::string>& wants) {
 TEST(CliHostile, NonsenseConfigValuesAreRefusedNamingFileAndField) {
   ScratchDir d("bad_config");
   const ModelRun run(d);
-  struct Case { const char* key; json value; std::string want; };
+  struct Case {
+    const char* key;
+    json value;
+    std::string want;
+  };
   for (const Case& c : std::vector<Case>{
            {"max_position_embeddings", 0, "'max_position_embeddings' must be in [1, "},
            {"max_position_embeddings", -5, "'max_position_embeddings' must be in [1, "},
@@ -170,7 +180,8 @@ TEST(CliHostile, NonsenseConfigValuesAreRefusedNamingFileAndField) {
     fs::remove_all(dir);
   }
   // A max_model_len above the model's limit is refused (the limit of tiny-v4-c is 4096).
-  expect_error(run(kTiny, "--max-model-len 4097"), {"max_model_len 4097 exceeds the model's max_position_embeddings 4096"});
+  expect_error(run(kTiny, "--max-model-len 4097"),
+               {"max_model_len 4097 exceeds the model's max_position_embeddings 4096"});
 }
 
 // Before the fix a NaN routing bias loaded silently.
@@ -190,10 +201,12 @@ TEST(CliHostile, NanOrInfInVectorsAndScalesIsNamed) {
 }
 
 // Runs `dsinfer generate` on `model` under `timeout 60`: a hang shows as rc 124 instead of a stuck test.
-CliResult run_bounded(const ScratchDir& d, const ModelRun& run, const std::string& model, const std::string& flags = "") {
+CliResult run_bounded(const ScratchDir& d, const ModelRun& run, const std::string& model,
+                      const std::string& flags = "") {
   const std::string err = d.str() + "/bounded.err";
-  const int st = std::system(("timeout 60 " + std::string(binary()) + " generate --model " + model + " --input " + run.in +
-                              " --output " + d.str() + "/o.jsonl " + flags + " >/dev/null 2>" + err).c_str());
+  const int st = std::system(("timeout 60 " + std::string(binary()) + " generate --model " + model + " --input " +
+                              run.in + " --output " + d.str() + "/o.jsonl " + flags + " >/dev/null 2>" + err)
+                                 .c_str());
   CliResult r;
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   r.err = slurp(err);
@@ -208,7 +221,8 @@ TEST(CliHostile, FifoOrDirectoryInPlaceOfAModelFileIsAnError) {
     const std::string dir = copy_model(d, kTiny, "m");
     fs::remove(dir + "/" + file);
     ASSERT_EQ(mkfifo((dir + "/" + file).c_str(), 0644), 0);
-    expect_error(run_bounded(d, run, dir), {dir + "/" + file + " is a FIFO (named pipe): a model file must be a regular file"});
+    expect_error(run_bounded(d, run, dir),
+                 {dir + "/" + file + " is a FIFO (named pipe): a model file must be a regular file"});
     fs::remove_all(dir);
   }
   const std::string dir = copy_model(d, kTiny, "m");
@@ -223,7 +237,9 @@ TEST(CliHostile, PathsInAModelDirectoryStayInside) {
   const ModelRun run(d);
   const std::string outside = d.str() + "/outside.safetensors";
   fs::copy_file(kTiny + "/model.safetensors", outside);
-  struct Case { std::string shard, want; };
+  struct Case {
+    std::string shard, want;
+  };
   for (const Case& c : std::vector<Case>{
            {"../outside.safetensors", "has a \"..\" component"},
            {"sub/../../outside.safetensors", "has a \"..\" component"},
@@ -262,17 +278,21 @@ TEST(CliHostile, EmptyToolParametersAreAccepted) {
   ScratchDir d("empty_params");
   const std::string in = d.str() + "/in.jsonl";
   auto req = [](const std::string& id, const std::string& params) {
-    return R"({"custom_id": ")" + id + R"(", "body": {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": )"
-           R"("function", "function": {"name": "now")" + params + R"(}}], "max_tokens": 2, "temperature": 0}})";
+    return R"({"custom_id": ")" + id +
+           R"(", "body": {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": )"
+           R"("function", "function": {"name": "now")" +
+           params + R"(}}], "max_tokens": 2, "temperature": 0}})";
   };
-  std::ofstream(in) << req("empty", R"(, "parameters": {})") << "\n" << req("absent", "") << "\n"
+  std::ofstream(in) << req("empty", R"(, "parameters": {})") << "\n"
+                    << req("absent", "") << "\n"
                     << req("strict", R"(, "parameters": {}, "strict": true)") << "\n"
                     << req("strict_absent", R"(, "strict": true)") << "\n";
   const std::string model = source_dir() + "/models/dsv4-small";
   CliResult r = run_cli(d, "render-chat --model " + model + " --input " + in);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   std::vector<json> recs;
-  for (size_t p = 0, e; (e = r.out.find('\n', p)) != std::string::npos; p = e + 1) recs.push_back(json::parse(r.out.substr(p, e - p)));
+  for (size_t p = 0, e; (e = r.out.find('\n', p)) != std::string::npos; p = e + 1)
+    recs.push_back(json::parse(r.out.substr(p, e - p)));
   ASSERT_EQ(recs.size(), 4u);
   EXPECT_EQ(recs[0]["prompt_token_ids"], recs[1]["prompt_token_ids"]);
   EXPECT_EQ(recs[2]["prompt_token_ids"], recs[3]["prompt_token_ids"]);
@@ -291,14 +311,17 @@ TEST(CliHostile, LoneSurrogatesAreOneClearErrorEverywhere) {
     std::ofstream t(texts), b(in);
     for (size_t i = 0; i < bad.size(); ++i) {
       t << bad[i] << "\n";
-      b << R"({"custom_id": "s)" << i << R"(", "body": {"prompt": )" << bad[i] << R"(, "max_tokens": 1}})" << "\n";
+      b << R"({"custom_id": "s)" << i << R"(", "body": {"prompt": )" << bad[i] << R"(, "max_tokens": 1}})"
+        << "\n";
     }
-    t << R"("\ud83d\ude00")" << "\n";  // a proper pair is fine
+    t << R"("\ud83d\ude00")"
+      << "\n";  // a proper pair is fine
   }
   CliResult r = run_cli(d, "tokenize --tokenizer " + model + "/tokenizer.json", texts);
   EXPECT_EQ(r.rc, 1);
   std::vector<json> tok;
-  for (size_t p = 0, e; (e = r.out.find('\n', p)) != std::string::npos; p = e + 1) tok.push_back(json::parse(r.out.substr(p, e - p)));
+  for (size_t p = 0, e; (e = r.out.find('\n', p)) != std::string::npos; p = e + 1)
+    tok.push_back(json::parse(r.out.substr(p, e - p)));
   ASSERT_EQ(tok.size(), bad.size() + 1);
   EXPECT_TRUE(tok.back().is_array());
   r = run_cli(d, "generate --model " + model + " --input " + in + " --output " + d.str() + "/out.jsonl");

@@ -55,12 +55,14 @@ TEST(ToolCallCutoff, GenerateReportsTheCutCallNotTheMarkup) {
   {
     std::ofstream f(in);
     for (int n : kMaxTokens)
-      f << json{{"custom_id", std::to_string(n)}, {"url", "/v1/chat/completions"}, {"body", body(n, false)}}.dump() << "\n";
+      f << json{{"custom_id", std::to_string(n)}, {"url", "/v1/chat/completions"}, {"body", body(n, false)}}.dump()
+        << "\n";
   }
   const CliResult r = run_cli(d, "generate --model " + kModel + " --input " + in + " --output " + out);
   ASSERT_EQ(r.rc, 0) << r.err;
   size_t calls = 0;
-  for (const json& rec : read_jsonl(out)) calls += check_choice(rec["response"]["body"]["choices"][0], std::stoi(rec["custom_id"].get<std::string>()));
+  for (const json& rec : read_jsonl(out))
+    calls += check_choice(rec["response"]["body"]["choices"][0], std::stoi(rec["custom_id"].get<std::string>()));
   EXPECT_GE(calls, 1u) << "no answer got as far as the call's name: raise the max_tokens values";
 }
 
@@ -85,7 +87,8 @@ TEST(ToolCallCutoff, ServeStreamingAndNotAgree) {
     ASSERT_EQ(streamed.status, 200) << streamed.body;
     const json folded = fold_stream(sse_data(streamed.body), true)["choices"][0];
     check_choice(folded, n);
-    EXPECT_EQ(folded["message"].value("tool_calls", json::array()).size(), ch["message"].value("tool_calls", json::array()).size());
+    EXPECT_EQ(folded["message"].value("tool_calls", json::array()).size(),
+              ch["message"].value("tool_calls", json::array()).size());
     for (size_t k = 0; k < ch["message"].value("tool_calls", json::array()).size(); ++k)
       EXPECT_EQ(folded["message"]["tool_calls"][k]["function"], ch["message"]["tool_calls"][k]["function"]) << n;
     EXPECT_EQ(folded["message"]["content"], ch["message"]["content"]) << n;
