@@ -5,7 +5,7 @@
 // Floor = bytes / 4.8 TB/s (H200 HBM3e peak) with bytes = touched experts x 13.37 MB (+ shared 25.2 MB) + x + out
 // (fp32); the intermediates are not counted (an ideal kernel keeps them on chip); "%" = floor / fast (share of the
 // peak the fast path reaches); "fast" above kMoeGroupedMinT tokens is the grouped prefill path. Then bench_grouped's
-// table (T = 1024 / 4096 / 8192: exact vs fast vs grouped, ms and TFLOP/s).
+// table (T = 1024 / 4096 / 8192: exact vs fast vs grouped vs grouped FP8, ms and TFLOP/s).
 // Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only).
 #include <cuda_runtime.h>
 
@@ -128,8 +128,8 @@ void build(Set& st, int si, size_t w_bytes, size_t s_bytes) {
 void bench_grouped(std::vector<Set>& sets) {
   oc::MoeWorkspace ws;
   die(ws.reserve(8192, k, D, I, E), "reserve");
-  std::printf("grouped prefill GEMMs (routed only): %5s %8s | %-22s | %-22s | %-22s\n", "T", "GFLOP", "exact ms  TFLOP/s",
-              "fast ms  TFLOP/s", "grouped ms  TFLOP/s");
+  std::printf("grouped prefill GEMMs (routed only): %5s %8s | %-22s | %-22s | %-22s | %-22s\n", "T", "GFLOP",
+              "exact ms  TFLOP/s", "fast ms  TFLOP/s", "grouped ms  TFLOP/s", "grouped fp8 ms TFLOP/s");
   uint64_t rng = 777;
   for (int64_t T : {1024, 4096, 8192}) {
     std::vector<Blob> xs, outs, idxs, wts;
@@ -154,18 +154,21 @@ void bench_grouped(std::vector<Set>& sets) {
       outs.push_back(blob(size_t(T * D) * 4, -1, uint64_t(800 + si)));
     }
     const double flop = 2.0 * double(T * k) * 3.0 * double(D) * double(I);
-    double ms[3];
-    const oc::MoePath paths[3] = {oc::MoePath::Exact, oc::MoePath::Fast, oc::MoePath::Grouped};
-    for (int pi = 0; pi < 3; ++pi)
+    double ms[4];
+    const oc::MoePath paths[4] = {oc::MoePath::Exact, oc::MoePath::Fast, oc::MoePath::Grouped,
+                                  oc::MoePath::GroupedFp8};
+    for (int pi = 0; pi < 4; ++pi)
       ms[pi] = median_us([&](int i) {
                  die(oc::moe_cuda(xs[size_t(i)].as<float>(), T, idxs[size_t(i)].as<const int32_t>(),
                                   wts[size_t(i)].as<const float>(), k, sets[size_t(i)].ex, nullptr, 10.0f, 10.0f,
                                   outs[size_t(i)].as<float>(), ws, nullptr, paths[pi]),
                      "moe_cuda");
                }) / 1e3;
-    std::printf("grouped prefill GEMMs (routed only): %5lld %8.1f | %8.3f %8.1f      | %8.3f %8.1f     | %8.3f %8.1f\n",
-                (long long)T, flop / 1e9, ms[0], flop / ms[0] / 1e9, ms[1], flop / ms[1] / 1e9, ms[2],
-                flop / ms[2] / 1e9);
+    std::printf(
+        "grouped prefill GEMMs (routed only): %5lld %8.1f | %8.3f %8.1f      | %8.3f %8.1f     | %8.3f %8.1f     "
+        "| %8.3f %8.1f\n",
+        (long long)T, flop / 1e9, ms[0], flop / ms[0] / 1e9, ms[1], flop / ms[1] / 1e9, ms[2], flop / ms[2] / 1e9,
+        ms[3], flop / ms[3] / 1e9);
   }
 }
 

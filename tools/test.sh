@@ -8,6 +8,7 @@
 #   tools/test.sh asan        the CPU unit tests built with ASan + UBSan (preset cpu-asan); any report fails the run
 #   tools/test.sh fuzz        a short run of every libFuzzer target (tools/fuzz.sh, FUZZ_SECONDS each, default 20)
 #   tools/test.sh cuda-build  configure and compile the CUDA preset (no GPU needed; GPU tests run on a GPU machine)
+# The Python package: `pip install .` into that venv, then pytest tests/python/test_pkg_*.py.
 # Parallel jobs: DSINFER_JOBS, else the cores, at most one per 3 GB of available memory (a compiler of the larger
 # sources takes up to ~2.5 GB: 51 of them at once ran a 24 GB machine out of memory).
 set -uo pipefail
@@ -54,7 +55,8 @@ case "$mode" in
     venv=build/test-venv
     make_venv() {
       { [ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"; } &&
-        { "$venv/bin/python" -c "import openai" 2>/dev/null || "$venv/bin/python" -m pip install --quiet openai; }
+        { "$venv/bin/python" -c "import openai" 2>/dev/null || "$venv/bin/python" -m pip install --quiet openai; } &&
+        { "$venv/bin/python" -c "import pytest" 2>/dev/null || "$venv/bin/python" -m pip install --quiet pytest; }
     }
     suite "python venv (openai)" make_venv
     py=$PWD/$venv/bin/python
@@ -67,6 +69,15 @@ case "$mode" in
       # output validated with jsonschema.
       suite "structured outputs (tests/python/structured_outputs_test.py)" \
         "$py" tests/python/structured_outputs_test.py --binary build/cpu/dsinfer
+      # The Python package (pyproject.toml): `pip install .` into the venv (build/wheel; with CCACHE_BASEDIR its
+      # library objects are ccache hits on the preset's), then its pytest suite against build/cpu/dsinfer.
+      python_package() {
+        rm -f build/cpu/pytest-results.xml
+        "$py" -m pip install --quiet . &&
+          DSINFER_BINARY="$PWD/build/cpu/dsinfer" "$py" -m pytest -q -p no:cacheprovider \
+            --junitxml="$PWD/build/cpu/pytest-results.xml" tests/python/test_pkg_*.py
+      }
+      suite "python package (pip install ., pytest tests/python/test_pkg_*.py)" python_package
     fi
     summary
     ;;

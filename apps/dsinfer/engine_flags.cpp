@@ -53,7 +53,10 @@ bool parse_real_flag(const char* cmd, const std::string& flag, const std::string
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
   if (v.empty() || *end || !std::isfinite(x) || x < lo || x > hi) {
-    std::fprintf(stderr, "%s: %s expects a number in [%g, %g], found '%s'\n", cmd, flag.c_str(), lo, hi, v.c_str());
+    if (lo <= -1e300 && hi >= 1e300)
+      std::fprintf(stderr, "%s: %s expects a number, found '%s'\n", cmd, flag.c_str(), v.c_str());
+    else
+      std::fprintf(stderr, "%s: %s expects a number in [%g, %g], found '%s'\n", cmd, flag.c_str(), lo, hi, v.c_str());
     return false;
   }
   *out = x;
@@ -102,17 +105,83 @@ bool check_choice(const char* cmd, const std::string& flag, const std::string& v
   return true;
 }
 
+// The engine flags that take a value, by kind. Integer and number bounds are those of the type or of the flag's
+// meaning; the engine checks what depends on the model or on other options (e.g. --num-speculative-tokens against
+// the drafter's maximum), naming the option, so that each range has one place.
+using EO = EngineOptions;
+struct TextFlag {
+  const char* flag;
+  std::string EO::*field;
+};
+struct IntFlag {
+  const char* flag;
+  long long lo, hi;
+  void (*set)(EO&, long long);
+};
+struct RealFlag {
+  const char* flag;
+  double lo, hi;
+  double EO::*field;
+};
+constexpr double kHuge = 1e300;
+const TextFlag kTextFlags[] = {{"--model", &EO::model_dir},        {"--backend", &EO::backend},
+                               {"--numerics", &EO::numerics},      {"--load-format", &EO::load_format},
+                               {"--tokenizer", &EO::tokenizer_path}, {"--speculative", &EO::speculative},
+                               {"--sampling", &EO::sampling},      {"--async-scheduling", &EO::async_scheduling}};
+const IntFlag kIntFlags[] = {
+    {"--max-num-seqs", 1, 1 << 20, [](EO& e, long long n) { e.max_num_seqs = int32_t(n); }},
+    {"--max-num-batched-tokens", 1, 1ll << 32, [](EO& e, long long n) { e.max_num_batched_tokens = n; }},
+    {"--max-model-len", 0, 1ll << 32, [](EO& e, long long n) { e.max_model_len = n; }},
+    {"--seed", 0, LLONG_MAX, [](EO& e, long long n) { e.seed = uint64_t(n); }},
+    {"--num-speculative-tokens", 0, INT32_MAX, [](EO& e, long long n) { e.num_speculative_tokens = int32_t(n); }},
+    {"--speculative-budget", LLONG_MIN, LLONG_MAX, [](EO& e, long long n) { e.speculative_budget = n; }},
+    {"--gpus", 1, 1024, [](EO& e, long long n) { e.gpus = int32_t(n); }},
+    {"--expert-parallel-size", 1, 1024, [](EO& e, long long n) { e.expert_parallel_size = int32_t(n); }},
+    {"--data-parallel-size", 1, 1024, [](EO& e, long long n) { e.data_parallel_size = int32_t(n); }},
+    {"--tensor-parallel-size", 1, 1024, [](EO& e, long long n) { e.tensor_parallel_size = int32_t(n); }},
+    {"--num-redundant-experts", 0, 1 << 20, [](EO& e, long long n) { e.num_redundant_experts = int32_t(n); }},
+    {"--eplb-interval", 1, 1ll << 40, [](EO& e, long long n) { e.eplb_interval = n; }}};
+const RealFlag kRealFlags[] = {{"--state-memory-gb", 0, 1 << 20, &EO::state_memory_gb},
+                               {"--prefix-snapshot-memory-gb", 0, 1 << 20, &EO::prefix_snapshot_memory_gb},
+                               {"--speculative-row-cost", -kHuge, kHuge, &EO::speculative_row_cost},
+                               {"--speculative-min-survival", -kHuge, kHuge, &EO::speculative_min_survival}};
+
+// Parses flag `a`'s value `v` into `eo` when `a` is a value flag of the tables above or --prefix-cache-host-bytes.
+FlagParse parse_value_flag(const char* cmd, const std::string& a, const std::string& v, EngineOptions& eo) {
+  for (const TextFlag& f : kTextFlags) {
+    if (a != f.flag) continue;
+    if (!check_choice(cmd, a, v)) return FlagParse::kError;
+    eo.*f.field = v;
+    return FlagParse::kOk;
+  }
+  for (const IntFlag& f : kIntFlags) {
+    if (a != f.flag) continue;
+    long long n = 0;
+    if (!parse_int_flag(cmd, a, v, f.lo, f.hi, &n)) return FlagParse::kError;
+    f.set(eo, n);
+    return FlagParse::kOk;
+  }
+  for (const RealFlag& f : kRealFlags) {
+    if (a != f.flag) continue;
+    return parse_real_flag(cmd, a, v, f.lo, f.hi, &(eo.*f.field)) ? FlagParse::kOk : FlagParse::kError;
+  }
+  if (a == "--prefix-cache-host-bytes")
+    return parse_bytes_flag(cmd, a, v, &eo.prefix_cache_host_bytes) ? FlagParse::kOk : FlagParse::kError;
+  return FlagParse::kNotEngineFlag;
+}
+
+bool is_value_flag(const std::string& a) {
+  bool known = a == "--prefix-cache-host-bytes";
+  for (const TextFlag& f : kTextFlags) known = known || a == f.flag;
+  for (const IntFlag& f : kIntFlags) known = known || a == f.flag;
+  for (const RealFlag& f : kRealFlags) known = known || a == f.flag;
+  return known;
+}
+
 }  // namespace
 
 FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, EngineOptions& eo) {
   const std::string a = argv[i];
-  static const char* kFlags[] = {"--model", "--backend", "--numerics", "--load-format", "--tokenizer", "--max-num-seqs",
-                                 "--max-num-batched-tokens", "--max-model-len", "--seed", "--state-memory-gb",
-                                 "--speculative", "--num-speculative-tokens", "--speculative-budget",
-                                 "--speculative-min-survival", "--speculative-row-cost", "--sampling", "--gpus",
-                                 "--expert-parallel-size", "--data-parallel-size", "--tensor-parallel-size",
-                                 "--async-scheduling",
-                                 "--num-redundant-experts", "--eplb-interval"};
   if (a == "--eplb") {
     eo.eplb = true;
     return FlagParse::kOk;
@@ -132,44 +201,12 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
     }
     return FlagParse::kOk;
   }
-  bool known = a == "--prefix-snapshot-memory-gb" || a == "--prefix-cache-host-bytes";
-  for (const char* f : kFlags) known = known || a == f;
-  if (!known) return FlagParse::kNotEngineFlag;
+  if (!is_value_flag(a)) return FlagParse::kNotEngineFlag;
   if (i + 1 >= argc) {
     std::fprintf(stderr, "%s: %s needs a value\n", cmd, a.c_str());
     return FlagParse::kError;
   }
-  const std::string v = argv[++i];
-  if (!check_choice(cmd, a, v)) return FlagParse::kError;
-  long long n = 0;
-  double x = 0;
-  bool ok = true;
-  if (a == "--model") eo.model_dir = v;
-  else if (a == "--backend") eo.backend = v;
-  else if (a == "--numerics") eo.numerics = v;
-  else if (a == "--load-format") eo.load_format = v;
-  else if (a == "--tokenizer") eo.tokenizer_path = v;
-  else if (a == "--speculative") eo.speculative = v;
-  else if (a == "--sampling") eo.sampling = v;
-  else if (a == "--async-scheduling") eo.async_scheduling = v;
-  else if (a == "--max-num-seqs") ok = parse_int_flag(cmd, a, v, 1, 1 << 20, &n), eo.max_num_seqs = int32_t(n);
-  else if (a == "--max-num-batched-tokens") ok = parse_int_flag(cmd, a, v, 1, 1ll << 32, &n), eo.max_num_batched_tokens = n;
-  else if (a == "--max-model-len") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.max_model_len = n;
-  else if (a == "--seed") ok = parse_int_flag(cmd, a, v, 0, LLONG_MAX, &n), eo.seed = uint64_t(n);
-  else if (a == "--state-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.state_memory_gb = x;
-  else if (a == "--num-speculative-tokens") ok = parse_int_flag(cmd, a, v, 0, 64, &n), eo.num_speculative_tokens = int32_t(n);
-  else if (a == "--speculative-budget") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.speculative_budget = n;
-  else if (a == "--gpus") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.gpus = int32_t(n);
-  else if (a == "--expert-parallel-size") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.expert_parallel_size = int32_t(n);
-  else if (a == "--data-parallel-size") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.data_parallel_size = int32_t(n);
-  else if (a == "--tensor-parallel-size") ok = parse_int_flag(cmd, a, v, 1, 1024, &n), eo.tensor_parallel_size = int32_t(n);
-  else if (a == "--num-redundant-experts") ok = parse_int_flag(cmd, a, v, 0, 1 << 20, &n), eo.num_redundant_experts = int32_t(n);
-  else if (a == "--eplb-interval") ok = parse_int_flag(cmd, a, v, 1, 1ll << 40, &n), eo.eplb_interval = n;
-  else if (a == "--prefix-cache-host-bytes") ok = parse_bytes_flag(cmd, a, v, &eo.prefix_cache_host_bytes);
-  else if (a == "--speculative-row-cost") ok = parse_real_flag(cmd, a, v, 0, 100, &x), eo.speculative_row_cost = x;
-  else if (a == "--prefix-snapshot-memory-gb") ok = parse_real_flag(cmd, a, v, 0, 1 << 20, &x), eo.prefix_snapshot_memory_gb = x;
-  else ok = parse_real_flag(cmd, a, v, 0, 1, &x), eo.speculative_min_survival = x;
-  return ok ? FlagParse::kOk : FlagParse::kError;
+  return parse_value_flag(cmd, a, argv[++i], eo);
 }
 
 }  // namespace dsinfer::cli

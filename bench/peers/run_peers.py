@@ -313,6 +313,8 @@ def cmd_peers(args):
     del x
     # Most wanted first: a time limit that stops the call keeps what finished (the file is rewritten after each).
     for f in (peers_flashinfer, peers_flashmla, peers_topk_torch, peers_deepgemm_grouped, peers_deepgemm_dense):
+        if args.only and f.__name__ not in args.only.split(","):
+            continue
         try:
             f(res)
         except Exception as e:  # noqa: BLE001 - one peer's crash must not hide the others
@@ -418,6 +420,7 @@ def main():
     p = sub.add_parser("peers")
     p.add_argument("--out", required=True)
     p.add_argument("--flashmla-dir", default="", help="folder holding sgl_kernel/{flash_mla.py,flashmla_ops.abi3.so}")
+    p.add_argument("--only", default="", help="comma-separated peer functions to run (e.g. peers_deepgemm_grouped)")
     t = sub.add_parser("table")
     for name in ("peers", "gemm", "moe", "attn", "model-bench"):
         t.add_argument(f"--{name}", default="")

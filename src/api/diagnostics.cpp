@@ -72,19 +72,17 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
                            ? (std::filesystem::path(o.model_dir) / "reference.safetensors").string()
                            : o.reference_path;
   DSI_ASSIGN_OR_RETURN(io::SafetensorsFile ref, io::SafetensorsFile::open(rep.reference_path));
-  runner::RunnerOptions ro;
-  ro.model_dir = o.model_dir;
+  // No numerics given: those the reference was made with.
+  std::string numerics = o.numerics;
+  rep.numerics_source = "given";
+  if (numerics.empty()) {
+    DSI_ASSIGN_OR_RETURN(check::ReferenceNumerics rn, check::reference_numerics(ref));
+    numerics = rn.numerics.name;
+    rep.numerics_source = rn.source;
+  }
+  DSI_ASSIGN_OR_RETURN(runner::RunnerOptions ro, runner::runner_options(o.model_dir, o.backend, numerics));
   ro.exact_gemm = o.exact_gemm;
   ro.gpus = o.gpus;
-  DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
-  if (o.numerics.empty()) {
-    DSI_ASSIGN_OR_RETURN(check::ReferenceNumerics rn, check::reference_numerics(ref));
-    ro.numerics = rn.numerics;
-    rep.numerics_source = rn.source;
-  } else {
-    DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
-    rep.numerics_source = "given";
-  }
   rep.numerics = ro.numerics.name;
   if (o.fidelity) return run_fidelity(o, ro, ref, rep);
   DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
@@ -118,14 +116,11 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   if (o.model_dir.empty()) return Status::error("run_bench: no model directory given");
   rep.model_dir = o.model_dir;
   DSI_RETURN_IF_ERROR(perf::validate_bench_options(o));
-  runner::RunnerOptions ro;
-  ro.model_dir = o.model_dir;
+  DSI_ASSIGN_OR_RETURN(runner::RunnerOptions ro,
+                       runner::runner_options(o.model_dir, o.backend, o.numerics, o.load_format));
   ro.num_layers = o.num_layers;
   ro.gpus = o.gpus;
   ro.batch_invariant = o.batch_invariant;
-  DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
-  DSI_ASSIGN_OR_RETURN(ro.load_format, runner::parse_load_format(o.load_format));
-  DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
   // The ceilings are measured before the runner takes the device memory (about 2 GiB, freed again); without a GPU
   // (the cpu backend, which then reports that it cannot time ops) they stay the nominal ones, marked so.
   perf::Ceilings ceilings;

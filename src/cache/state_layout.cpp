@@ -31,7 +31,7 @@ std::vector<LayerDims> layer_dims(const io::ModelConfig& cfg, const StateCacheCo
 int64_t frontier_rows(const LayerDims& l, const StateCacheConfig& cc) {
   // Live rows: CSA = previous complete window (overlap seed) + open window; HCA = open window; plus the
   // speculative tokens of one step, so a rejected draft never overwrote a row still needed.
-  return (l.type == AttnType::CSA ? 2 * l.ratio : l.ratio) + cc.max_spec_tokens;
+  return (l.type == AttnType::CSA ? 2 * l.ratio : l.ratio) + cc.num_speculative_tokens;
 }
 
 }  // namespace
@@ -39,7 +39,7 @@ int64_t frontier_rows(const LayerDims& l, const StateCacheConfig& cc) {
 StateSizes compute_state_sizes(const io::ModelConfig& cfg, const StateCacheConfig& cc) {
   if (cfg.is_v41()) return compute_state_sizes_v41(cfg, cc);
   StateSizes s;
-  const int64_t e = cc.kv_elem_bytes, ring_rows = cfg.sliding_window + cc.max_spec_tokens;
+  const int64_t e = cc.kv_elem_bytes, ring_rows = cfg.sliding_window + cc.num_speculative_tokens;
   for (const LayerDims& l : layer_dims(cfg, cc)) {
     s.ring_bytes += ring_rows * cfg.head_dim * e;
     if (l.type == AttnType::Sliding) continue;
@@ -62,8 +62,8 @@ Result<StateLayout> compute_state_layout(const io::ModelConfig& cfg, const State
     return Status::errorf("state layout: sliding_window must be > 0, found {}", cfg.sliding_window);
   if (cc.kv_elem_bytes != 2 && cc.kv_elem_bytes != 4)
     return Status::errorf("state layout: kv_elem_bytes must be 2 or 4, found {}", cc.kv_elem_bytes);
-  if (cc.max_spec_tokens < 0)
-    return Status::errorf("state layout: max_spec_tokens must be >= 0, found {}", cc.max_spec_tokens);
+  if (cc.num_speculative_tokens < 0)
+    return Status::errorf("state layout: num_speculative_tokens must be >= 0, found {}", cc.num_speculative_tokens);
   if (cfg.compress_ratios.size() != cfg.layer_types.size())
     return Status::errorf("state layout: {} compress_ratios for {} layer_types", cfg.compress_ratios.size(),
                           cfg.layer_types.size());
@@ -86,8 +86,8 @@ Result<StateLayout> compute_state_layout(const io::ModelConfig& cfg, const State
   if (cc.block_size < 0 || L.block_size % lcm != 0)
     return Status::errorf("state layout: block_size {} must be a positive multiple of every compress ratio "
                           "(lcm {})", cc.block_size, lcm);
-  L.ring_rows = cfg.sliding_window + cc.max_spec_tokens;
-  L.spec_tokens = cc.max_spec_tokens;
+  L.ring_rows = cfg.sliding_window + cc.num_speculative_tokens;
+  L.num_speculative_tokens = cc.num_speculative_tokens;
   L.head_dim = cfg.head_dim;
   L.index_head_dim = cfg.index_head_dim;
   L.kv_elem_bytes = cc.kv_elem_bytes;

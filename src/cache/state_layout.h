@@ -21,7 +21,7 @@ struct StateCacheConfig {
   int64_t block_size = 0;       // tokens per block; 0 = lcm of the compress ratios (128 for V4), min 16
   int32_t max_num_seqs = EngineOptions{}.max_num_seqs;  // most slots ever created (sequences holding state at once)
   int64_t max_model_len = 0;    // longest sequence (prompt + output); 0 = max_position_embeddings
-  int32_t max_spec_tokens = 0;  // k of speculative decoding: extra ring/frontier rows so rollback is free
+  int32_t num_speculative_tokens = 0;  // drafts per step: extra ring/frontier rows so rollback is free
   int32_t kv_elem_bytes = 4;    // ring rows, compressed entries, indexer keys: 4 (fp32 reference) or 2 (bf16)
   bool include_mtp = false;     // also give the num_nextn_predict_layers MTP layers a ring each
 };
@@ -58,8 +58,8 @@ struct StateLayout {
   int64_t block_size = 0;            // tokens per block (a multiple of every compress ratio)
   int64_t block_bytes = 0;           // padded
   int64_t slot_bytes = 0;            // padded
-  int64_t ring_rows = 0;             // sliding_window + max_spec_tokens
-  int64_t spec_tokens = 0;           // max_spec_tokens: a sequence may hold this many unverified tokens
+  int64_t ring_rows = 0;             // sliding_window + num_speculative_tokens
+  int64_t num_speculative_tokens = 0;  // a sequence may hold this many unverified tokens (speculative decoding)
   int64_t head_dim = 0, index_head_dim = 0, kv_elem_bytes = 0;
   std::vector<LayerState> layers;    // num_hidden_layers (+ MTP layers when include_mtp)
   // DeepSeek-V4.1 Engram n-gram history in the slot: [ngram_rows] int32 compressed token ids (-1 = image
@@ -76,8 +76,10 @@ struct StateLayout {
   int64_t frontier_row(int64_t layer, int64_t pos) const;  // byte offset in the slot
 
   // The one per-sequence sizing rule: token blocks and bytes (slot + blocks) a sequence of up to max_len
-  // tokens (plus spec_tokens speculative ones) can need.
-  int64_t blocks_per_sequence(int64_t max_len) const { return (max_len + spec_tokens + block_size - 1) / block_size; }
+  // tokens (plus num_speculative_tokens speculative ones) can need.
+  int64_t blocks_per_sequence(int64_t max_len) const {
+    return (max_len + num_speculative_tokens + block_size - 1) / block_size;
+  }
   int64_t bytes_per_sequence(int64_t max_len) const { return slot_bytes + blocks_per_sequence(max_len) * block_bytes; }
 };
 

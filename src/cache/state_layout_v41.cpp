@@ -21,20 +21,20 @@ bool is_kv_source(const io::ModelConfig& cfg, int64_t l) {
 }
 
 int64_t ngram_rows(const io::ModelConfig& cfg, const StateCacheConfig& cc) {
-  return cfg.v41.engram_layer_ids.empty() ? 0 : cfg.v41.engram_max_ngram_size + cc.max_spec_tokens;
+  return cfg.v41.engram_layer_ids.empty() ? 0 : cfg.v41.engram_max_ngram_size + cc.num_speculative_tokens;
 }
 
 }  // namespace
 
 StateSizes compute_state_sizes_v41(const io::ModelConfig& cfg, const StateCacheConfig& cc) {
   StateSizes s;
-  const int64_t e = cc.kv_elem_bytes, ring_rows = cfg.sliding_window + cc.max_spec_tokens;
+  const int64_t e = cc.kv_elem_bytes, ring_rows = cfg.sliding_window + cc.num_speculative_tokens;
   const int64_t layers = cfg.num_hidden_layers + (cc.include_mtp ? cfg.num_nextn_predict_layers : 0);
   s.ring_bytes = layers * ring_rows * cfg.head_dim * e;
   for (int64_t l : cfg.v41.kv_source_layer_ids) {
     const int64_t r = cfg.ratio(l);
     s.bytes_per_token += double((cfg.head_dim + cfg.index_head_dim) * e) / double(r);
-    if (r > 1) s.frontier_bytes += (r + cc.max_spec_tokens) * 2 * cfg.head_dim * 4;
+    if (r > 1) s.frontier_bytes += (r + cc.num_speculative_tokens) * 2 * cfg.head_dim * 4;
   }
   s.frontier_bytes += ngram_rows(cfg, cc) * 4;
   return s;
@@ -45,7 +45,7 @@ Result<StateLayout> compute_state_layout_v41(const io::ModelConfig& cfg, const S
     return Status::errorf("state layout: head_dim ({}) and sliding_window ({}) must be > 0", cfg.head_dim, cfg.sliding_window);
   if (cc.kv_elem_bytes != 2 && cc.kv_elem_bytes != 4)
     return Status::errorf("state layout: kv_elem_bytes must be 2 or 4, found {}", cc.kv_elem_bytes);
-  if (cc.max_spec_tokens < 0) return Status::errorf("state layout: max_spec_tokens must be >= 0, found {}", cc.max_spec_tokens);
+  if (cc.num_speculative_tokens < 0) return Status::errorf("state layout: num_speculative_tokens must be >= 0, found {}", cc.num_speculative_tokens);
   int64_t lcm = 1;
   for (int64_t l : cfg.v41.kv_source_layer_ids) lcm = std::lcm(lcm, cfg.ratio(l));
   StateLayout L;
@@ -53,8 +53,8 @@ Result<StateLayout> compute_state_layout_v41(const io::ModelConfig& cfg, const S
   if (cc.block_size < 0 || L.block_size % lcm != 0)
     return Status::errorf("state layout: block_size {} must be a positive multiple of every KV source's compress ratio "
                           "(lcm {})", cc.block_size, lcm);
-  L.ring_rows = cfg.sliding_window + cc.max_spec_tokens;
-  L.spec_tokens = cc.max_spec_tokens;
+  L.ring_rows = cfg.sliding_window + cc.num_speculative_tokens;
+  L.num_speculative_tokens = cc.num_speculative_tokens;
   L.head_dim = cfg.head_dim;
   L.index_head_dim = cfg.index_head_dim;
   L.kv_elem_bytes = cc.kv_elem_bytes;
@@ -69,7 +69,7 @@ Result<StateLayout> compute_state_layout_v41(const io::ModelConfig& cfg, const S
     slot = align_up(slot + L.ring_rows * cfg.head_dim * e, kAlign);
     if (l < cfg.num_hidden_layers && is_kv_source(cfg, l)) {
       if (ls.ratio > 1) {
-        ls.frontier_rows = ls.ratio + cc.max_spec_tokens;
+        ls.frontier_rows = ls.ratio + cc.num_speculative_tokens;
         ls.frontier_width = 2 * cfg.head_dim;  // kv then score, fp32
         ls.frontier_offset = slot;
         slot = align_up(slot + ls.frontier_rows * ls.frontier_width * 4, kAlign);

@@ -1,5 +1,7 @@
 // Status / Result<T>: the error type on every boundary that can fail on user input (files, JSON, requests).
-// Messages name the offending thing (file, tensor, key, line) and say expected vs found.
+// Messages name the offending thing (file, tensor, key, line) and say expected vs found. An error about a
+// request field also carries the field's name (field(): "max_tokens", "messages"), which the server reports as
+// OpenAI's "param".
 #pragma once
 #include <string>
 #include <utility>
@@ -15,14 +17,29 @@ class Status {
   static Status error(std::string msg) { Status s; s.msg_ = std::move(msg); s.failed_ = true; return s; }
   template <typename... A>
   static Status errorf(fmt::format_string<A...> f, A&&... a) { return error(fmt::format(f, std::forward<A>(a)...)); }
+  // An error about the request field `field` (its top-level name, e.g. "stop" for stop[2]).
+  static Status field_error(std::string field, std::string msg) {
+    Status s = error(std::move(msg));
+    s.field_ = std::move(field);
+    return s;
+  }
+  template <typename... A>
+  static Status field_errorf(std::string field, fmt::format_string<A...> f, A&&... a) {
+    return field_error(std::move(field), fmt::format(f, std::forward<A>(a)...));
+  }
   bool is_ok() const { return !failed_; }
   explicit operator bool() const { return !failed_; }
   const std::string& message() const { return msg_; }
-  // Prefix context ("while loading X: ...") without losing the original message.
-  Status with_context(const std::string& ctx) const { return failed_ ? error(ctx + ": " + msg_) : *this; }
+  const std::string& field() const { return field_; }  // "" when the error is not about one request field
+  // Prefix context ("while loading X: ...") without losing the original message or field.
+  Status with_context(const std::string& ctx) const { return failed_ ? field_error(field_, ctx + ": " + msg_) : *this; }
+  // The same error, about `field` unless it already names one.
+  Status with_field(const std::string& field) const {
+    return failed_ && field_.empty() ? field_error(field, msg_) : *this;
+  }
 
  private:
-  std::string msg_;
+  std::string msg_, field_;
   bool failed_ = false;
 };
 

@@ -10,11 +10,11 @@
 
 namespace dsinfer::engine {
 
-void Engine::choose_step_mode(const EngineOptions& o) {
+void Engine::choose_step_mode(bool async_scheduling) {
   const char* why = nullptr;
-  if (o.async_scheduling != "on") why = "async scheduling off";
+  if (!async_scheduling) why = "async scheduling off";
   else if (spec_) why = "speculative decoding verifies on the host";
-  else if (o.enable_prefix_caching != "off") why = "prefix caching";
+  else if (sched_->cache().prefix()) why = "prefix caching";
   else if (!device_sampling_) why = "host sampling";
   else if (!runner_->supports_async_steps()) why = "the runner has no asynchronous steps";
   async_ = why == nullptr;

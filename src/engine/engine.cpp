@@ -9,6 +9,7 @@
 #include "chat/chat_encoding.h"
 #include "chat/chat_types.h"
 #include "chat/parser_options.h"
+#include "engine/engine_config.h"
 #include "engine/prefix_setup.h"
 #include "engine/runner_factory.h"
 #include "scheduler/step_sampling.h"
@@ -39,94 +40,42 @@ double Engine::now_s() const {
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
-  DSI_ASSIGN_OR_RETURN(const runner::Backend backend, runner::parse_backend(o.backend));
-  DSI_ASSIGN_OR_RETURN(model::Numerics numerics, model::Numerics::from_name(o.numerics));
-  DSI_ASSIGN_OR_RETURN(const runner::LoadFormat load_format, runner::parse_load_format(o.load_format));
-  const runner::RunnerOptions ro{.model_dir = o.model_dir, .backend = backend, .numerics = std::move(numerics),
-                                 .load_format = load_format, .batch_invariant = o.batch_invariant, .gpus = o.gpus,
-                                 .expert_parallel_size = o.expert_parallel_size,
-                                 .data_parallel_size = o.data_parallel_size,
-                                 .tensor_parallel_size = o.tensor_parallel_size, .eplb = o.eplb,
-                                 .num_redundant_experts = o.num_redundant_experts, .eplb_interval = o.eplb_interval};
-  if (o.sampling != "device" && o.sampling != "host")
-    return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
-  if (o.async_scheduling != "on" && o.async_scheduling != "off")
-    return Status::errorf("async_scheduling must be 'on' or 'off', found '{}'", o.async_scheduling);
+  DSI_ASSIGN_OR_RETURN(const runner::RunnerOptions ro, resolve_runner_options(o));
   DSI_ASSIGN_OR_RETURN(std::unique_ptr<runner::ModelRunner> runner, create_runner(ro));
   return create_with_runner(o, std::move(runner));
 }
 
-Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& o, std::unique_ptr<runner::ModelRunner> runner) {
+Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& o,
+                                                           std::unique_ptr<runner::ModelRunner> runner) {
   std::unique_ptr<Engine> e(new Engine());
   e->t0_ = std::chrono::steady_clock::now();
   e->runner_ = std::move(runner);
-  if (o.max_num_seqs < 1) return Status::errorf("max_num_seqs must be >= 1, found {}", o.max_num_seqs);
-  if (o.max_num_batched_tokens < 1)
-    return Status::errorf("max_num_batched_tokens must be >= 1, found {}", o.max_num_batched_tokens);
-  if (!(o.state_memory_gb >= 0)) return Status::errorf("state_memory_gb must be >= 0, found {}", o.state_memory_gb);
   const io::ModelConfig& mc = e->runner_->config();
-
-  std::string tok_path = o.tokenizer_path;
-  if (tok_path.empty() && std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))
-    tok_path = (std::filesystem::path(o.model_dir) / "tokenizer.json").string();
-  if (!tok_path.empty()) {
-    DSI_ASSIGN_OR_RETURN(e->tok_, tokenizer::Tokenizer::from_file(tok_path));
+  DSI_ASSIGN_OR_RETURN(const EngineConfig cfg, resolve_engine_config(o, mc, e->runner_->kv_elem_bytes()));
+  e->max_model_len_ = cfg.max_model_len;
+  if (!cfg.tokenizer_path.empty()) {
+    DSI_ASSIGN_OR_RETURN(e->tok_, tokenizer::Tokenizer::from_file(cfg.tokenizer_path));
     if (int64_t(e->tok_->vocab_size()) > mc.vocab_size)
-      return Status::errorf("{}: {} token ids but the model's vocab_size is {}", tok_path, e->tok_->vocab_size(), mc.vocab_size);
+      return Status::errorf("{}: {} token ids but the model's vocab_size is {}", cfg.tokenizer_path,
+                            e->tok_->vocab_size(), mc.vocab_size);
   }
-
-  const int64_t pos_limit = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : (int64_t(1) << 20);
-  e->max_model_len_ = o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(pos_limit, 8192);
-  if (e->max_model_len_ > pos_limit)
-    return Status::errorf("max_model_len {} exceeds the model's max_position_embeddings {}", e->max_model_len_, pos_limit);
-
-  cache::StateCacheConfig cc;
-  cc.max_num_seqs = o.max_num_seqs;
-  cc.max_model_len = e->max_model_len_;
-  cc.kv_elem_bytes = e->runner_->kv_elem_bytes();
-  DSI_ASSIGN_OR_RETURN(speculative::SpecMethod spec_method, speculative::parse_spec_method(o.speculative));
-  if (spec_method != speculative::SpecMethod::kOff) {
-    if (o.num_speculative_tokens < 0)
-      return Status::errorf("num_speculative_tokens must be >= 0, found {}", o.num_speculative_tokens);
-    if (o.speculative_budget < 0) return Status::errorf("speculative_budget must be >= 0, found {}", o.speculative_budget);
-    if (!(o.speculative_min_survival >= 0 && o.speculative_min_survival <= 1))
-      return Status::errorf("speculative_min_survival must be in [0, 1], found {}", o.speculative_min_survival);
-    DSI_ASSIGN_OR_RETURN(speculative::DraftConfig dc, speculative::load_draft_config(o.model_dir));
-    const int32_t max_k = spec_method == speculative::SpecMethod::kDspark ? int32_t(dc.block_size) : 1;
-    cc.max_spec_tokens = o.num_speculative_tokens > 0 ? o.num_speculative_tokens : max_k;
-  }
-  DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(mc, cc));
-  cc.budget_bytes = int64_t(o.state_memory_gb * double(int64_t(1) << 30));
-  if (cc.budget_bytes <= 0) {
-    const int64_t per_seq = layout.bytes_per_sequence(e->max_model_len_);
-    cc.budget_bytes = std::max<int64_t>(std::min<int64_t>(per_seq * o.max_num_seqs, int64_t(4) << 30), per_seq);
-  }
-  DSI_ASSIGN_OR_RETURN(cache::StateCache sc, cache::StateCache::create(mc, cc));
-  DSI_ASSIGN_OR_RETURN(const PrefixMemory pmem, setup_prefix_cache(o, *e->runner_, spec_method != speculative::SpecMethod::kOff,
-                                                                    cc.budget_bytes, sc));
+  DSI_ASSIGN_OR_RETURN(cache::StateCache sc, cache::StateCache::create(mc, cfg.cache));
+  DSI_ASSIGN_OR_RETURN(const PrefixMemory pmem, setup_prefix_cache(o, *e->runner_, cfg.speculative.enabled(),
+                                                                   cfg.cache.budget_bytes, sc));
   DSI_RETURN_IF_ERROR(e->runner_->bind_state(sc.layout(), sc.num_slots(), sc.num_blocks(), e->max_model_len_));
   DSI_RETURN_IF_ERROR(e->runner_->bind_snapshots(pmem.num_snapshots));
   DSI_RETURN_IF_ERROR(e->runner_->bind_host_blocks(pmem.num_host_blocks));
-  scheduler::SchedulerConfig scfg;
-  scfg.max_num_seqs = o.max_num_seqs;
-  scfg.max_num_batched_tokens = o.max_num_batched_tokens;
-  scfg.eos_token_id = mc.eos_token_id;
-  scfg.vocab_size = mc.vocab_size;
-  scfg.seed = o.seed;
-  scfg.spec_budget = o.speculative_budget;
-  scfg.spec_min_survival = o.speculative_min_survival;
   const int32_t num_slots = sc.num_slots();
-  e->sched_ = std::make_unique<scheduler::Scheduler>(scfg, std::move(sc));
-  if (spec_method != speculative::SpecMethod::kOff) {
+  e->sched_ = std::make_unique<scheduler::Scheduler>(cfg.scheduler, std::move(sc));
+  if (cfg.speculative.enabled()) {
     // The runner's own drafter when it has one (CUDA: on the GPU, reading the captured states in place).
-    DSI_ASSIGN_OR_RETURN(std::unique_ptr<speculative::Drafter> dd, e->runner_->create_drafter(spec_method, o.model_dir, num_slots));
-    DSI_ASSIGN_OR_RETURN(e->spec_, speculative::Speculator::create(spec_method, cc.max_spec_tokens, o.model_dir, mc, num_slots,
-                                                            std::move(dd), o.speculative_row_cost));
+    DSI_ASSIGN_OR_RETURN(std::unique_ptr<speculative::Drafter> dd, e->runner_->create_drafter(cfg.speculative, num_slots));
+    DSI_ASSIGN_OR_RETURN(e->spec_, speculative::Speculator::create(cfg.speculative, mc, num_slots, std::move(dd)));
     DSI_RETURN_IF_ERROR(e->runner_->set_hidden_capture(e->spec_->tapped_layers()));
   }
   // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
-  e->device_sampling_ = o.sampling == "device" && e->runner_->supports_device_sampling() && !e->spec_;
-  e->choose_step_mode(o);
+  e->device_sampling_ = cfg.device_sampling && e->runner_->supports_device_sampling() && !e->spec_;
+  e->choose_step_mode(cfg.async_scheduling);
   return e;
 }
 

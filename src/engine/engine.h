@@ -125,7 +125,7 @@ class Engine {
     uint64_t step = 0;
     std::vector<InflightRow> rows;
   };
-  void choose_step_mode(const EngineOptions& o);
+  void choose_step_mode(bool async_scheduling);  // EngineConfig::async_scheduling
   Status step_async();
   Status finish_inflight();
   Status detokenize(scheduler::RequestId rid, scheduler::StepOutput& o);

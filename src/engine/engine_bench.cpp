@@ -16,12 +16,9 @@ Status engine_decode(const EngineDecodeOptions& o, EngineDecodeReport& rep) {
   if (o.batch < 1 || o.prompt_tokens < 1 || o.decode_steps < 1)
     return Status::errorf("engine-decode: batch {}, prompt {} and steps {} must be >= 1", o.batch, o.prompt_tokens,
                           o.decode_steps);
-  runner::RunnerOptions ro;
-  ro.model_dir = o.model_dir;
+  DSI_ASSIGN_OR_RETURN(runner::RunnerOptions ro,
+                       runner::runner_options(o.model_dir, o.backend, o.numerics, o.load_format));
   ro.num_layers = o.num_layers;
-  DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
-  DSI_ASSIGN_OR_RETURN(ro.load_format, runner::parse_load_format(o.load_format));
-  DSI_ASSIGN_OR_RETURN(ro.numerics, model::Numerics::from_name(o.numerics));
   DSI_ASSIGN_OR_RETURN(std::unique_ptr<runner::ModelRunner> runner, engine::create_runner(ro));
   rep.runner_name = runner->name();
   EngineOptions eo;

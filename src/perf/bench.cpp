@@ -180,7 +180,11 @@ BenchCase run_chunked_prefill(runner::ModelRunner& r, const cache::StateLayout& 
                               const FloorModel& fm) {
   BenchCase c;
   c.title = "prefill";
-  c.seqs = 1, c.new_tokens = o.prefill, c.context = 0, c.logits_rows = 1, c.chunk = o.prefill_chunk;
+  c.seqs = 1;
+  c.new_tokens = o.prefill;
+  c.context = 0;
+  c.logits_rows = 1;
+  c.chunk = o.prefill_chunk;
   std::vector<std::vector<cache::BlockId>> tables;
   std::vector<float> logits;
   Samples sums;
@@ -290,7 +294,7 @@ Status run_bench(runner::ModelRunner& r, const BenchOptions& o, const Ceilings& 
   cc.kv_elem_bytes = r.kv_elem_bytes();
   cc.max_num_seqs = int32_t(max_b);
   const int64_t max_k = o.verify_tokens.empty() ? 0 : *std::max_element(o.verify_tokens.begin(), o.verify_tokens.end());
-  cc.max_spec_tokens = int32_t(max_k);
+  cc.num_speculative_tokens = int32_t(max_k);
   DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(cfg, cc));
   const int64_t blocks_decode = max_b * layout.blocks_per_sequence(o.context + 1 + max_k);
   const int64_t blocks_prefill = layout.blocks_per_sequence(o.prefill);

@@ -17,6 +17,7 @@
 #include "sampling/row_pack.h"
 #include "scheduler/batch_plan.h"
 #include "speculative/drafter.h"
+#include "speculative/speculative_config.h"
 
 namespace dsinfer::runner {
 
@@ -48,6 +49,11 @@ struct RunnerOptions {
   int32_t num_redundant_experts = 0;
   int64_t eplb_interval = 1000;
 };
+
+// RunnerOptions with the names of the user's options parsed: backend "cpu" | "cuda", numerics "official" | "hf",
+// load format "auto" | "dummy"; the other fields keep their defaults.
+Result<RunnerOptions> runner_options(const std::string& model_dir, const std::string& backend,
+                                     const std::string& numerics, const std::string& load_format = "auto");
 
 class RunnerDiagnostics {
  public:
@@ -106,10 +112,10 @@ class ModelRunner {
     return layers.empty() ? Status::ok() : Status::error(name() + ": this backend cannot capture hidden states");
   }
   virtual std::span<const float> captured_hidden() const { return {}; }
-  // The drafter of `method` on this backend's device, reading the captured hidden states where they are (the
+  // The drafter of `cfg.method` on this backend's device, reading the captured hidden states where they are (the
   // runner then stops downloading them: captured_hidden() stays empty); nullptr = the engine's host drafter.
-  virtual Result<std::unique_ptr<speculative::Drafter>> create_drafter(speculative::SpecMethod method, const std::string& model_dir,
-                                                                int32_t num_slots) {
+  virtual Result<std::unique_ptr<speculative::Drafter>> create_drafter(const speculative::SpeculativeConfig& cfg,
+                                                                       int32_t num_slots) {
     return std::unique_ptr<speculative::Drafter>();
   }
 

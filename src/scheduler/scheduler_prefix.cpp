@@ -25,7 +25,7 @@ Scheduler::PrefixHit Scheduler::prefix_lookup(Sequence* s) {
   // At most total - 1 tokens: the last one must still run to produce the logits.
   cache::PrefixCache::Match m = pc->match(all, s->keys, int32_t((total - 1) / bs));
   const int64_t exact = int64_t(m.snapshot_blocks) * bs, full = int64_t(m.blocks.size()) * bs;
-  const int64_t window = cache_.layout().ring_rows - cache_.layout().spec_tokens;
+  const int64_t window = cache_.layout().ring_rows - cache_.layout().num_speculative_tokens;
   if (pc->mode() == cache::PrefixMode::kBounded && full > window && full - window > exact) {
     h.start = full - window;
     h.replay_end = full;

@@ -24,7 +24,7 @@ Status Scheduler::set_draft(SeqId id, std::vector<int32_t> tokens, std::vector<f
   }
   const int64_t room = s->req->max_tokens - int64_t(s->output.size());  // tokens it may still emit
   const size_t keep = size_t(std::clamp<int64_t>(room - 1, 0, int64_t(tokens.size())));
-  tokens.resize(std::min(keep, size_t(cache_.layout().spec_tokens)));
+  tokens.resize(std::min(keep, size_t(cache_.layout().num_speculative_tokens)));
   survival.resize(tokens.size());
   s->draft = std::move(tokens);
   s->survival = std::move(survival);

@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "io/config.h"
 #include "speculative/draft_config.h"
+#include "speculative/speculative_config.h"
 
 namespace dsinfer::speculative {
 
@@ -64,8 +65,9 @@ class Drafter {
   virtual Status propose(std::span<const ProposeItem> items, const DrawFn& draw, std::vector<Proposal>& out) = 0;
 };
 
-// CPU reference drafters for `num_slots` state-cache slots; weights from model_dir (speculative/draft_weights.h).
-Result<std::unique_ptr<Drafter>> create_cpu_drafter(SpecMethod method, const std::string& model_dir,
-                                                    const io::ModelConfig& target, int32_t num_slots);
+// CPU reference drafter of `cfg.method` for `num_slots` state-cache slots; weights from cfg.model_dir
+// (speculative/draft_weights.h).
+Result<std::unique_ptr<Drafter>> create_cpu_drafter(const SpeculativeConfig& cfg, const io::ModelConfig& target,
+                                                    int32_t num_slots);
 
 }  // namespace dsinfer::speculative

@@ -14,22 +14,14 @@ using scheduler::BatchPlan;
 using scheduler::SeqPlan;
 using scheduler::StepOutput;
 
-Result<std::unique_ptr<Speculator>> Speculator::create(SpecMethod method, int32_t k, const std::string& model_dir,
-                                                       const io::ModelConfig& target, int32_t num_slots,
-                                                       std::unique_ptr<Drafter> device_drafter, double row_cost) {
-  if (!(row_cost >= 0 && row_cost <= 100)) return Status::errorf("speculative_row_cost must be in [0, 100], found {}", row_cost);
-  DSI_ASSIGN_OR_RETURN(DraftConfig dc, load_draft_config(model_dir));
+Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculativeConfig& cfg, const io::ModelConfig& target,
+                                                       int32_t num_slots, std::unique_ptr<Drafter> device_drafter) {
   std::unique_ptr<Drafter> d = std::move(device_drafter);
-  if (d && d->method() != method) return Status::error("speculator: the device drafter is of another method");
+  if (d && d->method() != cfg.method) return Status::error("speculator: the device drafter is of another method");
   if (!d) {
-    DSI_ASSIGN_OR_RETURN(d, create_cpu_drafter(method, model_dir, target, num_slots));
+    DSI_ASSIGN_OR_RETURN(d, create_cpu_drafter(cfg, target, num_slots));
   }
-  if (k < 0 || k > d->max_drafts())
-    return Status::errorf("num_speculative_tokens must be in [0, {}] for the {} drafter, found {}", d->max_drafts(),
-                          spec_method_name(method), k);
-  auto sp = std::make_unique<Speculator>(std::move(d), k, std::move(dc), target.vocab_size);
-  sp->set_row_cost(row_cost);
-  return sp;
+  return std::make_unique<Speculator>(std::move(d), cfg, target.vocab_size);
 }
 
 size_t best_verify_length(std::span<const float> a, double row_cost) {
@@ -54,17 +46,18 @@ bool plain_argmax(const SamplingParams& p, size_t num_output_tokens) {
          p.repetition_penalty == 1.0 && p.min_tokens <= int64_t(num_output_tokens);
 }
 
-Speculator::Speculator(std::unique_ptr<Drafter> drafter, int32_t k, DraftConfig dc, int64_t vocab)
-    : drafter_(std::move(drafter)), k_(k > 0 ? k : drafter_->max_drafts()), dc_(std::move(dc)), vocab_(vocab) {
+Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, int64_t vocab)
+    : drafter_(std::move(drafter)), cfg_(std::move(cfg)), vocab_(vocab) {
   metrics_.method = spec_method_name(drafter_->method());
-  metrics_.trials_per_position.assign(size_t(k_), 0);
-  metrics_.accepted_per_position.assign(size_t(k_), 0);
+  metrics_.trials_per_position.assign(size_t(cfg_.num_speculative_tokens), 0);
+  metrics_.accepted_per_position.assign(size_t(cfg_.num_speculative_tokens), 0);
 }
 
 std::vector<float> Speculator::survival(std::span<const float> c, bool greedy) const {
   // Prefix survival a_k = prod_{i<=k} sigmoid(c_i / T_i), T from sequential temperature scaling.
-  const std::vector<double>& T = greedy && !dc_.sts_temperatures_greedy.empty() ? dc_.sts_temperatures_greedy
-                                                                                : dc_.sts_temperatures;
+  const std::vector<double>& T = greedy && !cfg_.draft.sts_temperatures_greedy.empty()
+                                             ? cfg_.draft.sts_temperatures_greedy
+                                             : cfg_.draft.sts_temperatures;
   std::vector<float> a;
   double acc = 1.0;
   for (size_t k = 0; k < c.size(); ++k) {
@@ -125,7 +118,7 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
       }
       sampling::verify_drafts(vi, sampler, logprobs_mode_, o.samples);
       const int32_t acc = int32_t(o.samples.size()) - 1;
-      for (int32_t k = 0; k < L && k <= acc && k < k_; ++k) {
+      for (int32_t k = 0; k < L && k <= acc && k < cfg_.num_speculative_tokens; ++k) {
         metrics_.trials_per_position[size_t(k)] += 1;
         if (k < acc) metrics_.accepted_per_position[size_t(k)] += 1;
       }
@@ -189,11 +182,12 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     const int64_t anchor_pos = sched.num_computed(sp.seq_id);
     // Scheduler::set_draft keeps at most max_tokens - outputs - 1 drafts: drafting more near a request's end was
     // pure waste (a full draft head per token on the CPU drafter). The kept drafts are the same (per-position draws).
-    int32_t num_drafts = k_;
+    const int32_t k = cfg_.num_speculative_tokens;
+    int32_t num_drafts = k;
     if (sp.params->max_tokens)
-      num_drafts = int32_t(std::clamp<int64_t>(*sp.params->max_tokens - int64_t(hist[j].size()) - 1, 0, k_));
-    items.push_back({sp.slot, anchor_pos, hist[j].back(), num_drafts,
-                     plain_argmax(*sp.params, hist[j].size()) && !tms[j]});
+      num_drafts = int32_t(std::clamp<int64_t>(*sp.params->max_tokens - int64_t(hist[j].size()) - 1, 0, k));
+    const bool argmax = plain_argmax(*sp.params, hist[j].size()) && !tms[j];
+    items.push_back({sp.slot, anchor_pos, hist[j].back(), num_drafts, argmax});
   }
   std::vector<std::vector<double>> q(items.size());
   auto draw = [&](size_t j, int32_t k, std::span<const float> lg) {
@@ -226,7 +220,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
                                                       : std::vector<float>(props[j].tokens.size(), 1.0f);
     metrics_.drafted_tokens += int64_t(props[j].tokens.size());
     if (solo && greedy && drafter_->has_confidence()) {  // sampled: seeded draws stay batch-invariant
-      const size_t L = best_verify_length(a, row_cost_);
+      const size_t L = best_verify_length(a, cfg_.row_cost);
       a.resize(L);
       props[j].tokens.resize(L);
       q[j].resize(std::min(q[j].size(), L * size_t(vocab_)));

@@ -14,6 +14,7 @@
 #include "sampling/sampler.h"
 #include "scheduler/step_output.h"
 #include "speculative/drafter.h"
+#include "speculative/speculative_config.h"
 #include "structured/structured_decoding.h"
 
 namespace dsinfer::scheduler {
@@ -33,20 +34,16 @@ size_t best_verify_length(std::span<const float> survival, double row_cost);
 
 class Speculator {
  public:
-  // num_speculative_tokens 0 = the drafter's maximum. `num_slots`: the state cache's slots. `device_drafter`: the
+  // `cfg` resolved (resolve_speculative_config). `num_slots`: the state cache's slots. `device_drafter`: the
   // runner's drafter on its device (ModelRunner::create_drafter), or nullptr for the CPU reference drafter.
-  static Result<std::unique_ptr<Speculator>> create(SpecMethod method, int32_t num_speculative_tokens,
-                                                    const std::string& model_dir, const io::ModelConfig& target,
-                                                    int32_t num_slots, std::unique_ptr<Drafter> device_drafter = nullptr,
-                                                    double row_cost = 0);
-  // Or around any drafter (tests).
-  Speculator(std::unique_ptr<Drafter> drafter, int32_t num_speculative_tokens, DraftConfig dc, int64_t vocab);
+  static Result<std::unique_ptr<Speculator>> create(const SpeculativeConfig& cfg, const io::ModelConfig& target,
+                                                    int32_t num_slots,
+                                                    std::unique_ptr<Drafter> device_drafter = nullptr);
+  Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, int64_t vocab);
 
   const std::vector<int64_t>& tapped_layers() const { return drafter_->tapped_layers(); }
-  int32_t num_speculative_tokens() const { return k_; }
+  int32_t num_speculative_tokens() const { return cfg_.num_speculative_tokens; }
   Drafter& drafter() { return *drafter_; }
-  // Batch 1: drafts of the only running sequence are cut to best_verify_length (EngineOptions::speculative_row_cost).
-  void set_row_cost(double c) { row_cost_ = c; }
 
   // Samples every logits row of the plan: verifying sequences with sampling::verify_drafts, others like
   // scheduler::sample_step. Structured outputs (both null = none): `mask` holds each sequence's first row
@@ -73,10 +70,8 @@ class Speculator {
   std::vector<float> survival(std::span<const float> conf_logits, bool greedy) const;
 
   std::unique_ptr<Drafter> drafter_;
-  int32_t k_;
-  DraftConfig dc_;
+  SpeculativeConfig cfg_;  // batch 1: drafts of the only running sequence are cut to best_verify_length(row_cost)
   int64_t vocab_;
-  double row_cost_ = 0;
   sampling::LogprobsMode logprobs_mode_ = sampling::LogprobsMode::Raw;
   std::unordered_map<scheduler::SeqId, SeqDraft> drafts_;
   SpeculativeMetrics metrics_;

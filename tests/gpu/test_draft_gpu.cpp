@@ -26,6 +26,11 @@ namespace {
 using namespace dsinfer;
 
 std::string model_dir() { return test::source_dir() + "/models/dsv4-small"; }
+// The speculative settings of `method` with every other option at its default (drafts per step: the maximum).
+speculative::SpeculativeConfig spec_config(speculative::SpecMethod method) {
+  return test::unwrap(speculative::resolve_speculative_config(speculative::spec_method_name(method), 0, 0, 0, 0,
+                                                              model_dir()));
+}
 
 struct Draws {
   std::map<std::pair<size_t, int32_t>, std::vector<float>> logits;
@@ -78,10 +83,10 @@ void check(const Case& c) {
   auto runner = engine::create_runner(ro);
   ASSERT_TRUE(runner.is_ok()) << runner.status().message();
   const io::ModelConfig& cfg = (*runner)->config();
-  auto gpu = (*runner)->create_drafter(c.method, model_dir(), 4);
+  auto gpu = (*runner)->create_drafter(spec_config(c.method), 4);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
   ASSERT_TRUE(*gpu) << "the CUDA runner returned no device drafter";
-  auto cpu = speculative::create_cpu_drafter(c.method, model_dir(), cfg, 4);
+  auto cpu = speculative::create_cpu_drafter(spec_config(c.method), cfg, 4);
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
   const int64_t width = int64_t((*cpu)->tapped_layers().size()) * cfg.hc_mult * cfg.hidden_size;
   ASSERT_EQ((*cpu)->tapped_layers(), (**gpu).tapped_layers());
@@ -138,7 +143,7 @@ void check_pick(speculative::SpecMethod method, bool exact) {
   auto runner = engine::create_runner(ro);
   ASSERT_TRUE(runner.is_ok()) << runner.status().message();
   const io::ModelConfig& cfg = (*runner)->config();
-  auto gpu = (*runner)->create_drafter(method, model_dir(), 4);
+  auto gpu = (*runner)->create_drafter(spec_config(method), 4);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
   ASSERT_TRUE(*gpu);
   const int64_t width = int64_t((**gpu).tapped_layers().size()) * cfg.hc_mult * cfg.hidden_size;

@@ -186,7 +186,7 @@ double tight_state_gb(int32_t k) {
   cc.max_num_seqs = 16;
   cc.max_model_len = 160;
   cc.kv_elem_bytes = 4;  // the CUDA runner's fp32 rows
-  cc.max_spec_tokens = k;
+  cc.num_speculative_tokens = k;
   auto layout = dsinfer::cache::compute_state_layout(*cfg, cc);
   EXPECT_TRUE(layout.is_ok());
   // 16 slots but token blocks for two max-length sequences only: running sequences outgrow them.

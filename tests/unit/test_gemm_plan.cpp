@@ -12,10 +12,19 @@
 #include "ops/gemm/gemm_plan.h"
 
 using namespace dsinfer::ops::cuda;
+using dsinfer::Result;
 using dsinfer::ops::KernelMode;
 namespace od = dsinfer::ops::cuda::detail;
 
 namespace {
+
+// The settings of these variable values, which must be valid.
+GemmSettings settings(const char* cublaslt, const char* min_m, const char* act) {
+  Result<GemmSettings> s = gemm_settings_from(cublaslt, min_m, act);
+  EXPECT_TRUE(s.is_ok()) << s.status().message();
+  return s.is_ok() ? s.value() : GemmSettings{};
+}
+
 
 constexpr int kSms = 132;  // H200
 
@@ -131,14 +140,14 @@ TEST(GemmPlan, FlashFastPathKernels) {
 TEST(GemmPlan, SettingsMoveOnlyTheCublasLtChoice) {
   const std::vector<Shape> f = flash_shapes();
   const Shape &wq_a = f[0], &wo_a = f[3], &wo_b = f[4], &lm = f[7];
-  const GemmSettings off = gemm_settings_from("0", nullptr, nullptr);
+  const GemmSettings off = settings("0", nullptr, nullptr);
   expect_ran(wo_b, 64, KernelMode::kFast, Ran::kStream, off);
   expect_ran(wo_b, 512, KernelMode::kFast, Ran::kTiled, off);
   expect_ran(wq_a, 200, KernelMode::kFast, Ran::kStream, off);
   expect_ran(lm, 9, KernelMode::kFast, Ran::kGemv, off);  // the verify range keeps the decode kernel
   expect_ran(lm, 17, KernelMode::kFast, Ran::kTiled, off);
   expect_ran(wo_a, 4096, KernelMode::kFast, Ran::kTiled, off);
-  const GemmSettings late = gemm_settings_from(nullptr, "128", nullptr);
+  const GemmSettings late = settings(nullptr, "128", nullptr);
   expect_ran(wo_b, 64, KernelMode::kFast, Ran::kStream, late);
   expect_ran(wo_b, 127, KernelMode::kFast, Ran::kStream, late);
   expect_ran(wo_b, 128, KernelMode::kFast, Ran::kLt, late);
@@ -284,22 +293,31 @@ TEST(GemmPlan, LaunchShapesAreLegal) {
   EXPECT_FALSE(od::plan_gemm_stream(a, WeightFormat::FP8_BLOCK, kSms, p));
 }
 
-// The environment overrides: unset / empty keep the defaults, DSINFER_CUBLASLT=0 turns cuBLASLt off, a bad
-// DSINFER_CUBLASLT_MIN_M keeps the default, DSINFER_CUBLASLT_ACT=fp8 selects one activation term.
+// The environment overrides: unset / empty keep the defaults, DSINFER_CUBLASLT=0 turns cuBLASLt off,
+// DSINFER_CUBLASLT_ACT=fp8 selects one activation term; any other value of the three is an error naming the variable
+// (a mistyped override used to fall back to the default silently).
 TEST(GemmPlan, SettingsFromEnvironmentValues) {
-  const GemmSettings d = gemm_settings_from(nullptr, nullptr, nullptr);
+  const GemmSettings d = settings(nullptr, nullptr, nullptr);
   EXPECT_TRUE(d.cublaslt);
   EXPECT_EQ(d.lt_min_m, 64);
   EXPECT_EQ(d.lt_activations, GemmLtActivations::kFp8x2);
-  EXPECT_FALSE(gemm_settings_from("0", nullptr, nullptr).cublaslt);
-  EXPECT_TRUE(gemm_settings_from("1", nullptr, nullptr).cublaslt);
-  EXPECT_TRUE(gemm_settings_from("", nullptr, nullptr).cublaslt);
-  EXPECT_EQ(gemm_settings_from(nullptr, "16", nullptr).lt_min_m, 16);
-  for (const char* bad : {"", "0", "-4", "12x", "abc"})
-    EXPECT_EQ(gemm_settings_from(nullptr, bad, nullptr).lt_min_m, 64) << "'" << bad << "'";
-  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, "fp8").lt_activations, GemmLtActivations::kFp8);
-  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, "fp8x2").lt_activations, GemmLtActivations::kFp8x2);
-  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, "FP8").lt_activations, GemmLtActivations::kFp8x2);
+  EXPECT_FALSE(settings("0", nullptr, nullptr).cublaslt);
+  EXPECT_TRUE(settings("1", nullptr, nullptr).cublaslt);
+  EXPECT_TRUE(settings("", nullptr, nullptr).cublaslt);
+  EXPECT_EQ(settings(nullptr, "16", nullptr).lt_min_m, 16);
+  EXPECT_EQ(settings(nullptr, "", nullptr).lt_min_m, 64);
+  EXPECT_EQ(settings(nullptr, nullptr, "fp8").lt_activations, GemmLtActivations::kFp8);
+  EXPECT_EQ(settings(nullptr, nullptr, "fp8x2").lt_activations, GemmLtActivations::kFp8x2);
+  for (const char* bad : {"0", "-4", "12x", "abc", "99999999999999999999"}) {
+    const Result<GemmSettings> s = gemm_settings_from(nullptr, bad, nullptr);
+    ASSERT_FALSE(s.is_ok()) << "'" << bad << "'";
+    EXPECT_NE(s.status().message().find("DSINFER_CUBLASLT_MIN_M"), std::string::npos) << s.status().message();
+    EXPECT_NE(s.status().message().find(bad), std::string::npos) << s.status().message();
+  }
+  for (const char* bad : {"yes", "2", "off"})
+    EXPECT_FALSE(gemm_settings_from(bad, nullptr, nullptr).is_ok()) << "DSINFER_CUBLASLT='" << bad << "'";
+  for (const char* bad : {"FP8", "bf16", "fp8x3"})
+    EXPECT_FALSE(gemm_settings_from(nullptr, nullptr, bad).is_ok()) << "DSINFER_CUBLASLT_ACT='" << bad << "'";
 }
 
 // The cuBLASLt routing rule (moved from tests/gpu/test_gemm_lt_dense_gpu.cpp: host only): BF16 from

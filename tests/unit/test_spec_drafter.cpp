@@ -20,6 +20,11 @@ using namespace dsinfer;
 namespace {
 
 std::string model_dir() { return test::source_dir() + "/models/dsv4-small"; }
+// The speculative settings of `method` with every other option at its default (drafts per step: the maximum).
+speculative::SpeculativeConfig spec_config(speculative::SpecMethod method) {
+  return test::unwrap(speculative::resolve_speculative_config(speculative::spec_method_name(method), 0, 0, 0, 0,
+                                                              model_dir()));
+}
 
 std::vector<float> f32(const io::TensorView* t) {
   std::vector<float> v(size_t(t->numel()));
@@ -67,9 +72,9 @@ TEST(SpecDrafter, DsparkAndMtp1MatchPyTorch) {
   ASSERT_TRUE(m.is_ok()) << m.status().message();
   const io::ModelConfig& cfg = (*m)->config();
   const int64_t V = cfg.vocab_size;
-  auto ds = speculative::create_cpu_drafter(speculative::SpecMethod::kDspark, model_dir(), cfg, 2);
+  auto ds = speculative::create_cpu_drafter(spec_config(speculative::SpecMethod::kDspark), cfg, 2);
   ASSERT_TRUE(ds.is_ok()) << ds.status().message();
-  auto mtp = speculative::create_cpu_drafter(speculative::SpecMethod::kMtp1, model_dir(), cfg, 2);
+  auto mtp = speculative::create_cpu_drafter(spec_config(speculative::SpecMethod::kMtp1), cfg, 2);
   ASSERT_TRUE(mtp.is_ok()) << mtp.status().message();
   int cases = 0;
   for (int c = 0;; ++c) {

@@ -123,7 +123,7 @@ double tight_state_gb(const std::string& spec, int32_t k) {
   cc.max_num_seqs = 16;
   cc.max_model_len = 160;
   cc.kv_elem_bytes = 4;
-  cc.max_spec_tokens = spec == "off" ? 0 : k;
+  cc.num_speculative_tokens = spec == "off" ? 0 : k;
   auto layout = cache::compute_state_layout((*probe)->model_config(), cc);
   EXPECT_TRUE(layout.is_ok());
   // 16 slots but token blocks for two max-length sequences only: running sequences outgrow them.

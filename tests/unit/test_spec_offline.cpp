@@ -26,6 +26,11 @@ using namespace dsinfer;
 namespace {
 
 std::string model_dir() { return test::source_dir() + "/models/dsv4-small"; }
+// The speculative settings of `method` with every other option at its default (drafts per step: the maximum).
+speculative::SpeculativeConfig spec_config(speculative::SpecMethod method) {
+  return test::unwrap(speculative::resolve_speculative_config(speculative::spec_method_name(method), 0, 0, 0, 0,
+                                                              model_dir()));
+}
 
 // Prompts of 47 tokens + BOS (evaluate.py's --prompt-len 48): windows of this repository's Python sources.
 std::vector<std::vector<int32_t>> prompts(size_t n) {
@@ -65,7 +70,7 @@ Stats simulate(speculative::SpecMethod method, const std::vector<std::vector<int
   EXPECT_TRUE(m.is_ok());
   const io::ModelConfig& cfg = (*m)->config();
   const int64_t V = cfg.vocab_size, W = cfg.hc_mult * cfg.hidden_size;
-  auto d = speculative::create_cpu_drafter(method, model_dir(), cfg, 1);
+  auto d = speculative::create_cpu_drafter(spec_config(method), cfg, 1);
   EXPECT_TRUE(d.is_ok());
   const std::vector<int64_t> layers = (*d)->tapped_layers();
   const int32_t k_max = (*d)->max_drafts();

@@ -18,7 +18,7 @@ std::unique_ptr<Scheduler> make(int64_t budget, double min_survival) {
   cc.block_size = 4;
   cc.max_model_len = 64;
   cc.max_num_seqs = 4;
-  cc.max_spec_tokens = 3;
+  cc.num_speculative_tokens = 3;
   auto L = cache::compute_state_layout(small_model(), cc);
   EXPECT_TRUE(L.is_ok());
   cc.budget_bytes = 4 * L->slot_bytes + 100 * L->block_bytes;

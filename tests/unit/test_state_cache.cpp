@@ -50,7 +50,7 @@ TEST(StateSizes, FlashMatchesResearchNumbers) {
   EXPECT_DOUBLE_EQ(s.bytes_per_token, 6880.0);        // 21 * (1024/4 + 256/4) + 20 * 1024/128
   EXPECT_EQ(s.ring_bytes, 43 * 128 * 1024);           // 43 x 128 KiB
   EXPECT_EQ(s.frontier_bytes, 21 * 80 * 1024 + 20 * 512 * 1024);
-  cc.max_spec_tokens = 4;  // speculative slack: 4 more rows in every ring and frontier
+  cc.num_speculative_tokens = 4;  // speculative slack: 4 more rows in every ring and frontier
   StateSizes t = compute_state_sizes(flash_like(), cc);
   EXPECT_EQ(t.ring_bytes, 43 * 132 * 1024);
   EXPECT_EQ(t.frontier_bytes, 21 * 12 * (4096 + 1024) * 2 + 20 * 132 * 4096);
@@ -70,7 +70,7 @@ TEST(StateLayout, FlashBlockHoldsBlockSizeTokensOfAllLayers) {
 TEST(StateLayout, RegionsAreAlignedDisjointAndAddressable) {
   for (int spec : {0, 3}) {
     StateCacheConfig cc;
-    cc.max_spec_tokens = spec;
+    cc.num_speculative_tokens = spec;
     auto r = compute_state_layout(tiny(), cc);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     const StateLayout& L = *r;

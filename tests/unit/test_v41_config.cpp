@@ -172,7 +172,7 @@ TEST(V41StateLayout, ReleasedShapes) {
   ASSERT_TRUE(c.is_ok()) << c.status().message();
   cache::StateCacheConfig cc;
   cc.kv_elem_bytes = 2;
-  cc.max_spec_tokens = 3;
+  cc.num_speculative_tokens = 3;
   const cache::StateSizes s = cache::compute_state_sizes(*c, cc);
   // three ratio-2 sources and one ratio-1 source, (512 + 128) bf16 values per entry
   EXPECT_DOUBLE_EQ(s.bytes_per_token, 3 * 640.0 * 2 / 2 + 640.0 * 2);

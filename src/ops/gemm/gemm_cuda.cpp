@@ -141,6 +141,17 @@ Status run(detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, void* s
   return launch_tiled(a, f, stream);
 }
 
+// The launch arguments of y = x . W^T for M rows over `groups` equal row groups of w (1 = a plain GEMM; the
+// strides step x and y from one group to the next).
+detail::GemmArgs gemm_args(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t M, const DeviceWeight& w,
+                           int64_t groups, int64_t x_group_stride = 0, int64_t y_group_stride = 0) {
+  detail::GemmArgs a{.x = x, .ldx = ldx, .x_gstride = x_group_stride, .y = y, .ldy = ldy, .y_gstride = y_group_stride,
+                     .M = M, .groups = groups, .N = w.rows / groups, .K = w.cols};
+  detail::set_weight_args(a, w);
+  detail::set_x_vec(a);
+  return a;
+}
+
 }  // namespace
 
 Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
@@ -148,11 +159,8 @@ Status gemm_cuda(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, 
   DSI_RETURN_IF_ERROR(validate_weight(w, "gemm weight"));
   DSI_RETURN_IF_ERROR(check_activations(x, M, ldx, w.cols, y, ldy, w.rows));
   if (M == 0) return Status::ok();
-  detail::GemmArgs a;
-  a.x = x, a.ldx = ldx, a.y = y, a.ldy = ldy, a.M = M, a.groups = 1, a.N = w.rows, a.K = w.cols;
+  detail::GemmArgs a = gemm_args(x, ldx, y, ldy, M, w, 1);
   a.accumulate = accumulate;
-  detail::set_weight_args(a, w);
-  detail::set_x_vec(a);
   return run(a, w.fmt, precision, stream);
 }
 
@@ -166,11 +174,7 @@ Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group
   DSI_RETURN_IF_ERROR(check_activations(x, M, ldx, w.cols, y, ldy, n_g));
   if (x_group_stride < 0 || y_group_stride < 0) return Status::error("grouped gemm: negative group stride");
   if (M == 0) return Status::ok();
-  detail::GemmArgs a;
-  a.x = x, a.ldx = ldx, a.x_gstride = x_group_stride, a.y = y, a.ldy = ldy, a.y_gstride = y_group_stride, a.M = M;
-  a.groups = groups, a.N = n_g, a.K = w.cols;
-  detail::set_weight_args(a, w);
-  detail::set_x_vec(a);
+  detail::GemmArgs a = gemm_args(x, ldx, y, ldy, M, w, groups, x_group_stride, y_group_stride);
   return run(a, w.fmt, precision, stream);
 }
 

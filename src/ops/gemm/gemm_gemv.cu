@@ -40,10 +40,15 @@ __device__ __forceinline__ void dequant4(const uint4& v, int q, float (&o)[4]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
   if constexpr (F == WeightFormat::FP8_BLOCK) {
     const float2 lo = e4m3x2_to_float2(words[q]), hi = e4m3x2_to_float2(words[q] >> 16);
-    o[0] = lo.x, o[1] = lo.y, o[2] = hi.x, o[3] = hi.y;
+    o[0] = lo.x;
+    o[1] = lo.y;
+    o[2] = hi.x;
+    o[3] = hi.y;
   } else {  // BF16: words 2q, 2q + 1
-    o[0] = bits_f(words[2 * q] << 16), o[1] = bits_f(words[2 * q] & 0xFFFF0000u);
-    o[2] = bits_f(words[2 * q + 1] << 16), o[3] = bits_f(words[2 * q + 1] & 0xFFFF0000u);
+    o[0] = bits_f(words[2 * q] << 16);
+    o[1] = bits_f(words[2 * q] & 0xFFFF0000u);
+    o[2] = bits_f(words[2 * q + 1] << 16);
+    o[3] = bits_f(words[2 * q + 1] & 0xFFFF0000u);
   }
 }
 

@@ -44,7 +44,10 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   float v[4];
   if (x_vec) {
     const float4 f = *reinterpret_cast<const float4*>(xb);
-    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
   } else {
     for (int i = 0; i < 4; ++i) v[i] = xb[i];
   }

@@ -91,7 +91,8 @@ Status GemmLtEngine::prepare(const DeviceWeight& w, int64_t max_rows, void* stre
   auto [it, fresh] = I.weights.try_emplace(w.data);
   WeightScales& ws = it->second;
   if (fresh) {
-    ws.rows = w.rows, ws.cols = w.cols;
+    ws.rows = w.rows;
+    ws.cols = w.cols;
     ws.status = ws.scale.alloc(size_t(nb * ld), "cuBLASLt weight scales");
     if (ws.status.is_ok()) {
       detail::launch_lt_weight_scales(w.scale, w.scale_e8m0, nb, kb, ws.scale.data(), ld, stream);

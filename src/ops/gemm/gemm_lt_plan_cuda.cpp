@@ -32,7 +32,8 @@ void Plan::release() {
   if (a) cublasLtMatrixLayoutDestroy(a);
   if (b) cublasLtMatrixLayoutDestroy(b);
   if (d) cublasLtMatrixLayoutDestroy(d);
-  op = nullptr, a = b = d = nullptr;
+  op = nullptr;
+  a = b = d = nullptr;
 }
 
 namespace {

@@ -2,6 +2,7 @@
 // their launch shapes (streaming, GEMV, batch-invariant).
 #include "ops/gemm/gemm_plan.h"
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -11,19 +12,29 @@
 
 namespace dsinfer::ops::cuda {
 
-GemmSettings gemm_settings_from(const char* cublaslt, const char* min_m, const char* act) {
+Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act) {
   GemmSettings s;
-  if (cublaslt && *cublaslt) s.cublaslt = std::string(cublaslt) != "0";
-  if (min_m) {
-    char* end = nullptr;
-    const long long r = std::strtoll(min_m, &end, 10);
-    if (end != min_m && *end == '\0' && r >= 1) s.lt_min_m = int64_t(r);
+  const std::string on = cublaslt ? cublaslt : "";
+  if (!on.empty()) {
+    if (on != "0" && on != "1") return Status::errorf("DSINFER_CUBLASLT must be 0 or 1, found '{}'", on);
+    s.cublaslt = on == "1";
   }
-  s.lt_activations = act && std::string(act) == "fp8" ? GemmLtActivations::kFp8 : GemmLtActivations::kFp8x2;
+  if (min_m && *min_m) {
+    char* end = nullptr;
+    errno = 0;
+    const long long r = std::strtoll(min_m, &end, 10);
+    if (*end != '\0' || errno == ERANGE || r < 1)
+      return Status::errorf("DSINFER_CUBLASLT_MIN_M must be an integer >= 1, found '{}'", min_m);
+    s.lt_min_m = int64_t(r);
+  }
+  const std::string a = act ? act : "";
+  if (a == "fp8") s.lt_activations = GemmLtActivations::kFp8;
+  else if (a == "fp8x2") s.lt_activations = GemmLtActivations::kFp8x2;
+  else if (!a.empty()) return Status::errorf("DSINFER_CUBLASLT_ACT must be fp8 or fp8x2, found '{}'", a);
   return s;
 }
 
-GemmSettings gemm_settings_from_env() {
+Result<GemmSettings> gemm_settings_from_env() {
   return gemm_settings_from(std::getenv("DSINFER_CUBLASLT"), std::getenv("DSINFER_CUBLASLT_MIN_M"),
                             std::getenv("DSINFER_CUBLASLT_ACT"));
 }

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/status.h"
 #include "ops/gemm/gemm_launch.h"
 #include "ops/kernel_mode.h"
 
@@ -85,18 +86,19 @@ enum class GemmKernel { kSkinny, kTiled, kStream, kGemv };
 //           the FP8 tensor-core work and twice the weight reads (still one FP8 weight copy in memory).
 enum class GemmLtActivations { kFp8, kFp8x2 };
 
-// The environment overrides of the GEMM choice, read once (gemm_settings_from_env, at runner construction):
-//   DSINFER_CUBLASLT      0 = no cuBLASLt, anything else non-empty = on; unset or empty: kGemmLtDefaultOn
-//   DSINFER_CUBLASLT_MIN_M  smallest M for FP8 weights on cuBLASLt (an integer >= 1; otherwise kGemmLtMinM)
-//   DSINFER_CUBLASLT_ACT  fp8 = one activation term; otherwise two (kFp8x2)
+// The environment overrides of the GEMM choice, read once (gemm_settings_from_env, at runner construction); unset
+// or empty keeps the default, any other value is an error naming the variable:
+//   DSINFER_CUBLASLT        0 = no cuBLASLt, 1 = cuBLASLt (default kGemmLtDefaultOn)
+//   DSINFER_CUBLASLT_MIN_M  smallest M for FP8 weights on cuBLASLt, an integer >= 1 (default kGemmLtMinM)
+//   DSINFER_CUBLASLT_ACT    fp8 = one activation term, fp8x2 = two (default kFp8x2)
 struct GemmSettings {
   bool cublaslt = kGemmLtDefaultOn;
   int64_t lt_min_m = kGemmLtMinM;
   GemmLtActivations lt_activations = GemmLtActivations::kFp8x2;
 };
 // The settings from these variable values (nullptr = unset); gemm_settings_from_env passes std::getenv's.
-GemmSettings gemm_settings_from(const char* cublaslt, const char* min_m, const char* act);
-GemmSettings gemm_settings_from_env();
+Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act);
+Result<GemmSettings> gemm_settings_from_env();
 
 // The fast path's kernel choice for FP8_BLOCK / BF16 weights at few rows:
 //  - gemm_gemv_preferred: the fp32 GEMV kernel for grouped weights (wo_a) and N > kGemmGemvMinN at every

@@ -62,7 +62,10 @@ __device__ __forceinline__ void load_x_tile(const GemmArgs& a, const StreamParam
       if (a.x_vec) {
         v = __ldg(reinterpret_cast<const float4*>(xr));
       } else {
-        v.x = __ldg(xr), v.y = __ldg(xr + 1), v.z = __ldg(xr + 2), v.w = __ldg(xr + 3);
+        v.x = __ldg(xr);
+        v.y = __ldg(xr + 1);
+        v.z = __ldg(xr + 2);
+        v.w = __ldg(xr + 3);
       }
     }
     // quad stored as (k0, k2, k1, k3): word 0 = (k0, k2), word 1 = (k1, k3) (gd::st_x_slot)

@@ -76,8 +76,14 @@ __device__ __forceinline__ void store_tiles(const GemmArgs& a, const WPtr& w, co
   // x: 8 values -> 4 bf16 pairs (16 bytes)
   float xf[8];
   if (r.xv) {
-    xf[0] = r.x0.x, xf[1] = r.x0.y, xf[2] = r.x0.z, xf[3] = r.x0.w;
-    xf[4] = r.x1.x, xf[5] = r.x1.y, xf[6] = r.x1.z, xf[7] = r.x1.w;
+    xf[0] = r.x0.x;
+    xf[1] = r.x0.y;
+    xf[2] = r.x0.z;
+    xf[3] = r.x0.w;
+    xf[4] = r.x1.x;
+    xf[5] = r.x1.y;
+    xf[6] = r.x1.z;
+    xf[7] = r.x1.w;
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i) xf[i] = (x_ok && k_x + i < a.K) ? __ldg(xr + k_x + i) : 0.0f;
@@ -88,8 +94,14 @@ __device__ __forceinline__ void store_tiles(const GemmArgs& a, const WPtr& w, co
   uint32_t o[8];
   if (r.wv) {
     if constexpr (F == WeightFormat::BF16) {
-      o[0] = r.w[0].x, o[1] = r.w[0].y, o[2] = r.w[0].z, o[3] = r.w[0].w;
-      o[4] = r.w[1].x, o[5] = r.w[1].y, o[6] = r.w[1].z, o[7] = r.w[1].w;
+      o[0] = r.w[0].x;
+      o[1] = r.w[0].y;
+      o[2] = r.w[0].z;
+      o[3] = r.w[0].w;
+      o[4] = r.w[1].x;
+      o[5] = r.w[1].y;
+      o[6] = r.w[1].z;
+      o[7] = r.w[1].w;
     } else if constexpr (F == WeightFormat::F32) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {

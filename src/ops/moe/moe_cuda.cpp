@@ -19,6 +19,7 @@
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
+#include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
 
@@ -29,7 +30,9 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
     return Status::errorf("MoeWorkspace::reserve: bad sizes T={} topk={} dim={} inter={} experts={}", T, topk, dim,
                           inter, experts);
   if (T <= T_ && topk <= topk_ && dim <= dim_ && inter <= inter_ && experts <= experts_) return side_.create();
-  T = std::max(T, T_), topk = std::max(topk, topk_), dim = std::max(dim, dim_);
+  T = std::max(T, T_);
+  topk = std::max(topk, topk_);
+  dim = std::max(dim, dim_);
   inter = std::max(inter, inter_), experts = std::max(experts, experts_);
   const size_t tk = size_t(std::max<int64_t>(T * topk, 1)), t1 = size_t(std::max<int64_t>(T, 1));
   DSI_RETURN_IF_ERROR(offsets_.alloc(size_t(experts + 1), "moe offsets"));
@@ -44,7 +47,11 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(sh1_.alloc(t1 * size_t(inter), "moe shared h1"));
   DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
   DSI_RETURN_IF_ERROR(shy_.alloc(t1 * size_t(dim), "moe shared out"));
-  T_ = T, topk_ = topk, dim_ = dim, inter_ = inter, experts_ = experts;
+  T_ = T;
+  topk_ = topk;
+  dim_ = dim;
+  inter_ = inter;
+  experts_ = experts;
   return side_.create();
 }
 
@@ -78,11 +85,14 @@ void MoeSideStream::release() {
   if (fork_) cudaEventDestroy(static_cast<cudaEvent_t>(fork_));
   if (join_) cudaEventDestroy(static_cast<cudaEvent_t>(join_));
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-  stream_ = fork_ = join_ = nullptr, device_ = -1;
+  stream_ = fork_ = join_ = nullptr;
+  device_ = -1;
 }
 
 void MoeSideStream::swap(MoeSideStream& o) noexcept {
-  std::swap(stream_, o.stream_), std::swap(fork_, o.fork_), std::swap(join_, o.join_);
+  std::swap(stream_, o.stream_);
+  std::swap(fork_, o.fork_);
+  std::swap(join_, o.join_);
   std::swap(device_, o.device_);
 }
 
@@ -113,8 +123,14 @@ Status check_experts(const DeviceExpertWeights& w, int64_t rows, int64_t cols, c
     return Status::errorf("moe {}: expected [{}, {}], got [{}, {}]", what, rows, cols, w.rows, w.cols);
   if (!w.data) return Status::errorf("moe {}: null device pointer array", what);
   DeviceWeight probe;  // shape/format rules are those of a single weight (the pointers are checked per array)
-  probe.fmt = w.fmt, probe.rows = rows, probe.cols = cols, probe.data = w.data, probe.scale = w.scale;
-  probe.scale_e8m0 = w.scale_e8m0, probe.block_n = w.block_n, probe.block_k = w.block_k;
+  probe.fmt = w.fmt;
+  probe.rows = rows;
+  probe.cols = cols;
+  probe.data = w.data;
+  probe.scale = w.scale;
+  probe.scale_e8m0 = w.scale_e8m0;
+  probe.block_n = w.block_n;
+  probe.block_k = w.block_k;
   return validate_weight(probe, what);
 }
 
@@ -135,14 +151,28 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
                    int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream,
                    bool skinny_ok) {
   detail::GemmArgs a;
-  a.x = x, a.ldx = ldx, a.x_rows = x_rows, a.y = y, a.ldy = ldy, a.row_off = offsets;
-  a.groups = experts, a.N = w.rows, a.K = w.cols;
+  a.x = x;
+  a.ldx = ldx;
+  a.x_rows = x_rows;
+  a.y = y;
+  a.ldy = ldy;
+  a.row_off = offsets;
+  a.groups = experts;
+  a.N = w.rows;
+  a.K = w.cols;
   DeviceWeight probe;
-  probe.fmt = w.fmt, probe.rows = w.rows, probe.cols = w.cols, probe.scale_e8m0 = w.scale_e8m0;
-  probe.block_n = w.block_n, probe.block_k = w.block_k, probe.data = nullptr;  // per-expert pointers: aligned by contract
+  probe.fmt = w.fmt;
+  probe.rows = w.rows;
+  probe.cols = w.cols;
+  probe.scale_e8m0 = w.scale_e8m0;
+  probe.block_n = w.block_n;
+  probe.block_k = w.block_k;
+  probe.data = nullptr;  // per-expert pointers: aligned by contract
   detail::set_weight_args(a, probe);
-  a.wdata = nullptr, a.wscale = nullptr;
-  a.wdata_arr = w.data, a.wscale_arr = w.scale;
+  a.wdata = nullptr;
+  a.wscale = nullptr;
+  a.wdata_arr = w.data;
+  a.wscale_arr = w.scale;
   detail::set_x_vec(a);
   const MoeExpertGemmPlan p = plan_moe_expert_gemm(skinny_ok, total_rows, experts, a.w_vec);
   if (p.kernel == GemmKernel::kSkinny) {
@@ -164,15 +194,29 @@ void moe_fast_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, flo
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_active = std::min(E, n);
   if (!direct) detail::launch_moe_gather(x, perm, offsets + E, n, D, xb, stream);
   MoeFastArgs a;
-  a.active = active, a.offsets = offsets, a.xb = direct ? nullptr : xb;
-  a.xf = direct ? x : nullptr, a.perm = perm;
-  a.w1 = ex.w1.data, a.s1 = ex.w1.scale, a.w3 = ex.w3.data, a.s3 = ex.w3.scale;
-  a.K = D, a.N = I, a.limit = limit, a.hout = hb;
+  a.active = active;
+  a.offsets = offsets;
+  a.xb = direct ? nullptr : xb;
+  a.xf = direct ? x : nullptr;
+  a.perm = perm;
+  a.w1 = ex.w1.data;
+  a.s1 = ex.w1.scale;
+  a.w3 = ex.w3.data;
+  a.s3 = ex.w3.scale;
+  a.K = D;
+  a.N = I;
+  a.limit = limit;
+  a.hout = hb;
   detail::launch_moe_fast(true, a, max_active, stream);
   MoeFastArgs b;
-  b.active = active, b.offsets = offsets, b.xb = hb;
-  b.w1 = ex.w2.data, b.s1 = ex.w2.scale;
-  b.K = I, b.N = D, b.yout = yp;
+  b.active = active;
+  b.offsets = offsets;
+  b.xb = hb;
+  b.w1 = ex.w2.data;
+  b.s1 = ex.w2.scale;
+  b.K = I;
+  b.N = D;
+  b.yout = yp;
   detail::launch_moe_fast(false, b, max_active, stream);
 }
 
@@ -184,15 +228,71 @@ void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsD
   detail::launch_moe_grouped_x(x, T, D, xb, stream);
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
   MoeGroupedArgs a;
-  a.tiles = tiles, a.offsets = offsets, a.perm_token = perm, a.a = xb;
-  a.w1 = ex.w1.data, a.s1 = ex.w1.scale, a.w3 = ex.w3.data, a.s3 = ex.w3.scale;
-  a.K = D, a.N = I, a.limit = limit, a.hout = hb;
+  a.tiles = tiles;
+  a.offsets = offsets;
+  a.perm_token = perm;
+  a.a = xb;
+  a.w1 = ex.w1.data;
+  a.s1 = ex.w1.scale;
+  a.w3 = ex.w3.data;
+  a.s3 = ex.w3.scale;
+  a.K = D;
+  a.N = I;
+  a.limit = limit;
+  a.hout = hb;
   detail::launch_moe_grouped(true, a, max_tiles, stream);
   MoeGroupedArgs b;
-  b.tiles = tiles, b.offsets = offsets, b.a = hb;
-  b.w1 = ex.w2.data, b.s1 = ex.w2.scale;
-  b.K = I, b.N = D, b.yout = yp;
+  b.tiles = tiles;
+  b.offsets = offsets;
+  b.a = hb;
+  b.w1 = ex.w2.data;
+  b.s1 = ex.w2.scale;
+  b.K = I;
+  b.N = D;
+  b.yout = yp;
   detail::launch_moe_grouped(false, b, max_tiles, stream);
+}
+
+// FP8 grouped path of the routed experts: x quantized to e4m3 [T, D] + 1x128 scales in the x scratch, the SwiGLU
+// output as e4m3 [n, I] + 1x64 scales in the h scratch (both fit: the scratch holds bf16 / fp32 rows of the same
+// shapes).
+void moe_grouped_fp8_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
+                             const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint8_t* xscratch,
+                             uint8_t* hscratch, float* yp, void* stream) {
+  const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
+  uint8_t* xq = xscratch;
+  float* xs = reinterpret_cast<float*>(xscratch + T * D);  // T * D % 128 == 0: 4-byte aligned
+  uint8_t* hq = hscratch;
+  float* hs = reinterpret_cast<float*>(hscratch + n * I);
+  detail::launch_moe_quant(x, T, D, moe_detail::kFp8BlockGateUp, xq, xs, stream);
+  detail::launch_moe_tile_list(offsets, E, tiles, stream);
+  MoeGroupedFp8Args a;
+  a.tiles = tiles;
+  a.offsets = offsets;
+  a.perm_token = perm;
+  a.a = xq;
+  a.a_scale = xs;
+  a.w1 = ex.w1.data;
+  a.s1 = ex.w1.scale;
+  a.w3 = ex.w3.data;
+  a.s3 = ex.w3.scale;
+  a.K = D;
+  a.N = I;
+  a.limit = limit;
+  a.hq = hq;
+  a.hs = hs;
+  detail::launch_moe_grouped_fp8(true, a, max_tiles, stream);
+  MoeGroupedFp8Args b;
+  b.tiles = tiles;
+  b.offsets = offsets;
+  b.a = hq;
+  b.a_scale = hs;
+  b.w1 = ex.w2.data;
+  b.s1 = ex.w2.scale;
+  b.K = I;
+  b.N = D;
+  b.yout = yp;
+  detail::launch_moe_grouped_fp8(false, b, max_tiles, stream);
 }
 
 // Routed experts through the grouped GEMMs (MoePath::Exact, and Invariant for formats the fast path lacks).
@@ -273,7 +373,11 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     if (st.is_ok()) detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
     if (st.is_ok()) st = check_launch_status("moe_scatter_kernel");
   }
-  if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
+  if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedFp8) {
+    moe_grouped_fp8_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint8_t*>(h3),
+                            reinterpret_cast<uint8_t*>(h1), yp, stream);
+    st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
+  } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
                         reinterpret_cast<uint16_t*>(h1), yp, stream);
     st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_kernel / moe_grouped_kernel");

@@ -4,7 +4,7 @@
 // Same semantics as the CPU references in ops/moe/moe.h (route_ref, expert_accumulate_ref); layouts and
 // determinism rules in docs/kernels.md "GEMM and MoE". Layout: moe_plan.h chooses the kernels, moe_cuda.cpp
 // validates and sequences the launches, moe_launch.h holds the parameters and launchers, the kernels are route.cu,
-// moe.cu, moe_fast.cu and moe_grouped.cu.
+// moe.cu, moe_fast.cu, moe_grouped.cu and moe_grouped_fp8.cu.
 #pragma once
 #include <cstdint>
 
@@ -46,7 +46,10 @@ class MoeSideStream {
   MoeSideStream& operator=(const MoeSideStream&) = delete;
   MoeSideStream(MoeSideStream&& o) noexcept { swap(o); }
   MoeSideStream& operator=(MoeSideStream&& o) noexcept {
-    if (this != &o) release(), swap(o);
+    if (this != &o) {
+      release();
+      swap(o);
+    }
     return *this;
   }
   ~MoeSideStream() { release(); }

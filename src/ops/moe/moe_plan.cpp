@@ -16,10 +16,12 @@ bool moe_fast_supported(const MoeExpertsDevice& ex) {
 
 MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16) {
   const int64_t n = T * topk;
-  const bool fast = (path == MoePath::Fast || path == MoePath::Invariant || path == MoePath::Grouped) && fast_supported;
+  const bool fast = path != MoePath::Exact && fast_supported;
   const bool grouped = fast && (path == MoePath::Grouped || (path == MoePath::Fast && T > kMoeGroupedMinT));
   MoePlan p;
-  p.experts = grouped ? MoeExpertKernels::kGrouped : fast ? MoeExpertKernels::kFast : MoeExpertKernels::kGemm;
+  if (fast && path == MoePath::GroupedFp8) p.experts = MoeExpertKernels::kGroupedFp8;
+  else if (grouped) p.experts = MoeExpertKernels::kGrouped;
+  else p.experts = fast ? MoeExpertKernels::kFast : MoeExpertKernels::kGemm;
   p.gemm_skinny_ok = path != MoePath::Invariant;
   p.prep_one_launch = fast && n <= kMoePrepMaxN;
   p.direct_x = p.experts == MoeExpertKernels::kFast && n <= kMoeDirectMaxN && x_aligned16;
@@ -42,7 +44,7 @@ MoeExpertGemmPlan plan_moe_expert_gemm(bool skinny_ok, int64_t total_rows, int64
 
 GemmPrecision moe_shared_precision(MoePath path, int64_t T, int64_t N) {
   if (path == MoePath::Invariant) return GemmPrecision::kBatchInvariant;
-  const bool fast = path == MoePath::Fast || path == MoePath::Grouped;
+  const bool fast = path == MoePath::Fast || path == MoePath::Grouped || path == MoePath::GroupedFp8;
   return fast && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
 }
 

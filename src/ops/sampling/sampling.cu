@@ -241,7 +241,9 @@ __device__ void logprobs(const Row& r, bool raw, int token, int n, SampleRowOut*
       o->top_token[j] = bi;
       o->top_logprob[j] = float(double(bv) - log_z);
     }
-    pv = bv, pi = bi, count = j + 1;
+    pv = bv;
+    pi = bi;
+    count = j + 1;
   }
   if (threadIdx.x == 0) o->num_top = count;
 }
@@ -310,7 +312,10 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleArgs a) {
   const SampleRowDesc d = a.rows[blockIdx.x];
   SampleRowOut* o = a.out + blockIdx.x;
   if (threadIdx.x == 0) {
-    o->token = -1, o->status = kSampleOk, o->logprob = 0.0f, o->num_top = 0;
+    o->token = -1;
+    o->status = kSampleOk;
+    o->logprob = 0.0f;
+    o->num_top = 0;
   }
   const bool mask_ok = d.mask_row < 0 || (a.mask_words && d.mask_row < a.num_mask_rows);
   if (d.logits_row < 0 || d.logits_row >= a.logits_rows || !mask_ok || d.top_logprobs < 0 ||
@@ -323,7 +328,9 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleArgs a) {
   r.W = a.work + int64_t(blockIdx.x) * a.V;
   r.M = d.mask_row >= 0 ? a.mask_words + int64_t(d.mask_row) * a.words_per_row : nullptr;
   r.V = a.V;
-  r.m = 0.0, r.inv_t = d.inv_temperature, r.min_p = d.min_p;
+  r.m = 0.0;
+  r.inv_t = d.inv_temperature;
+  r.min_p = d.min_p;
   if (!prepare(a, d, r, o, sh)) return;
   float mv = -INFINITY;
   int mi = INT_MAX;

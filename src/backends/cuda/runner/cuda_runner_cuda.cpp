@@ -55,6 +55,8 @@ Result<std::unique_ptr<runner::ModelRunner>> create_cuda_runner(const runner::Ru
 Status CudaRunner::init(const runner::RunnerOptions& opts) {
   exact_ = opts.exact_gemm;
   batch_invariant_ = opts.batch_invariant;
+  DSI_ASSIGN_OR_RETURN(gemm_settings_, ops::cuda::gemm_settings_from_env());
+  lt_.emplace(gemm_settings_.lt_activations);
   ordinal_ = opts.device;
   ep_rank_ = opts.ep_rank;
   ep_size_ = opts.ep_size;

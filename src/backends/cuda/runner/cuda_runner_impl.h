@@ -9,6 +9,7 @@
 //   device_sampler.h   buffers of device sampling (sampling_runner_cuda.cpp: ops/sampling on the logits)
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,8 +89,8 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   std::span<const float> captured_hidden() const override { return hidden_view_; }
   // The GPU drafter (draft_cuda.h) on this runner's stream, embedding and head; DSINFER_DRAFTER=host keeps the
   // host drafter (captured states downloaded).
-  Result<std::unique_ptr<speculative::Drafter>> create_drafter(speculative::SpecMethod method, const std::string& model_dir,
-                                                        int32_t num_slots) override;
+  Result<std::unique_ptr<speculative::Drafter>> create_drafter(const speculative::SpeculativeConfig& cfg,
+                                                               int32_t num_slots) override;
 
  private:
   // Scratch of the forward, sized for the largest step seen (grown, never shrunk; growing starts a new scratch
@@ -185,10 +186,10 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // fixed attention split size, fixed mHC split, MoE never by T. No cuBLASLt in this mode.
   bool batch_invariant_ = false;
   bool graphs_enabled_ = true;    // DSINFER_CUDA_GRAPHS=0 turns decode graphs off
-  // The GEMM environment overrides (DSINFER_CUBLASLT*), read once here; cuBLASLt runs the fast path's dense
-  // projections where plan_gemm_call says so (forward_cuda.cpp gemm).
-  ops::cuda::GemmSettings gemm_settings_ = ops::cuda::gemm_settings_from_env();
-  ops::cuda::GemmLtEngine lt_{gemm_settings_.lt_activations};
+  // The GEMM environment overrides (DSINFER_CUBLASLT*), read once by init() (a bad value fails the runner's
+  // creation); cuBLASLt runs the fast path's dense projections where plan_gemm_call says so (forward_cuda.cpp gemm).
+  ops::cuda::GemmSettings gemm_settings_;
+  std::optional<ops::cuda::GemmLtEngine> lt_;  // made by init() with gemm_settings_.lt_activations
   DecodeGraphs graphs_;
   OpTimer timer_;
   DeviceSamplerBuffers dsamp_;

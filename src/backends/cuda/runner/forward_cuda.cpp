@@ -86,8 +86,8 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
 // half-done call is overwritten).
 Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
   const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), gemm_settings_);
-  if (p.lt_prepare && lt_.prepare(w, std::max(M, s_.tokens), stream_).is_ok() && p.lt &&
-      lt_.gemm(x, M, ldx, w, y, ldy, acc, stream_).is_ok())
+  if (p.lt_prepare && lt_->prepare(w, std::max(M, s_.tokens), stream_).is_ok() && p.lt &&
+      lt_->gemm(x, M, ldx, w, y, ldy, acc, stream_).is_ok())
     return Status::ok();
   const int64_t chunk = p.chunk_rows;
   const GemmPrecision prec = p.precision;
@@ -104,8 +104,8 @@ Status CudaRunner::gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64
                                    int64_t groups, float* y, int64_t ldy, int64_t yg) {
   for (int64_t g = 0; g < groups; ++g) {
     const DeviceWeight v = gemm_group_view(w, groups, g);
-    DSI_RETURN_IF_ERROR(lt_.prepare(v, std::max(M, s_.tokens), stream_));
-    DSI_RETURN_IF_ERROR(lt_.gemm(x + g * xg, M, ldx, v, y + g * yg, ldy, false, stream_));
+    DSI_RETURN_IF_ERROR(lt_->prepare(v, std::max(M, s_.tokens), stream_));
+    DSI_RETURN_IF_ERROR(lt_->gemm(x + g * xg, M, ldx, v, y + g * yg, ldy, false, stream_));
   }
   return Status::ok();
 }

@@ -73,8 +73,8 @@ Status CudaRunner::download_hidden(int64_t T) {
   return Status::ok();
 }
 
-Result<std::unique_ptr<speculative::Drafter>> CudaRunner::create_drafter(speculative::SpecMethod method, const std::string& model_dir,
-                                                                  int32_t num_slots) {
+Result<std::unique_ptr<speculative::Drafter>> CudaRunner::create_drafter(const speculative::SpeculativeConfig& cfg,
+                                                                         int32_t num_slots) {
   if (const char* d = std::getenv("DSINFER_DRAFTER"); d && std::string(d) == "host") return std::unique_ptr<speculative::Drafter>();
   DraftDeviceContext ctx;
   ctx.stream = stream_;
@@ -83,7 +83,7 @@ Result<std::unique_ptr<speculative::Drafter>> CudaRunner::create_drafter(specula
   ctx.device_hidden = [this] { return std::span<const float>(hidden_dev_.data(), capture_floats_); };
   ctx.exact = exact_;
   ctx.graphs = graphs_enabled_;
-  DSI_ASSIGN_OR_RETURN(std::unique_ptr<speculative::Drafter> d, create_cuda_drafter(method, model_dir, cfg_, num_slots, std::move(ctx)));
+  DSI_ASSIGN_OR_RETURN(std::unique_ptr<speculative::Drafter> d, create_cuda_drafter(cfg, cfg_, num_slots, std::move(ctx)));
   download_hidden_ = false;
   free_capture();
   return d;

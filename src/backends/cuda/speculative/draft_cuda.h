@@ -196,9 +196,9 @@ class Mtp1Cuda final : public speculative::Drafter {
   std::vector<float> lg_host_;
 };
 
-// The drafter of `method` on the GPU (weights from model_dir).
-Result<std::unique_ptr<speculative::Drafter>> create_cuda_drafter(speculative::SpecMethod method, const std::string& model_dir,
-                                                           const io::ModelConfig& target, int32_t num_slots,
-                                                           DraftDeviceContext ctx);
+// The drafter of `cfg.method` on the GPU (weights from cfg.model_dir).
+Result<std::unique_ptr<speculative::Drafter>> create_cuda_drafter(const speculative::SpeculativeConfig& cfg,
+                                                                  const io::ModelConfig& target, int32_t num_slots,
+                                                                  DraftDeviceContext ctx);
 
 }  // namespace dsinfer::backends

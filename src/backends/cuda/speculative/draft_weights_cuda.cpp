@@ -128,19 +128,19 @@ Result<std::span<const float>> device_hidden_source(const DraftDeviceContext& ct
   return ctx.device_hidden();
 }
 
-Result<std::unique_ptr<speculative::Drafter>> create_cuda_drafter(speculative::SpecMethod method, const std::string& model_dir,
-                                                           const io::ModelConfig& target, int32_t num_slots,
-                                                           DraftDeviceContext ctx) {
-  if (method == speculative::SpecMethod::kOff) return Status::error("create_cuda_drafter: speculative decoding is off");
+Result<std::unique_ptr<speculative::Drafter>> create_cuda_drafter(const speculative::SpeculativeConfig& cfg,
+                                                                  const io::ModelConfig& target, int32_t num_slots,
+                                                                  DraftDeviceContext ctx) {
+  if (!cfg.enabled()) return Status::error("create_cuda_drafter: speculative decoding is off");
   if (!ctx.stream || !ctx.embed || !ctx.head) return Status::error("create_cuda_drafter: no device context");
-  DSI_ASSIGN_OR_RETURN(speculative::DraftConfig dc, speculative::load_draft_config(model_dir));
-  if (method == speculative::SpecMethod::kDspark) {
-    DSI_ASSIGN_OR_RETURN(speculative::DsparkWeights w, speculative::load_dspark_weights(target, dc, model_dir));
-    auto d = std::make_unique<DsparkCuda>(target, std::move(dc), std::move(w), num_slots, std::move(ctx));
+  if (cfg.method == speculative::SpecMethod::kDspark) {
+    DSI_ASSIGN_OR_RETURN(speculative::DsparkWeights w,
+                         speculative::load_dspark_weights(target, cfg.draft, cfg.model_dir));
+    auto d = std::make_unique<DsparkCuda>(target, cfg.draft, std::move(w), num_slots, std::move(ctx));
     DSI_RETURN_IF_ERROR(d->init());
     return std::unique_ptr<speculative::Drafter>(std::move(d));
   }
-  DSI_ASSIGN_OR_RETURN(speculative::Mtp1Weights w, speculative::load_mtp1_weights(target, dc, model_dir));
+  DSI_ASSIGN_OR_RETURN(speculative::Mtp1Weights w, speculative::load_mtp1_weights(target, cfg.draft, cfg.model_dir));
   auto d = std::make_unique<Mtp1Cuda>(target, std::move(w), num_slots, std::move(ctx));
   DSI_RETURN_IF_ERROR(d->init());
   return std::unique_ptr<speculative::Drafter>(std::move(d));

@@ -1,0 +1,379 @@
+// FP8 grouped (prefill) MoE GEMMs on Hopper's wgmma for FP4_G32 experts with E8M0 scales (numeric contract in
+// moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). CTA tile: 128 permuted rows of one expert
+// (two warpgroups of 64 rows) x 128 weight rows, from the device-built tile list of the bf16 grouped path (same BM,
+// same moe_tile_list_kernel); grid x = column tile. Per 128-k stage all 256 threads cp.async the e4m3 A rows
+// (gate/up: gathered through perm_token) into a 128-byte-swizzled tile with their scales (gate/up: one per row and
+// stage, 1x128; down: two, 1x64), and the raw FP4 bytes + E8M0 scales of the weight rows (3-stage ring); the FP4
+// codes of stage k+1 are expanded to e4m3 into a swizzled B tile (double buffer; a prmt table per 32-k group, exact)
+// while the warpgroups' wgmmas of stage k run. Each warpgroup: m64n128k32 wgmma, the k-steps of one scale block
+// (gate/up 4, down 2) into a block accumulator, promoted into the fp32 result with (row scale x column block scale).
+// Gate/up: W1 and W3 rows of the same 64 columns in one tile; epilogue h = silu(min(g, L)) * clamp(u, -L, L),
+// quantized 1x64 (the tile's 64 columns) to e4m3 for the down kernel. Down: W2, epilogue fp32 rows of yp.
+// Deterministic, and a row's result does not depend on the other rows.
+// Not yet: TMA, warp specialization with setmaxnreg, a persistent scheduler (docs/kernels.md lists the next steps).
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/moe/moe_fp8_common.h"
+#include "ops/moe/moe_grouped_common.h"
+#include "ops/moe/moe_grouped_launch.h"
+
+namespace dsinfer::ops::cuda::detail {
+
+namespace {
+
+namespace md = ::dsinfer::ops::moe_detail;
+constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK, kStages = 3, NT = 256;
+constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, 128-byte swizzle (16-byte piece c of row r at c ^ r%8)
+constexpr int kSa = BM * 2 * 4;    // A scales [row][2 blocks of 64 k]
+constexpr int kRaw = BN * BK / 2;  // raw FP4 rows, 64 bytes each
+constexpr int kRs = BN * 4;        // E8M0 bytes, 4 per row
+constexpr int kRing = (kA + kSa + kRaw + kRs + 1023) / 1024 * 1024;
+constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
+constexpr int kSb = 2 * BN * 4;    // B block scales [2 blocks][128 rows]
+constexpr int kSmem = 1024 + kStages * kRing + 2 * kBx + 2 * kSb;  // + 1024: the base is aligned up to 1024
+static_assert(BM == 128 && BN == 128 && BK == 128, "the loaders below assume these sizes");
+static_assert(md::kFp8BlockGateUp == 128 && md::kFp8BlockDown == 64, "one promoted block per stage / per half stage");
+// k per activation scale and promoted block (gate/up: x, 128; down: h, 64) and blocks per 128-k stage
+template <bool kGateUp>
+constexpr int kBlk = kGateUp ? md::kFp8BlockGateUp : md::kFp8BlockDown;
+template <bool kGateUp>
+constexpr int kNB = BK / kBlk<kGateUp>;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Shared memory written by the generic proxy (cp.async, st.shared), read next by wgmma (the async proxy).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps the compiler from moving accesses of the accumulator registers across the asynchronous wgmma.
+__device__ __forceinline__ void fence_regs(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Shared-memory matrix descriptor: K-major rows of 128 bytes, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+// D (64 x 128 fp32, the wgmma accumulator layout) = (scale_d ? D : 0) + A (64 x 32 e4m3 at da) * B (128 x 32 e4m3
+// at db)^T, both K-major in 128-byte swizzled rows.
+__device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// Global sources of one thread's cp.async pieces for one tile.
+struct TileSrc {
+  const uint8_t* arow[4];  // A rows (tid >> 3) + 32i, piece tid & 7 (a valid dummy row past the expert's rows)
+  bool avalid[4];
+  const float* srow;       // A scale row tid (gate/up, tid < 128) or tid >> 1, block tid & 1 (down)
+  bool svalid;
+  const uint8_t* brow[2];  // B rows (tid >> 2) + 64i, piece tid & 3
+  const uint8_t* bsrow;    // E8M0 scale row tid (tid < 128)
+};
+
+template <bool kGateUp>
+__device__ __forceinline__ void tile_sources(const MoeGroupedFp8Args& p, int e, int rb, int rows, TileSrc& src) {
+  const int tid = threadIdx.x;
+  const int64_t K = p.K;
+  auto arow = [&](int r) -> int64_t {
+    return r >= rows ? 0 : kGateUp ? int64_t(p.perm_token[rb + r]) : int64_t(rb) + r;
+  };
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = (tid >> 3) + 32 * i;
+    src.avalid[i] = r < rows;
+    src.arow[i] = p.a + arow(r) * K + (tid & 7) * 16;
+  }
+  const int srow = kGateUp ? tid : tid >> 1;
+  src.svalid = srow < rows && srow < BM;
+  src.srow = p.a_scale + arow(srow) * (K / kBlk<kGateUp>) + (kGateUp ? 0 : tid & 1);
+  // weight row of shared row br: gate/up: W1 (br < 64) or W3 column n0 + br % 64; down: W2 row n0 + br
+  const int64_t n0 = int64_t(blockIdx.x) * (kGateUp ? md::kGrpHCols : BN);
+  auto wrow = [&](int br, bool scale) -> const uint8_t* {
+    const bool up = kGateUp && br >= 64;
+    const int64_t n = n0 + (kGateUp ? (br & 63) : br);
+    const void* base = scale ? (up ? p.s3[e] : p.s1[e]) : (up ? p.w3[e] : p.w1[e]);
+    return static_cast<const uint8_t*>(base) + n * (scale ? K / 32 : K / 2);
+  };
+#pragma unroll
+  for (int i = 0; i < 2; ++i) src.brow[i] = wrow((tid >> 2) + 64 * i, false) + (tid & 3) * 16;
+  src.bsrow = tid < BN ? wrow(tid, true) : nullptr;
+}
+
+// One 128-k stage into ring slot `ring` (shared address). A scales: sa[row * kNB + block].
+template <bool kGateUp>
+__device__ __forceinline__ void load_stage(const TileSrc& src, int kt, uint32_t ring) {
+  const int tid = threadIdx.x, piece = tid & 7;
+  const uint32_t sa = ring + kA, raw = sa + kSa, rs = raw + kRaw;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = (tid >> 3) + 32 * i;
+    cp_async16(ring + uint32_t(r * 128 + ((piece ^ (r & 7)) << 4)), src.arow[i] + int64_t(kt) * BK, src.avalid[i]);
+  }
+  if (!kGateUp || tid < BM) cp_async4(sa + uint32_t(tid * 4), src.srow + kt * kNB<kGateUp>, src.svalid);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int br = (tid >> 2) + 64 * i;
+    cp_async16(raw + uint32_t(br * 64 + (tid & 3) * 16), src.brow[i] + int64_t(kt) * (BK / 2), true);
+  }
+  if (tid < BN) cp_async4(rs + uint32_t(tid * 4), src.bsrow + int64_t(kt) * (BK / 32), true);
+}
+
+// 4 FP4 codes (nibbles of the low 16 bits of w) -> 4 e4m3 bytes through the magnitude table (t0: codes 0..3, t1:
+// 4..7) and the sign bits.
+__device__ __forceinline__ uint32_t expand4(uint32_t w, uint32_t t0, uint32_t t1) {
+  return __byte_perm(t0, t1, w & 0x7777u) | __byte_perm(0u, 0x80808080u, (w >> 1) & 0x4444u);
+}
+
+// Thread tid expands row tid / 2, 64 k (half tid % 2) of the raw FP4 stage at `raw` (+ scales at rs) into the
+// swizzled e4m3 tile bx and the block scales sb[block][row] (gate/up: one 128-k block per row, its scale written by
+// the first half's thread; down: two 64-k blocks).
+template <bool kGateUp>
+__device__ __forceinline__ void expand_stage(const uint8_t* raw, const uint8_t* rs, uint8_t* bx, float* sb) {
+  const int tid = threadIdx.x, br = tid >> 1, b = tid & 1;
+  const uint32_t sw = *reinterpret_cast<const uint32_t*>(rs + br * 4);  // the row's 4 E8M0 bytes
+  const uint32_t e0 = (sw >> (16 * b)) & 0xFFu, e1 = (sw >> (16 * b + 8)) & 0xFFu;
+  uint32_t m = max(e0, e1);
+  if (kGateUp) m = max(max(sw & 0xFFu, (sw >> 8) & 0xFFu), max((sw >> 16) & 0xFFu, sw >> 24));
+  if (!kGateUp || b == 0) sb[(kGateUp ? 0 : b) * BN + br] = __uint_as_float(md::fp8_block_scale_bits(m));
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    uint32_t t0, t1;
+    md::fp4_e4m3_table(int(g ? e1 : e0) - int(m), t0, t1);
+    const uint4 v = *reinterpret_cast<const uint4*>(raw + br * 64 + b * 32 + g * 16);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // 16-byte piece 4b + 2g + h of the row: words 2h, 2h + 1
+      uint4 o;
+      o.x = expand4(w[2 * h], t0, t1);
+      o.y = expand4(w[2 * h] >> 16, t0, t1);
+      o.z = expand4(w[2 * h + 1], t0, t1);
+      o.w = expand4(w[2 * h + 1] >> 16, t0, t1);
+      const int c = 4 * b + 2 * g + h;
+      *reinterpret_cast<uint4*>(bx + br * 128 + ((c ^ (br & 7)) << 4)) = o;
+    }
+  }
+}
+
+// acc += blk * (row scale x column block scale) for the thread's accumulator elements: rows r0, r0 + 8 (scales
+// sa0, sa1), columns 8j + 2t, +1 (block scales sbh[col]).
+__device__ __forceinline__ void promote(float (&acc)[64], const float (&blk)[64], float sa0, float sa1,
+                                        const float* sbh, int t) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 s = *reinterpret_cast<const float2*>(sbh + 8 * j + 2 * t);
+    acc[4 * j + 0] = fmaf(blk[4 * j + 0], sa0 * s.x, acc[4 * j + 0]);
+    acc[4 * j + 1] = fmaf(blk[4 * j + 1], sa0 * s.y, acc[4 * j + 1]);
+    acc[4 * j + 2] = fmaf(blk[4 * j + 2], sa1 * s.x, acc[4 * j + 2]);
+    acc[4 * j + 3] = fmaf(blk[4 * j + 3], sa1 * s.y, acc[4 * j + 3]);
+  }
+}
+
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b) {
+  return uint32_t(__nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3)) |
+         (uint32_t(__nv_cvt_float_to_fp8(b, __NV_SATFINITE, __NV_E4M3)) << 8);
+}
+
+// Gate/up epilogue of one row (half 0: r0, 1: r0 + 8): h for the thread's 16 columns, the row's amax over the quad
+// (the 4 lanes holding its 64 columns), e4m3 h and its scale.
+__device__ __forceinline__ void gate_up_row(const MoeGroupedFp8Args& p, const float (&acc)[64], int half, int64_t grow,
+                                            bool valid, int t) {
+  float h[16];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float gv = acc[4 * j + 2 * half + e], uv = acc[4 * (j + 8) + 2 * half + e];
+      if (p.limit > 0.0f) {
+        gv = fminf(gv, p.limit);
+        uv = fminf(fmaxf(uv, -p.limit), p.limit);
+      }
+      const float hv = gv / (1.0f + expf(-gv)) * uv;
+      h[2 * j + e] = hv;
+      amax = fmaxf(amax, fabsf(hv));
+    }
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  if (!valid) return;
+  const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
+  const int64_t n0 = int64_t(blockIdx.x) * md::kGrpHCols;
+  uint8_t* out = p.hq + grow * p.N + n0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    *reinterpret_cast<uint16_t*>(out + 8 * j + 2 * t) = uint16_t(e4m3x2(h[2 * j] * inv, h[2 * j + 1] * inv));
+  if (t == 0) p.hs[grow * (p.N / 64) + blockIdx.x] = amax / 448.0f;
+}
+
+template <bool kGateUp>
+__device__ __forceinline__ void epilogue(const MoeGroupedFp8Args& p, int rb, int rows, int wg, int lane,
+                                         const float (&acc)[64]) {
+  const int warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = wg * 64 + warp * 16 + g + 8 * half;
+    const int64_t grow = int64_t(rb) + row;
+    if constexpr (kGateUp) {
+      gate_up_row(p, acc, half, grow, row < rows, t);
+    } else {
+      if (row >= rows) continue;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int64_t col = int64_t(blockIdx.x) * BN + 8 * j + 2 * t;
+        *reinterpret_cast<float2*>(p.yout + grow * p.N + col) =
+            make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+      }
+    }
+  }
+}
+
+// Block `blk_i` (kBlk k) of a stage for one warpgroup: blk = A rows x B rows over the block (kBlk / 32 k-steps).
+template <bool kGateUp>
+__device__ __forceinline__ void issue_block(float (&blk)[64], uint32_t a_tile, uint32_t b_tile, int blk_i) {
+  fence_regs(blk);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < kBlk<kGateUp> / 32; ++s) {
+    const uint32_t off = uint32_t(blk_i * kBlk<kGateUp> + s * 32);
+    wgmma_m64n128k32(blk, smem_desc(a_tile + off), smem_desc(b_tile + off), s);
+  }
+  wgmma_commit();
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Args p) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  uint8_t* bx = smem + kStages * kRing;
+  float* sbs = reinterpret_cast<float*>(bx + 2 * kBx);
+  const uint32_t s0 = smem_u32(smem);
+  const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, t = lane & 3;
+  const int ntiles = p.tiles[0], nk = int(p.K / BK);
+  for (int tile = blockIdx.y; tile < ntiles; tile += gridDim.y) {
+    const int e = p.tiles[1 + 2 * tile], m0 = p.tiles[2 + 2 * tile];
+    const int rb = p.offsets[e] + m0, rows = min(BM, p.offsets[e + 1] - rb);
+    TileSrc src;
+    tile_sources<kGateUp>(p, e, rb, rows, src);
+    float acc[64], blk[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < nk) load_stage<kGateUp>(src, s, s0 + uint32_t(s * kRing));
+      cp_async_commit();
+    }
+    cp_async_wait<kStages - 2>();
+    fence_proxy_async();
+    __syncthreads();
+    expand_stage<kGateUp>(smem + kA + kSa, smem + kA + kSa + kRaw, bx, sbs);
+    fence_proxy_async();
+    __syncthreads();
+    const int ra = wg * 64 + warp * 16 + (lane >> 2);  // the thread's accumulator rows ra, ra + 8
+    constexpr int NB = kNB<kGateUp>;
+    for (int kt = 0; kt < nk; ++kt) {
+      const int nxt = kt + kStages - 1;
+      if (nxt < nk) load_stage<kGateUp>(src, nxt, s0 + uint32_t((nxt % kStages) * kRing));
+      cp_async_commit();
+      const uint32_t ring = s0 + uint32_t((kt % kStages) * kRing), btile = smem_u32(bx + (kt & 1) * kBx);
+      const float* sa = reinterpret_cast<const float*>(smem + (kt % kStages) * kRing + kA);
+      const float* sb = sbs + (kt & 1) * 2 * BN;
+#pragma unroll
+      for (int bi = 0; bi < NB; ++bi) {
+        // (a warpgroup whose rows are all past the expert's computes zeros: skipping it behind a branch makes ptxas
+        // serialize the wgmmas, C7518; at T = 4096 a tile of <= 64 rows is rare)
+        issue_block<kGateUp>(blk, ring + uint32_t(wg * 64 * 128), btile, bi);
+        if (bi == 0) {
+          cp_async_wait<kStages - 2>();  // stage kt + 1 has landed (for this thread) ...
+          fence_proxy_async();
+          __syncthreads();               // ... for all threads: expand it while the wgmmas run
+          if (kt + 1 < nk) {
+            const uint8_t* nr = smem + ((kt + 1) % kStages) * kRing + kA + kSa;
+            expand_stage<kGateUp>(nr, nr + kRaw, bx + ((kt + 1) & 1) * kBx, sbs + ((kt + 1) & 1) * 2 * BN);
+          }
+        }
+        wgmma_wait0();
+        fence_regs(blk);
+        promote(acc, blk, sa[ra * NB + bi], sa[(ra + 8) * NB + bi], sb + bi * BN, t);
+      }
+      fence_proxy_async();  // the expanded tile of stage kt + 1
+      __syncthreads();      // and everyone is done with stage kt's ring slot and B tile
+    }
+    epilogue<kGateUp>(p, rb, rows, wg, lane, acc);
+  }
+}
+
+// x fp32 [T, K] -> e4m3 + 1 x kBlock scales; one warp per block (lane: kBlock / 32 consecutive elements).
+template <int kBlock>
+__global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, float* s) {
+  constexpr int kPer = kBlock / 32;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < blocks; b += warps) {
+    float v[kPer];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      v[i] = x[b * kBlock + lane * kPer + i];
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; i += 2)
+      *reinterpret_cast<uint16_t*>(q + b * kBlock + lane * kPer + i) = uint16_t(e4m3x2(v[i] * inv, v[i + 1] * inv));
+    if (lane == 0) s[b] = amax / 448.0f;
+  }
+}
+
+}  // namespace
+
+void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, float* s, void* stream) {
+  const int64_t blocks = T * K / block;
+  const unsigned grid = unsigned(std::clamp<int64_t>((blocks + 7) / 8, 1, 132 * 16));
+  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, q, s);
+  else moe_quant_kernel<64><<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, q, s);
+}
+
+void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
+  // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
+  if (gate_up) cudaFuncSetAttribute(moe_grouped_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  else cudaFuncSetAttribute(moe_grouped_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const int64_t cols = gate_up ? md::kGrpHCols : BN;
+  const dim3 grid(unsigned(a.N / cols), unsigned(std::clamp<int64_t>(max_tiles, 1, 65535)));
+  if (gate_up) moe_grouped_fp8_kernel<true><<<grid, NT, kSmem, static_cast<cudaStream_t>(stream)>>>(a);
+  else moe_grouped_fp8_kernel<false><<<grid, NT, kSmem, static_cast<cudaStream_t>(stream)>>>(a);
+}
+
+}  // namespace dsinfer::ops::cuda::detail

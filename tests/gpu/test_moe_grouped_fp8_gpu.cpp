@@ -1,0 +1,242 @@
+// GPU parity of the FP8 grouped (prefill) MoE GEMMs (moe_grouped_fp8.cu, MoePath::GroupedFp8) against their CPU
+// reference (ops/moe/moe_fp8.h: the same quantization and expansion, sums in double) on sampled tokens, and the numeric
+// contract against today's paths: the exact CPU reference (expert_accumulate_ref on dequantized weights) and the bf16
+// grouped path on all tokens. Ragged routings: an empty expert, a one-row expert, an expert with > 128 rows (several
+// CTA row tiles, the last partial), invalid ids; K of one stage and of several (the ring wraps); one expert whose scale
+// groups are 2^20 apart (the rounding branch of the expansion). Also bitwise determinism and row independence (the
+// first half of the tokens alone gives bitwise the same rows).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "cuda/gpu_test_util.h"
+#include "ops/moe/moe.h"
+#include "ops/moe/moe_cuda.h"
+#include "ops/moe/moe_fp8.h"
+#include "ops/moe/moe_fp8_common.h"
+#include "weight_gen.h"
+
+namespace {
+
+using dsinfer::cuda::DeviceBuffer;
+using dsinfer::cuda::test::normalized_error;
+using dsinfer::cuda::test::to_device;
+using dsinfer::ops::cuda::WeightFormat;
+using dsinfer::test::HostWeight;
+using dsinfer::test::make_host_weight;
+using dsinfer::test::random_floats;
+using dsinfer::test::Rng;
+namespace oc = dsinfer::ops::cuda;
+namespace ops = dsinfer::ops;
+
+// Tolerances (normalised L2 over the sampled tokens' outputs). Against the FP8 CPU reference (block sums in double):
+// the order of fp32 sums, the tensor cores' FP8 accumulation (narrower than fp32: DeepSeek-V3 reports ~14 bits, which
+// is why the block sums are promoted every 128 / 64 k), h's expf, and the h elements whose e4m3 rounding flips with
+// the last bits of g and u. Measured on the H200 (2026-12-02; x in 1x128 blocks: one promotion per 4 wgmma k-steps):
+// 3.5e-4 (K = 384 / 640), 7.0e-4 (K = 128), 9.5e-4 (Flash shapes), 3.3e-3 (K = 256 with the 0.05 clamp: few terms
+// per h block, clamp edges); with 1x64 x blocks (two k-steps per promotion) 4-9x less. Bound 1e-2, 3x the worst; a
+// wrong fragment, swizzle, scale or expert gives O(1). Against the exact CPU reference and the bf16 grouped path: the
+// two e4m3 quantizations (x, h; ~2.5 % relative each), measured 4.2e-2 .. 7.6e-2 on the small cases and 0.089 / 0.112
+// at Flash shapes, where expert 3's 2^20 scale spread makes |g| ~2^20 and the clamp edge amplifies x's quantization
+// error (a host simulation of the same shapes without that expert gives 3.9e-2); bound 0.25, 2x the worst.
+constexpr double kRefTol = 1e-2;
+constexpr double kExactTol = 0.25;
+
+struct ExpertSet {
+  std::vector<oc::OwnedDeviceWeight> owned;
+  DeviceBuffer<const void*> data_ptrs, scale_ptrs;
+  oc::DeviceExpertWeights view;
+};
+
+uint64_t expert_seed(uint64_t base, int64_t e, int proj) {
+  return base * 1000003ull + uint64_t(e) * 7 + uint64_t(proj);
+}
+
+// Expert 3's W1 has every other scale group 2^20 above its neighbour (outside the exact range of the expansion).
+HostWeight host_weight(int64_t rows, int64_t cols, uint64_t base, int64_t e, int proj, bool deq) {
+  HostWeight h = make_host_weight(WeightFormat::FP4_G32, rows, cols, expert_seed(base, e, proj), true, 128, 128, false);
+  if (e == 3 && proj == 1)
+    for (size_t i = 1; i < h.scale.size(); i += 2) h.scale[i] = uint8_t(h.scale[i] + 20);
+  if (deq) {
+    h.deq.resize(size_t(rows * cols));
+    dsinfer::io::dequant_fp4_e2m1(h.data.data(), rows, cols, h.scale.data(), dsinfer::DType::F8_E8M0, 32, h.deq.data());
+  }
+  return h;
+}
+
+void build_set(ExpertSet& s, int64_t E, int64_t rows, int64_t cols, uint64_t base, int proj) {
+  std::vector<const void*> dp, sp;
+  for (int64_t e = 0; e < E; ++e) {
+    s.owned.push_back(dsinfer::test::upload(host_weight(rows, cols, base, e, proj, false)));
+    dp.push_back(s.owned.back().w.data);
+    sp.push_back(s.owned.back().w.scale);
+  }
+  s.data_ptrs = to_device(dp);
+  s.scale_ptrs = to_device(sp);
+  s.view.fmt = WeightFormat::FP4_G32;
+  s.view.rows = rows;
+  s.view.cols = cols;
+  s.view.data = s.data_ptrs.data();
+  s.view.scale = s.scale_ptrs.data();
+}
+
+struct Fp8Case {
+  int64_t T, E, k, D, I;
+  float limit;
+  bool shared;       // FP8 shared expert, unclamped (runs through gemm_cuda as on the
+                     // other paths)
+  bool invalid_ids;  // id -1 / E + 5 in some tokens' last slot
+  int64_t ref_tokens;
+};
+
+// Ragged routing: expert 0 never, expert 1 exactly once (token T/2, last slot), expert 2 in slot 0 of the first min(T,
+// 200) tokens (> 128 rows), expert 3 (wide scale spread) in slot 1 of every third token, the other slots distinct
+// experts from [4, E).
+void ragged_routing(const Fp8Case& c, uint64_t seed, std::vector<int32_t>& idx, std::vector<float>& wt) {
+  Rng r(seed);
+  idx.assign(size_t(c.T * c.k), 0);
+  wt.assign(idx.size(), 0.0f);
+  std::vector<int32_t> pool(size_t(c.E - 4));
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::iota(pool.begin(), pool.end(), 4);
+    for (int64_t j = 0; j < c.k; ++j) {
+      const size_t pick = size_t(j) + size_t(r.next() % uint64_t(pool.size() - size_t(j)));
+      std::swap(pool[size_t(j)], pool[pick]);
+      idx[size_t(t * c.k + j)] = pool[size_t(j)];
+      wt[size_t(t * c.k + j)] = 0.1f + r.uniform();
+    }
+    if (t < 200) idx[size_t(t * c.k)] = 2;
+    if (t % 3 == 0 && c.k > 1) idx[size_t(t * c.k + 1)] = 3;
+    if (t == c.T / 2)
+      idx[size_t(t * c.k + c.k - 1)] = 1;
+    else if (c.invalid_ids && t % 5 == 3)
+      idx[size_t(t * c.k + c.k - 1)] = (t % 2) ? -1 : int32_t(c.E + 5);
+  }
+}
+
+std::vector<float> run_moe(const Fp8Case& c, int64_t T, const DeviceBuffer<float>& dx, const DeviceBuffer<int32_t>& di,
+                           const DeviceBuffer<float>& dw, const oc::MoeExpertsDevice& ex, const oc::MoeSharedDevice* sh,
+                           oc::MoePath path) {
+  auto dout = to_device(std::vector<float>(size_t(T * c.D), NAN));
+  oc::MoeWorkspace ws;
+  EXPECT_TRUE(ws.reserve(T, c.k, c.D, c.I, c.E).is_ok());
+  const auto st =
+      oc::moe_cuda(dx.data(), T, di.data(), dw.data(), c.k, ex, sh, c.limit, 0.0f, dout.data(), ws, nullptr, path);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> out(size_t(T * c.D));
+  EXPECT_EQ(cudaMemcpy(out.data(), dout.data(), out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+// The sampled tokens' outputs of the FP8 CPU reference (fp8) and of the exact CPU reference (exact).
+void cpu_refs(const Fp8Case& c, uint64_t seed, const std::vector<float>& x, const std::vector<int32_t>& idx,
+              const std::vector<float>& wt, const std::vector<int64_t>& toks, const std::vector<HostWeight>& shw,
+              std::vector<float>& fp8, std::vector<float>& exact) {
+  for (int64_t t : toks) {
+    std::vector<double> a8(size_t(c.D), 0.0), ax(size_t(c.D), 0.0);
+    const float* xt = x.data() + t * c.D;
+    for (int64_t j = 0; j < c.k; ++j) {
+      const int32_t e = idx[size_t(t * c.k + j)];
+      if (e < 0 || e >= c.E) continue;
+      const HostWeight a = host_weight(c.I, c.D, seed, e, 1, true);
+      const HostWeight b = host_weight(c.I, c.D, seed, e, 3, true);
+      const HostWeight d = host_weight(c.D, c.I, seed, e, 2, true);
+      const int64_t bu = dsinfer::ops::moe_detail::kFp8BlockGateUp, bd = dsinfer::ops::moe_detail::kFp8BlockDown;
+      const ops::Fp8Weight qa = ops::expand_fp4_weight_ref(a.data.data(), a.scale.data(), c.I, c.D, bu);
+      const ops::Fp8Weight qb = ops::expand_fp4_weight_ref(b.data.data(), b.scale.data(), c.I, c.D, bu);
+      const ops::Fp8Weight qd = ops::expand_fp4_weight_ref(d.data.data(), d.scale.data(), c.D, c.I, bd);
+      const float w = wt[size_t(t * c.k + j)];
+      ops::expert_fp8_accumulate_ref({&qa, &qb, &qd, c.limit}, xt, w, a8.data());
+      ops::expert_accumulate_ref({a.deq.data(), b.deq.data(), d.deq.data(), c.D, c.I, c.limit}, xt, w, ax.data());
+    }
+    if (c.shared) {
+      ops::ExpertParams sp{shw[0].deq.data(), shw[1].deq.data(), shw[2].deq.data(), c.D, c.I, 0.0f};
+      ops::expert_accumulate_ref(sp, xt, 1.0f, a8.data());
+      ops::expert_accumulate_ref(sp, xt, 1.0f, ax.data());
+    }
+    for (int64_t d = 0; d < c.D; ++d) {
+      fp8.push_back(float(a8[size_t(d)]));
+      exact.push_back(float(ax[size_t(d)]));
+    }
+  }
+}
+
+void check_fp8(const Fp8Case& c, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "T=" << c.T << " E=" << c.E << " k=" << c.k << " D=" << c.D << " I=" << c.I
+                                  << " limit=" << c.limit << " shared=" << c.shared);
+  ASSERT_GE(c.E, c.k + 4);
+  ExpertSet w1, w3, w2;
+  build_set(w1, c.E, c.I, c.D, seed, 1);
+  build_set(w3, c.E, c.I, c.D, seed, 3);
+  build_set(w2, c.E, c.D, c.I, seed, 2);
+  oc::MoeExpertsDevice ex{c.E, c.D, c.I, w1.view, w3.view, w2.view};
+  ASSERT_TRUE(oc::moe_fast_supported(ex));
+  std::vector<HostWeight> shw;
+  std::vector<oc::OwnedDeviceWeight> sh_owned;
+  oc::MoeSharedDevice sh;
+  if (c.shared) {
+    shw.push_back(make_host_weight(WeightFormat::FP8_BLOCK, c.I, c.D, seed + 11));
+    shw.push_back(make_host_weight(WeightFormat::FP8_BLOCK, c.I, c.D, seed + 13));
+    shw.push_back(make_host_weight(WeightFormat::FP8_BLOCK, c.D, c.I, seed + 12));
+    for (const HostWeight& h : shw) sh_owned.push_back(dsinfer::test::upload(h));
+    sh = {sh_owned[0].w, sh_owned[1].w, sh_owned[2].w};
+  }
+  std::vector<int32_t> idx;
+  std::vector<float> wt;
+  ragged_routing(c, seed + 5, idx, wt);
+  const std::vector<float> x = random_floats(size_t(c.T * c.D), seed + 6);
+  auto dx = to_device(x);
+  auto di = to_device(idx);
+  auto dwt = to_device(wt);
+  const oc::MoeSharedDevice* shp = c.shared ? &sh : nullptr;
+
+  const std::vector<float> out = run_moe(c, c.T, dx, di, dwt, ex, shp, oc::MoePath::GroupedFp8);
+  for (float v : out) ASSERT_TRUE(std::isfinite(v)) << "unwritten / NaN output";
+  const std::vector<float> again = run_moe(c, c.T, dx, di, dwt, ex, shp, oc::MoePath::GroupedFp8);
+  EXPECT_EQ(std::memcmp(out.data(), again.data(), out.size() * 4), 0) << "FP8 path not bitwise deterministic";
+  if (!c.shared) {
+    const int64_t half = c.T / 2;
+    const std::vector<float> part = run_moe(c, half, dx, di, dwt, ex, shp, oc::MoePath::GroupedFp8);
+    EXPECT_EQ(std::memcmp(part.data(), out.data(), part.size() * 4), 0) << "a row depends on the other rows";
+  }
+  const std::vector<float> bf16 = run_moe(c, c.T, dx, di, dwt, ex, shp, oc::MoePath::Grouped);
+  const double eb = normalized_error(out, bf16);
+  EXPECT_LT(eb, kExactTol) << "vs the bf16 grouped path: " << eb;
+
+  std::vector<int64_t> toks = {0, c.T / 2, c.T - 1};
+  for (int64_t i = 1; i + 3 <= c.ref_tokens; ++i) toks.push_back(i * (c.T - 1) / (c.ref_tokens - 2));
+  std::vector<float> got, fp8, exact;
+  for (int64_t t : toks) got.insert(got.end(), out.begin() + t * c.D, out.begin() + (t + 1) * c.D);
+  cpu_refs(c, seed, x, idx, wt, toks, shw, fp8, exact);
+  const double er = normalized_error(got, fp8), ex8 = normalized_error(fp8, exact), eg = normalized_error(got, exact);
+  std::printf(
+      "[fp8 moe] T=%lld D=%lld I=%lld: vs FP8 CPU ref %.3g, vs exact "
+      "CPU ref %.3g (FP8 ref vs exact %.3g), "
+      "vs bf16 grouped %.3g\n",
+      (long long)c.T, (long long)c.D, (long long)c.I, er, eg, ex8, eb);
+  EXPECT_LT(er, kRefTol) << "vs the FP8 CPU reference: " << er;
+  EXPECT_LT(eg, kExactTol) << "vs the exact CPU reference: " << eg;
+}
+
+TEST(MoeGroupedFp8Gpu, SmallRagged) {
+  DSI_SKIP_WITHOUT_GPU();
+  // K = 256 (2 stages) with a clamp that bites; K = 128 (1 stage < ring) with invalid ids; K = 384 / 640 (3, 5 stages:
+  // the ring wraps), a shared expert.
+  check_fp8({300, 8, 2, 256, 384, 0.05f, false, false, 12}, 1);
+  check_fp8({37, 8, 3, 128, 128, 0.0f, false, true, 12}, 2);
+  check_fp8({260, 12, 4, 384, 640, 0.0f, true, true, 12}, 3);
+}
+
+// V4-Flash expert shapes (D 4096, I 2048, top-6, swiglu limit 10) with 32 experts: ~130 rows per expert.
+TEST(MoeGroupedFp8Gpu, FlashShapes) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_fp8({700, 32, 6, 4096, 2048, 10.0f, false, true, 3}, 11);
+}
+
+}  // namespace
