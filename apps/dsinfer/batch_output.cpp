@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,7 +26,49 @@ bool write_all(FILE* f, const std::string& s) {
   return std::fwrite(s.data(), 1, s.size(), f) == s.size() && std::fflush(f) == 0 && !std::ferror(f);
 }
 
+constexpr std::string_view kFingerprintKey = R"(,"request_fingerprint":")";
+
+// The fingerprint a record carries ("" when none), read from the end of its text as with_fingerprint() wrote it.
+std::string record_fingerprint(const nlohmann::json& j) {
+  const auto it = j.find("request_fingerprint");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 }  // namespace
+
+std::string request_fingerprint(const std::string& input_line) {
+  const auto j = nlohmann::json::parse(input_line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return "";
+  const std::string canonical = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bit
+  for (unsigned char c : canonical) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+std::string with_fingerprint(const std::string& record, const std::string& fp) {
+  if (fp.empty() || record.empty() || record.back() != '}') return record;
+  return record.substr(0, record.size() - 1) + std::string(kFingerprintKey) + fp + "\"}";
+}
+
+bool check_output_is_not_input(const std::string& input, const std::string& output, std::string* error) {
+  struct stat in {};
+  if (::stat(input.c_str(), &in) != 0) return true;  // reading the input reports it
+  for (const std::string& p : {output, output + ".partial", output + ".tmp"}) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0 && st.st_dev == in.st_dev && st.st_ino == in.st_ino) {
+      *error = p == output ? fmt::format("--output {} is the input file {} (the same file{}): the results would "
+                                         "overwrite the requests; choose another output path", output, input,
+                                         output == input ? "" : " through a link")
+                           : fmt::format("--output {} would write {}, which is the input file {}; choose another "
+                                         "output path", output, p, input);
+      return false;
+    }
+  }
+  return true;
+}
 
 BatchOutput::~BatchOutput() {
   if (f_) std::fclose(f_);
@@ -68,7 +111,7 @@ bool BatchOutput::load_resume(const std::string& file, std::string* error) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("custom_id") || !j["custom_id"].is_string()) continue;
     if (!j.contains("error") || !j["error"].is_null() || !j.contains("response") || !j["response"].is_object()) continue;
-    resumed_[j["custom_id"].get<std::string>()] = line;
+    resumed_[j["custom_id"].get<std::string>()] = {line, record_fingerprint(j)};
   }
   return true;
 }

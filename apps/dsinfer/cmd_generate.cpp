@@ -52,7 +52,8 @@ void usage(FILE* f) {
                "  --prompt:  --max-tokens N (64)  --temperature X (0)  --top-p X  --top-k N  --ignore-eos\n"
                "  --chat:    the prompt is one user message of a chat; --thinking on|off (default: the model's chat\n"
                "             defaults, DIR/chat_defaults.json, else on as in DeepSeek's API)\n"
-               "  --resume:  reuse the successful records of an interrupted run (OUTPUT and OUTPUT.partial), run the rest\n"
+               "  --resume:  reuse the successful records of an interrupted run (OUTPUT and OUTPUT.partial), run the\n"
+               "             rest; a line whose request changed since (same custom_id, other body) runs again\n"
                "Input lines: {\"custom_id\": \"...\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\" or\n"
                "\"/v1/completions\", \"body\": {\"messages\": [...] | \"prompt\": \"text\" | [token ids], sampling fields}}.\n"
                "Finished records are flushed to OUTPUT.partial as they complete; OUTPUT is written (input order) at the\n"
@@ -153,6 +154,7 @@ int parse_options(int argc, char** argv, Options& o) {
 
 struct Line {
   std::string custom_id;
+  std::string fingerprint;            // request_fingerprint() of the input line (success records carry it)
   std::optional<std::string> record;  // filled when done (success or error)
   bool failed = false;
   std::string error;                  // the message of an error record
@@ -181,7 +183,8 @@ int cmd_generate(int argc, char** argv) {
   std::string err;
   std::vector<std::string> texts;
   BatchOutput output;
-  if (batch && (!read_input(o.input, &texts) || !output.open(o.output, o.resume, &err))) {
+  if (batch && (!check_output_is_not_input(o.input, o.output, &err) || !read_input(o.input, &texts) ||
+                !output.open(o.output, o.resume, &err))) {
     if (!err.empty()) std::fprintf(stderr, "generate: %s\n", err.c_str());
     return 2;
   }
@@ -209,7 +212,7 @@ int cmd_generate(int argc, char** argv) {
     lines[li].error = msg;
     finish_line(li, batch_error_line(li + 1, lines[li].custom_id, code, msg), true);
   };
-  size_t resumed = 0;
+  size_t resumed = 0, changed = 0;
   if (!batch) {
     if (o.chat) {
       if (!chat_request(o, &o.single, &err)) {
@@ -219,7 +222,7 @@ int cmd_generate(int argc, char** argv) {
     } else {
       o.single.prompt_text = o.prompt;
     }
-    lines.push_back({"prompt", std::nullopt, false, ""});
+    lines.push_back({"prompt", "", std::nullopt, false, ""});
     const uint64_t id = engine->submit(o.single, &err);
     if (!id) {
       std::fprintf(stderr, "generate: %s\n", err.c_str());
@@ -238,14 +241,18 @@ int cmd_generate(int argc, char** argv) {
         fail(li, "invalid_request", err);
         continue;
       }
+      lines[li].fingerprint = request_fingerprint(texts[li]);  // after the parse: its nesting limit was checked
       if (!seen_ids.insert(bl.custom_id).second) {
         fail(li, "invalid_request", fmt::format("line {}: duplicate custom_id \"{}\"", lineno, bl.custom_id));
         continue;
       }
       if (auto it = output.resumed().find(bl.custom_id); it != output.resumed().end()) {
-        lines[li].record = it->second;  // already in the partial / output file: not written again
-        ++resumed;
-        continue;
+        if (it->second.fingerprint == lines[li].fingerprint) {
+          lines[li].record = it->second.line;  // already in the partial / output file: not written again
+          ++resumed;
+          continue;
+        }
+        ++changed;  // the request differs from the one that made the record (or the record has no fingerprint)
       }
       const uint64_t id = engine->submit(bl.request, &err);
       if (!id) {
@@ -256,6 +263,9 @@ int cmd_generate(int argc, char** argv) {
     }
     texts.clear();
     if (resumed) std::fprintf(stderr, "resume: %zu records reused from an earlier run\n", resumed);
+    if (changed)
+      std::fprintf(stderr, "resume: %zu lines changed since the earlier run (a different request under the same "
+                   "custom_id): run again, their old records are replaced\n", changed);
   }
 
   // ---- run ----
@@ -289,7 +299,8 @@ int cmd_generate(int argc, char** argv) {
       // Per-output-token latency after the first token, per sample of the request.
       const int64_t per_sample = r.completion_tokens / std::max<int64_t>(1, int64_t(r.completions.size()));
       if (per_sample > 1 && r.first_token_s >= 0) tpot.push_back((r.finish_s - r.first_token_s) / double(per_sample - 1));
-      finish_line(li, batch_success_line(li + 1, lines[li].custom_id, r), false);
+      const std::string record = batch_success_line(li + 1, lines[li].custom_id, r);
+      finish_line(li, with_fingerprint(record, lines[li].fingerprint), false);
       if (!batch) single.push_back(std::move(r));
     }
     const double now = engine->now_s();

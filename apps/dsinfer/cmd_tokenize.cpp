@@ -44,8 +44,14 @@ int parse_args(int argc, char** argv, bool detok, Args& a) {
 
 // One input line -> its output JSON, or false with *error.
 bool convert(const Tokenizer& tok, const Args& a, bool detok, const std::string& line, std::string* out, std::string* error) {
-  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return *error = "not valid JSON", false;
+  // One rule with generate / serve (request bodies): nlohmann's parser, whose message says what is wrong (a lone
+  // UTF-16 surrogate escape such as "\ud800", invalid UTF-8, a syntax error) and where.
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    return *error = std::string("not valid JSON: ") + e.what(), false;
+  }
   std::vector<int32_t> ids;
   if (!detok) {
     if (!j.is_string()) return *error = "expected a JSON string, got " + std::string(j.type_name()), false;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "chat/chat_options.h"
+#include "io/model_files.h"
 
 namespace dsinfer::chat {
 
@@ -15,11 +16,8 @@ Result<ChatDefaults> load_chat_defaults(const std::string& model_dir) {
   const std::filesystem::path path = std::filesystem::path(model_dir) / kChatDefaultsFile;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return d;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::errorf("{}: cannot be read", path.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  d.fields = ojson::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  DSI_ASSIGN_OR_RETURN(const std::string text, io::read_regular_file(path.string()));
+  d.fields = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (d.fields.is_discarded() || !d.fields.is_object())
     return Status::errorf("{}: not a JSON object (expected {{\"thinking\": {{\"type\": \"disabled\"}}}} or the like)",
                           path.string());

@@ -97,14 +97,18 @@ Result<ResponseFormatSpec> parse_response_format(const ojson& rf) {
 
 namespace {
 
+// `"parameters": {}` is the empty schema (any value): OpenAI and vLLM accept it, and for a function it means what
+// leaving parameters out means (deepseek-recipe 0.2.0 rejects it: a deliberate divergence, docs/decisions.md).
 Result<ojson> tool_parameters(const ToolDecl& d, size_t k) {
   const std::string where = fmt::format("tools[{}].function.parameters", k);
+  const bool none = d.parameters.is_null() || (d.parameters.is_object() && d.parameters.empty());
   if (d.strict) {
     ojson schema = d.parameters;
-    if (schema.is_null()) schema = ojson::parse(R"({"type": "object", "properties": {}, "additionalProperties": false, "required": []})");
+    if (none)
+      schema = ojson::parse(R"({"type": "object", "properties": {}, "additionalProperties": false, "required": []})");
     return normalize_strict_schema(schema, /*allow_empty_object=*/true, where);
   }
-  if (d.parameters.is_null()) return ojson::object();
+  if (none) return ojson::object();
   DSI_RETURN_IF_ERROR(validate_json_schema(d.parameters, where));
   if (!(d.parameters.is_object() && d.parameters.contains("type") && d.parameters["type"] == "object"))
     return Status::errorf("{} must be a JSON Schema of \"type\": \"object\", got \"type\": {}", where,

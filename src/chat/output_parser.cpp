@@ -80,15 +80,39 @@ ParseDelta OutputParser::push(std::string_view text) {
 Status OutputParser::finish(ParseDelta& d) {
   step(d, true);
   if (state_ != State::kReasoning && state_ != State::kContent && state_ != State::kAfterToolCalls) {
-    Status s = Status::errorf("model output ended inside a DSML tool_calls block ({} unparsed bytes)",
-                              block_raw_.size() + buf_.size());
+    // Cut off inside the block (max_tokens, or EOS): the markup never reaches content. A call whose name was
+    // complete is reported with the arguments parsed so far, closed into a JSON object; the error says so.
+    const bool in_call = state_ == State::kInvokeBody || state_ == State::kParamHeader || state_ == State::kParamValue;
+    Status s = in_call ? Status::errorf("model output ended inside DSML tool call {:?} (its arguments are cut short: "
+                                        "{} unparsed bytes)", cur_.name, block_raw_.size() + buf_.size())
+                       : Status::errorf("model output ended inside a DSML tool_calls block ({} unparsed bytes dropped)",
+                                        block_raw_.size() + buf_.size());
     if (error_.is_ok()) error_ = s;
-    content_started_ = true;
-    emit_content(block_raw_ + buf_, d);
+    if (in_call) close_partial_call(d);
     block_raw_.clear();
     buf_.clear();
+    state_ = State::kAfterToolCalls;
   }
   return error_;
+}
+
+void OutputParser::close_partial_call(ParseDelta& d) {
+  if (state_ == State::kParamValue) {
+    std::string_view value(buf_);  // less a closing marker cut short and an incomplete UTF-8 character
+    value.remove_suffix(
+        std::max(partial_marker_suffix(value, param_close_), partial_marker_suffix(value, invoke_close_)));
+    value.remove_suffix(incomplete_utf8_suffix(value));
+    if (param_is_string_) {
+      emit_args(json_string_body(value) + "\"", d);
+    } else {  // a value cut short is kept as a JSON string (valid JSON either way)
+      emit_args(ojson::accept(value.begin(), value.end()) && !value.empty()
+                    ? std::string(value)
+                    : ojson(std::string(value)).dump(-1, ' ', false, ojson::error_handler_t::replace), d);
+    }
+  }
+  emit_args(cur_has_params_ ? "}" : "{}", d);
+  calls_.push_back(cur_);
+  d.tool_calls.push_back(cur_);
 }
 
 void OutputParser::fail(Status s) {
@@ -151,12 +175,16 @@ void OutputParser::step(ParseDelta& d, bool final) {
         continue;
       }
       size_t hold = 0;
-      if (!final && opts_.parse_tool_calls) {
+      if (opts_.parse_tool_calls) {
         hold = partial_marker_suffix(buf_, calls_open_);
-        while (hold < buf_.size() && buf_[buf_.size() - hold - 1] == '\n') ++hold;
+        // The output ends (max_tokens) inside the opening marker: markup, dropped from "<｜" on (a lone "<" stays).
+        if (final && hold < 1 + std::string_view("｜").size()) hold = 0;
+        if (!final || hold > 0)
+          while (hold < buf_.size() && buf_[buf_.size() - hold - 1] == '\n') ++hold;
       }
       emit_content(std::string_view(buf_).substr(0, buf_.size() - hold), d);
       buf_.erase(0, buf_.size() - hold);
+      if (final) buf_.clear();
       return;
     }
     if (!step_tool_calls(d, final)) return;

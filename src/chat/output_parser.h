@@ -50,8 +50,10 @@ class OutputParser {
  public:
   explicit OutputParser(ParserOptions opts);
   ParseDelta push(std::string_view text);
-  // End of output: flushes held-back text. A tool_calls block or invoke that never closed is an error naming
-  // it (the delta still holds everything parsed before it, and the unparsed text is returned as content).
+  // End of output: flushes held-back text. A tool_calls block or invoke that never closed (output cut off by
+  // max_tokens) is an error naming it; no DSML markup reaches content: a call whose name was complete is
+  // reported with the arguments parsed so far (a value cut short ends there; the object is closed, valid JSON),
+  // the rest of the block is dropped.
   Status finish(ParseDelta& out);
 
   // The complete message so far (sum of all deltas).
@@ -68,6 +70,7 @@ class OutputParser {
   bool step_param(ParseDelta& d, bool final);
   void consume(size_t n);  // drops n bytes of buf_ (kept in block_raw_ while inside a tool_calls block)
   void emit_args(std::string piece, ParseDelta& d);
+  void close_partial_call(ParseDelta& d);  // finish() inside an invoke: report it with its arguments so far
   void fail(Status s);
   void emit_reasoning(std::string_view s, ParseDelta& d);
   void emit_content(std::string_view s, ParseDelta& d);

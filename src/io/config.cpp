@@ -10,6 +10,7 @@
 
 #include "io/config_reader.h"
 #include "io/json_limits.h"
+#include "io/model_files.h"
 
 namespace dsinfer::io {
 
@@ -119,9 +120,9 @@ Status parse_layer_schedule(const json& j, Reader& r, const std::string& source,
 
 // RoPE: rope_parameters (transformers) or rope_theta + rope_scaling (official); the rotary dims.
 Status parse_rope(const json& j, Reader& r, const std::string& source, ModelConfig& c) {
-  double rope_theta = r.number("rope_theta", 10000.0);
-  double compress_theta = r.number("compress_rope_theta", rope_theta);
-  double prf = r.number("partial_rotary_factor", 0.0);
+  double rope_theta = r.number_in("rope_theta", 10000.0, 1.0, 1e15, true);
+  double compress_theta = r.number_in("compress_rope_theta", rope_theta, 1.0, 1e15, true);
+  double prf = r.number_in("partial_rotary_factor", 0.0, 0.0, 1.0, false);
   c.rope_main.theta = rope_theta;
   c.rope_compress.theta = compress_theta;
   if (r.has("rope_parameters")) {
@@ -219,8 +220,8 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
   read_shared_fields(r, c);
   c.hc_mult = r.integer("hc_mult", std::nullopt, 1);
   c.hc_sinkhorn_iters = r.integer("hc_sinkhorn_iters", std::nullopt, 1);
-  c.hc_eps = r.number("hc_eps", 1e-6);
-  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.hc_eps = r.number_in("hc_eps", 1e-6, 0.0, 1.0, true);
+  c.rms_norm_eps = r.number_in("rms_norm_eps", 1e-6, 0.0, 1.0, true);
   if (r.has("topk_method") && r.string("topk_method", "") != "noaux_tc")
     r.fail("topk_method '" + r.string("topk_method", "") + "' is not supported (expected 'noaux_tc')");
   if (r.has("n_group") && r.integer("n_group", 1) > 1) r.fail("group-limited routing (n_group > 1) is not part of DeepSeek-V4");
@@ -235,11 +236,11 @@ Result<ModelConfig> parse_model_config_json(const std::string& text, const std::
 
 Result<ModelConfig> load_model_config(const std::string& model_dir) {
   std::string path = (std::filesystem::path(model_dir) / "config.json").string();
-  std::ifstream in(path);
-  if (!in) return Status::errorf("{}: cannot open (is {} a model directory?)", path, model_dir);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_model_config_json(ss.str(), path);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    return Status::errorf("{}: cannot open (is {} a model directory?)", path, model_dir);
+  DSI_ASSIGN_OR_RETURN(const std::string text, read_regular_file(path));
+  return parse_model_config_json(text, path);
 }
 
 }  // namespace dsinfer::io

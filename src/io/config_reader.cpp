@@ -56,9 +56,9 @@ void read_shared_fields(Reader& r, ModelConfig& c) {
   else if (scoring == "softmax") c.scoring_func = ScoringFunc::Softmax;
   else if (scoring == "sigmoid") c.scoring_func = ScoringFunc::Sigmoid;
   else r.fail(fmt::format("unsupported scoring_func '{}' (expected sqrtsoftplus, softmax or sigmoid)", scoring));
-  c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0);
+  c.routed_scaling_factor = r.number_in("routed_scaling_factor", 1.0, 0.0, 1e6, true);
   c.norm_topk_prob = r.boolean("norm_topk_prob", true);
-  c.swiglu_limit = r.number("swiglu_limit", 0.0);
+  c.swiglu_limit = r.number_in("swiglu_limit", 0.0, 0.0, 1e9, false);  // 0: no clamp
   c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
   c.bos_token_id = r.integer("bos_token_id", 0, 0, kMaxTokenId);
@@ -72,7 +72,8 @@ void read_shared_fields(Reader& r, ModelConfig& c) {
   }
   if (r.err.is_ok() && c.eos_token_id >= c.vocab_size)
     r.fail(fmt::format("'eos_token_id' = {} is outside the vocabulary [0, {})", c.eos_token_id, c.vocab_size));
-  c.max_position_embeddings = r.integer("max_position_embeddings", 0, 0, kMaxPositions);
+  // Absent: no limit from the model (0). Present, it bounds max_model_len, so 0 (or less) is nonsense.
+  c.max_position_embeddings = r.integer("max_position_embeddings", 0, 1, kMaxPositions);
 }
 
 Status check_shared_shapes(const ModelConfig& c, const std::string& source, bool needs_indexer) {

@@ -64,6 +64,13 @@ struct Reader {
     }
     return j[k].get<double>();
   }
+  // A number that must lie in (lo, hi] (lo_open) or [lo, hi]: eps, scales, factors. NaN and infinities fail.
+  double number_in(const char* k, double def, double lo, double hi, bool lo_open) {
+    const double x = number(k, def);
+    if (has(k) && j[k].is_number() && (!std::isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo)))
+      fail(fmt::format("'{}' must be in {}{}, {}], found {}", k, lo_open ? "(" : "[", lo, hi, j[k].dump()));
+    return x;
+  }
   bool boolean(const char* k, bool def) {
     if (!has(k)) return def;
     if (!j[k].is_boolean()) {

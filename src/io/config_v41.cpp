@@ -70,10 +70,10 @@ void read_common(Reader& r, ModelConfig& c) {
   if (r.integer("num_hash_layers", 0) != 0) r.fail("'num_hash_layers' must be 0: DeepSeek-V4.1 has no hash-routed layers");
   c.hc_mult = r.integer("hc_mult", 4, 1);
   c.hc_sinkhorn_iters = r.integer("hc_sinkhorn_iters", 20, 1);
-  c.hc_eps = r.number("hc_eps", 1e-6);
-  c.rms_norm_eps = r.number("rms_norm_eps", 1e-20);
+  c.hc_eps = r.number_in("hc_eps", 1e-6, 0.0, 1.0, true);
+  c.rms_norm_eps = r.number_in("rms_norm_eps", 1e-20, 0.0, 1.0, false);
   c.v41.pad_token_id = r.integer("pad_token_id", 2, 0, detail::kMaxTokenId);
-  c.v41.gate_temp = r.number("gate_temp", 1.0);
+  c.v41.gate_temp = r.number_in("gate_temp", 1.0, 0.0, 1e6, true);
   if (!(c.v41.gate_temp > 0)) r.fail(fmt::format("'gate_temp' must be > 0, found {}", c.v41.gate_temp));
   c.v41.image_token_id = r.integer("image_token_id", 129264, 0, detail::kMaxTokenId);
 }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/json_limits.h"
+#include "io/model_files.h"
 
 namespace dsinfer::io {
 
@@ -29,12 +30,17 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: a FIFO without a writer must not block the open; it is rejected below as not a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::errorf("cannot open {}: {}", path, std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     ::close(fd);
     return Status::errorf("cannot stat {}: {}", path, std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return check_regular_file(path);  // the error naming what it is
   }
   auto mf = std::shared_ptr<MappedFile>(new MappedFile());
   mf->path_ = path;
@@ -132,18 +138,17 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
 Result<Checkpoint> Checkpoint::open(const std::string& path) {
   Checkpoint c;
   std::vector<std::string> files;
+  std::error_code ec;
   if (fs::is_regular_file(path)) {
     files.push_back(path);
   } else if (fs::is_directory(path)) {
     fs::path idx = fs::path(path) / "model.safetensors.index.json";
-    if (fs::exists(idx)) {
-      std::ifstream in(idx);
-      std::stringstream text;
-      text << in.rdbuf();
-      DSI_RETURN_IF_ERROR(check_json_depth(text.str(), idx.string()));
+    if (fs::exists(idx) || fs::is_symlink(idx, ec)) {
+      DSI_ASSIGN_OR_RETURN(const std::string text, read_regular_file(idx.string()));
+      DSI_RETURN_IF_ERROR(check_json_depth(text, idx.string()));
       json j;
       try {
-        j = json::parse(text.str());
+        j = json::parse(text);
       } catch (const std::exception& e) {
         return Status::errorf("{}: not valid JSON: {}", idx.string(), e.what());
       }
@@ -157,7 +162,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
         if (std::find(files.begin(), files.end(), it.value().get<std::string>()) == files.end())
           files.push_back(it.value().get<std::string>());
       }
-      for (auto& f : files) f = (fs::path(path) / f).string();
+      for (auto& f : files) {
+        DSI_ASSIGN_OR_RETURN(f, resolve_in_model_dir(path, f, fmt::format("{}: weight_map shard", idx.string())));
+      }
       for (const auto& f : files) {
         DSI_ASSIGN_OR_RETURN(auto sf, SafetensorsFile::open(f));
         c.files_.push_back(std::move(sf));
@@ -174,12 +181,16 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
       return c;
     }
     for (const auto& e : fs::directory_iterator(path))
-      if (e.path().extension() == ".safetensors" && e.path().filename() != "reference.safetensors")
-        files.push_back(e.path().string());
+      if (e.path().extension() == ".safetensors" && e.path().filename() != "reference.safetensors") {
+        DSI_ASSIGN_OR_RETURN(std::string f, resolve_in_model_dir(path, e.path().filename().string(), "weights file"));
+        files.push_back(std::move(f));
+      }
     std::sort(files.begin(), files.end());
     if (files.empty()) return Status::errorf("{}: no model.safetensors or model.safetensors.index.json", path);
     if (files.size() > 1)
       return Status::errorf("{}: {} .safetensors files but no model.safetensors.index.json", path, files.size());
+  } else if (fs::exists(path, ec)) {
+    return check_regular_file(path);  // a FIFO, a device, a socket: named as such
   } else {
     return Status::errorf("{}: no such file or directory", path);
   }

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "io/model_files.h"
+
 namespace dsinfer::model {
 
 namespace {
@@ -93,11 +95,10 @@ std::string engram_normalize(const std::string& text) {
 }
 
 Result<EngramVocab> build_engram_vocab(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::errorf("{}: cannot open (the Engram layers need the model's tokenizer.json)", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  auto text = io::read_regular_file(path);
+  if (!text.is_ok())
+    return Status::errorf("{} (the Engram layers need the model's tokenizer.json)", text.status().message());
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (!j.is_object() || !j.contains("model") || !j["model"].contains("vocab") || !j["model"]["vocab"].is_object())
     return Status::errorf("{}: expected a tokenizer.json with model.vocab", path);
   const std::string type = j["model"].value("type", std::string());

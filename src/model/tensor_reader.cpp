@@ -1,11 +1,45 @@
 // See tensor_reader.h.
 #include "model/tensor_reader.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "io/quant.h"
 
 namespace dsinfer::model {
 
 using io::TensorView;
+
+namespace {
+
+// Index of the first NaN or infinity among the first n values of a float tensor (F32 / BF16 / F16, or F8_E8M0
+// scales, whose 0xFF byte is NaN), or -1. Decoded in chunks: no copy of the tensor.
+int64_t first_nonfinite(const TensorView& t, int64_t n) {
+  if (t.dtype == DType::F8_E8M0) {
+    for (int64_t i = 0; i < n; ++i)
+      if (t.data[i] == 0xFF) return i;
+    return -1;
+  }
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16) return -1;
+  constexpr int64_t kChunk = 4096;
+  float buf[kChunk];
+  const size_t esize = dtype_size(t.dtype);
+  for (int64_t b = 0; b < n; b += kChunk) {
+    const int64_t m = std::min(kChunk, n - b);
+    io::convert_to_f32(t.dtype, t.data + size_t(b) * esize, m, buf);
+    for (int64_t i = 0; i < m; ++i)
+      if (!std::isfinite(buf[i])) return b + i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void TensorReader::check_finite(const TensorView* t, int64_t n) {
+  if (const int64_t i = first_nonfinite(*t, n); i >= 0)
+    error(fmt::format("tensor '{}' ({}): element {} is not a finite number (NaN or infinity); biases, norms and "
+                      "scales must be finite", t->name, t->file, i));
+}
 
 TensorReader::TensorReader(const io::Checkpoint& ck, const std::function<std::string(const std::string&)>& rename) {
   for (const auto& [name, t] : ck.tensors()) {
@@ -38,6 +72,7 @@ const TensorView* TensorReader::scale_for(const std::string& weight, const std::
                       io::shape_str(want), dtype_name(s->dtype), io::shape_str(s->shape)));
     return nullptr;
   }
+  check_finite(s, s->numel());  // one scale per block: cheap
   return s;
 }
 
@@ -67,6 +102,7 @@ TensorReader::Weight TensorReader::weight(const std::string& name, int64_t rows,
         shape_error(name, t, rows == 1 ? std::vector<int64_t>{cols} : logical);
         return w;
       }
+      if (rows == 1) check_finite(t, cols);  // vectors: biases, norm weights (cheap to check)
       if (float* d = out()) io::convert_to_f32(t->dtype, t->data, rows * cols, d);
       w.data = t;
       return w;

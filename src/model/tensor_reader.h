@@ -42,6 +42,8 @@ class TensorReader {
   const io::TensorView* scale_for(const std::string& weight, const std::vector<int64_t>& want);
 
   void error(std::string problem) { errors_.push_back(std::move(problem)); }
+  // Vectors (rows == 1: biases, norm weights) and block scales are checked for NaN / infinity (a problem naming
+  // the tensor); matrices are not (too large to scan at load).
   // Tensors never taken, by name.
   std::vector<std::pair<std::string, const io::TensorView*>> unused() const;
   // "{what} does not match config.json (N problems):" with the first 12, or ok when there are none.
@@ -49,6 +51,8 @@ class TensorReader {
 
  private:
   void shape_error(const std::string& name, const io::TensorView* t, const std::vector<int64_t>& want);
+  // A problem naming the tensor (its checkpoint name) when one of its first n values is NaN or infinite.
+  void check_finite(const io::TensorView* t, int64_t n);
 
   std::map<std::string, const io::TensorView*> by_name_;
   std::set<std::string> used_;

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <utility>
 
+#include "io/model_files.h"
+
 namespace dsinfer::speculative {
 
 using nlohmann::json;
@@ -36,11 +38,8 @@ const char* spec_method_name(SpecMethod m) {
 
 Result<DraftConfig> load_draft_config(const std::string& model_dir) {
   const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
-  std::ifstream f(path);
-  if (!f) return Status::errorf("{}: cannot open", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const json top = json::parse(ss.str(), nullptr, false);
+  DSI_ASSIGN_OR_RETURN(const std::string text, io::read_regular_file(path));
+  const json top = json::parse(text, nullptr, false);
   if (top.is_discarded() || !top.is_object()) return Status::errorf("{}: not a JSON object", path);
   // DeepSeek-V4.1 configs nest the text model's keys (the DSpark ones included) under text_config; the official
   // inference config spells some of them with ModelArgs names.
@@ -97,6 +96,9 @@ Result<DraftConfig> load_draft_config(const std::string& model_dir) {
       }
   }
   if (j.contains("mtp1_file") && j["mtp1_file"].is_string()) c.mtp1_file = j["mtp1_file"].get<std::string>();
+  else if (j.contains("mtp1_file") && !j["mtp1_file"].is_null() && err.is_ok())
+    err = Status::errorf("{}: 'mtp1_file' must be a file name inside the model directory, found {}", path,
+                         j["mtp1_file"].dump());
   DSI_RETURN_IF_ERROR(err);
   if (c.block_size > 0) {
     if (c.target_layer_ids.empty()) return Status::errorf("{}: dspark_block_size without dspark_target_layer_ids", path);

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "io/model_files.h"
 #include "io/safetensors.h"
 #include "model/tensor_reader.h"
 
@@ -163,8 +164,11 @@ Result<DsparkWeights> load_dspark_weights_v41(const io::ModelConfig& target, con
 
 Result<Mtp1Weights> load_mtp1_weights(const io::ModelConfig& target, const DraftConfig& dc, const std::string& model_dir) {
   const std::string rel = dc.mtp1_file.empty() ? "mtp1/model.safetensors" : dc.mtp1_file;
-  const std::string path = (std::filesystem::path(model_dir) / rel).string();
-  if (!std::filesystem::exists(path)) return Status::errorf("{}: MTP-1 drafter file not found", path);
+  DSI_ASSIGN_OR_RETURN(const std::string path,
+                       io::resolve_in_model_dir(model_dir, rel, model_dir + "/config.json: mtp1_file"));
+  if (!std::filesystem::exists(path))
+    return Status::errorf("{}: MTP-1 drafter file not found ({}/config.json: mtp1_file = \"{}\"{})", path, model_dir,
+                          rel, dc.mtp1_file.empty() ? ", the default" : "");
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(path));
   const io::ModelConfig& c = target;  // V4 MTP: the target's own layer format
   const int64_t D = c.hidden_size;

@@ -1,6 +1,7 @@
 // Speculator (see speculator.h).
 #include "speculative/speculator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -179,8 +180,14 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
         tms[j]->push(hist[j][t]);
     }
     const int64_t anchor_pos = sched.num_computed(sp.seq_id);
+    // Scheduler::set_draft keeps at most max_tokens - outputs - 1 drafts: drafting more near a request's end was
+    // pure waste (a full draft head per token on the CPU drafter). The kept drafts are the same (per-position draws).
+    const int32_t k = cfg_.num_speculative_tokens;
+    int32_t num_drafts = k;
+    if (sp.params->max_tokens)
+      num_drafts = int32_t(std::clamp<int64_t>(*sp.params->max_tokens - int64_t(hist[j].size()) - 1, 0, k));
     const bool argmax = plain_argmax(*sp.params, hist[j].size()) && !tms[j];
-    items.push_back({sp.slot, anchor_pos, hist[j].back(), cfg_.num_speculative_tokens, argmax});
+    items.push_back({sp.slot, anchor_pos, hist[j].back(), num_drafts, argmax});
   }
   std::vector<std::vector<double>> q(items.size());
   auto draw = [&](size_t j, int32_t k, std::span<const float> lg) {

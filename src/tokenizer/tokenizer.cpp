@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/json_limits.h"
+#include "io/model_files.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/utf8.h"
 
@@ -51,11 +52,9 @@ Status check_supported(const json& j) {
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::errorf("cannot open tokenizer file {:?}", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return from_json_text(ss.str(), path);
+  auto text = io::read_regular_file(path);  // a FIFO or a directory is an error, not a blocking read
+  if (!text.is_ok()) return Status::errorf("cannot open tokenizer file {:?}: {}", path, text.status().message());
+  return from_json_text(*text, path);
 }
 
 // Merges: "a b" strings (old format) or ["a", "b"] pairs (new format); rank = position.

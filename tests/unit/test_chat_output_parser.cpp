@@ -119,8 +119,45 @@ TEST(ChatOutputParser, UnterminatedToolCallsIsAnError) {
   Status st;
   Parsed p = run("ok\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">", false, 4, &st);
   EXPECT_FALSE(st.is_ok());
-  EXPECT_NE(st.message().find("tool_calls"), std::string::npos);
-  EXPECT_TRUE(p.calls.empty());
+  EXPECT_NE(st.message().find("ended inside DSML tool call \"f\""), std::string::npos) << st.message();
+  EXPECT_EQ(p.content, "ok");  // issue 36: no markup in content
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0], std::make_pair(std::string("f"), std::string("{}")));
+}
+
+// Issue 36: output cut off (max_tokens) anywhere inside a tool call: never DSML in content, the call whose name
+// is complete comes back with valid JSON arguments holding what was parsed, for any chunking.
+TEST(ChatOutputParser, CutOffToolCallIsReportedWithPartialArguments) {
+  const std::string full = "Sure.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+                           "<｜DSML｜parameter name=\"city\" string=\"true\">Paris 巴黎</｜DSML｜parameter>\n"
+                           "<｜DSML｜parameter name=\"days\" string=\"false\">[1, 2]</｜DSML｜parameter>\n"
+                           "</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+  const size_t name_end = full.find("\">\n") + 2;
+  size_t cut_calls = 0;
+  for (size_t cut = 0; cut < full.size(); ++cut) {
+    for (size_t chunk : {size_t(1), size_t(5), size_t(1) << 20}) {
+      Status st;
+      const Parsed p = run(full.substr(0, cut), false, chunk, &st);
+      EXPECT_EQ(p.content.find("DSML"), std::string::npos) << cut << ": " << p.content;
+      // Content is the text before the block; of a cut-off opening marker, only a piece short of the DSML token.
+      EXPECT_TRUE(full.starts_with(p.content) && p.content.size() < std::string("Sure.\n\n<｜DSML｜").size())
+          << cut << ": " << ojson(p.content).dump(-1, ' ', false, ojson::error_handler_t::replace);
+      for (const auto& [name, args] : p.calls) {
+        EXPECT_EQ(name, "get_weather") << cut;
+        const ojson a = ojson::parse(args, nullptr, false);
+        ASSERT_TRUE(a.is_object()) << cut << ": " << args;
+        if (a.contains("city")) {
+          EXPECT_EQ(std::string("Paris 巴黎").rfind(a["city"].get<std::string>(), 0), 0u) << args;
+        }
+      }
+      if (cut > name_end) {
+        EXPECT_EQ(p.calls.size(), 1u) << cut;
+        EXPECT_FALSE(st.is_ok()) << cut;
+        cut_calls += chunk == 1;
+      }
+    }
+  }
+  EXPECT_GT(cut_calls, 100u);
 }
 
 TEST(ChatOutputParser, StartsInToolCallsForRequiredChoice) {

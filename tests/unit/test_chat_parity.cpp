@@ -195,5 +195,44 @@ TEST(ChatParity, RenderChatCliLineForms) {
   EXPECT_NE(read_jsonl(out)[0]["error"]["message"].get<std::string>().find("output_token_ids"), std::string::npos);
 }
 
+// Issue 36: generated conversations (tools/chat/gen_chat_diff.py: numbers in every JSON position, tools with system
+// messages and JSON response formats, strict json_schema responses) rendered by deepseek-recipe 0.2.0 and by
+// `dsinfer render-chat`, token for token; requests the reference rejects must be rejected.
+TEST(ChatParity, GeneratedConversationsMatchTheReference) {
+  std::string why;
+  const std::string tok_path = v4_tokenizer(&why);
+  ASSERT_FALSE(tok_path.empty()) << why;
+  test::ScratchDir d("chat_diff");
+  const std::string dir = tt::source_dir() + "/tests/data/chat_diff/", out = d.str() + "/out.jsonl";
+  run(std::string(DSINFER_BINARY) + " render-chat --tokenizer " + tok_path + " --input " + dir + "requests.jsonl" +
+      " --output " + out + " 2>/dev/null");
+  const auto got = read_jsonl(out);
+  const auto expected = read_jsonl(dir + "expected.jsonl");
+  ASSERT_EQ(got.size(), expected.size());
+  ASSERT_GE(expected.size(), 100u);
+  size_t rendered = 0, equal = 0, rejected = 0, rejected_both = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const ojson& want = expected[i];
+    const std::string name = want["custom_id"];
+    if (want.contains("error")) {
+      ++rejected;
+      EXPECT_TRUE(got[i].contains("error")) << name << ": deepseek-recipe rejects it (" << want["error"] << ")";
+      rejected_both += got[i].contains("error");
+      continue;
+    }
+    ++rendered;
+    ASSERT_FALSE(got[i].contains("error")) << name << ": " << got[i]["error"].dump();
+    const bool same = got[i]["prompt_token_ids"] == want["ids"] && got[i]["prompt"] == want["prompt"] &&
+                      got[i]["special_ranges"] == want["special"];
+    EXPECT_TRUE(same) << name << ": " << got[i]["prompt_token_ids"].size() << " ids, the reference "
+                      << want["ids"].size();
+    equal += same;
+  }
+  std::printf("[chat diff] %zu / %zu generated conversations identical token for token; %zu / %zu rejections\n", equal,
+              rendered, rejected_both, rejected);
+  EXPECT_EQ(equal, rendered);
+  EXPECT_EQ(rejected_both, rejected);
+}
+
 }  // namespace
 }  // namespace dsinfer

@@ -22,7 +22,8 @@ const std::string kGood = R"({"custom_id": "good", "body": {"prompt": [5, 6, 7],
 std::string deep(int n) { return std::string(size_t(n), '[') + std::string(size_t(n), ']'); }
 
 // Defect 1: one invalid UTF-8 byte aborted the process after all generation (uncaught type_error while
-// serialising the error record) and left the output empty; with --output equal to --input the input was lost.
+// serialising the error record) and left the output empty; with --output equal to --input the input was lost
+// (issue 36 refuses that outright: test_cli_hostile.cpp).
 TEST(CliReliability, InvalidUtf8LinesGetErrorRecords) {
   ScratchDir d("utf8");
   const std::string in = d.str() + "/in.jsonl";
@@ -31,7 +32,7 @@ TEST(CliReliability, InvalidUtf8LinesGetErrorRecords) {
                     << "{\"custom_id\": \"overlong\", \"body\": {\"prompt\": \"\xc0\xaf\"}}\n"
                     << "{\"custom_id\": \"bad-\xff-id\", \"body\": {\"prompt\": [1]}}\n"
                     << "{\"custom_id\": \"x\", \"body\": {\"prompt\": [1], \"extra\": \"\xed\xa0\x80\"}}\n";
-  for (const std::string& out : {d.str() + "/out.jsonl", in}) {  // second run: --output equal to --input
+  for (const std::string& out : {d.str() + "/out.jsonl"}) {
     CliResult r = run_cli(d, "generate --model " + kTiny + " --input " + in + " --output " + out);
     EXPECT_EQ(r.rc, 1) << r.err;
     std::vector<json> recs = read_jsonl(out);
