@@ -5,7 +5,7 @@
 
 #include "api/request.h"
 #include "core/status.h"
-#include "io/json_limits.h"
+#include "io/json_parse.h"
 
 namespace dsinfer {
 
@@ -24,13 +24,9 @@ bool parse_batch_line(std::string_view line, size_t n, BatchLine* out, std::stri
     if (error) *error = fmt::format("line {}: {}", n, m);
     return false;
   };
-  if (Status s = io::check_json_depth(line, "line"); !s) return fail(s.message());
-  ojson j;
-  try {
-    j = ojson::parse(line);
-  } catch (const std::exception& e) {
-    return fail(std::string("not valid JSON: ") + e.what());
-  }
+  Result<ojson> parsed = io::parse_json(line, "the line");  // linear time in the number of keys
+  if (!parsed) return fail(parsed.status().message());
+  const ojson j = std::move(parsed).value();
   if (!j.is_object()) return fail("must be a JSON object");
   if (j.contains("custom_id") && j["custom_id"].is_string()) out->custom_id = j["custom_id"].get<std::string>();
   if (!j.contains("custom_id") || !j["custom_id"].is_string() || out->custom_id.empty())
