@@ -5,7 +5,9 @@ request, on the same server). The slow connections are counted by how they end (
 closed, still open).
 
 usage: slowloris_bench.py --binary build/cpu/dsinfer [--model models/dsv4-small] [--slow 200] [--real 40]
-                          [--byte-every 1.0] [--request-timeout 10] [--max-tokens 16]
+                          [--byte-every 1.0] [--request-timeout 10] [--max-tokens 16] [--repeat 3]
+Each real request is sent --repeat times in a row in each phase and its latency is the fastest of them (on a shared
+machine one send can be slowed by anything; the fastest is the service time); every send's status must be 200.
 Prints one line per real request and a summary; exit 1 when a real request took more than 2x its unloaded time.
 """
 import argparse
@@ -39,6 +41,12 @@ def start_server(binary, model, request_timeout, log_path):
             break
         time.sleep(0.1)
     raise SystemExit("the server did not start: " + open(log_path, "rb").read().decode(errors="replace")[-2000:])
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def real_request(port, i, max_tokens):
@@ -118,37 +126,51 @@ def main():
     ap.add_argument("--byte-every", type=float, default=1.0)
     ap.add_argument("--request-timeout", type=int, default=10)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     log_path = "/tmp/slowloris_serve.log"
     proc, port = start_server(os.path.abspath(args.binary), os.path.abspath(args.model), args.request_timeout, log_path)
     try:
         real_request(port, -1, args.max_tokens)  # warm-up
-        unloaded = []
+        def timed(i):
+            runs = [real_request(port, i, args.max_tokens) for _ in range(args.repeat)]
+            return min(r[0] for r in runs), max(r[0] for r in runs), [r[1] for r in runs]
+
+        unloaded, unloaded_max = [], []
         for i in range(args.real):
-            unloaded.append(real_request(port, i, args.max_tokens)[0])
+            fastest, slowest, _ = timed(i)
+            unloaded.append(fastest)
+            unloaded_max.append(slowest)
         attack = Slowloris(port, args.slow, args.byte_every)
         attack.start()
-        time.sleep(2.0)  # all slow connections open and trickling
-        loaded, statuses = [], []
+        time.sleep(1.0)  # all slow connections open and trickling
+        cpu0 = cpu_seconds(proc.pid)
+        time.sleep(2.0)  # the slowloris alone: what it costs the server
+        attack_cpu = cpu_seconds(proc.pid) - cpu0
+        loaded, loaded_max, statuses = [], [], []
         for i in range(args.real):
-            secs, st = real_request(port, i, args.max_tokens)
-            loaded.append(secs)
-            statuses.append(st)
+            fastest, slowest, sts = timed(i)
+            loaded.append(fastest)
+            loaded_max.append(slowest)
+            statuses += sts
         # Let the request deadline catch the slow senders.
-        time.sleep(max(0.0, args.request_timeout + 3 - 2.0 - sum(loaded)))
+        time.sleep(max(0.0, args.request_timeout + 3 - 3.0 - args.repeat * sum(loaded)))
         attack.stop_flag.set()
         attack.join()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     worst = 0.0
-    for i, (u, l, st) in enumerate(zip(unloaded, loaded, statuses)):
+    for i, (u, l) in enumerate(zip(unloaded, loaded)):
         worst = max(worst, l / u)
-        print(f"request {i:2d}: unloaded {u * 1000:7.1f} ms, under slowloris {l * 1000:7.1f} ms, "
-              f"ratio {l / u:5.2f}, status {st}")
+        print(f"request {i:2d}: unloaded {u * 1000:7.1f} ms (slowest {unloaded_max[i] * 1000:7.1f}), under slowloris "
+              f"{l * 1000:7.1f} ms (slowest {loaded_max[i] * 1000:7.1f}), ratio {l / u:5.2f}")
     print(f"slowloris: {attack.opened} slow connections (one header byte per {args.byte_every} s), "
-          f"{args.real} real requests: unloaded median {statistics.median(unloaded) * 1000:.1f} ms, "
-          f"loaded median {statistics.median(loaded) * 1000:.1f} ms, worst ratio {worst:.2f} (limit 2.00); "
+          f"{args.real} real requests (fastest of {args.repeat}; {len(statuses)} sends, "
+          f"{sum(s == 200 for s in statuses)} answered 200): unloaded median {statistics.median(unloaded) * 1000:.1f} ms, "
+          f"loaded median {statistics.median(loaded) * 1000:.1f} ms, worst ratio {worst:.2f} (limit 2.00), "
+          f"worst loaded / unloaded median {max(loaded) / statistics.median(unloaded):.2f}; "
+          f"server CPU during 2 s of slowloris alone {attack_cpu:.3f} s; "
           f"slow connections ended: 408 {attack.ended['408']}, other {attack.ended['other_status']}, "
           f"closed {attack.ended['closed']}, still open {attack.still_open}")
     return 0 if worst <= 2.0 and all(s == 200 for s in statuses) else 1

@@ -246,7 +246,9 @@ TEST(ServerErrors, ParamComesFromTheError) {
     const json e = error_of(r);
     EXPECT_EQ(e["param"], c.param) << c.body << " -> " << r.body;
     const std::string msg = e.value("message", "");
-    if (!c.in_message.empty()) EXPECT_NE(msg.find(c.in_message), std::string::npos) << r.body;
+    if (!c.in_message.empty()) {
+      EXPECT_NE(msg.find(c.in_message), std::string::npos) << r.body;
+    }
     EXPECT_EQ(msg.find("-9223372036854775808"), std::string::npos) << r.body;
   }
   const json e = error_of(request(port, "POST", "/v1/completions", "{not json"));
