@@ -24,8 +24,12 @@ bool parse_batch_line(std::string_view line, size_t n, BatchLine* out, std::stri
     if (error) *error = fmt::format("line {}: {}", n, m);
     return false;
   };
-  Result<ojson> parsed = io::parse_json(line, "the line");  // linear time in the number of keys
-  if (!parsed) return fail(parsed.status().message());
+  Result<ojson> parsed = io::parse_json(line, "line");  // linear time in the number of keys
+  if (!parsed) {
+    std::string m = parsed.status().message();  // "line is not valid JSON: ..." or "line: JSON nested deeper ..."
+    if (m.rfind("line is ", 0) == 0) m.erase(0, 8);
+    return fail(m);
+  }
   const ojson j = std::move(parsed).value();
   if (!j.is_object()) return fail("must be a JSON object");
   if (j.contains("custom_id") && j["custom_id"].is_string()) out->custom_id = j["custom_id"].get<std::string>();
