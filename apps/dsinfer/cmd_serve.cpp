@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -30,10 +31,12 @@ void usage(FILE* f = stderr) {
                "  server:   --api-key KEY (or env DSINFER_API_KEY): /v1/* needs 'Authorization: Bearer KEY'\n"
                "            --max-waiting-requests N (%d, then 503)  --max-connections N (%d)\n"
                "            --max-body-bytes N (%zu, then 413)  --max-n N (%d)\n"
+               "            --request-timeout S (%d: a request's header and body must arrive within S seconds, "
+               "then 408)\n"
                "Endpoints: POST /v1/chat/completions, POST /v1/completions (\"stream\": true for server-sent events),\n"
                "GET /v1/models, GET /health, GET /metrics (Prometheus).\n",
                d.host.c_str(), d.port, engine_flags_help().c_str(), d.max_waiting_requests, d.max_connections,
-               d.max_body_bytes, d.max_n);
+               d.max_body_bytes, d.max_n, d.request_timeout_s);
 }
 
 // The address to bind for --host: an IP address as is, a host name (localhost) resolved to its first IPv4 address
@@ -98,6 +101,8 @@ int cmd_serve(int argc, char** argv) {
     else if (a == "--max-connections") so.max_connections = int32_t(n);
     else if (a == "--max-body-bytes") so.max_body_bytes = size_t(n);
     else if (a == "--max-n") so.max_n = int32_t(n);
+    else if (a == "--request-timeout")
+      so.request_timeout_s = int(std::max<long long>(n, 1));
     else {
       std::fprintf(stderr, "serve: unknown option '%s'\n", a.c_str());
       return usage(), 2;

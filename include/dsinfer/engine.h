@@ -95,6 +95,13 @@ struct PrefixCacheMetrics {
   int64_t host_blocks = 0, host_bytes = 0, host_budget_bytes = 0;  // now
 };
 
+// Structured outputs since the engine was created: grammar compiles (cache misses) and their wall time, cache
+// hits, and what the compiled-grammar cache holds now.
+struct GrammarMetrics {
+  int64_t compiles = 0, cache_hits = 0, cache_entries = 0, cache_bytes = 0;
+  double compile_seconds = 0;
+};
+
 // Counters of speculative decoding since the engine was created.
 struct SpeculativeMetrics {
   std::string method = "off";
@@ -171,6 +178,7 @@ struct EngineStats {
   int64_t state_bytes_used = 0, state_bytes_budget = 0;
   PrefixCacheMetrics prefix_cache;
   SpeculativeMetrics speculative;
+  GrammarMetrics grammar;
 };
 
 class Engine {
@@ -180,10 +188,15 @@ class Engine {
   ~Engine();
 
   // Queues a parsed request. Returns the request id, or 0 with the reason (naming the field and value) in
-  // *error; nothing is queued then.
-  uint64_t submit(const Request& request, std::string* error);
+  // *error and the top-level field it is about in *error_param ("" when none); nothing is queued then.
+  uint64_t submit(const Request& request, std::string* error, std::string* error_param = nullptr);
+  // Compiles the request's structured-output grammar (if any) into the engine's cache, so that submit() finds it
+  // there. Thread-safe: may run on any thread while another steps the engine (the server compiles each request's
+  // grammar on its connection thread, so a slow compile delays only its own request). False with the reason and
+  // field as for submit().
+  bool prepare(const Request& request, std::string* error, std::string* error_param = nullptr) const;
   // Parses an OpenAI body (chat when it has "messages", else completions) and queues it.
-  uint64_t submit(const std::string& body_json, std::string* error);
+  uint64_t submit(const std::string& body_json, std::string* error, std::string* error_param = nullptr);
   // Ends a queued or running request now and frees its state: its unfinished completions finish with
   // "abort" (the token callback reports it) and the request comes back from the next take_finished().
   // False (with *error) for an unknown or already finished id.

@@ -39,7 +39,10 @@ struct StructuredOutput {
   Kind kind = Kind::kNone;
   std::string spec;
   std::vector<std::string> choices;
-  bool any_whitespace = true;  // JSON: any whitespace between tokens (false: compact separators only)
+  bool any_whitespace = true;  // JSON: any whitespace between tokens (at most 6 in a row; false: compact only)
+  // JSON: integers and numbers without a bound get |x| < 10^15 (6 fraction digits), so a literal cannot run
+  // on to max_tokens (README "Structured outputs"; structured_outputs.disable_number_bounds turns it off).
+  bool bounded_numbers = true;
   std::string field;           // the request field it came from, named in errors (e.g. "response_format")
   bool active() const { return kind != Kind::kNone; }
 };
@@ -65,7 +68,10 @@ struct Request {
 std::shared_ptr<const chat::Conversation> user_message_conversation(const std::string& content);
 
 // Parses and validates an OpenAI request body (JSON text) for `endpoint`. On failure returns false and sets
-// *error to a message naming the field and value. Object key order is kept (tool schemas render as given).
-bool parse_request(std::string_view body_json, Endpoint endpoint, Request* out, std::string* error);
+// *error to a message naming the field and value, and *error_param (when given) to the top-level field the error
+// is about ("max_tokens", "messages"; "" when none: OpenAI's "param"). Object key order is kept (tool schemas
+// render as given).
+bool parse_request(std::string_view body_json, Endpoint endpoint, Request* out, std::string* error,
+                   std::string* error_param = nullptr);
 
 }  // namespace dsinfer

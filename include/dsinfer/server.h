@@ -25,6 +25,7 @@ struct ServerOptions {
   int32_t max_stop_strings = 16;
   size_t max_stop_bytes = 256;
   int idle_timeout_s = 60;                // keep-alive connections idle this long are closed
+  int request_timeout_s = 30;             // a request's header and body must arrive within this (else 408)
   int write_timeout_s = 30;               // a client that accepts no data this long is dropped (and aborted)
 };
 

@@ -5,7 +5,7 @@
 
 #include "api/request.h"
 #include "core/status.h"
-#include "io/json_limits.h"
+#include "io/json_parse.h"
 
 namespace dsinfer {
 
@@ -24,13 +24,13 @@ bool parse_batch_line(std::string_view line, size_t n, BatchLine* out, std::stri
     if (error) *error = fmt::format("line {}: {}", n, m);
     return false;
   };
-  if (Status s = io::check_json_depth(line, "line"); !s) return fail(s.message());
-  ojson j;
-  try {
-    j = ojson::parse(line);
-  } catch (const std::exception& e) {
-    return fail(std::string("not valid JSON: ") + e.what());
+  Result<ojson> parsed = io::parse_json(line, "line");  // linear time in the number of keys
+  if (!parsed) {
+    std::string m = parsed.status().message();  // "line is not valid JSON: ..." or "line: JSON nested deeper ..."
+    if (m.rfind("line is ", 0) == 0) m.erase(0, 8);
+    return fail(m);
   }
+  const ojson j = std::move(parsed).value();
   if (!j.is_object()) return fail("must be a JSON object");
   if (j.contains("custom_id") && j["custom_id"].is_string()) out->custom_id = j["custom_id"].get<std::string>();
   if (!j.contains("custom_id") || !j["custom_id"].is_string() || out->custom_id.empty())

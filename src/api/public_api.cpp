@@ -29,36 +29,44 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, std::string* erro
   return e;
 }
 
-uint64_t Engine::submit(const Request& request, std::string* error) {
+uint64_t Engine::submit(const Request& request, std::string* error, std::string* error_param) {
+  auto fail = [&](const Status& s) -> uint64_t {
+    if (error) *error = s.message();
+    if (error_param) *error_param = s.field();
+    return 0;
+  };
   Request with_defaults;
   const Request* req = &request;
   if (request.conversation) {  // the model's thinking default where the request left it open; DeepSeek's tool_choice rule
     chat::Conversation conv = *request.conversation;
-    if (Status s = chat::apply_chat_defaults(impl_->chat_defaults, conv); !s) {
-      if (error) *error = s.message();
-      return 0;
-    }
+    if (Status s = chat::apply_chat_defaults(impl_->chat_defaults, conv); !s) return fail(s);
     with_defaults = request;
     with_defaults.conversation = std::make_shared<const chat::Conversation>(std::move(conv));
     req = &with_defaults;
   }
   auto id = impl_->e->add(*req);
-  if (!id) {
-    if (error) *error = id.status().message();
-    return 0;
-  }
+  if (!id) return fail(id.status());
   return *id;
 }
 
-uint64_t Engine::submit(const std::string& body_json, std::string* error) {
+bool Engine::prepare(const Request& request, std::string* error, std::string* error_param) const {
+  auto g = impl_->e->compile_structured(request);
+  if (g) return true;
+  if (error) *error = g.status().message();
+  if (error_param) *error_param = g.status().field();
+  return false;
+}
+
+uint64_t Engine::submit(const std::string& body_json, std::string* error, std::string* error_param) {
   // Chat when the body has "messages": the same rule as an OpenAI client choosing the endpoint.
   Request r;
   Status s = api::parse_request_text(body_json, std::nullopt, r);
   if (!s) {
     if (error) *error = s.message();
+    if (error_param) *error_param = s.field();
     return 0;
   }
-  return submit(r, error);
+  return submit(r, error, error_param);
 }
 
 bool Engine::step(std::string* error) {
@@ -148,6 +156,8 @@ EngineStats Engine::stats() const {
   st.state_bytes_budget = cs.budget_bytes;
   st.prefix_cache = e.prefix_stats();
   st.speculative = e.speculative_metrics();
+  const structured::GrammarCacheStats gs = e.grammar_stats();
+  st.grammar = {gs.compiles, gs.hits, gs.entries, int64_t(gs.bytes), gs.compile_seconds};
   return st;
 }
 

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <limits>
 
+#include "chat/chat_options.h"
 #include "chat/chat_request.h"
 #include "chat/chat_types.h"
-#include "io/json_limits.h"
+#include "io/json_parse.h"
 #include "sampling/sampling_params.h"
-#include "chat/chat_options.h"
 #include "structured/tool_call_tag.h"
 
 namespace dsinfer {
@@ -30,10 +30,9 @@ Status parse_prompt(const ojson& body, Request& r) {
   for (size_t i = 0; i < pr.size(); ++i) {
     if (!pr[i].is_number_integer())
       return Status::errorf("'prompt'[{}] must be a token id (integer), found {}", i, pr[i].type_name());
-    const int64_t id = pr[i].get<int64_t>();
-    if (id < 0 || id > std::numeric_limits<int32_t>::max())
-      return Status::errorf("'prompt'[{}] = {} is not a valid token id", i, id);
-    r.prompt_ids.push_back(int32_t(id));
+    if (!pr[i].is_number_unsigned() || pr[i].get<uint64_t>() > uint64_t(std::numeric_limits<int32_t>::max()))
+      return Status::errorf("'prompt'[{}] = {} is not a valid token id", i, pr[i].dump());
+    r.prompt_ids.push_back(int32_t(pr[i].get<int64_t>()));
   }
   return Status::ok();
 }
@@ -59,8 +58,9 @@ void integral_floats_to_integers(ojson& j) {
 Status schema_text(const ojson& v, const std::string& field, std::string& out) {
   ojson schema = v;
   if (v.is_string()) {
-    schema = ojson::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
-    if (schema.is_discarded()) return Status::errorf("'{}' is a string but not valid JSON", field);
+    Result<ojson> parsed = io::parse_json(v.get<std::string>(), "'" + field + "'");
+    if (!parsed) return Status::errorf("'{}' is a string but not valid JSON ({})", field, parsed.status().message());
+    schema = std::move(parsed).value();
   }
   if (!schema.is_object() && !schema.is_boolean())
     return Status::errorf("'{}' must be a JSON Schema (an object), found {}", field, schema.type_name());
@@ -98,7 +98,12 @@ Status parse_constraint(const std::string& key, const ojson& v, const std::strin
     return Status::ok();
   }
   if (key == "structural_tag") {
-    ojson tag = v.is_string() ? ojson::parse(v.get<std::string>(), nullptr, false) : v;
+    ojson tag = v;
+    if (v.is_string()) {
+      Result<ojson> parsed = io::parse_json(v.get<std::string>(), "'" + field + "'");
+      if (!parsed) return parsed.status();
+      tag = std::move(parsed).value();
+    }
     if (!tag.is_object() || !tag.contains("format"))
       return Status::errorf("'{}' must be a structural tag object {{\"type\": \"structural_tag\", \"format\": ...}}", field);
     so.kind = Kind::kStructuralTag;
@@ -140,9 +145,11 @@ Status parse_structured_outputs(const ojson& so_body, StructuredOutput& so) {
     const ojson& v = it.value();
     const std::string field = "structured_outputs." + k;
     if (v.is_null()) continue;
-    if (k == "disable_any_whitespace" || k == "disable_fallback" || k == "disable_additional_properties") {
+    if (k == "disable_any_whitespace" || k == "disable_fallback" || k == "disable_additional_properties" ||
+        k == "disable_number_bounds") {
       if (!v.is_boolean()) return Status::errorf("'{}' must be true or false", field);
       if (k == "disable_any_whitespace") so.any_whitespace = !v.get<bool>();
+      if (k == "disable_number_bounds") so.bounded_numbers = !v.get<bool>();
       continue;
     }
     if (k == "whitespace_pattern") return Status::errorf("'{}' is not supported (xgrammar has no whitespace pattern)", field);
@@ -186,28 +193,31 @@ Status parse_structured(const ojson& body, Request& r) {
   std::string source;
   auto claim = [&](const std::string& field) -> Status {
     if (!source.empty())
-      return Status::errorf("'{}' and '{}' both constrain the output; give only one of response_format, "
-                            "structured_outputs and guided_*", source, field);
+      return Status::field_errorf(field,
+                                  "'{}' and '{}' both constrain the output; give only one of "
+                                  "response_format, structured_outputs and guided_*",
+                                  source, field);
     source = field;
     return Status::ok();
   };
   if (present(body, "response_format")) {
-    DSI_RETURN_IF_ERROR(parse_response_format(body["response_format"], so));
+    DSI_RETURN_IF_ERROR(parse_response_format(body["response_format"], so).with_field("response_format"));
     if (so.active()) DSI_RETURN_IF_ERROR(claim("response_format"));
   }
   if (present(body, "structured_outputs")) {
     DSI_RETURN_IF_ERROR(claim("structured_outputs"));
-    DSI_RETURN_IF_ERROR(parse_structured_outputs(body["structured_outputs"], so));
+    DSI_RETURN_IF_ERROR(parse_structured_outputs(body["structured_outputs"], so).with_field("structured_outputs"));
   }
   for (const char* key : {"json", "regex", "choice", "grammar"}) {
     const std::string field = std::string("guided_") + key;
     if (!present(body, field.c_str())) continue;
     DSI_RETURN_IF_ERROR(claim(field));
-    DSI_RETURN_IF_ERROR(parse_constraint(key, body[field], field, so));
+    DSI_RETURN_IF_ERROR(parse_constraint(key, body[field], field, so).with_field(field));
   }
   if (present(body, "guided_whitespace_pattern"))
-    return Status::error("'guided_whitespace_pattern' is not supported (xgrammar has no whitespace pattern)");
-  if (r.conversation) DSI_RETURN_IF_ERROR(parse_strict_tools(body, *r.conversation, so));
+    return Status::field_error("guided_whitespace_pattern",
+                               "'guided_whitespace_pattern' is not supported (xgrammar has no whitespace pattern)");
+  if (r.conversation) DSI_RETURN_IF_ERROR(parse_strict_tools(body, *r.conversation, so).with_field("tools"));
   r.structured = std::move(so);
   return Status::ok();
 }
@@ -216,20 +226,24 @@ Status parse_structured(const ojson& body, Request& r) {
 // "model", "stream", "stream_options": read by the server, ignored by the engine.
 Status parse_edge_fields(const ojson& body, Request& r) {
   if (body.contains("model") && !body["model"].is_null()) {
-    if (!body["model"].is_string()) return Status::errorf("'model' must be a string, found {}", body["model"].type_name());
+    if (!body["model"].is_string())
+      return Status::field_errorf("model", "'model' must be a string, found {}", body["model"].type_name());
     r.model = body["model"].get<std::string>();
   }
   if (body.contains("stream") && !body["stream"].is_null()) {
-    if (!body["stream"].is_boolean()) return Status::errorf("'stream' must be true or false, found {}", body["stream"].dump());
+    if (!body["stream"].is_boolean())
+      return Status::field_errorf("stream", "'stream' must be true or false, found {}", body["stream"].dump());
     r.stream = body["stream"].get<bool>();
   }
   if (!body.contains("stream_options") || body["stream_options"].is_null()) return Status::ok();
   const ojson& so = body["stream_options"];
-  if (!so.is_object()) return Status::errorf("'stream_options' must be an object, found {}", so.type_name());
-  if (!r.stream) return Status::error("'stream_options' is only allowed when 'stream' is true");
+  if (!so.is_object())
+    return Status::field_errorf("stream_options", "'stream_options' must be an object, found {}", so.type_name());
+  if (!r.stream) return Status::field_error("stream_options", "'stream_options' is only allowed when 'stream' is true");
   if (so.contains("include_usage") && !so["include_usage"].is_null()) {
     if (!so["include_usage"].is_boolean())
-      return Status::errorf("'stream_options.include_usage' must be true or false, found {}", so["include_usage"].dump());
+      return Status::field_errorf("stream_options", "'stream_options.include_usage' must be true or false, found {}",
+                                  so["include_usage"].dump());
     r.include_usage = so["include_usage"].get<bool>();
   }
   return Status::ok();
@@ -240,9 +254,11 @@ Status parse_edge_fields(const ojson& body, Request& r) {
 Status check_unsupported_fields(const ojson& body, Endpoint endpoint) {
   auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
   if (endpoint == Endpoint::kCompletions) {
-    if (given("echo") && body["echo"] != false) return Status::error("'echo' is not supported (only false)");
-    if (given("suffix") && body["suffix"] != "") return Status::error("'suffix' is not supported");
-    if (given("best_of") && body["best_of"] != 1) return Status::error("'best_of' is not supported (use 'n')");
+    if (given("echo") && body["echo"] != false)
+      return Status::field_error("echo", "'echo' is not supported (only false)");
+    if (given("suffix") && body["suffix"] != "") return Status::field_error("suffix", "'suffix' is not supported");
+    if (given("best_of") && body["best_of"] != 1)
+      return Status::field_error("best_of", "'best_of' is not supported (use 'n')");
   }
   return Status::ok();
 }
@@ -254,17 +270,20 @@ Status parse_body_fields(const ojson& body, std::optional<Endpoint> endpoint_opt
   r.endpoint = endpoint;
   DSI_RETURN_IF_ERROR(check_unsupported_fields(body, endpoint));
   if (endpoint == Endpoint::kChatCompletions) {
-    if (!body.contains("messages")) return Status::error("a /v1/chat/completions body needs 'messages'");
-    DSI_ASSIGN_OR_RETURN(chat::Conversation conv, chat::parse_chat_request(body));
+    if (!body.contains("messages"))
+      return Status::field_error("messages", "a /v1/chat/completions body needs 'messages'");
+    DSI_ASSIGN_OR_RETURN(chat::Conversation conv, chat::parse_chat_request(body));  // its errors name their fields
     r.conversation = std::make_shared<const chat::Conversation>(std::move(conv));
   } else {
-    if (body.contains("messages")) return Status::error("'messages' belongs to /v1/chat/completions, not /v1/completions");
-    DSI_RETURN_IF_ERROR(parse_prompt(body, r));
+    if (body.contains("messages"))
+      return Status::field_error("messages", "'messages' belongs to /v1/chat/completions, not /v1/completions");
+    DSI_RETURN_IF_ERROR(parse_prompt(body, r).with_field("prompt"));
   }
   DSI_ASSIGN_OR_RETURN(r.sampling, sampling::parse_sampling_params(body));
   DSI_RETURN_IF_ERROR(parse_structured(body, r));
   if (body.contains("return_token_ids") && !body["return_token_ids"].is_null()) {
-    if (!body["return_token_ids"].is_boolean()) return Status::error("'return_token_ids' must be true or false");
+    if (!body["return_token_ids"].is_boolean())
+      return Status::field_error("return_token_ids", "'return_token_ids' must be true or false");
     r.return_token_ids = body["return_token_ids"].get<bool>();
   }
   return parse_edge_fields(body, r);
@@ -287,13 +306,7 @@ Status parse_request_body(const ojson& body, std::optional<Endpoint> endpoint, R
 }
 
 Status parse_request_text(std::string_view body_json, std::optional<Endpoint> endpoint, Request& r) {
-  DSI_RETURN_IF_ERROR(io::check_json_depth(body_json, "request body"));
-  ojson body;
-  try {
-    body = ojson::parse(body_json);
-  } catch (const std::exception& e) {
-    return Status::errorf("request body is not valid JSON: {}", e.what());
-  }
+  DSI_ASSIGN_OR_RETURN(const ojson body, io::parse_json(body_json, "request body"));  // linear in the keys
   return parse_request_body(body, endpoint, r);
 }
 
@@ -315,10 +328,12 @@ bool endpoint_from_url(std::string_view url, Endpoint* out) {
   return true;
 }
 
-bool parse_request(std::string_view body_json, Endpoint endpoint, Request* out, std::string* error) {
+bool parse_request(std::string_view body_json, Endpoint endpoint, Request* out, std::string* error,
+                   std::string* error_param) {
   Request r;
   if (Status s = api::parse_request_text(body_json, endpoint, r); !s) {
     if (error) *error = s.message();
+    if (error_param) *error_param = s.field();
     return false;
   }
   *out = std::move(r);

@@ -121,8 +121,10 @@ Result<ojson> tool_parameters(const ToolDecl& d, size_t k) {
 Status check_thinking_tool_choice(const Conversation& conv) {
   if (conv.thinking && !conv.tools.empty() &&
       (conv.tool_choice == ToolChoice::kRequired || conv.tool_choice == ToolChoice::kNamed))
-    return Status::error("thinking mode does not support tool_choice \"required\" or a named function (DeepSeek's API "
-                         "rule); send \"thinking\": {\"type\": \"disabled\"} to force a tool call");
+    return Status::field_error(
+        "tool_choice",
+        "thinking mode does not support tool_choice \"required\" or a named function (DeepSeek's API "
+        "rule); send \"thinking\": {\"type\": \"disabled\"} to force a tool call");
   return Status::ok();
 }
 
@@ -134,9 +136,12 @@ Status parse_thinking(const ojson& body, Conversation& conv) {
     const std::string type = t.is_object() && t.contains("type") && t["type"].is_string() ? t["type"].get<std::string>() : "";
     if (type == "enabled" || type == "adaptive") explicit_mode = 1;
     else if (type == "disabled") explicit_mode = 0;
-    else return Status::errorf("thinking.type must be \"enabled\", \"adaptive\" or \"disabled\", got {}", t.dump());
+    else
+      return Status::field_errorf("thinking", "thinking.type must be \"enabled\", \"adaptive\" or \"disabled\", got {}",
+                                  t.dump());
     if (given(t, "budget_tokens") && !t["budget_tokens"].is_number_unsigned())
-      return Status::errorf("thinking.budget_tokens must be a non-negative integer, got {}", t["budget_tokens"].dump());
+      return Status::field_errorf("thinking", "thinking.budget_tokens must be a non-negative integer, got {}",
+                                  t["budget_tokens"].dump());
   }
   std::string effort;
   if (given(body, "reasoning_effort")) {
@@ -150,7 +155,10 @@ Status parse_thinking(const ojson& body, Conversation& conv) {
       return Status::ok();
     }
     if (!e.is_string() || !kEfforts.count(e.get<std::string>()))
-      return Status::errorf("reasoning_effort must be one of none, minimal, low, medium, high, xhigh, ultra, max or an integer 1-100; got {}", e.dump());
+      return Status::field_errorf("reasoning_effort",
+                                  "reasoning_effort must be one of none, minimal, low, medium, high, xhigh, ultra, max "
+                                  "or an integer 1-100; got {}",
+                                  e.dump());
     effort = e.get<std::string>();
   }
   conv.thinking = explicit_mode >= 0 ? explicit_mode == 1 : effort != "none";
@@ -165,16 +173,19 @@ Status parse_thinking(const ojson& body, Conversation& conv) {
 Result<RequestOptions> parse_request_options(const ojson& body) {
   RequestOptions o;
   if (given(body, "tools")) {
-    if (!body["tools"].is_array()) return Status::error("tools must be an array");
+    if (!body["tools"].is_array()) return Status::field_error("tools", "tools must be an array");
     for (size_t k = 0; k < body["tools"].size(); ++k) {
-      DSI_ASSIGN_OR_RETURN(ToolDecl d, parse_tool(body["tools"][k], k));
-      o.tools.push_back(std::move(d));
+      Result<ToolDecl> d = parse_tool(body["tools"][k], k);
+      if (!d) return d.status().with_field("tools");
+      o.tools.push_back(std::move(d).value());
     }
   }
-  DSI_RETURN_IF_ERROR(parse_tool_choice(body, o));
+  DSI_RETURN_IF_ERROR(parse_tool_choice(body, o).with_field("tool_choice"));
   if (given(body, "response_format")) {
     o.has_response_format = true;
-    DSI_ASSIGN_OR_RETURN(o.response, parse_response_format(body["response_format"]));
+    Result<ResponseFormatSpec> rf = parse_response_format(body["response_format"]);
+    if (!rf) return rf.status().with_field("response_format");
+    o.response = std::move(rf).value();
   }
   return o;
 }
@@ -185,17 +196,20 @@ Status apply_request_options(const RequestOptions& o, Conversation& conv) {
     std::set<std::string> names;
     for (size_t k = 0; k < o.tools.size(); ++k) {
       const ToolDecl& d = o.tools[k];
-      if (!names.insert(d.name).second) return Status::errorf("tools[{}]: tool name {:?} is not unique", k, d.name);
-      DSI_ASSIGN_OR_RETURN(ojson params, tool_parameters(d, k));
-      conv.tools.push_back(ToolDefinition{d.name, d.description, std::move(params), d.strict});
+      if (!names.insert(d.name).second)
+        return Status::field_errorf("tools", "tools[{}]: tool name {:?} is not unique", k, d.name);
+      Result<ojson> params = tool_parameters(d, k);
+      if (!params) return params.status().with_field("tools");
+      conv.tools.push_back(ToolDefinition{d.name, d.description, std::move(params).value(), d.strict});
     }
     if (o.choice == ToolChoice::kNamed) {
-      if (!names.count(o.named_tool)) return Status::errorf("tool_choice names tool {:?}, which is not in tools", o.named_tool);
+      if (!names.count(o.named_tool))
+        return Status::field_errorf("tool_choice", "tool_choice names tool {:?}, which is not in tools", o.named_tool);
       conv.named_tool = o.named_tool;
       std::erase_if(conv.tools, [&](const ToolDefinition& t) { return t.name != o.named_tool; });
     }
     // Without "thinking" / "reasoning_effort" the mode is the model's default, checked where it is applied.
-    if (conv.thinking_given) DSI_RETURN_IF_ERROR(check_thinking_tool_choice(conv));
+    if (conv.thinking_given) DSI_RETURN_IF_ERROR(check_thinking_tool_choice(conv));  // about tool_choice
   } else if (o.choice != ToolChoice::kNone) {
     conv.tool_choice = ToolChoice::kAuto;  // "required" / named without tools: nothing to require
   }
@@ -204,17 +218,23 @@ Status apply_request_options(const RequestOptions& o, Conversation& conv) {
   conv.response_regex = rf.regex;
   if (rf.format == ResponseFormat::kJsonSchema) {
     if (rf.strict) {
-      DSI_RETURN_IF_ERROR(normalize_strict_schema(rf.schema, /*allow_empty_object=*/false, "response_format.json_schema.schema").status());
+      DSI_RETURN_IF_ERROR(
+          normalize_strict_schema(rf.schema, /*allow_empty_object=*/false, "response_format.json_schema.schema")
+              .status()
+              .with_field("response_format"));
     } else {
-      DSI_RETURN_IF_ERROR(validate_json_schema(rf.schema, "response_format.json_schema.schema"));
+      DSI_RETURN_IF_ERROR(
+          validate_json_schema(rf.schema, "response_format.json_schema.schema").with_field("response_format"));
     }
     conv.response_schema = rf.schema;  // rendered as written, also when strict
   }
   if (!conv.tools.empty() && conv.tool_choice != ToolChoice::kNone) {
     const bool any_strict = std::any_of(conv.tools.begin(), conv.tools.end(), [](const auto& t) { return t.strict; });
     const bool all_strict = std::all_of(conv.tools.begin(), conv.tools.end(), [](const auto& t) { return t.strict; });
-    if (any_strict && !all_strict) return Status::error("tools: strict and non-strict tools cannot be mixed in one request");
-    if (any_strict && o.has_response_format) return Status::error("response_format cannot be used with strict tools");
+    if (any_strict && !all_strict)
+      return Status::field_error("tools", "tools: strict and non-strict tools cannot be mixed in one request");
+    if (any_strict && o.has_response_format)
+      return Status::field_error("response_format", "response_format cannot be used with strict tools");
   }
   return Status::ok();
 }

@@ -8,6 +8,7 @@
 
 #include "chat/chat_options.h"
 #include "io/json_limits.h"
+#include "io/json_parse.h"
 
 namespace dsinfer::chat {
 namespace {
@@ -95,9 +96,12 @@ Result<ToolCall> parse_tool_call(const ojson& tc, const std::string& where) {
   if (!f.contains("arguments") || !f["arguments"].is_string())
     return Status::errorf("{}.function.arguments must be a string holding a JSON object", where);
   const std::string& args = f["arguments"].get_ref<const std::string&>();
-  DSI_RETURN_IF_ERROR(io::check_json_depth(args, where + ".function.arguments"));
-  ojson parsed = ojson::parse(args, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return Status::errorf("{}.function.arguments is not valid JSON: {:?}", where, args.substr(0, 200));
+  Result<ojson> arguments = io::parse_json(args, where + ".function.arguments");  // linear in the keys
+  if (!arguments) {
+    if (io::json_nesting_depth(args) > io::kMaxJsonDepth) return arguments.status();
+    return Status::errorf("{}.function.arguments is not valid JSON: {:?}", where, args.substr(0, 200));
+  }
+  ojson parsed = std::move(arguments).value();
   if (!parsed.is_object()) return Status::errorf("{}.function.arguments is JSON but not an object: {:?}", where, args.substr(0, 200));
   out.arguments = std::move(parsed);
   return out;
@@ -233,9 +237,7 @@ Status parse_messages(const ojson& body, MessageState& st) {
 }  // namespace
 
 Result<Conversation> parse_chat_request_text(std::string_view text) {
-  DSI_RETURN_IF_ERROR(io::check_json_depth(text, "chat request"));
-  ojson body = ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return Status::error("chat request is not valid JSON");
+  DSI_ASSIGN_OR_RETURN(const ojson body, io::parse_json(text, "chat request"));
   return parse_chat_request(body);
 }
 
@@ -245,19 +247,23 @@ Result<Conversation> parse_chat_request(const ojson& body) {
   DSI_RETURN_IF_ERROR(parse_thinking(body, conv));
   DSI_ASSIGN_OR_RETURN(RequestOptions opts, parse_request_options(body));
   MessageState st{conv};
-  DSI_RETURN_IF_ERROR(parse_messages(body, st));
+  DSI_RETURN_IF_ERROR(parse_messages(body, st).with_field("messages"));
   if (!conv.thinking)
     for (ChatMessage& m : conv.messages) m.reasoning.clear(), m.has_reasoning = false;  // not rendered without thinking
   const bool prefix = st.prefix_index >= 0;
   if (prefix && size_t(st.prefix_index) + 1 != st.count)
-    return Status::error("messages: only the last message may be an assistant message with \"prefix\": true");
+    return Status::field_error("messages",
+                               "messages: only the last message may be an assistant message with \"prefix\": true");
   if (opts.response.format == ResponseFormat::kJsonObject && !st.mentions_json)
-    return Status::error("response_format json_object requires the word 'json' in some message");
+    return Status::field_error("response_format",
+                               "response_format json_object requires the word 'json' in some message");
   DSI_RETURN_IF_ERROR(apply_request_options(opts, conv));
   if (prefix && opts.response.format == ResponseFormat::kJsonObject)
-    return Status::error("response_format json_object cannot be used with a prefix (continued) assistant message");
+    return Status::field_error(
+        "response_format", "response_format json_object cannot be used with a prefix (continued) assistant message");
   if (prefix && (st.tool_context || !opts.tools.empty()))
-    return Status::error("tools and tool calls cannot be used with a prefix (continued) assistant message");
+    return Status::field_error("tools",
+                               "tools and tool calls cannot be used with a prefix (continued) assistant message");
   return conv;
 }
 

@@ -81,34 +81,60 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
 
 SpeculativeMetrics Engine::speculative_metrics() const { return spec_ ? spec_->metrics() : SpeculativeMetrics{}; }
 
+structured::GrammarCacheStats Engine::grammar_stats() const {
+  auto g = grammars();
+  return g ? (*g)->stats() : structured::GrammarCacheStats{};
+}
+
 Result<scheduler::RequestId> Engine::add(const Request& req) {
   auto p = std::make_unique<Pending>();
   scheduler::RequestSpec spec;
   if (req.endpoint == Endpoint::kChatCompletions) {
     if (!req.conversation) return Status::error("a chat request needs a conversation");
-    if (!tok_) return Status::error("'messages' needs a tokenizer, and this model directory has no tokenizer.json");
+    if (!tok_)
+      return Status::field_error("messages",
+                                 "'messages' needs a tokenizer, and this model directory has no tokenizer.json");
     const chat::Conversation& conv = *req.conversation;
-    DSI_ASSIGN_OR_RETURN(spec.prompt, chat::encode_prompt(chat::render_prompt(conv, chat::chat_family(model_config())), *tok_));
+    Result<std::vector<int32_t>> ids =
+        chat::encode_prompt(chat::render_prompt(conv, chat::chat_family(model_config())), *tok_);
+    if (!ids) return ids.status().with_field("messages");
+    spec.prompt = std::move(ids).value();
     p->parser_opts = chat::parser_options_for(conv, chat::chat_family(model_config()));
     p->out.chat = true;
   } else if (req.prompt_is_ids) {
     spec.prompt = req.prompt_ids;
   } else {
-    if (!tok_) return Status::error("a text 'prompt' needs a tokenizer; send token ids (a JSON array of integers) instead");
-    DSI_ASSIGN_OR_RETURN(spec.prompt, tok_->encode(req.prompt_text));
+    if (!tok_)
+      return Status::field_error(
+          "prompt", "a text 'prompt' needs a tokenizer; send token ids (a JSON array of integers) instead");
+    Result<std::vector<int32_t>> ids = tok_->encode(req.prompt_text);
+    if (!ids) return ids.status().with_field("prompt");
+    spec.prompt = std::move(ids).value();
   }
   spec.params = req.sampling;
+  if (req.structured.active()) {
+    // A constraint that completes ends the request (docs/decisions.md, README "Structured outputs"): min_tokens
+    // and ignore_eos cannot extend the output past the end of the constraint's language, where only text outside
+    // the constraint could follow.
+    spec.params.min_tokens = 0;
+    spec.params.ignore_eos = false;
+  }
   DSI_ASSIGN_OR_RETURN(structured::Grammar grammar, compile_structured(req));
+  if (grammar) DSI_RETURN_IF_ERROR(ensure_structured());
   const std::vector<int32_t> prompt_ids = grammar ? spec.prompt : std::vector<int32_t>();
   p->out.return_token_ids = req.return_token_ids;
   if (!tok_) {
-    if (!spec.params.stop.empty()) return Status::error("'stop' strings need a tokenizer; use 'stop_token_ids'");
+    if (!spec.params.stop.empty())
+      return Status::field_error("stop", "'stop' strings need a tokenizer; use 'stop_token_ids'");
     p->out.return_token_ids = true;  // without a tokenizer the ids are the only output
   }
   p->want_logprobs = spec.params.logprobs;
   p->out.prompt_tokens = int64_t(spec.prompt.size());
   const int32_t n = spec.params.n;
-  DSI_ASSIGN_OR_RETURN(scheduler::RequestId id, sched_->add_request(std::move(spec)));
+  const bool chat = req.endpoint == Endpoint::kChatCompletions;
+  Result<scheduler::RequestId> added = sched_->add_request(std::move(spec));
+  if (!added) return added.status().with_field(chat ? "messages" : "prompt");  // unless it names its own field
+  const scheduler::RequestId id = *added;
   p->out.id = id;
   p->out.arrival_s = now_s();
   const std::vector<scheduler::SeqId> seqs = sched_->seq_ids(id);
@@ -233,17 +259,46 @@ void Engine::apply_updates() {
   }
 }
 
-Result<structured::Grammar> Engine::compile_structured(const Request& req) {
+Result<structured::GrammarCache*> Engine::grammars() const {
+  if (!tok_)
+    return Status::error("structured outputs need a tokenizer, and this model directory has no tokenizer.json");
+  std::call_once(grammars_once_, [this] {
+    auto c = structured::GrammarCache::create(*tok_, model_config().vocab_size, int32_t(model_config().eos_token_id));
+    if (c)
+      grammars_ = std::shared_ptr<structured::GrammarCache>(std::move(c).value());
+    else
+      grammars_status_ = c.status();
+  });
+  if (!grammars_) return grammars_status_;
+  return grammars_.get();
+}
+
+Status Engine::ensure_structured() {
+  if (structured_) return Status::ok();
+  DSI_ASSIGN_OR_RETURN(structured::GrammarCache * cache, grammars());
+  (void)cache;
+  DSI_ASSIGN_OR_RETURN(structured_,
+                       structured::StructuredDecoding::create(*tok_, model_config().vocab_size,
+                                                              int32_t(model_config().eos_token_id), 0, grammars_));
+  return Status::ok();
+}
+
+Result<structured::Grammar> Engine::compile_structured(const Request& req) const {
   if (!req.structured.active()) return structured::Grammar();
-  if (!tok_) return Status::errorf("'{}' (structured outputs) needs a tokenizer, and this model directory has no tokenizer.json",
-                                   req.structured.field);
-  if (!structured_) {
-    DSI_ASSIGN_OR_RETURN(structured_, structured::StructuredDecoding::create(*tok_, model_config().vocab_size,
-                                                                             int32_t(model_config().eos_token_id)));
-  }
+  // Errors name the top-level request field ("response_format" for "response_format.json_schema.schema").
+  const std::string param = req.structured.field.substr(0, req.structured.field.find('.'));
+  if (!tok_)
+    return Status::field_errorf(
+        param, "'{}' (structured outputs) needs a tokenizer, and this model directory has no tokenizer.json",
+        req.structured.field);
+  Result<structured::GrammarCache*> cache = grammars();
+  if (!cache) return cache.status().with_field(param);
   // Strict tool calls are parsed model-independently; their grammar uses this model's DSML tags.
-  DSI_ASSIGN_OR_RETURN(const StructuredOutput so, structured::resolve_tool_calls(req.structured, chat::chat_family(model_config())));
-  return structured_->compile(so);
+  Result<StructuredOutput> so = structured::resolve_tool_calls(req.structured, chat::chat_family(model_config()));
+  if (!so) return so.status().with_field(param);
+  Result<structured::Grammar> g = (*cache)->get(*so);
+  if (!g) return g.status().with_field(param);
+  return g;
 }
 
 void Engine::track_structured(const Request& req, const structured::Grammar& g, const std::vector<int32_t>& prompt,

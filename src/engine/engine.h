@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,6 +102,11 @@ class Engine {
   int64_t max_model_len() const { return max_model_len_; }
   double now_s() const;
   SpeculativeMetrics speculative_metrics() const;
+  structured::GrammarCacheStats grammar_stats() const;  // zeros before the first constrained request
+  // Compiles the request's structured-output grammar into the engine's grammar cache (errors name the field). Safe
+  // to call from any thread while another steps the engine: the server's connection threads compile their own
+  // request's grammar, so submit() (on the engine thread) finds it cached and no request waits for another's.
+  Result<structured::Grammar> compile_structured(const Request& req) const;
   cache::PrefixCacheStats prefix_stats() const { return sched_->prefix_stats(); }
   // The logits of the last step ([rows, vocab], one row per sequence that needed logits); tests and divergence
   // measurements read them between steps. Empty when the step sampled on the device.
@@ -131,7 +137,9 @@ class Engine {
   Status detokenize(scheduler::RequestId rid, scheduler::StepOutput& o);
   // Structured outputs (src/structured): the request's grammar, compiled before anything is queued; the
   // matchers of its sequences; the step's bitmasks, computed while the model step runs.
-  Result<structured::Grammar> compile_structured(const Request& req);
+  // The grammar cache, created once (thread-safe); the StructuredDecoding on the engine thread shares it.
+  Result<structured::GrammarCache*> grammars() const;
+  Status ensure_structured();
   void track_structured(const Request& req, const structured::Grammar& g, const std::vector<int32_t>& prompt,
                         const std::vector<scheduler::SeqId>& seqs);
   std::future<Status> start_bitmasks(const scheduler::BatchPlan& plan);
@@ -153,6 +161,9 @@ class Engine {
   std::vector<RequestOutput> finished_;
   std::vector<float> logits_;
   std::unique_ptr<structured::StructuredDecoding> structured_;  // created with the first constrained request
+  mutable std::once_flag grammars_once_;
+  mutable std::shared_ptr<structured::GrammarCache> grammars_;  // set once under grammars_once_
+  mutable Status grammars_status_;
   sampling::TokenBitmask bitmask_;
   bool device_sampling_ = false;  // EngineOptions::sampling "device" on a runner that can, without speculation
   sampling::PackedRows rows_;

@@ -55,8 +55,8 @@ Result<RequestId> Scheduler::add_request(RequestSpec spec) {
                               cfg_.vocab_size);
   DSI_RETURN_IF_ERROR(sampling::validate(spec.params, cfg_.vocab_size));
   if (spec.params.max_tokens && *spec.params.max_tokens > max_len - plen)
-    return Status::errorf("max_tokens {} + prompt {} tokens exceeds max_model_len {}", *spec.params.max_tokens, plen,
-                          max_len);
+    return Status::field_errorf("max_tokens", "max_tokens {} + prompt {} tokens exceeds max_model_len {}",
+                                *spec.params.max_tokens, plen, max_len);
   auto req = std::make_unique<Request>();
   req->id = next_request_id_++;
   req->prompt = std::move(spec.prompt);

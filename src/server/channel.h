@@ -20,6 +20,7 @@ struct Event {
   RequestResult result;     // kDone
   int http_status = 500;    // kError
   std::string error_type, message;
+  std::string param;  // kError: the request field the error is about (OpenAI's "param"), or ""
 };
 
 class Channel {

@@ -21,7 +21,8 @@ void EngineLoop::submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (stopping_) {
-      job->channel->push({Event::Kind::kError, 0, {}, {}, 503, "server_shutting_down", "the server is shutting down"});
+      job->channel->push(
+          {Event::Kind::kError, 0, {}, {}, 503, "server_shutting_down", "the server is shutting down", ""});
       return;
     }
     ++in_flight_;
@@ -57,23 +58,24 @@ void EngineLoop::take_inbox(std::vector<std::shared_ptr<Job>>& submits, std::vec
 }
 
 void EngineLoop::admit(const std::shared_ptr<Job>& job) {
-  std::string err;
+  std::string err, param;
   uint64_t id = 0;
   int status = 400;
   try {
-    id = engine_->submit(job->request, &err);
+    id = engine_->submit(job->request, &err, &param);
   } catch (const std::exception& e) {  // a bug: the request fails, the server lives on
     err = std::string("internal error: ") + e.what();
     status = 500;
   }
   if (!id) {
     --in_flight_;
-    job->channel->push({Event::Kind::kError, 0, {}, {}, status, status == 400 ? "invalid_request_error" : "internal_error", err});
+    const char* type = status == 400 ? "invalid_request_error" : "internal_error";
+    job->channel->push({Event::Kind::kError, 0, {}, {}, status, type, err, param});
     return;
   }
   job->id = id;
   jobs_[id] = job;
-  job->channel->push({Event::Kind::kStarted, id, {}, {}, 0, "", ""});
+  job->channel->push({Event::Kind::kStarted, id, {}, {}, 0, "", "", ""});
 }
 
 void EngineLoop::on_token(const TokenEvent& ev) {
@@ -116,7 +118,7 @@ void EngineLoop::fail_all(const std::string& message) {
   for (auto& [id, job] : jobs_) {
     std::string ignored;
     engine_->abort(id, &ignored);
-    job->channel->push({Event::Kind::kError, id, {}, {}, 500, "internal_error", "model step failed: " + message});
+    job->channel->push({Event::Kind::kError, id, {}, {}, 500, "internal_error", "model step failed: " + message, ""});
     --in_flight_;
   }
   jobs_.clear();

@@ -2,8 +2,6 @@
 #include "server/handlers.h"
 
 #include <ctime>
-#include <set>
-
 #include <nlohmann/json.hpp>
 
 namespace dsinfer::server {
@@ -13,22 +11,6 @@ using json = nlohmann::ordered_json;
 namespace {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-const std::set<std::string>& body_fields() {
-  static const std::set<std::string> k = {
-      "messages", "prompt", "model", "n", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
-      "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "max_tokens", "max_completion_tokens",
-      "min_tokens", "stop", "stop_token_ids", "ignore_eos", "logprobs", "top_logprobs", "stream", "stream_options",
-      "tools", "tool_choice", "response_format", "thinking", "reasoning_effort", "return_token_ids"};
-  return k;
-}
-
-// The identifier at s[i...] (letters, digits, '_').
-std::string ident_at(const std::string& s, size_t i) {
-  size_t j = i;
-  while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
-  return s.substr(i, j - i);
-}
 
 const char* reason_phrase_type(int status) {
   switch (status) {
@@ -50,16 +32,6 @@ std::string error_json(const std::string& message, const std::string& type, cons
                  {"type", type},
                  {"param", param.empty() ? json(nullptr) : json(param)},
                  {"code", code.empty() ? json(nullptr) : json(code)}}}});
-}
-
-std::string param_of(const std::string& message) {
-  const std::string lead = ident_at(message, message.rfind('\'', 0) == 0 ? 1 : 0);
-  if (body_fields().count(lead)) return lead;
-  for (size_t q = message.find('\''); q != std::string::npos; q = message.find('\'', q + 1)) {
-    const std::string f = ident_at(message, q + 1);
-    if (body_fields().count(f)) return f;
-  }
-  return "";
 }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
@@ -136,8 +108,8 @@ bool Router::next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWrite
 void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& endpoint, ResponseWriter& w) {
   auto job = std::make_shared<Job>();
   Request& req = job->request;
-  std::string err;
-  if (!parse_request(hr.body, ep, &req, &err)) return send_error(w, endpoint, 400, err, "", param_of(err));
+  std::string err, param;
+  if (!parse_request(hr.body, ep, &req, &err, &param)) return send_error(w, endpoint, 400, err, "", param);
   if (!req.model.empty() && req.model != model_name_)
     return send_error(w, endpoint, 404, "the model '" + req.model + "' does not exist (this server serves '" + model_name_ + "')",
                       "", "model", "model_not_found");
@@ -150,6 +122,10 @@ void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& 
     if (req.sampling.stop[i].size() > opts_.max_stop_bytes)
       return send_error(w, endpoint, 400, fmt::format("'stop[{}]' is {} bytes long; the limit is {}", i,
                                                       req.sampling.stop[i].size(), opts_.max_stop_bytes), "", "stop");
+  // The grammar compiles here, on this connection's thread, into the engine's cache: the engine thread then finds
+  // it cached, and a slow compile delays only this request.
+  if (req.structured.active() && !loop_.engine().prepare(req, &err, &param))
+    return send_error(w, endpoint, 400, err, "", param);
   const EngineStats st = metrics_.engine_stats();
   if (loop_.in_flight() - st.running_requests >= opts_.max_waiting_requests)
     return send_error(w, endpoint, 503, fmt::format("the server is overloaded ({} requests waiting); retry later",
@@ -158,8 +134,7 @@ void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& 
   loop_.submit(job);
   Event e;
   if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);
-  if (e.kind != Event::Kind::kStarted)
-    return send_error(w, endpoint, e.http_status, e.message, e.error_type, param_of(e.message));
+  if (e.kind != Event::Kind::kStarted) return send_error(w, endpoint, e.http_status, e.message, e.error_type, e.param);
   if (req.stream) return stream(job, e.request_id, endpoint, w);
   while (true) {
     if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);

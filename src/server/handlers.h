@@ -36,9 +36,8 @@ class ResponseWriter {
 };
 
 // The OpenAI error object {"error": {"message", "type", "param", "code"}}.
-std::string error_json(const std::string& message, const std::string& type, const std::string& param, const std::string& code);
-// The request field a validation message names ("'stop[1]' must be ..." -> "stop"), or "".
-std::string param_of(const std::string& message);
+std::string error_json(const std::string& message, const std::string& type, const std::string& param,
+                       const std::string& code);
 // Compares without an early exit (the time does not depend on where the strings differ).
 bool constant_time_equal(const std::string& a, const std::string& b);
 

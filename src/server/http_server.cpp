@@ -2,20 +2,23 @@
 // Sockets are non-blocking and every wait is a poll() with a deadline, in short slices so that stop() is
 // seen promptly: an idle keep-alive connection, a client that stops sending or stops reading cannot hold a
 // thread (or a request's state) forever.
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <list>
-#include <sstream>
-#include <thread>
-
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <list>
+#include <optional>
+#include <sstream>
+#include <thread>
 
 #include "dsinfer/server.h"
 #include "server/handlers.h"
@@ -55,8 +58,28 @@ class TimedStream {
 
   template <class Buffers>
   size_t read_some(const Buffers& b, beast::error_code& ec) {
-    return io(ec, POLLIN, opts_.idle_timeout_s, 0.0, [&] { return sock_.read_some(b, ec); });
+    double timeout = opts_.idle_timeout_s;
+    if (deadline_) {
+      const double left = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
+      if (left <= 0) {
+        deadline_hit_ = true;
+        ec = net::error::timed_out;
+        return 0;
+      }
+      timeout = std::min(timeout, left);
+    }
+    const size_t n = io(ec, POLLIN, timeout, 0.0, [&] { return sock_.read_some(b, ec); });
+    if (ec == net::error::timed_out && deadline_ && Clock::now() >= *deadline_) deadline_hit_ = true;
+    return n;
   }
+  // The whole request (header and body) must arrive within `seconds` from now, whatever the pace of its
+  // bytes: a slow sender cannot hold the connection by trickling one byte per idle timeout.
+  void start_deadline(double seconds) {
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    deadline_hit_ = false;
+  }
+  void clear_deadline() { deadline_.reset(); }
+  bool deadline_hit() const { return deadline_hit_; }
   template <class Buffers>
   size_t write_some(const Buffers& b, beast::error_code& ec) {
     return io(ec, POLLOUT, opts_.write_timeout_s, 2.0, [&] { return sock_.write_some(b, ec); });
@@ -88,6 +111,8 @@ class TimedStream {
   tcp::socket& sock_;
   const ServerOptions& opts_;
   const std::atomic<bool>& stopping_;
+  std::optional<Clock::time_point> deadline_;
+  bool deadline_hit_ = false;
 };
 
 class BeastWriter : public ResponseWriter {
@@ -181,9 +206,12 @@ struct Server::Impl {
   std::list<std::unique_ptr<Conn>> conns;  // accept thread only, then stop()
   bool started = false, stopped = false;
 
+  int reserve_fd = -1;  // a spare descriptor, freed to shed a connection at the process's descriptor limit
+
   void accept_loop();
   void serve(tcp::socket sock);
   void reject(tcp::socket& sock);
+  void shed_at_fd_limit();
   bool read_request(TimedStream& s, beast::flat_buffer& buf, http::request_parser<http::string_body>& p, int fd,
                     bool* replied);
 };
@@ -213,6 +241,7 @@ bool Server::start(std::string* error) {
     if (!ec) m.acceptor.non_blocking(true, ec);
     if (ec) return Status::errorf("cannot listen on {}:{}: {}", m.opts.host, m.opts.port, ec.message());
     m.port = m.acceptor.local_endpoint().port();
+    m.reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     m.loop->start();
     m.accept_thread = std::thread([&m] { m.accept_loop(); });
     m.started = true;
@@ -233,6 +262,8 @@ void Server::stop() {
   m.conns.clear();
   beast::error_code ec;
   m.acceptor.close(ec);
+  if (m.reserve_fd >= 0) ::close(m.reserve_fd);
+  m.reserve_fd = -1;
 }
 
 void Server::Impl::accept_loop() {
@@ -249,6 +280,10 @@ void Server::Impl::accept_loop() {
     beast::error_code ec;
     tcp::socket sock(ioc);
     acceptor.accept(sock, ec);
+    if (ec == net::error::no_descriptors || ec.value() == ENFILE || ec == net::error::no_memory) {
+      shed_at_fd_limit();
+      continue;
+    }
     if (ec) continue;
     if (connections >= opts.max_connections) {
       reject(sock);
@@ -257,27 +292,63 @@ void Server::Impl::accept_loop() {
     ++connections;
     auto c = std::make_unique<Conn>();
     Conn* raw = c.get();
-    c->thread = std::thread([this, raw, s = std::move(sock)]() mutable {
-      serve(std::move(s));
+    try {
+      c->thread = std::thread([this, raw, s = std::move(sock)]() mutable {
+        serve(std::move(s));
+        --connections;
+        raw->done = true;
+      });
+    } catch (const std::system_error&) {  // no thread to serve it (a process limit): refused like a full server
       --connections;
-      raw->done = true;
-    });
+      continue;  // the socket moved into the failed lambda is closed with it
+    }
     conns.push_back(std::move(c));
   }
 }
 
-void Server::Impl::reject(tcp::socket& sock) {
-  metrics.count_http("other", 503);
+namespace {
+
+std::string overloaded_reply(const std::string& message) {
   http::response<http::string_body> res{http::status::service_unavailable, 11};
   res.set(http::field::content_type, "application/json");
   res.set(http::field::retry_after, "1");
   res.keep_alive(false);
-  res.body() = error_json("too many open connections; retry later", "service_unavailable", "", "overloaded");
+  res.body() = error_json(message, "service_unavailable", "", "overloaded");
   res.prepare_payload();
-  const std::string data = serialize(res);
+  return serialize(res);
+}
+
+}  // namespace
+
+void Server::Impl::reject(tcp::socket& sock) {
+  metrics.count_http("other", 503);
+  const std::string data = overloaded_reply("too many open connections; retry later");
   (void)::send(sock.native_handle(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);  // best effort
   beast::error_code ec;
   sock.close(ec);
+}
+
+void Server::Impl::shed_at_fd_limit() {
+  // accept() failed for want of a file descriptor, so the pending connection stays queued and the listening
+  // socket stays readable: retrying at once would spin a core while clients time out. Free the reserve
+  // descriptor, take the connection, answer 503 and close it, then take the reserve back; without a reserve,
+  // back off for a moment.
+  if (reserve_fd >= 0) {
+    ::close(reserve_fd);
+    reserve_fd = -1;
+    const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      metrics.count_http("other", 503);
+      const std::string data = overloaded_reply("the server is out of file descriptors; retry later");
+      (void)::send(fd, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);  // best effort
+      ::close(fd);
+    }
+    reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+  if (reserve_fd < 0) {
+    pollfd none{-1, 0, 0};
+    (void)::poll(&none, 0, 50);  // back off 50 ms
+  }
 }
 
 namespace {
@@ -320,8 +391,17 @@ bool Server::Impl::read_request(TimedStream& s, beast::flat_buffer& buf, http::r
   auto too_large = [&] {
     return reply(413, fmt::format("request body exceeds {} bytes", opts.max_body_bytes), "request_too_large");
   };
+  // Between requests a keep-alive connection may idle (idle_timeout_s); from a request's first byte on, its header
+  // and body must arrive within request_timeout_s (408 otherwise).
+  if (buf.size() == 0 && !wait_fd(fd, POLLIN, opts.idle_timeout_s, stopping, 0.0)) return false;
+  s.start_deadline(opts.request_timeout_s);
+  auto timed_out = [&] {
+    return reply(408, fmt::format("the request's header and body did not arrive within {} s", opts.request_timeout_s),
+                 "request_timeout");
+  };
   beast::error_code ec;
   http::read_header(s, buf, p, ec);
+  if (ec == net::error::timed_out && s.deadline_hit()) return timed_out();
   if (ec == http::error::header_limit)
     return reply(431, fmt::format("request header block exceeds {} bytes", opts.max_header_bytes), "request_header_too_large");
   if (ec == http::error::body_limit) return too_large();
@@ -334,6 +414,8 @@ bool Server::Impl::read_request(TimedStream& s, beast::flat_buffer& buf, http::r
     if (ec) return false;
   }
   http::read(s, buf, p, ec);
+  if (ec == net::error::timed_out && s.deadline_hit()) return timed_out();
+  s.clear_deadline();
   if (ec == http::error::body_limit) return too_large();
   if (ec && client_went_away(ec)) return false;
   if (ec) return reply(400, "malformed HTTP request body: " + ec.message(), "bad_http_request");

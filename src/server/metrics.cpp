@@ -137,6 +137,16 @@ std::string Metrics::render() const {
                double(pc.bytes_to_device));
   render_value(out, "dsinfer_prefix_cache_host_bytes", "gauge", "Bytes of blocks held in the host tier.",
                double(pc.host_bytes));
+  // Structured outputs: grammar compiles (cache misses) and their wall time, the compiled-grammar cache.
+  const GrammarMetrics& gm = engine_.grammar;
+  render_value(out, "dsinfer_grammar_compiles_total", "counter", "Structured-output grammars compiled (cache misses).",
+               double(gm.compiles));
+  render_value(out, "dsinfer_grammar_compile_seconds_total", "counter", "Wall time spent compiling grammars.",
+               gm.compile_seconds);
+  render_value(out, "dsinfer_grammar_cache_hits_total", "counter", "Constrained requests served from the cache.",
+               double(gm.cache_hits));
+  render_value(out, "dsinfer_grammar_cache_bytes", "gauge", "Bytes of compiled grammars held by the cache.",
+               double(gm.cache_bytes));
   // Speculative decoding (vLLM's spec_decode_* counters); all zero when it is off.
   const SpeculativeMetrics& sp = engine_.speculative;
   render_value(out, "dsinfer_spec_decode_num_drafts_total", "counter", "Decode rounds of one sequence with drafts.",

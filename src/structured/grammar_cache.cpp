@@ -1,10 +1,12 @@
 // GrammarCache (see grammar_cache.h): one xgrammar GrammarCompiler per tokenizer, our own LRU on top (the
-// compiler's internal cache is off so memory has one bound: the entry count here).
+// compiler's internal cache is off so memory has one bound: the entry count and bytes here).
 #include "structured/grammar_cache.h"
 
-#include <exception>
-
 #include <xgrammar/xgrammar.h>
+
+#include <chrono>
+#include <exception>
+#include <nlohmann/json.hpp>
 
 namespace dsinfer::structured {
 
@@ -75,7 +77,8 @@ std::vector<std::string> grammar_vocabulary(const tokenizer::Tokenizer& tok, int
 GrammarCache::~GrammarCache() = default;
 
 Result<std::unique_ptr<GrammarCache>> GrammarCache::create(const tokenizer::Tokenizer& tok, int64_t model_vocab,
-                                                           int32_t eos_token_id, size_t capacity) {
+                                                           int32_t eos_token_id, size_t capacity,
+                                                           size_t capacity_bytes) {
   if (model_vocab < int64_t(tok.vocab_size()))
     return Status::errorf("structured outputs: the model's vocab_size {} is below the tokenizer's {} ids", model_vocab,
                           tok.vocab_size());
@@ -85,6 +88,7 @@ Result<std::unique_ptr<GrammarCache>> GrammarCache::create(const tokenizer::Toke
   c->vocab_ = model_vocab;
   c->eos_ = eos_token_id;
   c->capacity_ = std::max<size_t>(capacity, 1);
+  c->capacity_bytes_ = capacity_bytes;
   try {
     c->info_ = std::make_unique<xgrammar::TokenizerInfo>(grammar_vocabulary(tok, model_vocab), xgrammar::VocabType::RAW,
                                                          int(model_vocab), std::vector<int32_t>{eos_token_id});
@@ -95,59 +99,166 @@ Result<std::unique_ptr<GrammarCache>> GrammarCache::create(const tokenizer::Toke
   return c;
 }
 
+size_t GrammarCache::size() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return lru_.size();
+}
+
+GrammarCacheStats GrammarCache::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  GrammarCacheStats s = stats_;
+  s.entries = int64_t(lru_.size());
+  return s;
+}
+
 Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarCache::get(const StructuredOutput& so) {
-  std::string key = fmt::format("{}|{}|", int(so.kind), so.any_whitespace ? 1 : 0);
+  size_t source = so.spec.size();
+  for (const std::string& c : so.choices) source += c.size() + 1;
+  if (source > kMaxGrammarSourceBytes)
+    return Status::errorf("{}: the {} is {} bytes; the limit is {} bytes", so.field, kind_name(so.kind), source,
+                          kMaxGrammarSourceBytes);
+  std::string key = fmt::format("{}|{}|{}|", int(so.kind), so.any_whitespace ? 1 : 0, so.bounded_numbers ? 1 : 0);
   key += so.spec;
   for (const std::string& c : so.choices) key += '\0' + c;
-  if (auto it = index_.find(key); it != index_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    ++hits_;
-    return lru_.front().second;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      ++stats_.hits;
+      return lru_.front().grammar;
+    }
   }
-  DSI_ASSIGN_OR_RETURN(std::shared_ptr<const xgrammar::CompiledGrammar> g, compile(so));
-  ++compiles_;
-  lru_.emplace_front(key, g);
+  // Compiled outside the lock: other threads' requests (and cache hits) do not wait for this one.
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::shared_ptr<const xgrammar::CompiledGrammar>> compiled = compile(so);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.compiles;
+  stats_.compile_seconds += seconds;
+  if (!compiled) return compiled.status();
+  std::shared_ptr<const xgrammar::CompiledGrammar> g = *compiled;
+  if (index_.count(key)) return g;  // compiled by another thread meanwhile
+  const size_t bytes = g->MemorySizeBytes() + key.size();
+  lru_.push_front(Entry{key, g, bytes});
   index_[key] = lru_.begin();
-  if (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
+  stats_.bytes += bytes;
+  while (lru_.size() > 1 && (lru_.size() > capacity_ || stats_.bytes > capacity_bytes_)) {
+    stats_.bytes -= lru_.back().bytes;
+    index_.erase(lru_.back().key);
     lru_.pop_back();
   }
   return g;
 }
 
+Status GrammarCache::check_admits_output(const xgrammar::CompiledGrammar& g, const StructuredOutput& so) const {
+  xgrammar::GrammarMatcher m(g);
+  std::vector<int32_t> row(size_t((vocab_ + 31) / 32), 0);
+  int64_t shape[1] = {int64_t(row.size())};
+  DLTensor t{};
+  t.data = row.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = shape;
+  m.FillNextTokenBitmask(&t);
+  for (int32_t w : row)
+    if (w != 0) return Status::ok();
+  return Status::errorf(
+      "{}: the {} admits no output (no token can start a match, and it does not match the "
+      "empty string)",
+      so.field, kind_name(so.kind));
+}
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// |x| < 10^15: 15 integer digits, and 6 fraction digits for numbers (xgrammar's range precision).
+constexpr int64_t kNumberBound = 999'999'999'999'999;
+
+bool is_numeric_type(const ojson& t) {
+  if (t.is_string()) return t == "integer" || t == "number";
+  if (t.is_array())
+    for (const ojson& x : t)
+      if (x == "integer" || x == "number") return true;
+  return false;
+}
+
+// Gives every integer / number schema without a lower (upper) bound the bound -kNumberBound (kNumberBound), so a
+// number literal has at most 15 integer digits. Values (const, enum, default, examples) are left alone.
+void bound_numbers(ojson& s) {
+  if (s.is_array()) {
+    for (ojson& x : s) bound_numbers(x);
+    return;
+  }
+  if (!s.is_object()) return;
+  if (s.contains("type") && is_numeric_type(s["type"])) {
+    if (!s.contains("minimum") && !s.contains("exclusiveMinimum")) s["minimum"] = -kNumberBound;
+    if (!s.contains("maximum") && !s.contains("exclusiveMaximum")) s["maximum"] = kNumberBound;
+  }
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "const" || k == "enum" || k == "default" || k == "examples") continue;
+    bound_numbers(it.value());
+  }
+}
+
+// Any JSON object, its values any JSON with bounded numbers (json_object with bounded numbers).
+const char* kBoundedAnyObject = R"({"type": "object", "additionalProperties": {"$ref": "#/$defs/any"},
+  "$defs": {"any": {"anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "integer"}, {"type": "number"},
+    {"type": "string"}, {"type": "array", "items": {"$ref": "#/$defs/any"}},
+    {"type": "object", "additionalProperties": {"$ref": "#/$defs/any"}}]}}})";
+
+}  // namespace
+
 Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarCache::compile(const StructuredOutput& so) {
   using Kind = StructuredOutput::Kind;
   const std::optional<int> ws = so.any_whitespace ? std::optional<int>(kMaxJsonWhitespace) : std::nullopt;
+  std::optional<xgrammar::CompiledGrammar> g;
   try {
     switch (so.kind) {
       case Kind::kJsonObject:
-        // Any object: strict_mode off, else xgrammar would forbid properties the schema does not list (all).
-        return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileJSONSchema(
-            R"({"type": "object"})", so.any_whitespace, std::nullopt, std::nullopt, /*strict_mode=*/false, ws));
-      case Kind::kJsonSchema:
-        return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileJSONSchema(
-            so.spec, so.any_whitespace, std::nullopt, std::nullopt, /*strict_mode=*/true, ws));
+      case Kind::kJsonSchema: {
+        // json_object: any object; strict_mode off without number bounds, else xgrammar would forbid properties
+        // the schema does not list (all). With bounds, the object's values are spelled out (kBoundedAnyObject).
+        const bool any_object = so.kind == Kind::kJsonObject;
+        std::string schema = any_object ? R"({"type": "object"})" : so.spec;
+        if (so.bounded_numbers) {
+          ojson j = ojson::parse(any_object ? std::string(kBoundedAnyObject) : so.spec);
+          bound_numbers(j);
+          schema = j.dump();
+        }
+        const bool strict = !any_object || so.bounded_numbers;
+        g = compiler_->CompileJSONSchema(schema, so.any_whitespace, std::nullopt, std::nullopt, strict, ws);
+        break;
+      }
       case Kind::kRegex:
-        return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileRegex(so.spec));
+        g = compiler_->CompileRegex(so.spec);
+        break;
       case Kind::kChoice:
         if (so.choices.empty()) return Status::errorf("{}: the choice list is empty", so.field);
-        return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileGrammar(choice_grammar(so.choices)));
+        g = compiler_->CompileGrammar(choice_grammar(so.choices));
+        break;
       case Kind::kGrammar:
         // vLLM's rule: EBNF (GBNF style, root rule "root") when it has "::=", else Lark (root rule "start").
         if (so.spec.find("::=") != std::string::npos)
-          return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileGrammar(so.spec, "root"));
-        return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileLark(so.spec));
+          g = compiler_->CompileGrammar(so.spec, "root");
+        else
+          g = compiler_->CompileLark(so.spec);
+        break;
       case Kind::kStructuralTag:
-        return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileStructuralTag(so.spec));
+        g = compiler_->CompileStructuralTag(so.spec);
+        break;
       case Kind::kToolCalls:  // resolved to a structural tag by the engine (structured::resolve_tool_calls)
         return Status::errorf("{}: tool-call constraint not resolved for a model family", so.field);
       case Kind::kNone:
-        break;
+        return Status::errorf("{}: no structured-output constraint to compile", so.field);
     }
   } catch (const std::exception& e) {
     return Status::errorf("{}: invalid {} (xgrammar: {})", so.field, kind_name(so.kind), short_message(e.what()));
   }
-  return Status::errorf("{}: no structured-output constraint to compile", so.field);
+  DSI_RETURN_IF_ERROR(check_admits_output(*g, so));
+  return std::make_shared<const xgrammar::CompiledGrammar>(std::move(*g));
 }
 
 }  // namespace dsinfer::structured

@@ -1,10 +1,13 @@
 // GrammarCache: structured-output specs (dsinfer::StructuredOutput) -> xgrammar compiled grammars for one
-// tokenizer, each compiled once and kept in a small LRU cache (key: kind + spec + options). Compilation errors
-// (bad schema, unsupported feature, bad regex / grammar) come back as a Status naming the request field.
+// tokenizer, each compiled once and kept in an LRU cache bounded by entries and by bytes (key: kind + spec +
+// options). Compilation errors (bad schema, unsupported feature, bad regex / grammar, a source over
+// kMaxGrammarSourceBytes, a constraint that admits no output) come back as a Status naming the request field.
+// get() may be called from several threads (a lock guards the LRU; compiles run outside it).
 #pragma once
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,14 +31,29 @@ std::vector<std::string> grammar_vocabulary(const tokenizer::Tokenizer& tok, int
 
 // Most whitespace characters in a row between JSON tokens when any whitespace is allowed. Unbounded
 // whitespace lets a weak model loop on tabs / newlines until max_tokens (the failure vLLM answers with
-// disable_any_whitespace); 16 still fits a newline plus the indentation of 3-level, 4-space pretty printing.
-inline constexpr int kMaxJsonWhitespace = 16;
+// disable_any_whitespace). 16 was too many: the shipped model spent 16 one-space tokens on every gap of a
+// two-point object and ran out of 256 tokens mid-object; 6 still fits a newline plus 2-space indentation two
+// levels deep (deeper indentation is cut, the JSON stays valid).
+inline constexpr int kMaxJsonWhitespace = 6;
+
+// Largest constraint source (spec text plus choices) compiled; larger ones are rejected before compiling
+// (a 1 MiB choice list took 39 s to compile). README "Limits".
+inline constexpr size_t kMaxGrammarSourceBytes = 256u << 10;
+// Memory the cached compiled grammars may hold together (xgrammar's MemorySizeBytes), besides the entry count.
+inline constexpr size_t kGrammarCacheBytes = 256u << 20;
+
+struct GrammarCacheStats {
+  int64_t compiles = 0, hits = 0, entries = 0;
+  size_t bytes = 0;
+  double compile_seconds = 0;  // total wall time of the compiles
+};
 
 class GrammarCache {
  public:
   // model_vocab: the logits width (>= the tokenizer's vocabulary); eos: the token that ends a complete output.
   static Result<std::unique_ptr<GrammarCache>> create(const tokenizer::Tokenizer& tok, int64_t model_vocab,
-                                                      int32_t eos_token_id, size_t capacity = 256);
+                                                      int32_t eos_token_id, size_t capacity = 256,
+                                                      size_t capacity_bytes = kGrammarCacheBytes);
   ~GrammarCache();
 
   // The compiled grammar of `so` (compiled now, or found in the cache).
@@ -44,23 +62,31 @@ class GrammarCache {
   const xgrammar::TokenizerInfo& tokenizer_info() const { return *info_; }
   int64_t vocab_size() const { return vocab_; }
   int32_t eos_token_id() const { return eos_; }
-  size_t size() const { return lru_.size(); }
-  int64_t compiles() const { return compiles_; }  // cache misses so far
-  int64_t hits() const { return hits_; }
+  size_t size() const;
+  int64_t compiles() const { return stats().compiles; }  // cache misses so far
+  int64_t hits() const { return stats().hits; }
+  GrammarCacheStats stats() const;
 
  private:
   GrammarCache() = default;
   Result<std::shared_ptr<const xgrammar::CompiledGrammar>> compile(const StructuredOutput& so);
+  // Error when no token (not even a stop token) can start an output of g.
+  Status check_admits_output(const xgrammar::CompiledGrammar& g, const StructuredOutput& so) const;
 
   int64_t vocab_ = 0;
   int32_t eos_ = -1;
-  size_t capacity_ = 0;
+  size_t capacity_ = 0, capacity_bytes_ = 0;
   std::unique_ptr<xgrammar::TokenizerInfo> info_;
   std::unique_ptr<xgrammar::GrammarCompiler> compiler_;
-  using Entry = std::pair<std::string, std::shared_ptr<const xgrammar::CompiledGrammar>>;
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const xgrammar::CompiledGrammar> grammar;
+    size_t bytes = 0;
+  };
+  mutable std::mutex mu_;  // guards lru_, index_ and stats_
   std::list<Entry> lru_;  // most recently used first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
-  int64_t compiles_ = 0, hits_ = 0;
+  GrammarCacheStats stats_;
 };
 
 }  // namespace dsinfer::structured

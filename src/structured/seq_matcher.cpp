@@ -27,6 +27,14 @@ DLTensor row_tensor(std::span<int32_t> row, int64_t* shape) {
 
 }  // namespace
 
+bool allow_stop_if_empty(std::span<int32_t> row, int32_t stop_token) {
+  for (int32_t w : row)
+    if (w != 0) return false;
+  if (stop_token >= 0 && size_t(stop_token / 32) < row.size())
+    row[size_t(stop_token / 32)] |= int32_t(1u << (stop_token % 32));
+  return true;
+}
+
 SequenceMatcher::SequenceMatcher(std::shared_ptr<const xgrammar::CompiledGrammar> grammar,
                                  const tokenizer::Tokenizer& tok, std::vector<int32_t> stop_tokens,
                                  bool wait_for_think_end)
@@ -46,6 +54,7 @@ void SequenceMatcher::fill_bitmask(std::span<int32_t> row) {
   int64_t shape[1];
   DLTensor t = row_tensor(row, shape);
   matcher_->FillNextTokenBitmask(&t);
+  allow_stop_if_empty(row, stop_tokens_.empty() ? -1 : stop_tokens_[0]);
 }
 
 void SequenceMatcher::push_tail(std::string_view bytes) {

@@ -25,6 +25,11 @@ namespace dsinfer::structured {
 
 inline constexpr const char* kThinkEnd = "</think>";
 
+// A constrained row that allows no token (the grammar reached a dead end: a path with no continuation the
+// vocabulary can spell) gets the stop token: the sequence ends there instead of the sampler leaving the grammar.
+// True when the row was empty.
+bool allow_stop_if_empty(std::span<int32_t> row, int32_t stop_token);
+
 class SequenceMatcher {
  public:
   // stop_tokens: the tokens that end a complete output (EOS and the request's stop_token_ids).

@@ -11,13 +11,20 @@ namespace dsinfer::structured {
 
 StructuredDecoding::~StructuredDecoding() = default;
 
-Result<std::unique_ptr<StructuredDecoding>> StructuredDecoding::create(const tokenizer::Tokenizer& tok, int64_t vocab_size,
-                                                                       int32_t eos_token_id, int32_t mask_threads) {
+Result<std::unique_ptr<StructuredDecoding>> StructuredDecoding::create(const tokenizer::Tokenizer& tok,
+                                                                       int64_t vocab_size, int32_t eos_token_id,
+                                                                       int32_t mask_threads,
+                                                                       std::shared_ptr<GrammarCache> cache) {
   std::unique_ptr<StructuredDecoding> d(new StructuredDecoding());
   d->tok_ = &tok;
   d->vocab_ = vocab_size;
   d->eos_ = eos_token_id;
-  DSI_ASSIGN_OR_RETURN(d->cache_, GrammarCache::create(tok, vocab_size, eos_token_id));
+  if (cache) {
+    d->cache_ = std::move(cache);
+  } else {
+    DSI_ASSIGN_OR_RETURN(std::unique_ptr<GrammarCache> own, GrammarCache::create(tok, vocab_size, eos_token_id));
+    d->cache_ = std::move(own);
+  }
   if (mask_threads <= 0) mask_threads = std::clamp(int32_t(std::thread::hardware_concurrency() / 2), 1, 16);
   d->batch_ = std::make_unique<xgrammar::BatchGrammarMatcher>(mask_threads);
   return d;
@@ -58,7 +65,10 @@ void StructuredDecoding::fill_bitmask(const scheduler::BatchPlan& plan, sampling
   t.shape = shape;
   if (matchers.size() == 1) matchers[0].FillNextTokenBitmask(&t, rows[0]);
   else batch_->BatchFillNextTokenBitmask(&matchers, &t, rows);
-  for (int32_t r : rows) mask.active[size_t(r)] = 1;
+  for (int32_t r : rows) {
+    mask.active[size_t(r)] = 1;
+    allow_stop_if_empty(mask.row(r), eos_);
+  }
   stats_.calls += 1;
   stats_.rows += int64_t(rows.size());
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -38,9 +38,11 @@ struct MaskStats {
 
 class StructuredDecoding {
  public:
-  // mask_threads: threads filling bitmasks of one step (0: half the hardware threads, at most 16).
+  // mask_threads: threads filling bitmasks of one step (0: half the hardware threads, at most 16); cache: a grammar
+  // cache of this tokenizer to share (null: its own).
   static Result<std::unique_ptr<StructuredDecoding>> create(const tokenizer::Tokenizer& tok, int64_t vocab_size,
-                                                            int32_t eos_token_id, int32_t mask_threads = 0);
+                                                            int32_t eos_token_id, int32_t mask_threads = 0,
+                                                            std::shared_ptr<GrammarCache> cache = nullptr);
   ~StructuredDecoding();
 
   // The compiled grammar of `so` (cached); errors name so.field.
@@ -69,7 +71,7 @@ class StructuredDecoding {
   const tokenizer::Tokenizer* tok_ = nullptr;
   int64_t vocab_ = 0;
   int32_t eos_ = -1;
-  std::unique_ptr<GrammarCache> cache_;
+  std::shared_ptr<GrammarCache> cache_;
   std::unique_ptr<xgrammar::BatchGrammarMatcher> batch_;
   std::map<scheduler::SeqId, SequenceMatcher> seqs_;
   MaskStats stats_;

@@ -202,13 +202,57 @@ TEST(ServerErrors, StopAbortsStreamsInFlight) {
   EXPECT_EQ(json::parse(data[data.size() - 2])["choices"][0]["finish_reason"], "abort");
 }
 
-TEST(ServerErrors, ParamOfNamesTheField) {
-  using dsinfer::server::param_of;
-  EXPECT_EQ(param_of("'stop[1]' must be a string"), "stop");
-  EXPECT_EQ(param_of("n must be at least 1, got 0"), "n");
-  EXPECT_EQ(param_of("a /v1/chat/completions body needs 'messages'"), "messages");
-  EXPECT_EQ(param_of("messages[0].content is null"), "messages");
-  EXPECT_EQ(param_of("request body is not valid JSON"), "");
+// OpenAI's "param" comes from the error itself (Status::field), for errors found by the request parser, the
+// chat layer, the sampling checks, the scheduler and the grammar compiler alike. Numbers above 2^63 - 1 are
+// printed as sent, not as their wrapped int64.
+TEST(ServerErrors, ParamComesFromTheError) {
+  auto s = start({});
+  const int port = s->port();
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  const std::string comp = R"({"prompt": "hi", )";
+  const std::string big(3000, 'x');
+  struct Case {
+    std::string path, body, param, in_message;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", comp + R"("temperature": -1})", "temperature", ""},
+      {"/v1/completions", comp + R"("top_p": 2})", "top_p", ""},
+      {"/v1/completions", comp + R"("top_k": 9223372036854775808})", "top_k", "9223372036854775808"},
+      {"/v1/completions", comp + R"("max_tokens": 9223372036854775808})", "max_tokens", "9223372036854775808"},
+      {"/v1/completions", comp + R"("max_tokens": 100000})", "max_tokens", "max_model_len"},
+      {"/v1/completions", comp + R"("min_tokens": 5, "max_tokens": 2})", "min_tokens", ""},
+      {"/v1/completions", comp + R"("n": 0})", "n", ""},
+      {"/v1/completions", comp + R"("seed": "x"})", "seed", ""},
+      {"/v1/completions", comp + R"("stop": ["a", 3]})", "stop", ""},
+      {"/v1/completions", comp + R"("stop_token_ids": [18446744073709551615]})", "stop_token_ids",
+       "18446744073709551615"},
+      {"/v1/completions", comp + R"("logit_bias": {"x": 1}})", "logit_bias", ""},
+      {"/v1/completions", comp + R"("stream": "yes"})", "stream", ""},
+      {"/v1/completions", R"({"prompt": [1, -1]})", "prompt", ""},
+      {"/v1/completions", R"({"prompt": ")" + big + R"("})", "prompt", "max_model_len"},
+      {"/v1/completions", comp + R"("guided_regex": "(a"})", "guided_regex", "regex"},
+      {"/v1/completions", comp + R"("structured_outputs": {"regex": 3}})", "structured_outputs", ""},
+      {"/v1/chat/completions", R"({"messages": []})", "messages", ""},
+      {"/v1/chat/completions", R"({"messages": [{"role": "bogus", "content": "x"}]})", "messages", ""},
+      {"/v1/chat/completions", chat + R"("tools": "x"})", "tools", ""},
+      {"/v1/chat/completions", chat + R"("tool_choice": "sometimes"})", "tool_choice", ""},
+      {"/v1/chat/completions", chat + R"("response_format": {"type": "xml"}})", "response_format", ""},
+      {"/v1/chat/completions", chat + R"("reasoning_effort": "lots"})", "reasoning_effort", ""},
+      {"/v1/chat/completions", chat + R"("thinking": {"type": "maybe"}})", "thinking", ""},
+  };
+  for (const Case& c : cases) {
+    const auto r = request(port, "POST", c.path, c.body);
+    EXPECT_EQ(r.status, 400) << c.body;
+    const json e = error_of(r);
+    EXPECT_EQ(e["param"], c.param) << c.body << " -> " << r.body;
+    const std::string msg = e.value("message", "");
+    if (!c.in_message.empty()) {
+      EXPECT_NE(msg.find(c.in_message), std::string::npos) << r.body;
+    }
+    EXPECT_EQ(msg.find("-9223372036854775808"), std::string::npos) << r.body;
+  }
+  const json e = error_of(request(port, "POST", "/v1/completions", "{not json"));
+  EXPECT_TRUE(e["param"].is_null());  // about no field
 }
 
 }  // namespace
