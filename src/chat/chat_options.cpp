@@ -99,14 +99,12 @@ namespace {
 
 Result<ojson> tool_parameters(const ToolDecl& d, size_t k) {
   const std::string where = fmt::format("tools[{}].function.parameters", k);
-  // {} is a valid (empty) JSON Schema, which OpenAI and vLLM accept for a tool without parameters: the same as none.
-  const bool none = d.parameters.is_null() || (d.parameters.is_object() && d.parameters.empty());
   if (d.strict) {
     ojson schema = d.parameters;
-    if (none) schema = ojson::parse(R"({"type": "object", "properties": {}, "additionalProperties": false, "required": []})");
+    if (schema.is_null()) schema = ojson::parse(R"({"type": "object", "properties": {}, "additionalProperties": false, "required": []})");
     return normalize_strict_schema(schema, /*allow_empty_object=*/true, where);
   }
-  if (none) return ojson::object();
+  if (d.parameters.is_null()) return ojson::object();
   DSI_RETURN_IF_ERROR(validate_json_schema(d.parameters, where));
   if (!(d.parameters.is_object() && d.parameters.contains("type") && d.parameters["type"] == "object"))
     return Status::errorf("{} must be a JSON Schema of \"type\": \"object\", got \"type\": {}", where,
