@@ -234,12 +234,6 @@ def big_body_cases(server):
         out.append(("big:object_200k_keys", "ok" if ok else "wrong", f"{st} in {secs:.1f} s: {text[:120]}"))
     except advlib.Timeout as e:
         out.append(("big:object_200k_keys", "hang", str(e)))
-    # tools[].function.parameters {} (a valid empty schema, accepted by OpenAI and vLLM), strict or not.
-    for strict in (False, True):
-        tool = {"type": "function", "function": {"name": "ping", "parameters": {}, "strict": strict}}
-        body = chat(tools=[tool], max_tokens=16, temperature=0)
-        outcome, detail = advlib.expect_ok(url_of(server, "chat"), body, lambda t, f, n: None)
-        out.append((f"tools:empty_parameters_strict_{str(strict).lower()}", outcome, detail))
     # Duplicate keys: the last value wins (as JSON parsers commonly do), and the answer names it.
     outcome, detail = advlib.expect_error(url, '{"prompt": "x", "temperature": 0.5, "temperature": -3}',
                                           param="temperature", in_message="-3")

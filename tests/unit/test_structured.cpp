@@ -202,6 +202,35 @@ TEST(StructuredGrammar, CompiledOnceLruAndErrors) {
   EXPECT_FALSE(c.get(so).is_ok());
 }
 
+// The cache's byte budget, the source-size limit (checked before compiling) and constraints whose language is
+// empty (refused at compile time, naming the field).
+TEST(StructuredGrammar, ByteBoundSourceLimitAndEmptyLanguage) {
+  auto r = st::GrammarCache::create(small_tokenizer(), kVocab, kEos, /*capacity=*/100, /*capacity_bytes=*/1);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  st::GrammarCache& c = **r;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.get(regex("[a-z]{" + std::to_string(i + 1) + "}")).is_ok());
+  EXPECT_EQ(c.size(), 1u);  // each grammar is over the 1-byte budget: only the newest stays
+  EXPECT_GT(c.stats().bytes, 0u);
+  EXPECT_GT(c.stats().compile_seconds, 0.0);
+  const int64_t compiles = c.compiles();
+  auto big = c.get(regex(std::string(st::kMaxGrammarSourceBytes + 1, 'a')));
+  ASSERT_FALSE(big.is_ok());
+  EXPECT_NE(big.status().message().find("guided_regex: the regex is"), std::string::npos) << big.status().message();
+  EXPECT_EQ(c.compiles(), compiles);  // refused before compiling
+  auto empty = c.get(regex("[^\\s\\S]"));
+  ASSERT_FALSE(empty.is_ok());
+  EXPECT_NE(empty.status().message().find("admits no output"), std::string::npos) << empty.status().message();
+  dsinfer::StructuredOutput so;
+  so.kind = Kind::kGrammar;
+  so.field = "guided_grammar";
+  so.spec = "root ::= root";
+  empty = c.get(so);
+  ASSERT_FALSE(empty.is_ok());
+  EXPECT_NE(empty.status().message().find("guided_grammar: the grammar admits no output"), std::string::npos)
+      << empty.status().message();
+  EXPECT_TRUE(c.get(regex("a?")).is_ok());  // matches the empty output: a stop token may come first
+}
+
 TEST(StructuredGrammar, VocabularyHidesControlTokens) {
   const auto v = st::grammar_vocabulary(small_tokenizer(), kVocab);
   ASSERT_EQ(v.size(), size_t(kVocab));
