@@ -31,6 +31,9 @@ std::string engine_flags_help() {
       "            --eplb (expert load balancing; not with --batch-invariant)  --num-redundant-experts R (0; a\n"
       "            multiple of --gpus)\n"
       "            --eplb-interval STEPS ({}; the placement is recomputed from measured loads this often)\n"
+      "            --communicator auto|nccl|in-process (in-process: ranks may share a GPU; the cpu backend's\n"
+      "            --gpus N runs N ranks of the reference)  --collective-timeout-ms MS (300000)\n"
+      "            --inject-fault RANK:load|RANK:step:K|RANK:alloc:K (tests only: a planted rank failure)\n"
       "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
       d.speculative_row_cost, d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling);
@@ -91,7 +94,8 @@ bool check_choice(const char* cmd, const std::string& flag, const std::string& v
   static const std::pair<const char*, std::vector<std::string>> kChoices[] = {
       {"--backend", {"cpu", "cuda"}},           {"--numerics", {"official", "hf", "hf-noqat"}},
       {"--load-format", {"auto", "dummy"}},     {"--speculative", {"dspark", "mtp1", "off"}},
-      {"--sampling", {"device", "host"}},       {"--async-scheduling", {"on", "off"}}};
+      {"--sampling", {"device", "host"}},       {"--async-scheduling", {"on", "off"}},
+      {"--communicator", {"auto", "nccl", "in-process"}}};
   for (const auto& [name, words] : kChoices) {
     if (flag != name || std::find(words.begin(), words.end(), v) != words.end()) continue;
     std::string list;
@@ -112,7 +116,8 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
                                  "--speculative-min-survival", "--speculative-row-cost", "--sampling", "--gpus",
                                  "--expert-parallel-size", "--data-parallel-size", "--tensor-parallel-size",
                                  "--async-scheduling",
-                                 "--num-redundant-experts", "--eplb-interval"};
+                                 "--num-redundant-experts", "--eplb-interval", "--communicator",
+                                 "--collective-timeout-ms", "--inject-fault"};
   if (a == "--eplb") {
     eo.eplb = true;
     return FlagParse::kOk;
@@ -152,6 +157,9 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   else if (a == "--speculative") eo.speculative = v;
   else if (a == "--sampling") eo.sampling = v;
   else if (a == "--async-scheduling") eo.async_scheduling = v;
+  else if (a == "--communicator") eo.communicator = v;
+  else if (a == "--inject-fault") eo.fault_injection = v;
+  else if (a == "--collective-timeout-ms") ok = parse_int_flag(cmd, a, v, 1, 1ll << 40, &n), eo.collective_timeout_ms = n;
   else if (a == "--max-num-seqs") ok = parse_int_flag(cmd, a, v, 1, 1 << 20, &n), eo.max_num_seqs = int32_t(n);
   else if (a == "--max-num-batched-tokens") ok = parse_int_flag(cmd, a, v, 1, 1ll << 32, &n), eo.max_num_batched_tokens = n;
   else if (a == "--max-model-len") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.max_model_len = n;

@@ -47,7 +47,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
                                  .expert_parallel_size = o.expert_parallel_size,
                                  .data_parallel_size = o.data_parallel_size,
                                  .tensor_parallel_size = o.tensor_parallel_size, .eplb = o.eplb,
-                                 .num_redundant_experts = o.num_redundant_experts, .eplb_interval = o.eplb_interval};
+                                 .num_redundant_experts = o.num_redundant_experts, .eplb_interval = o.eplb_interval,
+                                 .communicator = o.communicator, .collective_timeout_ms = o.collective_timeout_ms,
+                                 .fault_injection = o.fault_injection};
   if (o.sampling != "device" && o.sampling != "host")
     return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
   if (o.async_scheduling != "on" && o.async_scheduling != "off")
@@ -342,6 +344,17 @@ Status Engine::abort(scheduler::RequestId id) {
   close_open_seqs(id, *it->second, sampling::finish_reason_name(sampling::FinishReason::Abort));
   finish_request(it, now_s());
   return Status::ok();
+}
+
+void Engine::fail_all(const std::string& why) {
+  inflight_.active = false;  // the step in flight died with the runner
+  while (!pending_.empty()) {
+    auto it = pending_.begin();
+    (void)sched_->abort(it->first);
+    it->second->out.error = why + "; the request was stopped";
+    close_open_seqs(it->first, *it->second, "error");
+    finish_request(it, now_s());
+  }
 }
 
 void Engine::close_open_seqs(scheduler::RequestId id, Pending& p, const std::string& reason) {
