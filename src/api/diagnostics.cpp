@@ -76,6 +76,7 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
   ro.model_dir = o.model_dir;
   ro.exact_gemm = o.exact_gemm;
   ro.gpus = o.gpus;
+  ro.communicator = o.communicator;
   DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
   if (o.numerics.empty()) {
     DSI_ASSIGN_OR_RETURN(check::ReferenceNumerics rn, check::reference_numerics(ref));
@@ -122,6 +123,7 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   ro.model_dir = o.model_dir;
   ro.num_layers = o.num_layers;
   ro.gpus = o.gpus;
+  ro.communicator = o.communicator;
   ro.batch_invariant = o.batch_invariant;
   DSI_ASSIGN_OR_RETURN(ro.backend, runner::parse_backend(o.backend));
   DSI_ASSIGN_OR_RETURN(ro.load_format, runner::parse_load_format(o.load_format));
