@@ -159,7 +159,10 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
   else if (a == "--async-scheduling") eo.async_scheduling = v;
   else if (a == "--communicator") eo.communicator = v;
   else if (a == "--inject-fault") eo.fault_injection = v;
-  else if (a == "--collective-timeout-ms") ok = parse_int_flag(cmd, a, v, 1, 1ll << 40, &n), eo.collective_timeout_ms = n;
+  else if (a == "--collective-timeout-ms") {
+    ok = parse_int_flag(cmd, a, v, 1, 1ll << 40, &n);
+    eo.collective_timeout_ms = n;
+  }
   else if (a == "--max-num-seqs") ok = parse_int_flag(cmd, a, v, 1, 1 << 20, &n), eo.max_num_seqs = int32_t(n);
   else if (a == "--max-num-batched-tokens") ok = parse_int_flag(cmd, a, v, 1, 1ll << 32, &n), eo.max_num_batched_tokens = n;
   else if (a == "--max-model-len") ok = parse_int_flag(cmd, a, v, 0, 1ll << 32, &n), eo.max_model_len = n;

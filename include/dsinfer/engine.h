@@ -69,7 +69,8 @@ struct EngineOptions {
   int64_t eplb_interval = 1000;
   // gpus > 1 (docs/multi_gpu.md "Communicators"): "auto", "nccl" or "in-process" (several ranks sharing one GPU;
   // the cpu backend's ranks); every blocking wait of the ranks ends within collective_timeout_ms (a failure naming
-  // the rank, never a hang). fault_injection: TEST ONLY, a planted rank failure ("1:step:3", parallel/fault_injection.h).
+  // the rank, never a hang). fault_injection: TEST ONLY, a planted rank failure ("1:step:3",
+  // parallel/fault_injection.h).
   std::string communicator = "auto";
   int64_t collective_timeout_ms = 300000;
   std::string fault_injection;

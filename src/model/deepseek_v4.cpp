@@ -106,7 +106,8 @@ Status DeepseekV4Cpu::forward(const StatePool& state, std::span<const SeqChunk> 
     site(L.hc_attn, L.attn_norm, [&](const std::vector<float>& x, std::vector<float>& out) { attention(l, s, x, out); });
     tap("attn_out", l, f, T);
     Status moe_st = Status::ok();  // an expert-parallel reduction can fail (another rank failed)
-    site(L.hc_ffn, L.ffn_norm, [&](const std::vector<float>& x, std::vector<float>& out) { moe_st = moe(l, s, x, out); });
+    site(L.hc_ffn, L.ffn_norm,
+         [&](const std::vector<float>& x, std::vector<float>& out) { moe_st = moe(l, s, x, out); });
     DSI_RETURN_IF_ERROR(moe_st);
     tap("ffn_out", l, f, T);
     tap("residual", l, X, T);

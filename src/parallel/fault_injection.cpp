@@ -23,7 +23,8 @@ Result<FaultInjection> parse_fault_injection(const std::string& spec, int32_t wo
       b = i + 1;
     }
   auto bad = [&] {
-    return Status::errorf("--inject-fault '{}': expected RANK:load, RANK:step:K or RANK:alloc:K with RANK < {}", spec, world);
+    return Status::errorf("--inject-fault '{}': expected RANK:load, RANK:step:K or RANK:alloc:K with RANK < {}", spec,
+                          world);
   };
   auto num = [](const std::string& s, int64_t& out) {
     if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789") != std::string::npos) return false;

@@ -26,8 +26,6 @@ class DeviceAccess {
   virtual Status from_host(void* dst, const void* host_src, size_t bytes, void* stream) const = 0;
 };
 
-class InProcessGroup;
-
 // Creates a group of `world` ranks; comm(r) is rank r's communicator (each used by one thread at a time). `device`
 // (optional, outliving the group) serves device buffers; without it a call with a stream is an error.
 std::vector<std::unique_ptr<Communicator>> make_inprocess_group(int32_t world, const CommOptions& opts,

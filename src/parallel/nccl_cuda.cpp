@@ -51,9 +51,11 @@ Status load_once() {
   void* lib = dlopen(g_api.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = dlerror();
-    return Status::errorf("more than one GPU needs NCCL, but '{}' could not be loaded ({}); install it (pip install "
-                          "nvidia-nccl-cu13) and point DSINFER_NCCL_LIBRARY at its lib/libnccl.so.2, or add that "
-                          "folder to LD_LIBRARY_PATH", g_api.path, why ? why : "unknown error");
+    return Status::errorf(
+        "more than one GPU needs NCCL, but '{}' could not be loaded ({}); install it (pip install "
+        "nvidia-nccl-cu13) and point DSINFER_NCCL_LIBRARY at its lib/libnccl.so.2, or add that "
+        "folder to LD_LIBRARY_PATH",
+        g_api.path, why ? why : "unknown error");
   }
   NcclApi& a = g_api;
   const bool ok = sym(lib, "ncclGetUniqueId", a.get_unique_id) && sym(lib, "ncclCommInitRank", a.comm_init_rank) &&
@@ -109,7 +111,8 @@ Status NcclComm::init(const NcclId& id, int32_t world, int32_t rank) {
   world_ = world;
   rank_ = rank;
   cudaStream_t s = nullptr;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess || cudaMalloc(&scratch_, sizeof(float)) != cudaSuccess)
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMalloc(&scratch_, sizeof(float)) != cudaSuccess)
     return Status::errorf("rank {}: could not create the NCCL barrier's stream and buffer", rank);
   stream_ = s;
   return Status::ok();
@@ -117,7 +120,8 @@ Status NcclComm::init(const NcclId& id, int32_t world, int32_t rank) {
 
 Status NcclComm::usable(const char* what, void* stream) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!failed_.is_ok()) return Status::errorf("rank {}: {} failed, the parallel group has ended: {}", rank_, what, failed_.message());
+  if (!failed_.is_ok())
+    return Status::errorf("rank {}: {} failed, the parallel group has ended: {}", rank_, what, failed_.message());
   if (!comm_) return Status::errorf("NcclComm::{}: not initialised", what);
   if (!stream) return Status::errorf("NcclComm::{}: NCCL needs device buffers and a stream", what);
   return Status::ok();
@@ -134,15 +138,17 @@ Status NcclComm::all_reduce_sum(float* buf, size_t count, void* stream) {
 Status NcclComm::all_gather(const void* send, void* recv, size_t bytes, void* stream) {
   DSI_RETURN_IF_ERROR(usable("all_gather", stream));
   if (bytes == 0) return Status::ok();
-  return check(g_api.all_gather(send, recv, bytes, ncclUint8, static_cast<ncclComm_t>(comm_),
-                                static_cast<cudaStream_t>(stream)), "ncclAllGather");
+  return check(
+      g_api.all_gather(send, recv, bytes, ncclUint8, static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream)),
+      "ncclAllGather");
 }
 
 Status NcclComm::all_to_all_v(const void* send, std::span<const size_t> send_bytes, void* recv,
                               std::span<const size_t> recv_bytes, void* stream) {
   DSI_RETURN_IF_ERROR(usable("all_to_all_v", stream));
   if (send_bytes.size() != size_t(world_) || recv_bytes.size() != size_t(world_))
-    return Status::errorf("all_to_all_v: {} send / {} receive sizes for {} ranks", send_bytes.size(), recv_bytes.size(), world_);
+    return Status::errorf("all_to_all_v: {} send / {} receive sizes for {} ranks", send_bytes.size(), recv_bytes.size(),
+                          world_);
   auto* c = static_cast<ncclComm_t>(comm_);
   auto* s = static_cast<cudaStream_t>(stream);
   const auto* src = static_cast<const uint8_t*>(send);
@@ -151,7 +157,8 @@ Status NcclComm::all_to_all_v(const void* send, std::span<const size_t> send_byt
   Status st = Status::ok();
   for (int32_t q = 0; q < world_ && st.is_ok(); ++q) {
     if (send_bytes[size_t(q)]) st = check(g_api.send(src, send_bytes[size_t(q)], ncclUint8, q, c, s), "ncclSend");
-    if (st.is_ok() && recv_bytes[size_t(q)]) st = check(g_api.recv(dst, recv_bytes[size_t(q)], ncclUint8, q, c, s), "ncclRecv");
+    if (st.is_ok() && recv_bytes[size_t(q)])
+      st = check(g_api.recv(dst, recv_bytes[size_t(q)], ncclUint8, q, c, s), "ncclRecv");
     src += send_bytes[size_t(q)];
     dst += recv_bytes[size_t(q)];
   }
@@ -163,14 +170,16 @@ Status NcclComm::broadcast(void* buf, size_t bytes, int32_t root, void* stream) 
   DSI_RETURN_IF_ERROR(usable("broadcast", stream));
   if (bytes == 0) return Status::ok();
   return check(g_api.broadcast(buf, buf, bytes, ncclUint8, root, static_cast<ncclComm_t>(comm_),
-                               static_cast<cudaStream_t>(stream)), "ncclBroadcast");
+                               static_cast<cudaStream_t>(stream)),
+               "ncclBroadcast");
 }
 
 Status NcclComm::barrier() {
   DSI_RETURN_IF_ERROR(usable("barrier", stream_));
   auto* s = static_cast<cudaStream_t>(stream_);
-  DSI_RETURN_IF_ERROR(check(g_api.all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, static_cast<ncclComm_t>(comm_), s),
-                            "ncclAllReduce (barrier)"));
+  DSI_RETURN_IF_ERROR(
+      check(g_api.all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, static_cast<ncclComm_t>(comm_), s),
+            "ncclAllReduce (barrier)"));
   // Poll instead of cudaStreamSynchronize: a dead peer must not hang this rank past the deadline.
   const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
   for (;;) {
@@ -179,7 +188,8 @@ Status NcclComm::barrier() {
     if (e != cudaErrorNotReady) return Status::errorf("rank {}: barrier: {}", rank_, cudaGetErrorString(e));
     DSI_RETURN_IF_ERROR(health());
     if (std::chrono::steady_clock::now() > deadline) {
-      const Status why = Status::errorf("rank {} waited {} ms in barrier (collective deadline)", rank_, opts_.timeout.count());
+      const Status why =
+          Status::errorf("rank {} waited {} ms in barrier (collective deadline)", rank_, opts_.timeout.count());
       abort(why);
       return why;
     }
@@ -201,7 +211,8 @@ Status NcclComm::health() {
   if (!failed_.is_ok()) return failed_;
   if (!comm_ || aborted_) return Status::ok();
   ncclResult_t async = ncclSuccess;
-  if (g_api.async_error(static_cast<ncclComm_t>(comm_), &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+  if (g_api.async_error(static_cast<ncclComm_t>(comm_), &async) == ncclSuccess && async != ncclSuccess &&
+      async != ncclInProgress)
     failed_ = check(async, "NCCL (asynchronous error)");
   return failed_;
 }

@@ -43,7 +43,8 @@ TEST(InProcessComm, AllReduceSumsInRankOrder) {
     auto comms = make_inprocess_group(world, quick());
     std::vector<std::vector<float>> bufs(static_cast<size_t>(world));
     for (int32_t r = 0; r < world; ++r)
-      for (int i = 0; i < 37; ++i) bufs[size_t(r)].push_back(r % 4 == 0 ? 1e8f : r % 4 == 2 ? -1e8f : float(i) * 0.1f + r);
+      for (int i = 0; i < 37; ++i)
+        bufs[size_t(r)].push_back(r % 4 == 0 ? 1e8f : r % 4 == 2 ? -1e8f : float(i) * 0.1f + r);
     std::vector<float> expect(37);
     for (int i = 0; i < 37; ++i) {
       double acc = 0;
@@ -58,14 +59,16 @@ TEST(InProcessComm, AllReduceSumsInRankOrder) {
       });
       for (int32_t r = 0; r < world; ++r) {
         ASSERT_TRUE(st[size_t(r)].is_ok()) << st[size_t(r)].message();
-        EXPECT_EQ(0, std::memcmp(work[size_t(r)].data(), expect.data(), 37 * sizeof(float))) << "world " << world << " rank " << r;
+        EXPECT_EQ(0, std::memcmp(work[size_t(r)].data(), expect.data(), 37 * sizeof(float)))
+            << "world " << world << " rank " << r;
       }
     }
   }
   // The case the order decides: 1e8 + 1 - 1e8 + 1 in fp32, left to right, is 1; in fp64 rank order exactly 2.
   auto comms = make_inprocess_group(4, quick());
   std::vector<std::vector<float>> v = {{1e8f}, {1.0f}, {-1e8f}, {1.0f}};
-  auto st = on_ranks(comms, [&](int32_t r, Communicator& c) { return c.all_reduce_sum(v[size_t(r)].data(), 1, nullptr); });
+  auto st =
+      on_ranks(comms, [&](int32_t r, Communicator& c) { return c.all_reduce_sum(v[size_t(r)].data(), 1, nullptr); });
   for (int32_t r = 0; r < 4; ++r) {
     ASSERT_TRUE(st[size_t(r)].is_ok());
     EXPECT_EQ(v[size_t(r)][0], 2.0f);
@@ -75,7 +78,8 @@ TEST(InProcessComm, AllReduceSumsInRankOrder) {
 TEST(InProcessComm, GatherAllToAllBroadcastBarrier) {
   for (int32_t world : {2, 3, 8}) {
     auto comms = make_inprocess_group(world, quick());
-    std::vector<std::vector<int32_t>> gathered(static_cast<size_t>(world)), got(static_cast<size_t>(world)), bc(static_cast<size_t>(world));
+    std::vector<std::vector<int32_t>> gathered(static_cast<size_t>(world)), got(static_cast<size_t>(world)),
+        bc(static_cast<size_t>(world));
     auto st = on_ranks(comms, [&](int32_t r, Communicator& c) -> Status {
       const int32_t mine[2] = {r, 100 + r};
       gathered[size_t(r)].resize(size_t(2 * world));
@@ -120,7 +124,8 @@ TEST(InProcessComm, AbortReachesEveryBlockedRank) {
   });
   for (int32_t r : {0, 1, 3}) {
     ASSERT_FALSE(st[size_t(r)].is_ok());
-    EXPECT_NE(st[size_t(r)].message().find("rank 2 failed: out of memory"), std::string::npos) << st[size_t(r)].message();
+    EXPECT_NE(st[size_t(r)].message().find("rank 2 failed: out of memory"), std::string::npos)
+        << st[size_t(r)].message();
     EXPECT_NE(st[size_t(r)].message().find("rank " + std::to_string(r) + ": all_reduce_sum"), std::string::npos);
   }
   EXPECT_FALSE(comms[0]->barrier().is_ok());
@@ -137,7 +142,8 @@ TEST(InProcessComm, DeadlineNamesTheMissingRank) {
   });
   for (int32_t r : {0, 2}) {
     ASSERT_FALSE(st[size_t(r)].is_ok());
-    EXPECT_NE(st[size_t(r)].message().find("for rank(s) 1 (collective deadline)"), std::string::npos) << st[size_t(r)].message();
+    EXPECT_NE(st[size_t(r)].message().find("for rank(s) 1 (collective deadline)"), std::string::npos)
+        << st[size_t(r)].message();
   }
 }
 

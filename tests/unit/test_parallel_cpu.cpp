@@ -94,9 +94,10 @@ struct Model {
 std::vector<Model> v4_models() {
   using dsinfer::test::own_fixture;
   const std::vector<int32_t> even = {2, 4, 8};
-  return {{own_fixture("tiny-v4-a"), 512, even},      {own_fixture("tiny-v4-a-bf16"), 512, even},
-          {own_fixture("tiny-v4-b"), 512, even},      {own_fixture("tiny-v4-c"), 256, {2, 3, 6}},
-          {own_fixture("tiny-v4-official"), 256, even}, {dsinfer::test::source_dir() + "/models/dsv4-small", 3072, even}};
+  return {
+      {own_fixture("tiny-v4-a"), 512, even},        {own_fixture("tiny-v4-a-bf16"), 512, even},
+      {own_fixture("tiny-v4-b"), 512, even},        {own_fixture("tiny-v4-c"), 256, {2, 3, 6}},
+      {own_fixture("tiny-v4-official"), 256, even}, {dsinfer::test::source_dir() + "/models/dsv4-small", 3072, even}};
 }
 
 }  // namespace
@@ -132,7 +133,7 @@ TEST(CpuRanks, GreedyTokensMatchOneRank) {
 TEST(CpuRanks, BatchInvariantLogprobsAtAnyRankCount) {
   within_30s([] {
     for (const auto& [dir, vocab, n] : {std::tuple{dsinfer::test::own_fixture("tiny-v4-c"), 256, 3},
-                                         std::tuple{dsinfer::test::source_dir() + "/models/dsv4-small", 3072, 4}}) {
+                                        std::tuple{dsinfer::test::source_dir() + "/models/dsv4-small", 3072, 4}}) {
       dsinfer::EngineOptions o = options(dir, n);
       o.batch_invariant = true;
       const auto together = run(o, {0, 1, 2}, 16, vocab);

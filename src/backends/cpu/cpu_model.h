@@ -41,7 +41,8 @@ class CpuModelOf final : public CpuModel {
       m_->set_expert_shard(std::move(shard));
       return Status::ok();
     } else {
-      return Status::error("expert parallelism over several ranks is not implemented for this model (DeepSeek-V4 only)");
+      return Status::error("expert parallelism over several ranks is not implemented for this model "
+                           "(DeepSeek-V4 only)");
     }
   }
   Status forward(const model::StatePool& state, std::span<const model::SeqChunk> chunks, std::vector<float>& logits) override {

@@ -49,14 +49,19 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
     ++steps_;
     return st.is_ok() ? st : health();
   }
-  Status bind_snapshots(int32_t n) override { return all([&](CpuRunner& s) { return s.bind_snapshots(n); }); }
-  Status bind_host_blocks(int32_t n) override { return all([&](CpuRunner& s) { return s.bind_host_blocks(n); }); }
+  Status bind_snapshots(int32_t n) override {
+    return all([&](CpuRunner& s) { return s.bind_snapshots(n); });
+  }
+  Status bind_host_blocks(int32_t n) override {
+    return all([&](CpuRunner& s) { return s.bind_host_blocks(n); });
+  }
   Status copy_state(std::span<const cache::StateCopy> copies) override {
     return all([&](CpuRunner& s) { return s.copy_state(copies); });  // the state is replicated
   }
   Status set_hidden_capture(std::vector<int64_t> layers) override {
-    return layers.empty() ? Status::ok()
-                          : Status::error("speculative decoding is not implemented with several ranks yet (docs/multi_gpu.md)");
+    return layers.empty()
+               ? Status::ok()
+               : Status::error("speculative decoding is not implemented with several ranks yet (docs/multi_gpu.md)");
   }
 
  private:
@@ -90,7 +95,8 @@ Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r
   if (fault_.hits_load(r)) return fault_.fire(0);
   const int32_t n = int32_t(shards_.size());
   DSI_ASSIGN_OR_RETURN(auto model, load_cpu_model(opts.model_dir, opts.numerics));
-  DSI_ASSIGN_OR_RETURN(const parallel::ExpertRange range, parallel::expert_range(model->config().n_routed_experts, r, n));
+  DSI_ASSIGN_OR_RETURN(const parallel::ExpertRange range,
+                       parallel::expert_range(model->config().n_routed_experts, r, n));
   model::ExpertShard shard;
   shard.lo = range.lo;
   shard.hi = range.hi;
@@ -123,7 +129,8 @@ Status CpuParallelRunner::init(const runner::RunnerOptions& opts) {
 
 Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(const runner::RunnerOptions& opts) {
   if (opts.gpus < 2) return Status::errorf("the cpu parallel runner needs 2 or more ranks, got {}", opts.gpus);
-  if (opts.load_format != runner::LoadFormat::kAuto) return Status::error("dummy weights are only supported by the cuda backend");
+  if (opts.load_format != runner::LoadFormat::kAuto)
+    return Status::error("dummy weights are only supported by the cuda backend");
   auto r = std::make_unique<CpuParallelRunner>(opts.gpus);
   DSI_RETURN_IF_ERROR(r->init(opts));
   return std::unique_ptr<runner::ModelRunner>(std::move(r));
