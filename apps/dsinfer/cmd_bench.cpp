@@ -153,6 +153,7 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--load-format") o.load_format = v;
       else if (a == "--numerics") o.numerics = v;
       else if (a == "--layers") o.num_layers = std::stoll(v);
+      else if (a == "--communicator") o.communicator = v;
       else if (a == "--gpus") o.gpus = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
       else if (a == "--batch") o.batches = parse_list(v);
       else if (a == "--context") o.context = std::stoll(v);

@@ -31,6 +31,9 @@ std::string engine_flags_help() {
       "            --eplb (expert load balancing; not with --batch-invariant)  --num-redundant-experts R (0; a\n"
       "            multiple of --gpus)\n"
       "            --eplb-interval STEPS ({}; the placement is recomputed from measured loads this often)\n"
+      "            --communicator auto|nccl|in-process (in-process: ranks may share a GPU; the cpu backend's\n"
+      "            --gpus N runs N ranks of the reference)  --collective-timeout-ms MS (300000)\n"
+      "            --inject-fault RANK:load|RANK:step:K|RANK:alloc:K (tests only: a planted rank failure)\n"
       "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
       d.speculative_row_cost, d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling);
@@ -94,7 +97,8 @@ bool check_choice(const char* cmd, const std::string& flag, const std::string& v
   static const std::pair<const char*, std::vector<std::string>> kChoices[] = {
       {"--backend", {"cpu", "cuda"}},           {"--numerics", {"official", "hf", "hf-noqat"}},
       {"--load-format", {"auto", "dummy"}},     {"--speculative", {"dspark", "mtp1", "off"}},
-      {"--sampling", {"device", "host"}},       {"--async-scheduling", {"on", "off"}}};
+      {"--sampling", {"device", "host"}},       {"--async-scheduling", {"on", "off"}},
+      {"--communicator", {"auto", "nccl", "in-process"}}};
   for (const auto& [name, words] : kChoices) {
     if (flag != name || std::find(words.begin(), words.end(), v) != words.end()) continue;
     std::string list;
@@ -127,7 +131,8 @@ constexpr double kHuge = 1e300;
 const TextFlag kTextFlags[] = {{"--model", &EO::model_dir},        {"--backend", &EO::backend},
                                {"--numerics", &EO::numerics},      {"--load-format", &EO::load_format},
                                {"--tokenizer", &EO::tokenizer_path}, {"--speculative", &EO::speculative},
-                               {"--sampling", &EO::sampling},      {"--async-scheduling", &EO::async_scheduling}};
+                               {"--sampling", &EO::sampling},      {"--async-scheduling", &EO::async_scheduling},
+                               {"--communicator", &EO::communicator}, {"--inject-fault", &EO::fault_injection}};
 const IntFlag kIntFlags[] = {
     {"--max-num-seqs", 1, 1 << 20, [](EO& e, long long n) { e.max_num_seqs = int32_t(n); }},
     {"--max-num-batched-tokens", 1, 1ll << 32, [](EO& e, long long n) { e.max_num_batched_tokens = n; }},
@@ -140,7 +145,8 @@ const IntFlag kIntFlags[] = {
     {"--data-parallel-size", 1, 1024, [](EO& e, long long n) { e.data_parallel_size = int32_t(n); }},
     {"--tensor-parallel-size", 1, 1024, [](EO& e, long long n) { e.tensor_parallel_size = int32_t(n); }},
     {"--num-redundant-experts", 0, 1 << 20, [](EO& e, long long n) { e.num_redundant_experts = int32_t(n); }},
-    {"--eplb-interval", 1, 1ll << 40, [](EO& e, long long n) { e.eplb_interval = n; }}};
+    {"--eplb-interval", 1, 1ll << 40, [](EO& e, long long n) { e.eplb_interval = n; }},
+    {"--collective-timeout-ms", 1, 1ll << 40, [](EO& e, long long n) { e.collective_timeout_ms = n; }}};
 const RealFlag kRealFlags[] = {{"--state-memory-gb", 0, 1 << 20, &EO::state_memory_gb},
                                {"--prefix-snapshot-memory-gb", 0, 1 << 20, &EO::prefix_snapshot_memory_gb},
                                {"--speculative-row-cost", -kHuge, kHuge, &EO::speculative_row_cost},

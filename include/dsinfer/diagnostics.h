@@ -25,6 +25,7 @@ struct CheckReferenceOptions {
   std::string numerics;
   bool exact_gemm = true;        // cuda: fp32 CUDA-core GEMMs; false checks the tensor-core (bf16) path
   int32_t gpus = 1;              // cuda: GPUs of this node, routed experts split over them (docs/multi_gpu.md)
+  std::string communicator = "auto";  // gpus > 1: "auto", "nccl" or "in-process" (ranks may share a GPU)
   double tolerance = -1;         // max allowed max|err| / max|ref|; < 0: the default for the backend and weights
   std::string dump_logits_path;  // non-empty: write our logits there as safetensors with the reference's keys
   // Pass when at least this fraction of all greedy steps match (1: every step of every prompt); each prompt
@@ -93,6 +94,7 @@ struct BenchOptions {
   std::string numerics = "official";  // "official" or "hf"
   int64_t num_layers = 0;             // > 0: run only the first N layers
   int32_t gpus = 1;                   // GPUs of this node, routed experts split over them (docs/multi_gpu.md)
+  std::string communicator = "auto";  // gpus > 1: "auto", "nccl" or "in-process" (ranks may share a GPU)
   std::vector<int64_t> batches = {1, 64, 256};  // one decode case per batch size
   int64_t context = 4096;             // decode: positions already in each sequence's state
   int64_t prefill = 4096;             // prefill case: tokens of one sequence from position 0; 0 = none

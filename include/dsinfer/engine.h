@@ -67,6 +67,13 @@ struct EngineOptions {
   bool eplb = false;
   int32_t num_redundant_experts = 0;
   int64_t eplb_interval = 1000;
+  // gpus > 1 (docs/multi_gpu.md "Communicators"): "auto", "nccl" or "in-process" (several ranks sharing one GPU;
+  // the cpu backend's ranks); every blocking wait of the ranks ends within collective_timeout_ms (a failure naming
+  // the rank, never a hang). fault_injection: TEST ONLY, a planted rank failure ("1:step:3",
+  // parallel/fault_injection.h).
+  std::string communicator = "auto";
+  int64_t collective_timeout_ms = 300000;
+  std::string fault_injection;
   // Asynchronous scheduling (docs/engine_core.md "Asynchronous steps"): "on" = the host plans and launches step
   // t+1 while the device runs step t (the sampled ids stay on the device; stop conditions are seen one step late
   // and a finished sequence's surplus token is discarded, so outputs are identical to "off"). Applies where the
@@ -215,6 +222,9 @@ class Engine {
   std::string step_mode() const;       // "async" or "sync (<why>)": EngineOptions::async_scheduling in effect
   int64_t max_model_len() const;
   bool has_tokenizer() const;
+  // "" while the engine can run; else why it cannot (a rank of a multi-rank runner failed: every step fails with
+  // this reason; the server answers 503 with it).
+  std::string unavailable_reason() const;
   double now_s() const;                // seconds since the engine was created
   std::string model_name() const;      // the "model" of response objects: the model directory's name
   EngineStats stats() const;

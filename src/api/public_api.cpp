@@ -71,6 +71,10 @@ uint64_t Engine::submit(const std::string& body_json, std::string* error, std::s
 
 bool Engine::step(std::string* error) {
   Status s = impl_->e->step();
+  if (!s) {
+    // A runner that can run no more (a failed rank): every request ends now with its reason, none is lost.
+    if (const Status h = impl_->e->runner().health(); !h.is_ok()) impl_->e->fail_all(h.message());
+  }
   if (!s && error) *error = s.message();
   return s.is_ok();
 }
@@ -128,6 +132,11 @@ std::string Engine::backend_name() const { return impl_->e->runner().name(); }
 std::string Engine::step_mode() const { return impl_->e->step_mode(); }
 SpeculativeMetrics Engine::speculative_metrics() const { return impl_->e->speculative_metrics(); }
 int64_t Engine::max_model_len() const { return impl_->e->max_model_len(); }
+std::string Engine::unavailable_reason() const {
+  const Status h = impl_->e->runner().health();
+  return h.is_ok() ? std::string() : h.message();
+}
+
 bool Engine::has_tokenizer() const { return impl_->e->tokenizer() != nullptr; }
 double Engine::now_s() const { return impl_->e->now_s(); }
 std::string Engine::model_name() const { return impl_->model_name; }

@@ -348,6 +348,17 @@ Status Engine::abort(scheduler::RequestId id) {
   return Status::ok();
 }
 
+void Engine::fail_all(const std::string& why) {
+  inflight_.active = false;  // the step in flight died with the runner
+  while (!pending_.empty()) {
+    auto it = pending_.begin();
+    (void)sched_->abort(it->first);
+    it->second->out.error = why + "; the request was stopped";
+    close_open_seqs(it->first, *it->second, "error");
+    finish_request(it, now_s());
+  }
+}
+
 void Engine::close_open_seqs(scheduler::RequestId id, Pending& p, const std::string& reason) {
   for (auto& [sid, so] : p.seqs) {
     if (structured_) structured_->remove(sid);

@@ -79,6 +79,9 @@ class Engine {
   // Ends a queued or running request now: its state is freed, its unfinished choices finish with "abort"
   // (stream events say so) and it is returned by the next take_finished(). Fails for an unknown or finished id.
   Status abort(scheduler::RequestId id);
+  // The runner can run no more (ModelRunner::health(), a failed rank): every queued and running request ends now
+  // with `why` as its error (none is lost), and nothing stays in flight.
+  void fail_all(const std::string& why);
   // One scheduler step (no-op when idle). A model failure is returned; the engine stays usable.
   Status step();
   bool has_unfinished() const { return sched_->has_unfinished() || inflight_.active; }

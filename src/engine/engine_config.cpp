@@ -33,7 +33,9 @@ Result<runner::RunnerOptions> resolve_runner_options(const EngineOptions& o) {
                                .expert_parallel_size = o.expert_parallel_size,
                                .data_parallel_size = o.data_parallel_size,
                                .tensor_parallel_size = o.tensor_parallel_size, .eplb = o.eplb,
-                               .num_redundant_experts = o.num_redundant_experts, .eplb_interval = o.eplb_interval};
+                               .num_redundant_experts = o.num_redundant_experts, .eplb_interval = o.eplb_interval,
+                               .communicator = o.communicator, .collective_timeout_ms = o.collective_timeout_ms,
+                               .fault_injection = o.fault_injection};
 }
 
 Result<EngineConfig> resolve_engine_config(const EngineOptions& o, const io::ModelConfig& mc, int32_t kv_elem_bytes) {

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "backends/cpu/cpu_parallel_runner.h"
 #include "backends/cpu/cpu_runner.h"
 #include "parallel/parallel_plan.h"
 #if DSINFER_HAS_CUDA
@@ -20,9 +21,11 @@ Result<std::unique_ptr<runner::ModelRunner>> create_runner(const runner::RunnerO
   if (opts.backend == runner::Backend::kCpu) {
     DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
                                                      opts.tensor_parallel_size}, {}, -1).status());
-    if (opts.gpus != 1) return Status::errorf("--gpus {} needs the cuda backend (the cpu backend runs on the host)", opts.gpus);
     if (opts.eplb || opts.num_redundant_experts != 0)
       return Status::error("--eplb / --num-redundant-experts need the cuda backend with --gpus > 1");
+    if (!opts.fault_injection.empty() && opts.gpus < 2) return Status::error("--inject-fault needs --gpus > 1");
+    // --gpus N on the cpu backend: N ranks of the reference in this process (in-process communicator).
+    if (opts.gpus > 1) return backends::create_cpu_parallel_runner(opts);
     return backends::create_cpu_runner(opts);
   }
 #if DSINFER_HAS_CUDA

@@ -105,7 +105,10 @@ Status DeepseekV4Cpu::forward(const StatePool& state, std::span<const SeqChunk> 
     const LayerWeights& L = w_.layers[size_t(l)];
     site(L.hc_attn, L.attn_norm, [&](const std::vector<float>& x, std::vector<float>& out) { attention(l, s, x, out); });
     tap("attn_out", l, f, T);
-    site(L.hc_ffn, L.ffn_norm, [&](const std::vector<float>& x, std::vector<float>& out) { moe(l, s, x, out); });
+    Status moe_st = Status::ok();  // an expert-parallel reduction can fail (another rank failed)
+    site(L.hc_ffn, L.ffn_norm,
+         [&](const std::vector<float>& x, std::vector<float>& out) { moe_st = moe(l, s, x, out); });
+    DSI_RETURN_IF_ERROR(moe_st);
     tap("ffn_out", l, f, T);
     tap("residual", l, X, T);
   }
@@ -255,7 +258,7 @@ void DeepseekV4Cpu::output_projection(const LayerWeights& L, const std::vector<f
   ops::linear_ref(mid.data(), T, G * r, L.wo_b.p(), D, out.data());
 }
 
-void DeepseekV4Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
+Status DeepseekV4Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
   const LayerWeights& L = w_.layers[size_t(l)];
   const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok;
   const bool hash = cfg_.mlp_layer_types[size_t(l)] == io::MlpType::HashMoE;
@@ -278,16 +281,19 @@ void DeepseekV4Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, s
     ops::route_ref(rp, xt, hash ? L.tid2eid.data() + int64_t(s.tok[size_t(t)]) * k : nullptr, idx.data(), wt.data());
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t j = 0; j < k; ++j) {
-      const ExpertWeights& e = L.experts[size_t(idx[size_t(j)])];
+      const int64_t eid = idx[size_t(j)];
+      if (eid < shard_.lo || (shard_.hi >= 0 && eid >= shard_.hi)) continue;  // another rank's expert
+      const ExpertWeights& e = L.experts[size_t(eid)];
       ops::expert_accumulate_ref({e.w1.p(), e.w3.p(), e.w2.p(), D, I, limit}, xt, wt[size_t(j)], acc.data());
     }
-    if (L.shared) {
+    if (L.shared && shard_.shared) {
       const ExpertWeights& e = *L.shared;
       ops::expert_accumulate_ref({e.w1.p(), e.w3.p(), e.w2.p(), D, I, num_.shared_expert_clamp ? limit : 0.0f}, xt, 1.0f,
                                  acc.data());
     }
     for (int64_t d = 0; d < D; ++d) out[size_t(t * D + d)] = float(acc[size_t(d)]);
   }
+  return shard_.reduce ? shard_.reduce(out) : Status::ok();
 }
 
 }  // namespace dsinfer::model

@@ -32,6 +32,16 @@ struct SeqChunk {
   bool all_logits = false;  // logits for every token (else only the last one)
 };
 
+// Expert parallelism of the reference forward (backends/cpu/cpu_parallel_runner.h): this rank computes the routed
+// experts [lo, hi) of every MoE layer (and the shared expert when `shared`), and `reduce` turns its partial MoE
+// output [T, D] into the sum over every rank (a collective: every rank calls it once per MoE layer, in order).
+// The default (hi < 0, no reduce) is one rank computing everything.
+struct ExpertShard {
+  int64_t lo = 0, hi = -1;
+  bool shared = true;
+  std::function<Status(std::vector<float>& partial)> reduce;
+};
+
 // Observes named intermediates ("layer.attn.q", ...) for CPU/GPU diffing. rows x cols floats.
 using TapFn = std::function<void(std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols)>;
 
@@ -45,6 +55,7 @@ class DeepseekV4Cpu {
   const Numerics& numerics() const { return num_; }
   const Weights& weights() const { return w_; }
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
+  void set_expert_shard(ExpertShard shard) { shard_ = std::move(shard); }
 
   // Runs one step. `logits` receives [rows, vocab] in chunk order: every token of an all_logits chunk, else its
   // last token. Fails (changing no state) on an out-of-range token id, a missing slot or a short block table.
@@ -54,7 +65,7 @@ class DeepseekV4Cpu {
   struct Step;
   void output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, std::vector<float>& out) const;
   void attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
-  void moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  Status moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   void tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const;
 
   io::ModelConfig cfg_;
@@ -62,6 +73,7 @@ class DeepseekV4Cpu {
   Numerics num_;
   std::vector<float> inv_freq_main_, inv_freq_compress_;
   TapFn tap_;
+  ExpertShard shard_;
 };
 
 }  // namespace dsinfer::model

@@ -1,12 +1,13 @@
 // NCCL through dlopen (see nccl_cuda.h): a table of the few symbols used, typed from the wheel's nccl.h.
 #include "parallel/nccl_cuda.h"
 
+#include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
+#include <thread>
 
 namespace dsinfer::parallel {
 
@@ -18,7 +19,15 @@ struct NcclApi {
   decltype(&ncclGetUniqueId) get_unique_id = nullptr;
   decltype(&ncclCommInitRank) comm_init_rank = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclCommAbort) comm_abort = nullptr;
+  decltype(&ncclCommGetAsyncError) async_error = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
   decltype(&ncclGetVersion) get_version = nullptr;
   std::string path, version;
@@ -42,15 +51,21 @@ Status load_once() {
   void* lib = dlopen(g_api.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = dlerror();
-    return Status::errorf("more than one GPU needs NCCL, but '{}' could not be loaded ({}); install it (pip install "
-                          "nvidia-nccl-cu13) and point DSINFER_NCCL_LIBRARY at its lib/libnccl.so.2, or add that "
-                          "folder to LD_LIBRARY_PATH", g_api.path, why ? why : "unknown error");
+    return Status::errorf(
+        "more than one GPU needs NCCL, but '{}' could not be loaded ({}); install it (pip install "
+        "nvidia-nccl-cu13) and point DSINFER_NCCL_LIBRARY at its lib/libnccl.so.2, or add that "
+        "folder to LD_LIBRARY_PATH",
+        g_api.path, why ? why : "unknown error");
   }
   NcclApi& a = g_api;
-  if (!sym(lib, "ncclGetUniqueId", a.get_unique_id) || !sym(lib, "ncclCommInitRank", a.comm_init_rank) ||
-      !sym(lib, "ncclAllReduce", a.all_reduce) || !sym(lib, "ncclCommDestroy", a.comm_destroy) ||
-      !sym(lib, "ncclGetErrorString", a.error_string) || !sym(lib, "ncclGetVersion", a.get_version))
-    return Status::errorf("'{}' lacks an NCCL symbol dsinfer needs (is it libnccl.so.2?)", g_api.path);
+  const bool ok = sym(lib, "ncclGetUniqueId", a.get_unique_id) && sym(lib, "ncclCommInitRank", a.comm_init_rank) &&
+                  sym(lib, "ncclAllReduce", a.all_reduce) && sym(lib, "ncclAllGather", a.all_gather) &&
+                  sym(lib, "ncclBroadcast", a.broadcast) && sym(lib, "ncclSend", a.send) &&
+                  sym(lib, "ncclRecv", a.recv) && sym(lib, "ncclGroupStart", a.group_start) &&
+                  sym(lib, "ncclGroupEnd", a.group_end) && sym(lib, "ncclCommDestroy", a.comm_destroy) &&
+                  sym(lib, "ncclCommAbort", a.comm_abort) && sym(lib, "ncclCommGetAsyncError", a.async_error) &&
+                  sym(lib, "ncclGetErrorString", a.error_string) && sym(lib, "ncclGetVersion", a.get_version);
+  if (!ok) return Status::errorf("'{}' lacks an NCCL symbol dsinfer needs (is it libnccl.so.2?)", g_api.path);
   int v = 0;
   if (a.get_version(&v) == ncclSuccess) a.version = fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
   return Status::ok();
@@ -80,10 +95,12 @@ Result<NcclId> nccl_unique_id() {
 }
 
 NcclComm::~NcclComm() {
-  if (comm_ && g_api.comm_destroy) g_api.comm_destroy(static_cast<ncclComm_t>(comm_));
+  if (comm_ && !aborted_ && g_api.comm_destroy) g_api.comm_destroy(static_cast<ncclComm_t>(comm_));
+  if (scratch_) cudaFree(scratch_);
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
-Status NcclComm::init(const NcclId& id, int world, int rank) {
+Status NcclComm::init(const NcclId& id, int32_t world, int32_t rank) {
   DSI_RETURN_IF_ERROR(nccl_load());
   if (comm_) return Status::error("NcclComm::init: already initialised");
   ncclUniqueId uid;
@@ -93,15 +110,111 @@ Status NcclComm::init(const NcclId& id, int world, int rank) {
   comm_ = c;
   world_ = world;
   rank_ = rank;
+  cudaStream_t s = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMalloc(&scratch_, sizeof(float)) != cudaSuccess)
+    return Status::errorf("rank {}: could not create the NCCL barrier's stream and buffer", rank);
+  stream_ = s;
+  return Status::ok();
+}
+
+Status NcclComm::usable(const char* what, void* stream) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!failed_.is_ok())
+    return Status::errorf("rank {}: {} failed, the parallel group has ended: {}", rank_, what, failed_.message());
+  if (!comm_) return Status::errorf("NcclComm::{}: not initialised", what);
+  if (!stream) return Status::errorf("NcclComm::{}: NCCL needs device buffers and a stream", what);
   return Status::ok();
 }
 
 Status NcclComm::all_reduce_sum(float* buf, size_t count, void* stream) {
-  if (!comm_) return Status::error("NcclComm::all_reduce_sum: not initialised");
+  DSI_RETURN_IF_ERROR(usable("all_reduce_sum", stream));
   if (count == 0) return Status::ok();
   return check(g_api.all_reduce(buf, buf, count, ncclFloat32, ncclSum, static_cast<ncclComm_t>(comm_),
                                 static_cast<cudaStream_t>(stream)),
                "ncclAllReduce");
+}
+
+Status NcclComm::all_gather(const void* send, void* recv, size_t bytes, void* stream) {
+  DSI_RETURN_IF_ERROR(usable("all_gather", stream));
+  if (bytes == 0) return Status::ok();
+  return check(
+      g_api.all_gather(send, recv, bytes, ncclUint8, static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream)),
+      "ncclAllGather");
+}
+
+Status NcclComm::all_to_all_v(const void* send, std::span<const size_t> send_bytes, void* recv,
+                              std::span<const size_t> recv_bytes, void* stream) {
+  DSI_RETURN_IF_ERROR(usable("all_to_all_v", stream));
+  if (send_bytes.size() != size_t(world_) || recv_bytes.size() != size_t(world_))
+    return Status::errorf("all_to_all_v: {} send / {} receive sizes for {} ranks", send_bytes.size(), recv_bytes.size(),
+                          world_);
+  auto* c = static_cast<ncclComm_t>(comm_);
+  auto* s = static_cast<cudaStream_t>(stream);
+  const auto* src = static_cast<const uint8_t*>(send);
+  auto* dst = static_cast<uint8_t*>(recv);
+  DSI_RETURN_IF_ERROR(check(g_api.group_start(), "ncclGroupStart"));
+  Status st = Status::ok();
+  for (int32_t q = 0; q < world_ && st.is_ok(); ++q) {
+    if (send_bytes[size_t(q)]) st = check(g_api.send(src, send_bytes[size_t(q)], ncclUint8, q, c, s), "ncclSend");
+    if (st.is_ok() && recv_bytes[size_t(q)])
+      st = check(g_api.recv(dst, recv_bytes[size_t(q)], ncclUint8, q, c, s), "ncclRecv");
+    src += send_bytes[size_t(q)];
+    dst += recv_bytes[size_t(q)];
+  }
+  const Status end = check(g_api.group_end(), "ncclGroupEnd");
+  return st.is_ok() ? end : st;
+}
+
+Status NcclComm::broadcast(void* buf, size_t bytes, int32_t root, void* stream) {
+  DSI_RETURN_IF_ERROR(usable("broadcast", stream));
+  if (bytes == 0) return Status::ok();
+  return check(g_api.broadcast(buf, buf, bytes, ncclUint8, root, static_cast<ncclComm_t>(comm_),
+                               static_cast<cudaStream_t>(stream)),
+               "ncclBroadcast");
+}
+
+Status NcclComm::barrier() {
+  DSI_RETURN_IF_ERROR(usable("barrier", stream_));
+  auto* s = static_cast<cudaStream_t>(stream_);
+  DSI_RETURN_IF_ERROR(
+      check(g_api.all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, static_cast<ncclComm_t>(comm_), s),
+            "ncclAllReduce (barrier)"));
+  // Poll instead of cudaStreamSynchronize: a dead peer must not hang this rank past the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return Status::ok();
+    if (e != cudaErrorNotReady) return Status::errorf("rank {}: barrier: {}", rank_, cudaGetErrorString(e));
+    DSI_RETURN_IF_ERROR(health());
+    if (std::chrono::steady_clock::now() > deadline) {
+      const Status why =
+          Status::errorf("rank {} waited {} ms in barrier (collective deadline)", rank_, opts_.timeout.count());
+      abort(why);
+      return why;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void NcclComm::abort(const Status& reason) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (failed_.is_ok()) failed_ = reason.is_ok() ? Status::error("aborted") : reason;
+  if (comm_ && !aborted_ && g_api.comm_abort) {
+    aborted_ = true;
+    (void)g_api.comm_abort(static_cast<ncclComm_t>(comm_));
+  }
+}
+
+Status NcclComm::health() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!failed_.is_ok()) return failed_;
+  if (!comm_ || aborted_) return Status::ok();
+  ncclResult_t async = ncclSuccess;
+  if (g_api.async_error(static_cast<ncclComm_t>(comm_), &async) == ncclSuccess && async != ncclSuccess &&
+      async != ncclInProgress)
+    failed_ = check(async, "NCCL (asynchronous error)");
+  return failed_;
 }
 
 }  // namespace dsinfer::parallel

@@ -48,6 +48,12 @@ struct RunnerOptions {
   bool eplb = false;
   int32_t num_redundant_experts = 0;
   int64_t eplb_interval = 1000;
+  // gpus > 1 (docs/multi_gpu.md "Communicators"): "auto" (NCCL with one GPU per rank; the in-process group when
+  // ranks share a GPU, on the cpu backend, and for --batch-invariant with more than 2 GPUs, which needs a fixed
+  // reduction order), "nccl" or "in-process". With "in-process" on cuda, rank r runs on GPU r % (visible GPUs).
+  std::string communicator = "auto";
+  int64_t collective_timeout_ms = 300000;  // every blocking wait of the ranks ends by then (a failure, not a hang)
+  std::string fault_injection;             // test only: parallel/fault_injection.h
 };
 
 // RunnerOptions with the names of the user's options parsed: backend "cpu" | "cuda", numerics "official" | "hf",
@@ -104,6 +110,9 @@ class ModelRunner {
   // (normally each sequence's last token; check-reference asks for every position).
   virtual Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) = 0;
   virtual RunnerDiagnostics& diagnostics() = 0;
+  // ok, or why this runner can run no more steps (a rank of a parallel runner failed: every later call fails
+  // with this reason; the engine's users report it, the server answers 503 with it).
+  virtual Status health() const { return Status::ok(); }
 
   // Speculative decoding (src/speculative): from now on every step() also keeps the output residual streams of these
   // target layers for every token of the step, readable until the next step() as captured_hidden():

@@ -25,6 +25,11 @@ void EngineLoop::submit(std::shared_ptr<Job> job) {
           {Event::Kind::kError, 0, {}, {}, 503, "server_shutting_down", "the server is shutting down", ""});
       return;
     }
+    if (!unavailable_.empty()) {
+      job->channel->push({Event::Kind::kError, 0, {}, {}, 503, "engine_unavailable",
+                          "the engine cannot serve requests: " + unavailable_});
+      return;
+    }
     ++in_flight_;
     inbox_.push_back(std::move(job));
   }
@@ -113,12 +118,25 @@ void EngineLoop::deliver_finished() {
   }
 }
 
+std::string EngineLoop::unavailable_reason() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return unavailable_;
+}
+
 void EngineLoop::fail_all(const std::string& message) {
-  // A failed model step: every request in flight ends with the error (the engine stays usable).
+  // A failed model step: every request in flight ends with the error. Usually the engine stays usable; when the
+  // runner cannot run any more (a rank failed), they end with 503 and so does every later request.
+  const std::string down = engine_->unavailable_reason();
+  if (!down.empty()) {
+    std::lock_guard<std::mutex> lk(mu_);
+    unavailable_ = down;
+  }
+  const int status = down.empty() ? 500 : 503;
+  const char* type = down.empty() ? "internal_error" : "engine_unavailable";
   for (auto& [id, job] : jobs_) {
     std::string ignored;
     engine_->abort(id, &ignored);
-    job->channel->push({Event::Kind::kError, id, {}, {}, 500, "internal_error", "model step failed: " + message, ""});
+    job->channel->push({Event::Kind::kError, id, {}, {}, status, type, "model step failed: " + message, ""});
     --in_flight_;
   }
   jobs_.clear();

@@ -41,6 +41,9 @@ class EngineLoop {
   int32_t in_flight() const { return in_flight_.load(); }
   const Engine& engine() const { return *engine_; }  // immutable parts only (model name, tokenizer)
   int64_t max_model_len() const { return max_model_len_; }
+  // "" while the engine can run; else why not (a rank of a multi-rank runner failed): new requests and /health
+  // are answered 503 with it.
+  std::string unavailable_reason() const;
 
  private:
   void run();
@@ -54,10 +57,11 @@ class EngineLoop {
   Metrics* metrics_;
   int64_t max_model_len_ = 0;
   std::thread thread_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<Job>> inbox_, cancels_;
   bool stopping_ = false;
+  std::string unavailable_;  // under mu_: set once, when a failed step leaves the engine unable to run
   std::atomic<int32_t> in_flight_{0};
   std::map<uint64_t, std::shared_ptr<Job>> jobs_;  // engine thread only
 };

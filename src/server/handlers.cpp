@@ -83,6 +83,8 @@ void Router::handle(const HttpRequest& req, ResponseWriter& w) {
                         "invalid_api_key", {{"WWW-Authenticate", "Bearer"}});
   }
   if (endpoint == "/health") {
+    if (const std::string down = loop_.unavailable_reason(); !down.empty())
+      return send_error(w, endpoint, 503, "the engine cannot serve requests: " + down, "", "", "engine_unavailable");
     metrics_.count_http(endpoint, 200);
     w.send(200, "application/json", "{}");
   } else if (endpoint == "/metrics") {

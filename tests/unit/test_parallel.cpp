@@ -138,29 +138,39 @@ TEST(ParallelOptions, SizesAndTorchrunVariables) {
   EXPECT_NE(msg({1, 0, 1, 1}, {{"WORLD_SIZE", "x"}}, 8).find("WORLD_SIZE"), std::string::npos);
 }
 
-TEST(ParallelOptions, CpuBackendRefusesSeveralGpus) {
+// --gpus N on the cpu backend runs N ranks of the reference (issue 27, tests/unit/test_parallel_cpu.cpp): through
+// the CLI the greedy output of 2 ranks is 1 rank's; NCCL is refused there, and so are DP / TP (not implemented).
+TEST(ParallelOptions, CpuBackendRunsSeveralRanks) {
   EngineOptions o;
   o.model_dir = test::source_dir() + "/models/dsv4-small";
   o.gpus = 2;
+  o.communicator = "nccl";
   std::string err;
   EXPECT_FALSE(Engine::create(o, &err));
-  EXPECT_NE(err.find("needs the cuda backend"), std::string::npos) << err;
+  EXPECT_NE(err.find("the cpu backend's ranks use the in-process communicator, not 'nccl'"), std::string::npos) << err;
   o.gpus = 1;
   o.tensor_parallel_size = 2;
   EXPECT_FALSE(Engine::create(o, &err));
   EXPECT_NE(err.find("tensor parallelism is not implemented yet"), std::string::npos) << err;
-  // The CLI takes the flags and reports the same errors.
+  // The CLI takes the flags: 2 ranks print what 1 rank prints.
   test::ScratchDir dir("parallel_cli");
-  const test::CliResult r = test::run_cli(dir, "generate --model " + o.model_dir + " --gpus 2 --prompt hi");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("needs the cuda backend"), std::string::npos) << r.err;
+  const std::string gen = "generate --model " + o.model_dir + " --max-tokens 8 --temperature 0 --prompt hi";
+  const test::CliResult one = test::run_cli(dir, gen);
+  const test::CliResult two = test::run_cli(dir, gen + " --gpus 2");
+  EXPECT_EQ(one.rc, 0) << one.err;
+  EXPECT_EQ(two.rc, 0) << two.err;
+  EXPECT_FALSE(one.out.empty());
+  EXPECT_EQ(two.out, one.out);
   const test::CliResult d = test::run_cli(dir, "generate --model " + o.model_dir + " --data-parallel-size 2 --prompt hi");
   EXPECT_NE(d.rc, 0);
   EXPECT_NE(d.err.find("data-parallel attention is not implemented yet"), std::string::npos) << d.err;
+  const test::CliResult f = test::run_cli(dir, gen + " --gpus 2 --inject-fault 1:step:0");
+  EXPECT_NE(f.rc, 0);
+  EXPECT_NE(f.err.find("rank 1 failed: injected fault in step 0"), std::string::npos) << f.err;
 }
 
 // Persistent workers: the same thread runs every job of a rank; results of all ranks are waited for; the first
-// failing rank's error comes back; many small jobs in a row neither deadlock nor skip a rank.
+// failure's error comes back; many small jobs in a row neither deadlock nor skip a rank.
 TEST(ParallelShardPool, RunsEveryRankOnItsOwnThread) {
   parallel::ShardPool pool;
   std::vector<std::thread::id> setup_ids(4);
@@ -183,7 +193,8 @@ TEST(ParallelShardPool, RunsEveryRankOnItsOwnThread) {
   for (int c : count) EXPECT_EQ(c, 2000);
   const Status s = pool.run([](int32_t r) { return r >= 2 ? Status::errorf("rank {} failed", r) : Status::ok(); });
   ASSERT_FALSE(s.is_ok());
-  EXPECT_EQ(s.message(), "rank 2 failed");
+  // The first failure in time is the root cause (issue 27: later ones are usually "the group ended" errors).
+  EXPECT_TRUE(s.message() == "rank 2 failed" || s.message() == "rank 3 failed") << s.message();
   EXPECT_TRUE(pool.run([](int32_t) { return Status::ok(); }).is_ok());  // usable after an error
   parallel::ShardPool bad;
   EXPECT_FALSE(bad.start(2, [](int32_t r) { return r == 1 ? Status::error("no device") : Status::ok(); }).is_ok());

@@ -20,6 +20,8 @@ class CpuModel {
   virtual const model::Numerics& numerics() const = 0;
   virtual bool fp32_weights() const = 0;  // every float weight was stored as F32
   virtual void set_tap(model::TapFn tap) = 0;
+  // Expert parallelism (cpu_parallel_runner.h); DeepSeek-V4 only.
+  virtual Status set_expert_shard(model::ExpertShard shard) = 0;
   virtual Status forward(const model::StatePool& state, std::span<const model::SeqChunk> chunks,
                          std::vector<float>& logits) = 0;
 };
@@ -34,6 +36,15 @@ class CpuModelOf final : public CpuModel {
   const model::Numerics& numerics() const override { return m_->numerics(); }
   bool fp32_weights() const override { return m_->weights().fp32_storage; }
   void set_tap(model::TapFn tap) override { m_->set_tap(std::move(tap)); }
+  Status set_expert_shard(model::ExpertShard shard) override {
+    if constexpr (requires { m_->set_expert_shard(std::move(shard)); }) {
+      m_->set_expert_shard(std::move(shard));
+      return Status::ok();
+    } else {
+      return Status::error("expert parallelism over several ranks is not implemented for this model "
+                           "(DeepSeek-V4 only)");
+    }
+  }
   Status forward(const model::StatePool& state, std::span<const model::SeqChunk> chunks, std::vector<float>& logits) override {
     return m_->forward(state, chunks, logits);
   }

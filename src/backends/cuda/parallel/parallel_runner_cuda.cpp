@@ -1,17 +1,21 @@
-// ParallelRunner (see parallel_runner.h): creation (checks, per-GPU memory plan, NCCL communicators, shards on
-// their worker threads) and the ModelRunner calls fanned out to every shard. Every shard call runs on the shard's
-// own worker thread (whose current device is the shard's GPU), never on the caller's.
+// ParallelRunner (see parallel_runner.h): creation (checks, per-GPU memory plan, the communicator: NCCL or the
+// in-process group, shards on their worker threads) and the ModelRunner calls fanned out to every shard. Every
+// shard call runs on the shard's own worker thread (whose current device is the shard's GPU), never on the
+// caller's. A failure on any rank aborts the communicators and ends the runner (health(), docs/multi_gpu.md).
 #include "backends/cuda/parallel/parallel_runner.h"
 
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 #include "backends/cuda/runner/cuda_runner.h"
 #include "backends/cuda/runner/cuda_runner_impl.h"
 #include "cuda/cuda_common.h"
 #include "parallel/eplb.h"
+#include "parallel/fault_injection.h"
+#include "parallel/inproc_comm.h"
 #include "parallel/nccl_cuda.h"
 #include "parallel/parallel_plan.h"
 #include "parallel/shard_pool.h"
@@ -20,12 +24,33 @@ namespace dsinfer::backends {
 
 namespace {
 
+// Device buffers of the in-process communicator: copies on the rank's stream, waited for (the stream's earlier
+// work first: the partial sums the collective reads).
+class CudaDeviceAccess final : public parallel::DeviceAccess {
+ public:
+  Status to_host(void* host_dst, const void* src, size_t bytes, void* stream) const override {
+    auto* s = static_cast<cudaStream_t>(stream);
+    DSI_CUDA_TRY(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    DSI_CUDA_TRY(cudaStreamSynchronize(s));
+    return Status::ok();
+  }
+  Status from_host(void* dst, const void* host_src, size_t bytes, void* stream) const override {
+    auto* s = static_cast<cudaStream_t>(stream);
+    DSI_CUDA_TRY(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
+    DSI_CUDA_TRY(cudaStreamSynchronize(s));  // the host staging is reused by the next collective
+    return Status::ok();
+  }
+};
+
+const CudaDeviceAccess kDeviceAccess;
+
 class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
   ParallelRunner(io::ModelConfig cfg, model::Numerics num, int32_t n) : cfg_(std::move(cfg)), num_(std::move(num)),
                                                                         shards_(size_t(n)), comms_(size_t(n)) {}
   ~ParallelRunner() override {
     // Shards and communicators are destroyed on their own threads (their GPU current), then the threads stop.
+    pool_.set_on_failure(nullptr);
     (void)pool_.run([&](int32_t r) {
       shards_[size_t(r)].reset();
       comms_[size_t(r)].reset();
@@ -37,31 +62,37 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   const io::ModelConfig& config() const override { return cfg_; }
   std::string name() const override {
     const std::string eplb = eplb_ ? fmt::format(", EPLB: {} redundant experts, every {} steps", redundant_, interval_) : "";
-    return fmt::format("parallel ({} GPUs, expert parallel{}, {}): {}", shards_.size(), eplb, parallel::nccl_description(),
-                       shards_[0] ? shards_[0]->name() : "");
+    return fmt::format("parallel ({} ranks on {} GPUs, expert parallel{}, {}): {}", shards_.size(), devices_, eplb,
+                       comms_[0] ? comms_[0]->name() : "", shards_[0] ? shards_[0]->name() : "");
   }
   int32_t kv_elem_bytes() const override { return 4; }
   bool exact_math() const override { return shards_[0]->exact_math(); }
   bool fp32_weights() const override { return shards_[0]->fp32_weights(); }
   runner::RunnerDiagnostics& diagnostics() override { return *this; }
+  Status health() const override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return failed_;
+  }
 
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override {
     return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
   }
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override {
     DSI_RETURN_IF_ERROR(before_step());
-    return pool_.run([&](int32_t r) {
+    return checked(pool_.run([&](int32_t r) {
+      DSI_RETURN_IF_ERROR(inject(r));
       std::vector<float> unused;  // shards > 0 compute no logits
       return shards_[size_t(r)]->step(plan, r == 0 ? logits : unused);
-    });
+    }));
   }
   bool supports_device_sampling() const override { return true; }
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override {
     DSI_RETURN_IF_ERROR(before_step());
-    return pool_.run([&](int32_t r) {
+    return checked(pool_.run([&](int32_t r) {
+      DSI_RETURN_IF_ERROR(inject(r));
       std::vector<float> unused;
       return r == 0 ? shards_[0]->begin_sampled_step(plan) : shards_[size_t(r)]->step(plan, unused);
-    });
+    }));
   }
   Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override {
     return on_first([&](CudaRunner& s) { return s.sample_rows(rows, out); });
@@ -95,38 +126,62 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   // A failed rebalance may have reached some shards and not others (they would disagree on which rank computes
   // an expert): it ends this runner, every later step returns its error.
   Status before_step() {
-    if (!failed_.is_ok()) return failed_;
+    DSI_RETURN_IF_ERROR(health());
     if (eplb_ && steps_ > 0 && steps_ % interval_ == 0) {
       if (Status s = rebalance(); !s.is_ok()) {
-        failed_ = Status::errorf("eplb rebalance failed, the GPUs' expert placements may differ; restart the engine "
-                                 "({})", s.message());
-        return failed_;
+        fail(-1, Status::errorf("eplb rebalance failed, the GPUs' expert placements may differ; restart the engine "
+                                "({})", s.message()));
+        return health();
       }
     }
     ++steps_;
     return Status::ok();
   }
   Status rebalance();
+  Status make_comms(const runner::RunnerOptions& opts, int32_t n);
+
+  // The first failure of any rank (rank -1: not one rank's): recorded, every communicator aborted so no rank
+  // stays blocked in a collective. Called on the failing rank's thread or by the pool at its deadline.
+  void fail(int32_t rank, const Status& cause) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!failed_.is_ok()) return;
+    failed_ = rank >= 0 ? Status::errorf("rank {} (GPU {}) failed: {}", rank, rank % devices_, cause.message()) : cause;
+    for (auto& c : comms_)
+      if (c) c->abort(failed_);
+  }
+  // A fanned-out call's result: ok, or the runner's failure (the root cause with its rank) once it has one.
+  Status checked(const Status& st) {
+    if (st.is_ok()) return st;
+    const Status h = health();
+    return h.is_ok() ? st : h;
+  }
+  // Test-only planted fault (parallel/fault_injection.h) at the start of rank r's step.
+  Status inject(int32_t r) { return fault_.hits_step(r, steps_ - 1) ? fault_.fire(steps_ - 1) : Status::ok(); }
 
   template <typename F>
   Status all(F&& f) {
-    return pool_.run([&](int32_t r) { return f(*shards_[size_t(r)]); });
+    DSI_RETURN_IF_ERROR(health());
+    return checked(pool_.run([&](int32_t r) { return f(*shards_[size_t(r)]); }));
   }
   template <typename F>
   Status on_first(F&& f) {
-    return pool_.run([&](int32_t r) { return r == 0 ? f(*shards_[0]) : Status::ok(); });
+    DSI_RETURN_IF_ERROR(health());
+    return checked(pool_.run([&](int32_t r) { return r == 0 ? f(*shards_[0]) : Status::ok(); }));
   }
 
   io::ModelConfig cfg_;
   model::Numerics num_;
   parallel::ShardPool pool_;
   std::vector<std::unique_ptr<CudaRunner>> shards_;
-  std::vector<std::unique_ptr<parallel::NcclComm>> comms_;
+  std::vector<std::unique_ptr<parallel::Communicator>> comms_;
+  int32_t devices_ = 1;  // GPUs used: rank r runs on GPU r % devices_ (in-process ranks may share one)
+  parallel::FaultInjection fault_;
   bool eplb_ = false;
   int32_t redundant_ = 0;
   int64_t interval_ = 0, steps_ = 0;
   std::vector<parallel::Placement> placement_;  // per layer, identical on every shard
-  Status failed_ = Status::ok();
+  mutable std::mutex mu_;
+  Status failed_ = Status::ok();  // under mu_
 };
 
 // One rebalance: counts -> per-layer greedy placement (a layer with no counted tokens keeps its placement) ->
@@ -167,14 +222,17 @@ Status ParallelRunner::rebalance() {
   return Status::ok();
 }
 
-// Every GPU's free memory against the per-rank sizing, before anything is allocated. query_device makes each GPU
-// current in turn: the caller's current device is restored afterwards.
-Status check_memory(const io::ModelConfig& cfg, int32_t n, int32_t redundant) {
-  const parallel::RankMemory m = parallel::rank_memory(model::weight_specs(cfg), n, redundant);
+// Every GPU's free memory against the per-rank sizing (times the ranks sharing a GPU, in-process), before anything
+// is allocated. query_device makes each GPU current in turn: the caller's current device is restored afterwards.
+Status check_memory(const io::ModelConfig& cfg, int32_t n, int32_t devices, int32_t redundant) {
+  parallel::RankMemory m = parallel::rank_memory(model::weight_specs(cfg), n, redundant);
+  const int32_t sharing = (n + devices - 1) / devices;
+  m.dense_bytes *= sharing;
+  m.expert_bytes *= sharing;
   int prev = 0;
   DSI_CUDA_TRY(cudaGetDevice(&prev));
   Status st = Status::ok();
-  for (int32_t g = 0; g < n && st.is_ok(); ++g) {
+  for (int32_t g = 0; g < devices && st.is_ok(); ++g) {
     auto d = cuda::query_device(g);
     st = d.is_ok() ? parallel::check_rank_fits(m, n, g, d->free_bytes, d->name) : d.status();
   }
@@ -182,9 +240,48 @@ Status check_memory(const io::ModelConfig& cfg, int32_t n, int32_t redundant) {
   return st;
 }
 
+// The communicator (docs/multi_gpu.md "Communicators"): NCCL with one GPU per rank; the in-process group when
+// asked for (ranks may then share GPUs: rank r on GPU r % visible) or, with "auto", for --batch-invariant with more
+// than 2 ranks (NCCL's summation order follows its algorithm choice by size; the in-process order is fixed).
+Status ParallelRunner::make_comms(const runner::RunnerOptions& opts, int32_t n) {
+  int count = 0;
+  DSI_CUDA_TRY(cudaGetDeviceCount(&count));
+  std::string kind = opts.communicator;
+  if (kind == "auto") kind = opts.batch_invariant && n > 2 ? "in-process" : "nccl";
+  if (opts.collective_timeout_ms < 1) return Status::errorf("collective timeout {} ms", opts.collective_timeout_ms);
+  const parallel::CommOptions copts{std::chrono::milliseconds(opts.collective_timeout_ms)};
+  if (kind == "nccl") {
+    if (count < n)
+      return Status::errorf("--gpus {} with NCCL needs {} GPUs (one per rank), {} visible; --communicator in-process "
+                            "runs several ranks on one GPU (for checks: weights and state are then held per rank)",
+                            n, n, count);
+    devices_ = n;
+    DSI_RETURN_IF_ERROR(parallel::nccl_load());
+    DSI_ASSIGN_OR_RETURN(const parallel::NcclId id, parallel::nccl_unique_id());
+    // Each worker makes its GPU current once, then joins the communicator (ncclCommInitRank blocks until every
+    // rank has joined: the workers run it at the same time).
+    return pool_.start(n, [&, id](int32_t r) -> Status {
+      DSI_CUDA_TRY(cudaSetDevice(r));
+      auto c = std::make_unique<parallel::NcclComm>(copts);
+      Status st = c->init(id, n, r);
+      std::lock_guard<std::mutex> lk(mu_);  // fail() may read comms_ from another rank's thread
+      comms_[size_t(r)] = std::move(c);
+      return st;
+    });
+  }
+  if (kind != "in-process") return Status::errorf("unknown communicator '{}' (auto, nccl or in-process)", kind);
+  devices_ = std::max(1, std::min(count, n));
+  comms_ = parallel::make_inprocess_group(n, copts, &kDeviceAccess);
+  return pool_.start(n, [&](int32_t r) -> Status {
+    DSI_CUDA_TRY(cudaSetDevice(r % devices_));
+    return Status::ok();
+  });
+}
+
 Status ParallelRunner::init(const runner::RunnerOptions& opts) {
   const int32_t n = int32_t(shards_.size());
   DSI_RETURN_IF_ERROR(parallel::expert_range(cfg_.n_routed_experts, 0, n).status());
+  DSI_ASSIGN_OR_RETURN(fault_, parallel::parse_fault_injection(opts.fault_injection, n));
   eplb_ = opts.eplb;
   redundant_ = opts.eplb ? opts.num_redundant_experts : 0;
   interval_ = opts.eplb_interval;
@@ -192,28 +289,26 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
     DSI_RETURN_IF_ERROR(parallel::validate_eplb(cfg_.n_routed_experts, n, redundant_, interval_));
     placement_.assign(size_t(cfg_.num_hidden_layers), parallel::static_placement(int32_t(cfg_.n_routed_experts), n, redundant_));
   }
-  DSI_RETURN_IF_ERROR(check_memory(cfg_, n, redundant_));
-  DSI_RETURN_IF_ERROR(parallel::nccl_load());
-  DSI_ASSIGN_OR_RETURN(const parallel::NcclId id, parallel::nccl_unique_id());
-  // Each worker makes its GPU current once, then joins the communicator (ncclCommInitRank blocks until every
-  // rank has joined: the workers run it at the same time).
-  DSI_RETURN_IF_ERROR(pool_.start(n, [&](int32_t r) -> Status {
-    DSI_CUDA_TRY(cudaSetDevice(r));
-    comms_[size_t(r)] = std::make_unique<parallel::NcclComm>();
-    return comms_[size_t(r)]->init(id, n, r);
-  }));
-  return pool_.run([&](int32_t r) -> Status {
+  int count = 0;
+  DSI_CUDA_TRY(cudaGetDeviceCount(&count));
+  const int32_t planned = opts.communicator == "in-process" ? std::max(1, std::min(count, n)) : n;
+  DSI_RETURN_IF_ERROR(check_memory(cfg_, n, std::min(planned, std::max(count, 1)), redundant_));
+  pool_.set_on_failure([this](int32_t r, const Status& cause) { fail(r, cause); });
+  pool_.set_deadline(std::chrono::milliseconds(opts.collective_timeout_ms) + std::chrono::seconds(5));
+  DSI_RETURN_IF_ERROR(checked(make_comms(opts, n)));
+  return checked(pool_.run([&](int32_t r) -> Status {
+    if (fault_.hits_load(r)) return fault_.fire(0);
     runner::RunnerOptions so = opts;
-    so.device = r;
+    so.device = r % devices_;
     so.ep_rank = r;
     so.ep_size = n;
     auto shard = std::make_unique<CudaRunner>(cfg_, num_);
-    DSI_RETURN_IF_ERROR(shard->init(so).with_context(fmt::format("GPU {}", r)));
+    DSI_RETURN_IF_ERROR(shard->init(so).with_context(fmt::format("GPU {}", so.device)));
     shard->set_expert_comm(comms_[size_t(r)].get());
     shard->set_compute_logits(r == 0);
     shards_[size_t(r)] = std::move(shard);
     return Status::ok();
-  });
+  }));
 }
 
 }  // namespace

@@ -36,9 +36,11 @@ Result<io::ModelConfig> cuda_model_config(const runner::RunnerOptions& opts) {
     (void)cudaGetLastError();
     visible = 0;
   }
+  // In-process ranks may share GPUs (rank r on GPU r % visible): only NCCL needs one GPU per rank.
+  const bool shared = opts.communicator == "in-process";
   DSI_RETURN_IF_ERROR(parallel::validate_parallel({opts.gpus, opts.expert_parallel_size, opts.data_parallel_size,
                                                    opts.tensor_parallel_size},
-                                                  parallel::torchrun_env(), visible > 0 ? visible : -1)
+                                                  parallel::torchrun_env(), visible > 0 && !shared ? visible : -1)
                           .status());
   return cfg;
 }

@@ -29,7 +29,7 @@
 #include "ops/moe/moe_cuda.h"
 #include "ops/step_cuda.h"
 #include "parallel/eplb.h"
-#include "parallel/nccl_cuda.h"
+#include "parallel/communicator.h"
 #include "parallel/parallel_plan.h"
 #include "runner/model_runner.h"
 
@@ -62,7 +62,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
 
   // Expert parallelism (parallel_runner.h): the communicator of this shard's EP group (the MoE output is summed
   // over it after every MoE), and whether the step computes and downloads logits (shard 0 only).
-  void set_expert_comm(parallel::NcclComm* comm) { comm_ = comm; }
+  void set_expert_comm(parallel::Communicator* comm) { comm_ = comm; }
   void set_compute_logits(bool on) { compute_logits_ = on; }
   int32_t device_ordinal() const { return ordinal_; }
   // EPLB (parallel_runner_eplb_cuda.cpp, docs/multi_gpu.md): the per-expert token counts of every MoE layer since
@@ -165,7 +165,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   int32_t ordinal_ = 0;                  // RunnerOptions::device
   int32_t ep_rank_ = 0, ep_size_ = 1;    // expert parallelism (RunnerOptions::ep_rank / ep_size)
   parallel::ExpertRange experts_;        // routed experts held here (global ids)
-  parallel::NcclComm* comm_ = nullptr;   // EP group (ep_size_ > 1), owned by the ParallelRunner
+  parallel::Communicator* comm_ = nullptr;  // EP group (ep_size_ > 1), owned by the ParallelRunner
   EplbDevice eplb_;
   bool compute_logits_ = true;
   void* stream_ = nullptr;

@@ -1,0 +1,18 @@
+// N ranks of the CPU reference in one process (docs/multi_gpu.md "Several ranks without several GPUs"): the
+// multi-rank code (expert split, collectives, fault handling) checked in CI without a GPU. Each rank is a
+// CpuRunner on its own worker thread (parallel::ShardPool) with its own copy of the model, computing the routed
+// experts [r*E/N, (r+1)*E/N) (rank 0 also the shared expert); each MoE layer's partial outputs are summed by the
+// in-process communicator in a fixed rank order. Attention and state are replicated; rank 0's logits are returned.
+// A failure on any rank (load, step, an exception) aborts the group, so no rank hangs, and ends the runner: every
+// later call returns "rank R failed: <cause>" (health()).
+#pragma once
+#include <memory>
+
+#include "runner/model_runner.h"
+
+namespace dsinfer::backends {
+
+// opts.gpus ranks (> 1) of opts.model_dir (DeepSeek-V4; n_routed_experts % ranks == 0).
+Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(const runner::RunnerOptions& opts);
+
+}  // namespace dsinfer::backends

@@ -1,0 +1,212 @@
+// The in-process communicator and the shard pool (docs/multi_gpu.md "Communicators", "Faults"): every collective
+// against a result computed here by hand, the fixed rank-order reduction on values whose fp32 sum depends on the
+// order, and the failure paths: an abort wakes every blocked rank with the reason, a rank that never arrives fails
+// the others at the deadline naming it, ranks that disagree on the call are refused, and a worker that throws or
+// fails reports its rank once. Threads here are the ranks, as in the ParallelRunners.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <stdexcept>
+#include <thread>
+
+#include "parallel/inproc_comm.h"
+#include "parallel/shard_pool.h"
+
+namespace {
+
+using dsinfer::Status;
+using dsinfer::parallel::CommOptions;
+using dsinfer::parallel::Communicator;
+using dsinfer::parallel::make_inprocess_group;
+
+// Runs f(rank, comm) on one thread per rank and returns each rank's status.
+template <typename F>
+std::vector<Status> on_ranks(std::vector<std::unique_ptr<Communicator>>& comms, F f) {
+  std::vector<std::future<Status>> fs;
+  for (size_t r = 0; r < comms.size(); ++r)
+    fs.push_back(std::async(std::launch::async, [&, r] { return f(int32_t(r), *comms[r]); }));
+  std::vector<Status> out;
+  for (auto& x : fs) out.push_back(x.get());
+  return out;
+}
+
+CommOptions quick(int ms = 20000) { return CommOptions{std::chrono::milliseconds(ms)}; }
+
+}  // namespace
+
+// The sum is taken in rank order in fp64 and rounded once, whatever the arrival order: with 1e8, 1, -1e8, 1 an
+// fp32 running sum in another order gives 0 or 2^k-rounded values, the fixed order gives exactly 2.
+TEST(InProcessComm, AllReduceSumsInRankOrder) {
+  for (int32_t world : {2, 3, 4, 8}) {
+    auto comms = make_inprocess_group(world, quick());
+    std::vector<std::vector<float>> bufs(static_cast<size_t>(world));
+    for (int32_t r = 0; r < world; ++r)
+      for (int i = 0; i < 37; ++i)
+        bufs[size_t(r)].push_back(r % 4 == 0 ? 1e8f : r % 4 == 2 ? -1e8f : float(i) * 0.1f + r);
+    std::vector<float> expect(37);
+    for (int i = 0; i < 37; ++i) {
+      double acc = 0;
+      for (int32_t r = 0; r < world; ++r) acc += double(bufs[size_t(r)][size_t(i)]);
+      expect[size_t(i)] = float(acc);
+    }
+    for (int rep = 0; rep < 5; ++rep) {
+      auto work = bufs;
+      auto st = on_ranks(comms, [&](int32_t r, Communicator& c) {
+        std::this_thread::sleep_for(std::chrono::microseconds(((r * 7 + rep * 3) % 5) * 200));  // vary arrival
+        return c.all_reduce_sum(work[size_t(r)].data(), 37, nullptr);
+      });
+      for (int32_t r = 0; r < world; ++r) {
+        ASSERT_TRUE(st[size_t(r)].is_ok()) << st[size_t(r)].message();
+        EXPECT_EQ(0, std::memcmp(work[size_t(r)].data(), expect.data(), 37 * sizeof(float)))
+            << "world " << world << " rank " << r;
+      }
+    }
+  }
+  // The case the order decides: 1e8 + 1 - 1e8 + 1 in fp32, left to right, is 1; in fp64 rank order exactly 2.
+  auto comms = make_inprocess_group(4, quick());
+  std::vector<std::vector<float>> v = {{1e8f}, {1.0f}, {-1e8f}, {1.0f}};
+  auto st =
+      on_ranks(comms, [&](int32_t r, Communicator& c) { return c.all_reduce_sum(v[size_t(r)].data(), 1, nullptr); });
+  for (int32_t r = 0; r < 4; ++r) {
+    ASSERT_TRUE(st[size_t(r)].is_ok());
+    EXPECT_EQ(v[size_t(r)][0], 2.0f);
+  }
+}
+
+TEST(InProcessComm, GatherAllToAllBroadcastBarrier) {
+  for (int32_t world : {2, 3, 8}) {
+    auto comms = make_inprocess_group(world, quick());
+    std::vector<std::vector<int32_t>> gathered(static_cast<size_t>(world)), got(static_cast<size_t>(world)),
+        bc(static_cast<size_t>(world));
+    auto st = on_ranks(comms, [&](int32_t r, Communicator& c) -> Status {
+      const int32_t mine[2] = {r, 100 + r};
+      gathered[size_t(r)].resize(size_t(2 * world));
+      DSI_RETURN_IF_ERROR(c.all_gather(mine, gathered[size_t(r)].data(), sizeof(mine), nullptr));
+      // Rank r sends q + 1 ints, each r * 1000 + q, to rank q; it receives r + 1 ints from every rank.
+      std::vector<int32_t> send;
+      std::vector<size_t> sb, rb;
+      for (int32_t q = 0; q < world; ++q) {
+        for (int32_t k = 0; k <= q; ++k) send.push_back(r * 1000 + q);
+        sb.push_back(size_t(q + 1) * 4);
+        rb.push_back(size_t(r + 1) * 4);
+      }
+      got[size_t(r)].resize(size_t(world * (r + 1)));
+      DSI_RETURN_IF_ERROR(c.all_to_all_v(send.data(), sb, got[size_t(r)].data(), rb, nullptr));
+      bc[size_t(r)] = {r, r, r};
+      DSI_RETURN_IF_ERROR(c.broadcast(bc[size_t(r)].data(), 12, world - 1, nullptr));
+      return c.barrier();
+    });
+    for (int32_t r = 0; r < world; ++r) {
+      ASSERT_TRUE(st[size_t(r)].is_ok()) << st[size_t(r)].message();
+      for (int32_t q = 0; q < world; ++q) {
+        EXPECT_EQ(gathered[size_t(r)][size_t(2 * q)], q);
+        EXPECT_EQ(gathered[size_t(r)][size_t(2 * q + 1)], 100 + q);
+        for (int32_t k = 0; k <= r; ++k) EXPECT_EQ(got[size_t(r)][size_t(q * (r + 1) + k)], q * 1000 + r);
+      }
+      EXPECT_EQ(bc[size_t(r)], (std::vector<int32_t>{world - 1, world - 1, world - 1}));
+    }
+  }
+}
+
+// One rank fails instead of joining: its abort wakes the ranks already waiting, each returns the cause and its
+// own rank, and every later call fails the same way (the group stays ended).
+TEST(InProcessComm, AbortReachesEveryBlockedRank) {
+  auto comms = make_inprocess_group(4, quick(600000));  // the deadline must not be what ends this test
+  std::vector<float> buf(8, 1.0f);
+  auto st = on_ranks(comms, [&](int32_t r, Communicator& c) -> Status {
+    std::vector<float> b = buf;
+    if (r != 2) return c.all_reduce_sum(b.data(), b.size(), nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    c.abort(Status::error("rank 2 failed: out of memory"));
+    return Status::error("failed");
+  });
+  for (int32_t r : {0, 1, 3}) {
+    ASSERT_FALSE(st[size_t(r)].is_ok());
+    EXPECT_NE(st[size_t(r)].message().find("rank 2 failed: out of memory"), std::string::npos)
+        << st[size_t(r)].message();
+    EXPECT_NE(st[size_t(r)].message().find("rank " + std::to_string(r) + ": all_reduce_sum"), std::string::npos);
+  }
+  EXPECT_FALSE(comms[0]->barrier().is_ok());
+  EXPECT_NE(comms[1]->health().message().find("out of memory"), std::string::npos);
+}
+
+// Rank 1 never arrives: the others fail at the deadline, naming it, instead of hanging.
+TEST(InProcessComm, DeadlineNamesTheMissingRank) {
+  auto comms = make_inprocess_group(3, quick(300));
+  auto st = on_ranks(comms, [&](int32_t r, Communicator& c) -> Status {
+    if (r == 1) return Status::ok();
+    float x = 1;
+    return c.all_reduce_sum(&x, 1, nullptr);
+  });
+  for (int32_t r : {0, 2}) {
+    ASSERT_FALSE(st[size_t(r)].is_ok());
+    EXPECT_NE(st[size_t(r)].message().find("for rank(s) 1 (collective deadline)"), std::string::npos)
+        << st[size_t(r)].message();
+  }
+}
+
+TEST(InProcessComm, RanksThatDisagreeAreRefused) {
+  auto comms = make_inprocess_group(2, quick());
+  auto st = on_ranks(comms, [&](int32_t r, Communicator& c) -> Status {
+    std::vector<float> b(8, 1.0f);
+    return c.all_reduce_sum(b.data(), r == 0 ? 4 : 8, nullptr);
+  });
+  for (const Status& s : st) {
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find("ranks disagree on the collective"), std::string::npos) << s.message();
+  }
+  // A device buffer (a stream) in a group made without device access is an error, not a crash.
+  auto host_only = make_inprocess_group(1, quick());
+  float x = 0;
+  int fake_stream = 0;
+  EXPECT_NE(host_only[0]->all_reduce_sum(&x, 1, &fake_stream).message().find("host-only"), std::string::npos);
+}
+
+// A job that throws becomes its rank's error (the process does not terminate); the failure hook runs once per run,
+// with the first failing rank, and run() returns that root cause.
+TEST(ShardPool, FailuresAndExceptionsReportTheirRank) {
+  dsinfer::parallel::ShardPool pool;
+  std::atomic<int> calls{0};
+  std::atomic<int> failed_rank{-9};
+  pool.set_on_failure([&](int32_t r, const Status&) {
+    ++calls;
+    failed_rank = r;
+  });
+  ASSERT_TRUE(pool.start(4, nullptr).is_ok());
+  Status s = pool.run([](int32_t r) -> Status {
+    if (r == 3) throw std::bad_alloc();
+    return Status::ok();
+  });
+  EXPECT_NE(s.message().find("out of memory"), std::string::npos) << s.message();
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(failed_rank.load(), 3);
+  s = pool.run([](int32_t r) -> Status {
+    if (r == 1) throw std::runtime_error("boom");
+    return Status::ok();
+  });
+  EXPECT_EQ(s.message(), "exception: boom");
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_TRUE(pool.run([](int32_t) { return Status::ok(); }).is_ok());
+}
+
+// The pool's deadline: a job stuck past it is reported through the hook (rank -1), whose abort releases it.
+TEST(ShardPool, DeadlineReportsAStuckStep) {
+  dsinfer::parallel::ShardPool pool;
+  auto comms = make_inprocess_group(2, quick(600000));
+  pool.set_deadline(std::chrono::milliseconds(200));
+  std::atomic<int> hook_rank{-9};
+  pool.set_on_failure([&](int32_t r, const Status& why) {
+    hook_rank = r;
+    comms[0]->abort(why);
+  });
+  ASSERT_TRUE(pool.start(2, nullptr).is_ok());
+  const Status s = pool.run([&](int32_t r) -> Status {
+    if (r == 1) return Status::ok();  // never joins the collective
+    float x = 0;
+    return comms[0]->all_reduce_sum(&x, 1, nullptr);
+  });
+  EXPECT_EQ(hook_rank.load(), -1);
+  EXPECT_NE(s.message().find("did not finish within 200 ms"), std::string::npos) << s.message();
+}
