@@ -27,7 +27,7 @@ void EngineLoop::submit(std::shared_ptr<Job> job) {
     }
     if (!unavailable_.empty()) {
       job->channel->push({Event::Kind::kError, 0, {}, {}, 503, "engine_unavailable",
-                          "the engine cannot serve requests: " + unavailable_});
+                          "the engine cannot serve requests: " + unavailable_, ""});
       return;
     }
     ++in_flight_;
