@@ -2,6 +2,8 @@
 // compiler's internal cache is off so memory has one bound: the entry count and bytes here).
 #include "structured/grammar_cache.h"
 
+#include "structured/bitmask_row.h"
+
 #include <xgrammar/xgrammar.h>
 
 #include <chrono>
@@ -153,13 +155,8 @@ Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarCache::get(const
 Status GrammarCache::check_admits_output(const xgrammar::CompiledGrammar& g, const StructuredOutput& so) const {
   xgrammar::GrammarMatcher m(g);
   std::vector<int32_t> row(size_t((vocab_ + 31) / 32), 0);
-  int64_t shape[1] = {int64_t(row.size())};
-  DLTensor t{};
-  t.data = row.data();
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = xgrammar::GetBitmaskDLType();
-  t.shape = shape;
+  int64_t shape[1];
+  DLTensor t = bitmask_row_tensor(row, shape);
   m.FillNextTokenBitmask(&t);
   for (int32_t w : row)
     if (w != 0) return Status::ok();

@@ -6,24 +6,13 @@
 
 #include <xgrammar/xgrammar.h>
 
+#include "structured/bitmask_row.h"
+
 namespace dsinfer::structured {
 
 namespace {
 
 const size_t kThinkEndLen = std::strlen(kThinkEnd);
-
-DLTensor row_tensor(std::span<int32_t> row, int64_t* shape) {
-  shape[0] = int64_t(row.size());
-  DLTensor t{};
-  t.data = row.data();
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = xgrammar::GetBitmaskDLType();
-  t.shape = shape;
-  t.strides = nullptr;
-  t.byte_offset = 0;
-  return t;
-}
 
 }  // namespace
 
@@ -52,7 +41,7 @@ bool SequenceMatcher::completed() const { return matcher_->IsCompleted(); }
 
 void SequenceMatcher::fill_bitmask(std::span<int32_t> row) {
   int64_t shape[1];
-  DLTensor t = row_tensor(row, shape);
+  DLTensor t = bitmask_row_tensor(row, shape);
   matcher_->FillNextTokenBitmask(&t);
   allow_stop_if_empty(row, stop_tokens_.empty() ? -1 : stop_tokens_[0]);
 }

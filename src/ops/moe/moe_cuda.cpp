@@ -150,24 +150,11 @@ Status check_shared(const MoeSharedDevice& sh, int64_t D) {
 Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets, int64_t total_rows,
                    int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream,
                    bool skinny_ok) {
-  detail::GemmArgs a;
-  a.x = x;
-  a.ldx = ldx;
-  a.x_rows = x_rows;
-  a.y = y;
-  a.ldy = ldy;
-  a.row_off = offsets;
-  a.groups = experts;
-  a.N = w.rows;
-  a.K = w.cols;
-  DeviceWeight probe;
-  probe.fmt = w.fmt;
-  probe.rows = w.rows;
-  probe.cols = w.cols;
-  probe.scale_e8m0 = w.scale_e8m0;
-  probe.block_n = w.block_n;
-  probe.block_k = w.block_k;
-  probe.data = nullptr;  // per-expert pointers: aligned by contract
+  detail::GemmArgs a{.x = x, .ldx = ldx, .x_rows = x_rows, .y = y, .ldy = ldy, .row_off = offsets, .groups = experts,
+                     .N = w.rows, .K = w.cols};
+  // The experts' common format and shape (no data: the per-expert pointers are aligned by contract).
+  const DeviceWeight probe{.fmt = w.fmt, .rows = w.rows, .cols = w.cols, .scale_e8m0 = w.scale_e8m0,
+                           .block_n = w.block_n, .block_k = w.block_k};
   detail::set_weight_args(a, probe);
   a.wdata = nullptr;
   a.wscale = nullptr;
@@ -193,31 +180,13 @@ void moe_fast_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, flo
                       void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_active = std::min(E, n);
   if (!direct) detail::launch_moe_gather(x, perm, offsets + E, n, D, xb, stream);
-  MoeFastArgs a;
-  a.active = active;
-  a.offsets = offsets;
-  a.xb = direct ? nullptr : xb;
-  a.xf = direct ? x : nullptr;
-  a.perm = perm;
-  a.w1 = ex.w1.data;
-  a.s1 = ex.w1.scale;
-  a.w3 = ex.w3.data;
-  a.s3 = ex.w3.scale;
-  a.K = D;
-  a.N = I;
-  a.limit = limit;
-  a.hout = hb;
-  detail::launch_moe_fast(true, a, max_active, stream);
-  MoeFastArgs b;
-  b.active = active;
-  b.offsets = offsets;
-  b.xb = hb;
-  b.w1 = ex.w2.data;
-  b.s1 = ex.w2.scale;
-  b.K = I;
-  b.N = D;
-  b.yout = yp;
-  detail::launch_moe_fast(false, b, max_active, stream);
+  const MoeFastArgs gate_up{.active = active, .offsets = offsets, .xb = direct ? nullptr : xb,
+                            .xf = direct ? x : nullptr, .perm = perm, .w1 = ex.w1.data, .s1 = ex.w1.scale,
+                            .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit, .hout = hb};
+  detail::launch_moe_fast(true, gate_up, max_active, stream);
+  const MoeFastArgs down{.active = active, .offsets = offsets, .xb = hb, .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I,
+                         .N = D, .yout = yp};
+  detail::launch_moe_fast(false, down, max_active, stream);
 }
 
 // Grouped (prefill) path of the routed experts: yp rows of all valid assignments.
@@ -227,30 +196,13 @@ void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsD
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
   detail::launch_moe_grouped_x(x, T, D, xb, stream);
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
-  MoeGroupedArgs a;
-  a.tiles = tiles;
-  a.offsets = offsets;
-  a.perm_token = perm;
-  a.a = xb;
-  a.w1 = ex.w1.data;
-  a.s1 = ex.w1.scale;
-  a.w3 = ex.w3.data;
-  a.s3 = ex.w3.scale;
-  a.K = D;
-  a.N = I;
-  a.limit = limit;
-  a.hout = hb;
-  detail::launch_moe_grouped(true, a, max_tiles, stream);
-  MoeGroupedArgs b;
-  b.tiles = tiles;
-  b.offsets = offsets;
-  b.a = hb;
-  b.w1 = ex.w2.data;
-  b.s1 = ex.w2.scale;
-  b.K = I;
-  b.N = D;
-  b.yout = yp;
-  detail::launch_moe_grouped(false, b, max_tiles, stream);
+  const MoeGroupedArgs gate_up{.tiles = tiles, .offsets = offsets, .perm_token = perm, .a = xb, .w1 = ex.w1.data,
+                               .s1 = ex.w1.scale, .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I,
+                               .limit = limit, .hout = hb};
+  detail::launch_moe_grouped(true, gate_up, max_tiles, stream);
+  const MoeGroupedArgs down{.tiles = tiles, .offsets = offsets, .a = hb, .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I,
+                            .N = D, .yout = yp};
+  detail::launch_moe_grouped(false, down, max_tiles, stream);
 }
 
 // FP8 grouped path of the routed experts: x quantized to e4m3 [T, D] + 1x128 scales in the x scratch, the SwiGLU
@@ -266,33 +218,13 @@ void moe_grouped_fp8_experts(const float* x, int64_t T, int64_t n, const MoeExpe
   float* hs = reinterpret_cast<float*>(hscratch + n * I);
   detail::launch_moe_quant(x, T, D, moe_detail::kFp8BlockGateUp, xq, xs, stream);
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
-  MoeGroupedFp8Args a;
-  a.tiles = tiles;
-  a.offsets = offsets;
-  a.perm_token = perm;
-  a.a = xq;
-  a.a_scale = xs;
-  a.w1 = ex.w1.data;
-  a.s1 = ex.w1.scale;
-  a.w3 = ex.w3.data;
-  a.s3 = ex.w3.scale;
-  a.K = D;
-  a.N = I;
-  a.limit = limit;
-  a.hq = hq;
-  a.hs = hs;
-  detail::launch_moe_grouped_fp8(true, a, max_tiles, stream);
-  MoeGroupedFp8Args b;
-  b.tiles = tiles;
-  b.offsets = offsets;
-  b.a = hq;
-  b.a_scale = hs;
-  b.w1 = ex.w2.data;
-  b.s1 = ex.w2.scale;
-  b.K = I;
-  b.N = D;
-  b.yout = yp;
-  detail::launch_moe_grouped_fp8(false, b, max_tiles, stream);
+  const MoeGroupedFp8Args gate_up{.tiles = tiles, .offsets = offsets, .perm_token = perm, .a = xq, .a_scale = xs,
+                                  .w1 = ex.w1.data, .s1 = ex.w1.scale, .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D,
+                                  .N = I, .limit = limit, .hq = hq, .hs = hs};
+  detail::launch_moe_grouped_fp8(true, gate_up, max_tiles, stream);
+  const MoeGroupedFp8Args down{.tiles = tiles, .offsets = offsets, .a = hq, .a_scale = hs, .w1 = ex.w2.data,
+                               .s1 = ex.w2.scale, .K = I, .N = D, .yout = yp};
+  detail::launch_moe_grouped_fp8(false, down, max_tiles, stream);
 }
 
 // Routed experts through the grouped GEMMs (MoePath::Exact, and Invariant for formats the fast path lacks).
