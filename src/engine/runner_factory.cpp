@@ -9,7 +9,6 @@
 #if DSINFER_HAS_CUDA
 #include "backends/cuda/parallel/parallel_runner.h"
 #include "backends/cuda/runner/cuda_runner.h"
-#include "backends/cuda/runner/cuda_runner_v41.h"
 #endif
 
 namespace dsinfer::engine {
@@ -29,13 +28,7 @@ Result<std::unique_ptr<runner::ModelRunner>> create_runner(const runner::RunnerO
     return backends::create_cpu_runner(opts);
   }
 #if DSINFER_HAS_CUDA
-  // DeepSeek-V4.1 has its own CUDA runner (backends/cuda/runner/cuda_runner_v41.h).
-  DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(opts.model_dir));
-  if (cfg.is_v41()) {
-    if (opts.gpus != 1 || opts.eplb || opts.num_redundant_experts != 0)
-      return Status::error("the DeepSeek-V4.1 cuda runner runs on one GPU only (--gpus 1, no --eplb / --num-redundant-experts)");
-    return backends::create_cuda_runner_v41(opts);
-  }
+  // One CUDA runner for every model family (backends/cuda/runner/cuda_forward.h picks the family's forward).
   if (opts.gpus > 1) return backends::create_parallel_runner(opts);
   return backends::create_cuda_runner(opts);
 #else

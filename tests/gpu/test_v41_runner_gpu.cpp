@@ -1,4 +1,4 @@
-// End to end on the GPU: CudaRunnerV41 (exact path) against the CPU runner on the tiny-v41 fixtures with the same
+// End to end on the GPU: the CUDA runner's V4.1 forward (exact path) against the CPU runner on the tiny-v41 fixtures with the same
 // ragged schedule -- three sequences with chunked prefill (chunks 7 / 13 / 17, one sequence decoding while others
 // prefill) and then decode steps, logits of every token compared. hf-noqat: within 1e-5 of the CPU (the fixture
 // tolerance against transformers; both sides are fp32 with double reductions). With the QAT quantizers on, an
@@ -13,7 +13,7 @@
 #include <filesystem>
 
 #include "backends/cpu/cpu_runner.h"
-#include "backends/cuda/runner/cuda_runner_v41.h"
+#include "backends/cuda/runner/cuda_runner.h"
 #include "cache/state_layout.h"
 #include "cuda/gpu_test_util.h"
 #include "scheduler/batch_plan.h"
@@ -69,7 +69,7 @@ void run_schedule(const std::string& fixture, const model::Numerics& num) {
   if (o.model_dir.empty()) GTEST_SKIP() << fixture << " not found under tests/fixtures";
   o.numerics = num;
   o.exact_gemm = true;
-  auto gpu = backends::create_cuda_runner_v41(o);
+  auto gpu = backends::create_cuda_runner(o);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
   o.backend = runner::Backend::kCpu;
   auto cpu = backends::create_cpu_runner(o);

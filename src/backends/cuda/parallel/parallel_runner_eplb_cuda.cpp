@@ -46,11 +46,11 @@ Status CudaRunner::eplb_upload_tables(const std::vector<parallel::Placement>& la
   return eplb_.tables.upload(host.data(), host.size(), "eplb placement tables");
 }
 
-Status CudaRunner::remap_experts(int64_t l, int64_t T, int64_t k) {
-  if (!eplb_.on) return ops::cuda::remap_experts_cuda(s_.ridx.data(), T * k, experts_.lo, experts_.hi, stream_);
+Status RunnerCore::remap_experts(int32_t* ridx, int64_t l, int64_t T, int64_t k) {
+  if (!eplb_.on) return ops::cuda::remap_experts_cuda(ridx, T * k, experts_.lo, experts_.hi, stream_);
   const int64_t E = cfg_.n_routed_experts;
   uint32_t* counts = eplb_.counts.size() ? eplb_.counts.data() + l * E : nullptr;
-  return ops::cuda::remap_experts_eplb_cuda(s_.ridx.data(), T * k, int32_t(k), eplb_.tables.data() + l * eplb_.table_len,
+  return ops::cuda::remap_experts_eplb_cuda(ridx, T * k, int32_t(k), eplb_.tables.data() + l * eplb_.table_len,
                                             int32_t(E), ep_rank_, eplb_.slots, counts, stream_);
 }
 
@@ -77,7 +77,7 @@ Result<int32_t> CudaRunner::eplb_apply(const std::vector<parallel::Placement>& l
   int32_t reloaded = 0;
   for (size_t l = 0; l < layers.size(); ++l) {
     if (layers[l].slots_per_rank != eplb_.slots) return Status::error("eplb: placement shape changed");
-    DSI_ASSIGN_OR_RETURN(const int32_t n, weights_.reload_slots(cfg_, int64_t(l), layers[l].rank_slots(ep_rank_), stream_));
+    DSI_ASSIGN_OR_RETURN(const int32_t n, fwd_->reload_expert_slots(int64_t(l), layers[l].rank_slots(ep_rank_)));
     reloaded += n;
   }
   DSI_RETURN_IF_ERROR(eplb_upload_tables(layers));

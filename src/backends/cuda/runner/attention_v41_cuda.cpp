@@ -1,4 +1,4 @@
-// CudaRunnerV41's attention block of one layer (model/deepseek_v41_attention.cpp attention()): q = wq_b(q_norm(wq_a
+// CudaForwardV41's attention block of one layer (model/deepseek_v41_attention.cpp attention()): q = wq_b(q_norm(wq_a
 // y)) with RoPE (no per-head norm), window kv = FP8-QAT(RoPE(kv_norm(wkv y))); a KV-source layer pools and emits
 // its compressed entries + indexer keys (kv_source), an index source selects the top-k (index_source); then sparse
 // attention over the layer's own window and the latest index source's picks among the KV source's entries, the
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cuda/runner/cuda_runner_v41.h"
+#include "backends/cuda/runner/forward_v41.h"
 #include "model/state_pool.h"
 #include "ops/csa2/csa2_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
@@ -24,21 +24,21 @@ bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.beg
 
 // KV source l: ratio > 1 pools the step's projections with the frontier (ratio 1 takes them as they are), the
 // latents are comp_norm'd, projected to indexer keys, and the completed entries stored in the token blocks.
-Status CudaRunnerV41::kv_source(int64_t l, const ops::StepDevice& st) {
+Status CudaForwardV41::kv_source(int64_t l, const ops::StepDevice& st) {
   const DeviceLayerV41& L = weights_.layer(l);
   const int64_t T = st.T, D = cfg_.hidden_size, hd = cfg_.head_dim, di = cfg_.index_head_dim, m = cfg_.ratio(l);
   const float eps = float(cfg_.rms_norm_eps);
   const model::StatePool pool{&layout_, slots_.as<float>(), blocks_.as<float>()};
   const ops::LayerStateView view = model::layer_view(pool, l);
   float* latent = m > 1 ? s_.latent.data() : s_.ckv.data();
-  DSI_OP41("compressor_proj", l, gemm(s_.y.data(), T, D, L.comp_wkv, s_.ckv.data(), hd));
+  DSI_OP("compressor_proj", l, gemm(s_.y.data(), T, D, L.comp_wkv, s_.ckv.data(), hd));
   if (m > 1) {
-    DSI_OP41("compressor_proj", l, gemm(s_.y.data(), T, D, L.comp_wgate, s_.cg.data(), hd));
-    DSI_OP41("compressor", l, csa2_pool(st, view, m, hd, s_.ckv.data(), s_.cg.data(), latent, stream_));
-    DSI_OP41("compressor", l, csa2_frontier_write(st, view, hd, s_.ckv.data(), s_.cg.data(), stream_));
+    DSI_OP("compressor_proj", l, gemm(s_.y.data(), T, D, L.comp_wgate, s_.cg.data(), hd));
+    DSI_OP("compressor", l, csa2_pool(st, view, m, hd, s_.ckv.data(), s_.cg.data(), latent, stream_));
+    DSI_OP("compressor", l, csa2_frontier_write(st, view, hd, s_.ckv.data(), s_.cg.data(), stream_));
   }
-  DSI_OP41("compressor", l, rmsnorm(latent, T, hd, L.comp_norm, eps, latent, stream_));
-  DSI_OP41("indexer_keys", l, gemm(latent, T, hd, L.idx_wk, s_.key.data(), di));
+  DSI_OP("compressor", l, rmsnorm(latent, T, hd, L.comp_norm, eps, latent, stream_));
+  DSI_OP("indexer_keys", l, gemm(latent, T, hd, L.idx_wk, s_.key.data(), di));
   Csa2EmitCudaParams ep;
   ep.ratio = m;
   ep.d = hd;
@@ -48,26 +48,26 @@ Status CudaRunnerV41::kv_source(int64_t l, const ops::StepDevice& st) {
   ep.eps = eps;
   ep.key_norm_w = L.idx_k_norm;
   ep.qat = num_.qat_sim;
-  DSI_OP41("compressor_emit", l, csa2_emit(st, view, ep, latent, s_.key.data(), stream_));
+  DSI_OP("compressor_emit", l, csa2_emit(st, view, ep, latent, s_.key.data(), stream_));
   return Status::ok();
 }
 
 // Index source l: queries from the q latent (RoPE, FP4 QAT), head weights * Hi^-1/2, scores over the KV source's
 // keys, then the (two-level) top-k into s_.sel, which every layer up to the next index source attends with.
-Status CudaRunnerV41::index_source(int64_t l, const ops::StepDevice& st) {
+Status CudaForwardV41::index_source(int64_t l, const ops::StepDevice& st) {
   const DeviceLayerV41& L = weights_.layer(l);
   const int64_t T = st.T, D = cfg_.hidden_size, Hi = cfg_.index_n_heads, di = cfg_.index_head_dim, qr = cfg_.q_lora_rank;
   const auto& v = cfg_.v41;
   const model::StatePool pool{&layout_, slots_.as<float>(), blocks_.as<float>()};
   const ops::LayerStateView src = model::layer_view(pool, cfg_.kv_source_of(l));
   float *iq = s_.iq.data(), *iw = s_.iw.data();
-  DSI_OP41("indexer_q", l, gemm(s_.cq.data(), T, qr, L.idx_wq_b, iq, Hi * di));
-  DSI_OP41("indexer_proj", l, gemm(s_.y.data(), T, D, L.idx_wproj, iw, Hi));
-  DSI_OP41("indexer_proj", l, scale_cuda(iw, T * Hi, float(std::pow(double(Hi), -0.5)), stream_));
+  DSI_OP("indexer_q", l, gemm(s_.cq.data(), T, qr, L.idx_wq_b, iq, Hi * di));
+  DSI_OP("indexer_proj", l, gemm(s_.y.data(), T, D, L.idx_wproj, iw, Hi));
+  DSI_OP("indexer_proj", l, scale_cuda(iw, T * Hi, float(std::pow(double(Hi), -0.5)), stream_));
   const HeadNormRopeParams rp{T, Hi, di, HeadNorm::None, nullptr, float(cfg_.rms_norm_eps), cfg_.qk_rope_head_dim,
                               inv_comp_.data(), 1.0f, false};
-  DSI_OP41("indexer_q_rope", l, head_norm_rope(rp, iq, st.pos, stream_));
-  if (num_.qat_sim) DSI_OP41("indexer_q_qat", l, csa2_qat(iq, T * Hi, di, 32, QatKind::Fp4Ue8m0, stream_));
+  DSI_OP("indexer_q_rope", l, head_norm_rope(rp, iq, st.pos, stream_));
+  if (num_.qat_sim) DSI_OP("indexer_q_qat", l, csa2_qat(iq, T * Hi, di, 32, QatKind::Fp4Ue8m0, stream_));
   Csa2IndexCudaParams xp;
   xp.heads = Hi;
   xp.dim = di;
@@ -82,28 +82,28 @@ Status CudaRunnerV41::index_source(int64_t l, const ops::StepDevice& st) {
              contains(v.index_source_layer_ids, v.candidate_source_layer_id)) {  // else no mask was ever published
     xp.mode = Csa2SelectMode::Masked;
   }
-  DSI_OP41("indexer_scores", l, csa2_index_scores(st, src, xp, iq, iw, s_.scores.data(), stream_));
-  DSI_OP41("indexer_topk", l, csa2_index_select(st, xp, s_.scores.data(), s_.mask.data(), s_.mask_n.data(), s_.blk.data(),
+  DSI_OP("indexer_scores", l, csa2_index_scores(st, src, xp, iq, iw, s_.scores.data(), stream_));
+  DSI_OP("indexer_topk", l, csa2_index_select(st, xp, s_.scores.data(), s_.mask.data(), s_.mask_n.data(), s_.blk.data(),
                                                 s_.sel.data(), stream_));
   return Status::ok();
 }
 
-Status CudaRunnerV41::attention(int64_t l, const ops::StepDevice& st) {
+Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   const DeviceLayerV41& L = weights_.layer(l);
   const int64_t T = st.T, D = cfg_.hidden_size, H = cfg_.num_attention_heads, hd = cfg_.head_dim, qr = cfg_.q_lora_rank;
   const int64_t rd = cfg_.qk_rope_head_dim, m = cfg_.ratio(l);
   const float eps = float(cfg_.rms_norm_eps);
   const float* inv = (m == 0 ? inv_main_ : inv_comp_).data();
   float *y = s_.y.data(), *cq = s_.cq.data(), *q = s_.q.data(), *kv = s_.kv.data();
-  DSI_OP41("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr));
-  DSI_OP41("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
-  DSI_OP41("wq_b", l, gemm(cq, T, qr, L.wq_b, q, H * hd));
-  DSI_OP41("wkv", l, gemm(y, T, D, L.wkv, kv, hd));
+  DSI_OP("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr));
+  DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
+  DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, H * hd));
+  DSI_OP("wkv", l, gemm(y, T, D, L.wkv, kv, hd));
   HeadNormRopeParams rp{T, H, hd, HeadNorm::None, nullptr, eps, rd, inv, 1.0f, false};
-  DSI_OP41("q_rope", l, head_norm_rope(rp, q, st.pos, stream_));
+  DSI_OP("q_rope", l, head_norm_rope(rp, q, st.pos, stream_));
   rp = {T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, 1.0f, false};
-  DSI_OP41("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
-  if (num_.qat_sim) DSI_OP41("kv_qat", l, csa2_qat(kv, T, hd, 32, QatKind::Fp8Ue8m0, stream_));
+  DSI_OP("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
+  if (num_.qat_sim) DSI_OP("kv_qat", l, csa2_qat(kv, T, hd, 32, QatKind::Fp8Ue8m0, stream_));
   const int64_t src = cfg_.kv_source_of(l);
   if (src == l) DSI_RETURN_IF_ERROR(kv_source(l, st));
   if (m > 0 && contains(cfg_.v41.index_source_layer_ids, l)) DSI_RETURN_IF_ERROR(index_source(l, st));
@@ -129,16 +129,17 @@ Status CudaRunnerV41::attention(int64_t l, const ops::StepDevice& st) {
   ap.inv_freq = inv;
   ap.attention_factor = 1.0f;
   ap.num_splits = attention_splits(l, T);
+  ap.split_keys = sparse_attention_split_keys(kernel_mode());  // batch-invariant: fixed key chunks
   float* o = s_.o.data();
-  DSI_OP41("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
-  DSI_OP41("ring_write", l, ring_write(st, view, kv, stream_));
+  DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
+  DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
   const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, kernel_mode(), GemmSettings{});
   const int64_t chunk = gp.chunk_rows;
   for (int64_t i = 0; i < T; i += chunk)
-    DSI_OP41("wo_a", l, gemm_grouped_cuda(o + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
+    DSI_OP("wo_a", l, gemm_grouped_cuda(o + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
                                           s_.mid.data() + i * G * r, G * r, r, stream_, gp.precision));
-  DSI_OP41("wo_b", l, gemm(s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D));
+  DSI_OP("wo_b", l, gemm(s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D));
   return Status::ok();
 }
 

@@ -8,7 +8,8 @@
 
 namespace dsinfer::backends {
 
-// The DeepSeek-V4 config the options run: loaded, cut to opts.num_layers, and the parallel sizes checked against
+// The config the options run (DeepSeek-V4 or V4.1): loaded, a numerics profile its GPU forward cannot run refused,
+// cut to opts.num_layers, and the parallel sizes checked against
 // the visible GPUs (docs/multi_gpu.md). Both the one-GPU runner and the ParallelRunner start from it.
 Result<io::ModelConfig> cuda_model_config(const runner::RunnerOptions& opts);
 

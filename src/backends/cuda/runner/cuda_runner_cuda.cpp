@@ -1,33 +1,69 @@
-// The CUDA backend: the DeepSeek-V4 forward on one GPU, op for op the CPU reference (model/deepseek_v4.cpp),
-// with weights kept in their storage formats (F32 / BF16 / FP8 block / FP4) and fp32 activations. Weights come
-// from the checkpoint (validated by model::resolve_weights) or, with --load-format dummy, are generated on the
-// GPU in the official formats. The per-sequence state lives in device memory laid out by the engine's
-// cache::StateLayout (fp32 rows). This file: creation, state binding and the step (plan upload, graph or direct
-// forward, logits download); the parts are listed in cuda_runner_impl.h.
+// The CUDA backend on one GPU: one runner for every model family (DeepSeek-V4 and V4.1), the family's tensor
+// table, weight upload and forward supplied by its CudaForward (cuda_forward.h). The per-sequence state lives in
+// device memory laid out by the engine's cache::StateLayout (fp32 rows). This file: the config (layer subset,
+// checks), creation, state binding and the step (plan upload, graph or direct forward, logits download); the parts
+// are listed in cuda_runner_impl.h.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "backends/cuda/runner/cuda_runner.h"
 #include "backends/cuda/runner/cuda_runner_impl.h"
+#include "backends/cuda/runner/forward_v4.h"
+#include "backends/cuda/runner/forward_v41.h"
 #include "cuda/cuda_common.h"
 #include "ops/dummy_fill/dummy_fill_cuda.h"
-#include "ops/rope/rope.h"
 
 namespace dsinfer::backends {
 
+namespace {
+
+// The first n layers of a config (benchmarks with dummy weights): per-layer lists cut; V4.1's layer-id lists
+// filtered (a role whose layer is cut is gone, the Engram tables of cut layers too).
+void keep_first_layers(io::ModelConfig& cfg, int64_t n) {
+  cfg.num_hidden_layers = n;
+  cfg.layer_types.resize(size_t(n));
+  cfg.mlp_layer_types.resize(size_t(n));
+  cfg.compress_ratios.resize(size_t(n));
+  if (!cfg.is_v41()) return;
+  auto cut = [n](std::vector<int64_t>& ids) { std::erase_if(ids, [n](int64_t l) { return l >= n; }); };
+  auto& v = cfg.v41;
+  cut(v.kv_source_layer_ids);
+  cut(v.index_source_layer_ids);
+  if (v.candidate_source_layer_id >= n) v.candidate_source_layer_id = -1;
+  std::vector<int64_t> ids, rows;
+  for (size_t e = 0; e < v.engram_layer_ids.size(); ++e)
+    if (v.engram_layer_ids[e] < n) {
+      ids.push_back(v.engram_layer_ids[e]);
+      if (e < v.engram_num_embeddings.size()) rows.push_back(v.engram_num_embeddings[e]);
+    }
+  v.engram_layer_ids = ids;
+  v.engram_num_embeddings = rows;
+}
+
+}  // namespace
+
+std::unique_ptr<CudaForward> make_cuda_forward(RunnerCore& core) {
+  if (core.cfg_.is_v41()) return std::make_unique<CudaForwardV41>(core);
+  return std::make_unique<CudaForwardV4>(core);
+}
+
+Status CudaForward::sync() const {
+  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+  return Status::ok();
+}
+
 Result<io::ModelConfig> cuda_model_config(const runner::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(opts.model_dir));
+  // A profile the family's GPU forward cannot run is refused here, by name, never swapped for another.
   if (cfg.is_v41())
-    return Status::errorf("{}: DeepSeek-V4.1 has no CUDA kernels yet (issue 19); use the cpu backend", opts.model_dir);
+    if (const std::string why = v41_numerics_refusal(opts.numerics); !why.empty())
+      return Status::errorf("{}: {}", opts.model_dir, why);
   if (opts.num_layers > 0) {
     if (opts.load_format != runner::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");
     if (opts.num_layers > cfg.num_hidden_layers)
       return Status::errorf("{} layers requested, but the model has only {}", opts.num_layers, cfg.num_hidden_layers);
-    cfg.num_hidden_layers = opts.num_layers;
-    cfg.layer_types.resize(size_t(opts.num_layers));
-    cfg.mlp_layer_types.resize(size_t(opts.num_layers));
-    cfg.compress_ratios.resize(size_t(opts.num_layers));
+    keep_first_layers(cfg, opts.num_layers);
   }
   // Several GPUs: validated here, where the visible device count is known (docs/multi_gpu.md); with no device at
   // all, query_device says so when the runner starts.
@@ -57,8 +93,6 @@ Result<std::unique_ptr<runner::ModelRunner>> create_cuda_runner(const runner::Ru
 Status CudaRunner::init(const runner::RunnerOptions& opts) {
   exact_ = opts.exact_gemm;
   batch_invariant_ = opts.batch_invariant;
-  DSI_ASSIGN_OR_RETURN(gemm_settings_, ops::cuda::gemm_settings_from_env());
-  lt_.emplace(gemm_settings_.lt_activations);
   ordinal_ = opts.device;
   ep_rank_ = opts.ep_rank;
   ep_size_ = opts.ep_size;
@@ -68,21 +102,11 @@ Status CudaRunner::init(const runner::RunnerOptions& opts) {
   // every all-reduce an ordinary launch (docs/multi_gpu.md).
   if (ep_size_ > 1) graphs_enabled_ = false;
   DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(ordinal_));  // also makes it the current device
-  // Refuse a model that cannot fit before allocating anything (the same per-rank sizing as the ParallelRunner).
   // (EPLB: options checked and the redundant expert slots counted.)
   DSI_ASSIGN_OR_RETURN(ExpertSlots slots, eplb_init(opts));
-  DSI_RETURN_IF_ERROR(parallel::check_rank_fits(
-      parallel::rank_memory(model::weight_specs(cfg_), ep_size_, eplb_.redundant), ep_size_, ordinal_,
-      device_.free_bytes, device_.name));
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
-  if (opts.load_format == runner::LoadFormat::kDummy)
-    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, std::move(slots), stream_));
-  else
-    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, std::move(slots)));
-  const std::vector<float> inv_main = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
-  const std::vector<float> inv_comp = ops::rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);
-  DSI_RETURN_IF_ERROR(inv_main_.upload(inv_main.data(), inv_main.size(), "rope inv_freq"));
-  DSI_RETURN_IF_ERROR(inv_comp_.upload(inv_comp.data(), inv_comp.size(), "rope inv_freq"));
+  fwd_ = make_cuda_forward(*this);
+  DSI_RETURN_IF_ERROR(fwd_->load(opts, std::move(slots)));
   DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
   return Status::ok();
 }
@@ -96,6 +120,7 @@ CudaRunner::~CudaRunner() {
   (void)cudaSetDevice(ordinal_);  // frees and destroys on this runner's GPU
   graphs_.clear();
   free_capture();
+  fwd_.reset();  // its buffers before the stream
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
@@ -103,8 +128,9 @@ std::string CudaRunner::name() const {
   const std::string ep = !(ep_size_ > 1) ? ""
                          : eplb_.on ? fmt::format(", GPU {}, EPLB {} expert slots", ordinal_, eplb_.slots)
                                     : fmt::format(", GPU {}, experts [{}, {})", ordinal_, experts_.lo, experts_.hi);
-  return fmt::format("cuda ({}, {} numerics, {:.2f} GiB weights{}{})", device_.name, num_.name,
-                     double(weights_.bytes()) / double(1 << 30), batch_invariant_ ? ", batch-invariant" : "", ep);
+  const std::string family = fwd_->family() == std::string("v4") ? "" : fmt::format("DeepSeek-{}, ", fwd_->family());
+  return fmt::format("cuda ({}{}, {} numerics, {:.2f} GiB weights{}{})", family, device_.name, num_.name,
+                     double(fwd_->weight_bytes()) / double(1 << 30), batch_invariant_ ? ", batch-invariant" : "", ep);
 }
 
 Status CudaRunner::randomize_state(uint64_t seed) {
@@ -113,6 +139,7 @@ Status CudaRunner::randomize_state(uint64_t seed) {
   const ops::cuda::DummySpec unit{ops::cuda::DummyFill::Uniform, false, 0.0f, 1.0f};
   DSI_RETURN_IF_ERROR(ops::cuda::fill_dummy_cuda(slots_.data(), slots_.bytes() / 4, unit, seed, stream_));
   DSI_RETURN_IF_ERROR(ops::cuda::fill_dummy_cuda(blocks_.data(), blocks_.bytes() / 4, unit, seed + 1, stream_));
+  DSI_RETURN_IF_ERROR(fwd_->reset_invalid_state());
   DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
   return Status::ok();
 }
@@ -125,7 +152,7 @@ Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slot
   layout_ = layout;
   DSI_RETURN_IF_ERROR(slots_.alloc(size_t(num_slots) * size_t(layout.slot_bytes), "state slots"));
   DSI_RETURN_IF_ERROR(blocks_.alloc(size_t(num_blocks) * size_t(layout.block_bytes), "state blocks"));
-  return Status::ok();
+  return fwd_->bind_state();
 }
 
 Status CudaRunner::upload_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout) {
@@ -144,6 +171,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const int64_t V = cfg_.vocab_size;
   hidden_view_ = {};
   if (T == 0) return Status::ok();
+  DSI_RETURN_IF_ERROR(fwd_->check_plan(plan));
   // A decode step, or a verify step of the same 1 + k tokens per sequence, replays a CUDA graph of its shape. It
   // is laid out for max_model_len (split counts and scratch follow max_pos) whether or not it is graphed, so graphs
   // on or off (DSINFER_CUDA_GRAPHS, per-op timing) compute the same bits.
@@ -151,9 +179,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const bool graph = fixed && graphs_enabled_ && !timer_.enabled();
   DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, fixed, max_model_len_,
                                                                          prev_sample_rows()));
-  shape_.max_pos = layout.max_pos;
-  shape_.visible = (layout.max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
-  DSI_RETURN_IF_ERROR(ensure_scratch(T, std::max<int64_t>(R, 1), shape_.visible, shape_.max_pos));
+  DSI_RETURN_IF_ERROR(fwd_->prepare(T, std::max<int64_t>(R, 1), layout.max_pos));
   DSI_RETURN_IF_ERROR(ensure_capture(T));
   DSI_RETURN_IF_ERROR(upload_plan(plan, layout));
   DSI_RETURN_IF_ERROR(fill_plan_tokens(layout));  // asynchronous steps: inputs sampled by the step before
@@ -161,13 +187,13 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const int32_t* rows = logits_rows(layout, plan_.device());
   if (graph)
     DSI_RETURN_IF_ERROR(
-        graphs_.launch(fixed_shape_key(T, S), scratch_gen_, stream_, [&] { return run_forward(st, rows, R); }));
+        graphs_.launch(fixed_shape_key(T, S), scratch_gen_, stream_, [&] { return fwd_->run(st, rows, R); }));
   else
-    DSI_RETURN_IF_ERROR(run_forward(st, rows, R));
+    DSI_RETURN_IF_ERROR(fwd_->run(st, rows, R));
   if (dsamp_.defer_logits) return Status::ok();  // begin_sampled_step: sample_rows() reads them on the device
   cudaStream_t cs = static_cast<cudaStream_t>(stream_);
   logits.resize(size_t(R) * size_t(V));
-  if (R > 0) DSI_CUDA_TRY(cudaMemcpyAsync(logits.data(), s_.logits.data(), size_t(R * V) * 4, cudaMemcpyDeviceToHost, cs));
+  if (R > 0) DSI_CUDA_TRY(cudaMemcpyAsync(logits.data(), fwd_->logits(), size_t(R * V) * 4, cudaMemcpyDeviceToHost, cs));
   DSI_RETURN_IF_ERROR(download_hidden(T));
   DSI_CUDA_TRY(cudaStreamSynchronize(cs));
   return Status::ok();

@@ -1,11 +1,11 @@
-// CudaRunnerV41's forward, in the order of the CPU reference (model/deepseek_v41.cpp): embed -> per layer [Engram
+// CudaForwardV41's forward, in the order of the CPU reference (model/deepseek_v41.cpp): embed -> per layer [Engram
 // -> mHC mixes + collapse with the carried pre -> attn_norm -> attention (attention_v41_cuda.cpp) -> mHC post ->
 // mixes + collapse with the attention site's pre -> ffn_norm -> MoE -> mHC post] -> collapse with the last pre ->
 // norm -> head. Every op is named (timing for `dsinfer bench`); the scratch it all runs in is sized here.
 #include <algorithm>
 #include <vector>
 
-#include "backends/cuda/runner/cuda_runner_v41.h"
+#include "backends/cuda/runner/forward_v41.h"
 #include "cuda/cuda_common.h"
 #include "ops/embed/embed_cuda.h"
 #include "ops/engram/engram_cuda.h"
@@ -16,16 +16,15 @@ namespace dsinfer::backends {
 
 using namespace ops::cuda;
 
-int64_t CudaRunnerV41::attention_splits(int64_t l, int64_t T) const {
+int64_t CudaForwardV41::attention_splits(int64_t l, int64_t T) const {
   const int64_t keys = cfg_.sliding_window + (cfg_.ratio(l) > 0 ? cfg_.index_topk : 0);
   return plan_sparse_attention(kernel_mode(), T, cfg_.num_attention_heads, cfg_.head_dim, keys, device_.multiprocessors)
       .num_splits;
 }
 
-Status CudaRunnerV41::ensure_scratch(int64_t T, int64_t R, int64_t max_pos) {
-  auto grow = [&](auto& b, size_t n, const char* what) -> Status {
-    return b.size() >= n ? Status::ok() : b.alloc(std::max<size_t>(n, 64), what);
-  };
+// Scratch (CudaForward::grow: growing waits for queued work and drops the decode graphs). The index scores' stride
+// follows max_pos, which a fixed-shape (graphed) step sets from max_model_len, so a replay's shapes never change.
+Status CudaForwardV41::prepare(int64_t T, int64_t R, int64_t max_pos) {
   const int64_t D = cfg_.hidden_size, n = cfg_.hc_mult, H = cfg_.num_attention_heads, hd = cfg_.head_dim;
   const int64_t Hi = std::max<int64_t>(cfg_.index_n_heads, 1), di = std::max<int64_t>(cfg_.index_head_dim, 1);
   const auto& v = cfg_.v41;
@@ -43,6 +42,8 @@ Status CudaRunnerV41::ensure_scratch(int64_t T, int64_t R, int64_t max_pos) {
   DSI_RETURN_IF_ERROR(grow(s_.comb, t * size_t(n * n), "mHC comb"));
   for (auto* b : {&s_.pre_a, &s_.pre0, &s_.pre1}) DSI_RETURN_IF_ERROR(grow(*b, t * size_t(n), "mHC pre"));
   if (s_.onehot.size() < t * size_t(n)) {  // the first site collapses stream 0 only
+    DSI_RETURN_IF_ERROR(sync());
+    ++scratch_gen_;
     // Every row of the buffer (it is at least 64 floats): a later step of more tokens reuses it without upload.
     std::vector<float> h(std::max<size_t>(t * size_t(n), 64), 0.0f);
     for (size_t i = 0; i < h.size() / size_t(n); ++i) h[i * size_t(n)] = 1.0f;
@@ -71,19 +72,21 @@ Status CudaRunnerV41::ensure_scratch(int64_t T, int64_t R, int64_t max_pos) {
   DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size), "logits"));
   int64_t ws = 0;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
-    ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(l, T)));
+    ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(l, T), batch_invariant_));
   DSI_RETURN_IF_ERROR(grow(s_.attn_ws, size_t(ws) + 64, "attention workspace"));
   s_.stride = stride;
   if (T > s_.tokens) {
+    DSI_RETURN_IF_ERROR(sync());
     DSI_RETURN_IF_ERROR(moe_ws_.reserve(T, cfg_.num_experts_per_tok, D, cfg_.moe_intermediate_size, cfg_.n_routed_experts));
     s_.tokens = T;
+    ++scratch_gen_;
   }
   return Status::ok();
 }
 
 // Exact mode (check-reference): chunks of kGemmSkinnyMaxM rows, so every GEMM takes the fp32 CUDA-core kernel;
 // otherwise the default kernels (ops/gemm/gemm_plan.h, KernelMode::kDefault).
-Status CudaRunnerV41::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy) {
+Status CudaForwardV41::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy) {
   const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), GemmSettings{});
   const int64_t chunk = p.chunk_rows;
   for (int64_t r = 0; r < M; r += chunk)
@@ -92,59 +95,62 @@ Status CudaRunnerV41::gemm(const float* x, int64_t M, int64_t ldx, const DeviceW
   return Status::ok();
 }
 
-Status CudaRunnerV41::run_forward(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
+Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
   const int64_t T = st.T, V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const float eps = float(cfg_.rms_norm_eps);
   const DeviceWeight& emb = weights_.embed();
-  DSI_OP41("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens,
+  DSI_OP("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens,
                               T, n, s_.X.data(), stream_));
   if (!cfg_.v41.engram_layer_ids.empty()) {
-    DSI_OP41("engram_hash", -1, engram_hash(st, hash_, s_.hashes.data(), stream_));
-    DSI_OP41("engram_hash", -1, engram_history_write(st, hash_, stream_));
+    DSI_OP("engram_hash", -1, engram_hash(st, hash_, s_.hashes.data(), stream_));
+    DSI_OP("engram_hash", -1, engram_history_write(st, hash_, stream_));
   }
   const float* pre = s_.onehot.data();  // the carried pre; site outputs never alias their input
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const DeviceLayerV41& L = weights_.layer(l);
     if (L.engram) DSI_RETURN_IF_ERROR(engram(l, st));
-    HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.attn_norm};
+    HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.attn_norm,
+                    batch_invariant_};
     hp.pre_in = pre;
     hp.pre_out = s_.pre_a.data();
-    DSI_OP41("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
+    DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(attention(l, st));
-    DSI_OP41("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     float* next = (l % 2 ? s_.pre1 : s_.pre0).data();
-    hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.ffn_norm};
+    hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.ffn_norm,
+          batch_invariant_};
     hp.pre_in = s_.pre_a.data();
     hp.pre_out = next;
-    DSI_OP41("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
+    DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(ffn(l, st));
-    DSI_OP41("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));  // speculative decoding: tapped layers
     pre = next;
   }
   if (R > 0) {
-    DSI_OP41("final_collapse", -1, hc_collapse_norm(s_.X.data(), pre, rows, R, n, D, weights_.final_norm(), eps, s_.hid.data(), stream_));
-    DSI_OP41("lm_head", -1, gemm(s_.hid.data(), R, D, weights_.head(), s_.logits.data(), V));
+    DSI_OP("final_collapse", -1, hc_collapse_norm(s_.X.data(), pre, rows, R, n, D, weights_.final_norm(), eps, s_.hid.data(), stream_));
+    DSI_OP("lm_head", -1, gemm(s_.hid.data(), R, D, weights_.head(), s_.logits.data(), V));
   }
   return Status::ok();
 }
 
 // Engram before layer l: table rows of the token's hash ids -> wkv -> n keys + a shared value -> per-stream gate.
-Status CudaRunnerV41::engram(int64_t l, const ops::StepDevice& st) {
+Status CudaForwardV41::engram(int64_t l, const ops::StepDevice& st) {
   const DeviceLayerV41& L = weights_.layer(l);
   const int64_t T = st.T, n = cfg_.hc_mult, D = cfg_.hidden_size, e = cfg_.engram_index(l);
   const int64_t cols = hash_.cols(), hd = cfg_.v41.engram_head_dim;
-  DSI_OP41("engram_lookup", l, engram_gather(s_.hashes.data(), T, hash_.layers, e, cols, L.engram_table, s_.erows.data(), stream_));
-  DSI_OP41("engram_wkv", l, gemm(s_.erows.data(), T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
-  DSI_OP41("engram_gate", l, engram_gate(s_.X.data(), T, n, D, s_.ekv.data(), L.engram_qk, float(cfg_.rms_norm_eps), stream_));
+  DSI_OP("engram_lookup", l, engram_gather(s_.hashes.data(), T, hash_.layers, e, cols, L.engram_table, s_.erows.data(), stream_));
+  DSI_OP("engram_wkv", l, gemm(s_.erows.data(), T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
+  DSI_OP("engram_gate", l, engram_gate(s_.X.data(), T, n, D, s_.ekv.data(), L.engram_qk, float(cfg_.rms_norm_eps), stream_));
   return Status::ok();
 }
 
 // MoE: router logits (gate already divided by gate_temp) -> top-k of scores + bias, +1e-20 renorm -> experts and
 // the clamped shared expert. Exact mode keeps T * topk <= 8 * experts per call (fp32 expert kernels).
-Status CudaRunnerV41::ffn(int64_t l, const ops::StepDevice& st) {
+Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   const DeviceLayerV41& L = weights_.layer(l);
   const int64_t T = st.T, D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
-  DSI_OP41("router", l, gemm(s_.y.data(), T, D, L.gate, s_.router.data(), E));
+  DSI_OP("router", l, gemm(s_.y.data(), T, D, L.gate, s_.router.data(), E));
   RouterCudaParams rp;
   rp.experts = E;
   rp.topk = k;
@@ -152,13 +158,13 @@ Status CudaRunnerV41::ffn(int64_t l, const ops::StepDevice& st) {
   rp.renormalize = cfg_.norm_topk_prob && k > 1;
   rp.norm_eps = 1e-20f;
   rp.route_scale = float(cfg_.routed_scaling_factor);
-  DSI_OP41("router", l, route_cuda(s_.router.data(), T, L.gate_bias, nullptr, st.tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
+  DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, nullptr, st.tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
   const float limit = float(cfg_.swiglu_limit);
   const MoePath path = moe_path(kernel_mode(), T);  // ops/moe/moe_plan.h
   const int64_t chunk = moe_chunk_tokens(kernel_mode(), T, E, k);
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t m = std::min(chunk, T - r);
-    DSI_OP41("moe", l, moe_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k, L.experts, &L.shared,
+    DSI_OP("moe", l, moe_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k, L.experts, &L.shared,
                                 limit, limit, s_.f.data() + r * D, moe_ws_, stream_, path));
   }
   return Status::ok();

@@ -53,12 +53,12 @@ Status CudaRunner::ensure_capture(int64_t T) {
   return Status::ok();
 }
 
-Status CudaRunner::capture_hidden(int64_t l, int64_t T) {
+Status RunnerCore::capture_hidden(int64_t l, const float* X, int64_t T) {
   if (capture_index_.empty() || capture_index_[size_t(l)] < 0 || T <= 0) return Status::ok();
   const size_t width = size_t(cfg_.hc_mult * cfg_.hidden_size), m = capture_layers_.size();
   if (hidden_dev_.size() < size_t(T) * m * width) return Status::error("cuda runner: hidden capture buffer too small");
   float* dst = hidden_dev_.data() + size_t(capture_index_[size_t(l)]) * width;
-  DSI_CUDA_TRY(cudaMemcpy2DAsync(dst, m * width * 4, s_.X.data(), width * 4, width * 4, size_t(T),
+  DSI_CUDA_TRY(cudaMemcpy2DAsync(dst, m * width * 4, X, width * 4, width * 4, size_t(T),
                                  cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream_)));
   return Status::ok();
 }
@@ -75,11 +75,17 @@ Status CudaRunner::download_hidden(int64_t T) {
 
 Result<std::unique_ptr<speculative::Drafter>> CudaRunner::create_drafter(const speculative::SpeculativeConfig& cfg,
                                                                          int32_t num_slots) {
+  // One speculative path for every family; a family without a GPU drafter (its embedding and head not offered:
+  // DeepSeek-V4.1 today) is refused here, by name, rather than run on a drafter of another layout.
+  if (!fwd_->embed_weight() || !fwd_->head_weight())
+    return Status::errorf("speculative decoding is not implemented for DeepSeek-{} on the cuda backend yet (its DSpark "
+                          "drafter layout loads, but no GPU drafter runs it); run without --speculative",
+                          fwd_->family());
   if (const char* d = std::getenv("DSINFER_DRAFTER"); d && std::string(d) == "host") return std::unique_ptr<speculative::Drafter>();
   DraftDeviceContext ctx;
   ctx.stream = stream_;
-  ctx.embed = &weights_.embed();
-  ctx.head = &weights_.head();
+  ctx.embed = fwd_->embed_weight();
+  ctx.head = fwd_->head_weight();
   ctx.device_hidden = [this] { return std::span<const float>(hidden_dev_.data(), capture_floats_); };
   ctx.exact = exact_;
   ctx.graphs = graphs_enabled_;

@@ -118,7 +118,7 @@ Status CudaRunner::launch_sample_rows(const sampling::PackedRows& rows) {
     if (mask_bytes) std::memcpy(b.host_in + desc_bytes + entry_bytes, rows.mask_words.data(), mask_bytes);
     DSI_CUDA_TRY(cudaMemcpyAsync(b.dev_in.data(), b.host_in, desc_bytes + entry_bytes + mask_bytes, cudaMemcpyHostToDevice, cs));
     ops::cuda::SampleRowsArgs a;
-    a.logits = s_.logits.data();
+    a.logits = fwd_->logits();
     a.logits_stride = V;
     a.V = V;
     a.logits_rows = dsamp_.logits_rows;

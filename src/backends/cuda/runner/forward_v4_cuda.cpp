@@ -1,15 +1,16 @@
-// CudaRunner's forward — the DeepSeek-V4 forward on the GPU, in the order of the CPU reference
+// CudaForwardV4 (forward_v4.h): the DeepSeek-V4 forward on the GPU, in the order of the CPU reference
 // (model/deepseek_v4.cpp): embed -> per layer [hc_pre+attn_norm -> attention -> hc_post -> hc_pre+ffn_norm ->
 // MoE -> hc_post] -> hc_head+norm -> head. Every op is named (timing for `dsinfer bench`). The attention block is
-// attention_cuda.cpp; the scratch it all runs in is sized here.
+// attention_v4_cuda.cpp; the weights, RoPE tables and the scratch it all runs in are set up here.
 #include <algorithm>
 
-#include "backends/cuda/runner/cuda_runner_impl.h"
+#include "backends/cuda/runner/forward_v4.h"
 #include "cuda/cuda_common.h"
 #include "ops/embed/embed_cuda.h"
 #include "ops/indexer/indexer_cuda.h"
+#include "model/tensor_table.h"
 #include "ops/mhc/mhc_cuda.h"
-#include "ops/moe/expert_remap_cuda.h"
+#include "ops/rope/rope.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "ops/sparse_attention/sparse_attention_plan.h"
 
@@ -20,7 +21,7 @@ using io::AttnType;
 
 // The split count of the attention kernel (ops/sparse_attention/sparse_attention_plan.h): batch-invariant mode a
 // fixed split size, fast mode the tensor-core kernel's count, exact mode ~2 blocks per SM.
-int64_t CudaRunner::attention_splits(AttnType type, int64_t m, int64_t T, int64_t max_pos) const {
+int64_t CudaForwardV4::attention_splits(AttnType type, int64_t m, int64_t T, int64_t max_pos) const {
   const int64_t max_keys = cfg_.sliding_window + (type == AttnType::CSA   ? cfg_.index_topk
                                                   : type == AttnType::HCA ? (max_pos + 1) / std::max<int64_t>(m, 1)
                                                                           : 0);
@@ -29,16 +30,31 @@ int64_t CudaRunner::attention_splits(AttnType type, int64_t m, int64_t T, int64_
       .num_splits;
 }
 
-Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int64_t max_pos) {
-  // Element counts; at least 64 elements (256 bytes) per buffer.
-  auto grow = [&](auto& b, size_t n, const char* what) -> Status {
-    if (b.size() >= n) return Status::ok();
-    // Asynchronous steps: the step launched before may still use the old buffer; let it finish first.
-    DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
-    DSI_RETURN_IF_ERROR(b.alloc(std::max<size_t>(n, 64), what));
-    ++scratch_gen_;  // captured graphs hold the old pointers
-    return Status::ok();
-  };
+// Weights (checkpoint, validated by model::resolve_weights, or dummy weights generated on the GPU in the official
+// formats) after the per-rank fit check, and the RoPE tables.
+Status CudaForwardV4::load(const runner::RunnerOptions& opts, ExpertSlots slots) {
+  DSI_ASSIGN_OR_RETURN(gemm_settings_, gemm_settings_from_env());
+  lt_.emplace(gemm_settings_.lt_activations);
+  // Refuse a model that cannot fit before allocating anything (the same per-rank sizing as the ParallelRunner).
+  DSI_RETURN_IF_ERROR(parallel::check_rank_fits(
+      parallel::rank_memory(model::weight_specs(cfg_), ep_size_, core_.eplb_.redundant), ep_size_, core_.ordinal_,
+      device_.free_bytes, device_.name));
+  if (opts.load_format == runner::LoadFormat::kDummy)
+    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, std::move(slots), stream_));
+  else
+    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, std::move(slots)));
+  const std::vector<float> inv_main = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
+  const std::vector<float> inv_comp = ops::rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);
+  DSI_RETURN_IF_ERROR(inv_main_.upload(inv_main.data(), inv_main.size(), "rope inv_freq"));
+  DSI_RETURN_IF_ERROR(inv_comp_.upload(inv_comp.data(), inv_comp.size(), "rope inv_freq"));
+  return Status::ok();
+}
+
+Status CudaForwardV4::prepare(int64_t T, int64_t R, int64_t max_pos) {
+  shape_.max_pos = max_pos;
+  shape_.visible = (max_pos + 1) / std::max<int64_t>(cfg_.csa_ratio, 1);
+  const int64_t max_visible = shape_.visible;
+  // Element counts; at least 64 elements (256 bytes) per buffer (CudaForward::grow).
   const int64_t D = cfg_.hidden_size, n = cfg_.hc_mult, H = cfg_.num_attention_heads, hd = cfg_.head_dim;
   const int64_t Hi = std::max<int64_t>(cfg_.index_n_heads, 1), di = std::max<int64_t>(cfg_.index_head_dim, 1);
   const size_t t = size_t(T);
@@ -84,7 +100,7 @@ Status CudaRunner::ensure_scratch(int64_t T, int64_t R, int64_t max_visible, int
 // (weight scales, buffers for s_.tokens rows) runs on every eager call, so each weight is ready before a decode
 // graph captures it; any engine error falls back to gemm_cuda (the runner never accumulates here, so even a
 // half-done call is overwritten).
-Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
+Status CudaForwardV4::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
   const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), gemm_settings_);
   if (p.lt_prepare && lt_->prepare(w, std::max(M, s_.tokens), stream_).is_ok() && p.lt &&
       lt_->gemm(x, M, ldx, w, y, ldy, acc, stream_).is_ok())
@@ -100,7 +116,7 @@ Status CudaRunner::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeig
 // group's rows (its own prepared scales), where plan_gemm_grouped_call says so. Any error before the first launch
 // leaves y untouched and the caller takes the kernels; the groups are independent, so a later fallback simply
 // recomputes every group.
-Status CudaRunner::gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
+Status CudaForwardV4::gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
                                    int64_t groups, float* y, int64_t ldy, int64_t yg) {
   for (int64_t g = 0; g < groups; ++g) {
     const DeviceWeight v = gemm_group_view(w, groups, g);
@@ -110,7 +126,7 @@ Status CudaRunner::gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64
   return Status::ok();
 }
 
-Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
+Status CudaForwardV4::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                                 float* y, int64_t ldy, int64_t yg) {
   const GemmCallPlan p = plan_gemm_grouped_call(w, groups, M, kernel_mode(), gemm_settings_);
   if (p.lt && gemm_grouped_lt(x, M, ldx, xg, w, groups, y, ldy, yg).is_ok()) return Status::ok();
@@ -122,7 +138,7 @@ Status CudaRunner::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t 
   return Status::ok();
 }
 
-Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L) {
+Status CudaForwardV4::moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L) {
   const MoeExpertsDevice& e = L.experts;
   const float limit = float(cfg_.swiglu_limit), shared_limit = num_.shared_expert_clamp ? limit : 0.0f;
   // Path and tokens per call: ops/moe/moe_plan.h (exact: chunks that keep every expert GEMM on the fp32 kernel;
@@ -140,7 +156,7 @@ Status CudaRunner::moe(const float* x, int64_t T, const int32_t* idx, const floa
   return Status::ok();
 }
 
-Status CudaRunner::run_forward(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
+Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
   const int64_t T = st.T, V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const DeviceWeight& emb = weights_.embed();
   DSI_OP("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens, T, n,
@@ -157,7 +173,7 @@ Status CudaRunner::run_forward(const ops::StepDevice& st, const int32_t* rows, i
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(ffn(l, st.tokens, T));
     DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
-    DSI_RETURN_IF_ERROR(capture_hidden(l, T));  // speculative decoding: the drafter's tapped layers
+    DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));  // speculative decoding: the drafter's tapped layers
   }
   if (R > 0) {
     // sinkhorn_iters is unused at the head (no comb there) but must be valid.
@@ -170,7 +186,7 @@ Status CudaRunner::run_forward(const ops::StepDevice& st, const int32_t* rows, i
   return Status::ok();
 }
 
-Status CudaRunner::ffn(int64_t l, const int32_t* tokens, int64_t T) {
+Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   const DeviceLayer& L = weights_.layer(l);
   const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
   DSI_OP("router", l, gemm(s_.y.data(), T, D, L.gate, s_.router.data(), E, false));
@@ -185,7 +201,7 @@ Status CudaRunner::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, L.tid2eid, tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local ids, -1 (skipped) for the others';
   // after the MoE every rank holds its partial sum in s_.f, summed over the ranks in place (fp32).
-  if (ep_size_ > 1) DSI_OP("moe_remap", l, remap_experts(l, T, k));
+  if (ep_size_ > 1) DSI_OP("moe_remap", l, core_.remap_experts(s_.ridx.data(), l, T, k));
   DSI_OP("moe", l, moe(s_.y.data(), T, s_.ridx.data(), s_.rw.data(), k, L));
   if (ep_size_ > 1) {
     if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");

@@ -1,10 +1,11 @@
-// CudaRunner's attention block of one layer (model/deepseek_v4.cpp attention()): q / kv projections with norms
+// CudaForwardV4's attention block of one layer (model/deepseek_v4.cpp attention()): q / kv projections with norms
 // and RoPE, the compressor and (CSA) the indexer, sparse attention over window + compressed entries, the ring
 // write and the grouped output projection. Sliding layers skip the compressor, HCA layers the indexer.
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cuda/runner/cuda_runner_impl.h"
+#include "backends/cuda/runner/forward_v4.h"
+#include "model/state_pool.h"
 #include "ops/compressor/compressor_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/indexer/indexer_cuda.h"
@@ -18,7 +19,7 @@ namespace dsinfer::backends {
 using namespace ops::cuda;
 using io::AttnType;
 
-Status CudaRunner::attention(int64_t l, const ops::StepDevice& st) {
+Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   const DeviceLayer& L = weights_.layer(l);
   const AttnType type = cfg_.layer_types[size_t(l)];
   const int64_t T = st.T, D = cfg_.hidden_size, H = cfg_.num_attention_heads, hd = cfg_.head_dim, qr = cfg_.q_lora_rank;

@@ -1,0 +1,158 @@
+// The one CUDA runner's split between what every model family shares and what each family supplies
+// (docs/architecture.md "backends", docs/decisions.md 2026-12-02 "One CUDA runner"):
+//   RunnerCore   the state the runner owns and every forward reads: config, numerics, device, stream, op timer,
+//                the engine's state memory, the kernel modes, expert parallelism and the hidden-state capture;
+//   CudaForward  one model family's part: its tensor table and weight upload, its checks of the state layout and
+//                of a step's tokens, its scratch and its forward (capturable into a CUDA graph).
+// CudaRunner (cuda_runner_impl.h) holds the core and one forward; setup, state binding, the step, graphs, device
+// sampling, asynchronous steps, prefix copies, the host tier, hidden-state capture and EPLB are written once there.
+// Families: CudaForwardV4 (forward_v4.h) and CudaForwardV41 (forward_v41.h); a later V4.x is one more forward.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/step/op_timer.h"
+#include "backends/cuda/weights/device_weights.h"
+#include "cache/state_layout.h"
+#include "cuda/device.h"
+#include "cuda/device_buffer.h"
+#include "io/config.h"
+#include "model/numerics.h"
+#include "ops/kernel_mode.h"
+#include "ops/step_cuda.h"
+#include "parallel/communicator.h"
+#include "parallel/parallel_plan.h"
+#include "runner/model_runner.h"
+#include "scheduler/batch_plan.h"
+
+namespace dsinfer::backends {
+
+// EPLB state of a shard: the placement table of every layer ([layers * table_len] int32, remap_expert_eplb) and
+// the per-expert counters ([layers * experts] uint32, rank 0 only).
+struct EplbDevice {
+  bool on = false;
+  int32_t redundant = 0, slots = 0;
+  int64_t table_len = 0;
+  cuda::DeviceBuffer<int32_t> tables;
+  cuda::DeviceBuffer<uint32_t> counts;
+};
+
+struct RunnerCore {
+  RunnerCore(io::ModelConfig cfg, model::Numerics num) : cfg_(std::move(cfg)), num_(std::move(num)) {}
+
+  // hidden_capture_cuda.cpp: after layer l, the residual streams X [T, hc * D] into the capture (a no-op for a
+  // layer not tapped; one strided copy on the stream, so a decode graph captures it).
+  Status capture_hidden(int64_t l, const float* X, int64_t T);
+  // parallel_runner_eplb_cuda.cpp: global top-k ids [T * k] -> this shard's local slots (range or placement).
+  Status remap_experts(int32_t* ridx, int64_t l, int64_t T, int64_t k);
+
+  io::ModelConfig cfg_;
+  model::Numerics num_;
+  cuda::DeviceInfo device_;
+  int32_t ordinal_ = 0;                     // RunnerOptions::device
+  int32_t ep_rank_ = 0, ep_size_ = 1;       // expert parallelism (RunnerOptions::ep_rank / ep_size)
+  parallel::ExpertRange experts_;           // routed experts held here (global ids)
+  parallel::Communicator* comm_ = nullptr;  // EP group (ep_size_ > 1), owned by the ParallelRunner
+  EplbDevice eplb_;
+  void* stream_ = nullptr;
+  cache::StateLayout layout_;
+  cuda::DeviceBuffer<uint8_t> slots_, blocks_;  // the engine's state memory (fp32 rows)
+  int64_t max_model_len_ = 0;
+  // Bumped whenever a buffer a captured decode graph holds moves (scratch, plan, capture): the graphs are dropped.
+  uint64_t scratch_gen_ = 0;
+  bool exact_ = false;  // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
+  // RunnerOptions::batch_invariant: every kernel choice independent of the step's batch (ops/kernel_mode.h).
+  bool batch_invariant_ = false;
+  OpTimer timer_;
+  // Hidden-state capture: capture_index_[l] = position of layer l in the requested list, or -1.
+  std::vector<int64_t> capture_layers_, capture_index_;
+  cuda::DeviceBuffer<float> hidden_dev_;  // [tokens, layers, hc * D]
+};
+
+// One model family's forward on the runner's core. Everything it launches goes on the core's stream; run() does
+// no host synchronisation and no allocation (prepare() sizes the scratch first), so a decode step replays it as a
+// CUDA graph.
+class CudaForward {
+ public:
+  explicit CudaForward(RunnerCore& core)
+      : core_(core), cfg_(core.cfg_), num_(core.num_), device_(core.device_), stream_(core.stream_),
+        layout_(core.layout_), slots_(core.slots_), blocks_(core.blocks_), scratch_gen_(core.scratch_gen_),
+        exact_(core.exact_), batch_invariant_(core.batch_invariant_), ep_rank_(core.ep_rank_),
+        ep_size_(core.ep_size_), comm_(core.comm_) {}
+  CudaForward(const CudaForward&) = delete;
+  CudaForward& operator=(const CudaForward&) = delete;
+  virtual ~CudaForward() = default;
+
+  // The family's short name ("v4", "v4.1") for the runner's name and errors.
+  virtual const char* family() const = 0;
+  // Weights (checkpoint or dummy, the routed experts of `slots` only) and the family's constant tables.
+  virtual Status load(const runner::RunnerOptions& opts, ExpertSlots slots) = 0;
+  virtual int64_t weight_bytes() const = 0;
+  virtual bool fp32_storage() const = 0;
+  // After the runner bound the engine's state memory: the family's checks of the layout and its state setup.
+  virtual Status bind_state() { return Status::ok(); }
+  // randomize_state: the family's state rows whose random contents would be invalid, reset.
+  virtual Status reset_invalid_state() { return Status::ok(); }
+  // Host-side checks of a step's token ids before anything is launched.
+  virtual Status check_plan(const scheduler::BatchPlan& plan) const {
+    (void)plan;
+    return Status::ok();
+  }
+  // Scratch for T tokens, R logits rows and positions up to max_pos (grown, never shrunk; growing waits for the
+  // queued work and bumps the core's scratch generation).
+  virtual Status prepare(int64_t T, int64_t R, int64_t max_pos) = 0;
+  // The kernels of one step: logits of `rows` (R rows) into logits().
+  virtual Status run(const ops::StepDevice& st, const int32_t* rows, int64_t R) = 0;
+  virtual float* logits() const = 0;
+  // EPLB: the routed experts of layer l's local slots replaced (slots whose expert changed reloaded).
+  virtual Result<int32_t> reload_expert_slots(int64_t l, const std::vector<int32_t>& slots) = 0;
+  // The speculative drafter's view of the target: its embedding and head (nullptr: no GPU drafter for this family).
+  virtual const ops::cuda::DeviceWeight* embed_weight() const = 0;
+  virtual const ops::cuda::DeviceWeight* head_weight() const = 0;
+
+ protected:
+  Status mark(const char* name, int64_t layer, bool begin) {
+    return core_.timer_.mark(name, layer, begin, stream_);
+  }
+  // Grows a scratch buffer to n elements (64 at least) under the runner's rule (wait, then bump the generation).
+  template <typename B>
+  Status grow(B& b, size_t n, const char* what) {
+    if (b.size() >= n) return Status::ok();
+    DSI_RETURN_IF_ERROR(sync());  // asynchronous steps: the step launched before may still use the old buffer
+    DSI_RETURN_IF_ERROR(b.alloc(n < 64 ? 64 : n, what));
+    ++scratch_gen_;  // captured graphs hold the old pointers
+    return Status::ok();
+  }
+  Status sync() const;  // cudaStreamSynchronize of the core's stream
+
+  RunnerCore& core_;
+  // The core's fields under the names the forwards use (references: the core may change them between steps).
+  const io::ModelConfig& cfg_;
+  const model::Numerics& num_;
+  const cuda::DeviceInfo& device_;
+  void* const& stream_;
+  const cache::StateLayout& layout_;
+  const cuda::DeviceBuffer<uint8_t>& slots_;
+  const cuda::DeviceBuffer<uint8_t>& blocks_;
+  uint64_t& scratch_gen_;
+  const bool& exact_;
+  const bool& batch_invariant_;
+  const int32_t& ep_rank_;
+  const int32_t& ep_size_;
+  parallel::Communicator* const& comm_;
+};
+
+// The forward of the core's config: CudaForwardV41 for a DeepSeek-V4.1 config, else CudaForwardV4.
+std::unique_ptr<CudaForward> make_cuda_forward(RunnerCore& core);
+
+}  // namespace dsinfer::backends
+
+// Runs one named op of a forward, bracketed by the op timer's events.
+#define DSI_OP(name, layer, ...)                   \
+  do {                                             \
+    DSI_RETURN_IF_ERROR(mark(name, layer, true));  \
+    DSI_RETURN_IF_ERROR(__VA_ARGS__);              \
+    DSI_RETURN_IF_ERROR(mark(name, layer, false)); \
+  } while (0)

@@ -1,0 +1,75 @@
+// CudaForwardV4: the DeepSeek-V4 family's part of the CUDA runner (cuda_forward.h), op for op the CPU reference
+// (model/deepseek_v4.cpp), weights in their storage formats (F32 / BF16 / FP8 block / FP4), fp32 activations.
+//   forward_v4_cuda.cpp    loading (checkpoint or dummy weights, RoPE tables), scratch, GEMM / MoE choice, the
+//                          per-step forward (embed, layers, head)
+//   attention_v4_cuda.cpp  its attention block
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "backends/cuda/runner/cuda_forward.h"
+#include "backends/cuda/weights/device_weights.h"
+#include "ops/gemm/gemm_cuda.h"
+#include "ops/gemm/gemm_lt_cuda.h"
+#include "ops/moe/moe_cuda.h"
+
+namespace dsinfer::backends {
+
+class CudaForwardV4 final : public CudaForward {
+ public:
+  explicit CudaForwardV4(RunnerCore& core) : CudaForward(core) {}
+
+  const char* family() const override { return "v4"; }
+  Status load(const runner::RunnerOptions& opts, ExpertSlots slots) override;
+  int64_t weight_bytes() const override { return weights_.bytes(); }
+  bool fp32_storage() const override { return weights_.fp32_storage(); }
+  Status prepare(int64_t T, int64_t R, int64_t max_pos) override;
+  Status run(const ops::StepDevice& st, const int32_t* rows, int64_t R) override;
+  float* logits() const override { return s_.logits.data(); }
+  Result<int32_t> reload_expert_slots(int64_t l, const std::vector<int32_t>& slots) override {
+    return weights_.reload_slots(cfg_, l, slots, stream_);
+  }
+  const ops::cuda::DeviceWeight* embed_weight() const override { return &weights_.embed(); }
+  const ops::cuda::DeviceWeight* head_weight() const override { return &weights_.head(); }
+
+ private:
+  // Scratch of the forward, sized for the largest step seen.
+  struct Scratch {
+    int64_t tokens = 0;
+    cuda::DeviceBuffer<float> attn_ws, X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, scores, o, mid, router,
+        rw, hid, logits;
+    cuda::DeviceBuffer<int32_t> sel, ridx;
+  };
+  // Shape facts of the current step that size the attention (set by prepare()).
+  struct StepShape {
+    int64_t max_pos = 0;  // largest position (fixed-shape steps: max_model_len - 1)
+    int64_t visible = 0;  // compressed entries visible to the indexer at max_pos
+  };
+  // The kernel-choice plans' mode (ops/kernel_mode.h): exact, batch-invariant or fast.
+  ops::KernelMode kernel_mode() const {
+    if (exact_) return ops::KernelMode::kExact;
+    return batch_invariant_ ? ops::KernelMode::kBatchInvariant : ops::KernelMode::kFast;
+  }
+  int64_t attention_splits(io::AttnType type, int64_t m, int64_t T, int64_t max_pos) const;
+  Status ffn(int64_t l, const int32_t* tokens, int64_t T);
+  Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
+  Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
+                      int64_t groups, float* y, int64_t ldy, int64_t yg);
+  Status gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
+                         int64_t groups, float* y, int64_t ldy, int64_t yg);
+  Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L);
+  Status attention(int64_t l, const ops::StepDevice& st);  // attention_v4_cuda.cpp
+
+  DeviceWeights weights_;
+  cuda::DeviceBuffer<float> inv_main_, inv_comp_;  // RoPE inverse frequencies (main / compressed layers)
+  Scratch s_;
+  StepShape shape_;
+  ops::cuda::MoeWorkspace moe_ws_;
+  // The GEMM environment overrides (DSINFER_CUBLASLT*), read once by load() (a bad value fails the runner's
+  // creation); cuBLASLt runs the fast path's dense projections where plan_gemm_call says so.
+  ops::cuda::GemmSettings gemm_settings_;
+  std::optional<ops::cuda::GemmLtEngine> lt_;  // made by load() with gemm_settings_.lt_activations
+};
+
+}  // namespace dsinfer::backends
