@@ -38,7 +38,7 @@ for fx in "${fixtures[@]}"; do
 done
 
 echo "== bench: V4.1-Flash shapes, dummy weights, 4 layers"
-timeout 180 $BIN/dsinfer bench --model configs/deepseek-v4.1-flash --load-format dummy --layers 4 --batch 1,64 \
+timeout 180 $BIN/dsinfer bench --model configs/deepseek-v4.1-flash --numerics hf --load-format dummy --layers 4 --batch 1,64 \
   --context 4096 --iters 3 > "$OUT/v41_bench.log" 2>&1
 rc=$?
 tail -60 "$OUT/v41_bench.log"
