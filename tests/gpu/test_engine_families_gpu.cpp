@@ -1,6 +1,9 @@
 // The engine features of the one CUDA runner, for every model family (issue 26): each case runs through the public
-// Engine API (--backend cuda, hf numerics) on DeepSeek-V4 (models/dsv4-small) and on DeepSeek-V4.1
-// (tests/fixtures/tiny-v41-a), so a feature written once in CudaRunner is checked on both forwards:
+// Engine API (--backend cuda, hf numerics) on DeepSeek-V4 (models/dsv4-small, its checkpoint) and on DeepSeek-V4.1
+// (the tiny-v41-a config with dummy weights: the engine needs a BPE tokenizer and the V4.1 fixtures have a WordLevel
+// one, so the V4.1 model is the fixture's config with the V4 model's vocabulary size and tokenizer; numerics of the
+// V4.1 forward against the CPU on the fixture's own weights: test_v41_runner_gpu.cpp), so a feature written once in
+// CudaRunner is checked on both forwards:
 //   graphs vs eager             DSINFER_CUDA_GRAPHS=0 against the default: every token and logprob bit-identical
 //                               (a decode step is laid out for max_model_len graphed or not);
 //   async vs sync               async scheduling on vs off under --batch-invariant (an async step may plan a surplus
@@ -23,10 +26,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cuda/gpu_test_util.h"
 #include "dsinfer/engine.h"
@@ -39,20 +45,43 @@ struct Family {
   const char* dir;  // relative to the checkout
 };
 
-std::string model_dir(const Family& f) { return std::string(DSINFER_SOURCE_DIR) + "/" + f.dir; }
+const std::string kV4 = std::string(DSINFER_SOURCE_DIR) + "/models/dsv4-small";
+
+// The V4.1 model of these tests: tiny-v41-a's config with the V4 model's vocabulary size, and the V4 tokenizer
+// (written once into a temporary folder; dummy weights).
+std::string v41_model_dir() {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "dsinfer_families_v41";
+  if (std::filesystem::exists(dir / "config.json")) return dir.string();
+  std::filesystem::create_directories(dir);
+  std::ifstream in(std::string(DSINFER_SOURCE_DIR) + "/tests/fixtures/tiny-v41-a/config.json");
+  std::ifstream v4(kV4 + "/config.json");
+  if (!in || !v4) return "";
+  nlohmann::json c = nlohmann::json::parse(in);
+  c["text_config"]["vocab_size"] = nlohmann::json::parse(v4)["vocab_size"];
+  std::ofstream(dir / "config.json") << c.dump(2);
+  std::filesystem::copy_file(kV4 + "/tokenizer.json", dir / "tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  return dir.string();
+}
+
+std::string model_dir(const Family& f) {
+  return std::string(f.name) == "v41" ? v41_model_dir() : std::string(DSINFER_SOURCE_DIR) + "/" + f.dir;
+}
 
 class EngineFamilies : public ::testing::TestWithParam<Family> {
  protected:
   void SetUp() override {
     DSI_SKIP_WITHOUT_GPU();
-    if (!std::filesystem::exists(model_dir(GetParam()) + "/model.safetensors"))
-      GTEST_SKIP() << GetParam().dir << " not present";
+    if (!std::filesystem::exists(kV4 + "/model.safetensors") ||
+        !std::filesystem::exists(std::string(DSINFER_SOURCE_DIR) + "/" + GetParam().dir + "/config.json"))
+      GTEST_SKIP() << GetParam().dir << " or models/dsv4-small not present";
   }
   dsinfer::EngineOptions options() const {
     dsinfer::EngineOptions o;
     o.model_dir = model_dir(GetParam());
     o.backend = "cuda";
     o.numerics = "hf";
+    if (std::string(GetParam().name) == "v41") o.load_format = "dummy";
     o.max_num_seqs = 16;
     o.max_num_batched_tokens = 96;
     o.max_model_len = 512;
@@ -199,8 +228,10 @@ TEST_P(EngineFamilies, BatchInvariantAloneEqualsMixedWithPreemption) {
   const auto mine = requests(6);
   dsinfer::EngineOptions o = options();
   o.batch_invariant = true;
+  o.max_model_len = 2048;  // see below
   const std::vector<Out> alone = run(o, mine);
-  // The same six among 30 others, with state for about four sequences while 16 may run: preemption is certain.
+  // The same six among 30 longer others, with state for four full-length sequences while 16 may run and a
+  // 2,048-token max_model_len (the blocks, not the slots, run out): preemption is certain.
   std::vector<dsinfer::Request> mixed;
   std::vector<size_t> where;
   for (int i = 0; i < 36; ++i) {
@@ -208,7 +239,7 @@ TEST_P(EngineFamilies, BatchInvariantAloneEqualsMixedWithPreemption) {
       where.push_back(mixed.size());
       mixed.push_back(mine[size_t(i / 6)]);
     } else {
-      mixed.push_back(request(50 + i, 20 + (i * 7) % 60));
+      mixed.push_back(request(50 + i, 200 + (i * 97) % 500));
     }
   }
   // The state of one full-length sequence: the default budget of an engine of one sequence.
@@ -247,7 +278,6 @@ TEST_P(EngineFamilies, PrefixCachingEqualsOff) {
 }
 
 TEST_P(EngineFamilies, StructuredOutputsOnDeviceEqualHost) {
-  if (!std::filesystem::exists(model_dir(GetParam()) + "/tokenizer.json")) GTEST_SKIP() << "no tokenizer";
   const std::string pattern = "(ab|cd)+ [0-9]{2}";
   dsinfer::EngineOptions o = options();
   std::map<std::string, std::vector<std::string>> texts;
