@@ -230,8 +230,8 @@ TEST_P(EngineFamilies, BatchInvariantAloneEqualsMixedWithPreemption) {
   o.batch_invariant = true;
   o.max_model_len = 2048;  // see below
   const std::vector<Out> alone = run(o, mine);
-  // The same six among 30 longer others, with state for four full-length sequences while 16 may run and a
-  // 2,048-token max_model_len (the blocks, not the slots, run out): preemption is certain.
+  // The same six among 30 longer others (200..700 prompt tokens) under a state budget with all 16 slots but blocks
+  // for little more than one full-length sequence: the running sequences outgrow the blocks, preemption is certain.
   std::vector<dsinfer::Request> mixed;
   std::vector<size_t> where;
   for (int i = 0; i < 36; ++i) {
@@ -242,17 +242,29 @@ TEST_P(EngineFamilies, BatchInvariantAloneEqualsMixedWithPreemption) {
       mixed.push_back(request(50 + i, 200 + (i * 97) % 500));
     }
   }
-  // The state of one full-length sequence: the default budget of an engine of one sequence.
+  o.max_num_batched_tokens = 64;
+  // The smallest budget that still gives every slot (slots are taken before blocks: state_cache.cpp), by bisection
+  // over the engine's own sizing.
+  auto slots_at = [&](double bytes) {
+    dsinfer::EngineOptions p = o;
+    p.state_memory_gb = bytes / double(int64_t(1) << 30);
+    std::string err;
+    auto e = dsinfer::Engine::create(p, &err);
+    return e ? e->stats().state_slots : 0;
+  };
   dsinfer::EngineOptions one = o;
   one.max_num_seqs = 1;
   std::string err;
   auto probe = dsinfer::Engine::create(one, &err);
   ASSERT_TRUE(probe) << err;
-  const double per_seq = double(probe->stats().state_bytes_budget);
-  ASSERT_GT(per_seq, 0);
+  double lo = double(probe->stats().state_bytes_budget), hi = 16.0 * lo;  // one sequence; room for all 16
   probe.reset();
-  o.max_num_batched_tokens = 64;
-  o.state_memory_gb = 4.0 * per_seq / double(int64_t(1) << 30);
+  ASSERT_EQ(slots_at(hi), o.max_num_seqs);
+  for (int k = 0; k < 12; ++k) {
+    const double mid = 0.5 * (lo + hi);
+    (slots_at(mid) == o.max_num_seqs ? hi : lo) = mid;
+  }
+  o.state_memory_gb = hi / double(int64_t(1) << 30);
   int64_t preemptions = 0;
   const std::vector<Out> together = run(o, mixed, &preemptions);
   ASSERT_EQ(together.size(), mixed.size());
