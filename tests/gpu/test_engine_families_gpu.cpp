@@ -299,7 +299,8 @@ TEST_P(EngineFamilies, StructuredOutputsOnDeviceEqualHost) {
     auto e = dsinfer::Engine::create(o, &err);
     ASSERT_TRUE(e) << err;
     for (int i = 0; i < 4; ++i) {
-      const std::string body = R"({"prompt": "Write: )" + std::to_string(i) + R"(", "max_tokens": 40, "temperature": )" +
+      const std::string body = R"({"prompt": "Write: )" + std::to_string(i) +
+                               R"(", "max_tokens": 40, "temperature": )" +
                                (i % 2 ? std::string("0.7, \"seed\": ") + std::to_string(9 + i) : std::string("0")) +
                                R"(, "structured_outputs": {"regex": ")" + pattern + R"("}})";
       ASSERT_NE(e->submit(body, &err), 0u) << err;
@@ -345,5 +346,6 @@ TEST_P(EngineFamilies, OfficialNumericsAreRefusedOrRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, EngineFamilies,
-                         ::testing::Values(Family{"v4", "models/dsv4-small"}, Family{"v41", "tests/fixtures/tiny-v41-a"}),
+                         ::testing::Values(Family{"v4", "models/dsv4-small"},
+                                           Family{"v41", "tests/fixtures/tiny-v41-a"}),
                          [](const ::testing::TestParamInfo<Family>& i) { return std::string(i.param.name); });

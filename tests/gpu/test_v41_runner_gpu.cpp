@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_runner.h"
+#include "backends/cuda/parallel/parallel_runner.h"
 #include "backends/cuda/runner/cuda_runner.h"
 #include "cache/state_layout.h"
 #include "cuda/gpu_test_util.h"
@@ -64,16 +65,20 @@ std::string find_fixture(const std::string& name) {
   return "";
 }
 
-void run_schedule(const std::string& fixture, const model::Numerics& num) {
-  SCOPED_TRACE(fixture + " " + num.name);
+// gpus > 1: the ParallelRunner's expert-parallel ranks, sharing this GPU through the in-process communicator.
+void run_schedule(const std::string& fixture, const model::Numerics& num, int32_t gpus = 1) {
+  SCOPED_TRACE(fixture + " " + num.name + " gpus " + std::to_string(gpus));
   runner::RunnerOptions o;
   o.model_dir = find_fixture(fixture);
   if (o.model_dir.empty()) GTEST_SKIP() << fixture << " not found under tests/fixtures";
   o.numerics = num;
   o.exact_gemm = true;
-  auto gpu = backends::create_cuda_runner(o);
+  o.gpus = gpus;
+  o.communicator = "in-process";
+  auto gpu = gpus > 1 ? backends::create_parallel_runner(o) : backends::create_cuda_runner(o);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
   o.backend = runner::Backend::kCpu;
+  o.gpus = 1;
   auto cpu = backends::create_cpu_runner(o);
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
   cache::StateCacheConfig cc;
@@ -124,9 +129,9 @@ void run_schedule(const std::string& fixture, const model::Numerics& num) {
   std::sort(diffs.begin(), diffs.end());
   const double p99 = diffs.empty() ? 0.0 : double(diffs[size_t(0.99 * double(diffs.size() - 1))]);
   const double mx = diffs.empty() ? 0.0 : double(diffs.back());
-  std::printf("%s %s: %lld rows, argmax equal %lld, within 1e-3 %lld, max relative error %.3g, |logit diff| max %.3g "
-              "p99 %.3g\n", fixture.c_str(), num.name.c_str(), (long long)rows, (long long)argmax_same, (long long)close,
-              max_rel, mx, p99);
+  std::printf("%s %s (%d GPU ranks): %lld rows, argmax equal %lld, within 1e-3 %lld, max relative error %.3g, "
+              "|logit diff| max %.3g p99 %.3g\n", fixture.c_str(), num.name.c_str(), gpus, (long long)rows,
+              (long long)argmax_same, (long long)close, max_rel, mx, p99);
   if (num.qat_sim) {
     EXPECT_GE(double(argmax_same), 0.95 * double(rows));
   } else {
@@ -143,4 +148,12 @@ TEST(GpuV41Runner, ChunkedBatchedStepsMatchCpuRunner) {
     run_schedule(fx, model::Numerics::hf_noqat());
     run_schedule(fx, model::Numerics::hf());
   }
+}
+
+// --gpus 2 and 4 (expert parallelism, ranks sharing one GPU, fixed rank-order reduction): the same schedule within
+// the same bound of the CPU runner.
+TEST(GpuV41Runner, ExpertParallelRanksMatchCpuRunner) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (int32_t gpus : {2, 4}) run_schedule("tiny-v41-a", model::Numerics::hf_noqat(), gpus);
+  run_schedule("tiny-v41-b", model::Numerics::hf_noqat(), 2);
 }

@@ -13,6 +13,8 @@
 #include "backends/cuda/runner/cuda_runner.h"
 #include "backends/cuda/runner/cuda_runner_impl.h"
 #include "cuda/cuda_common.h"
+#include "model/tensor_table.h"
+#include "model/weights_v41.h"
 #include "parallel/eplb.h"
 #include "parallel/fault_injection.h"
 #include "parallel/inproc_comm.h"
@@ -225,7 +227,8 @@ Status ParallelRunner::rebalance() {
 // Every GPU's free memory against the per-rank sizing (times the ranks sharing a GPU, in-process), before anything
 // is allocated. query_device makes each GPU current in turn: the caller's current device is restored afterwards.
 Status check_memory(const io::ModelConfig& cfg, int32_t n, int32_t devices, int32_t redundant) {
-  parallel::RankMemory m = parallel::rank_memory(model::weight_specs(cfg), n, redundant);
+  parallel::RankMemory m =
+      parallel::rank_memory(cfg.is_v41() ? model::weight_specs_v41(cfg) : model::weight_specs(cfg), n, redundant);
   const int32_t sharing = (n + devices - 1) / devices;
   m.dense_bytes *= sharing;
   m.expert_bytes *= sharing;
@@ -315,9 +318,6 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
 
 Result<std::unique_ptr<runner::ModelRunner>> create_parallel_runner(const runner::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, cuda_model_config(opts));
-  if (cfg.is_v41())
-    return Status::errorf("--gpus {}: DeepSeek-V4.1 runs on one GPU only for now (expert-parallel loading of its tensor "
-                          "table is not implemented yet); run it with --gpus 1", opts.gpus);
   auto r = std::make_unique<ParallelRunner>(std::move(cfg), opts.numerics, opts.gpus);
   DSI_RETURN_IF_ERROR(r->init(opts));
   return std::unique_ptr<runner::ModelRunner>(std::move(r));

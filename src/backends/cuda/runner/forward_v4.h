@@ -53,7 +53,8 @@ class CudaForwardV4 final : public CudaForward {
   }
   int64_t attention_splits(io::AttnType type, int64_t m, int64_t T, int64_t max_pos) const;
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);
-  Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
+  Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy,
+              bool acc);
   Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
                       int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,

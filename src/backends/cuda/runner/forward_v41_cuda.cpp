@@ -159,13 +159,21 @@ Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   rp.norm_eps = 1e-20f;
   rp.route_scale = float(cfg_.routed_scaling_factor);
   DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, nullptr, st.tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
+  // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local slots (-1: another rank's), the
+  // shared expert on rank 0 only, the partial sums added over the ranks in place after the MoE.
+  if (ep_size_ > 1) DSI_OP("moe_remap", l, core_.remap_experts(s_.ridx.data(), l, T, k));
   const float limit = float(cfg_.swiglu_limit);
   const MoePath path = moe_path(kernel_mode(), T);  // ops/moe/moe_plan.h
-  const int64_t chunk = moe_chunk_tokens(kernel_mode(), T, E, k);
+  const int64_t chunk = moe_chunk_tokens(kernel_mode(), T, L.experts.experts, k);
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t m = std::min(chunk, T - r);
-    DSI_OP("moe", l, moe_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k, L.experts, &L.shared,
-                                limit, limit, s_.f.data() + r * D, moe_ws_, stream_, path));
+    DSI_OP("moe", l, moe_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k, L.experts,
+                              ep_rank_ == 0 ? &L.shared : nullptr, limit, limit, s_.f.data() + r * D, moe_ws_, stream_,
+                              path));
+  }
+  if (ep_size_ > 1) {
+    if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");
+    DSI_OP("moe_allreduce", l, comm_->all_reduce_sum(s_.f.data(), size_t(T * D), stream_));
   }
   return Status::ok();
 }

@@ -37,19 +37,17 @@ std::string v41_numerics_refusal(const model::Numerics& num) {
 }
 
 Status CudaForwardV41::load(const runner::RunnerOptions& opts, ExpertSlots slots) {
-  (void)slots;  // every routed expert: expert parallelism is refused below
-  if (ep_size_ > 1)
-    return Status::errorf("DeepSeek-V4.1 on {} GPUs: its weights load on one GPU only (expert-parallel loading of "
-                          "the V4.1 tensor table is not implemented yet); run it with --gpus 1", ep_size_);
+  if (core_.eplb_.on)
+    return Status::error("--eplb: DeepSeek-V4.1 has no expert-slot reloading yet; run it without --eplb");
   if (const std::string why = v41_numerics_refusal(num_); !why.empty()) return Status::error(why);
   DSI_RETURN_IF_ERROR(check_roles(cfg_).with_context(opts.model_dir));
   if (opts.load_format == runner::LoadFormat::kDummy) {
-    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, device_.free_bytes, device_.name, stream_));
+    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, device_.free_bytes, device_.name, stream_, slots));
   } else {
     // The CPU loader validates the checkpoint and the Engram vocabulary against the config; its fp32 weights are
     // uploaded as they are (the exact path) and the host copy is dropped.
     DSI_ASSIGN_OR_RETURN(std::unique_ptr<model::DeepseekV41Cpu> m, model::DeepseekV41Cpu::load(opts.model_dir, num_));
-    DSI_RETURN_IF_ERROR(weights_.upload(cfg_, m->weights()));
+    DSI_RETURN_IF_ERROR(weights_.upload(cfg_, m->weights(), slots));
   }
   DSI_RETURN_IF_ERROR(init_engram(opts.load_format == runner::LoadFormat::kDummy ? std::string() : opts.model_dir));
   // transformers' frequencies (the official precompute differs; official numerics are refused above)
@@ -62,7 +60,7 @@ Status CudaForwardV41::load(const runner::RunnerOptions& opts, ExpertSlots slots
 
 Result<int32_t> CudaForwardV41::reload_expert_slots(int64_t l, const std::vector<int32_t>& slots) {
   (void)slots;
-  return Status::errorf("eplb: layer {}: DeepSeek-V4.1 runs on one GPU only (no expert slots to rebalance)", l);
+  return Status::errorf("eplb: layer {}: DeepSeek-V4.1 has no expert-slot reloading yet", l);
 }
 
 // The Engram hash layout on the device. model_dir empty (dummy weights): the identity map over the vocabulary

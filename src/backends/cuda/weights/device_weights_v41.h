@@ -39,10 +39,14 @@ struct DeviceLayerV41 {
 class DeviceWeightsV41 {
  public:
   // Uploads the CPU loader's fp32 weights (all F32 on the device).
-  Status upload(const io::ModelConfig& cfg, const model::WeightsV41& w);
+  // slots: the routed experts this rank holds, per layer (global ids; expert parallelism, device_weights.h
+  // range_slots); the MoE's local expert i is slots[l][i].
+  Status upload(const io::ModelConfig& cfg, const model::WeightsV41& w, const ExpertSlots& slots);
   // Random weights: FP8 (128x128 blocks, E8M0 scales) dense projections, FP4 experts, fp32 vectors / Engram tables;
   // fails clearly when they would not fit in free_bytes.
-  Status generate_dummy(const io::ModelConfig& cfg, int64_t free_bytes, const std::string& gpu_name, void* stream);
+  // (Every expert's seeds are drawn whether held or not, so a rank's experts equal the one-GPU model's.)
+  Status generate_dummy(const io::ModelConfig& cfg, int64_t free_bytes, const std::string& gpu_name, void* stream,
+                        const ExpertSlots& slots);
 
   const ops::cuda::DeviceWeight& embed() const { return embed_; }
   const ops::cuda::DeviceWeight& head() const { return head_; }
@@ -54,15 +58,18 @@ class DeviceWeightsV41 {
  private:
   Result<const float*> vec(const std::vector<float>& v, const char* what);
   Result<ops::cuda::DeviceWeight> mat(const model::Mat& m, const char* what);
-  Status experts(const io::ModelConfig& cfg, const model::LayerWeightsV41& L, DeviceLayerV41& D);
+  Status experts(const io::ModelConfig& cfg, const model::LayerWeightsV41& L, const std::vector<int32_t>& held,
+                 DeviceLayerV41& D);
   Status pointer_array(const std::vector<const void*>& ptrs, const void* const*& out);
   // dummy_weights_v41_cuda.cpp
   // FP8 scales per block x block (block_rows > 0: per block_rows x block, e.g. one per 32 channels of a row).
   Result<ops::cuda::DeviceWeight> dummy_mat(int64_t rows, int64_t cols, ops::cuda::WeightFormat fmt, int64_t block,
                                             uint64_t seed, void* stream, int64_t block_rows = 0);
   Result<const float*> dummy_vec(int64_t n, float center, float spread, uint64_t seed, void* stream);
-  Status dummy_layer(const io::ModelConfig& cfg, int64_t l, uint64_t& seed, void* stream);
-  Status dummy_experts(const io::ModelConfig& cfg, DeviceLayerV41& D, uint64_t& seed, void* stream);
+  Status dummy_layer(const io::ModelConfig& cfg, int64_t l, const std::vector<int32_t>& held, uint64_t& seed,
+                     void* stream);
+  Status dummy_experts(const io::ModelConfig& cfg, const std::vector<int32_t>& held, DeviceLayerV41& D, uint64_t& seed,
+                       void* stream);
 
   std::vector<cuda::DeviceBuffer<uint8_t>> buffers_;
   ops::cuda::DeviceWeight embed_, head_;

@@ -41,17 +41,21 @@ Status DeviceWeightsV41::pointer_array(const std::vector<const void*>& ptrs, con
   return Status::ok();
 }
 
-Status DeviceWeightsV41::experts(const io::ModelConfig& cfg, const model::LayerWeightsV41& L, DeviceLayerV41& D) {
-  const size_t E = size_t(cfg.n_routed_experts);
-  if (L.experts.size() != E) return Status::errorf("cuda weights (V4.1): {} experts, config says {}", L.experts.size(), E);
+Status DeviceWeightsV41::experts(const io::ModelConfig& cfg, const model::LayerWeightsV41& L,
+                                 const std::vector<int32_t>& held, DeviceLayerV41& D) {
+  const size_t E = held.size();
+  if (L.experts.size() != size_t(cfg.n_routed_experts))
+    return Status::errorf("cuda weights (V4.1): {} experts, config says {}", L.experts.size(), cfg.n_routed_experts);
   std::vector<const void*> w1(E), w3(E), w2(E);
-  for (size_t e = 0; e < E; ++e) {
+  for (size_t i = 0; i < E; ++i) {
+    const size_t e = size_t(held[i]);
+    if (e >= L.experts.size()) return Status::errorf("cuda weights (V4.1): expert {} outside the layer's experts", e);
     DSI_ASSIGN_OR_RETURN(const DeviceWeight a, mat(L.experts[e].w1, "expert w1"));
     DSI_ASSIGN_OR_RETURN(const DeviceWeight b, mat(L.experts[e].w3, "expert w3"));
     DSI_ASSIGN_OR_RETURN(const DeviceWeight c, mat(L.experts[e].w2, "expert w2"));
-    w1[e] = a.data;
-    w3[e] = b.data;
-    w2[e] = c.data;
+    w1[i] = a.data;
+    w3[i] = b.data;
+    w2[i] = c.data;
   }
   auto view = [&](int64_t rows, int64_t cols) {
     ops::cuda::DeviceExpertWeights x;
@@ -76,7 +80,8 @@ Status DeviceWeightsV41::experts(const io::ModelConfig& cfg, const model::LayerW
   return Status::ok();
 }
 
-Status DeviceWeightsV41::upload(const io::ModelConfig& cfg, const model::WeightsV41& w) {
+Status DeviceWeightsV41::upload(const io::ModelConfig& cfg, const model::WeightsV41& w, const ExpertSlots& slots) {
+  if (slots.size() < size_t(cfg.num_hidden_layers)) return Status::error("cuda weights (V4.1): expert slots per layer missing");
   buffers_.clear();
   bytes_ = 0;
   fp32_storage_ = true;
@@ -119,7 +124,7 @@ Status DeviceWeightsV41::upload(const io::ModelConfig& cfg, const model::Weights
     }
     DSI_ASSIGN_OR_RETURN(D.gate, mat(L.gate, "gate"));
     DSI_ASSIGN_OR_RETURN(D.gate_bias, vec(L.gate_bias, "gate bias"));
-    DSI_RETURN_IF_ERROR(experts(cfg, L, D));
+    DSI_RETURN_IF_ERROR(experts(cfg, L, slots[size_t(l)], D));
     if (L.engram) {
       D.engram = true;
       DSI_ASSIGN_OR_RETURN(const DeviceWeight t, mat(L.engram->table, "engram table"));

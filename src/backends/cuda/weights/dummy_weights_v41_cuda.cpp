@@ -92,12 +92,16 @@ Result<const float*> DeviceWeightsV41::dummy_vec(int64_t n, float center, float 
   return p;
 }
 
-Status DeviceWeightsV41::dummy_experts(const io::ModelConfig& cfg, DeviceLayerV41& D, uint64_t& seed, void* stream) {
-  const int64_t E = cfg.n_routed_experts, Dm = cfg.hidden_size, I = cfg.moe_intermediate_size;
+Status DeviceWeightsV41::dummy_experts(const io::ModelConfig& cfg, const std::vector<int32_t>& held, DeviceLayerV41& D,
+                                       uint64_t& seed, void* stream) {
+  const int64_t E = int64_t(held.size()), Dm = cfg.hidden_size, I = cfg.moe_intermediate_size;
+  const uint64_t first = seed;  // expert e's three matrices: seeds first + 3e .. first + 3e + 2
+  seed += uint64_t(3 * cfg.n_routed_experts);
   std::vector<const void*> ptr[3], scl[3];
-  for (int64_t e = 0; e < E; ++e)
+  for (int64_t i = 0; i < E; ++i)
     for (int k = 0; k < 3; ++k) {
-      DSI_ASSIGN_OR_RETURN(const DeviceWeight w, dummy_mat(k == 2 ? Dm : I, k == 2 ? I : Dm, WeightFormat::FP4_G32, 32, seed++, stream));
+      const uint64_t sd = first + uint64_t(3 * held[size_t(i)] + k);
+      DSI_ASSIGN_OR_RETURN(const DeviceWeight w, dummy_mat(k == 2 ? Dm : I, k == 2 ? I : Dm, WeightFormat::FP4_G32, 32, sd, stream));
       ptr[k].push_back(w.data);
       scl[k].push_back(w.scale);
     }
@@ -123,7 +127,8 @@ Status DeviceWeightsV41::dummy_experts(const io::ModelConfig& cfg, DeviceLayerV4
   return Status::ok();
 }
 
-Status DeviceWeightsV41::dummy_layer(const io::ModelConfig& c, int64_t l, uint64_t& sd, void* st) {
+Status DeviceWeightsV41::dummy_layer(const io::ModelConfig& c, int64_t l, const std::vector<int32_t>& held, uint64_t& sd,
+                                     void* st) {
   DeviceLayerV41& D = layers_[size_t(l)];
   const int64_t Dm = c.hidden_size, H = c.num_attention_heads, hd = c.head_dim, n = c.hc_mult, qr = c.q_lora_rank;
   const int64_t G = c.o_groups, r = c.o_lora_rank, di = c.index_head_dim, Hi = c.index_n_heads, blk = c.fp8_block_n;
@@ -159,7 +164,7 @@ Status DeviceWeightsV41::dummy_layer(const io::ModelConfig& c, int64_t l, uint64
   }
   DSI_ASSIGN_OR_RETURN(D.gate, dummy_mat(c.n_routed_experts, Dm, B16, 0, sd++, st));
   DSI_ASSIGN_OR_RETURN(D.gate_bias, dummy_vec(c.n_routed_experts, 0.0f, 0.1f, sd++, st));
-  DSI_RETURN_IF_ERROR(dummy_experts(c, D, sd, st));
+  DSI_RETURN_IF_ERROR(dummy_experts(c, held, D, sd, st));
   if (c.engram_index(l) >= 0) {
     const int64_t e = c.engram_index(l), ehd = c.v41.engram_head_dim, cols = (c.v41.engram_max_ngram_size - 1) * c.v41.engram_n_heads;
     const int64_t rows = std::min<int64_t>(kDummyEngramRows, size_t(e) < c.v41.engram_num_embeddings.size()
@@ -173,7 +178,9 @@ Status DeviceWeightsV41::dummy_layer(const io::ModelConfig& c, int64_t l, uint64
   return Status::ok();
 }
 
-Status DeviceWeightsV41::generate_dummy(const io::ModelConfig& cfg, int64_t free_bytes, const std::string& gpu_name, void* stream) {
+Status DeviceWeightsV41::generate_dummy(const io::ModelConfig& cfg, int64_t free_bytes, const std::string& gpu_name, void* stream,
+                                        const ExpertSlots& slots) {
+  if (slots.size() < size_t(cfg.num_hidden_layers)) return Status::error("cuda weights (V4.1): expert slots per layer missing");
   const double need = dummy_bytes(cfg);
   if (need > 0.92 * double(free_bytes))
     return Status::errorf("model needs {:.1f} GiB of weights but the GPU '{}' has {:.1f} GiB free; use fewer layers "
@@ -186,7 +193,7 @@ Status DeviceWeightsV41::generate_dummy(const io::ModelConfig& cfg, int64_t free
   DSI_ASSIGN_OR_RETURN(embed_, dummy_mat(cfg.vocab_size, cfg.hidden_size, WeightFormat::BF16, 0, seed++, stream));
   DSI_ASSIGN_OR_RETURN(head_, dummy_mat(cfg.vocab_size, cfg.hidden_size, WeightFormat::BF16, 0, seed++, stream));
   DSI_ASSIGN_OR_RETURN(final_norm_, dummy_vec(cfg.hidden_size, 1.0f, 0.05f, seed++, stream));
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) DSI_RETURN_IF_ERROR(dummy_layer(cfg, l, seed, stream));
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) DSI_RETURN_IF_ERROR(dummy_layer(cfg, l, slots[size_t(l)], seed, stream));
   return Status::ok();
 }
 
