@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backends/cuda/runner/cuda_config.h"
 #include "backends/cuda/runner/cuda_runner.h"
 #include "backends/cuda/runner/cuda_runner_impl.h"
 #include "backends/cuda/runner/forward_v4.h"
@@ -15,33 +16,6 @@
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 
 namespace dsinfer::backends {
-
-namespace {
-
-// The first n layers of a config (benchmarks with dummy weights): per-layer lists cut; V4.1's layer-id lists
-// filtered (a role whose layer is cut is gone, the Engram tables of cut layers too).
-void keep_first_layers(io::ModelConfig& cfg, int64_t n) {
-  cfg.num_hidden_layers = n;
-  cfg.layer_types.resize(size_t(n));
-  cfg.mlp_layer_types.resize(size_t(n));
-  cfg.compress_ratios.resize(size_t(n));
-  if (!cfg.is_v41()) return;
-  auto cut = [n](std::vector<int64_t>& ids) { std::erase_if(ids, [n](int64_t l) { return l >= n; }); };
-  auto& v = cfg.v41;
-  cut(v.kv_source_layer_ids);
-  cut(v.index_source_layer_ids);
-  if (v.candidate_source_layer_id >= n) v.candidate_source_layer_id = -1;
-  std::vector<int64_t> ids, rows;
-  for (size_t e = 0; e < v.engram_layer_ids.size(); ++e)
-    if (v.engram_layer_ids[e] < n) {
-      ids.push_back(v.engram_layer_ids[e]);
-      if (e < v.engram_num_embeddings.size()) rows.push_back(v.engram_num_embeddings[e]);
-    }
-  v.engram_layer_ids = ids;
-  v.engram_num_embeddings = rows;
-}
-
-}  // namespace
 
 std::unique_ptr<CudaForward> make_cuda_forward(RunnerCore& core) {
   if (core.cfg_.is_v41()) return std::make_unique<CudaForwardV41>(core);
@@ -56,9 +30,8 @@ Status CudaForward::sync() const {
 Result<io::ModelConfig> cuda_model_config(const runner::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(opts.model_dir));
   // A profile the family's GPU forward cannot run is refused here, by name, never swapped for another.
-  if (cfg.is_v41())
-    if (const std::string why = v41_numerics_refusal(opts.numerics); !why.empty())
-      return Status::errorf("{}: {}", opts.model_dir, why);
+  if (const std::string why = cuda_numerics_refusal(cfg, opts.numerics); !why.empty())
+    return Status::errorf("{}: {}", opts.model_dir, why);
   if (opts.num_layers > 0) {
     if (opts.load_format != runner::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");
     if (opts.num_layers > cfg.num_hidden_layers)

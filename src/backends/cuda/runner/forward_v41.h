@@ -18,10 +18,6 @@
 
 namespace dsinfer::backends {
 
-// The official profile's rounding points (bf16 activations) have no V4.1 GPU kernels: the error that refuses them
-// (create_cuda_runner; never swapped for another profile), empty when `num` can run.
-std::string v41_numerics_refusal(const model::Numerics& num);
-
 class CudaForwardV41 final : public CudaForward {
  public:
   explicit CudaForwardV41(RunnerCore& core) : CudaForward(core) {}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backends/cuda/runner/cuda_config.h"
 #include "backends/cuda/runner/forward_v41.h"
 #include "cuda/cuda_common.h"
 #include "model/deepseek_v41.h"
@@ -29,17 +30,10 @@ Status check_roles(const io::ModelConfig& cfg) {
 
 }  // namespace
 
-std::string v41_numerics_refusal(const model::Numerics& num) {
-  if (!num.bf16_activations) return "";
-  return fmt::format("the cuda backend runs DeepSeek-V4.1 with transformers numerics only (--numerics hf or "
-                     "hf-noqat): '{}' numerics need the official bf16 rounding points, which have no V4.1 GPU kernels "
-                     "yet (use the cpu backend for them)", num.name);
-}
-
 Status CudaForwardV41::load(const runner::RunnerOptions& opts, ExpertSlots slots) {
   if (core_.eplb_.on)
     return Status::error("--eplb: DeepSeek-V4.1 has no expert-slot reloading yet; run it without --eplb");
-  if (const std::string why = v41_numerics_refusal(num_); !why.empty()) return Status::error(why);
+  if (const std::string why = cuda_numerics_refusal(cfg_, num_); !why.empty()) return Status::error(why);
   DSI_RETURN_IF_ERROR(check_roles(cfg_).with_context(opts.model_dir));
   if (opts.load_format == runner::LoadFormat::kDummy) {
     DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, device_.free_bytes, device_.name, stream_, slots));
