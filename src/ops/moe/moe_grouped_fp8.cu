@@ -1,16 +1,18 @@
 // FP8 grouped (prefill) MoE GEMMs on Hopper's wgmma for FP4_G32 experts with E8M0 scales (numeric contract in
 // moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). CTA tile: 128 permuted rows of one expert
 // (two warpgroups of 64 rows) x 128 weight rows, from the device-built tile list of the bf16 grouped path (same BM,
-// same moe_tile_list_kernel); grid x = column tile. Per 128-k stage all 256 threads cp.async the e4m3 A rows
-// (gate/up: gathered through perm_token) into a 128-byte-swizzled tile with their scales (gate/up: one per row and
-// stage, 1x128; down: two, 1x64), and the raw FP4 bytes + E8M0 scales of the weight rows (3-stage ring); the FP4
-// codes of stage k+1 are expanded to e4m3 into a swizzled B tile (double buffer; a prmt table per 32-k group, exact)
-// while the warpgroups' wgmmas of stage k run. Each warpgroup: m64n128k32 wgmma, the k-steps of one scale block
-// (gate/up 4, down 2) into a block accumulator, promoted into the fp32 result with (row scale x column block scale).
+// same moe_tile_list_kernel); grid x = column tile. Per 128-k stage all 256 threads cp.async the two e4m3 terms of
+// the A rows (gate/up: gathered through perm_token) into two 128-byte-swizzled tiles with their scales (gate/up: one
+// per row and stage, 1x128; down: two, 1x64), and the raw FP4 bytes + E8M0 scales of the weight rows (3-stage ring);
+// the FP4 codes of stage k+1 are expanded to e4m3 into a swizzled B tile (double buffer; a prmt table per 32-k group,
+// exact) while the warpgroups' wgmmas of stage k run. Each warpgroup: m64n128k32 wgmma, the k-steps of one scale block
+// (gate/up 4, down 2) for the first and then the second A term into one block accumulator, promoted into the fp32
+// result with (row scale x column block scale).
 // Gate/up: W1 and W3 rows of the same 64 columns in one tile; epilogue h = silu(min(g, L)) * clamp(u, -L, L),
-// quantized 1x64 (the tile's 64 columns) to e4m3 for the down kernel. Down: W2, epilogue fp32 rows of yp.
+// quantized 1x64 (the tile's 64 columns) to two e4m3 terms for the down kernel. Down: W2, epilogue fp32 rows of yp.
 // Deterministic, and a row's result does not depend on the other rows.
 // Not yet: TMA, warp specialization with setmaxnreg, a persistent scheduler (docs/kernels.md lists the next steps).
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -31,7 +33,9 @@ constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, 128-byte swizz
 constexpr int kSa = BM * 2 * 4;    // A scales [row][2 blocks of 64 k]
 constexpr int kRaw = BN * BK / 2;  // raw FP4 rows, 64 bytes each
 constexpr int kRs = BN * 4;        // E8M0 bytes, 4 per row
-constexpr int kRing = (kA + kSa + kRaw + kRs + 1023) / 1024 * 1024;
+// ring slot: A first term, A second term (kA after it), A scales, raw FP4, E8M0 bytes
+constexpr int kOffSa = 2 * kA, kOffRaw = kOffSa + kSa, kOffRs = kOffRaw + kRaw;
+constexpr int kRing = (kOffRs + kRs + 1023) / 1024 * 1024;
 constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
 constexpr int kSb = 2 * BN * 4;    // B block scales [2 blocks][128 rows]
 constexpr int kSmem = 1024 + kStages * kRing + 2 * kBx + 2 * kSb;  // + 1024: the base is aligned up to 1024
@@ -96,6 +100,7 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
 struct TileSrc {
   const uint8_t* arow[4];  // A rows (tid >> 3) + 32i, piece tid & 7 (a valid dummy row past the expert's rows)
   bool avalid[4];
+  int64_t lo;              // a_lo - a: the second term of an A piece
   const float* srow;       // A scale row tid (gate/up, tid < 128) or tid >> 1, block tid & 1 (down)
   bool svalid;
   const uint8_t* brow[2];  // B rows (tid >> 2) + 64i, piece tid & 3
@@ -115,6 +120,7 @@ __device__ __forceinline__ void tile_sources(const MoeGroupedFp8Args& p, int e, 
     src.avalid[i] = r < rows;
     src.arow[i] = p.a + arow(r) * K + (tid & 7) * 16;
   }
+  src.lo = p.a_lo - p.a;
   const int srow = kGateUp ? tid : tid >> 1;
   src.svalid = srow < rows && srow < BM;
   src.srow = p.a_scale + arow(srow) * (K / kBlk<kGateUp>) + (kGateUp ? 0 : tid & 1);
@@ -135,11 +141,13 @@ __device__ __forceinline__ void tile_sources(const MoeGroupedFp8Args& p, int e, 
 template <bool kGateUp>
 __device__ __forceinline__ void load_stage(const TileSrc& src, int kt, uint32_t ring) {
   const int tid = threadIdx.x, piece = tid & 7;
-  const uint32_t sa = ring + kA, raw = sa + kSa, rs = raw + kRaw;
+  const uint32_t sa = ring + kOffSa, raw = ring + kOffRaw, rs = ring + kOffRs;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int r = (tid >> 3) + 32 * i;
-    cp_async16(ring + uint32_t(r * 128 + ((piece ^ (r & 7)) << 4)), src.arow[i] + int64_t(kt) * BK, src.avalid[i]);
+    const uint32_t dst = ring + uint32_t(r * 128 + ((piece ^ (r & 7)) << 4));
+    cp_async16(dst, src.arow[i] + int64_t(kt) * BK, src.avalid[i]);
+    cp_async16(dst + kA, src.arow[i] + src.lo + int64_t(kt) * BK, src.avalid[i]);
   }
   if (!kGateUp || tid < BM) cp_async4(sa + uint32_t(tid * 4), src.srow + kt * kNB<kGateUp>, src.svalid);
 #pragma unroll
@@ -204,6 +212,14 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b) {
   return uint32_t(__nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3)) |
          (uint32_t(__nv_cvt_float_to_fp8(b, __NV_SATFINITE, __NV_E4M3)) << 8);
 }
+// The two e4m3 terms of scaled values a, b (moe_fp8_common.h): hi = e4m3(v), lo = e4m3(v - hi), two codes each.
+__device__ __forceinline__ void e4m3x2_terms(float a, float b, uint16_t& hi, uint16_t& lo) {
+  const uint32_t h = e4m3x2(a, b);
+  const __half2_raw d = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(h), __NV_E4M3);  // exact: e4m3 in half
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&d));
+  hi = uint16_t(h);
+  lo = uint16_t(e4m3x2(a - f.x, b - f.y));
+}
 
 // Gate/up epilogue of one row (half 0: r0, 1: r0 + 8): h for the thread's 16 columns, the row's amax over the quad
 // (the 4 lanes holding its 64 columns), e4m3 h and its scale.
@@ -230,9 +246,14 @@ __device__ __forceinline__ void gate_up_row(const MoeGroupedFp8Args& p, const fl
   const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
   const int64_t n0 = int64_t(blockIdx.x) * md::kGrpHCols;
   uint8_t* out = p.hq + grow * p.N + n0;
+  uint8_t* out_lo = p.hq_lo + grow * p.N + n0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
-    *reinterpret_cast<uint16_t*>(out + 8 * j + 2 * t) = uint16_t(e4m3x2(h[2 * j] * inv, h[2 * j + 1] * inv));
+  for (int j = 0; j < 8; ++j) {
+    uint16_t hi, lo;
+    e4m3x2_terms(h[2 * j] * inv, h[2 * j + 1] * inv, hi, lo);
+    *reinterpret_cast<uint16_t*>(out + 8 * j + 2 * t) = hi;
+    *reinterpret_cast<uint16_t*>(out_lo + 8 * j + 2 * t) = lo;
+  }
   if (t == 0) p.hs[grow * (p.N / 64) + blockIdx.x] = amax / 448.0f;
 }
 
@@ -258,7 +279,8 @@ __device__ __forceinline__ void epilogue(const MoeGroupedFp8Args& p, int rb, int
   }
 }
 
-// Block `blk_i` (kBlk k) of a stage for one warpgroup: blk = A rows x B rows over the block (kBlk / 32 k-steps).
+// Block `blk_i` (kBlk k) of a stage for one warpgroup: blk = (A + A_lo) rows x B rows over the block (kBlk / 32
+// k-steps per term; the second term's tile is kA after the first's).
 template <bool kGateUp>
 __device__ __forceinline__ void issue_block(float (&blk)[64], uint32_t a_tile, uint32_t b_tile, int blk_i) {
   fence_regs(blk);
@@ -266,7 +288,9 @@ __device__ __forceinline__ void issue_block(float (&blk)[64], uint32_t a_tile, u
 #pragma unroll
   for (int s = 0; s < kBlk<kGateUp> / 32; ++s) {
     const uint32_t off = uint32_t(blk_i * kBlk<kGateUp> + s * 32);
-    wgmma_m64n128k32(blk, smem_desc(a_tile + off), smem_desc(b_tile + off), s);
+    const uint64_t db = smem_desc(b_tile + off);
+    wgmma_m64n128k32(blk, smem_desc(a_tile + off), db, s);
+    wgmma_m64n128k32(blk, smem_desc(a_tile + kA + off), db, 1);
   }
   wgmma_commit();
 }
@@ -296,7 +320,7 @@ __global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Arg
     cp_async_wait<kStages - 2>();
     fence_proxy_async();
     __syncthreads();
-    expand_stage<kGateUp>(smem + kA + kSa, smem + kA + kSa + kRaw, bx, sbs);
+    expand_stage<kGateUp>(smem + kOffRaw, smem + kOffRs, bx, sbs);
     fence_proxy_async();
     __syncthreads();
     const int ra = wg * 64 + warp * 16 + (lane >> 2);  // the thread's accumulator rows ra, ra + 8
@@ -306,7 +330,7 @@ __global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Arg
       if (nxt < nk) load_stage<kGateUp>(src, nxt, s0 + uint32_t((nxt % kStages) * kRing));
       cp_async_commit();
       const uint32_t ring = s0 + uint32_t((kt % kStages) * kRing), btile = smem_u32(bx + (kt & 1) * kBx);
-      const float* sa = reinterpret_cast<const float*>(smem + (kt % kStages) * kRing + kA);
+      const float* sa = reinterpret_cast<const float*>(smem + (kt % kStages) * kRing + kOffSa);
       const float* sb = sbs + (kt & 1) * 2 * BN;
 #pragma unroll
       for (int bi = 0; bi < NB; ++bi) {
@@ -318,8 +342,8 @@ __global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Arg
           fence_proxy_async();
           __syncthreads();               // ... for all threads: expand it while the wgmmas run
           if (kt + 1 < nk) {
-            const uint8_t* nr = smem + ((kt + 1) % kStages) * kRing + kA + kSa;
-            expand_stage<kGateUp>(nr, nr + kRaw, bx + ((kt + 1) & 1) * kBx, sbs + ((kt + 1) & 1) * 2 * BN);
+            const uint8_t* nr = smem + ((kt + 1) % kStages) * kRing;
+            expand_stage<kGateUp>(nr + kOffRaw, nr + kOffRs, bx + ((kt + 1) & 1) * kBx, sbs + ((kt + 1) & 1) * 2 * BN);
           }
         }
         wgmma_wait0();
@@ -333,9 +357,9 @@ __global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Arg
   }
 }
 
-// x fp32 [T, K] -> e4m3 + 1 x kBlock scales; one warp per block (lane: kBlock / 32 consecutive elements).
+// x fp32 [T, K] -> two e4m3 terms + 1 x kBlock scales; one warp per block (lane: kBlock / 32 consecutive elements).
 template <int kBlock>
-__global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, float* s) {
+__global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, uint8_t* lo, float* s) {
   constexpr int kPer = kBlock / 32;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
@@ -351,19 +375,25 @@ __global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, flo
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
 #pragma unroll
-    for (int i = 0; i < kPer; i += 2)
-      *reinterpret_cast<uint16_t*>(q + b * kBlock + lane * kPer + i) = uint16_t(e4m3x2(v[i] * inv, v[i + 1] * inv));
+    for (int i = 0; i < kPer; i += 2) {
+      uint16_t hi, l;
+      e4m3x2_terms(v[i] * inv, v[i + 1] * inv, hi, l);
+      *reinterpret_cast<uint16_t*>(q + b * kBlock + lane * kPer + i) = hi;
+      *reinterpret_cast<uint16_t*>(lo + b * kBlock + lane * kPer + i) = l;
+    }
     if (lane == 0) s[b] = amax / 448.0f;
   }
 }
 
 }  // namespace
 
-void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, float* s, void* stream) {
+void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, uint8_t* lo, float* s,
+                      void* stream) {
   const int64_t blocks = T * K / block;
   const unsigned grid = unsigned(std::clamp<int64_t>((blocks + 7) / 8, 1, 132 * 16));
-  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, q, s);
-  else moe_quant_kernel<64><<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, q, s);
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, blocks, q, lo, s);
+  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, blocks, q, lo, s);
 }
 
 void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
