@@ -30,8 +30,8 @@ namespace {
 namespace md = ::dsinfer::ops::moe_detail;
 constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK;
 // 384 threads: warpgroup 0 produces (loads, expands), warpgroups 1 and 2 consume (64 rows each: wgmma, promotion,
-// epilogue). Registers moved from the producer to the consumers by setmaxnreg (128 x 56 + 256 x 224 <= 64K).
-constexpr int NT = 384, kProducerRegs = 56, kConsumerRegs = 224;
+// epilogue). Registers moved from the producer to the consumers by setmaxnreg (128 x 88 + 256 x 208 <= 64K).
+constexpr int NT = 384, kProducerRegs = 88, kConsumerRegs = 208;
 constexpr int kSlots = 3;  // consumer ring: stages the producer may run ahead (full slots)
 constexpr int kRawSlots = 4, kRawAhead = 2;  // producer-only ring of raw FP4 stages, loaded kRawAhead stages early
 constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, 128-byte swizzle (16-byte piece c of row r at c ^ r%8)
@@ -111,6 +111,12 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// Arrives on the barrier when all of the thread's cp.async so far have landed (counted in the barrier's init count).
+__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// The producer warpgroup's own barrier (id 1; __syncthreads uses 0).
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 // Waits until the phase of parity `parity` of the barrier has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -134,56 +140,75 @@ __device__ __forceinline__ Item item_of(const MoeGroupedFp8Args& p, int w, int n
   return {e, rb, min(BM, p.offsets[e + 1] - rb), w % ncols};
 }
 
-// The producer thread's global sources in the current item: A row tid (first term; its scales) and weight row tid
-// (raw FP4 bytes; E8M0 bytes). A row past the expert's rows reads a valid dummy row with size 0 (zero fill).
+// The producer thread's global sources in the current item, spread so that each warp instruction reads whole
+// 128-byte A rows (lanes 8j .. 8j + 7: the 8 pieces of one row) and whole 64-byte raw weight rows (4 lanes per row):
+// A rows (tid >> 3) + 16 i (index into a / a_scale, -1 past the expert's rows: zero fill), piece tid & 7, and the
+// scales of A row tid; raw weight rows (tid >> 2) + 32 i, piece tid & 3, and the E8M0 bytes of weight row tid.
 struct ASrc {
-  const uint8_t* row;
-  const float* scale;
-  bool valid;
+  int32_t row[8];
+  int32_t srow;
 };
 struct BSrc {
-  const uint8_t* row;
+  const uint8_t* row[4];
   const uint8_t* scale;
 };
 template <bool kGateUp>
 __device__ __forceinline__ ASrc a_source(const MoeGroupedFp8Args& p, const Item& it) {
-  const int r = threadIdx.x;
-  const int64_t ar = r >= it.rows ? 0 : kGateUp ? int64_t(p.perm_token[it.rb + r]) : int64_t(it.rb) + r;
-  return {p.a + ar * p.K, p.a_scale + ar * (p.K / kBlk<kGateUp>), r < it.rows};
+  auto arow = [&](int r) -> int32_t {
+    return r >= it.rows ? -1 : kGateUp ? p.perm_token[it.rb + r] : it.rb + r;
+  };
+  ASrc a;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a.row[i] = arow(int(threadIdx.x >> 3) + 16 * i);
+  a.srow = arow(int(threadIdx.x));
+  return a;
 }
 // weight row br: gate/up: W1 (br < 64) or W3 row col * 64 + br % 64; down: W2 row col * 128 + br
 template <bool kGateUp>
-__device__ __forceinline__ BSrc b_source(const MoeGroupedFp8Args& p, const Item& it) {
-  const int br = threadIdx.x;
+__device__ __forceinline__ const uint8_t* weight_row(const MoeGroupedFp8Args& p, const Item& it, int br, bool scale) {
   const bool up = kGateUp && br >= 64;
   const int64_t n = int64_t(it.col) * (kGateUp ? md::kGrpHCols : BN) + (kGateUp ? (br & 63) : br);
-  const auto* w = static_cast<const uint8_t*>(up ? p.w3[it.e] : p.w1[it.e]);
-  const auto* sc = static_cast<const uint8_t*>(up ? p.s3[it.e] : p.s1[it.e]);
-  return {w + n * (p.K / 2), sc + n * (p.K / 32)};
+  const void* base = scale ? (up ? p.s3[it.e] : p.s1[it.e]) : (up ? p.w3[it.e] : p.w1[it.e]);
+  return static_cast<const uint8_t*>(base) + n * (scale ? p.K / 32 : p.K / 2);
+}
+template <bool kGateUp>
+__device__ __forceinline__ BSrc b_source(const MoeGroupedFp8Args& p, const Item& it) {
+  BSrc b;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b.row[i] = weight_row<kGateUp>(p, it, int(threadIdx.x >> 2) + 32 * i, false);
+  b.scale = weight_row<kGateUp>(p, it, int(threadIdx.x), true);
+  return b;
 }
 
-// Stage kt of the thread's A row (both terms, 8 pieces each; its scales) into consumer slot `slot` (shared address).
+// Stage kt of the A rows (both terms) and their scales into consumer slot `slot` (shared address).
 template <bool kGateUp>
-__device__ __forceinline__ void load_a(const ASrc& a, int64_t lo, int kt, uint32_t slot) {
-  const int r = threadIdx.x;
-  const uint8_t* src = a.row + int64_t(kt) * BK;
+__device__ __forceinline__ void load_a(const MoeGroupedFp8Args& p, const ASrc& a, int kt, uint32_t slot) {
+  const int tid = threadIdx.x, c = tid & 7;
+  const int64_t lo = p.a_lo - p.a;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
+  for (int i = 0; i < 8; ++i) {
+    const int r = (tid >> 3) + 16 * i;
+    const uint8_t* src = p.a + int64_t(max(a.row[i], 0)) * p.K + int64_t(kt) * BK + c * 16;
     const uint32_t dst = slot + uint32_t(r * 128 + ((c ^ (r & 7)) << 4));
-    cp_async16(dst, src + c * 16, a.valid);
-    cp_async16(dst + kA, src + lo + c * 16, a.valid);
+    cp_async16(dst, src, a.row[i] >= 0);
+    cp_async16(dst + kA, src + lo, a.row[i] >= 0);
   }
-  const uint32_t sa = slot + kOffSa + uint32_t(r * kNB<kGateUp> * 4);
-  if constexpr (kGateUp) cp_async4(sa, a.scale + kt, a.valid);
-  else cp_async8(sa, a.scale + 2 * kt, a.valid);
+  const float* ss = p.a_scale + int64_t(max(a.srow, 0)) * (p.K / kBlk<kGateUp>) + kt * kNB<kGateUp>;
+  const uint32_t sa = slot + kOffSa + uint32_t(tid * kNB<kGateUp> * 4);
+  if constexpr (kGateUp) cp_async4(sa, ss, a.srow >= 0);
+  else cp_async8(sa, ss, a.srow >= 0);
 }
-// Stage kt of the thread's weight row (64 raw bytes, 4 E8M0 bytes) into raw slot `raw`.
+// Stage kt of the raw weight rows (64 bytes each, 16-byte piece q of row r at q ^ (r / 2 % 4)) and their E8M0 bytes
+// into raw slot `raw`.
 __device__ __forceinline__ void load_b(const BSrc& b, int kt, uint32_t raw) {
-  const int br = threadIdx.x;
+  const int tid = threadIdx.x, q = tid & 3;
 #pragma unroll
-  for (int q = 0; q < 4; ++q)
-    cp_async16(raw + uint32_t(br * 64 + ((q ^ ((br >> 1) & 3)) << 4)), b.row + int64_t(kt) * (BK / 2) + q * 16, true);
-  cp_async4(raw + kRaw + uint32_t(br * 4), b.scale + int64_t(kt) * (BK / 32), true);
+  for (int i = 0; i < 4; ++i) {
+    const int br = (tid >> 2) + 32 * i;
+    cp_async16(raw + uint32_t(br * 64 + ((q ^ ((br >> 1) & 3)) << 4)), b.row[i] + int64_t(kt) * (BK / 2) + q * 16,
+               true);
+  }
+  cp_async4(raw + kRaw + uint32_t(tid * 4), b.scale + int64_t(kt) * (BK / 32), true);
 }
 
 // 4 FP4 codes (nibbles of the low 16 bits of w) -> 4 e4m3 bytes through the magnitude table (t0: codes 0..3, t1:
@@ -339,16 +364,18 @@ struct Smem {
   __device__ uint8_t* ptr(uint32_t addr) const { return base + (addr - s0); }
 };
 
-// Producer warpgroup (thread = A row and weight row): global stage c (items of this CTA one after the other, nk
-// stages each). Iteration c loads the raw weights of stage c + kRawAhead, waits for slot c to be released and loads
-// its A rows, then expands stage c - 1 (its loads are complete once all but the newest cp.async group are) and marks
-// slot c - 1 full. A cursor (item, kt) per stream: the raw stream runs kRawAhead stages ahead.
+// Producer warpgroup: global stage c (items of this CTA one after the other, nk stages each). Iteration c loads the
+// raw weights of stage c + kRawAhead (producer-only ring), waits for consumer slot c to be released and loads its A
+// rows (their arrival counted by the slot's full barrier through cp.async.mbarrier.arrive), waits for the raw stage
+// c (all but the kRawAhead newest cp.async groups) and, after the producer barrier, expands weight row tid into the
+// slot and arrives on full. Raw slot (c + kRawAhead) % kRawSlots was last read in iteration c - 2, before every
+// producer thread passed the barrier of iteration c - 1. Two cursors (item, stage): the raw stream runs ahead.
 template <bool kGateUp>
 __device__ __forceinline__ void producer(const MoeGroupedFp8Args& p, const Smem& sm, int nitems, int ncols, int nk) {
+  static_assert(kRawSlots >= kRawAhead + 2, "the raw ring must hold the stages in flight and the one expanded");
   const int per = nitems > int(blockIdx.x) ? (nitems - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
   const int total = per * nk;  // this CTA's stages
-  const int64_t lo = p.a_lo - p.a;
-  int bw = -1, aw = -1;  // the items the two sources are for
+  int bw = -1, aw = -1;        // the items the two sources are for
   BSrc bs{};
   ASrc as{};
   auto load_raw = [&](int c) {
@@ -363,24 +390,23 @@ __device__ __forceinline__ void producer(const MoeGroupedFp8Args& p, const Smem&
     if (c < total) load_raw(c);
     cp_async_commit();
   }
-  for (int c = 0; c <= total; ++c) {
+  for (int c = 0; c < total; ++c) {
     if (c + kRawAhead < total) load_raw(c + kRawAhead);
-    if (c < total) {
-      mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
-      const int i = c / nk;
-      if (i != aw) {
-        aw = i;
-        as = a_source<kGateUp>(p, item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols));
-      }
-      load_a<kGateUp>(as, lo, c % nk, sm.slot(c));
+    mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
+    const int i = c / nk;
+    if (i != aw) {
+      aw = i;
+      as = a_source<kGateUp>(p, item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols));
     }
+    const uint32_t slot = sm.slot(c);
+    load_a<kGateUp>(p, as, c % nk, slot);
+    mbar_arrive_cp_async(sm.full(c));
     cp_async_commit();
-    if (c == 0) continue;
-    cp_async_wait<1>();
-    const uint32_t slot = sm.slot(c - 1);
-    expand_row<kGateUp>(sm.ptr(sm.raw(c - 1)), sm.ptr(slot + kOffB), reinterpret_cast<float*>(sm.ptr(slot + kOffSb)));
-    fence_proxy_async();  // cp.async and st.shared data read next by wgmma
-    mbar_arrive(sm.full(c - 1));
+    cp_async_wait<kRawAhead>();
+    producer_sync();
+    expand_row<kGateUp>(sm.ptr(sm.raw(c)), sm.ptr(slot + kOffB), reinterpret_cast<float*>(sm.ptr(slot + kOffSb)));
+    fence_proxy_async();  // st.shared data read next by wgmma
+    mbar_arrive(sm.full(c));
   }
   cp_async_wait<0>();
 }
@@ -402,6 +428,7 @@ __device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem&
     for (int kt = 0; kt < nk; ++kt, ++c) {
       const uint32_t slot = sm.slot(c);
       mbar_wait(sm.full(c), sm.parity(c));
+      fence_proxy_async();  // the A rows landed by cp.async (generic proxy), read by wgmma (async proxy)
       const float* sa = reinterpret_cast<const float*>(sm.ptr(slot + kOffSa));
       const float* sb = reinterpret_cast<const float*>(sm.ptr(slot + kOffSb));
 #pragma unroll
@@ -425,7 +452,7 @@ __global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Arg
   const Smem sm{smem, smem_u32(smem)};
   if (threadIdx.x == 0) {
     for (int i = 0; i < kSlots; ++i) {
-      mbar_init(sm.full(i), BM);            // the producer's 128 threads
+      mbar_init(sm.full(i), 2 * BM);        // the producer's 128 threads: A landed, then B expanded
       mbar_init(sm.empty(i), NT - BM);      // the consumers' 256 threads
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
