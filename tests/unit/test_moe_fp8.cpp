@@ -1,8 +1,9 @@
 // CPU checks of the FP8 grouped MoE path's numeric contract (ops/moe/moe_fp8_common.h, shared with moe_grouped_fp8.cu)
 // and its CPU reference (ops/moe/moe_fp8.h), each against an independent implementation: the FP4 -> e4m3 code expansion
 // against core/dtypes' e4m3 encoder for every code and scale offset; the expanded weights times their block scales
-// against io::dequant_fp4_e2m1 (bitwise where the contract says exact); the 1x64 activation quantization against its
-// error bound; the block scale bits against ldexp.
+// against io::dequant_fp4_e2m1 (bitwise where the contract says exact); the 1x64 activation quantization and its
+// second (lo) term against their error bounds; the block scale bits against ldexp; and the per-stage numerics study
+// (one vs two e4m3 terms for x and h against the exact expert and the bf16 numerics) that chose two terms.
 #include <gtest/gtest.h>
 
 #include <algorithm>

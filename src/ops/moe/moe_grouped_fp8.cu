@@ -1,17 +1,19 @@
 // FP8 grouped (prefill) MoE GEMMs on Hopper's wgmma for FP4_G32 experts with E8M0 scales (numeric contract in
-// moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). CTA tile: 128 permuted rows of one expert
-// (two warpgroups of 64 rows) x 128 weight rows, from the device-built tile list of the bf16 grouped path (same BM,
-// same moe_tile_list_kernel); grid x = column tile. Per 128-k stage all 256 threads cp.async the two e4m3 terms of
-// the A rows (gate/up: gathered through perm_token) into two 128-byte-swizzled tiles with their scales (gate/up: one
-// per row and stage, 1x128; down: two, 1x64), and the raw FP4 bytes + E8M0 scales of the weight rows (3-stage ring);
-// the FP4 codes of stage k+1 are expanded to e4m3 into a swizzled B tile (double buffer; a prmt table per 32-k group,
-// exact) while the warpgroups' wgmmas of stage k run. Each warpgroup: m64n128k32 wgmma, the k-steps of one scale block
-// (gate/up 4, down 2) for the first and then the second A term into one block accumulator, promoted into the fp32
-// result with (row scale x column block scale).
+// moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). Work item: 128 permuted rows of one expert
+// (a row tile of the device-built list shared with the bf16 grouped path) x 128 weight rows (a column tile); a
+// persistent grid of one CTA per SM walks the items row tile major. CTA = 384 threads, warp-specialized: warpgroup 0
+// produces (setmaxnreg down): per 128-k stage it cp.asyncs the raw FP4 bytes + E8M0 scales of the weight rows two
+// stages ahead into a producer-only ring, and, once the consumers released a slot (mbarrier `empty`), the two e4m3
+// terms of the A rows (gate/up: gathered through perm_token) with their scales into the slot's 128-byte-swizzled tiles
+// (their landing counted by the slot's `full` mbarrier through cp.async.mbarrier.arrive); then it expands the stage's
+// FP4 codes to e4m3 into the slot's swizzled B tile (a prmt table per 32-k group, exact) and arrives on `full`.
+// Warpgroups 1 and 2 consume (setmaxnreg up; 64 rows each): per scale block (gate/up 128 k, down 64 k) the
+// m64n128k32 wgmmas of the first and then the second A term into one block accumulator, promoted into the fp32 result
+// with (row scale x column block scale); release the slot; after the item's last stage the epilogue.
 // Gate/up: W1 and W3 rows of the same 64 columns in one tile; epilogue h = silu(min(g, L)) * clamp(u, -L, L),
 // quantized 1x64 (the tile's 64 columns) to two e4m3 terms for the down kernel. Down: W2, epilogue fp32 rows of yp.
 // Deterministic, and a row's result does not depend on the other rows.
-// Not yet: TMA, warp specialization with setmaxnreg, a persistent scheduler (docs/kernels.md lists the next steps).
+// Not yet: TMA, 2 CTAs per SM, a fused gate/up + down item order (docs/kernels.md lists the next steps).
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -512,9 +514,13 @@ void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t ma
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
   if (gate_up) cudaFuncSetAttribute(moe_grouped_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   else cudaFuncSetAttribute(moe_grouped_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  // persistent: one CTA per SM, at most one per item (the item count is known on the device only)
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  // persistent: one CTA per SM, at most one per item (the item count is known on the device only); the SM count
+  // read once (the same on every device this engine drives)
+  static const int sms = [] {
+    int dev = 0, n = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
   const int64_t cols = gate_up ? md::kGrpHCols : BN;
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / cols));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
