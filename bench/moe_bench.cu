@@ -5,7 +5,7 @@
 // Floor = bytes / 4.8 TB/s (H200 HBM3e peak) with bytes = touched experts x 13.37 MB (+ shared 25.2 MB) + x + out
 // (fp32); the intermediates are not counted (an ideal kernel keeps them on chip); "%" = floor / fast (share of the
 // peak the fast path reaches); "fast" above kMoeGroupedMinT tokens is the grouped prefill path. Then bench_grouped's
-// table (T = 1024 / 4096 / 8192: exact vs fast vs grouped vs grouped FP8, ms and TFLOP/s).
+// table (T = 512 / 1024 / 2048 / 4096 / 8192: exact vs fast vs grouped vs grouped FP8, ms and TFLOP/s).
 // Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only).
 #include <cuda_runtime.h>
 
@@ -131,7 +131,7 @@ void bench_grouped(std::vector<Set>& sets) {
   std::printf("grouped prefill GEMMs (routed only): %5s %8s | %-22s | %-22s | %-22s | %-22s\n", "T", "GFLOP",
               "exact ms  TFLOP/s", "fast ms  TFLOP/s", "grouped ms  TFLOP/s", "grouped fp8 ms TFLOP/s");
   uint64_t rng = 777;
-  for (int64_t T : {1024, 4096, 8192}) {
+  for (int64_t T : {512, 1024, 2048, 4096, 8192}) {
     std::vector<Blob> xs, outs, idxs, wts;
     for (int si = 0; si < kSets; ++si) {
       std::vector<int32_t> idx(size_t(T * k));
@@ -140,7 +140,9 @@ void bench_grouped(std::vector<Set>& sets) {
           int32_t e;
           bool dup;
           do {
-            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
             e = int32_t(rng % uint64_t(E));
             dup = false;
             for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
@@ -211,7 +213,9 @@ int main(int argc, char** argv) {
               "with shared: floor  exact   fast (us, x floor, %)", "routed only: floor  exact   fast");
   uint64_t rng = 12345;
   auto next = [&] {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return rng;
   };
   for (int64_t T : Ts) {

@@ -19,6 +19,7 @@ warm-up, median of 25, inputs rotated over several sets (weights and state far b
 import argparse
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -32,7 +33,7 @@ KV_ROW = 584  # 448 e4m3 NoPE + 64 bf16 RoPE dims + 7 UE8M0 scales padded to 8 b
 DENSE = [("wq_a", 1024, 4096), ("wq_b", 32768, 1024), ("wkv", 512, 4096), ("wo_b", 4096, 8192),
          ("shared w1/w3", 2048, 4096), ("shared w2", 4096, 2048), ("idx wq_b", 8192, 1024)]
 GEMM_M = [64, 1024, 4096]
-MOE_T = [64, 4096]
+MOE_T = [int(t) for t in os.environ.get("DSINFER_PEER_MOE_T", "64,4096").split(",")]  # tokens of the MoE peers
 DECODE_B = [1, 64, 256]
 WARM, RUNS = 3, 25
 

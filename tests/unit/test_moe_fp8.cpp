@@ -1,18 +1,21 @@
 // CPU checks of the FP8 grouped MoE path's numeric contract (ops/moe/moe_fp8_common.h, shared with moe_grouped_fp8.cu)
 // and its CPU reference (ops/moe/moe_fp8.h), each against an independent implementation: the FP4 -> e4m3 code expansion
 // against core/dtypes' e4m3 encoder for every code and scale offset; the expanded weights times their block scales
-// against io::dequant_fp4_e2m1 (bitwise where the contract says exact); the 1x64 activation quantization against its
-// error bound; the block scale bits against ldexp.
+// against io::dequant_fp4_e2m1 (bitwise where the contract says exact); the 1x64 activation quantization and its
+// second (lo) term against their error bounds; the block scale bits against ldexp; and the per-stage numerics study
+// (one vs two e4m3 terms for x and h against the exact expert and the bf16 numerics) that chose two terms.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "core/dtypes.h"
 #include "io/quant.h"
+#include "ops/moe/moe.h"
 #include "ops/moe/moe_fp8.h"
 #include "ops/moe/moe_fp8_common.h"
 
@@ -146,7 +149,108 @@ TEST(MoeFp8, DotOfQuantizedRows) {
   for (int64_t i = 0; i < n; ++i)
     want += double(dsinfer::e4m3_to_f32(qa[size_t(i)])) * sa[size_t(i / 64)] *
             double(dsinfer::e4m3_to_f32(qb[size_t(i)])) * sb[size_t(i / 64)];
-  EXPECT_NEAR(ops::fp8_dot_ref(qa.data(), sa.data(), qb.data(), sb.data(), n, 64), want, std::fabs(want) * 1e-12);
+  EXPECT_NEAR(ops::fp8_dot_ref(qa.data(), nullptr, sa.data(), qb.data(), sb.data(), n, 64), want,
+              std::fabs(want) * 1e-12);
+}
+
+// The two-term quantization: s * (hi + lo) within 2^-7 of x relative (2^-4 of the residual, itself <= 2^-4 of x) or
+// 2^-9 * s absolute (e4m3 subnormals), and never worse than the one-term q.
+TEST(MoeFp8, TwoTermQuantization) {
+  uint64_t s = 11;
+  std::vector<float> x(512);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (float(next(s) % 20001) / 10000.0f - 1.0f) * (i < 128 ? 1e-3f : 30.0f);
+  std::vector<uint8_t> q(x.size()), lo(x.size()), q1(x.size());
+  std::vector<float> sc(x.size() / 128), sc1(sc.size());
+  ops::quantize_e4m3_ref(x.data(), int64_t(x.size()), 128, q.data(), sc.data(), lo.data());
+  ops::quantize_e4m3_ref(x.data(), int64_t(x.size()), 128, q1.data(), sc1.data());
+  double e1 = 0.0, e2 = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(q[i], q1[i]) << "the first term is the one-term code";
+    const float sb = sc[i / 128];
+    const float d = (dsinfer::e4m3_to_f32(q[i]) + dsinfer::e4m3_to_f32(lo[i])) * sb;
+    EXPECT_LE(std::fabs(d - x[i]), std::max(std::ldexp(std::fabs(x[i]), -7), std::ldexp(sb, -9)) * 1.0001f) << i;
+    e1 += std::pow(double(dsinfer::e4m3_to_f32(q[i]) * sb - x[i]), 2);
+    e2 += std::pow(double(d - x[i]), 2);
+  }
+  EXPECT_LT(e2, e1 / 64.0) << "the second term must remove most of the first's error";
+}
+
+// Per-stage error of the FP8 numerics against the exact expert (fp32 activations, exact FP4 weights) at V4-like
+// ratios (D 1024, I 512, clamp 10, unit-variance x with a few 8x outlier channels), beside the bf16 numerics of the
+// Fast / Grouped paths (x and h rounded to bf16), which pass the fidelity gate. Measured (normalised L2 over 32
+// tokens): one term each 3.56e-2 (two terms for x only 2.07e-2, for h only 2.89e-2), two terms each 8.6e-4, bf16
+// 3.06e-3. Bounds: one term > 1.5e-2 (2.4x margin: the study must show the problem), two terms below bf16 (3.6x
+// margin) and below one term / 8 (41x measured). This is why the kernels quantize x and h to two e4m3 terms
+// (bench/NOTES.md, issue 30, second session).
+TEST(MoeFp8, TwoTermsMatchBf16Numerics) {
+  const int64_t D = 1024, I = 512, tokens = 32;
+  uint64_t s = 5;
+  auto weight = [&](int64_t rows, int64_t cols, std::vector<float>& deq, int64_t block) {
+    std::vector<uint8_t> codes(size_t(rows * cols / 2)), sc(size_t(rows * cols / 32));
+    for (auto& c : codes) c = uint8_t(next(s));
+    for (auto& e : sc) e = uint8_t(118 + next(s) % 3);
+    deq.resize(size_t(rows * cols));
+    dsinfer::io::dequant_fp4_e2m1(codes.data(), rows, cols, sc.data(), dsinfer::DType::F8_E8M0, 32, deq.data());
+    return ops::expand_fp4_weight_ref(codes.data(), sc.data(), rows, cols, block);
+  };
+  std::vector<float> d1, d3, d2;
+  const ops::Fp8Weight w1 = weight(I, D, d1, md::kFp8BlockGateUp), w3 = weight(I, D, d3, md::kFp8BlockGateUp);
+  const ops::Fp8Weight w2 = weight(D, I, d2, md::kFp8BlockDown);
+  const float limit = 10.0f;
+  std::vector<float> x(size_t(tokens * D));
+  for (size_t i = 0; i < x.size(); ++i) {
+    float g = 0.0f;  // ~unit variance: sum of 4 uniforms
+    for (int k = 0; k < 4; ++k) g += float(next(s) % 20001) / 10000.0f - 1.0f;
+    x[i] = g * 0.866f * ((i % size_t(D)) % 97 == 0 ? 8.0f : 1.0f);
+  }
+  // reference numerics: exact, and bf16 x / h (as the Fast and Grouped paths)
+  std::vector<double> exact(x.size(), 0.0), bf(x.size(), 0.0);
+  std::vector<float> xb(static_cast<size_t>(D)), h(static_cast<size_t>(I));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* xt = x.data() + t * D;
+    ops::expert_accumulate_ref({d1.data(), d3.data(), d2.data(), D, I, limit}, xt, 1.0f, exact.data() + t * D);
+    for (int64_t k = 0; k < D; ++k) xb[size_t(k)] = dsinfer::round_bf16(xt[k]);
+    for (int64_t j = 0; j < I; ++j) {
+      float g = 0.0f, u = 0.0f;
+      for (int64_t k = 0; k < D; ++k) {
+        g += xb[size_t(k)] * d1[size_t(j * D + k)];
+        u += xb[size_t(k)] * d3[size_t(j * D + k)];
+      }
+      g = std::min(g, limit);
+      u = std::min(std::max(u, -limit), limit);
+      h[size_t(j)] = dsinfer::round_bf16(g / (1.0f + std::exp(-g)) * u);
+    }
+    for (int64_t d = 0; d < D; ++d) {
+      float y = 0.0f;
+      for (int64_t j = 0; j < I; ++j) y += h[size_t(j)] * d2[size_t(d * I + j)];
+      bf[size_t(t * D + d)] = y;
+    }
+  }
+  auto nerr = [&](const std::vector<double>& a) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num += (a[i] - exact[i]) * (a[i] - exact[i]);
+      den += exact[i] * exact[i];
+    }
+    return std::sqrt(num / den);
+  };
+  auto fp8 = [&](int xt, int ht) {
+    std::vector<double> out(x.size(), 0.0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      ops::ExpertFp8Params p{&w1, &w3, &w2, limit};
+      p.x_terms = xt;
+      p.h_terms = ht;
+      ops::expert_fp8_accumulate_ref(p, x.data() + t * D, 1.0f, out.data() + t * D);
+    }
+    return nerr(out);
+  };
+  const double e11 = fp8(1, 1), e21 = fp8(2, 1), e12 = fp8(1, 2), e22 = fp8(2, 2), eb = nerr(bf);
+  std::printf("[fp8 numerics] vs exact: x1h1 %.3g x2h1 %.3g x1h2 %.3g x2h2 %.3g bf16 %.3g\n", e11, e21, e12, e22, eb);
+  EXPECT_GT(e11, 1.5e-2) << "one e4m3 term: ~2.5 % relative noise per quantization";
+  EXPECT_LT(e22, eb) << "two terms: no worse than the bf16 numerics that pass the fidelity gate";
+  EXPECT_LT(e22, e11 / 8.0);
+  EXPECT_LT(e21, e11) << "x's second term alone helps";
+  EXPECT_LT(e12, e11) << "h's second term alone helps";
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 // the list of touched experts written by the count kernel (or by the one-launch moe_prep_kernel for
 // T*topk <= kMoePrepMaxN), and runs 5 on the workspace's side stream concurrently with 1-4 (fork before 1, join
 // before 6).
-// Large T (MoePath::Fast above kMoeGroupedMinT, or Grouped) replaces 2-4 by moe_grouped.cu: x to bf16, the tile
-// list, gate/up + SwiGLU GEMM, down GEMM.
+// Large T (MoePath::Fast above kMoeGroupedMinT, or GroupedFp8) replaces 2-4 by moe_grouped_fp8.cu: x to two e4m3
+// terms, the tile list, gate/up + SwiGLU GEMM, down GEMM; MoePath::Grouped likewise by moe_grouped.cu (bf16).
 #include "ops/moe/moe_cuda.h"
 
 #include <algorithm>
@@ -33,14 +33,16 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   T = std::max(T, T_);
   topk = std::max(topk, topk_);
   dim = std::max(dim, dim_);
-  inter = std::max(inter, inter_), experts = std::max(experts, experts_);
+  inter = std::max(inter, inter_);
+  experts = std::max(experts, experts_);
   const size_t tk = size_t(std::max<int64_t>(T * topk, 1)), t1 = size_t(std::max<int64_t>(T, 1));
   DSI_RETURN_IF_ERROR(offsets_.alloc(size_t(experts + 1), "moe offsets"));
   DSI_RETURN_IF_ERROR(perm_token_.alloc(tk, "moe perm_token"));
   DSI_RETURN_IF_ERROR(pos_of_.alloc(tk, "moe pos_of"));
   DSI_RETURN_IF_ERROR(h1_.alloc(tk * size_t(inter), "moe h1"));
-  // h3 doubles as the fast path's bf16 x rows [tk, dim]
-  DSI_RETURN_IF_ERROR(h3_.alloc(tk * size_t(std::max<int64_t>(inter, (dim + 1) / 2)), "moe h3"));
+  // h3 doubles as the fast path's bf16 x rows [tk, dim] and the FP8 path's two e4m3 terms of x [T, dim] + scales
+  const int64_t x_floats = (dim + 1) / 2 + (dim + 127) / 128;
+  DSI_RETURN_IF_ERROR(h3_.alloc(tk * size_t(std::max<int64_t>(inter, x_floats)), "moe h3"));
   DSI_RETURN_IF_ERROR(active_.alloc(size_t(experts + 1), "moe active experts"));
   DSI_RETURN_IF_ERROR(tiles_.alloc(size_t(1 + 2 * moe_detail::grp_max_tiles(int64_t(tk), experts)), "moe tile list"));
   DSI_RETURN_IF_ERROR(yp_.alloc(tk * size_t(dim), "moe expert outputs"));
@@ -205,25 +207,27 @@ void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsD
   detail::launch_moe_grouped(false, down, max_tiles, stream);
 }
 
-// FP8 grouped path of the routed experts: x quantized to e4m3 [T, D] + 1x128 scales in the x scratch, the SwiGLU
-// output as e4m3 [n, I] + 1x64 scales in the h scratch (both fit: the scratch holds bf16 / fp32 rows of the same
-// shapes).
+// FP8 grouped path of the routed experts: x quantized to two e4m3 terms [T, D] each + 1x128 scales in the x scratch,
+// the SwiGLU output as two e4m3 terms [n, I] + 1x64 scales in the h scratch (both fit: MoeWorkspace::reserve sizes
+// h3 for it; h1 holds fp32 [n, I]).
 void moe_grouped_fp8_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
                              const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint8_t* xscratch,
                              uint8_t* hscratch, float* yp, void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
   uint8_t* xq = xscratch;
-  float* xs = reinterpret_cast<float*>(xscratch + T * D);  // T * D % 128 == 0: 4-byte aligned
+  uint8_t* xlo = xscratch + T * D;                             // T * D % 128 == 0: 16-byte aligned
+  float* xs = reinterpret_cast<float*>(xscratch + 2 * T * D);
   uint8_t* hq = hscratch;
-  float* hs = reinterpret_cast<float*>(hscratch + n * I);
-  detail::launch_moe_quant(x, T, D, moe_detail::kFp8BlockGateUp, xq, xs, stream);
+  uint8_t* hlo = hscratch + n * I;
+  float* hs = reinterpret_cast<float*>(hscratch + 2 * n * I);
+  detail::launch_moe_quant(x, T, D, moe_detail::kFp8BlockGateUp, xq, xlo, xs, stream);
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
-  const MoeGroupedFp8Args gate_up{.tiles = tiles, .offsets = offsets, .perm_token = perm, .a = xq, .a_scale = xs,
-                                  .w1 = ex.w1.data, .s1 = ex.w1.scale, .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D,
-                                  .N = I, .limit = limit, .hq = hq, .hs = hs};
+  const MoeGroupedFp8Args gate_up{.tiles = tiles, .offsets = offsets, .perm_token = perm, .a = xq, .a_lo = xlo,
+                                  .a_scale = xs, .w1 = ex.w1.data, .s1 = ex.w1.scale, .w3 = ex.w3.data,
+                                  .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit, .hq = hq, .hq_lo = hlo, .hs = hs};
   detail::launch_moe_grouped_fp8(true, gate_up, max_tiles, stream);
-  const MoeGroupedFp8Args down{.tiles = tiles, .offsets = offsets, .a = hq, .a_scale = hs, .w1 = ex.w2.data,
-                               .s1 = ex.w2.scale, .K = I, .N = D, .yout = yp};
+  const MoeGroupedFp8Args down{.tiles = tiles, .offsets = offsets, .a = hq, .a_lo = hlo, .a_scale = hs,
+                               .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I, .N = D, .yout = yp};
   detail::launch_moe_grouped_fp8(false, down, max_tiles, stream);
 }
 

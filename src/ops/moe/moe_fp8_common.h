@@ -2,14 +2,16 @@
 // (moe_fp8.h / moe_fp8_ref.cpp). No CUDA types. Design in docs/kernels.md "MoE grouped FP8 path".
 //
 // Activations are quantized per row in blocks of B k (x: B = 128, as DeepGEMM's 1x128; the SwiGLU output h: B = 64, see
-// below): s = amax / 448, q = e4m3_rn(v * (448 / amax)) (amax = 0: s = 0, q = 0). FP4_G32 weights with E8M0 scales are
+// below) to two e4m3 terms with one scale: s = amax / 448, v = a * (448 / amax) (fp32), q = e4m3_rn(v), lo =
+// e4m3_rn(v - q) (amax = 0: s = 0, q = lo = 0); s * (q + lo) carries ~8 significant bits where q alone carries 4 (one
+// term put the fast path outside the fidelity gate: bench/NOTES.md, issue 30). FP4_G32 weights with E8M0 scales are
 // expanded to e4m3 per weight row and B-k block (B / 32 scale groups with exponent bytes e_g): with m = max_g e_g, code
 // c of group g becomes e4m3(e2m1(c) * 2^(e_g - m + 6)) and the block's scale is 2^(m - 133) (= 2^(m - 127) / 2^6). The
 // expansion is exact when the block's scale bytes are within 14 of each other (always so on real checkpoints; else the
-// smaller groups' codes round to e4m3 subnormals, nearest even). The tensor cores sum each B-k block in fp32 (B / 32
-// wgmma k-steps), and the block sum is promoted: acc += block_sum * (s_row * s_col). h uses B = 64 because the gate/up
-// kernel's CTA owns 64 h columns: it quantizes h in its epilogue (one block per row) without a second pass; the down
-// kernel (K = inter) then promotes every 64 k, the gate/up kernel every 128.
+// smaller groups' codes round to e4m3 subnormals, nearest even). The tensor cores sum each B-k block of both terms in
+// fp32 (2 B / 32 wgmma k-steps: q then lo, same weights), and the block sum is promoted: acc += block_sum * (s_row *
+// s_col). h uses B = 64 because the gate/up kernel's CTA owns 64 h columns: it quantizes h in its epilogue (one block
+// per row) without a second pass; the down kernel (K = inter) then promotes every 64 k, the gate/up kernel every 128.
 #pragma once
 #include <cstdint>
 

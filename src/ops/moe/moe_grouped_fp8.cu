@@ -1,16 +1,20 @@
 // FP8 grouped (prefill) MoE GEMMs on Hopper's wgmma for FP4_G32 experts with E8M0 scales (numeric contract in
-// moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). CTA tile: 128 permuted rows of one expert
-// (two warpgroups of 64 rows) x 128 weight rows, from the device-built tile list of the bf16 grouped path (same BM,
-// same moe_tile_list_kernel); grid x = column tile. Per 128-k stage all 256 threads cp.async the e4m3 A rows
-// (gate/up: gathered through perm_token) into a 128-byte-swizzled tile with their scales (gate/up: one per row and
-// stage, 1x128; down: two, 1x64), and the raw FP4 bytes + E8M0 scales of the weight rows (3-stage ring); the FP4
-// codes of stage k+1 are expanded to e4m3 into a swizzled B tile (double buffer; a prmt table per 32-k group, exact)
-// while the warpgroups' wgmmas of stage k run. Each warpgroup: m64n128k32 wgmma, the k-steps of one scale block
-// (gate/up 4, down 2) into a block accumulator, promoted into the fp32 result with (row scale x column block scale).
+// moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). Work item: 128 permuted rows of one expert
+// (a row tile of the device-built list shared with the bf16 grouped path) x 128 weight rows (a column tile); a
+// persistent grid of one CTA per SM walks the items row tile major. CTA = 384 threads, warp-specialized: warpgroup 0
+// produces (setmaxnreg down): per 128-k stage it cp.asyncs the raw FP4 bytes + E8M0 scales of the weight rows two
+// stages ahead into a producer-only ring, and, once the consumers released a slot (mbarrier `empty`), the two e4m3
+// terms of the A rows (gate/up: gathered through perm_token) with their scales into the slot's 128-byte-swizzled tiles
+// (their landing counted by the slot's `full` mbarrier through cp.async.mbarrier.arrive); then it expands the stage's
+// FP4 codes to e4m3 into the slot's swizzled B tile (a prmt table per 32-k group, exact) and arrives on `full`.
+// Warpgroups 1 and 2 consume (setmaxnreg up; 64 rows each): per scale block (gate/up 128 k, down 64 k) the
+// m64n128k32 wgmmas of the first and then the second A term into one block accumulator, promoted into the fp32 result
+// with (row scale x column block scale); release the slot; after the item's last stage the epilogue.
 // Gate/up: W1 and W3 rows of the same 64 columns in one tile; epilogue h = silu(min(g, L)) * clamp(u, -L, L),
-// quantized 1x64 (the tile's 64 columns) to e4m3 for the down kernel. Down: W2, epilogue fp32 rows of yp.
+// quantized 1x64 (the tile's 64 columns) to two e4m3 terms for the down kernel. Down: W2, epilogue fp32 rows of yp.
 // Deterministic, and a row's result does not depend on the other rows.
-// Not yet: TMA, warp specialization with setmaxnreg, a persistent scheduler (docs/kernels.md lists the next steps).
+// Not yet: TMA, 2 CTAs per SM, a fused gate/up + down item order (docs/kernels.md lists the next steps).
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -26,15 +30,23 @@ namespace dsinfer::ops::cuda::detail {
 namespace {
 
 namespace md = ::dsinfer::ops::moe_detail;
-constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK, kStages = 3, NT = 256;
+constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK;
+// 384 threads: warpgroup 0 produces (loads, expands), warpgroups 1 and 2 consume (64 rows each: wgmma, promotion,
+// epilogue). Registers moved from the producer to the consumers by setmaxnreg (128 x 88 + 256 x 208 <= 64K).
+constexpr int NT = 384, kProducerRegs = 88, kConsumerRegs = 208;
+constexpr int kSlots = 3;  // consumer ring: stages the producer may run ahead (full slots)
+constexpr int kRawSlots = 4, kRawAhead = 2;  // producer-only ring of raw FP4 stages, loaded kRawAhead stages early
 constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, 128-byte swizzle (16-byte piece c of row r at c ^ r%8)
-constexpr int kSa = BM * 2 * 4;    // A scales [row][2 blocks of 64 k]
-constexpr int kRaw = BN * BK / 2;  // raw FP4 rows, 64 bytes each
-constexpr int kRs = BN * 4;        // E8M0 bytes, 4 per row
-constexpr int kRing = (kA + kSa + kRaw + kRs + 1023) / 1024 * 1024;
 constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
-constexpr int kSb = 2 * BN * 4;    // B block scales [2 blocks][128 rows]
-constexpr int kSmem = 1024 + kStages * kRing + 2 * kBx + 2 * kSb;  // + 1024: the base is aligned up to 1024
+constexpr int kSa = BM * 2 * 4;    // A scales [row][blocks per stage: gate/up 1, down 2]
+constexpr int kSb = 2 * BN * 4;    // B block scales [block][128 rows]
+// consumer slot: A first term, A second term (kA after it), expanded B, A scales, B scales
+constexpr int kOffB = 2 * kA, kOffSa = kOffB + kBx, kOffSb = kOffSa + kSa, kSlot = kOffSb + kSb;
+constexpr int kRaw = BN * BK / 2;  // raw FP4 rows, 64 bytes each (16-byte piece q of row r at q ^ (r / 2 % 4))
+constexpr int kRawSlot = kRaw + BN * 4;  // + E8M0 bytes, 4 per row
+constexpr int kOffRaw = kSlots * kSlot, kOffBar = kOffRaw + kRawSlots * kRawSlot;
+constexpr int kSmem = 1024 + kOffBar + 2 * kSlots * 8;  // + 1024: the base is aligned up to 1024; 8-byte mbarriers
+static_assert(kSlot % 1024 == 0 && kOffSb % 16 == 0, "1024-byte aligned wgmma tiles");
 static_assert(BM == 128 && BN == 128 && BK == 128, "the loaders below assume these sizes");
 static_assert(md::kFp8BlockGateUp == 128 && md::kFp8BlockDown == 64, "one promoted block per stage / per half stage");
 // k per activation scale and promoted block (gate/up: x, 128; down: h, 64) and blocks per 128-k stage
@@ -92,62 +104,113 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
-// Global sources of one thread's cp.async pieces for one tile.
-struct TileSrc {
-  const uint8_t* arow[4];  // A rows (tid >> 3) + 32i, piece tid & 7 (a valid dummy row past the expert's rows)
-  bool avalid[4];
-  const float* srow;       // A scale row tid (gate/up, tid < 128) or tid >> 1, block tid & 1 (down)
-  bool svalid;
-  const uint8_t* brow[2];  // B rows (tid >> 2) + 64i, piece tid & 3
-  const uint8_t* bsrow;    // E8M0 scale row tid (tid < 128)
-};
-
-template <bool kGateUp>
-__device__ __forceinline__ void tile_sources(const MoeGroupedFp8Args& p, int e, int rb, int rows, TileSrc& src) {
-  const int tid = threadIdx.x;
-  const int64_t K = p.K;
-  auto arow = [&](int r) -> int64_t {
-    return r >= rows ? 0 : kGateUp ? int64_t(p.perm_token[rb + r]) : int64_t(rb) + r;
-  };
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int r = (tid >> 3) + 32 * i;
-    src.avalid[i] = r < rows;
-    src.arow[i] = p.a + arow(r) * K + (tid & 7) * 16;
-  }
-  const int srow = kGateUp ? tid : tid >> 1;
-  src.svalid = srow < rows && srow < BM;
-  src.srow = p.a_scale + arow(srow) * (K / kBlk<kGateUp>) + (kGateUp ? 0 : tid & 1);
-  // weight row of shared row br: gate/up: W1 (br < 64) or W3 column n0 + br % 64; down: W2 row n0 + br
-  const int64_t n0 = int64_t(blockIdx.x) * (kGateUp ? md::kGrpHCols : BN);
-  auto wrow = [&](int br, bool scale) -> const uint8_t* {
-    const bool up = kGateUp && br >= 64;
-    const int64_t n = n0 + (kGateUp ? (br & 63) : br);
-    const void* base = scale ? (up ? p.s3[e] : p.s1[e]) : (up ? p.w3[e] : p.w1[e]);
-    return static_cast<const uint8_t*>(base) + n * (scale ? K / 32 : K / 2);
-  };
-#pragma unroll
-  for (int i = 0; i < 2; ++i) src.brow[i] = wrow((tid >> 2) + 64 * i, false) + (tid & 3) * 16;
-  src.bsrow = tid < BN ? wrow(tid, true) : nullptr;
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0) : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives on the barrier when all of the thread's cp.async so far have landed (counted in the barrier's init count).
+__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// The producer warpgroup's own barrier (id 1; __syncthreads uses 0).
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// Waits until the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
 }
 
-// One 128-k stage into ring slot `ring` (shared address). A scales: sa[row * kNB + block].
+// A work item of the persistent grid: CTA row tile `tile` of the device-built list x column tile `col`.
+struct Item {
+  int e, rb, rows, col;
+};
+__device__ __forceinline__ Item item_of(const MoeGroupedFp8Args& p, int w, int ncols) {
+  const int tile = w / ncols;
+  const int e = p.tiles[1 + 2 * tile];
+  const int rb = p.offsets[e] + p.tiles[2 + 2 * tile];
+  return {e, rb, min(BM, p.offsets[e + 1] - rb), w % ncols};
+}
+
+// The producer thread's global sources in the current item, spread so that each warp instruction reads whole
+// 128-byte A rows (lanes 8j .. 8j + 7: the 8 pieces of one row) and whole 64-byte raw weight rows (4 lanes per row):
+// A rows (tid >> 3) + 16 i (index into a / a_scale, -1 past the expert's rows: zero fill), piece tid & 7, and the
+// scales of A row tid; raw weight rows (tid >> 2) + 32 i, piece tid & 3, and the E8M0 bytes of weight row tid.
+struct ASrc {
+  int32_t row[8];
+  int32_t srow;
+};
+struct BSrc {
+  const uint8_t* row[4];
+  const uint8_t* scale;
+};
 template <bool kGateUp>
-__device__ __forceinline__ void load_stage(const TileSrc& src, int kt, uint32_t ring) {
-  const int tid = threadIdx.x, piece = tid & 7;
-  const uint32_t sa = ring + kA, raw = sa + kSa, rs = raw + kRaw;
+__device__ __forceinline__ ASrc a_source(const MoeGroupedFp8Args& p, const Item& it) {
+  auto arow = [&](int r) -> int32_t {
+    return r >= it.rows ? -1 : kGateUp ? p.perm_token[it.rb + r] : it.rb + r;
+  };
+  ASrc a;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a.row[i] = arow(int(threadIdx.x >> 3) + 16 * i);
+  a.srow = arow(int(threadIdx.x));
+  return a;
+}
+// weight row br: gate/up: W1 (br < 64) or W3 row col * 64 + br % 64; down: W2 row col * 128 + br
+template <bool kGateUp>
+__device__ __forceinline__ const uint8_t* weight_row(const MoeGroupedFp8Args& p, const Item& it, int br, bool scale) {
+  const bool up = kGateUp && br >= 64;
+  const int64_t n = int64_t(it.col) * (kGateUp ? md::kGrpHCols : BN) + (kGateUp ? (br & 63) : br);
+  const void* base = scale ? (up ? p.s3[it.e] : p.s1[it.e]) : (up ? p.w3[it.e] : p.w1[it.e]);
+  return static_cast<const uint8_t*>(base) + n * (scale ? p.K / 32 : p.K / 2);
+}
+template <bool kGateUp>
+__device__ __forceinline__ BSrc b_source(const MoeGroupedFp8Args& p, const Item& it) {
+  BSrc b;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b.row[i] = weight_row<kGateUp>(p, it, int(threadIdx.x >> 2) + 32 * i, false);
+  b.scale = weight_row<kGateUp>(p, it, int(threadIdx.x), true);
+  return b;
+}
+
+// Stage kt of the A rows (both terms) and their scales into consumer slot `slot` (shared address).
+template <bool kGateUp>
+__device__ __forceinline__ void load_a(const MoeGroupedFp8Args& p, const ASrc& a, int kt, uint32_t slot) {
+  const int tid = threadIdx.x, c = tid & 7;
+  const int64_t lo = p.a_lo - p.a;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = (tid >> 3) + 16 * i;
+    const uint8_t* src = p.a + int64_t(max(a.row[i], 0)) * p.K + int64_t(kt) * BK + c * 16;
+    const uint32_t dst = slot + uint32_t(r * 128 + ((c ^ (r & 7)) << 4));
+    cp_async16(dst, src, a.row[i] >= 0);
+    cp_async16(dst + kA, src + lo, a.row[i] >= 0);
+  }
+  const float* ss = p.a_scale + int64_t(max(a.srow, 0)) * (p.K / kBlk<kGateUp>) + kt * kNB<kGateUp>;
+  const uint32_t sa = slot + kOffSa + uint32_t(tid * kNB<kGateUp> * 4);
+  if constexpr (kGateUp) cp_async4(sa, ss, a.srow >= 0);
+  else cp_async8(sa, ss, a.srow >= 0);
+}
+// Stage kt of the raw weight rows (64 bytes each, 16-byte piece q of row r at q ^ (r / 2 % 4)) and their E8M0 bytes
+// into raw slot `raw`.
+__device__ __forceinline__ void load_b(const BSrc& b, int kt, uint32_t raw) {
+  const int tid = threadIdx.x, q = tid & 3;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int r = (tid >> 3) + 32 * i;
-    cp_async16(ring + uint32_t(r * 128 + ((piece ^ (r & 7)) << 4)), src.arow[i] + int64_t(kt) * BK, src.avalid[i]);
+    const int br = (tid >> 2) + 32 * i;
+    cp_async16(raw + uint32_t(br * 64 + ((q ^ ((br >> 1) & 3)) << 4)), b.row[i] + int64_t(kt) * (BK / 2) + q * 16,
+               true);
   }
-  if (!kGateUp || tid < BM) cp_async4(sa + uint32_t(tid * 4), src.srow + kt * kNB<kGateUp>, src.svalid);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int br = (tid >> 2) + 64 * i;
-    cp_async16(raw + uint32_t(br * 64 + (tid & 3) * 16), src.brow[i] + int64_t(kt) * (BK / 2), true);
-  }
-  if (tid < BN) cp_async4(rs + uint32_t(tid * 4), src.bsrow + int64_t(kt) * (BK / 32), true);
+  cp_async4(raw + kRaw + uint32_t(tid * 4), b.scale + int64_t(kt) * (BK / 32), true);
 }
 
 // 4 FP4 codes (nibbles of the low 16 bits of w) -> 4 e4m3 bytes through the magnitude table (t0: codes 0..3, t1:
@@ -156,31 +219,34 @@ __device__ __forceinline__ uint32_t expand4(uint32_t w, uint32_t t0, uint32_t t1
   return __byte_perm(t0, t1, w & 0x7777u) | __byte_perm(0u, 0x80808080u, (w >> 1) & 0x4444u);
 }
 
-// Thread tid expands row tid / 2, 64 k (half tid % 2) of the raw FP4 stage at `raw` (+ scales at rs) into the
-// swizzled e4m3 tile bx and the block scales sb[block][row] (gate/up: one 128-k block per row, its scale written by
-// the first half's thread; down: two 64-k blocks).
+// The producer thread expands its weight row (128 k) of the raw stage at `raw` into the swizzled e4m3 tile bx and
+// the block scales sb[block][row] (gate/up: one 128-k block; down: two 64-k blocks).
 template <bool kGateUp>
-__device__ __forceinline__ void expand_stage(const uint8_t* raw, const uint8_t* rs, uint8_t* bx, float* sb) {
-  const int tid = threadIdx.x, br = tid >> 1, b = tid & 1;
-  const uint32_t sw = *reinterpret_cast<const uint32_t*>(rs + br * 4);  // the row's 4 E8M0 bytes
-  const uint32_t e0 = (sw >> (16 * b)) & 0xFFu, e1 = (sw >> (16 * b + 8)) & 0xFFu;
-  uint32_t m = max(e0, e1);
-  if (kGateUp) m = max(max(sw & 0xFFu, (sw >> 8) & 0xFFu), max((sw >> 16) & 0xFFu, sw >> 24));
-  if (!kGateUp || b == 0) sb[(kGateUp ? 0 : b) * BN + br] = __uint_as_float(md::fp8_block_scale_bits(m));
+__device__ __forceinline__ void expand_row(const uint8_t* raw, uint8_t* bx, float* sb) {
+  const int br = threadIdx.x;
+  const uint32_t sw = *reinterpret_cast<const uint32_t*>(raw + kRaw + br * 4);  // the row's 4 E8M0 bytes
+  const uint32_t m01 = max(sw & 0xFFu, (sw >> 8) & 0xFFu), m23 = max((sw >> 16) & 0xFFu, sw >> 24);
+  if constexpr (kGateUp) {
+    sb[br] = __uint_as_float(md::fp8_block_scale_bits(max(m01, m23)));
+  } else {
+    sb[br] = __uint_as_float(md::fp8_block_scale_bits(m01));
+    sb[BN + br] = __uint_as_float(md::fp8_block_scale_bits(m23));
+  }
 #pragma unroll
-  for (int g = 0; g < 2; ++g) {
+  for (int g = 0; g < 4; ++g) {
+    const uint32_t m = kGateUp ? max(m01, m23) : g < 2 ? m01 : m23;
     uint32_t t0, t1;
-    md::fp4_e4m3_table(int(g ? e1 : e0) - int(m), t0, t1);
-    const uint4 v = *reinterpret_cast<const uint4*>(raw + br * 64 + b * 32 + g * 16);
+    md::fp4_e4m3_table(int((sw >> (8 * g)) & 0xFFu) - int(m), t0, t1);
+    const uint4 v = *reinterpret_cast<const uint4*>(raw + br * 64 + ((g ^ ((br >> 1) & 3)) << 4));
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // 16-byte piece 4b + 2g + h of the row: words 2h, 2h + 1
+    for (int h = 0; h < 2; ++h) {  // 16-byte piece 2g + h of the row: words 2h, 2h + 1
       uint4 o;
       o.x = expand4(w[2 * h], t0, t1);
       o.y = expand4(w[2 * h] >> 16, t0, t1);
       o.z = expand4(w[2 * h + 1], t0, t1);
       o.w = expand4(w[2 * h + 1] >> 16, t0, t1);
-      const int c = 4 * b + 2 * g + h;
+      const int c = 2 * g + h;
       *reinterpret_cast<uint4*>(bx + br * 128 + ((c ^ (br & 7)) << 4)) = o;
     }
   }
@@ -204,11 +270,19 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b) {
   return uint32_t(__nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3)) |
          (uint32_t(__nv_cvt_float_to_fp8(b, __NV_SATFINITE, __NV_E4M3)) << 8);
 }
+// The two e4m3 terms of scaled values a, b (moe_fp8_common.h): hi = e4m3(v), lo = e4m3(v - hi), two codes each.
+__device__ __forceinline__ void e4m3x2_terms(float a, float b, uint16_t& hi, uint16_t& lo) {
+  const uint32_t h = e4m3x2(a, b);
+  const __half2_raw d = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(h), __NV_E4M3);  // exact: e4m3 in half
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&d));
+  hi = uint16_t(h);
+  lo = uint16_t(e4m3x2(a - f.x, b - f.y));
+}
 
 // Gate/up epilogue of one row (half 0: r0, 1: r0 + 8): h for the thread's 16 columns, the row's amax over the quad
 // (the 4 lanes holding its 64 columns), e4m3 h and its scale.
 __device__ __forceinline__ void gate_up_row(const MoeGroupedFp8Args& p, const float (&acc)[64], int half, int64_t grow,
-                                            bool valid, int t) {
+                                            bool valid, int t, int col) {
   float h[16];
   float amax = 0.0f;
 #pragma unroll
@@ -228,29 +302,35 @@ __device__ __forceinline__ void gate_up_row(const MoeGroupedFp8Args& p, const fl
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
   if (!valid) return;
   const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
-  const int64_t n0 = int64_t(blockIdx.x) * md::kGrpHCols;
+  const int64_t n0 = int64_t(col) * md::kGrpHCols;
   uint8_t* out = p.hq + grow * p.N + n0;
+  uint8_t* out_lo = p.hq_lo + grow * p.N + n0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
-    *reinterpret_cast<uint16_t*>(out + 8 * j + 2 * t) = uint16_t(e4m3x2(h[2 * j] * inv, h[2 * j + 1] * inv));
-  if (t == 0) p.hs[grow * (p.N / 64) + blockIdx.x] = amax / 448.0f;
+  for (int j = 0; j < 8; ++j) {
+    uint16_t hi, lo;
+    e4m3x2_terms(h[2 * j] * inv, h[2 * j + 1] * inv, hi, lo);
+    *reinterpret_cast<uint16_t*>(out + 8 * j + 2 * t) = hi;
+    *reinterpret_cast<uint16_t*>(out_lo + 8 * j + 2 * t) = lo;
+  }
+  if (t == 0) p.hs[grow * (p.N / 64) + col] = amax / 448.0f;
 }
 
+// Epilogue of consumer warpgroup cwg (rows 64 cwg ..) of item `it`.
 template <bool kGateUp>
-__device__ __forceinline__ void epilogue(const MoeGroupedFp8Args& p, int rb, int rows, int wg, int lane,
+__device__ __forceinline__ void epilogue(const MoeGroupedFp8Args& p, const Item& it, int cwg, int lane,
                                          const float (&acc)[64]) {
   const int warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int row = wg * 64 + warp * 16 + g + 8 * half;
-    const int64_t grow = int64_t(rb) + row;
+    const int row = cwg * 64 + warp * 16 + g + 8 * half;
+    const int64_t grow = int64_t(it.rb) + row;
     if constexpr (kGateUp) {
-      gate_up_row(p, acc, half, grow, row < rows, t);
+      gate_up_row(p, acc, half, grow, row < it.rows, t, it.col);
     } else {
-      if (row >= rows) continue;
+      if (row >= it.rows) continue;
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        const int64_t col = int64_t(blockIdx.x) * BN + 8 * j + 2 * t;
+        const int64_t col = int64_t(it.col) * BN + 8 * j + 2 * t;
         *reinterpret_cast<float2*>(p.yout + grow * p.N + col) =
             make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
       }
@@ -258,7 +338,8 @@ __device__ __forceinline__ void epilogue(const MoeGroupedFp8Args& p, int rb, int
   }
 }
 
-// Block `blk_i` (kBlk k) of a stage for one warpgroup: blk = A rows x B rows over the block (kBlk / 32 k-steps).
+// Block `blk_i` (kBlk k) of a stage for one warpgroup: blk = (A + A_lo) rows x B rows over the block (kBlk / 32
+// k-steps per term; the second term's tile is kA after the first's).
 template <bool kGateUp>
 __device__ __forceinline__ void issue_block(float (&blk)[64], uint32_t a_tile, uint32_t b_tile, int blk_i) {
   fence_regs(blk);
@@ -266,76 +347,133 @@ __device__ __forceinline__ void issue_block(float (&blk)[64], uint32_t a_tile, u
 #pragma unroll
   for (int s = 0; s < kBlk<kGateUp> / 32; ++s) {
     const uint32_t off = uint32_t(blk_i * kBlk<kGateUp> + s * 32);
-    wgmma_m64n128k32(blk, smem_desc(a_tile + off), smem_desc(b_tile + off), s);
+    const uint64_t db = smem_desc(b_tile + off);
+    wgmma_m64n128k32(blk, smem_desc(a_tile + off), db, s);
+    wgmma_m64n128k32(blk, smem_desc(a_tile + kA + off), db, 1);
   }
   wgmma_commit();
 }
 
+// Shared-memory addresses of the kernel: consumer slots, raw slots, full[kSlots] then empty[kSlots] mbarriers.
+struct Smem {
+  uint8_t* base;
+  uint32_t s0;
+  __device__ uint32_t slot(int c) const { return s0 + uint32_t((c % kSlots) * kSlot); }
+  __device__ uint32_t raw(int c) const { return s0 + uint32_t(kOffRaw + (c % kRawSlots) * kRawSlot); }
+  __device__ uint32_t full(int c) const { return s0 + uint32_t(kOffBar + (c % kSlots) * 8); }
+  __device__ uint32_t empty(int c) const { return s0 + uint32_t(kOffBar + (kSlots + c % kSlots) * 8); }
+  __device__ uint32_t parity(int c) const { return uint32_t(c / kSlots) & 1u; }
+  __device__ uint8_t* ptr(uint32_t addr) const { return base + (addr - s0); }
+};
+
+// Producer warpgroup: global stage c (items of this CTA one after the other, nk stages each). Iteration c loads the
+// raw weights of stage c + kRawAhead (producer-only ring), waits for consumer slot c to be released and loads its A
+// rows (their arrival counted by the slot's full barrier through cp.async.mbarrier.arrive), waits for the raw stage
+// c (all but the kRawAhead newest cp.async groups) and, after the producer barrier, expands weight row tid into the
+// slot and arrives on full. Raw slot (c + kRawAhead) % kRawSlots was last read in iteration c - 2, before every
+// producer thread passed the barrier of iteration c - 1. Two cursors (item, stage): the raw stream runs ahead.
 template <bool kGateUp>
-__global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Args p) {
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  uint8_t* bx = smem + kStages * kRing;
-  float* sbs = reinterpret_cast<float*>(bx + 2 * kBx);
-  const uint32_t s0 = smem_u32(smem);
-  const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, t = lane & 3;
-  const int ntiles = p.tiles[0], nk = int(p.K / BK);
-  for (int tile = blockIdx.y; tile < ntiles; tile += gridDim.y) {
-    const int e = p.tiles[1 + 2 * tile], m0 = p.tiles[2 + 2 * tile];
-    const int rb = p.offsets[e] + m0, rows = min(BM, p.offsets[e + 1] - rb);
-    TileSrc src;
-    tile_sources<kGateUp>(p, e, rb, rows, src);
+__device__ __forceinline__ void producer(const MoeGroupedFp8Args& p, const Smem& sm, int nitems, int ncols, int nk) {
+  static_assert(kRawSlots >= kRawAhead + 2, "the raw ring must hold the stages in flight and the one expanded");
+  const int per = nitems > int(blockIdx.x) ? (nitems - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
+  const int total = per * nk;  // this CTA's stages
+  int bw = -1, aw = -1;        // the items the two sources are for
+  BSrc bs{};
+  ASrc as{};
+  auto load_raw = [&](int c) {
+    const int i = c / nk;
+    if (i != bw) {
+      bw = i;
+      bs = b_source<kGateUp>(p, item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols));
+    }
+    load_b(bs, c % nk, sm.raw(c));
+  };
+  for (int c = 0; c < kRawAhead; ++c) {
+    if (c < total) load_raw(c);
+    cp_async_commit();
+  }
+  for (int c = 0; c < total; ++c) {
+    if (c + kRawAhead < total) load_raw(c + kRawAhead);
+    mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
+    const int i = c / nk;
+    if (i != aw) {
+      aw = i;
+      as = a_source<kGateUp>(p, item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols));
+    }
+    const uint32_t slot = sm.slot(c);
+    load_a<kGateUp>(p, as, c % nk, slot);
+    mbar_arrive_cp_async(sm.full(c));
+    cp_async_commit();
+    cp_async_wait<kRawAhead>();
+    producer_sync();
+    expand_row<kGateUp>(sm.ptr(sm.raw(c)), sm.ptr(slot + kOffB), reinterpret_cast<float*>(sm.ptr(slot + kOffSb)));
+    fence_proxy_async();  // st.shared data read next by wgmma
+    mbar_arrive(sm.full(c));
+  }
+  cp_async_wait<0>();
+}
+
+// Consumer warpgroup cwg (rows 64 cwg .. of each item): per stage wait for its slot, per scale block the wgmmas of
+// both A terms, promotion, then release the slot; the epilogue per item.
+template <bool kGateUp>
+__device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem& sm, int nitems, int ncols, int nk,
+                                         int cwg) {
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, t = lane & 3;
+  const int ra = cwg * 64 + warp * 16 + (lane >> 2);  // the thread's accumulator rows ra, ra + 8
+  constexpr int NB = kNB<kGateUp>;
+  int c = 0;
+  for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
+    const Item it = item_of(p, w, ncols);
     float acc[64], blk[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < nk) load_stage<kGateUp>(src, s, s0 + uint32_t(s * kRing));
-      cp_async_commit();
-    }
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async();
-    __syncthreads();
-    expand_stage<kGateUp>(smem + kA + kSa, smem + kA + kSa + kRaw, bx, sbs);
-    fence_proxy_async();
-    __syncthreads();
-    const int ra = wg * 64 + warp * 16 + (lane >> 2);  // the thread's accumulator rows ra, ra + 8
-    constexpr int NB = kNB<kGateUp>;
-    for (int kt = 0; kt < nk; ++kt) {
-      const int nxt = kt + kStages - 1;
-      if (nxt < nk) load_stage<kGateUp>(src, nxt, s0 + uint32_t((nxt % kStages) * kRing));
-      cp_async_commit();
-      const uint32_t ring = s0 + uint32_t((kt % kStages) * kRing), btile = smem_u32(bx + (kt & 1) * kBx);
-      const float* sa = reinterpret_cast<const float*>(smem + (kt % kStages) * kRing + kA);
-      const float* sb = sbs + (kt & 1) * 2 * BN;
+    for (int kt = 0; kt < nk; ++kt, ++c) {
+      const uint32_t slot = sm.slot(c);
+      mbar_wait(sm.full(c), sm.parity(c));
+      fence_proxy_async();  // the A rows landed by cp.async (generic proxy), read by wgmma (async proxy)
+      const float* sa = reinterpret_cast<const float*>(sm.ptr(slot + kOffSa));
+      const float* sb = reinterpret_cast<const float*>(sm.ptr(slot + kOffSb));
 #pragma unroll
       for (int bi = 0; bi < NB; ++bi) {
-        // (a warpgroup whose rows are all past the expert's computes zeros: skipping it behind a branch makes ptxas
-        // serialize the wgmmas, C7518; at T = 4096 a tile of <= 64 rows is rare)
-        issue_block<kGateUp>(blk, ring + uint32_t(wg * 64 * 128), btile, bi);
-        if (bi == 0) {
-          cp_async_wait<kStages - 2>();  // stage kt + 1 has landed (for this thread) ...
-          fence_proxy_async();
-          __syncthreads();               // ... for all threads: expand it while the wgmmas run
-          if (kt + 1 < nk) {
-            const uint8_t* nr = smem + ((kt + 1) % kStages) * kRing + kA + kSa;
-            expand_stage<kGateUp>(nr, nr + kRaw, bx + ((kt + 1) & 1) * kBx, sbs + ((kt + 1) & 1) * 2 * BN);
-          }
-        }
+        issue_block<kGateUp>(blk, slot + uint32_t(cwg * 64 * 128), slot + kOffB, bi);
         wgmma_wait0();
         fence_regs(blk);
         promote(acc, blk, sa[ra * NB + bi], sa[(ra + 8) * NB + bi], sb + bi * BN, t);
       }
-      fence_proxy_async();  // the expanded tile of stage kt + 1
-      __syncthreads();      // and everyone is done with stage kt's ring slot and B tile
+      mbar_arrive(sm.empty(c));
     }
-    epilogue<kGateUp>(p, rb, rows, wg, lane, acc);
+    epilogue<kGateUp>(p, it, cwg, lane, acc);
   }
 }
 
-// x fp32 [T, K] -> e4m3 + 1 x kBlock scales; one warp per block (lane: kBlock / 32 consecutive elements).
+// Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
+template <bool kGateUp>
+__global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Args p) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const Smem sm{smem, smem_u32(smem)};
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kSlots; ++i) {
+      mbar_init(sm.full(i), 2 * BM);        // the producer's 128 threads: A landed, then B expanded
+      mbar_init(sm.empty(i), NT - BM);      // the consumers' 256 threads
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int ncols = int(p.N / (kGateUp ? md::kGrpHCols : BN)), nitems = p.tiles[0] * ncols, nk = int(p.K / BK);
+  const int wg = int(threadIdx.x) >> 7;
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    producer<kGateUp>(p, sm, nitems, ncols, nk);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    consumer<kGateUp>(p, sm, nitems, ncols, nk, wg - 1);
+  }
+}
+
+// x fp32 [T, K] -> two e4m3 terms + 1 x kBlock scales; one warp per block (lane: kBlock / 32 consecutive elements).
 template <int kBlock>
-__global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, float* s) {
+__global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, uint8_t* lo, float* s) {
   constexpr int kPer = kBlock / 32;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
@@ -351,27 +489,41 @@ __global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, flo
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
 #pragma unroll
-    for (int i = 0; i < kPer; i += 2)
-      *reinterpret_cast<uint16_t*>(q + b * kBlock + lane * kPer + i) = uint16_t(e4m3x2(v[i] * inv, v[i + 1] * inv));
+    for (int i = 0; i < kPer; i += 2) {
+      uint16_t hi, l;
+      e4m3x2_terms(v[i] * inv, v[i + 1] * inv, hi, l);
+      *reinterpret_cast<uint16_t*>(q + b * kBlock + lane * kPer + i) = hi;
+      *reinterpret_cast<uint16_t*>(lo + b * kBlock + lane * kPer + i) = l;
+    }
     if (lane == 0) s[b] = amax / 448.0f;
   }
 }
 
 }  // namespace
 
-void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, float* s, void* stream) {
+void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, uint8_t* lo, float* s,
+                      void* stream) {
   const int64_t blocks = T * K / block;
   const unsigned grid = unsigned(std::clamp<int64_t>((blocks + 7) / 8, 1, 132 * 16));
-  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, q, s);
-  else moe_quant_kernel<64><<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, q, s);
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, blocks, q, lo, s);
+  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, blocks, q, lo, s);
 }
 
 void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
   if (gate_up) cudaFuncSetAttribute(moe_grouped_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   else cudaFuncSetAttribute(moe_grouped_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  // persistent: one CTA per SM, at most one per item (the item count is known on the device only); the SM count
+  // read once (the same on every device this engine drives)
+  static const int sms = [] {
+    int dev = 0, n = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
   const int64_t cols = gate_up ? md::kGrpHCols : BN;
-  const dim3 grid(unsigned(a.N / cols), unsigned(std::clamp<int64_t>(max_tiles, 1, 65535)));
+  const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / cols));
+  const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
   if (gate_up) moe_grouped_fp8_kernel<true><<<grid, NT, kSmem, static_cast<cudaStream_t>(stream)>>>(a);
   else moe_grouped_fp8_kernel<false><<<grid, NT, kSmem, static_cast<cudaStream_t>(stream)>>>(a);
 }

@@ -20,13 +20,15 @@ struct MoeGroupedArgs {
   float* yout = nullptr;                // down: fp32 [rows, N]
 };
 
-// The FP8 grouped GEMMs (moe_grouped_fp8.cu; numeric contract in moe_fp8_common.h): e4m3 activations with one fp32
-// scale per row and 128 k (gate/up) or 64 k (down), FP4_G32 experts expanded to e4m3 in shared memory, wgmma.
+// The FP8 grouped GEMMs (moe_grouped_fp8.cu; numeric contract in moe_fp8_common.h): two-term e4m3 activations (hi +
+// lo) with one fp32 scale per row and 128 k (gate/up) or 64 k (down), FP4_G32 experts expanded to e4m3 in shared
+// memory, wgmma.
 struct MoeGroupedFp8Args {
   const int32_t* tiles = nullptr;       // as MoeGroupedArgs
   const int32_t* offsets = nullptr;
   const int32_t* perm_token = nullptr;  // gate/up: A row of permuted row p; down: null (row p)
-  const uint8_t* a = nullptr;           // e4m3 [rows_a, K] (gate/up: x [T, K]; down: h [rows, K])
+  const uint8_t* a = nullptr;           // e4m3 first term [rows_a, K] (gate/up: x [T, K]; down: h [rows, K])
+  const uint8_t* a_lo = nullptr;        // e4m3 second term, same shape and scales
   const float* a_scale = nullptr;       // [rows_a, K / 128] (gate/up) or [rows_a, K / 64] (down)
   const void* const* w1 = nullptr;      // gate/up: W1 [N, K]; down: W2 [N, K] (per-expert device pointers)
   const void* const* s1 = nullptr;
@@ -34,14 +36,17 @@ struct MoeGroupedFp8Args {
   const void* const* s3 = nullptr;
   int64_t K = 0, N = 0;                 // K % 128 == 0; N % 64 (gate/up) or % 128 (down) == 0
   float limit = 0.0f;                   // SwiGLU clamp (gate/up), 0 = none
-  uint8_t* hq = nullptr;                // gate/up: SwiGLU output e4m3 [rows, N] ...
-  float* hs = nullptr;                  // ... and its scales [rows, N / 64]
+  uint8_t* hq = nullptr;                // gate/up: SwiGLU output e4m3 [rows, N], first term ...
+  uint8_t* hq_lo = nullptr;             // ... second term ...
+  float* hs = nullptr;                  // ... and their scales [rows, N / 64]
   float* yout = nullptr;                // down: fp32 [rows, N]
 };
 
 namespace detail {
-// x fp32 [T, K] -> e4m3 [T, K] + scales [T, K / block] ("moe_quant_kernel"); block 64 or 128, K % block == 0.
-void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, float* s, void* stream);
+// x fp32 [T, K] -> two e4m3 terms q, lo [T, K] + scales [T, K / block] ("moe_quant_kernel"); block 64 or 128,
+// K % block == 0.
+void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, uint8_t* lo, float* s,
+                      void* stream);
 // The FP8 gate/up + SwiGLU kernel (gate_up) or the FP8 down kernel ("moe_grouped_fp8_kernel"), grid as
 // launch_moe_grouped.
 void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream);

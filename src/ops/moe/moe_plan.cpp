@@ -17,10 +17,10 @@ bool moe_fast_supported(const MoeExpertsDevice& ex) {
 MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16) {
   const int64_t n = T * topk;
   const bool fast = path != MoePath::Exact && fast_supported;
-  const bool grouped = fast && (path == MoePath::Grouped || (path == MoePath::Fast && T > kMoeGroupedMinT));
+  const bool prefill = fast && path == MoePath::Fast && T > kMoeGroupedMinT;
   MoePlan p;
-  if (fast && path == MoePath::GroupedFp8) p.experts = MoeExpertKernels::kGroupedFp8;
-  else if (grouped) p.experts = MoeExpertKernels::kGrouped;
+  if (fast && (path == MoePath::GroupedFp8 || prefill)) p.experts = MoeExpertKernels::kGroupedFp8;
+  else if (fast && path == MoePath::Grouped) p.experts = MoeExpertKernels::kGrouped;
   else p.experts = fast ? MoeExpertKernels::kFast : MoeExpertKernels::kGemm;
   p.gemm_skinny_ok = path != MoePath::Invariant;
   p.prep_one_launch = fast && n <= kMoePrepMaxN;
