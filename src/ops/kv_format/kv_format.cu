@@ -62,7 +62,7 @@ __global__ void idx_encode_kernel(const float* x, int n, int64_t ld, const int32
   }
   const float amax = warp_amax(a, fin);
   uint32_t codes = 0x7F7F7F7Fu;
-  float scale = NAN;
+  float scale = small_float::from_bits(0x7FC00000u);  // the quiet NaN, the same bits on host and device
   if (amax <= 3.4028235e38f) {
     const int k = amax > 0.0f ? kv_pow2_exponent(amax, 448.0f) : 0;
     scale = ldexpf(1.0f, k);

@@ -52,7 +52,7 @@ void kv_decode_row_ref(const uint8_t* cache, int64_t row, float* out) {
 void idx_encode_row_ref(const float* x, uint8_t* cache, int64_t row) {
   uint8_t* codes = cache + idx_code_offset(row);
   const float amax = amax_or_inf(x, kIdxDim);
-  float scale = NAN;
+  float scale = small_float::from_bits(0x7FC00000u);  // the quiet NaN, the same bits on host and device
   if (std::isfinite(amax)) {
     const int k = amax > 0.0f ? kv_pow2_exponent(amax, 448.0f) : 0;
     scale = std::ldexp(1.0f, k);
