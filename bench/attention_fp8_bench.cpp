@@ -6,15 +6,17 @@
 // 512 (CSA, a random sorted subset) or all 32 (HCA) entries; batch B = 1 / 64 / 256 over min(256, 512 / B) disjoint
 // groups of sequences (every key from HBM: >350 MB of state against the 50 MB L2). Rows: random fp32 rows encoded by
 // kv_encode; q: bf16 values (ours reads them as fp32, the runner's q, or as bf16), sinks random.
-// Timing as run_peers.py's time_us: every group's call 4 times in one CUDA graph, replayed 6 times, the median of the
-// last 5 / (4 x groups). Bytes a call must move: per token its key rows (584 B), q (fp32 128 KB or bf16 64 KB) and o
-// (fp32 128 KB) and its index lists; GB/s and %hbm against a 1 GB device-to-device copy measured here. The split
-// count of plan_sparse_attention_fp8, then a sweep of forced counts (the heuristic's check).
+// Timing after 2 s of copies (the clocks ramp up from 345 MHz), as run_peers.py's time_us: every group's call 4
+// times in one CUDA graph, replayed 6 times, the median of the last 5 / (4 x groups). Bytes a call must move: per
+// token its key rows (584 B), q (fp32 128 KB or bf16 64 KB) and o (fp32 128 KB) and its index lists; GB/s and %hbm
+// against a 1 GB device-to-device copy measured here. The split count of plan_sparse_attention_fp8, then a sweep of
+// forced counts (the heuristic's check).
 // --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script.
 // Built only with DSINFER_CUDA.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +103,12 @@ double measure_hbm() {  // bytes read + written per second of a 1 GB device-to-d
     if (it >= 3) ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
+  // Two more seconds of copies: the clocks idle at 345 MHz and ramp up under load (as run_peers.py's warm-up).
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 20; ++i) cudaMemcpyAsync(b.data(), a.data(), n * 4, cudaMemcpyDeviceToDevice);
+    cudaDeviceSynchronize();
+  }
   return 2.0 * double(n) * 4 / (double(ms[ms.size() / 2]) * 1e-3);
 }
 

@@ -34,8 +34,9 @@ std::vector<float> rows_with_edges(int64_t n, int64_t ld, int64_t tile, uint32_t
   return x;
 }
 
-// Destinations: a shuffled subset of the cache rows, every 11th row -1 and every 13th past the end.
+// Destinations: a shuffled subset of the cache rows (n <= cache_rows), every 11th row -1 and every 13th past the end.
 std::vector<int32_t> destinations(int64_t n, int64_t cache_rows, uint32_t seed) {
+  EXPECT_LE(n, cache_rows);
   std::vector<int32_t> all(static_cast<size_t>(cache_rows));
   for (int64_t i = 0; i < cache_rows; ++i) all[size_t(i)] = int32_t(i);
   std::shuffle(all.begin(), all.end(), std::mt19937(seed));
@@ -50,7 +51,7 @@ std::vector<int32_t> destinations(int64_t n, int64_t cache_rows, uint32_t seed) 
 
 TEST(GpuKvFormat, MainKvEncodeMatchesTheReferenceBytes) {
   DSI_SKIP_WITHOUT_GPU();
-  const int64_t n = 300, ld = ops::kKvDim + 16, cache_rows = 4 * ops::kKvBlockRows + 17;
+  const int64_t n = 300, ld = ops::kKvDim + 16, cache_rows = 5 * ops::kKvBlockRows + 17;
   const std::vector<float> x = rows_with_edges(n, ld, ops::kKvTile, 1);
   const std::vector<int32_t> dst = destinations(n, cache_rows, 2);
   std::vector<uint8_t> ref(size_t(ops::kv_cache_bytes(cache_rows)), 0xAA);

@@ -32,6 +32,7 @@ constexpr int kData = int(kKvDataBytes);
 constexpr int kChunksPerKey = kData / 16;  // 28 code chunks + 8 RoPE chunks
 constexpr int kStageBytes = kHalfKeys * (kData + 8);
 constexpr int kResolve = kThreads;  // row pointers resolved at a time (one per thread)
+constexpr int kPart = kD + 4;      // workspace floats per (token, split, head): o, max, sum, 2 pad (16-byte rows)
 constexpr int kTilesPerResolve = kResolve / kFp8Keys;
 
 constexpr size_t kOffQ = 0;                                                   // bf16 [64][kP]
@@ -304,7 +305,7 @@ __device__ __forceinline__ void write_out(const float (&acc)[32][4], const float
         *reinterpret_cast<float2*>(orow + d) = make_float2(e0, e1);
       }
     } else {
-      float* part = ws + ((t * S + split) * H + h) * (kD + 2);
+      float* part = ws + ((t * S + split) * H + h) * kPart;
 #pragma unroll
       for (int nt = 0; nt < 32; ++nt) {
         const int d = d0 + 8 * nt + 2 * q4;
@@ -406,8 +407,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Merge of the splits' partials: one block of 128 threads per (token, head), 4 channels a thread.
 __global__ void sparse_attention_fp8_combine_kernel(SparseAttentionFp8Params p, const float* ws, float* o) {
   const int64_t t = blockIdx.x, h = blockIdx.y, H = p.heads, S = p.num_splits;
-  const float* part = ws + (t * S * H + h) * (kD + 2);
-  const int64_t sstride = H * (kD + 2);
+  const float* part = ws + (t * S * H + h) * kPart;  // float4 loads: kPart keeps every row 16-byte aligned
+  const int64_t sstride = H * kPart;
   const float sink = p.sinks[h];
   float M = sink;
   for (int64_t s = 0; s < S; ++s) M = fmaxf(M, part[s * sstride + kD]);

@@ -13,9 +13,9 @@
 
 namespace dsinfer::ops::cuda {
 
-// Workspace floats for num_splits > 1: per (token, split, head) the unnormalised output and (max, sum).
+// Workspace floats for num_splits > 1: per (token, split, head) the unnormalised output, (max, sum) and 2 pad floats.
 inline int64_t sparse_attention_fp8_workspace_floats(int64_t T, int64_t heads, int64_t num_splits) {
-  return num_splits > 1 ? T * num_splits * heads * (512 + 2) : 0;
+  return num_splits > 1 ? T * num_splits * heads * (512 + 4) : 0;
 }
 
 // q: [T, heads, 512] (fp32 or bf16, p.q_bf16); o: [T, heads, 512] fp32. Device pointers.
