@@ -23,6 +23,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/small_float.h"
@@ -169,8 +170,8 @@ struct Run {
   float* ws;
 };
 
-// The call of group g with `splits` splits on stream s.
-void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, cudaStream_t s) {
+// The call of group g with `splits` splits on stream s (probe != 0: the diagnostic kernel with phases left out).
+void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, cudaStream_t s, int probe = 0) {
   ops::cuda::SparseAttentionFp8Params p;
   p.T = b.B;
   p.heads = kH;
@@ -183,19 +184,25 @@ void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, 
   p.num_splits = splits;
   const void* q = q_bf16 ? static_cast<const void*>(b.dqb.data() + t0 * kH * kD)
                          : static_cast<const void*>(b.dqf.data() + t0 * kH * kD);
-  BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q, r.out, r.ws, s));
+  if (probe == 0) {
+    BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q, r.out, r.ws, s));
+  } else if (!ops::cuda::detail::launch_sparse_attention_fp8_probe(p, q, r.out, r.ws, probe, s) ||
+             cudaGetLastError() != cudaSuccess) {
+    std::fprintf(stderr, "probe %d failed\n", probe);
+    std::exit(1);
+  }
 }
 
 // Per-call microseconds: all groups' calls 4 times in one graph, median of 5 replays.
-double time_us(const Batch& b, const Run& r, int64_t splits, bool q_bf16) {
+double time_us(const Batch& b, const Run& r, int64_t splits, bool q_bf16, int probe = 0) {
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  for (int64_t g = 0; g < std::min<int64_t>(3, b.G); ++g) call(b, r, g, splits, q_bf16, s);
+  for (int64_t g = 0; g < std::min<int64_t>(3, b.G); ++g) call(b, r, g, splits, q_bf16, s, probe);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
   for (int rep = 0; rep < 4; ++rep)
-    for (int64_t g = 0; g < b.G; ++g) call(b, r, g, splits, q_bf16, s);
+    for (int64_t g = 0; g < b.G; ++g) call(b, r, g, splits, q_bf16, s, probe);
   if (cudaStreamEndCapture(s, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
     std::fprintf(stderr, "graph capture failed\n");
     std::exit(1);
@@ -283,13 +290,25 @@ int main(int argc, char** argv) {
       std::printf("%s B=%lld keys %lld splits %lld (plan): q fp32 %.1f us (%.0f GB/s, %.0f%% hbm), q bf16 %.1f us "
                   "(%.0f GB/s, %.0f%% hbm)\n",
                   k.name, (long long)B, (long long)nkeys, (long long)plan, us, bytes_fp32 / us / 1e3,
-                  100.0 * bytes_fp32 / us / 1e-6 / hbm, us_b, bytes_bf16 / us_b / 1e3, 100.0 * bytes_bf16 / us_b / 1e-6 / hbm);
+                  100.0 * bytes_fp32 / us / 1e-6 / hbm, us_b, bytes_bf16 / us_b / 1e3,
+                  100.0 * bytes_bf16 / us_b / 1e-6 / hbm);
       std::printf("  sweep (q fp32):");
       for (int64_t s : {1, 2, 3, 4, 5, 8, 10, 20}) {
         if (s > (nkeys + 31) / 32) continue;
         std::printf(" %lld:%.1f", (long long)s, time_us(b, r, s, false));
       }
       std::printf("\n");
+      if (B > 1 && std::string(k.name) == "CSA") {  // where a tile's time goes (phases left out; q fp32)
+        namespace d = ops::cuda::detail;
+        const std::pair<const char*, int> probes[] = {
+            {"no QK", d::kProbeNoQk}, {"no PV", d::kProbeNoPv}, {"no softmax", d::kProbeNoSoftmax},
+            {"no dequant", d::kProbeNoDequant}, {"no loads", d::kProbeNoLoads},
+            {"no loads+dequant", d::kProbeNoLoads | d::kProbeNoDequant},
+            {"no QK+PV+softmax", d::kProbeNoQk | d::kProbeNoPv | d::kProbeNoSoftmax}};
+        std::printf("  probes (splits %lld):", (long long)plan);
+        for (const auto& [name, bits] : probes) std::printf(" %s %.1f |", name, time_us(b, r, plan, false, bits));
+        std::printf("\n");
+      }
       std::printf("RESULT %s %lld %.2f %.2f %lld\n", k.name, (long long)B, us, us_b, (long long)plan);
       if (!dir.empty()) dump(dir, std::string(k.name) + "_" + std::to_string(B), b, r, out, plan);
       std::fflush(stdout);

@@ -56,7 +56,8 @@ TEST(GpuKvFormat, MainKvEncodeMatchesTheReferenceBytes) {
   const std::vector<int32_t> dst = destinations(n, cache_rows, 2);
   std::vector<uint8_t> ref(size_t(ops::kv_cache_bytes(cache_rows)), 0xAA);
   for (int64_t i = 0; i < n; ++i)
-    if (dst[size_t(i)] >= 0 && dst[size_t(i)] < cache_rows) ops::kv_encode_row_ref(x.data() + i * ld, ref.data(), dst[size_t(i)]);
+    if (dst[size_t(i)] >= 0 && dst[size_t(i)] < cache_rows)
+      ops::kv_encode_row_ref(x.data() + i * ld, ref.data(), dst[size_t(i)]);
   auto dx = to_device(x);
   auto dd = to_device(dst);
   auto dc = to_device(std::vector<uint8_t>(ref.size(), 0xAA));
@@ -76,7 +77,8 @@ TEST(GpuKvFormat, IndexerKeyEncodeMatchesTheReferenceBytes) {
   const std::vector<int32_t> dst = destinations(n, cache_rows, 4);
   std::vector<uint8_t> ref(size_t(ops::idx_cache_bytes(cache_rows)), 0xAA);
   for (int64_t i = 0; i < n; ++i)
-    if (dst[size_t(i)] >= 0 && dst[size_t(i)] < cache_rows) ops::idx_encode_row_ref(x.data() + i * ld, ref.data(), dst[size_t(i)]);
+    if (dst[size_t(i)] >= 0 && dst[size_t(i)] < cache_rows)
+      ops::idx_encode_row_ref(x.data() + i * ld, ref.data(), dst[size_t(i)]);
   auto dx = to_device(x);
   auto dd = to_device(dst);
   auto dc = to_device(std::vector<uint8_t>(ref.size(), 0xAA));

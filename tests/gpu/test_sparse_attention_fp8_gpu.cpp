@@ -8,14 +8,16 @@
 // more splits than tiles, tokens with no key at all (output 0: only the sink).
 //
 // Threshold kTol = 1e-2 on ||o - ref|| / ||ref|| (whole step and per token), the bound of the bf16 tensor-core
-// kernel (tests/gpu/test_sparse_attention_gpu.cpp derives it: q rounded to bf16 gives ~2e-3 relative score error,
-// p rounded to bf16 1.1e-3; errors average like o itself, ~3e-3 expected). Here the key tile is exact (e4m3 * 2^k
-// and bf16 RoPE channels are bf16 values), so the expected error is lower (~2.5e-3); a wrong byte offset, scale,
+// kernel (tests/gpu/test_sparse_attention_gpu.cpp derives it from q, k and p rounded to bf16). Here the key tile is
+// exact (e4m3 * 2^k and bf16 RoPE channels are bf16 values), so q's and p's roundings are the only ones. Measured on
+// the H200 (the test prints each case): 4.6-5.0e-3 with fp32 q ~ N(0, 2) (q's rounding dominates: larger scores),
+// 1.8-2.6e-4 with bf16 q (exact); the bound leaves a 2x margin over the largest. A wrong byte offset, scale,
 // fragment, mask or split gives errors of order 1. Two runs of the same call must agree bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -163,7 +165,10 @@ void run_case(const Case& c, const std::vector<int64_t>& splits) {
   for (int64_t s : splits) {
     SCOPED_TRACE(testing::Message() << "splits " << s);
     const std::vector<float> got = dev.run(c, hp, s);
-    EXPECT_LT(normalized_error(got, ref), kTol);
+    const double err = normalized_error(got, ref);
+    std::printf("  fp8 attention T %lld H %lld splits %lld: error %.3e\n", (long long)c.T, (long long)c.H,
+                (long long)s, err);  // the measured distribution behind kTol
+    EXPECT_LT(err, kTol);
     for (int64_t t = 0; t < c.T; ++t) {
       const std::vector<float> a(got.begin() + t * per_token, got.begin() + (t + 1) * per_token);
       const std::vector<float> b(ref.begin() + t * per_token, ref.begin() + (t + 1) * per_token);

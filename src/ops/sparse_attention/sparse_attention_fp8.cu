@@ -37,7 +37,7 @@ constexpr int kTilesPerResolve = kResolve / kFp8Keys;
 
 constexpr size_t kOffQ = 0;                                                   // bf16 [64][kP]
 constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kP * 2;                   // bf16 [32][kP]
-constexpr size_t kOffStage = kOffK + size_t(kFp8Keys) * kP * 2;                // [kStages][16 x 576 data, 16 x 8 scales]
+constexpr size_t kOffStage = kOffK + size_t(kFp8Keys) * kP * 2;                // [kStages][16 x 576 data, 16 x 8]
 constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;           // f32 [8][16][32]
 constexpr size_t kOffRows = kOffX + size_t(kWarps) * 16 * 32 * 4;             // const uint8_t* [2][2][kResolve]
 constexpr size_t kSmemBytes = kOffRows + 4 * kResolve * sizeof(const uint8_t*);
@@ -320,12 +320,18 @@ __device__ __forceinline__ void write_out(const float (&acc)[32][4], const float
 }
 
 // The per-tile body: scores, the exchange of the two dim halves, online softmax, rescale, P V.
+template <int kProbe>
 __device__ __forceinline__ void attend_tile(const __nv_bfloat16* qs, const __nv_bfloat16* ks, float* sx, int hr,
                                             int d0, uint32_t valid, float scale, float (&m)[2], float (&l)[2],
                                             float (&acc)[32][4]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float s[4][4];
-  qk_half(qs, ks, hr, d0, s);
+  if (kProbe & kProbeNoQk) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] = 0.0f;
+  } else {
+    qk_half(qs, ks, hr, d0, s);
+  }
   float* mine = sx + warp * 16 * 32;
 #pragma unroll
   for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
@@ -333,8 +339,8 @@ __device__ __forceinline__ void attend_tile(const __nv_bfloat16* qs, const __nv_
   const float* other = sx + (warp ^ 4) * 16 * 32;  // the same heads, the other 256 dims
 #pragma unroll
   for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] += other[i * 32 + lane];
-  float alpha[2];
-  softmax_tile(s, valid, scale, m, l, alpha);
+  float alpha[2] = {1.0f, 1.0f};
+  if (!(kProbe & kProbeNoSoftmax)) softmax_tile(s, valid, scale, m, l, alpha);
 #pragma unroll
   for (int nt = 0; nt < 32; ++nt) {
     acc[nt][0] *= alpha[0];
@@ -342,10 +348,10 @@ __device__ __forceinline__ void attend_tile(const __nv_bfloat16* qs, const __nv_
     acc[nt][2] *= alpha[1];
     acc[nt][3] *= alpha[1];
   }
-  pv_half(s, ks, d0, acc);
+  if (!(kProbe & kProbeNoPv)) pv_half(s, ks, d0, acc);
 }
 
-template <bool kQBf16>
+template <bool kQBf16, int kProbe = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -379,7 +385,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   resolve(0);
   __syncthreads();
-  for (int hf = 0; hf < kStages; ++hf) issue(rows, hf, nhalves, stage);
+  if (!(kProbe & kProbeNoLoads))
+    for (int hf = 0; hf < kStages; ++hf) issue(rows, hf, nhalves, stage);
   load_q<kQBf16>(q, t, h0, p.heads, qs);
 
   float acc[32][4];
@@ -389,16 +396,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   for (int64_t n = 0; n < ntiles; ++n) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");  // this tile's two halves
+    if (!(kProbe & kProbeNoLoads))
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");  // this tile's two halves
     __syncthreads();
     const uint8_t* const* cur = rows.data + row_slot(n * kFp8Keys);
-    to_bf16(cur, n, stage, ks);
+    if (!(kProbe & kProbeNoDequant)) to_bf16(cur, n, stage, ks);
     const uint32_t valid = __ballot_sync(dev::kFull, cur[lane] != nullptr);
     __syncthreads();  // key tile ready; its two ring slots are free
-    issue(rows, 2 * n + kStages, nhalves, stage);
-    issue(rows, 2 * n + kStages + 1, nhalves, stage);
+    if (!(kProbe & kProbeNoLoads)) {
+      issue(rows, 2 * n + kStages, nhalves, stage);
+      issue(rows, 2 * n + kStages + 1, nhalves, stage);
+    }
     if (n % kTilesPerResolve == 0 && (n / kTilesPerResolve + 1) * kResolve < nk) resolve(n / kTilesPerResolve + 1);
-    attend_tile(qs, ks, sx, hr, d0, valid, p.scale, m, l, acc);
+    attend_tile<kProbe>(qs, ks, sx, hr, d0, valid, p.scale, m, l, acc);
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
   write_out(acc, m, l, h0 + hr, d0, t, split, p, o, ws);
@@ -447,6 +457,35 @@ void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* 
                          int(kSmemBytes));
     sparse_attention_fp8_kernel<false><<<grid, kThreads, kSmemBytes, s>>>(p, q, o, workspace);
   }
+}
+
+namespace {
+template <int kProbe>
+void launch_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
+  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
+  cudaFuncSetAttribute(sparse_attention_fp8_kernel<false, kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       int(kSmemBytes));
+  sparse_attention_fp8_kernel<false, kProbe><<<grid, kThreads, kSmemBytes, s>>>(p, q, o, workspace);
+}
+}  // namespace
+
+bool launch_sparse_attention_fp8_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                       int probe, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (probe) {
+    case kProbeNoQk: launch_probe<kProbeNoQk>(p, q, o, workspace, s); break;
+    case kProbeNoPv: launch_probe<kProbeNoPv>(p, q, o, workspace, s); break;
+    case kProbeNoSoftmax: launch_probe<kProbeNoSoftmax>(p, q, o, workspace, s); break;
+    case kProbeNoDequant: launch_probe<kProbeNoDequant>(p, q, o, workspace, s); break;
+    case kProbeNoLoads: launch_probe<kProbeNoLoads>(p, q, o, workspace, s); break;
+    case kProbeNoLoads | kProbeNoDequant: launch_probe<kProbeNoLoads | kProbeNoDequant>(p, q, o, workspace, s); break;
+    case kProbeNoQk | kProbeNoPv | kProbeNoSoftmax:
+      launch_probe<kProbeNoQk | kProbeNoPv | kProbeNoSoftmax>(p, q, o, workspace, s);
+      break;
+    default: return false;
+  }
+  if (p.num_splits > 1) launch_sparse_attention_fp8_combine(p, workspace, o, stream);
+  return true;
 }
 
 void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, const float* workspace, float* o,

@@ -10,7 +10,8 @@ Status check_source(const Fp8KeySource& s, int i) {
   if (!s.idx) return Status::ok();
   if (!s.cache) return Status::errorf("sparse_attention_fp8: key list {} has indices but no cache", i);
   if (s.rows < 0 || s.rows > 0x7fffffff) return Status::errorf("sparse_attention_fp8: key list {} rows {}", i, s.rows);
-  if (s.stride <= 0 || s.stride > 0x7fffffff) return Status::errorf("sparse_attention_fp8: key list {} stride {}", i, s.stride);
+  if (s.stride <= 0 || s.stride > 0x7fffffff)
+    return Status::errorf("sparse_attention_fp8: key list {} stride {}", i, s.stride);
   if (reinterpret_cast<uintptr_t>(s.cache) % 16 != 0)
     return Status::errorf("sparse_attention_fp8: the cache of key list {} is not 16-byte aligned", i);
   return Status::ok();
@@ -28,7 +29,8 @@ Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, fl
   DSI_RETURN_IF_ERROR(check_source(p.keys[1], 1));
   if (p.rope_dim < 0 || p.rope_dim % 2 != 0 || p.rope_dim > 512 || (p.rope_dim > 0 && (!p.inv_freq || !p.pos)))
     return Status::errorf("sparse_attention_fp8: bad rope_dim {} (even, <= 512, with inv_freq and pos)", p.rope_dim);
-  if (p.num_splits < 1 || p.num_splits > 65535) return Status::errorf("sparse_attention_fp8: num_splits {}", p.num_splits);
+  if (p.num_splits < 1 || p.num_splits > 65535)
+    return Status::errorf("sparse_attention_fp8: num_splits {}", p.num_splits);
   if (p.num_splits > 1 && !workspace) return Status::error("sparse_attention_fp8: num_splits > 1 needs a workspace");
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_fp8: null q or output");

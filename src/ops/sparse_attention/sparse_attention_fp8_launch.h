@@ -37,6 +37,12 @@ void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* 
                                  void* stream);
 void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, const float* workspace, float* o,
                                          void* stream);
+// Diagnostics for bench/attention_fp8_bench.cpp only: the kernel (fp32 q) with phases left out, to see where a tile's
+// time goes; the output is wrong by design. probe: an OR of the bits below (the combinations the launcher
+// instantiates: each bit alone, loads + dequant, QK + PV + softmax); false for any other.
+inline constexpr int kProbeNoQk = 1, kProbeNoPv = 2, kProbeNoSoftmax = 4, kProbeNoDequant = 8, kProbeNoLoads = 16;
+bool launch_sparse_attention_fp8_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                       int probe, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda
