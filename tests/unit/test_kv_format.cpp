@@ -14,7 +14,6 @@
 #include "core/small_float.h"
 #include "ops/kv_format/kv_format.h"
 #include "ops/quant_sim/quant_sim.h"
-#include "ops/sparse_attention/sparse_attention_plan.h"
 
 using namespace dsinfer;
 using namespace dsinfer::ops;
@@ -158,17 +157,4 @@ TEST(IdxFormat, WideSpreadRoundsUnderTheRowScale) {
   idx_decode_row_ref(cache.data(), 0, back.data());
   EXPECT_EQ(back[100], 6.0f);
   EXPECT_EQ(back[0], 0.0f);  // 1.5 * 2^-20 / 2^-6 = 1.5 * 2^-14: below e4m3's smallest subnormal 2^-9 / 2
-}
-
-TEST(SparseAttentionPlan, Fp8SplitHeuristic) {  // Flash shapes on 132 SMs: window 128 + top 512 = 20 tiles
-  EXPECT_EQ(cuda::plan_sparse_attention_fp8(1, 64, 640, 132), 20);
-  EXPECT_EQ(cuda::plan_sparse_attention_fp8(64, 64, 640, 132), 2);
-  EXPECT_EQ(cuda::plan_sparse_attention_fp8(256, 64, 640, 132), 1);
-  EXPECT_EQ(cuda::plan_sparse_attention_fp8(1, 64, 160, 132), 5);  // HCA: window + 32 entries
-  EXPECT_EQ(cuda::plan_sparse_attention_fp8(0, 64, 0, 0), 1);
-  for (int64_t T : {1, 2, 7, 64, 100, 256, 4096}) {
-    const int64_t s = cuda::plan_sparse_attention_fp8(T, 64, 640, 132);
-    EXPECT_GE(s, 1);
-    EXPECT_LE(s, 20);
-  }
 }
