@@ -218,7 +218,8 @@ struct MemoryPlan {
   double expert_bytes = 0;       // every routed expert (EPLB slots excluded)
   double state_bytes_per_token = 0, state_fixed_bytes = 0, state_bytes_per_sequence = 0;  // fp32 state
   // The same in DeepSeek's storage format (FP8 "MODEL1" rows + FP8 indexer keys, fp32 frontiers; issue 31), which the
-  // runners do not allocate yet; 0 where the format does not apply (DeepSeek-V4.1).
+  // runners do not allocate yet; 0 where the format does not apply (DeepSeek-V4.1, head shapes without whole 64-channel
+  // NoPE tiles).
   double state_fp8_bytes_per_token = 0, state_fp8_fixed_bytes = 0, state_fp8_bytes_per_sequence = 0;
   std::vector<MemoryPlanRow> rows;  // one per entry of options.gpus
 };

@@ -191,12 +191,13 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
     p.state_bytes_per_token = sizes.bytes_per_token;
     p.state_fixed_bytes = double(sizes.fixed_bytes());
     p.state_bytes_per_sequence = double(layout.bytes_per_sequence(context));
-    if (!v41) {
-      DSI_ASSIGN_OR_RETURN(const cache::StateSizes fp8,
-                           cache::compute_state_sizes_in(cfg, cc, cache::StateFormat::kFp8));
-      p.state_fp8_bytes_per_token = fp8.bytes_per_token;
-      p.state_fp8_fixed_bytes = double(fp8.fixed_bytes());
-      p.state_fp8_bytes_per_sequence = cache::state_bytes_per_sequence(fp8, context, layout.block_size);
+    // The FP8 storage format where it applies (V4 head shapes with whole 64-channel NoPE tiles; not the small
+    // test models): otherwise its fields stay 0 and `plan` prints no FP8 line.
+    const Result<cache::StateSizes> fp8 = cache::compute_state_sizes_in(cfg, cc, cache::StateFormat::kFp8);
+    if (fp8.is_ok()) {
+      p.state_fp8_bytes_per_token = fp8.value().bytes_per_token;
+      p.state_fp8_fixed_bytes = double(fp8.value().fixed_bytes());
+      p.state_fp8_bytes_per_sequence = cache::state_bytes_per_sequence(fp8.value(), context, layout.block_size);
     }
     const double limit = parallel::kWeightFraction * o.gpu_memory_gib * double(int64_t(1) << 30);
     for (const int32_t n : o.gpus) {

@@ -81,4 +81,8 @@ TEST(StateFormat, PlanPrintsTheFp8State) {
   ASSERT_EQ(c.rc, 0) << c.err;
   EXPECT_NE(c.out.find("state in DeepSeek's storage format"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find(std::to_string(p.rows[0].sequences_fp8)), std::string::npos) << c.out;
+  // A model the format does not fit (the shipped dsv4-small: head_dim 64, rope 16) still plans, without the line.
+  const test::CliResult small = test::run_cli(dir, "plan --model " + test::source_dir() + "/models/dsv4-small");
+  ASSERT_EQ(small.rc, 0) << small.err;
+  EXPECT_EQ(small.out.find("state in DeepSeek's storage format"), std::string::npos) << small.out;
 }
