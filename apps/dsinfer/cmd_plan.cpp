@@ -71,10 +71,16 @@ int cmd_plan(int argc, char** argv) {
               "%lld-token sequence%s\n", p.state_bytes_per_token, p.state_fixed_bytes / double(1 << 20),
               p.state_bytes_per_sequence / double(1 << 20), (long long)p.context,
               o.context > 0 ? "" : " (the model's maximum; --context N for another)");
-  std::printf("%-5s %16s %16s %5s %22s\n", "gpus", "weights/GPU GiB", "limit (92%) GiB", "fits", "sequences per GPU");
+  if (p.state_fp8_bytes_per_sequence > 0)
+    std::printf("state in DeepSeek's storage format (FP8 MODEL1 rows + FP8 indexer keys; not allocated so yet): %.0f B "
+                "per token + %.2f MiB fixed = %.2f MiB per sequence\n", p.state_fp8_bytes_per_token,
+                p.state_fp8_fixed_bytes / double(1 << 20), p.state_fp8_bytes_per_sequence / double(1 << 20));
+  std::printf("%-5s %16s %16s %5s %22s %22s\n", "gpus", "weights/GPU GiB", "limit (92%) GiB", "fits",
+              "sequences per GPU", "with the FP8 state");
   for (const MemoryPlanRow& r : p.rows)
-    std::printf("%-5d %16.2f %16.2f %5s %22lld\n", r.gpus, gib(r.weight_bytes), gib(r.limit_bytes),
-                r.fits ? "yes" : "no", (long long)r.sequences);
+    std::printf("%-5d %16.2f %16.2f %5s %22lld %22s\n", r.gpus, gib(r.weight_bytes), gib(r.limit_bytes),
+                r.fits ? "yes" : "no", (long long)r.sequences,
+                p.state_fp8_bytes_per_sequence > 0 ? std::to_string(r.sequences_fp8).c_str() : "-");
   if (p.engram_table_bytes > 0) {
     std::printf("with the Engram tables split over the GPUs as well (not implemented), weights per GPU:");
     for (const MemoryPlanRow& r : p.rows) std::printf(" %d: %.2f GiB", r.gpus, gib(r.tables_split_bytes));

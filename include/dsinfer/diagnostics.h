@@ -207,6 +207,7 @@ struct MemoryPlanRow {
   double limit_bytes = 0;    // 92 % of gpu_memory_gib: what the CUDA runner lets weights take
   bool fits = false;
   int64_t sequences = 0;     // of `context` tokens in limit - weights (0 when the weights do not fit)
+  int64_t sequences_fp8 = 0;  // the same with the FP8 state format
 };
 struct MemoryPlan {
   std::string model_type;
@@ -216,6 +217,10 @@ struct MemoryPlan {
   double engram_table_bytes = 0; // of dense_bytes: DeepSeek-V4.1's Engram tables (0 for V4)
   double expert_bytes = 0;       // every routed expert (EPLB slots excluded)
   double state_bytes_per_token = 0, state_fixed_bytes = 0, state_bytes_per_sequence = 0;  // fp32 state
+  // The same in DeepSeek's storage format (FP8 "MODEL1" rows + FP8 indexer keys, fp32 frontiers; issue 31), which the
+  // runners do not allocate yet; 0 where the format does not apply (DeepSeek-V4.1, head shapes without whole 64-channel
+  // NoPE tiles).
+  double state_fp8_bytes_per_token = 0, state_fp8_fixed_bytes = 0, state_fp8_bytes_per_sequence = 0;
   std::vector<MemoryPlanRow> rows;  // one per entry of options.gpus
 };
 bool plan_memory(const MemoryPlanOptions& options, MemoryPlan* plan, std::string* error);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "cache/state_format.h"
 #include "cache/state_layout.h"
 #include "check/fidelity_check.h"
 #include "check/reference_check.h"
@@ -190,6 +191,14 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
     p.state_bytes_per_token = sizes.bytes_per_token;
     p.state_fixed_bytes = double(sizes.fixed_bytes());
     p.state_bytes_per_sequence = double(layout.bytes_per_sequence(context));
+    // The FP8 storage format where it applies (V4 head shapes with whole 64-channel NoPE tiles; not the small
+    // test models): otherwise its fields stay 0 and `plan` prints no FP8 line.
+    const Result<cache::StateSizes> fp8 = cache::compute_state_sizes_in(cfg, cc, cache::StateFormat::kFp8);
+    if (fp8.is_ok()) {
+      p.state_fp8_bytes_per_token = fp8.value().bytes_per_token;
+      p.state_fp8_fixed_bytes = double(fp8.value().fixed_bytes());
+      p.state_fp8_bytes_per_sequence = cache::state_bytes_per_sequence(fp8.value(), context, layout.block_size);
+    }
     const double limit = parallel::kWeightFraction * o.gpu_memory_gib * double(int64_t(1) << 30);
     for (const int32_t n : o.gpus) {
       if (n < 1) return Status::errorf("GPU count {} must be >= 1", n);
@@ -203,6 +212,8 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
       r.limit_bytes = limit;
       r.fits = r.weight_bytes <= r.limit_bytes;
       r.sequences = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_bytes_per_sequence) : 0;
+      if (p.state_fp8_bytes_per_sequence > 0)
+        r.sequences_fp8 = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_fp8_bytes_per_sequence) : 0;
       p.rows.push_back(r);
     }
     *plan = std::move(p);

@@ -83,3 +83,18 @@ TEST(SparseAttentionPlan, SplitsAreLegal) {
           }
         }
 }
+
+// The FP8-state kernel (issue 31): Flash shapes on 132 SMs, window 128 + top 512 = 20 tiles; the H200 sweeps of
+// forced counts found the same best counts (bench/NOTES.md, 2026-12-02).
+TEST(SparseAttentionPlan, Fp8SplitHeuristic) {
+  EXPECT_EQ(plan_sparse_attention_fp8(1, 64, 640, 132), 20);
+  EXPECT_EQ(plan_sparse_attention_fp8(64, 64, 640, 132), 2);
+  EXPECT_EQ(plan_sparse_attention_fp8(256, 64, 640, 132), 1);
+  EXPECT_EQ(plan_sparse_attention_fp8(1, 64, 160, 132), 5);  // HCA: window + 32 entries
+  EXPECT_EQ(plan_sparse_attention_fp8(0, 64, 0, 0), 1);
+  for (int64_t T : {1, 2, 7, 64, 100, 256, 4096}) {
+    const int64_t s = plan_sparse_attention_fp8(T, 64, 640, 132);
+    EXPECT_GE(s, 1);
+    EXPECT_LE(s, 20);
+  }
+}

@@ -42,6 +42,22 @@ bool sparse_attention_tensor_cores(KernelMode mode, int64_t head_dim) {
   return (mode == KernelMode::kFast || mode == KernelMode::kBatchInvariant) && sparse_attention_tc_supported(head_dim);
 }
 
+int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
+  const int64_t groups = (T > 0 ? T : 1) * ((heads + detail::kFp8Heads - 1) / detail::kFp8Heads);
+  const int64_t tiles = max_keys > detail::kFp8Keys ? (max_keys + detail::kFp8Keys - 1) / detail::kFp8Keys : 1;
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  int64_t best = 1;
+  int64_t best_cost = -1;
+  for (int64_t s = 1; s <= tiles && s <= 64; ++s) {
+    const int64_t cost = (groups * s + sms - 1) / sms * ((tiles + s - 1) / s + kFp8BlockCost);
+    if (best_cost < 0 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,
                                           int64_t max_keys, int64_t sm_count) {
   SparseAttentionPlan p;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "ops/kernel_mode.h"
+#include "ops/sparse_attention/sparse_attention_fp8_launch.h"  // the FP8-state kernel's tile constants
 #include "ops/sparse_attention/sparse_attention_launch.h"  // the kernels' tile constants (detail::kTc*, kAttnTile)
 
 namespace dsinfer::ops::cuda {
@@ -45,5 +46,14 @@ struct SparseAttentionPlan {
 // blocks per SM (sparse_attention_splits).
 SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,
                                           int64_t max_keys, int64_t sm_count);
+
+// The FP8-state decode kernel (sparse_attention_fp8_cuda.h): split count for T tokens of `heads` heads whose longest
+// key list has max_keys keys. Blocks are (token, 64-head group, split), one per SM. Minimises waves * (tiles per
+// split + kFp8BlockCost): a block's fixed cost (the q load, read once per split; the epilogue; its share of the
+// combine) in 32-key tiles; at least one tile per split, at most 64 splits. Flash (132 SMs, 640 CSA keys): batch 1
+// -> 20, 64 -> 2, 256 -> 1, the best of the H200 sweeps of forced counts (bench/NOTES.md, 2026-12-02; HCA batch 64
+// is the one miss: 2 splits, 5 % slower than 1).
+inline constexpr int64_t kFp8BlockCost = 4;
+int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count);
 
 }  // namespace dsinfer::ops::cuda

@@ -17,14 +17,17 @@
 #include <cuda_bf16.h>
 
 #include "ops/sparse_attention/sparse_attention_keys.cuh"
+#include "ops/sparse_attention/sparse_attention_mma.cuh"  // qk_half, softmax_tile, pv_half, the mma wrappers
 
 namespace dsinfer::ops::cuda::detail {
 
 namespace {
 namespace dev = dsinfer::cuda::dev;
+using namespace attn_mma;  // NOLINT: the shared mma building blocks
 constexpr int kThreads = kTcWarps * 32;
 constexpr int kP = kTcDim + 8;  // bf16 row pitch (1040 B): rows 4 banks apart, fragment loads conflict-free
 constexpr int kHalf = kTcDim / 2;
+static_assert(kP == kMmaPitch && kHalf == kMmaHalf, "the shared mma helpers assume this tile shape");
 constexpr int kChunks = kTcKeys * kTcDim / 4;  // 16-byte fp32 chunks of one key tile
 constexpr int kHalfKeys = kTcKeys / 2;          // keys per staged half tile
 constexpr int kStages = 3;                      // half tiles in the staging ring
@@ -41,35 +44,6 @@ constexpr size_t kOffRows = kOffX + size_t(kTcWarps) * 16 * 32 * 4;           //
 constexpr size_t kSmemBytes = kOffRows + 2 * kResolve * sizeof(const float*);  // 218,624 B: one block per SM
 static_assert(kSmemBytes <= 232448, "over the 227 KB of shared memory a block may use");
 static_assert(kResolve % kTcKeys == 0 && kChunks % kThreads == 0, "tiles must not straddle a resolve chunk");
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  union {
-    __nv_bfloat162 v;
-    uint32_t u;
-  } c;
-  c.v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits, the lower column) = lo
-  return c.u;
-}
-
-__device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four 8x8 bf16 matrices, transposed: lanes 8i..8i+7 give the row addresses of matrix i; the thread gets in r[i]
-// the elements (rows 2*q4, 2*q4+1; column g) of matrix i.
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
 
 // Slot of key k (of the split) in the double-buffered row pointer array: chunk k / kResolve in half (chunk & 1).
 __device__ __forceinline__ int row_slot(int64_t k) { return int((k / kResolve) & 1) * kResolve + int(k % kResolve); }
@@ -121,90 +95,6 @@ __device__ __forceinline__ void load_q(const float* q, int64_t t, int64_t h0, in
     const float4 v = h < H ? __ldg(reinterpret_cast<const float4*>(q + (t * H + h) * kTcDim) + c4)
                            : make_float4(0.f, 0.f, 0.f, 0.f);
     *reinterpret_cast<uint2*>(qs + r * kP + 4 * c4) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-  }
-}
-
-// Partial scores of heads hr..hr+15 against the tile's 32 keys over dims d0..d0+255; s[j] = C fragment of keys
-// 8j..8j+7. A from Q rows (a0/a1 rows g/g+8 at dims 2q4, a2/a3 at 2q4+8), B from key rows (b0 = key 8j+g at dims
-// 2q4, 2q4+1; b1 at +8): all plain 32-bit shared loads.
-__device__ __forceinline__ void qk_half(const __nv_bfloat16* qs, const __nv_bfloat16* ks, int hr, int d0,
-                                        float (&s)[4][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-  const __nv_bfloat16* qa = qs + (hr + g) * kP + d0 + 2 * q4;
-  const __nv_bfloat16* kb = ks + g * kP + d0 + 2 * q4;
-#pragma unroll 4
-  for (int kk = 0; kk < kHalf / 16; ++kk) {
-    const int d = 16 * kk;
-    const uint32_t a[4] = {ld_u32(qa + d), ld_u32(qa + 8 * kP + d), ld_u32(qa + d + 8), ld_u32(qa + 8 * kP + d + 8)};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) mma_bf16(s[j], a, ld_u32(kb + 8 * j * kP + d), ld_u32(kb + 8 * j * kP + d + 8));
-  }
-}
-
-// Online softmax of one tile for the lane's two rows (r = 0: head g, r = 1: head g+8); on return s holds p
-// (rounded to bf16), alpha the factor for the old accumulator. Key of s[j][e]: 8j + 2*q4 + (e & 1); row e >> 1.
-__device__ __forceinline__ void softmax_tile(float (&s)[4][4], uint32_t valid, float scale, float (&m)[2],
-                                             float (&l)[2], float (&alpha)[2]) {
-  const int q4 = threadIdx.x & 3;
-  float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = 8 * j + 2 * q4 + (e & 1);
-      s[j][e] = (valid >> key) & 1u ? s[j][e] * scale : -INFINITY;
-      mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-    }
-  float mnew[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {  // the four lanes of a row are q4 = 0..3 of one g
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 1));
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 2));
-    mnew[r] = fmaxf(m[r], mx[r]);
-    alpha[r] = mnew[r] != -INFINITY ? expf(m[r] - mnew[r]) : 1.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e >> 1;
-      const float p = mnew[r] != -INFINITY ? __bfloat162float(__float2bfloat16_rn(expf(s[j][e] - mnew[r]))) : 0.0f;
-      s[j][e] = p;
-      sum[r] += p;
-    }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    sum[r] += __shfl_xor_sync(dev::kFull, sum[r], 1);
-    sum[r] += __shfl_xor_sync(dev::kFull, sum[r], 2);
-    l[r] = l[r] * alpha[r] + sum[r];
-    m[r] = mnew[r];
-  }
-}
-
-// acc[nt] (dims d0 + 8nt ..) += P V over the tile's 32 keys (two k16 steps). A = P from the score fragments:
-// a0 = tile 2kk (c0, c1), a1 = tile 2kk (c2, c3), a2 / a3 the same of tile 2kk+1. B by ldmatrix.x4.trans of key
-// rows: matrices (keys +0, dims +0), (keys +8, dims +0), (keys +0, dims +8), (keys +8, dims +8) give b0, b1 of
-// n-tile 2np and b0, b1 of n-tile 2np+1.
-__device__ __forceinline__ void pv_half(const float (&p)[4][4], const __nv_bfloat16* ks, int d0, float (&acc)[32][4]) {
-  const int lane = threadIdx.x & 31, mi = lane >> 3;
-#pragma unroll
-  for (int kk = 0; kk < 2; ++kk) {
-    const float(&lo)[4] = p[2 * kk];
-    const float(&hi)[4] = p[2 * kk + 1];
-    const uint32_t a[4] = {pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]), pack_bf16(hi[0], hi[1]),
-                           pack_bf16(hi[2], hi[3])};
-    const __nv_bfloat16* base = ks + (16 * kk + (lane & 7) + (mi & 1) * 8) * kP + d0 + (mi >> 1) * 8;
-#pragma unroll
-    for (int np = 0; np < 16; ++np) {
-      uint32_t b[4];
-      ldsm_x4_trans(b, base + 16 * np);
-      mma_bf16(acc[2 * np], a, b[0], b[1]);
-      mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
-    }
   }
 }
 

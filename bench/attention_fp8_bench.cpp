@@ -1,0 +1,318 @@
+// Sparse attention decode over the FP8 KV storage format (ops/sparse_attention/sparse_attention_fp8_cuda.h) at
+// DeepSeek-V4-Flash shapes, on exactly the inputs bench/peers/fp8_attention_peer.py then gives FlashMLA's sparse FP8
+// decode in the same device call. The layout of run_peers.py's FlashMLA bench: a pool of 512 sequences, each with a
+// 128-row window in a window cache and 1,024 (CSA, ratio 4 at 4K context) or 32 (HCA, ratio 128) compressed entries
+// in an entry cache (584-byte MODEL1 rows, blocks of 64); one token per sequence with the whole window and the top
+// 512 (CSA, a random sorted subset) or all 32 (HCA) entries; batch B = 1 / 64 / 256 over min(256, 512 / B) disjoint
+// groups of sequences (every key from HBM: >350 MB of state against the 50 MB L2). Rows: random fp32 rows encoded by
+// kv_encode; q: bf16 values (ours reads them as fp32, the runner's q, or as bf16), sinks random.
+// Timing after 2 s of copies (the clocks ramp up from 345 MHz), as run_peers.py's time_us: every group's call 4
+// times in one CUDA graph, replayed 6 times, the median of the last 5 / (4 x groups). Bytes a call must move: per
+// token its key rows (584 B), q (fp32 128 KB or bf16 64 KB) and o (fp32 128 KB) and its index lists; GB/s and %hbm
+// against a 1 GB device-to-device copy measured here. The split count of plan_sparse_attention_fp8, then a sweep of
+// forced counts (the heuristic's check).
+// --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script.
+// Built only with DSINFER_CUDA.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/small_float.h"
+#include "cuda/cuda_common.h"
+#include "cuda/device.h"
+#include "cuda/device_buffer.h"
+#include "ops/kv_format/kv_format.h"
+#include "ops/kv_format/kv_format_cuda.h"
+#include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
+#include "ops/sparse_attention/sparse_attention_plan.h"
+
+using namespace dsinfer;
+
+namespace {
+
+constexpr int64_t kH = 64, kD = 512, kW = 128, kPool = 512, kTopk = 512, kCsaEntries = 1024, kHcaEntries = 32;
+
+#define BENCH_CHECK(x)                                             \
+  do {                                                             \
+    Status s_ = (x);                                               \
+    if (!s_.is_ok()) {                                             \
+      std::fprintf(stderr, "%s: %s\n", #x, s_.message().c_str()); \
+      std::exit(1);                                                \
+    }                                                              \
+  } while (0)
+
+template <typename T>
+void write_file(const std::string& path, const T* data, size_t n) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f || std::fwrite(data, sizeof(T), n, f) != n) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::fclose(f);
+}
+
+template <typename T>
+std::vector<T> download(const cuda::DeviceBuffer<T>& b, size_t n) {
+  std::vector<T> h(n);
+  BENCH_CHECK(b.download(h.data(), n));
+  return h;
+}
+
+// A cache of `rows` rows filled from random fp32 rows (a 65,536-row chunk, encoded again at each offset).
+void fill_cache(cuda::DeviceBuffer<uint8_t>& cache, int64_t rows, const cuda::DeviceBuffer<float>& chunk,
+                int64_t chunk_rows) {
+  BENCH_CHECK(cache.alloc(size_t(ops::kv_cache_bytes(rows))));
+  std::vector<int32_t> dst(static_cast<size_t>(chunk_rows));
+  cuda::DeviceBuffer<int32_t> ddst;
+  for (int64_t base = 0; base < rows; base += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - base);
+    for (int64_t i = 0; i < n; ++i) dst[size_t(i)] = int32_t(base + i);
+    BENCH_CHECK(ddst.upload(dst.data(), size_t(n)));
+    BENCH_CHECK(ops::cuda::kv_encode(chunk.data(), n, kD, ddst.data(), cache.data(), rows, nullptr));
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      std::fprintf(stderr, "fill_cache failed\n");
+      std::exit(1);
+    }
+  }
+}
+
+double measure_hbm() {  // bytes read + written per second of a 1 GB device-to-device copy, median of 10
+  const size_t n = size_t(1) << 28;
+  cuda::DeviceBuffer<float> a, b;
+  BENCH_CHECK(a.alloc(n));
+  BENCH_CHECK(b.alloc(n));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> ms;
+  for (int it = 0; it < 13; ++it) {
+    cudaEventRecord(e0);
+    cudaMemcpyAsync(b.data(), a.data(), n * 4, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    if (it >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  // Two more seconds of copies: the clocks idle at 345 MHz and ramp up under load (as run_peers.py's warm-up).
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 20; ++i) cudaMemcpyAsync(b.data(), a.data(), n * 4, cudaMemcpyDeviceToDevice);
+    cudaDeviceSynchronize();
+  }
+  return 2.0 * double(n) * 4 / (double(ms[ms.size() / 2]) * 1e-3);
+}
+
+struct Kind {
+  const char* name;
+  int64_t entries, topk;
+};
+
+// One kind at one batch: G groups of B tokens (token b of group g is sequence g * B + b), lists and q of all.
+struct Batch {
+  int64_t B = 0, G = 0, ext_k = 0;
+  std::vector<int32_t> idx0, idx1, len0, len1;
+  std::vector<uint16_t> qb;
+  cuda::DeviceBuffer<int32_t> didx0, didx1, dlen0, dlen1;
+  cuda::DeviceBuffer<float> dqf;
+  cuda::DeviceBuffer<uint16_t> dqb;
+};
+
+void make_batch(Batch& b, const Kind& k, int64_t B, uint32_t seed) {
+  b.B = B;
+  b.G = std::min<int64_t>(256, kPool / B);
+  b.ext_k = std::max<int64_t>(64, (k.topk + 63) / 64 * 64);  // FlashMLA's top-k block; the tail is -1
+  const int64_t T = b.B * b.G;
+  std::mt19937 g(seed);
+  b.idx0.resize(size_t(T * kW));
+  b.idx1.assign(size_t(T * b.ext_k), -1);
+  b.len0.assign(size_t(T), int32_t(kW));
+  b.len1.assign(size_t(T), int32_t(k.topk));
+  std::vector<int32_t> pick(static_cast<size_t>(k.entries));
+  for (int64_t t = 0; t < T; ++t) {  // token t is sequence t (groups are disjoint)
+    for (int64_t j = 0; j < kW; ++j) b.idx0[size_t(t * kW + j)] = int32_t(t * kW + j);
+    for (int64_t e = 0; e < k.entries; ++e) pick[size_t(e)] = int32_t(e);
+    std::shuffle(pick.begin(), pick.end(), g);
+    std::sort(pick.begin(), pick.begin() + k.topk);
+    for (int64_t j = 0; j < k.topk; ++j) b.idx1[size_t(t * b.ext_k + j)] = int32_t(t * k.entries + pick[size_t(j)]);
+  }
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  b.qb.resize(size_t(T * kH * kD));
+  std::vector<float> qf(b.qb.size());
+  for (size_t i = 0; i < qf.size(); ++i) {
+    b.qb[i] = small_float::f32_to_bf16_bits(n(g));
+    qf[i] = small_float::from_bits(uint32_t(b.qb[i]) << 16);
+  }
+  BENCH_CHECK(b.didx0.upload(b.idx0.data(), b.idx0.size()));
+  BENCH_CHECK(b.didx1.upload(b.idx1.data(), b.idx1.size()));
+  BENCH_CHECK(b.dlen0.upload(b.len0.data(), b.len0.size()));
+  BENCH_CHECK(b.dlen1.upload(b.len1.data(), b.len1.size()));
+  BENCH_CHECK(b.dqf.upload(qf.data(), qf.size()));
+  BENCH_CHECK(b.dqb.upload(b.qb.data(), b.qb.size()));
+}
+
+struct Run {
+  const cuda::DeviceBuffer<uint8_t>* win;
+  const cuda::DeviceBuffer<uint8_t>* ent;
+  int64_t ent_rows;
+  const float* sinks;
+  float* out;
+  float* ws;
+};
+
+// The call of group g with `splits` splits on stream s (probe != 0: the diagnostic kernel with phases left out).
+void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, cudaStream_t s, int probe = 0) {
+  ops::cuda::SparseAttentionFp8Params p;
+  p.T = b.B;
+  p.heads = kH;
+  p.scale = float(1.0 / std::sqrt(double(kD)));
+  p.sinks = r.sinks;
+  const int64_t t0 = g * b.B;
+  p.keys[0] = {r.win->data(), kPool * kW, b.didx0.data() + t0 * kW, kW, b.dlen0.data() + t0};
+  p.keys[1] = {r.ent->data(), r.ent_rows, b.didx1.data() + t0 * b.ext_k, b.ext_k, b.dlen1.data() + t0};
+  p.q_bf16 = q_bf16;
+  p.num_splits = splits;
+  const void* q = q_bf16 ? static_cast<const void*>(b.dqb.data() + t0 * kH * kD)
+                         : static_cast<const void*>(b.dqf.data() + t0 * kH * kD);
+  if (probe == 0) {
+    BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q, r.out, r.ws, s));
+  } else if (!ops::cuda::detail::launch_sparse_attention_fp8_probe(p, q, r.out, r.ws, probe, s) ||
+             cudaGetLastError() != cudaSuccess) {
+    std::fprintf(stderr, "probe %d failed\n", probe);
+    std::exit(1);
+  }
+}
+
+// Per-call microseconds: all groups' calls 4 times in one graph, median of 5 replays.
+double time_us(const Batch& b, const Run& r, int64_t splits, bool q_bf16, int probe = 0) {
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  for (int64_t g = 0; g < std::min<int64_t>(3, b.G); ++g) call(b, r, g, splits, q_bf16, s, probe);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  for (int rep = 0; rep < 4; ++rep)
+    for (int64_t g = 0; g < b.G; ++g) call(b, r, g, splits, q_bf16, s, probe);
+  if (cudaStreamEndCapture(s, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    std::fprintf(stderr, "graph capture failed\n");
+    std::exit(1);
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> ms;
+  for (int it = 0; it < 6; ++it) {
+    cudaEventRecord(e0, s);
+    cudaGraphLaunch(exec, s);
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    if (it > 0) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  return double(ms[ms.size() / 2]) * 1e3 / double(4 * b.G);
+}
+
+// The peer script's inputs for one kind and batch, and our output of group 0 (q fp32, no RoPE).
+void dump(const std::string& dir, const std::string& tag, const Batch& b, const Run& r,
+          const cuda::DeviceBuffer<float>& out, int64_t splits) {
+  const std::string pre = dir + "/" + tag + "_";
+  write_file(pre + "q.bin", b.qb.data(), b.qb.size());
+  write_file(pre + "idx0.bin", b.idx0.data(), b.idx0.size());
+  write_file(pre + "idx1.bin", b.idx1.data(), b.idx1.size());
+  call(b, r, 0, splits, false, nullptr);
+  const std::vector<float> o = download(out, size_t(b.B * kH * kD));
+  write_file(pre + "out0.bin", o.data(), o.size());
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--dump") dir = argv[i + 1];
+  auto dev = cuda::query_device(0);
+  if (!dev.is_ok()) {
+    std::fprintf(stderr, "no CUDA device: %s\n", dev.status().message().c_str());
+    return 1;
+  }
+  const int64_t sms = dev->multiprocessors;
+  const double hbm = measure_hbm();
+  std::printf("device %s, %lld SMs, HBM copy %.0f GB/s\n", dev->name.c_str(), (long long)sms, hbm / 1e9);
+  // Random fp32 rows: one 65,536-row chunk, encoded into every region of the caches.
+  const int64_t chunk_rows = 65536;
+  std::vector<float> h(size_t(chunk_rows * kD));
+  std::mt19937 g(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (auto& v : h) v = n(g);
+  cuda::DeviceBuffer<float> chunk, sinks, out, ws;
+  BENCH_CHECK(chunk.upload(h.data(), h.size()));
+  std::vector<float> hs(static_cast<size_t>(kH));
+  for (auto& v : hs) v = n(g);
+  BENCH_CHECK(sinks.upload(hs.data(), hs.size()));
+  BENCH_CHECK(out.alloc(size_t(256 * kH * kD)));
+  BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(256, kH, 64))));
+  cuda::DeviceBuffer<uint8_t> win;
+  fill_cache(win, kPool * kW, chunk, chunk_rows);
+  if (!dir.empty()) {
+    write_file(dir + "/win.bin", download(win, size_t(ops::kv_cache_bytes(kPool * kW))).data(),
+               size_t(ops::kv_cache_bytes(kPool * kW)));
+    write_file(dir + "/sinks.bin", hs.data(), hs.size());
+  }
+  for (const Kind& k : {Kind{"CSA", kCsaEntries, kTopk}, Kind{"HCA", kHcaEntries, kHcaEntries}}) {
+    cuda::DeviceBuffer<uint8_t> ent;
+    fill_cache(ent, kPool * k.entries, chunk, chunk_rows);
+    if (!dir.empty())
+      write_file(dir + "/" + k.name + "_ent.bin", download(ent, size_t(ops::kv_cache_bytes(kPool * k.entries))).data(),
+                 size_t(ops::kv_cache_bytes(kPool * k.entries)));
+    const Run r{&win, &ent, kPool * k.entries, sinks.data(), out.data(), ws.data()};
+    for (int64_t B : {1, 64, 256}) {
+      Batch b;
+      make_batch(b, k, B, uint32_t(B) * 7 + 1);
+      const int64_t nkeys = kW + k.topk;
+      const int64_t plan = ops::cuda::plan_sparse_attention_fp8(B, kH, nkeys, sms);
+      const double bytes_fp32 = double(B) * (double(nkeys) * ops::kKvRowBytes + 2.0 * kH * kD * 4 + 4.0 * nkeys);
+      const double bytes_bf16 = bytes_fp32 - double(B) * kH * kD * 2;
+      const double us = time_us(b, r, plan, false), us_b = time_us(b, r, plan, true);
+      std::printf("%s B=%lld keys %lld splits %lld (plan): q fp32 %.1f us (%.0f GB/s, %.0f%% hbm), q bf16 %.1f us "
+                  "(%.0f GB/s, %.0f%% hbm)\n",
+                  k.name, (long long)B, (long long)nkeys, (long long)plan, us, bytes_fp32 / us / 1e3,
+                  100.0 * bytes_fp32 / us / 1e-6 / hbm, us_b, bytes_bf16 / us_b / 1e3,
+                  100.0 * bytes_bf16 / us_b / 1e-6 / hbm);
+      std::printf("  sweep (q fp32):");
+      for (int64_t s : {1, 2, 3, 4, 5, 8, 10, 20}) {
+        if (s > (nkeys + 31) / 32) continue;
+        std::printf(" %lld:%.1f", (long long)s, time_us(b, r, s, false));
+      }
+      std::printf("\n");
+      if (B > 1 && std::string(k.name) == "CSA") {  // where a tile's time goes (phases left out; q fp32)
+        namespace d = ops::cuda::detail;
+        const std::pair<const char*, int> probes[] = {
+            {"no QK", d::kProbeNoQk}, {"no PV", d::kProbeNoPv}, {"no softmax", d::kProbeNoSoftmax},
+            {"no dequant", d::kProbeNoDequant}, {"no loads", d::kProbeNoLoads},
+            {"no loads+dequant", d::kProbeNoLoads | d::kProbeNoDequant},
+            {"no QK+PV+softmax", d::kProbeNoQk | d::kProbeNoPv | d::kProbeNoSoftmax}};
+        std::printf("  probes (splits %lld):", (long long)plan);
+        for (const auto& [name, bits] : probes) std::printf(" %s %.1f |", name, time_us(b, r, plan, false, bits));
+        std::printf("\n");
+      }
+      std::printf("RESULT %s %lld %.2f %.2f %lld\n", k.name, (long long)B, us, us_b, (long long)plan);
+      if (!dir.empty()) dump(dir, std::string(k.name) + "_" + std::to_string(B), b, r, out, plan);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

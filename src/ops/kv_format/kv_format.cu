@@ -1,0 +1,92 @@
+// CUDA encoders of the KV storage formats (see kv_format_cuda.h): one warp per row, 4 warps a block. Main KV: lane l
+// owns channels 2l, 2l+1 of each 64-channel tile (its two codes are one 16-bit store, a tile one 64-byte run) and
+// RoPE channels 448 + 2l, +1; lane 0 writes the row's 8 scale bytes. Indexer: lane l owns channels 4l .. 4l+3.
+#include "cuda/ops_device.cuh"
+#include "ops/kv_format/kv_format.h"
+#include "ops/kv_format/kv_format_launch.h"
+
+namespace dsinfer::ops::cuda::detail {
+
+namespace {
+namespace dev = dsinfer::cuda::dev;
+constexpr int kWarps = 4;
+
+// Warp-wide amax of the lanes' values, +inf when any lane holds a value that is not finite.
+__device__ __forceinline__ float warp_amax(float a, bool finite) {
+  const float m = dev::warp_max(a);
+  return __all_sync(dev::kFull, finite) ? m : INFINITY;
+}
+
+__global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
+                                 int64_t cache_rows) {
+  const int lane = threadIdx.x & 31;
+  const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (i >= n) return;
+  const int64_t row = dst[i];
+  if (row < 0 || row >= cache_rows) return;
+  const float* xr = x + int64_t(i) * ld;
+  uint8_t* data = cache + kv_data_offset(row);
+  uint64_t scales = 0;
+#pragma unroll
+  for (int t = 0; t < kKvTiles; ++t) {
+    const float v0 = xr[t * kKvTile + 2 * lane], v1 = xr[t * kKvTile + 2 * lane + 1];
+    const bool fin = isfinite(v0) && isfinite(v1);
+    const uint8_t sb = kv_tile_scale_byte(warp_amax(fmaxf(fabsf(v0), fabsf(v1)), fin));
+    scales |= uint64_t(sb) << (8 * t);
+    const int k = int(sb) - 127;
+    const uint32_t c0 = sb == 0xFF ? 0x7Fu : kv_encode_e4m3(v0, k), c1 = sb == 0xFF ? 0x7Fu : kv_encode_e4m3(v1, k);
+    *reinterpret_cast<uint16_t*>(data + t * kKvTile + 2 * lane) = uint16_t(c0 | (c1 << 8));
+  }
+  const uint32_t r0 = small_float::f32_to_bf16_bits(xr[kKvNope + 2 * lane]);
+  const uint32_t r1 = small_float::f32_to_bf16_bits(xr[kKvNope + 2 * lane + 1]);
+  *reinterpret_cast<uint32_t*>(data + kKvNope + 4 * lane) = r0 | (r1 << 16);
+  if (lane == 0) *reinterpret_cast<uint64_t*>(cache + kv_scale_offset(row)) = scales;
+}
+
+__global__ void idx_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
+                                  int64_t cache_rows) {
+  const int lane = threadIdx.x & 31;
+  const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (i >= n) return;
+  const int64_t row = dst[i];
+  if (row < 0 || row >= cache_rows) return;
+  const float* xr = x + int64_t(i) * ld + 4 * lane;
+  float v[4];
+  bool fin = true;
+  float a = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[j] = xr[j];
+    fin = fin && isfinite(v[j]);
+    a = fmaxf(a, fabsf(v[j]));
+  }
+  const float amax = warp_amax(a, fin);
+  uint32_t codes = 0x7F7F7F7Fu;
+  float scale = small_float::from_bits(0x7FC00000u);  // the quiet NaN, the same bits on host and device
+  if (amax <= 3.4028235e38f) {
+    const int k = amax > 0.0f ? kv_pow2_exponent(amax, 448.0f) : 0;
+    scale = ldexpf(1.0f, k);
+    codes = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) codes |= uint32_t(kv_encode_e4m3(v[j], k)) << (8 * j);
+  }
+  *reinterpret_cast<uint32_t*>(cache + idx_code_offset(row) + 4 * lane) = codes;
+  if (lane == 0) *reinterpret_cast<float*>(cache + idx_scale_offset(row)) = scale;
+}
+}  // namespace
+
+void launch_kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
+                      int64_t cache_rows, void* stream) {
+  const unsigned blocks = unsigned((n + kWarps - 1) / kWarps);
+  kv_encode_kernel<<<blocks, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(x, int(n), ld, dst_rows, cache,
+                                                                                  cache_rows);
+}
+
+void launch_idx_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
+                       int64_t cache_rows, void* stream) {
+  const unsigned blocks = unsigned((n + kWarps - 1) / kWarps);
+  idx_encode_kernel<<<blocks, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(x, int(n), ld, dst_rows, cache,
+                                                                                   cache_rows);
+}
+
+}  // namespace dsinfer::ops::cuda::detail

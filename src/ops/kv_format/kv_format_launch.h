@@ -1,0 +1,10 @@
+// Kernel launchers behind kv_format_cuda.h (validated by kv_format_cuda.cpp; no CUDA types, no Status).
+#pragma once
+#include <cstdint>
+
+namespace dsinfer::ops::cuda::detail {
+void launch_kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
+                      int64_t cache_rows, void* stream);
+void launch_idx_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
+                       int64_t cache_rows, void* stream);
+}  // namespace dsinfer::ops::cuda::detail

@@ -1,0 +1,391 @@
+// Sparse attention decode over the FP8 KV storage format (see sparse_attention_fp8_cuda.h). One block per (token,
+// 64-head group, key split), 8 warps; the math is sparse_attention_tc.cu's (warp w: heads 16 * (w % 4) .., dims
+// 256 * (w / 4) ..; S = Q K^T halves added through shared memory; online softmax with p rounded to bf16; O += P V
+// with P from the score registers and V by ldmatrix.trans), the state path is new: a key is its 576 data bytes and
+// 8 scale bytes (ops/kv_format), 3.5x fewer than an fp32 row, so the cp.async ring holds 10 half tiles of 16 keys
+// (5 tiles, 93 KB) in flight. A tile is dequantised into the bf16 key tile by 16-code chunks: e4m3x2 -> f16x2 (one
+// cvt), times the tile's UE8M0 scale in fp32, -> bf16x2; every product is a bf16 value, so the tile is exact.
+// The mma building blocks (and their fragment layouts) are sparse_attention_mma.cuh's, shared with the tc kernel.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "cuda/ops_device.cuh"
+#include "ops/kv_format/kv_format.h"
+#include "ops/sparse_attention/sparse_attention_fp8_launch.h"
+#include "ops/sparse_attention/sparse_attention_launch.h"  // attn_split_range
+#include "ops/sparse_attention/sparse_attention_mma.cuh"     // qk_half, softmax_tile, pv_half, the mma wrappers
+
+namespace dsinfer::ops::cuda::detail {
+
+namespace {
+namespace dev = dsinfer::cuda::dev;
+using namespace attn_mma;  // NOLINT: the shared mma building blocks
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kD = int(kKvDim);
+constexpr int kP = kD + 8;  // bf16 row pitch (1040 B): rows 4 banks apart, fragment loads conflict-free
+constexpr int kHalf = kD / 2;
+static_assert(kP == kMmaPitch && kHalf == kMmaHalf, "the shared mma helpers assume this tile shape");
+constexpr int kHalfKeys = kFp8Keys / 2;
+constexpr int kStages = 10;  // half tiles in the ring
+constexpr int kData = int(kKvDataBytes);
+constexpr int kChunksPerKey = kData / 16;  // 28 code chunks + 8 RoPE chunks
+constexpr int kStageBytes = kHalfKeys * (kData + 8);
+constexpr int kResolve = kThreads;  // row pointers resolved at a time (one per thread)
+constexpr int kPart = kD + 4;      // workspace floats per (token, split, head): o, max, sum, 2 pad (16-byte rows)
+constexpr int kTilesPerResolve = kResolve / kFp8Keys;
+
+constexpr size_t kOffQ = 0;                                                   // bf16 [64][kP]
+constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kP * 2;                   // bf16 [32][kP]
+constexpr size_t kOffStage = kOffK + size_t(kFp8Keys) * kP * 2;                // [kStages][16 x 576 data, 16 x 8]
+constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;           // f32 [8][16][32]
+constexpr size_t kOffRows = kOffX + size_t(kWarps) * 16 * 32 * 4;             // const uint8_t* [2][2][kResolve]
+constexpr size_t kSmemBytes = kOffRows + 4 * kResolve * sizeof(const uint8_t*);
+static_assert(kSmemBytes <= 232448, "over the 227 KB of shared memory a block may use");
+static_assert(kStages % 2 == 0 && kStages >= 4 && kStages / 2 + 2 < kTilesPerResolve, "ring vs resolve chunks");
+
+// Row pointer arrays: data pointers [2][kResolve] then scale pointers [2][kResolve]; key k of the split sits in
+// chunk k / kResolve's half (chunk & 1).
+__device__ __forceinline__ int row_slot(int64_t k) { return int((k / kResolve) & 1) * kResolve + int(k % kResolve); }
+
+struct Rows {
+  const uint8_t** data;
+  const uint8_t** scales;
+};
+
+// Cache row of key k of token t (nullptr: none): keys[0]'s list, then keys[1]'s.
+__device__ __forceinline__ int64_t key_cache_row(const SparseAttentionFp8Params& p, int64_t t, int64_t n0,
+                                                 int64_t k, int& src) {
+  src = k < n0 ? 0 : 1;
+  const Fp8KeySource& s = p.keys[src];
+  const int64_t j = k < n0 ? k : k - n0;
+  const int64_t r = s.idx[t * s.stride + j];
+  return r >= 0 && r < s.rows ? r : -1;
+}
+
+__device__ __forceinline__ int64_t list_len(const Fp8KeySource& s, int64_t t) {
+  if (!s.idx) return 0;
+  const int64_t n = s.len ? int64_t(s.len[t]) : s.stride;
+  return n < 0 ? 0 : (n > s.stride ? s.stride : n);
+}
+
+// Half tile hf (keys 16 hf .. +15 of the split) into ring slot hf % kStages as one commit group (empty past the
+// split's end, so the wait count stays uniform).
+__device__ __forceinline__ void issue(const Rows& rows, int64_t hf, int64_t nhalves, uint8_t* stage) {
+  if (hf < nhalves) {
+    const int base = row_slot(hf * kHalfKeys);
+    uint8_t* dst = stage + (hf % kStages) * kStageBytes;
+    for (int c = threadIdx.x; c < kHalfKeys * kChunksPerKey + kHalfKeys; c += kThreads) {
+      if (c < kHalfKeys * kChunksPerKey) {
+        const int r = c / kChunksPerKey, ch = c % kChunksPerKey;
+        const uint8_t* src = rows.data[base + r];
+        if (src != nullptr)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst + r * kData + 16 * ch)),
+                       "l"(src + 16 * ch)
+                       : "memory");
+      } else {
+        const int r = c - kHalfKeys * kChunksPerKey;
+        const uint8_t* src = rows.scales[base + r];
+        if (src != nullptr)
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst + kHalfKeys * kData + 8 * r)),
+                       "l"(src)
+                       : "memory");
+      }
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// 16 e4m3 codes times 2^(sb - 127) -> 16 bf16 (exact).
+__device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bfloat16* out) {
+  const float s = small_float::from_bits(small_float::e8m0_f32_bits(sb));
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t r[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] >> (16 * hh)), __NV_E4M3);
+      const float2 f = __half22float2(__half2(h));
+      r[2 * i + hh] = pack_bf16(f.x * s, f.y * s);
+    }
+  }
+  reinterpret_cast<uint4*>(out)[0] = make_uint4(r[0], r[1], r[2], r[3]);
+  reinterpret_cast<uint4*>(out)[1] = make_uint4(r[4], r[5], r[6], r[7]);
+}
+
+// Tile n (cur: its 32 data pointers) from half tiles 2n, 2n+1 of the ring into the bf16 key tile; zero rows for
+// missing keys.
+__device__ __forceinline__ void to_bf16(const uint8_t* const* cur, int64_t n, const uint8_t* stage,
+                                        __nv_bfloat16* ks) {
+  for (int c = threadIdx.x; c < kFp8Keys * kChunksPerKey; c += kThreads) {
+    const int r = c / kChunksPerKey, ch = c % kChunksPerKey;
+    const uint8_t* half = stage + ((2 * n + r / kHalfKeys) % kStages) * kStageBytes;
+    const int rr = r % kHalfKeys;
+    __nv_bfloat16* out = ks + r * kP;
+    if (cur[r] == nullptr) {
+      const uint4 z = make_uint4(0, 0, 0, 0);
+      if (ch < int(kKvNope) / 16) {
+        reinterpret_cast<uint4*>(out + 16 * ch)[0] = z;
+        reinterpret_cast<uint4*>(out + 16 * ch)[1] = z;
+      } else {
+        *reinterpret_cast<uint4*>(out + kKvNope + 8 * (ch - kKvNope / 16)) = z;
+      }
+      continue;
+    }
+    const uint4 v = *reinterpret_cast<const uint4*>(half + rr * kData + 16 * ch);
+    if (ch < int(kKvNope) / 16) {
+      dequant16(v, half[kHalfKeys * kData + 8 * rr + ch / 4], out + 16 * ch);
+    } else {
+      *reinterpret_cast<uint4*>(out + kKvNope + 8 * (ch - kKvNope / 16)) = v;  // bf16 RoPE channels
+    }
+  }
+}
+
+// q rows h0 .. h0+63 of token t -> bf16 tile (zero rows for heads >= H).
+template <bool kBf16>
+__device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int64_t H, __nv_bfloat16* qs) {
+#pragma unroll 8
+  for (int c = threadIdx.x; c < kFp8Heads * kD / 8; c += kThreads) {
+    const int r = c / (kD / 8), c8 = c % (kD / 8);
+    const int64_t h = h0 + r;
+    uint4 out = make_uint4(0, 0, 0, 0);
+    if (h < H) {
+      if (kBf16) {
+        out = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(q) + (t * H + h) * kD) + c8);
+      } else {
+        const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(q) + (t * H + h) * kD) + 2 * c8;
+        const float4 a = __ldg(src), b = __ldg(src + 1);
+        out = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+      }
+    }
+    *reinterpret_cast<uint4*>(qs + r * kP + 8 * c8) = out;
+  }
+}
+
+// Inverse RoPE of the channel pair (d, d+1) of an output head vector at position pos.
+__device__ __forceinline__ void out_rope(float& a, float& b, int d, const SparseAttentionFp8Params& p, int64_t pos) {
+  const int rs = kD - int(p.rope_dim);
+  if (p.rope_dim > 0 && d >= rs) {
+    float c, s;
+    dev::rope_cos_sin(p.inv_freq[(d - rs) / 2], pos, p.attention_factor, true, c, s);
+    dev::rope_rotate(a, b, c, s);
+  }
+}
+
+// Epilogue of one warp: rows hr + g (+8), dims d0 + 8nt + 2q4 (+1). One split: sink, inverse RoPE, write o;
+// several: the unnormalised partial and (max, sum).
+__device__ __forceinline__ void write_out(const float (&acc)[32][4], const float (&m)[2], const float (&l)[2],
+                                          int64_t hr, int d0, int64_t t, int64_t split,
+                                          const SparseAttentionFp8Params& p, float* o, float* ws) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int64_t H = p.heads, S = p.num_splits;
+  const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t h = hr + g + 8 * r;
+    if (h >= H) continue;
+    if (S == 1) {
+      const float sink = p.sinks[h], M = fmaxf(m[r], sink);
+      const float em = expf(m[r] - M);
+      const float f = em / (l[r] * em + expf(sink - M));
+      float* orow = o + (t * H + h) * kD;
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        const int d = d0 + 8 * nt + 2 * q4;
+        float e0 = acc[nt][2 * r] * f, e1 = acc[nt][2 * r + 1] * f;
+        out_rope(e0, e1, d, p, pos);
+        *reinterpret_cast<float2*>(orow + d) = make_float2(e0, e1);
+      }
+    } else {
+      float* part = ws + ((t * S + split) * H + h) * kPart;
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        const int d = d0 + 8 * nt + 2 * q4;
+        *reinterpret_cast<float2*>(part + d) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
+      }
+      if (d0 == 0 && q4 == 0) {
+        part[kD] = m[r];
+        part[kD + 1] = l[r];
+      }
+    }
+  }
+}
+
+// The per-tile body: scores, the exchange of the two dim halves, online softmax, rescale, P V.
+template <int kProbe>
+__device__ __forceinline__ void attend_tile(const __nv_bfloat16* qs, const __nv_bfloat16* ks, float* sx, int hr,
+                                            int d0, uint32_t valid, float scale, float (&m)[2], float (&l)[2],
+                                            float (&acc)[32][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float s[4][4];
+  if (kProbe & kProbeNoQk) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] = 0.0f;
+  } else {
+    qk_half(qs, ks, hr, d0, s);
+  }
+  float* mine = sx + warp * 16 * 32;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
+  __syncthreads();
+  const float* other = sx + (warp ^ 4) * 16 * 32;  // the same heads, the other 256 dims
+#pragma unroll
+  for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] += other[i * 32 + lane];
+  float alpha[2] = {1.0f, 1.0f};
+  if (!(kProbe & kProbeNoSoftmax)) softmax_tile(s, valid, scale, m, l, alpha);
+#pragma unroll
+  for (int nt = 0; nt < 32; ++nt) {
+    acc[nt][0] *= alpha[0];
+    acc[nt][1] *= alpha[0];
+    acc[nt][2] *= alpha[1];
+    acc[nt][3] *= alpha[1];
+  }
+  if (!(kProbe & kProbeNoPv)) pv_half(s, ks, d0, acc);
+}
+
+template <bool kQBf16, int kProbe = 0>
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attention_fp8_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + kOffQ);
+  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
+  uint8_t* stage = smem + kOffStage;
+  float* sx = reinterpret_cast<float*>(smem + kOffX);
+  const Rows rows{reinterpret_cast<const uint8_t**>(smem + kOffRows),
+                  reinterpret_cast<const uint8_t**>(smem + kOffRows) + 2 * kResolve};
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hr = 16 * (warp & 3), d0 = kHalf * (warp >> 2);
+  const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kFp8Heads, split = blockIdx.z;
+  const int64_t n0 = list_len(p.keys[0], t), nkeys = n0 + list_len(p.keys[1], t);
+  int64_t kbeg, kend;
+  attn_split_range(nkeys, split, p.num_splits, 0, kFp8Keys, kbeg, kend);
+  const int64_t nk = kend > kbeg ? kend - kbeg : 0, ntiles = (nk + kFp8Keys - 1) / kFp8Keys, nhalves = 2 * ntiles;
+  auto resolve = [&](int64_t c) {  // row pointers of keys kResolve * c .. of the split
+    const int64_t k = c * kResolve + threadIdx.x;
+    const int slot = row_slot(k);
+    rows.data[slot] = nullptr;
+    rows.scales[slot] = nullptr;
+    if (k < nk) {
+      int src = 0;
+      const int64_t r = key_cache_row(p, t, n0, kbeg + k, src);
+      if (r >= 0) {
+        rows.data[slot] = p.keys[src].cache + kv_data_offset(r);
+        rows.scales[slot] = p.keys[src].cache + kv_scale_offset(r);
+      }
+    }
+  };
+
+  resolve(0);
+  __syncthreads();
+  if (!(kProbe & kProbeNoLoads))
+    for (int hf = 0; hf < kStages; ++hf) issue(rows, hf, nhalves, stage);
+  load_q<kQBf16>(q, t, h0, p.heads, qs);
+
+  float acc[32][4];
+#pragma unroll
+  for (int nt = 0; nt < 32; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int64_t n = 0; n < ntiles; ++n) {
+    if (!(kProbe & kProbeNoLoads))
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");  // this tile's two halves
+    __syncthreads();
+    const uint8_t* const* cur = rows.data + row_slot(n * kFp8Keys);
+    if (!(kProbe & kProbeNoDequant)) to_bf16(cur, n, stage, ks);
+    const uint32_t valid = __ballot_sync(dev::kFull, cur[lane] != nullptr);
+    __syncthreads();  // key tile ready; its two ring slots are free
+    if (!(kProbe & kProbeNoLoads)) {
+      issue(rows, 2 * n + kStages, nhalves, stage);
+      issue(rows, 2 * n + kStages + 1, nhalves, stage);
+    }
+    if (n % kTilesPerResolve == 0 && (n / kTilesPerResolve + 1) * kResolve < nk) resolve(n / kTilesPerResolve + 1);
+    attend_tile<kProbe>(qs, ks, sx, hr, d0, valid, p.scale, m, l, acc);
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  write_out(acc, m, l, h0 + hr, d0, t, split, p, o, ws);
+}
+
+// Merge of the splits' partials: one block of 128 threads per (token, head), 4 channels a thread.
+__global__ void sparse_attention_fp8_combine_kernel(SparseAttentionFp8Params p, const float* ws, float* o) {
+  const int64_t t = blockIdx.x, h = blockIdx.y, H = p.heads, S = p.num_splits;
+  const float* part = ws + (t * S * H + h) * kPart;  // float4 loads: kPart keeps every row 16-byte aligned
+  const int64_t sstride = H * kPart;
+  const float sink = p.sinks[h];
+  float M = sink;
+  for (int64_t s = 0; s < S; ++s) M = fmaxf(M, part[s * sstride + kD]);
+  float den = expf(sink - M);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int d = 4 * threadIdx.x;
+  for (int64_t s = 0; s < S; ++s) {
+    const float* ps = part + s * sstride;
+    const float w = expf(ps[kD] - M);
+    den += w * ps[kD + 1];
+    const float4 v = *reinterpret_cast<const float4*>(ps + d);
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+  }
+  const float inv = 1.0f / den;
+  float e[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+  const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
+  out_rope(e[0], e[1], d, p, pos);
+  out_rope(e[2], e[3], d + 2, p, pos);
+  *reinterpret_cast<float4*>(o + (t * H + h) * kD + d) = make_float4(e[0], e[1], e[2], e[3]);
+}
+}  // namespace
+
+void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                 void* stream) {
+  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.q_bf16) {
+    cudaFuncSetAttribute(sparse_attention_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(kSmemBytes));
+    sparse_attention_fp8_kernel<true><<<grid, kThreads, kSmemBytes, s>>>(p, q, o, workspace);
+  } else {
+    cudaFuncSetAttribute(sparse_attention_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(kSmemBytes));
+    sparse_attention_fp8_kernel<false><<<grid, kThreads, kSmemBytes, s>>>(p, q, o, workspace);
+  }
+}
+
+namespace {
+template <int kProbe>
+void launch_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
+  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
+  cudaFuncSetAttribute(sparse_attention_fp8_kernel<false, kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       int(kSmemBytes));
+  sparse_attention_fp8_kernel<false, kProbe><<<grid, kThreads, kSmemBytes, s>>>(p, q, o, workspace);
+}
+}  // namespace
+
+bool launch_sparse_attention_fp8_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                       int probe, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (probe) {
+    case kProbeNoQk: launch_probe<kProbeNoQk>(p, q, o, workspace, s); break;
+    case kProbeNoPv: launch_probe<kProbeNoPv>(p, q, o, workspace, s); break;
+    case kProbeNoSoftmax: launch_probe<kProbeNoSoftmax>(p, q, o, workspace, s); break;
+    case kProbeNoDequant: launch_probe<kProbeNoDequant>(p, q, o, workspace, s); break;
+    case kProbeNoLoads: launch_probe<kProbeNoLoads>(p, q, o, workspace, s); break;
+    case kProbeNoLoads | kProbeNoDequant: launch_probe<kProbeNoLoads | kProbeNoDequant>(p, q, o, workspace, s); break;
+    case kProbeNoQk | kProbeNoPv | kProbeNoSoftmax:
+      launch_probe<kProbeNoQk | kProbeNoPv | kProbeNoSoftmax>(p, q, o, workspace, s);
+      break;
+    default: return false;
+  }
+  if (p.num_splits > 1) launch_sparse_attention_fp8_combine(p, workspace, o, stream);
+  return true;
+}
+
+void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, const float* workspace, float* o,
+                                         void* stream) {
+  const dim3 grid(unsigned(p.T), unsigned(p.heads));
+  sparse_attention_fp8_combine_kernel<<<grid, kD / 4, 0, static_cast<cudaStream_t>(stream)>>>(p, workspace, o);
+}
+
+}  // namespace dsinfer::ops::cuda::detail

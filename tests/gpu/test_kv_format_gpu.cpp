@@ -1,0 +1,97 @@
+// GPU parity of the KV format encoders (ops/kv_format/kv_format_cuda.h): the bytes the kernels write equal the CPU
+// reference's (kv_encode_row_ref / idx_encode_row_ref) everywhere in the cache, bit for bit (both round through the
+// same host/device codec functions, and the encoders own no other arithmetic than the amax reduction). Rows span tile
+// magnitudes from 2^-20 to 2^20, tiles under the 1e-4 floor, zero tiles, exact 448 * 2^k maxima and non-finite
+// values; destinations are scattered over several blocks, with -1 and out-of-range rows skipped (their bytes keep
+// the cache's 0xAA poison on both sides); a row stride wider than the row.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/gpu_test_util.h"
+#include "ops/kv_format/kv_format.h"
+#include "ops/kv_format/kv_format_cuda.h"
+#include "ops/quant_sim/quant_sim.h"
+
+using namespace dsinfer;
+using namespace dsinfer::cuda::test;
+
+namespace {
+std::vector<float> rows_with_edges(int64_t n, int64_t ld, int64_t tile, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(size_t(n * ld), 12345.0f);  // the gap past each row must not be read
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c0 = 0; c0 < ld - (ld % tile); c0 += tile) {
+      const int kind = int(g() % 8);
+      const float mag = kind == 0 ? 1e-6f : std::ldexp(1.0f, int(g() % 41) - 20);
+      for (int64_t i = 0; i < tile; ++i) x[size_t(r * ld + c0 + i)] = kind == 1 ? 0.0f : u(g) * mag;
+      if (kind == 2) x[size_t(r * ld + c0 + 3)] = 448.0f * std::ldexp(1.0f, int(g() % 9) - 4);
+      if (kind == 3 && r % 7 == 0) x[size_t(r * ld + c0 + 1)] = (r % 2) ? NAN : -INFINITY;
+    }
+  return x;
+}
+
+// Destinations: a shuffled subset of the cache rows (n <= cache_rows), every 11th row -1 and every 13th past the end.
+std::vector<int32_t> destinations(int64_t n, int64_t cache_rows, uint32_t seed) {
+  EXPECT_LE(n, cache_rows);
+  std::vector<int32_t> all(static_cast<size_t>(cache_rows));
+  for (int64_t i = 0; i < cache_rows; ++i) all[size_t(i)] = int32_t(i);
+  std::shuffle(all.begin(), all.end(), std::mt19937(seed));
+  std::vector<int32_t> d(all.begin(), all.begin() + n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 11 == 5) d[size_t(i)] = -1;
+    if (i % 13 == 7) d[size_t(i)] = int32_t(cache_rows + i);
+  }
+  return d;
+}
+}  // namespace
+
+TEST(GpuKvFormat, MainKvEncodeMatchesTheReferenceBytes) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t n = 300, ld = ops::kKvDim + 16, cache_rows = 5 * ops::kKvBlockRows + 17;
+  const std::vector<float> x = rows_with_edges(n, ld, ops::kKvTile, 1);
+  const std::vector<int32_t> dst = destinations(n, cache_rows, 2);
+  std::vector<uint8_t> ref(size_t(ops::kv_cache_bytes(cache_rows)), 0xAA);
+  for (int64_t i = 0; i < n; ++i)
+    if (dst[size_t(i)] >= 0 && dst[size_t(i)] < cache_rows)
+      ops::kv_encode_row_ref(x.data() + i * ld, ref.data(), dst[size_t(i)]);
+  auto dx = to_device(x);
+  auto dd = to_device(dst);
+  auto dc = to_device(std::vector<uint8_t>(ref.size(), 0xAA));
+  ASSERT_TRUE(ops::cuda::kv_encode(dx.data(), n, ld, dd.data(), dc.data(), cache_rows, nullptr).is_ok());
+  const std::vector<uint8_t> got = to_host(dc, ref.size());
+  for (size_t b = 0; b < ref.size(); ++b) ASSERT_EQ(int(got[b]), int(ref[b])) << "byte " << b;
+}
+
+TEST(GpuKvFormat, IndexerKeyEncodeMatchesTheReferenceBytes) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t n = 300, ld = ops::kIdxDim, cache_rows = 6 * ops::kKvBlockRows;
+  std::vector<float> x = rows_with_edges(n, ld, 32, 3);
+  for (int64_t r = 0; r < n; r += 2) {  // half the rows as the official simulation leaves them
+    ops::hadamard_ref(x.data() + r * ld, ld);
+    ops::fp4_block_sim_ref(x.data() + r * ld, ld, 32);
+  }
+  const std::vector<int32_t> dst = destinations(n, cache_rows, 4);
+  std::vector<uint8_t> ref(size_t(ops::idx_cache_bytes(cache_rows)), 0xAA);
+  for (int64_t i = 0; i < n; ++i)
+    if (dst[size_t(i)] >= 0 && dst[size_t(i)] < cache_rows)
+      ops::idx_encode_row_ref(x.data() + i * ld, ref.data(), dst[size_t(i)]);
+  auto dx = to_device(x);
+  auto dd = to_device(dst);
+  auto dc = to_device(std::vector<uint8_t>(ref.size(), 0xAA));
+  ASSERT_TRUE(ops::cuda::idx_encode(dx.data(), n, ld, dd.data(), dc.data(), cache_rows, nullptr).is_ok());
+  const std::vector<uint8_t> got = to_host(dc, ref.size());
+  for (size_t b = 0; b < ref.size(); ++b) ASSERT_EQ(int(got[b]), int(ref[b])) << "byte " << b;
+}
+
+TEST(GpuKvFormat, RejectsBadArguments) {
+  DSI_SKIP_WITHOUT_GPU();
+  EXPECT_FALSE(ops::cuda::kv_encode(nullptr, 4, ops::kKvDim, nullptr, nullptr, 64, nullptr).is_ok());
+  float* fake = reinterpret_cast<float*>(16);
+  EXPECT_FALSE(ops::cuda::kv_encode(fake, 4, 100, reinterpret_cast<int32_t*>(16), reinterpret_cast<uint8_t*>(16), 64,
+                                    nullptr).is_ok());  // row stride below 512
+  EXPECT_TRUE(ops::cuda::idx_encode(nullptr, 0, ops::kIdxDim, nullptr, nullptr, 0, nullptr).is_ok());  // nothing to do
+}
