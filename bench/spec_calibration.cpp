@@ -92,7 +92,7 @@ std::vector<std::string> held_out_prompts(const Args& a) {
 }
 
 void print_tables(const SpeculativeMetrics& m) {
-  std::printf("\nper position (every draft verified): predicted vs observed prefix survival, and conditional acceptance\n");
+  std::printf("\nper position (every draft verified): predicted vs observed prefix survival, conditional acceptance\n");
   std::printf("%-4s %8s %10s %10s %8s %10s %10s\n", "k", "rounds", "pred a_k", "obs a_k", "gap", "trials", "obs acc");
   for (size_t k = 0; k < m.verified_per_position.size(); ++k) {
     const double n = double(std::max<int64_t>(1, m.verified_per_position[k]));
@@ -108,7 +108,8 @@ void print_tables(const SpeculativeMetrics& m) {
   for (size_t b = 0; b < m.calibration_trials.size(); ++b) total += m.calibration_trials[b];
   for (size_t b = 0; b < m.calibration_trials.size(); ++b) {
     const int64_t n = m.calibration_trials[b];
-    const double lo = double(b) / double(m.calibration_trials.size()), hi = lo + 1.0 / double(m.calibration_trials.size());
+    const double w = 1.0 / double(m.calibration_trials.size());
+    const double lo = double(b) * w, hi = lo + w;
     if (n == 0) {
       std::printf("[%.1f, %.1f) %8d %10s %10s %8s\n", lo, hi, 0, "-", "-", "-");
       continue;

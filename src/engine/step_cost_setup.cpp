@@ -57,7 +57,8 @@ Result<speculative::StepCostModel> setup_step_cost(const EngineOptions& o, const
   std::filesystem::path file = spec.cost_model;
   if (spec.cost_model == "auto") {
     const std::string dir = step_cost_cache_dir();
-    file = dir.empty() ? std::filesystem::path() : std::filesystem::path(dir) / fmt::format("step_cost_{:016x}.txt", fnv1a(key));
+    const std::string name = fmt::format("step_cost_{:016x}.txt", fnv1a(key));
+    file = dir.empty() ? std::filesystem::path() : std::filesystem::path(dir) / name;
   }
   std::error_code ec;
   if (!file.empty() && std::filesystem::exists(file, ec)) {

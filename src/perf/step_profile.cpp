@@ -35,7 +35,8 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
         const auto t0 = std::chrono::steady_clock::now();
         if (Status s = r.step(plan, logits); !s)
           return s.with_context(fmt::format("step profile, {} sequences x {} rows", n, rows));
-        if (it > 0) t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        const auto dt = std::chrono::steady_clock::now() - t0;
+        if (it > 0) t.push_back(std::chrono::duration<double, std::milli>(dt).count());
       }
       samples.push_back(std::move(t));
     }

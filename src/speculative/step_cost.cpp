@@ -18,18 +18,21 @@ double median(std::vector<double> v) {
 }  // namespace
 
 Status StepCostModel::check(const StepCostModel& m, const std::string& where) {
-  if (m.max_rows_ < 1 || m.max_rows_ > 64) return Status::errorf("{}: rows must be in [1, 64], found {}", where, m.max_rows_);
+  if (m.max_rows_ < 1 || m.max_rows_ > 64)
+    return Status::errorf("{}: rows must be in [1, 64], found {}", where, m.max_rows_);
   if (m.seqs_.empty()) return Status::errorf("{}: no batch size profiled", where);
   for (size_t i = 0; i < m.seqs_.size(); ++i)
     if (m.seqs_[i] < 1 || (i > 0 && m.seqs_[i] <= m.seqs_[i - 1]))
       return Status::errorf("{}: batch sizes must be ascending and >= 1, found {} after {}", where, m.seqs_[i],
                             i > 0 ? m.seqs_[i - 1] : 0);
   if (m.ms_.size() != m.seqs_.size() * size_t(m.max_rows_))
-    return Status::errorf("{}: {} times for {} batch sizes x {} rows", where, m.ms_.size(), m.seqs_.size(), m.max_rows_);
+    return Status::errorf("{}: {} times for {} batch sizes x {} rows", where, m.ms_.size(), m.seqs_.size(),
+                          m.max_rows_);
   if (!m.draft_ms_.empty() && m.draft_ms_.size() != m.seqs_.size())
     return Status::errorf("{}: {} draft times for {} batch sizes", where, m.draft_ms_.size(), m.seqs_.size());
   for (double d : m.draft_ms_)
-    if (!(std::isfinite(d) && d >= 0)) return Status::errorf("{}: draft times must be finite and >= 0, found {}", where, d);
+    if (!(std::isfinite(d) && d >= 0))
+      return Status::errorf("{}: draft times must be finite and >= 0, found {}", where, d);
   for (size_t c = 0; c < m.ms_.size(); ++c)
     if (!(std::isfinite(m.ms_[c]) && m.ms_[c] > 0))
       return Status::errorf("{}: step time of {} sequences x {} rows must be finite and > 0, found {}", where,

@@ -42,7 +42,8 @@ TEST(SpeculativeConfig, ZeroMeansTheDraftersMaximumAndTheRangeIsItsMaximum) {
 TEST(SpeculativeConfig, EveryOptionIsCheckedNamingIt) {
   const std::string m = shipped_model();
   EXPECT_TRUE(mentions(resolve_speculative_config("dspark", 0, -1, 0, "auto", m).status(), "speculative_budget"));
-  EXPECT_TRUE(mentions(resolve_speculative_config("dspark", 0, 0, 1.5, "auto", m).status(), "speculative_min_survival"));
+  EXPECT_TRUE(
+      mentions(resolve_speculative_config("dspark", 0, 0, 1.5, "auto", m).status(), "speculative_min_survival"));
   EXPECT_TRUE(mentions(resolve_speculative_config("dspark", 0, 0, 0, "", m).status(), "speculative_cost_model"));
   EXPECT_TRUE(mentions(resolve_speculative_config("eagle", 0, 0, 0, "auto", m).status(), "unknown speculative method"));
   // A model without a DSpark drafter: the error names its config.json.
