@@ -8,7 +8,8 @@
 // Held-out prompts: the evaluation samples of models/dsv4-small/training/report.json (held-out files of the
 // training corpus) and windows of this repository's tools/ Python sources (the corpus held installed packages and
 // this repository's README and docs, not its tools). Greedy unless --temperature is given.
-// Usage: dsinfer_spec_calibration [--model DIR] [--backend cpu|cuda] [--method dspark|mtp1] [--prompts N (32)]
+// Usage: dsinfer_spec_calibration [--model DIR] [--tools DIR (the checkout's tools/)] [--backend cpu|cuda]
+//        [--method dspark|mtp1] [--prompts N (32)]
 //        [--max-tokens N (64)] [--max-num-seqs N (16)] [--temperature X (0)]
 #include <algorithm>
 #include <cmath>
@@ -29,17 +30,19 @@ using namespace dsinfer;
 namespace {
 
 struct Args {
-  std::string model, backend = "cpu", method = "dspark";
+  std::string model, tools, backend = "cpu", method = "dspark";
   int prompts = 32, max_tokens = 64, max_seqs = 16;
   double temperature = 0;
 };
 
 bool parse(int argc, char** argv, Args& a) {
   a.model = std::string(test::build_source_dir()) + "/models/dsv4-small";
+  a.tools = std::string(test::build_source_dir()) + "/tools";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--model") a.model = v;
     else if (f == "--backend") a.backend = v;
+    else if (f == "--tools") a.tools = v;
     else if (f == "--method") a.method = v;
     else if (f == "--prompts") a.prompts = std::atoi(v.c_str());
     else if (f == "--max-tokens") a.max_tokens = std::atoi(v.c_str());
@@ -78,7 +81,7 @@ std::vector<std::string> held_out_prompts(const Args& a) {
         if (s.contains("prompt") && s["prompt"].is_string()) out.push_back(s["prompt"].get<std::string>());
   }
   std::string src;
-  const std::filesystem::path tools = std::filesystem::path(test::build_source_dir()) / "tools";
+  const std::filesystem::path tools = a.tools;
   std::vector<std::filesystem::path> files;
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(tools, ec); !ec && it != decltype(it)(); ++it)

@@ -75,7 +75,8 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
     DSI_RETURN_IF_ERROR(e->runner_->set_hidden_capture(e->spec_->tapped_layers()));
     // After the capture is on: the profiled verify steps capture hidden states as the real ones do.
     DSI_ASSIGN_OR_RETURN(speculative::StepCostModel cost,
-                         setup_step_cost(o, cfg.speculative, *e->runner_, e->sched_->cache(), e->max_model_len_));
+                         setup_step_cost(o, cfg.speculative, *e->runner_, e->spec_->drafter(),
+                                         e->sched_->cache(), e->max_model_len_));
     e->spec_->set_cost_model(std::move(cost));
   }
   // Speculative verification needs full logits rows on the host, so it keeps the host sampler.

@@ -47,8 +47,8 @@ std::string step_cost_cache_dir() {
 }
 
 Result<speculative::StepCostModel> setup_step_cost(const EngineOptions& o, const speculative::SpeculativeConfig& spec,
-                                                   runner::ModelRunner& runner, const cache::StateCache& sc,
-                                                   int64_t max_model_len) {
+                                                   runner::ModelRunner& runner, speculative::Drafter& drafter,
+                                                   const cache::StateCache& sc, int64_t max_model_len) {
   if (spec.cost_model == "off" || !spec.enabled()) return speculative::StepCostModel();
   const int64_t max_seqs = std::max<int64_t>(1, std::min<int64_t>(o.max_num_seqs, sc.num_slots()));
   const int32_t rows = 1 + spec.num_speculative_tokens;
@@ -74,7 +74,7 @@ Result<speculative::StepCostModel> setup_step_cost(const EngineOptions& o, const
   po.key = key;
   const auto t0 = std::chrono::steady_clock::now();
   DSI_ASSIGN_OR_RETURN(speculative::StepCostModel m,
-                       perf::profile_step_cost(runner, sc.layout(), sc.num_blocks(), max_model_len, po));
+                       perf::profile_step_cost(runner, sc.layout(), sc.num_blocks(), max_model_len, po, &drafter));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string where = "not cached";
   if (!file.empty()) {
@@ -83,7 +83,8 @@ Result<speculative::StepCostModel> setup_step_cost(const EngineOptions& o, const
     out << m.serialize();
     where = out.good() ? "cached in " + file.string() : "could not write " + file.string();
   }
-  std::fprintf(stderr, "speculative cost model: verify steps profiled in %.2f s (%s)\n", s, where.c_str());
+  std::fprintf(stderr, "speculative cost model: verify steps and drafting profiled in %.2f s (%s)\n", s,
+               where.c_str());
   return m;
 }
 

@@ -10,6 +10,7 @@
 #include "cache/state_cache.h"
 #include "dsinfer/engine.h"
 #include "runner/model_runner.h"
+#include "speculative/drafter.h"
 #include "speculative/speculative_config.h"
 #include "speculative/step_cost.h"
 
@@ -18,10 +19,10 @@ namespace dsinfer::engine {
 // The cache folder: $DSINFER_CACHE_DIR, else $XDG_CACHE_HOME/dsinfer, else $HOME/.cache/dsinfer ("" if none).
 std::string step_cost_cache_dir();
 
-// The model for `spec` (enabled) on `runner`, whose state `sc` is bound; `max_seqs` = the engine's
-// max_num_seqs (capped by the slots). An empty model for "off".
+// The model for `spec` (enabled) on `runner`, whose state `sc` is bound, and `drafter` (its rounds are timed too),
+// for up to the engine's max_num_seqs (capped by the slots) sequences. An empty model for "off".
 Result<speculative::StepCostModel> setup_step_cost(const EngineOptions& o, const speculative::SpeculativeConfig& spec,
-                                                   runner::ModelRunner& runner, const cache::StateCache& sc,
-                                                   int64_t max_model_len);
+                                                   runner::ModelRunner& runner, speculative::Drafter& drafter,
+                                                   const cache::StateCache& sc, int64_t max_model_len);
 
 }  // namespace dsinfer::engine

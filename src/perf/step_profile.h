@@ -2,12 +2,15 @@
 // loaded, through the ModelRunner interface only, on the state the engine bound (values are whatever the slots
 // hold: no sequence is live yet, and every position a sequence reads is written by it first). Batch sizes 1, 2, 4,
 // ... up to max_seqs (and max_seqs itself), rows 1 (a decode step) to max_rows per sequence, at `context`
-// positions; one warm-up step per shape (it also captures the shape's CUDA graph), then `iters` timed steps.
+// positions; one warm-up step per shape (it also captures the shape's CUDA graph), then `iters` timed steps. With a
+// drafter, also a drafting round (propose, greedy picks) of each batch size's sequences, max_rows - 1 drafts each,
+// anchored at the same positions (its state rows hold whatever they hold: timing only).
 #pragma once
 #include <string>
 
 #include "cache/state_layout.h"
 #include "runner/model_runner.h"
+#include "speculative/drafter.h"
 #include "speculative/step_cost.h"
 
 namespace dsinfer::perf {
@@ -23,6 +26,7 @@ struct StepProfileOptions {
 // The fitted model; an error names the shape whose step failed. `num_blocks` / `max_model_len`: the bound state's.
 Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& runner, const cache::StateLayout& layout,
                                                      int32_t num_blocks, int64_t max_model_len,
-                                                     const StepProfileOptions& options);
+                                                     const StepProfileOptions& options,
+                                                     speculative::Drafter* drafter = nullptr);
 
 }  // namespace dsinfer::perf

@@ -231,20 +231,19 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
   gate_drafting(items, scheduled, num_seqs);
   std::vector<Proposal> props(items.size());
-  const auto tp = std::chrono::steady_clock::now();
   if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))
     DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
-  const double propose_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tp).count();
   props.resize(items.size());
   std::vector<std::vector<float>> a(items.size());
   for (size_t j = 0; j < items.size(); ++j) {
     const bool greedy = plan.seqs[decoding[j]].params->greedy();
     a[j] = drafter_->has_confidence() ? survival(props[j].confidence_logits, greedy)
+           : scheduled[j]             ? observed_survival()
                                       : std::vector<float>(props[j].tokens.size(), 1.0f);
     a[j].resize(props[j].tokens.size());
     metrics_.drafted_tokens += int64_t(props[j].tokens.size());
   }
-  record_round(a, num_seqs, propose_ms);
+  record_survival(a);
   cut_to_best_length(props, a, scheduled, num_seqs);
   for (size_t j = 0; j < items.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];
@@ -264,36 +263,29 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
 
 namespace dsinfer::speculative {
 
-double Speculator::draft_ms(int64_t num_seqs) const {
-  if (cost_.has_draft_cost()) return cost_.draft_ms(num_seqs);
-  // The nearest measured batch size (log2 buckets); 0 (optimistic) before any round was measured.
-  const int b = std::min(int(propose_ms_.size()) - 1, int(std::log2(double(std::max<int64_t>(num_seqs, 1)))));
-  for (int d = 0; d < int(propose_ms_.size()); ++d) {
-    if (b - d >= 0 && propose_ms_[size_t(b - d)] >= 0) return propose_ms_[size_t(b - d)];
-    if (b + d < int(propose_ms_.size()) && propose_ms_[size_t(b + d)] >= 0) return propose_ms_[size_t(b + d)];
+std::vector<float> Speculator::observed_survival() const {
+  // Without a confidence head (MTP-1): the acceptance observed so far per position, (accepted + 1) / (trials + 2).
+  std::vector<float> a;
+  double acc = 1.0;
+  for (size_t k = 0; k < metrics_.trials_per_position.size(); ++k) {
+    acc *= double(metrics_.accepted_per_position[k] + 1) / double(metrics_.trials_per_position[k] + 2);
+    a.push_back(float(acc));
   }
-  return 0.0;
+  return a;
 }
 
-void Speculator::record_round(const std::vector<std::vector<float>>& a, int64_t num_seqs, double propose_ms) {
+void Speculator::record_survival(const std::vector<std::vector<float>>& a) {
   constexpr double kAlpha = 0.1;  // about the last ten rounds
-  bool any = false;
   for (const auto& v : a) {
-    if (v.size() < mean_survival_.size()) continue;  // cut by max_tokens: its tail says nothing
-    for (size_t k = 0; k < v.size() && k < mean_survival_.size(); ++k)
-      mean_survival_[k] += kAlpha * (double(v[k]) - mean_survival_[k]);
-    any = true;
+    if (v.size() < mean_survival_.size()) continue;  // cut by max_tokens (or not drafted): its tail says nothing
+    for (size_t k = 0; k < mean_survival_.size(); ++k) mean_survival_[k] += kAlpha * (double(v[k]) - mean_survival_[k]);
   }
-  if (!any) return;
-  const size_t b = std::min(propose_ms_.size() - 1, size_t(std::log2(double(std::max<int64_t>(num_seqs, 1)))));
-  double& m = propose_ms_[b];
-  m = m < 0 ? propose_ms : m + kAlpha * (propose_ms - m);
 }
 
 void Speculator::gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled,
                                int64_t num_seqs) {
   if (cost_.empty()) return;
-  if (drafting_pays(mean_survival_, num_seqs, cost_, draft_ms(num_seqs))) return;
+  if (drafting_pays(mean_survival_, num_seqs, cost_, cost_.draft_ms(num_seqs))) return;
   for (size_t j = 0; j < items.size(); ++j)
     if (scheduled[j]) items[j].num_drafts = 0;
 }
@@ -306,7 +298,7 @@ void Speculator::cut_to_best_length(std::vector<Proposal>& props, std::vector<st
   if (sa.empty()) return;
   // The drafting time is spent by now, but it is part of this round's time: it weighs the choice like the
   // round-rate it is (a long verify is worth more when the draft already cost much).
-  const VerifyChoice c = best_verify_length(sa, num_seqs, cost_, draft_ms(num_seqs));
+  const VerifyChoice c = best_verify_length(sa, num_seqs, cost_, cost_.draft_ms(num_seqs));
   for (size_t j = 0; j < props.size(); ++j) {
     if (!scheduled[j] || props[j].tokens.size() <= size_t(c.length)) continue;
     props[j].tokens.resize(size_t(c.length));

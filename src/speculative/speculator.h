@@ -79,17 +79,17 @@ class Speculator {
   void gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, int64_t num_seqs);
   void cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
                           const std::vector<bool>& scheduled, int64_t num_seqs);
-  double draft_ms(int64_t num_seqs) const;
-  void record_round(const std::vector<std::vector<float>>& a, int64_t num_seqs, double propose_ms);
+  void record_survival(const std::vector<std::vector<float>>& a);
+  std::vector<float> observed_survival() const;
 
   std::unique_ptr<Drafter> drafter_;
   SpeculativeConfig cfg_;
   int64_t vocab_;
   StepCostModel cost_;
-  // Running estimates for the choice to draft: the mean survival per draft position over recent rounds (starts
-  // optimistic: 1), and the propose time per round by log2 of the step's sequences (ms; < 0 = not measured).
+  // For the choice to draft: the mean survival per draft position over recent rounds (starts optimistic: 1). The
+  // times come from cost_ only (profiled once, cached), never from clocks read during the run: the same requests
+  // make the same choices (docs/decisions.md, 2026-12-02).
   std::vector<double> mean_survival_;
-  std::vector<double> propose_ms_ = std::vector<double>(24, -1.0);
   sampling::LogprobsMode logprobs_mode_ = sampling::LogprobsMode::Raw;
   std::unordered_map<scheduler::SeqId, SeqDraft> drafts_;
   SpeculativeMetrics metrics_;

@@ -41,7 +41,8 @@ Status StepCostModel::check(const StepCostModel& m, const std::string& where) {
 }
 
 Result<StepCostModel> StepCostModel::fit(std::string key, std::vector<int64_t> seqs, int32_t max_rows,
-                                         const std::vector<std::vector<double>>& samples) {
+                                         const std::vector<std::vector<double>>& samples,
+                                         const std::vector<std::vector<double>>& draft_samples) {
   StepCostModel m;
   m.key_ = std::move(key);
   m.seqs_ = std::move(seqs);
@@ -54,6 +55,10 @@ Result<StepCostModel> StepCostModel::fit(std::string key, std::vector<int64_t> s
       return Status::errorf("step cost fit: no timing of {} sequences x {} rows", m.seqs_[c / size_t(max_rows)],
                             c % size_t(max_rows) + 1);
     m.ms_.push_back(median(samples[c]));
+  }
+  for (size_t i = 0; i < draft_samples.size(); ++i) {
+    if (draft_samples[i].empty()) return Status::errorf("step cost fit: no drafting time of batch size index {}", i);
+    m.draft_ms_.push_back(std::max(median(draft_samples[i]), m.draft_ms_.empty() ? 0.0 : m.draft_ms_.back()));
   }
   DSI_RETURN_IF_ERROR(check(m, "step cost fit"));
   const size_t R = size_t(max_rows);

@@ -24,14 +24,17 @@ class StepCostModel {
   // sequences with r rows each. seqs ascending, >= 1, max_rows >= 1. Each cell is the median of its samples, then
   // the table is made non-decreasing along rows and along sequences (a step never gets cheaper with more work: a
   // dip is timing noise). Errors name the cell.
+  // draft_samples (empty = none): per batch size, the times of one drafting round (propose) of that many
+  // sequences; their medians, made non-decreasing, become the "draft" line.
   static Result<StepCostModel> fit(std::string key, std::vector<int64_t> seqs, int32_t max_rows,
-                                   const std::vector<std::vector<double>>& samples);
+                                   const std::vector<std::vector<double>>& samples,
+                                   const std::vector<std::vector<double>>& draft_samples = {});
   // The CPU fallback: time = n * rows (arbitrary unit; only ratios matter).
   static StepCostModel proportional(int64_t max_seqs, int32_t max_rows);
 
   // The text form: "dsinfer-step-cost 1", "key <key>", "rows <max_rows>", then one line per profiled batch size:
-  // "seqs <n> <ms for 1 row> ... <ms for max_rows rows>"; optionally "draft <ms per round for each batch size>" (a
-  // fixed drafting time per round, for hand-written tables; without it the speculator measures drafting online).
+  // "seqs <n> <ms for 1 row> ... <ms for max_rows rows>"; optionally "draft <ms per round for each batch size>" (the
+  // drafting time of a round, profiled with the verify steps; 0 without the line).
   std::string serialize() const;
   // Parses serialize()'s form; `where` names the source in errors (with the line number).
   static Result<StepCostModel> parse(std::string_view text, const std::string& where);
@@ -44,7 +47,7 @@ class StepCostModel {
   // by rows / max_rows).
   double step_ms(int64_t n, int32_t rows) const;
   bool has_draft_cost() const { return !draft_ms_.empty(); }
-  // The fixed drafting time of a round of n sequences (interpolated like step_ms), 0 without a "draft" line.
+  // The drafting time of a round of n sequences (interpolated like step_ms), 0 without a "draft" line.
   double draft_ms(int64_t n) const;
 
  private:
