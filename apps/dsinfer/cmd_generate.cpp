@@ -389,6 +389,10 @@ int cmd_generate(int argc, char** argv) {
                  sm.steps ? double(sm.verified_tokens) / double(sm.steps) : 0.0,
                  sm.emitted_tokens ? double(sm.verified_tokens) / double(sm.emitted_tokens) : 0.0,
                  sm.step_seconds > 0 ? 100.0 * sm.draft_seconds / sm.step_seconds : 0.0);
+    std::fprintf(stderr, "         drafts verified per round %.3f, drafted per round %.3f; cost-model steps %lld (mean "
+                 "verify length %.2f)\n", sm.rounds ? double(sm.verified_tokens - sm.rounds) / double(sm.rounds) : 0.0,
+                 sm.rounds ? double(sm.drafted_tokens) / double(sm.rounds) : 0.0, (long long)sm.scheduled_rounds,
+                 sm.scheduled_rounds ? double(sm.scheduled_verify_length) / double(sm.scheduled_rounds) : 0.0);
   }
   const PrefixCacheMetrics pm = engine->stats().prefix_cache;
   if (pm.mode != "off")

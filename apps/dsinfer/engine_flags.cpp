@@ -21,7 +21,9 @@ std::string engine_flags_help() {
       "            --max-num-seqs N ({})  --max-num-batched-tokens N ({})  --max-model-len N  --seed N\n"
       "            --state-memory-gb X\n"
       "  speculative decoding: --speculative dspark|mtp1|off ({})  --num-speculative-tokens K ({})\n"
-      "            --speculative-budget N  --speculative-min-survival X  --speculative-row-cost X ({})\n"
+      "            --speculative-budget N  --speculative-min-survival X\n"
+      "            --speculative-cost-model auto|off|PATH ({}; greedy drafting and verify lengths against step times\n"
+      "            measured at start-up and cached per model and GPU)\n"
       "  prefix caching: --enable-prefix-caching [exact|bounded] ({}; bare flag = exact)  --prefix-snapshot-memory-gb X\n"
       "            --prefix-cache-host-bytes N[KiB|MiB|GiB] (host tier for evicted blocks; 0 = none)\n"
       "  --batch-invariant: results independent of the batch (cuda: fixed kernel choices, slower; cpu: always)\n"
@@ -36,7 +38,7 @@ std::string engine_flags_help() {
       "            --inject-fault RANK:load|RANK:step:K|RANK:alloc:K (tests only: a planted rank failure)\n"
       "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
-      d.speculative_row_cost, d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling);
+      d.speculative_cost_model, d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling);
 }
 
 bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
@@ -132,7 +134,8 @@ const TextFlag kTextFlags[] = {{"--model", &EO::model_dir},        {"--backend",
                                {"--numerics", &EO::numerics},      {"--load-format", &EO::load_format},
                                {"--tokenizer", &EO::tokenizer_path}, {"--speculative", &EO::speculative},
                                {"--sampling", &EO::sampling},      {"--async-scheduling", &EO::async_scheduling},
-                               {"--communicator", &EO::communicator}, {"--inject-fault", &EO::fault_injection}};
+                               {"--communicator", &EO::communicator}, {"--inject-fault", &EO::fault_injection},
+                               {"--speculative-cost-model", &EO::speculative_cost_model}};
 const IntFlag kIntFlags[] = {
     {"--max-num-seqs", 1, 1 << 20, [](EO& e, long long n) { e.max_num_seqs = int32_t(n); }},
     {"--max-num-batched-tokens", 1, 1ll << 32, [](EO& e, long long n) { e.max_num_batched_tokens = n; }},
@@ -149,7 +152,6 @@ const IntFlag kIntFlags[] = {
     {"--collective-timeout-ms", 1, 1ll << 40, [](EO& e, long long n) { e.collective_timeout_ms = n; }}};
 const RealFlag kRealFlags[] = {{"--state-memory-gb", 0, 1 << 20, &EO::state_memory_gb},
                                {"--prefix-snapshot-memory-gb", 0, 1 << 20, &EO::prefix_snapshot_memory_gb},
-                               {"--speculative-row-cost", -kHuge, kHuge, &EO::speculative_row_cost},
                                {"--speculative-min-survival", -kHuge, kHuge, &EO::speculative_min_survival}};
 
 // Parses flag `a`'s value `v` into `eo` when `a` is a value flag of the tables above or --prefix-cache-host-bytes.

@@ -32,10 +32,12 @@ struct EngineOptions {
   int32_t num_speculative_tokens = 0;
   int64_t speculative_budget = 0;
   double speculative_min_survival = 0;
-  // Batch 1 (one running sequence): of its drafts, verify the prefix L that maximises the expected tokens per
-  // step cost, (1 + sum_{k<=L} survival_k) / (1 + speculative_row_cost * L), row_cost being one more verified
-  // token's cost relative to the rest of the step (draft + verify); 0 = verify every draft.
-  double speculative_row_cost = 0.05;
+  // The step cost model greedy sequences' drafting and verify lengths are weighed against (docs/engine_core.md
+  // "Speculative decoding"): "auto" (cuda: verify steps timed at start-up, a few seconds, cached per model, GPU and
+  // numerics under $DSINFER_CACHE_DIR, else $XDG_CACHE_HOME/dsinfer, else ~/.cache/dsinfer; cpu: step time
+  // proportional to its tokens), a file PATH (read when it matches this model and GPU, else profiled and written
+  // there), or "off" (every draft verified, up to speculative_budget).
+  std::string speculative_cost_model = "auto";
   // Prefix caching (docs/architecture.md, "Prefix caching"): "off"; "exact" (a hit resumes from a snapshot of
   // the sequence state taken at a block boundary: outputs bit-identical to no caching); "bounded" (also hits on
   // cached blocks without a snapshot, recomputing the sliding window before the hit: close, not identical).
@@ -120,6 +122,16 @@ struct SpeculativeMetrics {
   int64_t accepted_tokens = 0;   // drafts accepted
   std::vector<int64_t> trials_per_position;    // draft k verified with drafts 0..k-1 accepted
   std::vector<int64_t> accepted_per_position;  // ... and accepted
+  // Calibration of the confidence head (bench/spec_calibration.cpp): per draft position k, the rounds that verified
+  // draft k, the sum of their predicted survival a_k (drafts 1..k all accepted) and how many of them did survive;
+  // the reliability curve: each verified draft reached (its predecessors accepted) binned by its predicted
+  // conditional acceptance a_k / a_{k-1} in 10 bins of width 0.1: count, accepted, sum of predictions.
+  std::vector<int64_t> verified_per_position, survived_per_position;
+  std::vector<double> predicted_survival_per_position;
+  std::vector<int64_t> calibration_trials, calibration_accepted;
+  std::vector<double> calibration_predicted;
+  // Steps whose greedy verify length the step cost model chose (speculative_cost_model), and the sum of the lengths.
+  int64_t scheduled_rounds = 0, scheduled_verify_length = 0;
   double draft_seconds = 0, step_seconds = 0;  // drafter time, whole step time
   double mean_accepted_length() const { return rounds ? double(emitted_tokens) / double(rounds) : 0.0; }
 };

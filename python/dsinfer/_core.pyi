@@ -17,7 +17,7 @@ class EngineOptions:
     num_speculative_tokens: int
     speculative_budget: int
     speculative_min_survival: float
-    speculative_row_cost: float
+    speculative_cost_model: str
     enable_prefix_caching: str
     prefix_snapshot_memory_gb: float
     prefix_cache_host_bytes: int

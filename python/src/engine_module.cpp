@@ -130,7 +130,7 @@ void bind_options(nb::module_& m) {
       .def_rw("num_speculative_tokens", &EngineOptions::num_speculative_tokens)
       .def_rw("speculative_budget", &EngineOptions::speculative_budget)
       .def_rw("speculative_min_survival", &EngineOptions::speculative_min_survival)
-      .def_rw("speculative_row_cost", &EngineOptions::speculative_row_cost)
+      .def_rw("speculative_cost_model", &EngineOptions::speculative_cost_model)
       .def_rw("enable_prefix_caching", &EngineOptions::enable_prefix_caching)
       .def_rw("prefix_snapshot_memory_gb", &EngineOptions::prefix_snapshot_memory_gb)
       .def_rw("prefix_cache_host_bytes", &EngineOptions::prefix_cache_host_bytes)

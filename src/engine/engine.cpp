@@ -12,6 +12,7 @@
 #include "engine/engine_config.h"
 #include "engine/prefix_setup.h"
 #include "engine/runner_factory.h"
+#include "engine/step_cost_setup.h"
 #include "scheduler/step_sampling.h"
 #include "speculative/speculator.h"
 #include "structured/tool_call_tag.h"
@@ -72,6 +73,11 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
     DSI_ASSIGN_OR_RETURN(std::unique_ptr<speculative::Drafter> dd, e->runner_->create_drafter(cfg.speculative, num_slots));
     DSI_ASSIGN_OR_RETURN(e->spec_, speculative::Speculator::create(cfg.speculative, mc, num_slots, std::move(dd)));
     DSI_RETURN_IF_ERROR(e->runner_->set_hidden_capture(e->spec_->tapped_layers()));
+    // After the capture is on: the profiled verify steps capture hidden states as the real ones do.
+    DSI_ASSIGN_OR_RETURN(speculative::StepCostModel cost,
+                         setup_step_cost(o, cfg.speculative, *e->runner_, e->spec_->drafter(),
+                                         e->sched_->cache(), e->max_model_len_));
+    e->spec_->set_cost_model(std::move(cost));
   }
   // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
   e->device_sampling_ = cfg.device_sampling && e->runner_->supports_device_sampling() && !e->spec_;

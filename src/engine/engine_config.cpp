@@ -55,7 +55,7 @@ Result<EngineConfig> resolve_engine_config(const EngineOptions& o, const io::Mod
   DSI_ASSIGN_OR_RETURN(c.speculative,
                        speculative::resolve_speculative_config(o.speculative, o.num_speculative_tokens,
                                                                o.speculative_budget, o.speculative_min_survival,
-                                                               o.speculative_row_cost, o.model_dir));
+                                                               o.speculative_cost_model, o.model_dir));
   c.cache.max_num_seqs = o.max_num_seqs;
   c.cache.max_model_len = c.max_model_len;
   c.cache.kv_elem_bytes = kv_elem_bytes;

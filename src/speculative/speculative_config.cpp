@@ -13,16 +13,16 @@ int32_t max_speculative_tokens(SpecMethod method, const DraftConfig& draft) {
 }
 
 Result<SpeculativeConfig> resolve_speculative_config(const std::string& method, int32_t num_speculative_tokens,
-                                                     int64_t budget, double min_survival, double row_cost,
-                                                     const std::string& model_dir) {
+                                                     int64_t budget, double min_survival,
+                                                     const std::string& cost_model, const std::string& model_dir) {
   SpeculativeConfig c;
   DSI_ASSIGN_OR_RETURN(c.method, parse_spec_method(method));
   if (!c.enabled()) return c;
   if (budget < 0) return Status::errorf("speculative_budget must be >= 0, found {}", budget);
   if (!(min_survival >= 0 && min_survival <= 1))
     return Status::errorf("speculative_min_survival must be in [0, 1], found {}", min_survival);
-  if (!(row_cost >= 0 && row_cost <= 100))
-    return Status::errorf("speculative_row_cost must be in [0, 100], found {}", row_cost);
+  if (cost_model.empty())
+    return Status::error("speculative_cost_model must be 'auto', 'off' or a file path, found an empty string");
   DSI_ASSIGN_OR_RETURN(c.draft, load_draft_config(model_dir));
   if (c.method == SpecMethod::kDspark && (c.draft.num_layers < 1 || c.draft.block_size < 1))
     return Status::errorf("speculative 'dspark': {}/config.json has no DSpark drafter (dspark_block_size / "
@@ -35,7 +35,7 @@ Result<SpeculativeConfig> resolve_speculative_config(const std::string& method, 
   c.model_dir = model_dir;
   c.budget = budget;
   c.min_survival = min_survival;
-  c.row_cost = row_cost;
+  c.cost_model = cost_model;
   return c;
 }
 

@@ -19,7 +19,9 @@ struct SpeculativeConfig {
   DraftConfig draft;                   // model_dir/config.json's drafter keys
   int64_t budget = 0;                  // most drafts verified per step over all sequences (0 = no limit)
   double min_survival = 0;             // least cumulative survival a verified draft needs
-  double row_cost = 0;                 // batch 1: a verified token's relative cost (0 = verify every draft)
+  // The step cost model (EngineOptions::speculative_cost_model): "auto", "off" or a file path; resolved into a
+  // StepCostModel by the engine at start-up (engine/step_cost_setup.h), the runner being needed to time steps.
+  std::string cost_model = "auto";
   bool enabled() const { return method != SpecMethod::kOff; }
 };
 
@@ -28,9 +30,9 @@ int32_t max_speculative_tokens(SpecMethod method, const DraftConfig& draft);
 
 // Parses `method` ("off", "dspark", "mtp1"), reads the drafter config of `model_dir` when a method is on, and
 // checks every value, naming the option: num_speculative_tokens in [0, the drafter's maximum] (0 = the maximum),
-// budget >= 0, min_survival in [0, 1], row_cost in [0, 100]. Off: the other values are not looked at.
+// budget >= 0, min_survival in [0, 1], cost_model non-empty. Off: the other values are not looked at.
 Result<SpeculativeConfig> resolve_speculative_config(const std::string& method, int32_t num_speculative_tokens,
-                                                     int64_t budget, double min_survival, double row_cost,
-                                                     const std::string& model_dir);
+                                                     int64_t budget, double min_survival,
+                                                     const std::string& cost_model, const std::string& model_dir);
 
 }  // namespace dsinfer::speculative

@@ -7,6 +7,7 @@
 
 #include "sampling/spec_sampling.h"
 #include "scheduler/scheduler.h"
+#include "speculative/verify_plan.h"
 
 namespace dsinfer::speculative {
 
@@ -15,28 +16,14 @@ using scheduler::SeqPlan;
 using scheduler::StepOutput;
 
 Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculativeConfig& cfg, const io::ModelConfig& target,
-                                                       int32_t num_slots, std::unique_ptr<Drafter> device_drafter) {
+                                                       int32_t num_slots, std::unique_ptr<Drafter> device_drafter,
+                                                       StepCostModel cost) {
   std::unique_ptr<Drafter> d = std::move(device_drafter);
   if (d && d->method() != cfg.method) return Status::error("speculator: the device drafter is of another method");
   if (!d) {
     DSI_ASSIGN_OR_RETURN(d, create_cpu_drafter(cfg, target, num_slots));
   }
-  return std::make_unique<Speculator>(std::move(d), cfg, target.vocab_size);
-}
-
-size_t best_verify_length(std::span<const float> a, double row_cost) {
-  if (!(row_cost > 0)) return a.size();
-  size_t best = 0;
-  double gain = 1.0, best_rate = 1.0;  // L = 0: one token per step of cost 1
-  for (size_t L = 1; L <= a.size(); ++L) {
-    gain += double(a[L - 1]);
-    const double rate = gain / (1.0 + row_cost * double(L));
-    if (rate > best_rate) {
-      best = L;
-      best_rate = rate;
-    }
-  }
-  return best;
+  return std::make_unique<Speculator>(std::move(d), cfg, target.vocab_size, std::move(cost));
 }
 
 // Greedy with every logits-processing step a no-op for all drafts of this round (the Sampler's steps 2-4: bias,
@@ -46,11 +33,37 @@ bool plain_argmax(const SamplingParams& p, size_t num_output_tokens) {
          p.repetition_penalty == 1.0 && p.min_tokens <= int64_t(num_output_tokens);
 }
 
-Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, int64_t vocab)
-    : drafter_(std::move(drafter)), cfg_(std::move(cfg)), vocab_(vocab) {
+Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, int64_t vocab, StepCostModel cost)
+    : drafter_(std::move(drafter)), cfg_(std::move(cfg)), vocab_(vocab), cost_(std::move(cost)) {
+  const size_t k = size_t(cfg_.num_speculative_tokens);
   metrics_.method = spec_method_name(drafter_->method());
-  metrics_.trials_per_position.assign(size_t(cfg_.num_speculative_tokens), 0);
-  metrics_.accepted_per_position.assign(size_t(cfg_.num_speculative_tokens), 0);
+  metrics_.trials_per_position.assign(k, 0);
+  metrics_.accepted_per_position.assign(k, 0);
+  metrics_.predicted_survival_per_position.assign(k, 0.0);
+  metrics_.survived_per_position.assign(k, 0);
+  metrics_.verified_per_position.assign(k, 0);
+  metrics_.calibration_trials.assign(kCalibrationBins, 0);
+  metrics_.calibration_accepted.assign(kCalibrationBins, 0);
+  metrics_.calibration_predicted.assign(kCalibrationBins, 0.0);
+  mean_survival_.assign(k, 1.0);
+}
+
+void Speculator::count_calibration(const SeqDraft& d, int32_t verified, int32_t accepted) {
+  // Survival a_k (drafts 1..k all accepted) against what happened; the reliability curve bins each verified draft
+  // reached (its predecessors accepted) by its conditional acceptance estimate a_k / a_{k-1}.
+  const size_t n = std::min({d.a.size(), size_t(verified), metrics_.survived_per_position.size()});
+  for (size_t k = 0; k < n; ++k) {
+    metrics_.verified_per_position[k] += 1;
+    metrics_.predicted_survival_per_position[k] += double(d.a[k]);
+    if (int32_t(k) < accepted) metrics_.survived_per_position[k] += 1;
+    if (int32_t(k) > accepted) continue;
+    const double prev = k == 0 ? 1.0 : double(d.a[k - 1]);
+    const double p = prev > 0 ? std::clamp(double(d.a[k]) / prev, 0.0, 1.0) : 0.0;
+    const size_t bin = std::min(kCalibrationBins - 1, size_t(p * double(kCalibrationBins)));
+    metrics_.calibration_trials[bin] += 1;
+    metrics_.calibration_predicted[bin] += p;
+    if (int32_t(k) < accepted) metrics_.calibration_accepted[bin] += 1;
+  }
 }
 
 std::vector<float> Speculator::survival(std::span<const float> c, bool greedy) const {
@@ -118,6 +131,7 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
       }
       sampling::verify_drafts(vi, sampler, logprobs_mode_, o.samples);
       const int32_t acc = int32_t(o.samples.size()) - 1;
+      if (it != drafts_.end()) count_calibration(it->second, L, acc);
       for (int32_t k = 0; k < L && k <= acc && k < cfg_.num_speculative_tokens; ++k) {
         metrics_.trials_per_position[size_t(k)] += 1;
         if (k < acc) metrics_.accepted_per_position[size_t(k)] += 1;
@@ -208,28 +222,90 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     if (tms[j]) tms[j]->push(t);
     return t;
   };
-  std::vector<Proposal> props;
-  DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
-  // Batch 1: the verify step's length follows this round's confidence (at larger batches the scheduler's budget
-  // and min_survival rank drafts across sequences).
-  const bool solo = items.size() == 1 && sched.stats().running == 1;
+  // 3. The cost-model schedule (verify_plan.h) for greedy sequences: draft only where drafting is expected to pay at
+  //    this batch, and verify the common length that maximises expected tokens per ms. Sampled sequences verify
+  //    every draft: how many drafts a seeded draw verifies changes its tokens, so that choice must not depend on
+  //    the batch or on measured times (reproducible and batch-invariant seeded sampling).
+  const int64_t num_seqs = std::max<int64_t>(sched.stats().running, int64_t(items.size()));
+  std::vector<bool> scheduled(items.size(), false);
+  for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
+  gate_drafting(items, scheduled, num_seqs);
+  std::vector<Proposal> props(items.size());
+  if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))
+    DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
+  props.resize(items.size());
+  std::vector<std::vector<float>> a(items.size());
+  for (size_t j = 0; j < items.size(); ++j) {
+    const bool greedy = plan.seqs[decoding[j]].params->greedy();
+    a[j] = drafter_->has_confidence() ? survival(props[j].confidence_logits, greedy)
+           : scheduled[j]             ? observed_survival()
+                                      : std::vector<float>(props[j].tokens.size(), 1.0f);
+    a[j].resize(props[j].tokens.size());
+    metrics_.drafted_tokens += int64_t(props[j].tokens.size());
+  }
+  record_survival(a);
+  cut_to_best_length(props, a, scheduled, num_seqs);
   for (size_t j = 0; j < items.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];
-    const bool greedy = sp.params->greedy();
-    std::vector<float> a = drafter_->has_confidence() ? survival(props[j].confidence_logits, greedy)
-                                                      : std::vector<float>(props[j].tokens.size(), 1.0f);
-    metrics_.drafted_tokens += int64_t(props[j].tokens.size());
-    if (solo && greedy && drafter_->has_confidence()) {  // sampled: seeded draws stay batch-invariant
-      const size_t L = best_verify_length(a, cfg_.row_cost);
-      a.resize(L);
-      props[j].tokens.resize(L);
-      q[j].resize(std::min(q[j].size(), L * size_t(vocab_)));
+    SeqDraft& d = drafts_[sp.seq_id];
+    if (!sp.params->greedy()) {
+      d.q = std::move(q[j]);
+      d.q.resize(std::min(d.q.size(), props[j].tokens.size() * size_t(vocab_)));
     }
-    if (!greedy) drafts_[sp.seq_id].q = std::move(q[j]);
-    DSI_RETURN_IF_ERROR(sched.set_draft(sp.seq_id, std::move(props[j].tokens), std::move(a)));
+    d.a = a[j];
+    DSI_RETURN_IF_ERROR(sched.set_draft(sp.seq_id, std::move(props[j].tokens), std::move(a[j])));
   }
   metrics_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::ok();
+}
+
+}  // namespace dsinfer::speculative
+
+namespace dsinfer::speculative {
+
+std::vector<float> Speculator::observed_survival() const {
+  // Without a confidence head (MTP-1): the acceptance observed so far per position, (accepted + 1) / (trials + 2).
+  std::vector<float> a;
+  double acc = 1.0;
+  for (size_t k = 0; k < metrics_.trials_per_position.size(); ++k) {
+    acc *= double(metrics_.accepted_per_position[k] + 1) / double(metrics_.trials_per_position[k] + 2);
+    a.push_back(float(acc));
+  }
+  return a;
+}
+
+void Speculator::record_survival(const std::vector<std::vector<float>>& a) {
+  constexpr double kAlpha = 0.1;  // about the last ten rounds
+  for (const auto& v : a) {
+    if (v.size() < mean_survival_.size()) continue;  // cut by max_tokens (or not drafted): its tail says nothing
+    for (size_t k = 0; k < mean_survival_.size(); ++k) mean_survival_[k] += kAlpha * (double(v[k]) - mean_survival_[k]);
+  }
+}
+
+void Speculator::gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled,
+                               int64_t num_seqs) {
+  if (cost_.empty()) return;
+  if (drafting_pays(mean_survival_, num_seqs, cost_, cost_.draft_ms(num_seqs))) return;
+  for (size_t j = 0; j < items.size(); ++j)
+    if (scheduled[j]) items[j].num_drafts = 0;
+}
+
+void Speculator::cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
+                                    const std::vector<bool>& scheduled, int64_t num_seqs) {
+  std::vector<std::vector<float>> sa;
+  for (size_t j = 0; j < props.size(); ++j)
+    if (scheduled[j] && !props[j].tokens.empty()) sa.push_back(a[j]);
+  if (sa.empty()) return;
+  // The drafting time is spent by now, but it is part of this round's time: it weighs the choice like the
+  // round-rate it is (a long verify is worth more when the draft already cost much).
+  const VerifyChoice c = best_verify_length(sa, num_seqs, cost_, cost_.draft_ms(num_seqs));
+  for (size_t j = 0; j < props.size(); ++j) {
+    if (!scheduled[j] || props[j].tokens.size() <= size_t(c.length)) continue;
+    props[j].tokens.resize(size_t(c.length));
+    a[j].resize(size_t(c.length));
+  }
+  metrics_.scheduled_rounds += 1;
+  metrics_.scheduled_verify_length += c.length;
 }
 
 }  // namespace dsinfer::speculative

@@ -15,6 +15,7 @@
 #include "scheduler/step_output.h"
 #include "speculative/drafter.h"
 #include "speculative/speculative_config.h"
+#include "speculative/step_cost.h"
 #include "structured/structured_decoding.h"
 
 namespace dsinfer::scheduler {
@@ -27,23 +28,26 @@ namespace dsinfer::speculative {
 // tokens: no bias, penalties or pending min_tokens.
 bool plain_argmax(const SamplingParams& p, size_t num_output_tokens);
 
-// The number of drafts worth verifying given their cumulative survival a_1 >= a_2 >= ...: the L maximising the
-// expected tokens per step cost (1 + a_1 + ... + a_L) / (1 + row_cost * L) (ties: the shorter prefix); row_cost
-// <= 0 keeps every draft. A choice made from the drafter's own confidence, never from the target: lossless.
-size_t best_verify_length(std::span<const float> survival, double row_cost);
+// Bins of the confidence head's reliability curve (SpeculativeMetrics::calibration_*), of width 1 / bins.
+inline constexpr size_t kCalibrationBins = 10;
 
 class Speculator {
  public:
   // `cfg` resolved (resolve_speculative_config). `num_slots`: the state cache's slots. `device_drafter`: the
   // runner's drafter on its device (ModelRunner::create_drafter), or nullptr for the CPU reference drafter.
+  // `cost`: the step cost model (speculative/step_cost.h) the greedy sequences' verify lengths and the choice to
+  // draft at all are weighed against (verify_plan.h); empty = every draft verified (up to the scheduler's budget).
   static Result<std::unique_ptr<Speculator>> create(const SpeculativeConfig& cfg, const io::ModelConfig& target,
                                                     int32_t num_slots,
-                                                    std::unique_ptr<Drafter> device_drafter = nullptr);
-  Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, int64_t vocab);
+                                                    std::unique_ptr<Drafter> device_drafter = nullptr,
+                                                    StepCostModel cost = {});
+  Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, int64_t vocab, StepCostModel cost = {});
 
   const std::vector<int64_t>& tapped_layers() const { return drafter_->tapped_layers(); }
   int32_t num_speculative_tokens() const { return cfg_.num_speculative_tokens; }
   Drafter& drafter() { return *drafter_; }
+  void set_cost_model(StepCostModel cost) { cost_ = std::move(cost); }
+  const StepCostModel& cost_model() const { return cost_; }
 
   // Samples every logits row of the plan: verifying sequences with sampling::verify_drafts, others like
   // scheduler::sample_step. Structured outputs (both null = none): `mask` holds each sequence's first row
@@ -66,12 +70,26 @@ class Speculator {
  private:
   struct SeqDraft {
     std::vector<double> q;  // [drafts, vocab] distributions drawn from (sampling requests only)
+    std::vector<float> a;   // the drafts' cumulative survival (calibration counters)
   };
   std::vector<float> survival(std::span<const float> conf_logits, bool greedy) const;
+  void count_calibration(const SeqDraft& d, int32_t verified, int32_t accepted);
+  // The cost-model schedule of draft(): which items draft at all (num_drafts = 0 where drafting does not pay), and
+  // after proposing, the greedy sequences' common verify length.
+  void gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, int64_t num_seqs);
+  void cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
+                          const std::vector<bool>& scheduled, int64_t num_seqs);
+  void record_survival(const std::vector<std::vector<float>>& a);
+  std::vector<float> observed_survival() const;
 
   std::unique_ptr<Drafter> drafter_;
-  SpeculativeConfig cfg_;  // batch 1: drafts of the only running sequence are cut to best_verify_length(row_cost)
+  SpeculativeConfig cfg_;
   int64_t vocab_;
+  StepCostModel cost_;
+  // For the choice to draft: the mean survival per draft position over recent rounds (starts optimistic: 1). The
+  // times come from cost_ only (profiled once, cached), never from clocks read during the run: the same requests
+  // make the same choices (docs/decisions.md, 2026-12-02).
+  std::vector<double> mean_survival_;
   sampling::LogprobsMode logprobs_mode_ = sampling::LogprobsMode::Raw;
   std::unordered_map<scheduler::SeqId, SeqDraft> drafts_;
   SpeculativeMetrics metrics_;

@@ -139,7 +139,8 @@ def holding_generate_cases(ctx):
         bodies.append((name, b))
     for spec in ("off", "dspark"):
         rc, res, err = advlib.run_generate(ctx["binary"], ctx["model"], ctx["tmp"], f"holding_{spec}", bodies,
-                                           ["--speculative", spec, "--max-model-len", "1024"], timeout=150)
+                                           ["--speculative", spec, "--speculative-cost-model", "off",
+                                            "--max-model-len", "1024"], timeout=150)
         for name, extra, check in HOLDING:
             case = f"generate[{spec}]:{name}"
             if rc is None:
@@ -200,7 +201,8 @@ def json24_cases(ctx):
                                                  "guided_json": schema, **samp}))
     for spec in ("off", "dspark"):
         rc, res, err = advlib.run_generate(ctx["binary"], ctx["model"], ctx["tmp"], f"json24_{spec}", bodies,
-                                           ["--speculative", spec, "--max-model-len", "1024"], timeout=170)
+                                           ["--speculative", spec, "--speculative-cost-model", "off",
+                                            "--max-model-len", "1024"], timeout=170)
         for cid, _ in bodies:
             case = f"json24[{spec}]:{cid}"
             if rc is None or advlib.crashed(rc):

@@ -55,6 +55,7 @@ dsinfer::EngineOptions options(const std::string& spec, int32_t max_seqs, int64_
                                bool invariant) {
   dsinfer::EngineOptions o;
   o.batch_invariant = invariant;
+  o.speculative_cost_model = "off";  // every draft verified: these tests check verification
   o.model_dir = model_dir();
   o.backend = "cuda";
   o.max_num_seqs = max_seqs;

@@ -223,7 +223,9 @@ def main():
     print(f"{len(cases)} requests, {outputs} outputs, {len(failures)} failures (files in {work})")
     if args.speculative != "off":
         greedy = [c for c in cases if c[2].get("temperature") == 0]
-        run = generate(args, greedy, work, "-spec", ("--speculative", args.speculative))
+        # every draft verified (the cpu backend's cost model would verify none for greedy requests)
+        run = generate(args, greedy, work, "-spec",
+                       ("--speculative", args.speculative, "--speculative-cost-model", "off"))
         if run is None:
             return 1
         spec_results, stderr = run

@@ -25,32 +25,33 @@ bool mentions(const Status& s, const std::string& what) { return s.message().fin
 // The shipped model's drafter block is 5 (config.json dspark_block_size); MTP-1 drafts one token.
 TEST(SpeculativeConfig, ZeroMeansTheDraftersMaximumAndTheRangeIsItsMaximum) {
   const std::string m = shipped_model();
-  const auto dspark = test::unwrap(resolve_speculative_config("dspark", 0, 0, 0, 0, m));
+  const auto dspark = test::unwrap(resolve_speculative_config("dspark", 0, 0, 0, "auto", m));
   EXPECT_EQ(dspark.method, SpecMethod::kDspark);
   EXPECT_EQ(dspark.num_speculative_tokens, 5);
   EXPECT_EQ(dspark.draft.block_size, 5);
-  EXPECT_EQ(test::unwrap(resolve_speculative_config("dspark", 3, 0, 0, 0, m)).num_speculative_tokens, 3);
-  EXPECT_EQ(test::unwrap(resolve_speculative_config("mtp1", 0, 0, 0, 0, m)).num_speculative_tokens, 1);
-  const Status over = resolve_speculative_config("dspark", 6, 0, 0, 0, m).status();
+  EXPECT_EQ(test::unwrap(resolve_speculative_config("dspark", 3, 0, 0, "auto", m)).num_speculative_tokens, 3);
+  EXPECT_EQ(test::unwrap(resolve_speculative_config("mtp1", 0, 0, 0, "auto", m)).num_speculative_tokens, 1);
+  const Status over = resolve_speculative_config("dspark", 6, 0, 0, "auto", m).status();
   EXPECT_TRUE(mentions(over, "num_speculative_tokens must be in [0, 5] for the dspark drafter")) << over.message();
   EXPECT_TRUE(mentions(over, "found 6")) << over.message();
-  const Status mtp = resolve_speculative_config("mtp1", 2, 0, 0, 0, m).status();
+  const Status mtp = resolve_speculative_config("mtp1", 2, 0, 0, "auto", m).status();
   EXPECT_TRUE(mentions(mtp, "[0, 1] for the mtp1 drafter")) << mtp.message();
-  EXPECT_TRUE(mentions(resolve_speculative_config("dspark", -1, 0, 0, 0, m).status(), "num_speculative_tokens"));
+  EXPECT_TRUE(mentions(resolve_speculative_config("dspark", -1, 0, 0, "auto", m).status(), "num_speculative_tokens"));
 }
 
 TEST(SpeculativeConfig, EveryOptionIsCheckedNamingIt) {
   const std::string m = shipped_model();
-  EXPECT_TRUE(mentions(resolve_speculative_config("dspark", 0, -1, 0, 0, m).status(), "speculative_budget"));
-  EXPECT_TRUE(mentions(resolve_speculative_config("dspark", 0, 0, 1.5, 0, m).status(), "speculative_min_survival"));
-  EXPECT_TRUE(mentions(resolve_speculative_config("dspark", 0, 0, 0, 101, m).status(), "speculative_row_cost"));
-  EXPECT_TRUE(mentions(resolve_speculative_config("eagle", 0, 0, 0, 0, m).status(), "unknown speculative method"));
+  EXPECT_TRUE(mentions(resolve_speculative_config("dspark", 0, -1, 0, "auto", m).status(), "speculative_budget"));
+  EXPECT_TRUE(
+      mentions(resolve_speculative_config("dspark", 0, 0, 1.5, "auto", m).status(), "speculative_min_survival"));
+  EXPECT_TRUE(mentions(resolve_speculative_config("dspark", 0, 0, 0, "", m).status(), "speculative_cost_model"));
+  EXPECT_TRUE(mentions(resolve_speculative_config("eagle", 0, 0, 0, "auto", m).status(), "unknown speculative method"));
   // A model without a DSpark drafter: the error names its config.json.
   const std::string plain = test::own_fixture("tiny-v4-a");
-  const Status none = resolve_speculative_config("dspark", 0, 0, 0, 0, plain).status();
+  const Status none = resolve_speculative_config("dspark", 0, 0, 0, "auto", plain).status();
   EXPECT_TRUE(mentions(none, plain + "/config.json has no DSpark drafter")) << none.message();
   // Off: nothing else is looked at (no model directory needed, out-of-range values ignored).
-  const auto off = test::unwrap(resolve_speculative_config("off", 99, -1, 7, -3, "/no/such/dir"));
+  const auto off = test::unwrap(resolve_speculative_config("off", 99, -1, 7, "auto", "/no/such/dir"));
   EXPECT_FALSE(off.enabled());
   EXPECT_EQ(off.num_speculative_tokens, 0);
 }

@@ -31,6 +31,7 @@ EngineOptions options(const std::string& spec, int32_t max_seqs, int64_t budget_
   o.seed = 3;
   o.state_memory_gb = state_gb;
   o.speculative = spec;
+  o.speculative_cost_model = "off";  // every draft verified: these tests exercise verification
   return o;
 }
 
@@ -188,6 +189,53 @@ TEST(SpecEngine, ConfidenceScheduleKeepsGreedyOutputAndVerifiesFewerTokens) {
   std::printf("verified per emitted token: all drafts %.3f (accepted length %.3f), scheduled %.3f (%.3f)\n", per_all,
               all.metrics.mean_accepted_length(), per_sched, sched.metrics.mean_accepted_length());
   EXPECT_LT(per_sched, per_all);
+}
+
+// The step cost model's schedule (speculative/verify_plan.h) in batches with chunked prefill and forced preemption:
+// a hand-written table where a verified row costs 0.3 of a decode step at batch 1 and 0.9 at batch 16, drafting
+// free (a fixed "draft" line: the CPU drafter's measured milliseconds would not be in the table's units).
+// Greedy output stays identical to no speculation, with fewer verified drafts than verifying every draft.
+TEST(SpecEngine, CostModelScheduleKeepsGreedyOutputAndVerifiesFewerTokens) {
+  const RunResult& plain = plain_greedy();
+  const test::ScratchDir dir("spec_cost");
+  const std::string file = dir.str() + "/cost.txt";
+  std::ofstream(file) << "dsinfer-step-cost 1\nkey *\nrows 6\nseqs 1 1 1.3 1.6 1.9 2.2 2.5\n"
+                         "seqs 16 2 3.8 5.6 7.4 9.2 11\ndraft 0 0\n";
+  EngineOptions o = options("dspark", 16, 48, tight_state_gb("dspark", 5));
+  const RunResult all = run(o, greedy_bodies(16));
+  o.speculative_cost_model = file;
+  const RunResult sched = run(o, greedy_bodies(16));
+  expect_same(plain, sched, "dspark cost-model schedule, mixed + preemption");
+  EXPECT_GT(sched.preemptions, 0);
+  EXPECT_GT(sched.metrics.scheduled_rounds, 0);
+  EXPECT_GT(sched.metrics.accepted_tokens, 0);
+  EXPECT_LT(sched.metrics.verified_tokens - sched.metrics.rounds, all.metrics.verified_tokens - all.metrics.rounds);
+  std::printf("drafts verified per round: all %.3f (accepted length %.3f), cost model %.3f (%.3f)\n",
+              double(all.metrics.verified_tokens - all.metrics.rounds) / double(all.metrics.rounds),
+              all.metrics.mean_accepted_length(),
+              double(sched.metrics.verified_tokens - sched.metrics.rounds) / double(sched.metrics.rounds),
+              sched.metrics.mean_accepted_length());
+}
+
+// The cpu backend's fallback cost model (a step's time proportional to its tokens): no greedy draft pays, so greedy
+// requests are plain decode steps (nothing drafted or verified) with identical output; seeded sampled requests
+// still draft and verify every draft (their tokens depend on how many drafts are verified, which must not depend
+// on the batch or measured times).
+TEST(SpecEngine, CpuFallbackCostModelDraftsNothingForGreedy) {
+  const RunResult& plain = plain_greedy();
+  EngineOptions o = options("dspark", 64, 4096);
+  o.speculative_cost_model = "auto";
+  const RunResult r = run(o, greedy_bodies(16));
+  expect_same(plain, r, "dspark, cpu fallback cost model");
+  EXPECT_EQ(r.metrics.drafted_tokens, 0);
+  EXPECT_EQ(r.metrics.verified_tokens, r.metrics.rounds);
+  std::vector<json> b;
+  for (size_t i = 0; i < 4; ++i)
+    b.push_back({{"prompt", prompts()[i]}, {"max_tokens", 8}, {"temperature", 0.9}, {"seed", 7 + int(i)},
+                 {"ignore_eos", true}});
+  const RunResult s = run(o, b), s_off = run(options("dspark", 64, 4096), b);
+  expect_same(s_off, s, "seeded sampling, cpu fallback vs every draft verified");
+  EXPECT_GT(s.metrics.drafted_tokens, 0);
 }
 
 TEST(SpecEngine, SeededSamplingIsReproducibleAndBatchInvariant) {

@@ -161,6 +161,7 @@ dsinfer::EngineOptions options(const std::string& spec) {
   o.max_model_len = 1024;
   o.seed = 7;
   o.speculative = spec;
+  o.speculative_cost_model = "off";  // every draft verified (the cpu fallback verifies none for greedy requests)
   return o;
 }
 

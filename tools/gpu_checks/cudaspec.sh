@@ -3,7 +3,7 @@
 # tests (fast: teacher-forced near ties; --batch-invariant: identical), output tokens/s of the shipped model at
 # batch 1 and 32 with --speculative off / dspark / mtp1 (CUDA graphs on: decode, uniform verify steps, DSpark's
 # propose round), each with its ratio to off, mean accepted length and draft share of the step time; DSpark batch 1
-# also with DSINFER_CUDA_GRAPHS=0 (the un-graphed round, for attribution) and with --speculative-row-cost 0 (every
+# also with DSINFER_CUDA_GRAPHS=0 (the un-graphed round, for attribution) and with --speculative-cost-model off (every
 # draft verified), the held-out evaluation prompts (report.json's samples) and the per-round arithmetic (draft +
 # verify ms against what 1.8x needs); the verify-step cost on V4-Flash shapes
 # (dummy weights, 4 layers, k = 1 and 5, batch 1 and 64). Gets OUT and BIN from tools/gpu_run.sh; about 2 minutes.
@@ -75,11 +75,11 @@ for b in 1 32; do
   same "off_b$b" "mtp1_b$b"
 done
 gen "dspark_b1_nographs" b1 1 "DSINFER_CUDA_GRAPHS=0" --speculative dspark
-# Row cost 0: every round verifies the whole block (the evaluation's definition; the default 0.05 cuts low-confidence
+# Cost model off: every round verifies the whole block (the evaluation's definition; the default schedule cuts
 # tails at batch 1). Held-out prompts: the evaluation's text, every draft verified.
-gen "dspark_b1_rc0" b1 1 "" --speculative dspark --speculative-row-cost 0
+gen "dspark_b1_rc0" b1 1 "" --speculative dspark --speculative-cost-model off
 gen "off_heldout" heldout 1 ""
-OFFKEY=off_heldout gen "dspark_heldout_rc0" heldout 1 "" --speculative dspark --speculative-row-cost 0
+OFFKEY=off_heldout gen "dspark_heldout_rc0" heldout 1 "" --speculative dspark --speculative-cost-model off
 same off_heldout dspark_heldout_rc0
 arith() {  # step arithmetic of a batch-1 run: round = accepted length / tok/s; draft = its share; 1.8x needs
   local log="$D/$1.log" tps=${TPS[$1]:-0} off=${TPS[off_b1]:-0}

@@ -253,7 +253,7 @@ def main():
     res["n_prompts"] = {"calib": len(calib), "eval": len(evalp)}
     res["prompt_len"], res["new_tokens"] = a.prompt_len, a.new_tokens
     # The exact evaluation prompts (BOS included), so the engine can be measured on the same text
-    # (dsinfer generate with {"prompt": ids, "max_tokens": new_tokens, "ignore_eos": true}, --speculative-row-cost 0).
+    # (dsinfer generate with {"prompt": ids, "max_tokens": new_tokens, "ignore_eos": true}, --speculative-cost-model off).
     res["eval_prompt_ids"] = evalp
     cal, fixed_ref = {}, None
     for mode, greedy in (("greedy", True), ("sample", False)):

@@ -1,0 +1,86 @@
+// Step cost profiling (see step_profile.h).
+#include "perf/step_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "perf/bench.h"
+
+namespace dsinfer::perf {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One warm-up and `iters` timed propose rounds of n sequences in slots 0..n-1, `drafts` greedy drafts each.
+Status time_drafting(speculative::Drafter& d, int64_t n, int64_t ctx, int32_t drafts, int64_t iters, int64_t vocab,
+                     std::vector<double>& out) {
+  std::vector<speculative::ProposeItem> items;
+  for (int64_t s = 0; s < n; ++s)
+    items.push_back({int32_t(s), ctx, int32_t((s * 7919 + 13) % vocab), std::min(drafts, d.max_drafts()), true});
+  auto argmax = [](size_t, int32_t, std::span<const float> lg) {
+    return int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+  };
+  std::vector<speculative::Proposal> props;
+  for (int64_t it = 0; it <= iters; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (Status s = d.propose(items, argmax, props); !s)
+      return s.with_context(fmt::format("step profile, drafting for {} sequences", n));
+    if (it > 0) out.push_back(ms_since(t0));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, const cache::StateLayout& layout,
+                                                     int32_t num_blocks, int64_t max_model_len,
+                                                     const StepProfileOptions& o, speculative::Drafter* drafter) {
+  if (o.max_seqs < 1 || o.max_rows < 1 || o.iters < 1 || num_blocks < 1)
+    return Status::errorf("step profile: needs sequences, rows, iterations and blocks >= 1 (found {}, {}, {}, {})",
+                          o.max_seqs, o.max_rows, o.iters, num_blocks);
+  std::vector<int64_t> seqs;
+  for (int64_t n = 1; n < o.max_seqs; n *= 2) seqs.push_back(n);
+  seqs.push_back(o.max_seqs);
+  const int64_t ctx = std::clamp<int64_t>(o.context, 0, std::max<int64_t>(0, max_model_len - o.max_rows - 1));
+  const int64_t bps = layout.blocks_per_sequence(ctx + o.max_rows);
+  std::vector<std::vector<double>> samples, draft_samples;
+  std::vector<float> logits;
+  std::vector<std::vector<cache::BlockId>> tables;
+  for (int64_t n : seqs) {
+    for (int32_t rows = 1; rows <= o.max_rows; ++rows) {
+      scheduler::BatchPlan plan =
+          make_bench_plan(n, rows, ctx, bps, r.config().vocab_size, tables, /*verify=*/rows > 1);
+      for (size_t s = 0; s < plan.seqs.size(); ++s) {  // more sequences than blocks: they share (timing only)
+        for (cache::BlockId& b : tables[s]) b = cache::BlockId(int64_t(b) % num_blocks);
+        plan.seqs[s].block_table = tables[s];
+      }
+      std::vector<double> t;
+      for (int64_t it = 0; it <= o.iters; ++it) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (Status s = r.step(plan, logits); !s)
+          return s.with_context(fmt::format("step profile, {} sequences x {} rows", n, rows));
+        if (it > 0) t.push_back(ms_since(t0));
+      }
+      samples.push_back(std::move(t));
+    }
+    if (drafter && o.max_rows > 1) {
+      std::vector<double> t;
+      // Drafting on state rows no sequence wrote may fail a drafter's own checks (a non-finite pick): then the
+      // model has no draft times (drafting counted free) rather than no model.
+      if (Status s = time_drafting(*drafter, n, ctx, o.max_rows - 1, o.iters, r.config().vocab_size, t); !s) {
+        std::fprintf(stderr, "step profile: drafting not timed (%s)\n", s.message().c_str());
+        drafter = nullptr;
+        draft_samples.clear();
+      } else {
+        draft_samples.push_back(std::move(t));
+      }
+    }
+  }
+  return speculative::StepCostModel::fit(o.key, seqs, o.max_rows, samples, draft_samples);
+}
+
+}  // namespace dsinfer::perf

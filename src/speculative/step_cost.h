@@ -1,0 +1,67 @@
+// StepCostModel: the time of one verify step as a function of (sequences in the step, rows per sequence), measured
+// on the device in hand (perf/step_profile.h times real steps through the ModelRunner at engine start-up and
+// caches the table per model, GPU and numerics in a small text file), or the CPU backend's fallback, where a step's
+// time is proportional to its tokens (compute-bound: a verify row costs what a decode row costs). Host-side only:
+// fitting (medians, then made non-decreasing in both directions) and lookup (linear in the sequences between the
+// profiled batch sizes, extrapolated beyond the largest along its last slope).
+//
+// The speculative scheduler (speculative/verify_plan.h) weighs the confidence head's acceptance estimates against
+// these times; one model per engine, resolved once (engine/step_cost_setup.h).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dsinfer::speculative {
+
+class StepCostModel {
+ public:
+  StepCostModel() = default;
+  // From raw timings: samples[i * max_rows + (r - 1)] are the step times (ms, any number >= 1 each) of seqs[i]
+  // sequences with r rows each. seqs ascending, >= 1, max_rows >= 1. Each cell is the median of its samples, then
+  // the table is made non-decreasing along rows and along sequences (a step never gets cheaper with more work: a
+  // dip is timing noise). Errors name the cell.
+  // draft_samples (empty = none): per batch size, the times of one drafting round (propose) of that many
+  // sequences; their medians, made non-decreasing, become the "draft" line.
+  static Result<StepCostModel> fit(std::string key, std::vector<int64_t> seqs, int32_t max_rows,
+                                   const std::vector<std::vector<double>>& samples,
+                                   const std::vector<std::vector<double>>& draft_samples = {});
+  // The CPU fallback: time = n * rows (arbitrary unit; only ratios matter).
+  static StepCostModel proportional(int64_t max_seqs, int32_t max_rows);
+
+  // The text form: "dsinfer-step-cost 1", "key <key>", "rows <max_rows>", then one line per profiled batch size:
+  // "seqs <n> <ms for 1 row> ... <ms for max_rows rows>"; optionally "draft <ms per round for each batch size>" (the
+  // drafting time of a round, profiled with the verify steps; 0 without the line).
+  std::string serialize() const;
+  // Parses serialize()'s form; `where` names the source in errors (with the line number).
+  static Result<StepCostModel> parse(std::string_view text, const std::string& where);
+
+  const std::string& key() const { return key_; }
+  int32_t max_rows() const { return max_rows_; }
+  const std::vector<int64_t>& seqs() const { return seqs_; }
+  bool empty() const { return seqs_.empty(); }
+  // Step time of n >= 1 sequences with rows in [1, max_rows] each (rows above max_rows: the max_rows column scaled
+  // by rows / max_rows).
+  double step_ms(int64_t n, int32_t rows) const;
+  bool has_draft_cost() const { return !draft_ms_.empty(); }
+  // The drafting time of a round of n sequences (interpolated like step_ms), 0 without a "draft" line.
+  double draft_ms(int64_t n) const;
+
+ private:
+  double cell(size_t i, int32_t rows) const { return ms_[i * size_t(max_rows_) + size_t(rows - 1)]; }
+  // Linear in n between the profiled batch sizes (at(i) = the value at seqs_[i]), the last slope beyond them.
+  template <typename At>
+  double along_seqs(int64_t n, At at) const;
+  static Status check(const StepCostModel& m, const std::string& where);
+
+  std::string key_;
+  std::vector<int64_t> seqs_;
+  int32_t max_rows_ = 0;
+  std::vector<double> ms_;  // [seqs_.size(), max_rows_]
+  std::vector<double> draft_ms_;  // [seqs_.size()] or empty
+};
+
+}  // namespace dsinfer::speculative

@@ -1,0 +1,33 @@
+// The confidence schedule against a measured step cost (docs/engine_core.md "Speculative decoding"): how many
+// drafts a step verifies, chosen to maximise expected accepted tokens per second. Survival a_k is the confidence
+// head's estimate that drafts 1..k are all accepted (non-increasing); verifying the first L of a sequence's drafts
+// emits 1 + a_1 + ... + a_L tokens in expectation. A choice made from the drafter's own confidence and the step
+// times, never from the target's output: lossless.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "speculative/step_cost.h"
+
+namespace dsinfer::speculative {
+
+struct VerifyChoice {
+  int32_t length = 0;          // drafts verified per drafted sequence (fewer where a sequence has fewer)
+  double tokens_per_ms = 0.0;  // expected tokens per ms of the round (draft + verify) at that length
+};
+
+// The one verify length L in [0, longest draft] for every drafted sequence of a step (uniform lengths keep the
+// verify step a captured CUDA graph) that maximises
+//   (others + sum_s (1 + a_s,1 + ... + a_s,min(L, len_s))) / (draft_ms + cost.step_ms(num_seqs, 1 + L)),
+// num_seqs = the step's sequences (the drafted ones and `others` = num_seqs - survival.size(), one token each).
+// Ties: the shorter L. L = 0 is a plain decode step.
+VerifyChoice best_verify_length(std::span<const std::vector<float>> survival, int64_t num_seqs,
+                                const StepCostModel& cost, double draft_ms);
+
+// Whether drafting for a step of num_seqs sequences is expected to beat plain decode (num_seqs / step_ms(num_seqs,
+// 1)) when every sequence's drafts survive like `mean_survival` (per position) and drafting costs draft_ms.
+bool drafting_pays(std::span<const double> mean_survival, int64_t num_seqs, const StepCostModel& cost,
+                   double draft_ms);
+
+}  // namespace dsinfer::speculative

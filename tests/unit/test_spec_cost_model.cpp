@@ -1,0 +1,111 @@
+// The speculative step cost model (speculative/step_cost.h: fitting, the text form, lookup) and the schedule
+// against it (speculative/verify_plan.h: the common verify length, whether drafting pays), host-side only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "speculative/step_cost.h"
+#include "speculative/verify_plan.h"
+#include "test_util.h"
+
+using namespace dsinfer;
+using speculative::StepCostModel;
+
+namespace {
+
+// A GPU-like table: batch 1 is latency-bound (a verified row costs 0.1 of a decode step), batch 64 is close to
+// compute-bound (a row costs about as much as the decode step's own row).
+StepCostModel gpu_like() {
+  return test::unwrap(StepCostModel::parse("dsinfer-step-cost 1\nkey test gpu\nrows 3\nseqs 1 1 1.1 1.2\n"
+                                           "seqs 8 1.2 1.5 1.8\nseqs 64 4 7.5 11\n",
+                                           "table"));
+}
+
+}  // namespace
+
+TEST(SpecCostModel, FitTakesMediansAndMakesTheTableNonDecreasing) {
+  // Cells: (1 seq, 1 row) median 2; (1, 2) median 1.5 -> lifted to 2 (rows); (2, 1) median 1 -> lifted to 2 (seqs);
+  // (2, 2) median 5.
+  auto m = test::unwrap(StepCostModel::fit("k", {1, 2}, 2, {{2, 9, 1}, {1.5, 1.4, 1.6}, {1, 1}, {4, 6}}));
+  EXPECT_DOUBLE_EQ(m.step_ms(1, 1), 2);
+  EXPECT_DOUBLE_EQ(m.step_ms(1, 2), 2);
+  EXPECT_DOUBLE_EQ(m.step_ms(2, 1), 2);
+  EXPECT_DOUBLE_EQ(m.step_ms(2, 2), 5);
+  EXPECT_FALSE(StepCostModel::fit("k", {1, 2}, 2, {{1}, {1}, {1}}).is_ok());             // cells missing
+  EXPECT_FALSE(StepCostModel::fit("k", {2, 1}, 1, {{1}, {1}}).is_ok());                  // not ascending
+  EXPECT_FALSE(StepCostModel::fit("k", {1}, 1, {{}}).is_ok());                           // no timing
+  EXPECT_FALSE(StepCostModel::fit("k", {1}, 1, {{std::nan("")}}).is_ok());              // not finite
+}
+
+TEST(SpecCostModel, LookupInterpolatesAndExtrapolates) {
+  const StepCostModel m = gpu_like();
+  EXPECT_DOUBLE_EQ(m.step_ms(1, 1), 1.0);
+  EXPECT_DOUBLE_EQ(m.step_ms(8, 3), 1.8);
+  EXPECT_NEAR(m.step_ms(36, 1), 1.2 + (4 - 1.2) * 28.0 / 56.0, 1e-12);  // linear between 8 and 64
+  EXPECT_NEAR(m.step_ms(128, 2), 7.5 + (7.5 - 1.5) / 56.0 * 64.0, 1e-12);  // the last slope beyond 64
+  EXPECT_NEAR(m.step_ms(1, 6), 1.2 * 2.0, 1e-12);  // rows beyond the table: the last column scaled
+  const StepCostModel p = StepCostModel::proportional(32, 6);
+  EXPECT_DOUBLE_EQ(p.step_ms(4, 3) / p.step_ms(1, 1), 12.0);
+  EXPECT_DOUBLE_EQ(p.step_ms(100, 2) / p.step_ms(1, 1), 200.0);
+}
+
+TEST(SpecCostModel, TextFormRoundTripsAndErrorsNameTheLine) {
+  const StepCostModel m = gpu_like();
+  const StepCostModel again = test::unwrap(StepCostModel::parse(m.serialize(), "again"));
+  EXPECT_EQ(again.key(), "test gpu");
+  EXPECT_EQ(again.seqs(), m.seqs());
+  for (int64_t n : {1, 5, 8, 40, 64, 200})
+    for (int32_t r = 1; r <= 3; ++r) EXPECT_DOUBLE_EQ(again.step_ms(n, r), m.step_ms(n, r));
+  auto err = [](const char* text) { return StepCostModel::parse(text, "f.txt").status().message(); };
+  const StepCostModel d = test::unwrap(StepCostModel::parse("dsinfer-step-cost 1\nkey *\nrows 1\nseqs 1 1\n"
+                                                             "seqs 3 2\ndraft 0.5 1.5\n", "d"));
+  EXPECT_TRUE(d.has_draft_cost());
+  EXPECT_DOUBLE_EQ(d.draft_ms(2), 1.0);
+  EXPECT_DOUBLE_EQ(test::unwrap(StepCostModel::parse(d.serialize(), "d2")).draft_ms(5), 2.5);
+  EXPECT_FALSE(m.has_draft_cost());
+  EXPECT_DOUBLE_EQ(m.draft_ms(8), 0.0);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\ndraft 1 2\n").find("2 draft times for 1"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\ndraft x\n").find("f.txt:4"), std::string::npos);
+  EXPECT_NE(err("").find("empty"), std::string::npos);
+  EXPECT_NE(err("something else\n").find("f.txt:1"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 2\nseqs 1 1\n").find("f.txt:3"), std::string::npos);  // one time short
+  EXPECT_NE(err("dsinfer-step-cost 1\nseqs 1 1\n").find("before 'rows'"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 -2\n").find("> 0"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 4 1\nseqs 2 1\n").find("ascending"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nbogus 3\n").find("unknown entry 'bogus'"), std::string::npos);
+}
+
+TEST(SpecCostModel, VerifyLengthMaximisesExpectedTokensPerMs) {
+  const StepCostModel m = gpu_like();
+  const std::vector<float> good{0.9f, 0.8f}, poor{0.05f, 0.01f};
+  // Batch 1, no draft cost: (1 + .9 + .8) / 1.2 = 2.25 beats 1.9 / 1.1 and 1 / 1.
+  auto c = speculative::best_verify_length(std::vector<std::vector<float>>{good}, 1, m, 0.0);
+  EXPECT_EQ(c.length, 2);
+  EXPECT_NEAR(c.tokens_per_ms, 2.7 / 1.2, 1e-6);  // survival is float
+  // Poor drafts: 1.05 / 1.1 and 1.06 / 1.2 do not beat decode: verify nothing.
+  EXPECT_EQ(speculative::best_verify_length(std::vector<std::vector<float>>{poor}, 1, m, 0.0).length, 0);
+  // Batch 64, 64 good sequences: 64 * 2.7 / 11 = 15.7 < 64 * 1.9 / 7.5 = 16.2 = 64 / 4 = 16 < ... L = 1 wins.
+  std::vector<std::vector<float>> many(64, good);
+  EXPECT_EQ(speculative::best_verify_length(many, 64, m, 0.0).length, 1);
+  // The same with half the sequences not drafted (they add one token each, the step is still 64 wide): 32 * .9
+  // more tokens for 3.5 ms more does not pay against 64 / 4.
+  std::vector<std::vector<float>> half(32, good);
+  EXPECT_EQ(speculative::best_verify_length(half, 64, m, 0.0).length, 0);
+  // The round's draft time counts: batch 8, survival .2: without it L = 0 (8 / 1.2 = 6.67 > 9.6 / 1.5 = 6.4); with
+  // 1 ms of drafting L = 1 (8 / 2.2 = 3.64 < 9.6 / 2.5 = 3.84).
+  std::vector<std::vector<float>> mid(8, std::vector<float>{0.2f});
+  EXPECT_EQ(speculative::best_verify_length(mid, 8, m, 0.0).length, 0);
+  EXPECT_EQ(speculative::best_verify_length(mid, 8, m, 1.0).length, 1);
+  EXPECT_EQ(speculative::best_verify_length({}, 8, m, 0.0).length, 0);
+}
+
+TEST(SpecCostModel, DraftingPaysOnlyWhereTheRoundBeatsDecode) {
+  const StepCostModel m = gpu_like();
+  const std::vector<double> a{0.7, 0.5};
+  EXPECT_TRUE(speculative::drafting_pays(a, 1, m, 0.2));     // (1.7) / 1.3 = 1.31 > 1
+  EXPECT_TRUE(speculative::drafting_pays(a, 1, m, 0.8));     // 1.7 / 1.9 < 1 but 2.2 / 2.0 = 1.1 > 1
+  EXPECT_FALSE(speculative::drafting_pays(a, 1, m, 1.5));    // 1.7 / 2.6 and 2.2 / 2.7 < 1
+  EXPECT_FALSE(speculative::drafting_pays(a, 64, m, 0.0));   // 64 * 1.7 / 7.5 = 14.5 < 16
+  EXPECT_FALSE(speculative::drafting_pays(a, 4, StepCostModel::proportional(64, 3), 0.0));  // never on the cpu
+  EXPECT_FALSE(speculative::drafting_pays({}, 1, m, 0.0));
+}

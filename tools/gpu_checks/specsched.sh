@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Speculation against the step cost model (issue 32), shipped model, greedy, 128 tokens per request, EOS ignored:
+# output tok/s, per-token latency (per-user speed), mean accepted length and drafts verified per round for
+# --speculative off / dspark / mtp1 (default --speculative-cost-model auto: profiled at start-up, cached under
+# $OUT/specsched/cache) and DSpark with every draft verified (--speculative-cost-model off), at batch 1, 8, 32, 64
+# and 128 (4 / 16 requests at 1 / 8, B requests above); greedy outputs compared with off; --batch-invariant: off
+# alone vs DSpark alone and at 32 (identical expected); the confidence head's calibration on the GPU
+# (dsinfer_spec_calibration); the V4-Flash-shape verify-step cost (dummy weights, 4 layers, 1..5 drafts, batch 1
+# and 64: the projection's input). Gets OUT and BIN from tools/gpu_run.sh; about 2-3 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${BIN:-build/cuda}
+O=${OUT:-/tmp/dsinfer_gpu_out}/specsched
+mkdir -p "$O/logs" "$O/cache" /tmp/b32
+export DSINFER_CACHE_DIR=$O/cache
+rc=0
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+python3 - <<'PY'
+import json, pathlib
+src = "".join(pathlib.Path(f).read_text() for f in ["tools/train/arch.py", "tools/train/train.py", "tools/train/evaluate.py"])
+for b in (1, 8, 32, 64, 128):
+    n = max(2 * b, 4) if b <= 8 else b
+    with open(f"/tmp/b32/req{b}.jsonl", "w") as f:
+        for i in range(n):
+            s = (i * 1543) % (len(src) - 400)
+            body = {"prompt": src[s:s + 200], "max_tokens": 128, "temperature": 0, "ignore_eos": True}
+            f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions", "body": body}) + "\n")
+PY
+gen() {  # name batch flags...
+  local name=$1 b=$2; shift 2
+  timeout 60 $BIN/dsinfer generate --model models/dsv4-small --backend cuda --input /tmp/b32/req$b.jsonl \
+    --output /tmp/b32/$name.out.jsonl --max-num-seqs $b --max-model-len 512 "$@" > "$O/logs/$name.log" 2>&1
+  local st=$?
+  [ $st -eq 0 ] || rc=1
+  echo "$name rc=$st $(grep -E 'profiled|output tok/s|accepted length|drafts verified|per-token' "$O/logs/$name.log" \
+    | tr -s ' \n' ' ')"
+}
+for b in 1 8 32 64 128; do
+  gen off_b$b $b
+  gen dspark_b$b $b --speculative dspark
+  gen dspark_all_b$b $b --speculative dspark --speculative-cost-model off
+  gen mtp1_b$b $b --speculative mtp1
+done
+gen dspark_b1_again 1 --speculative dspark
+gen mtp1_all_b1 1 --speculative mtp1 --speculative-cost-model off
+gen mtp1_all_b64 64 --speculative mtp1 --speculative-cost-model off
+python3 - <<'PY'
+import json
+def texts(n):
+    return [json.loads(l)["response"]["body"]["choices"][0]["text"] for l in open(f"/tmp/b32/{n}.out.jsonl")]
+for b in (1, 8, 32, 64, 128):
+    off = texts(f"off_b{b}")
+    for m in ("dspark", "dspark_all", "mtp1"):
+        try:
+            t = texts(f"{m}_b{b}")
+            print(f"identical to off: {m}_b{b} {sum(x == y for x, y in zip(off, t))}/{len(off)}")
+        except Exception as e:
+            print(f"{m}_b{b}: {e}")
+PY
+echo "== batch-invariant: off b1, dspark b1, dspark b32 (32 requests), outputs compared"
+for cfg in "off_bi1 1" "dspark_bi1 1 --speculative dspark" "dspark_bi32 32 --speculative dspark"; do
+  set -- $cfg; n=$1; b=$2; shift 2
+  timeout 60 $BIN/dsinfer generate --model models/dsv4-small --backend cuda --input /tmp/b32/req32.jsonl \
+    --output /tmp/b32/$n.out.jsonl --max-num-seqs $b --max-model-len 512 --batch-invariant "$@" > "$O/logs/$n.log" 2>&1
+  echo "$n rc=$? $(grep -E 'output tok/s|accepted length' "$O/logs/$n.log" | tr -s ' \n' ' ' | cut -c1-200)"
+done
+python3 - <<'PY'
+import json
+t = lambda n: [json.loads(l)["response"]["body"]["choices"][0]["text"] for l in open(f"/tmp/b32/{n}.out.jsonl")]
+try:
+    a = t("off_bi1")
+    bad = 0
+    for n in ("dspark_bi1", "dspark_bi32"):
+        b = t(n)
+        same = sum(x == y for x, y in zip(a, b))
+        bad += same != len(a)
+        print(f"batch-invariant identical to off_bi1: {n} {same}/{len(a)}")
+    raise SystemExit(1 if bad else 0)
+except Exception as e:
+    print("bi compare:", e)
+    raise SystemExit(1)
+PY
+[ $? -eq 0 ] || { echo "specsched: batch-invariant outputs differ"; rc=1; }
+echo "== calibration (GPU)"
+timeout 60 $BIN/dsinfer_spec_calibration --backend cuda --model models/dsv4-small --tools tools --prompts 64 \
+  --max-tokens 96 \
+  --max-num-seqs 64 > "$O/logs/calibration_gpu.txt" 2>&1; echo "calibration rc=$?"; cat "$O/logs/calibration_gpu.txt"
+echo "== cost model files"; for f in "$O"/cache/*; do echo "# $f"; cat "$f"; done
+echo "== V4-Flash shapes verify cost (dummy weights, 4 layers)"
+timeout 35 $BIN/dsinfer bench --model configs/deepseek-v4-flash --load-format dummy --layers 4 --batch 1,64 \
+  --context 4096 --prefill 0 --iters 3 --verify-tokens 1,2,3,4,5 > "$O/logs/verify_bench.log" 2>&1
+echo "verify bench rc=$?"; grep -E "^== |^step|tokens/s" "$O/logs/verify_bench.log" | head -40
+exit $rc
