@@ -8,13 +8,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <optional>
 #include <set>
@@ -212,6 +215,33 @@ int cmd_generate(int argc, char** argv) {
     lines[li].error = msg;
     finish_line(li, batch_error_line(li + 1, lines[li].custom_id, code, msg), true);
   };
+  // Constrained lines compile their grammars on the engine's pool (Engine::prepare_async) and are queued when
+  // ready, in input order among the ready ones; the other lines run meanwhile, so a slow grammar holds only its own.
+  struct Deferred {
+    size_t li;
+    Request request;
+    std::shared_future<PrepareResult> ready;
+  };
+  std::deque<Deferred> deferred;
+  auto admit_ready = [&](bool block) {
+    if (block && !deferred.empty()) deferred.front().ready.wait_for(std::chrono::milliseconds(20));
+    for (auto it = deferred.begin(); it != deferred.end();) {
+      if (it->ready.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        ++it;
+        continue;
+      }
+      const PrepareResult& pr = it->ready.get();
+      const size_t li = it->li;
+      uint64_t id = 0;
+      if (!pr.ok)
+        fail(li, "invalid_request", fmt::format("line {}: {}", li + 1, pr.error));
+      else if (id = engine->submit(it->request, &err); !id)
+        fail(li, "invalid_request", fmt::format("line {}: {}", li + 1, err));
+      else
+        line_of[id] = li;
+      it = deferred.erase(it);
+    }
+  };
   size_t resumed = 0, changed = 0;
   if (!batch) {
     if (o.chat) {
@@ -254,6 +284,11 @@ int cmd_generate(int argc, char** argv) {
         }
         ++changed;  // the request differs from the one that made the record (or the record has no fingerprint)
       }
+      if (bl.request.structured.active()) {
+        std::shared_future<PrepareResult> ready = engine->prepare_async(bl.request);
+        deferred.push_back({li, std::move(bl.request), std::move(ready)});
+        continue;
+      }
       const uint64_t id = engine->submit(bl.request, &err);
       if (!id) {
         fail(li, "invalid_request", fmt::format("line {}: {}", lineno, err));
@@ -271,19 +306,22 @@ int cmd_generate(int argc, char** argv) {
   // ---- run ----
   install_stop_handlers();
   const bool tty = isatty(STDERR_FILENO);
-  const size_t total = line_of.size();
+  const size_t total = line_of.size() + deferred.size();
   size_t done = 0;
   int64_t in_tokens = 0, out_tokens = 0;
   std::vector<double> ttft, tpot;
   double last_report = 0;
   const double t_start = engine->now_s();
   std::vector<RequestResult> single;
-  while (engine->has_unfinished() && !g_signal && !write_failed) {
+  while ((engine->has_unfinished() || !deferred.empty()) && !g_signal && !write_failed) {
+    admit_ready(!engine->has_unfinished());
+    if (!engine->has_unfinished()) continue;
     if (!engine->step(&err)) {
       // A model failure ends the run; every request still pending gets the error, finished ones keep results.
       std::fprintf(stderr, "generate: step failed: %s\n", err.c_str());
       for (auto& [id, li] : line_of)
         if (!lines[li].record) fail(li, "engine_error", err);
+      for (const Deferred& d : deferred) fail(d.li, "engine_error", err);
       break;
     }
     for (RequestResult& r : engine->take_finished()) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -187,6 +188,12 @@ struct TokenEvent {
   std::string parse_error;             // chat: output that did not parse (kept as content); with finished
 };
 
+// What prepare() concluded: ok, or the reason and the top-level request field it is about.
+struct PrepareResult {
+  bool ok = true;
+  std::string error, error_param;
+};
+
 // A snapshot of the engine's load (for monitoring).
 struct EngineStats {
   int32_t running_requests = 0, waiting_requests = 0;  // running: some sequence holds state
@@ -214,6 +221,11 @@ class Engine {
   // grammar on its connection thread, so a slow compile delays only its own request). False with the reason and
   // field as for submit().
   bool prepare(const Request& request, std::string* error, std::string* error_param = nullptr) const;
+  // prepare() on the engine's grammar compile pool (a few worker threads, structured/compile_pool.h): returns at
+  // once, the future becomes ready when the grammar is compiled (a request without a constraint: at once). `dsinfer
+  // generate` queues a constrained request when its future is ready and steps the others meanwhile; the server's
+  // connections wait on theirs. The engine must outlive the future's wait.
+  std::shared_future<PrepareResult> prepare_async(const Request& request) const;
   // Parses an OpenAI body (chat when it has "messages", else completions) and queues it.
   uint64_t submit(const std::string& body_json, std::string* error, std::string* error_param = nullptr);
   // Ends a queued or running request now and frees its state: its unfinished completions finish with

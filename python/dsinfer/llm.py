@@ -93,8 +93,9 @@ class LLM:
         bar = _tqdm(total=len(items), desc="dsinfer", unit="req") if use_tqdm and _tqdm and items else None
         try:
             while self._engine.has_unfinished():
-                self._engine.step()
-                for r in self._engine.take_finished():
+                # Many steps per call (until a request finishes, or 50 ms): the Python loop costs per call, not per
+                # step (bench/NOTES.md, issue 33 on the H200).
+                for r in self._engine.run_steps(0.05):
                     i = index_of[r.id]
                     _, text, ids, sp = items[i]
                     outputs[i] = request_output_of(r, text, ids, sp.logprobs is not None)

@@ -7,6 +7,7 @@
 #include "chat/chat_defaults.h"
 #include "dsinfer/engine.h"
 #include "engine/engine.h"
+#include "structured/compile_pool.h"
 
 namespace dsinfer {
 
@@ -14,6 +15,8 @@ struct Engine::Impl {
   std::unique_ptr<engine::Engine> e;
   std::string model_name;
   chat::ChatDefaults chat_defaults;  // the model directory's (chat_defaults.json), applied by submit
+  // prepare_async's workers; declared after `e` so they are joined before the engine goes
+  mutable structured::CompilePool compile_pool;
 };
 
 }  // namespace dsinfer

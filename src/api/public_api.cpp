@@ -57,6 +57,21 @@ bool Engine::prepare(const Request& request, std::string* error, std::string* er
   return false;
 }
 
+std::shared_future<PrepareResult> Engine::prepare_async(const Request& request) const {
+  auto done = std::make_shared<std::promise<PrepareResult>>();
+  std::shared_future<PrepareResult> f = done->get_future().share();
+  if (!request.structured.active()) {
+    done->set_value(PrepareResult{});
+    return f;
+  }
+  impl_->compile_pool.post([this, request, done] {
+    PrepareResult r;
+    r.ok = prepare(request, &r.error, &r.error_param);
+    done->set_value(std::move(r));
+  });
+  return f;
+}
+
 uint64_t Engine::submit(const std::string& body_json, std::string* error, std::string* error_param) {
   // Chat when the body has "messages": the same rule as an OpenAI client choosing the endpoint.
   Request r;

@@ -168,7 +168,7 @@ void append_dsml_tool_calls(const std::vector<ToolCall>& calls, const V4Tokens& 
       const bool is_str = it.value().is_string();
       b.plain("<"); b.special(t.dsml);
       b.plain(t.param_tag + " name=\"" + it.key() + "\" string=\"" + (is_str ? "true" : "false") + "\">");
-      b.plain(is_str ? it.value().get<std::string>() : dump_python_style(it.value()));
+      b.plain(is_str ? it.value().get<std::string>() : dump_python_style(it.value(), t.numbers));
       b.plain("</"); b.special(t.dsml); b.plain(t.param_tag + ">\n");
     }
     b.plain("</"); b.special(t.dsml); b.plain(t.invoke_tag + ">\n");
@@ -183,6 +183,7 @@ V4Tokens tokens_for(ChatFamily f) {
     t.calls_tag = " calls";
     t.invoke_tag = " invoke";
     t.param_tag = " parameter";
+    t.numbers = JsonNumbers::kPython;
   }
   return t;
 }
@@ -199,7 +200,7 @@ void append_tools_prompt(const std::vector<ToolDefinition>& tools, const V4Token
     schema["name"] = d.name;
     schema["description"] = d.description;
     schema["parameters"] = d.parameters;
-    b.plain(dump_python_style(schema));
+    b.plain(dump_python_style(schema, t.numbers));
     b.plain("\n");
   }
   b.plain("\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
@@ -227,7 +228,7 @@ RenderedPrompt render_v4_prompt(const Conversation& conv, const V4Tokens& t) {
   } else if (conv.response_format == ResponseFormat::kJsonSchema) {
     b.plain("\n\n");
     b.plain(kJsonSchema);
-    b.plain(dump_python_style(conv.response_schema));
+    b.plain(dump_python_style(conv.response_schema, t.numbers));
   }
   render_messages(conv, t, keep_reasoning, out);
   if (conv.messages.empty() || !conv.messages.back().prefix) {

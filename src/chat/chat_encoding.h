@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "chat/chat_json.h"
 #include "chat/chat_types.h"
 #include "io/config.h"
 #include "tokenizer/tokenizer.h"
@@ -33,6 +34,7 @@ struct V4Tokens {
   std::string calls_tag = "tool_calls";
   std::string invoke_tag = "invoke";
   std::string param_tag = "parameter";
+  JsonNumbers numbers = JsonNumbers::kSerde;  // how tool schemas, call arguments and response schemas print numbers
 };
 
 V4Tokens tokens_for(ChatFamily f);

@@ -10,8 +10,7 @@
 namespace dsinfer::chat {
 namespace {
 
-constexpr const char* kJsonObject =
-    "You are a helpful assistant designed to output JSON.\n## Response Format:\n\nReply with JSON object ONLY.";
+constexpr const char* kJsonObjectFormat = R"({"type": "json_object"})";
 constexpr const char* kJsonSchema = "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n";
 
 enum class Kind { kSystem, kUser, kAssistant, kReminder };
@@ -96,8 +95,12 @@ void render_system(const Conversation& conv, const Unit& x, size_t idx, const V4
     o.plain("\n\n");
     append_tools_prompt(conv.tools, t, r);
   }
-  if (conv.response_format == ResponseFormat::kJsonObject) o.plain(std::string("\n\n") + kJsonObject);
-  if (conv.response_format == ResponseFormat::kJsonSchema) o.plain("\n\n" + std::string(kJsonSchema) + dump_python_style(conv.response_schema));
+  // The release encoder has one response-format text: the schema it is given; for json_object that is the
+  // response_format object itself (deepseek-recipe's V4.1 encoding passes {"type": "json_object"}).
+  if (conv.response_format == ResponseFormat::kJsonObject)
+    o.plain("\n\n" + std::string(kJsonSchema) + kJsonObjectFormat);
+  if (conv.response_format == ResponseFormat::kJsonSchema)
+    o.plain("\n\n" + std::string(kJsonSchema) + dump_python_style(conv.response_schema, t.numbers));
 }
 
 void render_assistant(const ChatMessage& m, bool show_reasoning, bool last, const V4Tokens& t, RenderedPrompt& r) {

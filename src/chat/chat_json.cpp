@@ -21,14 +21,15 @@ void shortest_digits(double d, std::string& digits, int& exp) {
   exp = std::atoi(std::string(s.substr(e + 1)).c_str());
 }
 
-std::string format_double(double d) {
+std::string format_double(double d, JsonNumbers numbers) {
   if (!std::isfinite(d)) return "null";  // JSON text cannot hold these; serde_json writes null as well
   std::string digits;
   int exp = 0;
   shortest_digits(d, digits, exp);
   std::string out;
   if (std::signbit(d)) out.push_back('-');
-  if (exp >= -5 && exp < 16) {
+  const int lowest_positional = numbers == JsonNumbers::kPython ? -4 : -5;
+  if (exp >= lowest_positional && exp < 16) {
     if (exp >= 0) {
       const size_t int_len = size_t(exp) + 1;
       out.append(digits, 0, std::min(int_len, digits.size()));
@@ -49,19 +50,20 @@ std::string format_double(double d) {
     out.append(digits, 1, std::string::npos);
   }
   out.append(exp < 0 ? "e-" : "e+");
+  if (numbers == JsonNumbers::kPython && std::abs(exp) < 10) out.push_back('0');
   out.append(std::to_string(std::abs(exp)));
   return out;
 }
 
 }  // namespace
 
-std::string format_json_number(const ojson& v) {
+std::string format_json_number(const ojson& v, JsonNumbers numbers) {
   if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
   if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-  return format_double(v.get<double>());
+  return format_double(v.get<double>(), numbers);
 }
 
-std::string dump_python_style(const ojson& v) {
+std::string dump_python_style(const ojson& v, JsonNumbers numbers) {
   if (v.is_object()) {
     std::string out = "{";
     bool first = true;
@@ -70,7 +72,7 @@ std::string dump_python_style(const ojson& v) {
       first = false;
       out += ojson(it.key()).dump(-1, ' ', false, ojson::error_handler_t::replace);
       out += ": ";
-      out += dump_python_style(it.value());
+      out += dump_python_style(it.value(), numbers);
     }
     return out + "}";
   }
@@ -78,11 +80,11 @@ std::string dump_python_style(const ojson& v) {
     std::string out = "[";
     for (size_t i = 0; i < v.size(); ++i) {
       if (i) out += ", ";
-      out += dump_python_style(v[i]);
+      out += dump_python_style(v[i], numbers);
     }
     return out + "]";
   }
-  if (v.is_number()) return format_json_number(v);
+  if (v.is_number()) return format_json_number(v, numbers);
   return v.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 

@@ -124,10 +124,12 @@ void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& 
     if (req.sampling.stop[i].size() > opts_.max_stop_bytes)
       return send_error(w, endpoint, 400, fmt::format("'stop[{}]' is {} bytes long; the limit is {}", i,
                                                       req.sampling.stop[i].size(), opts_.max_stop_bytes), "", "stop");
-  // The grammar compiles here, on this connection's thread, into the engine's cache: the engine thread then finds
-  // it cached, and a slow compile delays only this request.
-  if (req.structured.active() && !loop_.engine().prepare(req, &err, &param))
-    return send_error(w, endpoint, 400, err, "", param);
+  // The grammar compiles on the engine's compile pool (the one generate uses) while this connection waits for it:
+  // the engine thread then finds it cached, and a slow compile delays only this request.
+  if (req.structured.active()) {
+    const PrepareResult prepared = loop_.engine().prepare_async(req).get();
+    if (!prepared.ok) return send_error(w, endpoint, 400, prepared.error, "", prepared.error_param);
+  }
   const EngineStats st = metrics_.engine_stats();
   if (loop_.in_flight() - st.running_requests >= opts_.max_waiting_requests)
     return send_error(w, endpoint, 503, fmt::format("the server is overloaded ({} requests waiting); retry later",

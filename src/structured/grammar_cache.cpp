@@ -16,6 +16,9 @@ namespace {
 
 constexpr const char* kDsmlMarker = "｜DSML｜";
 
+std::mutex g_hook_mu;
+std::function<void(const StructuredOutput&)> g_compile_hook;  // set_compile_hook_for_testing
+
 // EBNF string literal for one choice (quote, backslash and control bytes escaped).
 std::string ebnf_literal(const std::string& s) {
   std::string out = "\"";
@@ -208,8 +211,19 @@ const char* kBoundedAnyObject = R"({"type": "object", "additionalProperties": {"
 
 }  // namespace
 
+void set_compile_hook_for_testing(std::function<void(const StructuredOutput&)> hook) {
+  std::lock_guard<std::mutex> lock(g_hook_mu);
+  g_compile_hook = std::move(hook);
+}
+
 Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarCache::compile(const StructuredOutput& so) {
   using Kind = StructuredOutput::Kind;
+  std::function<void(const StructuredOutput&)> hook;
+  {
+    std::lock_guard<std::mutex> lock(g_hook_mu);
+    hook = g_compile_hook;
+  }
+  if (hook) hook(so);
   const std::optional<int> ws = so.any_whitespace ? std::optional<int>(kMaxJsonWhitespace) : std::nullopt;
   std::optional<xgrammar::CompiledGrammar> g;
   try {

@@ -5,6 +5,7 @@
 // get() may be called from several threads (a lock guards the LRU; compiles run outside it).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,10 @@ struct GrammarCacheStats {
   size_t bytes = 0;
   double compile_seconds = 0;  // total wall time of the compiles
 };
+
+// Test-only: called with each constraint just before it compiles (on the compiling thread), so a test can hold a
+// compile and watch what the engine does meanwhile. Empty function: none (the default).
+void set_compile_hook_for_testing(std::function<void(const StructuredOutput&)> hook);
 
 class GrammarCache {
  public:

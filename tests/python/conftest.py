@@ -1,7 +1,8 @@
 """pytest fixtures of the dsinfer Python package tests (tests/python/test_pkg_*.py; tools/test.sh runs them).
 
 The package must be installed (`pip install .`); the `dsinfer` CLI they compare with is DSINFER_BINARY, else
-build/cpu/dsinfer. The other scripts in this folder are run by ctest / tools/test.sh as programs, not collected.
+build/cpu/dsinfer. DSINFER_TEST_BACKEND (default cpu; cuda with a CUDA wheel and CLI) is the backend of every engine
+the tests create, in Python and in the CLI alike. The other scripts in this folder are run by ctest / tools/test.sh as programs, not collected.
 """
 import json
 import os
@@ -12,6 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "models", "dsv4-small")
+BACKEND = os.environ.get("DSINFER_TEST_BACKEND", "cpu")
 
 collect_ignore = ["test_openai_client.py", "structured_outputs_test.py", "structured_schemas.py"]
 
@@ -19,6 +21,11 @@ collect_ignore = ["test_openai_client.py", "structured_outputs_test.py", "struct
 @pytest.fixture(scope="session")
 def model_dir():
     return MODEL
+
+
+@pytest.fixture(scope="session")
+def backend():
+    return BACKEND
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +39,7 @@ def dsinfer_binary():
 @pytest.fixture(scope="session")
 def llm():
     import dsinfer
-    return dsinfer.LLM(MODEL)
+    return dsinfer.LLM(MODEL, backend=BACKEND)
 
 
 def _run_cli(binary, args, lines):
@@ -56,7 +63,7 @@ def cli_generate(dsinfer_binary):
     def run(requests, *flags):
         lines = [{"custom_id": f"r{i}", "method": "POST", "url": url, "body": body}
                  for i, (url, body) in enumerate(requests)]
-        proc, records = _run_cli(dsinfer_binary, ["generate", "--model", MODEL, *flags], lines)
+        proc, records = _run_cli(dsinfer_binary, ["generate", "--model", MODEL, "--backend", BACKEND, *flags], lines)
         assert proc.returncode == 0, proc.stderr
         by_id = {r["custom_id"]: r for r in records}
         return [by_id[f"r{i}"]["response"]["body"] for i in range(len(requests))]

@@ -59,9 +59,9 @@ def test_greedy_generate_matches_cli(llm, cli_generate):
         assert lp_py[pos][tok].logprob <= 0
 
 
-def test_seeded_sampling_matches_cli(model_dir, cli_generate):
+def test_seeded_sampling_matches_cli(model_dir, backend, cli_generate):
     # A fresh engine (engine seed 0, as the CLI's default): requests without a seed draw theirs in submission order.
-    llm = dsinfer.LLM(model_dir)
+    llm = dsinfer.LLM(model_dir, backend=backend)
     params = [SamplingParams(temperature=0.8, top_p=0.9, seed=7, n=2, max_tokens=20),
               SamplingParams(temperature=1.0, top_k=20, max_tokens=20),
               SamplingParams(temperature=0.7, min_p=0.05, seed=8, max_tokens=20, repetition_penalty=1.2)]

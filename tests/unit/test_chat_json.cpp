@@ -26,6 +26,22 @@ TEST(ChatJson, NumbersAsTheReferencePrintsThem) {
   EXPECT_EQ(format_json_number(ojson::parse("-0")), "0");
 }
 
+// DeepSeek-V4.1: Python's json.dumps notation (the release encoder; deepseek-recipe's DeepseekV41Encoding prints the
+// same), each right side observed from recipe 0.2.0 (tools/chat/gen_chat_diff.py --family v41).
+TEST(ChatJson, V41NumbersAsPythonPrintsThem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"1e-05", "1e-05"}, {"1e-5", "1e-05"}, {"-1e-05", "-1e-05"}, {"1e-4", "0.0001"}, {"1.5e-7", "1.5e-07"},
+      {"2.5e-8", "2.5e-08"}, {"7.0E-10", "7e-10"}, {"3.0", "3.0"}, {"1E2", "100.0"}, {"1.0e+05", "100000.0"},
+      {"1e15", "1000000000000000.0"}, {"1e16", "1e+16"}, {"1e21", "1e+21"}, {"5e-324", "5e-324"},
+      {"1.7976931348623157e308", "1.7976931348623157e+308"}, {"20240501.120000", "20240501.12"}, {"-0.0", "-0.0"},
+      {"1e-400", "0.0"}, {"0.30000000000000004", "0.30000000000000004"}, {"9007199254740993", "9007199254740993"},
+      {"123456789012345678901234567890", "1.2345678901234568e+29"}, {"3e-100", "3e-100"}, {"42", "42"},
+  };
+  for (const auto& [in, want] : cases)
+    EXPECT_EQ(format_json_number(ojson::parse(in), JsonNumbers::kPython), want) << in;
+  EXPECT_EQ(dump_python_style(ojson::parse(R"({"a": [1e-05, 2]})"), JsonNumbers::kPython), R"({"a": [1e-05, 2]})");
+}
+
 TEST(ChatJson, SeparatorsKeyOrderAndStrings) {
   const ojson v = ojson::parse(R"({"z": [1, 2.5, {"b": null, "a": true}], "é\n\"": "\u0001\u007f\u2028 ok", "n": -0.0})");
   EXPECT_EQ(dump_python_style(v), "{\"z\": [1, 2.5, {\"b\": null, \"a\": true}], \"é\\n\\\"\": \"\\u0001\x7f\u2028 ok\", \"n\": -0.0}");

