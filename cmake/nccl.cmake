@@ -9,12 +9,19 @@ if(NOT DSINFER_NCCL_INCLUDE_DIR)
   if(Python3_Interpreter_FOUND)
     set(_nccl_py ${Python3_EXECUTABLE})
   endif()
-  execute_process(
-    COMMAND ${_nccl_py} -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'include'))"
-    OUTPUT_VARIABLE _nccl_inc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _nccl_rc)
-  if(_nccl_rc EQUAL 0 AND EXISTS "${_nccl_inc}/nccl.h")
-    set(DSINFER_NCCL_INCLUDE_DIR "${_nccl_inc}" CACHE PATH "Folder holding nccl.h" FORCE)
-  endif()
+  # First as the build runs; then with -E (PYTHON* variables ignored), which sees the interpreter's own
+  # site-packages from inside pip's isolated build environment (`pip install . -C cmake.define.DSINFER_CUDA=ON`),
+  # where the user's nvidia-nccl-cu13 is otherwise hidden.
+  foreach(_nccl_flag "" "-E")
+    execute_process(
+      COMMAND ${_nccl_py} ${_nccl_flag} -c
+              "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'include'))"
+      OUTPUT_VARIABLE _nccl_inc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _nccl_rc)
+    if(_nccl_rc EQUAL 0 AND EXISTS "${_nccl_inc}/nccl.h")
+      set(DSINFER_NCCL_INCLUDE_DIR "${_nccl_inc}" CACHE PATH "Folder holding nccl.h" FORCE)
+      break()
+    endif()
+  endforeach()
 endif()
 if(NOT DSINFER_NCCL_INCLUDE_DIR OR NOT EXISTS "${DSINFER_NCCL_INCLUDE_DIR}/nccl.h")
   message(FATAL_ERROR "nccl.h not found: the CUDA build needs the NCCL header of the nvidia-nccl-cu13 wheel "

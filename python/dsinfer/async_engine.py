@@ -103,12 +103,16 @@ class AsyncEngine:
         loop = asyncio.get_running_loop()
         stream = _Stream(loop)
         submitted: asyncio.Future = loop.create_future()
+        body_json = to_json(body)
+        # The grammar compiles on an executor thread, not on the thread that steps every stream: a request waits
+        # for its own grammar only (ValueError naming the field for a bad request, as submit raises).
+        await loop.run_in_executor(None, self._engine.prepare, body_json, "messages" in body)
         with self._cv:
             if self._error is not None:
                 raise RuntimeError(f"the AsyncEngine's worker failed: {self._error}")
             if self._stopped:
                 raise RuntimeError("the AsyncEngine has been shut down")
-            self._submits.append((to_json(body), stream, submitted))
+            self._submits.append((body_json, stream, submitted))
             self._cv.notify()
         rid = await submitted  # ValueError naming the field when the engine rejects the request
         partial = RequestOutput(str(rid), text, ids, [], False)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dsinfer/engine.h"
+#include "dsinfer/request.h"
 #include "python/src/module.h"
 
 namespace nb = nanobind;
@@ -61,6 +62,21 @@ class PyEngine {
     }
     if (!id) throw std::invalid_argument(error);
     return id;
+  }
+
+  // Compiles the structured-output grammar of the body (a chat body when `chat`) into the engine's cache
+  // (Engine::prepare: thread-safe, so no engine lock; GIL released), so that a later submit() does not compile it
+  // on the thread that steps the engine. ValueError naming the field when the request is invalid.
+  void prepare(const std::string& body_json, bool chat) {
+    std::string error;
+    bool ok = false;
+    {
+      nb::gil_scoped_release unlocked;
+      Request r;
+      const Endpoint ep = chat ? Endpoint::kChatCompletions : Endpoint::kCompletions;
+      ok = parse_request(body_json, ep, &r, &error) && engine_->prepare(r, &error);
+    }
+    if (!ok) throw std::invalid_argument(error);
   }
 
   // False when the request is unknown or already finished (nothing to abort).
@@ -235,6 +251,9 @@ void bind_engine(nb::module_& m) {
       .def("submit", &PyEngine::submit, "body_json"_a,
            "Queue an OpenAI request body (chat when it has 'messages'); returns the request id. ValueError naming "
            "the field when the request is invalid.")
+      .def("prepare", &PyEngine::prepare, "body_json"_a, "chat"_a,
+           "Compile the body's structured-output grammar into the engine's cache (thread-safe, GIL released), so "
+           "that submit() finds it. ValueError naming the field when the request is invalid.")
       .def("abort", &PyEngine::abort, "request_id"_a, "End a queued or running request now; False if unknown.")
       .def("step", &PyEngine::step, "Run one engine step (GIL released); returns its token events.")
       .def("take_finished", &PyEngine::take_finished, "The requests that finished since the last call.")

@@ -127,3 +127,53 @@ def test_async_chat_streams_tool_calls(model_dir, backend, llm):
     # the streamed pieces (cumulative) add up to the final calls
     assert [(t.name, t.arguments) for t in streamed.tool_calls] == [(t.name, t.arguments) for t in want.tool_calls]
     assert streamed.token_ids == want.token_ids
+
+
+class _HeldPrepare:
+    """The engine with prepare() held for bodies that carry a structured-output choice until `release` is set: a
+    grammar that takes long to compile, without timing."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def prepare(self, body_json, chat):
+        if '"choice"' in body_json:
+            self.entered.set()
+            self.release.wait(60)
+        return self._engine.prepare(body_json, chat)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+async def _held_grammar_run(model_dir, backend):
+    with dsinfer.AsyncEngine(model_dir, backend=backend, max_num_seqs=8) as engine:
+        held = _HeldPrepare(engine._engine)
+        engine._engine = held
+
+        async def last(prompt, sp):
+            out = None
+            async for out in engine.generate(prompt, sp):
+                pass
+            return out
+
+        constrained = asyncio.create_task(
+            last("Answer:", SamplingParams(temperature=0, max_tokens=8, structured_outputs={"choice": ["yes", "no"]})))
+        while not held.entered.is_set():
+            await asyncio.sleep(0.01)
+        plain = await asyncio.gather(*(last(PROMPTS[i], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+                                       for i in range(4)))
+        still_compiling = not constrained.done()
+        held.release.set()
+        return plain, still_compiling, await constrained
+
+
+def test_a_compiling_grammar_holds_only_its_own_stream(model_dir, backend):
+    """AsyncEngine compiles a request's grammar off the thread that steps every stream: while one request's grammar
+    is (held) compiling, other streams run to the end; then the constrained one completes inside its choice."""
+    plain, still_compiling, constrained = asyncio.run(_held_grammar_run(model_dir, backend))
+    assert all(o.finished and len(o.outputs[0].token_ids) == 6 for o in plain)
+    assert still_compiling
+    assert constrained.finished and constrained.outputs[0].text in ("yes", "no")

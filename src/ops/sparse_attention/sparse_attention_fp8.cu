@@ -174,45 +174,6 @@ __device__ __forceinline__ void out_rope(float& a, float& b, int d, const Sparse
   }
 }
 
-// Epilogue of one warp: rows hr + g (+8), dims d0 + 8nt + 2q4 (+1). One split: sink, inverse RoPE, write o;
-// several: the unnormalised partial and (max, sum).
-__device__ __forceinline__ void write_out(const float (&acc)[32][4], const float (&m)[2], const float (&l)[2],
-                                          int64_t hr, int d0, int64_t t, int64_t split,
-                                          const SparseAttentionFp8Params& p, float* o, float* ws) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
-  const int64_t H = p.heads, S = p.num_splits;
-  const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t h = hr + g + 8 * r;
-    if (h >= H) continue;
-    if (S == 1) {
-      const float sink = p.sinks[h], M = fmaxf(m[r], sink);
-      const float em = expf(m[r] - M);
-      const float f = em / (l[r] * em + expf(sink - M));
-      float* orow = o + (t * H + h) * kD;
-#pragma unroll
-      for (int nt = 0; nt < 32; ++nt) {
-        const int d = d0 + 8 * nt + 2 * q4;
-        float e0 = acc[nt][2 * r] * f, e1 = acc[nt][2 * r + 1] * f;
-        out_rope(e0, e1, d, p, pos);
-        *reinterpret_cast<float2*>(orow + d) = make_float2(e0, e1);
-      }
-    } else {
-      float* part = ws + ((t * S + split) * H + h) * kPart;
-#pragma unroll
-      for (int nt = 0; nt < 32; ++nt) {
-        const int d = d0 + 8 * nt + 2 * q4;
-        *reinterpret_cast<float2*>(part + d) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
-      }
-      if (d0 == 0 && q4 == 0) {
-        part[kD] = m[r];
-        part[kD + 1] = l[r];
-      }
-    }
-  }
-}
-
 // The per-tile body: scores, the exchange of the two dim halves, online softmax, rescale, P V.
 template <int kProbe>
 __device__ __forceinline__ void attend_tile(const __nv_bfloat16* qs, const __nv_bfloat16* ks, float* sx, int hr,
@@ -305,7 +266,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     attend_tile<kProbe>(qs, ks, sx, hr, d0, valid, p.scale, m, l, acc);
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  write_out(acc, m, l, h0 + hr, d0, t, split, p, o, ws);
+  const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
+  write_rows(acc, m, l, h0 + hr, d0, t, split, p.heads, p.num_splits, kD, kPart, p.num_splits == 1, p.sinks, o, ws,
+             [&](float& e0, float& e1, int d) { out_rope(e0, e1, d, p, pos); });
 }
 
 // Merge of the splits' partials: one block of 128 threads per (token, head), 4 channels a thread.

@@ -129,4 +129,46 @@ __device__ __forceinline__ void pv_half(const float (&p)[4][4], const __nv_bfloa
   }
 }
 
+// Epilogue of one warp: rows hr + g (+8), dims d0 + 8nt + 2q4 (+1). `normalise` (one split): divide by the sum with
+// the sink, pass each pair through finish(e0, e1, d) (the inverse RoPE) and write o (rows of `dim` floats). Else the
+// unnormalised partial (rows of `part_stride` floats) and (max, sum) after its dims, written once by the dims-0 warp,
+// for the combine kernel.
+template <class Finish>
+__device__ __forceinline__ void write_rows(const float (&acc)[32][4], const float (&m)[2], const float (&l)[2],
+                                           int64_t hr, int d0, int64_t t, int64_t split, int64_t heads, int64_t splits,
+                                           int64_t dim, int64_t part_stride, bool normalise, const float* sinks,
+                                           float* o, float* ws, Finish finish) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t h = hr + g + 8 * r;
+    if (h >= heads) continue;
+    if (normalise) {
+      const float sink = sinks[h], M = fmaxf(m[r], sink);
+      const float em = expf(m[r] - M);
+      const float f = em / (l[r] * em + expf(sink - M));
+      float* orow = o + (t * heads + h) * dim;
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        const int d = d0 + 8 * nt + 2 * q4;
+        float e0 = acc[nt][2 * r] * f;
+        float e1 = acc[nt][2 * r + 1] * f;
+        finish(e0, e1, d);
+        *reinterpret_cast<float2*>(orow + d) = make_float2(e0, e1);
+      }
+    } else {
+      float* part = ws + ((t * splits + split) * heads + h) * part_stride;
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        const int d = d0 + 8 * nt + 2 * q4;
+        *reinterpret_cast<float2*>(part + d) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
+      }
+      if (d0 == 0 && q4 == 0) {
+        part[dim] = m[r];
+        part[dim + 1] = l[r];
+      }
+    }
+  }
+}
+
 }  // namespace dsinfer::ops::cuda::detail::attn_mma

@@ -98,45 +98,6 @@ __device__ __forceinline__ void load_q(const float* q, int64_t t, int64_t h0, in
   }
 }
 
-// Epilogue of one warp: rows hr + g (+8), dims d0 + 8nt + 2q4 (+1). One split: normalise with the sink, inverse
-// RoPE, write o. Several: unnormalised partial + (max, sum) for attention_combine_kernel (written once, by the
-// dims-0 warp).
-__device__ __forceinline__ void write_tc(const float (&acc)[32][4], const float (&m)[2], const float (&l)[2],
-                                         int64_t hr, int d0, int64_t t, int64_t split,
-                                         const SparseAttentionCudaParams& prm, int64_t pos, float* o, float* ws) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
-  const int64_t H = prm.heads, hd = prm.head_dim, S = prm.num_splits;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t h = hr + g + 8 * r;
-    if (h >= H) continue;
-    if (S == 1 && prm.split_keys == 0) {
-      const float sink = prm.sinks[h], M = fmaxf(m[r], sink);
-      const float em = expf(m[r] - M);
-      const float f = em / (l[r] * em + expf(sink - M));
-      float* orow = o + (t * H + h) * hd;
-#pragma unroll
-      for (int nt = 0; nt < 32; ++nt) {
-        const int d = d0 + 8 * nt + 2 * q4;
-        float e0 = acc[nt][2 * r] * f, e1 = acc[nt][2 * r + 1] * f;
-        out_rope_pair(e0, e1, d, prm, pos);
-        *reinterpret_cast<float2*>(orow + d) = make_float2(e0, e1);
-      }
-    } else {
-      float* part = ws + ((t * S + split) * H + h) * (hd + 2);  // (hd + 2) * 4 B is a multiple of 8
-#pragma unroll
-      for (int nt = 0; nt < 32; ++nt) {
-        const int d = d0 + 8 * nt + 2 * q4;
-        *reinterpret_cast<float2*>(part + d) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
-      }
-      if (d0 == 0 && q4 == 0) {
-        part[hd] = m[r];
-        part[hd + 1] = l[r];
-      }
-    }
-  }
-}
-
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_tc_kernel(StepDevice st, LayerStateView v, SparseAttentionCudaParams prm, const float* q,
                                const float* kv_new, float* o, float* ws) {
@@ -206,7 +167,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     pv_half(s, ks, d0, acc);
   }
   Fp32RowLoader::wait_all();  // only empty groups are left; nothing may outlive the block
-  write_tc(acc, m, l, h0 + hr, d0, t, split, prm, tk.p, o, ws);
+  const int64_t hd = prm.head_dim;
+  // (hd + 2) * 4 B partial rows are a multiple of 8
+  write_rows(acc, m, l, h0 + hr, d0, t, split, prm.heads, prm.num_splits, hd, hd + 2,
+             prm.num_splits == 1 && prm.split_keys == 0, prm.sinks, o, ws,
+             [&](float& e0, float& e1, int d) { out_rope_pair(e0, e1, d, prm, tk.p); });
 }
 }  // namespace
 
