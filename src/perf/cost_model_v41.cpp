@@ -1,4 +1,4 @@
-// Roofline cost model of one DeepSeek-V4.1 step (see cost_model.h), op for op the names CudaRunnerV41 times
+// Roofline cost model of one DeepSeek-V4.1 step (see cost_model.h), op for op the names CudaForwardV41 times
 // (backends/cuda/runner/forward_v41_cuda.cpp, attention_v41_cuda.cpp). Weights: FP8 dense with 32x32 blocks, FP4
 // experts, BF16 embed / head / gate / wo_a / indexer wk and weights_proj, fp32 ratio>1 compressor; fp32
 // activations and state rows as in the runner.

@@ -1,4 +1,4 @@
-// DeepSeek-V4.1 weights on the GPU for CudaRunnerV41 (separate from the V4 DeviceWeights: V4.1 has its own tensor
+// DeepSeek-V4.1 weights on the GPU for CudaForwardV41 (separate from the V4 DeviceWeights: V4.1 has its own tensor
 // list, model/weights_v41.h). Two sources: the CPU loader's validated, dequantized fp32 weights uploaded as F32
 // (the exact path that check-reference runs; a full-size checkpoint does not fit this way, see docs/kernels.md),
 // or dummy weights generated on the GPU in the official storage formats (FP8 dense, FP4 experts) for benchmarks.
