@@ -7,6 +7,8 @@
 // peak the fast path reaches); "fast" above kMoeGroupedMinT tokens is the grouped prefill path. Then bench_grouped's
 // table (T = 512 / 1024 / 2048 / 4096 / 8192: exact vs fast vs grouped vs grouped FP8, ms and TFLOP/s).
 // Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only).
+// Env (for profiling): DSINFER_MOE_BENCH_SETS = 1..4 weight sets rotated (1: the weights may stay warm in L2 / TLB);
+// DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,7 +26,8 @@ namespace oc = dsinfer::ops::cuda;
 
 namespace {
 
-constexpr int kSets = 4, kWarm = 3, kRuns = 25;
+constexpr int kMaxSets = 4, kWarm = 3, kRuns = 25;
+int g_sets = kMaxSets;  // weight sets rotated (DSINFER_MOE_BENCH_SETS)
 constexpr double kHbm = 4.8e12;
 constexpr int64_t E = 256, k = 6, D = 4096, I = 2048;
 
@@ -66,11 +69,11 @@ double median_us(F&& fn) {
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "event");
   check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < kWarm; ++i) fn(i % kSets);
+  for (int i = 0; i < kWarm; ++i) fn(i % g_sets);
   std::vector<float> t;
   for (int i = 0; i < kRuns; ++i) {
     check(cudaEventRecord(a), "record");
-    fn(i % kSets);
+    fn(i % g_sets);
     check(cudaEventRecord(b), "record");
     check(cudaEventSynchronize(b), "sync");
     float ms = 0;
@@ -131,9 +134,19 @@ void bench_grouped(std::vector<Set>& sets) {
   std::printf("grouped prefill GEMMs (routed only): %5s %8s | %-22s | %-22s | %-22s | %-22s\n", "T", "GFLOP",
               "exact ms  TFLOP/s", "fast ms  TFLOP/s", "grouped ms  TFLOP/s", "grouped fp8 ms TFLOP/s");
   uint64_t rng = 777;
-  for (int64_t T : {512, 1024, 2048, 4096, 8192}) {
+  std::vector<int64_t> ts = {512, 1024, 2048, 4096, 8192};
+  if (const char* env = std::getenv("DSINFER_MOE_BENCH_T")) {
+    ts.clear();
+    for (const char* c = env; *c != 0;) {
+      const long long v = std::strtoll(c, nullptr, 10);
+      if (v >= 1 && v <= 8192) ts.push_back(int64_t(v));
+      while (*c != 0 && *c != ',') ++c;
+      if (*c == ',') ++c;
+    }
+  }
+  for (int64_t T : ts) {
     std::vector<Blob> xs, outs, idxs, wts;
-    for (int si = 0; si < kSets; ++si) {
+    for (int si = 0; si < g_sets; ++si) {
       std::vector<int32_t> idx(size_t(T * k));
       for (int64_t t = 0; t < T; ++t)
         for (int64_t j = 0; j < k; ++j) {
@@ -188,6 +201,7 @@ int main(int argc, char** argv) {
     Ts.push_back(int64_t(v));
   }
   if (Ts.empty()) Ts = {1, 8, 64, 128, 256, 512, 1024, 4096};
+  if (const char* env = std::getenv("DSINFER_MOE_BENCH_SETS")) g_sets = std::clamp(std::atoi(env), 1, kMaxSets);
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -195,12 +209,13 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "properties");
-  std::printf("device: %s, %d SMs; MoE FP4 256 experts top-6 D=4096 I=2048 + FP8 shared; floor = bytes / %.1f TB/s\n",
-              prop.name, prop.multiProcessorCount, kHbm / 1e12);
+  std::printf("device: %s, %d SMs; MoE FP4 256 experts top-6 D=4096 I=2048 + FP8 shared; floor = bytes / %.1f TB/s; "
+              "%d rotating weight sets\n",
+              prop.name, prop.multiProcessorCount, kHbm / 1e12, g_sets);
   const size_t w_bytes = oc::weight_data_bytes(oc::WeightFormat::FP4_G32, I, D);
   const size_t s_bytes = oc::weight_scale_bytes(oc::WeightFormat::FP4_G32, I, D, true, 128, 128);
-  std::vector<Set> sets(kSets);
-  for (int si = 0; si < kSets; ++si) build(sets[size_t(si)], si, w_bytes, s_bytes);
+  std::vector<Set> sets(g_sets);
+  for (int si = 0; si < g_sets; ++si) build(sets[size_t(si)], si, w_bytes, s_bytes);
   if (grouped_only) {
     bench_grouped(sets);
     return 0;
@@ -221,7 +236,7 @@ int main(int argc, char** argv) {
   for (int64_t T : Ts) {
     std::vector<Blob> xs, outs, idxs, wts;
     std::set<int32_t> distinct;
-    for (int si = 0; si < kSets; ++si) {
+    for (int si = 0; si < g_sets; ++si) {
       std::vector<int32_t> idx(size_t(T * k));
       std::vector<float> wt(size_t(T * k), 1.0f / 6.0f);
       for (int64_t t = 0; t < T; ++t)

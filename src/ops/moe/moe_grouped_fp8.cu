@@ -35,7 +35,15 @@ constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK;
 // epilogue). Registers moved from the producer to the consumers by setmaxnreg (128 x 88 + 256 x 208 <= 64K).
 constexpr int NT = 384, kProducerRegs = 88, kConsumerRegs = 208;
 constexpr int kSlots = 3;  // consumer ring: stages the producer may run ahead (full slots)
-constexpr int kRawSlots = 4, kRawAhead = 2;  // producer-only ring of raw FP4 stages, loaded kRawAhead stages early
+// Producer-only ring of raw FP4 stages, loaded kRawAhead stages early: ~50 KB of weight bytes in flight per SM
+// (the weight stream is latency-bound below that: 2 stages in flight measured 0.6 TB/s).
+#ifndef DSINFER_MOE_FP8_RAW_AHEAD
+#define DSINFER_MOE_FP8_RAW_AHEAD 6
+#endif
+#ifndef DSINFER_MOE_FP8_L2_PREFETCH
+#define DSINFER_MOE_FP8_L2_PREFETCH 1
+#endif
+constexpr int kRawAhead = DSINFER_MOE_FP8_RAW_AHEAD, kRawSlots = kRawAhead + 2;
 constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, 128-byte swizzle (16-byte piece c of row r at c ^ r%8)
 constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
 constexpr int kSa = BM * 2 * 4;    // A scales [row][blocks per stage: gate/up 1, down 2]
@@ -46,6 +54,7 @@ constexpr int kRaw = BN * BK / 2;  // raw FP4 rows, 64 bytes each (16-byte piece
 constexpr int kRawSlot = kRaw + BN * 4;  // + E8M0 bytes, 4 per row
 constexpr int kOffRaw = kSlots * kSlot, kOffBar = kOffRaw + kRawSlots * kRawSlot;
 constexpr int kSmem = 1024 + kOffBar + 2 * kSlots * 8;  // + 1024: the base is aligned up to 1024; 8-byte mbarriers
+static_assert(kSmem <= 227 * 1024, "Hopper's shared memory per block");
 static_assert(kSlot % 1024 == 0 && kOffSb % 16 == 0, "1024-byte aligned wgmma tiles");
 static_assert(BM == 128 && BN == 128 && BK == 128, "the loaders below assume these sizes");
 static_assert(md::kFp8BlockGateUp == 128 && md::kFp8BlockDown == 64, "one promoted block per stage / per half stage");
@@ -104,6 +113,14 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// The raw weight rows: each 64-byte piece also asks L2 to fetch the row's next bytes (the next stages' pieces).
+__device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void* src) {
+#if DSINFER_MOE_FP8_L2_PREFETCH
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+#else
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0) : "memory");
 }
@@ -207,8 +224,7 @@ __device__ __forceinline__ void load_b(const BSrc& b, int kt, uint32_t raw) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int br = (tid >> 2) + 32 * i;
-    cp_async16(raw + uint32_t(br * 64 + ((q ^ ((br >> 1) & 3)) << 4)), b.row[i] + int64_t(kt) * (BK / 2) + q * 16,
-               true);
+    cp_async16_pf(raw + uint32_t(br * 64 + ((q ^ ((br >> 1) & 3)) << 4)), b.row[i] + int64_t(kt) * (BK / 2) + q * 16);
   }
   cp_async4(raw + kRaw + uint32_t(tid * 4), b.scale + int64_t(kt) * (BK / 32), true);
 }
@@ -427,22 +443,27 @@ __device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem&
     float acc[64], blk[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    // A warpgroup whose 64 rows are all past the expert's rows (small experts: most tiles below T = 2,048) only
+    // passes its slots on: its tensor work would be zeros.
+    const bool live = it.rows > cwg * 64;
     for (int kt = 0; kt < nk; ++kt, ++c) {
       const uint32_t slot = sm.slot(c);
       mbar_wait(sm.full(c), sm.parity(c));
-      fence_proxy_async();  // the A rows landed by cp.async (generic proxy), read by wgmma (async proxy)
-      const float* sa = reinterpret_cast<const float*>(sm.ptr(slot + kOffSa));
-      const float* sb = reinterpret_cast<const float*>(sm.ptr(slot + kOffSb));
+      if (live) {
+        fence_proxy_async();  // the A rows landed by cp.async (generic proxy), read by wgmma (async proxy)
+        const float* sa = reinterpret_cast<const float*>(sm.ptr(slot + kOffSa));
+        const float* sb = reinterpret_cast<const float*>(sm.ptr(slot + kOffSb));
 #pragma unroll
-      for (int bi = 0; bi < NB; ++bi) {
-        issue_block<kGateUp>(blk, slot + uint32_t(cwg * 64 * 128), slot + kOffB, bi);
-        wgmma_wait0();
-        fence_regs(blk);
-        promote(acc, blk, sa[ra * NB + bi], sa[(ra + 8) * NB + bi], sb + bi * BN, t);
+        for (int bi = 0; bi < NB; ++bi) {
+          issue_block<kGateUp>(blk, slot + uint32_t(cwg * 64 * 128), slot + kOffB, bi);
+          wgmma_wait0();
+          fence_regs(blk);
+          promote(acc, blk, sa[ra * NB + bi], sa[(ra + 8) * NB + bi], sb + bi * BN, t);
+        }
       }
       mbar_arrive(sm.empty(c));
     }
-    epilogue<kGateUp>(p, it, cwg, lane, acc);
+    if (live) epilogue<kGateUp>(p, it, cwg, lane, acc);
   }
 }
 
