@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine (issue 30, third session): find the bound of the FP8 grouped MoE kernels. DIR holds
-# bins.tar.xz (v5/: dsinfer_gpu_tests + dsinfer_moe_bench of the tree; v4p/: the bench built with the old pipeline
-# depth, -DDSINFER_MOE_FP8_RAW_AHEAD=2 -DDSINFER_MOE_FP8_L2_PREFETCH=0; v4/: the second session's v4 bench),
+# bins.tar.xz (v5/: dsinfer_gpu_tests + dsinfer_moe_bench of commit 57e50cc; v4p/, v5a4/, v5np/: its bench with
+# the macros DSINFER_MOE_FP8_RAW_AHEAD / _L2_PREFETCH (since removed) at 2 / 0, 4 / 1, 6 / 0; v4/: session 2's bench),
 # site.tar.xz + dg_cache.tar.xz (DeepGEMM, as moe_fp8_run.sh). Steps: parity tests of v5, the grouped bench of v5
 # (T = 512 .. 8,192), v5 and v4p at T = 512 / 4,096 with 4 rotating weight sets and with 1, ncu (SpeedOfLight,
 # MemoryWorkloadAnalysis, WarpStateStats, SchedulerStats) of v4's and v5's kernels and DeepGEMM's at T = 512 / 4,096.

@@ -35,15 +35,10 @@ constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK;
 // epilogue). Registers moved from the producer to the consumers by setmaxnreg (128 x 88 + 256 x 208 <= 64K).
 constexpr int NT = 384, kProducerRegs = 88, kConsumerRegs = 208;
 constexpr int kSlots = 3;  // consumer ring: stages the producer may run ahead (full slots)
-// Producer-only ring of raw FP4 stages, loaded kRawAhead stages early: ~50 KB of weight bytes in flight per SM
-// (the weight stream is latency-bound below that: 2 stages in flight measured 0.6 TB/s).
-#ifndef DSINFER_MOE_FP8_RAW_AHEAD
-#define DSINFER_MOE_FP8_RAW_AHEAD 6
-#endif
-#ifndef DSINFER_MOE_FP8_L2_PREFETCH
-#define DSINFER_MOE_FP8_L2_PREFETCH 1
-#endif
-constexpr int kRawAhead = DSINFER_MOE_FP8_RAW_AHEAD, kRawSlots = kRawAhead + 2;
+// Producer-only ring of raw FP4 stages, loaded kRawAhead stages early. Measured (bench/NOTES.md, issue 30, session
+// 3): 6 stages ahead (8 slots) or an L2::256B prefetch on these loads change nothing (+-1 %): the weight stream is
+// not what bounds this kernel, so the ring stays small.
+constexpr int kRawAhead = 2, kRawSlots = kRawAhead + 2;
 constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, 128-byte swizzle (16-byte piece c of row r at c ^ r%8)
 constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
 constexpr int kSa = BM * 2 * 4;    // A scales [row][blocks per stage: gate/up 1, down 2]
@@ -113,14 +108,6 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
-// The raw weight rows: each 64-byte piece also asks L2 to fetch the row's next bytes (the next stages' pieces).
-__device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void* src) {
-#if DSINFER_MOE_FP8_L2_PREFETCH
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-#else
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-#endif
-}
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0) : "memory");
 }
@@ -224,7 +211,8 @@ __device__ __forceinline__ void load_b(const BSrc& b, int kt, uint32_t raw) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int br = (tid >> 2) + 32 * i;
-    cp_async16_pf(raw + uint32_t(br * 64 + ((q ^ ((br >> 1) & 3)) << 4)), b.row[i] + int64_t(kt) * (BK / 2) + q * 16);
+    cp_async16(raw + uint32_t(br * 64 + ((q ^ ((br >> 1) & 3)) << 4)), b.row[i] + int64_t(kt) * (BK / 2) + q * 16,
+               true);
   }
   cp_async4(raw + kRaw + uint32_t(tid * 4), b.scale + int64_t(kt) * (BK / 32), true);
 }

@@ -28,9 +28,9 @@ namespace dsinfer::ops::cuda {
 // Fast with T > kMoeGroupedMinT, and GroupedFp8 for every T: the FP8 wgmma grouped GEMMs of moe_grouped_fp8.cu (x
 // and h quantized to two e4m3 terms per row and 128 / 64 k, FP4 weights expanded to e4m3 exactly, fp32 block sums
 // promoted per block; contract in moe_fp8_common.h; a token's result does not depend on the other tokens) when
-// moe_fast_supported(), else as Exact. Measured on the H200 (bench/NOTES.md, issue 30): 1.07-1.15x the bf16 grouped
-// path from T = 2,048 (equal at 1,024, where the decode kernels are faster still), and the fidelity gate passes with
-// it forced for every T (KL 2.3e-5 against the bf16 path's 1.9e-4).
+// moe_fast_supported(), else as Exact. Measured on the H200 (bench/NOTES.md, issue 30, third session): 1.19-1.26x
+// the bf16 grouped path at every T from 512 to 8,192, slower than the decode kernels up to 1,024 tokens (4.79 vs 3.72
+// ms at 1,024), and the fidelity gate passes with it forced for every T (KL 2.3e-5 against the bf16 path's 1.9e-4).
 enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8 };
 
 // ---- Thresholds (one definition each) ----
