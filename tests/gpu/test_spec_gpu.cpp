@@ -18,14 +18,22 @@
 // rejected draft left in the state) changes the distribution by far more and fails. The bodies therefore carry no
 // penalties / logit_bias (those shift the processed margin away from the raw logprobs; the CPU test covers them
 // exactly).
+// Prefill shapes. Every run here prefills in steps of at most kMoeGroupedMinT tokens, so every prompt takes the same
+// MoE kernels (the fast decode kernels) in the plain and the speculative runs: above it the fast path's MoE runs the
+// two-term FP8 grouped GEMMs (ops/moe/moe_plan.h, issue 30), whose activation quantization moves the prompt's state
+// by more than the verify-vs-decode rounding this test bounds. With the plain run's 50 prompts (1,679 tokens) in
+// one step, prompt 40 diverged at a 0.84-nat margin sum (H200, 2026-12-02): a difference of prefill kernels, not
+// of verification.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +42,7 @@
 #include "dsinfer/engine.h"
 #include "dsinfer/tokenizer.h"
 #include "io/config.h"
+#include "ops/moe/moe_plan.h"
 #include "test_util.h"
 
 using nlohmann::json;
@@ -145,7 +154,8 @@ double logprob_of(const dsinfer::Completion& c, size_t j, int32_t token) {
 
 struct Divergences {
   int count = 0;
-  double worst_margin = 0;  // the largest margin sum seen at a divergence
+  double worst_margin = 0;       // the largest margin sum seen at a divergence
+  std::vector<double> margins;  // every divergence's margin sum (the distribution the bound is judged against)
 };
 
 // See the file comment. invariant: token-for-token equality; otherwise the teacher-forced near-tie rule.
@@ -173,6 +183,7 @@ Divergences expect_same(const RunResult& plain, const RunResult& spec, const cha
       margin = (logprob_of(a, j, ta) - logprob_of(a, j, tb)) + (logprob_of(b, j, tb) - logprob_of(b, j, ta));
     }
     d.worst_margin = std::max(d.worst_margin, margin);
+    d.margins.push_back(margin);
     EXPECT_LT(margin, kPairMargin) << what << ", prompt " << i << ": outputs differ at token " << j << " ("
                                    << (j < a.token_ids.size() ? a.token_ids[j] : -1) << " vs "
                                    << (j < b.token_ids.size() ? b.token_ids[j] : -1) << "), margin sum " << margin;
@@ -195,19 +206,27 @@ double tight_state_gb(int32_t k) {
          double(int64_t(1) << 30);
 }
 
+// The plain reference: all 50 prompts running together, prefilled in steps of at most kMoeGroupedMinT tokens (see
+// the file comment). DSINFER_TEST_SPEC_PLAIN_BUDGET overrides the step budget (diagnosis: a budget above it puts the
+// reference's prefill on the FP8 MoE kernels).
+int64_t plain_budget() {
+  const char* e = std::getenv("DSINFER_TEST_SPEC_PLAIN_BUDGET");
+  return e && *e ? std::atoll(e) : dsinfer::ops::cuda::kMoeGroupedMinT;
+}
+
 const RunResult& plain_greedy(bool invariant) {
   if (invariant) {
-    static RunResult r = run(options("off", 64, 4096, 0, true), greedy_bodies(16));
+    static RunResult r = run(options("off", 64, plain_budget(), 0, true), greedy_bodies(16));
     return r;
   }
-  static RunResult r = run(options("off", 64, 4096, 0, false), greedy_bodies(16));
+  static RunResult r = run(options("off", 64, plain_budget(), 0, false), greedy_bodies(16));
   return r;
 }
 
 void check_method(const std::string& method, int32_t k, bool invariant) {
   const RunResult& plain = plain_greedy(invariant);
   ASSERT_EQ(plain.out.size(), 50u);
-  const RunResult alone = run(options(method, 1, 4096, 0, invariant), greedy_bodies(16));
+  const RunResult alone = run(options(method, 1, dsinfer::ops::cuda::kMoeGroupedMinT, 0, invariant), greedy_bodies(16));
   const Divergences da = expect_same(plain, alone, (method + " alone").c_str(), invariant);
   EXPECT_GT(alone.metrics.accepted_tokens, 0);
   const RunResult mixed = run(options(method, 16, 48, tight_state_gb(k), invariant), greedy_bodies(16));
@@ -218,8 +237,15 @@ void check_method(const std::string& method, int32_t k, bool invariant) {
   for (size_t p = 0; p < alone.metrics.trials_per_position.size(); ++p)
     std::printf(" %.3f", double(alone.metrics.accepted_per_position[p]) /
                              double(std::max<int64_t>(1, alone.metrics.trials_per_position[p])));
-  std::printf("; divergences alone %d, mixed %d (of 50), worst margin sum %.3f; %lld preemptions\n", da.count,
-              dm.count, std::max(da.worst_margin, dm.worst_margin), (long long)mixed.preemptions);
+  std::printf("; divergences alone %d, mixed %d (of 50), worst margin sum %.3f; %lld preemptions; plain budget %lld\n",
+              da.count, dm.count, std::max(da.worst_margin, dm.worst_margin), (long long)mixed.preemptions,
+              (long long)plain_budget());
+  std::vector<double> all = da.margins;
+  all.insert(all.end(), dm.margins.begin(), dm.margins.end());
+  std::sort(all.begin(), all.end());
+  std::printf("%s margin sums at divergences (sorted):", method.c_str());
+  for (double m : all) std::printf(" %.3f", m);
+  std::printf("\n");
 }
 
 }  // namespace
