@@ -7,6 +7,7 @@
 // freed only once step t+1 has been consumed.
 #include "engine/engine.h"
 #include "scheduler/step_sampling.h"
+#include "speculative/speculator.h"
 
 namespace dsinfer::engine {
 
@@ -19,6 +20,9 @@ void Engine::choose_step_mode(bool async_scheduling) {
   else if (!runner_->supports_async_steps()) why = "the runner has no asynchronous steps";
   async_ = why == nullptr;
   step_mode_ = async_ ? "async" : fmt::format("sync ({})", why);
+  // Speculation at rest runs the plain steps (Engine::step): asynchronous under the other conditions above.
+  spec_rest_async_ = spec_ && async_scheduling && !sched_->cache().prefix() && spec_rest_device_ &&
+                     runner_->supports_async_steps();
 }
 
 namespace {
@@ -53,7 +57,8 @@ Status Engine::step_async() {
   next_.rows.clear();
   for (const scheduler::SeqPlan& sp : plan.seqs)
     if (sp.needs_logits)
-      next_.rows.push_back({sp.request_id, sp.seq_id, sp.start_pos + sp.num_new_tokens - 1, sp.params && sp.params->logprobs});
+      next_.rows.push_back({sp.request_id, sp.seq_id, sp.start_pos + sp.num_new_tokens - 1,
+                            sp.params && sp.params->logprobs, sp.is_prefill});
   // The device now runs step t+1 (queued behind step t): handle step t on the host meanwhile.
   Status done = inflight_.active ? finish_inflight() : Status::ok();
   // advance() only reads the plan, so it runs even when resolving failed: the launched sampling must be waited for.
@@ -86,6 +91,11 @@ Status Engine::finish_inflight() {
     DSI_RETURN_IF_ERROR(detokenize(row.request_id, o));
   }
   DSI_RETURN_IF_ERROR(sched_->resolve(inflight_.step, outputs_));
+  if (spec_) {  // speculation at rest (the only way a speculative engine takes these steps)
+    int64_t decoding = 0;
+    for (const scheduler::StepOutput& o : outputs_) decoding += inflight_.rows[size_t(o.plan_index)].prefill ? 0 : 1;
+    spec_->count_rest_round(decoding);
+  }
   apply_updates();
   return Status::ok();
 }

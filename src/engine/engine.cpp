@@ -32,6 +32,7 @@ struct Engine::Pending {
   std::optional<chat::ParserOptions> parser_opts;
   std::map<scheduler::SeqId, SeqOut> seqs;
   int32_t live = 0;
+  bool sampled = false;  // not greedy (counted in sampled_live_ while speculation is on)
 };
 
 Engine::~Engine() = default;
@@ -81,6 +82,8 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
   }
   // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
   e->device_sampling_ = cfg.device_sampling && e->runner_->supports_device_sampling() && !e->spec_;
+  // At rest (speculator.h: no draft pays at this batch) it samples as the engine without speculation does.
+  e->spec_rest_device_ = e->spec_ && cfg.device_sampling && e->runner_->supports_device_sampling();
   e->choose_step_mode(cfg.async_scheduling);
   return e;
 }
@@ -141,6 +144,8 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
   Result<scheduler::RequestId> added = sched_->add_request(std::move(spec));
   if (!added) return added.status().with_field(chat ? "messages" : "prompt");  // unless it names its own field
   const scheduler::RequestId id = *added;
+  p->sampled = spec_ && !req.sampling.greedy();
+  if (p->sampled) ++sampled_live_;
   p->out.id = id;
   p->out.arrival_s = now_s();
   const std::vector<scheduler::SeqId> seqs = sched_->seq_ids(id);
@@ -158,32 +163,41 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
 
 Status Engine::step() {
   // Structured outputs compute the next step's bitmasks from the sampled tokens: those steps stay synchronous.
-  if (async_ && !(structured_ && !structured_->empty())) return step_async();
+  const bool structured = structured_ && !structured_->empty();
+  if (async_ && !structured) return step_async();
+  // Speculation at rest: the plain path, asynchronous where the engine's plain steps are.
+  if (spec_rest_async_ && !structured && spec_resting()) return step_async();
   if (inflight_.active) DSI_RETURN_IF_ERROR(finish_inflight());
   return step_sync();
 }
 
+bool Engine::spec_resting() const {
+  return spec_ && sampled_live_ == 0 && spec_->resting(sched_->stats().running);
+}
+
 Status Engine::step_sync() {
+  const bool rest = spec_resting();  // speculation at rest: a plain step, no drafter work
+  const bool device_sampling = device_sampling_ || (rest && spec_rest_device_);
   const scheduler::BatchPlan& plan = sched_->schedule();
   if (plan.empty()) return Status::ok();
   const auto t0 = std::chrono::steady_clock::now();
   std::future<Status> masks = start_bitmasks(plan);
   const bool masked = masks.valid();
   Status ran = runner_->copy_state(plan.state_copies);  // prefix-cache hits: restore / replay setup
-  if (ran && device_sampling_) logits_.clear();
-  if (ran) ran = device_sampling_ ? runner_->begin_sampled_step(plan) : runner_->step(plan, logits_);
+  if (ran && device_sampling) logits_.clear();
+  if (ran) ran = device_sampling ? runner_->begin_sampled_step(plan) : runner_->step(plan, logits_);
   if (masked) DSI_RETURN_IF_ERROR(masks.get());
   DSI_RETURN_IF_ERROR(ran);
   const int64_t V = model_config().vocab_size;
   const int64_t eos = model_config().eos_token_id;
   const sampling::TokenBitmask* mask = masked && bitmask_.any_active() ? &bitmask_ : nullptr;
-  if (device_sampling_) {
+  if (device_sampling) {
     // The forward is still running on the GPU while the rows are packed here; only ids and logprobs come back.
     DSI_RETURN_IF_ERROR(scheduler::pack_step_rows(plan, V, eos, mask, rows_));
     DSI_RETURN_IF_ERROR(runner_->sample_rows(rows_, device_samples_));
     DSI_RETURN_IF_ERROR(scheduler::collect_device_samples(plan, device_samples_, outputs_, nonfinite_));
     for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
-  } else if (spec_) {
+  } else if (spec_ && !rest) {
     DSI_RETURN_IF_ERROR(spec_->sample(plan, logits_, eos, sampler_, outputs_, mask, structured_.get()));
   } else {
     DSI_RETURN_IF_ERROR(scheduler::sample_step(plan, logits_, V, eos, sampler_, outputs_, nonfinite_, mask));
@@ -194,7 +208,11 @@ Status Engine::step_sync() {
   for (scheduler::StepOutput& o : outputs_) DSI_RETURN_IF_ERROR(detokenize(plan.seqs[size_t(o.plan_index)].request_id, o));
   DSI_RETURN_IF_ERROR(sched_->update(outputs_));
   DSI_RETURN_IF_ERROR(runner_->copy_state(sched_->state_saves()));  // boundary snapshots, before the slot moves on
-  if (spec_) {
+  if (spec_ && rest) {
+    int64_t decoding = 0;
+    for (const scheduler::StepOutput& o : outputs_) decoding += plan.seqs[size_t(o.plan_index)].is_prefill ? 0 : 1;
+    spec_->count_rest_round(decoding);
+  } else if (spec_) {
     // Speculative decoding: the drafter reads the committed positions' hidden states and drafts the next step.
     DSI_RETURN_IF_ERROR(spec_->draft(plan, outputs_, runner_->captured_hidden(), *sched_, structured_.get()));
     spec_->metrics().step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -342,6 +360,7 @@ void Engine::finish_request(std::map<scheduler::RequestId, std::unique_ptr<Pendi
   for (auto& [sid, s] : it->second->seqs) out.choices.push_back(std::move(s.choice));
   std::sort(out.choices.begin(), out.choices.end(), [](const Choice& a, const Choice& b) { return a.index < b.index; });
   finished_.push_back(std::move(out));
+  if (it->second->sampled) --sampled_live_;
   pending_.erase(it);
 }
 

@@ -121,6 +121,8 @@ class Engine {
   Engine() = default;
   void apply_updates();
   Status step_sync();
+  // Speculative decoding at rest (Speculator::resting at the running batch, only greedy requests live).
+  bool spec_resting() const;
   // Asynchronous steps (async_step.cpp): the launched step whose sampled tokens are not read yet, one record per
   // logits row (what resolving it needs once the scheduler's plan has moved on).
   struct InflightRow {
@@ -128,6 +130,7 @@ class Engine {
     scheduler::SeqId seq_id = 0;
     int64_t position = 0;  // of the token whose logits the row holds
     bool logprobs = false;
+    bool prefill = false;  // the row ends a prefill (not a decode round)
   };
   struct Inflight {
     bool active = false;
@@ -169,6 +172,9 @@ class Engine {
   mutable Status grammars_status_;
   sampling::TokenBitmask bitmask_;
   bool device_sampling_ = false;  // EngineOptions::sampling "device" on a runner that can, without speculation
+  bool spec_rest_device_ = false;  // speculation at rest samples on the device (a runner that can, sampling "device")
+  bool spec_rest_async_ = false;   // ... and takes asynchronous steps (where the engine without speculation would)
+  int32_t sampled_live_ = 0;       // live requests that are not greedy (speculation never rests while any lives)
   sampling::PackedRows rows_;
   std::vector<ops::SampleRowOut> device_samples_;
   std::vector<scheduler::StepOutput> outputs_;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "perf/bench.h"
+#include "sampling/sampler.h"
 
 namespace dsinfer::perf {
 
@@ -15,23 +16,52 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// One warm-up and `iters` timed propose rounds of n sequences in slots 0..n-1, `drafts` greedy drafts each.
+// One warm-up and `iters` timed drafting rounds of n sequences in slots 0..n-1: the ingest of two committed
+// positions each (an anchor and one accepted draft: rows s * rows_per_seq of the last step's capture `hidden`),
+// then the proposal of `drafts` greedy drafts each.
 Status time_drafting(speculative::Drafter& d, int64_t n, int64_t ctx, int32_t drafts, int64_t iters, int64_t vocab,
-                     std::vector<double>& out) {
+                     std::span<const float> hidden, int32_t rows_per_seq, std::vector<double>& out) {
   std::vector<speculative::ProposeItem> items;
   for (int64_t s = 0; s < n; ++s)
     items.push_back({int32_t(s), ctx, int32_t((s * 7919 + 13) % vocab), std::min(drafts, d.max_drafts()), true});
+  const int32_t committed = std::min(2, rows_per_seq);
+  const std::vector<int32_t> next(size_t(committed), 0);
+  std::vector<speculative::IngestItem> ingest;
+  for (int64_t s = 0; s < n; ++s)
+    ingest.push_back({int32_t(s), std::max<int64_t>(0, ctx - committed), committed, int32_t(s) * rows_per_seq, next});
   auto argmax = [](size_t, int32_t, std::span<const float> lg) {
     return int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
   };
   std::vector<speculative::Proposal> props;
   for (int64_t it = 0; it <= iters; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (Status s = d.ingest(ingest, hidden); !s)
+      return s.with_context(fmt::format("step profile, ingest for {} sequences", n));
     if (Status s = d.propose(items, argmax, props); !s)
       return s.with_context(fmt::format("step profile, drafting for {} sequences", n));
     if (it > 0) out.push_back(ms_since(t0));
   }
   return Status::ok();
+}
+
+// The host's verification of one logits row (greedy: the Sampler's argmax and the token's logprob, as
+// sampling::verify_drafts does per row): `iters` passes over the rows of `logits`, ms per row each.
+void time_host_rows(std::span<const float> logits, int64_t vocab, int64_t iters, std::vector<double>& out) {
+  const size_t rows = vocab > 0 ? logits.size() / size_t(vocab) : 0;
+  if (rows == 0) return;
+  SamplingParams p;
+  p.temperature = 0.0;
+  sampling::Sampler sampler;
+  for (int64_t it = 0; it < iters; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t r = 0; r < rows; ++r) {
+      sampling::SampleInput in;
+      in.logits = logits.subspan(r * size_t(vocab), size_t(vocab));
+      in.params = &p;
+      sampler.sample(in);
+    }
+    out.push_back(ms_since(t0) / double(rows));
+  }
 }
 
 }  // namespace
@@ -48,6 +78,7 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
   const int64_t ctx = std::clamp<int64_t>(o.context, 0, std::max<int64_t>(0, max_model_len - o.max_rows - 1));
   const int64_t bps = layout.blocks_per_sequence(ctx + o.max_rows);
   std::vector<std::vector<double>> samples, draft_samples;
+  std::vector<double> host_rows;
   std::vector<float> logits;
   std::vector<std::vector<cache::BlockId>> tables;
   for (int64_t n : seqs) {
@@ -67,11 +98,14 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
       }
       samples.push_back(std::move(t));
     }
+    if (o.max_rows > 1 && n == seqs.back()) time_host_rows(logits, r.config().vocab_size, o.iters, host_rows);
     if (drafter && o.max_rows > 1) {
       std::vector<double> t;
       // Drafting on state rows no sequence wrote may fail a drafter's own checks (a non-finite pick): then the
       // model has no draft times (drafting counted free) rather than no model.
-      if (Status s = time_drafting(*drafter, n, ctx, o.max_rows - 1, o.iters, r.config().vocab_size, t); !s) {
+      if (Status s = time_drafting(*drafter, n, ctx, o.max_rows - 1, o.iters, r.config().vocab_size,
+                                   r.captured_hidden(), o.max_rows, t);
+          !s) {
         std::fprintf(stderr, "step profile: drafting not timed (%s)\n", s.message().c_str());
         drafter = nullptr;
         draft_samples.clear();
@@ -80,7 +114,7 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
       }
     }
   }
-  return speculative::StepCostModel::fit(o.key, seqs, o.max_rows, samples, draft_samples);
+  return speculative::StepCostModel::fit(o.key, seqs, o.max_rows, samples, draft_samples, host_rows);
 }
 
 }  // namespace dsinfer::perf

@@ -3,8 +3,9 @@
 // hold: no sequence is live yet, and every position a sequence reads is written by it first). Batch sizes 1, 2, 4,
 // ... up to max_seqs (and max_seqs itself), rows 1 (a decode step) to max_rows per sequence, at `context`
 // positions; one warm-up step per shape (it also captures the shape's CUDA graph), then `iters` timed steps. With a
-// drafter, also a drafting round (propose, greedy picks) of each batch size's sequences, max_rows - 1 drafts each,
-// anchored at the same positions (its state rows hold whatever they hold: timing only).
+// drafter, also a drafting round (the ingest of two positions and a propose with greedy picks) of each batch size's
+// sequences, max_rows - 1 drafts each, anchored at the same positions (its state rows hold whatever they hold:
+// timing only); and the host's greedy sampling of one verified row, timed over the largest step's logits.
 #pragma once
 #include <string>
 

@@ -61,6 +61,9 @@ class Drafter {
   virtual const std::vector<int64_t>& tapped_layers() const = 0;
   virtual int32_t max_drafts() const = 0;
   virtual bool has_confidence() const = 0;
+  // Positions before the anchor that a proposal reads (its context ring): after positions were skipped, a sequence
+  // drafts from its own context again once this many consecutive positions have been ingested.
+  virtual int64_t context_window() const = 0;
   virtual Status ingest(std::span<const IngestItem> items, std::span<const float> hidden) = 0;
   virtual Status propose(std::span<const ProposeItem> items, const DrawFn& draw, std::vector<Proposal>& out) = 0;
 };

@@ -19,6 +19,7 @@ class DsparkCpu final : public Drafter {
   const std::vector<int64_t>& tapped_layers() const override { return dc_.target_layer_ids; }
   int32_t max_drafts() const override { return int32_t(dc_.block_size); }
   bool has_confidence() const override { return true; }
+  int64_t context_window() const override { return window_; }
   Status ingest(std::span<const IngestItem> items, std::span<const float> hidden) override;
   Status propose(std::span<const ProposeItem> items, const DrawFn& draw, std::vector<Proposal>& out) override;
 

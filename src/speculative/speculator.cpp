@@ -45,7 +45,6 @@ Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, 
   metrics_.calibration_trials.assign(kCalibrationBins, 0);
   metrics_.calibration_accepted.assign(kCalibrationBins, 0);
   metrics_.calibration_predicted.assign(kCalibrationBins, 0.0);
-  mean_survival_.assign(k, 1.0);
 }
 
 void Speculator::count_calibration(const SeqDraft& d, int32_t verified, int32_t accepted) {
@@ -155,6 +154,12 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     const scheduler::SeqState st = sched.seq_state(it->first);
     it = st == scheduler::SeqState::Decoding ? std::next(it) : drafts_.erase(it);
   }
+  for (auto it = context_.begin(); it != context_.end();) {  // finished or aborted (a preempted one recomputes)
+    const scheduler::SeqState st = sched.seq_state(it->first);
+    const bool live = st == scheduler::SeqState::Decoding || st == scheduler::SeqState::Prefilling ||
+                      st == scheduler::SeqState::Waiting;
+    it = live ? std::next(it) : context_.erase(it);
+  }
   std::vector<int32_t> accepted(plan.seqs.size(), 0);
   for (const StepOutput& o : outputs) accepted[size_t(o.plan_index)] = int32_t(o.samples.size()) - 1;
 
@@ -162,6 +167,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   std::vector<IngestItem> ingest;
   std::vector<std::vector<int32_t>> next(plan.seqs.size());
   std::vector<size_t> decoding;  // plan indices of sequences to draft for
+  std::vector<bool> ready(plan.seqs.size(), true);  // the drafter's context of the sequence is whole
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const SeqPlan& sp = plan.seqs[i];
     drafts_.erase(sp.seq_id);
@@ -175,6 +181,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
       next[i].push_back(p < P ? sp.prompt_tokens[size_t(p)] : out[size_t(p - P)]);
     }
     ingest.push_back({sp.slot, sp.start_pos, n, sp.token_offset, next[i]});
+    ready[i] = note_ingest(sp.seq_id, sp.start_pos, n);
     if (st == scheduler::SeqState::Decoding) decoding.push_back(i);
   }
   DSI_RETURN_IF_ERROR(drafter_->ingest(ingest, hidden));
@@ -201,6 +208,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     if (sp.params->max_tokens)
       num_drafts = int32_t(std::clamp<int64_t>(*sp.params->max_tokens - int64_t(hist[j].size()) - 1, 0, k));
     const bool argmax = plain_argmax(*sp.params, hist[j].size()) && !tms[j];
+    if (!ready[decoding[j]]) num_drafts = 0;  // its context still holds positions never ingested
     items.push_back({sp.slot, anchor_pos, hist[j].back(), num_drafts, argmax});
   }
   std::vector<std::vector<double>> q(items.size());
@@ -243,8 +251,8 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     a[j].resize(props[j].tokens.size());
     metrics_.drafted_tokens += int64_t(props[j].tokens.size());
   }
-  record_survival(a);
   cut_to_best_length(props, a, scheduled, num_seqs);
+  drafts_pending_ = false;
   for (size_t j = 0; j < items.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];
     SeqDraft& d = drafts_[sp.seq_id];
@@ -253,6 +261,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
       d.q.resize(std::min(d.q.size(), props[j].tokens.size() * size_t(vocab_)));
     }
     d.a = a[j];
+    drafts_pending_ = drafts_pending_ || !props[j].tokens.empty();
     DSI_RETURN_IF_ERROR(sched.set_draft(sp.seq_id, std::move(props[j].tokens), std::move(a[j])));
   }
   metrics_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -274,18 +283,44 @@ std::vector<float> Speculator::observed_survival() const {
   return a;
 }
 
-void Speculator::record_survival(const std::vector<std::vector<float>>& a) {
-  constexpr double kAlpha = 0.1;  // about the last ten rounds
-  for (const auto& v : a) {
-    if (v.size() < mean_survival_.size()) continue;  // cut by max_tokens (or not drafted): its tail says nothing
-    for (size_t k = 0; k < mean_survival_.size(); ++k) mean_survival_[k] += kAlpha * (double(v[k]) - mean_survival_[k]);
-  }
+std::vector<double> Speculator::gate_survival() const {
+  constexpr double kPriorRounds = 4.0;  // prior survival 1 (every draft accepted), worth this many verified rounds
+  std::vector<double> a;
+  for (size_t k = 0; k < metrics_.verified_per_position.size(); ++k)
+    a.push_back((double(metrics_.survived_per_position[k]) + kPriorRounds) /
+                (double(metrics_.verified_per_position[k]) + kPriorRounds));
+  for (size_t k = 1; k < a.size(); ++k) a[k] = std::min(a[k], a[k - 1]);  // survival never grows with k
+  return a;
+}
+
+bool Speculator::resting(int64_t num_seqs) const {
+  if (cost_.empty() || drafts_pending_) return false;
+  const int64_t n = std::max<int64_t>(num_seqs, 1);
+  return !drafting_pays(gate_survival(), n, cost_, cost_.draft_ms(n));
+}
+
+void Speculator::count_rest_round(int64_t num_decoding) {
+  metrics_.rounds += num_decoding;
+  metrics_.emitted_tokens += num_decoding;
+  metrics_.verified_tokens += num_decoding;
+}
+
+bool Speculator::note_ingest(scheduler::SeqId id, int64_t start_pos, int32_t count) {
+  auto [it, fresh] = context_.try_emplace(id);
+  Context& c = it->second;
+  if (start_pos > c.ingested_end || (fresh && start_pos > 0))  // a gap: positions the drafter never saw
+    c.ready_at = start_pos + drafter_->context_window();
+  else if (start_pos == 0)
+    c.ready_at = 0;  // (re)computed from its first position: whole again
+  c.ingested_end = start_pos + count;
+  // The sequence's next anchor is the position after the last committed one.
+  return c.ingested_end >= c.ready_at;
 }
 
 void Speculator::gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled,
                                int64_t num_seqs) {
   if (cost_.empty()) return;
-  if (drafting_pays(mean_survival_, num_seqs, cost_, cost_.draft_ms(num_seqs))) return;
+  if (drafting_pays(gate_survival(), num_seqs, cost_, cost_.draft_ms(num_seqs))) return;
   for (size_t j = 0; j < items.size(); ++j)
     if (scheduled[j]) items[j].num_drafts = 0;
 }

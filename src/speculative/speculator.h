@@ -67,6 +67,14 @@ class Speculator {
 
   SpeculativeMetrics& metrics() { return metrics_; }
 
+  // At rest: the cost model expects no draft to pay at a step of num_seqs sequences (drafting_pays with the
+  // survival observed so far) and no sequence holds drafts from the last draft(). The engine then runs plain decode
+  // steps (its own non-speculative path) and calls neither sample() nor draft() while only greedy requests live
+  // (a sampled request's verified drafts must not depend on the batch). Never with an empty cost model.
+  bool resting(int64_t num_seqs) const;
+  // A plain decode step taken at rest: its sequences count as rounds of one token (the metrics' accepted length).
+  void count_rest_round(int64_t num_decoding);
+
  private:
   struct SeqDraft {
     std::vector<double> q;  // [drafts, vocab] distributions drawn from (sampling requests only)
@@ -79,17 +87,28 @@ class Speculator {
   void gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, int64_t num_seqs);
   void cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
                           const std::vector<bool>& scheduled, int64_t num_seqs);
-  void record_survival(const std::vector<std::vector<float>>& a);
   std::vector<float> observed_survival() const;
+  // The gate's survival per draft position: the acceptance observed in this engine's verified rounds, starting from
+  // an optimistic prior worth kPriorRounds rounds (so drafting starts, and a run of bad rounds cannot stop it for good).
+  std::vector<double> gate_survival() const;
+  // Drafter context after a gap (positions not ingested: steps taken at rest, a prefill at rest): the sequence may
+  // draft again once a whole context window after the gap has been ingested. Returns false for a sequence whose
+  // drafts would read positions never ingested.
+  bool note_ingest(scheduler::SeqId id, int64_t start_pos, int32_t count);
 
   std::unique_ptr<Drafter> drafter_;
   SpeculativeConfig cfg_;
   int64_t vocab_;
   StepCostModel cost_;
-  // For the choice to draft: the mean survival per draft position over recent rounds (starts optimistic: 1). The
-  // times come from cost_ only (profiled once, cached), never from clocks read during the run: the same requests
-  // make the same choices (docs/decisions.md, 2026-12-02).
-  std::vector<double> mean_survival_;
+  // The choice to draft uses the observed acceptance (gate_survival) and times from cost_ only (profiled once,
+  // cached), never clocks read during the run: the same requests make the same choices (docs/decisions.md,
+  // 2026-12-02).
+  bool drafts_pending_ = false;  // the last draft() handed some sequence drafts
+  struct Context {
+    int64_t ingested_end = 0;  // positions [0, ingested_end) were ingested, or the gap's recovery ended there
+    int64_t ready_at = 0;      // the sequence may draft with its anchor at or after this position
+  };
+  std::unordered_map<scheduler::SeqId, Context> context_;
   sampling::LogprobsMode logprobs_mode_ = sampling::LogprobsMode::Raw;
   std::unordered_map<scheduler::SeqId, SeqDraft> drafts_;
   SpeculativeMetrics metrics_;

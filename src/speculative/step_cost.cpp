@@ -30,6 +30,8 @@ Status StepCostModel::check(const StepCostModel& m, const std::string& where) {
                           m.max_rows_);
   if (!m.draft_ms_.empty() && m.draft_ms_.size() != m.seqs_.size())
     return Status::errorf("{}: {} draft times for {} batch sizes", where, m.draft_ms_.size(), m.seqs_.size());
+  if (!(std::isfinite(m.host_row_ms_) && m.host_row_ms_ >= 0))
+    return Status::errorf("{}: the host time per row must be finite and >= 0, found {}", where, m.host_row_ms_);
   for (double d : m.draft_ms_)
     if (!(std::isfinite(d) && d >= 0))
       return Status::errorf("{}: draft times must be finite and >= 0, found {}", where, d);
@@ -42,7 +44,8 @@ Status StepCostModel::check(const StepCostModel& m, const std::string& where) {
 
 Result<StepCostModel> StepCostModel::fit(std::string key, std::vector<int64_t> seqs, int32_t max_rows,
                                          const std::vector<std::vector<double>>& samples,
-                                         const std::vector<std::vector<double>>& draft_samples) {
+                                         const std::vector<std::vector<double>>& draft_samples,
+                                         const std::vector<double>& host_row_samples) {
   StepCostModel m;
   m.key_ = std::move(key);
   m.seqs_ = std::move(seqs);
@@ -60,6 +63,7 @@ Result<StepCostModel> StepCostModel::fit(std::string key, std::vector<int64_t> s
     if (draft_samples[i].empty()) return Status::errorf("step cost fit: no drafting time of batch size index {}", i);
     m.draft_ms_.push_back(std::max(median(draft_samples[i]), m.draft_ms_.empty() ? 0.0 : m.draft_ms_.back()));
   }
+  if (!host_row_samples.empty()) m.host_row_ms_ = median(host_row_samples);
   DSI_RETURN_IF_ERROR(check(m, "step cost fit"));
   const size_t R = size_t(max_rows);
   for (size_t i = 0; i < m.seqs_.size(); ++i)
@@ -96,6 +100,7 @@ std::string StepCostModel::serialize() const {
     for (double d : draft_ms_) o << ' ' << d;
     o << '\n';
   }
+  if (host_row_ms_ > 0) o << "host " << host_row_ms_ << '\n';
   return o.str();
 }
 
@@ -137,6 +142,8 @@ Result<StepCostModel> StepCostModel::parse(std::string_view text, const std::str
       double t = 0;
       while (ls >> t) m.draft_ms_.push_back(t);
       if (!ls.eof()) return Status::errorf("{}:{}: 'draft' needs times in ms", where, ln);
+    } else if (word == "host") {
+      if (!(ls >> m.host_row_ms_) || (ls >> word)) return Status::errorf("{}:{}: 'host' needs one time in ms", where, ln);
     } else {
       return Status::errorf("{}:{}: unknown entry '{}'", where, ln, word);
     }

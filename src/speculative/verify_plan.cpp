@@ -10,12 +10,13 @@ VerifyChoice best_verify_length(std::span<const std::vector<float>> survival, in
   size_t longest = 0;
   for (const auto& a : survival) longest = std::max(longest, a.size());
   const int64_t n = std::max<int64_t>(num_seqs, int64_t(survival.size()));
+  const double h = cost.host_row_ms();  // the host verifies one row per emitted token
   double tokens = double(n);  // every sequence's anchor token
-  VerifyChoice best{0, tokens / (draft_ms + cost.step_ms(n, 1))};
+  VerifyChoice best{0, tokens / (draft_ms + cost.step_ms(n, 1) + h * tokens)};
   for (size_t L = 1; L <= longest; ++L) {
     for (const auto& a : survival)
       if (L <= a.size()) tokens += double(a[L - 1]);
-    const double rate = tokens / (draft_ms + cost.step_ms(n, int32_t(1 + L)));
+    const double rate = tokens / (draft_ms + cost.step_ms(n, int32_t(1 + L)) + h * tokens);
     if (rate > best.tokens_per_ms) best = {int32_t(L), rate};
   }
   return best;
@@ -24,11 +25,11 @@ VerifyChoice best_verify_length(std::span<const std::vector<float>> survival, in
 bool drafting_pays(std::span<const double> mean_survival, int64_t num_seqs, const StepCostModel& cost,
                    double draft_ms) {
   const int64_t n = std::max<int64_t>(num_seqs, 1);
-  const double off = double(n) / cost.step_ms(n, 1);
+  const double off = double(n) / cost.step_ms(n, 1);  // a plain step (device sampling where the runner can)
   double tokens = double(n);
   for (size_t L = 1; L <= mean_survival.size(); ++L) {
     tokens += double(n) * mean_survival[L - 1];
-    if (tokens / (draft_ms + cost.step_ms(n, int32_t(1 + L))) > off) return true;
+    if (tokens / (draft_ms + cost.step_ms(n, int32_t(1 + L)) + cost.host_row_ms() * tokens) > off) return true;
   }
   return false;
 }

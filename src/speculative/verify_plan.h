@@ -19,14 +19,16 @@ struct VerifyChoice {
 
 // The one verify length L in [0, longest draft] for every drafted sequence of a step (uniform lengths keep the
 // verify step a captured CUDA graph) that maximises
-//   (others + sum_s (1 + a_s,1 + ... + a_s,min(L, len_s))) / (draft_ms + cost.step_ms(num_seqs, 1 + L)),
+//   tokens / (draft_ms + cost.step_ms(num_seqs, 1 + L) + cost.host_row_ms() * tokens),
+// tokens = others + sum_s (1 + a_s,1 + ... + a_s,min(L, len_s)),
 // num_seqs = the step's sequences (the drafted ones and `others` = num_seqs - survival.size(), one token each).
 // Ties: the shorter L. L = 0 is a plain decode step.
 VerifyChoice best_verify_length(std::span<const std::vector<float>> survival, int64_t num_seqs,
                                 const StepCostModel& cost, double draft_ms);
 
 // Whether drafting for a step of num_seqs sequences is expected to beat plain decode (num_seqs / step_ms(num_seqs,
-// 1)) when every sequence's drafts survive like `mean_survival` (per position) and drafting costs draft_ms.
+// 1): the engine's plain step, sampled on the device where it can) when every sequence's drafts survive like
+// `mean_survival` (per position), drafting costs draft_ms and the host verifies one row per emitted token.
 bool drafting_pays(std::span<const double> mean_survival, int64_t num_seqs, const StepCostModel& cost,
                    double draft_ms);
 

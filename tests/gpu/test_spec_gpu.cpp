@@ -18,6 +18,15 @@
 // rejected draft left in the state) changes the distribution by far more and fails. The bodies therefore carry no
 // penalties / logit_bias (those shift the processed margin away from the raw logprobs; the CPU test covers them
 // exactly).
+// The mixed runs differ from the plain reference by more than their verify steps: prefill chunks of a 48-token budget
+// beside 15 other sequences, preemption and recomputation. Those shapes move logits by themselves, without
+// speculation. So a fast-path divergence above kPairMargin passes only where the plain engine in the same mixed
+// configuration (no speculation) diverges from the reference at the same prompt and token with the same token:
+// the difference is the schedule's, not verification's. Open (H200, 2026-12-02, bench/NOTES.md issue 32 second
+// session): prompt 40's token 6 diverges in both mixed runs (39 vs 50, margin sums 0.84 DSpark / 0.87 MTP-1), with
+// a 1,024- or 4,096-token reference step budget alike, and the plain engine in the mixed configuration does not
+// reproduce it (its 7 divergences have margin sums <= 0.19); the batch-invariant runs are identical. Not loosened:
+// the cause is not known yet.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +35,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -145,11 +155,22 @@ double logprob_of(const dsinfer::Completion& c, size_t j, int32_t token) {
 
 struct Divergences {
   int count = 0;
-  double worst_margin = 0;  // the largest margin sum seen at a divergence
+  double worst_margin = 0;       // the largest margin sum seen at a divergence
+  std::vector<double> margins;  // every divergence's margin sum (the distribution the bound is judged against)
 };
 
-// See the file comment. invariant: token-for-token equality; otherwise the teacher-forced near-tie rule.
-Divergences expect_same(const RunResult& plain, const RunResult& spec, const char* what, bool invariant) {
+// The first token where two completions differ (the shorter length when one is a prefix of the other).
+size_t first_difference(const dsinfer::Completion& a, const dsinfer::Completion& b) {
+  size_t j = 0;
+  while (j < a.token_ids.size() && j < b.token_ids.size() && a.token_ids[j] == b.token_ids[j]) ++j;
+  return j;
+}
+
+// See the file comment. invariant: token-for-token equality; otherwise the teacher-forced near-tie rule, where
+// `same_schedule` (the plain engine in the speculative run's configuration, or null) explains a divergence above
+// the bound when it diverges from `plain` at the same prompt and token with the same token.
+Divergences expect_same(const RunResult& plain, const RunResult& spec, const char* what, bool invariant,
+                        const RunResult* same_schedule = nullptr) {
   EXPECT_EQ(plain.out.size(), spec.out.size());
   Divergences d;
   for (size_t i = 0; i < plain.out.size() && i < spec.out.size(); ++i) {
@@ -173,6 +194,16 @@ Divergences expect_same(const RunResult& plain, const RunResult& spec, const cha
       margin = (logprob_of(a, j, ta) - logprob_of(a, j, tb)) + (logprob_of(b, j, tb) - logprob_of(b, j, ta));
     }
     d.worst_margin = std::max(d.worst_margin, margin);
+    d.margins.push_back(margin);
+    if (margin >= kPairMargin && same_schedule && i < same_schedule->out.size()) {
+      const dsinfer::Completion& c = same_schedule->out[i];
+      if (first_difference(a, c) == j && j < c.token_ids.size() && j < b.token_ids.size() &&
+          c.token_ids[j] == b.token_ids[j]) {
+        std::printf("%s, prompt %zu: token %zu differs (margin sum %.3f) exactly as without speculation in the same "
+                    "configuration\n", what, i, j, margin);
+        continue;
+      }
+    }
     EXPECT_LT(margin, kPairMargin) << what << ", prompt " << i << ": outputs differ at token " << j << " ("
                                    << (j < a.token_ids.size() ? a.token_ids[j] : -1) << " vs "
                                    << (j < b.token_ids.size() ? b.token_ids[j] : -1) << "), margin sum " << margin;
@@ -204,6 +235,13 @@ const RunResult& plain_greedy(bool invariant) {
   return r;
 }
 
+// The plain engine in the mixed runs' configuration (16 running, 48-token steps, the state of two max-length
+// sequences: preemption), fast path: the reference's divergences without speculation.
+const RunResult& plain_mixed() {
+  static RunResult r = run(options("off", 16, 48, tight_state_gb(0), false), greedy_bodies(16));
+  return r;
+}
+
 void check_method(const std::string& method, int32_t k, bool invariant) {
   const RunResult& plain = plain_greedy(invariant);
   ASSERT_EQ(plain.out.size(), 50u);
@@ -211,7 +249,8 @@ void check_method(const std::string& method, int32_t k, bool invariant) {
   const Divergences da = expect_same(plain, alone, (method + " alone").c_str(), invariant);
   EXPECT_GT(alone.metrics.accepted_tokens, 0);
   const RunResult mixed = run(options(method, 16, 48, tight_state_gb(k), invariant), greedy_bodies(16));
-  const Divergences dm = expect_same(plain, mixed, (method + " mixed + preemption").c_str(), invariant);
+  const RunResult* same = invariant ? nullptr : &plain_mixed();
+  const Divergences dm = expect_same(plain, mixed, (method + " mixed + preemption").c_str(), invariant, same);
   EXPECT_GT(mixed.preemptions, 0);
   std::printf("%s greedy (cuda, %s): mean accepted length %.3f, acceptance per position", method.c_str(),
               invariant ? "batch-invariant" : "fast", alone.metrics.mean_accepted_length());
@@ -220,6 +259,24 @@ void check_method(const std::string& method, int32_t k, bool invariant) {
                              double(std::max<int64_t>(1, alone.metrics.trials_per_position[p])));
   std::printf("; divergences alone %d, mixed %d (of 50), worst margin sum %.3f; %lld preemptions\n", da.count,
               dm.count, std::max(da.worst_margin, dm.worst_margin), (long long)mixed.preemptions);
+  if (!invariant) {  // the schedule's own divergences (no speculation), for the record
+    std::printf("plain mixed vs plain (no speculation) divergences:");
+    for (size_t i = 0; i < plain.out.size() && i < plain_mixed().out.size(); ++i) {
+      const dsinfer::Completion &a = plain.out[i], &c = plain_mixed().out[i];
+      const size_t j = first_difference(a, c);
+      if (j < a.token_ids.size() && j < c.token_ids.size() && j < a.logprobs.size() && j < c.logprobs.size())
+        std::printf(" [prompt %zu token %zu: %d vs %d, margin sum %.3f]", i, j, a.token_ids[j], c.token_ids[j],
+                    (logprob_of(a, j, a.token_ids[j]) - logprob_of(a, j, c.token_ids[j])) +
+                        (logprob_of(c, j, c.token_ids[j]) - logprob_of(c, j, a.token_ids[j])));
+    }
+    std::printf("\n");
+  }
+  std::vector<double> all = da.margins;
+  all.insert(all.end(), dm.margins.begin(), dm.margins.end());
+  std::sort(all.begin(), all.end());
+  std::printf("%s margin sums at divergences (sorted):", method.c_str());
+  for (double m : all) std::printf(" %.3f", m);
+  std::printf("\n");
 }
 
 }  // namespace
@@ -242,4 +299,53 @@ TEST(SpecGpu, DsparkGreedyIdenticalToPlainBatchInvariant) {
 TEST(SpecGpu, Mtp1GreedyIdenticalToPlainBatchInvariant) {
   DSI_SKIP_WITHOUT_GPU();
   check_method("mtp1", 1, true);
+}
+
+// Speculation at rest (speculative/speculator.h): with a cost table where no draft ever pays, every step is the
+// plain engine's own (asynchronous, sampled on the device), so the output equals --speculative off bit for bit,
+// logprobs included, in the same configuration; nothing is drafted and every round emits one token.
+TEST(SpecGpu, AtRestSpeculationTakesThePlainPath) {
+  DSI_SKIP_WITHOUT_GPU();
+  const dsinfer::test::ScratchDir dir("spec_rest");
+  const std::string file = dir.str() + "/cost.txt";
+  std::ofstream(file) << "dsinfer-step-cost 1\nkey *\nrows 6\nseqs 1 1 50 50 50 50 50\nseqs 64 2 90 90 90 90 90\n"
+                         "draft 50 90\n";
+  dsinfer::EngineOptions o = options("dspark", 16, 256, 0, false);
+  o.speculative_cost_model = file;
+  const RunResult rest = run(o, greedy_bodies(16));
+  const RunResult plain = run(options("off", 16, 256, 0, false), greedy_bodies(16));
+  ASSERT_EQ(rest.out.size(), plain.out.size());
+  for (size_t i = 0; i < plain.out.size(); ++i) {
+    EXPECT_EQ(rest.out[i].token_ids, plain.out[i].token_ids) << "prompt " << i;
+    ASSERT_EQ(rest.out[i].logprobs.size(), plain.out[i].logprobs.size()) << "prompt " << i;
+    for (size_t j = 0; j < plain.out[i].logprobs.size(); ++j)
+      EXPECT_EQ(rest.out[i].logprobs[j].logprob, plain.out[i].logprobs[j].logprob) << "prompt " << i << " token " << j;
+  }
+  EXPECT_EQ(rest.metrics.drafted_tokens, 0);
+  EXPECT_GT(rest.metrics.rounds, 0);
+  EXPECT_EQ(rest.metrics.verified_tokens, rest.metrics.rounds);
+}
+
+// Out of rest and back: drafting pays only for a single running sequence. Five short requests and a long one:
+// while they run together the engine rests (no drafter work), then the long one drafts again once the drafter
+// has ingested a context window after the gap. Greedy output stays the plain output (the near-tie rule).
+TEST(SpecGpu, DraftingResumesAfterRest) {
+  DSI_SKIP_WITHOUT_GPU();
+  const dsinfer::test::ScratchDir dir("spec_resume");
+  const std::string file = dir.str() + "/cost.txt";
+  std::ofstream(file) << "dsinfer-step-cost 1\nkey *\nrows 6\nseqs 1 1 1.05 1.1 1.15 1.2 1.25\n"
+                         "seqs 2 1 50 50 50 50 50\ndraft 0.05 50\n";
+  std::vector<std::string> bodies;
+  for (size_t i = 0; i < 6; ++i)
+    bodies.push_back(json({{"prompt", prompts()[i]}, {"max_tokens", i == 0 ? 96 : 8}, {"temperature", 0.0},
+                           {"logprobs", 5}, {"ignore_eos", true}}).dump());
+  dsinfer::EngineOptions o = options("dspark", 16, 256, 0, false);
+  o.speculative_cost_model = file;
+  const RunResult r = run(o, bodies);
+  const RunResult plain = run(options("off", 16, 256, 0, false), bodies);
+  expect_same(plain, r, "dspark resumed after rest", false);
+  EXPECT_GT(r.metrics.drafted_tokens, 0);
+  EXPECT_GT(r.metrics.accepted_tokens, 0);
+  std::printf("resumed: %lld rounds, %lld drafted, %lld accepted\n", (long long)r.metrics.rounds,
+              (long long)r.metrics.drafted_tokens, (long long)r.metrics.accepted_tokens);
 }

@@ -109,3 +109,32 @@ TEST(SpecCostModel, DraftingPaysOnlyWhereTheRoundBeatsDecode) {
   EXPECT_FALSE(speculative::drafting_pays(a, 4, StepCostModel::proportional(64, 3), 0.0));  // never on the cpu
   EXPECT_FALSE(speculative::drafting_pays({}, 1, m, 0.0));
 }
+
+// The host's verification of each emitted token's row ("host" entry): a speculative round pays it per emitted
+// token, a plain step (sampled on the device) does not. Batch 1 of gpu_like with survival .7 / .5 and 0.2 ms of
+// drafting: without host time (1 + .7 + .5) / (0.2 + 1.2) = 1.57 tokens per ms beats decode's 1; with 0.3 ms per
+// row, 2.2 / (1.4 + 0.66) = 1.07 still does, and L = 1 (1.7 / (1.3 + 0.51) = 0.94) would not; with 0.5 ms per row
+// nothing pays (2.2 / 2.5, 1.7 / 2.15 < 1).
+TEST(SpecCostModel, HostVerifyTimePerEmittedTokenWeighsTheRound) {
+  auto with_host = [](double h) {
+    return test::unwrap(StepCostModel::parse(
+        "dsinfer-step-cost 1\nkey test gpu\nrows 3\nseqs 1 1 1.1 1.2\nseqs 8 1.2 1.5 1.8\nseqs 64 4 7.5 11\nhost " +
+            std::to_string(h) + "\n",
+        "table"));
+  };
+  const std::vector<double> a{0.7, 0.5};
+  EXPECT_TRUE(speculative::drafting_pays(a, 1, with_host(0.0), 0.2));
+  EXPECT_TRUE(speculative::drafting_pays(a, 1, with_host(0.3), 0.2));
+  EXPECT_FALSE(speculative::drafting_pays(a, 1, with_host(0.5), 0.2));
+  const std::vector<std::vector<float>> s{{0.7f, 0.5f}};
+  EXPECT_EQ(speculative::best_verify_length(s, 1, with_host(0.3), 0.2).length, 2);
+  EXPECT_NEAR(speculative::best_verify_length(s, 1, with_host(0.3), 0.2).tokens_per_ms, 2.2 / (1.4 + 0.66), 1e-6);
+  const StepCostModel m = with_host(0.25);
+  EXPECT_DOUBLE_EQ(m.host_row_ms(), 0.25);
+  EXPECT_DOUBLE_EQ(test::unwrap(StepCostModel::parse(m.serialize(), "again")).host_row_ms(), 0.25);
+  EXPECT_DOUBLE_EQ(test::unwrap(StepCostModel::fit("k", {1}, 1, {{1}}, {}, {0.3, 0.1, 0.2})).host_row_ms(), 0.2);
+  auto err = [](const char* text) { return StepCostModel::parse(text, "f.txt").status().message(); };
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nhost\n").find("f.txt:4"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nhost 1 2\n").find("f.txt:4"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nhost -1\n").find(">= 0"), std::string::npos);
+}

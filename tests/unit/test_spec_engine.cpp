@@ -238,6 +238,30 @@ TEST(SpecEngine, CpuFallbackCostModelDraftsNothingForGreedy) {
   EXPECT_GT(s.metrics.drafted_tokens, 0);
 }
 
+// Speculation at rest and back (speculator.h): a table where drafting pays only for one running sequence. While
+// six greedy requests run, the engine takes plain steps without any drafter work (no ingest either); when the long
+// one runs alone it drafts again, after the drafter has ingested a context window past the positions it skipped.
+// Output identical to no speculation; drafts proposed and accepted only in the tail.
+TEST(SpecEngine, DraftingResumesAfterRestWithTheSameOutput) {
+  const test::ScratchDir dir("spec_resume");
+  const std::string file = dir.str() + "/cost.txt";
+  std::ofstream(file) << "dsinfer-step-cost 1\nkey *\nrows 6\nseqs 1 1 1.05 1.1 1.15 1.2 1.25\n"
+                         "seqs 2 1 50 50 50 50 50\ndraft 0.05 50\n";
+  std::vector<json> b;
+  for (size_t i = 0; i < 6; ++i)
+    b.push_back({{"prompt", prompts()[i]}, {"max_tokens", i == 0 ? 90 : 6}, {"temperature", 0.0},
+                 {"ignore_eos", true}, {"logprobs", true}});
+  EngineOptions o = options("dspark", 16, 256);
+  o.speculative_cost_model = file;
+  const RunResult r = run(o, b);
+  expect_same(run(options("off", 16, 256), b), r, "dspark at rest, then drafting");
+  EXPECT_GT(r.metrics.drafted_tokens, 0);
+  EXPECT_GT(r.metrics.accepted_tokens, 0);
+  // Drafting only after the short requests ended and the long one's context window (64) was ingested again: at
+  // most 90 - 6 - 64 rounds of at most 5 drafts.
+  EXPECT_LE(r.metrics.drafted_tokens, (90 - 6 - 64) * 5);
+}
+
 TEST(SpecEngine, SeededSamplingIsReproducibleAndBatchInvariant) {
   std::vector<json> b;
   for (size_t i = 0; i < 12; ++i)

@@ -7,6 +7,8 @@
 # alone vs DSpark alone and at 32 (identical expected); the confidence head's calibration on the GPU
 # (dsinfer_spec_calibration); the V4-Flash-shape verify-step cost (dummy weights, 4 layers, 1..5 drafts, batch 1
 # and 64: the projection's input). Gets OUT and BIN from tools/gpu_run.sh; about 2-3 minutes.
+# SPECSCHED_TABLE_ONLY=1: only the must-show table (off / dspark / mtp1 at every batch, dspark verifying every draft
+# at 1 and 64) and the greedy comparison, about a minute; each run's wall time (start-up included) is logged.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/cuda}
@@ -28,22 +30,27 @@ for b in (1, 8, 32, 64, 128):
 PY
 gen() {  # name batch flags...
   local name=$1 b=$2; shift 2
+  local t0=$(date +%s.%N)
   timeout 60 $BIN/dsinfer generate --model models/dsv4-small --backend cuda --input /tmp/b32/req$b.jsonl \
     --output /tmp/b32/$name.out.jsonl --max-num-seqs $b --max-model-len 512 "$@" > "$O/logs/$name.log" 2>&1
   local st=$?
   [ $st -eq 0 ] || rc=1
-  echo "$name rc=$st $(grep -E 'profiled|output tok/s|accepted length|drafts verified|per-token' "$O/logs/$name.log" \
+  echo "$name rc=$st run $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s $(grep -E 'profiled|output tok/s|accepted length|drafts verified|per-token' "$O/logs/$name.log" \
     | tr -s ' \n' ' ')"
 }
+QUICK=${SPECSCHED_TABLE_ONLY:-0}
 for b in 1 8 32 64 128; do
   gen off_b$b $b
   gen dspark_b$b $b --speculative dspark
-  gen dspark_all_b$b $b --speculative dspark --speculative-cost-model off
+  [ "$QUICK" = 1 ] && [ $b != 1 ] && [ $b != 64 ] || \
+    gen dspark_all_b$b $b --speculative dspark --speculative-cost-model off
   gen mtp1_b$b $b --speculative mtp1
 done
-gen dspark_b1_again 1 --speculative dspark
-gen mtp1_all_b1 1 --speculative mtp1 --speculative-cost-model off
-gen mtp1_all_b64 64 --speculative mtp1 --speculative-cost-model off
+if [ "$QUICK" != 1 ]; then
+  gen dspark_b1_again 1 --speculative dspark
+  gen mtp1_all_b1 1 --speculative mtp1 --speculative-cost-model off
+  gen mtp1_all_b64 64 --speculative mtp1 --speculative-cost-model off
+fi
 python3 - <<'PY'
 import json
 def texts(n):
@@ -57,6 +64,10 @@ for b in (1, 8, 32, 64, 128):
         except Exception as e:
             print(f"{m}_b{b}: {e}")
 PY
+if [ "$QUICK" = 1 ]; then
+  echo "== cost model files"; for f in "$O"/cache/*; do echo "# $f"; cat "$f"; done
+  exit $rc
+fi
 echo "== batch-invariant: off b1, dspark b1, dspark b32 (32 requests), outputs compared"
 for cfg in "off_bi1 1" "dspark_bi1 1 --speculative dspark" "dspark_bi32 32 --speculative dspark"; do
   set -- $cfg; n=$1; b=$2; shift 2

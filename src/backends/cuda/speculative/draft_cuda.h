@@ -125,6 +125,7 @@ class DsparkCuda final : public speculative::Drafter {
   const std::vector<int64_t>& tapped_layers() const override { return dc_.target_layer_ids; }
   int32_t max_drafts() const override { return int32_t(dc_.block_size); }
   bool has_confidence() const override { return true; }
+  int64_t context_window() const override { return window_; }
   Status ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) override;
   Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
                  std::vector<speculative::Proposal>& out) override;
@@ -172,6 +173,7 @@ class Mtp1Cuda final : public speculative::Drafter {
   const std::vector<int64_t>& tapped_layers() const override { return tapped_; }
   int32_t max_drafts() const override { return 1; }
   bool has_confidence() const override { return false; }
+  int64_t context_window() const override { return window_; }
   Status ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) override;
   Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
                  std::vector<speculative::Proposal>& out) override;
