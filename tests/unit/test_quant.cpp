@@ -114,3 +114,59 @@ TEST(QuantSim, HadamardIsOrthonormalSylvester) {
   EXPECT_NEAR(v[0], 1, 1e-6);
   EXPECT_NEAR(v[3], 4, 1e-6);
 }
+
+// The quantizers that write checkpoints (model/export_v41.*): dequant(quant(w)) is the nearest representable weight
+// under the block's power-of-two scale, and a weight that is already representable comes back bit for bit.
+TEST(Quant, Fp8BlockRoundTripsWithinHalfAStepAndKeepsRepresentableValues) {
+  const int64_t rows = 37, cols = 70, br = 32, bc = 32;  // partial blocks on both edges
+  std::vector<float> w(size_t(rows * cols));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.37f * float(i)) * (1.0f + float(i % 11)) * 1e-2f;
+  w[5] = 0.0f;
+  std::vector<uint8_t> q(w.size()), s(size_t(2 * 3));
+  io::quant_fp8_block(w.data(), rows, cols, br, bc, q.data(), s.data());
+  std::vector<float> back(w.size());
+  io::dequant_fp8_block(q.data(), rows, cols, s.data(), DType::F8_E8M0, br, bc, back.data());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const float scale = e8m0_to_f32(s[size_t((i / br) * 3 + j / bc)]);
+      const float x = w[size_t(i * cols + j)], y = back[size_t(i * cols + j)];
+      // e4m3 has 3 mantissa bits: half an ulp is 2^-4 relative, and subnormals step 2^-9 times the scale.
+      ASSERT_LE(std::fabs(x - y), std::max(std::fabs(x) / 16.0f, scale * 0x1p-10f)) << i << "," << j;
+      EXPECT_LE(std::fabs(x) / scale, 448.0f);
+    }
+  EXPECT_EQ(back[5], 0.0f);
+  // Representable weights come back exactly (a block's scale may halve when its largest value rounded down to
+  // 224 x scale, with the codes doubled: the same values).
+  std::vector<uint8_t> q2(q.size()), s2(s.size());
+  io::quant_fp8_block(back.data(), rows, cols, br, bc, q2.data(), s2.data());
+  std::vector<float> again(w.size());
+  io::dequant_fp8_block(q2.data(), rows, cols, s2.data(), DType::F8_E8M0, br, bc, again.data());
+  EXPECT_EQ(again, back);
+  // The block's largest magnitude lands in e4m3's top binade: amax 3.0 -> scale 2^-7 (3 / 2^-7 = 384 <= 448).
+  EXPECT_EQ(io::e8m0_scale_for(3.0f, 448.0f), 127 - 7);
+  EXPECT_EQ(io::e8m0_scale_for(0.0f, 448.0f), uint8_t(std::ceil(std::log2(1e-30 / 448.0)) + 127));
+}
+
+TEST(Quant, Fp4GroupsPackLowNibbleFirstAndRoundTrip) {
+  const int64_t rows = 3, cols = 64, group = 32;
+  std::vector<float> w(size_t(rows * cols));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.91f * float(i)) * float(1 + i % 5);
+  w[0] = 6.0f;   // row 0 group 0: amax 6 -> scale 1, 6.0 is code 7
+  w[1] = -0.5f;  // code 8 | 1 = 9
+  std::vector<uint8_t> p(size_t(rows * cols / 2)), s(size_t(rows * cols / group));
+  io::quant_fp4_e2m1(w.data(), rows, cols, group, p.data(), s.data());
+  EXPECT_EQ(s[0], 127);
+  EXPECT_EQ(p[0], uint8_t(7 | (9 << 4)));
+  std::vector<float> back(w.size());
+  io::dequant_fp4_e2m1(p.data(), rows, cols, s.data(), DType::F8_E8M0, group, back.data());
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float scale = e8m0_to_f32(s[i / size_t(group)]);
+    // e2m1 steps are at most 2 (between 4 and 6) times the scale: half of it bounds the error.
+    ASSERT_LE(std::fabs(w[i] - back[i]), 1.0f * scale) << i;
+  }
+  std::vector<uint8_t> p2(p.size()), s2(s.size());
+  io::quant_fp4_e2m1(back.data(), rows, cols, group, p2.data(), s2.data());
+  std::vector<float> again(w.size());
+  io::dequant_fp4_e2m1(p2.data(), rows, cols, s2.data(), DType::F8_E8M0, group, again.data());
+  EXPECT_EQ(again, back);
+}
