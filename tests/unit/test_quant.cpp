@@ -170,3 +170,37 @@ TEST(Quant, Fp4GroupsPackLowNibbleFirstAndRoundTrip) {
   io::dequant_fp4_e2m1(p2.data(), rows, cols, s2.data(), DType::F8_E8M0, group, again.data());
   EXPECT_EQ(again, back);
 }
+
+// The writer's encoders against the reference scalar encoders (core/dtypes.h), over a dense sweep of each format's
+// range with every midpoint (ties to even) and subnormal: a block whose largest value is the format's maximum has
+// scale 1, so its codes are the plain encodings.
+TEST(Quant, BlockEncodersEqualTheReferenceEncoders) {
+  std::vector<float> v = {448.0f, -448.0f, 0.0f, -0.0f, 0x1p-9f, 0x1p-10f, 3 * 0x1p-10f, 0x1p-6f, 15 * 0x1p-10f};
+  for (int k = 0; k < 255; ++k) {
+    const float a = e4m3_to_f32(uint8_t(k)), b = e4m3_to_f32(uint8_t(k + 1));
+    if (!std::isfinite(a) || !std::isfinite(b) || a < 0 || b < 0) continue;
+    for (float t : {0.0f, 0.25f, 0.5f, 0.75f}) v.push_back(a + t * (b - a));
+  }
+  for (int k = 0; k < 20000; ++k) v.push_back(448.0f * std::sin(0.013f * float(k)) * std::pow(2.0f, -float(k % 12)));
+  while (v.size() % 32) v.push_back(0.0f);
+  const int64_t n = int64_t(v.size());
+  std::vector<uint8_t> q(v.size());
+  std::vector<uint8_t> s(v.size());
+  io::quant_fp8_block(v.data(), 1, n, 1, n, q.data(), s.data());
+  ASSERT_EQ(s[0], 127);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(q[size_t(i)], f32_to_e4m3(v[size_t(i)])) << v[size_t(i)];
+  std::vector<float> f = {6.0f, -6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 5.9f, 0.0f, -0.0f};
+  for (int k = 0; k < 4000; ++k) f.push_back(6.0f * std::cos(0.37f * float(k)) * std::pow(2.0f, -float(k % 5)));
+  while (f.size() % 32) f.push_back(0.0f);
+  // One group per row of 32 with 6.0 first, so every group has scale 1.
+  const int64_t rows = int64_t(f.size()) / 32;
+  for (int64_t r = 0; r < rows; ++r) f[size_t(r * 32)] = 6.0f;
+  std::vector<uint8_t> p(f.size() / 2);
+  std::vector<uint8_t> ps(static_cast<size_t>(rows));
+  io::quant_fp4_e2m1(f.data(), rows, 32, 32, p.data(), ps.data());
+  for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(ps[size_t(r)], 127);
+  for (size_t i = 0; i < f.size(); ++i) {
+    const uint8_t code = i % 2 ? uint8_t(p[i / 2] >> 4) : uint8_t(p[i / 2] & 0xF);
+    ASSERT_EQ(code, f32_to_e2m1(f[i])) << f[i];
+  }
+}
