@@ -54,7 +54,8 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
 Result<std::vector<io::TensorToWrite>> encode(const TensorSpec& s, const std::vector<float>& w) {
   const int64_t R = s.rows, C = s.cols;
   std::vector<io::TensorToWrite> out;
-  const std::vector<int64_t> shape = s.kind == TensorKind::Vector ? std::vector<int64_t>{C} : std::vector<int64_t>{R, C};
+  const std::vector<int64_t> shape =
+      s.kind == TensorKind::Vector ? std::vector<int64_t>{C} : std::vector<int64_t>{R, C};
   switch (storage_format_v41(s)) {
     case StorageV41::Fp8Block32:
     case StorageV41::Fp8Row32: {

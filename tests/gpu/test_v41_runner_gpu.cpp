@@ -78,7 +78,8 @@ std::string find_fixture(const std::string& name) {
 
 // gpus > 1: the ParallelRunner's expert-parallel ranks, sharing this GPU through the in-process communicator.
 // dir: the model folder when it is not the fixture itself (a converted checkpoint; `fixture` then only labels).
-void run_schedule(const std::string& fixture, const model::Numerics& num, int32_t gpus = 1, const std::string& dir = "") {
+void run_schedule(const std::string& fixture, const model::Numerics& num, int32_t gpus = 1,
+                  const std::string& dir = "") {
   SCOPED_TRACE(fixture + " " + num.name + " gpus " + std::to_string(gpus));
   runner::RunnerOptions o;
   o.model_dir = dir.empty() ? find_fixture(fixture) : dir;
@@ -89,7 +90,9 @@ void run_schedule(const std::string& fixture, const model::Numerics& num, int32_
   o.communicator = "in-process";
   auto gpu = gpus > 1 ? backends::create_parallel_runner(o) : backends::create_cuda_runner(o);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
-  if (!dir.empty()) EXPECT_FALSE((*gpu)->fp32_weights()) << "the converted checkpoint was not uploaded as stored";
+  if (!dir.empty()) {
+    EXPECT_FALSE((*gpu)->diagnostics().fp32_weights()) << "the converted checkpoint was not uploaded as stored";
+  }
   o.backend = runner::Backend::kCpu;
   o.gpus = 1;
   auto cpu = backends::create_cpu_runner(o);
@@ -193,7 +196,8 @@ TEST(GpuV41Runner, OfficialStorageFormatsLoadAndMatchCpuRunner) {
 // GPU memory after the upload of a checkpoint at DeepSeek-V4.1-Flash shapes (configs/deepseek-v4.1-flash with 3
 // layers: a sliding layer, an Engram layer, a CSA2 KV / index source; 16 routed experts, Engram tables of 2^20 rows;
 // random values written in the official formats, ~4.5 GB) against `dsinfer plan`'s weights line for that folder:
-// within 2 % (the fp32 vectors, Engram q * k and pointer arrays are the only differences, plus allocation rounding).
+// within 2 % (H200: +0.02 %, the weights in one arena; +1.93 % with one cudaMalloc per tensor, the allocator's
+// page rounding). The fp32 vectors, Engram q * k and the expert pointer arrays are the only other differences.
 TEST(GpuV41Runner, StorageFormatUploadMatchesThePlanAtFlashShapes) {
   DSI_SKIP_WITHOUT_GPU();
   const char* kConfig = "configs/deepseek-v4.1-flash/config.json";  // the checkout the tests run in, or the source tree
@@ -217,7 +221,8 @@ TEST(GpuV41Runner, StorageFormatUploadMatchesThePlanAtFlashShapes) {
   std::ofstream(out.path / "config.json") << c.dump(1);
   const io::ModelConfig cfg = test::unwrap(io::load_model_config(out.str()));
   const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  const Status st = model::write_checkpoint_v41(cfg, c.dump(1), model::random_fill_v41(3), out.str(), int64_t(1) << 30, threads);
+  const Status st =
+      model::write_checkpoint_v41(cfg, c.dump(1), model::random_fill_v41(3), out.str(), int64_t(1) << 30, threads);
   ASSERT_TRUE(st.is_ok()) << st.message();
   dsinfer::MemoryPlanOptions po;
   po.model_dir = out.str();
@@ -229,7 +234,8 @@ TEST(GpuV41Runner, StorageFormatUploadMatchesThePlanAtFlashShapes) {
   const double planned = plan.rows.at(0).weight_bytes;
   const int64_t before = test::unwrap(cuda::query_device(0)).free_bytes;
   backends::DeviceWeightsV41 w;
-  const Status ls = w.load_checkpoint(cfg, out.str(), backends::range_slots(cfg.num_hidden_layers, {0, int32_t(cfg.n_routed_experts)}));
+  const backends::ExpertSlots all = backends::range_slots(cfg.num_hidden_layers, {0, int32_t(cfg.n_routed_experts)});
+  const Status ls = w.load_checkpoint(cfg, out.str(), all);
   ASSERT_TRUE(ls.is_ok()) << ls.message();
   const int64_t after = test::unwrap(cuda::query_device(0)).free_bytes;
   const double used = double(before - after), gib = double(int64_t(1) << 30);

@@ -63,6 +63,17 @@ class DeviceWeightsV41 {
   struct ExpertViews {
     std::vector<ops::cuda::DeviceWeight> w[3];  // w1, w3, w2 per local slot
   };
+  // Device memory of a checkpoint upload: one arena, sized by a dry run of the same code (dry: take() hands out
+  // stand-in addresses and put() copies nothing). Without an arena, take() allocates a buffer of its own.
+  struct Arena {
+    uint8_t* base = nullptr;
+    size_t used = 0, size = 0;
+    bool dry = false;
+  };
+  Result<uint8_t*> take(size_t bytes, const char* what);  // 256-byte aligned
+  Status put(void* dst, const void* src, size_t bytes);
+  Status upload_all(const io::ModelConfig& cfg, const std::vector<model::StoredTensorV41>& tensors,
+                    const ExpertSlots& slots);
   // n float values (F32 / BF16 / F16) times mul as an fp32 device array, converted in bounded host chunks.
   Result<const float*> floats(const io::TensorView& v, int64_t n, float mul, const char* what);
   // A matrix as stored (F16 widened to fp32; BF16 scales to fp32).
@@ -88,6 +99,7 @@ class DeviceWeightsV41 {
                        void* stream);
 
   std::vector<cuda::DeviceBuffer<uint8_t>> buffers_;
+  Arena arena_;
   ops::cuda::DeviceWeight embed_, head_;
   const float* final_norm_ = nullptr;
   std::vector<DeviceLayerV41> layers_;
