@@ -142,3 +142,20 @@ TEST(V41Export, RandomCheckpointAtOtherShapesLoadsAndBadSourcesNameTheTensor) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("layers.0.attn.wq_a.weight"), std::string::npos) << s.message();
 }
+
+// resolve_weights_v41 (what the CUDA upload streams) rejects what load_weights_v41 rejects, with the same message:
+// here an FP8 tensor whose scale grid does not match config.json's weight_block_size.
+TEST(V41Export, ResolveReportsTheLoadersProblemsNamingTheTensor) {
+  const test::ScratchDir out("v41_export_resolve");
+  ASSERT_TRUE(model::convert_checkpoint_v41(test::own_fixture("tiny-v41-a"), out.str()).is_ok());
+  io::ModelConfig cfg = test::unwrap(io::load_model_config(out.str()));
+  cfg.fp8_block_n = 64;  // the writer used 32 x 32 blocks
+  const io::Checkpoint ckpt = test::unwrap(model::open_checkpoint_v41(out.str()));
+  const auto resolved = model::resolve_weights_v41(cfg, ckpt);
+  const auto loaded = model::load_weights_v41(cfg, ckpt);
+  ASSERT_FALSE(resolved.is_ok());
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_EQ(resolved.status().message(), loaded.status().message());
+  EXPECT_NE(resolved.status().message().find("layers.0.attn.wq_b.scale"), std::string::npos)
+      << resolved.status().message();
+}
