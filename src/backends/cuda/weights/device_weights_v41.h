@@ -74,8 +74,8 @@ class DeviceWeightsV41 {
   Status put(void* dst, const void* src, size_t bytes);
   Status upload_all(const io::ModelConfig& cfg, const std::vector<model::StoredTensorV41>& tensors,
                     const ExpertSlots& slots);
-  // n float values (F32 / BF16 / F16) times mul as an fp32 device array, converted in bounded host chunks.
-  Result<const float*> floats(const io::TensorView& v, int64_t n, float mul, const char* what);
+  // n float values (F32 / BF16 / F16) divided by div as an fp32 device array, converted in bounded host chunks.
+  Result<const float*> floats(const io::TensorView& v, int64_t n, double div, const char* what);
   // A matrix as stored (F16 widened to fp32; BF16 scales to fp32).
   Result<ops::cuda::DeviceWeight> stored(const model::StoredTensorV41& t);
   Status bind(const io::ModelConfig& cfg, const model::StoredTensorV41& t, const ExpertSlots& slots,

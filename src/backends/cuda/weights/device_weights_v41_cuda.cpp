@@ -101,7 +101,7 @@ Status DeviceWeightsV41::put(void* dst, const void* src, size_t bytes) {
   return cuda::detail::copy_to_device(dst, src, bytes);
 }
 
-Result<const float*> DeviceWeightsV41::floats(const io::TensorView& v, int64_t n, float mul, const char* what) {
+Result<const float*> DeviceWeightsV41::floats(const io::TensorView& v, int64_t n, double div, const char* what) {
   if (!is_float(v.dtype) || v.numel() != n)
     return Status::errorf("cuda weights (V4.1): {} ({}) is not {} float values", v.name, v.file, n);
   DSI_ASSIGN_OR_RETURN(uint8_t* d, take(size_t(n) * 4, what));
@@ -112,8 +112,8 @@ Result<const float*> DeviceWeightsV41::floats(const io::TensorView& v, int64_t n
   for (int64_t at = 0; at < n; at += kChunk) {
     const int64_t m = std::min(kChunk, n - at);
     io::convert_to_f32(v.dtype, v.data + size_t(at) * esize, m, host.data());
-    if (mul != 1.0f)
-      for (int64_t i = 0; i < m; ++i) host[size_t(i)] = float(double(host[size_t(i)]) * double(mul));
+    if (div != 1.0)  // as the CPU loader divides (weights_v41.cpp)
+      for (int64_t i = 0; i < m; ++i) host[size_t(i)] = float(double(host[size_t(i)]) / div);
     DSI_RETURN_IF_ERROR(put(d + at * 4, host.data(), size_t(m) * 4));
   }
   return reinterpret_cast<const float*>(d);
@@ -126,7 +126,7 @@ Result<DeviceWeight> DeviceWeightsV41::stored(const StoredTensorV41& t) {
   w.cols = t.spec.cols;
   const char* what = t.spec.name.c_str();
   if (v.dtype == DType::F16) {  // no F16 kernels: widened, in chunks
-    DSI_ASSIGN_OR_RETURN(const float* p, floats(v, w.rows * w.cols, 1.0f, what));
+    DSI_ASSIGN_OR_RETURN(const float* p, floats(v, w.rows * w.cols, 1.0, what));
     w.data = p;
     return w;
   }
@@ -150,7 +150,7 @@ Result<DeviceWeight> DeviceWeightsV41::stored(const StoredTensorV41& t) {
       w.scale = d2;
       bytes_ += int64_t(s.nbytes);
     } else {  // BF16 scales: fp32 on the device
-      DSI_ASSIGN_OR_RETURN(const float* p, floats(s, s.numel(), 1.0f, what));
+      DSI_ASSIGN_OR_RETURN(const float* p, floats(s, s.numel(), 1.0, what));
       w.scale = p;
     }
   }
@@ -191,7 +191,8 @@ Status DeviceWeightsV41::expert_arrays(const io::ModelConfig& cfg, int64_t l, co
     for (size_t i = 0; i < E; ++i) {
       const DeviceWeight& w = X.w[k][i];
       if (!w.data)
-        return Status::errorf("cuda weights (V4.1): layers.{}.ffn.experts.{}.{} was not uploaded", l, held[i], kRole[k]);
+        return Status::errorf("cuda weights (V4.1): layers.{}.ffn.experts.{}.{} was not uploaded", l, held[i],
+                              kRole[k]);
       if (w.fmt != X.w[k][0].fmt)
         return Status::errorf("layers.{}.ffn.experts.{}.{}: experts of one layer must share a format", l, held[i],
                               kRole[k]);
@@ -217,7 +218,7 @@ Status DeviceWeightsV41::engram_table(const StoredTensorV41& t, DeviceLayerV41& 
   D.engram_table.rows = t.spec.rows;
   D.engram_table.hd = t.spec.cols;
   if (is_float(t.data->dtype)) {
-    DSI_ASSIGN_OR_RETURN(const float* p, floats(*t.data, t.spec.rows * t.spec.cols, 1.0f, t.spec.name.c_str()));
+    DSI_ASSIGN_OR_RETURN(const float* p, floats(*t.data, t.spec.rows * t.spec.cols, 1.0, t.spec.name.c_str()));
     D.engram_table.data = p;
     return Status::ok();
   }
@@ -258,7 +259,7 @@ Status DeviceWeightsV41::bind(const io::ModelConfig& cfg, const StoredTensorV41&
     return Status::ok();
   }
   if (n == "norm.weight") {
-    DSI_ASSIGN_OR_RETURN(final_norm_, floats(*t.data, count, 1.0f, "norm"));
+    DSI_ASSIGN_OR_RETURN(final_norm_, floats(*t.data, count, 1.0, "norm"));
     return Status::ok();
   }
   const int64_t l = t.spec.layer;
@@ -270,7 +271,7 @@ Status DeviceWeightsV41::bind(const io::ModelConfig& cfg, const StoredTensorV41&
   if (t.spec.expert >= 0) return expert(cfg, t, slots[size_t(l)], experts[size_t(l)]);
   if (key == "ffn.gate.weight" && cfg.v41.gate_temp != 1.0) {  // the logits divided once, as the CPU loader does
     if (!is_float(t.data->dtype)) return Status::errorf("cuda weights (V4.1): '{}' must be a float tensor", n);
-    DSI_ASSIGN_OR_RETURN(const float* p, floats(*t.data, count, float(1.0 / cfg.v41.gate_temp), "gate"));
+    DSI_ASSIGN_OR_RETURN(const float* p, floats(*t.data, count, cfg.v41.gate_temp, "gate"));
     D.gate = DeviceWeight{};
     D.gate.rows = t.spec.rows;
     D.gate.cols = t.spec.cols;
@@ -282,7 +283,7 @@ Status DeviceWeightsV41::bind(const io::ModelConfig& cfg, const StoredTensorV41&
     return Status::ok();
   }
   if (const float** f = float_slot(D, key)) {
-    DSI_ASSIGN_OR_RETURN(*f, floats(*t.data, count, 1.0f, n.c_str()));
+    DSI_ASSIGN_OR_RETURN(*f, floats(*t.data, count, 1.0, n.c_str()));
     return Status::ok();
   }
   if (key == "engram.embed.weight") return engram_table(t, D);
