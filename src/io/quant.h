@@ -1,6 +1,7 @@
 // Dequantization reference functions, one per checkpoint storage format, each producing fp32 row-major
 // [rows, cols]. Shapes of the packed data and scales are validated by the caller (model/weights.cpp) so the
-// messages can name the tensor; these functions assume consistent sizes.
+// messages can name the tensor; these functions assume consistent sizes. At the end, their inverses for writing
+// checkpoints in those formats (model/export_v41.*): the official quantizers' rule.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -39,5 +40,16 @@ inline void dequant_fp4_row32(const uint8_t* packed, int64_t rows, int64_t cols,
                               float* dst) {
   dequant_fp4_e2m1(packed, rows, cols, scale, scale_dtype, 32, dst);
 }
+
+// Quantizers (the inverse of the two dequantizers above, E8M0 scales): the scale of a block is the power of two
+// 2^ceil(log2(amax / max_code)) (amax floored at 1e-30 so an all-zero block gets a finite scale), values rounded to
+// nearest even, so dequantizing gives back every value that is already representable. FP8 e4m3: max 448, q
+// [rows, cols], scale [ceil(rows / br), ceil(cols / bc)]; FP4 e2m1: max 6, packed [rows, cols / 2] (low nibble
+// first), scale [rows, cols / group], cols % group == 0 and group even.
+void quant_fp8_block(const float* w, int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols, uint8_t* q,
+                     uint8_t* scale_e8m0);
+void quant_fp4_e2m1(const float* w, int64_t rows, int64_t cols, int64_t group, uint8_t* packed, uint8_t* scale_e8m0);
+// The E8M0 code of the scale for a block whose largest magnitude is amax, for codes up to max_code.
+uint8_t e8m0_scale_for(float amax, float max_code);
 
 }  // namespace dsinfer::io

@@ -28,22 +28,13 @@ DeepseekV41Cpu::DeepseekV41Cpu(io::ModelConfig cfg, WeightsV41 w, Numerics num, 
 Result<std::unique_ptr<DeepseekV41Cpu>> DeepseekV41Cpu::load(const std::string& model_dir, const Numerics& num) {
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(model_dir));
   if (!cfg.is_v41()) return Status::errorf("{}: not a DeepSeek-V4.1 config", model_dir);
-  // A single model.safetensors is opened by name: the fixtures keep reference_noqat / official logits next to it.
-  const std::filesystem::path dir(model_dir);
-  const bool single = std::filesystem::exists(dir / "model.safetensors") && !std::filesystem::exists(dir / "model.safetensors.index.json");
-  DSI_ASSIGN_OR_RETURN(io::Checkpoint ckpt, io::Checkpoint::open(single ? (dir / "model.safetensors").string() : model_dir));
+  DSI_ASSIGN_OR_RETURN(io::Checkpoint ckpt, open_checkpoint_v41(model_dir));
   auto w = load_weights_v41(cfg, ckpt);
   if (!w.is_ok()) return w.status().with_context(model_dir);
   EngramVocab vocab;
   const auto& v = cfg.v41;
   if (!v.engram_layer_ids.empty()) {
-    DSI_ASSIGN_OR_RETURN(vocab, build_engram_vocab(model_dir + "/tokenizer.json"));
-    if (vocab.size != v.engram_compressed_vocab_size)
-      return Status::errorf("{}/tokenizer.json: the Engram compressed vocabulary has {} entries, config.json says "
-                            "engram_compressed_vocab_size = {} (the hash multipliers derive from it)", model_dir, vocab.size,
-                            v.engram_compressed_vocab_size);
-    if (int64_t(vocab.token_map.size()) <= v.engram_pad_id)
-      return Status::errorf("{}/tokenizer.json: engram_pad_id {} is not a token of the tokenizer", model_dir, v.engram_pad_id);
+    DSI_ASSIGN_OR_RETURN(vocab, load_engram_vocab(cfg, model_dir));
   }
   auto m = std::make_unique<DeepseekV41Cpu>(std::move(cfg), std::move(w).value(), num, std::move(vocab));
   for (size_t e = 0; e < v.engram_layer_ids.size(); ++e) {

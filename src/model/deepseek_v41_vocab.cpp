@@ -131,4 +131,17 @@ Result<EngramVocab> build_engram_vocab(const std::string& path) {
   return v;
 }
 
+Result<EngramVocab> load_engram_vocab(const io::ModelConfig& cfg, const std::string& model_dir) {
+  const auto& v = cfg.v41;
+  DSI_ASSIGN_OR_RETURN(EngramVocab vocab, build_engram_vocab(model_dir + "/tokenizer.json"));
+  if (vocab.size != v.engram_compressed_vocab_size)
+    return Status::errorf("{}/tokenizer.json: the Engram compressed vocabulary has {} entries, config.json says "
+                          "engram_compressed_vocab_size = {} (the hash multipliers derive from it)", model_dir,
+                          vocab.size, v.engram_compressed_vocab_size);
+  if (int64_t(vocab.token_map.size()) <= v.engram_pad_id)
+    return Status::errorf("{}/tokenizer.json: engram_pad_id {} is not a token of the tokenizer", model_dir,
+                          v.engram_pad_id);
+  return vocab;
+}
+
 }  // namespace dsinfer::model

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "io/config.h"
 
 namespace dsinfer::model {
 
@@ -23,5 +24,9 @@ std::string engram_normalize(const std::string& text);
 
 // Reads tokenizer.json (WordLevel without decoder, or BPE / WordLevel with a ByteLevel decoder).
 Result<EngramVocab> build_engram_vocab(const std::string& tokenizer_json_path);
+// The model's Engram vocabulary (model_dir/tokenizer.json), checked against config.json: its compressed size is
+// engram_compressed_vocab_size (the hash multipliers derive from it) and engram_pad_id is one of its tokens. Used by
+// the CPU model and the CUDA forward alike.
+Result<EngramVocab> load_engram_vocab(const io::ModelConfig& cfg, const std::string& model_dir);
 
 }  // namespace dsinfer::model

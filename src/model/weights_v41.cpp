@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "model/tensor_reader.h"
 
@@ -23,7 +24,9 @@ bool other_module(const std::string& canon) {
 
 class Loader {
  public:
-  Loader(const io::ModelConfig& cfg, const io::Checkpoint* ckpt) : cfg_(cfg), ckpt_(ckpt) {
+  // decode false: nothing is converted; every tensor read is recorded as a StoredTensorV41 (stored()).
+  Loader(const io::ModelConfig& cfg, const io::Checkpoint* ckpt, bool decode = true)
+      : cfg_(cfg), ckpt_(ckpt), decode_(decode) {
     if (ckpt)
       rd_ = TensorReader(*ckpt, [](const std::string& name) {
         const std::string c = canonical_tensor_name(name);
@@ -46,11 +49,15 @@ class Loader {
     if (const size_t at = name.find(".ffn.experts."); at != std::string::npos &&
         std::sscanf(name.c_str() + at, ".ffn.experts.%d.", &expert) == 1)
       spec.expert = expert;
-    specs_.push_back(std::move(spec));
+    specs_.push_back(spec);
     if (!ckpt_) return m;
     const std::pair<int64_t, int64_t> b{block.first ? block.first : cfg_.fp8_block_n,
                                         block.second ? block.second : cfg_.fp8_block_k};
-    if (const TensorView* t = rd_.weight(name, rows, cols, b, &m.data).data) fp32_ &= t->dtype == DType::F32;
+    const TensorReader::Weight w = rd_.weight(name, rows, cols, b, decode_ ? &m.data : nullptr);
+    if (w.data) {
+      fp32_ &= w.data->dtype == DType::F32;
+      if (!decode_) stored_.push_back({std::move(spec), w.data, w.scale, b.first, b.second});
+    }
     return m;
   }
   Vec vec(const std::string& name, int64_t n) { return std::move(mat(name, 1, n).data); }
@@ -68,6 +75,7 @@ class Loader {
   }
 
   const std::vector<TensorSpec>& specs() const { return specs_; }
+  std::vector<StoredTensorV41>& stored() { return stored_; }
   bool fp32_storage() const { return fp32_; }
 
   Status finish() {
@@ -80,8 +88,10 @@ class Loader {
  private:
   const io::ModelConfig& cfg_;
   const io::Checkpoint* ckpt_;
+  bool decode_ = true;
   TensorReader rd_;
   std::vector<TensorSpec> specs_;
+  std::vector<StoredTensorV41> stored_;
   bool fp32_ = true;
 };
 
@@ -165,17 +175,28 @@ WeightsV41 load_impl(const io::ModelConfig& cfg, Loader& ld) {
 
 bool is_engram_table(const TensorSpec& s) { return s.name.find("engram.embed.") != std::string::npos; }
 
-double official_storage_bytes_v41(const TensorSpec& s) {
-  const double n = double(s.rows) * double(s.cols);
+StorageV41 storage_format_v41(const TensorSpec& s) {
   auto has = [&](const char* part) { return s.name.find(part) != std::string::npos; };
-  if (s.expert >= 0) return n * (0.5 + 1.0 / 32);                  // packed FP4, E8M0 per 32 inputs
-  if (is_engram_table(s)) return double(s.rows) * (double(s.cols) + double((s.cols + 31) / 32));  // FP8 rows
+  if (s.expert >= 0) return StorageV41::Fp4Row32;
+  if (is_engram_table(s)) return StorageV41::Fp8Row32;
   static const char* const kFp8[] = {"attn.wq_a.", "attn.wq_b.", "attn.wkv.", "attn.wo_a.", "attn.wo_b.",
                                      "indexer.wq_b.", "shared_experts.", "engram.wkv."};
   for (const char* f : kFp8)
-    if (has(f)) return n + double((s.rows + 31) / 32) * double((s.cols + 31) / 32);  // E8M0 per 32x32 block
-  if (has("hc_") || has("attn_sink") || has("gate.bias")) return n * 4;
-  return n * 2;  // BF16
+    if (has(f)) return StorageV41::Fp8Block32;
+  if (has("hc_") || has("attn_sink") || has("gate.bias")) return StorageV41::F32;
+  return StorageV41::BF16;
+}
+
+double official_storage_bytes_v41(const TensorSpec& s) {
+  const double n = double(s.rows) * double(s.cols);
+  switch (storage_format_v41(s)) {
+    case StorageV41::Fp4Row32: return n * (0.5 + 1.0 / 32);  // packed FP4, E8M0 per 32 inputs
+    case StorageV41::Fp8Row32: return double(s.rows) * (double(s.cols) + double((s.cols + 31) / 32));
+    case StorageV41::Fp8Block32: return n + double((s.rows + 31) / 32) * double((s.cols + 31) / 32);
+    case StorageV41::F32: return n * 4;
+    case StorageV41::BF16: break;
+  }
+  return n * 2;
 }
 
 std::vector<TensorSpec> weight_specs_v41(const io::ModelConfig& cfg) {
@@ -190,6 +211,20 @@ Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkp
   DSI_RETURN_IF_ERROR(ld.finish());
   w.fp32_storage = ld.fp32_storage();
   return w;
+}
+
+Result<std::vector<StoredTensorV41>> resolve_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt) {
+  Loader ld(cfg, &ckpt, false);
+  load_impl(cfg, ld);
+  DSI_RETURN_IF_ERROR(ld.finish());
+  return std::move(ld.stored());
+}
+
+Result<io::Checkpoint> open_checkpoint_v41(const std::string& model_dir) {
+  const std::filesystem::path dir(model_dir);
+  const bool single = std::filesystem::exists(dir / "model.safetensors") &&
+                      !std::filesystem::exists(dir / "model.safetensors.index.json");
+  return io::Checkpoint::open(single ? (dir / "model.safetensors").string() : model_dir);
 }
 
 }  // namespace dsinfer::model

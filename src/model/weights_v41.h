@@ -53,14 +53,34 @@ struct WeightsV41 {
 
 // Every tensor of a V4.1 backbone (official names, logical [rows, cols]; layer and routed-expert ids set).
 std::vector<TensorSpec> weight_specs_v41(const io::ModelConfig& cfg);
-// Bytes of a V4.1 backbone tensor in the official checkpoint formats (research dsv41 section 3): dense FP8 e4m3
-// with an E8M0 scale per 32x32 block (attention projections, indexer wq_b, shared experts, Engram wkv), routed
-// experts packed FP4 with an E8M0 scale per 32 inputs, Engram tables FP8 rows with an E8M0 scale per 32
-// channels, mHC mixes / sinks / router biases F32, everything else BF16.
+// The release's storage format of a V4.1 backbone tensor (research dsv41 section 3; the one decision behind
+// official_storage_bytes_v41 and the checkpoint writer, model/export_v41.h): dense FP8 e4m3 with an E8M0 scale per
+// 32x32 block (attention projections, indexer wq_b, shared experts, Engram wkv), routed experts packed FP4 with an
+// E8M0 scale per 32 inputs, Engram tables FP8 rows with an E8M0 scale per 32 channels, mHC mixes / sinks / router
+// biases F32, everything else BF16.
+enum class StorageV41 { Fp8Block32, Fp4Row32, Fp8Row32, F32, BF16 };
+StorageV41 storage_format_v41(const TensorSpec& spec);
+// Bytes of a V4.1 backbone tensor in its official storage format (storage_format_v41).
 double official_storage_bytes_v41(const TensorSpec& spec);
 // Whether the tensor is an Engram table (`engram.embed.weight` / `.scale`): the rows a lookup gathers.
 bool is_engram_table(const TensorSpec& spec);
 // Validates the checkpoint against the config (all problems reported together) and dequantizes it.
 Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
+
+// A validated V4.1 checkpoint tensor in its storage format: views into the memory-mapped files, nothing decoded.
+// block: the FP8 scale block (rows x cols of one scale: quantization_config's for dense weights, 1 x 32 for an
+// Engram table); FP4 experts always have one scale per 32 inputs of a row.
+struct StoredTensorV41 {
+  TensorSpec spec;  // official name, logical [rows, cols], layer / expert
+  const io::TensorView* data = nullptr;
+  const io::TensorView* scale = nullptr;  // FP8 / FP4 scales, else null
+  int64_t block_n = 0, block_k = 0;
+};
+// Checks the checkpoint exactly as load_weights_v41 does (every problem reported together) without converting
+// anything; the CUDA backend uploads these as stored, streamed from the mapping.
+Result<std::vector<StoredTensorV41>> resolve_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
+// The checkpoint of a V4.1 model folder: a single model.safetensors is opened by name (the fixtures keep reference
+// logits beside it), else every shard named by model.safetensors.index.json / the folder's .safetensors files.
+Result<io::Checkpoint> open_checkpoint_v41(const std::string& model_dir);
 
 }  // namespace dsinfer::model

@@ -228,10 +228,14 @@ TEST_P(EngineFamilies, BatchInvariantAloneEqualsMixedWithPreemption) {
   const auto mine = requests(6);
   dsinfer::EngineOptions o = options();
   o.batch_invariant = true;
-  o.max_model_len = 2048;  // see below
   const std::vector<Out> alone = run(o, mine);
-  // The same six among 30 longer others (200..700 prompt tokens) under a state budget with all 16 slots but blocks
-  // for little more than one full-length sequence: the running sequences outgrow the blocks, preemption is certain.
+  // The same six among 30 others (20..79 prompt tokens, 30..69 generated) under a state budget with all 16 slots but
+  // token blocks for little more than one max_model_len (512) sequence. Preemption has to come from decode growth:
+  // admission takes blocks for a sequence's first chunk only and waits when they are short, and with 64 tokens a
+  // step, long prompts prefill one after the other, so long prompts with short outputs never overlap enough to
+  // preempt (this test saw 0 preemptions that way). Here all 16 slots are soon decoding at once and their contexts
+  // together outgrow the blocks several times over: preemption is certain and deterministic (the schedule depends
+  // only on token counts; the CPU engine preempts 46 times on the V4 model at this budget).
   std::vector<dsinfer::Request> mixed;
   std::vector<size_t> where;
   for (int i = 0; i < 36; ++i) {
@@ -239,7 +243,8 @@ TEST_P(EngineFamilies, BatchInvariantAloneEqualsMixedWithPreemption) {
       where.push_back(mixed.size());
       mixed.push_back(mine[size_t(i / 6)]);
     } else {
-      mixed.push_back(request(50 + i, 200 + (i * 97) % 500));
+      mixed.push_back(request(50 + i, 20 + (i * 97) % 60));
+      mixed.back().sampling.max_tokens = 30 + (i * 37) % 40;
     }
   }
   o.max_num_batched_tokens = 64;

@@ -114,3 +114,93 @@ TEST(QuantSim, HadamardIsOrthonormalSylvester) {
   EXPECT_NEAR(v[0], 1, 1e-6);
   EXPECT_NEAR(v[3], 4, 1e-6);
 }
+
+// The quantizers that write checkpoints (model/export_v41.*): dequant(quant(w)) is the nearest representable weight
+// under the block's power-of-two scale, and a weight that is already representable comes back bit for bit.
+TEST(Quant, Fp8BlockRoundTripsWithinHalfAStepAndKeepsRepresentableValues) {
+  const int64_t rows = 37, cols = 70, br = 32, bc = 32;  // partial blocks on both edges
+  std::vector<float> w(size_t(rows * cols));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.37f * float(i)) * (1.0f + float(i % 11)) * 1e-2f;
+  w[5] = 0.0f;
+  std::vector<uint8_t> q(w.size()), s(size_t(2 * 3));
+  io::quant_fp8_block(w.data(), rows, cols, br, bc, q.data(), s.data());
+  std::vector<float> back(w.size());
+  io::dequant_fp8_block(q.data(), rows, cols, s.data(), DType::F8_E8M0, br, bc, back.data());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const float scale = e8m0_to_f32(s[size_t((i / br) * 3 + j / bc)]);
+      const float x = w[size_t(i * cols + j)], y = back[size_t(i * cols + j)];
+      // e4m3 has 3 mantissa bits: half an ulp is 2^-4 relative, and subnormals step 2^-9 times the scale.
+      ASSERT_LE(std::fabs(x - y), std::max(std::fabs(x) / 16.0f, scale * 0x1p-10f)) << i << "," << j;
+      EXPECT_LE(std::fabs(x) / scale, 448.0f);
+    }
+  EXPECT_EQ(back[5], 0.0f);
+  // Representable weights come back exactly (a block's scale may halve when its largest value rounded down to
+  // 224 x scale, with the codes doubled: the same values).
+  std::vector<uint8_t> q2(q.size()), s2(s.size());
+  io::quant_fp8_block(back.data(), rows, cols, br, bc, q2.data(), s2.data());
+  std::vector<float> again(w.size());
+  io::dequant_fp8_block(q2.data(), rows, cols, s2.data(), DType::F8_E8M0, br, bc, again.data());
+  EXPECT_EQ(again, back);
+  // The block's largest magnitude lands in e4m3's top binade: amax 3.0 -> scale 2^-7 (3 / 2^-7 = 384 <= 448).
+  EXPECT_EQ(io::e8m0_scale_for(3.0f, 448.0f), 127 - 7);
+  EXPECT_EQ(io::e8m0_scale_for(0.0f, 448.0f), uint8_t(std::ceil(std::log2(1e-30 / 448.0)) + 127));
+}
+
+TEST(Quant, Fp4GroupsPackLowNibbleFirstAndRoundTrip) {
+  const int64_t rows = 3, cols = 64, group = 32;
+  std::vector<float> w(size_t(rows * cols));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.91f * float(i)) * float(1 + i % 5);
+  w[0] = 6.0f;   // row 0 group 0: amax 6 -> scale 1, 6.0 is code 7
+  w[1] = -0.5f;  // code 8 | 1 = 9
+  std::vector<uint8_t> p(size_t(rows * cols / 2)), s(size_t(rows * cols / group));
+  io::quant_fp4_e2m1(w.data(), rows, cols, group, p.data(), s.data());
+  EXPECT_EQ(s[0], 127);
+  EXPECT_EQ(p[0], uint8_t(7 | (9 << 4)));
+  std::vector<float> back(w.size());
+  io::dequant_fp4_e2m1(p.data(), rows, cols, s.data(), DType::F8_E8M0, group, back.data());
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float scale = e8m0_to_f32(s[i / size_t(group)]);
+    // e2m1 steps are at most 2 (between 4 and 6) times the scale: half of it bounds the error.
+    ASSERT_LE(std::fabs(w[i] - back[i]), 1.0f * scale) << i;
+  }
+  std::vector<uint8_t> p2(p.size()), s2(s.size());
+  io::quant_fp4_e2m1(back.data(), rows, cols, group, p2.data(), s2.data());
+  std::vector<float> again(w.size());
+  io::dequant_fp4_e2m1(p2.data(), rows, cols, s2.data(), DType::F8_E8M0, group, again.data());
+  EXPECT_EQ(again, back);
+}
+
+// The writer's encoders against the reference scalar encoders (core/dtypes.h), over a dense sweep of each format's
+// range with every midpoint (ties to even) and subnormal: a block whose largest value is the format's maximum has
+// scale 1, so its codes are the plain encodings.
+TEST(Quant, BlockEncodersEqualTheReferenceEncoders) {
+  std::vector<float> v = {448.0f, -448.0f, 0.0f, -0.0f, 0x1p-9f, 0x1p-10f, 3 * 0x1p-10f, 0x1p-6f, 15 * 0x1p-10f};
+  for (int k = 0; k < 255; ++k) {
+    const float a = e4m3_to_f32(uint8_t(k)), b = e4m3_to_f32(uint8_t(k + 1));
+    if (!std::isfinite(a) || !std::isfinite(b) || a < 0 || b < 0) continue;
+    for (float t : {0.0f, 0.25f, 0.5f, 0.75f}) v.push_back(a + t * (b - a));
+  }
+  for (int k = 0; k < 20000; ++k) v.push_back(448.0f * std::sin(0.013f * float(k)) * std::pow(2.0f, -float(k % 12)));
+  while (v.size() % 32) v.push_back(0.0f);
+  const int64_t n = int64_t(v.size());
+  std::vector<uint8_t> q(v.size());
+  std::vector<uint8_t> s(v.size());
+  io::quant_fp8_block(v.data(), 1, n, 1, n, q.data(), s.data());
+  ASSERT_EQ(s[0], 127);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(q[size_t(i)], f32_to_e4m3(v[size_t(i)])) << v[size_t(i)];
+  std::vector<float> f = {6.0f, -6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 5.9f, 0.0f, -0.0f};
+  for (int k = 0; k < 4000; ++k) f.push_back(6.0f * std::cos(0.37f * float(k)) * std::pow(2.0f, -float(k % 5)));
+  while (f.size() % 32) f.push_back(0.0f);
+  // One group per row of 32 with 6.0 first, so every group has scale 1.
+  const int64_t rows = int64_t(f.size()) / 32;
+  for (int64_t r = 0; r < rows; ++r) f[size_t(r * 32)] = 6.0f;
+  std::vector<uint8_t> p(f.size() / 2);
+  std::vector<uint8_t> ps(static_cast<size_t>(rows));
+  io::quant_fp4_e2m1(f.data(), rows, 32, 32, p.data(), ps.data());
+  for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(ps[size_t(r)], 127);
+  for (size_t i = 0; i < f.size(); ++i) {
+    const uint8_t code = i % 2 ? uint8_t(p[i / 2] >> 4) : uint8_t(p[i / 2] & 0xF);
+    ASSERT_EQ(code, f32_to_e2m1(f[i])) << f[i];
+  }
+}

@@ -6,7 +6,7 @@
 #include "backends/cuda/runner/cuda_config.h"
 #include "backends/cuda/runner/forward_v41.h"
 #include "cuda/cuda_common.h"
-#include "model/deepseek_v41.h"
+#include "model/deepseek_v41_vocab.h"
 #include "model/deepseek_v41_vocab.h"
 #include "ops/engram/engram.h"
 #include "ops/rope/rope.h"
@@ -38,10 +38,8 @@ Status CudaForwardV41::load(const runner::RunnerOptions& opts, ExpertSlots slots
   if (opts.load_format == runner::LoadFormat::kDummy) {
     DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, device_.free_bytes, device_.name, stream_, slots));
   } else {
-    // The CPU loader validates the checkpoint and the Engram vocabulary against the config; its fp32 weights are
-    // uploaded as they are (the exact path) and the host copy is dropped.
-    DSI_ASSIGN_OR_RETURN(std::unique_ptr<model::DeepseekV41Cpu> m, model::DeepseekV41Cpu::load(opts.model_dir, num_));
-    DSI_RETURN_IF_ERROR(weights_.upload(cfg_, m->weights(), slots));
+    // The checkpoint in its storage formats, validated as the CPU loader validates it, streamed from the mapping.
+    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, slots));
   }
   DSI_RETURN_IF_ERROR(init_engram(opts.load_format == runner::LoadFormat::kDummy ? std::string() : opts.model_dir));
   // transformers' frequencies (the official precompute differs; official numerics are refused above)
@@ -64,7 +62,7 @@ Status CudaForwardV41::init_engram(const std::string& model_dir) {
   if (v.engram_layer_ids.empty()) return Status::ok();
   token_map_host_.assign(size_t(cfg_.vocab_size), -1);
   if (!model_dir.empty()) {
-    DSI_ASSIGN_OR_RETURN(model::EngramVocab vocab, model::build_engram_vocab(model_dir + "/tokenizer.json"));
+    DSI_ASSIGN_OR_RETURN(model::EngramVocab vocab, model::load_engram_vocab(cfg_, model_dir));
     for (size_t i = 0; i < token_map_host_.size() && i < vocab.token_map.size(); ++i) token_map_host_[i] = int32_t(vocab.token_map[i]);
   } else {
     for (size_t i = 0; i < token_map_host_.size(); ++i) token_map_host_[i] = int32_t(int64_t(i) % v.engram_compressed_vocab_size);

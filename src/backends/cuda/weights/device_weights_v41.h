@@ -1,9 +1,11 @@
 // DeepSeek-V4.1 weights on the GPU for CudaForwardV41 (separate from the V4 DeviceWeights: V4.1 has its own tensor
-// list, model/weights_v41.h). Two sources: the CPU loader's validated, dequantized fp32 weights uploaded as F32
-// (the exact path that check-reference runs; a full-size checkpoint does not fit this way, see docs/kernels.md),
-// or dummy weights generated on the GPU in the official storage formats (FP8 dense, FP4 experts) for benchmarks.
+// list, model/weights_v41.h). Two sources: a checkpoint uploaded in its storage formats (FP8 block-scaled dense
+// projections, FP4 experts, FP8 Engram rows, BF16 / F32 as stored; a float fixture stays float, so check-reference's
+// exact path is unchanged), streamed from the memory-mapped shards with no fp32 host copy; or dummy weights generated
+// on the GPU in the official storage formats for benchmarks.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,10 +40,11 @@ struct DeviceLayerV41 {
 
 class DeviceWeightsV41 {
  public:
-  // Uploads the CPU loader's fp32 weights (all F32 on the device).
+  // Uploads the checkpoint in model_dir (validated by model::resolve_weights_v41: every problem reported together)
+  // in its storage formats, read from the mapping in file order; the mapping is closed afterwards.
   // slots: the routed experts this rank holds, per layer (global ids; expert parallelism, device_weights.h
-  // range_slots); the MoE's local expert i is slots[l][i].
-  Status upload(const io::ModelConfig& cfg, const model::WeightsV41& w, const ExpertSlots& slots);
+  // range_slots); the MoE's local expert i is slots[l][i]. Other ranks' experts are never read.
+  Status load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir, const ExpertSlots& slots);
   // Random weights: FP8 (128x128 blocks, E8M0 scales) dense projections, FP4 experts, fp32 vectors / Engram tables;
   // fails clearly when they would not fit in free_bytes.
   // (Every expert's seeds are drawn whether held or not, so a rank's experts equal the one-GPU model's.)
@@ -56,10 +59,34 @@ class DeviceWeightsV41 {
   bool fp32_storage() const { return fp32_storage_; }
 
  private:
-  Result<const float*> vec(const std::vector<float>& v, const char* what);
-  Result<ops::cuda::DeviceWeight> mat(const model::Mat& m, const char* what);
-  Status experts(const io::ModelConfig& cfg, const model::LayerWeightsV41& L, const std::vector<int32_t>& held,
-                 DeviceLayerV41& D);
+  // device_weights_v41_cuda.cpp: the checkpoint upload.
+  struct ExpertViews {
+    std::vector<ops::cuda::DeviceWeight> w[3];  // w1, w3, w2 per local slot
+  };
+  // Device memory of a checkpoint upload: one arena, sized by a dry run of the same code (dry: take() hands out
+  // stand-in addresses and put() copies nothing). Without an arena, take() allocates a buffer of its own.
+  struct Arena {
+    uint8_t* base = nullptr;
+    size_t used = 0, size = 0;
+    bool dry = false;
+  };
+  Result<uint8_t*> take(size_t bytes, const char* what);  // 256-byte aligned
+  Status put(void* dst, const void* src, size_t bytes);
+  Status upload_all(const io::ModelConfig& cfg, const std::vector<model::StoredTensorV41>& tensors,
+                    const ExpertSlots& slots);
+  // n float values (F32 / BF16 / F16) divided by div as an fp32 device array, converted in bounded host chunks.
+  Result<const float*> floats(const io::TensorView& v, int64_t n, double div, const char* what);
+  // A matrix as stored (F16 widened to fp32; BF16 scales to fp32).
+  Result<ops::cuda::DeviceWeight> stored(const model::StoredTensorV41& t);
+  Status bind(const io::ModelConfig& cfg, const model::StoredTensorV41& t, const ExpertSlots& slots,
+              std::vector<ExpertViews>& experts, std::map<int64_t, const io::TensorView*>& engram_q);
+  Status expert(const io::ModelConfig& cfg, const model::StoredTensorV41& t, const std::vector<int32_t>& held,
+                ExpertViews& X);
+  Status expert_arrays(const io::ModelConfig& cfg, int64_t l, const std::vector<int32_t>& held, const ExpertViews& X,
+                       DeviceLayerV41& D);
+  Status engram_table(const model::StoredTensorV41& t, DeviceLayerV41& D);
+  Status engram_qk(const io::TensorView& q, const io::TensorView& k, int64_t n, DeviceLayerV41& D);
+  Status check_layer(const io::ModelConfig& cfg, int64_t l) const;
   Status pointer_array(const std::vector<const void*>& ptrs, const void* const*& out);
   // dummy_weights_v41_cuda.cpp
   // FP8 scales per block x block (block_rows > 0: per block_rows x block, e.g. one per 32 channels of a row).
@@ -72,6 +99,7 @@ class DeviceWeightsV41 {
                        void* stream);
 
   std::vector<cuda::DeviceBuffer<uint8_t>> buffers_;
+  Arena arena_;
   ops::cuda::DeviceWeight embed_, head_;
   const float* final_norm_ = nullptr;
   std::vector<DeviceLayerV41> layers_;
