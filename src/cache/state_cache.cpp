@@ -23,8 +23,15 @@ Status StateCache::set_ranks(int32_t ranks) {
   if (ranks < 1) return Status::errorf("state cache: {} ranks", ranks);
   if (prefix_ || free_slots() != num_slots() || blocks_.num_free() != num_blocks())
     return Status::error("state cache: set_ranks after allocations or the prefix cache");
-  const int32_t spr = num_slots() / ranks, bpr = num_blocks() / ranks;
-  const int64_t per_seq = layout_.blocks_per_sequence(max_model_len_);
+  // Each rank splits its 1/ranks of the budget as create() splits the whole one (at most ceil(max_num_seqs / ranks)
+  // slots, the rest in blocks, capped at what its slots could use).
+  const int64_t per_seq = layout_.blocks_per_sequence(max_model_len_), budget = budget_bytes_ / ranks;
+  const int64_t cap = (max_num_seqs_ + ranks - 1) / ranks;
+  const int64_t fit = layout_.slot_bytes > 0 ? (budget - per_seq * layout_.block_bytes) / layout_.slot_bytes : cap;
+  const int32_t spr = int32_t(std::max<int64_t>(std::min(cap, fit), 0));
+  const int64_t fit_blocks = layout_.block_bytes > 0 ? (budget - spr * layout_.slot_bytes) / layout_.block_bytes
+                                                     : spr * per_seq;
+  const int32_t bpr = int32_t(std::min<int64_t>({fit_blocks, spr * per_seq, (INT32_MAX - 1) / ranks}));
   if (spr < 1 || bpr < per_seq)
     return Status::errorf("state cache: split over {} ranks, a rank holds {} slot(s) and {} blocks, below one "
                           "max_model_len={} sequence (1 slot + {} blocks): raise the state memory or lower "
@@ -73,7 +80,9 @@ Result<StateCache> StateCache::create(const io::ModelConfig& cfg, const StateCac
   int64_t blocks = layout.block_bytes > 0 ? (cc.budget_bytes - slots * layout.slot_bytes) / layout.block_bytes : cap;
   blocks = std::min(blocks, cap);
   if (blocks > INT32_MAX - 1) blocks = INT32_MAX - 1;
-  return StateCache(std::move(layout), int32_t(slots), int32_t(blocks), cc.budget_bytes, max_len);
+  StateCache sc(std::move(layout), int32_t(slots), int32_t(blocks), cc.budget_bytes, max_len);
+  sc.max_num_seqs_ = cc.max_num_seqs;
+  return sc;
 }
 
 int32_t StateCache::admit_rank(int64_t num_tokens, int64_t reserve_blocks, std::span<const BlockId> shared,

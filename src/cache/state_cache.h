@@ -101,12 +101,13 @@ class StateCache {
   StateCacheStats stats() const;
 
   // ---- DP attention (docs/multi_gpu.md "DP attention"): the state split over `ranks` ----
-  // Slots and blocks become `ranks` equal ranges (rounded down), rank r's memory holding only range r; a sequence
-  // lives on one rank: its slot and every block of its table are in that rank's ranges. Admission picks the rank
-  // (a prefix hit's device blocks fix it; else the least used state bytes, ties to the lower rank); growth, scratch
-  // copies and restores take blocks of the sequence's rank, evicting only that rank's cached blocks. Fails when a
-  // rank could not hold one max_model_len sequence. Call once, before anything is allocated or the prefix cache
-  // is enabled.
+  // Slots and blocks become `ranks` equal ranges, each sized from 1/ranks of the budget as create() sizes the whole
+  // (so the sequences that fit grow with the ranks when each brings its own memory); rank r's memory holds only
+  // range r. A sequence lives on one rank: its slot and every block of its table are in that rank's ranges.
+  // Admission picks the rank (a prefix hit's device blocks fix it; else the least used state bytes, ties to the
+  // lower rank); growth, scratch copies and restores take blocks of the sequence's rank, evicting only that rank's
+  // cached blocks. Fails when a rank could not hold one max_model_len sequence. Call once, before anything is
+  // allocated or the prefix cache is enabled.
   Status set_ranks(int32_t ranks);
   int32_t ranks() const { return ranks_; }
   int32_t slots_per_rank() const { return num_slots() / ranks_; }
@@ -139,6 +140,7 @@ class StateCache {
   std::unique_ptr<PrefixCache> prefix_;
   std::vector<int32_t> evictable_;  // per rank
   int32_t ranks_ = 1;
+  int32_t max_num_seqs_ = 1;
   std::vector<StateCopy> copies_;
 };
 

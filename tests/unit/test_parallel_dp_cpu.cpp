@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <future>
 #include <map>
 #include <random>
@@ -17,6 +18,8 @@
 #include <thread>
 
 #include "cache/state_cache.h"
+#include "cli_test_util.h"
+#include "dsinfer/diagnostics.h"
 #include "dsinfer/engine.h"
 #include "io/config.h"
 #include "parallel/expert_dispatch.h"
@@ -132,15 +135,15 @@ TEST(DpRanks, TokensAndLogprobsEqualOneRank) {
 TEST(DpRanks, BatchInvariantAloneEqualsBatchedEqualsOneRank) {
   within_30s([] {
     const std::string dir = dsinfer::test::source_dir() + "/models/dsv4-small";
+    dsinfer::EngineOptions one = options(dir, 1, false);
+    one.batch_invariant = true;
+    const auto base = run(one, {0, 1, 2, 3}, 16, 3072);
     for (int32_t n : {2, 4, 8}) {
       dsinfer::EngineOptions o = options(dir, n);
       o.batch_invariant = true;
       const auto together = run(o, {0, 1, 2, 3}, 16, 3072);
-      for (int i : {0, 3}) expect_same(run(o, {i}, 64, 3072), {{i, together.at(i)}}, "alone vs batched, " +
-                                                                                       std::to_string(n) + " ranks");
-      dsinfer::EngineOptions one = options(dir, 1, false);
-      one.batch_invariant = true;
-      expect_same(run(one, {0, 1, 2, 3}, 16, 3072), together, std::to_string(n) + " DP ranks vs one rank");
+      expect_same(base, together, std::to_string(n) + " DP ranks vs one rank");
+      expect_same(run(o, {3}, 64, 3072), {{3, together.at(3)}}, "alone vs batched, " + std::to_string(n) + " ranks");
     }
   });
 }
@@ -153,19 +156,28 @@ TEST(DpRanks, PreemptionAndPrefixCacheKeepOneRankResults) {
     const std::string dir = dsinfer::test::own_fixture("tiny-v4-a");
     for (const char* prefix : {"off", "exact"}) {
       dsinfer::EngineOptions o = options(dir, 2);
-      o.max_model_len = 64;
+      o.max_model_len = 96;
       o.enable_prefix_caching = prefix;
       dsinfer::EngineOptions one = o;
       one.gpus = 1;
       one.data_parallel_size = 1;
       int64_t pre_one = 0, pre_dp = 0;
-      // Tight state: measured for this fixture, 2 x (1 slot + the blocks of one 64-token sequence) and a little.
-      o.state_memory_gb = one.state_memory_gb = 0.0;
+      // Tight state: each DP rank 2 slots but blocks for one 96-token sequence and 2 blocks more, so two sequences
+      // of a rank outgrow its blocks (one rank: the same total).
+      dsinfer::cache::StateCacheConfig cc;
+      cc.max_model_len = 96;
+      auto cfg = dsinfer::io::load_model_config(dir);
+      ASSERT_TRUE(cfg.is_ok());
+      auto layout = dsinfer::cache::compute_state_layout(*cfg, cc);
+      ASSERT_TRUE(layout.is_ok());
+      const double rank_bytes = double(2 * layout->slot_bytes + (layout->blocks_per_sequence(96) + 2) * layout->block_bytes);
+      o.state_memory_gb = one.state_memory_gb = 2 * rank_bytes / double(1 << 30);
       o.max_num_seqs = one.max_num_seqs = 4;
       const std::vector<int> which = {0, 1, 2, 3, 4, 5, 6, 7};
-      const auto a = run(one, which, 24, 512, 30, &pre_one);
-      const auto b = run(o, which, 24, 512, 30, &pre_dp);
+      const auto a = run(one, which, 24, 512, 64, &pre_one);
+      const auto b = run(o, which, 24, 512, 64, &pre_dp);
       expect_same(a, b, std::string("prefix ") + prefix);
+      EXPECT_GT(pre_dp, 0) << prefix;  // the test is about preemption: the budget must force some
       std::printf("prefix %s: preemptions 1 rank %lld, 2 DP ranks %lld\n", prefix, (long long)pre_one,
                   (long long)pre_dp);
     }
@@ -305,4 +317,45 @@ TEST(StateCacheRanks, SequencesStayOnTheirRank) {
   ASSERT_TRUE(again.is_ok());
   const auto too_many = again->set_ranks(64);
   EXPECT_NE(too_many.message().find("below one max_model_len=64 sequence"), std::string::npos) << too_many.message();
+}
+
+// The user's path: `dsinfer generate --backend cpu --gpus 4 --data-parallel-size 4` writes the same completions as
+// one rank; `dsinfer plan` reports the sequences that fit for EP (the state replicated) and DP (each GPU its own).
+TEST(DpRanks, CliGenerateAndPlan) {
+  within_30s([] {
+    dsinfer::test::ScratchDir d("dp_cli");
+    const std::string in = d.str() + "/in.jsonl", model = dsinfer::test::source_dir() + "/models/dsv4-small";
+    {
+      std::ofstream f(in);
+      for (int i = 0; i < 5; ++i)
+        f << R"({"custom_id": "r)" << i << R"(", "body": {"temperature": 0, "max_tokens": 5, "logprobs": 1, "prompt": [)"
+          << 3 + i << ", " << 40 + 7 * i << ", 9, " << 100 + i << "]}}\n";
+    }
+    const std::string base = "generate --backend cpu --model " + model + " --input " + in;
+    auto one = dsinfer::test::run_cli(d, base + " --output " + d.str() + "/one.jsonl");
+    ASSERT_EQ(one.rc, 0) << one.err;
+    auto dp = dsinfer::test::run_cli(d, base + " --gpus 4 --data-parallel-size 4 --output " + d.str() + "/dp.jsonl");
+    ASSERT_EQ(dp.rc, 0) << dp.err;
+    const auto a = dsinfer::test::read_jsonl(d.str() + "/one.jsonl"), b = dsinfer::test::read_jsonl(d.str() + "/dp.jsonl");
+    ASSERT_EQ(a.size(), 5u);
+    ASSERT_EQ(b.size(), 5u);
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_EQ(a[i]["response"]["body"]["choices"], b[i]["response"]["body"]["choices"]) << i;
+
+    dsinfer::MemoryPlanOptions o;
+    o.model_dir = dsinfer::test::source_dir() + "/configs/deepseek-v4-flash";
+    o.context = 8192;
+    o.gpus = {2, 8};
+    dsinfer::MemoryPlan p;
+    std::string err;
+    ASSERT_TRUE(dsinfer::plan_memory(o, &p, &err)) << err;
+    const auto plan = dsinfer::test::run_cli(d, "plan --model " + o.model_dir + " --gpus 2,8 --context 8192");
+    ASSERT_EQ(plan.rc, 0) << plan.err;
+    EXPECT_NE(plan.out.find("DP: sequences"), std::string::npos) << plan.out;
+    for (const dsinfer::MemoryPlanRow& r : p.rows) {
+      EXPECT_EQ(r.sequences_ep, r.sequences);  // replicated: what one GPU holds
+      EXPECT_EQ(r.sequences_dp, int64_t(r.gpus) * r.sequences) << r.gpus;
+      EXPECT_NE(plan.out.find(std::to_string(r.sequences_dp)), std::string::npos) << plan.out;
+    }
+  });
 }
