@@ -67,7 +67,8 @@ int cmd_plan(int argc, char** argv) {
   std::printf("weights: %.2f GiB dense, replicated on every GPU", gib(p.dense_bytes));
   if (p.engram_table_bytes > 0) std::printf(" (of which %.2f GiB Engram tables)", gib(p.engram_table_bytes));
   std::printf("; %.2f GiB routed experts, split over the GPUs\n", gib(p.expert_bytes));
-  std::printf("state (fp32 rows; EP: every GPU holds every sequence, DP: each GPU its own): %.0f B per token + %.2f MiB fixed = %.2f MiB per "
+  std::printf("state (fp32 rows; EP: every GPU holds every sequence, DP: each GPU its own): %.0f B per token + "
+              "%.2f MiB fixed = %.2f MiB per "
               "%lld-token sequence%s\n", p.state_bytes_per_token, p.state_fixed_bytes / double(1 << 20),
               p.state_bytes_per_sequence / double(1 << 20), (long long)p.context,
               o.context > 0 ? "" : " (the model's maximum; --context N for another)");

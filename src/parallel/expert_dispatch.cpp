@@ -42,7 +42,8 @@ Status dispatch_combine(Communicator& comm, const DispatchShape& sh, std::span<c
   std::vector<size_t> sbytes(static_cast<size_t>(n)), rbytes(static_cast<size_t>(n));
   size_t stotal = 0, rtotal = 0;
   for (int32_t q = 0; q < n; ++q) {
-    if (recv_count[size_t(q)] < 0) return Status::errorf("expert dispatch: rank {} announced {} pairs", q, recv_count[size_t(q)]);
+    if (recv_count[size_t(q)] < 0)
+      return Status::errorf("expert dispatch: rank {} announced {} pairs", q, recv_count[size_t(q)]);
     sbytes[size_t(q)] = to[size_t(q)].size() * pb;
     rbytes[size_t(q)] = size_t(recv_count[size_t(q)]) * pb;
     stotal += sbytes[size_t(q)];

@@ -170,7 +170,8 @@ TEST(DpRanks, PreemptionAndPrefixCacheKeepOneRankResults) {
       ASSERT_TRUE(cfg.is_ok());
       auto layout = dsinfer::cache::compute_state_layout(*cfg, cc);
       ASSERT_TRUE(layout.is_ok());
-      const double rank_bytes = double(2 * layout->slot_bytes + (layout->blocks_per_sequence(96) + 2) * layout->block_bytes);
+      const double rank_bytes =
+          double(2 * layout->slot_bytes + (layout->blocks_per_sequence(96) + 2) * layout->block_bytes);
       o.state_memory_gb = one.state_memory_gb = 2 * rank_bytes / double(1 << 30);
       o.max_num_seqs = one.max_num_seqs = 4;
       const std::vector<int> which = {0, 1, 2, 3, 4, 5, 6, 7};
@@ -328,7 +329,8 @@ TEST(DpRanks, CliGenerateAndPlan) {
     {
       std::ofstream f(in);
       for (int i = 0; i < 5; ++i)
-        f << R"({"custom_id": "r)" << i << R"(", "body": {"temperature": 0, "max_tokens": 5, "logprobs": 1, "prompt": [)"
+        f << R"({"custom_id": "r)" << i
+          << R"(", "body": {"temperature": 0, "max_tokens": 5, "logprobs": 1, "prompt": [)"
           << 3 + i << ", " << 40 + 7 * i << ", 9, " << 100 + i << "]}}\n";
     }
     const std::string base = "generate --backend cpu --model " + model + " --input " + in;
@@ -336,7 +338,8 @@ TEST(DpRanks, CliGenerateAndPlan) {
     ASSERT_EQ(one.rc, 0) << one.err;
     auto dp = dsinfer::test::run_cli(d, base + " --gpus 4 --data-parallel-size 4 --output " + d.str() + "/dp.jsonl");
     ASSERT_EQ(dp.rc, 0) << dp.err;
-    const auto a = dsinfer::test::read_jsonl(d.str() + "/one.jsonl"), b = dsinfer::test::read_jsonl(d.str() + "/dp.jsonl");
+    const auto a = dsinfer::test::read_jsonl(d.str() + "/one.jsonl");
+    const auto b = dsinfer::test::read_jsonl(d.str() + "/dp.jsonl");
     ASSERT_EQ(a.size(), 5u);
     ASSERT_EQ(b.size(), 5u);
     for (size_t i = 0; i < a.size(); ++i)

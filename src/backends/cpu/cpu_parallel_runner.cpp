@@ -186,8 +186,9 @@ Status CpuParallelRunner::copy_one(const cache::StateCopy& c) {
   };
   if (c.kind == K::kSlotToSnapshot) DSI_RETURN_IF_ERROR(to_local(local.src, slots_per_rank_));
   if (c.kind == K::kSnapshotToSlot || c.kind == K::kZeroSlot) DSI_RETURN_IF_ERROR(to_local(local.dst, slots_per_rank_));
-  if (c.kind == K::kBlockToBlock || c.kind == K::kBlockToHost) DSI_RETURN_IF_ERROR(to_local(local.src, blocks_per_rank_));
-  if (c.kind == K::kBlockToBlock || c.kind == K::kHostToBlock) DSI_RETURN_IF_ERROR(to_local(local.dst, blocks_per_rank_));
+  const int32_t bpr = blocks_per_rank_;
+  if (c.kind == K::kBlockToBlock || c.kind == K::kBlockToHost) DSI_RETURN_IF_ERROR(to_local(local.src, bpr));
+  if (c.kind == K::kBlockToBlock || c.kind == K::kHostToBlock) DSI_RETURN_IF_ERROR(to_local(local.dst, bpr));
   cache::StateMemory mem = shards_[size_t(rank)]->state_memory();
   mem.snapshots = reinterpret_cast<uint8_t*>(snapshots_.data());
   mem.num_snapshots = num_snapshots_;
@@ -231,7 +232,8 @@ Status CpuParallelRunner::split_plan(const scheduler::BatchPlan& plan) {
     std::vector<cache::BlockId>& table = tables_[size_t(r)][i];
     for (cache::BlockId b : sp.block_table) {
       if (b < 0 || b / blocks_per_rank_ != r)
-        return Status::errorf("cpu parallel runner: sequence {} (rank {}) has block {} of another rank", sp.seq_id, r, b);
+        return Status::errorf("cpu parallel runner: sequence {} (rank {}) has block {} of another rank", sp.seq_id, r,
+                              b);
       table.push_back(b - r * blocks_per_rank_);
     }
     scheduler::SeqPlan lp = sp;
