@@ -243,6 +243,10 @@ TEST(DpRanks, LayoutOptionsAreChecked) {
   std::string err;
   EXPECT_EQ(dsinfer::Engine::create(o, &err), nullptr);
   EXPECT_NE(err.find("--data-parallel-size 2 must be 1"), std::string::npos) << err;
+  // The default state budget holds one sequence per rank even when max_num_seqs is below the rank count.
+  o.data_parallel_size = 4;
+  o.max_num_seqs = 1;
+  EXPECT_NE(dsinfer::Engine::create(o, &err), nullptr) << err;
 }
 
 // dispatch_combine over the in-process group at 1, 2, 4 and 8 ranks: every pair's output equals the expert run on
