@@ -67,7 +67,8 @@ int cmd_plan(int argc, char** argv) {
   std::printf("weights: %.2f GiB dense, replicated on every GPU", gib(p.dense_bytes));
   if (p.engram_table_bytes > 0) std::printf(" (of which %.2f GiB Engram tables)", gib(p.engram_table_bytes));
   std::printf("; %.2f GiB routed experts, split over the GPUs\n", gib(p.expert_bytes));
-  std::printf("state (fp32 rows; every GPU holds every sequence): %.0f B per token + %.2f MiB fixed = %.2f MiB per "
+  std::printf("state (fp32 rows; EP: every GPU holds every sequence, DP: each GPU its own): %.0f B per token + "
+              "%.2f MiB fixed = %.2f MiB per "
               "%lld-token sequence%s\n", p.state_bytes_per_token, p.state_fixed_bytes / double(1 << 20),
               p.state_bytes_per_sequence / double(1 << 20), (long long)p.context,
               o.context > 0 ? "" : " (the model's maximum; --context N for another)");
@@ -75,12 +76,15 @@ int cmd_plan(int argc, char** argv) {
     std::printf("state in DeepSeek's storage format (FP8 MODEL1 rows + FP8 indexer keys; not allocated so yet): %.0f B "
                 "per token + %.2f MiB fixed = %.2f MiB per sequence\n", p.state_fp8_bytes_per_token,
                 p.state_fp8_fixed_bytes / double(1 << 20), p.state_fp8_bytes_per_sequence / double(1 << 20));
-  std::printf("%-5s %16s %16s %5s %22s %22s\n", "gpus", "weights/GPU GiB", "limit (92%) GiB", "fits",
-              "sequences per GPU", "with the FP8 state");
+  std::printf("%-5s %16s %16s %5s %22s %22s %14s %14s\n", "gpus", "weights/GPU GiB", "limit (92%) GiB", "fits",
+              "sequences per GPU", "with the FP8 state", "EP: sequences", "DP: sequences");
   for (const MemoryPlanRow& r : p.rows)
-    std::printf("%-5d %16.2f %16.2f %5s %22lld %22s\n", r.gpus, gib(r.weight_bytes), gib(r.limit_bytes),
-                r.fits ? "yes" : "no", (long long)r.sequences,
-                p.state_fp8_bytes_per_sequence > 0 ? std::to_string(r.sequences_fp8).c_str() : "-");
+    std::printf("%-5d %16.2f %16.2f %5s %22lld %22s %14lld %14lld\n", r.gpus, gib(r.weight_bytes),
+                gib(r.limit_bytes), r.fits ? "yes" : "no", (long long)r.sequences,
+                p.state_fp8_bytes_per_sequence > 0 ? std::to_string(r.sequences_fp8).c_str() : "-",
+                (long long)r.sequences_ep, (long long)r.sequences_dp);
+  std::printf("(EP = --data-parallel-size 1: the state replicated; DP = --data-parallel-size N: each GPU its own "
+              "sequences; both count every GPU together; DP is built on the cpu backend so far)\n");
   if (p.engram_table_bytes > 0) {
     std::printf("with the Engram tables split over the GPUs as well (not implemented), weights per GPU:");
     for (const MemoryPlanRow& r : p.rows) std::printf(" %d: %.2f GiB", r.gpus, gib(r.tables_split_bytes));

@@ -208,6 +208,10 @@ struct MemoryPlanRow {
   bool fits = false;
   int64_t sequences = 0;     // of `context` tokens in limit - weights (0 when the weights do not fit)
   int64_t sequences_fp8 = 0;  // the same with the FP8 state format
+  // Sequences of `context` tokens the N GPUs hold together, by layout (docs/multi_gpu.md "DP attention"): EP
+  // (--data-parallel-size 1) replicates the state, so every GPU holds all of them (= sequences); DP
+  // (--data-parallel-size N) gives each GPU its own sequences (N x sequences).
+  int64_t sequences_ep = 0, sequences_dp = 0;
 };
 struct MemoryPlan {
   std::string model_type;

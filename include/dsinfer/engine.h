@@ -59,7 +59,9 @@ struct EngineOptions {
   std::string sampling = "device";
   // Several GPUs of one node (docs/multi_gpu.md), cuda: the GPUs to use (devices 0 .. gpus-1, one process);
   // routed experts split over them (expert_parallel_size: 0 = gpus, must equal gpus for now), everything else
-  // replicated. Data- and tensor-parallel attention are later steps: only 1 is accepted.
+  // replicated. data_parallel_size = gpus (> 1): DP attention, each rank its own sequences and their state, the
+  // routed tokens dispatched to the experts' ranks (cpu backend so far; docs/multi_gpu.md "DP attention + EP").
+  // Tensor-parallel attention is a later step: only 1 is accepted.
   int32_t gpus = 1;
   int32_t expert_parallel_size = 0;
   int32_t data_parallel_size = 1;

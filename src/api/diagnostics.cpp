@@ -214,6 +214,8 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
       r.sequences = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_bytes_per_sequence) : 0;
       if (p.state_fp8_bytes_per_sequence > 0)
         r.sequences_fp8 = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_fp8_bytes_per_sequence) : 0;
+      r.sequences_ep = r.sequences;
+      r.sequences_dp = r.sequences * n;
       p.rows.push_back(r);
     }
     *plan = std::move(p);

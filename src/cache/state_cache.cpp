@@ -14,7 +14,49 @@ StateCache::StateCache(StateLayout layout, int32_t num_slots, int32_t num_blocks
       slot_used_(size_t(num_slots), false),
       budget_bytes_(budget),
       max_model_len_(max_model_len) {
-  for (SlotId s = num_slots - 1; s >= 0; --s) free_slots_.push_back(s);
+  free_slots_.resize(1);
+  evictable_.assign(1, 0);
+  for (SlotId s = num_slots - 1; s >= 0; --s) free_slots_[0].push_back(s);
+}
+
+Status StateCache::set_ranks(int32_t ranks) {
+  if (ranks < 1) return Status::errorf("state cache: {} ranks", ranks);
+  if (prefix_ || free_slots() != num_slots() || blocks_.num_free() != num_blocks())
+    return Status::error("state cache: set_ranks after allocations or the prefix cache");
+  // Each rank splits its 1/ranks of the budget as create() splits the whole one (at most ceil(max_num_seqs / ranks)
+  // slots, the rest in blocks, capped at what its slots could use).
+  const int64_t per_seq = layout_.blocks_per_sequence(max_model_len_), budget = budget_bytes_ / ranks;
+  const int64_t cap = (max_num_seqs_ + ranks - 1) / ranks;
+  const int64_t fit = layout_.slot_bytes > 0 ? (budget - per_seq * layout_.block_bytes) / layout_.slot_bytes : cap;
+  const int32_t spr = int32_t(std::max<int64_t>(std::min(cap, fit), 0));
+  const int64_t fit_blocks = layout_.block_bytes > 0 ? (budget - spr * layout_.slot_bytes) / layout_.block_bytes
+                                                     : spr * per_seq;
+  const int32_t bpr = int32_t(std::min<int64_t>({fit_blocks, spr * per_seq, (INT32_MAX - 1) / ranks}));
+  if (spr < 1 || bpr < per_seq)
+    return Status::errorf("state cache: split over {} ranks, a rank holds {} slot(s) and {} blocks, below one "
+                          "max_model_len={} sequence (1 slot + {} blocks): raise the state memory or lower "
+                          "max_model_len", ranks, spr, bpr, max_model_len_, per_seq);
+  ranks_ = ranks;
+  tables_.assign(size_t(spr) * size_t(ranks), {});
+  slot_used_.assign(size_t(spr) * size_t(ranks), false);
+  free_slots_.assign(size_t(ranks), {});
+  for (int32_t r = 0; r < ranks; ++r)
+    for (SlotId s = (r + 1) * spr - 1; s >= r * spr; --s) free_slots_[size_t(r)].push_back(s);
+  blocks_ = BlockAllocator(bpr * ranks, ranks);
+  evictable_.assign(size_t(ranks), 0);
+  return Status::ok();
+}
+
+int32_t StateCache::free_slots() const {
+  size_t n = 0;
+  for (const auto& f : free_slots_) n += f.size();
+  return int32_t(n);
+}
+
+int32_t StateCache::free_blocks() const {
+  int32_t n = blocks_.num_free();
+  for (int32_t e : evictable_) n += e;
+  return n;
 }
 
 Result<StateCache> StateCache::create(const io::ModelConfig& cfg, const StateCacheConfig& cc) {
@@ -38,28 +80,49 @@ Result<StateCache> StateCache::create(const io::ModelConfig& cfg, const StateCac
   int64_t blocks = layout.block_bytes > 0 ? (cc.budget_bytes - slots * layout.slot_bytes) / layout.block_bytes : cap;
   blocks = std::min(blocks, cap);
   if (blocks > INT32_MAX - 1) blocks = INT32_MAX - 1;
-  return StateCache(std::move(layout), int32_t(slots), int32_t(blocks), cc.budget_bytes, max_len);
+  StateCache sc(std::move(layout), int32_t(slots), int32_t(blocks), cc.budget_bytes, max_len);
+  sc.max_num_seqs_ = cc.max_num_seqs;
+  return sc;
 }
 
-bool StateCache::can_admit(int64_t num_tokens, int64_t reserve_blocks, std::span<const BlockId> shared,
-                           int64_t extra) const {
+int32_t StateCache::admit_rank(int64_t num_tokens, int64_t reserve_blocks, std::span<const BlockId> shared,
+                               int64_t extra) const {
   // Shared blocks that only the cache holds count as free, but this admission takes them.
   // Host-tier blocks each need a fresh block to come back into.
   int64_t held = 0, restores = 0;
+  int32_t fixed = -1;  // the rank of the hit's device blocks
   for (BlockId b : shared) {
-    if (b < 0) ++restores;
-    else held += blocks_.refcount(b) == 1 && prefix_ && prefix_->is_cached(b);
+    if (b < 0) {
+      ++restores;
+      continue;
+    }
+    held += blocks_.refcount(b) == 1 && prefix_ && prefix_->is_cached(b);
+    if (fixed >= 0 && rank_of_block(b) != fixed) return -1;  // a table never spans ranks
+    fixed = rank_of_block(b);
   }
   const int64_t need = std::max<int64_t>(blocks_for(num_tokens) - int64_t(shared.size()), 0) + extra + restores;
-  return !free_slots_.empty() && need + reserve_blocks <= free_blocks() - held;
+  const int64_t reserve = reserve_blocks / ranks_;
+  int32_t best = -1;
+  int64_t best_used = 0;
+  for (int32_t r = fixed >= 0 ? fixed : 0; r < (fixed >= 0 ? fixed + 1 : ranks_); ++r) {
+    if (free_slots_[size_t(r)].empty() || need + reserve > free_blocks(r) - (r == fixed ? held : 0)) continue;
+    const int64_t used = int64_t(slots_per_rank() - int32_t(free_slots_[size_t(r)].size())) * layout_.slot_bytes +
+                         int64_t(blocks_per_rank() - free_blocks(r)) * layout_.block_bytes;
+    if (best < 0 || used < best_used) {
+      best = r;
+      best_used = used;
+    }
+  }
+  return best;
 }
 
 SlotId StateCache::admit(int64_t num_tokens, std::span<const BlockId> shared, std::span<const uint64_t> gens) {
-  if (!can_admit(num_tokens, 0, shared)) return -1;
+  const int32_t rank = admit_rank(num_tokens, 0, shared);
+  if (rank < 0) return -1;
   const bool restoring = std::any_of(shared.begin(), shared.end(), [](BlockId b) { return b < 0; });
   if (restoring && (!prefix_ || gens.size() != shared.size())) return -1;
-  SlotId s = free_slots_.back();
-  free_slots_.pop_back();
+  SlotId s = free_slots_[size_t(rank)].back();
+  free_slots_[size_t(rank)].pop_back();
   slot_used_[size_t(s)] = true;
   auto& t = tables_[size_t(s)];
   assert(t.empty());
@@ -74,7 +137,7 @@ SlotId StateCache::admit(int64_t num_tokens, std::span<const BlockId> shared, st
       if (shared[i] < 0) prefix_->pin(gens[i], true);
     for (size_t i = 0; i < shared.size(); ++i) {
       if (shared[i] >= 0) continue;
-      const BlockId b = take();  // can_admit counted it
+      const BlockId b = take(rank);  // can_admit counted it
       assert(b >= 0);
       const int32_t h = prefix_->restore(gens[i], b);
       assert(h >= 0);
@@ -91,32 +154,35 @@ SlotId StateCache::admit(int64_t num_tokens, std::span<const BlockId> shared, st
 
 bool StateCache::allocate_for(SlotId s, int64_t new_len) {
   const int64_t need = blocks_needed(s, new_len);
-  if (need > free_blocks()) return false;
+  const int32_t rank = rank_of_slot(s);
+  if (need > free_blocks(rank)) return false;
   auto& t = tables_[size_t(s)];
-  for (int64_t i = 0; i < need; ++i) t.push_back(take());
+  for (int64_t i = 0; i < need; ++i) t.push_back(take(rank));
   return true;
 }
 
-BlockId StateCache::take() {
-  BlockId b = blocks_.allocate();
+BlockId StateCache::take(int32_t rank) {
+  BlockId b = blocks_.allocate(rank);
   if (b >= 0 || !prefix_) return b;
-  const PrefixCache::Evicted v = prefix_->evict([this](BlockId x) { return blocks_.refcount(x); });
+  // Only this rank's blocks are candidates (another rank's count as referenced).
+  const PrefixCache::Evicted v = prefix_->evict(
+      [this, rank](BlockId x) { return rank_of_block(x) == rank ? blocks_.refcount(x) : 0; });
   if (v.block < 0) return -1;
   // Host tier: the block's content moves out before anything (a step, a later copy) writes the block again.
   if (v.host >= 0) copies_.push_back({StateCopy::Kind::kBlockToHost, v.block, v.host});
-  --evictable_;
+  --evictable_[size_t(rank)];
   blocks_.decref(v.block);
-  return blocks_.allocate();
+  return blocks_.allocate(rank);
 }
 
 void StateCache::ref(BlockId b) {
   blocks_.incref(b);
-  if (blocks_.refcount(b) == 2 && prefix_ && prefix_->is_cached(b)) --evictable_;
+  if (blocks_.refcount(b) == 2 && prefix_ && prefix_->is_cached(b)) --evictable_[size_t(rank_of_block(b))];
 }
 
 void StateCache::unref(BlockId b) {
   blocks_.decref(b);
-  if (blocks_.refcount(b) == 1 && prefix_ && prefix_->is_cached(b)) ++evictable_;
+  if (blocks_.refcount(b) == 1 && prefix_ && prefix_->is_cached(b)) ++evictable_[size_t(rank_of_block(b))];
 }
 
 PrefixCache::Insert StateCache::cache_block(SlotId s, int64_t index, uint64_t key, uint64_t parent_gen,
@@ -129,7 +195,7 @@ PrefixCache::Insert StateCache::cache_block(SlotId s, int64_t index, uint64_t ke
 }
 
 BlockId StateCache::swap_scratch(SlotId s, int64_t index) {
-  const BlockId fresh = take();
+  const BlockId fresh = take(rank_of_slot(s));
   if (fresh < 0) return -1;
   BlockId& e = tables_[size_t(s)][size_t(index)];
   const BlockId old = e;
@@ -161,7 +227,7 @@ void StateCache::free(SlotId s) {
   for (BlockId b : t) unref(b);
   t.clear();
   slot_used_[size_t(s)] = false;
-  free_slots_.push_back(s);
+  free_slots_[size_t(rank_of_slot(s))].push_back(s);
 }
 
 Status StateCache::share_blocks(SlotId s, std::span<const BlockId> blocks) {

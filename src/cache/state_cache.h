@@ -39,10 +39,10 @@ class StateCache {
   int64_t block_size() const { return layout_.block_size; }
   int64_t max_model_len() const { return max_model_len_; }
   int32_t num_slots() const { return int32_t(slot_used_.size()); }
-  int32_t free_slots() const { return int32_t(free_slots_.size()); }
+  int32_t free_slots() const;
   int32_t num_blocks() const { return blocks_.num_blocks(); }
   // Free blocks, counting cached blocks that only the prefix cache references (evicted on demand, LRU).
-  int32_t free_blocks() const { return blocks_.num_free() + evictable_; }
+  int32_t free_blocks() const;
   int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size() - 1) / block_size(); }
 
   // New sequence: a slot plus blocks for num_tokens tokens, leaving at least `reserve_blocks` free. `shared`:
@@ -50,12 +50,16 @@ class StateCache {
   // the host tier, node gens[i], restored into a fresh block), `extra`: blocks it needs beyond its table
   // (bounded-replay scratch copies).
   bool can_admit(int64_t num_tokens, int64_t reserve_blocks = 0, std::span<const BlockId> shared = {},
-                 int64_t extra = 0) const;
+                 int64_t extra = 0) const {
+    return admit_rank(num_tokens, reserve_blocks, shared, extra) >= 0;
+  }
   // -1 (nothing taken) when !can_admit.
   SlotId admit(int64_t num_tokens, std::span<const BlockId> shared = {}, std::span<const uint64_t> gens = {});
 
   // Grow slot's table to cover new_len tokens (no-op when it already does).
-  bool can_allocate(SlotId s, int64_t new_len) const { return blocks_needed(s, new_len) <= free_blocks(); }
+  bool can_allocate(SlotId s, int64_t new_len) const {
+    return blocks_needed(s, new_len) <= free_blocks(rank_of_slot(s));
+  }
   bool allocate_for(SlotId s, int64_t new_len);  // false (and table unchanged) when blocks are short
 
   // Rollback (speculative decoding, rejected positions): keep blocks_for(len) blocks, release the rest.
@@ -96,10 +100,29 @@ class StateCache {
   bool slot_in_use(SlotId s) const { return slot_used_[size_t(s)]; }
   StateCacheStats stats() const;
 
+  // ---- DP attention (docs/multi_gpu.md "DP attention"): the state split over `ranks` ----
+  // Slots and blocks become `ranks` equal ranges, each sized from 1/ranks of the budget as create() sizes the whole
+  // (so the sequences that fit grow with the ranks when each brings its own memory); rank r's memory holds only
+  // range r. A sequence lives on one rank: its slot and every block of its table are in that rank's ranges.
+  // Admission picks the rank (a prefix hit's device blocks fix it; else the least used state bytes, ties to the
+  // lower rank); growth, scratch copies and restores take blocks of the sequence's rank, evicting only that rank's
+  // cached blocks. Fails when a rank could not hold one max_model_len sequence. Call once, before anything is
+  // allocated or the prefix cache is enabled.
+  Status set_ranks(int32_t ranks);
+  int32_t ranks() const { return ranks_; }
+  int32_t slots_per_rank() const { return num_slots() / ranks_; }
+  int32_t blocks_per_rank() const { return num_blocks() / ranks_; }
+  int32_t rank_of_slot(SlotId s) const { return s / slots_per_rank(); }
+  int32_t rank_of_block(BlockId b) const { return blocks_.part_of(b); }
+  int32_t free_blocks(int32_t rank) const { return blocks_.num_free(rank) + evictable_[size_t(rank)]; }
+  // The rank that admission would use (-1: no rank can take it); the arguments are can_admit's.
+  int32_t admit_rank(int64_t num_tokens, int64_t reserve_blocks = 0, std::span<const BlockId> shared = {},
+                     int64_t extra = 0) const;
+
  private:
   StateCache(StateLayout layout, int32_t num_slots, int32_t num_blocks, int64_t budget, int64_t max_model_len);
   // Every reference change goes through these, which keep evictable_ (cached blocks with refcount 1) true.
-  BlockId take();  // allocate, evicting the LRU unreferenced cached block when the pool is empty
+  BlockId take(int32_t rank);  // allocate, evicting the rank's LRU unreferenced cached block when its pool is empty
   void ref(BlockId b);
   void unref(BlockId b);
   int64_t blocks_needed(SlotId s, int64_t new_len) const {
@@ -111,11 +134,13 @@ class StateCache {
   BlockAllocator blocks_;
   std::vector<std::vector<BlockId>> tables_;  // per slot
   std::vector<bool> slot_used_;
-  std::vector<SlotId> free_slots_;            // LIFO
+  std::vector<std::vector<SlotId>> free_slots_;  // per rank, LIFO
   int64_t budget_bytes_ = 0;
   int64_t max_model_len_ = 0;
   std::unique_ptr<PrefixCache> prefix_;
-  int32_t evictable_ = 0;
+  std::vector<int32_t> evictable_;  // per rank
+  int32_t ranks_ = 1;
+  int32_t max_num_seqs_ = 1;
   std::vector<StateCopy> copies_;
 };
 

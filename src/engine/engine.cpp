@@ -62,6 +62,7 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
                             e->tok_->vocab_size(), mc.vocab_size);
   }
   DSI_ASSIGN_OR_RETURN(cache::StateCache sc, cache::StateCache::create(mc, cfg.cache));
+  if (e->runner_->state_ranks() > 1) DSI_RETURN_IF_ERROR(sc.set_ranks(e->runner_->state_ranks()));  // DP attention
   DSI_ASSIGN_OR_RETURN(const PrefixMemory pmem, setup_prefix_cache(o, *e->runner_, cfg.speculative.enabled(),
                                                                    cfg.cache.budget_bytes, sc));
   DSI_RETURN_IF_ERROR(e->runner_->bind_state(sc.layout(), sc.num_slots(), sc.num_blocks(), e->max_model_len_));

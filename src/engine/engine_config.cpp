@@ -60,12 +60,15 @@ Result<EngineConfig> resolve_engine_config(const EngineOptions& o, const io::Mod
   c.cache.max_model_len = c.max_model_len;
   c.cache.kv_elem_bytes = kv_elem_bytes;
   c.cache.num_speculative_tokens = c.speculative.num_speculative_tokens;
-  // The state budget: the option, else room for max_num_seqs full-length sequences capped at 4 GiB (at least one).
+  // The state budget: the option, else room for max_num_seqs full-length sequences capped at 4 GiB (at least one;
+  // DP attention: at least one per rank, each rank holding 1/N of it).
   c.cache.budget_bytes = int64_t(o.state_memory_gb * double(int64_t(1) << 30));
   if (c.cache.budget_bytes <= 0) {
     DSI_ASSIGN_OR_RETURN(const cache::StateLayout layout, cache::compute_state_layout(mc, c.cache));
     const int64_t per_seq = layout.bytes_per_sequence(c.max_model_len);
-    c.cache.budget_bytes = std::max<int64_t>(std::min<int64_t>(per_seq * o.max_num_seqs, int64_t(4) << 30), per_seq);
+    const int64_t ranks = o.gpus > 1 && o.data_parallel_size == o.gpus ? o.gpus : 1;
+    c.cache.budget_bytes =
+        std::max<int64_t>(std::min<int64_t>(per_seq * o.max_num_seqs, int64_t(4) << 30), per_seq * ranks);
   }
 
   c.scheduler.max_num_seqs = o.max_num_seqs;

@@ -77,6 +77,12 @@ Status DeepseekV4Cpu::forward(const StatePool& state, std::span<const SeqChunk> 
     }
   }
   s.T = int64_t(s.tok.size());
+  if (s.T == 0 && shard_.exchange) {  // DP: a rank without tokens still serves its experts in every MoE layer
+    std::vector<float> none;
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) DSI_RETURN_IF_ERROR(moe(l, s, none, none));
+    logits.clear();
+    return Status::ok();
+  }
   const int64_t T = s.T, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const float eps = float(cfg_.rms_norm_eps);
 
@@ -259,6 +265,7 @@ void DeepseekV4Cpu::output_projection(const LayerWeights& L, const std::vector<f
 }
 
 Status DeepseekV4Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
+  if (shard_.exchange) return moe_exchange(l, s, x, out);
   const LayerWeights& L = w_.layers[size_t(l)];
   const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok;
   const bool hash = cfg_.mlp_layer_types[size_t(l)] == io::MlpType::HashMoE;
@@ -294,6 +301,56 @@ Status DeepseekV4Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x,
     for (int64_t d = 0; d < D; ++d) out[size_t(t * D + d)] = float(acc[size_t(d)]);
   }
   return shard_.reduce ? shard_.reduce(out) : Status::ok();
+}
+
+// DP attention + EP: route every token here, have each pair's expert output computed by the expert's rank
+// (shard_.exchange), then the same fp64 accumulation as moe(): sum_j double(w_j) * double(y_j) in top-k order, the
+// shared expert last, one rounding to fp32. expert_accumulate_ref adds double(scale) * double(float(acc)) per
+// expert, so y_j = its output at scale 1 carries exactly that float: bit-identical to one rank.
+Status DeepseekV4Cpu::moe_exchange(int64_t l, const Step& s, const std::vector<float>& x,
+                                   std::vector<float>& out) const {
+  const LayerWeights& L = w_.layers[size_t(l)];
+  const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok, T = s.T;
+  const bool hash = cfg_.mlp_layer_types[size_t(l)] == io::MlpType::HashMoE;
+  ops::RouterParams rp;
+  rp.gate = L.gate.p();
+  rp.bias = hash ? nullptr : L.gate_bias.data();
+  rp.experts = cfg_.n_routed_experts;
+  rp.dim = D;
+  rp.topk = k;
+  rp.score = cfg_.scoring_func;
+  rp.renormalize = cfg_.norm_topk_prob;
+  rp.norm_eps = num_.router_norm_eps;
+  rp.route_scale = float(cfg_.routed_scaling_factor);
+  const float limit = float(cfg_.swiglu_limit);
+  std::vector<int32_t> idx(size_t(T * k));
+  std::vector<float> wt(size_t(T * k));
+  for (int64_t t = 0; t < T; ++t)
+    ops::route_ref(rp, x.data() + t * D, hash ? L.tid2eid.data() + int64_t(s.tok[size_t(t)]) * k : nullptr,
+                   idx.data() + t * k, wt.data() + t * k);
+  const ExpertCompute compute = [&](int32_t e, const float* xi, float* yi) {
+    const ExpertWeights& ew = L.experts[size_t(e)];
+    std::vector<double> acc(static_cast<size_t>(D), 0.0);
+    ops::expert_accumulate_ref({ew.w1.p(), ew.w3.p(), ew.w2.p(), D, I, limit}, xi, 1.0f, acc.data());
+    for (int64_t d = 0; d < D; ++d) yi[d] = float(acc[size_t(d)]);
+  };
+  std::vector<float> y;
+  DSI_RETURN_IF_ERROR(shard_.exchange(l, std::span<const float>(x.data(), size_t(T * D)), idx, compute, y));
+  std::vector<double> acc(static_cast<size_t>(D));
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const float* yj = y.data() + (t * k + j) * D;
+      for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += double(wt[size_t(t * k + j)]) * double(yj[d]);
+    }
+    if (L.shared) {
+      const ExpertWeights& e = *L.shared;
+      ops::expert_accumulate_ref({e.w1.p(), e.w3.p(), e.w2.p(), D, I, num_.shared_expert_clamp ? limit : 0.0f},
+                                 x.data() + t * D, 1.0f, acc.data());
+    }
+    for (int64_t d = 0; d < D; ++d) out[size_t(t * D + d)] = float(acc[size_t(d)]);
+  }
+  return Status::ok();
 }
 
 }  // namespace dsinfer::model

@@ -36,10 +36,18 @@ struct SeqChunk {
 // experts [lo, hi) of every MoE layer (and the shared expert when `shared`), and `reduce` turns its partial MoE
 // output [T, D] into the sum over every rank (a collective: every rank calls it once per MoE layer, in order).
 // The default (hi < 0, no reduce) is one rank computing everything.
+// DP attention + EP: with `exchange` set, this rank's tokens are its own and every routed (token, expert) pair goes
+// to the rank owning the expert: exchange(layer, x [T, D], idx [T, k], compute, y) returns y [T * k, D], pair
+// (t, j)'s expert output (scale 1; `compute` is this rank's expert, run for the pairs it is sent); moe() weights
+// and sums them in top-k order, then adds the shared expert, as one rank does. Called once per MoE layer on every
+// rank, with T = 0 on a rank without tokens (a forward of no chunks).
+using ExpertCompute = std::function<void(int32_t expert, const float* x, float* y)>;
 struct ExpertShard {
   int64_t lo = 0, hi = -1;
   bool shared = true;
   std::function<Status(std::vector<float>& partial)> reduce;
+  std::function<Status(int64_t layer, std::span<const float> x, std::span<const int32_t> idx,
+                       const ExpertCompute& compute, std::vector<float>& y)> exchange;
 };
 
 // Observes named intermediates ("layer.attn.q", ...) for CPU/GPU diffing. rows x cols floats.
@@ -66,6 +74,7 @@ class DeepseekV4Cpu {
   void output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, std::vector<float>& out) const;
   void attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   Status moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  Status moe_exchange(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   void tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const;
 
   io::ModelConfig cfg_;

@@ -28,9 +28,10 @@ std::map<std::string, std::string> torchrun_env() {
 Result<int32_t> validate_parallel(const ParallelSizes& s, const std::map<std::string, std::string>& env,
                                   int32_t local_gpus) {
   if (s.gpus < 1) return Status::errorf("--gpus must be >= 1, found {}", s.gpus);
-  if (s.data_parallel != 1)
-    return Status::errorf("--data-parallel-size {}: data-parallel attention is not implemented yet (only 1; see "
-                          "docs/multi_gpu.md)", s.data_parallel);
+  if (s.data_parallel != 1 && s.data_parallel != s.gpus)
+    return Status::errorf("--data-parallel-size {} must be 1 (attention and state replicated on every GPU) or --gpus "
+                          "{} (DP attention: each GPU its own sequences and their state; docs/multi_gpu.md)",
+                          s.data_parallel, s.gpus);
   if (s.tensor_parallel != 1)
     return Status::errorf("--tensor-parallel-size {}: tensor parallelism is not implemented yet (only 1; see "
                           "docs/multi_gpu.md)", s.tensor_parallel);
@@ -50,6 +51,14 @@ Result<int32_t> validate_parallel(const ParallelSizes& s, const std::map<std::st
   if (local_gpus >= 0 && s.gpus > local_gpus)
     return Status::errorf("--gpus {} but only {} CUDA device(s) are visible", s.gpus, local_gpus);
   return ep;
+}
+
+Layout layout_of(const ParallelSizes& s) {
+  return s.gpus > 1 && s.data_parallel == s.gpus ? Layout::kDataParallel : Layout::kExpertParallel;
+}
+
+const char* layout_name(Layout l) {
+  return l == Layout::kDataParallel ? "DP attention + expert parallel" : "expert parallel";
 }
 
 Result<ExpertRange> expert_range(int64_t experts, int32_t rank, int32_t world) {

@@ -1,6 +1,6 @@
 // Multi-GPU plan of one process (docs/multi_gpu.md): the parallel sizes asked for (--gpus, --expert-parallel-size,
-// --data-parallel-size, --tensor-parallel-size) checked against what is implemented (EP = N, DP = TP = 1, one
-// node), each rank's expert range, and the per-rank memory sizing that decides whether a model fits (the one
+// --data-parallel-size, --tensor-parallel-size) checked against what is implemented (EP = N, DP = 1 or N, TP = 1,
+// one node), each rank's expert range, and the per-rank memory sizing that decides whether a model fits (the one
 // source of truth of the CUDA runner's "does not fit" refusal). Host code, no CUDA.
 #pragma once
 #include <cstdint>
@@ -21,7 +21,7 @@ struct ParallelSizes {
   int32_t tensor_parallel = 1;
 };
 
-// The sizes this step implements: gpus >= 1, EP = gpus (0 = default), DP = TP = 1; a clear error otherwise.
+// The sizes implemented: gpus >= 1, EP = gpus (0 = default), DP = 1 or gpus, TP = 1; a clear error otherwise.
 // env: the torchrun variables (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) as read from the
 // environment; a WORLD_SIZE larger than local_gpus (the visible devices; < 0 = unknown) is a multi-node launch,
 // which is not implemented yet. Returns the EP size.
@@ -29,6 +29,13 @@ Result<int32_t> validate_parallel(const ParallelSizes& s, const std::map<std::st
                                   int32_t local_gpus);
 // The torchrun variables of the current process environment (only those set).
 std::map<std::string, std::string> torchrun_env();
+
+// The layout of a validated plan, decided here only: kExpertParallel (--data-parallel-size 1: attention and state
+// replicated, the MoE output all-reduced) or kDataParallel (--data-parallel-size = --gpus > 1: each rank its own
+// sequences and state, routed tokens dispatched to the experts' ranks and combined back).
+enum class Layout { kExpertParallel, kDataParallel };
+Layout layout_of(const ParallelSizes& s);
+const char* layout_name(Layout l);
 
 // Routed experts [lo, hi) of rank `rank` of `world`.
 struct ExpertRange {

@@ -113,6 +113,9 @@ class ModelRunner {
   // ok, or why this runner can run no more steps (a rank of a parallel runner failed: every later call fails
   // with this reason; the engine's users report it, the server answers 503 with it).
   virtual Status health() const { return Status::ok(); }
+  // DP attention (docs/multi_gpu.md): the number of ranks the state is split over (cache::StateCache::set_ranks);
+  // bind_state then receives the whole id space and each rank holds its equal part. 1: one state.
+  virtual int32_t state_ranks() const { return 1; }
 
   // Speculative decoding (src/speculative): from now on every step() also keeps the output residual streams of these
   // target layers for every token of the step, readable until the next step() as captured_hidden():

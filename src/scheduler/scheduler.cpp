@@ -186,6 +186,7 @@ const BatchPlan& Scheduler::schedule() {
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
+    const int32_t rank = cache_.rank_of_slot(s->slot);
     // Asynchronous steps: its in-flight token reaches max_tokens, so it finishes when resolved; no surplus step.
     if (s->pending_step && int64_t(s->output.size()) >= s->req->max_tokens) continue;
     int32_t spec = int32_t(std::min<int64_t>(s->spec_len, budget - 1));
@@ -201,12 +202,19 @@ const BatchPlan& Scheduler::schedule() {
         continue;
       }
       preempted = true;
-      Sequence* victim = running_.back();
-      running_.pop_back();
+      // The newest sequence of s's rank (DP attention: only its blocks can make room; one rank: the newest).
+      auto v = running_.end() - 1;
+      while (cache_.rank_of_slot((*v)->slot) != rank) --v;  // stops at s at the latest
+      Sequence* victim = *v;
+      running_.erase(v);
       preempt(victim);
       if (victim == s) { self_preempted = true; break; }
     }
-    if (self_preempted) break;  // s was the newest: nothing after it
+    if (self_preempted) {
+      if (cache_.ranks() == 1) break;  // s was the newest: nothing after it
+      --i;  // DP: the sequences after s are other ranks'; running_[i] is now the next one (i wraps, then ++i)
+      continue;
+    }
     emit(s, n, spec);
     budget -= n;
   }

@@ -24,6 +24,19 @@ Scheduler::PrefixHit Scheduler::prefix_lookup(Sequence* s) {
   pc->extend_keys(all, s->keys);
   // At most total - 1 tokens: the last one must still run to produce the logits.
   cache::PrefixCache::Match m = pc->match(all, s->keys, int32_t((total - 1) / bs));
+  // DP attention: a sequence's blocks live on one rank; keep the hit's leading blocks on its first device block's.
+  int32_t rank = -1;
+  for (size_t i = 0; i < m.blocks.size() && cache_.ranks() > 1; ++i) {
+    if (m.blocks[i] < 0) continue;
+    if (rank < 0) rank = cache_.rank_of_block(m.blocks[i]);
+    if (cache_.rank_of_block(m.blocks[i]) == rank) continue;
+    m.blocks.resize(i);
+    m.gens.resize(i);
+    if (m.snapshot_blocks > int32_t(i)) {  // the match knows only its deepest snapshot
+      m.snapshot_blocks = 0;
+      m.snapshot = -1;
+    }
+  }
   const int64_t exact = int64_t(m.snapshot_blocks) * bs, full = int64_t(m.blocks.size()) * bs;
   const int64_t window = cache_.layout().ring_rows - cache_.layout().num_speculative_tokens;
   if (pc->mode() == cache::PrefixMode::kBounded && full > window && full - window > exact) {

@@ -129,7 +129,7 @@ TEST(ParallelOptions, SizesAndTorchrunVariables) {
     return r.is_ok() ? std::string("ok") : r.status().message();
   };
   EXPECT_NE(msg({2, 1, 1, 1}, {}, 2).find("must equal --gpus"), std::string::npos);
-  EXPECT_NE(msg({1, 0, 2, 1}, {}, 2).find("data-parallel attention is not implemented yet"), std::string::npos);
+  EXPECT_NE(msg({1, 0, 2, 1}, {}, 2).find("--data-parallel-size 2 must be 1"), std::string::npos);
   EXPECT_NE(msg({1, 0, 1, 2}, {}, 2).find("tensor parallelism is not implemented yet"), std::string::npos);
   EXPECT_NE(msg({4, 0, 1, 1}, {}, 2).find("only 2 CUDA device(s)"), std::string::npos);
   EXPECT_NE(msg({0, 0, 1, 1}, {}, 2).find(">= 1"), std::string::npos);
@@ -139,7 +139,7 @@ TEST(ParallelOptions, SizesAndTorchrunVariables) {
 }
 
 // --gpus N on the cpu backend runs N ranks of the reference (issue 27, tests/unit/test_parallel_cpu.cpp): through
-// the CLI the greedy output of 2 ranks is 1 rank's; NCCL is refused there, and so are DP / TP (not implemented).
+// the CLI the greedy output of 2 ranks is 1 rank's; NCCL is refused there, and so are TP and DP sizes but 1 or N.
 TEST(ParallelOptions, CpuBackendRunsSeveralRanks) {
   EngineOptions o;
   o.model_dir = test::source_dir() + "/models/dsv4-small";
@@ -163,7 +163,7 @@ TEST(ParallelOptions, CpuBackendRunsSeveralRanks) {
   EXPECT_EQ(two.out, one.out);
   const test::CliResult d = test::run_cli(dir, "generate --model " + o.model_dir + " --data-parallel-size 2 --prompt hi");
   EXPECT_NE(d.rc, 0);
-  EXPECT_NE(d.err.find("data-parallel attention is not implemented yet"), std::string::npos) << d.err;
+  EXPECT_NE(d.err.find("--data-parallel-size 2 must be 1"), std::string::npos) << d.err;
   const test::CliResult f = test::run_cli(dir, gen + " --gpus 2 --inject-fault 1:step:0");
   EXPECT_NE(f.rc, 0);
   EXPECT_NE(f.err.find("rank 1 failed: injected fault in step 0"), std::string::npos) << f.err;

@@ -1,9 +1,11 @@
 // CpuParallelRunner (see cpu_parallel_runner.h).
 #include "backends/cpu/cpu_parallel_runner.h"
 
+#include <cstring>
 #include <mutex>
 
 #include "backends/cpu/cpu_runner.h"
+#include "parallel/expert_dispatch.h"
 #include "parallel/fault_injection.h"
 #include "parallel/inproc_comm.h"
 #include "parallel/parallel_plan.h"
@@ -15,7 +17,9 @@ namespace {
 
 class CpuParallelRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
-  explicit CpuParallelRunner(int32_t n) : shards_(size_t(n)), unused_(size_t(n)) {}
+  CpuParallelRunner(int32_t n, parallel::Layout layout)
+      : layout_(layout), shards_(size_t(n)), out_(size_t(n)), sub_(size_t(n)), rows_(size_t(n)),
+        tables_(size_t(n)), traffic_(size_t(n)) {}
   ~CpuParallelRunner() override {
     (void)pool_.run([&](int32_t r) {
       shards_[size_t(r)].reset();
@@ -26,8 +30,8 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
 
   const io::ModelConfig& config() const override { return shards_[0]->config(); }
   std::string name() const override {
-    return fmt::format("cpu parallel ({} ranks, expert parallel, {}): {}", shards_.size(), comms_[0]->name(),
-                       shards_[0]->name());
+    return fmt::format("cpu parallel ({} ranks, {}, {}): {}", shards_.size(), parallel::layout_name(layout_),
+                       comms_[0]->name(), shards_[0]->name());
   }
   int32_t kv_elem_bytes() const override { return 4; }
   bool exact_math() const override { return true; }
@@ -37,27 +41,13 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
     std::lock_guard<std::mutex> lk(mu_);
     return failed_;
   }
+  int32_t state_ranks() const override { return dp() ? int32_t(shards_.size()) : 1; }
 
-  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override {
-    return all([&](CpuRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
-  }
-  Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override {
-    DSI_RETURN_IF_ERROR(health());
-    Status st = pool_.run([&](int32_t r) {
-      return shards_[size_t(r)]->step(plan, r == 0 ? logits : unused_[size_t(r)]);  // rank 0's logits
-    });
-    ++steps_;
-    return st.is_ok() ? st : health();
-  }
-  Status bind_snapshots(int32_t n) override {
-    return all([&](CpuRunner& s) { return s.bind_snapshots(n); });
-  }
-  Status bind_host_blocks(int32_t n) override {
-    return all([&](CpuRunner& s) { return s.bind_host_blocks(n); });
-  }
-  Status copy_state(std::span<const cache::StateCopy> copies) override {
-    return all([&](CpuRunner& s) { return s.copy_state(copies); });  // the state is replicated
-  }
+  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override;
+  Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
+  Status bind_snapshots(int32_t n) override;
+  Status bind_host_blocks(int32_t n) override;
+  Status copy_state(std::span<const cache::StateCopy> copies) override;
   Status set_hidden_capture(std::vector<int64_t> layers) override {
     return layers.empty()
                ? Status::ok()
@@ -65,6 +55,7 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   }
 
  private:
+  bool dp() const { return layout_ == parallel::Layout::kDataParallel; }
   // The first failure of any rank: recorded with its rank, every communicator aborted (ranks blocked in a
   // collective return at once). Called on the failing rank's thread, or by the pool at its deadline (rank -1).
   void fail(int32_t rank, const Status& cause) {
@@ -80,32 +71,56 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
     return st.is_ok() ? st : health();
   }
   Status load_rank(const runner::RunnerOptions& opts, int32_t r);
+  Status split_plan(const scheduler::BatchPlan& plan);
+  Status copy_one(const cache::StateCopy& c);
 
+  parallel::Layout layout_;
   parallel::ShardPool pool_;
   std::vector<std::unique_ptr<parallel::Communicator>> comms_;
   std::vector<std::unique_ptr<CpuRunner>> shards_;
-  std::vector<std::vector<float>> unused_;  // ranks > 0: their logits (identical to rank 0's) are dropped
+  std::vector<std::vector<float>> out_;  // each rank's logits (EP: identical to rank 0's, dropped)
   parallel::FaultInjection fault_;
   int64_t steps_ = 0;  // written between steps by the caller, read by the ranks during one
   mutable std::mutex mu_;
   Status failed_ = Status::ok();
+  // DP attention: each rank's part of the plan, the global logits row of each of its rows, its block tables (local
+  // ids), its dispatch traffic; the snapshot and host-tier pools every rank shares (one process, host memory).
+  std::vector<scheduler::BatchPlan> sub_;
+  std::vector<std::vector<int32_t>> rows_;
+  std::vector<std::vector<std::vector<cache::BlockId>>> tables_;
+  std::vector<parallel::DispatchStats> traffic_;
+  int32_t slots_per_rank_ = 0, blocks_per_rank_ = 0;
+  int64_t slot_bytes_ = 0, block_bytes_ = 0;
+  std::vector<float> snapshots_, host_blocks_;
+  int32_t num_snapshots_ = 0, num_host_blocks_ = 0;
 };
 
 Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r) {
   if (fault_.hits_load(r)) return fault_.fire(0);
   const int32_t n = int32_t(shards_.size());
   DSI_ASSIGN_OR_RETURN(auto model, load_cpu_model(opts.model_dir, opts.numerics));
-  DSI_ASSIGN_OR_RETURN(const parallel::ExpertRange range,
-                       parallel::expert_range(model->config().n_routed_experts, r, n));
+  const io::ModelConfig& cfg = model->config();
+  DSI_ASSIGN_OR_RETURN(const parallel::ExpertRange range, parallel::expert_range(cfg.n_routed_experts, r, n));
   model::ExpertShard shard;
-  shard.lo = range.lo;
-  shard.hi = range.hi;
-  shard.shared = r == 0;
   parallel::Communicator* comm = comms_[size_t(r)].get();
-  shard.reduce = [this, comm, r](std::vector<float>& partial) -> Status {
-    if (fault_.hits_step(r, steps_)) return fault_.fire(steps_);
-    return comm->all_reduce_sum(partial.data(), partial.size(), nullptr);
-  };
+  if (dp()) {  // this rank's tokens only; the routed pairs go to the experts' ranks, the shared expert stays here
+    const parallel::DispatchShape shape{0, cfg.num_experts_per_tok, cfg.hidden_size, cfg.n_routed_experts};
+    shard.exchange = [this, comm, r, shape](int64_t, std::span<const float> x, std::span<const int32_t> idx,
+                                            const model::ExpertCompute& compute, std::vector<float>& y) -> Status {
+      if (fault_.hits_step(r, steps_)) return fault_.fire(steps_);
+      parallel::DispatchShape sh = shape;
+      sh.tokens = int64_t(idx.size()) / shape.topk;
+      return parallel::dispatch_combine(*comm, sh, x, idx, compute, y, &traffic_[size_t(r)]);
+    };
+  } else {
+    shard.lo = range.lo;
+    shard.hi = range.hi;
+    shard.shared = r == 0;
+    shard.reduce = [this, comm, r](std::vector<float>& partial) -> Status {
+      if (fault_.hits_step(r, steps_)) return fault_.fire(steps_);
+      return comm->all_reduce_sum(partial.data(), partial.size(), nullptr);
+    };
+  }
   DSI_RETURN_IF_ERROR(model->set_expert_shard(std::move(shard)));
   shards_[size_t(r)] = std::make_unique<CpuRunner>(std::move(model));
   return Status::ok();
@@ -125,13 +140,162 @@ Status CpuParallelRunner::init(const runner::RunnerOptions& opts) {
   return st.is_ok() ? st : health();
 }
 
+Status CpuParallelRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks,
+                                     int64_t max_len) {
+  if (!dp()) return all([&](CpuRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
+  const int32_t n = int32_t(shards_.size());
+  if (num_slots % n != 0 || num_blocks % n != 0)
+    return Status::errorf("cpu parallel runner: {} slots / {} blocks do not split over {} ranks", num_slots,
+                          num_blocks, n);
+  slots_per_rank_ = num_slots / n;
+  blocks_per_rank_ = num_blocks / n;
+  slot_bytes_ = layout.slot_bytes;
+  block_bytes_ = layout.block_bytes;
+  return all([&](CpuRunner& s) { return s.bind_state(layout, slots_per_rank_, blocks_per_rank_, max_len); });
+}
+
+Status CpuParallelRunner::bind_snapshots(int32_t n) {
+  if (!dp()) return all([&](CpuRunner& s) { return s.bind_snapshots(n); });
+  if (n < 0) return Status::errorf("cpu parallel runner: {} snapshots", n);
+  snapshots_.assign(size_t(n) * size_t(slot_bytes_ / 4), 0.0f);
+  num_snapshots_ = n;
+  return Status::ok();
+}
+
+Status CpuParallelRunner::bind_host_blocks(int32_t n) {
+  if (!dp()) return all([&](CpuRunner& s) { return s.bind_host_blocks(n); });
+  if (n < 0) return Status::errorf("cpu parallel runner: {} host blocks", n);
+  host_blocks_.assign(size_t(n) * size_t(block_bytes_ / 4), 0.0f);  // one host tier for every rank
+  num_host_blocks_ = n;
+  return Status::ok();
+}
+
+// DP: one copy on the rank holding its slot / block(s), with the shared snapshot and host-tier pools; the same
+// bounds checks and byte ranges as one runner (cache::plan_copy_runs).
+Status CpuParallelRunner::copy_one(const cache::StateCopy& c) {
+  using K = cache::StateCopy::Kind;
+  cache::StateCopy local = c;
+  int32_t rank = -1;
+  auto to_local = [&](int32_t& id, int32_t per) -> Status {
+    const int32_t r = per > 0 && id >= 0 ? id / per : -1;
+    if (r < 0 || r >= int32_t(shards_.size()) || (rank >= 0 && r != rank))
+      return Status::errorf("cpu parallel runner: state copy id {} is not on one rank's state", id);
+    rank = r;
+    id -= r * per;
+    return Status::ok();
+  };
+  if (c.kind == K::kSlotToSnapshot) DSI_RETURN_IF_ERROR(to_local(local.src, slots_per_rank_));
+  if (c.kind == K::kSnapshotToSlot || c.kind == K::kZeroSlot) DSI_RETURN_IF_ERROR(to_local(local.dst, slots_per_rank_));
+  const int32_t bpr = blocks_per_rank_;
+  if (c.kind == K::kBlockToBlock || c.kind == K::kBlockToHost) DSI_RETURN_IF_ERROR(to_local(local.src, bpr));
+  if (c.kind == K::kBlockToBlock || c.kind == K::kHostToBlock) DSI_RETURN_IF_ERROR(to_local(local.dst, bpr));
+  cache::StateMemory mem = shards_[size_t(rank)]->state_memory();
+  mem.snapshots = reinterpret_cast<uint8_t*>(snapshots_.data());
+  mem.num_snapshots = num_snapshots_;
+  mem.host_blocks = reinterpret_cast<uint8_t*>(host_blocks_.data());
+  mem.num_host_blocks = num_host_blocks_;
+  auto runs = cache::plan_copy_runs(std::span<const cache::StateCopy>(&local, 1), mem);
+  if (!runs) return Status::error("cpu parallel runner: " + runs.status().message());
+  for (const cache::CopyRun& r : *runs) {
+    if (r.src)
+      std::memcpy(r.dst, r.src, r.bytes);
+    else
+      std::memset(r.dst, 0, r.bytes);
+  }
+  return Status::ok();
+}
+
+Status CpuParallelRunner::copy_state(std::span<const cache::StateCopy> copies) {
+  if (!dp()) return all([&](CpuRunner& s) { return s.copy_state(copies); });  // the state is replicated
+  DSI_RETURN_IF_ERROR(health());
+  for (const cache::StateCopy& c : copies) DSI_RETURN_IF_ERROR(copy_one(c));  // between steps: no rank is running
+  return Status::ok();
+}
+
+// DP: rank r's part of the plan: the sequences whose slot is r's, with local slot and block ids, their tokens, and
+// their logits rows (rows_[r][k]: the global row of r's k-th row).
+Status CpuParallelRunner::split_plan(const scheduler::BatchPlan& plan) {
+  if (!plan.token_fills.empty()) return Status::error("cpu parallel runner: asynchronous steps are not supported");
+  const int32_t n = int32_t(shards_.size());
+  std::vector<int32_t> seq_rank(plan.seqs.size()), seq_local(plan.seqs.size());
+  for (int32_t r = 0; r < n; ++r) {
+    sub_[size_t(r)].clear();
+    sub_[size_t(r)].step = plan.step;
+    rows_[size_t(r)].clear();
+    tables_[size_t(r)].assign(plan.seqs.size(), {});  // sized first: the spans below stay valid
+  }
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const scheduler::SeqPlan& sp = plan.seqs[i];
+    const int32_t r = slots_per_rank_ > 0 && sp.slot >= 0 ? sp.slot / slots_per_rank_ : -1;
+    if (r < 0 || r >= n) return Status::errorf("cpu parallel runner: sequence {} has slot {}", sp.seq_id, sp.slot);
+    scheduler::BatchPlan& q = sub_[size_t(r)];
+    std::vector<cache::BlockId>& table = tables_[size_t(r)][i];
+    for (cache::BlockId b : sp.block_table) {
+      if (b < 0 || b / blocks_per_rank_ != r)
+        return Status::errorf("cpu parallel runner: sequence {} (rank {}) has block {} of another rank", sp.seq_id, r,
+                              b);
+      table.push_back(b - r * blocks_per_rank_);
+    }
+    scheduler::SeqPlan lp = sp;
+    lp.slot = sp.slot - r * slots_per_rank_;
+    lp.block_table = table;
+    lp.token_offset = q.num_tokens();
+    lp.logits_row = -1;
+    q.token_ids.insert(q.token_ids.end(), plan.token_ids.begin() + sp.token_offset,
+                       plan.token_ids.begin() + sp.token_offset + sp.num_new_tokens);
+    q.positions.insert(q.positions.end(), plan.positions.begin() + sp.token_offset,
+                       plan.positions.begin() + sp.token_offset + sp.num_new_tokens);
+    q.cu_seqlens.push_back(q.num_tokens());
+    seq_rank[i] = r;
+    seq_local[i] = int32_t(q.seqs.size());
+    q.seqs.push_back(lp);
+  }
+  for (int32_t g = 0; g < plan.num_logits(); ++g) {
+    const int32_t t = plan.logits_token_index[size_t(g)];
+    size_t i = 0;
+    while (i < plan.seqs.size() && t >= plan.seqs[i].token_offset + plan.seqs[i].num_new_tokens) ++i;
+    if (i == plan.seqs.size() || t < plan.seqs[i].token_offset)
+      return Status::errorf("cpu parallel runner: logits row {} for token {} of no sequence", g, t);
+    scheduler::BatchPlan& q = sub_[size_t(seq_rank[i])];
+    scheduler::SeqPlan& lp = q.seqs[size_t(seq_local[i])];
+    if (lp.logits_row < 0) lp.logits_row = q.num_logits();
+    q.logits_token_index.push_back(lp.token_offset + (t - plan.seqs[i].token_offset));
+    rows_[size_t(seq_rank[i])].push_back(g);
+  }
+  return Status::ok();
+}
+
+Status CpuParallelRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
+  DSI_RETURN_IF_ERROR(health());
+  if (!dp()) {
+    Status st = pool_.run([&](int32_t r) {
+      return shards_[size_t(r)]->step(plan, r == 0 ? logits : out_[size_t(r)]);  // rank 0's logits
+    });
+    ++steps_;
+    return st.is_ok() ? st : health();
+  }
+  DSI_RETURN_IF_ERROR(split_plan(plan));
+  // Every rank runs a step, one without sequences too: it serves the routed pairs its experts are sent.
+  Status st = pool_.run([&](int32_t r) { return shards_[size_t(r)]->step(sub_[size_t(r)], out_[size_t(r)]); });
+  ++steps_;
+  if (!st.is_ok()) return health().is_ok() ? st : health();
+  const size_t V = size_t(config().vocab_size);
+  logits.assign(size_t(plan.num_logits()) * V, 0.0f);
+  for (size_t r = 0; r < shards_.size(); ++r)
+    for (size_t k = 0; k < rows_[r].size(); ++k)
+      std::memcpy(logits.data() + size_t(rows_[r][k]) * V, out_[r].data() + k * V, V * sizeof(float));
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(const runner::RunnerOptions& opts) {
   if (opts.gpus < 2) return Status::errorf("the cpu parallel runner needs 2 or more ranks, got {}", opts.gpus);
   if (opts.load_format != runner::LoadFormat::kAuto)
     return Status::error("dummy weights are only supported by the cuda backend");
-  auto r = std::make_unique<CpuParallelRunner>(opts.gpus);
+  const parallel::Layout layout = parallel::layout_of(
+      {opts.gpus, opts.expert_parallel_size, opts.data_parallel_size, opts.tensor_parallel_size});
+  auto r = std::make_unique<CpuParallelRunner>(opts.gpus, layout);
   DSI_RETURN_IF_ERROR(r->init(opts));
   return std::unique_ptr<runner::ModelRunner>(std::move(r));
 }

@@ -3,6 +3,10 @@
 // CpuRunner on its own worker thread (parallel::ShardPool) with its own copy of the model, computing the routed
 // experts [r*E/N, (r+1)*E/N) (rank 0 also the shared expert); each MoE layer's partial outputs are summed by the
 // in-process communicator in a fixed rank order. Attention and state are replicated; rank 0's logits are returned.
+// DP attention (--data-parallel-size N, docs/multi_gpu.md "DP attention + EP"): each rank holds 1/N of the state's
+// slots and blocks (the scheduler's StateCache split by set_ranks) and runs its own sequences' part of each step;
+// every MoE layer sends the routed pairs to the experts' ranks and combines them back (parallel/expert_dispatch.h),
+// every rank computing the shared expert of its tokens. Snapshots and the host tier are one pool for all ranks.
 // A failure on any rank (load, step, an exception) aborts the group, so no rank hangs, and ends the runner: every
 // later call returns "rank R failed: <cause>" (health()).
 #pragma once

@@ -30,11 +30,15 @@ Status CpuRunner::bind_host_blocks(int32_t num_host_blocks) {
   return Status::ok();
 }
 
-Status CpuRunner::copy_state(std::span<const cache::StateCopy> copies) {
+cache::StateMemory CpuRunner::state_memory() {
   auto bytes = [](std::vector<float>& v) { return reinterpret_cast<uint8_t*>(v.data()); };
-  const cache::StateMemory mem{bytes(slots_), bytes(blocks_), bytes(snapshots_), bytes(host_blocks_),
-                               num_slots_, num_blocks_, num_snapshots_, num_host_blocks_,
-                               layout_.slot_bytes, layout_.block_bytes};
+  return cache::StateMemory{bytes(slots_), bytes(blocks_), bytes(snapshots_), bytes(host_blocks_),
+                            num_slots_, num_blocks_, num_snapshots_, num_host_blocks_,
+                            layout_.slot_bytes, layout_.block_bytes};
+}
+
+Status CpuRunner::copy_state(std::span<const cache::StateCopy> copies) {
+  const cache::StateMemory mem = state_memory();
   auto runs = cache::plan_copy_runs(copies, mem);
   if (!runs) return Status::error("cpu runner: " + runs.status().message());
   for (const cache::CopyRun& r : *runs) {

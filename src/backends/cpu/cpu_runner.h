@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backends/cpu/cpu_model.h"
+#include "cache/state_copy.h"
 #include "runner/model_runner.h"
 
 namespace dsinfer::backends {
@@ -26,6 +27,8 @@ class CpuRunner final : public runner::ModelRunner, public runner::RunnerDiagnos
   Status copy_state(std::span<const cache::StateCopy> copies) override;
   bool exact_math() const override { return true; }
   bool fp32_weights() const override { return model_->fp32_weights(); }
+  // Its state memory (slots and blocks; the DP parallel runner copies between them and the pools it shares).
+  cache::StateMemory state_memory();
 
  private:
   std::unique_ptr<CpuModel> model_;
