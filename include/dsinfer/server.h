@@ -27,6 +27,7 @@ struct ServerOptions {
   int idle_timeout_s = 60;                // keep-alive connections idle this long are closed
   int request_timeout_s = 30;             // a request's header and body must arrive within this (else 408)
   int write_timeout_s = 30;               // a client that accepts no data this long is dropped (and aborted)
+  int drain_timeout_s = 60;               // SIGTERM (`dsinfer serve`): requests in flight get this long to finish
 };
 
 class Server {
@@ -37,6 +38,12 @@ class Server {
   // address) in *error when it cannot listen.
   bool start(std::string* error);
   int port() const;  // the bound port (after start)
+  // Graceful drain (SIGTERM in `dsinfer serve`; docs/fleet.md): from now on new requests and GET /health answer 503
+  // with Retry-After and every answer closes its connection, so a router sends the work to other replicas, while
+  // the requests in flight run to their end. Returns at once and cannot be undone; in_flight() reaching 0 says the
+  // server may stop() without aborting anything.
+  void begin_drain();
+  int32_t in_flight() const;  // requests accepted and not yet answered in full by the engine
   // Stops accepting, aborts requests in flight (streams end with finish_reason "abort"), closes
   // connections, joins every thread. Idempotent.
   void stop();

@@ -25,6 +25,11 @@ void EngineLoop::submit(std::shared_ptr<Job> job) {
           {Event::Kind::kError, 0, {}, {}, 503, "server_shutting_down", "the server is shutting down", ""});
       return;
     }
+    if (draining_) {
+      job->channel->push({Event::Kind::kError, 0, {}, {}, 503, "server_draining",
+                          "the server is draining (shutting down after its requests in flight); retry elsewhere", ""});
+      return;
+    }
     if (!unavailable_.empty()) {
       job->channel->push({Event::Kind::kError, 0, {}, {}, 503, "engine_unavailable",
                           "the engine cannot serve requests: " + unavailable_, ""});
@@ -112,9 +117,9 @@ void EngineLoop::deliver_finished() {
     Event e;
     e.kind = Event::Kind::kDone;
     e.result = std::move(r);
+    --in_flight_;  // before the answer goes out: a client that reads /get_load after it sees the request gone
     it->second->channel->push(std::move(e));
     jobs_.erase(it);
-    --in_flight_;
   }
 }
 

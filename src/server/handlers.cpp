@@ -66,7 +66,10 @@ void Router::handle(const HttpRequest& req, ResponseWriter& w) {
     const char* method;
   };
   static const Route kRoutes[] = {{"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/v1/models", "GET"},
-                                  {"/health", "GET"}, {"/metrics", "GET"}};
+                                  {"/health", "GET"}, {"/live", "GET"}, {"/metrics", "GET"},
+                                  // what routers read from a worker (server/fleet.h, docs/fleet.md)
+                                  {"/get_load", "GET"}, {"/load", "GET"}, {"/get_model_info", "GET"},
+                                  {"/model_info", "GET"}, {"/get_server_info", "GET"}, {"/server_info", "GET"}};
   const Route* route = nullptr;
   for (const Route& r : kRoutes)
     if (req.path == r.path) route = &r;
@@ -82,20 +85,49 @@ void Router::handle(const HttpRequest& req, ResponseWriter& w) {
       return send_error(w, endpoint, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')", "", "",
                         "invalid_api_key", {{"WWW-Authenticate", "Bearer"}});
   }
+  if (endpoint.rfind("/v1/", 0) == 0 && endpoint != "/v1/models")
+    return completions(req, endpoint == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, endpoint, w);
+  get(endpoint, w);
+}
+
+WorkerLoad Router::worker_load() const {
+  WorkerLoad l;
+  l.in_flight = loop_.in_flight();
+  l.draining = loop_.draining();
+  l.stats = metrics_.engine_stats();
+  return l;
+}
+
+WorkerInfo Router::worker_info() const {
+  WorkerInfo i;
+  i.model_name = model_name_;
+  i.backend = loop_.engine().backend_name();
+  i.step_mode = loop_.engine().step_mode();
+  i.max_model_len = loop_.max_model_len();
+  i.max_waiting_requests = opts_.max_waiting_requests;
+  return i;
+}
+
+void Router::get(const std::string& endpoint, ResponseWriter& w) {
+  const char* kJson = "application/json";
   if (endpoint == "/health") {
+    // Readiness: a router stops sending here on 503 (draining, or an engine that cannot run).
     if (const std::string down = loop_.unavailable_reason(); !down.empty())
       return send_error(w, endpoint, 503, "the engine cannot serve requests: " + down, "", "", "engine_unavailable");
+    if (loop_.draining())
+      return send_error(w, endpoint, 503, "the server is draining: it finishes its requests in flight, then exits", "",
+                        "", "server_draining", {{"Retry-After", "1"}});
     metrics_.count_http(endpoint, 200);
-    w.send(200, "application/json", "{}");
-  } else if (endpoint == "/metrics") {
-    metrics_.count_http(endpoint, 200);
-    w.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
-  } else if (endpoint == "/v1/models") {
-    metrics_.count_http(endpoint, 200);
-    w.send(200, "application/json", models_json());
-  } else {
-    completions(req, endpoint == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, endpoint, w);
+    w.send(200, kJson, "{}");
+    return;
   }
+  metrics_.count_http(endpoint, 200);
+  if (endpoint == "/live") w.send(200, kJson, "{}");
+  else if (endpoint == "/metrics") w.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(loop_.draining()));
+  else if (endpoint == "/v1/models") w.send(200, kJson, models_json());
+  else if (endpoint == "/get_load" || endpoint == "/load") w.send(200, kJson, load_json(worker_load()));
+  else if (endpoint == "/get_model_info" || endpoint == "/model_info") w.send(200, kJson, model_info_json(worker_info()));
+  else w.send(200, kJson, server_info_json(worker_info(), worker_load()));  // /get_server_info, /server_info
 }
 
 bool Router::next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWriter& w) {
@@ -108,6 +140,10 @@ bool Router::next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWrite
 }
 
 void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& endpoint, ResponseWriter& w) {
+  // Draining: refused before any work, with Retry-After, so that a router retries the request on another replica.
+  if (loop_.draining())
+    return send_error(w, endpoint, 503, "the server is draining (shutting down after its requests in flight); retry elsewhere",
+                      "", "", "server_draining", {{"Retry-After", "1"}});
   auto job = std::make_shared<Job>();
   Request& req = job->request;
   std::string err, param;
@@ -138,7 +174,10 @@ void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& 
   loop_.submit(job);
   Event e;
   if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);
-  if (e.kind != Event::Kind::kStarted) return send_error(w, endpoint, e.http_status, e.message, e.error_type, e.param);
+  if (e.kind != Event::Kind::kStarted) {
+    const Headers retry = e.http_status == 503 ? Headers{{"Retry-After", "1"}} : Headers{};
+    return send_error(w, endpoint, e.http_status, e.message, e.error_type, e.param, "", retry);
+  }
   if (req.stream) return stream(job, e.request_id, endpoint, w);
   while (true) {
     if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "dsinfer/server.h"
 #include "server/engine_loop.h"
+#include "server/fleet.h"
 #include "server/metrics.h"
 
 namespace dsinfer::server {
@@ -56,6 +57,9 @@ class Router {
   // Waits for the job's next event; false (and the job cancelled) when the client went away.
   bool next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWriter& w);
   std::string models_json() const;
+  void get(const std::string& endpoint, ResponseWriter& w);  // every GET endpoint
+  WorkerLoad worker_load() const;
+  WorkerInfo worker_info() const;
 
   EngineLoop& loop_;
   Metrics& metrics_;
