@@ -275,7 +275,7 @@ def main():
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--concurrency", type=int, default=12)
-    ap.add_argument("--system-prompts", type=int, default=12)
+    ap.add_argument("--system-prompts", type=int, default=16)
     ap.add_argument("--prompt-sentences", type=int, default=12)
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--max-model-len", type=int, default=1024)
@@ -285,6 +285,8 @@ def main():
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
+    # SIGTERM / SIGINT end the run through the phases' `finally`, which stops the replicas and the router.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not (os.path.isfile(args.router) and os.access(args.router, os.X_OK)):
         print(f"fleet_bench: SKIPPED: router binary {args.router} not found (pip install vllm-router)")
         return 77

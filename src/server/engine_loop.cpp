@@ -11,6 +11,7 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, Metrics* metrics)
     : engine_(std::move(engine)), metrics_(metrics), max_model_len_(engine_->max_model_len()) {
   engine_->set_token_callback([this](const TokenEvent& ev) { on_token(ev); });
+  metrics_->set_engine_stats(engine_->stats(), 0);  // /get_load and /metrics are true before the first iteration
 }
 
 EngineLoop::~EngineLoop() { stop(); }
