@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A fleet of `dsinfer serve` replicas behind vllm-router on 127.0.0.1 (docs/fleet.md).
+"""A fleet of `dsinfer serve` replicas behind vllm-router (or SGLang's gateway, `--router .../smg`) on 127.0.0.1
+(docs/fleet.md).
 
 Starts R CPU replicas of a model (prefix caching on, each on an ephemeral port) and vllm-router in front of them,
 sends N chat requests that share K system prompts from C client threads, and reports per phase:
@@ -122,11 +123,19 @@ class Router:
         self.port = free_port()
         self.log_path = os.path.join(log_dir, f"router_{policy}.log")
         self.log = open(self.log_path, "w")
-        cmd = [args.router, "--host", "127.0.0.1", "--port", str(self.port), "--policy", policy,
+        # SGLang's gateway (smg / sglang-router / amg) takes the same flags after `launch`; its log level says "warn".
+        sglang = os.path.basename(args.router) in ("smg", "sglang-router", "amg")
+        cmd = [args.router, *(["launch"] if sglang else []), "--host", "127.0.0.1", "--port", str(self.port),
+               "--policy", policy,
                "--worker-urls", *[w.url() for w in workers],
                "--worker-startup-check-interval", "1", "--health-check-interval-secs", "1",
                "--health-failure-threshold", "1", "--request-timeout-secs", str(int(args.client_timeout)),
-               "--retry-max-retries", "3", "--retry-initial-backoff-ms", "50", "--log-level", "warning",
+               # A retry re-runs the policy, and cache_aware picks the same worker again: one failure (the 503 of a
+               # draining replica, a refused connection) must open that worker's circuit so the retry goes
+               # elsewhere before the next health check marks it down (docs/fleet.md).
+               "--cb-failure-threshold", "1",
+               "--retry-max-retries", "3", "--retry-initial-backoff-ms", "50",
+               "--log-level", "warn" if sglang else "warning",
                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
 

@@ -43,7 +43,14 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 Router::Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options)
     : loop_(loop), metrics_(metrics), opts_(options), model_name_(loop.engine().model_name()),
-      created_(int64_t(std::time(nullptr))) {}
+      created_(int64_t(std::time(nullptr))) {
+  // Read once, before the engine thread starts (the Engine is not thread-safe; these do not change).
+  info_.model_name = model_name_;
+  info_.backend = loop.engine().backend_name();
+  info_.step_mode = loop.engine().step_mode();
+  info_.max_model_len = loop.max_model_len();
+  info_.max_waiting_requests = options.max_waiting_requests;
+}
 
 void Router::send_error(ResponseWriter& w, const std::string& endpoint, int status, const std::string& message,
                         const std::string& type, const std::string& param, const std::string& code, const Headers& extra) {
@@ -98,15 +105,6 @@ WorkerLoad Router::worker_load() const {
   return l;
 }
 
-WorkerInfo Router::worker_info() const {
-  WorkerInfo i;
-  i.model_name = model_name_;
-  i.backend = loop_.engine().backend_name();
-  i.step_mode = loop_.engine().step_mode();
-  i.max_model_len = loop_.max_model_len();
-  i.max_waiting_requests = opts_.max_waiting_requests;
-  return i;
-}
 
 void Router::get(const std::string& endpoint, ResponseWriter& w) {
   const char* kJson = "application/json";
@@ -126,8 +124,8 @@ void Router::get(const std::string& endpoint, ResponseWriter& w) {
   else if (endpoint == "/metrics") w.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(loop_.draining()));
   else if (endpoint == "/v1/models") w.send(200, kJson, models_json());
   else if (endpoint == "/get_load" || endpoint == "/load") w.send(200, kJson, load_json(worker_load()));
-  else if (endpoint == "/get_model_info" || endpoint == "/model_info") w.send(200, kJson, model_info_json(worker_info()));
-  else w.send(200, kJson, server_info_json(worker_info(), worker_load()));  // /get_server_info, /server_info
+  else if (endpoint == "/get_model_info" || endpoint == "/model_info") w.send(200, kJson, model_info_json(info_));
+  else w.send(200, kJson, server_info_json(info_, worker_load()));  // /get_server_info, /server_info
 }
 
 bool Router::next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWriter& w) {

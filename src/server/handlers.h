@@ -59,13 +59,13 @@ class Router {
   std::string models_json() const;
   void get(const std::string& endpoint, ResponseWriter& w);  // every GET endpoint
   WorkerLoad worker_load() const;
-  WorkerInfo worker_info() const;
 
   EngineLoop& loop_;
   Metrics& metrics_;
   ServerOptions opts_;
   std::string model_name_;
   int64_t created_ = 0;
+  WorkerInfo info_;  // what /get_model_info and /get_server_info describe
 };
 
 }  // namespace dsinfer::server
