@@ -39,7 +39,8 @@ void usage(FILE* f = stderr) {
                "get 503)\n"
                "Endpoints: POST /v1/chat/completions, POST /v1/completions (\"stream\": true for server-sent events),\n"
                "GET /v1/models, GET /health (503 while draining), GET /live, GET /metrics (Prometheus); for routers\n"
-               "(docs/fleet.md): GET /get_load (/load), /get_model_info (/model_info), /get_server_info (/server_info).\n",
+               "(docs/fleet.md): GET /get_load (/load), /get_model_info (/model_info),\n"
+               "/get_server_info (/server_info).\n",
                d.host.c_str(), d.port, engine_flags_help().c_str(), d.max_waiting_requests, d.max_connections,
                d.max_body_bytes, d.max_n, d.request_timeout_s, d.drain_timeout_s);
 }
@@ -86,7 +87,8 @@ void drain(server::Server& srv, const sigset_t& sigs, int timeout_s) {
   const timespec slice{0, 50 * 1000 * 1000};  // poll the count every 50 ms
   while (srv.in_flight() > 0) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      std::fprintf(stderr, "serve: drain timed out with %d request(s) in flight; aborting them\n", int(srv.in_flight()));
+      std::fprintf(stderr, "serve: drain timed out with %d request(s) in flight; aborting them\n",
+                   int(srv.in_flight()));
       return;
     }
     if (const int s = sigtimedwait(&sigs, nullptr, &slice); s > 0) {

@@ -92,8 +92,10 @@ void Router::handle(const HttpRequest& req, ResponseWriter& w) {
       return send_error(w, endpoint, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')", "", "",
                         "invalid_api_key", {{"WWW-Authenticate", "Bearer"}});
   }
-  if (endpoint.rfind("/v1/", 0) == 0 && endpoint != "/v1/models")
-    return completions(req, endpoint == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, endpoint, w);
+  if (endpoint.rfind("/v1/", 0) == 0 && endpoint != "/v1/models") {
+    const Endpoint ep = endpoint == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions;
+    return completions(req, ep, endpoint, w);
+  }
   get(endpoint, w);
 }
 
@@ -121,7 +123,8 @@ void Router::get(const std::string& endpoint, ResponseWriter& w) {
   }
   metrics_.count_http(endpoint, 200);
   if (endpoint == "/live") w.send(200, kJson, "{}");
-  else if (endpoint == "/metrics") w.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(loop_.draining()));
+  else if (endpoint == "/metrics")
+    w.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(loop_.draining()));
   else if (endpoint == "/v1/models") w.send(200, kJson, models_json());
   else if (endpoint == "/get_load" || endpoint == "/load") w.send(200, kJson, load_json(worker_load()));
   else if (endpoint == "/get_model_info" || endpoint == "/model_info") w.send(200, kJson, model_info_json(info_));
@@ -140,8 +143,9 @@ bool Router::next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWrite
 void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& endpoint, ResponseWriter& w) {
   // Draining: refused before any work, with Retry-After, so that a router retries the request on another replica.
   if (loop_.draining())
-    return send_error(w, endpoint, 503, "the server is draining (shutting down after its requests in flight); retry elsewhere",
-                      "", "", "server_draining", {{"Retry-After", "1"}});
+    return send_error(w, endpoint, 503,
+                      "the server is draining (shutting down after its requests in flight); retry elsewhere", "", "",
+                      "server_draining", {{"Retry-After", "1"}});
   auto job = std::make_shared<Job>();
   Request& req = job->request;
   std::string err, param;

@@ -22,6 +22,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+Clock::time_point after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 constexpr uint32_t kVersion = 1;
 constexpr size_t kAnswerHeaderBytes = 4 + 4 + 4 + 8 + 4 + 4 + 4;
 constexpr size_t kChunkHeaderBytes = 12;
@@ -201,7 +205,7 @@ void Sender::offer(const std::string& id, std::string blob, double ttl_s) {
   std::lock_guard<std::mutex> lk(mu_);
   const auto now = Clock::now();
   for (auto it = held_.begin(); it != held_.end();) it = it->second.expires <= now ? held_.erase(it) : std::next(it);
-  held_[id] = {std::move(blob), now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ttl_s))};
+  held_[id] = {std::move(blob), after(ttl_s)};
 }
 
 size_t Sender::held() const {
@@ -246,8 +250,7 @@ void Sender::accept_loop() {
 }
 
 void Sender::serve(int fd) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(opts_.total_timeout_s));
+  const auto deadline = after(opts_.total_timeout_s);
   char head[12];
   uint64_t counted = 0;
   if (!read_exact(fd, head, sizeof head, opts_.io_timeout_s, deadline, &counted).empty()) return;
@@ -298,7 +301,8 @@ std::string read_chunks(int fd, uint64_t total, uint32_t chunk_bytes, uint32_t c
     if (!e.empty()) return fmt::format("chunk {} of {}: {}", i, chunks, e);
     const uint32_t crc = crc32c(std::string_view(out->blob.data() + off, len));
     if (crc != get_u32(h + 8))
-      return fmt::format("chunk {} of {}: checksum mismatch (got {:08x}, header {:08x})", i, chunks, crc, get_u32(h + 8));
+      return fmt::format("chunk {} of {}: checksum mismatch (got {:08x}, header {:08x})", i, chunks, crc,
+                         get_u32(h + 8));
     off += len;
   }
   return off == total ? "" : fmt::format("chunks hold {} bytes, the header announced {}", off, total);
@@ -309,7 +313,7 @@ std::string read_chunks(int fd, uint64_t total, uint32_t chunk_bytes, uint32_t c
 FetchResult fetch(const std::string& host, int port, const std::string& id, const TransferOptions& o) {
   FetchResult out;
   const auto t0 = Clock::now();
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.total_timeout_s));
+  const auto deadline = after(o.total_timeout_s);
   auto fail = [&](const std::string& why) {
     out.ok = false;
     out.blob.clear();
@@ -331,13 +335,15 @@ FetchResult fetch(const std::string& host, int port, const std::string& id, cons
   char h[kAnswerHeaderBytes];
   err = read_exact(fd, h, sizeof h, o.io_timeout_s, deadline, &out.bytes_received);
   if (!err.empty()) return fail("answer header: " + err);
-  if (std::memcmp(h, "DSKA", 4) != 0 || get_u32(h + 4) != kVersion) return fail("answer header: not a dsinfer kv answer");
+  if (std::memcmp(h, "DSKA", 4) != 0 || get_u32(h + 4) != kVersion)
+    return fail("answer header: not a dsinfer kv answer");
   if (get_u32(h + 8) == 1) return fail(fmt::format("the sender holds no state '{}' (unknown, expired or taken)", id));
   if (get_u32(h + 8) != 0) return fail(fmt::format("answer header: status {}", get_u32(h + 8)));
   const uint64_t total = get_u64(h + 12);
   const uint32_t chunk_bytes = get_u32(h + 20);
   const uint32_t chunks = get_u32(h + 24);
-  if (total > o.max_blob_bytes) return fail(fmt::format("the sender announced {} bytes (at most {})", total, o.max_blob_bytes));
+  if (total > o.max_blob_bytes)
+    return fail(fmt::format("the sender announced {} bytes (at most {})", total, o.max_blob_bytes));
   if (chunk_bytes == 0 || uint64_t(chunks) != (total + chunk_bytes - 1) / chunk_bytes)
     return fail(fmt::format("answer header: {} chunks of {} bytes cannot hold {} bytes", chunks, chunk_bytes, total));
   err = read_chunks(fd, total, chunk_bytes, chunks, o, deadline, &out);
