@@ -79,7 +79,7 @@ class Replica:
         self.log = open(self.log_path, "w")
         cmd = [args.dsinfer, "serve", "--model", args.model, "--port", "0", "--enable-prefix-caching",
                "--prefix-snapshot-memory-gb", str(args.snapshot_gb), "--max-model-len", str(args.max_model_len),
-               "--drain-timeout", "60"]
+               "--drain-timeout", "60", "--drain-grace", "2"]  # grace > the router's 1 s health interval
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
         self.port = None
 

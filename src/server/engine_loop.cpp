@@ -26,7 +26,7 @@ void EngineLoop::submit(std::shared_ptr<Job> job) {
           {Event::Kind::kError, 0, {}, {}, 503, "server_shutting_down", "the server is shutting down", ""});
       return;
     }
-    if (draining_) {
+    if (refusing_) {
       job->channel->push({Event::Kind::kError, 0, {}, {}, 503, "server_draining",
                           "the server is draining (shutting down after its requests in flight); retry elsewhere", ""});
       return;

@@ -141,8 +141,8 @@ bool Router::next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWrite
 }
 
 void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& endpoint, ResponseWriter& w) {
-  // Draining: refused before any work, with Retry-After, so that a router retries the request on another replica.
-  if (loop_.draining())
+  // Draining and refusing: refused before any work, with Retry-After, so that a router retries it on another replica.
+  if (loop_.refusing())
     return send_error(w, endpoint, 503,
                       "the server is draining (shutting down after its requests in flight); retry elsewhere", "", "",
                       "server_draining", {{"Retry-After", "1"}});

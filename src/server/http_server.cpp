@@ -228,6 +228,8 @@ int Server::port() const { return impl_->port; }
 
 void Server::begin_drain() { impl_->loop->begin_drain(); }
 
+void Server::refuse_new() { impl_->loop->refuse_new(); }
+
 int32_t Server::in_flight() const { return impl_->loop->in_flight(); }
 
 bool Server::start(std::string* error) {

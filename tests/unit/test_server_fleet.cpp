@@ -1,7 +1,8 @@
 // What a router in front of several `dsinfer serve` replicas reads from one of them (src/server/fleet.h,
 // docs/fleet.md), through the server on a loopback port with models/dsv4-small: the load while a request runs and
-// after it ends, the model / server descriptions, liveness; and the graceful drain: /health and new requests 503
-// with Retry-After while a request in flight streams on to its natural end (not "abort"), then nothing in flight.
+// after it ends, the model / server descriptions, liveness; and the graceful drain: /health 503 while requests are
+// still admitted, then new requests 503 with Retry-After too, while a request in flight streams on to its natural
+// end (not "abort"), then nothing in flight.
 // The drain of the real command (`dsinfer serve` + SIGTERM) runs the same way and must exit 0.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -130,8 +131,13 @@ TEST(ServerFleet, DrainRefusesNewWorkAndFinishesWhatIsInFlight) {
   EXPECT_EQ(health.headers["Retry-After"], "1");
   EXPECT_NE(health.body.find("server_draining"), std::string::npos) << health.body;
   EXPECT_EQ(request(port, "GET", "/live").status, 200);
-  auto refused = request(port, "POST", "/v1/chat/completions",
-                         json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}}.dump());
+  // Readiness is off but requests are still admitted (the grace period): answered, on a closing connection.
+  const std::string small = json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}}.dump();
+  auto admitted = request(port, "POST", "/v1/chat/completions", small);
+  EXPECT_EQ(admitted.status, 200) << admitted.body;
+  EXPECT_EQ(admitted.headers["Connection"], "close");
+  srv->refuse_new();
+  auto refused = request(port, "POST", "/v1/chat/completions", small);
   EXPECT_EQ(refused.status, 503);
   EXPECT_EQ(refused.headers["Retry-After"], "1");
   EXPECT_EQ(refused.headers["Connection"], "close");
@@ -154,7 +160,7 @@ TEST(ServerFleet, DrainRefusesNewWorkAndFinishesWhatIsInFlight) {
   srv->stop();
 }
 
-// The command: SIGTERM while a stream is in flight -> the stream ends with "length", the process exits 0.
+// The command: SIGTERM while a stream is in flight (with a 1 s grace) -> the stream ends with "length", exit 0.
 TEST(ServerFleet, SigtermDrainsTheCommandAndExitsZero) {
   const dsinfer::test::ScratchDir dir("serve_drain");
   const std::string log = dir.str() + "/serve.log";
@@ -164,7 +170,7 @@ TEST(ServerFleet, SigtermDrainsTheCommandAndExitsZero) {
     std::freopen("/dev/null", "w", stdout);
     const std::string model = dsinfer::test::source_dir() + "/models/dsv4-small";
     execl(dsinfer::test::binary(), dsinfer::test::binary(), "serve", "--model", model.c_str(), "--port", "0",
-          "--max-model-len", "512", static_cast<char*>(nullptr));
+          "--max-model-len", "512", "--drain-grace", "1", static_cast<char*>(nullptr));
     _exit(127);
   }
   int port = 0;
