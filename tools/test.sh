@@ -56,7 +56,10 @@ case "$mode" in
     make_venv() {
       { [ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"; } &&
         { "$venv/bin/python" -c "import openai" 2>/dev/null || "$venv/bin/python" -m pip install --quiet openai; } &&
-        { "$venv/bin/python" -c "import pytest" 2>/dev/null || "$venv/bin/python" -m pip install --quiet pytest; }
+        { "$venv/bin/python" -c "import pytest" 2>/dev/null || "$venv/bin/python" -m pip install --quiet pytest; } &&
+        # vllm-router (a Rust binary in a ~24 MB wheel) for ctest's python.fleet; without it that test skips.
+        { [ -x "$venv/bin/vllm-router" ] || "$venv/bin/python" -m pip install --quiet vllm-router ||
+            echo "test.sh: vllm-router not installed: python.fleet will skip" >&2; }
     }
     suite "python venv (openai)" make_venv
     py=$PWD/$venv/bin/python

@@ -1,12 +1,14 @@
 // `dsinfer serve`: the OpenAI-compatible HTTP server (include/dsinfer/server.h) on one engine. Listens on
-// 127.0.0.1 unless told otherwise; SIGINT / SIGTERM stop it cleanly (requests in flight end with finish
-// reason "abort"), exit 0.
+// 127.0.0.1 unless told otherwise. SIGTERM drains it (/health 503 at once, new requests 503 after --drain-grace
+// seconds, requests in flight finish within --drain-timeout more), then it stops; SIGINT, or a second signal while draining, stops it at once
+// (requests in flight end with finish reason "abort"). Exit 0 either way.
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -33,10 +35,17 @@ void usage(FILE* f = stderr) {
                "            --max-body-bytes N (%zu, then 413)  --max-n N (%d)\n"
                "            --request-timeout S (%d: a request's header and body must arrive within S seconds, "
                "then 408)\n"
+               "            --drain-timeout S (%d: on SIGTERM, requests in flight get S seconds to finish; new ones "
+               "get 503)\n"
+               "            --drain-grace S (%d: on SIGTERM, /health is 503 for S seconds before new requests are "
+               "refused;\n"
+               "            set it to a router's health-check interval)\n"
                "Endpoints: POST /v1/chat/completions, POST /v1/completions (\"stream\": true for server-sent events),\n"
-               "GET /v1/models, GET /health, GET /metrics (Prometheus).\n",
+               "GET /v1/models, GET /health (503 while draining), GET /live, GET /metrics (Prometheus); for routers\n"
+               "(docs/fleet.md): GET /get_load (/load), /get_model_info (/model_info),\n"
+               "/get_server_info (/server_info).\n",
                d.host.c_str(), d.port, engine_flags_help().c_str(), d.max_waiting_requests, d.max_connections,
-               d.max_body_bytes, d.max_n, d.request_timeout_s);
+               d.max_body_bytes, d.max_n, d.request_timeout_s, d.drain_timeout_s, d.drain_grace_s);
 }
 
 // The address to bind for --host: an IP address as is, a host name (localhost) resolved to its first IPv4 address
@@ -71,6 +80,36 @@ bool resolve_host(const std::string& host, std::string* address) {
   return true;
 }
 
+// SIGTERM: readiness off for grace_s seconds (requests still admitted), then stop admitting and wait for the
+// requests in flight (at most timeout_s seconds more, or until another signal); then return for stop().
+void drain(server::Server& srv, const sigset_t& sigs, int grace_s, int timeout_s) {
+  std::fprintf(stderr, "serve: SIGTERM received, draining %d request(s) in flight (/health 503 now; new requests get "
+               "503 after %d s; at most %d s more)\n", int(srv.in_flight()), grace_s, timeout_s);
+  srv.begin_drain();
+  const timespec slice{0, 50 * 1000 * 1000};  // poll every 50 ms
+  const auto grace_end = std::chrono::steady_clock::now() + std::chrono::seconds(grace_s);
+  while (std::chrono::steady_clock::now() < grace_end) {
+    if (const int s = sigtimedwait(&sigs, nullptr, &slice); s > 0) {
+      std::fprintf(stderr, "serve: %s received while draining, stopping now\n", s == SIGINT ? "SIGINT" : "SIGTERM");
+      return;
+    }
+  }
+  srv.refuse_new();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (srv.in_flight() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::fprintf(stderr, "serve: drain timed out with %d request(s) in flight; aborting them\n",
+                   int(srv.in_flight()));
+      return;
+    }
+    if (const int s = sigtimedwait(&sigs, nullptr, &slice); s > 0) {
+      std::fprintf(stderr, "serve: %s received while draining, stopping now\n", s == SIGINT ? "SIGINT" : "SIGTERM");
+      return;
+    }
+  }
+  std::fprintf(stderr, "serve: drained, stopping\n");
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -103,6 +142,10 @@ int cmd_serve(int argc, char** argv) {
     else if (a == "--max-n") so.max_n = int32_t(n);
     else if (a == "--request-timeout")
       so.request_timeout_s = int(std::max<long long>(n, 1));
+    else if (a == "--drain-timeout")
+      so.drain_timeout_s = int(n);
+    else if (a == "--drain-grace")
+      so.drain_grace_s = int(n);
     else {
       std::fprintf(stderr, "serve: unknown option '%s'\n", a.c_str());
       return usage(), 2;
@@ -143,7 +186,8 @@ int cmd_serve(int argc, char** argv) {
                url_host.c_str(), srv.port());
   int sig = 0;
   sigwait(&sigs, &sig);
-  std::fprintf(stderr, "serve: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  if (sig == SIGTERM) drain(srv, sigs, so.drain_grace_s, so.drain_timeout_s);
+  else std::fprintf(stderr, "serve: SIGINT received, stopping\n");
   srv.stop();
   return 0;
 }

@@ -27,6 +27,8 @@ struct ServerOptions {
   int idle_timeout_s = 60;                // keep-alive connections idle this long are closed
   int request_timeout_s = 30;             // a request's header and body must arrive within this (else 408)
   int write_timeout_s = 30;               // a client that accepts no data this long is dropped (and aborted)
+  int drain_timeout_s = 60;               // SIGTERM (`dsinfer serve`): requests in flight get this long to finish
+  int drain_grace_s = 0;                  // SIGTERM: /health is 503 this long before new requests are refused
 };
 
 class Server {
@@ -37,6 +39,15 @@ class Server {
   // address) in *error when it cannot listen.
   bool start(std::string* error);
   int port() const;  // the bound port (after start)
+  // Graceful drain (SIGTERM in `dsinfer serve`; docs/fleet.md), two steps that return at once and cannot be undone.
+  // begin_drain(): GET /health answers 503 with Retry-After and every answer closes its connection, so a router
+  // marks the replica down at its next health check; requests are still admitted (the router's in-flight choices
+  // land). refuse_new() (implies begin_drain): new requests answer 503 server_draining with Retry-After (a router
+  // retries them elsewhere). Requests in flight run to their end; in_flight() reaching 0 says the server may stop()
+  // without aborting anything.
+  void begin_drain();
+  void refuse_new();
+  int32_t in_flight() const;  // requests accepted and not yet answered in full by the engine
   // Stops accepting, aborts requests in flight (streams end with finish_reason "abort"), closes
   // connections, joins every thread. Idempotent.
   void stop();

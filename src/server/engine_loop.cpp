@@ -11,6 +11,7 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, Metrics* metrics)
     : engine_(std::move(engine)), metrics_(metrics), max_model_len_(engine_->max_model_len()) {
   engine_->set_token_callback([this](const TokenEvent& ev) { on_token(ev); });
+  metrics_->set_engine_stats(engine_->stats(), 0);  // /get_load and /metrics are true before the first iteration
 }
 
 EngineLoop::~EngineLoop() { stop(); }
@@ -23,6 +24,11 @@ void EngineLoop::submit(std::shared_ptr<Job> job) {
     if (stopping_) {
       job->channel->push(
           {Event::Kind::kError, 0, {}, {}, 503, "server_shutting_down", "the server is shutting down", ""});
+      return;
+    }
+    if (refusing_) {
+      job->channel->push({Event::Kind::kError, 0, {}, {}, 503, "server_draining",
+                          "the server is draining (shutting down after its requests in flight); retry elsewhere", ""});
       return;
     }
     if (!unavailable_.empty()) {
@@ -112,9 +118,9 @@ void EngineLoop::deliver_finished() {
     Event e;
     e.kind = Event::Kind::kDone;
     e.result = std::move(r);
+    --in_flight_;  // before the answer goes out: a client that reads /get_load after it sees the request gone
     it->second->channel->push(std::move(e));
     jobs_.erase(it);
-    --in_flight_;
   }
 }
 

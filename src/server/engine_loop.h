@@ -39,6 +39,16 @@ class EngineLoop {
   void stop();
   // Jobs submitted and not yet finished (queued here or in the engine).
   int32_t in_flight() const { return in_flight_.load(); }
+  // Graceful drain, in two irreversible steps: draining (readiness off: /health answers 503) and refusing (from
+  // then on submit() answers 503 server_draining) while the jobs in flight run to their end; stop() still aborts
+  // whatever is left.
+  void begin_drain() { draining_ = true; }
+  void refuse_new() {
+    draining_ = true;
+    refusing_ = true;
+  }
+  bool draining() const { return draining_.load(); }
+  bool refusing() const { return refusing_.load(); }
   const Engine& engine() const { return *engine_; }  // immutable parts only (model name, tokenizer)
   int64_t max_model_len() const { return max_model_len_; }
   // "" while the engine can run; else why not (a rank of a multi-rank runner failed): new requests and /health
@@ -63,6 +73,7 @@ class EngineLoop {
   bool stopping_ = false;
   std::string unavailable_;  // under mu_: set once, when a failed step leaves the engine unable to run
   std::atomic<int32_t> in_flight_{0};
+  std::atomic<bool> draining_{false}, refusing_{false};
   std::map<uint64_t, std::shared_ptr<Job>> jobs_;  // engine thread only
 };
 

@@ -43,7 +43,14 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 Router::Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options)
     : loop_(loop), metrics_(metrics), opts_(options), model_name_(loop.engine().model_name()),
-      created_(int64_t(std::time(nullptr))) {}
+      created_(int64_t(std::time(nullptr))) {
+  // Read once, before the engine thread starts (the Engine is not thread-safe; these do not change).
+  info_.model_name = model_name_;
+  info_.backend = loop.engine().backend_name();
+  info_.step_mode = loop.engine().step_mode();
+  info_.max_model_len = loop.max_model_len();
+  info_.max_waiting_requests = options.max_waiting_requests;
+}
 
 void Router::send_error(ResponseWriter& w, const std::string& endpoint, int status, const std::string& message,
                         const std::string& type, const std::string& param, const std::string& code, const Headers& extra) {
@@ -66,7 +73,10 @@ void Router::handle(const HttpRequest& req, ResponseWriter& w) {
     const char* method;
   };
   static const Route kRoutes[] = {{"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/v1/models", "GET"},
-                                  {"/health", "GET"}, {"/metrics", "GET"}};
+                                  {"/health", "GET"}, {"/live", "GET"}, {"/metrics", "GET"},
+                                  // what routers read from a worker (server/fleet.h, docs/fleet.md)
+                                  {"/get_load", "GET"}, {"/load", "GET"}, {"/get_model_info", "GET"},
+                                  {"/model_info", "GET"}, {"/get_server_info", "GET"}, {"/server_info", "GET"}};
   const Route* route = nullptr;
   for (const Route& r : kRoutes)
     if (req.path == r.path) route = &r;
@@ -82,20 +92,43 @@ void Router::handle(const HttpRequest& req, ResponseWriter& w) {
       return send_error(w, endpoint, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')", "", "",
                         "invalid_api_key", {{"WWW-Authenticate", "Bearer"}});
   }
+  if (endpoint.rfind("/v1/", 0) == 0 && endpoint != "/v1/models") {
+    const Endpoint ep = endpoint == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions;
+    return completions(req, ep, endpoint, w);
+  }
+  get(endpoint, w);
+}
+
+WorkerLoad Router::worker_load() const {
+  WorkerLoad l;
+  l.in_flight = loop_.in_flight();
+  l.draining = loop_.draining();
+  l.stats = metrics_.engine_stats();
+  return l;
+}
+
+
+void Router::get(const std::string& endpoint, ResponseWriter& w) {
+  const char* kJson = "application/json";
   if (endpoint == "/health") {
+    // Readiness: a router stops sending here on 503 (draining, or an engine that cannot run).
     if (const std::string down = loop_.unavailable_reason(); !down.empty())
       return send_error(w, endpoint, 503, "the engine cannot serve requests: " + down, "", "", "engine_unavailable");
+    if (loop_.draining())
+      return send_error(w, endpoint, 503, "the server is draining: it finishes its requests in flight, then exits", "",
+                        "", "server_draining", {{"Retry-After", "1"}});
     metrics_.count_http(endpoint, 200);
-    w.send(200, "application/json", "{}");
-  } else if (endpoint == "/metrics") {
-    metrics_.count_http(endpoint, 200);
-    w.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
-  } else if (endpoint == "/v1/models") {
-    metrics_.count_http(endpoint, 200);
-    w.send(200, "application/json", models_json());
-  } else {
-    completions(req, endpoint == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, endpoint, w);
+    w.send(200, kJson, "{}");
+    return;
   }
+  metrics_.count_http(endpoint, 200);
+  if (endpoint == "/live") w.send(200, kJson, "{}");
+  else if (endpoint == "/metrics")
+    w.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(loop_.draining()));
+  else if (endpoint == "/v1/models") w.send(200, kJson, models_json());
+  else if (endpoint == "/get_load" || endpoint == "/load") w.send(200, kJson, load_json(worker_load()));
+  else if (endpoint == "/get_model_info" || endpoint == "/model_info") w.send(200, kJson, model_info_json(info_));
+  else w.send(200, kJson, server_info_json(info_, worker_load()));  // /get_server_info, /server_info
 }
 
 bool Router::next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWriter& w) {
@@ -108,6 +141,11 @@ bool Router::next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWrite
 }
 
 void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& endpoint, ResponseWriter& w) {
+  // Draining and refusing: refused before any work, with Retry-After, so that a router retries it on another replica.
+  if (loop_.refusing())
+    return send_error(w, endpoint, 503,
+                      "the server is draining (shutting down after its requests in flight); retry elsewhere", "", "",
+                      "server_draining", {{"Retry-After", "1"}});
   auto job = std::make_shared<Job>();
   Request& req = job->request;
   std::string err, param;
@@ -138,7 +176,10 @@ void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& 
   loop_.submit(job);
   Event e;
   if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);
-  if (e.kind != Event::Kind::kStarted) return send_error(w, endpoint, e.http_status, e.message, e.error_type, e.param);
+  if (e.kind != Event::Kind::kStarted) {
+    const Headers retry = e.http_status == 503 ? Headers{{"Retry-After", "1"}} : Headers{};
+    return send_error(w, endpoint, e.http_status, e.message, e.error_type, e.param, "", retry);
+  }
   if (req.stream) return stream(job, e.request_id, endpoint, w);
   while (true) {
     if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "dsinfer/server.h"
 #include "server/engine_loop.h"
+#include "server/fleet.h"
 #include "server/metrics.h"
 
 namespace dsinfer::server {
@@ -56,12 +57,15 @@ class Router {
   // Waits for the job's next event; false (and the job cancelled) when the client went away.
   bool next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWriter& w);
   std::string models_json() const;
+  void get(const std::string& endpoint, ResponseWriter& w);  // every GET endpoint
+  WorkerLoad worker_load() const;
 
   EngineLoop& loop_;
   Metrics& metrics_;
   ServerOptions opts_;
   std::string model_name_;
   int64_t created_ = 0;
+  WorkerInfo info_;  // what /get_model_info and /get_server_info describe
 };
 
 }  // namespace dsinfer::server

@@ -226,6 +226,12 @@ Server::~Server() { stop(); }
 
 int Server::port() const { return impl_->port; }
 
+void Server::begin_drain() { impl_->loop->begin_drain(); }
+
+void Server::refuse_new() { impl_->loop->refuse_new(); }
+
+int32_t Server::in_flight() const { return impl_->loop->in_flight(); }
+
 bool Server::start(std::string* error) {
   const Status s = [&]() -> Status {
     Impl& m = *impl_;
@@ -442,7 +448,9 @@ void Server::Impl::serve(tcp::socket sock) {
     hr.path = target.substr(0, target.find('?'));
     hr.authorization = std::string(msg[http::field::authorization]);
     hr.body = std::move(msg.body());
-    BeastWriter w(s, fd, msg.version(), msg.keep_alive() && !stopping, msg.method() == http::verb::head);
+    // Draining: every answer closes its connection, so a router's pooled connections leave this replica.
+    BeastWriter w(s, fd, msg.version(), msg.keep_alive() && !stopping && !loop->draining(),
+                  msg.method() == http::verb::head);
     try {
       router->handle(hr, w);
     } catch (const std::exception& e) {  // a bug, not the client's fault: answer 500 if nothing went out yet

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dsinfer::server {
 
 void Histogram::observe(double x, uint64_t times) {
@@ -78,7 +80,7 @@ uint64_t Metrics::http_count(const std::string& endpoint, int status) const {
   return it == http_.end() ? 0 : it->second;
 }
 
-std::string Metrics::render() const {
+std::string Metrics::render(bool draining) const {
   std::lock_guard<std::mutex> lk(mu_);
   std::string out;
   out += "# HELP dsinfer_http_requests_total HTTP requests by endpoint and status code.\n"
@@ -104,6 +106,10 @@ std::string Metrics::render() const {
   render_value(out, "dsinfer_state_cache_blocks_used", "gauge", "State-cache blocks in use.", engine_.state_blocks_used);
   render_value(out, "dsinfer_state_cache_slots_used", "gauge", "State-cache sequence slots in use.", engine_.state_slots_used);
   render_value(out, "dsinfer_state_cache_bytes_used", "gauge", "State-cache bytes in use.", double(engine_.state_bytes_used));
+  render_value(out, "dsinfer_state_cache_bytes_free", "gauge", "State-cache bytes free (budget minus used).",
+               double(std::max<int64_t>(0, engine_.state_bytes_budget - engine_.state_bytes_used)));
+  render_value(out, "dsinfer_server_draining", "gauge", "1 while the server drains (new requests get 503).",
+               draining ? 1.0 : 0.0);
   render_value(out, "dsinfer_num_preemptions_total", "counter", "Sequences preempted (recomputed later).",
                double(engine_.num_preemptions));
   const PrefixCacheMetrics& pc = engine_.prefix_cache;

@@ -30,7 +30,7 @@ class Metrics {
   void observe_ttft(double s);
   void observe_inter_token(double s, uint64_t tokens);
   void set_engine_stats(const EngineStats& st, int32_t queued_in_server);
-  std::string render() const;
+  std::string render(bool draining = false) const;  // draining: the server refuses new requests (graceful drain)
   // For tests and overload decisions.
   EngineStats engine_stats() const;
   uint64_t http_count(const std::string& endpoint, int status) const;

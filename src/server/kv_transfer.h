@@ -1,0 +1,93 @@
+// Prefill/decode disaggregation, the CPU transport (docs/decisions.md 2026-12-02 "P/D"): a prefill worker holds a
+// sequence's exported state as an opaque blob under an id and serves it over TCP; the decode worker named in the
+// request's kv_transfer_params pulls it. Chunked, each chunk and the whole blob checksummed (CRC-32C), every wait
+// bounded (connect, each read, the whole transfer). Any failure is a FetchResult with the reason and never a
+// partial blob: the caller then prefills locally, so no request is lost. What the blob holds (the state layout's
+// bytes) is the engine's business; this file moves bytes only. Plain POSIX sockets, no HTTP.
+//
+// Wire (little-endian). Request: "DSKQ" u32 version=1, u32 id length, id bytes.
+// Answer: "DSKA" u32 version, u32 status (0 ok, 1 unknown or expired id), u64 blob bytes, u32 chunk bytes,
+// u32 chunk count, u32 CRC-32C of the whole blob; then per chunk: u32 index, u32 length, u32 CRC-32C, the bytes.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace dsinfer::server::kv_transfer {
+
+// CRC-32C (Castagnoli), as iSCSI / ext4: crc32c("123456789") == 0xE3069283. `crc` chains calls.
+uint32_t crc32c(std::string_view data, uint32_t crc = 0);
+
+struct TransferOptions {
+  size_t chunk_bytes = 1u << 20;
+  double connect_timeout_s = 2;
+  double io_timeout_s = 5;       // no byte for this long: the transfer failed
+  double total_timeout_s = 60;   // the whole transfer
+  uint64_t max_blob_bytes = uint64_t(8) << 30;  // a larger announced blob is refused before any allocation
+};
+
+// The bytes of one answer, as Sender writes them (tests build broken variants from it).
+std::string encode_answer(std::string_view blob, size_t chunk_bytes);
+std::string encode_request(std::string_view id);
+
+// Test-only faults of a Sender: send only the first `truncate_after` bytes of the answer and close; flip one bit
+// of answer byte `corrupt_byte`; accept and never answer (`stall`).
+struct SenderFaults {
+  int64_t truncate_after = -1;
+  int64_t corrupt_byte = -1;
+  bool stall = false;
+};
+
+class Sender {
+ public:
+  explicit Sender(TransferOptions options = {}) : opts_(options) {}
+  ~Sender();  // stop()
+  // Listens on host:port (0: an ephemeral port). False with the reason naming the address.
+  bool start(const std::string& host, int port, std::string* error);
+  int port() const { return port_; }
+  // Holds `blob` under `id` until it is fetched once or `ttl_s` passes (then a fetch gets status 1).
+  void offer(const std::string& id, std::string blob, double ttl_s);
+  size_t held() const;
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }
+  void set_faults(const SenderFaults& f);
+  void stop();  // idempotent; joins its threads
+
+ private:
+  struct Entry {
+    std::string blob;
+    std::chrono::steady_clock::time_point expires;
+  };
+  void accept_loop();
+  void serve(int fd);
+  bool take(const std::string& id, std::string* blob);
+
+  TransferOptions opts_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<int32_t> serving_{0};
+  std::thread accept_thread_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> held_;
+  SenderFaults faults_;
+};
+
+struct FetchResult {
+  bool ok = false;
+  std::string blob;             // the whole blob when ok; empty otherwise
+  std::string error;            // why not (names the stage: connect, header, chunk i, checksum, timeout)
+  uint64_t bytes_received = 0;  // wire bytes read, also on failure
+  double seconds = 0;
+};
+
+// Pulls blob `id` from host:port. Never throws; every failure is !ok with the reason.
+FetchResult fetch(const std::string& host, int port, const std::string& id, const TransferOptions& options = {});
+
+}  // namespace dsinfer::server::kv_transfer
