@@ -283,5 +283,6 @@ TEST(GpuBatchInvariantSteps, FlashShapesFp8StatePrefillSchedulesAreBitIdentical)
   s.target_len = 2100;
   s.all_logits = false;
   s.state_elem = cache::kFp8StateElem;
+  s.opts.fp8_state = true;
   run_schedules(s);
 }

@@ -1,7 +1,7 @@
 // The CUDA runner's state in DeepSeek's storage format (issue 31), at the runner level: V4-Flash shapes with dummy
 // weights (4 layers: sliding, sliding, CSA, HCA), `official` numerics, fast kernels. One runner keeps fp32 state
-// (RunnerOptions::fp32_state: the simulation path, the tensor-core attention over fp32 rows), the other DeepSeek's
-// FP8 format (its default: kv_elem_bytes() == cache::kFp8StateElem; compressors -> kv_encode / idx_encode, the
+// (the default: the simulation path, the tensor-core attention over fp32 rows), the other DeepSeek's FP8 format
+// (RunnerOptions::fp8_state: kv_elem_bytes() == cache::kFp8StateElem; compressors -> kv_encode / idx_encode, the
 // indexer decoding FP8 keys, sparse_attention_fp8 over ring rows, this step's rows and compressed entries). Both run
 // the same 2,200-token prompt in three chunks (1,024 + 1,024 + 152: window keys from the ring and from the step,
 // the CSA indexer selecting 512 of 550 entries), then 24 teacher-forced decode steps (CUDA graphs) on the fp32
@@ -35,13 +35,13 @@ using namespace dsinfer;
 namespace {
 constexpr double kRelBound = 2e-2;  // see the header comment
 
-runner::RunnerOptions flash_options(bool fp32_state) {
+runner::RunnerOptions flash_options(bool fp8_state) {
   runner::RunnerOptions o;
   o.model_dir = std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash";
   o.backend = runner::Backend::kCuda;
   o.load_format = runner::LoadFormat::kDummy;
   o.num_layers = 4;
-  o.fp32_state = fp32_state;
+  o.fp8_state = fp8_state;
   return o;
 }
 
@@ -73,9 +73,9 @@ int32_t argmax(const float* x, int64_t V) { return int32_t(std::max_element(x, x
 
 TEST(GpuFp8State, FlashDecodeEqualsTheFp32SimulationPath) {
   DSI_SKIP_WITHOUT_GPU();
-  auto a = backends::create_cuda_runner(flash_options(true));
+  auto a = backends::create_cuda_runner(flash_options(false));
   ASSERT_TRUE(a.is_ok()) << a.status().message();
-  auto b = backends::create_cuda_runner(flash_options(false));
+  auto b = backends::create_cuda_runner(flash_options(true));
   ASSERT_TRUE(b.is_ok()) << b.status().message();
   EXPECT_EQ((*a)->kv_elem_bytes(), 4);
   ASSERT_EQ((*b)->kv_elem_bytes(), cache::kFp8StateElem);

@@ -108,8 +108,8 @@ SparseAttentionFp8Params host_params(const Case& c, const Inputs& in) {
   p.heads = c.H;
   p.scale = float(1.0 / std::sqrt(512.0));
   p.sinks = in.sinks.data();
-  p.keys[0] = {in.win.data(), c.T * kW, in.idx0.data(), kW, in.len0.data()};
-  p.keys[1] = {in.ent.data(), c.T * kEntries, in.idx1.data(), kTopk, in.len1.data()};
+  p.keys[0] = {in.win.data(), c.T * kW, in.idx0.data(), kW, in.len0.data(), ops::kModel1Pages};
+  p.keys[1] = {in.ent.data(), c.T * kEntries, in.idx1.data(), kTopk, in.len1.data(), ops::kModel1Pages};
   p.q_bf16 = c.q_bf16;
   p.rope_dim = c.rope ? 64 : 0;
   p.pos = in.pos.data();
@@ -212,7 +212,7 @@ TEST(GpuSparseAttentionFp8, RejectsBadArguments) {
   Device dev(in);
   SparseAttentionFp8Params p = host_params(c, in);
   p.sinks = dev.sinks.data();
-  p.keys[0] = {dev.win.data(), kW, dev.idx0.data(), kW, nullptr};
+  p.keys[0] = {dev.win.data(), kW, dev.idx0.data(), kW, nullptr, ops::kModel1Pages};
   p.keys[1] = {};
   DeviceBuffer<float> o;
   ASSERT_TRUE(o.alloc(size_t(64 * 512)).is_ok());
@@ -275,7 +275,7 @@ TEST(GpuSparseAttentionFp8, ThreeListsInPagedCachesEqualTwoLists) {
   p.inv_freq = dev.inv_freq.data();
   p.num_splits = 2;
   p.keys[0] = {dring.data(), c.T * kW, dia.data(), kW, dla.data(), ring};
-  p.keys[1] = {dev.win.data(), c.T * kW, dib.data(), kW, dlb.data()};
+  p.keys[1] = {dev.win.data(), c.T * kW, dib.data(), kW, dlb.data(), ops::kModel1Pages};
   p.keys[2] = {dent.data(), c.T * kEntries, dev.idx1.data(), kTopk, dev.len1.data(), entp};
   const size_t n = size_t(c.T * c.H * ops::kKvDim);
   DeviceBuffer<float> o, ws;

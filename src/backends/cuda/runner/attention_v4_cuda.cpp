@@ -139,7 +139,7 @@ int32_t CudaForwardV4::state_elem_bytes() const {
   const bool fits = cfg_.head_dim == ops::kKvDim && cfg_.qk_rope_head_dim == ops::kKvRope &&
                     cfg_.index_head_dim == ops::kIdxDim;
   const bool official = num_.kv_fp8_sim && num_.indexer_fp4_sim;
-  return fits && official && !exact_ && !core_.fp32_state_ ? cache::kFp8StateElem : 4;
+  return fits && official && !exact_ && core_.fp8_state_ ? cache::kFp8StateElem : 4;
 }
 
 // randomize_state filled the pools with random floats: FP8 rows made valid (no NaN codes, bounded scales).

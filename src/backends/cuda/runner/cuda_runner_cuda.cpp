@@ -71,8 +71,8 @@ Status CudaRunner::init(const runner::RunnerOptions& opts) {
   ep_size_ = opts.ep_size;
   DSI_ASSIGN_OR_RETURN(experts_, parallel::expert_range(cfg_.n_routed_experts, ep_rank_, ep_size_));
   if (const char* g = std::getenv("DSINFER_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
-  fp32_state_ = opts.fp32_state;
-  if (const char* f = std::getenv("DSINFER_FP32_STATE")) fp32_state_ = fp32_state_ || std::string(f) == "1";
+  fp8_state_ = opts.fp8_state;
+  if (const char* f = std::getenv("DSINFER_FP8_STATE")) fp8_state_ = fp8_state_ || std::string(f) == "1";
   // Decode graphs stay off with expert parallelism: NCCL collectives can be captured, but this first step keeps
   // every all-reduce an ordinary launch (docs/multi_gpu.md).
   if (ep_size_ > 1) graphs_enabled_ = false;

@@ -25,7 +25,8 @@ class CudaForwardV4 final : public CudaForward {
   Status load(const runner::RunnerOptions& opts, ExpertSlots slots) override;
   int64_t weight_bytes() const override { return weights_.bytes(); }
   bool fp32_storage() const override { return weights_.fp32_storage(); }
-  // `official` numerics outside exact mode (and without fp32_state): DeepSeek's storage format (attention_v4_cuda.cpp).
+  // `official` numerics outside exact mode, with RunnerOptions::fp8_state: DeepSeek's storage format
+  // (attention_v4_cuda.cpp).
   int32_t state_elem_bytes() const override;
   Status reset_invalid_state() override;
   Status prepare(int64_t T, int64_t R, int64_t max_pos) override;
