@@ -178,8 +178,9 @@ void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, 
   p.scale = float(1.0 / std::sqrt(double(kD)));
   p.sinks = r.sinks;
   const int64_t t0 = g * b.B;
-  p.keys[0] = {r.win->data(), kPool * kW, b.didx0.data() + t0 * kW, kW, b.dlen0.data() + t0};
-  p.keys[1] = {r.ent->data(), r.ent_rows, b.didx1.data() + t0 * b.ext_k, b.ext_k, b.dlen1.data() + t0};
+  p.keys[0] = {r.win->data(), kPool * kW, b.didx0.data() + t0 * kW, kW, b.dlen0.data() + t0, ops::kModel1Pages};
+  p.keys[1] = {r.ent->data(), r.ent_rows, b.didx1.data() + t0 * b.ext_k, b.ext_k, b.dlen1.data() + t0,
+               ops::kModel1Pages};
   p.q_bf16 = q_bf16;
   p.num_splits = splits;
   const void* q = q_bf16 ? static_cast<const void*>(b.dqb.data() + t0 * kH * kD)

@@ -16,6 +16,15 @@ const char* state_format_name(StateFormat f) {
   return "?";
 }
 
+int32_t state_elem_bytes(StateFormat f) {
+  switch (f) {
+    case StateFormat::kFp32: return 4;
+    case StateFormat::kBf16: return 2;
+    case StateFormat::kFp8: return kFp8StateElem;
+  }
+  return 4;
+}
+
 Result<double> kv_row_bytes(StateFormat f, int64_t head_dim, int64_t rope_dim) {
   if (f == StateFormat::kFp32) return double(head_dim * 4);
   if (f == StateFormat::kBf16) return double(head_dim * 2);
@@ -23,11 +32,9 @@ Result<double> kv_row_bytes(StateFormat f, int64_t head_dim, int64_t rope_dim) {
   if (nope <= 0 || nope % ops::kKvTile != 0)
     return Status::errorf("FP8 KV rows need NoPE channels in whole tiles of {} (head_dim {}, rope_dim {})",
                           ops::kKvTile, head_dim, rope_dim);
-  const int64_t data = nope + 2 * rope_dim;                      // e4m3 codes + bf16 RoPE channels
-  const int64_t scales = (nope / ops::kKvTile + 7) / 8 * 8;      // UE8M0 bytes, padded to 8
-  const int64_t rows = ops::kKvBlockRows;
-  const int64_t block = (rows * (data + scales) + data - 1) / data * data;  // padded to whole data rows
-  return double(block) / double(rows);
+  const int64_t data = nope + 2 * rope_dim;                  // e4m3 codes + bf16 RoPE channels
+  const int64_t scales = (nope / ops::kKvTile + 7) / 8 * 8;  // UE8M0 bytes, padded to 8
+  return double(data + scales);
 }
 
 double index_key_bytes(StateFormat f, int64_t index_head_dim) {
@@ -39,24 +46,13 @@ double index_key_bytes(StateFormat f, int64_t index_head_dim) {
 Result<StateSizes> compute_state_sizes_in(const io::ModelConfig& cfg, const StateCacheConfig& cc, StateFormat f) {
   if (cfg.is_v41()) return Status::error("state formats: DeepSeek-V4.1's state is not covered");
   DSI_ASSIGN_OR_RETURN(const double row, kv_row_bytes(f, cfg.head_dim, cfg.qk_rope_head_dim));
-  StateCacheConfig fp32 = cc;
-  fp32.kv_elem_bytes = 4;
-  StateSizes s = compute_state_sizes(cfg, fp32);  // the frontiers (fp32 in every format) and the layer walk
-  const int64_t ring_rows = cfg.sliding_window + cc.num_speculative_tokens;
-  const int64_t layers = int64_t(cfg.layer_types.size()) + (cc.include_mtp ? cfg.num_nextn_predict_layers : 0);
-  const double ring_rows_stored =
-      f == StateFormat::kFp8 ? double((ring_rows + ops::kKvBlockRows - 1) / ops::kKvBlockRows * ops::kKvBlockRows)
-                             : double(ring_rows);
-  s.ring_bytes = int64_t(double(layers) * ring_rows_stored * row + 0.5);
-  s.bytes_per_token = 0;
-  for (size_t i = 0; i < cfg.layer_types.size(); ++i) {
-    const AttnType t = cfg.layer_types[i];
-    if (t == AttnType::Sliding) continue;
-    const double ratio = double(cfg.compress_ratios[i]);
-    s.bytes_per_token += row / ratio;
-    if (t == AttnType::CSA) s.bytes_per_token += index_key_bytes(f, cfg.index_head_dim) / ratio;
-  }
-  return s;
+  if (f == StateFormat::kFp8 && (row != double(ops::kKvRowBytes) || cfg.index_head_dim != ops::kIdxDim))
+    return Status::errorf("state formats: the FP8 storage format is for 512-wide rows (448 + 64) and 128-wide "
+                          "indexer keys (head_dim {}, qk_rope_head_dim {}, index_head_dim {})", cfg.head_dim,
+                          cfg.qk_rope_head_dim, cfg.index_head_dim);
+  StateCacheConfig in = cc;
+  in.kv_elem_bytes = state_elem_bytes(f);
+  return compute_state_sizes(cfg, in);  // the runners' sizing rule (compute_state_layout's regions, unpadded)
 }
 
 double state_bytes_per_sequence(const StateSizes& s, int64_t context, int64_t block_size) {

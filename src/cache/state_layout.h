@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "dsinfer/engine.h"
 #include "io/config.h"
+#include "ops/kv_format/kv_format.h"
 
 namespace dsinfer::cache {
 
@@ -22,9 +23,17 @@ struct StateCacheConfig {
   int32_t max_num_seqs = EngineOptions{}.max_num_seqs;  // most slots ever created (sequences holding state at once)
   int64_t max_model_len = 0;    // longest sequence (prompt + output); 0 = max_position_embeddings
   int32_t num_speculative_tokens = 0;  // drafts per step: extra ring/frontier rows so rollback is free
-  int32_t kv_elem_bytes = 4;    // ring rows, compressed entries, indexer keys: 4 (fp32 reference) or 2 (bf16)
+  // Ring rows, compressed entries, indexer keys: 4 (fp32 reference), 2 (bf16) or kFp8StateElem: DeepSeek's storage
+  // format (ops/kv_format: 584-byte FP8 + bf16 rows, 132-byte FP8 indexer keys; DeepSeek-V4 with head_dim 512 only).
+  int32_t kv_elem_bytes = 4;
   bool include_mtp = false;     // also give the num_nextn_predict_layers MTP layers a ring each
 };
+
+// kv_elem_bytes of the FP8 storage format. In that format a layer's ring is one page of ring_rows MODEL1 rows per slot
+// (LayerState::ring_offset; page stride slot_bytes), its compressed entries and indexer keys one page of
+// entries_per_block rows per token block (page stride block_bytes): StateLayout::ring_pages / entry_pages /
+// index_key_pages, with row slot * ring_rows + pos % ring_rows and block * entries_per_block + j % entries_per_block.
+inline constexpr int32_t kFp8StateElem = 1;
 
 // Exact totals, without alignment padding (the numbers research §11.2 quotes).
 struct StateSizes {
@@ -70,10 +79,22 @@ struct StateLayout {
     int64_t block_index;  // index into the sequence's block table
     int64_t offset;       // bytes from that block's base
   };
-  Loc compressed_entry(int64_t layer, int64_t j) const;  // entry j (covers tokens [j*ratio, (j+1)*ratio))
+  Loc compressed_entry(int64_t layer, int64_t j) const;  // entry j (covers tokens [j*ratio, (j+1)*ratio)); FP8: data
   Loc indexer_key(int64_t layer, int64_t j) const;
-  int64_t ring_row(int64_t layer, int64_t pos) const;      // byte offset in the slot
+  int64_t ring_row(int64_t layer, int64_t pos) const;      // byte offset in the slot (FP8: of the row's data)
   int64_t frontier_row(int64_t layer, int64_t pos) const;  // byte offset in the slot
+
+  bool fp8() const { return kv_elem_bytes == kFp8StateElem; }
+  // FP8 state: where a layer's rows live, relative to the slot pool / block pool base (see kFp8StateElem).
+  ops::KvPages ring_pages(int64_t layer) const { return {ring_rows, slot_bytes, layers[size_t(layer)].ring_offset}; }
+  ops::KvPages entry_pages(int64_t layer) const {
+    const LayerState& l = layers[size_t(layer)];
+    return {l.entries_per_block, block_bytes, l.entries_offset};
+  }
+  ops::KvPages index_key_pages(int64_t layer) const {
+    const LayerState& l = layers[size_t(layer)];
+    return {l.entries_per_block, block_bytes, l.index_keys_offset};
+  }
 
   // The one per-sequence sizing rule: token blocks and bytes (slot + blocks) a sequence of up to max_len
   // tokens (plus num_speculative_tokens speculative ones) can need.

@@ -24,6 +24,7 @@ ops::LayerStateView layer_view(const StatePool& pool, int64_t layer) {
   v.entries_per_block = ls.entries_per_block;
   v.index_keys_offset = f(ls.index_keys_offset);
   v.index_head_dim = L.index_head_dim;
+  v.fp8 = L.fp8();
   return v;
 }
 

@@ -80,6 +80,7 @@ struct StepSetup {
   std::vector<int64_t> layers;  // captured layers
   int64_t max_len = 0, target_len = 0;
   bool all_logits = true;
+  int32_t state_elem = 4;  // StateCacheConfig::kv_elem_bytes (cache::kFp8StateElem: the FP8 storage format)
 };
 
 class Harness {
@@ -92,7 +93,7 @@ class Harness {
     }
     r_ = std::move(*r);
     cache::StateCacheConfig cc;
-    cc.kv_elem_bytes = 4;
+    cc.kv_elem_bytes = s.state_elem;
     cc.max_num_seqs = kSlots;
     cc.max_model_len = s.max_len;
     auto layout = cache::compute_state_layout(r_->config(), cc);
@@ -264,5 +265,24 @@ TEST(GpuBatchInvariantSteps, FlashShapesPrefillSchedulesAreBitIdentical) {
   s.max_len = 2304;
   s.target_len = 2100;
   s.all_logits = false;
+  run_schedules(s);
+}
+
+// The same with the state in DeepSeek's storage format (issue 31: FP8 rows, sparse_attention_fp8 with one split in
+// batch-invariant mode, the indexer over FP8 keys; randomized stale state made valid rows by reset_invalid_state).
+TEST(GpuBatchInvariantSteps, FlashShapesFp8StatePrefillSchedulesAreBitIdentical) {
+  DSI_SKIP_WITHOUT_GPU();
+  StepSetup s;
+  s.opts.model_dir = std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash";
+  s.opts.backend = runner::Backend::kCuda;
+  s.opts.load_format = runner::LoadFormat::kDummy;
+  s.opts.num_layers = 4;
+  s.opts.batch_invariant = true;
+  s.layers = {2, 3};
+  s.max_len = 2304;
+  s.target_len = 2100;
+  s.all_logits = false;
+  s.state_elem = cache::kFp8StateElem;
+  s.opts.fp8_state = true;
   run_schedules(s);
 }

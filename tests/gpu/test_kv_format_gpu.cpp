@@ -89,9 +89,51 @@ TEST(GpuKvFormat, IndexerKeyEncodeMatchesTheReferenceBytes) {
 
 TEST(GpuKvFormat, RejectsBadArguments) {
   DSI_SKIP_WITHOUT_GPU();
-  EXPECT_FALSE(ops::cuda::kv_encode(nullptr, 4, ops::kKvDim, nullptr, nullptr, 64, nullptr).is_ok());
+  EXPECT_FALSE(ops::cuda::kv_encode(nullptr, 4, ops::kKvDim, nullptr, nullptr, 64, nullptr).is_ok());  // null rows
   float* fake = reinterpret_cast<float*>(16);
   EXPECT_FALSE(ops::cuda::kv_encode(fake, 4, 100, reinterpret_cast<int32_t*>(16), reinterpret_cast<uint8_t*>(16), 64,
                                     nullptr).is_ok());  // row stride below 512
   EXPECT_TRUE(ops::cuda::idx_encode(nullptr, 0, ops::kIdxDim, nullptr, nullptr, 0, nullptr).is_ok());  // nothing to do
+}
+
+// Paged caches (the runners' FP8 state: a ring page of 131 rows per slot, padded and offset) and the identity
+// destinations (dst_rows nullptr: row i): the bytes equal the reference's at the same pages.
+TEST(GpuKvFormat, PagedEncodeMatchesTheReferenceBytes) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t n = 300, ld = ops::kKvDim, cache_rows = 3 * 131;
+  const ops::KvPages g{131, 131 * 584 + 24, 768}, gi{131, 131 * 132 + 4, 256};
+  const std::vector<float> x = rows_with_edges(n, ld, ops::kKvTile, 5);
+  const std::vector<int32_t> dst = destinations(n, cache_rows, 6);
+  const size_t bytes = size_t(g.offset + 3 * g.page_stride);
+  std::vector<uint8_t> ref(bytes, 0xAA), ref_id(bytes, 0xAA);
+  for (int64_t i = 0; i < n; ++i) {
+    if (dst[size_t(i)] >= 0 && dst[size_t(i)] < cache_rows)
+      ops::kv_encode_row_ref(x.data() + i * ld, ref.data(), dst[size_t(i)], g);
+    ops::kv_encode_row_ref(x.data() + i * ld, ref_id.data(), i, g);
+  }
+  auto dx = to_device(x);
+  auto dd = to_device(dst);
+  auto dc = to_device(std::vector<uint8_t>(bytes, 0xAA));
+  ASSERT_TRUE(ops::cuda::kv_encode(dx.data(), n, ld, dd.data(), dc.data(), cache_rows, nullptr, g).is_ok());
+  std::vector<uint8_t> got = to_host(dc, bytes);
+  for (size_t b = 0; b < bytes; ++b) ASSERT_EQ(int(got[b]), int(ref[b])) << "byte " << b;
+  auto di = to_device(std::vector<uint8_t>(bytes, 0xAA));
+  ASSERT_TRUE(ops::cuda::kv_encode(dx.data(), n, ld, nullptr, di.data(), cache_rows, nullptr, g).is_ok());
+  got = to_host(di, bytes);
+  for (size_t b = 0; b < bytes; ++b) ASSERT_EQ(int(got[b]), int(ref_id[b])) << "identity byte " << b;
+  // Indexer keys in pages of 131 rows (the 4 bytes between pages keep the poison).
+  std::vector<float> k = rows_with_edges(n, ops::kIdxDim, 32, 7);
+  const size_t ib = size_t(gi.offset + 3 * gi.page_stride);
+  std::vector<uint8_t> iref(ib, 0xAA);
+  for (int64_t i = 0; i < n; ++i)
+    if (dst[size_t(i)] >= 0 && dst[size_t(i)] < cache_rows)
+      ops::idx_encode_row_ref(k.data() + i * ops::kIdxDim, iref.data(), dst[size_t(i)], gi);
+  auto dk = to_device(k);
+  auto dic = to_device(std::vector<uint8_t>(ib, 0xAA));
+  ASSERT_TRUE(
+      ops::cuda::idx_encode(dk.data(), n, ops::kIdxDim, dd.data(), dic.data(), cache_rows, nullptr, gi).is_ok());
+  got = to_host(dic, ib);
+  for (size_t b = 0; b < ib; ++b) ASSERT_EQ(int(got[b]), int(iref[b])) << "indexer byte " << b;
+  const ops::KvPages odd{131, 131 * 584 + 4, 0};  // stride not a multiple of 16
+  EXPECT_FALSE(ops::cuda::kv_encode(dx.data(), n, ld, dd.data(), dc.data(), cache_rows, nullptr, odd).is_ok());
 }

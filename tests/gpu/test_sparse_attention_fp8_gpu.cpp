@@ -108,8 +108,8 @@ SparseAttentionFp8Params host_params(const Case& c, const Inputs& in) {
   p.heads = c.H;
   p.scale = float(1.0 / std::sqrt(512.0));
   p.sinks = in.sinks.data();
-  p.keys[0] = {in.win.data(), c.T * kW, in.idx0.data(), kW, in.len0.data()};
-  p.keys[1] = {in.ent.data(), c.T * kEntries, in.idx1.data(), kTopk, in.len1.data()};
+  p.keys[0] = {in.win.data(), c.T * kW, in.idx0.data(), kW, in.len0.data(), ops::kModel1Pages};
+  p.keys[1] = {in.ent.data(), c.T * kEntries, in.idx1.data(), kTopk, in.len1.data(), ops::kModel1Pages};
   p.q_bf16 = c.q_bf16;
   p.rope_dim = c.rope ? 64 : 0;
   p.pos = in.pos.data();
@@ -212,7 +212,7 @@ TEST(GpuSparseAttentionFp8, RejectsBadArguments) {
   Device dev(in);
   SparseAttentionFp8Params p = host_params(c, in);
   p.sinks = dev.sinks.data();
-  p.keys[0] = {dev.win.data(), kW, dev.idx0.data(), kW, nullptr};
+  p.keys[0] = {dev.win.data(), kW, dev.idx0.data(), kW, nullptr, ops::kModel1Pages};
   p.keys[1] = {};
   DeviceBuffer<float> o;
   ASSERT_TRUE(o.alloc(size_t(64 * 512)).is_ok());
@@ -231,4 +231,67 @@ TEST(GpuSparseAttentionFp8, RejectsBadArguments) {
   bad = p;
   bad.sinks = nullptr;
   EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), nullptr, nullptr).is_ok());
+}
+
+// Three key lists in caches of other page shapes (the runner's FP8 state: a slot's ring as one page of 130 rows, a
+// token block's 32 entries as one page, pages padded and offset): each token's window list split in two (the first
+// half from a paged copy of the window cache, the rest from the MODEL1 cache itself), its entries from a paged copy
+// of the entry cache. The copies hold the same rows (decode -> encode is exact), and the keys come in the same order,
+// so the output must equal the two-list run's bit for bit (same split count) and the reference within kTol.
+TEST(GpuSparseAttentionFp8, ThreeListsInPagedCachesEqualTwoLists) {
+  DSI_SKIP_WITHOUT_GPU();
+  const Case c{6, 64, false, true, false, 15};
+  const Inputs in = make_inputs(c);
+  const SparseAttentionFp8Params hp = host_params(c, in);
+  Device dev(in);
+  const std::vector<float> two = dev.run(c, hp, 2);
+  const ops::KvPages ring{130, 130 * 584 + 256, 512}, entp{32, 32 * 584 + 4096, 1024};
+  auto paged_copy = [](const std::vector<uint8_t>& model1, int64_t rows, const ops::KvPages& g) {
+    std::vector<uint8_t> out(size_t(g.offset + (rows + g.page_rows - 1) / g.page_rows * g.page_stride), 0xAA);
+    std::vector<float> x(static_cast<size_t>(ops::kKvDim));
+    for (int64_t r = 0; r < rows; ++r) {
+      ops::kv_decode_row_ref(model1.data(), r, x.data());
+      ops::kv_encode_row_ref(x.data(), out.data(), r, g);
+    }
+    return out;
+  };
+  auto dring = to_device(paged_copy(in.win, c.T * kW, ring));
+  auto dent = to_device(paged_copy(in.ent, c.T * kEntries, entp));
+  std::vector<int32_t> ia(size_t(c.T * kW), -1), ib(size_t(c.T * kW), -1), la, lb;
+  for (int64_t t = 0; t < c.T; ++t) {
+    const int32_t n = in.len0[size_t(t)], h = n / 2;
+    la.push_back(h);
+    lb.push_back(n - h);
+    for (int32_t j = 0; j < h; ++j) ia[size_t(t * kW + j)] = in.idx0[size_t(t * kW + j)];
+    for (int32_t j = h; j < n; ++j) ib[size_t(t * kW + j - h)] = in.idx0[size_t(t * kW + j)];
+  }
+  auto dia = to_device(ia);
+  auto dib = to_device(ib);
+  auto dla = to_device(la);
+  auto dlb = to_device(lb);
+  SparseAttentionFp8Params p = hp;
+  p.sinks = dev.sinks.data();
+  p.pos = dev.pos.data();
+  p.inv_freq = dev.inv_freq.data();
+  p.num_splits = 2;
+  p.keys[0] = {dring.data(), c.T * kW, dia.data(), kW, dla.data(), ring};
+  p.keys[1] = {dev.win.data(), c.T * kW, dib.data(), kW, dlb.data(), ops::kModel1Pages};
+  p.keys[2] = {dent.data(), c.T * kEntries, dev.idx1.data(), kTopk, dev.len1.data(), entp};
+  const size_t n = size_t(c.T * c.H * ops::kKvDim);
+  DeviceBuffer<float> o, ws;
+  ASSERT_TRUE(o.alloc(n).is_ok());
+  ASSERT_TRUE(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(c.T, c.H, 2))).is_ok());
+  const Status s = ops::cuda::sparse_attention_fp8(p, dev.qf.data(), o.data(), ws.data(), nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  const std::vector<float> three = to_host(o, n);
+  EXPECT_EQ(0, std::memcmp(three.data(), two.data(), n * 4)) << "three paged lists differ from two";
+  std::vector<float> ref(n);
+  ops::sparse_attention_fp8_ref(hp, in.qf.data(), ref.data());
+  EXPECT_LT(normalized_error(three, ref), kTol);
+  SparseAttentionFp8Params bad = p;
+  bad.keys[0].pages.page_stride = 130 * 584 + 8;  // not a multiple of 16
+  EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), ws.data(), nullptr).is_ok());
+  bad = p;
+  bad.keys[1] = {};  // a list after an empty one
+  EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), ws.data(), nullptr).is_ok());
 }

@@ -52,6 +52,24 @@ TEST(KvFormat, BlockLayoutOffsets) {
   EXPECT_EQ(kv_cache_bytes(129), 3 * 37440);
 }
 
+// Pages of other sizes (the runners' state: a ring of 130 rows per slot, 32 entries per token block): row r is row
+// r % page_rows of page r / page_rows, data first then scales, from `offset`, pages page_stride apart.
+TEST(KvFormat, PagedOffsets) {
+  const KvPages ring{130, 1 << 20, 4096};
+  EXPECT_EQ(kv_data_offset(ring, 0), 4096);
+  EXPECT_EQ(kv_scale_offset(ring, 0), 4096 + 130 * 576);
+  EXPECT_EQ(kv_data_offset(ring, 131), 4096 + (1 << 20) + 576);
+  EXPECT_EQ(kv_scale_offset(ring, 131), 4096 + (1 << 20) + 130 * 576 + 8);
+  EXPECT_EQ(kv_page_bytes(130), 130 * 584);
+  const KvPages keys{32, 100000, 256};
+  EXPECT_EQ(idx_code_offset(keys, 33), 256 + 100000 + 128);
+  EXPECT_EQ(idx_scale_offset(keys, 33), 256 + 100000 + 32 * 128 + 4);
+  EXPECT_EQ(idx_page_bytes(32), 32 * 132);
+  // The default pages are FlashMLA's blocks.
+  EXPECT_EQ(kv_data_offset(kModel1Pages, 65), kv_data_offset(65));
+  EXPECT_EQ(idx_scale_offset(kIdxPages, 130), idx_scale_offset(130));
+}
+
 // Hand-made row: every byte where FlashMLA's MODEL1_FP8Sparse puts it.
 TEST(KvFormat, BytesOfAHandMadeRow) {
   std::vector<float> x(size_t(kKvDim), 0.0f);

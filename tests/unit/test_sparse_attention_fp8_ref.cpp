@@ -48,8 +48,8 @@ TEST(SparseAttentionFp8Ref, ListsMatchAnExplicitGather) {
   p.heads = H;
   p.scale = 0.0442f;
   p.sinks = sinks.data();
-  p.keys[0] = {c0.data(), rows0, idx0.data(), s0, len0.data()};
-  p.keys[1] = {c1.data(), rows1, idx1.data(), s1, len1.data()};
+  p.keys[0] = {c0.data(), rows0, idx0.data(), s0, len0.data(), ops::kModel1Pages};
+  p.keys[1] = {c1.data(), rows1, idx1.data(), s1, len1.data(), ops::kModel1Pages};
   p.rope_dim = 64;
   p.pos = pos.data();
   p.inv_freq = inv_freq.data();

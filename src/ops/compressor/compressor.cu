@@ -35,7 +35,10 @@ __global__ void compressor_emit_kernel(StepDevice st, LayerStateView v, Compress
   extern __shared__ double cmp_smem[];  // [d] doubles (Hadamard scratch), then [d] floats (the entry)
   float* e = reinterpret_cast<float*>(cmp_smem + p.d);
   const int64_t t = blockIdx.x, pos = st.pos[t];
-  if ((pos + 1) % p.m != 0) return;  // block-uniform
+  if ((pos + 1) % p.m != 0) {  // block-uniform
+    if (p.out_rows && threadIdx.x == 0) p.out_rows[t] = -1;
+    return;
+  }
   const int32_t s = st.seq_of_token[t];
   const SlotSource src{st, v, p, kv, gate, st.start_pos[s], st.cu_seqlens[s], st.slot[s]};
   const int64_t w = pos / p.m, ch = threadIdx.x;
@@ -76,6 +79,11 @@ __global__ void compressor_emit_kernel(StepDevice st, LayerStateView v, Compress
     dev::smem_block_quant_sim(e, int(p.d), int(p.fp4_block), false);
   }
   const int32_t* table = st.block_tables + int64_t(s) * st.table_stride;
+  if (p.out) {  // FP8 state: the caller encodes the row
+    if (ch < p.d) p.out[t * p.d + ch] = e[ch];
+    if (threadIdx.x == 0) p.out_rows[t] = int32_t(v.entry_index(table, w));
+    return;
+  }
   float* dst = p.indexer ? v.index_key(table, w) : v.entry(table, w);
   if (ch < p.d) dst[ch] = e[ch];
 }

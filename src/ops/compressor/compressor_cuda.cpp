@@ -29,6 +29,8 @@ Status compressor_step(const StepDevice& step, const LayerStateView& view, const
     return Status::errorf("{}: bad fp8 simulation range {} / block {}", who, p.fp8_dims, p.fp8_block);
   if (p.sim == CompressorSim::HadamardFp4 && ((p.d & (p.d - 1)) != 0 || p.fp4_block <= 0))
     return Status::errorf("{}: the Hadamard simulation needs a power-of-two d (got {})", who, p.d);
+  if (view.fp8 != (p.out != nullptr) || (p.out && !p.out_rows))
+    return Status::errorf("{}: FP8 state needs (and fp32 state refuses) an output buffer with row numbers", who);
   if (step.T < 0 || step.T > 0x7fffffff) return Status::errorf("{}: bad token count {}", who, step.T);
   if (step.T == 0) return Status::ok();
   if (!kv || !gate || !step.pos || !step.seq_of_token || !step.cu_seqlens || !step.start_pos || !step.slot ||

@@ -24,6 +24,11 @@ struct CompressorCudaParams {
   CompressorSim sim = CompressorSim::None;
   int64_t fp8_dims = 0, fp8_block = 64;  // Fp8Nope: channels [0, fp8_dims) (nope dims) in blocks of fp8_block
   int64_t fp4_block = 32;                // HadamardFp4: block of the FP4 simulation
+  // FP8 state (view.fp8): the entries are not written to the state but to out [T, d] (row t: the entry token t
+  // closes) with out_rows[t] its row number in the entry / indexer-key pages (view.entry_index), -1 for a token
+  // closing no window; the caller encodes them (ops/kv_format kv_encode / idx_encode).
+  float* out = nullptr;
+  int32_t* out_rows = nullptr;
   DSI_HD int64_t c() const { return overlap ? 2 : 1; }
 };
 

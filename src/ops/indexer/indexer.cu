@@ -34,7 +34,13 @@ __global__ void __launch_bounds__(kKB * kGroups) indexer_scores_kernel(StepDevic
   for (int i = threadIdx.x; i < kKB * d4; i += blockDim.x) {
     const int r = i / d4, c = i % d4;
     float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (j0 + r < N) val = reinterpret_cast<const float4*>(v.index_key(table, j0 + r))[c];
+    if (j0 + r < N && v.fp8) {  // FP8 state: the key's codes and scale (exact in fp32)
+      float e[4];
+      idx_decode4(reinterpret_cast<const uint8_t*>(v.blocks), v.index_key_pages(), v.entry_index(table, j0 + r), c, e);
+      val = make_float4(e[0], e[1], e[2], e[3]);
+    } else if (j0 + r < N) {
+      val = reinterpret_cast<const float4*>(v.index_key(table, j0 + r))[c];
+    }
     *reinterpret_cast<float4*>(ks + r * kstride + 4 * c) = val;
   }
   __syncthreads();

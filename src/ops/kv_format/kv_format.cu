@@ -18,14 +18,14 @@ __device__ __forceinline__ float warp_amax(float a, bool finite) {
 }
 
 __global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
-                                 int64_t cache_rows) {
+                                 int64_t cache_rows, KvPages g) {
   const int lane = threadIdx.x & 31;
   const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (i >= n) return;
-  const int64_t row = dst[i];
+  const int64_t row = dst ? dst[i] : i;
   if (row < 0 || row >= cache_rows) return;
   const float* xr = x + int64_t(i) * ld;
-  uint8_t* data = cache + kv_data_offset(row);
+  uint8_t* data = cache + kv_data_offset(g, row);
   uint64_t scales = 0;
 #pragma unroll
   for (int t = 0; t < kKvTiles; ++t) {
@@ -40,15 +40,15 @@ __global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_
   const uint32_t r0 = small_float::f32_to_bf16_bits(xr[kKvNope + 2 * lane]);
   const uint32_t r1 = small_float::f32_to_bf16_bits(xr[kKvNope + 2 * lane + 1]);
   *reinterpret_cast<uint32_t*>(data + kKvNope + 4 * lane) = r0 | (r1 << 16);
-  if (lane == 0) *reinterpret_cast<uint64_t*>(cache + kv_scale_offset(row)) = scales;
+  if (lane == 0) *reinterpret_cast<uint64_t*>(cache + kv_scale_offset(g, row)) = scales;
 }
 
 __global__ void idx_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
-                                  int64_t cache_rows) {
+                                  int64_t cache_rows, KvPages g) {
   const int lane = threadIdx.x & 31;
   const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (i >= n) return;
-  const int64_t row = dst[i];
+  const int64_t row = dst ? dst[i] : i;
   if (row < 0 || row >= cache_rows) return;
   const float* xr = x + int64_t(i) * ld + 4 * lane;
   float v[4];
@@ -70,23 +70,54 @@ __global__ void idx_encode_kernel(const float* x, int n, int64_t ld, const int32
 #pragma unroll
     for (int j = 0; j < 4; ++j) codes |= uint32_t(kv_encode_e4m3(v[j], k)) << (8 * j);
   }
-  *reinterpret_cast<uint32_t*>(cache + idx_code_offset(row) + 4 * lane) = codes;
-  if (lane == 0) *reinterpret_cast<float*>(cache + idx_scale_offset(row)) = scale;
+  *reinterpret_cast<uint32_t*>(cache + idx_code_offset(g, row) + 4 * lane) = codes;
+  if (lane == 0) *reinterpret_cast<float*>(cache + idx_scale_offset(g, row)) = scale;
+}
+// Row `row` of random bytes made a valid row (see kv_sanitize): NaN codes -> 0x7E, RoPE bf16 exponents into
+// [2^-3, 2^-2), every tile scale 2^-8 (indexer: the fp32 row scale 2^-8).
+__global__ void kv_sanitize_kernel(uint8_t* cache, int64_t rows, KvPages g, bool indexer) {
+  const int64_t row = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  if (indexer) {
+    uint8_t* c = cache + idx_code_offset(g, row);
+    for (int i = lane; i < kIdxDim; i += 32)
+      if ((c[i] & 0x7F) == 0x7F) c[i] = 0x7E;
+    if (lane == 0) *reinterpret_cast<float*>(cache + idx_scale_offset(g, row)) = 1.0f / 256.0f;
+    return;
+  }
+  uint8_t* d = cache + kv_data_offset(g, row);
+  for (int i = lane; i < kKvNope; i += 32)
+    if ((d[i] & 0x7F) == 0x7F) d[i] = 0x7E;
+  for (int i = lane; i < kKvRope; i += 32) {
+    uint8_t* hi = d + kKvNope + 2 * i + 1;  // sign + 7 exponent bits of the bf16 value
+    *hi = uint8_t((*hi & 0x80) | 0x3E);
+  }
+  if (lane == 0) {
+    uint8_t* sc = cache + kv_scale_offset(g, row);
+    for (int t = 0; t < kKvTiles; ++t) sc[t] = uint8_t(127 - 8);
+    sc[kKvTiles] = 0;
+  }
 }
 }  // namespace
 
+void launch_kv_sanitize(uint8_t* cache, int64_t rows, const KvPages& g, bool indexer, void* stream) {
+  kv_sanitize_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
+      cache, rows, g, indexer);
+}
+
 void launch_kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
-                      int64_t cache_rows, void* stream) {
+                      int64_t cache_rows, const KvPages& g, void* stream) {
   const unsigned blocks = unsigned((n + kWarps - 1) / kWarps);
   kv_encode_kernel<<<blocks, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(x, int(n), ld, dst_rows, cache,
-                                                                                  cache_rows);
+                                                                                  cache_rows, g);
 }
 
 void launch_idx_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
-                       int64_t cache_rows, void* stream) {
+                       int64_t cache_rows, const KvPages& g, void* stream) {
   const unsigned blocks = unsigned((n + kWarps - 1) / kWarps);
   idx_encode_kernel<<<blocks, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(x, int(n), ld, dst_rows, cache,
-                                                                                   cache_rows);
+                                                                                   cache_rows, g);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -40,15 +40,49 @@ inline constexpr int64_t kIdxBlockBytes = kKvBlockRows * kIdxRowBytes;
 inline constexpr float kKvAmaxFloor = 1e-4f;  // the official act_quant's FP8 amax floor
 static_assert(kKvBlockBytes == 37440 && kIdxBlockBytes == 8448, "FlashMLA MODEL1 / DeepGEMM block sizes");
 
+// Where rows live: a cache is pages of page_rows rows, page_stride bytes apart from byte `offset`; a page holds its
+// rows' data, then their scales (main KV: 576 data + 8 scale bytes a row; indexer keys: 128 codes + a 4-byte fp32
+// scale). FlashMLA's MODEL1 cache is the pages of 64 rows, 37,440 bytes apart (kModel1Pages, the default); the runners'
+// state places a layer's window ring as one page per slot and its compressed entries / indexer keys as one page per
+// token block (cache/state_layout.h), so the row of a slot's ring position or a block's entry is an index like
+// FlashMLA's. page_stride must be a multiple of 16 and offset a multiple of 16 for the 16-byte loads.
+struct KvPages {
+  int64_t page_rows = kKvBlockRows;
+  int64_t page_stride = kKvBlockBytes;
+  int64_t offset = 0;
+};
+inline constexpr KvPages kModel1Pages{kKvBlockRows, kKvBlockBytes, 0};
+inline constexpr KvPages kIdxPages{kKvBlockRows, kIdxBlockBytes, 0};
+// Bytes a page of n rows takes (without padding).
+DSI_HD constexpr int64_t kv_page_bytes(int64_t n) { return n * kKvRowBytes; }
+DSI_HD constexpr int64_t idx_page_bytes(int64_t n) { return n * kIdxRowBytes; }
+
 // Byte offsets of row r's data (576 bytes) and scales (8 bytes) in a main KV cache; of an indexer key's codes and
 // its fp32 scale in an indexer cache.
-DSI_HD int64_t kv_data_offset(int64_t r) { return r / kKvBlockRows * kKvBlockBytes + r % kKvBlockRows * kKvDataBytes; }
-DSI_HD int64_t kv_scale_offset(int64_t r) {
-  return r / kKvBlockRows * kKvBlockBytes + kKvBlockRows * kKvDataBytes + r % kKvBlockRows * kKvScaleBytes;
+DSI_HD int64_t kv_data_offset(const KvPages& g, int64_t r) {
+  return g.offset + r / g.page_rows * g.page_stride + r % g.page_rows * kKvDataBytes;
 }
-DSI_HD int64_t idx_code_offset(int64_t r) { return r / kKvBlockRows * kIdxBlockBytes + r % kKvBlockRows * kIdxDim; }
-DSI_HD int64_t idx_scale_offset(int64_t r) {
-  return r / kKvBlockRows * kIdxBlockBytes + kKvBlockRows * kIdxDim + r % kKvBlockRows * 4;
+DSI_HD int64_t kv_scale_offset(const KvPages& g, int64_t r) {
+  return g.offset + r / g.page_rows * g.page_stride + g.page_rows * kKvDataBytes + r % g.page_rows * kKvScaleBytes;
+}
+DSI_HD int64_t idx_code_offset(const KvPages& g, int64_t r) {
+  return g.offset + r / g.page_rows * g.page_stride + r % g.page_rows * kIdxDim;
+}
+DSI_HD int64_t idx_scale_offset(const KvPages& g, int64_t r) {
+  return g.offset + r / g.page_rows * g.page_stride + g.page_rows * kIdxDim + r % g.page_rows * 4;
+}
+// The same in FlashMLA's MODEL1 blocks (kModel1Pages / kIdxPages, spelled out: usable in device code).
+DSI_HD int64_t kv_data_offset(int64_t r) { return kv_data_offset(KvPages{kKvBlockRows, kKvBlockBytes, 0}, r); }
+DSI_HD int64_t kv_scale_offset(int64_t r) { return kv_scale_offset(KvPages{kKvBlockRows, kKvBlockBytes, 0}, r); }
+DSI_HD int64_t idx_code_offset(int64_t r) { return idx_code_offset(KvPages{kKvBlockRows, kIdxBlockBytes, 0}, r); }
+DSI_HD int64_t idx_scale_offset(int64_t r) { return idx_scale_offset(KvPages{kKvBlockRows, kIdxBlockBytes, 0}, r); }
+
+// Channels 4c .. 4c+3 of indexer key `row` of a cache at base placed as g, decoded (base + offsets 4-byte aligned).
+DSI_HD void idx_decode4(const uint8_t* base, const KvPages& g, int64_t row, int64_t c, float (&out)[4]) {
+  const uint32_t codes = *reinterpret_cast<const uint32_t*>(base + idx_code_offset(g, row) + 4 * c);
+  const float s = small_float::from_bits(*reinterpret_cast<const uint32_t*>(base + idx_scale_offset(g, row)));
+  for (int i = 0; i < 4; ++i)
+    out[i] = small_float::from_bits(small_float::e4m3_f32_bits((codes >> (8 * i)) & 0xFFu)) * s;
 }
 
 // Exponent k of the power-of-two scale 2^ceil(log2(amax / qmax)), exactly (frexp of the double ratio, as
@@ -107,9 +141,10 @@ inline int64_t kv_cache_bytes(int64_t rows) { return (rows + kKvBlockRows - 1) /
 inline int64_t idx_cache_bytes(int64_t rows) { return (rows + kKvBlockRows - 1) / kKvBlockRows * kIdxBlockBytes; }
 
 // CPU reference codec (kv_format_ref.cpp). x / out: kKvDim (kIdxDim) floats; cache: the whole cache; row: its row.
-void kv_encode_row_ref(const float* x, uint8_t* cache, int64_t row);
-void kv_decode_row_ref(const uint8_t* cache, int64_t row, float* out);
-void idx_encode_row_ref(const float* x, uint8_t* cache, int64_t row);
-void idx_decode_row_ref(const uint8_t* cache, int64_t row, float* out);
+// Rows in pages `g` (kModel1Pages / kIdxPages when not given).
+void kv_encode_row_ref(const float* x, uint8_t* cache, int64_t row, const KvPages& g = kModel1Pages);
+void kv_decode_row_ref(const uint8_t* cache, int64_t row, float* out, const KvPages& g = kModel1Pages);
+void idx_encode_row_ref(const float* x, uint8_t* cache, int64_t row, const KvPages& g = kIdxPages);
+void idx_decode_row_ref(const uint8_t* cache, int64_t row, float* out, const KvPages& g = kIdxPages);
 
 }  // namespace dsinfer::ops

@@ -9,30 +9,44 @@ namespace dsinfer::ops::cuda {
 
 namespace {
 Status check(const char* who, const float* x, int64_t n, int64_t ld, int64_t dim, const int32_t* dst, uint8_t* cache,
-             int64_t cache_rows) {
+             int64_t cache_rows, const KvPages& g) {
   if (n < 0 || n > 0x7fffffff) return Status::errorf("{}: bad row count {}", who, n);
   if (ld < dim) return Status::errorf("{}: row stride {} below the row width {}", who, ld, dim);
   if (cache_rows < 0 || cache_rows > 0x7fffffff) return Status::errorf("{}: bad cache row count {}", who, cache_rows);
-  if (n > 0 && (!x || !dst || !cache)) return Status::errorf("{}: null rows, destinations or cache", who);
+  if (n > 0 && (!x || !cache)) return Status::errorf("{}: null rows or cache", who);
+  if (g.page_rows <= 0 || g.page_stride % 16 != 0 || g.offset < 0 || g.offset % 16 != 0)
+    return Status::errorf("{}: bad pages ({} rows, stride {}, offset {})", who, g.page_rows, g.page_stride, g.offset);
   return Status::ok();
 }
 }  // namespace
 
 Status kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache, int64_t cache_rows,
-                 void* stream) {
-  DSI_RETURN_IF_ERROR(check("kv_encode", x, n, ld, kKvDim, dst_rows, cache, cache_rows));
+                 void* stream, const KvPages& pages) {
+  DSI_RETURN_IF_ERROR(check("kv_encode", x, n, ld, kKvDim, dst_rows, cache, cache_rows, pages));
   if (n == 0) return Status::ok();
-  detail::launch_kv_encode(x, n, ld, dst_rows, cache, cache_rows, stream);
+  detail::launch_kv_encode(x, n, ld, dst_rows, cache, cache_rows, pages, stream);
   DSI_CUDA_LAUNCHED("kv_encode_kernel");
   return Status::ok();
 }
 
 Status idx_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache, int64_t cache_rows,
-                  void* stream) {
-  DSI_RETURN_IF_ERROR(check("idx_encode", x, n, ld, kIdxDim, dst_rows, cache, cache_rows));
+                  void* stream, const KvPages& pages) {
+  DSI_RETURN_IF_ERROR(check("idx_encode", x, n, ld, kIdxDim, dst_rows, cache, cache_rows, pages));
   if (n == 0) return Status::ok();
-  detail::launch_idx_encode(x, n, ld, dst_rows, cache, cache_rows, stream);
+  detail::launch_idx_encode(x, n, ld, dst_rows, cache, cache_rows, pages, stream);
   DSI_CUDA_LAUNCHED("idx_encode_kernel");
+  return Status::ok();
+}
+
+Status kv_sanitize(uint8_t* cache, int64_t rows, const KvPages& pages, bool indexer, void* stream) {
+  if (rows < 0 || rows > (int64_t(1) << 40)) return Status::errorf("kv_sanitize: bad row count {}", rows);
+  if (pages.page_rows <= 0 || pages.page_stride % 16 != 0 || pages.offset < 0 || pages.offset % 16 != 0)
+    return Status::errorf("kv_sanitize: bad pages ({} rows, stride {}, offset {})", pages.page_rows,
+                          pages.page_stride, pages.offset);
+  if (rows == 0) return Status::ok();
+  if (!cache) return Status::error("kv_sanitize: null cache");
+  detail::launch_kv_sanitize(cache, rows, pages, indexer, stream);
+  DSI_CUDA_LAUNCHED("kv_sanitize_kernel");
   return Status::ok();
 }
 

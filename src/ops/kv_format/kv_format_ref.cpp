@@ -18,9 +18,9 @@ float amax_or_inf(const float* x, int64_t n) {
 }
 }  // namespace
 
-void kv_encode_row_ref(const float* x, uint8_t* cache, int64_t row) {
-  uint8_t* data = cache + kv_data_offset(row);
-  uint8_t* scales = cache + kv_scale_offset(row);
+void kv_encode_row_ref(const float* x, uint8_t* cache, int64_t row, const KvPages& g) {
+  uint8_t* data = cache + kv_data_offset(g, row);
+  uint8_t* scales = cache + kv_scale_offset(g, row);
   for (int64_t t = 0; t < kKvTiles; ++t) {
     const float* xt = x + t * kKvTile;
     const uint8_t sb = kv_tile_scale_byte(amax_or_inf(xt, kKvTile));
@@ -36,9 +36,9 @@ void kv_encode_row_ref(const float* x, uint8_t* cache, int64_t row) {
   }
 }
 
-void kv_decode_row_ref(const uint8_t* cache, int64_t row, float* out) {
-  const uint8_t* data = cache + kv_data_offset(row);
-  const uint8_t* scales = cache + kv_scale_offset(row);
+void kv_decode_row_ref(const uint8_t* cache, int64_t row, float* out, const KvPages& g) {
+  const uint8_t* data = cache + kv_data_offset(g, row);
+  const uint8_t* scales = cache + kv_scale_offset(g, row);
   for (int64_t i = 0; i < kKvNope; ++i) {
     const float s = small_float::from_bits(small_float::e8m0_f32_bits(scales[i / kKvTile]));
     out[i] = small_float::from_bits(small_float::e4m3_f32_bits(data[i])) * s;
@@ -49,8 +49,8 @@ void kv_decode_row_ref(const uint8_t* cache, int64_t row, float* out) {
   }
 }
 
-void idx_encode_row_ref(const float* x, uint8_t* cache, int64_t row) {
-  uint8_t* codes = cache + idx_code_offset(row);
+void idx_encode_row_ref(const float* x, uint8_t* cache, int64_t row, const KvPages& g) {
+  uint8_t* codes = cache + idx_code_offset(g, row);
   const float amax = amax_or_inf(x, kIdxDim);
   float scale = small_float::from_bits(0x7FC00000u);  // the quiet NaN, the same bits on host and device
   if (std::isfinite(amax)) {
@@ -60,13 +60,13 @@ void idx_encode_row_ref(const float* x, uint8_t* cache, int64_t row) {
   } else {
     std::memset(codes, 0x7F, size_t(kIdxDim));
   }
-  std::memcpy(cache + idx_scale_offset(row), &scale, 4);
+  std::memcpy(cache + idx_scale_offset(g, row), &scale, 4);
 }
 
-void idx_decode_row_ref(const uint8_t* cache, int64_t row, float* out) {
-  const uint8_t* codes = cache + idx_code_offset(row);
+void idx_decode_row_ref(const uint8_t* cache, int64_t row, float* out, const KvPages& g) {
+  const uint8_t* codes = cache + idx_code_offset(g, row);
   float scale;
-  std::memcpy(&scale, cache + idx_scale_offset(row), 4);
+  std::memcpy(&scale, cache + idx_scale_offset(g, row), 4);
   for (int64_t i = 0; i < kIdxDim; ++i) out[i] = small_float::from_bits(small_float::e4m3_f32_bits(codes[i])) * scale;
 }
 

@@ -54,12 +54,13 @@ struct Rows {
   const uint8_t** scales;
 };
 
-// Cache row of key k of token t (nullptr: none): keys[0]'s list, then keys[1]'s.
-__device__ __forceinline__ int64_t key_cache_row(const SparseAttentionFp8Params& p, int64_t t, int64_t n0,
+// Cache row of key k of token t (-1: none) and its list `src`: keys[0]'s list, then keys[1]'s, then keys[2]'s (n0,
+// n01: the first list's length, the first two's).
+__device__ __forceinline__ int64_t key_cache_row(const SparseAttentionFp8Params& p, int64_t t, int64_t n0, int64_t n01,
                                                  int64_t k, int& src) {
-  src = k < n0 ? 0 : 1;
+  src = k < n0 ? 0 : (k < n01 ? 1 : 2);
   const Fp8KeySource& s = p.keys[src];
-  const int64_t j = k < n0 ? k : k - n0;
+  const int64_t j = src == 0 ? k : (src == 1 ? k - n0 : k - n01);
   const int64_t r = s.idx[t * s.stride + j];
   return r >= 0 && r < s.rows ? r : -1;
 }
@@ -219,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hr = 16 * (warp & 3), d0 = kHalf * (warp >> 2);
   const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kFp8Heads, split = blockIdx.z;
-  const int64_t n0 = list_len(p.keys[0], t), nkeys = n0 + list_len(p.keys[1], t);
+  const int64_t n0 = list_len(p.keys[0], t), n01 = n0 + list_len(p.keys[1], t), nkeys = n01 + list_len(p.keys[2], t);
   int64_t kbeg, kend;
   attn_split_range(nkeys, split, p.num_splits, 0, kFp8Keys, kbeg, kend);
   const int64_t nk = kend > kbeg ? kend - kbeg : 0, ntiles = (nk + kFp8Keys - 1) / kFp8Keys, nhalves = 2 * ntiles;
@@ -230,10 +231,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     rows.scales[slot] = nullptr;
     if (k < nk) {
       int src = 0;
-      const int64_t r = key_cache_row(p, t, n0, kbeg + k, src);
+      const int64_t r = key_cache_row(p, t, n0, n01, kbeg + k, src);
       if (r >= 0) {
-        rows.data[slot] = p.keys[src].cache + kv_data_offset(r);
-        rows.scales[slot] = p.keys[src].cache + kv_scale_offset(r);
+        rows.data[slot] = p.keys[src].cache + kv_data_offset(p.keys[src].pages, r);
+        rows.scales[slot] = p.keys[src].cache + kv_scale_offset(p.keys[src].pages, r);
       }
     }
   };

@@ -14,6 +14,9 @@ Status check_source(const Fp8KeySource& s, int i) {
     return Status::errorf("sparse_attention_fp8: key list {} stride {}", i, s.stride);
   if (reinterpret_cast<uintptr_t>(s.cache) % 16 != 0)
     return Status::errorf("sparse_attention_fp8: the cache of key list {} is not 16-byte aligned", i);
+  if (s.pages.page_rows <= 0 || s.pages.page_stride % 16 != 0 || s.pages.offset < 0 || s.pages.offset % 16 != 0)
+    return Status::errorf("sparse_attention_fp8: key list {} has bad pages ({} rows, stride {}, offset {})", i,
+                          s.pages.page_rows, s.pages.page_stride, s.pages.offset);
   return Status::ok();
 }
 }  // namespace
@@ -24,9 +27,10 @@ Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, fl
   if (p.heads <= 0 || p.heads > 65535 * detail::kFp8Heads)
     return Status::errorf("sparse_attention_fp8: bad head count {}", p.heads);
   if (!p.sinks) return Status::error("sparse_attention_fp8: null sinks");
-  if (!p.keys[0].idx && p.keys[1].idx) return Status::error("sparse_attention_fp8: key list 1 without key list 0");
-  DSI_RETURN_IF_ERROR(check_source(p.keys[0], 0));
-  DSI_RETURN_IF_ERROR(check_source(p.keys[1], 1));
+  for (int i = 1; i < SparseAttentionFp8Params::kLists; ++i)
+    if (!p.keys[i - 1].idx && p.keys[i].idx)
+      return Status::errorf("sparse_attention_fp8: key list {} after an empty list {}", i, i - 1);
+  for (int i = 0; i < SparseAttentionFp8Params::kLists; ++i) DSI_RETURN_IF_ERROR(check_source(p.keys[i], i));
   if (p.rope_dim < 0 || p.rope_dim % 2 != 0 || p.rope_dim > 512 || (p.rope_dim > 0 && (!p.inv_freq || !p.pos)))
     return Status::errorf("sparse_attention_fp8: bad rope_dim {} (even, <= 512, with inv_freq and pos)", p.rope_dim);
   if (p.num_splits < 1 || p.num_splits > 65535)
@@ -40,6 +44,32 @@ Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, fl
     detail::launch_sparse_attention_fp8_combine(p, workspace, o, stream);
     DSI_CUDA_LAUNCHED("sparse_attention_fp8_combine_kernel");
   }
+  return Status::ok();
+}
+
+Status fp8_state_keys(const StepDevice& st, const LayerStateView& v, const Fp8StateKeys& k, void* stream) {
+  if (!v.fp8) return Status::error("fp8_state_keys: the layer's state is not in the FP8 format");
+  if (k.window <= 0 || v.ring_rows < k.window)
+    return Status::errorf("fp8_state_keys: window {} needs ring_rows >= window (have {})", k.window, v.ring_rows);
+  if (k.m < 0 || k.comp_stride < 0 || (k.m > 0 && (k.comp_stride == 0 || v.entries_per_block <= 0)) ||
+      (k.topk_idx && (k.topk <= 0 || k.topk > k.comp_stride)))
+    return Status::errorf("fp8_state_keys: bad compressed list (m {}, stride {}, topk {})", k.m, k.comp_stride, k.topk);
+  if (st.T < 0 || st.T > 0x7fffffff) return Status::errorf("fp8_state_keys: bad token count {}", st.T);
+  if (st.T == 0) return Status::ok();
+  if (!k.ring || !k.ring_len || !k.step || !k.step_len || !k.pos32 || (k.comp_stride > 0 && (!k.comp || !k.comp_len)))
+    return Status::error("fp8_state_keys: null list");
+  detail::launch_fp8_state_keys(st, v, k, stream);
+  DSI_CUDA_LAUNCHED("fp8_state_keys_kernel");
+  return Status::ok();
+}
+
+Status fp8_ring_rows(const StepDevice& st, const LayerStateView& v, int32_t* rows, void* stream) {
+  if (!v.fp8 || v.ring_rows <= 0) return Status::error("fp8_ring_rows: the layer has no FP8 ring");
+  if (st.T < 0 || st.T > 0x7fffffff) return Status::errorf("fp8_ring_rows: bad token count {}", st.T);
+  if (st.T == 0) return Status::ok();
+  if (!rows) return Status::error("fp8_ring_rows: null rows");
+  detail::launch_fp8_ring_rows(st, v, rows, stream);
+  DSI_CUDA_LAUNCHED("fp8_ring_rows_kernel");
   return Status::ok();
 }
 

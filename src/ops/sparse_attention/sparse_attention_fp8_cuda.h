@@ -21,4 +21,10 @@ inline int64_t sparse_attention_fp8_workspace_floats(int64_t T, int64_t heads, i
 // q: [T, heads, 512] (fp32 or bf16, p.q_bf16); o: [T, heads, 512] fp32. Device pointers.
 Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, void* stream);
 
+// The key lists of the runner's FP8 state (Fp8StateKeys) for the step st over layer view v (v.fp8).
+Status fp8_state_keys(const StepDevice& st, const LayerStateView& v, const Fp8StateKeys& k, void* stream);
+// rows[t]: the ring row token t writes (v.ring_index), -1 when a later token of its chunk owns that row; feed to
+// kv_encode with v.ring_pages() over the slot pool.
+Status fp8_ring_rows(const StepDevice& st, const LayerStateView& v, int32_t* rows, void* stream);
+
 }  // namespace dsinfer::ops::cuda

@@ -3,24 +3,31 @@
 #pragma once
 #include <cstdint>
 
+#include "ops/kv_format/kv_format.h"  // KvPages
+#include "ops/state_view.h"
+#include "ops/step_cuda.h"
+
 namespace dsinfer::ops::cuda {
 
-// One list of keys per token in a main KV cache of the MODEL1 layout (ops/kv_format/kv_format.h).
+// One list of keys per token in a main KV cache of the MODEL1 row format (ops/kv_format/kv_format.h).
 struct Fp8KeySource {
   const uint8_t* cache = nullptr;  // the cache (16-byte aligned)
   int64_t rows = 0;                // its rows (indices >= rows: no key)
   const int32_t* idx = nullptr;    // [T, stride] cache rows of each token's keys; -1 = no key
   int64_t stride = 0;              // list capacity a token
   const int32_t* len = nullptr;    // [T] keys used of the token's list (<= stride); nullptr: all stride
+  KvPages pages;                   // where its rows live (FlashMLA's MODEL1 blocks by default)
 };
 
 struct SparseAttentionFp8Params {
   int64_t T = 0, heads = 0;      // head_dim is kKvDim (512)
   float scale = 1.0f;            // head_dim^-1/2
   const float* sinks = nullptr;  // [heads]
-  // Token t's keys: keys[0]'s list, then keys[1]'s (the window ring, then the compressed entries; keys[1].idx
-  // nullptr: none). K = V: one latent row a key, shared by all heads.
-  Fp8KeySource keys[2];
+  // Token t's keys: keys[0]'s list, then keys[1]'s, then keys[2]'s (e.g. the window ring, then the compressed
+  // entries; the runner: ring rows, this step's rows, compressed entries); a list with idx nullptr is empty, and
+  // none may follow an empty one. K = V: one latent row a key, shared by all heads.
+  static constexpr int kLists = 3;
+  Fp8KeySource keys[kLists];
   bool q_bf16 = false;           // q [T, heads, 512]: fp32, or bf16 when set
   // Inverse RoPE of the output's trailing rope_dim channels at pos[t] (0 = none).
   int64_t rope_dim = 0;
@@ -30,7 +37,21 @@ struct SparseAttentionFp8Params {
   int64_t num_splits = 1;  // key-range splits a (token, 64-head group); > 1 needs the workspace and the combine
 };
 
+// The runner's FP8 state (LayerStateView::fp8) as three key lists a token (fp8_state_keys): window positions before
+// the step in the slot's ring (ring, [T, window]), window positions of this step as rows of a cache of the step's
+// own rows (step, [T, window], row = token index), and the compressed entries (comp, [T, comp_stride]: topk_idx's
+// picks, -1 kept, or all visible entries; m = 0: none), with their lengths; pos32 [T] the positions as int32.
+struct Fp8StateKeys {
+  int64_t window = 0, m = 0, comp_stride = 0;
+  const int32_t* topk_idx = nullptr;  // [T, topk] (CSA) or nullptr (HCA: every visible entry)
+  int64_t topk = 0;
+  int32_t *ring = nullptr, *ring_len = nullptr, *step = nullptr, *step_len = nullptr, *comp = nullptr,
+          *comp_len = nullptr, *pos32 = nullptr;
+};
+
 namespace detail {
+void launch_fp8_state_keys(const StepDevice& st, const LayerStateView& v, const Fp8StateKeys& k, void* stream);
+void launch_fp8_ring_rows(const StepDevice& st, const LayerStateView& v, int32_t* rows, void* stream);
 inline constexpr int kFp8Heads = 64;  // heads a block
 inline constexpr int kFp8Keys = 32;   // keys a tile
 void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,

@@ -26,7 +26,7 @@ void sparse_attention_fp8_ref(const cuda::SparseAttentionFp8Params& p, const voi
         const int32_t r = src.idx[t * src.stride + j];
         if (r < 0 || r >= src.rows) continue;
         rows.resize(rows.size() + size_t(D));
-        kv_decode_row_ref(src.cache, r, rows.data() + rows.size() - size_t(D));
+        kv_decode_row_ref(src.cache, r, rows.data() + rows.size() - size_t(D), src.pages);
       }
     }
     keys.clear();

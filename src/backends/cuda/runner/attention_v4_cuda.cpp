@@ -1,6 +1,11 @@
 // CudaForwardV4's attention block of one layer (model/deepseek_v4.cpp attention()): q / kv projections with norms
 // and RoPE, the compressor and (CSA) the indexer, sparse attention over window + compressed entries, the ring
 // write and the grouped output projection. Sliding layers skip the compressor, HCA layers the indexer.
+// FP8 state (layout_.fp8(), `official` numerics, docs/decisions.md issue 31): the same ops, but every key row lives in
+// DeepSeek's storage format (ops/kv_format): the compressors hand their entries to kv_encode / idx_encode, the indexer
+// decodes its keys, this step's kv rows are encoded into a scratch cache, and attention is sparse_attention_fp8 over
+// three key lists (ring rows, this step's rows, compressed entries) in every step (prefill too), so every key a token
+// reads went through the format's rounding (the NoPE channels equal the simulation's; the RoPE channels are bf16).
 #include <algorithm>
 #include <cmath>
 
@@ -9,10 +14,13 @@
 #include "ops/compressor/compressor_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/indexer/indexer_cuda.h"
+#include "ops/kv_format/kv_format_cuda.h"
 #include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "ops/rope/rope_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
+#include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
+#include "ops/sparse_attention/sparse_attention_plan.h"
 
 namespace dsinfer::backends {
 
@@ -62,7 +70,12 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     CompressorCudaParams cp = compressor_params(type == AttnType::CSA, hd, false, L.comp_ape, L.comp_norm);
     cp.sim = num_.kv_fp8_sim ? CompressorSim::Fp8Nope : CompressorSim::None;
     cp.fp8_dims = nope;
+    if (view.fp8) {
+      cp.out = f8_.out.data();
+      cp.out_rows = f8_.rows.data();
+    }
     DSI_OP("compressor", l, compressor_step(st, view, cp, s_.ckv.data(), s_.cg.data(), stream_));
+    if (view.fp8) DSI_OP("compressor", l, encode_entries(l, view, T, false));
   }
   const int32_t* selected = nullptr;
   if (type == AttnType::CSA) {
@@ -78,38 +91,168 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wgate, s_.ig.data(), 2 * di, false));
     CompressorCudaParams ip = compressor_params(true, di, true, L.idx_ape, L.idx_norm);
     ip.sim = num_.indexer_fp4_sim ? CompressorSim::HadamardFp4 : CompressorSim::None;
+    if (view.fp8) {
+      ip.out = f8_.out.data();
+      ip.out_rows = f8_.rows.data();
+    }
     DSI_OP("indexer_compressor", l, compressor_step(st, view, ip, s_.ikv.data(), s_.ig.data(), stream_));
+    if (view.fp8) DSI_OP("indexer_compressor", l, encode_entries(l, view, T, true));
     const IndexerCudaParams xp{Hi, di, m, cfg_.index_topk};
     DSI_OP("indexer_topk", l, indexer_topk(st, view, xp, iq, iw, std::max<int64_t>(shape_.visible, 1), s_.scores.data(),
                                            s_.sel.data(), stream_));
     selected = s_.sel.data();
   }
-  SparseAttentionCudaParams ap;
-  ap.heads = H;
-  ap.head_dim = hd;
-  ap.scale = float(1.0 / std::sqrt(double(hd)));
-  ap.sinks = L.sink;
-  ap.window = cfg_.sliding_window;
-  ap.m = type == AttnType::Sliding ? 0 : m;
-  ap.topk_idx = selected;
-  ap.topk = cfg_.index_topk;
-  ap.rope_dim = rd;  // the inverse RoPE of the output is fused into the kernel's final write
-  ap.inv_freq = inv;
-  ap.attention_factor = af;
-  ap.num_splits = attention_splits(type, m, T, shape_.max_pos);  // workspace sized by ensure_scratch
-  // Batch-invariant: every token's keys in fixed chunks, always combined (both kernels). Fast mode: the bf16
-  // tensor-core kernel (q, k, p rounded to bf16; its own split count); exact mode keeps the fp32 kernel
-  // (sparse_attention_plan.h).
-  ap.split_keys = sparse_attention_split_keys(kernel_mode());
-  ap.tensor_cores = sparse_attention_tensor_cores(kernel_mode(), hd);
   float* o = s_.o.data();
-  DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
-  DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
+  if (view.fp8) {
+    DSI_OP("sparse_attention", l, attend_fp8(l, st, view, selected));
+    DSI_OP("ring_write", l, ring_write_fp8(l, st, view));
+  } else {
+    SparseAttentionCudaParams ap;
+    ap.heads = H;
+    ap.head_dim = hd;
+    ap.scale = float(1.0 / std::sqrt(double(hd)));
+    ap.sinks = L.sink;
+    ap.window = cfg_.sliding_window;
+    ap.m = type == AttnType::Sliding ? 0 : m;
+    ap.topk_idx = selected;
+    ap.topk = cfg_.index_topk;
+    ap.rope_dim = rd;  // the inverse RoPE of the output is fused into the kernel's final write
+    ap.inv_freq = inv;
+    ap.attention_factor = af;
+    ap.num_splits = attention_splits(type, m, T, shape_.max_pos);  // workspace sized by ensure_scratch
+    // Batch-invariant: every token's keys in fixed chunks, always combined (both kernels). Fast mode: the bf16
+    // tensor-core kernel (q, k, p rounded to bf16; its own split count); exact mode keeps the fp32 kernel
+    // (sparse_attention_plan.h).
+    ap.split_keys = sparse_attention_split_keys(kernel_mode());
+    ap.tensor_cores = sparse_attention_tensor_cores(kernel_mode(), hd);
+    DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
+    DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
+  }
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
   DSI_OP("wo_a", l, gemm_grouped(o, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
   DSI_OP("wo_b", l, gemm(s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D, false));
   return Status::ok();
 }
 
+// ---------------------------------------------------------------------------------------------- FP8 state
+int32_t CudaForwardV4::state_elem_bytes() const {
+  const bool fits = cfg_.head_dim == ops::kKvDim && cfg_.qk_rope_head_dim == ops::kKvRope &&
+                    cfg_.index_head_dim == ops::kIdxDim;
+  const bool official = num_.kv_fp8_sim && num_.indexer_fp4_sim;
+  return fits && official && !exact_ && core_.fp8_state_ ? cache::kFp8StateElem : 4;
+}
+
+// randomize_state filled the pools with random floats: FP8 rows made valid (no NaN codes, bounded scales).
+Status CudaForwardV4::reset_invalid_state() {
+  if (!layout_.fp8()) return Status::ok();
+  const int64_t slots = int64_t(slots_.bytes()) / layout_.slot_bytes;
+  const int64_t blocks = int64_t(blocks_.bytes()) / layout_.block_bytes;
+  for (int64_t l = 0; l < int64_t(layout_.layers.size()); ++l) {
+    const cache::LayerState& ls = layout_.layers[size_t(l)];
+    DSI_RETURN_IF_ERROR(kv_sanitize(slots_.data(), slots * layout_.ring_rows, layout_.ring_pages(l), false, stream_));
+    if (ls.entries_offset >= 0)
+      DSI_RETURN_IF_ERROR(kv_sanitize(blocks_.data(), blocks * ls.entries_per_block, layout_.entry_pages(l), false,
+                                      stream_));
+    if (ls.index_keys_offset >= 0)
+      DSI_RETURN_IF_ERROR(kv_sanitize(blocks_.data(), blocks * ls.entries_per_block, layout_.index_key_pages(l), true,
+                                      stream_));
+  }
+  return Status::ok();
+}
+
+// Entries a token's compressed-key list holds: CSA its top-k, HCA every entry visible at max_pos, sliding none.
+int64_t CudaForwardV4::fp8_comp_stride(int64_t l, int64_t max_pos) const {
+  const AttnType type = cfg_.layer_types[size_t(l)];
+  if (type == AttnType::CSA) return cfg_.index_topk;
+  if (type == AttnType::HCA) return std::max<int64_t>((max_pos + 1) / std::max<int64_t>(cfg_.ratio(l), 1), 1);
+  return 0;
+}
+
+// Split count (sparse_attention_plan.h): the plan's outside batch-invariant mode; one split there (each token's
+// keys in one block, in list order: independent of the batch).
+int64_t CudaForwardV4::fp8_splits(int64_t l, int64_t T, int64_t max_pos) const {
+  if (batch_invariant_) return 1;
+  return plan_sparse_attention_fp8(T, cfg_.num_attention_heads, cfg_.sliding_window + fp8_comp_stride(l, max_pos),
+                                   device_.multiprocessors);
+}
+
+Status CudaForwardV4::prepare_fp8(int64_t T, int64_t max_pos) {
+  if (!layout_.fp8()) return Status::ok();
+  const size_t t = size_t(T), W = size_t(cfg_.sliding_window);
+  int64_t comp = 1, ws = 0;
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    comp = std::max(comp, fp8_comp_stride(l, max_pos));
+    ws = std::max(ws, sparse_attention_fp8_workspace_floats(T, cfg_.num_attention_heads, fp8_splits(l, T, max_pos)));
+  }
+  DSI_RETURN_IF_ERROR(grow(f8_.step_rows, size_t(ops::kv_cache_bytes(T)), "FP8 step rows"));
+  DSI_RETURN_IF_ERROR(grow(f8_.out, t * size_t(cfg_.head_dim), "FP8 entries"));
+  DSI_RETURN_IF_ERROR(grow(f8_.ws, size_t(ws) + 64, "FP8 attention workspace"));
+  DSI_RETURN_IF_ERROR(grow(f8_.rows, t, "FP8 rows"));
+  DSI_RETURN_IF_ERROR(grow(f8_.ring, t * W, "FP8 ring keys"));
+  DSI_RETURN_IF_ERROR(grow(f8_.step, t * W, "FP8 step keys"));
+  DSI_RETURN_IF_ERROR(grow(f8_.comp, t * size_t(comp), "FP8 compressed keys"));
+  DSI_RETURN_IF_ERROR(grow(f8_.ring_len, t, "FP8 key counts"));
+  DSI_RETURN_IF_ERROR(grow(f8_.step_len, t, "FP8 key counts"));
+  DSI_RETURN_IF_ERROR(grow(f8_.comp_len, t, "FP8 key counts"));
+  return grow(f8_.pos32, t, "FP8 positions");
+}
+
+// The compressor's entries of this step (f8_.out, rows f8_.rows: -1 where a token closed no window) into the
+// layer's entry (or indexer-key) pages.
+Status CudaForwardV4::encode_entries(int64_t l, const ops::LayerStateView& view, int64_t T, bool indexer) {
+  const int64_t rows = int64_t(blocks_.bytes()) / layout_.block_bytes * view.entries_per_block;
+  if (indexer)
+    return idx_encode(f8_.out.data(), T, cfg_.index_head_dim, f8_.rows.data(), blocks_.data(), rows, stream_,
+                      layout_.index_key_pages(l));
+  return kv_encode(f8_.out.data(), T, cfg_.head_dim, f8_.rows.data(), blocks_.data(), rows, stream_,
+                   layout_.entry_pages(l));
+}
+
+// This step's kv rows into the step cache, the three key lists, then sparse_attention_fp8 (fused sink and inverse
+// RoPE) into s_.o.
+Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view,
+                                 const int32_t* selected) {
+  const AttnType type = cfg_.layer_types[size_t(l)];
+  const int64_t T = st.T, W = cfg_.sliding_window, cs = fp8_comp_stride(l, shape_.max_pos);
+  DSI_RETURN_IF_ERROR(kv_encode(s_.kv.data(), T, cfg_.head_dim, nullptr, f8_.step_rows.data(), T, stream_));
+  Fp8StateKeys k;
+  k.window = W;
+  k.m = type == AttnType::Sliding ? 0 : cfg_.ratio(l);
+  k.comp_stride = cs;
+  k.topk_idx = type == AttnType::CSA ? selected : nullptr;
+  k.topk = type == AttnType::CSA ? cfg_.index_topk : 0;
+  k.ring = f8_.ring.data();
+  k.ring_len = f8_.ring_len.data();
+  k.step = f8_.step.data();
+  k.step_len = f8_.step_len.data();
+  k.comp = cs > 0 ? f8_.comp.data() : nullptr;
+  k.comp_len = cs > 0 ? f8_.comp_len.data() : nullptr;
+  k.pos32 = f8_.pos32.data();
+  DSI_RETURN_IF_ERROR(fp8_state_keys(st, view, k, stream_));
+  const int64_t slots = int64_t(slots_.bytes()) / layout_.slot_bytes;
+  const int64_t entries = int64_t(blocks_.bytes()) / layout_.block_bytes * view.entries_per_block;
+  SparseAttentionFp8Params p;
+  p.T = T;
+  p.heads = cfg_.num_attention_heads;
+  p.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
+  p.sinks = weights_.layer(l).sink;
+  p.keys[0] = {slots_.data(), slots * layout_.ring_rows, k.ring, W, k.ring_len, layout_.ring_pages(l)};
+  p.keys[1] = {f8_.step_rows.data(), T, k.step, W, k.step_len, ops::kModel1Pages};
+  if (cs > 0) p.keys[2] = {blocks_.data(), entries, k.comp, cs, k.comp_len, layout_.entry_pages(l)};
+  p.rope_dim = cfg_.qk_rope_head_dim;
+  p.pos = k.pos32;
+  p.inv_freq = (type == AttnType::Sliding ? inv_main_ : inv_comp_).data();
+  p.attention_factor = float(cfg_.rope_for_layer(l).attention_factor);
+  p.num_splits = fp8_splits(l, T, shape_.max_pos);  // workspace sized by prepare_fp8 for the same shape
+  return sparse_attention_fp8(p, s_.q.data(), s_.o.data(), f8_.ws.data(), stream_);
+}
+
+// This step's kv rows into the ring (the last writer of each ring row, as ring_write).
+Status CudaForwardV4::ring_write_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view) {
+  DSI_RETURN_IF_ERROR(fp8_ring_rows(st, view, f8_.rows.data(), stream_));
+  const int64_t slots = int64_t(slots_.bytes()) / layout_.slot_bytes;
+  return kv_encode(s_.kv.data(), st.T, cfg_.head_dim, f8_.rows.data(), slots_.data(), slots * layout_.ring_rows,
+                   stream_, layout_.ring_pages(l));
+}
 
 }  // namespace dsinfer::backends

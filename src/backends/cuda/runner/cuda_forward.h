@@ -58,13 +58,15 @@ struct RunnerCore {
   EplbDevice eplb_;
   void* stream_ = nullptr;
   cache::StateLayout layout_;
-  cuda::DeviceBuffer<uint8_t> slots_, blocks_;  // the engine's state memory (fp32 rows)
+  cuda::DeviceBuffer<uint8_t> slots_, blocks_;  // the engine's state memory (layout_: fp32 or FP8 rows)
   int64_t max_model_len_ = 0;
   // Bumped whenever a buffer a captured decode graph holds moves (scratch, plan, capture): the graphs are dropped.
   uint64_t scratch_gen_ = 0;
   bool exact_ = false;  // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
   // RunnerOptions::batch_invariant: every kernel choice independent of the step's batch (ops/kernel_mode.h).
   bool batch_invariant_ = false;
+  // RunnerOptions::fp8_state (or DSINFER_FP8_STATE=1): the family may keep its state in the FP8 storage format.
+  bool fp8_state_ = false;
   OpTimer timer_;
   // Hidden-state capture: capture_index_[l] = position of layer l in the requested list, or -1.
   std::vector<int64_t> capture_layers_, capture_index_;
@@ -91,6 +93,9 @@ class CudaForward {
   virtual Status load(const runner::RunnerOptions& opts, ExpertSlots slots) = 0;
   virtual int64_t weight_bytes() const = 0;
   virtual bool fp32_storage() const = 0;
+  // StateCacheConfig::kv_elem_bytes of the state this forward prefers (4: fp32 rows; cache::kFp8StateElem: the
+  // storage format); bind_state also accepts fp32 rows (a ParallelRunner's shards).
+  virtual int32_t state_elem_bytes() const { return 4; }
   // After the runner bound the engine's state memory: the family's checks of the layout and its state setup.
   virtual Status bind_state() { return Status::ok(); }
   // randomize_state: the family's state rows whose random contents would be invalid, reset.

@@ -71,6 +71,8 @@ Status CudaRunner::init(const runner::RunnerOptions& opts) {
   ep_size_ = opts.ep_size;
   DSI_ASSIGN_OR_RETURN(experts_, parallel::expert_range(cfg_.n_routed_experts, ep_rank_, ep_size_));
   if (const char* g = std::getenv("DSINFER_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
+  fp8_state_ = opts.fp8_state;
+  if (const char* f = std::getenv("DSINFER_FP8_STATE")) fp8_state_ = fp8_state_ || std::string(f) == "1";
   // Decode graphs stay off with expert parallelism: NCCL collectives can be captured, but this first step keeps
   // every all-reduce an ordinary launch (docs/multi_gpu.md).
   if (ep_size_ > 1) graphs_enabled_ = false;
@@ -121,7 +123,9 @@ Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slot
   DSI_RETURN_IF_ERROR(bind_device());
   max_model_len_ = max_model_len;
   graphs_.clear();
-  if (layout.kv_elem_bytes != 4) return Status::error("cuda runner: state layout must use fp32 rows");
+  if (layout.kv_elem_bytes != 4 && layout.kv_elem_bytes != fwd_->state_elem_bytes())
+    return Status::errorf("cuda runner: state layout with kv_elem_bytes {}, expected 4 or {}", layout.kv_elem_bytes,
+                          fwd_->state_elem_bytes());
   layout_ = layout;
   DSI_RETURN_IF_ERROR(slots_.alloc(size_t(num_slots) * size_t(layout.slot_bytes), "state slots"));
   DSI_RETURN_IF_ERROR(blocks_.alloc(size_t(num_blocks) * size_t(layout.block_bytes), "state blocks"));

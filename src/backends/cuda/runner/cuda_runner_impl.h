@@ -41,7 +41,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
 
   const io::ModelConfig& config() const override { return cfg_; }
   std::string name() const override;
-  int32_t kv_elem_bytes() const override { return 4; }
+  int32_t kv_elem_bytes() const override { return fwd_->state_elem_bytes(); }
   bool exact_math() const override { return exact_; }
   bool fp32_weights() const override { return fwd_->fp32_storage(); }
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_model_len) override;

@@ -13,6 +13,7 @@
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/gemm/gemm_lt_cuda.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/state_view.h"
 
 namespace dsinfer::backends {
 
@@ -24,6 +25,10 @@ class CudaForwardV4 final : public CudaForward {
   Status load(const runner::RunnerOptions& opts, ExpertSlots slots) override;
   int64_t weight_bytes() const override { return weights_.bytes(); }
   bool fp32_storage() const override { return weights_.fp32_storage(); }
+  // `official` numerics outside exact mode, with RunnerOptions::fp8_state: DeepSeek's storage format
+  // (attention_v4_cuda.cpp).
+  int32_t state_elem_bytes() const override;
+  Status reset_invalid_state() override;
   Status prepare(int64_t T, int64_t R, int64_t max_pos) override;
   Status run(const ops::StepDevice& st, const int32_t* rows, int64_t R) override;
   float* logits() const override { return s_.logits.data(); }
@@ -40,6 +45,14 @@ class CudaForwardV4 final : public CudaForward {
     cuda::DeviceBuffer<float> attn_ws, X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, scores, o, mid, router,
         rw, hid, logits;
     cuda::DeviceBuffer<int32_t> sel, ridx;
+  };
+  // FP8 state (layout_.fp8()): this step's kv rows in the storage format (the window keys of its own positions),
+  // the compressors' entries before encoding and their rows, ring rows, sparse_attention_fp8's key lists and
+  // split workspace (attention_v4_cuda.cpp).
+  struct Fp8Scratch {
+    cuda::DeviceBuffer<uint8_t> step_rows;
+    cuda::DeviceBuffer<float> out, ws;
+    cuda::DeviceBuffer<int32_t> rows, ring, ring_len, step, step_len, comp, comp_len, pos32;
   };
   // Shape facts of the current step that size the attention (set by prepare()).
   struct StepShape {
@@ -61,10 +74,18 @@ class CudaForwardV4 final : public CudaForward {
                          int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L);
   Status attention(int64_t l, const ops::StepDevice& st);  // attention_v4_cuda.cpp
+  // The FP8 state's parts of attention() (attention_v4_cuda.cpp): scratch, entry encoding, attention, ring write.
+  Status prepare_fp8(int64_t T, int64_t max_pos);
+  int64_t fp8_comp_stride(int64_t l, int64_t max_pos) const;
+  int64_t fp8_splits(int64_t l, int64_t T, int64_t max_pos) const;
+  Status encode_entries(int64_t l, const ops::LayerStateView& view, int64_t T, bool indexer);
+  Status attend_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view, const int32_t* selected);
+  Status ring_write_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view);
 
   DeviceWeights weights_;
   cuda::DeviceBuffer<float> inv_main_, inv_comp_;  // RoPE inverse frequencies (main / compressed layers)
   Scratch s_;
+  Fp8Scratch f8_;
   StepShape shape_;
   ops::cuda::MoeWorkspace moe_ws_;
   // The GEMM environment overrides (DSINFER_CUBLASLT*), read once by load() (a bad value fails the runner's

@@ -86,6 +86,7 @@ Status CudaForwardV4::prepare(int64_t T, int64_t R, int64_t max_pos) {
     ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(cfg_.layer_types[size_t(l)], cfg_.ratio(l), T, max_pos),
                                                         batch_invariant_));
   DSI_RETURN_IF_ERROR(grow(s_.attn_ws, size_t(ws) + 64, "attention workspace"));
+  DSI_RETURN_IF_ERROR(prepare_fp8(T, max_pos));  // FP8 state only (attention_v4_cuda.cpp)
   if (T > s_.tokens) {
     DSI_RETURN_IF_ERROR(moe_ws_.reserve(T, cfg_.num_experts_per_tok, D, cfg_.moe_intermediate_size, cfg_.n_routed_experts));
     s_.tokens = T;
