@@ -264,21 +264,28 @@ void DeepseekV4Cpu::output_projection(const LayerWeights& L, const std::vector<f
   ops::linear_ref(mid.data(), T, G * r, L.wo_b.p(), D, out.data());
 }
 
+// The router of MoE layer l (hash layers route by token id and have no bias), for moe() and moe_exchange().
+ops::RouterParams DeepseekV4Cpu::router_params(int64_t l) const {
+  const LayerWeights& L = w_.layers[size_t(l)];
+  ops::RouterParams rp;
+  rp.gate = L.gate.p();
+  rp.bias = cfg_.mlp_layer_types[size_t(l)] == io::MlpType::HashMoE ? nullptr : L.gate_bias.data();
+  rp.experts = cfg_.n_routed_experts;
+  rp.dim = cfg_.hidden_size;
+  rp.topk = cfg_.num_experts_per_tok;
+  rp.score = cfg_.scoring_func;
+  rp.renormalize = cfg_.norm_topk_prob;
+  rp.norm_eps = num_.router_norm_eps;
+  rp.route_scale = float(cfg_.routed_scaling_factor);
+  return rp;
+}
+
 Status DeepseekV4Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
   if (shard_.exchange) return moe_exchange(l, s, x, out);
   const LayerWeights& L = w_.layers[size_t(l)];
   const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok;
   const bool hash = cfg_.mlp_layer_types[size_t(l)] == io::MlpType::HashMoE;
-  ops::RouterParams rp;
-  rp.gate = L.gate.p();
-  rp.bias = hash ? nullptr : L.gate_bias.data();
-  rp.experts = cfg_.n_routed_experts;
-  rp.dim = D;
-  rp.topk = k;
-  rp.score = cfg_.scoring_func;
-  rp.renormalize = cfg_.norm_topk_prob;
-  rp.norm_eps = num_.router_norm_eps;
-  rp.route_scale = float(cfg_.routed_scaling_factor);
+  const ops::RouterParams rp = router_params(l);
   const float limit = float(cfg_.swiglu_limit);
   std::vector<int32_t> idx(static_cast<size_t>(k));
   std::vector<float> wt(static_cast<size_t>(k));
@@ -312,16 +319,7 @@ Status DeepseekV4Cpu::moe_exchange(int64_t l, const Step& s, const std::vector<f
   const LayerWeights& L = w_.layers[size_t(l)];
   const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok, T = s.T;
   const bool hash = cfg_.mlp_layer_types[size_t(l)] == io::MlpType::HashMoE;
-  ops::RouterParams rp;
-  rp.gate = L.gate.p();
-  rp.bias = hash ? nullptr : L.gate_bias.data();
-  rp.experts = cfg_.n_routed_experts;
-  rp.dim = D;
-  rp.topk = k;
-  rp.score = cfg_.scoring_func;
-  rp.renormalize = cfg_.norm_topk_prob;
-  rp.norm_eps = num_.router_norm_eps;
-  rp.route_scale = float(cfg_.routed_scaling_factor);
+  const ops::RouterParams rp = router_params(l);
   const float limit = float(cfg_.swiglu_limit);
   std::vector<int32_t> idx(size_t(T * k));
   std::vector<float> wt(size_t(T * k));

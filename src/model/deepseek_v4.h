@@ -19,6 +19,10 @@
 #include "model/weights.h"
 #include "ops/state_view.h"
 
+namespace dsinfer::ops {
+struct RouterParams;
+}
+
 namespace dsinfer::model {
 
 // One sequence's share of a step: tokens at positions [start_pos, start_pos + tokens.size()), its slot, and a
@@ -73,6 +77,7 @@ class DeepseekV4Cpu {
   struct Step;
   void output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, std::vector<float>& out) const;
   void attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  ops::RouterParams router_params(int64_t l) const;
   Status moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   Status moe_exchange(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   void tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const;
