@@ -1,5 +1,7 @@
-// plan_copy_runs (see state_copy.h).
+// plan_copy_runs and copy_on_host (see state_copy.h).
 #include "cache/state_copy.h"
+
+#include <cstring>
 
 namespace dsinfer::cache {
 
@@ -59,6 +61,18 @@ Result<std::vector<CopyRun>> plan_copy_runs(std::span<const StateCopy> copies, c
     prev_kind = c.kind;
   }
   return runs;
+}
+
+Status copy_on_host(std::span<const StateCopy> copies, const StateMemory& mem, const std::string& who) {
+  auto runs = plan_copy_runs(copies, mem);
+  if (!runs) return Status::error(who + ": " + runs.status().message());
+  for (const CopyRun& r : *runs) {
+    if (r.src)
+      std::memcpy(r.dst, r.src, r.bytes);
+    else
+      std::memset(r.dst, 0, r.bytes);
+  }
+  return Status::ok();
 }
 
 }  // namespace dsinfer::cache

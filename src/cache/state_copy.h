@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -41,5 +42,9 @@ struct CopyRun {
 // both directly after it, in different pools so that they cannot overlap) extends its run: spills and restores of
 // consecutive blocks become one transfer. Fails, naming the copy, when an id is out of range.
 Result<std::vector<CopyRun>> plan_copy_runs(std::span<const StateCopy> copies, const StateMemory& mem);
+
+// Plans `copies` and carries them out with memcpy / memset: for state that lives in host memory (the CPU runners).
+// Errors carry `who` ("cpu runner: ...").
+Status copy_on_host(std::span<const StateCopy> copies, const StateMemory& mem, const std::string& who);
 
 }  // namespace dsinfer::cache

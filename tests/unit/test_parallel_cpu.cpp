@@ -19,33 +19,16 @@
 #include "dsinfer/engine.h"
 #include "dsinfer/server.h"
 #include "test_server_util.h"
+#include "rank_test_util.h"
 #include "test_util.h"
 
 namespace {
 
 using dsinfer::test::request;
 
-struct Out {
-  std::vector<int32_t> ids;
-  std::vector<double> logprobs;
-};
-
-// Fails the binary if f does not return within 30 s (a hang cannot be caught any other way).
-template <typename F>
-void within_30s(F f) {
-  auto fut = std::async(std::launch::async, std::move(f));
-  if (fut.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-    std::fprintf(stderr, "FATAL: a multi-rank run did not end within 30 s (hang)\n");
-    std::_Exit(2);
-  }
-  fut.get();
-}
-
-std::vector<int32_t> prompt(int i, int32_t vocab) {
-  std::vector<int32_t> p;
-  for (int k = 0; k < 4 + 7 * i; ++k) p.push_back(2 + (k * 13 + i * 5) % (vocab - 4));
-  return p;
-}
+using Out = dsinfer::test::RankOut;
+using dsinfer::test::within_30s;
+using dsinfer::test::rank_prompt;
 
 dsinfer::EngineOptions options(const std::string& dir, int32_t ranks) {
   dsinfer::EngineOptions o;
@@ -66,7 +49,7 @@ std::map<int, Out> run(dsinfer::EngineOptions o, const std::vector<int>& which, 
   for (int i : which) {
     dsinfer::Request r;
     r.prompt_is_ids = true;
-    r.prompt_ids = prompt(i, vocab);
+    r.prompt_ids = rank_prompt(i, vocab);
     r.sampling.max_tokens = 6;
     r.sampling.temperature = 0.0;
     r.sampling.logprobs = true;
@@ -176,7 +159,7 @@ TEST(CpuRanks, FaultInAStepEndsEveryRequestWithTheCause) {
       for (int i = 0; i < 3; ++i) {
         dsinfer::Request r;
         r.prompt_is_ids = true;
-        r.prompt_ids = prompt(i, 3072);
+        r.prompt_ids = rank_prompt(i, 3072);
         r.sampling.max_tokens = i == 0 ? 1 : 20;  // request 0 finishes in step 0 (before a step-3 fault)
         r.sampling.temperature = 0.0;
         ids.insert(e->submit(r, &err));
@@ -197,7 +180,7 @@ TEST(CpuRanks, FaultInAStepEndsEveryRequestWithTheCause) {
       EXPECT_NE(e->unavailable_reason().find(cause), std::string::npos) << e->unavailable_reason();
       dsinfer::Request again;
       again.prompt_is_ids = true;
-      again.prompt_ids = prompt(0, 3072);
+      again.prompt_ids = rank_prompt(0, 3072);
       ASSERT_NE(e->submit(again, &err), 0u) << err;
       EXPECT_FALSE(e->step(&err));
       EXPECT_NE(err.find(cause), std::string::npos) << err;

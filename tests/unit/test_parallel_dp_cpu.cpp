@@ -24,31 +24,14 @@
 #include "io/config.h"
 #include "parallel/expert_dispatch.h"
 #include "parallel/inproc_comm.h"
+#include "rank_test_util.h"
 #include "test_util.h"
 
 namespace {
 
-struct Out {
-  std::vector<int32_t> ids;
-  std::vector<double> logprobs;
-};
-
-// Fails the binary if f does not return within 30 s (a hang cannot be caught any other way).
-template <typename F>
-void within_30s(F f) {
-  auto fut = std::async(std::launch::async, std::move(f));
-  if (fut.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-    std::fprintf(stderr, "FATAL: a DP multi-rank run did not end within 30 s (hang)\n");
-    std::_Exit(2);
-  }
-  fut.get();
-}
-
-std::vector<int32_t> prompt(int i, int32_t vocab) {
-  std::vector<int32_t> p;
-  for (int k = 0; k < 4 + 7 * i; ++k) p.push_back(2 + (k * 13 + i * 5) % (vocab - 4));
-  return p;
-}
+using Out = dsinfer::test::RankOut;
+using dsinfer::test::within_30s;
+using dsinfer::test::rank_prompt;
 
 dsinfer::EngineOptions options(const std::string& dir, int32_t ranks, bool dp = true) {
   dsinfer::EngineOptions o;
@@ -71,7 +54,7 @@ std::map<int, Out> run(dsinfer::EngineOptions o, const std::vector<int>& which, 
   for (int i : which) {
     dsinfer::Request r;
     r.prompt_is_ids = true;
-    r.prompt_ids = prompt(i % 4, vocab);
+    r.prompt_ids = rank_prompt(i % 4, vocab);
     r.sampling.max_tokens = max_tokens;
     r.sampling.temperature = 0.0;
     r.sampling.logprobs = true;
@@ -211,7 +194,7 @@ TEST(DpRanks, FaultInAStepEndsEveryRequestWithTheCause) {
       for (int i = 0; i < 3; ++i) {
         dsinfer::Request r;
         r.prompt_is_ids = true;
-        r.prompt_ids = prompt(i, 3072);
+        r.prompt_ids = rank_prompt(i, 3072);
         r.sampling.max_tokens = i == 0 ? 1 : 20;  // request 0 finishes in step 0
         r.sampling.temperature = 0.0;
         ids.insert(e->submit(r, &err));

@@ -194,15 +194,7 @@ Status CpuParallelRunner::copy_one(const cache::StateCopy& c) {
   mem.num_snapshots = num_snapshots_;
   mem.host_blocks = reinterpret_cast<uint8_t*>(host_blocks_.data());
   mem.num_host_blocks = num_host_blocks_;
-  auto runs = cache::plan_copy_runs(std::span<const cache::StateCopy>(&local, 1), mem);
-  if (!runs) return Status::error("cpu parallel runner: " + runs.status().message());
-  for (const cache::CopyRun& r : *runs) {
-    if (r.src)
-      std::memcpy(r.dst, r.src, r.bytes);
-    else
-      std::memset(r.dst, 0, r.bytes);
-  }
-  return Status::ok();
+  return cache::copy_on_host(std::span<const cache::StateCopy>(&local, 1), mem, "cpu parallel runner");
 }
 
 Status CpuParallelRunner::copy_state(std::span<const cache::StateCopy> copies) {

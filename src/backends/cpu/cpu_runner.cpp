@@ -38,16 +38,7 @@ cache::StateMemory CpuRunner::state_memory() {
 }
 
 Status CpuRunner::copy_state(std::span<const cache::StateCopy> copies) {
-  const cache::StateMemory mem = state_memory();
-  auto runs = cache::plan_copy_runs(copies, mem);
-  if (!runs) return Status::error("cpu runner: " + runs.status().message());
-  for (const cache::CopyRun& r : *runs) {
-    if (r.src)
-      std::memcpy(r.dst, r.src, r.bytes);
-    else
-      std::memset(r.dst, 0, r.bytes);
-  }
-  return Status::ok();
+  return cache::copy_on_host(copies, state_memory(), "cpu runner");
 }
 
 Status CpuRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
