@@ -20,7 +20,7 @@ TEST(DispatchPlan, HandWorkedCase) {
   // 3 tokens, top-2, 8 experts over 2 ranks (rank 0: 0..3, rank 1: 4..7).
   const std::vector<int32_t> idx = {5, 1, 0, 7, 3, 4};
   auto p = plan_dispatch(idx, 2, 8, 2);
-  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
   EXPECT_EQ(p->send_count, (std::vector<int64_t>{3, 3}));
   // Rank 0's run: (0,1) e1, (1,0) e0, (2,0) e3; rank 1's: (0,0) e5, (1,1) e7, (2,1) e4 (local = e - 4).
   EXPECT_EQ(p->send_token, (std::vector<int32_t>{0, 1, 2, 0, 1, 2}));
@@ -31,7 +31,7 @@ TEST(DispatchPlan, HandWorkedCase) {
 
 TEST(DispatchPlan, NoTokensSendsNothing) {
   auto p = plan_dispatch({}, 6, 16, 4);
-  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
   EXPECT_EQ(p->send_count, (std::vector<int64_t>{0, 0, 0, 0}));
   EXPECT_EQ(p->pairs(), 0);
   EXPECT_TRUE(p->pos_of.empty());
@@ -45,7 +45,7 @@ TEST(DispatchPlan, InvariantsOnRandomRoutings) {
       std::vector<int32_t> idx(size_t(T * k));
       for (auto& e : idx) e = int32_t(rng() % E);
       auto p = plan_dispatch(idx, k, E, world);
-      ASSERT_TRUE(p.ok()) << p.status().message();
+      ASSERT_TRUE(p.is_ok()) << p.status().message();
       ASSERT_EQ(p->pairs(), T * k);
       int64_t total = 0;
       for (int64_t c : p->send_count) total += c;
@@ -68,23 +68,25 @@ TEST(DispatchPlan, InvariantsOnRandomRoutings) {
       // Within a destination's run, pairs keep (token, slot) order.
       std::vector<int64_t> order(size_t(T * k));
       for (int64_t a = 0; a < T * k; ++a) order[size_t(p->pos_of[size_t(a)])] = a;
-      for (int64_t i = 1; i < T * k; ++i)
-        if (idx[size_t(order[size_t(i)])] / per == idx[size_t(order[size_t(i - 1)])] / per)
+      for (int64_t i = 1; i < T * k; ++i) {
+        if (idx[size_t(order[size_t(i)])] / per == idx[size_t(order[size_t(i - 1)])] / per) {
           EXPECT_LT(order[size_t(i - 1)], order[size_t(i)]);
+        }
+      }
     }
   }
 }
 
 TEST(DispatchPlan, RefusalsNameTheProblem) {
   auto bad = plan_dispatch(std::vector<int32_t>{0, 9}, 2, 8, 2);
-  ASSERT_FALSE(bad.ok());
+  ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("token 0 slot 1 routes to expert 9 outside [0, 8)"), std::string::npos)
       << bad.status().message();
   auto uneven = plan_dispatch(std::vector<int32_t>{0, 1}, 2, 6, 4);
-  ASSERT_FALSE(uneven.ok());
+  ASSERT_FALSE(uneven.is_ok());
   EXPECT_NE(uneven.status().message().find("6 experts cannot be split over 4 ranks"), std::string::npos);
   auto ragged = plan_dispatch(std::vector<int32_t>{0, 1, 2}, 2, 8, 2);
-  ASSERT_FALSE(ragged.ok());
+  ASSERT_FALSE(ragged.is_ok());
   EXPECT_NE(ragged.status().message().find("not whole rows of top-k 2"), std::string::npos);
 }
 
@@ -181,31 +183,31 @@ TEST(RankSplit, CopiesGoToTheRankOfTheirSlotOrBlocks) {
   using dsinfer::runner::localize_copy;
   // 2 ranks, 3 slots / 5 blocks each; snapshot and host-tier ids are one pool (unchanged).
   auto c = localize_copy({K::kSlotToSnapshot, 4, 7}, 2, 3, 5);
-  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->rank, 1);
   EXPECT_EQ(c->local.src, 1);
   EXPECT_EQ(c->local.dst, 7);
   c = localize_copy({K::kSnapshotToSlot, 7, 2}, 2, 3, 5);
-  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->rank, 0);
   EXPECT_EQ(c->local.dst, 2);
   c = localize_copy({K::kBlockToBlock, 6, 9}, 2, 3, 5);
-  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->rank, 1);
   EXPECT_EQ(c->local.src, 1);
   EXPECT_EQ(c->local.dst, 4);
   c = localize_copy({K::kBlockToHost, 3, 40}, 2, 3, 5);
-  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->rank, 0);
   EXPECT_EQ(c->local.dst, 40);
   c = localize_copy({K::kHostToBlock, 40, 8}, 2, 3, 5);
-  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->rank, 1);
   EXPECT_EQ(c->local.dst, 3);
   auto cross = localize_copy({K::kBlockToBlock, 1, 9}, 2, 3, 5);
-  ASSERT_FALSE(cross.ok());
+  ASSERT_FALSE(cross.is_ok());
   EXPECT_NE(cross.status().message().find("state copy id 9 is not on one rank's state"), std::string::npos);
-  EXPECT_FALSE(localize_copy({K::kZeroSlot, -1, 6}, 2, 3, 5).ok());
+  EXPECT_FALSE(localize_copy({K::kZeroSlot, -1, 6}, 2, 3, 5).is_ok());
 }
 
 }  // namespace
