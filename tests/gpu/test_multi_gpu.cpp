@@ -151,6 +151,35 @@ void compare(const std::string& name, const RunSetup& a, const RunSetup& b, cons
   EXPECT_LE(max_diff, tolerance);
 }
 
+// check-reference (its default: the exact fp32 path) with n ranks sharing one GPU (in-process communicator), EP or
+// DP attention: every prompt within the check's tolerance, every greedy token equal, the runner the parallel one
+// (n > 1). Skips a model that is not there.
+void check_reference_on_one_gpu(const char* name, int32_t n, bool dp) {
+  const std::string model = find_model(name);
+  if (model.empty()) return;
+  const std::string what = std::string(name) + " at " + std::to_string(n) + (dp ? " DP ranks" : " ranks");
+  dsinfer::CheckReferenceOptions o;
+  o.model_dir = model;
+  o.backend = "cuda";
+  o.gpus = n;
+  o.data_parallel_size = dp ? n : 1;
+  o.communicator = "in-process";
+  dsinfer::CheckReferenceReport rep;
+  std::string err;
+  ASSERT_TRUE(dsinfer::check_reference(o, &rep, &err)) << what << ": " << err;
+  double worst = 0;
+  for (const auto& p : rep.prompts) worst = std::max(worst, p.rel_err);
+  std::printf("%s on one GPU, exact path: max rel err %.3g, greedy %lld/%lld\n", what.c_str(), worst,
+              static_cast<long long>(rep.greedy_matched), static_cast<long long>(rep.greedy_total));
+  EXPECT_TRUE(rep.ok) << what;
+  EXPECT_EQ(rep.greedy_matched, rep.greedy_total) << what;
+  if (n > 1) {
+    EXPECT_NE(rep.runner_name.find("parallel (" + std::to_string(n) + " ranks on 1 GPUs"), std::string::npos)
+        << rep.runner_name;
+    EXPECT_EQ(rep.runner_name.find("DP attention + expert parallel") != std::string::npos, dp) << rep.runner_name;
+  }
+}
+
 }  // namespace
 
 TEST(GpuMultiGpu, TinyV4aMatchesOneGpu) {
@@ -193,28 +222,8 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuMatchOneRankBitForBit) {
 // equal, at 2 and 4 ranks sharing one GPU.
 TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReference) {
   SKIP_WITHOUT_GPU();
-  for (const char* name : {"tiny-v4-a", "dsv4-small"}) {
-    const std::string model = find_model(name);
-    if (model.empty()) continue;
-    for (int32_t n : {2, 4}) {
-      dsinfer::CheckReferenceOptions o;
-      o.model_dir = model;
-      o.backend = "cuda";
-      o.gpus = n;
-      o.data_parallel_size = n;
-      o.communicator = "in-process";
-      dsinfer::CheckReferenceReport rep;
-      std::string err;
-      ASSERT_TRUE(dsinfer::check_reference(o, &rep, &err)) << name << " at " << n << " DP ranks: " << err;
-      double worst = 0;
-      for (const auto& p : rep.prompts) worst = std::max(worst, p.rel_err);
-      std::printf("%s: %d DP ranks on one GPU, exact path: max rel err %.3g, greedy %lld/%lld\n", name, n, worst,
-                  static_cast<long long>(rep.greedy_matched), static_cast<long long>(rep.greedy_total));
-      EXPECT_TRUE(rep.ok) << name << " at " << n << " DP ranks";
-      EXPECT_EQ(rep.greedy_matched, rep.greedy_total) << name << " at " << n << " DP ranks";
-      EXPECT_NE(rep.runner_name.find("DP attention + expert parallel"), std::string::npos) << rep.runner_name;
-    }
-  }
+  for (const char* name : {"tiny-v4-a", "dsv4-small"})
+    for (int32_t n : {2, 4}) check_reference_on_one_gpu(name, n, true);
 }
 
 // `dsinfer bench` with several ranks reports the collectives' bytes per step, and they are what the layouts send:
@@ -265,30 +274,8 @@ TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
 // dsv4-small at 1 rank. The expert split is checked where the arithmetic is exact enough to see it.
 TEST(GpuMultiGpu, RanksSharingOneGpuPassCheckReference) {
   SKIP_WITHOUT_GPU();
-  for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"}) {
-    const std::string model = find_model(name);
-    if (model.empty()) continue;
-    for (int32_t n : {1, 2, 4}) {
-      dsinfer::CheckReferenceOptions o;
-      o.model_dir = model;
-      o.backend = "cuda";
-      o.gpus = n;
-      o.communicator = "in-process";
-      dsinfer::CheckReferenceReport rep;
-      std::string err;
-      ASSERT_TRUE(dsinfer::check_reference(o, &rep, &err)) << name << " at " << n << " ranks: " << err;
-      double worst = 0;
-      for (const auto& p : rep.prompts) worst = std::max(worst, p.rel_err);
-      std::printf("%s: %d ranks on one GPU, exact path: max rel err %.3g, greedy %lld/%lld\n", name, n, worst,
-                  static_cast<long long>(rep.greedy_matched), static_cast<long long>(rep.greedy_total));
-      EXPECT_TRUE(rep.ok) << name << " at " << n << " ranks";
-      EXPECT_EQ(rep.greedy_matched, rep.greedy_total) << name << " at " << n << " ranks";
-      const std::string parallel_name = "parallel (" + std::to_string(n) + " ranks on 1 GPUs";
-      if (n > 1) {
-        EXPECT_NE(rep.runner_name.find(parallel_name), std::string::npos) << rep.runner_name;
-      }
-    }
-  }
+  for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"})
+    for (int32_t n : {1, 2, 4}) check_reference_on_one_gpu(name, n, false);
 }
 
 // A rank failing in step 2 while the others wait in the in-process collective on the device: every request ends
