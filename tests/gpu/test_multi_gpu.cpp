@@ -226,6 +226,14 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReference) {
     for (int32_t n : {2, 4}) check_reference_on_one_gpu(name, n, true);
 }
 
+// The same for DeepSeek-V4.1, whose forward's MoE goes through the same exchange (CudaForwardV41::moe_layer), at 2
+// DP ranks. Added in session 12 without a device run (the helper's device time was spent): its first run is the
+// integrator's.
+TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReferenceV41) {
+  SKIP_WITHOUT_GPU();
+  check_reference_on_one_gpu("tiny-v41-a", 2, true);
+}
+
 // `dsinfer bench` with several ranks reports the collectives' bytes per step, and they are what the layouts send:
 // EP, every rank all-reduces T x D fp32 per layer; DP, every rank sends its pair counts (N x 8 bytes), and for each
 // of its T * k pairs the expert id (4 bytes) and the input row out, and the served pairs' output rows back. The
