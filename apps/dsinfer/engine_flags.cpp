@@ -30,7 +30,7 @@ std::string engine_flags_help() {
       "  sampling: --sampling device|host ({}; device = on the GPU where the backend can, same tokens as host)\n"
       "  several GPUs (cuda): --gpus N ({})  --expert-parallel-size N (= --gpus)  --data-parallel-size 1|N\n"
       "            --tensor-parallel-size 1 (routed experts split over the GPUs, the rest replicated; DP = N: each\n"
-      "            GPU its own sequences and state, routed tokens dispatched to the experts' GPUs; cpu only so far)\n"
+      "            GPU its own sequences and state, routed tokens dispatched to the experts' GPUs)\n"
       "            --eplb (expert load balancing; not with --batch-invariant)  --num-redundant-experts R (0; a\n"
       "            multiple of --gpus)\n"
       "            --eplb-interval STEPS ({}; the placement is recomputed from measured loads this often)\n"

@@ -95,6 +95,13 @@ class RunnerDiagnostics {
     double busy_ms = 0, idle_ms = 0;
   };
   virtual Status set_step_events(bool on) { return Status::error("this backend has no step events"); }
+  // Collectives of several ranks (bench, docs/multi_gpu.md): payload bytes every rank sent (a rank's own share
+  // included: it goes through the collective too), collectives called, summed over the ranks since the last call
+  // (then reset). One rank: all zero.
+  struct CommTraffic {
+    int64_t bytes = 0, calls = 0;
+  };
+  virtual CommTraffic take_comm_traffic() { return {}; }
   virtual Result<StepGapTimes> step_gap_times() { return Status::error("this backend has no step events"); }
 };
 

@@ -62,6 +62,15 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // over it after every MoE), and whether the step computes and downloads logits (shard 0 only).
   void set_expert_comm(parallel::Communicator* comm) { comm_ = comm; }
   void set_compute_logits(bool on) { compute_logits_ = on; }
+  // DP attention + EP (docs/multi_gpu.md "DP attention"): this shard runs its own sequences (a step without
+  // tokens still serves its experts to the other ranks), every MoE layer exchanges routed pairs with the others.
+  void set_data_parallel(bool on) { dp_ = on; }
+  // The collective traffic since the last call (then reset).
+  CommTraffic take_comm_traffic() override { return std::exchange(traffic_, CommTraffic{}); }
+  // DP attention: `copies` (this shard's local slot and block ids) against its state and the snapshot / host-tier
+  // pools every rank shares (owned by the ParallelRunner), on this shard's stream, waited for.
+  Status copy_state_with_pools(std::span<const cache::StateCopy> copies, uint8_t* snapshots, int64_t num_snapshots,
+                               uint8_t* host_blocks, int64_t num_host_blocks);
   int32_t device_ordinal() const { return ordinal_; }
   // EPLB (parallel_runner_eplb_cuda.cpp, docs/multi_gpu.md): the per-expert token counts of every MoE layer since
   // the last call ([layers * experts], counted on the device by rank 0 only; zeroed after reading), and a new
@@ -106,6 +115,11 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // The routed experts this shard loads: its range, or with EPLB the initial placement (tables and counters set up).
   Result<ExpertSlots> eplb_init(const runner::RunnerOptions& opts);
   Status eplb_upload_tables(const std::vector<parallel::Placement>& layers);
+
+  // prefix_cache_cuda.cpp: the planned runs of `copies` against this runner's slots and blocks and the given
+  // snapshot / host-tier pools, issued on the stream (not waited for).
+  Status issue_copies(std::span<const cache::StateCopy> copies, uint8_t* snapshots, int64_t num_snapshots,
+                      uint8_t* host_blocks, int64_t num_host_blocks);
 
   // Makes this runner's GPU current: every entry point that launches work calls it first, since the engine (or the
   // ParallelRunner) may call from a thread whose current device is another.

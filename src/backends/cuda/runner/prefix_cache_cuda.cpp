@@ -55,13 +55,27 @@ Status CudaRunner::bind_host_blocks(int32_t num_host_blocks) {
 }
 
 Status CudaRunner::copy_state(std::span<const cache::StateCopy> copies) {
+  const size_t sb = size_t(layout_.slot_bytes), bb = size_t(layout_.block_bytes);
+  return issue_copies(copies, snapshots_.data(), sb ? int64_t(snapshots_.size() / sb) : 0, host_blocks_.data(),
+                      bb ? int64_t(host_blocks_.size() / bb) : 0);
+}
+
+Status CudaRunner::copy_state_with_pools(std::span<const cache::StateCopy> copies, uint8_t* snapshots,
+                                         int64_t num_snapshots, uint8_t* host_blocks, int64_t num_host_blocks) {
+  DSI_RETURN_IF_ERROR(issue_copies(copies, snapshots, num_snapshots, host_blocks, num_host_blocks));
+  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));  // the next copy may be another rank's
+  return Status::ok();
+}
+
+Status CudaRunner::issue_copies(std::span<const cache::StateCopy> copies, uint8_t* snapshots, int64_t num_snapshots,
+                                uint8_t* host_blocks, int64_t num_host_blocks) {
   if (copies.empty()) return Status::ok();
   DSI_RETURN_IF_ERROR(bind_device());
   const size_t sb = size_t(layout_.slot_bytes), bb = size_t(layout_.block_bytes);
   auto count = [](size_t bytes, size_t unit) { return unit ? int64_t(bytes / unit) : int64_t(0); };
-  const cache::StateMemory mem{slots_.data(), blocks_.data(), snapshots_.data(), host_blocks_.data(),
-                               count(slots_.size(), sb), count(blocks_.size(), bb), count(snapshots_.size(), sb),
-                               count(host_blocks_.size(), bb), layout_.slot_bytes, layout_.block_bytes};
+  const cache::StateMemory mem{slots_.data(), blocks_.data(), snapshots, host_blocks, count(slots_.size(), sb),
+                               count(blocks_.size(), bb), num_snapshots, num_host_blocks, layout_.slot_bytes,
+                               layout_.block_bytes};
   auto runs = cache::plan_copy_runs(copies, mem);
   if (!runs) return Status::error("cuda runner: " + runs.status().message());
   return issue_copy_runs(*runs, stream_);
