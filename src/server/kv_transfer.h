@@ -19,10 +19,11 @@
 #include <string_view>
 #include <thread>
 
+#include "core/crc32c.h"
+
 namespace dsinfer::server::kv_transfer {
 
-// CRC-32C (Castagnoli), as iSCSI / ext4: crc32c("123456789") == 0xE3069283. `crc` chains calls.
-uint32_t crc32c(std::string_view data, uint32_t crc = 0);
+using dsinfer::crc32c;  // core/crc32c.h
 
 struct TransferOptions {
   size_t chunk_bytes = 1u << 20;
