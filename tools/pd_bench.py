@@ -211,6 +211,7 @@ def summarize(name, fault, results, info, ref, wall, held_after):
     predicted = [p["state_tokens"] // bs * bb + sb + BLOB_HEADER + 4 * p["state_tokens"] for p in resumed]
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
     return {"phase": name, "fault": fault, "requests": len(results), **counts,
+            "layout": {"block_size": bs, "block_bytes": bb, "slot_bytes": sb},
             "identical": sum(1 for x in results if x["same"]),
             "resumed": len(resumed), "fallbacks": sorted({p["fallback"][:90] for p in pds if p.get("fallback")})[:3],
             "errors": sorted({x["detail"] for x in results if x["detail"]})[:3],
@@ -299,6 +300,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if results:
+        print(f"state layout (decode worker's /get_server_info): {results[0]['layout']}")
     print("pd_bench: " + ("FAILED" if failed else "all checks held") + f" (logs under {log_dir})")
     return 1 if failed else 0
 

@@ -184,15 +184,20 @@ bool Sender::start(const std::string& host, int port, std::string* error) {
   return true;
 }
 
-void Sender::offer(const std::string& id, std::string blob, double ttl_s) {
-  std::lock_guard<std::mutex> lk(mu_);
+void Sender::drop_expired() {
   const auto now = Clock::now();
   for (auto it = held_.begin(); it != held_.end();) it = it->second.expires <= now ? held_.erase(it) : std::next(it);
+}
+
+void Sender::offer(const std::string& id, std::string blob, double ttl_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  drop_expired();
   held_[id] = {std::move(blob), after(ttl_s)};
 }
 
-size_t Sender::held() const {
+size_t Sender::held() {
   std::lock_guard<std::mutex> lk(mu_);
+  drop_expired();
   return held_.size();
 }
 

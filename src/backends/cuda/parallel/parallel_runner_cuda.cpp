@@ -104,6 +104,12 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   Status copy_state(std::span<const cache::StateCopy> copies) override {
     return all([&](CudaRunner& s) { return s.copy_state(copies); });  // the state is replicated
   }
+  Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) override {
+    return on_first([&](CudaRunner& s) { return s.read_state(regions, out); });
+  }
+  Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) override {
+    return all([&](CudaRunner& s) { return s.write_state(regions, in); });
+  }
   Status set_hidden_capture(std::vector<int64_t> layers) override {
     return layers.empty() ? Status::ok()
                           : Status::error("speculative decoding is not implemented with --gpus > 1 yet (docs/multi_gpu.md)");

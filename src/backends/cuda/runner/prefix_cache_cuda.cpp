@@ -54,17 +54,38 @@ Status CudaRunner::bind_host_blocks(int32_t num_host_blocks) {
   return host_blocks_.alloc(size_t(num_host_blocks) * size_t(layout_.block_bytes), "the prefix-cache host tier");
 }
 
+cache::StateMemory CudaRunner::state_memory() {
+  const size_t sb = size_t(layout_.slot_bytes), bb = size_t(layout_.block_bytes);
+  auto count = [](size_t bytes, size_t unit) { return unit ? int64_t(bytes / unit) : int64_t(0); };
+  return cache::StateMemory{slots_.data(), blocks_.data(), snapshots_.data(), host_blocks_.data(),
+                            count(slots_.size(), sb), count(blocks_.size(), bb), count(snapshots_.size(), sb),
+                            count(host_blocks_.size(), bb), layout_.slot_bytes, layout_.block_bytes};
+}
+
 Status CudaRunner::copy_state(std::span<const cache::StateCopy> copies) {
   if (copies.empty()) return Status::ok();
   DSI_RETURN_IF_ERROR(bind_device());
-  const size_t sb = size_t(layout_.slot_bytes), bb = size_t(layout_.block_bytes);
-  auto count = [](size_t bytes, size_t unit) { return unit ? int64_t(bytes / unit) : int64_t(0); };
-  const cache::StateMemory mem{slots_.data(), blocks_.data(), snapshots_.data(), host_blocks_.data(),
-                               count(slots_.size(), sb), count(blocks_.size(), bb), count(snapshots_.size(), sb),
-                               count(host_blocks_.size(), bb), layout_.slot_bytes, layout_.block_bytes};
-  auto runs = cache::plan_copy_runs(copies, mem);
+  auto runs = cache::plan_copy_runs(copies, state_memory());
   if (!runs) return Status::error("cuda runner: " + runs.status().message());
   return issue_copy_runs(*runs, stream_);
+}
+
+Status CudaRunner::region_copies(std::span<const cache::StateRegion> regions, uint8_t* host, size_t bytes,
+                                 cache::CopyRun::Dir dir) {
+  DSI_RETURN_IF_ERROR(bind_device());
+  auto runs = cache::plan_region_runs(regions, state_memory(), host, bytes, dir);
+  if (!runs) return Status::error("cuda runner: " + runs.status().message());
+  DSI_RETURN_IF_ERROR(issue_copy_runs(*runs, stream_));
+  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+  return Status::ok();
+}
+
+Status CudaRunner::read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) {
+  return region_copies(regions, out.data(), out.size(), cache::CopyRun::Dir::kToHost);
+}
+
+Status CudaRunner::write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) {
+  return region_copies(regions, const_cast<uint8_t*>(in.data()), in.size(), cache::CopyRun::Dir::kToDevice);
 }
 
 }  // namespace dsinfer::backends
