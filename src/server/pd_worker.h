@@ -45,7 +45,10 @@ class PdWorker {
   bool start(std::string* error);
   void stop();
   PdRole role() const { return role_; }
-  bool exports(const Request& r) const { return role_ == PdRole::kPrefill && r.has_kv_transfer && r.kv_transfer.do_remote_decode; }
+  // The prefill leg is a non-streamed request (the answer carries the params); the decode leg may stream.
+  bool exports(const Request& r) const {
+    return role_ == PdRole::kPrefill && r.has_kv_transfer && r.kv_transfer.do_remote_decode && !r.stream;
+  }
   bool imports(const Request& r) const { return role_ == PdRole::kDecode && r.has_kv_transfer && r.kv_transfer.do_remote_prefill; }
 
   // Prefill side, on the engine thread once request `r` has finished: its prompt's state exported and held; returns
