@@ -183,6 +183,15 @@ class ModelRunner {
   virtual Status copy_state(std::span<const cache::StateCopy> copies) {
     return copies.empty() ? Status::ok() : Status::error(name() + ": this backend cannot copy state");
   }
+  // P/D disaggregation (Engine::export_prefix_state / import_prefix_state, cache/state_blob.h): whole token blocks
+  // and snapshots (the engine's ids) to `out` / from `in`, packed back to back in region order, ordered after every
+  // step and state copy issued before. Ids and the buffer's length are checked.
+  virtual Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) {
+    return Status::error(name() + ": this backend cannot export prefix state");
+  }
+  virtual Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) {
+    return Status::error(name() + ": this backend cannot import prefix state");
+  }
 };
 
 }  // namespace dsinfer::runner

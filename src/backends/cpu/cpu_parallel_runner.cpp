@@ -48,6 +48,15 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   Status bind_snapshots(int32_t n) override;
   Status bind_host_blocks(int32_t n) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
+  Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) override {
+    if (dp()) return regions_dp(regions, out.data(), out.size(), cache::CopyRun::Dir::kToHost);
+    DSI_RETURN_IF_ERROR(health());
+    return shards_[0]->read_state(regions, out);  // the state is replicated
+  }
+  Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) override {
+    if (dp()) return regions_dp(regions, const_cast<uint8_t*>(in.data()), in.size(), cache::CopyRun::Dir::kToDevice);
+    return all([&](CpuRunner& s) { return s.write_state(regions, in); });
+  }
   Status set_hidden_capture(std::vector<int64_t> layers) override {
     return layers.empty()
                ? Status::ok()
@@ -72,6 +81,8 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   }
   Status load_rank(const runner::RunnerOptions& opts, int32_t r);
   Status copy_one(const cache::StateCopy& c);
+  // DP: each region on the rank holding its block (snapshots: the shared pool), host bytes back to back.
+  Status regions_dp(std::span<const cache::StateRegion> regions, uint8_t* host, size_t bytes, cache::CopyRun::Dir dir);
 
   parallel::Layout layout_;
   parallel::ShardPool pool_;
@@ -178,6 +189,32 @@ Status CpuParallelRunner::copy_one(const cache::StateCopy& c) {
   mem.host_blocks = reinterpret_cast<uint8_t*>(host_blocks_.data());
   mem.num_host_blocks = num_host_blocks_;
   return cache::copy_on_host(std::span<const cache::StateCopy>(&rc.local, 1), mem, "cpu parallel runner");
+}
+
+Status CpuParallelRunner::regions_dp(std::span<const cache::StateRegion> regions, uint8_t* host, size_t bytes,
+                                      cache::CopyRun::Dir dir) {
+  DSI_RETURN_IF_ERROR(health());
+  size_t off = 0;
+  for (const cache::StateRegion& g : regions) {
+    cache::StateRegion local = g;
+    int32_t rank = 0;
+    if (g.kind == cache::StateRegion::Kind::kBlock) {
+      rank = blocks_per_rank_ > 0 && g.id >= 0 ? g.id / blocks_per_rank_ : -1;
+      if (rank < 0 || rank >= int32_t(shards_.size()))
+        return Status::errorf("cpu parallel runner: state region block {} is on no rank", g.id);
+      local.id -= rank * blocks_per_rank_;
+    }
+    cache::StateMemory mem = shards_[size_t(rank)]->state_memory();
+    mem.snapshots = reinterpret_cast<uint8_t*>(snapshots_.data());
+    mem.num_snapshots = num_snapshots_;
+    const size_t n = size_t(g.kind == cache::StateRegion::Kind::kBlock ? mem.block_bytes : mem.slot_bytes);
+    if (off + n > bytes) return Status::errorf("cpu parallel runner: state regions overrun a {}-byte buffer", bytes);
+    DSI_RETURN_IF_ERROR(cache::regions_on_host(std::span<const cache::StateRegion>(&local, 1), mem, host + off, n, dir,
+                                               "cpu parallel runner"));
+    off += n;
+  }
+  if (off != bytes) return Status::errorf("cpu parallel runner: state regions hold {} bytes, the buffer {}", off, bytes);
+  return Status::ok();
 }
 
 Status CpuParallelRunner::copy_state(std::span<const cache::StateCopy> copies) {

@@ -102,6 +102,14 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   Status bind_snapshots(int32_t n) override;
   Status bind_host_blocks(int32_t n) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
+  Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) override {
+    if (dp_) return Status::error("parallel runner: state export with DP attention is not implemented yet");
+    return on_first([&](CudaRunner& s) { return s.read_state(regions, out); });  // the state is replicated
+  }
+  Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) override {
+    if (dp_) return Status::error("parallel runner: state import with DP attention is not implemented yet");
+    return all([&](CudaRunner& s) { return s.write_state(regions, in); });
+  }
   Status set_hidden_capture(std::vector<int64_t> layers) override {
     return layers.empty() ? Status::ok()
                           : Status::error("speculative decoding is not implemented with --gpus > 1 yet (docs/multi_gpu.md)");

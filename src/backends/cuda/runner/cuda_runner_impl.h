@@ -90,6 +90,10 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   Status bind_snapshots(int32_t num_snapshots) override;
   Status bind_host_blocks(int32_t num_host_blocks) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
+  // P/D export / import: the same runs as the CPU runner's (cache::plan_region_runs) on the stream, then a wait
+  // (the caller's buffer is pageable host memory and is read or reused when the call returns).
+  Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) override;
+  Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) override;
   // Speculative decoding (hidden_capture_cuda.cpp): the tapped layers' residual streams of every token of a
   // step, kept on the device (captured_hidden_device) and downloaded to pinned host memory with the logits.
   Status set_hidden_capture(std::vector<int64_t> layers) override;
@@ -100,6 +104,8 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
                                                                int32_t num_slots) override;
 
  private:
+  cache::StateMemory state_memory();  // prefix_cache_cuda.cpp: the state pools as cache/state_copy addresses them
+  Status region_copies(std::span<const cache::StateRegion> regions, uint8_t* host, size_t bytes, cache::CopyRun::Dir dir);
   // step(): pack the plan into pinned staging and copy it to the device (one copy on the stream).
   Status upload_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout);
   // sampling_runner_cuda.cpp: the step's token fills (after the plan upload); the pinned plan staging may only be
