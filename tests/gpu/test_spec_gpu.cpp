@@ -47,13 +47,14 @@ namespace {
 
 // The margin sum of a divergence is the change of one logit difference between two fast runs of different step
 // shapes. Measured on the CPU reference (docs/decisions.md 2026-12-02 "The speculative near-tie test": the shipped
-// model, these 50 prompts x 16 greedy positions, 12 draws of a 2e-3 relative perturbation of every projection
-// weight, about the size of the fast path's bf16 rounding), the largest change of the top-2 logit difference per
-// position: `hf` median 0.020, p99 0.26, max 0.72 (a top-k selection of the indexer or the router flipping);
-// `official` median 0.059, p99 0.51, max 1.94, with prompt 40's token 6 bimodal (l39 - l50 = 0.57 in 81 of 100
-// draws, ~0.05 in 17, -0.28 in 2: the H200's 0.84 / 0.87). The bound is 1.4x the worst `hf` change seen; a
-// confident position (the reference's own top-2 gap is above 1 nat at 61 % of positions) stays above.
-constexpr double kPairMargin = 1.0;
+// model, these 50 prompts x 16 greedy positions, draws of a 2e-3 relative perturbation of every projection weight,
+// about the size of the fast path's bf16 rounding), the largest change of the top-2 logit difference per position
+// over 36 draws under `hf`: median 0.02, p99 0.35, max 0.85 (a top-k selection of the indexer or the router
+// flipping); over 12 draws under `official`: median 0.059, p99 0.51, max 1.94, with prompt 40's token 6 bimodal
+// (l39 - l50 = 0.57 in 81 of 100 draws, ~0.05 in 17, -0.28 in 2: the H200's 0.84 / 0.87). The bound is 1.4x the
+// worst `hf` change seen; the reference's own top-2 gap is above it at about half the positions, and a broken
+// verify fails at many prompts.
+constexpr double kPairMargin = 1.2;
 // Slack of the own-margin check (logprobs are doubles of the same row: an exact tie gives 0).
 constexpr double kOwnMarginSlack = 1e-6;
 
