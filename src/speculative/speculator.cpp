@@ -234,7 +234,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   //    this batch, and verify the common length that maximises expected tokens per ms. Sampled sequences verify
   //    every draft: how many drafts a seeded draw verifies changes its tokens, so that choice must not depend on
   //    the batch or on measured times (reproducible and batch-invariant seeded sampling).
-  const int64_t num_seqs = std::max<int64_t>(sched.stats().running, int64_t(items.size()));
+  const int64_t num_seqs = std::max<int64_t>(next_step_seqs(sched), int64_t(items.size()));
   std::vector<bool> scheduled(items.size(), false);
   for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
   gate_drafting(items, scheduled, num_seqs);
@@ -284,18 +284,32 @@ std::vector<float> Speculator::observed_survival() const {
 }
 
 std::vector<double> Speculator::gate_survival() const {
-  constexpr double kPriorRounds = 4.0;  // prior survival 1 (every draft accepted), worth this many verified rounds
+  constexpr double kPriorRounds = 4.0;  // the prior is worth this many verified rounds
+  // Prior conditional acceptance per draft position (survival 0.6^k): about the shipped drafters' measured
+  // first-position acceptance (DSpark 0.62, MTP-1 0.69-0.75: bench/NOTES.md). An optimistic prior of 1 made the gate
+  // draft where the table says drafting loses (batch 8 on the H200: 18 speculative steps before the observed
+  // acceptance stopped it), and those rounds stagger the sequences (docs/decisions.md 2026-12-02, third session).
+  constexpr double kPriorAcceptance = 0.6;
   std::vector<double> a;
-  for (size_t k = 0; k < metrics_.verified_per_position.size(); ++k)
-    a.push_back((double(metrics_.survived_per_position[k]) + kPriorRounds) /
+  double prior = 1.0;
+  for (size_t k = 0; k < metrics_.verified_per_position.size(); ++k) {
+    prior *= kPriorAcceptance;
+    a.push_back((double(metrics_.survived_per_position[k]) + kPriorRounds * prior) /
                 (double(metrics_.verified_per_position[k]) + kPriorRounds));
+  }
   for (size_t k = 1; k < a.size(); ++k) a[k] = std::min(a[k], a[k - 1]);  // survival never grows with k
   return a;
 }
 
-bool Speculator::resting(int64_t num_seqs) const {
+int64_t Speculator::next_step_seqs(const scheduler::Scheduler& sched) {
+  const scheduler::SchedulerStats st = sched.stats();
+  const int64_t cap = std::min<int64_t>(sched.config().max_num_seqs, sched.cache().num_slots());
+  return std::max<int64_t>(1, std::min<int64_t>(cap, int64_t(st.running) + int64_t(st.waiting)));
+}
+
+bool Speculator::resting(const scheduler::Scheduler& sched) const {
   if (cost_.empty() || drafts_pending_) return false;
-  const int64_t n = std::max<int64_t>(num_seqs, 1);
+  const int64_t n = next_step_seqs(sched);
   return !drafting_pays(gate_survival(), n, cost_, cost_.draft_ms(n));
 }
 
