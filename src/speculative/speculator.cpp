@@ -284,19 +284,15 @@ std::vector<float> Speculator::observed_survival() const {
 }
 
 std::vector<double> Speculator::gate_survival() const {
-  constexpr double kPriorRounds = 4.0;  // the prior is worth this many verified rounds
-  // Prior conditional acceptance per draft position (survival 0.6^k): about the shipped drafters' measured
-  // first-position acceptance (DSpark 0.62, MTP-1 0.69-0.75: bench/NOTES.md). An optimistic prior of 1 made the gate
-  // draft where the table says drafting loses (batch 8 on the H200: 18 speculative steps before the observed
-  // acceptance stopped it), and those rounds stagger the sequences (docs/decisions.md 2026-12-02, third session).
-  constexpr double kPriorAcceptance = 0.6;
+  // Prior survival 1 (every draft accepted), worth this many verified rounds. A realistic prior (0.6^k) was tried:
+  // the first rounds of a request (a prompt cut mid-line) are poorly predicted, and at batch 1 on the H200 six such
+  // rounds stopped drafting for good (nothing drafted at rest, nothing observed): 0.96x off instead of 1.18x
+  // (bench/NOTES.md, session 12, issue 32).
+  constexpr double kPriorRounds = 4.0;
   std::vector<double> a;
-  double prior = 1.0;
-  for (size_t k = 0; k < metrics_.verified_per_position.size(); ++k) {
-    prior *= kPriorAcceptance;
-    a.push_back((double(metrics_.survived_per_position[k]) + kPriorRounds * prior) /
+  for (size_t k = 0; k < metrics_.verified_per_position.size(); ++k)
+    a.push_back((double(metrics_.survived_per_position[k]) + kPriorRounds) /
                 (double(metrics_.verified_per_position[k]) + kPriorRounds));
-  }
   for (size_t k = 1; k < a.size(); ++k) a[k] = std::min(a[k], a[k - 1]);  // survival never grows with k
   return a;
 }

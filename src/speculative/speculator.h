@@ -89,7 +89,7 @@ class Speculator {
                           const std::vector<bool>& scheduled, int64_t num_seqs);
   std::vector<float> observed_survival() const;
   // The gate's survival per draft position: the acceptance observed in this engine's verified rounds, starting from
-  // a prior worth kPriorRounds rounds (so drafting can start, and a run of bad rounds cannot stop it for good).
+  // an optimistic prior worth kPriorRounds rounds (so drafting starts, and a run of bad rounds cannot stop it for good).
   std::vector<double> gate_survival() const;
   // The sequences the next step is expected to hold: the running ones and the waiting ones admission can add (up to
   // max_num_seqs and the slots), the batch whose step costs the choice to draft is weighed against.
