@@ -174,7 +174,7 @@ Status Engine::step() {
 }
 
 bool Engine::spec_resting() const {
-  return spec_ && sampled_live_ == 0 && spec_->resting(sched_->stats().running);
+  return spec_ && sampled_live_ == 0 && spec_->resting(*sched_);
 }
 
 Status Engine::step_sync() {

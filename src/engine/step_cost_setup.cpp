@@ -28,13 +28,15 @@ uint64_t fnv1a(const std::string& s) {
 }
 
 // What a profiled table depends on: the runner (backend, GPU, numerics, weight bytes), the model's config, the
-// load format and layer count, batch invariance, the drafter's tapped layers (hidden capture) and the grid.
+// load format and layer count, batch invariance, the drafter's tapped layers (hidden capture), the grid, and what
+// the profile measures (kProfileVersion: a table cached by an older profile lacks what this one measures).
 std::string model_key(const EngineOptions& o, const runner::ModelRunner& r, const speculative::SpeculativeConfig& s,
                       int64_t max_seqs) {
   const std::string config = read_file(std::filesystem::path(o.model_dir) / "config.json");
-  return fmt::format("{} | config {:016x} | {} | load {} | invariant {} | {} k {} | seqs {}", r.name(), fnv1a(config),
-                     o.numerics, o.load_format, o.batch_invariant ? 1 : 0, speculative::spec_method_name(s.method),
-                     s.num_speculative_tokens, max_seqs);
+  constexpr int kProfileVersion = 2;  // 2: the "plain" line
+  return fmt::format("{} | config {:016x} | {} | load {} | invariant {} | {} k {} | seqs {} | profile {}", r.name(),
+                     fnv1a(config), o.numerics, o.load_format, o.batch_invariant ? 1 : 0,
+                     speculative::spec_method_name(s.method), s.num_speculative_tokens, max_seqs, kProfileVersion);
 }
 
 }  // namespace

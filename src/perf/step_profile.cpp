@@ -7,6 +7,7 @@
 
 #include "perf/bench.h"
 #include "sampling/sampler.h"
+#include "scheduler/step_sampling.h"
 
 namespace dsinfer::perf {
 
@@ -64,6 +65,37 @@ void time_host_rows(std::span<const float> logits, int64_t vocab, int64_t iters,
   }
 }
 
+// The engine's plain decode step (Engine::step_async, what a step at rest costs): sampled on the device, and where
+// the runner has asynchronous steps each step is launched before the samples of the one before are read, so the
+// host's work between steps overlaps the device's. One warm-up, then `iters` steps; ms between consecutive reads.
+// Nothing without device sampling (the engine's plain step is then the synchronous one step_ms times).
+Status time_plain_steps(runner::ModelRunner& r, scheduler::BatchPlan plan, int64_t iters, std::vector<double>& out) {
+  if (!r.supports_device_sampling()) return Status::ok();
+  SamplingParams greedy;
+  greedy.temperature = 0.0;
+  for (scheduler::SeqPlan& sp : plan.seqs) sp.params = &greedy;
+  sampling::PackedRows rows;
+  DSI_RETURN_IF_ERROR(scheduler::pack_step_rows(plan, r.config().vocab_size, -1, nullptr, rows));
+  std::vector<ops::SampleRowOut> res;
+  auto launch = [&]() -> Status {
+    DSI_RETURN_IF_ERROR(r.begin_sampled_step(plan));
+    return r.launch_sample_rows(rows);
+  };
+  const bool async = r.supports_async_steps();
+  DSI_RETURN_IF_ERROR(launch());  // warm-up (captures the shape's graph)
+  DSI_RETURN_IF_ERROR(r.wait_sample_rows(res));
+  if (async) DSI_RETURN_IF_ERROR(launch());
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t it = 0; it < iters; ++it) {
+    DSI_RETURN_IF_ERROR(launch());
+    DSI_RETURN_IF_ERROR(r.wait_sample_rows(res));
+    out.push_back(ms_since(t0));
+    t0 = std::chrono::steady_clock::now();
+  }
+  if (async) DSI_RETURN_IF_ERROR(r.wait_sample_rows(res));
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, const cache::StateLayout& layout,
@@ -77,7 +109,7 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
   seqs.push_back(o.max_seqs);
   const int64_t ctx = std::clamp<int64_t>(o.context, 0, std::max<int64_t>(0, max_model_len - o.max_rows - 1));
   const int64_t bps = layout.blocks_per_sequence(ctx + o.max_rows);
-  std::vector<std::vector<double>> samples, draft_samples;
+  std::vector<std::vector<double>> samples, draft_samples, plain_samples;
   std::vector<double> host_rows;
   std::vector<float> logits;
   std::vector<std::vector<cache::BlockId>> tables;
@@ -97,6 +129,12 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
         if (it > 0) t.push_back(ms_since(t0));
       }
       samples.push_back(std::move(t));
+      if (rows == 1) {
+        std::vector<double> p;
+        if (Status s = time_plain_steps(r, plan, o.iters, p); !s)
+          return s.with_context(fmt::format("step profile, plain steps of {} sequences", n));
+        if (!p.empty()) plain_samples.push_back(std::move(p));
+      }
     }
     if (o.max_rows > 1 && n == seqs.back()) time_host_rows(logits, r.config().vocab_size, o.iters, host_rows);
     if (drafter && o.max_rows > 1) {
@@ -114,7 +152,7 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
       }
     }
   }
-  return speculative::StepCostModel::fit(o.key, seqs, o.max_rows, samples, draft_samples, host_rows);
+  return speculative::StepCostModel::fit(o.key, seqs, o.max_rows, samples, draft_samples, host_rows, plain_samples);
 }
 
 }  // namespace dsinfer::perf

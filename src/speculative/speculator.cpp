@@ -234,7 +234,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   //    this batch, and verify the common length that maximises expected tokens per ms. Sampled sequences verify
   //    every draft: how many drafts a seeded draw verifies changes its tokens, so that choice must not depend on
   //    the batch or on measured times (reproducible and batch-invariant seeded sampling).
-  const int64_t num_seqs = std::max<int64_t>(sched.stats().running, int64_t(items.size()));
+  const int64_t num_seqs = std::max<int64_t>(next_step_seqs(sched), int64_t(items.size()));
   std::vector<bool> scheduled(items.size(), false);
   for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
   gate_drafting(items, scheduled, num_seqs);
@@ -284,7 +284,11 @@ std::vector<float> Speculator::observed_survival() const {
 }
 
 std::vector<double> Speculator::gate_survival() const {
-  constexpr double kPriorRounds = 4.0;  // prior survival 1 (every draft accepted), worth this many verified rounds
+  // Prior survival 1 (every draft accepted), worth this many verified rounds. A realistic prior (0.6^k) was tried:
+  // the first rounds of a request (a prompt cut mid-line) are poorly predicted, and at batch 1 on the H200 six such
+  // rounds stopped drafting for good (nothing drafted at rest, nothing observed): 0.96x off instead of 1.18x
+  // (bench/NOTES.md, session 12, issue 32).
+  constexpr double kPriorRounds = 4.0;
   std::vector<double> a;
   for (size_t k = 0; k < metrics_.verified_per_position.size(); ++k)
     a.push_back((double(metrics_.survived_per_position[k]) + kPriorRounds) /
@@ -293,9 +297,15 @@ std::vector<double> Speculator::gate_survival() const {
   return a;
 }
 
-bool Speculator::resting(int64_t num_seqs) const {
+int64_t Speculator::next_step_seqs(const scheduler::Scheduler& sched) {
+  const scheduler::SchedulerStats st = sched.stats();
+  const int64_t cap = std::min<int64_t>(sched.config().max_num_seqs, sched.cache().num_slots());
+  return std::max<int64_t>(1, std::min<int64_t>(cap, int64_t(st.running) + int64_t(st.waiting)));
+}
+
+bool Speculator::resting(const scheduler::Scheduler& sched) const {
   if (cost_.empty() || drafts_pending_) return false;
-  const int64_t n = std::max<int64_t>(num_seqs, 1);
+  const int64_t n = next_step_seqs(sched);
   return !drafting_pays(gate_survival(), n, cost_, cost_.draft_ms(n));
 }
 

@@ -67,11 +67,11 @@ class Speculator {
 
   SpeculativeMetrics& metrics() { return metrics_; }
 
-  // At rest: the cost model expects no draft to pay at a step of num_seqs sequences (drafting_pays with the
+  // At rest: the cost model expects no draft to pay at the next step's batch (next_step_seqs; drafting_pays with the
   // survival observed so far) and no sequence holds drafts from the last draft(). The engine then runs plain decode
   // steps (its own non-speculative path) and calls neither sample() nor draft() while only greedy requests live
   // (a sampled request's verified drafts must not depend on the batch). Never with an empty cost model.
-  bool resting(int64_t num_seqs) const;
+  bool resting(const scheduler::Scheduler& sched) const;
   // A plain decode step taken at rest: its sequences count as rounds of one token (the metrics' accepted length).
   void count_rest_round(int64_t num_decoding);
 
@@ -91,6 +91,9 @@ class Speculator {
   // The gate's survival per draft position: the acceptance observed in this engine's verified rounds, starting from
   // an optimistic prior worth kPriorRounds rounds (so drafting starts, and a run of bad rounds cannot stop it for good).
   std::vector<double> gate_survival() const;
+  // The sequences the next step is expected to hold: the running ones and the waiting ones admission can add (up to
+  // max_num_seqs and the slots), the batch whose step costs the choice to draft is weighed against.
+  static int64_t next_step_seqs(const scheduler::Scheduler& sched);
   // Drafter context after a gap (positions not ingested: steps taken at rest, a prefill at rest): the sequence may
   // draft again once a whole context window after the gap has been ingested. Returns false for a sequence whose
   // drafts would read positions never ingested.

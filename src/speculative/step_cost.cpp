@@ -30,6 +30,11 @@ Status StepCostModel::check(const StepCostModel& m, const std::string& where) {
                           m.max_rows_);
   if (!m.draft_ms_.empty() && m.draft_ms_.size() != m.seqs_.size())
     return Status::errorf("{}: {} draft times for {} batch sizes", where, m.draft_ms_.size(), m.seqs_.size());
+  if (!m.plain_ms_.empty() && m.plain_ms_.size() != m.seqs_.size())
+    return Status::errorf("{}: {} plain step times for {} batch sizes", where, m.plain_ms_.size(), m.seqs_.size());
+  for (double d : m.plain_ms_)
+    if (!(std::isfinite(d) && d > 0))
+      return Status::errorf("{}: plain step times must be finite and > 0, found {}", where, d);
   if (!(std::isfinite(m.host_row_ms_) && m.host_row_ms_ >= 0))
     return Status::errorf("{}: the host time per row must be finite and >= 0, found {}", where, m.host_row_ms_);
   for (double d : m.draft_ms_)
@@ -45,7 +50,8 @@ Status StepCostModel::check(const StepCostModel& m, const std::string& where) {
 Result<StepCostModel> StepCostModel::fit(std::string key, std::vector<int64_t> seqs, int32_t max_rows,
                                          const std::vector<std::vector<double>>& samples,
                                          const std::vector<std::vector<double>>& draft_samples,
-                                         const std::vector<double>& host_row_samples) {
+                                         const std::vector<double>& host_row_samples,
+                                         const std::vector<std::vector<double>>& plain_samples) {
   StepCostModel m;
   m.key_ = std::move(key);
   m.seqs_ = std::move(seqs);
@@ -62,6 +68,10 @@ Result<StepCostModel> StepCostModel::fit(std::string key, std::vector<int64_t> s
   for (size_t i = 0; i < draft_samples.size(); ++i) {
     if (draft_samples[i].empty()) return Status::errorf("step cost fit: no drafting time of batch size index {}", i);
     m.draft_ms_.push_back(std::max(median(draft_samples[i]), m.draft_ms_.empty() ? 0.0 : m.draft_ms_.back()));
+  }
+  for (size_t i = 0; i < plain_samples.size(); ++i) {
+    if (plain_samples[i].empty()) return Status::errorf("step cost fit: no plain step time of batch size index {}", i);
+    m.plain_ms_.push_back(std::max(median(plain_samples[i]), m.plain_ms_.empty() ? 0.0 : m.plain_ms_.back()));
   }
   if (!host_row_samples.empty()) m.host_row_ms_ = median(host_row_samples);
   DSI_RETURN_IF_ERROR(check(m, "step cost fit"));
@@ -101,6 +111,11 @@ std::string StepCostModel::serialize() const {
     o << '\n';
   }
   if (host_row_ms_ > 0) o << "host " << host_row_ms_ << '\n';
+  if (!plain_ms_.empty()) {
+    o << "plain";
+    for (double d : plain_ms_) o << ' ' << d;
+    o << '\n';
+  }
   return o.str();
 }
 
@@ -142,6 +157,10 @@ Result<StepCostModel> StepCostModel::parse(std::string_view text, const std::str
       double t = 0;
       while (ls >> t) m.draft_ms_.push_back(t);
       if (!ls.eof()) return Status::errorf("{}:{}: 'draft' needs times in ms", where, ln);
+    } else if (word == "plain") {
+      double t = 0;
+      while (ls >> t) m.plain_ms_.push_back(t);
+      if (!ls.eof()) return Status::errorf("{}:{}: 'plain' needs times in ms", where, ln);
     } else if (word == "host") {
       if (!(ls >> m.host_row_ms_) || (ls >> word)) return Status::errorf("{}:{}: 'host' needs one time in ms", where, ln);
     } else {
@@ -177,6 +196,11 @@ double StepCostModel::step_ms(int64_t n, int32_t rows) const {
   const double scale = rows > max_rows_ ? double(rows) / double(max_rows_) : 1.0;
   const int32_t r = std::min(rows, max_rows_);
   return scale * along_seqs(n, [&](size_t i) { return cell(i, r); });
+}
+
+double StepCostModel::plain_ms(int64_t n) const {
+  if (plain_ms_.empty()) return step_ms(n, 1);
+  return along_seqs(n, [&](size_t i) { return plain_ms_[i]; });
 }
 
 double StepCostModel::draft_ms(int64_t n) const {

@@ -28,17 +28,22 @@ class StepCostModel {
   // sequences; their medians, made non-decreasing, become the "draft" line.
   // host_row_samples (empty = none): times (ms) of the host's sampling of one verified logits row; their median is
   // the "host" entry.
+  // plain_samples (empty = none): per batch size, the times of one plain decode step as the engine takes it without
+  // speculation (sampled on the device, launched before the step before is read); their medians, made
+  // non-decreasing, become the "plain" line.
   static Result<StepCostModel> fit(std::string key, std::vector<int64_t> seqs, int32_t max_rows,
                                    const std::vector<std::vector<double>>& samples,
                                    const std::vector<std::vector<double>>& draft_samples = {},
-                                   const std::vector<double>& host_row_samples = {});
+                                   const std::vector<double>& host_row_samples = {},
+                                   const std::vector<std::vector<double>>& plain_samples = {});
   // The CPU fallback: time = n * rows (arbitrary unit; only ratios matter).
   static StepCostModel proportional(int64_t max_seqs, int32_t max_rows);
 
   // The text form: "dsinfer-step-cost 1", "key <key>", "rows <max_rows>", then one line per profiled batch size:
   // "seqs <n> <ms for 1 row> ... <ms for max_rows rows>"; optionally "draft <ms per round for each batch size>" (the
   // drafting time of a round, profiled with the verify steps; 0 without the line); optionally "host <ms>" (the
-  // host's verification of one sampled logits row; 0 without the line).
+  // host's verification of one sampled logits row; 0 without the line); optionally "plain <ms per step for each
+  // batch size>" (the engine's plain decode step; the one-row verify step without the line).
   std::string serialize() const;
   // Parses serialize()'s form; `where` names the source in errors (with the line number).
   static Result<StepCostModel> parse(std::string_view text, const std::string& where);
@@ -56,6 +61,10 @@ class StepCostModel {
   // The host's time to verify one logits row of a speculative step (a plain step samples on the device where it
   // can: no host time), 0 without a "host" line. A verify step samples one row per emitted token.
   double host_row_ms() const { return host_row_ms_; }
+  // The engine's plain decode step of n sequences, what a step at rest costs (interpolated like step_ms): the
+  // "plain" line, else step_ms(n, 1).
+  bool has_plain_cost() const { return !plain_ms_.empty(); }
+  double plain_ms(int64_t n) const;
 
  private:
   double cell(size_t i, int32_t rows) const { return ms_[i * size_t(max_rows_) + size_t(rows - 1)]; }
@@ -69,6 +78,7 @@ class StepCostModel {
   int32_t max_rows_ = 0;
   std::vector<double> ms_;  // [seqs_.size(), max_rows_]
   std::vector<double> draft_ms_;  // [seqs_.size()] or empty
+  std::vector<double> plain_ms_;  // [seqs_.size()] or empty
   double host_row_ms_ = 0.0;
 };
 

@@ -6,27 +6,22 @@
 //
 // Equality rules. With --batch-invariant (EngineOptions::batch_invariant: every kernel's reduction order is
 // independent of the batch, so a verify step's rows equal a decode step's) greedy output with speculation must
-// equal greedy output without it token for token. The default fast path is not batch-invariant (a GEMM's
-// precision path depends on its row count: fp32 streaming up to 8 rows, bf16 tensor cores above, docs/kernels.md;
-// attention splits depend on the token count), so a verify step of 1 + k rows and a decode step can round a logit
-// differently; there the comparison is teacher-forced: up to a request's first difference both runs computed the
-// target's distribution at that position from the same tokens, so both runs' logprobs of the two tokens are
-// comparable. With a = the plain run's token and b = the speculative run's, the plain margin lp_plain(a) -
-// lp_plain(b) >= 0 and the speculative margin lp_spec(b) - lp_spec(a) >= 0 sum to the change of one logit
-// difference between the runs, at most 2 * max|logit_plain - logit_spec| (a logprob difference within a run is a
-// logit difference). kPairMargin bounds that sum (its derivation below). A broken verify (wrong logits row, a
-// rejected draft left in the state) changes the distribution by far more and fails. The bodies therefore carry no
-// penalties / logit_bias (those shift the processed margin away from the raw logprobs; the CPU test covers them
-// exactly).
-// The mixed runs differ from the plain reference by more than their verify steps: prefill chunks of a 48-token budget
-// beside 15 other sequences, preemption and recomputation. Those shapes move logits by themselves, without
-// speculation. So a fast-path divergence above kPairMargin passes only where the plain engine in the same mixed
-// configuration (no speculation) diverges from the reference at the same prompt and token with the same token:
-// the difference is the schedule's, not verification's. Open (H200, 2026-12-02, bench/NOTES.md issue 32 second
-// session): prompt 40's token 6 diverges in both mixed runs (39 vs 50, margin sums 0.84 DSpark / 0.87 MTP-1), with
-// a 1,024- or 4,096-token reference step budget alike, and the plain engine in the mixed configuration does not
-// reproduce it (its 7 divergences have margin sums <= 0.19); the batch-invariant runs are identical. Not loosened:
-// the cause is not known yet.
+// equal greedy output without it token for token, under the default `official` numerics. The default fast path is
+// not batch-invariant (a GEMM's precision path depends on its row count: fp32 streaming up to 8 rows, bf16 tensor
+// cores above, docs/kernels.md; attention splits depend on the token count), so a verify step of 1 + k rows and a
+// decode step can round a logit differently; there the comparison is teacher-forced: up to a request's first
+// difference both runs computed the target's distribution at that position from the same tokens, so both runs'
+// logprobs of the two tokens are comparable. With a = the plain run's token and b = the speculative run's, each
+// greedy run emitted its own best token, so the plain margin lp_plain(a) - lp_plain(b) and the speculative margin
+// lp_spec(b) - lp_spec(a) are both >= 0 (checked: a verify that emits a token its own logits rank lower fails
+// here, whatever the other run did), and their sum is the change of one logit difference between the runs.
+// kPairMargin bounds that sum (its derivation below). A broken verify (wrong logits row, a rejected draft left in
+// the state) changes the distribution by far more and fails. The bodies therefore carry no penalties / logit_bias
+// (those shift the processed margin away from the raw logprobs; the CPU test covers them exactly).
+// The near-tie comparisons run under `hf` numerics: `official` simulates FP8 rounding of the stored KV and FP4
+// rounding of the indexer's queries and keys, discrete steps that turn a rounding difference into a jump of the
+// logits at some positions (prompt 40, token 6: 0.84 nats, docs/decisions.md 2026-12-02 "The speculative near-tie
+// test"); `official` is checked exactly by the batch-invariant runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,14 +45,18 @@ using nlohmann::json;
 
 namespace {
 
-// Fast vs exact on this model (bench/NOTES.md wave 3 fidelity, 2,048 positions): mean KL 3.3e-4, i.e. a typical
-// logit perturbation sigma ~ sqrt(2 KL) ~ 0.026; the largest over a few thousand positions ~ 5 sigma ~ 0.13 per run.
-// Two fast runs of different shapes each within that of the exact logits differ by up to ~0.13 with their
-// correlated part (the same bf16 weights); the margin sum is at most twice that: 0.26. The tails are heavier than
-// that Gaussian estimate (the same fidelity run's max |logit diff| is 2.09): on the H200 (2026-12-01) the worst pair
-// over 2 x 100 sequences was 0.41 (one position), so the bound is 0.6. A confident position (margin > 1 nat, the
-// usual failure of a broken verify) stays above; the exact check is the batch-invariant test below (identical).
-constexpr double kPairMargin = 0.6;
+// The margin sum of a divergence is the change of one logit difference between two fast runs of different step
+// shapes. Measured on the CPU reference (docs/decisions.md 2026-12-02 "The speculative near-tie test": the shipped
+// model, these 50 prompts x 16 greedy positions, draws of a 2e-3 relative perturbation of every projection weight,
+// about the size of the fast path's bf16 rounding), the largest change of the top-2 logit difference per position
+// over 36 draws under `hf`: median 0.02, p99 0.35, max 0.85 (a top-k selection of the indexer or the router
+// flipping); over 12 draws under `official`: median 0.059, p99 0.51, max 1.94, with prompt 40's token 6 bimodal
+// (l39 - l50 = 0.57 in 81 of 100 draws, ~0.05 in 17, -0.28 in 2: the H200's 0.84 / 0.87). The bound is 1.4x the
+// worst `hf` change seen; the reference's own top-2 gap is above it at about half the positions, and a broken
+// verify fails at many prompts.
+constexpr double kPairMargin = 1.2;
+// Slack of the own-margin check (logprobs are doubles of the same row: an exact tie gives 0).
+constexpr double kOwnMarginSlack = 1e-6;
 
 std::string model_dir() { return dsinfer::test::source_dir() + "/models/dsv4-small"; }
 
@@ -65,6 +64,7 @@ dsinfer::EngineOptions options(const std::string& spec, int32_t max_seqs, int64_
                                bool invariant) {
   dsinfer::EngineOptions o;
   o.batch_invariant = invariant;
+  o.numerics = invariant ? "official" : "hf";  // see the file comment
   o.speculative_cost_model = "off";  // every draft verified: these tests check verification
   o.model_dir = model_dir();
   o.backend = "cuda";
@@ -166,17 +166,13 @@ size_t first_difference(const dsinfer::Completion& a, const dsinfer::Completion&
   return j;
 }
 
-// See the file comment. invariant: token-for-token equality; otherwise the teacher-forced near-tie rule, where
-// `same_schedule` (the plain engine in the speculative run's configuration, or null) explains a divergence above
-// the bound when it diverges from `plain` at the same prompt and token with the same token.
-Divergences expect_same(const RunResult& plain, const RunResult& spec, const char* what, bool invariant,
-                        const RunResult* same_schedule = nullptr) {
+// See the file comment. invariant: token-for-token equality; otherwise the teacher-forced near-tie rule.
+Divergences expect_same(const RunResult& plain, const RunResult& spec, const char* what, bool invariant) {
   EXPECT_EQ(plain.out.size(), spec.out.size());
   Divergences d;
   for (size_t i = 0; i < plain.out.size() && i < spec.out.size(); ++i) {
     const dsinfer::Completion &a = plain.out[i], &b = spec.out[i];
-    size_t j = 0;
-    while (j < a.token_ids.size() && j < b.token_ids.size() && a.token_ids[j] == b.token_ids[j]) ++j;
+    const size_t j = first_difference(a, b);
     if (j == a.token_ids.size() && j == b.token_ids.size()) {
       EXPECT_EQ(a.text, b.text) << what << ", prompt " << i;
       EXPECT_EQ(a.finish_reason, b.finish_reason) << what << ", prompt " << i;
@@ -191,19 +187,17 @@ Divergences expect_same(const RunResult& plain, const RunResult& spec, const cha
     double margin = INFINITY;
     if (both) {
       const int32_t ta = a.token_ids[j], tb = b.token_ids[j];
-      margin = (logprob_of(a, j, ta) - logprob_of(a, j, tb)) + (logprob_of(b, j, tb) - logprob_of(b, j, ta));
+      const double own_plain = logprob_of(a, j, ta) - logprob_of(a, j, tb);
+      const double own_spec = logprob_of(b, j, tb) - logprob_of(b, j, ta);
+      EXPECT_GE(own_plain, -kOwnMarginSlack) << what << ", prompt " << i << " token " << j << ": the plain run emitted "
+                                             << ta << " below " << tb << " in its own logprobs";
+      EXPECT_GE(own_spec, -kOwnMarginSlack) << what << ", prompt " << i << " token " << j
+                                            << ": the speculative run emitted " << tb << " below " << ta
+                                            << " in its own logprobs";
+      margin = own_plain + own_spec;
     }
     d.worst_margin = std::max(d.worst_margin, margin);
     d.margins.push_back(margin);
-    if (margin >= kPairMargin && same_schedule && i < same_schedule->out.size()) {
-      const dsinfer::Completion& c = same_schedule->out[i];
-      if (first_difference(a, c) == j && j < c.token_ids.size() && j < b.token_ids.size() &&
-          c.token_ids[j] == b.token_ids[j]) {
-        std::printf("%s, prompt %zu: token %zu differs (margin sum %.3f) exactly as without speculation in the same "
-                    "configuration\n", what, i, j, margin);
-        continue;
-      }
-    }
     EXPECT_LT(margin, kPairMargin) << what << ", prompt " << i << ": outputs differ at token " << j << " ("
                                    << (j < a.token_ids.size() ? a.token_ids[j] : -1) << " vs "
                                    << (j < b.token_ids.size() ? b.token_ids[j] : -1) << "), margin sum " << margin;
@@ -235,13 +229,6 @@ const RunResult& plain_greedy(bool invariant) {
   return r;
 }
 
-// The plain engine in the mixed runs' configuration (16 running, 48-token steps, the state of two max-length
-// sequences: preemption), fast path: the reference's divergences without speculation.
-const RunResult& plain_mixed() {
-  static RunResult r = run(options("off", 16, 48, tight_state_gb(0), false), greedy_bodies(16));
-  return r;
-}
-
 void check_method(const std::string& method, int32_t k, bool invariant) {
   const RunResult& plain = plain_greedy(invariant);
   ASSERT_EQ(plain.out.size(), 50u);
@@ -249,8 +236,7 @@ void check_method(const std::string& method, int32_t k, bool invariant) {
   const Divergences da = expect_same(plain, alone, (method + " alone").c_str(), invariant);
   EXPECT_GT(alone.metrics.accepted_tokens, 0);
   const RunResult mixed = run(options(method, 16, 48, tight_state_gb(k), invariant), greedy_bodies(16));
-  const RunResult* same = invariant ? nullptr : &plain_mixed();
-  const Divergences dm = expect_same(plain, mixed, (method + " mixed + preemption").c_str(), invariant, same);
+  const Divergences dm = expect_same(plain, mixed, (method + " mixed + preemption").c_str(), invariant);
   EXPECT_GT(mixed.preemptions, 0);
   std::printf("%s greedy (cuda, %s): mean accepted length %.3f, acceptance per position", method.c_str(),
               invariant ? "batch-invariant" : "fast", alone.metrics.mean_accepted_length());
@@ -259,18 +245,6 @@ void check_method(const std::string& method, int32_t k, bool invariant) {
                              double(std::max<int64_t>(1, alone.metrics.trials_per_position[p])));
   std::printf("; divergences alone %d, mixed %d (of 50), worst margin sum %.3f; %lld preemptions\n", da.count,
               dm.count, std::max(da.worst_margin, dm.worst_margin), (long long)mixed.preemptions);
-  if (!invariant) {  // the schedule's own divergences (no speculation), for the record
-    std::printf("plain mixed vs plain (no speculation) divergences:");
-    for (size_t i = 0; i < plain.out.size() && i < plain_mixed().out.size(); ++i) {
-      const dsinfer::Completion &a = plain.out[i], &c = plain_mixed().out[i];
-      const size_t j = first_difference(a, c);
-      if (j < a.token_ids.size() && j < c.token_ids.size() && j < a.logprobs.size() && j < c.logprobs.size())
-        std::printf(" [prompt %zu token %zu: %d vs %d, margin sum %.3f]", i, j, a.token_ids[j], c.token_ids[j],
-                    (logprob_of(a, j, a.token_ids[j]) - logprob_of(a, j, c.token_ids[j])) +
-                        (logprob_of(c, j, c.token_ids[j]) - logprob_of(c, j, a.token_ids[j])));
-    }
-    std::printf("\n");
-  }
   std::vector<double> all = da.margins;
   all.insert(all.end(), dm.margins.begin(), dm.margins.end());
   std::sort(all.begin(), all.end());

@@ -138,3 +138,32 @@ TEST(SpecCostModel, HostVerifyTimePerEmittedTokenWeighsTheRound) {
   EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nhost 1 2\n").find("f.txt:4"), std::string::npos);
   EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nhost -1\n").find(">= 0"), std::string::npos);
 }
+
+// The engine's plain step ("plain" line: sampled on the device and pipelined, cheaper than the synchronous one-row
+// verify step) is the rate drafting must beat. Batch 8 of gpu_like, survival .7 / .5, 0.3 ms of drafting: against
+// the one-row step (1.2 ms: 6.67 tokens per ms) 8 * 2.2 / (0.3 + 1.8) = 8.38 pays; against a 0.8 ms plain step (10
+// per ms) nothing does (8 * 1.7 / 1.8 = 7.6, 8.38).
+TEST(SpecCostModel, DraftingMustBeatTheEnginesPlainStep) {
+  const std::string base = "dsinfer-step-cost 1\nkey test gpu\nrows 3\nseqs 1 1 1.1 1.2\nseqs 8 1.2 1.5 1.8\n";
+  const StepCostModel sync = test::unwrap(StepCostModel::parse(base, "sync"));
+  const StepCostModel plain = test::unwrap(StepCostModel::parse(base + "plain 0.5 0.8\n", "plain"));
+  const std::vector<double> a{0.7, 0.5};
+  EXPECT_FALSE(sync.has_plain_cost());
+  EXPECT_DOUBLE_EQ(sync.plain_ms(8), 1.2);  // the one-row step without the line
+  EXPECT_TRUE(speculative::drafting_pays(a, 8, sync, 0.3));
+  EXPECT_TRUE(plain.has_plain_cost());
+  EXPECT_DOUBLE_EQ(plain.plain_ms(8), 0.8);
+  EXPECT_NEAR(plain.plain_ms(4), 0.5 + 0.3 * 3.0 / 7.0, 1e-12);
+  EXPECT_FALSE(speculative::drafting_pays(a, 8, plain, 0.3));
+  EXPECT_DOUBLE_EQ(test::unwrap(StepCostModel::parse(plain.serialize(), "again")).plain_ms(8), 0.8);
+  // Fitted: medians, made non-decreasing along the batch sizes.
+  const StepCostModel f = test::unwrap(StepCostModel::fit("k", {1, 2}, 1, {{1}, {2}}, {}, {}, {{0.6, 0.4, 0.5}, {0.3}}));
+  EXPECT_DOUBLE_EQ(f.plain_ms(1), 0.5);
+  EXPECT_DOUBLE_EQ(f.plain_ms(2), 0.5);
+  EXPECT_FALSE(StepCostModel::fit("k", {1, 2}, 1, {{1}, {2}}, {}, {}, {{0.5}, {}}).is_ok());
+  auto err = [](const char* text) { return StepCostModel::parse(text, "f.txt").status().message(); };
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nplain 1 2\n").find("2 plain step times for 1"),
+            std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nplain 0\n").find("> 0"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nplain x\n").find("f.txt:4"), std::string::npos);
+}

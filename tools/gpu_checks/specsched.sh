@@ -9,6 +9,7 @@
 # and 64: the projection's input). Gets OUT and BIN from tools/gpu_run.sh; about 2-3 minutes.
 # SPECSCHED_TABLE_ONLY=1: only the must-show table (off / dspark / mtp1 at every batch, dspark verifying every draft
 # at 1 and 64) and the greedy comparison, about a minute; each run's wall time (start-up included) is logged.
+# SPECSCHED_VERIFY_ALL=0: without the runs that verify every draft (--speculative-cost-model off).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/cuda}
@@ -42,8 +43,9 @@ QUICK=${SPECSCHED_TABLE_ONLY:-0}
 for b in 1 8 32 64 128; do
   gen off_b$b $b
   gen dspark_b$b $b --speculative dspark
-  [ "$QUICK" = 1 ] && [ $b != 1 ] && [ $b != 64 ] || \
+  if [ "${SPECSCHED_VERIFY_ALL:-1}" = 1 ] && { [ "$QUICK" != 1 ] || [ $b = 1 ] || [ $b = 64 ]; }; then
     gen dspark_all_b$b $b --speculative dspark --speculative-cost-model off
+  fi
   gen mtp1_b$b $b --speculative mtp1
 done
 if [ "$QUICK" != 1 ]; then
