@@ -26,6 +26,7 @@ struct CheckReferenceOptions {
   bool exact_gemm = true;        // cuda: fp32 CUDA-core GEMMs; false checks the tensor-core (bf16) path
   int32_t gpus = 1;              // cuda: GPUs of this node, routed experts split over them (docs/multi_gpu.md)
   std::string communicator = "auto";  // gpus > 1: "auto", "nccl" or "in-process" (ranks may share a GPU)
+  std::string engram_placement = "device";  // EngineOptions::engram_placement (DeepSeek-V4.1)
   double tolerance = -1;         // max allowed max|err| / max|ref|; < 0: the default for the backend and weights
   std::string dump_logits_path;  // non-empty: write our logits there as safetensors with the reference's keys
   // Pass when at least this fraction of all greedy steps match (1: every step of every prompt); each prompt

@@ -87,6 +87,7 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
   ro.exact_gemm = o.exact_gemm;
   ro.gpus = o.gpus;
   ro.communicator = o.communicator;
+  DSI_ASSIGN_OR_RETURN(ro.engram_placement, model::parse_engram_placement(o.engram_placement));
   rep.numerics = ro.numerics.name;
   if (o.fidelity) return run_fidelity(o, ro, ref, rep);
   DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));

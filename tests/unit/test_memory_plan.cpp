@@ -106,7 +106,7 @@ TEST(MemoryPlan, V41FlashFitsFourAndEightH200sWithEitherEngramPlacement) {
   ASSERT_EQ(cli.rc, 0) << cli.err;
   for (const char* row : {"\n4     sharded ", "\n4     host ", "\n8     sharded ", "\n8     host "})
     EXPECT_NE(cli.out.find(row), std::string::npos) << row << "\n" << cli.out;
-  EXPECT_NE(cli.out.find("Engram tables (188.78 GiB)"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("Engram tables (188.83 GiB)"), std::string::npos) << cli.out;
 }
 
 TEST(MemoryPlan, CliPrintsTheTableAndNamesBadOptions) {
