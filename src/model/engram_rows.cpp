@@ -39,12 +39,12 @@ Status check_engram_placement(const io::ModelConfig& cfg, EngramPlacement p, con
 }
 
 EngramRows::EngramRows(std::vector<Mat> tables) : tables_(std::move(tables)) {
-  for (const Mat& t : tables_) rows_.push_back(t.rows);
+  for (const Mat& t : tables_) table_rows_.push_back(t.rows);
 }
 
 EngramRows::EngramRows(std::shared_ptr<const io::Checkpoint> ckpt, std::vector<StoredTensorV41> tables)
     : placement_(EngramPlacement::kHost), ckpt_(std::move(ckpt)), stored_(std::move(tables)) {
-  for (const StoredTensorV41& t : stored_) rows_.push_back(t.spec.rows);
+  for (const StoredTensorV41& t : stored_) table_rows_.push_back(t.spec.rows);
   staged_.resize(stored_.size());
 }
 
@@ -52,7 +52,7 @@ EngramRows::~EngramRows() {
   if (pending_.valid()) pending_.wait();
 }
 
-int64_t EngramRows::layers() const { return int64_t(rows_.size()); }
+int64_t EngramRows::layers() const { return int64_t(table_rows_.size()); }
 
 int64_t EngramRows::hd() const {
   if (!stored_.empty()) return stored_[0].spec.cols;
@@ -60,8 +60,8 @@ int64_t EngramRows::hd() const {
 }
 
 Status EngramRows::check_id(int64_t e, int64_t id) const {
-  if (id < 0 || id >= rows_[size_t(e)])
-    return Status::errorf("Engram layer {}: row {} is outside its table of {} rows", e, id, rows_[size_t(e)]);
+  if (id < 0 || id >= table_rows_[size_t(e)])
+    return Status::errorf("Engram layer {}: row {} is outside its table of {} rows", e, id, table_rows_[size_t(e)]);
   return Status::ok();
 }
 

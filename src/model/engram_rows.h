@@ -68,7 +68,7 @@ class EngramRows {
 
   EngramPlacement placement_ = EngramPlacement::kDevice;
   std::vector<Mat> tables_;              // kDevice / kSharded (kSharded: local row id / world)
-  std::vector<int64_t> rows_;            // every table's full row count
+  std::vector<int64_t> table_rows_;            // every table's full row count
   EngramShard shard_;
   std::shared_ptr<const io::Checkpoint> ckpt_;
   std::vector<StoredTensorV41> stored_;  // kHost
