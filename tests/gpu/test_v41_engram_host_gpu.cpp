@@ -54,9 +54,12 @@ std::vector<float> run_steps(runner::ModelRunner& r) {
   const int64_t nb = layout.blocks_per_sequence(64);
   EXPECT_TRUE(r.bind_state(layout, 2, int32_t(2 * nb), 64).is_ok());
   std::vector<std::vector<int32_t>> toks(2);
+  std::vector<std::vector<cache::BlockId>> tables(2);
   std::vector<int64_t> done(2, 0);
-  for (int s = 0; s < 2; ++s)
+  for (int s = 0; s < 2; ++s) {
     for (int k = 0; k < 40; ++k) toks[size_t(s)].push_back(int32_t(3 + (s * 131 + k * 37 + k * k) % 500));
+    for (int64_t b = 0; b < nb; ++b) tables[size_t(s)].push_back(int32_t(s * nb + b));
+  }
   const std::vector<std::vector<std::pair<int, int>>> steps = {{{0, 9}}, {{0, 1}, {1, 17}}, {{0, 1}, {1, 1}},
                                                                {{1, 5}, {0, 1}}, {{0, 1}, {1, 1}}};
   std::vector<float> all;
@@ -70,7 +73,7 @@ std::vector<float> run_steps(runner::ModelRunner& r) {
       sp.token_offset = p.num_tokens();
       sp.needs_logits = true;
       sp.slot = 1 - s;
-      for (int64_t b = 0; b < nb; ++b) sp.block_table.push_back(int32_t(s * nb + b));
+      sp.block_table = tables[size_t(s)];
       for (int i = 0; i < n; ++i) {
         p.logits_token_index.push_back(p.num_tokens());
         p.token_ids.push_back(toks[size_t(s)][size_t(done[size_t(s)] + i)]);
