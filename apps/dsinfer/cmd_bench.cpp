@@ -22,6 +22,7 @@ void usage(FILE* f = stderr) {
                "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
                "                     [--gpus N]  (experts split over N GPUs of this node)  [--communicator auto|nccl|in-process]\n"
                "                     [--data-parallel-size N]  (= --gpus: DP attention, the batch spread over the ranks)\n"
+               "                     [--engram-placement device|host]  (DeepSeek-V4.1's Engram tables)\n"
                "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n"
                "                     [--ceilings measured|nominal]  (floors at ceilings measured here at start, or the\n"
                "                      H200 datasheet's 4.8 TB/s, 989 / 1,979 TFLOP/s)\n"
@@ -171,6 +172,7 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--async-scheduling") async = v;
       else if (a == "--ceilings") o.ceilings = v;
       else if (a == "--state-profile") o.state_profile = v;
+      else if (a == "--engram-placement") o.engram_placement = v;
       else {
         std::fprintf(stderr, "bench: unknown option '%s'\n", a.c_str());
         return usage(), 2;

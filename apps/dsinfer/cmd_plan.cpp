@@ -86,9 +86,21 @@ int cmd_plan(int argc, char** argv) {
   std::printf("(EP = --data-parallel-size 1: the state replicated; DP = --data-parallel-size N: each GPU its own "
               "sequences; both count every GPU together; DP is built on the cpu backend so far)\n");
   if (p.engram_table_bytes > 0) {
-    std::printf("with the Engram tables split over the GPUs as well (not implemented), weights per GPU:");
-    for (const MemoryPlanRow& r : p.rows) std::printf(" %d: %.2f GiB", r.gpus, gib(r.tables_split_bytes));
-    std::printf("\n");
+    std::printf("\nEngram tables (%.2f GiB) off the replicated weights (--engram-placement; %.1f KiB of rows per "
+                "token):\n  sharded: 1/N of every table's rows per GPU, one gather of the looked-up rows per Engram "
+                "layer\n  host: the tables in pinned host memory (%.2f GiB per node), each step's rows fetched over "
+                "PCIe behind the layers before them\n", gib(p.engram_table_bytes), p.engram_bytes_per_token / 1024.0,
+                gib(p.engram_table_bytes));
+    std::printf("%-5s %-9s %16s %5s %20s %22s %14s\n", "gpus", "placement", "weights/GPU GiB", "fits",
+                "state left/GPU GiB", "sequences per GPU", "DP: sequences");
+    for (const MemoryPlanRow& r : p.rows)
+      for (const bool host : {false, true}) {
+        const double w = host ? r.tables_host_bytes : r.tables_split_bytes;
+        const int64_t seqs = host ? r.sequences_host : r.sequences_sharded;
+        std::printf("%-5d %-9s %16.2f %5s %20.2f %22lld %14lld\n", r.gpus, host ? "host" : "sharded", gib(w),
+                    w <= r.limit_bytes ? "yes" : "no", gib(host ? r.state_left_host : r.state_left_sharded),
+                    (long long)seqs, (long long)seqs * r.gpus);
+      }
   }
   return 0;
 }

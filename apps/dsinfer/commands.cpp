@@ -9,6 +9,8 @@ const std::vector<Command>& commands() {
       {"serve", "OpenAI-compatible HTTP server (chat / completions, streaming, /metrics)", cmd_serve},
       {"bench", "per-op and end-to-end decode / prefill timing next to roofline floors (cuda)", cmd_bench},
       {"plan", "memory per GPU for 1 / 2 / 4 / 8 GPUs and the sequences that fit (config.json only)", cmd_plan},
+      {"convert", "write a DeepSeek-V4.1 checkpoint in the release's storage formats (from a model or random)",
+       cmd_convert},
       {"check-reference", "compare the CPU reference forward with reference logits (fixture format)",
        cmd_check_reference},
       {"tokenize", "JSON-lines texts -> token id arrays (--tokenizer FILE [--plain])", cmd_tokenize},

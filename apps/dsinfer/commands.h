@@ -20,5 +20,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_render_chat(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
 
 }  // namespace dsinfer::cli

@@ -37,7 +37,9 @@ std::string engine_flags_help() {
       "            --communicator auto|nccl|in-process (in-process: ranks may share a GPU; the cpu backend's\n"
       "            --gpus N runs N ranks of the reference)  --collective-timeout-ms MS (300000)\n"
       "            --inject-fault RANK:load|RANK:step:K|RANK:alloc:K (tests only: a planted rank failure)\n"
-      "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n",
+      "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n"
+      "  --engram-placement device|host|sharded (device; DeepSeek-V4.1's Engram tables: a copy per GPU, in pinned host\n"
+      "            memory with each step's rows fetched behind the layers before them, or rows split over the GPUs)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
       d.speculative_cost_model, d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling);
 }
@@ -101,7 +103,8 @@ bool check_choice(const char* cmd, const std::string& flag, const std::string& v
       {"--backend", {"cpu", "cuda"}},           {"--numerics", {"official", "hf", "hf-noqat"}},
       {"--load-format", {"auto", "dummy"}},     {"--speculative", {"dspark", "mtp1", "off"}},
       {"--sampling", {"device", "host"}},       {"--async-scheduling", {"on", "off"}},
-      {"--communicator", {"auto", "nccl", "in-process"}}};
+      {"--communicator", {"auto", "nccl", "in-process"}},
+      {"--engram-placement", {"device", "sharded", "host"}}};
   for (const auto& [name, words] : kChoices) {
     if (flag != name || std::find(words.begin(), words.end(), v) != words.end()) continue;
     std::string list;
@@ -136,7 +139,8 @@ const TextFlag kTextFlags[] = {{"--model", &EO::model_dir},        {"--backend",
                                {"--tokenizer", &EO::tokenizer_path}, {"--speculative", &EO::speculative},
                                {"--sampling", &EO::sampling},      {"--async-scheduling", &EO::async_scheduling},
                                {"--communicator", &EO::communicator}, {"--inject-fault", &EO::fault_injection},
-                               {"--speculative-cost-model", &EO::speculative_cost_model}};
+                               {"--speculative-cost-model", &EO::speculative_cost_model},
+                               {"--engram-placement", &EO::engram_placement}};
 const IntFlag kIntFlags[] = {
     {"--max-num-seqs", 1, 1 << 20, [](EO& e, long long n) { e.max_num_seqs = int32_t(n); }},
     {"--max-num-batched-tokens", 1, 1ll << 32, [](EO& e, long long n) { e.max_num_batched_tokens = n; }},

@@ -27,6 +27,7 @@ struct CheckReferenceOptions {
   int32_t gpus = 1;              // cuda: GPUs of this node, routed experts split over them (docs/multi_gpu.md)
   std::string communicator = "auto";  // gpus > 1: "auto", "nccl" or "in-process" (ranks may share a GPU)
   int32_t data_parallel_size = 1;     // = gpus: DP attention (each prompt on one rank, experts dispatched)
+  std::string engram_placement = "device";  // EngineOptions::engram_placement (DeepSeek-V4.1)
   double tolerance = -1;         // max allowed max|err| / max|ref|; < 0: the default for the backend and weights
   std::string dump_logits_path;  // non-empty: write our logits there as safetensors with the reference's keys
   // Pass when at least this fraction of all greedy steps match (1: every step of every prompt); each prompt
@@ -110,6 +111,7 @@ struct BenchOptions {
   // or "fp32" (the runners' rows today).
   std::string state_profile = "fp8";
   bool batch_invariant = false;       // time the batch-invariant mode (EngineOptions::batch_invariant)
+  std::string engram_placement = "device";  // EngineOptions::engram_placement (DeepSeek-V4.1)
   // Speculative verify steps: per K a case per batch size of 1 + K tokens per sequence at `context`, logits for
   // every token (what a verify step of K drafts costs); empty = none.
   std::vector<int64_t> verify_tokens;
@@ -209,7 +211,7 @@ struct MemoryPlanOptions {
 struct MemoryPlanRow {
   int32_t gpus = 0;
   double weight_bytes = 0;   // per GPU: dense + this GPU's routed experts
-  double tables_split_bytes = 0;  // per GPU if the Engram tables were split over the GPUs too (not implemented)
+  double tables_split_bytes = 0;  // per GPU with the Engram tables' rows sharded over the GPUs (= weight_bytes for V4)
   double limit_bytes = 0;    // 92 % of gpu_memory_gib: what the CUDA runner lets weights take
   bool fits = false;
   int64_t sequences = 0;     // of `context` tokens in limit - weights (0 when the weights do not fit)
@@ -218,6 +220,13 @@ struct MemoryPlanRow {
   // (--data-parallel-size 1) replicates the state, so every GPU holds all of them (= sequences); DP
   // (--data-parallel-size N) gives each GPU its own sequences (N x sequences).
   int64_t sequences_ep = 0, sequences_dp = 0;
+  // DeepSeek-V4.1's Engram tables off the replicated weights (--engram-placement, docs/decisions.md 2026-12-02):
+  // `sharded` keeps 1/N of every table's rows per GPU (tables_split_bytes), `host` keeps the tables in pinned host
+  // memory (tables_host_bytes: no table on any GPU). Each with the fp32 state that remains per GPU (limit - weights,
+  // 0 when they do not fit) and the sequences of `context` tokens it holds per GPU (EP; DP holds N times that).
+  double tables_host_bytes = 0;
+  double state_left_sharded = 0, state_left_host = 0;
+  int64_t sequences_sharded = 0, sequences_host = 0;
 };
 struct MemoryPlan {
   std::string model_type;
@@ -225,6 +234,9 @@ struct MemoryPlan {
   int64_t context = 0;           // the context the sequences are sized for (options.context, or the model's maximum)
   double dense_bytes = 0;        // replicated on every GPU (attention, mHC, router, shared experts, embedding, head)
   double engram_table_bytes = 0; // of dense_bytes: DeepSeek-V4.1's Engram tables (0 for V4)
+  // Engram rows one token looks up over all Engram layers, in their storage format (FP8 + scales): what the host
+  // placement fetches over PCIe per token, and what the sharded placement's gathers move at most per token.
+  double engram_bytes_per_token = 0;
   double expert_bytes = 0;       // every routed expert (EPLB slots excluded)
   double state_bytes_per_token = 0, state_fixed_bytes = 0, state_bytes_per_sequence = 0;  // fp32 state
   // The same in DeepSeek's storage format (FP8 "MODEL1" rows + FP8 indexer keys, fp32 frontiers; issue 31), which the
@@ -234,5 +246,21 @@ struct MemoryPlan {
   std::vector<MemoryPlanRow> rows;  // one per entry of options.gpus
 };
 bool plan_memory(const MemoryPlanOptions& options, MemoryPlan* plan, std::string* error);
+
+// `dsinfer convert`: writes a DeepSeek-V4.1 checkpoint in the release's storage formats (FP8 e4m3 dense projections
+// with E8M0 scales per 32x32 block, FP4 experts, FP8 Engram rows; sharded, with model.safetensors.index.json and a
+// config.json carrying the release's quantization_config). The values come from a V4.1 model folder (model_dir: a
+// fixture in any float format, quantized with the official rule; its tokenizer files are copied) or are random
+// (config: a config.json or its folder, `set` overriding fields of it as "key=json value", seed).
+struct ConvertOptions {
+  std::string model_dir;        // convert this model folder, or
+  std::string config;           // random values at these shapes
+  std::vector<std::string> set; // with config: "key=value" overrides (num_hidden_layers=3, n_routed_experts=16, ...)
+  uint64_t seed = 0;
+  std::string out_dir;
+  int64_t shard_bytes = int64_t(1) << 30;
+  int32_t threads = 1;
+};
+bool convert_checkpoint(const ConvertOptions& options, std::string* error);
 
 }  // namespace dsinfer

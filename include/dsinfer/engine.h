@@ -87,6 +87,11 @@ struct EngineOptions {
   // steps of structured outputs and of requests with presence / frequency / repetition penalties wait for the
   // step before. "off": every step waits for its sampled tokens before the next is planned.
   std::string async_scheduling = "on";
+  // DeepSeek-V4.1's Engram tables (188.8 GiB in the release; docs/decisions.md 2026-12-02 "Engram placements"):
+  // "device" (a full copy on every GPU), "host" (in pinned host memory; each step's rows are fetched while the
+  // layers before the Engram layers run; cpu and cuda), or "sharded" (each rank 1/N of the rows, one gather per
+  // Engram layer). `dsinfer plan` shows what each leaves for state. A model without Engram tables takes "device".
+  std::string engram_placement = "device";
 };
 
 // Counters of prefix caching since the engine was created (gauges marked "now").

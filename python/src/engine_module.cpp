@@ -183,7 +183,8 @@ void bind_options(nb::module_& m) {
       .def_rw("eplb", &EngineOptions::eplb)
       .def_rw("num_redundant_experts", &EngineOptions::num_redundant_experts)
       .def_rw("eplb_interval", &EngineOptions::eplb_interval)
-      .def_rw("async_scheduling", &EngineOptions::async_scheduling);
+      .def_rw("async_scheduling", &EngineOptions::async_scheduling)
+      .def_rw("engram_placement", &EngineOptions::engram_placement);
 }
 
 void bind_results(nb::module_& m) {

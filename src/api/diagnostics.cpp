@@ -3,6 +3,7 @@
 // runner needs engine::create_runner (dsinfer_engine), and src/perf is part of dsinfer_core below it.
 #include "dsinfer/diagnostics.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 
@@ -14,6 +15,7 @@
 #include "engine/runner_factory.h"
 #include "io/config.h"
 #include "model/tensor_table.h"
+#include "model/export_v41.h"
 #include "model/weights_v41.h"
 #include "parallel/parallel_plan.h"
 #include "perf/bench.h"
@@ -86,6 +88,7 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
   ro.gpus = o.gpus;
   ro.communicator = o.communicator;
   ro.data_parallel_size = o.data_parallel_size;
+  DSI_ASSIGN_OR_RETURN(ro.engram_placement, model::parse_engram_placement(o.engram_placement));
   rep.numerics = ro.numerics.name;
   if (o.fidelity) return run_fidelity(o, ro, ref, rep);
   DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
@@ -126,6 +129,7 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   ro.communicator = o.communicator;
   ro.data_parallel_size = o.data_parallel_size;
   ro.batch_invariant = o.batch_invariant;
+  DSI_ASSIGN_OR_RETURN(ro.engram_placement, model::parse_engram_placement(o.engram_placement));
   // The ceilings are measured before the runner takes the device memory (about 2 GiB, freed again); without a GPU
   // (the cpu backend, which then reports that it cannot time ops) they stay the nominal ones, marked so.
   perf::Ceilings ceilings;
@@ -183,7 +187,10 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
     p.dense_bytes = all.dense_bytes;
     p.expert_bytes = all.expert_bytes;
     for (const model::TensorSpec& s : specs)
-      if (model::is_engram_table(s)) p.engram_table_bytes += bytes(s);
+      if (model::is_engram_table(s)) {
+        p.engram_table_bytes += bytes(s);
+        p.engram_bytes_per_token += bytes(s) / double(s.rows) * double((cfg.v41.engram_max_ngram_size - 1) * cfg.v41.engram_n_heads);
+      }
     cache::StateCacheConfig cc;
     cc.max_model_len = context;
     cc.max_num_seqs = 1;
@@ -211,6 +218,7 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
       r.gpus = n;
       r.weight_bytes = parallel::rank_memory(specs, n, o.redundant_experts, bytes).weight_bytes();
       r.tables_split_bytes = r.weight_bytes - p.engram_table_bytes * (1.0 - 1.0 / double(n));
+      r.tables_host_bytes = r.weight_bytes - p.engram_table_bytes;
       r.limit_bytes = limit;
       r.fits = r.weight_bytes <= r.limit_bytes;
       r.sequences = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_bytes_per_sequence) : 0;
@@ -218,10 +226,27 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
         r.sequences_fp8 = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_fp8_bytes_per_sequence) : 0;
       r.sequences_ep = r.sequences;
       r.sequences_dp = r.sequences * n;
+      r.state_left_sharded = std::max(0.0, limit - r.tables_split_bytes);
+      r.state_left_host = std::max(0.0, limit - r.tables_host_bytes);
+      r.sequences_sharded = int64_t(r.state_left_sharded / p.state_bytes_per_sequence);
+      r.sequences_host = int64_t(r.state_left_host / p.state_bytes_per_sequence);
       p.rows.push_back(r);
     }
     *plan = std::move(p);
     return Status::ok();
+  };
+  const Status s = run();
+  return s.is_ok() || fail(s, error);
+}
+
+bool convert_checkpoint(const ConvertOptions& o, std::string* error) {
+  auto run = [&]() -> Status {
+    if (o.out_dir.empty()) return Status::error("no output folder given");
+    if (o.model_dir.empty() == o.config.empty()) return Status::error("give either a model folder or a config to fill");
+    if (o.shard_bytes < 1 || o.threads < 1) return Status::errorf("shard bytes {} / threads {} must be >= 1", o.shard_bytes, o.threads);
+    if (!o.model_dir.empty() && !o.set.empty()) return Status::error("overrides apply to a config with random values only");
+    if (!o.model_dir.empty()) return model::convert_checkpoint_v41(o.model_dir, o.out_dir, o.shard_bytes, o.threads);
+    return model::write_random_checkpoint_v41(o.config, o.set, o.seed, o.out_dir, o.shard_bytes, o.threads);
   };
   const Status s = run();
   return s.is_ok() || fail(s, error);

@@ -19,6 +19,7 @@ Status check_options(const EngineOptions& o) {
     return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
   if (o.async_scheduling != "on" && o.async_scheduling != "off")
     return Status::errorf("async_scheduling must be 'on' or 'off', found '{}'", o.async_scheduling);
+  DSI_RETURN_IF_ERROR(model::parse_engram_placement(o.engram_placement).status());
   return Status::ok();
 }
 
@@ -35,7 +36,8 @@ Result<runner::RunnerOptions> resolve_runner_options(const EngineOptions& o) {
                                .tensor_parallel_size = o.tensor_parallel_size, .eplb = o.eplb,
                                .num_redundant_experts = o.num_redundant_experts, .eplb_interval = o.eplb_interval,
                                .communicator = o.communicator, .collective_timeout_ms = o.collective_timeout_ms,
-                               .fault_injection = o.fault_injection};
+                               .fault_injection = o.fault_injection,
+                               .engram_placement = model::parse_engram_placement(o.engram_placement).value()};
 }
 
 Result<EngineConfig> resolve_engine_config(const EngineOptions& o, const io::ModelConfig& mc, int32_t kv_elem_bytes) {

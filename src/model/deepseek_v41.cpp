@@ -23,13 +23,21 @@ DeepseekV41Cpu::DeepseekV41Cpu(io::ModelConfig cfg, WeightsV41 w, Numerics num, 
     hash_ = ops::make_engram_hash_layout(v.engram_layer_ids, v.engram_max_ngram_size, v.engram_n_heads, v.engram_vocab_size,
                                          v.engram_compressed_vocab_size, pad);
   }
+  std::vector<Mat> tables;  // in Engram layer order; the rows live in engram_rows_ only
+  for (LayerWeightsV41& L : w_.layers)
+    if (L.engram) tables.push_back(std::move(L.engram->table));
+  engram_rows_ = std::make_unique<EngramRows>(std::move(tables));
 }
 
-Result<std::unique_ptr<DeepseekV41Cpu>> DeepseekV41Cpu::load(const std::string& model_dir, const Numerics& num) {
+Result<std::unique_ptr<DeepseekV41Cpu>> DeepseekV41Cpu::load(const std::string& model_dir, const Numerics& num,
+                                                             EngramPlacement placement) {
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(model_dir));
   if (!cfg.is_v41()) return Status::errorf("{}: not a DeepSeek-V4.1 config", model_dir);
-  DSI_ASSIGN_OR_RETURN(io::Checkpoint ckpt, open_checkpoint_v41(model_dir));
-  auto w = load_weights_v41(cfg, ckpt);
+  DSI_ASSIGN_OR_RETURN(io::Checkpoint opened, open_checkpoint_v41(model_dir));
+  const auto ckpt = std::make_shared<const io::Checkpoint>(std::move(opened));
+  const bool host = placement == EngramPlacement::kHost;
+  std::vector<StoredTensorV41> tables;
+  auto w = load_weights_v41(cfg, *ckpt, host ? &tables : nullptr);
   if (!w.is_ok()) return w.status().with_context(model_dir);
   EngramVocab vocab;
   const auto& v = cfg.v41;
@@ -37,6 +45,7 @@ Result<std::unique_ptr<DeepseekV41Cpu>> DeepseekV41Cpu::load(const std::string& 
     DSI_ASSIGN_OR_RETURN(vocab, load_engram_vocab(cfg, model_dir));
   }
   auto m = std::make_unique<DeepseekV41Cpu>(std::move(cfg), std::move(w).value(), num, std::move(vocab));
+  if (host) m->engram_rows_ = std::make_unique<EngramRows>(ckpt, std::move(tables));
   for (size_t e = 0; e < v.engram_layer_ids.size(); ++e) {
     const auto& primes = m->hash_.primes[e];
     const int64_t rows = std::accumulate(primes.begin(), primes.end(), int64_t(0));
@@ -88,7 +97,10 @@ Status DeepseekV41Cpu::forward(const StatePool& state, std::span<const SeqChunk>
   DSI_RETURN_IF_ERROR(begin_step(state, chunks, s));
   const int64_t T = s.T, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const float eps = float(cfg_.rms_norm_eps);
-  if (!cfg_.v41.engram_layer_ids.empty()) engram_hashes(s);
+  if (!cfg_.v41.engram_layer_ids.empty()) {
+    engram_hashes(s);
+    engram_rows_->prefetch(s.hashes, T, hash_.cols());  // the host placement's fetch runs behind the layers below
+  }
 
   // embed -> X [T, n, D]; the first site collapses stream 0 only (one-hot pre)
   std::vector<float> X(size_t(T * n * D)), pre(size_t(T * n), 0.0f), pre_a(size_t(T * n));
@@ -118,7 +130,7 @@ Status DeepseekV41Cpu::forward(const StatePool& state, std::span<const SeqChunk>
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeightsV41& L = w_.layers[size_t(l)];
     if (L.engram) {
-      engram(l, s, X);
+      DSI_RETURN_IF_ERROR(engram(l, s, X));
       tap("engram_streams_out", l, X, T);
     }
     site(L.hc_attn, L.attn_norm, pre, pre_a, [&](const std::vector<float>& x, std::vector<float>& out) { attention(l, s, x, out); });

@@ -16,6 +16,7 @@
 #include "model/deepseek_v4.h"
 #include "model/deepseek_v41_numerics.h"
 #include "model/deepseek_v41_vocab.h"
+#include "model/engram_rows.h"
 #include "model/numerics.h"
 #include "model/weights_v41.h"
 #include "ops/engram/engram.h"
@@ -26,13 +27,20 @@ class DeepseekV41Cpu {
  public:
   DeepseekV41Cpu(io::ModelConfig cfg, WeightsV41 w, Numerics num, EngramVocab vocab);
   // Reads model_dir/config.json, the safetensors checkpoint and (with Engram layers) model_dir/tokenizer.json.
-  static Result<std::unique_ptr<DeepseekV41Cpu>> load(const std::string& model_dir, const Numerics& num);
+  // placement kHost keeps the Engram tables in their checkpoint format in host memory (model/engram_rows.h);
+  // kSharded loads them whole, for set_engram_shard.
+  static Result<std::unique_ptr<DeepseekV41Cpu>> load(const std::string& model_dir, const Numerics& num,
+                                                      EngramPlacement placement = EngramPlacement::kDevice);
 
   const io::ModelConfig& config() const { return cfg_; }
   const Numerics& numerics() const { return numerics_; }
   const WeightsV41& weights() const { return w_; }
   const ops::EngramHashLayout& engram_layout() const { return hash_; }
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
+  // Several ranks: this one keeps 1/world of every Engram table's rows and gathers each layer's rows through
+  // shard.gather (a collective: every rank runs every step, parallel/engram_exchange.h).
+  Status set_engram_shard(EngramShard shard) { return engram_rows_->shard(std::move(shard)); }
+  const EngramRows& engram_rows() const { return *engram_rows_; }
 
   // Same contract as DeepseekV4Cpu::forward (the state pool must be laid out for this config).
   Status forward(const StatePool& state, std::span<const SeqChunk> chunks, std::vector<float>& logits);
@@ -42,7 +50,7 @@ class DeepseekV41Cpu {
  private:
   Status begin_step(const StatePool& state, std::span<const SeqChunk> chunks, Step& s) const;
   void engram_hashes(Step& s) const;
-  void engram(int64_t l, const Step& s, std::vector<float>& X) const;
+  Status engram(int64_t l, const Step& s, std::vector<float>& X) const;
   void attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   struct IndexQueries;  // an index source's queries and head weights for the step (deepseek_v41_attention.cpp)
   void index_queries(int64_t l, const Step& s, const std::vector<float>& x, const std::vector<float>& cq, IndexQueries& q) const;
@@ -57,6 +65,7 @@ class DeepseekV41Cpu {
   v41::Num num_;
   EngramVocab vocab_;
   ops::EngramHashLayout hash_;
+  std::unique_ptr<EngramRows> engram_rows_;  // the tables, wherever they are placed
   std::vector<float> inv_freq_main_, inv_freq_compress_;
   TapFn tap_;
 };

@@ -98,21 +98,22 @@ void DeepseekV41Cpu::engram_hashes(Step& s) const {
   }
 }
 
-void DeepseekV41Cpu::engram(int64_t l, const Step& s, std::vector<float>& X) const {
+Status DeepseekV41Cpu::engram(int64_t l, const Step& s, std::vector<float>& X) const {
   const EngramWeights& E = *w_.layers[size_t(l)].engram;
-  const int64_t e = cfg_.engram_index(l), layers = int64_t(hash_.primes.size()), cols = hash_.cols();
-  const int64_t hd = E.table.cols, n = cfg_.hc_mult, D = cfg_.hidden_size;
-  std::vector<float> rows(size_t(cols * hd)), kv;
+  const int64_t e = cfg_.engram_index(l), cols = hash_.cols();
+  const int64_t hd = cfg_.v41.engram_head_dim, n = cfg_.hc_mult, D = cfg_.hidden_size;
+  std::vector<float> all, rows(size_t(cols * hd)), kv;
+  DSI_RETURN_IF_ERROR(engram_rows_->rows(e, s.hashes, s.T, cols, all));  // wherever the table is placed
   const ops::EngramGateParams gp{n, D, float(cfg_.rms_norm_eps), E.qk.data()};
   for (int64_t t = 0; t < s.T; ++t) {
-    const int64_t* ids = s.hashes.data() + (t * layers + e) * cols;
-    for (int64_t c = 0; c < cols; ++c) std::copy_n(E.table.p() + ids[c] * hd, hd, rows.data() + c * hd);
+    std::copy_n(all.data() + t * cols * hd, cols * hd, rows.data());
     num_.round(rows);
     num_.linear(Gemm::FP8, rows, 1, E.wkv, kv);  // n keys, then the shared value
     float* xt = X.data() + t * n * D;
     ops::engram_gate_ref(gp, xt, kv.data(), kv.data() + n * D);
     num_.round(xt, n * D);
   }
+  return Status::ok();
 }
 
 }  // namespace dsinfer::model

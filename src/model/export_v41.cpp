@@ -212,4 +212,27 @@ Status convert_checkpoint_v41(const std::string& model_dir, const std::string& o
   return Status::ok();
 }
 
+Status write_random_checkpoint_v41(const std::string& config_path, const std::vector<std::string>& overrides,
+                                   uint64_t seed, const std::string& out_dir, int64_t shard_bytes, int threads) {
+  const fs::path file = fs::is_directory(config_path) ? fs::path(config_path) / "config.json" : fs::path(config_path);
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Status::errorf("cannot read {}", file.string());
+  nlohmann::json c = nlohmann::json::parse(in, nullptr, false);
+  if (!c.is_object()) return Status::errorf("{}: not a JSON object", file.string());
+  nlohmann::json& t = c.contains("text_config") && c["text_config"].is_object() ? c["text_config"] : c;
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    if (eq == 0 || eq == std::string::npos) return Status::errorf("override '{}' is not key=value", o);
+    nlohmann::json v = nlohmann::json::parse(o.substr(eq + 1), nullptr, false);
+    t[o.substr(0, eq)] = v.is_discarded() ? nlohmann::json(o.substr(eq + 1)) : v;
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return Status::errorf("cannot create {}: {}", out_dir, ec.message());
+  DSI_RETURN_IF_ERROR(write_text(fs::path(out_dir) / "config.json", c.dump(1)));
+  DSI_ASSIGN_OR_RETURN(const io::ModelConfig cfg, io::load_model_config(out_dir));
+  if (!cfg.is_v41()) return Status::errorf("{}: not a DeepSeek-V4.1 config", file.string());
+  return write_checkpoint_v41(cfg, c.dump(1), random_fill_v41(seed), out_dir, shard_bytes, threads);
+}
+
 }  // namespace dsinfer::model

@@ -42,4 +42,13 @@ Status write_checkpoint_v41(const io::ModelConfig& cfg, const std::string& confi
 Status convert_checkpoint_v41(const std::string& model_dir, const std::string& out_dir,
                               int64_t shard_bytes = int64_t(1) << 30, int threads = 1);
 
+// A random-valued checkpoint (random_fill_v41(seed)) at the shapes of config_path (a config.json or the folder
+// holding one) with `overrides` applied first: each "key=value" sets a field of the text config (the composite
+// config's text_config, else the top level) to the JSON value (a bare word is taken as a string), e.g.
+// num_hidden_layers=3 or engram_num_embeddings=[1048576]. The edited config is validated as any config.json is
+// (io::load_model_config) before a tensor is written; an override that is not key=value is an error naming it.
+Status write_random_checkpoint_v41(const std::string& config_path, const std::vector<std::string>& overrides,
+                                   uint64_t seed, const std::string& out_dir, int64_t shard_bytes = int64_t(1) << 30,
+                                   int threads = 1);
+
 }  // namespace dsinfer::model

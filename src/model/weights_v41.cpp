@@ -36,6 +36,10 @@ class Loader {
 
   // A weight of logical shape [rows, cols]; FP8 storage uses `block` (rows x cols per scale).
   Mat mat(const std::string& name, int64_t rows, int64_t cols, std::pair<int64_t, int64_t> block = {0, 0}) {
+    return mat_as(name, rows, cols, block, decode_);
+  }
+  // decode false: recorded as a StoredTensorV41 (stored()) instead of converted.
+  Mat mat_as(const std::string& name, int64_t rows, int64_t cols, std::pair<int64_t, int64_t> block, bool decode) {
     Mat m;
     m.rows = rows;
     m.cols = cols;
@@ -53,10 +57,10 @@ class Loader {
     if (!ckpt_) return m;
     const std::pair<int64_t, int64_t> b{block.first ? block.first : cfg_.fp8_block_n,
                                         block.second ? block.second : cfg_.fp8_block_k};
-    const TensorReader::Weight w = rd_.weight(name, rows, cols, b, decode_ ? &m.data : nullptr);
+    const TensorReader::Weight w = rd_.weight(name, rows, cols, b, decode ? &m.data : nullptr);
     if (w.data) {
       fp32_ &= w.data->dtype == DType::F32;
-      if (!decode_) stored_.push_back({std::move(spec), w.data, w.scale, b.first, b.second});
+      if (!decode) stored_.push_back({std::move(spec), w.data, w.scale, b.first, b.second});
     }
     return m;
   }
@@ -67,13 +71,16 @@ class Loader {
   // there) is checked for shape and otherwise ignored, as transformers does.
   Mat engram_table(const std::string& name, int64_t rows, int64_t cols) {
     const TensorView* t = rd_.find(name);
-    if (t && t->dtype == DType::F8_E4M3) return mat(name, rows, cols, {1, 32});
-    Mat m = mat(name, rows, cols);
+    const bool decode = decode_ && decode_tables_;
+    if (t && t->dtype == DType::F8_E4M3) return mat_as(name, rows, cols, {1, 32}, decode);
+    Mat m = mat_as(name, rows, cols, {0, 0}, decode);
     const std::string base = name.substr(0, name.size() - 7);  // strip ".weight"
     if (ckpt_ && rd_.find(base + ".scale")) rd_.scale_for(name, {rows, (cols + 31) / 32});
     return m;
   }
 
+  // The Engram tables are recorded as stored instead of decoded (the host placement, model/engram_rows.h).
+  void keep_tables_stored() { decode_tables_ = false; }
   const std::vector<TensorSpec>& specs() const { return specs_; }
   std::vector<StoredTensorV41>& stored() { return stored_; }
   bool fp32_storage() const { return fp32_; }
@@ -88,7 +95,7 @@ class Loader {
  private:
   const io::ModelConfig& cfg_;
   const io::Checkpoint* ckpt_;
-  bool decode_ = true;
+  bool decode_ = true, decode_tables_ = true;
   TensorReader rd_;
   std::vector<TensorSpec> specs_;
   std::vector<StoredTensorV41> stored_;
@@ -205,11 +212,14 @@ std::vector<TensorSpec> weight_specs_v41(const io::ModelConfig& cfg) {
   return ld.specs();
 }
 
-Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt) {
+Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt,
+                                    std::vector<StoredTensorV41>* stored_tables) {
   Loader ld(cfg, &ckpt);
+  if (stored_tables) ld.keep_tables_stored();
   WeightsV41 w = load_impl(cfg, ld);
   DSI_RETURN_IF_ERROR(ld.finish());
   w.fp32_storage = ld.fp32_storage();
+  if (stored_tables) *stored_tables = std::move(ld.stored());
   return w;
 }
 

@@ -64,8 +64,12 @@ StorageV41 storage_format_v41(const TensorSpec& spec);
 double official_storage_bytes_v41(const TensorSpec& spec);
 // Whether the tensor is an Engram table (`engram.embed.weight` / `.scale`): the rows a lookup gathers.
 bool is_engram_table(const TensorSpec& spec);
-// Validates the checkpoint against the config (all problems reported together) and dequantizes it.
-Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
+struct StoredTensorV41;
+// Validates the checkpoint against the config (all problems reported together) and dequantizes it. With
+// stored_tables, the Engram tables are not decoded (their Mats keep the shape and no data) and their validated
+// views are put there instead, in layer order (the host placement, model/engram_rows.h).
+Result<WeightsV41> load_weights_v41(const io::ModelConfig& cfg, const io::Checkpoint& ckpt,
+                                    std::vector<StoredTensorV41>* stored_tables = nullptr);
 
 // A validated V4.1 checkpoint tensor in its storage format: views into the memory-mapped files, nothing decoded.
 // block: the FP8 scale block (rows x cols of one scale: quantization_config's for dense weights, 1 x 32 for an

@@ -13,6 +13,7 @@
 #include "cache/state_cache.h"
 #include "core/status.h"
 #include "io/config.h"
+#include "model/engram_placement.h"
 #include "model/numerics.h"
 #include "sampling/row_pack.h"
 #include "scheduler/batch_plan.h"
@@ -58,6 +59,10 @@ struct RunnerOptions {
   std::string communicator = "auto";
   int64_t collective_timeout_ms = 300000;  // every blocking wait of the ranks ends by then (a failure, not a hang)
   std::string fault_injection;             // test only: parallel/fault_injection.h
+  // DeepSeek-V4.1's Engram tables (model/engram_rows.h): a full copy per rank (kDevice), in host memory with each
+  // step's rows fetched behind the layers before them (kHost: cpu and cuda), or their rows split over the ranks
+  // (kSharded). Refused for a model without Engram tables.
+  model::EngramPlacement engram_placement = model::EngramPlacement::kDevice;
 };
 
 // RunnerOptions with the names of the user's options parsed: backend "cpu" | "cuda", numerics "official" | "hf",

@@ -4,6 +4,7 @@
 // real checkpoint's header (backbone without Engram 551.9 B, Engram 196.6 B).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cli_test_util.h"
@@ -72,6 +73,40 @@ TEST(MemoryPlan, V41FlashMatchesThePublishedTotals) {
   for (const MemoryPlanRow& r : p.rows) EXPECT_FALSE(r.fits) << r.gpus;
   EXPECT_LT(p.rows[2].tables_split_bytes, p.rows[2].limit_bytes);
   EXPECT_GT(p.rows[1].tables_split_bytes, p.rows[1].limit_bytes);
+}
+
+// Issue 26: the Engram tables sharded over the GPUs or in pinned host memory; V4.1-Flash then fits 4 and 8 H200s
+// either way, with state left for sequences (fp32 state, 8K context).
+TEST(MemoryPlan, V41FlashFitsFourAndEightH200sWithEitherEngramPlacement) {
+  MemoryPlanOptions o;
+  o.context = 8192;
+  const MemoryPlan p = plan_of("deepseek-v4.1-flash", o);
+  // 2 Engram layers x 24 hash columns x (256 FP8 bytes + 8 E8M0 scales) per token.
+  EXPECT_DOUBLE_EQ(p.engram_bytes_per_token, 2.0 * 24 * (256 + 8));
+  ASSERT_EQ(p.rows.size(), 4u);
+  for (const MemoryPlanRow& r : p.rows) {
+    SCOPED_TRACE(r.gpus);
+    const double rest = p.dense_bytes - p.engram_table_bytes + p.expert_bytes / r.gpus;
+    EXPECT_NEAR(r.tables_split_bytes, rest + p.engram_table_bytes / r.gpus, 1.0);
+    EXPECT_NEAR(r.tables_host_bytes, rest, 1.0);
+    const bool fits = r.gpus >= 4;  // 2 GPUs: the routed experts alone take 134 GiB per GPU
+    EXPECT_EQ(r.tables_split_bytes <= r.limit_bytes, fits);
+    EXPECT_EQ(r.tables_host_bytes <= r.limit_bytes, fits);
+    EXPECT_NEAR(r.state_left_host, std::max(0.0, r.limit_bytes - r.tables_host_bytes), 1.0);
+    EXPECT_EQ(r.sequences_host, int64_t(r.state_left_host / p.state_bytes_per_sequence));
+    EXPECT_EQ(r.sequences_sharded, int64_t(r.state_left_sharded / p.state_bytes_per_sequence));
+    if (fits) {
+      EXPECT_GT(r.sequences_sharded, 0);
+      EXPECT_GT(r.sequences_host, r.sequences_sharded);  // the host placement leaves the tables' share to state
+    }
+  }
+  test::ScratchDir dir("plan_cli_v41");
+  const test::CliResult cli = test::run_cli(
+      dir, "plan --model " + test::source_dir() + "/configs/deepseek-v4.1-flash --gpus 4,8 --context 8192");
+  ASSERT_EQ(cli.rc, 0) << cli.err;
+  for (const char* row : {"\n4     sharded ", "\n4     host ", "\n8     sharded ", "\n8     host "})
+    EXPECT_NE(cli.out.find(row), std::string::npos) << row << "\n" << cli.out;
+  EXPECT_NE(cli.out.find("Engram tables (188.83 GiB)"), std::string::npos) << cli.out;
 }
 
 TEST(MemoryPlan, CliPrintsTheTableAndNamesBadOptions) {

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_test_util.h"
+#include "dsinfer/diagnostics.h"
 #include "io/config.h"
 #include "io/quant.h"
 #include "model/deepseek_v41.h"
@@ -100,7 +102,13 @@ TEST(V41Export, CpuLoaderReadsBackTheQuantizedSourceValues) {
   io::dequant_fp4_e2m1(q.data(), w2.rows, w2.cols, s.data(), DType::F8_E8M0, 32, back.data());
   EXPECT_EQ(y.layers[2].experts[5].w2.data, back);
   ASSERT_TRUE(x.layers[1].engram && y.layers[1].engram);
-  EXPECT_EQ(y.layers[1].engram->table.data, fp8(x.layers[1].engram->table, 1));
+  // The models hold their Engram tables in EngramRows (model/engram_rows.h): the tables straight from the loader.
+  auto table = [](const std::string& dir) {
+    const io::ModelConfig cfg = test::unwrap(io::load_model_config(dir));
+    const io::Checkpoint ckpt = test::unwrap(model::open_checkpoint_v41(dir));
+    return std::move(test::unwrap(model::load_weights_v41(cfg, ckpt)).layers[1].engram->table);
+  };
+  EXPECT_EQ(table(out.str()).data, fp8(table(src), 1));
   for (size_t i = 0; i < x.embed.data.size(); ++i) ASSERT_EQ(y.embed.data[i], round_bf16(x.embed.data[i])) << i;
   // The fixture's weights were generated on the release's grids (QAT-simulated), so the conversion loses nothing:
   // the CPU runner on the converted checkpoint is the CPU runner on the fixture.
@@ -158,4 +166,58 @@ TEST(V41Export, ResolveReportsTheLoadersProblemsNamingTheTensor) {
   EXPECT_EQ(resolved.status().message(), loaded.status().message());
   EXPECT_NE(resolved.status().message().find("layers.0.attn.wq_b.scale"), std::string::npos)
       << resolved.status().message();
+}
+
+// `dsinfer convert` (the user's path to the writer): a fixture converted through the CLI loads, in the storage formats,
+// and passes the fixture's hf-noqat check-reference gate; random values at overridden shapes land as asked, and what `dsinfer plan` counts
+// for that folder is what was written; bad arguments are refused naming the argument.
+TEST(V41Export, CliConvertsAFixtureAndWritesRandomCheckpoints) {
+  const test::ScratchDir dir("v41_convert_cli");
+  const std::string fx = test::own_fixture("tiny-v41-a"), conv = dir.str() + "/conv", rnd = dir.str() + "/rnd";
+  const test::CliResult c = test::run_cli(dir, "convert --model " + fx + " --out " + conv + " --shard-mib 1 --threads 2");
+  ASSERT_EQ(c.rc, 0) << c.err;
+  const io::ModelConfig cfg = test::unwrap(io::load_model_config(conv));
+  EXPECT_TRUE(cfg.fp8_weights);
+  EXPECT_EQ(cfg.fp8_block_n, 32);
+  // The fixture's weights lie on the release's grids, so the converted model still meets its transformers gate.
+  const test::CliResult g = test::run_cli(dir, "check-reference --model " + conv + " --numerics hf-noqat --reference " +
+                                                   fx + "/reference_noqat.safetensors --tolerance 1e-5");
+  ASSERT_EQ(g.rc, 0) << g.out << g.err;
+
+  const test::CliResult r = test::run_cli(
+      dir, "convert --config " + fx + "/config.json --set n_routed_experts=16 --set 'engram_num_embeddings=[2048,4096]'"
+           " --seed 9 --out " + rnd);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const io::ModelConfig rc = test::unwrap(io::load_model_config(rnd));
+  EXPECT_EQ(rc.n_routed_experts, 16);
+  EXPECT_EQ(rc.v41.engram_num_embeddings, (std::vector<int64_t>{2048, 4096}));
+  const io::Checkpoint ckpt = test::unwrap(model::open_checkpoint_v41(rnd));
+  double disk = 0;
+  for (const model::StoredTensorV41& t : test::unwrap(model::resolve_weights_v41(rc, ckpt))) {
+    disk += double(t.data->nbytes);
+    if (t.scale) disk += double(t.scale->nbytes);
+    if (model::is_engram_table(t.spec)) {
+      EXPECT_EQ(t.data->dtype, DType::F8_E4M3) << t.spec.name;
+    }
+  }
+  MemoryPlanOptions po;
+  po.model_dir = rnd;
+  po.gpus = {1};
+  po.context = 64;
+  MemoryPlan plan;
+  std::string err;
+  ASSERT_TRUE(plan_memory(po, &plan, &err)) << err;
+  EXPECT_DOUBLE_EQ(plan.dense_bytes + plan.expert_bytes, disk);
+
+  const test::CliResult noeq = test::run_cli(dir, "convert --config " + fx + " --set num_hidden_layers --out " + rnd);
+  EXPECT_EQ(noeq.rc, 1);
+  EXPECT_NE(noeq.err.find("'num_hidden_layers' is not key=value"), std::string::npos) << noeq.err;
+  const test::CliResult badcfg = test::run_cli(dir, "convert --config " + fx + " --set hc_mult=0 --out " + rnd);
+  EXPECT_EQ(badcfg.rc, 1);
+  EXPECT_NE(badcfg.err.find("hc_mult"), std::string::npos) << badcfg.err;
+  const test::CliResult both = test::run_cli(dir, "convert --model " + fx + " --config " + fx + " --out " + rnd);
+  EXPECT_EQ(both.rc, 2);
+  const test::CliResult none = test::run_cli(dir, "convert --model " + dir.str() + "/nope --out " + rnd);
+  EXPECT_EQ(none.rc, 1);
+  EXPECT_NE(none.err.find("nope"), std::string::npos) << none.err;
 }

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "io/config.h"
 #include "model/deepseek_v4.h"
+#include "model/engram_placement.h"
 #include "model/numerics.h"
 
 namespace dsinfer::backends {
@@ -54,7 +55,9 @@ class CpuModelOf final : public CpuModel {
   std::unique_ptr<M> m_;
 };
 
-// Reads model_dir/config.json and loads the matching reference model (DeepSeek-V4 or DeepSeek-V4.1).
-Result<std::unique_ptr<CpuModel>> load_cpu_model(const std::string& model_dir, const model::Numerics& num);
+// Reads model_dir/config.json and loads the matching reference model (DeepSeek-V4 or DeepSeek-V4.1); `engram`
+// places DeepSeek-V4.1's Engram tables (kDevice or kHost here; a model without them accepts kDevice only).
+Result<std::unique_ptr<CpuModel>> load_cpu_model(const std::string& model_dir, const model::Numerics& num,
+                                                 model::EngramPlacement engram = model::EngramPlacement::kDevice);
 
 }  // namespace dsinfer::backends

@@ -106,7 +106,7 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
 Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r) {
   if (fault_.hits_load(r)) return fault_.fire(0);
   const int32_t n = int32_t(shards_.size());
-  DSI_ASSIGN_OR_RETURN(auto model, load_cpu_model(opts.model_dir, opts.numerics));
+  DSI_ASSIGN_OR_RETURN(auto model, load_cpu_model(opts.model_dir, opts.numerics, opts.engram_placement));
   const io::ModelConfig& cfg = model->config();
   DSI_ASSIGN_OR_RETURN(const parallel::ExpertRange range, parallel::expert_range(cfg.n_routed_experts, r, n));
   model::ExpertShard shard;

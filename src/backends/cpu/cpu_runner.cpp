@@ -119,7 +119,7 @@ Status CpuRunner::set_hidden_capture(std::vector<int64_t> layers) {
 // order, so its results never depend on the batch.
 Result<std::unique_ptr<runner::ModelRunner>> create_cpu_runner(const runner::RunnerOptions& opts) {
   if (opts.load_format != runner::LoadFormat::kAuto) return Status::error("dummy weights are only supported by the cuda backend");
-  DSI_ASSIGN_OR_RETURN(auto m, load_cpu_model(opts.model_dir, opts.numerics));
+  DSI_ASSIGN_OR_RETURN(auto m, load_cpu_model(opts.model_dir, opts.numerics, opts.engram_placement));
   return std::unique_ptr<runner::ModelRunner>(new CpuRunner(std::move(m)));
 }
 

@@ -38,6 +38,7 @@ Result<io::ModelConfig> cuda_model_config(const runner::RunnerOptions& opts) {
       return Status::errorf("{} layers requested, but the model has only {}", opts.num_layers, cfg.num_hidden_layers);
     keep_first_layers(cfg, opts.num_layers);
   }
+  DSI_RETURN_IF_ERROR(model::check_engram_placement(cfg, opts.engram_placement, opts.model_dir));
   // Several GPUs: validated here, where the visible device count is known (docs/multi_gpu.md); with no device at
   // all, query_device says so when the runner starts.
   int visible = 0;

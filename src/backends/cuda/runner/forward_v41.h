@@ -58,6 +58,10 @@ class CudaForwardV41 final : public CudaForward {
   Status init_engram(const std::string& model_dir);
   int64_t attention_splits(int64_t l, int64_t T) const;
   Status engram(int64_t l, const ops::StepDevice& st);
+  // The host placement (--engram-placement host): every Engram layer's rows gathered from pinned host memory on a
+  // side stream of its own, started right after the hashes; engram() joins its layer's before the wkv GEMM.
+  bool tables_on_host() const { return weights_.host_bytes() > 0; }
+  Status fetch_engram_rows(const ops::StepDevice& st);
   Status ffn(int64_t l, const ops::StepDevice& st);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy);
   // attention_v41_cuda.cpp
@@ -75,6 +79,7 @@ class CudaForwardV41 final : public CudaForward {
   ops::cuda::EngramHashCudaParams hash_;
   Scratch s_;
   ops::cuda::MoeWorkspace moe_ws_;
+  std::vector<ops::cuda::MoeSideStream> fetch_;  // one per Engram layer (the host placement)
 };
 
 }  // namespace dsinfer::backends

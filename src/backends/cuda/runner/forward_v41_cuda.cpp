@@ -66,7 +66,8 @@ Status CudaForwardV41::prepare(int64_t T, int64_t R, int64_t max_pos) {
   DSI_RETURN_IF_ERROR(grow(s_.ridx, t * size_t(cfg_.num_experts_per_tok), "routing"));
   DSI_RETURN_IF_ERROR(grow(s_.rw, t * size_t(cfg_.num_experts_per_tok), "routing"));
   DSI_RETURN_IF_ERROR(grow(s_.hashes, t * size_t(elayers * ecols), "engram hashes"));
-  DSI_RETURN_IF_ERROR(grow(s_.erows, t * size_t(ecols * std::max<int64_t>(v.engram_head_dim, 1)), "engram rows"));
+  const size_t erow_layers = tables_on_host() ? size_t(elayers) : 1;  // the host placement fetches every layer at once
+  DSI_RETURN_IF_ERROR(grow(s_.erows, erow_layers * t * size_t(ecols * std::max<int64_t>(v.engram_head_dim, 1)), "engram rows"));
   DSI_RETURN_IF_ERROR(grow(s_.ekv, t * size_t((n + 1) * D), "engram kv"));
   DSI_RETURN_IF_ERROR(grow(s_.hid, size_t(R) * size_t(D), "final hidden"));
   DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size), "logits"));
@@ -104,6 +105,7 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
   if (!cfg_.v41.engram_layer_ids.empty()) {
     DSI_OP("engram_hash", -1, engram_hash(st, hash_, s_.hashes.data(), stream_));
     DSI_OP("engram_hash", -1, engram_history_write(st, hash_, stream_));
+    if (tables_on_host()) DSI_RETURN_IF_ERROR(fetch_engram_rows(st));
   }
   const float* pre = s_.onehot.data();  // the carried pre; site outputs never alias their input
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
@@ -139,8 +141,14 @@ Status CudaForwardV41::engram(int64_t l, const ops::StepDevice& st) {
   const DeviceLayerV41& L = weights_.layer(l);
   const int64_t T = st.T, n = cfg_.hc_mult, D = cfg_.hidden_size, e = cfg_.engram_index(l);
   const int64_t cols = hash_.cols(), hd = cfg_.v41.engram_head_dim;
-  DSI_OP("engram_lookup", l, engram_gather(s_.hashes.data(), T, hash_.layers, e, cols, L.engram_table, s_.erows.data(), stream_));
-  DSI_OP("engram_wkv", l, gemm(s_.erows.data(), T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
+  float* rows = s_.erows.data();
+  if (tables_on_host()) {
+    rows += e * T * cols * hd;  // fetched by fetch_engram_rows
+    DSI_OP("engram_fetch_wait", l, fetch_[size_t(e)].join(stream_));
+  } else {
+    DSI_OP("engram_lookup", l, engram_gather(s_.hashes.data(), T, hash_.layers, e, cols, L.engram_table, rows, stream_));
+  }
+  DSI_OP("engram_wkv", l, gemm(rows, T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
   DSI_OP("engram_gate", l, engram_gate(s_.X.data(), T, n, D, s_.ekv.data(), L.engram_qk, float(cfg_.rms_norm_eps), stream_));
   return Status::ok();
 }
@@ -178,6 +186,23 @@ Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
     DSI_OP("moe_allreduce", l, comm_->all_reduce_sum(s_.f.data(), size_t(T * D), stream_));
     core_.traffic_.bytes += T * D * int64_t(sizeof(float));
     ++core_.traffic_.calls;
+  }
+  return Status::ok();
+}
+
+// The host placement: each Engram layer's rows are read from pinned host memory over PCIe by the same gather
+// kernel (the table pointers are host memory the GPU addresses directly), on that layer's side stream, forked from
+// the main stream once the hashes exist. The lookups depend only on the step's token ids, so the embedding and the
+// layers before each Engram layer run meanwhile (docs/decisions.md 2026-12-02 "Engram placements").
+Status CudaForwardV41::fetch_engram_rows(const ops::StepDevice& st) {
+  const int64_t T = st.T, cols = hash_.cols(), hd = cfg_.v41.engram_head_dim;
+  const auto& ids = cfg_.v41.engram_layer_ids;
+  if (fetch_.size() != ids.size()) return Status::error("engram fetch: the side streams were not created at load");
+  for (size_t e = 0; e < ids.size(); ++e) {
+    ops::cuda::MoeSideStream& f = fetch_[e];
+    DSI_RETURN_IF_ERROR(f.fork(stream_));
+    DSI_RETURN_IF_ERROR(engram_gather(s_.hashes.data(), T, hash_.layers, int64_t(e), cols, weights_.layer(ids[e]).engram_table,
+                                      s_.erows.data() + int64_t(e) * T * cols * hd, f.stream()));
   }
   return Status::ok();
 }

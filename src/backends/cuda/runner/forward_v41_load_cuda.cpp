@@ -35,11 +35,21 @@ Status CudaForwardV41::load(const runner::RunnerOptions& opts, ExpertSlots slots
     return Status::error("--eplb: DeepSeek-V4.1 has no expert-slot reloading yet; run it without --eplb");
   if (const std::string why = cuda_numerics_refusal(cfg_, num_); !why.empty()) return Status::error(why);
   DSI_RETURN_IF_ERROR(check_roles(cfg_).with_context(opts.model_dir));
+  using model::EngramPlacement;
+  if (opts.engram_placement == EngramPlacement::kSharded)
+    return Status::error("--engram-placement sharded: the CUDA runner has no device exchange of Engram rows yet "
+                         "(the cpu backend's ranks do; use host or device)");
+  const bool on_host = opts.engram_placement == EngramPlacement::kHost;
   if (opts.load_format == runner::LoadFormat::kDummy) {
-    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, device_.free_bytes, device_.name, stream_, slots));
+    DSI_RETURN_IF_ERROR(weights_.generate_dummy(cfg_, device_.free_bytes, device_.name, stream_, slots, on_host));
   } else {
     // The checkpoint in its storage formats, validated as the CPU loader validates it, streamed from the mapping.
-    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, slots));
+    DSI_RETURN_IF_ERROR(weights_.load_checkpoint(cfg_, opts.model_dir, slots, on_host));
+  }
+  fetch_.clear();
+  if (on_host) {  // the host placement's side streams, one per Engram layer (created here: never inside a capture)
+    fetch_.resize(cfg_.v41.engram_layer_ids.size());
+    for (auto& f : fetch_) DSI_RETURN_IF_ERROR(f.create());
   }
   DSI_RETURN_IF_ERROR(init_engram(opts.load_format == runner::LoadFormat::kDummy ? std::string() : opts.model_dir));
   // transformers' frequencies (the official precompute differs; official numerics are refused above)

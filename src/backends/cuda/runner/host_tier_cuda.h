@@ -8,25 +8,11 @@
 
 #include "cache/state_copy.h"
 #include "core/status.h"
+#include "cuda/pinned_buffer.h"
 
 namespace dsinfer::backends {
 
-class PinnedHostBuffer {
- public:
-  PinnedHostBuffer() = default;
-  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
-  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
-  ~PinnedHostBuffer() { release(); }
-  // Replaces the contents with `bytes` uninitialised bytes (cudaHostAlloc); 0 leaves it empty.
-  Status alloc(size_t bytes, const char* what);
-  void release();  // cudaFreeHost (synchronises with work still reading or writing it)
-  uint8_t* data() const { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  uint8_t* p_ = nullptr;
-  size_t n_ = 0;
-};
+using PinnedHostBuffer = cuda::PinnedHostBuffer;
 
 // Issues every run on `stream` (a cudaStream_t) with cudaMemcpyAsync / cudaMemsetAsync: kLocal device to device,
 // kToHost device to host, kToDevice host to device. Nothing waits for them.

@@ -9,24 +9,6 @@
 
 namespace dsinfer::backends {
 
-Status PinnedHostBuffer::alloc(size_t bytes, const char* what) {
-  release();
-  if (bytes == 0) return Status::ok();
-  void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
-  if (e != cudaSuccess)
-    return Status::errorf("cudaHostAlloc of {} bytes for {} failed: {}", bytes, what, cudaGetErrorString(e));
-  p_ = static_cast<uint8_t*>(p);
-  n_ = bytes;
-  return Status::ok();
-}
-
-void PinnedHostBuffer::release() {
-  if (p_) cudaFreeHost(p_);
-  p_ = nullptr;
-  n_ = 0;
-}
-
 Status issue_copy_runs(std::span<const cache::CopyRun> runs, void* stream) {
   cudaStream_t cs = static_cast<cudaStream_t>(stream);
   for (const cache::CopyRun& r : runs) {

@@ -12,6 +12,7 @@
 #include "backends/cuda/weights/device_weights.h"  // HcDevice
 #include "core/status.h"
 #include "cuda/device_buffer.h"
+#include "cuda/pinned_buffer.h"
 #include "io/config.h"
 #include "model/weights_v41.h"
 #include "ops/engram/engram_launch.h"
@@ -44,18 +45,22 @@ class DeviceWeightsV41 {
   // in its storage formats, read from the mapping in file order; the mapping is closed afterwards.
   // slots: the routed experts this rank holds, per layer (global ids; expert parallelism, device_weights.h
   // range_slots); the MoE's local expert i is slots[l][i]. Other ranks' experts are never read.
-  Status load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir, const ExpertSlots& slots);
+  // tables_on_host: the Engram tables go to pinned host memory instead (the host placement, model/engram_rows.h;
+  // the gather kernel reads their rows over PCIe), as stored.
+  Status load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir, const ExpertSlots& slots,
+                         bool tables_on_host = false);
   // Random weights: FP8 (128x128 blocks, E8M0 scales) dense projections, FP4 experts, fp32 vectors / Engram tables;
   // fails clearly when they would not fit in free_bytes.
   // (Every expert's seeds are drawn whether held or not, so a rank's experts equal the one-GPU model's.)
   Status generate_dummy(const io::ModelConfig& cfg, int64_t free_bytes, const std::string& gpu_name, void* stream,
-                        const ExpertSlots& slots);
+                        const ExpertSlots& slots, bool tables_on_host = false);
 
   const ops::cuda::DeviceWeight& embed() const { return embed_; }
   const ops::cuda::DeviceWeight& head() const { return head_; }
   const float* final_norm() const { return final_norm_; }
   const DeviceLayerV41& layer(int64_t l) const { return layers_[size_t(l)]; }
-  int64_t bytes() const { return bytes_; }
+  int64_t bytes() const { return bytes_; }        // device memory
+  int64_t host_bytes() const { return host_bytes_; }  // pinned host memory (the Engram tables when placed there)
   bool fp32_storage() const { return fp32_storage_; }
 
  private:
@@ -69,6 +74,7 @@ class DeviceWeightsV41 {
     uint8_t* base = nullptr;
     size_t used = 0, size = 0;
     bool dry = false;
+    bool host = false;  // pinned host memory: put() is a plain copy
   };
   Result<uint8_t*> take(size_t bytes, const char* what);  // 256-byte aligned
   Status put(void* dst, const void* src, size_t bytes);
@@ -85,6 +91,9 @@ class DeviceWeightsV41 {
   Status expert_arrays(const io::ModelConfig& cfg, int64_t l, const std::vector<int32_t>& held, const ExpertViews& X,
                        DeviceLayerV41& D);
   Status engram_table(const model::StoredTensorV41& t, DeviceLayerV41& D);
+  Status engram_table_on_device(const model::StoredTensorV41& t, DeviceLayerV41& D);
+  // dummy weights with tables_on_host: the generated table moved to pinned host memory, its device memory freed.
+  Status table_to_host(ops::cuda::EngramTableDevice& t, void* stream);
   Status engram_qk(const io::TensorView& q, const io::TensorView& k, int64_t n, DeviceLayerV41& D);
   Status check_layer(const io::ModelConfig& cfg, int64_t l) const;
   Status pointer_array(const std::vector<const void*>& ptrs, const void* const*& out);
@@ -100,6 +109,11 @@ class DeviceWeightsV41 {
 
   std::vector<cuda::DeviceBuffer<uint8_t>> buffers_;
   Arena arena_;
+  // The Engram tables' pinned host memory (tables_on_host): laid out by the same dry run as the device arena.
+  bool tables_on_host_ = false;
+  Arena host_arena_;
+  std::vector<cuda::PinnedHostBuffer> host_buffers_;
+  int64_t host_bytes_ = 0;
   ops::cuda::DeviceWeight embed_, head_;
   const float* final_norm_ = nullptr;
   std::vector<DeviceLayerV41> layers_;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 #include "io/quant.h"
@@ -98,6 +99,10 @@ Result<uint8_t*> DeviceWeightsV41::take(size_t bytes, const char* what) {
 
 Status DeviceWeightsV41::put(void* dst, const void* src, size_t bytes) {
   if (arena_.dry || bytes == 0) return Status::ok();
+  if (arena_.host) {
+    std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
   return cuda::detail::copy_to_device(dst, src, bytes);
 }
 
@@ -213,7 +218,20 @@ Status DeviceWeightsV41::expert_arrays(const io::ModelConfig& cfg, int64_t l, co
 
 // A float table (a fixture's): fp32 on the device. The release's FP8 rows with E8M0 scales per 32 channels: as
 // stored. (FP8 rows with F32 or BF16 scales have no gather kernel.)
+// tables_on_host: the same upload into the pinned host arena (take / put / floats work on arena_, so the two arenas
+// trade places around it), its bytes counted as host memory.
 Status DeviceWeightsV41::engram_table(const StoredTensorV41& t, DeviceLayerV41& D) {
+  if (!tables_on_host_) return engram_table_on_device(t, D);
+  std::swap(arena_, host_arena_);
+  const int64_t before = bytes_;
+  const Status st = engram_table_on_device(t, D);
+  host_bytes_ += bytes_ - before;
+  bytes_ = before;
+  std::swap(arena_, host_arena_);
+  return st;
+}
+
+Status DeviceWeightsV41::engram_table_on_device(const StoredTensorV41& t, DeviceLayerV41& D) {
   D.engram = true;
   D.engram_table.rows = t.spec.rows;
   D.engram_table.hd = t.spec.cols;
@@ -345,7 +363,7 @@ Status DeviceWeightsV41::upload_all(const io::ModelConfig& cfg, const std::vecto
 }
 
 Status DeviceWeightsV41::load_checkpoint(const io::ModelConfig& cfg, const std::string& model_dir,
-                                         const ExpertSlots& slots) {
+                                         const ExpertSlots& slots, bool tables_on_host) {
   if (slots.size() < size_t(cfg.num_hidden_layers))
     return Status::error("cuda weights (V4.1): expert slots per layer missing");
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ckpt, model::open_checkpoint_v41(model_dir));
@@ -359,15 +377,26 @@ Status DeviceWeightsV41::load_checkpoint(const io::ModelConfig& cfg, const std::
   // One device arena for the whole model, laid out by a dry run of the same upload (nothing read or copied): one
   // buffer per tensor costs the allocator's page rounding (+1.9 % at V4.1-Flash layer shapes, measured).
   buffers_.clear();
+  host_buffers_.clear();
+  tables_on_host_ = tables_on_host;
   arena_ = Arena{};
   arena_.dry = true;
+  host_arena_ = Arena{nullptr, 0, 0, true, true};
   DSI_RETURN_IF_ERROR(upload_all(cfg, tensors, slots).with_context(model_dir));
   cuda::DeviceBuffer<uint8_t> arena;
   DSI_RETURN_IF_ERROR(arena.alloc(std::max<size_t>(arena_.used, 256), "V4.1 weights"));
   arena_ = Arena{arena.data(), 0, arena.bytes(), false};
   buffers_.push_back(std::move(arena));
+  if (tables_on_host) {
+    cuda::PinnedHostBuffer tables;
+    DSI_RETURN_IF_ERROR(tables.alloc(std::max<size_t>(host_arena_.used, 256), "Engram tables (pinned host memory)"));
+    host_arena_ = Arena{tables.data(), 0, tables.size(), false, true};
+    host_buffers_.push_back(std::move(tables));
+  }
+  host_bytes_ = 0;
   const Status st = upload_all(cfg, tensors, slots).with_context(model_dir);
   arena_ = Arena{};  // later pointer arrays (none today) would get buffers of their own
+  host_arena_ = Arena{};
   return st;
 }
 

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/weights/device_weights_v41.h"
 #include "backends/cuda/weights/dummy_weights_cuda.h"
+#include "cuda/cuda_common.h"
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 
 namespace dsinfer::backends {
@@ -172,21 +173,45 @@ Status DeviceWeightsV41::dummy_layer(const io::ModelConfig& c, int64_t l, const 
     D.engram = true;
     DSI_ASSIGN_OR_RETURN(const DeviceWeight t, dummy_mat(rows, ehd, F8, 32, sd++, st, 1));  // one scale per 32 channels of a row
     D.engram_table = {t.data, static_cast<const uint8_t*>(t.scale), rows, ehd, true};
+    if (tables_on_host_) DSI_RETURN_IF_ERROR(table_to_host(D.engram_table, st));
     DSI_ASSIGN_OR_RETURN(D.engram_wkv, dummy_mat((n + 1) * Dm, cols * ehd, F8, blk, sd++, st));
     DSI_ASSIGN_OR_RETURN(D.engram_qk, dummy_vec(n * Dm, 1.0f, 0.05f, sd++, st));
   }
   return Status::ok();
 }
 
+// The table's FP8 rows and scales copied into pinned host memory, its device buffers freed (the last two dummy_mat
+// allocated: scale, then data).
+Status DeviceWeightsV41::table_to_host(ops::cuda::EngramTableDevice& t, void* stream) {
+  const size_t data_bytes = size_t(t.rows * t.hd), scale_bytes = size_t(t.rows * (t.hd / 32));
+  cuda::PinnedHostBuffer host;
+  DSI_RETURN_IF_ERROR(host.alloc(data_bytes + scale_bytes, "dummy Engram table (pinned host memory)"));
+  DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));  // the fill ran there
+  DSI_RETURN_IF_ERROR(cuda::detail::copy_to_host(host.data(), t.data, data_bytes));
+  DSI_RETURN_IF_ERROR(cuda::detail::copy_to_host(host.data() + data_bytes, t.scale, scale_bytes));
+  if (buffers_.size() < 2 || buffers_.back().data() != t.data || buffers_[buffers_.size() - 2].data() != t.scale)
+    return Status::error("cuda weights (V4.1): the dummy Engram table is not the last weight generated");
+  buffers_.pop_back();
+  buffers_.pop_back();
+  bytes_ -= int64_t(data_bytes + scale_bytes);
+  host_bytes_ += int64_t(data_bytes + scale_bytes);
+  t.data = host.data();
+  t.scale = host.data() + data_bytes;
+  host_buffers_.push_back(std::move(host));
+  return Status::ok();
+}
+
 Status DeviceWeightsV41::generate_dummy(const io::ModelConfig& cfg, int64_t free_bytes, const std::string& gpu_name, void* stream,
-                                        const ExpertSlots& slots) {
+                                        const ExpertSlots& slots, bool tables_on_host) {
   if (slots.size() < size_t(cfg.num_hidden_layers)) return Status::error("cuda weights (V4.1): expert slots per layer missing");
   const double need = dummy_bytes(cfg);
   if (need > 0.92 * double(free_bytes))
     return Status::errorf("model needs {:.1f} GiB of weights but the GPU '{}' has {:.1f} GiB free; use fewer layers "
                           "(--layers) or more GPUs", need / double(1 << 30), gpu_name, double(free_bytes) / double(1 << 30));
   buffers_.clear();
-  bytes_ = 0;
+  host_buffers_.clear();
+  tables_on_host_ = tables_on_host;
+  bytes_ = host_bytes_ = 0;
   fp32_storage_ = false;
   layers_.assign(size_t(cfg.num_hidden_layers), DeviceLayerV41{});
   uint64_t seed = 1;
