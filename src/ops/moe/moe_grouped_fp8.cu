@@ -40,9 +40,9 @@ constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK;
 constexpr int NT = 512, kLoaderRegs = 56, kExpanderRegs = 56, kConsumerRegs = 200;
 static_assert(128 * (kLoaderRegs + kExpanderRegs) + 256 * kConsumerRegs <= 65536, "the register file");
 constexpr int kSlots = 3;  // consumer ring: stages the loader and the expander may run ahead (full slots)
-// Ring of raw FP4 stages (loader -> expander), loaded kRawAhead stages before their A tiles. Measured (bench/NOTES.md, issue 30, session
-// 3): 6 stages ahead (8 slots) or an L2::256B prefetch on these loads changed nothing (+-1 %) at ~1.9 us per stage;
-// 3 ahead keeps ~1 us of DRAM latency covered at the turn-taking consumers' shorter stages.
+// Ring of raw FP4 stages (loader -> expander), loaded kRawAhead stages before their A tiles. In the third session's
+// kernel 6 stages ahead changed nothing (bench/NOTES.md: its fence drained every load in flight each stage); 3 ahead
+// keeps ~1 us of DRAM latency covered at ~0.6 us per stage.
 constexpr int kRawAhead = 3, kRawSlots = kRawAhead + 2;
 constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, TMA's 128-byte swizzle (piece c of row r at c ^ r%8)
 constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
@@ -508,36 +508,41 @@ __global__ void __launch_bounds__(NT, 1)
   }
 }
 
-// Row r < *count of q / lo [rows, K] and s [K / kBlock, ld] <- x row perm[r] (perm null: row r): two e4m3 terms + 1 x
-// kBlock scales; one warp per block (lane: kBlock / 32 consecutive elements). Rows from *count on are left as they are.
+// x fp32 [T, K] -> two e4m3 terms + 1 x kBlock scales, each block quantized once and stored to the rows pos[t * fanout
+// + j] of q / lo [rows, K] and s [K / kBlock, ld] (column = row) for j < fanout, skipping pos < 0 (pos null: row t);
+// one warp per block (lane: kBlock / 32 consecutive elements).
 template <int kBlock>
-__global__ void moe_quant_kernel(const float* x, const int32_t* perm, const int32_t* count, int64_t blocks,
-                                 int64_t row_blocks, int64_t ld, uint8_t* q, uint8_t* lo, float* s) {
+__global__ void moe_quant_kernel(const float* x, const int32_t* pos, int fanout, int64_t blocks, int64_t row_blocks,
+                                 int64_t ld, uint8_t* q, uint8_t* lo, float* s) {
   constexpr int kPer = kBlock / 32;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  const int64_t live = count ? int64_t(*count) * row_blocks : blocks;
-  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < min(blocks, live); b += warps) {
-    const int64_t r = b / row_blocks;
-    const float* src = x + ((perm ? int64_t(perm[r]) : r) * row_blocks + b % row_blocks) * kBlock + lane * kPer;
+  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < blocks; b += warps) {
     float v[kPer];
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      v[i] = src[i];
+      v[i] = x[b * kBlock + lane * kPer + i];
       amax = fmaxf(amax, fabsf(v[i]));
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
+    uint16_t hi[kPer / 2], l[kPer / 2];
 #pragma unroll
-    for (int i = 0; i < kPer; i += 2) {
-      uint16_t hi, l;
-      e4m3x2_terms(v[i] * inv, v[i + 1] * inv, hi, l);
-      *reinterpret_cast<uint16_t*>(q + b * kBlock + lane * kPer + i) = hi;
-      *reinterpret_cast<uint16_t*>(lo + b * kBlock + lane * kPer + i) = l;
+    for (int i = 0; i < kPer; i += 2) e4m3x2_terms(v[i] * inv, v[i + 1] * inv, hi[i / 2], l[i / 2]);
+    const int64_t t = b / row_blocks, kb = b % row_blocks;
+    for (int j = 0; j < fanout; ++j) {
+      const int64_t r = pos ? int64_t(pos[t * fanout + j]) : t;
+      if (r < 0) continue;
+      const int64_t o = (r * row_blocks + kb) * kBlock + lane * kPer;
+#pragma unroll
+      for (int i = 0; i < kPer; i += 2) {
+        *reinterpret_cast<uint16_t*>(q + o + i) = hi[i / 2];
+        *reinterpret_cast<uint16_t*>(lo + o + i) = l[i / 2];
+      }
+      if (lane == 0) s[kb * ld + r] = amax / 448.0f;
     }
-    if (lane == 0) s[(b % row_blocks) * ld + r] = amax / 448.0f;
   }
 }
 
@@ -558,9 +563,9 @@ EncodeTiled encode_tiled() {
 }
 
 // The tensor maps of a launch. A: uint8 [2 terms][rows_a][K] (the second term a_lo - a bytes after the first), boxes
-// of 128 k x 128 rows x 2 terms with the 128-byte swizzle the wgmma descriptors expect. Scales: fp32 [K / blk][scale_ld]
-// (first rows_a of each row used), boxes of 128 rows x the stage's blocks. Rows past rows_a read as zero. False if a
-// map cannot be encoded (no driver entry point, or a layout TMA does not take).
+// of 128 k x 128 rows x 2 terms with the 128-byte swizzle the wgmma descriptors expect. Scales: fp32 [K / blk]
+// [scale_ld] (first rows_a of each row used), boxes of 128 rows x the stage's blocks. Rows past rows_a read as zero.
+// False if a map cannot be encoded (no driver entry point, or a layout TMA does not take).
 bool make_maps(bool gate_up, const MoeGroupedFp8Args& a, CUtensorMap& amap, CUtensorMap& smap) {
   const EncodeTiled encode = encode_tiled();
   if (!encode) return false;
@@ -581,13 +586,14 @@ bool make_maps(bool gate_up, const MoeGroupedFp8Args& a, CUtensorMap& amap, CUte
 
 }  // namespace
 
-void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count, int64_t rows, int64_t K,
-                      int64_t block, int64_t ld, uint8_t* q, uint8_t* lo, float* s, void* stream) {
-  const int64_t blocks = rows * K / block;
+void launch_moe_quant(const float* x, int64_t T, const int32_t* pos, int64_t fanout, int64_t K, int64_t block,
+                      int64_t ld, uint8_t* q, uint8_t* lo, float* s, void* stream) {
+  const int64_t blocks = T * K / block;
   const unsigned grid = unsigned(std::clamp<int64_t>((blocks + 7) / 8, 1, 132 * 16));
   const auto st = static_cast<cudaStream_t>(stream);
-  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, perm, count, blocks, K / block, ld, q, lo, s);
-  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, perm, count, blocks, K / block, ld, q, lo, s);
+  const int f = pos ? int(fanout) : 1;
+  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, pos, f, blocks, K / block, ld, q, lo, s);
+  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, pos, f, blocks, K / block, ld, q, lo, s);
 }
 
 bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {

@@ -44,10 +44,11 @@ struct MoeGroupedFp8Args {
 };
 
 namespace detail {
-// Rows r < min(rows, *count) of two e4m3 terms q, lo [rows, K] + scales s [K / block, ld] (column r) <- x fp32 row
-// perm[r] ("moe_quant_kernel"; perm null: row r, count null: all rows); block 64 or 128, K % block == 0, ld >= rows.
-void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count, int64_t rows, int64_t K,
-                      int64_t block, int64_t ld, uint8_t* q, uint8_t* lo, float* s, void* stream);
+// x fp32 [T, K] -> two e4m3 terms q, lo [rows, K] + scales s [K / block, ld] (column = row) ("moe_quant_kernel"):
+// token t's row is quantized once and stored to rows pos[t * fanout + j], j < fanout, skipping pos < 0 (the MoE
+// permutation's pos_of: x in permuted row order); pos null: row t. block 64 or 128, K % block == 0, ld > every row.
+void launch_moe_quant(const float* x, int64_t T, const int32_t* pos, int64_t fanout, int64_t K, int64_t block,
+                      int64_t ld, uint8_t* q, uint8_t* lo, float* s, void* stream);
 // The FP8 gate/up + SwiGLU kernel (gate_up) or the FP8 down kernel ("moe_grouped_fp8_kernel"), grid as
 // launch_moe_grouped. False (nothing launched) if its TMA tensor maps cannot be made: the driver lacks
 // cuTensorMapEncodeTiled, or a / a_lo / a_scale / scale_ld break TMA's 16-byte alignment rules.
