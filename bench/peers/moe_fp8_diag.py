@@ -4,7 +4,7 @@ part of the kernel is left out, for `dsinfer_moe_bench grouped` builds whose tim
 kernel's, place the cost (bench/NOTES.md, issue 30 third session and session 12). The results of such a build are
 wrong on purpose (except flag 32's): never commit the rewritten file (`git checkout src/ops/moe/moe_grouped_fp8.cu`
 after copying the bench binary).
-Usage: moe_fp8_diag.py FLAGS (sum of: 1 consumers skip wgmma + promotion (the loader and expander alone), 4 no
+Usage: moe_fp8_diag.py FLAGS (sum of: 1 consumers skip wgmma + promotion (the producer alone), 4 no
 expansion, 16 no second-term wgmmas, 32 no turns between the consumer warpgroups (results still right))."""
 import sys
 
@@ -24,7 +24,7 @@ def main():
 
     if flags & 4:
         rep("    expand_row<kGateUp>(sm.ptr(sm.raw(c)), sm.ptr(slot + kOffB), "
-            "reinterpret_cast<float*>(sm.ptr(slot + kOffSb)),\n                        br);", "")
+            "reinterpret_cast<float*>(sm.ptr(slot + kOffSb)));", "")
     if flags & 16:
         rep("    wgmma_m64n128k32(blk, smem_desc(a_tile + kA + off), db, 1);", "")
     if flags & 1:

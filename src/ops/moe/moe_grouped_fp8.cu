@@ -34,26 +34,24 @@ namespace {
 
 namespace md = ::dsinfer::ops::moe_detail;
 constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK;
-// 512 threads: warpgroup 0 loads (raw weights by cp.async, A tiles and scales by TMA), warpgroup 1 expands, warpgroups
-// 2 and 3 consume (64 rows each: wgmma, promotion, epilogue). Registers moved from the loader and the expander to the
-// consumers by setmaxnreg (128 x 56 + 128 x 56 + 256 x 200 = 64K).
-constexpr int NT = 512, kLoaderRegs = 56, kExpanderRegs = 56, kConsumerRegs = 200;
-static_assert(128 * (kLoaderRegs + kExpanderRegs) + 256 * kConsumerRegs <= 65536, "the register file");
-constexpr int kSlots = 3;  // consumer ring: stages the loader and the expander may run ahead (full slots)
-// Ring of raw FP4 stages (loader -> expander), loaded kRawAhead stages before their A tiles. In the third session's
-// kernel 6 stages ahead changed nothing (bench/NOTES.md: its fence drained every load in flight each stage); 3 ahead
-// keeps ~1 us of DRAM latency covered at ~0.6 us per stage.
+// 384 threads: warpgroup 0 produces (loads, expands), warpgroups 1 and 2 consume (64 rows each: wgmma, promotion,
+// epilogue). Registers moved from the producer to the consumers by setmaxnreg (128 x 88 + 256 x 208 <= 64K).
+constexpr int NT = 384, kProducerRegs = 88, kConsumerRegs = 208;
+constexpr int kSlots = 3;  // consumer ring: stages the producer may run ahead (full slots)
+// Producer-only ring of raw FP4 stages, loaded kRawAhead stages early. Measured (bench/NOTES.md, issue 30, session
+// 3): 6 stages ahead (8 slots) or an L2::256B prefetch on these loads changed nothing (+-1 %) at ~1.9 us per stage;
+// 3 ahead keeps ~1 us of DRAM latency covered at the turn-taking consumers' shorter stages.
 constexpr int kRawAhead = 3, kRawSlots = kRawAhead + 2;
 constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, TMA's 128-byte swizzle (piece c of row r at c ^ r%8)
 constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
-constexpr int kSa = BM * 2 * 4;    // A scales [block of the stage: gate/up 1, down 2][row] (a TMA box)
+constexpr int kSa = BM * 2 * 4;    // A scales [row][blocks per stage: gate/up 1, down 2]
 constexpr int kSb = 2 * BN * 4;    // B block scales [block][128 rows]
 // consumer slot: A first term, A second term (kA after it), expanded B, A scales, B scales
 constexpr int kOffB = 2 * kA, kOffSa = kOffB + kBx, kOffSb = kOffSa + kSa, kSlot = kOffSb + kSb;
 constexpr int kRaw = BN * BK / 2;  // raw FP4 rows, 64 bytes each (16-byte piece q of row r at q ^ (r / 2 % 4))
 constexpr int kRawSlot = kRaw + BN * 4;  // + E8M0 bytes, 4 per row
 constexpr int kOffRaw = kSlots * kSlot, kOffBar = kOffRaw + kRawSlots * kRawSlot;
-constexpr int kSmem = 1024 + kOffBar + 2 * (kSlots + kRawSlots) * 8;  // + 1024: base aligned up; 8-byte mbarriers
+constexpr int kSmem = 1024 + kOffBar + 2 * kSlots * 8;  // + 1024: the base is aligned up to 1024; 8-byte mbarriers
 static_assert(kSmem <= 227 * 1024, "Hopper's shared memory per block");
 static_assert(kSlot % 1024 == 0 && kOffSb % 16 == 0, "1024-byte aligned wgmma tiles");
 static_assert(BM == 128 && BN == 128 && BK == 128, "the loaders below assume these sizes");
@@ -71,6 +69,7 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -112,6 +111,9 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0) : "memory");
+}
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -122,6 +124,8 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+// The producer warpgroup's own barrier (id 1; __syncthreads uses 0).
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 // Waits until the phase of parity `parity` of the barrier has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -143,14 +147,6 @@ __device__ __forceinline__ void tma_load_a(uint32_t dst, const CUtensorMap& map,
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&map)), "r"(k), "r"(row), "r"(0), "r"(bar)
-      : "memory");
-}
-// TMA: the box at (row, block) of the A scale map (128 rows x the stage's blocks) into shared memory at dst.
-__device__ __forceinline__ void tma_load_scales(uint32_t dst, const CUtensorMap& map, int row, int block,
-                                                uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&map)), "r"(row), "r"(block), "r"(bar)
       : "memory");
 }
 // The consumer warpgroups' turns to issue wgmmas: named barriers 2 (warpgroup 1's turn) and 3 (warpgroup 2's), over
@@ -175,6 +171,10 @@ struct BSrc {
   const uint8_t* row[4];
   const uint8_t* scale;
 };
+// The A row whose scales the producer thread loads in item it: rb + tid, -1 past the expert's rows (zero fill).
+__device__ __forceinline__ int32_t a_scale_row(const Item& it) {
+  return int(threadIdx.x) < it.rows ? it.rb + int(threadIdx.x) : -1;
+}
 // weight row br: gate/up: W1 (br < 64) or W3 row col * 64 + br % 64; down: W2 row col * 128 + br
 template <bool kGateUp>
 __device__ __forceinline__ const uint8_t* weight_row(const MoeGroupedFp8Args& p, const Item& it, int br, bool scale) {
@@ -192,8 +192,24 @@ __device__ __forceinline__ BSrc b_source(const MoeGroupedFp8Args& p, const Item&
   return b;
 }
 
+// Stage kt of the A rows rb .. rb + 127 (both terms: one TMA box, issued by thread 0 and counted on the slot's full
+// barrier; rows past the expert's are another expert's or zero, computed but never stored) and their scales (row
+// srow, cp.async) into consumer slot `slot` (shared address).
+template <bool kGateUp>
+__device__ __forceinline__ void load_a(const MoeGroupedFp8Args& p, const CUtensorMap& map, int rb, int32_t srow,
+                                       int kt, uint32_t slot, uint32_t full) {
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    mbar_arrive_expect_tx(full, 2 * kA);
+    tma_load_a(slot, map, kt * BK, rb, full);
+  }
+  const float* ss = p.a_scale + int64_t(max(srow, 0)) * (p.K / kBlk<kGateUp>) + kt * kNB<kGateUp>;
+  const uint32_t sa = slot + kOffSa + uint32_t(tid * kNB<kGateUp> * 4);
+  if constexpr (kGateUp) cp_async4(sa, ss, srow >= 0);
+  else cp_async8(sa, ss, srow >= 0);
+}
 // Stage kt of the raw weight rows (64 bytes each, 16-byte piece q of row r at q ^ (r / 2 % 4)) and their E8M0 bytes
-// into raw slot `raw` (loader thread tid).
+// into raw slot `raw`.
 __device__ __forceinline__ void load_b(const BSrc& b, int kt, uint32_t raw) {
   const int tid = threadIdx.x, q = tid & 3;
 #pragma unroll
@@ -211,10 +227,11 @@ __device__ __forceinline__ uint32_t expand4(uint32_t w, uint32_t t0, uint32_t t1
   return __byte_perm(t0, t1, w & 0x7777u) | __byte_perm(0u, 0x80808080u, (w >> 1) & 0x4444u);
 }
 
-// Expander thread br expands its weight row (128 k) of the raw stage at `raw` into the swizzled e4m3 tile bx and the
-// block scales sb[block][row] (gate/up: one 128-k block; down: two 64-k blocks).
+// The producer thread expands its weight row (128 k) of the raw stage at `raw` into the swizzled e4m3 tile bx and
+// the block scales sb[block][row] (gate/up: one 128-k block; down: two 64-k blocks).
 template <bool kGateUp>
-__device__ __forceinline__ void expand_row(const uint8_t* raw, uint8_t* bx, float* sb, int br) {
+__device__ __forceinline__ void expand_row(const uint8_t* raw, uint8_t* bx, float* sb) {
+  const int br = threadIdx.x;
   const uint32_t sw = *reinterpret_cast<const uint32_t*>(raw + kRaw + br * 4);  // the row's 4 E8M0 bytes
   const uint32_t m01 = max(sw & 0xFFu, (sw >> 8) & 0xFFu), m23 = max((sw >> 16) & 0xFFu, sw >> 24);
   if constexpr (kGateUp) {
@@ -303,7 +320,7 @@ __device__ __forceinline__ void gate_up_row(const MoeGroupedFp8Args& p, const fl
     *reinterpret_cast<uint16_t*>(out + 8 * j + 2 * t) = hi;
     *reinterpret_cast<uint16_t*>(out_lo + 8 * j + 2 * t) = lo;
   }
-  if (t == 0) p.hs[int64_t(col) * p.scale_ld + grow] = amax / 448.0f;
+  if (t == 0) p.hs[grow * (p.N / 64) + col] = amax / 448.0f;
 }
 
 // Epilogue of consumer warpgroup cwg (rows 64 cwg ..) of item `it`.
@@ -345,8 +362,7 @@ __device__ __forceinline__ void issue_block(float (&blk)[64], uint32_t a_tile, u
   wgmma_commit();
 }
 
-// Shared-memory addresses of the kernel: consumer slots, raw slots, mbarriers full[kSlots], empty[kSlots] (consumer
-// ring), raw_full[kRawSlots], raw_empty[kRawSlots] (raw ring).
+// Shared-memory addresses of the kernel: consumer slots, raw slots, full[kSlots] then empty[kSlots] mbarriers.
 struct Smem {
   uint8_t* base;
   uint32_t s0;
@@ -355,11 +371,6 @@ struct Smem {
   __device__ uint32_t full(int c) const { return s0 + uint32_t(kOffBar + (c % kSlots) * 8); }
   __device__ uint32_t empty(int c) const { return s0 + uint32_t(kOffBar + (kSlots + c % kSlots) * 8); }
   __device__ uint32_t parity(int c) const { return uint32_t(c / kSlots) & 1u; }
-  __device__ uint32_t raw_full(int c) const { return s0 + uint32_t(kOffBar + (2 * kSlots + c % kRawSlots) * 8); }
-  __device__ uint32_t raw_empty(int c) const {
-    return s0 + uint32_t(kOffBar + (2 * kSlots + kRawSlots + c % kRawSlots) * 8);
-  }
-  __device__ uint32_t raw_parity(int c) const { return uint32_t(c / kRawSlots) & 1u; }
   __device__ uint8_t* ptr(uint32_t addr) const { return base + (addr - s0); }
 };
 
@@ -368,60 +379,54 @@ __device__ __forceinline__ int cta_items(int nitems) {
   return nitems > int(blockIdx.x) ? (nitems - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
 }
 
-// Loader warpgroup: global stage c (items of this CTA one after the other, nk stages each). Iteration c loads the raw
-// weights of stage c into the raw ring once the expander released that slot (their landing counted on raw_full by
-// cp.async.mbarrier.arrive), then thread 0 loads the A tiles and scales of stage c - kRawAhead by TMA once the
-// consumers released that consumer slot (counted on full). It never waits for its own loads.
+// Producer warpgroup: global stage c (items of this CTA one after the other, nk stages each). Iteration c loads the
+// raw weights of stage c + kRawAhead (producer-only ring), waits for consumer slot c to be released and loads its A
+// rows (TMA) and scales (their arrival counted by the slot's full barrier), waits for the raw stage c (all but the
+// kRawAhead newest cp.async groups) and, after the producer barrier, expands weight row tid into the slot and arrives
+// on full. Raw slot (c + kRawAhead) % kRawSlots was last read in iteration c - 2, before every producer thread passed
+// the barrier of iteration c - 1. Two cursors (item, stage): the raw stream runs ahead.
 template <bool kGateUp>
-__device__ __forceinline__ void loader(const MoeGroupedFp8Args& p, const CUtensorMap& amap, const CUtensorMap& smap,
-                                       const Smem& sm, int nitems, int ncols, int nk) {
+__device__ __forceinline__ void producer(const MoeGroupedFp8Args& p, const CUtensorMap& amap, const Smem& sm,
+                                         int nitems, int ncols, int nk) {
+  static_assert(kRawSlots >= kRawAhead + 2, "the raw ring must hold the stages in flight and the one expanded");
   const int total = cta_items(nitems) * nk;  // this CTA's stages
-  int bw = -1, aw = -1, arb = 0;             // the items of the two streams, the A item's first row
+  int bw = -1, aw = -1;                      // the items the two sources are for
   BSrc bs{};
-  for (int c = 0; c < total + kRawAhead; ++c) {
-    if (c < total) {
-      const int i = c / nk;
-      if (i != bw) {
-        bw = i;
-        bs = b_source<kGateUp>(p, item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols));
-      }
-      mbar_wait(sm.raw_empty(c), sm.raw_parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
-      load_b(bs, c % nk, sm.raw(c));
-      mbar_arrive_cp_async(sm.raw_full(c));
+  int arb = 0;                               // the A item's first row and this thread's A scale row
+  int32_t asrow = -1;
+  auto load_raw = [&](int c) {
+    const int i = c / nk;
+    if (i != bw) {
+      bw = i;
+      bs = b_source<kGateUp>(p, item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols));
     }
-    const int ca = c - kRawAhead;
-    if (ca >= 0 && threadIdx.x == 0) {
-      const int i = ca / nk;
-      if (i != aw) {
-        aw = i;
-        arb = item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols).rb;
-      }
-      mbar_wait(sm.empty(ca), sm.parity(ca) ^ 1u);
-      const uint32_t slot = sm.slot(ca);
-      mbar_arrive_expect_tx(sm.full(ca), 2 * kA + kNB<kGateUp> * BM * 4);
-      tma_load_a(slot, amap, (ca % nk) * BK, arb, sm.full(ca));
-      tma_load_scales(slot + kOffSa, smap, arb, (ca % nk) * kNB<kGateUp>, sm.full(ca));
-    }
+    load_b(bs, c % nk, sm.raw(c));
+  };
+  for (int c = 0; c < kRawAhead; ++c) {
+    if (c < total) load_raw(c);
+    cp_async_commit();
   }
-  cp_async_wait<0>();
-}
-
-// Expander warpgroup: per stage, once its raw weights landed and the consumers released the slot, thread br expands
-// weight row br into the slot's B tile, fences for wgmma, arrives on full and releases the raw slot. No global loads
-// of its own, so the fence waits for nothing in flight.
-template <bool kGateUp>
-__device__ __forceinline__ void expander(const Smem& sm, int nitems, int nk) {
-  const int total = cta_items(nitems) * nk, br = int(threadIdx.x) & 127;
   for (int c = 0; c < total; ++c) {
-    mbar_wait(sm.raw_full(c), sm.raw_parity(c));
-    mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);
+    if (c + kRawAhead < total) load_raw(c + kRawAhead);
+    mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
+    const int i = c / nk;
+    if (i != aw) {
+      aw = i;
+      const Item it = item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols);
+      arb = it.rb;
+      asrow = a_scale_row(it);
+    }
     const uint32_t slot = sm.slot(c);
-    expand_row<kGateUp>(sm.ptr(sm.raw(c)), sm.ptr(slot + kOffB), reinterpret_cast<float*>(sm.ptr(slot + kOffSb)),
-                        br);
+    load_a<kGateUp>(p, amap, arb, asrow, c % nk, slot, sm.full(c));
+    mbar_arrive_cp_async(sm.full(c));
+    cp_async_commit();
+    cp_async_wait<kRawAhead>();
+    producer_sync();
+    expand_row<kGateUp>(sm.ptr(sm.raw(c)), sm.ptr(slot + kOffB), reinterpret_cast<float*>(sm.ptr(slot + kOffSb)));
     fence_proxy_async();  // st.shared data read next by wgmma
     mbar_arrive(sm.full(c));
-    mbar_arrive(sm.raw_empty(c));
   }
+  cp_async_wait<0>();
 }
 
 // Consumer warpgroup cwg (rows 64 cwg .. of each item): per stage wait for its slot, per scale block (in its turn:
@@ -459,7 +464,7 @@ __device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem&
           turn_pass(theirs);
           wgmma_wait0();
           fence_regs(blk);
-          promote(acc, blk, sa[bi * BM + ra], sa[bi * BM + ra + 8], sb + bi * BN, t);
+          promote(acc, blk, sa[ra * NB + bi], sa[(ra + 8) * NB + bi], sb + bi * BN, t);
         } else {
           turn_pass(theirs);
         }
@@ -472,133 +477,104 @@ __device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem&
 }
 
 // Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
-// amap, smap: the A and A scale tensor maps (make_maps).
+// amap: the A tensor map (make_a_map).
 template <bool kGateUp>
 __global__ void __launch_bounds__(NT, 1)
-    moe_grouped_fp8_kernel(const __grid_constant__ MoeGroupedFp8Args p, const __grid_constant__ CUtensorMap amap,
-                           const __grid_constant__ CUtensorMap smap) {
+    moe_grouped_fp8_kernel(const __grid_constant__ MoeGroupedFp8Args p, const __grid_constant__ CUtensorMap amap) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const Smem sm{smem, smem_u32(smem)};
   if (threadIdx.x == 0) {
     for (int i = 0; i < kSlots; ++i) {
-      mbar_init(sm.full(i), BM + 1);  // the expander's 128 threads + the loader's TMA (its bytes)
-      mbar_init(sm.empty(i), 2 * BM);  // the consumers' 256 threads
-    }
-    for (int i = 0; i < kRawSlots; ++i) {
-      mbar_init(sm.raw_full(i), BM);   // the loader's 128 threads' cp.async
-      mbar_init(sm.raw_empty(i), BM);  // the expander's 128 threads
+      mbar_init(sm.full(i), 2 * BM + 1);    // the producer's 128 threads: scales landed, then B expanded; + the TMA
+      mbar_init(sm.empty(i), NT - BM);      // the consumers' 256 threads
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&amap)) : "memory");
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&smap)) : "memory");
   }
   __syncthreads();
   const int ncols = int(p.N / (kGateUp ? md::kGrpHCols : BN)), nitems = p.tiles[0] * ncols, nk = int(p.K / BK);
   const int wg = int(threadIdx.x) >> 7;
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kLoaderRegs));
-    loader<kGateUp>(p, amap, smap, sm, nitems, ncols, nk);
-  } else if (wg == 1) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kExpanderRegs));
-    expander<kGateUp>(sm, nitems, nk);
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    producer<kGateUp>(p, amap, sm, nitems, ncols, nk);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-    consumer<kGateUp>(p, sm, nitems, ncols, nk, wg - 2);
+    consumer<kGateUp>(p, sm, nitems, ncols, nk, wg - 1);
   }
 }
 
-// x fp32 [T, K] -> two e4m3 terms + 1 x kBlock scales, each block quantized once and stored to the rows pos[t * fanout
-// + j] of q / lo [rows, K] and s [K / kBlock, ld] (column = row) for j < fanout, skipping pos < 0 (pos null: row t);
-// one warp per block (lane: kBlock / 32 consecutive elements).
+// Row r < *count of q / lo / s <- x row perm[r] (perm null: row r): two e4m3 terms + 1 x kBlock scales; one warp per
+// block (lane: kBlock / 32 consecutive elements). Rows from *count on are left as they are.
 template <int kBlock>
-__global__ void moe_quant_kernel(const float* x, const int32_t* pos, int fanout, int64_t blocks, int64_t row_blocks,
-                                 int64_t ld, uint8_t* q, uint8_t* lo, float* s) {
+__global__ void moe_quant_kernel(const float* x, const int32_t* perm, const int32_t* count, int64_t blocks,
+                                 int64_t row_blocks, uint8_t* q, uint8_t* lo, float* s) {
   constexpr int kPer = kBlock / 32;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < blocks; b += warps) {
+  const int64_t live = count ? int64_t(*count) * row_blocks : blocks;
+  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < min(blocks, live); b += warps) {
+    const int64_t r = b / row_blocks;
+    const float* src = x + ((perm ? int64_t(perm[r]) : r) * row_blocks + b % row_blocks) * kBlock + lane * kPer;
     float v[kPer];
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      v[i] = x[b * kBlock + lane * kPer + i];
+      v[i] = src[i];
       amax = fmaxf(amax, fabsf(v[i]));
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
-    uint16_t hi[kPer / 2], l[kPer / 2];
 #pragma unroll
-    for (int i = 0; i < kPer; i += 2) e4m3x2_terms(v[i] * inv, v[i + 1] * inv, hi[i / 2], l[i / 2]);
-    const int64_t t = b / row_blocks, kb = b % row_blocks;
-    for (int j = 0; j < fanout; ++j) {
-      const int64_t r = pos ? int64_t(pos[t * fanout + j]) : t;
-      if (r < 0) continue;
-      const int64_t o = (r * row_blocks + kb) * kBlock + lane * kPer;
-#pragma unroll
-      for (int i = 0; i < kPer; i += 2) {
-        *reinterpret_cast<uint16_t*>(q + o + i) = hi[i / 2];
-        *reinterpret_cast<uint16_t*>(lo + o + i) = l[i / 2];
-      }
-      if (lane == 0) s[kb * ld + r] = amax / 448.0f;
+    for (int i = 0; i < kPer; i += 2) {
+      uint16_t hi, l;
+      e4m3x2_terms(v[i] * inv, v[i + 1] * inv, hi, l);
+      *reinterpret_cast<uint16_t*>(q + b * kBlock + lane * kPer + i) = hi;
+      *reinterpret_cast<uint16_t*>(lo + b * kBlock + lane * kPer + i) = l;
     }
+    if (lane == 0) s[b] = amax / 448.0f;
   }
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-// cuTensorMapEncodeTiled from the driver through the runtime (no link against libcuda); null if the driver lacks it.
-EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = [] {
-    void* f = nullptr;
+// The A tensor map of a launch: uint8 [2 terms][rows_a][K] (the second term a_lo - a bytes after the first), boxes of
+// 128 k x 128 rows x 2 terms with the 128-byte swizzle the wgmma descriptors expect; rows past rows_a read as zero.
+// cuTensorMapEncodeTiled comes from the driver through the runtime (no link against libcuda).
+CUtensorMap make_a_map(const MoeGroupedFp8Args& a) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
-      f = nullptr;
-    return reinterpret_cast<EncodeTiled>(f);
+      fn = nullptr;
+    return reinterpret_cast<Encode>(fn);
   }();
-  return fn;
-}
-
-// The tensor maps of a launch. A: uint8 [2 terms][rows_a][K] (the second term a_lo - a bytes after the first), boxes
-// of 128 k x 128 rows x 2 terms with the 128-byte swizzle the wgmma descriptors expect. Scales: fp32 [K / blk]
-// [scale_ld] (first rows_a of each row used), boxes of 128 rows x the stage's blocks. Rows past rows_a read as zero.
-// False if a map cannot be encoded (no driver entry point, or a layout TMA does not take).
-bool make_maps(bool gate_up, const MoeGroupedFp8Args& a, CUtensorMap& amap, CUtensorMap& smap) {
-  const EncodeTiled encode = encode_tiled();
-  if (!encode) return false;
-  const int64_t blk = gate_up ? md::kFp8BlockGateUp : md::kFp8BlockDown;
-  const cuuint64_t adims[3] = {cuuint64_t(a.K), cuuint64_t(a.rows_a), 2};
-  const cuuint64_t astrides[2] = {cuuint64_t(a.K), cuuint64_t(a.a_lo - a.a)};
-  const cuuint32_t abox[3] = {BK, BM, 2}, unit[3] = {1, 1, 1};
-  const cuuint64_t sdims[2] = {cuuint64_t(a.rows_a), cuuint64_t(a.K / blk)};
-  const cuuint64_t sstrides[1] = {cuuint64_t(a.scale_ld) * 4};
-  const cuuint32_t sbox[2] = {BM, cuuint32_t(BK / blk)};
-  return encode(&amap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.a), adims, astrides, abox, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
-         encode(&smap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(a.a_scale), sdims, sstrides, sbox,
-                unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {cuuint64_t(a.K), cuuint64_t(a.rows_a), 2};
+  const cuuint64_t strides[2] = {cuuint64_t(a.K), cuuint64_t(a.a_lo - a.a)};
+  const cuuint32_t box[3] = {BK, BM, 2}, unit[3] = {1, 1, 1};
+  if (encode)
+    encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.a), dims, strides, box, unit,
+           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return map;
 }
 
 }  // namespace
 
-void launch_moe_quant(const float* x, int64_t T, const int32_t* pos, int64_t fanout, int64_t K, int64_t block,
-                      int64_t ld, uint8_t* q, uint8_t* lo, float* s, void* stream) {
-  const int64_t blocks = T * K / block;
+void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count, int64_t rows, int64_t K,
+                      int64_t block, uint8_t* q, uint8_t* lo, float* s, void* stream) {
+  const int64_t blocks = rows * K / block;
   const unsigned grid = unsigned(std::clamp<int64_t>((blocks + 7) / 8, 1, 132 * 16));
   const auto st = static_cast<cudaStream_t>(stream);
-  const int f = pos ? int(fanout) : 1;
-  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, pos, f, blocks, K / block, ld, q, lo, s);
-  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, pos, f, blocks, K / block, ld, q, lo, s);
+  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, perm, count, blocks, K / block, q, lo, s);
+  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, perm, count, blocks, K / block, q, lo, s);
 }
 
-bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
-  CUtensorMap amap, smap;
-  if (!make_maps(gate_up, a, amap, smap)) return false;
+void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
   if (gate_up) cudaFuncSetAttribute(moe_grouped_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   else cudaFuncSetAttribute(moe_grouped_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -612,10 +588,10 @@ bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t ma
   const int64_t cols = gate_up ? md::kGrpHCols : BN;
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / cols));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
+  const CUtensorMap amap = make_a_map(a);
   const auto st = static_cast<cudaStream_t>(stream);
-  if (gate_up) moe_grouped_fp8_kernel<true><<<grid, NT, kSmem, st>>>(a, amap, smap);
-  else moe_grouped_fp8_kernel<false><<<grid, NT, kSmem, st>>>(a, amap, smap);
-  return true;
+  if (gate_up) moe_grouped_fp8_kernel<true><<<grid, NT, kSmem, st>>>(a, amap);
+  else moe_grouped_fp8_kernel<false><<<grid, NT, kSmem, st>>>(a, amap);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

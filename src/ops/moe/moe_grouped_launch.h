@@ -28,9 +28,8 @@ struct MoeGroupedFp8Args {
   const int32_t* offsets = nullptr;
   const uint8_t* a = nullptr;           // e4m3 first term [rows_a, K], row p = permuted row p (gate/up x, down h)
   const uint8_t* a_lo = nullptr;        // e4m3 second term, same shape and scales, a_lo - a > 0 bytes after a
-  const float* a_scale = nullptr;       // [K / 128 (gate/up) or K / 64 (down), scale_ld], column r = row r's
+  const float* a_scale = nullptr;       // [rows_a, K / 128] (gate/up) or [rows_a, K / 64] (down)
   int64_t rows_a = 0;                   // rows of a / a_lo (>= the permuted rows; the TMA reads none past it)
-  int64_t scale_ld = 0;                 // row stride of a_scale and (gate/up) hs in floats: >= rows_a, % 4 == 0
   const void* const* w1 = nullptr;      // gate/up: W1 [N, K]; down: W2 [N, K] (per-expert device pointers)
   const void* const* s1 = nullptr;
   const void* const* w3 = nullptr;      // gate/up: W3 [N, K]; unused by the down kernel
@@ -39,20 +38,18 @@ struct MoeGroupedFp8Args {
   float limit = 0.0f;                   // SwiGLU clamp (gate/up), 0 = none
   uint8_t* hq = nullptr;                // gate/up: SwiGLU output e4m3 [rows, N], first term ...
   uint8_t* hq_lo = nullptr;             // ... second term ...
-  float* hs = nullptr;                  // ... and their scales [N / 64, scale_ld]
+  float* hs = nullptr;                  // ... and their scales [rows, N / 64]
   float* yout = nullptr;                // down: fp32 [rows, N]
 };
 
 namespace detail {
-// x fp32 [T, K] -> two e4m3 terms q, lo [rows, K] + scales s [K / block, ld] (column = row) ("moe_quant_kernel"):
-// token t's row is quantized once and stored to rows pos[t * fanout + j], j < fanout, skipping pos < 0 (the MoE
-// permutation's pos_of: x in permuted row order); pos null: row t. block 64 or 128, K % block == 0, ld > every row.
-void launch_moe_quant(const float* x, int64_t T, const int32_t* pos, int64_t fanout, int64_t K, int64_t block,
-                      int64_t ld, uint8_t* q, uint8_t* lo, float* s, void* stream);
+// Rows r < min(rows, *count) of two e4m3 terms q, lo [rows, K] + scales [rows, K / block] <- x fp32 row perm[r]
+// ("moe_quant_kernel"; perm null: row r, count null: all rows); block 64 or 128, K % block == 0.
+void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count, int64_t rows, int64_t K,
+                      int64_t block, uint8_t* q, uint8_t* lo, float* s, void* stream);
 // The FP8 gate/up + SwiGLU kernel (gate_up) or the FP8 down kernel ("moe_grouped_fp8_kernel"), grid as
-// launch_moe_grouped. False (nothing launched) if its TMA tensor maps cannot be made: the driver lacks
-// cuTensorMapEncodeTiled, or a / a_lo / a_scale / scale_ld break TMA's 16-byte alignment rules.
-bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream);
+// launch_moe_grouped.
+void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream);
 // x fp32 [T, K] -> bf16 chunk layout [T, K] ("moe_grouped_x_kernel"); K % 128 == 0.
 void launch_moe_grouped_x(const float* x, int64_t T, int64_t K, uint16_t* xb, void* stream);
 // The CTA row-tile list from offsets, one warp ("moe_tile_list_kernel").
