@@ -210,9 +210,9 @@ void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsD
 // FP8 grouped path of the routed experts: x quantized in permuted row order (row p = token perm[p]) to two e4m3 terms
 // [n, D] each + 1x128 scales in the x scratch, the SwiGLU output as two e4m3 terms [n, I] + 1x64 scales in the h
 // scratch (both fit: MoeWorkspace::reserve sizes h3 for it; h1 holds fp32 [n, I]).
-void moe_grouped_fp8_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
-                             const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint8_t* xscratch,
-                             uint8_t* hscratch, float* yp, void* stream) {
+Status moe_grouped_fp8_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit,
+                               const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint8_t* xscratch,
+                               uint8_t* hscratch, float* yp, void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
   uint8_t* xq = xscratch;
   uint8_t* xlo = xscratch + n * D;                             // n * D % 128 == 0: 16-byte aligned
@@ -225,10 +225,13 @@ void moe_grouped_fp8_experts(const float* x, int64_t T, int64_t n, const MoeExpe
   const MoeGroupedFp8Args gate_up{.tiles = tiles, .offsets = offsets, .a = xq, .a_lo = xlo, .a_scale = xs,
                                   .rows_a = n, .w1 = ex.w1.data, .s1 = ex.w1.scale, .w3 = ex.w3.data,
                                   .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit, .hq = hq, .hq_lo = hlo, .hs = hs};
-  detail::launch_moe_grouped_fp8(true, gate_up, max_tiles, stream);
   const MoeGroupedFp8Args down{.tiles = tiles, .offsets = offsets, .a = hq, .a_lo = hlo, .a_scale = hs, .rows_a = n,
                                .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I, .N = D, .yout = yp};
-  detail::launch_moe_grouped_fp8(false, down, max_tiles, stream);
+  if (!detail::launch_moe_grouped_fp8(true, gate_up, max_tiles, stream) ||
+      !detail::launch_moe_grouped_fp8(false, down, max_tiles, stream))
+    return Status::errorf("moe_cuda: the FP8 grouped MoE cannot make its TMA tensor map (driver without "
+                          "cuTensorMapEncodeTiled?) for n = {} rows, dim = {}, inter = {}", n, D, I);
+  return Status::ok();
 }
 
 // Routed experts through the grouped GEMMs (MoePath::Exact, and Invariant for formats the fast path lacks).
@@ -310,9 +313,9 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     if (st.is_ok()) st = check_launch_status("moe_scatter_kernel");
   }
   if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedFp8) {
-    moe_grouped_fp8_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint8_t*>(h3),
-                            reinterpret_cast<uint8_t*>(h1), yp, stream);
-    st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
+    st = moe_grouped_fp8_experts(x, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint8_t*>(h3),
+                                 reinterpret_cast<uint8_t*>(h1), yp, stream);
+    if (st.is_ok()) st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
                         reinterpret_cast<uint16_t*>(h1), yp, stream);

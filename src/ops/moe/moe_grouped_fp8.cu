@@ -539,8 +539,9 @@ __global__ void moe_quant_kernel(const float* x, const int32_t* perm, const int3
 
 // The A tensor map of a launch: uint8 [2 terms][rows_a][K] (the second term a_lo - a bytes after the first), boxes of
 // 128 k x 128 rows x 2 terms with the 128-byte swizzle the wgmma descriptors expect; rows past rows_a read as zero.
-// cuTensorMapEncodeTiled comes from the driver through the runtime (no link against libcuda).
-CUtensorMap make_a_map(const MoeGroupedFp8Args& a) {
+// cuTensorMapEncodeTiled comes from the driver through the runtime (no link against libcuda). False if the map cannot
+// be made (no driver entry point, or a layout TMA does not take).
+bool make_a_map(const MoeGroupedFp8Args& a, CUtensorMap& map) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -552,15 +553,13 @@ CUtensorMap make_a_map(const MoeGroupedFp8Args& a) {
       fn = nullptr;
     return reinterpret_cast<Encode>(fn);
   }();
-  CUtensorMap map{};
+  if (!encode) return false;
   const cuuint64_t dims[3] = {cuuint64_t(a.K), cuuint64_t(a.rows_a), 2};
   const cuuint64_t strides[2] = {cuuint64_t(a.K), cuuint64_t(a.a_lo - a.a)};
   const cuuint32_t box[3] = {BK, BM, 2}, unit[3] = {1, 1, 1};
-  if (encode)
-    encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.a), dims, strides, box, unit,
-           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return map;
+  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.a), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -574,7 +573,9 @@ void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count,
   else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, perm, count, blocks, K / block, q, lo, s);
 }
 
-void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
+bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
+  CUtensorMap amap;
+  if (!make_a_map(a, amap)) return false;
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
   if (gate_up) cudaFuncSetAttribute(moe_grouped_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   else cudaFuncSetAttribute(moe_grouped_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -588,10 +589,10 @@ void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t ma
   const int64_t cols = gate_up ? md::kGrpHCols : BN;
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / cols));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
-  const CUtensorMap amap = make_a_map(a);
   const auto st = static_cast<cudaStream_t>(stream);
   if (gate_up) moe_grouped_fp8_kernel<true><<<grid, NT, kSmem, st>>>(a, amap);
   else moe_grouped_fp8_kernel<false><<<grid, NT, kSmem, st>>>(a, amap);
+  return true;
 }
 
 }  // namespace dsinfer::ops::cuda::detail

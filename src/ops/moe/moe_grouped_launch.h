@@ -48,8 +48,9 @@ namespace detail {
 void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count, int64_t rows, int64_t K,
                       int64_t block, uint8_t* q, uint8_t* lo, float* s, void* stream);
 // The FP8 gate/up + SwiGLU kernel (gate_up) or the FP8 down kernel ("moe_grouped_fp8_kernel"), grid as
-// launch_moe_grouped.
-void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream);
+// launch_moe_grouped. False (nothing launched) if its TMA tensor map cannot be made: the driver lacks
+// cuTensorMapEncodeTiled, or a / a_lo break TMA's 16-byte alignment rules.
+bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream);
 // x fp32 [T, K] -> bf16 chunk layout [T, K] ("moe_grouped_x_kernel"); K % 128 == 0.
 void launch_moe_grouped_x(const float* x, int64_t T, int64_t K, uint16_t* xb, void* stream);
 // The CTA row-tile list from offsets, one warp ("moe_tile_list_kernel").
