@@ -8,10 +8,12 @@
 // table (T = 512 / 1024 / 2048 / 4096 / 8192: exact vs fast vs grouped vs grouped FP8, ms and TFLOP/s).
 // Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only).
 // Env (for profiling): DSINFER_MOE_BENCH_SETS = 1..4 weight sets rotated (1: the weights may stay warm in L2 / TLB);
-// DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192).
+// DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192);
+// DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -127,12 +129,34 @@ void build(Set& st, int si, size_t w_bytes, size_t s_bytes) {
 // Grouped prefill GEMMs (moe_grouped.cu, MoePath::Grouped) against the tiled exact path and MoePath::Fast (decode
 // kernels up to kMoeGroupedMinT tokens, grouped above), routed experts only, uniform random routing. TFLOP/s =
 // 2 * T * topk * 3 * D * I / time (the expert GEMMs' useful work; permutation, conversion and combine included in
-// the time). `dsinfer_moe_bench grouped` runs only this table.
+// the time). `dsinfer_moe_bench grouped` runs only this table. Last column: the FP8 path's output against the bf16
+// grouped path's on weight set 0, normalised L2 (a sanity check of a kernel variant, not the parity test: ~1e-2 is the
+// two paths' rounding, ~1 a broken kernel).
+double fp8_vs_bf16(const Set& st, int64_t T, const Blob& x, const Blob& idx, const Blob& wt, Blob& out,
+                   oc::MoeWorkspace& ws) {
+  std::vector<float> r[2];
+  const oc::MoePath paths[2] = {oc::MoePath::Grouped, oc::MoePath::GroupedFp8};
+  for (int i = 0; i < 2; ++i) {
+    die(oc::moe_cuda(x.as<float>(), T, idx.as<const int32_t>(), wt.as<const float>(), k, st.ex, nullptr, 10.0f, 10.0f,
+                     out.as<float>(), ws, nullptr, paths[i]),
+        "moe_cuda");
+    r[i].resize(size_t(T * D));
+    check(cudaMemcpy(r[i].data(), out.data(), r[i].size() * 4, cudaMemcpyDeviceToHost), "download");
+  }
+  double num = 0, den = 0;
+  for (size_t j = 0; j < r[0].size(); ++j) {
+    num += double(r[1][j] - r[0][j]) * double(r[1][j] - r[0][j]);
+    den += double(r[0][j]) * double(r[0][j]);
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
 void bench_grouped(std::vector<Set>& sets) {
   oc::MoeWorkspace ws;
   die(ws.reserve(8192, k, D, I, E), "reserve");
-  std::printf("grouped prefill GEMMs (routed only): %5s %8s | %-22s | %-22s | %-22s | %-22s\n", "T", "GFLOP",
-              "exact ms  TFLOP/s", "fast ms  TFLOP/s", "grouped ms  TFLOP/s", "grouped fp8 ms TFLOP/s");
+  std::printf("grouped prefill GEMMs (routed only): %5s %8s | %-22s | %-22s | %-22s | %-22s | %s\n", "T", "GFLOP",
+              "exact ms  TFLOP/s", "fast ms  TFLOP/s", "grouped ms  TFLOP/s", "grouped fp8 ms TFLOP/s",
+              "fp8 vs bf16");
   uint64_t rng = 777;
   std::vector<int64_t> ts = {512, 1024, 2048, 4096, 8192};
   if (const char* env = std::getenv("DSINFER_MOE_BENCH_T")) {
@@ -172,18 +196,20 @@ void bench_grouped(std::vector<Set>& sets) {
     double ms[4];
     const oc::MoePath paths[4] = {oc::MoePath::Exact, oc::MoePath::Fast, oc::MoePath::Grouped,
                                   oc::MoePath::GroupedFp8};
+    const char* only = std::getenv("DSINFER_MOE_BENCH_FP8_ONLY");  // kernel variants: time the FP8 path alone
     for (int pi = 0; pi < 4; ++pi)
-      ms[pi] = median_us([&](int i) {
+      ms[pi] = only != nullptr && pi < 3 ? 0.0 : median_us([&](int i) {
                  die(oc::moe_cuda(xs[size_t(i)].as<float>(), T, idxs[size_t(i)].as<const int32_t>(),
                                   wts[size_t(i)].as<const float>(), k, sets[size_t(i)].ex, nullptr, 10.0f, 10.0f,
                                   outs[size_t(i)].as<float>(), ws, nullptr, paths[pi]),
                      "moe_cuda");
                }) / 1e3;
+    const double rel = fp8_vs_bf16(sets[0], T, xs[0], idxs[0], wts[0], outs[0], ws);
     std::printf(
         "grouped prefill GEMMs (routed only): %5lld %8.1f | %8.3f %8.1f      | %8.3f %8.1f     | %8.3f %8.1f     "
-        "| %8.3f %8.1f\n",
+        "| %8.3f %8.1f      | %.2e\n",
         (long long)T, flop / 1e9, ms[0], flop / ms[0] / 1e9, ms[1], flop / ms[1] / 1e9, ms[2], flop / ms[2] / 1e9,
-        ms[3], flop / ms[3] / 1e9);
+        ms[3], flop / ms[3] / 1e9, rel);
   }
 }
 

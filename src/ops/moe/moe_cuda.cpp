@@ -40,7 +40,7 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(perm_token_.alloc(tk, "moe perm_token"));
   DSI_RETURN_IF_ERROR(pos_of_.alloc(tk, "moe pos_of"));
   DSI_RETURN_IF_ERROR(h1_.alloc(tk * size_t(inter), "moe h1"));
-  // h3 doubles as the fast path's bf16 x rows [tk, dim] and the FP8 path's two e4m3 terms of x [T, dim] + scales
+  // h3 doubles as the fast path's bf16 x rows [tk, dim] and the FP8 path's two e4m3 terms of x [tk, dim] + scales
   const int64_t x_floats = (dim + 1) / 2 + (dim + 127) / 128;
   DSI_RETURN_IF_ERROR(h3_.alloc(tk * size_t(std::max<int64_t>(inter, x_floats)), "moe h3"));
   DSI_RETURN_IF_ERROR(active_.alloc(size_t(experts + 1), "moe active experts"));
@@ -207,28 +207,31 @@ void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsD
   detail::launch_moe_grouped(false, down, max_tiles, stream);
 }
 
-// FP8 grouped path of the routed experts: x quantized to two e4m3 terms [T, D] each + 1x128 scales in the x scratch,
-// the SwiGLU output as two e4m3 terms [n, I] + 1x64 scales in the h scratch (both fit: MoeWorkspace::reserve sizes
-// h3 for it; h1 holds fp32 [n, I]).
-void moe_grouped_fp8_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
-                             const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint8_t* xscratch,
-                             uint8_t* hscratch, float* yp, void* stream) {
+// FP8 grouped path of the routed experts: x quantized in permuted row order (row p = token perm[p]) to two e4m3 terms
+// [n, D] each + 1x128 scales in the x scratch, the SwiGLU output as two e4m3 terms [n, I] + 1x64 scales in the h
+// scratch (both fit: MoeWorkspace::reserve sizes h3 for it; h1 holds fp32 [n, I]).
+Status moe_grouped_fp8_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit,
+                               const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint8_t* xscratch,
+                               uint8_t* hscratch, float* yp, void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
   uint8_t* xq = xscratch;
-  uint8_t* xlo = xscratch + T * D;                             // T * D % 128 == 0: 16-byte aligned
-  float* xs = reinterpret_cast<float*>(xscratch + 2 * T * D);
+  uint8_t* xlo = xscratch + n * D;                             // n * D % 128 == 0: 16-byte aligned
+  float* xs = reinterpret_cast<float*>(xscratch + 2 * n * D);
   uint8_t* hq = hscratch;
   uint8_t* hlo = hscratch + n * I;
   float* hs = reinterpret_cast<float*>(hscratch + 2 * n * I);
-  detail::launch_moe_quant(x, T, D, moe_detail::kFp8BlockGateUp, xq, xlo, xs, stream);
+  detail::launch_moe_quant(x, perm, offsets + E, n, D, moe_detail::kFp8BlockGateUp, xq, xlo, xs, stream);
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
-  const MoeGroupedFp8Args gate_up{.tiles = tiles, .offsets = offsets, .perm_token = perm, .a = xq, .a_lo = xlo,
-                                  .a_scale = xs, .w1 = ex.w1.data, .s1 = ex.w1.scale, .w3 = ex.w3.data,
+  const MoeGroupedFp8Args gate_up{.tiles = tiles, .offsets = offsets, .a = xq, .a_lo = xlo, .a_scale = xs,
+                                  .rows_a = n, .w1 = ex.w1.data, .s1 = ex.w1.scale, .w3 = ex.w3.data,
                                   .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit, .hq = hq, .hq_lo = hlo, .hs = hs};
-  detail::launch_moe_grouped_fp8(true, gate_up, max_tiles, stream);
-  const MoeGroupedFp8Args down{.tiles = tiles, .offsets = offsets, .a = hq, .a_lo = hlo, .a_scale = hs,
+  const MoeGroupedFp8Args down{.tiles = tiles, .offsets = offsets, .a = hq, .a_lo = hlo, .a_scale = hs, .rows_a = n,
                                .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I, .N = D, .yout = yp};
-  detail::launch_moe_grouped_fp8(false, down, max_tiles, stream);
+  if (!detail::launch_moe_grouped_fp8(true, gate_up, max_tiles, stream) ||
+      !detail::launch_moe_grouped_fp8(false, down, max_tiles, stream))
+    return Status::errorf("moe_cuda: the FP8 grouped MoE cannot make its TMA tensor map (driver without "
+                          "cuTensorMapEncodeTiled?) for n = {} rows, dim = {}, inter = {}", n, D, I);
+  return Status::ok();
 }
 
 // Routed experts through the grouped GEMMs (MoePath::Exact, and Invariant for formats the fast path lacks).
@@ -310,9 +313,9 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     if (st.is_ok()) st = check_launch_status("moe_scatter_kernel");
   }
   if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedFp8) {
-    moe_grouped_fp8_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint8_t*>(h3),
-                            reinterpret_cast<uint8_t*>(h1), yp, stream);
-    st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
+    st = moe_grouped_fp8_experts(x, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint8_t*>(h3),
+                                 reinterpret_cast<uint8_t*>(h1), yp, stream);
+    if (st.is_ok()) st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
                         reinterpret_cast<uint16_t*>(h1), yp, stream);

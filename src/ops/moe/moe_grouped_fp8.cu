@@ -2,18 +2,21 @@
 // moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). Work item: 128 permuted rows of one expert
 // (a row tile of the device-built list shared with the bf16 grouped path) x 128 weight rows (a column tile); a
 // persistent grid of one CTA per SM walks the items row tile major. CTA = 384 threads, warp-specialized: warpgroup 0
-// produces (setmaxnreg down): per 128-k stage it cp.asyncs the raw FP4 bytes + E8M0 scales of the weight rows two
-// stages ahead into a producer-only ring, and, once the consumers released a slot (mbarrier `empty`), the two e4m3
-// terms of the A rows (gate/up: gathered through perm_token) with their scales into the slot's 128-byte-swizzled tiles
-// (their landing counted by the slot's `full` mbarrier through cp.async.mbarrier.arrive); then it expands the stage's
-// FP4 codes to e4m3 into the slot's swizzled B tile (a prmt table per 32-k group, exact) and arrives on `full`.
-// Warpgroups 1 and 2 consume (setmaxnreg up; 64 rows each): per scale block (gate/up 128 k, down 64 k) the
-// m64n128k32 wgmmas of the first and then the second A term into one block accumulator, promoted into the fp32 result
-// with (row scale x column block scale); release the slot; after the item's last stage the epilogue.
+// produces (setmaxnreg down): per 128-k stage it cp.asyncs the raw FP4 bytes + E8M0 scales of the weight rows
+// kRawAhead stages ahead into a producer-only ring, and, once the consumers released a slot (mbarrier `empty`), one
+// thread loads the two e4m3 terms of the A rows by one TMA box (the A rows are contiguous: x is quantized in permuted
+// row order) into the slot's 128-byte-swizzled tiles, the others their scales by cp.async (both landings counted by
+// the slot's `full` mbarrier); then it expands the stage's FP4 codes to e4m3 into the slot's swizzled B tile (a prmt
+// table per 32-k group, exact) and arrives on `full`. Warpgroups 1 and 2 consume (setmaxnreg up; 64 rows each): per
+// scale block (gate/up 128 k, down 64 k) the m64n128k32 wgmmas of the first and then the second A term into one
+// block accumulator, promoted into the fp32 result with (row scale x column block scale); release the slot; after the
+// item's last stage the epilogue. The two consumers take turns to issue their blocks' wgmmas (named barriers 2 and
+// 3), so the tensor cores run one warpgroup's block while the other waits for and promotes its previous one.
 // Gate/up: W1 and W3 rows of the same 64 columns in one tile; epilogue h = silu(min(g, L)) * clamp(u, -L, L),
 // quantized 1x64 (the tile's 64 columns) to two e4m3 terms for the down kernel. Down: W2, epilogue fp32 rows of yp.
 // Deterministic, and a row's result does not depend on the other rows.
-// Not yet: TMA, 2 CTAs per SM, a fused gate/up + down item order (docs/kernels.md lists the next steps).
+// Not yet: the expansion over two producer warpgroups, a fused gate/up + down item order (docs/kernels.md).
+#include <cuda.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -36,10 +39,10 @@ constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK;
 constexpr int NT = 384, kProducerRegs = 88, kConsumerRegs = 208;
 constexpr int kSlots = 3;  // consumer ring: stages the producer may run ahead (full slots)
 // Producer-only ring of raw FP4 stages, loaded kRawAhead stages early. Measured (bench/NOTES.md, issue 30, session
-// 3): 6 stages ahead (8 slots) or an L2::256B prefetch on these loads change nothing (+-1 %): the weight stream is
-// not what bounds this kernel, so the ring stays small.
-constexpr int kRawAhead = 2, kRawSlots = kRawAhead + 2;
-constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, 128-byte swizzle (16-byte piece c of row r at c ^ r%8)
+// 3): 6 stages ahead (8 slots) or an L2::256B prefetch on these loads changed nothing (+-1 %) at ~1.9 us per stage;
+// 3 ahead keeps ~1 us of DRAM latency covered at the turn-taking consumers' shorter stages.
+constexpr int kRawAhead = 3, kRawSlots = kRawAhead + 2;
+constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, TMA's 128-byte swizzle (piece c of row r at c ^ r%8)
 constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
 constexpr int kSa = BM * 2 * 4;    // A scales [row][blocks per stage: gate/up 1, down 2]
 constexpr int kSb = 2 * BN * 4;    // B block scales [block][128 rows]
@@ -134,6 +137,22 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
+// Arrives on the barrier and adds `bytes` to the transactions its current phase waits for (the TMA box below).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// TMA: the box at (k, row, 0) of the A tensor map (128 k x 128 rows x both terms) into shared memory at dst, its
+// bytes counted on the mbarrier bar.
+__device__ __forceinline__ void tma_load_a(uint32_t dst, const CUtensorMap& map, int k, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&map)), "r"(k), "r"(row), "r"(0), "r"(bar)
+      : "memory");
+}
+// The consumer warpgroups' turns to issue wgmmas: named barriers 2 (warpgroup 1's turn) and 3 (warpgroup 2's), over
+// their 256 threads (bar.sync waits, bar.arrive passes the turn on without waiting).
+__device__ __forceinline__ void turn_wait(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void turn_pass(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
 // A work item of the persistent grid: CTA row tile `tile` of the device-built list x column tile `col`.
 struct Item {
@@ -146,28 +165,15 @@ __device__ __forceinline__ Item item_of(const MoeGroupedFp8Args& p, int w, int n
   return {e, rb, min(BM, p.offsets[e + 1] - rb), w % ncols};
 }
 
-// The producer thread's global sources in the current item, spread so that each warp instruction reads whole
-// 128-byte A rows (lanes 8j .. 8j + 7: the 8 pieces of one row) and whole 64-byte raw weight rows (4 lanes per row):
-// A rows (tid >> 3) + 16 i (index into a / a_scale, -1 past the expert's rows: zero fill), piece tid & 7, and the
-// scales of A row tid; raw weight rows (tid >> 2) + 32 i, piece tid & 3, and the E8M0 bytes of weight row tid.
-struct ASrc {
-  int32_t row[8];
-  int32_t srow;
-};
+// The producer thread's weight sources in the current item, spread so that each warp instruction reads whole 64-byte
+// raw weight rows (4 lanes per row): rows (tid >> 2) + 32 i, piece tid & 3, and the E8M0 bytes of weight row tid.
 struct BSrc {
   const uint8_t* row[4];
   const uint8_t* scale;
 };
-template <bool kGateUp>
-__device__ __forceinline__ ASrc a_source(const MoeGroupedFp8Args& p, const Item& it) {
-  auto arow = [&](int r) -> int32_t {
-    return r >= it.rows ? -1 : kGateUp ? p.perm_token[it.rb + r] : it.rb + r;
-  };
-  ASrc a;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) a.row[i] = arow(int(threadIdx.x >> 3) + 16 * i);
-  a.srow = arow(int(threadIdx.x));
-  return a;
+// The A row whose scales the producer thread loads in item it: rb + tid, -1 past the expert's rows (zero fill).
+__device__ __forceinline__ int32_t a_scale_row(const Item& it) {
+  return int(threadIdx.x) < it.rows ? it.rb + int(threadIdx.x) : -1;
 }
 // weight row br: gate/up: W1 (br < 64) or W3 row col * 64 + br % 64; down: W2 row col * 128 + br
 template <bool kGateUp>
@@ -186,23 +192,21 @@ __device__ __forceinline__ BSrc b_source(const MoeGroupedFp8Args& p, const Item&
   return b;
 }
 
-// Stage kt of the A rows (both terms) and their scales into consumer slot `slot` (shared address).
+// Stage kt of the A rows rb .. rb + 127 (both terms: one TMA box, issued by thread 0 and counted on the slot's full
+// barrier; rows past the expert's are another expert's or zero, computed but never stored) and their scales (row
+// srow, cp.async) into consumer slot `slot` (shared address).
 template <bool kGateUp>
-__device__ __forceinline__ void load_a(const MoeGroupedFp8Args& p, const ASrc& a, int kt, uint32_t slot) {
-  const int tid = threadIdx.x, c = tid & 7;
-  const int64_t lo = p.a_lo - p.a;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int r = (tid >> 3) + 16 * i;
-    const uint8_t* src = p.a + int64_t(max(a.row[i], 0)) * p.K + int64_t(kt) * BK + c * 16;
-    const uint32_t dst = slot + uint32_t(r * 128 + ((c ^ (r & 7)) << 4));
-    cp_async16(dst, src, a.row[i] >= 0);
-    cp_async16(dst + kA, src + lo, a.row[i] >= 0);
+__device__ __forceinline__ void load_a(const MoeGroupedFp8Args& p, const CUtensorMap& map, int rb, int32_t srow,
+                                       int kt, uint32_t slot, uint32_t full) {
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    mbar_arrive_expect_tx(full, 2 * kA);
+    tma_load_a(slot, map, kt * BK, rb, full);
   }
-  const float* ss = p.a_scale + int64_t(max(a.srow, 0)) * (p.K / kBlk<kGateUp>) + kt * kNB<kGateUp>;
+  const float* ss = p.a_scale + int64_t(max(srow, 0)) * (p.K / kBlk<kGateUp>) + kt * kNB<kGateUp>;
   const uint32_t sa = slot + kOffSa + uint32_t(tid * kNB<kGateUp> * 4);
-  if constexpr (kGateUp) cp_async4(sa, ss, a.srow >= 0);
-  else cp_async8(sa, ss, a.srow >= 0);
+  if constexpr (kGateUp) cp_async4(sa, ss, srow >= 0);
+  else cp_async8(sa, ss, srow >= 0);
 }
 // Stage kt of the raw weight rows (64 bytes each, 16-byte piece q of row r at q ^ (r / 2 % 4)) and their E8M0 bytes
 // into raw slot `raw`.
@@ -370,20 +374,26 @@ struct Smem {
   __device__ uint8_t* ptr(uint32_t addr) const { return base + (addr - s0); }
 };
 
+// The CTA's item count (items blockIdx.x, + gridDim.x, ...).
+__device__ __forceinline__ int cta_items(int nitems) {
+  return nitems > int(blockIdx.x) ? (nitems - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
+}
+
 // Producer warpgroup: global stage c (items of this CTA one after the other, nk stages each). Iteration c loads the
 // raw weights of stage c + kRawAhead (producer-only ring), waits for consumer slot c to be released and loads its A
-// rows (their arrival counted by the slot's full barrier through cp.async.mbarrier.arrive), waits for the raw stage
-// c (all but the kRawAhead newest cp.async groups) and, after the producer barrier, expands weight row tid into the
-// slot and arrives on full. Raw slot (c + kRawAhead) % kRawSlots was last read in iteration c - 2, before every
-// producer thread passed the barrier of iteration c - 1. Two cursors (item, stage): the raw stream runs ahead.
+// rows (TMA) and scales (their arrival counted by the slot's full barrier), waits for the raw stage c (all but the
+// kRawAhead newest cp.async groups) and, after the producer barrier, expands weight row tid into the slot and arrives
+// on full. Raw slot (c + kRawAhead) % kRawSlots was last read in iteration c - 2, before every producer thread passed
+// the barrier of iteration c - 1. Two cursors (item, stage): the raw stream runs ahead.
 template <bool kGateUp>
-__device__ __forceinline__ void producer(const MoeGroupedFp8Args& p, const Smem& sm, int nitems, int ncols, int nk) {
+__device__ __forceinline__ void producer(const MoeGroupedFp8Args& p, const CUtensorMap& amap, const Smem& sm,
+                                         int nitems, int ncols, int nk) {
   static_assert(kRawSlots >= kRawAhead + 2, "the raw ring must hold the stages in flight and the one expanded");
-  const int per = nitems > int(blockIdx.x) ? (nitems - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
-  const int total = per * nk;  // this CTA's stages
-  int bw = -1, aw = -1;        // the items the two sources are for
+  const int total = cta_items(nitems) * nk;  // this CTA's stages
+  int bw = -1, aw = -1;                      // the items the two sources are for
   BSrc bs{};
-  ASrc as{};
+  int arb = 0;                               // the A item's first row and this thread's A scale row
+  int32_t asrow = -1;
   auto load_raw = [&](int c) {
     const int i = c / nk;
     if (i != bw) {
@@ -402,10 +412,12 @@ __device__ __forceinline__ void producer(const MoeGroupedFp8Args& p, const Smem&
     const int i = c / nk;
     if (i != aw) {
       aw = i;
-      as = a_source<kGateUp>(p, item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols));
+      const Item it = item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols);
+      arb = it.rb;
+      asrow = a_scale_row(it);
     }
     const uint32_t slot = sm.slot(c);
-    load_a<kGateUp>(p, as, c % nk, slot);
+    load_a<kGateUp>(p, amap, arb, asrow, c % nk, slot, sm.full(c));
     mbar_arrive_cp_async(sm.full(c));
     cp_async_commit();
     cp_async_wait<kRawAhead>();
@@ -417,14 +429,19 @@ __device__ __forceinline__ void producer(const MoeGroupedFp8Args& p, const Smem&
   cp_async_wait<0>();
 }
 
-// Consumer warpgroup cwg (rows 64 cwg .. of each item): per stage wait for its slot, per scale block the wgmmas of
-// both A terms, promotion, then release the slot; the epilogue per item.
+// Consumer warpgroup cwg (rows 64 cwg .. of each item): per stage wait for its slot, per scale block (in its turn:
+// the two warpgroups alternate, warpgroup 1 first) the wgmmas of both A terms, then the wait and the promotion while
+// the other warpgroup's block runs; release the slot; the epilogue per item.
 template <bool kGateUp>
 __device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem& sm, int nitems, int ncols, int nk,
                                          int cwg) {
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, t = lane & 3;
   const int ra = cwg * 64 + warp * 16 + (lane >> 2);  // the thread's accumulator rows ra, ra + 8
   constexpr int NB = kNB<kGateUp>;
+  // Turns: warpgroup 1 issues block u, then warpgroup 2 its block u, then warpgroup 1 block u + 1, ...; warpgroup 2
+  // opens the first turn, warpgroup 1 takes the last pass after its loop, so every pass is waited for.
+  const int mine = 2 + cwg, theirs = 3 - cwg;
+  if (cwg == 1) turn_pass(theirs);
   int c = 0;
   for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
     const Item it = item_of(p, w, ncols);
@@ -432,66 +449,78 @@ __device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem&
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     // A warpgroup whose 64 rows are all past the expert's rows (small experts: most tiles below T = 2,048) only
-    // passes its slots on: its tensor work would be zeros.
+    // passes its slots and turns on: its tensor work would be zeros.
     const bool live = it.rows > cwg * 64;
     for (int kt = 0; kt < nk; ++kt, ++c) {
       const uint32_t slot = sm.slot(c);
       mbar_wait(sm.full(c), sm.parity(c));
-      if (live) {
-        fence_proxy_async();  // the A rows landed by cp.async (generic proxy), read by wgmma (async proxy)
-        const float* sa = reinterpret_cast<const float*>(sm.ptr(slot + kOffSa));
-        const float* sb = reinterpret_cast<const float*>(sm.ptr(slot + kOffSb));
+      const float* sa = reinterpret_cast<const float*>(sm.ptr(slot + kOffSa));
+      const float* sb = reinterpret_cast<const float*>(sm.ptr(slot + kOffSb));
 #pragma unroll
-        for (int bi = 0; bi < NB; ++bi) {
+      for (int bi = 0; bi < NB; ++bi) {
+        turn_wait(mine);
+        if (live) {
           issue_block<kGateUp>(blk, slot + uint32_t(cwg * 64 * 128), slot + kOffB, bi);
+          turn_pass(theirs);
           wgmma_wait0();
           fence_regs(blk);
           promote(acc, blk, sa[ra * NB + bi], sa[(ra + 8) * NB + bi], sb + bi * BN, t);
+        } else {
+          turn_pass(theirs);
         }
       }
       mbar_arrive(sm.empty(c));
     }
     if (live) epilogue<kGateUp>(p, it, cwg, lane, acc);
   }
+  if (cwg == 0) turn_wait(mine);
 }
 
 // Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
+// amap: the A tensor map (make_a_map).
 template <bool kGateUp>
-__global__ void __launch_bounds__(NT, 1) moe_grouped_fp8_kernel(MoeGroupedFp8Args p) {
+__global__ void __launch_bounds__(NT, 1)
+    moe_grouped_fp8_kernel(const __grid_constant__ MoeGroupedFp8Args p, const __grid_constant__ CUtensorMap amap) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const Smem sm{smem, smem_u32(smem)};
   if (threadIdx.x == 0) {
     for (int i = 0; i < kSlots; ++i) {
-      mbar_init(sm.full(i), 2 * BM);        // the producer's 128 threads: A landed, then B expanded
+      mbar_init(sm.full(i), 2 * BM + 1);    // the producer's 128 threads: scales landed, then B expanded; + the TMA
       mbar_init(sm.empty(i), NT - BM);      // the consumers' 256 threads
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&amap)) : "memory");
   }
   __syncthreads();
   const int ncols = int(p.N / (kGateUp ? md::kGrpHCols : BN)), nitems = p.tiles[0] * ncols, nk = int(p.K / BK);
   const int wg = int(threadIdx.x) >> 7;
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    producer<kGateUp>(p, sm, nitems, ncols, nk);
+    producer<kGateUp>(p, amap, sm, nitems, ncols, nk);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     consumer<kGateUp>(p, sm, nitems, ncols, nk, wg - 1);
   }
 }
 
-// x fp32 [T, K] -> two e4m3 terms + 1 x kBlock scales; one warp per block (lane: kBlock / 32 consecutive elements).
+// Row r < *count of q / lo / s <- x row perm[r] (perm null: row r): two e4m3 terms + 1 x kBlock scales; one warp per
+// block (lane: kBlock / 32 consecutive elements). Rows from *count on are left as they are.
 template <int kBlock>
-__global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, uint8_t* lo, float* s) {
+__global__ void moe_quant_kernel(const float* x, const int32_t* perm, const int32_t* count, int64_t blocks,
+                                 int64_t row_blocks, uint8_t* q, uint8_t* lo, float* s) {
   constexpr int kPer = kBlock / 32;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < blocks; b += warps) {
+  const int64_t live = count ? int64_t(*count) * row_blocks : blocks;
+  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < min(blocks, live); b += warps) {
+    const int64_t r = b / row_blocks;
+    const float* src = x + ((perm ? int64_t(perm[r]) : r) * row_blocks + b % row_blocks) * kBlock + lane * kPer;
     float v[kPer];
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      v[i] = x[b * kBlock + lane * kPer + i];
+      v[i] = src[i];
       amax = fmaxf(amax, fabsf(v[i]));
     }
 #pragma unroll
@@ -508,18 +537,45 @@ __global__ void moe_quant_kernel(const float* x, int64_t blocks, uint8_t* q, uin
   }
 }
 
-}  // namespace
-
-void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, uint8_t* lo, float* s,
-                      void* stream) {
-  const int64_t blocks = T * K / block;
-  const unsigned grid = unsigned(std::clamp<int64_t>((blocks + 7) / 8, 1, 132 * 16));
-  const auto st = static_cast<cudaStream_t>(stream);
-  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, blocks, q, lo, s);
-  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, blocks, q, lo, s);
+// The A tensor map of a launch: uint8 [2 terms][rows_a][K] (the second term a_lo - a bytes after the first), boxes of
+// 128 k x 128 rows x 2 terms with the 128-byte swizzle the wgmma descriptors expect; rows past rows_a read as zero.
+// cuTensorMapEncodeTiled comes from the driver through the runtime (no link against libcuda). False if the map cannot
+// be made (no driver entry point, or a layout TMA does not take).
+bool make_a_map(const MoeGroupedFp8Args& a, CUtensorMap& map) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (!encode) return false;
+  const cuuint64_t dims[3] = {cuuint64_t(a.K), cuuint64_t(a.rows_a), 2};
+  const cuuint64_t strides[2] = {cuuint64_t(a.K), cuuint64_t(a.a_lo - a.a)};
+  const cuuint32_t box[3] = {BK, BM, 2}, unit[3] = {1, 1, 1};
+  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.a), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
+}  // namespace
+
+void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count, int64_t rows, int64_t K,
+                      int64_t block, uint8_t* q, uint8_t* lo, float* s, void* stream) {
+  const int64_t blocks = rows * K / block;
+  const unsigned grid = unsigned(std::clamp<int64_t>((blocks + 7) / 8, 1, 132 * 16));
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, perm, count, blocks, K / block, q, lo, s);
+  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, perm, count, blocks, K / block, q, lo, s);
+}
+
+bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {
+  CUtensorMap amap;
+  if (!make_a_map(a, amap)) return false;
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
   if (gate_up) cudaFuncSetAttribute(moe_grouped_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   else cudaFuncSetAttribute(moe_grouped_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -533,8 +589,10 @@ void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t ma
   const int64_t cols = gate_up ? md::kGrpHCols : BN;
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / cols));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
-  if (gate_up) moe_grouped_fp8_kernel<true><<<grid, NT, kSmem, static_cast<cudaStream_t>(stream)>>>(a);
-  else moe_grouped_fp8_kernel<false><<<grid, NT, kSmem, static_cast<cudaStream_t>(stream)>>>(a);
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (gate_up) moe_grouped_fp8_kernel<true><<<grid, NT, kSmem, st>>>(a, amap);
+  else moe_grouped_fp8_kernel<false><<<grid, NT, kSmem, st>>>(a, amap);
+  return true;
 }
 
 }  // namespace dsinfer::ops::cuda::detail

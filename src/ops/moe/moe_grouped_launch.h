@@ -22,14 +22,14 @@ struct MoeGroupedArgs {
 
 // The FP8 grouped GEMMs (moe_grouped_fp8.cu; numeric contract in moe_fp8_common.h): two-term e4m3 activations (hi +
 // lo) with one fp32 scale per row and 128 k (gate/up) or 64 k (down), FP4_G32 experts expanded to e4m3 in shared
-// memory, wgmma.
+// memory, wgmma. The A rows are the permuted rows (gate/up: x quantized in permuted order), loaded by TMA.
 struct MoeGroupedFp8Args {
   const int32_t* tiles = nullptr;       // as MoeGroupedArgs
   const int32_t* offsets = nullptr;
-  const int32_t* perm_token = nullptr;  // gate/up: A row of permuted row p; down: null (row p)
-  const uint8_t* a = nullptr;           // e4m3 first term [rows_a, K] (gate/up: x [T, K]; down: h [rows, K])
-  const uint8_t* a_lo = nullptr;        // e4m3 second term, same shape and scales
+  const uint8_t* a = nullptr;           // e4m3 first term [rows_a, K], row p = permuted row p (gate/up x, down h)
+  const uint8_t* a_lo = nullptr;        // e4m3 second term, same shape and scales, a_lo - a > 0 bytes after a
   const float* a_scale = nullptr;       // [rows_a, K / 128] (gate/up) or [rows_a, K / 64] (down)
+  int64_t rows_a = 0;                   // rows of a / a_lo (>= the permuted rows; the TMA reads none past it)
   const void* const* w1 = nullptr;      // gate/up: W1 [N, K]; down: W2 [N, K] (per-expert device pointers)
   const void* const* s1 = nullptr;
   const void* const* w3 = nullptr;      // gate/up: W3 [N, K]; unused by the down kernel
@@ -43,13 +43,14 @@ struct MoeGroupedFp8Args {
 };
 
 namespace detail {
-// x fp32 [T, K] -> two e4m3 terms q, lo [T, K] + scales [T, K / block] ("moe_quant_kernel"); block 64 or 128,
-// K % block == 0.
-void launch_moe_quant(const float* x, int64_t T, int64_t K, int64_t block, uint8_t* q, uint8_t* lo, float* s,
-                      void* stream);
+// Rows r < min(rows, *count) of two e4m3 terms q, lo [rows, K] + scales [rows, K / block] <- x fp32 row perm[r]
+// ("moe_quant_kernel"; perm null: row r, count null: all rows); block 64 or 128, K % block == 0.
+void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count, int64_t rows, int64_t K,
+                      int64_t block, uint8_t* q, uint8_t* lo, float* s, void* stream);
 // The FP8 gate/up + SwiGLU kernel (gate_up) or the FP8 down kernel ("moe_grouped_fp8_kernel"), grid as
-// launch_moe_grouped.
-void launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream);
+// launch_moe_grouped. False (nothing launched) if its TMA tensor map cannot be made: the driver lacks
+// cuTensorMapEncodeTiled, or a / a_lo break TMA's 16-byte alignment rules.
+bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream);
 // x fp32 [T, K] -> bf16 chunk layout [T, K] ("moe_grouped_x_kernel"); K % 128 == 0.
 void launch_moe_grouped_x(const float* x, int64_t T, int64_t K, uint16_t* xb, void* stream);
 // The CTA row-tile list from offsets, one warp ("moe_tile_list_kernel").
