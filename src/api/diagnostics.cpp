@@ -124,6 +124,7 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   ro.gpus = o.gpus;
   ro.communicator = o.communicator;
   ro.batch_invariant = o.batch_invariant;
+  ro.fp8_state = o.state_format == "auto";
   // The ceilings are measured before the runner takes the device memory (about 2 GiB, freed again); without a GPU
   // (the cpu backend, which then reports that it cannot time ops) they stay the nominal ones, marked so.
   perf::Ceilings ceilings;
