@@ -11,7 +11,8 @@
 // token its key rows (584 B), q (fp32 128 KB or bf16 64 KB) and o (fp32 128 KB) and its index lists; GB/s and %hbm
 // against a 1 GB device-to-device copy measured here. The split count of plan_sparse_attention_fp8, then a sweep of
 // forced counts (the heuristic's check).
-// --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script.
+// --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script; --quick
+// leaves out the split sweep and the phase probes (a device call that only needs the plan's timings).
 // Built only with DSINFER_CUDA.
 #include <cuda_runtime.h>
 
@@ -243,8 +244,11 @@ void dump(const std::string& dir, const std::string& tag, const Batch& b, const 
 
 int main(int argc, char** argv) {
   std::string dir;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--dump") dir = argv[i + 1];
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--dump" && i + 1 < argc) dir = argv[i + 1];
+    quick = quick || std::string(argv[i]) == "--quick";
+  }
   auto dev = cuda::query_device(0);
   if (!dev.is_ok()) {
     std::fprintf(stderr, "no CUDA device: %s\n", dev.status().message().c_str());
@@ -293,13 +297,13 @@ int main(int argc, char** argv) {
                   k.name, (long long)B, (long long)nkeys, (long long)plan, us, bytes_fp32 / us / 1e3,
                   100.0 * bytes_fp32 / us / 1e-6 / hbm, us_b, bytes_bf16 / us_b / 1e3,
                   100.0 * bytes_bf16 / us_b / 1e-6 / hbm);
-      std::printf("  sweep (q fp32):");
-      for (int64_t s : {1, 2, 3, 4, 5, 8, 10, 20}) {
-        if (s > (nkeys + 31) / 32) continue;
-        std::printf(" %lld:%.1f", (long long)s, time_us(b, r, s, false));
+      if (!quick) {
+        std::printf("  sweep (q fp32):");
+        for (int64_t s : {1, 2, 3, 4, 5, 8, 10, 20})
+          if (s <= (nkeys + 31) / 32) std::printf(" %lld:%.1f", (long long)s, time_us(b, r, s, false));
+        std::printf("\n");
       }
-      std::printf("\n");
-      if (B > 1 && std::string(k.name) == "CSA") {  // where a tile's time goes (phases left out; q fp32)
+      if (!quick && B > 1 && std::string(k.name) == "CSA") {  // where a tile's time goes (phases left out; q fp32)
         namespace d = ops::cuda::detail;
         const std::pair<const char*, int> probes[] = {
             {"no QK", d::kProbeNoQk}, {"no PV", d::kProbeNoPv}, {"no softmax", d::kProbeNoSoftmax},

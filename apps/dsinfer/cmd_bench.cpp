@@ -27,6 +27,7 @@ void usage(FILE* f = stderr) {
                "                     [--ceilings measured|nominal]  (floors at ceilings measured here at start, or the\n"
                "                      H200 datasheet's 4.8 TB/s, 989 / 1,979 TFLOP/s)\n"
                "                     [--state-profile fp8|bf16|fp32]  (state format the floors count; fp8 = official)\n"
+               "                     [--state-format auto|fp32]  (the runner's state: auto = FP8 where it applies)\n"
                "       dsinfer bench --engine-decode --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
                "                     [--batch 64] [--prompt 128] [--steps 64] [--async-scheduling on|off|both]\n"
                "                     (decode through the Engine: device busy / idle time between steps, sync vs async)\n");
@@ -173,6 +174,7 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--ceilings") o.ceilings = v;
       else if (a == "--state-profile") o.state_profile = v;
       else if (a == "--engram-placement") o.engram_placement = v;
+      else if (a == "--state-format") o.state_format = v;
       else {
         std::fprintf(stderr, "bench: unknown option '%s'\n", a.c_str());
         return usage(), 2;

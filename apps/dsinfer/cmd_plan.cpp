@@ -73,8 +73,9 @@ int cmd_plan(int argc, char** argv) {
               p.state_bytes_per_sequence / double(1 << 20), (long long)p.context,
               o.context > 0 ? "" : " (the model's maximum; --context N for another)");
   if (p.state_fp8_bytes_per_sequence > 0)
-    std::printf("state in DeepSeek's storage format (FP8 MODEL1 rows + FP8 indexer keys; the CUDA runner's with "
-                "DSINFER_FP8_STATE=1): %.0f B per token + %.2f MiB fixed = %.2f MiB per sequence\n", p.state_fp8_bytes_per_token,
+    std::printf("state in DeepSeek's storage format (FP8 MODEL1 rows + FP8 indexer keys; the one-GPU CUDA runner's "
+                "default with official numerics, --state-format fp32 for fp32 rows; expert-parallel ranks keep fp32 rows "
+                "so far): %.0f B per token + %.2f MiB fixed = %.2f MiB per sequence\n", p.state_fp8_bytes_per_token,
                 p.state_fp8_fixed_bytes / double(1 << 20), p.state_fp8_bytes_per_sequence / double(1 << 20));
   std::printf("%-5s %16s %16s %5s %22s %22s %14s %14s\n", "gpus", "weights/GPU GiB", "limit (92%) GiB", "fits",
               "sequences per GPU", "with the FP8 state", "EP: sequences", "DP: sequences");

@@ -19,7 +19,8 @@ std::string engine_flags_help() {
   return fmt::format(
       "  engine:   --backend cpu|cuda ({})  --numerics official|hf ({})  --load-format auto|dummy  --tokenizer FILE\n"
       "            --max-num-seqs N ({})  --max-num-batched-tokens N ({})  --max-model-len N  --seed N\n"
-      "            --state-memory-gb X\n"
+      "            --state-memory-gb X  --state-format auto|fp32 (auto: DeepSeek's FP8 storage format where the\n"
+      "            backend has it, cuda V4 official; fp32: the simulation's fp32 rows)\n"
       "  speculative decoding: --speculative dspark|mtp1|off ({})  --num-speculative-tokens K ({})\n"
       "            --speculative-budget N  --speculative-min-survival X\n"
       "            --speculative-cost-model auto|off|PATH ({}; greedy drafting and verify lengths against step times\n"
@@ -104,7 +105,8 @@ bool check_choice(const char* cmd, const std::string& flag, const std::string& v
       {"--load-format", {"auto", "dummy"}},     {"--speculative", {"dspark", "mtp1", "off"}},
       {"--sampling", {"device", "host"}},       {"--async-scheduling", {"on", "off"}},
       {"--communicator", {"auto", "nccl", "in-process"}},
-      {"--engram-placement", {"device", "sharded", "host"}}};
+      {"--engram-placement", {"device", "sharded", "host"}},
+      {"--state-format", {"auto", "fp32"}}};
   for (const auto& [name, words] : kChoices) {
     if (flag != name || std::find(words.begin(), words.end(), v) != words.end()) continue;
     std::string list;
@@ -140,7 +142,8 @@ const TextFlag kTextFlags[] = {{"--model", &EO::model_dir},        {"--backend",
                                {"--sampling", &EO::sampling},      {"--async-scheduling", &EO::async_scheduling},
                                {"--communicator", &EO::communicator}, {"--inject-fault", &EO::fault_injection},
                                {"--speculative-cost-model", &EO::speculative_cost_model},
-                               {"--engram-placement", &EO::engram_placement}};
+                               {"--engram-placement", &EO::engram_placement},
+                               {"--state-format", &EO::state_format}};
 const IntFlag kIntFlags[] = {
     {"--max-num-seqs", 1, 1 << 20, [](EO& e, long long n) { e.max_num_seqs = int32_t(n); }},
     {"--max-num-batched-tokens", 1, 1ll << 32, [](EO& e, long long n) { e.max_num_batched_tokens = n; }},

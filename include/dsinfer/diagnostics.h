@@ -112,6 +112,7 @@ struct BenchOptions {
   std::string state_profile = "fp8";
   bool batch_invariant = false;       // time the batch-invariant mode (EngineOptions::batch_invariant)
   std::string engram_placement = "device";  // EngineOptions::engram_placement (DeepSeek-V4.1)
+  std::string state_format = "auto";  // the runner's state: "auto" or "fp32" (EngineOptions::state_format)
   // Speculative verify steps: per K a case per batch size of 1 + K tokens per sequence at `context`, logits for
   // every token (what a verify step of K drafts costs); empty = none.
   std::vector<int64_t> verify_tokens;
@@ -239,9 +240,9 @@ struct MemoryPlan {
   double engram_bytes_per_token = 0;
   double expert_bytes = 0;       // every routed expert (EPLB slots excluded)
   double state_bytes_per_token = 0, state_fixed_bytes = 0, state_bytes_per_sequence = 0;  // fp32 state
-  // The same in DeepSeek's storage format (FP8 "MODEL1" rows + FP8 indexer keys, fp32 frontiers; issue 31), which the
-  // runners do not allocate yet; 0 where the format does not apply (DeepSeek-V4.1, head shapes without whole 64-channel
-  // NoPE tiles).
+  // The same in DeepSeek's storage format (FP8 "MODEL1" rows + FP8 indexer keys, fp32 frontiers; issue 31), the
+  // one-GPU CUDA runner's default state with official numerics (EngineOptions::state_format); 0 where the format does
+  // not apply (DeepSeek-V4.1, head shapes without whole 64-channel NoPE tiles).
   double state_fp8_bytes_per_token = 0, state_fp8_fixed_bytes = 0, state_fp8_bytes_per_sequence = 0;
   std::vector<MemoryPlanRow> rows;  // one per entry of options.gpus
 };

@@ -54,6 +54,11 @@ struct EngineOptions {
   // independent of the batch, so a request's tokens and logprobs are bit-identical alone or in any batch, with or
   // without CUDA graphs and preemption; costs some speed. The cpu backend is always batch-invariant (a no-op).
   bool batch_invariant = false;
+  // The state's storage format (docs/decisions.md, issue 31): "auto" keeps DeepSeek's storage format where the
+  // backend has it (cuda, DeepSeek-V4 with 512-wide rows, `official` numerics outside exact GEMMs: FP8 KV rows and
+  // indexer keys, 3.6x fewer bytes a token than fp32 rows) and fp32 rows elsewhere; "fp32" keeps fp32 rows (the
+  // numerics simulation's state) everywhere.
+  std::string state_format = "auto";
   // Where tokens are sampled: "device" (the backend samples on the GPU when it can: cuda, except steps with
   // speculative decoding, whose verification needs the full logits rows; same tokens as the host sampler for the
   // same seed) or "host" (the reference CPU sampler, always used by the cpu backend).

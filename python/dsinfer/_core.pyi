@@ -22,6 +22,7 @@ class EngineOptions:
     prefix_snapshot_memory_gb: float
     prefix_cache_host_bytes: int
     batch_invariant: bool
+    state_format: str
     sampling: str
     gpus: int
     expert_parallel_size: int

@@ -175,6 +175,7 @@ void bind_options(nb::module_& m) {
       .def_rw("prefix_snapshot_memory_gb", &EngineOptions::prefix_snapshot_memory_gb)
       .def_rw("prefix_cache_host_bytes", &EngineOptions::prefix_cache_host_bytes)
       .def_rw("batch_invariant", &EngineOptions::batch_invariant)
+      .def_rw("state_format", &EngineOptions::state_format)
       .def_rw("sampling", &EngineOptions::sampling)
       .def_rw("gpus", &EngineOptions::gpus)
       .def_rw("expert_parallel_size", &EngineOptions::expert_parallel_size)

@@ -130,6 +130,7 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   ro.data_parallel_size = o.data_parallel_size;
   ro.batch_invariant = o.batch_invariant;
   DSI_ASSIGN_OR_RETURN(ro.engram_placement, model::parse_engram_placement(o.engram_placement));
+  ro.fp8_state = o.state_format == "auto";
   // The ceilings are measured before the runner takes the device memory (about 2 GiB, freed again); without a GPU
   // (the cpu backend, which then reports that it cannot time ops) they stay the nominal ones, marked so.
   perf::Ceilings ceilings;

@@ -20,6 +20,8 @@ Status check_options(const EngineOptions& o) {
   if (o.async_scheduling != "on" && o.async_scheduling != "off")
     return Status::errorf("async_scheduling must be 'on' or 'off', found '{}'", o.async_scheduling);
   DSI_RETURN_IF_ERROR(model::parse_engram_placement(o.engram_placement).status());
+  if (o.state_format != "auto" && o.state_format != "fp32")
+    return Status::errorf("state_format must be 'auto' or 'fp32', found '{}'", o.state_format);
   return Status::ok();
 }
 
@@ -30,7 +32,8 @@ Result<runner::RunnerOptions> resolve_runner_options(const EngineOptions& o) {
   DSI_ASSIGN_OR_RETURN(const runner::RunnerOptions named,
                        runner::runner_options(o.model_dir, o.backend, o.numerics, o.load_format));
   return runner::RunnerOptions{.model_dir = named.model_dir, .backend = named.backend, .numerics = named.numerics,
-                               .load_format = named.load_format, .batch_invariant = o.batch_invariant, .gpus = o.gpus,
+                               .load_format = named.load_format, .batch_invariant = o.batch_invariant,
+                               .fp8_state = o.state_format == "auto", .gpus = o.gpus,
                                .expert_parallel_size = o.expert_parallel_size,
                                .data_parallel_size = o.data_parallel_size,
                                .tensor_parallel_size = o.tensor_parallel_size, .eplb = o.eplb,

@@ -319,6 +319,8 @@ Status validate_bench_options(const BenchOptions& o) {
   DSI_RETURN_IF_ERROR(validate_ceilings_mode(o.ceilings));
   if (o.state_profile != "fp8" && o.state_profile != "bf16" && o.state_profile != "fp32")
     return Status::errorf("bench state profile must be fp8, bf16 or fp32, found '{}'", o.state_profile);
+  if (o.state_format != "auto" && o.state_format != "fp32")
+    return Status::errorf("bench state format must be auto or fp32, found '{}'", o.state_format);
   return Status::ok();
 }
 

@@ -38,9 +38,9 @@ struct RunnerOptions {
   // runner is invariant already and ignores it.
   bool batch_invariant = false;
   // cuda, DeepSeek-V4 with `official` numerics outside exact mode and 512-wide rows: keep the state in DeepSeek's
-  // storage format (FP8 rows, cache::kFp8StateElem) instead of fp32 rows (the simulation path). Opt-in (also
-  // DSINFER_FP8_STATE=1) until GpuFp8State.FlashDecodeEqualsTheFp32SimulationPath has passed on a GPU.
-  bool fp8_state = false;
+  // storage format (FP8 rows, cache::kFp8StateElem; the default, EngineOptions::state_format "auto") instead of fp32
+  // rows (the simulation path; false: "fp32").
+  bool fp8_state = true;
   // Several GPUs of one node (docs/multi_gpu.md): gpus > 1 makes a ParallelRunner of `gpus` CudaRunner shards
   // with expert parallelism (expert_parallel_size 0 = gpus; it must equal gpus for now, and data / tensor
   // parallel sizes must be 1). cuda only.

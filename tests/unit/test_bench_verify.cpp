@@ -38,3 +38,15 @@ TEST(BenchVerify, VerifyTokensAreRangeChecked) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("65"), std::string::npos) << s.message();
 }
+
+// The runner's state format (issue 31): auto (DeepSeek's FP8 format where the runner has it) or fp32, named if wrong.
+TEST(BenchVerify, StateFormatIsChecked) {
+  BenchOptions o;
+  EXPECT_EQ(o.state_format, "auto");
+  o.state_format = "fp32";
+  EXPECT_TRUE(perf::validate_bench_options(o).is_ok());
+  o.state_format = "fp8";
+  const Status s = perf::validate_bench_options(o);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("state format"), std::string::npos) << s.message();
+}

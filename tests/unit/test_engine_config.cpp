@@ -92,6 +92,7 @@ TEST(EngineConfig, OptionsAreCheckedBeforeAnyWeightIsLoaded) {
       {[](EngineOptions& x) { x.state_memory_gb = -1; }, "state_memory_gb"},
       {[](EngineOptions& x) { x.sampling = "gpu"; }, "sampling"},
       {[](EngineOptions& x) { x.async_scheduling = "maybe"; }, "async_scheduling"},
+      {[](EngineOptions& x) { x.state_format = "fp16"; }, "state_format"},
       {[](EngineOptions& x) { x.backend = "tpu"; }, "backend"},
       {[](EngineOptions& x) { x.numerics = "fp64"; }, "numerics"}};
   for (const auto& [set, name] : cases) {
@@ -117,6 +118,23 @@ TEST(EngineConfig, CliNumSpeculativeTokensIsCheckedAgainstTheDrafter) {
   const test::CliResult junk = test::run_cli(d, base + " --speculative dspark --num-speculative-tokens two");
   EXPECT_EQ(junk.rc, 2);
   EXPECT_NE(junk.err.find("--num-speculative-tokens expects an integer"), std::string::npos) << junk.err;
+}
+
+// The state format (issue 31): "auto" lets the backend keep DeepSeek's storage format (the CUDA runner's FP8 rows
+// where they apply), "fp32" keeps fp32 rows; through the CLI, a wrong word is named with the choices. The cpu backend
+// keeps fp32 rows either way, so both words generate there.
+TEST(EngineConfig, StateFormatReachesTheRunnerOptions) {
+  EngineOptions o;
+  o.model_dir = shipped_model();
+  EXPECT_TRUE(test::unwrap(engine::resolve_runner_options(o)).fp8_state);
+  o.state_format = "fp32";
+  EXPECT_FALSE(test::unwrap(engine::resolve_runner_options(o)).fp8_state);
+  test::ScratchDir d("state_format_cli");
+  const std::string base = "generate --model " + shipped_model() + " --prompt 'def f(' --max-tokens 2";
+  const test::CliResult bad = test::run_cli(d, base + " --state-format fp16");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("--state-format expects auto|fp32"), std::string::npos) << bad.err;
+  EXPECT_EQ(test::run_cli(d, base + " --state-format fp32").rc, 0);
 }
 
 }  // namespace

@@ -72,6 +72,8 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
                        dp_ ? "DP attention + expert parallel" : "expert parallel", eplb,
                        comms_[0] ? comms_[0]->name() : "", shards_[0] ? shards_[0]->name() : "");
   }
+  // fp32 rows: the FP8 storage format (RunnerOptions::fp8_state) is the one-GPU runner's until an expert-parallel run
+  // has checked it; the shards follow the bound layout.
   int32_t kv_elem_bytes() const override { return 4; }
   bool exact_math() const override { return shards_[0]->exact_math(); }
   bool fp32_weights() const override { return shards_[0]->fp32_weights(); }

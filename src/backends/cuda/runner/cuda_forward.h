@@ -71,7 +71,8 @@ struct RunnerCore {
   bool exact_ = false;  // GEMMs / MoE only on the fp32 CUDA-core path (RunnerOptions::exact_gemm)
   // RunnerOptions::batch_invariant: every kernel choice independent of the step's batch (ops/kernel_mode.h).
   bool batch_invariant_ = false;
-  // RunnerOptions::fp8_state (or DSINFER_FP8_STATE=1): the family may keep its state in the FP8 storage format.
+  // RunnerOptions::fp8_state (EngineOptions::state_format "auto"): the family may keep its state in the FP8 storage
+  // format.
   bool fp8_state_ = false;
   OpTimer timer_;
   // Hidden-state capture: capture_index_[l] = position of layer l in the requested list, or -1.

@@ -73,7 +73,6 @@ Status CudaRunner::init(const runner::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(experts_, parallel::expert_range(cfg_.n_routed_experts, ep_rank_, ep_size_));
   if (const char* g = std::getenv("DSINFER_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
   fp8_state_ = opts.fp8_state;
-  if (const char* f = std::getenv("DSINFER_FP8_STATE")) fp8_state_ = fp8_state_ || std::string(f) == "1";
   // Decode graphs stay off with expert parallelism: NCCL collectives can be captured, but this first step keeps
   // every all-reduce an ordinary launch (docs/multi_gpu.md).
   if (ep_size_ > 1) graphs_enabled_ = false;
@@ -105,8 +104,10 @@ std::string CudaRunner::name() const {
                          : eplb_.on ? fmt::format(", GPU {}, EPLB {} expert slots", ordinal_, eplb_.slots)
                                     : fmt::format(", GPU {}, experts [{}, {})", ordinal_, experts_.lo, experts_.hi);
   const std::string family = fwd_->family() == std::string("v4") ? "" : fmt::format("DeepSeek-{}, ", fwd_->family());
-  return fmt::format("cuda ({}{}, {} numerics, {:.2f} GiB weights{}{})", family, device_.name, num_.name,
-                     double(fwd_->weight_bytes()) / double(1 << 30), batch_invariant_ ? ", batch-invariant" : "", ep);
+  const std::string state = fwd_->state_elem_bytes() == cache::kFp8StateElem ? ", FP8 state" : "";
+  return fmt::format("cuda ({}{}, {} numerics, {:.2f} GiB weights{}{}{})", family, device_.name, num_.name,
+                     double(fwd_->weight_bytes()) / double(1 << 30), state, batch_invariant_ ? ", batch-invariant" : "",
+                     ep);
 }
 
 Status CudaRunner::randomize_state(uint64_t seed) {
