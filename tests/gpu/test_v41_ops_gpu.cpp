@@ -9,7 +9,9 @@
 
 #include "ops/csa2/csa2.h"
 #include "ops/csa2/csa2_cuda.h"
+#include "core/dtypes.h"
 #include "ops/qat/qat.h"
+#include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/rmsnorm/rmsnorm.h"
 #include "ops/rope/rope.h"
 #include "v41_test_util.h"
@@ -53,6 +55,37 @@ TEST(GpuV41Ops, QatMatchesReference) {
     for (size_t i = 0; i < x.size(); ++i) bad += !same(got[i], x[i]);
     EXPECT_EQ(bad, 0);
   }
+}
+
+// Official numerics' rounding points (ops/quant_sim/quant_sim_cuda.h): the FP8 1x32 activation quantization of rows
+// read with a stride into a contiguous copy, and bf16 rounding of a column range, bit for bit the CPU's fp8_qat_ref
+// (block 32) and round_bf16.
+TEST(GpuV41Ops, OfficialActivationQuantAndBf16RoundingMatchReference) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t rows = 29, cols = 160, ld = 200;
+  std::vector<float> x = random_vec(size_t(rows * ld), 5, 40.0f);
+  for (int64_t i = 0; i < rows * ld; i += 5) x[size_t(i)] *= 1e-7f;  // tiny values and blocks: the 1e-4 amax floor
+  for (int64_t i = 0; i < cols; ++i) x[size_t(ld + i)] = 0.0f;         // an all-zero row
+  auto dx = to_device(x);
+  DeviceBuffer<float> dy;
+  ASSERT_TRUE(dy.alloc(size_t(rows * cols), "y").is_ok());
+  ASSERT_TRUE(ops::cuda::fp8_act_quant_cuda(dx.data(), rows, cols, ld, dy.data(), nullptr).is_ok());
+  ASSERT_TRUE(ops::cuda::round_bf16_cuda(dx.data(), rows, ld, 32, 150, nullptr).is_ok());
+  const auto q = to_host(dy, size_t(rows * cols));
+  const auto r = to_host(dx, x.size());
+  int64_t bad_q = 0, bad_r = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    std::vector<float> want(x.begin() + i * ld, x.begin() + i * ld + cols);
+    ops::fp8_qat_ref(want.data(), cols, 32);
+    for (int64_t c = 0; c < cols; ++c) bad_q += !same(q[size_t(i * cols + c)], want[size_t(c)]);
+    for (int64_t c = 0; c < ld; ++c) {
+      const float v = x[size_t(i * ld + c)];
+      bad_r += !same(r[size_t(i * ld + c)], c >= 32 && c < 150 ? round_bf16(v) : v);
+    }
+  }
+  EXPECT_EQ(bad_q, 0);
+  EXPECT_EQ(bad_r, 0);
+  EXPECT_FALSE(ops::cuda::fp8_act_quant_cuda(dx.data(), rows, 48, ld, dy.data(), nullptr).is_ok());  // 48 % 32
 }
 
 // Two ragged steps: groups completed across the step boundary read the frontier rows the first step wrote.

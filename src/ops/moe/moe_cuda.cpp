@@ -46,6 +46,7 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(active_.alloc(size_t(experts + 1), "moe active experts"));
   DSI_RETURN_IF_ERROR(tiles_.alloc(size_t(1 + 2 * moe_detail::grp_max_tiles(int64_t(tk), experts)), "moe tile list"));
   DSI_RETURN_IF_ERROR(yp_.alloc(tk * size_t(dim), "moe expert outputs"));
+  DSI_RETURN_IF_ERROR(wrow_.alloc(tk, "moe row weights"));
   DSI_RETURN_IF_ERROR(sh1_.alloc(t1 * size_t(inter), "moe shared h1"));
   DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
   DSI_RETURN_IF_ERROR(shy_.alloc(t1 * size_t(dim), "moe shared out"));
@@ -261,9 +262,9 @@ Status check_launch_status(const char* name) {
 
 }  // namespace
 
-Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
-                const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
-                MoeWorkspace& ws, void* stream, MoePath path) {
+// The checks moe_cuda and moe_official_cuda share (shapes, formats, pointers, the workspace's capacity).
+Status MoeWorkspace::check_call(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                                const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float* out) const {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter;
   if (T < 0 || topk <= 0) return Status::errorf("moe_cuda: bad T = {} or topk = {}", T, topk);
   if (E <= 0 || E > detail::kMoeMaxExperts || D <= 0 || I <= 0)
@@ -275,13 +276,22 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   if (shared) DSI_RETURN_IF_ERROR(check_shared(*shared, D));
   if (T == 0) return Status::ok();
   if (!x || !idx || !weight || !out) return Status::error("moe_cuda: null x / idx / weight / out");
-  if (T > ws.T_ || topk > ws.topk_ || D > ws.dim_ || I > ws.inter_ || Is > ws.inter_ || E > ws.experts_)
+  if (T > T_ || topk > topk_ || D > dim_ || I > inter_ || Is > inter_ || E > experts_)
     return Status::errorf(
         "moe_cuda: workspace reserved for T={} topk={} dim={} inter={} experts={}, call needs T={} topk={} dim={} "
         "inter={} experts={}",
-        ws.T_, ws.topk_, ws.dim_, ws.inter_, ws.experts_, T, topk, D, std::max(I, Is), E);
+        T_, topk_, dim_, inter_, experts_, T, topk, D, std::max(I, Is), E);
+  if (T * topk > 0x7fffffff) return Status::error("moe_cuda: T * topk exceeds int32 row indices");
+  return Status::ok();
+}
+
+Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
+                MoeWorkspace& ws, void* stream, MoePath path) {
+  const int64_t E = ex.experts, D = ex.dim;
+  DSI_RETURN_IF_ERROR(ws.check_call(x, T, idx, weight, topk, ex, shared, out));
+  if (T == 0) return Status::ok();
   const int64_t n = T * topk;
-  if (n > 0x7fffffff) return Status::error("moe_cuda: T * topk exceeds int32 row indices");
   int32_t* offsets = ws.offsets_.data();
   int32_t* perm = ws.perm_token_.data();
   int32_t* pos = ws.pos_of_.data();
@@ -334,6 +344,43 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   DSI_RETURN_IF_ERROR(st);
   detail::launch_combine(yp, pos, weight, T, topk, D, shy, out, stream);
   DSI_CUDA_LAUNCHED("combine_kernel");
+  return Status::ok();
+}
+
+Status moe_official_cuda(const float* xq, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                         const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float* out,
+                         MoeWorkspace& ws, void* stream) {
+  const int64_t E = ex.experts, D = ex.dim, I = ex.inter, Is = shared ? shared->w1.rows : 0;
+  DSI_RETURN_IF_ERROR(ws.check_call(xq, T, idx, weight, topk, ex, shared, out));
+  if (I % 32 != 0 || Is % 32 != 0)
+    return Status::errorf("moe_official_cuda: expert widths {} / {} must be multiples of 32 (activation blocks)", I, Is);
+  if (T == 0) return Status::ok();
+  const int64_t n = T * topk;
+  int32_t *offsets = ws.offsets_.data(), *perm = ws.perm_token_.data(), *pos = ws.pos_of_.data();
+  float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data(), *wrow = ws.wrow_.data();
+  detail::launch_moe_count(idx, n, E, offsets, pos, nullptr, stream);
+  DSI_CUDA_LAUNCHED("moe_count_kernel");
+  detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
+  DSI_CUDA_LAUNCHED("moe_scatter_kernel");
+  detail::launch_row_weight(pos, weight, n, wrow, stream);
+  DSI_CUDA_LAUNCHED("row_weight_kernel");
+  // The routed experts: exact grouped GEMMs over the permuted (already quantized) rows, the official SwiGLU, the down
+  // GEMM; the operands are e4m3 / e2m1 values times powers of two, so even the tiled kernel's bf16 operands are exact.
+  DSI_RETURN_IF_ERROR(expert_gemm(xq, D, perm, offsets, n, E, ex.w1, h1, I, stream, true));
+  DSI_RETURN_IF_ERROR(expert_gemm(xq, D, perm, offsets, n, E, ex.w3, h3, I, stream, true));
+  detail::launch_official_swiglu(h1, h3, wrow, n, offsets + E, I, limit, stream);
+  DSI_CUDA_LAUNCHED("official_swiglu_kernel");
+  DSI_RETURN_IF_ERROR(expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream, true));
+  float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *shy = shared ? ws.shy_.data() : nullptr;
+  if (shared) {
+    DSI_RETURN_IF_ERROR(gemm_cuda(xq, T, D, shared->w1, s1, Is, false, stream, GemmPrecision::kFp32SmallM));
+    DSI_RETURN_IF_ERROR(gemm_cuda(xq, T, D, shared->w3, s3, Is, false, stream, GemmPrecision::kFp32SmallM));
+    detail::launch_official_swiglu(s1, s3, nullptr, T, nullptr, Is, limit, stream);
+    DSI_CUDA_LAUNCHED("official_swiglu_kernel(shared)");
+    DSI_RETURN_IF_ERROR(gemm_cuda(s1, T, Is, shared->w2, shy, D, false, stream, GemmPrecision::kFp32SmallM));
+  }
+  detail::launch_official_combine(yp, pos, idx, T, topk, D, shy, out, stream);
+  DSI_CUDA_LAUNCHED("official_combine_kernel");
   return Status::ok();
 }
 

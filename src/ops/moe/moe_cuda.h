@@ -39,6 +39,15 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
 // experts (same kernels and buffers as in line, so the same bits; the join precedes the combine). Created by
 // MoeWorkspace::reserve on the current device (stream/event creation never happens inside a captured forward);
 // moe_cuda runs the shared expert in line when called on another device.
+// DeepSeek-V4.1 official numerics (model/deepseek_v41_ffn.cpp, the official branch): xq [T, D] is the MoE input
+// after the FP8 1x32 activation quantization (ops/quant_sim fp8_act_quant_cuda); every expert computes
+// g, u = bf16(W1 xq), bf16(W3 xq), h = bf16(weight * silu(min(g, L)) * clamp(u, -L, L)), quantized again, y =
+// bf16(W2 h); out = bf16(the routed y summed in increasing expert id in fp32 + the shared expert's y (weight 1)).
+// Exact GEMMs; the shared expert takes the same limit. An expert id of -1 (another rank's) is skipped.
+Status moe_official_cuda(const float* xq, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                         const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float* out,
+                         MoeWorkspace& ws, void* stream);
+
 class MoeSideStream {
  public:
   MoeSideStream() = default;
@@ -83,12 +92,17 @@ class MoeWorkspace {
  private:
   friend Status moe_cuda(const float*, int64_t, const int32_t*, const float*, int64_t, const MoeExpertsDevice&,
                          const MoeSharedDevice*, float, float, float*, MoeWorkspace&, void*, MoePath);
+  friend Status moe_official_cuda(const float*, int64_t, const int32_t*, const float*, int64_t,
+                                  const MoeExpertsDevice&, const MoeSharedDevice*, float, float*, MoeWorkspace&, void*);
+  Status check_call(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                    const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float* out) const;
   int64_t T_ = 0, topk_ = 0, dim_ = 0, inter_ = 0, experts_ = 0;
   dsinfer::cuda::DeviceBuffer<int32_t> offsets_, perm_token_, pos_of_, active_;
   dsinfer::cuda::DeviceBuffer<int32_t> tiles_;  // grouped path: CTA row-tile list (moe_grouped_launch.h)
   // Fast path: h1_ holds the bf16 SwiGLU output [n, inter], h3_ the bf16 gathered x [n, dim] (sized for both;
   // the grouped path keeps x [T, dim] in h3_, unpermuted).
   dsinfer::cuda::DeviceBuffer<float> h1_, h3_, yp_, sh1_, sh3_, shy_;
+  dsinfer::cuda::DeviceBuffer<float> wrow_;  // moe_official_cuda: the routing weight of each permuted row
   MoeSideStream side_;
 };
 

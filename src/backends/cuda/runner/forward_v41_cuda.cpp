@@ -10,6 +10,7 @@
 #include "ops/embed/embed_cuda.h"
 #include "ops/engram/engram_cuda.h"
 #include "ops/mhc/mhc_cuda.h"
+#include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 
 namespace dsinfer::backends {
@@ -17,6 +18,7 @@ namespace dsinfer::backends {
 using namespace ops::cuda;
 
 int64_t CudaForwardV41::attention_splits(int64_t l, int64_t T) const {
+  if (official()) return 1;  // the official kernel: one split per (token, head)
   const int64_t keys = cfg_.sliding_window + (cfg_.ratio(l) > 0 ? cfg_.index_topk : 0);
   return plan_sparse_attention(kernel_mode(), T, cfg_.num_attention_heads, cfg_.head_dim, keys, device_.multiprocessors)
       .num_splits;
@@ -70,6 +72,11 @@ Status CudaForwardV41::prepare(int64_t T, int64_t R, int64_t max_pos) {
   DSI_RETURN_IF_ERROR(grow(s_.ekv, t * size_t((n + 1) * D), "engram kv"));
   DSI_RETURN_IF_ERROR(grow(s_.hid, size_t(R) * size_t(D), "final hidden"));
   DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size), "logits"));
+  if (official()) {  // the widest FP8 / FP4 GEMM input, and the indexer's pairs
+    const int64_t in = std::max({D, cfg_.q_lora_rank, cfg_.o_groups * cfg_.o_lora_rank, ecols * v.engram_head_dim});
+    DSI_RETURN_IF_ERROR(grow(s_.xq, t * size_t(in), "quantized GEMM input"));
+    DSI_RETURN_IF_ERROR(grow(s_.pairs, st, "indexer selection pairs"));
+  }
   int64_t ws = 0;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
     ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(l, T), batch_invariant_));
@@ -95,12 +102,30 @@ Status CudaForwardV41::gemm(const float* x, int64_t M, int64_t ldx, const Device
   return Status::ok();
 }
 
+Status CudaForwardV41::linear(model::v41::Gemm g, const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
+                              int64_t ldy) {
+  using model::v41::Gemm;
+  if (!official() || g == Gemm::F32) return gemm(x, M, ldx, w, y, ldy);
+  if (g == Gemm::BF16) {
+    DSI_RETURN_IF_ERROR(gemm(x, M, ldx, w, y, ldy));
+  } else {
+    DSI_RETURN_IF_ERROR(fp8_act_quant_cuda(x, M, w.cols, ldx, s_.xq.data(), stream_));
+    DSI_RETURN_IF_ERROR(gemm(s_.xq.data(), M, w.cols, w, y, ldy));
+  }
+  return round_bf16_cuda(y, M, ldy, 0, w.rows, stream_);
+}
+
+Status CudaForwardV41::round(float* x, int64_t rows, int64_t ld, int64_t c0, int64_t c1) {
+  return official() ? round_bf16_cuda(x, rows, ld, c0, c1, stream_) : Status::ok();
+}
+
 Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
   const int64_t T = st.T, V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const float eps = float(cfg_.rms_norm_eps);
   const DeviceWeight& emb = weights_.embed();
   DSI_OP("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens,
                               T, n, s_.X.data(), stream_));
+  DSI_OP("embed", -1, round(s_.X.data(), T * n, D, 0, D));
   if (!cfg_.v41.engram_layer_ids.empty()) {
     DSI_OP("engram_hash", -1, engram_hash(st, hash_, s_.hashes.data(), stream_));
     DSI_OP("engram_hash", -1, engram_history_write(st, hash_, stream_));
@@ -113,22 +138,27 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
                     batch_invariant_};
     hp.pre_in = pre;
     hp.pre_out = s_.pre_a.data();
+    hp.round_bf16 = official();
     DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(attention(l, st));
     DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    DSI_OP("hc_post_attn", l, round(s_.X.data(), T * n, D, 0, D));
     float* next = (l % 2 ? s_.pre1 : s_.pre0).data();
     hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.ffn_norm,
           batch_invariant_};
     hp.pre_in = s_.pre_a.data();
     hp.pre_out = next;
+    hp.round_bf16 = official();
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(ffn(l, st));
     DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    DSI_OP("hc_post_ffn", l, round(s_.X.data(), T * n, D, 0, D));
     DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));  // speculative decoding: tapped layers
     pre = next;
   }
   if (R > 0) {
-    DSI_OP("final_collapse", -1, hc_collapse_norm(s_.X.data(), pre, rows, R, n, D, weights_.final_norm(), eps, s_.hid.data(), stream_));
+    DSI_OP("final_collapse", -1, hc_collapse_norm(s_.X.data(), pre, rows, R, n, D, weights_.final_norm(), eps, s_.hid.data(),
+                                                    stream_, official()));
     DSI_OP("lm_head", -1, gemm(s_.hid.data(), R, D, weights_.head(), s_.logits.data(), V));
   }
   return Status::ok();
@@ -140,8 +170,10 @@ Status CudaForwardV41::engram(int64_t l, const ops::StepDevice& st) {
   const int64_t T = st.T, n = cfg_.hc_mult, D = cfg_.hidden_size, e = cfg_.engram_index(l);
   const int64_t cols = hash_.cols(), hd = cfg_.v41.engram_head_dim;
   DSI_OP("engram_lookup", l, engram_gather(s_.hashes.data(), T, hash_.layers, e, cols, L.engram_table, s_.erows.data(), stream_));
-  DSI_OP("engram_wkv", l, gemm(s_.erows.data(), T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
+  DSI_OP("engram_lookup", l, round(s_.erows.data(), T, cols * hd, 0, cols * hd));
+  DSI_OP("engram_wkv", l, linear(model::v41::Gemm::FP8, s_.erows.data(), T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
   DSI_OP("engram_gate", l, engram_gate(s_.X.data(), T, n, D, s_.ekv.data(), L.engram_qk, float(cfg_.rms_norm_eps), stream_));
+  DSI_OP("engram_gate", l, round(s_.X.data(), T * n, D, 0, D));
   return Status::ok();
 }
 
@@ -165,11 +197,18 @@ Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   const float limit = float(cfg_.swiglu_limit);
   const MoePath path = moe_path(kernel_mode(), T);  // ops/moe/moe_plan.h
   const int64_t chunk = moe_chunk_tokens(kernel_mode(), T, L.experts.experts, k);
+  // Official numerics: the input quantized once per 1x32 (every expert quantizes the same rows), the official MoE.
+  if (official()) DSI_OP("moe", l, fp8_act_quant_cuda(s_.y.data(), T, D, D, s_.xq.data(), stream_));
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t m = std::min(chunk, T - r);
+    const MoeSharedDevice* shared = ep_rank_ == 0 ? &L.shared : nullptr;
+    if (official()) {
+      DSI_OP("moe", l, moe_official_cuda(s_.xq.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k,
+                                         L.experts, shared, limit, s_.f.data() + r * D, moe_ws_, stream_));
+      continue;
+    }
     DSI_OP("moe", l, moe_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k, L.experts,
-                              ep_rank_ == 0 ? &L.shared : nullptr, limit, limit, s_.f.data() + r * D, moe_ws_, stream_,
-                              path));
+                              shared, limit, limit, s_.f.data() + r * D, moe_ws_, stream_, path));
   }
   if (ep_size_ > 1) {
     if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");
