@@ -36,7 +36,7 @@ class CudaForwardV41 final : public CudaForward {
   Status run(const ops::StepDevice& st, const int32_t* rows, int64_t R) override;
   float* logits() const override { return s_.logits.data(); }
   Result<int32_t> reload_expert_slots(int64_t l, const std::vector<int32_t>& slots) override;
-  // No GPU drafter for V4.1 yet (CudaRunner::create_drafter refuses speculative decoding on it).
+  // No device drafter for V4.1 yet: CudaRunner::create_drafter leaves DSpark to the host reference drafter.
   const ops::cuda::DeviceWeight* embed_weight() const override { return nullptr; }
   const ops::cuda::DeviceWeight* head_weight() const override { return nullptr; }
 
