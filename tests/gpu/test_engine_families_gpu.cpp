@@ -348,7 +348,7 @@ TEST_P(EngineFamilies, OfficialNumericsRun) {
   EXPECT_NE(e->submit(request(0, 9), &err), 0u) << err;
   EXPECT_TRUE(e->run_until_idle(results, &err)) << err;
   ASSERT_EQ(results.size(), 1u);
-  EXPECT_EQ(results[0].completions.at(0).token_ids.size(), size_t(request(0, 9).sampling.max_tokens));
+  EXPECT_EQ(int64_t(results[0].completions.at(0).token_ids.size()), request(0, 9).sampling.max_tokens);
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, EngineFamilies,

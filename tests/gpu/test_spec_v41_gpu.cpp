@@ -17,7 +17,7 @@
 
 namespace {
 
-struct Run {
+struct SpecRun {
   std::vector<std::vector<int32_t>> tokens;
   dsinfer::SpeculativeMetrics metrics;
 };
@@ -39,8 +39,8 @@ dsinfer::EngineOptions options(const std::string& dir, const std::string& tok, c
   return o;
 }
 
-Run run(const dsinfer::EngineOptions& o, const std::vector<dsinfer::Request>& reqs) {
-  Run rr;
+SpecRun run(const dsinfer::EngineOptions& o, const std::vector<dsinfer::Request>& reqs) {
+  SpecRun rr;
   std::string err;
   auto e = dsinfer::Engine::create(o, &err);
   EXPECT_TRUE(e) << err;
@@ -78,18 +78,18 @@ TEST(SpecV41Gpu, DsparkGreedyIdenticalToPlainBatchInvariant) {
     r.sampling.temperature = 0;
     reqs.push_back(r);
   }
-  const Run plain = run(options(model, tok, "off", 6, 4096), reqs);
-  const Run mixed = run(options(model, tok, "dspark", 6, 24), reqs);
+  const SpecRun plain = run(options(model, tok, "off", 6, 4096), reqs);
+  const SpecRun mixed = run(options(model, tok, "dspark", 6, 24), reqs);
   dsinfer::EngineOptions so = options(model, tok, "dspark", 6, 4096);
   so.speculative_budget = 6;
   so.speculative_min_survival = 0.2;
-  const Run sched = run(so, reqs);
+  const SpecRun sched = run(so, reqs);
   ASSERT_EQ(plain.tokens.size(), reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_EQ(plain.tokens[i].size(), size_t(reqs[i].sampling.max_tokens));
+    EXPECT_EQ(int64_t(plain.tokens[i].size()), reqs[i].sampling.max_tokens);
     EXPECT_EQ(mixed.tokens[i], plain.tokens[i]) << "request " << i << " (mixed)";
     EXPECT_EQ(sched.tokens[i], plain.tokens[i]) << "request " << i << " (confidence schedule)";
-    const Run alone = run(options(model, tok, "dspark", 1, 4096), {reqs[i]});
+    const SpecRun alone = run(options(model, tok, "dspark", 1, 4096), {reqs[i]});
     EXPECT_EQ(alone.tokens.at(0), plain.tokens[i]) << "request " << i << " (alone)";
   }
   EXPECT_GT(mixed.metrics.drafted_tokens, 0);

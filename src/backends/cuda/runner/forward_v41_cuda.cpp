@@ -134,7 +134,7 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const DeviceLayerV41& L = weights_.layer(l);
     if (L.engram) DSI_RETURN_IF_ERROR(engram(l, st));
-    // speculative decoding: a V4.1 tap of layer l is the block's input (after the Engram), as the CPU runner's
+    // speculative decoding: a V4.1 tap of layer l is the block's input after the Engram (speculative/drafter.h)
     DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));
     HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.attn_norm,
                     batch_invariant_};
