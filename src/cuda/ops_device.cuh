@@ -82,12 +82,9 @@ __device__ __forceinline__ float pow2_ceil(float t) {
   return ldexpf(1.0f, k);
 }
 
-// The official FP8 activation quantization (act_quant, ops::fp8_qat_ref) of one value of a block whose largest
-// magnitude is amax: the UE8M0 scale 2^ceil(log2(max(amax, 1e-4) * fp32(1/448))), e4m3 of x / scale, times scale.
+// The UE8M0 scale of the official FP8 activation quantization (act_quant, ops::fp8_qat_ref) of a block whose largest
+// magnitude is amax: 2^ceil(log2(max(amax, 1e-4) * fp32(1/448))).
 __device__ __forceinline__ float fp8_act_scale(float amax) { return pow2_ceil(__fmul_rn(fmaxf(amax, 1e-4f), 1.0f / 448.0f)); }
-__device__ __forceinline__ float fp8_act_quant(float x, float s) {
-  return __fmul_rn(round_e4m3(fminf(fmaxf(__fdiv_rn(x, s), -448.0f), 448.0f)), s);
-}
 
 // ---- block-cooperative routines on a vector v[n] in shared memory (all threads call; blockDim % 32 == 0) ----
 

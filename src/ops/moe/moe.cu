@@ -180,25 +180,20 @@ __global__ void combine_kernel(const float* yp, const int32_t* pos_of, const flo
   }
 }
 
-// DeepSeek-V4.1 official numerics (model/deepseek_v41_ffn.cpp expert_official), one warp per 32 values of a row:
-// g, u = bf16(h1), bf16(h3) (the bf16 outputs of the official GEMMs), clamped; h = bf16(w * (silu(g) * u)) with the
-// row's routing weight w (1 without row_weight); then the FP8 1x32 activation quantization of h for the down GEMM.
+// DeepSeek-V4.1 official numerics (model/deepseek_v41_ffn.cpp expert_official): g, u = h1, h3 (the bf16 outputs of
+// the official GEMMs) clamped; h = bf16(w * (silu(g) * u)) with the row's routing weight w (1 without row_weight).
 __global__ void official_swiglu_kernel(float* h1, const float* h3, const float* row_weight, int64_t rows,
                                        const int32_t* rows_dev, int64_t inter, float limit) {
   namespace dev = dsinfer::cuda::dev;
-  const int64_t nrows = rows_dev ? int64_t(*rows_dev) : rows, per_row = inter / 32, blocks = nrows * per_row;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  const int lane = threadIdx.x & 31;
-  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5); b < blocks; b += warps) {
-    const int64_t r = b / per_row, i = r * inter + (b % per_row) * 32 + lane;
-    float g = dev::round_bf16(h1[i]), u = dev::round_bf16(h3[i]);
+  const int64_t total = (rows_dev ? int64_t(*rows_dev) : rows) * inter;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float g = h1[i], u = h3[i];
     if (limit > 0.0f) {
       g = fminf(g, limit);
       u = fminf(fmaxf(u, -limit), limit);
     }
-    const float w = row_weight ? row_weight[r] : 1.0f;
-    const float h = dev::round_bf16(__fmul_rn(w, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u)));
-    h1[i] = dev::fp8_act_quant(h, dev::fp8_act_scale(dev::warp_max(fabsf(h))));
+    const float w = row_weight ? row_weight[i / inter] : 1.0f;
+    h1[i] = dev::round_bf16(__fmul_rn(w, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u)));
   }
 }
 
@@ -269,7 +264,7 @@ void launch_combine(const float* yp, const int32_t* pos_of, const float* weight,
 
 void launch_official_swiglu(float* h1, const float* h3, const float* row_weight, int64_t rows,
                             const int32_t* rows_dev, int64_t inter, float limit, void* stream) {
-  official_swiglu_kernel<<<elementwise_blocks(rows * inter / 8), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+  official_swiglu_kernel<<<elementwise_blocks(rows * inter), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       h1, h3, row_weight, rows, rows_dev, inter, limit);
 }
 

@@ -19,6 +19,7 @@
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
+#include "ops/gemm/gemm_official_cuda.h"
 #include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
@@ -150,9 +151,9 @@ Status check_shared(const MoeSharedDevice& sh, int64_t D) {
 
 // Grouped GEMM over the permuted rows of all experts, on the kernel plan_moe_expert_gemm chooses.
 // skinny_ok = false (MoePath::Invariant): always the tiled kernel, whose per-row sums do not depend on T.
-Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets, int64_t total_rows,
-                   int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream,
-                   bool skinny_ok) {
+// Arguments of a grouped GEMM over the permuted rows of all experts (x rows gathered through x_rows when not null).
+detail::GemmArgs expert_args(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets,
+                             int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy) {
   detail::GemmArgs a{.x = x, .ldx = ldx, .x_rows = x_rows, .y = y, .ldy = ldy, .row_off = offsets, .groups = experts,
                      .N = w.rows, .K = w.cols};
   // The experts' common format and shape (no data: the per-expert pointers are aligned by contract).
@@ -164,6 +165,13 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
   a.wdata_arr = w.data;
   a.wscale_arr = w.scale;
   detail::set_x_vec(a);
+  return a;
+}
+
+Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets, int64_t total_rows,
+                   int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream,
+                   bool skinny_ok) {
+  detail::GemmArgs a = expert_args(x, ldx, x_rows, offsets, experts, w, y, ldy);
   const MoeExpertGemmPlan p = plan_moe_expert_gemm(skinny_ok, total_rows, experts, a.w_vec);
   if (p.kernel == GemmKernel::kSkinny) {
     detail::launch_gemm_skinny(w.fmt, a, stream);
@@ -347,13 +355,11 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   return Status::ok();
 }
 
-Status moe_official_cuda(const float* xq, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+Status moe_official_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                          const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float* out,
                          MoeWorkspace& ws, void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, Is = shared ? shared->w1.rows : 0;
-  DSI_RETURN_IF_ERROR(ws.check_call(xq, T, idx, weight, topk, ex, shared, out));
-  if (I % 32 != 0 || Is % 32 != 0)
-    return Status::errorf("moe_official_cuda: expert widths {} / {} must be multiples of 32 (activation blocks)", I, Is);
+  DSI_RETURN_IF_ERROR(ws.check_call(x, T, idx, weight, topk, ex, shared, out));
   if (T == 0) return Status::ok();
   const int64_t n = T * topk;
   int32_t *offsets = ws.offsets_.data(), *perm = ws.perm_token_.data(), *pos = ws.pos_of_.data();
@@ -364,20 +370,26 @@ Status moe_official_cuda(const float* xq, int64_t T, const int32_t* idx, const f
   DSI_CUDA_LAUNCHED("moe_scatter_kernel");
   detail::launch_row_weight(pos, weight, n, wrow, stream);
   DSI_CUDA_LAUNCHED("row_weight_kernel");
-  // The routed experts: exact grouped GEMMs over the permuted (already quantized) rows, the official SwiGLU, the down
-  // GEMM; the operands are e4m3 / e2m1 values times powers of two, so even the tiled kernel's bf16 operands are exact.
-  DSI_RETURN_IF_ERROR(expert_gemm(xq, D, perm, offsets, n, E, ex.w1, h1, I, stream, true));
-  DSI_RETURN_IF_ERROR(expert_gemm(xq, D, perm, offsets, n, E, ex.w3, h3, I, stream, true));
+  // The routed experts: the official (quantized, bf16-out) GEMMs over the permuted rows, the official SwiGLU, the down
+  // GEMM; then the shared expert the same way on all T rows.
+  const auto grouped = [&](const float* in, int64_t ld, const int32_t* rows, const DeviceExpertWeights& w, float* y,
+                           int64_t ldy) {
+    detail::launch_gemm_official(w.fmt, expert_args(in, ld, rows, offsets, E, w, y, ldy), OfficialGemm::kQuantized,
+                                 stream);
+  };
+  grouped(x, D, perm, ex.w1, h1, I);
+  grouped(x, D, perm, ex.w3, h3, I);
   detail::launch_official_swiglu(h1, h3, wrow, n, offsets + E, I, limit, stream);
-  DSI_CUDA_LAUNCHED("official_swiglu_kernel");
-  DSI_RETURN_IF_ERROR(expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream, true));
+  grouped(h1, I, nullptr, ex.w2, yp, D);
+  DSI_CUDA_LAUNCHED("gemm_official_kernel / official_swiglu_kernel");
   float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *shy = shared ? ws.shy_.data() : nullptr;
   if (shared) {
-    DSI_RETURN_IF_ERROR(gemm_cuda(xq, T, D, shared->w1, s1, Is, false, stream, GemmPrecision::kFp32SmallM));
-    DSI_RETURN_IF_ERROR(gemm_cuda(xq, T, D, shared->w3, s3, Is, false, stream, GemmPrecision::kFp32SmallM));
+    const OfficialGemm q = OfficialGemm::kQuantized;
+    DSI_RETURN_IF_ERROR(gemm_official_cuda(x, T, D, shared->w1, s1, Is, q, stream));
+    DSI_RETURN_IF_ERROR(gemm_official_cuda(x, T, D, shared->w3, s3, Is, q, stream));
     detail::launch_official_swiglu(s1, s3, nullptr, T, nullptr, Is, limit, stream);
     DSI_CUDA_LAUNCHED("official_swiglu_kernel(shared)");
-    DSI_RETURN_IF_ERROR(gemm_cuda(s1, T, Is, shared->w2, shy, D, false, stream, GemmPrecision::kFp32SmallM));
+    DSI_RETURN_IF_ERROR(gemm_official_cuda(s1, T, Is, shared->w2, shy, D, q, stream));
   }
   detail::launch_official_combine(yp, pos, idx, T, topk, D, shy, out, stream);
   DSI_CUDA_LAUNCHED("official_combine_kernel");

@@ -39,12 +39,12 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
 // experts (same kernels and buffers as in line, so the same bits; the join precedes the combine). Created by
 // MoeWorkspace::reserve on the current device (stream/event creation never happens inside a captured forward);
 // moe_cuda runs the shared expert in line when called on another device.
-// DeepSeek-V4.1 official numerics (model/deepseek_v41_ffn.cpp, the official branch): xq [T, D] is the MoE input
-// after the FP8 1x32 activation quantization (ops/quant_sim fp8_act_quant_cuda); every expert computes
-// g, u = bf16(W1 xq), bf16(W3 xq), h = bf16(weight * silu(min(g, L)) * clamp(u, -L, L)), quantized again, y =
-// bf16(W2 h); out = bf16(the routed y summed in increasing expert id in fp32 + the shared expert's y (weight 1)).
-// Exact GEMMs; the shared expert takes the same limit. An expert id of -1 (another rank's) is skipped.
-Status moe_official_cuda(const float* xq, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+// DeepSeek-V4.1 official numerics (model/deepseek_v41_ffn.cpp, the official branch), with the official GEMMs
+// (ops/gemm/gemm_official_cuda.h: x quantized per 1x32, bf16 out): every expert computes g, u = W1 x, W3 x,
+// h = bf16(weight * silu(min(g, L)) * clamp(u, -L, L)), y = W2 h; out = bf16(the routed y summed in increasing expert
+// id in fp32 + the shared expert's y (weight 1)). The shared expert takes the same limit. An expert id of -1
+// (another rank's) is skipped.
+Status moe_official_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                          const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float* out,
                          MoeWorkspace& ws, void* stream);
 

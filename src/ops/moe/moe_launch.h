@@ -81,10 +81,9 @@ void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows
                    void* stream);
 void launch_combine(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk, int64_t dim,
                     const float* shared, float* out, void* stream);
-// moe.cu, DeepSeek-V4.1 official numerics (moe_official_cuda): the SwiGLU with the routing weight inside, bf16
-// roundings and the FP8 1x32 activation quantization of its output ("official_swiglu_kernel", inter % 32 == 0), the
-// routing weight of every permuted row ("row_weight_kernel"), the combine in increasing expert id
-// ("official_combine_kernel").
+// moe.cu, DeepSeek-V4.1 official numerics (moe_official_cuda): the SwiGLU with the routing weight inside and a bf16
+// output ("official_swiglu_kernel"), the routing weight of every permuted row ("row_weight_kernel"), the combine in
+// increasing expert id ("official_combine_kernel").
 void launch_official_swiglu(float* h1, const float* h3, const float* row_weight, int64_t rows,
                             const int32_t* rows_dev, int64_t inter, float limit, void* stream);
 void launch_row_weight(const int32_t* pos_of, const float* weight, int64_t n, float* wrow, void* stream);

@@ -35,29 +35,12 @@ __global__ void round_bf16_kernel(float* x, int64_t rows, int64_t ld, int64_t co
   }
 }
 
-// One warp per 32-value block (lane = value): the block's largest magnitude, its scale, the quantized value.
-__global__ void fp8_act_quant_kernel(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* y) {
-  const int64_t blocks = rows * (cols / 32), warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  const int lane = threadIdx.x & 31;
-  for (int64_t b = blockIdx.x * int64_t(blockDim.x / 32) + (threadIdx.x >> 5); b < blocks; b += warps) {
-    const int64_t r = b / (cols / 32), c = (b % (cols / 32)) * 32 + lane;
-    const float v = x[r * ldx + c];
-    const float s = dev::fp8_act_scale(dev::warp_max(fabsf(v)));
-    y[r * cols + c] = dev::fp8_act_quant(v, s);
-  }
-}
 }  // namespace
 
 void launch_round_bf16(float* x, int64_t rows, int64_t ld, int64_t col0, int64_t col1, void* stream) {
   const int64_t n = rows * (col1 - col0);
   const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 4096));
   round_bf16_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, rows, ld, col0, col1 - col0);
-}
-
-void launch_fp8_act_quant(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* y, void* stream) {
-  const int64_t warps = rows * (cols / 32);
-  const unsigned blocks = unsigned(std::min<int64_t>((warps + 7) / 8, 4096));
-  fp8_act_quant_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, rows, cols, ldx, y);
 }
 
 void launch_fp8_block_sim(float* x, int64_t rows, int64_t row_stride, int64_t n, int64_t block, void* stream) {

@@ -39,14 +39,4 @@ Status round_bf16_cuda(float* x, int64_t rows, int64_t ld, int64_t col0, int64_t
   return Status::ok();
 }
 
-Status fp8_act_quant_cuda(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* y, void* stream) {
-  if (rows < 0 || cols < 0 || cols % 32 != 0 || ldx < cols)
-    return Status::errorf("fp8_act_quant_cuda: bad shape rows={} cols={} (a multiple of 32) ldx={}", rows, cols, ldx);
-  if (rows == 0 || cols == 0) return Status::ok();
-  if (!x || !y) return Status::error("fp8_act_quant_cuda: null x or y");
-  detail::launch_fp8_act_quant(x, rows, cols, ldx, y, stream);
-  DSI_CUDA_LAUNCHED("fp8_act_quant_kernel");
-  return Status::ok();
-}
-
 }  // namespace dsinfer::ops::cuda

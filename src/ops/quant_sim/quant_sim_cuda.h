@@ -1,8 +1,7 @@
 // CUDA versions of the official numerics simulations (same semantics as quant_sim.h, bit-identical rounding):
 // FP8 e4m3 block simulation of the stored KV's non-RoPE channels and Hadamard + FP4 e2m1 block simulation of
-// indexer queries; and the rounding points of DeepSeek-V4.1's official numerics (bf16 activations, the FP8 1x32
-// activation quantization before an FP8 / FP4 GEMM, model/deepseek_v41_numerics.h). All pointers are device
-// pointers; x is updated in place unless an output is named.
+// indexer queries; and the bf16 rounding of DeepSeek-V4.1's official numerics (model/deepseek_v41_numerics.h). All
+// pointers are device pointers; x is updated in place.
 #pragma once
 #include <cstdint>
 
@@ -21,10 +20,5 @@ Status hadamard_fp4_sim(float* x, int64_t rows, int64_t dim, int64_t block, void
 // Columns [col0, col1) of every row of x [rows, ld] rounded to bf16 (round to nearest even), as core/dtypes.h
 // round_bf16: e.g. a whole activation (col0 0, col1 = ld) or the RoPE channels of each head (rows = tokens * heads).
 Status round_bf16_cuda(float* x, int64_t rows, int64_t ld, int64_t col0, int64_t col1, void* stream);
-
-// y [rows, cols] (contiguous) = x [rows, ldx] quantized as the official act_quant does before an FP8 / FP4 GEMM: per
-// 32 consecutive values a UE8M0 scale from their largest magnitude, e4m3 values (ops::fp8_qat_ref with block 32,
-// bit for bit), stored dequantized. cols % 32 == 0; y must not overlap x. One warp per 32-value block.
-Status fp8_act_quant_cuda(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* y, void* stream);
 
 }  // namespace dsinfer::ops::cuda

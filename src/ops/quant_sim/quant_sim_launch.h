@@ -6,5 +6,4 @@ namespace dsinfer::ops::cuda::detail {
 void launch_fp8_block_sim(float* x, int64_t rows, int64_t row_stride, int64_t n, int64_t block, void* stream);
 void launch_hadamard_fp4_sim(float* x, int64_t rows, int64_t dim, int64_t block, void* stream);
 void launch_round_bf16(float* x, int64_t rows, int64_t ld, int64_t col0, int64_t col1, void* stream);
-void launch_fp8_act_quant(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* y, void* stream);
 }  // namespace dsinfer::ops::cuda::detail

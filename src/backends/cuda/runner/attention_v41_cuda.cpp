@@ -10,6 +10,7 @@
 #include "model/state_pool.h"
 #include "ops/csa2/csa2_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
+#include "ops/gemm/gemm_official_cuda.h"
 #include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "ops/rope/rope_cuda.h"
@@ -36,7 +37,7 @@ Status CudaForwardV41::kv_source(int64_t l, const ops::StepDevice& st) {
   // Official numerics: the ratio > 1 pooling projections in fp32, the ratio-1 latents in bf16.
   DSI_OP("compressor_proj", l, linear(m > 1 ? Gemm::F32 : Gemm::BF16, s_.y.data(), T, D, L.comp_wkv, s_.ckv.data(), hd));
   if (m > 1) {
-    DSI_OP("compressor_proj", l, gemm(s_.y.data(), T, D, L.comp_wgate, s_.cg.data(), hd));
+    DSI_OP("compressor_proj", l, linear(Gemm::F32, s_.y.data(), T, D, L.comp_wgate, s_.cg.data(), hd));
     DSI_OP("compressor", l, csa2_pool(st, view, m, hd, s_.ckv.data(), s_.cg.data(), latent, stream_));
     DSI_OP("compressor", l, csa2_frontier_write(st, view, hd, s_.ckv.data(), s_.cg.data(), stream_));
     DSI_OP("compressor", l, round(latent, T, hd, 0, hd));
@@ -158,12 +159,15 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
   DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
-  const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, kernel_mode(), GemmSettings{});
-  const int64_t chunk = gp.chunk_rows;
-  for (int64_t i = 0; i < T; i += chunk)
-    DSI_OP("wo_a", l, gemm_grouped_cuda(o + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
-                                          s_.mid.data() + i * G * r, G * r, r, stream_, gp.precision));
-  DSI_OP("wo_a", l, round(s_.mid.data(), T, G * r, 0, G * r));  // official: a bf16 einsum
+  if (official()) {  // a bf16 einsum per group
+    DSI_OP("wo_a", l, gemm_official_cuda(o, T, H * hd, L.wo_a, s_.mid.data(), G * r, OfficialGemm::kBf16, stream_, G));
+  } else {
+    const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, kernel_mode(), GemmSettings{});
+    const int64_t chunk = gp.chunk_rows;
+    for (int64_t i = 0; i < T; i += chunk)
+      DSI_OP("wo_a", l, gemm_grouped_cuda(o + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
+                                            s_.mid.data() + i * G * r, G * r, r, stream_, gp.precision));
+  }
   DSI_OP("wo_b", l, linear(Gemm::FP8, s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D));
   return Status::ok();
 }

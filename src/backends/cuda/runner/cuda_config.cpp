@@ -14,19 +14,6 @@ std::string cuda_numerics_refusal(const io::ModelConfig& cfg, const model::Numer
     return fmt::format("DeepSeek-V4.1 with '{}' numerics runs on one GPU only: the official MoE adds a token's experts "
                        "in one fp32 sum in expert-id order, which {} expert-parallel ranks would split (use --numerics "
                        "hf or hf-noqat on several GPUs)", num.name, gpus);
-  const auto& v = cfg.v41;
-  const int64_t engram_in = (v.engram_max_ngram_size - 1) * v.engram_n_heads * v.engram_head_dim;
-  const std::pair<const char*, int64_t> widths[] = {
-      {"hidden_size", cfg.hidden_size},
-      {"q_lora_rank", cfg.q_lora_rank},
-      {"o_groups * o_lora_rank", cfg.o_groups * cfg.o_lora_rank},
-      {"moe_intermediate_size", cfg.moe_intermediate_size},
-      {"the Engram rows ((engram_max_ngram_size - 1) * engram_n_heads * engram_head_dim)",
-       v.engram_layer_ids.empty() ? 0 : engram_in}};
-  for (const auto& [what, w] : widths)
-    if (w % 32 != 0)
-      return fmt::format("DeepSeek-V4.1 '{}' numerics quantize the input of every FP8 / FP4 GEMM in blocks of 32, but "
-                         "{} is {}", num.name, what, w);
   return "";
 }
 

@@ -48,10 +48,7 @@ class CudaForwardV41 final : public CudaForward {
     cuda::DeviceBuffer<int32_t> sel, mask_n, ridx;
     cuda::DeviceBuffer<uint8_t> mask;
     cuda::DeviceBuffer<int64_t> hashes;
-    // Official numerics only: the quantized input of an FP8 / FP4 GEMM [T, widest input], the indexer selection's
-    // (value, index) pairs [T, stride].
-    cuda::DeviceBuffer<float> xq;
-    cuda::DeviceBuffer<int64_t> pairs;
+    cuda::DeviceBuffer<int64_t> pairs;  // official numerics: the indexer selection's (value, index) pairs [T, stride]
   };
   // The kernel-choice plans' mode (ops/kernel_mode.h): exact (also for official numerics, whose rounding points assume
   // the exact kernels' fp32 GEMMs), batch-invariant, else the default kernels.
@@ -60,8 +57,8 @@ class CudaForwardV41 final : public CudaForward {
     return batch_invariant_ ? ops::KernelMode::kBatchInvariant : ops::KernelMode::kDefault;
   }
   bool official() const { return num_.bf16_activations; }
-  // y [M, ldy] = x [M, ldx] . w^T with the semantics of `g` (model::v41::Num::linear): under official numerics FP8 /
-  // FP4 quantize x per 1x32 (into s_.xq) and round y to bf16, BF16 rounds y; otherwise (and for F32) the plain GEMM.
+  // y [M, ldy] = x [M, ldx] . w^T with the semantics of `g` (model::v41::Num::linear): under official numerics the
+  // official GEMM (ops/gemm/gemm_official_cuda.h: bit for bit Num::linear), otherwise the plain GEMM.
   Status linear(model::v41::Gemm g, const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y,
                 int64_t ldy);
   // Official numerics: columns [c0, c1) of x [rows, ld] rounded to bf16 (a no-op otherwise).

@@ -9,6 +9,7 @@
 #include "cuda/cuda_common.h"
 #include "ops/embed/embed_cuda.h"
 #include "ops/engram/engram_cuda.h"
+#include "ops/gemm/gemm_official_cuda.h"
 #include "ops/mhc/mhc_cuda.h"
 #include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
@@ -72,11 +73,7 @@ Status CudaForwardV41::prepare(int64_t T, int64_t R, int64_t max_pos) {
   DSI_RETURN_IF_ERROR(grow(s_.ekv, t * size_t((n + 1) * D), "engram kv"));
   DSI_RETURN_IF_ERROR(grow(s_.hid, size_t(R) * size_t(D), "final hidden"));
   DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size), "logits"));
-  if (official()) {  // the widest FP8 / FP4 GEMM input, and the indexer's pairs
-    const int64_t in = std::max({D, cfg_.q_lora_rank, cfg_.o_groups * cfg_.o_lora_rank, ecols * v.engram_head_dim});
-    DSI_RETURN_IF_ERROR(grow(s_.xq, t * size_t(in), "quantized GEMM input"));
-    DSI_RETURN_IF_ERROR(grow(s_.pairs, st, "indexer selection pairs"));
-  }
+  if (official()) DSI_RETURN_IF_ERROR(grow(s_.pairs, st, "indexer selection pairs"));
   int64_t ws = 0;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
     ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(l, T), batch_invariant_));
@@ -105,14 +102,10 @@ Status CudaForwardV41::gemm(const float* x, int64_t M, int64_t ldx, const Device
 Status CudaForwardV41::linear(model::v41::Gemm g, const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
                               int64_t ldy) {
   using model::v41::Gemm;
-  if (!official() || g == Gemm::F32) return gemm(x, M, ldx, w, y, ldy);
-  if (g == Gemm::BF16) {
-    DSI_RETURN_IF_ERROR(gemm(x, M, ldx, w, y, ldy));
-  } else {
-    DSI_RETURN_IF_ERROR(fp8_act_quant_cuda(x, M, w.cols, ldx, s_.xq.data(), stream_));
-    DSI_RETURN_IF_ERROR(gemm(s_.xq.data(), M, w.cols, w, y, ldy));
-  }
-  return round_bf16_cuda(y, M, ldy, 0, w.rows, stream_);
+  if (!official()) return gemm(x, M, ldx, w, y, ldy);
+  const OfficialGemm mode = g == Gemm::F32 ? OfficialGemm::kF32 : g == Gemm::BF16 ? OfficialGemm::kBf16
+                                                                                  : OfficialGemm::kQuantized;
+  return gemm_official_cuda(x, M, ldx, w, y, ldy, mode, stream_);
 }
 
 Status CudaForwardV41::round(float* x, int64_t rows, int64_t ld, int64_t c0, int64_t c1) {
@@ -198,13 +191,11 @@ Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   const float limit = float(cfg_.swiglu_limit);
   const MoePath path = moe_path(kernel_mode(), T);  // ops/moe/moe_plan.h
   const int64_t chunk = moe_chunk_tokens(kernel_mode(), T, L.experts.experts, k);
-  // Official numerics: the input quantized once per 1x32 (every expert quantizes the same rows), the official MoE.
-  if (official()) DSI_OP("moe", l, fp8_act_quant_cuda(s_.y.data(), T, D, D, s_.xq.data(), stream_));
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t m = std::min(chunk, T - r);
     const MoeSharedDevice* shared = ep_rank_ == 0 ? &L.shared : nullptr;
     if (official()) {
-      DSI_OP("moe", l, moe_official_cuda(s_.xq.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k,
+      DSI_OP("moe", l, moe_official_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k,
                                          L.experts, shared, limit, s_.f.data() + r * D, moe_ws_, stream_));
       continue;
     }
