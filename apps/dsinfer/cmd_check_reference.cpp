@@ -133,8 +133,8 @@ int cmd_check_reference(int argc, char** argv) {
               rep.reference_path.c_str(), rep.runner_name.c_str(), rep.tolerance, rep.numerics_source.c_str());
   const bool partial = rep.min_greedy_match < 1;
   for (const PromptCheckResult& p : rep.prompts)
-    std::printf("prompt %lld: len %3lld  max|err|/max|ref| = %.3e  greedy %lld/%lld  %s\n", (long long)p.index,
-                (long long)p.len, p.rel_err, (long long)p.greedy_matched, (long long)p.greedy_total,
+    std::printf("prompt %lld: len %3lld  max|err|/max|ref| = %.3e  p99 %.3e  greedy %lld/%lld  %s\n", (long long)p.index,
+                (long long)p.len, p.rel_err, p.p99_rel_err, (long long)p.greedy_matched, (long long)p.greedy_total,
                 (partial ? p.logits_ok : p.ok) ? "OK" : "FAIL");
   if (partial)
     std::printf("greedy %lld/%lld steps match (need %.0f%%)\n", (long long)rep.greedy_matched, (long long)rep.greedy_total,

@@ -59,6 +59,7 @@ struct PromptCheckResult {
   int64_t index = 0;             // N of the reference's prompt.N.* (a reference may hold a subset)
   int64_t len = 0;               // prompt tokens
   double rel_err = 0;            // max |ours - ref| / max |ref| over every compared logit of the prompt
+  double p99_rel_err = 0;        // the 99th percentile of |ours - ref| over those logits, / max |ref|
   int64_t greedy_matched = 0, greedy_total = 0;  // greedy tokens equal to the reference's
   bool logits_ok = false;        // rel_err <= tolerance
   bool ok = false;               // logits_ok and every greedy token matched

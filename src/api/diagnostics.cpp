@@ -107,8 +107,8 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
                        check::check_reference(*runner, ref, rep.tolerance, !o.dump_logits_path.empty(), ids ? &*ids : nullptr,
                                               o.min_greedy_match));
   for (const check::PromptCheck& p : res.prompts) {
-    rep.prompts.push_back({int64_t(p.index), p.len, p.rel_err, int64_t(p.greedy_matched), int64_t(p.greedy_total),
-                           p.logits_ok, p.ok});
+    rep.prompts.push_back({int64_t(p.index), p.len, p.rel_err, p.p99_rel_err, int64_t(p.greedy_matched),
+                           int64_t(p.greedy_total), p.logits_ok, p.ok});
     rep.greedy_matched += int64_t(p.greedy_matched);
     rep.greedy_total += int64_t(p.greedy_total);
   }

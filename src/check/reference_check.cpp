@@ -157,9 +157,11 @@ Result<ReferenceCheck> check_reference(runner::ModelRunner& runner, const io::Sa
     std::vector<float> logits;
     DSI_RETURN_IF_ERROR(seq.step(r.input_ids, true, logits).with_context(fmt::format("prompt {}", r.index)));
     double max_err = 0, max_ref = 0;
+    std::vector<float> errs;
     auto compare = [&](const float* ours, const float* ref, int64_t n) {
       for (int64_t k = 0; k < n; ++k) {
-        max_err = std::max(max_err, double(std::fabs(ours[k] - ref[k])));
+        errs.push_back(std::fabs(ours[k] - ref[k]));
+        max_err = std::max(max_err, double(errs.back()));
         max_ref = std::max(max_ref, double(std::fabs(ref[k])));
       }
     };
@@ -182,6 +184,11 @@ Result<ReferenceCheck> check_reference(runner::ModelRunner& runner, const io::Sa
       pc.greedy_matched += tok == r.expected[k];
     }
     pc.rel_err = max_ref > 0 ? max_err / max_ref : max_err;
+    if (!errs.empty()) {
+      auto at = errs.begin() + std::ptrdiff_t(0.99 * double(errs.size() - 1));
+      std::nth_element(errs.begin(), at, errs.end());
+      pc.p99_rel_err = max_ref > 0 ? double(*at) / max_ref : double(*at);
+    }
     pc.logits_ok = pc.rel_err <= tol;
     pc.ok = pc.logits_ok && pc.greedy_matched == pc.greedy_total;
     out.prompts.push_back(pc);

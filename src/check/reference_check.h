@@ -21,6 +21,7 @@ struct PromptCheck {
   size_t index = 0;  // N of the reference's prompt.N.*
   int64_t len = 0;
   double rel_err = 0;      // max |ours - ref| / max |ref| over all compared logits
+  double p99_rel_err = 0;  // their 99th percentile |ours - ref|, / max |ref| (the distribution behind a tolerance)
   size_t greedy_matched = 0, greedy_total = 0;
   bool logits_ok = false;  // rel_err within tolerance
   bool ok = false;         // logits_ok and every greedy step matched

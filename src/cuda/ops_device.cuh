@@ -4,6 +4,7 @@
 // uses __f*_rn intrinsics so nvcc cannot contract it into FMAs: the CPU reference computes those products and
 // sums separately, and a one-ulp difference could flip an FP8/FP4 rounding.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -70,6 +71,20 @@ __device__ __forceinline__ float pow2_scale(float amax, float qmax) {
   const double f = frexp(r, &E);  // r = f * 2^E, f in [0.5, 1)
   return ldexpf(1.0f, f == 0.5 ? E - 1 : E);
 }
+
+// Round to the nearest bf16 (ties to even; NaN stays NaN), back in fp32: core/dtypes.h round_bf16.
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// 2^ceil(log2(t)) read off the fp32 bits (ops::pow2_ceil_scale).
+__device__ __forceinline__ float pow2_ceil(float t) {
+  const uint32_t bits = __float_as_uint(t);
+  const int k = int((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
+  return ldexpf(1.0f, k);
+}
+
+// The UE8M0 scale of the official FP8 activation quantization (act_quant, ops::fp8_qat_ref) of a block whose largest
+// magnitude is amax: 2^ceil(log2(max(amax, 1e-4) * fp32(1/448))).
+__device__ __forceinline__ float fp8_act_scale(float amax) { return pow2_ceil(__fmul_rn(fmaxf(amax, 1e-4f), 1.0f / 448.0f)); }
 
 // ---- block-cooperative routines on a vector v[n] in shared memory (all threads call; blockDim % 32 == 0) ----
 

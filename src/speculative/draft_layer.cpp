@@ -6,6 +6,7 @@
 #include "ops/linear/linear.h"
 #include "ops/mhc/mhc.h"
 #include "ops/moe/moe.h"
+#include "ops/qat/qat.h"
 #include "ops/rmsnorm/rmsnorm.h"
 #include "ops/rope/rope.h"
 #include "ops/sparse_attention/sparse_attention.h"
@@ -31,12 +32,15 @@ void attention(const DraftLayerCtx& ctx, const model::LayerWeights& L, const std
   ops::linear_ref(x.data(), T, D, L.wq_a.p(), qr, cq.data());
   ops::rmsnorm_ref(cq.data(), T, qr, L.q_norm.data(), eps, cq.data());
   ops::linear_ref(cq.data(), T, qr, L.wq_b.p(), H * hd, q.data());
-  ops::rmsnorm_ref(q.data(), T * H, hd, nullptr, eps, q.data());
+  if (!ctx.v41) ops::rmsnorm_ref(q.data(), T * H, hd, nullptr, eps, q.data());  // V4.1: no per-head q norm
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) ops::rope_apply_ref(q.data() + (t * H + h) * hd, hd, rd, ctx.inv_freq, pos[t], false, af);
   ops::linear_ref(x.data(), T, D, L.wkv.p(), hd, kv.data());
   ops::rmsnorm_ref(kv.data(), T, hd, L.kv_norm.data(), eps, kv.data());
-  for (int64_t t = 0; t < T; ++t) ops::rope_apply_ref(kv.data() + t * hd, hd, rd, ctx.inv_freq, pos[t], false, af);
+  for (int64_t t = 0; t < T; ++t) {
+    ops::rope_apply_ref(kv.data() + t * hd, hd, rd, ctx.inv_freq, pos[t], false, af);
+    if (ctx.v41) ops::fp8_qat_ref(kv.data() + t * hd, hd, 32);  // the window KV's QAT
+  }
 
   std::vector<float> o(size_t(T * H * hd));
   std::vector<const float*> ks;
@@ -92,7 +96,7 @@ void moe(const io::ModelConfig& c, const model::LayerWeights& L, const std::vect
 }  // namespace
 
 DraftLayerCtx::DraftLayerCtx(const io::ModelConfig& c)
-    : cfg(&c), inv_freq(ops::rope_inv_freq(c.rope_main, c.qk_rope_head_dim)) {}
+    : cfg(&c), inv_freq(ops::rope_inv_freq(c.rope_main, c.qk_rope_head_dim)), v41(c.is_v41()) {}
 
 void draft_layer_forward(const DraftLayerCtx& ctx, const model::LayerWeights& L, std::vector<float>& X, int64_t T,
                          const int64_t* pos, const KeyFn& keys) {
@@ -118,12 +122,50 @@ void draft_context_kv(const DraftLayerCtx& ctx, const model::LayerWeights& L, co
   const io::ModelConfig& c = *ctx.cfg;
   const int64_t D = c.hidden_size, hd = c.head_dim;
   const float eps = float(c.rms_norm_eps);
-  std::vector<float> y(size_t(T * D));
-  ops::rmsnorm_ref(x, T, D, L.attn_norm.data(), eps, y.data());
+  std::vector<float> y(x, x + T * D);
+  if (!ctx.v41) ops::rmsnorm_ref(x, T, D, L.attn_norm.data(), eps, y.data());
   ops::linear_ref(y.data(), T, D, L.wkv.p(), hd, kv);
   ops::rmsnorm_ref(kv, T, hd, L.kv_norm.data(), eps, kv);
-  for (int64_t t = 0; t < T; ++t)
+  for (int64_t t = 0; t < T; ++t) {
     ops::rope_apply_ref(kv + t * hd, hd, c.qk_rope_head_dim, ctx.inv_freq, pos[t], false, float(c.rope_main.attention_factor));
+    if (ctx.v41) ops::fp8_qat_ref(kv + t * hd, hd, 32);
+  }
+}
+
+void draft_layer_forward_v41(const DraftLayerCtx& ctx, const model::LayerWeights& L, std::vector<float>& X, int64_t T,
+                             const int64_t* pos, const KeyFn& keys, std::vector<float>& pre) {
+  const io::ModelConfig& c = *ctx.cfg;
+  const int64_t D = c.hidden_size, n = c.hc_mult;
+  const float eps = float(c.rms_norm_eps);
+  std::vector<float> y(size_t(T * D)), f(size_t(T * D)), post(size_t(T * n)), comb(size_t(T * n * n));
+  std::vector<float> pre_a(size_t(T * n)), pre_f(size_t(T * n));
+  // One site (model/deepseek_v41.cpp): its own coefficients from X, the sublayer's input collapsed with pre_in.
+  auto site = [&](const model::HcWeights& hc, const model::Vec& norm_w, const std::vector<float>& pre_in,
+                  std::vector<float>& pre_out, auto&& sublayer) {
+    const ops::HcParams hp = hc_params(c, hc);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = X.data() + t * n * D;
+      ops::hc_mixes_ref(hp, xt, pre_out.data() + t * n, post.data() + t * n, comb.data() + t * n * n);
+      ops::hc_collapse_ref(n, D, xt, pre_in.data() + t * n, y.data() + t * D);
+    }
+    ops::rmsnorm_ref(y.data(), T, D, norm_w.data(), eps, y.data());
+    sublayer();
+    for (int64_t t = 0; t < T; ++t)
+      ops::hc_post_ref(n, D, f.data() + t * D, post.data() + t * n, comb.data() + t * n * n, X.data() + t * n * D);
+  };
+  site(L.hc_attn, L.attn_norm, pre, pre_a, [&] { attention(ctx, L, y, T, pos, keys, f); });
+  site(L.hc_ffn, L.ffn_norm, pre_a, pre_f, [&] { moe(c, L, y, T, f); });
+  pre = std::move(pre_f);
+}
+
+void draft_collapse_hidden(const DraftLayerCtx& ctx, const std::vector<float>& pre, const model::Vec& norm,
+                           const std::vector<float>& X, int64_t T, std::vector<float>& hb, std::vector<float>& h) {
+  const io::ModelConfig& c = *ctx.cfg;
+  const int64_t D = c.hidden_size, n = c.hc_mult;
+  hb.assign(size_t(T * D), 0.0f);
+  for (int64_t t = 0; t < T; ++t) ops::hc_collapse_ref(n, D, X.data() + t * n * D, pre.data() + t * n, hb.data() + t * D);
+  h.assign(size_t(T * D), 0.0f);
+  ops::rmsnorm_ref(hb.data(), T, D, norm.data(), float(c.rms_norm_eps), h.data());
 }
 
 void draft_head_hidden(const DraftLayerCtx& ctx, const model::HcWeights& hc, const model::Vec& norm,

@@ -92,9 +92,13 @@ Result<SharedWeights> load_shared_weights(const io::ModelConfig& target, const s
   DSI_ASSIGN_OR_RETURN(io::Checkpoint ck, io::Checkpoint::open(model_dir));
   DraftReader rd(ck, target);
   SharedWeights w;
-  // Checkpoints saved by transformers use embed_tokens / lm_head; the official ones embed / head.
-  const bool hf = ck.find("embed.weight") == nullptr && ck.find("model.embed_tokens.weight") != nullptr;
-  w.embed = rd.mat(hf ? "model.embed_tokens.weight" : "embed.weight", target.vocab_size, target.hidden_size);
+  // Checkpoints saved by transformers use model.embed_tokens (DeepSeek-V4.1: model.embed) / lm_head; the official
+  // ones embed / head.
+  const char* embed = "embed.weight";
+  for (const char* name : {"model.embed_tokens.weight", "model.embed.weight"})
+    if (ck.find(embed) == nullptr && ck.find(name) != nullptr) embed = name;
+  const bool hf = std::string(embed) != "embed.weight";
+  w.embed = rd.mat(embed, target.vocab_size, target.hidden_size);
   w.head = target.tie_word_embeddings ? w.embed : rd.mat(hf ? "lm_head.weight" : "head.weight", target.vocab_size,
                                                          target.hidden_size);
   DSI_RETURN_IF_ERROR(rd.finish("\x01", model_dir + " (drafter embedding / head)"));

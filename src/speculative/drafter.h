@@ -56,8 +56,9 @@ class Drafter {
  public:
   virtual ~Drafter() = default;
   virtual SpecMethod method() const = 0;
-  // Target layers whose output residual streams the drafter reads; the runner captures them for every token of
-  // a step as [num_tokens, layers.size(), hc_mult * hidden] floats.
+  // Target layers whose residual streams the drafter reads; the runner captures them for every token of a step as
+  // [num_tokens, layers.size(), hc_mult * hidden] floats: a DeepSeek-V4 layer's output streams, a DeepSeek-V4.1
+  // layer's input streams after its Engram (the official forward_spec taps "before block L").
   virtual const std::vector<int64_t>& tapped_layers() const = 0;
   virtual int32_t max_drafts() const = 0;
   virtual bool has_confidence() const = 0;

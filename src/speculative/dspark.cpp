@@ -58,7 +58,8 @@ Status DsparkCpu::ingest(std::span<const IngestItem> items, std::span<const floa
   return Status::ok();
 }
 
-void DsparkCpu::block_hidden(int32_t slot, int64_t anchor_pos, int32_t anchor_token, std::vector<float>& h) const {
+void DsparkCpu::block_hidden(int32_t slot, int64_t anchor_pos, int32_t anchor_token, std::vector<float>& h,
+                             std::vector<float>& hc) const {
   const int64_t g = dc_.block_size, D = tc_.hidden_size, n = tc_.hc_mult;
   std::vector<int32_t> tok(size_t(g), int32_t(dc_.noise_token_id));
   tok[0] = anchor_token;
@@ -68,17 +69,25 @@ void DsparkCpu::block_hidden(int32_t slot, int64_t anchor_pos, int32_t anchor_to
   for (int64_t k = 0; k < g; ++k)
     for (int64_t j = 0; j < n; ++j) std::copy_n(sw_.embed.p() + int64_t(tok[size_t(k)]) * D, D, X.data() + (k * n + j) * D);
   const int64_t ctx_begin = std::max<int64_t>(0, anchor_pos - window_);
+  std::vector<float> pre(size_t(g * n), 0.0f);  // V4.1: the carried mHC pre, one-hot on stream 0 at the first stage
+  for (int64_t k = 0; k < g; ++k) pre[size_t(k * n)] = 1.0f;
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     auto keys = [&](int64_t, const float* kv, std::vector<const float*>& out) {
       for (int64_t p = ctx_begin; p < anchor_pos; ++p) out.push_back(ring(slot, int64_t(l), p));
       for (int64_t k = 0; k < g; ++k) out.push_back(kv + k * lc_.head_dim);
     };
-    draft_layer_forward(ctx_, w_.layers[l], X, g, pos.data(), keys);
+    if (w_.v41) draft_layer_forward_v41(ctx_, w_.layers[l], X, g, pos.data(), keys, pre);
+    else draft_layer_forward(ctx_, w_.layers[l], X, g, pos.data(), keys);
+  }
+  if (w_.v41) {
+    draft_collapse_hidden(ctx_, pre, w_.norm, X, g, hc, h);
+    return;
   }
   draft_head_hidden(ctx_, w_.hc_head, w_.norm, X, g, h);
+  hc = h;
 }
 
-float DsparkCpu::head(const float* h, int32_t prev, std::vector<float>& logits) const {
+float DsparkCpu::head(const float* h, const float* hc, int32_t prev, std::vector<float>& logits) const {
   const int64_t D = tc_.hidden_size, V = tc_.vocab_size, r = dc_.markov_rank;
   logits.assign(size_t(V), 0.0f);
   ops::linear_ref(h, 1, D, sw_.head.p(), V, logits.data());
@@ -89,14 +98,14 @@ float DsparkCpu::head(const float* h, int32_t prev, std::vector<float>& logits) 
     for (int64_t v = 0; v < V; ++v) logits[size_t(v)] += bias[size_t(v)];
   }
   double c = w_.confidence_b;
-  for (int64_t d = 0; d < D; ++d) c += double(w_.confidence_w[size_t(d)]) * double(h[d]);
+  for (int64_t d = 0; d < D; ++d) c += double(w_.confidence_w[size_t(d)]) * double(hc[d]);
   for (int64_t i = 0; i < r; ++i) c += double(w_.confidence_w[size_t(D + i)]) * double(e[i]);
   return float(c);
 }
 
 Status DsparkCpu::propose(std::span<const ProposeItem> items, const DrawFn& draw, std::vector<Proposal>& out) {
   out.assign(items.size(), {});
-  std::vector<float> h, logits;
+  std::vector<float> h, hc, logits;
   const int64_t D = tc_.hidden_size;
   for (size_t i = 0; i < items.size(); ++i) {
     const ProposeItem& it = items[i];
@@ -104,10 +113,10 @@ Status DsparkCpu::propose(std::span<const ProposeItem> items, const DrawFn& draw
     if (it.num_drafts > dc_.block_size)
       return Status::errorf("dspark propose: {} drafts asked, the block has {}", it.num_drafts, dc_.block_size);
     if (it.num_drafts <= 0) continue;
-    block_hidden(it.slot, it.anchor_pos, it.anchor_token, h);
+    block_hidden(it.slot, it.anchor_pos, it.anchor_token, h, hc);
     int32_t prev = it.anchor_token;
     for (int32_t k = 0; k < it.num_drafts; ++k) {
-      const float c = head(h.data() + k * D, prev, logits);
+      const float c = head(h.data() + k * D, hc.data() + k * D, prev, logits);
       prev = draw(i, k, logits);
       out[i].tokens.push_back(prev);
       out[i].confidence_logits.push_back(c);

@@ -9,7 +9,12 @@
 
 #include "ops/csa2/csa2.h"
 #include "ops/csa2/csa2_cuda.h"
+#include "core/dtypes.h"
+#include "model/deepseek_v41_numerics.h"
+#include "ops/gemm/gemm_official_cuda.h"
 #include "ops/qat/qat.h"
+#include "ops/quant_sim/quant_sim_cuda.h"
+#include "weight_gen.h"
 #include "ops/rmsnorm/rmsnorm.h"
 #include "ops/rope/rope.h"
 #include "v41_test_util.h"
@@ -53,6 +58,61 @@ TEST(GpuV41Ops, QatMatchesReference) {
     for (size_t i = 0; i < x.size(); ++i) bad += !same(got[i], x[i]);
     EXPECT_EQ(bad, 0);
   }
+}
+
+// Official numerics on the GPU: the official GEMM (ops/gemm/gemm_official_cuda.h) bit for bit the CPU's
+// model::v41::Num::linear in its three modes (FP8 / FP4 weights quantized per 1x32 with block partials added in K order,
+// a K that is not a multiple of 32 included; BF16; F32), with x read through a row stride and the grouped form of
+// wo_a; and bf16 rounding of a column range (round_bf16_cuda) bit for bit round_bf16.
+TEST(GpuV41Ops, OfficialGemmAndBf16RoundingMatchReference) {
+  DSI_SKIP_WITHOUT_GPU();
+  using ops::cuda::OfficialGemm;
+  using ops::cuda::WeightFormat;
+  model::v41::Num num;
+  num.official = true;
+  struct Case { WeightFormat fmt; int64_t N, K, groups; model::v41::Gemm g; };
+  for (const Case c : {Case{WeightFormat::FP8_BLOCK, 48, 160, 1, model::v41::Gemm::FP8},
+                       Case{WeightFormat::FP4_G32, 40, 256, 1, model::v41::Gemm::FP4},
+                       Case{WeightFormat::F32, 24, 100, 1, model::v41::Gemm::FP8},
+                       Case{WeightFormat::BF16, 32, 96, 1, model::v41::Gemm::BF16},
+                       Case{WeightFormat::F32, 16, 64, 1, model::v41::Gemm::F32},
+                       Case{WeightFormat::F32, 2 * 24, 64, 2, model::v41::Gemm::BF16}}) {
+    SCOPED_TRACE(testing::Message() << "format " << int(c.fmt) << " N " << c.N << " K " << c.K << " groups " << c.groups);
+    const int64_t M = 13, ldx = c.groups * c.K + 8, n = c.N / c.groups;
+    const test::HostWeight hw = test::make_host_weight(c.fmt, c.N, c.K, 21, true, 32, 32);
+    const auto dw = test::upload(hw);
+    std::vector<float> x = random_vec(size_t(M * ldx), 9, 3.0f);
+    for (int64_t i = 0; i < M * ldx; i += 7) x[size_t(i)] *= 1e-6f;  // tiny values: the act_quant amax floor
+    auto dx = to_device(x);
+    DeviceBuffer<float> dy;
+    ASSERT_TRUE(dy.alloc(size_t(M * c.N), "y").is_ok());
+    const OfficialGemm mode = c.g == model::v41::Gemm::F32    ? OfficialGemm::kF32
+                              : c.g == model::v41::Gemm::BF16 ? OfficialGemm::kBf16
+                                                              : OfficialGemm::kQuantized;
+    ASSERT_TRUE(ops::cuda::gemm_official_cuda(dx.data(), M, ldx, dw.w, dy.data(), c.N, mode, nullptr, c.groups).is_ok());
+    const auto got = to_host(dy, size_t(M * c.N));
+    int64_t bad = 0;
+    for (int64_t g = 0; g < c.groups; ++g) {
+      model::Mat w;
+      w.rows = n;
+      w.cols = c.K;
+      w.data.assign(hw.deq.begin() + g * n * c.K, hw.deq.begin() + (g + 1) * n * c.K);
+      std::vector<float> xin(size_t(M * c.K)), want(size_t(M * n));
+      for (int64_t t = 0; t < M; ++t) std::copy_n(x.data() + t * ldx + g * c.K, c.K, xin.data() + t * c.K);
+      num.linear(c.g, xin.data(), M, c.K, w, want.data());
+      for (int64_t t = 0; t < M; ++t)
+        for (int64_t o = 0; o < n; ++o) bad += !same(got[size_t(t * c.N + g * n + o)], want[size_t(t * n + o)]);
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  const int64_t rows = 29, ld = 200;
+  std::vector<float> x = random_vec(size_t(rows * ld), 5, 40.0f);
+  auto dx = to_device(x);
+  ASSERT_TRUE(ops::cuda::round_bf16_cuda(dx.data(), rows, ld, 32, 150, nullptr).is_ok());
+  const auto r = to_host(dx, x.size());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < rows * ld; ++i) bad += !same(r[size_t(i)], i % ld >= 32 && i % ld < 150 ? round_bf16(x[size_t(i)]) : x[size_t(i)]);
+  EXPECT_EQ(bad, 0);
 }
 
 // Two ragged steps: groups completed across the step boundary read the frontier rows the first step wrote.

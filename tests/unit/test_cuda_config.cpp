@@ -1,5 +1,5 @@
-// The one CUDA runner's host-side config decisions (backends/cuda/runner/cuda_config.h), on the CPU: the numerics
-// profile a family's GPU forward refuses (by name, never swapped), and the cut of a config to its first layers
+// The one CUDA runner's host-side config decisions (backends/cuda/runner/cuda_config.h), on the CPU: when a family's
+// GPU forward refuses a numerics profile (by name, never swapped), and the cut of a config to its first layers
 // (--layers with dummy weights), which for DeepSeek-V4.1 also filters the role and Engram lists.
 #include <gtest/gtest.h>
 
@@ -11,17 +11,22 @@
 
 using namespace dsinfer;
 
-TEST(CudaConfig, OfficialNumericsAreRefusedForV41ByNameOnly) {
+// DeepSeek-V4.1 official numerics run on one GPU (the official MoE's expert-id-order fp32 sum spans all experts); the
+// refusal names the profile and the reason. Nothing else is refused.
+TEST(CudaConfig, V41OfficialNumericsAreRefusedOnlyOnSeveralGpus) {
   const io::ModelConfig v41 = test::unwrap(io::load_model_config(test::own_fixture("tiny-v41-a")));
   const io::ModelConfig v4 = test::unwrap(io::load_model_config(test::own_fixture("tiny-v4-a")));
-  const std::string why = backends::cuda_numerics_refusal(v41, model::Numerics::official());
+  EXPECT_EQ(backends::cuda_numerics_refusal(v41, model::Numerics::official()), "");
+  const std::string why = backends::cuda_numerics_refusal(v41, model::Numerics::official(), 2);
   EXPECT_NE(why.find("'official'"), std::string::npos) << why;
+  EXPECT_NE(why.find("one GPU"), std::string::npos) << why;
   EXPECT_NE(why.find("hf-noqat"), std::string::npos) << why;
-  EXPECT_NE(why.find("DeepSeek-V4.1"), std::string::npos) << why;
-  EXPECT_EQ(backends::cuda_numerics_refusal(v41, model::Numerics::hf()), "");
-  EXPECT_EQ(backends::cuda_numerics_refusal(v41, model::Numerics::hf_noqat()), "");
-  EXPECT_EQ(backends::cuda_numerics_refusal(v4, model::Numerics::official()), "");
-  EXPECT_EQ(backends::cuda_numerics_refusal(v4, model::Numerics::hf()), "");
+  for (int64_t gpus : {1, 2}) {
+    EXPECT_EQ(backends::cuda_numerics_refusal(v41, model::Numerics::hf(), gpus), "");
+    EXPECT_EQ(backends::cuda_numerics_refusal(v41, model::Numerics::hf_noqat(), gpus), "");
+    EXPECT_EQ(backends::cuda_numerics_refusal(v4, model::Numerics::official(), gpus), "");
+    EXPECT_EQ(backends::cuda_numerics_refusal(v4, model::Numerics::hf(), gpus), "");
+  }
 }
 
 TEST(CudaConfig, KeepFirstLayersFiltersTheV41Roles) {

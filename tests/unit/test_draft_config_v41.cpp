@@ -11,6 +11,7 @@
 #include "speculative/draft_config.h"
 #include "speculative/draft_weights.h"
 #include "test_util.h"
+#include "v41_model_util.h"
 
 using namespace dsinfer;
 
@@ -85,39 +86,7 @@ struct V41Drafter {
     dc.n_routed_experts = 4;
     dc.num_experts_per_tok = 2;
     dc.target_layer_ids = {7, 8, 9};
-    const int64_t D = cfg.hidden_size, n = cfg.hc_mult, mix = (2 + n) * n, H = cfg.num_attention_heads;
-    const int64_t hd = cfg.head_dim, qr = cfg.q_lora_rank, g = cfg.o_groups, r = cfg.o_lora_rank;
-    const int64_t I = cfg.moe_intermediate_size, V = cfg.vocab_size, E = dc.n_routed_experts, mr = dc.markov_rank;
-    const std::string p = "mtp.0.";
-    for (const char* s : {"attn", "ffn"}) {
-      add(p + "hc_" + s + "_fn", {mix, n * D});
-      add(p + "hc_" + s + "_base", {mix});
-      add(p + "hc_" + s + "_scale", {3});
-      add(p + s + "_norm.weight", {D});
-    }
-    add(p + "attn.attn_sink", {H});
-    add(p + "attn.wq_a.weight", {qr, D});
-    add(p + "attn.q_norm.weight", {qr});
-    add(p + "attn.wq_b.weight", {H * hd, qr});
-    add(p + "attn.wkv.weight", {hd, D});
-    add(p + "attn.kv_norm.weight", {hd});
-    add(p + "attn.wo_a.weight", {g * r, H * hd / g});
-    add(p + "attn.wo_b.weight", {D, g * r});
-    add(p + "ffn.gate.weight", {E, D});
-    add(p + "ffn.gate.bias", {E});
-    add(p + "ffn.gate.bias_vl", {E});
-    for (int64_t e = 0; e <= E; ++e) {  // E routed experts, then the shared one
-      const std::string ep = e < E ? p + "ffn.experts." + std::to_string(e) + "." : p + "ffn.shared_experts.";
-      add(ep + "w1.weight", {I, D});
-      add(ep + "w3.weight", {I, D});
-      add(ep + "w2.weight", {D, I});
-    }
-    add(p + "main_proj.weight", {D, 3 * D});
-    add(p + "main_norm.weight", {D});
-    add(p + "norm.weight", {D});
-    add(p + "markov_head.embed.weight", {V, mr});
-    add(p + "markov_head.head.weight", {V, mr});
-    add(p + "confidence_head.proj.weight", {1, D + mr});
+    for (const auto& [name, shape] : test::v41_drafter_specs(cfg, dc)) add(name, shape);
   }
   void add(const std::string& name, std::vector<int64_t> shape) {
     int64_t numel = 1;

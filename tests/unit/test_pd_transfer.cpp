@@ -16,7 +16,7 @@
 #include "prefix_test_util.h"
 #include "test_server_util.h"
 #include "test_util.h"
-#include "v41_tokenizer_util.h"
+#include "v41_model_util.h"
 
 using namespace dsinfer;
 using json = nlohmann::json;
@@ -110,9 +110,9 @@ struct Outcome {
 
 std::unique_ptr<Engine> make_engine(const std::string& model, const std::string& prefix = "exact") {
   EngineOptions o = prefix_test::options(model, prefix);
-  if (model.find("v41") != std::string::npos) {  // the fixture's own tokenizer is WordLevel (v41_tokenizer_util.h)
+  if (model.find("v41") != std::string::npos) {  // the fixture's own tokenizer is WordLevel (v41_model_util.h)
     static const test::ScratchDir dir("pd_v41_tok");
-    static const std::string tok = test::byte_tokenizer(dir);
+    static const std::string tok = test::byte_tokenizer(dir.path);
     o.tokenizer_path = tok;
     o.numerics = "hf";
   }

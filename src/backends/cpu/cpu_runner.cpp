@@ -103,7 +103,8 @@ Status CpuRunner::set_hidden_capture(std::vector<int64_t> layers) {
     model_->set_tap(nullptr);
     return Status::ok();
   }
-  // The forward's "residual" tap is X [T, hc * D] after each layer; copy the captured layers interleaved.
+  // The forward's "residual" tap is X [T, hc * D] of each layer (V4: after it; V4.1: its input after the Engram, see
+  // speculative/drafter.h tapped_layers); copy the captured layers interleaved.
   model_->set_tap([this](std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols) {
     if (name != "residual") return;
     const size_t m = capture_layers_.size();

@@ -10,13 +10,6 @@ namespace {
 namespace dev = dsinfer::cuda::dev;
 constexpr int kThreads = 128;
 
-// 2^ceil(log2(t)) read off the fp32 bits (ops::pow2_ceil_scale).
-__device__ __forceinline__ float pow2_ceil(float t) {
-  const uint32_t bits = __float_as_uint(t);
-  const int k = int((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
-  return ldexpf(1.0f, k);
-}
-
 // In-place QAT of v[0, n) in shared memory, one warp per block of channels (qat_ref.cpp's arithmetic).
 __device__ void smem_qat(float* v, int n, int block, QatKind kind) {
   __syncthreads();
@@ -29,8 +22,8 @@ __device__ void smem_qat(float* v, int n, int block, QatKind kind) {
       for (int i = b0 + lane; i < b0 + block; i += 32) amax = fmaxf(amax, fabsf(v[i]));
       amax = dev::warp_max(amax);
       float s;
-      if (kind == QatKind::Fp8Ue8m0) s = pow2_ceil(__fmul_rn(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
-      else if (kind == QatKind::Fp4Ue8m0) s = pow2_ceil(__fmul_rn(fmaxf(amax, 6.0f * 1.1754943508222875e-38f), 1.0f / 6.0f));
+      if (kind == QatKind::Fp8Ue8m0) s = dev::fp8_act_scale(amax);
+      else if (kind == QatKind::Fp4Ue8m0) s = dev::pow2_ceil(__fmul_rn(fmaxf(amax, 6.0f * 1.1754943508222875e-38f), 1.0f / 6.0f));
       else s = dev::round_e4m3(__fdiv_rn(fmaxf(amax, 6.0f / 512.0f), 6.0f));
       for (int i = b0 + lane; i < b0 + block; i += 32) {
         const float x = fminf(fmaxf(__fdiv_rn(v[i], s), -qmax), qmax);
@@ -114,6 +107,13 @@ __global__ void __launch_bounds__(kThreads) frontier_write_kernel(StepDevice st,
   }
 }
 
+// v[i0, i1) of a shared-memory vector rounded to bf16 (V4.1 official numerics); synchronises before and after.
+__device__ void round_smem(float* v, int64_t i0, int64_t i1) {
+  __syncthreads();
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += kThreads) v[i] = dev::round_bf16(v[i]);
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kThreads) emit_kernel(StepDevice st, LayerStateView v, Csa2EmitCudaParams p,
                                                         const float* latent, const float* key) {
   extern __shared__ float sm[];
@@ -126,8 +126,13 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(StepDevice st, LayerStat
   for (int64_t i = threadIdx.x; i < p.di; i += kThreads) ks[i] = key[t * p.di + i];
   for (int64_t i = threadIdx.x; i < p.d; i += kThreads) es[i] = latent[t * p.d + i];
   dev::smem_rmsnorm(ks, int(p.di), p.key_norm_w, p.eps);
+  if (p.round_bf16) round_smem(ks, 0, p.di);
   dev::smem_rope(ks, int(p.di), int(p.rope_dim), p.inv_freq, gpos, false, 1.0f);
   dev::smem_rope(es, int(p.d), int(p.rope_dim), p.inv_freq, gpos, false, 1.0f);
+  if (p.round_bf16) {  // the rotated channels, stored back to bf16 by the official RoPE
+    round_smem(ks, p.di - p.rope_dim, p.di);
+    round_smem(es, p.d - p.rope_dim, p.d);
+  }
   if (p.qat) {
     smem_qat(ks, int(p.di), 32, QatKind::Fp4Ue8m0);
     smem_qat(es, int(p.d), 16, QatKind::Fp4E4m3);

@@ -84,7 +84,7 @@ Status csa2_index_scores(const StepDevice& st, const LayerStateView& src, const 
 }
 
 Status csa2_index_select(const StepDevice& st, const Csa2IndexCudaParams& p, float* scores, uint8_t* mask,
-                         int32_t* mask_n, float* block_scratch, int32_t* sel, void* stream) {
+                         int32_t* mask_n, float* block_scratch, int32_t* sel, void* stream, void* pair_scratch) {
   DSI_RETURN_IF_ERROR(check_step(st, "csa2_index_select"));
   if (p.topk < 1 || p.topk > kCsa2MaxTopk || p.ratio < 1 || p.stride <= 0)
     return Status::errorf("csa2_index_select: topk {} outside [1, {}] or bad ratio {} / stride {}", p.topk, kCsa2MaxTopk,
@@ -95,7 +95,8 @@ Status csa2_index_select(const StepDevice& st, const Csa2IndexCudaParams& p, flo
   if (!scores || !sel || (p.mode != Csa2SelectMode::Plain && (!mask || !mask_n)) ||
       (p.mode == Csa2SelectMode::Candidate && !block_scratch))
     return Status::error("csa2_index_select: null input or output");
-  detail::launch_csa2_index_select(st, p, scores, mask, mask_n, block_scratch, sel, stream);
+  if (p.official && !pair_scratch) return Status::error("csa2_index_select: official numerics need the pair scratch");
+  detail::launch_csa2_index_select(st, p, scores, mask, mask_n, block_scratch, pair_scratch, sel, stream);
   DSI_CUDA_LAUNCHED("csa2 index_select_kernel");
   return Status::ok();
 }

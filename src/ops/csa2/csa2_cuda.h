@@ -34,13 +34,18 @@ Status csa2_emit(const StepDevice& st, const LayerStateView& view, const Csa2Emi
 
 // scores [T, p.stride]: for token t the csa2_index_scores_ref scores over the KV source's keys j < (pos + 1) /
 // ratio (src.index_key), q [T, heads, dim] (RoPE'd, quantized), w [T, heads] (weights_proj * heads^-1/2).
+// p.official: the official bf16 scores (model/deepseek_v41_attention.cpp), w then bf16(weights_proj * heads^-1/2
+// * dim^-1/2).
 Status csa2_index_scores(const StepDevice& st, const LayerStateView& src, const Csa2IndexCudaParams& p, const float* q,
                          const float* w, float* scores, void* stream);
 
 // sel [T, topk]: the csa2_topk_ref indices (ascending, -1 padded) from scores (overwritten). Candidate mode also
 // writes mask [T, stride] (csa2_candidate_blocks_ref) and mask_n [T] (its length); Masked mode reads them (a
 // token whose mask_n is 0 picks unrestricted, as the reference does with an empty mask). block_scratch [T, stride].
+// p.official: csa2_candidate_blocks_torch / csa2_topk_torch instead (torch.topk's CPU ties, one thread per token);
+// pair_scratch then holds [T, stride] (value, index) pairs (8 bytes each).
 Status csa2_index_select(const StepDevice& st, const Csa2IndexCudaParams& p, float* scores, uint8_t* mask,
-                         int32_t* mask_n, float* block_scratch, int32_t* sel, void* stream);
+                         int32_t* mask_n, float* block_scratch, int32_t* sel, void* stream,
+                         void* pair_scratch = nullptr);
 
 }  // namespace dsinfer::ops::cuda

@@ -13,6 +13,7 @@
 
 #include "cuda/ops_device.cuh"
 #include "ops/csa2/csa2_launch.h"
+#include "ops/csa2/torch_topk.h"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -80,13 +81,19 @@ __global__ void __launch_bounds__(kScoreThreads) index_scores_kernel(StepDevice 
         }
       }
 #pragma unroll
-      for (int k = 0; k < kKeysPerWarp; ++k)
-        tot[k] = __dadd_rn(tot[k], __dmul_rn(__dmul_rn(fmax(acc[k], 0.0), scale), double(sw[h])));
+      for (int k = 0; k < kKeysPerWarp; ++k) {
+        if (p.official) {  // bf16 einsum, ReLU, times the bf16 head weight (which carries the scale), bf16
+          const float d = fmaxf(dev::round_bf16(float(acc[k])), 0.0f);
+          tot[k] = __dadd_rn(tot[k], double(dev::round_bf16(__fmul_rn(d, sw[h]))));
+        } else {
+          tot[k] = __dadd_rn(tot[k], __dmul_rn(__dmul_rn(fmax(acc[k], 0.0), scale), double(sw[h])));
+        }
+      }
     }
 #pragma unroll
     for (int k = 0; k < kKeysPerWarp; ++k) {
       const double v = dev::warp_sum(tot[k]);
-      if (lane == 0 && g + k < j1) scores[t * p.stride + g + k] = float(v);
+      if (lane == 0 && g + k < j1) scores[t * p.stride + g + k] = p.official ? dev::round_bf16(float(v)) : float(v);
     }
     __syncwarp();  // the next group overwrites sk
   }
@@ -200,13 +207,60 @@ __device__ void candidate_mask(const Csa2IndexCudaParams& p, const float* s, int
   __syncthreads();
 }
 
+// Official numerics (csa2_candidate_blocks_torch / csa2_topk_torch): thread 0 runs torch.topk's CPU selection
+// (torch_topk.h) over the pair scratch q [n], first on the blocks' best scores (candidate source), then on the scores
+// with the candidates' complement at -inf; it marks the kept finite entries 1 in s (every other entry 0), and the
+// block compacts them into sel in ascending order.
+__device__ void official_select(const Csa2IndexCudaParams& p, int64_t t, int64_t n, float* s, uint8_t* m,
+                                int32_t* mask_n, torch_topk::Pair* q, int32_t* out) {
+  if (threadIdx.x == 0) {
+    if (p.mode == Csa2SelectMode::Candidate) {
+      const int64_t bs = p.cand_block_size, nb = (n + bs - 1) / bs;
+      for (int64_t b = 0; b < nb; ++b) {
+        float best = -INFINITY;
+        for (int64_t j = b * bs; j < min(n, (b + 1) * bs); ++j) best = fmaxf(best, s[j]);
+        q[b] = {b == nb - 1 ? INFINITY : best, int32_t(b)};  // the newest entry's block is pinned
+      }
+      for (int64_t j = 0; j < n; ++j) m[j] = 0;
+      const int64_t kb = torch_topk::select(q, nb, p.cand_topk_blocks);
+      for (int64_t i = 0; i < kb; ++i) {
+        if (q[i].v == -INFINITY) continue;  // fewer reachable blocks than cand_topk_blocks
+        const int64_t b = q[i].i;
+        for (int64_t j = b * bs; j < min(n, (b + 1) * bs); ++j) m[j] = 1;
+      }
+      mask_n[t] = int32_t(n);
+    }
+    const int64_t mn = p.mode == Csa2SelectMode::Masked ? mask_n[t] : 0;
+    for (int64_t j = 0; j < n; ++j) q[j] = {mn == 0 || (j < mn && m[j]) ? s[j] : -INFINITY, int32_t(j)};
+    const int64_t k = torch_topk::select(q, n, p.topk);
+    for (int64_t j = 0; j < n; ++j) s[j] = 0.0f;
+    for (int64_t i = 0; i < k; ++i)
+      if (isfinite(q[i].v)) s[q[i].i] = 1.0f;
+  }
+  __syncthreads();
+  int base = 0;
+  for (int64_t c0 = 0; c0 < n; c0 += kSelThreads) {
+    const int64_t j = c0 + threadIdx.x;
+    const int take = j < n && s[j] == 1.0f;
+    int total;
+    const int rank = base + block_scan(take, &total) - take;
+    if (take) out[rank] = int32_t(j);
+    base += total;
+  }
+  for (int64_t i = base + threadIdx.x; i < p.topk; i += kSelThreads) out[i] = -1;
+}
+
 __global__ void __launch_bounds__(kSelThreads) index_select_kernel(StepDevice st, Csa2IndexCudaParams p, float* scores,
                                                                    uint8_t* mask, int32_t* mask_n, float* blk,
-                                                                   int32_t* sel) {
+                                                                   torch_topk::Pair* pairs, int32_t* sel) {
   const int64_t t = blockIdx.x;
   const int64_t n = (st.pos[t] + 1) / p.ratio;
   float* s = scores + t * p.stride;
   uint8_t* m = mask ? mask + t * p.stride : nullptr;
+  if (p.official) {
+    official_select(p, t, n, s, m, mask_n, pairs + t * p.stride, sel + t * p.topk);
+    return;
+  }
   if (p.mode == Csa2SelectMode::Candidate) {
     candidate_mask(p, s, n, blk + t * p.stride, m);
     if (threadIdx.x == 0) mask_n[t] = int32_t(n);
@@ -242,9 +296,9 @@ void launch_csa2_index_scores(const StepDevice& st, const LayerStateView& src, c
 }
 
 void launch_csa2_index_select(const StepDevice& st, const Csa2IndexCudaParams& p, float* scores, uint8_t* mask,
-                              int32_t* mask_n, float* block_scratch, int32_t* sel, void* stream) {
+                              int32_t* mask_n, float* block_scratch, void* pair_scratch, int32_t* sel, void* stream) {
   index_select_kernel<<<unsigned(st.T), kSelThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      st, p, scores, mask, mask_n, block_scratch, sel);
+      st, p, scores, mask, mask_n, block_scratch, static_cast<torch_topk::Pair*>(pair_scratch), sel);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

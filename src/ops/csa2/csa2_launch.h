@@ -20,6 +20,7 @@ struct Csa2EmitCudaParams {
   float eps = 1e-6f;
   const float* key_norm_w = nullptr;  // [di] device (the indexer's k_norm)
   bool qat = true;                   // FP4 QAT of keys (per 32, UE8M0) and entries (per 16, E4M3)
+  bool round_bf16 = false;           // V4.1 official numerics: the normed key and both RoPE'd parts rounded to bf16
 };
 
 // Mode of an index source (csa2_index_select): plain top-k, candidate source (publishes the block mask, its own
@@ -33,6 +34,10 @@ struct Csa2IndexCudaParams {
   int64_t stride = 0;                // row stride of scores / mask / block scratch (>= the largest visible count)
   Csa2SelectMode mode = Csa2SelectMode::Plain;
   int64_t cand_topk_blocks = 0, cand_block_size = 1;
+  // V4.1 official numerics: bf16 scores (each head's dot product, ReLU and head weight rounded to bf16, the sum
+  // over heads rounded to bf16; w then carries the dim^-1/2 scale, so the kernel does not apply it), and the
+  // selections with torch.topk's CPU tie resolution (ops::torch_cpu_topk) instead of ties to the lower index.
+  bool official = false;
 };
 
 inline constexpr int64_t kCsa2MaxTopk = 4096;
@@ -51,7 +56,7 @@ int64_t csa2_index_scores_smem(int64_t heads, int64_t dim);
 void launch_csa2_index_scores(const StepDevice& st, const LayerStateView& src, const Csa2IndexCudaParams& p,
                               const float* q, const float* w, float* scores, void* stream);
 void launch_csa2_index_select(const StepDevice& st, const Csa2IndexCudaParams& p, float* scores, uint8_t* mask,
-                              int32_t* mask_n, float* block_scratch, int32_t* sel, void* stream);
+                              int32_t* mask_n, float* block_scratch, void* pair_scratch, int32_t* sel, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda

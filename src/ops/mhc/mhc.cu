@@ -183,7 +183,7 @@ __device__ __forceinline__ double team_sum(double v, double* red) {
 // the rounded outputs, in q order. kUnroll columns are loaded before any is combined.
 template <int N, int kTeamThreads>
 __device__ __forceinline__ double collapse_row(const float4* __restrict__ x4, int n, int64_t d4, const float (&pr)[HcDims<N>::kN],
-                                               float4* y4) {
+                                               float4* y4, bool round) {
   using D = HcDims<N>;
   const int tt = int(threadIdx.x) % kTeamThreads;
   double ss = 0.0;
@@ -209,7 +209,8 @@ __device__ __forceinline__ double collapse_row(const float4* __restrict__ x4, in
         a2 += w * double(v[u][j].z);
         a3 += w * double(v[u][j].w);
       }
-      const float4 o = make_float4(float(a0), float(a1), float(a2), float(a3));
+      float4 o = make_float4(float(a0), float(a1), float(a2), float(a3));
+      if (round) o = make_float4(dev::round_bf16(o.x), dev::round_bf16(o.y), dev::round_bf16(o.z), dev::round_bf16(o.w));
       ss += double(o.x) * double(o.x);
       ss += double(o.y) * double(o.y);
       ss += double(o.z) * double(o.z);
@@ -247,7 +248,7 @@ __global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, c
   const int64_t d4 = p.dim / 4;
   const float4* x4 = reinterpret_cast<const float4*>(X + (rows ? int64_t(rows[t]) : t) * n * p.dim);
   float4* y4 = reinterpret_cast<float4*>(yr);
-  const double ss = team_sum<kTeamWarps>(collapse_row<N, kTeamThreads>(x4, n, d4, pr, y4), s_red);
+  const double ss = team_sum<kTeamWarps>(collapse_row<N, kTeamThreads>(x4, n, d4, pr, y4, p.round_bf16), s_red);
   const float inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.rms_eps)));
   // Each thread rescales the values it wrote; kUnroll columns (and their weights) loaded before any store.
   for (int64_t q0 = tt; q0 < d4; q0 += int64_t(D::kUnroll) * kTeamThreads) {
@@ -265,8 +266,11 @@ __global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, c
     for (int u = 0; u < D::kUnroll; ++u) {
       const int64_t q = q0 + int64_t(u) * kTeamThreads;
       if (q >= d4) break;
-      y4[q] = make_float4(__fmul_rn(__fmul_rn(v[u].x, inv), w[u].x), __fmul_rn(__fmul_rn(v[u].y, inv), w[u].y),
-                          __fmul_rn(__fmul_rn(v[u].z, inv), w[u].z), __fmul_rn(__fmul_rn(v[u].w, inv), w[u].w));
+      float4 o = make_float4(__fmul_rn(__fmul_rn(v[u].x, inv), w[u].x), __fmul_rn(__fmul_rn(v[u].y, inv), w[u].y),
+                             __fmul_rn(__fmul_rn(v[u].z, inv), w[u].z), __fmul_rn(__fmul_rn(v[u].w, inv), w[u].w));
+      if (p.round_bf16)
+        o = make_float4(dev::round_bf16(o.x), dev::round_bf16(o.y), dev::round_bf16(o.z), dev::round_bf16(o.w));
+      y4[q] = o;
     }
   }
 }
@@ -309,7 +313,8 @@ __global__ void __launch_bounds__(kThreads) hc_post_kernel(int64_t T, int n, int
 // One block per listed row: the collapse with the given pre (double, as hc_collapse_ref), then the RMSNorm.
 __global__ void __launch_bounds__(kThreads) hc_collapse_norm_kernel(const float* __restrict__ X, const float* pre,
                                                                     const int32_t* rows, int64_t n, int64_t dim,
-                                                                    const float* norm_w, float eps, float* y) {
+                                                                    const float* norm_w, float eps, bool round,
+                                                                    float* y) {
   const int64_t r = blockIdx.x, t = rows[r];
   const float* x = X + t * n * dim;
   float* yr = y + r * dim;
@@ -317,13 +322,16 @@ __global__ void __launch_bounds__(kThreads) hc_collapse_norm_kernel(const float*
   for (int64_t d = threadIdx.x; d < dim; d += kThreads) {
     double acc = 0.0;
     for (int64_t j = 0; j < n; ++j) acc += double(pre[t * n + j]) * double(x[j * dim + d]);
-    const float v = float(acc);
+    const float v = round ? dev::round_bf16(float(acc)) : float(acc);
     yr[d] = v;
     ss += double(v) * double(v);
   }
   ss = dev::block_sum(ss);
   const float inv = float(1.0 / sqrt(ss / double(dim) + double(eps)));
-  for (int64_t d = threadIdx.x; d < dim; d += kThreads) yr[d] = __fmul_rn(__fmul_rn(yr[d], inv), norm_w[d]);
+  for (int64_t d = threadIdx.x; d < dim; d += kThreads) {
+    const float v = __fmul_rn(__fmul_rn(yr[d], inv), norm_w[d]);
+    yr[d] = round ? dev::round_bf16(v) : v;
+  }
 }
 template <bool kHead, int N>
 void launch_finalize(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp,
@@ -337,9 +345,9 @@ void launch_finalize(const HcNormParams& p, const float* X, const int32_t* rows,
 }  // namespace
 
 void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
-                             const float* norm_w, float eps, float* y, void* stream) {
+                             const float* norm_w, float eps, bool round_bf16, float* y, void* stream) {
   hc_collapse_norm_kernel<<<unsigned(R), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(X, pre, rows, n, dim, norm_w,
-                                                                                           eps, y);
+                                                                                           eps, round_bf16, y);
 }
 
 void launch_hc_finalize(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp,

@@ -90,12 +90,12 @@ Status hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, 
 }
 
 Status hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
-                        const float* norm_w, float eps, float* y, void* stream) {
+                        const float* norm_w, float eps, float* y, void* stream, bool round_bf16) {
   if (n < 1 || n > detail::kHcMaxN || dim <= 0 || R < 0 || R > 0x7fffffff)
     return Status::errorf("hc_collapse_norm: bad shape R={} n={} dim={}", R, n, dim);
   if (R == 0) return Status::ok();
   if (!X || !pre || !rows || !norm_w || !y) return Status::error("hc_collapse_norm: null input or output");
-  detail::launch_hc_collapse_norm(X, pre, rows, R, n, dim, norm_w, eps, y, stream);
+  detail::launch_hc_collapse_norm(X, pre, rows, R, n, dim, norm_w, eps, round_bf16, y, stream);
   DSI_CUDA_LAUNCHED("hc_collapse_norm_kernel");
   return Status::ok();
 }

@@ -27,7 +27,8 @@ Status hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, 
 
 // DeepSeek-V4.1's final collapse (no hc_head): y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w)
 // for r < R, with pre [T, n] the last site's coefficients. Double accumulation as hc_collapse_ref; one block per row.
+// round_bf16 (V4.1 official numerics): the collapse and the result rounded to bf16.
 Status hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
-                        const float* norm_w, float eps, float* y, void* stream);
+                        const float* norm_w, float eps, float* y, void* stream, bool round_bf16 = false);
 
 }  // namespace dsinfer::ops::cuda

@@ -19,6 +19,9 @@ struct HcNormParams {
   // pre, and store the site's own pre into pre_out [T, n]. Null = V4 behaviour. Must not alias each other.
   const float* pre_in = nullptr;
   float* pre_out = nullptr;
+  // DeepSeek-V4.1 official numerics: the collapse and the norm's output rounded to bf16 (as the official code stores
+  // them); the norm's statistics read the rounded collapse.
+  bool round_bf16 = false;
 };
 
 namespace detail {
@@ -71,7 +74,7 @@ void launch_hc_finalize(const HcNormParams& p, const float* X, const int32_t* ro
                         float* y, float* post, float* comb, void* stream);
 // y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w) (DeepSeek-V4.1's final collapse).
 void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
-                             const float* norm_w, float eps, float* y, void* stream);
+                             const float* norm_w, float eps, bool round_bf16, float* y, void* stream);
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                     void* stream);
 }  // namespace detail

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/ops_device.cuh"
 #include "ops/moe/moe_launch.h"
 #include "ops/moe/moe_plan.h"  // kMoePrepMaxN
 
@@ -179,6 +180,52 @@ __global__ void combine_kernel(const float* yp, const int32_t* pos_of, const flo
   }
 }
 
+// DeepSeek-V4.1 official numerics (model/deepseek_v41_ffn.cpp expert_official): g, u = h1, h3 (the bf16 outputs of
+// the official GEMMs) clamped; h = bf16(w * (silu(g) * u)) with the row's routing weight w (1 without row_weight).
+__global__ void official_swiglu_kernel(float* h1, const float* h3, const float* row_weight, int64_t rows,
+                                       const int32_t* rows_dev, int64_t inter, float limit) {
+  namespace dev = dsinfer::cuda::dev;
+  const int64_t total = (rows_dev ? int64_t(*rows_dev) : rows) * inter;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float g = h1[i], u = h3[i];
+    if (limit > 0.0f) {
+      g = fminf(g, limit);
+      u = fminf(fmaxf(u, -limit), limit);
+    }
+    const float w = row_weight ? row_weight[i / inter] : 1.0f;
+    h1[i] = dev::round_bf16(__fmul_rn(w, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u)));
+  }
+}
+
+// wrow[pos_of[a]] = weight[a] for every valid assignment a < n (the routing weight of each permuted row).
+__global__ void row_weight_kernel(const int32_t* pos_of, const float* weight, int64_t n, float* wrow) {
+  for (int64_t a = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; a < n; a += int64_t(gridDim.x) * blockDim.x)
+    if (pos_of[a] >= 0) wrow[pos_of[a]] = weight[a];
+}
+
+// Official combine: out[t] = bf16(sum of bf16(yp) of the token's experts in increasing expert id (fp32), then plus
+// bf16(shared)); the routing weights are already inside yp.
+__global__ void official_combine_kernel(const float* yp, const int32_t* pos_of, const int32_t* idx, int64_t T,
+                                        int64_t topk, int64_t D, const float* shared, float* out) {
+  namespace dev = dsinfer::cuda::dev;
+  const int64_t total = T * D;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / D, d = i - t * D;
+    const int32_t* ids = idx + t * topk;
+    float acc = 0.0f;
+    int32_t prev = -1;
+    for (int64_t r = 0; r < topk; ++r) {  // the next larger expert id each time (ids of a token are distinct)
+      int64_t best = -1;
+      for (int64_t k = 0; k < topk; ++k)
+        if (ids[k] > prev && pos_of[t * topk + k] >= 0 && (best < 0 || ids[k] < ids[best])) best = k;
+      if (best < 0) break;
+      prev = ids[best];
+      acc = __fadd_rn(acc, dev::round_bf16(yp[int64_t(pos_of[t * topk + best]) * D + d]));
+    }
+    out[i] = dev::round_bf16(shared ? __fadd_rn(acc, dev::round_bf16(shared[i])) : acc);
+  }
+}
+
 unsigned elementwise_blocks(int64_t total) {
   return unsigned(std::clamp<int64_t>((total + 255) / 256, 1, 132 * 16));
 }
@@ -213,6 +260,22 @@ void launch_combine(const float* yp, const int32_t* pos_of, const float* weight,
                     const float* shared, float* out, void* stream) {
   combine_kernel<<<elementwise_blocks(T * dim), 256, 0, static_cast<cudaStream_t>(stream)>>>(yp, pos_of, weight, T, topk,
                                                                                              dim, shared, out);
+}
+
+void launch_official_swiglu(float* h1, const float* h3, const float* row_weight, int64_t rows,
+                            const int32_t* rows_dev, int64_t inter, float limit, void* stream) {
+  official_swiglu_kernel<<<elementwise_blocks(rows * inter), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      h1, h3, row_weight, rows, rows_dev, inter, limit);
+}
+
+void launch_row_weight(const int32_t* pos_of, const float* weight, int64_t n, float* wrow, void* stream) {
+  row_weight_kernel<<<elementwise_blocks(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(pos_of, weight, n, wrow);
+}
+
+void launch_official_combine(const float* yp, const int32_t* pos_of, const int32_t* idx, int64_t T, int64_t topk,
+                             int64_t dim, const float* shared, float* out, void* stream) {
+  official_combine_kernel<<<elementwise_blocks(T * dim), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      yp, pos_of, idx, T, topk, dim, shared, out);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

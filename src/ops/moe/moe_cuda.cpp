@@ -19,6 +19,7 @@
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
+#include "ops/gemm/gemm_official_cuda.h"
 #include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
@@ -46,6 +47,7 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(active_.alloc(size_t(experts + 1), "moe active experts"));
   DSI_RETURN_IF_ERROR(tiles_.alloc(size_t(1 + 2 * moe_detail::grp_max_tiles(int64_t(tk), experts)), "moe tile list"));
   DSI_RETURN_IF_ERROR(yp_.alloc(tk * size_t(dim), "moe expert outputs"));
+  DSI_RETURN_IF_ERROR(wrow_.alloc(tk, "moe row weights"));
   DSI_RETURN_IF_ERROR(sh1_.alloc(t1 * size_t(inter), "moe shared h1"));
   DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
   DSI_RETURN_IF_ERROR(shy_.alloc(t1 * size_t(dim), "moe shared out"));
@@ -149,9 +151,9 @@ Status check_shared(const MoeSharedDevice& sh, int64_t D) {
 
 // Grouped GEMM over the permuted rows of all experts, on the kernel plan_moe_expert_gemm chooses.
 // skinny_ok = false (MoePath::Invariant): always the tiled kernel, whose per-row sums do not depend on T.
-Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets, int64_t total_rows,
-                   int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream,
-                   bool skinny_ok) {
+// Arguments of a grouped GEMM over the permuted rows of all experts (x rows gathered through x_rows when not null).
+detail::GemmArgs expert_args(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets,
+                             int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy) {
   detail::GemmArgs a{.x = x, .ldx = ldx, .x_rows = x_rows, .y = y, .ldy = ldy, .row_off = offsets, .groups = experts,
                      .N = w.rows, .K = w.cols};
   // The experts' common format and shape (no data: the per-expert pointers are aligned by contract).
@@ -163,6 +165,13 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
   a.wdata_arr = w.data;
   a.wscale_arr = w.scale;
   detail::set_x_vec(a);
+  return a;
+}
+
+Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int32_t* offsets, int64_t total_rows,
+                   int64_t experts, const DeviceExpertWeights& w, float* y, int64_t ldy, void* stream,
+                   bool skinny_ok) {
+  detail::GemmArgs a = expert_args(x, ldx, x_rows, offsets, experts, w, y, ldy);
   const MoeExpertGemmPlan p = plan_moe_expert_gemm(skinny_ok, total_rows, experts, a.w_vec);
   if (p.kernel == GemmKernel::kSkinny) {
     detail::launch_gemm_skinny(w.fmt, a, stream);
@@ -264,9 +273,9 @@ Status check_launch_status(const char* name) {
 
 }  // namespace
 
-Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
-                const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
-                MoeWorkspace& ws, void* stream, MoePath path) {
+// The checks moe_cuda and moe_official_cuda share (shapes, formats, pointers, the workspace's capacity).
+Status MoeWorkspace::check_call(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                                const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float* out) const {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter;
   if (T < 0 || topk <= 0) return Status::errorf("moe_cuda: bad T = {} or topk = {}", T, topk);
   if (E <= 0 || E > detail::kMoeMaxExperts || D <= 0 || I <= 0)
@@ -278,13 +287,22 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   if (shared) DSI_RETURN_IF_ERROR(check_shared(*shared, D));
   if (T == 0) return Status::ok();
   if (!x || !idx || !weight || !out) return Status::error("moe_cuda: null x / idx / weight / out");
-  if (T > ws.T_ || topk > ws.topk_ || D > ws.dim_ || I > ws.inter_ || Is > ws.inter_ || E > ws.experts_)
+  if (T > T_ || topk > topk_ || D > dim_ || I > inter_ || Is > inter_ || E > experts_)
     return Status::errorf(
         "moe_cuda: workspace reserved for T={} topk={} dim={} inter={} experts={}, call needs T={} topk={} dim={} "
         "inter={} experts={}",
-        ws.T_, ws.topk_, ws.dim_, ws.inter_, ws.experts_, T, topk, D, std::max(I, Is), E);
+        T_, topk_, dim_, inter_, experts_, T, topk, D, std::max(I, Is), E);
+  if (T * topk > 0x7fffffff) return Status::error("moe_cuda: T * topk exceeds int32 row indices");
+  return Status::ok();
+}
+
+Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
+                MoeWorkspace& ws, void* stream, MoePath path) {
+  const int64_t E = ex.experts, D = ex.dim;
+  DSI_RETURN_IF_ERROR(ws.check_call(x, T, idx, weight, topk, ex, shared, out));
+  if (T == 0) return Status::ok();
   const int64_t n = T * topk;
-  if (n > 0x7fffffff) return Status::error("moe_cuda: T * topk exceeds int32 row indices");
   int32_t* offsets = ws.offsets_.data();
   int32_t* perm = ws.perm_token_.data();
   int32_t* pos = ws.pos_of_.data();
@@ -360,6 +378,47 @@ Status moe_combine_cuda(const float* yp, const int32_t* pos_of, const float* wei
   if (!pos_of || !weight || !out) return Status::error("moe_combine_cuda: null pos_of / weight / out");
   detail::launch_combine(yp, pos_of, weight, T, topk, dim, shared, out, stream);
   DSI_CUDA_LAUNCHED("combine_kernel");
+  return Status::ok();
+}
+
+Status moe_official_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                         const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float* out,
+                         MoeWorkspace& ws, void* stream) {
+  const int64_t E = ex.experts, D = ex.dim, I = ex.inter, Is = shared ? shared->w1.rows : 0;
+  DSI_RETURN_IF_ERROR(ws.check_call(x, T, idx, weight, topk, ex, shared, out));
+  if (T == 0) return Status::ok();
+  const int64_t n = T * topk;
+  int32_t *offsets = ws.offsets_.data(), *perm = ws.perm_token_.data(), *pos = ws.pos_of_.data();
+  float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data(), *wrow = ws.wrow_.data();
+  detail::launch_moe_count(idx, n, E, offsets, pos, nullptr, stream);
+  DSI_CUDA_LAUNCHED("moe_count_kernel");
+  detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
+  DSI_CUDA_LAUNCHED("moe_scatter_kernel");
+  detail::launch_row_weight(pos, weight, n, wrow, stream);
+  DSI_CUDA_LAUNCHED("row_weight_kernel");
+  // The routed experts: the official (quantized, bf16-out) GEMMs over the permuted rows, the official SwiGLU, the down
+  // GEMM; then the shared expert the same way on all T rows.
+  const auto grouped = [&](const float* in, int64_t ld, const int32_t* rows, const DeviceExpertWeights& w, float* y,
+                           int64_t ldy) {
+    detail::launch_gemm_official(w.fmt, expert_args(in, ld, rows, offsets, E, w, y, ldy), OfficialGemm::kQuantized,
+                                 stream);
+  };
+  grouped(x, D, perm, ex.w1, h1, I);
+  grouped(x, D, perm, ex.w3, h3, I);
+  detail::launch_official_swiglu(h1, h3, wrow, n, offsets + E, I, limit, stream);
+  grouped(h1, I, nullptr, ex.w2, yp, D);
+  DSI_CUDA_LAUNCHED("gemm_official_kernel / official_swiglu_kernel");
+  float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *shy = shared ? ws.shy_.data() : nullptr;
+  if (shared) {
+    const OfficialGemm q = OfficialGemm::kQuantized;
+    DSI_RETURN_IF_ERROR(gemm_official_cuda(x, T, D, shared->w1, s1, Is, q, stream));
+    DSI_RETURN_IF_ERROR(gemm_official_cuda(x, T, D, shared->w3, s3, Is, q, stream));
+    detail::launch_official_swiglu(s1, s3, nullptr, T, nullptr, Is, limit, stream);
+    DSI_CUDA_LAUNCHED("official_swiglu_kernel(shared)");
+    DSI_RETURN_IF_ERROR(gemm_official_cuda(s1, T, Is, shared->w2, shy, D, q, stream));
+  }
+  detail::launch_official_combine(yp, pos, idx, T, topk, D, shy, out, stream);
+  DSI_CUDA_LAUNCHED("official_combine_kernel");
   return Status::ok();
 }
 

@@ -49,6 +49,15 @@ Status moe_combine_cuda(const float* yp, const int32_t* pos_of, const float* wei
 // experts (same kernels and buffers as in line, so the same bits; the join precedes the combine). Created by
 // MoeWorkspace::reserve on the current device (stream/event creation never happens inside a captured forward);
 // moe_cuda runs the shared expert in line when called on another device.
+// DeepSeek-V4.1 official numerics (model/deepseek_v41_ffn.cpp, the official branch), with the official GEMMs
+// (ops/gemm/gemm_official_cuda.h: x quantized per 1x32, bf16 out): every expert computes g, u = W1 x, W3 x,
+// h = bf16(weight * silu(min(g, L)) * clamp(u, -L, L)), y = W2 h; out = bf16(the routed y summed in increasing expert
+// id in fp32 + the shared expert's y (weight 1)). The shared expert takes the same limit. An expert id of -1
+// (another rank's) is skipped.
+Status moe_official_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                         const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float* out,
+                         MoeWorkspace& ws, void* stream);
+
 class MoeSideStream {
  public:
   MoeSideStream() = default;
@@ -95,12 +104,17 @@ class MoeWorkspace {
                          const MoeSharedDevice*, float, float, float*, MoeWorkspace&, void*, MoePath);
   friend Status moe_shared_cuda(const float*, int64_t, const MoeSharedDevice&, float, float*, MoeWorkspace&, void*,
                                 MoePath);
+  friend Status moe_official_cuda(const float*, int64_t, const int32_t*, const float*, int64_t,
+                                  const MoeExpertsDevice&, const MoeSharedDevice*, float, float*, MoeWorkspace&, void*);
+  Status check_call(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+                    const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float* out) const;
   int64_t T_ = 0, topk_ = 0, dim_ = 0, inter_ = 0, experts_ = 0;
   dsinfer::cuda::DeviceBuffer<int32_t> offsets_, perm_token_, pos_of_, active_;
   dsinfer::cuda::DeviceBuffer<int32_t> tiles_;  // grouped path: CTA row-tile list (moe_grouped_launch.h)
   // Fast path: h1_ holds the bf16 SwiGLU output [n, inter], h3_ the bf16 gathered x [n, dim] (sized for both;
   // the grouped path keeps x [T, dim] in h3_, unpermuted).
   dsinfer::cuda::DeviceBuffer<float> h1_, h3_, yp_, sh1_, sh3_, shy_;
+  dsinfer::cuda::DeviceBuffer<float> wrow_;  // moe_official_cuda: the routing weight of each permuted row
   MoeSideStream side_;
 };
 

@@ -81,6 +81,14 @@ void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows
                    void* stream);
 void launch_combine(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk, int64_t dim,
                     const float* shared, float* out, void* stream);
+// moe.cu, DeepSeek-V4.1 official numerics (moe_official_cuda): the SwiGLU with the routing weight inside and a bf16
+// output ("official_swiglu_kernel"), the routing weight of every permuted row ("row_weight_kernel"), the combine in
+// increasing expert id ("official_combine_kernel").
+void launch_official_swiglu(float* h1, const float* h3, const float* row_weight, int64_t rows,
+                            const int32_t* rows_dev, int64_t inter, float limit, void* stream);
+void launch_row_weight(const int32_t* pos_of, const float* weight, int64_t n, float* wrow, void* stream);
+void launch_official_combine(const float* yp, const int32_t* pos_of, const int32_t* idx, int64_t T, int64_t topk,
+                             int64_t dim, const float* shared, float* out, void* stream);
 // moe_fast.cu: x rows gathered through perm_token into bf16 pair layout, rows < *rows_dev ("moe_gather_kernel",
 // max_rows blocks); the gate/up + SwiGLU kernel (gate_up; reads a.xf through a.perm when a.xf is set, else a.xb)
 // or the down kernel ("moe_fast_kernel"), grid (N / rows per block, max_active).

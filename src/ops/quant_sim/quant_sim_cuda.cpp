@@ -29,4 +29,14 @@ Status hadamard_fp4_sim(float* x, int64_t rows, int64_t dim, int64_t block, void
   return Status::ok();
 }
 
+Status round_bf16_cuda(float* x, int64_t rows, int64_t ld, int64_t col0, int64_t col1, void* stream) {
+  if (rows < 0 || col0 < 0 || col1 < col0 || col1 > ld)
+    return Status::errorf("round_bf16_cuda: bad shape rows={} ld={} columns [{}, {})", rows, ld, col0, col1);
+  if (rows == 0 || col1 == col0) return Status::ok();
+  if (!x) return Status::error("round_bf16_cuda: null x");
+  detail::launch_round_bf16(x, rows, ld, col0, col1, stream);
+  DSI_CUDA_LAUNCHED("round_bf16_kernel");
+  return Status::ok();
+}
+
 }  // namespace dsinfer::ops::cuda

@@ -40,6 +40,15 @@ Status sparse_attention(const StepDevice& step, const LayerStateView& view, cons
     return Status::error("sparse_attention: num_splits > 1 or split_keys > 0 needs a workspace");
   if (step.T == 0) return Status::ok();
   if (!q || !kv_new || !o) return Status::error("sparse_attention: null q, kv_new or output");
+  if (p.official) {
+    if (p.tensor_cores || p.num_splits != 1 || p.split_keys != 0 || p.heads > 65535)
+      return Status::errorf("sparse_attention: the official kernel runs one split of fp32 (num_splits {}, split_keys "
+                            "{}, tensor cores {}, heads {} <= 65535)", p.num_splits, p.split_keys, p.tensor_cores,
+                            p.heads);
+    detail::launch_sparse_attention_official(step, view, p, q, kv_new, o, stream);
+    DSI_CUDA_LAUNCHED("sparse_attention_official_kernel");
+    return Status::ok();
+  }
   if (p.tensor_cores) {
     detail::launch_sparse_attention_tc(step, view, p, q, kv_new, o, workspace, stream);
     DSI_CUDA_LAUNCHED("sparse_attention_tc_kernel");

@@ -35,6 +35,8 @@ inline int64_t sparse_attention_workspace_floats(int64_t T, int64_t heads, int64
 // num_splits) x 256 threads; q, key rows and p rounded to bf16, fp32 accumulation and softmax; same workspace; with
 // 2..kFastCombineSplits splits and split_keys 0 the combine is attention_combine_fast_kernel, one thread per
 // split), for the runner's fast mode; the fp32 kernel is the exact one.
+// p.official (DeepSeek-V4.1 official numerics): the official kernel's arithmetic instead (sparse_attention_official.cu:
+// blocks of 64 keys, bf16 probabilities and outputs), grid (T, heads) x 128 threads, num_splits 1.
 // Preconditions: view.ring_rows >= window; the ring holds the sequence's positions < start_pos (ring_write of
 // earlier steps); this step's compressed entries are written (compressor_step) before the call.
 Status sparse_attention(const StepDevice& step, const LayerStateView& view, const SparseAttentionCudaParams& p,

@@ -27,6 +27,9 @@ struct SparseAttentionCudaParams {
   // the step's longest key list (sparse_attention_fixed_splits); the last split takes any excess keys.
   int64_t split_keys = 0;
   bool tensor_cores = false;        // bf16 mma.sync kernel (q, k, p rounded to bf16); needs head_dim 512
+  // DeepSeek-V4.1 official numerics (sparse_attention_official.cu): the official kernel's blocks of 64 keys, bf16
+  // probabilities and bf16 output (rounded again after the inverse RoPE); one split, no workspace.
+  bool official = false;
 };
 
 namespace detail {
@@ -68,6 +71,9 @@ void launch_sparse_attention_tc(const StepDevice& step, const LayerStateView& vi
                                 float* workspace, void* stream);
 void launch_sparse_attention(const StepDevice& step, const LayerStateView& view, const SparseAttentionCudaParams& p,
                              const float* q, const float* kv_new, float* o, float* workspace, void* stream);
+void launch_sparse_attention_official(const StepDevice& step, const LayerStateView& view,
+                                      const SparseAttentionCudaParams& p, const float* q, const float* kv_new,
+                                      float* o, void* stream);
 void launch_attention_combine(const StepDevice& step, const SparseAttentionCudaParams& p, const float* workspace,
                               float* o, void* stream);
 void launch_ring_write(const StepDevice& step, const LayerStateView& view, const float* kv_new, void* stream);

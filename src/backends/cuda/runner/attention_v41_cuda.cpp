@@ -10,6 +10,8 @@
 #include "model/state_pool.h"
 #include "ops/csa2/csa2_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
+#include "ops/gemm/gemm_official_cuda.h"
+#include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "ops/rope/rope_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
@@ -17,6 +19,7 @@
 namespace dsinfer::backends {
 
 using namespace ops::cuda;
+using model::v41::Gemm;
 
 namespace {
 bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
@@ -31,14 +34,17 @@ Status CudaForwardV41::kv_source(int64_t l, const ops::StepDevice& st) {
   const model::StatePool pool{&layout_, slots_.as<float>(), blocks_.as<float>()};
   const ops::LayerStateView view = model::layer_view(pool, l);
   float* latent = m > 1 ? s_.latent.data() : s_.ckv.data();
-  DSI_OP("compressor_proj", l, gemm(s_.y.data(), T, D, L.comp_wkv, s_.ckv.data(), hd));
+  // Official numerics: the ratio > 1 pooling projections in fp32, the ratio-1 latents in bf16.
+  DSI_OP("compressor_proj", l, linear(m > 1 ? Gemm::F32 : Gemm::BF16, s_.y.data(), T, D, L.comp_wkv, s_.ckv.data(), hd));
   if (m > 1) {
-    DSI_OP("compressor_proj", l, gemm(s_.y.data(), T, D, L.comp_wgate, s_.cg.data(), hd));
+    DSI_OP("compressor_proj", l, linear(Gemm::F32, s_.y.data(), T, D, L.comp_wgate, s_.cg.data(), hd));
     DSI_OP("compressor", l, csa2_pool(st, view, m, hd, s_.ckv.data(), s_.cg.data(), latent, stream_));
     DSI_OP("compressor", l, csa2_frontier_write(st, view, hd, s_.ckv.data(), s_.cg.data(), stream_));
+    DSI_OP("compressor", l, round(latent, T, hd, 0, hd));
   }
   DSI_OP("compressor", l, rmsnorm(latent, T, hd, L.comp_norm, eps, latent, stream_));
-  DSI_OP("indexer_keys", l, gemm(latent, T, hd, L.idx_wk, s_.key.data(), di));
+  DSI_OP("compressor", l, round(latent, T, hd, 0, hd));
+  DSI_OP("indexer_keys", l, linear(Gemm::BF16, latent, T, hd, L.idx_wk, s_.key.data(), di));
   Csa2EmitCudaParams ep;
   ep.ratio = m;
   ep.d = hd;
@@ -48,6 +54,7 @@ Status CudaForwardV41::kv_source(int64_t l, const ops::StepDevice& st) {
   ep.eps = eps;
   ep.key_norm_w = L.idx_k_norm;
   ep.qat = num_.qat_sim;
+  ep.round_bf16 = official();
   DSI_OP("compressor_emit", l, csa2_emit(st, view, ep, latent, s_.key.data(), stream_));
   return Status::ok();
 }
@@ -61,12 +68,18 @@ Status CudaForwardV41::index_source(int64_t l, const ops::StepDevice& st) {
   const model::StatePool pool{&layout_, slots_.as<float>(), blocks_.as<float>()};
   const ops::LayerStateView src = model::layer_view(pool, cfg_.kv_source_of(l));
   float *iq = s_.iq.data(), *iw = s_.iw.data();
-  DSI_OP("indexer_q", l, gemm(s_.cq.data(), T, qr, L.idx_wq_b, iq, Hi * di));
-  DSI_OP("indexer_proj", l, gemm(s_.y.data(), T, D, L.idx_wproj, iw, Hi));
-  DSI_OP("indexer_proj", l, scale_cuda(iw, T * Hi, float(std::pow(double(Hi), -0.5)), stream_));
-  const HeadNormRopeParams rp{T, Hi, di, HeadNorm::None, nullptr, float(cfg_.rms_norm_eps), cfg_.qk_rope_head_dim,
-                              inv_comp_.data(), 1.0f, false};
+  DSI_OP("indexer_q", l, linear(Gemm::FP8, s_.cq.data(), T, qr, L.idx_wq_b, iq, Hi * di));
+  DSI_OP("indexer_proj", l, linear(Gemm::BF16, s_.y.data(), T, D, L.idx_wproj, iw, Hi));
+  // transformers scales the head weights by Hi^-1/2 and the scores by di^-1/2; the official code folds both into
+  // the (bf16) head weights.
+  const double ws = official() ? std::pow(double(Hi), -0.5) * std::pow(double(di), -0.5) : std::pow(double(Hi), -0.5);
+  DSI_OP("indexer_proj", l, scale_cuda(iw, T * Hi, float(ws), stream_));
+  DSI_OP("indexer_proj", l, round(iw, T, Hi, 0, Hi));
+  const int64_t rd = cfg_.qk_rope_head_dim;
+  const HeadNormRopeParams rp{T, Hi, di, HeadNorm::None, nullptr, float(cfg_.rms_norm_eps), rd, inv_comp_.data(), 1.0f,
+                              false};
   DSI_OP("indexer_q_rope", l, head_norm_rope(rp, iq, st.pos, stream_));
+  DSI_OP("indexer_q_rope", l, round(iq, T * Hi, di, di - rd, di));
   if (num_.qat_sim) DSI_OP("indexer_q_qat", l, csa2_qat(iq, T * Hi, di, 32, QatKind::Fp4Ue8m0, stream_));
   Csa2IndexCudaParams xp;
   xp.heads = Hi;
@@ -74,6 +87,7 @@ Status CudaForwardV41::index_source(int64_t l, const ops::StepDevice& st) {
   xp.ratio = cfg_.ratio(l);
   xp.topk = cfg_.index_topk;
   xp.stride = s_.stride;
+  xp.official = official();
   if (l == v.candidate_source_layer_id) {
     xp.mode = Csa2SelectMode::Candidate;
     xp.cand_topk_blocks = v.candidate_topk_blocks;
@@ -84,7 +98,7 @@ Status CudaForwardV41::index_source(int64_t l, const ops::StepDevice& st) {
   }
   DSI_OP("indexer_scores", l, csa2_index_scores(st, src, xp, iq, iw, s_.scores.data(), stream_));
   DSI_OP("indexer_topk", l, csa2_index_select(st, xp, s_.scores.data(), s_.mask.data(), s_.mask_n.data(), s_.blk.data(),
-                                                s_.sel.data(), stream_));
+                                                s_.sel.data(), stream_, s_.pairs.data()));
   return Status::ok();
 }
 
@@ -95,14 +109,24 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   const float eps = float(cfg_.rms_norm_eps);
   const float* inv = (m == 0 ? inv_main_ : inv_comp_).data();
   float *y = s_.y.data(), *cq = s_.cq.data(), *q = s_.q.data(), *kv = s_.kv.data();
-  DSI_OP("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr));
+  DSI_OP("wq_a", l, linear(Gemm::FP8, y, T, D, L.wq_a, cq, qr));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
-  DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, H * hd));
-  DSI_OP("wkv", l, gemm(y, T, D, L.wkv, kv, hd));
+  DSI_OP("q_norm", l, round(cq, T, qr, 0, qr));
+  DSI_OP("wq_b", l, linear(Gemm::FP8, cq, T, qr, L.wq_b, q, H * hd));
+  DSI_OP("wkv", l, linear(Gemm::FP8, y, T, D, L.wkv, kv, hd));
   HeadNormRopeParams rp{T, H, hd, HeadNorm::None, nullptr, eps, rd, inv, 1.0f, false};
   DSI_OP("q_rope", l, head_norm_rope(rp, q, st.pos, stream_));
-  rp = {T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, 1.0f, false};
-  DSI_OP("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
+  DSI_OP("q_rope", l, round(q, T * H, hd, hd - rd, hd));
+  if (official()) {  // the norm's bf16 output is what RoPE rotates (the fused kernel would rotate the fp32 one)
+    DSI_OP("kv_norm_rope", l, rmsnorm(kv, T, hd, L.kv_norm, eps, kv, stream_));
+    DSI_OP("kv_norm_rope", l, round(kv, T, hd, 0, hd));
+    rp = {T, 1, hd, HeadNorm::None, nullptr, eps, rd, inv, 1.0f, false};
+    DSI_OP("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
+    DSI_OP("kv_norm_rope", l, round(kv, T, hd, hd - rd, hd));
+  } else {
+    rp = {T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, 1.0f, false};
+    DSI_OP("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
+  }
   if (num_.qat_sim) DSI_OP("kv_qat", l, csa2_qat(kv, T, hd, 32, QatKind::Fp8Ue8m0, stream_));
   const int64_t src = cfg_.kv_source_of(l);
   if (src == l) DSI_RETURN_IF_ERROR(kv_source(l, st));
@@ -129,17 +153,22 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   ap.inv_freq = inv;
   ap.attention_factor = 1.0f;
   ap.num_splits = attention_splits(l, T);
-  ap.split_keys = sparse_attention_split_keys(kernel_mode());  // batch-invariant: fixed key chunks
+  ap.split_keys = official() ? 0 : sparse_attention_split_keys(kernel_mode());  // batch-invariant: fixed key chunks
+  ap.official = official();
   float* o = s_.o.data();
   DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
   DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
-  const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, kernel_mode(), GemmSettings{});
-  const int64_t chunk = gp.chunk_rows;
-  for (int64_t i = 0; i < T; i += chunk)
-    DSI_OP("wo_a", l, gemm_grouped_cuda(o + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
-                                          s_.mid.data() + i * G * r, G * r, r, stream_, gp.precision));
-  DSI_OP("wo_b", l, gemm(s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D));
+  if (official()) {  // a bf16 einsum per group
+    DSI_OP("wo_a", l, gemm_official_cuda(o, T, H * hd, L.wo_a, s_.mid.data(), G * r, OfficialGemm::kBf16, stream_, G));
+  } else {
+    const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, kernel_mode(), GemmSettings{});
+    const int64_t chunk = gp.chunk_rows;
+    for (int64_t i = 0; i < T; i += chunk)
+      DSI_OP("wo_a", l, gemm_grouped_cuda(o + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
+                                            s_.mid.data() + i * G * r, G * r, r, stream_, gp.precision));
+  }
+  DSI_OP("wo_b", l, linear(Gemm::FP8, s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D));
   return Status::ok();
 }
 

@@ -8,11 +8,13 @@
 
 namespace dsinfer::backends {
 
-std::string cuda_numerics_refusal(const io::ModelConfig& cfg, const model::Numerics& num) {
+std::string cuda_numerics_refusal(const io::ModelConfig& cfg, const model::Numerics& num, int64_t gpus) {
   if (!cfg.is_v41() || !num.bf16_activations) return "";
-  return fmt::format("the cuda backend runs DeepSeek-V4.1 with transformers numerics only (--numerics hf or "
-                     "hf-noqat): '{}' numerics need the official bf16 rounding points, which have no V4.1 GPU kernels "
-                     "yet (use the cpu backend for them)", num.name);
+  if (gpus > 1)
+    return fmt::format("DeepSeek-V4.1 with '{}' numerics runs on one GPU only: the official MoE adds a token's experts "
+                       "in one fp32 sum in expert-id order, which {} expert-parallel ranks would split (use --numerics "
+                       "hf or hf-noqat on several GPUs)", num.name, gpus);
+  return "";
 }
 
 void keep_first_layers(io::ModelConfig& cfg, int64_t n) {

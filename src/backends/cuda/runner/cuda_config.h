@@ -10,9 +10,11 @@
 
 namespace dsinfer::backends {
 
-// Empty when the config's family can run `num` on the GPU; otherwise the refusal, naming the profile and the reason
-// (a profile is never swapped for another). DeepSeek-V4.1: official (bf16 rounding points) has no GPU kernels yet.
-std::string cuda_numerics_refusal(const io::ModelConfig& cfg, const model::Numerics& num);
+// Empty when the config's family can run `num` on `gpus` GPUs; otherwise the refusal, naming the profile and the
+// reason (a profile is never swapped for another). DeepSeek-V4.1 official numerics (bf16 rounding points, exact
+// kernels): refused on several GPUs (the official MoE sums all experts of a token in one fp32 accumulator in expert-id
+// order, which expert-parallel ranks split).
+std::string cuda_numerics_refusal(const io::ModelConfig& cfg, const model::Numerics& num, int64_t gpus = 1);
 
 // The first n layers (1 <= n <= num_hidden_layers): per-layer lists cut; V4.1's layer-id lists filtered (a role whose
 // layer is cut is gone; the Engram tables of cut layers too).

@@ -30,7 +30,7 @@ Status CudaForward::sync() const {
 Result<io::ModelConfig> cuda_model_config(const runner::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, io::load_model_config(opts.model_dir));
   // A profile the family's GPU forward cannot run is refused here, by name, never swapped for another.
-  if (const std::string why = cuda_numerics_refusal(cfg, opts.numerics); !why.empty())
+  if (const std::string why = cuda_numerics_refusal(cfg, opts.numerics, opts.gpus); !why.empty())
     return Status::errorf("{}: {}", opts.model_dir, why);
   if (opts.num_layers > 0) {
     if (opts.load_format != runner::LoadFormat::kDummy) return Status::error("a layer subset needs dummy weights (a checkpoint has all its layers)");

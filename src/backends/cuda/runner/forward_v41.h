@@ -1,5 +1,7 @@
 // CudaForwardV41: the DeepSeek-V4.1 family's part of the CUDA runner (cuda_forward.h), op for op the CPU reference
-// (model/deepseek_v41*.cpp) under transformers numerics (hf, hf-noqat). It shares the V4 kernels (embed, GEMM,
+// (model/deepseek_v41*.cpp) under transformers numerics (hf, hf-noqat) and official numerics (every rounding point of
+// model/deepseek_v41_numerics.h: bf16 activations, FP8 1x32 activation quantization before FP8 / FP4 GEMMs, bf16
+// indexer scores with torch.topk's ties, the official attention and MoE; exact kernels). It shares the V4 kernels (embed, GEMM,
 // RMSNorm / RoPE, mHC with the carried pre, MoE, sparse attention, ring write) and adds the CSA2 and Engram kernels
 // (ops/csa2, ops/engram). Parts:
 //   forward_v41_load_cuda.cpp  loading (weights, RoPE tables, the Engram hash tables), the state checks
@@ -13,6 +15,7 @@
 
 #include "backends/cuda/runner/cuda_forward.h"
 #include "backends/cuda/weights/device_weights_v41.h"
+#include "model/deepseek_v41_numerics.h"
 #include "ops/engram/engram_launch.h"
 #include "ops/moe/moe_cuda.h"
 
@@ -33,7 +36,7 @@ class CudaForwardV41 final : public CudaForward {
   Status run(const ops::StepDevice& st, const int32_t* rows, int64_t R) override;
   float* logits() const override { return s_.logits.data(); }
   Result<int32_t> reload_expert_slots(int64_t l, const std::vector<int32_t>& slots) override;
-  // No GPU drafter for V4.1 yet (CudaRunner::create_drafter refuses speculative decoding on it).
+  // No device drafter for V4.1 yet: CudaRunner::create_drafter leaves DSpark to the host reference drafter.
   const ops::cuda::DeviceWeight* embed_weight() const override { return nullptr; }
   const ops::cuda::DeviceWeight* head_weight() const override { return nullptr; }
 
@@ -45,16 +48,25 @@ class CudaForwardV41 final : public CudaForward {
     cuda::DeviceBuffer<int32_t> sel, mask_n, ridx;
     cuda::DeviceBuffer<uint8_t> mask;
     cuda::DeviceBuffer<int64_t> hashes;
+    cuda::DeviceBuffer<int64_t> pairs;  // official numerics: the indexer selection's (value, index) pairs [T, stride]
   };
-  // The kernel-choice plans' mode (ops/kernel_mode.h): exact, batch-invariant, else the default kernels.
+  // The kernel-choice plans' mode (ops/kernel_mode.h): exact (also for official numerics, whose rounding points assume
+  // the exact kernels' fp32 GEMMs), batch-invariant, else the default kernels.
   ops::KernelMode kernel_mode() const override {
-    if (exact_) return ops::KernelMode::kExact;
+    if (exact_ || official()) return ops::KernelMode::kExact;
     return batch_invariant_ ? ops::KernelMode::kBatchInvariant : ops::KernelMode::kDefault;
   }
   MoeLayerView moe_layer(int64_t l) const override {
     const float limit = float(cfg_.swiglu_limit);
     return {&weights_.layer(l).experts, &weights_.layer(l).shared, limit, limit};
   }
+  bool official() const { return num_.bf16_activations; }
+  // y [M, ldy] = x [M, ldx] . w^T with the semantics of `g` (model::v41::Num::linear): under official numerics the
+  // official GEMM (ops/gemm/gemm_official_cuda.h: bit for bit Num::linear), otherwise the plain GEMM.
+  Status linear(model::v41::Gemm g, const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y,
+                int64_t ldy);
+  // Official numerics: columns [c0, c1) of x [rows, ld] rounded to bf16 (a no-op otherwise).
+  Status round(float* x, int64_t rows, int64_t ld, int64_t c0, int64_t c1);
   Status init_engram(const std::string& model_dir);
   int64_t attention_splits(int64_t l, int64_t T) const;
   Status engram(int64_t l, const ops::StepDevice& st);

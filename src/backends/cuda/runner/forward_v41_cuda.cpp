@@ -9,7 +9,9 @@
 #include "cuda/cuda_common.h"
 #include "ops/embed/embed_cuda.h"
 #include "ops/engram/engram_cuda.h"
+#include "ops/gemm/gemm_official_cuda.h"
 #include "ops/mhc/mhc_cuda.h"
+#include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 
 namespace dsinfer::backends {
@@ -17,6 +19,7 @@ namespace dsinfer::backends {
 using namespace ops::cuda;
 
 int64_t CudaForwardV41::attention_splits(int64_t l, int64_t T) const {
+  if (official()) return 1;  // the official kernel: one split per (token, head)
   const int64_t keys = cfg_.sliding_window + (cfg_.ratio(l) > 0 ? cfg_.index_topk : 0);
   return plan_sparse_attention(kernel_mode(), T, cfg_.num_attention_heads, cfg_.head_dim, keys, device_.multiprocessors)
       .num_splits;
@@ -71,6 +74,7 @@ Status CudaForwardV41::prepare(int64_t T, int64_t R, int64_t max_pos) {
   DSI_RETURN_IF_ERROR(grow(s_.ekv, t * size_t((n + 1) * D), "engram kv"));
   DSI_RETURN_IF_ERROR(grow(s_.hid, size_t(R) * size_t(D), "final hidden"));
   DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size), "logits"));
+  if (official()) DSI_RETURN_IF_ERROR(grow(s_.pairs, st, "indexer selection pairs"));
   int64_t ws = 0;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
     ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(l, T), batch_invariant_));
@@ -96,12 +100,26 @@ Status CudaForwardV41::gemm(const float* x, int64_t M, int64_t ldx, const Device
   return Status::ok();
 }
 
+Status CudaForwardV41::linear(model::v41::Gemm g, const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
+                              int64_t ldy) {
+  using model::v41::Gemm;
+  if (!official()) return gemm(x, M, ldx, w, y, ldy);
+  const OfficialGemm mode = g == Gemm::F32 ? OfficialGemm::kF32 : g == Gemm::BF16 ? OfficialGemm::kBf16
+                                                                                  : OfficialGemm::kQuantized;
+  return gemm_official_cuda(x, M, ldx, w, y, ldy, mode, stream_);
+}
+
+Status CudaForwardV41::round(float* x, int64_t rows, int64_t ld, int64_t c0, int64_t c1) {
+  return official() ? round_bf16_cuda(x, rows, ld, c0, c1, stream_) : Status::ok();
+}
+
 Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
   const int64_t T = st.T, V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const float eps = float(cfg_.rms_norm_eps);
   const DeviceWeight& emb = weights_.embed();
   DSI_OP("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens,
                               T, n, s_.X.data(), stream_));
+  DSI_OP("embed", -1, round(s_.X.data(), T * n, D, 0, D));
   if (!cfg_.v41.engram_layer_ids.empty()) {
     DSI_OP("engram_hash", -1, engram_hash(st, hash_, s_.hashes.data(), stream_));
     DSI_OP("engram_hash", -1, engram_history_write(st, hash_, stream_));
@@ -111,26 +129,32 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const DeviceLayerV41& L = weights_.layer(l);
     if (L.engram) DSI_RETURN_IF_ERROR(engram(l, st));
+    // speculative decoding: a V4.1 tap of layer l is the block's input after the Engram (speculative/drafter.h)
+    DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));
     HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.attn_norm,
                     batch_invariant_};
     hp.pre_in = pre;
     hp.pre_out = s_.pre_a.data();
+    hp.round_bf16 = official();
     DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(attention(l, st));
     DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    DSI_OP("hc_post_attn", l, round(s_.X.data(), T * n, D, 0, D));
     float* next = (l % 2 ? s_.pre1 : s_.pre0).data();
     hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.ffn_norm,
           batch_invariant_};
     hp.pre_in = s_.pre_a.data();
     hp.pre_out = next;
+    hp.round_bf16 = official();
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(ffn(l, st));
     DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
-    DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));  // speculative decoding: tapped layers
+    DSI_OP("hc_post_ffn", l, round(s_.X.data(), T * n, D, 0, D));
     pre = next;
   }
   if (R > 0) {
-    DSI_OP("final_collapse", -1, hc_collapse_norm(s_.X.data(), pre, rows, R, n, D, weights_.final_norm(), eps, s_.hid.data(), stream_));
+    DSI_OP("final_collapse", -1, hc_collapse_norm(s_.X.data(), pre, rows, R, n, D, weights_.final_norm(), eps, s_.hid.data(),
+                                                    stream_, official()));
     DSI_OP("lm_head", -1, gemm(s_.hid.data(), R, D, weights_.head(), s_.logits.data(), V));
   }
   return Status::ok();
@@ -148,8 +172,10 @@ Status CudaForwardV41::engram(int64_t l, const ops::StepDevice& st) {
   } else {
     DSI_OP("engram_lookup", l, engram_gather(s_.hashes.data(), T, hash_.layers, e, cols, L.engram_table, rows, stream_));
   }
-  DSI_OP("engram_wkv", l, gemm(rows, T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
+  DSI_OP("engram_lookup", l, round(rows, T, cols * hd, 0, cols * hd));
+  DSI_OP("engram_wkv", l, linear(model::v41::Gemm::FP8, rows, T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
   DSI_OP("engram_gate", l, engram_gate(s_.X.data(), T, n, D, s_.ekv.data(), L.engram_qk, float(cfg_.rms_norm_eps), stream_));
+  DSI_OP("engram_gate", l, round(s_.X.data(), T * n, D, 0, D));
   return Status::ok();
 }
 
@@ -177,9 +203,14 @@ Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   const int64_t chunk = moe_chunk_tokens(kernel_mode(), T, L.experts.experts, k);
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t m = std::min(chunk, T - r);
+    const MoeSharedDevice* shared = ep_rank_ == 0 ? &L.shared : nullptr;
+    if (official()) {
+      DSI_OP("moe", l, moe_official_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k,
+                                         L.experts, shared, limit, s_.f.data() + r * D, moe_ws_, stream_));
+      continue;
+    }
     DSI_OP("moe", l, moe_cuda(s_.y.data() + r * D, m, s_.ridx.data() + r * k, s_.rw.data() + r * k, k, L.experts,
-                              ep_rank_ == 0 ? &L.shared : nullptr, limit, limit, s_.f.data() + r * D, moe_ws_, stream_,
-                              path));
+                              shared, limit, limit, s_.f.data() + r * D, moe_ws_, stream_, path));
   }
   if (ep_size_ > 1) {
     if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");

@@ -7,9 +7,7 @@
 #include "backends/cuda/runner/forward_v41.h"
 #include "cuda/cuda_common.h"
 #include "model/deepseek_v41_vocab.h"
-#include "model/deepseek_v41_vocab.h"
 #include "ops/engram/engram.h"
-#include "ops/rope/rope.h"
 
 namespace dsinfer::backends {
 
@@ -33,7 +31,7 @@ Status check_roles(const io::ModelConfig& cfg) {
 Status CudaForwardV41::load(const runner::RunnerOptions& opts, ExpertSlots slots) {
   if (core_.eplb_.on)
     return Status::error("--eplb: DeepSeek-V4.1 has no expert-slot reloading yet; run it without --eplb");
-  if (const std::string why = cuda_numerics_refusal(cfg_, num_); !why.empty()) return Status::error(why);
+  if (const std::string why = cuda_numerics_refusal(cfg_, num_, ep_size_); !why.empty()) return Status::error(why);
   DSI_RETURN_IF_ERROR(check_roles(cfg_).with_context(opts.model_dir));
   using model::EngramPlacement;
   if (opts.engram_placement == EngramPlacement::kSharded)
@@ -52,9 +50,10 @@ Status CudaForwardV41::load(const runner::RunnerOptions& opts, ExpertSlots slots
     for (auto& f : fetch_) DSI_RETURN_IF_ERROR(f.create());
   }
   DSI_RETURN_IF_ERROR(init_engram(opts.load_format == runner::LoadFormat::kDummy ? std::string() : opts.model_dir));
-  // transformers' frequencies (the official precompute differs; official numerics are refused above)
-  const std::vector<float> inv_main = ops::rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
-  const std::vector<float> inv_comp = ops::rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);
+  // transformers' frequencies, or the official precompute_freqs_cis (model::v41::Num::inv_freq decides)
+  const model::v41::Num num = model::v41::Num::from(num_);
+  const std::vector<float> inv_main = num.inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim);
+  const std::vector<float> inv_comp = num.inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim);
   DSI_RETURN_IF_ERROR(inv_main_.upload(inv_main.data(), inv_main.size(), "rope inv_freq"));
   DSI_RETURN_IF_ERROR(inv_comp_.upload(inv_comp.data(), inv_comp.size(), "rope inv_freq"));
   return Status::ok();

@@ -75,12 +75,10 @@ Status CudaRunner::download_hidden(int64_t T) {
 
 Result<std::unique_ptr<speculative::Drafter>> CudaRunner::create_drafter(const speculative::SpeculativeConfig& cfg,
                                                                          int32_t num_slots) {
-  // One speculative path for every family; a family without a GPU drafter (its embedding and head not offered:
-  // DeepSeek-V4.1 today) is refused here, by name, rather than run on a drafter of another layout.
-  if (!fwd_->embed_weight() || !fwd_->head_weight())
-    return Status::errorf("speculative decoding is not implemented for DeepSeek-{} on the cuda backend yet (its DSpark "
-                          "drafter layout loads, but no GPU drafter runs it); run without --speculative",
-                          fwd_->family());
+  // One speculative path for every family. A family without a device drafter (its embedding and head not offered:
+  // DeepSeek-V4.1 today) drafts with the host reference drafter of its own layout (the speculator's default, as
+  // DSINFER_DRAFTER=host asks for V4), reading the downloaded capture; verification stays on the GPU.
+  if (!fwd_->embed_weight() || !fwd_->head_weight()) return std::unique_ptr<speculative::Drafter>();
   if (const char* d = std::getenv("DSINFER_DRAFTER"); d && std::string(d) == "host") return std::unique_ptr<speculative::Drafter>();
   DraftDeviceContext ctx;
   ctx.stream = stream_;
