@@ -216,6 +216,16 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
         r.sequences_fp8 = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_fp8_bytes_per_sequence) : 0;
       r.sequences_ep = r.sequences;
       r.sequences_dp = r.sequences * n;
+      for (const int64_t batch : o.batches) {
+        if (batch < 1) return Status::errorf("batch {} must be >= 1", batch);
+        const parallel::LayoutChoice c = parallel::choose_layout(cfg, specs, bytes, n, batch, context, r.sequences);
+        LayoutPlanChoice out{batch, {}, c.best, c.reason};
+        for (const parallel::LayoutEstimate& e : c.options)
+          out.options.push_back({parallel::layout_name(e.layout), parallel::layout_flags(e.layout), e.fits,
+                                 e.sequences_fit, e.seqs_per_rank, e.collectives, e.comm_bytes, e.attn_weight_bytes,
+                                 e.attn_state_bytes, e.attn_ms, e.comm_ms, e.step_ms()});
+        r.layouts.push_back(std::move(out));
+      }
       p.rows.push_back(r);
     }
     *plan = std::move(p);

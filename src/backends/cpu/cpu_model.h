@@ -22,6 +22,8 @@ class CpuModel {
   virtual void set_tap(model::TapFn tap) = 0;
   // Expert parallelism (cpu_parallel_runner.h); DeepSeek-V4 only.
   virtual Status set_expert_shard(model::ExpertShard shard) = 0;
+  // Tensor-parallel attention (cpu_parallel_runner.h); DeepSeek-V4 only.
+  virtual Status set_head_shard(model::HeadShard heads) = 0;
   virtual Status forward(const model::StatePool& state, std::span<const model::SeqChunk> chunks,
                          std::vector<float>& logits) = 0;
 };
@@ -42,6 +44,15 @@ class CpuModelOf final : public CpuModel {
       return Status::ok();
     } else {
       return Status::error("expert parallelism over several ranks is not implemented for this model "
+                           "(DeepSeek-V4 only)");
+    }
+  }
+  Status set_head_shard(model::HeadShard heads) override {
+    if constexpr (requires { m_->set_head_shard(std::move(heads)); }) {
+      m_->set_head_shard(std::move(heads));
+      return Status::ok();
+    } else {
+      return Status::error("tensor-parallel attention over several ranks is not implemented for this model "
                            "(DeepSeek-V4 only)");
     }
   }

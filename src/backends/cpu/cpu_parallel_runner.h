@@ -7,6 +7,9 @@
 // slots and blocks (the scheduler's StateCache split by set_ranks) and runs its own sequences' part of each step;
 // every MoE layer sends the routed pairs to the experts' ranks and combines them back (parallel/expert_dispatch.h),
 // every rank computing the shared expert of its tokens. Snapshots and the host tier are one pool for all ranks.
+// TP attention (--tensor-parallel-size N, docs/multi_gpu.md "TP attention"): as EP (state replicated, experts
+// split), and each rank runs the query heads parallel::head_range gives it; the partial attention outputs are
+// summed in rank order as the MoE's are.
 // A failure on any rank (load, step, an exception) aborts the group, so no rank hangs, and ends the runner: every
 // later call returns "rank R failed: <cause>" (health()).
 #pragma once
