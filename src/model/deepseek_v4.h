@@ -77,7 +77,10 @@ class DeepseekV4Cpu {
   const Numerics& numerics() const { return num_; }
   const Weights& weights() const { return w_; }
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
-  void set_expert_shard(ExpertShard shard) { shard_ = std::move(shard); }
+  Status set_expert_shard(ExpertShard shard) {
+    shard_ = std::move(shard);
+    return Status::ok();
+  }
   void set_head_shard(HeadShard heads) { heads_ = std::move(heads); }
 
   // Runs one step. `logits` receives [rows, vocab] in chunk order: every token of an all_logits chunk, else its

@@ -15,6 +15,7 @@
 
 #include "dsinfer/engine.h"
 #include "test_util.h"
+#include "v41_test_util.h"
 
 namespace dsinfer::test {
 
@@ -99,17 +100,28 @@ inline void expect_same_runs(const std::map<int, RankOut>& a, const std::map<int
   }
 }
 
-// Every DeepSeek-V4 fixture and the shipped model, with the rank counts their routed experts split over.
+// Every fixture and the shipped model, with the rank counts their routed experts split over. DeepSeek-V4.1 runs
+// only the EP layout on the cpu ranks (its forward has no DP exchange or TP head split); its fixtures' WordLevel
+// tokenizer.json is read only by the Engram vocabulary, so the engine is given a byte-level one (v41_test_util.h).
 struct RankModel {
   std::string dir;
   int32_t vocab;
   std::vector<int32_t> ranks;
+  bool ep_only = false;
+  EngineOptions options(int32_t n, RankLayout l) const {
+    EngineOptions o = rank_options(dir, n, l);
+    static const ScratchDir tok_dir("rank_v41_tok");
+    static const std::string tok = byte_tokenizer(tok_dir);
+    if (ep_only) o.tokenizer_path = tok;
+    return o;
+  }
 };
 inline std::vector<RankModel> rank_models() {
   const std::vector<int32_t> even = {2, 4, 8};
   return {{own_fixture("tiny-v4-a"), 512, even},        {own_fixture("tiny-v4-a-bf16"), 512, even},
           {own_fixture("tiny-v4-b"), 512, even},        {own_fixture("tiny-v4-c"), 256, {2, 3, 6}},
-          {own_fixture("tiny-v4-official"), 256, even}, {source_dir() + "/models/dsv4-small", 3072, even}};
+          {own_fixture("tiny-v4-official"), 256, even}, {source_dir() + "/models/dsv4-small", 3072, even},
+          {own_fixture("tiny-v41-a"), 512, even, true}, {own_fixture("tiny-v41-b"), 512, {2, 4}, true}};
 }
 
 }  // namespace dsinfer::test

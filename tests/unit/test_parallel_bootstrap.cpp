@@ -146,7 +146,7 @@ TEST(Bootstrap, MissingRanksAndBadHellosEndByTheDeadline) {
     const std::vector<uint8_t> id = random_id(3);
     Status served = Status::ok();
     const auto t0 = Clock::now();
-    std::thread srv([&] { served = server->serve(3, id, in(3000)); });
+    std::thread srv([&] { served = server->serve(3, id, in(1500)); });
     auto raw = [&](const std::string& bytes) {  // a connection sending `bytes`, then closing
       const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in a{};

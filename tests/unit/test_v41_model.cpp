@@ -15,6 +15,7 @@
 #include "model/deepseek_v41.h"
 #include "model/host_state.h"
 #include "test_util.h"
+#include "v41_test_util.h"
 
 using namespace dsinfer;
 using namespace dsinfer::model;
@@ -184,24 +185,7 @@ TEST(V41Forward, RunsBehindTheCpuModelInterface) {
 // budget, give each request the tokens it gets alone. (The fixture's tokenizer.json is a WordLevel model, which
 // only the Engram vocabulary reads; the engine's detokenizer gets a byte-level BPE one.)
 namespace {
-// A byte-level BPE tokenizer.json covering the fixture's 512 ids (256 byte tokens, then plain placeholders).
-std::string byte_tokenizer(const test::ScratchDir& dir) {
-  nlohmann::json vocab = nlohmann::json::object();
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    const bool direct = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    const uint32_t cp = direct ? b : next++;
-    std::string u8 = cp < 0x80 ? std::string(1, char(cp))
-                                : std::string{char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};
-    vocab[u8] = b;
-  }
-  for (int i = 256; i < 512; ++i) vocab["<t" + std::to_string(i) + ">"] = i;  // decodable, never encoded
-  const nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-                            {"decoder", {{"type", "ByteLevel"}}}};
-  const std::string path = dir.str() + "/tokenizer.json";
-  std::ofstream(path) << j.dump();
-  return path;
-}
+using test::byte_tokenizer;
 
 EngineOptions engine_options(int32_t max_seqs, int64_t budget_tokens, double state_gb = 0) {
   static const test::ScratchDir dir("v41_engine_tok");

@@ -19,7 +19,8 @@
 
 namespace dsinfer::backends {
 
-// opts.gpus ranks (> 1) of opts.model_dir (DeepSeek-V4; n_routed_experts % ranks == 0).
+// opts.gpus ranks (> 1) of opts.model_dir (n_routed_experts % ranks == 0): DeepSeek-V4 in every layout,
+// DeepSeek-V4.1 in EP only (its forward has the expert hook, not DP's exchange nor TP's head split).
 Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(const runner::RunnerOptions& opts);
 
 }  // namespace dsinfer::backends
