@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <future>
 #include <map>
 #include <string>
@@ -98,6 +99,15 @@ inline void expect_same_runs(const std::map<int, RankOut>& a, const std::map<int
     EXPECT_EQ(b.at(i).ids, x.ids) << what << ", prompt " << i;
     EXPECT_EQ(b.at(i).logprobs, x.logprobs) << what << ", prompt " << i;
   }
+}
+
+// The CLI tests' batch input (`dsinfer generate --input`): 5 greedy requests of 4 token ids, 5 tokens each, with
+// logprobs.
+inline void write_rank_requests(const std::string& path) {
+  std::ofstream f(path);
+  for (int i = 0; i < 5; ++i)
+    f << R"({"custom_id": "r)" << i << R"(", "body": {"temperature": 0, "max_tokens": 5, "logprobs": 1, "prompt": [)"
+      << 3 + i << ", " << 40 + 7 * i << ", 9, " << 100 + i << "]}}\n";
 }
 
 // Every fixture and the shipped model, with the rank counts their routed experts split over. DeepSeek-V4.1 runs

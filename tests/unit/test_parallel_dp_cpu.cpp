@@ -10,7 +10,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <future>
 #include <map>
 #include <random>
@@ -221,13 +220,7 @@ TEST(DpRanks, CliGenerateAndPlan) {
   within_30s([] {
     dsinfer::test::ScratchDir d("dp_cli");
     const std::string in = d.str() + "/in.jsonl", model = dsinfer::test::source_dir() + "/models/dsv4-small";
-    {
-      std::ofstream f(in);
-      for (int i = 0; i < 5; ++i)
-        f << R"({"custom_id": "r)" << i
-          << R"(", "body": {"temperature": 0, "max_tokens": 5, "logprobs": 1, "prompt": [)"
-          << 3 + i << ", " << 40 + 7 * i << ", 9, " << 100 + i << "]}}\n";
-    }
+    dsinfer::test::write_rank_requests(in);
     const std::string base = "generate --backend cpu --model " + model + " --input " + in;
     auto one = dsinfer::test::run_cli(d, base + " --output " + d.str() + "/one.jsonl");
     ASSERT_EQ(one.rc, 0) << one.err;

@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 
 #include "cli_test_util.h"
@@ -28,36 +27,43 @@ using dsinfer::test::within_30s;
 
 constexpr RankLayout kLayouts[] = {RankLayout::kEP, RankLayout::kDP, RankLayout::kTP};
 
+// rank_run under its own 30 s watchdog: a hang ends the binary; a slow shared 2-core machine does not.
+std::map<int, dsinfer::test::RankOut> run(const dsinfer::EngineOptions& o, const std::vector<int>& which,
+                                          int64_t budget, int32_t vocab) {
+  std::map<int, dsinfer::test::RankOut> out;
+  within_30s([&] { out = rank_run(o, which, budget, vocab); });
+  return out;
+}
+
 }  // namespace
 
 // Three requests, every fixture and the shipped model, each layout at each rank count: tokens equal to one rank's;
 // DP's logprobs bitwise. EP and TP: the partial sums' fp32 rounding before the reduction moves logprobs by at most
-// 8.3e-7 (EP, V4.1 included) and 1.4e-6 (TP) over these runs; the bound 1e-5 leaves a >= 7x margin and is far below what a
-// lost or doubled expert or head gives (> 1e-2).
+// 8.3e-7 (EP, V4.1 included) and 1.4e-6 (TP) over these runs; the bound 1e-5 leaves a >= 7x margin and is far
+// below what a lost or doubled expert or head gives.
 TEST(CpuLayouts, EveryLayoutGivesOneRanksTokens) {
   std::map<RankLayout, double> worst;
-  for (const dsinfer::test::RankModel& m : dsinfer::test::rank_models())
-    within_30s([&] {  // per model: a hang ends the binary, a slow 2-core machine does not
-      const auto one = rank_run(m.options(1, RankLayout::kEP), {0, 1, 2}, 64, m.vocab);
-      ASSERT_EQ(one.size(), 3u);
-      for (int32_t n : m.ranks)
-        for (RankLayout l : kLayouts) {
-          if (m.ep_only && l != RankLayout::kEP) continue;
-          const std::string what = m.dir + " at " + std::to_string(n) + " " + rank_layout_name(l) + " ranks";
-          const auto many = rank_run(m.options(n, l), {0, 1, 2}, 64, m.vocab);
-          if (l == RankLayout::kDP) {
-            dsinfer::test::expect_same_runs(one, many, what);
-            continue;
-          }
-          ASSERT_EQ(many.size(), 3u) << what;
-          for (int i = 0; i < 3; ++i) {
-            EXPECT_EQ(many.at(i).ids, one.at(i).ids) << what << ", prompt " << i;
-            ASSERT_EQ(many.at(i).logprobs.size(), one.at(i).logprobs.size()) << what;
-            for (size_t k = 0; k < one.at(i).logprobs.size(); ++k)
-              worst[l] = std::max(worst[l], std::abs(many.at(i).logprobs[k] - one.at(i).logprobs[k]));
-          }
+  for (const dsinfer::test::RankModel& m : dsinfer::test::rank_models()) {
+    const auto one = run(m.options(1, RankLayout::kEP), {0, 1, 2}, 64, m.vocab);
+    ASSERT_EQ(one.size(), 3u);
+    for (int32_t n : m.ranks)
+      for (RankLayout l : kLayouts) {
+        if (m.ep_only && l != RankLayout::kEP) continue;
+        const std::string what = m.dir + " at " + std::to_string(n) + " " + rank_layout_name(l) + " ranks";
+        const auto many = run(m.options(n, l), {0, 1, 2}, 64, m.vocab);
+        if (l == RankLayout::kDP) {
+          dsinfer::test::expect_same_runs(one, many, what);
+          continue;
         }
-    });
+        ASSERT_EQ(many.size(), 3u) << what;
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_EQ(many.at(i).ids, one.at(i).ids) << what << ", prompt " << i;
+          ASSERT_EQ(many.at(i).logprobs.size(), one.at(i).logprobs.size()) << what;
+          for (size_t k = 0; k < one.at(i).logprobs.size(); ++k)
+            worst[l] = std::max(worst[l], std::abs(many.at(i).logprobs[k] - one.at(i).logprobs[k]));
+        }
+      }
+  }
   std::printf("max |logprob(N ranks) - logprob(1 rank)|: EP %.3g, TP %.3g (DP: 0, bitwise)\n", worst[RankLayout::kEP],
               worst[RankLayout::kTP]);
   EXPECT_LT(worst[RankLayout::kEP], 1e-5);
@@ -73,19 +79,17 @@ TEST(CpuLayouts, BatchInvariantAloneEqualsBatchedInEveryLayout) {
         std::tuple{dsinfer::test::own_fixture("tiny-v4-c"), 256, std::vector<int32_t>{3}}}) {
     dsinfer::EngineOptions one = rank_options(dir, 1, RankLayout::kEP);
     one.batch_invariant = true;
-    const auto base = rank_run(one, {0, 1, 2, 3}, 16, vocab);
+    const auto base = run(one, {0, 1, 2, 3}, 16, vocab);
     for (int32_t n : counts)
-      within_30s([&] {
-        for (RankLayout l : kLayouts) {
-          const std::string what = dir + " at " + std::to_string(n) + " " + rank_layout_name(l) + " ranks";
-          dsinfer::EngineOptions o = rank_options(dir, n, l);
-          o.batch_invariant = true;
-          const auto together = rank_run(o, {0, 1, 2, 3}, 16, vocab);
-          dsinfer::test::expect_same_runs(rank_run(o, {3}, 64, vocab), {{3, together.at(3)}}, what + ", alone vs batched");
-          if (l == RankLayout::kDP) dsinfer::test::expect_same_runs(base, together, what + " vs one rank");
-          for (const auto& [i, x] : base) EXPECT_EQ(together.at(i).ids, x.ids) << what << ", prompt " << i;
-        }
-      });
+      for (RankLayout l : kLayouts) {
+        const std::string what = dir + " at " + std::to_string(n) + " " + rank_layout_name(l) + " ranks";
+        dsinfer::EngineOptions o = rank_options(dir, n, l);
+        o.batch_invariant = true;
+        const auto together = run(o, {0, 1, 2, 3}, 16, vocab);
+        dsinfer::test::expect_same_runs(run(o, {3}, 64, vocab), {{3, together.at(3)}}, what + ", alone vs batched");
+        if (l == RankLayout::kDP) dsinfer::test::expect_same_runs(base, together, what + " vs one rank");
+        for (const auto& [i, x] : base) EXPECT_EQ(together.at(i).ids, x.ids) << what << ", prompt " << i;
+      }
   }
 }
 
@@ -95,13 +99,7 @@ TEST(CpuLayouts, CliGenerateWithTensorParallelRanks) {
   within_30s([] {
     dsinfer::test::ScratchDir d("tp_cli");
     const std::string in = d.str() + "/in.jsonl", model = dsinfer::test::source_dir() + "/models/dsv4-small";
-    {
-      std::ofstream f(in);
-      for (int i = 0; i < 5; ++i)
-        f << R"({"custom_id": "r)" << i
-          << R"(", "body": {"temperature": 0, "max_tokens": 5, "logprobs": 1, "prompt": [)" << 3 + i << ", "
-          << 40 + 7 * i << ", 9, " << 100 + i << "]}}\n";
-    }
+    dsinfer::test::write_rank_requests(in);
     const std::string base = "generate --backend cpu --model " + model + " --input " + in;
     auto one = dsinfer::test::run_cli(d, base + " --output " + d.str() + "/one.jsonl");
     ASSERT_EQ(one.rc, 0) << one.err;
