@@ -54,43 +54,44 @@ TEST(CpuRanks, FaultAtLoadNamesTheRank) {
 // later request fails at once with the same reason.
 TEST(CpuRanks, FaultInAStepEndsEveryRequestWithTheCause) {
   within_30s([] {
-    for (const RankLayout layout : {RankLayout::kEP, RankLayout::kTP})
-    for (const auto& [spec, cause] : {std::pair{"1:step:3", "rank 1 failed: injected fault in step 3"},
-                                      std::pair{"3:alloc:0", "rank 3 failed: out of memory (std::bad_alloc)"}}) {
-      dsinfer::EngineOptions o = options(dsinfer::test::source_dir() + "/models/dsv4-small", 4, layout);
-      o.fault_injection = spec;
-      std::string err;
-      auto e = dsinfer::Engine::create(o, &err);
-      ASSERT_NE(e, nullptr) << err;
-      std::set<uint64_t> ids;
-      for (int i = 0; i < 3; ++i) {
-        dsinfer::Request r;
-        r.prompt_is_ids = true;
-        r.prompt_ids = rank_prompt(i, 3072);
-        r.sampling.max_tokens = i == 0 ? 1 : 20;  // request 0 finishes in step 0 (before a step-3 fault)
-        r.sampling.temperature = 0.0;
-        ids.insert(e->submit(r, &err));
-      }
-      std::vector<dsinfer::RequestResult> res;
-      EXPECT_FALSE(e->run_until_idle(res, &err));
-      EXPECT_NE(err.find(cause), std::string::npos) << err;
-      for (auto& r : e->take_finished()) res.push_back(std::move(r));
-      std::set<uint64_t> back;
-      for (const auto& r : res) {
-        back.insert(r.id);
-        if (!r.error.empty()) {
-          EXPECT_NE(r.error.find(cause), std::string::npos) << r.error;
+    for (const RankLayout layout : {RankLayout::kEP, RankLayout::kTP}) {
+      for (const auto& [spec, cause] : {std::pair{"1:step:3", "rank 1 failed: injected fault in step 3"},
+                                        std::pair{"3:alloc:0", "rank 3 failed: out of memory (std::bad_alloc)"}}) {
+        dsinfer::EngineOptions o = options(dsinfer::test::source_dir() + "/models/dsv4-small", 4, layout);
+        o.fault_injection = spec;
+        std::string err;
+        auto e = dsinfer::Engine::create(o, &err);
+        ASSERT_NE(e, nullptr) << err;
+        std::set<uint64_t> ids;
+        for (int i = 0; i < 3; ++i) {
+          dsinfer::Request r;
+          r.prompt_is_ids = true;
+          r.prompt_ids = rank_prompt(i, 3072);
+          r.sampling.max_tokens = i == 0 ? 1 : 20;  // request 0 finishes in step 0 (before a step-3 fault)
+          r.sampling.temperature = 0.0;
+          ids.insert(e->submit(r, &err));
         }
+        std::vector<dsinfer::RequestResult> res;
+        EXPECT_FALSE(e->run_until_idle(res, &err));
+        EXPECT_NE(err.find(cause), std::string::npos) << err;
+        for (auto& r : e->take_finished()) res.push_back(std::move(r));
+        std::set<uint64_t> back;
+        for (const auto& r : res) {
+          back.insert(r.id);
+          if (!r.error.empty()) {
+            EXPECT_NE(r.error.find(cause), std::string::npos) << r.error;
+          }
+        }
+        EXPECT_EQ(back, ids);  // none lost
+        EXPECT_FALSE(e->has_unfinished());
+        EXPECT_NE(e->unavailable_reason().find(cause), std::string::npos) << e->unavailable_reason();
+        dsinfer::Request again;
+        again.prompt_is_ids = true;
+        again.prompt_ids = rank_prompt(0, 3072);
+        ASSERT_NE(e->submit(again, &err), 0u) << err;
+        EXPECT_FALSE(e->step(&err));
+        EXPECT_NE(err.find(cause), std::string::npos) << err;
       }
-      EXPECT_EQ(back, ids);  // none lost
-      EXPECT_FALSE(e->has_unfinished());
-      EXPECT_NE(e->unavailable_reason().find(cause), std::string::npos) << e->unavailable_reason();
-      dsinfer::Request again;
-      again.prompt_is_ids = true;
-      again.prompt_ids = rank_prompt(0, 3072);
-      ASSERT_NE(e->submit(again, &err), 0u) << err;
-      EXPECT_FALSE(e->step(&err));
-      EXPECT_NE(err.find(cause), std::string::npos) << err;
     }
   });
 }
