@@ -106,7 +106,6 @@ Status check_rank_fits(const RankMemory& m, int32_t world, int32_t gpu, int64_t 
                         double(free_bytes) / gib, gpu, gpu_name);
 }
 
-
 namespace {
 
 // Decode state one sequence of `context` tokens reads per step, over every layer (fp32 rows, as the runners keep
