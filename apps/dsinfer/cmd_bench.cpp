@@ -20,7 +20,8 @@ void usage(FILE* f = stderr) {
                "usage: dsinfer bench --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
                "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n"
                "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
-               "                     [--gpus N]  (experts split over N GPUs of this node)\n"
+               "                     [--gpus N]  (experts split over N GPUs of this node)  [--communicator auto|nccl|in-process]\n"
+               "                     [--data-parallel-size N]  (= --gpus: DP attention, the batch spread over the ranks)\n"
                "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n"
                "                     [--ceilings measured|nominal]  (floors at ceilings measured here at start, or the\n"
                "                      H200 datasheet's 4.8 TB/s, 989 / 1,979 TFLOP/s)\n"
@@ -118,6 +119,9 @@ void print_case(const BenchCase& c, const BenchCeilings& ceil, int64_t layers) {
   std::printf("per layer: %.4f ms; tokens/s: %.1f\n", c.ops_ms / double(layers), c.tokens_per_s());
   if (c.chunk > 0) std::printf("TTFT: %.1f ms (all chunks, host wall)\n", c.step_ms);
   if (c.peak_device_bytes > 0) std::printf("peak device memory: %.2f GiB\n", c.peak_device_bytes / double(1 << 30));
+  if (c.comm_bytes_per_step >= 0)
+    std::printf("collectives: %.3f MB sent per step (all ranks), %.0f calls per step, %.4f ms per step in rank 0's "
+                "collective ops\n", c.comm_bytes_per_step / 1e6, c.comm_calls_per_step, c.comm_ms);
   if (c.graph_step_ms > 0)
     std::printf("%-22s %12.4f %12.4f %8.2f   (CUDA graph replay, host wall; tokens/s %.1f)\n", "step (graph)",
                 c.graph_step_ms, c.floor_ms, c.graph_step_ms / c.floor_ms, c.graph_tokens_per_s());
@@ -154,6 +158,7 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--numerics") o.numerics = v;
       else if (a == "--layers") o.num_layers = std::stoll(v);
       else if (a == "--communicator") o.communicator = v;
+      else if (a == "--data-parallel-size") o.data_parallel_size = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
       else if (a == "--gpus") o.gpus = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
       else if (a == "--batch") o.batches = parse_list(v);
       else if (a == "--context") o.context = std::stoll(v);

@@ -24,6 +24,7 @@ void usage(FILE* f = stderr) {
                "  --backend      cpu (reference, default) or cuda\n"
                "  --gpus N       cuda: N GPUs of this node, routed experts split over them (default 1)\n"
                "  --communicator auto|nccl|in-process   gpus > 1 (in-process: the ranks may share one GPU)\n"
+               "  --data-parallel-size N  = --gpus: DP attention (each prompt on one rank, its experts dispatched)\n"
                "  --fast-gemm    cuda: check the tensor-core GEMM path (bf16 operands) instead of exact fp32 GEMMs\n"
                "  --tolerance    max allowed max|logit error| / max|reference logit| (default: cpu 1e-4 for fp32\n"
                "                 checkpoints, 1e-3 for bf16/f16/fp8/fp4 ones; cuda 3e-2; see docs/decisions.md)\n"
@@ -90,6 +91,12 @@ int cmd_check_reference(int argc, char** argv) {
       o.gpus = int32_t(n);
     }
     else if (a == "--communicator") o.communicator = v;
+    else if (a == "--data-parallel-size") {
+      char* end = nullptr;
+      const long long n = std::strtoll(v, &end, 10);
+      if (*end || n < 1 || n > 1024) return fail(std::string("--data-parallel-size '") + v + "' is not an integer in [1, 1024]");
+      o.data_parallel_size = int32_t(n);
+    }
     else if (a == "--dump-logits") o.dump_logits_path = v;
     else if (a == "--tolerance") {
       char* end = nullptr;

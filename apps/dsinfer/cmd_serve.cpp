@@ -40,12 +40,17 @@ void usage(FILE* f = stderr) {
                "            --drain-grace S (%d: on SIGTERM, /health is 503 for S seconds before new requests are "
                "refused;\n"
                "            set it to a router's health-check interval)\n"
+               "  P/D:      --role prefill|decode|both (%s; prefill / decode speak vLLM's kv_transfer_params as\n"
+               "            vllm-router --vllm-pd-disaggregation drives them, and turn on --enable-prefix-caching)\n"
+               "            --kv-transfer-host IP (%s)  --kv-transfer-port N (prefill: where decoders pull; 0 = any)\n"
+               "            --kv-transfer-ttl S (%g)  --kv-transfer-timeout S (%g: a pull, in all)\n"
                "Endpoints: POST /v1/chat/completions, POST /v1/completions (\"stream\": true for server-sent events),\n"
                "GET /v1/models, GET /health (503 while draining), GET /live, GET /metrics (Prometheus); for routers\n"
                "(docs/fleet.md): GET /get_load (/load), /get_model_info (/model_info),\n"
                "/get_server_info (/server_info).\n",
                d.host.c_str(), d.port, engine_flags_help().c_str(), d.max_waiting_requests, d.max_connections,
-               d.max_body_bytes, d.max_n, d.request_timeout_s, d.drain_timeout_s, d.drain_grace_s);
+               d.max_body_bytes, d.max_n, d.request_timeout_s, d.drain_timeout_s, d.drain_grace_s, d.role.c_str(),
+               d.kv_transfer_host.c_str(), d.kv_transfer_ttl_s, d.kv_transfer_timeout_s);
 }
 
 // The address to bind for --host: an IP address as is, a host name (localhost) resolved to its first IPv4 address
@@ -134,6 +139,15 @@ int cmd_serve(int argc, char** argv) {
     long long n = 0;
     if (a == "--host") so.host = v;
     else if (a == "--api-key") so.api_key = v;
+    else if (a == "--role") so.role = v;
+    else if (a == "--kv-transfer-host") so.kv_transfer_host = v;
+    else if (a == "--kv-transfer-fault") so.kv_transfer_fault = v;  // tests only (docs/fleet.md)
+    else if (a == "--kv-transfer-port" && !parse_int_flag("serve", a, v, 0, 65535, &n)) return 2;
+    else if (a == "--kv-transfer-port") so.kv_transfer_port = int(n);
+    else if (a == "--kv-transfer-ttl" && !parse_int_flag("serve", a, v, 1, INT32_MAX, &n)) return 2;
+    else if (a == "--kv-transfer-ttl") so.kv_transfer_ttl_s = double(n);
+    else if (a == "--kv-transfer-timeout" && !parse_int_flag("serve", a, v, 1, INT32_MAX, &n)) return 2;
+    else if (a == "--kv-transfer-timeout") so.kv_transfer_timeout_s = double(n);
     else if (!parse_int_flag("serve", a, v, 0, a == "--port" ? 65535 : INT32_MAX, &n)) return 2;
     else if (a == "--port") so.port = int(n);
     else if (a == "--max-waiting-requests") so.max_waiting_requests = int32_t(n);
@@ -155,6 +169,13 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "serve: needs --model DIR\n");
     return usage(), 2;
   }
+  if (so.role != "both" && so.role != "prefill" && so.role != "decode") {
+    std::fprintf(stderr, "serve: --role '%s': expected prefill, decode or both\n", so.role.c_str());
+    return usage(), 2;
+  }
+  // A prefix state leaves and enters an engine through its prefix cache.
+  if (so.role != "both" && (eo.enable_prefix_caching.empty() || eo.enable_prefix_caching == "off"))
+    eo.enable_prefix_caching = "exact";
   const std::string given_host = so.host;
   if (!resolve_host(so.host, &so.host)) return 2;
   // SIGINT / SIGTERM are taken by sigwait below: block them before any thread starts so that every thread
@@ -184,6 +205,11 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "serve: model %s on %s, max_model_len %lld%s\nserve: listening on http://%s:%d\n",
                eo.model_dir.c_str(), backend.c_str(), max_len, so.api_key.empty() ? "" : ", API key required",
                url_host.c_str(), srv.port());
+  if (so.role != "both")
+    std::fprintf(stderr, "serve: role %s%s\n", so.role.c_str(),
+                 so.role == "prefill"
+                     ? (", prefix states pulled from " + so.kv_transfer_host + ":" + std::to_string(srv.kv_transfer_port())).c_str()
+                     : "");
   int sig = 0;
   sigwait(&sigs, &sig);
   if (sig == SIGTERM) drain(srv, sigs, so.drain_grace_s, so.drain_timeout_s);

@@ -31,7 +31,7 @@ std::string engine_flags_help() {
       "  several GPUs (cuda): --gpus N ({})  --expert-parallel-size N (= --gpus)  --data-parallel-size 1|N\n"
       "            --tensor-parallel-size 1|N (routed experts split over the GPUs, the rest replicated; DP = N: each\n"
       "            GPU its own sequences and state, routed tokens dispatched to the experts' GPUs; TP = N: each GPU\n"
-      "            1/N of the query heads; DP and TP cpu only so far; `dsinfer plan` says which layout to pick)\n"
+      "            1/N of the query heads, cpu only so far; `dsinfer plan` says which layout to pick)\n"
       "            --eplb (expert load balancing; not with --batch-invariant)  --num-redundant-experts R (0; a\n"
       "            multiple of --gpus)\n"
       "            --eplb-interval STEPS ({}; the placement is recomputed from measured loads this often)\n"

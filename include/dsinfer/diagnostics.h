@@ -26,6 +26,7 @@ struct CheckReferenceOptions {
   bool exact_gemm = true;        // cuda: fp32 CUDA-core GEMMs; false checks the tensor-core (bf16) path
   int32_t gpus = 1;              // cuda: GPUs of this node, routed experts split over them (docs/multi_gpu.md)
   std::string communicator = "auto";  // gpus > 1: "auto", "nccl" or "in-process" (ranks may share a GPU)
+  int32_t data_parallel_size = 1;     // = gpus: DP attention (each prompt on one rank, experts dispatched)
   double tolerance = -1;         // max allowed max|err| / max|ref|; < 0: the default for the backend and weights
   std::string dump_logits_path;  // non-empty: write our logits there as safetensors with the reference's keys
   // Pass when at least this fraction of all greedy steps match (1: every step of every prompt); each prompt
@@ -95,6 +96,7 @@ struct BenchOptions {
   int64_t num_layers = 0;             // > 0: run only the first N layers
   int32_t gpus = 1;                   // GPUs of this node, routed experts split over them (docs/multi_gpu.md)
   std::string communicator = "auto";  // gpus > 1: "auto", "nccl" or "in-process" (ranks may share a GPU)
+  int32_t data_parallel_size = 1;     // = gpus: DP attention (the sequences spread over the ranks)
   std::vector<int64_t> batches = {1, 64, 256};  // one decode case per batch size
   int64_t context = 4096;             // decode: positions already in each sequence's state
   int64_t prefill = 4096;             // prefill case: tokens of one sequence from position 0; 0 = none
@@ -148,6 +150,10 @@ struct BenchCase {
   double layers_ms = 0, layers_floor_ms = 0, head_ms = 0, head_floor_ms = 0;
   int64_t chunk = 0;                  // chunked prefill: tokens per step (step_ms is then the whole prompt: TTFT)
   double peak_device_bytes = -1;      // CUDA: largest device memory in use seen after a step (cudaMemGetInfo); -1 n/a
+  // Several ranks: collective payload bytes sent per step (all ranks, ModelRunner CommTraffic), collectives per
+  // step (all ranks), and rank 0's time in its collective ops per step (moe_allreduce, or moe_dispatch +
+  // moe_combine with DP attention; waits for the other ranks included). -1: one rank.
+  double comm_bytes_per_step = -1, comm_calls_per_step = -1, comm_ms = -1;
   std::string error;                  // non-empty: the case failed (what was measured before stays filled in)
   double tokens_per_s() const { return step_ms > 0 ? double(seqs * new_tokens) / (step_ms / 1e3) : 0.0; }
   double graph_tokens_per_s() const { return graph_step_ms > 0 ? double(seqs) / (graph_step_ms / 1e3) : 0.0; }

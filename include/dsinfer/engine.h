@@ -7,6 +7,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsinfer/request.h"
@@ -164,6 +165,7 @@ struct RequestResult {
   uint64_t id = 0;
   std::vector<Completion> completions;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::vector<int32_t> prompt_token_ids;  // the prompt as the engine tokenized it (chat: rendered, then tokenized)
   double arrival_s = 0, first_token_s = -1, finish_s = 0;  // seconds since the engine was created
   std::string response_id;             // the response object's "id" ("chatcmpl-<id>" / "cmpl-<id>")
   std::string response_json;           // the OpenAI response object (chat.completion / text_completion)
@@ -205,6 +207,7 @@ struct EngineStats {
   int32_t state_slots = 0, state_slots_used = 0;
   int32_t state_blocks = 0, state_blocks_used = 0;
   int64_t state_bytes_used = 0, state_bytes_budget = 0;
+  int64_t state_block_size = 0, state_block_bytes = 0, state_slot_bytes = 0;  // the state layout (tokens / bytes)
   PrefixCacheMetrics prefix_cache;
   SpeculativeMetrics speculative;
   GrammarMetrics grammar;
@@ -243,6 +246,17 @@ class Engine {
   bool run_until_idle(std::vector<RequestResult>& results, std::string* error);
   // Called for every sequence that produced tokens in a step (streaming).
   void set_token_callback(std::function<void(const TokenEvent&)> cb);
+
+  // Prefill/decode disaggregation (docs/fleet.md; needs enable_prefix_caching with snapshots). Call between steps,
+  // on the thread that steps. export_prefix_state: the state of the deepest prefix of `prompt_token_ids` that a
+  // request with this prompt resumes exactly from the prefix cache (whole blocks, at most prompt - 1 tokens; a
+  // request that just ran the prompt leaves it there), as a versioned, checksummed blob (format: src/cache/
+  // state_blob.h); false with the reason when there is none. import_prefix_state: checks a blob (format, checksum,
+  // model identity, state layout, token ids) and puts it into the prefix cache, so that a request whose prompt
+  // starts with its tokens resumes there, bit-identically; returns its token count, or -1 with the reason (nothing
+  // changed then).
+  bool export_prefix_state(const std::vector<int32_t>& prompt_token_ids, std::string* blob, std::string* error);
+  int64_t import_prefix_state(std::string_view blob, std::string* error);
 
   SpeculativeMetrics speculative_metrics() const;
   std::string backend_name() const;    // e.g. "cpu (official numerics)"

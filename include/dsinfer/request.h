@@ -47,6 +47,17 @@ struct StructuredOutput {
   bool active() const { return kind != Kind::kNone; }
 };
 
+// vLLM's prefill/decode round trip, as vllm-router's --vllm-pd-disaggregation drives it (docs/fleet.md): the router
+// sends a prefill worker {do_remote_decode: true}, then gives the decode worker the prefill answer's params, which
+// name where the state waits. Read by `dsinfer serve --role prefill|decode`; other servers ignore it.
+struct KvTransferParams {
+  bool do_remote_decode = false;
+  bool do_remote_prefill = false;
+  std::string remote_engine_id, remote_host, remote_request_id;
+  int32_t remote_port = 0;
+  double prefill_s = -1, export_s = -1;  // a dsinfer prefill worker's own times (the P/D bench's TTFT split)
+};
+
 struct Request {
   Endpoint endpoint = Endpoint::kCompletions;
   // Completions: a text prompt (tokenized by the engine) or token ids.
@@ -61,6 +72,8 @@ struct Request {
   // "stream": true (the server answers with server-sent events); stream_options.include_usage.
   bool stream = false;
   bool include_usage = false;
+  bool has_kv_transfer = false;  // "kv_transfer_params" given as an object
+  KvTransferParams kv_transfer;
   std::string model;  // "model" as given ("" when absent); the server checks it names the served model
 };
 

@@ -29,6 +29,17 @@ struct ServerOptions {
   int write_timeout_s = 30;               // a client that accepts no data this long is dropped (and aborted)
   int drain_timeout_s = 60;               // SIGTERM (`dsinfer serve`): requests in flight get this long to finish
   int drain_grace_s = 0;                  // SIGTERM: /health is 503 this long before new requests are refused
+  // Prefill/decode disaggregation (docs/fleet.md), vLLM's kv_transfer_params round trip: "both" serves whole requests
+  // (kv_transfer_params ignored); "prefill" exports a request's prefix state when asked (do_remote_decode) and holds
+  // it for the decode worker's pull on kv_transfer_host:kv_transfer_port (0: an ephemeral port); "decode" pulls the
+  // state a request names (do_remote_prefill) and resumes from it, or prefills locally when that fails. Both need
+  // the engine's prefix caching (snapshots).
+  std::string role = "both";
+  std::string kv_transfer_host = "127.0.0.1";  // the prefill worker's pull address (bound and announced)
+  int kv_transfer_port = 0;
+  double kv_transfer_ttl_s = 60;               // an exported state nobody pulled is dropped after this
+  double kv_transfer_timeout_s = 30;           // a pull, in all (each wait for data: at most 5 s of it)
+  std::string kv_transfer_fault;               // tests only, prefill side: "truncate:N", "corrupt:N" (byte N), "stall"
 };
 
 class Server {
@@ -39,6 +50,7 @@ class Server {
   // address) in *error when it cannot listen.
   bool start(std::string* error);
   int port() const;  // the bound port (after start)
+  int kv_transfer_port() const;  // role prefill: where decode workers pull prefix states (after start); else 0
   // Graceful drain (SIGTERM in `dsinfer serve`; docs/fleet.md), two steps that return at once and cannot be undone.
   // begin_drain(): GET /health answers 503 with Retry-After and every answer closes its connection, so a router
   // marks the replica down at its next health check; requests are still admitted (the router's in-flight choices

@@ -85,6 +85,7 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
   ro.exact_gemm = o.exact_gemm;
   ro.gpus = o.gpus;
   ro.communicator = o.communicator;
+  ro.data_parallel_size = o.data_parallel_size;
   rep.numerics = ro.numerics.name;
   if (o.fidelity) return run_fidelity(o, ro, ref, rep);
   DSI_ASSIGN_OR_RETURN(auto runner, engine::create_runner(ro));
@@ -123,6 +124,7 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   ro.num_layers = o.num_layers;
   ro.gpus = o.gpus;
   ro.communicator = o.communicator;
+  ro.data_parallel_size = o.data_parallel_size;
   ro.batch_invariant = o.batch_invariant;
   // The ceilings are measured before the runner takes the device memory (about 2 GiB, freed again); without a GPU
   // (the cpu backend, which then reports that it cannot time ops) they stay the nominal ones, marked so.

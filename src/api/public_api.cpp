@@ -103,6 +103,7 @@ std::vector<RequestResult> Engine::take_finished() {
     RequestResult rr;
     rr.id = r.id;
     rr.prompt_tokens = r.prompt_tokens;
+    rr.prompt_token_ids = std::move(r.prompt_token_ids);
     rr.completion_tokens = r.completion_tokens;
     rr.arrival_s = r.arrival_s;
     rr.first_token_s = r.first_token_s;
@@ -143,6 +144,22 @@ void Engine::set_token_callback(std::function<void(const TokenEvent&)> cb) {
   });
 }
 
+bool Engine::export_prefix_state(const std::vector<int32_t>& prompt_token_ids, std::string* blob, std::string* error) {
+  Result<std::string> r = impl_->e->export_prefix_state(prompt_token_ids);
+  if (!r) {
+    if (error) *error = r.status().message();
+    return false;
+  }
+  *blob = std::move(r).value();
+  return true;
+}
+
+int64_t Engine::import_prefix_state(std::string_view blob, std::string* error) {
+  Result<int64_t> r = impl_->e->import_prefix_state(blob);
+  if (!r && error) *error = r.status().message();
+  return r ? *r : -1;
+}
+
 std::string Engine::backend_name() const { return impl_->e->runner().name(); }
 std::string Engine::step_mode() const { return impl_->e->step_mode(); }
 SpeculativeMetrics Engine::speculative_metrics() const { return impl_->e->speculative_metrics(); }
@@ -178,6 +195,9 @@ EngineStats Engine::stats() const {
   st.state_blocks_used = cs.num_blocks - cs.free_blocks;
   st.state_bytes_used = cs.used_bytes;
   st.state_bytes_budget = cs.budget_bytes;
+  st.state_block_size = cs.block_size;
+  st.state_block_bytes = cs.block_bytes;
+  st.state_slot_bytes = cs.slot_bytes;
   st.prefix_cache = e.prefix_stats();
   st.speculative = e.speculative_metrics();
   const structured::GrammarCacheStats gs = e.grammar_stats();

@@ -223,8 +223,41 @@ Status parse_structured(const ojson& body, Request& r) {
 }
 
 
-// "model", "stream", "stream_options": read by the server, ignored by the engine.
+// "kv_transfer_params" (vLLM's P/D round trip): the fields dsinfer uses are type-checked; the others (other
+// connectors' remote_block_ids, tp_size, ...) are ignored; null or absent: none.
+Status parse_kv_transfer(const ojson& body, Request& r) {
+  if (!body.contains("kv_transfer_params") || body["kv_transfer_params"].is_null()) return Status::ok();
+  const ojson& p = body["kv_transfer_params"];
+  const char* f = "kv_transfer_params";
+  if (!p.is_object()) return Status::field_errorf(f, "'kv_transfer_params' must be an object, found {}", p.type_name());
+  auto given = [&](const char* k) { return p.contains(k) && !p[k].is_null(); };
+  KvTransferParams& k = r.kv_transfer;
+  for (const auto& [key, flag] : {std::pair{"do_remote_decode", &k.do_remote_decode}, {"do_remote_prefill", &k.do_remote_prefill}}) {
+    if (!given(key)) continue;
+    if (!p[key].is_boolean()) return Status::field_errorf(f, "'kv_transfer_params.{}' must be true or false", key);
+    *flag = p[key].get<bool>();
+  }
+  for (const auto& [key, str] : {std::pair{"remote_engine_id", &k.remote_engine_id}, {"remote_host", &k.remote_host},
+                                 {"remote_request_id", &k.remote_request_id}}) {
+    if (!given(key)) continue;
+    if (!p[key].is_string()) return Status::field_errorf(f, "'kv_transfer_params.{}' must be a string", key);
+    *str = p[key].get<std::string>();
+  }
+  for (const auto& [key, num] : {std::pair{"prefill_s", &k.prefill_s}, {"export_s", &k.export_s}})
+    if (given(key) && p[key].is_number()) *num = p[key].get<double>();
+  if (given("remote_port")) {
+    const ojson& port = p["remote_port"];
+    if (!port.is_number_integer() || port.get<int64_t>() < 1 || port.get<int64_t>() > 65535)
+      return Status::field_errorf(f, "'kv_transfer_params.remote_port' must be a port number, found {}", port.dump());
+    k.remote_port = int32_t(port.get<int64_t>());
+  }
+  r.has_kv_transfer = true;
+  return Status::ok();
+}
+
+// "model", "stream", "stream_options", "kv_transfer_params": read by the server, ignored by the engine.
 Status parse_edge_fields(const ojson& body, Request& r) {
+  DSI_RETURN_IF_ERROR(parse_kv_transfer(body, r));
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string())
       return Status::field_errorf("model", "'model' must be a string, found {}", body["model"].type_name());

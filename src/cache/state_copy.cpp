@@ -63,6 +63,40 @@ Result<std::vector<CopyRun>> plan_copy_runs(std::span<const StateCopy> copies, c
   return runs;
 }
 
+Result<std::vector<CopyRun>> plan_region_runs(std::span<const StateRegion> regions, const StateMemory& m,
+                                              uint8_t* host, size_t host_bytes, CopyRun::Dir dir) {
+  if (dir == CopyRun::Dir::kLocal) return Status::error("state regions move to or from a host buffer, not locally");
+  std::vector<CopyRun> runs;
+  size_t off = 0;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const StateRegion& g = regions[i];
+    const bool block = g.kind == StateRegion::Kind::kBlock;
+    const int64_t n = block ? m.num_blocks : m.num_snapshots;
+    if (!in(g.id, n))
+      return Status::errorf("state region {} ({} {}) is out of range (0..{})", i, block ? "block" : "snapshot", g.id, n - 1);
+    const size_t bytes = size_t(block ? m.block_bytes : m.slot_bytes);
+    uint8_t* state = (block ? m.blocks : m.snapshots) + size_t(g.id) * bytes;
+    if (off + bytes > host_bytes)
+      return Status::errorf("state region {} ends at byte {} of a {}-byte buffer", i, off + bytes, host_bytes);
+    CopyRun r{dir, dir == CopyRun::Dir::kToHost ? host + off : state, dir == CopyRun::Dir::kToHost ? state : host + off,
+              bytes};
+    CopyRun* p = runs.empty() ? nullptr : &runs.back();
+    if (p && p->dst + p->bytes == r.dst && p->src + p->bytes == r.src) p->bytes += bytes;
+    else runs.push_back(r);
+    off += bytes;
+  }
+  if (off != host_bytes) return Status::errorf("state regions hold {} bytes, the buffer {}", off, host_bytes);
+  return runs;
+}
+
+Status regions_on_host(std::span<const StateRegion> regions, const StateMemory& mem, uint8_t* host, size_t host_bytes,
+                       CopyRun::Dir dir, const std::string& who) {
+  auto runs = plan_region_runs(regions, mem, host, host_bytes, dir);
+  if (!runs) return Status::error(who + ": " + runs.status().message());
+  for (const CopyRun& r : *runs) std::memcpy(r.dst, r.src, r.bytes);
+  return Status::ok();
+}
+
 Status copy_on_host(std::span<const StateCopy> copies, const StateMemory& mem, const std::string& who) {
   auto runs = plan_copy_runs(copies, mem);
   if (!runs) return Status::error(who + ": " + runs.status().message());

@@ -43,8 +43,23 @@ struct CopyRun {
 // consecutive blocks become one transfer. Fails, naming the copy, when an id is out of range.
 Result<std::vector<CopyRun>> plan_copy_runs(std::span<const StateCopy> copies, const StateMemory& mem);
 
+// P/D export / import (engine state transfer, cache/state_blob.h): whole token blocks and snapshots between the
+// runner's state memory and a caller's host buffer, packed back to back in the order given.
+struct StateRegion {
+  enum class Kind : uint8_t { kBlock, kSnapshot };
+  Kind kind = Kind::kBlock;
+  int32_t id = -1;
+};
+// The runs moving `regions` to (kToHost) or from (kToDevice) `host`, which must be exactly as long as the regions
+// together. Fails, naming the region, when an id is out of range or the buffer's length differs.
+Result<std::vector<CopyRun>> plan_region_runs(std::span<const StateRegion> regions, const StateMemory& mem,
+                                              uint8_t* host, size_t host_bytes, CopyRun::Dir dir);
+
 // Plans `copies` and carries them out with memcpy / memset: for state that lives in host memory (the CPU runners).
 // Errors carry `who` ("cpu runner: ...").
 Status copy_on_host(std::span<const StateCopy> copies, const StateMemory& mem, const std::string& who);
+// plan_region_runs carried out with memcpy (state in host memory).
+Status regions_on_host(std::span<const StateRegion> regions, const StateMemory& mem, uint8_t* host, size_t host_bytes,
+                       CopyRun::Dir dir, const std::string& who);
 
 }  // namespace dsinfer::cache

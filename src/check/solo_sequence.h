@@ -11,15 +11,18 @@
 
 namespace dsinfer::check {
 
-// A state cache for one sequence of up to max_len tokens, bound to the runner.
+// A state cache for one sequence of up to max_len tokens, bound to the runner (DP attention: room for one on each
+// rank, split as the engine splits it; the sequence goes to the rank admission picks).
 inline Result<cache::StateCache> bind_single_sequence_cache(runner::ModelRunner& runner, int64_t max_len) {
+  const int32_t ranks = runner.state_ranks();
   cache::StateCacheConfig cc;
-  cc.max_num_seqs = 1;
+  cc.max_num_seqs = ranks;
   cc.max_model_len = max_len;
   cc.kv_elem_bytes = runner.kv_elem_bytes();
   DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(runner.config(), cc));
-  cc.budget_bytes = layout.bytes_per_sequence(max_len);
+  cc.budget_bytes = layout.bytes_per_sequence(max_len) * ranks;
   DSI_ASSIGN_OR_RETURN(cache::StateCache cache, cache::StateCache::create(runner.config(), cc));
+  if (ranks > 1) DSI_RETURN_IF_ERROR(cache.set_ranks(ranks));
   DSI_RETURN_IF_ERROR(runner.bind_state(cache.layout(), cache.num_slots(), cache.num_blocks(), max_len));
   return cache;
 }

@@ -140,6 +140,7 @@ Result<scheduler::RequestId> Engine::add(const Request& req) {
   }
   p->want_logprobs = spec.params.logprobs;
   p->out.prompt_tokens = int64_t(spec.prompt.size());
+  p->out.prompt_token_ids = spec.prompt;
   const int32_t n = spec.params.n;
   const bool chat = req.endpoint == Endpoint::kChatCompletions;
   Result<scheduler::RequestId> added = sched_->add_request(std::move(spec));

@@ -11,7 +11,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "chat/output_parser.h"
@@ -47,6 +49,7 @@ struct RequestOutput {
   bool chat = false;
   bool return_token_ids = false;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::vector<int32_t> prompt_token_ids;  // the prompt as tokenized (P/D: the prefill worker exports its state)
   std::vector<Choice> choices;
   double arrival_s = 0, first_token_s = -1, finish_s = 0;  // seconds since the engine started
   std::string error;  // non-empty: the request failed mid-run (e.g. non-finite logits); choices end "error"
@@ -111,6 +114,14 @@ class Engine {
   // request's grammar, so submit() (on the engine thread) finds it cached and no request waits for another's.
   Result<structured::Grammar> compile_structured(const Request& req) const;
   cache::PrefixCacheStats prefix_stats() const { return sched_->prefix_stats(); }
+  // Prefill/decode disaggregation (state_transfer.cpp, cache/state_blob.h; between steps, on the engine's thread):
+  // the state of the deepest prefix of `prompt` that a request with this prompt resumes exactly from the prefix
+  // cache (whole blocks with a slot snapshot, at most prompt - 1 tokens), as a blob; and the import of such a blob
+  // into this engine's prefix cache (checked: format, checksum, model identity, layout, token ids), after which a
+  // request whose prompt starts with the blob's tokens resumes there as an exact hit. Import returns the tokens it
+  // holds. Errors say why (no prefix caching, no such state, no free state memory, a bad blob); nothing changes then.
+  Result<std::string> export_prefix_state(std::span<const int32_t> prompt);
+  Result<int64_t> import_prefix_state(std::string_view blob);
   // The logits of the last step ([rows, vocab], one row per sequence that needed logits); tests and divergence
   // measurements read them between steps. Empty when the step sampled on the device.
   std::span<const float> last_logits() const { return logits_; }
@@ -120,6 +131,7 @@ class Engine {
   struct SeqOut;
   Engine() = default;
   void apply_updates();
+  Status flush_state_copies();  // the StateCache's queued copies, now (state_transfer.cpp)
   Status step_sync();
   // Speculative decoding at rest (Speculator::resting at the running batch, only greedy requests live).
   bool spec_resting() const;

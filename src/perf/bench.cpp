@@ -64,6 +64,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 struct Samples {
   std::map<std::pair<std::string, int64_t>, std::vector<float>> ops;
   std::vector<double> step_ms;
+  runner::RunnerDiagnostics::CommTraffic comm;  // over the timed steps
 };
 
 Status time_steps(runner::ModelRunner& r, const scheduler::BatchPlan& plan, int64_t iters, Samples& out) {
@@ -73,8 +74,11 @@ Status time_steps(runner::ModelRunner& r, const scheduler::BatchPlan& plan, int6
     DSI_RETURN_IF_ERROR(r.step(plan, logits));
     const double ms = ms_since(t0);
     DSI_ASSIGN_OR_RETURN(auto times, r.diagnostics().op_times());
+    const runner::RunnerDiagnostics::CommTraffic comm = r.diagnostics().take_comm_traffic();
     if (it == 0) continue;
     out.step_ms.push_back(ms);
+    out.comm.bytes += comm.bytes;
+    out.comm.calls += comm.calls;
     for (const auto& t : times) out.ops[{t.name, t.layer}].push_back(t.ms);
   }
   return Status::ok();
@@ -141,8 +145,44 @@ void aggregate(const io::ModelConfig& cfg, const Samples& samples, const FloorMo
   }
 }
 
+// DP attention (ModelRunner::state_ranks() > 1): the state split into one range of slots and blocks per rank, as the
+// engine's StateCache splits it; a bench plan's sequence s goes to rank s % ranks (its (s / ranks)-th slot and
+// blocks there), so the batch is spread over the ranks as the engine's admission spreads it.
+struct StateSpread {
+  int32_t ranks = 1;
+  int64_t slots_per_rank = 0, blocks_per_rank = 0;
+};
+
+void spread_over_ranks(const StateSpread& sp, int64_t blocks_per_seq, scheduler::BatchPlan& plan,
+                       std::vector<std::vector<cache::BlockId>>& tables) {
+  if (sp.ranks <= 1) return;
+  for (size_t s = 0; s < plan.seqs.size(); ++s) {
+    const int64_t q = int64_t(s) % sp.ranks, i = int64_t(s) / sp.ranks;
+    plan.seqs[s].slot = cache::SlotId(q * sp.slots_per_rank + i);
+    for (size_t j = 0; j < tables[s].size(); ++j)
+      tables[s][j] = cache::BlockId(q * sp.blocks_per_rank + i * blocks_per_seq + int64_t(j));
+  }
+}
+
+// Collective traffic and time per step (several ranks): bytes and calls from the runner's counters, the time from
+// rank 0's collective ops.
+void add_comm(const Samples& samples, int64_t steps, BenchCase& c) {
+  double ms = 0;
+  bool any = false;
+  for (const BenchOp& op : c.ops)
+    if (op.name == "moe_allreduce" || op.name == "moe_dispatch" || op.name == "moe_combine") {
+      ms += op.measured_ms;
+      any = true;
+    }
+  if (!any || steps <= 0) return;
+  c.comm_bytes_per_step = double(samples.comm.bytes) / double(steps);
+  c.comm_calls_per_step = double(samples.comm.calls) / double(steps);
+  c.comm_ms = ms;
+}
+
 BenchCase run_case(runner::ModelRunner& r, const cache::StateLayout& layout, const BenchOptions& o, const FloorModel& fm,
-                   const char* title, int64_t seqs, int64_t new_tokens, int64_t ctx, bool verify = false) {
+                   const StateSpread& spread, const char* title, int64_t seqs, int64_t new_tokens, int64_t ctx,
+                   bool verify = false) {
   BenchCase c;
   c.title = title;
   c.seqs = seqs;
@@ -150,14 +190,17 @@ BenchCase run_case(runner::ModelRunner& r, const cache::StateLayout& layout, con
   c.context = ctx;
   c.logits_rows = verify ? seqs * new_tokens : seqs;
   std::vector<std::vector<cache::BlockId>> tables;
-  const scheduler::BatchPlan plan = make_bench_plan(seqs, new_tokens, ctx, layout.blocks_per_sequence(ctx + new_tokens),
-                                                    r.config().vocab_size, tables, verify);
+  const int64_t blocks_per_seq = layout.blocks_per_sequence(ctx + new_tokens);
+  scheduler::BatchPlan plan =
+      make_bench_plan(seqs, new_tokens, ctx, blocks_per_seq, r.config().vocab_size, tables, verify);
+  spread_over_ranks(spread, blocks_per_seq, plan, tables);
   Samples samples;
   if (Status s = time_steps(r, plan, o.iters, samples); !s) {
     c.error = s.message();
     return c;
   }
   aggregate(r.config(), samples, fm, c);
+  add_comm(samples, int64_t(samples.step_ms.size()), c);
   c.step_ms = median(samples.step_ms);
   c.peak_device_bytes = device_bytes_in_use();
   if (new_tokens == 1) {
@@ -296,9 +339,14 @@ Status run_bench(runner::ModelRunner& r, const BenchOptions& o, const Ceilings& 
   const int64_t max_k = o.verify_tokens.empty() ? 0 : *std::max_element(o.verify_tokens.begin(), o.verify_tokens.end());
   cc.num_speculative_tokens = int32_t(max_k);
   DSI_ASSIGN_OR_RETURN(cache::StateLayout layout, cache::compute_state_layout(cfg, cc));
-  const int64_t blocks_decode = max_b * layout.blocks_per_sequence(o.context + 1 + max_k);
+  StateSpread spread;
+  spread.ranks = std::max(r.state_ranks(), 1);
+  spread.slots_per_rank = (max_b + spread.ranks - 1) / spread.ranks;
+  const int64_t blocks_decode = spread.slots_per_rank * layout.blocks_per_sequence(o.context + 1 + max_k);
   const int64_t blocks_prefill = layout.blocks_per_sequence(o.prefill);
-  DSI_RETURN_IF_ERROR(r.bind_state(layout, int32_t(max_b), int32_t(std::max(blocks_decode, blocks_prefill)),
+  spread.blocks_per_rank = std::max(blocks_decode, blocks_prefill);
+  DSI_RETURN_IF_ERROR(r.bind_state(layout, int32_t(spread.slots_per_rank * spread.ranks),
+                                   int32_t(spread.blocks_per_rank * spread.ranks),
                                    std::max(o.context + 1 + max_k, o.prefill)));
   DSI_RETURN_IF_ERROR(r.diagnostics().randomize_state(7));
   DSI_RETURN_IF_ERROR(r.diagnostics().set_timing(true));
@@ -308,12 +356,12 @@ Status run_bench(runner::ModelRunner& r, const BenchOptions& o, const Ceilings& 
     report.cases.push_back(std::move(c));
     if (o.on_case) o.on_case(report);
   };
-  for (int64_t b : o.batches) add(run_case(r, layout, o, fm, "decode", b, 1, o.context));
+  for (int64_t b : o.batches) add(run_case(r, layout, o, fm, spread, "decode", b, 1, o.context));
   for (int64_t k : o.verify_tokens)
-    for (int64_t b : o.batches) add(run_case(r, layout, o, fm, "verify", b, 1 + k, o.context, true));
+    for (int64_t b : o.batches) add(run_case(r, layout, o, fm, spread, "verify", b, 1 + k, o.context, true));
   if (o.prefill > 0) {
     BenchCase c = o.prefill_chunk > 0 && o.prefill_chunk < o.prefill ? run_chunked_prefill(r, layout, o, fm)
-                                                                      : run_case(r, layout, o, fm, "prefill", 1, o.prefill, 0);
+                                                                      : run_case(r, layout, o, fm, spread, "prefill", 1, o.prefill, 0);
     if (c.error.empty())
       if (Status s = time_user_prefill(r, layout, o, fm, c); !s) c.error = s.message();
     add(std::move(c));

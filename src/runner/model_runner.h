@@ -95,6 +95,13 @@ class RunnerDiagnostics {
     double busy_ms = 0, idle_ms = 0;
   };
   virtual Status set_step_events(bool on) { return Status::error("this backend has no step events"); }
+  // Collectives of several ranks (bench, docs/multi_gpu.md): payload bytes every rank sent (a rank's own share
+  // included: it goes through the collective too), collectives called, summed over the ranks since the last call
+  // (then reset). One rank: all zero.
+  struct CommTraffic {
+    int64_t bytes = 0, calls = 0;
+  };
+  virtual CommTraffic take_comm_traffic() { return {}; }
   virtual Result<StepGapTimes> step_gap_times() { return Status::error("this backend has no step events"); }
 };
 
@@ -175,6 +182,15 @@ class ModelRunner {
   }
   virtual Status copy_state(std::span<const cache::StateCopy> copies) {
     return copies.empty() ? Status::ok() : Status::error(name() + ": this backend cannot copy state");
+  }
+  // P/D disaggregation (Engine::export_prefix_state / import_prefix_state, cache/state_blob.h): whole token blocks
+  // and snapshots (the engine's ids) to `out` / from `in`, packed back to back in region order, ordered after every
+  // step and state copy issued before. Ids and the buffer's length are checked.
+  virtual Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) {
+    return Status::error(name() + ": this backend cannot export prefix state");
+  }
+  virtual Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) {
+    return Status::error(name() + ": this backend cannot import prefix state");
   }
 };
 

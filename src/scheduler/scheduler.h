@@ -100,6 +100,8 @@ class Scheduler {
   bool has_unfinished() const { return !waiting_.empty() || num_running_ > 0; }
   SchedulerStats stats() const;
   const cache::StateCache& cache() const { return cache_; }
+  // Between steps only (the engine's prefix-state import / export): state bookkeeping the scheduler does not plan.
+  cache::StateCache& cache_between_steps() { return cache_; }
   const SchedulerConfig& config() const { return cfg_; }
   // Inspection (tests, engine): nullopt-like -1 / empty for unknown or destroyed sequences.
   SeqState seq_state(SeqId id) const;

@@ -8,8 +8,8 @@ namespace {
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
-EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, Metrics* metrics)
-    : engine_(std::move(engine)), metrics_(metrics), max_model_len_(engine_->max_model_len()) {
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, Metrics* metrics, PdWorker* pd)
+    : engine_(std::move(engine)), metrics_(metrics), pd_(pd), max_model_len_(engine_->max_model_len()) {
   engine_->set_token_callback([this](const TokenEvent& ev) { on_token(ev); });
   metrics_->set_engine_stats(engine_->stats(), 0);  // /get_load and /metrics are true before the first iteration
 }
@@ -72,6 +72,10 @@ void EngineLoop::admit(const std::shared_ptr<Job>& job) {
   std::string err, param;
   uint64_t id = 0;
   int status = 400;
+  if (job->pd_import && pd_ && !job->import_blob.empty()) {
+    pd_->import_state(*engine_, job->import_blob, &job->pd);  // a failure leaves a local prefill
+    std::string().swap(job->import_blob);
+  }
   try {
     id = engine_->submit(job->request, &err, &param);
   } catch (const std::exception& e) {  // a bug: the request fails, the server lives on
@@ -115,6 +119,7 @@ void EngineLoop::deliver_finished() {
     auto it = jobs_.find(r.id);
     if (it == jobs_.end()) continue;
     metrics_->count_finished(r, seconds(std::chrono::steady_clock::now() - it->second->arrival));
+    if (it->second->export_state && pd_) it->second->kv_transfer_params = pd_->export_state(*engine_, r);
     Event e;
     e.kind = Event::Kind::kDone;
     e.result = std::move(r);

@@ -13,6 +13,7 @@
 #include "dsinfer/engine.h"
 #include "server/channel.h"
 #include "server/metrics.h"
+#include "server/pd_worker.h"
 
 namespace dsinfer::server {
 
@@ -20,6 +21,14 @@ struct Job {
   Request request;
   std::shared_ptr<Channel> channel = std::make_shared<Channel>();
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+  // P/D (server/pd_worker.h). Prefill role: export the prompt's state when the request ends; the answer's
+  // kv_transfer_params (JSON), set before kDone. Decode role: the pulled state, imported just before the request is
+  // submitted, and what happened (the answer's "dsinfer_pd").
+  bool export_state = false;
+  std::string kv_transfer_params;
+  bool pd_import = false;
+  std::string import_blob;
+  PdRecord pd;
   // Engine-thread bookkeeping.
   uint64_t id = 0;
   bool first_token_seen = false;
@@ -28,7 +37,7 @@ struct Job {
 
 class EngineLoop {
  public:
-  EngineLoop(std::unique_ptr<Engine> engine, Metrics* metrics);
+  EngineLoop(std::unique_ptr<Engine> engine, Metrics* metrics, PdWorker* pd = nullptr);
   ~EngineLoop();  // stops and joins
   void start();
   // Queues a job; the answer (kStarted or kError first) arrives on job->channel.
@@ -65,6 +74,7 @@ class EngineLoop {
 
   std::unique_ptr<Engine> engine_;
   Metrics* metrics_;
+  PdWorker* pd_ = nullptr;
   int64_t max_model_len_ = 0;
   std::thread thread_;
   mutable std::mutex mu_;

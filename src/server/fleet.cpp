@@ -55,6 +55,10 @@ std::string server_info_json(const WorkerInfo& info, const WorkerLoad& load) {
               {"max_model_len", info.max_model_len},
               {"context_length", info.max_model_len},
               {"max_waiting_requests", info.max_waiting_requests},
+              {"disaggregation_mode", info.role},
+              {"state_block_size", info.state_block_size},
+              {"state_block_bytes", info.state_block_bytes},
+              {"state_slot_bytes", info.state_slot_bytes},
               {"dp_size", 1},
               {"tp_size", 1},
               {"load", load_object(load)}}

@@ -25,6 +25,8 @@ struct WorkerInfo {
   std::string model_name, backend, step_mode;
   int64_t max_model_len = 0;
   int32_t max_waiting_requests = 0;
+  std::string role = "both";  // serve --role (P/D disaggregation)
+  int64_t state_block_size = 0, state_block_bytes = 0, state_slot_bytes = 0;  // what a prefix state's bytes are made of
 };
 
 std::string model_info_json(const WorkerInfo& info);

@@ -41,8 +41,8 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-Router::Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options)
-    : loop_(loop), metrics_(metrics), opts_(options), model_name_(loop.engine().model_name()),
+Router::Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options, PdWorker* pd)
+    : loop_(loop), metrics_(metrics), pd_(pd), opts_(options), model_name_(loop.engine().model_name()),
       created_(int64_t(std::time(nullptr))) {
   // Read once, before the engine thread starts (the Engine is not thread-safe; these do not change).
   info_.model_name = model_name_;
@@ -50,6 +50,11 @@ Router::Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options)
   info_.step_mode = loop.engine().step_mode();
   info_.max_model_len = loop.max_model_len();
   info_.max_waiting_requests = options.max_waiting_requests;
+  info_.role = pd ? pd_role_name(pd->role()) : "both";
+  const EngineStats st = loop.engine().stats();
+  info_.state_block_size = st.state_block_size;
+  info_.state_block_bytes = st.state_block_bytes;
+  info_.state_slot_bytes = st.state_slot_bytes;
 }
 
 void Router::send_error(ResponseWriter& w, const std::string& endpoint, int status, const std::string& message,
@@ -124,7 +129,8 @@ void Router::get(const std::string& endpoint, ResponseWriter& w) {
   metrics_.count_http(endpoint, 200);
   if (endpoint == "/live") w.send(200, kJson, "{}");
   else if (endpoint == "/metrics")
-    w.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(loop_.draining()));
+    w.send(200, "text/plain; version=0.0.4; charset=utf-8",
+           metrics_.render(loop_.draining()) + (pd_ ? pd_->metrics_text() : std::string()));
   else if (endpoint == "/v1/models") w.send(200, kJson, models_json());
   else if (endpoint == "/get_load" || endpoint == "/load") w.send(200, kJson, load_json(worker_load()));
   else if (endpoint == "/get_model_info" || endpoint == "/model_info") w.send(200, kJson, model_info_json(info_));
@@ -173,6 +179,13 @@ void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& 
     return send_error(w, endpoint, 503, fmt::format("the server is overloaded ({} requests waiting); retry later",
                                                     loop_.in_flight() - st.running_requests), "", "", "overloaded",
                       {{"Retry-After", "1"}});
+  if (pd_ && pd_->exports(req)) job->export_state = true;
+  if (pd_ && pd_->imports(req)) {  // pulled here, on this connection's thread: the engine thread never waits for it
+    job->pd_import = true;
+    job->pd.prefill_s = req.kv_transfer.prefill_s;
+    job->pd.export_s = req.kv_transfer.export_s;
+    job->import_blob = pd_->pull(req.kv_transfer, &job->pd);
+  }
   loop_.submit(job);
   Event e;
   if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);
@@ -186,9 +199,29 @@ void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& 
     if (e.kind == Event::Kind::kError) return send_error(w, endpoint, e.http_status, e.message, e.error_type);
     if (e.kind != Event::Kind::kDone) continue;
     metrics_.count_http(endpoint, 200);
-    w.send(200, "application/json", e.result.response_json);
+    w.send(200, "application/json", answer_json(*job, e.result));
     return;
   }
+}
+
+std::string Router::answer_json(const Job& job, const RequestResult& r) const {
+  if (!job.export_state && !job.pd_import) return r.response_json;
+  json a = json::parse(r.response_json);
+  if (job.export_state) a["kv_transfer_params"] = json::parse(job.kv_transfer_params);
+  if (job.pd_import) {
+    const PdRecord& p = job.pd;
+    a["dsinfer_pd"] = {{"resumed", p.imported},
+                       {"fallback", p.fallback.empty() ? json(nullptr) : json(p.fallback)},
+                       {"state_tokens", p.state_tokens},
+                       {"state_bytes", p.state_bytes},
+                       {"wire_bytes", p.wire_bytes},
+                       {"prefill_s", p.prefill_s},
+                       {"export_s", p.export_s},
+                       {"transfer_s", p.transfer_s},
+                       {"import_s", p.import_s},
+                       {"first_decode_s", r.first_token_s >= 0 ? r.first_token_s - r.arrival_s : -1.0}};
+  }
+  return dump(a);
 }
 
 void Router::stream(const std::shared_ptr<Job>& job, uint64_t id, const std::string& endpoint, ResponseWriter& w) {

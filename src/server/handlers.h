@@ -44,7 +44,7 @@ bool constant_time_equal(const std::string& a, const std::string& b);
 
 class Router {
  public:
-  Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options);
+  Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options, PdWorker* pd = nullptr);
   void handle(const HttpRequest& req, ResponseWriter& w);
   // An error response, counted in the metrics under `endpoint`.
   void send_error(ResponseWriter& w, const std::string& endpoint, int status, const std::string& message,
@@ -59,9 +59,12 @@ class Router {
   std::string models_json() const;
   void get(const std::string& endpoint, ResponseWriter& w);  // every GET endpoint
   WorkerLoad worker_load() const;
+  // The answer of a finished non-streamed request, with the P/D fields of its role added.
+  std::string answer_json(const Job& job, const RequestResult& r) const;
 
   EngineLoop& loop_;
   Metrics& metrics_;
+  PdWorker* pd_ = nullptr;
   ServerOptions opts_;
   std::string model_name_;
   int64_t created_ = 0;

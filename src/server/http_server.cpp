@@ -191,6 +191,7 @@ std::string serialize(const http::response<http::string_body>& res) {
 struct Server::Impl {
   ServerOptions opts;
   Metrics metrics;
+  std::unique_ptr<PdWorker> pd;
   std::unique_ptr<EngineLoop> loop;
   std::unique_ptr<Router> router;
   net::io_context ioc{1};
@@ -218,13 +219,16 @@ struct Server::Impl {
 
 Server::Server(std::unique_ptr<Engine> engine, ServerOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->opts = std::move(options);
-  impl_->loop = std::make_unique<EngineLoop>(std::move(engine), &impl_->metrics);
-  impl_->router = std::make_unique<Router>(*impl_->loop, impl_->metrics, impl_->opts);
+  impl_->pd = std::make_unique<PdWorker>(impl_->opts);
+  impl_->loop = std::make_unique<EngineLoop>(std::move(engine), &impl_->metrics, impl_->pd.get());
+  impl_->router = std::make_unique<Router>(*impl_->loop, impl_->metrics, impl_->opts, impl_->pd.get());
 }
 
 Server::~Server() { stop(); }
 
 int Server::port() const { return impl_->port; }
+
+int Server::kv_transfer_port() const { return impl_->pd->sender() ? impl_->pd->sender()->port() : 0; }
 
 void Server::begin_drain() { impl_->loop->begin_drain(); }
 
@@ -247,6 +251,8 @@ bool Server::start(std::string* error) {
     if (!ec) m.acceptor.non_blocking(true, ec);
     if (ec) return Status::errorf("cannot listen on {}:{}: {}", m.opts.host, m.opts.port, ec.message());
     m.port = m.acceptor.local_endpoint().port();
+    std::string pd_error;
+    if (!m.pd->start(&pd_error)) return Status::error(pd_error);
     m.reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     m.loop->start();
     m.accept_thread = std::thread([&m] { m.accept_loop(); });
@@ -264,6 +270,7 @@ void Server::stop() {
   m.stopping = true;
   if (m.accept_thread.joinable()) m.accept_thread.join();
   m.loop->stop();  // aborts what is in flight: waiting handlers get their (aborted) results
+  m.pd->stop();
   for (auto& c : m.conns) c->thread.join();
   m.conns.clear();
   beast::error_code ec;

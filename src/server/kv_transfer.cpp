@@ -31,16 +31,6 @@ constexpr size_t kAnswerHeaderBytes = 4 + 4 + 4 + 8 + 4 + 4 + 4;
 constexpr size_t kChunkHeaderBytes = 12;
 constexpr uint32_t kMaxIdBytes = 1024;
 
-std::array<uint32_t, 256> make_table() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected Castagnoli polynomial
-    t[i] = c;
-  }
-  return t;
-}
-
 void put_u32(std::string& s, uint32_t v) {
   for (int i = 0; i < 4; ++i) s.push_back(char((v >> (8 * i)) & 0xFF));
 }
@@ -140,13 +130,6 @@ int connect_to(const std::string& host, int port, double timeout_s, std::string*
 
 }  // namespace
 
-uint32_t crc32c(std::string_view data, uint32_t crc) {
-  static const std::array<uint32_t, 256> kTable = make_table();
-  crc = ~crc;
-  for (const char ch : data) crc = kTable[(crc ^ uint8_t(ch)) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
-
 std::string encode_request(std::string_view id) {
   std::string s = "DSKQ";
   put_u32(s, kVersion);
@@ -201,15 +184,20 @@ bool Sender::start(const std::string& host, int port, std::string* error) {
   return true;
 }
 
-void Sender::offer(const std::string& id, std::string blob, double ttl_s) {
-  std::lock_guard<std::mutex> lk(mu_);
+void Sender::drop_expired() {
   const auto now = Clock::now();
   for (auto it = held_.begin(); it != held_.end();) it = it->second.expires <= now ? held_.erase(it) : std::next(it);
+}
+
+void Sender::offer(const std::string& id, std::string blob, double ttl_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  drop_expired();
   held_[id] = {std::move(blob), after(ttl_s)};
 }
 
-size_t Sender::held() const {
+size_t Sender::held() {
   std::lock_guard<std::mutex> lk(mu_);
+  drop_expired();
   return held_.size();
 }
 

@@ -19,10 +19,11 @@
 #include <string_view>
 #include <thread>
 
+#include "core/crc32c.h"
+
 namespace dsinfer::server::kv_transfer {
 
-// CRC-32C (Castagnoli), as iSCSI / ext4: crc32c("123456789") == 0xE3069283. `crc` chains calls.
-uint32_t crc32c(std::string_view data, uint32_t crc = 0);
+using dsinfer::crc32c;  // core/crc32c.h
 
 struct TransferOptions {
   size_t chunk_bytes = 1u << 20;
@@ -53,7 +54,7 @@ class Sender {
   int port() const { return port_; }
   // Holds `blob` under `id` until it is fetched once or `ttl_s` passes (then a fetch gets status 1).
   void offer(const std::string& id, std::string blob, double ttl_s);
-  size_t held() const;
+  size_t held();  // blobs held now (the expired ones are dropped first, as on every offer)
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
   void set_faults(const SenderFaults& f);
   void stop();  // idempotent; joins its threads
@@ -66,6 +67,7 @@ class Sender {
   void accept_loop();
   void serve(int fd);
   bool take(const std::string& id, std::string* blob);
+  void drop_expired();  // under mu_
 
   TransferOptions opts_;
   int listen_fd_ = -1;

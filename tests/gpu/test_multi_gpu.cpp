@@ -26,6 +26,7 @@
 #include "dsinfer/diagnostics.h"
 #include "dsinfer/engine.h"
 #include "engine/runner_factory.h"
+#include "io/config.h"
 #include "ops/moe/expert_remap.h"
 #include "ops/moe/expert_remap_cuda.h"
 #include "parallel/eplb.h"
@@ -70,9 +71,11 @@ struct Out {
 };
 
 // ranks: --gpus; eplb_interval > 0: EPLB with 2 redundant slots, rebalanced every eplb_interval steps (so several
-// times per run); comm: the communicator; invariant: --batch-invariant; budget: tokens per step.
+// times per run); comm: the communicator; invariant: --batch-invariant; budget: tokens per step; dp: DP attention
+// (--data-parallel-size = ranks).
 struct RunSetup {
   int32_t ranks = 1;
+  bool dp = false;
   int64_t eplb_interval = 0;
   std::string comm = "auto";
   bool invariant = true;
@@ -88,6 +91,7 @@ std::vector<Out> run(const std::string& model, const RunSetup& s) {
   o.backend = "cuda";
   o.numerics = "hf";
   o.gpus = s.ranks;
+  o.data_parallel_size = s.dp ? s.ranks : 1;
   o.communicator = s.comm;
   o.batch_invariant = s.invariant;
   o.max_num_seqs = 8;
@@ -147,6 +151,35 @@ void compare(const std::string& name, const RunSetup& a, const RunSetup& b, cons
   EXPECT_LE(max_diff, tolerance);
 }
 
+// check-reference (its default: the exact fp32 path) with n ranks sharing one GPU (in-process communicator), EP or
+// DP attention: every prompt within the check's tolerance, every greedy token equal, the runner the parallel one
+// (n > 1). Skips a model that is not there.
+void check_reference_on_one_gpu(const char* name, int32_t n, bool dp) {
+  const std::string model = find_model(name);
+  if (model.empty()) return;
+  const std::string what = std::string(name) + " at " + std::to_string(n) + (dp ? " DP ranks" : " ranks");
+  dsinfer::CheckReferenceOptions o;
+  o.model_dir = model;
+  o.backend = "cuda";
+  o.gpus = n;
+  o.data_parallel_size = dp ? n : 1;
+  o.communicator = "in-process";
+  dsinfer::CheckReferenceReport rep;
+  std::string err;
+  ASSERT_TRUE(dsinfer::check_reference(o, &rep, &err)) << what << ": " << err;
+  double worst = 0;
+  for (const auto& p : rep.prompts) worst = std::max(worst, p.rel_err);
+  std::printf("%s on one GPU, exact path: max rel err %.3g, greedy %lld/%lld\n", what.c_str(), worst,
+              static_cast<long long>(rep.greedy_matched), static_cast<long long>(rep.greedy_total));
+  EXPECT_TRUE(rep.ok) << what;
+  EXPECT_EQ(rep.greedy_matched, rep.greedy_total) << what;
+  if (n > 1) {
+    EXPECT_NE(rep.runner_name.find("parallel (" + std::to_string(n) + " ranks on 1 GPUs"), std::string::npos)
+        << rep.runner_name;
+    EXPECT_EQ(rep.runner_name.find("DP attention + expert parallel") != std::string::npos, dp) << rep.runner_name;
+  }
+}
+
 }  // namespace
 
 TEST(GpuMultiGpu, TinyV4aMatchesOneGpu) {
@@ -159,9 +192,85 @@ TEST(GpuMultiGpu, TinyV4bMatchesOneGpu) {
   compare("tiny-v4-b", {}, {.ranks = 2}, "1 GPU vs 2 GPUs");
 }
 
+// The shipped model's FP4 experts run the bf16 fast kernels, where expert parallelism's all-reduce regroups each
+// token's sum of partial sums and flips bf16 roundings downstream: measured with 2 ranks on one GPU, 2.9e-2 and
+// one greedy token different (bench/NOTES.md 2026-12-02), so EP cannot meet 2e-3 here by construction. DP attention
+// + EP combines each token's expert outputs on its own rank in top-k order with the one-rank kernel
+// (expert_exchange_cuda.cpp): with --batch-invariant its tokens and logprobs are the one-rank bits. Two GPUs
+// (NCCL), or two ranks sharing one (in-process).
 TEST(GpuMultiGpu, ShippedModelMatchesOneGpu) {
-  SKIP_WITHOUT_TWO_GPUS();
-  compare("dsv4-small", {}, {.ranks = 2}, "1 GPU vs 2 GPUs");
+  SKIP_WITHOUT_GPU();
+  compare("dsv4-small", {}, {.ranks = 2, .dp = true, .comm = comm_for_two_ranks()}, "1 rank vs 2 ranks, DP attention",
+          0.0);
+}
+
+// Issue 27: DP attention + EP with 2 and 4 ranks sharing one GPU (in-process communicator) against one rank under
+// --batch-invariant: tokens and every logprob (top-5 included) bit-identical. Each rank runs attention for its own
+// sequences only (the engine spreads them), its routed pairs go to the experts' ranks and come back; nothing is
+// summed across ranks, so there is no tolerance: a wrong pair, expert or order moves logprobs by 1e-1 or more.
+TEST(GpuMultiGpu, DpRanksSharingOneGpuMatchOneRankBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : {"tiny-v4-a", "tiny-v4-b"})
+    for (int32_t n : {2, 4})
+      compare(name, {}, {.ranks = n, .dp = true, .comm = "in-process"}, std::to_string(n) + " DP ranks on one GPU",
+              0.0);
+  compare("dsv4-small", {}, {.ranks = 4, .dp = true, .comm = "in-process"}, "4 DP ranks on one GPU", 0.0);
+}
+
+// DP attention on the exact fp32 path, through check-reference: each prompt on one rank (its attention and state),
+// its routed pairs computed by the experts' ranks; every prompt within the check's tolerance and every greedy token
+// equal, at 2 and 4 ranks sharing one GPU.
+TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReference) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : {"tiny-v4-a", "dsv4-small"})
+    for (int32_t n : {2, 4}) check_reference_on_one_gpu(name, n, true);
+}
+
+// The same for DeepSeek-V4.1, whose forward's MoE goes through the same exchange (CudaForwardV41::moe_layer), at 2
+// DP ranks. Added in session 12 without a device run (the helper's device time was spent): its first run is the
+// integrator's.
+TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReferenceV41) {
+  SKIP_WITHOUT_GPU();
+  check_reference_on_one_gpu("tiny-v41-a", 2, true);
+}
+
+// `dsinfer bench` with several ranks reports the collectives' bytes per step, and they are what the layouts send:
+// EP, every rank all-reduces T x D fp32 per layer; DP, every rank sends its pair counts (N x 8 bytes), and for each
+// of its T * k pairs the expert id (4 bytes) and the input row out, and the served pairs' output rows back. The
+// fixture's fp32 experts take fp32 inputs, and outside --batch-invariant the outputs come back in bf16.
+TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
+  SKIP_WITHOUT_GPU();
+  const std::string model = find_model("tiny-v4-a");
+  if (model.empty()) GTEST_SKIP() << "tiny-v4-a not found";
+  auto cfg = dsinfer::io::load_model_config(model);
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+  const int64_t D = cfg->hidden_size, k = cfg->num_experts_per_tok, L = cfg->num_hidden_layers, B = 4;
+  for (const bool dp : {false, true}) {
+    dsinfer::BenchOptions o;
+    o.model_dir = model;
+    o.load_format = "auto";
+    o.numerics = "hf";
+    o.gpus = 2;
+    o.data_parallel_size = dp ? 2 : 1;
+    o.communicator = "in-process";
+    o.batches = {B};
+    o.context = 16;
+    o.prefill = 0;
+    o.iters = 2;
+    o.ceilings = "nominal";
+    dsinfer::BenchReport rep;
+    std::string err;
+    ASSERT_TRUE(dsinfer::run_bench(o, &rep, &err)) << err;
+    ASSERT_EQ(rep.cases.size(), 1u);
+    const dsinfer::BenchCase& c = rep.cases[0];
+    ASSERT_TRUE(c.error.empty()) << c.error;
+    const double want = dp ? double(L * (2 * 2 * 8 + B * k * (4 + 4 * D) + B * k * 2 * D)) : double(L * 2 * B * D * 4);
+    std::printf("bench, 2 ranks %s: %.0f bytes / %.0f collectives per step, %.4f ms in rank 0's collectives\n",
+                dp ? "DP attention" : "EP", c.comm_bytes_per_step, c.comm_calls_per_step, c.comm_ms);
+    EXPECT_EQ(c.comm_bytes_per_step, want) << (dp ? "DP" : "EP");
+    EXPECT_EQ(c.comm_calls_per_step, double(L * 2 * (dp ? 4 : 1)));
+    EXPECT_GT(c.comm_ms, 0.0);
+  }
 }
 
 // 1, 2 and 4 ranks sharing one GPU (in-process communicator, fixed rank-order reduction) on the exact fp32 path,
@@ -173,63 +282,47 @@ TEST(GpuMultiGpu, ShippedModelMatchesOneGpu) {
 // dsv4-small at 1 rank. The expert split is checked where the arithmetic is exact enough to see it.
 TEST(GpuMultiGpu, RanksSharingOneGpuPassCheckReference) {
   SKIP_WITHOUT_GPU();
-  for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"}) {
-    const std::string model = find_model(name);
-    if (model.empty()) continue;
-    for (int32_t n : {1, 2, 4}) {
-      dsinfer::CheckReferenceOptions o;
-      o.model_dir = model;
-      o.backend = "cuda";
-      o.gpus = n;
-      o.communicator = "in-process";
-      dsinfer::CheckReferenceReport rep;
-      std::string err;
-      ASSERT_TRUE(dsinfer::check_reference(o, &rep, &err)) << name << " at " << n << " ranks: " << err;
-      double worst = 0;
-      for (const auto& p : rep.prompts) worst = std::max(worst, p.rel_err);
-      std::printf("%s: %d ranks on one GPU, exact path: max rel err %.3g, greedy %lld/%lld\n", name, n, worst,
-                  static_cast<long long>(rep.greedy_matched), static_cast<long long>(rep.greedy_total));
-      EXPECT_TRUE(rep.ok) << name << " at " << n << " ranks";
-      EXPECT_EQ(rep.greedy_matched, rep.greedy_total) << name << " at " << n << " ranks";
-      const std::string parallel_name = "parallel (" + std::to_string(n) + " ranks on 1 GPUs";
-      if (n > 1) {
-        EXPECT_NE(rep.runner_name.find(parallel_name), std::string::npos) << rep.runner_name;
-      }
-    }
-  }
+  for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"})
+    for (int32_t n : {1, 2, 4}) check_reference_on_one_gpu(name, n, false);
 }
 
 // A rank failing in step 2 while the others wait in the in-process collective on the device: every request ends
 // with the rank and the cause, and the run ends (no hang).
+// With DP attention too (rank 1 then runs its own sequences, or none, and fails at the start of step 2 while rank 0
+// waits in an expert exchange).
 TEST(GpuMultiGpu, RankFailureOnOneGpuEndsTheRun) {
   SKIP_WITHOUT_GPU();
   const std::string model = find_model("tiny-v4-a");
   if (model.empty()) GTEST_SKIP() << "tiny-v4-a not found";
-  dsinfer::EngineOptions o;
-  o.model_dir = model;
-  o.backend = "cuda";
-  o.gpus = 2;
-  o.communicator = "in-process";
-  o.fault_injection = "1:step:2";
-  o.max_model_len = 256;
-  std::string err;
-  auto e = dsinfer::Engine::create(o, &err);
-  ASSERT_TRUE(e) << err;
-  for (int i = 0; i < 3; ++i) {
-    dsinfer::Request r;
-    r.prompt_is_ids = true;
-    r.prompt_ids = {8, 9, 10, int32_t(11 + i)};
-    r.sampling.max_tokens = 20;
-    r.sampling.ignore_eos = true;
-    ASSERT_NE(e->submit(r, &err), 0u) << err;
+  for (const int32_t dp : {1, 2}) {
+    SCOPED_TRACE(dp > 1 ? "DP attention" : "EP");
+    dsinfer::EngineOptions o;
+    o.model_dir = model;
+    o.backend = "cuda";
+    o.gpus = 2;
+    o.data_parallel_size = dp;
+    o.communicator = "in-process";
+    o.fault_injection = "1:step:2";
+    o.max_model_len = 256;
+    std::string err;
+    auto e = dsinfer::Engine::create(o, &err);
+    ASSERT_TRUE(e) << err;
+    for (int i = 0; i < 3; ++i) {
+      dsinfer::Request r;
+      r.prompt_is_ids = true;
+      r.prompt_ids = {8, 9, 10, int32_t(11 + i)};
+      r.sampling.max_tokens = 20;
+      r.sampling.ignore_eos = true;
+      ASSERT_NE(e->submit(r, &err), 0u) << err;
+    }
+    std::vector<dsinfer::RequestResult> res;
+    EXPECT_FALSE(e->run_until_idle(res, &err));
+    EXPECT_NE(err.find("rank 1 (GPU 0) failed: injected fault in step 2"), std::string::npos) << err;
+    for (auto& r : e->take_finished()) res.push_back(std::move(r));
+    EXPECT_EQ(res.size(), 3u);
+    for (const auto& r : res) EXPECT_NE(r.error.find("rank 1 (GPU 0) failed"), std::string::npos) << r.error;
+    EXPECT_FALSE(e->unavailable_reason().empty());
   }
-  std::vector<dsinfer::RequestResult> res;
-  EXPECT_FALSE(e->run_until_idle(res, &err));
-  EXPECT_NE(err.find("rank 1 (GPU 0) failed: injected fault in step 2"), std::string::npos) << err;
-  for (auto& r : e->take_finished()) res.push_back(std::move(r));
-  EXPECT_EQ(res.size(), 3u);
-  for (const auto& r : res) EXPECT_NE(r.error.find("rank 1 (GPU 0) failed"), std::string::npos) << r.error;
-  EXPECT_FALSE(e->unavailable_reason().empty());
 }
 
 // The runner is the parallel one, each shard holding half of the experts; an uneven split is refused clearly.

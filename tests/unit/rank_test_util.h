@@ -16,7 +16,7 @@
 
 #include "dsinfer/engine.h"
 #include "test_util.h"
-#include "v41_test_util.h"
+#include "v41_tokenizer_util.h"
 
 namespace dsinfer::test {
 
@@ -112,7 +112,7 @@ inline void write_rank_requests(const std::string& path) {
 
 // Every fixture and the shipped model, with the rank counts their routed experts split over. DeepSeek-V4.1 runs
 // only the EP layout on the cpu ranks (its forward has no DP exchange or TP head split); its fixtures' WordLevel
-// tokenizer.json is read only by the Engram vocabulary, so the engine is given a byte-level one (v41_test_util.h).
+// tokenizer.json is read only by the Engram vocabulary, so the engine is given a byte-level one (v41_tokenizer_util.h).
 struct RankModel {
   std::string dir;
   int32_t vocab;

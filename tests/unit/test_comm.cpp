@@ -110,6 +110,59 @@ TEST(InProcessComm, GatherAllToAllBroadcastBarrier) {
   }
 }
 
+// Device buffers (a non-null stream, as the CUDA ranks pass theirs) go through the group's DeviceAccess, both ways,
+// on the caller's stream: here a host-memory stand-in that counts its copies and checks the stream it is given. The
+// all_to_all_v pattern is the expert exchange's (zero-byte segments included: a rank without tokens). A host-only
+// group refuses a device buffer, naming the rank.
+TEST(InProcessComm, DeviceBuffersGoThroughTheDeviceAccess) {
+  struct CountingAccess final : dsinfer::parallel::DeviceAccess {
+    mutable std::atomic<int> to{0}, from{0}, wrong_stream{0};
+    Status to_host(void* dst, const void* src, size_t bytes, void* stream) const override {
+      ++to;
+      if (stream != reinterpret_cast<void*>(0x5)) ++wrong_stream;
+      std::memcpy(dst, src, bytes);
+      return Status::ok();
+    }
+    Status from_host(void* dst, const void* src, size_t bytes, void* stream) const override {
+      ++from;
+      if (stream != reinterpret_cast<void*>(0x5)) ++wrong_stream;
+      std::memcpy(dst, src, bytes);
+      return Status::ok();
+    }
+  } access;
+  auto comms = make_inprocess_group(3, quick(), &access);
+  // Rank r sends r * q ints (value 10 * r + q) to rank q: rank 0 sends nothing, rank q receives r * q from r.
+  std::vector<std::vector<int32_t>> got(3);
+  auto st = on_ranks(comms, [&](int32_t r, Communicator& c) -> Status {
+    std::vector<int32_t> send;
+    std::vector<size_t> sb, rb;
+    for (int32_t q = 0; q < 3; ++q) {
+      for (int32_t k = 0; k < r * q; ++k) send.push_back(10 * r + q);
+      sb.push_back(size_t(r * q) * 4);
+      rb.push_back(size_t(q * r) * 4);
+    }
+    got[size_t(r)].assign(size_t(3 * r), -1);
+    return c.all_to_all_v(send.data(), sb, got[size_t(r)].data(), rb, reinterpret_cast<void*>(0x5));
+  });
+  for (int32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(st[size_t(r)].is_ok()) << st[size_t(r)].message();
+    std::vector<int32_t> want;
+    for (int32_t q = 0; q < 3; ++q)
+      for (int32_t k = 0; k < q * r; ++k) want.push_back(10 * q + r);
+    EXPECT_EQ(got[size_t(r)], want) << "rank " << r;
+  }
+  EXPECT_GE(access.to.load(), 2);  // ranks with bytes to send staged them through the access
+  EXPECT_GE(access.from.load(), 2);
+  EXPECT_EQ(access.wrong_stream.load(), 0);
+  auto host_only = make_inprocess_group(2, quick());
+  float x = 1;
+  auto refused = on_ranks(host_only, [&](int32_t, Communicator& c) {
+    return c.all_reduce_sum(&x, 1, reinterpret_cast<void*>(0x5));
+  });
+  EXPECT_NE(refused[0].message().find("device buffer was given to a host-only in-process group"), std::string::npos)
+      << refused[0].message();
+}
+
 // One rank fails instead of joining: its abort wakes the ranks already waiting, each returns the cause and its
 // own rank, and every later call fails the same way (the group stays ended).
 TEST(InProcessComm, AbortReachesEveryBlockedRank) {

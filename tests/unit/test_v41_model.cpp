@@ -15,7 +15,7 @@
 #include "model/deepseek_v41.h"
 #include "model/host_state.h"
 #include "test_util.h"
-#include "v41_test_util.h"
+#include "v41_tokenizer_util.h"
 
 using namespace dsinfer;
 using namespace dsinfer::model;
@@ -185,11 +185,9 @@ TEST(V41Forward, RunsBehindTheCpuModelInterface) {
 // budget, give each request the tokens it gets alone. (The fixture's tokenizer.json is a WordLevel model, which
 // only the Engram vocabulary reads; the engine's detokenizer gets a byte-level BPE one.)
 namespace {
-using test::byte_tokenizer;
-
 EngineOptions engine_options(int32_t max_seqs, int64_t budget_tokens, double state_gb = 0) {
   static const test::ScratchDir dir("v41_engine_tok");
-  static const std::string tok = byte_tokenizer(dir);
+  static const std::string tok = test::byte_tokenizer(dir);
   EngineOptions c;
   c.model_dir = test::own_fixture("tiny-v41-b");
   c.tokenizer_path = tok;

@@ -10,6 +10,7 @@
 #include "parallel/inproc_comm.h"
 #include "parallel/parallel_plan.h"
 #include "parallel/shard_pool.h"
+#include "runner/rank_split.h"
 
 namespace dsinfer::backends {
 
@@ -18,8 +19,7 @@ namespace {
 class CpuParallelRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
   CpuParallelRunner(int32_t n, parallel::Layout layout)
-      : layout_(layout), shards_(size_t(n)), out_(size_t(n)), sub_(size_t(n)), rows_(size_t(n)),
-        tables_(size_t(n)), traffic_(size_t(n)) {}
+      : layout_(layout), shards_(size_t(n)), out_(size_t(n)), traffic_(size_t(n)) {}
   ~CpuParallelRunner() override {
     (void)pool_.run([&](int32_t r) {
       shards_[size_t(r)].reset();
@@ -48,6 +48,15 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   Status bind_snapshots(int32_t n) override;
   Status bind_host_blocks(int32_t n) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
+  Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) override {
+    if (dp()) return regions_dp(regions, out.data(), out.size(), cache::CopyRun::Dir::kToHost);
+    DSI_RETURN_IF_ERROR(health());
+    return shards_[0]->read_state(regions, out);  // the state is replicated
+  }
+  Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) override {
+    if (dp()) return regions_dp(regions, const_cast<uint8_t*>(in.data()), in.size(), cache::CopyRun::Dir::kToDevice);
+    return all([&](CpuRunner& s) { return s.write_state(regions, in); });
+  }
   Status set_hidden_capture(std::vector<int64_t> layers) override {
     return layers.empty()
                ? Status::ok()
@@ -71,8 +80,9 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
     return st.is_ok() ? st : health();
   }
   Status load_rank(const runner::RunnerOptions& opts, int32_t r);
-  Status split_plan(const scheduler::BatchPlan& plan);
   Status copy_one(const cache::StateCopy& c);
+  // DP: each region on the rank holding its block (snapshots: the shared pool), host bytes back to back.
+  Status regions_dp(std::span<const cache::StateRegion> regions, uint8_t* host, size_t bytes, cache::CopyRun::Dir dir);
 
   parallel::Layout layout_;
   parallel::ShardPool pool_;
@@ -83,11 +93,9 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   int64_t steps_ = 0;  // written between steps by the caller, read by the ranks during one
   mutable std::mutex mu_;
   Status failed_ = Status::ok();
-  // DP attention: each rank's part of the plan, the global logits row of each of its rows, its block tables (local
-  // ids), its dispatch traffic; the snapshot and host-tier pools every rank shares (one process, host memory).
-  std::vector<scheduler::BatchPlan> sub_;
-  std::vector<std::vector<int32_t>> rows_;
-  std::vector<std::vector<std::vector<cache::BlockId>>> tables_;
+  // DP attention: each rank's part of the plan (runner/rank_split.h), its dispatch traffic; the snapshot and
+  // host-tier pools every rank shares (one process, host memory).
+  runner::RankPlans split_;
   std::vector<parallel::DispatchStats> traffic_;
   int32_t slots_per_rank_ = 0, blocks_per_rank_ = 0;
   int64_t slot_bytes_ = 0, block_bytes_ = 0;
@@ -179,87 +187,46 @@ Status CpuParallelRunner::bind_host_blocks(int32_t n) {
 // DP: one copy on the rank holding its slot / block(s), with the shared snapshot and host-tier pools; the same
 // bounds checks and byte ranges as one runner (cache::plan_copy_runs).
 Status CpuParallelRunner::copy_one(const cache::StateCopy& c) {
-  using K = cache::StateCopy::Kind;
-  cache::StateCopy local = c;
-  int32_t rank = -1;
-  auto to_local = [&](int32_t& id, int32_t per) -> Status {
-    const int32_t r = per > 0 && id >= 0 ? id / per : -1;
-    if (r < 0 || r >= int32_t(shards_.size()) || (rank >= 0 && r != rank))
-      return Status::errorf("cpu parallel runner: state copy id {} is not on one rank's state", id);
-    rank = r;
-    id -= r * per;
-    return Status::ok();
-  };
-  if (c.kind == K::kSlotToSnapshot) DSI_RETURN_IF_ERROR(to_local(local.src, slots_per_rank_));
-  if (c.kind == K::kSnapshotToSlot || c.kind == K::kZeroSlot) DSI_RETURN_IF_ERROR(to_local(local.dst, slots_per_rank_));
-  const int32_t bpr = blocks_per_rank_;
-  if (c.kind == K::kBlockToBlock || c.kind == K::kBlockToHost) DSI_RETURN_IF_ERROR(to_local(local.src, bpr));
-  if (c.kind == K::kBlockToBlock || c.kind == K::kHostToBlock) DSI_RETURN_IF_ERROR(to_local(local.dst, bpr));
-  cache::StateMemory mem = shards_[size_t(rank)]->state_memory();
+  DSI_ASSIGN_OR_RETURN(const runner::RankCopy rc,
+                       runner::localize_copy(c, int32_t(shards_.size()), slots_per_rank_, blocks_per_rank_));
+  cache::StateMemory mem = shards_[size_t(rc.rank)]->state_memory();
   mem.snapshots = reinterpret_cast<uint8_t*>(snapshots_.data());
   mem.num_snapshots = num_snapshots_;
   mem.host_blocks = reinterpret_cast<uint8_t*>(host_blocks_.data());
   mem.num_host_blocks = num_host_blocks_;
-  return cache::copy_on_host(std::span<const cache::StateCopy>(&local, 1), mem, "cpu parallel runner");
+  return cache::copy_on_host(std::span<const cache::StateCopy>(&rc.local, 1), mem, "cpu parallel runner");
+}
+
+Status CpuParallelRunner::regions_dp(std::span<const cache::StateRegion> regions, uint8_t* host, size_t bytes,
+                                      cache::CopyRun::Dir dir) {
+  DSI_RETURN_IF_ERROR(health());
+  size_t off = 0;
+  for (const cache::StateRegion& g : regions) {
+    cache::StateRegion local = g;
+    int32_t rank = 0;
+    if (g.kind == cache::StateRegion::Kind::kBlock) {
+      rank = blocks_per_rank_ > 0 && g.id >= 0 ? g.id / blocks_per_rank_ : -1;
+      if (rank < 0 || rank >= int32_t(shards_.size()))
+        return Status::errorf("cpu parallel runner: state region block {} is on no rank", g.id);
+      local.id -= rank * blocks_per_rank_;
+    }
+    cache::StateMemory mem = shards_[size_t(rank)]->state_memory();
+    mem.snapshots = reinterpret_cast<uint8_t*>(snapshots_.data());
+    mem.num_snapshots = num_snapshots_;
+    const size_t n = size_t(g.kind == cache::StateRegion::Kind::kBlock ? mem.block_bytes : mem.slot_bytes);
+    if (off + n > bytes) return Status::errorf("cpu parallel runner: state regions overrun a {}-byte buffer", bytes);
+    DSI_RETURN_IF_ERROR(cache::regions_on_host(std::span<const cache::StateRegion>(&local, 1), mem, host + off, n, dir,
+                                               "cpu parallel runner"));
+    off += n;
+  }
+  if (off != bytes) return Status::errorf("cpu parallel runner: state regions hold {} bytes, the buffer {}", off, bytes);
+  return Status::ok();
 }
 
 Status CpuParallelRunner::copy_state(std::span<const cache::StateCopy> copies) {
   if (!dp()) return all([&](CpuRunner& s) { return s.copy_state(copies); });  // the state is replicated
   DSI_RETURN_IF_ERROR(health());
   for (const cache::StateCopy& c : copies) DSI_RETURN_IF_ERROR(copy_one(c));  // between steps: no rank is running
-  return Status::ok();
-}
-
-// DP: rank r's part of the plan: the sequences whose slot is r's, with local slot and block ids, their tokens, and
-// their logits rows (rows_[r][k]: the global row of r's k-th row).
-Status CpuParallelRunner::split_plan(const scheduler::BatchPlan& plan) {
-  if (!plan.token_fills.empty()) return Status::error("cpu parallel runner: asynchronous steps are not supported");
-  const int32_t n = int32_t(shards_.size());
-  std::vector<int32_t> seq_rank(plan.seqs.size()), seq_local(plan.seqs.size());
-  for (int32_t r = 0; r < n; ++r) {
-    sub_[size_t(r)].clear();
-    sub_[size_t(r)].step = plan.step;
-    rows_[size_t(r)].clear();
-    tables_[size_t(r)].assign(plan.seqs.size(), {});  // sized first: the spans below stay valid
-  }
-  for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    const scheduler::SeqPlan& sp = plan.seqs[i];
-    const int32_t r = slots_per_rank_ > 0 && sp.slot >= 0 ? sp.slot / slots_per_rank_ : -1;
-    if (r < 0 || r >= n) return Status::errorf("cpu parallel runner: sequence {} has slot {}", sp.seq_id, sp.slot);
-    scheduler::BatchPlan& q = sub_[size_t(r)];
-    std::vector<cache::BlockId>& table = tables_[size_t(r)][i];
-    for (cache::BlockId b : sp.block_table) {
-      if (b < 0 || b / blocks_per_rank_ != r)
-        return Status::errorf("cpu parallel runner: sequence {} (rank {}) has block {} of another rank", sp.seq_id, r,
-                              b);
-      table.push_back(b - r * blocks_per_rank_);
-    }
-    scheduler::SeqPlan lp = sp;
-    lp.slot = sp.slot - r * slots_per_rank_;
-    lp.block_table = table;
-    lp.token_offset = q.num_tokens();
-    lp.logits_row = -1;
-    q.token_ids.insert(q.token_ids.end(), plan.token_ids.begin() + sp.token_offset,
-                       plan.token_ids.begin() + sp.token_offset + sp.num_new_tokens);
-    q.positions.insert(q.positions.end(), plan.positions.begin() + sp.token_offset,
-                       plan.positions.begin() + sp.token_offset + sp.num_new_tokens);
-    q.cu_seqlens.push_back(q.num_tokens());
-    seq_rank[i] = r;
-    seq_local[i] = int32_t(q.seqs.size());
-    q.seqs.push_back(lp);
-  }
-  for (int32_t g = 0; g < plan.num_logits(); ++g) {
-    const int32_t t = plan.logits_token_index[size_t(g)];
-    size_t i = 0;
-    while (i < plan.seqs.size() && t >= plan.seqs[i].token_offset + plan.seqs[i].num_new_tokens) ++i;
-    if (i == plan.seqs.size() || t < plan.seqs[i].token_offset)
-      return Status::errorf("cpu parallel runner: logits row {} for token {} of no sequence", g, t);
-    scheduler::BatchPlan& q = sub_[size_t(seq_rank[i])];
-    scheduler::SeqPlan& lp = q.seqs[size_t(seq_local[i])];
-    if (lp.logits_row < 0) lp.logits_row = q.num_logits();
-    q.logits_token_index.push_back(lp.token_offset + (t - plan.seqs[i].token_offset));
-    rows_[size_t(seq_rank[i])].push_back(g);
-  }
   return Status::ok();
 }
 
@@ -272,16 +239,17 @@ Status CpuParallelRunner::step(const scheduler::BatchPlan& plan, std::vector<flo
     ++steps_;
     return st.is_ok() ? st : health();
   }
-  DSI_RETURN_IF_ERROR(split_plan(plan));
+  DSI_RETURN_IF_ERROR(runner::split_plan_by_rank(plan, int32_t(shards_.size()), slots_per_rank_, blocks_per_rank_,
+                                                 split_));
   // Every rank runs a step, one without sequences too: it serves the routed pairs its experts are sent.
-  Status st = pool_.run([&](int32_t r) { return shards_[size_t(r)]->step(sub_[size_t(r)], out_[size_t(r)]); });
+  Status st = pool_.run([&](int32_t r) { return shards_[size_t(r)]->step(split_.plans[size_t(r)], out_[size_t(r)]); });
   ++steps_;
   if (!st.is_ok()) return health().is_ok() ? st : health();
   const size_t V = size_t(config().vocab_size);
   logits.assign(size_t(plan.num_logits()) * V, 0.0f);
   for (size_t r = 0; r < shards_.size(); ++r)
-    for (size_t k = 0; k < rows_[r].size(); ++k)
-      std::memcpy(logits.data() + size_t(rows_[r][k]) * V, out_[r].data() + k * V, V * sizeof(float));
+    for (size_t k = 0; k < split_.rows[r].size(); ++k)
+      std::memcpy(logits.data() + size_t(split_.rows[r][k]) * V, out_[r].data() + k * V, V * sizeof(float));
   return Status::ok();
 }
 

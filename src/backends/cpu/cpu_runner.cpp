@@ -41,6 +41,17 @@ Status CpuRunner::copy_state(std::span<const cache::StateCopy> copies) {
   return cache::copy_on_host(copies, state_memory(), "cpu runner");
 }
 
+Status CpuRunner::read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) {
+  return cache::regions_on_host(regions, state_memory(), out.data(), out.size(), cache::CopyRun::Dir::kToHost,
+                                "cpu runner");
+}
+
+Status CpuRunner::write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) {
+  // kToDevice only reads the buffer.
+  return cache::regions_on_host(regions, state_memory(), const_cast<uint8_t*>(in.data()), in.size(),
+                                cache::CopyRun::Dir::kToDevice, "cpu runner");
+}
+
 Status CpuRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
   // The reference forward returns, per sequence, logits of every token (all_logits) or of its last one. A
   // sequence gets all_logits when the plan asks for any token other than its last.

@@ -25,6 +25,8 @@ class CpuRunner final : public runner::ModelRunner, public runner::RunnerDiagnos
   Status bind_snapshots(int32_t num_snapshots) override;
   Status bind_host_blocks(int32_t num_host_blocks) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
+  Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) override;
+  Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) override;
   bool exact_math() const override { return true; }
   bool fp32_weights() const override { return model_->fp32_weights(); }
   // Its state memory (slots and blocks; the DP parallel runner copies between them and the pools it shares).

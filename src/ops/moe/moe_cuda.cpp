@@ -337,4 +337,27 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   return Status::ok();
 }
 
+Status moe_shared_cuda(const float* x, int64_t T, const MoeSharedDevice& shared, float shared_limit, float* out,
+                       MoeWorkspace& ws, void* stream, MoePath path) {
+  const int64_t D = shared.w2.rows;
+  DSI_RETURN_IF_ERROR(check_shared(shared, D));
+  if (T < 0) return Status::errorf("moe_shared_cuda: bad T = {}", T);
+  if (T == 0) return Status::ok();
+  if (!x || !out) return Status::error("moe_shared_cuda: null x / out");
+  if (T > ws.T_ || shared.w1.rows > ws.inter_)
+    return Status::errorf("moe_shared_cuda: workspace reserved for T={} inter={}, call needs T={} inter={}", ws.T_,
+                          ws.inter_, T, shared.w1.rows);
+  return shared_expert(x, T, D, shared, shared_limit, path, ws.sh1_.data(), ws.sh3_.data(), out, stream);
+}
+
+Status moe_combine_cuda(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,
+                        int64_t dim, const float* shared, float* out, void* stream) {
+  if (T < 0 || topk <= 0 || dim <= 0) return Status::errorf("moe_combine_cuda: bad T={} topk={} dim={}", T, topk, dim);
+  if (T == 0) return Status::ok();
+  if (!pos_of || !weight || !out) return Status::error("moe_combine_cuda: null pos_of / weight / out");
+  detail::launch_combine(yp, pos_of, weight, T, topk, dim, shared, out, stream);
+  DSI_CUDA_LAUNCHED("combine_kernel");
+  return Status::ok();
+}
+
 }  // namespace dsinfer::ops::cuda

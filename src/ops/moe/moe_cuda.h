@@ -35,6 +35,16 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
                 const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float shared_limit,
                 float* out, MoeWorkspace& ws, void* stream, MoePath path = MoePath::Exact);
 
+// The two halves of moe_cuda for a caller that computes the routed experts elsewhere (the expert dispatch of DP
+// attention + EP, backends/cuda/parallel/expert_exchange_cuda.cpp), with moe_cuda's own code so the bits match:
+// out[T, D] = the shared expert of x (moe_cuda's shared-expert GEMMs and precision for `path` and T), and
+// out[t] = sum_k weight[t,k] * yp[pos_of[t,k]] in k order (pos_of -1: skipped), + shared[t] when shared is not
+// null (moe_cuda's combine kernel). ws must be reserved for T tokens and the shared expert's width.
+Status moe_shared_cuda(const float* x, int64_t T, const MoeSharedDevice& shared, float shared_limit, float* out,
+                       MoeWorkspace& ws, void* stream, MoePath path);
+Status moe_combine_cuda(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,
+                        int64_t dim, const float* shared, float* out, void* stream);
+
 // Second stream and fork/join events on which the fast path runs the shared expert concurrently with the routed
 // experts (same kernels and buffers as in line, so the same bits; the join precedes the combine). Created by
 // MoeWorkspace::reserve on the current device (stream/event creation never happens inside a captured forward);
@@ -83,6 +93,8 @@ class MoeWorkspace {
  private:
   friend Status moe_cuda(const float*, int64_t, const int32_t*, const float*, int64_t, const MoeExpertsDevice&,
                          const MoeSharedDevice*, float, float, float*, MoeWorkspace&, void*, MoePath);
+  friend Status moe_shared_cuda(const float*, int64_t, const MoeSharedDevice&, float, float*, MoeWorkspace&, void*,
+                                MoePath);
   int64_t T_ = 0, topk_ = 0, dim_ = 0, inter_ = 0, experts_ = 0;
   dsinfer::cuda::DeviceBuffer<int32_t> offsets_, perm_token_, pos_of_, active_;
   dsinfer::cuda::DeviceBuffer<int32_t> tiles_;  // grouped path: CTA row-tile list (moe_grouped_launch.h)

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/runner/cuda_runner.h"
 #include "backends/cuda/runner/cuda_runner_impl.h"
+#include "backends/cuda/runner/host_tier_cuda.h"
 #include "cuda/cuda_common.h"
 #include "model/tensor_table.h"
 #include "model/weights_v41.h"
@@ -21,6 +22,7 @@
 #include "parallel/nccl_cuda.h"
 #include "parallel/parallel_plan.h"
 #include "parallel/shard_pool.h"
+#include "runner/rank_split.h"
 
 namespace dsinfer::backends {
 
@@ -48,12 +50,14 @@ const CudaDeviceAccess kDeviceAccess;
 
 class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
-  ParallelRunner(io::ModelConfig cfg, model::Numerics num, int32_t n) : cfg_(std::move(cfg)), num_(std::move(num)),
-                                                                        shards_(size_t(n)), comms_(size_t(n)) {}
+  ParallelRunner(io::ModelConfig cfg, model::Numerics num, int32_t n, parallel::Layout layout)
+      : cfg_(std::move(cfg)), num_(std::move(num)), dp_(layout == parallel::Layout::kDataParallel),
+        shards_(size_t(n)), comms_(size_t(n)), out_(size_t(n)) {}
   ~ParallelRunner() override {
     // Shards and communicators are destroyed on their own threads (their GPU current), then the threads stop.
     pool_.set_on_failure(nullptr);
     (void)pool_.run([&](int32_t r) {
+      if (r == 0) snapshots_.release();  // DP: the shared snapshot pool lives on rank 0's GPU
       shards_[size_t(r)].reset();
       comms_[size_t(r)].reset();
       return Status::ok();
@@ -64,7 +68,8 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   const io::ModelConfig& config() const override { return cfg_; }
   std::string name() const override {
     const std::string eplb = eplb_ ? fmt::format(", EPLB: {} redundant experts, every {} steps", redundant_, interval_) : "";
-    return fmt::format("parallel ({} ranks on {} GPUs, expert parallel{}, {}): {}", shards_.size(), devices_, eplb,
+    return fmt::format("parallel ({} ranks on {} GPUs, {}{}, {}): {}", shards_.size(), devices_,
+                       dp_ ? "DP attention + expert parallel" : "expert parallel", eplb,
                        comms_[0] ? comms_[0]->name() : "", shards_[0] ? shards_[0]->name() : "");
   }
   int32_t kv_elem_bytes() const override { return 4; }
@@ -76,19 +81,14 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
     return failed_;
   }
 
-  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override {
-    return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
-  }
-  Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override {
-    DSI_RETURN_IF_ERROR(before_step());
-    return checked(pool_.run([&](int32_t r) {
-      DSI_RETURN_IF_ERROR(inject(r));
-      std::vector<float> unused;  // shards > 0 compute no logits
-      return shards_[size_t(r)]->step(plan, r == 0 ? logits : unused);
-    }));
-  }
-  bool supports_device_sampling() const override { return true; }
+  // DP attention: the engine's StateCache splits its slots and blocks into one range per rank.
+  int32_t state_ranks() const override { return dp_ ? int32_t(shards_.size()) : 1; }
+  Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override;
+  Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
+  // DP attention: each rank's logits stay on its GPU; the engine samples on the host from step()'s rows.
+  bool supports_device_sampling() const override { return !dp_; }
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override {
+    if (dp_) return Status::error("parallel runner: device sampling is not implemented with DP attention");
     DSI_RETURN_IF_ERROR(before_step());
     return checked(pool_.run([&](int32_t r) {
       DSI_RETURN_IF_ERROR(inject(r));
@@ -99,10 +99,16 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override {
     return on_first([&](CudaRunner& s) { return s.sample_rows(rows, out); });
   }
-  Status bind_snapshots(int32_t n) override { return all([&](CudaRunner& s) { return s.bind_snapshots(n); }); }
-  Status bind_host_blocks(int32_t n) override { return all([&](CudaRunner& s) { return s.bind_host_blocks(n); }); }
-  Status copy_state(std::span<const cache::StateCopy> copies) override {
-    return all([&](CudaRunner& s) { return s.copy_state(copies); });  // the state is replicated
+  Status bind_snapshots(int32_t n) override;
+  Status bind_host_blocks(int32_t n) override;
+  Status copy_state(std::span<const cache::StateCopy> copies) override;
+  Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) override {
+    if (dp_) return Status::error("parallel runner: state export with DP attention is not implemented yet");
+    return on_first([&](CudaRunner& s) { return s.read_state(regions, out); });  // the state is replicated
+  }
+  Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) override {
+    if (dp_) return Status::error("parallel runner: state import with DP attention is not implemented yet");
+    return all([&](CudaRunner& s) { return s.write_state(regions, in); });
   }
   Status set_hidden_capture(std::vector<int64_t> layers) override {
     return layers.empty() ? Status::ok()
@@ -120,6 +126,15 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   }
   Status randomize_state(uint64_t seed) override {
     return all([&](CudaRunner& s) { return s.randomize_state(seed); });  // same seed: identical replicas
+  }
+  CommTraffic take_comm_traffic() override {
+    CommTraffic sum;  // between steps: no shard is running
+    for (auto& s : shards_) {
+      const CommTraffic t = s->take_comm_traffic();
+      sum.bytes += t.bytes;
+      sum.calls += t.calls;
+    }
+    return sum;
   }
 
  private:
@@ -173,6 +188,7 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
 
   io::ModelConfig cfg_;
   model::Numerics num_;
+  const bool dp_;  // DP attention + EP (parallel::layout_of), else EP with replicated attention and state
   parallel::ShardPool pool_;
   std::vector<std::unique_ptr<CudaRunner>> shards_;
   std::vector<std::unique_ptr<parallel::Communicator>> comms_;
@@ -184,7 +200,98 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   std::vector<parallel::Placement> placement_;  // per layer, identical on every shard
   mutable std::mutex mu_;
   Status failed_ = Status::ok();  // under mu_
+  // DP attention: each rank's logits, its part of the plan (runner/rank_split.h), the ranges of the engine's slot and
+  // block ids each rank holds, and the snapshot (on rank 0's GPU) and host-tier pools every rank shares.
+  std::vector<std::vector<float>> out_;
+  runner::RankPlans split_;
+  int32_t slots_per_rank_ = 0, blocks_per_rank_ = 0;
+  int64_t slot_bytes_ = 0, block_bytes_ = 0;
+  cuda::DeviceBuffer<uint8_t> snapshots_;
+  PinnedHostBuffer host_blocks_;
+  int64_t num_snapshots_ = 0, num_host_blocks_ = 0;
 };
+
+Status ParallelRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks,
+                                  int64_t max_len) {
+  if (!dp_) return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
+  const int32_t n = int32_t(shards_.size());
+  if (num_slots % n != 0 || num_blocks % n != 0)
+    return Status::errorf("parallel runner: {} slots / {} blocks do not split over {} ranks", num_slots, num_blocks,
+                          n);
+  slots_per_rank_ = num_slots / n;
+  blocks_per_rank_ = num_blocks / n;
+  slot_bytes_ = layout.slot_bytes;
+  block_bytes_ = layout.block_bytes;
+  return all([&](CudaRunner& s) { return s.bind_state(layout, slots_per_rank_, blocks_per_rank_, max_len); });
+}
+
+Status ParallelRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
+  DSI_RETURN_IF_ERROR(before_step());
+  if (!dp_)
+    return checked(pool_.run([&](int32_t r) {
+      DSI_RETURN_IF_ERROR(inject(r));
+      std::vector<float> unused;  // shards > 0 compute no logits
+      return shards_[size_t(r)]->step(plan, r == 0 ? logits : unused);
+    }));
+  DSI_RETURN_IF_ERROR(runner::split_plan_by_rank(plan, int32_t(shards_.size()), slots_per_rank_, blocks_per_rank_,
+                                                 split_));
+  // Every rank runs a step, one without sequences too: it serves the routed pairs its experts are sent.
+  DSI_RETURN_IF_ERROR(checked(pool_.run([&](int32_t r) {
+    DSI_RETURN_IF_ERROR(inject(r));
+    return shards_[size_t(r)]->step(split_.plans[size_t(r)], out_[size_t(r)]);
+  })));
+  const size_t V = size_t(cfg_.vocab_size);
+  logits.assign(size_t(plan.num_logits()) * V, 0.0f);
+  for (size_t r = 0; r < shards_.size(); ++r)
+    for (size_t i = 0; i < split_.rows[r].size(); ++i)
+      std::copy_n(out_[r].data() + i * V, V, logits.data() + size_t(split_.rows[r][i]) * V);
+  return Status::ok();
+}
+
+// DP attention: one snapshot pool (on rank 0's GPU) and one host tier for every rank, so a cached prefix is
+// restored on whichever rank admits its next sequence; EP: each shard its own (the state is replicated).
+Status ParallelRunner::bind_snapshots(int32_t n) {
+  if (!dp_) return all([&](CudaRunner& s) { return s.bind_snapshots(n); });
+  if (n < 0) return Status::errorf("parallel runner: {} snapshots", n);
+  num_snapshots_ = n;
+  return checked(pool_.run([&](int32_t r) {
+    return r == 0 && n > 0 ? snapshots_.alloc(size_t(n) * size_t(slot_bytes_), "prefix-cache snapshots") : Status::ok();
+  }));
+}
+
+Status ParallelRunner::bind_host_blocks(int32_t n) {
+  if (!dp_) return all([&](CudaRunner& s) { return s.bind_host_blocks(n); });
+  if (n < 0) return Status::errorf("parallel runner: {} host blocks", n);
+  num_host_blocks_ = n;
+  return host_blocks_.alloc(size_t(n) * size_t(block_bytes_), "the prefix-cache host tier");
+}
+
+// DP attention: each copy on the rank holding its slot / block(s), in order (each rank's copies are waited for
+// before the next rank's: a snapshot one rank writes may be the next copy's source on another).
+Status ParallelRunner::copy_state(std::span<const cache::StateCopy> copies) {
+  if (!dp_) return all([&](CudaRunner& s) { return s.copy_state(copies); });  // the state is replicated
+  DSI_RETURN_IF_ERROR(health());
+  const int32_t n = int32_t(shards_.size());
+  std::vector<cache::StateCopy> run;
+  int32_t rank = -1;
+  auto flush = [&]() -> Status {
+    if (run.empty()) return Status::ok();
+    Status st = checked(pool_.run([&](int32_t r) {
+      return r == rank ? shards_[size_t(r)]->copy_state_with_pools(run, snapshots_.data(), num_snapshots_,
+                                                                    host_blocks_.data(), num_host_blocks_)
+                       : Status::ok();
+    }));
+    run.clear();
+    return st;
+  };
+  for (const cache::StateCopy& c : copies) {
+    DSI_ASSIGN_OR_RETURN(const runner::RankCopy rc, runner::localize_copy(c, n, slots_per_rank_, blocks_per_rank_));
+    if (rc.rank != rank) DSI_RETURN_IF_ERROR(flush());
+    rank = rc.rank;
+    run.push_back(rc.local);
+  }
+  return flush();
+}
 
 // One rebalance: counts -> per-layer greedy placement (a layer with no counted tokens keeps its placement) ->
 // every shard reloads its changed slots. DSINFER_EPLB_LOG=1 prints one line per rebalance (the expected max/mean
@@ -286,6 +393,7 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
   DSI_RETURN_IF_ERROR(parallel::expert_range(cfg_.n_routed_experts, 0, n).status());
   DSI_ASSIGN_OR_RETURN(fault_, parallel::parse_fault_injection(opts.fault_injection, n));
   eplb_ = opts.eplb;
+  if (dp_ && eplb_) return Status::error("--eplb with DP attention (--data-parallel-size > 1) is not implemented yet");
   redundant_ = opts.eplb ? opts.num_redundant_experts : 0;
   interval_ = opts.eplb_interval;
   if (eplb_) {
@@ -308,7 +416,8 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
     auto shard = std::make_unique<CudaRunner>(cfg_, num_);
     DSI_RETURN_IF_ERROR(shard->init(so).with_context(fmt::format("GPU {}", so.device)));
     shard->set_expert_comm(comms_[size_t(r)].get());
-    shard->set_compute_logits(r == 0);
+    shard->set_data_parallel(dp_);
+    shard->set_compute_logits(r == 0 || dp_);
     shards_[size_t(r)] = std::move(shard);
     return Status::ok();
   }));
@@ -318,7 +427,9 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
 
 Result<std::unique_ptr<runner::ModelRunner>> create_parallel_runner(const runner::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(io::ModelConfig cfg, cuda_model_config(opts));
-  auto r = std::make_unique<ParallelRunner>(std::move(cfg), opts.numerics, opts.gpus);
+  const parallel::Layout layout = parallel::layout_of(
+      {opts.gpus, opts.expert_parallel_size, opts.data_parallel_size, opts.tensor_parallel_size});
+  auto r = std::make_unique<ParallelRunner>(std::move(cfg), opts.numerics, opts.gpus, layout);
   DSI_RETURN_IF_ERROR(r->init(opts));
   return std::unique_ptr<runner::ModelRunner>(std::move(r));
 }

@@ -21,6 +21,7 @@
 #include "io/config.h"
 #include "model/numerics.h"
 #include "ops/kernel_mode.h"
+#include "ops/moe/moe_cuda.h"
 #include "ops/step_cuda.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_plan.h"
@@ -55,6 +56,11 @@ struct RunnerCore {
   int32_t ep_rank_ = 0, ep_size_ = 1;       // expert parallelism (RunnerOptions::ep_rank / ep_size)
   parallel::ExpertRange experts_;           // routed experts held here (global ids)
   parallel::Communicator* comm_ = nullptr;  // EP group (ep_size_ > 1), owned by the ParallelRunner
+  // DP attention + EP (set by the ParallelRunner): this shard runs its own sequences only; each MoE layer sends
+  // its tokens' routed pairs to the experts' ranks and combines what comes back (CudaForward::moe_exchange).
+  bool dp_ = false;
+  // Collective traffic since the bench last took it (payload bytes this shard sent, collectives).
+  runner::RunnerDiagnostics::CommTraffic traffic_;
   EplbDevice eplb_;
   void* stream_ = nullptr;
   cache::StateLayout layout_;
@@ -117,7 +123,27 @@ class CudaForward {
   virtual const ops::cuda::DeviceWeight* embed_weight() const = 0;
   virtual const ops::cuda::DeviceWeight* head_weight() const = 0;
 
+  // DP attention + EP, a shard without tokens in a step: every MoE layer's exchange with 0 tokens of its own (it
+  // still computes the pairs the other ranks send to its experts). backends/cuda/parallel/expert_exchange_cuda.cpp.
+  Status serve_experts();
+
  protected:
+  // The kernel-choice plans' mode (ops/kernel_mode.h) of this family.
+  virtual ops::KernelMode kernel_mode() const = 0;
+  // Layer l's routed experts (this rank's) and shared expert (null: none), with their SwiGLU clamps.
+  struct MoeLayerView {
+    const ops::cuda::MoeExpertsDevice* experts = nullptr;
+    const ops::cuda::MoeSharedDevice* shared = nullptr;
+    float limit = 0, shared_limit = 0;
+  };
+  virtual MoeLayerView moe_layer(int64_t l) const = 0;
+  // DP attention + EP (expert_exchange_cuda.cpp, docs/multi_gpu.md "DP attention"): the MoE of this shard's T
+  // tokens x [T, D] with routing ridx (global ids) / rw [T, k] into out [T, D]. Every routed pair goes to its
+  // expert's rank and its output comes back (all_to_all_v on the shard's communicator); the token's rank adds the
+  // outputs in top-k order and its shared expert with moe_cuda's own combine, so with --batch-invariant the result
+  // is the one-rank result bit for bit. Synchronises the stream (the pair counts go through the host).
+  Status moe_exchange(int64_t l, const float* x, int64_t T, const int32_t* ridx, const float* rw, float* out);
+
   Status mark(const char* name, int64_t layer, bool begin) {
     return core_.timer_.mark(name, layer, begin, stream_);
   }
@@ -147,6 +173,10 @@ class CudaForward {
   const int32_t& ep_rank_;
   const int32_t& ep_size_;
   parallel::Communicator* const& comm_;
+
+ private:
+  struct ExchangeScratch;                    // expert_exchange_cuda.cpp
+  std::shared_ptr<ExchangeScratch> xchg_;    // made on the first exchange
 };
 
 // The forward of the core's config: CudaForwardV41 for a DeepSeek-V4.1 config, else CudaForwardV4.

@@ -147,7 +147,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const int64_t T = plan.num_tokens(), S = plan.num_seqs(), R = compute_logits_ ? plan.num_logits() : 0;
   const int64_t V = cfg_.vocab_size;
   hidden_view_ = {};
-  if (T == 0) return Status::ok();
+  if (T == 0) return dp_ ? fwd_->serve_experts() : Status::ok();  // DP: the other ranks' pairs still come here
   DSI_RETURN_IF_ERROR(fwd_->check_plan(plan));
   // A decode step, or a verify step of the same 1 + k tokens per sequence, replays a CUDA graph of its shape. It
   // is laid out for max_model_len (split counts and scratch follow max_pos) whether or not it is graphed, so graphs

@@ -62,6 +62,15 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // over it after every MoE), and whether the step computes and downloads logits (shard 0 only).
   void set_expert_comm(parallel::Communicator* comm) { comm_ = comm; }
   void set_compute_logits(bool on) { compute_logits_ = on; }
+  // DP attention + EP (docs/multi_gpu.md "DP attention"): this shard runs its own sequences (a step without
+  // tokens still serves its experts to the other ranks), every MoE layer exchanges routed pairs with the others.
+  void set_data_parallel(bool on) { dp_ = on; }
+  // The collective traffic since the last call (then reset).
+  CommTraffic take_comm_traffic() override { return std::exchange(traffic_, CommTraffic{}); }
+  // DP attention: `copies` (this shard's local slot and block ids) against its state and the snapshot / host-tier
+  // pools every rank shares (owned by the ParallelRunner), on this shard's stream, waited for.
+  Status copy_state_with_pools(std::span<const cache::StateCopy> copies, uint8_t* snapshots, int64_t num_snapshots,
+                               uint8_t* host_blocks, int64_t num_host_blocks);
   int32_t device_ordinal() const { return ordinal_; }
   // EPLB (parallel_runner_eplb_cuda.cpp, docs/multi_gpu.md): the per-expert token counts of every MoE layer since
   // the last call ([layers * experts], counted on the device by rank 0 only; zeroed after reading), and a new
@@ -81,6 +90,10 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   Status bind_snapshots(int32_t num_snapshots) override;
   Status bind_host_blocks(int32_t num_host_blocks) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
+  // P/D export / import: the same runs as the CPU runner's (cache::plan_region_runs) on the stream, then a wait
+  // (the caller's buffer is pageable host memory and is read or reused when the call returns).
+  Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) override;
+  Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) override;
   // Speculative decoding (hidden_capture_cuda.cpp): the tapped layers' residual streams of every token of a
   // step, kept on the device (captured_hidden_device) and downloaded to pinned host memory with the logits.
   Status set_hidden_capture(std::vector<int64_t> layers) override;
@@ -91,6 +104,8 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
                                                                int32_t num_slots) override;
 
  private:
+  cache::StateMemory state_memory();  // prefix_cache_cuda.cpp: the state pools as cache/state_copy addresses them
+  Status region_copies(std::span<const cache::StateRegion> regions, uint8_t* host, size_t bytes, cache::CopyRun::Dir dir);
   // step(): pack the plan into pinned staging and copy it to the device (one copy on the stream).
   Status upload_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& layout);
   // sampling_runner_cuda.cpp: the step's token fills (after the plan upload); the pinned plan staging may only be
@@ -106,6 +121,11 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // The routed experts this shard loads: its range, or with EPLB the initial placement (tables and counters set up).
   Result<ExpertSlots> eplb_init(const runner::RunnerOptions& opts);
   Status eplb_upload_tables(const std::vector<parallel::Placement>& layers);
+
+  // prefix_cache_cuda.cpp: the planned runs of `copies` against this runner's slots and blocks and the given
+  // snapshot / host-tier pools, issued on the stream (not waited for).
+  Status issue_copies(std::span<const cache::StateCopy> copies, uint8_t* snapshots, int64_t num_snapshots,
+                      uint8_t* host_blocks, int64_t num_host_blocks);
 
   // Makes this runner's GPU current: every entry point that launches work calls it first, since the engine (or the
   // ParallelRunner) may call from a thread whose current device is another.

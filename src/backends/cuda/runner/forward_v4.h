@@ -60,9 +60,14 @@ class CudaForwardV4 final : public CudaForward {
     int64_t visible = 0;  // compressed entries visible to the indexer at max_pos
   };
   // The kernel-choice plans' mode (ops/kernel_mode.h): exact, batch-invariant or fast.
-  ops::KernelMode kernel_mode() const {
+  ops::KernelMode kernel_mode() const override {
     if (exact_) return ops::KernelMode::kExact;
     return batch_invariant_ ? ops::KernelMode::kBatchInvariant : ops::KernelMode::kFast;
+  }
+  MoeLayerView moe_layer(int64_t l) const override {
+    const DeviceLayer& L = weights_.layer(l);
+    const float limit = float(cfg_.swiglu_limit);
+    return {&L.experts, L.has_shared ? &L.shared : nullptr, limit, num_.shared_expert_clamp ? limit : 0.0f};
   }
   int64_t attention_splits(io::AttnType type, int64_t m, int64_t T, int64_t max_pos) const;
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);

@@ -47,9 +47,13 @@ class CudaForwardV41 final : public CudaForward {
     cuda::DeviceBuffer<int64_t> hashes;
   };
   // The kernel-choice plans' mode (ops/kernel_mode.h): exact, batch-invariant, else the default kernels.
-  ops::KernelMode kernel_mode() const {
+  ops::KernelMode kernel_mode() const override {
     if (exact_) return ops::KernelMode::kExact;
     return batch_invariant_ ? ops::KernelMode::kBatchInvariant : ops::KernelMode::kDefault;
+  }
+  MoeLayerView moe_layer(int64_t l) const override {
+    const float limit = float(cfg_.swiglu_limit);
+    return {&weights_.layer(l).experts, &weights_.layer(l).shared, limit, limit};
   }
   Status init_engram(const std::string& model_dir);
   int64_t attention_splits(int64_t l, int64_t T) const;

@@ -159,6 +159,8 @@ Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   rp.norm_eps = 1e-20f;
   rp.route_scale = float(cfg_.routed_scaling_factor);
   DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, nullptr, st.tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
+  // DP attention + EP: the routed pairs go to the experts' ranks and come back (expert_exchange_cuda.cpp).
+  if (core_.dp_) return moe_exchange(l, s_.y.data(), T, s_.ridx.data(), s_.rw.data(), s_.f.data());
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local slots (-1: another rank's), the
   // shared expert on rank 0 only, the partial sums added over the ranks in place after the MoE.
   if (ep_size_ > 1) DSI_OP("moe_remap", l, core_.remap_experts(s_.ridx.data(), l, T, k));
@@ -174,6 +176,8 @@ Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   if (ep_size_ > 1) {
     if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");
     DSI_OP("moe_allreduce", l, comm_->all_reduce_sum(s_.f.data(), size_t(T * D), stream_));
+    core_.traffic_.bytes += T * D * int64_t(sizeof(float));
+    ++core_.traffic_.calls;
   }
   return Status::ok();
 }

@@ -200,6 +200,8 @@ Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   rp.route_scale = float(cfg_.routed_scaling_factor);
   rp.hash_vocab = L.tid2eid ? cfg_.vocab_size : 0;
   DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, L.tid2eid, tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
+  // DP attention + EP: the routed pairs go to the experts' ranks and come back (expert_exchange_cuda.cpp).
+  if (core_.dp_) return moe_exchange(l, s_.y.data(), T, s_.ridx.data(), s_.rw.data(), s_.f.data());
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local ids, -1 (skipped) for the others';
   // after the MoE every rank holds its partial sum in s_.f, summed over the ranks in place (fp32).
   if (ep_size_ > 1) DSI_OP("moe_remap", l, core_.remap_experts(s_.ridx.data(), l, T, k));
@@ -207,6 +209,8 @@ Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   if (ep_size_ > 1) {
     if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");
     DSI_OP("moe_allreduce", l, comm_->all_reduce_sum(s_.f.data(), size_t(T * D), stream_));
+    core_.traffic_.bytes += T * D * int64_t(sizeof(float));
+    ++core_.traffic_.calls;
   }
   return Status::ok();
 }

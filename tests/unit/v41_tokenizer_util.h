@@ -1,6 +1,5 @@
-// Shared by the tests that run the DeepSeek-V4.1 fixtures through the engine (test_v41_model.cpp, the multi-rank
-// tests): the fixtures' tokenizer.json is a WordLevel model, which only the Engram vocabulary reads; the engine's
-// detokenizer gets this byte-level BPE one.
+// The V4.1 fixtures' tokenizer.json is a WordLevel model, which only the Engram vocabulary reads; an engine on them
+// gets this byte-level BPE one for its detokenizer (test_v41_model.cpp, test_pd_transfer.cpp).
 #pragma once
 #include <cstdint>
 #include <fstream>
@@ -12,9 +11,8 @@
 
 namespace dsinfer::test {
 
-// A byte-level BPE tokenizer.json covering the fixture's 512 ids (256 byte tokens, then plain placeholders),
-// written into dir; returns its path.
-inline std::string byte_tokenizer(const ScratchDir& dir) {
+// A byte-level BPE tokenizer.json covering the fixture's 512 ids (256 byte tokens, then plain placeholders).
+inline std::string byte_tokenizer(const test::ScratchDir& dir) {
   nlohmann::json vocab = nlohmann::json::object();
   uint32_t next = 256;
   for (uint32_t b = 0; b < 256; ++b) {
