@@ -1,5 +1,6 @@
 // `dsinfer plan`: the memory a model needs per GPU for 1, 2, 4, 8 GPUs, from its config.json alone
-// (dsinfer::plan_memory, include/dsinfer/diagnostics.h). Runs anywhere: no GPU, no weights.
+// (dsinfer::plan_memory, include/dsinfer/diagnostics.h), and the layout (EP, DP or TP attention) it would pick for
+// each GPU count and decode batch, with the alternatives and why. Runs anywhere: no GPU, no weights.
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -14,9 +15,10 @@ namespace {
 
 const char* const kUsage =
     "usage: dsinfer plan --model DIR [--gpus 1,2,4,8] [--gpu-memory-gib 139] [--context N (the model's maximum)]\n"
-    "                    [--num-redundant-experts R]\n"
+    "                    [--num-redundant-experts R] [--batch 1,64,256]\n"
     "  weights per GPU in the official checkpoint formats (dense replicated, routed experts split over the GPUs),\n"
-    "  the fp32 state per sequence, and how many sequences of --context tokens fit per GPU\n";
+    "  the fp32 state per sequence, how many sequences of --context tokens fit per GPU, and for each GPU count and\n"
+    "  decode batch the layout it would pick (EP, DP or TP attention), with the alternatives' estimates and why\n";
 
 double gib(double bytes) { return bytes / double(int64_t(1) << 30); }
 
@@ -46,6 +48,11 @@ int cmd_plan(int argc, char** argv) {
       std::stringstream ss(v);
       for (std::string item; ok && std::getline(ss, item, ',');)
         if ((ok = parse_int_flag("plan", a, item, 1, 1 << 16, &n))) o.gpus.push_back(int32_t(n));
+    } else if (a == "--batch") {
+      o.batches.clear();
+      std::stringstream ss(v);
+      for (std::string item; ok && std::getline(ss, item, ',');)
+        if ((ok = parse_int_flag("plan", a, item, 1, 1 << 24, &n))) o.batches.push_back(n);
     } else {
       std::fprintf(stderr, "plan: unknown argument '%s'\n%s", a.c_str(), kUsage);
       return 2;
@@ -86,6 +93,24 @@ int cmd_plan(int argc, char** argv) {
                 (long long)r.sequences_ep, (long long)r.sequences_dp);
   std::printf("(EP = --data-parallel-size 1: the state replicated; DP = --data-parallel-size N: each GPU its own "
               "sequences; both count every GPU together; DP is built on the cpu backend so far)\n");
+  std::printf("\nlayout for a decode step of B sequences of %lld tokens (estimates of what differs between the "
+              "layouts: attention and communication; the routed experts' work is the same in all three. H200: HBM "
+              "4.8 TB/s, 989 TFLOP/s, NVLink 450 GB/s, 10 us per collective)\n", (long long)p.context);
+  std::printf("%-5s %6s %-32s %14s %12s %6s %14s %14s %9s %9s %9s\n", "gpus", "batch", "layout", "fits (seqs)",
+              "comm MB", "colls", "attn wts MB", "attn state MB", "attn ms", "comm ms", "step ms");
+  for (const MemoryPlanRow& r : p.rows)
+    for (const LayoutPlanChoice& c : r.layouts) {
+      for (size_t i = 0; i < c.options.size(); ++i) {
+        const LayoutPlan& e = c.options[i];
+        const std::string fit = (e.fits ? "yes (" : "no (") + std::to_string(e.sequences_fit) + ")";
+        std::printf("%-5d %6lld %-32s %14s %12.1f %6lld %14.1f %14.1f %9.3f %9.3f %9.3f%s\n", r.gpus,
+                    (long long)c.batch, e.layout.c_str(), fit.c_str(), e.comm_bytes / 1e6, (long long)e.collectives,
+                    e.attn_weight_bytes / 1e6, e.attn_state_bytes / 1e6, e.attn_ms, e.comm_ms, e.step_ms,
+                    int32_t(i) == c.best ? "  <- pick" : "");
+      }
+      std::printf("      pick for %d GPU(s), batch %lld: %s\n", r.gpus, (long long)c.batch,
+                  c.best >= 0 ? c.reason.c_str() : ("none: " + c.reason).c_str());
+    }
   if (p.engram_table_bytes > 0) {
     std::printf("\nEngram tables (%.2f GiB) off the replicated weights (--engram-placement; %.1f KiB of rows per "
                 "token):\n  sharded: 1/N of every table's rows per GPU, one gather of the looked-up rows per Engram "

@@ -209,6 +209,25 @@ struct MemoryPlanOptions {
   double gpu_memory_gib = 139.0;  // H200 (cudaMemGetInfo total); H100: 79
   int64_t context = 0;            // tokens per sequence (prompt + output); 0 = the model's max_position_embeddings
   int32_t redundant_experts = 0;  // EPLB (--num-redundant-experts), a multiple of every N
+  std::vector<int64_t> batches = {1, 64, 256};  // decode batches the layout choice is made for (MemoryPlanRow::layouts)
+};
+// One layout's estimate for a decode step of `batch` sequences (docs/multi_gpu.md "Choosing a layout"; the cost
+// model is parallel::choose_layout): what differs between EP, DP and TP attention.
+struct LayoutPlan {
+  std::string layout, flags;    // "TP attention + expert parallel", "--tensor-parallel-size N"
+  bool fits = false;            // the batch fits in the state this layout keeps
+  int64_t sequences_fit = 0;    // all GPUs together
+  int64_t seqs_per_rank = 0;    // sequences one GPU runs attention for
+  int64_t collectives = 0;      // per step
+  double comm_bytes = 0;        // sent per GPU per step
+  double attn_weight_bytes = 0, attn_state_bytes = 0;  // read by one GPU per step
+  double attn_ms = 0, comm_ms = 0, step_ms = 0;        // estimates (H200, NVLink)
+};
+struct LayoutPlanChoice {
+  int64_t batch = 0;
+  std::vector<LayoutPlan> options;  // EP, DP, TP (one GPU: EP only)
+  int32_t best = -1;                // index into options; -1: nothing fits
+  std::string reason;
 };
 struct MemoryPlanRow {
   int32_t gpus = 0;
@@ -229,6 +248,7 @@ struct MemoryPlanRow {
   double tables_host_bytes = 0;
   double state_left_sharded = 0, state_left_host = 0;
   int64_t sequences_sharded = 0, sequences_host = 0;
+  std::vector<LayoutPlanChoice> layouts;  // one per options.batches
 };
 struct MemoryPlan {
   std::string model_type;

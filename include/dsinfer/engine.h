@@ -67,7 +67,8 @@ struct EngineOptions {
   // routed experts split over them (expert_parallel_size: 0 = gpus, must equal gpus for now), everything else
   // replicated. data_parallel_size = gpus (> 1): DP attention, each rank its own sequences and their state, the
   // routed tokens dispatched to the experts' ranks (cpu backend so far; docs/multi_gpu.md "DP attention + EP").
-  // Tensor-parallel attention is a later step: only 1 is accepted.
+  // tensor_parallel_size = gpus (> 1): TP attention, each rank 1/N of the query heads, the state replicated, the
+  // attention output all-reduced (cpu backend so far; docs/multi_gpu.md "TP attention"). Not both DP and TP.
   int32_t gpus = 1;
   int32_t expert_parallel_size = 0;
   int32_t data_parallel_size = 1;

@@ -231,6 +231,16 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
       r.state_left_host = std::max(0.0, limit - r.tables_host_bytes);
       r.sequences_sharded = int64_t(r.state_left_sharded / p.state_bytes_per_sequence);
       r.sequences_host = int64_t(r.state_left_host / p.state_bytes_per_sequence);
+      for (const int64_t batch : o.batches) {
+        if (batch < 1) return Status::errorf("batch {} must be >= 1", batch);
+        const parallel::LayoutChoice c = parallel::choose_layout(cfg, specs, bytes, n, batch, context, r.sequences);
+        LayoutPlanChoice out{batch, {}, c.best, c.reason};
+        for (const parallel::LayoutEstimate& e : c.options)
+          out.options.push_back({parallel::layout_name(e.layout), parallel::layout_flags(e.layout), e.fits,
+                                 e.sequences_fit, e.seqs_per_rank, e.collectives, e.comm_bytes, e.attn_weight_bytes,
+                                 e.attn_state_bytes, e.attn_ms, e.comm_ms, e.step_ms()});
+        r.layouts.push_back(std::move(out));
+      }
       p.rows.push_back(r);
     }
     *plan = std::move(p);

@@ -5,6 +5,7 @@
 // decode state machine, which is what makes chunking invisible in the results.
 #include "model/deepseek_v4.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "io/safetensors.h"
@@ -109,7 +110,10 @@ Status DeepseekV4Cpu::forward(const StatePool& state, std::span<const SeqChunk> 
 
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
-    site(L.hc_attn, L.attn_norm, [&](const std::vector<float>& x, std::vector<float>& out) { attention(l, s, x, out); });
+    Status attn_st = Status::ok();  // a tensor-parallel reduction can fail (another rank failed)
+    site(L.hc_attn, L.attn_norm,
+         [&](const std::vector<float>& x, std::vector<float>& out) { attn_st = attention(l, s, x, out); });
+    DSI_RETURN_IF_ERROR(attn_st);
     tap("attn_out", l, f, T);
     Status moe_st = Status::ok();  // an expert-parallel reduction can fail (another rank failed)
     site(L.hc_ffn, L.ffn_norm,
@@ -136,10 +140,12 @@ Status DeepseekV4Cpu::forward(const StatePool& state, std::span<const SeqChunk> 
   return Status::ok();
 }
 
-void DeepseekV4Cpu::attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
+Status DeepseekV4Cpu::attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
   const LayerWeights& L = w_.layers[size_t(l)];
   const AttnType type = cfg_.layer_types[size_t(l)];
-  const int64_t T = s.T, D = cfg_.hidden_size, H = cfg_.num_attention_heads, hd = cfg_.head_dim;
+  const int64_t T = s.T, D = cfg_.hidden_size, hd = cfg_.head_dim;
+  // This rank's query heads [h0, h1) (all of them on one rank; tensor parallelism: a slice, see HeadShard).
+  const int64_t h0 = heads_.lo, h1 = heads_.hi < 0 ? cfg_.num_attention_heads : heads_.hi, H = h1 - h0;
   const int64_t rd = cfg_.qk_rope_head_dim, nope = hd - rd, qr = cfg_.q_lora_rank, W = cfg_.sliding_window;
   const int64_t m = cfg_.ratio(l);
   const float eps = float(cfg_.rms_norm_eps);
@@ -150,7 +156,7 @@ void DeepseekV4Cpu::attention(int64_t l, const Step& s, const std::vector<float>
   std::vector<float> cq(size_t(T * qr)), q(size_t(T * H * hd));
   ops::linear_ref(x.data(), T, D, L.wq_a.p(), qr, cq.data());
   ops::rmsnorm_ref(cq.data(), T, qr, L.q_norm.data(), eps, cq.data());
-  ops::linear_ref(cq.data(), T, qr, L.wq_b.p(), H * hd, q.data());
+  ops::linear_ref(cq.data(), T, qr, L.wq_b.p() + h0 * hd * qr, H * hd, q.data());
   ops::rmsnorm_ref(q.data(), T * H, hd, nullptr, eps, q.data());
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h)
@@ -201,7 +207,7 @@ void DeepseekV4Cpu::attention(int64_t l, const Step& s, const std::vector<float>
   const ops::LayerStateView v = layer_view(*s.state, l);
   std::vector<float> o(static_cast<size_t>(T * H * hd)), entry(static_cast<size_t>(std::max(hd, di))), keybuf;
   std::vector<const float*> keys;
-  const ops::SparseAttentionParams ap{H, hd, float(1.0 / std::sqrt(double(hd))), L.attn_sink.data()};
+  const ops::SparseAttentionParams ap{H, hd, float(1.0 / std::sqrt(double(hd))), L.attn_sink.data() + h0};
   for (int64_t t = 0; t < T; ++t) {
     const SeqChunk& ch = s.chunks[s.seq[size_t(t)]];
     const int32_t* table = ch.block_table.data();
@@ -247,21 +253,44 @@ void DeepseekV4Cpu::attention(int64_t l, const Step& s, const std::vector<float>
     for (int64_t h = 0; h < H; ++h) ops::rope_apply_ref(ot + h * hd, hd, rd, inv_freq, p, true, attn_factor);
   }
   tap("attn.o", l, o, T);
-  output_projection(L, o, T, out);
+  output_projection(L, o, T, h0, h1, out);
+  return heads_.reduce ? heads_.reduce(out) : Status::ok();
 }
 
-// Grouped output projection: group g's heads [H/G * hd] -> wo_a rows [g*r, (g+1)*r), then wo_b.
-void DeepseekV4Cpu::output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T,
-                                      std::vector<float>& out) const {
-  const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim, D = cfg_.hidden_size;
-  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
-  std::vector<float> mid(size_t(T * G * r)), tmp(static_cast<size_t>(r));
+namespace {
+
+// y [T, out] = x [T, n] (row stride xs) times columns [c0, c0 + n) of w [out, ld], accumulated in fp64 in column
+// order and rounded once: linear_ref's arithmetic on a column slice (the whole matrix gives linear_ref's bits).
+void linear_cols(const float* x, int64_t T, int64_t xs, int64_t n, const float* w, int64_t ld, int64_t c0,
+                 int64_t out, float* y) {
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t g = 0; g < G; ++g) {
-      ops::linear_ref(o.data() + t * H * hd + g * gin, 1, gin, L.wo_a.p() + g * r * gin, r, tmp.data());
-      std::copy(tmp.begin(), tmp.end(), mid.begin() + (t * G + g) * r);
+    for (int64_t o = 0; o < out; ++o) {
+      const float* xr = x + t * xs;
+      const float* wr = w + o * ld + c0;
+      double acc = 0.0;
+      for (int64_t i = 0; i < n; ++i) acc += double(xr[i]) * double(wr[i]);
+      y[t * out + o] = float(acc);
     }
-  ops::linear_ref(mid.data(), T, G * r, L.wo_b.p(), D, out.data());
+}
+
+}  // namespace
+
+// Grouped output projection of heads [h0, h1) (o [T, (h1 - h0) * hd]): group g's heads [H/G * hd] -> wo_a rows
+// [g*r, (g+1)*r), then wo_b. A rank holding a slice of the heads (HeadShard) multiplies its heads' columns of wo_a
+// (a group may be split between ranks) and its groups' columns of wo_b: its share of the sum the ranks reduce.
+void DeepseekV4Cpu::output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, int64_t h0,
+                                      int64_t h1, std::vector<float>& out) const {
+  const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim, D = cfg_.hidden_size;
+  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, hpg = H / G, gin = hpg * hd, Hr = h1 - h0;
+  const int64_t g0 = h0 / hpg, g1 = h1 > h0 ? (h1 + hpg - 1) / hpg : g0, ng = g1 - g0;  // groups touched
+  std::vector<float> mid(size_t(T * ng * r));
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t a = std::max(h0, g * hpg), b = std::min(h1, (g + 1) * hpg);  // this rank's heads of group g
+    for (int64_t t = 0; t < T; ++t)
+      linear_cols(o.data() + (t * Hr + a - h0) * hd, 1, 0, (b - a) * hd, L.wo_a.p() + g * r * gin, gin,
+                  (a - g * hpg) * hd, r, mid.data() + (t * ng + g - g0) * r);
+  }
+  linear_cols(mid.data(), T, ng * r, ng * r, L.wo_b.p(), G * r, g0 * r, D, out.data());
 }
 
 // The router of MoE layer l (hash layers route by token id and have no bias), for moe() and moe_exchange().

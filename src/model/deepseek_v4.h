@@ -54,6 +54,16 @@ struct ExpertShard {
                        const ExpertCompute& compute, std::vector<float>& y)> exchange;
 };
 
+// Tensor-parallel attention (backends/cpu/cpu_parallel_runner.h, docs/multi_gpu.md "TP attention"): this rank
+// computes the query heads [lo, hi) (their wq_b rows, attention and wo_a / wo_b columns), and `reduce` turns its
+// partial attention output [T, D] into the sum over every rank (a collective: every rank calls it once per layer).
+// The shared K=V latent, compressors and indexer (the state) are computed on every rank. A rank may hold no heads
+// (more ranks than heads): its partial is zero. The default (hi < 0, no reduce) is one rank with every head.
+struct HeadShard {
+  int64_t lo = 0, hi = -1;
+  std::function<Status(std::vector<float>& partial)> reduce;
+};
+
 // Observes named intermediates ("layer.attn.q", ...) for CPU/GPU diffing. rows x cols floats.
 using TapFn = std::function<void(std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols)>;
 
@@ -67,7 +77,11 @@ class DeepseekV4Cpu {
   const Numerics& numerics() const { return num_; }
   const Weights& weights() const { return w_; }
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
-  void set_expert_shard(ExpertShard shard) { shard_ = std::move(shard); }
+  Status set_expert_shard(ExpertShard shard) {
+    shard_ = std::move(shard);
+    return Status::ok();
+  }
+  void set_head_shard(HeadShard heads) { heads_ = std::move(heads); }
 
   // Runs one step. `logits` receives [rows, vocab] in chunk order: every token of an all_logits chunk, else its
   // last token. Fails (changing no state) on an out-of-range token id, a missing slot or a short block table.
@@ -75,8 +89,9 @@ class DeepseekV4Cpu {
 
  private:
   struct Step;
-  void output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, std::vector<float>& out) const;
-  void attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  void output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, int64_t h0, int64_t h1,
+                         std::vector<float>& out) const;
+  Status attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   ops::RouterParams router_params(int64_t l) const;
   Status moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   Status moe_exchange(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
@@ -88,6 +103,7 @@ class DeepseekV4Cpu {
   std::vector<float> inv_freq_main_, inv_freq_compress_;
   TapFn tap_;
   ExpertShard shard_;
+  HeadShard heads_;
 };
 
 }  // namespace dsinfer::model

@@ -136,7 +136,10 @@ Status DeepseekV41Cpu::forward(const StatePool& state, std::span<const SeqChunk>
     tap("residual", l, X, T);  // the block's input streams: what a DSpark drafter's tap of layer l reads
     site(L.hc_attn, L.attn_norm, pre, pre_a, [&](const std::vector<float>& x, std::vector<float>& out) { attention(l, s, x, out); });
     tap("attn_out", l, f, T);
-    site(L.hc_ffn, L.ffn_norm, pre_a, pre_next, [&](const std::vector<float>& x, std::vector<float>& out) { moe(l, s, x, out); });
+    Status moe_st = Status::ok();  // an expert-parallel reduction can fail (another rank failed)
+    site(L.hc_ffn, L.ffn_norm, pre_a, pre_next,
+         [&](const std::vector<float>& x, std::vector<float>& out) { moe_st = moe(l, s, x, out); });
+    DSI_RETURN_IF_ERROR(moe_st);
     std::swap(pre, pre_next);
     tap("ffn_out", l, f, T);
     tap("streams_out", l, X, T);

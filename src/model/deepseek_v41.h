@@ -41,6 +41,10 @@ class DeepseekV41Cpu {
   // shard.gather (a collective: every rank runs every step, parallel/engram_exchange.h).
   Status set_engram_shard(EngramShard shard) { return engram_rows_->shard(std::move(shard)); }
   const EngramRows& engram_rows() const { return *engram_rows_; }
+  // Expert parallelism over several ranks (model::ExpertShard: the routed experts [lo, hi), the shared expert when
+  // `shared`, `reduce` summing the partial MoE outputs; official numerics round to bf16 after the sum). DP attention's
+  // `exchange` is refused: not implemented for V4.1 yet.
+  Status set_expert_shard(ExpertShard shard);
 
   // Same contract as DeepseekV4Cpu::forward (the state pool must be laid out for this config).
   Status forward(const StatePool& state, std::span<const SeqChunk> chunks, std::vector<float>& logits);
@@ -56,7 +60,7 @@ class DeepseekV41Cpu {
   void index_queries(int64_t l, const Step& s, const std::vector<float>& x, const std::vector<float>& cq, IndexQueries& q) const;
   void index_select(int64_t l, Step& s, int64_t t, const IndexQueries& q) const;
   void emit_entry(int64_t l, const Step& s, int64_t t, const float* ckv, const float* cg) const;
-  void moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  Status moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   void tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const;
 
   io::ModelConfig cfg_;
@@ -68,6 +72,7 @@ class DeepseekV41Cpu {
   std::unique_ptr<EngramRows> engram_rows_;  // the tables, wherever they are placed
   std::vector<float> inv_freq_main_, inv_freq_compress_;
   TapFn tap_;
+  ExpertShard shard_;
 };
 
 }  // namespace dsinfer::model

@@ -37,7 +37,16 @@ void expert_official(const v41::Num& num, Gemm g, const ExpertWeights& e, const 
 
 }  // namespace
 
-void DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
+Status DeepseekV41Cpu::set_expert_shard(ExpertShard shard) {
+  if (shard.exchange)
+    return Status::error("DP attention (--data-parallel-size > 1) is not implemented for DeepSeek-V4.1 yet");
+  shard_ = std::move(shard);
+  return Status::ok();
+}
+
+// Expert parallelism (shard_): this rank's routed experts and (shard_.shared) the shared expert give a partial sum
+// that shard_.reduce adds over the ranks; official numerics round the sum to bf16 after it, as one rank does.
+Status DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
   const LayerWeightsV41& L = w_.layers[size_t(l)];
   const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok;
   const float limit = float(cfg_.swiglu_limit);
@@ -53,6 +62,7 @@ void DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, 
   std::vector<int32_t> idx(static_cast<size_t>(k));
   std::vector<float> wt(static_cast<size_t>(k)), eo(static_cast<size_t>(D));
   std::vector<double> acc(static_cast<size_t>(D));
+  auto mine = [&](int64_t e) { return e >= shard_.lo && (shard_.hi < 0 || e < shard_.hi); };
   for (int64_t t = 0; t < s.T; ++t) {
     const float* xt = x.data() + t * D;
     const bool image = false;  // image-span tokens (vision input) would route with bias_vl
@@ -64,21 +74,30 @@ void DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, 
       std::sort(order.begin(), order.end());
       std::vector<float> y(static_cast<size_t>(D), 0.0f);
       for (int32_t e : order) {
+        if (!mine(e)) continue;  // another rank's expert
         const float w = wt[size_t(std::find(idx.begin(), idx.end(), e) - idx.begin())];
         expert_official(num_, Gemm::FP4, L.experts[size_t(e)], xt, D, w, limit, eo.data());
         for (int64_t d = 0; d < D; ++d) y[size_t(d)] += eo[size_t(d)];
       }
-      expert_official(num_, Gemm::FP8, L.shared, xt, D, 1.0f, limit, eo.data());
-      for (int64_t d = 0; d < D; ++d) out[size_t(t * D + d)] = round_bf16(y[size_t(d)] + eo[size_t(d)]);
+      std::fill(eo.begin(), eo.end(), 0.0f);
+      if (shard_.shared) expert_official(num_, Gemm::FP8, L.shared, xt, D, 1.0f, limit, eo.data());
+      for (int64_t d = 0; d < D; ++d) out[size_t(t * D + d)] = y[size_t(d)] + eo[size_t(d)];  // bf16 below
       continue;
     }
     for (int64_t j = 0; j < k; ++j) {
+      if (!mine(idx[size_t(j)])) continue;
       const ExpertWeights& e = L.experts[size_t(idx[size_t(j)])];
       ops::expert_accumulate_ref({e.w1.p(), e.w3.p(), e.w2.p(), D, I, limit}, xt, wt[size_t(j)], acc.data());
     }
-    ops::expert_accumulate_ref({L.shared.w1.p(), L.shared.w3.p(), L.shared.w2.p(), D, I, limit}, xt, 1.0f, acc.data());
+    if (shard_.shared)
+      ops::expert_accumulate_ref({L.shared.w1.p(), L.shared.w3.p(), L.shared.w2.p(), D, I, limit}, xt, 1.0f,
+                                 acc.data());
     for (int64_t d = 0; d < D; ++d) out[size_t(t * D + d)] = float(acc[size_t(d)]);
   }
+  if (shard_.reduce) DSI_RETURN_IF_ERROR(shard_.reduce(out));
+  if (num_.official)
+    for (int64_t i = 0; i < s.T * D; ++i) out[size_t(i)] = round_bf16(out[size_t(i)]);
+  return Status::ok();
 }
 
 // Hash ids of every token for every Engram layer, reading the n-gram history of the sequence's slot (written

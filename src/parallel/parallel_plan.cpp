@@ -6,25 +6,6 @@
 
 namespace dsinfer::parallel {
 
-namespace {
-
-bool parse_int(const std::string& s, long long* out) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end) return false;
-  *out = v;
-  return true;
-}
-
-}  // namespace
-
-std::map<std::string, std::string> torchrun_env() {
-  std::map<std::string, std::string> env;
-  for (const char* k : {"WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
-    if (const char* v = std::getenv(k)) env[k] = v;
-  return env;
-}
-
 Result<int32_t> validate_parallel(const ParallelSizes& s, const std::map<std::string, std::string>& env,
                                   int32_t local_gpus) {
   if (s.gpus < 1) return Status::errorf("--gpus must be >= 1, found {}", s.gpus);
@@ -32,33 +13,46 @@ Result<int32_t> validate_parallel(const ParallelSizes& s, const std::map<std::st
     return Status::errorf("--data-parallel-size {} must be 1 (attention and state replicated on every GPU) or --gpus "
                           "{} (DP attention: each GPU its own sequences and their state; docs/multi_gpu.md)",
                           s.data_parallel, s.gpus);
-  if (s.tensor_parallel != 1)
-    return Status::errorf("--tensor-parallel-size {}: tensor parallelism is not implemented yet (only 1; see "
-                          "docs/multi_gpu.md)", s.tensor_parallel);
+  if (s.tensor_parallel != 1 && s.tensor_parallel != s.gpus)
+    return Status::errorf("--tensor-parallel-size {} must be 1 or --gpus {} (TP attention: each GPU 1/N of the "
+                          "query heads; docs/multi_gpu.md)", s.tensor_parallel, s.gpus);
+  if (s.gpus > 1 && s.data_parallel > 1 && s.tensor_parallel > 1)
+    return Status::errorf("--data-parallel-size {} and --tensor-parallel-size {} cannot both be > 1: attention is "
+                          "split either by sequence (DP) or by head (TP)", s.data_parallel, s.tensor_parallel);
   const int32_t ep = s.expert_parallel == 0 ? s.gpus : s.expert_parallel;
   if (ep != s.gpus)
     return Status::errorf("--expert-parallel-size {} must equal --gpus {} (expert parallelism over every GPU is the "
                           "only layout implemented yet)", ep, s.gpus);
-  if (auto it = env.find("WORLD_SIZE"); it != env.end()) {
-    long long world = 0;
-    if (!parse_int(it->second, &world) || world < 1)
-      return Status::errorf("WORLD_SIZE='{}' is not a positive integer", it->second);
-    if (local_gpus >= 0 && world > local_gpus)
-      return Status::errorf("WORLD_SIZE={} is more than the {} GPUs of this node: multi-node inference is not "
-                            "implemented yet (one process drives every GPU of one node; see docs/multi_gpu.md)",
-                            world, local_gpus);
-  }
+  DSI_ASSIGN_OR_RETURN(const std::optional<LaunchEnv> launch, parse_launch_env(env, local_gpus));
+  if (launch)
+    return Status::errorf("WORLD_SIZE={} RANK={}: one process per GPU is not wired into the runners yet (the "
+                          "rendezvous is, parallel/bootstrap.h); run one process with --gpus {} (docs/multi_gpu.md "
+                          "\"Bootstrap\")", launch->world, launch->rank, launch->world);
   if (local_gpus >= 0 && s.gpus > local_gpus)
     return Status::errorf("--gpus {} but only {} CUDA device(s) are visible", s.gpus, local_gpus);
   return ep;
 }
 
 Layout layout_of(const ParallelSizes& s) {
-  return s.gpus > 1 && s.data_parallel == s.gpus ? Layout::kDataParallel : Layout::kExpertParallel;
+  if (s.gpus > 1 && s.data_parallel == s.gpus) return Layout::kDataParallel;
+  if (s.gpus > 1 && s.tensor_parallel == s.gpus) return Layout::kTensorParallel;
+  return Layout::kExpertParallel;
 }
 
 const char* layout_name(Layout l) {
-  return l == Layout::kDataParallel ? "DP attention + expert parallel" : "expert parallel";
+  switch (l) {
+    case Layout::kDataParallel: return "DP attention + expert parallel";
+    case Layout::kTensorParallel: return "TP attention + expert parallel";
+    default: return "expert parallel";
+  }
+}
+
+const char* layout_flags(Layout l) {
+  switch (l) {
+    case Layout::kDataParallel: return "--data-parallel-size N";
+    case Layout::kTensorParallel: return "--tensor-parallel-size N";
+    default: return "default";
+  }
 }
 
 Result<ExpertRange> expert_range(int64_t experts, int32_t rank, int32_t world) {
@@ -69,6 +63,13 @@ Result<ExpertRange> expert_range(int64_t experts, int32_t rank, int32_t world) {
                           "(n_routed_experts % expert-parallel size must be 0)", experts, world);
   const int64_t per = experts / world;
   return ExpertRange{int32_t(rank * per), int32_t((rank + 1) * per)};
+}
+
+Result<HeadRange> head_range(int64_t heads, int32_t rank, int32_t world) {
+  if (world < 1 || rank < 0 || rank >= world)
+    return Status::errorf("tensor parallelism: rank {} of {} is out of range", rank, world);
+  if (heads < 1) return Status::errorf("tensor parallelism: the model has {} attention heads", heads);
+  return HeadRange{int32_t(rank * heads / world), int32_t((rank + 1) * heads / world)};
 }
 
 double storage_bytes(const model::TensorSpec& s) {
@@ -103,6 +104,118 @@ Status check_rank_fits(const RankMemory& m, int32_t world, int32_t gpu, int64_t 
                         "more GPUs (--gpus) or fewer layers (--layers / num_hidden_layers in config.json)",
                         need / gib, world, m.dense_bytes / gib, m.expert_bytes / gib, 100 * (1 - kWeightFraction),
                         double(free_bytes) / gib, gpu, gpu_name);
+}
+
+namespace {
+
+// Decode state one sequence of `context` tokens reads per step, over every layer (fp32 rows, as the runners keep
+// the state): its sliding window, then per layer type the compressed entries attention reads (HCA: all of them;
+// CSA: the indexer's top-k) and the indexer keys scored (CSA: all of them).
+struct SeqAttention {
+  double state_bytes = 0;  // per sequence per step
+  double score_flops = 0;  // per sequence per step, all heads: q.k and p.v over the keys read, plus indexer scores
+};
+SeqAttention seq_attention(const io::ModelConfig& c, int64_t context) {
+  SeqAttention a;
+  const double hd = double(c.head_dim), di = double(c.index_head_dim), elem = 4;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const io::AttnType t = c.layer_types[size_t(l)];
+    const int64_t m = c.ratio(l);
+    const double window = double(std::min<int64_t>(context, c.sliding_window > 0 ? c.sliding_window : context));
+    const double entries = m > 0 ? double(context / m) : 0.0;
+    double keys = window, index_keys = 0;
+    if (t == io::AttnType::HCA) keys += entries;
+    if (t == io::AttnType::CSA || t == io::AttnType::CSA2) {
+      keys += std::min(entries, double(c.index_topk));
+      index_keys = entries;
+    }
+    a.state_bytes += (keys * hd + index_keys * di) * elem;
+    a.score_flops += 4.0 * double(c.num_attention_heads) * keys * hd + 2.0 * double(c.index_n_heads) * index_keys * di;
+  }
+  return a;
+}
+
+bool split_by_heads(const std::string& name) {  // the tensors TP divides: per-head rows or columns
+  for (const char* k : {".attn.wq_b.", ".attn.wo_a.", ".attn.wo_b.", ".attn.attn_sink"})
+    if (name.find(k) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::TensorSpec>& specs,
+                           double (*bytes)(const model::TensorSpec&), int32_t gpus, int64_t batch, int64_t context,
+                           int64_t seqs_per_gpu, const Hardware& hw) {
+  const double N = double(gpus), D = double(cfg.hidden_size), L = double(cfg.num_hidden_layers);
+  const double k = double(cfg.num_experts_per_tok);
+  double w_rep = 0, w_split = 0, p_rep = 0, p_split = 0;  // attention weight bytes / parameters
+  for (const model::TensorSpec& s : specs) {
+    if (s.name.find(".attn.") == std::string::npos) continue;
+    const bool split = split_by_heads(s.name);
+    (split ? w_split : w_rep) += bytes(s);
+    (split ? p_split : p_rep) += double(s.rows * s.cols);
+  }
+  const SeqAttention seq = seq_attention(cfg, context);
+  LayoutChoice c;
+  const std::vector<Layout> layouts =
+      gpus > 1 ? std::vector<Layout>{Layout::kExpertParallel, Layout::kDataParallel, Layout::kTensorParallel}
+               : std::vector<Layout>{Layout::kExpertParallel};
+  for (const Layout l : layouts) {
+    LayoutEstimate e;
+    e.layout = l;
+    const bool dp = l == Layout::kDataParallel, tp = l == Layout::kTensorParallel;
+    e.sequences_fit = dp ? seqs_per_gpu * gpus : seqs_per_gpu;
+    e.seqs_per_rank = dp ? (batch + gpus - 1) / gpus : batch;
+    e.fits = seqs_per_gpu > 0 && batch <= e.sequences_fit;
+    const double t = double(e.seqs_per_rank);  // tokens of the busiest rank's attention (one per sequence)
+    if (gpus > 1) {
+      const double ring = 2.0 * (N - 1) / N * 4.0 * double(batch) * D;  // one fp32 all-reduce of [batch, D]
+      e.collectives = int64_t((dp || tp ? 2 : 1) * L);
+      e.comm_bytes = dp ? L * t * k * (N - 1) / N * 3.03 * D : (tp ? 2 : 1) * L * ring;
+    }
+    e.attn_weight_bytes = w_rep + (tp ? w_split / N : w_split);
+    e.attn_state_bytes = t * seq.state_bytes;
+    const double heads_share = tp ? 1.0 / N : 1.0;
+    e.attn_flops = 2.0 * t * (p_rep + p_split * heads_share) + t * seq.score_flops * heads_share;
+    e.attn_ms = 1e3 * std::max((e.attn_weight_bytes + e.attn_state_bytes) / hw.hbm_bytes_per_s,
+                               e.attn_flops / hw.flops_per_s);
+    e.comm_ms = 1e3 * (double(e.collectives) * hw.collective_s + e.comm_bytes / hw.link_bytes_per_s);
+    c.options.push_back(e);
+  }
+  for (size_t i = 0; i < c.options.size(); ++i)
+    if (c.options[i].fits && (c.best < 0 || c.options[i].step_ms() < c.options[size_t(c.best)].step_ms()))
+      c.best = int32_t(i);
+  if (c.best < 0) {
+    c.reason = seqs_per_gpu <= 0
+                   ? fmt::format("the weights do not fit on {} GPU(s)", gpus)
+                   : fmt::format("{} sequences of {} tokens fit in no layout (at most {} with DP attention)", batch,
+                                 context, c.options.back().layout == Layout::kExpertParallel
+                                              ? seqs_per_gpu : seqs_per_gpu * gpus);
+    return c;
+  }
+  const LayoutEstimate& b = c.options[size_t(c.best)];
+  std::string why;
+  if (b.layout == Layout::kTensorParallel)
+    why = fmt::format("splitting the heads cuts each GPU's attention weight reads to {:.0f} MB (EP and DP: {:.0f} MB), "
+                      "more than its second all-reduce per layer costs", b.attn_weight_bytes / 1e6,
+                      c.options[0].attn_weight_bytes / 1e6);
+  else if (b.layout == Layout::kDataParallel)
+    why = fmt::format("each GPU runs attention for {} of the {} sequences and reads only their state ({:.0f} MB "
+                      "instead of {:.0f} MB), and dispatch / combine sends {:.0f} MB instead of EP's {:.0f} MB",
+                      b.seqs_per_rank, batch, b.attn_state_bytes / 1e6, c.options[0].attn_state_bytes / 1e6,
+                      b.comm_bytes / 1e6, c.options[0].comm_bytes / 1e6);
+  else
+    why = gpus > 1 ? "the fewest collectives: at this batch neither the weight reads TP saves nor the state DP splits "
+                     "pay for TP's second all-reduce or DP's idle ranks"
+                   : "one GPU";
+  c.reason = fmt::format("{} ({}): {:.3f} ms of attention + communication per step", layout_name(b.layout),
+                         layout_flags(b.layout), b.step_ms());
+  for (const LayoutEstimate& e : c.options)
+    if (&e != &b)
+      c.reason += e.fits ? fmt::format(", {} {:.3f} ms", layout_name(e.layout), e.step_ms())
+                         : fmt::format(", {} does not fit the batch", layout_name(e.layout));
+  c.reason += "; " + why;
+  return c;
 }
 
 }  // namespace dsinfer::parallel

@@ -1,7 +1,8 @@
 // Multi-GPU plan of one process (docs/multi_gpu.md): the parallel sizes asked for (--gpus, --expert-parallel-size,
-// --data-parallel-size, --tensor-parallel-size) checked against what is implemented (EP = N, DP = 1 or N, TP = 1,
-// one node), each rank's expert range, and the per-rank memory sizing that decides whether a model fits (the one
-// source of truth of the CUDA runner's "does not fit" refusal). Host code, no CUDA.
+// --data-parallel-size, --tensor-parallel-size) checked against what is implemented (EP = N, DP = 1 or N, TP = 1
+// or N, one node), the layout they select, each rank's expert and head range, the per-rank memory sizing that
+// decides whether a model fits (the one source of truth of the CUDA runner's "does not fit" refusal), and the cost
+// model `dsinfer plan` picks a layout with. Host code, no CUDA.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -11,6 +12,7 @@
 #include "core/status.h"
 #include "io/config.h"
 #include "model/tensor_table.h"
+#include "parallel/bootstrap.h"
 
 namespace dsinfer::parallel {
 
@@ -21,21 +23,22 @@ struct ParallelSizes {
   int32_t tensor_parallel = 1;
 };
 
-// The sizes implemented: gpus >= 1, EP = gpus (0 = default), DP = 1 or gpus, TP = 1; a clear error otherwise.
-// env: the torchrun variables (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) as read from the
-// environment; a WORLD_SIZE larger than local_gpus (the visible devices; < 0 = unknown) is a multi-node launch,
-// which is not implemented yet. Returns the EP size.
+// The sizes implemented: gpus >= 1, EP = gpus (0 = default), DP = 1 or gpus, TP = 1 or gpus, not DP and TP both;
+// a clear error otherwise. env: the torchrun variables as read from the environment, checked by
+// parallel::parse_launch_env (local_gpus: the visible devices, < 0 = unknown); a launch of one process per GPU
+// (WORLD_SIZE > 1) is refused until the runners take it. Returns the EP size.
 Result<int32_t> validate_parallel(const ParallelSizes& s, const std::map<std::string, std::string>& env,
                                   int32_t local_gpus);
-// The torchrun variables of the current process environment (only those set).
-std::map<std::string, std::string> torchrun_env();
 
-// The layout of a validated plan, decided here only: kExpertParallel (--data-parallel-size 1: attention and state
-// replicated, the MoE output all-reduced) or kDataParallel (--data-parallel-size = --gpus > 1: each rank its own
-// sequences and state, routed tokens dispatched to the experts' ranks and combined back).
-enum class Layout { kExpertParallel, kDataParallel };
+// The layout of a validated plan, decided here only: kExpertParallel (DP = TP = 1: attention and state replicated,
+// the MoE output all-reduced), kDataParallel (--data-parallel-size = --gpus > 1: each rank its own sequences and
+// state, routed tokens dispatched to the experts' ranks and combined back) or kTensorParallel
+// (--tensor-parallel-size = --gpus > 1: each rank 1/N of the query heads, the state replicated, the attention
+// output all-reduced as well as the MoE's).
+enum class Layout { kExpertParallel, kDataParallel, kTensorParallel };
 Layout layout_of(const ParallelSizes& s);
 const char* layout_name(Layout l);
+const char* layout_flags(Layout l);  // what selects it: "default", "--data-parallel-size N", "--tensor-parallel-size N"
 
 // Routed experts [lo, hi) of rank `rank` of `world`.
 struct ExpertRange {
@@ -45,6 +48,11 @@ struct ExpertRange {
 };
 // experts % world == 0 is required (an even split; a clear error names both numbers otherwise).
 Result<ExpertRange> expert_range(int64_t experts, int32_t rank, int32_t world);
+// Query heads [lo, hi) of rank `rank` of `world` under tensor parallelism: contiguous, [r*H/N, (r+1)*H/N), so an
+// even split when heads % world == 0 (every released model: 64 or 128 heads, 8 or 16 output groups); with more
+// ranks than heads some ranks hold none (the small test models).
+using HeadRange = ExpertRange;
+Result<HeadRange> head_range(int64_t heads, int32_t rank, int32_t world);
 
 // Bytes of one tensor in its official storage format (FP4 with E8M0 per 32, FP8 with one scale per 128x128 block,
 // BF16, F32 vectors / tables).
@@ -68,5 +76,40 @@ inline constexpr double kWeightFraction = 0.92;
 // ok when the rank's weights fit in kWeightFraction of free_bytes; else "needs X GiB per GPU, Y GiB free on GPU k"
 // with the advice to use more GPUs or fewer layers.
 Status check_rank_fits(const RankMemory& m, int32_t world, int32_t gpu, int64_t free_bytes, const std::string& gpu_name);
+
+// The layout choice of `dsinfer plan` (docs/multi_gpu.md "Choosing a layout"): for one decode step of `batch`
+// sequences (one new token each) of `context` tokens over `gpus` GPUs, each layout's per-GPU communication, its
+// attention work per rank (weights read, state read, FLOPs) and the sequences that fit; a step-time estimate of the
+// parts that differ between layouts (the routed experts' work is the same in all three: EP over every GPU) picks
+// the layout among those the batch fits in. The hardware figures are H200 + NVLink defaults.
+struct Hardware {
+  double hbm_bytes_per_s = 4.8e12;   // H200 HBM3e
+  double flops_per_s = 989e12;       // dense bf16 tensor cores
+  double link_bytes_per_s = 450e9;   // NVLink 4, per GPU and direction
+  double collective_s = 10e-6;       // one small collective (latency floor, graph-captured)
+};
+struct LayoutEstimate {
+  Layout layout = Layout::kExpertParallel;
+  bool fits = false;             // the batch fits in the state (sequences_fit >= batch)
+  int64_t sequences_fit = 0;     // all GPUs together
+  int64_t seqs_per_rank = 0;     // the batch's sequences a rank runs attention for (DP: ceil(batch / N))
+  int64_t collectives = 0;       // per step
+  double comm_bytes = 0;         // sent per GPU per step
+  double attn_weight_bytes = 0;  // attention weights one rank reads per step
+  double attn_state_bytes = 0;   // state one rank reads per step (window, selected and indexed entries)
+  double attn_flops = 0;         // one rank's attention FLOPs per step (projections + scores)
+  double comm_ms = 0, attn_ms = 0;
+  double step_ms() const { return comm_ms + attn_ms; }
+};
+struct LayoutChoice {
+  std::vector<LayoutEstimate> options;  // EP, DP, TP (gpus > 1; only EP for one GPU)
+  int32_t best = -1;                    // index into options; -1: the batch fits in no layout
+  std::string reason;                   // one sentence: why best wins (or why nothing fits)
+};
+// seqs_per_gpu: sequences of `context` tokens one GPU's state holds (dsinfer plan's sizing; 0 = the weights do not
+// fit). specs / bytes: the model's tensors and their storage size (as rank_memory).
+LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::TensorSpec>& specs,
+                           double (*bytes)(const model::TensorSpec&), int32_t gpus, int64_t batch, int64_t context,
+                           int64_t seqs_per_gpu, const Hardware& hw = {});
 
 }  // namespace dsinfer::parallel

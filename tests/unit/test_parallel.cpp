@@ -130,12 +130,23 @@ TEST(ParallelOptions, SizesAndTorchrunVariables) {
   };
   EXPECT_NE(msg({2, 1, 1, 1}, {}, 2).find("must equal --gpus"), std::string::npos);
   EXPECT_NE(msg({1, 0, 2, 1}, {}, 2).find("--data-parallel-size 2 must be 1"), std::string::npos);
-  EXPECT_NE(msg({1, 0, 1, 2}, {}, 2).find("tensor parallelism is not implemented yet"), std::string::npos);
+  EXPECT_NE(msg({1, 0, 1, 2}, {}, 2).find("--tensor-parallel-size 2 must be 1 or --gpus 1"), std::string::npos);
+  EXPECT_NE(msg({2, 0, 2, 2}, {}, 2).find("cannot both be > 1"), std::string::npos);
+  EXPECT_EQ(msg({2, 0, 1, 2}, {}, 2), "ok");
+  EXPECT_EQ(parallel::layout_of({2, 0, 1, 2}), parallel::Layout::kTensorParallel);
+  EXPECT_EQ(parallel::layout_of({2, 0, 2, 1}), parallel::Layout::kDataParallel);
+  EXPECT_EQ(parallel::layout_of({2, 0, 1, 1}), parallel::Layout::kExpertParallel);
+  EXPECT_EQ(parallel::layout_of({1, 0, 1, 1}), parallel::Layout::kExpertParallel);
   EXPECT_NE(msg({4, 0, 1, 1}, {}, 2).find("only 2 CUDA device(s)"), std::string::npos);
   EXPECT_NE(msg({0, 0, 1, 1}, {}, 2).find(">= 1"), std::string::npos);
   EXPECT_NE(msg({2, 0, 1, 1}, {{"WORLD_SIZE", "16"}, {"RANK", "0"}}, 8).find("multi-node"), std::string::npos);
-  EXPECT_EQ(msg({2, 0, 1, 1}, {{"WORLD_SIZE", "2"}}, 8), "ok");
+  EXPECT_EQ(msg({2, 0, 1, 1}, {{"WORLD_SIZE", "1"}}, 8), "ok");
+  EXPECT_NE(msg({2, 0, 1, 1},
+                {{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}, 8)
+                .find("WORLD_SIZE=2 RANK=1: one process per GPU is not wired"),
+            std::string::npos);
   EXPECT_NE(msg({1, 0, 1, 1}, {{"WORLD_SIZE", "x"}}, 8).find("WORLD_SIZE"), std::string::npos);
+  EXPECT_NE(msg({1, 0, 1, 1}, {{"WORLD_SIZE", "2"}, {"RANK", "0"}}, 8).find("needs LOCAL_RANK"), std::string::npos);
 }
 
 // --gpus N on the cpu backend runs N ranks of the reference (issue 27, tests/unit/test_parallel_cpu.cpp): through
@@ -151,7 +162,7 @@ TEST(ParallelOptions, CpuBackendRunsSeveralRanks) {
   o.gpus = 1;
   o.tensor_parallel_size = 2;
   EXPECT_FALSE(Engine::create(o, &err));
-  EXPECT_NE(err.find("tensor parallelism is not implemented yet"), std::string::npos) << err;
+  EXPECT_NE(err.find("--tensor-parallel-size 2 must be 1 or --gpus 1"), std::string::npos) << err;
   // The CLI takes the flags: 2 ranks print what 1 rank prints.
   test::ScratchDir dir("parallel_cli");
   const std::string gen = "generate --model " + o.model_dir + " --max-tokens 8 --temperature 0 --prompt hi";
@@ -369,4 +380,63 @@ TEST(ParallelEplb, CpuBackendAndFlags) {
     EXPECT_NE(inv.rc, 0);
     EXPECT_NE(inv.err.find("--eplb cannot be combined with --batch-invariant"), std::string::npos) << inv.err;
   }
+}
+
+// Tensor parallelism's head split: contiguous ranges covering every head once, even when the count divides; with
+// more ranks than heads (the small test models) some ranks hold none.
+TEST(ParallelHeads, RangesPartitionTheHeads) {
+  for (const auto& [heads, world] : {std::pair{64, 8}, std::pair{4, 2}, std::pair{6, 4}, std::pair{4, 8}}) {
+    int64_t next = 0;
+    for (int32_t r = 0; r < world; ++r) {
+      auto h = parallel::head_range(heads, r, world);
+      ASSERT_TRUE(h.is_ok()) << h.status().message();
+      EXPECT_EQ(h->lo, next);
+      EXPECT_GE(h->count(), heads / world);
+      EXPECT_LE(h->count(), (heads + world - 1) / world);
+      next = h->hi;
+    }
+    EXPECT_EQ(next, heads);
+  }
+  EXPECT_FALSE(parallel::head_range(64, 8, 8).is_ok());
+}
+
+// `dsinfer plan`'s layout choice for V4-Flash at 8K on H200s. The communication per step equals docs/multi_gpu.md's
+// table (EP / DP / TP at T = 256: 180 / 205 / 361 MB on 2 GPUs, 316 / 90 / 631 on 8). Decode at batch 1 on 8 GPUs
+// picks TP (every EP / DP rank reads all attention weights for one token); batch 256 picks DP (each GPU attends for
+// 32 sequences); a batch beyond what the replicated state holds fits only DP; one GPU does not fit at all.
+TEST(ParallelPlan, LayoutChoiceForFlash) {
+  auto cfg = io::load_model_config(test::source_dir() + "/configs/deepseek-v4-flash");
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+  const auto specs = model::weight_specs(*cfg);
+  using parallel::Layout;
+  auto choose = [&](int32_t n, int64_t batch, int64_t per_gpu) {
+    return parallel::choose_layout(*cfg, specs, &parallel::storage_bytes, n, batch, 8192, per_gpu);
+  };
+  const auto two = choose(2, 256, 402);
+  ASSERT_EQ(two.options.size(), 3u);
+  EXPECT_NEAR(two.options[0].comm_bytes / 1e6, 180, 0.5);
+  EXPECT_NEAR(two.options[1].comm_bytes / 1e6, 205, 0.5);
+  EXPECT_NEAR(two.options[2].comm_bytes / 1e6, 361, 0.5);
+  const auto eight = choose(8, 256, 808);
+  EXPECT_NEAR(eight.options[0].comm_bytes / 1e6, 316, 0.5);
+  EXPECT_NEAR(eight.options[1].comm_bytes / 1e6, 90, 0.5);
+  EXPECT_NEAR(eight.options[2].comm_bytes / 1e6, 631, 0.5);
+  ASSERT_GE(eight.best, 0);
+  EXPECT_EQ(eight.options[size_t(eight.best)].layout, Layout::kDataParallel) << eight.reason;
+  EXPECT_EQ(eight.options[1].seqs_per_rank, 32);
+  const auto small = choose(8, 1, 808);
+  ASSERT_GE(small.best, 0);
+  EXPECT_EQ(small.options[size_t(small.best)].layout, Layout::kTensorParallel) << small.reason;
+  EXPECT_NE(small.reason.find("--tensor-parallel-size N"), std::string::npos) << small.reason;
+  // TP reads 1/8 of wq_b, wo_a, wo_b and all of the rest (wq_a, wkv, compressors, indexer): 1.6 of EP's 5.4 GB.
+  EXPECT_LT(small.options[2].attn_weight_bytes, small.options[0].attn_weight_bytes / 3);
+  EXPECT_EQ(small.options[1].attn_weight_bytes, small.options[0].attn_weight_bytes);
+  const auto big = choose(8, 2000, 808);
+  EXPECT_FALSE(big.options[0].fits);
+  EXPECT_FALSE(big.options[2].fits);
+  EXPECT_EQ(big.options[size_t(big.best)].layout, Layout::kDataParallel) << big.reason;
+  const auto one = choose(1, 1, 0);
+  ASSERT_EQ(one.options.size(), 1u);
+  EXPECT_EQ(one.best, -1);
+  EXPECT_NE(one.reason.find("weights do not fit"), std::string::npos) << one.reason;
 }

@@ -2,15 +2,14 @@
 // as a user runs it (--backend cpu --gpus N --data-parallel-size N): each rank owns its sequences and their state
 // (the StateCache split over the ranks), runs attention on its own tokens, and sends its routed (token, expert)
 // pairs to the experts' ranks (all_to_all_v) and combines their outputs in top-k order in fp64, as one rank does.
-// So N ranks are bit-identical to one rank: same tokens and the same logprobs, on every V4 fixture and on the
-// shipped model at 2, 4 and 8 ranks (3 and 6 for tiny-v4-c's 6 experts), with preemption and the prefix cache.
+// So N ranks are bit-identical to one rank (test_parallel_layouts_cpu.cpp: every fixture, 2 / 4 / 8 ranks), here
+// with preemption and the prefix cache.
 // Planted faults end every request with the rank and the cause within 30 s. Also the pieces: dispatch / combine
 // over the in-process group, and the split StateCache (admission balance, a sequence's blocks on its rank).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <future>
 #include <map>
 #include <random>
@@ -29,107 +28,15 @@
 
 namespace {
 
-using Out = dsinfer::test::RankOut;
-using dsinfer::test::within_30s;
+using dsinfer::test::RankLayout;
 using dsinfer::test::rank_prompt;
+using dsinfer::test::within_30s;
 
 dsinfer::EngineOptions options(const std::string& dir, int32_t ranks, bool dp = true) {
-  dsinfer::EngineOptions o;
-  o.model_dir = dir;
-  o.gpus = ranks;
-  o.data_parallel_size = dp ? ranks : 1;
-  o.max_num_seqs = 8;
-  o.max_model_len = 96;
-  return o;
-}
-
-// Greedy runs of prompts `which` (all submitted at once; budget = tokens per step), by prompt index.
-std::map<int, Out> run(dsinfer::EngineOptions o, const std::vector<int>& which, int64_t budget, int32_t vocab,
-                       int max_tokens = 6, int64_t* preemptions = nullptr) {
-  o.max_num_batched_tokens = budget;
-  std::string err;
-  auto e = dsinfer::Engine::create(o, &err);
-  dsinfer::test::require(e != nullptr, err);
-  std::map<uint64_t, int> index;
-  for (int i : which) {
-    dsinfer::Request r;
-    r.prompt_is_ids = true;
-    r.prompt_ids = rank_prompt(i % 4, vocab);
-    r.sampling.max_tokens = max_tokens;
-    r.sampling.temperature = 0.0;
-    r.sampling.logprobs = true;
-    const uint64_t id = e->submit(r, &err);
-    dsinfer::test::require(id != 0, err);
-    index[id] = i;
-  }
-  std::vector<dsinfer::RequestResult> res;
-  dsinfer::test::require(e->run_until_idle(res, &err), err);
-  if (preemptions) *preemptions = e->stats().num_preemptions;
-  std::map<int, Out> out;
-  for (const auto& r : res) {
-    dsinfer::test::require(r.error.empty(), r.error);
-    Out& x = out[index.at(r.id)];
-    x.ids = r.completions.at(0).token_ids;
-    for (const auto& lp : r.completions.at(0).logprobs) x.logprobs.push_back(lp.logprob);
-  }
-  return out;
-}
-
-struct Model {
-  std::string dir;
-  int32_t vocab;
-  std::vector<int32_t> ranks;
-};
-
-std::vector<Model> v4_models() {
-  using dsinfer::test::own_fixture;
-  const std::vector<int32_t> even = {2, 4, 8};
-  return {
-      {own_fixture("tiny-v4-a"), 512, even},        {own_fixture("tiny-v4-a-bf16"), 512, even},
-      {own_fixture("tiny-v4-b"), 512, even},        {own_fixture("tiny-v4-c"), 256, {2, 3, 6}},
-      {own_fixture("tiny-v4-official"), 256, even}, {dsinfer::test::source_dir() + "/models/dsv4-small", 3072, even}};
-}
-
-void expect_same(const std::map<int, Out>& a, const std::map<int, Out>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (const auto& [i, x] : a) {
-    EXPECT_EQ(b.at(i).ids, x.ids) << what << ", prompt " << i;
-    EXPECT_EQ(b.at(i).logprobs, x.logprobs) << what << ", prompt " << i;  // bitwise
-  }
+  return dsinfer::test::rank_options(dir, ranks, dp ? RankLayout::kDP : RankLayout::kEP);
 }
 
 }  // namespace
-
-// Same greedy tokens and bit-identical logprobs as one rank, every fixture and the shipped model, 2 / 4 / 8 ranks.
-// Three requests over N ranks: a rank holds one each, the others run their steps without tokens (serving experts).
-TEST(DpRanks, TokensAndLogprobsEqualOneRank) {
-  within_30s([] {
-    for (const Model& m : v4_models()) {
-      const auto one = run(options(m.dir, 1, false), {0, 1, 2}, 64, m.vocab);
-      ASSERT_EQ(one.size(), 3u);
-      for (int32_t n : m.ranks) expect_same(one, run(options(m.dir, n), {0, 1, 2}, 64, m.vocab),
-                                            m.dir + " at " + std::to_string(n) + " DP ranks");
-    }
-  });
-}
-
-// --batch-invariant: a request alone and batched (chunked prefills beside it, spread over the ranks) is bit-identical,
-// and equal to one rank.
-TEST(DpRanks, BatchInvariantAloneEqualsBatchedEqualsOneRank) {
-  within_30s([] {
-    const std::string dir = dsinfer::test::source_dir() + "/models/dsv4-small";
-    dsinfer::EngineOptions one = options(dir, 1, false);
-    one.batch_invariant = true;
-    const auto base = run(one, {0, 1, 2, 3}, 16, 3072);
-    for (int32_t n : {2, 4, 8}) {
-      dsinfer::EngineOptions o = options(dir, n);
-      o.batch_invariant = true;
-      const auto together = run(o, {0, 1, 2, 3}, 16, 3072);
-      expect_same(base, together, std::to_string(n) + " DP ranks vs one rank");
-      expect_same(run(o, {3}, 64, 3072), {{3, together.at(3)}}, "alone vs batched, " + std::to_string(n) + " ranks");
-    }
-  });
-}
 
 // A state budget that holds few sequences per rank: running sequences are preempted (the victim is the newest of
 // the rank short of blocks) and recomputed; with exact prefix caching, repeated prompts hit snapshots and blocks
@@ -158,9 +65,9 @@ TEST(DpRanks, PreemptionAndPrefixCacheKeepOneRankResults) {
       o.state_memory_gb = one.state_memory_gb = 2 * rank_bytes / double(1 << 30);
       o.max_num_seqs = one.max_num_seqs = 4;
       const std::vector<int> which = {0, 1, 2, 3, 4, 5, 6, 7};
-      const auto a = run(one, which, 24, 512, 64, &pre_one);
-      const auto b = run(o, which, 24, 512, 64, &pre_dp);
-      expect_same(a, b, std::string("prefix ") + prefix);
+      const auto a = dsinfer::test::rank_run(one, which, 24, 512, 64, &pre_one);
+      const auto b = dsinfer::test::rank_run(o, which, 24, 512, 64, &pre_dp);
+      dsinfer::test::expect_same_runs(a, b, std::string("prefix ") + prefix);
       EXPECT_GT(pre_dp, 0) << prefix;  // the test is about preemption: the budget must force some
       std::printf("prefix %s: preemptions 1 rank %lld, 2 DP ranks %lld\n", prefix, (long long)pre_one,
                   (long long)pre_dp);
@@ -313,13 +220,7 @@ TEST(DpRanks, CliGenerateAndPlan) {
   within_30s([] {
     dsinfer::test::ScratchDir d("dp_cli");
     const std::string in = d.str() + "/in.jsonl", model = dsinfer::test::source_dir() + "/models/dsv4-small";
-    {
-      std::ofstream f(in);
-      for (int i = 0; i < 5; ++i)
-        f << R"({"custom_id": "r)" << i
-          << R"(", "body": {"temperature": 0, "max_tokens": 5, "logprobs": 1, "prompt": [)"
-          << 3 + i << ", " << 40 + 7 * i << ", 9, " << 100 + i << "]}}\n";
-    }
+    dsinfer::test::write_rank_requests(in);
     const std::string base = "generate --backend cpu --model " + model + " --input " + in;
     auto one = dsinfer::test::run_cli(d, base + " --output " + d.str() + "/one.jsonl");
     ASSERT_EQ(one.rc, 0) << one.err;

@@ -21,8 +21,10 @@ class CpuModel {
   virtual const model::Numerics& numerics() const = 0;
   virtual bool fp32_weights() const = 0;  // every float weight was stored as F32
   virtual void set_tap(model::TapFn tap) = 0;
-  // Expert parallelism (cpu_parallel_runner.h); DeepSeek-V4 only.
+  // Expert parallelism (cpu_parallel_runner.h); DeepSeek-V4, and V4.1 without DP attention.
   virtual Status set_expert_shard(model::ExpertShard shard) = 0;
+  // Tensor-parallel attention (cpu_parallel_runner.h); DeepSeek-V4 only.
+  virtual Status set_head_shard(model::HeadShard heads) = 0;
   virtual Status forward(const model::StatePool& state, std::span<const model::SeqChunk> chunks,
                          std::vector<float>& logits) = 0;
 };
@@ -37,12 +39,13 @@ class CpuModelOf final : public CpuModel {
   const model::Numerics& numerics() const override { return m_->numerics(); }
   bool fp32_weights() const override { return m_->weights().fp32_storage; }
   void set_tap(model::TapFn tap) override { m_->set_tap(std::move(tap)); }
-  Status set_expert_shard(model::ExpertShard shard) override {
-    if constexpr (requires { m_->set_expert_shard(std::move(shard)); }) {
-      m_->set_expert_shard(std::move(shard));
+  Status set_expert_shard(model::ExpertShard shard) override { return m_->set_expert_shard(std::move(shard)); }
+  Status set_head_shard(model::HeadShard heads) override {
+    if constexpr (requires { m_->set_head_shard(std::move(heads)); }) {
+      m_->set_head_shard(std::move(heads));
       return Status::ok();
     } else {
-      return Status::error("expert parallelism over several ranks is not implemented for this model "
+      return Status::error("tensor-parallel attention over several ranks is not implemented for this model "
                            "(DeepSeek-V4 only)");
     }
   }

@@ -120,14 +120,20 @@ Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r
       sh.tokens = int64_t(idx.size()) / shape.topk;
       return parallel::dispatch_combine(*comm, sh, x, idx, compute, y, &traffic_[size_t(r)]);
     };
-  } else {
-    shard.lo = range.lo;
-    shard.hi = range.hi;
-    shard.shared = r == 0;
-    shard.reduce = [this, comm, r](std::vector<float>& partial) -> Status {
+  } else {  // EP and TP: every rank every token; its experts' partial MoE output summed over the ranks
+    // A rank's partial sum, reduced in rank order (fp64, one rounding); a step fault fires at the rank's first.
+    const auto reduce = [this, comm, r](std::vector<float>& partial) -> Status {
       if (fault_.hits_step(r, steps_)) return fault_.fire(steps_);
       return comm->all_reduce_sum(partial.data(), partial.size(), nullptr);
     };
+    shard.lo = range.lo;
+    shard.hi = range.hi;
+    shard.shared = r == 0;
+    shard.reduce = reduce;
+    if (layout_ == parallel::Layout::kTensorParallel) {  // and its query heads' partial attention output
+      DSI_ASSIGN_OR_RETURN(const parallel::HeadRange heads, parallel::head_range(cfg.num_attention_heads, r, n));
+      DSI_RETURN_IF_ERROR(model->set_head_shard({heads.lo, heads.hi, reduce}));
+    }
   }
   DSI_RETURN_IF_ERROR(model->set_expert_shard(std::move(shard)));
   shards_[size_t(r)] = std::make_unique<CpuRunner>(std::move(model));

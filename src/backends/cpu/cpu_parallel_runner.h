@@ -7,6 +7,9 @@
 // slots and blocks (the scheduler's StateCache split by set_ranks) and runs its own sequences' part of each step;
 // every MoE layer sends the routed pairs to the experts' ranks and combines them back (parallel/expert_dispatch.h),
 // every rank computing the shared expert of its tokens. Snapshots and the host tier are one pool for all ranks.
+// TP attention (--tensor-parallel-size N, docs/multi_gpu.md "TP attention"): as EP (state replicated, experts
+// split), and each rank runs the query heads parallel::head_range gives it; the partial attention outputs are
+// summed in rank order as the MoE's are.
 // A failure on any rank (load, step, an exception) aborts the group, so no rank hangs, and ends the runner: every
 // later call returns "rank R failed: <cause>" (health()).
 #pragma once
@@ -16,7 +19,8 @@
 
 namespace dsinfer::backends {
 
-// opts.gpus ranks (> 1) of opts.model_dir (DeepSeek-V4; n_routed_experts % ranks == 0).
+// opts.gpus ranks (> 1) of opts.model_dir (n_routed_experts % ranks == 0): DeepSeek-V4 in every layout,
+// DeepSeek-V4.1 in EP only (its forward has the expert hook, not DP's exchange nor TP's head split).
 Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(const runner::RunnerOptions& opts);
 
 }  // namespace dsinfer::backends
