@@ -75,7 +75,7 @@ def free_port():
 
 def is_sglang(router):
     """SGLang's gateway (smg / sglang-router / amg): it takes the same flags after `launch`, logs at "warn", and
-    reads /get_load as a list of DP ranks (serve --load-format sglang)."""
+    reads /get_load as a list of DP ranks (serve --get-load-format sglang)."""
     return os.path.basename(router) in ("smg", "sglang-router", "amg")
 
 
@@ -86,7 +86,7 @@ class Replica:
         cmd = [args.dsinfer, "serve", "--model", args.model, "--port", "0", "--enable-prefix-caching",
                "--prefix-snapshot-memory-gb", str(args.snapshot_gb), "--max-model-len", str(args.max_model_len),
                "--drain-timeout", "60", "--drain-grace", "2",  # grace > the router's 1 s health interval
-               "--load-format", "sglang" if is_sglang(args.router) else "vllm"]
+               "--get-load-format", "sglang" if is_sglang(args.router) else "vllm"]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
         self.port = None
 

@@ -42,7 +42,7 @@ struct ServerOptions {
   std::string kv_transfer_fault;               // tests only, prefill side: "truncate:N", "corrupt:N" (byte N), "stall"
   // GET /get_load's shape (docs/fleet.md): "vllm", the object {"load": n, ...} vllm-router reads; "sglang", the list
   // of per-DP-rank objects whose "num_tokens" SGLang's gateway sums. Same path, so the fleet's router picks it.
-  std::string load_format = "vllm";
+  std::string get_load_format = "vllm";
 };
 
 class Server {

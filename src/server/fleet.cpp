@@ -40,7 +40,7 @@ std::string load_json(const WorkerLoad& load) { return load_object(load).dump();
 Result<LoadFormat> parse_load_format(const std::string& name) {
   if (name == "vllm") return LoadFormat::kVllm;
   if (name == "sglang") return LoadFormat::kSglang;
-  return Status::errorf("load format '{}': expected vllm or sglang", name);
+  return Status::errorf("get_load format '{}': expected vllm or sglang", name);
 }
 
 std::string sglang_load_json(const WorkerLoad& load, int64_t state_block_size) {

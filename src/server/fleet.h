@@ -22,7 +22,7 @@ struct WorkerLoad {
 // vllm-router's power_of_two policy reads; "server_load" is vLLM's GET /load field (requests in flight).
 std::string load_json(const WorkerLoad& load);
 
-// serve --load-format: which router's GET /get_load shape the server answers (both routers ask the same path).
+// serve --get-load-format: which router's GET /get_load shape the server answers (both routers ask the same path).
 enum class LoadFormat { kVllm, kSglang };
 Result<LoadFormat> parse_load_format(const std::string& name);  // "vllm", "sglang"
 // SGLang's shape: [{"dp_rank": 0, "num_reqs", "num_waiting_reqs", "num_tokens", ...}], one entry (one DP rank);

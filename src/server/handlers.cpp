@@ -56,7 +56,7 @@ Router::Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options,
   info_.state_block_size = st.state_block_size;
   info_.state_block_bytes = st.state_block_bytes;
   info_.state_slot_bytes = st.state_slot_bytes;
-  if (const Result<LoadFormat> f = parse_load_format(options.load_format); f.is_ok()) load_format_ = f.value();
+  if (const Result<LoadFormat> f = parse_load_format(options.get_load_format); f.is_ok()) load_format_ = f.value();
 }
 
 void Router::send_error(ResponseWriter& w, const std::string& endpoint, int status, const std::string& message,

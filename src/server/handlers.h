@@ -76,7 +76,7 @@ class Router {
   std::string model_name_;
   int64_t created_ = 0;
   WorkerInfo info_;  // what /get_model_info and /get_server_info describe
-  LoadFormat load_format_ = LoadFormat::kVllm;  // ServerOptions::load_format (Server::start refuses a bad one)
+  LoadFormat load_format_ = LoadFormat::kVllm;  // ServerOptions::get_load_format (Server::start refuses a bad one)
 };
 
 }  // namespace dsinfer::server

@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 constexpr double kDeadlineS = 120;  // every wait below polls against this deadline
 
 std::unique_ptr<dsinfer::server::Server> start_server(int max_model_len = 512, const char* prefix_caching = "off",
-                                                      const char* load_format = "vllm") {
+                                                      const char* get_load_format = "vllm") {
   dsinfer::EngineOptions o;
   o.model_dir = dsinfer::test::source_dir() + "/models/dsv4-small";
   o.max_model_len = max_model_len;
@@ -45,7 +45,7 @@ std::unique_ptr<dsinfer::server::Server> start_server(int max_model_len = 512, c
   dsinfer::test::require(e != nullptr, err);
   dsinfer::server::ServerOptions so;
   so.port = 0;
-  so.load_format = load_format;
+  so.get_load_format = get_load_format;
   auto srv = std::make_unique<dsinfer::server::Server>(std::move(e), so);
   dsinfer::test::require(srv->start(&err), err);
   return srv;
@@ -338,10 +338,10 @@ TEST(ServerFleet, SglangLoadFormatIsAListOfRanksWithTokens) {
   ASSERT_NE(e, nullptr) << err;
   dsinfer::server::ServerOptions so;
   so.port = 0;
-  so.load_format = "trtllm";
+  so.get_load_format = "trtllm";
   dsinfer::server::Server bad(std::move(e), so);
   EXPECT_FALSE(bad.start(&err));
-  EXPECT_NE(err.find("load format 'trtllm'"), std::string::npos) << err;
+  EXPECT_NE(err.find("get_load format 'trtllm'"), std::string::npos) << err;
 }
 
 }  // namespace
