@@ -59,12 +59,16 @@ bool EngineLoop::run_on_engine(std::function<void(Engine&)> fn) {
     std::lock_guard<std::mutex> lk(mu_);
     if (stopping_) return false;
     tasks_.push_back([&] {
-      fn(*engine_);
-      done.set_value();
+      try {
+        fn(*engine_);
+        done.set_value();
+      } catch (...) {  // to the caller (a connection thread answers 500); the engine thread lives on
+        done.set_exception(std::current_exception());
+      }
     });
   }
   cv_.notify_one();
-  ran.wait();  // the loop runs every queued task before it exits
+  ran.get();  // the loop runs every queued task before it exits
   return true;
 }
 

@@ -48,7 +48,7 @@ class EngineLoop {
   // Aborts everything in flight (each job still gets its kDone), then the thread exits.
   void stop();
   // Runs fn on the engine thread between two steps (before that iteration admits new jobs) and waits for it;
-  // false (fn not run) when the loop is stopping.
+  // false (fn not run) when the loop is stopping. What fn throws is rethrown here.
   bool run_on_engine(std::function<void(Engine&)> fn);
   // Jobs submitted and not yet finished (queued here or in the engine).
   int32_t in_flight() const { return in_flight_.load(); }

@@ -25,6 +25,8 @@ const char* reason_phrase_type(int status) {
 
 std::string sse(const std::string& data) { return "data: " + data + "\n\n"; }
 
+constexpr const char* kDrainingMessage = "the server is draining: it finishes its requests in flight, then exits";
+
 }  // namespace
 
 std::string error_json(const std::string& message, const std::string& type, const std::string& param, const std::string& code) {
@@ -123,9 +125,7 @@ void Router::tokenize(const HttpRequest& hr, const std::string& endpoint, Respon
   Request req;
   std::string err, param;
   if (!parse_request(hr.body, ep, &req, &err, &param)) return send_error(w, endpoint, 400, err, "", param);
-  if (!req.model.empty() && req.model != model_name_)
-    return send_error(w, endpoint, 404, "the model '" + req.model + "' does not exist (this server serves '" + model_name_ + "')",
-                      "", "model", "model_not_found");
+  if (!serves_model(req, endpoint, w)) return;
   std::vector<int32_t> ids;
   if (!loop_.engine().tokenize(req, &ids, &err, &param)) return send_error(w, endpoint, 400, err, "", param);
   metrics_.count_http(endpoint, 200);
@@ -172,7 +172,7 @@ void Router::flush_cache(ResponseWriter& w) {
 void Router::health_generate(ResponseWriter& w) {
   const std::string endpoint = "/health_generate";
   if (loop_.refusing())
-    return send_error(w, endpoint, 503, "the server is draining: it finishes its requests in flight, then exits", "",
+    return send_error(w, endpoint, 503, kDrainingMessage, "",
                       "", "server_draining", {{"Retry-After", "1"}});
   auto job = std::make_shared<Job>();
   std::string err, param;
@@ -191,6 +191,13 @@ void Router::health_generate(ResponseWriter& w) {
   w.send(200, "application/json", "{}");
 }
 
+bool Router::serves_model(const Request& req, const std::string& endpoint, ResponseWriter& w) {
+  if (req.model.empty() || req.model == model_name_) return true;
+  send_error(w, endpoint, 404, "the model '" + req.model + "' does not exist (this server serves '" + model_name_ + "')",
+             "", "model", "model_not_found");
+  return false;
+}
+
 WorkerLoad Router::worker_load() const {
   WorkerLoad l;
   l.in_flight = loop_.in_flight();
@@ -207,7 +214,7 @@ void Router::get(const std::string& endpoint, ResponseWriter& w) {
     if (const std::string down = loop_.unavailable_reason(); !down.empty())
       return send_error(w, endpoint, 503, "the engine cannot serve requests: " + down, "", "", "engine_unavailable");
     if (loop_.draining())
-      return send_error(w, endpoint, 503, "the server is draining: it finishes its requests in flight, then exits", "",
+      return send_error(w, endpoint, 503, kDrainingMessage, "",
                         "", "server_draining", {{"Retry-After", "1"}});
     metrics_.count_http(endpoint, 200);
     w.send(200, kJson, "{}");
@@ -245,9 +252,7 @@ void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& 
   Request& req = job->request;
   std::string err, param;
   if (!parse_request(hr.body, ep, &req, &err, &param)) return send_error(w, endpoint, 400, err, "", param);
-  if (!req.model.empty() && req.model != model_name_)
-    return send_error(w, endpoint, 404, "the model '" + req.model + "' does not exist (this server serves '" + model_name_ + "')",
-                      "", "model", "model_not_found");
+  if (!serves_model(req, endpoint, w)) return;
   if (req.sampling.n > opts_.max_n)
     return send_error(w, endpoint, 400, fmt::format("n must be at most {} on this server, got {}", opts_.max_n, req.sampling.n), "", "n");
   if (int64_t(req.sampling.stop.size()) > opts_.max_stop_strings)

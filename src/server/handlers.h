@@ -57,6 +57,8 @@ class Router {
   // Waits for the job's next event; false (and the job cancelled) when the client went away.
   bool next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWriter& w);
   std::string models_json() const;
+  // False (after a 404 model_not_found) when the request names another model than the one served.
+  bool serves_model(const Request& req, const std::string& endpoint, ResponseWriter& w);
   void get(const std::string& endpoint, ResponseWriter& w);  // every GET endpoint but /health_generate
   // vLLM's POST /tokenize (a completions "prompt" or chat "messages" body) and the render endpoints that
   // vllm-router calls before each request (POST /v1/chat/completions/render, /v1/completions/render: the prompt
