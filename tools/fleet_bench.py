@@ -73,13 +73,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def is_sglang(router):
+    """SGLang's gateway (smg / sglang-router / amg): it takes the same flags after `launch`, logs at "warn", and
+    reads /get_load as a list of DP ranks (serve --get-load-format sglang)."""
+    return os.path.basename(router) in ("smg", "sglang-router", "amg")
+
+
 class Replica:
     def __init__(self, args, index, log_dir):
         self.log_path = os.path.join(log_dir, f"replica{index}.log")
         self.log = open(self.log_path, "w")
         cmd = [args.dsinfer, "serve", "--model", args.model, "--port", "0", "--enable-prefix-caching",
                "--prefix-snapshot-memory-gb", str(args.snapshot_gb), "--max-model-len", str(args.max_model_len),
-               "--drain-timeout", "60", "--drain-grace", "2"]  # grace > the router's 1 s health interval
+               "--drain-timeout", "60", "--drain-grace", "2",  # grace > the router's 1 s health interval
+               "--get-load-format", "sglang" if is_sglang(args.router) else "vllm"]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
         self.port = None
 
@@ -123,8 +130,7 @@ class Router:
         self.port = free_port()
         self.log_path = os.path.join(log_dir, f"router_{policy}.log")
         self.log = open(self.log_path, "w")
-        # SGLang's gateway (smg / sglang-router / amg) takes the same flags after `launch`; its log level says "warn".
-        sglang = os.path.basename(args.router) in ("smg", "sglang-router", "amg")
+        sglang = is_sglang(args.router)
         cmd = [args.router, *(["launch"] if sglang else []), "--host", "127.0.0.1", "--port", str(self.port),
                "--policy", policy,
                "--worker-urls", *[w.url() for w in workers],

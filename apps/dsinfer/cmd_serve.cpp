@@ -40,6 +40,7 @@ void usage(FILE* f = stderr) {
                "            --drain-grace S (%d: on SIGTERM, /health is 503 for S seconds before new requests are "
                "refused;\n"
                "            set it to a router's health-check interval)\n"
+               "            --get-load-format vllm|sglang (%s: GET /get_load as vllm-router or SGLang's gateway reads it)\n"
                "  P/D:      --role prefill|decode|both (%s; prefill / decode speak vLLM's kv_transfer_params as\n"
                "            vllm-router --vllm-pd-disaggregation drives them, and turn on --enable-prefix-caching)\n"
                "            --kv-transfer-host IP (%s)  --kv-transfer-port N (prefill: where decoders pull; 0 = any)\n"
@@ -47,9 +48,10 @@ void usage(FILE* f = stderr) {
                "Endpoints: POST /v1/chat/completions, POST /v1/completions (\"stream\": true for server-sent events),\n"
                "GET /v1/models, GET /health (503 while draining), GET /live, GET /metrics (Prometheus); for routers\n"
                "(docs/fleet.md): GET /get_load (/load), /get_model_info (/model_info),\n"
-               "/get_server_info (/server_info).\n",
+               "/get_server_info (/server_info), /health_generate; POST /tokenize, /detokenize, /flush_cache.\n",
                d.host.c_str(), d.port, engine_flags_help().c_str(), d.max_waiting_requests, d.max_connections,
-               d.max_body_bytes, d.max_n, d.request_timeout_s, d.drain_timeout_s, d.drain_grace_s, d.role.c_str(),
+               d.max_body_bytes, d.max_n, d.request_timeout_s, d.drain_timeout_s, d.drain_grace_s,
+               d.get_load_format.c_str(), d.role.c_str(),
                d.kv_transfer_host.c_str(), d.kv_transfer_ttl_s, d.kv_transfer_timeout_s);
 }
 
@@ -140,6 +142,7 @@ int cmd_serve(int argc, char** argv) {
     if (a == "--host") so.host = v;
     else if (a == "--api-key") so.api_key = v;
     else if (a == "--role") so.role = v;
+    else if (a == "--get-load-format") so.get_load_format = v;
     else if (a == "--kv-transfer-host") so.kv_transfer_host = v;
     else if (a == "--kv-transfer-fault") so.kv_transfer_fault = v;  // tests only (docs/fleet.md)
     else if (a == "--kv-transfer-port" && !parse_int_flag("serve", a, v, 0, 65535, &n)) return 2;

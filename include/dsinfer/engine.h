@@ -268,6 +268,19 @@ class Engine {
   bool export_prefix_state(const std::vector<int32_t>& prompt_token_ids, std::string* blob, std::string* error);
   int64_t import_prefix_state(std::string_view blob, std::string* error);
 
+  // The server's /tokenize and /detokenize (vLLM's shapes). Thread-safe: they read the tokenizer only, so a
+  // connection thread may call them while another thread steps the engine. tokenize: the prompt token ids that
+  // submit() would run for this request (chat: the conversation with the model's chat defaults, rendered, then
+  // tokenized; token-id prompts as given); false with the reason and field as for submit(). detokenize: the text
+  // of `ids`, special tokens included; false with the reason (no tokenizer, an id outside the vocabulary).
+  bool tokenize(const Request& request, std::vector<int32_t>* ids, std::string* error,
+                std::string* error_param = nullptr) const;
+  bool detokenize(const std::vector<int32_t>& ids, std::string* text, std::string* error) const;
+  // Drops every prefix-cache entry (device blocks, host tier, snapshots; the counters stay). Call between steps,
+  // on the thread that steps. Refused while requests are queued or running (their sequences hold cached blocks),
+  // and when prefix caching is off. Returns the number of cached blocks dropped, or -1 with the reason.
+  int64_t flush_prefix_cache(std::string* error);
+
   SpeculativeMetrics speculative_metrics() const;
   std::string backend_name() const;    // e.g. "cpu (official numerics)"
   std::string step_mode() const;       // "async" or "sync (<why>)": EngineOptions::async_scheduling in effect

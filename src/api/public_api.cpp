@@ -29,24 +29,63 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, std::string* erro
   return e;
 }
 
+namespace {
+
+// A failure: the reason (and field) for the caller; `result` is what the call returns.
+template <class T>
+T report(const Status& s, T result, std::string* error, std::string* error_param = nullptr) {
+  if (error) *error = s.message();
+  if (error_param) *error_param = s.field();
+  return result;
+}
+
+// The request as the engine runs it: a conversation gets the model's thinking default where the request left it
+// open, and DeepSeek's tool_choice rule. `storage` holds the copy when one is made.
+Result<const Request*> with_chat_defaults(const chat::ChatDefaults& defaults, const Request& request, Request& storage) {
+  if (!request.conversation) return &request;
+  chat::Conversation conv = *request.conversation;
+  DSI_RETURN_IF_ERROR(chat::apply_chat_defaults(defaults, conv));
+  storage = request;
+  storage.conversation = std::make_shared<const chat::Conversation>(std::move(conv));
+  return &storage;
+}
+
+}  // namespace
+
 uint64_t Engine::submit(const Request& request, std::string* error, std::string* error_param) {
-  auto fail = [&](const Status& s) -> uint64_t {
-    if (error) *error = s.message();
-    if (error_param) *error_param = s.field();
-    return 0;
-  };
-  Request with_defaults;
-  const Request* req = &request;
-  if (request.conversation) {  // the model's thinking default where the request left it open; DeepSeek's tool_choice rule
-    chat::Conversation conv = *request.conversation;
-    if (Status s = chat::apply_chat_defaults(impl_->chat_defaults, conv); !s) return fail(s);
-    with_defaults = request;
-    with_defaults.conversation = std::make_shared<const chat::Conversation>(std::move(conv));
-    req = &with_defaults;
-  }
-  auto id = impl_->e->add(*req);
-  if (!id) return fail(id.status());
+  Request storage;
+  Result<const Request*> req = with_chat_defaults(impl_->chat_defaults, request, storage);
+  if (!req) return report(req.status(), uint64_t(0), error, error_param);
+  auto id = impl_->e->add(**req);
+  if (!id) return report(id.status(), uint64_t(0), error, error_param);
   return *id;
+}
+
+bool Engine::tokenize(const Request& request, std::vector<int32_t>* ids, std::string* error, std::string* error_param) const {
+  Request storage;
+  Result<const Request*> req = with_chat_defaults(impl_->chat_defaults, request, storage);
+  if (!req) return report(req.status(), false, error, error_param);
+  Result<std::vector<int32_t>> r = impl_->e->prompt_ids(**req);
+  if (!r) return report(r.status(), false, error, error_param);
+  *ids = std::move(r).value();
+  return true;
+}
+
+bool Engine::detokenize(const std::vector<int32_t>& ids, std::string* text, std::string* error) const {
+  const tokenizer::Tokenizer* tok = impl_->e->tokenizer();
+  if (!tok)
+    return report(Status::error("detokenizing needs a tokenizer, and this model directory has no tokenizer.json"),
+                  false, error);
+  Result<std::string> r = tok->decode(ids, /*skip_special_tokens=*/false);
+  if (!r) return report(r.status(), false, error);
+  *text = std::move(r).value();
+  return true;
+}
+
+int64_t Engine::flush_prefix_cache(std::string* error) {
+  Result<int64_t> r = impl_->e->flush_prefix_cache();
+  if (!r) return report(r.status(), int64_t(-1), error);
+  return *r;
 }
 
 bool Engine::prepare(const Request& request, std::string* error, std::string* error_param) const {

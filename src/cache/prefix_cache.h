@@ -50,6 +50,7 @@ class PrefixCache {
   PrefixCache(const PrefixCacheConfig& cfg, int32_t num_blocks);
 
   PrefixMode mode() const { return cfg_.mode; }
+  const PrefixCacheConfig& config() const { return cfg_; }
   int64_t block_size() const { return cfg_.block_size; }
   uint64_t seed() const { return cfg_.seed; }
   bool has_snapshots() const { return !snap_owner_.empty(); }

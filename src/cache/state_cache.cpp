@@ -161,6 +161,21 @@ bool StateCache::allocate_for(SlotId s, int64_t new_len) {
   return true;
 }
 
+Result<int64_t> StateCache::flush_prefix_cache() {
+  if (!prefix_) return Status::error("prefix caching is off (serve --enable-prefix-caching exact|bounded turns it on)");
+  if (free_slots() != num_slots())
+    return Status::errorf("{} sequences hold state; the prefix cache can only be flushed when none does",
+                          num_slots() - free_slots());
+  int64_t dropped = 0;
+  for (BlockId b = 0; b < num_blocks(); ++b)
+    if (prefix_->is_cached(b)) dropped += blocks_.decref(b);  // the cache's reference, the only one left
+  auto fresh = std::make_unique<PrefixCache>(prefix_->config(), num_blocks());
+  fresh->stats() = prefix_->stats();
+  prefix_ = std::move(fresh);
+  std::fill(evictable_.begin(), evictable_.end(), 0);
+  return dropped;
+}
+
 BlockId StateCache::take(int32_t rank) {
   BlockId b = blocks_.allocate(rank);
   if (b >= 0 || !prefix_) return b;

@@ -77,6 +77,10 @@ class StateCache {
   void enable_prefix_cache(const PrefixCacheConfig& cfg) { prefix_ = std::make_unique<PrefixCache>(cfg, num_blocks()); }
   PrefixCache* prefix() { return prefix_.get(); }
   const PrefixCache* prefix() const { return prefix_.get(); }
+  // Drops every cached block (device and host tier) and snapshot: a fresh PrefixCache with the same config and the
+  // counters so far. Only while no slot is in use (a sequence's table may hold cached blocks); returns the number of
+  // device blocks that went back to the pool.
+  Result<int64_t> flush_prefix_cache();
   // Offers block `index` of slot s's table (complete, never written again) to the prefix cache under `key`.
   PrefixCache::Insert cache_block(SlotId s, int64_t index, uint64_t key, uint64_t parent_gen,
                                   std::span<const int32_t> tokens);

@@ -96,30 +96,39 @@ structured::GrammarCacheStats Engine::grammar_stats() const {
   return g ? (*g)->stats() : structured::GrammarCacheStats{};
 }
 
-Result<scheduler::RequestId> Engine::add(const Request& req) {
-  auto p = std::make_unique<Pending>();
-  scheduler::RequestSpec spec;
+Result<std::vector<int32_t>> Engine::prompt_ids(const Request& req) const {
   if (req.endpoint == Endpoint::kChatCompletions) {
     if (!req.conversation) return Status::error("a chat request needs a conversation");
     if (!tok_)
       return Status::field_error("messages",
                                  "'messages' needs a tokenizer, and this model directory has no tokenizer.json");
-    const chat::Conversation& conv = *req.conversation;
     Result<std::vector<int32_t>> ids =
-        chat::encode_prompt(chat::render_prompt(conv, chat::chat_family(model_config())), *tok_);
+        chat::encode_prompt(chat::render_prompt(*req.conversation, chat::chat_family(model_config())), *tok_);
     if (!ids) return ids.status().with_field("messages");
-    spec.prompt = std::move(ids).value();
-    p->parser_opts = chat::parser_options_for(conv, chat::chat_family(model_config()));
+    return ids;
+  }
+  if (req.prompt_is_ids) return req.prompt_ids;
+  if (!tok_)
+    return Status::field_error(
+        "prompt", "a text 'prompt' needs a tokenizer; send token ids (a JSON array of integers) instead");
+  Result<std::vector<int32_t>> ids = tok_->encode(req.prompt_text);
+  if (!ids) return ids.status().with_field("prompt");
+  return ids;
+}
+
+Result<int64_t> Engine::flush_prefix_cache() {
+  if (has_unfinished())
+    return Status::error("requests are queued or running; the prefix cache can only be flushed when the engine is idle");
+  return sched_->cache_between_steps().flush_prefix_cache();
+}
+
+Result<scheduler::RequestId> Engine::add(const Request& req) {
+  auto p = std::make_unique<Pending>();
+  scheduler::RequestSpec spec;
+  DSI_ASSIGN_OR_RETURN(spec.prompt, prompt_ids(req));
+  if (req.endpoint == Endpoint::kChatCompletions) {
+    p->parser_opts = chat::parser_options_for(*req.conversation, chat::chat_family(model_config()));
     p->out.chat = true;
-  } else if (req.prompt_is_ids) {
-    spec.prompt = req.prompt_ids;
-  } else {
-    if (!tok_)
-      return Status::field_error(
-          "prompt", "a text 'prompt' needs a tokenizer; send token ids (a JSON array of integers) instead");
-    Result<std::vector<int32_t>> ids = tok_->encode(req.prompt_text);
-    if (!ids) return ids.status().with_field("prompt");
-    spec.prompt = std::move(ids).value();
   }
   spec.params = req.sampling;
   if (req.structured.active()) {

@@ -79,6 +79,11 @@ class Engine {
   // Tokenizes / renders and queues one parsed request (prompt checks happen in the scheduler). Errors name
   // the field and value; nothing is queued then.
   Result<scheduler::RequestId> add(const Request& req);
+  // The prompt token ids add() runs for req (chat: rendered, then tokenized); errors name the field. Reads only
+  // the tokenizer (thread-safe).
+  Result<std::vector<int32_t>> prompt_ids(const Request& req) const;
+  // Drops every prefix-cache entry; refused while requests are unfinished. The number of blocks dropped.
+  Result<int64_t> flush_prefix_cache();
   // Ends a queued or running request now: its state is freed, its unfinished choices finish with "abort"
   // (stream events say so) and it is returned by the next take_finished(). Fails for an unknown or finished id.
   Status abort(scheduler::RequestId id);

@@ -2,6 +2,8 @@
 // run one engine step, hand token events and finished results to the jobs' channels, publish stats.
 #include "server/engine_loop.h"
 
+#include <future>
+
 namespace dsinfer::server {
 
 namespace {
@@ -50,6 +52,26 @@ void EngineLoop::cancel(std::shared_ptr<Job> job) {
   cv_.notify_one();
 }
 
+bool EngineLoop::run_on_engine(std::function<void(Engine&)> fn) {
+  std::promise<void> done;
+  std::future<void> ran = done.get_future();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return false;
+    tasks_.push_back([&] {
+      try {
+        fn(*engine_);
+        done.set_value();
+      } catch (...) {  // to the caller (a connection thread answers 500); the engine thread lives on
+        done.set_exception(std::current_exception());
+      }
+    });
+  }
+  cv_.notify_one();
+  ran.get();  // the loop runs every queued task before it exits
+  return true;
+}
+
 void EngineLoop::stop() {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -59,13 +81,16 @@ void EngineLoop::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void EngineLoop::take_inbox(std::vector<std::shared_ptr<Job>>& submits, std::vector<std::shared_ptr<Job>>& cancels) {
+void EngineLoop::take_inbox(std::vector<std::shared_ptr<Job>>& submits, std::vector<std::shared_ptr<Job>>& cancels,
+                            std::vector<std::function<void()>>& tasks) {
   std::unique_lock<std::mutex> lk(mu_);
   // Idle: sleep until there is work (the timeout only bounds how stale the published stats get).
   if (!engine_->has_unfinished())
-    cv_.wait_for(lk, std::chrono::milliseconds(500), [&] { return stopping_ || !inbox_.empty() || !cancels_.empty(); });
+    cv_.wait_for(lk, std::chrono::milliseconds(500),
+                 [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty(); });
   submits.swap(inbox_);
   cancels.swap(cancels_);
+  tasks.swap(tasks_);
 }
 
 void EngineLoop::admit(const std::shared_ptr<Job>& job) {
@@ -156,10 +181,13 @@ void EngineLoop::fail_all(const std::string& message) {
 
 void EngineLoop::run() {
   std::vector<std::shared_ptr<Job>> submits, cancels;
+  std::vector<std::function<void()>> tasks;
   while (true) {
     submits.clear();
     cancels.clear();
-    take_inbox(submits, cancels);
+    tasks.clear();
+    take_inbox(submits, cancels, tasks);
+    for (const auto& task : tasks) task();  // between steps, before this iteration's admissions
     bool stopping;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -192,7 +220,7 @@ void EngineLoop::run() {
     deliver_finished();
     if (stopping && jobs_.empty()) {
       std::lock_guard<std::mutex> lk(mu_);
-      if (inbox_.empty()) return;
+      if (inbox_.empty() && tasks_.empty()) return;
     }
   }
 }

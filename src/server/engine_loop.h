@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,9 @@ class EngineLoop {
   void cancel(std::shared_ptr<Job> job);
   // Aborts everything in flight (each job still gets its kDone), then the thread exits.
   void stop();
+  // Runs fn on the engine thread between two steps (before that iteration admits new jobs) and waits for it;
+  // false (fn not run) when the loop is stopping. What fn throws is rethrown here.
+  bool run_on_engine(std::function<void(Engine&)> fn);
   // Jobs submitted and not yet finished (queued here or in the engine).
   int32_t in_flight() const { return in_flight_.load(); }
   // Graceful drain, in two irreversible steps: draining (readiness off: /health answers 503) and refusing (from
@@ -66,7 +70,8 @@ class EngineLoop {
 
  private:
   void run();
-  void take_inbox(std::vector<std::shared_ptr<Job>>& submits, std::vector<std::shared_ptr<Job>>& cancels);
+  void take_inbox(std::vector<std::shared_ptr<Job>>& submits, std::vector<std::shared_ptr<Job>>& cancels,
+                  std::vector<std::function<void()>>& tasks);
   void admit(const std::shared_ptr<Job>& job);
   void on_token(const TokenEvent& ev);
   void deliver_finished();
@@ -80,6 +85,7 @@ class EngineLoop {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<Job>> inbox_, cancels_;
+  std::vector<std::function<void()>> tasks_;  // run_on_engine's, under mu_
   bool stopping_ = false;
   std::string unavailable_;  // under mu_: set once, when a failed step leaves the engine unable to run
   std::atomic<int32_t> in_flight_{0};

@@ -37,6 +37,19 @@ json load_object(const WorkerLoad& l) {
 
 std::string load_json(const WorkerLoad& load) { return load_object(load).dump(); }
 
+Result<LoadFormat> parse_load_format(const std::string& name) {
+  if (name == "vllm") return LoadFormat::kVllm;
+  if (name == "sglang") return LoadFormat::kSglang;
+  return Status::errorf("get_load format '{}': expected vllm or sglang", name);
+}
+
+std::string sglang_load_json(const WorkerLoad& load, int64_t state_block_size) {
+  json o = load_object(load);
+  o["dp_rank"] = 0;
+  o["num_tokens"] = int64_t(load.stats.state_blocks_used) * state_block_size;
+  return json::array({o}).dump();
+}
+
 std::string model_info_json(const WorkerInfo& info) {
   return json{{"model_path", info.model_name},
               {"tokenizer_path", info.model_name},

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/status.h"
 #include "dsinfer/engine.h"
 
 namespace dsinfer::server {
@@ -20,6 +21,14 @@ struct WorkerLoad {
 // {"load": running + waiting, "num_reqs", "num_waiting_reqs", ..., "state_bytes_free", ...}: "load" is the field
 // vllm-router's power_of_two policy reads; "server_load" is vLLM's GET /load field (requests in flight).
 std::string load_json(const WorkerLoad& load);
+
+// serve --get-load-format: which router's GET /get_load shape the server answers (both routers ask the same path).
+enum class LoadFormat { kVllm, kSglang };
+Result<LoadFormat> parse_load_format(const std::string& name);  // "vllm", "sglang"
+// SGLang's shape: [{"dp_rank": 0, "num_reqs", "num_waiting_reqs", "num_tokens", ...}], one entry (one DP rank);
+// num_tokens: the tokens whose state the requests hold (state blocks in use x block size; a cached block that only
+// the prefix cache holds counts as free, as in state_blocks_free).
+std::string sglang_load_json(const WorkerLoad& load, int64_t state_block_size);
 
 struct WorkerInfo {
   std::string model_name, backend, step_mode;

@@ -2,6 +2,7 @@
 #include "server/handlers.h"
 
 #include <ctime>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace dsinfer::server {
@@ -23,6 +24,8 @@ const char* reason_phrase_type(int status) {
 }
 
 std::string sse(const std::string& data) { return "data: " + data + "\n\n"; }
+
+constexpr const char* kDrainingMessage = "the server is draining: it finishes its requests in flight, then exits";
 
 }  // namespace
 
@@ -55,6 +58,7 @@ Router::Router(EngineLoop& loop, Metrics& metrics, const ServerOptions& options,
   info_.state_block_size = st.state_block_size;
   info_.state_block_bytes = st.state_block_bytes;
   info_.state_slot_bytes = st.state_slot_bytes;
+  if (const Result<LoadFormat> f = parse_load_format(options.get_load_format); f.is_ok()) load_format_ = f.value();
 }
 
 void Router::send_error(ResponseWriter& w, const std::string& endpoint, int status, const std::string& message,
@@ -81,7 +85,10 @@ void Router::handle(const HttpRequest& req, ResponseWriter& w) {
                                   {"/health", "GET"}, {"/live", "GET"}, {"/metrics", "GET"},
                                   // what routers read from a worker (server/fleet.h, docs/fleet.md)
                                   {"/get_load", "GET"}, {"/load", "GET"}, {"/get_model_info", "GET"},
-                                  {"/model_info", "GET"}, {"/get_server_info", "GET"}, {"/server_info", "GET"}};
+                                  {"/model_info", "GET"}, {"/get_server_info", "GET"}, {"/server_info", "GET"},
+                                  {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/flush_cache", "POST"},
+                                  {"/health_generate", "GET"}, {"/v1/chat/completions/render", "POST"},
+                                  {"/v1/completions/render", "POST"}};
   const Route* route = nullptr;
   for (const Route& r : kRoutes)
     if (req.path == r.path) route = &r;
@@ -97,11 +104,98 @@ void Router::handle(const HttpRequest& req, ResponseWriter& w) {
       return send_error(w, endpoint, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')", "", "",
                         "invalid_api_key", {{"WWW-Authenticate", "Bearer"}});
   }
-  if (endpoint.rfind("/v1/", 0) == 0 && endpoint != "/v1/models") {
-    const Endpoint ep = endpoint == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions;
-    return completions(req, ep, endpoint, w);
-  }
+  if (endpoint == "/v1/completions") return completions(req, Endpoint::kCompletions, endpoint, w);
+  if (endpoint == "/v1/chat/completions") return completions(req, Endpoint::kChatCompletions, endpoint, w);
+  if (endpoint == "/v1/completions/render" || endpoint == "/v1/chat/completions/render" || endpoint == "/tokenize")
+    return tokenize(req, endpoint, w);
+  if (endpoint == "/detokenize") return detokenize(req, w);
+  if (endpoint == "/flush_cache") return flush_cache(w);
+  if (endpoint == "/health_generate") return health_generate(w);
   get(endpoint, w);
+}
+
+void Router::tokenize(const HttpRequest& hr, const std::string& endpoint, ResponseWriter& w) {
+  const json body = json::parse(hr.body, nullptr, false);
+  if (!body.is_object()) return send_error(w, endpoint, 400, "the " + endpoint + " body must be a JSON object", "");
+  const bool chat = endpoint == "/tokenize" ? body.contains("messages") : endpoint == "/v1/chat/completions/render";
+  const Endpoint ep = chat ? Endpoint::kChatCompletions : Endpoint::kCompletions;
+  if (endpoint == "/tokenize" && !chat && !body.contains("prompt"))
+    return send_error(w, endpoint, 400, "a /tokenize body needs 'prompt' (completions) or 'messages' (chat)", "",
+                      "prompt");
+  Request req;
+  std::string err, param;
+  if (!parse_request(hr.body, ep, &req, &err, &param)) return send_error(w, endpoint, 400, err, "", param);
+  if (!serves_model(req, endpoint, w)) return;
+  std::vector<int32_t> ids;
+  if (!loop_.engine().tokenize(req, &ids, &err, &param)) return send_error(w, endpoint, 400, err, "", param);
+  metrics_.count_http(endpoint, 200);
+  if (endpoint == "/tokenize") {
+    w.send(200, "application/json",
+           dump({{"count", ids.size()}, {"max_model_len", loop_.max_model_len()}, {"tokens", ids}, {"token_strs", nullptr}}));
+    return;
+  }
+  // vLLM's render: the request as the engine would run it (a chat request: one; completions: one per prompt).
+  const json rendered = {{"model", model_name_}, {"token_ids", ids}, {"features", nullptr}};
+  w.send(200, "application/json", dump(chat ? rendered : json::array({rendered})));
+}
+
+void Router::detokenize(const HttpRequest& hr, ResponseWriter& w) {
+  const std::string endpoint = "/detokenize";
+  const json body = json::parse(hr.body, nullptr, false);
+  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+    return send_error(w, endpoint, 400, "a /detokenize body is a JSON object with 'tokens', an array of token ids", "",
+                      "tokens");
+  std::vector<int32_t> ids;
+  for (const json& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      return send_error(w, endpoint, 400, "'tokens' must hold token ids (non-negative integers), found " + dump(t),
+                        "", "tokens");
+    ids.push_back(t.get<int32_t>());
+  }
+  std::string text, err;
+  if (!loop_.engine().detokenize(ids, &text, &err)) return send_error(w, endpoint, 400, err, "", "tokens");
+  metrics_.count_http(endpoint, 200);
+  w.send(200, "application/json", dump({{"prompt", text}}));
+}
+
+void Router::flush_cache(ResponseWriter& w) {
+  const std::string endpoint = "/flush_cache";
+  int64_t dropped = -1;
+  std::string err = "the server is shutting down";
+  loop_.run_on_engine([&](Engine& e) { dropped = e.flush_prefix_cache(&err); });
+  // SGLang answers 400 when requests are running or waiting (nothing flushed); so do we, with the reason.
+  if (dropped < 0) return send_error(w, endpoint, 400, "the prefix cache was not flushed: " + err, "", "", "not_flushed");
+  metrics_.count_http(endpoint, 200);
+  w.send(200, "application/json", dump({{"flushed", true}, {"dropped_blocks", dropped}}));
+}
+
+void Router::health_generate(ResponseWriter& w) {
+  const std::string endpoint = "/health_generate";
+  if (loop_.refusing())
+    return send_error(w, endpoint, 503, kDrainingMessage, "",
+                      "", "server_draining", {{"Retry-After", "1"}});
+  auto job = std::make_shared<Job>();
+  std::string err, param;
+  // One token from a one-token prompt: works with or without a tokenizer.
+  const bool parsed = parse_request(R"({"prompt": [0], "max_tokens": 1, "temperature": 0})", Endpoint::kCompletions,
+                                    &job->request, &err, &param);
+  if (!parsed) return send_error(w, endpoint, 500, "internal error: " + err, "");
+  loop_.submit(job);
+  Event e;
+  do {
+    if (!next_event(job, e, w)) return metrics_.count_http(endpoint, 499);
+  } while (e.kind == Event::Kind::kStarted || e.kind == Event::Kind::kToken);
+  if (e.kind == Event::Kind::kError)
+    return send_error(w, endpoint, 503, "a 1-token generation failed: " + e.message, "", "", "generation_failed");
+  metrics_.count_http(endpoint, 200);
+  w.send(200, "application/json", "{}");
+}
+
+bool Router::serves_model(const Request& req, const std::string& endpoint, ResponseWriter& w) {
+  if (req.model.empty() || req.model == model_name_) return true;
+  send_error(w, endpoint, 404, "the model '" + req.model + "' does not exist (this server serves '" + model_name_ + "')",
+             "", "model", "model_not_found");
+  return false;
 }
 
 WorkerLoad Router::worker_load() const {
@@ -120,7 +214,7 @@ void Router::get(const std::string& endpoint, ResponseWriter& w) {
     if (const std::string down = loop_.unavailable_reason(); !down.empty())
       return send_error(w, endpoint, 503, "the engine cannot serve requests: " + down, "", "", "engine_unavailable");
     if (loop_.draining())
-      return send_error(w, endpoint, 503, "the server is draining: it finishes its requests in flight, then exits", "",
+      return send_error(w, endpoint, 503, kDrainingMessage, "",
                         "", "server_draining", {{"Retry-After", "1"}});
     metrics_.count_http(endpoint, 200);
     w.send(200, kJson, "{}");
@@ -132,6 +226,8 @@ void Router::get(const std::string& endpoint, ResponseWriter& w) {
     w.send(200, "text/plain; version=0.0.4; charset=utf-8",
            metrics_.render(loop_.draining()) + (pd_ ? pd_->metrics_text() : std::string()));
   else if (endpoint == "/v1/models") w.send(200, kJson, models_json());
+  else if (endpoint == "/get_load" && load_format_ == LoadFormat::kSglang)
+    w.send(200, kJson, sglang_load_json(worker_load(), info_.state_block_size));
   else if (endpoint == "/get_load" || endpoint == "/load") w.send(200, kJson, load_json(worker_load()));
   else if (endpoint == "/get_model_info" || endpoint == "/model_info") w.send(200, kJson, model_info_json(info_));
   else w.send(200, kJson, server_info_json(info_, worker_load()));  // /get_server_info, /server_info
@@ -156,9 +252,7 @@ void Router::completions(const HttpRequest& hr, Endpoint ep, const std::string& 
   Request& req = job->request;
   std::string err, param;
   if (!parse_request(hr.body, ep, &req, &err, &param)) return send_error(w, endpoint, 400, err, "", param);
-  if (!req.model.empty() && req.model != model_name_)
-    return send_error(w, endpoint, 404, "the model '" + req.model + "' does not exist (this server serves '" + model_name_ + "')",
-                      "", "model", "model_not_found");
+  if (!serves_model(req, endpoint, w)) return;
   if (req.sampling.n > opts_.max_n)
     return send_error(w, endpoint, 400, fmt::format("n must be at most {} on this server, got {}", opts_.max_n, req.sampling.n), "", "n");
   if (int64_t(req.sampling.stop.size()) > opts_.max_stop_strings)

@@ -57,7 +57,16 @@ class Router {
   // Waits for the job's next event; false (and the job cancelled) when the client went away.
   bool next_event(const std::shared_ptr<Job>& job, Event& e, ResponseWriter& w);
   std::string models_json() const;
-  void get(const std::string& endpoint, ResponseWriter& w);  // every GET endpoint
+  // False (after a 404 model_not_found) when the request names another model than the one served.
+  bool serves_model(const Request& req, const std::string& endpoint, ResponseWriter& w);
+  void get(const std::string& endpoint, ResponseWriter& w);  // every GET endpoint but /health_generate
+  // vLLM's POST /tokenize (a completions "prompt" or chat "messages" body) and the render endpoints that
+  // vllm-router calls before each request (POST /v1/chat/completions/render, /v1/completions/render: the prompt
+  // token ids), and POST /detokenize ("tokens").
+  void tokenize(const HttpRequest& req, const std::string& endpoint, ResponseWriter& w);
+  void detokenize(const HttpRequest& req, ResponseWriter& w);
+  void flush_cache(ResponseWriter& w);      // SGLang's POST /flush_cache: the prefix cache, when idle
+  void health_generate(ResponseWriter& w);  // SGLang's GET /health_generate: a 1-token generation
   WorkerLoad worker_load() const;
   // The answer of a finished non-streamed request, with the P/D fields of its role added.
   std::string answer_json(const Job& job, const RequestResult& r) const;
@@ -69,6 +78,7 @@ class Router {
   std::string model_name_;
   int64_t created_ = 0;
   WorkerInfo info_;  // what /get_model_info and /get_server_info describe
+  LoadFormat load_format_ = LoadFormat::kVllm;  // ServerOptions::get_load_format (Server::start refuses a bad one)
 };
 
 }  // namespace dsinfer::server

@@ -251,6 +251,7 @@ bool Server::start(std::string* error) {
     if (!ec) m.acceptor.non_blocking(true, ec);
     if (ec) return Status::errorf("cannot listen on {}:{}: {}", m.opts.host, m.opts.port, ec.message());
     m.port = m.acceptor.local_endpoint().port();
+    DSI_RETURN_IF_ERROR(parse_load_format(m.opts.get_load_format).status());
     std::string pd_error;
     if (!m.pd->start(&pd_error)) return Status::error(pd_error);
     m.reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);

@@ -4,6 +4,9 @@
 // still admitted, then new requests 503 with Retry-After too, while a request in flight streams on to its natural
 // end (not "abort"), then nothing in flight.
 // The drain of the real command (`dsinfer serve` + SIGTERM) runs the same way and must exit 0.
+// The router endpoints beyond those: /tokenize and /detokenize (vLLM's shapes, checked against what a completion
+// counts and against each other), /flush_cache (a repeated prompt hits the prefix cache, and after a flush no longer
+// does; refused while a request runs) and /health_generate.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -30,16 +33,19 @@ using Clock = std::chrono::steady_clock;
 
 constexpr double kDeadlineS = 120;  // every wait below polls against this deadline
 
-std::unique_ptr<dsinfer::server::Server> start_server(int max_model_len = 512) {
+std::unique_ptr<dsinfer::server::Server> start_server(int max_model_len = 512, const char* prefix_caching = "off",
+                                                      const char* get_load_format = "vllm") {
   dsinfer::EngineOptions o;
   o.model_dir = dsinfer::test::source_dir() + "/models/dsv4-small";
   o.max_model_len = max_model_len;
+  o.enable_prefix_caching = prefix_caching;
   o.max_num_seqs = 8;
   std::string err;
   auto e = dsinfer::Engine::create(o, &err);
   dsinfer::test::require(e != nullptr, err);
   dsinfer::server::ServerOptions so;
   so.port = 0;
+  so.get_load_format = get_load_format;
   auto srv = std::make_unique<dsinfer::server::Server>(std::move(e), so);
   dsinfer::test::require(srv->start(&err), err);
   return srv;
@@ -200,6 +206,142 @@ TEST(ServerFleet, SigtermDrainsTheCommandAndExitsZero) {
   const std::string text = dsinfer::test::slurp(log);
   EXPECT_NE(text.find("draining 1 request(s) in flight"), std::string::npos) << text;
   EXPECT_NE(text.find("drained, stopping"), std::string::npos) << text;
+}
+
+
+json post_json(int port, const std::string& path, const json& body, int want_status) {
+  auto r = request(port, "POST", path, body.dump());
+  EXPECT_EQ(r.status, want_status) << path << " " << body.dump() << ": " << r.body;
+  return json::parse(r.body, nullptr, false);
+}
+
+TEST(ServerFleet, TokenizeAndDetokenizeAgreeWithTheCompletionEndpoints) {
+  auto srv = start_server(384);
+  const int port = srv->port();
+  // A completions prompt: the ids the engine runs (usage.prompt_tokens counts them), back to the same text.
+  const std::string text = "The fleet of replicas answers";
+  const json t = post_json(port, "/tokenize", {{"prompt", text}}, 200);
+  ASSERT_TRUE(t["tokens"].is_array()) << t.dump();
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  EXPECT_EQ(t["max_model_len"], 384);
+  const json done = post_json(port, "/v1/completions", {{"prompt", text}, {"max_tokens", 1}}, 200);
+  EXPECT_EQ(t["count"], done["usage"]["prompt_tokens"]);
+  EXPECT_EQ(post_json(port, "/detokenize", {{"tokens", t["tokens"]}}, 200)["prompt"], text);
+  // Token ids stay as given.
+  EXPECT_EQ(post_json(port, "/tokenize", {{"prompt", {5, 6, 7}}}, 200)["tokens"], json({5, 6, 7}));
+  // Chat: rendered with the template (and the model's chat defaults), as /v1/chat/completions runs it.
+  const json messages = {{{"role", "user"}, {"content", "hi there"}}};
+  const json ct = post_json(port, "/tokenize", {{"model", "dsv4-small"}, {"messages", messages}}, 200);
+  const json chat = post_json(port, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 1}}, 200);
+  EXPECT_EQ(ct["count"], chat["usage"]["prompt_tokens"]);
+  const auto rendered =
+      post_json(port, "/detokenize", {{"tokens", ct["tokens"]}}, 200)["prompt"].get<std::string>();
+  EXPECT_NE(rendered.find("hi there"), std::string::npos) << rendered;
+  EXPECT_NE(rendered, "hi there");
+  // vllm-router's render calls before each request: the same ids, in vLLM's shapes (chat: one object; completions:
+  // a list, one per prompt).
+  const json cr = post_json(port, "/v1/chat/completions/render", {{"messages", messages}, {"max_tokens", 1}}, 200);
+  EXPECT_EQ(cr["token_ids"], ct["tokens"]) << cr.dump();
+  const json pr = post_json(port, "/v1/completions/render", {{"prompt", text}, {"max_tokens", 1}}, 200);
+  ASSERT_TRUE(pr.is_array()) << pr.dump();
+  EXPECT_EQ(pr[0]["token_ids"], t["tokens"]);
+  EXPECT_EQ(request(port, "POST", "/v1/chat/completions/render", json{{"prompt", text}}.dump()).status, 400);
+  // Errors: 400 naming the problem.
+  auto bad = request(port, "POST", "/tokenize", "{}");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("'prompt'"), std::string::npos) << bad.body;
+  EXPECT_EQ(request(port, "POST", "/tokenize", "not json").status, 400);
+  EXPECT_EQ(request(port, "POST", "/tokenize", json{{"prompt", text}, {"model", "other"}}.dump()).status, 404);
+  auto outside = request(port, "POST", "/detokenize", json{{"tokens", {1, 2000000000}}}.dump());
+  EXPECT_EQ(outside.status, 400);
+  EXPECT_NE(outside.body.find("outside the vocabulary"), std::string::npos) << outside.body;
+  EXPECT_EQ(request(port, "POST", "/detokenize", json{{"tokens", {"a"}}}.dump()).status, 400);
+  EXPECT_EQ(request(port, "POST", "/detokenize", json{{"tokens", {-1}}}.dump()).status, 400);
+  EXPECT_EQ(request(port, "POST", "/detokenize", "{}").status, 400);
+  EXPECT_EQ(request(port, "GET", "/tokenize").status, 405);
+}
+
+TEST(ServerFleet, FlushCacheDropsThePrefixCacheOnlyWhenIdle) {
+  auto srv = start_server(1024, "exact");
+  const int port = srv->port();
+  const int64_t block = get_json(port, "/get_server_info")["state_block_size"].get<int64_t>();
+  ASSERT_GT(block, 0);
+  // A prompt of two whole blocks and a token (token ids: the count is exact).
+  json prompt = json::array();
+  for (int64_t i = 0; i < 2 * block + 1; ++i) prompt.push_back(10 + i % 50);
+  const json body = {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}};
+  auto hits = [&] { return get_json(port, "/get_load")["prefix_cache_hit_tokens"].get<int64_t>(); };
+  EXPECT_EQ(post_json(port, "/flush_cache", json::object(), 200)["dropped_blocks"], 0);  // empty: nothing to drop
+  post_json(port, "/v1/completions", body, 200);
+  const int64_t h0 = hits();
+  post_json(port, "/v1/completions", body, 200);
+  const int64_t h1 = hits();
+  EXPECT_GE(h1 - h0, block) << "the repeated prompt did not hit the prefix cache";
+  EXPECT_GT(post_json(port, "/flush_cache", json::object(), 200)["dropped_blocks"].get<int64_t>(), 0);
+  post_json(port, "/v1/completions", body, 200);
+  EXPECT_EQ(hits(), h1) << "the prompt hit the prefix cache after /flush_cache";
+  post_json(port, "/v1/completions", body, 200);  // and the cache fills again
+  EXPECT_GT(hits(), h1);
+  {
+    Client c(port);
+    start_stream(c, long_stream_body(400));
+    const json refused = post_json(port, "/flush_cache", json::object(), 400);
+    EXPECT_NE(refused.dump().find("queued or running"), std::string::npos) << refused.dump();
+  }
+  EXPECT_EQ(request(port, "GET", "/flush_cache").status, 405);
+}
+
+TEST(ServerFleet, FlushCacheWithoutPrefixCachingSaysSo) {
+  auto srv = start_server();
+  auto r = request(srv->port(), "POST", "/flush_cache", "");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("prefix caching is off"), std::string::npos) << r.body;
+}
+
+TEST(ServerFleet, HealthGenerateRunsOneTokenAndFailsWhileRefusing) {
+  auto srv = start_server();
+  const int port = srv->port();
+  auto ok = request(port, "GET", "/health_generate");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(get_json(port, "/get_load")["load"], 0);  // the probe's request is gone
+  srv->refuse_new();
+  auto refused = request(port, "GET", "/health_generate");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.body.find("server_draining"), std::string::npos) << refused.body;
+}
+
+TEST(ServerFleet, SglangLoadFormatIsAListOfRanksWithTokens) {
+  auto srv = start_server(512, "off", "sglang");
+  const int port = srv->port();
+  const json idle = get_json(port, "/get_load");
+  ASSERT_TRUE(idle.is_array()) << idle.dump();
+  ASSERT_EQ(idle.size(), 1u);
+  EXPECT_EQ(idle[0]["dp_rank"], 0);
+  EXPECT_EQ(idle[0]["num_tokens"], 0);
+  EXPECT_EQ(idle[0]["num_reqs"], 0);
+  {
+    Client c(port);
+    start_stream(c, long_stream_body(400));
+    const auto t0 = Clock::now();
+    json busy = get_json(port, "/get_load");
+    while (busy[0]["num_tokens"] == 0 && std::chrono::duration<double>(Clock::now() - t0).count() < kDeadlineS)
+      busy = get_json(port, "/get_load");
+    EXPECT_GT(busy[0]["num_tokens"].get<int64_t>(), 0) << busy.dump();
+    EXPECT_EQ(busy[0]["num_reqs"], 1);
+  }
+  EXPECT_TRUE(get_json(port, "/load").is_object());  // vLLM's path keeps vLLM's shape
+  // A format neither router reads is refused at start, naming it.
+  dsinfer::EngineOptions o;
+  o.model_dir = dsinfer::test::source_dir() + "/models/dsv4-small";
+  std::string err;
+  auto e = dsinfer::Engine::create(o, &err);
+  ASSERT_NE(e, nullptr) << err;
+  dsinfer::server::ServerOptions so;
+  so.port = 0;
+  so.get_load_format = "trtllm";
+  dsinfer::server::Server bad(std::move(e), so);
+  EXPECT_FALSE(bad.start(&err));
+  EXPECT_NE(err.find("get_load format 'trtllm'"), std::string::npos) << err;
 }
 
 }  // namespace
