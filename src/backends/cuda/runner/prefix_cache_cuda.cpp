@@ -80,11 +80,19 @@ Status CudaRunner::region_copies(std::span<const cache::StateRegion> regions, ui
   return Status::ok();
 }
 
+// P/D state export / import is refused on the CUDA runner until GpuPdTransfer passes: on the H200 (2026-12-02) a
+// sequence resumed from imported state gave other tokens than one engine (tiny-v4-a), so the transfer misses part of
+// this runner's state. Refused, the decode worker prefills locally (correct output, no transfer).
+constexpr const char* kPdRefusal =
+    "cuda runner: P/D state transfer is not verified on the CUDA runner yet (GpuPdTransfer; docs/fleet.md)";
+
 Status CudaRunner::read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) {
+  if (!regions.empty()) return Status::error(kPdRefusal);
   return region_copies(regions, out.data(), out.size(), cache::CopyRun::Dir::kToHost);
 }
 
 Status CudaRunner::write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) {
+  if (!regions.empty()) return Status::error(kPdRefusal);
   return region_copies(regions, const_cast<uint8_t*>(in.data()), in.size(), cache::CopyRun::Dir::kToDevice);
 }
 
