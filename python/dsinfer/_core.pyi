@@ -32,6 +32,7 @@ class EngineOptions:
     num_redundant_experts: int
     eplb_interval: int
     async_scheduling: str
+    engram_placement: str
     def __init__(self) -> None: ...
 
 class ToolCall:
