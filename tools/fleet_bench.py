@@ -125,11 +125,39 @@ class Replica:
         self.log.close()
 
 
-class Router:
+class RouterProcess:
+    """A router binary on a free loopback port, its output in log_path; ready when GET ready_path answers 200."""
+
+    def __init__(self, cmd, log_path, ready_path):
+        self.log_path = log_path
+        self.ready_path = ready_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
+
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, deadline_s):
+        def ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"router exited with {self.proc.returncode}; see {self.log_path}")
+            return http("GET", self.url() + self.ready_path, timeout=2)[0] == 200
+        poll(f"the router to serve {self.ready_path}", ready, deadline_s)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+
+
+class Router(RouterProcess):
     def __init__(self, args, policy, workers, log_dir):
         self.port = free_port()
-        self.log_path = os.path.join(log_dir, f"router_{policy}.log")
-        self.log = open(self.log_path, "w")
         sglang = is_sglang(args.router)
         cmd = [args.router, *(["launch"] if sglang else []), "--host", "127.0.0.1", "--port", str(self.port),
                "--policy", policy,
@@ -143,27 +171,7 @@ class Router:
                "--retry-max-retries", "3", "--retry-initial-backoff-ms", "50",
                "--log-level", "warn" if sglang else "warning",
                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
-
-    def url(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self, deadline_s):
-        def ready():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"router exited with {self.proc.returncode}; see {self.log_path}")
-            return http("GET", self.url() + "/v1/models", timeout=2)[0] == 200
-        poll("the router to serve /v1/models", ready, deadline_s)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+        super().__init__(cmd, os.path.join(log_dir, f"router_{policy}.log"), "/v1/models")
 
 
 def system_prompts(k, sentences):

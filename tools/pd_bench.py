@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fleet_bench import free_port, http, percentile, poll, system_prompts  # noqa: E402
+from fleet_bench import RouterProcess, free_port, http, percentile, poll, system_prompts  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOB_HEADER = 48 + 4  # cache/state_blob.h: fixed header, trailing CRC-32C (the token ids are 4 bytes each on top)
@@ -86,37 +86,15 @@ class Worker:
         self.log.close()
 
 
-class PdRouter:
+class PdRouter(RouterProcess):
     def __init__(self, args, prefill, decode, log_dir):
         self.port = free_port()
-        self.log_path = os.path.join(log_dir, "router.log")
-        self.log = open(self.log_path, "w")
         cmd = [args.router, "--host", "127.0.0.1", "--port", str(self.port), "--vllm-pd-disaggregation",
                "--prefill", prefill.url(), "--decode", decode.url(), "--policy", "round_robin",
                "--worker-startup-check-interval", "1", "--health-check-interval-secs", "1",
                "--request-timeout-secs", str(int(args.client_timeout)), "--log-level", "warning",
                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
-
-    def url(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self, deadline_s):
-        def ready():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"router exited with {self.proc.returncode}; see {self.log_path}")
-            return http("GET", self.url() + "/health", timeout=2)[0] == 200
-        poll("the router's /health", ready, deadline_s)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+        super().__init__(cmd, os.path.join(log_dir, "router.log"), "/health")
 
 
 def bodies(args):
