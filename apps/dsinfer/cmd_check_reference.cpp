@@ -78,7 +78,8 @@ int cmd_check_reference(int argc, char** argv) {
     }
     if (!v) {
       std::fprintf(stderr, "check-reference: unknown or incomplete option '%s'\n", a.c_str());
-      return usage(), 2;
+      usage();
+      return 2;
     }
     ++i;
     if (a == "--model") o.model_dir = v;
@@ -121,10 +122,14 @@ int cmd_check_reference(int argc, char** argv) {
       (a == "--min-top1" ? o.min_top1 : o.max_kl) = x;
     } else {
       std::fprintf(stderr, "check-reference: unknown option '%s'\n", a.c_str());
-      return usage(), 2;
+      usage();
+      return 2;
     }
   }
-  if (o.model_dir.empty()) return usage(), 2;
+  if (o.model_dir.empty()) {
+    usage();
+    return 2;
+  }
   CheckReferenceReport rep;
   std::string error;
   if (!check_reference(o, &rep, &error)) return fail(error);

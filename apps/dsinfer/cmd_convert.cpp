@@ -24,32 +24,24 @@ const char* const kUsage =
 
 int cmd_convert(int argc, char** argv) {
   ConvertOptions o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "convert: %s needs a value\n%s", a.c_str(), kUsage);
-      return 2;
-    }
-    const std::string v = argv[++i];
-    long long n = 0;
+  const int rc = parse_value_flags("convert", kUsage, argc, argv, [&](const std::string& a, const std::string& v) {
     bool ok = true;
     if (a == "--model") o.model_dir = v;
     else if (a == "--config") o.config = v;
     else if (a == "--set") o.set.push_back(v);
     else if (a == "--out") o.out_dir = v;
-    else if (a == "--seed") ok = parse_int_flag("convert", a, v, 0, (1ll << 62), &n), o.seed = uint64_t(n);
-    else if (a == "--shard-mib") ok = parse_int_flag("convert", a, v, 1, 1 << 20, &n), o.shard_bytes = int64_t(n) << 20;
-    else if (a == "--threads") ok = parse_int_flag("convert", a, v, 1, 256, &n), o.threads = int32_t(n);
-    else {
-      std::fprintf(stderr, "convert: unknown argument '%s'\n%s", a.c_str(), kUsage);
-      return 2;
+    else if (a == "--seed") ok = parse_int_flag("convert", a, v, 0, (1ll << 62), &o.seed);
+    else if (a == "--threads") ok = parse_int_flag("convert", a, v, 1, 256, &o.threads);
+    else if (a == "--shard-mib") {
+      int64_t mib = 0;
+      ok = parse_int_flag("convert", a, v, 1, 1 << 20, &mib);
+      o.shard_bytes = mib << 20;
+    } else {
+      return FlagParse::kNotEngineFlag;
     }
-    if (!ok) return 2;
-  }
+    return ok ? FlagParse::kOk : FlagParse::kError;
+  });
+  if (rc >= 0) return rc;
   if (o.out_dir.empty() || o.model_dir.empty() == o.config.empty()) {
     std::fprintf(stderr, "convert: give --out and one of --model / --config\n%s", kUsage);
     return 2;

@@ -101,7 +101,10 @@ int parse_options(int argc, char** argv, Options& o) {
   o.single.sampling.temperature = 0.0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "-h" || a == "--help") return usage(stdout), 0;
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    }
     if (const FlagParse f = parse_engine_flag("generate", argc, argv, i, o.eo); f != FlagParse::kNotEngineFlag) {
       if (f == FlagParse::kError) return 2;
       continue;
@@ -111,11 +114,10 @@ int parse_options(int argc, char** argv, Options& o) {
     if (a == "--ignore-eos") { o.single.sampling.ignore_eos = true; continue; }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "generate: option '%s' needs a value (or is unknown)\n", a.c_str());
-      return usage(stderr), 2;
+      usage(stderr);
+      return 2;
     }
     const std::string v = argv[++i];
-    long long n = 0;
-    double x = 0;
     bool ok = true;
     if (a == "--input") o.input = v;
     else if (a == "--output") o.output = v;
@@ -133,25 +135,34 @@ int parse_options(int argc, char** argv, Options& o) {
         return 2;
       }
     }
-    else if (a == "--max-tokens") ok = parse_int_flag("generate", a, v, 1, LLONG_MAX, &n), o.single.sampling.max_tokens = n;
-    else if (a == "--temperature") ok = parse_real_flag("generate", a, v, 0, 1e6, &x), o.single.sampling.temperature = x;
-    else if (a == "--top-p") ok = parse_real_flag("generate", a, v, 0, 1, &x), o.single.sampling.top_p = x;
-    else if (a == "--top-k") ok = parse_int_flag("generate", a, v, -1, INT32_MAX, &n), o.single.sampling.top_k = int32_t(n);
+    else if (a == "--max-tokens") {
+      int64_t max_tokens = 0;
+      ok = parse_int_flag("generate", a, v, 1, LLONG_MAX, &max_tokens);
+      o.single.sampling.max_tokens = max_tokens;
+    }
+    else if (a == "--temperature") ok = parse_real_flag("generate", a, v, 0, 1e6, &o.single.sampling.temperature);
+    else if (a == "--top-p") ok = parse_real_flag("generate", a, v, 0, 1, &o.single.sampling.top_p);
+    else if (a == "--top-k") ok = parse_int_flag("generate", a, v, -1, INT32_MAX, &o.single.sampling.top_k);
     else {
       std::fprintf(stderr, "generate: unknown option '%s'\n", a.c_str());
-      return usage(stderr), 2;
+      usage(stderr);
+      return 2;
     }
     if (!ok) return 2;
   }
   if (o.eo.model_dir.empty() || (o.input.empty() == !o.has_prompt) || (!o.input.empty() && o.output.empty())) {
     std::fprintf(stderr, "generate: needs --model and either --input with --output, or --prompt\n");
-    return usage(stderr), 2;
+    usage(stderr);
+    return 2;
   }
   if (!o.thinking.empty() && !o.chat) {
     std::fprintf(stderr, "generate: --thinking applies to --prompt with --chat (a request body sets \"thinking\")\n");
     return 2;
   }
-  if (o.resume && o.input.empty()) return std::fprintf(stderr, "generate: --resume needs --input/--output\n"), 2;
+  if (o.resume && o.input.empty()) {
+    std::fprintf(stderr, "generate: --resume needs --input/--output\n");
+    return 2;
+  }
   return -1;
 }
 
@@ -166,14 +177,23 @@ struct Line {
 // Reads the input file (before the model is loaded, so that a bad path fails at once).
 bool read_input(const std::string& path, std::vector<std::string>* texts) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return std::fprintf(stderr, "generate: input %s is a directory\n", path.c_str()), false;
+  if (std::filesystem::is_directory(path, ec)) {
+    std::fprintf(stderr, "generate: input %s is a directory\n", path.c_str());
+    return false;
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return std::fprintf(stderr, "generate: cannot open %s\n", path.c_str()), false;
+  if (!in) {
+    std::fprintf(stderr, "generate: cannot open %s\n", path.c_str());
+    return false;
+  }
   for (std::string text; std::getline(in, text);) {
     if (!text.empty() && text.back() == '\r') text.pop_back();
     texts->push_back(std::move(text));
   }
-  if (in.bad()) return std::fprintf(stderr, "generate: error reading %s\n", path.c_str()), false;
+  if (in.bad()) {
+    std::fprintf(stderr, "generate: error reading %s\n", path.c_str());
+    return false;
+  }
   return true;
 }
 

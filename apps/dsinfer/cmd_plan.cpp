@@ -26,39 +26,29 @@ double gib(double bytes) { return bytes / double(int64_t(1) << 30); }
 
 int cmd_plan(int argc, char** argv) {
   MemoryPlanOptions o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
+  // A comma-separated list of integers in [1, hi] (--gpus, --batch).
+  const auto parse_list = [](const std::string& a, const std::string& v, long long hi, auto* out) {
+    out->clear();
+    std::stringstream ss(v);
+    for (std::string item; std::getline(ss, item, ',');) {
+      long long n = 0;
+      if (!parse_int_flag("plan", a, item, 1, hi, &n)) return false;
+      out->push_back(static_cast<typename std::decay_t<decltype(*out)>::value_type>(n));
     }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "plan: %s needs a value\n%s", a.c_str(), kUsage);
-      return 2;
-    }
-    const std::string v = argv[++i];
-    long long n = 0;
+    return true;
+  };
+  const int rc = parse_value_flags("plan", kUsage, argc, argv, [&](const std::string& a, const std::string& v) {
     bool ok = true;
     if (a == "--model") o.model_dir = v;
     else if (a == "--gpu-memory-gib") ok = parse_real_flag("plan", a, v, 1e-3, 1e6, &o.gpu_memory_gib);
-    else if (a == "--context") ok = parse_int_flag("plan", a, v, 1, 1ll << 40, &n), o.context = n;
-    else if (a == "--num-redundant-experts") ok = parse_int_flag("plan", a, v, 0, 1 << 20, &n), o.redundant_experts = int32_t(n);
-    else if (a == "--gpus") {
-      o.gpus.clear();
-      std::stringstream ss(v);
-      for (std::string item; ok && std::getline(ss, item, ',');)
-        if ((ok = parse_int_flag("plan", a, item, 1, 1 << 16, &n))) o.gpus.push_back(int32_t(n));
-    } else if (a == "--batch") {
-      o.batches.clear();
-      std::stringstream ss(v);
-      for (std::string item; ok && std::getline(ss, item, ',');)
-        if ((ok = parse_int_flag("plan", a, item, 1, 1 << 24, &n))) o.batches.push_back(n);
-    } else {
-      std::fprintf(stderr, "plan: unknown argument '%s'\n%s", a.c_str(), kUsage);
-      return 2;
-    }
-    if (!ok) return 2;
-  }
+    else if (a == "--context") ok = parse_int_flag("plan", a, v, 1, 1ll << 40, &o.context);
+    else if (a == "--num-redundant-experts") ok = parse_int_flag("plan", a, v, 0, 1 << 20, &o.redundant_experts);
+    else if (a == "--gpus") ok = parse_list(a, v, 1 << 16, &o.gpus);
+    else if (a == "--batch") ok = parse_list(a, v, 1 << 24, &o.batches);
+    else return FlagParse::kNotEngineFlag;
+    return ok ? FlagParse::kOk : FlagParse::kError;
+  });
+  if (rc >= 0) return rc;
   if (o.model_dir.empty()) {
     std::fprintf(stderr, "plan: --model is required\n%s", kUsage);
     return 2;

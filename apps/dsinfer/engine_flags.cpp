@@ -73,6 +73,28 @@ bool parse_real_flag(const char* cmd, const std::string& flag, const std::string
   return true;
 }
 
+int parse_value_flags(const char* cmd, const char* usage, int argc, char** argv,
+                      const std::function<FlagParse(const std::string& flag, const std::string& value)>& on_flag) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s: %s needs a value\n%s", cmd, a.c_str(), usage);
+      return 2;
+    }
+    const FlagParse f = on_flag(a, argv[++i]);
+    if (f == FlagParse::kError) return 2;
+    if (f == FlagParse::kNotEngineFlag) {
+      std::fprintf(stderr, "%s: unknown argument '%s'\n%s", cmd, a.c_str(), usage);
+      return 2;
+    }
+  }
+  return -1;
+}
+
 namespace {
 
 // A byte count: an integer or a number with a binary unit suffix (K/KiB, M/MiB, G/GiB), e.g. 4GiB or 1.5G.

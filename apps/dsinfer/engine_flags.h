@@ -1,7 +1,9 @@
 // The engine flags shared by the commands that build an Engine (`generate`, `serve`): one parser, one help text,
 // and the range-checked number parsers every command uses for its own flags.
 #pragma once
+#include <functional>
 #include <string>
+#include <type_traits>
 
 #include "dsinfer/engine.h"
 
@@ -20,5 +22,21 @@ FlagParse parse_engine_flag(const char* cmd, int argc, char** argv, int& i, Engi
 bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
                     long long* out);
 bool parse_real_flag(const char* cmd, const std::string& flag, const std::string& v, double lo, double hi, double* out);
+// The same into an integer field of another type (the range [lo, hi] must fit it).
+template <typename Int>
+  requires std::is_integral_v<Int>
+bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
+                    Int* out) {
+  long long n = 0;
+  if (!parse_int_flag(cmd, flag, v, lo, hi, &n)) return false;
+  *out = static_cast<Int>(n);
+  return true;
+}
+
+// The argument loop of a command whose flags all take a value ("--flag value"): --help / -h prints `usage` to
+// stdout and returns 0; a flag without a value, or one `on_flag` answers kNotEngineFlag for (unknown), prints the
+// reason and `usage` to stderr and returns 2, as does kError (on_flag printed the reason); -1 when all were read.
+int parse_value_flags(const char* cmd, const char* usage, int argc, char** argv,
+                      const std::function<FlagParse(const std::string& flag, const std::string& value)>& on_flag);
 
 }  // namespace dsinfer::cli

@@ -229,5 +229,37 @@ def tokenize_cases(ctx):
     return res
 
 
+def flag_cases(ctx):
+    """Bad flag values of `plan`, `convert` and `generate`: exit 2 with the command and the flag named; good ones
+    run."""
+    b, m = ctx["binary"], ctx["model"]
+    out_dir = os.path.join(ctx["tmp"], "convert-out")
+    cases = [
+        ("plan:missing-value", [b, "plan", "--model", m, "--gpus"], ["plan:", "--gpus needs a value"]),
+        ("plan:unknown", [b, "plan", "--model", m, "--gpu", "2"], ["plan:", "unknown argument '--gpu'"]),
+        ("plan:list-item-zero", [b, "plan", "--model", m, "--gpus", "1,0"], ["plan:", "--gpus expects an integer"]),
+        ("plan:list-item-text", [b, "plan", "--model", m, "--batch", "1,x"], ["plan:", "--batch expects an integer"]),
+        ("plan:real-range", [b, "plan", "--model", m, "--gpu-memory-gib", "-1"], ["--gpu-memory-gib expects"]),
+        ("plan:no-model", [b, "plan", "--gpus", "2"], ["plan: --model is required"]),
+        ("convert:seed-range", [b, "convert", "--model", m, "--out", out_dir, "--seed", "-1"],
+         ["convert:", "--seed expects an integer"]),
+        ("convert:shard-range", [b, "convert", "--model", m, "--out", out_dir, "--shard-mib", "0"],
+         ["convert:", "--shard-mib expects an integer"]),
+        ("convert:both-sources", [b, "convert", "--model", m, "--config", m, "--out", out_dir],
+         ["convert: give --out and one of --model / --config"]),
+        ("generate:top-k-range", [b, "generate", "--model", m, "--prompt", "x", "--top-k", "-2"],
+         ["generate:", "--top-k expects an integer"]),
+        ("generate:top-p-range", [b, "generate", "--model", m, "--prompt", "x", "--top-p", "1.5"],
+         ["generate:", "--top-p expects"]),
+        ("generate:max-tokens-zero", [b, "generate", "--model", m, "--prompt", "x", "--max-tokens", "0"],
+         ["generate:", "--max-tokens expects an integer"]),
+    ]
+    res = [expect_error(name, run_cmd(args), wants, rc_ok=(2,)) for name, args, wants in cases]
+    good = run_cmd([b, "plan", "--model", m, "--gpus", "1,2", "--batch", "1,64", "--context", "4096"])
+    ok = good[0] is None and good[1] == 0 and "plan:" in good[2]
+    res.append(("plan:good-lists", good[0] or ("ok" if ok else "wrong"), (good[2] or good[3])[-300:]))
+    return res
+
+
 def run(ctx):
-    return resume_cases(ctx) + same_file_cases(ctx) + input_cases(ctx) + tokenize_cases(ctx)
+    return resume_cases(ctx) + same_file_cases(ctx) + input_cases(ctx) + tokenize_cases(ctx) + flag_cases(ctx)
