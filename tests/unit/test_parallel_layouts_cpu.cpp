@@ -59,11 +59,10 @@ TEST(CpuLayouts, EveryLayoutGivesOneRanksTokensAndBatchInvariantBits) {
         dsinfer::EngineOptions bi = m.options(n, l);
         bi.batch_invariant = true;
         dsinfer::test::expect_same_runs(one, run(bi, {0, 1, 2}, 64, m.vocab), what + ", --batch-invariant");
+        // DP and V4.1's TP run the same code with and without the flag (cpu_parallel_runner.cpp load_rank): the
+        // run above is theirs both ways (bitwise), which keeps the suite's time down.
+        if (l == RankLayout::kDP || (m.v41 && l == RankLayout::kTP)) continue;
         const auto many = run(m.options(n, l), {0, 1, 2}, 64, m.vocab);
-        if (l == RankLayout::kDP || (m.v41 && l == RankLayout::kTP)) {
-          dsinfer::test::expect_same_runs(one, many, what);
-          continue;
-        }
         ASSERT_EQ(many.size(), 3u) << what;
         for (int i = 0; i < 3; ++i) {
           EXPECT_EQ(many.at(i).ids, one.at(i).ids) << what << ", prompt " << i;
