@@ -241,7 +241,8 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
       r.sequences_host = int64_t(r.state_left_host / p.state_bytes_per_sequence);
       for (const int64_t batch : o.batches) {
         if (batch < 1) return Status::errorf("batch {} must be >= 1", batch);
-        const parallel::LayoutChoice c = parallel::choose_layout(cfg, specs, bytes, n, batch, context, r.sequences);
+        const parallel::LayoutChoice c = parallel::choose_layout(cfg, specs, bytes, n, batch, context, r.sequences,
+                                                                 r.sequences_dp / n);
         LayoutPlanChoice out{batch, {}, c.best, c.reason};
         for (const parallel::LayoutEstimate& e : c.options)
           out.options.push_back({parallel::layout_name(e.layout), parallel::layout_flags(e.layout), e.fits,

@@ -191,7 +191,8 @@ bool split_by_heads(const std::string& name) {  // the tensors TP divides: per-h
 
 LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::TensorSpec>& specs,
                            double (*bytes)(const model::TensorSpec&), int32_t gpus, int64_t batch, int64_t context,
-                           int64_t seqs_per_gpu, const Hardware& hw) {
+                           int64_t seqs_per_gpu, int64_t seqs_per_gpu_dp, const Hardware& hw) {
+  const int64_t dp_per_gpu = seqs_per_gpu_dp >= 0 ? seqs_per_gpu_dp : seqs_per_gpu;
   const double N = double(gpus), D = double(cfg.hidden_size), L = double(cfg.num_hidden_layers);
   const double k = double(cfg.num_experts_per_tok);
   double w_rep = 0, w_split = 0, p_rep = 0, p_split = 0;  // attention weight bytes / parameters
@@ -210,9 +211,9 @@ LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::
     LayoutEstimate e;
     e.layout = l;
     const bool dp = l == Layout::kDataParallel, tp = l == Layout::kTensorParallel;
-    e.sequences_fit = dp ? seqs_per_gpu * gpus : seqs_per_gpu;
+    e.sequences_fit = dp ? dp_per_gpu * gpus : seqs_per_gpu;
     e.seqs_per_rank = dp ? (batch + gpus - 1) / gpus : batch;
-    e.fits = seqs_per_gpu > 0 && batch <= e.sequences_fit;
+    e.fits = (dp ? dp_per_gpu : seqs_per_gpu) > 0 && batch <= e.sequences_fit;
     const double t = double(e.seqs_per_rank);  // tokens of the busiest rank's attention (one per sequence)
     if (gpus > 1) {
       const double ring = 2.0 * (N - 1) / N * 4.0 * double(batch) * D;  // one fp32 all-reduce of [batch, D]
@@ -236,7 +237,7 @@ LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::
                    ? fmt::format("the weights do not fit on {} GPU(s)", gpus)
                    : fmt::format("{} sequences of {} tokens fit in no layout (at most {} with DP attention)", batch,
                                  context, c.options.back().layout == Layout::kExpertParallel
-                                              ? seqs_per_gpu : seqs_per_gpu * gpus);
+                                              ? seqs_per_gpu : dp_per_gpu * gpus);
     return c;
   }
   const LayoutEstimate& b = c.options[size_t(c.best)];

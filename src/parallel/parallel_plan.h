@@ -134,9 +134,10 @@ struct LayoutChoice {
   std::string reason;                   // one sentence: why best wins (or why nothing fits)
 };
 // seqs_per_gpu: sequences of `context` tokens one GPU's state holds (dsinfer plan's sizing; 0 = the weights do not
-// fit). specs / bytes: the model's tensors and their storage size (as rank_memory).
+// fit); seqs_per_gpu_dp: the same for a DP rank (its share of the step's activations is smaller; < 0: seqs_per_gpu).
+// specs / bytes: the model's tensors and their storage size (as rank_memory).
 LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::TensorSpec>& specs,
                            double (*bytes)(const model::TensorSpec&), int32_t gpus, int64_t batch, int64_t context,
-                           int64_t seqs_per_gpu, const Hardware& hw = {});
+                           int64_t seqs_per_gpu, int64_t seqs_per_gpu_dp = -1, const Hardware& hw = {});
 
 }  // namespace dsinfer::parallel
