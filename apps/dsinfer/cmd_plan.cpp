@@ -43,8 +43,10 @@ int cmd_plan(int argc, char** argv) {
     if (a == "--model") o.model_dir = v;
     else if (a == "--gpu-memory-gib") ok = parse_real_flag("plan", a, v, 1e-3, 1e6, &o.gpu_memory_gib);
     else if (a == "--context") ok = parse_int_flag("plan", a, v, 1, 1ll << 40, &n), o.context = n;
-    else if (a == "--max-num-batched-tokens") ok = parse_int_flag("plan", a, v, 1, 1ll << 32, &n), o.step_tokens = n;
-    else if (a == "--num-redundant-experts") ok = parse_int_flag("plan", a, v, 0, 1 << 20, &n), o.redundant_experts = int32_t(n);
+    else if (a == "--max-num-batched-tokens") {
+      ok = parse_int_flag("plan", a, v, 1, 1ll << 32, &n);
+      o.step_tokens = n;
+    } else if (a == "--num-redundant-experts") ok = parse_int_flag("plan", a, v, 0, 1 << 20, &n), o.redundant_experts = int32_t(n);
     else if (a == "--gpus") {
       o.gpus.clear();
       std::stringstream ss(v);

@@ -165,6 +165,12 @@ TEST(CpuLayouts, PlanSaysWhichLayoutAndWhy) {
             std::string::npos) << r.out;
   EXPECT_NE(r.out.find("pick for 1 GPU(s), batch 1: none: the weights do not fit"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("<- pick"), std::string::npos) << r.out;
+  // one step's activations per GPU are counted before the state (docs/multi_gpu.md "Fit check")
+  const auto step = dsinfer::test::run_cli(d, "plan --model " + dsinfer::test::source_dir() +
+                                                  "/configs/deepseek-v4-flash --gpus 2 --max-num-batched-tokens 8192");
+  ASSERT_EQ(step.rc, 0) << step.err;
+  EXPECT_NE(step.out.find("activations: one step of 8192 tokens per GPU"), std::string::npos) << step.out;
+  EXPECT_NE(step.out.find("activations GiB"), std::string::npos) << step.out;
   const auto bad = dsinfer::test::run_cli(d, "plan --model " + dsinfer::test::source_dir() +
                                                  "/configs/deepseek-v4-flash --batch 0");
   EXPECT_EQ(bad.rc, 2);
