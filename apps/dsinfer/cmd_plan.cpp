@@ -15,10 +15,11 @@ namespace {
 
 const char* const kUsage =
     "usage: dsinfer plan --model DIR [--gpus 1,2,4,8] [--gpu-memory-gib 139] [--context N (the model's maximum)]\n"
-    "                    [--num-redundant-experts R] [--batch 1,64,256]\n"
+    "                    [--num-redundant-experts R] [--batch 1,64,256] [--max-num-batched-tokens 2048]\n"
     "  weights per GPU in the official checkpoint formats (dense replicated, routed experts split over the GPUs),\n"
-    "  the fp32 state per sequence, how many sequences of --context tokens fit per GPU, and for each GPU count and\n"
-    "  decode batch the layout it would pick (EP, DP or TP attention), with the alternatives' estimates and why\n";
+    "  one step's activations per GPU, the fp32 state per sequence, how many sequences of --context tokens fit per\n"
+    "  GPU in what weights and activations leave, and for each GPU count and decode batch the layout it would pick\n"
+    "  (EP, DP or TP attention), with the alternatives' estimates and why\n";
 
 double gib(double bytes) { return bytes / double(int64_t(1) << 30); }
 
@@ -42,6 +43,7 @@ int cmd_plan(int argc, char** argv) {
     if (a == "--model") o.model_dir = v;
     else if (a == "--gpu-memory-gib") ok = parse_real_flag("plan", a, v, 1e-3, 1e6, &o.gpu_memory_gib);
     else if (a == "--context") ok = parse_int_flag("plan", a, v, 1, 1ll << 40, &o.context);
+    else if (a == "--max-num-batched-tokens") ok = parse_int_flag("plan", a, v, 1, 1ll << 32, &o.step_tokens);
     else if (a == "--num-redundant-experts") ok = parse_int_flag("plan", a, v, 0, 1 << 20, &o.redundant_experts);
     else if (a == "--gpus") ok = parse_list(a, v, 1 << 16, &o.gpus);
     else if (a == "--batch") ok = parse_list(a, v, 1 << 24, &o.batches);
@@ -74,11 +76,13 @@ int cmd_plan(int argc, char** argv) {
                 "default with official numerics, --state-format fp32 for fp32 rows; expert-parallel ranks keep fp32 rows "
                 "so far): %.0f B per token + %.2f MiB fixed = %.2f MiB per sequence\n", p.state_fp8_bytes_per_token,
                 p.state_fp8_fixed_bytes / double(1 << 20), p.state_fp8_bytes_per_sequence / double(1 << 20));
-  std::printf("%-5s %16s %16s %5s %22s %22s %14s %14s\n", "gpus", "weights/GPU GiB", "limit (92%) GiB", "fits",
-              "sequences per GPU", "with the FP8 state", "EP: sequences", "DP: sequences");
+  std::printf("activations: one step of %lld tokens per GPU (EP and TP: every token; DP: its share), counted before "
+              "the state\n", (long long)o.step_tokens);
+  std::printf("%-5s %16s %16s %16s %5s %22s %22s %14s %14s\n", "gpus", "weights/GPU GiB", "activations GiB",
+              "limit (92%) GiB", "fits", "sequences per GPU", "with the FP8 state", "EP: sequences", "DP: sequences");
   for (const MemoryPlanRow& r : p.rows)
-    std::printf("%-5d %16.2f %16.2f %5s %22lld %22s %14lld %14lld\n", r.gpus, gib(r.weight_bytes),
-                gib(r.limit_bytes), r.fits ? "yes" : "no", (long long)r.sequences,
+    std::printf("%-5d %16.2f %16.2f %16.2f %5s %22lld %22s %14lld %14lld\n", r.gpus, gib(r.weight_bytes),
+                gib(r.activation_bytes), gib(r.limit_bytes), r.fits ? "yes" : "no", (long long)r.sequences,
                 p.state_fp8_bytes_per_sequence > 0 ? std::to_string(r.sequences_fp8).c_str() : "-",
                 (long long)r.sequences_ep, (long long)r.sequences_dp);
   std::printf("(EP = --data-parallel-size 1: the state replicated; DP = --data-parallel-size N: each GPU its own "

@@ -210,6 +210,9 @@ struct MemoryPlanOptions {
   int64_t context = 0;            // tokens per sequence (prompt + output); 0 = the model's max_position_embeddings
   int32_t redundant_experts = 0;  // EPLB (--num-redundant-experts), a multiple of every N
   std::vector<int64_t> batches = {1, 64, 256};  // decode batches the layout choice is made for (MemoryPlanRow::layouts)
+  // The step whose activations every GPU needs besides weights and state (--max-num-batched-tokens; logits for
+  // the largest of `batches` rows): parallel::step_activation_bytes.
+  int64_t step_tokens = 2048;
 };
 // One layout's estimate for a decode step of `batch` sequences (docs/multi_gpu.md "Choosing a layout"; the cost
 // model is parallel::choose_layout): what differs between EP, DP and TP attention.
@@ -234,12 +237,14 @@ struct MemoryPlanRow {
   double weight_bytes = 0;   // per GPU: dense + this GPU's routed experts
   double tables_split_bytes = 0;  // per GPU with the Engram tables' rows sharded over the GPUs (= weight_bytes for V4)
   double limit_bytes = 0;    // 92 % of gpu_memory_gib: what the CUDA runner lets weights take
-  bool fits = false;
-  int64_t sequences = 0;     // of `context` tokens in limit - weights (0 when the weights do not fit)
+  // One step of options.step_tokens tokens' activations per GPU: EP and TP (every GPU every token), DP (its share).
+  double activation_bytes = 0, activation_bytes_dp = 0;
+  bool fits = false;         // weights + activations within the limit
+  int64_t sequences = 0;     // of `context` tokens in limit - weights - activations (0 when they do not fit)
   int64_t sequences_fp8 = 0;  // the same with the FP8 state format
   // Sequences of `context` tokens the N GPUs hold together, by layout (docs/multi_gpu.md "DP attention"): EP
   // (--data-parallel-size 1) replicates the state, so every GPU holds all of them (= sequences); DP
-  // (--data-parallel-size N) gives each GPU its own sequences (N x sequences).
+  // (--data-parallel-size N) gives each GPU its own sequences (N x what limit - weights - activation_bytes_dp holds).
   int64_t sequences_ep = 0, sequences_dp = 0;
   // DeepSeek-V4.1's Engram tables off the replicated weights (--engram-placement, docs/decisions.md 2026-12-02):
   // `sharded` keeps 1/N of every table's rows per GPU (tables_split_bytes), `host` keeps the tables in pinned host

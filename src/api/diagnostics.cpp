@@ -210,6 +210,10 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
       p.state_fp8_bytes_per_sequence = cache::state_bytes_per_sequence(fp8.value(), context, layout.block_size);
     }
     const double limit = parallel::kWeightFraction * o.gpu_memory_gib * double(int64_t(1) << 30);
+    if (o.step_tokens < 1) return Status::errorf("step tokens {} must be >= 1", o.step_tokens);
+    int64_t rows = 1;  // logits of the largest decode batch asked about
+    for (const int64_t b : o.batches) rows = std::max(rows, b);
+    const parallel::StepShape step{o.step_tokens, std::min(o.step_tokens, rows), false};
     for (const int32_t n : o.gpus) {
       if (n < 1) return Status::errorf("GPU count {} must be >= 1", n);
       if (o.redundant_experts % n != 0)
@@ -221,19 +225,24 @@ bool plan_memory(const MemoryPlanOptions& o, MemoryPlan* plan, std::string* erro
       r.tables_split_bytes = r.weight_bytes - p.engram_table_bytes * (1.0 - 1.0 / double(n));
       r.tables_host_bytes = r.weight_bytes - p.engram_table_bytes;
       r.limit_bytes = limit;
-      r.fits = r.weight_bytes <= r.limit_bytes;
-      r.sequences = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_bytes_per_sequence) : 0;
+      r.activation_bytes = parallel::step_activation_bytes(cfg, parallel::Layout::kExpertParallel, n, step);
+      r.activation_bytes_dp = parallel::step_activation_bytes(cfg, parallel::Layout::kDataParallel, n, step);
+      const double left = r.limit_bytes - r.weight_bytes - r.activation_bytes;  // for state, per GPU
+      const double left_dp = r.limit_bytes - r.weight_bytes - r.activation_bytes_dp;
+      r.fits = left >= 0;
+      r.sequences = r.fits ? int64_t(left / p.state_bytes_per_sequence) : 0;
       if (p.state_fp8_bytes_per_sequence > 0)
-        r.sequences_fp8 = r.fits ? int64_t((r.limit_bytes - r.weight_bytes) / p.state_fp8_bytes_per_sequence) : 0;
+        r.sequences_fp8 = r.fits ? int64_t(left / p.state_fp8_bytes_per_sequence) : 0;
       r.sequences_ep = r.sequences;
-      r.sequences_dp = r.sequences * n;
-      r.state_left_sharded = std::max(0.0, limit - r.tables_split_bytes);
-      r.state_left_host = std::max(0.0, limit - r.tables_host_bytes);
+      r.sequences_dp = left_dp >= 0 ? int64_t(left_dp / p.state_bytes_per_sequence) * n : 0;
+      r.state_left_sharded = std::max(0.0, limit - r.tables_split_bytes - r.activation_bytes);
+      r.state_left_host = std::max(0.0, limit - r.tables_host_bytes - r.activation_bytes);
       r.sequences_sharded = int64_t(r.state_left_sharded / p.state_bytes_per_sequence);
       r.sequences_host = int64_t(r.state_left_host / p.state_bytes_per_sequence);
       for (const int64_t batch : o.batches) {
         if (batch < 1) return Status::errorf("batch {} must be >= 1", batch);
-        const parallel::LayoutChoice c = parallel::choose_layout(cfg, specs, bytes, n, batch, context, r.sequences);
+        const parallel::LayoutChoice c = parallel::choose_layout(cfg, specs, bytes, n, batch, context, r.sequences,
+                                                                 r.sequences_dp / n);
         LayoutPlanChoice out{batch, {}, c.best, c.reason};
         for (const parallel::LayoutEstimate& e : c.options)
           out.options.push_back({parallel::layout_name(e.layout), parallel::layout_flags(e.layout), e.fits,

@@ -253,8 +253,7 @@ Status DeepseekV4Cpu::attention(int64_t l, const Step& s, const std::vector<floa
     for (int64_t h = 0; h < H; ++h) ops::rope_apply_ref(ot + h * hd, hd, rd, inv_freq, p, true, attn_factor);
   }
   tap("attn.o", l, o, T);
-  output_projection(L, o, T, h0, h1, out);
-  return heads_.reduce ? heads_.reduce(out) : Status::ok();
+  return output_projection(L, o, T, h0, h1, out);
 }
 
 namespace {
@@ -275,22 +274,49 @@ void linear_cols(const float* x, int64_t T, int64_t xs, int64_t n, const float* 
 
 }  // namespace
 
-// Grouped output projection of heads [h0, h1) (o [T, (h1 - h0) * hd]): group g's heads [H/G * hd] -> wo_a rows
-// [g*r, (g+1)*r), then wo_b. A rank holding a slice of the heads (HeadShard) multiplies its heads' columns of wo_a
-// (a group may be split between ranks) and its groups' columns of wo_b: its share of the sum the ranks reduce.
-void DeepseekV4Cpu::output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, int64_t h0,
-                                      int64_t h1, std::vector<float>& out) const {
-  const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim, D = cfg_.hidden_size;
+// wo_a of the heads [h0, h1) (o [T, (h1 - h0) * hd]): group g's heads [H/G * hd] -> wo_a rows [g*r, (g+1)*r),
+// written at columns [(g - base) * r, (g - base + 1) * r) of mid [T, width * r]. A group this rank holds only part
+// of (HeadShard) multiplies its heads' columns of wo_a.
+void DeepseekV4Cpu::group_outputs(const LayerWeights& L, const float* o, int64_t T, int64_t h0, int64_t h1,
+                                  int64_t base, int64_t width, float* mid) const {
+  const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim;
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, hpg = H / G, gin = hpg * hd, Hr = h1 - h0;
-  const int64_t g0 = h0 / hpg, g1 = h1 > h0 ? (h1 + hpg - 1) / hpg : g0, ng = g1 - g0;  // groups touched
-  std::vector<float> mid(size_t(T * ng * r));
+  const int64_t g0 = h0 / hpg, g1 = h1 > h0 ? (h1 + hpg - 1) / hpg : g0;  // groups touched
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t a = std::max(h0, g * hpg), b = std::min(h1, (g + 1) * hpg);  // this rank's heads of group g
     for (int64_t t = 0; t < T; ++t)
-      linear_cols(o.data() + (t * Hr + a - h0) * hd, 1, 0, (b - a) * hd, L.wo_a.p() + g * r * gin, gin,
-                  (a - g * hpg) * hd, r, mid.data() + (t * ng + g - g0) * r);
+      linear_cols(o + (t * Hr + a - h0) * hd, 1, 0, (b - a) * hd, L.wo_a.p() + g * r * gin, gin, (a - g * hpg) * hd,
+                  r, mid + (t * width + g - base) * r);
   }
-  linear_cols(mid.data(), T, ng * r, ng * r, L.wo_b.p(), G * r, g0 * r, D, out.data());
+}
+
+// Grouped output projection of heads [h0, h1): wo_a per group (group_outputs), then wo_b over the groups. One rank:
+// every group, no collective. HeadShard: partial sums reduced over the ranks, or (exact) the projection's input
+// gathered whole and wo_b run here over every group in the one-rank order (see HeadShard).
+Status DeepseekV4Cpu::output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, int64_t h0,
+                                        int64_t h1, std::vector<float>& out) const {
+  const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim, D = cfg_.hidden_size;
+  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, hpg = H / G;
+  if (!heads_.exact) {
+    const int64_t g0 = h0 / hpg, g1 = h1 > h0 ? (h1 + hpg - 1) / hpg : g0, ng = g1 - g0;  // groups touched
+    std::vector<float> mid(size_t(T * ng * r));
+    group_outputs(L, o.data(), T, h0, h1, g0, ng, mid.data());
+    linear_cols(mid.data(), T, ng * r, ng * r, L.wo_b.p(), G * r, g0 * r, D, out.data());
+    return heads_.reduce ? heads_.reduce(out) : Status::ok();
+  }
+  std::vector<float> mid(size_t(T * G * r), 0.0f);
+  if (heads_.whole_groups) {  // this rank's groups' wo_a outputs, zero elsewhere, summed over the ranks: exact
+    group_outputs(L, o.data(), T, h0, h1, 0, G, mid.data());
+    DSI_RETURN_IF_ERROR(heads_.gather(mid));
+  } else {  // a group split between ranks: gather the heads' outputs, run every group's wo_a here
+    const int64_t Hr = h1 - h0;
+    std::vector<float> heads(size_t(T * H * hd), 0.0f);
+    for (int64_t t = 0; t < T; ++t) std::copy_n(o.data() + t * Hr * hd, Hr * hd, heads.data() + (t * H + h0) * hd);
+    DSI_RETURN_IF_ERROR(heads_.gather(heads));
+    group_outputs(L, heads.data(), T, 0, H, 0, G, mid.data());
+  }
+  linear_cols(mid.data(), T, G * r, G * r, L.wo_b.p(), G * r, 0, D, out.data());
+  return Status::ok();
 }
 
 // The router of MoE layer l (hash layers route by token id and have no bias), for moe() and moe_exchange().
@@ -339,8 +365,8 @@ Status DeepseekV4Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x,
   return shard_.reduce ? shard_.reduce(out) : Status::ok();
 }
 
-// DP attention + EP: route every token here, have each pair's expert output computed by the expert's rank
-// (shard_.exchange), then the same fp64 accumulation as moe(): sum_j double(w_j) * double(y_j) in top-k order, the
+// DP attention + EP, or EP / TP under --batch-invariant: route every token here, have each pair's expert output
+// computed by the expert's rank (shard_.exchange), then the same fp64 accumulation as moe(): sum_j double(w_j) * double(y_j) in top-k order, the
 // shared expert last, one rounding to fp32. expert_accumulate_ref adds double(scale) * double(float(acc)) per
 // expert, so y_j = its output at scale 1 carries exactly that float: bit-identical to one rank.
 Status DeepseekV4Cpu::moe_exchange(int64_t l, const Step& s, const std::vector<float>& x,
@@ -355,14 +381,14 @@ Status DeepseekV4Cpu::moe_exchange(int64_t l, const Step& s, const std::vector<f
   for (int64_t t = 0; t < T; ++t)
     ops::route_ref(rp, x.data() + t * D, hash ? L.tid2eid.data() + int64_t(s.tok[size_t(t)]) * k : nullptr,
                    idx.data() + t * k, wt.data() + t * k);
-  const ExpertCompute compute = [&](int32_t e, const float* xi, float* yi) {
+  const ExpertCompute compute = [&](int32_t e, float, const float* xi, float* yi) {  // at scale 1: weighted below
     const ExpertWeights& ew = L.experts[size_t(e)];
     std::vector<double> acc(static_cast<size_t>(D), 0.0);
     ops::expert_accumulate_ref({ew.w1.p(), ew.w3.p(), ew.w2.p(), D, I, limit}, xi, 1.0f, acc.data());
     for (int64_t d = 0; d < D; ++d) yi[d] = float(acc[size_t(d)]);
   };
   std::vector<float> y;
-  DSI_RETURN_IF_ERROR(shard_.exchange(l, std::span<const float>(x.data(), size_t(T * D)), idx, compute, y));
+  DSI_RETURN_IF_ERROR(shard_.exchange(l, std::span<const float>(x.data(), size_t(T * D)), idx, wt, compute, y));
   std::vector<double> acc(static_cast<size_t>(D));
   for (int64_t t = 0; t < T; ++t) {
     std::fill(acc.begin(), acc.end(), 0.0);

@@ -40,28 +40,40 @@ struct SeqChunk {
 // experts [lo, hi) of every MoE layer (and the shared expert when `shared`), and `reduce` turns its partial MoE
 // output [T, D] into the sum over every rank (a collective: every rank calls it once per MoE layer, in order).
 // The default (hi < 0, no reduce) is one rank computing everything.
-// DP attention + EP: with `exchange` set, this rank's tokens are its own and every routed (token, expert) pair goes
-// to the rank owning the expert: exchange(layer, x [T, D], idx [T, k], compute, y) returns y [T * k, D], pair
-// (t, j)'s expert output (scale 1; `compute` is this rank's expert, run for the pairs it is sent); moe() weights
-// and sums them in top-k order, then adds the shared expert, as one rank does. Called once per MoE layer on every
-// rank, with T = 0 on a rank without tokens (a forward of no chunks).
-using ExpertCompute = std::function<void(int32_t expert, const float* x, float* y)>;
+// With `exchange` set, moe() routes its tokens and hands every (token, top-k slot) pair to it instead:
+// exchange(layer, x [T, D], idx [T, k], wt [T, k], compute, y) returns y [T * k, D], pair (t, j)'s expert output
+// (compute(e, w, x, y) on the rank owning expert e: what the combine adds for that pair); moe() then combines them
+// in the one-rank order (the shared expert computed here) with no reduction after. DP attention: this rank's tokens
+// are its own and the pairs travel to the experts' ranks (parallel::dispatch_combine; called with T = 0 on a rank
+// without tokens, a forward of no chunks). EP and TP under --batch-invariant: every rank has every token and the
+// pair outputs are gathered exactly (parallel::gather_pair_outputs), so N ranks give one rank's bits.
+using ExpertCompute = std::function<void(int32_t expert, float weight, const float* x, float* y)>;
 struct ExpertShard {
   int64_t lo = 0, hi = -1;
   bool shared = true;
   std::function<Status(std::vector<float>& partial)> reduce;
   std::function<Status(int64_t layer, std::span<const float> x, std::span<const int32_t> idx,
-                       const ExpertCompute& compute, std::vector<float>& y)> exchange;
+                       std::span<const float> wt, const ExpertCompute& compute, std::vector<float>& y)> exchange;
 };
 
 // Tensor-parallel attention (backends/cpu/cpu_parallel_runner.h, docs/multi_gpu.md "TP attention"): this rank
-// computes the query heads [lo, hi) (their wq_b rows, attention and wo_a / wo_b columns), and `reduce` turns its
-// partial attention output [T, D] into the sum over every rank (a collective: every rank calls it once per layer).
-// The shared K=V latent, compressors and indexer (the state) are computed on every rank. A rank may hold no heads
-// (more ranks than heads): its partial is zero. The default (hi < 0, no reduce) is one rank with every head.
+// computes the query heads [lo, hi) (their wq_b rows, attention and wo_a / wo_b columns). The shared K=V latent,
+// compressors and indexer (the state) are computed on every rank. A rank may hold no heads (more ranks than heads).
+// The default (hi < 0) is one rank with every head. Two ways to finish the output projection (collectives: every
+// rank calls one once per layer):
+// - partial sums (`exact` false): the rank multiplies its heads' wo_a columns and its groups' wo_b columns, and
+//   `reduce` sums the [T, D] partials over the ranks (each rank rounds its partial: close to one rank, not equal);
+// - exact (`exact` true, --batch-invariant): the rank writes its part of the projection's input into a buffer that
+//   is zero elsewhere and `gather` sums that buffer over the ranks (one rank's value plus zeros: exact), then runs
+//   the reduction that crosses ranks in the one rank's order. The part is its groups' wo_a outputs [T, G * r] when
+//   every rank holds whole output groups (`whole_groups`), else its heads' attention outputs [T, H * hd] (a group
+//   split between ranks: every rank then runs all of wo_a as well as wo_b).
 struct HeadShard {
   int64_t lo = 0, hi = -1;
+  bool exact = false;
+  bool whole_groups = true;
   std::function<Status(std::vector<float>& partial)> reduce;
+  std::function<Status(std::vector<float>& slices)> gather;
 };
 
 // Observes named intermediates ("layer.attn.q", ...) for CPU/GPU diffing. rows x cols floats.
@@ -89,8 +101,10 @@ class DeepseekV4Cpu {
 
  private:
   struct Step;
-  void output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, int64_t h0, int64_t h1,
-                         std::vector<float>& out) const;
+  void group_outputs(const LayerWeights& L, const float* o, int64_t T, int64_t h0, int64_t h1, int64_t base,
+                     int64_t width, float* mid) const;
+  Status output_projection(const LayerWeights& L, const std::vector<float>& o, int64_t T, int64_t h0, int64_t h1,
+                           std::vector<float>& out) const;
   Status attention(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
   ops::RouterParams router_params(int64_t l) const;
   Status moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;

@@ -95,6 +95,12 @@ Status DeepseekV41Cpu::begin_step(const StatePool& state, std::span<const SeqChu
 Status DeepseekV41Cpu::forward(const StatePool& state, std::span<const SeqChunk> chunks, std::vector<float>& logits) {
   Step s;
   DSI_RETURN_IF_ERROR(begin_step(state, chunks, s));
+  if (s.T == 0 && shard_.exchange) {  // DP: a rank without tokens still serves its experts in every MoE layer
+    std::vector<float> none;
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) DSI_RETURN_IF_ERROR(moe(l, s, none, none));
+    logits.clear();
+    return Status::ok();
+  }
   const int64_t T = s.T, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const float eps = float(cfg_.rms_norm_eps);
   if (!cfg_.v41.engram_layer_ids.empty()) {
@@ -134,7 +140,10 @@ Status DeepseekV41Cpu::forward(const StatePool& state, std::span<const SeqChunk>
       tap("engram_streams_out", l, X, T);
     }
     tap("residual", l, X, T);  // the block's input streams: what a DSpark drafter's tap of layer l reads
-    site(L.hc_attn, L.attn_norm, pre, pre_a, [&](const std::vector<float>& x, std::vector<float>& out) { attention(l, s, x, out); });
+    Status attn_st = Status::ok();  // a tensor-parallel gather can fail (another rank failed)
+    site(L.hc_attn, L.attn_norm, pre, pre_a,
+         [&](const std::vector<float>& x, std::vector<float>& out) { attn_st = attention(l, s, x, out); });
+    DSI_RETURN_IF_ERROR(attn_st);
     tap("attn_out", l, f, T);
     Status moe_st = Status::ok();  // an expert-parallel reduction can fail (another rank failed)
     site(L.hc_ffn, L.ffn_norm, pre_a, pre_next,

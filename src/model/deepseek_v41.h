@@ -42,9 +42,17 @@ class DeepseekV41Cpu {
   Status set_engram_shard(EngramShard shard) { return engram_rows_->shard(std::move(shard)); }
   const EngramRows& engram_rows() const { return *engram_rows_; }
   // Expert parallelism over several ranks (model::ExpertShard: the routed experts [lo, hi), the shared expert when
-  // `shared`, `reduce` summing the partial MoE outputs; official numerics round to bf16 after the sum). DP attention's
-  // `exchange` is refused: not implemented for V4.1 yet.
-  Status set_expert_shard(ExpertShard shard);
+  // `shared`, `reduce` summing the partial MoE outputs, official numerics rounding to bf16 after the sum; or
+  // `exchange`, the pair outputs combined here in the one-rank order: DP attention, and EP / TP under
+  // --batch-invariant).
+  Status set_expert_shard(ExpertShard shard) {
+    shard_ = std::move(shard);
+    return Status::ok();
+  }
+  // Tensor-parallel attention (model::HeadShard): this rank's query heads. V4.1 always finishes the output
+  // projection the exact way (`gather`, whatever `exact` says): its official numerics round wo_b's output to bf16,
+  // so partial sums would be rounded once per rank.
+  void set_head_shard(HeadShard heads) { heads_ = std::move(heads); }
 
   // Same contract as DeepseekV4Cpu::forward (the state pool must be laid out for this config).
   Status forward(const StatePool& state, std::span<const SeqChunk> chunks, std::vector<float>& logits);
@@ -55,12 +63,14 @@ class DeepseekV41Cpu {
   Status begin_step(const StatePool& state, std::span<const SeqChunk> chunks, Step& s) const;
   void engram_hashes(Step& s) const;
   Status engram(int64_t l, const Step& s, std::vector<float>& X) const;
-  void attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  Status attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  Status output_projection(int64_t l, const std::vector<float>& o, int64_t T, std::vector<float>& out) const;
   struct IndexQueries;  // an index source's queries and head weights for the step (deepseek_v41_attention.cpp)
   void index_queries(int64_t l, const Step& s, const std::vector<float>& x, const std::vector<float>& cq, IndexQueries& q) const;
   void index_select(int64_t l, Step& s, int64_t t, const IndexQueries& q) const;
   void emit_entry(int64_t l, const Step& s, int64_t t, const float* ckv, const float* cg) const;
   Status moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const;
+  void combine(int64_t l, const float* x, const int32_t* idx, const float* wt, const float* y, float* out) const;
   void tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const;
 
   io::ModelConfig cfg_;
@@ -73,6 +83,7 @@ class DeepseekV41Cpu {
   std::vector<float> inv_freq_main_, inv_freq_compress_;
   TapFn tap_;
   ExpertShard shard_;
+  HeadShard heads_;
 };
 
 }  // namespace dsinfer::model

@@ -152,9 +152,11 @@ void DeepseekV41Cpu::emit_entry(int64_t l, const Step& s, int64_t t, const float
   std::copy_n(latent.data(), hd, v.entry(ch.block_table.data(), j));
 }
 
-void DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) const {
+Status DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) const {
   const LayerWeightsV41& L = w_.layers[size_t(l)];
-  const int64_t T = s.T, H = cfg_.num_attention_heads, hd = cfg_.head_dim;
+  // This rank's query heads [h0, h0 + H) (all of them on one rank; tensor parallelism: a slice, see HeadShard).
+  const int64_t h0 = heads_.lo, H = (heads_.hi < 0 ? cfg_.num_attention_heads : heads_.hi) - h0;
+  const int64_t T = s.T, hd = cfg_.head_dim;
   const int64_t rd = cfg_.qk_rope_head_dim, W = cfg_.sliding_window, m = cfg_.ratio(l);
   const float eps = float(cfg_.rms_norm_eps);
   const std::vector<float>& inv = m == 0 ? inv_freq_main_ : inv_freq_compress_;
@@ -162,7 +164,8 @@ void DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, 
   std::vector<float> cq, q, kv;
   num_.linear(Gemm::FP8, x, T, L.wq_a, cq);
   num_.rmsnorm(cq.data(), T, cfg_.q_lora_rank, L.q_norm.data(), eps);
-  num_.linear(Gemm::FP8, cq, T, L.wq_b, q);
+  q.resize(size_t(T * H * hd));
+  num_.linear(Gemm::FP8, cq.data(), T, cfg_.q_lora_rank, L.wq_b.p() + h0 * hd * cfg_.q_lora_rank, H * hd, q.data());
   num_.linear(Gemm::FP8, x, T, L.wkv, kv);
   num_.rmsnorm(kv.data(), T, hd, L.kv_norm.data(), eps);
   for (int64_t t = 0; t < T; ++t) {
@@ -186,7 +189,7 @@ void DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, 
   const ops::LayerStateView v = layer_view(*s.state, l), sv = m > 0 ? layer_view(*s.state, src) : v;
   std::vector<float> o(size_t(T * H * hd));
   std::vector<const float*> keys;
-  const ops::SparseAttentionParams ap{H, hd, float(1.0 / std::sqrt(double(hd))), L.attn_sink.data()};
+  const ops::SparseAttentionParams ap{H, hd, float(1.0 / std::sqrt(double(hd))), L.attn_sink.data() + h0};
   for (int64_t t = 0; t < T; ++t) {
     const SeqChunk& ch = s.chunks[s.seq[size_t(t)]];
     const int64_t p = s.pos[size_t(t)];
@@ -203,21 +206,43 @@ void DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, 
     for (int64_t h = 0; h < H; ++h) num_.rope(ot + h * hd, hd, rd, inv, p, true);
   }
   tap("attn.o", l, o, T);
+  return output_projection(l, o, T, out);
+}
 
-  // grouped output projection: group g's heads [H/G * hd] -> wo_a rows [g*r, (g+1)*r), then wo_b
-  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
-  std::vector<float> mid(size_t(T * G * r));
-  Mat wg;
-  wg.rows = r;
-  wg.cols = gin;
-  for (int64_t g = 0; g < G; ++g) {
-    wg.data.assign(L.wo_a.p() + g * r * gin, L.wo_a.p() + (g + 1) * r * gin);
-    std::vector<float> xin(size_t(T * gin)), yo;
-    for (int64_t t = 0; t < T; ++t) std::copy_n(o.data() + t * H * hd + g * gin, gin, xin.data() + t * gin);
-    num_.linear(Gemm::BF16, xin, T, wg, yo);
-    for (int64_t t = 0; t < T; ++t) std::copy_n(yo.data() + t * r, r, mid.data() + (t * G + g) * r);
+// Grouped output projection: group g's heads [H/G * hd] -> wo_a rows [g*r, (g+1)*r) (bf16 GEMM), then wo_b (FP8
+// GEMM) over every group. Tensor parallelism (heads_.hi >= 0): the exact way of HeadShard -- this rank's groups'
+// wo_a outputs (or, a group split between ranks, its heads' outputs) gathered over the ranks, then the rest here in
+// the one-rank order.
+Status DeepseekV41Cpu::output_projection(int64_t l, const std::vector<float>& o, int64_t T, std::vector<float>& out) const {
+  const LayerWeightsV41& L = w_.layers[size_t(l)];
+  const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim, G = cfg_.o_groups, r = cfg_.o_lora_rank;
+  const int64_t hpg = H / G, gin = hpg * hd;
+  const bool split = heads_.hi >= 0;
+  const int64_t h0 = split ? heads_.lo : 0, h1 = split ? heads_.hi : H;
+  std::vector<float> mid(size_t(T * G * r), 0.0f);
+  // wo_a of the groups [g0, g1), whose heads are columns of src [T, width * hd] starting at head `first`
+  const auto wo_a = [&](const float* src, int64_t width, int64_t first, int64_t g0, int64_t g1) {
+    std::vector<float> xin(size_t(T * gin)), yo(size_t(T * r));
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t t = 0; t < T; ++t) std::copy_n(src + (t * width + g * hpg - first) * hd, gin, xin.data() + t * gin);
+      num_.linear(Gemm::BF16, xin.data(), T, gin, L.wo_a.p() + g * r * gin, r, yo.data());
+      for (int64_t t = 0; t < T; ++t) std::copy_n(yo.data() + t * r, r, mid.data() + (t * G + g) * r);
+    }
+  };
+  if (!split) {
+    wo_a(o.data(), H, 0, 0, G);
+  } else if (heads_.whole_groups) {  // this rank's groups, zero elsewhere, summed over the ranks: exact
+    wo_a(o.data(), h1 - h0, h0, h0 / hpg, h1 / hpg);
+    DSI_RETURN_IF_ERROR(heads_.gather(mid));
+  } else {  // a group split between ranks: gather the heads' outputs, every group's wo_a here
+    std::vector<float> heads(size_t(T * H * hd), 0.0f);
+    for (int64_t t = 0; t < T; ++t)
+      std::copy_n(o.data() + t * (h1 - h0) * hd, (h1 - h0) * hd, heads.data() + (t * H + h0) * hd);
+    DSI_RETURN_IF_ERROR(heads_.gather(heads));
+    wo_a(heads.data(), H, 0, 0, G);
   }
   num_.linear(Gemm::FP8, mid.data(), T, G * r, L.wo_b, out.data());
+  return Status::ok();
 }
 
 }  // namespace dsinfer::model

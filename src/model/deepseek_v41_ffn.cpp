@@ -37,18 +37,12 @@ void expert_official(const v41::Num& num, Gemm g, const ExpertWeights& e, const 
 
 }  // namespace
 
-Status DeepseekV41Cpu::set_expert_shard(ExpertShard shard) {
-  if (shard.exchange)
-    return Status::error("DP attention (--data-parallel-size > 1) is not implemented for DeepSeek-V4.1 yet");
-  shard_ = std::move(shard);
-  return Status::ok();
-}
-
 // Expert parallelism (shard_): this rank's routed experts and (shard_.shared) the shared expert give a partial sum
-// that shard_.reduce adds over the ranks; official numerics round the sum to bf16 after it, as one rank does.
+// that shard_.reduce adds over the ranks; official numerics round the sum to bf16 after it, as one rank does. With
+// shard_.exchange every pair's output comes from its expert's rank and combine() runs the one-rank order here.
 Status DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x, std::vector<float>& out) const {
   const LayerWeightsV41& L = w_.layers[size_t(l)];
-  const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok;
+  const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok, T = s.T;
   const float limit = float(cfg_.swiglu_limit);
   ops::RouterParams rp;
   rp.gate = L.gate.p();
@@ -59,24 +53,42 @@ Status DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x
   rp.renormalize = cfg_.norm_topk_prob && k > 1;
   rp.norm_eps = 1e-20f;  // V4.1: +1e-20 on the sum in both the official code and transformers
   rp.route_scale = float(cfg_.routed_scaling_factor);
-  std::vector<int32_t> idx(static_cast<size_t>(k));
-  std::vector<float> wt(static_cast<size_t>(k)), eo(static_cast<size_t>(D));
-  std::vector<double> acc(static_cast<size_t>(D));
-  auto mine = [&](int64_t e) { return e >= shard_.lo && (shard_.hi < 0 || e < shard_.hi); };
-  for (int64_t t = 0; t < s.T; ++t) {
-    const float* xt = x.data() + t * D;
+  std::vector<int32_t> idx(size_t(T * k));
+  std::vector<float> wt(size_t(T * k));
+  for (int64_t t = 0; t < T; ++t) {
     const bool image = false;  // image-span tokens (vision input) would route with bias_vl
     rp.bias = image && !L.gate_bias_vl.empty() ? L.gate_bias_vl.data() : L.gate_bias.data();
-    ops::route_ref(rp, xt, nullptr, idx.data(), wt.data());
-    std::fill(acc.begin(), acc.end(), 0.0);
+    ops::route_ref(rp, x.data() + t * D, nullptr, idx.data() + t * k, wt.data() + t * k);
+  }
+  // Pair (e, w)'s output as combine() adds it: official, the weighted bf16 expert output; else at scale 1.
+  const ExpertCompute pair = [&](int32_t e, float w, const float* xi, float* yi) {
+    const ExpertWeights& ew = L.experts[size_t(e)];
+    if (num_.official) return expert_official(num_, Gemm::FP4, ew, xi, D, w, limit, yi);
+    std::vector<double> acc(static_cast<size_t>(D), 0.0);
+    ops::expert_accumulate_ref({ew.w1.p(), ew.w3.p(), ew.w2.p(), D, I, limit}, xi, 1.0f, acc.data());
+    for (int64_t d = 0; d < D; ++d) yi[d] = float(acc[size_t(d)]);
+  };
+  if (shard_.exchange) {
+    std::vector<float> y;
+    DSI_RETURN_IF_ERROR(shard_.exchange(l, std::span<const float>(x.data(), size_t(T * D)), idx, wt, pair, y));
+    for (int64_t t = 0; t < T; ++t)
+      combine(l, x.data() + t * D, idx.data() + t * k, wt.data() + t * k, y.data() + t * k * D, out.data() + t * D);
+    return Status::ok();
+  }
+  std::vector<float> eo(static_cast<size_t>(D));
+  std::vector<double> acc(static_cast<size_t>(D));
+  auto mine = [&](int64_t e) { return e >= shard_.lo && (shard_.hi < 0 || e < shard_.hi); };
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x.data() + t * D;
+    const int32_t* it = idx.data() + t * k;
+    const float* wtt = wt.data() + t * k;
     if (num_.official) {  // experts summed in fp32 in expert-id order, then the shared expert, then bf16
-      std::vector<int32_t> order(idx);
+      std::vector<int32_t> order(it, it + k);
       std::sort(order.begin(), order.end());
       std::vector<float> y(static_cast<size_t>(D), 0.0f);
       for (int32_t e : order) {
         if (!mine(e)) continue;  // another rank's expert
-        const float w = wt[size_t(std::find(idx.begin(), idx.end(), e) - idx.begin())];
-        expert_official(num_, Gemm::FP4, L.experts[size_t(e)], xt, D, w, limit, eo.data());
+        pair(e, wtt[std::find(it, it + k, e) - it], xt, eo.data());
         for (int64_t d = 0; d < D; ++d) y[size_t(d)] += eo[size_t(d)];
       }
       std::fill(eo.begin(), eo.end(), 0.0f);
@@ -84,10 +96,11 @@ Status DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x
       for (int64_t d = 0; d < D; ++d) out[size_t(t * D + d)] = y[size_t(d)] + eo[size_t(d)];  // bf16 below
       continue;
     }
+    std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t j = 0; j < k; ++j) {
-      if (!mine(idx[size_t(j)])) continue;
-      const ExpertWeights& e = L.experts[size_t(idx[size_t(j)])];
-      ops::expert_accumulate_ref({e.w1.p(), e.w3.p(), e.w2.p(), D, I, limit}, xt, wt[size_t(j)], acc.data());
+      if (!mine(it[j])) continue;
+      const ExpertWeights& e = L.experts[size_t(it[j])];
+      ops::expert_accumulate_ref({e.w1.p(), e.w3.p(), e.w2.p(), D, I, limit}, xt, wtt[j], acc.data());
     }
     if (shard_.shared)
       ops::expert_accumulate_ref({L.shared.w1.p(), L.shared.w3.p(), L.shared.w2.p(), D, I, limit}, xt, 1.0f,
@@ -96,8 +109,36 @@ Status DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x
   }
   if (shard_.reduce) DSI_RETURN_IF_ERROR(shard_.reduce(out));
   if (num_.official)
-    for (int64_t i = 0; i < s.T * D; ++i) out[size_t(i)] = round_bf16(out[size_t(i)]);
+    for (int64_t i = 0; i < T * D; ++i) out[size_t(i)] = round_bf16(out[size_t(i)]);
   return Status::ok();
+}
+
+// One token's MoE output from its pairs' outputs y [k, D] (moe()'s `pair`), in the one-rank order: official, the
+// weighted expert outputs summed in fp32 in expert-id order, the shared expert added, bf16; else sum_j double(w_j) *
+// double(y_j) in top-k order and the shared expert in fp64, one rounding (expert_accumulate_ref adds exactly
+// double(w) * double(float(its sum)) per expert, so this is one rank's arithmetic).
+void DeepseekV41Cpu::combine(int64_t l, const float* x, const int32_t* idx, const float* wt, const float* y,
+                             float* out) const {
+  const LayerWeightsV41& L = w_.layers[size_t(l)];
+  const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size, k = cfg_.num_experts_per_tok;
+  const float limit = float(cfg_.swiglu_limit);
+  if (num_.official) {
+    std::vector<int32_t> order(idx, idx + k);
+    std::sort(order.begin(), order.end());
+    std::vector<float> sum(static_cast<size_t>(D), 0.0f), eo(static_cast<size_t>(D), 0.0f);
+    for (int32_t e : order) {
+      const float* ye = y + (std::find(idx, idx + k, e) - idx) * D;
+      for (int64_t d = 0; d < D; ++d) sum[size_t(d)] += ye[d];
+    }
+    expert_official(num_, Gemm::FP8, L.shared, x, D, 1.0f, limit, eo.data());
+    for (int64_t d = 0; d < D; ++d) out[d] = round_bf16(sum[size_t(d)] + eo[size_t(d)]);
+    return;
+  }
+  std::vector<double> acc(static_cast<size_t>(D), 0.0);
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += double(wt[j]) * double(y[j * D + d]);
+  ops::expert_accumulate_ref({L.shared.w1.p(), L.shared.w3.p(), L.shared.w2.p(), D, I, limit}, x, 1.0f, acc.data());
+  for (int64_t d = 0; d < D; ++d) out[d] = float(acc[size_t(d)]);
 }
 
 // Hash ids of every token for every Engram layer, reading the n-gram history of the sequence's slot (written

@@ -23,7 +23,7 @@ namespace {
 // per 32-wide K block (exact here in fp64, then rounded to fp32 as the kernel's block partial), scaled and added
 // to the fp32 accumulator in K order, result rounded to bf16. `w` holds the dequantized weight, whose per-block
 // scale is a power of two, so scaling the partial by it is exact.
-void quantized_row(const float* x, int64_t in, const Mat& w, float* y) {
+void quantized_row(const float* x, int64_t in, const float* w, int64_t rows, float* y) {
   const int64_t nb = (in + 31) / 32;
   std::vector<float> q(static_cast<size_t>(in)), sa(static_cast<size_t>(nb));
   for (int64_t b = 0; b < nb; ++b) {
@@ -34,8 +34,8 @@ void quantized_row(const float* x, int64_t in, const Mat& w, float* y) {
     sa[size_t(b)] = s;
     for (int64_t i = i0; i < i1; ++i) q[size_t(i)] = round_e4m3(std::clamp(x[i] / s, -448.0f, 448.0f));
   }
-  for (int64_t o = 0; o < w.rows; ++o) {
-    const float* wr = w.p() + o * in;
+  for (int64_t o = 0; o < rows; ++o) {
+    const float* wr = w + o * in;
     float acc = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
       double part = 0.0;
@@ -48,14 +48,14 @@ void quantized_row(const float* x, int64_t in, const Mat& w, float* y) {
 
 }  // namespace
 
-void Num::linear(Gemm g, const float* x, int64_t T, int64_t in, const Mat& w, float* y) const {
-  if (!official || g == Gemm::F32) return ops::linear_ref(x, T, in, w.p(), w.rows, y);
+void Num::linear(Gemm g, const float* x, int64_t T, int64_t in, const float* w, int64_t rows, float* y) const {
+  if (!official || g == Gemm::F32) return ops::linear_ref(x, T, in, w, rows, y);
   if (g == Gemm::BF16) {
-    ops::linear_ref(x, T, in, w.p(), w.rows, y);
-    round(y, T * w.rows);
+    ops::linear_ref(x, T, in, w, rows, y);
+    round(y, T * rows);
     return;
   }
-  for (int64_t t = 0; t < T; ++t) quantized_row(x + t * in, in, w, y + t * w.rows);
+  for (int64_t t = 0; t < T; ++t) quantized_row(x + t * in, in, w, rows, y + t * rows);
 }
 
 void Num::rmsnorm(float* x, int64_t rows, int64_t dim, const float* w, float eps) const {

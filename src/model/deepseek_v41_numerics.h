@@ -27,7 +27,11 @@ struct Num {
   void round(float* x, int64_t n) const;
   void round(std::vector<float>& x) const { round(x.data(), int64_t(x.size())); }
   // y [T, out] = x [T, in] . w^T with the semantics of `g`; y must not alias x.
-  void linear(Gemm g, const float* x, int64_t T, int64_t in, const Mat& w, float* y) const;
+  void linear(Gemm g, const float* x, int64_t T, int64_t in, const Mat& w, float* y) const {
+    linear(g, x, T, in, w.p(), w.rows, y);
+  }
+  // The same with w [rows, in] anywhere (a block of a weight's rows: a rank's query heads).
+  void linear(Gemm g, const float* x, int64_t T, int64_t in, const float* w, int64_t rows, float* y) const;
   void linear(Gemm g, const std::vector<float>& x, int64_t T, const Mat& w, std::vector<float>& y) const {
     y.resize(size_t(T * w.rows));
     linear(g, x.data(), T, w.cols, w, y.data());

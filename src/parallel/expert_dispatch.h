@@ -15,8 +15,10 @@
 
 namespace dsinfer::parallel {
 
-// Computes expert `expert`'s output y [dim] for input x [dim] (the owner's weights; scale 1).
-using ExpertFn = std::function<void(int32_t expert, const float* x, float* y)>;
+// Computes expert `expert`'s output y [dim] for input x [dim] (the owner's weights) of a pair whose routing weight
+// is `weight`: what the model combines for that pair (DeepSeek-V4: the output at scale 1, weighted in the combine;
+// V4.1's official numerics apply the weight inside the expert, before its bf16 rounding).
+using ExpertFn = std::function<void(int32_t expert, float weight, const float* x, float* y)>;
 
 struct DispatchShape {
   int64_t tokens = 0;   // T: this rank's tokens in the step
@@ -31,12 +33,23 @@ struct DispatchStats {
   int64_t bytes_sent = 0;  // dispatch + combine payloads sent by this rank (counts excluded)
 };
 
-// x [T, D]: the tokens' MoE inputs; idx [T, k]: their global expert ids (each in [0, E)). On return y [T * k, D]
-// holds expert idx[t, j]'s output for x[t] at row t * k + j, bit-identical to `compute` run on this rank. The
-// payload is exactly what the expert consumes (fp32 x out, fp32 y back: the cpu reference's expert input and
-// output); pairs are packed per destination in (token, slot) order. Three collectives: counts, dispatch, combine.
+// x [T, D]: the tokens' MoE inputs; idx [T, k]: their global expert ids (each in [0, E)); wt [T, k] their routing
+// weights. On return y [T * k, D] holds expert idx[t, j]'s output for x[t] at row t * k + j, bit-identical to
+// `compute` run on this rank. The payload is exactly what the expert consumes (the local expert id, the pair's
+// weight, fp32 x out; fp32 y back: the cpu reference's expert input and output); pairs are packed per destination
+// in (token, slot) order. Three collectives: counts, dispatch, combine.
 Status dispatch_combine(Communicator& comm, const DispatchShape& shape, std::span<const float> x,
-                        std::span<const int32_t> idx, const ExpertFn& compute, std::vector<float>& y,
-                        DispatchStats* stats = nullptr);
+                        std::span<const int32_t> idx, std::span<const float> wt, const ExpertFn& compute,
+                        std::vector<float>& y, DispatchStats* stats = nullptr);
+
+// Expert parallelism with every token on every rank (the EP and TP layouts) under --batch-invariant
+// (docs/multi_gpu.md "Bit-identical EP and TP"): y [T * k, D] gets, at row t * k + j, the output of expert idx[t, j]
+// computed by the rank owning it ([lo, hi): this rank's experts) and zero on every other rank; one all_reduce_sum
+// makes it every rank's. Each element is one rank's value plus zeros, which any summation order leaves exact, so the
+// combine that follows (every rank, in the one-rank order) gives one rank's bits. It moves k times the bytes of the
+// partial-sum all-reduce of [T, D]. x, idx and wt as dispatch_combine's (every rank passes the same step).
+Status gather_pair_outputs(Communicator& comm, const DispatchShape& shape, std::span<const float> x,
+                           std::span<const int32_t> idx, std::span<const float> wt, const ExpertFn& compute,
+                           std::vector<float>& y, DispatchStats* stats = nullptr);
 
 }  // namespace dsinfer::parallel

@@ -2,6 +2,7 @@
 #include "parallel/parallel_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 namespace dsinfer::parallel {
@@ -72,6 +73,14 @@ Result<HeadRange> head_range(int64_t heads, int32_t rank, int32_t world) {
   return HeadRange{int32_t(rank * heads / world), int32_t((rank + 1) * heads / world)};
 }
 
+bool heads_in_whole_groups(int64_t heads, int64_t groups, int32_t world) {
+  if (groups < 1 || heads % groups != 0 || world < 1) return false;
+  const int64_t per_group = heads / groups;
+  for (int32_t r = 0; r < world; ++r)
+    if ((int64_t(r) * heads / world) % per_group != 0) return false;  // rank r's first head starts inside a group
+  return true;
+}
+
 double storage_bytes(const model::TensorSpec& s) {
   const DType dt = model::official_storage(s);
   const double n = double(s.rows * s.cols);
@@ -96,14 +105,51 @@ RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t worl
   return m;
 }
 
+double rank_state_bytes(Layout layout, int32_t world, double budget_bytes) {
+  return layout == Layout::kDataParallel && world > 1 ? budget_bytes / double(world) : budget_bytes;
+}
+
+double step_activation_bytes(const io::ModelConfig& c, Layout layout, int32_t world, const StepShape& step) {
+  const int32_t n = std::max(world, 1);
+  const double f = 4;  // fp32
+  const double S = double(std::max<int64_t>(step.tokens, 0));
+  const double St = layout == Layout::kDataParallel ? std::ceil(S / n) : S;  // tokens of this rank's attention
+  const double D = double(c.hidden_size), k = double(c.num_experts_per_tok), hd = double(c.head_dim);
+  const double H = double(c.num_attention_heads), Hr = layout == Layout::kTensorParallel ? std::ceil(H / n) : H;
+  const double G = double(c.o_groups), r = double(c.o_lora_rank);
+  const double streams = St * double(c.hc_mult) * D, site = 2 * St * D;
+  // attention: q and o of this rank's heads, the query latent, the K=V latent, the compressor (two rows per token
+  // at CSA), the indexer queries, the grouped output (exact TP: all groups, or every head when groups are split)
+  double attn = 2 * St * Hr * hd + St * double(c.q_lora_rank) + St * hd + 4 * St * hd +
+                St * double(c.index_n_heads) * double(c.index_head_dim) + St * G * r;
+  if (layout == Layout::kTensorParallel && step.exact) attn += St * H * hd;
+  double moe = 0;
+  if (layout == Layout::kDataParallel) {  // own pairs out and back, a balanced share of every rank's pairs served
+    const double pair = D + 2, served = S * k / n;
+    moe = 2 * St * k * pair + 2 * served * pair + St * k * D;
+  } else {
+    moe = step.exact ? S * k * D : S * D;
+  }
+  const double logits = double(std::max<int64_t>(step.logit_rows, 0)) * double(c.vocab_size);
+  return f * (streams + site + std::max(attn, moe) + logits);
+}
+
 Status check_rank_fits(const RankMemory& m, int32_t world, int32_t gpu, int64_t free_bytes, const std::string& gpu_name) {
-  const double need = m.weight_bytes(), gib = double(1 << 30);
+  const double need = m.total_bytes(), gib = double(1 << 30);
   if (need <= kWeightFraction * double(free_bytes)) return Status::ok();
+  const std::string more =
+      m.state_bytes + m.activation_bytes > 0
+          ? fmt::format(" and {:.1f} GiB of state + {:.1f} GiB of step activations ({:.1f} GiB in all)",
+                        m.state_bytes / gib, m.activation_bytes / gib, need / gib)
+          : std::string();
   return Status::errorf("model needs {:.1f} GiB of weights per GPU on {} GPU(s) ({:.1f} GiB replicated + {:.1f} GiB "
-                        "of routed experts) plus {:.0f}% headroom, but only {:.1f} GiB are free on GPU {} ('{}'); use "
-                        "more GPUs (--gpus) or fewer layers (--layers / num_hidden_layers in config.json)",
-                        need / gib, world, m.dense_bytes / gib, m.expert_bytes / gib, 100 * (1 - kWeightFraction),
-                        double(free_bytes) / gib, gpu, gpu_name);
+                        "of routed experts){} plus {:.0f}% headroom, but only {:.1f} GiB are free on GPU {} ('{}'); "
+                        "use more GPUs (--gpus), fewer layers (--layers / num_hidden_layers in config.json){}",
+                        m.weight_bytes() / gib, world, m.dense_bytes / gib, m.expert_bytes / gib, more,
+                        100 * (1 - kWeightFraction), double(free_bytes) / gib, gpu, gpu_name,
+                        m.state_bytes + m.activation_bytes > 0
+                            ? ", a smaller state budget (--state-memory-gb) or a smaller step (--max-num-batched-tokens)"
+                            : "");
 }
 
 namespace {
@@ -145,7 +191,8 @@ bool split_by_heads(const std::string& name) {  // the tensors TP divides: per-h
 
 LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::TensorSpec>& specs,
                            double (*bytes)(const model::TensorSpec&), int32_t gpus, int64_t batch, int64_t context,
-                           int64_t seqs_per_gpu, const Hardware& hw) {
+                           int64_t seqs_per_gpu, int64_t seqs_per_gpu_dp, const Hardware& hw) {
+  const int64_t dp_per_gpu = seqs_per_gpu_dp >= 0 ? seqs_per_gpu_dp : seqs_per_gpu;
   const double N = double(gpus), D = double(cfg.hidden_size), L = double(cfg.num_hidden_layers);
   const double k = double(cfg.num_experts_per_tok);
   double w_rep = 0, w_split = 0, p_rep = 0, p_split = 0;  // attention weight bytes / parameters
@@ -164,9 +211,9 @@ LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::
     LayoutEstimate e;
     e.layout = l;
     const bool dp = l == Layout::kDataParallel, tp = l == Layout::kTensorParallel;
-    e.sequences_fit = dp ? seqs_per_gpu * gpus : seqs_per_gpu;
+    e.sequences_fit = dp ? dp_per_gpu * gpus : seqs_per_gpu;
     e.seqs_per_rank = dp ? (batch + gpus - 1) / gpus : batch;
-    e.fits = seqs_per_gpu > 0 && batch <= e.sequences_fit;
+    e.fits = (dp ? dp_per_gpu : seqs_per_gpu) > 0 && batch <= e.sequences_fit;
     const double t = double(e.seqs_per_rank);  // tokens of the busiest rank's attention (one per sequence)
     if (gpus > 1) {
       const double ring = 2.0 * (N - 1) / N * 4.0 * double(batch) * D;  // one fp32 all-reduce of [batch, D]
@@ -190,7 +237,7 @@ LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::
                    ? fmt::format("the weights do not fit on {} GPU(s)", gpus)
                    : fmt::format("{} sequences of {} tokens fit in no layout (at most {} with DP attention)", batch,
                                  context, c.options.back().layout == Layout::kExpertParallel
-                                              ? seqs_per_gpu : seqs_per_gpu * gpus);
+                                              ? seqs_per_gpu : dp_per_gpu * gpus);
     return c;
   }
   const LayoutEstimate& b = c.options[size_t(c.best)];

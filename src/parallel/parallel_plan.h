@@ -53,6 +53,9 @@ Result<ExpertRange> expert_range(int64_t experts, int32_t rank, int32_t world);
 // ranks than heads some ranks hold none (the small test models).
 using HeadRange = ExpertRange;
 Result<HeadRange> head_range(int64_t heads, int32_t rank, int32_t world);
+// True when every rank's head_range holds whole output groups (heads / groups heads each; a rank may hold none):
+// the exact TP output projection (--batch-invariant) then gathers the groups' wo_a outputs, else the heads' outputs.
+bool heads_in_whole_groups(int64_t heads, int64_t groups, int32_t world);
 
 // Bytes of one tensor in its official storage format (FP4 with E8M0 per 32, FP8 with one scale per 128x128 block,
 // BF16, F32 vectors / tables).
@@ -65,16 +68,40 @@ double storage_bytes(const model::TensorSpec& spec);
 struct RankMemory {
   double dense_bytes = 0;    // replicated weights
   double expert_bytes = 0;   // this rank's routed experts
+  // Not weights (0 unless the caller counts them: rank_state_bytes, step_activation_bytes): the state cache this
+  // rank holds and one step's activations on it.
+  double state_bytes = 0;
+  double activation_bytes = 0;
   double weight_bytes() const { return dense_bytes + expert_bytes; }
+  double total_bytes() const { return weight_bytes() + state_bytes + activation_bytes; }
 };
 // `bytes`: a tensor's size (default: V4's storage_bytes; model::official_storage_bytes_v41 for V4.1).
 RankMemory rank_memory(const std::vector<model::TensorSpec>& specs, int32_t world, int32_t redundant = 0,
                        double (*bytes)(const model::TensorSpec&) = storage_bytes);
-// Fraction of a GPU's free memory the weights may take: the rest (8%) is left for the state cache, the step's
-// scratch and the CUDA graphs (the single-GPU runner's rule since it first refused models).
+// The state one rank holds of a state budget of `budget_bytes` (the engine's StateCache: slots and blocks of every
+// sequence): EP and TP replicate it (every rank runs attention for every sequence), DP splits it (each rank its own
+// sequences: budget / world).
+double rank_state_bytes(Layout layout, int32_t world, double budget_bytes);
+// One step's activations on one rank (docs/multi_gpu.md "Fit check"): the forward's largest live buffers, fp32,
+// for a step of `tokens` tokens (--max-num-batched-tokens) with `logit_rows` rows of logits: the residual streams,
+// the sublayer input and output, then the larger of the attention buffers (queries and outputs of this rank's heads,
+// the latent, compressor and indexer projections, the grouped output) and the MoE's (the partial output; the pair
+// outputs with `exact`, EP / TP under --batch-invariant; DP: the dispatched pairs, a balanced share of every rank's),
+// plus the logits. DP ranks run ceil(tokens / world) tokens' attention, TP ranks 1/world of the heads. An estimate
+// of the reference forward's buffers, not a measured peak of a device allocator.
+struct StepShape {
+  int64_t tokens = 2048;
+  int64_t logit_rows = 256;
+  bool exact = false;
+};
+double step_activation_bytes(const io::ModelConfig& cfg, Layout layout, int32_t world, const StepShape& step);
+// Fraction of a GPU's free memory the weights (and the state and activations, where counted) may take: the rest
+// (8%) is left for the allocator, other scratch and the CUDA graphs (the single-GPU runner's rule since it first
+// refused models).
 inline constexpr double kWeightFraction = 0.92;
-// ok when the rank's weights fit in kWeightFraction of free_bytes; else "needs X GiB per GPU, Y GiB free on GPU k"
-// with the advice to use more GPUs or fewer layers.
+// ok when the rank's total (weights + state + activations) fits in kWeightFraction of free_bytes; else "needs X GiB
+// of weights per GPU (and S GiB of state + A GiB of step activations), Y GiB free on GPU k" with the advice to use
+// more GPUs or fewer layers (or a smaller state budget / step).
 Status check_rank_fits(const RankMemory& m, int32_t world, int32_t gpu, int64_t free_bytes, const std::string& gpu_name);
 
 // The layout choice of `dsinfer plan` (docs/multi_gpu.md "Choosing a layout"): for one decode step of `batch`
@@ -107,9 +134,10 @@ struct LayoutChoice {
   std::string reason;                   // one sentence: why best wins (or why nothing fits)
 };
 // seqs_per_gpu: sequences of `context` tokens one GPU's state holds (dsinfer plan's sizing; 0 = the weights do not
-// fit). specs / bytes: the model's tensors and their storage size (as rank_memory).
+// fit); seqs_per_gpu_dp: the same for a DP rank (its share of the step's activations is smaller; < 0: seqs_per_gpu).
+// specs / bytes: the model's tensors and their storage size (as rank_memory).
 LayoutChoice choose_layout(const io::ModelConfig& cfg, const std::vector<model::TensorSpec>& specs,
                            double (*bytes)(const model::TensorSpec&), int32_t gpus, int64_t batch, int64_t context,
-                           int64_t seqs_per_gpu, const Hardware& hw = {});
+                           int64_t seqs_per_gpu, int64_t seqs_per_gpu_dp = -1, const Hardware& hw = {});
 
 }  // namespace dsinfer::parallel

@@ -110,19 +110,19 @@ inline void write_rank_requests(const std::string& path) {
       << 3 + i << ", " << 40 + 7 * i << ", 9, " << 100 + i << "]}}\n";
 }
 
-// Every fixture and the shipped model, with the rank counts their routed experts split over. DeepSeek-V4.1 runs
-// only the EP layout on the cpu ranks (its forward has no DP exchange or TP head split); its fixtures' WordLevel
-// tokenizer.json is read only by the Engram vocabulary, so the engine is given a byte-level one (v41_model_util.h).
+// Every fixture and the shipped model, with the rank counts their routed experts split over. DeepSeek-V4.1's
+// fixtures' WordLevel tokenizer.json is read only by the Engram vocabulary, so the engine is given a byte-level one
+// (v41_model_util.h).
 struct RankModel {
   std::string dir;
   int32_t vocab;
   std::vector<int32_t> ranks;
-  bool ep_only = false;
+  bool v41 = false;
   EngineOptions options(int32_t n, RankLayout l) const {
     EngineOptions o = rank_options(dir, n, l);
     static const ScratchDir tok_dir("rank_v41_tok");
     static const std::string tok = byte_tokenizer(tok_dir.path);
-    if (ep_only) o.tokenizer_path = tok;
+    if (v41) o.tokenizer_path = tok;
     return o;
   }
 };

@@ -116,6 +116,59 @@ TEST(ParallelMemory, FlashNeedsTwoGpus) {
   EXPECT_FALSE(parallel::check_rank_fits(two, 2, 1, h200_free / 2, "H200").is_ok());
 }
 
+// The fit check counts state and activations per rank, not only weights: V4-Flash on two H200s fits by its
+// weights (76.8 GiB) but not with a replicated 60 GiB state budget (EP: every rank holds all of it), while DP (each
+// rank half of it) does; one step's activations grow with the step, shrink per rank with DP (its share of the
+// tokens) and TP (its heads), and grow with --batch-invariant's exact gathers (the heads' outputs, k pair outputs
+// per token).
+TEST(ParallelMemory, FitCountsStateAndActivationsPerRank) {
+  auto cfg = io::load_model_config(test::source_dir() + "/configs/deepseek-v4-flash");
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+  using parallel::Layout;
+  const double gib = double(int64_t(1) << 30);
+  const int64_t h200_free = 141'000'000'000;
+  const parallel::StepShape step{2048, 256, false}, big{16384, 256, false}, exact{2048, 256, true};
+  const double ep = parallel::step_activation_bytes(*cfg, Layout::kExpertParallel, 2, step);
+  EXPECT_GT(ep, 0.1 * gib);
+  EXPECT_LT(ep, 4 * gib);
+  EXPECT_GT(parallel::step_activation_bytes(*cfg, Layout::kExpertParallel, 2, big), 4 * ep);
+  EXPECT_LT(parallel::step_activation_bytes(*cfg, Layout::kDataParallel, 8, step), ep);
+  EXPECT_LT(parallel::step_activation_bytes(*cfg, Layout::kTensorParallel, 8, step), ep);
+  EXPECT_GE(parallel::step_activation_bytes(*cfg, Layout::kExpertParallel, 2, exact), ep);
+  EXPECT_GT(parallel::step_activation_bytes(*cfg, Layout::kTensorParallel, 8, exact),
+            parallel::step_activation_bytes(*cfg, Layout::kTensorParallel, 8, step));
+  EXPECT_DOUBLE_EQ(parallel::rank_state_bytes(Layout::kExpertParallel, 2, 60 * gib), 60 * gib);
+  EXPECT_DOUBLE_EQ(parallel::rank_state_bytes(Layout::kTensorParallel, 2, 60 * gib), 60 * gib);
+  EXPECT_DOUBLE_EQ(parallel::rank_state_bytes(Layout::kDataParallel, 2, 60 * gib), 30 * gib);
+
+  parallel::RankMemory m = parallel::rank_memory(model::weight_specs(*cfg), 2);
+  ASSERT_TRUE(parallel::check_rank_fits(m, 2, 0, h200_free, "H200").is_ok());  // the weights alone fit
+  m.activation_bytes = ep;
+  m.state_bytes = parallel::rank_state_bytes(Layout::kExpertParallel, 2, 60 * gib);
+  const Status s = parallel::check_rank_fits(m, 2, 1, h200_free, "H200");
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("GiB of weights per GPU on 2 GPU(s)"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("60.0 GiB of state"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("GiB of step activations"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--state-memory-gb"), std::string::npos) << s.message();
+  m.state_bytes = parallel::rank_state_bytes(Layout::kDataParallel, 2, 60 * gib);
+  m.activation_bytes = parallel::step_activation_bytes(*cfg, Layout::kDataParallel, 2, step);
+  EXPECT_TRUE(parallel::check_rank_fits(m, 2, 1, h200_free, "H200").is_ok());
+}
+
+// Every rank holds whole output groups exactly when no rank's first head falls inside a group.
+TEST(ParallelMemory, HeadsInWholeGroups) {
+  EXPECT_TRUE(parallel::heads_in_whole_groups(64, 8, 8));   // V4-Flash: one group per rank
+  EXPECT_TRUE(parallel::heads_in_whole_groups(64, 8, 2));
+  EXPECT_TRUE(parallel::heads_in_whole_groups(128, 16, 8));
+  EXPECT_TRUE(parallel::heads_in_whole_groups(4, 2, 2));    // the 4-head test models at 2 ranks
+  EXPECT_FALSE(parallel::heads_in_whole_groups(4, 2, 4));   // ... split at 4 and 8
+  EXPECT_FALSE(parallel::heads_in_whole_groups(4, 2, 8));
+  EXPECT_FALSE(parallel::heads_in_whole_groups(6, 3, 4));   // tiny-v4-b: heads [1, 3) cross a group
+  EXPECT_TRUE(parallel::heads_in_whole_groups(6, 3, 3));
+  EXPECT_FALSE(parallel::heads_in_whole_groups(6, 4, 2));   // groups do not divide the heads
+}
+
 TEST(ParallelOptions, SizesAndTorchrunVariables) {
   using parallel::ParallelSizes;
   auto ok = [](const ParallelSizes& s, std::map<std::string, std::string> env, int32_t local) {

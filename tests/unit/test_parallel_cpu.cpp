@@ -49,16 +49,21 @@ TEST(CpuRanks, FaultAtLoadNamesTheRank) {
 }
 
 // A rank fails in step 3 (at its first collective, its peers waiting there: TP's first is the attention output's
-// all-reduce, EP's the MoE's) or throws std::bad_alloc in step 0: the step fails with the rank and the cause, every
-// request comes back (finished before the fault, or with the error), the engine says why it cannot run, and a
-// later request fails at once with the same reason.
+// all-reduce, EP's the MoE's; with --batch-invariant the exact gathers at the same places) or throws std::bad_alloc
+// in step 0: the step fails with the rank and the cause, every request comes back (finished before the fault, or
+// with the error), the engine says why it cannot run, and a later request fails at once with the same reason. Each
+// layout and mode under its own 30 s watchdog.
 TEST(CpuRanks, FaultInAStepEndsEveryRequestWithTheCause) {
-  within_30s([] {
-    for (const RankLayout layout : {RankLayout::kEP, RankLayout::kTP}) {
+  for (const auto& [lay, bi] : {std::pair{RankLayout::kEP, false}, std::pair{RankLayout::kTP, false},
+                                 std::pair{RankLayout::kEP, true}, std::pair{RankLayout::kTP, true}}) {
+    const RankLayout layout = lay;
+    const bool exact = bi;
+    within_30s([layout, exact] {
       for (const auto& [spec, cause] : {std::pair{"1:step:3", "rank 1 failed: injected fault in step 3"},
                                         std::pair{"3:alloc:0", "rank 3 failed: out of memory (std::bad_alloc)"}}) {
         dsinfer::EngineOptions o = options(dsinfer::test::source_dir() + "/models/dsv4-small", 4, layout);
         o.fault_injection = spec;
+        o.batch_invariant = exact;  // the exact gathers are the collectives the fault fires at
         std::string err;
         auto e = dsinfer::Engine::create(o, &err);
         ASSERT_NE(e, nullptr) << err;
@@ -92,8 +97,8 @@ TEST(CpuRanks, FaultInAStepEndsEveryRequestWithTheCause) {
         EXPECT_FALSE(e->step(&err));
         EXPECT_NE(err.find(cause), std::string::npos) << err;
       }
-    }
-  });
+    });
+  }
 }
 
 // The server over 2 ranks, rank 1 failing in step 2: the requests in flight end with 503 and the cause; the server

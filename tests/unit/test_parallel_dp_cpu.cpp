@@ -139,12 +139,13 @@ TEST(DpRanks, LayoutOptionsAreChecked) {
   EXPECT_NE(dsinfer::Engine::create(o, &err), nullptr) << err;
 }
 
-// dispatch_combine over the in-process group at 1, 2, 4 and 8 ranks: every pair's output equals the expert run on
-// the token's own rank (bitwise), with ranks of zero tokens; a bad expert id is an error naming it.
+// dispatch_combine over the in-process group at 1, 2, 4 and 8 ranks: every pair's output (its weight carried to the
+// expert's rank) equals the expert run on the token's own rank (bitwise), with ranks of zero tokens; a bad expert
+// id is an error naming it.
 TEST(ExpertDispatch, EveryPairComesBackFromItsExpertsRank) {
   const int64_t D = 8, k = 3, E = 16;
-  const dsinfer::parallel::ExpertFn expert = [](int32_t e, const float* x, float* y) {
-    for (int64_t d = 0; d < D; ++d) y[d] = x[d] * float(e + 1) + float(d) * 0.25f;
+  const dsinfer::parallel::ExpertFn expert = [](int32_t e, float w, const float* x, float* y) {
+    for (int64_t d = 0; d < D; ++d) y[d] = x[d] * float(e + 1) + float(d) * 0.25f + w;
   };
   for (int32_t n : {1, 2, 4, 8}) {
     auto comms = dsinfer::parallel::make_inprocess_group(n, {});
@@ -154,17 +155,18 @@ TEST(ExpertDispatch, EveryPairComesBackFromItsExpertsRank) {
       th.emplace_back([&, r] {
         std::mt19937 g(uint32_t(n * 100 + r));
         const int64_t T = r % 3 == 1 ? 0 : 1 + r;  // some ranks without tokens
-        std::vector<float> x(size_t(T * D));
+        std::vector<float> x(size_t(T * D)), wt(size_t(T * k));
         std::vector<int32_t> idx(size_t(T * k));
         for (float& v : x) v = float(g() % 1000) / 100.0f;
+        for (float& v : wt) v = float(g() % 1000) / 1000.0f;
         for (int32_t& e : idx) e = int32_t(g() % E);
         std::vector<float> y;
         dsinfer::parallel::DispatchStats st;
-        const auto s = dsinfer::parallel::dispatch_combine(*comms[size_t(r)], {T, k, D, E}, x, idx, expert, y, &st);
+        const auto s = dsinfer::parallel::dispatch_combine(*comms[size_t(r)], {T, k, D, E}, x, idx, wt, expert, y, &st);
         if (!s.is_ok() || int64_t(y.size()) != T * k * D) return;
         std::vector<float> want(static_cast<size_t>(D));
         for (int64_t a = 0; a < T * k; ++a) {
-          expert(idx[size_t(a)], x.data() + (a / k) * D, want.data());
+          expert(idx[size_t(a)], wt[size_t(a)], x.data() + (a / k) * D, want.data());
           for (int64_t d = 0; d < D; ++d)
             if (y[size_t(a * D + d)] != want[size_t(d)]) return;
         }
@@ -174,11 +176,50 @@ TEST(ExpertDispatch, EveryPairComesBackFromItsExpertsRank) {
     for (int32_t r = 0; r < n; ++r) EXPECT_EQ(ok[size_t(r)], 1) << n << " ranks, rank " << r;
   }
   auto one = dsinfer::parallel::make_inprocess_group(1, {});
-  std::vector<float> x(static_cast<size_t>(D));
+  std::vector<float> x(static_cast<size_t>(D)), wt(static_cast<size_t>(k));
   std::vector<float> y;
   std::vector<int32_t> idx = {0, 16, 1};
-  const auto s = dsinfer::parallel::dispatch_combine(*one[0], {1, k, D, E}, x, idx, expert, y);
+  const auto s = dsinfer::parallel::dispatch_combine(*one[0], {1, k, D, E}, x, idx, wt, expert, y);
   EXPECT_NE(s.message().find("routes to expert 16 outside [0, 16)"), std::string::npos) << s.message();
+}
+
+// gather_pair_outputs (EP / TP under --batch-invariant: every rank has the step's tokens) at 1, 2, 4 and 8 ranks:
+// every rank ends with every pair's output bitwise equal to the expert run locally (one owner's value plus zeros in
+// the sum), values far apart in magnitude included; each rank computes only its experts' pairs.
+TEST(ExpertDispatch, GatheredPairOutputsAreExactOnEveryRank) {
+  const int64_t D = 6, k = 2, E = 8, T = 5;
+  const dsinfer::parallel::ExpertFn expert = [](int32_t e, float w, const float* x, float* y) {
+    for (int64_t d = 0; d < D; ++d) y[d] = (x[d] * float(e + 1) + w) * (d % 2 ? 1e-30f : 3e20f);
+  };
+  std::mt19937 g(7);
+  std::vector<float> x(size_t(T * D)), wt(size_t(T * k));
+  std::vector<int32_t> idx(size_t(T * k));
+  for (float& v : x) v = float(int(g() % 2001) - 1000) / 7.0f;
+  for (float& v : wt) v = float(g() % 1000) / 999.0f;
+  for (int32_t& e : idx) e = int32_t(g() % E);
+  std::vector<float> want(size_t(T * k * D));
+  for (int64_t a = 0; a < T * k; ++a) expert(idx[size_t(a)], wt[size_t(a)], x.data() + (a / k) * D, want.data() + a * D);
+  for (int32_t n : {1, 2, 4, 8}) {
+    auto comms = dsinfer::parallel::make_inprocess_group(n, {});
+    std::vector<std::thread> th;
+    std::vector<std::vector<float>> got(static_cast<size_t>(n));
+    std::vector<int64_t> served(static_cast<size_t>(n), -1);
+    for (int32_t r = 0; r < n; ++r)
+      th.emplace_back([&, r] {
+        dsinfer::parallel::DispatchStats st;
+        const auto s = dsinfer::parallel::gather_pair_outputs(*comms[size_t(r)], {T, k, D, E}, x, idx, wt, expert,
+                                                              got[size_t(r)], &st);
+        if (s.is_ok()) served[size_t(r)] = st.pairs_served;
+      });
+    for (auto& t : th) t.join();
+    int64_t total = 0;
+    for (int32_t r = 0; r < n; ++r) {
+      EXPECT_EQ(got[size_t(r)], want) << n << " ranks, rank " << r;
+      EXPECT_GE(served[size_t(r)], 0) << n << " ranks, rank " << r;
+      total += served[size_t(r)];
+    }
+    EXPECT_EQ(total, T * k) << n << " ranks: each pair computed by exactly one rank";
+  }
 }
 
 // The StateCache split over ranks: admission balances by used state bytes, a sequence's blocks stay on its rank,
@@ -245,7 +286,11 @@ TEST(DpRanks, CliGenerateAndPlan) {
     EXPECT_NE(plan.out.find("DP: sequences"), std::string::npos) << plan.out;
     for (const dsinfer::MemoryPlanRow& r : p.rows) {
       EXPECT_EQ(r.sequences_ep, r.sequences);  // replicated: what one GPU holds
-      EXPECT_EQ(r.sequences_dp, int64_t(r.gpus) * r.sequences) << r.gpus;
+      // each GPU its own sequences, in what its weights and its share of the step's activations leave
+      EXPECT_LT(r.activation_bytes_dp, r.activation_bytes) << r.gpus;
+      EXPECT_EQ(r.sequences_dp, int64_t(r.gpus) * int64_t((r.limit_bytes - r.weight_bytes - r.activation_bytes_dp) /
+                                                           p.state_bytes_per_sequence)) << r.gpus;
+      EXPECT_GE(r.sequences_dp, int64_t(r.gpus) * r.sequences) << r.gpus;
       EXPECT_NE(plan.out.find(std::to_string(r.sequences_dp)), std::string::npos) << plan.out;
     }
   });

@@ -2,11 +2,13 @@
 // Engine and the CLI as a user runs them (docs/multi_gpu.md): EP (attention replicated, the MoE output all-reduced),
 // DP attention (--data-parallel-size N: each rank its sequences, routed pairs dispatched and combined) and TP
 // attention (--tensor-parallel-size N: each rank 1/N of the query heads, the attention output all-reduced too).
-// At 2, 4 and 8 ranks (3 and 6 for tiny-v4-c's 6 experts), on every DeepSeek-V4 fixture and the shipped model:
-// greedy tokens equal one rank's in every layout; DP's logprobs are bit-identical to one rank's (the combine is
-// the 1-rank accumulation on the token's own rank); EP's and TP's differ only where a rank rounds its partial sum
-// to fp32 before the rank-order fp64 reduction (a measured bound below). With --batch-invariant a request's tokens
-// and logprobs are bit-identical alone and batched, in every layout at every rank count.
+// At 2, 4 and 8 ranks (3 and 6 for tiny-v4-c's 6 experts; 2 and 4 for tiny-v41-b's 4), on every fixture (DeepSeek-V4
+// and V4.1) and the shipped model: greedy tokens equal one rank's in every layout; DP's logprobs are bit-identical
+// to one rank's (the combine is the 1-rank accumulation on the token's own rank); EP's and TP's differ only where a
+// rank rounds its partial sum to fp32 before the rank-order fp64 reduction (a measured bound below), except V4.1's
+// TP, which always gathers exactly. With --batch-invariant every layout's logprobs are bit-identical to one rank's
+// (EP and TP gather the pair outputs and the per-group wo_a outputs exactly), and a request's tokens and logprobs
+// are the same alone and batched.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,24 +39,30 @@ std::map<int, dsinfer::test::RankOut> run(const dsinfer::EngineOptions& o, const
 
 }  // namespace
 
-// Three requests, every fixture and the shipped model, each layout at each rank count: tokens equal to one rank's;
-// DP's logprobs bitwise. EP and TP: the partial sums' fp32 rounding before the reduction moves logprobs by at most
-// 8.3e-7 (EP, V4.1 included) and 1.4e-6 (TP) over these runs; the bound 1e-5 leaves a >= 7x margin and is far
-// below what a lost or doubled expert or head gives.
-TEST(CpuLayouts, EveryLayoutGivesOneRanksTokens) {
+// Three requests, every fixture and the shipped model, each layout at each rank count, without and with
+// --batch-invariant. Without: tokens equal to one rank's; DP's logprobs bitwise. EP and TP: the partial sums' fp32
+// rounding before the reduction moves logprobs by at most 8.3e-7 (EP, V4.1 included) and 1.4e-6 (TP) over these
+// runs; the bound 1e-5 leaves a >= 7x margin and is far below what a lost or doubled expert or head gives. With
+// --batch-invariant: tokens and logprobs bit-identical to one rank's in every layout (EXPECT_EQ on the floats). One
+// rank is the same run with or without the flag (the cpu reference is batch-invariant either way), checked here.
+TEST(CpuLayouts, EveryLayoutGivesOneRanksTokensAndBatchInvariantBits) {
   std::map<RankLayout, double> worst;
   for (const dsinfer::test::RankModel& m : dsinfer::test::rank_models()) {
     const auto one = run(m.options(1, RankLayout::kEP), {0, 1, 2}, 64, m.vocab);
     ASSERT_EQ(one.size(), 3u);
+    dsinfer::EngineOptions one_bi = m.options(1, RankLayout::kEP);
+    one_bi.batch_invariant = true;
+    dsinfer::test::expect_same_runs(one, run(one_bi, {0, 1, 2}, 64, m.vocab), m.dir + ": one rank, --batch-invariant");
     for (int32_t n : m.ranks)
       for (RankLayout l : kLayouts) {
-        if (m.ep_only && l != RankLayout::kEP) continue;
         const std::string what = m.dir + " at " + std::to_string(n) + " " + rank_layout_name(l) + " ranks";
+        dsinfer::EngineOptions bi = m.options(n, l);
+        bi.batch_invariant = true;
+        dsinfer::test::expect_same_runs(one, run(bi, {0, 1, 2}, 64, m.vocab), what + ", --batch-invariant");
+        // DP and V4.1's TP run the same code with and without the flag (cpu_parallel_runner.cpp load_rank): the
+        // run above is theirs both ways (bitwise), which keeps the suite's time down.
+        if (l == RankLayout::kDP || (m.v41 && l == RankLayout::kTP)) continue;
         const auto many = run(m.options(n, l), {0, 1, 2}, 64, m.vocab);
-        if (l == RankLayout::kDP) {
-          dsinfer::test::expect_same_runs(one, many, what);
-          continue;
-        }
         ASSERT_EQ(many.size(), 3u) << what;
         for (int i = 0; i < 3; ++i) {
           EXPECT_EQ(many.at(i).ids, one.at(i).ids) << what << ", prompt " << i;
@@ -64,39 +72,44 @@ TEST(CpuLayouts, EveryLayoutGivesOneRanksTokens) {
         }
       }
   }
-  std::printf("max |logprob(N ranks) - logprob(1 rank)|: EP %.3g, TP %.3g (DP: 0, bitwise)\n", worst[RankLayout::kEP],
-              worst[RankLayout::kTP]);
+  std::printf("max |logprob(N ranks) - logprob(1 rank)| without --batch-invariant: EP %.3g, TP %.3g (DP, V4.1 TP and "
+              "every layout with --batch-invariant: 0, bitwise)\n", worst[RankLayout::kEP], worst[RankLayout::kTP]);
   EXPECT_LT(worst[RankLayout::kEP], 1e-5);
   EXPECT_LT(worst[RankLayout::kTP], 1e-5);
 }
 
-// --batch-invariant, every layout at 2 and 8 ranks on tiny-v4-a, 4 on the shipped model and 3 on tiny-v4-c (3 and 4:
-// where NCCL's order would follow the message size): a request's tokens and logprobs are bit-identical alone and
-// batched with chunked prefills beside it, and its tokens equal one rank's (DP: its logprobs too). (The cpu backend
-// is batch-invariant with or without the flag; the test above covers every fixture at 2, 4 and 8 ranks.)
+// --batch-invariant, every layout at 2 and 8 ranks on tiny-v4-a, 4 on the shipped model, 3 on tiny-v4-c (3 and 4:
+// where NCCL's order would follow the message size) and 2 on tiny-v41-a in transformers numerics (the fp64 combine;
+// the test above runs V4.1's official one): a request's tokens and logprobs are bit-identical alone and batched with
+// chunked prefills beside it, and equal one rank's.
 TEST(CpuLayouts, BatchInvariantAloneEqualsBatchedInEveryLayout) {
-  for (const auto& [dir, vocab, counts] :
-       {std::tuple{dsinfer::test::own_fixture("tiny-v4-a"), 512, std::vector<int32_t>{2, 8}},
-        std::tuple{dsinfer::test::source_dir() + "/models/dsv4-small", 3072, std::vector<int32_t>{4}},
-        std::tuple{dsinfer::test::own_fixture("tiny-v4-c"), 256, std::vector<int32_t>{3}}}) {
-    dsinfer::EngineOptions one = rank_options(dir, 1, RankLayout::kEP);
+  const dsinfer::test::RankModel v41_hf{dsinfer::test::own_fixture("tiny-v41-a"), 512, {2}, true};
+  for (const auto& [m, numerics] :
+       {std::pair{dsinfer::test::RankModel{dsinfer::test::own_fixture("tiny-v4-a"), 512, {2, 8}}, "official"},
+        std::pair{dsinfer::test::RankModel{dsinfer::test::source_dir() + "/models/dsv4-small", 3072, {4}}, "official"},
+        std::pair{dsinfer::test::RankModel{dsinfer::test::own_fixture("tiny-v4-c"), 256, {3}}, "official"},
+        std::pair{v41_hf, "hf"}}) {
+    dsinfer::EngineOptions one = m.options(1, RankLayout::kEP);
     one.batch_invariant = true;
-    const auto base = run(one, {0, 1, 2, 3}, 16, vocab);
-    for (int32_t n : counts)
+    one.numerics = numerics;
+    const auto base = run(one, {0, 1, 2, 3}, 16, m.vocab);
+    for (int32_t n : m.ranks)
       for (RankLayout l : kLayouts) {
-        const std::string what = dir + " at " + std::to_string(n) + " " + rank_layout_name(l) + " ranks";
-        dsinfer::EngineOptions o = rank_options(dir, n, l);
+        const std::string what = m.dir + " (" + numerics + ") at " + std::to_string(n) + " " + rank_layout_name(l) +
+                                 " ranks";
+        dsinfer::EngineOptions o = m.options(n, l);
         o.batch_invariant = true;
-        const auto together = run(o, {0, 1, 2, 3}, 16, vocab);
-        dsinfer::test::expect_same_runs(run(o, {3}, 64, vocab), {{3, together.at(3)}}, what + ", alone vs batched");
-        if (l == RankLayout::kDP) dsinfer::test::expect_same_runs(base, together, what + " vs one rank");
-        for (const auto& [i, x] : base) EXPECT_EQ(together.at(i).ids, x.ids) << what << ", prompt " << i;
+        o.numerics = numerics;
+        const auto together = run(o, {0, 1, 2, 3}, 16, m.vocab);
+        dsinfer::test::expect_same_runs(run(o, {3}, 64, m.vocab), {{3, together.at(3)}}, what + ", alone vs batched");
+        dsinfer::test::expect_same_runs(base, together, what + " vs one rank");
       }
   }
 }
 
 // The user's path: `dsinfer generate --backend cpu --gpus 4 --tensor-parallel-size 4` writes one rank's completions
-// (text and tokens; logprobs within the bound above), and the layout flags are checked with clear errors.
+// (text and tokens; logprobs within the bound above, and equal with --batch-invariant), and the layout flags are
+// checked with clear errors.
 TEST(CpuLayouts, CliGenerateWithTensorParallelRanks) {
   within_30s([] {
     dsinfer::test::ScratchDir d("tp_cli");
@@ -121,6 +134,15 @@ TEST(CpuLayouts, CliGenerateWithTensorParallelRanks) {
       ASSERT_EQ(lx.size(), ly.size()) << i;
       for (size_t k = 0; k < lx.size(); ++k) EXPECT_NEAR(lx[k].get<double>(), ly[k].get<double>(), 1e-5) << i;
     }
+    // --batch-invariant: the same logprobs, bit for bit (the JSON numbers compared as written)
+    auto bi = dsinfer::test::run_cli(d, base + " --gpus 4 --tensor-parallel-size 4 --batch-invariant --output " +
+                                            d.str() + "/bi.jsonl");
+    ASSERT_EQ(bi.rc, 0) << bi.err;
+    const auto c = dsinfer::test::read_jsonl(d.str() + "/bi.jsonl");
+    ASSERT_EQ(c.size(), 5u);
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_EQ(a[i]["response"]["body"]["choices"][0]["logprobs"], c[i]["response"]["body"]["choices"][0]["logprobs"])
+          << i;
     const auto both = dsinfer::test::run_cli(d, base + " --gpus 4 --tensor-parallel-size 4 --data-parallel-size 4 "
                                              "--output " + d.str() + "/x.jsonl");
     EXPECT_NE(both.rc, 0);
@@ -143,22 +165,14 @@ TEST(CpuLayouts, PlanSaysWhichLayoutAndWhy) {
             std::string::npos) << r.out;
   EXPECT_NE(r.out.find("pick for 1 GPU(s), batch 1: none: the weights do not fit"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("<- pick"), std::string::npos) << r.out;
+  // one step's activations per GPU are counted before the state (docs/multi_gpu.md "Fit check")
+  const auto step = dsinfer::test::run_cli(d, "plan --model " + dsinfer::test::source_dir() +
+                                                  "/configs/deepseek-v4-flash --gpus 2 --max-num-batched-tokens 8192");
+  ASSERT_EQ(step.rc, 0) << step.err;
+  EXPECT_NE(step.out.find("activations: one step of 8192 tokens per GPU"), std::string::npos) << step.out;
+  EXPECT_NE(step.out.find("activations GiB"), std::string::npos) << step.out;
   const auto bad = dsinfer::test::run_cli(d, "plan --model " + dsinfer::test::source_dir() +
                                                  "/configs/deepseek-v4-flash --batch 0");
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("--batch"), std::string::npos) << bad.err;
-}
-
-// DeepSeek-V4.1 runs the EP layout on the cpu ranks (above); DP and TP attention are refused by name at load.
-TEST(CpuLayouts, V41RefusesDpAndTpByName) {
-  within_30s([] {
-    for (const auto& [l, want] : {std::pair{RankLayout::kDP, "DP attention (--data-parallel-size > 1) is not implemented "
-                                                            "for DeepSeek-V4.1 yet"},
-                                  std::pair{RankLayout::kTP, "tensor-parallel attention over several ranks is not "
-                                                            "implemented for this model"}}) {
-      std::string err;
-      EXPECT_EQ(dsinfer::Engine::create(rank_options(dsinfer::test::own_fixture("tiny-v41-a"), 2, l), &err), nullptr);
-      EXPECT_NE(err.find(want), std::string::npos) << err;
-    }
-  });
 }

@@ -21,9 +21,9 @@ class CpuModel {
   virtual const model::Numerics& numerics() const = 0;
   virtual bool fp32_weights() const = 0;  // every float weight was stored as F32
   virtual void set_tap(model::TapFn tap) = 0;
-  // Expert parallelism (cpu_parallel_runner.h); DeepSeek-V4, and V4.1 without DP attention.
+  // Expert parallelism (cpu_parallel_runner.h): DeepSeek-V4 and V4.1, every layout.
   virtual Status set_expert_shard(model::ExpertShard shard) = 0;
-  // Tensor-parallel attention (cpu_parallel_runner.h); DeepSeek-V4 only.
+  // Tensor-parallel attention (cpu_parallel_runner.h): DeepSeek-V4 and V4.1.
   virtual Status set_head_shard(model::HeadShard heads) = 0;
   virtual Status forward(const model::StatePool& state, std::span<const model::SeqChunk> chunks,
                          std::vector<float>& logits) = 0;
@@ -45,8 +45,7 @@ class CpuModelOf final : public CpuModel {
       m_->set_head_shard(std::move(heads));
       return Status::ok();
     } else {
-      return Status::error("tensor-parallel attention over several ranks is not implemented for this model "
-                           "(DeepSeek-V4 only)");
+      return Status::error("tensor-parallel attention over several ranks is not implemented for this model");
     }
   }
   Status forward(const model::StatePool& state, std::span<const model::SeqChunk> chunks, std::vector<float>& logits) override {

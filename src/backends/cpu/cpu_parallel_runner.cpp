@@ -80,6 +80,8 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
     return st.is_ok() ? st : health();
   }
   Status load_rank(const runner::RunnerOptions& opts, int32_t r);
+  // The planted step fault of rank r, fired at its first collective of that step (its peers wait there).
+  Status step_fault(int32_t r) const { return fault_.hits_step(r, steps_) ? fault_.fire(steps_) : Status::ok(); }
   Status copy_one(const cache::StateCopy& c);
   // DP: each region on the rank holding its block (snapshots: the shared pool), host bytes back to back.
   Status regions_dp(std::span<const cache::StateRegion> regions, uint8_t* host, size_t bytes, cache::CopyRun::Dir dir);
@@ -111,28 +113,47 @@ Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r
   DSI_ASSIGN_OR_RETURN(const parallel::ExpertRange range, parallel::expert_range(cfg.n_routed_experts, r, n));
   model::ExpertShard shard;
   parallel::Communicator* comm = comms_[size_t(r)].get();
+  const parallel::DispatchShape shape{0, cfg.num_experts_per_tok, cfg.hidden_size, cfg.n_routed_experts};
   if (dp()) {  // this rank's tokens only; the routed pairs go to the experts' ranks, the shared expert stays here
-    const parallel::DispatchShape shape{0, cfg.num_experts_per_tok, cfg.hidden_size, cfg.n_routed_experts};
     shard.exchange = [this, comm, r, shape](int64_t, std::span<const float> x, std::span<const int32_t> idx,
-                                            const model::ExpertCompute& compute, std::vector<float>& y) -> Status {
-      if (fault_.hits_step(r, steps_)) return fault_.fire(steps_);
+                                            std::span<const float> wt, const model::ExpertCompute& compute,
+                                            std::vector<float>& y) -> Status {
+      DSI_RETURN_IF_ERROR(step_fault(r));
       parallel::DispatchShape sh = shape;
       sh.tokens = int64_t(idx.size()) / shape.topk;
-      return parallel::dispatch_combine(*comm, sh, x, idx, compute, y, &traffic_[size_t(r)]);
+      return parallel::dispatch_combine(*comm, sh, x, idx, wt, compute, y, &traffic_[size_t(r)]);
     };
   } else {  // EP and TP: every rank every token; its experts' partial MoE output summed over the ranks
     // A rank's partial sum, reduced in rank order (fp64, one rounding); a step fault fires at the rank's first.
+    // Also the exact gathers (a buffer this rank fills only its part of: the sum is an all-gather).
     const auto reduce = [this, comm, r](std::vector<float>& partial) -> Status {
-      if (fault_.hits_step(r, steps_)) return fault_.fire(steps_);
+      DSI_RETURN_IF_ERROR(step_fault(r));
       return comm->all_reduce_sum(partial.data(), partial.size(), nullptr);
     };
     shard.lo = range.lo;
     shard.hi = range.hi;
     shard.shared = r == 0;
     shard.reduce = reduce;
-    if (layout_ == parallel::Layout::kTensorParallel) {  // and its query heads' partial attention output
+    if (opts.batch_invariant) {  // N ranks give one rank's bits: every pair's output gathered, combined here
+      shard.exchange = [this, comm, r, shape](int64_t, std::span<const float> x, std::span<const int32_t> idx,
+                                              std::span<const float> wt, const model::ExpertCompute& compute,
+                                              std::vector<float>& y) -> Status {
+        DSI_RETURN_IF_ERROR(step_fault(r));
+        parallel::DispatchShape sh = shape;
+        sh.tokens = int64_t(idx.size()) / shape.topk;
+        return parallel::gather_pair_outputs(*comm, sh, x, idx, wt, compute, y, &traffic_[size_t(r)]);
+      };
+    }
+    if (layout_ == parallel::Layout::kTensorParallel) {  // and its query heads' share of the attention output
       DSI_ASSIGN_OR_RETURN(const parallel::HeadRange heads, parallel::head_range(cfg.num_attention_heads, r, n));
-      DSI_RETURN_IF_ERROR(model->set_head_shard({heads.lo, heads.hi, reduce}));
+      model::HeadShard hs;
+      hs.lo = heads.lo;
+      hs.hi = heads.hi;
+      hs.exact = opts.batch_invariant;
+      hs.whole_groups = parallel::heads_in_whole_groups(cfg.num_attention_heads, cfg.o_groups, n);
+      hs.reduce = reduce;
+      hs.gather = reduce;
+      DSI_RETURN_IF_ERROR(model->set_head_shard(std::move(hs)));
     }
   }
   DSI_RETURN_IF_ERROR(model->set_expert_shard(std::move(shard)));

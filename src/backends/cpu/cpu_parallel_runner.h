@@ -10,6 +10,10 @@
 // TP attention (--tensor-parallel-size N, docs/multi_gpu.md "TP attention"): as EP (state replicated, experts
 // split), and each rank runs the query heads parallel::head_range gives it; the partial attention outputs are
 // summed in rank order as the MoE's are.
+// --batch-invariant (EP, TP): N ranks give one rank's bits. No rank rounds a partial sum: each MoE layer gathers
+// every (token, top-k slot) pair's expert output exactly (parallel::gather_pair_outputs) and every rank combines
+// them in the one-rank order; TP gathers the per-group wo_a outputs (model::HeadShard's exact way) and runs wo_b
+// whole on every rank. DeepSeek-V4.1's TP always takes the exact way.
 // A failure on any rank (load, step, an exception) aborts the group, so no rank hangs, and ends the runner: every
 // later call returns "rank R failed: <cause>" (health()).
 #pragma once
@@ -19,8 +23,7 @@
 
 namespace dsinfer::backends {
 
-// opts.gpus ranks (> 1) of opts.model_dir (n_routed_experts % ranks == 0): DeepSeek-V4 in every layout,
-// DeepSeek-V4.1 in EP only (its forward has the expert hook, not DP's exchange nor TP's head split).
+// opts.gpus ranks (> 1) of opts.model_dir (n_routed_experts % ranks == 0): DeepSeek-V4 and V4.1 in every layout.
 Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(const runner::RunnerOptions& opts);
 
 }  // namespace dsinfer::backends
