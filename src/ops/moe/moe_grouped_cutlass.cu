@@ -140,9 +140,9 @@ __global__ void moe_cutlass_args_kernel(MoeCutlassGemmArgs a, ArgArrays r) {
   r.lsfb[g] = ScaleConfig::tile_atom_to_shape_SFB(make_shape(m, n, k, 1));
 }
 
-typename Gemm::Arguments gemm_arguments(int64_t groups, const ArgArrays& r, int sm_count) {
+typename Gemm::Arguments gemm_arguments(int64_t groups, const ArgArrays& r, int device, int sm_count) {
   cutlass::KernelHardwareInfo hw;
-  hw.device_id = 0;
+  hw.device_id = device;
   hw.sm_count = sm_count;
   typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
                                 {int(groups), r.shapes, nullptr},
@@ -155,8 +155,10 @@ typename Gemm::Arguments gemm_arguments(int64_t groups, const ArgArrays& r, int 
   return args;
 }
 
-int device_sm_count() {
-  int dev = 0, sms = 0;
+// The current device and its SM count (0 without a device).
+int device_sm_count(int& dev) {
+  int sms = 0;
+  dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
   return sms;
@@ -167,25 +169,28 @@ int device_sm_count() {
 namespace detail {
 
 size_t moe_cutlass_workspace_bytes(int64_t groups) {
+  int dev = 0;
+  const int sms = device_sm_count(dev);
   const ArgArrays probe = carve(nullptr, groups, 0);
-  const size_t cutlass_bytes = Gemm::get_workspace_size(gemm_arguments(groups, probe, device_sm_count()));
+  const size_t cutlass_bytes = Gemm::get_workspace_size(gemm_arguments(groups, probe, dev, sms > 0 ? sms : 1));
   return carve(nullptr, groups, cutlass_bytes).bytes;
 }
 
 const char* launch_moe_cutlass_gemm(const MoeCutlassGemmArgs& a, void* ws, size_t ws_bytes, void* stream) {
   const int64_t groups = a.experts * a.sets;
   if (groups <= 0) return nullptr;
-  const int sms = device_sm_count();
+  int dev = 0;
+  const int sms = device_sm_count(dev);
   if (sms <= 0) return "no CUDA device";
   ArgArrays r = carve(ws, groups, 0);
-  const typename Gemm::Arguments probe = gemm_arguments(groups, r, sms);
+  const typename Gemm::Arguments probe = gemm_arguments(groups, r, dev, sms);
   const size_t cutlass_bytes = Gemm::get_workspace_size(probe);
   r = carve(ws, groups, cutlass_bytes);
   if (r.bytes > ws_bytes) return "the workspace is smaller than moe_cutlass_workspace_bytes";
   auto* st = static_cast<cudaStream_t>(stream);
   moe_cutlass_args_kernel<<<unsigned((groups + 127) / 128), 128, 0, st>>>(a, r);
   if (cudaPeekAtLastError() != cudaSuccess) return "moe_cutlass_args_kernel did not launch";
-  const typename Gemm::Arguments args = gemm_arguments(groups, r, sms);
+  const typename Gemm::Arguments args = gemm_arguments(groups, r, dev, sms);
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return "CUTLASS can_implement refused the problem";
   if (gemm.initialize(args, r.cutlass_ws, st) != cutlass::Status::kSuccess) return "CUTLASS initialize failed";
