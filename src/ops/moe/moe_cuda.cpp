@@ -52,7 +52,10 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(sh1_.alloc(t1 * size_t(inter), "moe shared h1"));
   DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
   DSI_RETURN_IF_ERROR(shy_.alloc(t1 * size_t(dim), "moe shared out"));
-  cutlass_scale_bytes_ = size_t(3 * experts * ((inter + 127) / 128) * ((dim + 127) / 128)) * sizeof(float);
+  // rounded to 256 bytes: the argument arrays and CUTLASS's tensor maps after the scales need 128-byte alignment (a
+  // 96-byte scale region gave cudaErrorMisalignedAddress on the H200)
+  cutlass_scale_bytes_ = (size_t(3 * experts * ((inter + 127) / 128) * ((dim + 127) / 128)) * sizeof(float) + 255) &
+                         ~size_t(255);
   DSI_RETURN_IF_ERROR(cutlass_.alloc(cutlass_scale_bytes_ + detail::moe_cutlass_workspace_bytes(2 * experts),
                                      "moe CUTLASS arguments"));
   T_ = T;

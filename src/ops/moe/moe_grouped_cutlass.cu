@@ -187,6 +187,7 @@ const char* launch_moe_cutlass_gemm(const MoeCutlassGemmArgs& a, void* ws, size_
   const size_t cutlass_bytes = Gemm::get_workspace_size(probe);
   r = carve(ws, groups, cutlass_bytes);
   if (r.bytes > ws_bytes) return "the workspace is smaller than moe_cutlass_workspace_bytes";
+  if (reinterpret_cast<uintptr_t>(ws) % 256 != 0) return "the workspace is not 256-byte aligned (TMA descriptors)";
   auto* st = static_cast<cudaStream_t>(stream);
   moe_cutlass_args_kernel<<<unsigned((groups + 127) / 128), 128, 0, st>>>(a, r);
   if (cudaPeekAtLastError() != cudaSuccess) return "moe_cutlass_args_kernel did not launch";

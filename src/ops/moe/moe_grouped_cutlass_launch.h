@@ -32,6 +32,7 @@ namespace detail {
 // Device bytes launch_moe_cutlass_gemm needs for up to `groups` (expert, set) groups: its argument arrays and
 // CUTLASS's own workspace (per-SM tensor maps).
 size_t moe_cutlass_workspace_bytes(int64_t groups);
+// ws must be 256-byte aligned (CUTLASS keeps TMA descriptors in it).
 // Writes the per-group arguments (problem shape from offsets, pointers, strides, scale layouts) into ws with one
 // small kernel, then runs the grouped GEMM ("moe_cutlass_args_kernel", CUTLASS's GemmUniversal kernel). Null on
 // success; else what CUTLASS refused (nothing was launched then, or the launch failed).

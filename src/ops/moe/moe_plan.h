@@ -61,8 +61,8 @@ inline constexpr int64_t kMoeInvariantChunkT = 1024;
 inline constexpr int64_t kMoeDefaultFastMaxT = 1024;
 
 // MoePath::Fast takes the CUTLASS grouped FP8 GEMMs (FP8_BLOCK experts) from this many tokens, the expert GEMMs
-// below. Measured on the H200 (bench/NOTES.md, session 13): faster than the exact path's tiled GEMMs at 512 (the
-// smallest T measured).
+// below. Measured on the H200 (bench/NOTES.md, session 13, routed only at V4-Flash shapes): 2.30 / 2.71 / 9.27 ms at
+// T = 512 / 4,096 / 16,384 against the exact path's tiled GEMMs' 7.71 / 14.89 / 47.25; 512 is the smallest T measured.
 inline constexpr int64_t kMoeCutlassMinT = 512;
 
 // FP4_G32 experts with E8M0 scales, dim % 128 == 0 and inter % 128 == 0.
