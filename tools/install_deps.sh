@@ -40,4 +40,12 @@ if { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
   ! python3 -c "import nvidia.nccl" >/dev/null 2>&1; then
   pip_install nvidia-nccl-cu13 "the cuda build will stop at cmake/nccl.cmake"
 fi
+# nvidia-cutlass (pinned): the CUTLASS / CuTe headers of the grouped FP8 MoE GEMM (cmake/cutlass.cmake reads only its
+# source/include folder, so its Python dependencies are not installed: --no-deps). Only where nvcc is present.
+if { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+  [ "$(python3 -c 'import importlib.metadata as m; print(m.version("nvidia-cutlass"))' 2>/dev/null)" != 4.2.0.0 ]; then
+  python3 -m pip install --quiet --no-deps nvidia-cutlass==4.2.0.0 >/dev/null 2>&1 ||
+    python3 -m pip install --quiet --no-deps --break-system-packages nvidia-cutlass==4.2.0.0 >/dev/null 2>&1 ||
+    echo "install_deps: could not install nvidia-cutlass==4.2.0.0; the cuda build will stop at cmake/cutlass.cmake" >&2
+fi
 exit 0

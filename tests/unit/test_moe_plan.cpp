@@ -104,6 +104,40 @@ TEST(MoePlan, Fp8GroupedForPrefill) {
   EXPECT_EQ(moe_shared_precision(MoePath::GroupedFp8, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
 }
 
+// The CUTLASS grouped FP8 GEMMs: FP8_BLOCK experts with 128 x 128 blocks (E8M0 or fp32 scales), 128 multiples and
+// inter <= dim; MoePath::CutlassFp8 at any T, MoePath::Fast from kMoeCutlassMinT tokens (the expert GEMMs below);
+// never for FP4 experts, Exact, Invariant or Default.
+TEST(MoePlan, CutlassForFp8ExpertsAtPrefill) {
+  const MoeExpertsDevice fp8 = experts(WeightFormat::FP8_BLOCK, kFlashE, 4096, 2048);
+  EXPECT_TRUE(moe_cutlass_supported(fp8));
+  MoeExpertsDevice f32_scales = fp8;
+  f32_scales.w2.scale_e8m0 = false;
+  EXPECT_TRUE(moe_cutlass_supported(f32_scales));
+  EXPECT_FALSE(moe_cutlass_supported(experts(WeightFormat::FP4_G32, kFlashE, 4096, 2048)));
+  EXPECT_FALSE(moe_cutlass_supported(experts(WeightFormat::FP8_BLOCK, kSmallE, 256, 384)));  // inter > dim
+  EXPECT_FALSE(moe_cutlass_supported(experts(WeightFormat::FP8_BLOCK, kSmallE, 256, 96)));
+  MoeExpertsDevice b64 = fp8;
+  b64.w1.block_k = 64;
+  EXPECT_FALSE(moe_cutlass_supported(b64));
+  auto kernels = [](MoePath path, int64_t T, bool cutlass) {
+    return plan_moe(path, false, T, kFlashK, true, true, cutlass).experts;
+  };
+  for (int64_t T : {1, 511, 512, 16384}) EXPECT_EQ(kernels(MoePath::CutlassFp8, T, true), MoeExpertKernels::kCutlassFp8);
+  EXPECT_EQ(kernels(MoePath::Fast, kMoeCutlassMinT, true), MoeExpertKernels::kCutlassFp8);
+  EXPECT_EQ(kernels(MoePath::Fast, kMoeCutlassMinT - 1, true), MoeExpertKernels::kGemm);
+  EXPECT_EQ(kernels(MoePath::Fast, 4096, false), MoeExpertKernels::kGemm);
+  EXPECT_EQ(kernels(MoePath::CutlassFp8, 4096, false), MoeExpertKernels::kGemm);
+  for (MoePath path : {MoePath::Exact, MoePath::Invariant, MoePath::Grouped, MoePath::GroupedFp8})
+    EXPECT_EQ(kernels(path, 4096, true), MoeExpertKernels::kGemm);
+  const MoePlan p = plan_moe(MoePath::Fast, false, 4096, kFlashK, true, true, true);
+  EXPECT_TRUE(p.side_stream);
+  EXPECT_FALSE(p.direct_x);
+  EXPECT_TRUE(plan_moe(MoePath::CutlassFp8, false, 64, kFlashK, false, true, true).prep_one_launch);
+  EXPECT_EQ(moe_shared_precision(MoePath::CutlassFp8, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
+  // FP4 experts keep their kernels whatever cutlass_supported says (it is false for them)
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true, false).experts, MoeExpertKernels::kGroupedFp8);
+}
+
 // The expert GEMMs: the skinny kernel while the rows average <= 8 per expert (and 16-byte vectors are legal), else
 // the tiled kernel over the average expert's row tiles + 1 per block.
 TEST(MoePlan, ExpertGemmKernel) {

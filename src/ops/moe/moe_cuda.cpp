@@ -22,6 +22,7 @@
 #include "ops/gemm/gemm_official_cuda.h"
 #include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
+#include "ops/moe/moe_grouped_cutlass_launch.h"
 #include "ops/moe/moe_grouped_launch.h"
 
 namespace dsinfer::ops::cuda {
@@ -51,6 +52,12 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(sh1_.alloc(t1 * size_t(inter), "moe shared h1"));
   DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
   DSI_RETURN_IF_ERROR(shy_.alloc(t1 * size_t(dim), "moe shared out"));
+  // rounded to 256 bytes: the argument arrays and CUTLASS's tensor maps after the scales need 128-byte alignment (a
+  // 96-byte scale region gave cudaErrorMisalignedAddress on the H200)
+  cutlass_scale_bytes_ = (size_t(3 * experts * ((inter + 127) / 128) * ((dim + 127) / 128)) * sizeof(float) + 255) &
+                         ~size_t(255);
+  DSI_RETURN_IF_ERROR(cutlass_.alloc(cutlass_scale_bytes_ + detail::moe_cutlass_workspace_bytes(2 * experts),
+                                     "moe CUTLASS arguments"));
   T_ = T;
   topk_ = topk;
   dim_ = dim;
@@ -243,6 +250,51 @@ Status moe_grouped_fp8_experts(const float* x, int64_t n, const MoeExpertsDevice
   return Status::ok();
 }
 
+// CUTLASS grouped FP8 path of the routed experts (FP8_BLOCK experts): x quantized in permuted row order to e4m3 +
+// 1x128 scales in h3; gate (into h1) and up (into yp: inter <= dim) fp32 [n, I] by one grouped GEMM of 2 E groups;
+// clamped SwiGLU quantized like x into h3 (x is dead by then); the down GEMM into yp. E8M0 weight scales are widened
+// to fp32 in the workspace first (fp32 ones are read in place).
+Status moe_cutlass_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit, const int32_t* offsets,
+                           const int32_t* perm, float* h1, float* h3, float* yp, uint8_t* cws, size_t scale_bytes,
+                           size_t cws_bytes, void* stream) {
+  const int64_t E = ex.experts, D = ex.dim, I = ex.inter, B = kMoeCutlassBlock;
+  const int64_t count = (I / B) * (D / B);  // scale blocks per expert weight, [N / 128, K / 128]
+  auto* q = reinterpret_cast<uint8_t*>(h3);
+  auto* qs = reinterpret_cast<float*>(q + n * std::max(D, I));
+  float* fs = reinterpret_cast<float*>(cws);
+  const DeviceExpertWeights* w[3] = {&ex.w1, &ex.w3, &ex.w2};
+  const float* flat[3] = {};
+  for (int i = 0; i < 3; ++i)
+    if (w[i]->scale_e8m0) {
+      flat[i] = fs + i * E * count;
+      detail::launch_moe_cutlass_scales(w[i]->scale, E, count, fs + i * E * count, stream);
+    }
+  detail::launch_moe_cutlass_quant(x, perm, offsets, E, n, D, q, qs, stream);
+  MoeCutlassGemmArgs gate_up{.experts = E, .N = I, .K = D, .offsets = offsets, .a = q, .a_scale = qs, .sets = 2};
+  MoeCutlassGemmArgs down{.experts = E, .N = D, .K = I, .offsets = offsets, .a = q, .a_scale = qs, .sets = 1};
+  gate_up.w[0] = ex.w1.data;
+  gate_up.w[1] = ex.w3.data;
+  gate_up.w_scale[0] = flat[0];
+  gate_up.w_scale[1] = flat[1];
+  gate_up.w_scale_ptr[0] = ex.w1.scale;
+  gate_up.w_scale_ptr[1] = ex.w3.scale;
+  gate_up.d[0] = h1;
+  gate_up.d[1] = yp;
+  down.w[0] = ex.w2.data;
+  down.w_scale[0] = flat[2];
+  down.w_scale_ptr[0] = ex.w2.scale;
+  down.d[0] = yp;
+  uint8_t* args_ws = cws + scale_bytes;
+  if (const char* why = detail::launch_moe_cutlass_gemm(gate_up, args_ws, cws_bytes - scale_bytes, stream))
+    return Status::errorf("moe_cuda: CUTLASS grouped FP8 gate/up GEMM (n = {} rows, dim = {}, inter = {}): {}", n, D,
+                          I, why);
+  detail::launch_moe_cutlass_swiglu_quant(h1, yp, offsets, E, n, I, limit, q, qs, stream);
+  if (const char* why = detail::launch_moe_cutlass_gemm(down, args_ws, cws_bytes - scale_bytes, stream))
+    return Status::errorf("moe_cuda: CUTLASS grouped FP8 down GEMM (n = {} rows, dim = {}, inter = {}): {}", n, D, I,
+                          why);
+  return Status::ok();
+}
+
 // Routed experts through the grouped GEMMs (MoePath::Exact, and Invariant for formats the fast path lacks).
 Status exact_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit, const int32_t* offsets,
                      const int32_t* perm, float* h1, float* h3, float* yp, void* stream, bool skinny_ok) {
@@ -309,8 +361,8 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data();
 
   // the direct read uses 16-byte loads: x must be 16-byte aligned (rows are, D % 128 == 0)
-  const MoePlan plan =
-      plan_moe(path, moe_fast_supported(ex), T, topk, shared != nullptr, reinterpret_cast<uintptr_t>(x) % 16 == 0);
+  const MoePlan plan = plan_moe(path, moe_fast_supported(ex), T, topk, shared != nullptr,
+                                reinterpret_cast<uintptr_t>(x) % 16 == 0, moe_cutlass_supported(ex));
   const bool fast = plan.experts != MoeExpertKernels::kGemm;
   int32_t* active = fast ? ws.active_.data() : nullptr;
 
@@ -330,7 +382,11 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     if (st.is_ok()) detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
     if (st.is_ok()) st = check_launch_status("moe_scatter_kernel");
   }
-  if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedFp8) {
+  if (st.is_ok() && plan.experts == MoeExpertKernels::kCutlassFp8) {
+    st = moe_cutlass_experts(x, n, ex, limit, offsets, perm, h1, h3, yp, ws.cutlass_.data(), ws.cutlass_scale_bytes_,
+                             ws.cutlass_.size(), stream);
+    if (st.is_ok()) st = check_launch_status("moe_cutlass_quant_kernel / CUTLASS grouped GEMM / swiglu_quant");
+  } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedFp8) {
     st = moe_grouped_fp8_experts(x, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint8_t*>(h3),
                                  reinterpret_cast<uint8_t*>(h1), yp, stream);
     if (st.is_ok()) st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");

@@ -115,6 +115,10 @@ class MoeWorkspace {
   // the grouped path keeps x [T, dim] in h3_, unpermuted).
   dsinfer::cuda::DeviceBuffer<float> h1_, h3_, yp_, sh1_, sh3_, shy_;
   dsinfer::cuda::DeviceBuffer<float> wrow_;  // moe_official_cuda: the routing weight of each permuted row
+  // CUTLASS path (moe_grouped_cutlass_launch.h): fp32 weight scales of E8M0 experts [3][experts][blocks], then the
+  // grouped GEMM's argument arrays and workspace
+  dsinfer::cuda::DeviceBuffer<uint8_t> cutlass_;
+  size_t cutlass_scale_bytes_ = 0;
   MoeSideStream side_;
 };
 

@@ -14,18 +14,30 @@ bool moe_fast_supported(const MoeExpertsDevice& ex) {
   return fp4(ex.w1) && fp4(ex.w3) && fp4(ex.w2) && ex.dim % 128 == 0 && ex.inter % 128 == 0;
 }
 
-MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16) {
+bool moe_cutlass_supported(const MoeExpertsDevice& ex) {
+  auto fp8 = [](const DeviceExpertWeights& w) {
+    return w.fmt == WeightFormat::FP8_BLOCK && w.block_n == 128 && w.block_k == 128 && w.data && w.scale;
+  };
+  return fp8(ex.w1) && fp8(ex.w3) && fp8(ex.w2) && ex.dim % 128 == 0 && ex.inter % 128 == 0 && ex.inter <= ex.dim;
+}
+
+MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16,
+                 bool cutlass_supported) {
   const int64_t n = T * topk;
   const bool fast = path != MoePath::Exact && fast_supported;
   const bool prefill = fast && path == MoePath::Fast && T > kMoeGroupedMinT;
+  const bool cutlass = cutlass_supported && (path == MoePath::CutlassFp8 ||
+                                             (path == MoePath::Fast && T >= kMoeCutlassMinT));
   MoePlan p;
-  if (fast && (path == MoePath::GroupedFp8 || prefill)) p.experts = MoeExpertKernels::kGroupedFp8;
+  if (cutlass) p.experts = MoeExpertKernels::kCutlassFp8;
+  else if (fast && (path == MoePath::GroupedFp8 || prefill)) p.experts = MoeExpertKernels::kGroupedFp8;
   else if (fast && path == MoePath::Grouped) p.experts = MoeExpertKernels::kGrouped;
   else p.experts = fast ? MoeExpertKernels::kFast : MoeExpertKernels::kGemm;
+  const bool any_fast = p.experts != MoeExpertKernels::kGemm;
   p.gemm_skinny_ok = path != MoePath::Invariant;
-  p.prep_one_launch = fast && n <= kMoePrepMaxN;
+  p.prep_one_launch = any_fast && n <= kMoePrepMaxN;
   p.direct_x = p.experts == MoeExpertKernels::kFast && n <= kMoeDirectMaxN && x_aligned16;
-  p.side_stream = has_shared && fast;
+  p.side_stream = has_shared && any_fast;
   return p;
 }
 
@@ -44,7 +56,8 @@ MoeExpertGemmPlan plan_moe_expert_gemm(bool skinny_ok, int64_t total_rows, int64
 
 GemmPrecision moe_shared_precision(MoePath path, int64_t T, int64_t N) {
   if (path == MoePath::Invariant) return GemmPrecision::kBatchInvariant;
-  const bool fast = path == MoePath::Fast || path == MoePath::Grouped || path == MoePath::GroupedFp8;
+  const bool fast = path == MoePath::Fast || path == MoePath::Grouped || path == MoePath::GroupedFp8 ||
+                    path == MoePath::CutlassFp8;
   return fast && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
 }
 

@@ -31,7 +31,11 @@ namespace dsinfer::ops::cuda {
 // moe_fast_supported(), else as Exact. Measured on the H200 (bench/NOTES.md, issue 30, third session): 1.19-1.26x
 // the bf16 grouped path at every T from 512 to 8,192, slower than the decode kernels up to 1,024 tokens (4.79 vs 3.72
 // ms at 1,024), and the fidelity gate passes with it forced for every T (KL 2.3e-5 against the bf16 path's 1.9e-4).
-enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8 };
+// CutlassFp8 for every T, and Fast from kMoeCutlassMinT tokens: the CUTLASS grouped FP8 GEMMs of
+// moe_grouped_cutlass.cu for FP8_BLOCK experts (128 x 128 blocks; DeepSeek's block scaling as DeepGEMM's: x and h one
+// e4m3 term per row and 128 k, fp32 block sums promoted per 128 k; contract in moe_grouped_cutlass_launch.h; a token's
+// result does not depend on the other tokens) when moe_cutlass_supported(), else as Exact. FP4 experts never take it.
+enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8, CutlassFp8 };
 
 // ---- Thresholds (one definition each) ----
 
@@ -56,10 +60,18 @@ inline constexpr int64_t kMoeInvariantChunkT = 1024;
 // beyond (as the V4 runner did before the grouped prefill kernels).
 inline constexpr int64_t kMoeDefaultFastMaxT = 1024;
 
+// MoePath::Fast takes the CUTLASS grouped FP8 GEMMs (FP8_BLOCK experts) from this many tokens, the expert GEMMs
+// below. Measured on the H200 (bench/NOTES.md, session 13, routed only at V4-Flash shapes): 2.30 / 2.71 / 9.27 ms at
+// T = 512 / 4,096 / 16,384 against the exact path's tiled GEMMs' 7.71 / 14.89 / 47.25; 512 is the smallest T measured.
+inline constexpr int64_t kMoeCutlassMinT = 512;
+
 // FP4_G32 experts with E8M0 scales, dim % 128 == 0 and inter % 128 == 0.
 bool moe_fast_supported(const MoeExpertsDevice& experts);
+// FP8_BLOCK experts with 128 x 128 scale blocks (E8M0 or fp32), dim % 128 == 0, inter % 128 == 0 and inter <= dim
+// (moe_cuda keeps the up projection's fp32 output in the [rows, dim] expert-output scratch).
+bool moe_cutlass_supported(const MoeExpertsDevice& experts);
 
-enum class MoeExpertKernels { kGemm, kFast, kGrouped, kGroupedFp8 };
+enum class MoeExpertKernels { kGemm, kFast, kGrouped, kGroupedFp8, kCutlassFp8 };
 
 // moe_cuda's choices for one call of T tokens with topk experts each.
 struct MoePlan {
@@ -69,7 +81,8 @@ struct MoePlan {
   bool direct_x = false;         // kFast: the gate/up kernel reads fp32 x (needs 16-byte aligned x)
   bool side_stream = false;      // the shared expert on the side stream (when it is usable on this device)
 };
-MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16);
+MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16,
+                 bool cutlass_supported = false);
 
 // One grouped expert GEMM (kGemm) over total_rows permuted rows of `experts` experts: the skinny kernel when allowed
 // and the rows average <= kMoeSkinnyRowsPerExpert per expert (and 16-byte weight vectors are legal), else the tiled
