@@ -19,6 +19,15 @@ void SpecGate::observe(int32_t verified, int32_t accepted) {
   if (n > 0) probe_left_ = 0;  // a probe ends with its first observed round
 }
 
+void SpecGate::observe_expected(std::span<const float> a, size_t from) {
+  const size_t n = std::min(reached_.size(), a.size());
+  for (size_t k = from; k < n; ++k) {
+    reached_[k] += k == 0 ? 1.0 : double(a[k - 1]);
+    accepted_[k] += double(a[k]);
+  }
+  if (from < n) probe_left_ = 0;  // the probe's round is the head's estimate
+}
+
 std::vector<double> SpecGate::survival() const {
   std::vector<double> a;
   double s = 1.0;

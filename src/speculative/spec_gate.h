@@ -5,7 +5,8 @@
 // Estimate. Per draft position k, the conditional acceptance c_k observed in greedy verified rounds that reached k
 // (drafts 1..k-1 accepted, draft k verified), with a prior of kPriorAcceptance worth kPriorRounds rounds, counts
 // fading by kMemoryFade per speculative step (recent rounds weigh most); survival a_k = c_1 ... c_k. A position few
-// rounds reach keeps the prior instead of looking perfect. Drafting pays when a round at the estimate beats the
+// rounds reach keeps the prior instead of looking perfect; drafts the verify length cut count with the confidence
+// head's survival as their expected outcome (observe_expected). Drafting pays when a round at the estimate beats the
 // engine's plain step by kMargin (drafting_pays): the profile times the round's parts, not the host's own work
 // around a synchronous round, which the H200 traces put at 5-15 % of it (bench/NOTES.md, session 12).
 //
@@ -21,6 +22,7 @@
 // observed acceptance only, no clock read.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "speculative/step_cost.h"
@@ -41,6 +43,11 @@ class SpecGate {
 
   // One greedy sequence's verified round: `verified` drafts, the first `accepted` of them accepted.
   void observe(int32_t verified, int32_t accepted);
+  // The drafts of one greedy block that were proposed but not verified (positions from `from` on, cut by the verify
+  // length): the confidence head's calibrated survival `a` counts as their expected outcome (position k reached with
+  // probability a_{k-1}, accepted with a_k). So a batch where the head's estimates make every block verify nothing
+  // stops drafting too, instead of proposing blocks nobody verifies.
+  void observe_expected(std::span<const float> a, size_t from);
   // A speculative step of n decoding sequences verified up to rows - 1 drafts each and emitted `tokens`: its
   // modelled cost beyond plain steps comes off the credit.
   void spent(int64_t n, int32_t rows, int64_t tokens, const StepCostModel& cost);

@@ -264,7 +264,11 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     a[j].resize(props[j].tokens.size());
     metrics_.drafted_tokens += int64_t(props[j].tokens.size());
   }
+  // The confidence head's survival of each greedy block before the cut: the cut drafts' expected outcome (the gate).
+  const std::vector<std::vector<float>> proposed = drafter_->has_confidence() ? a : std::vector<std::vector<float>>();
   cut_to_best_length(props, a, scheduled, num_seqs);
+  for (size_t j = 0; j < proposed.size(); ++j)
+    if (scheduled[j]) gate_.observe_expected(proposed[j], a[j].size());
   drafts_pending_ = false;
   for (size_t j = 0; j < items.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];

@@ -176,4 +176,28 @@ TEST(SpecGate, SurvivalIsTheFadedConditionalAcceptanceWithThePrior) {
   const double f = SpecGate::kMemoryFade;
   EXPECT_NEAR(g.survival()[0], (2.0 * f + p) / (2.0 * f + w), 1e-12);
   EXPECT_EQ(g.probes(), 0);
+  // A block verified up to draft 1 and cut there: drafts 2 and 3 count with the head's survival.
+  SpecGate h(3, kResume);
+  h.observe(1, 1);
+  h.observe_expected(std::vector<float>{0.9f, 0.5f, 0.2f}, 1);
+  const std::vector<double> b = h.survival();
+  EXPECT_NEAR(b[0], (1.0 + p) / (1.0 + w), 1e-12);
+  EXPECT_NEAR(b[1] / b[0], (0.5 + p) / (0.9 + w), 1e-6);
+  EXPECT_NEAR(b[2] / b[1], (0.2 + p) / (0.5 + w), 1e-6);
+}
+
+// Blocks the verify length cuts to nothing still teach the gate: with the confidence head's survival low at every
+// position, a batch-1 engine that proposes (and verifies nothing) stops proposing.
+TEST(SpecGate, BlocksNobodyVerifiesStopDrafting) {
+  const StepCostModel cost = synthetic();
+  SpecGate g(kDrafts, kResume);
+  const std::vector<float> low{0.1f, 0.01f, 0.001f, 0.0001f, 0.00001f};
+  int steps = 0;
+  while (g.should_draft(1, cost) && steps < 1000) {
+    g.begin_speculative_step(1, cost);
+    g.observe_expected(low, 0);
+    ++steps;
+  }
+  EXPECT_LT(steps, 100) << "the gate kept drafting blocks that verify nothing";
+  std::printf("stopped proposing after %d blocks cut to nothing\n", steps);
 }
