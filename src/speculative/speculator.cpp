@@ -264,11 +264,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     a[j].resize(props[j].tokens.size());
     metrics_.drafted_tokens += int64_t(props[j].tokens.size());
   }
-  // The confidence head's survival of each greedy block before the cut: the cut drafts' expected outcome (the gate).
-  const std::vector<std::vector<float>> proposed = drafter_->has_confidence() ? a : std::vector<std::vector<float>>();
   cut_to_best_length(props, a, scheduled, num_seqs);
-  for (size_t j = 0; j < proposed.size(); ++j)
-    if (scheduled[j]) gate_.observe_expected(proposed[j], a[j].size());
   drafts_pending_ = false;
   for (size_t j = 0; j < items.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];
@@ -348,6 +344,8 @@ void Speculator::cut_to_best_length(std::vector<Proposal>& props, std::vector<st
   // round-rate it is (a long verify is worth more when the draft already cost much).
   const VerifyChoice c = best_verify_length(sa, num_seqs, cost_, cost_.draft_ms(num_seqs));
   for (size_t j = 0; j < props.size(); ++j) {
+    // The confidence head's survival of the drafts cut here is their expected outcome for the gate.
+    if (scheduled[j] && drafter_->has_confidence()) gate_.observe_expected(a[j], size_t(c.length));
     if (!scheduled[j] || props[j].tokens.size() <= size_t(c.length)) continue;
     props[j].tokens.resize(size_t(c.length));
     a[j].resize(size_t(c.length));
