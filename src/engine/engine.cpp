@@ -176,18 +176,32 @@ Status Engine::step() {
   // Structured outputs compute the next step's bitmasks from the sampled tokens: those steps stay synchronous.
   const bool structured = structured_ && !structured_->empty();
   if (async_ && !structured) return step_async();
-  // Speculation at rest: the plain path, asynchronous where the engine's plain steps are.
-  if (spec_rest_async_ && !structured && spec_resting()) return step_async();
+  bool rest = spec_resting();
+  if (spec_ && !rest && inflight_.active) {
+    // Out of rest: the launched plain step is resolved first (it can finish requests and so change the choice).
+    DSI_RETURN_IF_ERROR(finish_inflight());
+    rest = spec_resting();
+  }
+  // Speculation at rest: the plain path, asynchronous where the engine's plain steps are, without the hidden-state
+  // capture (the plain step's own graph); out of rest the capture is back before the step that needs it.
+  if (spec_) DSI_RETURN_IF_ERROR(set_spec_capture(!rest));
+  if (spec_rest_async_ && !structured && rest) return step_async();
   if (inflight_.active) DSI_RETURN_IF_ERROR(finish_inflight());
-  return step_sync();
+  return step_sync(rest);
 }
 
 bool Engine::spec_resting() const {
   return spec_ && sampled_live_ == 0 && spec_->resting(*sched_);
 }
 
-Status Engine::step_sync() {
-  const bool rest = spec_resting();  // speculation at rest: a plain step, no drafter work
+Status Engine::set_spec_capture(bool on) {
+  if (on == spec_capture_) return Status::ok();
+  DSI_RETURN_IF_ERROR(runner_->set_hidden_capture(on ? spec_->tapped_layers() : std::vector<int64_t>{}));
+  spec_capture_ = on;
+  return Status::ok();
+}
+
+Status Engine::step_sync(bool rest) {
   const bool device_sampling = device_sampling_ || (rest && spec_rest_device_);
   const scheduler::BatchPlan& plan = sched_->schedule();
   if (plan.empty()) return Status::ok();

@@ -137,9 +137,14 @@ class Engine {
   Engine() = default;
   void apply_updates();
   Status flush_state_copies();  // the StateCache's queued copies, now (state_transfer.cpp)
-  Status step_sync();
+  // One synchronous step; `rest`: speculation at rest (a plain step, no drafter work).
+  Status step_sync(bool rest);
   // Speculative decoding at rest (Speculator::resting at the running batch, only greedy requests live).
   bool spec_resting() const;
+  // The runner's hidden-state capture of the drafter's layers: on while speculating, off at rest (a step at rest is
+  // then the plain step, graph included). Toggling drops the runner's captured graphs; it happens on entering and
+  // leaving rest only.
+  Status set_spec_capture(bool on);
   // Asynchronous steps (async_step.cpp): the launched step whose sampled tokens are not read yet, one record per
   // logits row (what resolving it needs once the scheduler's plan has moved on).
   struct InflightRow {
@@ -191,6 +196,7 @@ class Engine {
   bool device_sampling_ = false;  // EngineOptions::sampling "device" on a runner that can, without speculation
   bool spec_rest_device_ = false;  // speculation at rest samples on the device (a runner that can, sampling "device")
   bool spec_rest_async_ = false;   // ... and takes asynchronous steps (where the engine without speculation would)
+  bool spec_capture_ = true;       // set_spec_capture's state (Engine::create turns the capture on)
   int32_t sampled_live_ = 0;       // live requests that are not greedy (speculation never rests while any lives)
   sampling::PackedRows rows_;
   std::vector<ops::SampleRowOut> device_samples_;

@@ -34,7 +34,11 @@ bool plain_argmax(const SamplingParams& p, size_t num_output_tokens) {
 }
 
 Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, int64_t vocab, StepCostModel cost)
-    : drafter_(std::move(drafter)), cfg_(std::move(cfg)), vocab_(vocab), cost_(std::move(cost)) {
+    : drafter_(std::move(drafter)),
+      cfg_(std::move(cfg)),
+      vocab_(vocab),
+      cost_(std::move(cost)),
+      gate_(size_t(std::max(cfg_.num_speculative_tokens, 0)), drafter_->context_window()) {
   const size_t k = size_t(cfg_.num_speculative_tokens);
   metrics_.method = spec_method_name(drafter_->method());
   metrics_.trials_per_position.assign(k, 0);
@@ -89,6 +93,9 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
                           plan.num_logits(), V);
   out.clear();
   ++metrics_.steps;
+  int64_t rounds = 0;  // this step's decoding sequences, their tokens and verified rows (the gate's credit)
+  int64_t tokens = 0;
+  int32_t rows = 1;
   for (int32_t i = 0; i < plan.num_seqs(); ++i) {
     const SeqPlan& sp = plan.seqs[size_t(i)];
     if (!sp.needs_logits) continue;
@@ -131,6 +138,7 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
       sampling::verify_drafts(vi, sampler, logprobs_mode_, o.samples);
       const int32_t acc = int32_t(o.samples.size()) - 1;
       if (it != drafts_.end()) count_calibration(it->second, L, acc);
+      if (greedy) gate_.observe(L, acc);
       for (int32_t k = 0; k < L && k <= acc && k < cfg_.num_speculative_tokens; ++k) {
         metrics_.trials_per_position[size_t(k)] += 1;
         if (k < acc) metrics_.accepted_per_position[size_t(k)] += 1;
@@ -141,9 +149,13 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
       ++metrics_.rounds;
       metrics_.emitted_tokens += int64_t(o.samples.size());
       metrics_.verified_tokens += 1 + L;
+      rounds += 1;
+      tokens += int64_t(o.samples.size());
+      rows = std::max(rows, 1 + L);
     }
     out.push_back(std::move(o));
   }
+  gate_.spent(rounds, rows, tokens, cost_);
   return Status::ok();
 }
 
@@ -235,6 +247,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   //    every draft: how many drafts a seeded draw verifies changes its tokens, so that choice must not depend on
   //    the batch or on measured times (reproducible and batch-invariant seeded sampling).
   const int64_t num_seqs = std::max<int64_t>(next_step_seqs(sched), int64_t(items.size()));
+  gate_.begin_speculative_step(num_seqs, cost_);
   std::vector<bool> scheduled(items.size(), false);
   for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
   gate_drafting(items, scheduled, num_seqs);
@@ -283,20 +296,6 @@ std::vector<float> Speculator::observed_survival() const {
   return a;
 }
 
-std::vector<double> Speculator::gate_survival() const {
-  // Prior survival 1 (every draft accepted), worth this many verified rounds. A realistic prior (0.6^k) was tried:
-  // the first rounds of a request (a prompt cut mid-line) are poorly predicted, and at batch 1 on the H200 six such
-  // rounds stopped drafting for good (nothing drafted at rest, nothing observed): 0.96x off instead of 1.18x
-  // (bench/NOTES.md, session 12, issue 32).
-  constexpr double kPriorRounds = 4.0;
-  std::vector<double> a;
-  for (size_t k = 0; k < metrics_.verified_per_position.size(); ++k)
-    a.push_back((double(metrics_.survived_per_position[k]) + kPriorRounds) /
-                (double(metrics_.verified_per_position[k]) + kPriorRounds));
-  for (size_t k = 1; k < a.size(); ++k) a[k] = std::min(a[k], a[k - 1]);  // survival never grows with k
-  return a;
-}
-
 int64_t Speculator::next_step_seqs(const scheduler::Scheduler& sched) {
   const scheduler::SchedulerStats st = sched.stats();
   const int64_t cap = std::min<int64_t>(sched.config().max_num_seqs, sched.cache().num_slots());
@@ -305,11 +304,11 @@ int64_t Speculator::next_step_seqs(const scheduler::Scheduler& sched) {
 
 bool Speculator::resting(const scheduler::Scheduler& sched) const {
   if (cost_.empty() || drafts_pending_) return false;
-  const int64_t n = next_step_seqs(sched);
-  return !drafting_pays(gate_survival(), n, cost_, cost_.draft_ms(n));
+  return !gate_.should_draft(next_step_seqs(sched), cost_);
 }
 
 void Speculator::count_rest_round(int64_t num_decoding) {
+  gate_.rest_step(num_decoding, cost_);
   metrics_.rounds += num_decoding;
   metrics_.emitted_tokens += num_decoding;
   metrics_.verified_tokens += num_decoding;
@@ -330,7 +329,7 @@ bool Speculator::note_ingest(scheduler::SeqId id, int64_t start_pos, int32_t cou
 void Speculator::gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled,
                                int64_t num_seqs) {
   if (cost_.empty()) return;
-  if (drafting_pays(gate_survival(), num_seqs, cost_, cost_.draft_ms(num_seqs))) return;
+  if (gate_.should_draft(num_seqs, cost_)) return;
   for (size_t j = 0; j < items.size(); ++j)
     if (scheduled[j]) items[j].num_drafts = 0;
 }
@@ -345,6 +344,8 @@ void Speculator::cut_to_best_length(std::vector<Proposal>& props, std::vector<st
   // round-rate it is (a long verify is worth more when the draft already cost much).
   const VerifyChoice c = best_verify_length(sa, num_seqs, cost_, cost_.draft_ms(num_seqs));
   for (size_t j = 0; j < props.size(); ++j) {
+    // The confidence head's survival of the drafts cut here is their expected outcome for the gate.
+    if (scheduled[j] && drafter_->has_confidence()) gate_.observe_expected(a[j], size_t(c.length));
     if (!scheduled[j] || props[j].tokens.size() <= size_t(c.length)) continue;
     props[j].tokens.resize(size_t(c.length));
     a[j].resize(size_t(c.length));

@@ -14,6 +14,7 @@
 #include "sampling/sampler.h"
 #include "scheduler/step_output.h"
 #include "speculative/drafter.h"
+#include "speculative/spec_gate.h"
 #include "speculative/speculative_config.h"
 #include "speculative/step_cost.h"
 #include "structured/structured_decoding.h"
@@ -67,10 +68,11 @@ class Speculator {
 
   SpeculativeMetrics& metrics() { return metrics_; }
 
-  // At rest: the cost model expects no draft to pay at the next step's batch (next_step_seqs; drafting_pays with the
-  // survival observed so far) and no sequence holds drafts from the last draft(). The engine then runs plain decode
-  // steps (its own non-speculative path) and calls neither sample() nor draft() while only greedy requests live
-  // (a sampled request's verified drafts must not depend on the batch). Never with an empty cost model.
+  // At rest: the gate (spec_gate.h) does not draft at the next step's batch (next_step_seqs: drafting not expected to
+  // pay with the survival observed so far, and no probe due) and no sequence holds drafts from the last draft(). The
+  // engine then runs plain decode steps (its own non-speculative path: the step without speculation, no drafter
+  // launch) and calls neither sample() nor draft() while only greedy requests live (a sampled request's verified
+  // drafts must not depend on the batch). Never with an empty cost model.
   bool resting(const scheduler::Scheduler& sched) const;
   // A plain decode step taken at rest: its sequences count as rounds of one token (the metrics' accepted length).
   void count_rest_round(int64_t num_decoding);
@@ -88,9 +90,6 @@ class Speculator {
   void cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
                           const std::vector<bool>& scheduled, int64_t num_seqs);
   std::vector<float> observed_survival() const;
-  // The gate's survival per draft position: the acceptance observed in this engine's verified rounds, starting from
-  // an optimistic prior worth kPriorRounds rounds (so drafting starts, and a run of bad rounds cannot stop it for good).
-  std::vector<double> gate_survival() const;
   // The sequences the next step is expected to hold: the running ones and the waiting ones admission can add (up to
   // max_num_seqs and the slots), the batch whose step costs the choice to draft is weighed against.
   static int64_t next_step_seqs(const scheduler::Scheduler& sched);
@@ -103,9 +102,9 @@ class Speculator {
   SpeculativeConfig cfg_;
   int64_t vocab_;
   StepCostModel cost_;
-  // The choice to draft uses the observed acceptance (gate_survival) and times from cost_ only (profiled once,
-  // cached), never clocks read during the run: the same requests make the same choices (docs/decisions.md,
-  // 2026-12-02).
+  // The choice to draft uses the observed acceptance and times from cost_ only (profiled once, cached), never clocks
+  // read during the run: the same requests make the same choices (docs/decisions.md, 2026-12-02).
+  SpecGate gate_;
   bool drafts_pending_ = false;  // the last draft() handed some sequence drafts
   struct Context {
     int64_t ingested_end = 0;  // positions [0, ingested_end) were ingested, or the gap's recovery ended there

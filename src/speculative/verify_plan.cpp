@@ -23,9 +23,9 @@ VerifyChoice best_verify_length(std::span<const std::vector<float>> survival, in
 }
 
 bool drafting_pays(std::span<const double> mean_survival, int64_t num_seqs, const StepCostModel& cost,
-                   double draft_ms) {
+                   double draft_ms, double margin) {
   const int64_t n = std::max<int64_t>(num_seqs, 1);
-  const double off = double(n) / cost.plain_ms(n);  // the engine's plain step (device sampling where it can)
+  const double off = (1.0 + margin) * double(n) / cost.plain_ms(n);  // the engine's plain step (device sampling)
   double tokens = double(n);
   for (size_t L = 1; L <= mean_survival.size(); ++L) {
     tokens += double(n) * mean_survival[L - 1];

@@ -27,9 +27,10 @@ VerifyChoice best_verify_length(std::span<const std::vector<float>> survival, in
                                 const StepCostModel& cost, double draft_ms);
 
 // Whether drafting for a step of num_seqs sequences is expected to beat plain decode (num_seqs / plain_ms(num_seqs):
-// the engine's plain step, sampled on the device where it can) when every sequence's drafts survive like
-// `mean_survival` (per position), drafting costs draft_ms and the host verifies one row per emitted token.
+// the engine's plain step, sampled on the device where it can) by more than `margin` (a share of its rate) when
+// every sequence's drafts survive like `mean_survival` (per position), drafting costs draft_ms and the host
+// verifies one row per emitted token.
 bool drafting_pays(std::span<const double> mean_survival, int64_t num_seqs, const StepCostModel& cost,
-                   double draft_ms);
+                   double draft_ms, double margin = 0.0);
 
 }  // namespace dsinfer::speculative

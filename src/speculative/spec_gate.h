@@ -1,0 +1,81 @@
+// SpecGate: whether a speculative engine drafts at all for its next step, decided before any proposal (the verify
+// length of a proposed block is verify_plan.h's best_verify_length, from the confidence head's survival). No draft
+// when no verify pays: the engine then takes the plain decode step (Speculator::resting).
+//
+// Estimate. Per draft position k, the conditional acceptance c_k observed in greedy verified rounds that reached k
+// (drafts 1..k-1 accepted, draft k verified), with a prior of kPriorAcceptance worth kPriorRounds rounds, counts
+// fading by kMemoryFade per speculative step (recent rounds weigh most); survival a_k = c_1 ... c_k. A position few
+// rounds reach keeps the prior instead of looking perfect; drafts the verify length cut count with the confidence
+// head's survival as their expected outcome (observe_expected). Drafting pays when a round at the estimate beats the
+// engine's plain step by kMargin (drafting_pays): the profile times the round's parts, not the host's own work
+// around a synchronous round, which the H200 traces put at 5-15 % of it (bench/NOTES.md, session 12).
+//
+// Exploration. At rest nothing is observed, so an estimate alone stays where its last rounds left it: at batch 1
+// on the H200 a run of poor first rounds stopped drafting for good (session 12). The gate keeps a credit in
+// modelled milliseconds: each plain step at rest adds kExploreShare of its time; each speculative step subtracts
+// what it cost beyond the plain steps its tokens would have taken (it adds back what it saved), capped at one probe's
+// price. When the credit covers a probe's price (the catch-up steps after the gap, each a one-row speculative step
+// with the drafter's work, and two rounds verifying every draft that emit one token each), the gate probes: its memory
+// is cut to the prior's weight and the engine drafts until a round was observed (at most resume_steps + 2 steps),
+// then the rounds decide again. So exploring costs at most about kExploreShare of the time at rest, and a batch
+// where drafting cannot pay even if every draft survived is never probed. Deterministic: cost-model times and
+// observed acceptance only, no clock read.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "speculative/step_cost.h"
+
+namespace dsinfer::speculative {
+
+class SpecGate {
+ public:
+  static constexpr double kPriorAcceptance = 0.7;
+  static constexpr double kPriorRounds = 8.0;
+  static constexpr double kMemoryFade = 1.0 - 1.0 / 64.0;
+  static constexpr double kMargin = 0.05;
+  static constexpr double kExploreShare = 0.05;
+
+  // `positions`: drafts per round at most. `resume_steps`: the speculative steps a sequence needs after a gap before
+  // it drafts again (the drafter's context window: Speculator::note_ingest).
+  SpecGate(size_t positions, int64_t resume_steps);
+
+  // One greedy sequence's verified round: `verified` drafts, the first `accepted` of them accepted.
+  void observe(int32_t verified, int32_t accepted);
+  // The drafts of one greedy block that were proposed but not verified (positions from `from` on, cut by the verify
+  // length): the confidence head's calibrated survival `a` counts as their expected outcome (position k reached with
+  // probability a_{k-1}, accepted with a_k). So a batch where the head's estimates make every block verify nothing
+  // stops drafting too, instead of proposing blocks nobody verifies.
+  void observe_expected(std::span<const float> a, size_t from);
+  // A speculative step of n decoding sequences verified up to rows - 1 drafts each and emitted `tokens`: its
+  // modelled cost beyond plain steps comes off the credit.
+  void spent(int64_t n, int32_t rows, int64_t tokens, const StepCostModel& cost);
+  // A speculative step's draft phase begins (before should_draft is asked for its proposals), the next step having
+  // n sequences. After steps at rest where drafting did not pay this is a probe. Then the memory fades by one step.
+  void begin_speculative_step(int64_t n, const StepCostModel& cost);
+  // A plain step of n decoding sequences taken at rest.
+  void rest_step(int64_t n, const StepCostModel& cost);
+
+  // Survival estimate per position (non-increasing).
+  std::vector<double> survival() const;
+  // Drafting is expected to pay at the estimate, a probe is under way, or the credit covers one.
+  bool should_draft(int64_t n, const StepCostModel& cost) const;
+  bool pays(int64_t n, const StepCostModel& cost) const;
+  // A probe's modelled price at batch n (ms); 0 = never probed (drafting cannot pay at n even if every draft survived).
+  double probe_price(int64_t n, const StepCostModel& cost) const;
+  double credit() const { return credit_; }
+  int64_t probes() const { return probes_; }
+
+ private:
+  void add_credit(double ms, int64_t n, const StepCostModel& cost);
+
+  std::vector<double> reached_, accepted_;  // faded counts per position
+  int64_t resume_steps_;
+  int64_t rest_steps_ = 0;  // plain steps at rest since the last speculative step
+  int64_t probe_left_ = 0;  // speculative steps a probe still drafts for without an observed round
+  int64_t probes_ = 0;
+  double credit_ = 0.0;
+};
+
+}  // namespace dsinfer::speculative

@@ -1,0 +1,203 @@
+// The speculation gate (speculative/spec_gate.h) against a synthetic cost model and synthetic acceptance, host-side
+// only: a simulated engine takes a plain step at rest or a speculative step (catch-up steps after a gap draft
+// nothing; then each sequence verifies every draft, accepted with a fixed conditional probability per draft), in
+// the order the engine calls the gate. The gate drafts where drafting pays and rests where it does not, recovers
+// from a cold start whose first rounds were poor (it cannot freeze at rest), and its probes at a batch where
+// drafting does not pay cost at most about kExploreShare of the time at rest.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "speculative/spec_gate.h"
+#include "speculative/verify_plan.h"
+#include "test_util.h"
+
+using namespace dsinfer;
+using speculative::SpecGate;
+using speculative::StepCostModel;
+
+namespace {
+
+constexpr int32_t kDrafts = 5;
+constexpr int64_t kResume = 64;  // the shipped drafters' context window
+
+// Batch 1 latency-bound (a verified row costs 0.05 of the plain step, drafting 0.2), batch 64 close to compute-bound
+// (a row costs half the plain step, drafting 0.5 of it): with 0.7 conditional acceptance drafting pays at 1 (2.94
+// tokens in 1.45 ms against 1 in 1.0) and not at 64 (188 tokens in 16 ms against 64 in 4), and at 64 it could pay
+// only with nearly every draft accepted (384 in 16 ms). With 0.1 acceptance nothing pays at 1 either (1.11 tokens in
+// 1.25 ms, 1.11 in 1.3, ...).
+StepCostModel synthetic() {
+  return test::unwrap(StepCostModel::parse("dsinfer-step-cost 1\nkey synthetic\nrows 6\n"
+                                           "seqs 1 1 1.05 1.1 1.15 1.2 1.25\nseqs 64 4 6 8 10 12 14\n"
+                                           "draft 0.2 2\nplain 1 4\n",
+                                           "synthetic"));
+}
+
+struct SimResult {
+  int64_t verify_steps = 0;   // steps that verified drafts (in the measured window)
+  int64_t spec_steps = 0;     // speculative steps (catch-up included, in the measured window)
+  double ms = 0;              // modelled time of the measured window
+  double plain_ms = 0;        // the same steps as plain steps
+  int64_t probes = 0;
+  bool rested = false;        // took a plain step at rest at some point
+};
+
+// `steps` steps of batch n; acceptance(step) = the conditional acceptance of each draft at that step; the window
+// [from, steps) is measured.
+template <typename Acceptance>
+SimResult simulate(SpecGate& gate, const StepCostModel& cost, int64_t n, int64_t steps, int64_t from,
+                   Acceptance acceptance) {
+  SimResult r;
+  std::mt19937_64 rng(12345);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  bool pending = false;          // drafts proposed for this step
+  int64_t ingested = kResume;    // positions ingested since the last gap
+  for (int64_t s = 0; s < steps; ++s) {
+    const bool measured = s >= from;
+    const bool speculative = pending || gate.should_draft(n, cost);  // !Speculator::resting
+    if (!speculative) {
+      gate.rest_step(n, cost);
+      r.rested = true;
+      ingested = 0;
+      if (measured) {
+        r.ms += cost.plain_ms(n);
+        r.plain_ms += cost.plain_ms(n);
+      }
+      continue;
+    }
+    const double p = acceptance(s);
+    int64_t tokens = n;
+    if (pending) {  // Speculator::sample: every sequence verifies its block
+      for (int64_t q = 0; q < n; ++q) {
+        int32_t acc = 0;
+        while (acc < kDrafts && u(rng) < p) ++acc;
+        gate.observe(kDrafts, acc);
+        tokens += acc;
+      }
+    }
+    gate.spent(n, pending ? 1 + kDrafts : 1, tokens, cost);
+    if (measured) {
+      r.ms += (pending ? cost.step_ms(n, 1 + kDrafts) : cost.step_ms(n, 1)) + cost.draft_ms(n);
+      r.plain_ms += double(tokens) / double(n) * cost.plain_ms(n);
+      r.spec_steps += 1;
+      r.verify_steps += pending ? 1 : 0;
+    }
+    // Speculator::draft: ingest this step's positions, then the gate, then proposals for ready sequences.
+    gate.begin_speculative_step(n, cost);
+    ingested += 1;
+    pending = gate.should_draft(n, cost) && ingested >= kResume;
+  }
+  r.probes = gate.probes();
+  return r;
+}
+
+}  // namespace
+
+TEST(SpecGate, DraftsWhereDraftingPaysAndRestsWhereItDoesNot) {
+  const StepCostModel cost = synthetic();
+  SpecGate small(kDrafts, kResume);
+  const SimResult b1 = simulate(small, cost, 1, 2000, 500, [](int64_t) { return 0.7; });
+  EXPECT_GT(double(b1.verify_steps) / 1500.0, 0.95) << "batch 1 should draft nearly every step";
+  EXPECT_LT(b1.ms, 0.7 * b1.plain_ms) << "drafting at batch 1 is faster than plain steps";
+  SpecGate large(kDrafts, kResume);
+  const SimResult b64 = simulate(large, cost, 64, 2000, 0, [](int64_t) { return 0.7; });
+  EXPECT_TRUE(b64.rested);
+  EXPECT_LT(double(b64.spec_steps) / 2000.0, 0.1);
+  EXPECT_GT(b64.probes, 0) << "a batch where drafting could pay is probed now and then";
+  std::printf("batch 1: %lld of 1500 steps verify, time %.3f of plain; batch 64: %lld speculative steps of 2000, "
+              "%lld probes, time %.4f of plain\n",
+              (long long)b1.verify_steps, b1.ms / b1.plain_ms, (long long)b64.spec_steps, (long long)b64.probes,
+              b64.ms / b64.plain_ms);
+}
+
+TEST(SpecGate, ProbesCostAtMostTheExploreShareWhereDraftingDoesNotPay) {
+  const StepCostModel cost = synthetic();
+  SpecGate gate(kDrafts, kResume);
+  const SimResult r = simulate(gate, cost, 64, 6000, 200, [](int64_t) { return 0.7; });
+  EXPECT_GT(r.probes, 2);
+  // Probes are paid from a credit of kExploreShare of the time at rest (catch-up and rounds at their modelled cost);
+  // + 0.01: a probe under way when the window ends, and the credit banked before the window.
+  EXPECT_LT(r.ms / r.plain_ms, 1.0 + SpecGate::kExploreShare + 0.01) << r.probes << " probes";
+  EXPECT_GT(gate.probe_price(64, cost), 0.0);
+  std::printf("batch 64, 0.7 acceptance: %lld probes in 6000 steps (price %.1f ms), time %.4f of plain\n",
+              (long long)r.probes, gate.probe_price(64, cost), r.ms / r.plain_ms);
+}
+
+TEST(SpecGate, RecoversAfterAColdStartOfPoorRounds) {
+  const StepCostModel cost = synthetic();
+  SpecGate gate(kDrafts, kResume);
+  // The first 80 steps' drafts are almost never accepted (a prompt cut mid-line), then 0.7.
+  const SimResult r = simulate(gate, cost, 1, 3000, 1500, [](int64_t s) { return s < 80 ? 0.02 : 0.7; });
+  EXPECT_TRUE(r.rested) << "the poor rounds stop drafting";
+  EXPECT_GT(r.probes, 0) << "at rest the gate probes";
+  EXPECT_GT(double(r.verify_steps) / 1500.0, 0.95) << "and drafting resumes for good";
+  std::printf("cold start: %lld probes, %lld of the last 1500 steps verify\n", (long long)r.probes,
+              (long long)r.verify_steps);
+}
+
+TEST(SpecGate, NeverFreezesWhereNothingPaysButNeverProbesWhereNothingCould) {
+  const StepCostModel cost = synthetic();
+  SpecGate gate(kDrafts, kResume);
+  const SimResult r = simulate(gate, cost, 1, 4000, 0, [](int64_t) { return 0.1; });
+  EXPECT_GT(r.probes, 3) << "keeps probing at a batch where drafting could pay";
+  EXPECT_LT(r.ms / r.plain_ms, 1.0 + SpecGate::kExploreShare + 0.01);
+  std::printf("batch 1, 0.1 acceptance: %lld probes in 4000 steps, time %.4f of plain\n", (long long)r.probes,
+              r.ms / r.plain_ms);
+  // The cpu fallback (time proportional to tokens, drafting free): no round can beat plain decode, so the gate
+  // never drafts greedy sequences and never probes.
+  const StepCostModel cpu = StepCostModel::proportional(64, 1 + kDrafts);
+  SpecGate g2(kDrafts, kResume);
+  EXPECT_EQ(g2.probe_price(8, cpu), 0.0);
+  EXPECT_FALSE(g2.should_draft(8, cpu));
+  for (int i = 0; i < 100000; ++i) g2.rest_step(8, cpu);
+  EXPECT_FALSE(g2.should_draft(8, cpu));
+  EXPECT_EQ(g2.credit(), 0.0);
+  // The prior alone (nothing observed): drafts at 1, rests at 64 (prior survival 0.7^k).
+  SpecGate g3(kDrafts, kResume);
+  EXPECT_TRUE(g3.should_draft(1, cost));
+  EXPECT_FALSE(g3.should_draft(64, cost));
+  EXPECT_NEAR(g3.survival()[2], 0.7 * 0.7 * 0.7, 1e-12);
+}
+
+TEST(SpecGate, SurvivalIsTheFadedConditionalAcceptanceWithThePrior) {
+  SpecGate g(3, kResume);
+  g.observe(3, 1);  // draft 1 accepted, draft 2 rejected, draft 3 verified but never reached
+  g.observe(2, 2);  // drafts 1 and 2 accepted
+  const double w = SpecGate::kPriorRounds;
+  const double p = w * SpecGate::kPriorAcceptance;
+  const double c1 = (2.0 + p) / (2.0 + w);
+  const double c2 = (1.0 + p) / (2.0 + w);  // both rounds reached draft 2, the second accepted it
+  const double c3 = (0.0 + p) / (0.0 + w);  // no round reached draft 3: the prior
+  const std::vector<double> a = g.survival();
+  EXPECT_NEAR(a[0], c1, 1e-12);
+  EXPECT_NEAR(a[1], c1 * c2, 1e-12);
+  EXPECT_NEAR(a[2], c1 * c2 * c3, 1e-12);
+  g.begin_speculative_step(1, StepCostModel());  // fades the memory, no probe without a cost model
+  const double f = SpecGate::kMemoryFade;
+  EXPECT_NEAR(g.survival()[0], (2.0 * f + p) / (2.0 * f + w), 1e-12);
+  EXPECT_EQ(g.probes(), 0);
+  // A block verified up to draft 1 and cut there: drafts 2 and 3 count with the head's survival.
+  SpecGate h(3, kResume);
+  h.observe(1, 1);
+  h.observe_expected(std::vector<float>{0.9f, 0.5f, 0.2f}, 1);
+  const std::vector<double> b = h.survival();
+  EXPECT_NEAR(b[0], (1.0 + p) / (1.0 + w), 1e-12);
+  EXPECT_NEAR(b[1] / b[0], (0.5 + p) / (0.9 + w), 1e-6);
+  EXPECT_NEAR(b[2] / b[1], (0.2 + p) / (0.5 + w), 1e-6);
+}
+
+// Blocks the verify length cuts to nothing still teach the gate: with the confidence head's survival low at every
+// position, a batch-1 engine that proposes (and verifies nothing) stops proposing.
+TEST(SpecGate, BlocksNobodyVerifiesStopDrafting) {
+  const StepCostModel cost = synthetic();
+  SpecGate g(kDrafts, kResume);
+  const std::vector<float> low{0.1f, 0.01f, 0.001f, 0.0001f, 0.00001f};
+  int steps = 0;
+  while (g.should_draft(1, cost) && steps < 1000) {
+    g.begin_speculative_step(1, cost);
+    g.observe_expected(low, 0);
+    ++steps;
+  }
+  EXPECT_LT(steps, 100) << "the gate kept drafting blocks that verify nothing";
+  std::printf("stopped proposing after %d blocks cut to nothing\n", steps);
+}
