@@ -5,7 +5,8 @@ Starts one `dsinfer serve --role prefill`, one `--role decode` and vllm-router `
 them, plus one plain server (`--role both`, no prefix caching) as the reference, and sends N greedy chat requests
 (K shared system prompts, a distinct user turn each). The router sends each request to the prefill worker with
 max_tokens 1 and kv_transfer_params {do_remote_decode: true}, then to the decode worker with the prefill answer's
-kv_transfer_params; the decode worker pulls the prompt's state over TCP and resumes from it. Per phase it reports:
+kv_transfer_params; the decode worker pulls the prompt's state (over TCP, or UCX with --kv-transfer-backend ucx)
+and resumes from it. Per phase it reports:
   - answered / clean errors / hangs, and whether every answer equals the reference server's (text, finish reason,
     token counts): it must, on every request;
   - bytes per sequence: the pulled state (blob), the wire bytes (chunk framing included), and the state layout's
@@ -23,7 +24,9 @@ Phases (fresh workers each):
 In truncate / corrupt / stall every request must still be answered, identically, by a local prefill.
 
   python3 tools/pd_bench.py --dsinfer build/cpu/dsinfer --router build/test-venv/bin/vllm-router --requests 32
-Exit status: 0 when every check held, 1 when one failed, 77 when the router binary is missing (skip).
+  python3 tools/pd_bench.py --kv-transfer-backend ucx   # the same phases with the state over UCX
+Exit status: 0 when every check held, 1 when one failed, 77 when the router binary is missing, or UCX when asked
+for cannot be loaded (skip).
 """
 import argparse
 import json
@@ -50,6 +53,8 @@ class Worker:
         self.log = open(self.log_path, "w")
         cmd = [args.dsinfer, "serve", "--model", args.model, "--port", "0", "--max-model-len", str(args.max_model_len),
                "--role", role, *extra]
+        if role != "both":
+            cmd += ["--kv-transfer-backend", args.kv_transfer_backend]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
         self.port = None
 
@@ -231,6 +236,15 @@ def checks(res):
     return bad
 
 
+def ucx_loadable():
+    import ctypes
+    try:
+        ctypes.CDLL(os.environ.get("DSINFER_UCX_LIBRARY") or "libucp.so.0")
+        return True
+    except OSError:
+        return False
+
+
 def fmt(x, spec=".3f"):
     return "n/a" if x is None else format(x, spec)
 
@@ -249,12 +263,17 @@ def main():
     ap.add_argument("--phases", default="pd,truncate,corrupt,stall,decode_dies")
     ap.add_argument("--client-timeout", type=float, default=120.0, help="a request without an answer by then hung")
     ap.add_argument("--start-deadline", type=float, default=60.0)
+    ap.add_argument("--kv-transfer-backend", default="tcp", choices=["tcp", "ucx"],
+                    help="the P/D workers' state transport")
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not (os.path.isfile(args.router) and os.access(args.router, os.X_OK)):
         print(f"pd_bench: SKIPPED: router binary {args.router} not found (pip install vllm-router)")
+        return 77
+    if args.kv_transfer_backend == "ucx" and not ucx_loadable():
+        print("pd_bench: SKIPPED: --kv-transfer-backend ucx, but libucp.so.0 cannot be loaded (Debian: libucx0)")
         return 77
     log_dir = args.log_dir or os.path.join(ROOT, "build", "pd-logs")
     os.makedirs(log_dir, exist_ok=True)
@@ -280,7 +299,8 @@ def main():
             json.dump(results, f, indent=1)
     if results:
         print(f"state layout (decode worker's /get_server_info): {results[0]['layout']}")
-    print("pd_bench: " + ("FAILED" if failed else "all checks held") + f" (logs under {log_dir})")
+    print(f"pd_bench ({args.kv_transfer_backend}): " + ("FAILED" if failed else "all checks held") +
+          f" (logs under {log_dir})")
     return 1 if failed else 0
 
 
