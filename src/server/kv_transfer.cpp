@@ -252,15 +252,15 @@ void Sender::accept_loop() {
   }
 }
 
-void BlobServer::serve(Stream& s, const std::atomic<bool>& stopping) {
+bool BlobServer::serve(Stream& s, const std::atomic<bool>& stopping) {
   const auto deadline = after(opts_.total_timeout_s);
   char head[12];
   uint64_t counted = 0;
-  if (!s.read_exact(head, sizeof head, opts_.io_timeout_s, deadline, &counted).empty()) return;
+  if (!s.read_exact(head, sizeof head, opts_.io_timeout_s, deadline, &counted).empty()) return false;
   const uint32_t id_len = get_u32(head + 8);
-  if (std::memcmp(head, "DSKQ", 4) != 0 || get_u32(head + 4) != kVersion || id_len > kMaxIdBytes) return;
+  if (std::memcmp(head, "DSKQ", 4) != 0 || get_u32(head + 4) != kVersion || id_len > kMaxIdBytes) return false;
   std::string id(id_len, '\0');
-  if (!s.read_exact(id.data(), id_len, opts_.io_timeout_s, deadline, &counted).empty()) return;
+  if (!s.read_exact(id.data(), id_len, opts_.io_timeout_s, deadline, &counted).empty()) return false;
   SenderFaults f;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -268,7 +268,7 @@ void BlobServer::serve(Stream& s, const std::atomic<bool>& stopping) {
   }
   if (f.stall) {
     while (!stopping.load() && Clock::now() < deadline) wait_fd(-1, 0, 0.05);
-    return;
+    return false;
   }
   std::string blob, answer;
   if (take(id, &blob)) {
@@ -280,8 +280,11 @@ void BlobServer::serve(Stream& s, const std::atomic<bool>& stopping) {
     answer.append(kAnswerHeaderBytes - answer.size(), '\0');
   }
   if (f.corrupt_byte >= 0 && size_t(f.corrupt_byte) < answer.size()) answer[size_t(f.corrupt_byte)] ^= 0x01;
-  if (f.truncate_after >= 0 && size_t(f.truncate_after) < answer.size()) answer.resize(size_t(f.truncate_after));
-  if (s.write_all(answer.data(), answer.size(), opts_.io_timeout_s, stopping)) bytes_sent_ += answer.size();
+  const bool cut = f.truncate_after >= 0 && size_t(f.truncate_after) < answer.size();
+  if (cut) answer.resize(size_t(f.truncate_after));
+  if (!s.write_all(answer.data(), answer.size(), opts_.io_timeout_s, stopping)) return false;
+  bytes_sent_ += answer.size();
+  return !cut;
 }
 
 namespace {

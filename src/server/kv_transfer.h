@@ -79,8 +79,8 @@ class BlobServer {
   void set_faults(const SenderFaults& f);
 
  protected:
-  // One pull on `s`; `stopping` ends every wait early.
-  void serve(Stream& s, const std::atomic<bool>& stopping);
+  // One pull on `s`; `stopping` ends every wait early. True when a whole answer was written (no fault cut it).
+  bool serve(Stream& s, const std::atomic<bool>& stopping);
   TransferOptions opts_;
 
  private:

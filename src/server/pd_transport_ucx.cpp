@@ -187,12 +187,16 @@ class Worker {
 };
 
 // A UCX stream endpoint as kv_transfer's Stream. Peer failures come through the endpoint's error handler
-// (UCP_ERR_HANDLING_MODE_PEER); an operation that does not finish in time closes the endpoint by force, which
-// completes it, before its request is released, so no late byte lands in a buffer the caller reuses.
+// (UCP_ERR_HANDLING_MODE_PEER) into a Failure of its own; an operation that does not finish in time closes the
+// endpoint by force, which completes it, before its request is released, so no late byte lands in a buffer the
+// caller reuses. An endpoint whose close does not finish in time leaves its Failure behind (a few bytes), since
+// UCX may still call the handler when the worker goes.
 class UcxStream final : public Stream {
  public:
-  explicit UcxStream(Worker& w) : w_(w) {}
-  ~UcxStream() override { close(failed_); }
+  explicit UcxStream(Worker& w) : w_(w), fail_(new Failure) {}
+  ~UcxStream() override {
+    if (close(fail_->failed)) delete fail_;
+  }
   UcxStream(const UcxStream&) = delete;
   UcxStream& operator=(const UcxStream&) = delete;
 
@@ -214,15 +218,20 @@ class UcxStream final : public Stream {
     if (st != UCS_OK) ep_ = nullptr;
     return st == UCS_OK ? Status::ok() : Status::errorf("ucp_ep_create: {}", g.status_string(st));
   }
-  bool failed() const { return failed_; }
-  std::string failure() const { return failed_ ? g.status_string(fail_status_) : ""; }
+  bool failed() const { return fail_->failed; }
+  // After a whole answer: the puller closes first, once it has read everything (closing here at once could drop
+  // bytes still on their way); waits for that, at most `timeout_s`.
+  void linger(double timeout_s, const std::atomic<bool>& stopping) {
+    if (ep_) w_.wait([&] { return failed(); }, after(timeout_s), &stopping);
+  }
+  std::string failure() const { return fail_->failed ? g.status_string(fail_->status) : ""; }
 
   std::string read_exact(char* out, size_t n, double io_timeout_s, Clock::time_point deadline,
                          uint64_t* counted) override {
     size_t got = 0;
     while (got < n) {
-      if (!ep_ || failed_)
-        return fmt::format("the connection closed after {} of {} bytes (UCX: {})", got, n, failure());
+      // A failed endpoint may still hold bytes that arrived before the peer went: they are read first.
+      if (!ep_) return fmt::format("the connection closed after {} of {} bytes (UCX: {})", got, n, failure());
       Op op;
       size_t len = 0;
       ucp_request_param_t p{};
@@ -230,12 +239,14 @@ class UcxStream final : public Stream {
       p.cb.recv_stream = on_recv;
       p.user_data = &op;
       void* r = g.stream_recv_nbx(ep_, out + got, n - got, &len, &p);
-      if (UCS_PTR_IS_ERR(r)) return fmt::format("recv: {}", g.status_string(UCS_PTR_STATUS(r)));
+      if (UCS_PTR_IS_ERR(r))
+        return fmt::format("the connection closed after {} of {} bytes (UCX: {})", got, n,
+                           g.status_string(UCS_PTR_STATUS(r)));
       if (r == nullptr) {
         op.length = len;
       } else {
         const auto until = std::min(deadline, after(io_timeout_s));
-        const bool done = w_.wait([&] { return op.done || failed_; }, until);
+        const bool done = w_.wait([&] { return op.done || failed(); }, until);
         if (!op.done) {
           abort(r, op);
           if (done) return fmt::format("the connection closed after {} of {} bytes (UCX: {})", got, n, failure());
@@ -256,7 +267,7 @@ class UcxStream final : public Stream {
   bool write_all(const char* data, size_t n, double io_timeout_s, const std::atomic<bool>& stopping) override {
     constexpr size_t kPiece = size_t(1) << 20;  // each piece's send waits at most io_timeout_s
     for (size_t off = 0; off < n; off += kPiece) {
-      if (!ep_ || failed_ || stopping.load()) return false;
+      if (!ep_ || failed() || stopping.load()) return false;
       Op op;
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -265,7 +276,7 @@ class UcxStream final : public Stream {
       void* r = g.stream_send_nbx(ep_, data + off, std::min(kPiece, n - off), &p);
       if (UCS_PTR_IS_ERR(r)) return false;
       if (r == nullptr) continue;
-      w_.wait([&] { return op.done || failed_; }, after(io_timeout_s), &stopping);
+      w_.wait([&] { return op.done || failed(); }, after(io_timeout_s), &stopping);
       if (!op.done) {
         abort(r, op);
         return false;
@@ -276,9 +287,10 @@ class UcxStream final : public Stream {
     return true;
   }
 
-  // Closes the endpoint: flushing what was sent first (at most 2 s), or by force.
-  void close(bool force) {
-    if (!ep_) return;
+  // Closes the endpoint: flushing what was sent first (at most 2 s), or by force. False when the close did not
+  // finish in time.
+  bool close(bool force) {
+    if (!ep_) return true;
     Op op;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -287,9 +299,10 @@ class UcxStream final : public Stream {
     p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* r = g.ep_close_nbx(ep_, &p);
     ep_ = nullptr;
-    if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
-    w_.wait([&] { return op.done; }, after(force ? 1.0 : 2.0));
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) return true;
+    const bool done = w_.wait([&] { return op.done; }, after(force ? 1.0 : 2.0));
     g.request_free(r);
+    return done;
   }
 
  private:
@@ -298,11 +311,11 @@ class UcxStream final : public Stream {
     p.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t st) {
-      auto* s = static_cast<UcxStream*>(arg);
-      s->failed_ = true;
-      s->fail_status_ = st;
+      auto* f = static_cast<Failure*>(arg);
+      f->failed = true;
+      f->status = st;
     };
-    p.err_handler.arg = this;
+    p.err_handler.arg = fail_;
     return p;
   }
   // An operation that did not finish: the endpoint closed by force (which completes it), then its request freed.
@@ -312,10 +325,13 @@ class UcxStream final : public Stream {
     g.request_free(r);
   }
 
+  struct Failure {
+    bool failed = false;
+    ucs_status_t status = UCS_OK;
+  };
   Worker& w_;
+  Failure* fail_;
   ucp_ep_h ep_ = nullptr;
-  bool failed_ = false;
-  ucs_status_t fail_status_ = UCS_OK;
 };
 
 bool ipv4(const std::string& host, int port, sockaddr_in* a) {
@@ -392,7 +408,7 @@ void UcxSender::accept_loop(Listener* raw) {
         auto w = Worker::create();
         if (w) {
           UcxStream s(**w);
-          if (s.accept(r)) serve(s, stopping_);
+          if (s.accept(r) && serve(s, stopping_)) s.linger(opts_.io_timeout_s, stopping_);
         }
         --serving_;
       }).detach();

@@ -18,6 +18,12 @@ namespace {
 
 namespace kt = dsinfer::server::kv_transfer;
 
+std::string pull_id(int i) {  // (not "p" + std::to_string(i): GCC 12's -Wrestrict false positive)
+  std::string id = "p";
+  id += std::to_string(i);
+  return id;
+}
+
 std::string random_blob(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::string s(n, '\0');
@@ -76,12 +82,13 @@ TEST(PdTransportUcx, ConcurrentPullsEachGetTheirBlob) {
   std::vector<std::string> blobs;
   for (int i = 0; i < kPulls; ++i) {
     blobs.push_back(random_blob(size_t(200000 + 7919 * i), uint32_t(10 + i)));
-    f.sender.offer("p" + std::to_string(i), blobs.back(), 60);
+    f.sender.offer(pull_id(i), blobs.back(), 60);
   }
   std::vector<kt::FetchResult> got(kPulls);
   std::vector<std::thread> threads;
   for (int i = 0; i < kPulls; ++i)
-    threads.emplace_back([&, i] { got[size_t(i)] = kt::fetch_ucx("127.0.0.1", f.sender.port(), "p" + std::to_string(i), fast_options()); });
+    threads.emplace_back(
+        [&, i] { got[size_t(i)] = kt::fetch_ucx("127.0.0.1", f.sender.port(), pull_id(i), fast_options()); });
   for (auto& t : threads) t.join();
   for (int i = 0; i < kPulls; ++i) {
     ASSERT_TRUE(got[size_t(i)].ok) << i << ": " << got[size_t(i)].error;
@@ -125,7 +132,9 @@ TEST(PdTransportUcx, TruncatedAnswerIsAnError) {
     EXPECT_TRUE(r.blob.empty());
     EXPECT_TRUE(r.error.find("closed after") != std::string::npos || r.error.find("no data for") != std::string::npos)
         << r.error;
-    EXPECT_EQ(r.bytes_received, uint64_t(cut));
+    // At most the cut: a UCX endpoint that fails drops what it had not handed over yet (measured: 0 to all of
+    // the cut bytes arrive before the error, run to run), unlike a TCP socket, whose kernel delivers them first.
+    EXPECT_LE(r.bytes_received, uint64_t(cut));
   }
 }
 
