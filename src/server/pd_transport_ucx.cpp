@@ -195,7 +195,8 @@ class UcxStream final : public Stream {
  public:
   explicit UcxStream(Worker& w) : w_(w), fail_(new Failure) {}
   ~UcxStream() override {
-    if (close(fail_->failed)) delete fail_;
+    close(fail_->failed);
+    if (closed_ok_) delete fail_;
   }
   UcxStream(const UcxStream&) = delete;
   UcxStream& operator=(const UcxStream&) = delete;
@@ -290,7 +291,7 @@ class UcxStream final : public Stream {
   // Closes the endpoint: flushing what was sent first (at most 2 s), or by force. False when the close did not
   // finish in time.
   bool close(bool force) {
-    if (!ep_) return true;
+    if (!ep_) return closed_ok_;
     Op op;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -299,11 +300,13 @@ class UcxStream final : public Stream {
     p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* r = g.ep_close_nbx(ep_, &p);
     ep_ = nullptr;
-    if (r == nullptr || UCS_PTR_IS_ERR(r)) return true;
-    const bool done = w_.wait([&] { return op.done; }, after(force ? 1.0 : 2.0));
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) return closed_ok_ = true;
+    closed_ok_ = w_.wait([&] { return op.done; }, after(force ? 1.0 : 2.0));
     g.request_free(r);
-    return done;
+    return closed_ok_;
   }
+  // Closes (by force after a failure); true when the endpoint is gone and its worker may serve another.
+  bool finish() { return close(failed()); }
 
  private:
   ucp_ep_params_t base_params() {
@@ -332,7 +335,38 @@ class UcxStream final : public Stream {
   Worker& w_;
   Failure* fail_;
   ucp_ep_h ep_ = nullptr;
+  bool closed_ok_ = true;  // false once a close did not finish in time
 };
+
+// Idle workers, taken by the next connection or pull and given back after a clean close (creating one opens every
+// UCX transport: ~10 ms on the dev machine, on each side of every pull). Never destroyed, as the context.
+class WorkerPool {
+ public:
+  Result<std::unique_ptr<Worker>> take() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!idle_.empty()) {
+        std::unique_ptr<Worker> w = std::move(idle_.back());
+        idle_.pop_back();
+        return w;
+      }
+    }
+    return Worker::create();
+  }
+  void give(std::unique_ptr<Worker> w) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (idle_.size() < 16) idle_.push_back(std::move(w));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Worker>> idle_;
+};
+
+WorkerPool& pool() {
+  static WorkerPool* p = new WorkerPool;
+  return *p;
+}
 
 bool ipv4(const std::string& host, int port, sockaddr_in* a) {
   *a = sockaddr_in{};
@@ -405,11 +439,14 @@ void UcxSender::accept_loop(Listener* raw) {
     for (ucp_conn_request_h r : l->pending) {
       ++serving_;
       std::thread([this, r] {
-        auto w = Worker::create();
+        auto w = pool().take();
+        bool reusable = false;
         if (w) {
           UcxStream s(**w);
           if (s.accept(r) && serve(s, stopping_)) s.linger(opts_.io_timeout_s, stopping_);
+          reusable = s.finish();
         }
+        if (reusable) pool().give(std::move(*w));
         --serving_;
       }).detach();
     }
@@ -431,17 +468,20 @@ FetchResult fetch_ucx(const std::string& host, int port, const std::string& id, 
   sockaddr_in a;
   if (port <= 0 || !ipv4(host, port, &a))
     return failed_fetch({}, fmt::format("connect: '{}:{}' is not an IPv4 address and port", host, port), t0);
-  auto w = Worker::create();
+  auto w = pool().take();
   if (!w) return failed_fetch({}, w.status().message(), t0);
   FetchResult r;
+  bool reusable = false;
   {
-    UcxStream s(**w);  // closed before its worker goes
+    UcxStream s(**w);  // closed before its worker goes back
     const Status c = s.connect(a);
     if (!c) return failed_fetch({}, fmt::format("connect to {}:{} (ucx): {}", host, port, c.message()), t0);
     r = fetch_over(s, id, o, t0, deadline);
     if (!r.ok && r.bytes_received == 0 && s.failed())
       r.error = fmt::format("connect to {}:{} (ucx): {} ({})", host, port, s.failure(), r.error);
+    reusable = s.finish();
   }
+  if (reusable) pool().give(std::move(*w));
   return r;
 }
 

@@ -2,8 +2,8 @@
 // (the same request and answer bytes: chunks, CRC-32C per chunk and over the blob, every wait bounded, the test
 // faults) over UCX stream endpoints instead of TCP sockets. The prefill worker's UcxSender listens on a UCX
 // listener (host:port, client-server connection establishment); the decode worker's fetch_ucx connects an
-// endpoint there. Each connection and each fetch has its own UCX worker (one thread each), on one UCX context of
-// the process. The blob is host memory on both sides: on the CUDA runner the engine has already copied the state
+// endpoint there. Each connection and each fetch has a UCX worker of its own while it runs (one thread each; idle
+// workers are pooled and reused), on one UCX context of the process. The blob is host memory on both sides: on the CUDA runner the engine has already copied the state
 // off the device (CudaRunner::read_state) and copies it back on import (write_state), since Debian's UCX has no
 // CUDA memory support.
 //
