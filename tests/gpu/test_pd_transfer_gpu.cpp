@@ -16,12 +16,17 @@
 // Skips without a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <span>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "backends/cuda/runner/cuda_runner.h"
 #include "cache/state_blob.h"
 #include "cache/state_copy.h"
+#include "cache/state_layout.h"
 #include "check/solo_sequence.h"
 #include "cuda/gpu_test_util.h"
 #include "dsinfer/engine.h"
