@@ -17,8 +17,9 @@ install() {
 # libicu-dev: Unicode normalisation for the DeepSeek-V4.1 Engram vocabulary.
 # libboost-dev: Boost.Beast / Asio (header-only), the HTTP server of `dsinfer serve`.
 # clang: the libFuzzer targets (tests/fuzz, tools/fuzz.sh).
+# libucx-dev: ucp.h for the P/D transport `serve --kv-transfer-backend ucx` (libucp is loaded at run time).
 install cmake g++ make pkg-config nlohmann-json3-dev libpcre2-dev libicu-dev libfmt-dev libgtest-dev python3 python3-pip \
-  python3-venv ccache libboost-dev clang
+  python3-venv ccache libboost-dev clang libucx-dev
 # libFuzzer ships in the runtime package of clang's own major version (libclang-rt-14-dev on bookworm).
 clang_major=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -1)
 [ -n "$clang_major" ] && install "libclang-rt-$clang_major-dev"

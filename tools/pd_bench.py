@@ -5,7 +5,8 @@ Starts one `dsinfer serve --role prefill`, one `--role decode` and vllm-router `
 them, plus one plain server (`--role both`, no prefix caching) as the reference, and sends N greedy chat requests
 (K shared system prompts, a distinct user turn each). The router sends each request to the prefill worker with
 max_tokens 1 and kv_transfer_params {do_remote_decode: true}, then to the decode worker with the prefill answer's
-kv_transfer_params; the decode worker pulls the prompt's state over TCP and resumes from it. Per phase it reports:
+kv_transfer_params; the decode worker pulls the prompt's state (over TCP, or UCX with --kv-transfer-backend ucx)
+and resumes from it. Per phase it reports:
   - answered / clean errors / hangs, and whether every answer equals the reference server's (text, finish reason,
     token counts): it must, on every request;
   - bytes per sequence: the pulled state (blob), the wire bytes (chunk framing included), and the state layout's
@@ -23,12 +24,18 @@ Phases (fresh workers each):
 In truncate / corrupt / stall every request must still be answered, identically, by a local prefill.
 
   python3 tools/pd_bench.py --dsinfer build/cpu/dsinfer --router build/test-venv/bin/vllm-router --requests 32
-Exit status: 0 when every check held, 1 when one failed, 77 when the router binary is missing (skip).
+  python3 tools/pd_bench.py --kv-transfer-backend ucx   # the same phases with the state over UCX
+  python3 tools/pd_bench.py --router direct --serve-args "--backend cuda --batch-invariant" --phases pd
+      (no router binary, e.g. on the GPU machine: the bench sends the router's two legs itself, as vllm-router
+      --vllm-pd-disaggregation does; every server gets --serve-args)
+Exit status: 0 when every check held, 1 when one failed, 77 when the router binary is missing, or UCX when asked
+for cannot be loaded (skip).
 """
 import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -49,7 +56,9 @@ class Worker:
         self.log_path = os.path.join(log_dir, f"{name}.log")
         self.log = open(self.log_path, "w")
         cmd = [args.dsinfer, "serve", "--model", args.model, "--port", "0", "--max-model-len", str(args.max_model_len),
-               "--role", role, *extra]
+               "--role", role, *shlex.split(args.serve_args), *extra]
+        if role != "both":
+            cmd += ["--kv-transfer-backend", args.kv_transfer_backend]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
         self.port = None
 
@@ -95,6 +104,26 @@ class PdRouter(RouterProcess):
                "--request-timeout-secs", str(int(args.client_timeout)), "--log-level", "warning",
                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
         super().__init__(cmd, os.path.join(log_dir, "router.log"), "/health")
+
+
+class DirectRouter:
+    """--router direct: the two legs vllm-router --vllm-pd-disaggregation sends (read from its traffic), sent here."""
+
+    def __init__(self, args, prefill, decode):
+        self.args, self.prefill, self.decode = args, prefill, decode
+
+    def chat(self, body):
+        first = dict(body, max_tokens=1, min_tokens=1, stream=False,
+                     kv_transfer_params={"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+                                         "remote_block_ids": None, "remote_host": None, "remote_port": None})
+        status, out = http("POST", self.prefill.url() + "/v1/chat/completions", first, timeout=self.args.client_timeout)
+        if status != 200 or not isinstance(out, dict):
+            return status, out
+        second = dict(body, kv_transfer_params=out.get("kv_transfer_params"))
+        return http("POST", self.decode.url() + "/v1/chat/completions", second, timeout=self.args.client_timeout)
+
+    def stop(self):
+        pass
 
 
 def bodies(args):
@@ -143,8 +172,11 @@ def run_phase(args, name, work, ref, log_dir):
         prefill.wait_listening(args.start_deadline)
         decode.wait_listening(args.start_deadline)
         _, info = http("GET", decode.url() + "/get_server_info")
-        router = PdRouter(args, prefill, decode, phase_dir)
-        router.wait_ready(args.start_deadline)
+        if args.router == "direct":
+            router = DirectRouter(args, prefill, decode)
+        else:
+            router = PdRouter(args, prefill, decode, phase_dir)
+            router.wait_ready(args.start_deadline)
         results = [None] * len(work)
         lock = threading.Lock()
         answered = [0]
@@ -152,7 +184,10 @@ def run_phase(args, name, work, ref, log_dir):
 
         def one(i):
             t0 = time.monotonic()
-            status, out = http("POST", router.url() + "/v1/chat/completions", work[i], timeout=args.client_timeout)
+            if args.router == "direct":
+                status, out = router.chat(work[i])
+            else:
+                status, out = http("POST", router.url() + "/v1/chat/completions", work[i], timeout=args.client_timeout)
             dt = time.monotonic() - t0
             ok = status == 200 and isinstance(out, dict) and bool(out.get("choices"))
             kind = "answered" if ok else ("clean_error" if status else
@@ -231,6 +266,15 @@ def checks(res):
     return bad
 
 
+def ucx_loadable():
+    import ctypes
+    try:
+        ctypes.CDLL(os.environ.get("DSINFER_UCX_LIBRARY") or "libucp.so.0")
+        return True
+    except OSError:
+        return False
+
+
 def fmt(x, spec=".3f"):
     return "n/a" if x is None else format(x, spec)
 
@@ -238,7 +282,9 @@ def fmt(x, spec=".3f"):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dsinfer", default=os.path.join(ROOT, "build/cpu/dsinfer"))
-    ap.add_argument("--router", default=os.path.join(ROOT, "build/test-venv/bin/vllm-router"))
+    ap.add_argument("--router", default=os.path.join(ROOT, "build/test-venv/bin/vllm-router"),
+                    help="vllm-router's binary, or 'direct' (this script sends the router's two legs)")
+    ap.add_argument("--serve-args", default="", help="more flags for every server (e.g. '--backend cuda')")
     ap.add_argument("--model", default=os.path.join(ROOT, "models/dsv4-small"))
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=4)
@@ -249,12 +295,19 @@ def main():
     ap.add_argument("--phases", default="pd,truncate,corrupt,stall,decode_dies")
     ap.add_argument("--client-timeout", type=float, default=120.0, help="a request without an answer by then hung")
     ap.add_argument("--start-deadline", type=float, default=60.0)
+    ap.add_argument("--kv-transfer-backend", default="tcp", choices=["tcp", "ucx"],
+                    help="the P/D workers' state transport")
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if not (os.path.isfile(args.router) and os.access(args.router, os.X_OK)):
+    if args.router == "direct" and "decode_dies" in args.phases.split(","):
+        ap.error("--router direct has no decode_dies phase (a router turns the dead worker into HTTP errors)")
+    if args.router != "direct" and not (os.path.isfile(args.router) and os.access(args.router, os.X_OK)):
         print(f"pd_bench: SKIPPED: router binary {args.router} not found (pip install vllm-router)")
+        return 77
+    if args.kv_transfer_backend == "ucx" and not ucx_loadable():
+        print("pd_bench: SKIPPED: --kv-transfer-backend ucx, but libucp.so.0 cannot be loaded (Debian: libucx0)")
         return 77
     log_dir = args.log_dir or os.path.join(ROOT, "build", "pd-logs")
     os.makedirs(log_dir, exist_ok=True)
@@ -280,7 +333,8 @@ def main():
             json.dump(results, f, indent=1)
     if results:
         print(f"state layout (decode worker's /get_server_info): {results[0]['layout']}")
-    print("pd_bench: " + ("FAILED" if failed else "all checks held") + f" (logs under {log_dir})")
+    print(f"pd_bench ({args.kv_transfer_backend}): " + ("FAILED" if failed else "all checks held") +
+          f" (logs under {log_dir})")
     return 1 if failed else 0
 
 

@@ -45,6 +45,7 @@ void usage(FILE* f = stderr) {
                "            vllm-router --vllm-pd-disaggregation drives them, and turn on --enable-prefix-caching)\n"
                "            --kv-transfer-host IP (%s)  --kv-transfer-port N (prefill: where decoders pull; 0 = any)\n"
                "            --kv-transfer-ttl S (%g)  --kv-transfer-timeout S (%g: a pull, in all)\n"
+               "            --kv-transfer-backend tcp|ucx (%s; both workers of a pair alike; ucx loads libucp)\n"
                "Endpoints: POST /v1/chat/completions, POST /v1/completions (\"stream\": true for server-sent events),\n"
                "GET /v1/models, GET /health (503 while draining), GET /live, GET /metrics (Prometheus); for routers\n"
                "(docs/fleet.md): GET /get_load (/load), /get_model_info (/model_info),\n"
@@ -52,7 +53,7 @@ void usage(FILE* f = stderr) {
                d.host.c_str(), d.port, engine_flags_help().c_str(), d.max_waiting_requests, d.max_connections,
                d.max_body_bytes, d.max_n, d.request_timeout_s, d.drain_timeout_s, d.drain_grace_s,
                d.get_load_format.c_str(), d.role.c_str(),
-               d.kv_transfer_host.c_str(), d.kv_transfer_ttl_s, d.kv_transfer_timeout_s);
+               d.kv_transfer_host.c_str(), d.kv_transfer_ttl_s, d.kv_transfer_timeout_s, d.kv_transfer_backend.c_str());
 }
 
 // The address to bind for --host: an IP address as is, a host name (localhost) resolved to its first IPv4 address
@@ -145,6 +146,7 @@ int cmd_serve(int argc, char** argv) {
     else if (a == "--get-load-format") so.get_load_format = v;
     else if (a == "--kv-transfer-host") so.kv_transfer_host = v;
     else if (a == "--kv-transfer-fault") so.kv_transfer_fault = v;  // tests only (docs/fleet.md)
+    else if (a == "--kv-transfer-backend") so.kv_transfer_backend = v;
     else if (a == "--kv-transfer-port" && !parse_int_flag("serve", a, v, 0, 65535, &n)) return 2;
     else if (a == "--kv-transfer-port") so.kv_transfer_port = int(n);
     else if (a == "--kv-transfer-ttl" && !parse_int_flag("serve", a, v, 1, INT32_MAX, &n)) return 2;

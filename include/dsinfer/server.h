@@ -40,6 +40,9 @@ struct ServerOptions {
   double kv_transfer_ttl_s = 60;               // an exported state nobody pulled is dropped after this
   double kv_transfer_timeout_s = 30;           // a pull, in all (each wait for data: at most 5 s of it)
   std::string kv_transfer_fault;               // tests only, prefill side: "truncate:N", "corrupt:N" (byte N), "stall"
+  // How prefix states move: "tcp" (kv_transfer's sockets) or "ucx" (the same framing over UCX endpoints,
+  // server/pd_transport_ucx.h; libucp loaded at run time). Both workers of a pair must use the same one.
+  std::string kv_transfer_backend = "tcp";
   // GET /get_load's shape (docs/fleet.md): "vllm", the object {"load": n, ...} vllm-router reads; "sglang", the list
   // of per-DP-rank objects whose "num_tokens" SGLang's gateway sums. Same path, so the fleet's router picks it.
   std::string get_load_format = "vllm";

@@ -18,8 +18,6 @@
 
 namespace dsinfer::server::kv_transfer {
 
-using Clock = std::chrono::steady_clock;
-
 namespace {
 
 Clock::time_point after(double seconds) {
@@ -128,6 +126,22 @@ int connect_to(const std::string& host, int port, double timeout_s, std::string*
   return fd;
 }
 
+// A TCP connection (a non-blocking socket) as a Stream.
+class TcpStream final : public Stream {
+ public:
+  explicit TcpStream(int fd) : fd_(fd) {}
+  std::string read_exact(char* out, size_t n, double io_timeout_s, Clock::time_point deadline,
+                         uint64_t* counted) override {
+    return dsinfer::server::kv_transfer::read_exact(fd_, out, n, io_timeout_s, deadline, counted);
+  }
+  bool write_all(const char* data, size_t n, double io_timeout_s, const std::atomic<bool>& stopping) override {
+    return dsinfer::server::kv_transfer::write_all(fd_, data, n, io_timeout_s, stopping);
+  }
+
+ private:
+  int fd_;
+};
+
 }  // namespace
 
 std::string encode_request(std::string_view id) {
@@ -184,29 +198,29 @@ bool Sender::start(const std::string& host, int port, std::string* error) {
   return true;
 }
 
-void Sender::drop_expired() {
+void BlobServer::drop_expired() {
   const auto now = Clock::now();
   for (auto it = held_.begin(); it != held_.end();) it = it->second.expires <= now ? held_.erase(it) : std::next(it);
 }
 
-void Sender::offer(const std::string& id, std::string blob, double ttl_s) {
+void BlobServer::offer(const std::string& id, std::string blob, double ttl_s) {
   std::lock_guard<std::mutex> lk(mu_);
   drop_expired();
   held_[id] = {std::move(blob), after(ttl_s)};
 }
 
-size_t Sender::held() {
+size_t BlobServer::held() {
   std::lock_guard<std::mutex> lk(mu_);
   drop_expired();
   return held_.size();
 }
 
-void Sender::set_faults(const SenderFaults& f) {
+void BlobServer::set_faults(const SenderFaults& f) {
   std::lock_guard<std::mutex> lk(mu_);
   faults_ = f;
 }
 
-bool Sender::take(const std::string& id, std::string* blob) {
+bool BlobServer::take(const std::string& id, std::string* blob) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = held_.find(id);
   if (it == held_.end() || it->second.expires <= Clock::now()) return false;
@@ -230,30 +244,31 @@ void Sender::accept_loop() {
     if (fd < 0) continue;
     ++serving_;
     std::thread([this, fd] {
-      serve(fd);
+      TcpStream stream(fd);
+      serve(stream, stopping_);
       ::close(fd);
       --serving_;
     }).detach();
   }
 }
 
-void Sender::serve(int fd) {
+bool BlobServer::serve(Stream& s, const std::atomic<bool>& stopping) {
   const auto deadline = after(opts_.total_timeout_s);
   char head[12];
   uint64_t counted = 0;
-  if (!read_exact(fd, head, sizeof head, opts_.io_timeout_s, deadline, &counted).empty()) return;
+  if (!s.read_exact(head, sizeof head, opts_.io_timeout_s, deadline, &counted).empty()) return false;
   const uint32_t id_len = get_u32(head + 8);
-  if (std::memcmp(head, "DSKQ", 4) != 0 || get_u32(head + 4) != kVersion || id_len > kMaxIdBytes) return;
+  if (std::memcmp(head, "DSKQ", 4) != 0 || get_u32(head + 4) != kVersion || id_len > kMaxIdBytes) return false;
   std::string id(id_len, '\0');
-  if (!read_exact(fd, id.data(), id_len, opts_.io_timeout_s, deadline, &counted).empty()) return;
+  if (!s.read_exact(id.data(), id_len, opts_.io_timeout_s, deadline, &counted).empty()) return false;
   SenderFaults f;
   {
     std::lock_guard<std::mutex> lk(mu_);
     f = faults_;
   }
   if (f.stall) {
-    while (!stopping_.load() && Clock::now() < deadline) wait_fd(-1, 0, 0.05);
-    return;
+    while (!stopping.load() && Clock::now() < deadline) wait_fd(-1, 0, 0.05);
+    return false;
   }
   std::string blob, answer;
   if (take(id, &blob)) {
@@ -265,27 +280,30 @@ void Sender::serve(int fd) {
     answer.append(kAnswerHeaderBytes - answer.size(), '\0');
   }
   if (f.corrupt_byte >= 0 && size_t(f.corrupt_byte) < answer.size()) answer[size_t(f.corrupt_byte)] ^= 0x01;
-  if (f.truncate_after >= 0 && size_t(f.truncate_after) < answer.size()) answer.resize(size_t(f.truncate_after));
-  if (write_all(fd, answer.data(), answer.size(), opts_.io_timeout_s, stopping_)) bytes_sent_ += answer.size();
+  const bool cut = f.truncate_after >= 0 && size_t(f.truncate_after) < answer.size();
+  if (cut) answer.resize(size_t(f.truncate_after));
+  if (!s.write_all(answer.data(), answer.size(), opts_.io_timeout_s, stopping)) return false;
+  bytes_sent_ += answer.size();
+  return !cut;
 }
 
 namespace {
 
 // Reads the chunks announced by the header into out->blob; "" when all arrived intact.
-std::string read_chunks(int fd, uint64_t total, uint32_t chunk_bytes, uint32_t chunks, const TransferOptions& o,
+std::string read_chunks(Stream& s, uint64_t total, uint32_t chunk_bytes, uint32_t chunks, const TransferOptions& o,
                         Clock::time_point deadline, FetchResult* out) {
   out->blob.resize(size_t(total));
   uint64_t off = 0;
   for (uint32_t i = 0; i < chunks; ++i) {
     char h[kChunkHeaderBytes];
-    std::string e = read_exact(fd, h, sizeof h, o.io_timeout_s, deadline, &out->bytes_received);
+    std::string e = s.read_exact(h, sizeof h, o.io_timeout_s, deadline, &out->bytes_received);
     if (!e.empty()) return fmt::format("chunk {} of {}: header: {}", i, chunks, e);
     const uint32_t index = get_u32(h);
     const uint32_t len = get_u32(h + 4);
     const uint64_t want = std::min<uint64_t>(chunk_bytes, total - off);
     if (index != i || len != want)
       return fmt::format("chunk {} of {}: header says index {} length {} (want {} bytes)", i, chunks, index, len, want);
-    e = read_exact(fd, out->blob.data() + off, len, o.io_timeout_s, deadline, &out->bytes_received);
+    e = s.read_exact(out->blob.data() + off, len, o.io_timeout_s, deadline, &out->bytes_received);
     if (!e.empty()) return fmt::format("chunk {} of {}: {}", i, chunks, e);
     const uint32_t crc = crc32c(std::string_view(out->blob.data() + off, len));
     if (crc != get_u32(h + 8))
@@ -298,30 +316,40 @@ std::string read_chunks(int fd, uint64_t total, uint32_t chunk_bytes, uint32_t c
 
 }  // namespace
 
+FetchResult failed_fetch(FetchResult out, const std::string& why, Clock::time_point t0) {
+  out.ok = false;
+  out.blob.clear();
+  out.error = why;
+  out.seconds = since(t0);
+  return out;
+}
+
 FetchResult fetch(const std::string& host, int port, const std::string& id, const TransferOptions& o) {
-  FetchResult out;
   const auto t0 = Clock::now();
   const auto deadline = after(o.total_timeout_s);
-  auto fail = [&](const std::string& why) {
-    out.ok = false;
-    out.blob.clear();
-    out.error = why;
-    out.seconds = since(t0);
-    return out;
-  };
-  if (id.size() > kMaxIdBytes) return fail(fmt::format("the id is {} bytes long (at most {})", id.size(), kMaxIdBytes));
+  if (id.size() > kMaxIdBytes)
+    return failed_fetch({}, fmt::format("the id is {} bytes long (at most {})", id.size(), kMaxIdBytes), t0);
   std::string err;
   const int fd = connect_to(host, port, o.connect_timeout_s, &err);
-  if (fd < 0) return fail(err);
+  if (fd < 0) return failed_fetch({}, err, t0);
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  TcpStream stream(fd);
+  return fetch_over(stream, id, o, t0, deadline);
+}
+
+FetchResult fetch_over(Stream& s, const std::string& id, const TransferOptions& o, Clock::time_point t0,
+                       Clock::time_point deadline) {
+  FetchResult out;
+  auto fail = [&](const std::string& why) { return failed_fetch(std::move(out), why, t0); };
+  if (id.size() > kMaxIdBytes) return fail(fmt::format("the id is {} bytes long (at most {})", id.size(), kMaxIdBytes));
   const std::string req = encode_request(id);
   const std::atomic<bool> never{false};
-  if (!write_all(fd, req.data(), req.size(), o.io_timeout_s, never)) return fail("sending the request failed");
+  if (!s.write_all(req.data(), req.size(), o.io_timeout_s, never)) return fail("sending the request failed");
   char h[kAnswerHeaderBytes];
-  err = read_exact(fd, h, sizeof h, o.io_timeout_s, deadline, &out.bytes_received);
+  std::string err = s.read_exact(h, sizeof h, o.io_timeout_s, deadline, &out.bytes_received);
   if (!err.empty()) return fail("answer header: " + err);
   if (std::memcmp(h, "DSKA", 4) != 0 || get_u32(h + 4) != kVersion)
     return fail("answer header: not a dsinfer kv answer");
@@ -334,7 +362,7 @@ FetchResult fetch(const std::string& host, int port, const std::string& id, cons
     return fail(fmt::format("the sender announced {} bytes (at most {})", total, o.max_blob_bytes));
   if (chunk_bytes == 0 || uint64_t(chunks) != (total + chunk_bytes - 1) / chunk_bytes)
     return fail(fmt::format("answer header: {} chunks of {} bytes cannot hold {} bytes", chunks, chunk_bytes, total));
-  err = read_chunks(fd, total, chunk_bytes, chunks, o, deadline, &out);
+  err = read_chunks(s, total, chunk_bytes, chunks, o, deadline, &out);
   if (!err.empty()) return fail(err);
   if (crc32c(out.blob) != get_u32(h + 28)) return fail("whole-blob checksum mismatch");
   out.ok = true;

@@ -46,6 +46,13 @@ Result<PdRole> parse_pd_role(const std::string& name) {
   return Status::errorf("role '{}': expected prefill, decode or both", name);
 }
 
+Result<PdTransport> parse_pd_transport(const std::string& name) {
+  if (name == "tcp") return PdTransport::kTcp;
+  if (name != "ucx") return Status::errorf("kv_transfer_backend '{}': expected tcp or ucx", name);
+  DSI_RETURN_IF_ERROR(kv_transfer::ucx_available());
+  return PdTransport::kUcx;
+}
+
 const char* pd_role_name(PdRole r) {
   return r == PdRole::kPrefill ? "prefill" : r == PdRole::kDecode ? "decode" : "both";
 }
@@ -61,11 +68,17 @@ bool PdWorker::start(std::string* error) {
     if (!(opts_.kv_transfer_ttl_s > 0) || !(opts_.kv_transfer_timeout_s > 0))
       return Status::errorf("kv_transfer_ttl_s ({}) and kv_transfer_timeout_s ({}) must be > 0", opts_.kv_transfer_ttl_s,
                             opts_.kv_transfer_timeout_s);
+    if (role_ == PdRole::kBoth) return Status::ok();
+    DSI_ASSIGN_OR_RETURN(transport_, parse_pd_transport(opts_.kv_transfer_backend));
     if (role_ != PdRole::kPrefill) return Status::ok();
-    sender_ = std::make_unique<kv_transfer::Sender>();
+    if (transport_ == PdTransport::kUcx)
+      sender_ = std::make_unique<kv_transfer::UcxSender>();
+    else
+      sender_ = std::make_unique<kv_transfer::Sender>();
     sender_->set_faults(faults);
     std::string err;
-    if (!sender_->start(opts_.kv_transfer_host, opts_.kv_transfer_port, &err)) return Status::error("kv transfer: " + err);
+    if (!sender_->start(opts_.kv_transfer_host, opts_.kv_transfer_port, &err))
+      return Status::errorf("kv transfer ({}): {}", sender_->transport(), err);
     return Status::ok();
   }();
   if (!s && error) *error = s.message();
@@ -95,7 +108,8 @@ std::string PdWorker::export_state(Engine& engine, const RequestResult& r) {
   // vLLM's fields (remote_block_ids stays null: the state moves as one blob), then dsinfer's timing for the split.
   return json{{"do_remote_prefill", true},
               {"do_remote_decode", false},
-              {"remote_engine_id", fmt::format("dsinfer-{}:{}", opts_.kv_transfer_host, sender_->port())},
+              {"remote_engine_id",
+               fmt::format("dsinfer-{}-{}:{}", sender_->transport(), opts_.kv_transfer_host, sender_->port())},
               {"remote_host", opts_.kv_transfer_host},
               {"remote_port", sender_->port()},
               {"remote_request_id", id},
@@ -114,6 +128,8 @@ std::string PdWorker::pull(const KvTransferParams& p, PdRecord* rec) {
   kv_transfer::FetchResult f;
   if (p.remote_host.empty() || p.remote_port <= 0 || p.remote_request_id.empty())
     f.error = "kv_transfer_params name no remote_host / remote_port / remote_request_id";
+  else if (transport_ == PdTransport::kUcx)
+    f = kv_transfer::fetch_ucx(p.remote_host, p.remote_port, p.remote_request_id, o);
   else
     f = kv_transfer::fetch(p.remote_host, p.remote_port, p.remote_request_id, o);
   rec->wire_bytes = f.bytes_received;

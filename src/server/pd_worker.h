@@ -8,6 +8,8 @@
 //    (Engine::import_prefix_state) just before it submits the request, which then resumes as an exact prefix hit.
 //    Any failure (pull, import) is counted and the request is prefilled locally: nothing is lost.
 //  - both (the default): kv_transfer_params are ignored.
+// The transport (`--kv-transfer-backend`): TCP (kv_transfer::Sender / fetch) or UCX (kv_transfer::UcxSender /
+// fetch_ucx, server/pd_transport_ucx.h), the same framing, checks, timeouts and faults over either.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -19,10 +21,13 @@
 #include "dsinfer/engine.h"
 #include "dsinfer/server.h"
 #include "server/kv_transfer.h"
+#include "server/pd_transport_ucx.h"
 
 namespace dsinfer::server {
 
 enum class PdRole { kBoth, kPrefill, kDecode };
+enum class PdTransport { kTcp, kUcx };
+Result<PdTransport> parse_pd_transport(const std::string& name);  // "tcp", "ucx" (checked to load)
 Result<PdRole> parse_pd_role(const std::string& name);  // "both", "prefill", "decode"
 const char* pd_role_name(PdRole r);
 
@@ -63,12 +68,13 @@ class PdWorker {
 
   // Prometheus lines (dsinfer_kv_transfer_*) for GET /metrics.
   std::string metrics_text() const;
-  kv_transfer::Sender* sender() { return sender_.get(); }
+  kv_transfer::BlobServer* sender() { return sender_.get(); }
 
  private:
   ServerOptions opts_;
   PdRole role_ = PdRole::kBoth;
-  std::unique_ptr<kv_transfer::Sender> sender_;
+  PdTransport transport_ = PdTransport::kTcp;
+  std::unique_ptr<kv_transfer::BlobServer> sender_;
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex mu_;
   uint64_t exports_ok_ = 0, exports_none_ = 0, exported_bytes_ = 0;

@@ -80,19 +80,15 @@ Status CudaRunner::region_copies(std::span<const cache::StateRegion> regions, ui
   return Status::ok();
 }
 
-// P/D state export / import is refused on the CUDA runner until GpuPdTransfer passes: on the H200 (2026-12-02) a
-// sequence resumed from imported state gave other tokens than one engine (tiny-v4-a), so the transfer misses part of
-// this runner's state. Refused, the decode worker prefills locally (correct output, no transfer).
-constexpr const char* kPdRefusal =
-    "cuda runner: P/D state transfer is not verified on the CUDA runner yet (GpuPdTransfer; docs/fleet.md)";
-
+// P/D state export / import: the blocks and snapshots are the runner's whole per-sequence state (slots_, blocks_ and
+// snapshots_ in the layout's rows, fp32 or FP8; no per-sequence state lives elsewhere on the device), so the CPU
+// runner's region runs move all of it (tests/gpu/test_pd_transfer_gpu.cpp). The caller's buffer is pageable host
+// memory, read or reused when the call returns: the copies are waited for.
 Status CudaRunner::read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) {
-  if (!regions.empty()) return Status::error(kPdRefusal);
   return region_copies(regions, out.data(), out.size(), cache::CopyRun::Dir::kToHost);
 }
 
 Status CudaRunner::write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) {
-  if (!regions.empty()) return Status::error(kPdRefusal);
   return region_copies(regions, const_cast<uint8_t*>(in.data()), in.size(), cache::CopyRun::Dir::kToDevice);
 }
 
