@@ -2,7 +2,7 @@
 #include <cuda_bf16.h>
 
 #include "core/small_float.h"
-#include "ops/gemm/gemm_widen_cuda.h"
+#include "ops/gemm/gemm_widen_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
 namespace {

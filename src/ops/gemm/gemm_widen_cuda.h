@@ -6,16 +6,12 @@
 #include <cstdint>
 
 #include "core/status.h"
-#include "ops/gemm/gemm_launch.h"  // DeviceWeight
+#include "ops/gemm/gemm_widen_launch.h"  // DeviceWeight, the launcher
 
 namespace dsinfer::ops::cuda {
 
 // w: FP8_BLOCK with E8M0 scales; out: w.rows * w.cols bf16 values (out_elems of room). The returned view is the
 // BF16 weight at out (same rows / cols), for gemm_cuda or the cuBLASLt engine.
 Result<DeviceWeight> widen_fp8_bf16(const DeviceWeight& w, uint16_t* out, int64_t out_elems, void* stream);
-
-namespace detail {
-void launch_widen_fp8_bf16(const DeviceWeight& w, uint16_t* out, void* stream);
-}  // namespace detail
 
 }  // namespace dsinfer::ops::cuda
