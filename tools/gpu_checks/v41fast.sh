@@ -24,6 +24,11 @@ run_bench() {  # name, binary, model args...
 run_bench v4 $BIN/dsinfer --model configs/deepseek-v4-flash
 [ -n "$BASE" ] && run_bench v41_base $BASE/dsinfer --model configs/deepseek-v4.1-flash --numerics hf
 run_bench v41 $BIN/dsinfer --model configs/deepseek-v4.1-flash --numerics hf
+# Decode with the FP8 widening moved to M >= 1,024 (DSINFER_CUBLASLT_MIN_M; V4.1 has no 128 x 128 FP8 weights, so
+# nothing else moves): the per-op times of its projections on the default kernels, for the threshold.
+timeout 60 env DSINFER_CUBLASLT_MIN_M=1024 $BIN/dsinfer bench --model configs/deepseek-v4.1-flash --numerics hf \
+  --load-format dummy --layers 4 --batch 64,256 --context 4096 --iters 3 --ceilings nominal > "$OUT/bench_v41_minm1024.log" 2>&1
+echo "== bench v41 with DSINFER_CUBLASLT_MIN_M=1024: exit $?"
 
 echo "== check-reference --backend cuda, tiny-v41 fixtures"
 for fx in tests/fixtures/tiny-v41-a tests/fixtures/tiny-v41-b; do
