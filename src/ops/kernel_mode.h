@@ -5,9 +5,10 @@
 namespace dsinfer::ops {
 
 // kExact: the fp32 CUDA-core kernels (check-reference; GEMMs in chunks of kGemmSkinnyMaxM rows).
-// kDefault: the default kernels without the fast path's choices (the V4.1 runner and the GPU drafter outside
-//   exact mode: GemmPrecision::kFp32SmallM in one call, the fp32 attention kernel).
-// kFast: the V4 runner's fast path (cuBLASLt, the GEMV / streaming kernels, the tensor-core attention kernel).
+// kDefault: the default kernels without the fast path's choices (the GPU drafter outside exact mode:
+//   GemmPrecision::kFp32SmallM in one call, the fp32 attention kernel).
+// kFast: the CUDA runner's fast path, V4 and V4.1 (cuBLASLt, the GEMV / streaming kernels, the tensor-core attention
+//   kernel).
 // kBatchInvariant: kernels and splits chosen from the weight / a fixed size, never from the batch.
 enum class KernelMode { kExact, kDefault, kFast, kBatchInvariant };
 

@@ -74,7 +74,8 @@ Status csa2_index_scores(const StepDevice& st, const LayerStateView& src, const 
     return Status::errorf("csa2_index_scores: bad heads {} dim {} ratio {} stride {}", p.heads, p.dim, p.ratio, p.stride);
   if (src.index_keys_offset < 0 || src.index_head_dim != p.dim)
     return Status::error("csa2_index_scores: the KV source has no indexer keys of this width");
-  if (detail::csa2_index_scores_smem(p.heads, p.dim) > kCsa2MaxScoreSmem)
+  if (p.fast && p.official) return Status::error("csa2_index_scores: the fast scores are not the official numerics");
+  if (detail::csa2_index_scores_smem(p.heads, p.dim, p.fast) > kCsa2MaxScoreSmem)
     return Status::errorf("csa2_index_scores: {} heads x {} dims do not fit the kernel's shared memory", p.heads, p.dim);
   if (st.T == 0) return Status::ok();
   if (!q || !w || !scores) return Status::error("csa2_index_scores: null input or output");

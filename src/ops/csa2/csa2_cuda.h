@@ -35,7 +35,7 @@ Status csa2_emit(const StepDevice& st, const LayerStateView& view, const Csa2Emi
 // scores [T, p.stride]: for token t the csa2_index_scores_ref scores over the KV source's keys j < (pos + 1) /
 // ratio (src.index_key), q [T, heads, dim] (RoPE'd, quantized), w [T, heads] (weights_proj * heads^-1/2).
 // p.official: the official bf16 scores (model/deepseek_v41_attention.cpp), w then bf16(weights_proj * heads^-1/2
-// * dim^-1/2).
+// * dim^-1/2). p.fast (not with official): the same scores summed in fp32 (~1e-6 relative; the runner's fast mode).
 Status csa2_index_scores(const StepDevice& st, const LayerStateView& src, const Csa2IndexCudaParams& p, const float* q,
                          const float* w, float* scores, void* stream);
 

@@ -2,9 +2,11 @@
 // (two-level) top-k selection.
 //
 // Scores: a block takes one token and a chunk of keys; the token's queries sit in shared memory transposed
-// ([dim][heads], padded pitch: conflict-free), each warp scores kKeysPerWarp keys at a time with lane = head, so
-// every head's dot product is the reference's sequential fp64 sum (fp32 x fp32 products are exact in fp64, so
-// an FMA equals the reference's multiply-then-add); only the sum over heads is a warp tree (1e-16 relative).
+// ([dim][heads], padded pitch: conflict-free), each warp scores kpw keys at a time with lane = head, so every
+// head's dot product is the reference's sequential fp64 sum (fp32 x fp32 products are exact in fp64, so an FMA
+// equals the reference's multiply-then-add); only the sum over heads is a warp tree (1e-16 relative). The fast
+// mode (Csa2IndexCudaParams::fast) runs the same loop in fp32 with twice the keys per warp (each query value read
+// from shared memory serves 16 keys): fp32 FMAs at twice the fp64 rate, ~1e-6 relative.
 // Selection: one block per token, an exact radix select (4 passes of 8 bits over order-preserving keys) finds
 // the k-th largest value, then a stable block-wide compaction in index order takes everything above it plus the
 // lowest-index entries equal to it -- the reference's order (larger value first, ties to the lower index), with
@@ -19,24 +21,33 @@ namespace dsinfer::ops::cuda::detail {
 
 namespace {
 namespace dev = dsinfer::cuda::dev;
-constexpr int kScoreWarps = 4, kKeysPerWarp = 8;
+constexpr int kScoreWarps = 4, kKeysPerWarp = 8, kFastKeysPerWarp = 16;
 constexpr int kScoreThreads = kScoreWarps * 32;
 constexpr int kSelThreads = 256, kSelWarps = kSelThreads / 32;  // the selection's scans assume exactly 256
 
 // Shared-memory layout of the score kernel (floats): q [dim4][heads + 1], w [heads], keys [warps][kpw][dim4].
 struct ScoreSmem {
-  int64_t dim4, pitch, q_floats, w_floats;
-  __host__ __device__ ScoreSmem(int64_t heads, int64_t dim)
-      : dim4((dim + 3) / 4 * 4), pitch(heads + 1), q_floats(dim4 * pitch), w_floats((heads + 3) / 4 * 4) {}
-  __host__ __device__ int64_t floats() const { return q_floats + w_floats + int64_t(kScoreWarps) * kKeysPerWarp * dim4; }
+  int64_t dim4, pitch, q_floats, w_floats, kpw;
+  __host__ __device__ ScoreSmem(int64_t heads, int64_t dim, int64_t keys_per_warp)
+      : dim4((dim + 3) / 4 * 4), pitch(heads + 1), q_floats(dim4 * pitch), w_floats((heads + 3) / 4 * 4),
+        kpw(keys_per_warp) {}
+  __host__ __device__ int64_t floats() const { return q_floats + w_floats + int64_t(kScoreWarps) * kpw * dim4; }
 };
 
+// Correctly rounded add / multiply (never contracted into an FMA, so the fp64 path keeps the reference's roundings).
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+
+// Acc double: the exact scores (hf, hf-noqat under exact kernels; official's bf16 roundings); float: the fast mode.
+template <typename Acc, int kKeysPerWarp>
 __global__ void __launch_bounds__(kScoreThreads) index_scores_kernel(StepDevice st, LayerStateView src,
                                                                      Csa2IndexCudaParams p, int64_t chunk,
                                                                      int64_t chunks, const float* q, const float* w,
                                                                      float* scores) {
   extern __shared__ __align__(16) float sm[];
-  const ScoreSmem L(p.heads, p.dim);
+  const ScoreSmem L(p.heads, p.dim, kKeysPerWarp);
   const int64_t t = blockIdx.x / chunks, j0 = (blockIdx.x % chunks) * chunk;
   const int64_t n = (st.pos[t] + 1) / p.ratio;
   if (j0 >= n) return;  // block-uniform
@@ -53,7 +64,7 @@ __global__ void __launch_bounds__(kScoreThreads) index_scores_kernel(StepDevice 
   __syncthreads();
   const int32_t s = st.seq_of_token[t];
   const int32_t* table = st.block_tables + int64_t(s) * st.table_stride;
-  const double scale = 1.0 / sqrt(double(dim));
+  const Acc scale = Acc(1.0 / sqrt(double(dim)));
   for (int64_t g = j0 + int64_t(warp) * kKeysPerWarp; g < j1; g += int64_t(kScoreWarps) * kKeysPerWarp) {
 #pragma unroll
     for (int k = 0; k < kKeysPerWarp; ++k) {
@@ -61,38 +72,38 @@ __global__ void __launch_bounds__(kScoreThreads) index_scores_kernel(StepDevice 
       for (int64_t i = lane; i < dim4; i += 32) sk[k * dim4 + i] = key && i < dim ? key[i] : 0.0f;
     }
     __syncwarp();
-    double tot[kKeysPerWarp];
+    Acc tot[kKeysPerWarp];
 #pragma unroll
-    for (int k = 0; k < kKeysPerWarp; ++k) tot[k] = 0.0;
+    for (int k = 0; k < kKeysPerWarp; ++k) tot[k] = Acc(0);
     for (int64_t h = lane; h < H; h += 32) {
-      double acc[kKeysPerWarp];
+      Acc acc[kKeysPerWarp];
 #pragma unroll
-      for (int k = 0; k < kKeysPerWarp; ++k) acc[k] = 0.0;
+      for (int k = 0; k < kKeysPerWarp; ++k) acc[k] = Acc(0);
       for (int64_t i = 0; i < dim4; i += 4) {
-        const double q0 = sq[i * pitch + h], q1 = sq[(i + 1) * pitch + h];
-        const double q2 = sq[(i + 2) * pitch + h], q3 = sq[(i + 3) * pitch + h];
+        const Acc q0 = sq[i * pitch + h], q1 = sq[(i + 1) * pitch + h];
+        const Acc q2 = sq[(i + 2) * pitch + h], q3 = sq[(i + 3) * pitch + h];
 #pragma unroll
         for (int k = 0; k < kKeysPerWarp; ++k) {
           const float4 kv = *reinterpret_cast<const float4*>(sk + k * dim4 + i);  // broadcast read
-          acc[k] = fma(q0, double(kv.x), acc[k]);
-          acc[k] = fma(q1, double(kv.y), acc[k]);
-          acc[k] = fma(q2, double(kv.z), acc[k]);
-          acc[k] = fma(q3, double(kv.w), acc[k]);
+          acc[k] = fma(q0, Acc(kv.x), acc[k]);
+          acc[k] = fma(q1, Acc(kv.y), acc[k]);
+          acc[k] = fma(q2, Acc(kv.z), acc[k]);
+          acc[k] = fma(q3, Acc(kv.w), acc[k]);
         }
       }
 #pragma unroll
       for (int k = 0; k < kKeysPerWarp; ++k) {
         if (p.official) {  // bf16 einsum, ReLU, times the bf16 head weight (which carries the scale), bf16
           const float d = fmaxf(dev::round_bf16(float(acc[k])), 0.0f);
-          tot[k] = __dadd_rn(tot[k], double(dev::round_bf16(__fmul_rn(d, sw[h]))));
+          tot[k] = add_rn(tot[k], Acc(dev::round_bf16(__fmul_rn(d, sw[h]))));
         } else {
-          tot[k] = __dadd_rn(tot[k], __dmul_rn(__dmul_rn(fmax(acc[k], 0.0), scale), double(sw[h])));
+          tot[k] = add_rn(tot[k], mul_rn(mul_rn(fmax(acc[k], Acc(0)), scale), Acc(sw[h])));
         }
       }
     }
 #pragma unroll
     for (int k = 0; k < kKeysPerWarp; ++k) {
-      const double v = dev::warp_sum(tot[k]);
+      const Acc v = dev::warp_sum(tot[k]);
       if (lane == 0 && g + k < j1) scores[t * p.stride + g + k] = p.official ? dev::round_bf16(float(v)) : float(v);
     }
     __syncwarp();  // the next group overwrites sk
@@ -278,10 +289,14 @@ __global__ void __launch_bounds__(kSelThreads) index_select_kernel(StepDevice st
 }
 }  // namespace
 
-int64_t csa2_index_scores_smem(int64_t heads, int64_t dim) { return ScoreSmem(heads, dim).floats() * 4; }
+int64_t csa2_index_scores_smem(int64_t heads, int64_t dim, bool fast) {
+  return ScoreSmem(heads, dim, fast ? kFastKeysPerWarp : kKeysPerWarp).floats() * 4;
+}
 
-void launch_csa2_index_scores(const StepDevice& st, const LayerStateView& src, const Csa2IndexCudaParams& p,
-                              const float* q, const float* w, float* scores, void* stream) {
+namespace {
+template <typename Acc, int kKeysPerWarp>
+void launch_scores(const StepDevice& st, const LayerStateView& src, const Csa2IndexCudaParams& p, const float* q,
+                   const float* w, float* scores, cudaStream_t stream) {
   // Chunks of keys per token: about 1024 blocks in all (each block reads the token's queries once), chunks a
   // multiple of one pass of the block's warps.
   constexpr int64_t kPass = int64_t(kScoreWarps) * kKeysPerWarp;
@@ -289,10 +304,18 @@ void launch_csa2_index_scores(const StepDevice& st, const LayerStateView& src, c
   int64_t chunk = (p.stride + want - 1) / want;
   chunk = std::max<int64_t>(kPass, (chunk + kPass - 1) / kPass * kPass);
   const int64_t chunks = (p.stride + chunk - 1) / chunk;
-  const size_t smem = size_t(csa2_index_scores_smem(p.heads, p.dim));
-  if (smem > 48 * 1024) cudaFuncSetAttribute(index_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  index_scores_kernel<<<unsigned(st.T * chunks), kScoreThreads, smem, static_cast<cudaStream_t>(stream)>>>(
-      st, src, p, chunk, chunks, q, w, scores);
+  const size_t smem = size_t(ScoreSmem(p.heads, p.dim, kKeysPerWarp).floats() * 4);
+  auto* kernel = index_scores_kernel<Acc, kKeysPerWarp>;
+  if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  kernel<<<unsigned(st.T * chunks), kScoreThreads, smem, stream>>>(st, src, p, chunk, chunks, q, w, scores);
+}
+}  // namespace
+
+void launch_csa2_index_scores(const StepDevice& st, const LayerStateView& src, const Csa2IndexCudaParams& p,
+                              const float* q, const float* w, float* scores, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.fast) launch_scores<float, kFastKeysPerWarp>(st, src, p, q, w, scores, s);
+  else launch_scores<double, kKeysPerWarp>(st, src, p, q, w, scores, s);
 }
 
 void launch_csa2_index_select(const StepDevice& st, const Csa2IndexCudaParams& p, float* scores, uint8_t* mask,

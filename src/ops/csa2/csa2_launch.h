@@ -38,6 +38,9 @@ struct Csa2IndexCudaParams {
   // over heads rounded to bf16; w then carries the dim^-1/2 scale, so the kernel does not apply it), and the
   // selections with torch.topk's CPU tie resolution (ops::torch_cpu_topk) instead of ties to the lower index.
   bool official = false;
+  // The fast mode's scores (hf / hf-noqat outside exact mode): each head's dot product and the head sum in fp32
+  // (~1e-6 relative) instead of fp64; not with `official`.
+  bool fast = false;
 };
 
 inline constexpr int64_t kCsa2MaxTopk = 4096;
@@ -52,7 +55,7 @@ void launch_csa2_frontier_write(const StepDevice& st, const LayerStateView& view
 void launch_csa2_emit(const StepDevice& st, const LayerStateView& view, const Csa2EmitCudaParams& p,
                       const float* latent, const float* key, void* stream);
 // Dynamic shared memory (bytes) of the score kernel for these indexer shapes (at most kCsa2MaxScoreSmem).
-int64_t csa2_index_scores_smem(int64_t heads, int64_t dim);
+int64_t csa2_index_scores_smem(int64_t heads, int64_t dim, bool fast);
 void launch_csa2_index_scores(const StepDevice& st, const LayerStateView& src, const Csa2IndexCudaParams& p,
                               const float* q, const float* w, float* scores, void* stream);
 void launch_csa2_index_select(const StepDevice& st, const Csa2IndexCudaParams& p, float* scores, uint8_t* mask,

@@ -7,40 +7,35 @@ namespace dsinfer::ops::cuda::detail {
 namespace {
 namespace dev = dsinfer::cuda::dev;
 constexpr int kThreads = 128;
-constexpr int kMaxNgram = 16;
 
 __device__ __forceinline__ int32_t* history(const EngramHashCudaParams& p, int32_t slot) {
   return reinterpret_cast<int32_t*>(p.slots + int64_t(slot) * p.slot_stride + p.ngram_offset);
 }
 
+// One thread per (token, Engram layer, hash column): column c = (k - 1) * heads + h hashes the n-gram of order k + 1
+// ending at the token (the token ids at pos, pos - 1, .., pos - k: this step's, or the slot's history before
+// start_pos), so a thread rolls k + 1 products and takes one 64-bit modulo (the same integer arithmetic, in the
+// same order, as the reference's per-token loop, so the ids are identical).
 __global__ void hash_kernel(StepDevice st, EngramHashCudaParams p, int64_t* hashes) {
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= st.T) return;
+  const int cols = int(p.cols()), per_token = int(p.layers) * cols;
+  const int i = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (i >= int(st.T) * per_token) return;
+  const int t = i / per_token, r = i - t * per_token, e = r / cols, col = r - e * cols;
+  const int order = col / int(p.heads) + 1;  // k of the column
   const int32_t s = st.seq_of_token[t];
   const int64_t pos = st.pos[t], start = st.start_pos[s], t0 = st.cu_seqlens[s];
   const int32_t* hist = history(p, st.slot[s]);
-  int64_t tok[kMaxNgram];
-  for (int64_t k = 0; k < p.max_ngram; ++k) {
+  const int64_t* mult = p.multipliers + e * p.max_ngram;
+  bool blocked = false;
+  int64_t roll = 0;
+  for (int k = 0; k <= order; ++k) {
     const int64_t q = pos - k;
-    tok[k] = q < 0 ? -1 : q >= start ? int64_t(p.token_map[st.tokens[t0 + (q - start)]]) : int64_t(hist[q % p.ngram_rows]);
+    const int64_t tok = q < 0 ? -1 : q >= start ? int64_t(p.token_map[st.tokens[t0 + (q - start)]]) : int64_t(hist[q % p.ngram_rows]);
+    blocked = blocked || tok < 0;
+    const int64_t prod = (blocked ? p.pad_id : tok) * mult[k];
+    roll = k == 0 ? prod : (roll ^ prod);
   }
-  const int64_t cols = p.cols();
-  for (int64_t e = 0; e < p.layers; ++e) {
-    const int64_t* mult = p.multipliers + e * p.max_ngram;
-    int64_t* out = hashes + (t * p.layers + e) * cols;
-    bool blocked = false;
-    int64_t roll = 0;
-    for (int64_t k = 0; k < p.max_ngram; ++k) {
-      blocked = blocked || tok[k] < 0;
-      const int64_t prod = (blocked ? p.pad_id : tok[k]) * mult[k];
-      roll = k == 0 ? prod : (roll ^ prod);
-      if (k == 0) continue;
-      for (int64_t h = 0; h < p.heads; ++h) {
-        const int64_t col = (k - 1) * p.heads + h;
-        out[col] = roll % p.primes[e * cols + col] + p.offsets[e * cols + col];
-      }
-    }
-  }
+  hashes[i] = roll % p.primes[e * cols + col] + p.offsets[e * cols + col];
 }
 
 __global__ void history_write_kernel(StepDevice st, EngramHashCudaParams p) {
@@ -98,7 +93,8 @@ __global__ void __launch_bounds__(kThreads) gate_kernel(float* X, int64_t n, int
 }  // namespace
 
 void launch_engram_hash(const StepDevice& st, const EngramHashCudaParams& p, int64_t* hashes, void* stream) {
-  hash_kernel<<<unsigned((st.T + 127) / 128), 128, 0, static_cast<cudaStream_t>(stream)>>>(st, p, hashes);
+  const int64_t n = st.T * p.layers * p.cols();
+  hash_kernel<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(st, p, hashes);
 }
 
 void launch_engram_history_write(const StepDevice& st, const EngramHashCudaParams& p, void* stream) {

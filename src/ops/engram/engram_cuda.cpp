@@ -13,6 +13,8 @@ Status check_hash(const StepDevice& st, const EngramHashCudaParams& p, const cha
   if (p.ngram_rows < p.max_ngram || p.ngram_offset < 0 || !p.slots)
     return Status::errorf("{}: the slot has no n-gram history of {} rows (needs >= {})", op, p.ngram_rows, p.max_ngram);
   if (!p.multipliers || !p.primes || !p.offsets || !p.token_map) return Status::errorf("{}: hash tables missing", op);
+  if (st.T * p.layers * p.cols() > 0x7fffffff)
+    return Status::errorf("{}: {} tokens x {} layers x {} columns exceed the kernel's 2^31 ids", op, st.T, p.layers, p.cols());
   return Status::ok();
 }
 }  // namespace

@@ -56,7 +56,7 @@ inline constexpr int64_t kMoeSkinnyRowsPerExpert = 8;
 // Batch-invariant mode runs the MoE in chunks of this many tokens (the fast kernels' per-token sums do not depend
 // on the chunk; it bounds the workspace like the fast path's decode range).
 inline constexpr int64_t kMoeInvariantChunkT = 1024;
-// KernelMode::kDefault (the V4.1 runner) takes MoePath::Fast up to this many tokens, the exact path's tiled GEMMs
+// KernelMode::kDefault (the GPU drafter) takes MoePath::Fast up to this many tokens, the exact path's tiled GEMMs
 // beyond (as the V4 runner did before the grouped prefill kernels).
 inline constexpr int64_t kMoeDefaultFastMaxT = 1024;
 

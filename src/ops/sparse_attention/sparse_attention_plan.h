@@ -32,7 +32,7 @@ int64_t sparse_attention_tc_splits(int64_t T, int64_t heads, int64_t max_keys, i
 
 // SparseAttentionCudaParams::split_keys and ::tensor_cores for a mode: a fixed split size in batch-invariant mode
 // (else 0); the tensor-core kernel in the fast and batch-invariant modes where it serves the head_dim (exact mode,
-// check-reference, and kDefault, the V4.1 runner, keep the fp32 kernel).
+// check-reference, and kDefault, the GPU drafter, keep the fp32 kernel).
 int64_t sparse_attention_split_keys(KernelMode mode);
 bool sparse_attention_tensor_cores(KernelMode mode, int64_t head_dim);
 

@@ -88,6 +88,7 @@ Status CudaForwardV41::index_source(int64_t l, const ops::StepDevice& st) {
   xp.topk = cfg_.index_topk;
   xp.stride = s_.stride;
   xp.official = official();
+  xp.fast = kernel_mode() == ops::KernelMode::kFast;  // fp32 scores (exact and batch-invariant keep fp64)
   if (l == v.candidate_source_layer_id) {
     xp.mode = Csa2SelectMode::Candidate;
     xp.cand_topk_blocks = v.candidate_topk_blocks;
@@ -154,6 +155,9 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   ap.attention_factor = 1.0f;
   ap.num_splits = attention_splits(l, T);
   ap.split_keys = official() ? 0 : sparse_attention_split_keys(kernel_mode());  // batch-invariant: fixed key chunks
+  // Fast and batch-invariant modes: the bf16 tensor-core kernel, as V4's (sparse_attention_plan.h); exact and
+  // official keep their fp32 kernels.
+  ap.tensor_cores = sparse_attention_tensor_cores(kernel_mode(), hd);
   ap.official = official();
   float* o = s_.o.data();
   DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
@@ -162,11 +166,7 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   if (official()) {  // a bf16 einsum per group
     DSI_OP("wo_a", l, gemm_official_cuda(o, T, H * hd, L.wo_a, s_.mid.data(), G * r, OfficialGemm::kBf16, stream_, G));
   } else {
-    const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, kernel_mode(), GemmSettings{});
-    const int64_t chunk = gp.chunk_rows;
-    for (int64_t i = 0; i < T; i += chunk)
-      DSI_OP("wo_a", l, gemm_grouped_cuda(o + i * H * hd, std::min(chunk, T - i), H * hd, gin, L.wo_a, G,
-                                            s_.mid.data() + i * G * r, G * r, r, stream_, gp.precision));
+    DSI_OP("wo_a", l, gemm_grouped(o, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
   }
   DSI_OP("wo_b", l, linear(Gemm::FP8, s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D));
   return Status::ok();

@@ -10,6 +10,7 @@
 //   device_weights_v41*        the weights on the GPU (exact fp32 upload or dummy weights)
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "backends/cuda/weights/device_weights_v41.h"
 #include "model/deepseek_v41_numerics.h"
 #include "ops/engram/engram_launch.h"
+#include "ops/gemm/gemm_lt_cuda.h"
 #include "ops/moe/moe_cuda.h"
 
 namespace dsinfer::backends {
@@ -51,10 +53,11 @@ class CudaForwardV41 final : public CudaForward {
     cuda::DeviceBuffer<int64_t> pairs;  // official numerics: the indexer selection's (value, index) pairs [T, stride]
   };
   // The kernel-choice plans' mode (ops/kernel_mode.h): exact (also for official numerics, whose rounding points assume
-  // the exact kernels' fp32 GEMMs), batch-invariant, else the default kernels.
+  // the exact kernels' fp32 GEMMs), batch-invariant, else V4's fast path (cuBLASLt, the GEMV kernel, the fast and
+  // grouped FP8 MoE, the tensor-core attention; docs/decisions.md 2026-12-03 "V4.1 on the fast path").
   ops::KernelMode kernel_mode() const override {
     if (exact_ || official()) return ops::KernelMode::kExact;
-    return batch_invariant_ ? ops::KernelMode::kBatchInvariant : ops::KernelMode::kDefault;
+    return batch_invariant_ ? ops::KernelMode::kBatchInvariant : ops::KernelMode::kFast;
   }
   MoeLayerView moe_layer(int64_t l) const override {
     const float limit = float(cfg_.swiglu_limit);
@@ -75,7 +78,15 @@ class CudaForwardV41 final : public CudaForward {
   bool tables_on_host() const { return weights_.host_bytes() > 0; }
   Status fetch_engram_rows(const ops::StepDevice& st);
   Status ffn(int64_t l, const ops::StepDevice& st);
+  // y = x . w^T through the plan of ops/gemm/gemm_plan.h (plan_gemm_call); in the fast mode cuBLASLt where it takes
+  // the weight, and an FP8 weight of blocks cuBLASLt cannot scale (the release's 32 x 32) widened to bf16 first
+  // (ops/gemm/gemm_widen_cuda.h). Any engine error falls back to the kernels.
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy);
+  Status prepare_gemm(int64_t T);
+  // The grouped projection (wo_a, `groups` groups) outside official numerics: the kernels of
+  // plan_gemm_grouped_call, or one cuBLASLt call per BF16 group (gemm_widen_plan.h gemm_grouped_bf16_lt_wants).
+  Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w, int64_t groups,
+                      float* y, int64_t ldy, int64_t yg);
   // attention_v41_cuda.cpp
   Status attention(int64_t l, const ops::StepDevice& st);
   Status kv_source(int64_t l, const ops::StepDevice& st);
@@ -92,6 +103,12 @@ class CudaForwardV41 final : public CudaForward {
   Scratch s_;
   ops::cuda::MoeWorkspace moe_ws_;
   std::vector<ops::cuda::MoeSideStream> fetch_;  // one per Engram layer (the host placement)
+  // The fast mode's GEMM settings (DSINFER_CUBLASLT*, read by prepare() once) and cuBLASLt engine, and the bf16
+  // copy of the FP8 weight being widened (sized by prepare() for the largest such weight; one at a time, in stream
+  // order).
+  ops::cuda::GemmSettings gemm_settings_;
+  std::optional<ops::cuda::GemmLtEngine> lt_;
+  cuda::DeviceBuffer<uint16_t> widened_;
 };
 
 }  // namespace dsinfer::backends

@@ -10,6 +10,8 @@
 #include "ops/embed/embed_cuda.h"
 #include "ops/engram/engram_cuda.h"
 #include "ops/gemm/gemm_official_cuda.h"
+#include "ops/gemm/gemm_widen_cuda.h"
+#include "ops/gemm/gemm_widen_plan.h"
 #include "ops/mhc/mhc_cuda.h"
 #include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/sparse_attention/sparse_attention_cuda.h"
@@ -80,6 +82,7 @@ Status CudaForwardV41::prepare(int64_t T, int64_t R, int64_t max_pos) {
     ws = std::max(ws, sparse_attention_workspace_floats(T, H, hd, attention_splits(l, T), batch_invariant_));
   DSI_RETURN_IF_ERROR(grow(s_.attn_ws, size_t(ws) + 64, "attention workspace"));
   s_.stride = stride;
+  DSI_RETURN_IF_ERROR(prepare_gemm(T));
   if (T > s_.tokens) {
     DSI_RETURN_IF_ERROR(sync());
     DSI_RETURN_IF_ERROR(moe_ws_.reserve(T, cfg_.num_experts_per_tok, D, cfg_.moe_intermediate_size, cfg_.n_routed_experts));
@@ -89,14 +92,63 @@ Status CudaForwardV41::prepare(int64_t T, int64_t R, int64_t max_pos) {
   return Status::ok();
 }
 
-// Exact mode (check-reference): chunks of kGemmSkinnyMaxM rows, so every GEMM takes the fp32 CUDA-core kernel;
-// otherwise the default kernels (ops/gemm/gemm_plan.h, KernelMode::kDefault).
+// The fast mode's GEMM set-up: the settings and the cuBLASLt engine once, and, from the first step of
+// GemmSettings::lt_min_m tokens on, the bf16 scratch for the largest FP8 weight gemm() widens (gemm_widen_plan.h).
+Status CudaForwardV41::prepare_gemm(int64_t T) {
+  if (!lt_) {
+    DSI_ASSIGN_OR_RETURN(gemm_settings_, gemm_settings_from_env());
+    lt_.emplace(gemm_settings_.lt_activations);
+  }
+  int64_t elems = 0;
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const DeviceLayerV41& L = weights_.layer(l);
+    for (const DeviceWeight* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_b, &L.idx_wq_b, &L.engram_wkv})
+      if (gemm_widen_wants(*w, T, kernel_mode(), gemm_settings_)) elems = std::max(elems, w->rows * w->cols);
+  }
+  return elems > 0 ? grow(widened_, size_t(elems), "widened FP8 weight") : Status::ok();
+}
+
+// Kernel choice: ops/gemm/gemm_plan.h plan_gemm_call (exact: chunks of kGemmSkinnyMaxM rows on the fp32 kernel;
+// batch-invariant: the invariant kernels; fast: cuBLASLt where it takes the weight, else the GEMV / streaming
+// kernels), plus, in the fast mode, the widened FP8 weights of gemm_widen_plan.h on cuBLASLt's bf16 GEMM. The
+// engine's one-time setup runs on every eager call, so each weight is ready before a decode graph captures it; any
+// engine error falls back to gemm_cuda (nothing accumulates here, so a half-done call is overwritten).
 Status CudaForwardV41::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy) {
-  const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), GemmSettings{});
+  const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), gemm_settings_);
+  const int64_t rows = std::max(M, s_.tokens);
+  if (p.lt_prepare && lt_->prepare(w, rows, stream_).is_ok() && p.lt && lt_->gemm(x, M, ldx, w, y, ldy, false, stream_).is_ok())
+    return Status::ok();
+  if (gemm_widen_wants(w, M, kernel_mode(), gemm_settings_) && int64_t(widened_.size()) >= w.rows * w.cols) {
+    const Result<DeviceWeight> v = widen_fp8_bf16(w, widened_.data(), int64_t(widened_.size()), stream_);
+    if (v.is_ok() && lt_->prepare(v.value(), rows, stream_).is_ok() &&
+        lt_->gemm(x, M, ldx, v.value(), y, ldy, false, stream_).is_ok())
+      return Status::ok();
+  }
   const int64_t chunk = p.chunk_rows;
   for (int64_t r = 0; r < M; r += chunk)
     DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, false, stream_,
                                   p.precision));
+  return Status::ok();
+}
+
+// wo_a: plan_gemm_grouped_call's kernels, or one cuBLASLt call per BF16 group (gemm_grouped_bf16_lt_wants). The
+// groups are independent, so a fallback after an engine error simply recomputes every group.
+Status CudaForwardV41::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
+                                    int64_t groups, float* y, int64_t ldy, int64_t yg) {
+  if (gemm_grouped_bf16_lt_wants(w, groups, M, kernel_mode(), gemm_settings_)) {
+    Status st = Status::ok();
+    for (int64_t g = 0; g < groups && st.is_ok(); ++g) {
+      const DeviceWeight v = gemm_group_view_bf16(w, groups, g);
+      st = lt_->prepare(v, std::max(M, s_.tokens), stream_);
+      if (st.is_ok()) st = lt_->gemm(x + g * xg, M, ldx, v, y + g * yg, ldy, false, stream_);
+    }
+    if (st.is_ok()) return Status::ok();
+  }
+  const GemmCallPlan p = plan_gemm_grouped_call(w, groups, M, kernel_mode(), gemm_settings_);
+  const int64_t chunk = p.chunk_rows;
+  for (int64_t r = 0; r < M; r += chunk)
+    DSI_RETURN_IF_ERROR(gemm_grouped_cuda(x + r * ldx, std::min(chunk, M - r), ldx, xg, w, groups, y + r * ldy, ldy, yg,
+                                          stream_, p.precision));
   return Status::ok();
 }
 
