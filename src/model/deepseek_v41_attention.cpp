@@ -162,6 +162,8 @@ void DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, 
   std::vector<float> cq, q, kv;
   num_.linear(Gemm::FP8, x, T, L.wq_a, cq);
   num_.rmsnorm(cq.data(), T, cfg_.q_lora_rank, L.q_norm.data(), eps);
+  tap("attn.in", l, x, T);
+  tap("attn.cq", l, cq, T);
   num_.linear(Gemm::FP8, cq, T, L.wq_b, q);
   num_.linear(Gemm::FP8, x, T, L.wkv, kv);
   num_.rmsnorm(kv.data(), T, hd, L.kv_norm.data(), eps);
@@ -180,7 +182,11 @@ void DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, 
   }
   IndexQueries iq;
   const bool index_source = m > 0 && contains(cfg_.v41.index_source_layer_ids, l);
-  if (index_source) index_queries(l, s, x, cq, iq);
+  if (index_source) {
+    index_queries(l, s, x, cq, iq);
+    tap("idx.iq", l, iq.iq, T);
+    tap("idx.iw", l, iq.iw, T);
+  }
 
   // Stateful part, token by token in sequence order: ring row, source entry, top-k, attention.
   const ops::LayerStateView v = layer_view(*s.state, l), sv = m > 0 ? layer_view(*s.state, src) : v;
@@ -203,6 +209,13 @@ void DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, 
     for (int64_t h = 0; h < H; ++h) num_.rope(ot + h * hd, hd, rd, inv, p, true);
   }
   tap("attn.o", l, o, T);
+  if (index_source && tap_) {  // the picks, in the order of the selection, -1 past its end
+    std::vector<float> sel(size_t(T * cfg_.index_topk), -1.0f);
+    for (int64_t t = 0; t < T; ++t)
+      for (size_t i = 0; i < s.topk[size_t(t)].size() && int64_t(i) < cfg_.index_topk; ++i)
+        sel[size_t(t * cfg_.index_topk) + i] = float(s.topk[size_t(t)][i]);
+    tap("idx.sel", l, sel, T);
+  }
 
   // grouped output projection: group g's heads [H/G * hd] -> wo_a rows [g*r, (g+1)*r), then wo_b
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
@@ -217,6 +230,7 @@ void DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x, 
     num_.linear(Gemm::BF16, xin, T, wg, yo);
     for (int64_t t = 0; t < T; ++t) std::copy_n(yo.data() + t * r, r, mid.data() + (t * G + g) * r);
   }
+  tap("attn.mid", l, mid, T);
   num_.linear(Gemm::FP8, mid.data(), T, G * r, L.wo_b, out.data());
 }
 

@@ -63,11 +63,17 @@ Status DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x
   std::vector<float> wt(static_cast<size_t>(k)), eo(static_cast<size_t>(D));
   std::vector<double> acc(static_cast<size_t>(D));
   auto mine = [&](int64_t e) { return e >= shard_.lo && (shard_.hi < 0 || e < shard_.hi); };
+  tap("ffn.in", l, x, s.T);
+  std::vector<float> picked(static_cast<size_t>(tap_ ? s.T * k : 0)), picked_w(picked.size());  // the routing, for taps
   for (int64_t t = 0; t < s.T; ++t) {
     const float* xt = x.data() + t * D;
     const bool image = false;  // image-span tokens (vision input) would route with bias_vl
     rp.bias = image && !L.gate_bias_vl.empty() ? L.gate_bias_vl.data() : L.gate_bias.data();
     ops::route_ref(rp, xt, nullptr, idx.data(), wt.data());
+    if (tap_) {
+      std::copy(idx.begin(), idx.end(), picked.begin() + t * k);
+      std::copy(wt.begin(), wt.end(), picked_w.begin() + t * k);
+    }
     std::fill(acc.begin(), acc.end(), 0.0);
     if (num_.official) {  // experts summed in fp32 in expert-id order, then the shared expert, then bf16
       std::vector<int32_t> order(idx);
@@ -94,6 +100,8 @@ Status DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x
                                  acc.data());
     for (int64_t d = 0; d < D; ++d) out[size_t(t * D + d)] = float(acc[size_t(d)]);
   }
+  tap("ffn.ridx", l, picked, s.T);
+  tap("ffn.rw", l, picked_w, s.T);
   if (shard_.reduce) DSI_RETURN_IF_ERROR(shard_.reduce(out));
   if (num_.official)
     for (int64_t i = 0; i < s.T * D; ++i) out[size_t(i)] = round_bf16(out[size_t(i)]);
