@@ -288,6 +288,7 @@ TEST(GpuV41Runner, OfficialOpsMatchCpuReferenceOpByOp) {
                 first == ds.end() ? 0.0 : first->max_abs);
     if (i == 4 || (i == prompts.size() - 1)) test::print_op_diffs(ds);
     EXPECT_GT(ds.size(), size_t(100)) << "the dump and the taps share too few ops";
+    EXPECT_EQ(argmax_same, T) << "prompt " << i;
   }
 }
 

@@ -221,7 +221,9 @@ Status CudaForwardV41::engram(int64_t l, const ops::StepDevice& st) {
 Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   const DeviceLayerV41& L = weights_.layer(l);
   const int64_t T = st.T, D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
-  DSI_OP("router", l, gemm(s_.y.data(), T, D, L.gate, s_.router.data(), E));
+  // Official numerics: the router logits summed in double like route_ref (the routing weight is inside the
+  // SwiGLU's bf16 rounding, so an fp32 ulp here moves a rounded value); otherwise the plain GEMM.
+  DSI_OP("router", l, linear(model::v41::Gemm::F32, s_.y.data(), T, D, L.gate, s_.router.data(), E));
   RouterCudaParams rp;
   rp.experts = E;
   rp.topk = k;
