@@ -164,6 +164,8 @@ Status DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x
   std::vector<float> cq, q, kv;
   num_.linear(Gemm::FP8, x, T, L.wq_a, cq);
   num_.rmsnorm(cq.data(), T, cfg_.q_lora_rank, L.q_norm.data(), eps);
+  tap("attn.in", l, x, T);
+  tap("attn.cq", l, cq, T);
   q.resize(size_t(T * H * hd));
   num_.linear(Gemm::FP8, cq.data(), T, cfg_.q_lora_rank, L.wq_b.p() + h0 * hd * cfg_.q_lora_rank, H * hd, q.data());
   num_.linear(Gemm::FP8, x, T, L.wkv, kv);
@@ -183,7 +185,11 @@ Status DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x
   }
   IndexQueries iq;
   const bool index_source = m > 0 && contains(cfg_.v41.index_source_layer_ids, l);
-  if (index_source) index_queries(l, s, x, cq, iq);
+  if (index_source) {
+    index_queries(l, s, x, cq, iq);
+    tap("idx.iq", l, iq.iq, T);
+    tap("idx.iw", l, iq.iw, T);
+  }
 
   // Stateful part, token by token in sequence order: ring row, source entry, top-k, attention.
   const ops::LayerStateView v = layer_view(*s.state, l), sv = m > 0 ? layer_view(*s.state, src) : v;
@@ -206,6 +212,13 @@ Status DeepseekV41Cpu::attention(int64_t l, Step& s, const std::vector<float>& x
     for (int64_t h = 0; h < H; ++h) num_.rope(ot + h * hd, hd, rd, inv, p, true);
   }
   tap("attn.o", l, o, T);
+  if (index_source && tap_) {  // the picks, in the order of the selection, -1 past its end
+    std::vector<float> sel(size_t(T * cfg_.index_topk), -1.0f);
+    for (int64_t t = 0; t < T; ++t)
+      for (size_t i = 0; i < s.topk[size_t(t)].size() && int64_t(i) < cfg_.index_topk; ++i)
+        sel[size_t(t * cfg_.index_topk) + i] = float(s.topk[size_t(t)][i]);
+    tap("idx.sel", l, sel, T);
+  }
   return output_projection(l, o, T, out);
 }
 
@@ -241,6 +254,7 @@ Status DeepseekV41Cpu::output_projection(int64_t l, const std::vector<float>& o,
     DSI_RETURN_IF_ERROR(heads_.gather(heads));
     wo_a(heads.data(), H, 0, 0, G);
   }
+  tap("attn.mid", l, mid, T);
   num_.linear(Gemm::FP8, mid.data(), T, G * r, L.wo_b, out.data());
   return Status::ok();
 }

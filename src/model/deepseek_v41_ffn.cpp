@@ -60,6 +60,11 @@ Status DeepseekV41Cpu::moe(int64_t l, const Step& s, const std::vector<float>& x
     rp.bias = image && !L.gate_bias_vl.empty() ? L.gate_bias_vl.data() : L.gate_bias.data();
     ops::route_ref(rp, x.data() + t * D, nullptr, idx.data() + t * k, wt.data() + t * k);
   }
+  if (tap_) {  // the routing, for taps
+    tap("ffn.in", l, x, T);
+    tap("ffn.ridx", l, std::vector<float>(idx.begin(), idx.end()), T);
+    tap("ffn.rw", l, wt, T);
+  }
   // Pair (e, w)'s output as combine() adds it: official, the weighted bf16 expert output; else at scale 1.
   const ExpertCompute pair = [&](int32_t e, float w, const float* xi, float* yi) {
     const ExpertWeights& ew = L.experts[size_t(e)];

@@ -19,7 +19,16 @@ namespace dev = dsinfer::cuda::dev;
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kMaxMixes = (2 + kHcMaxN) * kHcMaxN;
 
-__device__ float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
+// exact (V4.1 official numerics, p.round_bf16): the CPU reference's arithmetic. Its exp (glibc expf, correctly rounded
+// but for rare cases) as the double exp rounded once to fp32 (CUDA's expf is up to 2 ulp off), and mu * scale + base
+// rounded after each operation (nvcc fuses it into an fma otherwise). The mixes feed Sinkhorn and every collapse, so
+// an ulp here moves official numerics' bf16 rounding points (docs/decisions.md 2026-12-03). Otherwise (fp32 profiles,
+// not bit-exact by design) the default arithmetic, unchanged.
+__device__ __forceinline__ float exp_mix(float z, bool exact) { return exact ? float(exp(double(z))) : expf(z); }
+__device__ float sigmoidf(float z, bool exact) { return 1.0f / (1.0f + exp_mix(-z, exact)); }
+__device__ __forceinline__ float affine_mix(float mu, float scale, float base, bool exact) {
+  return exact ? __fadd_rn(__fmul_rn(mu, scale), base) : mu * scale + base;
+}
 
 // Compile-time bounds of the finalize: N > 0 is the hc_mult itself (every loop unrolled), N == 0 any n <= kHcMaxN.
 template <int N>
@@ -108,8 +117,8 @@ __device__ void hc_coefficients(const HcNormParams& p, const double (&acc)[HcDim
   for (int i = 0; i < D::kMixSlots; ++i) mu[i] = float(acc[i] * rho);
   const float mu_post = warp_pick(mu, n + lane);  // lanes < n: mu[n + lane]
   if (lane < n) {
-    pre[lane] = sigmoidf(mu[0] * p.scale[0] + p.base[lane]) + p.hc_eps;
-    if (!kHead) post[lane] = 2.0f * sigmoidf(mu_post * p.scale[1] + p.base[n + lane]);
+    pre[lane] = sigmoidf(affine_mix(mu[0], p.scale[0], p.base[lane], p.round_bf16), p.round_bf16) + p.hc_eps;
+    if (!kHead) post[lane] = 2.0f * sigmoidf(affine_mix(mu_post, p.scale[1], p.base[n + lane], p.round_bf16), p.round_bf16);
   }
   if (kHead) return;
   const int nn = n * n;
@@ -118,7 +127,7 @@ __device__ void hc_coefficients(const HcNormParams& p, const double (&acc)[HcDim
 #pragma unroll
   for (int i = 0; i < D::kSlots; ++i) {
     e[i] = lane + 32 * i < nn ? lane + 32 * i : 0;
-    z[i] = warp_pick(mu, 2 * n + e[i]) * p.scale[2] + p.base[2 * n + e[i]];
+    z[i] = affine_mix(warp_pick(mu, 2 * n + e[i]), p.scale[2], p.base[2 * n + e[i]], p.round_bf16);
   }
   // Row (k over a row j) or column (j over a column k) sums of c, in index order, for each slot.
   auto line_sums = [&](const float (&v)[D::kSlots], bool row) {
@@ -141,7 +150,7 @@ __device__ void hc_coefficients(const HcNormParams& p, const double (&acc)[HcDim
 #pragma unroll
     for (int k = 0; k < D::kN; ++k)
       if (k < n) mx = fmaxf(mx, warp_pick(z, j * n + k));
-    c[i] = expf(z[i] - mx);
+    c[i] = exp_mix(z[i] - mx, p.round_bf16);
   }
   line_sums(c, true);
 #pragma unroll

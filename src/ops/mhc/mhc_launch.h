@@ -20,7 +20,7 @@ struct HcNormParams {
   const float* pre_in = nullptr;
   float* pre_out = nullptr;
   // DeepSeek-V4.1 official numerics: the collapse and the norm's output rounded to bf16 (as the official code stores
-  // them); the norm's statistics read the rounded collapse.
+  // them); the norm's statistics read the rounded collapse; the mixes in the CPU reference's exact arithmetic (mhc.cu).
   bool round_bf16 = false;
 };
 

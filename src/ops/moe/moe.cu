@@ -181,7 +181,8 @@ __global__ void combine_kernel(const float* yp, const int32_t* pos_of, const flo
 }
 
 // DeepSeek-V4.1 official numerics (model/deepseek_v41_ffn.cpp expert_official): g, u = h1, h3 (the bf16 outputs of
-// the official GEMMs) clamped; h = bf16(w * (silu(g) * u)) with the row's routing weight w (1 without row_weight).
+// the official GEMMs) clamped; h = bf16(w * (silu(g) * u)) with the row's routing weight w (1 without row_weight);
+// exp as the CPU's std::exp(float): the double exp rounded once (expf is up to 2 ulp off).
 __global__ void official_swiglu_kernel(float* h1, const float* h3, const float* row_weight, int64_t rows,
                                        const int32_t* rows_dev, int64_t inter, float limit) {
   namespace dev = dsinfer::cuda::dev;
@@ -193,7 +194,7 @@ __global__ void official_swiglu_kernel(float* h1, const float* h3, const float* 
       u = fminf(fmaxf(u, -limit), limit);
     }
     const float w = row_weight ? row_weight[i / inter] : 1.0f;
-    h1[i] = dev::round_bf16(__fmul_rn(w, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u)));
+    h1[i] = dev::round_bf16(__fmul_rn(w, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, float(exp(double(-g))))), u)));
   }
 }
 

@@ -11,6 +11,8 @@ namespace dsinfer::ops::cuda::detail {
 namespace {
 namespace dev = dsinfer::cuda::dev;
 constexpr int kThreads = 128, kWarps = kThreads / 32, kBlockKeys = 64, kMaxCh = 512 / kThreads;
+// The CPU reference's std::exp(float) (glibc: correctly rounded but for rare cases): the double exp rounded once.
+__device__ __forceinline__ float exp_rn(float z) { return float(exp(double(z))); }
 
 __global__ void __launch_bounds__(kThreads) sparse_attention_official_kernel(StepDevice st, LayerStateView v,
                                                                             SparseAttentionCudaParams prm,
@@ -55,12 +57,12 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_official_kernel(Ste
     __syncthreads();
     float bmax = mx;
     for (int j = 0; j < cnt; ++j) bmax = fmaxf(bmax, s[j]);
-    const float rescale = expf(mx - bmax);
+    const float rescale = exp_rn(mx - bmax);
     double psum = 0.0, pv[kMaxCh];
 #pragma unroll
     for (int i = 0; i < kMaxCh; ++i) pv[i] = 0.0;
     for (int j = 0; j < cnt; ++j) {
-      const float pj = expf(s[j] - bmax);
+      const float pj = exp_rn(s[j] - bmax);
       psum += pj;
       const double pb = dev::round_bf16(pj);
 #pragma unroll
@@ -74,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_official_kernel(Ste
     for (int i = 0; i < kMaxCh; ++i) acc[i] = __fadd_rn(__fmul_rn(acc[i], rescale), float(pv[i]));
     mx = bmax;
   }
-  sum = __fadd_rn(sum, expf(prm.sinks[h] - mx));
+  sum = __fadd_rn(sum, exp_rn(prm.sinks[h] - mx));
 #pragma unroll
   for (int i = 0; i < kMaxCh; ++i) {
     const int64_t c = threadIdx.x + int64_t(i) * kThreads;

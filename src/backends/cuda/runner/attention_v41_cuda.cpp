@@ -44,6 +44,7 @@ Status CudaForwardV41::kv_source(int64_t l, const ops::StepDevice& st) {
   }
   DSI_OP("compressor", l, rmsnorm(latent, T, hd, L.comp_norm, eps, latent, stream_));
   DSI_OP("compressor", l, round(latent, T, hd, 0, hd));
+  DSI_RETURN_IF_ERROR(dump("kv.latent", l, latent, T, hd));
   DSI_OP("indexer_keys", l, linear(Gemm::BF16, latent, T, hd, L.idx_wk, s_.key.data(), di));
   Csa2EmitCudaParams ep;
   ep.ratio = m;
@@ -56,6 +57,7 @@ Status CudaForwardV41::kv_source(int64_t l, const ops::StepDevice& st) {
   ep.qat = num_.qat_sim;
   ep.round_bf16 = official();
   DSI_OP("compressor_emit", l, csa2_emit(st, view, ep, latent, s_.key.data(), stream_));
+  DSI_RETURN_IF_ERROR(dump("kv.key", l, s_.key.data(), T, di));
   return Status::ok();
 }
 
@@ -81,6 +83,8 @@ Status CudaForwardV41::index_source(int64_t l, const ops::StepDevice& st) {
   DSI_OP("indexer_q_rope", l, head_norm_rope(rp, iq, st.pos, stream_));
   DSI_OP("indexer_q_rope", l, round(iq, T * Hi, di, di - rd, di));
   if (num_.qat_sim) DSI_OP("indexer_q_qat", l, csa2_qat(iq, T * Hi, di, 32, QatKind::Fp4Ue8m0, stream_));
+  DSI_RETURN_IF_ERROR(dump("idx.iq", l, iq, T, Hi * di));
+  DSI_RETURN_IF_ERROR(dump("idx.iw", l, iw, T, Hi));
   Csa2IndexCudaParams xp;
   xp.heads = Hi;
   xp.dim = di;
@@ -100,6 +104,8 @@ Status CudaForwardV41::index_source(int64_t l, const ops::StepDevice& st) {
   DSI_OP("indexer_scores", l, csa2_index_scores(st, src, xp, iq, iw, s_.scores.data(), stream_));
   DSI_OP("indexer_topk", l, csa2_index_select(st, xp, s_.scores.data(), s_.mask.data(), s_.mask_n.data(), s_.blk.data(),
                                                 s_.sel.data(), stream_, s_.pairs.data()));
+  DSI_RETURN_IF_ERROR(dump("idx.scores", l, s_.scores.data(), T, s_.stride));
+  DSI_RETURN_IF_ERROR(dump("idx.sel", l, s_.sel.data(), T, cfg_.index_topk, 0, true));
   return Status::ok();
 }
 
@@ -113,6 +119,7 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   DSI_OP("wq_a", l, linear(Gemm::FP8, y, T, D, L.wq_a, cq, qr));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
   DSI_OP("q_norm", l, round(cq, T, qr, 0, qr));
+  DSI_RETURN_IF_ERROR(dump("attn.cq", l, cq, T, qr));
   DSI_OP("wq_b", l, linear(Gemm::FP8, cq, T, qr, L.wq_b, q, H * hd));
   DSI_OP("wkv", l, linear(Gemm::FP8, y, T, D, L.wkv, kv, hd));
   HeadNormRopeParams rp{T, H, hd, HeadNorm::None, nullptr, eps, rd, inv, 1.0f, false};
@@ -129,6 +136,8 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
     DSI_OP("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
   }
   if (num_.qat_sim) DSI_OP("kv_qat", l, csa2_qat(kv, T, hd, 32, QatKind::Fp8Ue8m0, stream_));
+  DSI_RETURN_IF_ERROR(dump("attn.q", l, q, T, H * hd));
+  DSI_RETURN_IF_ERROR(dump("attn.kv", l, kv, T, hd));
   const int64_t src = cfg_.kv_source_of(l);
   if (src == l) DSI_RETURN_IF_ERROR(kv_source(l, st));
   if (m > 0 && contains(cfg_.v41.index_source_layer_ids, l)) DSI_RETURN_IF_ERROR(index_source(l, st));
@@ -162,12 +171,14 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   float* o = s_.o.data();
   DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
   DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
+  DSI_RETURN_IF_ERROR(dump("attn.o", l, o, T, H * hd));
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
   if (official()) {  // a bf16 einsum per group
     DSI_OP("wo_a", l, gemm_official_cuda(o, T, H * hd, L.wo_a, s_.mid.data(), G * r, OfficialGemm::kBf16, stream_, G));
   } else {
     DSI_OP("wo_a", l, gemm_grouped(o, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
   }
+  DSI_RETURN_IF_ERROR(dump("attn.mid", l, s_.mid.data(), T, G * r));
   DSI_OP("wo_b", l, linear(Gemm::FP8, s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D));
   return Status::ok();
 }

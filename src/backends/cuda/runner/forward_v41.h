@@ -91,6 +91,10 @@ class CudaForwardV41 final : public CudaForward {
   Status attention(int64_t l, const ops::StepDevice& st);
   Status kv_source(int64_t l, const ops::StepDevice& st);
   Status index_source(int64_t l, const ops::StepDevice& st);
+  // Debugging official numerics op by op: with DSINFER_V41_DUMP=<file> set when the runner loads, every named
+  // intermediate of every step (rows x cols floats of a [rows, ld] device matrix, or int32 with i32) is appended to
+  // the file (format: tests/gpu/v41_dump.h, which compares it with the CPU reference's taps). Off: one branch.
+  Status dump(const char* name, int64_t l, const void* d, int64_t rows, int64_t cols, int64_t ld = 0, bool i32 = false);
 
   DeviceWeightsV41 weights_;
   cuda::DeviceBuffer<float> inv_main_, inv_comp_;
@@ -109,6 +113,7 @@ class CudaForwardV41 final : public CudaForward {
   ops::cuda::GemmSettings gemm_settings_;
   std::optional<ops::cuda::GemmLtEngine> lt_;
   cuda::DeviceBuffer<uint16_t> widened_;
+  std::string dump_path_;                        // DSINFER_V41_DUMP at load (empty: off)
 };
 
 }  // namespace dsinfer::backends

@@ -3,6 +3,8 @@
 // mixes + collapse with the attention site's pre -> ffn_norm -> MoE -> mHC post] -> collapse with the last pre ->
 // norm -> head. Every op is named (timing for `dsinfer bench`); the scratch it all runs in is sized here.
 #include <algorithm>
+#include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "backends/cuda/runner/forward_v41.h"
@@ -165,6 +167,30 @@ Status CudaForwardV41::round(float* x, int64_t rows, int64_t ld, int64_t c0, int
   return official() ? round_bf16_cuda(x, rows, ld, c0, c1, stream_) : Status::ok();
 }
 
+Status CudaForwardV41::dump(const char* name, int64_t l, const void* d, int64_t rows, int64_t cols, int64_t ld, bool i32) {
+  if (dump_path_.empty() || rows <= 0 || cols <= 0) return Status::ok();
+  const auto st = static_cast<cudaStream_t>(stream_);
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  DSI_CUDA_TRY(cudaStreamIsCapturing(st, &cap));
+  if (cap != cudaStreamCaptureStatusNone) return Status::ok();  // a graph capture cannot wait for a copy
+  std::vector<float> h(size_t(rows * cols));
+  DSI_CUDA_TRY(cudaMemcpy2DAsync(h.data(), size_t(cols) * 4, d, size_t(ld ? ld : cols) * 4, size_t(cols) * 4, size_t(rows),
+                                 cudaMemcpyDeviceToHost, st));
+  DSI_CUDA_TRY(cudaStreamSynchronize(st));
+  std::ofstream f(dump_path_, std::ios::binary | std::ios::app);
+  char head[48] = {};
+  std::strncpy(head, name, sizeof(head) - 1);
+  const int32_t meta[2] = {int32_t(l), i32 ? 1 : 0};
+  const int64_t shape[2] = {rows, cols};
+  f.write("V41D", 4);
+  f.write(head, sizeof(head));
+  f.write(reinterpret_cast<const char*>(meta), sizeof(meta));
+  f.write(reinterpret_cast<const char*>(shape), sizeof(shape));
+  f.write(reinterpret_cast<const char*>(h.data()), std::streamsize(h.size() * 4));
+  if (!f) return Status::errorf("DSINFER_V41_DUMP: cannot append to {}", dump_path_);
+  return Status::ok();
+}
+
 Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
   const int64_t T = st.T, V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const float eps = float(cfg_.rms_norm_eps);
@@ -172,6 +198,7 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
   DSI_OP("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens,
                               T, n, s_.X.data(), stream_));
   DSI_OP("embed", -1, round(s_.X.data(), T * n, D, 0, D));
+  DSI_RETURN_IF_ERROR(dump("embed", -1, s_.X.data(), T, n * D));
   if (!cfg_.v41.engram_layer_ids.empty()) {
     DSI_OP("engram_hash", -1, engram_hash(st, hash_, s_.hashes.data(), stream_));
     DSI_OP("engram_hash", -1, engram_history_write(st, hash_, stream_));
@@ -181,6 +208,7 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const DeviceLayerV41& L = weights_.layer(l);
     if (L.engram) DSI_RETURN_IF_ERROR(engram(l, st));
+    DSI_RETURN_IF_ERROR(dump("residual", l, s_.X.data(), T, n * D));
     // speculative decoding: a V4.1 tap of layer l is the block's input after the Engram (speculative/drafter.h)
     DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));
     HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.attn_norm,
@@ -189,9 +217,11 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
     hp.pre_out = s_.pre_a.data();
     hp.round_bf16 = official();
     DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
+    DSI_RETURN_IF_ERROR(dump("attn.in", l, s_.y.data(), T, D));
     DSI_RETURN_IF_ERROR(attention(l, st));
     DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     DSI_OP("hc_post_attn", l, round(s_.X.data(), T * n, D, 0, D));
+    DSI_RETURN_IF_ERROR(dump("attn_out", l, s_.f.data(), T, D));
     float* next = (l % 2 ? s_.pre1 : s_.pre0).data();
     hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.ffn_norm,
           batch_invariant_};
@@ -199,14 +229,19 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
     hp.pre_out = next;
     hp.round_bf16 = official();
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
+    DSI_RETURN_IF_ERROR(dump("ffn.in", l, s_.y.data(), T, D));
     DSI_RETURN_IF_ERROR(ffn(l, st));
+    DSI_RETURN_IF_ERROR(dump("ffn_out", l, s_.f.data(), T, D));
     DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     DSI_OP("hc_post_ffn", l, round(s_.X.data(), T * n, D, 0, D));
+    DSI_RETURN_IF_ERROR(dump("streams_out", l, s_.X.data(), T, n * D));
+    DSI_RETURN_IF_ERROR(dump("pre_out", l, next, T, n));
     pre = next;
   }
   if (R > 0) {
     DSI_OP("final_collapse", -1, hc_collapse_norm(s_.X.data(), pre, rows, R, n, D, weights_.final_norm(), eps, s_.hid.data(),
                                                     stream_, official()));
+    DSI_RETURN_IF_ERROR(dump("final_hidden", -1, s_.hid.data(), R, D));
     DSI_OP("lm_head", -1, gemm(s_.hid.data(), R, D, weights_.head(), s_.logits.data(), V));
   }
   return Status::ok();
@@ -228,6 +263,8 @@ Status CudaForwardV41::engram(int64_t l, const ops::StepDevice& st) {
   DSI_OP("engram_wkv", l, linear(model::v41::Gemm::FP8, rows, T, cols * hd, L.engram_wkv, s_.ekv.data(), (n + 1) * D));
   DSI_OP("engram_gate", l, engram_gate(s_.X.data(), T, n, D, s_.ekv.data(), L.engram_qk, float(cfg_.rms_norm_eps), stream_));
   DSI_OP("engram_gate", l, round(s_.X.data(), T * n, D, 0, D));
+  DSI_RETURN_IF_ERROR(dump("engram.kv", l, s_.ekv.data(), T, (n + 1) * D));
+  DSI_RETURN_IF_ERROR(dump("engram_streams_out", l, s_.X.data(), T, n * D));
   return Status::ok();
 }
 
@@ -236,7 +273,9 @@ Status CudaForwardV41::engram(int64_t l, const ops::StepDevice& st) {
 Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   const DeviceLayerV41& L = weights_.layer(l);
   const int64_t T = st.T, D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
-  DSI_OP("router", l, gemm(s_.y.data(), T, D, L.gate, s_.router.data(), E));
+  // Official numerics: the router logits summed in double like route_ref (the routing weight is inside the
+  // SwiGLU's bf16 rounding, so an fp32 ulp here moves a rounded value); otherwise the plain GEMM.
+  DSI_OP("router", l, linear(model::v41::Gemm::F32, s_.y.data(), T, D, L.gate, s_.router.data(), E));
   RouterCudaParams rp;
   rp.experts = E;
   rp.topk = k;
@@ -245,6 +284,8 @@ Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   rp.norm_eps = 1e-20f;
   rp.route_scale = float(cfg_.routed_scaling_factor);
   DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, nullptr, st.tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
+  DSI_RETURN_IF_ERROR(dump("ffn.ridx", l, s_.ridx.data(), T, k, 0, true));
+  DSI_RETURN_IF_ERROR(dump("ffn.rw", l, s_.rw.data(), T, k));
   // DP attention + EP: the routed pairs go to the experts' ranks and come back (expert_exchange_cuda.cpp).
   if (core_.dp_) return moe_exchange(l, s_.y.data(), T, s_.ridx.data(), s_.rw.data(), s_.f.data());
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local slots (-1: another rank's), the

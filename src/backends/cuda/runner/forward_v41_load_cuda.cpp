@@ -1,6 +1,7 @@
 // CudaForwardV41 (forward_v41.h): loading (the family's role checks, weights, RoPE frequencies, the Engram hash
 // tables), its checks of the state layout and of a step's token ids, and the numerics it refuses.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/runner/cuda_config.h"
@@ -29,6 +30,8 @@ Status check_roles(const io::ModelConfig& cfg) {
 }  // namespace
 
 Status CudaForwardV41::load(const runner::RunnerOptions& opts, ExpertSlots slots) {
+  const char* dump = std::getenv("DSINFER_V41_DUMP");  // the op dump (forward_v41.h dump); read here only
+  dump_path_ = dump ? dump : "";
   if (core_.eplb_.on)
     return Status::error("--eplb: DeepSeek-V4.1 has no expert-slot reloading yet; run it without --eplb");
   if (const std::string why = cuda_numerics_refusal(cfg_, num_, ep_size_); !why.empty()) return Status::error(why);
