@@ -154,16 +154,27 @@ void compare(const std::string& name, const RunSetup& a, const RunSetup& b, cons
 // check-reference (its default: the exact fp32 path) with n ranks sharing one GPU (in-process communicator), EP or
 // DP attention: every prompt within the check's tolerance, every greedy token equal, the runner the parallel one
 // (n > 1). Skips a model that is not there.
-void check_reference_on_one_gpu(const char* name, int32_t n, bool dp) {
+// gate: the check's reference, numerics and tolerance where the model's default ones do not apply (empty: the
+// fixture's reference.safetensors at the runner's default tolerance).
+struct Gate {
+  std::string reference;  // file name inside the model directory
+  std::string numerics;
+  double tolerance = -1;
+};
+void check_reference_on_one_gpu(const char* name, int32_t n, bool dp, const Gate& gate = {}) {
   const std::string model = find_model(name);
   if (model.empty()) return;
-  const std::string what = std::string(name) + " at " + std::to_string(n) + (dp ? " DP ranks" : " ranks");
+  const std::string what = std::string(name) + " at " + std::to_string(n) + (dp ? " DP ranks" : " ranks") +
+                           (gate.numerics.empty() ? "" : " (" + gate.numerics + ")");
   dsinfer::CheckReferenceOptions o;
   o.model_dir = model;
   o.backend = "cuda";
   o.gpus = n;
   o.data_parallel_size = dp ? n : 1;
   o.communicator = "in-process";
+  if (!gate.reference.empty()) o.reference_path = model + "/" + gate.reference;
+  o.numerics = gate.numerics;
+  o.tolerance = gate.tolerance;
   dsinfer::CheckReferenceReport rep;
   std::string err;
   ASSERT_TRUE(dsinfer::check_reference(o, &rep, &err)) << what << ": " << err;
@@ -227,11 +238,17 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReference) {
 }
 
 // The same for DeepSeek-V4.1, whose forward's MoE goes through the same exchange (CudaForwardV41::moe_layer), at 2
-// DP ranks. Added in session 12 without a device run (the helper's device time was spent): its first run is the
-// integrator's.
+// DP ranks, under the V4.1 fixtures' own gates (docs/decisions.md 2026-11-30 "V4.1 check-reference gates", as
+// tools/gpu_checks/v41cuda.sh runs them on one GPU). Its first run (session 12) reported max rel err 8e-4 and
+// greedy 128/128 but not ok: reference.safetensors was made with `hf` numerics (QAT quantizers on), for which the
+// default tolerance of an fp32 checkpoint on the exact path (1e-4) does not hold on ONE rank either (one GPU:
+// 8.0e-4, bench/NOTES.md session 12); the V4.1 gate there is 0.2 with every greedy step equal, because a 1-ulp
+// difference can flip one fake-quantized value. The continuous check is hf-noqat against reference_noqat at 1e-5
+// (one GPU: 1.59e-6): that one is what shows the DP exchange computes the right experts.
 TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReferenceV41) {
   SKIP_WITHOUT_GPU();
-  check_reference_on_one_gpu("tiny-v41-a", 2, true);
+  check_reference_on_one_gpu("tiny-v41-a", 2, true, {"reference_noqat.safetensors", "hf-noqat", 1e-5});
+  check_reference_on_one_gpu("tiny-v41-a", 2, true, {"reference.safetensors", "hf", 0.2});
 }
 
 // `dsinfer bench` with several ranks reports the collectives' bytes per step, and they are what the layouts send:
