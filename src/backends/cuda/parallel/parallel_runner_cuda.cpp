@@ -398,6 +398,12 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(fault_, parallel::parse_fault_injection(opts.fault_injection, n));
   eplb_ = opts.eplb;
   if (dp_ && eplb_) return Status::error("--eplb with DP attention (--data-parallel-size > 1) is not implemented yet");
+  // The DP exchange runs moe_cuda and its plain combine; V4.1's `official` MoE weights each expert inside its SwiGLU
+  // and rounds per expert in expert-id order (moe_official_cuda), which the exchange does not reproduce.
+  if (dp_ && cfg_.is_v41() && num_.bf16_activations)
+    return Status::error("DP attention (--data-parallel-size > 1) with DeepSeek-V4.1 `official` numerics is not "
+                         "implemented on the cuda backend (the expert exchange does not run the official MoE); use "
+                         "--numerics hf or the EP layout");
   if (tp_ && cfg_.is_v41())
     return Status::error("--tensor-parallel-size > 1 (TP attention) is not implemented for DeepSeek-V4.1 on the cuda "
                          "backend yet (its attention has no head split; EP and DP run it)");
