@@ -62,10 +62,9 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   if (tp && view.fp8) return Status::error("cuda runner: TP attention with the FP8 state is not implemented");
   DSI_OP("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr, false));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
-  if (!tp) {
-    DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, H * hd, false));
-  } else if (Hl > 0) {
-    DSI_ASSIGN_OR_RETURN(const ops::cuda::DeviceWeight wq_b, weight_rows(L.wq_b, h0 * hd, (h0 + Hl) * hd));
+  if (Hl > 0) {
+    DSI_ASSIGN_OR_RETURN(const ops::cuda::DeviceWeight wq_b, tp ? weight_rows(L.wq_b, h0 * hd, (h0 + Hl) * hd)
+                                                                : Result<ops::cuda::DeviceWeight>(L.wq_b));
     DSI_OP("wq_b", l, gemm(cq, T, qr, wq_b, q, Hl * hd, false));
   }
   DSI_OP("wkv", l, gemm(y, T, D, L.wkv, kv, hd, false));
@@ -140,16 +139,23 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     if (Hl > 0) DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
     DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
   }
-  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
-  if (!tp) {
-    DSI_OP("wo_a", l, gemm_grouped(o, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
+  return output_projection(l, T, hg);
+}
+
+// wo_a (grouped) and wo_b into s_.f. TP: this shard's groups' columns of wo_a's output, zero elsewhere, summed over
+// the ranks (an exact gather: tensor_parallel_cuda.cpp), then wo_b whole, as one rank runs it.
+Status CudaForwardV4::output_projection(int64_t l, int64_t T, const HeadGroups& hg) {
+  const DeviceLayer& L = weights_.layer(l);
+  const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim, D = cfg_.hidden_size;
+  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G, ng = hg.g1 - hg.g0;
+  if (ng == G) {
+    DSI_OP("wo_a", l, gemm_grouped(s_.o.data(), T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
   } else {
-    // TP: this shard's groups' columns of wo_a's output, zero elsewhere, summed over the ranks (exact gather).
-    const int64_t g0 = hg.g0, ng = hg.g1 - hg.g0;
     DSI_RETURN_IF_ERROR(clear_head_groups(s_.mid.data(), T, G * r));
     if (ng > 0) {
-      DSI_ASSIGN_OR_RETURN(const ops::cuda::DeviceWeight wo_a, weight_rows(L.wo_a, g0 * r, (g0 + ng) * r));
-      DSI_OP("wo_a", l, gemm_grouped(o, T, Hl * hd, gin, wo_a, ng, s_.mid.data() + g0 * r, G * r, r));
+      DSI_ASSIGN_OR_RETURN(const ops::cuda::DeviceWeight wo_a, weight_rows(L.wo_a, hg.g0 * r, hg.g1 * r));
+      DSI_OP("wo_a", l, gemm_grouped(s_.o.data(), T, (hg.h1 - hg.h0) * hd, gin, wo_a, ng, s_.mid.data() + hg.g0 * r,
+                                     G * r, r));
     }
     DSI_RETURN_IF_ERROR(gather_head_groups(s_.mid.data(), T, G * r, l));
   }
