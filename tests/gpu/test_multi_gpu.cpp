@@ -128,15 +128,10 @@ std::vector<Out> run(const std::string& model, const RunSetup& s) {
   return out;
 }
 
-// Setups a and b on one model: same tokens, logprobs within 2e-3. EPLB off vs on: each assignment is still
-// computed once, by a replica with the same weights, so only the all-reduce's grouping of the fp32 sums changes:
-// the same tolerance as 1 vs 2 GPUs.
-void compare(const std::string& name, const RunSetup& a, const RunSetup& b, const std::string& label,
-             double tolerance = 2e-3) {
-  const std::string model = find_model(name);
-  if (model.empty()) GTEST_SKIP() << name << " not found";
-  SCOPED_TRACE(model + ": " + label);
-  const std::vector<Out> one = run(model, a), two = run(model, b);
+// Two runs' outputs: same tokens, every logprob (top-5 included) within tolerance.
+void compare_outputs(const std::string& name, const std::vector<Out>& one, const std::vector<Out>& two,
+                     const std::string& label, double tolerance) {
+  SCOPED_TRACE(name + ": " + label);
   ASSERT_EQ(one.size(), two.size());
   double max_diff = 0;
   for (size_t i = 0; i < one.size(); ++i) {
@@ -153,8 +148,18 @@ void compare(const std::string& name, const RunSetup& a, const RunSetup& b, cons
   EXPECT_LE(max_diff, tolerance);
 }
 
-// check-reference (its default: the exact fp32 path) with n ranks sharing one GPU (in-process communicator), EP or
-// DP attention: every prompt within the check's tolerance, every greedy token equal, the runner the parallel one
+// Setups a and b on one model: same tokens, logprobs within 2e-3. EPLB off vs on: each assignment is still
+// computed once, by a replica with the same weights, so only the all-reduce's grouping of the fp32 sums changes:
+// the same tolerance as 1 vs 2 GPUs.
+void compare(const std::string& name, const RunSetup& a, const RunSetup& b, const std::string& label,
+             double tolerance = 2e-3) {
+  const std::string model = find_model(name);
+  if (model.empty()) GTEST_SKIP() << name << " not found";
+  compare_outputs(name, run(model, a), run(model, b), label, tolerance);
+}
+
+// check-reference (its default: the exact fp32 path) with n ranks sharing one GPU (in-process communicator), EP, DP
+// or TP attention: every prompt within the check's tolerance, every greedy token equal, the runner the parallel one
 // (n > 1). Skips a model that is not there.
 // gate: the check's reference, numerics and tolerance where the model's default ones do not apply (empty: the
 // fixture's reference.safetensors at the runner's default tolerance); tp: TP attention (not with dp).
@@ -242,12 +247,17 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuMatchOneRankBitForBit) {
 // output groups (2 ranks: 1 and 2 groups); at 4 ranks the 2-group models leave two ranks without heads.
 TEST(GpuMultiGpu, EpAndTpRanksSharingOneGpuMatchOneRankBitForBit) {
   SKIP_WITHOUT_GPU();
-  for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"})
+  for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"}) {
+    const std::string model = find_model(name);
+    if (model.empty()) continue;
+    const std::vector<Out> one = run(model, {});
     for (int32_t n : {2, 4}) {
-      compare(name, {}, {.ranks = n, .comm = "in-process"}, std::to_string(n) + " EP ranks on one GPU", 0.0);
-      compare(name, {}, {.ranks = n, .tp = true, .comm = "in-process"}, std::to_string(n) + " TP ranks on one GPU",
-              0.0);
+      compare_outputs(name, one, run(model, {.ranks = n, .comm = "in-process"}),
+                      std::to_string(n) + " EP ranks on one GPU", 0.0);
+      compare_outputs(name, one, run(model, {.ranks = n, .tp = true, .comm = "in-process"}),
+                      std::to_string(n) + " TP ranks on one GPU", 0.0);
     }
+  }
 }
 
 // TP outside --batch-invariant (fast kernels): the same greedy tokens as one rank on the fixtures; logprobs within

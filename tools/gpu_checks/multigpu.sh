@@ -62,7 +62,8 @@ layout_flags() {  # layout ranks -> the flags selecting it
 if [ "$part" != 2 ]; then
 echo "== multigpu part 1: ranks sharing GPU 0 (in-process communicator), $ngpu GPU(s) visible"
 echo "-- GPU tests (GpuMultiGpu.*; the 2-GPU ones skip on one GPU)"
-timeout 240 $BIN/dsinfer_gpu_tests --gtest_brief=1 --gtest_filter='GpuMultiGpu.*' > "$OUT/multigpu_tests.log" 2>&1 ||
+timeout "${MULTIGPU_TEST_TIMEOUT:-240}" $BIN/dsinfer_gpu_tests --gtest_brief=1 --gtest_filter='GpuMultiGpu.*' \
+  > "$OUT/multigpu_tests.log" 2>&1 ||
   { fail "GpuMultiGpu tests"; grep -E "Failure|FAILED|Expected|Which is|error" "$OUT/multigpu_tests.log" | head -30; }
 grep -E "tokens identical|exact path|bench,|PASSED|FAILED|SKIPPED" "$OUT/multigpu_tests.log" | head -60
 
