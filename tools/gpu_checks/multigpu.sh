@@ -13,7 +13,8 @@
 #   layout, EPLB (rebalances every 4 / 2 steps must not change a token; the host balance table), the full V4-Flash
 #   refusal on 1 GPU and its 43-layer bench on 2 GPUs (decode batch 1 / 64 / 256 at 4K context, prefill 4096), and
 #   a fault injected on rank 1 mid-run (the other ends within 30 s with an error naming rank 1). ~4 minutes.
-# Env: OUT (log folder), BIN (build/cuda), MULTIGPU_PART (1, 2 or both: the default runs part 2 only with 2 GPUs).
+# Env: OUT (log folder), BIN (build/cuda), MULTIGPU_PART (1, 2 or both: the default runs part 2 only with 2 GPUs),
+# MULTIGPU_TEST_FILTER (gtest filter of part 1, GpuMultiGpu.*), MULTIGPU_TEST_TIMEOUT (s, 240).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dsinfer_gpu_out}
@@ -62,24 +63,10 @@ layout_flags() {  # layout ranks -> the flags selecting it
 if [ "$part" != 2 ]; then
 echo "== multigpu part 1: ranks sharing GPU 0 (in-process communicator), $ngpu GPU(s) visible"
 echo "-- GPU tests (GpuMultiGpu.*; the 2-GPU ones skip on one GPU)"
-timeout "${MULTIGPU_TEST_TIMEOUT:-240}" $BIN/dsinfer_gpu_tests --gtest_brief=1 --gtest_filter='GpuMultiGpu.*' \
+timeout "${MULTIGPU_TEST_TIMEOUT:-240}" $BIN/dsinfer_gpu_tests --gtest_brief=1 --gtest_filter="${MULTIGPU_TEST_FILTER:-GpuMultiGpu.*}" \
   > "$OUT/multigpu_tests.log" 2>&1 ||
   { fail "GpuMultiGpu tests"; grep -E "Failure|FAILED|Expected|Which is|error" "$OUT/multigpu_tests.log" | head -30; }
 grep -E "tokens identical|exact path|bench,|PASSED|FAILED|SKIPPED" "$OUT/multigpu_tests.log" | head -60
-
-echo "-- check-reference --gpus N --communicator in-process (exact fp32 path), every layout, the other fixtures"
-for fx in tests/fixtures/tiny-v4-a-bf16 tests/fixtures/tiny-v4-c tests/fixtures/tiny-v4-official tests/fixtures/tiny-v41-a tests/fixtures/tiny-v41-b; do
-  [ -f "$fx/reference.safetensors" ] || { echo "$fx: no reference, skipped"; continue; }
-  name=$(basename "$fx")
-  extra=""; layouts="ep dp tp"
-  case $name in tiny-v41-*) extra="--numerics hf-noqat --reference $fx/reference_noqat.safetensors --tolerance 1e-5"; layouts="ep dp" ;; esac
-  for lay in $layouts; do
-    log="$OUT/multigpu_check_${name}_$lay.log"
-    timeout 60 $BIN/dsinfer check-reference --backend cuda $(layout_flags $lay 2) --communicator in-process \
-      --model "$fx" $extra > "$log" 2>&1 || { fail "check-reference $lay 2 ranks $name"; tail -4 "$log"; }
-    echo "$name $lay x2: $(grep -E "PASS|FAIL" "$log" | tail -1)"
-  done
-done
 
 echo "-- generate --batch-invariant, shipped model: 1 rank vs 2 and 4 ranks in every layout (text and logprobs)"
 gen() {  # tag flags...
@@ -113,6 +100,20 @@ for lay in ep dp tp; do
 done
 [ -x "$BIN/dsinfer_comm_bench" ] && timeout 60 $BIN/dsinfer_comm_bench --ranks 2 --communicator in-process \
   --max-bytes 16777216 --iters 3 || echo "(dsinfer_comm_bench not run)"
+echo "-- check-reference --gpus N --communicator in-process (exact fp32 path), every layout, the other fixtures"
+for fx in tests/fixtures/tiny-v4-a-bf16 tests/fixtures/tiny-v4-c tests/fixtures/tiny-v4-official tests/fixtures/tiny-v41-a tests/fixtures/tiny-v41-b; do
+  [ -f "$fx/reference.safetensors" ] || { echo "$fx: no reference, skipped"; continue; }
+  name=$(basename "$fx")
+  extra=""; layouts="ep dp tp"
+  case $name in tiny-v41-*) extra="--numerics hf-noqat --reference $fx/reference_noqat.safetensors --tolerance 1e-5"; layouts="ep dp" ;; esac
+  for lay in $layouts; do
+    log="$OUT/multigpu_check_${name}_$lay.log"
+    timeout 60 $BIN/dsinfer check-reference --backend cuda $(layout_flags $lay 2) --communicator in-process \
+      --model "$fx" $extra > "$log" 2>&1 || { fail "check-reference $lay 2 ranks $name"; tail -4 "$log"; }
+    echo "$name $lay x2: $(grep -E "PASS|FAIL" "$log" | tail -1)"
+  done
+done
+
 fi
 
 if [ "$part" = 1 ] || { [ "$part" = both ] && [ "$ngpu" -lt 2 ]; }; then
