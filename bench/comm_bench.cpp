@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const par::CommOptions copts{std::chrono::milliseconds(120000)};
-  std::vector<std::unique_ptr<par::Communicator>> comms(size_t(n));
+  std::vector<std::unique_ptr<par::Communicator>> comms(static_cast<size_t>(n));
   if (kind == "nccl") {
     if (gpus < n) {
       std::fprintf(stderr, "NCCL: %d ranks need %d GPUs, %d visible\n", n, n, gpus);
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   std::vector<size_t> sizes;
   for (size_t b = lo; b <= hi; b *= 4) sizes.push_back(b);
   std::vector<Row> rows(sizes.size());
-  std::vector<std::string> errors(size_t(n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> th;
   for (int32_t r = 0; r < n; ++r)
     th.emplace_back([&, r] {
