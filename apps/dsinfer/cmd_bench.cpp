@@ -22,6 +22,7 @@ void usage(FILE* f = stderr) {
                "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
                "                     [--gpus N]  (experts split over N GPUs of this node)  [--communicator auto|nccl|in-process]\n"
                "                     [--data-parallel-size N]  (= --gpus: DP attention, the batch spread over the ranks)\n"
+               "                     [--tensor-parallel-size N]  (= --gpus: TP attention, the query heads split)\n"
                "                     [--engram-placement device|host]  (DeepSeek-V4.1's Engram tables)\n"
                "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n"
                "                     [--ceilings measured|nominal]  (floors at ceilings measured here at start, or the\n"
@@ -161,6 +162,7 @@ int cmd_bench(int argc, char** argv) {
       else if (a == "--layers") o.num_layers = std::stoll(v);
       else if (a == "--communicator") o.communicator = v;
       else if (a == "--data-parallel-size") o.data_parallel_size = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
+      else if (a == "--tensor-parallel-size") o.tensor_parallel_size = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
       else if (a == "--gpus") o.gpus = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
       else if (a == "--batch") o.batches = parse_list(v);
       else if (a == "--context") o.context = std::stoll(v);

@@ -25,6 +25,7 @@ void usage(FILE* f = stderr) {
                "  --gpus N       cuda: N GPUs of this node, routed experts split over them (default 1)\n"
                "  --communicator auto|nccl|in-process   gpus > 1 (in-process: the ranks may share one GPU)\n"
                "  --data-parallel-size N  = --gpus: DP attention (each prompt on one rank, its experts dispatched)\n"
+               "  --tensor-parallel-size N  = --gpus: TP attention (each rank the query heads of its output groups)\n"
                "  --engram-placement device|host   DeepSeek-V4.1's Engram tables (host: in host memory, fetched per step)\n"
                "  --fast-gemm    cuda: check the tensor-core GEMM path (bf16 operands) instead of exact fp32 GEMMs\n"
                "  --tolerance    max allowed max|logit error| / max|reference logit| (default: cpu 1e-4 for fp32\n"
@@ -98,6 +99,12 @@ int cmd_check_reference(int argc, char** argv) {
       const long long n = std::strtoll(v, &end, 10);
       if (*end || n < 1 || n > 1024) return fail(std::string("--data-parallel-size '") + v + "' is not an integer in [1, 1024]");
       o.data_parallel_size = int32_t(n);
+    }
+    else if (a == "--tensor-parallel-size") {
+      char* end = nullptr;
+      const long long n = std::strtoll(v, &end, 10);
+      if (*end || n < 1 || n > 1024) return fail(std::string("--tensor-parallel-size '") + v + "' is not an integer in [1, 1024]");
+      o.tensor_parallel_size = int32_t(n);
     }
     else if (a == "--engram-placement") o.engram_placement = v;
     else if (a == "--dump-logits") o.dump_logits_path = v;

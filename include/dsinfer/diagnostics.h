@@ -27,6 +27,7 @@ struct CheckReferenceOptions {
   int32_t gpus = 1;              // cuda: GPUs of this node, routed experts split over them (docs/multi_gpu.md)
   std::string communicator = "auto";  // gpus > 1: "auto", "nccl" or "in-process" (ranks may share a GPU)
   int32_t data_parallel_size = 1;     // = gpus: DP attention (each prompt on one rank, experts dispatched)
+  int32_t tensor_parallel_size = 1;   // = gpus: TP attention (each rank the query heads of its output groups)
   std::string engram_placement = "device";  // EngineOptions::engram_placement (DeepSeek-V4.1)
   double tolerance = -1;         // max allowed max|err| / max|ref|; < 0: the default for the backend and weights
   std::string dump_logits_path;  // non-empty: write our logits there as safetensors with the reference's keys
@@ -99,6 +100,7 @@ struct BenchOptions {
   int32_t gpus = 1;                   // GPUs of this node, routed experts split over them (docs/multi_gpu.md)
   std::string communicator = "auto";  // gpus > 1: "auto", "nccl" or "in-process" (ranks may share a GPU)
   int32_t data_parallel_size = 1;     // = gpus: DP attention (the sequences spread over the ranks)
+  int32_t tensor_parallel_size = 1;   // = gpus: TP attention (the query heads split over the ranks)
   std::vector<int64_t> batches = {1, 64, 256};  // one decode case per batch size
   int64_t context = 4096;             // decode: positions already in each sequence's state
   int64_t prefill = 4096;             // prefill case: tokens of one sequence from position 0; 0 = none

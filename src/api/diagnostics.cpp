@@ -88,6 +88,7 @@ Status run_check(const CheckReferenceOptions& o, CheckReferenceReport& rep) {
   ro.gpus = o.gpus;
   ro.communicator = o.communicator;
   ro.data_parallel_size = o.data_parallel_size;
+  ro.tensor_parallel_size = o.tensor_parallel_size;
   DSI_ASSIGN_OR_RETURN(ro.engram_placement, model::parse_engram_placement(o.engram_placement));
   rep.numerics = ro.numerics.name;
   if (o.fidelity) return run_fidelity(o, ro, ref, rep);
@@ -128,6 +129,7 @@ Status run_bench_impl(const BenchOptions& o, BenchReport& rep) {
   ro.gpus = o.gpus;
   ro.communicator = o.communicator;
   ro.data_parallel_size = o.data_parallel_size;
+  ro.tensor_parallel_size = o.tensor_parallel_size;
   ro.batch_invariant = o.batch_invariant;
   DSI_ASSIGN_OR_RETURN(ro.engram_placement, model::parse_engram_placement(o.engram_placement));
   ro.fp8_state = o.state_format == "auto";

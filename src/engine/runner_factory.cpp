@@ -29,9 +29,6 @@ Result<std::unique_ptr<runner::ModelRunner>> create_runner(const runner::RunnerO
   }
 #if DSINFER_HAS_CUDA
   // One CUDA runner for every model family (backends/cuda/runner/cuda_forward.h picks the family's forward).
-  if (opts.gpus > 1 && opts.tensor_parallel_size > 1)
-    return Status::error("--tensor-parallel-size > 1 (TP attention) is implemented on the cpu backend only so far "
-                         "(docs/multi_gpu.md)");
   if (opts.gpus > 1) return backends::create_parallel_runner(opts);
   return backends::create_cuda_runner(opts);
 #else

@@ -170,7 +170,8 @@ void add_comm(const Samples& samples, int64_t steps, BenchCase& c) {
   double ms = 0;
   bool any = false;
   for (const BenchOp& op : c.ops)
-    if (op.name == "moe_allreduce" || op.name == "moe_dispatch" || op.name == "moe_combine") {
+    if (op.name == "moe_allreduce" || op.name == "moe_dispatch" || op.name == "moe_combine" ||
+        op.name == "attn_allreduce") {
       ms += op.measured_ms;
       any = true;
     }

@@ -72,10 +72,11 @@ struct Out {
 
 // ranks: --gpus; eplb_interval > 0: EPLB with 2 redundant slots, rebalanced every eplb_interval steps (so several
 // times per run); comm: the communicator; invariant: --batch-invariant; budget: tokens per step; dp: DP attention
-// (--data-parallel-size = ranks).
+// (--data-parallel-size = ranks); tp: TP attention (--tensor-parallel-size = ranks).
 struct RunSetup {
   int32_t ranks = 1;
   bool dp = false;
+  bool tp = false;
   int64_t eplb_interval = 0;
   std::string comm = "auto";
   bool invariant = true;
@@ -92,6 +93,7 @@ std::vector<Out> run(const std::string& model, const RunSetup& s) {
   o.numerics = "hf";
   o.gpus = s.ranks;
   o.data_parallel_size = s.dp ? s.ranks : 1;
+  o.tensor_parallel_size = s.tp ? s.ranks : 1;
   o.communicator = s.comm;
   o.batch_invariant = s.invariant;
   o.max_num_seqs = 8;
@@ -126,15 +128,10 @@ std::vector<Out> run(const std::string& model, const RunSetup& s) {
   return out;
 }
 
-// Setups a and b on one model: same tokens, logprobs within 2e-3. EPLB off vs on: each assignment is still
-// computed once, by a replica with the same weights, so only the all-reduce's grouping of the fp32 sums changes:
-// the same tolerance as 1 vs 2 GPUs.
-void compare(const std::string& name, const RunSetup& a, const RunSetup& b, const std::string& label,
-             double tolerance = 2e-3) {
-  const std::string model = find_model(name);
-  if (model.empty()) GTEST_SKIP() << name << " not found";
-  SCOPED_TRACE(model + ": " + label);
-  const std::vector<Out> one = run(model, a), two = run(model, b);
+// Two runs' outputs: same tokens, every logprob (top-5 included) within tolerance.
+void compare_outputs(const std::string& name, const std::vector<Out>& one, const std::vector<Out>& two,
+                     const std::string& label, double tolerance) {
+  SCOPED_TRACE(name + ": " + label);
   ASSERT_EQ(one.size(), two.size());
   double max_diff = 0;
   for (size_t i = 0; i < one.size(); ++i) {
@@ -151,19 +148,43 @@ void compare(const std::string& name, const RunSetup& a, const RunSetup& b, cons
   EXPECT_LE(max_diff, tolerance);
 }
 
-// check-reference (its default: the exact fp32 path) with n ranks sharing one GPU (in-process communicator), EP or
-// DP attention: every prompt within the check's tolerance, every greedy token equal, the runner the parallel one
+// Setups a and b on one model: same tokens, logprobs within 2e-3. EPLB off vs on: each assignment is still
+// computed once, by a replica with the same weights, so only the all-reduce's grouping of the fp32 sums changes:
+// the same tolerance as 1 vs 2 GPUs.
+void compare(const std::string& name, const RunSetup& a, const RunSetup& b, const std::string& label,
+             double tolerance = 2e-3) {
+  const std::string model = find_model(name);
+  if (model.empty()) GTEST_SKIP() << name << " not found";
+  compare_outputs(name, run(model, a), run(model, b), label, tolerance);
+}
+
+// check-reference (its default: the exact fp32 path) with n ranks sharing one GPU (in-process communicator), EP, DP
+// or TP attention: every prompt within the check's tolerance, every greedy token equal, the runner the parallel one
 // (n > 1). Skips a model that is not there.
-void check_reference_on_one_gpu(const char* name, int32_t n, bool dp) {
+// gate: the check's reference, numerics and tolerance where the model's default ones do not apply (empty: the
+// fixture's reference.safetensors at the runner's default tolerance); tp: TP attention (not with dp).
+struct Gate {
+  std::string reference;  // file name inside the model directory
+  std::string numerics;
+  double tolerance = -1;
+  bool tp = false;
+};
+void check_reference_on_one_gpu(const char* name, int32_t n, bool dp, const Gate& gate = {}) {
   const std::string model = find_model(name);
   if (model.empty()) return;
-  const std::string what = std::string(name) + " at " + std::to_string(n) + (dp ? " DP ranks" : " ranks");
+  const std::string what = std::string(name) + " at " + std::to_string(n) +
+                           (dp ? " DP ranks" : gate.tp ? " TP ranks" : " ranks") +
+                           (gate.numerics.empty() ? "" : " (" + gate.numerics + ")");
   dsinfer::CheckReferenceOptions o;
   o.model_dir = model;
   o.backend = "cuda";
   o.gpus = n;
   o.data_parallel_size = dp ? n : 1;
+  o.tensor_parallel_size = gate.tp ? n : 1;
   o.communicator = "in-process";
+  if (!gate.reference.empty()) o.reference_path = model + "/" + gate.reference;
+  o.numerics = gate.numerics;
+  o.tolerance = gate.tolerance;
   dsinfer::CheckReferenceReport rep;
   std::string err;
   ASSERT_TRUE(dsinfer::check_reference(o, &rep, &err)) << what << ": " << err;
@@ -177,6 +198,7 @@ void check_reference_on_one_gpu(const char* name, int32_t n, bool dp) {
     EXPECT_NE(rep.runner_name.find("parallel (" + std::to_string(n) + " ranks on 1 GPUs"), std::string::npos)
         << rep.runner_name;
     EXPECT_EQ(rep.runner_name.find("DP attention + expert parallel") != std::string::npos, dp) << rep.runner_name;
+    EXPECT_EQ(rep.runner_name.find("TP attention + expert parallel") != std::string::npos, gate.tp) << rep.runner_name;
   }
 }
 
@@ -217,6 +239,43 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuMatchOneRankBitForBit) {
   compare("dsv4-small", {}, {.ranks = 4, .dp = true, .comm = "in-process"}, "4 DP ranks on one GPU", 0.0);
 }
 
+// Issue 27: EP and TP attention with 2 and 4 ranks sharing one GPU against one rank under --batch-invariant, bit for
+// bit. EP: each pair's expert output is computed by one rank into a [T, k, D] buffer zero in the other ranks' slots
+// and all-reduced (x + 0 = x), then every rank runs the one-rank combine (expert_slots_cuda.cpp); TP: each rank the
+// query heads of its wo_a output groups, the groups' outputs gathered the same way, wo_b whole on every rank
+// (tensor_parallel_cuda.cpp). Nothing is summed across ranks but zeros, so there is no tolerance. tiny-v4-b has 3
+// output groups (2 ranks: 1 and 2 groups); at 4 ranks the 2-group models leave two ranks without heads.
+TEST(GpuMultiGpu, EpAndTpRanksSharingOneGpuMatchOneRankBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"}) {
+    const std::string model = find_model(name);
+    if (model.empty()) continue;
+    const std::vector<Out> one = run(model, {});
+    for (int32_t n : {2, 4}) {
+      compare_outputs(name, one, run(model, {.ranks = n, .comm = "in-process"}),
+                      std::to_string(n) + " EP ranks on one GPU", 0.0);
+      compare_outputs(name, one, run(model, {.ranks = n, .tp = true, .comm = "in-process"}),
+                      std::to_string(n) + " TP ranks on one GPU", 0.0);
+    }
+  }
+}
+
+// TP outside --batch-invariant (fast kernels): the same greedy tokens as one rank on the fixtures; logprobs within
+// the fast path's own step-size noise (the EP partial-sum all-reduce regroups fp32 sums: 2e-3, the 2-GPU bound).
+// TP on the exact fp32 path against the fixtures' reference logits (check-reference), 2 and 4 ranks on one GPU.
+TEST(GpuMultiGpu, TpRanksSharingOneGpuPassCheckReference) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"})
+    for (int32_t n : {2, 4}) check_reference_on_one_gpu(name, n, false, {.tp = true});
+}
+
+TEST(GpuMultiGpu, TpRanksSharingOneGpuFastPathMatchesOneRank) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : {"tiny-v4-a", "tiny-v4-b"})
+    compare(name, {.invariant = false}, {.ranks = 2, .tp = true, .comm = "in-process", .invariant = false},
+            "2 TP ranks on one GPU, fast path");
+}
+
 // DP attention on the exact fp32 path, through check-reference: each prompt on one rank (its attention and state),
 // its routed pairs computed by the experts' ranks; every prompt within the check's tolerance and every greedy token
 // equal, at 2 and 4 ranks sharing one GPU.
@@ -227,11 +286,17 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReference) {
 }
 
 // The same for DeepSeek-V4.1, whose forward's MoE goes through the same exchange (CudaForwardV41::moe_layer), at 2
-// DP ranks. Added in session 12 without a device run (the helper's device time was spent): its first run is the
-// integrator's.
+// DP ranks, under the V4.1 fixtures' own gates (docs/decisions.md 2026-11-30 "V4.1 check-reference gates", as
+// tools/gpu_checks/v41cuda.sh runs them on one GPU). Its first run (session 12) reported max rel err 8e-4 and
+// greedy 128/128 but not ok: reference.safetensors was made with `hf` numerics (QAT quantizers on), for which the
+// default tolerance of an fp32 checkpoint on the exact path (1e-4) does not hold on ONE rank either (one GPU:
+// 8.0e-4, bench/NOTES.md session 12); the V4.1 gate there is 0.2 with every greedy step equal, because a 1-ulp
+// difference can flip one fake-quantized value. The continuous check is hf-noqat against reference_noqat at 1e-5
+// (one GPU: 1.59e-6): that one is what shows the DP exchange computes the right experts.
 TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReferenceV41) {
   SKIP_WITHOUT_GPU();
-  check_reference_on_one_gpu("tiny-v41-a", 2, true);
+  check_reference_on_one_gpu("tiny-v41-a", 2, true, {"reference_noqat.safetensors", "hf-noqat", 1e-5});
+  check_reference_on_one_gpu("tiny-v41-a", 2, true, {"reference.safetensors", "hf", 0.2});
 }
 
 // `dsinfer bench` with several ranks reports the collectives' bytes per step, and they are what the layouts send:
@@ -246,6 +311,7 @@ TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
   const int64_t D = cfg->hidden_size, k = cfg->num_experts_per_tok, L = cfg->num_hidden_layers, B = 4;
   for (const bool dp : {false, true}) {
+    SCOPED_TRACE(dp ? "DP" : "EP");
     dsinfer::BenchOptions o;
     o.model_dir = model;
     o.load_format = "auto";
@@ -271,6 +337,36 @@ TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
     EXPECT_EQ(c.comm_calls_per_step, double(L * 2 * (dp ? 4 : 1)));
     EXPECT_GT(c.comm_ms, 0.0);
   }
+  // TP: per layer every rank all-reduces wo_a's output [B, G * r] (its groups' columns, zero elsewhere) and the
+  // MoE partial sums [B, D], fp32; with --batch-invariant the MoE instead gathers every pair's output [B, k, D].
+  const int64_t Gr = cfg->o_groups * cfg->o_lora_rank;
+  for (const bool inv : {false, true}) {
+    SCOPED_TRACE(inv ? "TP, batch-invariant" : "TP");
+    dsinfer::BenchOptions o;
+    o.model_dir = model;
+    o.load_format = "auto";
+    o.numerics = "hf";
+    o.gpus = 2;
+    o.tensor_parallel_size = 2;
+    o.batch_invariant = inv;
+    o.communicator = "in-process";
+    o.batches = {B};
+    o.context = 16;
+    o.prefill = 0;
+    o.iters = 2;
+    o.ceilings = "nominal";
+    dsinfer::BenchReport rep;
+    std::string err;
+    ASSERT_TRUE(dsinfer::run_bench(o, &rep, &err)) << err;
+    ASSERT_EQ(rep.cases.size(), 1u);
+    const dsinfer::BenchCase& c = rep.cases[0];
+    ASSERT_TRUE(c.error.empty()) << c.error;
+    const double want = double(L * 2 * B * 4 * (Gr + (inv ? k : 1) * D));
+    std::printf("bench, 2 TP ranks%s: %.0f bytes / %.0f collectives per step, %.4f ms in rank 0's collectives\n",
+                inv ? " (batch-invariant)" : "", c.comm_bytes_per_step, c.comm_calls_per_step, c.comm_ms);
+    EXPECT_EQ(c.comm_bytes_per_step, want);
+    EXPECT_EQ(c.comm_calls_per_step, double(L * 2 * 2));
+  }
 }
 
 // 1, 2 and 4 ranks sharing one GPU (in-process communicator, fixed rank-order reduction) on the exact fp32 path,
@@ -294,13 +390,14 @@ TEST(GpuMultiGpu, RankFailureOnOneGpuEndsTheRun) {
   SKIP_WITHOUT_GPU();
   const std::string model = find_model("tiny-v4-a");
   if (model.empty()) GTEST_SKIP() << "tiny-v4-a not found";
-  for (const int32_t dp : {1, 2}) {
-    SCOPED_TRACE(dp > 1 ? "DP attention" : "EP");
+  for (const char* layout : {"EP", "DP", "TP"}) {
+    SCOPED_TRACE(layout);
     dsinfer::EngineOptions o;
     o.model_dir = model;
     o.backend = "cuda";
     o.gpus = 2;
-    o.data_parallel_size = dp;
+    o.data_parallel_size = std::string(layout) == "DP" ? 2 : 1;
+    o.tensor_parallel_size = std::string(layout) == "TP" ? 2 : 1;
     o.communicator = "in-process";
     o.fault_injection = "1:step:2";
     o.max_model_len = 256;

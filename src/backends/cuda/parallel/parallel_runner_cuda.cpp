@@ -51,8 +51,8 @@ const CudaDeviceAccess kDeviceAccess;
 class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
   ParallelRunner(io::ModelConfig cfg, model::Numerics num, int32_t n, parallel::Layout layout)
-      : cfg_(std::move(cfg)), num_(std::move(num)), dp_(layout == parallel::Layout::kDataParallel),
-        shards_(size_t(n)), comms_(size_t(n)), out_(size_t(n)) {}
+      : cfg_(std::move(cfg)), num_(std::move(num)), layout_(layout), dp_(layout == parallel::Layout::kDataParallel),
+        tp_(layout == parallel::Layout::kTensorParallel), shards_(size_t(n)), comms_(size_t(n)), out_(size_t(n)) {}
   ~ParallelRunner() override {
     // Shards and communicators are destroyed on their own threads (their GPU current), then the threads stop.
     pool_.set_on_failure(nullptr);
@@ -69,7 +69,7 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   std::string name() const override {
     const std::string eplb = eplb_ ? fmt::format(", EPLB: {} redundant experts, every {} steps", redundant_, interval_) : "";
     return fmt::format("parallel ({} ranks on {} GPUs, {}{}, {}): {}", shards_.size(), devices_,
-                       dp_ ? "DP attention + expert parallel" : "expert parallel", eplb,
+                       parallel::layout_name(layout_), eplb,
                        comms_[0] ? comms_[0]->name() : "", shards_[0] ? shards_[0]->name() : "");
   }
   // fp32 rows: the FP8 storage format (RunnerOptions::fp8_state) is the one-GPU runner's until an expert-parallel run
@@ -190,7 +190,9 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
 
   io::ModelConfig cfg_;
   model::Numerics num_;
+  const parallel::Layout layout_;
   const bool dp_;  // DP attention + EP (parallel::layout_of), else EP with replicated attention and state
+  const bool tp_;  // TP attention + EP: the state replicated, each shard the query heads of its output groups
   parallel::ShardPool pool_;
   std::vector<std::unique_ptr<CudaRunner>> shards_;
   std::vector<std::unique_ptr<parallel::Communicator>> comms_;
@@ -396,6 +398,15 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
   DSI_ASSIGN_OR_RETURN(fault_, parallel::parse_fault_injection(opts.fault_injection, n));
   eplb_ = opts.eplb;
   if (dp_ && eplb_) return Status::error("--eplb with DP attention (--data-parallel-size > 1) is not implemented yet");
+  // The DP exchange runs moe_cuda and its plain combine; V4.1's `official` MoE weights each expert inside its SwiGLU
+  // and rounds per expert in expert-id order (moe_official_cuda), which the exchange does not reproduce.
+  if (dp_ && cfg_.is_v41() && num_.bf16_activations)
+    return Status::error("DP attention (--data-parallel-size > 1) with DeepSeek-V4.1 `official` numerics is not "
+                         "implemented on the cuda backend (the expert exchange does not run the official MoE); use "
+                         "--numerics hf or the EP layout");
+  if (tp_ && cfg_.is_v41())
+    return Status::error("--tensor-parallel-size > 1 (TP attention) is not implemented for DeepSeek-V4.1 on the cuda "
+                         "backend yet (its attention has no head split; EP and DP run it)");
   redundant_ = opts.eplb ? opts.num_redundant_experts : 0;
   interval_ = opts.eplb_interval;
   if (eplb_) {
@@ -419,6 +430,7 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
     DSI_RETURN_IF_ERROR(shard->init(so).with_context(fmt::format("GPU {}", so.device)));
     shard->set_expert_comm(comms_[size_t(r)].get());
     shard->set_data_parallel(dp_);
+    shard->set_tensor_parallel(tp_);
     shard->set_compute_logits(r == 0 || dp_);
     shards_[size_t(r)] = std::move(shard);
     return Status::ok();

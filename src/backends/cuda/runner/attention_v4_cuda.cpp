@@ -53,12 +53,23 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     return p;
   };
 
+  // TP attention (tensor_parallel_cuda.cpp): this shard's query heads [h0, h1) of its output groups; Hl = H
+  // outside TP. The rest of the block up to the attention (the shared latent, compressors, indexer, the state) is
+  // every rank's.
+  const HeadGroups hg = head_groups();
+  const int64_t h0 = hg.h0, Hl = hg.h1 - hg.h0;
+  const bool tp = Hl != H || hg.g1 - hg.g0 != cfg_.o_groups;
+  if (tp && view.fp8) return Status::error("cuda runner: TP attention with the FP8 state is not implemented");
   DSI_OP("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr, false));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
-  DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, H * hd, false));
+  if (Hl > 0) {
+    DSI_ASSIGN_OR_RETURN(const ops::cuda::DeviceWeight wq_b, tp ? weight_rows(L.wq_b, h0 * hd, (h0 + Hl) * hd)
+                                                                : Result<ops::cuda::DeviceWeight>(L.wq_b));
+    DSI_OP("wq_b", l, gemm(cq, T, qr, wq_b, q, Hl * hd, false));
+  }
   DSI_OP("wkv", l, gemm(y, T, D, L.wkv, kv, hd, false));
-  HeadNormRopeParams rp{T, H, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
-  DSI_OP("q_norm_rope", l, head_norm_rope(rp, q, st.pos, stream_));
+  HeadNormRopeParams rp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
+  if (Hl > 0) DSI_OP("q_norm_rope", l, head_norm_rope(rp, q, st.pos, stream_));
   rp = {T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, af, false};
   DSI_OP("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
   if (num_.kv_fp8_sim) DSI_OP("kv_fp8_sim", l, fp8_block_sim(kv, T, hd, nope, 64, stream_));
@@ -108,10 +119,10 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     DSI_OP("ring_write", l, ring_write_fp8(l, st, view));
   } else {
     SparseAttentionCudaParams ap;
-    ap.heads = H;
+    ap.heads = Hl;
     ap.head_dim = hd;
     ap.scale = float(1.0 / std::sqrt(double(hd)));
-    ap.sinks = L.sink;
+    ap.sinks = L.sink + h0;
     ap.window = cfg_.sliding_window;
     ap.m = type == AttnType::Sliding ? 0 : m;
     ap.topk_idx = selected;
@@ -125,11 +136,29 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     // (sparse_attention_plan.h).
     ap.split_keys = sparse_attention_split_keys(kernel_mode());
     ap.tensor_cores = sparse_attention_tensor_cores(kernel_mode(), hd);
-    DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
+    if (Hl > 0) DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
     DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
   }
-  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
-  DSI_OP("wo_a", l, gemm_grouped(o, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
+  return output_projection(l, T, hg);
+}
+
+// wo_a (grouped) and wo_b into s_.f. TP: this shard's groups' columns of wo_a's output, zero elsewhere, summed over
+// the ranks (an exact gather: tensor_parallel_cuda.cpp), then wo_b whole, as one rank runs it.
+Status CudaForwardV4::output_projection(int64_t l, int64_t T, const HeadGroups& hg) {
+  const DeviceLayer& L = weights_.layer(l);
+  const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim, D = cfg_.hidden_size;
+  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G, ng = hg.g1 - hg.g0;
+  if (ng == G) {
+    DSI_OP("wo_a", l, gemm_grouped(s_.o.data(), T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
+  } else {
+    DSI_RETURN_IF_ERROR(clear_head_groups(s_.mid.data(), T, G * r));
+    if (ng > 0) {
+      DSI_ASSIGN_OR_RETURN(const ops::cuda::DeviceWeight wo_a, weight_rows(L.wo_a, hg.g0 * r, hg.g1 * r));
+      DSI_OP("wo_a", l, gemm_grouped(s_.o.data(), T, (hg.h1 - hg.h0) * hd, gin, wo_a, ng, s_.mid.data() + hg.g0 * r,
+                                     G * r, r));
+    }
+    DSI_RETURN_IF_ERROR(gather_head_groups(s_.mid.data(), T, G * r, l));
+  }
   DSI_OP("wo_b", l, gemm(s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D, false));
   return Status::ok();
 }

@@ -59,6 +59,9 @@ struct RunnerCore {
   // DP attention + EP (set by the ParallelRunner): this shard runs its own sequences only; each MoE layer sends
   // its tokens' routed pairs to the experts' ranks and combines what comes back (CudaForward::moe_exchange).
   bool dp_ = false;
+  // TP attention + EP (set by the ParallelRunner; ep_rank_ / ep_size_ are the TP rank / size): this shard runs the
+  // query heads of its output groups (CudaForward::head_groups), the state and every other op replicated.
+  bool tp_ = false;
   // Collective traffic since the bench last took it (payload bytes this shard sent, collectives).
   runner::RunnerDiagnostics::CommTraffic traffic_;
   EplbDevice eplb_;
@@ -144,6 +147,27 @@ class CudaForward {
   // outputs in top-k order and its shared expert with moe_cuda's own combine, so with --batch-invariant the result
   // is the one-rank result bit for bit. Synchronises the stream (the pair counts go through the host).
   Status moe_exchange(int64_t l, const float* x, int64_t T, const int32_t* ridx, const float* rw, float* out);
+  // EP (replicated tokens) under --batch-invariant (expert_slots_cuda.cpp, docs/multi_gpu.md): each rank computes
+  // its experts' outputs of the (token, top-k slot) pairs into a [T, k, D] buffer that is zero in the other ranks'
+  // slots, the all-reduce sums it (x + 0 = x exactly), and every rank adds the slots in top-k order and the shared
+  // expert with moe_cuda's own combine: the one-rank bits. ridx (global ids) is remapped in place.
+  Status moe_slots(int64_t l, const float* x, int64_t T, int32_t* ridx, const float* rw, float* out);
+
+  // TP attention (backends/cuda/parallel/tensor_parallel_cuda.cpp, docs/multi_gpu.md "TP attention"): this shard's
+  // output groups [g0, g1) (parallel::head_range over cfg_.o_groups) and their query heads [h0, h1); every group
+  // and head outside TP.
+  struct HeadGroups {
+    int64_t g0 = 0, g1 = 0, h0 = 0, h1 = 0;
+  };
+  HeadGroups head_groups() const;
+  // TP: before wo_a, zero its output [T, width] (clear_head_groups); after wo_a wrote this shard's groups' columns,
+  // sum the buffer over the ranks in place (gather_head_groups): every rank then holds every group's output, each
+  // computed by one rank and added to zeros (exact), so wo_b, run whole on every rank, gives the one-rank bits.
+  Status clear_head_groups(float* mid, int64_t T, int64_t width);
+  Status gather_head_groups(float* mid, int64_t T, int64_t width, int64_t layer);
+  // Rows [r0, r1) of w as a weight of its own (an FP8 block weight: starting a scale block, or inside one); an
+  // error otherwise.
+  static Result<ops::cuda::DeviceWeight> weight_rows(const ops::cuda::DeviceWeight& w, int64_t r0, int64_t r1);
 
   Status mark(const char* name, int64_t layer, bool begin) {
     return core_.timer_.mark(name, layer, begin, stream_);
@@ -178,6 +202,8 @@ class CudaForward {
  private:
   struct ExchangeScratch;                    // expert_exchange_cuda.cpp
   std::shared_ptr<ExchangeScratch> xchg_;    // made on the first exchange
+  struct SlotScratch;                        // expert_slots_cuda.cpp
+  std::shared_ptr<SlotScratch> slot_;        // made on the first moe_slots
 };
 
 // The forward of the core's config: CudaForwardV41 for a DeepSeek-V4.1 config, else CudaForwardV4.

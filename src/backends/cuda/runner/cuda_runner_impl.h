@@ -65,6 +65,8 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // DP attention + EP (docs/multi_gpu.md "DP attention"): this shard runs its own sequences (a step without
   // tokens still serves its experts to the other ranks), every MoE layer exchanges routed pairs with the others.
   void set_data_parallel(bool on) { dp_ = on; }
+  // TP attention + EP (RunnerCore::tp_): this shard runs the query heads of its wo_a output groups.
+  void set_tensor_parallel(bool on) { tp_ = on; }
   // The collective traffic since the last call (then reset).
   CommTraffic take_comm_traffic() override { return std::exchange(traffic_, CommTraffic{}); }
   // DP attention: `copies` (this shard's local slot and block ids) against its state and the snapshot / host-tier

@@ -79,6 +79,7 @@ class CudaForwardV4 final : public CudaForward {
                          int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L);
   Status attention(int64_t l, const ops::StepDevice& st);  // attention_v4_cuda.cpp
+  Status output_projection(int64_t l, int64_t T, const HeadGroups& hg);  // wo_a, wo_b (TP: the exact gather between)
   // The FP8 state's parts of attention() (attention_v4_cuda.cpp): scratch, entry encoding, attention, ring write.
   Status prepare_fp8(int64_t T, int64_t max_pos);
   int64_t fp8_comp_stride(int64_t l, int64_t max_pos) const;

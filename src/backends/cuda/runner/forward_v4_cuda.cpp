@@ -202,6 +202,9 @@ Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, L.tid2eid, tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
   // DP attention + EP: the routed pairs go to the experts' ranks and come back (expert_exchange_cuda.cpp).
   if (core_.dp_) return moe_exchange(l, s_.y.data(), T, s_.ridx.data(), s_.rw.data(), s_.f.data());
+  // EP under --batch-invariant: every pair's expert output gathered exactly, the one-rank combine on every rank
+  // (backends/cuda/parallel/expert_slots_cuda.cpp).
+  if (ep_size_ > 1 && batch_invariant_) return moe_slots(l, s_.y.data(), T, s_.ridx.data(), s_.rw.data(), s_.f.data());
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local ids, -1 (skipped) for the others';
   // after the MoE every rank holds its partial sum in s_.f, summed over the ranks in place (fp32).
   if (ep_size_ > 1) DSI_OP("moe_remap", l, core_.remap_experts(s_.ridx.data(), l, T, k));
