@@ -114,15 +114,20 @@ Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r
   model::ExpertShard shard;
   parallel::Communicator* comm = comms_[size_t(r)].get();
   const parallel::DispatchShape shape{0, cfg.num_experts_per_tok, cfg.hidden_size, cfg.n_routed_experts};
-  if (dp()) {  // this rank's tokens only; the routed pairs go to the experts' ranks, the shared expert stays here
-    shard.exchange = [this, comm, r, shape](int64_t, std::span<const float> x, std::span<const int32_t> idx,
-                                            std::span<const float> wt, const model::ExpertCompute& compute,
-                                            std::vector<float>& y) -> Status {
+  // Every pair's output through `route` (dispatch_combine or gather_pair_outputs); a step fault fires first.
+  using Route = decltype(&parallel::dispatch_combine);
+  const auto exchange_by = [this, comm, r, shape](Route route) {
+    return [this, comm, r, shape, route](int64_t, std::span<const float> x, std::span<const int32_t> idx,
+                                         std::span<const float> wt, const model::ExpertCompute& compute,
+                                         std::vector<float>& y) -> Status {
       DSI_RETURN_IF_ERROR(step_fault(r));
       parallel::DispatchShape sh = shape;
       sh.tokens = int64_t(idx.size()) / shape.topk;
-      return parallel::dispatch_combine(*comm, sh, x, idx, wt, compute, y, &traffic_[size_t(r)]);
+      return route(*comm, sh, x, idx, wt, compute, y, &traffic_[size_t(r)]);
     };
+  };
+  if (dp()) {  // this rank's tokens only; the routed pairs go to the experts' ranks, the shared expert stays here
+    shard.exchange = exchange_by(&parallel::dispatch_combine);
   } else {  // EP and TP: every rank every token; its experts' partial MoE output summed over the ranks
     // A rank's partial sum, reduced in rank order (fp64, one rounding); a step fault fires at the rank's first.
     // Also the exact gathers (a buffer this rank fills only its part of: the sum is an all-gather).
@@ -134,16 +139,8 @@ Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r
     shard.hi = range.hi;
     shard.shared = r == 0;
     shard.reduce = reduce;
-    if (opts.batch_invariant) {  // N ranks give one rank's bits: every pair's output gathered, combined here
-      shard.exchange = [this, comm, r, shape](int64_t, std::span<const float> x, std::span<const int32_t> idx,
-                                              std::span<const float> wt, const model::ExpertCompute& compute,
-                                              std::vector<float>& y) -> Status {
-        DSI_RETURN_IF_ERROR(step_fault(r));
-        parallel::DispatchShape sh = shape;
-        sh.tokens = int64_t(idx.size()) / shape.topk;
-        return parallel::gather_pair_outputs(*comm, sh, x, idx, wt, compute, y, &traffic_[size_t(r)]);
-      };
-    }
+    if (opts.batch_invariant)  // N ranks give one rank's bits: every pair's output gathered, combined here
+      shard.exchange = exchange_by(&parallel::gather_pair_outputs);
     if (layout_ == parallel::Layout::kTensorParallel) {  // and its query heads' share of the attention output
       DSI_ASSIGN_OR_RETURN(const parallel::HeadRange heads, parallel::head_range(cfg.num_attention_heads, r, n));
       model::HeadShard hs;
