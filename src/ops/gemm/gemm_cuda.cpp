@@ -146,8 +146,7 @@ Status run(detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, void* s
 detail::GemmArgs gemm_args(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t M, const DeviceWeight& w,
                            int64_t groups, int64_t x_group_stride = 0, int64_t y_group_stride = 0) {
   detail::GemmArgs a{.x = x, .ldx = ldx, .x_gstride = x_group_stride, .y = y, .ldy = ldy, .y_gstride = y_group_stride,
-                     .M = M, .groups = groups, .N = w.rows / groups, .K = w.cols,
-                     .plan_n = (w.plan_rows > 0 ? w.plan_rows : w.rows) / groups};
+                     .M = M, .groups = groups, .N = w.rows / groups, .K = w.cols};
   detail::set_weight_args(a, w);
   detail::set_x_vec(a);
   return a;

@@ -22,9 +22,6 @@ struct DeviceWeight {
   const void* scale = nullptr;  // FP8_BLOCK: [ceil(N/block_n), ceil(K/block_k)]; FP4_G32: [N, K/32]; else unused
   bool scale_e8m0 = true;       // E8M0 bytes (2^(b-127)); else fp32 scales
   int64_t block_n = 128, block_k = 128;  // FP8_BLOCK only
-  // A row view of a larger weight (tensor-parallel ranks' slices): that weight's rows, so that batch-invariant
-  // plans, chosen from the weight's shape, give the view's rows the bits they have in the whole; 0 = `rows`.
-  int64_t plan_rows = 0;
 };
 
 // Which kernel runs, with which parameters (StreamParams, GemvParams below): gemm_plan.h.
@@ -40,7 +37,6 @@ struct GemmArgs {
   int64_t M = 0;
   const int32_t* row_off = nullptr;
   int64_t groups = 1, N = 0, K = 0;
-  int64_t plan_n = 0;  // outputs per group of the weight a view was cut from (DeviceWeight::plan_rows); 0 = N
   const uint8_t* wdata = nullptr;
   const uint8_t* wscale = nullptr;
   const void* const* wdata_arr = nullptr;

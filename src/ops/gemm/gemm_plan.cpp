@@ -107,7 +107,7 @@ GemmCallPlan plan_gemm_grouped_call(const DeviceWeight& w, int64_t groups, int64
 GemmWeightShape gemm_weight_shape(const detail::GemmArgs& a, WeightFormat f) {
   GemmWeightShape ws;
   ws.fmt = f;
-  ws.N = a.plan_n > 0 ? a.plan_n : a.N;  // a row view plans as its whole weight
+  ws.N = a.N;
   ws.K = a.K;
   ws.block_k = a.block_k;
   ws.groups = a.groups;

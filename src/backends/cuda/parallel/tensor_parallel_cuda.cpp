@@ -48,7 +48,6 @@ Result<DeviceWeight> CudaForward::weight_rows(const DeviceWeight& w, int64_t r0,
     return Status::errorf("weight rows [{}, {}) of a {}-row weight", r0, r1, w.rows);
   DeviceWeight v = w;
   v.rows = r1 - r0;
-  v.plan_rows = w.plan_rows > 0 ? w.plan_rows : w.rows;  // batch-invariant plans as for the whole weight
   const auto* data = static_cast<const uint8_t*>(w.data);
   const auto* scale = static_cast<const uint8_t*>(w.scale);
   const int64_t scale_bytes = w.scale_e8m0 ? 1 : 4;
