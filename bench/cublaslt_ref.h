@@ -26,7 +26,12 @@ class LtGemm {
 
   bool init(cublasLtHandle_t h, Kind kind, int64_t M, int64_t N, int64_t K, const void* w, const void* x, void* y,
             const float* w_scale, const float* x_scale, void* ws, size_t ws_bytes, std::string* why) {
-    h_ = h, w_ = w, x_ = x, y_ = y, ws_ = ws, ws_bytes_ = ws_bytes;
+    h_ = h;
+    w_ = w;
+    x_ = x;
+    y_ = y;
+    ws_ = ws;
+    ws_bytes_ = ws_bytes;
     const bool fp8 = kind != Kind::Bf16;
     const cudaDataType ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
     for (cudaDataType out : {CUDA_R_32F, CUDA_R_16BF}) {  // block-scaled FP8 may only offer bf16 output
@@ -87,7 +92,9 @@ class LtGemm {
     if (a_) cublasLtMatrixLayoutDestroy(a_);
     if (b_) cublasLtMatrixLayoutDestroy(b_);
     if (d_) cublasLtMatrixLayoutDestroy(d_);
-    op_ = nullptr, a_ = b_ = d_ = nullptr, ready_ = false;
+    op_ = nullptr;
+    a_ = b_ = d_ = nullptr;
+    ready_ = false;
   }
 
   cublasLtHandle_t h_ = nullptr;

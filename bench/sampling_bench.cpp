@@ -51,12 +51,23 @@ struct Setting {
 
 std::vector<Setting> settings() {
   std::vector<Setting> v(5);
-  v[0].name = "greedy", v[0].p.temperature = 0;
-  v[1].name = "T=1", v[1].p.temperature = 1.0;
-  v[2].name = "T=0.7 top_p=0.9", v[2].p.temperature = 0.7, v[2].p.top_p = 0.9;
-  v[3].name = "top_k=50 top_p=0.95", v[3].p.temperature = 0.8, v[3].p.top_k = 50, v[3].p.top_p = 0.95;
-  v[4].name = "T=1 logprobs=5 pen", v[4].p.temperature = 1.0, v[4].p.logprobs = true, v[4].p.top_logprobs = 5;
-  v[4].p.frequency_penalty = 0.5, v[4].p.repetition_penalty = 1.1;
+  v[0].name = "greedy";
+  v[0].p.temperature = 0;
+  v[1].name = "T=1";
+  v[1].p.temperature = 1.0;
+  v[2].name = "T=0.7 top_p=0.9";
+  v[2].p.temperature = 0.7;
+  v[2].p.top_p = 0.9;
+  v[3].name = "top_k=50 top_p=0.95";
+  v[3].p.temperature = 0.8;
+  v[3].p.top_k = 50;
+  v[3].p.top_p = 0.95;
+  v[4].name = "T=1 logprobs=5 pen";
+  v[4].p.temperature = 1.0;
+  v[4].p.logprobs = true;
+  v[4].p.top_logprobs = 5;
+  v[4].p.frequency_penalty = 0.5;
+  v[4].p.repetition_penalty = 1.1;
   return v;
 }
 
@@ -75,7 +86,10 @@ void run(int64_t B, int64_t V, int iters, const Setting& st, cuda::DeviceBuffer<
   for (int64_t r = 0; r < B; ++r) {
     sampling::SampleInput in;
     in.logits = std::span<const float>(pinned + r * V, size_t(V));
-    in.params = &st.p, in.prompt_tokens = prompt, in.output_tokens = out, in.rng = {uint64_t(r), 0};
+    in.params = &st.p;
+    in.prompt_tokens = prompt;
+    in.output_tokens = out;
+    in.rng = {uint64_t(r), 0};
     (void)sampler.sample(in);
   }
   const double host_ms = ms_since(t0);
@@ -98,7 +112,10 @@ void run(int64_t B, int64_t V, int iters, const Setting& st, cuda::DeviceBuffer<
     pr.clear(V);
     for (int64_t r = 0; r < B; ++r) {
       sampling::RowRequest rq;
-      rq.logits_row = int32_t(r), rq.params = &st.p, rq.prompt_tokens = prompt, rq.output_tokens = out;
+      rq.logits_row = int32_t(r);
+      rq.params = &st.p;
+      rq.prompt_tokens = prompt;
+      rq.output_tokens = out;
       rq.rng = {uint64_t(r), 0};
       CHECK_OK(pr.add(rq));
     }
@@ -109,10 +126,17 @@ void run(int64_t B, int64_t V, int iters, const Setting& st, cuda::DeviceBuffer<
     if (ent) std::memcpy(staging.data() + desc, pr.entries.data(), ent);
     CHECK_OK(din.upload(staging.data(), staging.size()));
     ops::cuda::SampleRowsArgs a;
-    a.logits = dlogits.data(), a.logits_stride = V, a.V = V, a.logits_rows = B;
-    a.rows = din.as<ops::SampleRowDesc>(), a.num_rows = B;
-    a.entries = reinterpret_cast<const ops::SampleEntry*>(din.data() + desc), a.num_entries = int64_t(pr.entries.size());
-    a.words_per_row = pr.words_per_row(), a.work = work.data(), a.out = dout.data();
+    a.logits = dlogits.data();
+    a.logits_stride = V;
+    a.V = V;
+    a.logits_rows = B;
+    a.rows = din.as<ops::SampleRowDesc>();
+    a.num_rows = B;
+    a.entries = reinterpret_cast<const ops::SampleEntry*>(din.data() + desc);
+    a.num_entries = int64_t(pr.entries.size());
+    a.words_per_row = pr.words_per_row();
+    a.work = work.data();
+    a.out = dout.data();
     CHECK_CUDA(cudaEventRecord(e0));
     CHECK_OK(ops::cuda::sample_rows(a, nullptr));
     CHECK_CUDA(cudaEventRecord(e1));

@@ -1,5 +1,6 @@
 // BatchOutput (see batch_output.h).
 #include "apps/dsinfer/batch_output.h"
+#include "apps/dsinfer/commands.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -80,12 +81,12 @@ bool BatchOutput::open(const std::string& path, bool resume, std::string* error)
   std::error_code ec;
   const fs::path p(path);
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  if (!fs::is_directory(dir, ec)) return *error = fmt::format("output directory {} does not exist", dir.string()), false;
+  if (!fs::is_directory(dir, ec)) return fail(error, fmt::format("output directory {} does not exist", dir.string()));
   const fs::file_status st = fs::status(p, ec);
-  if (fs::is_directory(st)) return *error = fmt::format("output {} is a directory", path), false;
+  if (fs::is_directory(st)) return fail(error, fmt::format("output {} is a directory", path));
   if (fs::exists(st) && !fs::is_regular_file(st)) {
     // A device or pipe: written once at the end (no rename, no partial file next to it).
-    if (resume) return *error = fmt::format("--resume needs a regular output file, {} is not one", path), false;
+    if (resume) return fail(error, fmt::format("--resume needs a regular output file, {} is not one", path));
     direct_ = true;
     return true;
   }
@@ -99,13 +100,13 @@ bool BatchOutput::open(const std::string& path, bool resume, std::string* error)
     if (have_partial && !load_resume(partial_, error)) return false;
   }
   f_ = std::fopen(partial_.c_str(), resume ? "a" : "w");
-  if (!f_) return *error = fmt::format("cannot write {}: {}", partial_, errno_text()), false;
+  if (!f_) return fail(error, fmt::format("cannot write {}: {}", partial_, errno_text()));
   return true;
 }
 
 bool BatchOutput::load_resume(const std::string& file, std::string* error) {
   std::ifstream in(file);
-  if (!in) return *error = fmt::format("--resume: cannot read {}", file), false;
+  if (!in) return fail(error, fmt::format("--resume: cannot read {}", file));
   // Lines that do not parse (a record cut short by a crash) or that carry an error are simply run again.
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -118,7 +119,7 @@ bool BatchOutput::load_resume(const std::string& file, std::string* error) {
 
 bool BatchOutput::add(const std::string& record, std::string* error) {
   if (direct_) return true;
-  if (!write_all(f_, record + "\n")) return *error = fmt::format("error writing {}: {}", partial_, errno_text()), false;
+  if (!write_all(f_, record + "\n")) return fail(error, fmt::format("error writing {}: {}", partial_, errno_text()));
   return true;
 }
 
@@ -127,22 +128,28 @@ bool BatchOutput::finish(const std::vector<std::string>& records, std::string* e
   for (const std::string& r : records) all += r + "\n";
   if (direct_) {
     FILE* f = std::fopen(path_.c_str(), "w");
-    if (!f) return *error = fmt::format("cannot write {}: {}", path_, errno_text()), false;
+    if (!f) return fail(error, fmt::format("cannot write {}: {}", path_, errno_text()));
     bool ok = write_all(f, all);
     int saved = errno;
-    if (std::fclose(f) != 0 && ok) ok = false, saved = errno;
+    if (std::fclose(f) != 0 && ok) {
+      ok = false;
+      saved = errno;
+    }
     if (!ok) {
       errno = saved;
-      return *error = fmt::format("error writing {}: {}", path_, errno_text()), false;
+      return fail(error, fmt::format("error writing {}: {}", path_, errno_text()));
     }
     return true;
   }
   const std::string tmp = path_ + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return *error = fmt::format("cannot write {}: {}", tmp, errno_text()), false;
+  if (!f) return fail(error, fmt::format("cannot write {}: {}", tmp, errno_text()));
   bool ok = write_all(f, all) && ::fsync(fileno(f)) == 0;
   int saved = errno;
-  if (std::fclose(f) != 0 && ok) ok = false, saved = errno;
+  if (std::fclose(f) != 0 && ok) {
+    ok = false;
+    saved = errno;
+  }
   if (!ok) {
     errno = saved;
     *error = fmt::format("error writing {}: {} (the finished records are in {})", tmp, errno_text(), partial_);
@@ -150,7 +157,7 @@ bool BatchOutput::finish(const std::vector<std::string>& records, std::string* e
     return false;
   }
   if (std::rename(tmp.c_str(), path_.c_str()) != 0)
-    return *error = fmt::format("cannot rename {} to {}: {}", tmp, path_, errno_text()), false;
+    return fail(error, fmt::format("cannot rename {} to {}: {}", tmp, path_, errno_text()));
   std::fclose(f_);
   f_ = nullptr;
   std::remove(partial_.c_str());

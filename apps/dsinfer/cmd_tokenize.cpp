@@ -50,20 +50,20 @@ bool convert(const Tokenizer& tok, const Args& a, bool detok, const std::string&
   try {
     j = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& e) {
-    return *error = std::string("not valid JSON: ") + e.what(), false;
+    return fail(error, std::string("not valid JSON: ") + e.what());
   }
   std::vector<int32_t> ids;
   if (!detok) {
-    if (!j.is_string()) return *error = "expected a JSON string, got " + std::string(j.type_name()), false;
+    if (!j.is_string()) return fail(error, "expected a JSON string, got " + std::string(j.type_name()));
     if (!tok.encode(j.get_ref<const std::string&>(), &ids, error, !a.plain)) return false;
     *out = nlohmann::json(ids).dump();
     return true;
   }
-  if (!j.is_array()) return *error = "expected a JSON array of token ids, got " + std::string(j.type_name()), false;
+  if (!j.is_array()) return fail(error, "expected a JSON array of token ids, got " + std::string(j.type_name()));
   for (size_t k = 0; k < j.size(); ++k) {
     if (!j[k].is_number_integer() || j[k].get<int64_t>() < INT32_MIN || j[k].get<int64_t>() > INT32_MAX ||
         (j[k].is_number_unsigned() && j[k].get<uint64_t>() > uint64_t(INT32_MAX)))
-      return *error = fmt::format("element {} is not a 32-bit integer token id", k), false;
+      return fail(error, fmt::format("element {} is not a 32-bit integer token id", k));
     ids.push_back(j[k].get<int32_t>());
   }
   std::string text;

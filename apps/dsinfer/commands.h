@@ -1,6 +1,8 @@
 // Registry of dsinfer subcommands. Each cmd_*.cpp defines one `int cmd_x(int argc, char** argv)` (argv[0] is
 // the subcommand name) and it is listed in commands.cpp.
 #pragma once
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace dsinfer::cli {
@@ -11,6 +13,12 @@ struct Command {
   int (*run)(int argc, char** argv);
 };
 const std::vector<Command>& commands();
+
+// For the subcommands' `bool f(..., std::string* error)` helpers: sets *error and returns false.
+inline bool fail(std::string* error, std::string message) {
+  *error = std::move(message);
+  return false;
+}
 
 int cmd_check_reference(int argc, char** argv);
 int cmd_generate(int argc, char** argv);

@@ -77,11 +77,19 @@ std::vector<ops::SampleRowOut> run_device(const std::vector<float>& logits, int6
   cuda::DeviceBuffer<ops::SampleRowOut> dout;
   EXPECT_TRUE(dout.alloc(pr.rows.size()).is_ok());
   ops::cuda::SampleRowsArgs a;
-  a.logits = dl.data(), a.logits_stride = V, a.V = V, a.logits_rows = R;
-  a.rows = drows.data(), a.num_rows = int64_t(pr.rows.size());
-  a.entries = de.data(), a.num_entries = int64_t(pr.entries.size());
-  a.mask_words = dm.data(), a.num_mask_rows = pr.num_mask_rows(), a.words_per_row = pr.words_per_row();
-  a.work = work.data(), a.out = dout.data();
+  a.logits = dl.data();
+  a.logits_stride = V;
+  a.V = V;
+  a.logits_rows = R;
+  a.rows = drows.data();
+  a.num_rows = int64_t(pr.rows.size());
+  a.entries = de.data();
+  a.num_entries = int64_t(pr.entries.size());
+  a.mask_words = dm.data();
+  a.num_mask_rows = pr.num_mask_rows();
+  a.words_per_row = pr.words_per_row();
+  a.work = work.data();
+  a.out = dout.data();
   const Status s = ops::cuda::sample_rows(a, nullptr);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -94,8 +102,13 @@ void compare(const std::vector<float>& logits, int64_t R, int32_t V, const std::
   pr.clear(V);
   for (const Case& c : cases) {
     RowRequest r;
-    r.logits_row = c.logits_row, r.token_bitmask = c.mask, r.params = &c.p;
-    r.prompt_tokens = c.prompt, r.output_tokens = c.out, r.rng = c.key, r.eos_token_id = 0;
+    r.logits_row = c.logits_row;
+    r.token_bitmask = c.mask;
+    r.params = &c.p;
+    r.prompt_tokens = c.prompt;
+    r.output_tokens = c.out;
+    r.rng = c.key;
+    r.eos_token_id = 0;
     ASSERT_TRUE(pr.add(r, c.mode).is_ok());
   }
   const std::vector<ops::SampleRowOut> got = run_device(logits, R, V, pr);
@@ -104,8 +117,12 @@ void compare(const std::vector<float>& logits, int64_t R, int32_t V, const std::
     const Case& c = cases[i];
     SampleInput in;
     in.logits = std::span<const float>(logits.data() + size_t(c.logits_row) * size_t(V), size_t(V));
-    in.token_bitmask = c.mask, in.params = &c.p, in.prompt_tokens = c.prompt, in.output_tokens = c.out;
-    in.rng = c.key, in.eos_token_id = 0;
+    in.token_bitmask = c.mask;
+    in.params = &c.p;
+    in.prompt_tokens = c.prompt;
+    in.output_tokens = c.out;
+    in.rng = c.key;
+    in.eos_token_id = 0;
     const SampleResult want = (c.mode == LogprobsMode::Raw ? raw : processed).sample(in);
     const SampleResult dev = to_sample_result(got[i], c.p.logprobs);
     const std::string what = fmt::format("row {} T={} k={} p={} min_p={} rep={} logprobs={} mode={}", i,
@@ -161,10 +178,18 @@ TEST(GpuSampling, MatchesTheHostSamplerOnTheV4Vocabulary) {
     cases.back().logits_row = r % R;
   }
   // The common serving settings explicitly: plain temperature, top-p only, top-k only, greedy with top logprobs.
-  cases[0].p = SamplingParams{}, cases[0].p.temperature = 1.0;
-  cases[1].p = SamplingParams{}, cases[1].p.temperature = 0.7, cases[1].p.top_p = 0.9;
-  cases[2].p = SamplingParams{}, cases[2].p.temperature = 0.6, cases[2].p.top_k = 20;
-  cases[3].p = SamplingParams{}, cases[3].p.temperature = 0.0, cases[3].p.logprobs = true, cases[3].p.top_logprobs = 20;
+  cases[0].p = SamplingParams{};
+  cases[0].p.temperature = 1.0;
+  cases[1].p = SamplingParams{};
+  cases[1].p.temperature = 0.7;
+  cases[1].p.top_p = 0.9;
+  cases[2].p = SamplingParams{};
+  cases[2].p.temperature = 0.6;
+  cases[2].p.top_k = 20;
+  cases[3].p = SamplingParams{};
+  cases[3].p.temperature = 0.0;
+  cases[3].p.logprobs = true;
+  cases[3].p.top_logprobs = 20;
   for (int i = 0; i < 4; ++i) cases[size_t(i)].mask.clear();
   compare(logits, R, V, cases);
 }
@@ -182,7 +207,11 @@ TEST(GpuSampling, TiesMaskedRowsAndSeedsAcrossSteps) {
     for (double top_p : {1.0, 0.3, 0.5, 0.999}) {
       for (int32_t row = 0; row < 3; ++row) {
         Case c;
-        c.p.temperature = 0.9, c.p.top_k = k, c.p.top_p = top_p, c.p.logprobs = true, c.p.top_logprobs = 3;
+        c.p.temperature = 0.9;
+        c.p.top_k = k;
+        c.p.top_p = top_p;
+        c.p.logprobs = true;
+        c.p.top_logprobs = 3;
         c.logits_row = row;
         c.key = {uint64_t(k * 100 + row), 0};
         for (int s = int(cases.size() % 5); s > 0; --s) c.out.push_back(7);  // other draw indices
@@ -191,7 +220,8 @@ TEST(GpuSampling, TiesMaskedRowsAndSeedsAcrossSteps) {
     }
   }
   Case all_masked;  // every token disallowed: the host falls back to argmax = id 0
-  all_masked.p.temperature = 1.0, all_masked.p.logprobs = true;
+  all_masked.p.temperature = 1.0;
+  all_masked.p.logprobs = true;
   all_masked.mask.assign(size_t(bitmask_words(V)), 0);
   cases.push_back(all_masked);
   compare(logits, 3, V, cases);
@@ -218,7 +248,9 @@ TEST(GpuSampling, NonFiniteRowsAndBadDescriptionsAreReported) {
   EXPECT_EQ(got[1].status, ops::kSampleBadInput);
   EXPECT_EQ(got[2].status, ops::kSampleOk);
   ops::cuda::SampleRowsArgs bad;
-  bad.V = V, bad.logits_stride = V - 1, bad.num_rows = 1;
+  bad.V = V;
+  bad.logits_stride = V - 1;
+  bad.num_rows = 1;
   EXPECT_FALSE(ops::cuda::sample_rows(bad, nullptr).is_ok());
   bad.logits_stride = V;  // null pointers
   EXPECT_FALSE(ops::cuda::sample_rows(bad, nullptr).is_ok());

@@ -20,13 +20,20 @@ namespace {
 
 GemmWeightShape fp8(int64_t N, int64_t K) {
   GemmWeightShape w;
-  w.fmt = WeightFormat::FP8_BLOCK, w.N = N, w.K = K, w.block_k = 128, w.w_vec = true;
+  w.fmt = WeightFormat::FP8_BLOCK;
+  w.N = N;
+  w.K = K;
+  w.block_k = 128;
+  w.w_vec = true;
   return w;
 }
 
 GemmWeightShape bf16(int64_t N, int64_t K) {
   GemmWeightShape w;
-  w.fmt = WeightFormat::BF16, w.N = N, w.K = K, w.w_vec = true;
+  w.fmt = WeightFormat::BF16;
+  w.N = N;
+  w.K = K;
+  w.w_vec = true;
   return w;
 }
 

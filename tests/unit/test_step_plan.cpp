@@ -18,8 +18,16 @@ struct TwoSeqPlan {
   TwoSeqPlan() {
     plan.clear();
     scheduler::SeqPlan a, b;
-    a.start_pos = 5, a.num_new_tokens = 3, a.token_offset = 0, a.slot = 3, a.block_table = table0;
-    b.start_pos = 40, b.num_new_tokens = 1, b.token_offset = 3, b.slot = 1, b.block_table = table1;
+    a.start_pos = 5;
+    a.num_new_tokens = 3;
+    a.token_offset = 0;
+    a.slot = 3;
+    a.block_table = table0;
+    b.start_pos = 40;
+    b.num_new_tokens = 1;
+    b.token_offset = 3;
+    b.slot = 1;
+    b.block_table = table1;
     plan.seqs = {a, b};
     plan.token_ids = {10, 11, 12, 99};
     plan.positions = {5, 6, 7, 40};

@@ -15,20 +15,32 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
   float bv = -INFINITY;
   int bi = INT_MAX;
   for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
-    if (better(row[i], int(i), bv, bi)) bv = row[i], bi = int(i);
+    if (better(row[i], int(i), bv, bi)) {
+      bv = row[i];
+      bi = int(i);
+    }
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
     const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    if (better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
   }
   __shared__ float sv[32];
   __shared__ int si[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) sv[warp] = bv, si[warp] = bi;
+  if (lane == 0) {
+    sv[warp] = bv;
+    si[warp] = bi;
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < int(blockDim.x >> 5); ++w)
-      if (better(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
+      if (better(sv[w], si[w], bv, bi)) {
+        bv = sv[w];
+        bi = si[w];
+      }
     out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
   }
 }

@@ -176,7 +176,10 @@ __device__ int draw(const Row& r, const Cut& cut, double u, Shared& sh) {
   int last = -1;
   for (int i = b; i < e; ++i) {
     const uint64_t k = r.key(i);
-    if (kept(k, i, cut)) seg += key_value(k), last = i;
+    if (kept(k, i, cut)) {
+      seg += key_value(k);
+      last = i;
+    }
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double incl = seg;
@@ -216,7 +219,10 @@ __device__ void logprobs(const Row& r, bool raw, int token, int n, SampleRowOut*
   int mi = INT_MAX;
   for (int i = int(threadIdx.x); i < r.V; i += kThreads) {
     const float v = val(i);
-    if (better(v, i, mx, mi)) mx = v, mi = i;
+    if (better(v, i, mx, mi)) {
+      mx = v;
+      mi = i;
+    }
   }
   block_best(mx, mi, sh);
   double sum = 0.0;
@@ -233,7 +239,10 @@ __device__ void logprobs(const Row& r, bool raw, int token, int n, SampleRowOut*
     int bi = INT_MAX;
     for (int i = int(threadIdx.x); i < r.V; i += kThreads) {
       const float v = val(i);
-      if ((v < pv || (v == pv && i > pi)) && better(v, i, bv, bi)) bv = v, bi = i;
+      if ((v < pv || (v == pv && i > pi)) && better(v, i, bv, bi)) {
+        bv = v;
+        bi = i;
+      }
     }
     block_best(bv, bi, sh);
     if (bi == INT_MAX) break;  // fewer than n tokens
@@ -335,7 +344,10 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleArgs a) {
   float mv = -INFINITY;
   int mi = INT_MAX;
   for (int i = int(threadIdx.x); i < r.V; i += kThreads)
-    if (better(r.W[i], i, mv, mi)) mv = r.W[i], mi = i;
+    if (better(r.W[i], i, mv, mi)) {
+      mv = r.W[i];
+      mi = i;
+    }
   block_best(mv, mi, sh);
   if (mi == INT_MAX) mi = 0;
   const bool greedy = (d.flags & kSampleGreedy) != 0;

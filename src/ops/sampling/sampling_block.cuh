@@ -60,12 +60,18 @@ __device__ inline void block_best(float& v, int& i, Shared& sh) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(kFull, v, o);
     const int oi = __shfl_xor_sync(kFull, i, o);
-    if (better(ov, oi, v, i)) v = ov, i = oi;
+    if (better(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
   }
   if ((threadIdx.x & 31) == 0) sh.ff[threadIdx.x >> 5] = v, sh.ii[threadIdx.x >> 5] = i;
   __syncthreads();
   for (int w = 0; w < kWarps; ++w)
-    if (better(sh.ff[w], sh.ii[w], v, i)) v = sh.ff[w], i = sh.ii[w];
+    if (better(sh.ff[w], sh.ii[w], v, i)) {
+      v = sh.ff[w];
+      i = sh.ii[w];
+    }
   __syncthreads();
 }
 
