@@ -126,7 +126,7 @@ void print_case(const BenchCase& c, const BenchCeilings& ceil, int64_t layers) {
     std::printf("collectives: %.3f MB sent per step (all ranks), %.0f calls per step, %.4f ms per step in rank 0's "
                 "collective ops\n", c.comm_bytes_per_step / 1e6, c.comm_calls_per_step, c.comm_ms);
   if (c.graph_step_ms > 0)
-    std::printf("%-22s %12.4f %12.4f %8.2f   (CUDA graph replay, host wall; tokens/s %.1f)\n", "step (graph)",
+    std::printf("%-22s %12.4f %12.4f %8.2f   (CUDA graph replay + greedy sampling on the device, host wall; tokens/s %.1f)\n", "step (graph)",
                 c.graph_step_ms, c.floor_ms, c.graph_step_ms / c.floor_ms, c.graph_tokens_per_s());
   if (!c.error.empty()) std::fprintf(stderr, "bench: %s: %s\n", c.title.c_str(), c.error.c_str());
 }

@@ -9,6 +9,7 @@
 #include "cache/state_layout.h"
 #include "perf/ceilings.h"
 #include "perf/cost_model.h"
+#include "sampling/row_pack.h"
 #if DSINFER_HAS_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -84,15 +85,34 @@ Status time_steps(runner::ModelRunner& r, const scheduler::BatchPlan& plan, int6
   return Status::ok();
 }
 
-// Decode again without per-op events: the runner replays its CUDA graph. Median host wall time.
+// Decode again without per-op events: the runner replays its CUDA graph. Median host wall time of the step as the
+// engine runs it: with device sampling (CUDA), the forward and greedy sampling of every logits row on the device,
+// only the ids coming back (the engine's path); otherwise step() with the logits downloaded for the host sampler.
 Result<double> time_graph_steps(runner::ModelRunner& r, const scheduler::BatchPlan& plan, int64_t iters) {
   DSI_RETURN_IF_ERROR(r.diagnostics().set_timing(false));
+  const bool device = r.supports_device_sampling();
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  sampling::PackedRows rows;
+  rows.clear(r.config().vocab_size);
+  for (int32_t row = 0; device && row < plan.num_logits(); ++row) {
+    sampling::RowRequest req;
+    req.logits_row = row;
+    req.params = &greedy;
+    DSI_RETURN_IF_ERROR(rows.add(req));
+  }
   std::vector<float> logits;
+  std::vector<ops::SampleRowOut> ids;
   std::vector<double> g;
   Status s;
   for (int64_t it = 0; it < iters + 1 && s.is_ok(); ++it) {
     const auto t0 = std::chrono::steady_clock::now();
-    s = r.step(plan, logits);
+    if (device) {
+      s = r.begin_sampled_step(plan);
+      if (s) s = r.sample_rows(rows, ids);
+    } else {
+      s = r.step(plan, logits);
+    }
     if (it > 0) g.push_back(ms_since(t0));
   }
   (void)r.diagnostics().set_timing(true);
