@@ -97,3 +97,112 @@ TEST(StepPlan, RejectsTokensOutsideTheVocabulary) {
   EXPECT_NE(L.status().message().find("token id 99 outside the vocabulary [0, 99)"), std::string::npos)
       << L.status().message();
 }
+
+TEST(StepPlan, GraphBucketsCoverEveryBatchSizeOnce) {
+  // Every batch size maps to the smallest bucket >= it, and the buckets are the documented set.
+  const std::vector<int64_t> expect = {1, 2, 4, 4, 8, 8, 8, 8, 16};
+  for (int64_t s = 1; s <= 9; ++s) EXPECT_EQ(backends::graph_bucket_seqs(s), expect[size_t(s - 1)]) << s;
+  EXPECT_EQ(backends::graph_bucket_seqs(64), 64);
+  EXPECT_EQ(backends::graph_bucket_seqs(65), 72);
+  EXPECT_EQ(backends::graph_bucket_seqs(256), 256);
+  EXPECT_EQ(backends::graph_bucket_seqs(257), 288);
+  int64_t buckets = 0;
+  for (int64_t s = 1; s <= 256; ++s) {
+    EXPECT_GE(backends::graph_bucket_seqs(s), s);
+    buckets += backends::graph_bucket_seqs(s) == s ? 1 : 0;
+  }
+  EXPECT_EQ(buckets, 2 + 1 + 32);  // 1, 2, 4 and the 32 multiples of 8: 35 graphs instead of 256
+}
+
+// Three decode sequences (asynchronous: the second's input pending) padded to a bucket of 8, and a verify step of
+// 2 sequences x 3 tokens padded to 4: the real sequences, tokens, rows and fills keep their indices; each padding
+// sequence is a fixed-shape copy at positions 0.. on the padding slot and block; the padded plan lays out.
+TEST(StepPlan, PaddingAppendsFixedShapeSequencesAfterThePlans) {
+  std::vector<cache::BlockId> t0{3, 4}, t1{5}, t2{6, 7};
+  scheduler::BatchPlan plan;
+  plan.clear();
+  const std::vector<std::vector<cache::BlockId>*> tables{&t0, &t1, &t2};
+  for (int s = 0; s < 3; ++s) {
+    scheduler::SeqPlan sp;
+    sp.start_pos = 20 + s;
+    sp.num_new_tokens = 1;
+    sp.token_offset = s;
+    sp.needs_logits = true;
+    sp.logits_row = s;
+    sp.slot = s;
+    sp.block_table = *tables[size_t(s)];
+    plan.seqs.push_back(sp);
+    plan.token_ids.push_back(s == 1 ? scheduler::kPendingToken : 50 + s);
+    plan.positions.push_back(20 + s);
+    plan.cu_seqlens.push_back(s + 1);
+    plan.logits_token_index.push_back(s);
+  }
+  plan.token_fills.push_back({1, 0});
+  const cache::StateLayout state = layout16();
+  ASSERT_TRUE(backends::fixed_shape_step(plan, state, 64));
+  const backends::StepPadding pad{9, 12, 77};
+  std::vector<cache::BlockId> table;
+  scheduler::BatchPlan out;
+  backends::pad_fixed_step(plan, 8, pad, state.block_size, table, out);
+  ASSERT_EQ(out.num_seqs(), 8);
+  ASSERT_EQ(out.num_tokens(), 8);
+  ASSERT_EQ(out.num_logits(), 8);
+  EXPECT_TRUE(backends::fixed_shape_step(out, state, 64));
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(out.seqs[size_t(s)].slot, s);
+    EXPECT_EQ(out.token_ids[size_t(s)], plan.token_ids[size_t(s)]);
+    EXPECT_EQ(out.positions[size_t(s)], plan.positions[size_t(s)]);
+  }
+  EXPECT_EQ(out.token_fills.size(), 1u);
+  EXPECT_EQ(out.token_fills[0].token_index, 1);
+  for (int s = 3; s < 8; ++s) {
+    const scheduler::SeqPlan& sp = out.seqs[size_t(s)];
+    EXPECT_EQ(sp.slot, 9);
+    EXPECT_EQ(sp.start_pos, 0);
+    EXPECT_EQ(sp.token_offset, s);
+    EXPECT_EQ(sp.logits_row, s);
+    ASSERT_EQ(sp.block_table.size(), 1u);
+    EXPECT_EQ(sp.block_table[0], 12);
+    EXPECT_EQ(out.token_ids[size_t(s)], 77);
+    EXPECT_EQ(out.positions[size_t(s)], 0);
+    EXPECT_EQ(out.cu_seqlens[size_t(s + 1)], s + 1);
+  }
+  auto L = backends::layout_step_plan(out, state, 128, true, 64, /*prev_rows=*/1);
+  ASSERT_TRUE(L.is_ok()) << L.status().message();
+  EXPECT_EQ(L->S, 8);
+
+  // Verify shape: 2 sequences of 1 + 2 tokens (rows for every token) to 4; 3 tokens fit one 16-token block.
+  scheduler::BatchPlan v;
+  v.clear();
+  for (int s = 0; s < 2; ++s) {
+    scheduler::SeqPlan sp;
+    sp.start_pos = 30;
+    sp.num_new_tokens = 3;
+    sp.token_offset = 3 * s;
+    sp.needs_logits = true;
+    sp.logits_row = 3 * s;
+    sp.num_spec_tokens = 2;
+    sp.slot = s;
+    sp.block_table = *tables[size_t(s)];
+    v.seqs.push_back(sp);
+    for (int i = 0; i < 3; ++i) {
+      v.token_ids.push_back(40 + i);
+      v.positions.push_back(30 + i);
+      v.logits_token_index.push_back(3 * s + i);
+    }
+    v.cu_seqlens.push_back(3 * (s + 1));
+  }
+  ASSERT_TRUE(backends::fixed_shape_step(v, state, 64));
+  backends::pad_fixed_step(v, 4, pad, state.block_size, table, out);
+  EXPECT_EQ(out.num_seqs(), 4);
+  EXPECT_EQ(out.num_tokens(), 12);
+  EXPECT_EQ(out.num_logits(), 12);
+  EXPECT_TRUE(backends::fixed_shape_step(out, state, 64));
+  EXPECT_EQ(out.seqs[3].num_spec_tokens, 2);
+  EXPECT_EQ(out.positions[11], 2);
+  EXPECT_EQ(out.logits_token_index[11], 11);
+
+  // A bucket no larger than the plan leaves it as it is.
+  backends::pad_fixed_step(v, 2, pad, state.block_size, table, out);
+  EXPECT_EQ(out.num_seqs(), 2);
+}

@@ -115,6 +115,8 @@ class CudaForward {
     (void)plan;
     return Status::ok();
   }
+  // A token id check_plan accepts in any step: the input of graph buckets' padding sequences.
+  virtual int32_t padding_token() const { return 0; }
   // Scratch for T tokens, R logits rows and positions up to max_pos (grown, never shrunk; growing waits for the
   // queued work and bumps the core's scratch generation).
   virtual Status prepare(int64_t T, int64_t R, int64_t max_pos) = 0;

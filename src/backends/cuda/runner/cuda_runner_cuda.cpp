@@ -76,6 +76,7 @@ Status CudaRunner::init(const runner::RunnerOptions& opts) {
   // Decode graphs stay off with expert parallelism: NCCL collectives can be captured, but this first step keeps
   // every all-reduce an ordinary launch (docs/multi_gpu.md).
   if (ep_size_ > 1) graphs_enabled_ = false;
+  if (const char* b = std::getenv("DSINFER_CUDA_GRAPH_BUCKETS")) buckets_enabled_ = std::string(b) != "0";
   DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(ordinal_));  // also makes it the current device
   // (EPLB: options checked and the redundant expert slots counted.)
   DSI_ASSIGN_OR_RETURN(ExpertSlots slots, eplb_init(opts));
@@ -129,8 +130,19 @@ Status CudaRunner::bind_state(const cache::StateLayout& layout, int32_t num_slot
     return Status::errorf("cuda runner: state layout with kv_elem_bytes {}, expected 4 or {}", layout.kv_elem_bytes,
                           fwd_->state_elem_bytes());
   layout_ = layout;
-  DSI_RETURN_IF_ERROR(slots_.alloc(size_t(num_slots) * size_t(layout.slot_bytes), "state slots"));
-  DSI_RETURN_IF_ERROR(blocks_.alloc(size_t(num_blocks) * size_t(layout.block_bytes), "state blocks"));
+  // One slot and one block beyond the engine's hold the padding sequences of bucketed steps (zeroed: a padding
+  // sequence starts at position 0 and reads only what it writes).
+  const bool padding = buckets_enabled_ && ep_size_ <= 1;
+  const size_t slot_bytes = size_t(layout.slot_bytes), block_bytes = size_t(layout.block_bytes);
+  DSI_RETURN_IF_ERROR(slots_.alloc((size_t(num_slots) + (padding ? 1 : 0)) * slot_bytes, "state slots"));
+  DSI_RETURN_IF_ERROR(blocks_.alloc((size_t(num_blocks) + (padding ? 1 : 0)) * block_bytes, "state blocks"));
+  pad_ = {};
+  if (padding) {
+    cudaStream_t cs = static_cast<cudaStream_t>(stream_);
+    DSI_CUDA_TRY(cudaMemsetAsync(slots_.data() + size_t(num_slots) * slot_bytes, 0, slot_bytes, cs));
+    DSI_CUDA_TRY(cudaMemsetAsync(blocks_.data() + size_t(num_blocks) * block_bytes, 0, block_bytes, cs));
+    pad_ = StepPadding{cache::SlotId(num_slots), cache::BlockId(num_blocks), fwd_->padding_token()};
+  }
   return fwd_->bind_state();
 }
 
@@ -146,29 +158,34 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   DSI_RETURN_IF_ERROR(bind_device());
   timer_.begin_step();
   // Shards other than 0 of a ParallelRunner run the layers only (their logits would be shard 0's).
-  const int64_t T = plan.num_tokens(), S = plan.num_seqs(), R = compute_logits_ ? plan.num_logits() : 0;
+  const int64_t T = plan.num_tokens(), R = compute_logits_ ? plan.num_logits() : 0;
   const int64_t V = cfg_.vocab_size;
   hidden_view_ = {};
   if (T == 0) return dp_ ? fwd_->serve_experts() : Status::ok();  // DP: the other ranks' pairs still come here
   DSI_RETURN_IF_ERROR(fwd_->check_plan(plan));
   // A decode step, or a verify step of the same 1 + k tokens per sequence, replays a CUDA graph of its shape. It
   // is laid out for max_model_len (split counts and scratch follow max_pos) whether or not it is graphed, so graphs
-  // on or off (DSINFER_CUDA_GRAPHS, per-op timing) compute the same bits.
+  // on or off (DSINFER_CUDA_GRAPHS, per-op timing) compute the same bits. On one rank it runs padded to its graph
+  // bucket: the padding sequences come after the plan's, so the first T tokens and R logits rows are the plan's.
   const bool fixed = fixed_shape_step(plan, layout_, max_model_len_);
   const bool graph = fixed && graphs_enabled_ && !timer_.enabled();
-  DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(plan, layout_, V, fixed, max_model_len_,
+  const bool pad = fixed && pad_.slot >= 0 && !dp_ && !tp_ && graph_bucket_seqs(plan.num_seqs()) > plan.num_seqs();
+  if (pad) pad_fixed_step(plan, graph_bucket_seqs(plan.num_seqs()), pad_, layout_.block_size, pad_table_, padded_);
+  const scheduler::BatchPlan& run_plan = pad ? padded_ : plan;
+  const int64_t run_T = run_plan.num_tokens(), run_R = compute_logits_ ? run_plan.num_logits() : 0;
+  DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(run_plan, layout_, V, fixed, max_model_len_,
                                                                          prev_sample_rows()));
-  DSI_RETURN_IF_ERROR(fwd_->prepare(T, std::max<int64_t>(R, 1), layout.max_pos));
-  DSI_RETURN_IF_ERROR(ensure_capture(T));
-  DSI_RETURN_IF_ERROR(upload_plan(plan, layout));
+  DSI_RETURN_IF_ERROR(fwd_->prepare(run_T, std::max<int64_t>(run_R, 1), layout.max_pos));
+  DSI_RETURN_IF_ERROR(ensure_capture(run_T));
+  DSI_RETURN_IF_ERROR(upload_plan(run_plan, layout));
   DSI_RETURN_IF_ERROR(fill_plan_tokens(layout));  // asynchronous steps: inputs sampled by the step before
   const ops::StepDevice st = step_device(layout, plan_.device());
   const int32_t* rows = logits_rows(layout, plan_.device());
   if (graph)
-    DSI_RETURN_IF_ERROR(
-        graphs_.launch(fixed_shape_key(T, S), scratch_gen_, stream_, [&] { return fwd_->run(st, rows, R); }));
+    DSI_RETURN_IF_ERROR(graphs_.launch(fixed_shape_key(run_T, run_plan.num_seqs()), scratch_gen_, stream_,
+                                       [&] { return fwd_->run(st, rows, run_R); }));
   else
-    DSI_RETURN_IF_ERROR(fwd_->run(st, rows, R));
+    DSI_RETURN_IF_ERROR(fwd_->run(st, rows, run_R));
   if (dsamp_.defer_logits) return Status::ok();  // begin_sampled_step: sample_rows() reads them on the device
   cudaStream_t cs = static_cast<cudaStream_t>(stream_);
   logits.resize(size_t(R) * size_t(V));

@@ -140,6 +140,12 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   StepPlanUpload plan_;  // the step plan's pinned staging and device copy (step_plan.h)
   bool graphs_enabled_ = true;    // DSINFER_CUDA_GRAPHS=0 turns decode graphs off
   DecodeGraphs graphs_;
+  // Graph buckets (step_plan.h graph_bucket_seqs): on one rank, a fixed-shape step runs padded to its bucket, graphed
+  // or not (so both compute the same bits); DSINFER_CUDA_GRAPH_BUCKETS=0 runs every batch size at its own shape.
+  bool buckets_enabled_ = true;
+  StepPadding pad_;                         // bind_state: the slot and block reserved for padding sequences
+  scheduler::BatchPlan padded_;             // step(): the plan padded to its bucket
+  std::vector<cache::BlockId> pad_table_;   // padded_'s block table of the padding sequences
   DeviceSamplerBuffers dsamp_;
   float* hidden_host_ = nullptr;          // pinned, hidden_host_floats_ floats
   size_t hidden_host_floats_ = 0;

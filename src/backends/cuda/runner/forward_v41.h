@@ -34,6 +34,7 @@ class CudaForwardV41 final : public CudaForward {
   Status bind_state() override;
   Status reset_invalid_state() override;
   Status check_plan(const scheduler::BatchPlan& plan) const override;
+  int32_t padding_token() const override;  // the first id of the Engram vocabulary
   Status prepare(int64_t T, int64_t R, int64_t max_pos) override;
   Status run(const ops::StepDevice& st, const int32_t* rows, int64_t R) override;
   float* logits() const override { return s_.logits.data(); }

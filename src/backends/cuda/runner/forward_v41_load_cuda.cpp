@@ -130,6 +130,12 @@ Status CudaForwardV41::bind_state() {
   return Status::ok();
 }
 
+int32_t CudaForwardV41::padding_token() const {
+  for (size_t t = 0; t < token_map_host_.size(); ++t)
+    if (token_map_host_[t] >= 0) return int32_t(t);
+  return 0;
+}
+
 Status CudaForwardV41::check_plan(const scheduler::BatchPlan& plan) const {
   if (token_map_host_.empty()) return Status::ok();
   const int64_t V = cfg_.vocab_size;

@@ -1,7 +1,8 @@
 // CUDA graphs of decode steps: a step with one new token (and one logits row) per sequence replays the graph
-// captured for its batch size. The forward's scratch buffers are sized for max_model_len, so the captured pointers
-// and launch shapes stay valid for every context length; any scratch reallocation (a new scratch generation)
-// drops the graphs. DSINFER_CUDA_GRAPHS=0 turns them off (CudaRunner). Plain header, no CUDA types.
+// captured for its shape (on one rank: its batch size padded to a bucket, step_plan.h graph_bucket_seqs). The
+// forward's scratch buffers are sized for max_model_len, so the captured pointers and launch shapes stay valid for
+// every context length; any scratch reallocation (a new scratch generation) drops the graphs.
+// DSINFER_CUDA_GRAPHS=0 turns them off (CudaRunner). Plain header, no CUDA types.
 #pragma once
 #include <cstdint>
 #include <functional>

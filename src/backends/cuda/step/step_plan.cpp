@@ -71,6 +71,41 @@ bool fixed_shape_step(const scheduler::BatchPlan& plan, const cache::StateLayout
   return true;
 }
 
+int64_t graph_bucket_seqs(int64_t seqs) {
+  if (seqs <= 2) return seqs;
+  if (seqs <= 4) return 4;
+  if (seqs <= 256) return (seqs + 7) / 8 * 8;
+  return (seqs + 31) / 32 * 32;
+}
+
+void pad_fixed_step(const scheduler::BatchPlan& plan, int64_t seqs, const StepPadding& pad, int64_t block_size,
+                    std::vector<cache::BlockId>& table, scheduler::BatchPlan& out) {
+  out = plan;
+  const int64_t S = plan.num_seqs();
+  if (S <= 0 || seqs <= S) return;
+  const int32_t n = int32_t(plan.num_tokens() / S);  // tokens per sequence (fixed shape: the same for all)
+  const bool verify = n > 1;
+  table.assign(size_t((n + block_size - 1) / block_size), pad.block);
+  for (int64_t s = S; s < seqs; ++s) {
+    scheduler::SeqPlan sp;
+    sp.start_pos = 0;
+    sp.num_new_tokens = n;
+    sp.token_offset = out.num_tokens();
+    sp.needs_logits = true;
+    sp.logits_row = out.num_logits();
+    sp.num_spec_tokens = n - 1;
+    sp.slot = pad.slot;
+    sp.block_table = table;
+    for (int32_t i = 0; i < n; ++i) {
+      out.token_ids.push_back(pad.token);
+      out.positions.push_back(i);
+      if (verify || i == n - 1) out.logits_token_index.push_back(sp.token_offset + i);
+    }
+    out.cu_seqlens.push_back(out.num_tokens());
+    out.seqs.push_back(sp);
+  }
+}
+
 void pack_step_plan(const scheduler::BatchPlan& plan, const StepPlanLayout& L, uint8_t* dst) {
   std::memset(dst, 0, L.bytes);
   auto put = [&](size_t o, const void* src, size_t bytes) {

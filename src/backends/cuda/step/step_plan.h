@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cache/state_layout.h"
 #include "core/status.h"
@@ -36,6 +37,26 @@ Result<StepPlanLayout> layout_step_plan(const scheduler::BatchPlan& plan, const 
 // positions and block tables fit max_model_len (the fixed-shape layout). Graphs are keyed by (tokens, sequences).
 bool fixed_shape_step(const scheduler::BatchPlan& plan, const cache::StateLayout& state, int64_t max_model_len);
 inline int64_t fixed_shape_key(int64_t T, int64_t S) { return T * (int64_t(1) << 24) + S; }
+
+// Graph buckets: a fixed-shape step of `seqs` sequences runs padded to graph_bucket_seqs(seqs) sequences (1, 2, 4,
+// 8, then multiples of 8 up to 256, then of 32), so one graph serves a bucket instead of one graph per batch size.
+int64_t graph_bucket_seqs(int64_t seqs);
+
+// Where padding sequences live: a slot and a block reserved beyond the engine's (bind_state), which no real
+// sequence uses, and a token id every model accepts.
+struct StepPadding {
+  cache::SlotId slot = -1;
+  cache::BlockId block = -1;
+  int32_t token = 0;
+};
+
+// `plan` (a fixed_shape_step) with sequences appended up to `seqs`: each like the plan's (the same 1 + k tokens, a
+// logits row per sequence or per token), at positions 0.., every block-table entry it reads the padding block, its
+// state the padding slot. The real sequences, tokens, logits rows and token fills keep their indices, so the padded
+// step's first rows are the plan's. `table` is out's storage for the padding block table (kept by the caller
+// while out is used).
+void pad_fixed_step(const scheduler::BatchPlan& plan, int64_t seqs, const StepPadding& pad, int64_t block_size,
+                    std::vector<cache::BlockId>& table, scheduler::BatchPlan& out);
 
 // Writes the plan into dst (layout.bytes bytes; padding and unused table entries zero). Pending tokens are written as
 // 0 and the fills as [F, 2] int32 (token index, sample row) pairs for the device gather (fill_step_tokens).
