@@ -108,6 +108,8 @@ class RunnerDiagnostics {
   };
   virtual CommTraffic take_comm_traffic() { return {}; }
   virtual Result<StepGapTimes> step_gap_times() { return Status::error("this backend has no step events"); }
+  // Step graphs (CUDA graphs of fixed-shape steps) captured so far; 0 for a backend without them.
+  virtual int64_t graphs_captured() const { return 0; }
 };
 
 class ModelRunner {

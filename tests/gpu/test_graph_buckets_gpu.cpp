@@ -3,12 +3,14 @@
 // padding sequences on a slot and block of their own. Under --batch-invariant every row is independent of the
 // others, so a padded step's rows must equal the exact-shape step's bit for bit (the same runner code with
 // DSINFER_CUDA_GRAPH_BUCKETS=0): the logits of every decode and verify step, over several steps (a padding sequence
-// that wrote into a real sequence's state would show in the steps after), with graphs on. Cases: the shipped model
+// that wrote into a real sequence's state would show in the steps after), with graphs on; and the graphs captured
+// show that the padding ran (two batch sizes of one bucket share a graph). Cases: the shipped model
 // (hf) and V4-Flash shapes (dummy weights, 4 layers, FP8 state: sliding, CSA and HCA layers). Skips without a device.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -25,7 +27,7 @@ using namespace dsinfer;
 
 namespace {
 
-constexpr int32_t kSlots = 10;
+constexpr int32_t kSlots = 12;
 
 struct BucketCase {
   runner::RunnerOptions opts;
@@ -34,10 +36,15 @@ struct BucketCase {
   int32_t state_elem = 4;
 };
 
-// S sequences: a ragged prefill (s.prompt + 5 q tokens for sequence q), then `decode` steps of one token each, then two verify
-// steps of 1 + 2 tokens each (every token a logits row). Tokens are a fixed function of (sequence, position).
-// Returns every logits row of every step, in order.
-Result<std::vector<float>> run(const BucketCase& s, bool buckets, int32_t S, int32_t decode) {
+struct RunResult {
+  std::vector<float> logits;  // every logits row of every step, in order
+  int64_t graphs = 0;         // step graphs the runner captured
+};
+
+// S sequences: a ragged prefill (s.prompt + 5 q tokens for sequence q), `decode` steps of one token each, then, as
+// two requests have finished, `decode` steps of the first S - 2 sequences and two verify steps of 1 + 2 tokens each
+// (every token a logits row). Tokens are a fixed function of (sequence, position).
+Result<RunResult> run(const BucketCase& s, bool buckets, int32_t S, int32_t decode) {
   if (buckets)
     unsetenv("DSINFER_CUDA_GRAPH_BUCKETS");
   else
@@ -59,11 +66,12 @@ Result<std::vector<float>> run(const BucketCase& s, bool buckets, int32_t S, int
   for (int32_t q = 0; q < S; ++q)  // blocks of the sequences in reverse order, slots from the last one down
     for (int64_t b = 0; b < nb; ++b) tables[size_t(q)].push_back(cache::BlockId((S - 1 - q) * nb + b));
   auto token = [&](int32_t q, int64_t pos) { return int32_t((pos * 131 + q * 17 + 5) % V); };
-  std::vector<float> all, logits;
-  auto step = [&](int32_t per_seq, bool prefill) -> Status {
+  RunResult out;
+  std::vector<float> logits;
+  auto step = [&](int32_t seqs, int32_t per_seq, bool prefill) -> Status {
     scheduler::BatchPlan p;
     p.clear();
-    for (int32_t q = 0; q < S; ++q) {
+    for (int32_t q = 0; q < seqs; ++q) {
       const int32_t n = prefill ? s.prompt + 5 * q : per_seq;
       scheduler::SeqPlan sp;
       sp.start_pos = done[size_t(q)];
@@ -85,31 +93,40 @@ Result<std::vector<float>> run(const BucketCase& s, bool buckets, int32_t S, int
       done[size_t(q)] += n;
     }
     DSI_RETURN_IF_ERROR(r.step(p, logits));
-    all.insert(all.end(), logits.begin(), logits.end());
+    out.logits.insert(out.logits.end(), logits.begin(), logits.end());
     return Status::ok();
   };
-  DSI_RETURN_IF_ERROR(step(0, true));
-  for (int32_t d = 0; d < decode; ++d) DSI_RETURN_IF_ERROR(step(1, false));
-  for (int32_t v = 0; v < 2; ++v) DSI_RETURN_IF_ERROR(step(3, false));
-  return all;
+  DSI_RETURN_IF_ERROR(step(S, 0, true));
+  for (int32_t d = 0; d < decode; ++d) DSI_RETURN_IF_ERROR(step(S, 1, false));
+  for (int32_t d = 0; d < decode; ++d) DSI_RETURN_IF_ERROR(step(S - 2, 1, false));
+  for (int32_t v = 0; v < 2; ++v) DSI_RETURN_IF_ERROR(step(S - 2, 3, false));
+  out.graphs = r.diagnostics().graphs_captured();
+  return out;
 }
 
 void expect_padded_equals_exact(const BucketCase& s) {
-  for (int32_t S : {3, 5, 9}) {
+  for (int32_t S : {3, 7, 11}) {  // decode 3 -> 4, then 1; 7 -> 8, then 5 -> 8; 11 -> 16, then 9 -> 16
     SCOPED_TRACE("sequences " + std::to_string(S));
-    auto exact = run(s, false, S, 4);
+    auto exact = run(s, false, S, 3);
     ASSERT_TRUE(exact.is_ok()) << exact.status().message();
-    auto padded = run(s, true, S, 4);
+    auto padded = run(s, true, S, 3);
     ASSERT_TRUE(padded.is_ok()) << padded.status().message();
-    ASSERT_EQ(exact->size(), padded->size());
-    size_t finite = 0, first_diff = exact->size();
-    for (size_t i = 0; i < exact->size(); ++i) {
-      finite += std::isfinite((*exact)[i]) ? 1 : 0;
-      if (first_diff == exact->size() && std::memcmp(&(*exact)[i], &(*padded)[i], 4) != 0) first_diff = i;
+    const std::vector<float>& a = exact->logits;
+    const std::vector<float>& b = padded->logits;
+    ASSERT_EQ(a.size(), b.size());
+    size_t finite = 0, first_diff = a.size();
+    for (size_t i = 0; i < a.size(); ++i) {
+      finite += std::isfinite(a[i]) ? 1 : 0;
+      if (first_diff == a.size() && std::memcmp(&a[i], &b[i], 4) != 0) first_diff = i;
     }
-    EXPECT_EQ(finite, exact->size()) << "the exact-shape run's logits are not all finite: nothing to compare";
-    EXPECT_EQ(first_diff, exact->size()) << "first differing logit at flat index " << first_diff << ": exact "
-                                         << (*exact)[first_diff] << ", padded " << (*padded)[first_diff];
+    EXPECT_EQ(finite, a.size()) << "the exact-shape run's logits are not all finite: nothing to compare";
+    EXPECT_EQ(first_diff, a.size()) << "first differing logit at flat index " << first_diff << ": exact "
+                                    << a[std::min(first_diff, a.size() - 1)] << ", padded "
+                                    << b[std::min(first_diff, b.size() - 1)];
+    // The graphs show that the padding ran: exact shapes capture decode at S and S - 2 and verify at S - 2; the
+    // buckets capture one decode and one verify graph where S and S - 2 share a bucket (7, 5: 8; 11, 9: 16).
+    EXPECT_EQ(exact->graphs, 3);
+    EXPECT_EQ(padded->graphs, S == 3 ? 3 : 2);
   }
 }
 

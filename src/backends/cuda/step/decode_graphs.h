@@ -23,10 +23,13 @@ class DecodeGraphs {
   // no allocation) when there is none for this batch size and scratch generation.
   Status launch(int64_t batch, uint64_t scratch_gen, void* stream, const std::function<Status()>& forward);
   void clear();
+  // Graphs captured since construction (recaptures after a scratch move included).
+  int64_t captures() const { return captures_; }
 
  private:
   std::map<int64_t, void*> graphs_;  // batch size -> cudaGraphExec_t
   uint64_t gen_ = 0;                 // scratch generation the graphs were captured with
+  int64_t captures_ = 0;
 };
 
 }  // namespace dsinfer::backends

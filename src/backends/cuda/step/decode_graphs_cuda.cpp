@@ -32,6 +32,7 @@ Status DecodeGraphs::launch(int64_t batch, uint64_t scratch_gen, void* stream, c
     cudaGraphDestroy(g);
     DSI_CUDA_TRY(inst);
     it = graphs_.emplace(batch, static_cast<void*>(exec)).first;
+    ++captures_;
   }
   DSI_CUDA_TRY(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), cs));
   return Status::ok();
