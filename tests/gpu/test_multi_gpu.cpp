@@ -276,8 +276,11 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuMatchOneRankBitForBit) {
 // bit. EP: each pair's expert output is computed by one rank into a [T, k, D] buffer zero in the other ranks' slots
 // and all-reduced (x + 0 = x), then every rank runs the one-rank combine (expert_slots_cuda.cpp); TP: each rank the
 // query heads of its wo_a output groups, the groups' outputs gathered the same way, wo_b whole on every rank
-// (tensor_parallel_cuda.cpp). Nothing is summed across ranks but zeros, so there is no tolerance. tiny-v4-b has 3
-// output groups (2 ranks: 1 and 2 groups); at 4 ranks the 2-group models leave two ranks without heads.
+// (tensor_parallel_cuda.cpp), each rank's wq_b rows and wo_a groups on the whole weights' GEMM kernels
+// (tp::rows_part / tp::groups_part; TpRankPartsRunTheWholeWeightsKernels). Nothing is summed across ranks but zeros,
+// so there is no tolerance. tiny-v4-b has 3 output groups (2 ranks: 1 and 2 groups); at 4 ranks the 2-group models
+// leave two ranks without heads. Session 13 measured TP off here (a one-group wo_a call on another kernel); session 14:
+// 0 at 2 and 4 ranks on all three models.
 TEST(GpuMultiGpu, EpAndTpRanksSharingOneGpuMatchOneRankBitForBit) {
   SKIP_WITHOUT_GPU();
   for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"}) {
@@ -294,8 +297,6 @@ TEST(GpuMultiGpu, EpAndTpRanksSharingOneGpuMatchOneRankBitForBit) {
   }
 }
 
-// TP outside --batch-invariant (fast kernels): the same greedy tokens as one rank on the fixtures; logprobs within
-// the fast path's own step-size noise (the EP partial-sum all-reduce regroups fp32 sums: 2e-3, the 2-GPU bound).
 // TP on the exact fp32 path against the fixtures' reference logits (check-reference), 2 and 4 ranks on one GPU.
 TEST(GpuMultiGpu, TpRanksSharingOneGpuPassCheckReference) {
   SKIP_WITHOUT_GPU();
@@ -303,6 +304,15 @@ TEST(GpuMultiGpu, TpRanksSharingOneGpuPassCheckReference) {
     for (int32_t n : {2, 4}) check_reference_on_one_gpu(name, n, false, {.tp = true});
 }
 
+// TP outside --batch-invariant (fast kernels), 2 ranks on one GPU. TP's own share is exact there too: bit-identical
+// to EP at the same rank count (measured 0 on both fixtures, bench/NOTES.md session 14), since its MoE is EP's and its
+// wq_b / wo_a parts run the whole weights' kernels. Against one rank: the same greedy tokens, logprobs within 2e-2.
+// That difference is EP's fast path, the same bits with and without TP: the fp32 fixtures' expert GEMMs take the fp32
+// or the bf16 kernel from T * k against 8 x the experts a rank holds (ops/moe/moe_plan.h; 8 on one rank, 4 on each of
+// two), so mid-sized steps round in bf16 on one side only. Measured (docs/decisions.md 2026-12-03 "TP fast-path
+// bound"): 84 / 88 of 96 positions differ, chosen-token |d| p50 5e-7 / 2e-6, p90 9e-5 / 2.6e-4, max 5.7e-4 / 1.0e-3,
+// 8.5e-4 / 4.55e-3 with the top-5 alternatives (tiny-v4-a / -b): a spread of bf16 roundings, not a tie. 2e-2 leaves
+// a 4.4x margin over the worst; a wrong head, group or expert split moves logprobs by 1e-1 or more.
 TEST(GpuMultiGpu, TpRanksSharingOneGpuFastPathMatchesOneRank) {
   SKIP_WITHOUT_GPU();
   for (const char* name : {"tiny-v4-a", "tiny-v4-b"}) {
@@ -315,7 +325,7 @@ TEST(GpuMultiGpu, TpRanksSharingOneGpuFastPathMatchesOneRank) {
     print_difference_profile(name, one, tp, "1 rank vs 2 TP ranks, fast path");
     print_difference_profile(name, ep, tp, "2 EP vs 2 TP ranks, fast path");
     compare_outputs(name, ep, tp, "2 EP vs 2 TP ranks on one GPU, fast path", 0.0);
-    compare_outputs(name, one, tp, "2 TP ranks on one GPU, fast path", 2e-3);
+    compare_outputs(name, one, tp, "2 TP ranks on one GPU, fast path", 2e-2);
   }
 }
 
@@ -418,7 +428,8 @@ TEST(GpuMultiGpu, TpRankPartsRunTheWholeWeightsKernels) {
             const size_t o = size_t(m * N + r0);
             ASSERT_EQ(std::memcmp(part.data() + o, whole.data() + o, size_t(nr) * 4), 0)
                 << n << " ranks, rank " << rank << ", M " << M << ", row " << m;
-            for (int64_t j = 0; j < nr; ++j) plain_diff = std::max(plain_diff, double(std::abs(plain[o + j] - whole[o + j])));
+            for (int64_t j = 0; j < nr; ++j)
+              plain_diff = std::max(plain_diff, double(std::abs(plain[o + j] - whole[o + j])));
           }
         }
       }
