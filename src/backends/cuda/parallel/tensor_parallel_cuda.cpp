@@ -3,13 +3,16 @@
 // runs the query heads of its wo_a output groups: their rows of wq_b, their sinks and sparse attention, and wo_a for
 // its groups (attention_v4_cuda.cpp). The groups' outputs are then gathered exactly: each shard writes its columns
 // into a buffer zero elsewhere and the all-reduce sums it (x + 0 = x, on NCCL as on the in-process group), so every
-// shard holds the one-rank wo_a output and runs wo_b whole: bit-identical to one rank wherever the kernels' bits of a
+// shard holds the one-rank wo_a output and runs wo_b whole. Bit-identical to one rank because the kernels' bits of a
 // head or a group do not depend on how many others the call holds (per element of each GEMM, per head of the
-// attention kernels).
+// attention kernels) once every part runs the whole weight's GEMM kernel: tp::rows_part / tp::groups_part
+// (tensor_parallel_parts.h) decide how a rank calls its rows of wq_b and its groups of wo_a so that it does.
 #include <cuda_runtime.h>
 
 #include "backends/cuda/runner/cuda_forward.h"
+#include "backends/cuda/runner/tensor_parallel_parts.h"
 #include "cuda/cuda_common.h"
+#include "ops/gemm/gemm_plan.h"
 #include "parallel/parallel_plan.h"
 
 namespace dsinfer::backends {
@@ -43,7 +46,9 @@ Status CudaForward::gather_head_groups(float* mid, int64_t T, int64_t width, int
   return Status::ok();
 }
 
-Result<DeviceWeight> CudaForward::weight_rows(const DeviceWeight& w, int64_t r0, int64_t r1) {
+namespace tp {
+
+Result<DeviceWeight> weight_rows(const DeviceWeight& w, int64_t r0, int64_t r1) {
   if (r0 < 0 || r1 < r0 || r1 > w.rows)
     return Status::errorf("weight rows [{}, {}) of a {}-row weight", r0, r1, w.rows);
   DeviceWeight v = w;
@@ -71,5 +76,51 @@ Result<DeviceWeight> CudaForward::weight_rows(const DeviceWeight& w, int64_t r0,
   }
   return v;
 }
+
+namespace {
+
+// The batch-invariant plan of a single weight's call (what gemm_cuda would launch for it under kBatchInvariant).
+ops::cuda::GemmInvariantPlan invariant_plan(const DeviceWeight& w, int sm_count) {
+  ops::cuda::detail::GemmArgs a;
+  a.M = 1;
+  a.N = w.rows;
+  a.K = w.cols;
+  ops::cuda::detail::set_weight_args(a, w);
+  return ops::cuda::gemm_invariant_plan(ops::cuda::gemm_weight_shape(a, w.fmt), sm_count);
+}
+
+bool same_plan(const ops::cuda::GemmInvariantPlan& a, const ops::cuda::GemmInvariantPlan& b) {
+  return a.kernel == b.kernel && a.splits == b.splits && a.kb_per_split == b.kb_per_split;
+}
+
+}  // namespace
+
+Result<PartGemm> rows_part(const DeviceWeight& w, int64_t r0, int64_t r1, bool invariant, int sm_count) {
+  DSI_ASSIGN_OR_RETURN(const DeviceWeight v, weight_rows(w, r0, r1));
+  PartGemm p{v, 1, 0, 0};
+  if (!invariant || (r0 == 0 && r1 == w.rows)) return p;
+  const ops::cuda::GemmInvariantPlan whole = invariant_plan(w, sm_count);
+  if (same_plan(whole, invariant_plan(v, sm_count))) return p;
+  const int64_t n = r1 - r0;
+  if (whole.kernel == ops::cuda::GemmKernel::kTiled && n % 2 == 0) {
+    p.groups = 2;
+    p.y_stride = n / 2;
+    return p;
+  }
+  return Status::errorf("TP under --batch-invariant: rows [{}, {}) of a {} x {} weight would run another GEMM kernel "
+                        "than the whole weight (gemm_invariant_plan), so a rank could not keep the one-rank bits",
+                        r0, r1, w.rows, w.cols);
+}
+
+Result<PartGemm> groups_part(const DeviceWeight& w, int64_t groups, int64_t g0, int64_t g1, int64_t x_stride) {
+  if (groups < 1 || w.rows % groups != 0 || g0 < 0 || g1 <= g0 || g1 > groups)
+    return Status::errorf("groups [{}, {}) of a weight of {} rows in {} groups", g0, g1, w.rows, groups);
+  const int64_t r = w.rows / groups, ng = g1 - g0;
+  DSI_ASSIGN_OR_RETURN(const DeviceWeight v, weight_rows(w, g0 * r, g1 * r));
+  if (ng == 1 && groups > 1 && r % 2 == 0) return PartGemm{v, 2, 0, r / 2};
+  return PartGemm{v, ng, x_stride, r};
+}
+
+}  // namespace tp
 
 }  // namespace dsinfer::backends

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backends/cuda/runner/forward_v4.h"
+#include "backends/cuda/runner/tensor_parallel_parts.h"
 #include "model/state_pool.h"
 #include "ops/compressor/compressor_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
@@ -62,10 +63,15 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   if (tp && view.fp8) return Status::error("cuda runner: TP attention with the FP8 state is not implemented");
   DSI_OP("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr, false));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
-  if (Hl > 0) {
-    DSI_ASSIGN_OR_RETURN(const ops::cuda::DeviceWeight wq_b, tp ? weight_rows(L.wq_b, h0 * hd, (h0 + Hl) * hd)
-                                                                : Result<ops::cuda::DeviceWeight>(L.wq_b));
-    DSI_OP("wq_b", l, gemm(cq, T, qr, wq_b, q, Hl * hd, false));
+  if (Hl > 0 && tp) {
+    // This rank's rows of wq_b, called so that they run the whole weight's kernel (tensor_parallel_parts.h).
+    DSI_ASSIGN_OR_RETURN(const tp::PartGemm p, tp::rows_part(L.wq_b, h0 * hd, (h0 + Hl) * hd,
+                                                             kernel_mode() == ops::KernelMode::kBatchInvariant,
+                                                             device_.multiprocessors));
+    if (p.groups == 1) DSI_OP("wq_b", l, gemm(cq, T, qr, p.w, q, Hl * hd, false));
+    else DSI_OP("wq_b", l, gemm_grouped(cq, T, qr, p.x_stride, p.w, p.groups, q, Hl * hd, p.y_stride));
+  } else if (Hl > 0) {
+    DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, Hl * hd, false));
   }
   DSI_OP("wkv", l, gemm(y, T, D, L.wkv, kv, hd, false));
   HeadNormRopeParams rp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
@@ -153,9 +159,10 @@ Status CudaForwardV4::output_projection(int64_t l, int64_t T, const HeadGroups& 
   } else {
     DSI_RETURN_IF_ERROR(clear_head_groups(s_.mid.data(), T, G * r));
     if (ng > 0) {
-      DSI_ASSIGN_OR_RETURN(const ops::cuda::DeviceWeight wo_a, weight_rows(L.wo_a, hg.g0 * r, hg.g1 * r));
-      DSI_OP("wo_a", l, gemm_grouped(s_.o.data(), T, (hg.h1 - hg.h0) * hd, gin, wo_a, ng, s_.mid.data() + hg.g0 * r,
-                                     G * r, r));
+      // This rank's groups of wo_a, called so that they run the whole weight's kernel (tensor_parallel_parts.h).
+      DSI_ASSIGN_OR_RETURN(const tp::PartGemm p, tp::groups_part(L.wo_a, G, hg.g0, hg.g1, gin));
+      DSI_OP("wo_a", l, gemm_grouped(s_.o.data(), T, (hg.h1 - hg.h0) * hd, p.x_stride, p.w, p.groups,
+                                     s_.mid.data() + hg.g0 * r, G * r, p.y_stride));
     }
     DSI_RETURN_IF_ERROR(gather_head_groups(s_.mid.data(), T, G * r, l));
   }

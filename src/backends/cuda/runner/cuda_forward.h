@@ -167,9 +167,8 @@ class CudaForward {
   // computed by one rank and added to zeros (exact), so wo_b, run whole on every rank, gives the one-rank bits.
   Status clear_head_groups(float* mid, int64_t T, int64_t width);
   Status gather_head_groups(float* mid, int64_t T, int64_t width, int64_t layer);
-  // Rows [r0, r1) of w as a weight of its own (an FP8 block weight: starting a scale block, or inside one); an
-  // error otherwise.
-  static Result<ops::cuda::DeviceWeight> weight_rows(const ops::cuda::DeviceWeight& w, int64_t r0, int64_t r1);
+  // A rank's rows of wq_b and groups of wo_a: backends/cuda/runner/tensor_parallel_parts.h (tp::rows_part,
+  // tp::groups_part).
 
   Status mark(const char* name, int64_t layer, bool begin) {
     return core_.timer_.mark(name, layer, begin, stream_);
