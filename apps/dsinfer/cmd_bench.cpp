@@ -4,35 +4,32 @@
 // (configs/), with --layers N when the whole model does not fit one GPU.
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 #include <string>
 
 #include "apps/dsinfer/commands.h"
+#include "apps/dsinfer/engine_flags.h"
 #include "dsinfer/diagnostics.h"
 
 namespace dsinfer::cli {
 
 namespace {
 
-// To stdout when asked for (--help), else to stderr after a usage error.
-void usage(FILE* f = stderr) {
-  std::fprintf(f,
-               "usage: dsinfer bench --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
-               "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n"
-               "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
-               "                     [--gpus N]  (experts split over N GPUs of this node)  [--communicator auto|nccl|in-process]\n"
-               "                     [--data-parallel-size N]  (= --gpus: DP attention, the batch spread over the ranks)\n"
-               "                     [--tensor-parallel-size N]  (= --gpus: TP attention, the query heads split)\n"
-               "                     [--engram-placement device|host]  (DeepSeek-V4.1's Engram tables)\n"
-               "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n"
-               "                     [--ceilings measured|nominal]  (floors at ceilings measured here at start, or the\n"
-               "                      H200 datasheet's 4.8 TB/s, 989 / 1,979 TFLOP/s)\n"
-               "                     [--state-profile fp8|bf16|fp32]  (state format the floors count; fp8 = official)\n"
-               "                     [--state-format auto|fp32]  (the runner's state: auto = FP8 where it applies)\n"
-               "       dsinfer bench --engine-decode --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
-               "                     [--batch 64] [--prompt 128] [--steps 64] [--async-scheduling on|off|both]\n"
-               "                     (decode through the Engine: device busy / idle time between steps, sync vs async)\n");
-}
+constexpr const char* kUsage =
+    "usage: dsinfer bench --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
+    "                     [--batch 1,64,256] [--context 4096] [--prefill 4096] [--iters 5] [--numerics official|hf]\n"
+    "                     [--batch-invariant] [--prefill-chunk N]  (prefill in steps of N tokens)\n"
+    "                     [--gpus N]  (experts split over N GPUs of this node)  [--communicator auto|nccl|in-process]\n"
+    "                     [--data-parallel-size N]  (= --gpus: DP attention, the batch spread over the ranks)\n"
+    "                     [--tensor-parallel-size N]  (= --gpus: TP attention, the query heads split)\n"
+    "                     [--engram-placement device|host]  (DeepSeek-V4.1's Engram tables)\n"
+    "                     [--verify-tokens 1,2,3,4,5]  (speculative verify steps: 1 + K tokens per sequence)\n"
+    "                     [--ceilings measured|nominal]  (floors at ceilings measured here at start, or the\n"
+    "                      H200 datasheet's 4.8 TB/s, 989 / 1,979 TFLOP/s)\n"
+    "                     [--state-profile fp8|bf16|fp32]  (state format the floors count; fp8 = official)\n"
+    "                     [--state-format auto|fp32]  (the runner's state: auto = FP8 where it applies)\n"
+    "       dsinfer bench --engine-decode --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
+    "                     [--batch 64] [--prompt 128] [--steps 64] [--async-scheduling on|off|both]\n"
+    "                     (decode through the Engine: device busy / idle time between steps, sync vs async)\n";
 
 // --engine-decode: one line per (batch, async mode).
 int engine_decode(const BenchOptions& b, int64_t prompt, int64_t steps, const std::string& async) {
@@ -69,14 +66,6 @@ int engine_decode(const BenchOptions& b, int64_t prompt, int64_t steps, const st
       std::fflush(stdout);
     }
   return rc;
-}
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(std::stoll(item));
-  return out;
 }
 
 void print_header(const BenchReport& rep) {
@@ -138,59 +127,50 @@ int cmd_bench(int argc, char** argv) {
   bool engine_mode = false;
   int64_t prompt = 128, steps = 64;
   std::string async = "both";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      usage(stdout);
-      return 0;
-    }
-    if (a == "--engine-decode") {
-      engine_mode = true;
-      continue;
-    }
-    if (a == "--batch-invariant") {
-      o.batch_invariant = true;
-      continue;
-    }
-    if (i + 1 >= argc) return usage(), 2;
-    const std::string v = argv[++i];
-    try {
-      if (a == "--model") o.model_dir = v;
-      else if (a == "--backend") o.backend = v;
-      else if (a == "--load-format") o.load_format = v;
-      else if (a == "--numerics") o.numerics = v;
-      else if (a == "--layers") o.num_layers = std::stoll(v);
-      else if (a == "--communicator") o.communicator = v;
-      else if (a == "--data-parallel-size") o.data_parallel_size = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
-      else if (a == "--tensor-parallel-size") o.tensor_parallel_size = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
-      else if (a == "--gpus") o.gpus = int32_t(std::clamp<long long>(std::stoll(v), 0, 1 << 20));
-      else if (a == "--batch") o.batches = parse_list(v);
-      else if (a == "--context") o.context = std::stoll(v);
-      else if (a == "--prefill") o.prefill = std::stoll(v);
-      else if (a == "--prefill-chunk") o.prefill_chunk = std::stoll(v);
-      else if (a == "--iters") o.iters = std::max<int64_t>(1, std::stoll(v));
-      else if (a == "--verify-tokens") o.verify_tokens = parse_list(v);
-      else if (a == "--prompt") prompt = std::stoll(v);
-      else if (a == "--steps") steps = std::stoll(v);
-      else if (a == "--async-scheduling") async = v;
-      else if (a == "--ceilings") o.ceilings = v;
-      else if (a == "--state-profile") o.state_profile = v;
-      else if (a == "--engram-placement") o.engram_placement = v;
-      else if (a == "--state-format") o.state_format = v;
-      else {
-        std::fprintf(stderr, "bench: unknown option '%s'\n", a.c_str());
-        return usage(), 2;
-      }
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "bench: %s expects a number (or a comma list), found '%s'\n", a.c_str(), v.c_str());
-      return 2;
-    }
+  const auto on_switch = [&](const std::string& a) {
+    if (a == "--engine-decode") engine_mode = true;
+    else if (a == "--batch-invariant") o.batch_invariant = true;
+    else return false;
+    return true;
+  };
+  const int rc = parse_value_flags("bench", kUsage, argc, argv, [&](const std::string& a, const std::string& v) {
+    constexpr long long kMaxTokens = 1ll << 40;
+    bool ok = true;
+    if (a == "--model") o.model_dir = v;
+    else if (a == "--backend") o.backend = v;
+    else if (a == "--load-format") o.load_format = v;
+    else if (a == "--numerics") o.numerics = v;
+    else if (a == "--layers") ok = parse_int_flag("bench", a, v, 0, 1 << 20, &o.num_layers);
+    else if (a == "--communicator") o.communicator = v;
+    else if (a == "--data-parallel-size") ok = parse_int_flag("bench", a, v, 1, 1 << 20, &o.data_parallel_size);
+    else if (a == "--tensor-parallel-size") ok = parse_int_flag("bench", a, v, 1, 1 << 20, &o.tensor_parallel_size);
+    else if (a == "--gpus") ok = parse_int_flag("bench", a, v, 1, 1 << 20, &o.gpus);
+    else if (a == "--batch") ok = parse_int_list_flag("bench", a, v, 1, 1 << 24, &o.batches);
+    else if (a == "--context") ok = parse_int_flag("bench", a, v, 0, kMaxTokens, &o.context);
+    else if (a == "--prefill") ok = parse_int_flag("bench", a, v, 0, kMaxTokens, &o.prefill);
+    else if (a == "--prefill-chunk") ok = parse_int_flag("bench", a, v, 0, kMaxTokens, &o.prefill_chunk);
+    else if (a == "--iters") ok = parse_int_flag("bench", a, v, 1, 1 << 20, &o.iters);
+    else if (a == "--verify-tokens") ok = parse_int_list_flag("bench", a, v, 1, 17, &o.verify_tokens);
+    else if (a == "--prompt") ok = parse_int_flag("bench", a, v, 1, kMaxTokens, &prompt);
+    else if (a == "--steps") ok = parse_int_flag("bench", a, v, 1, 1 << 24, &steps);
+    else if (a == "--async-scheduling") async = v;
+    else if (a == "--ceilings") o.ceilings = v;
+    else if (a == "--state-profile") o.state_profile = v;
+    else if (a == "--engram-placement") o.engram_placement = v;
+    else if (a == "--state-format") o.state_format = v;
+    else return FlagParse::kNotEngineFlag;
+    return ok ? FlagParse::kOk : FlagParse::kError;
+  }, on_switch);
+  if (rc >= 0) return rc;
+  if (o.model_dir.empty()) {
+    std::fprintf(stderr, "bench: --model is required\n%s", kUsage);
+    return 2;
   }
-  if (o.model_dir.empty()) return usage(), 2;
-  if (engine_mode) {
-    if (async != "on" && async != "off" && async != "both") return usage(), 2;
-    return engine_decode(o, prompt, steps, async);
+  if (async != "on" && async != "off" && async != "both") {
+    std::fprintf(stderr, "bench: --async-scheduling expects on, off or both, found '%s'\n", async.c_str());
+    return 2;
   }
+  if (engine_mode) return engine_decode(o, prompt, steps, async);
   // Print each case as it finishes (a full bench takes minutes), the header before the first.
   o.on_case = [](const BenchReport& rep) {
     if (rep.cases.size() == 1) print_header(rep);

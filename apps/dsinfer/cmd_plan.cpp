@@ -27,17 +27,6 @@ double gib(double bytes) { return bytes / double(int64_t(1) << 30); }
 
 int cmd_plan(int argc, char** argv) {
   MemoryPlanOptions o;
-  // A comma-separated list of integers in [1, hi] (--gpus, --batch).
-  const auto parse_list = [](const std::string& a, const std::string& v, long long hi, auto* out) {
-    out->clear();
-    std::stringstream ss(v);
-    for (std::string item; std::getline(ss, item, ',');) {
-      long long n = 0;
-      if (!parse_int_flag("plan", a, item, 1, hi, &n)) return false;
-      out->push_back(static_cast<typename std::decay_t<decltype(*out)>::value_type>(n));
-    }
-    return true;
-  };
   const int rc = parse_value_flags("plan", kUsage, argc, argv, [&](const std::string& a, const std::string& v) {
     bool ok = true;
     if (a == "--model") o.model_dir = v;
@@ -45,8 +34,8 @@ int cmd_plan(int argc, char** argv) {
     else if (a == "--context") ok = parse_int_flag("plan", a, v, 1, 1ll << 40, &o.context);
     else if (a == "--max-num-batched-tokens") ok = parse_int_flag("plan", a, v, 1, 1ll << 32, &o.step_tokens);
     else if (a == "--num-redundant-experts") ok = parse_int_flag("plan", a, v, 0, 1 << 20, &o.redundant_experts);
-    else if (a == "--gpus") ok = parse_list(a, v, 1 << 16, &o.gpus);
-    else if (a == "--batch") ok = parse_list(a, v, 1 << 24, &o.batches);
+    else if (a == "--gpus") ok = parse_int_list_flag("plan", a, v, 1, 1 << 16, &o.gpus);
+    else if (a == "--batch") ok = parse_int_list_flag("plan", a, v, 1, 1 << 24, &o.batches);
     else return FlagParse::kNotEngineFlag;
     return ok ? FlagParse::kOk : FlagParse::kError;
   });

@@ -74,13 +74,15 @@ bool parse_real_flag(const char* cmd, const std::string& flag, const std::string
 }
 
 int parse_value_flags(const char* cmd, const char* usage, int argc, char** argv,
-                      const std::function<FlagParse(const std::string& flag, const std::string& value)>& on_flag) {
+                      const std::function<FlagParse(const std::string& flag, const std::string& value)>& on_flag,
+                      const std::function<bool(const std::string& flag)>& on_switch) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::fputs(usage, stdout);
       return 0;
     }
+    if (on_switch && on_switch(a)) continue;
     if (i + 1 >= argc) {
       std::fprintf(stderr, "%s: %s needs a value\n%s", cmd, a.c_str(), usage);
       return 2;

@@ -2,8 +2,10 @@
 // and the range-checked number parsers every command uses for its own flags.
 #pragma once
 #include <functional>
+#include <sstream>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "dsinfer/engine.h"
 
@@ -33,10 +35,28 @@ bool parse_int_flag(const char* cmd, const std::string& flag, const std::string&
   return true;
 }
 
-// The argument loop of a command whose flags all take a value ("--flag value"): --help / -h prints `usage` to
-// stdout and returns 0; a flag without a value, or one `on_flag` answers kNotEngineFlag for (unknown), prints the
-// reason and `usage` to stderr and returns 2, as does kError (on_flag printed the reason); -1 when all were read.
+// A comma-separated list of integers, each in [lo, hi], at least one; false (with the reason printed) otherwise.
+template <typename Int>
+  requires std::is_integral_v<Int>
+bool parse_int_list_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
+                         std::vector<Int>* out) {
+  out->clear();
+  std::stringstream ss(v);
+  for (std::string item; std::getline(ss, item, ',');) {
+    long long n = 0;
+    if (!parse_int_flag(cmd, flag, item, lo, hi, &n)) return false;
+    out->push_back(static_cast<Int>(n));
+  }
+  if (out->empty()) return parse_int_flag(cmd, flag, v, lo, hi, &out->emplace_back());  // prints the reason
+  return true;
+}
+
+// The argument loop of a command whose flags take a value ("--flag value"), but for its switches: --help / -h
+// prints `usage` to stdout and returns 0; an argument `on_switch` (optional) accepts is a switch without a value; a
+// flag without a value, or one `on_flag` answers kNotEngineFlag for (unknown), prints the reason and `usage` to
+// stderr and returns 2, as does kError (on_flag printed the reason); -1 when all were read.
 int parse_value_flags(const char* cmd, const char* usage, int argc, char** argv,
-                      const std::function<FlagParse(const std::string& flag, const std::string& value)>& on_flag);
+                      const std::function<FlagParse(const std::string& flag, const std::string& value)>& on_flag,
+                      const std::function<bool(const std::string& flag)>& on_switch = {});
 
 }  // namespace dsinfer::cli
