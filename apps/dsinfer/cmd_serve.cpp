@@ -56,6 +56,12 @@ void usage(FILE* f = stderr) {
                d.kv_transfer_host.c_str(), d.kv_transfer_ttl_s, d.kv_transfer_timeout_s, d.kv_transfer_backend.c_str());
 }
 
+// After a usage error: the usage on stderr, exit code 2.
+int usage_error() {
+  usage(stderr);
+  return 2;
+}
+
 // The address to bind for --host: an IP address as is, a host name (localhost) resolved to its first IPv4 address
 // (else its first address; clients resolving "localhost" try IPv4 too). False (with the reason naming the flag and
 // value) when it is neither.
@@ -136,10 +142,16 @@ int cmd_serve(int argc, char** argv) {
     }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "serve: option '%s' needs a value (or is unknown)\n", a.c_str());
-      return usage(), 2;
+      return usage_error();
     }
     const std::string v = argv[++i];
     long long n = 0;
+    const auto seconds = [&](double* out) {  // whole seconds >= 1 into a double field
+      if (!parse_int_flag("serve", a, v, 1, INT32_MAX, &n)) return false;
+      *out = double(n);
+      return true;
+    };
+    bool ok = true;
     if (a == "--host") so.host = v;
     else if (a == "--api-key") so.api_key = v;
     else if (a == "--role") so.role = v;
@@ -147,36 +159,31 @@ int cmd_serve(int argc, char** argv) {
     else if (a == "--kv-transfer-host") so.kv_transfer_host = v;
     else if (a == "--kv-transfer-fault") so.kv_transfer_fault = v;  // tests only (docs/fleet.md)
     else if (a == "--kv-transfer-backend") so.kv_transfer_backend = v;
-    else if (a == "--kv-transfer-port" && !parse_int_flag("serve", a, v, 0, 65535, &n)) return 2;
-    else if (a == "--kv-transfer-port") so.kv_transfer_port = int(n);
-    else if (a == "--kv-transfer-ttl" && !parse_int_flag("serve", a, v, 1, INT32_MAX, &n)) return 2;
-    else if (a == "--kv-transfer-ttl") so.kv_transfer_ttl_s = double(n);
-    else if (a == "--kv-transfer-timeout" && !parse_int_flag("serve", a, v, 1, INT32_MAX, &n)) return 2;
-    else if (a == "--kv-transfer-timeout") so.kv_transfer_timeout_s = double(n);
-    else if (!parse_int_flag("serve", a, v, 0, a == "--port" ? 65535 : INT32_MAX, &n)) return 2;
-    else if (a == "--port") so.port = int(n);
-    else if (a == "--max-waiting-requests") so.max_waiting_requests = int32_t(n);
-    else if (a == "--max-connections") so.max_connections = int32_t(n);
-    else if (a == "--max-body-bytes") so.max_body_bytes = size_t(n);
-    else if (a == "--max-n") so.max_n = int32_t(n);
-    else if (a == "--request-timeout")
-      so.request_timeout_s = int(std::max<long long>(n, 1));
-    else if (a == "--drain-timeout")
-      so.drain_timeout_s = int(n);
-    else if (a == "--drain-grace")
-      so.drain_grace_s = int(n);
+    else if (a == "--kv-transfer-port") ok = parse_int_flag("serve", a, v, 0, 65535, &so.kv_transfer_port);
+    else if (a == "--kv-transfer-ttl") ok = seconds(&so.kv_transfer_ttl_s);
+    else if (a == "--kv-transfer-timeout") ok = seconds(&so.kv_transfer_timeout_s);
+    else if (a == "--port") ok = parse_int_flag("serve", a, v, 0, 65535, &so.port);
+    else if (a == "--max-waiting-requests") ok = parse_int_flag("serve", a, v, 0, INT32_MAX, &so.max_waiting_requests);
+    else if (a == "--max-connections") ok = parse_int_flag("serve", a, v, 0, INT32_MAX, &so.max_connections);
+    else if (a == "--max-body-bytes") ok = parse_int_flag("serve", a, v, 0, INT32_MAX, &so.max_body_bytes);
+    else if (a == "--max-n") ok = parse_int_flag("serve", a, v, 0, INT32_MAX, &so.max_n);
+    else if (a == "--request-timeout") ok = parse_int_flag("serve", a, v, 0, INT32_MAX, &so.request_timeout_s);
+    else if (a == "--drain-timeout") ok = parse_int_flag("serve", a, v, 0, INT32_MAX, &so.drain_timeout_s);
+    else if (a == "--drain-grace") ok = parse_int_flag("serve", a, v, 0, INT32_MAX, &so.drain_grace_s);
     else {
       std::fprintf(stderr, "serve: unknown option '%s'\n", a.c_str());
-      return usage(), 2;
+      return usage_error();
     }
+    if (!ok) return 2;  // parse_int_flag printed the flag and the value
   }
+  so.request_timeout_s = std::max(so.request_timeout_s, 1);
   if (eo.model_dir.empty()) {
     std::fprintf(stderr, "serve: needs --model DIR\n");
-    return usage(), 2;
+    return usage_error();
   }
   if (so.role != "both" && so.role != "prefill" && so.role != "decode") {
     std::fprintf(stderr, "serve: --role '%s': expected prefill, decode or both\n", so.role.c_str());
-    return usage(), 2;
+    return usage_error();
   }
   // A prefix state leaves and enters an engine through its prefix cache.
   if (so.role != "both" && (eo.enable_prefix_caching.empty() || eo.enable_prefix_caching == "off"))
