@@ -5,7 +5,7 @@
 #   --batch-invariant with tolerance 0, check-reference of every layout on the exact fp32 path; the 2-GPU tests
 #   skip), check-reference --gpus 2 in every layout on the other fixtures (greedy equal to the reference's, which
 #   the cpu backend also passes in CI: 1 GPU == CPU), `generate --batch-invariant` on the shipped model at 1, 2 and
-#   4 ranks in every layout (EP, DP: same text and bitwise the same logprobs; TP printed: a known gap), a fault
+#   4 ranks in every layout (EP, DP, TP: same text and bitwise the same logprobs), a fault
 #   injected at rank 1's step 3 (the run ends within 30 s naming the rank), `bench --gpus 2` in every layout (collective bytes and time per step) and the
 #   in-process collectives' baseline (dsinfer_comm_bench). ~2 minutes.
 # Part 2, 2 GPUs or more (nvidia-h200-x2, NCCL): the NCCL link baseline (all-reduce and all-to-all, 4 KB..256 MB),
@@ -78,10 +78,6 @@ gen one --gpus 1
 for lay in ep dp tp; do
   for n in 2 4; do
     gen "${lay}$n" $(layout_flags $lay $n) --communicator in-process
-    if [ $lay = tp ]; then  # known gap (docs/multi_gpu.md): TP's row-view GEMMs take another batch-invariant plan
-      (same_outputs "$OUT/multigpu_gen_one.jsonl" "$OUT/multigpu_gen_${lay}$n.jsonl" "1 rank vs $lay x$n on one GPU (not bit-identical yet)" logprobs) || true
-      continue
-    fi
     same_outputs "$OUT/multigpu_gen_one.jsonl" "$OUT/multigpu_gen_${lay}$n.jsonl" "1 rank vs $lay x$n on one GPU" logprobs
   done
 done
