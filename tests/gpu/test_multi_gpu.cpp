@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "ops/moe/expert_remap.h"
 #include "ops/moe/expert_remap_cuda.h"
 #include "parallel/eplb.h"
+#include "prefix_test_util.h"
 #include "test_util.h"
 #include "weight_gen.h"
 #include "tests/build_paths.h"
@@ -693,4 +695,44 @@ TEST(GpuMultiGpu, EplbRemapKernelMatchesReference) {
     }
   }
   EXPECT_FALSE(dsinfer::ops::cuda::remap_experts_eplb_cuda(nullptr, 6, 4, nullptr, 8, 0, 5, nullptr, nullptr).is_ok());
+}
+
+// Issue 27: EP and TP ranks (the state replicated) share one prefix-cache host tier: rank 0 spills evicted blocks to
+// it and every rank restores from it (ParallelRunner::copy_replicated_state), where each shard used to pin a tier of
+// its own. Exact prefix caching with a block budget just above one sequence and a host tier of 8 blocks, requests one
+// at a time (shared prefixes; a long unrelated prompt evicts them; a request resent after it hits the host tier),
+// greedy and seeded, under --batch-invariant: 2 ranks in EP and TP give one rank's tokens, and the host tier is used
+// (spills and host hits counted) in every run.
+TEST(GpuMultiGpu, RanksShareOneHostTierAndEqualOneRank) {
+  SKIP_WITHOUT_GPU();
+  using namespace dsinfer::prefix_test;
+  const std::string model = find_model("tiny-v4-a");
+  if (model.empty()) GTEST_SKIP() << "tiny-v4-a not found";
+  std::vector<json> reqs = shared_prefix_requests(200);
+  reqs.push_back(body(seq_tokens(150, 77), 4, 8));  // its blocks push the shared ones out of the state memory
+  reqs.push_back(body(reqs[5]["prompt"].get<std::vector<int32_t>>(), 5, 7));  // request 5's prompt again
+  std::vector<size_t> order(reqs.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  const auto opts = [&](int32_t ranks, bool tp) {
+    dsinfer::EngineOptions o = options(model, "exact", 100000.0 / double(1 << 30));
+    o.backend = "cuda";
+    o.numerics = "hf";
+    o.batch_invariant = true;
+    o.gpus = ranks;
+    o.tensor_parallel_size = tp ? ranks : 1;
+    o.communicator = "in-process";
+    auto probe = dsinfer::test::unwrap(dsinfer::engine::Engine::create(o));
+    o.prefix_cache_host_bytes = 8 * probe->state_cache().layout().block_bytes;
+    return o;
+  };
+  const RunResult one = run_in_order(opts(1, false), reqs, order);
+  EXPECT_GT(one.pm.host_spills, 0) << "the block budget did not spill to the host tier";
+  EXPECT_GT(one.pm.host_hit_blocks, 0) << "no hit restored a block from the host tier";
+  for (const bool tp : {false, true}) {
+    SCOPED_TRACE(tp ? "2 TP ranks on one GPU" : "2 EP ranks on one GPU");
+    const RunResult two = run_in_order(opts(2, tp), reqs, order);
+    EXPECT_EQ(two.tokens, one.tokens);
+    EXPECT_EQ(two.pm.host_spills, one.pm.host_spills);
+    EXPECT_EQ(two.pm.host_hit_blocks, one.pm.host_hit_blocks);
+  }
 }

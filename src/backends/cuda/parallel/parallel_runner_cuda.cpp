@@ -177,6 +177,8 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   // Test-only planted fault (parallel/fault_injection.h) at the start of rank r's step.
   Status inject(int32_t r) { return fault_.hits_step(r, steps_ - 1) ? fault_.fire(steps_ - 1) : Status::ok(); }
 
+  Status copy_replicated_state(std::span<const cache::StateCopy> copies);  // EP / TP: copy_state
+
   template <typename F>
   Status all(F&& f) {
     DSI_RETURN_IF_ERROR(health());
@@ -217,6 +219,8 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
 
 Status ParallelRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks,
                                   int64_t max_len) {
+  slot_bytes_ = layout.slot_bytes;
+  block_bytes_ = layout.block_bytes;
   if (!dp_) return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
   const int32_t n = int32_t(shards_.size());
   if (num_slots % n != 0 || num_blocks % n != 0)
@@ -224,8 +228,6 @@ Status ParallelRunner::bind_state(const cache::StateLayout& layout, int32_t num_
                           n);
   slots_per_rank_ = num_slots / n;
   blocks_per_rank_ = num_blocks / n;
-  slot_bytes_ = layout.slot_bytes;
-  block_bytes_ = layout.block_bytes;
   return all([&](CudaRunner& s) { return s.bind_state(layout, slots_per_rank_, blocks_per_rank_, max_len); });
 }
 
@@ -253,7 +255,8 @@ Status ParallelRunner::step(const scheduler::BatchPlan& plan, std::vector<float>
 }
 
 // DP attention: one snapshot pool (on rank 0's GPU) and one host tier for every rank, so a cached prefix is
-// restored on whichever rank admits its next sequence; EP: each shard its own (the state is replicated).
+// restored on whichever rank admits its next sequence. EP / TP (the state replicated on every rank): each shard its
+// own snapshots on its GPU, and one host tier for all, which rank 0 spills to and every rank restores from.
 Status ParallelRunner::bind_snapshots(int32_t n) {
   if (!dp_) return all([&](CudaRunner& s) { return s.bind_snapshots(n); });
   if (n < 0) return Status::errorf("parallel runner: {} snapshots", n);
@@ -264,7 +267,6 @@ Status ParallelRunner::bind_snapshots(int32_t n) {
 }
 
 Status ParallelRunner::bind_host_blocks(int32_t n) {
-  if (!dp_) return all([&](CudaRunner& s) { return s.bind_host_blocks(n); });
   if (n < 0) return Status::errorf("parallel runner: {} host blocks", n);
   num_host_blocks_ = n;
   return host_blocks_.alloc(size_t(n) * size_t(block_bytes_), "the prefix-cache host tier");
@@ -273,7 +275,7 @@ Status ParallelRunner::bind_host_blocks(int32_t n) {
 // DP attention: each copy on the rank holding its slot / block(s), in order (each rank's copies are waited for
 // before the next rank's: a snapshot one rank writes may be the next copy's source on another).
 Status ParallelRunner::copy_state(std::span<const cache::StateCopy> copies) {
-  if (!dp_) return all([&](CudaRunner& s) { return s.copy_state(copies); });  // the state is replicated
+  if (!dp_) return copy_replicated_state(copies);
   DSI_RETURN_IF_ERROR(health());
   const int32_t n = int32_t(shards_.size());
   std::vector<cache::StateCopy> run;
@@ -295,6 +297,27 @@ Status ParallelRunner::copy_state(std::span<const cache::StateCopy> copies) {
     run.push_back(rc.local);
   }
   return flush();
+}
+
+// EP / TP: every shard holds the same state, so every shard runs every copy against its own state and snapshots,
+// except a spill to the shared host tier, which rank 0 alone writes. In order: the copies before a spill (restores
+// from the host block it overwrites among them) finish on every shard before it, and it finishes before the next.
+Status ParallelRunner::copy_replicated_state(std::span<const cache::StateCopy> copies) {
+  DSI_RETURN_IF_ERROR(health());
+  using Kind = cache::StateCopy::Kind;
+  size_t begin = 0;
+  while (begin < copies.size()) {
+    const bool spill = copies[begin].kind == Kind::kBlockToHost;
+    size_t end = begin + 1;
+    while (end < copies.size() && (copies[end].kind == Kind::kBlockToHost) == spill) ++end;
+    const std::span<const cache::StateCopy> run = copies.subspan(begin, end - begin);
+    DSI_RETURN_IF_ERROR(checked(pool_.run([&](int32_t r) {
+      return r == 0 || !spill ? shards_[size_t(r)]->copy_state_with_host_tier(run, host_blocks_.data(), num_host_blocks_)
+                              : Status::ok();
+    })));
+    begin = end;
+  }
+  return Status::ok();
 }
 
 // One rebalance: counts -> per-layer greedy placement (a layer with no counted tokens keeps its placement) ->

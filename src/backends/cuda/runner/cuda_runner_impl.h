@@ -74,6 +74,10 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // pools every rank shares (owned by the ParallelRunner), on this shard's stream, waited for.
   Status copy_state_with_pools(std::span<const cache::StateCopy> copies, uint8_t* snapshots, int64_t num_snapshots,
                                uint8_t* host_blocks, int64_t num_host_blocks);
+  // EP / TP (replicated state): `copies` against this shard's state and snapshots and the host tier the ranks share
+  // (owned by the ParallelRunner), on this shard's stream, waited for.
+  Status copy_state_with_host_tier(std::span<const cache::StateCopy> copies, uint8_t* host_blocks,
+                                   int64_t num_host_blocks);
   int32_t device_ordinal() const { return ordinal_; }
   // EPLB (parallel_runner_eplb_cuda.cpp, docs/multi_gpu.md): the per-expert token counts of every MoE layer since
   // the last call ([layers * experts], counted on the device by rank 0 only; zeroed after reading), and a new

@@ -56,6 +56,12 @@ Status CudaRunner::copy_state_with_pools(std::span<const cache::StateCopy> copie
   return Status::ok();
 }
 
+Status CudaRunner::copy_state_with_host_tier(std::span<const cache::StateCopy> copies, uint8_t* host_blocks,
+                                             int64_t num_host_blocks) {
+  const cache::StateMemory own = state_memory();
+  return copy_state_with_pools(copies, own.snapshots, own.num_snapshots, host_blocks, num_host_blocks);
+}
+
 Status CudaRunner::issue_copies(std::span<const cache::StateCopy> copies, uint8_t* snapshots, int64_t num_snapshots,
                                 uint8_t* host_blocks, int64_t num_host_blocks) {
   if (copies.empty()) return Status::ok();
