@@ -282,8 +282,9 @@ TEST(GemmPlan, LaunchShapesAreLegal) {
         const int64_t row_blocks = (N + 63) / 64, others = int64_t(p.splits) * p.token_chunks;
         EXPECT_GE(p.row_grid, 1);
         EXPECT_LE(p.row_grid, row_blocks);
-        if (p.row_grid < row_blocks && others <= kGemmStreamBlocksPerSm * kSms)
+        if (p.row_grid < row_blocks && others <= kGemmStreamBlocksPerSm * kSms) {
           EXPECT_LE(p.row_grid * others, kGemmStreamBlocksPerSm * kSms);
+        }
         const int64_t chunks = int64_t(p.kb_per_split) * 128 / 64;
         EXPECT_EQ(p.depth, chunks % 8 == 0 ? 8 : 4);
       }
