@@ -127,8 +127,11 @@ TEST(GemmPlan, FlashFastPathKernels) {
   expect_ran(wq_b, 32, KernelMode::kFast, Ran::kStream);
   expect_ran(wq_a, 63, KernelMode::kFast, Ran::kStream);
   for (const Shape* s : {&wq_a, &wkv, &wq_b, &wo_b, &w1}) {
+    const bool small_n = s == &wq_a || s == &wkv;  // N <= 1024: the streaming kernel up to M = 128 (session 14)
     expect_ran(*s, 63, KernelMode::kFast, Ran::kStream);
-    expect_ran(*s, 64, KernelMode::kFast, Ran::kLt);
+    expect_ran(*s, 64, KernelMode::kFast, small_n ? Ran::kStream : Ran::kLt);
+    expect_ran(*s, 128, KernelMode::kFast, small_n ? Ran::kStream : Ran::kLt);
+    expect_ran(*s, 129, KernelMode::kFast, Ran::kLt);
     expect_ran(*s, 4096, KernelMode::kFast, Ran::kLt);
   }
   expect_ran(wo_a, 64, KernelMode::kFast, Ran::kTiled);
@@ -286,7 +289,7 @@ TEST(GemmPlan, LaunchShapesAreLegal) {
           EXPECT_LE(p.row_grid * others, kGemmStreamBlocksPerSm * kSms);
         }
         const int64_t chunks = int64_t(p.kb_per_split) * 128 / 64;
-        EXPECT_EQ(p.depth, chunks % 8 == 0 ? 8 : 4);
+        EXPECT_EQ(p.depth, p.tokens >= 32 || chunks % 8 != 0 ? 4 : 8);
       }
   // The row grid: all row blocks when they fit; else balanced (every block walks the same count +-1) at <= 2 per SM;
   // fewer when the shared memory allows one block per SM.

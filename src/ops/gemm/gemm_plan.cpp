@@ -92,7 +92,12 @@ DeviceWeight gemm_group_view(const DeviceWeight& w, int64_t groups, int64_t g) {
 GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s) {
   GemmCallPlan p = kernel_call(M, mode, gemm_stream_preferred(M, w.rows) || gemm_stream_fp8_preferred(M, w.fmt));
   p.lt_prepare = mode == KernelMode::kFast && s.cublaslt && gemm_lt_supports(w);
-  p.lt = p.lt_prepare && gemm_lt_wants(w, M, s);
+  // FP8 weights of N <= kGemmStreamMaxN (wq_a, wkv) stay on the streaming kernel up to kGemmStreamMidMaxM rows: it
+  // beat cuBLASLt x2 there (H200, session 14: wq_a M = 64 27 vs 44 us, wkv 26 vs 44; M = 128 47 vs 45 / 27 vs 45;
+  // in the 4-layer batch-64 decode step wq_a 0.204 -> 0.122 ms, wkv 0.154 -> 0.096 ms).
+  const bool stream_wins = w.fmt == WeightFormat::FP8_BLOCK && w.rows <= kGemmStreamMaxN && M <= kGemmStreamMidMaxM;
+  p.lt = p.lt_prepare && gemm_lt_wants(w, M, s) && !(mode == KernelMode::kFast && stream_wins);
+  if (stream_wins && !p.lt && mode == KernelMode::kFast) p.precision = GemmPrecision::kBf16;
   return p;
 }
 
@@ -224,7 +229,9 @@ bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamPar
   p.tokens = int(tokens);
   p.token_chunks = int(token_chunks);
   p.xs_ld = int(per * a.block_k + 8);  // +16 bytes: lane fragment reads hit distinct banks
-  p.depth = gemm_stream_depth(per, a.block_k);
+  // 32 / 64 tokens per block: depth 4 (H200, session 14: 3-25 % faster than 8 at M = 32-256 on every V4-Flash
+  // shape but shared w2 / idx wq_b at M = 32-64, where the plan's split already gave 4)
+  p.depth = tokens >= 32 ? 4 : gemm_stream_depth(per, a.block_k);
   const int64_t smem = xs_bytes(s, tokens) + tokens * gemm_detail::kStPartLd * 4;
   p.row_grid = int(gemm_stream_row_grid(row_blocks, int64_t(p.splits) * token_chunks * a.groups, smem, sm_count));
   return true;

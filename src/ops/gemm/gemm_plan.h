@@ -146,7 +146,9 @@ struct GemmCallPlan {
 };
 // y = x . W^T, M rows. kExact: chunks of kGemmSkinnyMaxM rows, kFp32SmallM (the fp32 kernel throughout);
 // kBatchInvariant: kBatchInvariant in one call, never cuBLASLt (its algorithm depends on M); kDefault: kFp32SmallM
-// in one call; kFast: cuBLASLt where s.cublaslt and gemm_lt_wants, else kBf16 where gemm_stream_preferred.
+// in one call; kFast: cuBLASLt where s.cublaslt and gemm_lt_wants (but FP8 weights of N <= kGemmStreamMaxN stay
+// on the streaming kernel up to kGemmStreamMidMaxM rows, where it measured faster: session 14), else kBf16 where
+// gemm_stream_preferred or gemm_stream_fp8_preferred.
 GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s);
 // The grouped projection (wo_a: `groups` groups of w.rows / groups rows). kFast: cuBLASLt from kGemmGroupedLtMinM
 // rows for FP8 weights of whole 128-row scale-block groups that cuBLASLt takes, else kBf16 where
@@ -190,7 +192,8 @@ GemmInvariantPlan gemm_invariant_plan(const GemmWeightShape& w, int sm_count);
 // row's sums. 0 when even 8 tokens do not fit (gemm_invariant_plan never returns such a plan).
 int gemm_invariant_stream_tokens(int64_t M, int64_t kb_per_split, int64_t block_k);
 // Register prefetch depth of the streaming kernel (StreamParams::depth): 8 chunks when a split's 64-wide chunks are a
-// multiple of 8 (the prefetch then runs on across row blocks), else 4.
+// multiple of 8 (the prefetch then runs on across row blocks), else 4; plan_gemm_stream takes 4 at 32 / 64 tokens per
+// block (measured faster there).
 int gemm_stream_depth(int64_t kb_per_split, int64_t block_k);
 // Persistent grid of the streaming kernel (StreamParams::row_grid): as many row-block columns as fit in
 // kGemmStreamBlocksPerSm blocks per SM (fewer when the shared memory allows fewer) beside `other_blocks` = splits x
