@@ -13,6 +13,9 @@
 // Usage: dsinfer_gemm_bench [--gemv]   (--gemv: only M <= 16)
 //        dsinfer_gemm_bench --peer      (bench/peers: the FP8 ungrouped shapes at M = 64 / 1024 / 4096, each also as a
 //                                        "PEERROW" line: the runner's path (cuBLASLt x2 from M = 64) and our kernel)
+//        dsinfer_gemm_bench --skinny    (issue 31: the FP8 ungrouped shapes at M = 1, 8, 16, 32, 64, 128, 256, with
+//                                        PEERROW lines; the runner's path is plan_gemm_call's choice under this
+//                                        process's DSINFER_CUBLASLT* settings)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/gemm/gemm_lt_cuda.h"
+#include "ops/gemm/gemm_plan.h"
 
 namespace oc = dsinfer::ops::cuda;
 
@@ -169,6 +173,26 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     oc::detail::set_x_vec(c);
     return oc::detail::launch_gemm_stream(c, sp, nullptr) == 0;
   });
+  // The streaming kernel with one block per row block (StreamParams::row_grid = 0: not persistent), for the
+  // persistent grid's effect (M > kGemmGemvMaxM, where "new" is the persistent streaming kernel).
+  auto stream_variant = [&](int row_grid, int depth) {
+    return [&, row_grid, depth](int i) {
+      oc::detail::GemmArgs c = a;
+      c.x = xs[size_t(i)].as<float>(), c.y = ys[size_t(i)].as<float>(), c.ldx = Kx, c.x_gstride = s.groups > 1 ? s.K : 0;
+      c.ldy = s.N, c.y_gstride = s.groups > 1 ? Ng : 0;
+      oc::detail::set_weight_args(c, w[size_t(i)]);
+      oc::detail::set_x_vec(c);
+      oc::detail::StreamParams v = sp;
+      v.row_grid = row_grid;
+      v.depth = depth;
+      return oc::detail::launch_gemm_stream(c, v, nullptr) == 0;
+    };
+  };
+  const bool variants = has_stream && M > oc::kGemmGemvMaxM;
+  const int alt_depth = sp.depth == 8 ? 4 : 8;
+  const double t_flat = time_opt(variants, stream_variant(0, sp.depth));
+  // The other prefetch depth on the persistent grid (the plan's depth rule, re-tuned from this column).
+  const double t_alt = time_opt(variants, stream_variant(sp.row_grid, alt_depth));
   double t_lt[3] = {-1, -1, -1};
   std::string why[3];
   for (int k = 0; k < 3 && s.groups == 1; ++k) {
@@ -218,6 +242,11 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   if (M <= oc::kGemmGemvMaxM) {
     std::printf(" %s | stream", uses_gemv ? "gemv" : "    ");
     print_ms(t_stream);
+  } else if (has_stream) {
+    std::printf(" | grid %d x %d x %d depth %d flat", sp.splits, sp.row_grid, sp.token_chunks * int(s.groups), sp.depth);
+    print_ms(t_flat);
+    std::printf(" depth %d", alt_depth);
+    print_ms(t_alt);
   }
   std::printf(" | Lt bf16");
   print_ms(t_lt[0]);
@@ -235,14 +264,22 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   std::printf(" us\n");
   if (t_run < 0 && !why_run.empty() && (M == 1 || M == 8)) std::printf("    (lt-runner: %s)\n", why_run.c_str());
   // The runner sends FP8 GEMMs of M >= 64 rows to cuBLASLt (two-term activations), smaller ones to our kernels.
-  if (peer)
-    std::printf("PEERROW gemm %s N=%lld K=%lld M=%lld runner_us=%.2f kernel_us=%.2f\n", s.name, (long long)s.N,
-                (long long)s.K, (long long)M, (M >= 64 && t_run > 0 ? t_run : t_new) * 1e3, t_new * 1e3);
+  if (peer) {
+    // What the runner runs for this weight at M (plan_gemm_call, fast mode, this process's settings).
+    const auto settings = oc::gemm_settings_from_env();
+    const oc::GemmCallPlan cp = oc::plan_gemm_call(w[0], M, dsinfer::ops::KernelMode::kFast,
+                                                   settings.is_ok() ? settings.value() : oc::GemmSettings{});
+    const double t_runner = cp.lt && t_run > 0 ? t_run : cp.precision == oc::GemmPrecision::kBf16 && t_new > 0 ? t_new : t_old;
+    std::printf("PEERROW gemm %s N=%lld K=%lld M=%lld runner_us=%.2f kernel_us=%.2f runner=%s runner_TBps=%.2f\n",
+                s.name, (long long)s.N, (long long)s.K, (long long)M, t_runner * 1e3, t_new * 1e3,
+                cp.lt ? "cublaslt" : cp.precision == oc::GemmPrecision::kBf16 ? (uses_gemv ? "gemv" : "stream") : "default",
+                bytes / (t_runner * 1e-3) / 1e12);
+  }
   for (int k = 0; k < 3; ++k)
     if (t_lt[k] < 0 && !why[k].empty() && M == 1) std::printf("    (cuBLASLt kind %d: %s)\n", k, why[k].c_str());
 }
 
-void bench_gemm(bool gemv_only, bool peer) {
+void bench_gemm(bool gemv_only, bool peer, bool skinny) {
   const GemmShape shapes[] = {
       {"wq_a", oc::WeightFormat::FP8_BLOCK, 1024, 4096, 1},       {"wq_b", oc::WeightFormat::FP8_BLOCK, 32768, 1024, 1},
       {"wkv", oc::WeightFormat::FP8_BLOCK, 512, 4096, 1},         {"wo_a(8 groups)", oc::WeightFormat::FP8_BLOCK, 8192, 4096, 8},
@@ -263,14 +300,15 @@ void bench_gemm(bool gemv_only, bool peer) {
               "M <= 8, tiled above), new = GemmPrecision::kBf16 (the GEMV kernel at M <= %d where it applies, tagged "
               "'gemv'; else the streaming kernel), stream = the streaming kernel alone\n", kRuns, kWarm, kSets,
               int(oc::kGemmGemvMaxM));
-  const std::vector<int64_t> ms = peer        ? std::vector<int64_t>{64, 1024, 4096}
+  const std::vector<int64_t> ms = skinny      ? std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256}
+                                  : peer      ? std::vector<int64_t>{64, 1024, 4096}
                                   : gemv_only ? std::vector<int64_t>{1, 2, 4, 6, 8, 16}
                                               : std::vector<int64_t>{1, 2, 4, 6, 8, 16, 64, 256, 4096};
   for (const GemmShape& s : shapes) {
     const bool head = std::string(s.name) == "lm_head";
-    if (peer && (s.fmt != oc::WeightFormat::FP8_BLOCK || s.groups != 1)) continue;
+    if ((peer || skinny) && (s.fmt != oc::WeightFormat::FP8_BLOCK || s.groups != 1)) continue;
     for (int64_t M : ms)
-      if (M <= 256 || !head) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes, peer);
+      if (M <= 256 || !head) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes, peer || skinny);
   }
   cublasLtDestroy(lt);
 }
@@ -280,8 +318,9 @@ void bench_gemm(bool gemv_only, bool peer) {
 int main(int argc, char** argv) {
   const bool gemv_only = argc > 1 && std::string(argv[1]) == "--gemv";
   const bool peer = argc > 1 && std::string(argv[1]) == "--peer";
-  if (argc > 1 && !gemv_only && !peer) {
-    std::fprintf(stderr, "usage: dsinfer_gemm_bench [--gemv | --peer], found '%s'\n", argv[1]);
+  const bool skinny = argc > 1 && std::string(argv[1]) == "--skinny";
+  if (argc > 1 && !gemv_only && !peer && !skinny) {
+    std::fprintf(stderr, "usage: dsinfer_gemm_bench [--gemv | --peer | --skinny], found '%s'\n", argv[1]);
     return 2;
   }
   int dev = 0;
@@ -293,6 +332,6 @@ int main(int argc, char** argv) {
   CHECK(cudaGetDeviceProperties(&p, 0));
   std::printf("device: %s, %d SMs, L2 %d MB; floor = max(bytes / %.1f TB/s, flops / %.0f TFLOP/s)\n", p.name,
               p.multiProcessorCount, p.l2CacheSize >> 20, kHbm / 1e12, kPeak / 1e12);
-  bench_gemm(gemv_only, peer);
+  bench_gemm(gemv_only, peer, skinny);
   return 0;
 }

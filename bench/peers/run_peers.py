@@ -32,7 +32,9 @@ HI, DI, W, TOPK, POS = 64, 128, 128, 512, 4095
 KV_ROW = 584  # 448 e4m3 NoPE + 64 bf16 RoPE dims + 7 UE8M0 scales padded to 8 bytes
 DENSE = [("wq_a", 1024, 4096), ("wq_b", 32768, 1024), ("wkv", 512, 4096), ("wo_b", 4096, 8192),
          ("shared w1/w3", 2048, 4096), ("shared w2", 4096, 2048), ("idx wq_b", 8192, 1024)]
-GEMM_M = [64, 1024, 4096]
+GEMM_M = [int(m) for m in os.environ.get("DSINFER_PEER_GEMM_M", "64,1024,4096").split(",")]  # rows of the dense peers
+# Which dense shapes (names in DENSE; all when unset): issue 31 times wq_a / wq_b / wo_b at decode sizes.
+GEMM_SHAPES = [n for n in os.environ.get("DSINFER_PEER_GEMM_SHAPES", "").split(",") if n]
 MOE_T = [int(t) for t in os.environ.get("DSINFER_PEER_MOE_T", "64,4096").split(",")]  # tokens of the MoE peers
 DECODE_B = [1, 64, 256]
 WARM, RUNS = 3, 25
@@ -121,6 +123,8 @@ def peers_deepgemm_dense(res):
         return
     dev = "cuda"
     for name, N, Kd in DENSE:
+        if GEMM_SHAPES and name not in GEMM_SHAPES:
+            continue
         for M in GEMM_M:
             key = f"gemm|{name}|{M}"
             try:
@@ -135,6 +139,7 @@ def peers_deepgemm_dense(res):
                     d = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
                     sets.append(lambda x=x, xs=xs, w=w, ws=ws, d=d: dg.fp8_gemm_nt((x, xs), (w, ws), d))
                 res["peers"].setdefault(key, {})["DeepGEMM fp8_gemm_nt"] = time_us(sets)
+                print(f"{key}: DeepGEMM fp8_gemm_nt {res['peers'][key]['DeepGEMM fp8_gemm_nt']:.2f} us", flush=True)
             except Exception as e:  # noqa: BLE001
                 res["failed"][f"{key}|DeepGEMM"] = reason(e)
 

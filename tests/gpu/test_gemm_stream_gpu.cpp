@@ -183,4 +183,76 @@ TEST(GemmStreamGpu, GroupedProjection) {
   check_grouped(8, 1024, 4096, 64, 4, 5004);
 }
 
+// The persistent grid (StreamParams::row_grid) and the prefetch depth change which block computes a row and how far
+// ahead the weights are loaded, never a sum: every (row_grid, depth) gives bitwise the y of the one-block-per-row-block
+// launch, which itself matches the reference. Covers blocks walking 1..all row blocks, row counts that do not divide
+// evenly, the prefetch running on into the next row block (chunks per split a multiple of the depth) and not
+// (K = 640: 10 chunks), cluster split-K, several token chunks and accumulate.
+void check_grids(int64_t N, int64_t K, int64_t M, bool acc, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "M=" << M << " N=" << N << " K=" << K << " acc=" << acc);
+  HostWeight hw = make_host_weight(WeightFormat::FP8_BLOCK, N, K, seed);
+  auto dw = dsinfer::test::upload(hw);
+  const std::vector<float> x = random_floats(size_t(M * K), seed + 1);
+  const std::vector<float> y0 = acc ? random_floats(size_t(M * N), seed + 2) : std::vector<float>(size_t(M * N), NAN);
+  auto dx = to_device(x);
+  od::GemmArgs a;
+  a.M = M, a.N = N, a.K = K, a.x = dx.data(), a.ldx = K, a.ldy = N, a.accumulate = acc;
+  od::set_weight_args(a, dw.w);
+  od::set_x_vec(a);
+  od::StreamParams p;
+  ASSERT_TRUE(od::plan_gemm_stream(a, WeightFormat::FP8_BLOCK, 132, p));
+  auto run = [&](int row_grid, int depth) {
+    auto dy = to_device(y0);
+    od::GemmArgs c = a;
+    c.y = dy.data();
+    od::StreamParams q = p;
+    q.row_grid = row_grid;
+    q.depth = depth;
+    EXPECT_EQ(od::launch_gemm_stream(c, q, nullptr), 0);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return to_host(dy, y0.size());
+  };
+  const std::vector<float> base = run(0, 4);
+  std::vector<float> ref, got;
+  for (int64_t m : sample_rows(M, 6)) {
+    std::vector<float> r(static_cast<size_t>(N));
+    dsinfer::ops::linear_ref(x.data() + m * K, 1, K, hw.deq.data(), N, r.data());
+    for (int64_t n = 0; n < N; ++n) {
+      ref.push_back(r[size_t(n)] + (acc ? y0[size_t(m * N + n)] : 0.0f));
+      got.push_back(base[size_t(m * N + n)]);
+    }
+  }
+  const double err = normalized_error(got, ref);
+  EXPECT_LT(err, kStreamTol) << "normalized error " << err;
+  const int row_blocks = int((N + 63) / 64);
+  for (int depth : {4, 8})
+    for (int row_grid : {0, 1, 2, 3, row_blocks - 1, row_blocks}) {
+      if (row_grid < 0) continue;
+      const std::vector<float> y = run(row_grid, depth);
+      EXPECT_EQ(std::memcmp(y.data(), base.data(), y.size() * 4), 0)
+          << "row_grid " << row_grid << " depth " << depth << " (splits " << p.splits << ", tokens " << p.tokens << ")";
+    }
+}
+
+TEST(GemmStreamGpu, PersistentGridAndDepthKeepBits) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_grids(1000, 1024, 1, false, 6001);
+  check_grids(1000, 1024, 20, false, 6002);
+  check_grids(1000, 1024, 64, true, 6003);
+  check_grids(1000, 1024, 150, false, 6004);
+  check_grids(520, 640, 33, false, 6005);   // 10 chunks per row: depth 8 reloads at every row block
+  check_grids(4096, 8192, 64, false, 6006);  // wo_b: cluster split-K, 2 token chunks
+  // The fast path's plan at the V4-Flash shapes is persistent where the row blocks exceed the resident blocks.
+  od::GemmArgs a;
+  a.M = 64, a.N = 32768, a.K = 1024;
+  HostWeight hw = make_host_weight(WeightFormat::FP8_BLOCK, 256, 1024, 6007);
+  auto dw = dsinfer::test::upload(hw);
+  od::set_weight_args(a, dw.w);
+  a.N = 32768;
+  od::StreamParams p;
+  ASSERT_TRUE(od::plan_gemm_stream(a, WeightFormat::FP8_BLOCK, 132, p));
+  EXPECT_GT(p.row_grid, 0);
+  EXPECT_LT(p.row_grid, 512);
+}
+
 }  // namespace

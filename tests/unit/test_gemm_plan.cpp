@@ -124,11 +124,14 @@ TEST(GemmPlan, FlashFastPathKernels) {
   for (int64_t M : {9, 16, 64, 4096}) expect_ran(lm, M, KernelMode::kFast, Ran::kLt);
   expect_ran(wo_b, 32, KernelMode::kFast, Ran::kStream);
   expect_ran(w1, 63, KernelMode::kFast, Ran::kStream);
-  expect_ran(wq_b, 32, KernelMode::kFast, Ran::kTiled);
+  expect_ran(wq_b, 32, KernelMode::kFast, Ran::kStream);
   expect_ran(wq_a, 63, KernelMode::kFast, Ran::kStream);
   for (const Shape* s : {&wq_a, &wkv, &wq_b, &wo_b, &w1}) {
-    expect_ran(*s, 63, KernelMode::kFast, s == &wq_b ? Ran::kTiled : Ran::kStream);
-    expect_ran(*s, 64, KernelMode::kFast, Ran::kLt);
+    const bool small_n = s == &wq_a || s == &wkv;  // N <= 1024: the streaming kernel up to M = 128 (session 14)
+    expect_ran(*s, 63, KernelMode::kFast, Ran::kStream);
+    expect_ran(*s, 64, KernelMode::kFast, small_n ? Ran::kStream : Ran::kLt);
+    expect_ran(*s, 128, KernelMode::kFast, small_n ? Ran::kStream : Ran::kLt);
+    expect_ran(*s, 129, KernelMode::kFast, Ran::kLt);
     expect_ran(*s, 4096, KernelMode::kFast, Ran::kLt);
   }
   expect_ran(wo_a, 64, KernelMode::kFast, Ran::kTiled);
@@ -277,7 +280,27 @@ TEST(GemmPlan, LaunchShapesAreLegal) {
         EXPECT_LT(int64_t(p.splits - 1) * p.kb_per_split, kblocks);
         EXPECT_LE(gemm_stream_xs_bytes(p.tokens, p.kb_per_split, 128), kGemmStreamXsMax);
         EXPECT_GE(int64_t(p.tokens) * p.token_chunks, M);
+        // Persistent grid: at least one block per row-block column, never more columns than row blocks, and the
+        // resident blocks (2 per SM) at most fill the GPU when the row blocks exceed them (no partial second wave).
+        const int64_t row_blocks = (N + 63) / 64, others = int64_t(p.splits) * p.token_chunks;
+        EXPECT_GE(p.row_grid, 1);
+        EXPECT_LE(p.row_grid, row_blocks);
+        if (p.row_grid < row_blocks && others <= kGemmStreamBlocksPerSm * kSms) {
+          EXPECT_LE(p.row_grid * others, kGemmStreamBlocksPerSm * kSms);
+        }
+        const int64_t chunks = int64_t(p.kb_per_split) * 128 / 64;
+        EXPECT_EQ(p.depth, p.tokens >= 32 || chunks % 8 != 0 ? 4 : 8);
       }
+  // The row grid: all row blocks when they fit; else balanced (every block walks the same count +-1) at <= 2 per SM;
+  // fewer when the shared memory allows one block per SM.
+  EXPECT_EQ(gemm_stream_row_grid(16, 8, 80 * 1024, 132), 16);
+  EXPECT_EQ(gemm_stream_row_grid(512, 2, 84 * 1024, 132), 128);   // wq_b M = 64: 4 row blocks per block
+  EXPECT_EQ(gemm_stream_row_grid(512, 2, 150 * 1024, 132), 64);   // one block per SM: 66 columns cap, 8 each
+  EXPECT_EQ(gemm_stream_row_grid(64, 16, 80 * 1024, 132), 16);    // wo_b M = 64: 17 columns cap, 4 row blocks each
+  EXPECT_EQ(gemm_stream_row_grid(5, 1000, 80 * 1024, 132), 1);
+  EXPECT_EQ(gemm_stream_depth(4, 128), 8);
+  EXPECT_EQ(gemm_stream_depth(3, 128), 4);
+  EXPECT_EQ(gemm_stream_depth(1, 256), 4);
   // Outside its range the streaming kernel is not planned: M > kGemmStreamMaxM, BF16, MoE gathers.
   od::GemmArgs a;
   a.M = kGemmStreamMaxM + 1;

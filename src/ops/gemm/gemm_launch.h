@@ -58,6 +58,10 @@ struct StreamParams {
   int tokens = 8;        // x rows per block: 8, 16, 32 or 64
   int token_chunks = 1;  // ceil(M / tokens)
   int xs_ld = 0;         // bf16 elements per x row in shared memory
+  // Blocks along the 64-row blocks (grid y): block y walks row blocks y, y + row_grid, ... with its x tile loaded
+  // once (persistent over N; 0 = one block per row block). Changes only which block computes a row, never its sums.
+  int row_grid = 0;
+  int depth = 4;  // 64-wide K chunks in flight per lane (register prefetch): 4 or 8
 };
 
 // Launch shape of the GEMV kernel (gemm_plan.h plan_gemm_gemv): blocks of wk * wr warps; each warp owns

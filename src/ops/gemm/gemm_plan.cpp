@@ -2,6 +2,7 @@
 // their launch shapes (streaming, GEMV, batch-invariant).
 #include "ops/gemm/gemm_plan.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -50,6 +51,10 @@ bool gemm_stream_preferred(int64_t M, int64_t N) {
   return M <= kGemmStreamMaxM && N <= (mid ? kGemmStreamMidMaxN : kGemmStreamMaxN);
 }
 
+bool gemm_stream_fp8_preferred(int64_t M, WeightFormat fmt) {
+  return fmt == WeightFormat::FP8_BLOCK && M > kGemmGemvMaxM && M <= kGemmStreamFp8MaxM;
+}
+
 bool gemm_lt_supports(const DeviceWeight& w) {
   if (!w.data || w.rows <= 0 || w.cols <= 0) return false;
   if (w.fmt == WeightFormat::FP8_BLOCK)
@@ -85,9 +90,14 @@ DeviceWeight gemm_group_view(const DeviceWeight& w, int64_t groups, int64_t g) {
 }
 
 GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s) {
-  GemmCallPlan p = kernel_call(M, mode, gemm_stream_preferred(M, w.rows));
+  GemmCallPlan p = kernel_call(M, mode, gemm_stream_preferred(M, w.rows) || gemm_stream_fp8_preferred(M, w.fmt));
   p.lt_prepare = mode == KernelMode::kFast && s.cublaslt && gemm_lt_supports(w);
-  p.lt = p.lt_prepare && gemm_lt_wants(w, M, s);
+  // FP8 weights of N <= kGemmStreamMaxN (wq_a, wkv) stay on the streaming kernel up to kGemmStreamMidMaxM rows: it
+  // beat cuBLASLt x2 there (H200, session 14: wq_a M = 64 27 vs 44 us, wkv 26 vs 44; M = 128 47 vs 45 / 27 vs 45;
+  // in the 4-layer batch-64 decode step wq_a 0.204 -> 0.122 ms, wkv 0.154 -> 0.096 ms).
+  const bool stream_wins = w.fmt == WeightFormat::FP8_BLOCK && w.rows <= kGemmStreamMaxN && M <= kGemmStreamMidMaxM;
+  p.lt = p.lt_prepare && gemm_lt_wants(w, M, s) && !(mode == KernelMode::kFast && stream_wins);
+  if (stream_wins && !p.lt && mode == KernelMode::kFast) p.precision = GemmPrecision::kBf16;
   return p;
 }
 
@@ -158,7 +168,22 @@ bool gemm_invariant_stream_params(const GemmInvariantPlan& p, int64_t M, int64_t
   if (sp.tokens == 0) return false;
   sp.token_chunks = int((M + sp.tokens - 1) / sp.tokens);
   sp.xs_ld = int(int64_t(p.kb_per_split) * block_k + 8);  // as plan_gemm_stream
-  return true;
+  sp.depth = gemm_stream_depth(p.kb_per_split, block_k);
+  return true;  // row_grid 0: one block per row block, as before (the prefetch depth never changes a sum)
+}
+
+int gemm_stream_depth(int64_t kb_per_split, int64_t block_k) {
+  return (kb_per_split * block_k / gemm_detail::kStChunk) % 8 == 0 ? 8 : 4;
+}
+
+int64_t gemm_stream_row_grid(int64_t row_blocks, int64_t other_blocks, int64_t smem_bytes, int sm_count) {
+  const int64_t by_smem = kGemmStreamSmemPerSm / (smem_bytes + 1024);  // 1 KB of shared memory reserved per block
+  const int64_t per_sm = std::max<int64_t>(1, std::min(kGemmStreamBlocksPerSm, by_smem));
+  // floor: a partial second wave of blocks would double the time of the blocks in it
+  const int64_t cap = std::max<int64_t>(1, per_sm * std::max(sm_count, 1) / std::max<int64_t>(other_blocks, 1));
+  if (row_blocks <= cap) return row_blocks;
+  const int64_t iters = (row_blocks + cap - 1) / cap;
+  return (row_blocks + iters - 1) / iters;  // the fewest blocks giving every block the same count, +-1
 }
 
 namespace detail {
@@ -204,6 +229,11 @@ bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamPar
   p.tokens = int(tokens);
   p.token_chunks = int(token_chunks);
   p.xs_ld = int(per * a.block_k + 8);  // +16 bytes: lane fragment reads hit distinct banks
+  // 32 / 64 tokens per block: depth 4 (H200, session 14: 3-25 % faster than 8 at M = 32-256 on every V4-Flash
+  // shape but shared w2 / idx wq_b at M = 32-64, where the plan's split already gave 4)
+  p.depth = tokens >= 32 ? 4 : gemm_stream_depth(per, a.block_k);
+  const int64_t smem = xs_bytes(s, tokens) + tokens * gemm_detail::kStPartLd * 4;
+  p.row_grid = int(gemm_stream_row_grid(row_blocks, int64_t(p.splits) * token_chunks * a.groups, smem, sm_count));
   return true;
 }
 

@@ -35,6 +35,13 @@ inline constexpr int64_t kGemmGemvMinN = 1024;
 inline constexpr int64_t kGemmStreamMaxN = 1024;
 inline constexpr int64_t kGemmStreamMidMaxN = 4096;
 inline constexpr int64_t kGemmStreamMidMaxM = 128;
+// Streaming kernel residency the plan sizes its persistent grid for (StreamParams::row_grid): blocks per SM (the
+// kernel's __launch_bounds__ minimum, 2 x 4 warps, each lane 4-8 K chunks of 2 weight rows in flight: 32-64 KB per
+// SM) and the shared memory of one SM (sm_90: 228 KB).
+inline constexpr int64_t kGemmStreamBlocksPerSm = 2;
+inline constexpr int64_t kGemmStreamSmemPerSm = 228 * 1024;
+// The dense projections' FP8 weights take the streaming kernel up to this M (gemm_stream_fp8_preferred).
+inline constexpr int64_t kGemmStreamFp8MaxM = kGemmStreamMaxM;
 // Batch-invariant mode: single FP8 weights up to this many outputs take the streaming kernel (it beat the default
 // kernels for N <= 4096 at M = 9-128 on the H200, bench/NOTES.md); larger N (wq_b) take the tiled kernel.
 inline constexpr int64_t kGemmInvariantStreamMaxN = 4096;
@@ -119,6 +126,10 @@ Result<GemmSettings> gemm_settings_from_env();
 //    default kernels.
 bool gemm_gemv_preferred(int64_t M, int64_t N, bool grouped);
 bool gemm_stream_preferred(int64_t M, int64_t N);
+// The dense projections' (plan_gemm_call's) FP8 weights at kGemmGemvMaxM < M <= kGemmStreamFp8MaxM: the persistent
+// streaming kernel at every N, below cuBLASLt's s.lt_min_m (session 14, issue 31: bench/NOTES.md "Session 14 — issue
+// 31"). The MoE's shared expert keeps gemm_stream_preferred.
+bool gemm_stream_fp8_preferred(int64_t M, WeightFormat fmt);
 
 // Whether a weight's format and shape can go through cuBLASLt: FP8_BLOCK with 128 x 128 blocks, K % 128 == 0,
 // N % 16 == 0; or BF16 / F32 with K % 8 == 0, N % 4 == 0.
@@ -135,7 +146,9 @@ struct GemmCallPlan {
 };
 // y = x . W^T, M rows. kExact: chunks of kGemmSkinnyMaxM rows, kFp32SmallM (the fp32 kernel throughout);
 // kBatchInvariant: kBatchInvariant in one call, never cuBLASLt (its algorithm depends on M); kDefault: kFp32SmallM
-// in one call; kFast: cuBLASLt where s.cublaslt and gemm_lt_wants, else kBf16 where gemm_stream_preferred.
+// in one call; kFast: cuBLASLt where s.cublaslt and gemm_lt_wants (but FP8 weights of N <= kGemmStreamMaxN stay
+// on the streaming kernel up to kGemmStreamMidMaxM rows, where it measured faster: session 14), else kBf16 where
+// gemm_stream_preferred or gemm_stream_fp8_preferred.
 GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s);
 // The grouped projection (wo_a: `groups` groups of w.rows / groups rows). kFast: cuBLASLt from kGemmGroupedLtMinM
 // rows for FP8 weights of whole 128-row scale-block groups that cuBLASLt takes, else kBf16 where
@@ -178,6 +191,15 @@ GemmInvariantPlan gemm_invariant_plan(const GemmWeightShape& w, int sm_count);
 // >= M (8..64), halved while the x tile exceeds kGemmStreamXsMax. Changes only which block holds a row, never a
 // row's sums. 0 when even 8 tokens do not fit (gemm_invariant_plan never returns such a plan).
 int gemm_invariant_stream_tokens(int64_t M, int64_t kb_per_split, int64_t block_k);
+// Register prefetch depth of the streaming kernel (StreamParams::depth): 8 chunks when a split's 64-wide chunks are a
+// multiple of 8 (the prefetch then runs on across row blocks), else 4; plan_gemm_stream takes 4 at 32 / 64 tokens per
+// block (measured faster there).
+int gemm_stream_depth(int64_t kb_per_split, int64_t block_k);
+// Persistent grid of the streaming kernel (StreamParams::row_grid): as many row-block columns as fit in
+// kGemmStreamBlocksPerSm blocks per SM (fewer when the shared memory allows fewer) beside `other_blocks` = splits x
+// token chunks x groups, balanced so every block walks the same number of row blocks (+-1); all row blocks when
+// they fit.
+int64_t gemm_stream_row_grid(int64_t row_blocks, int64_t other_blocks, int64_t smem_bytes, int sm_count);
 // Launch shape of one batch-invariant streaming chunk of M <= kGemmStreamMaxM rows; false when no tile fits.
 bool gemm_invariant_stream_params(const GemmInvariantPlan& p, int64_t M, int64_t block_k, detail::StreamParams& sp);
 
@@ -189,7 +211,8 @@ void set_weight_args(GemmArgs& a, const DeviceWeight& w);
 void set_x_vec(GemmArgs& a);
 // Streaming kernel: false when it does not apply (format, M, K / block_k / alignment, MoE gathers, shared memory).
 // Tokens per block = the power of two >= M (8..64); K split (cluster) doubled while the grid has fewer than 2
-// blocks per SM or the x tile exceeds kGemmStreamXsMax; then tokens halved while it still does.
+// blocks per SM or the x tile exceeds kGemmStreamXsMax; then tokens halved while it still does; then the depth
+// (gemm_stream_depth) and the persistent row grid (gemm_stream_row_grid).
 bool plan_gemm_stream(const GemmArgs& a, WeightFormat f, int sm_count, StreamParams& p);
 // GEMV kernel: false when it does not apply (format, M, !w_vec, MoE gathers, too many row blocks). Block shape:
 // wr = row warps, the largest of 8, 4, 2, 1 whose grid still has a block per SM (more rows per block = fewer

@@ -1,9 +1,13 @@
 // Streaming tensor-core GEMM for few rows (decode, 1 <= M <= kGemmStreamMaxM) with FP8 block-scaled weights.
 // Bandwidth bound: every weight byte is read once per call (per token chunk of up to 64 rows) straight into
-// registers, D 64-wide K chunks ahead per lane (2 x 16-byte loads per chunk), converted e4m3 -> bf16 in registers
-// (exact) and fed to mma.sync m16n8k16 as the A operand (16 weight rows) against x tokens as the B operand (n8).
-// x is converted to bf16 once per block in the prologue into shared memory (k-permuted, gemm_common.h). Each
-// block_k-wide scale block is accumulated separately and added as acc += scale * partial (fp32), per weight row.
+// registers, D (StreamParams::depth) 64-wide K chunks ahead per lane (2 x 16-byte loads per chunk), converted
+// e4m3 -> bf16 in registers (exact) and fed to mma.sync m16n8k16 as the A operand (16 weight rows) against x tokens
+// as the B operand (n8). x is converted to bf16 once per block in the prologue into shared memory (k-permuted,
+// gemm_common.h), with 8 loads in flight per thread. Each block_k-wide scale block is accumulated separately and
+// added as acc += scale * partial (fp32), per weight row.
+// Persistent over N (StreamParams::row_grid): a block walks the row blocks y, y + gridDim.y, ... reusing its x tile;
+// when the chunks of one row block are a multiple of D, the prefetch runs on into the next row block's first chunks
+// while this one finishes (no pipeline drain between row blocks).
 // Split-K: the K splits of one output tile form a thread-block cluster; each block leaves its partial tile in
 // shared memory and, after a cluster barrier, sums a share of the tile over the cluster's blocks in rank order
 // through distributed shared memory (fixed order: deterministic, no atomics, no workspace).
@@ -48,28 +52,42 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// x rows [tok0, tok0 + TP) x k [k_begin, k_end) -> bf16 shared tile (rows past M are zero).
+// x rows [tok0, tok0 + TP) x k [k_begin, k_end) -> bf16 shared tile (rows past M are zero). Each thread issues
+// kXUnroll loads before converting any, so a block has kXUnroll * kStThreads x loads in flight.
+constexpr int kXUnroll = 8;
 template <int TP>
 __device__ __forceinline__ void load_x_tile(const GemmArgs& a, const StreamParams& p, int64_t g, int64_t tok0,
                                             int64_t k_begin, int64_t k_end, uint16_t* xs) {
-  const int quads = int((k_end - k_begin) / 4);
-  for (int i = threadIdx.x; i < TP * quads; i += kStThreads) {
-    const int r = i / quads, q = i - r * quads;
-    const int64_t tok = tok0 + r;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (tok < a.M) {
-      const float* xr = x_row(a, g, tok) + k_begin + 4 * q;
-      if (a.x_vec) {
-        v = __ldg(reinterpret_cast<const float4*>(xr));
-      } else {
-        v.x = __ldg(xr);
-        v.y = __ldg(xr + 1);
-        v.z = __ldg(xr + 2);
-        v.w = __ldg(xr + 3);
+  const int quads = int((k_end - k_begin) / 4), total = TP * quads;
+  for (int base = threadIdx.x; base < total; base += kXUnroll * kStThreads) {
+    float4 v[kXUnroll];
+#pragma unroll
+    for (int u = 0; u < kXUnroll; ++u) {
+      const int i = base + u * kStThreads;
+      v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const int r = i / quads, q = i - r * quads;
+      const int64_t tok = tok0 + r;
+      if (i < total && tok < a.M) {
+        const float* xr = x_row(a, g, tok) + k_begin + 4 * q;
+        if (a.x_vec) {
+          v[u] = __ldg(reinterpret_cast<const float4*>(xr));
+        } else {
+          v[u].x = __ldg(xr);
+          v[u].y = __ldg(xr + 1);
+          v[u].z = __ldg(xr + 2);
+          v[u].w = __ldg(xr + 3);
+        }
       }
     }
-    // quad stored as (k0, k2, k1, k3): word 0 = (k0, k2), word 1 = (k1, k3) (gd::st_x_slot)
-    *reinterpret_cast<uint2*>(xs + size_t(r) * p.xs_ld + 4 * q) = make_uint2(pack_bf16x2(v.x, v.z), pack_bf16x2(v.y, v.w));
+#pragma unroll
+    for (int u = 0; u < kXUnroll; ++u) {
+      const int i = base + u * kStThreads;
+      if (i >= total) break;
+      const int r = i / quads, q = i - r * quads;
+      // quad stored as (k0, k2, k1, k3): word 0 = (k0, k2), word 1 = (k1, k3) (gd::st_x_slot)
+      *reinterpret_cast<uint2*>(xs + size_t(r) * p.xs_ld + 4 * q) =
+          make_uint2(pack_bf16x2(v[u].x, v[u].z), pack_bf16x2(v[u].y, v[u].w));
+    }
   }
 }
 
@@ -97,29 +115,64 @@ __device__ __forceinline__ void chunk_mma(const uint4& wl, const uint4& wh, cons
   }
 }
 
-// grid: x = K split (cluster rank), y = 64-row block, z = group * token_chunks + token chunk.
+// The weight rows one lane streams for one 64-row block: rows g and g + 8 of its warp's 16 (clamped to row 0 of the
+// group past N: loaded, never stored), the pointers at k_begin and the scale index of k_begin's scale block.
+struct LaneRows {
+  const uint8_t* lo;
+  const uint8_t* hi;
+  int64_t s_lo, s_hi;
+  bool ok_lo, ok_hi;
+};
+__device__ __forceinline__ LaneRows lane_rows(const GemmArgs& a, const WPtr& w, int64_t rb, int warp, int gq, int tq,
+                                              int64_t k_begin) {
+  LaneRows r;
+  const int64_t r_lo = rb * kStRows + warp * 16 + gq, r_hi = r_lo + 8;  // rows within the group
+  r.ok_lo = r_lo < a.N;
+  r.ok_hi = r_hi < a.N;
+  r.lo = w.data + (w.row0 + (r.ok_lo ? r_lo : 0)) * a.K + k_begin + 16 * tq;
+  r.hi = w.data + (w.row0 + (r.ok_hi ? r_hi : 0)) * a.K + k_begin + 16 * tq;
+  r.s_lo = ((w.row0 + (r.ok_lo ? r_lo : 0)) / a.block_n) * a.scale_cols + k_begin / a.block_k;
+  r.s_hi = ((w.row0 + (r.ok_hi ? r_hi : 0)) / a.block_n) * a.scale_cols + k_begin / a.block_k;
+  return r;
+}
+
+// Chunk c of the lane's rows (weights and their raw scales); rows past N give zeros.
+__device__ __forceinline__ void load_chunk(const GemmArgs& a, const WPtr& w, const LaneRows& r, int c, int cpb,
+                                           uint4& bl, uint4& bh, uint32_t& sl, uint32_t& sh) {
+  bl = bh = make_uint4(0, 0, 0, 0);
+  sl = sh = 0;
+  if (r.ok_lo) {
+    bl = __ldg(reinterpret_cast<const uint4*>(r.lo + int64_t(c) * kStChunk));
+    sl = load_scale_raw(a, w.scale, r.s_lo + c / cpb);
+  }
+  if (r.ok_hi) {
+    bh = __ldg(reinterpret_cast<const uint4*>(r.hi + int64_t(c) * kStChunk));
+    sh = load_scale_raw(a, w.scale, r.s_hi + c / cpb);
+  }
+}
+
+// grid: x = K split (cluster rank), y = first 64-row block (then every gridDim.y-th), z = group * token_chunks +
+// token chunk.
 template <int NT, int D>
-__global__ void __launch_bounds__(kStThreads) gemm_stream_kernel(const GemmArgs a, const StreamParams p) {
+__global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmArgs a, const StreamParams p) {
   constexpr int TP = 8 * NT;
   extern __shared__ uint4 smem4[];
   uint16_t* xs = reinterpret_cast<uint16_t*>(smem4);             // [TP][xs_ld] bf16
   float* part = reinterpret_cast<float*>(xs + size_t(TP) * p.xs_ld);  // [TP][kStPartLd] fp32 partial tile
   const int split = int(blockIdx.x);
   const int64_t g = blockIdx.z / p.token_chunks, tok0 = int64_t(blockIdx.z % p.token_chunks) * TP;
-  const int64_t n0 = int64_t(blockIdx.y) * kStRows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
   const int64_t k_begin = int64_t(split) * p.kb_per_split * a.block_k;
   const int64_t k_end = min(a.K, k_begin + int64_t(p.kb_per_split) * a.block_k);
   const int nchunks = k_end > k_begin ? int((k_end - k_begin) / kStChunk) : 0;
   const int cpb = int(a.block_k / kStChunk);  // chunks per scale block (k_begin is a scale-block boundary)
+  const int64_t row_blocks = (a.N + kStRows - 1) / kStRows, rb_step = gridDim.y;
+  // The prefetch runs on into the next row block when every slot maps to the same chunk there.
+  const bool carry = nchunks % D == 0;
 
   const WPtr w = group_weight(a, g);
-  const int64_t r_lo = n0 + warp * 16 + gq, r_hi = r_lo + 8;  // rows within the group
-  const bool ok_lo = r_lo < a.N, ok_hi = r_hi < a.N;
-  const uint8_t* p_lo = w.data + (w.row0 + (ok_lo ? r_lo : 0)) * a.K + k_begin + 16 * tq;
-  const uint8_t* p_hi = w.data + (w.row0 + (ok_hi ? r_hi : 0)) * a.K + k_begin + 16 * tq;
-  const int64_t s_lo = ((w.row0 + r_lo) / a.block_n) * a.scale_cols + k_begin / a.block_k;
-  const int64_t s_hi = ((w.row0 + r_hi) / a.block_n) * a.scale_cols + k_begin / a.block_k;
+  int64_t rb = blockIdx.y;
+  LaneRows cur = lane_rows(a, w, rb, warp, gq, tq, k_begin);
 
   uint4 bl[D], bh[D];
   uint32_t sl[D], sh[D];
@@ -127,74 +180,83 @@ __global__ void __launch_bounds__(kStThreads) gemm_stream_kernel(const GemmArgs 
   for (int j = 0; j < D; ++j) {  // weight loads first: they are in flight while x is converted
     bl[j] = bh[j] = make_uint4(0, 0, 0, 0);
     sl[j] = sh[j] = 0;
-    if (j < nchunks) {
-      if (ok_lo) bl[j] = __ldg(reinterpret_cast<const uint4*>(p_lo + j * kStChunk)), sl[j] = load_scale_raw(a, w.scale, s_lo + j / cpb);
-      if (ok_hi) bh[j] = __ldg(reinterpret_cast<const uint4*>(p_hi + j * kStChunk)), sh[j] = load_scale_raw(a, w.scale, s_hi + j / cpb);
-    }
+    if (j < nchunks) load_chunk(a, w, cur, j, cpb, bl[j], bh[j], sl[j], sh[j]);
   }
   load_x_tile<TP>(a, p, g, tok0, k_begin, k_end, xs);
   __syncthreads();
 
-  float acc[NT][4], tmp[NT][4];
-#pragma unroll
-  for (int n = 0; n < NT; ++n)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) acc[n][q] = tmp[n][q] = 0.0f;
+  cg::cluster_group cl = cg::this_cluster();
   const uint16_t* xs_lane = xs + size_t(gq) * p.xs_ld + 16 * tq;
-  for (int c0 = 0; c0 < nchunks; c0 += D) {
+  for (; rb < row_blocks; rb += rb_step) {
+    const int64_t n0 = rb * kStRows;
+    const bool has_next = rb + rb_step < row_blocks;
+    const LaneRows nxt = has_next ? lane_rows(a, w, rb + rb_step, warp, gq, tq, k_begin) : cur;
+    float acc[NT][4], tmp[NT][4];
 #pragma unroll
-    for (int j = 0; j < D; ++j) {
-      const int c = c0 + j;
-      if (c < nchunks) {
-        const uint4 wl = bl[j], wh = bh[j];
-        const uint32_t rl = sl[j], rh = sh[j];
-        const int cn = c + D;  // refill this slot before computing on the copy
-        if (cn < nchunks) {
-          if (ok_lo) bl[j] = __ldg(reinterpret_cast<const uint4*>(p_lo + int64_t(cn) * kStChunk)), sl[j] = load_scale_raw(a, w.scale, s_lo + cn / cpb);
-          if (ok_hi) bh[j] = __ldg(reinterpret_cast<const uint4*>(p_hi + int64_t(cn) * kStChunk)), sh[j] = load_scale_raw(a, w.scale, s_hi + cn / cpb);
-        }
-        chunk_mma<NT>(wl, wh, xs_lane + c * kStChunk, p.xs_ld, tmp);
-        if (c % cpb == cpb - 1 || c == nchunks - 1) {  // end of a scale block: acc += scale * partial
-          const float fl = scale_value(a, rl), fh = scale_value(a, rh);
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            acc[n][0] = fmaf(fl, tmp[n][0], acc[n][0]);
-            acc[n][1] = fmaf(fl, tmp[n][1], acc[n][1]);
-            acc[n][2] = fmaf(fh, tmp[n][2], acc[n][2]);
-            acc[n][3] = fmaf(fh, tmp[n][3], acc[n][3]);
-            tmp[n][0] = tmp[n][1] = tmp[n][2] = tmp[n][3] = 0.0f;
+      for (int q = 0; q < 4; ++q) acc[n][q] = tmp[n][q] = 0.0f;
+    for (int c0 = 0; c0 < nchunks; c0 += D) {
+#pragma unroll
+      for (int j = 0; j < D; ++j) {
+        const int c = c0 + j;
+        if (c < nchunks) {
+          const uint4 wl = bl[j], wh = bh[j];
+          const uint32_t rl = sl[j], rh = sh[j];
+          const int cn = c + D;  // refill this slot before computing on the copy
+          if (cn < nchunks) load_chunk(a, w, cur, cn, cpb, bl[j], bh[j], sl[j], sh[j]);
+          else if (carry && has_next) load_chunk(a, w, nxt, cn - nchunks, cpb, bl[j], bh[j], sl[j], sh[j]);
+          chunk_mma<NT>(wl, wh, xs_lane + c * kStChunk, p.xs_ld, tmp);
+          if (c % cpb == cpb - 1 || c == nchunks - 1) {  // end of a scale block: acc += scale * partial
+            const float fl = scale_value(a, rl), fh = scale_value(a, rh);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+              acc[n][0] = fmaf(fl, tmp[n][0], acc[n][0]);
+              acc[n][1] = fmaf(fl, tmp[n][1], acc[n][1]);
+              acc[n][2] = fmaf(fh, tmp[n][2], acc[n][2]);
+              acc[n][3] = fmaf(fh, tmp[n][3], acc[n][3]);
+              tmp[n][0] = tmp[n][1] = tmp[n][2] = tmp[n][3] = 0.0f;
+            }
           }
         }
       }
     }
-  }
-
-  // C fragment (row = weight row, col = token) -> part[token][row]
+    if (has_next && !carry) {  // refill the slots with the next row block's first chunks
 #pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const int tk = 8 * n + 2 * tq, rl = warp * 16 + gq;
-    part[tk * kStPartLd + rl] = acc[n][0];
-    part[(tk + 1) * kStPartLd + rl] = acc[n][1];
-    part[tk * kStPartLd + rl + 8] = acc[n][2];
-    part[(tk + 1) * kStPartLd + rl + 8] = acc[n][3];
-  }
-  cg::cluster_group cl = cg::this_cluster();
-  if (p.splits > 1) cl.sync();
-  else __syncthreads();
-  // this block writes the tile elements e = (split + splits * i) * threads + tid, summed over ranks 0..splits-1
-  for (int e = split * kStThreads + int(threadIdx.x); e < TP * kStRows; e += p.splits * kStThreads) {
-    const int tk = e / kStRows, rl = e % kStRows;
-    const int64_t tok = tok0 + tk, nl = n0 + rl;
-    if (tok >= a.M || nl >= a.N) continue;
-    float v = 0.0f;
-    for (int r = 0; r < p.splits; ++r) {
-      const float* src = p.splits > 1 ? cl.map_shared_rank(part, unsigned(r)) : part;
-      v += src[tk * kStPartLd + rl];
+      for (int j = 0; j < D; ++j)
+        if (j < nchunks) load_chunk(a, w, nxt, j, cpb, bl[j], bh[j], sl[j], sh[j]);
     }
-    float* yp = y_row(a, g, tok) + nl;
-    *yp = a.accumulate ? *yp + v : v;
+
+    // C fragment (row = weight row, col = token) -> part[token][row]
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int tk = 8 * n + 2 * tq, rl = warp * 16 + gq;
+      part[tk * kStPartLd + rl] = acc[n][0];
+      part[(tk + 1) * kStPartLd + rl] = acc[n][1];
+      part[tk * kStPartLd + rl + 8] = acc[n][2];
+      part[(tk + 1) * kStPartLd + rl + 8] = acc[n][3];
+    }
+    if (p.splits > 1) cl.sync();
+    else __syncthreads();
+    // this block writes the tile elements e = (split + splits * i) * threads + tid, summed over ranks 0..splits-1
+    for (int e = split * kStThreads + int(threadIdx.x); e < TP * kStRows; e += p.splits * kStThreads) {
+      const int tk = e / kStRows, rl = e % kStRows;
+      const int64_t tok = tok0 + tk, nl = n0 + rl;
+      if (tok >= a.M || nl >= a.N) continue;
+      float v = 0.0f;
+      for (int r = 0; r < p.splits; ++r) {
+        const float* src = p.splits > 1 ? cl.map_shared_rank(part, unsigned(r)) : part;
+        v += src[tk * kStPartLd + rl];
+      }
+      float* yp = y_row(a, g, tok) + nl;
+      *yp = a.accumulate ? *yp + v : v;
+    }
+    // every read of the partial tiles (the peers' too) ends before the next row block overwrites them, and the
+    // peers' shared memory outlives the reads
+    if (p.splits > 1) cl.sync();
+    else __syncthreads();
+    cur = nxt;
   }
-  if (p.splits > 1) cl.sync();  // the peers' shared memory must outlive every read of it
 }
 
 template <int NT, int D>
@@ -204,8 +266,10 @@ cudaError_t launch(const GemmArgs& a, const StreamParams& p, cudaStream_t s) {
     const cudaError_t e = cudaFuncSetAttribute(gemm_stream_kernel<NT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
   }
+  const int64_t row_blocks = (a.N + kStRows - 1) / kStRows;
+  const int64_t row_grid = p.row_grid > 0 && p.row_grid < row_blocks ? p.row_grid : row_blocks;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(p.splits), unsigned((a.N + kStRows - 1) / kStRows), unsigned(p.token_chunks * a.groups));
+  cfg.gridDim = dim3(unsigned(p.splits), unsigned(row_grid), unsigned(p.token_chunks * a.groups));
   cfg.blockDim = dim3(kStThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
@@ -219,15 +283,22 @@ cudaError_t launch(const GemmArgs& a, const StreamParams& p, cudaStream_t s) {
   return cudaLaunchKernelEx(&cfg, gemm_stream_kernel<NT, D>, a, p);
 }
 
+template <int NT>
+cudaError_t launch_depth(const GemmArgs& a, const StreamParams& p, cudaStream_t s) {
+  if (p.depth == 8) return launch<NT, 8>(a, p, s);
+  if (p.depth == 4) return launch<NT, 4>(a, p, s);
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
 int launch_gemm_stream(const GemmArgs& a, const StreamParams& p, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p.tokens) {
-    case 8: return int(launch<1, 8>(a, p, s));
-    case 16: return int(launch<2, 8>(a, p, s));
-    case 32: return int(launch<4, 4>(a, p, s));
-    case 64: return int(launch<8, 4>(a, p, s));
+    case 8: return int(launch_depth<1>(a, p, s));
+    case 16: return int(launch_depth<2>(a, p, s));
+    case 32: return int(launch_depth<4>(a, p, s));
+    case 64: return int(launch_depth<8>(a, p, s));
   }
   return int(cudaErrorInvalidValue);
 }
