@@ -250,8 +250,9 @@ TEST(MoeGroupedFp8Gpu, FlashShapes) {
 // 4.3e-4 in the first SmallRagged case, the only one that ran before a workspace-alignment bug (fixed) stopped the
 // rest; the one-term FP4 kernels of the third session measured up to 3.3e-3. Bound 1e-2 (23x the measured case, 3x
 // the worst one-term FP4 figure); a wrong tile, scale layout, group pointer or expert gives O(1). The plan's cluster
-// shape (moe_cutlass_cluster_n): 1 x 2 in the first and third SmallRagged cases and FlashShapes (>= 64 rows per
-// expert, N / 256 whole), 1 x 1 in the second; the bench checks the two shapes give the same bits at Flash shapes.
+// shapes (moe_cutlass_cluster_n: 1 x 2 from 64 rows per expert where N / 256 is whole): the first SmallRagged case's
+// down GEMM (N 256) and both of FlashShapes' GEMMs take 1 x 2, every other GEMM here 1 x 1; the bench checks the two
+// shapes give the same bits at Flash shapes.
 // Against the exact path (fp32 x, dequantized weights): one-term activations (~2^-5 relative each): measured 5.0e-2
 // (CPU reference) and 5.4e-2 (exact GPU path, all tokens) in that case, 4.3e-2 in the bench at Flash shapes; bound
 // 0.25 (~5x).
