@@ -4,8 +4,10 @@
 //   old:       moe_cuda MoePath::GroupedFp8 (moe_grouped_fp8.cu, FP4 experts expanded to e4m3, two-term activations)
 //   cutlass:   moe_cuda MoePath::CutlassFp8 (moe_grouped_cutlass.cu, FP8_BLOCK experts with E8M0 scales)
 //   exact:     moe_cuda MoePath::Exact on the same FP8_BLOCK experts (the path MoePath::Fast took for them before)
-//   gemms:     the CUTLASS path's two grouped GEMMs alone (gate/up as 2 x 256 groups, then down), the quantization,
-//              SwiGLU, permutation and combine left out: the quantity DeepGEMM's grouped GEMMs are timed on
+//   gemms:     the CUTLASS path's two grouped GEMMs alone (gate/up as 2 x 256 groups, then down; bf16 out), the
+//              quantization, SwiGLU, permutation and combine left out: the quantity DeepGEMM's grouped GEMMs are timed
+//              on; once with 1 x 1 clusters (c1) and once with 1 x 2 (c2, A multicast), and whether the two gave the
+//              same bits ("same"); the plan's choice for the path (moe_cutlass_cluster_n) is printed per T
 //   lt dense:  cuBLASLt block-scaled FP8 (1x128 / 128x128 fp32 scales) on ONE dense GEMM of the same rows
 //              ([T * 6, D] x [2 I, D]^T, then [T * 6, I] x [D, I]^T): the same FLOPs without the experts' raggedness
 // The "old", "cutlass" and "exact" rows include the permutation, quantization, SwiGLU and combine. "vs exact" = the
@@ -28,6 +30,7 @@
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
 #include "ops/moe/moe_grouped_cutlass_launch.h"
+#include "ops/moe/moe_plan.h"
 
 namespace oc = dsinfer::ops::cuda;
 
@@ -194,8 +197,8 @@ int main(int argc, char** argv) {
   Blob a1 = blob(size_t(nmax * D), 1, 901), a1s = blob(size_t(nmax * (D / 128)) * 4, 3, 902);
   Blob a2 = blob(size_t(nmax * I), 1, 903), a2s = blob(size_t(nmax * (I / 128)) * 4, 3, 904);
   Blob wsc = blob(size_t(3 * E * (I / 128) * (D / 128)) * 4, 3, 905);
-  Blob dg = blob(size_t(nmax * I) * 4, 3, 906), du = blob(size_t(nmax * I) * 4, 3, 907);
-  Blob dd = blob(size_t(nmax * D) * 4, 3, 908);
+  Blob dg = blob(size_t(nmax * I) * 2, 1, 906), du = blob(size_t(nmax * I) * 2, 1, 907);
+  Blob dd = blob(size_t(nmax * D) * 4, 3, 908);  // bf16 outputs of the CUTLASS GEMMs, fp32 of cuBLASLt's down
   const size_t gws_bytes = oc::detail::moe_cutlass_workspace_bytes(2 * E);
   Blob gws = blob(gws_bytes, 1, 909);
   Blob lt_w1 = blob(size_t(2 * I * D), 1, 910), lt_w2 = blob(size_t(D * I), 1, 911);
@@ -208,8 +211,9 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::printf("%6s %8s | %-16s | %-16s | %-16s | %-28s | %-16s | %s\n", "T", "GFLOP", "old ms TFLOP/s",
-              "cutlass ms TF/s", "exact ms TF/s", "gemms ms TF/s (gate/up+down)", "lt dense ms TF/s", "vs exact");
+  std::printf("%6s %8s | %-16s | %-16s | %-16s | %-28s | %-28s | %-16s | %s\n", "T", "GFLOP", "old ms TFLOP/s",
+              "cutlass ms TF/s", "exact ms TF/s", "gemms c1 ms TF/s (gu+dn)", "gemms c2 ms TF/s (gu+dn)",
+              "lt dense ms TF/s", "vs exact");
   uint64_t rng = 777;
   for (int64_t T : Ts) {
     const int64_t n = T * k;
@@ -242,29 +246,37 @@ int main(int argc, char** argv) {
     for (int32_t e : idx0) ++offs[size_t(e + 1)];
     for (int64_t e = 0; e < E; ++e) offs[size_t(e + 1)] += offs[size_t(e)];
     Blob doffs = upload_blob(offs.data(), offs.size() * 4);
-    double t_gu = 0, t_dn = 0;
-    for (int part = 0; part < 2; ++part) {
-      const double t = median_ms([&](int i) {
-        const Set& st = fp8[size_t(i)];
-        oc::MoeCutlassGemmArgs g{.experts = E, .N = part == 0 ? I : D, .K = part == 0 ? D : I,
-                                 .offsets = doffs.as<const int32_t>(), .a = part == 0 ? a1.data() : a2.data(),
-                                 .a_scale = part == 0 ? a1s.as<const float>() : a2s.as<const float>(),
-                                 .sets = part == 0 ? 2 : 1};
-        const float* sc = wsc.as<const float>();
-        g.w[0] = part == 0 ? st.ex.w1.data : st.ex.w2.data;
-        g.w[1] = st.ex.w3.data;
-        g.w_scale[0] = sc;
-        g.w_scale[1] = sc + E * (I / 128) * (D / 128);
-        g.d[0] = part == 0 ? dg.as<float>() : dd.as<float>();
-        g.d[1] = du.as<float>();
-        if (const char* why = oc::detail::launch_moe_cutlass_gemm(g, gws.data(), gws_bytes, nullptr)) {
-          std::fprintf(stderr, "CUTLASS GEMM: %s\n", why);
-          std::exit(1);
-        }
-      });
-      (part == 0 ? t_gu : t_dn) = t;
-    }
-    const double t_gemms = t_gu + t_dn;
+    double t_gu[2] = {}, t_dn[2] = {};
+    std::vector<uint16_t> first[2];  // the 1 x 1 run's bf16 outputs (gate, down), to compare with the 1 x 2 run's
+    bool same = true;
+    for (int cl = 0; cl < 2; ++cl)
+      for (int part = 0; part < 2; ++part) {
+        const double t = median_ms([&](int i) {
+          const Set& st = fp8[size_t(i)];
+          oc::MoeCutlassGemmArgs g{.experts = E, .N = part == 0 ? I : D, .K = part == 0 ? D : I,
+                                   .offsets = doffs.as<const int32_t>(), .a = part == 0 ? a1.data() : a2.data(),
+                                   .a_scale = part == 0 ? a1s.as<const float>() : a2s.as<const float>(),
+                                   .sets = part == 0 ? 2 : 1};
+          const float* sc = wsc.as<const float>();
+          g.w[0] = part == 0 ? st.ex.w1.data : st.ex.w2.data;
+          g.w[1] = st.ex.w3.data;
+          g.w_scale[0] = sc;
+          g.w_scale[1] = sc + E * (I / 128) * (D / 128);
+          g.d[0] = part == 0 ? dg.data() : dd.data();
+          g.d[1] = du.data();
+          g.cluster_n = cl + 1;
+          if (const char* why = oc::detail::launch_moe_cutlass_gemm(g, gws.data(), gws_bytes, nullptr)) {
+            std::fprintf(stderr, "CUTLASS GEMM (cluster 1 x %d): %s\n", cl + 1, why);
+            std::exit(1);
+          }
+        });
+        (part == 0 ? t_gu : t_dn)[cl] = t;
+        // the last call ran set (kRuns - 1) % kSets in both configurations
+        std::vector<uint16_t> got(size_t(n * (part == 0 ? I : D)));
+        check(cudaMemcpy(got.data(), (part == 0 ? dg : dd).data(), got.size() * 2, cudaMemcpyDeviceToHost), "download");
+        if (cl == 0) first[part] = std::move(got);
+        else same = same && got == first[part];
+      }
 
     // cuBLASLt block-scaled FP8, one dense GEMM per projection over all n rows.
     double t_lt = 0;
@@ -291,10 +303,13 @@ int main(int argc, char** argv) {
     }
     const double rel = rel_l2(r[1], r[0]);
     auto tf = [&](double ms) { return ms > 0 ? flop / ms / 1e9 : 0.0; };
-    std::printf("%6lld %8.1f | %7.3f %7.1f  | %7.3f %7.1f  | %7.3f %7.1f  | %7.3f %7.1f (%.3f+%.3f) | %7.3f %7.1f  | "
-                "%.2e%s%s\n",
-                (long long)T, flop / 1e9, t_old, tf(t_old), t_cut, tf(t_cut), t_exact, tf(t_exact), t_gemms,
-                tf(t_gemms), t_gu, t_dn, t_lt, tf(t_lt), rel, t_lt > 0 ? "" : "  lt: ", t_lt > 0 ? "" : why.c_str());
+    const double g1 = t_gu[0] + t_dn[0], g2 = t_gu[1] + t_dn[1];
+    std::printf("%6lld %8.1f | %7.3f %7.1f  | %7.3f %7.1f  | %7.3f %7.1f  | %7.3f %7.1f (%.3f+%.3f) | %7.3f %7.1f "
+                "(%.3f+%.3f) | %7.3f %7.1f  | %.2e  c1/c2 %s, plan: gate/up 1x%d down 1x%d%s%s\n",
+                (long long)T, flop / 1e9, t_old, tf(t_old), t_cut, tf(t_cut), t_exact, tf(t_exact), g1, tf(g1),
+                t_gu[0], t_dn[0], g2, tf(g2), t_gu[1], t_dn[1], t_lt, tf(t_lt), rel, same ? "same bits" : "DIFFER",
+                oc::moe_cutlass_cluster_n(n, E, I), oc::moe_cutlass_cluster_n(n, E, D), t_lt > 0 ? "" : "  lt: ",
+                t_lt > 0 ? "" : why.c_str());
     std::fflush(stdout);
   }
 

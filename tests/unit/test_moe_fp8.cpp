@@ -253,4 +253,40 @@ TEST(MoeFp8, TwoTermsMatchBf16Numerics) {
   EXPECT_LT(e12, e11) << "h's second term alone helps";
 }
 
+// bf16_out (the CUTLASS path's GEMM outputs): g, u and y rounded to bf16. With scale 1 into a zeroed row the
+// accumulated outputs are y itself, so each must be a bf16 value; against the fp32 outputs the change is the bf16
+// roundings (2^-9 relative) plus the h elements whose e4m3 rounding they flip (~1 in 16 lies within 2^-9 of a
+// rounding boundary, each flip one e4m3 step): measured 9.9e-3 here (fixed inputs; one e4m3 term alone is 3.6e-2 from
+// exact, so ~+4 % in quadrature); bound 2e-2, and it must not be zero (the option has to do something).
+TEST(MoeFp8, Bf16OutputsOfTheCutlassPath) {
+  const int64_t D = 512, I = 256, tokens = 8;
+  uint64_t s = 11;
+  auto weight = [&](int64_t rows, int64_t cols) {
+    std::vector<uint8_t> codes(size_t(rows * cols / 2)), sc(size_t(rows * cols / 32));
+    for (auto& c : codes) c = uint8_t(next(s));
+    for (auto& e : sc) e = uint8_t(118 + next(s) % 3);
+    return ops::expand_fp4_weight_ref(codes.data(), sc.data(), rows, cols, 128);
+  };
+  const ops::Fp8Weight w1 = weight(I, D), w3 = weight(I, D), w2 = weight(D, I);
+  std::vector<float> x(size_t(tokens * D));
+  for (auto& v : x) v = float(next(s) % 20001) / 10000.0f - 1.0f;
+  double num = 0.0, den = 0.0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<double> f32(size_t(D), 0.0), b16(size_t(D), 0.0);
+    ops::expert_fp8_accumulate_ref({&w1, &w3, &w2, 10.0f, 1, 1, false}, x.data() + t * D, 1.0f, f32.data());
+    ops::expert_fp8_accumulate_ref({&w1, &w3, &w2, 10.0f, 1, 1, true}, x.data() + t * D, 1.0f, b16.data());
+    for (int64_t d = 0; d < D; ++d) {
+      const float v = float(b16[size_t(d)]);
+      EXPECT_EQ(double(v), b16[size_t(d)]);
+      EXPECT_EQ(dsinfer::round_bf16(v), v) << "token " << t << " output " << d << " is not a bf16 value";
+      num += (b16[size_t(d)] - f32[size_t(d)]) * (b16[size_t(d)] - f32[size_t(d)]);
+      den += f32[size_t(d)] * f32[size_t(d)];
+    }
+  }
+  const double rel = std::sqrt(num / den);
+  std::printf("[fp8 numerics] bf16 outputs vs fp32 outputs: %.3g\n", rel);
+  EXPECT_GT(rel, 0.0);
+  EXPECT_LT(rel, 2e-2);
+}
+
 }  // namespace

@@ -138,6 +138,18 @@ TEST(MoePlan, CutlassForFp8ExpertsAtPrefill) {
   EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true, false).experts, MoeExpertKernels::kGroupedFp8);
 }
 
+// The CUTLASS GEMMs' cluster: 1 x 2 (A multicast) wherever N / 256 is whole (measured faster at every T on the H200,
+// kMoeCutlassClusterMinRows = 0), else 1 x 1.
+TEST(MoePlan, CutlassClusterFromRowsPerExpert) {
+  EXPECT_EQ(kMoeCutlassClusterMinRows, 0);
+  EXPECT_EQ(moe_cutlass_cluster_n(512 * kFlashK, kFlashE, 4096), 2);
+  EXPECT_EQ(moe_cutlass_cluster_n(4096 * kFlashK, kFlashE, 2048), 2);
+  EXPECT_EQ(moe_cutlass_cluster_n(6, kFlashE, 2048), 2);
+  EXPECT_EQ(moe_cutlass_cluster_n(4096 * kFlashK, kFlashE, 384), 1);  // 3 N tiles: no whole pairs
+  EXPECT_EQ(moe_cutlass_cluster_n(4096 * kFlashK, kFlashE, 128), 1);
+  EXPECT_EQ(moe_cutlass_cluster_n(0, 0, 256), 2);
+}
+
 // The expert GEMMs: the skinny kernel while the rows average <= 8 per expert (and 16-byte vectors are legal), else
 // the tiled kernel over the average expert's row tiles + 1 per block.
 TEST(MoePlan, ExpertGemmKernel) {

@@ -251,9 +251,10 @@ Status moe_grouped_fp8_experts(const float* x, int64_t n, const MoeExpertsDevice
 }
 
 // CUTLASS grouped FP8 path of the routed experts (FP8_BLOCK experts): x quantized in permuted row order to e4m3 +
-// 1x128 scales in h3; gate (into h1) and up (into yp: inter <= dim) fp32 [n, I] by one grouped GEMM of 2 E groups;
-// clamped SwiGLU quantized like x into h3 (x is dead by then); the down GEMM into yp. E8M0 weight scales are widened
-// to fp32 in the workspace first (fp32 ones are read in place).
+// 1x128 scales in h3; gate (into h1) and up (into yp) bf16 [n, I] by one grouped GEMM of 2 E groups; clamped SwiGLU
+// quantized like x into h3 (x is dead by then); the down GEMM into yp as bf16 [n, D] (moe_cuda's combine reads it
+// through launch_moe_cutlass_combine). E8M0 weight scales are widened to fp32 in the workspace first (fp32 ones are
+// read in place).
 Status moe_cutlass_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit, const int32_t* offsets,
                            const int32_t* perm, float* h1, float* h3, float* yp, uint8_t* cws, size_t scale_bytes,
                            size_t cws_bytes, void* stream) {
@@ -280,10 +281,12 @@ Status moe_cutlass_experts(const float* x, int64_t n, const MoeExpertsDevice& ex
   gate_up.w_scale_ptr[1] = ex.w3.scale;
   gate_up.d[0] = h1;
   gate_up.d[1] = yp;
+  gate_up.cluster_n = moe_cutlass_cluster_n(n, E, I);
   down.w[0] = ex.w2.data;
   down.w_scale[0] = flat[2];
   down.w_scale_ptr[0] = ex.w2.scale;
   down.d[0] = yp;
+  down.cluster_n = moe_cutlass_cluster_n(n, E, D);
   uint8_t* args_ws = cws + scale_bytes;
   if (const char* why = detail::launch_moe_cutlass_gemm(gate_up, args_ws, cws_bytes - scale_bytes, stream))
     return Status::errorf("moe_cuda: CUTLASS grouped FP8 gate/up GEMM (n = {} rows, dim = {}, inter = {}): {}", n, D,
@@ -409,6 +412,11 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     if (st.is_ok()) st = joined;
   }
   DSI_RETURN_IF_ERROR(st);
+  if (plan.experts == MoeExpertKernels::kCutlassFp8) {
+    detail::launch_moe_cutlass_combine(yp, pos, weight, T, topk, D, shy, out, stream);
+    DSI_CUDA_LAUNCHED("moe_cutlass_combine_kernel");
+    return Status::ok();
+  }
   detail::launch_combine(yp, pos, weight, T, topk, D, shy, out, stream);
   DSI_CUDA_LAUNCHED("combine_kernel");
   return Status::ok();

@@ -34,10 +34,12 @@ struct ExpertFp8Params {
   const Fp8Weight* w2 = nullptr;  // [D, I] down, block 64
   float limit = 0.0f;             // 0 = no clamp
   int x_terms = 2, h_terms = 2;   // e4m3 terms of x and of h: 2 = the kernels' numerics; 1 = the numerics study
+  bool bf16_out = false;          // g, u and y rounded to bf16 (the CUTLASS path's GEMM outputs)
 };
 
-// out[D] += scale * expert(x) on the FP8 path: x quantized in w1's blocks; g, u = fp8 dots rounded to fp32; h =
-// silu(min(g, L)) * clamp(u, -L, L) in fp32, quantized in w2's blocks; y = fp8 dots of h with W2 rows (fp32).
+// out[D] += scale * expert(x) on the FP8 path: x quantized in w1's blocks; g, u = fp8 dots rounded to fp32 (then to
+// bf16 with bf16_out); h = silu(min(g, L)) * clamp(u, -L, L) in fp32, quantized in w2's blocks; y = fp8 dots of h
+// with W2 rows (fp32, then bf16 with bf16_out).
 void expert_fp8_accumulate_ref(const ExpertFp8Params& p, const float* x, float scale, double* out);
 
 }  // namespace dsinfer::ops

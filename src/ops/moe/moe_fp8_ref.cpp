@@ -84,6 +84,10 @@ void expert_fp8_accumulate_ref(const ExpertFp8Params& p, const float* x, float s
     const float* s3 = p.w3->s.data() + j * (D / bx);
     float g = float(fp8_dot_ref(xq.data(), xlo, xs.data(), p.w1->q.data() + j * D, s1, D, bx));
     float u = float(fp8_dot_ref(xq.data(), xlo, xs.data(), p.w3->q.data() + j * D, s3, D, bx));
+    if (p.bf16_out) {
+      g = round_bf16(g);
+      u = round_bf16(u);
+    }
     if (p.limit > 0.0f) {
       g = std::min(g, p.limit);
       u = std::min(std::max(u, -p.limit), p.limit);
@@ -93,7 +97,8 @@ void expert_fp8_accumulate_ref(const ExpertFp8Params& p, const float* x, float s
   quantize_e4m3_ref(h.data(), I, bh, hq.data(), hs.data(), hl.data());
   for (int64_t d = 0; d < D; ++d) {
     const float* s2 = p.w2->s.data() + d * (I / bh);
-    const float y = float(fp8_dot_ref(hq.data(), hlo, hs.data(), p.w2->q.data() + d * I, s2, I, bh));
+    float y = float(fp8_dot_ref(hq.data(), hlo, hs.data(), p.w2->q.data() + d * I, s2, I, bh));
+    if (p.bf16_out) y = round_bf16(y);
     out[d] += double(scale) * double(y);
   }
 }

@@ -1,13 +1,15 @@
 // The grouped FP8 GEMM of the routed experts on CUTLASS 3.x's SM90 pointer-array grouped GEMM with blockwise scaling
 // (see moe_grouped_cutlass_launch.h): TMA loads of A and B tiles with per-group tensor maps, a warp-specialized
 // persistent kernel (one producer warpgroup, two cooperative consumer warpgroups on 128 x 128 x 128 tiles), FP8
-// wgmma with fp32 accumulation promoted per 128-k block with the row scale x the weight block scale, fp32 output by
-// TMA store. ONE instantiation (CI compiles this file on 2 cores); the only translation unit that includes CUTLASS.
+// wgmma with fp32 accumulation promoted per 128-k block with the row scale x the weight block scale, bf16 output by
+// TMA store. TWO instantiations, 1 x 1 and 1 x 2 clusters (CI compiles this file on 2 cores: each costs ~80 s there);
+// the only translation unit that includes CUTLASS.
 // The groups (expert, set) and their shapes come from the permutation's offsets on the device: one small kernel
 // writes the problem shapes, pointers, strides and scale layouts, and CUTLASS's group tile scheduler reads them there
 // (no host copy of the routing, so the path stays inside a captured forward).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -32,15 +34,14 @@ using namespace cute;
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
 using ElementA = cutlass::float_e4m3_t;   // activations [M, K], K contiguous
 using ElementB = cutlass::float_e4m3_t;   // weights [N, K], K contiguous ("column-major" K x N)
-using ElementD = float;                   // [M, N], N contiguous
+using ElementD = cutlass::bfloat16_t;     // [M, N], N contiguous
 using LayoutA = cutlass::layout::RowMajor;
 using LayoutB = cutlass::layout::ColumnMajor;
 using LayoutD = cutlass::layout::RowMajor;
 constexpr int kAlignAB = 16;  // elements per 16-byte access
-constexpr int kAlignD = 4;
+constexpr int kAlignD = 8;
 
 using TileShape = Shape<_128, _128, _128>;
-using ClusterShape = Shape<_1, _1, _1>;
 // Activation scales per (row, 128 k), M-contiguous per group; weight scales per (128 n, 128 k), K-contiguous: the
 // FP8_BLOCK layout [N / 128, K / 128] as the checkpoints store it.
 using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kMoeCutlassBlock, kMoeCutlassBlock,
@@ -48,24 +49,33 @@ using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kMoeCutlassBloc
 using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
 using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
-    kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
-
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cute::tuple<LayoutA*, LayoutSFA*>, kAlignAB,
-    ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-        sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp;
-
-using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-using StrideA = typename GemmKernel::InternalStrideA;
-using StrideB = typename GemmKernel::InternalStrideB;
-using StrideD = typename GemmKernel::InternalStrideD;
+// The two instantiations differ only in the cluster: 1 x 1, or 1 x 2 (two CTAs on adjacent N tiles of the same rows,
+// the A tile loaded once and multicast to both). Same tiles, same k order: bitwise the same results.
+template <int ClusterN>
+struct Config {
+  using ClusterShape = Shape<_1, Int<ClusterN>, _1>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
+      kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cute::tuple<LayoutA*, LayoutSFA*>, kAlignAB,
+      ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+};
+using Config1 = Config<1>;
+using Config2 = Config<2>;
+using StrideA = typename Config1::GemmKernel::InternalStrideA;
+using StrideB = typename Config1::GemmKernel::InternalStrideB;
+using StrideD = typename Config1::GemmKernel::InternalStrideD;
+static_assert(std::is_same_v<StrideA, typename Config2::GemmKernel::InternalStrideA> &&
+              std::is_same_v<StrideB, typename Config2::GemmKernel::InternalStrideB> &&
+              std::is_same_v<StrideD, typename Config2::GemmKernel::InternalStrideD>);
 using Shape3 = typename ProblemShape::UnderlyingProblemShape;
 
 // The per-group argument arrays in the workspace, then CUTLASS's own workspace (256-byte aligned pieces).
@@ -123,7 +133,7 @@ __global__ void moe_cutlass_args_kernel(MoeCutlassGemmArgs a, ArgArrays r) {
   r.shapes[g] = Shape3(m, n, k);
   r.a[g] = reinterpret_cast<const ElementA*>(a.a + first * a.K);
   r.b[g] = static_cast<const ElementB*>(a.w[s][e]);
-  r.d[g] = a.d[s] + first * a.N;
+  r.d[g] = static_cast<ElementD*>(a.d[s]) + first * a.N;
   r.sfa[g] = a.a_scale + first * (a.K / kMoeCutlassBlock);
   r.sfb[g] = a.w_scale[s] ? a.w_scale[s] + e * (a.N / kMoeCutlassBlock) * (a.K / kMoeCutlassBlock)
                           : static_cast<const float*>(a.w_scale_ptr[s][e]);
@@ -140,6 +150,7 @@ __global__ void moe_cutlass_args_kernel(MoeCutlassGemmArgs a, ArgArrays r) {
   r.lsfb[g] = ScaleConfig::tile_atom_to_shape_SFB(make_shape(m, n, k, 1));
 }
 
+template <class Gemm>
 typename Gemm::Arguments gemm_arguments(int64_t groups, const ArgArrays& r, int device, int sm_count) {
   cutlass::KernelHardwareInfo hw;
   hw.device_id = device;
@@ -164,6 +175,23 @@ int device_sm_count(int& dev) {
   return sms;
 }
 
+// The grouped GEMM of one configuration over the argument arrays already written into r.
+template <class Gemm>
+const char* run_gemm(int64_t groups, const ArgArrays& r, int dev, int sms, cudaStream_t st) {
+  const typename Gemm::Arguments args = gemm_arguments<Gemm>(groups, r, dev, sms);
+  Gemm gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return "CUTLASS can_implement refused the problem";
+  if (gemm.initialize(args, r.cutlass_ws, st) != cutlass::Status::kSuccess) return "CUTLASS initialize failed";
+  if (gemm.run(st) != cutlass::Status::kSuccess) return "the CUTLASS grouped GEMM did not launch";
+  return nullptr;
+}
+
+// CUTLASS's own workspace for `groups` groups: the larger of the two configurations'.
+size_t cutlass_workspace(int64_t groups, const ArgArrays& r, int dev, int sms) {
+  return std::max(Config1::Gemm::get_workspace_size(gemm_arguments<Config1::Gemm>(groups, r, dev, sms)),
+                  Config2::Gemm::get_workspace_size(gemm_arguments<Config2::Gemm>(groups, r, dev, sms)));
+}
+
 }  // namespace
 
 namespace detail {
@@ -172,8 +200,7 @@ size_t moe_cutlass_workspace_bytes(int64_t groups) {
   int dev = 0;
   const int sms = device_sm_count(dev);
   const ArgArrays probe = carve(nullptr, groups, 0);
-  const size_t cutlass_bytes = Gemm::get_workspace_size(gemm_arguments(groups, probe, dev, sms > 0 ? sms : 1));
-  return carve(nullptr, groups, cutlass_bytes).bytes;
+  return carve(nullptr, groups, cutlass_workspace(groups, probe, dev, sms > 0 ? sms : 1)).bytes;
 }
 
 const char* launch_moe_cutlass_gemm(const MoeCutlassGemmArgs& a, void* ws, size_t ws_bytes, void* stream) {
@@ -182,21 +209,17 @@ const char* launch_moe_cutlass_gemm(const MoeCutlassGemmArgs& a, void* ws, size_
   int dev = 0;
   const int sms = device_sm_count(dev);
   if (sms <= 0) return "no CUDA device";
+  if (a.cluster_n != 1 && a.cluster_n != 2) return "cluster_n must be 1 or 2";
+  if (a.cluster_n == 2 && a.N % (2 * kMoeCutlassBlock) != 0) return "1 x 2 clusters need N % 256 == 0";
   ArgArrays r = carve(ws, groups, 0);
-  const typename Gemm::Arguments probe = gemm_arguments(groups, r, dev, sms);
-  const size_t cutlass_bytes = Gemm::get_workspace_size(probe);
-  r = carve(ws, groups, cutlass_bytes);
+  r = carve(ws, groups, cutlass_workspace(groups, r, dev, sms));
   if (r.bytes > ws_bytes) return "the workspace is smaller than moe_cutlass_workspace_bytes";
   if (reinterpret_cast<uintptr_t>(ws) % 256 != 0) return "the workspace is not 256-byte aligned (TMA descriptors)";
   auto* st = static_cast<cudaStream_t>(stream);
   moe_cutlass_args_kernel<<<unsigned((groups + 127) / 128), 128, 0, st>>>(a, r);
   if (cudaPeekAtLastError() != cudaSuccess) return "moe_cutlass_args_kernel did not launch";
-  const typename Gemm::Arguments args = gemm_arguments(groups, r, dev, sms);
-  Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return "CUTLASS can_implement refused the problem";
-  if (gemm.initialize(args, r.cutlass_ws, st) != cutlass::Status::kSuccess) return "CUTLASS initialize failed";
-  if (gemm.run(st) != cutlass::Status::kSuccess) return "the CUTLASS grouped GEMM did not launch";
-  return nullptr;
+  if (a.cluster_n == 2) return run_gemm<Config2::Gemm>(groups, r, dev, sms, st);
+  return run_gemm<Config1::Gemm>(groups, r, dev, sms, st);
 }
 
 }  // namespace detail

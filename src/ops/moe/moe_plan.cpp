@@ -21,6 +21,11 @@ bool moe_cutlass_supported(const MoeExpertsDevice& ex) {
   return fp8(ex.w1) && fp8(ex.w3) && fp8(ex.w2) && ex.dim % 128 == 0 && ex.inter % 128 == 0 && ex.inter <= ex.dim;
 }
 
+int moe_cutlass_cluster_n(int64_t rows, int64_t experts, int64_t N) {
+  const bool full = rows >= kMoeCutlassClusterMinRows * std::max<int64_t>(experts, 1);
+  return full && N % 256 == 0 ? 2 : 1;
+}
+
 MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16,
                  bool cutlass_supported) {
   const int64_t n = T * topk;

@@ -64,12 +64,21 @@ inline constexpr int64_t kMoeDefaultFastMaxT = 1024;
 // below. Measured on the H200 (bench/NOTES.md, session 13, routed only at V4-Flash shapes): 2.30 / 2.71 / 9.27 ms at
 // T = 512 / 4,096 / 16,384 against the exact path's tiled GEMMs' 7.71 / 14.89 / 47.25; 512 is the smallest T measured.
 inline constexpr int64_t kMoeCutlassMinT = 512;
+// The CUTLASS grouped GEMMs run 1 x 2 clusters (two CTAs on adjacent 128-wide N tiles of the same rows, the A tile
+// loaded once and multicast) from this many rows per expert on average (T * topk / experts) where N / 256 is whole,
+// 1 x 1 clusters otherwise. Set to 64 before measuring; measured on the H200 (bench/NOTES.md "Session 14 — issue 30",
+// GEMMs alone, V4-Flash routed, same bits): 1 x 2 is faster at every T measured: 1.75 vs 2.12 ms at T = 512 (~12 rows
+// per expert), 1.89 vs 1.91 at 4,096, 6.05 vs 6.22 at 16,384, so no row threshold is left.
+inline constexpr int64_t kMoeCutlassClusterMinRows = 0;
 
 // FP4_G32 experts with E8M0 scales, dim % 128 == 0 and inter % 128 == 0.
 bool moe_fast_supported(const MoeExpertsDevice& experts);
 // FP8_BLOCK experts with 128 x 128 scale blocks (E8M0 or fp32), dim % 128 == 0, inter % 128 == 0 and inter <= dim
-// (moe_cuda keeps the up projection's fp32 output in the [rows, dim] expert-output scratch).
+// (moe_cuda keeps the up projection's bf16 output in the [rows, dim] expert-output scratch).
 bool moe_cutlass_supported(const MoeExpertsDevice& experts);
+// The cluster width (1 or 2) of the CUTLASS grouped GEMM over `rows` permuted rows of `experts` experts with N
+// outputs per row (MoeCutlassGemmArgs::cluster_n).
+int moe_cutlass_cluster_n(int64_t rows, int64_t experts, int64_t N);
 
 enum class MoeExpertKernels { kGemm, kFast, kGrouped, kGroupedFp8, kCutlassFp8 };
 
