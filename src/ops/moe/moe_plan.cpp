@@ -31,8 +31,7 @@ MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, boo
   const int64_t n = T * topk;
   const bool fast = path != MoePath::Exact && fast_supported;
   const bool prefill = fast && path == MoePath::Fast && T > kMoeGroupedMinT;
-  const bool cutlass = cutlass_supported && (path == MoePath::CutlassFp8 ||
-                                             (path == MoePath::Fast && T >= kMoeCutlassMinT));
+  const bool cutlass = cutlass_supported && path == MoePath::CutlassFp8;
   MoePlan p;
   if (cutlass) p.experts = MoeExpertKernels::kCutlassFp8;
   else if (fast && (path == MoePath::GroupedFp8 || prefill)) p.experts = MoeExpertKernels::kGroupedFp8;

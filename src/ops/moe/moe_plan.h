@@ -31,10 +31,12 @@ namespace dsinfer::ops::cuda {
 // moe_fast_supported(), else as Exact. Measured on the H200 (bench/NOTES.md, issue 30, third session): 1.19-1.26x
 // the bf16 grouped path at every T from 512 to 8,192, slower than the decode kernels up to 1,024 tokens (4.79 vs 3.72
 // ms at 1,024), and the fidelity gate passes with it forced for every T (KL 2.3e-5 against the bf16 path's 1.9e-4).
-// CutlassFp8 for every T, and Fast from kMoeCutlassMinT tokens: the CUTLASS grouped FP8 GEMMs of
-// moe_grouped_cutlass.cu for FP8_BLOCK experts (128 x 128 blocks; DeepSeek's block scaling as DeepGEMM's: x and h one
-// e4m3 term per row and 128 k, fp32 block sums promoted per 128 k; contract in moe_grouped_cutlass_launch.h; a token's
-// result does not depend on the other tokens) when moe_cutlass_supported(), else as Exact. FP4 experts never take it.
+// CutlassFp8 for every T: the CUTLASS grouped FP8 GEMMs of moe_grouped_cutlass.cu for FP8_BLOCK experts (128 x 128
+// blocks; DeepSeek's block scaling as DeepGEMM's: x and h one e4m3 term per row and 128 k, fp32 block sums promoted
+// per 128 k; contract in moe_grouped_cutlass_launch.h; a token's result does not depend on the other tokens) when
+// moe_cutlass_supported(), else as Exact. FP4 experts never take it. Fast does not take it: with one e4m3 term the
+// fidelity gate fails on an FP8-expert copy of the shipped model (top-1 97.66 %, KL 1.72e-3; docs/decisions.md
+// 2026-12-03), so it is asked for by name (benches, tests) until it has a second term.
 enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8, CutlassFp8 };
 
 // ---- Thresholds (one definition each) ----
@@ -60,10 +62,6 @@ inline constexpr int64_t kMoeInvariantChunkT = 1024;
 // beyond (as the V4 runner did before the grouped prefill kernels).
 inline constexpr int64_t kMoeDefaultFastMaxT = 1024;
 
-// MoePath::Fast takes the CUTLASS grouped FP8 GEMMs (FP8_BLOCK experts) from this many tokens, the expert GEMMs
-// below. Measured on the H200 (bench/NOTES.md, session 13, routed only at V4-Flash shapes): 2.30 / 2.71 / 9.27 ms at
-// T = 512 / 4,096 / 16,384 against the exact path's tiled GEMMs' 7.71 / 14.89 / 47.25; 512 is the smallest T measured.
-inline constexpr int64_t kMoeCutlassMinT = 512;
 // The CUTLASS grouped GEMMs run 1 x 2 clusters (two CTAs on adjacent 128-wide N tiles of the same rows, the A tile
 // loaded once and multicast) from this many rows per expert on average (T * topk / experts) where N / 256 is whole,
 // 1 x 1 clusters otherwise. Set to 64 before measuring; measured on the H200 (bench/NOTES.md "Session 14 — issue 30",
