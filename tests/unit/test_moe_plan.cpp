@@ -128,7 +128,7 @@ TEST(MoePlan, CutlassForFp8ExpertsAtPrefill) {
   EXPECT_EQ(kernels(MoePath::CutlassFp8, 4096, false), MoeExpertKernels::kGemm);
   for (MoePath path : {MoePath::Exact, MoePath::Invariant, MoePath::Grouped, MoePath::GroupedFp8})
     EXPECT_EQ(kernels(path, 4096, true), MoeExpertKernels::kGemm);
-  const MoePlan p = plan_moe(MoePath::Fast, false, 4096, kFlashK, true, true, true);
+  const MoePlan p = plan_moe(MoePath::CutlassFp8, false, 4096, kFlashK, true, true, true);
   EXPECT_TRUE(p.side_stream);
   EXPECT_FALSE(p.direct_x);
   EXPECT_TRUE(plan_moe(MoePath::CutlassFp8, false, 64, kFlashK, false, true, true).prep_one_launch);
