@@ -34,9 +34,10 @@ struct IngestItem {
 // Draft `num_drafts` tokens after `anchor_token` at `anchor_pos` (the sequence's last token, not yet computed by
 // the target); every position in [context_start, anchor_pos) must have been ingested, and the proposal reads no
 // context before context_start (positions the drafter never saw: skipped at rest, or before a prefix-cache hit;
-// a drafter whose resume_positions() is its whole window never has such a position inside it). pick_argmax: the request draws greedily from
-// unprocessed logits (no penalties, bias, min_tokens or grammar mask), so the drafter may take each draft's argmax
-// itself (a device drafter: on the device, downloading only the ids) without calling the DrawFn for this item.
+// a drafter whose resume_positions() is its whole window never has such a position inside it).
+// pick_argmax: the request draws greedily from unprocessed logits (no penalties, bias, min_tokens or grammar mask),
+// so the drafter may take each draft's argmax itself (a device drafter: on the device, downloading only the ids)
+// without calling the DrawFn for this item.
 struct ProposeItem {
   int32_t slot = -1;
   int64_t anchor_pos = 0;

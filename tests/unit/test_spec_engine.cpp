@@ -158,7 +158,9 @@ void expect_same(const RunResult& a, const RunResult& b, const char* what) {
 
 // Drafts verified per round, and the drafts the schedule cut (proposed but not verified: none when every draft is
 // verified, so a positive count is the schedule verifying fewer tokens than verifying every draft would).
-double drafts_per_round(const SpeculativeMetrics& m) { return double(m.verified_tokens - m.rounds) / double(std::max<int64_t>(1, m.rounds)); }
+double drafts_per_round(const SpeculativeMetrics& m) {
+  return double(m.verified_tokens - m.rounds) / double(std::max<int64_t>(1, m.rounds));
+}
 int64_t cut_drafts(const SpeculativeMetrics& m) { return m.drafted_tokens - (m.verified_tokens - m.rounds); }
 
 }  // namespace
@@ -319,7 +321,8 @@ TEST(SpecEngine, SpeculativeSamplingMatchesTheTargetDistribution) {
     std::vector<std::pair<int32_t, double>> out;
     double z = 0;
     for (int k = 0; k < 3; ++k) z += std::exp(double(row[idx[size_t(k)]]) - double(row[idx[0]]));
-    for (int k = 0; k < 3; ++k) out.push_back({idx[size_t(k)], std::exp(double(row[idx[size_t(k)]]) - double(row[idx[0]])) / z});
+    for (int k = 0; k < 3; ++k)
+      out.push_back({idx[size_t(k)], std::exp(double(row[idx[size_t(k)]]) - double(row[idx[0]])) / z});
     return out;
   };
   std::vector<float> logits;
@@ -341,7 +344,8 @@ TEST(SpecEngine, SpeculativeSamplingMatchesTheTargetDistribution) {
       std::vector<int32_t> seq2 = seq;
       seq2.push_back(t2);
       forward(seq2);
-      for (const auto& [t3, p3] : top3(logits.data() + (seq2.size() - 1) * size_t(V))) exact[{t1, t2, t3}] = p1 * p2 * p3;
+      for (const auto& [t3, p3] : top3(logits.data() + (seq2.size() - 1) * size_t(V)))
+        exact[{t1, t2, t3}] = p1 * p2 * p3;
     }
   }
   std::map<std::vector<int32_t>, double> seen;
