@@ -32,16 +32,25 @@ struct IngestItem {
 };
 
 // Draft `num_drafts` tokens after `anchor_token` at `anchor_pos` (the sequence's last token, not yet computed by
-// the target); every position < anchor_pos must have been ingested. pick_argmax: the request draws greedily from
-// unprocessed logits (no penalties, bias, min_tokens or grammar mask), so the drafter may take each draft's argmax
-// itself (a device drafter: on the device, downloading only the ids) without calling the DrawFn for this item.
+// the target); every position in [context_start, anchor_pos) must have been ingested, and the proposal reads no
+// context before context_start (positions the drafter never saw: skipped at rest, or before a prefix-cache hit;
+// a drafter whose resume_positions() is its whole window never has such a position inside it).
+// pick_argmax: the request draws greedily from unprocessed logits (no penalties, bias, min_tokens or grammar mask),
+// so the drafter may take each draft's argmax itself (a device drafter: on the device, downloading only the ids)
+// without calling the DrawFn for this item.
 struct ProposeItem {
   int32_t slot = -1;
   int64_t anchor_pos = 0;
   int32_t anchor_token = 0;
   int32_t num_drafts = 0;
   bool pick_argmax = false;
+  int64_t context_start = 0;
 };
+
+// DSpark's resume_positions(): a probe after rest (speculative/spec_gate.h) drafts from the 8 positions ingested
+// since the gap instead of catching up a whole 64-row window (27 ms of catch-up steps per probe at batch 1 on the
+// H200, session 13; a short context drafts worse, and the gate's rounds measure how much).
+inline constexpr int64_t kDsparkResumePositions = 8;
 
 // Chooses draft k of item i from its draft logits [vocab] (the sequential part of drafting: the next draft
 // position's Markov bias / confidence depends on the token chosen here).
@@ -62,9 +71,12 @@ class Drafter {
   virtual const std::vector<int64_t>& tapped_layers() const = 0;
   virtual int32_t max_drafts() const = 0;
   virtual bool has_confidence() const = 0;
-  // Positions before the anchor that a proposal reads (its context ring): after positions were skipped, a sequence
-  // drafts from its own context again once this many consecutive positions have been ingested.
+  // Positions before the anchor that a proposal reads at most (its context ring).
   virtual int64_t context_window() const = 0;
+  // After positions were skipped, a sequence drafts again once this many consecutive positions have been ingested
+  // (ProposeItem::context_start then names the first of them): the whole window for a drafter whose ingest reads its
+  // own earlier rows (MTP-1), fewer for one whose proposals read the ring only from context_start (DSpark).
+  virtual int64_t resume_positions() const = 0;
   virtual Status ingest(std::span<const IngestItem> items, std::span<const float> hidden) = 0;
   virtual Status propose(std::span<const ProposeItem> items, const DrawFn& draw, std::vector<Proposal>& out) = 0;
 };

@@ -59,7 +59,7 @@ Status DsparkCpu::ingest(std::span<const IngestItem> items, std::span<const floa
 }
 
 void DsparkCpu::block_hidden(int32_t slot, int64_t anchor_pos, int32_t anchor_token, std::vector<float>& h,
-                             std::vector<float>& hc) const {
+                             std::vector<float>& hc, int64_t context_start) const {
   const int64_t g = dc_.block_size, D = tc_.hidden_size, n = tc_.hc_mult;
   std::vector<int32_t> tok(size_t(g), int32_t(dc_.noise_token_id));
   tok[0] = anchor_token;
@@ -68,7 +68,7 @@ void DsparkCpu::block_hidden(int32_t slot, int64_t anchor_pos, int32_t anchor_to
   std::vector<float> X(size_t(g * n * D));
   for (int64_t k = 0; k < g; ++k)
     for (int64_t j = 0; j < n; ++j) std::copy_n(sw_.embed.p() + int64_t(tok[size_t(k)]) * D, D, X.data() + (k * n + j) * D);
-  const int64_t ctx_begin = std::max<int64_t>(0, anchor_pos - window_);
+  const int64_t ctx_begin = std::max<int64_t>({0, anchor_pos - window_, context_start});
   std::vector<float> pre(size_t(g * n), 0.0f);  // V4.1: the carried mHC pre, one-hot on stream 0 at the first stage
   for (int64_t k = 0; k < g; ++k) pre[size_t(k * n)] = 1.0f;
   for (size_t l = 0; l < w_.layers.size(); ++l) {
@@ -113,7 +113,7 @@ Status DsparkCpu::propose(std::span<const ProposeItem> items, const DrawFn& draw
     if (it.num_drafts > dc_.block_size)
       return Status::errorf("dspark propose: {} drafts asked, the block has {}", it.num_drafts, dc_.block_size);
     if (it.num_drafts <= 0) continue;
-    block_hidden(it.slot, it.anchor_pos, it.anchor_token, h, hc);
+    block_hidden(it.slot, it.anchor_pos, it.anchor_token, h, hc, it.context_start);
     int32_t prev = it.anchor_token;
     for (int32_t k = 0; k < it.num_drafts; ++k) {
       const float c = head(h.data() + k * D, hc.data() + k * D, prev, logits);

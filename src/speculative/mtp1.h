@@ -18,6 +18,7 @@ class Mtp1Cpu final : public Drafter {
   int32_t max_drafts() const override { return 1; }
   bool has_confidence() const override { return false; }
   int64_t context_window() const override { return window_; }
+  int64_t resume_positions() const override { return window_; }  // its ingest reads its own earlier rows
   Status ingest(std::span<const IngestItem> items, std::span<const float> hidden) override;
   Status propose(std::span<const ProposeItem> items, const DrawFn& draw, std::vector<Proposal>& out) override;
   // Logits [V] for the token after the anchor of `slot` (last ingested position + 2).

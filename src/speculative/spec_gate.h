@@ -31,14 +31,16 @@ namespace dsinfer::speculative {
 
 class SpecGate {
  public:
-  static constexpr double kPriorAcceptance = 0.7;
+  // 0.6, not 0.7 (session 14): 0.7 paid at batch 8 on the H200 table and its one drafted round staggered the batch
+  // (0.85x off); with probes resuming from 8 positions a prior that starts at rest is cheap to correct.
+  static constexpr double kPriorAcceptance = 0.6;
   static constexpr double kPriorRounds = 8.0;
   static constexpr double kMemoryFade = 1.0 - 1.0 / 64.0;
   static constexpr double kMargin = 0.05;
   static constexpr double kExploreShare = 0.05;
 
   // `positions`: drafts per round at most. `resume_steps`: the speculative steps a sequence needs after a gap before
-  // it drafts again (the drafter's context window: Speculator::note_ingest).
+  // it drafts again (the drafter's resume_positions(): Speculator::note_ingest).
   SpecGate(size_t positions, int64_t resume_steps);
 
   // One greedy sequence's verified round: `verified` drafts, the first `accepted` of them accepted.

@@ -38,7 +38,7 @@ Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, 
       cfg_(std::move(cfg)),
       vocab_(vocab),
       cost_(std::move(cost)),
-      gate_(size_t(std::max(cfg_.num_speculative_tokens, 0)), drafter_->context_window()) {
+      gate_(size_t(std::max(cfg_.num_speculative_tokens, 0)), drafter_->resume_positions()) {
   const size_t k = size_t(cfg_.num_speculative_tokens);
   metrics_.method = spec_method_name(drafter_->method());
   metrics_.trials_per_position.assign(k, 0);
@@ -221,7 +221,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
       num_drafts = int32_t(std::clamp<int64_t>(*sp.params->max_tokens - int64_t(hist[j].size()) - 1, 0, k));
     const bool argmax = plain_argmax(*sp.params, hist[j].size()) && !tms[j];
     if (!ready[decoding[j]]) num_drafts = 0;  // its context still holds positions never ingested
-    items.push_back({sp.slot, anchor_pos, hist[j].back(), num_drafts, argmax});
+    items.push_back({sp.slot, anchor_pos, hist[j].back(), num_drafts, argmax, context_[sp.seq_id].context_start});
   }
   std::vector<std::vector<double>> q(items.size());
   auto draw = [&](size_t j, int32_t k, std::span<const float> lg) {
@@ -317,10 +317,13 @@ void Speculator::count_rest_round(int64_t num_decoding) {
 bool Speculator::note_ingest(scheduler::SeqId id, int64_t start_pos, int32_t count) {
   auto [it, fresh] = context_.try_emplace(id);
   Context& c = it->second;
-  if (start_pos > c.ingested_end || (fresh && start_pos > 0))  // a gap: positions the drafter never saw
-    c.ready_at = start_pos + drafter_->context_window();
-  else if (start_pos == 0)
+  if (start_pos > c.ingested_end || (fresh && start_pos > 0)) {  // a gap: positions the drafter never saw
+    c.ready_at = start_pos + drafter_->resume_positions();
+    c.context_start = start_pos;
+  } else if (start_pos == 0) {
     c.ready_at = 0;  // (re)computed from its first position: whole again
+    c.context_start = 0;
+  }
   c.ingested_end = start_pos + count;
   // The sequence's next anchor is the position after the last committed one.
   return c.ingested_end >= c.ready_at;

@@ -93,9 +93,10 @@ class Speculator {
   // The sequences the next step is expected to hold: the running ones and the waiting ones admission can add (up to
   // max_num_seqs and the slots), the batch whose step costs the choice to draft is weighed against.
   static int64_t next_step_seqs(const scheduler::Scheduler& sched);
-  // Drafter context after a gap (positions not ingested: steps taken at rest, a prefill at rest): the sequence may
-  // draft again once a whole context window after the gap has been ingested. Returns false for a sequence whose
-  // drafts would read positions never ingested.
+  // Drafter context after a gap (positions not ingested: steps taken at rest, a prefill at rest, a prefix-cache hit):
+  // the sequence may draft again once the drafter's resume_positions() after the gap have been ingested, its
+  // proposals reading context from the gap on (ProposeItem::context_start). Returns false for a sequence that may
+  // not draft yet.
   bool note_ingest(scheduler::SeqId id, int64_t start_pos, int32_t count);
 
   std::unique_ptr<Drafter> drafter_;
@@ -109,6 +110,7 @@ class Speculator {
   struct Context {
     int64_t ingested_end = 0;  // positions [0, ingested_end) were ingested, or the gap's recovery ended there
     int64_t ready_at = 0;      // the sequence may draft with its anchor at or after this position
+    int64_t context_start = 0;  // the first position ingested since the last gap
   };
   std::unordered_map<scheduler::SeqId, Context> context_;
   sampling::LogprobsMode logprobs_mode_ = sampling::LogprobsMode::Raw;

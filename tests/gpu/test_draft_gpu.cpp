@@ -45,7 +45,8 @@ struct Case {
 
 // Feeds one drafter the two ingest rounds and proposes; forced = draw fixed tokens instead of the argmax; pick =
 // the items ask for the drafter's own argmax (ProposeItem::pick_argmax); third: a third live sequence (slot 1,
-// never ingested: DSpark reads its zeroed ring) so the batch of 3 is padded to 4.
+// never ingested: DSpark reads its zeroed ring) so the batch of 3 is padded to 4. The slot-2 item drafts from
+// context_start 15 (a resume after a gap: DSpark reads its ring from there on).
 Draws drive(speculative::Drafter& d, int64_t width, int64_t V, bool forced, bool pick = false, bool third = false) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
@@ -63,7 +64,7 @@ Draws drive(speculative::Drafter& d, int64_t width, int64_t V, bool forced, bool
   const int32_t k = d.max_drafts();
   const std::vector<speculative::ProposeItem> items{{0, 73, na2[2], k, pick},
                                              {1, 5, 7, third ? std::min(2, k) : 0, pick},
-                                             {2, 23, nb2[2], std::min(3, k), pick}};
+                                             {2, 23, nb2[2], std::min(3, k), pick, /*context_start=*/15}};
   Draws out;
   auto draw = [&](size_t i, int32_t kk, std::span<const float> lg) -> int32_t {
     out.logits[{i, kk}] = std::vector<float>(lg.begin(), lg.end());

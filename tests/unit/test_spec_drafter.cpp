@@ -6,6 +6,7 @@
 // both forwards. Also: loader errors name the tensor / file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "io/safetensors.h"
@@ -157,4 +158,45 @@ TEST(SpecDrafter, LoaderErrorsNameTheProblem) {
   EXPECT_EQ(dcr->sts_temperatures.size(), 5u);
   auto wrong = speculative::load_dspark_weights(*cfg, *dcr, model_dir() + "/mtp1");
   ASSERT_FALSE(wrong.is_ok());
+}
+
+// A proposal after a gap (ProposeItem::context_start, Speculator::note_ingest): the DSpark block reads the ring only
+// from context_start on, so a slot that ingested only [c, a) drafts exactly what a slot that ingested [0, a) drafts
+// from the same start; from position 0 it would read rows never written (and so differ).
+TEST(SpecDrafter, DsparkProposalReadsContextOnlyFromContextStart) {
+  auto ref = io::Checkpoint::open(test::source_dir() + "/tests/fixtures/dspark-reference.safetensors");
+  ASSERT_TRUE(ref.is_ok()) << ref.status().message();
+  auto m = model::DeepseekV4Cpu::load(model_dir(), model::Numerics::hf());
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  auto ds = speculative::create_cpu_drafter(spec_config(speculative::SpecMethod::kDspark), (*m)->config(), 2);
+  ASSERT_TRUE(ds.is_ok()) << ds.status().message();
+  const int64_t c = (*ds)->resume_positions();
+  EXPECT_LT(c, (*ds)->context_window());
+  const io::TensorView* ids_t = ref->find("case.0.input_ids");
+  ASSERT_NE(ids_t, nullptr);
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < ids_t->numel(); ++i) ids.push_back(int32_t(ids_t->int_at(i)));
+  const int64_t a = int64_t(ids.size()) - 1, start = a - c;
+  ASSERT_GT(start, 0);
+  const std::vector<int32_t> ctx(ids.begin(), ids.end() - 1);
+  const std::vector<float> hidden = target_hidden(**m, ctx, (*ds)->tapped_layers());
+  std::vector<speculative::IngestItem> ing{{0, 0, int32_t(a), 0, {}}, {1, start, int32_t(c), int32_t(start), {}}};
+  ASSERT_TRUE((*ds)->ingest(ing, hidden).is_ok());
+  auto logits = [&](int32_t slot, int64_t context_start) {
+    std::vector<float> got;
+    auto draw = [&](size_t, int32_t, std::span<const float> lg) {
+      got.insert(got.end(), lg.begin(), lg.end());
+      return int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+    };
+    std::vector<speculative::Proposal> props;
+    speculative::ProposeItem item{slot, a, ids[size_t(a)], 3};
+    item.context_start = context_start;
+    EXPECT_TRUE((*ds)->propose({&item, 1}, draw, props).is_ok());
+    got.insert(got.end(), props[0].confidence_logits.begin(), props[0].confidence_logits.end());
+    return got;
+  };
+  const std::vector<float> whole = logits(0, start);
+  EXPECT_EQ(whole, logits(1, start));
+  EXPECT_NE(logits(1, 0), whole);  // the unwritten rows [0, start) would count
+  EXPECT_NE(logits(0, 0), whole);  // and the whole context drafts differently from the short one
 }

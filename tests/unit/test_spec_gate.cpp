@@ -6,6 +6,8 @@
 // drafting does not pay cost at most about kExploreShare of the time at rest.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <random>
 
 #include "speculative/spec_gate.h"
@@ -152,11 +154,11 @@ TEST(SpecGate, NeverFreezesWhereNothingPaysButNeverProbesWhereNothingCould) {
   for (int i = 0; i < 100000; ++i) g2.rest_step(8, cpu);
   EXPECT_FALSE(g2.should_draft(8, cpu));
   EXPECT_EQ(g2.credit(), 0.0);
-  // The prior alone (nothing observed): drafts at 1, rests at 64 (prior survival 0.7^k).
+  // The prior alone (nothing observed): drafts at 1, rests at 64 (prior survival p^k).
   SpecGate g3(kDrafts, kResume);
   EXPECT_TRUE(g3.should_draft(1, cost));
   EXPECT_FALSE(g3.should_draft(64, cost));
-  EXPECT_NEAR(g3.survival()[2], 0.7 * 0.7 * 0.7, 1e-12);
+  EXPECT_NEAR(g3.survival()[2], std::pow(SpecGate::kPriorAcceptance, 3), 1e-12);
 }
 
 TEST(SpecGate, SurvivalIsTheFadedConditionalAcceptanceWithThePrior) {

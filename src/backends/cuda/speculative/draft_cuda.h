@@ -10,6 +10,7 @@
 // with the CPU reference up to fp32-vs-double accumulation); otherwise larger GEMMs take the bf16 tensor-core
 // path (drafts may differ in near ties; verification keeps the output exact either way).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -126,6 +127,7 @@ class DsparkCuda final : public speculative::Drafter {
   int32_t max_drafts() const override { return int32_t(dc_.block_size); }
   bool has_confidence() const override { return true; }
   int64_t context_window() const override { return window_; }
+  int64_t resume_positions() const override { return std::min(speculative::kDsparkResumePositions, window_); }
   Status ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) override;
   Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
                  std::vector<speculative::Proposal>& out) override;
@@ -174,6 +176,7 @@ class Mtp1Cuda final : public speculative::Drafter {
   int32_t max_drafts() const override { return 1; }
   bool has_confidence() const override { return false; }
   int64_t context_window() const override { return window_; }
+  int64_t resume_positions() const override { return window_; }  // its ingest reads its own earlier rows
   Status ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) override;
   Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
                  std::vector<speculative::Proposal>& out) override;

@@ -130,7 +130,7 @@ Status DsparkCuda::upload_block(std::span<const speculative::ProposeItem> items,
       pos[b * g + k] = anchor + k;
       DraftKeys kk;
       kk.slot = real ? it->slot : 0;
-      kk.ring_lo = real ? std::max<int64_t>(0, anchor - window_) : 0;
+      kk.ring_lo = real ? std::max<int64_t>({0, anchor - window_, it->context_start}) : 0;
       kk.ring_hi = anchor;
       kk.new_lo = int32_t(b * g);
       kk.new_hi = int32_t(b * g + g);
