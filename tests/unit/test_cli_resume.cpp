@@ -1,4 +1,4 @@
-// Crash-safe `dsinfer generate` (issue 18): a SIGINT in the middle of a 200-request run on the shipped model
+// Crash-safe `dsinfer generate` (issue 18): a SIGINT in the middle of a 64-request run on the shipped model
 // leaves every finished record on disk and a rerun with --resume completes the rest, reusing them; a run
 // killed outright (SIGKILL: no chance to clean up) keeps its finished records in OUTPUT.partial for --resume.
 #include <gtest/gtest.h>
@@ -95,13 +95,17 @@ GenRun make_input(const ScratchDir& d, int n) {
   return r;
 }
 
+// 64 requests, the signal once 16 records are on disk (a quarter of the run: the 48 left take seconds, the signal
+// milliseconds after the 16th line; the run had 200 requests until 2026-12-03, which only made --resume redo more).
+constexpr size_t kSigintRequests = 64;
+
 TEST(CliResume, SigintMidRunThenResumeCompletesTheRest) {
   ScratchDir d("sigint");
-  const GenRun r = make_input(d, 200);
+  const GenRun r = make_input(d, int(kSigintRequests));
   const std::string partial = r.out + ".partial";
   auto t0 = Clock::now();
   const pid_t pid = spawn_generate(r.args(false), r.dir + "/run1.log");
-  ASSERT_TRUE(wait_for_lines(partial, 24, pid, 300)) << slurp(r.dir + "/run1.log");
+  ASSERT_TRUE(wait_for_lines(partial, 16, pid, 300)) << slurp(r.dir + "/run1.log");
   const size_t on_disk_at_signal = count_lines(partial);
   kill(pid, SIGINT);
   EXPECT_EQ(wait_exit(pid), 130) << slurp(r.dir + "/run1.log");
@@ -109,14 +113,14 @@ TEST(CliResume, SigintMidRunThenResumeCompletesTheRest) {
 
   // The output holds every line: the finished ones, and "aborted" errors for the rest; no partial file left.
   std::vector<json> recs = read_jsonl(r.out);
-  ASSERT_EQ(recs.size(), 200u);
+  ASSERT_EQ(recs.size(), kSigintRequests);
   EXPECT_FALSE(fs::exists(partial));
   size_t finished = 0, aborted = 0;
   for (const json& j : recs) {
     if (j["error"].is_null()) ++finished;
     else if (j["error"]["code"] == "aborted") ++aborted;
   }
-  EXPECT_EQ(finished + aborted, 200u);
+  EXPECT_EQ(finished + aborted, kSigintRequests);
   EXPECT_GE(finished, on_disk_at_signal);
   EXPECT_GT(aborted, 0u) << "the run finished before the signal: make the test input longer";
   const auto first = records_by_id(r.out, true);
@@ -129,12 +133,13 @@ TEST(CliResume, SigintMidRunThenResumeCompletesTheRest) {
   const std::string log2 = slurp(r.dir + "/run2.log");
   EXPECT_NE(log2.find("resume: " + std::to_string(finished) + " records reused"), std::string::npos) << log2;
   const auto second = records_by_id(r.out, true);
-  EXPECT_EQ(second.size(), 200u);
+  EXPECT_EQ(second.size(), kSigintRequests);
   for (const auto& [id, line] : first) EXPECT_EQ(second.at(id), line) << id;
   recs = read_jsonl(r.out);
   for (size_t i = 0; i < recs.size(); ++i) EXPECT_EQ(recs[i]["custom_id"], "req-" + std::to_string(i));  // input order
-  std::printf("[sigint/resume] 200 requests: SIGINT after %.1f s with %zu records on disk -> %zu finished, %zu aborted; "
-              "--resume ran %zu in %.1f s\n", run1_s, on_disk_at_signal, finished, aborted, aborted, run2_s);
+  std::printf("[sigint/resume] %zu requests: SIGINT after %.1f s with %zu records on disk -> %zu finished, %zu aborted; "
+              "--resume ran %zu in %.1f s\n",
+              kSigintRequests, run1_s, on_disk_at_signal, finished, aborted, aborted, run2_s);
 }
 
 TEST(CliResume, KilledRunKeepsThePartialFileForResume) {
