@@ -153,7 +153,10 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     return ok(oc::gemm_grouped_cuda(x, M, Kx, s.K, w[size_t(i)], s.groups, y, s.N, Ng, nullptr, prec), "grouped gemm");
   };
   oc::detail::GemmArgs a;
-  a.M = M, a.groups = s.groups, a.N = Ng, a.K = s.K;
+  a.M = M;
+  a.groups = s.groups;
+  a.N = Ng;
+  a.K = s.K;
   oc::detail::set_weight_args(a, w[0]);
   oc::detail::StreamParams sp;
   int sms = 0;
@@ -167,8 +170,12 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   // The streaming kernel on its own (kBf16 takes the GEMV kernel at M <= kGemmGemvMaxM): the side-by-side.
   const double t_stream = time_opt(has_stream && M <= oc::kGemmGemvMaxM, [&](int i) {
     oc::detail::GemmArgs c = a;
-    c.x = xs[size_t(i)].as<float>(), c.y = ys[size_t(i)].as<float>(), c.ldx = Kx, c.x_gstride = s.groups > 1 ? s.K : 0;
-    c.ldy = s.N, c.y_gstride = s.groups > 1 ? Ng : 0;
+    c.x = xs[size_t(i)].as<float>();
+    c.y = ys[size_t(i)].as<float>();
+    c.ldx = Kx;
+    c.x_gstride = s.groups > 1 ? s.K : 0;
+    c.ldy = s.N;
+    c.y_gstride = s.groups > 1 ? Ng : 0;
     oc::detail::set_weight_args(c, w[size_t(i)]);
     oc::detail::set_x_vec(c);
     return oc::detail::launch_gemm_stream(c, sp, nullptr) == 0;
@@ -178,8 +185,12 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   auto stream_variant = [&](int row_grid, int depth) {
     return [&, row_grid, depth](int i) {
       oc::detail::GemmArgs c = a;
-      c.x = xs[size_t(i)].as<float>(), c.y = ys[size_t(i)].as<float>(), c.ldx = Kx, c.x_gstride = s.groups > 1 ? s.K : 0;
-      c.ldy = s.N, c.y_gstride = s.groups > 1 ? Ng : 0;
+      c.x = xs[size_t(i)].as<float>();
+      c.y = ys[size_t(i)].as<float>();
+      c.ldx = Kx;
+      c.x_gstride = s.groups > 1 ? s.K : 0;
+      c.ldy = s.N;
+      c.y_gstride = s.groups > 1 ? Ng : 0;
       oc::detail::set_weight_args(c, w[size_t(i)]);
       oc::detail::set_x_vec(c);
       oc::detail::StreamParams v = sp;
@@ -219,7 +230,10 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     for (int i = 0; i < kSets && all; ++i) {
       dsinfer::Status st = eng.prepare(w[size_t(i)], M, nullptr);
       if (st.is_ok()) st = eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, nullptr);
-      if (!st.is_ok()) why_run = st.message(), all = false;
+      if (!st.is_ok()) {
+        why_run = st.message();
+        all = false;
+      }
     }
     CHECK(cudaDeviceSynchronize());
     return time_opt(all, [&](int i) {

@@ -111,8 +111,11 @@ void build(Set& st, int si, size_t w_bytes, size_t s_bytes) {
   const void* const* P = st.ptrs.as<const void* const>();
   auto proj = [&](int p, int64_t rows, int64_t cols) {
     oc::DeviceExpertWeights w;
-    w.fmt = oc::WeightFormat::FP4_G32, w.rows = rows, w.cols = cols;
-    w.data = P + (2 * p) * E, w.scale = P + (2 * p + 1) * E;
+    w.fmt = oc::WeightFormat::FP4_G32;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = P + (2 * p) * E;
+    w.scale = P + (2 * p + 1) * E;
     return w;
   };
   st.ex = {E, D, I, proj(0, I, D), proj(1, I, D), proj(2, D, I)};

@@ -39,7 +39,10 @@ constexpr GemmPrecision kGemv = GemmPrecision::kGemv;  // the kernel wherever it
 // Whether gemm_cuda / gemm_grouped_cuda with kGemv take the GEMV kernel for this weight, M and x layout.
 bool planned(const DeviceWeight& w, int64_t M, int64_t groups = 1) {
   od::GemmArgs a;
-  a.M = M, a.groups = groups, a.N = w.rows / groups, a.K = w.cols;
+  a.M = M;
+  a.groups = groups;
+  a.N = w.rows / groups;
+  a.K = w.cols;
   od::set_weight_args(a, w);
   od::GemvParams p;
   return M <= dsinfer::ops::cuda::kGemmGemvMaxM && od::plan_gemm_gemv(a, w.fmt, 132, p);
@@ -181,10 +184,15 @@ TEST(GemvGpu, PlanCoversOnlyItsRange) {
 // The plan of a weight shape at M rows, on a fake 16-byte aligned weight (host only: no device needed).
 od::GemvParams plan_for(WeightFormat f, int64_t groups, int64_t Ng, int64_t K, int64_t M) {
   DeviceWeight w;
-  w.fmt = f, w.rows = groups * Ng, w.cols = K;
+  w.fmt = f;
+  w.rows = groups * Ng;
+  w.cols = K;
   w.data = reinterpret_cast<const void*>(uintptr_t(4096));
   od::GemmArgs a;
-  a.M = M, a.groups = groups, a.N = Ng, a.K = K;
+  a.M = M;
+  a.groups = groups;
+  a.N = Ng;
+  a.K = K;
   od::set_weight_args(a, w);
   od::GemvParams p;
   EXPECT_TRUE(od::plan_gemm_gemv(a, f, 132, p)) << "N=" << Ng << " K=" << K << " M=" << M;

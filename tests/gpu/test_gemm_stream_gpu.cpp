@@ -38,7 +38,10 @@ constexpr GemmPrecision kBf16 = GemmPrecision::kBf16;
 // Whether gemm_cuda / gemm_grouped_cuda with kBf16 take the streaming kernel for this weight and M.
 bool planned(const DeviceWeight& w, int64_t M, int64_t groups = 1) {
   od::GemmArgs a;
-  a.M = M, a.groups = groups, a.N = w.rows / groups, a.K = w.cols;
+  a.M = M;
+  a.groups = groups;
+  a.N = w.rows / groups;
+  a.K = w.cols;
   od::set_weight_args(a, w);
   od::StreamParams p;
   return od::plan_gemm_stream(a, w.fmt, 132, p);
@@ -196,7 +199,13 @@ void check_grids(int64_t N, int64_t K, int64_t M, bool acc, uint64_t seed) {
   const std::vector<float> y0 = acc ? random_floats(size_t(M * N), seed + 2) : std::vector<float>(size_t(M * N), NAN);
   auto dx = to_device(x);
   od::GemmArgs a;
-  a.M = M, a.N = N, a.K = K, a.x = dx.data(), a.ldx = K, a.ldy = N, a.accumulate = acc;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.x = dx.data();
+  a.ldx = K;
+  a.ldy = N;
+  a.accumulate = acc;
   od::set_weight_args(a, dw.w);
   od::set_x_vec(a);
   od::StreamParams p;
@@ -244,7 +253,9 @@ TEST(GemmStreamGpu, PersistentGridAndDepthKeepBits) {
   check_grids(4096, 8192, 64, false, 6006);  // wo_b: cluster split-K, 2 token chunks
   // The fast path's plan at the V4-Flash shapes is persistent where the row blocks exceed the resident blocks.
   od::GemmArgs a;
-  a.M = 64, a.N = 32768, a.K = 1024;
+  a.M = 64;
+  a.N = 32768;
+  a.K = 1024;
   HostWeight hw = make_host_weight(WeightFormat::FP8_BLOCK, 256, 1024, 6007);
   auto dw = dsinfer::test::upload(hw);
   od::set_weight_args(a, dw.w);

@@ -48,8 +48,11 @@ void build_experts(Experts& s, int64_t E, int64_t D, int64_t I, uint64_t seed) {
       dp.push_back(s.owned.back().w.data), sp.push_back(s.owned.back().w.scale);
     }
     s.ptrs[2 * p] = to_device(dp), s.ptrs[2 * p + 1] = to_device(sp);
-    views[p].fmt = WeightFormat::FP4_G32, views[p].rows = rows, views[p].cols = cols;
-    views[p].data = s.ptrs[2 * p].data(), views[p].scale = s.ptrs[2 * p + 1].data();
+    views[p].fmt = WeightFormat::FP4_G32;
+    views[p].rows = rows;
+    views[p].cols = cols;
+    views[p].data = s.ptrs[2 * p].data();
+    views[p].scale = s.ptrs[2 * p + 1].data();
   }
   s.ex = {E, D, I, views[0], views[1], views[2]};
 }

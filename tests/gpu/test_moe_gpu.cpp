@@ -57,7 +57,10 @@ void check_route(const RouteCase& c, uint64_t seed, const std::vector<float>* fi
   DeviceBuffer<float> db;
   DeviceBuffer<int32_t> dt, dtok;
   if (c.bias) db = to_device(bias);
-  if (c.hash) dt = to_device(table), dtok = to_device(tokens);
+  if (c.hash) {
+    dt = to_device(table);
+    dtok = to_device(tokens);
+  }
   auto di = to_device(std::vector<int32_t>(size_t(c.T * c.k), -7));
   auto dw = to_device(std::vector<float>(size_t(c.T * c.k), NAN));
   oc::RouterCudaParams p{c.E, c.k, c.score, c.renorm, c.eps, c.scale, c.hash ? vocab : 0};
@@ -72,8 +75,15 @@ void check_route(const RouteCase& c, uint64_t seed, const std::vector<float>* fi
   std::vector<float> eye(size_t(c.E * c.E), 0.0f);
   for (int64_t e = 0; e < c.E; ++e) eye[size_t(e * c.E + e)] = 1.0f;
   dsinfer::ops::RouterParams rp;
-  rp.gate = eye.data(), rp.bias = c.bias ? bias.data() : nullptr, rp.experts = c.E, rp.dim = c.E, rp.topk = c.k;
-  rp.score = c.score, rp.renormalize = c.renorm, rp.norm_eps = c.eps, rp.route_scale = c.scale;
+  rp.gate = eye.data();
+  rp.bias = c.bias ? bias.data() : nullptr;
+  rp.experts = c.E;
+  rp.dim = c.E;
+  rp.topk = c.k;
+  rp.score = c.score;
+  rp.renormalize = c.renorm;
+  rp.norm_eps = c.eps;
+  rp.route_scale = c.scale;
   std::vector<int32_t> ri(size_t(c.k));
   std::vector<float> rw(size_t(c.k)), got_w, ref_w;
   int64_t near_ties = 0;
@@ -136,7 +146,8 @@ TEST(RouteGpu, ArgumentErrors) {
   ASSERT_TRUE(di.alloc(16).is_ok() && dw.alloc(16).is_ok());
   oc::RouterCudaParams p{8, 9, ScoreFunc::SqrtSoftplus, true, 0.0f, 1.0f, 0};  // topk > experts
   EXPECT_FALSE(oc::route_cuda(dl.data(), 2, nullptr, nullptr, nullptr, p, di.data(), dw.data(), nullptr).is_ok());
-  p.topk = 2, p.experts = 2000;  // too many experts
+  p.topk = 2;  // too many experts
+  p.experts = 2000;
   EXPECT_FALSE(oc::route_cuda(dl.data(), 2, nullptr, nullptr, nullptr, p, di.data(), dw.data(), nullptr).is_ok());
   p.experts = 8;
   auto dt = to_device(std::vector<int32_t>(16, 0));
@@ -163,7 +174,9 @@ void build_set(ExpertSet& s, WeightFormat f, int64_t E, int64_t rows, int64_t co
     sp.push_back(s.owned.back().w.scale);
   }
   s.data_ptrs = to_device(dp);
-  s.view.fmt = f, s.view.rows = rows, s.view.cols = cols;
+  s.view.fmt = f;
+  s.view.rows = rows;
+  s.view.cols = cols;
   s.view.data = s.data_ptrs.data();
   if (f == WeightFormat::FP8_BLOCK || f == WeightFormat::FP4_G32) {
     s.scale_ptrs = to_device(sp);
@@ -386,7 +399,10 @@ TEST(MoeGpu, ArgumentErrors) {
   EXPECT_TRUE(oc::moe_cuda(dx.data(), 2, di.data(), dw.data(), 2, ex, nullptr, 0, 0, dout.data(), ws, nullptr).is_ok());
   // FP4 with K not a multiple of 32
   oc::MoeExpertsDevice bad = ex;
-  bad.dim = 48, bad.w1.cols = 48, bad.w3.cols = 48, bad.w2.rows = 48;
+  bad.dim = 48;
+  bad.w1.cols = 48;
+  bad.w3.cols = 48;
+  bad.w2.rows = 48;
   EXPECT_FALSE(oc::moe_cuda(dx.data(), 2, di.data(), dw.data(), 2, bad, nullptr, 0, 0, dout.data(), ws, nullptr).is_ok());
   // wrong w2 shape
   bad = ex;

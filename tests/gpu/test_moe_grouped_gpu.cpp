@@ -53,7 +53,10 @@ void build_set(ExpertSet& s, WeightFormat f, int64_t E, int64_t rows, int64_t co
     dp.push_back(s.owned.back().w.data), sp.push_back(s.owned.back().w.scale);
   }
   s.data_ptrs = to_device(dp);
-  s.view.fmt = f, s.view.rows = rows, s.view.cols = cols, s.view.data = s.data_ptrs.data();
+  s.view.fmt = f;
+  s.view.rows = rows;
+  s.view.cols = cols;
+  s.view.data = s.data_ptrs.data();
   if (f == WeightFormat::FP8_BLOCK || f == WeightFormat::FP4_G32) {
     s.scale_ptrs = to_device(sp);
     s.view.scale = s.scale_ptrs.data();

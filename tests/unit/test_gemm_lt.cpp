@@ -83,7 +83,9 @@ TEST(GemmLtQuant, RefMatchesOfficialActQuantSimulation) {
       ASSERT_EQ(bits(got), bits(hi[size_t(k)])) << "m=" << m << " k=" << k << " x=" << x[size_t(m * ldx + k)];
       ASSERT_EQ(bits(got2), bits(lo[size_t(k)])) << "second term, m=" << m << " k=" << k;
       const double xv = x[size_t(m * ldx + k)];
-      err1 += (xv - got) * (xv - got), err2 += (xv - got - got2) * (xv - got - got2), norm += xv * xv;
+      err1 += (xv - got) * (xv - got);
+      err2 += (xv - got - got2) * (xv - got - got2);
+      norm += xv * xv;
     }
     // The second term cuts the error from e4m3's ~2^-4 relative to ~2^-8.
     EXPECT_LT(std::sqrt(err2 / norm), 0.2 * std::sqrt(err1 / norm) + 1e-30) << "row " << m;

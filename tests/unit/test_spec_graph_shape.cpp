@@ -28,7 +28,11 @@ struct Plan {
     plan.cu_seqlens.push_back(0);
     for (int32_t s = 0; s < S; ++s) {
       scheduler::SeqPlan sp;
-      sp.start_pos = start, sp.num_new_tokens = n, sp.token_offset = s * n, sp.slot = s, sp.block_table = table;
+      sp.start_pos = start;
+      sp.num_new_tokens = n;
+      sp.token_offset = s * n;
+      sp.slot = s;
+      sp.block_table = table;
       sp.needs_logits = true;
       sp.num_spec_tokens = spec ? n - 1 : 0;
       sp.logits_row = int32_t(plan.logits_token_index.size());
@@ -77,15 +81,20 @@ TEST(SpecGraphShape, PlainArgmaxOnlyForUnprocessedGreedy) {
   SamplingParams q = p;
   q.temperature = 0.7;
   EXPECT_FALSE(speculative::plain_argmax(q, 1));
-  q = p, q.repetition_penalty = 1.1;
+  q = p;
+  q.repetition_penalty = 1.1;
   EXPECT_FALSE(speculative::plain_argmax(q, 1));
-  q = p, q.presence_penalty = 0.5;
+  q = p;
+  q.presence_penalty = 0.5;
   EXPECT_FALSE(speculative::plain_argmax(q, 1));
-  q = p, q.frequency_penalty = 0.5;
+  q = p;
+  q.frequency_penalty = 0.5;
   EXPECT_FALSE(speculative::plain_argmax(q, 1));
-  q = p, q.logit_bias[3] = 1.0;
+  q = p;
+  q.logit_bias[3] = 1.0;
   EXPECT_FALSE(speculative::plain_argmax(q, 1));
-  q = p, q.min_tokens = 5;
+  q = p;
+  q.min_tokens = 5;
   EXPECT_FALSE(speculative::plain_argmax(q, 4));  // EOS still suppressed for the drafts
   EXPECT_TRUE(speculative::plain_argmax(q, 5));
 }

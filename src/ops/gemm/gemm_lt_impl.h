@@ -99,7 +99,10 @@ struct GemmLtEngine::Impl {
   Status init();               // handle, workspace (gemm_lt_cuda.cpp)
   Status probe(void* stream);  // sets wscale_layout (gemm_lt_plan_cuda.cpp)
   Status ensure_probe(void* stream) {
-    if (!probed) probed = true, probe_status = probe(stream);
+    if (!probed) {
+      probed = true;
+      probe_status = probe(stream);
+    }
     return probe_status;
   }
   gemm_lt_detail::Plan& plan(const gemm_lt_detail::PlanKey& key, const float* w_scale, const float* x_scale);

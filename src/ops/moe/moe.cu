@@ -31,17 +31,27 @@ __device__ void scan_counts(int* cnt, int E, int32_t* offsets, int32_t* active, 
   int ci = c, fi = f;  // inclusive within the warp
   for (int d = 1; d < 32; d <<= 1) {
     const int cu = __shfl_up_sync(0xffffffffu, ci, d), fu = __shfl_up_sync(0xffffffffu, fi, d);
-    if (lane >= d) ci += cu, fi += fu;
+    if (lane >= d) {
+      ci += cu;
+      fi += fu;
+    }
   }
-  if (lane == 31) warp_cnt[warp] = ci, warp_flag[warp] = fi;
+  if (lane == 31) {
+    warp_cnt[warp] = ci;
+    warp_flag[warp] = fi;
+  }
   __syncthreads();
   if (warp == 0) {
     int wc = warp_cnt[lane], wf = warp_flag[lane];
     for (int d = 1; d < 32; d <<= 1) {
       const int cu = __shfl_up_sync(0xffffffffu, wc, d), fu = __shfl_up_sync(0xffffffffu, wf, d);
-      if (lane >= d) wc += cu, wf += fu;
+      if (lane >= d) {
+        wc += cu;
+        wf += fu;
+      }
     }
-    warp_cnt[lane] = wc - warp_cnt[lane], warp_flag[lane] = wf - warp_flag[lane];  // exclusive
+    warp_cnt[lane] = wc - warp_cnt[lane];  // exclusive
+    warp_flag[lane] = wf - warp_flag[lane];
   }
   __syncthreads();
   int run = warp_cnt[warp] + ci - c, na = warp_flag[warp] + fi - f;

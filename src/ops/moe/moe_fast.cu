@@ -146,7 +146,8 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
   const int64_t K = p.K, nch = K / kFastChunk;
 
   TileRows tr;
-  tr.data_row = K / 2, tr.scale_row = K / 32;
+  tr.data_row = K / 2;
+  tr.scale_row = K / 32;
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
     const bool up = kGateUp && m == 1;

@@ -82,12 +82,18 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
       float bv = 0.0f;
       int be = kNoExpert;
       for (int e = lane; e < E; e += 32)
-        if (!taken[e] && better(b[e], e, bv, be)) bv = b[e], be = e;
+        if (!taken[e] && better(b[e], e, bv, be)) {
+          bv = b[e];
+          be = e;
+        }
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
         const int oe = __shfl_xor_sync(0xffffffffu, be, off);
-        if (better(ov, oe, bv, be)) bv = ov, be = oe;
+        if (better(ov, oe, bv, be)) {
+          bv = ov;
+          be = oe;
+        }
       }
       if (lane == 0) out_idx[k] = be == kNoExpert ? -1 : be;
       if (be != kNoExpert && lane == (be & 31)) taken[be] = 1;
