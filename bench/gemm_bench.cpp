@@ -168,7 +168,8 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   const double t_old = time_ms([&](int i) { return gemm(i, oc::GemmPrecision::kFp32SmallM); });
   const double t_new = time_opt(has_new, [&](int i) { return gemm(i, oc::GemmPrecision::kBf16); });
   // The streaming kernel on its own (kBf16 takes the GEMV kernel at M <= kGemmGemvMaxM): the side-by-side.
-  const double t_stream = time_opt(has_stream && M <= oc::kGemmGemvMaxM, [&](int i) {
+  // The call's arguments on input set i (the weight, x and y of that set).
+  auto args_of = [&](int i) {
     oc::detail::GemmArgs c = a;
     c.x = xs[size_t(i)].as<float>();
     c.y = ys[size_t(i)].as<float>();
@@ -178,25 +179,19 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     c.y_gstride = s.groups > 1 ? Ng : 0;
     oc::detail::set_weight_args(c, w[size_t(i)]);
     oc::detail::set_x_vec(c);
-    return oc::detail::launch_gemm_stream(c, sp, nullptr) == 0;
+    return c;
+  };
+  const double t_stream = time_opt(has_stream && M <= oc::kGemmGemvMaxM, [&](int i) {
+    return oc::detail::launch_gemm_stream(args_of(i), sp, nullptr) == 0;
   });
   // The streaming kernel with one block per row block (StreamParams::row_grid = 0: not persistent), for the
   // persistent grid's effect (M > kGemmGemvMaxM, where "new" is the persistent streaming kernel).
   auto stream_variant = [&](int row_grid, int depth) {
     return [&, row_grid, depth](int i) {
-      oc::detail::GemmArgs c = a;
-      c.x = xs[size_t(i)].as<float>();
-      c.y = ys[size_t(i)].as<float>();
-      c.ldx = Kx;
-      c.x_gstride = s.groups > 1 ? s.K : 0;
-      c.ldy = s.N;
-      c.y_gstride = s.groups > 1 ? Ng : 0;
-      oc::detail::set_weight_args(c, w[size_t(i)]);
-      oc::detail::set_x_vec(c);
       oc::detail::StreamParams v = sp;
       v.row_grid = row_grid;
       v.depth = depth;
-      return oc::detail::launch_gemm_stream(c, v, nullptr) == 0;
+      return oc::detail::launch_gemm_stream(args_of(i), v, nullptr) == 0;
     };
   };
   const bool variants = has_stream && M > oc::kGemmGemvMaxM;
