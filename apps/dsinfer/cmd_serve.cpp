@@ -145,8 +145,8 @@ int cmd_serve(int argc, char** argv) {
       return usage_error();
     }
     const std::string v = argv[++i];
-    long long n = 0;
     const auto seconds = [&](double* out) {  // whole seconds >= 1 into a double field
+      long long n = 0;
       if (!parse_int_flag("serve", a, v, 1, INT32_MAX, &n)) return false;
       *out = double(n);
       return true;

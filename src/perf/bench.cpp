@@ -95,11 +95,13 @@ Result<double> time_graph_steps(runner::ModelRunner& r, const scheduler::BatchPl
   greedy.temperature = 0;
   sampling::PackedRows rows;
   rows.clear(r.config().vocab_size);
-  for (int32_t row = 0; device && row < plan.num_logits(); ++row) {
-    sampling::RowRequest req;
-    req.logits_row = row;
-    req.params = &greedy;
-    DSI_RETURN_IF_ERROR(rows.add(req));
+  if (device) {
+    for (int32_t row = 0; row < plan.num_logits(); ++row) {
+      sampling::RowRequest req;
+      req.logits_row = row;
+      req.params = &greedy;
+      DSI_RETURN_IF_ERROR(rows.add(req));
+    }
   }
   std::vector<float> logits;
   std::vector<ops::SampleRowOut> ids;

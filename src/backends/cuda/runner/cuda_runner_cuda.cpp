@@ -169,8 +169,9 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   // bucket: the padding sequences come after the plan's, so the first T tokens and R logits rows are the plan's.
   const bool fixed = fixed_shape_step(plan, layout_, max_model_len_);
   const bool graph = fixed && graphs_enabled_ && !timer_.enabled();
-  const bool pad = fixed && pad_.slot >= 0 && !dp_ && !tp_ && graph_bucket_seqs(plan.num_seqs()) > plan.num_seqs();
-  if (pad) pad_fixed_step(plan, graph_bucket_seqs(plan.num_seqs()), pad_, layout_.block_size, pad_table_, padded_);
+  const int64_t bucket = fixed ? graph_bucket_seqs(plan.num_seqs()) : plan.num_seqs();
+  const bool pad = pad_.slot >= 0 && !dp_ && !tp_ && bucket > plan.num_seqs();
+  if (pad) pad_fixed_step(plan, bucket, pad_, layout_.block_size, pad_table_, padded_);
   const scheduler::BatchPlan& run_plan = pad ? padded_ : plan;
   const int64_t run_T = run_plan.num_tokens(), run_R = compute_logits_ ? run_plan.num_logits() : 0;
   DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(run_plan, layout_, V, fixed, max_model_len_,
