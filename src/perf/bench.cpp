@@ -10,9 +10,6 @@
 #include "perf/ceilings.h"
 #include "perf/cost_model.h"
 #include "sampling/row_pack.h"
-#if DSINFER_HAS_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace dsinfer::perf {
 
@@ -122,17 +119,6 @@ Result<double> time_graph_steps(runner::ModelRunner& r, const scheduler::BatchPl
   return median(g);
 }
 
-// Device memory in use now (total - free; the CUDA runner's buffers only grow, so the largest value seen after
-// each step is the peak), or -1 without CUDA.
-double device_bytes_in_use() {
-#if DSINFER_HAS_CUDA
-  size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) return double(total_b - free_b);
-  (void)cudaGetLastError();
-#endif
-  return -1.0;
-}
-
 // What the floors of a run use: the ceilings and the state format.
 struct FloorModel {
   Ceilings ceil;
@@ -225,7 +211,7 @@ BenchCase run_case(runner::ModelRunner& r, const cache::StateLayout& layout, con
   aggregate(r.config(), samples, fm, c);
   add_comm(samples, int64_t(samples.step_ms.size()), c);
   c.step_ms = median(samples.step_ms);
-  c.peak_device_bytes = device_bytes_in_use();
+  c.peak_device_bytes = r.diagnostics().device_bytes_in_use();
   if (new_tokens == 1) {
     auto g = time_graph_steps(r, plan, o.iters);
     if (!g) {
@@ -265,7 +251,7 @@ BenchCase run_chunked_prefill(runner::ModelRunner& r, const cache::StateLayout& 
     const auto t0 = std::chrono::steady_clock::now();
     s = r.step(plan, logits);
     wall += ms_since(t0);
-    c.peak_device_bytes = std::max(c.peak_device_bytes, device_bytes_in_use());
+    c.peak_device_bytes = std::max(c.peak_device_bytes, r.diagnostics().device_bytes_in_use());
     if (!s) break;
     auto times = r.diagnostics().op_times();
     if (!times) {

@@ -110,6 +110,9 @@ class RunnerDiagnostics {
   virtual Result<StepGapTimes> step_gap_times() { return Status::error("this backend has no step events"); }
   // Step graphs (CUDA graphs of fixed-shape steps) captured so far; 0 for a backend without them.
   virtual int64_t graphs_captured() const { return 0; }
+  // Bytes in use on this runner's GPU now (total - free, every allocation of the process on it; the largest over its
+  // GPUs for several ranks), or -1 for a backend without a device. `dsinfer bench` reports the largest value seen.
+  virtual double device_bytes_in_use() const { return -1.0; }
 };
 
 class ModelRunner {

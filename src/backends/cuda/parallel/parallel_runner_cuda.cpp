@@ -117,6 +117,13 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
                           : Status::error("speculative decoding is not implemented with --gpus > 1 yet (docs/multi_gpu.md)");
   }
 
+  double device_bytes_in_use() const override {
+    double most = -1.0;  // ranks sharing a GPU see the same device, so the largest is one GPU's use
+    for (const auto& s : shards_) {
+      if (s) most = std::max(most, s->device_bytes_in_use());
+    }
+    return most;
+  }
   Status set_timing(bool on) override { return all([&](CudaRunner& s) { return s.set_timing(on); }); }
   Result<std::vector<OpTime>> op_times() override {
     std::vector<OpTime> times;  // shard 0's: the shards run the same ops in lockstep (the all-reduce joins them)

@@ -92,6 +92,14 @@ Status CudaRunner::bind_device() const {
   return Status::ok();
 }
 
+double CudaRunner::device_bytes_in_use() const {
+  size_t free_b = 0;
+  size_t total_b = 0;
+  if (bind_device() && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) return double(total_b - free_b);
+  (void)cudaGetLastError();
+  return -1.0;
+}
+
 CudaRunner::~CudaRunner() {
   (void)cudaSetDevice(ordinal_);  // frees and destroys on this runner's GPU
   graphs_.clear();

@@ -58,6 +58,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   Status set_step_events(bool on) override;
   Result<StepGapTimes> step_gap_times() override;
   int64_t graphs_captured() const override { return graphs_.captures(); }
+  double device_bytes_in_use() const override;
 
   // Expert parallelism (parallel_runner.h): the communicator of this shard's EP group (the MoE output is summed
   // over it after every MoE), and whether the step computes and downloads logits (shard 0 only).
