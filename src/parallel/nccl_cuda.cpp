@@ -2,12 +2,13 @@
 #include "parallel/nccl_cuda.h"
 
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+
+#include "core/dynamic_library.h"
 
 namespace dsinfer::parallel {
 
@@ -37,34 +38,36 @@ NcclApi g_api;
 Status g_status = Status::error("NCCL not loaded");
 std::once_flag g_once;
 
-template <typename F>
-bool sym(void* lib, const char* name, F& out) {
-  out = reinterpret_cast<F>(dlsym(lib, name));
-  return out != nullptr;
-}
-
 Status load_once() {
   // NVLink multicast (NVLS) must stay off: overwrite, whatever the environment says.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   const char* env = std::getenv("DSINFER_NCCL_LIBRARY");
   g_api.path = env && *env ? env : "libnccl.so.2";
-  void* lib = dlopen(g_api.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::string why;
+  void* lib = open_library(g_api.path, why);
   if (!lib) {
-    const char* why = dlerror();
     return Status::errorf(
         "more than one GPU needs NCCL, but '{}' could not be loaded ({}); install it (pip install "
         "nvidia-nccl-cu13) and point DSINFER_NCCL_LIBRARY at its lib/libnccl.so.2, or add that "
         "folder to LD_LIBRARY_PATH",
-        g_api.path, why ? why : "unknown error");
+        g_api.path, why);
   }
   NcclApi& a = g_api;
-  const bool ok = sym(lib, "ncclGetUniqueId", a.get_unique_id) && sym(lib, "ncclCommInitRank", a.comm_init_rank) &&
-                  sym(lib, "ncclAllReduce", a.all_reduce) && sym(lib, "ncclAllGather", a.all_gather) &&
-                  sym(lib, "ncclBroadcast", a.broadcast) && sym(lib, "ncclSend", a.send) &&
-                  sym(lib, "ncclRecv", a.recv) && sym(lib, "ncclGroupStart", a.group_start) &&
-                  sym(lib, "ncclGroupEnd", a.group_end) && sym(lib, "ncclCommDestroy", a.comm_destroy) &&
-                  sym(lib, "ncclCommAbort", a.comm_abort) && sym(lib, "ncclCommGetAsyncError", a.async_error) &&
-                  sym(lib, "ncclGetErrorString", a.error_string) && sym(lib, "ncclGetVersion", a.get_version);
+  const bool ok =
+      load_symbol(lib, "ncclGetUniqueId", a.get_unique_id) &&
+      load_symbol(lib, "ncclCommInitRank", a.comm_init_rank) &&
+      load_symbol(lib, "ncclAllReduce", a.all_reduce) &&
+      load_symbol(lib, "ncclAllGather", a.all_gather) &&
+      load_symbol(lib, "ncclBroadcast", a.broadcast) &&
+      load_symbol(lib, "ncclSend", a.send) &&
+      load_symbol(lib, "ncclRecv", a.recv) &&
+      load_symbol(lib, "ncclGroupStart", a.group_start) &&
+      load_symbol(lib, "ncclGroupEnd", a.group_end) &&
+      load_symbol(lib, "ncclCommDestroy", a.comm_destroy) &&
+      load_symbol(lib, "ncclCommAbort", a.comm_abort) &&
+      load_symbol(lib, "ncclCommGetAsyncError", a.async_error) &&
+      load_symbol(lib, "ncclGetErrorString", a.error_string) &&
+      load_symbol(lib, "ncclGetVersion", a.get_version);
   if (!ok) return Status::errorf("'{}' lacks an NCCL symbol dsinfer needs (is it libnccl.so.2?)", g_api.path);
   int v = 0;
   if (a.get_version(&v) == ncclSuccess) a.version = fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);

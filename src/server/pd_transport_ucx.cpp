@@ -3,7 +3,6 @@
 #include "server/pd_transport_ucx.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <netinet/in.h>
 #include <poll.h>
 
@@ -17,6 +16,8 @@
 
 #if DSINFER_HAS_UCX
 #include <ucp/api/ucp.h>
+
+#include "core/dynamic_library.h"
 #endif
 
 namespace dsinfer::server::kv_transfer {
@@ -69,33 +70,36 @@ UcxApi g;
 Status g_status = Status::error("UCX not loaded");
 std::once_flag g_once;
 
-template <typename F>
-bool sym(void* lib, const char* name, F& out) {
-  out = reinterpret_cast<F>(dlsym(lib, name));
-  return out != nullptr;
-}
-
 Status load_once() {
   const char* env = std::getenv("DSINFER_UCX_LIBRARY");
   const std::string path = env && *env ? env : "libucp.so.0";
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::string why;
+  void* lib = open_library(path, why);
   if (!lib) {
-    const char* why = dlerror();
     return Status::errorf("--kv-transfer-backend ucx needs UCX, but '{}' could not be loaded ({}); install it "
                           "(Debian: libucx0) or point DSINFER_UCX_LIBRARY at a libucp.so",
-                          path, why ? why : "unknown error");
+                          path, why);
   }
   // libucs (ucs_status_string) is a dependency of libucp: dlsym on libucp's handle searches it too.
   const bool ok =
-      sym(lib, "ucp_config_read", g.config_read) && sym(lib, "ucp_config_release", g.config_release) &&
-      sym(lib, "ucp_init_version", g.init_version) && sym(lib, "ucp_worker_create", g.worker_create) &&
-      sym(lib, "ucp_worker_destroy", g.worker_destroy) && sym(lib, "ucp_worker_progress", g.worker_progress) &&
-      sym(lib, "ucp_worker_get_efd", g.worker_get_efd) && sym(lib, "ucp_worker_arm", g.worker_arm) &&
-      sym(lib, "ucp_listener_create", g.listener_create) && sym(lib, "ucp_listener_destroy", g.listener_destroy) &&
-      sym(lib, "ucp_listener_query", g.listener_query) && sym(lib, "ucp_listener_reject", g.listener_reject) &&
-      sym(lib, "ucp_ep_create", g.ep_create) && sym(lib, "ucp_ep_close_nbx", g.ep_close_nbx) &&
-      sym(lib, "ucp_stream_send_nbx", g.stream_send_nbx) && sym(lib, "ucp_stream_recv_nbx", g.stream_recv_nbx) &&
-      sym(lib, "ucp_request_free", g.request_free) && sym(lib, "ucs_status_string", g.status_string);
+      load_symbol(lib, "ucp_config_read", g.config_read) &&
+      load_symbol(lib, "ucp_config_release", g.config_release) &&
+      load_symbol(lib, "ucp_init_version", g.init_version) &&
+      load_symbol(lib, "ucp_worker_create", g.worker_create) &&
+      load_symbol(lib, "ucp_worker_destroy", g.worker_destroy) &&
+      load_symbol(lib, "ucp_worker_progress", g.worker_progress) &&
+      load_symbol(lib, "ucp_worker_get_efd", g.worker_get_efd) &&
+      load_symbol(lib, "ucp_worker_arm", g.worker_arm) &&
+      load_symbol(lib, "ucp_listener_create", g.listener_create) &&
+      load_symbol(lib, "ucp_listener_destroy", g.listener_destroy) &&
+      load_symbol(lib, "ucp_listener_query", g.listener_query) &&
+      load_symbol(lib, "ucp_listener_reject", g.listener_reject) &&
+      load_symbol(lib, "ucp_ep_create", g.ep_create) &&
+      load_symbol(lib, "ucp_ep_close_nbx", g.ep_close_nbx) &&
+      load_symbol(lib, "ucp_stream_send_nbx", g.stream_send_nbx) &&
+      load_symbol(lib, "ucp_stream_recv_nbx", g.stream_recv_nbx) &&
+      load_symbol(lib, "ucp_request_free", g.request_free) &&
+      load_symbol(lib, "ucs_status_string", g.status_string);
   if (!ok) return Status::errorf("'{}' lacks a UCX symbol dsinfer uses (built against ucp.h {}.{})", path, UCP_API_MAJOR,
                                  UCP_API_MINOR);
   ucp_config_t* cfg = nullptr;

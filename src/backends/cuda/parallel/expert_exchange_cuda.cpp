@@ -52,11 +52,6 @@ WireType output_wire(ops::KernelMode mode) {
   return mode == ops::KernelMode::kExact || mode == ops::KernelMode::kBatchInvariant ? WireType::kF32 : WireType::kBf16;
 }
 
-template <typename T>
-Status ensure(cuda::DeviceBuffer<T>& b, size_t n, const char* what) {
-  return b.size() >= n ? Status::ok() : b.alloc(std::max<size_t>(n, 64), what);
-}
-
 // Bytes per rank of `rows[q]` rows of `row_bytes` each.
 std::vector<size_t> sizes(std::span<const int64_t> rows, int64_t row_bytes) {
   std::vector<size_t> out(rows.size());
@@ -98,7 +93,7 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   X.meta.assign(plan.send_token.begin(), plan.send_token.end());
   X.meta.insert(X.meta.end(), plan.send_expert.begin(), plan.send_expert.end());
   X.meta.insert(X.meta.end(), plan.pos_of.begin(), plan.pos_of.end());
-  DSI_RETURN_IF_ERROR(ensure(X.meta_dev, X.meta.size(), "expert dispatch plan"));
+  DSI_RETURN_IF_ERROR(grow(X.meta_dev, X.meta.size(), "expert dispatch plan"));
   if (!X.meta.empty())
     DSI_CUDA_TRY(cudaMemcpyAsync(X.meta_dev.data(), X.meta.data(), X.meta.size() * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, cs));
@@ -107,7 +102,7 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   const int32_t* pos_of = send_token + 2 * P;
   X.counts.assign(size_t(2 * N), 0);
   std::copy(plan.send_count.begin(), plan.send_count.end(), X.counts.begin());
-  DSI_RETURN_IF_ERROR(ensure(X.counts_dev, size_t(2 * N), "expert dispatch counts"));
+  DSI_RETURN_IF_ERROR(grow(X.counts_dev, size_t(2 * N), "expert dispatch counts"));
   DSI_CUDA_TRY(cudaMemcpyAsync(X.counts_dev.data(), X.counts.data(), size_t(N) * sizeof(int64_t),
                                cudaMemcpyHostToDevice, cs));
   const std::vector<size_t> eight(size_t(N), sizeof(int64_t));
@@ -120,12 +115,12 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
     if (got[size_t(q)] < 0 || got[size_t(q)] > int64_t(1) << 30)
       return Status::errorf("expert dispatch: rank {} announced {} pairs to rank {}", q, got[size_t(q)], comm_->rank());
   const int64_t R = std::accumulate(got.begin(), got.end(), int64_t(0));
-  DSI_RETURN_IF_ERROR(ensure(X.xs, size_t(P * bx), "expert dispatch inputs"));
+  DSI_RETURN_IF_ERROR(grow(X.xs, size_t(P * bx), "expert dispatch inputs"));
   DSI_RETURN_IF_ERROR(ops::cuda::pack_rows_cuda(x, D, send_token, P, wx, X.xs.data(), stream_));
-  DSI_RETURN_IF_ERROR(ensure(X.recv_expert, size_t(R), "expert dispatch ids"));
+  DSI_RETURN_IF_ERROR(grow(X.recv_expert, size_t(R), "expert dispatch ids"));
   DSI_RETURN_IF_ERROR(comm_->all_to_all_v(send_expert, sizes(sent, sizeof(int32_t)), X.recv_expert.data(),
                                           sizes(got, sizeof(int32_t)), stream_));
-  DSI_RETURN_IF_ERROR(ensure(X.xr, size_t(R * bx), "expert dispatch inputs"));
+  DSI_RETURN_IF_ERROR(grow(X.xr, size_t(R * bx), "expert dispatch inputs"));
   DSI_RETURN_IF_ERROR(comm_->all_to_all_v(X.xs.data(), sizes(sent, bx), X.xr.data(), sizes(got, bx), stream_));
   DSI_RETURN_IF_ERROR(mark("moe_dispatch", l, false));
 
@@ -137,12 +132,12 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   DSI_RETURN_IF_ERROR(X.ws.reserve(std::max(served_chunk, own_chunk), k, D, std::max(ex.inter, shared_inter), ex.experts));
   const float* xin = X.xr.as<float>();
   if (wx != WireType::kF32) {
-    DSI_RETURN_IF_ERROR(ensure(X.xr32, size_t(R * D), "expert dispatch inputs"));
+    DSI_RETURN_IF_ERROR(grow(X.xr32, size_t(R * D), "expert dispatch inputs"));
     DSI_RETURN_IF_ERROR(ops::cuda::widen_rows_cuda(X.xr.data(), R, D, wx, X.xr32.data(), stream_));
     xin = X.xr32.data();
   }
-  DSI_RETURN_IF_ERROR(ensure(X.yr, size_t(R * D), "expert dispatch outputs"));
-  DSI_RETURN_IF_ERROR(ensure(X.ones, size_t(R), "expert dispatch weights"));
+  DSI_RETURN_IF_ERROR(grow(X.yr, size_t(R * D), "expert dispatch outputs"));
+  DSI_RETURN_IF_ERROR(grow(X.ones, size_t(R), "expert dispatch weights"));
   DSI_RETURN_IF_ERROR(ops::cuda::fill_cuda(X.ones.data(), R, 1.0f, stream_));
   const ops::cuda::MoePath served_path = ops::cuda::moe_path(mode, R);
   for (int64_t c = 0; c < R; c += served_chunk) {
@@ -157,11 +152,11 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   DSI_RETURN_IF_ERROR(mark("moe_combine", l, true));
   const void* ysend = X.yr.data();
   if (wy != WireType::kF32) {
-    DSI_RETURN_IF_ERROR(ensure(X.ys, size_t(R * by), "expert dispatch outputs"));
+    DSI_RETURN_IF_ERROR(grow(X.ys, size_t(R * by), "expert dispatch outputs"));
     DSI_RETURN_IF_ERROR(ops::cuda::pack_rows_cuda(X.yr.data(), D, nullptr, R, wy, X.ys.data(), stream_));
     ysend = X.ys.data();
   }
-  DSI_RETURN_IF_ERROR(ensure(X.yb, size_t(P * by), "expert dispatch outputs"));
+  DSI_RETURN_IF_ERROR(grow(X.yb, size_t(P * by), "expert dispatch outputs"));
   DSI_RETURN_IF_ERROR(comm_->all_to_all_v(ysend, sizes(got, by), X.yb.data(), sizes(sent, by), stream_));
   DSI_RETURN_IF_ERROR(mark("moe_combine", l, false));
 
@@ -169,23 +164,33 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   DSI_RETURN_IF_ERROR(mark("moe_shared", l, true));
   const float* yin = X.yb.as<float>();
   if (wy != WireType::kF32) {
-    DSI_RETURN_IF_ERROR(ensure(X.yb32, size_t(P * D), "expert dispatch outputs"));
+    DSI_RETURN_IF_ERROR(grow(X.yb32, size_t(P * D), "expert dispatch outputs"));
     DSI_RETURN_IF_ERROR(ops::cuda::widen_rows_cuda(X.yb.data(), P, D, wy, X.yb32.data(), stream_));
     yin = X.yb32.data();
   }
-  if (L.shared) DSI_RETURN_IF_ERROR(ensure(X.shy, size_t(own_chunk * D), "shared expert output"));
-  const ops::cuda::MoePath own_path = ops::cuda::moe_path(mode, T);
-  for (int64_t r = 0; r < T; r += own_chunk) {
-    const int64_t m = std::min(own_chunk, T - r);
-    if (L.shared)
-      DSI_RETURN_IF_ERROR(ops::cuda::moe_shared_cuda(x + r * D, m, *L.shared, L.shared_limit, X.shy.data(), X.ws,
-                                                     stream_, own_path));
-    DSI_RETURN_IF_ERROR(ops::cuda::moe_combine_cuda(yin, pos_of + r * k, rw + r * k, m, k, D,
-                                                    L.shared ? X.shy.data() : nullptr, out + r * D, stream_));
-  }
+  DSI_RETURN_IF_ERROR(moe_shared_and_combine(l, x, T, own_chunk, yin, pos_of, rw, X.shy, X.ws, out));
   DSI_RETURN_IF_ERROR(mark("moe_shared", l, false));
   core_.traffic_.bytes += N * int64_t(sizeof(int64_t)) + P * int64_t(sizeof(int32_t)) + P * bx + R * by;
   core_.traffic_.calls += 4;
+  return Status::ok();
+}
+
+Status CudaForward::moe_shared_and_combine(int64_t l, const float* x, int64_t T, int64_t own_chunk, const float* y,
+                                           const int32_t* pos, const float* rw, cuda::DeviceBuffer<float>& shared_out,
+                                           ops::cuda::MoeWorkspace& ws, float* out) {
+  const MoeLayerView L = moe_layer(l);
+  const int64_t D = cfg_.hidden_size;
+  const int64_t k = cfg_.num_experts_per_tok;
+  if (L.shared) DSI_RETURN_IF_ERROR(grow(shared_out, size_t(own_chunk * D), "shared expert output"));
+  const ops::cuda::MoePath own_path = ops::cuda::moe_path(kernel_mode(), T);
+  for (int64_t r = 0; r < T; r += own_chunk) {
+    const int64_t m = std::min(own_chunk, T - r);
+    if (L.shared)
+      DSI_RETURN_IF_ERROR(ops::cuda::moe_shared_cuda(x + r * D, m, *L.shared, L.shared_limit, shared_out.data(), ws,
+                                                     stream_, own_path));
+    DSI_RETURN_IF_ERROR(ops::cuda::moe_combine_cuda(y, pos + r * k, rw + r * k, m, k, D,
+                                                    L.shared ? shared_out.data() : nullptr, out + r * D, stream_));
+  }
   return Status::ok();
 }
 

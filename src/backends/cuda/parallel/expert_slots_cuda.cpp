@@ -30,15 +30,6 @@ struct CudaForward::SlotScratch {
   ops::cuda::MoeWorkspace ws;
 };
 
-namespace {
-
-template <typename T>
-Status ensure(cuda::DeviceBuffer<T>& b, size_t n, const char* what) {
-  return b.size() >= n ? Status::ok() : b.alloc(std::max<size_t>(n, 64), what);
-}
-
-}  // namespace
-
 Status CudaForward::moe_slots(int64_t l, const float* x, int64_t T, int32_t* ridx, const float* rw, float* out) {
   if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");
   if (!slot_) slot_ = std::make_shared<SlotScratch>();
@@ -76,9 +67,9 @@ Status CudaForward::moe_slots(int64_t l, const float* x, int64_t T, int32_t* rid
   const int64_t pair_chunk = std::max<int64_t>(ops::cuda::moe_chunk_tokens(mode, P, ex.experts, 1), 1);
   const int64_t own_chunk = std::max<int64_t>(ops::cuda::moe_chunk_tokens(mode, T, E, k), 1);
   DSI_RETURN_IF_ERROR(S.ws.reserve(std::max(pair_chunk, own_chunk), k, D, std::max(ex.inter, shared_inter), ex.experts));
-  DSI_RETURN_IF_ERROR(ensure(S.xp, size_t(P * D), "EP pair inputs"));
-  DSI_RETURN_IF_ERROR(ensure(S.y, size_t(P * D), "EP pair outputs"));
-  DSI_RETURN_IF_ERROR(ensure(S.ones, size_t(P), "EP pair weights"));
+  DSI_RETURN_IF_ERROR(grow(S.xp, size_t(P * D), "EP pair inputs"));
+  DSI_RETURN_IF_ERROR(grow(S.y, size_t(P * D), "EP pair outputs"));
+  DSI_RETURN_IF_ERROR(grow(S.ones, size_t(P), "EP pair weights"));
   DSI_RETURN_IF_ERROR(ops::cuda::pack_rows_cuda(x, D, S.pair_token.data(), P, WireType::kF32, S.xp.data(), stream_));
   DSI_RETURN_IF_ERROR(ops::cuda::fill_cuda(S.ones.data(), P, 1.0f, stream_));
   const ops::cuda::MoePath pair_path = ops::cuda::moe_path(mode, P);
@@ -98,16 +89,7 @@ Status CudaForward::moe_slots(int64_t l, const float* x, int64_t T, int32_t* rid
 
   // 4. The shared expert and the top-k sum, chunked as one rank chunks its MoE.
   DSI_RETURN_IF_ERROR(mark("moe_shared", l, true));
-  if (L.shared) DSI_RETURN_IF_ERROR(ensure(S.shy, size_t(own_chunk * D), "shared expert output"));
-  const ops::cuda::MoePath own_path = ops::cuda::moe_path(mode, T);
-  for (int64_t r = 0; r < T; r += own_chunk) {
-    const int64_t m = std::min(own_chunk, T - r);
-    if (L.shared)
-      DSI_RETURN_IF_ERROR(ops::cuda::moe_shared_cuda(x + r * D, m, *L.shared, L.shared_limit, S.shy.data(), S.ws,
-                                                     stream_, own_path));
-    DSI_RETURN_IF_ERROR(ops::cuda::moe_combine_cuda(S.y.data(), S.identity.data() + r * k, rw + r * k, m, k, D,
-                                                    L.shared ? S.shy.data() : nullptr, out + r * D, stream_));
-  }
+  DSI_RETURN_IF_ERROR(moe_shared_and_combine(l, x, T, own_chunk, S.y.data(), S.identity.data(), rw, S.shy, S.ws, out));
   return mark("moe_shared", l, false);
 }
 

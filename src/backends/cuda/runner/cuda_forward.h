@@ -154,6 +154,12 @@ class CudaForward {
   // slots, the all-reduce sums it (x + 0 = x exactly), and every rank adds the slots in top-k order and the shared
   // expert with moe_cuda's own combine: the one-rank bits. ridx (global ids) is remapped in place.
   Status moe_slots(int64_t l, const float* x, int64_t T, int32_t* ridx, const float* rw, float* out);
+  // Both of them end here (expert_exchange_cuda.cpp): the shared expert of the T tokens x and the sum of their
+  // top-k pair outputs (row pos[t * k + j] of y, weight rw[t * k + j]) into out, in the chunks of own_chunk tokens
+  // one rank's MoE uses, with moe_cuda's own kernels (moe_shared_cuda / moe_combine_cuda): one rank's bits.
+  Status moe_shared_and_combine(int64_t l, const float* x, int64_t T, int64_t own_chunk, const float* y,
+                                const int32_t* pos, const float* rw, cuda::DeviceBuffer<float>& shared_out,
+                                ops::cuda::MoeWorkspace& ws, float* out);
 
   // TP attention (backends/cuda/parallel/tensor_parallel_cuda.cpp, docs/multi_gpu.md "TP attention"): this shard's
   // output groups [g0, g1) (parallel::head_range over cfg_.o_groups) and their query heads [h0, h1); every group
