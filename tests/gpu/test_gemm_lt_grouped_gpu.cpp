@@ -57,7 +57,7 @@ double check_grouped(GemmLtEngine& eng, const HostWeight& hw, const dsinfer::ops
     return -1.0;
   }
   std::vector<float> ref, got;
-  std::vector<double> xd(size_t(K));
+  std::vector<double> xd(static_cast<size_t>(K));
   std::vector<char> in_group(size_t(l.ldy), 0);
   for (int64_t g = 0; g < G; ++g)
     for (int64_t n = 0; n < Ng; ++n) in_group[size_t(g * l.yg + n)] = 1;
