@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -92,10 +93,12 @@ TEST(GemmLtGroupedGpu, FlashWoAParity) {
   // The runner's layout (x rows of G * K, groups back to back; y rows of G * Ng), odd M, then padded strides.
   for (int64_t M : {17, 64, 67, 256}) {
     const double err = check_grouped(eng, hw, d.w, G, {M, G * K, K, G * Ng, Ng}, M > 64 ? 29 : 7, ++seed);
+    std::printf("wo_a batched, M = %lld: normalised error %.3g\n", (long long)M, err);
     EXPECT_GE(err, 0.0) << "engine refused M = " << M;
     EXPECT_LT(err, 2e-4) << "M = " << M;
   }
   const double pad = check_grouped(eng, hw, d.w, G, {33, G * (K + 64) + 8, K + 64, G * (Ng + 4) + 12, Ng + 4}, 13, ++seed);
+  std::printf("wo_a batched, padded strides: normalised error %.3g\n", pad);
   EXPECT_GE(pad, 0.0);
   EXPECT_LT(pad, 2e-4);
 }
