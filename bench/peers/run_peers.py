@@ -148,7 +148,8 @@ def peers_deepgemm_dense(res):
 def peers_deepgemm_wo_a(res):
     """V4's grouped output projection wo_a (8 groups of 1,024 x 4,096) as DeepGEMM's masked grouped FP8 GEMM: x
     [8, M, 4,096] e4m3 with 1x128 scales, every group M rows (masked_m = M), bf16 out. Keys gemm|wo_a|M (M from
-    DSINFER_PEER_GEMM_M), next to dsinfer_gemm_bench --grouped's PEERROW grouped lines."""
+    DSINFER_PEER_GEMM_M), next to dsinfer_gemm_bench --grouped's PEERROW grouped lines. Written in session 15 and
+    not yet run (DeepGEMM's wheels did not fit that device call beside the binaries)."""
     import torch
     dg = import_deepgemm(res)
     if dg is None:
