@@ -16,9 +16,11 @@
 //        dsinfer_gemm_bench --skinny    (issue 31: the FP8 ungrouped shapes at M = 1, 8, 16, 32, 64, 128, 256, with
 //                                        PEERROW lines; the runner's path is plan_gemm_call's choice under this
 //                                        process's DSINFER_CUBLASLT* settings)
+//        dsinfer_gemm_bench --grouped   (issues 31 / 30, session 15: wo_a at M = 1 .. 4096 on every path, bench_grouped)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -29,6 +31,8 @@
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/gemm/gemm_lt_cuda.h"
+#include "ops/gemm/gemm_lt_launch.h"
+#include "ops/gemm/gemm_widen_cuda.h"
 #include "ops/gemm/gemm_plan.h"
 
 namespace oc = dsinfer::ops::cuda;
@@ -322,14 +326,129 @@ void bench_gemm(bool gemv_only, bool peer, bool skinny) {
   cublasLtDestroy(lt);
 }
 
+// ---- issue 31 / 30, session 15: the grouped projection wo_a (8 groups of 1,024 x 4,096, FP8 E8M0) at decode and
+// prefill sizes, every path side by side: "kernels" = plan_gemm_grouped_call's kernel path (the GEMV kernel at M <=
+// 16, the tiled kernel above: the runner's wo_a before session 15 below 1,024 rows); "per-group Lt" = 8 engine calls
+// on group views (FP8 x2, the runner's wo_a from 1,024 rows before session 15); "batched" = GemmLtEngine::
+// gemm_grouped (widen + x to bf16 + one strided-batched bf16 GEMM: the runner's wo_a from kGemmGroupedBatchedMinM
+// rows now), with its widening and x conversion timed alone; wq_b (32,768 x 1,024: the same weight bytes and FLOPs)
+// on the engine (FP8 x2) as the issue's yardstick. Ratios against the FP8 floor max(bytes / 4.2e12, flops / 1.4e15)
+// (weights + scales + fp32 x + fp32 y). "diff" = normalised L2 difference of the batched result against the kernels'
+// on set 0 (both bf16-x numerics: accumulation order only). A "PEERROW grouped" line per M for bench/peers.
+void bench_grouped() {
+  constexpr int64_t G = 8, Ng = 1024, K = 4096, N = G * Ng;
+  const oc::WeightFormat f8 = oc::WeightFormat::FP8_BLOCK;
+  const int64_t ms[] = {1, 16, 17, 32, 64, 128, 256, 1024, 4096};
+  std::vector<Blob> wd, ws, qd, qs;
+  std::vector<oc::DeviceWeight> w(kSets), wq(kSets);
+  for (int i = 0; i < kSets; ++i) {
+    wd.push_back(blob(oc::weight_data_bytes(f8, N, K), 1, 110 + i));
+    ws.push_back(blob(oc::weight_scale_bytes(f8, N, K, true, 128, 128), 2, 120 + i));
+    w[size_t(i)] = {f8, N, K, wd.back().data(), ws.back().data(), true, 128, 128};
+    qd.push_back(blob(oc::weight_data_bytes(f8, 32768, 1024), 1, 130 + i));
+    qs.push_back(blob(oc::weight_scale_bytes(f8, 32768, 1024, true, 128, 128), 2, 140 + i));
+    wq[size_t(i)] = {f8, 32768, 1024, qd.back().data(), qs.back().data(), true, 128, 128};
+  }
+  std::printf("wo_a grouped (G = %lld, N_g = %lld, K = %lld, FP8 E8M0) in us; ratio to the FP8 floor\n", (long long)G,
+              (long long)Ng, (long long)K);
+  for (int64_t M : ms) {
+    std::vector<Blob> xs, ys, xq, yq;
+    for (int i = 0; i < kSets; ++i) {
+      xs.push_back(blob(size_t(M * G * K) * 4, -1, 150 + i));
+      ys.push_back(blob(size_t(M * N) * 4, -1, 160 + i));
+      xq.push_back(blob(size_t(M * 1024) * 4, -1, 170 + i));
+      yq.push_back(blob(size_t(M * 32768) * 4, -1, 180 + i));
+    }
+    const oc::GemmCallPlan cp = oc::plan_gemm_grouped_call(w[0], G, M, dsinfer::ops::KernelMode::kFast, oc::GemmSettings{});
+    auto kernels = [&](int i) {
+      return ok(oc::gemm_grouped_cuda(xs[size_t(i)].as<float>(), M, G * K, K, w[size_t(i)], G, ys[size_t(i)].as<float>(),
+                                      N, Ng, nullptr, cp.precision), "grouped kernels");
+    };
+    const double t_kern = time_ms(kernels);
+    std::vector<float> y_kern(size_t(M * N)), y_new(size_t(M * N));
+    CHECK(cudaDeviceSynchronize());
+    if (!kernels(0)) std::exit(1);
+    CHECK(cudaMemcpy(y_kern.data(), ys[0].data(), y_kern.size() * 4, cudaMemcpyDeviceToHost));
+    // Per-group cuBLASLt (FP8 x2): block scaling needs M % 4 == 0 (the engine's tail rows run on the fp32 kernel).
+    double t_pg = -1.0;
+    if (M >= 4) {
+      oc::GemmLtEngine eng;
+      auto per_group = [&](int i) {
+        for (int64_t g = 0; g < G; ++g) {
+          const oc::DeviceWeight v = oc::gemm_group_view(w[size_t(i)], G, g);
+          if (!ok(eng.gemm(xs[size_t(i)].as<float>() + g * K, M, G * K, v, ys[size_t(i)].as<float>() + g * Ng, N, false,
+                           nullptr), "per-group lt"))
+            return false;
+        }
+        return true;
+      };
+      t_pg = time_opt(per_group(0), per_group);
+    }
+    oc::GemmLtEngine eng;
+    auto batched = [&](int i) {
+      return ok(eng.gemm_grouped(xs[size_t(i)].as<float>(), M, G * K, K, w[size_t(i)], G, ys[size_t(i)].as<float>(), N,
+                                 Ng, nullptr), "batched grouped lt");
+    };
+    // n/a (with the engine's reason on stderr) when the engine refuses: the other columns still run.
+    const bool runs = ok(eng.prepare_grouped(w[0], G, M, nullptr), "prepare grouped") && batched(0);
+    CHECK(cudaDeviceSynchronize());
+    if (runs) CHECK(cudaMemcpy(y_new.data(), ys[0].data(), y_new.size() * 4, cudaMemcpyDeviceToHost));
+    const double t_new = time_opt(runs, batched);
+    double num = 0, den = 0;
+    for (size_t j = 0; j < y_new.size() && runs; ++j) {
+      num += double(y_new[j] - y_kern[j]) * double(y_new[j] - y_kern[j]);
+      den += double(y_kern[j]) * double(y_kern[j]);
+    }
+    // The batched call's two preparation kernels alone (the widening of 32 MB of FP8; x to bf16).
+    Blob wide = blob(size_t(N * K) * 2, 3, 190), xb = blob(size_t(M * G * K) * 2, 3, 191);
+    const double t_widen = time_ms([&](int i) {
+      return oc::widen_fp8_bf16(w[size_t(i)], wide.as<uint16_t>(), N * K, nullptr).is_ok();
+    });
+    const double t_xb = time_ms([&](int i) {
+      oc::detail::launch_lt_bf16(xs[size_t(i)].as<float>(), M, G * K, G * K, xb.as<uint16_t>(), nullptr);
+      return cudaGetLastError() == cudaSuccess;
+    });
+    double t_wqb = -1.0;
+    if (M >= 4) {
+      oc::GemmLtEngine e2;
+      t_wqb = time_ms([&](int i) {
+        return ok(e2.gemm(xq[size_t(i)].as<float>(), M, 1024, wq[size_t(i)], yq[size_t(i)].as<float>(), 32768, false,
+                          nullptr), "wq_b lt");
+      });
+    }
+    const double bytes = double(N * K) + double(N / 128 * K / 128) + 4.0 * double(M) * double(G * K + N);
+    const double flops = 2.0 * double(M) * double(N) * double(K), floor_s = std::max(bytes / kHbm, flops / kPeakFp8);
+    std::printf("wo_a M=%5lld floor %7.1f | kernels(%s)", (long long)M, floor_s * 1e6,
+                cp.precision == oc::GemmPrecision::kBf16 ? "gemv" : "tiled");
+    print_ms(t_kern);
+    std::printf(" %5.2fx | per-group Lt x2", t_kern * 1e-3 / floor_s);
+    print_ms(t_pg);
+    std::printf(" | batched");
+    print_ms(t_new);
+    std::printf(" %5.2fx (widen", runs ? t_new * 1e-3 / floor_s : 0.0);
+    print_ms(t_widen);
+    std::printf(" x->bf16");
+    print_ms(t_xb);
+    std::printf(") diff %.2e | wq_b Lt x2", den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+    print_ms(t_wqb);
+    std::printf(" | runner: %s\n", cp.lt ? "batched" : "kernels");
+    const double t_runner = cp.lt && runs ? t_new : t_kern;
+    std::printf("PEERROW grouped wo_a M=%lld runner_us=%.2f kernels_us=%.2f per_group_lt_us=%.2f batched_us=%.2f "
+                "wq_b_lt_us=%.2f floor_us=%.2f\n",
+                (long long)M, t_runner * 1e3, t_kern * 1e3, t_pg * 1e3, t_new * 1e3, t_wqb * 1e3, floor_s * 1e6);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool gemv_only = argc > 1 && std::string(argv[1]) == "--gemv";
   const bool peer = argc > 1 && std::string(argv[1]) == "--peer";
   const bool skinny = argc > 1 && std::string(argv[1]) == "--skinny";
-  if (argc > 1 && !gemv_only && !peer && !skinny) {
-    std::fprintf(stderr, "usage: dsinfer_gemm_bench [--gemv | --peer | --skinny], found '%s'\n", argv[1]);
+  const bool grouped = argc > 1 && std::string(argv[1]) == "--grouped";
+  if (argc > 1 && !gemv_only && !peer && !skinny && !grouped) {
+    std::fprintf(stderr, "usage: dsinfer_gemm_bench [--gemv | --peer | --skinny | --grouped], found '%s'\n", argv[1]);
     return 2;
   }
   int dev = 0;
@@ -341,6 +460,7 @@ int main(int argc, char** argv) {
   CHECK(cudaGetDeviceProperties(&p, 0));
   std::printf("device: %s, %d SMs, L2 %d MB; floor = max(bytes / %.1f TB/s, flops / %.0f TFLOP/s)\n", p.name,
               p.multiProcessorCount, p.l2CacheSize >> 20, kHbm / 1e12, kPeak / 1e12);
-  bench_gemm(gemv_only, peer, skinny);
+  if (grouped) bench_grouped();
+  else bench_gemm(gemv_only, peer, skinny);
   return 0;
 }

@@ -8,7 +8,8 @@
 
 Peers (never a dependency of the engine; wheels carried to the GPU machine by hand):
   DeepGEMM (sgl-deep-gemm 0.1.5.post1): fp8_gemm_nt (1x128 activation / 128x128 weight fp32 scales), the masked and
-    contiguous grouped FP8 GEMMs (gate/up + down of the routed experts), fp8_paged_mqa_logits (indexer scores).
+    contiguous grouped FP8 GEMMs (gate/up + down of the routed experts; the masked one also as wo_a's 8 groups),
+    fp8_paged_mqa_logits (indexer scores).
   FlashMLA (sglang-kernel 0.4.5, sgl_kernel/flashmla_ops.abi3.so + flash_mla.py only): the V4 sparse decode over
     584-byte FP8 KV rows, the 128-token window plus the compressed entries (top-512 on CSA), attention sink.
   FlashInfer 0.7.2.post1: fp8_blockscale_gemm_sm90, cutlass_fused_moe (MXFP4 x FP8), radix_topk, when importable.
@@ -142,6 +143,41 @@ def peers_deepgemm_dense(res):
                 print(f"{key}: DeepGEMM fp8_gemm_nt {res['peers'][key]['DeepGEMM fp8_gemm_nt']:.2f} us", flush=True)
             except Exception as e:  # noqa: BLE001
                 res["failed"][f"{key}|DeepGEMM"] = reason(e)
+
+
+def peers_deepgemm_wo_a(res):
+    """V4's grouped output projection wo_a (8 groups of 1,024 x 4,096) as DeepGEMM's masked grouped FP8 GEMM: x
+    [8, M, 4,096] e4m3 with 1x128 scales, every group M rows (masked_m = M), bf16 out. Keys gemm|wo_a|M (M from
+    DSINFER_PEER_GEMM_M), next to dsinfer_gemm_bench --grouped's PEERROW grouped lines. Written in session 15 and
+    not yet run (DeepGEMM's wheels did not fit that device call beside the binaries)."""
+    import torch
+    dg = import_deepgemm(res)
+    if dg is None:
+        return
+    dev, G, NG, KG = "cuda", 8, 1024, 4096
+    fn = next((getattr(dg, n) for n in ("m_grouped_fp8_gemm_nt_masked", "fp8_m_grouped_gemm_nt_masked")
+               if hasattr(dg, n)), None)
+    if fn is None:
+        res["unavailable"]["DeepGEMM masked (wo_a)"] = "no masked grouped FP8 GEMM in this deep_gemm"
+        return
+    for M in GEMM_M:
+        key = f"gemm|wo_a|{M}"
+        try:
+            m_max = int(math.ceil(M / 64) * 64)
+            nsets = max(2, min(16, math.ceil(150e6 / (G * NG * KG + G * m_max * KG))))
+            sets = []
+            for _ in range(nsets):
+                a = fp8(torch.randn(G, m_max, KG, device=dev))
+                a_s = torch.rand(G, m_max, KG // 128, device=dev) + 0.5
+                w = fp8(torch.randn(G, NG, KG, device=dev))
+                w_s = torch.rand(G, NG // 128, KG // 128, device=dev) + 0.5
+                d = torch.empty(G, m_max, NG, device=dev, dtype=torch.bfloat16)
+                masked = torch.full((G,), M, dtype=torch.int32, device=dev)
+                sets.append(lambda a=a, a_s=a_s, w=w, w_s=w_s, d=d, masked=masked: fn((a, a_s), (w, w_s), d, masked, M))
+            res["peers"].setdefault(key, {})["DeepGEMM masked grouped"] = time_us(sets)
+            print(f"{key}: DeepGEMM masked grouped {res['peers'][key]['DeepGEMM masked grouped']:.2f} us", flush=True)
+        except Exception as e:  # noqa: BLE001
+            res["failed"][f"{key}|DeepGEMM masked"] = reason(e)
 
 
 def peers_deepgemm_grouped(res):
@@ -318,7 +354,8 @@ def cmd_peers(args):
         torch.cuda.synchronize()
     del x
     # Most wanted first: a time limit that stops the call keeps what finished (the file is rewritten after each).
-    for f in (peers_flashinfer, peers_flashmla, peers_topk_torch, peers_deepgemm_grouped, peers_deepgemm_dense):
+    for f in (peers_flashinfer, peers_flashmla, peers_topk_torch, peers_deepgemm_grouped, peers_deepgemm_wo_a,
+              peers_deepgemm_dense):
         if args.only and f.__name__ not in args.only.split(","):
             continue
         try:

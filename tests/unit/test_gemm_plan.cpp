@@ -107,7 +107,7 @@ void expect_ran(const Shape& s, int64_t M, KernelMode mode, Ran want, const Gemm
 }  // namespace
 
 // The fast path on V4-Flash, by M: GEMV for N > 1024 and wo_a and the streaming kernel for N <= 1024 at decode and
-// verify sizes; the streaming kernel for N <= 4096 at M = 17..128; cuBLASLt for FP8 from M = 64 (wo_a from 1024),
+// verify sizes; the streaming kernel for N <= 4096 at M = 17..128; cuBLASLt for FP8 from M = 64 (wo_a from 17),
 // for the BF16 lm head from M = 9; the default kernels elsewhere.
 TEST(GemmPlan, FlashFastPathKernels) {
   const std::vector<Shape> f = flash_shapes();
@@ -134,9 +134,8 @@ TEST(GemmPlan, FlashFastPathKernels) {
     expect_ran(*s, 129, KernelMode::kFast, Ran::kLt);
     expect_ran(*s, 4096, KernelMode::kFast, Ran::kLt);
   }
-  expect_ran(wo_a, 64, KernelMode::kFast, Ran::kTiled);
-  expect_ran(wo_a, 1023, KernelMode::kFast, Ran::kTiled);
-  expect_ran(wo_a, 1024, KernelMode::kFast, Ran::kLt);
+  // wo_a: the GEMV kernel up to 16 rows, then the engine's batched grouped call (session 15) at every larger M.
+  for (int64_t M : {17, 64, 256, 1023, 1024, 4096}) expect_ran(wo_a, M, KernelMode::kFast, Ran::kLt);
 }
 
 // DSINFER_CUBLASLT=0 and DSINFER_CUBLASLT_MIN_M move only the cuBLASLt decisions.
@@ -363,8 +362,20 @@ TEST(GemmPlan, CublasLtRoutingRule) {
   DeviceWeight no_scale = fp8(256, 512);
   no_scale.scale = nullptr;
   EXPECT_FALSE(gemm_lt_supports(no_scale));
-  // A grouped weight goes through cuBLASLt only as whole 128-row scale-block groups.
+  // A grouped FP8 weight goes through the engine's batched call (widened to bf16: any whole groups of rows % 4 == 0
+  // with E8M0 scales, K % 8 == 0); grouped BF16 weights are V4.1's (gemm_widen_plan.h).
   EXPECT_TRUE(plan_gemm_grouped_call(fp8(8192, 4096), 8, 1024, KernelMode::kFast, s).lt);
-  EXPECT_FALSE(plan_gemm_grouped_call(fp8(8 * 192, 4096), 8, 1024, KernelMode::kFast, s).lt);
+  EXPECT_TRUE(plan_gemm_grouped_call(fp8(8 * 192, 4096), 8, 1024, KernelMode::kFast, s).lt);
+  EXPECT_FALSE(plan_gemm_grouped_call(fp8(8 * 190, 4096), 8, 1024, KernelMode::kFast, s).lt);  // 190 % 4 != 0
+  EXPECT_FALSE(plan_gemm_grouped_call(fp8(8192, 4100), 8, 1024, KernelMode::kFast, s).lt);     // K % 8 != 0
+  EXPECT_FALSE(plan_gemm_grouped_call(fp8(8192, 4096), 1, 1024, KernelMode::kFast, s).lt);     // one group
   EXPECT_FALSE(plan_gemm_grouped_call(bf16(8192, 4096), 8, 1024, KernelMode::kFast, s).lt);
+  DeviceWeight f32_scales = fp8(8192, 4096);
+  f32_scales.scale_e8m0 = false;  // the widening is exact only for E8M0 scales
+  EXPECT_FALSE(plan_gemm_grouped_call(f32_scales, 8, 1024, KernelMode::kFast, s).lt);
+  EXPECT_TRUE(gemm_lt_grouped_supports(bf16(8192, 4096), 8));  // the engine takes it; the V4 plan does not send it
+  for (KernelMode m : {KernelMode::kExact, KernelMode::kBatchInvariant, KernelMode::kDefault})
+    EXPECT_FALSE(plan_gemm_grouped_call(fp8(8192, 4096), 8, 1024, m, s).lt);
+  EXPECT_FALSE(plan_gemm_grouped_call(fp8(8192, 4096), 8, kGemmGroupedBatchedMinM - 1, KernelMode::kFast, s).lt);
+  EXPECT_TRUE(plan_gemm_grouped_call(fp8(8192, 4096), 8, kGemmGroupedBatchedMinM, KernelMode::kFast, s).lt);
 }

@@ -9,6 +9,7 @@
 #include "ops/gemm/gemm_lt_impl.h"
 #include "ops/gemm/gemm_lt_launch.h"
 #include "ops/gemm/gemm_lt_quant.h"
+#include "ops/gemm/gemm_widen_cuda.h"
 
 namespace dsinfer::ops::cuda {
 
@@ -195,9 +196,79 @@ Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, co
   return run(p, w.data, nullptr, xb, nullptr, M, y, ldy, acc, stream);
 }
 
+Status GemmLtEngine::Impl::grouped_buffers(const DeviceWeight& w, int64_t max_rows, int64_t span, bool cap) {
+  const size_t xb = size_t(max_rows) * size_t(span) * 2, wb = w.fmt == WeightFormat::BF16 ? 0 : size_t(w.rows * w.cols) * 2;
+  if (cap && (q.size() < xb || wide.size() < wb))
+    return Status::errorf("cuBLASLt grouped GEMM: buffers too small for M = {} inside a graph capture", max_rows);
+  DSI_RETURN_IF_ERROR(grow(q, xb, "cuBLASLt grouped bf16 activations"));
+  return wb > 0 ? grow(wide, wb, "cuBLASLt grouped bf16 weight") : Status::ok();
+}
+
+namespace {
+
+Status grouped_unsupported(const DeviceWeight& w, int64_t groups) {
+  return Status::errorf("cuBLASLt grouped GEMM: unsupported weight {} [{}, {}] in {} groups (needs FP8_BLOCK with E8M0 "
+                        "scales or BF16, whole groups of rows % 4 == 0, K % 8 == 0)",
+                        weight_format_name(w.fmt), w.rows, w.cols, groups);
+}
+
+}  // namespace
+
+Status GemmLtEngine::prepare_grouped(const DeviceWeight& w, int64_t groups, int64_t max_rows, void* stream) {
+  if (capturing(stream)) return Status::ok();
+  DSI_RETURN_IF_ERROR(impl_->init());
+  if (!gemm_lt_grouped_supports(w, groups)) return grouped_unsupported(w, groups);
+  return max_rows > 0 ? impl_->grouped_buffers(w, max_rows, groups * w.cols, false) : Status::ok();
+}
+
+Status GemmLtEngine::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
+                                  int64_t groups, float* y, int64_t ldy, int64_t yg, void* stream) {
+  if (M < 0 || M > (int64_t(1) << 24)) return Status::errorf("cuBLASLt grouped GEMM: row count {} out of range", M);
+  if (M == 0) return Status::ok();
+  if (!x || !y) return Status::error("cuBLASLt grouped GEMM: null x or y");
+  if (!gemm_lt_grouped_supports(w, groups)) return grouped_unsupported(w, groups);
+  const int64_t K = w.cols, Ng = w.rows / groups, span = (groups - 1) * xg + K;
+  if (xg < K || yg < Ng || span > ldx || (groups - 1) * yg + Ng > ldy)
+    return Status::errorf("cuBLASLt grouped GEMM: groups of [{}, {}] do not fit strides xg {} / ldx {}, yg {} / ldy {}", Ng,
+                          K, xg, ldx, yg, ldy);
+  if (span > (int64_t(1) << 30) || M * span > (int64_t(1) << 40))
+    return Status::errorf("cuBLASLt grouped GEMM: x span {} x {} rows too large", span, M);
+  Impl& I = *impl_;
+  const bool cap = capturing(stream);
+  if (!cap) DSI_RETURN_IF_ERROR(I.init());
+  if (!I.initialized) return Status::error("cuBLASLt grouped GEMM: first use inside a graph capture (prepare it before)");
+  DSI_RETURN_IF_ERROR(I.init_status);
+  DSI_RETURN_IF_ERROR(I.grouped_buffers(w, M, span, cap));
+  const bool fp8 = w.fmt == WeightFormat::FP8_BLOCK;
+  const void* wd = fp8 ? static_cast<const void*>(I.wide.data()) : w.data;
+  uint16_t* xb = reinterpret_cast<uint16_t*>(I.q.data());
+  const PlanKey key{gemm_lt_detail::PlanKind::kBf16,
+                    M,
+                    Ng,
+                    K,
+                    ldy,
+                    false,
+                    alignment(reinterpret_cast<uintptr_t>(wd) | uint64_t(K) * 2),
+                    alignment(reinterpret_cast<uintptr_t>(xb) | uint64_t(span) * 2 | uint64_t(xg) * 2),
+                    alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4) | uint64_t(yg * 4)),
+                    groups,
+                    span,
+                    xg,
+                    yg};
+  Plan& p = I.plan(key, nullptr, nullptr);
+  DSI_RETURN_IF_ERROR(p.status);
+  if (fp8) {
+    const int64_t room = int64_t(I.wide.size() / 2);
+    DSI_RETURN_IF_ERROR(widen_fp8_bf16(w, reinterpret_cast<uint16_t*>(I.wide.data()), room, stream).status());
+  }
+  detail::launch_lt_bf16(x, M, ldx, span, xb, stream);
+  DSI_CUDA_LAUNCHED("gemm_lt_bf16_kernel");
+  return I.run(p, wd, nullptr, xb, nullptr, M, y, ldy, false, stream);
+}
+
 size_t GemmLtEngine::device_bytes() const {
   const Impl& I = *impl_;
-  size_t n = I.workspace.bytes() + I.q.bytes() + I.t.bytes() + I.s.bytes();
+  size_t n = I.workspace.bytes() + I.q.bytes() + I.t.bytes() + I.s.bytes() + I.wide.bytes();
   for (const auto& b : I.retired) n += b.bytes();
   for (const auto& b : I.retired_f) n += b.bytes();
   for (const auto& [p, ws] : I.weights) n += ws.scale.bytes();

@@ -70,6 +70,22 @@ class GemmLtEngine {
   // launch after that - not expected - returns its error with y partly written).
   Status gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
               void* stream);
+  // The grouped projection (wo_a) in one strided-batched cuBLASLt GEMM: for g < groups,
+  // y_g[M, N_g] = x_g[M, K] . W_g^T with N_g = w.rows / groups, W_g = rows [g N_g, (g + 1) N_g), x_g = x + g * xg
+  // and y_g = y + g * yg (row strides ldx / ldy; y overwritten). An FP8 weight (E8M0 scales) is widened to an exact
+  // bf16 copy in an engine buffer on every call (gemm_widen_cuda.h), a BF16 weight read as stored; x is rounded to
+  // bf16 (RNE) over the span of every group's columns, (groups - 1) * xg + K values a row, into one buffer; then one
+  // bf16 x bf16 -> fp32 matmul over `groups` batches: the bf16 tiled kernel's numerics (exact W, x to bf16, fp32
+  // accumulation), one launch for all groups. Needs gemm_lt_grouped_supports(w, groups), xg >= K, yg >= N_g and
+  // the groups inside the rows ((groups - 1) * xg + K <= ldx, likewise y). Errors (no algorithm, a layout it does
+  // not take, buffers too small inside a graph capture) come before the first launch and leave y untouched.
+  // Device memory: the bf16 weight copy (2 bytes per weight) and M x span bf16 values of x.
+  Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
+                      float* y, int64_t ldy, int64_t yg, void* stream);
+  // gemm_grouped's buffers for calls of up to max_rows rows with the groups' columns back to back (xg == K), made
+  // outside a graph capture (does nothing while capturing, like prepare).
+  Status prepare_grouped(const DeviceWeight& w, int64_t groups, int64_t max_rows, void* stream);
+
   // Prepared scales are keyed by the weight's data pointer: a weight whose memory is freed must be forgotten
   // before the address can come back for another weight (tests; the runner's weights live as long as it).
   void forget(const DeviceWeight& w);

@@ -23,18 +23,22 @@ inline constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 // kind: the operand types (kFp8Block: e4m3 x e4m3 block-scaled; kBf16: bf16 W x bf16 x; kF32: fp32 W x fp32 x
 // with bf16 tensor-core products, CUBLAS_COMPUTE_32F_FAST_16BF).
 enum class PlanKind : int { kFp8Block, kBf16, kF32 };
+// batch > 1: a strided-batched matmul (the grouped projection): batch g reads W rows [g N, (g + 1) N) (stride
+// N * K), x at g * x_stride (row stride ldx) and writes y at g * y_stride (row stride ldy). ldx 0 = K (the
+// single matmul's contiguous x).
 struct PlanKey {
   PlanKind kind = PlanKind::kFp8Block;
   int64_t M = 0, N = 0, K = 0, ldy = 0;
   bool accumulate = false;
   uint32_t align_w = 0, align_x = 0, align_y = 0;
+  int64_t batch = 1, ldx = 0, x_stride = 0, y_stride = 0;
   bool operator==(const PlanKey&) const = default;
 };
 struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {
     size_t h = 1469598103934665603ull;
     for (int64_t v : {int64_t(k.kind), k.M, k.N, k.K, k.ldy, int64_t(k.accumulate), int64_t(k.align_w),
-                      int64_t(k.align_x), int64_t(k.align_y)})
+                      int64_t(k.align_x), int64_t(k.align_y), k.batch, k.ldx, k.x_stride, k.y_stride})
       h = (h ^ size_t(v)) * 1099511628211ull;
     return h;
   }
@@ -86,9 +90,10 @@ struct GemmLtEngine::Impl {
   bool probed = false;
   Status probe_status;    // sticky: FP8 calls are refused when this is an error
   int wscale_layout = 0;  // weight scales: 1 rows of ceil(K/128), 2 rounded up to 4 (documented), 3 neither
-  // workspace; activation codes [terms][M, K] (or bf16 x [M, K] for dense weights); bf16 output [M, N];
+  // workspace; activation codes [terms][M, K] (or bf16 x [M, K] for dense weights, [M, groups * K] for the
+  // grouped call); bf16 output [M, N]; the grouped call's bf16 copy of an FP8 weight (wide, rebuilt every call);
   // activation scales [terms][K / 128, M] (the second term's matrix at a 256-byte aligned offset, scale_offset)
-  dsinfer::cuda::DeviceBuffer<uint8_t> workspace, q, t;
+  dsinfer::cuda::DeviceBuffer<uint8_t> workspace, q, t, wide;
   dsinfer::cuda::DeviceBuffer<float> s;
   std::vector<dsinfer::cuda::DeviceBuffer<uint8_t>> retired;  // replaced buffers, kept for graphs that captured them
   std::vector<dsinfer::cuda::DeviceBuffer<float>> retired_f;
@@ -118,6 +123,9 @@ struct GemmLtEngine::Impl {
                   bool cap, void* stream);
   Status gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
                     bool cap, void* stream);
+  // Grows q (and, for FP8 weights, wide) for a grouped call of max_rows rows over x spans of `span` values
+  // (gemm_lt_cuda.cpp); refused while capturing when too small.
+  Status grouped_buffers(const DeviceWeight& w, int64_t max_rows, int64_t span, bool cap);
 };
 
 }  // namespace dsinfer::ops::cuda

@@ -17,7 +17,8 @@ void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t*
 // entries [kb, ld) of a row are 0. Host reference: gemm_lt::weight_scales_to_lt_ref.
 void launch_lt_weight_scales(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld, void* stream);
 
-// "gemm_lt_bf16_kernel": x [M, ldx] fp32 -> xb [M, K] bf16 bits (row stride K), round to nearest even; the B
+// "gemm_lt_bf16_kernel": x [M, ldx] fp32 -> xb [M, K] bf16 bits (row stride K), round to nearest even (8 values a
+// thread with 16-byte accesses when x / xb are 16-byte aligned, ldx % 4 == 0 and K % 8 == 0; same bits); the B
 // operand of the dense (BF16 weight) matmul.
 void launch_lt_bf16(const float* x, int64_t M, int64_t ldx, int64_t K, uint16_t* xb, void* stream);
 

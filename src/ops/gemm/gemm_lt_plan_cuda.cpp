@@ -61,9 +61,22 @@ cublasStatus_t describe(const PlanKey& k, const float* w_scale, const float* x_s
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   const cudaDataType ab = fp8 ? CUDA_R_8F_E4M3 : f32 ? CUDA_R_32F : CUDA_R_16BF;
   st = cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(k.K), uint64_t(k.N), k.K);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(k.K), uint64_t(k.M), k.K);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(k.K), uint64_t(k.M), k.ldx > 0 ? k.ldx : k.K);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatrixLayoutCreate(&p.d, bf16 ? CUDA_R_16BF : CUDA_R_32F, uint64_t(k.N), uint64_t(k.M), bf16 ? k.N : k.ldy);
+  if (st != CUBLAS_STATUS_SUCCESS || k.batch <= 1) return st;
+  // Strided batches (the grouped projection): one group per batch, the groups' W rows back to back.
+  const int32_t count = int32_t(k.batch);
+  const int64_t sa = k.N * k.K, sb = k.x_stride, sd = k.y_stride;
+  auto batch = [&](cublasLtMatrixLayout_t l, int64_t stride) {
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+  };
+  batch(p.a, sa);
+  batch(p.b, sb);
+  batch(p.d, sd);
   return st;
 }
 
@@ -109,8 +122,8 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const PlanKey& k, const floa
   }
   p->release();
   static const char* const kinds[] = {"FP8 block-scaled", "bf16", "fp32 (fast bf16)"};
-  p->status = Status::errorf("cuBLASLt has no {} algorithm for M={} N={} K={} ldy={}: {}", kinds[int(k.kind)], k.M, k.N,
-                             k.K, k.ldy, why);
+  p->status = Status::errorf("cuBLASLt has no {} algorithm for M={} N={} K={} ldy={} batch={}: {}", kinds[int(k.kind)],
+                             k.M, k.N, k.K, k.ldy, k.batch, why);
   return p;
 }
 

@@ -101,15 +101,18 @@ GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, c
   return p;
 }
 
+bool gemm_lt_grouped_supports(const DeviceWeight& w, int64_t groups) {
+  if (groups < 2 || !w.data || w.rows <= 0 || w.cols <= 0 || w.rows % groups != 0) return false;
+  if ((w.rows / groups) % 4 != 0 || w.cols % 8 != 0) return false;
+  if (w.fmt == WeightFormat::BF16) return true;
+  return w.fmt == WeightFormat::FP8_BLOCK && w.scale && w.scale_e8m0 && w.block_n > 0 && w.block_k > 0;
+}
+
 GemmCallPlan plan_gemm_grouped_call(const DeviceWeight& w, int64_t groups, int64_t M, KernelMode mode,
                                     const GemmSettings& s) {
-  const bool whole_groups = groups > 1 && w.rows % groups == 0;
   GemmCallPlan p = kernel_call(M, mode, gemm_gemv_preferred(M, groups > 0 ? w.rows / groups : 0, true));
-  if (mode != KernelMode::kFast || !s.cublaslt || M < kGemmGroupedLtMinM) return p;
-  if (w.fmt != WeightFormat::FP8_BLOCK || !whole_groups || w.block_n <= 0 || (w.rows / groups) % w.block_n != 0)
-    return p;
-  // Every group view has the same shape and format and non-null pointers: group 0 speaks for all.
-  p.lt = gemm_lt_wants(gemm_group_view(w, groups, 0), M, s);
+  if (mode != KernelMode::kFast || !s.cublaslt || M < kGemmGroupedBatchedMinM) return p;
+  p.lt = w.fmt == WeightFormat::FP8_BLOCK && gemm_lt_grouped_supports(w, groups);
   p.lt_prepare = p.lt;
   return p;
 }

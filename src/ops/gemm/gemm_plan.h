@@ -60,11 +60,17 @@ inline constexpr int64_t kGemmLtMinM = 64;
 // M = 4 / 8), but the lm head decides greedy tokens: a speculative verify step of 1 + k <= 8 rows must compute its
 // logits with the kernel of a 1-row decode step (see gemm_gemv_preferred), so cuBLASLt starts above that.
 inline constexpr int64_t kGemmLtMinMDense = kGemmSkinnyMaxM + 1;
-// A grouped FP8 weight whose groups are whole 128-row scale blocks (wo_a) goes through cuBLASLt, one call per group,
-// from this M: the default kernels ran wo_a at 12x its floor for M >= 64, but one cuBLASLt call per group costs more
-// below prefill sizes (H200, V4-Flash, 4 layers: 9.4 -> 6.4 ms at M = 4096, 0.49 -> 1.18 ms at M = 64;
-// bench/NOTES.md wave 5).
+// A grouped BF16 weight (V4.1's wo_a) goes through cuBLASLt, one call per group, from this M
+// (gemm_widen_plan.h gemm_grouped_bf16_lt_wants). Measured for V4's FP8 wo_a before it moved to the batched call
+// below: one cuBLASLt call per group cost more than the default kernels below prefill sizes (H200, V4-Flash, 4
+// layers: 9.4 -> 6.4 ms at M = 4096, 0.49 -> 1.18 ms at M = 64; bench/NOTES.md wave 5).
 inline constexpr int64_t kGemmGroupedLtMinM = 1024;
+// A grouped FP8 weight with E8M0 scales (V4's wo_a) goes through the cuBLASLt engine's batched call
+// (GemmLtEngine::gemm_grouped: the weight widened to an exact bf16 copy, x rounded to bf16, one strided-batched
+// bf16 GEMM over every group) from this M: above the GEMV kernel's rows, where the default path was the tiled
+// kernel at 12-15x its floor (session 14: wo_a 0.495 / 0.643 ms over 4 layers at M = 64 / 256). Session 15,
+// issue 31: bench/NOTES.md "Session 15 — issue 31/30: wo_a in one launch".
+inline constexpr int64_t kGemmGroupedBatchedMinM = kGemmGemvMaxM + 1;
 
 // ---- Choices ----
 
@@ -150,12 +156,18 @@ struct GemmCallPlan {
 // on the streaming kernel up to kGemmStreamMidMaxM rows, where it measured faster: session 14), else kBf16 where
 // gemm_stream_preferred or gemm_stream_fp8_preferred.
 GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s);
-// The grouped projection (wo_a: `groups` groups of w.rows / groups rows). kFast: cuBLASLt from kGemmGroupedLtMinM
-// rows for FP8 weights of whole 128-row scale-block groups that cuBLASLt takes, else kBf16 where
-// gemm_gemv_preferred (the streaming kernel measured slower than the default kernels for wo_a at every M).
+// Whether the cuBLASLt engine's batched grouped call (GemmLtEngine::gemm_grouped) takes the weight: groups >= 2
+// whole groups of rows % 4 == 0, K % 8 == 0, and FP8_BLOCK with E8M0 scales (widened exactly to bf16 per call) or
+// BF16; non-null data (and scales).
+bool gemm_lt_grouped_supports(const DeviceWeight& w, int64_t groups);
+// The grouped projection (wo_a: `groups` groups of w.rows / groups rows). kFast: the engine's batched call
+// (p.lt) from kGemmGroupedBatchedMinM rows for FP8 weights it supports (gemm_lt_grouped_supports; BF16 grouped
+// weights are V4.1's: gemm_widen_plan.h), else kBf16 where gemm_gemv_preferred (the streaming kernel measured slower
+// than the default kernels for wo_a at every M). Never cuBLASLt under kExact / kBatchInvariant.
 GemmCallPlan plan_gemm_grouped_call(const DeviceWeight& w, int64_t groups, int64_t M, KernelMode mode,
                                     const GemmSettings& s);
-// Group g of a grouped FP8 weight as a weight of its own (its rows and scale blocks): what cuBLASLt runs per group.
+// Group g of a grouped FP8 weight as a weight of its own (its rows and scale blocks): one group's GEMM (benches,
+// tests: the per-group cuBLASLt path the batched call replaced).
 DeviceWeight gemm_group_view(const DeviceWeight& w, int64_t groups, int64_t g);
 
 // ---- Kernel plans (what gemm_cuda / gemm_grouped_cuda launch) ----

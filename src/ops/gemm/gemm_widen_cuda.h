@@ -1,7 +1,8 @@
 // An FP8 block-scaled weight widened to bf16 on the GPU (for cuBLASLt's dense GEMM where its block-scaled mode does
 // not take the weight's blocks; when: gemm_widen_plan.h). out[n * K + k] = bf16(e4m3(w[n, k]) * scale(n / block_n,
 // k / block_k)): exact for E8M0 scales (a power of two times a 4-bit significand fits bf16; NaN codes stay NaN).
-// One thread per 4 weights (K % 4 == 0). Plain C++ header (no CUDA types).
+// One thread per 4 weights (K % 4 == 0); per 16 under one scale when K and block_k are multiples of 16 and the
+// data and out are 16-byte aligned (same values). Plain C++ header (no CUDA types).
 #pragma once
 #include <cstdint>
 

@@ -113,18 +113,13 @@ Status CudaForwardV4::gemm(const float* x, int64_t M, int64_t ldx, const DeviceW
   return Status::ok();
 }
 
-// A grouped FP8 weight of whole scale-block groups (wo_a) through cuBLASLt, one call per group on a view of the
-// group's rows (its own prepared scales), where plan_gemm_grouped_call says so. Any error before the first launch
-// leaves y untouched and the caller takes the kernels; the groups are independent, so a later fallback simply
-// recomputes every group.
+// The grouped FP8 weight (wo_a) through the cuBLASLt engine's batched call (one strided-batched GEMM over every
+// group), where plan_gemm_grouped_call says so. Any error comes before the first launch and leaves y untouched; the
+// caller then takes the kernels.
 Status CudaForwardV4::gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
                                    int64_t groups, float* y, int64_t ldy, int64_t yg) {
-  for (int64_t g = 0; g < groups; ++g) {
-    const DeviceWeight v = gemm_group_view(w, groups, g);
-    DSI_RETURN_IF_ERROR(lt_->prepare(v, std::max(M, s_.tokens), stream_));
-    DSI_RETURN_IF_ERROR(lt_->gemm(x + g * xg, M, ldx, v, y + g * yg, ldy, false, stream_));
-  }
-  return Status::ok();
+  DSI_RETURN_IF_ERROR(lt_->prepare_grouped(w, groups, std::max(M, s_.tokens), stream_));
+  return lt_->gemm_grouped(x, M, ldx, xg, w, groups, y, ldy, yg, stream_);
 }
 
 Status CudaForwardV4::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
