@@ -309,7 +309,8 @@ int main(int argc, char** argv) {
             {"no QK", d::kProbeNoQk}, {"no PV", d::kProbeNoPv}, {"no softmax", d::kProbeNoSoftmax},
             {"no dequant", d::kProbeNoDequant}, {"no loads", d::kProbeNoLoads},
             {"no loads+dequant", d::kProbeNoLoads | d::kProbeNoDequant},
-            {"no QK+PV+softmax", d::kProbeNoQk | d::kProbeNoPv | d::kProbeNoSoftmax}};
+            {"no QK+PV+softmax", d::kProbeNoQk | d::kProbeNoPv | d::kProbeNoSoftmax},
+            {"serial loop (session 12)", d::kProbeSerial}};
         std::printf("  probes (splits %lld):", (long long)plan);
         for (const auto& [name, bits] : probes) std::printf(" %s %.1f |", name, time_us(b, r, plan, false, bits));
         std::printf("\n");

@@ -2,8 +2,9 @@
 // 64-head group, key split), 8 warps; the math is sparse_attention_tc.cu's (warp w: heads 16 * (w % 4) .., dims
 // 256 * (w / 4) ..; S = Q K^T halves added through shared memory; online softmax with p rounded to bf16; O += P V
 // with P from the score registers and V by ldmatrix.trans), the state path is new: a key is its 576 data bytes and
-// 8 scale bytes (ops/kv_format), 3.5x fewer than an fp32 row, so the cp.async ring holds 10 half tiles of 16 keys
-// (5 tiles, 93 KB) in flight. A tile is dequantised into the bf16 key tile by 16-code chunks: e4m3x2 -> f16x2 (one
+// 8 scale bytes (ops/kv_format), 3.5x fewer than an fp32 row, so the cp.async ring holds 8 half tiles of 16 keys
+// (75 KB) and two bf16 key tiles alternate: tile n + 1 is dequantised while tile n's softmax and P V run (two
+// barriers a tile; the session-12 loop with three stays as a bench probe, Smem). A tile is dequantised into the bf16 key tile by 16-code chunks: e4m3x2 -> f16x2 (one
 // cvt), times the tile's UE8M0 scale in fp32, -> bf16x2; every product is a bf16 value, so the tile is exact.
 // The mma building blocks (and their fragment layouts) are sparse_attention_mma.cuh's, shared with the tc kernel.
 #include <cuda_bf16.h>
@@ -28,7 +29,6 @@ constexpr int kP = kD + 8;  // bf16 row pitch (1040 B): rows 4 banks apart, frag
 constexpr int kHalf = kD / 2;
 static_assert(kP == kMmaPitch && kHalf == kMmaHalf, "the shared mma helpers assume this tile shape");
 constexpr int kHalfKeys = kFp8Keys / 2;
-constexpr int kStages = 10;  // half tiles in the ring
 constexpr int kData = int(kKvDataBytes);
 constexpr int kChunksPerKey = kData / 16;  // 28 code chunks + 8 RoPE chunks
 constexpr int kStageBytes = kHalfKeys * (kData + 8);
@@ -36,14 +36,25 @@ constexpr int kResolve = kThreads;  // row pointers resolved at a time (one per 
 constexpr int kPart = kD + 4;      // workspace floats per (token, split, head): o, max, sum, 2 pad (16-byte rows)
 constexpr int kTilesPerResolve = kResolve / kFp8Keys;
 
-constexpr size_t kOffQ = 0;                                                   // bf16 [64][kP]
-constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kP * 2;                   // bf16 [32][kP]
-constexpr size_t kOffStage = kOffK + size_t(kFp8Keys) * kP * 2;                // [kStages][16 x 576 data, 16 x 8]
-constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;           // f32 [8][16][32]
-constexpr size_t kOffRows = kOffX + size_t(kWarps) * 16 * 32 * 4;             // const uint8_t* [2][2][kResolve]
-constexpr size_t kSmemBytes = kOffRows + 4 * kResolve * sizeof(const uint8_t*);
-static_assert(kSmemBytes <= 232448, "over the 227 KB of shared memory a block may use");
-static_assert(kStages % 2 == 0 && kStages >= 4 && kStages / 2 + 2 < kTilesPerResolve, "ring vs resolve chunks");
+constexpr size_t kTileBytes = size_t(kFp8Keys) * kP * 2;  // one bf16 key tile
+
+// Shared memory of the two tile loops (kProbeSerial selects the serial one): the serial loop (session 12) keeps one
+// bf16 key tile and a ring of 10 half tiles (5 tiles in flight); the overlapped loop (the kernel, session 15) two
+// key tiles (tile n + 1 is dequantised while tile n's P V runs) and a ring of 8 half tiles (3 tiles in flight past
+// the one being dequantised). Byte offsets, all multiples of 16.
+template <bool kSerial>
+struct Smem {
+  static constexpr int kStages = kSerial ? 10 : 8;  // half tiles in the ring
+  static constexpr int kKeyTiles = kSerial ? 1 : 2;
+  static constexpr size_t kOffQ = 0;                                               // bf16 [64][kP]
+  static constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kP * 2;               // bf16 [kKeyTiles][32][kP]
+  static constexpr size_t kOffStage = kOffK + kKeyTiles * kTileBytes;               // [kStages][16 x 576, 16 x 8]
+  static constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;       // f32 [8][16][32]
+  static constexpr size_t kOffRows = kOffX + size_t(kWarps) * 16 * 32 * 4;         // const uint8_t* [2][2][kResolve]
+  static constexpr size_t kBytes = kOffRows + 4 * kResolve * sizeof(const uint8_t*);  // serial 217,856; else 232,448
+  static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
+  static_assert(kStages % 2 == 0 && kStages >= 4 && kStages / 2 + 2 < kTilesPerResolve, "ring vs resolve chunks");
+};
 
 // Row pointer arrays: data pointers [2][kResolve] then scale pointers [2][kResolve]; key k of the split sits in
 // chunk k / kResolve's half (chunk & 1).
@@ -73,6 +84,7 @@ __device__ __forceinline__ int64_t list_len(const Fp8KeySource& s, int64_t t) {
 
 // Half tile hf (keys 16 hf .. +15 of the split) into ring slot hf % kStages as one commit group (empty past the
 // split's end, so the wait count stays uniform).
+template <int kStages>
 __device__ __forceinline__ void issue(const Rows& rows, int64_t hf, int64_t nhalves, uint8_t* stage) {
   if (hf < nhalves) {
     const int base = row_slot(hf * kHalfKeys);
@@ -118,6 +130,7 @@ __device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bf
 
 // Tile n (cur: its 32 data pointers) from half tiles 2n, 2n+1 of the ring into the bf16 key tile; zero rows for
 // missing keys.
+template <int kStages>
 __device__ __forceinline__ void to_bf16(const uint8_t* const* cur, int64_t n, const uint8_t* stage,
                                         __nv_bfloat16* ks) {
   for (int c = threadIdx.x; c < kFp8Keys * kChunksPerKey; c += kThreads) {
@@ -175,13 +188,11 @@ __device__ __forceinline__ void out_rope(float& a, float& b, int d, const Sparse
   }
 }
 
-// The per-tile body: scores, the exchange of the two dim halves, online softmax, rescale, P V.
+// A tile's first half: this warp's partial scores (its 256 dims) into s and its exchange slot of sx.
 template <int kProbe>
-__device__ __forceinline__ void attend_tile(const __nv_bfloat16* qs, const __nv_bfloat16* ks, float* sx, int hr,
-                                            int d0, uint32_t valid, float scale, float (&m)[2], float (&l)[2],
-                                            float (&acc)[32][4]) {
+__device__ __forceinline__ void tile_scores(const __nv_bfloat16* qs, const __nv_bfloat16* ks, float* sx, int hr,
+                                            int d0, float (&s)[4][4]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float s[4][4];
   if (kProbe & kProbeNoQk) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] = 0.0f;
@@ -191,7 +202,14 @@ __device__ __forceinline__ void attend_tile(const __nv_bfloat16* qs, const __nv_
   float* mine = sx + warp * 16 * 32;
 #pragma unroll
   for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
-  __syncthreads();
+}
+
+// Its second half, after a barrier: the other dim half's scores added, online softmax, rescale, P V.
+template <int kProbe>
+__device__ __forceinline__ void tile_update(const __nv_bfloat16* ks, const float* sx, int d0, uint32_t valid,
+                                            float scale, float (&s)[4][4], float (&m)[2], float (&l)[2],
+                                            float (&acc)[32][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float* other = sx + (warp ^ 4) * 16 * 32;  // the same heads, the other 256 dims
 #pragma unroll
   for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] += other[i * 32 + lane];
@@ -207,16 +225,24 @@ __device__ __forceinline__ void attend_tile(const __nv_bfloat16* qs, const __nv_
   if (!(kProbe & kProbeNoPv)) pv_half(s, ks, d0, acc);
 }
 
+// kProbe & kProbeSerial: the session-12 loop (three barriers a tile: staged -> dequantise -> key tile ready ->
+// scores -> exchange -> softmax, P V). Otherwise the overlapped loop, two barriers a tile: tile n's scores (B1) then,
+// while other warps still run tile n's softmax and P V, tile n + 1 is dequantised into the other key tile (B2). The
+// arithmetic per tile is the same in both (same tiles, same order): their outputs are bitwise equal.
 template <bool kQBf16, int kProbe = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
+  constexpr bool kSerial = (kProbe & kProbeSerial) != 0;
+  using L = Smem<kSerial>;
+  constexpr int kStages = L::kStages;
+  constexpr bool kLoads = !(kProbe & kProbeNoLoads), kDequant = !(kProbe & kProbeNoDequant);
   extern __shared__ __align__(16) unsigned char smem[];
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + kOffQ);
-  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
-  uint8_t* stage = smem + kOffStage;
-  float* sx = reinterpret_cast<float*>(smem + kOffX);
-  const Rows rows{reinterpret_cast<const uint8_t**>(smem + kOffRows),
-                  reinterpret_cast<const uint8_t**>(smem + kOffRows) + 2 * kResolve};
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kOffQ);
+  __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem + L::kOffK);  // [kKeyTiles] key tiles
+  uint8_t* stage = smem + L::kOffStage;
+  float* sx = reinterpret_cast<float*>(smem + L::kOffX);
+  const Rows rows{reinterpret_cast<const uint8_t**>(smem + L::kOffRows),
+                  reinterpret_cast<const uint8_t**>(smem + L::kOffRows) + 2 * kResolve};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hr = 16 * (warp & 3), d0 = kHalf * (warp >> 2);
   const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kFp8Heads, split = blockIdx.z;
@@ -238,11 +264,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
+  auto tile_rows = [&](int64_t n) -> const uint8_t* const* { return rows.data + row_slot(n * kFp8Keys); };
 
   resolve(0);
   __syncthreads();
-  if (!(kProbe & kProbeNoLoads))
-    for (int hf = 0; hf < kStages; ++hf) issue(rows, hf, nhalves, stage);
+  if (kLoads)
+    for (int hf = 0; hf < kStages; ++hf) issue<kStages>(rows, hf, nhalves, stage);
   load_q<kQBf16>(q, t, h0, p.heads, qs);
 
   float acc[32][4];
@@ -251,20 +278,53 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for (int64_t n = 0; n < ntiles; ++n) {
-    if (!(kProbe & kProbeNoLoads))
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");  // this tile's two halves
-    __syncthreads();
-    const uint8_t* const* cur = rows.data + row_slot(n * kFp8Keys);
-    if (!(kProbe & kProbeNoDequant)) to_bf16(cur, n, stage, ks);
-    const uint32_t valid = __ballot_sync(dev::kFull, cur[lane] != nullptr);
-    __syncthreads();  // key tile ready; its two ring slots are free
-    if (!(kProbe & kProbeNoLoads)) {
-      issue(rows, 2 * n + kStages, nhalves, stage);
-      issue(rows, 2 * n + kStages + 1, nhalves, stage);
+  float s[4][4];
+  if (kSerial) {
+    for (int64_t n = 0; n < ntiles; ++n) {
+      if (kLoads) asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");  // tile n's halves
+      __syncthreads();
+      if (kDequant) to_bf16<kStages>(tile_rows(n), n, stage, kb);
+      const uint32_t valid = __ballot_sync(dev::kFull, tile_rows(n)[lane] != nullptr);
+      __syncthreads();  // key tile ready; its two ring slots are free
+      if (kLoads) {
+        issue<kStages>(rows, 2 * n + kStages, nhalves, stage);
+        issue<kStages>(rows, 2 * n + kStages + 1, nhalves, stage);
+      }
+      if (n % kTilesPerResolve == 0 && (n / kTilesPerResolve + 1) * kResolve < nk) resolve(n / kTilesPerResolve + 1);
+      tile_scores<kProbe>(qs, kb, sx, hr, d0, s);
+      __syncthreads();
+      tile_update<kProbe>(kb, sx, d0, valid, p.scale, s, m, l, acc);
     }
-    if (n % kTilesPerResolve == 0 && (n / kTilesPerResolve + 1) * kResolve < nk) resolve(n / kTilesPerResolve + 1);
-    attend_tile<kProbe>(qs, ks, sx, hr, d0, valid, p.scale, m, l, acc);
+  } else if (ntiles > 0) {
+    // Tile 0 into key tile 0. Groups committed: one a half, in order, so "halves up to h complete" is "at most
+    // (halves committed - 1 - h) pending": kStages - 2 both here and in the loop.
+    if (kLoads) asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+    __syncthreads();  // tile 0's bytes (every thread's copies) and q visible
+    if (kDequant) to_bf16<kStages>(tile_rows(0), 0, stage, kb);
+    __syncthreads();  // key tile 0 ready; its ring slots are free
+    if (kLoads) {
+      issue<kStages>(rows, kStages, nhalves, stage);
+      issue<kStages>(rows, kStages + 1, nhalves, stage);
+    }
+    for (int64_t n = 0; n < ntiles; ++n) {
+      const __nv_bfloat16* ks = kb + (n & 1) * (kTileBytes / 2);
+      const uint32_t valid = __ballot_sync(dev::kFull, tile_rows(n)[lane] != nullptr);
+      tile_scores<kProbe>(qs, ks, sx, hr, d0, s);
+      const bool next = n + 1 < ntiles;
+      // Committed: halves 0 .. 2n + kStages + 1; tile n + 1's are 2n + 2, 2n + 3.
+      if (kLoads && next) asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+      __syncthreads();  // B1: scores exchanged; tile n + 1's bytes visible; every warp is past tile n - 1's P V
+      if (kDequant && next) to_bf16<kStages>(tile_rows(n + 1), n + 1, stage, kb + ((n + 1) & 1) * (kTileBytes / 2));
+      tile_update<kProbe>(ks, sx, d0, valid, p.scale, s, m, l, acc);
+      __syncthreads();  // B2: key tile n + 1 ready, its ring slots free; sx read; tile n's key tile free
+      if (kLoads) {  // tile n + 1 + kStages / 2 into the slots tile n + 1 left
+        issue<kStages>(rows, 2 * (n + 1) + kStages, nhalves, stage);
+        issue<kStages>(rows, 2 * (n + 1) + kStages + 1, nhalves, stage);
+      }
+      // Chunk c + 1's row pointers into chunk c - 1's buffer (its last tile, 8c - 1, was dequantised at n - 2 and
+      // its mask read at n - 1); first read by the issue at n + 3 (tile 8c + 8).
+      if (n % kTilesPerResolve == 0 && (n / kTilesPerResolve + 1) * kResolve < nk) resolve(n / kTilesPerResolve + 1);
+    }
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
   const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
@@ -308,12 +368,12 @@ void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* 
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.q_bf16) {
     cudaFuncSetAttribute(sparse_attention_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(kSmemBytes));
-    sparse_attention_fp8_kernel<true><<<grid, kThreads, kSmemBytes, s>>>(p, q, o, workspace);
+                         int(Smem<false>::kBytes));
+    sparse_attention_fp8_kernel<true><<<grid, kThreads, Smem<false>::kBytes, s>>>(p, q, o, workspace);
   } else {
     cudaFuncSetAttribute(sparse_attention_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(kSmemBytes));
-    sparse_attention_fp8_kernel<false><<<grid, kThreads, kSmemBytes, s>>>(p, q, o, workspace);
+                         int(Smem<false>::kBytes));
+    sparse_attention_fp8_kernel<false><<<grid, kThreads, Smem<false>::kBytes, s>>>(p, q, o, workspace);
   }
 }
 
@@ -321,9 +381,10 @@ namespace {
 template <int kProbe>
 void launch_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
   const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
+  constexpr size_t kBytes = Smem<(kProbe & kProbeSerial) != 0>::kBytes;
   cudaFuncSetAttribute(sparse_attention_fp8_kernel<false, kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       int(kSmemBytes));
-  sparse_attention_fp8_kernel<false, kProbe><<<grid, kThreads, kSmemBytes, s>>>(p, q, o, workspace);
+                       int(kBytes));
+  sparse_attention_fp8_kernel<false, kProbe><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
 }
 }  // namespace
 
@@ -337,6 +398,7 @@ bool launch_sparse_attention_fp8_probe(const SparseAttentionFp8Params& p, const 
     case kProbeNoDequant: launch_probe<kProbeNoDequant>(p, q, o, workspace, s); break;
     case kProbeNoLoads: launch_probe<kProbeNoLoads>(p, q, o, workspace, s); break;
     case kProbeNoLoads | kProbeNoDequant: launch_probe<kProbeNoLoads | kProbeNoDequant>(p, q, o, workspace, s); break;
+    case kProbeSerial: launch_probe<kProbeSerial>(p, q, o, workspace, s); break;
     case kProbeNoQk | kProbeNoPv | kProbeNoSoftmax:
       launch_probe<kProbeNoQk | kProbeNoPv | kProbeNoSoftmax>(p, q, o, workspace, s);
       break;

@@ -40,7 +40,8 @@ struct SparseAttentionFp8Params {
 // The runner's FP8 state (LayerStateView::fp8) as three key lists a token (fp8_state_keys): window positions before
 // the step in the slot's ring (ring, [T, window]), window positions of this step as rows of a cache of the step's
 // own rows (step, [T, window], row = token index), and the compressed entries (comp, [T, comp_stride]: topk_idx's
-// picks, -1 kept, or all visible entries; m = 0: none), with their lengths; pos32 [T] the positions as int32.
+// picks of visible entries in list order, packed to the front (the -1 padding dropped), or all visible entries;
+// m = 0: none; -1 past the length), with their lengths; pos32 [T] the positions as int32.
 struct Fp8StateKeys {
   int64_t window = 0, m = 0, comp_stride = 0;
   const int32_t* topk_idx = nullptr;  // [T, topk] (CSA) or nullptr (HCA: every visible entry)
@@ -60,8 +61,11 @@ void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, cons
                                          void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the kernel (fp32 q) with phases left out, to see where a tile's
 // time goes; the output is wrong by design. probe: an OR of the bits below (the combinations the launcher
-// instantiates: each bit alone, loads + dequant, QK + PV + softmax); false for any other.
+// instantiates: each bit alone, loads + dequant, QK + PV + softmax); false for any other. kProbeSerial alone is no
+// phase left out but the session-12 tile loop (three barriers a tile, no dequantisation overlapped): its output is
+// right, bitwise the kernel's; the bench times it beside the kernel.
 inline constexpr int kProbeNoQk = 1, kProbeNoPv = 2, kProbeNoSoftmax = 4, kProbeNoDequant = 8, kProbeNoLoads = 16;
+inline constexpr int kProbeSerial = 32;
 bool launch_sparse_attention_fp8_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                        int probe, void* stream);
 }  // namespace detail

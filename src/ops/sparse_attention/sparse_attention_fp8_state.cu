@@ -1,6 +1,6 @@
 // The runner's FP8 state as sparse_attention_fp8 key lists (see sparse_attention_fp8_cuda.h: fp8_state_keys,
 // fp8_ring_rows). One block of 128 threads per token; every list entry is written (-1 past a token's length), so a
-// captured decode graph reads no stale entry.
+// captured decode graph reads no stale entry. The compressed list is packed: only picks of visible entries, in order.
 #include "ops/sparse_attention/sparse_attention_fp8_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -22,20 +22,39 @@ __global__ void __launch_bounds__(kThreads) fp8_state_keys_kernel(StepDevice st,
     k.ring[t * k.window + i] = i < nring ? int32_t(v.ring_index(slot, lo + i)) : -1;
     k.step[t * k.window + i] = i < nstep ? int32_t(t0 + (step_lo + i - start)) : -1;
   }
+  // Compressed entries: the picks that name a visible entry, in list order, packed to the front (the indexer's -1
+  // padding and any out-of-range pick dropped), so the attention runs no tile of missing keys: during a prefill from
+  // position 0 the CSA top-k list holds only (p + 1) / 4 entries before p = 2,047. The count is comp_len.
+  __shared__ int32_t warp_valid[kThreads / 32];
   const int64_t visible = k.m > 0 ? (p + 1) / k.m : 0;
   const int64_t ncomp = k.topk_idx ? k.topk : (visible < k.comp_stride ? visible : k.comp_stride);
-  for (int64_t c = threadIdx.x; c < k.comp_stride; c += kThreads) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  int64_t packed = 0;  // valid picks before this chunk (the same in every thread)
+  for (int64_t c0 = 0; c0 < ncomp; c0 += kThreads) {
+    const int64_t c = c0 + threadIdx.x;
     int32_t row = -1;
     if (c < ncomp) {
       const int64_t j = k.topk_idx ? int64_t(k.topk_idx[t * k.topk + c]) : c;
       if (j >= 0 && j < visible) row = int32_t(v.entry_index(table, j));
     }
-    k.comp[t * k.comp_stride + c] = row;
+    const unsigned ballot = __ballot_sync(0xffffffffu, row >= 0);
+    if (lane == 0) warp_valid[warp] = __popc(ballot);
+    __syncthreads();
+    int64_t at = packed + __popc(ballot & ((1u << lane) - 1u));
+    int64_t chunk = 0;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      if (w < warp) at += warp_valid[w];
+      chunk += warp_valid[w];
+    }
+    if (row >= 0) k.comp[t * k.comp_stride + at] = row;
+    packed += chunk;
+    __syncthreads();  // warp_valid is rewritten by the next chunk
   }
+  for (int64_t c = packed + threadIdx.x; c < k.comp_stride; c += kThreads) k.comp[t * k.comp_stride + c] = -1;
   if (threadIdx.x == 0) {
     k.ring_len[t] = int32_t(nring);
     k.step_len[t] = int32_t(nstep);
-    if (k.comp_len) k.comp_len[t] = int32_t(k.m > 0 ? ncomp : 0);
+    if (k.comp_len) k.comp_len[t] = int32_t(k.m > 0 ? packed : 0);
     k.pos32[t] = int32_t(p);
   }
 }

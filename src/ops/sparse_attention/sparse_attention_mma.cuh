@@ -45,24 +45,39 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloa
                : "r"(smem_u32(p)));
 }
 
+// Four 8x8 bf16 matrices, not transposed: lanes 8i..8i+7 give the row addresses of matrix i; the thread gets in
+// r[i] the elements (row g; columns 2*q4, 2*q4+1) of matrix i.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
 // Partial scores of heads hr..hr+15 against the tile's 32 keys over dims d0..d0+255; s[j] = C fragment of keys
-// 8j..8j+7. A from Q rows (a0/a1 rows g/g+8 at dims 2q4, a2/a3 at 2q4+8), B from key rows (b0 = key 8j+g at dims
-// 2q4, 2q4+1; b1 at +8): all plain 32-bit shared loads.
+// 8j..8j+7. Per k16 step three ldmatrix.x4 (12 plain 32-bit loads before session 15, the same elements): A from Q
+// rows, matrices (heads +0, dims +0), (+8, +0), (+0, +8), (+8, +8) = a0..a3; B from key rows (row-major keys are
+// the col-major B), matrices (keys 8j, dims +0), (8j, +8), (8j + 8, +0), (8j + 8, +8) = b0, b1 of n-tiles j, j + 1.
+// Rows 1,040 B apart (4 banks): the 8 rows of a matrix cover the 32 banks, conflict-free.
 __device__ __forceinline__ void qk_half(const __nv_bfloat16* qs, const __nv_bfloat16* ks, int hr, int d0,
                                         float (&s)[4][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-  const __nv_bfloat16* qa = qs + (hr + g) * kMmaPitch + d0 + 2 * q4;
-  const __nv_bfloat16* kb = ks + g * kMmaPitch + d0 + 2 * q4;
+  const __nv_bfloat16* qa = qs + (hr + (lane & 7) + ((lane >> 3) & 1) * 8) * kMmaPitch + d0 + (lane >> 4) * 8;
+  const __nv_bfloat16* kb = ks + ((lane & 7) + (lane >> 4) * 8) * kMmaPitch + d0 + ((lane >> 3) & 1) * 8;
 #pragma unroll 4
   for (int kk = 0; kk < kMmaHalf / 16; ++kk) {
     const int d = 16 * kk;
-    const uint32_t a[4] = {ld_u32(qa + d), ld_u32(qa + 8 * kMmaPitch + d), ld_u32(qa + d + 8), ld_u32(qa + 8 * kMmaPitch + d + 8)};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) mma_bf16(s[j], a, ld_u32(kb + 8 * j * kMmaPitch + d), ld_u32(kb + 8 * j * kMmaPitch + d + 8));
+    uint32_t a[4], b01[4], b23[4];
+    ldsm_x4(a, qa + d);
+    ldsm_x4(b01, kb + d);
+    ldsm_x4(b23, kb + 16 * kMmaPitch + d);
+    mma_bf16(s[0], a, b01[0], b01[1]);
+    mma_bf16(s[1], a, b01[2], b01[3]);
+    mma_bf16(s[2], a, b23[0], b23[1]);
+    mma_bf16(s[3], a, b23[2], b23[3]);
   }
 }
 
