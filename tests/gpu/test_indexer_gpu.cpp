@@ -46,7 +46,7 @@ enum class QMode { Fp32, Bf16Exact };
 struct IdxState {
   cache::StateLayout L;
   std::vector<float> slots, blocks;
-  DeviceBuffer<float> dslots, dblocks;
+  cuda::DeviceBuffer<float> dslots, dblocks;
   IdxState(const io::ModelConfig& cfg, int32_t num_blocks, int64_t block_size, bool fp8, uint32_t seed) {
     cache::StateCacheConfig cc;
     cc.block_size = block_size;
@@ -87,7 +87,7 @@ void run_case(int64_t heads, int64_t dim, int64_t topk, int64_t block_size, std:
   ASSERT_EQ(hv.fp8, fp8);
   // Keys: random rows, a third of them copies of 7 base rows (exact score ties).
   const int64_t max_entries = step.nb * block_size / m;
-  std::vector<float> row(size_t(dim));
+  std::vector<float> row;
   for (size_t s = 0; s < step.seqs.size(); ++s) {
     std::vector<std::vector<float>> base;
     for (int64_t j = 0; j < max_entries; ++j) {

@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kKB * kGroups) indexer_scores_kernel(StepDevic
 // bf16 and the scale can wait for the epilogue. q is split into bf16 hi + mid + lo (exact for fp32 values outside
 // the subnormal range); a block whose q rows are all bf16-exact (the official FP4-simulated queries) runs one split.
 // Products of bf16 are exact in fp32, so the score differs from the fp32 kernel only by the order of the sums.
-constexpr int kTcKeys = 128;                 // keys per block (4 warps x 32)
+constexpr int kTcKeys = 128;                 // keys per tile (4 warps x 32)
+constexpr int kTcMaxTiles = 4;               // tiles per block (<= 4): the token's q is converted once per block
 constexpr int kTcThreads = 128;
 constexpr int kTcHeads = kIdxMaxHeads;       // heads padded to 64 with zero rows and zero weights
 constexpr int kTcDim = kIdxTcDim;            // 128 (the FP8 key format's dim)
@@ -119,19 +120,20 @@ __device__ __forceinline__ uint2 pack4_bf16(const __nv_bfloat16 (&x)[4]) {
   return r;
 }
 
-// Block = one token x 128 keys; warp w owns keys 32w..32w+31 against all 64 (padded) heads: acc[m-tile][n-tile].
+// Block = one token x `tiles` tiles of 128 keys; in a tile warp w owns keys 32w..32w+31 against all 64 (padded)
+// heads: acc[m-tile][n-tile].
 __global__ void __launch_bounds__(kTcThreads) indexer_scores_tc_kernel(StepDevice st, LayerStateView v,
                                                                        IndexerCudaParams p, const float* q,
                                                                        const float* weights, int64_t max_visible,
-                                                                       float* scores) {
+                                                                       int tiles, float* scores) {
   extern __shared__ __align__(16) unsigned char tc_smem[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);  // [split][head][kTcPitch]
   __nv_bfloat16* ks = qs + kTcSplits * kTcHeads * kTcPitch;          // [key][kTcPitch]
   float* kscale = reinterpret_cast<float*>(ks + kTcKeys * kTcPitch);  // [key]
   float* ws = kscale + kTcKeys;                                       // [head]
   const int64_t t = blockIdx.x, N = visible(st.pos[t], p.m, max_visible);
-  const int64_t j0 = int64_t(blockIdx.y) * kTcKeys;
-  if (j0 >= N) return;  // block-uniform
+  const int64_t jb = int64_t(blockIdx.y) * kTcKeys * tiles;
+  if (jb >= N) return;  // block-uniform
   const int heads = int(p.heads), tid = int(threadIdx.x);
   const int32_t* table = st.block_tables + int64_t(st.seq_of_token[t]) * st.table_stride;
   // q rows -> bf16 hi / mid / lo.
@@ -153,81 +155,87 @@ __global__ void __launch_bounds__(kTcThreads) indexer_scores_tc_kernel(StepDevic
       *reinterpret_cast<uint2*>(qs + (s * kTcHeads + h) * kTcPitch + 4 * c) = pack4_bf16(part[s]);
   }
   if (tid < kTcHeads) ws[tid] = tid < heads ? weights[t * heads + tid] : 0.0f;
-  // Key codes -> bf16 (16 codes a thread-step), row scales.
-  const uint8_t* kbase = reinterpret_cast<const uint8_t*>(v.blocks);
-  const KvPages pages = v.index_key_pages();
-  for (int i = tid; i < kTcKeys * (kTcDim / 16); i += kTcThreads) {
-    const int r = i / (kTcDim / 16), c = i % (kTcDim / 16);
-    uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
-    if (j0 + r < N) {
-      const uint4 codes =
-          *reinterpret_cast<const uint4*>(kbase + idx_code_offset(pages, v.entry_index(table, j0 + r)) + 16 * c);
-      lo = make_uint4(e4m3x2_to_bf16x2(codes.x), e4m3x2_to_bf16x2(codes.x >> 16), e4m3x2_to_bf16x2(codes.y),
-                      e4m3x2_to_bf16x2(codes.y >> 16));
-      hi = make_uint4(e4m3x2_to_bf16x2(codes.z), e4m3x2_to_bf16x2(codes.z >> 16), e4m3x2_to_bf16x2(codes.w),
-                      e4m3x2_to_bf16x2(codes.w >> 16));
+  const int nsplit = __syncthreads_or(inexact) ? kTcSplits : 1;
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int64_t j0 = jb + int64_t(tile) * kTcKeys;
+    if (j0 >= N) break;  // block-uniform
+    if (tile > 0) __syncthreads();  // the previous tile's keys and scales are read
+    // Key codes -> bf16 (16 codes a thread-step), row scales.
+    const uint8_t* kbase = reinterpret_cast<const uint8_t*>(v.blocks);
+    const KvPages pages = v.index_key_pages();
+    for (int i = tid; i < kTcKeys * (kTcDim / 16); i += kTcThreads) {
+      const int r = i / (kTcDim / 16), c = i % (kTcDim / 16);
+      uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
+      if (j0 + r < N) {
+        const uint4 codes =
+            *reinterpret_cast<const uint4*>(kbase + idx_code_offset(pages, v.entry_index(table, j0 + r)) + 16 * c);
+        lo = make_uint4(e4m3x2_to_bf16x2(codes.x), e4m3x2_to_bf16x2(codes.x >> 16), e4m3x2_to_bf16x2(codes.y),
+                        e4m3x2_to_bf16x2(codes.y >> 16));
+        hi = make_uint4(e4m3x2_to_bf16x2(codes.z), e4m3x2_to_bf16x2(codes.z >> 16), e4m3x2_to_bf16x2(codes.w),
+                        e4m3x2_to_bf16x2(codes.w >> 16));
+      }
+      uint4* dst = reinterpret_cast<uint4*>(ks + r * kTcPitch + 16 * c);
+      dst[0] = lo;
+      dst[1] = hi;
     }
-    uint4* dst = reinterpret_cast<uint4*>(ks + r * kTcPitch + 16 * c);
-    dst[0] = lo;
-    dst[1] = hi;
-  }
-  if (tid < kTcKeys) {
-    float s = 0.0f;
-    if (j0 + tid < N)
-      s = __uint_as_float(
-          *reinterpret_cast<const uint32_t*>(kbase + idx_scale_offset(pages, v.entry_index(table, j0 + tid))));
-    kscale[tid] = s;
-  }
-  const int nsplit = __syncthreads_or(inexact) ? kTcSplits : 1;  // also the barrier before the MMAs
-  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3, n0 = warp * 32;
-  float acc[4][4][4];
+    if (tid < kTcKeys) {
+      float s = 0.0f;
+      if (j0 + tid < N)
+        s = __uint_as_float(
+            *reinterpret_cast<const uint32_t*>(kbase + idx_scale_offset(pages, v.entry_index(table, j0 + tid))));
+      kscale[tid] = s;
+    }
+    __syncthreads();
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3, n0 = warp * 32;
+    float acc[4][4][4];
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
+    for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-  for (int s = 0; s < nsplit; ++s) {
-    const __nv_bfloat16* qsp = qs + s * kTcHeads * kTcPitch;
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+    for (int s = 0; s < nsplit; ++s) {
+      const __nv_bfloat16* qsp = qs + s * kTcHeads * kTcPitch;
 #pragma unroll
-    for (int kk = 0; kk < kTcDim / 16; ++kk) {
-      uint32_t b[4][2];
+      for (int kk = 0; kk < kTcDim / 16; ++kk) {
+        uint32_t b[4][2];
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        uint32_t r[4];
-        const int n = n0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-        ldsm_x4(r, ks + n * kTcPitch + kk * 16 + ((lane >> 3) & 1) * 8);
-        b[2 * np][0] = r[0];
-        b[2 * np][1] = r[1];
-        b[2 * np + 1][0] = r[2];
-        b[2 * np + 1][1] = r[3];
-      }
+        for (int np = 0; np < 2; ++np) {
+          uint32_t r[4];
+          const int n = n0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+          ldsm_x4(r, ks + n * kTcPitch + kk * 16 + ((lane >> 3) & 1) * 8);
+          b[2 * np][0] = r[0];
+          b[2 * np][1] = r[1];
+          b[2 * np + 1][0] = r[2];
+          b[2 * np + 1][1] = r[3];
+        }
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        uint32_t a[4];
-        ldsm_x4(a, qsp + (mt * 16 + (lane & 15)) * kTcPitch + kk * 16 + (lane >> 4) * 8);
+        for (int mt = 0; mt < 4; ++mt) {
+          uint32_t a[4];
+          ldsm_x4(a, qsp + (mt * 16 + (lane & 15)) * kTcPitch + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) mma_16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
+          for (int nt = 0; nt < 4; ++nt) mma_16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
+        }
       }
     }
-  }
-  // Epilogue: key 8nt + 2q4 + e of the warp; the lane holds heads 16mt + g and 16mt + g + 8.
-  const float rs = rsqrtf(float(kTcDim));
+    // Epilogue: key 8nt + 2q4 + e of the warp; the lane holds heads 16mt + g and 16mt + g + 8.
+    const float rs = rsqrtf(float(kTcDim));
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float part = 0.0f;
+      for (int e = 0; e < 2; ++e) {
+        float part = 0.0f;
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        part += ws[mt * 16 + g] * fmaxf(acc[mt][nt][e], 0.0f);
-        part += ws[mt * 16 + g + 8] * fmaxf(acc[mt][nt][2 + e], 0.0f);
+        for (int mt = 0; mt < 4; ++mt) {
+          part += ws[mt * 16 + g] * fmaxf(acc[mt][nt][e], 0.0f);
+          part += ws[mt * 16 + g + 8] * fmaxf(acc[mt][nt][2 + e], 0.0f);
+        }
+        part += __shfl_xor_sync(0xffffffffu, part, 4);
+        part += __shfl_xor_sync(0xffffffffu, part, 8);
+        part += __shfl_xor_sync(0xffffffffu, part, 16);
+        const int n = n0 + nt * 8 + 2 * q4 + e;
+        if (g == 0 && j0 + n < N) scores[t * max_visible + j0 + n] = part * kscale[n] * rs;
       }
-      part += __shfl_xor_sync(0xffffffffu, part, 4);
-      part += __shfl_xor_sync(0xffffffffu, part, 8);
-      part += __shfl_xor_sync(0xffffffffu, part, 16);
-      const int n = n0 + nt * 8 + 2 * q4 + e;
-      if (g == 0 && j0 + n < N) scores[t * max_visible + j0 + n] = part * kscale[n] * rs;
     }
   }
 }
@@ -380,9 +388,13 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                               const float* q, const float* weights, int64_t max_visible, float* scores, void* stream) {
   cudaFuncSetAttribute(indexer_scores_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kTcSmem));
-  const dim3 grid(unsigned(step.T), unsigned((max_visible + kTcKeys - 1) / kTcKeys));
-  indexer_scores_tc_kernel<<<grid, kTcThreads, kTcSmem, static_cast<cudaStream_t>(stream)>>>(step, view, p, q, weights,
-                                                                                             max_visible, scores);
+  // Up to 4 tiles a block (q converted once per 512 keys) while that leaves about 4 blocks an SM (decode: fewer).
+  int tiles = kTcMaxTiles;
+  auto blocks = [&](int n) { return step.T * ((max_visible + kTcKeys * n - 1) / (kTcKeys * n)); };
+  while (tiles > 1 && blocks(tiles) < 528) tiles /= 2;
+  const dim3 grid(unsigned(step.T), unsigned((max_visible + kTcKeys * tiles - 1) / (kTcKeys * tiles)));
+  indexer_scores_tc_kernel<<<grid, kTcThreads, kTcSmem, static_cast<cudaStream_t>(stream)>>>(
+      step, view, p, q, weights, max_visible, tiles, scores);
 }
 
 void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
