@@ -223,12 +223,15 @@ TEST(GpuIndexer, Fp8KeysTensorCoreScoresFp32Queries) {
   DSI_SKIP_WITHOUT_GPU();
   run_case(64, 128, 512, 128, {{0, 3990, 12}, {1, 4093, 1}, {2, 500, 3}, {3, 2047, 2}, {4, 9, 40}}, 600, true,
            QMode::Fp32);
+  // 600 tokens x up to 650 keys: enough blocks for 4 key tiles a block (the prefill launch), the second block partial.
+  run_case(64, 128, 512, 128, {{0, 2000, 600}}, 650, true, QMode::Fp32);
 }
 
 TEST(GpuIndexer, Fp8KeysTensorCoreScoresBf16ExactQueries) {
   DSI_SKIP_WITHOUT_GPU();
   run_case(64, 128, 512, 128, {{0, 3990, 12}, {1, 2051, 2}, {2, 100, 30}}, 700, true, QMode::Bf16Exact);
   run_case(20, 128, 64, 128, {{0, 1000, 9}, {1, 60000, 1}}, 800, true, QMode::Bf16Exact);  // 20 heads: padding rows
+  run_case(64, 128, 512, 128, {{0, 2000, 600}}, 850, true, QMode::Bf16Exact);  // 4 key tiles a block
 }
 
 TEST(GpuIndexer, TopkPlantedTiesExact) {
