@@ -80,7 +80,8 @@ void run_case(int64_t heads, int64_t dim, int64_t topk, int64_t block_size, std:
               bool fp8 = false, QMode qmode = QMode::Fp32) {
   SCOPED_TRACE(testing::Message() << "heads " << heads << " dim " << dim << " topk " << topk << " fp8 " << fp8);
   const int64_t m = 4;
-  const io::ModelConfig cfg = attn_config(64, 16, 8, dim, {io::AttnType::CSA}, {m});
+  // The FP8 format needs V4's head_dim 512 / rope 64 (only the indexer keys are used here).
+  const io::ModelConfig cfg = attn_config(fp8 ? 512 : 64, fp8 ? 64 : 16, 8, dim, {io::AttnType::CSA}, {m});
   TestStep step(std::move(seqs), block_size);
   IdxState st(cfg, step.num_blocks(), block_size, fp8, seed);
   const ops::LayerStateView hv = st.host_view();
@@ -133,7 +134,8 @@ void run_case(int64_t heads, int64_t dim, int64_t topk, int64_t block_size, std:
     for (int64_t j = 0; j < n; ++j) get_key(hv, step.table(si), j, keys.data() + j * dim, dim);
     std::vector<float> ref_scores;
     const std::vector<int32_t> ref =
-        ops::indexer_topk_ref({q.data() + t * heads * dim, w.data() + t * heads, heads, dim}, keys.data(), n, topk, &ref_scores);
+        ops::indexer_topk_ref({q.data() + t * heads * dim, w.data() + t * heads, heads, dim}, keys.data(), n, topk,
+                              &ref_scores);
     const float* g = gs.data() + t * max_visible;
     for (int64_t j = 0; j < n; ++j) {
       all_ref.push_back(ref_scores[size_t(j)]);
@@ -161,14 +163,19 @@ void run_case(int64_t heads, int64_t dim, int64_t topk, int64_t block_size, std:
 
 // Planted score rows for the top-k alone. Row r has n = pos + 1 candidates (m = 1); pattern r % 6.
 float planted(int64_t r, int64_t j, int64_t n, std::mt19937& g) {
-  switch (r % 6) {
-    case 0: return 1.0f;                                                            // all equal
-    case 1: { const float v[5] = {0.0f, -0.0f, 1.0f, 2.0f, -1.0f}; return v[g() % 5]; }  // few values, signed zeros
-    case 2: { uint32_t b = 0x3f800000u + (g() % 4096u); float f; std::memcpy(&f, &b, 4); return f; }  // low bits only
-    case 3: return std::uniform_real_distribution<float>(-3.0f, 3.0f)(g);         // distinct
-    case 4: return float(int64_t(g() % 3));                                          // 3 values: boundary in a tie group
-    default: return j < n / 2 ? 0.5f : -0.5f;                                        // two halves
+  static constexpr float kFew[5] = {0.0f, -0.0f, 1.0f, 2.0f, -1.0f};
+  const int pattern = int(r % 6);
+  if (pattern == 0) return 1.0f;                 // all equal
+  if (pattern == 1) return kFew[g() % 5];        // few values, signed zeros
+  if (pattern == 2) {                            // distinct only in the low 12 bits (the later passes decide)
+    const uint32_t b = 0x3f800000u + (g() % 4096u);
+    float f = 0.0f;
+    std::memcpy(&f, &b, 4);
+    return f;
   }
+  if (pattern == 3) return std::uniform_real_distribution<float>(-3.0f, 3.0f)(g);  // distinct
+  if (pattern == 4) return float(int64_t(g() % 3));  // 3 values: the k-th inside a tie group
+  return j < n / 2 ? 0.5f : -0.5f;                   // two halves
 }
 
 void run_select(int64_t topk, const std::vector<int64_t>& ns, uint32_t seed) {

@@ -81,12 +81,12 @@ __global__ void __launch_bounds__(kKB * kGroups) indexer_scores_kernel(StepDevic
 // Products of bf16 are exact in fp32, so the score differs from the fp32 kernel only by the order of the sums.
 constexpr int kTcKeys = 128;                 // keys per tile (4 warps x 32)
 constexpr int kTcMaxTiles = 4;               // tiles per block (<= 4): the token's q is converted once per block
-constexpr int kTcThreads = 128;
+constexpr int kTcThreads = 128;                          // = kTcKeys: thread i loads key i's scale
 constexpr int kTcHeads = kIdxMaxHeads;       // heads padded to 64 with zero rows and zero weights
 constexpr int kTcDim = kIdxTcDim;            // 128 (the FP8 key format's dim)
 constexpr int kTcPitch = kTcDim + 8;         // bf16 row pitch (272 B): ldmatrix rows 4 banks apart
 constexpr int kTcSplits = 3;
-constexpr size_t kTcSmem = size_t(kTcSplits * kTcHeads + kTcKeys) * kTcPitch * 2 + (kTcKeys + kTcHeads) * 4;
+constexpr size_t kTcSmem = size_t(kTcHeads + kTcKeys) * kTcPitch * 2 + (kTcKeys + kTcHeads) * 4;  // 52,992 B
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
@@ -120,15 +120,75 @@ __device__ __forceinline__ uint2 pack4_bf16(const __nv_bfloat16 (&x)[4]) {
   return r;
 }
 
+// Split `split` (0 = hi, 1 = mid, 2 = lo) of the token's q rows into qs (bf16, heads padded with zeros); returns
+// whether any value of this thread's share is not bf16-exact (hi alone is not the value).
+__device__ __forceinline__ bool write_q_split(__nv_bfloat16* qs, const float* qt, int heads, int split, int tid) {
+  bool inexact = false;
+  for (int i = tid; i < kTcHeads * (kTcDim / 4); i += kTcThreads) {
+    const int h = i / (kTcDim / 4), c = i % (kTcDim / 4);
+    const float4 x4 = h < heads ? reinterpret_cast<const float4*>(qt + h * kTcDim)[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+    __nv_bfloat16 part[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const __nv_bfloat16 hi = __float2bfloat16_rn(x[e]);
+      const float r1 = x[e] - __bfloat162float(hi);
+      const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
+      part[e] = split == 0 ? hi : split == 1 ? mid : __float2bfloat16_rn(r1 - __bfloat162float(mid));
+      inexact = inexact || r1 != 0.0f;
+    }
+    *reinterpret_cast<uint2*>(qs + h * kTcPitch + 4 * c) = pack4_bf16(part);
+  }
+  return inexact;
+}
+
+// This thread's share of a 128-key tile from j0: key rows tid / 8 + 16 it (it < 8), 16 codes at 16 (tid % 8), and
+// the scale of key tid; zeros past N. Loaded into registers (the next tile's, during this tile's MMAs).
+struct KeyTileRegs {
+  uint4 codes[kTcKeys * kTcDim / 16 / kTcThreads];
+  float scale;
+};
+__device__ __forceinline__ void load_key_tile(KeyTileRegs& k, const LayerStateView& v, const int32_t* table,
+                                              int64_t j0, int64_t N, int tid) {
+  const uint8_t* kbase = reinterpret_cast<const uint8_t*>(v.blocks);
+  const KvPages pages = v.index_key_pages();
+#pragma unroll
+  for (int it = 0; it < kTcKeys * kTcDim / 16 / kTcThreads; ++it) {
+    const int64_t j = j0 + tid / 8 + 16 * it;
+    k.codes[it] = make_uint4(0u, 0u, 0u, 0u);
+    if (j < N)
+      k.codes[it] = *reinterpret_cast<const uint4*>(kbase + idx_code_offset(pages, v.entry_index(table, j)) +
+                                                    16 * (tid % 8));
+  }
+  k.scale = 0.0f;
+  if (j0 + tid < N) {
+    const int64_t row = v.entry_index(table, j0 + tid);
+    k.scale = __uint_as_float(*reinterpret_cast<const uint32_t*>(kbase + idx_scale_offset(pages, row)));
+  }
+}
+__device__ __forceinline__ void store_key_tile(const KeyTileRegs& k, __nv_bfloat16* ks, float* kscale, int tid) {
+#pragma unroll
+  for (int it = 0; it < kTcKeys * kTcDim / 16 / kTcThreads; ++it) {
+    const uint4 c = k.codes[it];
+    uint4* dst = reinterpret_cast<uint4*>(ks + (tid / 8 + 16 * it) * kTcPitch + 16 * (tid % 8));
+    dst[0] = make_uint4(e4m3x2_to_bf16x2(c.x), e4m3x2_to_bf16x2(c.x >> 16), e4m3x2_to_bf16x2(c.y),
+                        e4m3x2_to_bf16x2(c.y >> 16));
+    dst[1] = make_uint4(e4m3x2_to_bf16x2(c.z), e4m3x2_to_bf16x2(c.z >> 16), e4m3x2_to_bf16x2(c.w),
+                        e4m3x2_to_bf16x2(c.w >> 16));
+  }
+  kscale[tid] = k.scale;
+}
+
 // Block = one token x `tiles` tiles of 128 keys; in a tile warp w owns keys 32w..32w+31 against all 64 (padded)
-// heads: acc[m-tile][n-tile].
-__global__ void __launch_bounds__(kTcThreads) indexer_scores_tc_kernel(StepDevice st, LayerStateView v,
-                                                                       IndexerCudaParams p, const float* q,
-                                                                       const float* weights, int64_t max_visible,
-                                                                       int tiles, float* scores) {
+// heads: acc[m-tile][n-tile]. Shared memory holds one q split: with bf16-exact q (one split) it is written once;
+// otherwise each split of each tile is rewritten from q (three MMA passes a tile).
+// (4 blocks an SM: 128 registers, 53 KB of shared memory each.)
+__global__ void __launch_bounds__(kTcThreads, 4)
+    indexer_scores_tc_kernel(StepDevice st, LayerStateView v, IndexerCudaParams p, const float* q,
+                             const float* weights, int64_t max_visible, int tiles, float* scores) {
   extern __shared__ __align__(16) unsigned char tc_smem[];
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);  // [split][head][kTcPitch]
-  __nv_bfloat16* ks = qs + kTcSplits * kTcHeads * kTcPitch;          // [key][kTcPitch]
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);     // [head][kTcPitch], one split
+  __nv_bfloat16* ks = qs + kTcHeads * kTcPitch;                       // [key][kTcPitch]
   float* kscale = reinterpret_cast<float*>(ks + kTcKeys * kTcPitch);  // [key]
   float* ws = kscale + kTcKeys;                                       // [head]
   const int64_t t = blockIdx.x, N = visible(st.pos[t], p.m, max_visible);
@@ -136,57 +196,21 @@ __global__ void __launch_bounds__(kTcThreads) indexer_scores_tc_kernel(StepDevic
   if (jb >= N) return;  // block-uniform
   const int heads = int(p.heads), tid = int(threadIdx.x);
   const int32_t* table = st.block_tables + int64_t(st.seq_of_token[t]) * st.table_stride;
-  // q rows -> bf16 hi / mid / lo.
-  bool inexact = false;
   const float* qt = q + t * heads * kTcDim;
-  for (int i = tid; i < kTcHeads * (kTcDim / 4); i += kTcThreads) {
-    const int h = i / (kTcDim / 4), c = i % (kTcDim / 4);
-    const float4 x4 = h < heads ? reinterpret_cast<const float4*>(qt + h * kTcDim)[c] : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
-    __nv_bfloat16 part[kTcSplits][4];
-    for (int e = 0; e < 4; ++e) {
-      part[0][e] = __float2bfloat16_rn(x[e]);
-      const float r1 = x[e] - __bfloat162float(part[0][e]);
-      part[1][e] = __float2bfloat16_rn(r1);
-      part[2][e] = __float2bfloat16_rn(r1 - __bfloat162float(part[1][e]));
-      inexact = inexact || r1 != 0.0f;
-    }
-    for (int s = 0; s < kTcSplits; ++s)
-      *reinterpret_cast<uint2*>(qs + (s * kTcHeads + h) * kTcPitch + 4 * c) = pack4_bf16(part[s]);
-  }
+  KeyTileRegs next;
+  load_key_tile(next, v, table, jb, N, tid);
+  const bool inexact = write_q_split(qs, qt, heads, 0, tid);
   if (tid < kTcHeads) ws[tid] = tid < heads ? weights[t * heads + tid] : 0.0f;
   const int nsplit = __syncthreads_or(inexact) ? kTcSplits : 1;
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3, n0 = warp * 32;
+  const float rs = rsqrtf(float(kTcDim));
   for (int tile = 0; tile < tiles; ++tile) {
     const int64_t j0 = jb + int64_t(tile) * kTcKeys;
-    if (j0 >= N) break;  // block-uniform
+    if (j0 >= N) break;             // block-uniform
     if (tile > 0) __syncthreads();  // the previous tile's keys and scales are read
-    // Key codes -> bf16 (16 codes a thread-step), row scales.
-    const uint8_t* kbase = reinterpret_cast<const uint8_t*>(v.blocks);
-    const KvPages pages = v.index_key_pages();
-    for (int i = tid; i < kTcKeys * (kTcDim / 16); i += kTcThreads) {
-      const int r = i / (kTcDim / 16), c = i % (kTcDim / 16);
-      uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
-      if (j0 + r < N) {
-        const uint4 codes =
-            *reinterpret_cast<const uint4*>(kbase + idx_code_offset(pages, v.entry_index(table, j0 + r)) + 16 * c);
-        lo = make_uint4(e4m3x2_to_bf16x2(codes.x), e4m3x2_to_bf16x2(codes.x >> 16), e4m3x2_to_bf16x2(codes.y),
-                        e4m3x2_to_bf16x2(codes.y >> 16));
-        hi = make_uint4(e4m3x2_to_bf16x2(codes.z), e4m3x2_to_bf16x2(codes.z >> 16), e4m3x2_to_bf16x2(codes.w),
-                        e4m3x2_to_bf16x2(codes.w >> 16));
-      }
-      uint4* dst = reinterpret_cast<uint4*>(ks + r * kTcPitch + 16 * c);
-      dst[0] = lo;
-      dst[1] = hi;
-    }
-    if (tid < kTcKeys) {
-      float s = 0.0f;
-      if (j0 + tid < N)
-        s = __uint_as_float(
-            *reinterpret_cast<const uint32_t*>(kbase + idx_scale_offset(pages, v.entry_index(table, j0 + tid))));
-      kscale[tid] = s;
-    }
+    store_key_tile(next, ks, kscale, tid);
     __syncthreads();
-    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3, n0 = warp * 32;
+    if (tile + 1 < tiles && j0 + kTcKeys < N) load_key_tile(next, v, table, j0 + kTcKeys, N, tid);  // in flight
     float acc[4][4][4];
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
@@ -195,7 +219,11 @@ __global__ void __launch_bounds__(kTcThreads) indexer_scores_tc_kernel(StepDevic
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
     for (int s = 0; s < nsplit; ++s) {
-      const __nv_bfloat16* qsp = qs + s * kTcHeads * kTcPitch;
+      if (nsplit > 1 && (s > 0 || tile > 0)) {  // qs holds another split: rewrite it (block-uniform)
+        __syncthreads();
+        write_q_split(qs, qt, heads, s, tid);
+        __syncthreads();
+      }
 #pragma unroll
       for (int kk = 0; kk < kTcDim / 16; ++kk) {
         uint32_t b[4][2];
@@ -212,14 +240,13 @@ __global__ void __launch_bounds__(kTcThreads) indexer_scores_tc_kernel(StepDevic
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) {
           uint32_t a[4];
-          ldsm_x4(a, qsp + (mt * 16 + (lane & 15)) * kTcPitch + kk * 16 + (lane >> 4) * 8);
+          ldsm_x4(a, qs + (mt * 16 + (lane & 15)) * kTcPitch + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt) mma_16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
         }
       }
     }
     // Epilogue: key 8nt + 2q4 + e of the warp; the lane holds heads 16mt + g and 16mt + g + 8.
-    const float rs = rsqrtf(float(kTcDim));
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
