@@ -275,6 +275,7 @@ __global__ void __launch_bounds__(kTcThreads, 4)
 constexpr int kSelThreads = 512;
 constexpr int kSelWarps = kSelThreads / 32;
 constexpr int kSelBins = 2048;
+constexpr int kSelUnroll = 4;  // keys a thread loads before it bins them
 
 // Order-preserving map of a float score to uint32 (larger score -> larger key); -0.0 maps like +0.0.
 __device__ __forceinline__ uint32_t score_key(float f) {
@@ -330,21 +331,25 @@ __global__ void __launch_bounds__(kSelThreads) indexer_select_kernel(StepDevice 
     const int above = shift + (pass == 2 ? 10 : 11);  // bits above this pass's digit
     for (int i = tid; i < nbins; i += kSelThreads) hist[i] = 0;
     __syncthreads();
-    for (int64_t base = 0; base < N; base += kSelThreads) {  // uniform trip count: every lane reaches the match
-      const int64_t j = base + tid;
-      uint32_t u = 0;
-      if (j < N) {
-        if (pass == 0) {
-          u = score_key(sc[j]);
-          if (cached) sel_keys[j] = u;  // read back only by this thread (same j) in later passes
-        } else {
-          u = cached ? sel_keys[j] : score_key(sc[j]);
-        }
+    // Uniform trip count (every lane reaches the match); 4 loads in flight a thread. Element j belongs to thread
+    // j % kSelThreads in every pass and in the compaction, so sel_keys[j] is read back by the thread that wrote it.
+    for (int64_t base = 0; base < N; base += kSelUnroll * kSelThreads) {
+      uint32_t u[kSelUnroll];
+#pragma unroll
+      for (int k = 0; k < kSelUnroll; ++k) {
+        const int64_t j = base + k * kSelThreads + tid;
+        u[k] = 0;
+        if (j < N) u[k] = pass > 0 && cached ? sel_keys[j] : score_key(sc[j]);
       }
-      const bool match = j < N && (pass == 0 || (u >> above) == (prefix >> above));
-      const uint32_t bin = match ? (u >> shift) & uint32_t(nbins - 1) : 0xFFFFFFFFu;
-      const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
+#pragma unroll
+      for (int k = 0; k < kSelUnroll; ++k) {
+        const int64_t j = base + k * kSelThreads + tid;
+        if (pass == 0 && cached && j < N) sel_keys[j] = u[k];
+        const bool match = j < N && (pass == 0 || (u[k] >> above) == (prefix >> above));
+        const uint32_t bin = match ? (u[k] >> shift) & uint32_t(nbins - 1) : 0xFFFFFFFFu;
+        const unsigned peers = __match_any_sync(0xffffffffu, bin);
+        if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
+      }
     }
     __syncthreads();
     // Thread i owns bins nbins-1-per*i .. nbins-per*(i+1) (descending); the one whose range holds rank kr finds it.
