@@ -1,4 +1,8 @@
 // CUDA Lightning Indexer kernels (see indexer_cuda.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include "cuda/ops_device.cuh"
 #include "ops/indexer/indexer_launch.h"
 
@@ -34,11 +38,7 @@ __global__ void __launch_bounds__(kKB * kGroups) indexer_scores_kernel(StepDevic
   for (int i = threadIdx.x; i < kKB * d4; i += blockDim.x) {
     const int r = i / d4, c = i % d4;
     float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (j0 + r < N && v.fp8) {  // FP8 state: the key's codes and scale (exact in fp32)
-      float e[4];
-      idx_decode4(reinterpret_cast<const uint8_t*>(v.blocks), v.index_key_pages(), v.entry_index(table, j0 + r), c, e);
-      val = make_float4(e[0], e[1], e[2], e[3]);
-    } else if (j0 + r < N) {
+    if (j0 + r < N) {
       val = reinterpret_cast<const float4*>(v.index_key(table, j0 + r))[c];
     }
     *reinterpret_cast<float4*>(ks + r * kstride + 4 * c) = val;
@@ -75,6 +75,208 @@ __global__ void __launch_bounds__(kKB * kGroups) indexer_scores_kernel(StepDevic
   }
 }
 
+// ---- Scores on tensor cores (FP8 state): keys are e4m3 codes times a power-of-two row scale, so a code is exact in
+// bf16 and the scale can wait for the epilogue. q is split into bf16 hi + mid + lo (exact for fp32 values outside
+// the subnormal range); a block whose q rows are all bf16-exact (the official FP4-simulated queries) runs one split.
+// Products of bf16 are exact in fp32, so the score differs from the fp32 kernel only by the order of the sums.
+constexpr int kTcKeys = 128;                 // keys per tile (4 warps x 32)
+constexpr int kTcMaxTiles = 4;               // tiles per block (<= 4): the token's q is converted once per block
+constexpr int kTcThreads = 128;                          // = kTcKeys: thread i loads key i's scale
+constexpr int kTcHeads = kIdxMaxHeads;       // heads padded to 64 with zero rows and zero weights
+constexpr int kTcDim = kIdxTcDim;            // 128 (the FP8 key format's dim)
+constexpr int kTcPitch = kTcDim + 8;         // bf16 row pitch (272 B): ldmatrix rows 4 banks apart
+constexpr int kTcSplits = 3;
+constexpr size_t kTcSmem = size_t(kTcHeads + kTcKeys) * kTcPitch * 2 + (kTcKeys + kTcHeads) * 4;  // 52,992 B
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two e4m3 codes (low byte first) -> two bf16 (low half first), exactly: e4m3 -> f16 is exact, f16 -> f32 too, and
+// an e4m3 value has 4 significant bits.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two_codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two_codes & 0xFFFFu), __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ uint2 pack4_bf16(const __nv_bfloat16 (&x)[4]) {
+  uint2 r;
+  r.x = uint32_t(__bfloat16_as_ushort(x[0])) | (uint32_t(__bfloat16_as_ushort(x[1])) << 16);
+  r.y = uint32_t(__bfloat16_as_ushort(x[2])) | (uint32_t(__bfloat16_as_ushort(x[3])) << 16);
+  return r;
+}
+
+// Split `split` (0 = hi, 1 = mid, 2 = lo) of the token's q rows into qs (bf16, heads padded with zeros); returns
+// whether any value of this thread's share is not bf16-exact (hi alone is not the value).
+__device__ __forceinline__ bool write_q_split(__nv_bfloat16* qs, const float* qt, int heads, int split, int tid) {
+  bool inexact = false;
+  for (int i = tid; i < kTcHeads * (kTcDim / 4); i += kTcThreads) {
+    const int h = i / (kTcDim / 4), c = i % (kTcDim / 4);
+    const float4 x4 = h < heads ? reinterpret_cast<const float4*>(qt + h * kTcDim)[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+    __nv_bfloat16 part[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const __nv_bfloat16 hi = __float2bfloat16_rn(x[e]);
+      const float r1 = x[e] - __bfloat162float(hi);
+      const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
+      part[e] = split == 0 ? hi : split == 1 ? mid : __float2bfloat16_rn(r1 - __bfloat162float(mid));
+      inexact = inexact || r1 != 0.0f;
+    }
+    *reinterpret_cast<uint2*>(qs + h * kTcPitch + 4 * c) = pack4_bf16(part);
+  }
+  return inexact;
+}
+
+// This thread's share of a 128-key tile from j0: key rows tid / 8 + 16 it (it < 8), 16 codes at 16 (tid % 8), and
+// the scale of key tid; zeros past N. Loaded into registers (the next tile's, during this tile's MMAs).
+struct KeyTileRegs {
+  uint4 codes[kTcKeys * kTcDim / 16 / kTcThreads];
+  float scale;
+};
+__device__ __forceinline__ void load_key_tile(KeyTileRegs& k, const LayerStateView& v, const int32_t* table,
+                                              int64_t j0, int64_t N, int tid) {
+  const uint8_t* kbase = reinterpret_cast<const uint8_t*>(v.blocks);
+  const KvPages pages = v.index_key_pages();
+#pragma unroll
+  for (int it = 0; it < kTcKeys * kTcDim / 16 / kTcThreads; ++it) {
+    const int64_t j = j0 + tid / 8 + 16 * it;
+    k.codes[it] = make_uint4(0u, 0u, 0u, 0u);
+    if (j < N)
+      k.codes[it] = *reinterpret_cast<const uint4*>(kbase + idx_code_offset(pages, v.entry_index(table, j)) +
+                                                    16 * (tid % 8));
+  }
+  k.scale = 0.0f;
+  if (j0 + tid < N) {
+    const int64_t row = v.entry_index(table, j0 + tid);
+    k.scale = __uint_as_float(*reinterpret_cast<const uint32_t*>(kbase + idx_scale_offset(pages, row)));
+  }
+}
+__device__ __forceinline__ void store_key_tile(const KeyTileRegs& k, __nv_bfloat16* ks, float* kscale, int tid) {
+#pragma unroll
+  for (int it = 0; it < kTcKeys * kTcDim / 16 / kTcThreads; ++it) {
+    const uint4 c = k.codes[it];
+    uint4* dst = reinterpret_cast<uint4*>(ks + (tid / 8 + 16 * it) * kTcPitch + 16 * (tid % 8));
+    dst[0] = make_uint4(e4m3x2_to_bf16x2(c.x), e4m3x2_to_bf16x2(c.x >> 16), e4m3x2_to_bf16x2(c.y),
+                        e4m3x2_to_bf16x2(c.y >> 16));
+    dst[1] = make_uint4(e4m3x2_to_bf16x2(c.z), e4m3x2_to_bf16x2(c.z >> 16), e4m3x2_to_bf16x2(c.w),
+                        e4m3x2_to_bf16x2(c.w >> 16));
+  }
+  kscale[tid] = k.scale;
+}
+
+// Block = one token x `tiles` tiles of 128 keys; in a tile warp w owns keys 32w..32w+31 against all 64 (padded)
+// heads: acc[m-tile][n-tile]. Shared memory holds one q split: with bf16-exact q (one split) it is written once;
+// otherwise each split of each tile is rewritten from q (three MMA passes a tile).
+// (4 blocks an SM: 128 registers, 53 KB of shared memory each.)
+__global__ void __launch_bounds__(kTcThreads, 4)
+    indexer_scores_tc_kernel(StepDevice st, LayerStateView v, IndexerCudaParams p, const float* q,
+                             const float* weights, int64_t max_visible, int tiles, float* scores) {
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);     // [head][kTcPitch], one split
+  __nv_bfloat16* ks = qs + kTcHeads * kTcPitch;                       // [key][kTcPitch]
+  float* kscale = reinterpret_cast<float*>(ks + kTcKeys * kTcPitch);  // [key]
+  float* ws = kscale + kTcKeys;                                       // [head]
+  const int64_t t = blockIdx.x, N = visible(st.pos[t], p.m, max_visible);
+  const int64_t jb = int64_t(blockIdx.y) * kTcKeys * tiles;
+  if (jb >= N) return;  // block-uniform
+  const int heads = int(p.heads), tid = int(threadIdx.x);
+  const int32_t* table = st.block_tables + int64_t(st.seq_of_token[t]) * st.table_stride;
+  const float* qt = q + t * heads * kTcDim;
+  KeyTileRegs next;
+  load_key_tile(next, v, table, jb, N, tid);
+  const bool inexact = write_q_split(qs, qt, heads, 0, tid);
+  if (tid < kTcHeads) ws[tid] = tid < heads ? weights[t * heads + tid] : 0.0f;
+  const int nsplit = __syncthreads_or(inexact) ? kTcSplits : 1;
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3, n0 = warp * 32;
+  const float rs = rsqrtf(float(kTcDim));
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int64_t j0 = jb + int64_t(tile) * kTcKeys;
+    if (j0 >= N) break;             // block-uniform
+    if (tile > 0) __syncthreads();  // the previous tile's keys and scales are read
+    store_key_tile(next, ks, kscale, tid);
+    __syncthreads();
+    if (tile + 1 < tiles && j0 + kTcKeys < N) load_key_tile(next, v, table, j0 + kTcKeys, N, tid);  // in flight
+    float acc[4][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+    for (int s = 0; s < nsplit; ++s) {
+      if (nsplit > 1 && (s > 0 || tile > 0)) {  // qs holds another split: rewrite it (block-uniform)
+        __syncthreads();
+        write_q_split(qs, qt, heads, s, tid);
+        __syncthreads();
+      }
+#pragma unroll
+      for (int kk = 0; kk < kTcDim / 16; ++kk) {
+        uint32_t b[4][2];
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t r[4];
+          const int n = n0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+          ldsm_x4(r, ks + n * kTcPitch + kk * 16 + ((lane >> 3) & 1) * 8);
+          b[2 * np][0] = r[0];
+          b[2 * np][1] = r[1];
+          b[2 * np + 1][0] = r[2];
+          b[2 * np + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          uint32_t a[4];
+          ldsm_x4(a, qs + (mt * 16 + (lane & 15)) * kTcPitch + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) mma_16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
+        }
+      }
+    }
+    // Epilogue: key 8nt + 2q4 + e of the warp; the lane holds heads 16mt + g and 16mt + g + 8.
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float part = 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          part += ws[mt * 16 + g] * fmaxf(acc[mt][nt][e], 0.0f);
+          part += ws[mt * 16 + g + 8] * fmaxf(acc[mt][nt][2 + e], 0.0f);
+        }
+        part += __shfl_xor_sync(0xffffffffu, part, 4);
+        part += __shfl_xor_sync(0xffffffffu, part, 8);
+        part += __shfl_xor_sync(0xffffffffu, part, 16);
+        const int n = n0 + nt * 8 + 2 * q4 + e;
+        if (g == 0 && j0 + n < N) scores[t * max_visible + j0 + n] = part * kscale[n] * rs;
+      }
+    }
+  }
+}
+
+// ---- Top-k: radix select of the k-th largest score key per row (11 + 11 + 10 bits), then an index-ordered
+// compaction. One block of 512 threads a row; the row's keys stay in shared memory when it has at most
+// kIdxSelCacheKeys of them (else each pass re-reads the scores). Histograms use warp-aggregated shared atomics
+// (__match_any_sync), so rows whose scores share their high bits do not serialise on one bin; the bin holding the
+// k-th key is found by a block scan, not by one thread.
+constexpr int kSelThreads = 512;
+constexpr int kSelWarps = kSelThreads / 32;
+constexpr int kSelBins = 2048;
+constexpr int kSelUnroll = 4;  // keys a thread loads before it bins them
+
 // Order-preserving map of a float score to uint32 (larger score -> larger key); -0.0 maps like +0.0.
 __device__ __forceinline__ uint32_t score_key(float f) {
   if (f == 0.0f) f = 0.0f;
@@ -82,83 +284,126 @@ __device__ __forceinline__ uint32_t score_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Exclusive prefix sum over the block (blockDim.x == 1024); returns this thread's offset, *total the sum.
-__device__ int block_exclusive_scan(int x, int* total) {
-  __shared__ int warp_tot[32];
+// Exclusive prefix sum over the block (kSelThreads threads); *total = the sum. warp_sums is free again on return.
+__device__ int sel_exclusive_scan(int x, int* warp_sums, int* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int incl = x;
   for (int o = 1; o < 32; o <<= 1) {
     const int y = __shfl_up_sync(0xffffffffu, incl, o);
     if (lane >= o) incl += y;
   }
-  __syncthreads();
-  if (lane == 31) warp_tot[warp] = incl;
+  if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();
   int base = 0, all = 0;
-  for (int w = 0; w < int(blockDim.x >> 5); ++w) {
-    if (w < warp) base += warp_tot[w];
-    all += warp_tot[w];
+  for (int w = 0; w < kSelWarps; ++w) {
+    const int s = warp_sums[w];
+    if (w < warp) base += s;
+    all += s;
   }
+  __syncthreads();
   *total = all;
   return base + incl - x;
 }
 
-__global__ void __launch_bounds__(1024) indexer_select_kernel(StepDevice st, IndexerCudaParams p, const float* scores,
-                                                              int64_t max_visible, int32_t* out) {
+__global__ void __launch_bounds__(kSelThreads) indexer_select_kernel(StepDevice st, IndexerCudaParams p,
+                                                                     const float* scores, int64_t max_visible,
+                                                                     int64_t cache_keys, int32_t* out) {
+  extern __shared__ uint32_t sel_keys[];  // [cache_keys] the row's keys when N <= cache_keys
+  __shared__ uint32_t hist[kSelBins];
+  __shared__ int warp_sums[kSelWarps];
+  __shared__ int tile_gt[2][kSelWarps], tile_eq[2][kSelWarps];
+  __shared__ uint32_t s_bin;
+  __shared__ int s_kr;
   const int64_t t = blockIdx.x, N = visible(st.pos[t], p.m, max_visible), K = p.topk;
   int32_t* o = out + t * K;
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   if (N <= K) {  // everything visible is selected
-    for (int64_t i = threadIdx.x; i < K; i += blockDim.x) o[i] = i < N ? int32_t(i) : -1;
+    for (int64_t i = tid; i < K; i += kSelThreads) o[i] = i < N ? int32_t(i) : -1;
     return;
   }
   const float* sc = scores + t * max_visible;
-  __shared__ uint32_t hist[256];
-  __shared__ uint32_t s_prefix, s_k;
-  uint32_t prefix = 0, mask = 0, kr = uint32_t(K);  // kr: rank (1-based) still to find among keys matching prefix
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+  const bool cached = N <= cache_keys;
+  uint32_t prefix = 0;  // the k-th key's bits found so far
+  int kr = int(K);      // rank (1-based) of the k-th key among the keys that match prefix
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = pass == 0 ? 21 : pass == 1 ? 10 : 0;
+    const int nbins = pass == 2 ? 1024 : 2048;
+    const int above = shift + (pass == 2 ? 10 : 11);  // bits above this pass's digit
+    for (int i = tid; i < nbins; i += kSelThreads) hist[i] = 0;
     __syncthreads();
-    for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {
-      const uint32_t u = score_key(sc[j]);
-      if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t cum = 0;
-      for (int b = 255; b >= 0; --b) {
-        if (cum + hist[b] >= kr) {
-          s_prefix = prefix | (uint32_t(b) << shift);
-          s_k = kr - cum;
-          break;
-        }
-        cum += hist[b];
+    // Uniform trip count (every lane reaches the match); 4 loads in flight a thread. Element j belongs to thread
+    // j % kSelThreads in every pass and in the compaction, so sel_keys[j] is read back by the thread that wrote it.
+    for (int64_t base = 0; base < N; base += kSelUnroll * kSelThreads) {
+      uint32_t u[kSelUnroll];
+#pragma unroll
+      for (int k = 0; k < kSelUnroll; ++k) {
+        const int64_t j = base + k * kSelThreads + tid;
+        u[k] = 0;
+        if (j < N) u[k] = pass > 0 && cached ? sel_keys[j] : score_key(sc[j]);
+      }
+#pragma unroll
+      for (int k = 0; k < kSelUnroll; ++k) {
+        const int64_t j = base + k * kSelThreads + tid;
+        if (pass == 0 && cached && j < N) sel_keys[j] = u[k];
+        const bool match = j < N && (pass == 0 || (u[k] >> above) == (prefix >> above));
+        const uint32_t bin = match ? (u[k] >> shift) & uint32_t(nbins - 1) : 0xFFFFFFFFu;
+        const unsigned peers = __match_any_sync(0xffffffffu, bin);
+        if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
       }
     }
     __syncthreads();
-    prefix = s_prefix;
-    kr = s_k;
-    mask |= 255u << shift;
+    // Thread i owns bins nbins-1-per*i .. nbins-per*(i+1) (descending); the one whose range holds rank kr finds it.
+    const int per = nbins / kSelThreads;
+    int local = 0;
+    for (int e = 0; e < per; ++e) local += int(hist[nbins - 1 - (tid * per + e)]);
+    int total = 0;
+    const int before = sel_exclusive_scan(local, warp_sums, &total);
+    if (before < kr && kr <= before + local) {
+      int cum = before;
+      for (int e = 0; e < per; ++e) {
+        const int b = nbins - 1 - (tid * per + e), h = int(hist[b]);
+        if (cum + h >= kr) {
+          s_bin = uint32_t(b);
+          s_kr = kr - cum;
+          break;
+        }
+        cum += h;
+      }
+    }
+    __syncthreads();
+    prefix |= s_bin << shift;
+    kr = s_kr;
   }
-  // prefix = key of the K-th largest score; take every larger key and the kr lowest-index keys equal to it.
+  // prefix = tau, the k-th largest key: take every larger key and the kr lowest-index keys equal to it, in index
+  // order. Slot of a taken j = (#keys > tau before j) + min(#keys == tau before j, kr).
   const uint32_t tau = prefix;
-  const int64_t per = (N + blockDim.x - 1) / blockDim.x;
-  const int64_t b0 = min(N, int64_t(threadIdx.x) * per), b1 = min(N, b0 + per);
-  int gt = 0, eq = 0;
-  for (int64_t j = b0; j < b1; ++j) {
-    const uint32_t u = score_key(sc[j]);
-    gt += u > tau;
-    eq += u == tau;
-  }
-  int total = 0;
-  const int eq_base = block_exclusive_scan(eq, &total);
-  const int take_eq = min(eq, max(0, int(kr) - eq_base));
-  int out_base = block_exclusive_scan(gt + take_eq, &total);
-  int eq_seen = 0;
-  for (int64_t j = b0; j < b1; ++j) {
-    const uint32_t u = score_key(sc[j]);
-    bool take = u > tau;
-    if (u == tau) take = eq_seen++ < take_eq;
-    if (take) o[out_base++] = int32_t(j);
+  const uint32_t lt = (1u << lane) - 1u;
+  int gt_run = 0, eq_run = 0;
+  for (int64_t base = 0, it = 0; base < N; base += kSelThreads, ++it) {
+    const int64_t j = base + tid;
+    const uint32_t u = j < N ? (cached ? sel_keys[j] : score_key(sc[j])) : 0u;
+    const bool gt = j < N && u > tau, eq = j < N && u == tau;
+    const uint32_t bg = __ballot_sync(0xffffffffu, gt), be = __ballot_sync(0xffffffffu, eq);
+    const int buf = int(it & 1);
+    if (lane == 0) {
+      tile_gt[buf][warp] = __popc(bg);
+      tile_eq[buf][warp] = __popc(be);
+    }
+    __syncthreads();
+    int gbase = 0, ebase = 0, gtot = 0, etot = 0;
+    for (int w = 0; w < kSelWarps; ++w) {
+      const int gw = tile_gt[buf][w], ew = tile_eq[buf][w];
+      if (w < warp) {
+        gbase += gw;
+        ebase += ew;
+      }
+      gtot += gw;
+      etot += ew;
+    }
+    const int gt_before = gt_run + gbase + __popc(bg & lt), eq_before = eq_run + ebase + __popc(be & lt);
+    if (gt || (eq && eq_before < kr)) o[gt_before + min(eq_before, kr)] = int32_t(j);
+    gt_run += gtot;
+    eq_run += etot;
   }
 }
 }  // namespace
@@ -172,10 +417,25 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
                                                                                          max_visible, scores);
 }
 
+void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
+                              const float* q, const float* weights, int64_t max_visible, float* scores, void* stream) {
+  cudaFuncSetAttribute(indexer_scores_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kTcSmem));
+  // Up to 4 tiles a block (q converted once per 512 keys) while that leaves about 4 blocks an SM (decode: fewer).
+  int tiles = kTcMaxTiles;
+  auto blocks = [&](int n) { return step.T * ((max_visible + kTcKeys * n - 1) / (kTcKeys * n)); };
+  while (tiles > 1 && blocks(tiles) < 528) tiles /= 2;
+  const dim3 grid(unsigned(step.T), unsigned((max_visible + kTcKeys * tiles - 1) / (kTcKeys * tiles)));
+  indexer_scores_tc_kernel<<<grid, kTcThreads, kTcSmem, static_cast<cudaStream_t>(stream)>>>(
+      step, view, p, q, weights, max_visible, tiles, scores);
+}
+
 void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
                            int32_t* out, void* stream) {
-  indexer_select_kernel<<<unsigned(step.T), 1024, 0, static_cast<cudaStream_t>(stream)>>>(step, p, scores, max_visible,
-                                                                                        out);
+  const int64_t cache_keys = max_visible < kIdxSelCacheKeys ? max_visible : kIdxSelCacheKeys;
+  const size_t smem = size_t(cache_keys) * sizeof(uint32_t);
+  cudaFuncSetAttribute(indexer_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  indexer_select_kernel<<<unsigned(step.T), kSelThreads, smem, static_cast<cudaStream_t>(stream)>>>(
+      step, p, scores, max_visible, cache_keys, out);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -21,7 +21,12 @@ Status indexer_topk(const StepDevice& step, const LayerStateView& view, const In
   if (step.T == 0) return Status::ok();
   if (!q || !weights || !out || (max_visible > 0 && !scores) || !step.pos || !step.seq_of_token || !step.block_tables)
     return Status::error("indexer: null input, output or step array");
-  if (max_visible > 0) {
+  if (view.fp8 && p.dim != detail::kIdxTcDim)
+    return Status::errorf("indexer: FP8 keys have {} channels, not index_head_dim {}", detail::kIdxTcDim, p.dim);
+  if (max_visible > 0 && view.fp8) {
+    detail::launch_indexer_scores_tc(step, view, p, q, weights, max_visible, scores, stream);
+    DSI_CUDA_LAUNCHED("indexer_scores_tc_kernel");
+  } else if (max_visible > 0) {
     detail::launch_indexer_scores(step, view, p, q, weights, max_visible, scores, stream);
     DSI_CUDA_LAUNCHED("indexer_scores_kernel");
   }

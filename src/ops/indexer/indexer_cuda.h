@@ -18,9 +18,14 @@ inline int64_t indexer_scores_floats(int64_t T, int64_t max_visible) { return T 
 // max_visible: >= max over the step's tokens of (pos+1)/m (the host knows it from the plan; larger only wastes
 // scratch). scores: [T, max_visible] scratch, left holding each token's scores [0, visible) (tests read them).
 // out: [T, topk] int32.
-// Kernels: scores = grid (T, ceil(max_visible/64)), 256 threads: 64 keys x 4 head groups per block, q and the
-// key tile in shared memory; select = one block of 1024 threads per token: 4-pass 8-bit radix select of the k-th
-// largest score key, then an index-ordered compaction (so the output is ascending and ties go to lower indices).
+// Kernels: scores over FP8 keys (view.fp8, dim 128) = bf16 mma.sync, grid (T, ceil(max_visible / (128 tiles))),
+// 128 threads: one token's 64 (padded) heads x 1-4 tiles of 128 keys per block (4 unless that leaves under 528
+// blocks), e4m3 codes -> bf16 exactly, q split into bf16 hi + mid + lo (one split when the block's q is bf16-exact,
+// as the official FP4-simulated queries are), the key's power-of-two scale applied in the epilogue; over fp32 keys =
+// CUDA-core fp32, grid (T, ceil(max_visible/64)), 256 threads: 64 keys x 4 head groups. Select = one block of 512
+// threads per token: the row's order keys in shared memory (up to kIdxSelCacheKeys), a 3-pass 11/11/10-bit radix
+// select of the k-th largest key (warp-aggregated histograms, the bin found by a block scan), then an index-ordered
+// compaction by ballots (so the output is ascending and ties go to lower indices).
 Status indexer_topk(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p, const float* q,
                     const float* weights, int64_t max_visible, float* scores, int32_t* out, void* stream);
 

@@ -17,8 +17,14 @@ struct IndexerCudaParams {
 namespace detail {
 inline constexpr int kIdxKeysPerBlock = 64;
 inline constexpr int kIdxMaxHeads = 64;
+inline constexpr int kIdxTcDim = 128;               // the tensor-core scores: FP8 keys (index_head_dim 128)
+inline constexpr int64_t kIdxSelCacheKeys = 16384;  // top-k: a row's keys kept in shared memory (64 KiB) up to this
+// fp32 state (fp32 keys): CUDA-core fp32 dot products.
 void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                            const float* q, const float* weights, int64_t max_visible, float* scores, void* stream);
+// FP8 state (e4m3 keys, dim kIdxTcDim): bf16 mma.sync, q split into exact bf16 parts.
+void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
+                              const float* q, const float* weights, int64_t max_visible, float* scores, void* stream);
 void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
                            int32_t* out, void* stream);
 }  // namespace detail

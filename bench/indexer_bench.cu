@@ -1,0 +1,179 @@
+// Benchmark of the Lightning Indexer kernels at V4-Flash shapes (64 heads x 128, top-512, ratio 4): the scores on
+// tensor cores over FP8 keys (bf16-exact queries: one split, as the official FP4-simulated queries; fp32 queries:
+// three splits), the fp32 CUDA-core scores over fp32 keys, and the radix top-k, each timed alone with CUDA events
+// (2 warm-up calls, mean of 10). Cases: prefill of 4,096 tokens from position 0; a 32K prompt in four 8,192-token
+// chunks (summed); decode batch 1 / 64 / 256 at context 4,096; decode batch 1 at context 131,072 (32,768
+// candidates: the top-k's rows exceed its shared-memory cache and re-read the scores).
+// Floors: scores = 2 x sum(visible) x heads x dim FLOP at the FP8 peak (1,393 TFLOP/s measured by dsinfer bench on the
+// H200) or their key bytes (132 B a key a sequence) at 4.18 TB/s, whichever is larger; top-k = the scores read once
+// (4 B a candidate) plus the output written, at 4.18 TB/s.
+// Usage: dsinfer_indexer_bench
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/indexer/indexer_cuda.h"
+#include "ops/kv_format/kv_format.h"
+
+namespace oc = dsinfer::ops::cuda;
+using dsinfer::ops::LayerStateView;
+using dsinfer::ops::StepDevice;
+
+namespace {
+
+constexpr int64_t kHeads = 64, kDim = 128, kTopk = 512, kM = 4, kEntriesPerBlock = 64;
+constexpr double kFp8Peak = 1393e12, kHbm = 4.18e12;
+constexpr int kWarm = 2, kRuns = 10;
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+template <class T>
+T* upload(const std::vector<T>& h) {
+  T* d = nullptr;
+  check(cudaMalloc(&d, h.size() * sizeof(T)), "cudaMalloc");
+  check(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  return d;
+}
+
+// One step: seqs sequences, each `len` tokens from position `start`, each with its own keys.
+struct Case {
+  std::string name;
+  int64_t seqs, start, len;
+};
+
+struct Timing {
+  double tc1 = 0, tc3 = 0, fp32 = 0, select = 0, flops = 0, key_bytes = 0, cand = 0, T = 0;
+};
+
+template <class F>
+double time_ms(F&& f) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < kWarm; ++i) f();
+  cudaEventRecord(a);
+  for (int i = 0; i < kRuns; ++i) f();
+  cudaEventRecord(b);
+  check(cudaEventSynchronize(b), "kernel");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(ms) / kRuns;
+}
+
+Timing run(const Case& c, std::mt19937& g) {
+  const int64_t T = c.seqs * c.len, end = c.start + c.len, entries = end / kM;
+  const int64_t nb = (entries + kEntriesPerBlock - 1) / kEntriesPerBlock;
+  std::vector<int64_t> pos;
+  std::vector<int32_t> seq_of, tables, cu{0}, slot, tokens;
+  std::vector<int64_t> start;
+  Timing tm;
+  for (int64_t s = 0; s < c.seqs; ++s) {
+    for (int64_t i = 0; i < c.len; ++i) {
+      pos.push_back(c.start + i);
+      seq_of.push_back(int32_t(s));
+      tokens.push_back(0);
+      tm.cand += double((c.start + i + 1) / kM);
+    }
+    cu.push_back(int32_t(pos.size()));
+    start.push_back(c.start);
+    slot.push_back(0);
+    for (int64_t b = 0; b < nb; ++b) tables.push_back(int32_t(s * nb + b));
+  }
+  tm.T = double(T);
+  tm.flops = 2.0 * tm.cand * kHeads * kDim;
+  tm.key_bytes = double(c.seqs) * double(entries) * double(dsinfer::ops::kIdxRowBytes);
+  StepDevice st{T, c.seqs, upload(tokens), upload(pos), upload(seq_of), upload(cu), upload(start), upload(slot),
+                upload(tables), nb};
+  const int64_t blocks = c.seqs * nb;
+  // FP8 keys: random finite e4m3 codes, scale 1; fp32 keys: random.
+  std::vector<uint32_t> fp8(size_t(blocks * dsinfer::ops::kIdxBlockBytes / 4));
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint32_t* p = fp8.data() + b * dsinfer::ops::kIdxBlockBytes / 4;
+    for (int64_t i = 0; i < kEntriesPerBlock * kDim / 4; ++i) p[i] = g() & 0xEFEFEFEFu;  // exponent < 15: no NaN
+    for (int64_t i = 0; i < kEntriesPerBlock; ++i) p[kEntriesPerBlock * kDim / 4 + i] = 0x3f800000u;
+  }
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> f32(size_t(blocks * kEntriesPerBlock * kDim));
+  for (auto& x : f32) x = u(g);
+  LayerStateView v8, v32;
+  v8.blocks = reinterpret_cast<float*>(upload(fp8));
+  v8.block_stride = dsinfer::ops::kIdxBlockBytes / 4;
+  v8.entries_per_block = kEntriesPerBlock;
+  v8.index_keys_offset = 0;
+  v8.index_head_dim = kDim;
+  v8.fp8 = true;
+  v32 = v8;
+  v32.blocks = upload(f32);
+  v32.block_stride = kEntriesPerBlock * kDim;
+  v32.fp8 = false;
+  std::vector<float> q1(size_t(T * kHeads * kDim)), q3(q1.size()), w(size_t(T * kHeads));
+  for (size_t i = 0; i < q1.size(); ++i) {
+    q3[i] = u(g);
+    q1[i] = float(int(q3[i] * 12.0f)) / 8.0f;  // few significant bits: bf16-exact
+  }
+  for (auto& x : w) x = u(g) * 0.125f;
+  float *dq1 = upload(q1), *dq3 = upload(q3), *dw = upload(w), *scores = nullptr;
+  int32_t* out = nullptr;
+  const int64_t max_visible = end / kM;
+  check(cudaMalloc(&scores, size_t(T * max_visible) * 4), "scores");
+  check(cudaMalloc(&out, size_t(T * kTopk) * 4), "out");
+  const oc::IndexerCudaParams p{kHeads, kDim, kM, kTopk};
+  tm.tc1 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr); });
+  tm.tc3 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq3, dw, max_visible, scores, nullptr); });
+  tm.fp32 = time_ms([&] { oc::detail::launch_indexer_scores(st, v32, p, dq3, dw, max_visible, scores, nullptr); });
+  tm.select = time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr); });
+  for (void* ptr : {(void*)st.tokens, (void*)st.pos, (void*)st.seq_of_token, (void*)st.cu_seqlens,
+                    (void*)st.start_pos, (void*)st.slot, (void*)st.block_tables, (void*)v8.blocks, (void*)v32.blocks,
+                    (void*)dq1, (void*)dq3, (void*)dw, (void*)scores, (void*)out})
+    cudaFree(ptr);
+  return tm;
+}
+
+void print(const std::string& name, const Timing& t) {
+  const double fl_ms = std::max(t.flops / kFp8Peak, t.key_bytes / kHbm) * 1e3;
+  const double sel_floor = (t.cand * 4 + t.T * kTopk * 4) / kHbm * 1e3;
+  std::printf("%-26s %9.4f %9.4f %9.4f %8.4f %6.1fx %7.1f | %8.4f %8.4f %6.1fx | %7.1fx\n", name.c_str(), t.tc1, t.tc3,
+              t.fp32, fl_ms, t.tc1 / fl_ms, t.flops / (t.tc1 * 1e9), t.select, sel_floor, t.select / sel_floor,
+              (t.tc1 + t.select) / (fl_ms + sel_floor));
+}
+
+}  // namespace
+
+int main() {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device");
+  std::printf("indexer bench: %s, %lld heads x %lld, top-%lld, ratio %lld; ms per call (mean of %d)\n", prop.name,
+              (long long)kHeads, (long long)kDim, (long long)kTopk, (long long)kM, kRuns);
+  std::printf("%-26s %9s %9s %9s %8s %7s %7s | %8s %8s %7s | %8s\n", "case", "tc 1-split", "tc 3-split", "fp32 cc",
+              "floor", "x floor", "TFLOP/s", "top-k", "floor", "x floor", "op x floor");
+  std::mt19937 g(1234);
+  const std::vector<Case> cases = {{"prefill 4096", 1, 0, 4096},       {"decode b1 ctx 4096", 1, 4095, 1},
+                                   {"decode b64 ctx 4096", 64, 4095, 1}, {"decode b256 ctx 4096", 256, 4095, 1},
+                                   {"decode b1 ctx 131072", 1, 131071, 1}};
+  for (const Case& c : cases) print(c.name, run(c, g));
+  Timing sum;
+  for (int64_t k = 0; k < 4; ++k) {
+    const Timing t = run({"", 1, k * 8192, 8192}, g);
+    print("prefill 32K chunk " + std::to_string(k), t);
+    sum.tc1 += t.tc1;
+    sum.tc3 += t.tc3;
+    sum.fp32 += t.fp32;
+    sum.select += t.select;
+    sum.flops += t.flops;
+    sum.key_bytes += t.key_bytes;
+    sum.cand += t.cand;
+    sum.T += t.T;
+  }
+  print("prefill 32K (4 chunks)", sum);
+  return 0;
+}
