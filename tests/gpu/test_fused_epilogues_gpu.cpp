@@ -69,7 +69,8 @@ TEST(GpuFusedEpilogues, NormRopePairWithFp8EqualsSeparateOps) {
     for (int64_t t = 0; t < c.T; ++t) pos[size_t(t)] = (t * 7919) % 70000;
     const auto q = spread_vec(c.T * c.H, c.hd, 1), kv = spread_vec(c.T, c.hd, 2), w = random_vec(size_t(c.hd), 3);
     const auto inv = inv_freq(c.rd);
-    auto dinv = to_device(inv), dw = to_device(w), dpos = to_device(pos);
+    auto dinv = to_device(inv), dw = to_device(w);
+    auto dpos = to_device(pos);
     const HeadNormRopeParams qp{c.T, c.H, c.hd, HeadNorm::Unweighted, nullptr, 1e-6f, c.rd, dinv.data(), 1.0f, false};
     // kv_norm as in the model; without a norm (the spread magnitudes survive: tiny scales and the amax floor)
     for (HeadNorm kv_norm : {HeadNorm::Weighted, HeadNorm::None}) {
@@ -110,7 +111,8 @@ TEST(GpuFusedEpilogues, RopeHadamardFp4EqualsSeparateOps) {
     for (int64_t t = 0; t < c.T; ++t) pos[size_t(t)] = (t * 104729) % 131072;
     const auto x = spread_vec(c.T * c.H, c.di, 51);
     const auto inv = inv_freq(c.rd);
-    auto dinv = to_device(inv), dpos = to_device(pos);
+    auto dinv = to_device(inv);
+    auto dpos = to_device(pos);
     HeadNormRopeParams p{c.T, c.H, c.di, HeadNorm::None, nullptr, 1e-6f, c.rd, dinv.data(), 1.0f, false};
     auto sx = to_device(x), fx = to_device(x);
     ASSERT_TRUE(ops::cuda::head_norm_rope(p, sx.data(), dpos.data(), nullptr).is_ok());
@@ -132,7 +134,8 @@ TEST(GpuFusedEpilogues, RopeBf16RoundingEqualsSeparateOps) {
   std::vector<int64_t> pos = {0, 1, 5, 127, 4000, 65535, 131071};
   const auto q = spread_vec(T * H, hd, 11), kv = spread_vec(T, hd, 12);
   const auto inv = inv_freq(rd);
-  auto dinv = to_device(inv), dpos = to_device(pos);
+  auto dinv = to_device(inv);
+  auto dpos = to_device(pos);
   HeadNormRopeParams qp{T, H, hd, HeadNorm::None, nullptr, 1e-6f, rd, dinv.data(), 1.0f, false};
   HeadNormRopeParams kp{T, 1, hd, HeadNorm::None, nullptr, 1e-6f, rd, dinv.data(), 1.0f, false};
   auto sq = to_device(q), skv = to_device(kv);
