@@ -24,7 +24,7 @@ Status check_params(const HcNormParams& p, int64_t mixes, const char* op) {
 }
 }  // namespace
 
-// About one wave of the mixing kernel (two blocks per SM at its ~59 KB of shared memory): T / tile token tiles
+// About one wave of the mixing kernel (two blocks per SM at its ~89 KB of shared memory): T / tile token tiles
 // times `splits` slices of the n*dim reduction (rounded down so that a second, mostly idle wave is not started),
 // bounded by the chunk count and by the partials that fit in an output row. Depends on T and the device only, so a
 // call is deterministic; partial sums are added in a fixed order.
