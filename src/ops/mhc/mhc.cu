@@ -7,8 +7,11 @@
 //     lane, rows/columns gathered with shuffles and summed in the reference's sequential k / j order, so the fp32
 //     values equal a serial run; N = 4 is instantiated with every loop unrolled, other n take the generic N = 0),
 //     then the team collapses the streams with float4 loads (several in flight per thread) into y (overwriting
-//     the partials, read before) and applies the RMSNorm.
-// hc_post: one thread per (token, 4 channels), float4 loads, the token's post/comb in shared memory.
+//     the partials, read before) and applies the RMSNorm. When the row is one pass of the team (decode's wide
+//     finalize at V4-Flash shapes), the streams and norm weights are loaded first, in flight during the partial sums
+//     and the Sinkhorn, and the collapsed values stay in registers for the norm (session 15; same arithmetic).
+// hc_post: one thread per (token, 4 channels), float4 loads, the token's post/comb in shared memory; optionally the
+// bf16 rounding of V4.1's official numerics on the stored streams.
 #include "cuda/ops_device.cuh"
 #include "ops/mhc/mhc_launch.h"
 
@@ -188,55 +191,91 @@ __device__ __forceinline__ double team_sum(double v, double* red) {
   return t;
 }
 
-// y[q] (float4 columns q of the token) = sum_j pr[j] * x[j, q] in double; returns this thread's sum of squares of
-// the rounded outputs, in q order. kUnroll columns are loaded before any is combined.
+// Loads the float4 columns q0 + u * kTeamThreads (u < kUnroll) of the token's n streams into v (zeros past d4 / n).
 template <int N, int kTeamThreads>
-__device__ __forceinline__ double collapse_row(const float4* __restrict__ x4, int n, int64_t d4, const float (&pr)[HcDims<N>::kN],
-                                               float4* y4, bool round) {
+__device__ __forceinline__ void load_columns(const float4* __restrict__ x4, int n, int64_t d4, int64_t q0,
+                                             float4 (&v)[HcDims<N>::kUnroll][HcDims<N>::kN]) {
   using D = HcDims<N>;
-  const int tt = int(threadIdx.x) % kTeamThreads;
-  double ss = 0.0;
-  for (int64_t q0 = tt; q0 < d4; q0 += int64_t(D::kUnroll) * kTeamThreads) {
-    float4 v[D::kUnroll][D::kN];
 #pragma unroll
-    for (int u = 0; u < D::kUnroll; ++u) {
-      const int64_t q = q0 + int64_t(u) * kTeamThreads;
+  for (int u = 0; u < D::kUnroll; ++u) {
+    const int64_t q = q0 + int64_t(u) * kTeamThreads;
 #pragma unroll
-      for (int j = 0; j < D::kN; ++j) v[u][j] = q < d4 && j < n ? x4[j * d4 + q] : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int u = 0; u < D::kUnroll; ++u) {
-      const int64_t q = q0 + int64_t(u) * kTeamThreads;
-      if (q >= d4) break;
-      double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-#pragma unroll
-      for (int j = 0; j < D::kN; ++j) {
-        if (j >= n) break;
-        const double w = pr[j];
-        a0 += w * double(v[u][j].x);
-        a1 += w * double(v[u][j].y);
-        a2 += w * double(v[u][j].z);
-        a3 += w * double(v[u][j].w);
-      }
-      float4 o = make_float4(float(a0), float(a1), float(a2), float(a3));
-      if (round) o = make_float4(dev::round_bf16(o.x), dev::round_bf16(o.y), dev::round_bf16(o.z), dev::round_bf16(o.w));
-      ss += double(o.x) * double(o.x);
-      ss += double(o.y) * double(o.y);
-      ss += double(o.z) * double(o.z);
-      ss += double(o.w) * double(o.w);
-      y4[q] = o;
-    }
+    for (int j = 0; j < D::kN; ++j) v[u][j] = q < d4 && j < n ? x4[j * d4 + q] : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  return ss;
 }
 
-// Token t of a team of kTeamWarps warps (1: 8 tokens per block; 8: one token per block).
+// y[q] = sum_j pr[j] * x[j, q] in double for the columns loaded in v (q = q0 + u * kTeamThreads), each result kept
+// in o[u] too; adds the squares of the rounded outputs to ss in q order.
+template <int N, int kTeamThreads>
+__device__ __forceinline__ void combine_columns(const float4 (&v)[HcDims<N>::kUnroll][HcDims<N>::kN], int n, int64_t d4,
+                                                int64_t q0, const float (&pr)[HcDims<N>::kN], float4* y4, bool round,
+                                                double& ss, float4 (&o)[HcDims<N>::kUnroll]) {
+  using D = HcDims<N>;
+#pragma unroll
+  for (int u = 0; u < D::kUnroll; ++u) {
+    const int64_t q = q0 + int64_t(u) * kTeamThreads;
+    if (q >= d4) break;
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+#pragma unroll
+    for (int j = 0; j < D::kN; ++j) {
+      if (j >= n) break;
+      const double w = pr[j];
+      a0 += w * double(v[u][j].x);
+      a1 += w * double(v[u][j].y);
+      a2 += w * double(v[u][j].z);
+      a3 += w * double(v[u][j].w);
+    }
+    float4 r = make_float4(float(a0), float(a1), float(a2), float(a3));
+    if (round) r = make_float4(dev::round_bf16(r.x), dev::round_bf16(r.y), dev::round_bf16(r.z), dev::round_bf16(r.w));
+    ss += double(r.x) * double(r.x);
+    ss += double(r.y) * double(r.y);
+    ss += double(r.z) * double(r.z);
+    ss += double(r.w) * double(r.w);
+    y4[q] = r;
+    o[u] = r;
+  }
+}
+
+// The RMSNorm of the collapsed values o (columns q0 + u * kTeamThreads) with their weights w, stored into y4.
+template <int N, int kTeamThreads>
+__device__ __forceinline__ void norm_columns(const float4 (&o)[HcDims<N>::kUnroll], const float4 (&w)[HcDims<N>::kUnroll],
+                                             int64_t d4, int64_t q0, float inv, bool round, float4* y4) {
+  using D = HcDims<N>;
+#pragma unroll
+  for (int u = 0; u < D::kUnroll; ++u) {
+    const int64_t q = q0 + int64_t(u) * kTeamThreads;
+    if (q >= d4) break;
+    float4 r = make_float4(__fmul_rn(__fmul_rn(o[u].x, inv), w[u].x), __fmul_rn(__fmul_rn(o[u].y, inv), w[u].y),
+                           __fmul_rn(__fmul_rn(o[u].z, inv), w[u].z), __fmul_rn(__fmul_rn(o[u].w, inv), w[u].w));
+    if (round) r = make_float4(dev::round_bf16(r.x), dev::round_bf16(r.y), dev::round_bf16(r.z), dev::round_bf16(r.w));
+    y4[q] = r;
+  }
+}
+
+template <int N, int kTeamThreads>
+__device__ __forceinline__ void load_weights(const float* __restrict__ norm_w, int64_t d4, int64_t q0,
+                                             float4 (&w)[HcDims<N>::kUnroll]) {
+  using D = HcDims<N>;
+#pragma unroll
+  for (int u = 0; u < D::kUnroll; ++u) {
+    const int64_t q = q0 + int64_t(u) * kTeamThreads;
+    if (q < d4) {
+      const float* wp = norm_w + 4 * q;
+      w[u] = make_float4(wp[0], wp[1], wp[2], wp[3]);
+    }
+  }
+}
+
+// Token t of a team of kTeamWarps warps (1: 8 tokens per block; 8: one token per block). Where the token's row is one
+// pass of the team (d4 <= kUnroll * team threads: V4-Flash's 4 x 4096 streams in the wide finalize, decode), its
+// streams and norm weights are loaded before the partial sums and the Sinkhorn, so their latency overlaps them, and
+// the collapsed values stay in registers for the norm; the arithmetic and its order are those of the loop form.
 template <bool kHead, int kTeamWarps, int N>
 __global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, const float* __restrict__ X,
                                                                const int32_t* __restrict__ rows, int64_t T, int splits,
                                                                float* y, float* post, float* comb) {
   using D = HcDims<N>;
-  constexpr int kTeams = kWarps / kTeamWarps, kTeamThreads = 32 * kTeamWarps;
+  constexpr int kTeams = kWarps / kTeamWarps, kTeamThreads = 32 * kTeamWarps, kPass = D::kUnroll * kTeamThreads;
   __shared__ float s_pre[kTeams][kHcMaxN];
   __shared__ double s_red[kWarps];
   __shared__ double s_acc[kTeamWarps > 1 ? kTeamWarps : 1][kMaxMixes + 1];
@@ -245,6 +284,15 @@ __global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, c
   const int64_t t = int64_t(blockIdx.x) * kTeams + team;
   if (t >= T) return;  // kTeamWarps > 1: one team per block, so the whole block leaves
   float* yr = y + t * p.dim;
+  const int64_t d4 = p.dim / 4;
+  const float4* x4 = reinterpret_cast<const float4*>(X + (rows ? int64_t(rows[t]) : t) * n * p.dim);
+  float4* y4 = reinterpret_cast<float4*>(yr);
+  const bool one_pass = d4 <= kPass;
+  float4 xv[D::kUnroll][D::kN], wv[D::kUnroll], ov[D::kUnroll];
+  if (one_pass) {  // X and norm_w only: y still holds the partials read below
+    load_columns<N, kTeamThreads>(x4, n, d4, tt, xv);
+    load_weights<N, kTeamThreads>(p.norm_w, d4, tt, wv);
+  }
   double acc[D::kMixSlots];
   team_partials<N, kTeamWarps>(reinterpret_cast<const double*>(yr), splits, R, acc, s_acc);
   if (tt < 32)
@@ -254,39 +302,36 @@ __global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, c
   float pr[D::kN];
 #pragma unroll
   for (int j = 0; j < D::kN; ++j) pr[j] = j < n ? (!kHead && p.pre_in ? p.pre_in[t * n + j] : s_pre[team][j]) : 0.0f;
-  const int64_t d4 = p.dim / 4;
-  const float4* x4 = reinterpret_cast<const float4*>(X + (rows ? int64_t(rows[t]) : t) * n * p.dim);
-  float4* y4 = reinterpret_cast<float4*>(yr);
-  const double ss = team_sum<kTeamWarps>(collapse_row<N, kTeamThreads>(x4, n, d4, pr, y4, p.round_bf16), s_red);
+  double ss = 0.0;
+  if (one_pass) {
+    combine_columns<N, kTeamThreads>(xv, n, d4, tt, pr, y4, p.round_bf16, ss, ov);
+  } else {
+    for (int64_t q0 = tt; q0 < d4; q0 += kPass) {
+      load_columns<N, kTeamThreads>(x4, n, d4, q0, xv);
+      combine_columns<N, kTeamThreads>(xv, n, d4, q0, pr, y4, p.round_bf16, ss, ov);
+    }
+  }
+  ss = team_sum<kTeamWarps>(ss, s_red);
   const float inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.rms_eps)));
+  if (one_pass) {
+    norm_columns<N, kTeamThreads>(ov, wv, d4, tt, inv, p.round_bf16, y4);
+    return;
+  }
   // Each thread rescales the values it wrote; kUnroll columns (and their weights) loaded before any store.
-  for (int64_t q0 = tt; q0 < d4; q0 += int64_t(D::kUnroll) * kTeamThreads) {
-    float4 v[D::kUnroll], w[D::kUnroll];
+  for (int64_t q0 = tt; q0 < d4; q0 += kPass) {
 #pragma unroll
     for (int u = 0; u < D::kUnroll; ++u) {
       const int64_t q = q0 + int64_t(u) * kTeamThreads;
-      if (q < d4) {
-        v[u] = y4[q];
-        const float* wp = p.norm_w + 4 * q;
-        w[u] = make_float4(wp[0], wp[1], wp[2], wp[3]);
-      }
+      if (q < d4) ov[u] = y4[q];
     }
-#pragma unroll
-    for (int u = 0; u < D::kUnroll; ++u) {
-      const int64_t q = q0 + int64_t(u) * kTeamThreads;
-      if (q >= d4) break;
-      float4 o = make_float4(__fmul_rn(__fmul_rn(v[u].x, inv), w[u].x), __fmul_rn(__fmul_rn(v[u].y, inv), w[u].y),
-                             __fmul_rn(__fmul_rn(v[u].z, inv), w[u].z), __fmul_rn(__fmul_rn(v[u].w, inv), w[u].w));
-      if (p.round_bf16)
-        o = make_float4(dev::round_bf16(o.x), dev::round_bf16(o.y), dev::round_bf16(o.z), dev::round_bf16(o.w));
-      y4[q] = o;
-    }
+    load_weights<N, kTeamThreads>(p.norm_w, d4, q0, wv);
+    norm_columns<N, kTeamThreads>(ov, wv, d4, q0, inv, p.round_bf16, y4);
   }
 }
 
 __global__ void __launch_bounds__(kThreads) hc_post_kernel(int64_t T, int n, int64_t dim, const float* __restrict__ f,
                                                            const float* __restrict__ post,
-                                                           const float* __restrict__ comb, float* X) {
+                                                           const float* __restrict__ comb, float* X, bool round) {
   __shared__ float s_post[kHcMaxN], s_comb[kHcMaxN * kHcMaxN];
   const int64_t d4 = dim / 4, q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
@@ -315,7 +360,9 @@ __global__ void __launch_bounds__(kThreads) hc_post_kernel(int64_t T, int n, int
         a2 += cj * double(old[j].z);
         a3 += cj * double(old[j].w);
       }
-      x4[k * d4 + q] = make_float4(float(a0), float(a1), float(a2), float(a3));
+      float4 o = make_float4(float(a0), float(a1), float(a2), float(a3));
+      if (round) o = make_float4(dev::round_bf16(o.x), dev::round_bf16(o.y), dev::round_bf16(o.z), dev::round_bf16(o.w));
+      x4[k * d4 + q] = o;
     }
   }
 }
@@ -379,9 +426,10 @@ void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, 
 }
 
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
-                    void* stream) {
+                    bool round_bf16, void* stream) {
   const dim3 grid(unsigned((dim / 4 + kThreads - 1) / kThreads), unsigned(T < 65535 ? T : 65535));
-  hc_post_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(T, int(n), dim, f, post, comb, X);
+  hc_post_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(T, int(n), dim, f, post, comb, X,
+                                                                                 round_bf16);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -24,7 +24,7 @@ Status check_params(const HcNormParams& p, int64_t mixes, const char* op) {
 }
 }  // namespace
 
-// About one wave of the mixing kernel (two blocks per SM at its ~59 KB of shared memory): T / tile token tiles
+// About one wave of the mixing kernel (two blocks per SM at its ~89 KB of shared memory): T / tile token tiles
 // times `splits` slices of the n*dim reduction (rounded down so that a second, mostly idle wave is not started),
 // bounded by the chunk count and by the partials that fit in an output row. Depends on T and the device only, so a
 // call is deterministic; partial sums are added in a fixed order.
@@ -67,14 +67,14 @@ Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, f
 }
 
 Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
-               void* stream) {
+               void* stream, bool round_bf16) {
   if (n < 1 || n > detail::kHcMaxN || dim <= 0 || dim % 4 != 0 || T < 0)
     return Status::errorf("hc_post: bad shape T={} n={} dim={} (dim a multiple of 4)", T, n, dim);
   if (T == 0) return Status::ok();
   if (!f || !post || !comb || !X) return Status::error("hc_post: null input or output");
   if (!aligned16(f) || !aligned16(X)) return Status::error("hc_post: f and X must be 16-byte aligned");
   if ((dim / 4 + 255) / 256 > 0x7fffffff) return Status::errorf("hc_post: dim={} exceeds the grid limit", dim);
-  detail::launch_hc_post(T, n, dim, f, post, comb, X, stream);
+  detail::launch_hc_post(T, n, dim, f, post, comb, X, round_bf16, stream);
   DSI_CUDA_LAUNCHED("hc_post_kernel");
   return Status::ok();
 }

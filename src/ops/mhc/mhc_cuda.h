@@ -17,9 +17,10 @@ Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, f
 
 // In place: X[t, k, :] = post[t, k] * f[t, :] + sum_j comb[t, j, k] * X[t, j, :] (double accumulation; every
 // thread reads all n old streams of its channels before writing). One thread per (token, 4 channels);
-// dim % 4 == 0, f and X 16-byte aligned.
+// dim % 4 == 0, f and X 16-byte aligned. round_bf16 (V4.1 official numerics): the new streams rounded to bf16
+// (round_bf16_cuda fused: the same bits as the two launches).
 Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
-               void* stream);
+               void* stream, bool round_bf16 = false);
 
 // y[r] = rmsnorm(hc_head(X[rows[r]]), norm_w) for r < R (rows: device int32 token indices into X).
 // Same two kernels as hc_pre_norm over the listed rows (n mixes, no Sinkhorn); y must not alias X.

@@ -76,7 +76,7 @@ void launch_hc_finalize(const HcNormParams& p, const float* X, const int32_t* ro
 void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
                              const float* norm_w, float eps, bool round_bf16, float* y, void* stream);
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
-                    void* stream);
+                    bool round_bf16, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda

@@ -2,9 +2,10 @@
 // and mixes, plus sum(x[t]^2), on the fp64 tensor cores (mma.m8n8k4.f64: fp32 inputs are exact in double, each
 // product exact, accumulation in double as in the reference). Block (tile, split) of 8 warps: a tile of 8 * MT
 // tokens (A, m-tiles) against the 8 * NT fn rows (B, n-tiles) over the chunks of its split; each chunk of kHcChunk
-// floats is staged with a 2-stage cp.async pipeline, and warp w takes the chunk's k-slice [16w, 16w + 16). The 8
-// warps' sums are then added in warp order and written once per (token, split, mix) into the token's own output
-// row y[t] (viewed as doubles [splits, mixes + 1]); nothing is added atomically, so results are deterministic.
+// floats is staged with a kStages-deep cp.async pipeline (3 where two blocks per SM still fit, else 2), and warp w
+// takes the chunk's k-slice [16w, 16w + 16). The 8 warps' sums are then added in warp order and written once per
+// (token, split, mix) into the token's own output row y[t] (viewed as doubles [splits, mixes + 1]); nothing is
+// added atomically, so results are deterministic.
 // A token's sums follow the same k order whatever MT is (mma rows are independent), so the tile may follow T in
 // batch-invariant mode.
 #include "cuda/ops_device.cuh"
@@ -35,9 +36,17 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Pipeline depth: 3 stages (two chunks in flight while one is multiplied: at 4,096 tokens a chunk's fp64 MMAs take
+// less time than its load, so two stages left the load latency exposed) where three stages keep two blocks per SM
+// (<= 112 KB), else 2 (n > 4: ten n-tiles). The depth changes when a chunk arrives, never the order of the sums.
+template <int MT, int NT>
+constexpr int mix_stages() {
+  return size_t(3) * (8 * MT + 8 * NT) * kRowF * sizeof(float) <= size_t(112) * 1024 ? 3 : 2;
+}
+
 template <int MT, int NT>
 constexpr size_t mix_smem_bytes() {
-  const size_t stages = size_t(2) * (8 * MT + 8 * NT) * kRowF * sizeof(float);
+  const size_t stages = size_t(mix_stages<MT, NT>()) * (8 * MT + 8 * NT) * kRowF * sizeof(float);
   const size_t red = size_t(kWarps) * (8 * MT) * (8 * NT + 1) * sizeof(double);
   return stages > red ? stages : red;
 }
@@ -72,8 +81,8 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
                                                               const float* __restrict__ X,
                                                               const int32_t* __restrict__ rows, int64_t T,
                                                               int64_t len, int64_t dim, int cps, float* y) {
-  constexpr int TT = 8 * MT, NR = 8 * NT, kStageF = (TT + NR) * kRowF;
-  extern __shared__ __align__(16) float sm[];  // 2 stages; after the loop: the warps' sums [kWarps][TT][NR + 1]
+  constexpr int TT = 8 * MT, NR = 8 * NT, kStageF = (TT + NR) * kRowF, kStages = mix_stages<MT, NT>();
+  extern __shared__ __align__(16) float sm[];  // kStages stages; after the loop: the warps' sums [kWarps][TT][NR + 1]
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, gr = lane >> 2, kq = lane & 3;
   const int64_t tok0 = int64_t(blockIdx.x) * TT, nchunks = (len + kHcChunk - 1) / kHcChunk;
   const int64_t c0 = int64_t(blockIdx.y) * cps, c1 = c0 + cps < nchunks ? c0 + cps : nchunks;
@@ -84,13 +93,21 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = 0.0;
   }
-  if (c0 < c1) stage_chunk<MT, NT>(sm, fn, mixes, X, rows, T, len, tok0, c0);
-  cp_commit();
+  // Chunk c0 + i lives in stage i % kStages; one commit group per chunk (possibly empty), so "all but the newest
+  // kStages - 1 groups complete" means chunk c has arrived.
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (c0 + i < c1) stage_chunk<MT, NT>(sm + i * kStageF, fn, mixes, X, rows, T, len, tok0, c0 + i);
+    cp_commit();
+  }
   for (int64_t c = c0; c < c1; ++c) {
-    const int s = int(c - c0) & 1;
-    if (c + 1 < c1) stage_chunk<MT, NT>(sm + (s ^ 1) * kStageF, fn, mixes, X, rows, T, len, tok0, c + 1);
-    cp_commit();  // possibly empty: keeps "all but the newest group" = chunk c
-    cp_wait<1>();
+    const int s = int((c - c0) % kStages);
+    // the stage refilled here was read in the previous iteration, which ended with a barrier
+    const int64_t next = c + kStages - 1;
+    if (next < c1)
+      stage_chunk<MT, NT>(sm + int((next - c0) % kStages) * kStageF, fn, mixes, X, rows, T, len, tok0, next);
+    cp_commit();
+    cp_wait<kStages - 1>();
     __syncthreads();
     const float* xs = sm + s * kStageF;
     const float* fs = xs + TT * kRowF;

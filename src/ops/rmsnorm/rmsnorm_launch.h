@@ -4,5 +4,6 @@
 #include <cstdint>
 
 namespace dsinfer::ops::cuda::detail {
-void launch_rmsnorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y, void* stream);
+void launch_rmsnorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y, void* stream,
+                    bool round_bf16);
 }  // namespace dsinfer::ops::cuda::detail

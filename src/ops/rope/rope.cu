@@ -1,6 +1,12 @@
 // CUDA fused per-head norm + RoPE (see rope_cuda.h). One warp per [dim] vector: pass 1 sums squares (double),
 // pass 2 scales and rotates float4 chunks; pairs (2i, 2i+1) never straddle a chunk because dim - rope_dim is
-// even and chunks start at multiples of 4.
+// even and chunks start at multiples of 4. Pass 2 then applies the fused epilogues in registers: the bf16
+// rounding of the rotated channels and the FP8 block simulation, whose block amax is a max over the lanes that
+// hold the block (fp8_block / 4 consecutive lanes of one 32-chunk step: chunk c = step * 32 + lane covers channels
+// [4c, 4c + 4), so a block of B channels is lanes [k B/4, (k+1) B/4) of one step). A max is exact in any order,
+// so the result equals fp8_block_sim's bit for bit. The Hadamard epilogue (vectors of <= 128 channels: one step)
+// runs the butterflies of dev::smem_hadamard in double registers, stages h < 4 inside a lane and h >= 4 across
+// lanes (partner lane ^ h/4), each pair combined by the same a + b / a - b: the same bits as hadamard_fp4_sim.
 #include "cuda/ops_device.cuh"
 #include "ops/rope/rope_launch.h"
 
@@ -9,10 +15,54 @@ namespace dsinfer::ops::cuda::detail {
 namespace {
 namespace dev = dsinfer::cuda::dev;
 
-__global__ void head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int64_t* pos) {
+// Block quantization simulation of this lane's 4 values e (in: this lane's chunk takes part), as
+// dev::smem_block_quant_sim: the block amax over `group` consecutive lanes (a power of two <= 32), floored, a
+// power-of-two scale, e4m3 (fp8) or e2m1 rounding. Warp-collective: every lane calls it.
+__device__ __forceinline__ void block_quant_sim(float (&e)[4], bool in, int group, bool fp8) {
+  const float qmax = fp8 ? 448.0f : 6.0f;
+  const float amax_floor = fp8 ? 1e-4f : 6.0f * 1.1754943508222875e-38f;  // 6 * 2^-126
+  float amax = in ? fmaxf(fmaxf(fabsf(e[0]), fabsf(e[1])), fmaxf(fabsf(e[2]), fabsf(e[3]))) : 0.0f;
+  for (int o = group / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(dev::kFull, amax, o));
+  const float s = dev::pow2_scale(fmaxf(amax_floor, amax), qmax);
+  if (!in) return;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float x = fminf(fmaxf(__fdiv_rn(e[k], s), -qmax), qmax);
+    e[k] = __fmul_rn(fp8 ? dev::round_e4m3(x) : dev::round_e2m1(x), s);
+  }
+}
+
+// Normalized Walsh-Hadamard transform of a vector of 4 * nchunks channels (nchunks a power of two <= 32), lane l
+// holding channels [4l, 4l + 4) in e (zeros beyond nchunks). Warp-collective.
+__device__ __forceinline__ void warp_hadamard(float (&e)[4], int nchunks) {
   const int lane = threadIdx.x & 31;
-  const int64_t vec = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (vec >= p.rows * p.heads) return;  // warp-uniform
+  double d[4] = {double(e[0]), double(e[1]), double(e[2]), double(e[3])};
+#pragma unroll
+  for (int h = 1; h < 4; h *= 2) {  // pairs (j, j + h) inside the lane
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (j & h) continue;
+      const double a = d[j], b = d[j + h];
+      d[j] = a + b;
+      d[j + h] = a - b;
+    }
+  }
+  for (int lh = 1; lh < nchunks; lh *= 2) {  // h = 4 lh: the partner lane holds the other element of each pair
+    const bool upper = (lane & lh) != 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const double o = __shfl_xor_sync(dev::kFull, d[k], lh);
+      d[k] = upper ? o - d[k] : d[k] + o;
+    }
+  }
+  const double sc = 1.0 / sqrt(double(4 * nchunks));
+#pragma unroll
+  for (int k = 0; k < 4; ++k) e[k] = float(d[k] * sc);
+}
+
+// Vector `vec` of p over x. Warp-collective: all 32 lanes call it with the same vec.
+__device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float* x, const int64_t* pos, int64_t vec) {
+  const int lane = threadIdx.x & 31;
   const int64_t row = vec / p.heads;
   float* v = x + vec * p.dim;
   const int nchunks = int(p.dim / 4);
@@ -27,26 +77,64 @@ __global__ void head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int6
     inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.eps)));
   }
   const int64_t rope_start = p.dim - p.rope_dim, pp = pos[row];
-  for (int c = lane; c < nchunks; c += 32) {
-    float4 a = reinterpret_cast<float4*>(v)[c];
-    float e[4] = {a.x, a.y, a.z, a.w};
-    if (p.norm != HeadNorm::None) {
+  const int group = int(p.fp8_block / 4);  // lanes per FP8 block (a power of two <= 32)
+  for (int c0 = 0; c0 < nchunks; c0 += 32) {  // warp-uniform steps: the epilogues' shuffles need every lane
+    const int c = c0 + lane;
+    const bool have = c < nchunks;
+    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (have) {
+      const float4 a = reinterpret_cast<float4*>(v)[c];
+      e[0] = a.x;
+      e[1] = a.y;
+      e[2] = a.z;
+      e[3] = a.w;
+      if (p.norm != HeadNorm::None) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float w = p.norm == HeadNorm::Weighted ? p.norm_w[4 * c + k] : 1.0f;
-        e[k] = __fmul_rn(__fmul_rn(e[k], inv), w);
+        for (int k = 0; k < 4; ++k) {
+          const float w = p.norm == HeadNorm::Weighted ? p.norm_w[4 * c + k] : 1.0f;
+          e[k] = __fmul_rn(__fmul_rn(e[k], inv), w);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 4; k += 2) {
+        const int64_t d = 4 * int64_t(c) + k;
+        if (d >= rope_start) {
+          float cs, sn;
+          dev::rope_cos_sin(p.inv_freq[(d - rope_start) / 2], pp, p.attention_factor, p.inverse, cs, sn);
+          dev::rope_rotate(e[k], e[k + 1], cs, sn);
+          if (p.round_rope_bf16) {
+            e[k] = dev::round_bf16(e[k]);
+            e[k + 1] = dev::round_bf16(e[k + 1]);
+          }
+        }
       }
     }
-#pragma unroll
-    for (int k = 0; k < 4; k += 2) {
-      const int64_t d = 4 * int64_t(c) + k;
-      if (d >= rope_start) {
-        float cs, sn;
-        dev::rope_cos_sin(p.inv_freq[(d - rope_start) / 2], pp, p.attention_factor, p.inverse, cs, sn);
-        dev::rope_rotate(e[k], e[k + 1], cs, sn);
-      }
+    if (4 * int64_t(c0) < p.fp8_dims)  // warp-uniform: this step holds FP8 channels
+      block_quant_sim(e, have && 4 * int64_t(c) < p.fp8_dims, group, true);
+    if (p.fp4_block > 0) {  // the whole vector is this one step (dim <= 128)
+      warp_hadamard(e, nchunks);
+      block_quant_sim(e, have, int(p.fp4_block / 4), false);
     }
-    reinterpret_cast<float4*>(v)[c] = make_float4(e[0], e[1], e[2], e[3]);
+    if (have) reinterpret_cast<float4*>(v)[c] = make_float4(e[0], e[1], e[2], e[3]);
+  }
+}
+
+__global__ void head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int64_t* pos) {
+  const int64_t vec = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (vec >= p.rows * p.heads) return;  // warp-uniform
+  norm_rope_vec(p, x, pos, vec);
+}
+
+// Blocks [0, blocks_a) take a's vectors, the rest b's.
+__global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, HeadNormRopeParams b, float* xb,
+                                           const int64_t* pos, int64_t blocks_a) {
+  const int64_t warp = threadIdx.x >> 5, per_block = blockDim.x >> 5;
+  if (int64_t(blockIdx.x) < blocks_a) {
+    const int64_t vec = int64_t(blockIdx.x) * per_block + warp;
+    if (vec < a.rows * a.heads) norm_rope_vec(a, xa, pos, vec);  // warp-uniform
+  } else {
+    const int64_t vec = (int64_t(blockIdx.x) - blocks_a) * per_block + warp;
+    if (vec < b.rows * b.heads) norm_rope_vec(b, xb, pos, vec);
   }
 }
 }  // namespace
@@ -54,6 +142,13 @@ __global__ void head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int6
 void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream) {
   const int64_t blocks = (p.rows * p.heads + 7) / 8;
   head_norm_rope_kernel<<<unsigned(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(p, x, pos);
+}
+
+void launch_head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNormRopeParams& b, float* xb,
+                                const int64_t* pos, void* stream) {
+  const int64_t blocks_a = (a.rows * a.heads + 7) / 8, blocks_b = (b.rows * b.heads + 7) / 8;
+  head_norm_rope_pair_kernel<<<unsigned(blocks_a + blocks_b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      a, xa, b, xb, pos, blocks_a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -8,21 +8,55 @@
 
 namespace dsinfer::ops::cuda {
 
-Status head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream) {
+namespace {
+// Shape, weights and fused-epilogue checks of one call (x and pos are checked by the callers).
+Status check(const HeadNormRopeParams& p, const char* op) {
   if (p.rows < 0 || p.heads <= 0 || p.dim <= 0 || p.dim % 4 != 0)
-    return Status::errorf("head_norm_rope: bad shape rows={} heads={} dim={} (dim must be a positive multiple of 4)",
-                          p.rows, p.heads, p.dim);
+    return Status::errorf("{}: bad shape rows={} heads={} dim={} (dim must be a positive multiple of 4)", op, p.rows,
+                          p.heads, p.dim);
   if (p.rope_dim < 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.dim)
-    return Status::errorf("head_norm_rope: rope_dim {} must be even and <= dim {}", p.rope_dim, p.dim);
-  if (p.rope_dim > 0 && !p.inv_freq) return Status::error("head_norm_rope: rope_dim > 0 needs inv_freq");
-  if (p.norm == HeadNorm::Weighted && !p.norm_w) return Status::error("head_norm_rope: weighted norm without weights");
+    return Status::errorf("{}: rope_dim {} must be even and <= dim {}", op, p.rope_dim, p.dim);
+  if (p.rope_dim > 0 && !p.inv_freq) return Status::errorf("{}: rope_dim > 0 needs inv_freq", op);
+  if (p.norm == HeadNorm::Weighted && !p.norm_w) return Status::errorf("{}: weighted norm without weights", op);
+  if (p.fp8_dims < 0 || p.fp8_dims > p.dim || p.fp8_dims % 4 != 0)
+    return Status::errorf("{}: fp8_dims {} must be a multiple of 4 in [0, dim {}]", op, p.fp8_dims, p.dim);
+  const int64_t b = p.fp8_block;
+  if (p.fp8_dims > 0 && (b < 4 || b > 128 || (b & (b - 1)) != 0))
+    return Status::errorf("{}: fp8_block {} must be a power of two in [4, 128]", op, b);
+  const int64_t f = p.fp4_block;
+  if (f != 0 && (f < 4 || f > 128 || (f & (f - 1)) != 0 || p.dim > 128 || (p.dim & (p.dim - 1)) != 0 || p.fp8_dims > 0))
+    return Status::errorf("{}: the Hadamard + FP4 epilogue needs dim {} a power of two <= 128, fp4_block {} a power of "
+                          "two in [4, 128], and no FP8 epilogue", op, p.dim, f);
+  if ((p.rows * p.heads + 7) / 8 > 0x3fffffff)
+    return Status::errorf("{}: {} vectors exceed the grid limit", op, p.rows * p.heads);
+  return Status::ok();
+}
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+}  // namespace
+
+Status head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream) {
+  DSI_RETURN_IF_ERROR(check(p, "head_norm_rope"));
   if (p.rows == 0) return Status::ok();
   if (!x || !pos) return Status::error("head_norm_rope: null x or pos");
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) return Status::error("head_norm_rope: x must be 16-byte aligned");
-  const int64_t vecs = p.rows * p.heads, blocks = (vecs + 7) / 8;
-  if (blocks > 0x7fffffff) return Status::errorf("head_norm_rope: {} vectors exceed the grid limit", vecs);
+  if (!aligned16(x)) return Status::error("head_norm_rope: x must be 16-byte aligned");
   detail::launch_head_norm_rope(p, x, pos, stream);
   DSI_CUDA_LAUNCHED("head_norm_rope_kernel");
+  return Status::ok();
+}
+
+Status head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNormRopeParams& b, float* xb,
+                           const int64_t* pos, void* stream) {
+  DSI_RETURN_IF_ERROR(check(a, "head_norm_rope_pair (first)"));
+  DSI_RETURN_IF_ERROR(check(b, "head_norm_rope_pair (second)"));
+  if (a.rows == 0 && b.rows == 0) return Status::ok();
+  if (!xa || !xb || !pos) return Status::error("head_norm_rope_pair: null x or pos");
+  if (!aligned16(xa) || !aligned16(xb)) return Status::error("head_norm_rope_pair: x must be 16-byte aligned");
+  const auto* a0 = reinterpret_cast<const char*>(xa);
+  const auto* b0 = reinterpret_cast<const char*>(xb);
+  const int64_t abytes = a.rows * a.heads * a.dim * 4, bbytes = b.rows * b.heads * b.dim * 4;
+  if (a0 < b0 + bbytes && b0 < a0 + abytes) return Status::error("head_norm_rope_pair: the two tensors overlap");
+  detail::launch_head_norm_rope_pair(a, xa, b, xb, pos, stream);
+  DSI_CUDA_LAUNCHED("head_norm_rope_pair_kernel");
   return Status::ok();
 }
 

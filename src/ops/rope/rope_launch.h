@@ -18,10 +18,27 @@ struct HeadNormRopeParams {
   const float* inv_freq = nullptr;  // [rope_dim / 2] fp32 (ops::rope_inv_freq)
   float attention_factor = 1.0f;
   bool inverse = false;             // rotate by -pos (attention output)
+  // Fused epilogues, applied in the order of the separate ops they replace (each bit-identical to that op):
+  // round_rope_bf16: the rotated channels rounded to bf16 (round_bf16_cuda over [dim - rope_dim, dim) of every
+  // vector; DeepSeek-V4.1 official numerics).
+  bool round_rope_bf16 = false;
+  // fp8_dims > 0: FP8 e4m3 block simulation of channels [0, fp8_dims) in blocks of fp8_block after the norm and
+  // the RoPE (fp8_block_sim(x, rows * heads, dim, fp8_dims, fp8_block): the stored KV's NoPE channels, V4).
+  // fp8_dims a multiple of 4 (<= dim), fp8_block a power of two in [4, 128].
+  int64_t fp8_dims = 0;
+  int64_t fp8_block = 64;
+  // fp4_block > 0: normalized Hadamard transform of the whole vector (double butterflies), then FP4 e2m1 block
+  // simulation in blocks of fp4_block, after the norm and the RoPE (hadamard_fp4_sim(x, rows * heads, dim,
+  // fp4_block): the indexer query, V4). dim a power of two <= 128 (one lane per 4 channels), fp4_block a power of
+  // two in [4, 128]; not with fp8_dims.
+  int64_t fp4_block = 0;
 };
 
 namespace detail {
 void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream);
+// a over xa, then b over xb, in one grid (the first blocks take a's vectors).
+void launch_head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNormRopeParams& b, float* xb,
+                                const int64_t* pos, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda

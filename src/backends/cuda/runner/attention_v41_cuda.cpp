@@ -42,8 +42,7 @@ Status CudaForwardV41::kv_source(int64_t l, const ops::StepDevice& st) {
     DSI_OP("compressor", l, csa2_frontier_write(st, view, hd, s_.ckv.data(), s_.cg.data(), stream_));
     DSI_OP("compressor", l, round(latent, T, hd, 0, hd));
   }
-  DSI_OP("compressor", l, rmsnorm(latent, T, hd, L.comp_norm, eps, latent, stream_));
-  DSI_OP("compressor", l, round(latent, T, hd, 0, hd));
+  DSI_OP("compressor", l, rmsnorm(latent, T, hd, L.comp_norm, eps, latent, stream_, official()));  // + bf16 rounding
   DSI_RETURN_IF_ERROR(dump("kv.latent", l, latent, T, hd));
   DSI_OP("indexer_keys", l, linear(Gemm::BF16, latent, T, hd, L.idx_wk, s_.key.data(), di));
   Csa2EmitCudaParams ep;
@@ -78,10 +77,10 @@ Status CudaForwardV41::index_source(int64_t l, const ops::StepDevice& st) {
   DSI_OP("indexer_proj", l, scale_cuda(iw, T * Hi, float(ws), stream_));
   DSI_OP("indexer_proj", l, round(iw, T, Hi, 0, Hi));
   const int64_t rd = cfg_.qk_rope_head_dim;
-  const HeadNormRopeParams rp{T, Hi, di, HeadNorm::None, nullptr, float(cfg_.rms_norm_eps), rd, inv_comp_.data(), 1.0f,
-                              false};
+  HeadNormRopeParams rp{T, Hi, di, HeadNorm::None, nullptr, float(cfg_.rms_norm_eps), rd, inv_comp_.data(), 1.0f,
+                        false};
+  rp.round_rope_bf16 = official();  // the RoPE channels' bf16 rounding fused (was a second launch)
   DSI_OP("indexer_q_rope", l, head_norm_rope(rp, iq, st.pos, stream_));
-  DSI_OP("indexer_q_rope", l, round(iq, T * Hi, di, di - rd, di));
   if (num_.qat_sim) DSI_OP("indexer_q_qat", l, csa2_qat(iq, T * Hi, di, 32, QatKind::Fp4Ue8m0, stream_));
   DSI_RETURN_IF_ERROR(dump("idx.iq", l, iq, T, Hi * di));
   DSI_RETURN_IF_ERROR(dump("idx.iw", l, iw, T, Hi));
@@ -117,24 +116,22 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   const float* inv = (m == 0 ? inv_main_ : inv_comp_).data();
   float *y = s_.y.data(), *cq = s_.cq.data(), *q = s_.q.data(), *kv = s_.kv.data();
   DSI_OP("wq_a", l, linear(Gemm::FP8, y, T, D, L.wq_a, cq, qr));
-  DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
-  DSI_OP("q_norm", l, round(cq, T, qr, 0, qr));
+  DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_, official()));  // + the bf16 rounding
   DSI_RETURN_IF_ERROR(dump("attn.cq", l, cq, T, qr));
   DSI_OP("wq_b", l, linear(Gemm::FP8, cq, T, qr, L.wq_b, q, H * hd));
   DSI_OP("wkv", l, linear(Gemm::FP8, y, T, D, L.wkv, kv, hd));
-  HeadNormRopeParams rp{T, H, hd, HeadNorm::None, nullptr, eps, rd, inv, 1.0f, false};
-  DSI_OP("q_rope", l, head_norm_rope(rp, q, st.pos, stream_));
-  DSI_OP("q_rope", l, round(q, T * H, hd, hd - rd, hd));
-  if (official()) {  // the norm's bf16 output is what RoPE rotates (the fused kernel would rotate the fp32 one)
-    DSI_OP("kv_norm_rope", l, rmsnorm(kv, T, hd, L.kv_norm, eps, kv, stream_));
-    DSI_OP("kv_norm_rope", l, round(kv, T, hd, 0, hd));
-    rp = {T, 1, hd, HeadNorm::None, nullptr, eps, rd, inv, 1.0f, false};
-    DSI_OP("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
-    DSI_OP("kv_norm_rope", l, round(kv, T, hd, hd - rd, hd));
-  } else {
-    rp = {T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, 1.0f, false};
-    DSI_OP("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
+  // The query's RoPE and the window kv's norm + RoPE in one launch, the bf16 roundings of official numerics fused
+  // (was two launches, six in official numerics; the same bits). There the norm's bf16 output is what RoPE rotates,
+  // so the kv norm stays a separate rmsnorm (with its rounding fused) and the pair kernel only rotates.
+  HeadNormRopeParams qp{T, H, hd, HeadNorm::None, nullptr, eps, rd, inv, 1.0f, false};
+  HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, 1.0f, false};
+  qp.round_rope_bf16 = official();
+  kp.round_rope_bf16 = official();
+  if (official()) {
+    DSI_OP("kv_norm_rope", l, rmsnorm(kv, T, hd, L.kv_norm, eps, kv, stream_, true));
+    kp.norm = HeadNorm::None;
   }
+  DSI_OP("q_rope", l, head_norm_rope_pair(qp, q, kp, kv, st.pos, stream_));
   if (num_.qat_sim) DSI_OP("kv_qat", l, csa2_qat(kv, T, hd, 32, QatKind::Fp8Ue8m0, stream_));
   DSI_RETURN_IF_ERROR(dump("attn.q", l, q, T, H * hd));
   DSI_RETURN_IF_ERROR(dump("attn.kv", l, kv, T, hd));

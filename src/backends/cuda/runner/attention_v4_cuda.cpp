@@ -28,6 +28,31 @@ namespace dsinfer::backends {
 using namespace ops::cuda;
 using io::AttnType;
 
+namespace {
+// The query's norm + RoPE (qp.heads may be 0: a TP rank without heads), the window kv's norm + RoPE and its FP8
+// simulation of the first fp8_nope channels (0: none; blocks of 64) in one launch: was three (q_norm_rope,
+// kv_norm_rope, kv_fp8_sim), the same bits (ops/rope/rope.cu). A NoPE width the fused simulation cannot take (not
+// a multiple of 4) keeps the separate fp8_block_sim.
+Status q_kv_norm_rope(const HeadNormRopeParams& qp, float* q, HeadNormRopeParams kp, float* kv, int64_t fp8_nope,
+                      const int64_t* pos, void* stream) {
+  const bool fuse = fp8_nope % 4 == 0;
+  if (fuse) kp.fp8_dims = fp8_nope;
+  if (qp.heads > 0) DSI_RETURN_IF_ERROR(head_norm_rope_pair(qp, q, kp, kv, pos, stream));
+  else DSI_RETURN_IF_ERROR(head_norm_rope(kp, kv, pos, stream));
+  return fuse ? Status::ok() : fp8_block_sim(kv, kp.rows, kp.dim, fp8_nope, 64, stream);
+}
+
+// The indexer query's RoPE and (fp4) its Hadamard + FP4 simulation (blocks of 32) in one launch where the vector
+// fits a warp's step (index_head_dim a power of two <= 128, as V4's 128; the same bits as hadamard_fp4_sim), else
+// the separate simulation after it (was always two launches: indexer_q_rope, indexer_fp4_sim).
+Status index_q_rope(HeadNormRopeParams rp, float* iq, bool fp4, const int64_t* pos, void* stream) {
+  const bool fuse = fp4 && rp.dim <= 128 && (rp.dim & (rp.dim - 1)) == 0;
+  if (fuse) rp.fp4_block = 32;
+  DSI_RETURN_IF_ERROR(head_norm_rope(rp, iq, pos, stream));
+  return fp4 && !fuse ? hadamard_fp4_sim(iq, rp.rows * rp.heads, rp.dim, 32, stream) : Status::ok();
+}
+}  // namespace
+
 Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   const DeviceLayer& L = weights_.layer(l);
   const AttnType type = cfg_.layer_types[size_t(l)];
@@ -74,11 +99,9 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, Hl * hd, false));
   }
   DSI_OP("wkv", l, gemm(y, T, D, L.wkv, kv, hd, false));
-  HeadNormRopeParams rp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
-  if (Hl > 0) DSI_OP("q_norm_rope", l, head_norm_rope(rp, q, st.pos, stream_));
-  rp = {T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, af, false};
-  DSI_OP("kv_norm_rope", l, head_norm_rope(rp, kv, st.pos, stream_));
-  if (num_.kv_fp8_sim) DSI_OP("kv_fp8_sim", l, fp8_block_sim(kv, T, hd, nope, 64, stream_));
+  const HeadNormRopeParams qp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
+  const HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, af, false};
+  DSI_OP("q_norm_rope", l, q_kv_norm_rope(qp, q, kp, kv, num_.kv_fp8_sim ? nope : 0, st.pos, stream_));
 
   if (type != AttnType::Sliding) {
     const int64_t c = type == AttnType::CSA ? 2 : 1;
@@ -99,9 +122,8 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     const int64_t Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
     float *iq = s_.iq.data(), *iw = s_.iw.data();
     DSI_OP("indexer_q", l, gemm(cq, T, qr, L.idx_wq_b, iq, Hi * di, false));
-    rp = {T, Hi, di, HeadNorm::None, nullptr, eps, rd, inv, af, false};
-    DSI_OP("indexer_q_rope", l, head_norm_rope(rp, iq, st.pos, stream_));
-    if (num_.indexer_fp4_sim) DSI_OP("indexer_fp4_sim", l, hadamard_fp4_sim(iq, T * Hi, di, 32, stream_));
+    const HeadNormRopeParams rp{T, Hi, di, HeadNorm::None, nullptr, eps, rd, inv, af, false};
+    DSI_OP("indexer_q_rope", l, index_q_rope(rp, iq, num_.indexer_fp4_sim, st.pos, stream_));
     DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wproj, iw, Hi, false));
     DSI_OP("indexer_proj", l, scale_cuda(iw, T * Hi, float(1.0 / std::sqrt(double(Hi))), stream_));
     DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wkv, s_.ikv.data(), 2 * di, false));

@@ -219,8 +219,8 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
     DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(dump("attn.in", l, s_.y.data(), T, D));
     DSI_RETURN_IF_ERROR(attention(l, st));
-    DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
-    DSI_OP("hc_post_attn", l, round(s_.X.data(), T * n, D, 0, D));
+    DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_,
+                                      official()));  // + the bf16 rounding of the streams
     DSI_RETURN_IF_ERROR(dump("attn_out", l, s_.f.data(), T, D));
     float* next = (l % 2 ? s_.pre1 : s_.pre0).data();
     hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, L.ffn_norm,
@@ -232,8 +232,8 @@ Status CudaForwardV41::run(const ops::StepDevice& st, const int32_t* rows, int64
     DSI_RETURN_IF_ERROR(dump("ffn.in", l, s_.y.data(), T, D));
     DSI_RETURN_IF_ERROR(ffn(l, st));
     DSI_RETURN_IF_ERROR(dump("ffn_out", l, s_.f.data(), T, D));
-    DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
-    DSI_OP("hc_post_ffn", l, round(s_.X.data(), T * n, D, 0, D));
+    DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_,
+                                      official()));  // + the bf16 rounding of the streams
     DSI_RETURN_IF_ERROR(dump("streams_out", l, s_.X.data(), T, n * D));
     DSI_RETURN_IF_ERROR(dump("pre_out", l, next, T, n));
     pre = next;
