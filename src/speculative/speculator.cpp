@@ -248,6 +248,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   //    the batch or on measured times (reproducible and batch-invariant seeded sampling).
   const int64_t num_seqs = std::max<int64_t>(next_step_seqs(sched), int64_t(items.size()));
   gate_.begin_speculative_step(num_seqs, cost_);
+  metrics_.gate_probes = gate_.probes();
   std::vector<bool> scheduled(items.size(), false);
   for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
   gate_drafting(items, scheduled, num_seqs);
@@ -309,6 +310,7 @@ bool Speculator::resting(const scheduler::Scheduler& sched) const {
 
 void Speculator::count_rest_round(int64_t num_decoding) {
   gate_.rest_step(num_decoding, cost_);
+  metrics_.rest_steps += 1;
   metrics_.rounds += num_decoding;
   metrics_.emitted_tokens += num_decoding;
   metrics_.verified_tokens += num_decoding;
