@@ -248,7 +248,6 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   //    the batch or on measured times (reproducible and batch-invariant seeded sampling).
   const int64_t num_seqs = std::max<int64_t>(next_step_seqs(sched), int64_t(items.size()));
   gate_.begin_speculative_step(num_seqs, cost_);
-  metrics_.gate_probes = gate_.probes();
   std::vector<bool> scheduled(items.size(), false);
   for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
   gate_drafting(items, scheduled, num_seqs);
@@ -333,6 +332,7 @@ bool Speculator::note_ingest(scheduler::SeqId id, int64_t start_pos, int32_t cou
 
 void Speculator::gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled,
                                int64_t num_seqs) {
+  metrics_.gate_probes = gate_.probes();  // begin_speculative_step may have started one
   if (cost_.empty()) return;
   if (gate_.should_draft(num_seqs, cost_)) return;
   for (size_t j = 0; j < items.size(); ++j)
