@@ -451,6 +451,8 @@ int cmd_generate(int argc, char** argv) {
                  "verify length %.2f)\n", sm.rounds ? double(sm.verified_tokens - sm.rounds) / double(sm.rounds) : 0.0,
                  sm.rounds ? double(sm.drafted_tokens) / double(sm.rounds) : 0.0, (long long)sm.scheduled_rounds,
                  sm.scheduled_rounds ? double(sm.scheduled_verify_length) / double(sm.scheduled_rounds) : 0.0);
+    std::fprintf(stderr, "         gate probes %lld, steps at rest %lld, step graphs captured %lld\n",
+                 (long long)sm.gate_probes, (long long)sm.rest_steps, (long long)sm.graphs_captured);
   }
   const PrefixCacheMetrics pm = engine->stats().prefix_cache;
   if (pm.mode != "off")

@@ -148,6 +148,9 @@ struct SpeculativeMetrics {
   // Steps whose greedy verify length the step cost model chose (speculative_cost_model), and the sum of the lengths.
   int64_t scheduled_rounds = 0, scheduled_verify_length = 0;
   double draft_seconds = 0, step_seconds = 0;  // drafter time, whole step time
+  // The gate (speculative/spec_gate.h): probes taken after rest, plain steps taken at rest; the runner's step graphs
+  // captured over the run (switching between rest and drafting must not recapture them).
+  int64_t gate_probes = 0, rest_steps = 0, graphs_captured = 0;
   double mean_accepted_length() const { return rounds ? double(emitted_tokens) / double(rounds) : 0.0; }
 };
 

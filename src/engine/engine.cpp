@@ -89,7 +89,12 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
   return e;
 }
 
-SpeculativeMetrics Engine::speculative_metrics() const { return spec_ ? spec_->metrics() : SpeculativeMetrics{}; }
+SpeculativeMetrics Engine::speculative_metrics() const {
+  if (!spec_) return SpeculativeMetrics{};
+  SpeculativeMetrics m = spec_->metrics();
+  m.graphs_captured = runner_->diagnostics().graphs_captured();
+  return m;
+}
 
 structured::GrammarCacheStats Engine::grammar_stats() const {
   auto g = grammars();

@@ -309,6 +309,7 @@ bool Speculator::resting(const scheduler::Scheduler& sched) const {
 
 void Speculator::count_rest_round(int64_t num_decoding) {
   gate_.rest_step(num_decoding, cost_);
+  metrics_.rest_steps += 1;
   metrics_.rounds += num_decoding;
   metrics_.emitted_tokens += num_decoding;
   metrics_.verified_tokens += num_decoding;
@@ -331,6 +332,7 @@ bool Speculator::note_ingest(scheduler::SeqId id, int64_t start_pos, int32_t cou
 
 void Speculator::gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled,
                                int64_t num_seqs) {
+  metrics_.gate_probes = gate_.probes();  // begin_speculative_step may have started one
   if (cost_.empty()) return;
   if (gate_.should_draft(num_seqs, cost_)) return;
   for (size_t j = 0; j < items.size(); ++j)

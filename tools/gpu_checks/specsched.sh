@@ -10,6 +10,7 @@
 # SPECSCHED_TABLE_ONLY=1: only the must-show table (off / dspark / mtp1 at every batch, dspark verifying every draft
 # at 1 and 64) and the greedy comparison, about a minute; each run's wall time (start-up included) is logged.
 # SPECSCHED_VERIFY_ALL=0: without the runs that verify every draft (--speculative-cost-model off).
+# Each speculative run also logs the gate's probes, its steps at rest and the step graphs the runner captured.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/cuda}
@@ -36,7 +37,7 @@ gen() {  # name batch flags...
     --output /tmp/b32/$name.out.jsonl --max-num-seqs $b --max-model-len 512 "$@" > "$O/logs/$name.log" 2>&1
   local st=$?
   [ $st -eq 0 ] || rc=1
-  echo "$name rc=$st run $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s $(grep -E 'profiled|output tok/s|accepted length|drafts verified|per-token' "$O/logs/$name.log" \
+  echo "$name rc=$st run $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s $(grep -E 'profiled|output tok/s|accepted length|drafts verified|per-token|gate probes' "$O/logs/$name.log" \
     | tr -s ' \n' ' ')"
 }
 QUICK=${SPECSCHED_TABLE_ONLY:-0}

@@ -191,7 +191,7 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const ops::StepDevice st = step_device(layout, plan_.device());
   const int32_t* rows = logits_rows(layout, plan_.device());
   if (graph)
-    DSI_RETURN_IF_ERROR(graphs_.launch(fixed_shape_key(run_T, run_plan.num_seqs()), scratch_gen_, stream_,
+    DSI_RETURN_IF_ERROR(graphs_.launch(graph_key(run_T, run_plan.num_seqs()), scratch_gen_, stream_,
                                        [&] { return fwd_->run(st, rows, run_R); }));
   else
     DSI_RETURN_IF_ERROR(fwd_->run(st, rows, run_R));

@@ -123,6 +123,8 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // hidden_capture_cuda.cpp: sizing (before the forward; the copy after each tapped layer is
   // RunnerCore::capture_hidden, inside the forward), the download (after it, before the step's synchronisation).
   Status ensure_capture(int64_t T);
+  // The decode graph of a fixed-shape step of T tokens, S sequences, with or without the capture copies.
+  int64_t graph_key(int64_t T, int64_t S) const;
   Status download_hidden(int64_t T);
   void free_capture();
 
@@ -146,6 +148,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   StepPlanUpload plan_;  // the step plan's pinned staging and device copy (step_plan.h)
   bool graphs_enabled_ = true;    // DSINFER_CUDA_GRAPHS=0 turns decode graphs off
   DecodeGraphs graphs_;
+  std::vector<int64_t> graph_capture_layers_;  // the tapped layers whose copies the capturing decode graphs hold
   // Graph buckets (step_plan.h graph_bucket_seqs): on one rank, a fixed-shape step runs padded to its bucket, graphed
   // or not (so both compute the same bits); DSINFER_CUDA_GRAPH_BUCKETS=0 runs every batch size at its own shape.
   bool buckets_enabled_ = true;

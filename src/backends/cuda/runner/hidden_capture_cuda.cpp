@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backends/cuda/runner/cuda_runner_impl.h"
+#include "backends/cuda/step/step_plan.h"
 #include "backends/cuda/speculative/draft_cuda.h"
 #include "cuda/cuda_common.h"
 
@@ -21,11 +22,21 @@ Status CudaRunner::set_hidden_capture(std::vector<int64_t> layers) {
     if (index[size_t(layers[i])] >= 0) return Status::errorf("cuda runner: layer {} captured twice", layers[i]);
     index[size_t(layers[i])] = int64_t(i);
   }
+  // The decode graphs of both modes are kept (graph_key): a speculative engine turns the capture off at rest and on
+  // again to draft, and clearing them there recaptured every graph of the batch at each switch (session 15). Only
+  // another set of tapped layers makes the capturing graphs stale.
+  if (!layers.empty() && layers != graph_capture_layers_) {
+    graphs_.clear();
+    graph_capture_layers_ = layers;
+  }
   capture_layers_ = std::move(layers);
   capture_index_ = std::move(index);
   hidden_view_ = {};
-  graphs_.clear();  // captured decode graphs do not hold the copies (or hold copies no longer wanted)
   return Status::ok();
+}
+
+int64_t CudaRunner::graph_key(int64_t T, int64_t S) const {
+  return fixed_shape_key(T, S) * 2 + (capture_layers_.empty() ? 0 : 1);
 }
 
 void CudaRunner::free_capture() {

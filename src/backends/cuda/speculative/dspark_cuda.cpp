@@ -257,8 +257,11 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
   bl.conf = align16(Tq * 4);
   bl.out_bytes = bl.conf + Tq * 4;
   DSI_RETURN_IF_ERROR(upload_block(items, live, bl));
-  // All greedy-plain: the whole round (forward + kmax picks) is one graph and only ids + confidences come down.
-  const int32_t kpick = pick ? kmax : 0;
+  // All greedy-plain: the whole round (forward + picks) is one graph and only ids + confidences come down. It picks
+  // the whole block even where every sequence asks fewer (a request's last tokens): picks are sequential, so the
+  // drafts kept are the same, and the graph is the one the start-up profile captured instead of one more capture
+  // per shorter block (a few ms each, inside the run).
+  const int32_t kpick = pick ? int32_t(g) : 0;
   auto body = [&] { return block_forward(bl, kpick); };
   if (ctx_.graphs)
     DSI_RETURN_IF_ERROR(graphs_.launch(bl.Bp * 512 + kpick * 2 + (pick ? 1 : 0), generation(), ctx_.stream, body));
