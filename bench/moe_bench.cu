@@ -6,7 +6,8 @@
 // (fp32); the intermediates are not counted (an ideal kernel keeps them on chip); "%" = floor / fast (share of the
 // peak the fast path reaches); "fast" above kMoeGroupedMinT tokens is the grouped prefill path. Then bench_grouped's
 // table (T = 512 / 1024 / 2048 / 4096 / 8192: exact vs fast vs grouped vs grouped FP8, ms and TFLOP/s).
-// Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only).
+// Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only)
+// | dsinfer_moe_bench stages [T ...] (default 1 8 64 128 256): MoePath::Fast kernel by kernel (bench_stages).
 // Env (for profiling): DSINFER_MOE_BENCH_SETS = 1..4 weight sets rotated (1: the weights may stay warm in L2 / TLB);
 // DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192);
 // DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0).
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,6 +25,8 @@
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/moe/moe_launch.h"
+#include "ops/moe/moe_plan.h"
 
 namespace oc = dsinfer::ops::cuda;
 
@@ -216,12 +220,180 @@ void bench_grouped(std::vector<Set>& sets) {
   }
 }
 
+
+// Random top-k routing (k distinct experts per token) of T tokens; the distinct experts into *distinct when set.
+std::vector<int32_t> random_routing(int64_t T, uint64_t& rng, std::set<int32_t>* distinct) {
+  std::vector<int32_t> idx(size_t(T * k));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t e;
+      bool dup;
+      do {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        e = int32_t(rng % uint64_t(E));
+        dup = false;
+        for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
+      } while (dup);
+      idx[size_t(t * k + j)] = e;
+      if (distinct) distinct->insert(e);
+    }
+  return idx;
+}
+
+// Device-to-device copy of 2 GiB (read + write counted): the measured bandwidth ceiling.
+double copy_ceiling() {
+  const size_t bytes = size_t(1) << 30;
+  Blob a = blob(bytes, 2, 1), b = blob(bytes, 2, 2);
+  const double us = median_us([&](int) { check(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice), "copy"); });
+  return 2.0 * double(bytes) / (us * 1e-6);
+}
+
+// The fast path kernel by kernel (MoePath::Fast as moe_cuda runs it up to kMoeGroupedMinT tokens, each launch timed
+// alone on one stream): the permutation, the gather of x to bf16, the gate/up + SwiGLU and down kernels at 8 and
+// at 16 rows per pass (bitwise compared), the shared expert (FP8, gemm_cuda), the combine; then moe_cuda itself with
+// and without the shared expert (side stream overlap). GB/s = the kernel's weight bytes (touched experts, FP4 + E8M0)
+// / time; "% copy" against the measured device-to-device copy.
+void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
+  const double ceiling = copy_ceiling();
+  const size_t w_bytes = oc::weight_data_bytes(oc::WeightFormat::FP4_G32, I, D);
+  const size_t s_bytes = oc::weight_scale_bytes(oc::WeightFormat::FP4_G32, I, D, true, 128, 128);
+  const double proj_bytes = double(w_bytes + s_bytes), shared_bytes = 3.0 * double(I * D + (I / 128) * (D / 128));
+  std::printf("stages: copy ceiling %.2f TB/s; us (GB/s, %% of copy) per kernel, median of %d, %d weight sets\n",
+              ceiling / 1e12, kRuns, g_sets);
+  oc::MoeWorkspace ws;
+  die(ws.reserve(4096, k, D, I, E), "reserve");
+  uint64_t rng = 4242;
+  for (int64_t T : Ts) {
+    const int64_t n = T * k;
+    struct Bufs {
+      Blob idx, wt, x, out, offsets, perm, pos, active, xb, hb, yp, shy;
+    };
+    std::vector<Bufs> b(static_cast<size_t>(g_sets));
+    std::set<int32_t> distinct;
+    for (int si = 0; si < g_sets; ++si) {
+      Bufs& q = b[size_t(si)];
+      const std::vector<int32_t> idx = random_routing(T, rng, si == 0 ? &distinct : nullptr);
+      const std::vector<float> wt(size_t(n), 1.0f / 6.0f);
+      q.idx = upload_blob(idx.data(), idx.size() * 4);
+      q.wt = upload_blob(wt.data(), wt.size() * 4);
+      q.x = blob(size_t(T * D) * 4, -1, uint64_t(900 + si));
+      q.out = blob(size_t(T * D) * 4, -1, uint64_t(950 + si));
+      q.shy = blob(size_t(T * D) * 4, -1, uint64_t(970 + si));
+      q.offsets = blob(size_t(E + 1) * 4, 2, 1);
+      q.active = blob(size_t(E + 1) * 4, 2, 1);
+      q.perm = blob(size_t(n) * 4, 2, 1);
+      q.pos = blob(size_t(n) * 4, 2, 1);
+      q.xb = blob(size_t(n * D) * 2, 2, 1);
+      q.hb = blob(size_t(n * I) * 2, 2, 1);
+      q.yp = blob(size_t(n * D) * 4, 2, 1);
+    }
+    const bool one = n <= oc::kMoePrepMaxN;
+    auto prep = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      if (one) {
+        oc::detail::launch_moe_prep(q.idx.as<const int32_t>(), n, k, E, q.offsets.as<int32_t>(), q.perm.as<int32_t>(),
+                                    q.pos.as<int32_t>(), q.active.as<int32_t>(), nullptr);
+        return;
+      }
+      oc::detail::launch_moe_count(q.idx.as<const int32_t>(), n, E, q.offsets.as<int32_t>(), q.pos.as<int32_t>(),
+                                   q.active.as<int32_t>(), nullptr);
+      oc::detail::launch_moe_scatter(q.idx.as<const int32_t>(), n, k, E, q.offsets.as<const int32_t>(),
+                                     q.perm.as<int32_t>(), q.pos.as<int32_t>(), nullptr);
+    };
+    const double t_prep = median_us(prep);
+    for (int si = 0; si < g_sets; ++si) prep(si);
+    const bool direct = n <= oc::kMoeDirectMaxN;
+    auto gather = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      oc::detail::launch_moe_gather(q.x.as<const float>(), q.perm.as<const int32_t>(),
+                                    q.offsets.as<const int32_t>() + E, n, D, q.xb.as<uint16_t>(), nullptr);
+    };
+    const double t_gather = median_us(gather);
+    for (int si = 0; si < g_sets; ++si) gather(si);
+    const int64_t max_active = std::min<int64_t>(E, n);
+    auto gate_up = [&](int i, int tokens, bool xf) {
+      Bufs& q = b[size_t(i)];
+      const Set& st = sets[size_t(i)];
+      const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                              .xb = xf ? nullptr : q.xb.as<const uint16_t>(), .xf = xf ? q.x.as<const float>() : nullptr,
+                              .perm = q.perm.as<const int32_t>(), .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale,
+                              .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
+                              .hout = q.hb.as<uint16_t>()};
+      oc::detail::launch_moe_fast(true, a, max_active, tokens, nullptr);
+    };
+    auto down = [&](int i, int tokens) {
+      Bufs& q = b[size_t(i)];
+      const Set& st = sets[size_t(i)];
+      const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                              .xb = q.hb.as<const uint16_t>(), .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I,
+                              .N = D, .yout = q.yp.as<float>()};
+      oc::detail::launch_moe_fast(false, a, max_active, tokens, nullptr);
+    };
+    double t_gu[3], t_dn[2];
+    t_gu[0] = median_us([&](int i) { gate_up(i, 8, false); });
+    t_gu[1] = median_us([&](int i) { gate_up(i, 16, false); });
+    t_gu[2] = direct ? median_us([&](int i) { gate_up(i, 8, true); }) : 0.0;
+    t_dn[0] = median_us([&](int i) { down(i, 8); });
+    t_dn[1] = median_us([&](int i) { down(i, 16); });
+    // 8 vs 16 rows per pass must give the same bits (set 0: gate/up + down at 8, then at 16)
+    std::vector<float> y8(size_t(n * D)), y16(size_t(n * D));
+    for (int tokens : {8, 16}) {
+      gate_up(0, tokens, false);
+      down(0, tokens);
+      check(cudaMemcpy((tokens == 8 ? y8 : y16).data(), b[0].yp.data(), y8.size() * 4, cudaMemcpyDeviceToHost), "dl");
+    }
+    const bool same = std::memcmp(y8.data(), y16.data(), y8.size() * 4) == 0;
+    const double t_sh = median_us([&](int i) {
+      die(oc::moe_shared_cuda(b[size_t(i)].x.as<const float>(), T, sets[size_t(i)].sh, 10.0f,
+                              b[size_t(i)].shy.as<float>(), ws, nullptr, oc::MoePath::Fast),
+          "moe_shared_cuda");
+    });
+    const double t_comb = median_us([&](int i) {
+      Bufs& q = b[size_t(i)];
+      die(oc::moe_combine_cuda(q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), T, k, D,
+                               q.shy.as<const float>(), q.out.as<float>(), nullptr),
+          "moe_combine_cuda");
+    });
+    double t_full[2];
+    for (int with_shared = 0; with_shared < 2; ++with_shared)
+      t_full[with_shared] = median_us([&](int i) {
+        Bufs& q = b[size_t(i)];
+        const Set& st = sets[size_t(i)];
+        die(oc::moe_cuda(q.x.as<const float>(), T, q.idx.as<const int32_t>(), q.wt.as<const float>(), k, st.ex,
+                         with_shared ? &st.sh : nullptr, 10.0f, 10.0f, q.out.as<float>(), ws, nullptr,
+                         oc::MoePath::Fast),
+            "moe_cuda");
+      });
+    const double ex = double(distinct.size()), gu_b = ex * 2.0 * proj_bytes, dn_b = ex * proj_bytes;
+    auto bw = [&](double bytes, double us) { return bytes / (us * 1e-6); };
+    auto pct = [&](double bytes, double us) { return 100.0 * bw(bytes, us) / ceiling; };
+    const oc::MoePlan plan = oc::plan_moe(oc::MoePath::Fast, true, T, k, true, true, false, E);
+    std::printf("T %4lld: %3zu experts, %s, plan %d rows/pass; prep %.1f | gather %.1f | gate/up 8: %.1f (%.0f GB/s %.0f%%) "
+                "16: %.1f (%.0f%%)%s",
+                (long long)T, distinct.size(), one ? "prep 1 launch" : "count+scatter", plan.fast_pass_tokens, t_prep,
+                direct ? 0.0 : t_gather, t_gu[0], bw(gu_b, t_gu[0]) / 1e9, pct(gu_b, t_gu[0]), t_gu[1],
+                pct(gu_b, t_gu[1]), direct ? "" : "");
+    if (direct) std::printf(" direct-x: %.1f (%.0f%%)", t_gu[2], pct(gu_b, t_gu[2]));
+    std::printf(" | down 8: %.1f (%.0f GB/s %.0f%%) 16: %.1f (%.0f%%) | bits 8 == 16: %s\n", t_dn[0],
+                bw(dn_b, t_dn[0]) / 1e9, pct(dn_b, t_dn[0]), t_dn[1], pct(dn_b, t_dn[1]), same ? "yes" : "NO");
+    const double routed_b = gu_b + dn_b, all_b = routed_b + shared_bytes;
+    std::printf("        shared %.1f (%.0f GB/s %.0f%%) | combine %.1f | moe_cuda routed %.1f (%.0f GB/s %.0f%%), "
+                "with shared %.1f (%.0f GB/s %.0f%%; floor at copy %.1f us)\n",
+                t_sh, bw(shared_bytes, t_sh) / 1e9, pct(shared_bytes, t_sh), t_comb, t_full[0],
+                bw(routed_b, t_full[0]) / 1e9, pct(routed_b, t_full[0]), t_full[1], bw(all_b, t_full[1]) / 1e9,
+                pct(all_b, t_full[1]), all_b / ceiling * 1e6);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> Ts;
   const bool grouped_only = argc > 1 && std::string(argv[1]) == "grouped";
-  for (int i = grouped_only ? argc : 1; i < argc; ++i) {
+  const bool stages = argc > 1 && std::string(argv[1]) == "stages";
+  for (int i = grouped_only ? argc : stages ? 2 : 1; i < argc; ++i) {
     const long long v = std::atoll(argv[i]);
     if (v < 1 || v > 4096) {
       std::fprintf(stderr, "usage: dsinfer_moe_bench [T ...] (1 <= T <= 4096), got '%s'\n", argv[i]);
@@ -229,7 +401,7 @@ int main(int argc, char** argv) {
     }
     Ts.push_back(int64_t(v));
   }
-  if (Ts.empty()) Ts = {1, 8, 64, 128, 256, 512, 1024, 4096};
+  if (Ts.empty()) Ts = stages ? std::vector<int64_t>{1, 8, 64, 128, 256} : std::vector<int64_t>{1, 8, 64, 128, 256, 512, 1024, 4096};
   if (const char* env = std::getenv("DSINFER_MOE_BENCH_SETS")) g_sets = std::clamp(std::atoi(env), 1, kMaxSets);
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
@@ -247,6 +419,10 @@ int main(int argc, char** argv) {
   for (int si = 0; si < g_sets; ++si) build(sets[size_t(si)], si, w_bytes, s_bytes);
   if (grouped_only) {
     bench_grouped(sets);
+    return 0;
+  }
+  if (stages) {
+    bench_stages(sets, Ts);
     return 0;
   }
   oc::MoeWorkspace ws;
