@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -251,9 +250,9 @@ double copy_ceiling() {
 }
 
 // The fast path kernel by kernel (MoePath::Fast as moe_cuda runs it up to kMoeGroupedMinT tokens, each launch timed
-// alone on one stream): the permutation, the gather of x to bf16, the gate/up + SwiGLU and down kernels at 8 and
-// at 16 rows per pass (bitwise compared), the shared expert (FP8, gemm_cuda), the combine; then moe_cuda itself with
-// and without the shared expert (side stream overlap). GB/s = the kernel's weight bytes (touched experts, FP4 + E8M0)
+// alone on one stream): the permutation, the gather of x to bf16, the gate/up + SwiGLU and down kernels, the shared
+// expert (FP8: as moe_cuda runs it, then on each gemm_cuda precision), the combine; then moe_cuda itself with and
+// without the shared expert (the side stream's overlap). GB/s = the kernel's weight bytes (touched experts, FP4 + E8M0)
 // / time; "% copy" against the measured device-to-device copy.
 void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   const double ceiling = copy_ceiling();
@@ -313,7 +312,7 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double t_gather = median_us(gather);
     for (int si = 0; si < g_sets; ++si) gather(si);
     const int64_t max_active = std::min<int64_t>(E, n);
-    auto gate_up = [&](int i, int tokens, bool xf) {
+    auto gate_up = [&](int i, bool xf) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
@@ -321,35 +320,39 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                               .perm = q.perm.as<const int32_t>(), .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale,
                               .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
                               .hout = q.hb.as<uint16_t>()};
-      oc::detail::launch_moe_fast(true, a, max_active, tokens, nullptr);
+      oc::detail::launch_moe_fast(true, a, max_active, nullptr);
     };
-    auto down = [&](int i, int tokens) {
+    auto down = [&](int i) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
                               .xb = q.hb.as<const uint16_t>(), .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I,
                               .N = D, .yout = q.yp.as<float>()};
-      oc::detail::launch_moe_fast(false, a, max_active, tokens, nullptr);
+      oc::detail::launch_moe_fast(false, a, max_active, nullptr);
     };
-    double t_gu[3], t_dn[2];
-    t_gu[0] = median_us([&](int i) { gate_up(i, 8, false); });
-    t_gu[1] = median_us([&](int i) { gate_up(i, 16, false); });
-    t_gu[2] = direct ? median_us([&](int i) { gate_up(i, 8, true); }) : 0.0;
-    t_dn[0] = median_us([&](int i) { down(i, 8); });
-    t_dn[1] = median_us([&](int i) { down(i, 16); });
-    // 8 vs 16 rows per pass must give the same bits (set 0: gate/up + down at 8, then at 16)
-    std::vector<float> y8(size_t(n * D)), y16(size_t(n * D));
-    for (int tokens : {8, 16}) {
-      gate_up(0, tokens, false);
-      down(0, tokens);
-      check(cudaMemcpy((tokens == 8 ? y8 : y16).data(), b[0].yp.data(), y8.size() * 4, cudaMemcpyDeviceToHost), "dl");
-    }
-    const bool same = std::memcmp(y8.data(), y16.data(), y8.size() * 4) == 0;
+    const double t_gu = median_us([&](int i) { gate_up(i, false); });
+    const double t_gu_direct = direct ? median_us([&](int i) { gate_up(i, true); }) : 0.0;
+    const double t_dn = median_us([&](int i) { down(i); });
+    // The shared expert as moe_shared_cuda runs it (moe_shared_precision), then on each gemm_cuda precision.
     const double t_sh = median_us([&](int i) {
       die(oc::moe_shared_cuda(b[size_t(i)].x.as<const float>(), T, sets[size_t(i)].sh, 10.0f,
                               b[size_t(i)].shy.as<float>(), ws, nullptr, oc::MoePath::Fast),
           "moe_shared_cuda");
     });
+    const oc::GemmPrecision precs[3] = {oc::GemmPrecision::kBf16, oc::GemmPrecision::kFp32SmallM,
+                                        oc::GemmPrecision::kGemv};
+    double t_prec[3];
+    for (int pi = 0; pi < 3; ++pi)
+      t_prec[pi] = median_us([&](int i) {
+        Bufs& q = b[size_t(i)];
+        const oc::MoeSharedDevice& sh = sets[size_t(i)].sh;
+        float* s1 = q.yp.as<float>();  // scratch: [T, I] twice fits in the [n, D] expert outputs
+        float* s3 = s1 + T * I;
+        die(oc::gemm_cuda(q.x.as<const float>(), T, D, sh.w1, s1, I, false, nullptr, precs[pi]), "gemm w1");
+        die(oc::gemm_cuda(q.x.as<const float>(), T, D, sh.w3, s3, I, false, nullptr, precs[pi]), "gemm w3");
+        oc::detail::launch_swiglu(s1, s3, T, nullptr, I, 10.0f, nullptr);
+        die(oc::gemm_cuda(s1, T, I, sh.w2, q.shy.as<float>(), D, false, nullptr, precs[pi]), "gemm w2");
+      });
     const double t_comb = median_us([&](int i) {
       Bufs& q = b[size_t(i)];
       die(oc::moe_combine_cuda(q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), T, k, D,
@@ -369,15 +372,12 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double ex = double(distinct.size()), gu_b = ex * 2.0 * proj_bytes, dn_b = ex * proj_bytes;
     auto bw = [&](double bytes, double us) { return bytes / (us * 1e-6); };
     auto pct = [&](double bytes, double us) { return 100.0 * bw(bytes, us) / ceiling; };
-    const oc::MoePlan plan = oc::plan_moe(oc::MoePath::Fast, true, T, k, true, true, false, E);
-    std::printf("T %4lld: %3zu experts, %s, plan %d rows/pass; prep %.1f | gather %.1f | gate/up 8: %.1f (%.0f GB/s %.0f%%) "
-                "16: %.1f (%.0f%%)%s",
-                (long long)T, distinct.size(), one ? "prep 1 launch" : "count+scatter", plan.fast_pass_tokens, t_prep,
-                direct ? 0.0 : t_gather, t_gu[0], bw(gu_b, t_gu[0]) / 1e9, pct(gu_b, t_gu[0]), t_gu[1],
-                pct(gu_b, t_gu[1]), direct ? "" : "");
-    if (direct) std::printf(" direct-x: %.1f (%.0f%%)", t_gu[2], pct(gu_b, t_gu[2]));
-    std::printf(" | down 8: %.1f (%.0f GB/s %.0f%%) 16: %.1f (%.0f%%) | bits 8 == 16: %s\n", t_dn[0],
-                bw(dn_b, t_dn[0]) / 1e9, pct(dn_b, t_dn[0]), t_dn[1], pct(dn_b, t_dn[1]), same ? "yes" : "NO");
+    std::printf("T %4lld: %3zu experts, %s; prep %.1f | gather %.1f | gate/up %.1f (%.0f GB/s %.0f%%)", (long long)T,
+                distinct.size(), one ? "prep 1 launch" : "count+scatter", t_prep, direct ? 0.0 : t_gather, t_gu,
+                bw(gu_b, t_gu) / 1e9, pct(gu_b, t_gu));
+    if (direct) std::printf(" direct-x %.1f (%.0f%%)", t_gu_direct, pct(gu_b, t_gu_direct));
+    std::printf(" | down %.1f (%.0f GB/s %.0f%%)\n", t_dn, bw(dn_b, t_dn) / 1e9, pct(dn_b, t_dn));
+    std::printf("        shared as bf16 / fp32-small-m / gemv: %.1f / %.1f / %.1f us\n", t_prec[0], t_prec[1], t_prec[2]);
     const double routed_b = gu_b + dn_b, all_b = routed_b + shared_bytes;
     std::printf("        shared %.1f (%.0f GB/s %.0f%%) | combine %.1f | moe_cuda routed %.1f (%.0f GB/s %.0f%%), "
                 "with shared %.1f (%.0f GB/s %.0f%%; floor at copy %.1f us)\n",

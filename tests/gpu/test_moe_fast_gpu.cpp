@@ -3,8 +3,6 @@
 //   permutation (T*topk <= kMoePrepMaxN) vs count + scatter (above): a token's output is bitwise the same at
 //   T = 2, 120 and 400 (routed experts only; the shared expert's GEMM path depends on T by design);
 // * a misaligned x pointer (gather fallback) gives the aligned run's bits;
-// * 16 rows per pass over an expert's weights (MoePath::Fast from kMoeFastWideMinRows assignments per expert) gives
-//   the bits of 8 rows per pass (MoePath::Invariant keeps 8), for every token, rows 9-16 of a pass included;
 // * the shared expert on the workspace's side stream under CUDA graph capture: the replay equals the eager run
 //   bitwise and both are close to the in-line (Exact path) result.
 // Accuracy against the CPU reference is test_moe_gpu.cpp's business (MoeGpu.FastPath*).
@@ -17,7 +15,6 @@
 
 #include "cuda/gpu_test_util.h"
 #include "ops/moe/moe_cuda.h"
-#include "ops/moe/moe_plan.h"
 #include "weight_gen.h"
 
 namespace {
@@ -114,28 +111,6 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
   EXPECT_EQ(std::memcmp(small.data(), small_off.data(), cmp), 0) << "misaligned x (gather) vs direct x";
   EXPECT_EQ(std::memcmp(small.data(), mid.data(), cmp), 0) << "T = 2 vs T = 120";
   EXPECT_EQ(std::memcmp(mid.data(), big.data(), size_t(120 * D) * 4), 0) << "T = 120 vs T = 400";
-}
-
-TEST(MoeFastGpu, SixteenRowsPerPassKeepTheBits) {
-  DSI_SKIP_WITHOUT_GPU();
-  // E = 32, k = 6, T = 120: ~22 rows per expert (passes of 16 + 6, or 8 + 8 + 6), D = 256, I = 384
-  const int64_t E = 32, k = 6, D = 256, I = 384, T = 120;
-  ASSERT_EQ(oc::plan_moe(oc::MoePath::Fast, true, T, k, false, true, false, E).fast_pass_tokens, 16);
-  ASSERT_EQ(oc::plan_moe(oc::MoePath::Invariant, true, T, k, false, true, false, E).fast_pass_tokens, 8);
-  Experts s;
-  build_experts(s, E, D, I, 21);
-  std::vector<int32_t> idx;
-  std::vector<float> wt;
-  routing(T, E, k, 23, idx, wt);
-  const std::vector<float> x = random_floats(size_t(T * D), 29);
-  auto di = to_device(idx);
-  auto dw = to_device(wt);
-  auto dx = to_device(x);
-  const std::vector<float> wide = run_fast(s, dx.data(), T, di.data(), dw.data(), k, nullptr, oc::MoePath::Fast);
-  const std::vector<float> narrow = run_fast(s, dx.data(), T, di.data(), dw.data(), k, nullptr, oc::MoePath::Invariant);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  for (float v : wide) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_EQ(std::memcmp(wide.data(), narrow.data(), wide.size() * 4), 0) << "16 vs 8 rows per pass";
 }
 
 TEST(MoeFastGpu, SharedExpertSideStreamUnderGraphCapture) {

@@ -62,24 +62,6 @@ TEST(MoePlan, FlashFastPathByTokens) {
   EXPECT_FALSE(plan(1025).direct_x);  // the grouped path gathers x itself
 }
 
-// 16 rows per pass from kMoeFastWideMinRows assignments per expert on average (Flash: 256 experts, top-6, so from
-// T = 256), 8 below, without the expert count, on the direct-x kernel, and for every path but Fast.
-TEST(MoePlan, FastPassWidthByRowsPerExpert) {
-  constexpr int64_t kE = 256;
-  auto tokens = [](MoePath path, int64_t T, int64_t experts = kE) {
-    return plan_moe(path, true, T, kFlashK, true, true, false, experts).fast_pass_tokens;
-  };
-  const int64_t first = (kMoeFastWideMinRows * kE + kFlashK - 1) / kFlashK;
-  EXPECT_EQ(tokens(MoePath::Fast, 1), 8);
-  EXPECT_EQ(tokens(MoePath::Fast, first - 1), 8);
-  EXPECT_EQ(tokens(MoePath::Fast, first), 16);
-  EXPECT_EQ(tokens(MoePath::Fast, 1024), 16);
-  EXPECT_EQ(tokens(MoePath::Fast, 1024, 0), 8);    // experts unknown
-  EXPECT_EQ(tokens(MoePath::Fast, 2, 1), 8);        // direct x (12 assignments on one expert)
-  EXPECT_EQ(tokens(MoePath::Invariant, 1024), 8);  // the fixed path
-  EXPECT_EQ(tokens(MoePath::Grouped, 1024), 8);
-}
-
 // The other paths: Grouped at every T; Invariant the decode kernels at every T (a token's sums do not depend on T)
 // and, without fast support, the tiled GEMMs only; Exact and unsupported formats the expert GEMMs, in line.
 TEST(MoePlan, PathsAndFallbacks) {

@@ -69,7 +69,12 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
 Status MoeSideStream::create() {
   if (stream_) return Status::ok();
   DSI_CUDA_TRY(cudaGetDevice(&device_));
-  DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
+  // The greatest priority: the shared expert's blocks are scheduled ahead of the routed kernels' as SM slots free up,
+  // so its latency-bound GEMMs run under the routed experts' weight stream instead of after it (bench/NOTES.md
+  // "Session 15 — MoE decode"). Kernel nodes captured from this stream keep the priority.
+  int least = 0, greatest = 0;
+  DSI_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  DSI_CUDA_TRY(cudaStreamCreateWithPriority(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking, greatest));
   DSI_CUDA_TRY(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(&fork_), cudaEventDisableTiming));
   DSI_CUDA_TRY(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(&join_), cudaEventDisableTiming));
   return Status::ok();
@@ -192,19 +197,19 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
 }
 
 // Fast path of the routed experts (after the permutation): yp rows of all valid assignments.
-// direct (MoePlan::direct_x): the gate/up kernel reads fp32 x itself; pass_tokens: MoePlan::fast_pass_tokens.
+// direct (MoePlan::direct_x): the gate/up kernel reads fp32 x itself.
 void moe_fast_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit, const int32_t* offsets,
                       const int32_t* perm, const int32_t* active, uint16_t* xb, uint16_t* hb, float* yp, bool direct,
-                      int pass_tokens, void* stream) {
+                      void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_active = std::min(E, n);
   if (!direct) detail::launch_moe_gather(x, perm, offsets + E, n, D, xb, stream);
   const MoeFastArgs gate_up{.active = active, .offsets = offsets, .xb = direct ? nullptr : xb,
                             .xf = direct ? x : nullptr, .perm = perm, .w1 = ex.w1.data, .s1 = ex.w1.scale,
                             .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit, .hout = hb};
-  detail::launch_moe_fast(true, gate_up, max_active, pass_tokens, stream);
+  detail::launch_moe_fast(true, gate_up, max_active, stream);
   const MoeFastArgs down{.active = active, .offsets = offsets, .xb = hb, .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I,
                          .N = D, .yout = yp};
-  detail::launch_moe_fast(false, down, max_active, pass_tokens, stream);
+  detail::launch_moe_fast(false, down, max_active, stream);
 }
 
 // Grouped (prefill) path of the routed experts: yp rows of all valid assignments.
@@ -365,7 +370,7 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
 
   // the direct read uses 16-byte loads: x must be 16-byte aligned (rows are, D % 128 == 0)
   const MoePlan plan = plan_moe(path, moe_fast_supported(ex), T, topk, shared != nullptr,
-                                reinterpret_cast<uintptr_t>(x) % 16 == 0, moe_cutlass_supported(ex), E);
+                                reinterpret_cast<uintptr_t>(x) % 16 == 0, moe_cutlass_supported(ex));
   const bool fast = plan.experts != MoeExpertKernels::kGemm;
   int32_t* active = fast ? ws.active_.data() : nullptr;
 
@@ -399,7 +404,7 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_kernel / moe_grouped_kernel");
   } else if (st.is_ok() && fast) {
     moe_fast_experts(x, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
-                     reinterpret_cast<uint16_t*>(h1), yp, plan.direct_x, plan.fast_pass_tokens, stream);
+                     reinterpret_cast<uint16_t*>(h1), yp, plan.direct_x, stream);
     st = check_launch_status("moe_gather_kernel / moe_fast_kernel");
   } else if (st.is_ok()) {
     st = exact_experts(x, n, ex, limit, offsets, perm, h1, h3, yp, stream, plan.gemm_skinny_ok);

@@ -42,14 +42,12 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<uint32_t*>(&r);
 }
 
-// One warp step's global data: per tile, rows g and g+8 (16 bytes of FP4 each + their scale byte), and per group
-// of 8 tokens (kGroups: 1, or 2 for 16 tokens per pass) the lane's 64 bytes of B (token g of the group; zero past
-// the expert's rows).
-template <int kGroups>
+// One warp step's global data: per tile, rows g and g+8 (16 bytes of FP4 each + their scale byte), and the
+// lane's 64 bytes of B (token g of the pass; zero past the expert's rows).
 struct Chunk {
   uint4 w[kFastTiles][2];
   uint32_t s[kFastTiles][2];
-  uint4 x[kGroups][4];
+  uint4 x[4];
 };
 
 // Weight rows of the block: matrix m (0: W1 or W2, 1: W3) at row n0 + g; tile a's rows g / g+8 are
@@ -69,21 +67,21 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // Activations of the lane: 32 k of the chunk. xf (fp32 x row): word c of c.x[i] holds the pair (element 8i + c,
 // element 8i + c + 4) of the lane's group = pair layout slots 8i + 2c, 8i + 2c + 1 (pair_src), so two float4 loads
 // per uint4 and the same rounding as moe_gather_kernel. xb: the gathered bf16 pair-layout row. Neither: zeros.
-__device__ __forceinline__ void load_x(const uint16_t* xb, const float* xf, int ch, int t, uint4 (&x)[4]) {
+__device__ __forceinline__ void load_x(const uint16_t* xb, const float* xf, int ch, int t, Chunk& c) {
   if (xf) {
     const float4* p = reinterpret_cast<const float4*>(xf + ch * kFastChunk + t * 32);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float4 a = __ldg(p + 2 * i), b = __ldg(p + 2 * i + 1);
-      x[i] = make_uint4(pack_bf16(a.x, b.x), pack_bf16(a.y, b.y), pack_bf16(a.z, b.z), pack_bf16(a.w, b.w));
+      c.x[i] = make_uint4(pack_bf16(a.x, b.x), pack_bf16(a.y, b.y), pack_bf16(a.z, b.z), pack_bf16(a.w, b.w));
     }
   } else if (xb) {
     const uint4* p = reinterpret_cast<const uint4*>(xb + ch * kFastChunk + t * 32);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) x[i] = __ldg(p + i);
+    for (int i = 0; i < 4; ++i) c.x[i] = __ldg(p + i);
   } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) x[i] = make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < 4; ++i) c.x[i] = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -93,8 +91,8 @@ __device__ __forceinline__ int tile_matrix(int a) { return kGateUp ? (a >> 1) : 
 template <bool kGateUp>
 __device__ __forceinline__ int tile_row(int a, int r) { return (kGateUp ? 16 * (a & 1) : 16 * a) + 8 * r; }
 
-template <bool kGateUp, int kGroups>
-__device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Chunk<kGroups>& c) {
+template <bool kGateUp>
+__device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Chunk& c) {
 #pragma unroll
   for (int a = 0; a < kFastTiles; ++a)
 #pragma unroll
@@ -107,10 +105,7 @@ __device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Ch
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
 
-// The weight fragments are decoded once per chunk and used by every group of 8 tokens (an output element's mma
-// sequence, and so its bits, does not depend on kGroups).
-template <int kGroups>
-__device__ __forceinline__ void compute_chunk(const Chunk<kGroups>& c, float (&acc)[kGroups][kFastTiles][4]) {
+__device__ __forceinline__ void compute_chunk(const Chunk& c, float (&acc)[kFastTiles][4]) {
 #pragma unroll
   for (int a = 0; a < kFastTiles; ++a) {
     const uint32_t f0 = md::fp4_scale_bf16(c.s[a][0]), f1 = md::fp4_scale_bf16(c.s[a][1]);
@@ -118,38 +113,30 @@ __device__ __forceinline__ void compute_chunk(const Chunk<kGroups>& c, float (&a
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const uint32_t w0 = word(c.w[a][0], q), w1 = word(c.w[a][1], q);
+      const uint4& xb = c.x[q];
       // k-step 2q: pairs 4q (cols 2t..) and 4q+1 (cols 2t+8..); k-step 2q+1: pairs 4q+2 and 4q+3.
-      const uint32_t a0 = bf16x2_mul(md::fp4_pair_bits(w0, 0), F0), a1 = bf16x2_mul(md::fp4_pair_bits(w1, 0), F1);
-      const uint32_t a2 = bf16x2_mul(md::fp4_pair_bits(w0, 1), F0), a3 = bf16x2_mul(md::fp4_pair_bits(w1, 1), F1);
-      const uint32_t b0 = bf16x2_mul(md::fp4_pair_bits(w0, 2), F0), b1 = bf16x2_mul(md::fp4_pair_bits(w1, 2), F1);
-      const uint32_t b2 = bf16x2_mul(md::fp4_pair_bits(w0, 3), F0), b3 = bf16x2_mul(md::fp4_pair_bits(w1, 3), F1);
-#pragma unroll
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const uint4& xb = c.x[gi][q];
-        mma_bf16(acc[gi][a], a0, a1, a2, a3, xb.x, xb.y);
-        mma_bf16(acc[gi][a], b0, b1, b2, b3, xb.z, xb.w);
-      }
+      mma_bf16(acc[a], bf16x2_mul(md::fp4_pair_bits(w0, 0), F0), bf16x2_mul(md::fp4_pair_bits(w1, 0), F1),
+               bf16x2_mul(md::fp4_pair_bits(w0, 1), F0), bf16x2_mul(md::fp4_pair_bits(w1, 1), F1), xb.x, xb.y);
+      mma_bf16(acc[a], bf16x2_mul(md::fp4_pair_bits(w0, 2), F0), bf16x2_mul(md::fp4_pair_bits(w1, 2), F1),
+               bf16x2_mul(md::fp4_pair_bits(w0, 3), F0), bf16x2_mul(md::fp4_pair_bits(w1, 3), F1), xb.z, xb.w);
     }
   }
 }
 
-// Sum of the 8 warps' partials (warp order) of token group gi's tile a, C element j, lane l; back to the true scale.
-__device__ __forceinline__ float reduced(const float* red, int gi, int a, int row16, int tok) {
+// Sum of the 8 warps' partials (warp order) of tile a, C element j, lane l; back to the true scale.
+__device__ __forceinline__ float reduced(const float* red, int a, int row16, int tok) {
   const int g = row16 & 7, j = 2 * (row16 >> 3) + (tok & 1), lane = 4 * g + (tok >> 1);
   float s = 0.0f;
 #pragma unroll
-  for (int w = 0; w < kFastWarps; ++w) s += red[(((gi * kFastWarps + w) * kFastTiles + a) * 4 + j) * 32 + lane];
+  for (int w = 0; w < kFastWarps; ++w) s += red[((w * kFastTiles + a) * 4 + j) * 32 + lane];
   return s * 0x1p64f;  // 2^kFastScaleShift
 }
 static_assert(md::kFastScaleShift == 64, "reduced() multiplies by 2^64");
 static_assert(kFastThreads == md::kFastGateRows * kFastTokens, "gate/up epilogue: one thread per (row, token)");
 
-// kGroups groups of 8 tokens per pass over the expert's rows (1, or 2 where experts often have 9-16 rows: the weights
-// are read and decoded once for 16 tokens; a token's bits are the same either way).
-template <bool kGateUp, bool kXf32, int kGroups>
-__global__ void __launch_bounds__(kFastThreads, kGroups == 1 ? 3 : 2) moe_fast_kernel(MoeFastArgs p) {
-  __shared__ float red[kGroups * kFastWarps * kFastTiles * 4 * 32];
-  constexpr int kPass = kGroups * kFastTokens;
+template <bool kGateUp, bool kXf32>
+__global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p) {
+  __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
   if (int(blockIdx.y) >= p.active[0]) return;
   const int e = p.active[1 + blockIdx.y];
   const int rb = p.offsets[e], cnt = p.offsets[e + 1] - rb;
@@ -168,59 +155,44 @@ __global__ void __launch_bounds__(kFastThreads, kGroups == 1 ? 3 : 2) moe_fast_k
     tr.scale[m] = static_cast<const uint8_t*>(up ? p.s3[e] : p.s1[e]) + (n0 + g) * tr.scale_row;
   }
 
-  for (int pass = 0; pass < cnt; pass += kPass) {
-    const uint16_t* xrow[kGroups];
-    const float* xfrow[kGroups];
-#pragma unroll
-    for (int gi = 0; gi < kGroups; ++gi) {
-      const int row = pass + kFastTokens * gi + g;
-      const bool has_row = row < cnt;
-      xrow[gi] = !kXf32 && has_row ? p.xb + (int64_t(rb) + row) * K : nullptr;
-      xfrow[gi] = kXf32 && has_row ? p.xf + int64_t(p.perm[rb + row]) * K : nullptr;
-    }
-    float acc[kGroups][kFastTiles][4] = {};
+  for (int pass = 0; pass < cnt; pass += kFastTokens) {
+    const bool has_row = pass + g < cnt;
+    const uint16_t* xrow = !kXf32 && has_row ? p.xb + (int64_t(rb) + pass + g) * K : nullptr;
+    const float* xfrow = kXf32 && has_row ? p.xf + int64_t(p.perm[rb + pass + g]) * K : nullptr;
+    float acc[kFastTiles][4] = {};
     // One chunk loaded per warp at a time (4 KB); 3 blocks = 24 warps per SM. Measured on the H200 (2026-11-30):
     // 3 blocks/SM at 80 registers beat 2 blocks/SM by 10-25 %, and a 2-stage cp.async ring per warp (2 blocks/SM
     // by shared memory) was no faster: the FP4 decode's ALU work is the other limit. An L2 prefetch of each warp's
     // next 3 chunks (2026-12-01) made every T slower (H200: T = 1 / 64 / 256 routed 54 / 991 / 1310 us without,
     // 73 / 1368 / 1861 us with) and was removed.
     for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
-      Chunk<kGroups> c;
-      if constexpr (kXf32) load_x(xrow[0], xfrow[0], int(ch), t, c.x[0]);  // fp32 x converted first: fewer registers
+      Chunk c;
+      if constexpr (kXf32) load_x(xrow, xfrow, int(ch), t, c);  // fp32 x converted first: fewer live registers
       load_chunk<kGateUp>(tr, int(ch), t, c);
-      if constexpr (!kXf32) {
-#pragma unroll
-        for (int gi = 0; gi < kGroups; ++gi) load_x(xrow[gi], nullptr, int(ch), t, c.x[gi]);
-      }
+      if constexpr (!kXf32) load_x(xrow, xfrow, int(ch), t, c);
       compute_chunk(c, acc);
     }
 #pragma unroll
-    for (int gi = 0; gi < kGroups; ++gi)
+    for (int a = 0; a < kFastTiles; ++a)
 #pragma unroll
-      for (int a = 0; a < kFastTiles; ++a)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) red[(((gi * kFastWarps + warp) * kFastTiles + a) * 4 + j) * 32 + lane] = acc[gi][a][j];
+      for (int j = 0; j < 4; ++j) red[((warp * kFastTiles + a) * 4 + j) * 32 + lane] = acc[a][j];
     __syncthreads();
     if constexpr (kGateUp) {
-      // 256 threads = 32 rows x 8 tokens per group; the 32 rows are one pair-layout group of h.
+      // 256 threads = 32 rows x 8 tokens; the 32 rows are one pair-layout group of h.
       const int r = threadIdx.x >> 3, tok = threadIdx.x & 7;
-#pragma unroll
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const int row = pass + kFastTokens * gi + tok;
-        if (row < cnt) {
-          float gv = reduced(red, gi, r >> 4, r & 15, tok), uv = reduced(red, gi, 2 + (r >> 4), r & 15, tok);
-          if (p.limit > 0.0f) {
-            gv = fminf(gv, p.limit);
-            uv = fminf(fmaxf(uv, -p.limit), p.limit);
-          }
-          const float h = gv / (1.0f + expf(-gv)) * uv;
-          p.hout[(int64_t(rb) + row) * p.N + n0 + md::pair_dst(r)] = __bfloat16_as_ushort(__float2bfloat16_rn(h));
+      if (pass + tok < cnt) {
+        float gv = reduced(red, r >> 4, r & 15, tok), uv = reduced(red, 2 + (r >> 4), r & 15, tok);
+        if (p.limit > 0.0f) {
+          gv = fminf(gv, p.limit);
+          uv = fminf(fmaxf(uv, -p.limit), p.limit);
         }
+        const float h = gv / (1.0f + expf(-gv)) * uv;
+        p.hout[(int64_t(rb) + pass + tok) * p.N + n0 + md::pair_dst(r)] = __bfloat16_as_ushort(__float2bfloat16_rn(h));
       }
     } else {
-      for (int i = threadIdx.x; i < rows * kPass; i += kFastThreads) {
-        const int r = i % rows, tok = i / rows, gi = tok / kFastTokens, row = pass + tok;
-        if (row < cnt) p.yout[(int64_t(rb) + row) * p.N + n0 + r] = reduced(red, gi, r >> 4, r & 15, tok % kFastTokens);
+      for (int i = threadIdx.x; i < rows * kFastTokens; i += kFastThreads) {
+        const int r = i % rows, tok = i / rows;
+        if (pass + tok < cnt) p.yout[(int64_t(rb) + pass + tok) * p.N + n0 + r] = reduced(red, r >> 4, r & 15, tok);
       }
     }
     __syncthreads();  // red is rewritten by the next pass
@@ -246,16 +218,13 @@ void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t*
                                                                                          xb);
 }
 
-void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, int pass_tokens, void* stream) {
+void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream) {
   const int rows = gate_up ? md::kFastGateRows : md::kFastDownRows;
   const dim3 grid(unsigned(a.N / rows), unsigned(max_active));
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const bool wide = pass_tokens == 2 * kFastTokens;
-  if (gate_up && a.xf) moe_fast_kernel<true, true, 1><<<grid, kFastThreads, 0, st>>>(a);
-  else if (gate_up && wide) moe_fast_kernel<true, false, 2><<<grid, kFastThreads, 0, st>>>(a);
-  else if (gate_up) moe_fast_kernel<true, false, 1><<<grid, kFastThreads, 0, st>>>(a);
-  else if (wide) moe_fast_kernel<false, false, 2><<<grid, kFastThreads, 0, st>>>(a);
-  else moe_fast_kernel<false, false, 1><<<grid, kFastThreads, 0, st>>>(a);
+  if (gate_up && a.xf) moe_fast_kernel<true, true><<<grid, kFastThreads, 0, st>>>(a);
+  else if (gate_up) moe_fast_kernel<true, false><<<grid, kFastThreads, 0, st>>>(a);
+  else moe_fast_kernel<false, false><<<grid, kFastThreads, 0, st>>>(a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

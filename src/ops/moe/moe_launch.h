@@ -94,8 +94,7 @@ void launch_official_combine(const float* yp, const int32_t* pos_of, const int32
 // or the down kernel ("moe_fast_kernel"), grid (N / rows per block, max_active).
 void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
                        int64_t K, uint16_t* xb, void* stream);
-// pass_tokens: rows of an expert per pass over its weights, 8 or 16 (MoePlan::fast_pass_tokens; same bits).
-void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, int pass_tokens, void* stream);
+void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda

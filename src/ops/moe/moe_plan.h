@@ -51,13 +51,6 @@ inline constexpr int kMoePrepMaxN = 2048;
 // one-launch permutation toggled together): ~8 us faster at T = 1 (6 assignments), ~15 us slower at T = 8 and
 // ~130 us at T = 64, so only T <= 2 read x directly.
 inline constexpr int64_t kMoeDirectMaxN = 16;
-// MoePath::Fast's decode kernels take 16 rows of an expert per pass over its weights (two groups of 8 tokens on one
-// decoded weight fragment) from this many assignments per expert on average (T * topk >= this * experts), 8
-// below: at ~6 rows per expert about 15 % of uniformly routed experts have 9-16 rows, which the 8-row kernel reads
-// and decodes twice. The 16-row kernel runs 2 blocks per SM (126-128 registers) against the 8-row kernel's 3. Same
-// bits either way (a token's mma sequence and warp-order reduction do not depend on the pass width); Invariant
-// keeps 8. Measured on the H200: bench/NOTES.md "Session 15 — MoE decode".
-inline constexpr int64_t kMoeFastWideMinRows = 6;
 // Exact / fallback expert GEMMs take the fp32 skinny kernel while the expert rows average at most this many per
 // expert (T * topk <= 8 * experts; the skinny kernel's row chunk), else the tiled kernel. Exact mode chunks a step
 // so that every chunk qualifies.
@@ -93,11 +86,10 @@ struct MoePlan {
   bool gemm_skinny_ok = true;   // kGemm: the skinny kernel may run (plan_moe_expert_gemm); false for Invariant
   bool prep_one_launch = false;  // the permutation in one launch (moe_prep_kernel), else count + scatter
   bool direct_x = false;         // kFast: the gate/up kernel reads fp32 x (needs 16-byte aligned x)
-  int fast_pass_tokens = 8;      // kFast: an expert's rows per pass over its weights (8 or 16, kMoeFastWideMinRows)
   bool side_stream = false;      // the shared expert on the side stream (when it is usable on this device)
 };
 MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16,
-                 bool cutlass_supported = false, int64_t experts = 0);
+                 bool cutlass_supported = false);
 
 // One grouped expert GEMM (kGemm) over total_rows permuted rows of `experts` experts: the skinny kernel when allowed
 // and the rows average <= kMoeSkinnyRowsPerExpert per expert (and 16-byte weight vectors are legal), else the tiled
