@@ -6,7 +6,8 @@
 // (fp32); the intermediates are not counted (an ideal kernel keeps them on chip); "%" = floor / fast (share of the
 // peak the fast path reaches); "fast" above kMoeGroupedMinT tokens is the grouped prefill path. Then bench_grouped's
 // table (T = 512 / 1024 / 2048 / 4096 / 8192: exact vs fast vs grouped vs grouped FP8, ms and TFLOP/s).
-// Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only).
+// Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only)
+// | dsinfer_moe_bench stages [T ...] (default 1 8 64 128 256): MoePath::Fast kernel by kernel (bench_stages).
 // Env (for profiling): DSINFER_MOE_BENCH_SETS = 1..4 weight sets rotated (1: the weights may stay warm in L2 / TLB);
 // DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192);
 // DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0).
@@ -23,6 +24,8 @@
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/moe/moe_launch.h"
+#include "ops/moe/moe_plan.h"
 
 namespace oc = dsinfer::ops::cuda;
 
@@ -216,12 +219,181 @@ void bench_grouped(std::vector<Set>& sets) {
   }
 }
 
+
+// Random top-k routing (k distinct experts per token) of T tokens; the distinct experts into *distinct when set.
+std::vector<int32_t> random_routing(int64_t T, uint64_t& rng, std::set<int32_t>* distinct) {
+  std::vector<int32_t> idx(size_t(T * k));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t e;
+      bool dup;
+      do {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        e = int32_t(rng % uint64_t(E));
+        dup = false;
+        for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
+      } while (dup);
+      idx[size_t(t * k + j)] = e;
+      if (distinct) distinct->insert(e);
+    }
+  return idx;
+}
+
+// Device-to-device copy of 2 GiB (read + write counted): the measured bandwidth ceiling.
+double copy_ceiling() {
+  const size_t bytes = size_t(1) << 30;
+  Blob a = blob(bytes, 2, 1), b = blob(bytes, 2, 2);
+  const double us = median_us([&](int) { check(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice), "copy"); });
+  return 2.0 * double(bytes) / (us * 1e-6);
+}
+
+// The fast path kernel by kernel (MoePath::Fast as moe_cuda runs it up to kMoeGroupedMinT tokens, each launch timed
+// alone on one stream): the permutation, the gather of x to bf16, the gate/up + SwiGLU and down kernels, the shared
+// expert (FP8: as moe_cuda runs it, then on each gemm_cuda precision), the combine; then moe_cuda itself with and
+// without the shared expert (the side stream's overlap). GB/s = the kernel's weight bytes (touched experts, FP4 + E8M0)
+// / time; "% copy" against the measured device-to-device copy.
+void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
+  const double ceiling = copy_ceiling();
+  const size_t w_bytes = oc::weight_data_bytes(oc::WeightFormat::FP4_G32, I, D);
+  const size_t s_bytes = oc::weight_scale_bytes(oc::WeightFormat::FP4_G32, I, D, true, 128, 128);
+  const double proj_bytes = double(w_bytes + s_bytes), shared_bytes = 3.0 * double(I * D + (I / 128) * (D / 128));
+  std::printf("stages: copy ceiling %.2f TB/s; us (GB/s, %% of copy) per kernel, median of %d, %d weight sets\n",
+              ceiling / 1e12, kRuns, g_sets);
+  oc::MoeWorkspace ws;
+  die(ws.reserve(4096, k, D, I, E), "reserve");
+  uint64_t rng = 4242;
+  for (int64_t T : Ts) {
+    const int64_t n = T * k;
+    struct Bufs {
+      Blob idx, wt, x, out, offsets, perm, pos, active, xb, hb, yp, shy;
+    };
+    std::vector<Bufs> b(static_cast<size_t>(g_sets));
+    std::set<int32_t> distinct;
+    for (int si = 0; si < g_sets; ++si) {
+      Bufs& q = b[size_t(si)];
+      const std::vector<int32_t> idx = random_routing(T, rng, si == 0 ? &distinct : nullptr);
+      const std::vector<float> wt(size_t(n), 1.0f / 6.0f);
+      q.idx = upload_blob(idx.data(), idx.size() * 4);
+      q.wt = upload_blob(wt.data(), wt.size() * 4);
+      q.x = blob(size_t(T * D) * 4, -1, uint64_t(900 + si));
+      q.out = blob(size_t(T * D) * 4, -1, uint64_t(950 + si));
+      q.shy = blob(size_t(T * D) * 4, -1, uint64_t(970 + si));
+      q.offsets = blob(size_t(E + 1) * 4, 2, 1);
+      q.active = blob(size_t(E + 1) * 4, 2, 1);
+      q.perm = blob(size_t(n) * 4, 2, 1);
+      q.pos = blob(size_t(n) * 4, 2, 1);
+      q.xb = blob(size_t(n * D) * 2, 2, 1);
+      q.hb = blob(size_t(n * I) * 2, 2, 1);
+      q.yp = blob(size_t(n * D) * 4, 2, 1);
+    }
+    const bool one = n <= oc::kMoePrepMaxN;
+    auto prep = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      if (one) {
+        oc::detail::launch_moe_prep(q.idx.as<const int32_t>(), n, k, E, q.offsets.as<int32_t>(), q.perm.as<int32_t>(),
+                                    q.pos.as<int32_t>(), q.active.as<int32_t>(), nullptr);
+        return;
+      }
+      oc::detail::launch_moe_count(q.idx.as<const int32_t>(), n, E, q.offsets.as<int32_t>(), q.pos.as<int32_t>(),
+                                   q.active.as<int32_t>(), nullptr);
+      oc::detail::launch_moe_scatter(q.idx.as<const int32_t>(), n, k, E, q.offsets.as<const int32_t>(),
+                                     q.perm.as<int32_t>(), q.pos.as<int32_t>(), nullptr);
+    };
+    const double t_prep = median_us(prep);
+    for (int si = 0; si < g_sets; ++si) prep(si);
+    const bool direct = n <= oc::kMoeDirectMaxN;
+    auto gather = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      oc::detail::launch_moe_gather(q.x.as<const float>(), q.perm.as<const int32_t>(),
+                                    q.offsets.as<const int32_t>() + E, n, D, q.xb.as<uint16_t>(), nullptr);
+    };
+    const double t_gather = median_us(gather);
+    for (int si = 0; si < g_sets; ++si) gather(si);
+    const int64_t max_active = std::min<int64_t>(E, n);
+    auto gate_up = [&](int i, bool xf) {
+      Bufs& q = b[size_t(i)];
+      const Set& st = sets[size_t(i)];
+      const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                              .xb = xf ? nullptr : q.xb.as<const uint16_t>(), .xf = xf ? q.x.as<const float>() : nullptr,
+                              .perm = q.perm.as<const int32_t>(), .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale,
+                              .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
+                              .hout = q.hb.as<uint16_t>()};
+      oc::detail::launch_moe_fast(true, a, max_active, nullptr);
+    };
+    auto down = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      const Set& st = sets[size_t(i)];
+      const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                              .xb = q.hb.as<const uint16_t>(), .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I,
+                              .N = D, .yout = q.yp.as<float>()};
+      oc::detail::launch_moe_fast(false, a, max_active, nullptr);
+    };
+    const double t_gu = median_us([&](int i) { gate_up(i, false); });
+    const double t_gu_direct = direct ? median_us([&](int i) { gate_up(i, true); }) : 0.0;
+    const double t_dn = median_us([&](int i) { down(i); });
+    // The shared expert as moe_shared_cuda runs it (moe_shared_precision), then on each gemm_cuda precision.
+    const double t_sh = median_us([&](int i) {
+      die(oc::moe_shared_cuda(b[size_t(i)].x.as<const float>(), T, sets[size_t(i)].sh, 10.0f,
+                              b[size_t(i)].shy.as<float>(), ws, nullptr, oc::MoePath::Fast),
+          "moe_shared_cuda");
+    });
+    const oc::GemmPrecision precs[3] = {oc::GemmPrecision::kBf16, oc::GemmPrecision::kFp32SmallM,
+                                        oc::GemmPrecision::kGemv};
+    double t_prec[3];
+    for (int pi = 0; pi < 3; ++pi)
+      t_prec[pi] = median_us([&](int i) {
+        Bufs& q = b[size_t(i)];
+        const oc::MoeSharedDevice& sh = sets[size_t(i)].sh;
+        float* s1 = q.yp.as<float>();  // scratch: [T, I] twice fits in the [n, D] expert outputs
+        float* s3 = s1 + T * I;
+        die(oc::gemm_cuda(q.x.as<const float>(), T, D, sh.w1, s1, I, false, nullptr, precs[pi]), "gemm w1");
+        die(oc::gemm_cuda(q.x.as<const float>(), T, D, sh.w3, s3, I, false, nullptr, precs[pi]), "gemm w3");
+        oc::detail::launch_swiglu(s1, s3, T, nullptr, I, 10.0f, nullptr);
+        die(oc::gemm_cuda(s1, T, I, sh.w2, q.shy.as<float>(), D, false, nullptr, precs[pi]), "gemm w2");
+      });
+    const double t_comb = median_us([&](int i) {
+      Bufs& q = b[size_t(i)];
+      die(oc::moe_combine_cuda(q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), T, k, D,
+                               q.shy.as<const float>(), q.out.as<float>(), nullptr),
+          "moe_combine_cuda");
+    });
+    double t_full[2];
+    for (int with_shared = 0; with_shared < 2; ++with_shared)
+      t_full[with_shared] = median_us([&](int i) {
+        Bufs& q = b[size_t(i)];
+        const Set& st = sets[size_t(i)];
+        die(oc::moe_cuda(q.x.as<const float>(), T, q.idx.as<const int32_t>(), q.wt.as<const float>(), k, st.ex,
+                         with_shared ? &st.sh : nullptr, 10.0f, 10.0f, q.out.as<float>(), ws, nullptr,
+                         oc::MoePath::Fast),
+            "moe_cuda");
+      });
+    const double ex = double(distinct.size()), gu_b = ex * 2.0 * proj_bytes, dn_b = ex * proj_bytes;
+    auto bw = [&](double bytes, double us) { return bytes / (us * 1e-6); };
+    auto pct = [&](double bytes, double us) { return 100.0 * bw(bytes, us) / ceiling; };
+    std::printf("T %4lld: %3zu experts, %s; prep %.1f | gather %.1f | gate/up %.1f (%.0f GB/s %.0f%%)", (long long)T,
+                distinct.size(), one ? "prep 1 launch" : "count+scatter", t_prep, direct ? 0.0 : t_gather, t_gu,
+                bw(gu_b, t_gu) / 1e9, pct(gu_b, t_gu));
+    if (direct) std::printf(" direct-x %.1f (%.0f%%)", t_gu_direct, pct(gu_b, t_gu_direct));
+    std::printf(" | down %.1f (%.0f GB/s %.0f%%)\n", t_dn, bw(dn_b, t_dn) / 1e9, pct(dn_b, t_dn));
+    std::printf("        shared as bf16 / fp32-small-m / gemv: %.1f / %.1f / %.1f us\n", t_prec[0], t_prec[1], t_prec[2]);
+    const double routed_b = gu_b + dn_b, all_b = routed_b + shared_bytes;
+    std::printf("        shared %.1f (%.0f GB/s %.0f%%) | combine %.1f | moe_cuda routed %.1f (%.0f GB/s %.0f%%), "
+                "with shared %.1f (%.0f GB/s %.0f%%; floor at copy %.1f us)\n",
+                t_sh, bw(shared_bytes, t_sh) / 1e9, pct(shared_bytes, t_sh), t_comb, t_full[0],
+                bw(routed_b, t_full[0]) / 1e9, pct(routed_b, t_full[0]), t_full[1], bw(all_b, t_full[1]) / 1e9,
+                pct(all_b, t_full[1]), all_b / ceiling * 1e6);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> Ts;
   const bool grouped_only = argc > 1 && std::string(argv[1]) == "grouped";
-  for (int i = grouped_only ? argc : 1; i < argc; ++i) {
+  const bool stages = argc > 1 && std::string(argv[1]) == "stages";
+  for (int i = grouped_only ? argc : stages ? 2 : 1; i < argc; ++i) {
     const long long v = std::atoll(argv[i]);
     if (v < 1 || v > 4096) {
       std::fprintf(stderr, "usage: dsinfer_moe_bench [T ...] (1 <= T <= 4096), got '%s'\n", argv[i]);
@@ -229,7 +401,7 @@ int main(int argc, char** argv) {
     }
     Ts.push_back(int64_t(v));
   }
-  if (Ts.empty()) Ts = {1, 8, 64, 128, 256, 512, 1024, 4096};
+  if (Ts.empty()) Ts = stages ? std::vector<int64_t>{1, 8, 64, 128, 256} : std::vector<int64_t>{1, 8, 64, 128, 256, 512, 1024, 4096};
   if (const char* env = std::getenv("DSINFER_MOE_BENCH_SETS")) g_sets = std::clamp(std::atoi(env), 1, kMaxSets);
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
@@ -247,6 +419,10 @@ int main(int argc, char** argv) {
   for (int si = 0; si < g_sets; ++si) build(sets[size_t(si)], si, w_bytes, s_bytes);
   if (grouped_only) {
     bench_grouped(sets);
+    return 0;
+  }
+  if (stages) {
+    bench_stages(sets, Ts);
     return 0;
   }
   oc::MoeWorkspace ws;

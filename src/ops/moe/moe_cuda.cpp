@@ -69,7 +69,12 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
 Status MoeSideStream::create() {
   if (stream_) return Status::ok();
   DSI_CUDA_TRY(cudaGetDevice(&device_));
-  DSI_CUDA_TRY(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking));
+  // The greatest priority: the shared expert's blocks are scheduled ahead of the routed kernels' as SM slots free up,
+  // so its latency-bound GEMMs run under the routed experts' weight stream instead of after it (bench/NOTES.md
+  // "Session 15 — MoE decode"). Kernel nodes captured from this stream keep the priority.
+  int least = 0, greatest = 0;
+  DSI_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  DSI_CUDA_TRY(cudaStreamCreateWithPriority(reinterpret_cast<cudaStream_t*>(&stream_), cudaStreamNonBlocking, greatest));
   DSI_CUDA_TRY(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(&fork_), cudaEventDisableTiming));
   DSI_CUDA_TRY(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(&join_), cudaEventDisableTiming));
   return Status::ok();

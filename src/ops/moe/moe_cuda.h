@@ -58,6 +58,7 @@ Status moe_official_cuda(const float* x, int64_t T, const int32_t* idx, const fl
                          const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float* out,
                          MoeWorkspace& ws, void* stream);
 
+// The side stream is created at the device's greatest priority (bench/NOTES.md "Session 15 — MoE decode").
 class MoeSideStream {
  public:
   MoeSideStream() = default;

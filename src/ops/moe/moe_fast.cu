@@ -164,7 +164,9 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     // 3 blocks/SM at 80 registers beat 2 blocks/SM by 10-25 %, and a 2-stage cp.async ring per warp (2 blocks/SM
     // by shared memory) was no faster: the FP4 decode's ALU work is the other limit. An L2 prefetch of each warp's
     // next 3 chunks (2026-12-01) made every T slower (H200: T = 1 / 64 / 256 routed 54 / 991 / 1310 us without,
-    // 73 / 1368 / 1861 us with) and was removed.
+    // 73 / 1368 / 1861 us with) and was removed. 16 rows per pass (one decoded weight fragment for two n8 mmas,
+    // 126-128 registers, 2 blocks/SM; session 15) gave the same bits and was slower at every T (T = 64 / 256
+    // gate/up 665 / 925 us against 545 / 843) and was removed.
     for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
       Chunk c;
       if constexpr (kXf32) load_x(xrow, xfrow, int(ch), t, c);  // fp32 x converted first: fewer live registers
