@@ -157,6 +157,27 @@ double fp8_vs_bf16(const Set& st, int64_t T, const Blob& x, const Blob& idx, con
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// Random top-k routing (k distinct experts per token) of T tokens; the distinct experts into *distinct when set.
+std::vector<int32_t> random_routing(int64_t T, uint64_t& rng, std::set<int32_t>* distinct) {
+  std::vector<int32_t> idx(size_t(T * k));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t e;
+      bool dup;
+      do {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        e = int32_t(rng % uint64_t(E));
+        dup = false;
+        for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
+      } while (dup);
+      idx[size_t(t * k + j)] = e;
+      if (distinct) distinct->insert(e);
+    }
+  return idx;
+}
+
 void bench_grouped(std::vector<Set>& sets) {
   oc::MoeWorkspace ws;
   die(ws.reserve(8192, k, D, I, E), "reserve");
@@ -177,21 +198,7 @@ void bench_grouped(std::vector<Set>& sets) {
   for (int64_t T : ts) {
     std::vector<Blob> xs, outs, idxs, wts;
     for (int si = 0; si < g_sets; ++si) {
-      std::vector<int32_t> idx(size_t(T * k));
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < k; ++j) {
-          int32_t e;
-          bool dup;
-          do {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            e = int32_t(rng % uint64_t(E));
-            dup = false;
-            for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
-          } while (dup);
-          idx[size_t(t * k + j)] = e;
-        }
+      const std::vector<int32_t> idx = random_routing(T, rng, nullptr);
       std::vector<float> wt(size_t(T * k), 1.0f / 6.0f);
       idxs.push_back(upload_blob(idx.data(), idx.size() * 4));
       wts.push_back(upload_blob(wt.data(), wt.size() * 4));
@@ -217,28 +224,6 @@ void bench_grouped(std::vector<Set>& sets) {
         (long long)T, flop / 1e9, ms[0], flop / ms[0] / 1e9, ms[1], flop / ms[1] / 1e9, ms[2], flop / ms[2] / 1e9,
         ms[3], flop / ms[3] / 1e9, rel);
   }
-}
-
-
-// Random top-k routing (k distinct experts per token) of T tokens; the distinct experts into *distinct when set.
-std::vector<int32_t> random_routing(int64_t T, uint64_t& rng, std::set<int32_t>* distinct) {
-  std::vector<int32_t> idx(size_t(T * k));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      int32_t e;
-      bool dup;
-      do {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        e = int32_t(rng % uint64_t(E));
-        dup = false;
-        for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
-      } while (dup);
-      idx[size_t(t * k + j)] = e;
-      if (distinct) distinct->insert(e);
-    }
-  return idx;
 }
 
 // Device-to-device copy of 2 GiB (read + write counted): the measured bandwidth ceiling.
