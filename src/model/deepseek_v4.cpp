@@ -41,26 +41,15 @@ Result<std::unique_ptr<DeepseekV4Cpu>> DeepseekV4Cpu::load(const std::string& mo
 }
 
 // Flattened view of one step: token t belongs to sequence seq[t] at absolute position pos[t].
-struct DeepseekV4Cpu::Step {
-  const StatePool* state = nullptr;
-  std::span<const SeqChunk> chunks;
-  std::vector<int32_t> tok;
-  std::vector<int64_t> pos;
-  std::vector<size_t> seq;
-  int64_t T = 0;
-};
+struct DeepseekV4Cpu::Step : StepTokens {};
 
-void DeepseekV4Cpu::tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const {
-  if (tap_) tap_(name, layer, v.data(), rows, rows ? int64_t(v.size()) / rows : 0);
-}
-
-Status DeepseekV4Cpu::forward(const StatePool& state, std::span<const SeqChunk> chunks, std::vector<float>& logits) {
+Status flatten_step(const io::ModelConfig& cfg, const StatePool& state, std::span<const SeqChunk> chunks,
+                    StepTokens& out) {
   if (!state.layout || !state.slots || !state.blocks) return Status::error("forward: no state pool");
-  if (state.layout->kv_elem_bytes != 4 || state.layout->layers.size() < size_t(cfg_.num_hidden_layers))
+  if (state.layout->kv_elem_bytes != 4 || state.layout->layers.size() < size_t(cfg.num_hidden_layers))
     return Status::error("forward: the CPU reference needs an fp32 state layout of this model");
-  Step s;
-  s.state = &state;
-  s.chunks = chunks;
+  out.state = &state;
+  out.chunks = chunks;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const SeqChunk& ch = chunks[c];
     const int64_t end = ch.start_pos + int64_t(ch.tokens.size());
@@ -70,14 +59,24 @@ Status DeepseekV4Cpu::forward(const StatePool& state, std::span<const SeqChunk> 
                             int64_t(ch.block_table.size()) * state.layout->block_size, end);
     for (size_t i = 0; i < ch.tokens.size(); ++i) {
       const int32_t t = ch.tokens[i];
-      if (t < 0 || t >= cfg_.vocab_size)
-        return Status::errorf("sequence {} token {}: id {} is outside the vocabulary [0, {})", c, i, t, cfg_.vocab_size);
-      s.tok.push_back(t);
-      s.pos.push_back(ch.start_pos + int64_t(i));
-      s.seq.push_back(c);
+      if (t < 0 || t >= cfg.vocab_size)
+        return Status::errorf("sequence {} token {}: id {} is outside the vocabulary [0, {})", c, i, t, cfg.vocab_size);
+      out.tok.push_back(t);
+      out.pos.push_back(ch.start_pos + int64_t(i));
+      out.seq.push_back(c);
     }
   }
-  s.T = int64_t(s.tok.size());
+  out.T = int64_t(out.tok.size());
+  return Status::ok();
+}
+
+void DeepseekV4Cpu::tap(std::string_view name, int64_t layer, const std::vector<float>& v, int64_t rows) const {
+  if (tap_) tap_(name, layer, v.data(), rows, rows ? int64_t(v.size()) / rows : 0);
+}
+
+Status DeepseekV4Cpu::forward(const StatePool& state, std::span<const SeqChunk> chunks, std::vector<float>& logits) {
+  Step s;
+  DSI_RETURN_IF_ERROR(flatten_step(cfg_, state, chunks, s));
   if (s.T == 0 && shard_.exchange) {  // DP: a rank without tokens still serves its experts in every MoE layer
     std::vector<float> none;
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) DSI_RETURN_IF_ERROR(moe(l, s, none, none));

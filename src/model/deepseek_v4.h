@@ -36,6 +36,20 @@ struct SeqChunk {
   bool all_logits = false;  // logits for every token (else only the last one)
 };
 
+// A step's tokens in chunk order, token t: id, absolute position, index of its chunk (both CPU forwards' steps).
+struct StepTokens {
+  const StatePool* state = nullptr;
+  std::span<const SeqChunk> chunks;
+  std::vector<int32_t> tok;
+  std::vector<int64_t> pos;
+  std::vector<size_t> seq;
+  int64_t T = 0;
+};
+// Fills `out` from the chunks after the checks every CPU forward makes: a state pool with an fp32 layout of the
+// model's layers, each chunk's slot, start position and block table, and every id inside the vocabulary.
+Status flatten_step(const io::ModelConfig& cfg, const StatePool& state, std::span<const SeqChunk> chunks,
+                    StepTokens& out);
+
 // Expert parallelism of the reference forward (backends/cpu/cpu_parallel_runner.h): this rank computes the routed
 // experts [lo, hi) of every MoE layer (and the shared expert when `shared`), and `reduce` turns its partial MoE
 // output [T, D] into the sum over every rank (a collective: every rank calls it once per MoE layer, in order).

@@ -61,32 +61,16 @@ void DeepseekV41Cpu::tap(std::string_view name, int64_t layer, const std::vector
 }
 
 Status DeepseekV41Cpu::begin_step(const StatePool& state, std::span<const SeqChunk> chunks, Step& s) const {
-  if (!state.layout || !state.slots || !state.blocks) return Status::error("forward: no state pool");
-  if (state.layout->kv_elem_bytes != 4 || state.layout->layers.size() < size_t(cfg_.num_hidden_layers))
-    return Status::error("forward: the CPU reference needs an fp32 state layout of this model");
+  DSI_RETURN_IF_ERROR(flatten_step(cfg_, state, chunks, s));
   if (!cfg_.v41.engram_layer_ids.empty() && state.layout->ngram_rows < cfg_.v41.engram_max_ngram_size)
     return Status::error("forward: the state layout has no Engram n-gram history (laid out for another model?)");
-  s.state = &state;
-  s.chunks = chunks;
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const SeqChunk& ch = chunks[c];
-    const int64_t end = ch.start_pos + int64_t(ch.tokens.size());
-    if (ch.slot < 0 || ch.start_pos < 0) return Status::errorf("sequence {} of the step has no slot or a negative position", c);
-    if (int64_t(ch.block_table.size()) * state.layout->block_size < end)
-      return Status::errorf("sequence {}: block table covers {} tokens, the step needs {}", c,
-                            int64_t(ch.block_table.size()) * state.layout->block_size, end);
-    for (size_t i = 0; i < ch.tokens.size(); ++i) {
-      const int32_t t = ch.tokens[i];
-      if (t < 0 || t >= cfg_.vocab_size)
-        return Status::errorf("sequence {} token {}: id {} is outside the vocabulary [0, {})", c, i, t, cfg_.vocab_size);
-      if (!cfg_.v41.engram_layer_ids.empty() && size_t(t) >= vocab_.token_map.size())
-        return Status::errorf("sequence {} token {}: id {} is not in the tokenizer's Engram vocabulary", c, i, t);
-      s.tok.push_back(t);
-      s.pos.push_back(ch.start_pos + int64_t(i));
-      s.seq.push_back(c);
+  for (int64_t t = 0; t < s.T && !cfg_.v41.engram_layer_ids.empty(); ++t) {
+    if (size_t(s.tok[size_t(t)]) >= vocab_.token_map.size()) {
+      const SeqChunk& ch = chunks[s.seq[size_t(t)]];
+      return Status::errorf("sequence {} token {}: id {} is not in the tokenizer's Engram vocabulary", s.seq[size_t(t)],
+                            s.pos[size_t(t)] - ch.start_pos, s.tok[size_t(t)]);
     }
   }
-  s.T = int64_t(s.tok.size());
   s.topk.assign(size_t(s.T), {});
   s.candidates.assign(size_t(s.T), {});
   return Status::ok();

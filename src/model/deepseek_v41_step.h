@@ -9,13 +9,7 @@
 
 namespace dsinfer::model {
 
-struct DeepseekV41Cpu::Step {
-  const StatePool* state = nullptr;
-  std::span<const SeqChunk> chunks;
-  std::vector<int32_t> tok;  // token t: id, absolute position, chunk index
-  std::vector<int64_t> pos;
-  std::vector<size_t> seq;
-  int64_t T = 0;
+struct DeepseekV41Cpu::Step : StepTokens {
   std::vector<int64_t> hashes;                   // [T, engram layers, cols] table rows
   std::vector<std::vector<int32_t>> topk;        // [T] compressed entries chosen by the latest index source
   std::vector<std::vector<uint8_t>> candidates;  // [T] candidate mask over the entries visible to the token
