@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "moe_routing.h"
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
@@ -157,27 +158,6 @@ double fp8_vs_bf16(const Set& st, int64_t T, const Blob& x, const Blob& idx, con
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-// Random top-k routing (k distinct experts per token) of T tokens; the distinct experts into *distinct when set.
-std::vector<int32_t> random_routing(int64_t T, uint64_t& rng, std::set<int32_t>* distinct) {
-  std::vector<int32_t> idx(size_t(T * k));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      int32_t e;
-      bool dup;
-      do {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        e = int32_t(rng % uint64_t(E));
-        dup = false;
-        for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
-      } while (dup);
-      idx[size_t(t * k + j)] = e;
-      if (distinct) distinct->insert(e);
-    }
-  return idx;
-}
-
 void bench_grouped(std::vector<Set>& sets) {
   oc::MoeWorkspace ws;
   die(ws.reserve(8192, k, D, I, E), "reserve");
@@ -198,7 +178,7 @@ void bench_grouped(std::vector<Set>& sets) {
   for (int64_t T : ts) {
     std::vector<Blob> xs, outs, idxs, wts;
     for (int si = 0; si < g_sets; ++si) {
-      const std::vector<int32_t> idx = random_routing(T, rng, nullptr);
+      const std::vector<int32_t> idx = dsinfer::bench::random_routing(T, k, E, rng);
       std::vector<float> wt(size_t(T * k), 1.0f / 6.0f);
       idxs.push_back(upload_blob(idx.data(), idx.size() * 4));
       wts.push_back(upload_blob(wt.data(), wt.size() * 4));
@@ -258,7 +238,7 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     std::set<int32_t> distinct;
     for (int si = 0; si < g_sets; ++si) {
       Bufs& q = b[size_t(si)];
-      const std::vector<int32_t> idx = random_routing(T, rng, si == 0 ? &distinct : nullptr);
+      const std::vector<int32_t> idx = dsinfer::bench::random_routing(T, k, E, rng, si == 0 ? &distinct : nullptr);
       const std::vector<float> wt(size_t(n), 1.0f / 6.0f);
       q.idx = upload_blob(idx.data(), idx.size() * 4);
       q.wt = upload_blob(wt.data(), wt.size() * 4);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cublaslt_ref.h"
+#include "moe_routing.h"
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
@@ -131,25 +132,6 @@ void build(Set& st, oc::WeightFormat fmt, int si) {
   st.ex = {E, D, I, proj(0, I, D), proj(1, I, D), proj(2, D, I)};
 }
 
-std::vector<int32_t> routing(int64_t T, uint64_t& rng) {
-  std::vector<int32_t> idx(size_t(T * k));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      int32_t e;
-      bool dup;
-      do {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        e = int32_t(rng % uint64_t(E));
-        dup = false;
-        for (int64_t q = 0; q < j; ++q) dup |= idx[size_t(t * k + q)] == e;
-      } while (dup);
-      idx[size_t(t * k + j)] = e;
-    }
-  return idx;
-}
-
 double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
   double num = 0, den = 0;
   for (size_t j = 0; j < a.size(); ++j) {
@@ -220,7 +202,7 @@ int main(int argc, char** argv) {
     std::vector<Blob> xs, outs, idxs, wts;
     std::vector<int32_t> idx0;
     for (int si = 0; si < kSets; ++si) {
-      std::vector<int32_t> idx = routing(T, rng);
+      std::vector<int32_t> idx = dsinfer::bench::random_routing(T, k, E, rng);
       if (si == 0) idx0 = idx;
       std::vector<float> wt(size_t(T * k), 1.0f / 6.0f);
       idxs.push_back(upload_blob(idx.data(), idx.size() * 4));
