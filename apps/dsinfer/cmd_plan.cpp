@@ -15,7 +15,7 @@ namespace {
 
 const char* const kUsage =
     "usage: dsinfer plan --model DIR [--gpus 1,2,4,8] [--gpu-memory-gib 139] [--context N (the model's maximum)]\n"
-    "                    [--num-redundant-experts R] [--batch 1,64,256] [--max-num-batched-tokens 2048]\n"
+    "                    [--num-redundant-experts R] [--batch 1,64,256] [--max-num-batched-tokens 8192]\n"
     "  weights per GPU in the official checkpoint formats (dense replicated, routed experts split over the GPUs),\n"
     "  one step's activations per GPU, the fp32 state per sequence, how many sequences of --context tokens fit per\n"
     "  GPU in what weights and activations leave, and for each GPU count and decode batch the layout it would pick\n"

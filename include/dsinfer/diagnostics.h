@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "dsinfer/engine.h"  // EngineOptions: the default step of the memory plan
+
 namespace dsinfer {
 
 // ---- check_reference ----------------------------------------------------------------------------------------
@@ -214,7 +216,7 @@ struct MemoryPlanOptions {
   std::vector<int64_t> batches = {1, 64, 256};  // decode batches the layout choice is made for (MemoryPlanRow::layouts)
   // The step whose activations every GPU needs besides weights and state (--max-num-batched-tokens; logits for
   // the largest of `batches` rows): parallel::step_activation_bytes.
-  int64_t step_tokens = 2048;
+  int64_t step_tokens = EngineOptions{}.max_num_batched_tokens;
 };
 // One layout's estimate for a decode step of `batch` sequences (docs/multi_gpu.md "Choosing a layout"; the cost
 // model is parallel::choose_layout): what differs between EP, DP and TP attention.

@@ -22,7 +22,10 @@ struct EngineOptions {
   std::string load_format = "auto";    // "auto" or "dummy" (random weights, cuda)
   std::string tokenizer_path;          // default: model_dir/tokenizer.json when present
   int32_t max_num_seqs = 64;           // sequences holding state at once
-  int64_t max_num_batched_tokens = 2048;  // tokens computed per step, prefill + decode
+  // Tokens computed per step, prefill + decode: the prefill chunk. 8,192 as SGLang (chunked_prefill_size) and vLLM
+  // (its server on GPUs of 70 GB and more) size it for H100 / H200: a longer step for the decodes batched with it,
+  // fewer passes over the weights for the prompt (docs/decisions.md 2026-12-03).
+  int64_t max_num_batched_tokens = 8192;
   int64_t max_model_len = 0;           // 0: min(max_position_embeddings, 8192)
   uint64_t seed = 0;                   // draws the seeds of requests that give none
   double state_memory_gb = 0;          // 0: room for max_num_seqs full-length sequences, capped at 4 GiB

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "cache/state_layout.h"
+#include "dsinfer/engine.h"
 #include "perf/ceilings.h"
 #include "perf/cost_model.h"
 #include "sampling/row_pack.h"
@@ -46,7 +47,7 @@ scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t c
 namespace {
 
 // The engine's default prefill chunk (EngineOptions::max_num_batched_tokens, include/dsinfer/engine.h).
-constexpr int64_t kEngineChunk = 2048;
+const int64_t kEngineChunk = EngineOptions{}.max_num_batched_tokens;
 
 template <typename T>
 double median(std::vector<T> v) {

@@ -39,7 +39,7 @@ TEST(MemoryPlan, FlashNeedsTwoH200s) {
     EXPECT_DOUBLE_EQ(r.limit_bytes, limit);
     EXPECT_NEAR(r.weight_bytes, p.dense_bytes + p.expert_bytes / r.gpus, 1.0);
     EXPECT_EQ(r.fits, r.gpus >= 2);
-    // a step of 2048 tokens' activations (parallel::step_activation_bytes) come off before the state
+    // a step of the default 8,192 tokens' activations (parallel::step_activation_bytes) come off before the state
     EXPECT_GT(r.activation_bytes, 0.1 * gib);
     EXPECT_LT(r.activation_bytes, 4 * gib);
     EXPECT_EQ(r.sequences,
