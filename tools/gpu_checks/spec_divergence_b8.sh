@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Session 16, helper s16-dspark (issue 32): why DSpark's greedy output differs from off at batch 8.
-# The device call of session 16 (.dev55/go.sh); BIN=build/cuda (tools/gpu_prepare.sh), OUT from the caller.
+# Issue 32, session 16: why DSpark's greedy output differs from off at batch 8 (specsched.sh's 16 requests x 128
+# tokens, 8 running, with "logprobs": 5). Greedy runs of off (8 and 1 running: the control without speculation),
+# DSpark (auto, every draft verified), MTP-1 (every draft verified), the off / DSpark pair under --numerics hf and
+# under --batch-invariant, each pair compared by tools/gpu_checks/spec_divergence.py (first difference, top-2
+# margins, margin sum, shared-prefix logprob change); the SpecGpu.DsparkLongOutputs* tests; an ncu listing of the
+# kernels of a batch-1 DSpark round (400 launches from the 1,500th); then, while the call is under 70 s, the
+# specsched table at batch 1 / 64 / 32 / 8. Gets OUT and BIN (build/cuda) from the caller (tools/gpu_run.sh);
+# about 35 s on the H200. Session 16 ran it as .dev55/go.sh (bench/NOTES.md "Session 16 — issue 32").
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p /work && ln -sfn "$PWD" /work/wt-s16-dspark
-[ -f .dev55/bins.tar.xz ] && tar xJf .dev55/bins.tar.xz
-
-BIN=build/cuda
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/dsinfer_gpu_out}
+BIN=${BIN:-build/cuda}
 L=$OUT/divergence.log
 nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader | tee $L
 export DSINFER_CACHE_DIR=/tmp/dcache
