@@ -10,6 +10,10 @@
 # SPECSCHED_TABLE_ONLY=1: only the must-show table (off / dspark / mtp1 at every batch, dspark verifying every draft
 # at 1 and 64) and the greedy comparison, about a minute; each run's wall time (start-up included) is logged.
 # SPECSCHED_VERIFY_ALL=0: without the runs that verify every draft (--speculative-cost-model off).
+# The "identical to off" counts are of the fast path, where a run's logits depend on its step shapes, so off at one
+# batch differs from off at another too: a count below n/n is a sample of near-ties, not a lossless failure. The
+# exact check is the --batch-invariant block below; tools/gpu_checks/spec_divergence_b8.sh measures the margins at
+# each difference (docs/decisions.md 2026-12-03 "Speculation's lossless contract on the GPU").
 # Each speculative run also logs the gate's probes, its steps at rest and the step graphs the runner captured.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
