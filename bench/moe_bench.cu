@@ -421,9 +421,8 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     auto quant = [&](int i) {
       Bufs& q = b[size_t(i)];
       uint8_t* xq = q.xq.data();
-      oc::detail::launch_moe_quant(q.x.as<const float>(), q.perm.as<const int32_t>(),
-                                   q.offsets.as<const int32_t>() + E, n, D, md::kFp8BlockGateUp, xq, xq + n * D,
-                                   reinterpret_cast<float*>(xq + 2 * n * D), nullptr);
+      oc::detail::launch_moe_quant(q.x.as<const float>(), q.pos.as<const int32_t>(), T, k, D, md::kFp8BlockGateUp,
+                                   xq, xq + n * D, reinterpret_cast<float*>(xq + 2 * n * D), nullptr);
     };
     const double t_quant = median_us(quant);
     for (int si = 0; si < g_sets; ++si) quant(si);
