@@ -7,7 +7,9 @@
 // peak the fast path reaches); "fast" above kMoeGroupedMinT tokens is the grouped prefill path. Then bench_grouped's
 // table (T = 512 / 1024 / 2048 / 4096 / 8192: exact vs fast vs grouped vs grouped FP8, ms and TFLOP/s).
 // Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only)
-// | dsinfer_moe_bench stages [T ...] (default 1 8 64 128 256): MoePath::Fast kernel by kernel (bench_stages).
+// | dsinfer_moe_bench stages [T ...] (default 1 8 64 128 256): MoePath::Fast kernel by kernel (bench_stages)
+// | dsinfer_moe_bench prefill [T ...] (default 2048 4096 8192, T <= 16384): the prefill path (FP8 grouped GEMMs)
+// kernel by kernel, with an output hash (bench_prefill).
 // Env (for profiling): DSINFER_MOE_BENCH_SETS = 1..4 weight sets rotated (1: the weights may stay warm in L2 / TLB);
 // DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192);
 // DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0).
@@ -25,6 +27,9 @@
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/moe/moe_fp8_common.h"
+#include "ops/moe/moe_grouped_common.h"
+#include "ops/moe/moe_grouped_launch.h"
 #include "ops/moe/moe_launch.h"
 #include "ops/moe/moe_plan.h"
 
@@ -352,21 +357,163 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   }
 }
 
+// The prefill path kernel by kernel (MoePath::Fast above kMoeGroupedMinT tokens = the FP8 grouped GEMMs, as moe_cuda
+// runs it; each launch timed alone on one stream): the permutation (count, scatter), the two-term quantization of x
+// into permuted rows, the tile list, the gate/up + SwiGLU and down GEMMs, the shared expert (moe_shared_cuda), the
+// combine; then moe_cuda itself routed only and with the shared expert (on the side stream). "other" = moe_cuda with
+// the shared expert minus the two GEMMs. Last: an FNV-1a hash of moe_cuda's output (weight set 0, with and without
+// the shared expert), so two builds can be checked for the same bits on the same inputs.
+uint64_t fnv_hash(const Blob& b, size_t bytes) {
+  std::vector<uint8_t> h(bytes);
+  check(cudaMemcpy(h.data(), b.data(), bytes, cudaMemcpyDeviceToHost), "download");
+  uint64_t v = 1469598103934665603ull;
+  for (uint8_t c : h) v = (v ^ c) * 1099511628211ull;
+  return v;
+}
+
+void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
+  namespace md = dsinfer::ops::moe_detail;
+  std::printf("prefill stages (MoePath::Fast, FP8 grouped GEMMs): us per launch, median of %d, %d weight sets, "
+              "uniform random routing\n",
+              kRuns, g_sets);
+  int64_t maxT = 1;
+  for (int64_t T : Ts) maxT = std::max(maxT, T);
+  oc::MoeWorkspace ws;
+  die(ws.reserve(maxT, k, D, I, E), "reserve");
+  uint64_t rng = 5151;
+  for (int64_t T : Ts) {
+    const int64_t n = T * k, max_tiles = md::grp_max_tiles(n, E);
+    struct Bufs {
+      Blob idx, wt, x, out, shy, offsets, perm, pos, tiles, xq, hq, yp;
+    };
+    std::vector<Bufs> b(static_cast<size_t>(g_sets));
+    for (int si = 0; si < g_sets; ++si) {
+      Bufs& q = b[size_t(si)];
+      const std::vector<int32_t> idx = dsinfer::bench::random_routing(T, k, E, rng);
+      const std::vector<float> wt(size_t(n), 1.0f / 6.0f);
+      q.idx = upload_blob(idx.data(), idx.size() * 4);
+      q.wt = upload_blob(wt.data(), wt.size() * 4);
+      q.x = blob(size_t(T * D) * 4, -1, uint64_t(1900 + si));
+      q.out = blob(size_t(T * D) * 4, -1, uint64_t(1950 + si));
+      q.shy = blob(size_t(T * D) * 4, -1, uint64_t(1970 + si));
+      q.offsets = blob(size_t(E + 1) * 4, 2, 1);
+      q.perm = blob(size_t(n) * 4, 2, 1);
+      q.pos = blob(size_t(n) * 4, 2, 1);
+      q.tiles = blob(size_t(1 + 2 * max_tiles) * 4, 2, 1);
+      q.xq = blob(size_t(n * D) * 2 + size_t(n * (D / 128)) * 4, 2, 1);
+      q.hq = blob(size_t(n * I) * 2 + size_t(n * (I / 64)) * 4, 2, 1);
+      q.yp = blob(size_t(n * D) * 4, 2, 1);
+    }
+    auto count = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      oc::detail::launch_moe_count(q.idx.as<const int32_t>(), n, E, q.offsets.as<int32_t>(), q.pos.as<int32_t>(),
+                                   nullptr, nullptr);
+    };
+    auto scatter = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      oc::detail::launch_moe_scatter(q.idx.as<const int32_t>(), n, k, E, q.offsets.as<const int32_t>(),
+                                     q.perm.as<int32_t>(), q.pos.as<int32_t>(), nullptr);
+    };
+    const double t_count = median_us(count);
+    for (int si = 0; si < g_sets; ++si) count(si);
+    const double t_scatter = median_us(scatter);
+    for (int si = 0; si < g_sets; ++si) scatter(si);
+    auto quant = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      uint8_t* xq = q.xq.data();
+      oc::detail::launch_moe_quant(q.x.as<const float>(), q.pos.as<const int32_t>(), T, k, D, md::kFp8BlockGateUp,
+                                   xq, xq + n * D, reinterpret_cast<float*>(xq + 2 * n * D), nullptr);
+    };
+    const double t_quant = median_us(quant);
+    for (int si = 0; si < g_sets; ++si) quant(si);
+    auto tiles = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      oc::detail::launch_moe_tile_list(q.offsets.as<const int32_t>(), E, q.tiles.as<int32_t>(), nullptr);
+    };
+    const double t_tiles = median_us(tiles);
+    for (int si = 0; si < g_sets; ++si) tiles(si);
+    auto gemm = [&](int i, bool gate_up) {
+      Bufs& q = b[size_t(i)];
+      const Set& st = sets[size_t(i)];
+      uint8_t *xq = q.xq.data(), *hq = q.hq.data();
+      const oc::MoeGroupedFp8Args gu{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                                     .a = xq, .a_lo = xq + n * D, .a_scale = reinterpret_cast<float*>(xq + 2 * n * D),
+                                     .rows_a = n, .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale, .w3 = st.ex.w3.data,
+                                     .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f, .hq = hq,
+                                     .hq_lo = hq + n * I, .hs = reinterpret_cast<float*>(hq + 2 * n * I)};
+      const oc::MoeGroupedFp8Args dn{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                                     .a = hq, .a_lo = hq + n * I, .a_scale = reinterpret_cast<float*>(hq + 2 * n * I),
+                                     .rows_a = n, .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I, .N = D,
+                                     .yout = q.yp.as<float>()};
+      if (!oc::detail::launch_moe_grouped_fp8(gate_up, gate_up ? gu : dn, max_tiles, nullptr)) {
+        std::fprintf(stderr, "launch_moe_grouped_fp8: no TMA map\n");
+        std::exit(1);
+      }
+    };
+    const double t_gu = median_us([&](int i) { gemm(i, true); });
+    for (int si = 0; si < g_sets; ++si) gemm(si, true);
+    const double t_dn = median_us([&](int i) { gemm(i, false); });
+    for (int si = 0; si < g_sets; ++si) gemm(si, false);
+    const double t_sh = median_us([&](int i) {
+      die(oc::moe_shared_cuda(b[size_t(i)].x.as<const float>(), T, sets[size_t(i)].sh, 10.0f,
+                              b[size_t(i)].shy.as<float>(), ws, nullptr, oc::MoePath::Fast),
+          "moe_shared_cuda");
+    });
+    const double t_comb = median_us([&](int i) {
+      Bufs& q = b[size_t(i)];
+      die(oc::moe_combine_cuda(q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), T, k, D,
+                               q.shy.as<const float>(), q.out.as<float>(), nullptr),
+          "moe_combine_cuda");
+    });
+    auto full = [&](int i, bool with_shared) {
+      Bufs& q = b[size_t(i)];
+      const Set& st = sets[size_t(i)];
+      die(oc::moe_cuda(q.x.as<const float>(), T, q.idx.as<const int32_t>(), q.wt.as<const float>(), k, st.ex,
+                       with_shared ? &st.sh : nullptr, 10.0f, 10.0f, q.out.as<float>(), ws, nullptr,
+                       oc::MoePath::Fast),
+          "moe_cuda");
+    };
+    const double t_routed = median_us([&](int i) { full(i, false); });
+    const double t_full = median_us([&](int i) { full(i, true); });
+    full(0, false);
+    check(cudaDeviceSynchronize(), "sync");
+    const uint64_t h_routed = fnv_hash(b[0].out, size_t(T * D) * 4);
+    full(0, true);
+    check(cudaDeviceSynchronize(), "sync");
+    const uint64_t h_full = fnv_hash(b[0].out, size_t(T * D) * 4);
+    const double flop = 2.0 * double(n) * 3.0 * double(D) * double(I);
+    std::printf("prefill T %5lld: count %.1f | scatter %.1f | quant x %.1f | tiles %.1f | gate/up %.1f | down %.1f "
+                "(GEMMs %.1f us, %.0f TFLOP/s) | shared %.1f | combine %.1f\n",
+                (long long)T, t_count, t_scatter, t_quant, t_tiles, t_gu, t_dn, t_gu + t_dn,
+                flop / ((t_gu + t_dn) * 1e-6) / 1e12, t_sh, t_comb);
+    std::printf("prefill T %5lld: moe_cuda routed %.1f us, with shared %.1f us (other than the GEMMs %.1f; sum of "
+                "the launches %.1f); hash routed %016llx with shared %016llx\n",
+                (long long)T, t_routed, t_full, t_full - t_gu - t_dn,
+                t_count + t_scatter + t_quant + t_tiles + t_gu + t_dn + t_sh + t_comb, (unsigned long long)h_routed,
+                (unsigned long long)h_full);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> Ts;
   const bool grouped_only = argc > 1 && std::string(argv[1]) == "grouped";
   const bool stages = argc > 1 && std::string(argv[1]) == "stages";
-  for (int i = grouped_only ? argc : stages ? 2 : 1; i < argc; ++i) {
+  const bool prefill = argc > 1 && std::string(argv[1]) == "prefill";
+  const long long max_t = prefill ? 16384 : 4096;
+  for (int i = grouped_only ? argc : stages || prefill ? 2 : 1; i < argc; ++i) {
     const long long v = std::atoll(argv[i]);
-    if (v < 1 || v > 4096) {
-      std::fprintf(stderr, "usage: dsinfer_moe_bench [T ...] (1 <= T <= 4096), got '%s'\n", argv[i]);
+    if (v < 1 || v > max_t) {
+      std::fprintf(stderr, "usage: dsinfer_moe_bench [T ...] (1 <= T <= %lld), got '%s'\n", max_t, argv[i]);
       return 2;
     }
     Ts.push_back(int64_t(v));
   }
-  if (Ts.empty()) Ts = stages ? std::vector<int64_t>{1, 8, 64, 128, 256} : std::vector<int64_t>{1, 8, 64, 128, 256, 512, 1024, 4096};
+  if (Ts.empty())
+    Ts = prefill  ? std::vector<int64_t>{2048, 4096, 8192}
+         : stages ? std::vector<int64_t>{1, 8, 64, 128, 256}
+                  : std::vector<int64_t>{1, 8, 64, 128, 256, 512, 1024, 4096};
   if (const char* env = std::getenv("DSINFER_MOE_BENCH_SETS")) g_sets = std::clamp(std::atoi(env), 1, kMaxSets);
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
@@ -388,6 +535,10 @@ int main(int argc, char** argv) {
   }
   if (stages) {
     bench_stages(sets, Ts);
+    return 0;
+  }
+  if (prefill) {
+    bench_prefill(sets, Ts);
     return 0;
   }
   oc::MoeWorkspace ws;

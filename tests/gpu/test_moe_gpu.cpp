@@ -329,6 +329,8 @@ TEST(MoeGpu, SmallAllFormats) {
   }
   // many tokens per expert: several m-tiles per expert in the tiled path, invalid ids
   check_moe({300, 4, 2, 64, 64, WeightFormat::FP4_G32, true, WeightFormat::FP8_BLOCK, 0.05f, 0.05f, 24, true}, ++seed);
+  // n = 5,000 assignments: the scatter kernel's three chunks of 2,048 (an expert's rows span chunks), invalid ids
+  check_moe({2500, 6, 2, 64, 64, WeightFormat::FP4_G32, true, WeightFormat::FP8_BLOCK, 0.05f, 0.05f, 24, true}, ++seed);
 }
 
 // V4-Flash: 256 FP4 experts, top-6, D = 4096, I = 2048, FP8 shared expert, swiglu_limit 10.

@@ -15,7 +15,7 @@ namespace dsinfer::ops::cuda::detail {
 
 namespace {
 
-constexpr int kCountThreads = 1024, kScatterThreads = 256;
+constexpr int kCountThreads = 1024, kScatterThreads = 512, kScatterPer = 4;
 
 // Exclusive scan of the per-expert counts cnt[0..E) (block of kCountThreads) into offsets[0..E] and, when `active`
 // is not null, the list of touched experts. starts: cnt[e] is replaced by offsets[e] (the prep kernel's running
@@ -124,39 +124,52 @@ __global__ void __launch_bounds__(kCountThreads)
   }
 }
 
-// Block e: ranks expert e's assignments in increasing assignment index (chunked ballot prefix sums).
+// Block e: ranks expert e's assignments in increasing assignment index. Per chunk of kScatterThreads * kScatterPer
+// assignments, thread i tests assignments kScatterPer i .. + kScatterPer - 1 of the chunk (a bit mask), a warp
+// shuffle scan and the warp totals give each thread its first row (so rows stay in assignment order); a block walks
+// n / 2,048 chunks instead of n / 256 (bench/NOTES.md "Session 16 — MoE prefill").
 __global__ void __launch_bounds__(kScatterThreads)
     moe_scatter_kernel(const int32_t* idx, int64_t n, int64_t topk, const int32_t* offsets, int32_t* perm_token,
                        int32_t* pos_of) {
-  __shared__ int warp_base[kScatterThreads / 32 + 1];
+  __shared__ int warp_sum[kScatterThreads / 32];
   const int e = blockIdx.x;
   const int begin = offsets[e], count = offsets[e + 1] - begin;
   if (count == 0) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int64_t kChunk = int64_t(kScatterThreads) * kScatterPer;
   int running = 0;
-  for (int64_t base = 0; base < n && running < count; base += kScatterThreads) {
-    const int64_t a = base + threadIdx.x;
-    const bool match = a < n && idx[a] == e;
-    const unsigned ballot = __ballot_sync(0xffffffffu, match);
-    if (lane == 0) warp_base[warp] = __popc(ballot);
+  for (int64_t base = 0; base < n && running < count; base += kChunk) {
+    const int64_t a0 = base + int64_t(threadIdx.x) * kScatterPer;
+    unsigned mask = 0;  // bit j: assignment a0 + j is expert e's
+#pragma unroll
+    for (int j = 0; j < kScatterPer; ++j)
+      if (a0 + j < n && idx[a0 + j] == e) mask |= 1u << j;
+    const int c = __popc(mask);
+    int incl = c;  // inclusive scan within the warp
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int u = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += u;
+    }
+    if (lane == 31) warp_sum[warp] = incl;
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int run = 0;
-      for (int w = 0; w < kScatterThreads / 32; ++w) {
-        const int c = warp_base[w];
-        warp_base[w] = run;
-        run += c;
+    int before = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < kScatterThreads / 32; ++w) {
+      const int ws = warp_sum[w];
+      before += w < warp ? ws : 0;
+      total += ws;
+    }
+    int row = begin + running + before + incl - c;
+#pragma unroll
+    for (int j = 0; j < kScatterPer; ++j)
+      if ((mask >> j) & 1u) {
+        perm_token[row] = int32_t((a0 + j) / topk);
+        pos_of[a0 + j] = row;
+        ++row;
       }
-      warp_base[kScatterThreads / 32] = run;
-    }
-    __syncthreads();
-    if (match) {
-      const int row = begin + running + warp_base[warp] + __popc(ballot & ((1u << lane) - 1u));
-      perm_token[row] = int32_t(a / topk);
-      pos_of[a] = row;
-    }
-    running += warp_base[kScatterThreads / 32];
-    __syncthreads();  // warp_base is rewritten next chunk
+    running += total;
+    __syncthreads();  // warp_sum is rewritten next chunk
   }
 }
 
@@ -186,6 +199,35 @@ __global__ void combine_kernel(const float* yp, const int32_t* pos_of, const flo
       if (p >= 0) acc += weight[t * topk + k] * yp[int64_t(p) * D + d];
     }
     if (shared) acc += shared[i];
+    out[i] = acc;
+  }
+}
+
+// combine_kernel on 4 consecutive columns per thread (dim % 4 == 0, 16-byte aligned yp / shared / out): the same
+// sums in the same order per element, so the same bits, with 16-byte loads and stores.
+__global__ void combine4_kernel(const float4* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,
+                                int64_t D4, const float4* shared, float4* out) {
+  const int64_t total = T * D4;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / D4, d = i - t * D4;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t k = 0; k < topk; ++k) {
+      const int32_t p = pos_of[t * topk + k];
+      if (p < 0) continue;
+      const float w = weight[t * topk + k];
+      const float4 y = yp[int64_t(p) * D4 + d];
+      acc.x += w * y.x;
+      acc.y += w * y.y;
+      acc.z += w * y.z;
+      acc.w += w * y.w;
+    }
+    if (shared) {
+      const float4 s = shared[i];
+      acc.x += s.x;
+      acc.y += s.y;
+      acc.z += s.z;
+      acc.w += s.w;
+    }
     out[i] = acc;
   }
 }
@@ -269,6 +311,13 @@ void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows
 
 void launch_combine(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk, int64_t dim,
                     const float* shared, float* out, void* stream) {
+  const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (dim % 4 == 0 && a16(yp) && a16(shared) && a16(out)) {
+    combine4_kernel<<<elementwise_blocks(T * dim / 4), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        reinterpret_cast<const float4*>(yp), pos_of, weight, T, topk, dim / 4, reinterpret_cast<const float4*>(shared),
+        reinterpret_cast<float4*>(out));
+    return;
+  }
   combine_kernel<<<elementwise_blocks(T * dim), 256, 0, static_cast<cudaStream_t>(stream)>>>(yp, pos_of, weight, T, topk,
                                                                                              dim, shared, out);
 }

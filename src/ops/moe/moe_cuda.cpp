@@ -228,12 +228,14 @@ void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsD
   detail::launch_moe_grouped(false, down, max_tiles, stream);
 }
 
-// FP8 grouped path of the routed experts: x quantized in permuted row order (row p = token perm[p]) to two e4m3 terms
-// [n, D] each + 1x128 scales in the x scratch, the SwiGLU output as two e4m3 terms [n, I] + 1x64 scales in the h
-// scratch (both fit: MoeWorkspace::reserve sizes h3 for it; h1 holds fp32 [n, I]).
-Status moe_grouped_fp8_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit,
-                               const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint8_t* xscratch,
+// FP8 grouped path of the routed experts: x quantized in permuted row order (row p = token perm_token[p]; each token
+// quantized once and written to its rows pos_of[t * topk + j]) to two e4m3 terms [n, D] each + 1x128 scales in the x
+// scratch, the SwiGLU output as two e4m3 terms [n, I] + 1x64 scales in the h scratch (both fit: MoeWorkspace::reserve
+// sizes h3 for it; h1 holds fp32 [n, I]).
+Status moe_grouped_fp8_experts(const float* x, int64_t T, int64_t topk, const MoeExpertsDevice& ex, float limit,
+                               const int32_t* offsets, const int32_t* pos, int32_t* tiles, uint8_t* xscratch,
                                uint8_t* hscratch, float* yp, void* stream) {
+  const int64_t n = T * topk;
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
   uint8_t* xq = xscratch;
   uint8_t* xlo = xscratch + n * D;                             // n * D % 128 == 0: 16-byte aligned
@@ -241,7 +243,7 @@ Status moe_grouped_fp8_experts(const float* x, int64_t n, const MoeExpertsDevice
   uint8_t* hq = hscratch;
   uint8_t* hlo = hscratch + n * I;
   float* hs = reinterpret_cast<float*>(hscratch + 2 * n * I);
-  detail::launch_moe_quant(x, perm, offsets + E, n, D, moe_detail::kFp8BlockGateUp, xq, xlo, xs, stream);
+  detail::launch_moe_quant(x, pos, T, topk, D, moe_detail::kFp8BlockGateUp, xq, xlo, xs, stream);
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
   const MoeGroupedFp8Args gate_up{.tiles = tiles, .offsets = offsets, .a = xq, .a_lo = xlo, .a_scale = xs,
                                   .rows_a = n, .w1 = ex.w1.data, .s1 = ex.w1.scale, .w3 = ex.w3.data,
@@ -395,8 +397,8 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
                              ws.cutlass_.size(), stream);
     if (st.is_ok()) st = check_launch_status("moe_cutlass_quant_kernel / CUTLASS grouped GEMM / swiglu_quant");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedFp8) {
-    st = moe_grouped_fp8_experts(x, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint8_t*>(h3),
-                                 reinterpret_cast<uint8_t*>(h1), yp, stream);
+    st = moe_grouped_fp8_experts(x, T, topk, ex, limit, offsets, pos, ws.tiles_.data(),
+                                 reinterpret_cast<uint8_t*>(h3), reinterpret_cast<uint8_t*>(h1), yp, stream);
     if (st.is_ok()) st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),

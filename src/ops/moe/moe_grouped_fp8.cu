@@ -504,18 +504,19 @@ __global__ void __launch_bounds__(NT, 1)
   }
 }
 
-// Row r < *count of q / lo / s <- x row perm[r] (perm null: row r): two e4m3 terms + 1 x kBlock scales; one warp per
-// block (lane: kBlock / 32 consecutive elements). Rows from *count on are left as they are.
+// Token t's x row in blocks of kBlock k: each block quantized once to two e4m3 terms + a scale (moe_fp8_common.h) and
+// written to every permuted row pos_of[t * topk + j] >= 0 of q / lo / s (one warp per block, lane: kBlock / 32
+// consecutive elements). Every permuted row is one assignment's, so q / lo / s hold x row perm_token[r] at row r,
+// as the GEMM reads them; x is read once instead of topk times (bench/NOTES.md "Session 16 — MoE prefill").
 template <int kBlock>
-__global__ void moe_quant_kernel(const float* x, const int32_t* perm, const int32_t* count, int64_t blocks,
-                                 int64_t row_blocks, uint8_t* q, uint8_t* lo, float* s) {
+__global__ void moe_quant_kernel(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t row_blocks,
+                                 uint8_t* q, uint8_t* lo, float* s) {
   constexpr int kPer = kBlock / 32;
   const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  const int64_t live = count ? int64_t(*count) * row_blocks : blocks;
-  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < min(blocks, live); b += warps) {
-    const int64_t r = b / row_blocks;
-    const float* src = x + ((perm ? int64_t(perm[r]) : r) * row_blocks + b % row_blocks) * kBlock + lane * kPer;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5), blocks = T * row_blocks;
+  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < blocks; b += warps) {
+    const int64_t t = b / row_blocks, kb = b - t * row_blocks;
+    const float* src = x + b * kBlock + lane * kPer;
     float v[kPer];
     float amax = 0.0f;
 #pragma unroll
@@ -526,14 +527,20 @@ __global__ void moe_quant_kernel(const float* x, const int32_t* perm, const int3
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
+    uint16_t hi[kPer / 2], l[kPer / 2];
 #pragma unroll
-    for (int i = 0; i < kPer; i += 2) {
-      uint16_t hi, l;
-      e4m3x2_terms(v[i] * inv, v[i + 1] * inv, hi, l);
-      *reinterpret_cast<uint16_t*>(q + b * kBlock + lane * kPer + i) = hi;
-      *reinterpret_cast<uint16_t*>(lo + b * kBlock + lane * kPer + i) = l;
+    for (int i = 0; i < kPer; i += 2) e4m3x2_terms(v[i] * inv, v[i + 1] * inv, hi[i / 2], l[i / 2]);
+    for (int64_t j = 0; j < topk; ++j) {
+      const int32_t p = pos_of[t * topk + j];
+      if (p < 0) continue;
+      const int64_t pb = int64_t(p) * row_blocks + kb;
+#pragma unroll
+      for (int i = 0; i < kPer; i += 2) {
+        *reinterpret_cast<uint16_t*>(q + pb * kBlock + lane * kPer + i) = hi[i / 2];
+        *reinterpret_cast<uint16_t*>(lo + pb * kBlock + lane * kPer + i) = l[i / 2];
+      }
+      if (lane == 0) s[pb] = amax / 448.0f;
     }
-    if (lane == 0) s[b] = amax / 448.0f;
   }
 }
 
@@ -564,13 +571,13 @@ bool make_a_map(const MoeGroupedFp8Args& a, CUtensorMap& map) {
 
 }  // namespace
 
-void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count, int64_t rows, int64_t K,
-                      int64_t block, uint8_t* q, uint8_t* lo, float* s, void* stream) {
-  const int64_t blocks = rows * K / block;
+void launch_moe_quant(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K, int64_t block,
+                      uint8_t* q, uint8_t* lo, float* s, void* stream) {
+  const int64_t blocks = T * K / block;
   const unsigned grid = unsigned(std::clamp<int64_t>((blocks + 7) / 8, 1, 132 * 16));
   const auto st = static_cast<cudaStream_t>(stream);
-  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, perm, count, blocks, K / block, q, lo, s);
-  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, perm, count, blocks, K / block, q, lo, s);
+  if (block == 128) moe_quant_kernel<128><<<grid, 256, 0, st>>>(x, pos_of, T, topk, K / block, q, lo, s);
+  else moe_quant_kernel<64><<<grid, 256, 0, st>>>(x, pos_of, T, topk, K / block, q, lo, s);
 }
 
 bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream) {

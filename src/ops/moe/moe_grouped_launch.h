@@ -43,10 +43,11 @@ struct MoeGroupedFp8Args {
 };
 
 namespace detail {
-// Rows r < min(rows, *count) of two e4m3 terms q, lo [rows, K] + scales [rows, K / block] <- x fp32 row perm[r]
-// ("moe_quant_kernel"; perm null: row r, count null: all rows); block 64 or 128, K % block == 0.
-void launch_moe_quant(const float* x, const int32_t* perm, const int32_t* count, int64_t rows, int64_t K,
-                      int64_t block, uint8_t* q, uint8_t* lo, float* s, void* stream);
+// x fp32 [T, K], each row quantized once to two e4m3 terms + scales [., K / block] and written to the permuted rows
+// pos_of[t * topk + j] >= 0 of q, lo [rows, K] and s [rows, K / block] ("moe_quant_kernel"); block 64 or 128,
+// K % block == 0. Row r then holds x row perm_token[r] (the rows no assignment maps to are left as they are).
+void launch_moe_quant(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K, int64_t block,
+                      uint8_t* q, uint8_t* lo, float* s, void* stream);
 // The FP8 gate/up + SwiGLU kernel (gate_up) or the FP8 down kernel ("moe_grouped_fp8_kernel"), grid as
 // launch_moe_grouped. False (nothing launched) if its TMA tensor map cannot be made: the driver lacks
 // cuTensorMapEncodeTiled, or a / a_lo break TMA's 16-byte alignment rules.
