@@ -5,7 +5,8 @@
 // Bytes that must move: fn + X read, y (hc_pre / hc_head) or X read + written and f read (hc_post); floor =
 // bytes / 4.2e12 B/s. The mixes run in double (as the reference) on the fp64 tensor cores: fp64_us is their FLOPs
 // at 67 TFLOP/s, a second bound. hc_pre also prints its two kernels alone (mix = the split reduction, fin = the
-// finalize: partial sums, Sinkhorn, collapse, norm), the batch-invariant split (hc_pre_inv), and old_us: the
+// finalize: partial sums, Sinkhorn, collapse, norm; mix_m8: the mixing on the m8n8k4 shape instead of sm_90's
+// m16n8k4, where the tile is 32 tokens), the batch-invariant split (hc_pre_inv), and old_us: the
 // per-call figure of the previous kernels (`dsinfer bench` per-op table, 2026-11-30: 44 / 60 / 112 / 1160 us).
 #include <cuda_runtime.h>
 
@@ -142,6 +143,14 @@ int main() {
     us = median_us([&](int i) { ops::cuda::detail::launch_hc_mix(params(false, i), xs(i), nullptr, T, sp, y.data(), nullptr); },
                    e0, e1);
     row("  mix", T, double(kMixes * kLen) * 4 + xb, pre_flops, us);
+    if (sp.tile == 32 && sp.mma16) {  // the A/B of the fp64 mma shape (session 16): m8n8k4, the kernels before
+      ops::cuda::detail::HcSplit sp8 = sp;
+      sp8.mma16 = false;
+      us = median_us(
+          [&](int i) { ops::cuda::detail::launch_hc_mix(params(false, i), xs(i), nullptr, T, sp8, y.data(), nullptr); },
+          e0, e1);
+      row("  mix_m8", T, double(kMixes * kLen) * 4 + xb, pre_flops, us);
+    }
     // (Repeated finalize runs read their own outputs as partials: the values are garbage, the work is the same.)
     us = median_us([&](int i) {
       ops::cuda::detail::launch_hc_finalize(params(false, i), xs(i), nullptr, T, sp, y.data(), post.data(), comb.data(),

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <tuple>
 
 #include "attn_test_util.h"
@@ -130,6 +131,39 @@ TEST(GpuMhc, InvariantTokenDoesNotDependOnT) {
     yh[k] = to_host(dy, size_t(kD));  // row 0 only
   }
   EXPECT_EQ(yh[0], yh[1]);
+}
+
+// The mixing kernel's partials (the split reduction parked in y) are bitwise the same on sm_90's m16n8k4 shape
+// (the 32-token tile's m-tiles in pairs) as on m8n8k4 (the same tile one m-tile at a time) and on the 8-token tile,
+// for hc_pre (24 mixes, 3 n-tiles) and hc_head (4 mixes): the batch-invariant mode's tile follows T, and the exact
+// numerics rely on the mixes' bits. T = 70 ends in a partial tile.
+TEST(GpuMhc, MixM16EqualsM8) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t T = 70;
+  auto X = random_vec(size_t(T * kN * kD), 61, 2.0f);
+  auto dX = to_device(X);
+  std::vector<int32_t> rows(static_cast<size_t>(T));
+  for (int64_t r = 0; r < T; ++r) rows[size_t(r)] = int32_t(T - 1 - r);
+  auto drows = to_device(rows);
+  for (bool head : {false, true}) {
+    HcFixture f(kN, kD, head, 60);
+    const ops::cuda::HcNormParams p = f.device();
+    const int64_t mixes = head ? kN : (2 + kN) * kN;
+    std::vector<float> out[3];
+    for (int v = 0; v < 3; ++v) {
+      ops::cuda::detail::HcSplit sp = ops::cuda::detail::hc_default_split(T, kN, kD, mixes);
+      ASSERT_EQ(sp.tile, 32);
+      sp.mma16 = v == 0;
+      if (v == 2) sp.tile = 8;
+      auto dy = poisoned<float>(size_t(T * kD));
+      ops::cuda::detail::launch_hc_mix(p, dX.data(), head ? drows.data() : nullptr, T, sp, dy.data(), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      out[v] = to_host(dy, size_t(T * kD));
+    }
+    for (int v = 1; v < 3; ++v)
+      EXPECT_EQ(std::memcmp(out[0].data(), out[v].data(), out[0].size() * sizeof(float)), 0)
+          << "head " << head << " variant " << v;
+  }
 }
 
 // Same input twice (the second time into outputs holding the first run's values): bitwise the same results.

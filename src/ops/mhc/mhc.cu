@@ -10,8 +10,8 @@
 //     the partials, read before) and applies the RMSNorm. When the row is one pass of the team (decode's wide
 //     finalize at V4-Flash shapes), the streams and norm weights are loaded first, in flight during the partial sums
 //     and the Sinkhorn, and the collapsed values stay in registers for the norm (session 15; same arithmetic).
-// hc_post: one thread per (token, 4 channels), float4 loads, the token's post/comb in shared memory; optionally the
-// bf16 rounding of V4.1's official numerics on the stored streams.
+// The finalize loads the site's scale / base at its start, before the partial sums (session 16). hc_post: one thread per (token, 4 channels), float4 loads issued before the token's post/comb
+// are staged in shared memory; optionally the bf16 rounding of V4.1's official numerics on the stored streams.
 #include "cuda/ops_device.cuh"
 #include "ops/mhc/mhc_launch.h"
 
@@ -101,11 +101,33 @@ __device__ __forceinline__ void team_partials(const double* part, int splits, in
   }
 }
 
-// One warp: from the token's summed mixes, pre (into smem), post and the Sinkhorn-normalised comb, in the float op
-// order of ops/mhc/mhc_ref.cpp. kHead: pre only.
+// The site's scale and this lane's base values (pre / post for lanes < n, its comb slots), loaded at the kernel's
+// start so that their latency overlaps the partial sums instead of following them (the stores of post could alias
+// base, so the compiler could not hoist them). Call from the team's first warp.
 template <bool kHead, int N>
-__device__ void hc_coefficients(const HcNormParams& p, const double (&acc)[HcDims<N>::kMixSlots], float* pre,
-                                float* post, float* comb) {
+struct HcConsts {
+  float scale[3] = {0.f, 0.f, 0.f}, b_pre = 0.f, b_post = 0.f, b_comb[HcDims<N>::kSlots] = {};
+};
+template <bool kHead, int N>
+__device__ __forceinline__ HcConsts<kHead, N> load_consts(const HcNormParams& p) {
+  HcConsts<kHead, N> k;
+  const int lane = threadIdx.x & 31, n = N > 0 ? N : int(p.n), nn = n * n;
+  k.scale[0] = p.scale[0];
+  if (lane < n) k.b_pre = p.base[lane];
+  if (kHead) return k;
+  k.scale[1] = p.scale[1];
+  k.scale[2] = p.scale[2];
+  if (lane < n) k.b_post = p.base[n + lane];
+#pragma unroll
+  for (int i = 0; i < HcDims<N>::kSlots; ++i) k.b_comb[i] = p.base[2 * n + (lane + 32 * i < nn ? lane + 32 * i : 0)];
+  return k;
+}
+
+// One warp: from the token's summed mixes, pre (into smem), post and the Sinkhorn-normalised comb, in the float op
+// order of ops/mhc/mhc_ref.cpp. kHead: pre only. k: load_consts of this lane.
+template <bool kHead, int N>
+__device__ void hc_coefficients(const HcNormParams& p, const HcConsts<kHead, N>& k,
+                                const double (&acc)[HcDims<N>::kMixSlots], float* pre, float* post, float* comb) {
   using D = HcDims<N>;
   const int lane = threadIdx.x & 31, n = N > 0 ? N : int(p.n), mixes = kHead ? n : (2 + n) * n;
   double ss = 0.0;
@@ -120,8 +142,8 @@ __device__ void hc_coefficients(const HcNormParams& p, const double (&acc)[HcDim
   for (int i = 0; i < D::kMixSlots; ++i) mu[i] = float(acc[i] * rho);
   const float mu_post = warp_pick(mu, n + lane);  // lanes < n: mu[n + lane]
   if (lane < n) {
-    pre[lane] = sigmoidf(affine_mix(mu[0], p.scale[0], p.base[lane], p.round_bf16), p.round_bf16) + p.hc_eps;
-    if (!kHead) post[lane] = 2.0f * sigmoidf(affine_mix(mu_post, p.scale[1], p.base[n + lane], p.round_bf16), p.round_bf16);
+    pre[lane] = sigmoidf(affine_mix(mu[0], k.scale[0], k.b_pre, p.round_bf16), p.round_bf16) + p.hc_eps;
+    if (!kHead) post[lane] = 2.0f * sigmoidf(affine_mix(mu_post, k.scale[1], k.b_post, p.round_bf16), p.round_bf16);
   }
   if (kHead) return;
   const int nn = n * n;
@@ -130,7 +152,7 @@ __device__ void hc_coefficients(const HcNormParams& p, const double (&acc)[HcDim
 #pragma unroll
   for (int i = 0; i < D::kSlots; ++i) {
     e[i] = lane + 32 * i < nn ? lane + 32 * i : 0;
-    z[i] = affine_mix(warp_pick(mu, 2 * n + e[i]), p.scale[2], p.base[2 * n + e[i]], p.round_bf16);
+    z[i] = affine_mix(warp_pick(mu, 2 * n + e[i]), k.scale[2], k.b_comb[i], p.round_bf16);
   }
   // Row (k over a row j) or column (j over a column k) sums of c, in index order, for each slot.
   auto line_sums = [&](const float (&v)[D::kSlots], bool row) {
@@ -270,8 +292,10 @@ __device__ __forceinline__ void load_weights(const float* __restrict__ norm_w, i
 // pass of the team (d4 <= kUnroll * team threads: V4-Flash's 4 x 4096 streams in the wide finalize, decode), its
 // streams and norm weights are loaded before the partial sums and the Sinkhorn, so their latency overlaps them, and
 // the collapsed values stay in registers for the norm; the arithmetic and its order are those of the loop form.
+// At most 128 registers (two blocks per SM): the unbounded allocation took 148-154 with the preloaded constants, one
+// block per SM, half the warps in flight at prefill.
 template <bool kHead, int kTeamWarps, int N>
-__global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, const float* __restrict__ X,
+__global__ void __launch_bounds__(kThreads, 2) hc_finalize_kernel(HcNormParams p, const float* __restrict__ X,
                                                                const int32_t* __restrict__ rows, int64_t T, int splits,
                                                                float* y, float* post, float* comb) {
   using D = HcDims<N>;
@@ -293,10 +317,13 @@ __global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, c
     load_columns<N, kTeamThreads>(x4, n, d4, tt, xv);
     load_weights<N, kTeamThreads>(p.norm_w, d4, tt, wv);
   }
+  HcConsts<kHead, N> consts;
+  if (tt < 32) consts = load_consts<kHead, N>(p);
   double acc[D::kMixSlots];
   team_partials<N, kTeamWarps>(reinterpret_cast<const double*>(yr), splits, R, acc, s_acc);
   if (tt < 32)
-    hc_coefficients<kHead, N>(p, acc, s_pre[team], kHead ? nullptr : post + t * n, kHead ? nullptr : comb + t * n * n);
+    hc_coefficients<kHead, N>(p, consts, acc, s_pre[team], kHead ? nullptr : post + t * n,
+                              kHead ? nullptr : comb + t * n * n);
   team_sync<kTeamWarps>();
   if (!kHead && p.pre_out && tt < n) p.pre_out[t * n + tt] = s_pre[team][tt];
   float pr[D::kN];
@@ -329,30 +356,41 @@ __global__ void __launch_bounds__(kThreads) hc_finalize_kernel(HcNormParams p, c
   }
 }
 
-__global__ void __launch_bounds__(kThreads) hc_post_kernel(int64_t T, int n, int64_t dim, const float* __restrict__ f,
-                                                           const float* __restrict__ post,
-                                                           const float* __restrict__ comb, float* X, bool round) {
+// N > 0: hc_mult fixed at compile time (n = 4: 96 registers, bounded for five blocks per SM; lower bounds
+// spill). Blocks of kPostThreads = 128: 20 warps per SM against 16 in two blocks of 256 before session 16.
+// The arithmetic is the same.
+constexpr int kPostThreads = 128;
+template <int N>
+__global__ void __launch_bounds__(kPostThreads, N == 4 ? 5 : 2)
+    hc_post_kernel(int64_t T, int n_arg, int64_t dim, const float* __restrict__ f, const float* __restrict__ post,
+                   const float* __restrict__ comb, float* X, bool round) {
+  constexpr int kN = N > 0 ? N : kHcMaxN;
+  const int n = N > 0 ? N : n_arg;
   __shared__ float s_post[kHcMaxN], s_comb[kHcMaxN * kHcMaxN];
   const int64_t d4 = dim / 4, q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    // The token's streams and f first: they do not depend on the coefficients, so their loads are in flight during
+    // the coefficients' loads and the two barriers (session 16; the arithmetic is unchanged).
+    float4* x4 = reinterpret_cast<float4*>(X + t * n * dim);
+    float4 old[kN], fv = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (q < d4) {
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+        if (j < n) old[j] = x4[j * d4 + q];
+      fv = reinterpret_cast<const float4*>(f + t * dim)[q];
+    }
     __syncthreads();  // the previous token's coefficients are no longer read
     if (int(threadIdx.x) < n) s_post[threadIdx.x] = post[t * n + threadIdx.x];
     if (int(threadIdx.x) < n * n) s_comb[threadIdx.x] = comb[t * n * n + threadIdx.x];
     __syncthreads();
     if (q >= d4) continue;
-    float4* x4 = reinterpret_cast<float4*>(X + t * n * dim);
-    float4 old[kHcMaxN];
 #pragma unroll
-    for (int j = 0; j < kHcMaxN; ++j)
-      if (j < n) old[j] = x4[j * d4 + q];
-    const float4 fv = reinterpret_cast<const float4*>(f + t * dim)[q];
-#pragma unroll
-    for (int k = 0; k < kHcMaxN; ++k) {
+    for (int k = 0; k < kN; ++k) {
       if (k >= n) break;
       const double pk = s_post[k];
       double a0 = pk * double(fv.x), a1 = pk * double(fv.y), a2 = pk * double(fv.z), a3 = pk * double(fv.w);
 #pragma unroll
-      for (int j = 0; j < kHcMaxN; ++j) {
+      for (int j = 0; j < kN; ++j) {
         if (j >= n) break;
         const double cj = s_comb[j * n + k];
         a0 += cj * double(old[j].x);
@@ -427,9 +465,12 @@ void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, 
 
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                     bool round_bf16, void* stream) {
-  const dim3 grid(unsigned((dim / 4 + kThreads - 1) / kThreads), unsigned(T < 65535 ? T : 65535));
-  hc_post_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(T, int(n), dim, f, post, comb, X,
-                                                                                 round_bf16);
+  const dim3 grid(unsigned((dim / 4 + kPostThreads - 1) / kPostThreads), unsigned(T < 65535 ? T : 65535));
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (n == 4)
+    hc_post_kernel<4><<<grid, kPostThreads, 0, st>>>(T, int(n), dim, f, post, comb, X, round_bf16);
+  else
+    hc_post_kernel<0><<<grid, kPostThreads, 0, st>>>(T, int(n), dim, f, post, comb, X, round_bf16);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

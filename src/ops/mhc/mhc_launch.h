@@ -33,9 +33,12 @@ inline constexpr int kHcChunk = 128;  // floats of the n*dim reduction staged in
 // (1 or 4 m-tiles of the fp64 mma). The order of a token's sums depends on the split only, never on the tile.
 // wide: the finalize runs one token per block (8 warps), else one token per warp; the split sums and the sum of
 // squares of the norm are added in a different order, so it must not depend on T in batch-invariant mode.
+// mma16: the 32-token tile on sm_90's m16n8k4 fp64 shape (else Ampere's m8n8k4, as the 8-token tile); false only
+// for the bench's A/B and the test that the two shapes give the same bits.
 struct HcSplit {
   int splits = 1, chunks_per_split = 1, tile = 32;
   bool wide = true;
+  bool mma16 = true;
 };
 // Largest split count whose double partials [splits, mixes + 1] fit in one output row of dim floats (the
 // partials live in y until the finalize kernel overwrites y; see mhc.cu). 0: dim too small.

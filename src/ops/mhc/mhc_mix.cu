@@ -7,7 +7,9 @@
 // (token, split, mix) into the token's own output row y[t] (viewed as doubles [splits, mixes + 1]); nothing is
 // added atomically, so results are deterministic.
 // A token's sums follow the same k order whatever MT is (mma rows are independent), so the tile may follow T in
-// batch-invariant mode.
+// batch-invariant mode. The 32-token tile issues its m-tiles in pairs on sm_90's m16n8k4 shape (HcSplit::mma16),
+// the 8-token tile on m8n8k4; each output element is the same four exact products added to the same accumulator,
+// and GpuMhc.MixM16EqualsM8 checks that the two shapes give the same bits.
 #include "cuda/ops_device.cuh"
 #include "ops/mhc/mhc_launch.h"
 
@@ -23,6 +25,14 @@ __device__ __forceinline__ void dmma(double (&d)[2], double a, double b) {
   asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
                : "+d"(d[0]), "+d"(d[1])
                : "d"(a), "d"(b));
+}
+// sm_90's m16n8k4 shape: two m8 tiles stacked (rows gr and gr + 8 of the 16: a0 / a1 in, d0 / d1 out, each with the
+// m8n8k4 fragment layout), one instruction for the 16 x 8 x 4 products. The m8n8k4 shape is Ampere's; the m16n8k*
+// f64 shapes are new in sm_90 (session 16's A/B of the two: bench/NOTES.md).
+__device__ __forceinline__ void dmma16(double (&d0)[2], double (&d1)[2], double a0, double a1, double b) {
+  asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+               : "+d"(d0[0]), "+d"(d0[1]), "+d"(d1[0]), "+d"(d1[1])
+               : "d"(a0), "d"(a1), "d"(b));
 }
 
 // 16 bytes global -> shared; valid == false fills zeros (src is then not read).
@@ -76,7 +86,8 @@ __device__ __forceinline__ void stage_chunk(float* st, const float* __restrict__
   }
 }
 
-template <int MT, int NT>
+// kM16 (MT even): the m-tiles in pairs on the m16n8k4 shape.
+template <int MT, int NT, bool kM16>
 __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __restrict__ fn, int mixes,
                                                               const float* __restrict__ X,
                                                               const int32_t* __restrict__ rows, int64_t T,
@@ -122,10 +133,18 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) b[nt] = double(fs[(8 * nt + gr) * kRowF + kk]);
+      if constexpr (kM16) {
+        static_assert(MT % 2 == 0, "m16 tiles pair the m8 tiles");
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; mt += 2)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) dmma(acc[mt][nt], a[mt], b[nt]);
+          for (int nt = 0; nt < NT; ++nt) dmma16(acc[mt][nt], acc[mt + 1][nt], a[mt], a[mt + 1], b[nt]);
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) dmma(acc[mt][nt], a[mt], b[nt]);
+      }
     }
     __syncthreads();  // stage s is refilled by the next iteration
   }
@@ -158,14 +177,14 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
   }
 }
 
-template <int MT, int NT>
+template <int MT, int NT, bool kM16 = false>
 void launch_mix(const HcNormParams& p, int mixes, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp,
                 float* y, cudaStream_t st) {
   constexpr size_t smem = mix_smem_bytes<MT, NT>();
   if (smem > 48 * 1024)
-    cudaFuncSetAttribute(hc_mix_mma_kernel<MT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    cudaFuncSetAttribute(hc_mix_mma_kernel<MT, NT, kM16>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   const dim3 grid(unsigned((T + 8 * MT - 1) / (8 * MT)), unsigned(sp.splits));
-  hc_mix_mma_kernel<MT, NT><<<grid, kThreads, smem, st>>>(p.fn, mixes, X, rows, T, p.n * p.dim, p.dim,
+  hc_mix_mma_kernel<MT, NT, kM16><<<grid, kThreads, smem, st>>>(p.fn, mixes, X, rows, T, p.n * p.dim, p.dim,
                                                           sp.chunks_per_split, y);
 }
 }  // namespace
@@ -176,10 +195,12 @@ void launch_hc_mix(const HcNormParams& p, const float* X, const int32_t* rows, i
   const int n = int(p.n), mixes = rows ? n : (2 + n) * n;  // <= 80: at most 10 n-tiles
   const bool wide_tile = sp.tile == 32 && mixes <= 24;    // hc_tile never asks for 32 with more mixes
   if (mixes <= 8) {
-    if (wide_tile) launch_mix<4, 1>(p, mixes, X, rows, T, sp, y, st);
+    if (wide_tile && sp.mma16) launch_mix<4, 1, true>(p, mixes, X, rows, T, sp, y, st);
+    else if (wide_tile) launch_mix<4, 1>(p, mixes, X, rows, T, sp, y, st);
     else launch_mix<1, 1>(p, mixes, X, rows, T, sp, y, st);
   } else if (mixes <= 24) {
-    if (wide_tile) launch_mix<4, 3>(p, mixes, X, rows, T, sp, y, st);
+    if (wide_tile && sp.mma16) launch_mix<4, 3, true>(p, mixes, X, rows, T, sp, y, st);
+    else if (wide_tile) launch_mix<4, 3>(p, mixes, X, rows, T, sp, y, st);
     else launch_mix<1, 3>(p, mixes, X, rows, T, sp, y, st);
   } else {
     launch_mix<1, 10>(p, mixes, X, rows, T, sp, y, st);
