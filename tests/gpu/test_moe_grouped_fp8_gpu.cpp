@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -123,13 +124,19 @@ void ragged_routing(const Fp8Case& c, uint64_t seed, std::vector<int32_t>& idx, 
 
 std::vector<float> run_moe(const Fp8Case& c, int64_t T, const DeviceBuffer<float>& dx, const DeviceBuffer<int32_t>& di,
                            const DeviceBuffer<float>& dw, const oc::MoeExpertsDevice& ex, const oc::MoeSharedDevice* sh,
-                           oc::MoePath path) {
+                           oc::MoePath path, oc::MoeSharedGemm shared_gemm = {},
+                           const char* expect_error = nullptr) {
   auto dout = to_device(std::vector<float>(size_t(T * c.D), NAN));
   oc::MoeWorkspace ws;
   EXPECT_TRUE(ws.reserve(T, c.k, c.D, c.I, c.E).is_ok());
+  ws.set_shared_gemm(std::move(shared_gemm));
   const auto st =
       oc::moe_cuda(dx.data(), T, di.data(), dw.data(), c.k, ex, sh, c.limit, 0.0f, dout.data(), ws, nullptr, path);
-  EXPECT_TRUE(st.is_ok()) << st.message();
+  if (expect_error) {
+    EXPECT_NE(st.message().find(expect_error), std::string::npos) << st.message();
+  } else {
+    EXPECT_TRUE(st.is_ok()) << st.message();
+  }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> out(size_t(T * c.D));
   EXPECT_EQ(cudaMemcpy(out.data(), dout.data(), out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -239,6 +246,50 @@ TEST(MoeGroupedFp8Gpu, SmallRagged) {
 TEST(MoeGroupedFp8Gpu, FlashShapes) {
   DSI_SKIP_WITHOUT_GPU();
   check_fp8({700, 32, 6, 4096, 2048, 10.0f, false, true, 3}, 11);
+}
+
+// The shared expert through the caller's projection GEMM (MoeWorkspace::set_shared_gemm; the runner passes its own):
+// on the fast path's prefill (T > kMoeGroupedMinT) moe_cuda calls it for the shared expert's three GEMMs, in line.
+// Given gemm_cuda at the precision moe_cuda would pick itself, the output is bitwise the one without it (the SwiGLU
+// and the combine are unchanged); at decode sizes it is not called; its error ends the call with that error.
+TEST(MoeGroupedFp8Gpu, SharedExpertThroughTheCallersGemm) {
+  DSI_SKIP_WITHOUT_GPU();
+  const Fp8Case c{oc::kMoeGroupedMinT + 76, 12, 4, 256, 384, 0.0f, true, true, 0};
+  const uint64_t seed = 21;
+  ExpertSet w1, w3, w2;
+  build_set(w1, c.E, c.I, c.D, seed, 1);
+  build_set(w3, c.E, c.I, c.D, seed, 3);
+  build_set(w2, c.E, c.D, c.I, seed, 2);
+  const oc::MoeExpertsDevice ex{c.E, c.D, c.I, w1.view, w3.view, w2.view};
+  std::vector<oc::OwnedDeviceWeight> sh_owned;
+  sh_owned.push_back(dsinfer::test::upload(make_host_weight(WeightFormat::FP8_BLOCK, c.I, c.D, seed + 11)));
+  sh_owned.push_back(dsinfer::test::upload(make_host_weight(WeightFormat::FP8_BLOCK, c.I, c.D, seed + 13)));
+  sh_owned.push_back(dsinfer::test::upload(make_host_weight(WeightFormat::FP8_BLOCK, c.D, c.I, seed + 12)));
+  const oc::MoeSharedDevice sh{sh_owned[0].w, sh_owned[1].w, sh_owned[2].w};
+  std::vector<int32_t> idx;
+  std::vector<float> wt;
+  ragged_routing(c, seed + 5, idx, wt);
+  auto dx = to_device(random_floats(size_t(c.T * c.D), seed + 6));
+  auto di = to_device(idx);
+  auto dwt = to_device(wt);
+  int calls = 0;
+  const oc::MoeSharedGemm own = [&](const float* x, int64_t M, int64_t K, const oc::DeviceWeight& w, float* y,
+                                    int64_t N) {
+    ++calls;
+    return oc::gemm_cuda(x, M, K, w, y, N, false, nullptr, oc::moe_shared_precision(oc::MoePath::Fast, M, N));
+  };
+  const std::vector<float> plain = run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast);
+  const std::vector<float> hooked = run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast, own);
+  EXPECT_EQ(calls, 3);
+  for (float v : hooked) ASSERT_TRUE(std::isfinite(v)) << "unwritten / NaN output";
+  EXPECT_EQ(std::memcmp(plain.data(), hooked.data(), plain.size() * 4), 0) << "the combine changed with the hook";
+  calls = 0;
+  (void)run_moe(c, oc::kMoeGroupedMinT, dx, di, dwt, ex, &sh, oc::MoePath::Fast, own);
+  EXPECT_EQ(calls, 0) << "decode sizes keep gemm_cuda on the side stream";
+  const oc::MoeSharedGemm failing = [](const float*, int64_t, int64_t, const oc::DeviceWeight&, float*, int64_t) {
+    return dsinfer::Status::error("shared projection refused");
+  };
+  (void)run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast, failing, "shared projection refused");
 }
 
 // ---- The CUTLASS grouped FP8 GEMMs (MoePath::CutlassFp8) on FP8_BLOCK experts ----

@@ -173,6 +173,25 @@ TEST(MoePlan, SharedExpertPrecision) {
   EXPECT_EQ(moe_shared_precision(MoePath::Invariant, 1, 2048), GemmPrecision::kBatchInvariant);
 }
 
+// The shared expert through the caller's projection GEMM: only on the fast path's prefill (T > kMoeGroupedMinT)
+// with a shared expert and a GEMM given, and then in line (no side stream); decode sizes, Exact, Invariant and the
+// paths asked for by name keep gemm_cuda (moe_shared_precision) and the side stream where they had it.
+TEST(MoePlan, SharedExpertThroughTheCallersGemmAtPrefill) {
+  const MoePlan prefill = plan_moe(MoePath::Fast, true, kMoeGroupedMinT + 1, kFlashK, true, true, false, true);
+  EXPECT_TRUE(prefill.shared_projection);
+  EXPECT_FALSE(prefill.side_stream);
+  const MoePlan no_gemm = plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true, false, false);
+  EXPECT_FALSE(no_gemm.shared_projection);
+  EXPECT_TRUE(no_gemm.side_stream);
+  const MoePlan decode = plan_moe(MoePath::Fast, true, kMoeGroupedMinT, kFlashK, true, true, false, true);
+  EXPECT_FALSE(decode.shared_projection);
+  EXPECT_TRUE(decode.side_stream);
+  EXPECT_FALSE(plan_moe(MoePath::Fast, true, 4096, kFlashK, false, true, false, true).shared_projection);
+  EXPECT_FALSE(plan_moe(MoePath::Fast, false, 4096, kFlashK, true, true, false, true).shared_projection);
+  for (MoePath path : {MoePath::Exact, MoePath::Invariant, MoePath::Grouped, MoePath::GroupedFp8})
+    EXPECT_FALSE(plan_moe(path, true, 4096, kFlashK, true, true, false, true).shared_projection);
+}
+
 // The runners: path per mode (kDefault, the V4.1 runner: Fast up to 1024 tokens), tokens per moe_cuda call.
 TEST(MoePlan, RunnerPathAndChunk) {
   EXPECT_EQ(moe_path(KernelMode::kExact, 1), MoePath::Exact);

@@ -316,16 +316,20 @@ Status exact_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, floa
   return expert_gemm(h1, I, nullptr, offsets, n, E, ex.w2, yp, D, stream, skinny_ok);
 }
 
-// Shared expert on all T rows through gemm_cuda: s1 = x W1^T, s3 = x W3^T, SwiGLU in place, shy = s1 W2^T.
+// Shared expert on all T rows: s1 = x W1^T, s3 = x W3^T, SwiGLU in place, shy = s1 W2^T. The GEMMs go through
+// `proj` (the caller's projection, MoePlan::shared_projection) when given, else gemm_cuda at moe_shared_precision.
 Status shared_expert(const float* x, int64_t T, int64_t D, const MoeSharedDevice& sh, float shared_limit,
-                     MoePath path, float* s1, float* s3, float* shy, void* stream) {
+                     MoePath path, float* s1, float* s3, float* shy, void* stream, const MoeSharedGemm* proj) {
   const int64_t Is = sh.w1.rows;
-  auto prec = [&](int64_t N) { return moe_shared_precision(path, T, N); };
-  DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, sh.w1, s1, Is, false, stream, prec(Is)));
-  DSI_RETURN_IF_ERROR(gemm_cuda(x, T, D, sh.w3, s3, Is, false, stream, prec(Is)));
+  auto gemm = [&](const float* a, int64_t K, const DeviceWeight& w, float* y, int64_t N) {
+    if (proj) return (*proj)(a, T, K, w, y, N);
+    return gemm_cuda(a, T, K, w, y, N, false, stream, moe_shared_precision(path, T, N));
+  };
+  DSI_RETURN_IF_ERROR(gemm(x, D, sh.w1, s1, Is));
+  DSI_RETURN_IF_ERROR(gemm(x, D, sh.w3, s3, Is));
   detail::launch_swiglu(s1, s3, T, nullptr, Is, shared_limit, stream);
   DSI_CUDA_LAUNCHED("swiglu_kernel(shared)");
-  return gemm_cuda(s1, T, Is, sh.w2, shy, D, false, stream, prec(D));
+  return gemm(s1, Is, sh.w2, shy, D);
 }
 
 Status check_launch_status(const char* name) {
@@ -372,7 +376,8 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
 
   // the direct read uses 16-byte loads: x must be 16-byte aligned (rows are, D % 128 == 0)
   const MoePlan plan = plan_moe(path, moe_fast_supported(ex), T, topk, shared != nullptr,
-                                reinterpret_cast<uintptr_t>(x) % 16 == 0, moe_cutlass_supported(ex));
+                                reinterpret_cast<uintptr_t>(x) % 16 == 0, moe_cutlass_supported(ex),
+                                bool(ws.shared_gemm_));
   const bool fast = plan.experts != MoeExpertKernels::kGemm;
   int32_t* active = fast ? ws.active_.data() : nullptr;
 
@@ -413,7 +418,8 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   }
   // launched after the routed kernels (host launch time stays off the routed critical path), forked before them
   if (st.is_ok() && shared)
-    st = shared_expert(x, T, D, *shared, shared_limit, path, s1, s3, shy, side ? ws.side_.stream() : stream);
+    st = shared_expert(x, T, D, *shared, shared_limit, path, s1, s3, shy, side ? ws.side_.stream() : stream,
+                       plan.shared_projection ? &ws.shared_gemm_ : nullptr);
   if (side) {
     const Status joined = ws.side_.join(stream);
     if (st.is_ok()) st = joined;
@@ -439,7 +445,7 @@ Status moe_shared_cuda(const float* x, int64_t T, const MoeSharedDevice& shared,
   if (T > ws.T_ || shared.w1.rows > ws.inter_)
     return Status::errorf("moe_shared_cuda: workspace reserved for T={} inter={}, call needs T={} inter={}", ws.T_,
                           ws.inter_, T, shared.w1.rows);
-  return shared_expert(x, T, D, shared, shared_limit, path, ws.sh1_.data(), ws.sh3_.data(), out, stream);
+  return shared_expert(x, T, D, shared, shared_limit, path, ws.sh1_.data(), ws.sh3_.data(), out, stream, nullptr);
 }
 
 Status moe_combine_cuda(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,

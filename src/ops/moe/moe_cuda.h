@@ -7,6 +7,7 @@
 // moe.cu, moe_fast.cu, moe_grouped.cu and moe_grouped_fp8.cu.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "core/status.h"
 #include "cuda/device_buffer.h"
@@ -23,6 +24,13 @@ Status route_cuda(const float* logits, int64_t T, const float* bias, const int32
                   const RouterCudaParams& p, int32_t* idx, float* weight, void* stream);
 
 // The kernel choice (MoePath, moe_fast_supported, the thresholds): moe_plan.h.
+
+// A dense projection y[M, N] = x[M, K] . W^T (row strides K and N, y overwritten) on moe_cuda's stream, with the
+// caller's kernel choice: the runner's projection GEMM, so the shared expert takes the kernels every other FP8
+// projection of the step takes. Where plan_moe sets MoePlan::shared_projection, moe_cuda's shared expert runs its
+// three GEMMs through it (the SwiGLU and the combine stay moe_cuda's).
+using MoeSharedGemm = std::function<Status(const float* x, int64_t M, int64_t K, const DeviceWeight& w, float* y,
+                                           int64_t N)>;
 
 class MoeWorkspace;
 // out[T, D] = sum_k weight[t,k] * expert_{idx[t,k]}(x[t]) + (shared ? shared(x[t]) : 0), summed in k order, then the
@@ -91,6 +99,8 @@ class MoeWorkspace {
  public:
   // Capacity for up to T tokens with topk experts each, hidden dim, expert (and shared) width inter, experts.
   Status reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter, int64_t experts);
+  // The caller's projection GEMM for the shared expert (MoeSharedGemm); empty: gemm_cuda at moe_shared_precision.
+  void set_shared_gemm(MoeSharedGemm g) { shared_gemm_ = std::move(g); }
 
   // Permutation of the last moe_cuda call (device pointers; layout in docs/kernels.md):
   const int32_t* offsets() const { return offsets_.data(); }        // [experts + 1]: expert e owns permuted rows
@@ -121,6 +131,7 @@ class MoeWorkspace {
   dsinfer::cuda::DeviceBuffer<uint8_t> cutlass_;
   size_t cutlass_scale_bytes_ = 0;
   MoeSideStream side_;
+  MoeSharedGemm shared_gemm_;
 };
 
 }  // namespace dsinfer::ops::cuda

@@ -87,9 +87,15 @@ struct MoePlan {
   bool prep_one_launch = false;  // the permutation in one launch (moe_prep_kernel), else count + scatter
   bool direct_x = false;         // kFast: the gate/up kernel reads fp32 x (needs 16-byte aligned x)
   bool side_stream = false;      // the shared expert on the side stream (when it is usable on this device)
+  bool shared_projection = false;  // the shared expert's GEMMs through the caller's projection (MoeSharedGemm)
 };
+// shared_gemm: the caller gave moe_cuda its projection GEMM (MoeWorkspace::set_shared_gemm). Fast above
+// kMoeGroupedMinT (prefill) then runs the shared expert's three GEMMs through it, in line on the main stream: the
+// runner's projections take cuBLASLt there (ops/gemm/gemm_plan.h), where gemm_cuda's tiled bf16 kernel measured
+// 1.88 ms per V4-Flash layer at T = 4,096 (110 TFLOP/s; bench/NOTES.md "Session 16 — MoE prefill") and the side
+// stream hid 0.27 ms of it behind the persistent grouped kernels, which hold every SM.
 MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16,
-                 bool cutlass_supported = false);
+                 bool cutlass_supported = false, bool shared_gemm = false);
 
 // One grouped expert GEMM (kGemm) over total_rows permuted rows of `experts` experts: the skinny kernel when allowed
 // and the rows average <= kMoeSkinnyRowsPerExpert per expert (and 16-byte weight vectors are legal), else the tiled

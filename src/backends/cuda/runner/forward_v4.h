@@ -19,7 +19,13 @@ namespace dsinfer::backends {
 
 class CudaForwardV4 final : public CudaForward {
  public:
-  explicit CudaForwardV4(RunnerCore& core) : CudaForward(core) {}
+  explicit CudaForwardV4(RunnerCore& core) : CudaForward(core) {
+    // The MoE's shared expert at prefill through this forward's projection choice (ops/moe/moe_plan.h plan_moe).
+    moe_ws_.set_shared_gemm(
+        [this](const float* x, int64_t M, int64_t K, const ops::cuda::DeviceWeight& w, float* y, int64_t N) {
+          return gemm(x, M, K, w, y, N, false);
+        });
+  }
 
   const char* family() const override { return "v4"; }
   Status load(const runner::RunnerOptions& opts, ExpertSlots slots) override;
