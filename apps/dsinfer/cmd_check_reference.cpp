@@ -37,6 +37,8 @@ void usage(FILE* f = stderr) {
                "                 over a deterministic stream (reference prompt ids continued by seeded samples of the\n"
                "                 exact path); reports top-1 agreement, mean / max KL(exact || fast), max |logit diff|\n"
                "  --positions N  fidelity: positions compared (default 2048); --seq-len N tokens per sequence (512)\n"
+               "  --fidelity-chunk N  fidelity: tokens per teacher-forced step (default 256; above 1024 the fast\n"
+               "                 path runs its prefill kernels)\n"
                "  --min-top1 F   fidelity: pass threshold on top-1 agreement (default 0.995)\n"
                "  --max-kl X     fidelity: pass threshold on the mean KL (default 1e-3)\n");
 }
@@ -117,11 +119,14 @@ int cmd_check_reference(int argc, char** argv) {
       o.min_greedy_match = std::strtod(v, &end);
       if (*end || !(o.min_greedy_match >= 0 && o.min_greedy_match <= 1))
         return fail(std::string("--min-greedy-match '") + v + "' is not a fraction in [0, 1]");
-    } else if (a == "--positions" || a == "--seq-len") {
+    } else if (a == "--positions" || a == "--seq-len" || a == "--fidelity-chunk") {
       char* end = nullptr;
       const long long n = std::strtoll(v, &end, 10);
       if (*end || n < 1 || n > (1ll << 30)) return fail(a + " '" + v + "' is not a positive integer");
-      (a == "--positions" ? o.fidelity_positions : o.fidelity_seq_len) = n;
+      int64_t& field = a == "--positions" ? o.fidelity_positions
+                       : a == "--seq-len" ? o.fidelity_seq_len
+                                          : o.fidelity_chunk;
+      field = n;
     } else if (a == "--min-top1" || a == "--max-kl") {
       char* end = nullptr;
       const double x = std::strtod(v, &end);

@@ -45,6 +45,9 @@ struct CheckReferenceOptions {
   bool fidelity = false;
   int64_t fidelity_positions = 2048;
   int64_t fidelity_seq_len = 512;
+  // Tokens per teacher-forced step. The default keeps every step at decode-class sizes; a chunk above 1,024 runs
+  // the fast path's prefill kernels (the grouped FP8 MoE, the shared expert through cuBLASLt: ops/moe/moe_plan.h).
+  int64_t fidelity_chunk = 256;
   double min_top1 = 0.995;
   double max_kl = 1e-3;
 };

@@ -50,6 +50,7 @@ Status run_fidelity(const CheckReferenceOptions& o, runner::RunnerOptions ro, co
   check::FidelityOptions fo;
   fo.positions = o.fidelity_positions;
   fo.seq_len = o.fidelity_seq_len;
+  fo.chunk = o.fidelity_chunk;
   DSI_ASSIGN_OR_RETURN(check::Fidelity f, check::check_fidelity(*exact, *fast, *seeds, fo));
   FidelityResult& r = rep.fidelity;
   r.exact_runner = exact->name();

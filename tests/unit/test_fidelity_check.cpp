@@ -171,4 +171,11 @@ TEST(FidelityCheck, CliReportsAndThresholdsDecideTheExitCode) {
   EXPECT_EQ(r.rc, 2) << r.out << r.err;
   r = test::run_cli(d, base + " --positions x");
   EXPECT_EQ(r.rc, 2) << r.out << r.err;
+  // --fidelity-chunk: the teacher-forced steps' size (5 + 5 + 2 here), the same 12 positions compared
+  r = test::run_cli(d, base + " --fidelity-chunk 5");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("top-1 agreement 100.000% (12/12)"), std::string::npos) << r.out;
+  r = test::run_cli(d, base + " --fidelity-chunk 0");
+  EXPECT_EQ(r.rc, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--fidelity-chunk"), std::string::npos) << r.err;
 }
