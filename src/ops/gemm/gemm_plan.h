@@ -72,8 +72,11 @@ inline constexpr int64_t kGemmGroupedLtMinM = 1024;
 // issue 31: bench/NOTES.md "Session 15 — issue 31/30: wo_a in one launch".
 inline constexpr int64_t kGemmGroupedBatchedMinM = kGemmGemvMaxM + 1;
 // The cuBLASLt engine's FP8_BLOCK weights (E8M0 scales) run as bf16 x on the per-call widened weight instead of two
-// FP8 terms from this M (gemm_lt_fp8_route, kAuto). Session 16 (issue 30): bench/NOTES.md "Session 16 — dense FP8
-// GEMMs at prefill sizes".
+// FP8 terms from this M (gemm_lt_fp8_route, kAuto). H200, session 16 (issue 30; bench/NOTES.md "Session 16 — dense
+// FP8 GEMMs at prefill sizes"): from 1,024 rows faster on every V4-Flash shape (M = 4,096: wq_b 871 -> 508 us, wo_b
+// 712 -> 444, wq_a 203 -> 87, wkv 177 -> 64); at 64 / 256 rows the 32 MB weights lose to the widening's 37 us (wq_b
+// 62 vs 48 us at 64). The small weights win there too (wq_a 29 vs 47 us at 256) but are left on two terms: the
+// widened route's bf16 x cost the fidelity gate 0.15 points of top-1 when forced at every M (99.71 -> 99.56 %).
 inline constexpr int64_t kGemmLtWideMinM = 1024;
 
 // ---- Choices ----
