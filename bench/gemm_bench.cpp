@@ -430,14 +430,6 @@ void bench_grouped() {
     const double t_widen = time_ms([&](int i) {
       return oc::widen_fp8_bf16(w[size_t(i)], wide.as<uint16_t>(), N * K, nullptr).is_ok();
     });
-    // Session 16: the vectorized widening at 2 and 4 chunks loaded per thread before converting (production:
-    // oc::detail::kWidenLoads).
-    double t_wl[2] = {0, 0};
-    for (int j = 0; j < 2; ++j)
-      t_wl[j] = time_ms([&](int i) {
-        oc::detail::launch_widen_fp8_bf16(w[size_t(i)], wide.as<uint16_t>(), nullptr, 2 << j);
-        return cudaGetLastError() == cudaSuccess;
-      });
     const double t_xb = time_ms([&](int i) {
       oc::detail::launch_lt_bf16(xs[size_t(i)].as<float>(), M, G * K, G * K, xb.as<uint16_t>(), nullptr);
       return cudaGetLastError() == cudaSuccess;
@@ -461,9 +453,6 @@ void bench_grouped() {
     print_ms(t_new);
     std::printf(" %5.2fx (widen", runs ? t_new * 1e-3 / floor_s : 0.0);
     print_ms(t_widen);
-    std::printf(" loads2/4");
-    print_ms(t_wl[0]);
-    print_ms(t_wl[1]);
     std::printf(" x->bf16");
     print_ms(t_xb);
     std::printf(") diff %.2e | wq_b Lt x2", den > 0 ? std::sqrt(num / den) : std::sqrt(num));

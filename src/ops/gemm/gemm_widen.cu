@@ -48,64 +48,41 @@ __global__ void __launch_bounds__(kThreads) widen_fp8_bf16_kernel(const uint8_t*
   *reinterpret_cast<uint2*>(out + n * K + k) = make_uint2(o[0], o[1]);
 }
 
-// 16 weights per chunk (one 16-byte load, two 16-byte stores) under one scale, over a flat grid of 16-weight chunks
+// 16 weights a thread (one 16-byte load, two 16-byte stores) under one scale, over a flat grid of 16-weight chunks
 // (rows of any K % 16 == 0 share blocks, so a short K like wq_b's 1,024 keeps every thread busy): block_k % 16 == 0,
-// data and out 16-byte aligned. Each thread loads U chunks (grid-stride apart) before converting any: U loads in
-// flight per thread.
-template <int U>
+// data and out 16-byte aligned.
 __global__ void __launch_bounds__(kThreads) widen_fp8_bf16_vec_kernel(const uint8_t* data, const uint8_t* scale,
                                                                        int64_t chunks, int K, int block_n, int block_k,
                                                                        uint16_t* out) {
   const int per_row = K / 16, kb_row = (K + block_k - 1) / block_k;
-  const int64_t stride = int64_t(gridDim.x) * kThreads;
-  for (int64_t c0 = int64_t(blockIdx.x) * kThreads + threadIdx.x; c0 < chunks; c0 += U * stride) {
-    uint4 codes[U];
-    float sc[U];
+  for (int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x; c < chunks; c += int64_t(gridDim.x) * kThreads) {
+    const int64_t n = c / per_row;
+    const int k = int(c - n * per_row) * 16;
+    const uint4 codes = __ldg(reinterpret_cast<const uint4*>(data) + c);
+    const float sc = e8m0(__ldg(scale + (n / block_n) * kb_row + k / block_k));
+    const uint32_t word[4] = {codes.x, codes.y, codes.z, codes.w};
+    uint32_t o[8];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + u * stride;
-      if (c >= chunks) break;
-      const int64_t n = c / per_row;
-      const int k = int(c - n * per_row) * 16;
-      codes[u] = __ldg(reinterpret_cast<const uint4*>(data) + c);
-      sc[u] = e8m0(__ldg(scale + (n / block_n) * kb_row + k / block_k));
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + u * stride;
-      if (c >= chunks) break;
-      const uint32_t word[4] = {codes[u].x, codes[u].y, codes[u].z, codes[u].w};
-      uint32_t o[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) o[i] = widen_pair(word[i / 2] >> (16 * (i % 2)), sc[u]);
-      uint4* dst = reinterpret_cast<uint4*>(out) + 2 * c;
-      dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-      dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
-    }
+    for (int i = 0; i < 8; ++i) o[i] = widen_pair(word[i / 2] >> (16 * (i % 2)), sc);
+    uint4* dst = reinterpret_cast<uint4*>(out) + 2 * c;
+    dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
   }
-}
-
-template <int U>
-void launch_vec(const DeviceWeight& w, uint16_t* out, int64_t chunks, cudaStream_t stream) {
-  // A flat grid of at most 4,096 blocks (over 30 per SM on an H200); each thread then walks a few chunks.
-  const int64_t want = (chunks + int64_t(kThreads) * U - 1) / (int64_t(kThreads) * U);
-  const unsigned grid = unsigned(want < 4096 ? want : 4096);
-  widen_fp8_bf16_vec_kernel<U><<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t*>(w.data),
-                                                             static_cast<const uint8_t*>(w.scale), chunks, int(w.cols),
-                                                             int(w.block_n), int(w.block_k), out);
 }
 
 }  // namespace
 
-void launch_widen_fp8_bf16(const DeviceWeight& w, uint16_t* out, void* stream, int loads) {
+void launch_widen_fp8_bf16(const DeviceWeight& w, uint16_t* out, void* stream) {
   const bool vec = w.cols % 16 == 0 && w.block_k % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
   if (vec) {
     const int64_t chunks = w.rows * (w.cols / 16);
-    const auto s = static_cast<cudaStream_t>(stream);
-    if (loads >= 4) launch_vec<4>(w, out, chunks, s);
-    else if (loads == 2) launch_vec<2>(w, out, chunks, s);
-    else launch_vec<1>(w, out, chunks, s);
+    // A flat grid of at most 4,096 blocks (over 30 per SM on an H200); each thread then walks a few chunks.
+    const int64_t want = (chunks + kThreads - 1) / kThreads;
+    const unsigned grid = unsigned(want < 4096 ? want : 4096);
+    widen_fp8_bf16_vec_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const uint8_t*>(w.data), static_cast<const uint8_t*>(w.scale), chunks, int(w.cols),
+        int(w.block_n), int(w.block_k), out);
     return;
   }
   const dim3 grid{unsigned(w.rows), unsigned((w.cols / 4 + kThreads - 1) / kThreads)};
