@@ -17,6 +17,9 @@
 //                                        PEERROW lines; the runner's path is plan_gemm_call's choice under this
 //                                        process's DSINFER_CUBLASLT* settings)
 //        dsinfer_gemm_bench --grouped   (issues 31 / 30, session 15: wo_a at M = 1 .. 4096 on every path, bench_grouped)
+//        dsinfer_gemm_bench --prefill   (issue 30, session 16: the FP8 ungrouped shapes at M = 64 .. 8192 with PEERROW
+//                                        lines; "wide" = the engine's kBf16 route: the weight widened to bf16 per
+//                                        call (its widening alone in brackets), x to bf16, one bf16 matmul)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -223,7 +226,7 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   // sends them; n/a with the engine's reason when it refuses (e.g. no block-scaled algorithm at this M).
   std::string why_run;
   auto time_engine = [&](oc::GemmLtActivations act) {
-    if (s.groups != 1 || !oc::GemmLtEngine::supports(w[0]) || (!fp8 && act == oc::GemmLtActivations::kFp8)) return -1.0;
+    if (s.groups != 1 || !oc::GemmLtEngine::supports(w[0]) || (!fp8 && act != oc::GemmLtActivations::kFp8x2)) return -1.0;
     oc::GemmLtEngine eng(act);
     bool all = true;
     for (int i = 0; i < kSets && all; ++i) {
@@ -241,6 +244,16 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     });
   };
   const double t_run = time_engine(oc::GemmLtActivations::kFp8x2), t_run1 = time_engine(oc::GemmLtActivations::kFp8);
+  // Session 16: the engine's widened route (the FP8 weight widened to bf16 per call, x to bf16, one bf16 matmul),
+  // and its widening alone.
+  const double t_wide = fp8 ? time_engine(oc::GemmLtActivations::kBf16) : -1.0;
+  double t_widen = -1.0;
+  if (fp8 && s.groups == 1) {
+    Blob wide = blob(size_t(s.N * s.K) * 2, 3, 99);
+    t_widen = time_ms([&](int i) {
+      return oc::widen_fp8_bf16(w[size_t(i)], wide.as<uint16_t>(), s.N * s.K, nullptr).is_ok();
+    });
+  }
   const double bytes = double(oc::weight_data_bytes(s.fmt, s.N, s.K)) +
                        double(fp8 ? oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128) : 0) +
                        4.0 * double(M) * double(Kx + s.N);
@@ -273,8 +286,13 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   if (t_run > 0) std::printf(" %5.2fx", t_run * 1e-3 / floor8);
   std::printf(" x1");
   print_ms(t_run1);
-  if (t_run1 > 0) std::printf(" %5.2fx fp8 floor", t_run1 * 1e-3 / floor8);
-  std::printf(" us\n");
+  if (t_run1 > 0) std::printf(" %5.2fx", t_run1 * 1e-3 / floor8);
+  std::printf(" wide");
+  print_ms(t_wide);
+  if (t_wide > 0) std::printf(" %5.2fx (widen", t_wide * 1e-3 / floor8);
+  else std::printf("        (widen");
+  print_ms(t_widen);
+  std::printf(") fp8 floor us\n");
   if (t_run < 0 && !why_run.empty() && (M == 1 || M == 8)) std::printf("    (lt-runner: %s)\n", why_run.c_str());
   // The runner sends FP8 GEMMs of M >= 64 rows to cuBLASLt (two-term activations), smaller ones to our kernels.
   if (peer) {
@@ -282,17 +300,24 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     const auto settings = oc::gemm_settings_from_env();
     const oc::GemmCallPlan cp = oc::plan_gemm_call(w[0], M, dsinfer::ops::KernelMode::kFast,
                                                    settings.is_ok() ? settings.value() : oc::GemmSettings{});
-    const double t_runner = cp.lt && t_run > 0 ? t_run : cp.precision == oc::GemmPrecision::kBf16 && t_new > 0 ? t_new : t_old;
+    const bool wide_route =
+        fp8 && oc::gemm_lt_fp8_route(w[0], M, settings.is_ok() ? settings.value().lt_activations
+                                                               : oc::GemmSettings{}.lt_activations) ==
+                   oc::GemmLtActivations::kBf16;
+    const double t_lt_runner = wide_route ? t_wide : t_run;
+    const double t_runner = cp.lt && t_lt_runner > 0                                ? t_lt_runner
+                            : cp.precision == oc::GemmPrecision::kBf16 && t_new > 0 ? t_new
+                                                                                     : t_old;
     std::printf("PEERROW gemm %s N=%lld K=%lld M=%lld runner_us=%.2f kernel_us=%.2f runner=%s runner_TBps=%.2f\n",
                 s.name, (long long)s.N, (long long)s.K, (long long)M, t_runner * 1e3, t_new * 1e3,
-                cp.lt ? "cublaslt" : cp.precision == oc::GemmPrecision::kBf16 ? (uses_gemv ? "gemv" : "stream") : "default",
+                cp.lt ? (wide_route ? "cublaslt-wide" : "cublaslt") : cp.precision == oc::GemmPrecision::kBf16 ? (uses_gemv ? "gemv" : "stream") : "default",
                 bytes / (t_runner * 1e-3) / 1e12);
   }
   for (int k = 0; k < 3; ++k)
     if (t_lt[k] < 0 && !why[k].empty() && M == 1) std::printf("    (cuBLASLt kind %d: %s)\n", k, why[k].c_str());
 }
 
-void bench_gemm(bool gemv_only, bool peer, bool skinny) {
+void bench_gemm(bool gemv_only, bool peer, bool skinny, bool prefill) {
   const GemmShape shapes[] = {
       {"wq_a", oc::WeightFormat::FP8_BLOCK, 1024, 4096, 1},       {"wq_b", oc::WeightFormat::FP8_BLOCK, 32768, 1024, 1},
       {"wkv", oc::WeightFormat::FP8_BLOCK, 512, 4096, 1},         {"wo_a(8 groups)", oc::WeightFormat::FP8_BLOCK, 8192, 4096, 8},
@@ -313,15 +338,16 @@ void bench_gemm(bool gemv_only, bool peer, bool skinny) {
               "M <= 8, tiled above), new = GemmPrecision::kBf16 (the GEMV kernel at M <= %d where it applies, tagged "
               "'gemv'; else the streaming kernel), stream = the streaming kernel alone\n", kRuns, kWarm, kSets,
               int(oc::kGemmGemvMaxM));
-  const std::vector<int64_t> ms = skinny      ? std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256}
+  const std::vector<int64_t> ms = prefill     ? std::vector<int64_t>{64, 256, 1024, 4096, 8192}
+                                  : skinny    ? std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256}
                                   : peer      ? std::vector<int64_t>{64, 1024, 4096}
                                   : gemv_only ? std::vector<int64_t>{1, 2, 4, 6, 8, 16}
                                               : std::vector<int64_t>{1, 2, 4, 6, 8, 16, 64, 256, 4096};
   for (const GemmShape& s : shapes) {
     const bool head = std::string(s.name) == "lm_head";
-    if ((peer || skinny) && (s.fmt != oc::WeightFormat::FP8_BLOCK || s.groups != 1)) continue;
+    if ((peer || skinny || prefill) && (s.fmt != oc::WeightFormat::FP8_BLOCK || s.groups != 1)) continue;
     for (int64_t M : ms)
-      if (M <= 256 || !head) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes, peer || skinny);
+      if (M <= 256 || !head) bench_gemm_shape(s, M, lt, lt_ws.data(), ws_bytes, peer || skinny || prefill);
   }
   cublasLtDestroy(lt);
 }
@@ -447,8 +473,10 @@ int main(int argc, char** argv) {
   const bool peer = argc > 1 && std::string(argv[1]) == "--peer";
   const bool skinny = argc > 1 && std::string(argv[1]) == "--skinny";
   const bool grouped = argc > 1 && std::string(argv[1]) == "--grouped";
-  if (argc > 1 && !gemv_only && !peer && !skinny && !grouped) {
-    std::fprintf(stderr, "usage: dsinfer_gemm_bench [--gemv | --peer | --skinny | --grouped], found '%s'\n", argv[1]);
+  const bool prefill = argc > 1 && std::string(argv[1]) == "--prefill";
+  if (argc > 1 && !gemv_only && !peer && !skinny && !grouped && !prefill) {
+    std::fprintf(stderr, "usage: dsinfer_gemm_bench [--gemv | --peer | --skinny | --grouped | --prefill], found '%s'\n",
+                 argv[1]);
     return 2;
   }
   int dev = 0;
@@ -461,6 +489,6 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, L2 %d MB; floor = max(bytes / %.1f TB/s, flops / %.0f TFLOP/s)\n", p.name,
               p.multiProcessorCount, p.l2CacheSize >> 20, kHbm / 1e12, kPeak / 1e12);
   if (grouped) bench_grouped();
-  else bench_gemm(gemv_only, peer, skinny);
+  else bench_gemm(gemv_only, peer, skinny, prefill);
   return 0;
 }

@@ -3,8 +3,9 @@
 // padding zeroed), the weight-scale conversion against weight_scales_to_lt_ref, and GEMM parity against an fp64 GEMM
 // of the same quantization (x quantized 1x128 on the host and dequantized, W dequantized by io::dequant_fp8_block)
 // on V4-Flash and odd shapes, strides, accumulate, M not a multiple of 4 (the last M % 4 rows run on the fp32
-// streaming kernel: their reference uses x itself), a CUDA graph capture, and clean errors. Both activation modes
-// (one e4m3 term; two terms). Tolerance (normalised L2 error 4e-3): the reference uses the same quantized operands,
+// streaming kernel: their reference uses x itself), a CUDA graph capture, and clean errors. Every route (one e4m3
+// term; two terms; kBf16 = the weight widened to bf16 per call and x rounded to bf16, whose reference is bf16(x)
+// against the exact W at every row; kAuto = the plan's per-M choice). Tolerance (normalised L2 error 4e-3): the reference uses the same quantized operands,
 // which are exact (e4m3 codes, power-of-two or E8M0 scales), so the error is the library's: Hopper FP8 tensor cores
 // accumulate each 128-wide K block with ~14 mantissa bits before the fp32 promotion (~1e-4 relative rms), plus,
 // where cuBLASLt offers only bf16 output for the block-scaled mode, bf16 rounding of y (uniform relative error
@@ -23,6 +24,8 @@
 #include "ops/gemm/gemm_lt_cuda.h"
 #include "ops/gemm/gemm_lt_launch.h"
 #include "ops/gemm/gemm_lt_quant.h"
+#include "ops/gemm/gemm_plan.h"
+#include "core/dtypes.h"
 #include "weight_gen.h"
 
 namespace {
@@ -117,16 +120,19 @@ bool check_lt(GemmLtEngine& eng, const HostWeight& hw, const dsinfer::ops::cuda:
     EXPECT_EQ(std::memcmp(y.data(), y0.data(), y.size() * 4), 0) << "refused call wrote y: " << st.message();
     return false;
   }
-  const bool two = eng.activations() == dsinfer::ops::cuda::GemmLtActivations::kFp8x2;
+  const auto route = dsinfer::ops::cuda::gemm_lt_fp8_route(w, M, eng.activations());
+  const bool two = route == dsinfer::ops::cuda::GemmLtActivations::kFp8x2;
+  const bool wide = route == dsinfer::ops::cuda::GemmLtActivations::kBf16;  // x to bf16 (RNE), exact W, every row
   std::vector<uint8_t> q(size_t(M * K)), q2(size_t(M * K), 0);
   std::vector<float> s(size_t(M * kb)), s2(size_t(M * kb), 0.0f), ref, got;
   lt::quantize_ref(x.data(), M, ldx, K, q.data(), s.data(), two ? q2.data() : nullptr, two ? s2.data() : nullptr);
   for (int64_t m = 0; m < M; ++m) {
     std::vector<double> xd(static_cast<size_t>(K));
-    const bool tail = m >= M - M % 4;  // rows cuBLASLt cannot take run on the fp32 streaming kernel: x itself
+    const bool tail = !wide && m >= M - M % 4;  // rows cuBLASLt cannot block-scale run on the fp32 kernel: x itself
     for (int64_t k = 0; k < K; ++k) {
       const size_t i = size_t(m * K + k), j = size_t(m * kb + k / 128);
-      xd[size_t(k)] = tail ? double(x[size_t(m * ldx + k)])
+      xd[size_t(k)] = wide   ? double(dsinfer::round_bf16(x[size_t(m * ldx + k)]))
+                      : tail ? double(x[size_t(m * ldx + k)])
                            : double(lt::dequantize(q[i], s[j])) + double(lt::dequantize(q2[i], s2[j]));
     }
     for (int64_t n = 0; n < ldy; ++n) {
@@ -150,10 +156,15 @@ bool check_lt(GemmLtEngine& eng, const HostWeight& hw, const dsinfer::ops::cuda:
 class GemmLtGpuModes : public testing::TestWithParam<dsinfer::ops::cuda::GemmLtActivations> {};
 INSTANTIATE_TEST_SUITE_P(Activations, GemmLtGpuModes,
                          testing::Values(dsinfer::ops::cuda::GemmLtActivations::kFp8x2,
-                                         dsinfer::ops::cuda::GemmLtActivations::kFp8),
+                                         dsinfer::ops::cuda::GemmLtActivations::kFp8,
+                                         dsinfer::ops::cuda::GemmLtActivations::kBf16,
+                                         dsinfer::ops::cuda::GemmLtActivations::kAuto),
                          [](const testing::TestParamInfo<dsinfer::ops::cuda::GemmLtActivations>& i) {
-                           return std::string(i.param == dsinfer::ops::cuda::GemmLtActivations::kFp8x2 ? "TwoTerms"
-                                                                                                     : "OneTerm");
+                           using A = dsinfer::ops::cuda::GemmLtActivations;
+                           return std::string(i.param == A::kFp8x2 ? "TwoTerms"
+                                              : i.param == A::kFp8 ? "OneTerm"
+                                              : i.param == A::kBf16 ? "WidenedBf16"
+                                                                     : "Auto");
                          });
 
 // 2026-11-30 these failed on the H200 (the engine's first-use probe ran M = 66: no algorithm for M % 4 != 0, and
@@ -169,6 +180,8 @@ TEST_P(GemmLtGpuModes, ParityOnFlashAndOddShapes) {
   std::printf("cuBLASLt 128x128 scale rows: %s\n",
               eng.weight_scale_layout() == 1 ? "ceil(K/128)" : "ceil(K/128) rounded up to 4");
   for (int64_t M : {64, 128, 130, 256}) EXPECT_TRUE(check_lt(eng, wq_a, d1.w, M, 4096, 1024, false, ++seed)) << M;
+  // Prefill sizes (the kAuto route widens from kGemmLtWideMinM rows), M % 4 != 0 included.
+  EXPECT_TRUE(check_lt(eng, wq_a, d1.w, 1030, 4096, 1024, false, ++seed));
   const HostWeight odd = make_host_weight(WeightFormat::FP8_BLOCK, 384, 512, ++seed, /*e8m0=*/false);
   auto d2 = dsinfer::test::upload(odd);
   for (int64_t M : {37, 517}) EXPECT_TRUE(check_lt(eng, odd, d2.w, M, 512, 384, false, ++seed)) << M;
@@ -219,12 +232,14 @@ TEST(GemmLtGpu, RefusesUnsupportedWeightsCleanly) {
 }
 
 // A call captured into a CUDA graph (weight prepared before, as the runner does; M = 70: 68 rows on cuBLASLt, 2 on
-// the fp32 kernel) replays to the eager result; an unprepared weight inside the capture is refused without
-// breaking the capture.
+// the fp32 kernel; or all 70 on the widened bf16 route) replays to the eager result; an unprepared weight inside the
+// capture is refused without breaking the capture.
 TEST(GemmLtGpu, GraphCaptureReplaysEagerResult) {
   DSI_SKIP_WITHOUT_GPU();
+  for (auto act : {dsinfer::ops::cuda::GemmLtActivations::kAuto, dsinfer::ops::cuda::GemmLtActivations::kBf16}) {
+  SCOPED_TRACE(act == dsinfer::ops::cuda::GemmLtActivations::kBf16 ? "widened bf16" : "auto");
   const int64_t M = 70, N = 1024, K = 1024;
-  GemmLtEngine eng;
+  GemmLtEngine eng(act);
   const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, N, K, 31, true, 128, 128, false);
   const HostWeight other = make_host_weight(WeightFormat::FP8_BLOCK, N, K, 32, true, 128, 128, false);
   auto dw = dsinfer::test::upload(w);
@@ -238,7 +253,11 @@ TEST(GemmLtGpu, GraphCaptureReplaysEagerResult) {
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
   const dsinfer::Status in = eng.gemm(dx.data(), M, K, dw.w, dg.data(), N, false, s);
-  const dsinfer::Status refused = eng.gemm(dx.data(), M, K, dother.w, dg.data(), N, false, s);
+  // The block-scaled route keeps per-weight scales: an unprepared weight is refused. The widened route has no
+  // per-weight state (its buffer fits every weight of this shape), so it is not asked.
+  const bool wide = act == dsinfer::ops::cuda::GemmLtActivations::kBf16;
+  const dsinfer::Status refused =
+      wide ? dsinfer::Status::error("not asked") : eng.gemm(dx.data(), M, K, dother.w, dg.data(), N, false, s);
   cudaGraph_t g = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
   EXPECT_TRUE(in.is_ok()) << in.message();
@@ -252,6 +271,7 @@ TEST(GemmLtGpu, GraphCaptureReplaysEagerResult) {
   cudaGraphExecDestroy(ex);
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);
+  }
 }
 
 }  // namespace

@@ -322,7 +322,7 @@ TEST(GemmPlan, SettingsFromEnvironmentValues) {
   const GemmSettings d = settings(nullptr, nullptr, nullptr);
   EXPECT_TRUE(d.cublaslt);
   EXPECT_EQ(d.lt_min_m, 64);
-  EXPECT_EQ(d.lt_activations, GemmLtActivations::kFp8x2);
+  EXPECT_EQ(d.lt_activations, GemmLtActivations::kAuto);
   EXPECT_FALSE(settings("0", nullptr, nullptr).cublaslt);
   EXPECT_TRUE(settings("1", nullptr, nullptr).cublaslt);
   EXPECT_TRUE(settings("", nullptr, nullptr).cublaslt);
@@ -330,6 +330,8 @@ TEST(GemmPlan, SettingsFromEnvironmentValues) {
   EXPECT_EQ(settings(nullptr, "", nullptr).lt_min_m, 64);
   EXPECT_EQ(settings(nullptr, nullptr, "fp8").lt_activations, GemmLtActivations::kFp8);
   EXPECT_EQ(settings(nullptr, nullptr, "fp8x2").lt_activations, GemmLtActivations::kFp8x2);
+  EXPECT_EQ(settings(nullptr, nullptr, "bf16").lt_activations, GemmLtActivations::kBf16);
+  EXPECT_EQ(settings(nullptr, nullptr, "auto").lt_activations, GemmLtActivations::kAuto);
   for (const char* bad : {"0", "-4", "12x", "abc", "99999999999999999999"}) {
     const Result<GemmSettings> s = gemm_settings_from(nullptr, bad, nullptr);
     ASSERT_FALSE(s.is_ok()) << "'" << bad << "'";
@@ -338,8 +340,36 @@ TEST(GemmPlan, SettingsFromEnvironmentValues) {
   }
   for (const char* bad : {"yes", "2", "off"})
     EXPECT_FALSE(gemm_settings_from(bad, nullptr, nullptr).is_ok()) << "DSINFER_CUBLASLT='" << bad << "'";
-  for (const char* bad : {"FP8", "bf16", "fp8x3"})
+  for (const char* bad : {"FP8", "BF16", "fp8x3", "wide"})
     EXPECT_FALSE(gemm_settings_from(nullptr, nullptr, bad).is_ok()) << "DSINFER_CUBLASLT_ACT='" << bad << "'";
+}
+
+// How the engine computes an FP8 call (session 16, issue 30): kAuto widens E8M0 weights to bf16 from
+// kGemmLtWideMinM rows (every V4-Flash dense projection at prefill sizes) and keeps two FP8 terms below (decode
+// batches); monotone in M (the engine sizes its buffers for the largest M of a graph capture); fp32 scales never
+// widen (not exact); an explicit setting is kept (kBf16 only where the widening is exact).
+TEST(GemmPlan, CublasLtFp8Route) {
+  using A = GemmLtActivations;
+  DeviceWeight f32s = fp8(32768, 1024);
+  f32s.scale_e8m0 = false;
+  for (const DeviceWeight& w : {fp8(1024, 4096), fp8(32768, 1024), fp8(512, 4096), fp8(4096, 8192), fp8(2048, 4096)}) {
+    SCOPED_TRACE(testing::Message() << "[" << w.rows << ", " << w.cols << "]");
+    for (int64_t M : {64, 256}) EXPECT_EQ(gemm_lt_fp8_route(w, M, A::kAuto), A::kFp8x2) << M;
+    for (int64_t M : {4096, 8192}) EXPECT_EQ(gemm_lt_fp8_route(w, M, A::kAuto), A::kBf16) << M;
+    bool wide = false;
+    for (int64_t M = 1; M <= 16384; M += 1 + M / 8) {
+      const bool now = gemm_lt_fp8_route(w, M, A::kAuto) == A::kBf16;
+      EXPECT_TRUE(now || !wide) << "not monotone at M = " << M;
+      wide = now;
+    }
+    EXPECT_EQ(gemm_lt_fp8_route(w, 64, A::kBf16), A::kBf16);
+    EXPECT_EQ(gemm_lt_fp8_route(w, 8192, A::kFp8x2), A::kFp8x2);
+    EXPECT_EQ(gemm_lt_fp8_route(w, 8192, A::kFp8), A::kFp8);
+  }
+  EXPECT_EQ(gemm_lt_fp8_route(fp8(32768, 1024), kGemmLtWideMinM - 1, A::kAuto), A::kFp8x2);
+  EXPECT_EQ(gemm_lt_fp8_route(fp8(32768, 1024), kGemmLtWideMinM, A::kAuto), A::kBf16);
+  EXPECT_EQ(gemm_lt_fp8_route(f32s, 8192, A::kAuto), A::kFp8x2);
+  EXPECT_EQ(gemm_lt_fp8_route(f32s, 8192, A::kBf16), A::kFp8x2);
 }
 
 // The cuBLASLt routing rule (moved from tests/gpu/test_gemm_lt_dense_gpu.cpp: host only): BF16 from

@@ -104,8 +104,12 @@ Status GemmLtEngine::prepare(const DeviceWeight& w, int64_t max_rows, void* stre
                           w.data, ws.rows, ws.cols, w.rows, w.cols);
   }
   DSI_RETURN_IF_ERROR(ws.status);
+  if (max_rows > 0 && gemm_lt_fp8_route(w, max_rows, I.act) == GemmLtActivations::kBf16) {
+    DSI_RETURN_IF_ERROR(I.grow(I.q, size_t(max_rows * w.cols * 2), "cuBLASLt bf16 activations"));
+    return I.grow(I.wide, size_t(w.rows * w.cols * 2), "cuBLASLt widened bf16 weight");
+  }
   if (max_rows > 0) {
-    const bool two = I.act == GemmLtActivations::kFp8x2;
+    const bool two = gemm_lt_fp8_route(w, max_rows, I.act) == GemmLtActivations::kFp8x2;
     const int64_t m4 = round4(max_rows), sk = m4 * kb;
     DSI_RETURN_IF_ERROR(I.grow(I.q, size_t((two ? 2 : 1) * m4 * w.cols), "cuBLASLt activation codes"));
     DSI_RETURN_IF_ERROR(I.grow(I.s, size_t(two ? scale_offset(sk) + sk : sk), "cuBLASLt activation scales"));
@@ -128,6 +132,8 @@ Status GemmLtEngine::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWe
   if (!I.initialized) return Status::error("cuBLASLt GEMM: first use inside a graph capture (prepare it before)");
   DSI_RETURN_IF_ERROR(I.init_status);
   if (!supports(w)) return Status::error("cuBLASLt GEMM: unsupported weight");
+  if (w.fmt == WeightFormat::FP8_BLOCK && gemm_lt_fp8_route(w, M, I.act) == GemmLtActivations::kBf16)
+    return I.gemm_widened(x, M, ldx, w, y, ldy, accumulate, cap, stream);
   if (w.fmt == WeightFormat::FP8_BLOCK) return I.gemm_fp8(x, M, ldx, w, y, ldy, accumulate, cap, stream);
   return I.gemm_dense(x, M, ldx, w, y, ldy, accumulate, cap, stream);
 }
@@ -145,7 +151,7 @@ Status GemmLtEngine::Impl::gemm_fp8(const float* x, int64_t M, int64_t ldx, cons
   if (ws.rows != w.rows || ws.cols != w.cols) return Status::error("cuBLASLt GEMM: weight shape changed");
   const int64_t tail = M % 4, Mm = M - tail, K = w.cols, N = w.rows, kb = K / lt::kActBlock;
   if (Mm == 0) return Status::errorf("cuBLASLt GEMM: M = {} < 4 has no block-scaled FP8 algorithm", M);
-  const bool two = act == GemmLtActivations::kFp8x2;
+  const bool two = gemm_lt_fp8_route(w, M, act) == GemmLtActivations::kFp8x2;
   const int64_t sk = Mm * kb, s2_at = scale_offset(sk);
   if (q.size() < size_t((two ? 2 : 1) * Mm * K) || s.size() < size_t(two ? s2_at + sk : sk))
     return Status::errorf("cuBLASLt GEMM: activation buffers too small for M = {} inside a graph capture", M);
@@ -170,10 +176,30 @@ Status GemmLtEngine::Impl::gemm_fp8(const float* x, int64_t M, int64_t ldx, cons
   return gemm_cuda(x + Mm * ldx, tail, ldx, w, y + Mm * ldy, ldy, acc, stream, GemmPrecision::kFp32SmallM);
 }
 
+// GemmLtActivations::kBf16: the FP8 weight widened into `wide` (after the plan resolved, so a refusal leaves y
+// untouched), then the BF16 path on the copy. Any M (no block-scaling rule on the rows).
+Status GemmLtEngine::Impl::gemm_widened(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
+                                        int64_t ldy, bool acc, bool cap, void* stream) {
+  const size_t wb = size_t(w.rows * w.cols) * 2;
+  if (wide.size() < wb) {
+    if (cap)
+      return Status::errorf("cuBLASLt GEMM: widened-weight buffer too small for [{}, {}] inside a graph capture",
+                            w.rows, w.cols);
+    DSI_RETURN_IF_ERROR(grow(wide, wb, "cuBLASLt widened bf16 weight"));
+  }
+  DeviceWeight v;
+  v.fmt = WeightFormat::BF16;
+  v.rows = w.rows;
+  v.cols = w.cols;
+  v.data = wide.data();
+  return gemm_dense(x, M, ldx, v, y, ldy, acc, cap, stream, &w);
+}
+
 // BF16 W: x rounded to bf16 into q, then the bf16 matmul. F32 W: x read in place (ld K only: cuBLASLt's B layout
-// is given ld = K), bf16 products (CUBLAS_COMPUTE_32F_FAST_16BF).
+// is given ld = K), bf16 products (CUBLAS_COMPUTE_32F_FAST_16BF). widen_from: the FP8 weight that w (in `wide`) is
+// the bf16 copy of, widened once the plan is resolved.
 Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
-                                      int64_t ldy, bool acc, bool cap, void* stream) {
+                                      int64_t ldy, bool acc, bool cap, void* stream, const DeviceWeight* widen_from) {
   const bool bf = w.fmt == WeightFormat::BF16;
   const int64_t K = w.cols, N = w.rows;
   if (!bf && ldx != K) return Status::errorf("cuBLASLt GEMM: F32 weights need ldx == K ({} != {})", ldx, K);
@@ -189,6 +215,9 @@ Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, co
                     alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4))};
   Plan& p = plan(key, nullptr, nullptr);
   DSI_RETURN_IF_ERROR(p.status);
+  if (widen_from)
+    DSI_RETURN_IF_ERROR(
+        widen_fp8_bf16(*widen_from, reinterpret_cast<uint16_t*>(wide.data()), int64_t(wide.size() / 2), stream).status());
   if (bf) {
     detail::launch_lt_bf16(x, M, ldx, K, reinterpret_cast<uint16_t*>(q.data()), stream);
     DSI_CUDA_LAUNCHED("gemm_lt_bf16_kernel");

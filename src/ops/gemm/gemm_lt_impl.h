@@ -91,7 +91,8 @@ struct GemmLtEngine::Impl {
   Status probe_status;    // sticky: FP8 calls are refused when this is an error
   int wscale_layout = 0;  // weight scales: 1 rows of ceil(K/128), 2 rounded up to 4 (documented), 3 neither
   // workspace; activation codes [terms][M, K] (or bf16 x [M, K] for dense weights, [M, groups * K] for the
-  // grouped call); bf16 output [M, N]; the grouped call's bf16 copy of an FP8 weight (wide, rebuilt every call);
+  // grouped call); bf16 output [M, N]; the grouped call's and the kBf16 route's bf16 copy of an FP8 weight (wide,
+  // rebuilt every call);
   // activation scales [terms][K / 128, M] (the second term's matrix at a 256-byte aligned offset, scale_offset)
   dsinfer::cuda::DeviceBuffer<uint8_t> workspace, q, t, wide;
   dsinfer::cuda::DeviceBuffer<float> s;
@@ -122,7 +123,10 @@ struct GemmLtEngine::Impl {
   Status gemm_fp8(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
                   bool cap, void* stream);
   Status gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
-                    bool cap, void* stream);
+                    bool cap, void* stream, const DeviceWeight* widen_from = nullptr);
+  // GemmLtActivations::kBf16 for an FP8 weight: widened into `wide`, then gemm_dense on the copy.
+  Status gemm_widened(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
+                      bool cap, void* stream);
   // Grows q (and, for FP8 weights, wide) for a grouped call of max_rows rows over x spans of `span` values
   // (gemm_lt_cuda.cpp); refused while capturing when too small.
   Status grouped_buffers(const DeviceWeight& w, int64_t max_rows, int64_t span, bool cap);

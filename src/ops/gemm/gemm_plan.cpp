@@ -31,7 +31,9 @@ Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m,
   const std::string a = act ? act : "";
   if (a == "fp8") s.lt_activations = GemmLtActivations::kFp8;
   else if (a == "fp8x2") s.lt_activations = GemmLtActivations::kFp8x2;
-  else if (!a.empty()) return Status::errorf("DSINFER_CUBLASLT_ACT must be fp8 or fp8x2, found '{}'", a);
+  else if (a == "bf16") s.lt_activations = GemmLtActivations::kBf16;
+  else if (a == "auto") s.lt_activations = GemmLtActivations::kAuto;
+  else if (!a.empty()) return Status::errorf("DSINFER_CUBLASLT_ACT must be fp8, fp8x2, bf16 or auto, found '{}'", a);
   return s;
 }
 
@@ -65,6 +67,14 @@ bool gemm_lt_supports(const DeviceWeight& w) {
 
 bool gemm_lt_wants(const DeviceWeight& w, int64_t M, const GemmSettings& s) {
   return gemm_lt_supports(w) && M >= (w.fmt == WeightFormat::FP8_BLOCK ? s.lt_min_m : kGemmLtMinMDense);
+}
+
+GemmLtActivations gemm_lt_fp8_route(const DeviceWeight& w, int64_t M, GemmLtActivations setting) {
+  const bool widens = w.fmt == WeightFormat::FP8_BLOCK && w.scale_e8m0;
+  if (setting == GemmLtActivations::kAuto)
+    return widens && M >= kGemmLtWideMinM ? GemmLtActivations::kBf16 : GemmLtActivations::kFp8x2;
+  if (setting == GemmLtActivations::kBf16 && !widens) return GemmLtActivations::kFp8x2;
+  return setting;
 }
 
 namespace {

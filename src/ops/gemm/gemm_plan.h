@@ -71,6 +71,13 @@ inline constexpr int64_t kGemmGroupedLtMinM = 1024;
 // kernel at 12-15x its floor (session 14: wo_a 0.495 / 0.643 ms over 4 layers at M = 64 / 256). Session 15,
 // issue 31: bench/NOTES.md "Session 15 — issue 31/30: wo_a in one launch".
 inline constexpr int64_t kGemmGroupedBatchedMinM = kGemmGemvMaxM + 1;
+// The cuBLASLt engine's FP8_BLOCK weights (E8M0 scales) run as bf16 x on the per-call widened weight instead of two
+// FP8 terms from this M (gemm_lt_fp8_route, kAuto). H200, session 16 (issue 30; bench/NOTES.md "Session 16 — dense
+// FP8 GEMMs at prefill sizes"): from 1,024 rows faster on every V4-Flash shape (M = 4,096: wq_b 871 -> 508 us, wo_b
+// 712 -> 444, wq_a 203 -> 87, wkv 177 -> 64); at 64 / 256 rows the 32 MB weights lose to the widening's 37 us (wq_b
+// 62 vs 48 us at 64). The small weights win there too (wq_a 29 vs 47 us at 256) but are left on two terms: the
+// widened route's bf16 x cost the fidelity gate 0.15 points of top-1 when forced at every M (99.71 -> 99.56 %).
+inline constexpr int64_t kGemmLtWideMinM = 1024;
 
 // ---- Choices ----
 
@@ -90,24 +97,33 @@ enum class GemmPrecision { kFp32SmallM, kBf16, kGemv, kBatchInvariant };
 
 enum class GemmKernel { kSkinny, kTiled, kStream, kGemv };
 
-// How the cuBLASLt engine represents x for FP8 weights (DSINFER_CUBLASLT_ACT=fp8 selects kFp8; default kFp8x2):
+// How the cuBLASLt engine computes an FP8_BLOCK weight's GEMM (DSINFER_CUBLASLT_ACT: fp8, fp8x2, bf16, auto; default
+// kAuto):
 //   kFp8    one e4m3 term per element: the official act_quant numerics and the fastest (one matmul), but e4m3's
 //           ~2^-4 relative rounding of every activation failed the fidelity gate on the shipped model in a CPU
 //           simulation (top-1 97.3 %, mean KL 1.5e-3 vs the exact path, 5 dense projections quantized);
 //   kFp8x2  two terms x ~= q s + q2 s2 (the second quantizes what the first leaves, per 128-block): ~2^-8 relative,
-//           bf16-class (same simulation: top-1 99.90 %, mean KL 2.5e-6); two matmuls accumulate into y, so twice
-//           the FP8 tensor-core work and twice the weight reads (still one FP8 weight copy in memory).
-enum class GemmLtActivations { kFp8, kFp8x2 };
+//           bf16-class (same simulation: top-1 99.90 %, mean KL 2.5e-6); two block-scaled matmuls accumulate into
+//           y, so twice the FP8 tensor-core work and twice the weight reads (still one FP8 weight copy in memory);
+//   kBf16   the weight (E8M0 scales) widened to an exact bf16 copy in an engine buffer on every call
+//           (gemm_widen_cuda.h), x rounded to bf16 (RNE), one bf16 matmul with fp32 accumulation: the numerics of
+//           the bf16 tiled kernel and of wo_a's batched call (2^-9 relative on x, exact W); one bf16 GEMM's tensor
+//           work (= the two FP8 terms') but cuBLASLt's dense bf16 kernels run nearer their peak than its
+//           block-scaled FP8 ones; costs the widening (a read of the FP8 weight, a write of 2 bytes a weight) and a
+//           buffer of the largest such weight (shared with the grouped call's);
+//   kAuto   per call from the shape and M: gemm_lt_fp8_route.
+enum class GemmLtActivations { kFp8, kFp8x2, kBf16, kAuto };
 
 // The environment overrides of the GEMM choice, read once (gemm_settings_from_env, at runner construction); unset
 // or empty keeps the default, any other value is an error naming the variable:
 //   DSINFER_CUBLASLT        0 = no cuBLASLt, 1 = cuBLASLt (default kGemmLtDefaultOn)
 //   DSINFER_CUBLASLT_MIN_M  smallest M for FP8 weights on cuBLASLt, an integer >= 1 (default kGemmLtMinM)
-//   DSINFER_CUBLASLT_ACT    fp8 = one activation term, fp8x2 = two (default kFp8x2)
+//   DSINFER_CUBLASLT_ACT    fp8 = one activation term, fp8x2 = two, bf16 = bf16 x on the widened weight, auto =
+//                           gemm_lt_fp8_route's per-shape choice (default kAuto)
 struct GemmSettings {
   bool cublaslt = kGemmLtDefaultOn;
   int64_t lt_min_m = kGemmLtMinM;
-  GemmLtActivations lt_activations = GemmLtActivations::kFp8x2;
+  GemmLtActivations lt_activations = GemmLtActivations::kAuto;
 };
 // The settings from these variable values (nullptr = unset); gemm_settings_from_env passes std::getenv's.
 Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act);
@@ -142,6 +158,12 @@ bool gemm_stream_fp8_preferred(int64_t M, WeightFormat fmt);
 bool gemm_lt_supports(const DeviceWeight& w);
 // gemm_lt_supports(w) and M at or above the format's threshold (s.lt_min_m for FP8_BLOCK, kGemmLtMinMDense else).
 bool gemm_lt_wants(const DeviceWeight& w, int64_t M, const GemmSettings& s);
+
+// The representation of one FP8_BLOCK call of the cuBLASLt engine (never kAuto): `setting` itself when it is not
+// kAuto, except that kBf16 needs E8M0 scales (an exact widening; fp32 scales fall back to kFp8x2). kAuto: kBf16 for
+// E8M0 weights from kGemmLtWideMinM rows, kFp8x2 below. Monotone in M (kBf16 at M implies kBf16 at every larger M),
+// so buffers the engine's prepare sizes for max_rows cover every smaller call of a graph capture.
+GemmLtActivations gemm_lt_fp8_route(const DeviceWeight& w, int64_t M, GemmLtActivations setting);
 
 // The runner's plan for one projection call (V4 runner, V4.1 runner, GPU drafter).
 struct GemmCallPlan {
