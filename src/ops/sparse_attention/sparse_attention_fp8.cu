@@ -1,12 +1,14 @@
 // Sparse attention decode over the FP8 KV storage format (see sparse_attention_fp8_cuda.h). One block per (token,
-// 64-head group, key split), 8 warps; the math is sparse_attention_tc.cu's (warp w: heads 16 * (w % 4) .., dims
-// 256 * (w / 4) ..; S = Q K^T halves added through shared memory; online softmax with p rounded to bf16; O += P V
-// with P from the score registers and V by ldmatrix.trans), the state path is new: a key is its 576 data bytes and
-// 8 scale bytes (ops/kv_format), 3.5x fewer than an fp32 row, so the cp.async ring holds 8 half tiles of 16 keys
-// (75 KB) and two bf16 key tiles alternate: tile n + 1 is dequantised while tile n's softmax and P V run (two
-// barriers a tile; the session-12 loop with three stays as a bench probe, Smem). A tile is dequantised into the bf16 key tile by 16-code chunks: e4m3x2 -> f16x2 (one
-// cvt), times the tile's UE8M0 scale in fp32, -> bf16x2; every product is a bf16 value, so the tile is exact.
-// The mma building blocks (and their fragment layouts) are sparse_attention_mma.cuh's, shared with the tc kernel.
+// 64-head group, key split), 8 warps = two warpgroups; warpgroup g owns dims 256 g .. of the output and warp w holds
+// heads 16 (w % 4) .. of its accumulators. A key is its 576 data bytes and 8 scale bytes (ops/kv_format); the cp.async
+// ring holds 8 half tiles of 16 keys (75 KB) and two bf16 key tiles alternate: tile n + 1 is dequantised while tile
+// n's softmax and P V run (two barriers a tile; the session-12 loop with three stays as a bench probe, Smem). A tile
+// is dequantised once for all 64 heads, into the bf16 key tile by 16-code chunks: e4m3x2 -> f16x2 (one cvt), times
+// the tile's UE8M0 scale in fp32, -> bf16x2; every product is a bf16 value, so the tile is exact. The products are
+// wgmma from shared memory (sparse_attention_wgmma.cuh, session 16; mma.sync with per-warp fragment loads before):
+// S = Q K^T over the warpgroup's 256 dims (16 m64n32k16, both operands from shared memory), the two halves added
+// through shared memory, online softmax with p rounded to bf16 (attn_mma::softmax_tile), O += P V (2 m64n256k16, P
+// from the score registers, V = the key tile read MN-major).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -15,19 +17,20 @@
 #include "ops/kv_format/kv_format.h"
 #include "ops/sparse_attention/sparse_attention_fp8_launch.h"
 #include "ops/sparse_attention/sparse_attention_launch.h"  // attn_split_range
-#include "ops/sparse_attention/sparse_attention_mma.cuh"     // qk_half, softmax_tile, pv_half, the mma wrappers
+#include "ops/sparse_attention/sparse_attention_mma.cuh"     // softmax_tile, write_rows, pack_bf16
+#include "ops/sparse_attention/sparse_attention_wgmma.cuh"   // qk_wg, pv_wg, the core-matrix tile layout
 
 namespace dsinfer::ops::cuda::detail {
 
 namespace {
 namespace dev = dsinfer::cuda::dev;
 using namespace attn_mma;  // NOLINT: the shared mma building blocks
+namespace wg = attn_wgmma;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kD = int(kKvDim);
-constexpr int kP = kD + 8;  // bf16 row pitch (1040 B): rows 4 banks apart, fragment loads conflict-free
-constexpr int kHalf = kD / 2;
-static_assert(kP == kMmaPitch && kHalf == kMmaHalf, "the shared mma helpers assume this tile shape");
+constexpr int kHalf = kD / 2;  // dims a warpgroup owns
+static_assert(kHalf == kMmaHalf && kFp8Heads == 64 && kFp8Keys == 32, "the wgmma shapes assume this tile shape");
 constexpr int kHalfKeys = kFp8Keys / 2;
 constexpr int kData = int(kKvDataBytes);
 constexpr int kChunksPerKey = kData / 16;  // 28 code chunks + 8 RoPE chunks
@@ -36,7 +39,7 @@ constexpr int kResolve = kThreads;  // row pointers resolved at a time (one per 
 constexpr int kPart = kD + 4;      // workspace floats per (token, split, head): o, max, sum, 2 pad (16-byte rows)
 constexpr int kTilesPerResolve = kResolve / kFp8Keys;
 
-constexpr size_t kTileBytes = size_t(kFp8Keys) * kP * 2;  // one bf16 key tile
+constexpr size_t kTileBytes = size_t(kFp8Keys) * kD * 2;  // one bf16 key tile (core matrices, attn_wgmma)
 
 // Shared memory of the two tile loops (kProbeSerial selects the serial one): the serial loop (session 12) keeps one
 // bf16 key tile and a ring of 10 half tiles (5 tiles in flight); the overlapped loop (the kernel, session 15) two
@@ -46,8 +49,8 @@ template <bool kSerial>
 struct Smem {
   static constexpr int kStages = kSerial ? 10 : 8;  // half tiles in the ring
   static constexpr int kKeyTiles = kSerial ? 1 : 2;
-  static constexpr size_t kOffQ = 0;                                               // bf16 [64][kP]
-  static constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kP * 2;               // bf16 [kKeyTiles][32][kP]
+  static constexpr size_t kOffQ = 0;                                               // bf16 64 x 512 (q_off)
+  static constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kD * 2;               // bf16 [kKeyTiles] 32 x 512
   static constexpr size_t kOffStage = kOffK + kKeyTiles * kTileBytes;               // [kStages][16 x 576, 16 x 8]
   static constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;       // f32 [8][16][32]
   static constexpr size_t kOffRows = kOffX + size_t(kWarps) * 16 * 32 * 4;         // const uint8_t* [2][2][kResolve]
@@ -110,8 +113,8 @@ __device__ __forceinline__ void issue(const Rows& rows, int64_t hf, int64_t nhal
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-// 16 e4m3 codes times 2^(sb - 127) -> 16 bf16 (exact).
-__device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bfloat16* out) {
+// 16 e4m3 codes times 2^(sb - 127) -> 16 bf16 (exact): the first 8 to lo, the last 8 to hi.
+__device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
   const float s = small_float::from_bits(small_float::e8m0_f32_bits(sb));
   const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
   uint32_t r[8];
@@ -124,45 +127,49 @@ __device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bf
       r[2 * i + hh] = pack_bf16(f.x * s, f.y * s);
     }
   }
-  reinterpret_cast<uint4*>(out)[0] = make_uint4(r[0], r[1], r[2], r[3]);
-  reinterpret_cast<uint4*>(out)[1] = make_uint4(r[4], r[5], r[6], r[7]);
+  *reinterpret_cast<uint4*>(lo) = make_uint4(r[0], r[1], r[2], r[3]);
+  *reinterpret_cast<uint4*>(hi) = make_uint4(r[4], r[5], r[6], r[7]);
 }
 
-// Tile n (cur: its 32 data pointers) from half tiles 2n, 2n+1 of the ring into the bf16 key tile; zero rows for
-// missing keys.
+// Tile n (cur: its 32 data pointers) from half tiles 2n, 2n+1 of the ring into the bf16 key tile (attn_wgmma's core
+// matrices); zero rows for missing keys. Chunk c: key r = 8 ((c / 8) % 4) + c % 8, chunk ((c / 32) + (c % 8) / 2) % 36
+// of it: the 8 threads of a 16-byte access phase read 8 keys 576 bytes apart at chunks that put them in 8 different
+// bank groups, and write 8 rows of one core matrix (conflict-free both ways). Each writer fences for the wgmma reads.
 template <int kStages>
 __device__ __forceinline__ void to_bf16(const uint8_t* const* cur, int64_t n, const uint8_t* stage,
                                         __nv_bfloat16* ks) {
   for (int c = threadIdx.x; c < kFp8Keys * kChunksPerKey; c += kThreads) {
-    const int r = c / kChunksPerKey, ch = c % kChunksPerKey;
+    const int i = c & 7, j = c >> 3;
+    const int r = 8 * (j & 3) + i, ch = ((j >> 2) + (i >> 1)) % kChunksPerKey;
     const uint8_t* half = stage + ((2 * n + r / kHalfKeys) % kStages) * kStageBytes;
     const int rr = r % kHalfKeys;
-    __nv_bfloat16* out = ks + r * kP;
+    const bool nope = ch < int(kKvNope) / 16;
+    // NoPE chunk ch: dims 16 ch .. + 15 (two core matrices); RoPE chunk: 8 bf16 at dims kKvNope + 8 (ch - 28).
+    const int d = nope ? 16 * ch : int(kKvNope) + 8 * (ch - int(kKvNope) / 16);
+    __nv_bfloat16* out = ks + wg::k_off(r, d);
     if (cur[r] == nullptr) {
       const uint4 z = make_uint4(0, 0, 0, 0);
-      if (ch < int(kKvNope) / 16) {
-        reinterpret_cast<uint4*>(out + 16 * ch)[0] = z;
-        reinterpret_cast<uint4*>(out + 16 * ch)[1] = z;
-      } else {
-        *reinterpret_cast<uint4*>(out + kKvNope + 8 * (ch - kKvNope / 16)) = z;
-      }
+      *reinterpret_cast<uint4*>(out) = z;
+      if (nope) *reinterpret_cast<uint4*>(ks + wg::k_off(r, d + 8)) = z;
       continue;
     }
     const uint4 v = *reinterpret_cast<const uint4*>(half + rr * kData + 16 * ch);
-    if (ch < int(kKvNope) / 16) {
-      dequant16(v, half[kHalfKeys * kData + 8 * rr + ch / 4], out + 16 * ch);
+    if (nope) {
+      dequant16(v, half[kHalfKeys * kData + 8 * rr + ch / 4], out, ks + wg::k_off(r, d + 8));
     } else {
-      *reinterpret_cast<uint4*>(out + kKvNope + 8 * (ch - kKvNope / 16)) = v;  // bf16 RoPE channels
+      *reinterpret_cast<uint4*>(out) = v;  // bf16 RoPE channels
     }
   }
+  wg::fence_proxy_async();
 }
 
-// q rows h0 .. h0+63 of token t -> bf16 tile (zero rows for heads >= H).
+// q rows h0 .. h0+63 of token t -> bf16 tile in attn_wgmma's core matrices (zero rows for heads >= H); consecutive
+// threads take consecutive heads (one core-matrix row each: conflict-free stores).
 template <bool kBf16>
 __device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int64_t H, __nv_bfloat16* qs) {
 #pragma unroll 8
   for (int c = threadIdx.x; c < kFp8Heads * kD / 8; c += kThreads) {
-    const int r = c / (kD / 8), c8 = c % (kD / 8);
+    const int r = c % kFp8Heads, c8 = c / kFp8Heads;
     const int64_t h = h0 + r;
     uint4 out = make_uint4(0, 0, 0, 0);
     if (h < H) {
@@ -174,8 +181,9 @@ __device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int
         out = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
       }
     }
-    *reinterpret_cast<uint4*>(qs + r * kP + 8 * c8) = out;
+    *reinterpret_cast<uint4*>(qs + wg::q_off(r, 8 * c8)) = out;
   }
+  wg::fence_proxy_async();
 }
 
 // Inverse RoPE of the channel pair (d, d+1) of an output head vector at position pos.
@@ -190,21 +198,22 @@ __device__ __forceinline__ void out_rope(float& a, float& b, int d, const Sparse
 
 // A tile's first half: this warp's partial scores (its 256 dims) into s and its exchange slot of sx.
 template <int kProbe>
-__device__ __forceinline__ void tile_scores(const __nv_bfloat16* qs, const __nv_bfloat16* ks, float* sx, int hr,
-                                            int d0, float (&s)[4][4]) {
+__device__ __forceinline__ void tile_scores(const __nv_bfloat16* qs, const __nv_bfloat16* ks, float* sx, int d0,
+                                            float (&s)[4][4]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (kProbe & kProbeNoQk) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] = 0.0f;
   } else {
-    qk_half(qs, ks, hr, d0, s);
+    wg::qk_wg(smem_u32(qs), smem_u32(ks), d0, s);
   }
   float* mine = sx + warp * 16 * 32;
 #pragma unroll
   for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
 }
 
-// Its second half, after a barrier: the other dim half's scores added, online softmax, rescale, P V.
+// Its second half, after a barrier: the other dim half's scores added, online softmax, rescale, P V issued (in
+// flight on return: finish with wg::pv_wait before acc is touched or the key tile is overwritten).
 template <int kProbe>
 __device__ __forceinline__ void tile_update(const __nv_bfloat16* ks, const float* sx, int d0, uint32_t valid,
                                             float scale, float (&s)[4][4], float (&m)[2], float (&l)[2],
@@ -222,12 +231,12 @@ __device__ __forceinline__ void tile_update(const __nv_bfloat16* ks, const float
     acc[nt][2] *= alpha[1];
     acc[nt][3] *= alpha[1];
   }
-  if (!(kProbe & kProbeNoPv)) pv_half(s, ks, d0, acc);
+  if (!(kProbe & kProbeNoPv)) wg::pv_issue(s, smem_u32(ks), d0, acc);
 }
 
 // kProbe & kProbeSerial: the session-12 loop (three barriers a tile: staged -> dequantise -> key tile ready ->
-// scores -> exchange -> softmax, P V). Otherwise the overlapped loop, two barriers a tile: tile n's scores (B1) then,
-// while other warps still run tile n's softmax and P V, tile n + 1 is dequantised into the other key tile (B2). The
+// scores -> exchange -> softmax, P V). Otherwise the overlapped loop, two barriers a tile: tile n's scores (B1) then its
+// softmax and P V issued, and tile n + 1 dequantised into the other key tile while the P V wgmma run (B2). The
 // arithmetic per tile is the same in both (same tiles, same order): their outputs are bitwise equal.
 template <bool kQBf16, int kProbe = 0>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -291,9 +300,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         issue<kStages>(rows, 2 * n + kStages + 1, nhalves, stage);
       }
       if (n % kTilesPerResolve == 0 && (n / kTilesPerResolve + 1) * kResolve < nk) resolve(n / kTilesPerResolve + 1);
-      tile_scores<kProbe>(qs, kb, sx, hr, d0, s);
+      tile_scores<kProbe>(qs, kb, sx, d0, s);
       __syncthreads();
       tile_update<kProbe>(kb, sx, d0, valid, p.scale, s, m, l, acc);
+      wg::pv_wait(acc);
     }
   } else if (ntiles > 0) {
     // Tile 0 into key tile 0. Groups committed: one a half, in order, so "halves up to h complete" is "at most
@@ -309,13 +319,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int64_t n = 0; n < ntiles; ++n) {
       const __nv_bfloat16* ks = kb + (n & 1) * (kTileBytes / 2);
       const uint32_t valid = __ballot_sync(dev::kFull, tile_rows(n)[lane] != nullptr);
-      tile_scores<kProbe>(qs, ks, sx, hr, d0, s);
+      tile_scores<kProbe>(qs, ks, sx, d0, s);
       const bool next = n + 1 < ntiles;
       // Committed: halves 0 .. 2n + kStages + 1; tile n + 1's are 2n + 2, 2n + 3.
       if (kLoads && next) asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
       __syncthreads();  // B1: scores exchanged; tile n + 1's bytes visible; every warp is past tile n - 1's P V
+      tile_update<kProbe>(ks, sx, d0, valid, p.scale, s, m, l, acc);  // P V in flight ...
       if (kDequant && next) to_bf16<kStages>(tile_rows(n + 1), n + 1, stage, kb + ((n + 1) & 1) * (kTileBytes / 2));
-      tile_update<kProbe>(ks, sx, d0, valid, p.scale, s, m, l, acc);
+      wg::pv_wait(acc);  // ... while tile n + 1 is dequantised
       __syncthreads();  // B2: key tile n + 1 ready, its ring slots free; sx read; tile n's key tile free
       if (kLoads) {  // tile n + 1 + kStages / 2 into the slots tile n + 1 left
         issue<kStages>(rows, 2 * (n + 1) + kStages, nhalves, stage);
