@@ -297,6 +297,8 @@ int main(int argc, char** argv) {
                   k.name, (long long)B, (long long)nkeys, (long long)plan, us, bytes_fp32 / us / 1e3,
                   100.0 * bytes_fp32 / us / 1e-6 / hbm, us_b, bytes_bf16 / us_b / 1e3,
                   100.0 * bytes_bf16 / us_b / 1e-6 / hbm);
+      // The wgmma products (session 16's probe: the same bits) beside the kernel, q fp32, the plan's splits.
+      std::printf("  wgmma probe (q fp32): %.1f us\n", time_us(b, r, plan, false, ops::cuda::detail::kProbeWgmma));
       if (!quick) {
         std::printf("  sweep (q fp32):");
         for (int64_t s : {1, 2, 3, 4, 5, 8, 10, 20})
