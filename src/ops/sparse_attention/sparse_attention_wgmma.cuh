@@ -1,11 +1,12 @@
 // The wgmma (sm_90a) building blocks of sparse_attention_fp8.cu's kProbeWgmma loop (session 16). The block's two
 // warpgroups each own 256 of the 512 dims (warpgroup g = warps 4g .. 4g + 3; warp w % 4 holds heads 16 (w % 4) .. of
 // the accumulators, so every fragment is sparse_attention_mma.cuh's per-warp layout and its softmax, exchange and
-// epilogue serve unchanged). Q (64 heads x 512) and a key tile (32 keys x 512) sit in shared memory as bf16 8 x 8 core matrices (128 contiguous bytes: 8 rows
-// of 16 bytes, no swizzle): Q's core matrix (head group hg, dim group dg) at (8 dg + hg) * 128 bytes, a key tile's
-// (key group kg, dim group dg) at (4 dg + kg) * 128. One layout serves both products: Q K^T reads the key tile
-// K-major (keys = N), P V reads it MN-major (dims = N, keys = K: the same core matrices, transposed by the unit).
-// Descriptor fields (PTX ISA, matrix descriptor): LBO = bytes between core matrices adjacent in K, SBO = in M / N.
+// epilogue serve unchanged). Q (64 heads x 512) and a key tile (32 keys x 512) sit in shared memory as bf16 8 x 8 core
+// matrices (128 contiguous bytes: 8 rows of 16 bytes, no swizzle): Q's core matrix (head group hg, dim group dg) at (8
+// dg + hg) * 128 bytes, a key tile's (key group kg, dim group dg) at (4 dg + kg) * 128. One layout serves both
+// products: Q K^T reads the key tile K-major (keys = N), P V reads it MN-major (dims = N, keys = K: the same core
+// matrices, transposed by the unit). Descriptor fields (PTX ISA, matrix descriptor): LBO = bytes between core matrices
+// adjacent in K, SBO = in M / N.
 #pragma once
 #include <cstdint>
 
