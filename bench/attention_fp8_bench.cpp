@@ -10,7 +10,8 @@
 // times in one CUDA graph, replayed 6 times, the median of the last 5 / (4 x groups). Bytes a call must move: per
 // token its key rows (584 B), q (fp32 128 KB or bf16 64 KB) and o (fp32 128 KB) and its index lists; GB/s and %hbm
 // against a 1 GB device-to-device copy measured here. The split count of plan_sparse_attention_fp8, then a sweep of
-// forced counts (the heuristic's check).
+// forced counts (the heuristic's check). Every shape also times detail::kProbeWgmma, the same loop with wgmma
+// products (session 16: the kernel's bits), beside the kernel.
 // --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script; --quick
 // leaves out the split sweep and the phase probes (a device call that only needs the plan's timings).
 // Built only with DSINFER_CUDA.
@@ -297,6 +298,8 @@ int main(int argc, char** argv) {
                   k.name, (long long)B, (long long)nkeys, (long long)plan, us, bytes_fp32 / us / 1e3,
                   100.0 * bytes_fp32 / us / 1e-6 / hbm, us_b, bytes_bf16 / us_b / 1e3,
                   100.0 * bytes_bf16 / us_b / 1e-6 / hbm);
+      // The wgmma products (session 16's probe: the same bits) beside the kernel, q fp32, the plan's splits.
+      std::printf("  wgmma probe (q fp32): %.1f us\n", time_us(b, r, plan, false, ops::cuda::detail::kProbeWgmma));
       if (!quick) {
         std::printf("  sweep (q fp32):");
         for (int64_t s : {1, 2, 3, 4, 5, 8, 10, 20})

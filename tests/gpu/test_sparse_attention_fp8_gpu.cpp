@@ -13,7 +13,8 @@
 // the H200 (the test prints each case): 4.6-5.0e-3 with fp32 q ~ N(0, 2) (q's rounding dominates: larger scores),
 // 1.8-2.6e-4 with bf16 q (exact); the bound leaves a 2x margin over the largest. A wrong byte offset, scale,
 // fragment, mask or split gives errors of order 1. Two runs of the same call must agree bitwise, and (fp32 q) the
-// kernel's overlapped tile loop must give the serial loop's bits (detail::kProbeSerial: same tiles, same order).
+// kernel's overlapped tile loop must give the serial loop's bits (detail::kProbeSerial: same tiles, same order), and
+// the wgmma probe (detail::kProbeWgmma) the kernel's bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -128,8 +129,8 @@ struct Device {
       : win(to_device(in.win)), ent(to_device(in.ent)), idx0(to_device(in.idx0)), len0(to_device(in.len0)),
         idx1(to_device(in.idx1)), len1(to_device(in.len1)), pos(to_device(in.pos)), qf(to_device(in.qf)),
         sinks(to_device(in.sinks)), inv_freq(to_device(in.inv_freq)), qb(to_device(in.qb)) {}
-  // serial: the session-12 tile loop (detail::kProbeSerial, fp32 q only) instead of the kernel's overlapped one.
-  std::vector<float> run(const Case& c, SparseAttentionFp8Params p, int64_t splits, bool serial = false) {
+  // probe: a detail::kProbe* loop (kProbeSerial, kProbeWgmma; fp32 q only) instead of the kernel.
+  std::vector<float> run(const Case& c, SparseAttentionFp8Params p, int64_t splits, int probe = 0) {
     p.sinks = sinks.data();
     p.keys[0].cache = win.data();
     p.keys[0].idx = idx0.data();
@@ -150,9 +151,8 @@ struct Device {
       cudaMemset(ws.data(), 0xff, size_t(wsn) * 4);
     }
     const void* q = c.q_bf16 ? static_cast<const void*>(qb.data()) : static_cast<const void*>(qf.data());
-    if (serial) {
-      EXPECT_TRUE(ops::cuda::detail::launch_sparse_attention_fp8_probe(p, q, o.data(), ws.data(),
-                                                                       ops::cuda::detail::kProbeSerial, nullptr));
+    if (probe != 0) {
+      EXPECT_TRUE(ops::cuda::detail::launch_sparse_attention_fp8_probe(p, q, o.data(), ws.data(), probe, nullptr));
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     } else {
       const Status s = ops::cuda::sparse_attention_fp8(p, q, o.data(), ws.data(), nullptr);
@@ -189,8 +189,11 @@ void run_case(const Case& c, const std::vector<int64_t>& splits) {
     const std::vector<float> again = dev.run(c, hp, s);
     EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * 4)) << "not deterministic";
     if (!c.q_bf16) {  // the overlapped tile loop computes the serial one's tiles in its order: the same bits
-      const std::vector<float> serial = dev.run(c, hp, s, true);
+      const std::vector<float> serial = dev.run(c, hp, s, ops::cuda::detail::kProbeSerial);
       EXPECT_EQ(0, std::memcmp(got.data(), serial.data(), got.size() * 4)) << "overlapped loop != serial loop";
+      // wgmma sums the same bf16 products in the same k16 steps as mma.sync: the same bits (session 16's probe)
+      const std::vector<float> wgmma = dev.run(c, hp, s, ops::cuda::detail::kProbeWgmma);
+      EXPECT_EQ(0, std::memcmp(got.data(), wgmma.data(), got.size() * 4)) << "wgmma products != mma.sync products";
     }
   }
 }

@@ -4,9 +4,13 @@
 // with P from the score registers and V by ldmatrix.trans), the state path is new: a key is its 576 data bytes and
 // 8 scale bytes (ops/kv_format), 3.5x fewer than an fp32 row, so the cp.async ring holds 8 half tiles of 16 keys
 // (75 KB) and two bf16 key tiles alternate: tile n + 1 is dequantised while tile n's softmax and P V run (two
-// barriers a tile; the session-12 loop with three stays as a bench probe, Smem). A tile is dequantised into the bf16 key tile by 16-code chunks: e4m3x2 -> f16x2 (one
-// cvt), times the tile's UE8M0 scale in fp32, -> bf16x2; every product is a bf16 value, so the tile is exact.
-// The mma building blocks (and their fragment layouts) are sparse_attention_mma.cuh's, shared with the tc kernel.
+// barriers a tile; the session-12 loop with three stays as a bench probe, Smem). A tile is dequantised once for all
+// 64 heads into the bf16 key tile by 16-code chunks: e4m3x2 -> f16x2 (one cvt), times the tile's UE8M0 scale in
+// fp32, -> bf16x2; every product is a bf16 value, so the tile is exact. The mma building blocks (and their fragment
+// layouts) are sparse_attention_mma.cuh's, shared with the tc kernel. The probe kProbeWgmma (session 16) runs the
+// same loop with the products as wgmma from shared memory (sparse_attention_wgmma.cuh: tiles in 8 x 8 core
+// matrices, P V left in flight while the next tile is dequantised): the same bits, measured no faster (bench/NOTES.md,
+// session 16), so it is not the kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -16,18 +20,21 @@
 #include "ops/sparse_attention/sparse_attention_fp8_launch.h"
 #include "ops/sparse_attention/sparse_attention_launch.h"  // attn_split_range
 #include "ops/sparse_attention/sparse_attention_mma.cuh"     // qk_half, softmax_tile, pv_half, the mma wrappers
+#include "ops/sparse_attention/sparse_attention_wgmma.cuh"   // the kProbeWgmma products and tile layout
 
 namespace dsinfer::ops::cuda::detail {
 
 namespace {
 namespace dev = dsinfer::cuda::dev;
 using namespace attn_mma;  // NOLINT: the shared mma building blocks
+namespace wg = attn_wgmma;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kD = int(kKvDim);
 constexpr int kP = kD + 8;  // bf16 row pitch (1040 B): rows 4 banks apart, fragment loads conflict-free
 constexpr int kHalf = kD / 2;
 static_assert(kP == kMmaPitch && kHalf == kMmaHalf, "the shared mma helpers assume this tile shape");
+static_assert(kFp8Heads == 64 && kFp8Keys == 32, "the wgmma shapes (kProbeWgmma) assume this tile shape");
 constexpr int kHalfKeys = kFp8Keys / 2;
 constexpr int kData = int(kKvDataBytes);
 constexpr int kChunksPerKey = kData / 16;  // 28 code chunks + 8 RoPE chunks
@@ -36,19 +43,21 @@ constexpr int kResolve = kThreads;  // row pointers resolved at a time (one per 
 constexpr int kPart = kD + 4;      // workspace floats per (token, split, head): o, max, sum, 2 pad (16-byte rows)
 constexpr int kTilesPerResolve = kResolve / kFp8Keys;
 
-constexpr size_t kTileBytes = size_t(kFp8Keys) * kP * 2;  // one bf16 key tile
+// One bf16 key tile: rows at pitch kP, or (kWg: kProbeWgmma) attn_wgmma's core matrices.
+template <bool kWg>
+constexpr size_t kTileBytes = size_t(kFp8Keys) * (kWg ? kD : kP) * 2;
 
 // Shared memory of the two tile loops (kProbeSerial selects the serial one): the serial loop (session 12) keeps one
 // bf16 key tile and a ring of 10 half tiles (5 tiles in flight); the overlapped loop (the kernel, session 15) two
 // key tiles (tile n + 1 is dequantised while tile n's P V runs) and a ring of 8 half tiles (3 tiles in flight past
 // the one being dequantised). Byte offsets, all multiples of 16.
-template <bool kSerial>
+template <bool kSerial, bool kWg>
 struct Smem {
   static constexpr int kStages = kSerial ? 10 : 8;  // half tiles in the ring
   static constexpr int kKeyTiles = kSerial ? 1 : 2;
-  static constexpr size_t kOffQ = 0;                                               // bf16 [64][kP]
-  static constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kP * 2;               // bf16 [kKeyTiles][32][kP]
-  static constexpr size_t kOffStage = kOffK + kKeyTiles * kTileBytes;               // [kStages][16 x 576, 16 x 8]
+  static constexpr size_t kOffQ = 0;                                               // bf16 [64][kP] (kWg: q_off)
+  static constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * (kWg ? kD : kP) * 2;  // bf16 [kKeyTiles] key tiles
+  static constexpr size_t kOffStage = kOffK + kKeyTiles * kTileBytes<kWg>;          // [kStages][16 x 576, 16 x 8]
   static constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;       // f32 [8][16][32]
   static constexpr size_t kOffRows = kOffX + size_t(kWarps) * 16 * 32 * 4;         // const uint8_t* [2][2][kResolve]
   static constexpr size_t kBytes = kOffRows + 4 * kResolve * sizeof(const uint8_t*);  // serial 217,856; else 232,448
@@ -110,8 +119,8 @@ __device__ __forceinline__ void issue(const Rows& rows, int64_t hf, int64_t nhal
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-// 16 e4m3 codes times 2^(sb - 127) -> 16 bf16 (exact).
-__device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bfloat16* out) {
+// 16 e4m3 codes times 2^(sb - 127) -> 16 bf16 (exact): the first 8 to lo, the last 8 to hi.
+__device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
   const float s = small_float::from_bits(small_float::e8m0_f32_bits(sb));
   const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
   uint32_t r[8];
@@ -124,45 +133,58 @@ __device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bf
       r[2 * i + hh] = pack_bf16(f.x * s, f.y * s);
     }
   }
-  reinterpret_cast<uint4*>(out)[0] = make_uint4(r[0], r[1], r[2], r[3]);
-  reinterpret_cast<uint4*>(out)[1] = make_uint4(r[4], r[5], r[6], r[7]);
+  *reinterpret_cast<uint4*>(lo) = make_uint4(r[0], r[1], r[2], r[3]);
+  *reinterpret_cast<uint4*>(hi) = make_uint4(r[4], r[5], r[6], r[7]);
 }
 
 // Tile n (cur: its 32 data pointers) from half tiles 2n, 2n+1 of the ring into the bf16 key tile; zero rows for
-// missing keys.
-template <int kStages>
+// missing keys. kWg: into attn_wgmma's core matrices, chunk c being key r = 8 ((c / 8) % 4) + c % 8, chunk
+// ((c / 32) + (c % 8) / 2) % 36 of it (the 8 threads of a 16-byte access phase read 8 keys 576 bytes apart at chunks
+// in 8 different bank groups and write 8 rows of one core matrix), each writer fencing for the wgmma reads.
+template <int kStages, bool kWg>
 __device__ __forceinline__ void to_bf16(const uint8_t* const* cur, int64_t n, const uint8_t* stage,
                                         __nv_bfloat16* ks) {
   for (int c = threadIdx.x; c < kFp8Keys * kChunksPerKey; c += kThreads) {
-    const int r = c / kChunksPerKey, ch = c % kChunksPerKey;
+    int r, ch;
+    if constexpr (kWg) {
+      const int i = c & 7, j = c >> 3;
+      r = 8 * (j & 3) + i;
+      ch = ((j >> 2) + (i >> 1)) % kChunksPerKey;
+    } else {
+      r = c / kChunksPerKey;
+      ch = c % kChunksPerKey;
+    }
     const uint8_t* half = stage + ((2 * n + r / kHalfKeys) % kStages) * kStageBytes;
     const int rr = r % kHalfKeys;
-    __nv_bfloat16* out = ks + r * kP;
+    const bool nope = ch < int(kKvNope) / 16;
+    // NoPE chunk ch: dims 16 ch .. + 15; RoPE chunk: 8 bf16 at dims kKvNope + 8 (ch - 28).
+    const int d = nope ? 16 * ch : int(kKvNope) + 8 * (ch - int(kKvNope) / 16);
+    __nv_bfloat16* lo = kWg ? ks + wg::k_off(r, d) : ks + r * kP + d;
+    __nv_bfloat16* hi = kWg ? ks + wg::k_off(r, d + 8) : lo + 8;
     if (cur[r] == nullptr) {
       const uint4 z = make_uint4(0, 0, 0, 0);
-      if (ch < int(kKvNope) / 16) {
-        reinterpret_cast<uint4*>(out + 16 * ch)[0] = z;
-        reinterpret_cast<uint4*>(out + 16 * ch)[1] = z;
-      } else {
-        *reinterpret_cast<uint4*>(out + kKvNope + 8 * (ch - kKvNope / 16)) = z;
-      }
+      *reinterpret_cast<uint4*>(lo) = z;
+      if (nope) *reinterpret_cast<uint4*>(hi) = z;
       continue;
     }
     const uint4 v = *reinterpret_cast<const uint4*>(half + rr * kData + 16 * ch);
-    if (ch < int(kKvNope) / 16) {
-      dequant16(v, half[kHalfKeys * kData + 8 * rr + ch / 4], out + 16 * ch);
+    if (nope) {
+      dequant16(v, half[kHalfKeys * kData + 8 * rr + ch / 4], lo, hi);
     } else {
-      *reinterpret_cast<uint4*>(out + kKvNope + 8 * (ch - kKvNope / 16)) = v;  // bf16 RoPE channels
+      *reinterpret_cast<uint4*>(lo) = v;  // bf16 RoPE channels
     }
   }
+  if constexpr (kWg) wg::fence_proxy_async();
 }
 
-// q rows h0 .. h0+63 of token t -> bf16 tile (zero rows for heads >= H).
-template <bool kBf16>
+// q rows h0 .. h0+63 of token t -> bf16 tile (zero rows for heads >= H); kWg: in attn_wgmma's core matrices, a warp
+// taking 8 heads x 4 dim groups (8 lanes write the 8 rows of one core matrix; 128 contiguous bytes a head).
+template <bool kBf16, bool kWg>
 __device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int64_t H, __nv_bfloat16* qs) {
 #pragma unroll 8
   for (int c = threadIdx.x; c < kFp8Heads * kD / 8; c += kThreads) {
-    const int r = c / (kD / 8), c8 = c % (kD / 8);
+    const int r = kWg ? (c & 7) + 8 * ((c >> 5) & 7) : c / (kD / 8);
+    const int c8 = kWg ? ((c >> 3) & 3) + 4 * (c >> 8) : c % (kD / 8);
     const int64_t h = h0 + r;
     uint4 out = make_uint4(0, 0, 0, 0);
     if (h < H) {
@@ -174,8 +196,9 @@ __device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int
         out = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
       }
     }
-    *reinterpret_cast<uint4*>(qs + r * kP + 8 * c8) = out;
+    *reinterpret_cast<uint4*>(qs + (kWg ? wg::q_off(r, 8 * c8) : r * kP + 8 * c8)) = out;
   }
+  if constexpr (kWg) wg::fence_proxy_async();
 }
 
 // Inverse RoPE of the channel pair (d, d+1) of an output head vector at position pos.
@@ -196,6 +219,8 @@ __device__ __forceinline__ void tile_scores(const __nv_bfloat16* qs, const __nv_
   if (kProbe & kProbeNoQk) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] = 0.0f;
+  } else if constexpr ((kProbe & kProbeWgmma) != 0) {
+    wg::qk_wg(smem_u32(qs), smem_u32(ks), d0, s);
   } else {
     qk_half(qs, ks, hr, d0, s);
   }
@@ -204,7 +229,8 @@ __device__ __forceinline__ void tile_scores(const __nv_bfloat16* qs, const __nv_
   for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
 }
 
-// Its second half, after a barrier: the other dim half's scores added, online softmax, rescale, P V.
+// Its second half, after a barrier: the other dim half's scores added, online softmax, rescale, P V (kProbeWgmma:
+// issued, in flight on return: finish with wg::pv_wait before acc is touched or the key tile is overwritten).
 template <int kProbe>
 __device__ __forceinline__ void tile_update(const __nv_bfloat16* ks, const float* sx, int d0, uint32_t valid,
                                             float scale, float (&s)[4][4], float (&m)[2], float (&l)[2],
@@ -222,18 +248,25 @@ __device__ __forceinline__ void tile_update(const __nv_bfloat16* ks, const float
     acc[nt][2] *= alpha[1];
     acc[nt][3] *= alpha[1];
   }
-  if (!(kProbe & kProbeNoPv)) pv_half(s, ks, d0, acc);
+  if constexpr ((kProbe & kProbeNoPv) != 0) return;
+  if constexpr ((kProbe & kProbeWgmma) != 0) {
+    wg::pv_issue(s, smem_u32(ks), d0, acc);
+  } else {
+    pv_half(s, ks, d0, acc);
+  }
 }
 
 // kProbe & kProbeSerial: the session-12 loop (three barriers a tile: staged -> dequantise -> key tile ready ->
 // scores -> exchange -> softmax, P V). Otherwise the overlapped loop, two barriers a tile: tile n's scores (B1) then,
-// while other warps still run tile n's softmax and P V, tile n + 1 is dequantised into the other key tile (B2). The
+// while other warps still run tile n's softmax and P V, tile n + 1 is dequantised into the other key tile (B2;
+// kProbeWgmma: the P V issued first, in flight during the dequantisation). The
 // arithmetic per tile is the same in both (same tiles, same order): their outputs are bitwise equal.
 template <bool kQBf16, int kProbe = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
-  constexpr bool kSerial = (kProbe & kProbeSerial) != 0;
-  using L = Smem<kSerial>;
+  constexpr bool kSerial = (kProbe & kProbeSerial) != 0, kWg = (kProbe & kProbeWgmma) != 0;
+  using L = Smem<kSerial, kWg>;
+  constexpr size_t kTileElems = kTileBytes<kWg> / 2;
   constexpr int kStages = L::kStages;
   constexpr bool kLoads = !(kProbe & kProbeNoLoads), kDequant = !(kProbe & kProbeNoDequant);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -270,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (kLoads)
     for (int hf = 0; hf < kStages; ++hf) issue<kStages>(rows, hf, nhalves, stage);
-  load_q<kQBf16>(q, t, h0, p.heads, qs);
+  load_q<kQBf16, kWg>(q, t, h0, p.heads, qs);
 
   float acc[32][4];
 #pragma unroll
@@ -283,7 +316,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int64_t n = 0; n < ntiles; ++n) {
       if (kLoads) asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");  // tile n's halves
       __syncthreads();
-      if (kDequant) to_bf16<kStages>(tile_rows(n), n, stage, kb);
+      if (kDequant) to_bf16<kStages, kWg>(tile_rows(n), n, stage, kb);
       const uint32_t valid = __ballot_sync(dev::kFull, tile_rows(n)[lane] != nullptr);
       __syncthreads();  // key tile ready; its two ring slots are free
       if (kLoads) {
@@ -294,28 +327,36 @@ __global__ void __launch_bounds__(kThreads, 1)
       tile_scores<kProbe>(qs, kb, sx, hr, d0, s);
       __syncthreads();
       tile_update<kProbe>(kb, sx, d0, valid, p.scale, s, m, l, acc);
+      if constexpr (kWg) wg::pv_wait(acc);
     }
   } else if (ntiles > 0) {
     // Tile 0 into key tile 0. Groups committed: one a half, in order, so "halves up to h complete" is "at most
     // (halves committed - 1 - h) pending": kStages - 2 both here and in the loop.
     if (kLoads) asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
     __syncthreads();  // tile 0's bytes (every thread's copies) and q visible
-    if (kDequant) to_bf16<kStages>(tile_rows(0), 0, stage, kb);
+    if (kDequant) to_bf16<kStages, kWg>(tile_rows(0), 0, stage, kb);
     __syncthreads();  // key tile 0 ready; its ring slots are free
     if (kLoads) {
       issue<kStages>(rows, kStages, nhalves, stage);
       issue<kStages>(rows, kStages + 1, nhalves, stage);
     }
     for (int64_t n = 0; n < ntiles; ++n) {
-      const __nv_bfloat16* ks = kb + (n & 1) * (kTileBytes / 2);
+      const __nv_bfloat16* ks = kb + (n & 1) * kTileElems;
       const uint32_t valid = __ballot_sync(dev::kFull, tile_rows(n)[lane] != nullptr);
       tile_scores<kProbe>(qs, ks, sx, hr, d0, s);
       const bool next = n + 1 < ntiles;
       // Committed: halves 0 .. 2n + kStages + 1; tile n + 1's are 2n + 2, 2n + 3.
       if (kLoads && next) asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
       __syncthreads();  // B1: scores exchanged; tile n + 1's bytes visible; every warp is past tile n - 1's P V
-      if (kDequant && next) to_bf16<kStages>(tile_rows(n + 1), n + 1, stage, kb + ((n + 1) & 1) * (kTileBytes / 2));
-      tile_update<kProbe>(ks, sx, d0, valid, p.scale, s, m, l, acc);
+      __nv_bfloat16* kn = kb + ((n + 1) & 1) * kTileElems;
+      if constexpr (kWg) {
+        tile_update<kProbe>(ks, sx, d0, valid, p.scale, s, m, l, acc);  // P V in flight ...
+        if (kDequant && next) to_bf16<kStages, kWg>(tile_rows(n + 1), n + 1, stage, kn);
+        wg::pv_wait(acc);  // ... while tile n + 1 is dequantised
+      } else {
+        if (kDequant && next) to_bf16<kStages, kWg>(tile_rows(n + 1), n + 1, stage, kn);
+        tile_update<kProbe>(ks, sx, d0, valid, p.scale, s, m, l, acc);
+      }
       __syncthreads();  // B2: key tile n + 1 ready, its ring slots free; sx read; tile n's key tile free
       if (kLoads) {  // tile n + 1 + kStages / 2 into the slots tile n + 1 left
         issue<kStages>(rows, 2 * (n + 1) + kStages, nhalves, stage);
@@ -368,12 +409,12 @@ void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* 
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.q_bf16) {
     cudaFuncSetAttribute(sparse_attention_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(Smem<false>::kBytes));
-    sparse_attention_fp8_kernel<true><<<grid, kThreads, Smem<false>::kBytes, s>>>(p, q, o, workspace);
+                         int(Smem<false, false>::kBytes));
+    sparse_attention_fp8_kernel<true><<<grid, kThreads, Smem<false, false>::kBytes, s>>>(p, q, o, workspace);
   } else {
     cudaFuncSetAttribute(sparse_attention_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(Smem<false>::kBytes));
-    sparse_attention_fp8_kernel<false><<<grid, kThreads, Smem<false>::kBytes, s>>>(p, q, o, workspace);
+                         int(Smem<false, false>::kBytes));
+    sparse_attention_fp8_kernel<false><<<grid, kThreads, Smem<false, false>::kBytes, s>>>(p, q, o, workspace);
   }
 }
 
@@ -381,7 +422,7 @@ namespace {
 template <int kProbe>
 void launch_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
   const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
-  constexpr size_t kBytes = Smem<(kProbe & kProbeSerial) != 0>::kBytes;
+  constexpr size_t kBytes = Smem<(kProbe & kProbeSerial) != 0, (kProbe & kProbeWgmma) != 0>::kBytes;
   cudaFuncSetAttribute(sparse_attention_fp8_kernel<false, kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        int(kBytes));
   sparse_attention_fp8_kernel<false, kProbe><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
@@ -399,6 +440,7 @@ bool launch_sparse_attention_fp8_probe(const SparseAttentionFp8Params& p, const 
     case kProbeNoLoads: launch_probe<kProbeNoLoads>(p, q, o, workspace, s); break;
     case kProbeNoLoads | kProbeNoDequant: launch_probe<kProbeNoLoads | kProbeNoDequant>(p, q, o, workspace, s); break;
     case kProbeSerial: launch_probe<kProbeSerial>(p, q, o, workspace, s); break;
+    case kProbeWgmma: launch_probe<kProbeWgmma>(p, q, o, workspace, s); break;
     case kProbeNoQk | kProbeNoPv | kProbeNoSoftmax:
       launch_probe<kProbeNoQk | kProbeNoPv | kProbeNoSoftmax>(p, q, o, workspace, s);
       break;

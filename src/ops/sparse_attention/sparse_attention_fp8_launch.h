@@ -66,6 +66,10 @@ void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, cons
 // right, bitwise the kernel's; the bench times it beside the kernel.
 inline constexpr int kProbeNoQk = 1, kProbeNoPv = 2, kProbeNoSoftmax = 4, kProbeNoDequant = 8, kProbeNoLoads = 16;
 inline constexpr int kProbeSerial = 32;
+// kProbeWgmma alone: the kernel's loop with Q K^T and P V as wgmma from shared memory (sparse_attention_wgmma.cuh;
+// session 16): its output is right, bitwise the kernel's (the same bf16 products summed in the same order); the bench
+// times it beside the kernel.
+inline constexpr int kProbeWgmma = 64;
 bool launch_sparse_attention_fp8_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                        int probe, void* stream);
 }  // namespace detail
