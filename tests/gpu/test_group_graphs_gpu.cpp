@@ -67,6 +67,9 @@ Result<RunResult> run(const std::string& model, const Setup& s) {
   DSI_RETURN_IF_ERROR(r.bind_state(layout, kSlots, int32_t(kSlots * nb), kMaxLen));
   const int64_t V = r.config().vocab_size;
   std::vector<int64_t> done(size_t(kSeqs), 0);
+  std::vector<std::vector<cache::BlockId>> tables(static_cast<size_t>(kSeqs));  // sequence q: the blocks of slot kSlots - 1 - q
+  for (int32_t q = 0; q < kSeqs; ++q)
+    for (int64_t b = 0; b < nb; ++b) tables[size_t(q)].push_back(cache::BlockId((kSlots - 1 - q) * nb + b));
   auto token = [&](int32_t q, int64_t pos) { return int32_t((pos * 131 + q * 17 + 5) % V); };
   RunResult out;
   out.name = r.name();
@@ -84,7 +87,7 @@ Result<RunResult> run(const std::string& model, const Setup& s) {
       sp.needs_logits = true;
       sp.logits_row = p.num_logits();
       sp.slot = kSlots - 1 - q;
-      for (int64_t b = 0; b < nb; ++b) sp.block_table.push_back(cache::BlockId((kSlots - 1 - q) * nb + b));
+      sp.block_table = tables[size_t(q)];
       for (int32_t i = 0; i < n; ++i) {
         if (!prefill || i == n - 1) p.logits_token_index.push_back(p.num_tokens());
         p.token_ids.push_back(token(q, done[size_t(q)] + i));
