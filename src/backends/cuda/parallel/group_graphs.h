@@ -5,8 +5,9 @@
 // between them), the others join rank 0's stream and rank 0 ends it. Rank 0 then launches that one graph for the
 // whole group, after every rank's plan upload; the others' streams wait for it.
 //
-// A shape's first step runs eagerly (its lazily sized scratch is then in place), the second is captured; a change
-// of any rank's scratch generation drops the graphs. Every call is collective (each rank's thread, the same key):
+// A shape's first step runs eagerly (its lazily sized scratch is then in place), the next is captured; a change
+// of any rank's scratch generation drops the graphs (not the shapes seen: a later capture of one needs no eager
+// step again); clear() (new state, an EPLB rebalance) drops both. Every call is collective (each rank's thread, the same key):
 // the ranks meet on the communicator's barrier, so a failed group ends every rank's call. Plain header.
 #pragma once
 #include <cstdint>

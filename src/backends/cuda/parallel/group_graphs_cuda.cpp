@@ -62,7 +62,8 @@ GroupGraphs::Mode GroupGraphs::decide() {
       return Mode::kEager;
     }
   if (gens_ != graph_gens_) {  // some rank's scratch moved: its captured pointers are stale
-    clear();
+    for (auto& [k, g] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
+    graphs_.clear();  // the shapes seen stay seen: their lazily sized scratch is as large as it was
     graph_gens_ = gens_;
   }
   if (graphs_.count(keys_[0])) return Mode::kReplay;

@@ -459,7 +459,7 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
   pool_.set_on_failure([this](int32_t r, const Status& cause) { fail(r, cause); });
   pool_.set_deadline(std::chrono::milliseconds(opts.collective_timeout_ms) + std::chrono::seconds(5));
   DSI_RETURN_IF_ERROR(checked(make_comms(opts, n)));
-  return checked(pool_.run([&](int32_t r) -> Status {
+  DSI_RETURN_IF_ERROR(checked(pool_.run([&](int32_t r) -> Status {
     if (fault_.hits_load(r)) return fault_.fire(0);
     runner::RunnerOptions so = opts;
     so.device = r % devices_;
@@ -473,7 +473,7 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
     shard->set_compute_logits(r == 0 || dp_);
     shards_[size_t(r)] = std::move(shard);
     return Status::ok();
-  }));
+  })));
   return enable_group_graphs();
 }
 
