@@ -54,8 +54,10 @@ Result<RunResult> run(const std::string& model, const Setup& s) {
   o.tensor_parallel_size = s.tp ? s.ranks : 1;
   o.communicator = s.ranks > 1 ? "in-process" : "auto";
   if (!s.graphs) setenv("DSINFER_CUDA_GRAPHS", "0", 1);
+  setenv("DSINFER_GROUP_GRAPHS", "1", 1);
   auto created = engine::create_runner(o);
   unsetenv("DSINFER_CUDA_GRAPHS");
+  unsetenv("DSINFER_GROUP_GRAPHS");
   if (!created) return created.status();
   runner::ModelRunner& r = **created;
   cache::StateCacheConfig cc;
