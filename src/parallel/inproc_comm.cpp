@@ -8,6 +8,16 @@
 
 namespace dsinfer::parallel {
 
+Status DeviceAccess::mark(int32_t rank, void*) const {
+  return Status::errorf("rank {}: this in-process group's ranks do not share one device", rank);
+}
+Status DeviceAccess::wait_mark(int32_t rank, void*) const {
+  return Status::errorf("rank {}: this in-process group's ranks do not share one device", rank);
+}
+Status DeviceAccess::sum_in_rank_order(float* const*, int32_t, size_t, void*) const {
+  return Status::error("this in-process group's ranks do not share one device");
+}
+
 namespace {
 
 enum class Op { kAllReduce, kAllGather, kAllToAll, kBroadcast, kBarrier };
@@ -29,6 +39,7 @@ struct Call {
   int32_t root = 0;
   std::vector<size_t> send_bytes;   // all_to_all_v
   std::vector<uint8_t> staged;      // this rank's input, in host memory
+  float* device = nullptr;          // all_reduce on a shared device: this rank's buffer (nothing staged)
 };
 
 }  // namespace
@@ -80,6 +91,23 @@ class InProcessGroup {
     return st;
   }
 
+  // Ranks sharing one device (DeviceAccess, inproc_comm.h): the all-reduce of the ranks' device buffers, on the
+  // device. Marks and waits are ordered by the two rendezvous; rank 0 issues the sum on its stream.
+  bool on_shared_device(void* stream) const {
+    return stream && device_ && world_ <= device_->shared_device_ranks();
+  }
+  Status reduce_on_device(int32_t rank, float* buf, size_t count, void* stream) {
+    if (rank > 0) DSI_RETURN_IF_ERROR(device_->mark(rank, stream));
+    calls_[size_t(rank)] = Call{Op::kAllReduce, count * sizeof(float), 0, {}, {}, buf};
+    DSI_RETURN_IF_ERROR(barrier(rank, Op::kAllReduce));
+    Status st = agree(rank);
+    if (st.is_ok() && rank == 0) st = sum_on_device(count, stream);
+    if (!st.is_ok()) abort(st);
+    DSI_RETURN_IF_ERROR(barrier(rank, Op::kAllReduce));  // rank 0's mark is recorded before anyone waits for it
+    if (rank > 0) DSI_RETURN_IF_ERROR(device_->wait_mark(0, stream));
+    return st;
+  }
+
   // Returns when every rank has arrived (ok), or the group failed / the deadline passed (its reason).
   Status barrier(int32_t rank, Op op) {
     std::unique_lock<std::mutex> lk(mu_);
@@ -114,15 +142,36 @@ class InProcessGroup {
     cv_.notify_all();
   }
 
-  Status compute(int32_t rank, std::vector<uint8_t>& out) const {
+  // Every rank called the same collective with the same sizes (a device all-reduce on every rank or on none).
+  Status agree(int32_t rank) const {
     const Call& me = calls_[size_t(rank)];
     for (int32_t r = 0; r < world_; ++r) {
       const Call& c = calls_[size_t(r)];
-      if (c.op != me.op || (me.op != Op::kAllToAll && (c.bytes != me.bytes || c.root != me.root)))
-        return Status::errorf("ranks disagree on the collective: rank {} called {} ({} bytes, root {}), rank {} {} "
-                              "({} bytes, root {})", rank, op_name(me.op), me.bytes, me.root, r, op_name(c.op),
-                              c.bytes, c.root);
+      if (c.op != me.op || (me.op != Op::kAllToAll && (c.bytes != me.bytes || c.root != me.root)) ||
+          (c.device == nullptr) != (me.device == nullptr))
+        return Status::errorf("ranks disagree on the collective: rank {} called {} ({} bytes, root {}{}), rank {} {} "
+                              "({} bytes, root {}{})", rank, op_name(me.op), me.bytes, me.root,
+                              me.device ? ", on the device" : "", r, op_name(c.op), c.bytes, c.root,
+                              c.device ? ", on the device" : "");
     }
+    return Status::ok();
+  }
+
+  // Rank 0, between the rendezvous: its stream waits for every other rank's partial sums, sums every rank's buffer
+  // in rank order in place, and marks the result.
+  Status sum_on_device(size_t count, void* stream) const {
+    std::vector<float*> bufs(static_cast<size_t>(world_), nullptr);
+    for (int32_t r = 0; r < world_; ++r) {
+      bufs[size_t(r)] = calls_[size_t(r)].device;
+      if (r > 0) DSI_RETURN_IF_ERROR(device_->wait_mark(r, stream));
+    }
+    if (count > 0) DSI_RETURN_IF_ERROR(device_->sum_in_rank_order(bufs.data(), world_, count, stream));
+    return device_->mark(0, stream);
+  }
+
+  Status compute(int32_t rank, std::vector<uint8_t>& out) const {
+    DSI_RETURN_IF_ERROR(agree(rank));
+    const Call& me = calls_[size_t(rank)];
     switch (me.op) {
       case Op::kAllReduce: return reduce(out);
       case Op::kAllGather:
@@ -190,6 +239,7 @@ class InProcessComm final : public Communicator {
   bool fixed_order() const override { return true; }
 
   Status all_reduce_sum(float* buf, size_t count, void* stream) override {
+    if (g_->on_shared_device(stream)) return g_->reduce_on_device(rank_, buf, count, stream);
     Call c{Op::kAllReduce, count * sizeof(float), 0, {}, {}};
     DSI_RETURN_IF_ERROR(g_->stage_in(rank_, buf, c.bytes, stream, c.staged));
     return finish(std::move(c), buf, stream);

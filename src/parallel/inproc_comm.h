@@ -6,6 +6,8 @@
 // Host buffers (stream == nullptr) are copied with memcpy; device buffers go through a DeviceAccess the CUDA
 // backend provides (so N ranks can share one GPU, which NCCL refuses). Slow by design: it exists to make the
 // multi-rank code checkable (CPU in CI, several ranks on one GPU) and to give --batch-invariant a fixed order.
+// Except all_reduce_sum of ranks sharing one device: summed there by one kernel in the same order, joined by
+// marks between the ranks' streams, never waited for on the host (DeviceAccess below).
 // Every wait has the group's deadline; abort() or a deadline ends the group for every rank.
 #pragma once
 #include <condition_variable>
@@ -19,11 +21,26 @@ namespace dsinfer::parallel {
 
 // Copies between device buffers and host memory on a stream (the CUDA backend's implementation waits for the
 // stream's earlier work and for the copy).
+//
+// Ranks sharing one device (shared_device()): all_reduce_sum stays on the device, with no host copy and no wait for
+// the device. Each rank > 0 marks its stream after its partial sums; the ranks meet on the host (the group's
+// rendezvous, which only orders these calls); rank 0's stream waits for every mark and sums the ranks' buffers in
+// rank order into every buffer (sum_in_rank_order: the host path's bits), then marks; after a second rendezvous each
+// other rank's stream waits for rank 0's mark. Nothing there synchronises with the device, so a CUDA graph of the
+// whole group's step can capture it (backends/cuda/parallel/group_graphs.h). A rank's mark is re-recorded only at
+// its next collective, after the rendezvous that follows every wait on it.
 class DeviceAccess {
  public:
   virtual ~DeviceAccess() = default;
   virtual Status to_host(void* host_dst, const void* src, size_t bytes, void* stream) const = 0;
   virtual Status from_host(void* dst, const void* host_src, size_t bytes, void* stream) const = 0;
+  // How many ranks the device all-reduce can sum (0: the ranks do not share one device: host staging).
+  virtual int32_t shared_device_ranks() const { return 0; }
+  // The three steps of the device all-reduce (errors unless shared_device_ranks() > 0).
+  virtual Status mark(int32_t rank, void* stream) const;       // rank's mark := its stream's work so far
+  virtual Status wait_mark(int32_t rank, void* stream) const;  // `stream` waits for rank's latest mark
+  // In place on `stream`: every element of every bufs[r] (r < world) = the fp64 rank-order sum, rounded once.
+  virtual Status sum_in_rank_order(float* const* bufs, int32_t world, size_t count, void* stream) const;
 };
 
 // Creates a group of `world` ranks; comm(r) is rank r's communicator (each used by one thread at a time). `device`

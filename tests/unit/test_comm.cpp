@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstring>
 #include <future>
+#include <mutex>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -161,6 +163,75 @@ TEST(InProcessComm, DeviceBuffersGoThroughTheDeviceAccess) {
   });
   EXPECT_NE(refused[0].message().find("device buffer was given to a host-only in-process group"), std::string::npos)
       << refused[0].message();
+}
+
+// Ranks sharing one device: all_reduce_sum never stages through the host; it marks, waits and sums through the
+// DeviceAccess (inproc_comm.h). Here a host stand-in runs each call at once and records, for every wait, which of
+// the marked rank's marks it saw: rank 0 must wait for each other rank's mark of the same collective (its partial
+// sums) and every other rank for rank 0's mark of that collective (the sum), never an older or newer one, over
+// many collectives with random delays on every rank; the sums are the fixed rank order's bits.
+TEST(InProcessComm, SharedDeviceAllReduceJoinsTheRanksThroughMarks) {
+  constexpr int32_t kWorld = 4;
+  constexpr int32_t kCalls = 150;
+  struct SharedDevice final : dsinfer::parallel::DeviceAccess {
+    mutable std::mutex mu;
+    mutable std::vector<int64_t> marks = std::vector<int64_t>(kWorld, 0);  // marks recorded per rank
+    mutable std::vector<std::vector<int64_t>> seen = std::vector<std::vector<int64_t>>(kWorld);  // per waiting stream
+    mutable std::atomic<int> staged{0}, sums{0};
+    static int32_t rank_of(void* stream) { return int32_t(reinterpret_cast<intptr_t>(stream)) - 1; }
+    Status to_host(void*, const void*, size_t, void*) const override { ++staged; return Status::ok(); }
+    Status from_host(void*, const void*, size_t, void*) const override { ++staged; return Status::ok(); }
+    int32_t shared_device_ranks() const override { return kWorld; }
+    Status mark(int32_t rank, void* stream) const override {
+      std::lock_guard<std::mutex> lk(mu);
+      if (rank_of(stream) != rank) return Status::errorf("rank {} marked on rank {}'s stream", rank, rank_of(stream));
+      ++marks[size_t(rank)];
+      return Status::ok();
+    }
+    Status wait_mark(int32_t rank, void* stream) const override {
+      std::lock_guard<std::mutex> lk(mu);
+      seen[size_t(rank_of(stream))].push_back(rank * 1000000 + marks[size_t(rank)]);
+      return Status::ok();
+    }
+    Status sum_in_rank_order(float* const* bufs, int32_t world, size_t count, void* stream) const override {
+      if (rank_of(stream) != 0 || world != kWorld) return Status::error("sum on the wrong stream or world");
+      ++sums;
+      for (size_t i = 0; i < count; ++i) {
+        double acc = 0;
+        for (int32_t r = 0; r < world; ++r) acc += double(bufs[r][i]);
+        for (int32_t r = 0; r < world; ++r) bufs[r][i] = float(acc);
+      }
+      return Status::ok();
+    }
+  } dev;
+  auto comms = make_inprocess_group(kWorld, quick(), &dev);
+  const float vals[kWorld] = {1e8f, 1.0f, -1e8f, 1.0f};  // an fp32 running sum in another order is not 2
+  std::vector<int> bad(kWorld, 0);
+  auto st = on_ranks(comms, [&](int32_t r, Communicator& c) -> Status {
+    std::mt19937 rng(uint32_t(r) * 7919u + 1u);
+    for (int32_t k = 0; k < kCalls; ++k) {
+      std::vector<float> b(5, vals[r]);
+      if (rng() % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+      DSI_RETURN_IF_ERROR(c.all_reduce_sum(b.data(), b.size(), reinterpret_cast<void*>(intptr_t(r) + 1)));
+      for (float x : b) bad[size_t(r)] += x != 2.0f;
+    }
+    return Status::ok();
+  });
+  for (int32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(st[size_t(r)].is_ok()) << st[size_t(r)].message();
+    EXPECT_EQ(bad[size_t(r)], 0) << "rank " << r;
+  }
+  EXPECT_EQ(dev.staged.load(), 0);
+  EXPECT_EQ(dev.sums.load(), kCalls);
+  // Rank 0: per collective k, the marks k + 1 of ranks 1..3 in rank order; rank q: rank 0's mark k + 1.
+  ASSERT_EQ(dev.seen[0].size(), size_t(kCalls * (kWorld - 1)));
+  for (int32_t k = 0; k < kCalls; ++k)
+    for (int32_t q = 1; q < kWorld; ++q)
+      EXPECT_EQ(dev.seen[0][size_t(k * (kWorld - 1) + q - 1)], q * 1000000 + k + 1) << "collective " << k;
+  for (int32_t q = 1; q < kWorld; ++q) {
+    ASSERT_EQ(dev.seen[size_t(q)].size(), size_t(kCalls));
+    for (int32_t k = 0; k < kCalls; ++k) EXPECT_EQ(dev.seen[size_t(q)][size_t(k)], k + 1) << "rank " << q;
+  }
 }
 
 // One rank fails instead of joining: its abort wakes the ranks already waiting, each returns the cause and its

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "backends/cuda/parallel/group_graphs.h"
+#include "backends/cuda/parallel/inproc_device.h"
 #include "backends/cuda/runner/cuda_runner.h"
 #include "backends/cuda/runner/cuda_runner_impl.h"
 #include "backends/cuda/runner/host_tier_cuda.h"
@@ -28,26 +30,6 @@ namespace dsinfer::backends {
 
 namespace {
 
-// Device buffers of the in-process communicator: copies on the rank's stream, waited for (the stream's earlier
-// work first: the partial sums the collective reads).
-class CudaDeviceAccess final : public parallel::DeviceAccess {
- public:
-  Status to_host(void* host_dst, const void* src, size_t bytes, void* stream) const override {
-    auto* s = static_cast<cudaStream_t>(stream);
-    DSI_CUDA_TRY(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
-    DSI_CUDA_TRY(cudaStreamSynchronize(s));
-    return Status::ok();
-  }
-  Status from_host(void* dst, const void* host_src, size_t bytes, void* stream) const override {
-    auto* s = static_cast<cudaStream_t>(stream);
-    DSI_CUDA_TRY(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
-    DSI_CUDA_TRY(cudaStreamSynchronize(s));  // the host staging is reused by the next collective
-    return Status::ok();
-  }
-};
-
-const CudaDeviceAccess kDeviceAccess;
-
 class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
   ParallelRunner(io::ModelConfig cfg, model::Numerics num, int32_t n, parallel::Layout layout)
@@ -60,6 +42,10 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
       if (r == 0) snapshots_.release();  // DP: the shared snapshot pool lives on rank 0's GPU
       shards_[size_t(r)].reset();
       comms_[size_t(r)].reset();
+      return Status::ok();
+    });
+    (void)pool_.run([&](int32_t r) {
+      if (r == 0) group_graphs_.reset();  // after every shard: their graphs' ranks on rank 0's GPU
       return Status::ok();
     });
   }
@@ -136,6 +122,7 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   Status randomize_state(uint64_t seed) override {
     return all([&](CudaRunner& s) { return s.randomize_state(seed); });  // same seed: identical replicas
   }
+  int64_t graphs_captured() const override { return group_graphs_ ? group_graphs_->captures() : 0; }
   CommTraffic take_comm_traffic() override {
     CommTraffic sum;  // between steps: no shard is running
     for (auto& s : shards_) {
@@ -185,6 +172,16 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   Status inject(int32_t r) { return fault_.hits_step(r, steps_ - 1) ? fault_.fire(steps_ - 1) : Status::ok(); }
 
   Status copy_replicated_state(std::span<const cache::StateCopy> copies);  // EP / TP: copy_state
+  // Graphs of the whole group's decode steps (EP and TP with the ranks on one GPU, in-process: group_graphs.h),
+  // dropped where a shard would drop its own (new state, a rebalance).
+  Status enable_group_graphs();
+  Status drop_group_graphs() {
+    if (!group_graphs_) return Status::ok();
+    return checked(pool_.run([&](int32_t r) {
+      if (r == 0) group_graphs_->clear();
+      return Status::ok();
+    }));
+  }
 
   template <typename F>
   Status all(F&& f) {
@@ -206,6 +203,11 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   std::vector<std::unique_ptr<CudaRunner>> shards_;
   std::vector<std::unique_ptr<parallel::Communicator>> comms_;
   int32_t devices_ = 1;  // GPUs used: rank r runs on GPU r % devices_ (in-process ranks may share one)
+  // In-process ranks: the device side of the communicator (the all-reduce on the device when they share one GPU),
+  // made before and destroyed after the communicators; the group's decode graphs and each rank's view of them.
+  std::unique_ptr<CudaDeviceAccess> access_;
+  std::unique_ptr<GroupGraphs> group_graphs_;
+  std::vector<std::unique_ptr<GroupGraphs::Rank>> graph_ranks_;
   parallel::FaultInjection fault_;
   bool eplb_ = false;
   int32_t redundant_ = 0;
@@ -228,6 +230,7 @@ Status ParallelRunner::bind_state(const cache::StateLayout& layout, int32_t num_
                                   int64_t max_len) {
   slot_bytes_ = layout.slot_bytes;
   block_bytes_ = layout.block_bytes;
+  DSI_RETURN_IF_ERROR(drop_group_graphs());
   if (!dp_) return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
   const int32_t n = int32_t(shards_.size());
   if (num_slots % n != 0 || num_blocks % n != 0)
@@ -355,6 +358,7 @@ Status ParallelRunner::rebalance() {
     return Status::ok();
   }));
   placement_ = std::move(next);
+  DSI_RETURN_IF_ERROR(drop_group_graphs());  // the expert tables were rewritten under the captured steps
   if (const char* v = std::getenv("DSINFER_EPLB_LOG"); v && std::string(v) == "1") {
     int64_t total = 0;
     for (int32_t x : reloaded) total += x;
@@ -415,10 +419,15 @@ Status ParallelRunner::make_comms(const runner::RunnerOptions& opts, int32_t n) 
   }
   if (kind != "in-process") return Status::errorf("unknown communicator '{}' (auto, nccl or in-process)", kind);
   devices_ = std::max(1, std::min(count, n));
-  comms_ = parallel::make_inprocess_group(n, copts, &kDeviceAccess);
+  // Ranks sharing one GPU sum on the device (inproc_device.h); on several GPUs they stage through the host, as
+  // they do with DSINFER_INPROC_DEVICE_REDUCE=0 (for measuring the two paths; graphs then stay off).
+  const char* dev = std::getenv("DSINFER_INPROC_DEVICE_REDUCE");
+  const bool device_reduce = devices_ == 1 && !(dev && std::string(dev) == "0");
+  access_ = std::make_unique<CudaDeviceAccess>(device_reduce ? n : 0);
+  comms_ = parallel::make_inprocess_group(n, copts, access_.get());
   return pool_.start(n, [&](int32_t r) -> Status {
     DSI_CUDA_TRY(cudaSetDevice(r % devices_));
-    return Status::ok();
+    return access_->init_rank(r);
   });
 }
 
@@ -450,7 +459,7 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
   pool_.set_on_failure([this](int32_t r, const Status& cause) { fail(r, cause); });
   pool_.set_deadline(std::chrono::milliseconds(opts.collective_timeout_ms) + std::chrono::seconds(5));
   DSI_RETURN_IF_ERROR(checked(make_comms(opts, n)));
-  return checked(pool_.run([&](int32_t r) -> Status {
+  DSI_RETURN_IF_ERROR(checked(pool_.run([&](int32_t r) -> Status {
     if (fault_.hits_load(r)) return fault_.fire(0);
     runner::RunnerOptions so = opts;
     so.device = r % devices_;
@@ -463,6 +472,26 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
     shard->set_tensor_parallel(tp_);
     shard->set_compute_logits(r == 0 || dp_);
     shards_[size_t(r)] = std::move(shard);
+    return Status::ok();
+  })));
+  return enable_group_graphs();
+}
+
+// Decode graphs at N > 1 (docs/multi_gpu.md "CUDA graphs at N > 1"): for EP and TP whose ranks share one GPU
+// through the in-process communicator (its all-reduce then never waits on the host). DP attention's exchange
+// reads pair counts on the host and NCCL's capture is unchecked (no machine with two GPUs): both stay eager.
+// DSINFER_GROUP_GRAPHS=1 turns them on (DSINFER_CUDA_GRAPHS=0: every decode graph off).
+Status ParallelRunner::enable_group_graphs() {
+  const int32_t n = int32_t(shards_.size());
+  if (dp_ || !access_ || access_->shared_device_ranks() < n) return Status::ok();
+  // Opt-in until a run on the H200 has captured them (session 16 had no device time left to check the capture).
+  if (const char* g = std::getenv("DSINFER_GROUP_GRAPHS"); !g || std::string(g) != "1") return Status::ok();
+  group_graphs_ = std::make_unique<GroupGraphs>(n);
+  graph_ranks_.resize(size_t(n));
+  return checked(pool_.run([&](int32_t r) -> Status {
+    DSI_RETURN_IF_ERROR(group_graphs_->init_rank(r));
+    graph_ranks_[size_t(r)] = std::make_unique<GroupGraphs::Rank>(*group_graphs_, r, *comms_[size_t(r)]);
+    shards_[size_t(r)]->set_group_graphs(graph_ranks_[size_t(r)].get());
     return Status::ok();
   }));
 }

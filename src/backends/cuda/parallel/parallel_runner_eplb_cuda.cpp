@@ -81,7 +81,7 @@ Result<int32_t> CudaRunner::eplb_apply(const std::vector<parallel::Placement>& l
     reloaded += n;
   }
   DSI_RETURN_IF_ERROR(eplb_upload_tables(layers));
-  graphs_.clear();  // captured steps hold the old pointers (graphs are off with --gpus > 1 today; kept correct)
+  graphs_.clear();  // captured steps hold the old pointers (a group's graphs: ParallelRunner::rebalance)
   DSI_CUDA_TRY(cudaStreamSynchronize(s));  // dummy regeneration ran on the stream
   return reloaded;
 }

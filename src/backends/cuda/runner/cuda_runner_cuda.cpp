@@ -71,11 +71,10 @@ Status CudaRunner::init(const runner::RunnerOptions& opts) {
   ep_rank_ = opts.ep_rank;
   ep_size_ = opts.ep_size;
   DSI_ASSIGN_OR_RETURN(experts_, parallel::expert_range(cfg_.n_routed_experts, ep_rank_, ep_size_));
-  if (const char* g = std::getenv("DSINFER_CUDA_GRAPHS")) graphs_enabled_ = std::string(g) != "0";
+  if (const char* g = std::getenv("DSINFER_CUDA_GRAPHS")) graphs_env_ = std::string(g) != "0";
   fp8_state_ = opts.fp8_state;
-  // Decode graphs stay off with expert parallelism: NCCL collectives can be captured, but this first step keeps
-  // every all-reduce an ordinary launch (docs/multi_gpu.md).
-  if (ep_size_ > 1) graphs_enabled_ = false;
+  // With expert parallelism a shard's decode graphs are its group's (set_group_graphs; docs/multi_gpu.md).
+  graphs_enabled_ = graphs_env_ && ep_size_ <= 1;
   if (const char* b = std::getenv("DSINFER_CUDA_GRAPH_BUCKETS")) buckets_enabled_ = std::string(b) != "0";
   DSI_ASSIGN_OR_RETURN(device_, cuda::query_device(ordinal_));  // also makes it the current device
   // (EPLB: options checked and the redundant expert slots counted.)
@@ -190,7 +189,10 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   DSI_RETURN_IF_ERROR(fill_plan_tokens(layout));  // asynchronous steps: inputs sampled by the step before
   const ops::StepDevice st = step_device(layout, plan_.device());
   const int32_t* rows = logits_rows(layout, plan_.device());
-  if (graph)
+  if (graph && group_graphs_)
+    DSI_RETURN_IF_ERROR(group_graphs_->launch(graph_key(run_T, run_plan.num_seqs()), scratch_gen_, stream_,
+                                              [&] { return fwd_->run(st, rows, run_R); }));
+  else if (graph)
     DSI_RETURN_IF_ERROR(graphs_.launch(graph_key(run_T, run_plan.num_seqs()), scratch_gen_, stream_,
                                        [&] { return fwd_->run(st, rows, run_R); }));
   else

@@ -20,6 +20,7 @@
 #include "backends/cuda/runner/device_sampler.h"
 #include "backends/cuda/runner/host_tier_cuda.h"
 #include "backends/cuda/step/decode_graphs.h"
+#include "backends/cuda/step/group_step_graphs.h"
 #include "backends/cuda/step/op_timer.h"
 #include "backends/cuda/step/step_plan.h"
 #include "cuda/device.h"
@@ -69,6 +70,12 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   void set_data_parallel(bool on) { dp_ = on; }
   // TP attention + EP (RunnerCore::tp_): this shard runs the query heads of its wo_a output groups.
   void set_tensor_parallel(bool on) { tp_ = on; }
+  // A group graphed as a whole (ranks sharing one GPU, in-process communicator): this shard's graph steps go
+  // through `g` (owned by the ParallelRunner); decode graphs are otherwise off with expert parallelism.
+  void set_group_graphs(GroupStepGraphs* g) {
+    group_graphs_ = g;
+    graphs_enabled_ = g != nullptr && graphs_env_;
+  }
   // The collective traffic since the last call (then reset).
   CommTraffic take_comm_traffic() override { return std::exchange(traffic_, CommTraffic{}); }
   // DP attention: `copies` (this shard's local slot and block ids) against its state and the snapshot / host-tier
@@ -147,7 +154,9 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   PinnedHostBuffer host_blocks_;                // prefix-cache host tier: [num_host_blocks, block_bytes]
   StepPlanUpload plan_;  // the step plan's pinned staging and device copy (step_plan.h)
   bool graphs_enabled_ = true;    // DSINFER_CUDA_GRAPHS=0 turns decode graphs off
+  bool graphs_env_ = true;        // DSINFER_CUDA_GRAPHS is not 0
   DecodeGraphs graphs_;
+  GroupStepGraphs* group_graphs_ = nullptr;  // set_group_graphs
   std::vector<int64_t> graph_capture_layers_;  // the tapped layers whose copies the capturing decode graphs hold
   // Graph buckets (step_plan.h graph_bucket_seqs): on one rank, a fixed-shape step runs padded to its bucket, graphed
   // or not (so both compute the same bits); DSINFER_CUDA_GRAPH_BUCKETS=0 runs every batch size at its own shape.

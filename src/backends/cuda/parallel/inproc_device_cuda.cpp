@@ -1,0 +1,70 @@
+// CudaDeviceAccess (see inproc_device.h).
+#include "backends/cuda/parallel/inproc_device.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backends/cuda/parallel/rank_sum.h"
+#include "cuda/cuda_common.h"
+
+namespace dsinfer::backends {
+
+CudaDeviceAccess::CudaDeviceAccess(int32_t shared_ranks)
+    : shared_(shared_ranks <= detail::kMaxSharedRanks ? shared_ranks : 0), marks_(size_t(std::max(shared_, 0))) {}
+
+CudaDeviceAccess::~CudaDeviceAccess() {
+  for (void* e : marks_)
+    if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+}
+
+Status CudaDeviceAccess::init_rank(int32_t rank) {
+  if (rank < 0 || rank >= shared_) return Status::ok();
+  cudaEvent_t e = nullptr;
+  DSI_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  marks_[size_t(rank)] = e;
+  return Status::ok();
+}
+
+// The stream's earlier work (the partial sums the collective reads) first, then the copy, waited for.
+Status CudaDeviceAccess::to_host(void* host_dst, const void* src, size_t bytes, void* stream) const {
+  auto* s = static_cast<cudaStream_t>(stream);
+  DSI_CUDA_TRY(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  DSI_CUDA_TRY(cudaStreamSynchronize(s));
+  return Status::ok();
+}
+
+Status CudaDeviceAccess::from_host(void* dst, const void* host_src, size_t bytes, void* stream) const {
+  auto* s = static_cast<cudaStream_t>(stream);
+  DSI_CUDA_TRY(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
+  DSI_CUDA_TRY(cudaStreamSynchronize(s));  // the host staging is reused by the next collective
+  return Status::ok();
+}
+
+Status CudaDeviceAccess::mark(int32_t rank, void* stream) const {
+  if (rank < 0 || rank >= shared_ || !marks_[size_t(rank)])
+    return Status::errorf("in-process group: rank {} has no device mark ({} ranks share the GPU)", rank, shared_);
+  DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(marks_[size_t(rank)]), static_cast<cudaStream_t>(stream)));
+  return Status::ok();
+}
+
+Status CudaDeviceAccess::wait_mark(int32_t rank, void* stream) const {
+  if (rank < 0 || rank >= shared_ || !marks_[size_t(rank)])
+    return Status::errorf("in-process group: rank {} has no device mark ({} ranks share the GPU)", rank, shared_);
+  DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(marks_[size_t(rank)]), 0));
+  return Status::ok();
+}
+
+Status CudaDeviceAccess::sum_in_rank_order(float* const* bufs, int32_t world, size_t count, void* stream) const {
+  if (world < 1 || world > shared_) return Status::errorf("in-process group: a device sum over {} ranks", world);
+  detail::RankBuffers b;
+  for (int32_t r = 0; r < world; ++r) {
+    if (!bufs[r]) return Status::errorf("in-process group: rank {} gave no device buffer", r);
+    b.buf[r] = bufs[r];
+  }
+  detail::launch_rank_order_sum(b, world, count, stream);
+  DSI_CUDA_TRY(cudaGetLastError());
+  return Status::ok();
+}
+
+}  // namespace dsinfer::backends
