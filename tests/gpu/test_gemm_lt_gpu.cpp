@@ -234,6 +234,39 @@ TEST(GemmLtGpu, RefusesUnsupportedWeightsCleanly) {
 // A call captured into a CUDA graph (weight prepared before, as the runner does; M = 70: 68 rows on cuBLASLt, 2 on
 // the fp32 kernel; or all 70 on the widened bf16 route) replays to the eager result; an unprepared weight inside the
 // capture is refused without breaking the capture.
+// A weight prepared for a prefill-sized step (the widened route) must also serve the smaller calls that stay on
+// two FP8 terms, eager and inside a graph capture: a decode step after a prefill. Before session 16's review the
+// prepare sized only the widened route's buffers, so these calls failed and the runner fell back to gemm_cuda.
+TEST(GemmLtGpu, PrefillSizedPrepareServesDecodeCalls) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t M = 70, N = 1024, K = 1024;
+  GemmLtEngine eng(dsinfer::ops::cuda::GemmLtActivations::kAuto);
+  const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, N, K, 34, true, 128, 128, false);
+  auto dw = dsinfer::test::upload(w);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_TRUE(eng.prepare(dw.w, 4096, s).is_ok());
+  auto dx = to_device(block_activations(M, K, 35));
+  auto dy = to_device(std::vector<float>(size_t(M * N), 0.0f)), dg = to_device(std::vector<float>(size_t(M * N), 0.0f));
+  const dsinfer::Status eager = eng.gemm(dx.data(), M, K, dw.w, dy.data(), N, false, s);
+  EXPECT_TRUE(eager.is_ok()) << eager.message();
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  const dsinfer::Status in = eng.gemm(dx.data(), M, K, dw.w, dg.data(), N, false, s);
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  EXPECT_TRUE(in.is_ok()) << in.message();
+  cudaGraphExec_t ex = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&ex, g, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(ex, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const std::vector<float> a = to_host(dy, size_t(M * N)), b = to_host(dg, size_t(M * N));
+  EXPECT_LT(normalized_error(b, a), 1e-6);
+  cudaGraphExecDestroy(ex);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
 TEST(GemmLtGpu, GraphCaptureReplaysEagerResult) {
   DSI_SKIP_WITHOUT_GPU();
   for (auto act : {dsinfer::ops::cuda::GemmLtActivations::kAuto, dsinfer::ops::cuda::GemmLtActivations::kBf16}) {

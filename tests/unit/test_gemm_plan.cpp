@@ -368,6 +368,20 @@ TEST(GemmPlan, CublasLtFp8Route) {
   }
   EXPECT_EQ(gemm_lt_fp8_route(fp8(32768, 1024), kGemmLtWideMinM - 1, A::kAuto), A::kFp8x2);
   EXPECT_EQ(gemm_lt_fp8_route(fp8(32768, 1024), kGemmLtWideMinM, A::kAuto), A::kBf16);
+  // The FP8 buffers a prepare for max_rows sizes: the largest call below it that stays on an FP8 route.
+  const DeviceWeight w = fp8(32768, 1024);
+  EXPECT_EQ(gemm_lt_fp8_max_rows(w, 256, A::kAuto), 256);
+  EXPECT_EQ(gemm_lt_fp8_max_rows(w, 8192, A::kAuto), kGemmLtWideMinM - 1);
+  EXPECT_EQ(gemm_lt_fp8_max_rows(w, 8192, A::kBf16), 0);
+  EXPECT_EQ(gemm_lt_fp8_max_rows(w, 8192, A::kFp8x2), 8192);
+  EXPECT_EQ(gemm_lt_fp8_max_rows(f32s, 8192, A::kAuto), 8192);
+  EXPECT_EQ(gemm_lt_fp8_max_rows(w, 0, A::kAuto), 0);
+  for (int64_t max_rows : {1, 64, 1023, 1024, 4096})
+    for (int64_t M = 1; M <= max_rows; M += 1 + M / 4) {
+      if (gemm_lt_fp8_route(w, M, A::kAuto) != A::kBf16) {
+        EXPECT_LE(M, gemm_lt_fp8_max_rows(w, max_rows, A::kAuto)) << max_rows;
+      }
+    }
   EXPECT_EQ(gemm_lt_fp8_route(f32s, 8192, A::kAuto), A::kFp8x2);
   EXPECT_EQ(gemm_lt_fp8_route(f32s, 8192, A::kBf16), A::kFp8x2);
 }

@@ -104,13 +104,15 @@ Status GemmLtEngine::prepare(const DeviceWeight& w, int64_t max_rows, void* stre
                           w.data, ws.rows, ws.cols, w.rows, w.cols);
   }
   DSI_RETURN_IF_ERROR(ws.status);
+  // Buffers for every call of up to max_rows rows: the widened route's for max_rows when it takes it, and the FP8
+  // route's for the largest call it keeps (a prefill-sized prepare still serves the decode steps captured later).
   if (max_rows > 0 && gemm_lt_fp8_route(w, max_rows, I.act) == GemmLtActivations::kBf16) {
     DSI_RETURN_IF_ERROR(I.grow(I.q, size_t(max_rows * w.cols * 2), "cuBLASLt bf16 activations"));
-    return I.grow(I.wide, size_t(w.rows * w.cols * 2), "cuBLASLt widened bf16 weight");
+    DSI_RETURN_IF_ERROR(I.grow(I.wide, size_t(w.rows * w.cols * 2), "cuBLASLt widened bf16 weight"));
   }
-  if (max_rows > 0) {
-    const bool two = gemm_lt_fp8_route(w, max_rows, I.act) == GemmLtActivations::kFp8x2;
-    const int64_t m4 = round4(max_rows), sk = m4 * kb;
+  if (const int64_t fp8_rows = gemm_lt_fp8_max_rows(w, max_rows, I.act); fp8_rows > 0) {
+    const bool two = gemm_lt_fp8_route(w, fp8_rows, I.act) == GemmLtActivations::kFp8x2;
+    const int64_t m4 = round4(fp8_rows), sk = m4 * kb;
     DSI_RETURN_IF_ERROR(I.grow(I.q, size_t((two ? 2 : 1) * m4 * w.cols), "cuBLASLt activation codes"));
     DSI_RETURN_IF_ERROR(I.grow(I.s, size_t(two ? scale_offset(sk) + sk : sk), "cuBLASLt activation scales"));
   }

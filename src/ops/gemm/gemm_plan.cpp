@@ -77,6 +77,14 @@ GemmLtActivations gemm_lt_fp8_route(const DeviceWeight& w, int64_t M, GemmLtActi
   return setting;
 }
 
+int64_t gemm_lt_fp8_max_rows(const DeviceWeight& w, int64_t max_rows, GemmLtActivations setting) {
+  if (max_rows <= 0) return 0;
+  if (gemm_lt_fp8_route(w, max_rows, setting) != GemmLtActivations::kBf16) return max_rows;
+  // kBf16 at max_rows: kAuto keeps FP8 below kGemmLtWideMinM; an explicit kBf16 widens every call.
+  const int64_t below = std::min(max_rows, kGemmLtWideMinM - 1);
+  return setting == GemmLtActivations::kAuto && below > 0 ? below : 0;
+}
+
 namespace {
 
 // Rows per kernel call and the precision outside cuBLASLt; `fast` is the fast path's own kBf16 rule.

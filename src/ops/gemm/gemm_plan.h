@@ -161,9 +161,12 @@ bool gemm_lt_wants(const DeviceWeight& w, int64_t M, const GemmSettings& s);
 
 // The representation of one FP8_BLOCK call of the cuBLASLt engine (never kAuto): `setting` itself when it is not
 // kAuto, except that kBf16 needs E8M0 scales (an exact widening; fp32 scales fall back to kFp8x2). kAuto: kBf16 for
-// E8M0 weights from kGemmLtWideMinM rows, kFp8x2 below. Monotone in M (kBf16 at M implies kBf16 at every larger M),
-// so buffers the engine's prepare sizes for max_rows cover every smaller call of a graph capture.
+// E8M0 weights from kGemmLtWideMinM rows, kFp8x2 below. Monotone in M (kBf16 at M implies kBf16 at every larger M).
 GemmLtActivations gemm_lt_fp8_route(const DeviceWeight& w, int64_t M, GemmLtActivations setting);
+// The most rows, among calls of 1..max_rows rows, that gemm_lt_fp8_route sends to an FP8 route (kFp8 / kFp8x2); 0
+// when none does. The engine's prepare sizes its FP8 activation buffers for these and its bf16 ones for max_rows,
+// so a graph capture of any smaller call (a decode step after a prefill) finds its buffers.
+int64_t gemm_lt_fp8_max_rows(const DeviceWeight& w, int64_t max_rows, GemmLtActivations setting);
 
 // The runner's plan for one projection call (V4 runner, V4.1 runner, GPU drafter).
 struct GemmCallPlan {
