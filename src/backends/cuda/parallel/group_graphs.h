@@ -57,7 +57,8 @@ class GroupGraphs {
   Status capture(int32_t rank, parallel::Communicator& comm, int64_t key, void* stream,
                  const std::function<Status()>& forward);
   Status replay(int32_t rank, parallel::Communicator& comm, int64_t key, void* stream);
-  Mode decide();  // rank 0, between two barriers
+  Mode decide();       // rank 0, between two barriers
+  void drop_graphs();  // the executable graphs (not the shapes seen)
 
   const int32_t world_;
   // cudaEvent_t: per rank > 0 its stream's work before the step (ready_) and the end of its captured part (join_);

@@ -42,9 +42,13 @@ Status GroupGraphs::init_rank(int32_t rank) {
   return make_event(join_[size_t(rank)]);
 }
 
-void GroupGraphs::clear() {
+void GroupGraphs::drop_graphs() {
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
   graphs_.clear();
+}
+
+void GroupGraphs::clear() {
+  drop_graphs();
   seen_.clear();
 }
 
@@ -62,8 +66,7 @@ GroupGraphs::Mode GroupGraphs::decide() {
       return Mode::kEager;
     }
   if (gens_ != graph_gens_) {  // some rank's scratch moved: its captured pointers are stale
-    for (auto& [k, g] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
-    graphs_.clear();  // the shapes seen stay seen: their lazily sized scratch is as large as it was
+    drop_graphs();  // the shapes seen stay seen: their lazily sized scratch is as large as it was
     graph_gens_ = gens_;
   }
   if (graphs_.count(keys_[0])) return Mode::kReplay;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/status.h"
 #include "parallel/inproc_comm.h"
 
 namespace dsinfer::backends {
@@ -27,6 +28,7 @@ class CudaDeviceAccess final : public parallel::DeviceAccess {
   Status sum_in_rank_order(float* const* bufs, int32_t world, size_t count, void* stream) const override;
 
  private:
+  Result<void*> mark_of(int32_t rank) const;  // rank's event, or an error naming the rank
   int32_t shared_;
   std::vector<void*> marks_;  // cudaEvent_t per rank (timing off)
 };

@@ -41,17 +41,21 @@ Status CudaDeviceAccess::from_host(void* dst, const void* host_src, size_t bytes
   return Status::ok();
 }
 
-Status CudaDeviceAccess::mark(int32_t rank, void* stream) const {
+Result<void*> CudaDeviceAccess::mark_of(int32_t rank) const {
   if (rank < 0 || rank >= shared_ || !marks_[size_t(rank)])
     return Status::errorf("in-process group: rank {} has no device mark ({} ranks share the GPU)", rank, shared_);
-  DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(marks_[size_t(rank)]), static_cast<cudaStream_t>(stream)));
+  return marks_[size_t(rank)];
+}
+
+Status CudaDeviceAccess::mark(int32_t rank, void* stream) const {
+  DSI_ASSIGN_OR_RETURN(void* e, mark_of(rank));
+  DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(stream)));
   return Status::ok();
 }
 
 Status CudaDeviceAccess::wait_mark(int32_t rank, void* stream) const {
-  if (rank < 0 || rank >= shared_ || !marks_[size_t(rank)])
-    return Status::errorf("in-process group: rank {} has no device mark ({} ranks share the GPU)", rank, shared_);
-  DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(marks_[size_t(rank)]), 0));
+  DSI_ASSIGN_OR_RETURN(void* e, mark_of(rank));
+  DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(e), 0));
   return Status::ok();
 }
 
