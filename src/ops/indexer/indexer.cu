@@ -433,7 +433,11 @@ void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, c
                            int32_t* out, void* stream) {
   const int64_t cache_keys = max_visible < kIdxSelCacheKeys ? max_visible : kIdxSelCacheKeys;
   const size_t smem = size_t(cache_keys) * sizeof(uint32_t);
-  cudaFuncSetAttribute(indexer_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  // The attribute is the kernel's fixed bound, not this call's size: it is per function and device, and ranks
+  // sharing a GPU launch from their own threads with different max_visible, so a smaller value set by one rank
+  // between another's set and launch failed that launch (cudaErrorInvalidValue; GpuMultiGpu DP ranks, session 16).
+  cudaFuncSetAttribute(indexer_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       int(kIdxSelCacheKeys * sizeof(uint32_t)));
   indexer_select_kernel<<<unsigned(step.T), kSelThreads, smem, static_cast<cudaStream_t>(stream)>>>(
       step, p, scores, max_visible, cache_keys, out);
 }
