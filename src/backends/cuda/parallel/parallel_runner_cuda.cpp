@@ -484,8 +484,8 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
 Status ParallelRunner::enable_group_graphs() {
   const int32_t n = int32_t(shards_.size());
   if (dp_ || !access_ || access_->shared_device_ranks() < n) return Status::ok();
-  // Opt-in: GpuGroupGraphs checked the capture on the H200 (session 16, bit for bit against eager and one rank), but
-  // the engine-level multi-GPU suite and the bench have not run with them on yet.
+  // Opt-in: GpuGroupGraphs checked the capture on the H200 (session 16, bit for bit against eager and one rank), and
+  // the --gpus 2 bench measured no gain from it (bench/NOTES.md, session 16 review).
   if (const char* g = std::getenv("DSINFER_GROUP_GRAPHS"); !g || std::string(g) != "1") return Status::ok();
   group_graphs_ = std::make_unique<GroupGraphs>(n);
   graph_ranks_.resize(size_t(n));
