@@ -16,6 +16,7 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
+#include "cuda/func_smem.h"
 #include "ops/gemm/gemm_dequant.cuh"
 
 namespace dsinfer::ops::cuda::detail {
@@ -262,8 +263,9 @@ __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmAr
 template <int NT, int D>
 cudaError_t launch(const GemmArgs& a, const StreamParams& p, cudaStream_t s) {
   const size_t smem = size_t(8 * NT) * size_t(p.xs_ld) * 2 + size_t(8 * NT) * kStPartLd * sizeof(float);
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(gemm_stream_kernel<NT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (smem > 48 * 1024) {  // smem follows K: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h)
+    const cudaError_t e =
+        dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(gemm_stream_kernel<NT, D>), smem);
     if (e != cudaSuccess) return e;
   }
   const int64_t row_blocks = (a.N + kStRows - 1) / kStRows;

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "cuda/func_smem.h"
 #include "cuda/ops_device.cuh"
 #include "ops/indexer/indexer_launch.h"
 
@@ -411,7 +412,8 @@ __global__ void __launch_bounds__(kSelThreads) indexer_select_kernel(StepDevice 
 void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                            const float* q, const float* weights, int64_t max_visible, float* scores, void* stream) {
   const size_t smem = size_t(p.heads * p.dim + kKB * (p.dim + 4)) * sizeof(float);
-  cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  // smem follows the model's heads and dim: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h).
+  dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel), smem);
   const dim3 grid(unsigned(step.T), unsigned((max_visible + kKB - 1) / kKB));
   indexer_scores_kernel<<<grid, kKB * kGroups, smem, static_cast<cudaStream_t>(stream)>>>(step, view, p, q, weights,
                                                                                          max_visible, scores);

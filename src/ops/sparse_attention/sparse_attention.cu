@@ -1,4 +1,5 @@
 // CUDA sparse attention kernels (see sparse_attention_cuda.h for the layout and parallelisation).
+#include "cuda/func_smem.h"
 #include "ops/sparse_attention/sparse_attention_keys.cuh"
 
 namespace dsinfer::ops::cuda::detail {
@@ -292,7 +293,8 @@ template <int NCH, int HPW>
 void launch_variant(const StepDevice& st, const LayerStateView& v, const SparseAttentionCudaParams& p, const float* q,
                     const float* kv_new, float* o, float* ws, cudaStream_t stream) {
   const size_t smem = size_t(KT) * size_t(p.head_dim) * sizeof(float);
-  cudaFuncSetAttribute(sparse_attention_kernel<NCH, HPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  // smem follows head_dim: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h).
+  dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(sparse_attention_kernel<NCH, HPW>), smem);
   const dim3 grid(unsigned(st.T), unsigned((p.heads + kAttnWarps * HPW - 1) / (kAttnWarps * HPW)),
                   unsigned(p.num_splits));
   sparse_attention_kernel<NCH, HPW><<<grid, kThreads, smem, stream>>>(st, v, p, q, kv_new, o, ws);
