@@ -2,16 +2,19 @@
 // moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). Work item: 128 permuted rows of one expert
 // (a row tile of the device-built list shared with the bf16 grouped path) x 128 weight rows (a column tile); a
 // persistent grid of one CTA per SM walks the items row tile major. CTA = 384 threads, warp-specialized: warpgroup 0
-// produces (setmaxnreg down): per 128-k stage it cp.asyncs the raw FP4 bytes + E8M0 scales of the weight rows
-// kRawAhead stages ahead into a producer-only ring, and, once the consumers released a slot (mbarrier `empty`), one
-// thread loads the two e4m3 terms of the A rows by one TMA box (the A rows are contiguous: x is quantized in permuted
-// row order) into the slot's 128-byte-swizzled tiles, the others their scales by cp.async (both landings counted by
-// the slot's `full` mbarrier); then it expands the stage's FP4 codes to e4m3 into the slot's swizzled B tile (a prmt
-// table per 32-k group, exact) and arrives on `full`. Warpgroups 1 and 2 consume (setmaxnreg up; 64 rows each): per
-// scale block (gate/up 128 k, down 64 k) the m64n128k32 wgmmas of the first and then the second A term into one
-// block accumulator, promoted into the fp32 result with (row scale x column block scale); release the slot; after the
-// item's last stage the epilogue. The two consumers take turns to issue their blocks' wgmmas (named barriers 2 and
-// 3), so the tensor cores run one warpgroup's block while the other waits for and promotes its previous one.
+// produces (setmaxnreg down): thread r owns weight row r of the tile; per 128-k stage it bulk-copies (cp.async.bulk,
+// the async proxy) the row's 64 raw FP4 bytes kRawAhead stages ahead into a producer-only ring, with the row's E8M0
+// bytes 4 stages at a time (both counted by the raw slot's mbarrier `raw_full`); once the consumers released a slot
+// (mbarrier `empty`), thread 0 loads the two e4m3 terms of the A rows by one TMA box (the A rows are contiguous: x is
+// quantized in permuted row order) into the slot's 128-byte-swizzled tiles; each thread then waits for its raw stage,
+// expands its row's FP4 codes to e4m3 into the slot's swizzled B tile (a prmt table per 32-k group, exact), fences
+// and arrives on `full`. No load of the generic proxy is in flight at that fence (a MEMBAR in SASS, which would wait
+// for it). Warpgroups 1 and 2 consume (setmaxnreg up; 64 rows each): per scale block (gate/up 128 k, down 64 k) the
+// m64n128k32 wgmmas of the first and then the second A term into one block accumulator, promoted into the fp32
+// result with (row scale x column block scale; the row scales read from global memory a stage ahead); release the
+// slot; after the item's last stage the epilogue. The two consumers take turns to issue their blocks' wgmmas (named
+// barriers 2 and 3), so the tensor cores run one warpgroup's block while the other waits for and promotes its
+// previous one.
 // Gate/up: W1 and W3 rows of the same 64 columns in one tile; epilogue h = silu(min(g, L)) * clamp(u, -L, L),
 // quantized 1x64 (the tile's 64 columns) to two e4m3 terms for the down kernel. Down: W2, epilogue fp32 rows of yp.
 // Deterministic, and a row's result does not depend on the other rows.
