@@ -2,19 +2,16 @@
 // moe_fp8_common.h, design in docs/kernels.md "MoE grouped FP8 path"). Work item: 128 permuted rows of one expert
 // (a row tile of the device-built list shared with the bf16 grouped path) x 128 weight rows (a column tile); a
 // persistent grid of one CTA per SM walks the items row tile major. CTA = 384 threads, warp-specialized: warpgroup 0
-// produces (setmaxnreg down): thread r owns weight row r of the tile; per 128-k stage it bulk-copies (cp.async.bulk,
-// the async proxy) the row's 64 raw FP4 bytes kRawAhead stages ahead into a producer-only ring, with the row's E8M0
-// bytes 4 stages at a time (both counted by the raw slot's mbarrier `raw_full`); once the consumers released a slot
-// (mbarrier `empty`), thread 0 loads the two e4m3 terms of the A rows by one TMA box (the A rows are contiguous: x is
-// quantized in permuted row order) into the slot's 128-byte-swizzled tiles; each thread then waits for its raw stage,
-// expands its row's FP4 codes to e4m3 into the slot's swizzled B tile (a prmt table per 32-k group, exact), fences
-// and arrives on `full`. No load of the generic proxy is in flight at that fence (a MEMBAR in SASS, which would wait
-// for it). Warpgroups 1 and 2 consume (setmaxnreg up; 64 rows each): per scale block (gate/up 128 k, down 64 k) the
-// m64n128k32 wgmmas of the first and then the second A term into one block accumulator, promoted into the fp32
-// result with (row scale x column block scale; the row scales read from global memory a stage ahead); release the
-// slot; after the item's last stage the epilogue. The two consumers take turns to issue their blocks' wgmmas (named
-// barriers 2 and 3), so the tensor cores run one warpgroup's block while the other waits for and promotes its
-// previous one.
+// produces (setmaxnreg down): per 128-k stage it cp.asyncs the raw FP4 bytes + E8M0 scales of the weight rows
+// kRawAhead stages ahead into a producer-only ring, and, once the consumers released a slot (mbarrier `empty`), one
+// thread loads the two e4m3 terms of the A rows by one TMA box (the A rows are contiguous: x is quantized in permuted
+// row order) into the slot's 128-byte-swizzled tiles, the others their scales by cp.async (both landings counted by
+// the slot's `full` mbarrier); then it expands the stage's FP4 codes to e4m3 into the slot's swizzled B tile (a prmt
+// table per 32-k group, exact) and arrives on `full`. Warpgroups 1 and 2 consume (setmaxnreg up; 64 rows each): per
+// scale block (gate/up 128 k, down 64 k) the m64n128k32 wgmmas of the first and then the second A term into one
+// block accumulator, promoted into the fp32 result with (row scale x column block scale); release the slot; after the
+// item's last stage the epilogue. The two consumers take turns to issue their blocks' wgmmas (named barriers 2 and
+// 3), so the tensor cores run one warpgroup's block while the other waits for and promotes its previous one.
 // Gate/up: W1 and W3 rows of the same 64 columns in one tile; epilogue h = silu(min(g, L)) * clamp(u, -L, L),
 // quantized 1x64 (the tile's 64 columns) to two e4m3 terms for the down kernel. Down: W2, epilogue fp32 rows of yp.
 // Deterministic, and a row's result does not depend on the other rows.
@@ -47,22 +44,16 @@ constexpr int kSlots = 3;  // consumer ring: stages the producer may run ahead (
 constexpr int kRawAhead = 3, kRawSlots = kRawAhead + 2;
 constexpr int kA = BM * BK;        // e4m3 A tile, 128-byte rows, TMA's 128-byte swizzle (piece c of row r at c ^ r%8)
 constexpr int kBx = BN * BK;       // expanded e4m3 B tile (swizzled as A)
+constexpr int kSa = BM * 2 * 4;    // A scales [row][blocks per stage: gate/up 1, down 2]
 constexpr int kSb = 2 * BN * 4;    // B block scales [block][128 rows]
-// consumer slot: A first term, A second term (kA after it), expanded B, B scales
-constexpr int kOffB = 2 * kA, kOffSb = kOffB + kBx, kSlot = kOffSb + kSb;
-// Raw FP4 rows (64 bytes of a stage each) at a stride of 80 bytes: one bulk copy per row, and the 16-byte pieces g of
-// 8 consecutive rows fall on 8 distinct 4-bank groups when the expansion reads them (20 r mod 32 = 0, 20, 8, ...).
-constexpr int kRawRow = 80, kRawSlot = BN * kRawRow;
-// E8M0 bytes of 4 consecutive stages per weight row, 16 bytes a row (stage c's 4 bytes at 4 (c % 4)), a ring of
-// kScaleSlots chunks indexed by c / 4
-constexpr int kScaleSlots = 3, kScaleSlot = BN * 16;
-constexpr int kOffRaw = kSlots * kSlot, kOffScale = kOffRaw + kRawSlots * kRawSlot;
-constexpr int kOffBar = kOffScale + kScaleSlots * kScaleSlot;
-// + 1024: the base is aligned up to 1024; 8-byte mbarriers: full[kSlots], empty[kSlots], raw_full[kRawSlots]
-constexpr int kSmem = 1024 + kOffBar + (2 * kSlots + kRawSlots) * 8;
+// consumer slot: A first term, A second term (kA after it), expanded B, A scales, B scales
+constexpr int kOffB = 2 * kA, kOffSa = kOffB + kBx, kOffSb = kOffSa + kSa, kSlot = kOffSb + kSb;
+constexpr int kRaw = BN * BK / 2;  // raw FP4 rows, 64 bytes each (16-byte piece q of row r at q ^ (r / 2 % 4))
+constexpr int kRawSlot = kRaw + BN * 4;  // + E8M0 bytes, 4 per row
+constexpr int kOffRaw = kSlots * kSlot, kOffBar = kOffRaw + kRawSlots * kRawSlot;
+constexpr int kSmem = 1024 + kOffBar + 2 * kSlots * 8;  // + 1024: the base is aligned up to 1024; 8-byte mbarriers
 static_assert(kSmem <= 227 * 1024, "Hopper's shared memory per block");
 static_assert(kSlot % 1024 == 0 && kOffSb % 16 == 0, "1024-byte aligned wgmma tiles");
-static_assert(kOffRaw % 16 == 0 && kOffScale % 16 == 0 && kOffBar % 8 == 0, "bulk copy destinations, mbarriers");
 static_assert(BM == 128 && BN == 128 && BK == 128, "the loaders below assume these sizes");
 static_assert(md::kFp8BlockGateUp == 128 && md::kFp8BlockDown == 64, "one promoted block per stage / per half stage");
 // k per activation scale and promoted block (gate/up: x, 128; down: h, 64) and blocks per 128-k stage
@@ -72,8 +63,16 @@ template <bool kGateUp>
 constexpr int kNB = BK / kBlk<kGateUp>;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 // Shared memory written by the generic proxy (cp.async, st.shared), read next by wgmma (the async proxy).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -112,24 +111,21 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0) : "memory");
+}
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Arrives on the barrier when the thread's cp.async so far have landed, after adding one to the arrivals its current
-// phase waits for (so it is not one of the init count's).
-__device__ __forceinline__ void mbar_arrive_cp_async_inc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+// Arrives on the barrier when all of the thread's cp.async so far have landed (counted in the barrier's init count).
+__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// Bulk copy (async proxy) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global src to shared dst,
-// its bytes counted on the mbarrier bar.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
+// The producer warpgroup's own barrier (id 1; __syncthreads uses 0).
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 // Waits until the phase of parity `parity` of the barrier has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -169,14 +165,16 @@ __device__ __forceinline__ Item item_of(const MoeGroupedFp8Args& p, int w, int n
   return {e, rb, min(BM, p.offsets[e + 1] - rb), w % ncols};
 }
 
-// The producer thread's weight sources in the current item: its weight row tid (raw FP4 bytes, E8M0 bytes), and
-// whether its E8M0 bytes come by bulk copy, 16 bytes (4 stages) at a time: K % 512 == 0 (an item's stages then start
-// at a multiple of 4) and a 16-byte aligned row; else 4 bytes a stage by cp.async (small test shapes).
+// The producer thread's weight sources in the current item, spread so that each warp instruction reads whole 64-byte
+// raw weight rows (4 lanes per row): rows (tid >> 2) + 32 i, piece tid & 3, and the E8M0 bytes of weight row tid.
 struct BSrc {
-  const uint8_t* row;
+  const uint8_t* row[4];
   const uint8_t* scale;
-  bool bulk_scale;
 };
+// The A row whose scales the producer thread loads in item it: rb + tid, -1 past the expert's rows (zero fill).
+__device__ __forceinline__ int32_t a_scale_row(const Item& it) {
+  return int(threadIdx.x) < it.rows ? it.rb + int(threadIdx.x) : -1;
+}
 // weight row br: gate/up: W1 (br < 64) or W3 row col * 64 + br % 64; down: W2 row col * 128 + br
 template <bool kGateUp>
 __device__ __forceinline__ const uint8_t* weight_row(const MoeGroupedFp8Args& p, const Item& it, int br, bool scale) {
@@ -188,31 +186,39 @@ __device__ __forceinline__ const uint8_t* weight_row(const MoeGroupedFp8Args& p,
 template <bool kGateUp>
 __device__ __forceinline__ BSrc b_source(const MoeGroupedFp8Args& p, const Item& it) {
   BSrc b;
-  b.row = weight_row<kGateUp>(p, it, int(threadIdx.x), false);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b.row[i] = weight_row<kGateUp>(p, it, int(threadIdx.x >> 2) + 32 * i, false);
   b.scale = weight_row<kGateUp>(p, it, int(threadIdx.x), true);
-  b.bulk_scale = p.K % 512 == 0 && (reinterpret_cast<uintptr_t>(b.scale) & 15u) == 0;
   return b;
 }
 
-// Global stage c (stage kt of its item) of the producer thread's weight row into the raw ring: its 64 FP4 bytes by
-// one bulk copy (the async proxy: nothing of it is in flight for the thread's fence.proxy.async, which waits for the
-// thread's own generic-proxy accesses), and its E8M0 bytes (a 16-byte bulk copy of 4 stages at c % 4 == 0, or 4 bytes
-// by cp.async), all counted on the stage's raw_full barrier (one counted arrival per producer thread).
-__device__ __forceinline__ void load_b(const BSrc& b, int kt, int c, uint32_t raw, uint32_t scale, uint32_t bar) {
+// Stage kt of the A rows rb .. rb + 127 (both terms: one TMA box, issued by thread 0 and counted on the slot's full
+// barrier; rows past the expert's are another expert's or zero, computed but never stored) and their scales (row
+// srow, cp.async) into consumer slot `slot` (shared address).
+template <bool kGateUp>
+__device__ __forceinline__ void load_a(const MoeGroupedFp8Args& p, const CUtensorMap& map, int rb, int32_t srow,
+                                       int kt, uint32_t slot, uint32_t full) {
   const int tid = threadIdx.x;
-  const uint32_t dst = raw + uint32_t(tid * kRawRow), sdst = scale + uint32_t(tid * 16);
-  const uint8_t* src = b.row + int64_t(kt) * (BK / 2);
-  if (b.bulk_scale) {
-    const bool chunk = (kt & 3) == 0;
-    mbar_arrive_expect_tx(bar, chunk ? BK / 2 + 16 : BK / 2);
-    bulk_load(dst, src, BK / 2, bar);
-    if (chunk) bulk_load(sdst, b.scale + int64_t(kt) * (BK / 32), 16, bar);
-  } else {
-    cp_async4(sdst + uint32_t((c & 3) * 4), b.scale + int64_t(kt) * (BK / 32), true);
-    mbar_arrive_cp_async_inc(bar);  // not counted: holds the phase open until the 4 bytes landed
-    mbar_arrive_expect_tx(bar, BK / 2);
-    bulk_load(dst, src, BK / 2, bar);
+  if (tid == 0) {
+    mbar_arrive_expect_tx(full, 2 * kA);
+    tma_load_a(slot, map, kt * BK, rb, full);
   }
+  const float* ss = p.a_scale + int64_t(max(srow, 0)) * (p.K / kBlk<kGateUp>) + kt * kNB<kGateUp>;
+  const uint32_t sa = slot + kOffSa + uint32_t(tid * kNB<kGateUp> * 4);
+  if constexpr (kGateUp) cp_async4(sa, ss, srow >= 0);
+  else cp_async8(sa, ss, srow >= 0);
+}
+// Stage kt of the raw weight rows (64 bytes each, 16-byte piece q of row r at q ^ (r / 2 % 4)) and their E8M0 bytes
+// into raw slot `raw`.
+__device__ __forceinline__ void load_b(const BSrc& b, int kt, uint32_t raw) {
+  const int tid = threadIdx.x, q = tid & 3;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int br = (tid >> 2) + 32 * i;
+    cp_async16(raw + uint32_t(br * 64 + ((q ^ ((br >> 1) & 3)) << 4)), b.row[i] + int64_t(kt) * (BK / 2) + q * 16,
+               true);
+  }
+  cp_async4(raw + kRaw + uint32_t(tid * 4), b.scale + int64_t(kt) * (BK / 32), true);
 }
 
 // 4 FP4 codes (nibbles of the low 16 bits of w) -> 4 e4m3 bytes through the magnitude table (t0: codes 0..3, t1:
@@ -221,12 +227,12 @@ __device__ __forceinline__ uint32_t expand4(uint32_t w, uint32_t t0, uint32_t t1
   return __byte_perm(t0, t1, w & 0x7777u) | __byte_perm(0u, 0x80808080u, (w >> 1) & 0x4444u);
 }
 
-// The producer thread expands its weight row (128 k) of global stage c (raw slot at `raw`, E8M0 chunk at `scale`)
-// into the swizzled e4m3 tile bx and the block scales sb[block][row] (gate/up: one 128-k block; down: two 64-k blocks).
+// The producer thread expands its weight row (128 k) of the raw stage at `raw` into the swizzled e4m3 tile bx and
+// the block scales sb[block][row] (gate/up: one 128-k block; down: two 64-k blocks).
 template <bool kGateUp>
-__device__ __forceinline__ void expand_row(const uint8_t* raw, const uint8_t* scale, int c, uint8_t* bx, float* sb) {
+__device__ __forceinline__ void expand_row(const uint8_t* raw, uint8_t* bx, float* sb) {
   const int br = threadIdx.x;
-  const uint32_t sw = *reinterpret_cast<const uint32_t*>(scale + br * 16 + (c & 3) * 4);  // the row's 4 E8M0 bytes
+  const uint32_t sw = *reinterpret_cast<const uint32_t*>(raw + kRaw + br * 4);  // the row's 4 E8M0 bytes
   const uint32_t m01 = max(sw & 0xFFu, (sw >> 8) & 0xFFu), m23 = max((sw >> 16) & 0xFFu, sw >> 24);
   if constexpr (kGateUp) {
     sb[br] = __uint_as_float(md::fp8_block_scale_bits(max(m01, m23)));
@@ -239,7 +245,7 @@ __device__ __forceinline__ void expand_row(const uint8_t* raw, const uint8_t* sc
     const uint32_t m = kGateUp ? max(m01, m23) : g < 2 ? m01 : m23;
     uint32_t t0, t1;
     md::fp4_e4m3_table(int((sw >> (8 * g)) & 0xFFu) - int(m), t0, t1);
-    const uint4 v = *reinterpret_cast<const uint4*>(raw + br * kRawRow + g * 16);
+    const uint4 v = *reinterpret_cast<const uint4*>(raw + br * 64 + ((g ^ ((br >> 1) & 3)) << 4));
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // 16-byte piece 2g + h of the row: words 2h, 2h + 1
@@ -356,19 +362,15 @@ __device__ __forceinline__ void issue_block(float (&blk)[64], uint32_t a_tile, u
   wgmma_commit();
 }
 
-// Shared-memory addresses of the kernel: consumer slots, raw slots, E8M0 chunks, full[kSlots], empty[kSlots] and
-// raw_full[kRawSlots] mbarriers.
+// Shared-memory addresses of the kernel: consumer slots, raw slots, full[kSlots] then empty[kSlots] mbarriers.
 struct Smem {
   uint8_t* base;
   uint32_t s0;
   __device__ uint32_t slot(int c) const { return s0 + uint32_t((c % kSlots) * kSlot); }
   __device__ uint32_t raw(int c) const { return s0 + uint32_t(kOffRaw + (c % kRawSlots) * kRawSlot); }
-  __device__ uint32_t scale(int c) const { return s0 + uint32_t(kOffScale + (c / 4 % kScaleSlots) * kScaleSlot); }
   __device__ uint32_t full(int c) const { return s0 + uint32_t(kOffBar + (c % kSlots) * 8); }
   __device__ uint32_t empty(int c) const { return s0 + uint32_t(kOffBar + (kSlots + c % kSlots) * 8); }
-  __device__ uint32_t raw_full(int c) const { return s0 + uint32_t(kOffBar + (2 * kSlots + c % kRawSlots) * 8); }
   __device__ uint32_t parity(int c) const { return uint32_t(c / kSlots) & 1u; }
-  __device__ uint32_t raw_parity(int c) const { return uint32_t(c / kRawSlots) & 1u; }
   __device__ uint8_t* ptr(uint32_t addr) const { return base + (addr - s0); }
 };
 
@@ -378,50 +380,53 @@ __device__ __forceinline__ int cta_items(int nitems) {
 }
 
 // Producer warpgroup: global stage c (items of this CTA one after the other, nk stages each). Iteration c loads the
-// raw weights of stage c + kRawAhead (bulk copies into the producer-only ring, load_b), waits for consumer slot c to
-// be released, has thread 0 load its A rows (TMA, counted on the slot's full barrier), waits for raw stage c
-// (raw_full), expands weight row tid into the slot, fences and arrives on full. Each thread loads and expands only its
-// own row, so the raw slot it refills in iteration c (last read in iteration c - 2, before that iteration's fence) and
-// the E8M0 chunk (last read in iteration c - 6 or earlier) need no barrier among the producer threads. The consumers
-// load the A rows' scales themselves, so no load of the generic proxy is ever in flight at the fence. Two cursors
-// (item, stage): the raw stream runs ahead.
+// raw weights of stage c + kRawAhead (producer-only ring), waits for consumer slot c to be released and loads its A
+// rows (TMA) and scales (their arrival counted by the slot's full barrier), waits for the raw stage c (all but the
+// kRawAhead newest cp.async groups) and, after the producer barrier, expands weight row tid into the slot and arrives
+// on full. Raw slot (c + kRawAhead) % kRawSlots was last read in iteration c - 2, before every producer thread passed
+// the barrier of iteration c - 1. Two cursors (item, stage): the raw stream runs ahead.
 template <bool kGateUp>
 __device__ __forceinline__ void producer(const MoeGroupedFp8Args& p, const CUtensorMap& amap, const Smem& sm,
                                          int nitems, int ncols, int nk) {
   static_assert(kRawSlots >= kRawAhead + 2, "the raw ring must hold the stages in flight and the one expanded");
-  static_assert(4 * kScaleSlots > kRawAhead + 3, "the E8M0 chunk ring must hold the chunks in flight and the one read");
   const int total = cta_items(nitems) * nk;  // this CTA's stages
   int bw = -1, aw = -1;                      // the items the two sources are for
   BSrc bs{};
-  int arb = 0;                               // the A item's first row
+  int arb = 0;                               // the A item's first row and this thread's A scale row
+  int32_t asrow = -1;
   auto load_raw = [&](int c) {
     const int i = c / nk;
     if (i != bw) {
       bw = i;
       bs = b_source<kGateUp>(p, item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols));
     }
-    load_b(bs, c % nk, c, sm.raw(c), sm.scale(c), sm.raw_full(c));
+    load_b(bs, c % nk, sm.raw(c));
   };
-  for (int c = 0; c < kRawAhead && c < total; ++c) load_raw(c);
+  for (int c = 0; c < kRawAhead; ++c) {
+    if (c < total) load_raw(c);
+    cp_async_commit();
+  }
   for (int c = 0; c < total; ++c) {
     if (c + kRawAhead < total) load_raw(c + kRawAhead);
     mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
     const int i = c / nk;
     if (i != aw) {
       aw = i;
-      arb = item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols).rb;
+      const Item it = item_of(p, int(blockIdx.x) + i * int(gridDim.x), ncols);
+      arb = it.rb;
+      asrow = a_scale_row(it);
     }
     const uint32_t slot = sm.slot(c);
-    if (threadIdx.x == 0) {
-      mbar_arrive_expect_tx(sm.full(c), 2 * kA);
-      tma_load_a(slot, amap, (c % nk) * BK, arb, sm.full(c));
-    }
-    mbar_wait(sm.raw_full(c), sm.raw_parity(c));
-    expand_row<kGateUp>(sm.ptr(sm.raw(c)), sm.ptr(sm.scale(c)), c, sm.ptr(slot + kOffB),
-                        reinterpret_cast<float*>(sm.ptr(slot + kOffSb)));
-    fence_proxy_async();  // st.shared data read next by wgmma; orders the raw reads before the slot's next bulk copy
+    load_a<kGateUp>(p, amap, arb, asrow, c % nk, slot, sm.full(c));
+    mbar_arrive_cp_async(sm.full(c));
+    cp_async_commit();
+    cp_async_wait<kRawAhead>();
+    producer_sync();
+    expand_row<kGateUp>(sm.ptr(sm.raw(c)), sm.ptr(slot + kOffB), reinterpret_cast<float*>(sm.ptr(slot + kOffSb)));
+    fence_proxy_async();  // st.shared data read next by wgmma
     mbar_arrive(sm.full(c));
   }
+  cp_async_wait<0>();
 }
 
 // Consumer warpgroup cwg (rows 64 cwg .. of each item): per stage wait for its slot, per scale block (in its turn:
@@ -446,25 +451,10 @@ __device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem&
     // A warpgroup whose 64 rows are all past the expert's rows (small experts: most tiles below T = 2,048) only
     // passes its slots and turns on: its tensor work would be zeros.
     const bool live = it.rows > cwg * 64;
-    // The A scales of the thread's rows ra, ra + 8 (0 past the expert's rows: computed, never stored), read from
-    // global memory (L2: the quantizing kernel wrote them) one stage ahead of their use.
-    const int64_t kb = p.K / kBlk<kGateUp>;
-    const float* s0p = live && ra < it.rows ? p.a_scale + (int64_t(it.rb) + ra) * kb : nullptr;
-    const float* s1p = live && ra + 8 < it.rows ? p.a_scale + (int64_t(it.rb) + ra + 8) * kb : nullptr;
-    float sa0[NB], sa1[NB];
-    auto load_sa = [&](int kt, float (&d0)[NB], float (&d1)[NB]) {
-#pragma unroll
-      for (int bi = 0; bi < NB; ++bi) {
-        d0[bi] = s0p && kt < nk ? __ldg(s0p + kt * NB + bi) : 0.0f;
-        d1[bi] = s1p && kt < nk ? __ldg(s1p + kt * NB + bi) : 0.0f;
-      }
-    };
-    load_sa(0, sa0, sa1);
     for (int kt = 0; kt < nk; ++kt, ++c) {
-      float na0[NB], na1[NB];
-      load_sa(kt + 1, na0, na1);
       const uint32_t slot = sm.slot(c);
       mbar_wait(sm.full(c), sm.parity(c));
+      const float* sa = reinterpret_cast<const float*>(sm.ptr(slot + kOffSa));
       const float* sb = reinterpret_cast<const float*>(sm.ptr(slot + kOffSb));
 #pragma unroll
       for (int bi = 0; bi < NB; ++bi) {
@@ -474,17 +464,12 @@ __device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem&
           turn_pass(theirs);
           wgmma_wait0();
           fence_regs(blk);
-          promote(acc, blk, sa0[bi], sa1[bi], sb + bi * BN, t);
+          promote(acc, blk, sa[ra * NB + bi], sa[(ra + 8) * NB + bi], sb + bi * BN, t);
         } else {
           turn_pass(theirs);
         }
       }
       mbar_arrive(sm.empty(c));
-#pragma unroll
-      for (int bi = 0; bi < NB; ++bi) {
-        sa0[bi] = na0[bi];
-        sa1[bi] = na1[bi];
-      }
     }
     if (live) epilogue<kGateUp>(p, it, cwg, lane, acc);
   }
@@ -501,10 +486,9 @@ __global__ void __launch_bounds__(NT, 1)
   const Smem sm{smem, smem_u32(smem)};
   if (threadIdx.x == 0) {
     for (int i = 0; i < kSlots; ++i) {
-      mbar_init(sm.full(i), BM + 1);    // the producer's 128 threads (B expanded) + thread 0's TMA arrival
-      mbar_init(sm.empty(i), NT - BM);  // the consumers' 256 threads
+      mbar_init(sm.full(i), 2 * BM + 1);    // the producer's 128 threads: scales landed, then B expanded; + the TMA
+      mbar_init(sm.empty(i), NT - BM);      // the consumers' 256 threads
     }
-    for (int i = 0; i < kRawSlots; ++i) mbar_init(sm.raw_full(i), BM);  // one arrival per producer thread
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&amap)) : "memory");
   }
