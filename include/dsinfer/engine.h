@@ -64,8 +64,7 @@ struct EngineOptions {
   std::string state_format = "auto";
   // Where tokens are sampled: "device" (the backend samples on the GPU when it can: cuda, except steps with
   // speculative decoding, whose verification needs the full logits rows; same tokens as the host sampler for the
-  // same seed) or "host" (the reference CPU sampler; the cpu backend's one rank always uses it, its ranks of
-  // --gpus N run it on their driver thread as their "device" sampling, docs/multi_gpu.md).
+  // same seed) or "host" (the reference CPU sampler, always used by the cpu backend).
   std::string sampling = "device";
   // Several GPUs of one node (docs/multi_gpu.md), cuda: the GPUs to use (devices 0 .. gpus-1, one process);
   // routed experts split over them (expert_parallel_size: 0 = gpus, must equal gpus for now), everything else
