@@ -327,7 +327,7 @@ Status CpuParallelRunner::run_step(const scheduler::BatchPlan& plan, std::vector
 
 Status CpuParallelRunner::begin_sampled_step(const scheduler::BatchPlan& plan) {
   DSI_RETURN_IF_ERROR(health());
-  if (begun_) return Status::error("cpu parallel runner: begin_sampled_step twice without a launch_sample_rows");
+  // A begun step without a launch (the engine's packing failed) is overwritten, as on cuda: it still runs, unsampled.
   auto st = std::make_shared<HostStep>(plan);
   begun_ = st;
   queue_.submit([this, st] {
