@@ -29,6 +29,7 @@ constexpr const char* kUsage =
     "                     [--state-format auto|fp32]  (the runner's state: auto = FP8 where it applies)\n"
     "       dsinfer bench --engine-decode --model DIR [--backend cuda] [--load-format dummy|auto] [--layers N]\n"
     "                     [--batch 64] [--prompt 128] [--steps 64] [--async-scheduling on|off|both]\n"
+    "                     [--gpus N] [--communicator ...] [--tensor-parallel-size N] [--data-parallel-size N]\n"
     "                     (decode through the Engine: device busy / idle time between steps, sync vs async)\n";
 
 // --engine-decode: one line per (batch, async mode).
@@ -49,6 +50,10 @@ int engine_decode(const BenchOptions& b, int64_t prompt, int64_t steps, const st
       o.prompt_tokens = prompt;
       o.decode_steps = steps;
       o.async_scheduling = mode;
+      o.gpus = b.gpus;
+      o.tensor_parallel_size = b.tensor_parallel_size;
+      o.data_parallel_size = b.data_parallel_size;
+      o.communicator = b.communicator;
       EngineDecodeReport r;
       std::string err;
       if (!run_engine_decode_bench(o, &r, &err)) {

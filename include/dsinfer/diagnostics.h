@@ -194,6 +194,9 @@ struct EngineDecodeOptions {
   int64_t prompt_tokens = 128;
   int64_t decode_steps = 64;    // measured steps (after the prefill and 2 warm-up steps)
   std::string async_scheduling = "on";
+  // Several ranks (docs/multi_gpu.md): --gpus, --communicator, --tensor-parallel-size, --data-parallel-size.
+  int32_t gpus = 1, tensor_parallel_size = 1, data_parallel_size = 1;
+  std::string communicator = "auto";
 };
 struct EngineDecodeReport {
   std::string runner_name, step_mode;  // step_mode: Engine::step_mode() ("async" / "sync (...)")

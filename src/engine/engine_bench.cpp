@@ -19,6 +19,10 @@ Status engine_decode(const EngineDecodeOptions& o, EngineDecodeReport& rep) {
   DSI_ASSIGN_OR_RETURN(runner::RunnerOptions ro,
                        runner::runner_options(o.model_dir, o.backend, o.numerics, o.load_format));
   ro.num_layers = o.num_layers;
+  ro.gpus = o.gpus;
+  ro.tensor_parallel_size = o.tensor_parallel_size;
+  ro.data_parallel_size = o.data_parallel_size;
+  ro.communicator = o.communicator;
   DSI_ASSIGN_OR_RETURN(std::unique_ptr<runner::ModelRunner> runner, engine::create_runner(ro));
   rep.runner_name = runner->name();
   EngineOptions eo;

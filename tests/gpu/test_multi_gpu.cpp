@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -87,6 +88,8 @@ struct RunSetup {
   std::string comm = "auto";
   bool invariant = true;
   int64_t budget = 64;  // chunked prefill mixed with decode
+  bool async = true;     // EngineOptions::async_scheduling
+  std::string* mode = nullptr;  // where to put the engine's step mode
 };
 
 std::vector<Out> run(const std::string& model, const RunSetup& s) {
@@ -105,10 +108,12 @@ std::vector<Out> run(const std::string& model, const RunSetup& s) {
   o.max_num_seqs = 8;
   o.max_num_batched_tokens = s.budget;
   o.max_model_len = 512;
+  o.async_scheduling = s.async ? "on" : "off";
   std::string err;
   auto e = dsinfer::Engine::create(o, &err);
   EXPECT_TRUE(e) << err;
   if (!e) return {};
+  if (s.mode) *s.mode = e->step_mode();
   std::map<uint64_t, size_t> idx;
   const int n = 6;
   for (int i = 0; i < n; ++i) {
@@ -296,6 +301,82 @@ TEST(GpuMultiGpu, EpAndTpRanksSharingOneGpuMatchOneRankBitForBit) {
       print_difference_profile(name, one, tp, std::to_string(n) + " TP ranks on one GPU");
       compare_outputs(name, one, tp, std::to_string(n) + " TP ranks on one GPU", 0.0);
     }
+  }
+}
+
+// Issue 27, session 17: asynchronous steps at N > 1 (docs/multi_gpu.md "Asynchronous steps at N > 1"). EP and TP
+// ranks sharing one GPU take the engine's asynchronous path (step t+1 planned and launched while step t's results
+// are read; the shards > 0 take their pending input tokens from shard 0's sampled ids on the device): the same
+// tokens and logprobs, bit for bit, as synchronous steps of the same ranks, in fast mode (no --batch-invariant: the
+// same kernels on the same shapes either way), eager and with the group's decode graphs (DSINFER_GROUP_GRAPHS=1).
+// DP attention samples on the host and stays synchronous (its step mode says why).
+TEST(GpuMultiGpu, AsyncStepsOfRanksSharingOneGpuEqualSyncSteps) {
+  SKIP_WITHOUT_GPU();
+  if (visible_gpus() != 1) GTEST_SKIP() << "the ranks share GPU 0 only with one visible GPU";
+  for (const char* name : {"tiny-v4-a", "dsv4-small"}) {
+    const std::string model = find_model(name);
+    if (model.empty()) continue;
+    for (int32_t n : {2, 4})
+      for (const bool tp : {false, true}) {
+        const std::string label = std::to_string(n) + (tp ? " TP" : " EP") + " ranks on one GPU";
+        std::string async_mode, sync_mode, graph_mode;
+        const RunSetup a{.ranks = n, .tp = tp, .comm = "in-process", .invariant = false, .mode = &async_mode};
+        RunSetup sy = a;
+        sy.async = false;
+        sy.mode = &sync_mode;
+        const std::vector<Out> async = run(model, a), sync = run(model, sy);
+        EXPECT_EQ(async_mode, "async") << name << ": " << label;
+        EXPECT_EQ(sync_mode, "sync (async scheduling off)") << name << ": " << label;
+        compare_outputs(name, sync, async, label + ": async vs sync", 0.0);
+        RunSetup g = a;
+        g.mode = &graph_mode;
+        setenv("DSINFER_GROUP_GRAPHS", "1", 1);
+        const std::vector<Out> graphs = run(model, g);
+        unsetenv("DSINFER_GROUP_GRAPHS");
+        EXPECT_EQ(graph_mode, "async") << name << ": " << label;
+        compare_outputs(name, sync, graphs, label + ": async with group graphs vs sync eager", 0.0);
+      }
+  }
+  std::string dp_mode;
+  const std::string model = find_model("tiny-v4-a");
+  if (!model.empty()) {
+    (void)run(model, {.ranks = 2, .dp = true, .comm = "in-process", .mode = &dp_mode});
+    EXPECT_EQ(dp_mode, "sync (host sampling)");
+  }
+}
+
+// Issue 27, session 17: FP8 dispatch (DSINFER_DP_DISPATCH=fp8, fast mode; docs/multi_gpu.md "FP8 dispatch"). The
+// experts then read dequantized e4m3 inputs (a scale per 128 values), which one rank never does, so DP ranks with it
+// are compared with DP ranks on the bf16 wire and with one rank as a measurement (printed for bench/NOTES.md), not
+// against a tolerance (no distribution measured yet). Asserted: both runs complete with every request, and the FP8
+// run differs somewhere from the bf16 one (the path was taken; the rounding reaches the logprobs).
+TEST(GpuMultiGpu, DpFp8DispatchAgainstBf16) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : {"tiny-v4-a", "dsv4-small"}) {
+    const std::string model = find_model(name);
+    if (model.empty()) continue;
+    const RunSetup dp{.ranks = 2, .dp = true, .comm = comm_for_two_ranks(), .invariant = false};
+    const std::vector<Out> one = run(model, {.invariant = false}), bf16 = run(model, dp);
+    setenv("DSINFER_DP_DISPATCH", "fp8", 1);
+    const std::vector<Out> fp8 = run(model, dp);
+    unsetenv("DSINFER_DP_DISPATCH");
+    ASSERT_EQ(fp8.size(), bf16.size());
+    bool differs = false;
+    int64_t same_tokens = 0, same_one = 0;
+    for (size_t i = 0; i < fp8.size(); ++i) {
+      EXPECT_FALSE(fp8[i].tokens.empty()) << name << ": request " << i;
+      same_tokens += fp8[i].tokens == bf16[i].tokens ? 1 : 0;
+      same_one += fp8[i].tokens == one[i].tokens ? 1 : 0;
+      for (size_t t = 0; t < std::min(fp8[i].logprobs.size(), bf16[i].logprobs.size()); ++t)
+        differs = differs || fp8[i].logprobs[t].logprob != bf16[i].logprobs[t].logprob;
+      differs = differs || fp8[i].tokens != bf16[i].tokens;
+    }
+    EXPECT_TRUE(differs) << name << ": the FP8 dispatch changed nothing: was it taken?";
+    std::printf("%s: 2 DP ranks, FP8 dispatch: %lld/%zu requests with the bf16 wire's greedy tokens, %lld/%zu with one "
+                "rank's\n", name, (long long)same_tokens, fp8.size(), (long long)same_one, fp8.size());
+    print_difference_profile(name, bf16, fp8, "2 DP ranks: FP8 vs bf16 dispatch");
+    print_difference_profile(name, one, bf16, "one rank vs 2 DP ranks, bf16 dispatch (fast mode)");
+    print_difference_profile(name, one, fp8, "one rank vs 2 DP ranks, FP8 dispatch");
   }
 }
 

@@ -2,14 +2,18 @@
 #include "backends/cpu/cpu_parallel_runner.h"
 
 #include <cstring>
+#include <deque>
+#include <future>
 #include <mutex>
 
 #include "backends/cpu/cpu_runner.h"
+#include "backends/cpu/host_step_sampling.h"
 #include "parallel/expert_dispatch.h"
 #include "parallel/fault_injection.h"
 #include "parallel/inproc_comm.h"
 #include "parallel/parallel_plan.h"
 #include "parallel/shard_pool.h"
+#include "parallel/step_queue.h"
 #include "runner/rank_split.h"
 
 namespace dsinfer::backends {
@@ -21,6 +25,7 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   CpuParallelRunner(int32_t n, parallel::Layout layout)
       : layout_(layout), shards_(size_t(n)), out_(size_t(n)), traffic_(size_t(n)) {}
   ~CpuParallelRunner() override {
+    (void)queue_.drain(wait_limit_);  // a queued step still uses the shards
     (void)pool_.run([&](int32_t r) {
       shards_[size_t(r)].reset();
       return Status::ok();
@@ -49,11 +54,13 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   Status bind_host_blocks(int32_t n) override;
   Status copy_state(std::span<const cache::StateCopy> copies) override;
   Status read_state(std::span<const cache::StateRegion> regions, std::span<uint8_t> out) override {
+    DSI_RETURN_IF_ERROR(idle());
     if (dp()) return regions_dp(regions, out.data(), out.size(), cache::CopyRun::Dir::kToHost);
     DSI_RETURN_IF_ERROR(health());
     return shards_[0]->read_state(regions, out);  // the state is replicated
   }
   Status write_state(std::span<const cache::StateRegion> regions, std::span<const uint8_t> in) override {
+    DSI_RETURN_IF_ERROR(idle());
     if (dp()) return regions_dp(regions, const_cast<uint8_t*>(in.data()), in.size(), cache::CopyRun::Dir::kToDevice);
     return all([&](CpuRunner& s) { return s.write_state(regions, in); });
   }
@@ -62,8 +69,29 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
                ? Status::ok()
                : Status::error("speculative decoding is not implemented with several ranks yet (docs/multi_gpu.md)");
   }
+  // "Device" sampling and asynchronous steps on the host (docs/multi_gpu.md "Asynchronous steps at N > 1"): a
+  // begun step and its sampling are queued on one driver thread (parallel::StepQueue), which runs the ranks (step())
+  // and then samples rank 0's gathered logits with the reference Sampler, so the engine plans step t+1 while the
+  // ranks compute step t. A step's token fills are resolved on that thread from the sampling queued before it.
+  bool supports_device_sampling() const override { return true; }
+  bool supports_async_steps() const override { return true; }
+  Status begin_sampled_step(const scheduler::BatchPlan& plan) override;
+  Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override {
+    if (!launched_.empty()) return Status::error("cpu parallel runner: sample_rows while samplings are outstanding");
+    DSI_RETURN_IF_ERROR(launch_sample_rows(rows));
+    return wait_sample_rows(out);
+  }
+  Status launch_sample_rows(const sampling::PackedRows& rows) override;
+  Status wait_sample_rows(std::vector<ops::SampleRowOut>& out) override;
 
  private:
+  // Every queued step and sampling has run (the calls that touch the state or the shards directly wait for it).
+  Status idle() {
+    if (!queue_.drain(wait_limit_))
+      fail(-1, Status::errorf("cpu parallel runner: a queued step did not end within {} ms", wait_limit_.count()));
+    return health();
+  }
+  Status run_step(const scheduler::BatchPlan& plan, std::vector<float>& logits);
   bool dp() const { return layout_ == parallel::Layout::kDataParallel; }
   // The first failure of any rank: recorded with its rank, every communicator aborted (ranks blocked in a
   // collective return at once). Called on the failing rank's thread, or by the pool at its deadline (rank -1).
@@ -103,6 +131,20 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   int64_t slot_bytes_ = 0, block_bytes_ = 0;
   std::vector<float> snapshots_, host_blocks_;
   int32_t num_snapshots_ = 0, num_host_blocks_ = 0;
+  // Asynchronous steps: the driver thread and what its jobs share (touched by the jobs only, in queue order: the
+  // begun step, its logits and status, the ids of the last sampling); the caller's side keeps the launched results.
+  parallel::StepQueue queue_;
+  std::chrono::milliseconds wait_limit_{std::chrono::minutes(10)};  // init: the pool's deadline + 5 s
+  std::shared_ptr<HostStep> begun_;  // caller side: the step of the last begin_sampled_step
+  std::vector<float> step_logits_;
+  Status step_status_ = Status::ok();
+  std::vector<int32_t> last_ids_;
+  sampling::Sampler sampler_;
+  struct Launched {
+    std::promise<Status> done;
+    std::vector<ops::SampleRowOut> out;
+  };
+  std::deque<std::pair<std::shared_ptr<Launched>, std::future<Status>>> launched_;
 };
 
 Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r) {
@@ -168,12 +210,14 @@ Status CpuParallelRunner::init(const runner::RunnerOptions& opts) {
   comms_ = parallel::make_inprocess_group(n, parallel::CommOptions{timeout});
   pool_.set_on_failure([this](int32_t r, const Status& cause) { fail(r, cause); });
   pool_.set_deadline(timeout + std::chrono::seconds(5));  // the communicator's own deadline comes first
+  wait_limit_ = timeout + std::chrono::seconds(10);       // a queued step ends by the pool's deadline
   Status st = pool_.start(n, [&](int32_t r) { return load_rank(opts, r); });
   return st.is_ok() ? st : health();
 }
 
 Status CpuParallelRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks,
                                      int64_t max_len) {
+  DSI_RETURN_IF_ERROR(idle());
   if (!dp()) return all([&](CpuRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
   const int32_t n = int32_t(shards_.size());
   if (num_slots % n != 0 || num_blocks % n != 0)
@@ -187,6 +231,7 @@ Status CpuParallelRunner::bind_state(const cache::StateLayout& layout, int32_t n
 }
 
 Status CpuParallelRunner::bind_snapshots(int32_t n) {
+  DSI_RETURN_IF_ERROR(idle());
   if (!dp()) return all([&](CpuRunner& s) { return s.bind_snapshots(n); });
   if (n < 0) return Status::errorf("cpu parallel runner: {} snapshots", n);
   snapshots_.assign(size_t(n) * size_t(slot_bytes_ / 4), 0.0f);
@@ -195,6 +240,7 @@ Status CpuParallelRunner::bind_snapshots(int32_t n) {
 }
 
 Status CpuParallelRunner::bind_host_blocks(int32_t n) {
+  DSI_RETURN_IF_ERROR(idle());
   if (!dp()) return all([&](CpuRunner& s) { return s.bind_host_blocks(n); });
   if (n < 0) return Status::errorf("cpu parallel runner: {} host blocks", n);
   host_blocks_.assign(size_t(n) * size_t(block_bytes_ / 4), 0.0f);  // one host tier for every rank
@@ -242,6 +288,7 @@ Status CpuParallelRunner::regions_dp(std::span<const cache::StateRegion> regions
 }
 
 Status CpuParallelRunner::copy_state(std::span<const cache::StateCopy> copies) {
+  DSI_RETURN_IF_ERROR(idle());
   if (!dp()) return all([&](CpuRunner& s) { return s.copy_state(copies); });  // the state is replicated
   DSI_RETURN_IF_ERROR(health());
   for (const cache::StateCopy& c : copies) DSI_RETURN_IF_ERROR(copy_one(c));  // between steps: no rank is running
@@ -249,6 +296,13 @@ Status CpuParallelRunner::copy_state(std::span<const cache::StateCopy> copies) {
 }
 
 Status CpuParallelRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
+  DSI_RETURN_IF_ERROR(idle());
+  if (!plan.token_fills.empty()) return Status::error("cpu parallel runner: token fills outside begin_sampled_step");
+  return run_step(plan, logits);
+}
+
+// The ranks run `plan` (on the caller's thread, or the driver thread for a queued step).
+Status CpuParallelRunner::run_step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
   DSI_RETURN_IF_ERROR(health());
   if (!dp()) {
     Status st = pool_.run([&](int32_t r) {
@@ -268,6 +322,53 @@ Status CpuParallelRunner::step(const scheduler::BatchPlan& plan, std::vector<flo
   for (size_t r = 0; r < shards_.size(); ++r)
     for (size_t k = 0; k < split_.rows[r].size(); ++k)
       std::memcpy(logits.data() + size_t(split_.rows[r][k]) * V, out_[r].data() + k * V, V * sizeof(float));
+  return Status::ok();
+}
+
+Status CpuParallelRunner::begin_sampled_step(const scheduler::BatchPlan& plan) {
+  DSI_RETURN_IF_ERROR(health());
+  // A begun step without a launch (the engine's packing failed) is overwritten, as on cuda: it still runs, unsampled.
+  auto st = std::make_shared<HostStep>(plan);
+  begun_ = st;
+  queue_.submit([this, st] {
+    step_status_ = st->resolve_fills(last_ids_);
+    if (step_status_.is_ok()) step_status_ = run_step(st->plan(), step_logits_);
+  });
+  return Status::ok();
+}
+
+Status CpuParallelRunner::launch_sample_rows(const sampling::PackedRows& rows) {
+  DSI_RETURN_IF_ERROR(health());
+  if (!begun_) return Status::error("cpu parallel runner: launch_sample_rows without a begin_sampled_step");
+  if (launched_.size() >= 2) return Status::error("cpu parallel runner: two samplings are outstanding already");
+  auto l = std::make_shared<Launched>();
+  std::future<Status> f = l->done.get_future();
+  auto st = std::move(begun_);
+  queue_.submit([this, st, l, rows]() {
+    Status s = step_status_;
+    if (s.is_ok())
+      s = st->sample(rows, step_logits_, config().vocab_size, config().eos_token_id, sampler_, l->out);
+    last_ids_.assign(l->out.size(), -1);  // a failed sampling leaves no ids: the next step's fills then fail too
+    if (s.is_ok())
+      for (size_t j = 0; j < l->out.size(); ++j) last_ids_[j] = l->out[j].token;
+    l->done.set_value(s);
+  });
+  launched_.emplace_back(std::move(l), std::move(f));
+  return Status::ok();
+}
+
+Status CpuParallelRunner::wait_sample_rows(std::vector<ops::SampleRowOut>& out) {
+  out.clear();
+  if (launched_.empty()) return Status::error("cpu parallel runner: wait_sample_rows with no sampling launched");
+  auto [l, f] = std::move(launched_.front());
+  launched_.pop_front();
+  if (f.wait_for(wait_limit_) != std::future_status::ready) {
+    fail(-1, Status::errorf("cpu parallel runner: a queued step did not end within {} ms", wait_limit_.count()));
+    return health();
+  }
+  const Status s = f.get();
+  if (!s.is_ok()) return health().is_ok() ? s : health();
+  out = std::move(l->out);
   return Status::ok();
 }
 

@@ -13,12 +13,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 
+#include "backends/cuda/parallel/fp8_wire_cuda.h"
 #include "backends/cuda/runner/cuda_forward.h"
 #include "cuda/cuda_common.h"
 #include "ops/moe/moe_exchange_cuda.h"
 #include "parallel/dispatch_plan.h"
+#include "parallel/fp8_wire.h"
 
 namespace dsinfer::backends {
 
@@ -47,6 +51,15 @@ namespace {
 WireType input_wire(ops::KernelMode mode, const ops::cuda::MoeExpertsDevice& e) {
   const bool fast_kernels = mode == ops::KernelMode::kFast || mode == ops::KernelMode::kBatchInvariant;
   return fast_kernels && ops::cuda::moe_fast_supported(e) ? WireType::kBf16 : WireType::kF32;
+}
+// FP8 dispatch (docs/multi_gpu.md "FP8 dispatch", parallel/fp8_wire.h): opt-in with DSINFER_DP_DISPATCH=fp8, in fast
+// mode only (exact and batch-invariant runs keep what the experts read bit for bit). The inputs then travel as e4m3
+// with a scale per 128 values (1.03 bytes a value) and the experts read their dequantized values, which one rank
+// never does: N ranks then differ from one rank by that rounding (measured: GpuMultiGpu.DpFp8DispatchAgainstBf16).
+bool fp8_dispatch(ops::KernelMode mode) {
+  if (mode != ops::KernelMode::kFast) return false;
+  const char* v = std::getenv("DSINFER_DP_DISPATCH");  // read per layer (tests switch it within one process)
+  return v && std::string(v) == "fp8";
 }
 WireType output_wire(ops::KernelMode mode) {
   return mode == ops::KernelMode::kExact || mode == ops::KernelMode::kBatchInvariant ? WireType::kF32 : WireType::kBf16;
@@ -78,7 +91,9 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   const int32_t N = comm_->world();
   const int64_t D = cfg_.hidden_size, k = cfg_.num_experts_per_tok, E = cfg_.n_routed_experts;
   const WireType wx = input_wire(mode, ex), wy = output_wire(mode);
-  const int64_t bx = ops::cuda::wire_bytes(wx) * D, by = ops::cuda::wire_bytes(wy) * D;  // bytes per row
+  const bool fp8 = fp8_dispatch(mode);
+  const int64_t bx = fp8 ? parallel::fp8_wire_row_bytes(D) : ops::cuda::wire_bytes(wx) * D;  // bytes per row
+  const int64_t by = ops::cuda::wire_bytes(wy) * D;
   auto* cs = static_cast<cudaStream_t>(stream_);
 
   // 1-3. Plan, counts, ids and inputs out.
@@ -116,7 +131,12 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
       return Status::errorf("expert dispatch: rank {} announced {} pairs to rank {}", q, got[size_t(q)], comm_->rank());
   const int64_t R = std::accumulate(got.begin(), got.end(), int64_t(0));
   DSI_RETURN_IF_ERROR(grow(X.xs, size_t(P * bx), "expert dispatch inputs"));
-  DSI_RETURN_IF_ERROR(ops::cuda::pack_rows_cuda(x, D, send_token, P, wx, X.xs.data(), stream_));
+  if (fp8) {
+    detail::launch_fp8_wire_pack(x, D, send_token, P, X.xs.data(), stream_);
+    DSI_CUDA_TRY(cudaGetLastError());
+  } else {
+    DSI_RETURN_IF_ERROR(ops::cuda::pack_rows_cuda(x, D, send_token, P, wx, X.xs.data(), stream_));
+  }
   DSI_RETURN_IF_ERROR(grow(X.recv_expert, size_t(R), "expert dispatch ids"));
   DSI_RETURN_IF_ERROR(comm_->all_to_all_v(send_expert, sizes(sent, sizeof(int32_t)), X.recv_expert.data(),
                                           sizes(got, sizeof(int32_t)), stream_));
@@ -131,7 +151,12 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   const int64_t own_chunk = std::max<int64_t>(ops::cuda::moe_chunk_tokens(mode, T, E, k), 1);
   DSI_RETURN_IF_ERROR(X.ws.reserve(std::max(served_chunk, own_chunk), k, D, std::max(ex.inter, shared_inter), ex.experts));
   const float* xin = X.xr.as<float>();
-  if (wx != WireType::kF32) {
+  if (fp8) {
+    DSI_RETURN_IF_ERROR(grow(X.xr32, size_t(R * D), "expert dispatch inputs"));
+    detail::launch_fp8_wire_unpack(X.xr.data(), R, D, X.xr32.data(), stream_);
+    DSI_CUDA_TRY(cudaGetLastError());
+    xin = X.xr32.data();
+  } else if (wx != WireType::kF32) {
     DSI_RETURN_IF_ERROR(grow(X.xr32, size_t(R * D), "expert dispatch inputs"));
     DSI_RETURN_IF_ERROR(ops::cuda::widen_rows_cuda(X.xr.data(), R, D, wx, X.xr32.data(), stream_));
     xin = X.xr32.data();

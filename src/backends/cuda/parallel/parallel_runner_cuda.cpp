@@ -75,17 +75,31 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
   // DP attention: each rank's logits stay on its GPU; the engine samples on the host from step()'s rows.
   bool supports_device_sampling() const override { return !dp_; }
+  // Shard 0 alone computes logits and samples. With asynchronous steps no shard waits for its device work; without,
+  // the other shards wait for theirs (their stream is idle between steps, as EPLB's reloads need).
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override {
     if (dp_) return Status::error("parallel runner: device sampling is not implemented with DP attention");
+    if (!plan.token_fills.empty() && !async_)
+      return Status::error("parallel runner: token fills without asynchronous steps");
     DSI_RETURN_IF_ERROR(before_step());
     return checked(pool_.run([&](int32_t r) {
       DSI_RETURN_IF_ERROR(inject(r));
       std::vector<float> unused;
-      return r == 0 ? shards_[0]->begin_sampled_step(plan) : shards_[size_t(r)]->step(plan, unused);
+      return r == 0 || async_ ? shards_[size_t(r)]->begin_sampled_step(plan) : shards_[size_t(r)]->step(plan, unused);
     }));
   }
   Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override {
     return on_first([&](CudaRunner& s) { return s.sample_rows(rows, out); });
+  }
+  // Asynchronous steps (docs/multi_gpu.md "Asynchronous steps at N > 1"): EP and TP whose ranks share one GPU
+  // (in-process communicator) without EPLB. Shard 0 samples; the other shards' token fills read its ids on the
+  // device after its sampling's event (CudaRunner::set_token_source), so no rank waits for the device in a step.
+  bool supports_async_steps() const override { return async_; }
+  Status launch_sample_rows(const sampling::PackedRows& rows) override {
+    return on_first([&](CudaRunner& s) { return s.launch_sample_rows(rows); });
+  }
+  Status wait_sample_rows(std::vector<ops::SampleRowOut>& out) override {
+    return on_first([&](CudaRunner& s) { return s.wait_sample_rows(out); });
   }
   Status bind_snapshots(int32_t n) override;
   Status bind_host_blocks(int32_t n) override;
@@ -121,6 +135,16 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   }
   Status randomize_state(uint64_t seed) override {
     return all([&](CudaRunner& s) { return s.randomize_state(seed); });  // same seed: identical replicas
+  }
+  // Step events (dsinfer bench --engine-decode): rank 0's stream, which every collective of a step joins.
+  Status set_step_events(bool on) override { return on_first([&](CudaRunner& s) { return s.set_step_events(on); }); }
+  Result<StepGapTimes> step_gap_times() override {
+    StepGapTimes t;
+    DSI_RETURN_IF_ERROR(on_first([&](CudaRunner& s) -> Status {
+      DSI_ASSIGN_OR_RETURN(t, s.step_gap_times());
+      return Status::ok();
+    }));
+    return t;
   }
   int64_t graphs_captured() const override { return group_graphs_ ? group_graphs_->captures() : 0; }
   CommTraffic take_comm_traffic() override {
@@ -175,6 +199,7 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   // Graphs of the whole group's decode steps (EP and TP with the ranks on one GPU, in-process: group_graphs.h),
   // dropped where a shard would drop its own (new state, a rebalance).
   Status enable_group_graphs();
+  Status enable_async_steps();
   Status drop_group_graphs() {
     if (!group_graphs_) return Status::ok();
     return checked(pool_.run([&](int32_t r) {
@@ -206,6 +231,7 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   // In-process ranks: the device side of the communicator (the all-reduce on the device when they share one GPU),
   // made before and destroyed after the communicators; the group's decode graphs and each rank's view of them.
   std::unique_ptr<CudaDeviceAccess> access_;
+  bool async_ = false;  // enable_async_steps
   std::unique_ptr<GroupGraphs> group_graphs_;
   std::vector<std::unique_ptr<GroupGraphs::Rank>> graph_ranks_;
   parallel::FaultInjection fault_;
@@ -474,7 +500,21 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
     shards_[size_t(r)] = std::move(shard);
     return Status::ok();
   })));
+  DSI_RETURN_IF_ERROR(enable_async_steps());
   return enable_group_graphs();
+}
+
+// Asynchronous steps at N > 1 for EP and TP whose ranks share one GPU through the in-process communicator: the
+// device all-reduce never waits on the host, and shard 0's sampled ids are on the GPU every shard runs on. Off with
+// DP attention (host sampling of the gathered rows), with EPLB (a rebalance rewrites expert slots between steps,
+// which needs the previous step finished), and over NCCL or several GPUs (the ids would cross GPUs: a peer copy,
+// not checked without a machine of several GPUs).
+Status ParallelRunner::enable_async_steps() {
+  const int32_t n = int32_t(shards_.size());
+  if (dp_ || eplb_ || !access_ || access_->shared_device_ranks() < n) return Status::ok();
+  for (int32_t r = 1; r < n; ++r) shards_[size_t(r)]->set_token_source(shards_[0].get());
+  async_ = true;
+  return Status::ok();
 }
 
 // Decode graphs at N > 1 (docs/multi_gpu.md "CUDA graphs at N > 1"): for EP and TP whose ranks share one GPU

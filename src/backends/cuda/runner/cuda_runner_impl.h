@@ -76,6 +76,9 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
     group_graphs_ = g;
     graphs_enabled_ = g != nullptr && graphs_env_;
   }
+  // Asynchronous steps of a ParallelRunner's shards > 0 (EP / TP on one GPU, docs/multi_gpu.md): their token fills
+  // read the ids `src` (shard 0, which alone samples) sampled last, after that sampling's event; same GPU only.
+  void set_token_source(const CudaRunner* src) { token_src_ = src; }
   // The collective traffic since the last call (then reset).
   CommTraffic take_comm_traffic() override { return std::exchange(traffic_, CommTraffic{}); }
   // DP attention: `copies` (this shard's local slot and block ids) against its state and the snapshot / host-tier
@@ -157,6 +160,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   bool graphs_env_ = true;        // DSINFER_CUDA_GRAPHS is not 0
   DecodeGraphs graphs_;
   GroupStepGraphs* group_graphs_ = nullptr;  // set_group_graphs
+  const CudaRunner* token_src_ = nullptr;    // set_token_source
   std::vector<int64_t> graph_capture_layers_;  // the tapped layers whose copies the capturing decode graphs hold
   // Graph buckets (step_plan.h graph_bucket_seqs): on one rank, a fixed-shape step runs padded to its bucket, graphed
   // or not (so both compute the same bits); DSINFER_CUDA_GRAPH_BUCKETS=0 runs every batch size at its own shape.

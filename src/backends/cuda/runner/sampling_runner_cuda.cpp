@@ -43,12 +43,22 @@ StepEvents::~StepEvents() {
 DeviceSamplerBuffers::~DeviceSamplerBuffers() {
 }
 
-int64_t CudaRunner::prev_sample_rows() const { return dsamp_.last < 0 ? 0 : dsamp_.set[dsamp_.last].rows; }
+int64_t CudaRunner::prev_sample_rows() const {
+  const DeviceSamplerBuffers& d = token_src_ ? token_src_->dsamp_ : dsamp_;  // a shard > 0: shard 0's sampling
+  return d.last < 0 ? 0 : d.set[d.last].rows;
+}
 
 Status CudaRunner::fill_plan_tokens(const StepPlanLayout& L) {
   if (L.F == 0) return Status::ok();
-  if (!dsamp_.defer_logits || dsamp_.last < 0) return Status::error("cuda runner: token fills without a sampled step before");
-  const SamplerSet& p = dsamp_.set[dsamp_.last];
+  const DeviceSamplerBuffers& d = token_src_ ? token_src_->dsamp_ : dsamp_;
+  if (!dsamp_.defer_logits || d.last < 0) return Status::error("cuda runner: token fills without a sampled step before");
+  const SamplerSet& p = d.set[d.last];
+  if (token_src_) {  // the ids are shard 0's, sampled on its stream: this stream waits for that sampling
+    if (token_src_->device_ordinal() != device_ordinal())
+      return Status::errorf("cuda runner: token fills from GPU {} on GPU {}", token_src_->device_ordinal(),
+                            device_ordinal());
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), ev(p.done), 0));
+  }
   return ops::cuda::fill_step_tokens(reinterpret_cast<int32_t*>(plan_.device() + L.tokens), L.T,
                                      reinterpret_cast<const int32_t*>(plan_.device() + L.fills), L.F, p.dev_out.data(),
                                      p.rows, cfg_.vocab_size, stream_);
