@@ -39,7 +39,7 @@ constexpr int kKeys = kFp8Keys;
 constexpr int kHalf = kD / 2;
 constexpr int kStages = 3;    // FP8 stages: tile n being dequantised, n + 1 and n + 2 in flight
 constexpr int kKeyTiles = 2;  // bf16 key tiles: the consumers on tile n, the producer writing tile n + 1
-constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 x 56 + 256 x 224 <= 64K
+constexpr int kProducerRegs = 72, kConsumerRegs = 216;  // 128 x 56 + 256 x 224 <= 64K
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
 static_assert(kFp8Heads == 64 && kKeys == 32, "the wgmma shapes assume this tile shape");
 
@@ -93,27 +93,40 @@ __device__ __forceinline__ Split split_of(const SparseAttentionFp8Params& p, int
   return s;
 }
 
+// Producer: the list entry of this thread's key (i / 4) of tile m: its list `src` and cache row as stored (-1: none,
+// past the split's end included). Loaded a tile before its issue, so the index load's latency overlaps a
+// dequantisation instead of stalling the producer (the loaded value is first used by issue_tile).
+struct KeyRef {
+  int32_t row = -1;
+  int src = 0;
+};
+__device__ __forceinline__ KeyRef key_ref(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, int64_t m) {
+  KeyRef r;
+  const int64_t k = m * kKeys + (threadIdx.x >> 2);
+  if (m < sp.ntiles && k < sp.nk) {
+    const int64_t kk = sp.kbeg + k;
+    r.src = kk < sp.n0 ? 0 : (kk < sp.n01 ? 1 : 2);
+    const Fp8KeySource& s = p.keys[r.src];
+    const int64_t j = r.src == 0 ? kk : (r.src == 1 ? kk - sp.n0 : kk - sp.n01);
+    r.row = s.idx[t * s.stride + j];
+  }
+  return r;
+}
+
 // Producer: tile m's rows into stage m % kStages (one commit group, empty past the split's end). Thread i copies key
 // i / 4's chunks i % 4, i % 4 + 4, .. (the 4 threads of a key read 64 contiguous bytes at a time) and, for i % 4 == 0,
-// its 8 scale bytes and its presence flag.
-__device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, int64_t m,
-                                           uint8_t* stages, uint8_t* flags) {
+// its 8 scale bytes and its presence flag. key: key_ref(.., m).
+__device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, const Split& sp, int64_t m,
+                                           const KeyRef& key, uint8_t* stages, uint8_t* flags) {
   const int i = threadIdx.x, kr = i >> 2, kq = i & 3;
   if (m < sp.ntiles) {
     uint8_t* dst = stages + (m % kStages) * kStageBytes;
-    const int64_t k = m * kKeys + kr;
-    const uint8_t* data = nullptr;
-    const uint8_t* scale = nullptr;
-    if (k < sp.nk) {
-      int src = 0;
-      const int64_t r = attn_fp8::key_cache_row(p, t, sp.n0, sp.n01, sp.kbeg + k, src);
-      if (r >= 0) {
-        data = p.keys[src].cache + kv_data_offset(p.keys[src].pages, r);
-        scale = p.keys[src].cache + kv_scale_offset(p.keys[src].pages, r);
-      }
-    }
-    if (kq == 0) flags[(m % kStages) * kKeys + kr] = data != nullptr ? 1 : 0;
-    if (data != nullptr) {
+    const Fp8KeySource& s = p.keys[key.src];
+    const bool present = key.row >= 0 && key.row < s.rows;
+    if (kq == 0) flags[(m % kStages) * kKeys + kr] = present ? 1 : 0;
+    if (present) {
+      const uint8_t* data = s.cache + kv_data_offset(s.pages, key.row);
+      const uint8_t* scale = s.cache + kv_scale_offset(s.pages, key.row);
 #pragma unroll
       for (int j = kq; j < kChunksPerKey; j += 4)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst + kr * kData + 16 * j)),
@@ -133,7 +146,10 @@ __device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, in
 // read 8 keys 576 bytes apart at 8 different bank groups and write 8 rows of one core matrix (as the lock-step
 // kernel's kProbeWgmma mapping).
 __device__ __forceinline__ void dequant_tile(const uint8_t* stage, const uint8_t* flags, __nv_bfloat16* ks) {
-  for (int c = threadIdx.x; c < kKeys * kChunksPerKey; c += 128) {
+  static_assert(kKeys * kChunksPerKey % 128 == 0, "whole rounds of the producer warpgroup");
+#pragma unroll 3
+  for (int it = 0; it < kKeys * kChunksPerKey / 128; ++it) {
+    const int c = int(threadIdx.x) + 128 * it;
     const int i = c & 7, j = c >> 3;
     const int r = 8 * (j & 3) + i;
     const int ch = ((j >> 2) + (i >> 1)) % kChunksPerKey;
@@ -233,12 +249,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    for (int64_t m = 0; m < kStages - 1; ++m) issue_tile(p, t, sp, m, stages, flags);
+    for (int64_t m = 0; m < kStages - 1; ++m) issue_tile(p, sp, m, key_ref(p, t, sp, m), stages, flags);
+    KeyRef next = key_ref(p, t, sp, kStages - 1);
     for (int64_t n = 0; n < sp.ntiles; ++n) {
       // Committed: tiles 0 .. n + kStages - 2, one group each; tile n's copies are done at kStages - 2 pending.
       asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
       named_sync(kBarProducer, 128);  // tile n's bytes visible; every producer is past tile n - 1's dequantisation
-      issue_tile(p, t, sp, n + kStages - 1, stages, flags);  // into tile n - 1's stage
+      issue_tile(p, sp, n + kStages - 1, next, stages, flags);  // into tile n - 1's stage
+      next = key_ref(p, t, sp, n + kStages);                     // in flight during the dequantisation
       const int slot = int(n % kKeyTiles);
       if (n >= kKeyTiles) mbar_wait(empty0 + 8 * slot, uint32_t(((n / kKeyTiles) - 1) & 1));
       const uint8_t* fl = flags + (n % kStages) * kKeys;
@@ -277,10 +295,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int64_t n = 0; n < sp.ntiles; ++n) {
     const int slot = int(n % kKeyTiles);
-    wg::wgmma_wait0();  // tile n's Q K^T and tile n - 1's P V
+    // Tile n - 1's P V was committed before tile n's Q K^T: its key tile goes back to the producer first.
+    wg::wgmma_wait1();
+    if (n > 0) mbar_arrive(empty0 + 8 * int((n - 1) % kKeyTiles));
+    wg::wgmma_wait0();
     wg::fence_regs(s);
     wg::fence_regs(acc);
-    if (n > 0) mbar_arrive(empty0 + 8 * int((n - 1) % kKeyTiles));
     const uint32_t valid = mask[slot];
     // sc: this tile's scores. s stays the Q K^T accumulator only (no other instruction writes it, so ptxas keeps the
     // next tile's Q K^T asynchronous beside this tile's P V).
