@@ -69,6 +69,11 @@ void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* 
                                  void* stream);
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     void* stream);
+// The warp-specialised kernel with a deeper key ring (3 bf16 key tiles, 2 FP8 stages, one exchange buffer), the
+// combine included: a variant timed by bench/attention_fp8_bench.cpp beside the kernel and held to its bits by the
+// GPU test.
+void launch_sparse_attention_fp8_ws_deep(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                         void* stream);
 void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, const float* workspace, float* o,
                                          void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the kernel (fp32 q) with phases left out, to see where a tile's

@@ -37,25 +37,33 @@ using attn_mma::smem_u32;
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 constexpr int kKeys = kFp8Keys;
 constexpr int kHalf = kD / 2;
-constexpr int kStages = 3;    // FP8 stages: tile n being dequantised, n + 1 and n + 2 in flight
-constexpr int kKeyTiles = 2;  // bf16 key tiles: the consumers on tile n, the producer writing tile n + 1
-constexpr int kProducerRegs = 72, kConsumerRegs = 216;  // 128 x 56 + 256 x 224 <= 64K
+constexpr int kProducerRegs = 72, kConsumerRegs = 216;  // 128 x 72 + 256 x 216 = 168 x 384 (the launch's)
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
 static_assert(kFp8Heads == 64 && kKeys == 32, "the wgmma shapes assume this tile shape");
+constexpr int kStageBytes = kKeys * kData + kKeys * 8;  // 32 data rows, then 32 x 8 scale bytes
+constexpr size_t kTileBytes = size_t(kKeys) * kD * 2;   // a bf16 key tile, 32 x 512 in core matrices
 
-// Byte offsets in dynamic shared memory.
-constexpr int kStageBytes = kKeys * kData + kKeys * 8;                    // 32 data rows, then 32 x 8 scale bytes
-constexpr size_t kOffQ = 0;                                               // bf16 64 x 512, core matrices
-constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kD * 2;             // bf16 [kKeyTiles] 32 x 512
-constexpr size_t kTileBytes = size_t(kKeys) * kD * 2;
-constexpr size_t kOffStage = kOffK + kKeyTiles * kTileBytes;              // [kStages] stages
-constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;       // f32 [2 buffers][2 consumers][4 warps][512]
-constexpr size_t kOffFlag = kOffX + size_t(2 * 2 * 4 * 512) * 4;          // u8 [kStages][32]: key present
-constexpr size_t kOffMask = kOffFlag + 128;                               // u32 [kKeyTiles]: present keys of a tile
-constexpr size_t kOffBar = kOffMask + 16;                                 // u64 full[kKeyTiles], empty[kKeyTiles]
-constexpr size_t kBytes = kOffBar + 2 * kKeyTiles * 8;
-static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
-static_assert(kOffBar % 8 == 0 && kOffStage % 16 == 0 && kOffX % 16 == 0, "alignment");
+// A pipeline shape and its shared memory (byte offsets): S FP8 stages (tiles n + 1 .. n + S - 1 in flight while n is
+// dequantised), R bf16 key tiles (the producer may run R - 1 tiles ahead of the consumers), X score-exchange
+// buffers (2: one named barrier a tile; 1: a second barrier before the buffer is written again). The 227 KB allow
+// (3, 2, 2), the kernel's, or (2, 3, 1), the deeper key ring (WsDeep: a variant timed by the bench).
+template <int S, int R, int X>
+struct Ws {
+  static constexpr int kStages = S, kKeyTiles = R, kXBufs = X;
+  static constexpr size_t kOffQ = 0;                                          // bf16 64 x 512, core matrices
+  static constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kD * 2;        // bf16 [R] key tiles
+  static constexpr size_t kOffStage = kOffK + R * kTileBytes;                 // [S] stages
+  static constexpr size_t kOffX = kOffStage + size_t(S) * kStageBytes;        // f32 [X][2 consumers][4 warps][512]
+  static constexpr size_t kOffFlag = kOffX + size_t(X * 2 * 4 * 512) * 4;     // u8 [S][32]: key present
+  static constexpr size_t kOffMask = kOffFlag + 128;                          // u32 [R]: present keys of a tile
+  static constexpr size_t kOffBar = kOffMask + 16;                            // u64 full[R], empty[R]
+  static constexpr size_t kBytes = kOffBar + 2 * R * 8;
+  static_assert(S >= 2 && S <= 4 && R >= 2 && R <= 4 && (X == 1 || X == 2), "flag, mask and barrier room");
+  static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
+  static_assert(kOffBar % 8 == 0 && kOffStage % 16 == 0 && kOffX % 16 == 0, "alignment");
+};
+using WsKernel = Ws<3, 2, 2>;
+using WsDeep = Ws<2, 3, 1>;
 
 enum NamedBarrier : int { kBarProducer = 1, kBarExchange = 2, kBarQ0 = 3 };  // kBarQ0 + c: consumer c's Q half
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -116,6 +124,7 @@ __device__ __forceinline__ KeyRef key_ref(const SparseAttentionFp8Params& p, int
 // Producer: tile m's rows into stage m % kStages (one commit group, empty past the split's end). Thread i copies key
 // i / 4's chunks i % 4, i % 4 + 4, .. (the 4 threads of a key read 64 contiguous bytes at a time) and, for i % 4 == 0,
 // its 8 scale bytes and its presence flag. key: key_ref(.., m).
+template <int kStages>
 __device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, const Split& sp, int64_t m,
                                            const KeyRef& key, uint8_t* stages, uint8_t* flags) {
   const int i = threadIdx.x, kr = i >> 2, kq = i & 3;
@@ -226,9 +235,12 @@ __device__ __forceinline__ void qk_issue(uint32_t qs, uint32_t ks, int d0, float
   wg::wgmma_commit();
 }
 
-template <bool kQBf16>
+template <bool kQBf16, class C>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_ws_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
+  constexpr int kStages = C::kStages, kKeyTiles = C::kKeyTiles;
+  constexpr size_t kOffQ = C::kOffQ, kOffK = C::kOffK, kOffStage = C::kOffStage, kOffX = C::kOffX;
+  constexpr size_t kOffFlag = C::kOffFlag, kOffMask = C::kOffMask, kOffBar = C::kOffBar;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + kOffQ);
   __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
@@ -249,13 +261,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    for (int64_t m = 0; m < kStages - 1; ++m) issue_tile(p, sp, m, key_ref(p, t, sp, m), stages, flags);
+    for (int64_t m = 0; m < kStages - 1; ++m) issue_tile<kStages>(p, sp, m, key_ref(p, t, sp, m), stages, flags);
     KeyRef next = key_ref(p, t, sp, kStages - 1);
     for (int64_t n = 0; n < sp.ntiles; ++n) {
       // Committed: tiles 0 .. n + kStages - 2, one group each; tile n's copies are done at kStages - 2 pending.
       asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
       named_sync(kBarProducer, 128);  // tile n's bytes visible; every producer is past tile n - 1's dequantisation
-      issue_tile(p, sp, n + kStages - 1, next, stages, flags);  // into tile n - 1's stage
+      issue_tile<kStages>(p, sp, n + kStages - 1, next, stages, flags);  // into tile n - 1's stage
       next = key_ref(p, t, sp, n + kStages);                     // in flight during the dequantisation
       const int slot = int(n % kKeyTiles);
       if (n >= kKeyTiles) mbar_wait(empty0 + 8 * slot, uint32_t(((n / kKeyTiles) - 1) & 1));
@@ -306,13 +318,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // next tile's Q K^T asynchronous beside this tile's P V).
     float sc[4][4];
     // Exchange of the partial scores: the other consumer's 256 dims of the same heads.
-    float* mine = sx + ((n & 1) * 2 + c) * 2048 + (warp & 3) * 512;
-    const float* other = sx + ((n & 1) * 2 + (c ^ 1)) * 2048 + (warp & 3) * 512;
+    const int xb = C::kXBufs == 2 ? int(n & 1) : 0;
+    float* mine = sx + (xb * 2 + c) * 2048 + (warp & 3) * 512;
+    const float* other = sx + (xb * 2 + (c ^ 1)) * 2048 + (warp & 3) * 512;
 #pragma unroll
     for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
     named_sync(kBarExchange, 256);
 #pragma unroll
     for (int i = 0; i < 16; ++i) sc[i >> 2][i & 3] = s[i >> 2][i & 3] + other[i * 32 + lane];
+    if constexpr (C::kXBufs == 1) named_sync(kBarExchange, 256);  // both read before the buffer is written again
     float alpha[2] = {1.0f, 1.0f};
     attn_mma::softmax_tile(sc, valid, p.scale, m, l, alpha);
 #pragma unroll
@@ -339,19 +353,31 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 }  // namespace
 
+namespace {
+template <class C>
+void launch_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
+  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
+  if (p.q_bf16) {
+    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<true, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(C::kBytes));
+    sparse_attention_fp8_ws_kernel<true, C><<<grid, kThreads, C::kBytes, s>>>(p, q, o, workspace);
+  } else {
+    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<false, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(C::kBytes));
+    sparse_attention_fp8_ws_kernel<false, C><<<grid, kThreads, C::kBytes, s>>>(p, q, o, workspace);
+  }
+}
+}  // namespace
+
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     void* stream) {
-  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (p.q_bf16) {
-    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(kBytes));
-    sparse_attention_fp8_ws_kernel<true><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
-  } else {
-    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(kBytes));
-    sparse_attention_fp8_ws_kernel<false><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
-  }
+  launch_ws<WsKernel>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
+}
+
+void launch_sparse_attention_fp8_ws_deep(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                         void* stream) {
+  launch_ws<WsDeep>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
+  if (p.num_splits > 1) launch_sparse_attention_fp8_combine(p, workspace, o, stream);
 }
 
 }  // namespace dsinfer::ops::cuda::detail
