@@ -43,7 +43,8 @@ using ops::cuda::SparseAttentionFp8Params;
 namespace {
 constexpr double kTol = 1e-2;  // see the header comment
 constexpr int64_t kW = 128, kEntries = 700, kTopk = 512;
-constexpr int kDeep = -1;  // Device::run: the deeper key ring (launch_sparse_attention_fp8_ws_deep)
+// Device::run: the warp-specialised kernel's pipeline variants (launch_sparse_attention_fp8_ws_variant)
+constexpr int kDeepKeys = -1, kDeepStages = -2;
 
 // Random fp32 rows, each 64-channel tile its own magnitude, encoded into a cache of `rows` rows.
 std::vector<uint8_t> random_cache(int64_t rows, uint32_t seed) {
@@ -157,8 +158,9 @@ struct Device {
       cudaMemset(ws.data(), 0xff, size_t(wsn) * 4);
     }
     const void* q = c.q_bf16 ? static_cast<const void*>(qb.data()) : static_cast<const void*>(qf.data());
-    if (probe == kDeep) {
-      ops::cuda::detail::launch_sparse_attention_fp8_ws_deep(p, q, o.data(), ws.data(), nullptr);
+    if (probe < 0) {
+      const int v = probe == kDeepKeys ? ops::cuda::detail::kFp8WsDeepKeys : ops::cuda::detail::kFp8WsDeepStages;
+      ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q, o.data(), ws.data(), v, nullptr);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     } else if (probe != 0) {
       EXPECT_TRUE(ops::cuda::detail::launch_sparse_attention_fp8_probe(p, q, o.data(), ws.data(), probe, nullptr));
@@ -204,8 +206,10 @@ void run_case(const Case& c, const std::vector<int64_t>& splits) {
     }
     // The same tiles, products, sums and roundings: the same bits.
     EXPECT_EQ(0, std::memcmp(wsp.data(), lock.data(), wsp.size() * 4)) << "warp-specialised != lock-step";
-    const std::vector<float> deep = dev.run(c, hp, s, kDeep);
-    EXPECT_EQ(0, std::memcmp(deep.data(), lock.data(), deep.size() * 4)) << "deep key ring != lock-step";
+    for (const int v : {kDeepKeys, kDeepStages}) {
+      const std::vector<float> var = dev.run(c, hp, s, v);
+      EXPECT_EQ(0, std::memcmp(var.data(), lock.data(), var.size() * 4)) << "pipeline variant " << v << " != lock-step";
+    }
     const std::vector<float> again = dev.run(c, hp, s);
     EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * 4)) << "not deterministic";
     if (!c.q_bf16) {  // the overlapped tile loop computes the serial one's tiles in its order: the same bits

@@ -46,7 +46,7 @@ constexpr size_t kTileBytes = size_t(kKeys) * kD * 2;   // a bf16 key tile, 32 x
 // A pipeline shape and its shared memory (byte offsets): S FP8 stages (tiles n + 1 .. n + S - 1 in flight while n is
 // dequantised), R bf16 key tiles (the producer may run R - 1 tiles ahead of the consumers), X score-exchange
 // buffers (2: one named barrier a tile; 1: a second barrier before the buffer is written again). The 227 KB allow
-// (3, 2, 2), the kernel's, or (2, 3, 1), the deeper key ring (WsDeep: a variant timed by the bench).
+// (3, 2, 2), the kernel's, (2, 3, 1), a deeper key ring, or (4, 2, 1), a deeper FP8 ring (bench variants).
 template <int S, int R, int X>
 struct Ws {
   static constexpr int kStages = S, kKeyTiles = R, kXBufs = X;
@@ -64,6 +64,7 @@ struct Ws {
 };
 using WsKernel = Ws<3, 2, 2>;
 using WsDeep = Ws<2, 3, 1>;
+using WsWide = Ws<4, 2, 1>;  // more rows in flight (decode: HBM latency)
 
 enum NamedBarrier : int { kBarProducer = 1, kBarExchange = 2, kBarQ0 = 3 };  // kBarQ0 + c: consumer c's Q half
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -374,9 +375,10 @@ void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const voi
   launch_ws<WsKernel>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
 }
 
-void launch_sparse_attention_fp8_ws_deep(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
-                                         void* stream) {
-  launch_ws<WsDeep>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
+void launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
+                                            float* workspace, int variant, void* stream) {
+  if (variant == kFp8WsDeepKeys) launch_ws<WsDeep>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
+  else launch_ws<WsWide>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
   if (p.num_splits > 1) launch_sparse_attention_fp8_combine(p, workspace, o, stream);
 }
 
