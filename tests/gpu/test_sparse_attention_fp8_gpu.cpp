@@ -44,7 +44,7 @@ namespace {
 constexpr double kTol = 1e-2;  // see the header comment
 constexpr int64_t kW = 128, kEntries = 700, kTopk = 512;
 // Device::run: the warp-specialised kernel's pipeline variants (launch_sparse_attention_fp8_ws_variant)
-constexpr int kDeepKeys = -1, kDeepStages = -2;
+constexpr int kDeepKeys = -1, kDeepStages = -2, kPersistent = -3;
 
 // Random fp32 rows, each 64-channel tile its own magnitude, encoded into a cache of `rows` rows.
 std::vector<uint8_t> random_cache(int64_t rows, uint32_t seed) {
@@ -159,7 +159,9 @@ struct Device {
     }
     const void* q = c.q_bf16 ? static_cast<const void*>(qb.data()) : static_cast<const void*>(qf.data());
     if (probe < 0) {
-      const int v = probe == kDeepKeys ? ops::cuda::detail::kFp8WsDeepKeys : ops::cuda::detail::kFp8WsDeepStages;
+      const int v = probe == kDeepKeys ? ops::cuda::detail::kFp8WsDeepKeys
+                  : probe == kDeepStages ? ops::cuda::detail::kFp8WsDeepStages
+                                         : ops::cuda::detail::kFp8WsPersistent;
       ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q, o.data(), ws.data(), v, nullptr);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     } else if (probe != 0) {
@@ -206,7 +208,7 @@ void run_case(const Case& c, const std::vector<int64_t>& splits) {
     }
     // The same tiles, products, sums and roundings: the same bits.
     EXPECT_EQ(0, std::memcmp(wsp.data(), lock.data(), wsp.size() * 4)) << "warp-specialised != lock-step";
-    for (const int v : {kDeepKeys, kDeepStages}) {
+    for (const int v : {kDeepKeys, kDeepStages, kPersistent}) {
       const std::vector<float> var = dev.run(c, hp, s, v);
       EXPECT_EQ(0, std::memcmp(var.data(), lock.data(), var.size() * 4)) << "pipeline variant " << v << " != lock-step";
     }
