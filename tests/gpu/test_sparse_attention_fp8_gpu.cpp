@@ -236,6 +236,11 @@ TEST(GpuSparseAttentionFp8, DecodeBatch64) {
   run_case(Case{64, 64, false, true, false, 12}, {1, ops::cuda::plan_sparse_attention_fp8(64, 64, 640, 132)});
 }
 
+TEST(GpuSparseAttentionFp8, MoreItemsThanSms) {  // the persistent variant walks several items a block
+  DSI_SKIP_WITHOUT_GPU();
+  run_case(Case{200, 64, false, true, false, 15}, {1});
+}
+
 TEST(GpuSparseAttentionFp8, Bf16QueriesPartialHeadGroupsNoRope) {
   DSI_SKIP_WITHOUT_GPU();
   run_case(Case{5, 72, true, false, false, 13}, {1, 2});
