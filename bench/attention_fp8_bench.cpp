@@ -44,8 +44,6 @@ using namespace dsinfer;
 namespace {
 
 constexpr int64_t kH = 64, kD = 512, kW = 128, kPool = 512, kTopk = 512, kCsaEntries = 1024, kHcaEntries = 32;
-// call(): the warp-specialised kernel's pipeline variants (launch_sparse_attention_fp8_ws_variant)
-constexpr int kDeepKeys = -1, kDeepStages = -2, kPersistent = -3;
 
 #define BENCH_CHECK(x)                                             \
   do {                                                             \
@@ -195,11 +193,6 @@ void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, 
                          : static_cast<const void*>(b.dqf.data() + t0 * kH * kD);
   if (probe == 0) {
     BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q, r.out, r.ws, s));
-  } else if (probe < 0) {
-    const int v = probe == kDeepKeys ? ops::cuda::detail::kFp8WsDeepKeys
-                  : probe == kDeepStages ? ops::cuda::detail::kFp8WsDeepStages
-                                         : ops::cuda::detail::kFp8WsPersistent;
-    ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q, r.out, r.ws, v, s);
   } else if (!ops::cuda::detail::launch_sparse_attention_fp8_probe(p, q, r.out, r.ws, probe, s) ||
              cudaGetLastError() != cudaSuccess) {
     std::fprintf(stderr, "probe %d failed\n", probe);
@@ -324,7 +317,7 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   for (const Layer& L : layers)
     max_splits = std::max(max_splits, ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms));
   BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(kChunk, kH, max_splits)) + 64));
-  auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel, int variant) {
+  auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel) {
     for (const Layer& L : layers)
       for (int64_t c0 = 0; c0 < kT; c0 += kChunk) {
         ops::cuda::SparseAttentionFp8Params p;
@@ -338,9 +331,7 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
                        ops::kModel1Pages};
         p.num_splits = ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms);
         p.kernel = kernel;
-        if (variant != 0)
-          ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q.data(), o.data(), ws.data(), variant, s);
-        else BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q.data(), o.data(), ws.data(), s));
+        BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q.data(), o.data(), ws.data(), s));
       }
   };
   const double flops = keys * 131072.0;
@@ -348,16 +339,10 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   for (const auto& [name, kernel] : {std::pair<const char*, ops::cuda::Fp8AttentionKernel>{
                                          "lock-step", ops::cuda::Fp8AttentionKernel::kLockstep},
                                      {"warp-specialised", ops::cuda::Fp8AttentionKernel::kWarpSpecialised}}) {
-    const double us = graph_us([&](cudaStream_t s) { run(s, kernel, 0); }, 1);
+    const double us = graph_us([&](cudaStream_t s) { run(s, kernel); }, 1);
     std::printf("  %s: %.3f ms (%.0f TFLOP/s)\n", name, us / 1e3, flops / us / 1e6);
     std::printf("RESULT prefill %s %.2f\n", name, us);
     std::fflush(stdout);
-  }
-  namespace d = ops::cuda::detail;
-  for (const auto& [name, v] : {std::pair<const char*, int>{"deep key ring", d::kFp8WsDeepKeys},
-                                {"deep FP8 ring", d::kFp8WsDeepStages}, {"persistent grid", d::kFp8WsPersistent}}) {
-    const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, v); }, 1);
-    std::printf("  warp-specialised, %s: %.3f ms (%.0f TFLOP/s)\n", name, us / 1e3, flops / us / 1e6);
   }
 }
 }  // namespace
@@ -422,9 +407,6 @@ int main(int argc, char** argv) {
       std::printf("  lock-step kernel: q fp32 %.1f us, q bf16 %.1f us\n",
                   time_us(b, r, plan, false, 0, ops::cuda::Fp8AttentionKernel::kLockstep),
                   time_us(b, r, plan, true, 0, ops::cuda::Fp8AttentionKernel::kLockstep));
-      std::printf("  deep key ring %.1f us, deep FP8 ring %.1f us, persistent %.1f us (q fp32)\n",
-                  time_us(b, r, plan, false, kDeepKeys), time_us(b, r, plan, false, kDeepStages),
-                  time_us(b, r, plan, false, kPersistent));
       if (!quick)  // the wgmma products (session 16's probe of the lock-step kernel)
         std::printf("  wgmma probe (q fp32): %.1f us\n", time_us(b, r, plan, false, ops::cuda::detail::kProbeWgmma));
       if (!quick) {

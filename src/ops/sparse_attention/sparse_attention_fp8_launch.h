@@ -69,14 +69,6 @@ void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* 
                                  void* stream);
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     void* stream);
-// Pipeline variants of the warp-specialised kernel, the combine included, timed by bench/attention_fp8_bench.cpp
-// beside the kernel and held to its bits by the GPU test: kFp8WsDeepKeys, 3 bf16 key tiles and 2 FP8 stages (the
-// producer may run two tiles ahead); kFp8WsDeepStages, 4 FP8 stages and 2 key tiles (three tiles' rows in flight).
-// Both have one score-exchange buffer (two named barriers a tile) to fit in 227 KB. kFp8WsPersistent: the kernel's
-// pipeline on a persistent grid (a block an SM walking the (token, head group, split) items).
-inline constexpr int kFp8WsDeepKeys = 1, kFp8WsDeepStages = 2, kFp8WsPersistent = 3;
-void launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
-                                            float* workspace, int variant, void* stream);
 void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, const float* workspace, float* o,
                                          void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the kernel (fp32 q) with phases left out, to see where a tile's

@@ -15,8 +15,6 @@
 // mma.sync's): the output is bitwise the lock-step kernel's, which the GPU test asserts.
 #include <cuda_bf16.h>
 
-#include <algorithm>
-
 #include "cuda/ops_device.cuh"
 #include "ops/kv_format/kv_format.h"
 #include "ops/sparse_attention/sparse_attention_fp8_common.cuh"  // key lookup, dequant16, out_rope, kPart
@@ -39,41 +37,28 @@ using attn_mma::smem_u32;
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 constexpr int kKeys = kFp8Keys;
 constexpr int kHalf = kD / 2;
-// setmaxnreg: the producer gives back registers the consumers take (96 x 128 + 200 x 256 <= 168 x 384, the launch's).
-// ptxas keeps the producer's code within 96 (72 spilled the item loop's state) and the whole kernel within 168.
-constexpr int kProducerRegs = 96, kConsumerRegs = 200;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * kThreads, "register file");
+constexpr int kStages = 3;    // FP8 stages: tile n being dequantised, n + 1 and n + 2 in flight
+constexpr int kKeyTiles = 2;  // bf16 key tiles: the consumers on tile n, the producer writing tile n + 1
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 x 56 + 256 x 224 <= 64K
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
 static_assert(kFp8Heads == 64 && kKeys == 32, "the wgmma shapes assume this tile shape");
-constexpr int kStageBytes = kKeys * kData + kKeys * 8;  // 32 data rows, then 32 x 8 scale bytes
-constexpr size_t kTileBytes = size_t(kKeys) * kD * 2;   // a bf16 key tile, 32 x 512 in core matrices
 
-// A pipeline shape and its shared memory (byte offsets): S FP8 stages (tiles n + 1 .. n + S - 1 in flight while n is
-// dequantised), R bf16 key tiles (the producer may run R - 1 tiles ahead of the consumers), X score-exchange
-// buffers (2: one named barrier a tile; 1: a second barrier before the buffer is written again). The 227 KB allow
-// (3, 2, 2), the kernel's, (2, 3, 1), a deeper key ring, or (4, 2, 1), a deeper FP8 ring (bench variants).
-template <int S, int R, int X>
-struct Ws {
-  static constexpr int kStages = S, kKeyTiles = R, kXBufs = X;
-  static constexpr size_t kOffQ = 0;                                          // bf16 64 x 512, core matrices
-  static constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kD * 2;        // bf16 [R] key tiles
-  static constexpr size_t kOffStage = kOffK + R * kTileBytes;                 // [S] stages
-  static constexpr size_t kOffX = kOffStage + size_t(S) * kStageBytes;        // f32 [X][2 consumers][4 warps][512]
-  static constexpr size_t kOffFlag = kOffX + size_t(X * 2 * 4 * 512) * 4;     // u8 [S][32]: key present
-  static constexpr size_t kOffMask = kOffFlag + 128;                          // u32 [R]: present keys of a tile
-  static constexpr size_t kOffBar = kOffMask + 16;                            // u64 full[R], empty[R]
-  static constexpr size_t kBytes = kOffBar + 2 * R * 8;
-  static_assert(S >= 2 && S <= 4 && R >= 2 && R <= 4 && (X == 1 || X == 2), "flag, mask and barrier room");
-  static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
-  static_assert(kOffBar % 8 == 0 && kOffStage % 16 == 0 && kOffX % 16 == 0, "alignment");
-};
-using WsKernel = Ws<3, 2, 2>;
-using WsDeep = Ws<2, 3, 1>;
-using WsWide = Ws<4, 2, 1>;  // more rows in flight (decode: HBM latency)
+// Byte offsets in dynamic shared memory.
+constexpr int kStageBytes = kKeys * kData + kKeys * 8;                    // 32 data rows, then 32 x 8 scale bytes
+constexpr size_t kOffQ = 0;                                               // bf16 64 x 512, core matrices
+constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kD * 2;             // bf16 [kKeyTiles] 32 x 512
+constexpr size_t kTileBytes = size_t(kKeys) * kD * 2;
+constexpr size_t kOffStage = kOffK + kKeyTiles * kTileBytes;              // [kStages] stages
+constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;       // f32 [2 buffers][2 consumers][4 warps][512]
+constexpr size_t kOffFlag = kOffX + size_t(2 * 2 * 4 * 512) * 4;          // u8 [kStages][32]: key present
+constexpr size_t kOffMask = kOffFlag + 128;                               // u32 [kKeyTiles]: present keys of a tile
+constexpr size_t kOffBar = kOffMask + 16;                                 // u64 full[kKeyTiles], empty[kKeyTiles]
+constexpr size_t kBytes = kOffBar + 2 * kKeyTiles * 8;
+static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
+static_assert(kOffBar % 8 == 0 && kOffStage % 16 == 0 && kOffX % 16 == 0, "alignment");
 
 enum NamedBarrier : int { kBarProducer = 1, kBarExchange = 2, kBarQ0 = 3 };  // kBarQ0 + c: consumer c's Q half
-__device__ __forceinline__ void named_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -108,41 +93,27 @@ __device__ __forceinline__ Split split_of(const SparseAttentionFp8Params& p, int
   return s;
 }
 
-// Producer: the list entry of this thread's key (i / 4) of tile m: its list `src` and cache row as stored (-1: none,
-// past the split's end included). Loaded a tile before its issue, so the index load's latency overlaps a
-// dequantisation instead of stalling the producer (the loaded value is first used by issue_tile).
-struct KeyRef {
-  int32_t row = -1;
-  int src = 0;
-};
-__device__ __forceinline__ KeyRef key_ref(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, int64_t m) {
-  KeyRef r;
-  const int64_t k = m * kKeys + (threadIdx.x >> 2);
-  if (m < sp.ntiles && k < sp.nk) {
-    const int64_t kk = sp.kbeg + k;
-    r.src = kk < sp.n0 ? 0 : (kk < sp.n01 ? 1 : 2);
-    const Fp8KeySource& s = p.keys[r.src];
-    const int64_t j = r.src == 0 ? kk : (r.src == 1 ? kk - sp.n0 : kk - sp.n01);
-    r.row = s.idx[t * s.stride + j];
-  }
-  return r;
-}
-
 // Producer: tile m's rows into stage m % kStages (one commit group, empty past the split's end). Thread i copies key
 // i / 4's chunks i % 4, i % 4 + 4, .. (the 4 threads of a key read 64 contiguous bytes at a time) and, for i % 4 == 0,
-// its 8 scale bytes and its presence flag. key: key_ref(.., m).
-template <int kStages>
-__device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, const Split& sp, int64_t m,
-                                           const KeyRef& key, uint8_t* stages, uint8_t* flags) {
+// its 8 scale bytes and its presence flag.
+__device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, int64_t m,
+                                           uint8_t* stages, uint8_t* flags) {
   const int i = threadIdx.x, kr = i >> 2, kq = i & 3;
   if (m < sp.ntiles) {
     uint8_t* dst = stages + (m % kStages) * kStageBytes;
-    const Fp8KeySource& s = p.keys[key.src];
-    const bool present = key.row >= 0 && key.row < s.rows;
-    if (kq == 0) flags[(m % kStages) * kKeys + kr] = present ? 1 : 0;
-    if (present) {
-      const uint8_t* data = s.cache + kv_data_offset(s.pages, key.row);
-      const uint8_t* scale = s.cache + kv_scale_offset(s.pages, key.row);
+    const int64_t k = m * kKeys + kr;
+    const uint8_t* data = nullptr;
+    const uint8_t* scale = nullptr;
+    if (k < sp.nk) {
+      int src = 0;
+      const int64_t r = attn_fp8::key_cache_row(p, t, sp.n0, sp.n01, sp.kbeg + k, src);
+      if (r >= 0) {
+        data = p.keys[src].cache + kv_data_offset(p.keys[src].pages, r);
+        scale = p.keys[src].cache + kv_scale_offset(p.keys[src].pages, r);
+      }
+    }
+    if (kq == 0) flags[(m % kStages) * kKeys + kr] = data != nullptr ? 1 : 0;
+    if (data != nullptr) {
 #pragma unroll
       for (int j = kq; j < kChunksPerKey; j += 4)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst + kr * kData + 16 * j)),
@@ -162,10 +133,7 @@ __device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, co
 // read 8 keys 576 bytes apart at 8 different bank groups and write 8 rows of one core matrix (as the lock-step
 // kernel's kProbeWgmma mapping).
 __device__ __forceinline__ void dequant_tile(const uint8_t* stage, const uint8_t* flags, __nv_bfloat16* ks) {
-  static_assert(kKeys * kChunksPerKey % 128 == 0, "whole rounds of the producer warpgroup");
-#pragma unroll 3
-  for (int it = 0; it < kKeys * kChunksPerKey / 128; ++it) {
-    const int c = int(threadIdx.x) + 128 * it;
+  for (int c = threadIdx.x; c < kKeys * kChunksPerKey; c += 128) {
     const int i = c & 7, j = c >> 3;
     const int r = 8 * (j & 3) + i;
     const int ch = ((j >> 2) + (i >> 1)) % kChunksPerKey;
@@ -242,16 +210,9 @@ __device__ __forceinline__ void qk_issue(uint32_t qs, uint32_t ks, int d0, float
   wg::wgmma_commit();
 }
 
-// Work items: (token, 64-head group, split), item = t + T (group + groups * split) (the grid's x-fastest order).
-// kPersistent: a grid of at most one block an SM walks items blockIdx.x, + gridDim.x, ..; the producer starts an
-// item's rows while the consumers finish the previous item's last tile and epilogue. Otherwise one block an item.
-// Both roles count the tiles of the block's items (kt), so the key-tile ring and its mbarrier phases run on.
-template <bool kQBf16, class C, bool kPersistent>
+template <bool kQBf16>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_ws_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
-  constexpr int kStages = C::kStages, kKeyTiles = C::kKeyTiles;
-  constexpr size_t kOffQ = C::kOffQ, kOffK = C::kOffK, kOffStage = C::kOffStage, kOffX = C::kOffX;
-  constexpr size_t kOffFlag = C::kOffFlag, kOffMask = C::kOffMask, kOffBar = C::kOffBar;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + kOffQ);
   __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
@@ -260,9 +221,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* flags = smem + kOffFlag;
   uint32_t* mask = reinterpret_cast<uint32_t*>(smem + kOffMask);
   const uint32_t full0 = smem_u32(smem + kOffBar), empty0 = full0 + 8 * kKeyTiles;
-  const int64_t groups = (p.heads + kFp8Heads - 1) / kFp8Heads, nitems = p.T * groups * p.num_splits;
-  const int64_t first = kPersistent ? int64_t(blockIdx.x) : blockIdx.x + p.T * (blockIdx.y + groups * blockIdx.z);
-  const int64_t step = kPersistent ? int64_t(gridDim.x) : nitems;
+  const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kFp8Heads, split = blockIdx.z;
+  const Split sp = split_of(p, t, split);
   if (threadIdx.x == 0) {
     for (int i = 0; i < kKeyTiles; ++i) {
       mbar_init(full0 + 8 * i, 128);   // every producer thread, after its writes
@@ -273,32 +233,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    int64_t kt0 = 0;  // key tiles produced for earlier items
-    for (int64_t item = first; item < nitems; item += step) {
-      const int64_t t = item % p.T, split = item / p.T / groups;
-      const Split sp = split_of(p, t, split);
-      named_sync(kBarProducer, 128);  // every producer is past the previous item's last dequantisation: stages free
-      for (int64_t m = 0; m < kStages - 1; ++m) issue_tile<kStages>(p, sp, m, key_ref(p, t, sp, m), stages, flags);
-      KeyRef next = key_ref(p, t, sp, kStages - 1);
-      for (int64_t n = 0; n < sp.ntiles; ++n) {
-        // Committed: tiles 0 .. n + kStages - 2, one group each; tile n's copies are done at kStages - 2 pending.
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
-        named_sync(kBarProducer, 128);  // tile n's bytes visible; every producer is past tile n - 1's dequantisation
-        issue_tile<kStages>(p, sp, n + kStages - 1, next, stages, flags);  // into tile n - 1's stage
-        next = key_ref(p, t, sp, n + kStages);                             // in flight during the dequantisation
-        const int64_t kt = kt0 + n;
-        const int slot = int(kt % kKeyTiles);
-        if (kt >= kKeyTiles) mbar_wait(empty0 + 8 * slot, uint32_t(((kt / kKeyTiles) - 1) & 1));
-        const uint8_t* fl = flags + (n % kStages) * kKeys;
-        dequant_tile(stages + (n % kStages) * kStageBytes, fl, kb + slot * (kTileBytes / 2));
-        if (threadIdx.x < 32) {
-          const uint32_t bits = __ballot_sync(dev::kFull, fl[threadIdx.x] != 0);
-          if (threadIdx.x == 0) mask[slot] = bits;
-        }
-        wg::fence_proxy_async();  // the tile's generic-proxy writes, before the consumers' wgmma read it
-        mbar_arrive(full0 + 8 * slot);
+    for (int64_t m = 0; m < kStages - 1; ++m) issue_tile(p, t, sp, m, stages, flags);
+    for (int64_t n = 0; n < sp.ntiles; ++n) {
+      // Committed: tiles 0 .. n + kStages - 2, one group each; tile n's copies are done at kStages - 2 pending.
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+      named_sync(kBarProducer, 128);  // tile n's bytes visible; every producer is past tile n - 1's dequantisation
+      issue_tile(p, t, sp, n + kStages - 1, stages, flags);  // into tile n - 1's stage
+      const int slot = int(n % kKeyTiles);
+      if (n >= kKeyTiles) mbar_wait(empty0 + 8 * slot, uint32_t(((n / kKeyTiles) - 1) & 1));
+      const uint8_t* fl = flags + (n % kStages) * kKeys;
+      dequant_tile(stages + (n % kStages) * kStageBytes, fl, kb + slot * (kTileBytes / 2));
+      if (threadIdx.x < 32) {
+        const uint32_t bits = __ballot_sync(dev::kFull, fl[threadIdx.x] != 0);
+        if (threadIdx.x == 0) mask[slot] = bits;
       }
-      kt0 += sp.ntiles;
+      wg::fence_proxy_async();  // the tile's generic-proxy writes, before the consumers' wgmma read it
+      mbar_arrive(full0 + 8 * slot);
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     return;
@@ -308,116 +258,80 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   const int ct = threadIdx.x - 128, c = ct >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int hr = 16 * (warp & 3), d0 = kHalf * c;
+  load_q_half<kQBf16>(q, t, h0, p.heads, c, ct & 127, qs);
+  wg::fence_proxy_async();
+  named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half written (it reads no other dims)
+
+  float acc[32][4];
+#pragma unroll
+  for (int nt = 0; nt < 32; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+  wg::fence_regs(acc);  // zeroed before the first wgmma is issued (ptxas serialises writes inside a wgmma stage)
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float s[4][4];
   const uint32_t qa = smem_u32(qs), ka = smem_u32(kb);
-  int64_t kt0 = 0;  // key tiles consumed for earlier items
-  for (int64_t item = first; item < nitems; item += step) {
-    const int64_t t = item % p.T, h0 = (item / p.T) % groups * kFp8Heads, split = item / p.T / groups;
-    const Split sp = split_of(p, t, split);
-    // The previous item's wgmma (the last that read Q) completed before its epilogue: Q's half may be rewritten.
-    load_q_half<kQBf16>(q, t, h0, p.heads, c, ct & 127, qs);
-    wg::fence_proxy_async();
-    named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half written (it reads no other dims)
-
-    float acc[32][4];
-#pragma unroll
-    for (int nt = 0; nt < 32; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-    wg::fence_regs(acc);  // zeroed before the first wgmma is issued (ptxas serialises writes inside a wgmma stage)
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    float s[4][4];
-    if (sp.ntiles > 0) {
-      mbar_wait(full0 + 8 * int(kt0 % kKeyTiles), uint32_t((kt0 / kKeyTiles) & 1));
-      qk_issue(qa, ka + uint32_t(kt0 % kKeyTiles) * uint32_t(kTileBytes), d0, s);
-    }
-    for (int64_t n = 0; n < sp.ntiles; ++n) {
-      const int64_t kt = kt0 + n;
-      const int slot = int(kt % kKeyTiles);
-      // Tile n - 1's P V was committed before tile n's Q K^T: its key tile goes back to the producer first.
-      wg::wgmma_wait1();
-      if (n > 0) mbar_arrive(empty0 + 8 * int((kt - 1) % kKeyTiles));
-      wg::wgmma_wait0();
-      wg::fence_regs(s);
-      wg::fence_regs(acc);
-      const uint32_t valid = mask[slot];
-      // sc: this tile's scores. s stays the Q K^T accumulator only (no other instruction writes it, so ptxas keeps
-      // the next tile's Q K^T asynchronous beside this tile's P V).
-      float sc[4][4];
-      // Exchange of the partial scores: the other consumer's 256 dims of the same heads.
-      const int xb = C::kXBufs == 2 ? int(kt & 1) : 0;
-      float* mine = sx + (xb * 2 + c) * 2048 + (warp & 3) * 512;
-      const float* other = sx + (xb * 2 + (c ^ 1)) * 2048 + (warp & 3) * 512;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
-      named_sync(kBarExchange, 256);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) sc[i >> 2][i & 3] = s[i >> 2][i & 3] + other[i * 32 + lane];
-      if constexpr (C::kXBufs == 1) named_sync(kBarExchange, 256);  // both read before the buffer is written again
-      float alpha[2] = {1.0f, 1.0f};
-      attn_mma::softmax_tile(sc, valid, p.scale, m, l, alpha);
-#pragma unroll
-      for (int nt = 0; nt < 32; ++nt) {
-        acc[nt][0] *= alpha[0];
-        acc[nt][1] *= alpha[0];
-        acc[nt][2] *= alpha[1];
-        acc[nt][3] *= alpha[1];
-      }
-      wg::pv_issue(sc, ka + uint32_t(slot) * uint32_t(kTileBytes), d0, acc);  // in flight ...
-      if (n + 1 < sp.ntiles) {  // ... while tile n + 1's Q K^T is issued
-        const int next = int((kt + 1) % kKeyTiles);
-        mbar_wait(full0 + 8 * next, uint32_t(((kt + 1) / kKeyTiles) & 1));
-        qk_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
-      }
-    }
-    if (sp.ntiles > 0) {
-      wg::pv_wait(acc);
-      mbar_arrive(empty0 + 8 * int((kt0 + sp.ntiles - 1) % kKeyTiles));
-    }
-    kt0 += sp.ntiles;
-    const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
-    attn_mma::write_rows(acc, m, l, h0 + hr, d0, t, split, p.heads, p.num_splits, kD, kPart, p.num_splits == 1,
-                         p.sinks, o, ws,
-                         [&](float& e0, float& e1, int d) { attn_fp8::out_rope(e0, e1, d, p, pos); });
+  if (sp.ntiles > 0) {
+    mbar_wait(full0, 0);
+    qk_issue(qa, ka, d0, s);
   }
-}
-}  // namespace
-
-namespace {
-template <bool kQBf16, class C, bool kPersistent>
-void launch_ws_kernel(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
-  const int64_t groups = (p.heads + kFp8Heads - 1) / kFp8Heads;
-  dim3 grid(unsigned(p.T), unsigned(groups), unsigned(p.num_splits));
-  if (kPersistent) {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    const int64_t nitems = p.T * groups * p.num_splits;
-    grid = dim3(unsigned(std::min<int64_t>(nitems, std::max(sms, 1))));
+  for (int64_t n = 0; n < sp.ntiles; ++n) {
+    const int slot = int(n % kKeyTiles);
+    wg::wgmma_wait0();  // tile n's Q K^T and tile n - 1's P V
+    wg::fence_regs(s);
+    wg::fence_regs(acc);
+    if (n > 0) mbar_arrive(empty0 + 8 * int((n - 1) % kKeyTiles));
+    const uint32_t valid = mask[slot];
+    // sc: this tile's scores. s stays the Q K^T accumulator only (no other instruction writes it, so ptxas keeps the
+    // next tile's Q K^T asynchronous beside this tile's P V).
+    float sc[4][4];
+    // Exchange of the partial scores: the other consumer's 256 dims of the same heads.
+    float* mine = sx + ((n & 1) * 2 + c) * 2048 + (warp & 3) * 512;
+    const float* other = sx + ((n & 1) * 2 + (c ^ 1)) * 2048 + (warp & 3) * 512;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
+    named_sync(kBarExchange, 256);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) sc[i >> 2][i & 3] = s[i >> 2][i & 3] + other[i * 32 + lane];
+    float alpha[2] = {1.0f, 1.0f};
+    attn_mma::softmax_tile(sc, valid, p.scale, m, l, alpha);
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      acc[nt][0] *= alpha[0];
+      acc[nt][1] *= alpha[0];
+      acc[nt][2] *= alpha[1];
+      acc[nt][3] *= alpha[1];
+    }
+    wg::pv_issue(sc, ka + uint32_t(slot) * uint32_t(kTileBytes), d0, acc);  // in flight ...
+    if (n + 1 < sp.ntiles) {  // ... while tile n + 1's Q K^T is issued
+      const int next = int((n + 1) % kKeyTiles);
+      mbar_wait(full0 + 8 * next, uint32_t(((n + 1) / kKeyTiles) & 1));
+      qk_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
+    }
   }
-  auto* kernel = sparse_attention_fp8_ws_kernel<kQBf16, C, kPersistent>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kBytes));
-  kernel<<<grid, kThreads, C::kBytes, s>>>(p, q, o, workspace);
-}
-
-template <class C, bool kPersistent = false>
-void launch_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
-  if (p.q_bf16) launch_ws_kernel<true, C, kPersistent>(p, q, o, workspace, s);
-  else launch_ws_kernel<false, C, kPersistent>(p, q, o, workspace, s);
+  if (sp.ntiles > 0) {
+    wg::pv_wait(acc);
+    mbar_arrive(empty0 + 8 * int((sp.ntiles - 1) % kKeyTiles));
+  }
+  const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
+  attn_mma::write_rows(acc, m, l, h0 + hr, d0, t, split, p.heads, p.num_splits, kD, kPart, p.num_splits == 1,
+                       p.sinks, o, ws, [&](float& e0, float& e1, int d) { attn_fp8::out_rope(e0, e1, d, p, pos); });
 }
 }  // namespace
 
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     void* stream) {
-  launch_ws<WsKernel>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
-}
-
-void launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
-                                            float* workspace, int variant, void* stream) {
+  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (variant == kFp8WsDeepKeys) launch_ws<WsDeep>(p, q, o, workspace, s);
-  else if (variant == kFp8WsDeepStages) launch_ws<WsWide>(p, q, o, workspace, s);
-  else launch_ws<WsKernel, true>(p, q, o, workspace, s);
-  if (p.num_splits > 1) launch_sparse_attention_fp8_combine(p, workspace, o, stream);
+  if (p.q_bf16) {
+    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(kBytes));
+    sparse_attention_fp8_ws_kernel<true><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
+  } else {
+    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(kBytes));
+    sparse_attention_fp8_ws_kernel<false><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
+  }
 }
 
 }  // namespace dsinfer::ops::cuda::detail
