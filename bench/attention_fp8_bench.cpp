@@ -12,6 +12,8 @@
 // against a 1 GB device-to-device copy measured here. The split count of plan_sparse_attention_fp8, then a sweep of
 // forced counts (the heuristic's check). Every shape also times detail::kProbeWgmma, the same loop with wgmma
 // products (session 16: the kernel's bits), beside the kernel.
+// Session 17: each shape times both kernels (Fp8AttentionKernel: the plan's, then the lock-step one forced), and a
+// prefill shape (bench_prefill: 4,096 tokens, the model bench's 4 layers) runs first.
 // --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script; --quick
 // leaves out the split sweep and the phase probes (a device call that only needs the plan's timings).
 // Built only with DSINFER_CUDA.
@@ -173,8 +175,10 @@ struct Run {
 };
 
 // The call of group g with `splits` splits on stream s (probe != 0: the diagnostic kernel with phases left out).
-void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, cudaStream_t s, int probe = 0) {
+void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, cudaStream_t s, int probe = 0,
+          ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto) {
   ops::cuda::SparseAttentionFp8Params p;
+  p.kernel = kernel;
   p.T = b.B;
   p.heads = kH;
   p.scale = float(1.0 / std::sqrt(double(kD)));
@@ -197,15 +201,16 @@ void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, 
 }
 
 // Per-call microseconds: all groups' calls 4 times in one graph, median of 5 replays.
-double time_us(const Batch& b, const Run& r, int64_t splits, bool q_bf16, int probe = 0) {
+// Microseconds of one `calls(stream)` (which issues `per` calls): captured 4 times in one graph, median of 5 replays.
+template <typename Calls>
+double graph_us(const Calls& calls, int64_t per) {
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  for (int64_t g = 0; g < std::min<int64_t>(3, b.G); ++g) call(b, r, g, splits, q_bf16, s, probe);
+  calls(s);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  for (int rep = 0; rep < 4; ++rep)
-    for (int64_t g = 0; g < b.G; ++g) call(b, r, g, splits, q_bf16, s, probe);
+  for (int rep = 0; rep < 4; ++rep) calls(s);
   if (cudaStreamEndCapture(s, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
     std::fprintf(stderr, "graph capture failed\n");
     std::exit(1);
@@ -227,7 +232,16 @@ double time_us(const Batch& b, const Run& r, int64_t splits, bool q_bf16, int pr
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
-  return double(ms[ms.size() / 2]) * 1e3 / double(4 * b.G);
+  return double(ms[ms.size() / 2]) * 1e3 / double(4 * per);
+}
+
+double time_us(const Batch& b, const Run& r, int64_t splits, bool q_bf16, int probe = 0,
+               ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto) {
+  return graph_us(
+      [&](cudaStream_t s) {
+        for (int64_t g = 0; g < b.G; ++g) call(b, r, g, splits, q_bf16, s, probe, kernel);
+      },
+      b.G);
 }
 
 // The peer script's inputs for one kind and batch, and our output of group 0 (q fp32, no RoPE).
@@ -240,6 +254,96 @@ void dump(const std::string& dir, const std::string& tag, const Batch& b, const 
   call(b, r, 0, splits, false, nullptr);
   const std::vector<float> o = download(out, size_t(b.B * kH * kD));
   write_file(pre + "out0.bin", o.data(), o.size());
+}
+// Prefill of 4,096 tokens from position 0 in 2,048-token chunks over the model bench's 4 layers (sliding, sliding,
+// CSA ratio 4 with top-512, HCA ratio 128), as `dsinfer bench --prefill 4096` runs them: a token at p attends its
+// min(p + 1, 128) window rows, then min(512, (p + 1) / 4) CSA entries (a random sorted subset of the visible ones;
+// the indexer's picks) or its (p + 1) / 128 HCA entries. 131,072 FLOPs a key (64 heads x 512, Q K^T and P V).
+// Prints both kernels' ms for the 8 calls (q fp32, the runner's) and their TFLOP/s.
+void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, const float* sinks, int64_t sms) {
+  constexpr int64_t kT = 4096, kChunk = 2048, kCsaRatio = 4, kHcaRatio = 128;
+  cuda::DeviceBuffer<uint8_t> win, ent;
+  fill_cache(win, kT, chunk, chunk_rows);
+  fill_cache(ent, kT / kCsaRatio, chunk, chunk_rows);
+  struct Layer {
+    std::vector<int32_t> idx0, len0, idx1, len1;
+    int64_t stride1 = 0;
+    cuda::DeviceBuffer<int32_t> d0, dl0, d1, dl1;
+  };
+  std::mt19937 g(17);
+  std::vector<Layer> layers(4);
+  double keys = 0;
+  for (int64_t li = 0; li < 4; ++li) {
+    Layer& L = layers[size_t(li)];
+    const int64_t ratio = li == 2 ? kCsaRatio : (li == 3 ? kHcaRatio : 0);
+    L.stride1 = ratio == kCsaRatio ? kTopk : (ratio == kHcaRatio ? kT / kHcaRatio : 0);
+    L.idx0.assign(size_t(kT * kW), -1);
+    L.len0.assign(size_t(kT), 0);
+    if (L.stride1 > 0) {
+      L.idx1.assign(size_t(kT * L.stride1), -1);
+      L.len1.assign(size_t(kT), 0);
+    }
+    std::vector<int32_t> pick;
+    for (int64_t p = 0; p < kT; ++p) {
+      const int64_t nw = std::min<int64_t>(p + 1, kW);
+      L.len0[size_t(p)] = int32_t(nw);
+      for (int64_t j = 0; j < nw; ++j) L.idx0[size_t(p * kW + j)] = int32_t(p - nw + 1 + j);
+      keys += double(nw);
+      if (ratio == 0) continue;
+      const int64_t vis = (p + 1) / ratio;
+      const int64_t n = std::min<int64_t>(vis, L.stride1);
+      pick.resize(size_t(vis));
+      for (int64_t e = 0; e < vis; ++e) pick[size_t(e)] = int32_t(e);
+      if (n < vis) std::shuffle(pick.begin(), pick.end(), g);
+      std::sort(pick.begin(), pick.begin() + n);
+      for (int64_t j = 0; j < n; ++j) L.idx1[size_t(p * L.stride1 + j)] = pick[size_t(j)];
+      L.len1[size_t(p)] = int32_t(n);
+      keys += double(n);
+    }
+    BENCH_CHECK(L.d0.upload(L.idx0.data(), L.idx0.size()));
+    BENCH_CHECK(L.dl0.upload(L.len0.data(), L.len0.size()));
+    if (L.stride1 > 0) {
+      BENCH_CHECK(L.d1.upload(L.idx1.data(), L.idx1.size()));
+      BENCH_CHECK(L.dl1.upload(L.len1.data(), L.len1.size()));
+    }
+  }
+  std::vector<float> qh(size_t(kChunk * kH * kD));
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  for (auto& v : qh) v = small_float::from_bits(uint32_t(small_float::f32_to_bf16_bits(n(g))) << 16);
+  cuda::DeviceBuffer<float> q, o, ws;
+  BENCH_CHECK(q.upload(qh.data(), qh.size()));
+  BENCH_CHECK(o.alloc(qh.size()));
+  int64_t max_splits = 1;
+  for (const Layer& L : layers)
+    max_splits = std::max(max_splits, ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms));
+  BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(kChunk, kH, max_splits)) + 64));
+  auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel) {
+    for (const Layer& L : layers)
+      for (int64_t c0 = 0; c0 < kT; c0 += kChunk) {
+        ops::cuda::SparseAttentionFp8Params p;
+        p.T = kChunk;
+        p.heads = kH;
+        p.scale = float(1.0 / std::sqrt(double(kD)));
+        p.sinks = sinks;
+        p.keys[0] = {win.data(), kT, L.d0.data() + c0 * kW, kW, L.dl0.data() + c0, ops::kModel1Pages};
+        if (L.stride1 > 0)
+          p.keys[1] = {ent.data(), kT / kCsaRatio, L.d1.data() + c0 * L.stride1, L.stride1, L.dl1.data() + c0,
+                       ops::kModel1Pages};
+        p.num_splits = ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms);
+        p.kernel = kernel;
+        BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q.data(), o.data(), ws.data(), s));
+      }
+  };
+  const double flops = keys * 131072.0;
+  std::printf("prefill 4096 (2 chunks of 2048, 4 layers): %.1f keys a token, %.1f GFLOP\n", keys / kT, flops / 1e9);
+  for (const auto& [name, kernel] : {std::pair<const char*, ops::cuda::Fp8AttentionKernel>{
+                                         "lock-step", ops::cuda::Fp8AttentionKernel::kLockstep},
+                                     {"warp-specialised", ops::cuda::Fp8AttentionKernel::kWarpSpecialised}}) {
+    const double us = graph_us([&](cudaStream_t s) { run(s, kernel); }, 1);
+    std::printf("  %s: %.3f ms (%.0f TFLOP/s)\n", name, us / 1e3, flops / us / 1e6);
+    std::printf("RESULT prefill %s %.2f\n", name, us);
+    std::fflush(stdout);
+  }
 }
 }  // namespace
 
@@ -271,6 +375,7 @@ int main(int argc, char** argv) {
   BENCH_CHECK(sinks.upload(hs.data(), hs.size()));
   BENCH_CHECK(out.alloc(size_t(256 * kH * kD)));
   BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(256, kH, 64))));
+  bench_prefill(chunk, chunk_rows, sinks.data(), sms);
   cuda::DeviceBuffer<uint8_t> win;
   fill_cache(win, kPool * kW, chunk, chunk_rows);
   if (!dir.empty()) {
@@ -298,8 +403,12 @@ int main(int argc, char** argv) {
                   k.name, (long long)B, (long long)nkeys, (long long)plan, us, bytes_fp32 / us / 1e3,
                   100.0 * bytes_fp32 / us / 1e-6 / hbm, us_b, bytes_bf16 / us_b / 1e3,
                   100.0 * bytes_bf16 / us_b / 1e-6 / hbm);
-      // The wgmma products (session 16's probe: the same bits) beside the kernel, q fp32, the plan's splits.
-      std::printf("  wgmma probe (q fp32): %.1f us\n", time_us(b, r, plan, false, ops::cuda::detail::kProbeWgmma));
+      // The lock-step kernel (session 16's; the same bits) beside the plan's, q fp32 and bf16, the plan's splits.
+      std::printf("  lock-step kernel: q fp32 %.1f us, q bf16 %.1f us\n",
+                  time_us(b, r, plan, false, 0, ops::cuda::Fp8AttentionKernel::kLockstep),
+                  time_us(b, r, plan, true, 0, ops::cuda::Fp8AttentionKernel::kLockstep));
+      if (!quick)  // the wgmma products (session 16's probe of the lock-step kernel)
+        std::printf("  wgmma probe (q fp32): %.1f us\n", time_us(b, r, plan, false, ops::cuda::detail::kProbeWgmma));
       if (!quick) {
         std::printf("  sweep (q fp32):");
         for (int64_t s : {1, 2, 3, 4, 5, 8, 10, 20})

@@ -14,7 +14,9 @@
 // 1.8-2.6e-4 with bf16 q (exact); the bound leaves a 2x margin over the largest. A wrong byte offset, scale,
 // fragment, mask or split gives errors of order 1. Two runs of the same call must agree bitwise, and (fp32 q) the
 // kernel's overlapped tile loop must give the serial loop's bits (detail::kProbeSerial: same tiles, same order), and
-// the wgmma probe (detail::kProbeWgmma) the kernel's bits.
+// the wgmma probe (detail::kProbeWgmma) the kernel's bits. Session 17: both kernels run every case
+// (Fp8AttentionKernel::kLockstep and kWarpSpecialised, and kAuto, the plan's), each held to the reference, and the
+// warp-specialised kernel must give the lock-step kernel's bits (fp32 and bf16 q, every split count).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -130,7 +133,9 @@ struct Device {
         idx1(to_device(in.idx1)), len1(to_device(in.len1)), pos(to_device(in.pos)), qf(to_device(in.qf)),
         sinks(to_device(in.sinks)), inv_freq(to_device(in.inv_freq)), qb(to_device(in.qb)) {}
   // probe: a detail::kProbe* loop (kProbeSerial, kProbeWgmma; fp32 q only) instead of the kernel.
-  std::vector<float> run(const Case& c, SparseAttentionFp8Params p, int64_t splits, int probe = 0) {
+  std::vector<float> run(const Case& c, SparseAttentionFp8Params p, int64_t splits, int probe = 0,
+                         ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto) {
+    p.kernel = kernel;
     p.sinks = sinks.data();
     p.keys[0].cache = win.data();
     p.keys[0].idx = idx0.data();
@@ -172,28 +177,37 @@ void run_case(const Case& c, const std::vector<int64_t>& splits) {
   const int64_t per_token = c.H * ops::kKvDim;
   for (int64_t s : splits) {
     SCOPED_TRACE(testing::Message() << "splits " << s);
+    using K = ops::cuda::Fp8AttentionKernel;
     const std::vector<float> got = dev.run(c, hp, s);
-    const double err = normalized_error(got, ref);
-    std::printf("  fp8 attention T %lld H %lld splits %lld: error %.3e\n", (long long)c.T, (long long)c.H,
-                (long long)s, err);  // the measured distribution behind kTol
-    EXPECT_LT(err, kTol);
-    for (int64_t t = 0; t < c.T; ++t) {
-      const std::vector<float> a(got.begin() + t * per_token, got.begin() + (t + 1) * per_token);
-      const std::vector<float> b(ref.begin() + t * per_token, ref.begin() + (t + 1) * per_token);
-      if (c.empty_token && t == 0) {
-        for (float v : a) ASSERT_EQ(v, 0.0f);  // no key: the sink takes all the weight
-        continue;
+    const std::vector<float> lock = dev.run(c, hp, s, 0, K::kLockstep);
+    const std::vector<float> wsp = dev.run(c, hp, s, 0, K::kWarpSpecialised);
+    for (const auto& [name, out] : {std::pair<const char*, const std::vector<float>*>{"plan", &got},
+                                    {"lock-step", &lock}, {"warp-specialised", &wsp}}) {
+      SCOPED_TRACE(name);
+      const double err = normalized_error(*out, ref);
+      std::printf("  fp8 attention (%s) T %lld H %lld splits %lld: error %.3e\n", name, (long long)c.T,
+                  (long long)c.H, (long long)s, err);  // the measured distribution behind kTol
+      EXPECT_LT(err, kTol);
+      for (int64_t t = 0; t < c.T; ++t) {
+        const std::vector<float> a(out->begin() + t * per_token, out->begin() + (t + 1) * per_token);
+        const std::vector<float> b(ref.begin() + t * per_token, ref.begin() + (t + 1) * per_token);
+        if (c.empty_token && t == 0) {
+          for (float v : a) ASSERT_EQ(v, 0.0f);  // no key: the sink takes all the weight
+          continue;
+        }
+        EXPECT_LT(normalized_error(a, b), kTol) << "token " << t;
       }
-      EXPECT_LT(normalized_error(a, b), kTol) << "token " << t;
     }
+    // The same tiles, products, sums and roundings: the same bits.
+    EXPECT_EQ(0, std::memcmp(wsp.data(), lock.data(), wsp.size() * 4)) << "warp-specialised != lock-step";
     const std::vector<float> again = dev.run(c, hp, s);
     EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * 4)) << "not deterministic";
     if (!c.q_bf16) {  // the overlapped tile loop computes the serial one's tiles in its order: the same bits
       const std::vector<float> serial = dev.run(c, hp, s, ops::cuda::detail::kProbeSerial);
-      EXPECT_EQ(0, std::memcmp(got.data(), serial.data(), got.size() * 4)) << "overlapped loop != serial loop";
+      EXPECT_EQ(0, std::memcmp(lock.data(), serial.data(), got.size() * 4)) << "overlapped loop != serial loop";
       // wgmma sums the same bf16 products in the same k16 steps as mma.sync: the same bits (session 16's probe)
       const std::vector<float> wgmma = dev.run(c, hp, s, ops::cuda::detail::kProbeWgmma);
-      EXPECT_EQ(0, std::memcmp(got.data(), wgmma.data(), got.size() * 4)) << "wgmma products != mma.sync products";
+      EXPECT_EQ(0, std::memcmp(lock.data(), wgmma.data(), got.size() * 4)) << "wgmma products != mma.sync products";
     }
   }
 }
@@ -208,6 +222,11 @@ TEST(GpuSparseAttentionFp8, DecodeBatch1SplitCounts) {
 TEST(GpuSparseAttentionFp8, DecodeBatch64) {
   DSI_SKIP_WITHOUT_GPU();
   run_case(Case{64, 64, false, true, false, 12}, {1, ops::cuda::plan_sparse_attention_fp8(64, 64, 640, 132)});
+}
+
+TEST(GpuSparseAttentionFp8, TwoHundredTokens) {  // more blocks than SMs
+  DSI_SKIP_WITHOUT_GPU();
+  run_case(Case{200, 64, false, true, false, 15}, {1});
 }
 
 TEST(GpuSparseAttentionFp8, Bf16QueriesPartialHeadGroupsNoRope) {
@@ -245,6 +264,9 @@ TEST(GpuSparseAttentionFp8, RejectsBadArguments) {
   EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), nullptr, nullptr).is_ok());
   bad = p;
   bad.sinks = nullptr;
+  EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), nullptr, nullptr).is_ok());
+  bad = p;
+  bad.kernel = static_cast<ops::cuda::Fp8AttentionKernel>(7);
   EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), nullptr, nullptr).is_ok());
 }
 

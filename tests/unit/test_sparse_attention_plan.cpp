@@ -98,3 +98,14 @@ TEST(SparseAttentionPlan, Fp8SplitHeuristic) {
     EXPECT_LE(s, 20);
   }
 }
+
+// Which FP8-state kernel (session 17): a forced choice is kept; kAuto takes the warp-specialised kernel at every
+// shape (the two give the same bits, so batch-invariant mode may take it too).
+TEST(SparseAttentionPlan, Fp8KernelChoice) {
+  using K = Fp8AttentionKernel;
+  for (int64_t T : {1, 64, 256, 2048}) {
+    EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, T, 640), K::kWarpSpecialised);
+    EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kLockstep, T, 640), K::kLockstep);
+    EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kWarpSpecialised, T, 160), K::kWarpSpecialised);
+  }
+}

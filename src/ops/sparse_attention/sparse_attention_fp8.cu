@@ -17,6 +17,7 @@
 
 #include "cuda/ops_device.cuh"
 #include "ops/kv_format/kv_format.h"
+#include "ops/sparse_attention/sparse_attention_fp8_common.cuh"  // key lookup, dequant16, out_rope, kPart
 #include "ops/sparse_attention/sparse_attention_fp8_launch.h"
 #include "ops/sparse_attention/sparse_attention_launch.h"  // attn_split_range
 #include "ops/sparse_attention/sparse_attention_mma.cuh"     // qk_half, softmax_tile, pv_half, the mma wrappers
@@ -27,20 +28,17 @@ namespace dsinfer::ops::cuda::detail {
 namespace {
 namespace dev = dsinfer::cuda::dev;
 using namespace attn_mma;  // NOLINT: the shared mma building blocks
+using namespace attn_fp8;  // NOLINT: the FP8-state pieces shared with the warp-specialised kernel
 namespace wg = attn_wgmma;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kD = int(kKvDim);
 constexpr int kP = kD + 8;  // bf16 row pitch (1040 B): rows 4 banks apart, fragment loads conflict-free
 constexpr int kHalf = kD / 2;
 static_assert(kP == kMmaPitch && kHalf == kMmaHalf, "the shared mma helpers assume this tile shape");
 static_assert(kFp8Heads == 64 && kFp8Keys == 32, "the wgmma shapes (kProbeWgmma) assume this tile shape");
 constexpr int kHalfKeys = kFp8Keys / 2;
-constexpr int kData = int(kKvDataBytes);
-constexpr int kChunksPerKey = kData / 16;  // 28 code chunks + 8 RoPE chunks
 constexpr int kStageBytes = kHalfKeys * (kData + 8);
 constexpr int kResolve = kThreads;  // row pointers resolved at a time (one per thread)
-constexpr int kPart = kD + 4;      // workspace floats per (token, split, head): o, max, sum, 2 pad (16-byte rows)
 constexpr int kTilesPerResolve = kResolve / kFp8Keys;
 
 // One bf16 key tile: rows at pitch kP, or (kWg: kProbeWgmma) attn_wgmma's core matrices.
@@ -74,23 +72,6 @@ struct Rows {
   const uint8_t** scales;
 };
 
-// Cache row of key k of token t (-1: none) and its list `src`: keys[0]'s list, then keys[1]'s, then keys[2]'s (n0,
-// n01: the first list's length, the first two's).
-__device__ __forceinline__ int64_t key_cache_row(const SparseAttentionFp8Params& p, int64_t t, int64_t n0, int64_t n01,
-                                                 int64_t k, int& src) {
-  src = k < n0 ? 0 : (k < n01 ? 1 : 2);
-  const Fp8KeySource& s = p.keys[src];
-  const int64_t j = src == 0 ? k : (src == 1 ? k - n0 : k - n01);
-  const int64_t r = s.idx[t * s.stride + j];
-  return r >= 0 && r < s.rows ? r : -1;
-}
-
-__device__ __forceinline__ int64_t list_len(const Fp8KeySource& s, int64_t t) {
-  if (!s.idx) return 0;
-  const int64_t n = s.len ? int64_t(s.len[t]) : s.stride;
-  return n < 0 ? 0 : (n > s.stride ? s.stride : n);
-}
-
 // Half tile hf (keys 16 hf .. +15 of the split) into ring slot hf % kStages as one commit group (empty past the
 // split's end, so the wait count stays uniform).
 template <int kStages>
@@ -117,24 +98,6 @@ __device__ __forceinline__ void issue(const Rows& rows, int64_t hf, int64_t nhal
     }
   }
   asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// 16 e4m3 codes times 2^(sb - 127) -> 16 bf16 (exact): the first 8 to lo, the last 8 to hi.
-__device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
-  const float s = small_float::from_bits(small_float::e8m0_f32_bits(sb));
-  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-  uint32_t r[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] >> (16 * hh)), __NV_E4M3);
-      const float2 f = __half22float2(__half2(h));
-      r[2 * i + hh] = pack_bf16(f.x * s, f.y * s);
-    }
-  }
-  *reinterpret_cast<uint4*>(lo) = make_uint4(r[0], r[1], r[2], r[3]);
-  *reinterpret_cast<uint4*>(hi) = make_uint4(r[4], r[5], r[6], r[7]);
 }
 
 // Tile n (cur: its 32 data pointers) from half tiles 2n, 2n+1 of the ring into the bf16 key tile; zero rows for
@@ -199,16 +162,6 @@ __device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int
     *reinterpret_cast<uint4*>(qs + (kWg ? wg::q_off(r, 8 * c8) : r * kP + 8 * c8)) = out;
   }
   if constexpr (kWg) wg::fence_proxy_async();
-}
-
-// Inverse RoPE of the channel pair (d, d+1) of an output head vector at position pos.
-__device__ __forceinline__ void out_rope(float& a, float& b, int d, const SparseAttentionFp8Params& p, int64_t pos) {
-  const int rs = kD - int(p.rope_dim);
-  if (p.rope_dim > 0 && d >= rs) {
-    float c, s;
-    dev::rope_cos_sin(p.inv_freq[(d - rs) / 2], pos, p.attention_factor, true, c, s);
-    dev::rope_rotate(a, b, c, s);
-  }
 }
 
 // A tile's first half: this warp's partial scores (its 256 dims) into s and its exchange slot of sx.

@@ -19,6 +19,13 @@ struct Fp8KeySource {
   KvPages pages;                   // where its rows live (FlashMLA's MODEL1 blocks by default)
 };
 
+// Which kernel runs the op: kAuto lets the plan choose (plan_sparse_attention_fp8_kernel, sparse_attention_plan.h);
+// the others force one (tests and the bench compare them). kLockstep: sparse_attention_fp8.cu, one block of 8 warps
+// running every phase in turn (mma.sync). kWarpSpecialised: sparse_attention_fp8_ws.cu, a producer warpgroup
+// gathering and dequantising key tiles for two consumer warpgroups on wgmma (session 17). Both compute the same
+// tiles in the same order with the same roundings: their outputs are bitwise equal, splits and workspace included.
+enum class Fp8AttentionKernel : int { kAuto = 0, kLockstep = 1, kWarpSpecialised = 2 };
+
 struct SparseAttentionFp8Params {
   int64_t T = 0, heads = 0;      // head_dim is kKvDim (512)
   float scale = 1.0f;            // head_dim^-1/2
@@ -35,6 +42,7 @@ struct SparseAttentionFp8Params {
   const float* inv_freq = nullptr;  // [rope_dim / 2]
   float attention_factor = 1.0f;
   int64_t num_splits = 1;  // key-range splits a (token, 64-head group); > 1 needs the workspace and the combine
+  Fp8AttentionKernel kernel = Fp8AttentionKernel::kAuto;
 };
 
 // The runner's FP8 state (LayerStateView::fp8) as three key lists a token (fp8_state_keys): window positions before
@@ -55,8 +63,12 @@ void launch_fp8_state_keys(const StepDevice& st, const LayerStateView& v, const 
 void launch_fp8_ring_rows(const StepDevice& st, const LayerStateView& v, int32_t* rows, void* stream);
 inline constexpr int kFp8Heads = 64;  // heads a block
 inline constexpr int kFp8Keys = 32;   // keys a tile
+// The lock-step kernel (sparse_attention_fp8.cu) and the warp-specialised one (sparse_attention_fp8_ws.cu); the
+// same grid, partials and combine.
 void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                  void* stream);
+void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                    void* stream);
 void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, const float* workspace, float* o,
                                          void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the kernel (fp32 q) with phases left out, to see where a tile's

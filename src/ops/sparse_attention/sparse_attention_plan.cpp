@@ -58,6 +58,13 @@ int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, in
   return best;
 }
 
+Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t max_keys) {
+  (void)T;
+  (void)max_keys;
+  if (requested != Fp8AttentionKernel::kAuto) return requested;
+  return Fp8AttentionKernel::kWarpSpecialised;
+}
+
 SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,
                                           int64_t max_keys, int64_t sm_count) {
   SparseAttentionPlan p;

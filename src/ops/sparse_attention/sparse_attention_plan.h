@@ -55,5 +55,10 @@ SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t he
 // is the one miss: 2 splits, 5 % slower than 1).
 inline constexpr int64_t kFp8BlockCost = 4;
 int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count);
+// Which FP8-state kernel runs a call of T tokens whose longest key list has max_keys keys (p.kernel kAuto; a forced
+// choice is kept). The two give the same bits (sparse_attention_fp8_launch.h), so the choice is speed only, and
+// batch-invariant mode may take either: the warp-specialised kernel (session 17), measured faster at every shape the
+// bench runs (bench/NOTES.md, session 17).
+Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t max_keys);
 
 }  // namespace dsinfer::ops::cuda
