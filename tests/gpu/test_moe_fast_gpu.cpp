@@ -18,6 +18,7 @@
 
 #include "cuda/gpu_test_util.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/moe/moe_fast_shared.h"
 #include "weight_gen.h"
 
 namespace {
