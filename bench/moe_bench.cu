@@ -285,16 +285,17 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double t_prep = median_us(prep);
     for (int si = 0; si < g_sets; ++si) prep(si);
     const bool direct = n <= oc::kMoeDirectMaxN;
-    // with the shared expert's T rows of x, as moe_cuda runs it when the shared expert is fused (T <= 256)
-    const bool fusable = T <= oc::kMoeSharedFusedMaxT;
-    auto gather = [&](int i) {
+    // with the shared expert's T rows of x when it is fused (moe_shared_fused, as moe_cuda runs it; with_shared forces
+    // them)
+    const bool fused = oc::moe_shared_fused(oc::MoePath::Fast, oc::MoeExpertKernels::kFast, T, sets[0].ex, sets[0].sh);
+    auto gather = [&](int i, bool with_shared = false) {
       Bufs& q = b[size_t(i)];
       oc::detail::launch_moe_gather_shared(q.x.as<const float>(), q.perm.as<const int32_t>(),
-                                           q.offsets.as<const int32_t>() + E, n, fusable ? T : 0, D,
+                                           q.offsets.as<const int32_t>() + E, n, fused || with_shared ? T : 0, D,
                                            q.xb.as<uint16_t>(), nullptr);
     };
-    const double t_gather = median_us(gather);
-    for (int si = 0; si < g_sets; ++si) gather(si);
+    const double t_gather = median_us([&](int i) { gather(i); });
+    for (int si = 0; si < g_sets; ++si) gather(si, true);
     const int64_t max_active = std::min<int64_t>(E, n);
     // with_shared: the shared expert's grid rows in front (moe_fast_shared.h), its output in q.shy
     auto gate_up = [&](int i, bool xf, bool with_shared = false) {
@@ -326,18 +327,18 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double t_dn = median_us([&](int i) { down(i); });
     // The same launches with the shared expert's rows (the fused route), then the bits: the routed rows of yp must
     // not change, and the fused shared output is compared with moe_shared_cuda's (normalised L2).
-    const double t_gu_sh = fusable ? median_us([&](int i) { gate_up(i, direct, true); }) : 0.0;
-    const double t_dn_sh = fusable ? median_us([&](int i) { down(i, true); }) : 0.0;
+    const double t_gu_sh = median_us([&](int i) { gate_up(i, direct, true); });
+    const double t_dn_sh = median_us([&](int i) { down(i, true); });
     bool routed_same = true;
     double shared_err = 0.0;
-    if (fusable) {
+    {
       Bufs& q = b[0];
       auto fetch = [](const Blob& blob_, size_t bytes) {
         std::vector<uint8_t> h(bytes);
         check(cudaMemcpy(h.data(), blob_.data(), bytes, cudaMemcpyDeviceToHost), "fetch");
         return h;
       };
-      gather(0);
+      gather(0, true);
       gate_up(0, direct, false);
       down(0, false);
       check(cudaDeviceSynchronize(), "routed only");
@@ -381,11 +382,20 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
         oc::detail::launch_swiglu(s1, s3, T, nullptr, I, 10.0f, nullptr);
         die(oc::gemm_cuda(s1, T, I, sh.w2, q.shy.as<float>(), D, false, nullptr, precs[pi]), "gemm w2");
       });
-    const double t_comb = median_us([&](int i) {
+    auto combine = [&](int i) {
       Bufs& q = b[size_t(i)];
       die(oc::moe_combine_cuda(q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), T, k, D,
                                q.shy.as<const float>(), q.out.as<float>(), nullptr),
           "moe_combine_cuda");
+    };
+    const double t_comb = median_us(combine);
+    // The fused route forced at any T (moe_cuda's launches with the shared expert inside the decode kernels)
+    const double t_fused = median_us([&](int i) {
+      prep(i);
+      if (!direct) gather(i, true);
+      gate_up(i, direct, true);
+      down(i, true);
+      combine(i);
     });
     double t_full[2];
     for (int with_shared = 0; with_shared < 2; ++with_shared)
@@ -424,8 +434,7 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     std::printf(" | down %.1f (%.0f GB/s %.0f%%)\n", t_dn, bw(dn_b, t_dn) / 1e9, pct(dn_b, t_dn));
     std::printf("        shared as bf16 / fp32-small-m / gemv: %.1f / %.1f / %.1f us\n", t_prec[0], t_prec[1], t_prec[2]);
     const double routed_b = gu_b + dn_b, all_b = routed_b + shared_bytes;
-    if (fusable)
-      std::printf("        fused shared: gate/up %.1f (%.0f GB/s %.0f%%) | down %.1f (%.0f GB/s %.0f%%); "
+    std::printf("        fused shared: gate/up %.1f (%.0f GB/s %.0f%%) | down %.1f (%.0f GB/s %.0f%%); "
                   "routed bits %s; shared vs moe_shared_cuda %.2e\n",
                   t_gu_sh, bw(gu_b + 2.0 / 3.0 * shared_bytes, t_gu_sh) / 1e9,
                   pct(gu_b + 2.0 / 3.0 * shared_bytes, t_gu_sh), t_dn_sh,
@@ -436,9 +445,10 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                 t_sh, bw(shared_bytes, t_sh) / 1e9, pct(shared_bytes, t_sh), t_comb, t_full[0],
                 bw(routed_b, t_full[0]) / 1e9, pct(routed_b, t_full[0]), t_full[1], bw(all_b, t_full[1]) / 1e9,
                 pct(all_b, t_full[1]), all_b / ceiling * 1e6);
-    std::printf("        A/B: with shared %.1f us (%.0f%% of the copy) as moe_cuda runs it now, %.1f us (%.0f%%) "
-                "with the shared expert through gemm_cuda on the side stream\n",
-                t_full[1], pct(all_b, t_full[1]), t_side, pct(all_b, t_side));
+    std::printf("        A/B: with shared %.1f us (%.0f%% of the copy) as moe_cuda runs it now (%s); fused %.1f us "
+                "(%.0f%%); the shared expert through gemm_cuda on the side stream %.1f us (%.0f%%)\n",
+                t_full[1], pct(all_b, t_full[1]), fused ? "fused" : "side stream", t_fused, pct(all_b, t_fused), t_side,
+                pct(all_b, t_side));
   }
   cudaEventDestroy(side_fork);
   cudaEventDestroy(side_join);

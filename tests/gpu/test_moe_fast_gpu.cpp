@@ -3,11 +3,12 @@
 //   permutation (T*topk <= kMoePrepMaxN) vs count + scatter (above): a token's output is bitwise the same at
 //   T = 2, 120 and 400 (routed experts only; the shared expert's GEMM path depends on T by design);
 // * a misaligned x pointer (gather fallback) gives the aligned run's bits;
-// * the shared expert under CUDA graph capture, inside the decode kernels (T = 3 <= kMoeSharedFusedMaxT) and on the
+// * the shared expert under CUDA graph capture, inside the decode kernels (T = 3, moe_fast_shared.h) and on the
 //   workspace's side stream (T = 300): the replay equals the eager run bitwise and both are close to the in-line
 //   (Exact path) result;
-// * the shared expert inside the decode kernels (moe_fast_shared.h) against gemm_cuda's (moe_shared_cuda), at T = 2
-//   (fp32 x read directly), 17 (a partial last pass) and 256 (the largest fused T), with the routed part unchanged.
+// * the shared expert inside the decode kernels (moe_fast_shared.h) against gemm_cuda's (moe_shared_cuda), at the
+//   smallest fused T (2: fp32 x read directly), 17 (a partial last pass) and the largest, with the routed part
+//   unchanged.
 // Accuracy against the CPU reference is test_moe_gpu.cpp's business (MoeGpu.FastPath*).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -120,7 +121,8 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
 TEST(MoeFastGpu, SharedExpertSideStreamUnderGraphCapture) {
   DSI_SKIP_WITHOUT_GPU();
   for (int64_t T : {int64_t(3), int64_t(300)}) {
-  SCOPED_TRACE(testing::Message() << "T=" << T << (T <= oc::kMoeSharedFusedMaxT ? " (fused)" : " (side stream)"));
+  const bool fused = T >= oc::kMoeSharedFusedMinT && T <= oc::kMoeSharedFusedMaxT;
+  SCOPED_TRACE(testing::Message() << "T=" << T << (fused ? " (fused)" : " (side stream)"));
   const int64_t E = 16, k = 4, D = 256, I = 256;
   Experts s;
   build_experts(s, E, D, I, 21);
@@ -189,7 +191,7 @@ TEST(MoeFastGpu, SharedExpertInsideTheDecodeKernels) {
     sh_owned.push_back(dsinfer::test::upload(sh_host.back()));
   }
   const oc::MoeSharedDevice sh{sh_owned[0].w, sh_owned[1].w, sh_owned[2].w};
-  for (int64_t T : {int64_t(2), int64_t(17), oc::kMoeSharedFusedMaxT}) {
+  for (int64_t T : {oc::kMoeSharedFusedMinT, int64_t(17), oc::kMoeSharedFusedMaxT}) {
     SCOPED_TRACE(testing::Message() << "T=" << T);
     std::vector<int32_t> idx;
     std::vector<float> wt;

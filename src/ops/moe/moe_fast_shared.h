@@ -10,14 +10,14 @@
 
 namespace dsinfer::ops::cuda {
 
-// Up to this many tokens MoePath::Fast runs the shared expert inside the decode kernels (ceil(T / 8) extra grid rows,
-// each streaming the shared weights for 8 tokens), above it on the side stream through gemm_cuda. Measured range:
-// T = 1..256 (bench/NOTES.md "Session 17 — MoE decode").
-inline constexpr int64_t kMoeSharedFusedMaxT = 256;
+// From kMoeSharedFusedMinT to kMoeSharedFusedMaxT tokens MoePath::Fast runs the shared expert inside the decode
+// kernels (ceil(T / 8) extra grid rows, each streaming the shared weights for 8 tokens), otherwise on the side stream
+// through gemm_cuda (bench/NOTES.md "Session 17 — MoE decode").
+inline constexpr int64_t kMoeSharedFusedMinT = 2, kMoeSharedFusedMaxT = 192;
 
-// MoePath::Fast on the decode kernels (kFast), T <= kMoeSharedFusedMaxT, and a shared expert the kernels can read:
-// FP8_BLOCK with 128 x 128 E8M0 scales, its inter equal to the routed experts' (the same grid columns), its dim
-// theirs. Otherwise the shared expert runs through gemm_cuda (side stream or in line, MoePlan).
+// MoePath::Fast on the decode kernels (kFast), T in [kMoeSharedFusedMinT, kMoeSharedFusedMaxT], and a shared expert
+// the kernels can read: FP8_BLOCK with 128 x 128 E8M0 scales, its inter equal to the routed experts' (the same grid
+// columns), its dim theirs. Otherwise the shared expert runs through gemm_cuda (side stream or in line, MoePlan).
 bool moe_shared_fused(MoePath path, MoeExpertKernels experts, int64_t T, const MoeExpertsDevice& ex,
                       const MoeSharedDevice& sh);
 

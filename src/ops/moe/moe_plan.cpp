@@ -28,7 +28,8 @@ bool moe_shared_fused(MoePath path, MoeExpertKernels experts, int64_t T, const M
     return w.fmt == WeightFormat::FP8_BLOCK && w.scale_e8m0 && w.block_n == 128 && w.block_k == 128 && w.data &&
            w.scale && w.rows == rows && w.cols == cols;
   };
-  return path == MoePath::Fast && experts == MoeExpertKernels::kFast && T <= kMoeSharedFusedMaxT &&
+  return path == MoePath::Fast && experts == MoeExpertKernels::kFast && T >= kMoeSharedFusedMinT &&
+         T <= kMoeSharedFusedMaxT &&
          fp8(sh.w1, ex.inter, ex.dim) && fp8(sh.w3, ex.inter, ex.dim) && fp8(sh.w2, ex.dim, ex.inter);
 }
 
