@@ -3,12 +3,11 @@
 //   permutation (T*topk <= kMoePrepMaxN) vs count + scatter (above): a token's output is bitwise the same at
 //   T = 2, 120 and 400 (routed experts only; the shared expert's GEMM path depends on T by design);
 // * a misaligned x pointer (gather fallback) gives the aligned run's bits;
-// * the shared expert under CUDA graph capture, inside the decode kernels (T = 3, moe_fast_shared.h) and on the
+// * the shared expert under CUDA graph capture, inside the decode kernels (the smallest fused T) and on the
 //   workspace's side stream (T = 300): the replay equals the eager run bitwise and both are close to the in-line
 //   (Exact path) result;
 // * the shared expert inside the decode kernels (moe_fast_shared.h) against gemm_cuda's (moe_shared_cuda), at the
-//   smallest fused T (2: fp32 x read directly), 17 (a partial last pass) and the largest, with the routed part
-//   unchanged.
+//   smallest fused T, 17 (a partial last pass) and the largest, with the routed part unchanged.
 // Accuracy against the CPU reference is test_moe_gpu.cpp's business (MoeGpu.FastPath*).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -120,7 +119,7 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
 
 TEST(MoeFastGpu, SharedExpertSideStreamUnderGraphCapture) {
   DSI_SKIP_WITHOUT_GPU();
-  for (int64_t T : {int64_t(3), int64_t(300)}) {
+  for (int64_t T : {oc::kMoeSharedFusedMinT, int64_t(300)}) {
   const bool fused = T >= oc::kMoeSharedFusedMinT && T <= oc::kMoeSharedFusedMaxT;
   SCOPED_TRACE(testing::Message() << "T=" << T << (fused ? " (fused)" : " (side stream)"));
   const int64_t E = 16, k = 4, D = 256, I = 256;

@@ -13,7 +13,7 @@ namespace dsinfer::ops::cuda {
 // From kMoeSharedFusedMinT to kMoeSharedFusedMaxT tokens MoePath::Fast runs the shared expert inside the decode
 // kernels (ceil(T / 8) extra grid rows, each streaming the shared weights for 8 tokens), otherwise on the side stream
 // through gemm_cuda (bench/NOTES.md "Session 17 — MoE decode").
-inline constexpr int64_t kMoeSharedFusedMinT = 2, kMoeSharedFusedMaxT = 192;
+inline constexpr int64_t kMoeSharedFusedMinT = 8, kMoeSharedFusedMaxT = 128;
 
 // MoePath::Fast on the decode kernels (kFast), T in [kMoeSharedFusedMinT, kMoeSharedFusedMaxT], and a shared expert
 // the kernels can read: FP8_BLOCK with 128 x 128 E8M0 scales, its inter equal to the routed experts' (the same grid
