@@ -12,8 +12,10 @@ namespace dsinfer::ops::cuda {
 
 // From kMoeSharedFusedMinT to kMoeSharedFusedMaxT tokens MoePath::Fast runs the shared expert inside the decode
 // kernels (ceil(T / 8) extra grid rows, each streaming the shared weights for 8 tokens), otherwise on the side stream
-// through gemm_cuda (bench/NOTES.md "Session 17 — MoE decode").
-inline constexpr int64_t kMoeSharedFusedMinT = 8, kMoeSharedFusedMaxT = 128;
+// through gemm_cuda. Measured on the H200 (bench/NOTES.md "Session 17 — MoE decode", moe_cuda per V4-Flash layer,
+// fused vs side stream): T = 1 66.1 vs 64.9 us, 2 99.2 vs 112.4, 8 228.5 vs 294.1, 16 378.1 vs 539.4, 128 1,168 vs
+// 1,225, 160 1,239 vs 1,255, 192 1,318 vs 1,323 (a tie), 256 1,495 vs 1,464.
+inline constexpr int64_t kMoeSharedFusedMinT = 2, kMoeSharedFusedMaxT = 160;
 
 // MoePath::Fast on the decode kernels (kFast), T in [kMoeSharedFusedMinT, kMoeSharedFusedMaxT], and a shared expert
 // the kernels can read: FP8_BLOCK with 128 x 128 E8M0 scales, its inter equal to the routed experts' (the same grid

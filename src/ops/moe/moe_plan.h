@@ -16,7 +16,7 @@ namespace dsinfer::ops::cuda {
 // tensor-core tiled GEMMs (the reference-checking path). Fast: the grouped decode kernels of moe_fast.cu (x and the
 // SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
 // moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda, except moe_shared_fused's case.
-// Fast runs the shared expert inside the decode kernels at 8..128 tokens (moe_fast_shared.h), else on the side
+// Fast runs the shared expert inside the decode kernels at 2..160 tokens (moe_fast_shared.h), else on the side
 // stream beside the routed experts; for T*topk <= kMoePrepMaxN the permutation in one launch; for T*topk <=
 // kMoeDirectMaxN the gate/up kernel on fp32 x directly (no bf16 gather).
 // Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
