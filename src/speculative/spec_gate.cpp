@@ -28,18 +28,24 @@ void SpecGate::observe_expected(std::span<const float> a, size_t from) {
   if (from < n) probe_left_ = 0;  // the probe's round is the head's estimate
 }
 
-std::vector<double> SpecGate::survival() const {
+std::vector<double> SpecGate::survival(double prior) const {
   std::vector<double> a;
   double s = 1.0;
   for (size_t k = 0; k < reached_.size(); ++k) {
-    s *= (accepted_[k] + kPriorRounds * kPriorAcceptance) / (reached_[k] + kPriorRounds);
+    s *= (accepted_[k] + kPriorRounds * prior) / (reached_[k] + kPriorRounds);
     a.push_back(s);
   }
   return a;
 }
 
+double SpecGate::prior(int64_t n, const StepCostModel& cost) const {
+  if (cost.empty()) return kPriorAcceptance;
+  n = std::max<int64_t>(n, 1);
+  return std::min(kPriorAcceptance, break_even_acceptance(reached_.size(), n, cost, cost.draft_ms(n), kMargin));
+}
+
 bool SpecGate::pays(int64_t n, const StepCostModel& cost) const {
-  return drafting_pays(survival(), n, cost, cost.draft_ms(n), kMargin);
+  return drafting_pays(survival(prior(n, cost)), n, cost, cost.draft_ms(n), kMargin);
 }
 
 double SpecGate::probe_price(int64_t n, const StepCostModel& cost) const {
@@ -70,10 +76,11 @@ void SpecGate::spent(int64_t n, int32_t rows, int64_t tokens, const StepCostMode
 }
 
 void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
-  if (rest_steps_ > 0 && !cost.empty() && !pays(n, cost)) {
-    // A probe (the credit let the engine leave rest): the old rounds keep the prior's weight at most.
+  if ((rest_steps_ > 0 || !explored_) && !cost.empty() && !pays(n, cost)) {
+    // A probe (the first speculative step, or the credit let the engine leave rest): the old rounds keep
+    // kProbeMemory rounds' weight at most.
     for (size_t k = 0; k < reached_.size(); ++k) {
-      const double f = reached_[k] > kPriorRounds ? kPriorRounds / reached_[k] : 1.0;
+      const double f = reached_[k] > kProbeMemory ? kProbeMemory / reached_[k] : 1.0;
       reached_[k] *= f;
       accepted_[k] *= f;
     }
@@ -82,6 +89,7 @@ void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
   }
   if (probe_left_ > 0) --probe_left_;
   rest_steps_ = 0;
+  explored_ = true;
   for (size_t k = 0; k < reached_.size(); ++k) {
     reached_[k] *= kMemoryFade;
     accepted_[k] *= kMemoryFade;
@@ -91,7 +99,7 @@ void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
 bool SpecGate::should_draft(int64_t n, const StepCostModel& cost) const {
   if (cost.empty() || probe_left_ > 0 || pays(n, cost)) return true;
   const double price = probe_price(n, cost);
-  return price > 0.0 && credit_ >= price;
+  return price > 0.0 && (!explored_ || credit_ >= price);
 }
 
 }  // namespace dsinfer::speculative
