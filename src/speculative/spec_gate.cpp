@@ -16,7 +16,8 @@ void SpecGate::observe(int32_t verified, int32_t accepted) {
     reached_[k] += 1.0;
     if (int32_t(k) < accepted) accepted_[k] += 1.0;
   }
-  if (n > 0) probe_left_ = 0;  // a probe ends with its first observed round
+  if (n > 0 && probe_rounds_ > 0) --probe_rounds_;
+  if (n > 0 && probe_rounds_ == 0) probe_left_ = 0;  // a probe ends with its kProbeRounds-th observed round
 }
 
 void SpecGate::observe_expected(std::span<const float> a, size_t from) {
@@ -25,7 +26,10 @@ void SpecGate::observe_expected(std::span<const float> a, size_t from) {
     reached_[k] += k == 0 ? 1.0 : double(a[k - 1]);
     accepted_[k] += double(a[k]);
   }
-  if (from < n) probe_left_ = 0;  // the probe's round is the head's estimate
+  if (from < n) {  // the probe's round is the head's estimate
+    probe_left_ = 0;
+    probe_rounds_ = 0;
+  }
 }
 
 std::vector<double> SpecGate::survival(double prior) const {
@@ -85,7 +89,8 @@ void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
       accepted_[k] *= f;
     }
     ++probes_;
-    probe_left_ = resume_steps_ + 2;
+    probe_left_ = resume_steps_ + 1 + int64_t(kProbeRounds);
+    probe_rounds_ = int64_t(kProbeRounds);
   }
   if (probe_left_ > 0) --probe_left_;
   rest_steps_ = 0;

@@ -19,10 +19,10 @@
 // of its time; each speculative step subtracts what it cost beyond the plain steps its tokens would have taken (it
 // adds back what it saved), capped at one probe's price (the catch-up steps after the gap, each a one-row
 // speculative step with the drafter's work, and two rounds verifying every draft that emit one token each). A probe
-// cuts the memory to kProbeMemory rounds and drafts until a round was observed (at most resume_steps + 2 steps), then
-// the rounds decide again. So exploring costs at most about kExploreShare of the time at rest, and a batch where
-// drafting cannot pay even if every draft survived is never probed. Deterministic: cost-model times and observed
-// acceptance only, no clock read.
+// cuts the memory to kProbeMemory rounds and drafts until kProbeRounds rounds were observed (at most resume_steps +
+// 1 + kProbeRounds steps), then the rounds decide again. So exploring costs at most about kExploreShare of the time
+// at rest, and a batch where drafting cannot pay even if every draft survived is never probed. Deterministic:
+// cost-model times and observed acceptance only, no clock read.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -46,6 +46,9 @@ class SpecGate {
   // What a probe keeps of the old rounds (in rounds): enough that one poor probe round does not erase a long record
   // of good ones, little enough that one good round above break-even outweighs an old poor record at the prior.
   static constexpr double kProbeMemory = 2.0;
+  // Rounds a probe observes before the estimate decides again (its price counts two rounds): one round alone at the
+  // shipped drafter's ~0.5 first-draft acceptance ends half the probes on a rejected first draft.
+  static constexpr int32_t kProbeRounds = 2;
 
   // `positions`: drafts per round at most. `resume_steps`: the speculative steps a sequence needs after a gap before
   // it drafts again (the drafter's resume_positions(): Speculator::note_ingest).
@@ -85,7 +88,8 @@ class SpecGate {
   std::vector<double> reached_, accepted_;  // faded counts per position
   int64_t resume_steps_;
   int64_t rest_steps_ = 0;  // plain steps at rest since the last speculative step
-  int64_t probe_left_ = 0;  // speculative steps a probe still drafts for without an observed round
+  int64_t probe_left_ = 0;    // speculative steps a probe still drafts for without its observed rounds
+  int64_t probe_rounds_ = 0;  // observed rounds a probe still waits for
   int64_t probes_ = 0;
   bool explored_ = false;  // a speculative step was begun (the first one probes)
   double credit_ = 0.0;
