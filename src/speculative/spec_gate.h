@@ -14,8 +14,8 @@
 // synchronous round, which the H200 traces put at 5-15 % of it (bench/NOTES.md, session 12).
 //
 // Exploration. At rest nothing is observed, so an estimate alone stays where its last rounds left it. The gate
-// probes: a fresh gate at its first speculative step (nothing observed yet, no gap to catch up), then whenever its
-// credit covers a probe's price. The credit is in modelled milliseconds: each plain step at rest adds kExploreShare
+// probes: a fresh gate at its first speculative step where kPriorAcceptance itself would pay (nothing observed yet,
+// no gap to catch up), then whenever its credit covers a probe's price. The credit is in modelled milliseconds: each plain step at rest adds kExploreShare
 // of its time; each speculative step subtracts what it cost beyond the plain steps its tokens would have taken (it
 // adds back what it saved), capped at one probe's price (the catch-up steps after the gap, each a one-row
 // speculative step with the drafter's work, and two rounds verifying every draft that emit one token each). A probe

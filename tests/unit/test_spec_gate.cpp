@@ -102,11 +102,12 @@ TEST(SpecGate, DraftsWhereDraftingPaysAndRestsWhereItDoesNot) {
   EXPECT_GT(double(b1.verify_steps) / 1500.0, 0.95) << "batch 1 should draft nearly every step";
   EXPECT_LT(b1.ms, 0.7 * b1.plain_ms) << "drafting at batch 1 is faster than plain steps";
   SpecGate large(kDrafts, kResume);
-  const SimResult b64 = simulate(large, cost, 64, 2000, 0, [](int64_t) { return 0.7; });
+  // 8,000 steps: at 1 % of each 4 ms plain step the credit covers a 152 ms probe after ~3,800 steps at rest.
+  const SimResult b64 = simulate(large, cost, 64, 8000, 0, [](int64_t) { return 0.7; });
   EXPECT_TRUE(b64.rested);
-  EXPECT_LT(double(b64.spec_steps) / 2000.0, 0.1);
+  EXPECT_LT(double(b64.spec_steps) / 8000.0, 0.1);
   EXPECT_GT(b64.probes, 0) << "a batch where drafting could pay is probed now and then";
-  std::printf("batch 1: %lld of 1500 steps verify, time %.3f of plain; batch 64: %lld speculative steps of 2000, "
+  std::printf("batch 1: %lld of 1500 steps verify, time %.3f of plain; batch 64: %lld speculative steps of 8000, "
               "%lld probes, time %.4f of plain\n",
               (long long)b1.verify_steps, b1.ms / b1.plain_ms, (long long)b64.spec_steps, (long long)b64.probes,
               b64.ms / b64.plain_ms);
@@ -164,7 +165,8 @@ TEST(SpecGate, NeverFreezesWhereNothingPaysButNeverProbesWhereNothingCould) {
   EXPECT_EQ(g3.prior(64, cost), SpecGate::kPriorAcceptance);  // break-even at 64 is above the ceiling
   EXPECT_FALSE(g3.pays(1, cost));
   EXPECT_FALSE(g3.pays(64, cost));
-  EXPECT_TRUE(g3.should_draft(1, cost));  // the first probe
+  EXPECT_TRUE(g3.should_draft(1, cost));  // the first probe: the prior's ceiling would pay at 1
+  EXPECT_FALSE(g3.should_draft(64, cost));  // and not at 64: no first probe there
   g3.begin_speculative_step(1, cost);
   EXPECT_EQ(g3.probes(), 1);
   EXPECT_NEAR(g3.survival()[2], std::pow(SpecGate::kPriorAcceptance, 3), 1e-12);
