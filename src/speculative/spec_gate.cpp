@@ -16,7 +16,8 @@ void SpecGate::observe(int32_t verified, int32_t accepted) {
     reached_[k] += 1.0;
     if (int32_t(k) < accepted) accepted_[k] += 1.0;
   }
-  if (n > 0) probe_left_ = 0;  // a probe ends with its first observed round
+  if (n > 0 && probe_rounds_ > 0) --probe_rounds_;
+  if (n > 0 && probe_rounds_ == 0) probe_left_ = 0;  // a probe ends with its kProbeRounds-th observed round
 }
 
 void SpecGate::observe_expected(std::span<const float> a, size_t from) {
@@ -25,21 +26,30 @@ void SpecGate::observe_expected(std::span<const float> a, size_t from) {
     reached_[k] += k == 0 ? 1.0 : double(a[k - 1]);
     accepted_[k] += double(a[k]);
   }
-  if (from < n) probe_left_ = 0;  // the probe's round is the head's estimate
+  if (from < n) {  // the probe's round is the head's estimate
+    probe_left_ = 0;
+    probe_rounds_ = 0;
+  }
 }
 
-std::vector<double> SpecGate::survival() const {
+std::vector<double> SpecGate::survival(double prior) const {
   std::vector<double> a;
   double s = 1.0;
   for (size_t k = 0; k < reached_.size(); ++k) {
-    s *= (accepted_[k] + kPriorRounds * kPriorAcceptance) / (reached_[k] + kPriorRounds);
+    s *= (accepted_[k] + kPriorRounds * prior) / (reached_[k] + kPriorRounds);
     a.push_back(s);
   }
   return a;
 }
 
+double SpecGate::prior(int64_t n, const StepCostModel& cost) const {
+  if (cost.empty()) return kPriorAcceptance;
+  n = std::max<int64_t>(n, 1);
+  return std::min(kPriorAcceptance, break_even_acceptance(reached_.size(), n, cost, cost.draft_ms(n), kMargin));
+}
+
 bool SpecGate::pays(int64_t n, const StepCostModel& cost) const {
-  return drafting_pays(survival(), n, cost, cost.draft_ms(n), kMargin);
+  return drafting_pays(survival(prior(n, cost)), n, cost, cost.draft_ms(n), kMargin);
 }
 
 double SpecGate::probe_price(int64_t n, const StepCostModel& cost) const {
@@ -70,18 +80,21 @@ void SpecGate::spent(int64_t n, int32_t rows, int64_t tokens, const StepCostMode
 }
 
 void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
-  if (rest_steps_ > 0 && !cost.empty() && !pays(n, cost)) {
-    // A probe (the credit let the engine leave rest): the old rounds keep the prior's weight at most.
+  if ((rest_steps_ > 0 || !explored_) && !cost.empty() && !pays(n, cost)) {
+    // A probe (the first speculative step, or the credit let the engine leave rest): the old rounds keep
+    // kProbeMemory rounds' weight at most.
     for (size_t k = 0; k < reached_.size(); ++k) {
-      const double f = reached_[k] > kPriorRounds ? kPriorRounds / reached_[k] : 1.0;
+      const double f = reached_[k] > kProbeMemory ? kProbeMemory / reached_[k] : 1.0;
       reached_[k] *= f;
       accepted_[k] *= f;
     }
     ++probes_;
-    probe_left_ = resume_steps_ + 2;
+    probe_left_ = resume_steps_ + 1 + int64_t(kProbeRounds);
+    probe_rounds_ = int64_t(kProbeRounds);
   }
   if (probe_left_ > 0) --probe_left_;
   rest_steps_ = 0;
+  explored_ = true;
   for (size_t k = 0; k < reached_.size(); ++k) {
     reached_[k] *= kMemoryFade;
     accepted_[k] *= kMemoryFade;
@@ -91,7 +104,11 @@ void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
 bool SpecGate::should_draft(int64_t n, const StepCostModel& cost) const {
   if (cost.empty() || probe_left_ > 0 || pays(n, cost)) return true;
   const double price = probe_price(n, cost);
-  return price > 0.0 && credit_ >= price;
+  if (price <= 0.0) return false;
+  // A fresh gate's first probe is free only where the prior's ceiling would pay (the old gate drafted there from the
+  // start): at batch 64 on the H200 a first-step probe of 64 sequences staggered the batch (0.81x off, session 17).
+  if (!explored_ && drafting_pays(survival(kPriorAcceptance), n, cost, cost.draft_ms(n), kMargin)) return true;
+  return credit_ >= price;
 }
 
 }  // namespace dsinfer::speculative

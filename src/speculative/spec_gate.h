@@ -3,23 +3,26 @@
 // when no verify pays: the engine then takes the plain decode step (Speculator::resting).
 //
 // Estimate. Per draft position k, the conditional acceptance c_k observed in greedy verified rounds that reached k
-// (drafts 1..k-1 accepted, draft k verified), with a prior of kPriorAcceptance worth kPriorRounds rounds, counts
-// fading by kMemoryFade per speculative step (recent rounds weigh most); survival a_k = c_1 ... c_k. A position few
-// rounds reach keeps the prior instead of looking perfect; drafts the verify length cut count with the confidence
-// head's survival as their expected outcome (observe_expected). Drafting pays when a round at the estimate beats the
-// engine's plain step by kMargin (drafting_pays): the profile times the round's parts, not the host's own work
-// around a synchronous round, which the H200 traces put at 5-15 % of it (bench/NOTES.md, session 12).
+// (drafts 1..k-1 accepted, draft k verified), with a prior worth kPriorRounds rounds, counts fading by kMemoryFade
+// per speculative step (recent rounds weigh most); survival a_k = c_1 ... c_k. The prior is kPriorAcceptance capped
+// at the batch's break-even acceptance (verify_plan.h's break_even_acceptance with kMargin): the prior alone never
+// makes drafting pay, only observed rounds above break-even do (session 17: with 0.6 above the shipped model's
+// batch-1 break-even of ~0.54, every run and every probe began with rounds that lost). A position few rounds reach
+// keeps the prior instead of looking perfect; drafts the verify length cut count with the confidence head's survival
+// as their expected outcome (observe_expected). Drafting pays when a round at the estimate beats the engine's plain
+// step by kMargin (drafting_pays): the profile times the round's parts, not the host's own work around a
+// synchronous round, which the H200 traces put at 5-15 % of it (bench/NOTES.md, session 12).
 //
-// Exploration. At rest nothing is observed, so an estimate alone stays where its last rounds left it: at batch 1
-// on the H200 a run of poor first rounds stopped drafting for good (session 12). The gate keeps a credit in
-// modelled milliseconds: each plain step at rest adds kExploreShare of its time; each speculative step subtracts
-// what it cost beyond the plain steps its tokens would have taken (it adds back what it saved), capped at one probe's
-// price. When the credit covers a probe's price (the catch-up steps after the gap, each a one-row speculative step
-// with the drafter's work, and two rounds verifying every draft that emit one token each), the gate probes: its memory
-// is cut to the prior's weight and the engine drafts until a round was observed (at most resume_steps + 2 steps),
-// then the rounds decide again. So exploring costs at most about kExploreShare of the time at rest, and a batch
-// where drafting cannot pay even if every draft survived is never probed. Deterministic: cost-model times and
-// observed acceptance only, no clock read.
+// Exploration. At rest nothing is observed, so an estimate alone stays where its last rounds left it. The gate
+// probes: a fresh gate at its first speculative step where kPriorAcceptance itself would pay (nothing observed yet,
+// no gap to catch up), then whenever its credit covers a probe's price. The credit is in modelled milliseconds: each plain step at rest adds kExploreShare
+// of its time; each speculative step subtracts what it cost beyond the plain steps its tokens would have taken (it
+// adds back what it saved), capped at one probe's price (the catch-up steps after the gap, each a one-row
+// speculative step with the drafter's work, and two rounds verifying every draft that emit one token each). A probe
+// cuts the memory to kProbeMemory rounds and drafts until kProbeRounds rounds were observed (at most resume_steps +
+// 1 + kProbeRounds steps), then the rounds decide again. So exploring costs at most about kExploreShare of the time
+// at rest, and a batch where drafting cannot pay even if every draft survived is never probed. Deterministic:
+// cost-model times and observed acceptance only, no clock read.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -31,13 +34,21 @@ namespace dsinfer::speculative {
 
 class SpecGate {
  public:
-  // 0.6, not 0.7 (session 14): 0.7 paid at batch 8 on the H200 table and its one drafted round staggered the batch
-  // (0.85x off); with probes resuming from 8 positions a prior that starts at rest is cheap to correct.
+  // The prior's ceiling; the prior itself is min(this, the batch's break-even acceptance): prior(n, cost).
   static constexpr double kPriorAcceptance = 0.6;
   static constexpr double kPriorRounds = 8.0;
   static constexpr double kMemoryFade = 1.0 - 1.0 / 64.0;
   static constexpr double kMargin = 0.05;
-  static constexpr double kExploreShare = 0.05;
+  // 0.01, not 0.05 (session 17): where nothing pays (the shipped model at every batch on the H200) exploring is pure
+  // loss, and 5 % of the time at rest put DSpark at ~0.95x off in the batch-1 model; with a prior at break-even a
+  // probe's one good round is enough to resume drafting, so probes can be rarer.
+  static constexpr double kExploreShare = 0.01;
+  // What a probe keeps of the old rounds (in rounds): enough that one poor probe round does not erase a long record
+  // of good ones, little enough that one good round above break-even outweighs an old poor record at the prior.
+  static constexpr double kProbeMemory = 2.0;
+  // Rounds a probe observes before the estimate decides again (its price counts two rounds): one round alone at the
+  // shipped drafter's ~0.5 first-draft acceptance ends half the probes on a rejected first draft.
+  static constexpr int32_t kProbeRounds = 2;
 
   // `positions`: drafts per round at most. `resume_steps`: the speculative steps a sequence needs after a gap before
   // it drafts again (the drafter's resume_positions(): Speculator::note_ingest).
@@ -59,8 +70,10 @@ class SpecGate {
   // A plain step of n decoding sequences taken at rest.
   void rest_step(int64_t n, const StepCostModel& cost);
 
-  // Survival estimate per position (non-increasing).
-  std::vector<double> survival() const;
+  // Survival estimate per position (non-increasing) with a prior conditional acceptance `prior`.
+  std::vector<double> survival(double prior = kPriorAcceptance) const;
+  // The prior at batch n: kPriorAcceptance capped at the break-even acceptance (1 without a cost model).
+  double prior(int64_t n, const StepCostModel& cost) const;
   // Drafting is expected to pay at the estimate, a probe is under way, or the credit covers one.
   bool should_draft(int64_t n, const StepCostModel& cost) const;
   bool pays(int64_t n, const StepCostModel& cost) const;
@@ -75,8 +88,10 @@ class SpecGate {
   std::vector<double> reached_, accepted_;  // faded counts per position
   int64_t resume_steps_;
   int64_t rest_steps_ = 0;  // plain steps at rest since the last speculative step
-  int64_t probe_left_ = 0;  // speculative steps a probe still drafts for without an observed round
+  int64_t probe_left_ = 0;    // speculative steps a probe still drafts for without its observed rounds
+  int64_t probe_rounds_ = 0;  // observed rounds a probe still waits for
   int64_t probes_ = 0;
+  bool explored_ = false;  // a speculative step was begun (the first one probes)
   double credit_ = 0.0;
 };
 

@@ -2,6 +2,7 @@
 #include "speculative/verify_plan.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace dsinfer::speculative {
 
@@ -32,6 +33,23 @@ bool drafting_pays(std::span<const double> mean_survival, int64_t num_seqs, cons
     if (tokens / (draft_ms + cost.step_ms(n, int32_t(1 + L)) + cost.host_row_ms() * tokens) > off) return true;
   }
   return false;
+}
+
+double break_even_acceptance(size_t positions, int64_t num_seqs, const StepCostModel& cost, double draft_ms,
+                             double margin) {
+  auto pays_at = [&](double p) {
+    std::vector<double> a(positions);
+    double s = 1.0;
+    for (double& x : a) x = s *= p;
+    return drafting_pays(a, num_seqs, cost, draft_ms, margin);
+  };
+  if (positions == 0 || !pays_at(1.0)) return 1.0;
+  double lo = 0.0, hi = 1.0;  // pays_at(hi) holds; the expected tokens grow with p, so the set where it pays is (p*, 1]
+  while (hi - lo > 1e-4) {
+    const double m = 0.5 * (lo + hi);
+    (pays_at(m) ? hi : lo) = m;
+  }
+  return lo;
 }
 
 }  // namespace dsinfer::speculative

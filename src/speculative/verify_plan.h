@@ -33,4 +33,10 @@ VerifyChoice best_verify_length(std::span<const std::vector<float>> survival, in
 bool drafting_pays(std::span<const double> mean_survival, int64_t num_seqs, const StepCostModel& cost,
                    double draft_ms, double margin = 0.0);
 
+// The break-even conditional acceptance at num_seqs: the largest p in [0, 1] (to 1e-4) at which drafting_pays is
+// still false when every draft is accepted with conditional probability p (survival p, p^2, ..., p^positions).
+// Drafting pays above it; 1.0 when it cannot pay even if every draft survives.
+double break_even_acceptance(size_t positions, int64_t num_seqs, const StepCostModel& cost, double draft_ms,
+                             double margin = 0.0);
+
 }  // namespace dsinfer::speculative

@@ -48,12 +48,12 @@ struct SimResult {
 // [from, steps) is measured.
 template <typename Acceptance>
 SimResult simulate(SpecGate& gate, const StepCostModel& cost, int64_t n, int64_t steps, int64_t from,
-                   Acceptance acceptance) {
+                   Acceptance acceptance, int64_t resume = kResume) {
   SimResult r;
   std::mt19937_64 rng(12345);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   bool pending = false;          // drafts proposed for this step
-  int64_t ingested = kResume;    // positions ingested since the last gap
+  int64_t ingested = resume;     // positions ingested since the last gap
   for (int64_t s = 0; s < steps; ++s) {
     const bool measured = s >= from;
     const bool speculative = pending || gate.should_draft(n, cost);  // !Speculator::resting
@@ -87,7 +87,7 @@ SimResult simulate(SpecGate& gate, const StepCostModel& cost, int64_t n, int64_t
     // Speculator::draft: ingest this step's positions, then the gate, then proposals for ready sequences.
     gate.begin_speculative_step(n, cost);
     ingested += 1;
-    pending = gate.should_draft(n, cost) && ingested >= kResume;
+    pending = gate.should_draft(n, cost) && ingested >= resume;
   }
   r.probes = gate.probes();
   return r;
@@ -102,11 +102,12 @@ TEST(SpecGate, DraftsWhereDraftingPaysAndRestsWhereItDoesNot) {
   EXPECT_GT(double(b1.verify_steps) / 1500.0, 0.95) << "batch 1 should draft nearly every step";
   EXPECT_LT(b1.ms, 0.7 * b1.plain_ms) << "drafting at batch 1 is faster than plain steps";
   SpecGate large(kDrafts, kResume);
-  const SimResult b64 = simulate(large, cost, 64, 2000, 0, [](int64_t) { return 0.7; });
+  // 8,000 steps: at 1 % of each 4 ms plain step the credit covers a 152 ms probe after ~3,800 steps at rest.
+  const SimResult b64 = simulate(large, cost, 64, 8000, 0, [](int64_t) { return 0.7; });
   EXPECT_TRUE(b64.rested);
-  EXPECT_LT(double(b64.spec_steps) / 2000.0, 0.1);
+  EXPECT_LT(double(b64.spec_steps) / 8000.0, 0.1);
   EXPECT_GT(b64.probes, 0) << "a batch where drafting could pay is probed now and then";
-  std::printf("batch 1: %lld of 1500 steps verify, time %.3f of plain; batch 64: %lld speculative steps of 2000, "
+  std::printf("batch 1: %lld of 1500 steps verify, time %.3f of plain; batch 64: %lld speculative steps of 8000, "
               "%lld probes, time %.4f of plain\n",
               (long long)b1.verify_steps, b1.ms / b1.plain_ms, (long long)b64.spec_steps, (long long)b64.probes,
               b64.ms / b64.plain_ms);
@@ -115,13 +116,14 @@ TEST(SpecGate, DraftsWhereDraftingPaysAndRestsWhereItDoesNot) {
 TEST(SpecGate, ProbesCostAtMostTheExploreShareWhereDraftingDoesNotPay) {
   const StepCostModel cost = synthetic();
   SpecGate gate(kDrafts, kResume);
-  const SimResult r = simulate(gate, cost, 64, 6000, 200, [](int64_t) { return 0.7; });
-  EXPECT_GT(r.probes, 2);
+  // 20,000 steps: the credit (kExploreShare of each 4 ms plain step) covers a 152 ms probe every ~3,800 steps.
+  const SimResult r = simulate(gate, cost, 64, 20000, 200, [](int64_t) { return 0.7; });
+  EXPECT_GT(r.probes, 4);
   // Probes are paid from a credit of kExploreShare of the time at rest (catch-up and rounds at their modelled cost);
   // + 0.01: a probe under way when the window ends, and the credit banked before the window.
   EXPECT_LT(r.ms / r.plain_ms, 1.0 + SpecGate::kExploreShare + 0.01) << r.probes << " probes";
   EXPECT_GT(gate.probe_price(64, cost), 0.0);
-  std::printf("batch 64, 0.7 acceptance: %lld probes in 6000 steps (price %.1f ms), time %.4f of plain\n",
+  std::printf("batch 64, 0.7 acceptance: %lld probes in 20000 steps (price %.1f ms), time %.4f of plain\n",
               (long long)r.probes, gate.probe_price(64, cost), r.ms / r.plain_ms);
 }
 
@@ -140,10 +142,10 @@ TEST(SpecGate, RecoversAfterAColdStartOfPoorRounds) {
 TEST(SpecGate, NeverFreezesWhereNothingPaysButNeverProbesWhereNothingCould) {
   const StepCostModel cost = synthetic();
   SpecGate gate(kDrafts, kResume);
-  const SimResult r = simulate(gate, cost, 1, 4000, 0, [](int64_t) { return 0.1; });
-  EXPECT_GT(r.probes, 3) << "keeps probing at a batch where drafting could pay";
+  const SimResult r = simulate(gate, cost, 1, 12000, 0, [](int64_t) { return 0.1; });
+  EXPECT_GT(r.probes, 5) << "keeps probing at a batch where drafting could pay";
   EXPECT_LT(r.ms / r.plain_ms, 1.0 + SpecGate::kExploreShare + 0.01);
-  std::printf("batch 1, 0.1 acceptance: %lld probes in 4000 steps, time %.4f of plain\n", (long long)r.probes,
+  std::printf("batch 1, 0.1 acceptance: %lld probes in 12000 steps, time %.4f of plain\n", (long long)r.probes,
               r.ms / r.plain_ms);
   // The cpu fallback (time proportional to tokens, drafting free): no round can beat plain decode, so the gate
   // never drafts greedy sequences and never probes.
@@ -154,11 +156,69 @@ TEST(SpecGate, NeverFreezesWhereNothingPaysButNeverProbesWhereNothingCould) {
   for (int i = 0; i < 100000; ++i) g2.rest_step(8, cpu);
   EXPECT_FALSE(g2.should_draft(8, cpu));
   EXPECT_EQ(g2.credit(), 0.0);
-  // The prior alone (nothing observed): drafts at 1, rests at 64 (prior survival p^k).
+  // The prior alone (nothing observed) never pays: it is capped at the batch's break-even acceptance. A fresh gate
+  // probes at its first speculative step wherever drafting could pay at all.
   SpecGate g3(kDrafts, kResume);
-  EXPECT_TRUE(g3.should_draft(1, cost));
-  EXPECT_FALSE(g3.should_draft(64, cost));
+  const double be1 = speculative::break_even_acceptance(kDrafts, 1, cost, cost.draft_ms(1), SpecGate::kMargin);
+  EXPECT_LT(be1, SpecGate::kPriorAcceptance);
+  EXPECT_EQ(g3.prior(1, cost), be1);
+  EXPECT_EQ(g3.prior(64, cost), SpecGate::kPriorAcceptance);  // break-even at 64 is above the ceiling
+  EXPECT_FALSE(g3.pays(1, cost));
+  EXPECT_FALSE(g3.pays(64, cost));
+  EXPECT_TRUE(g3.should_draft(1, cost));  // the first probe: the prior's ceiling would pay at 1
+  EXPECT_FALSE(g3.should_draft(64, cost));  // and not at 64: no first probe there
+  g3.begin_speculative_step(1, cost);
+  EXPECT_EQ(g3.probes(), 1);
   EXPECT_NEAR(g3.survival()[2], std::pow(SpecGate::kPriorAcceptance, 3), 1e-12);
+}
+
+// The break-even acceptance is where drafting_pays flips, to its 1e-4 resolution; 1 where nothing could pay.
+TEST(SpecGate, BreakEvenAcceptanceIsWhereDraftingStartsToPay) {
+  const StepCostModel cost = synthetic();
+  auto uniform = [](double p) {
+    std::vector<double> a(kDrafts);
+    double s = 1.0;
+    for (double& x : a) x = s *= p;
+    return a;
+  };
+  for (int64_t n : {1, 8, 64}) {
+    const double be = speculative::break_even_acceptance(kDrafts, n, cost, cost.draft_ms(n), SpecGate::kMargin);
+    ASSERT_GT(be, 0.0);
+    if (be >= 1.0) continue;
+    EXPECT_FALSE(speculative::drafting_pays(uniform(be), n, cost, cost.draft_ms(n), SpecGate::kMargin)) << n;
+    EXPECT_TRUE(speculative::drafting_pays(uniform(be + 2e-4), n, cost, cost.draft_ms(n), SpecGate::kMargin)) << n;
+    std::printf("break-even acceptance at %lld: %.4f\n", (long long)n, be);
+  }
+  const StepCostModel cpu = StepCostModel::proportional(64, 1 + kDrafts);
+  EXPECT_EQ(speculative::break_even_acceptance(kDrafts, 8, cpu, 0.0, SpecGate::kMargin), 1.0);
+}
+
+// The shipped model on the H200 (session 16's batch-1 cost file: a round verifying every draft at its measured 2.08
+// tokens is 1.01x the plain step, below kMargin): at an acceptance just under break-even the gate must cost no more
+// than its exploration share; with the old optimistic prior (0.6 > break-even 0.54) every run began drafting.
+TEST(SpecGate, AtTheShippedModelsBatch1TheGateCostsAtMostItsExploreShare) {
+  const StepCostModel h200 = test::unwrap(StepCostModel::parse(
+      "dsinfer-step-cost 1\nkey h200 dsv4-small session 16\nrows 6\n"
+      "seqs 1 0.60286 0.635923 0.646482 0.699916 0.736234 0.744664\ndraft 0.397102\nhost 0.00574\n"
+      "plain 0.568439\n",
+      "h200"));
+  const double be = speculative::break_even_acceptance(kDrafts, 1, h200, h200.draft_ms(1), SpecGate::kMargin);
+  EXPECT_GT(be, 0.5);
+  EXPECT_LT(be, SpecGate::kPriorAcceptance);
+  for (double p : {0.45, be - 0.02}) {
+    SpecGate gate(kDrafts, 8);
+    const SimResult r = simulate(gate, h200, 1, 4000, 0, [p](int64_t) { return p; }, 8);
+    EXPECT_LT(r.ms / r.plain_ms, 1.0 + SpecGate::kExploreShare + 0.005) << p;
+    std::printf("h200 batch 1, acceptance %.3f (break-even %.3f): %lld probes, %lld verify steps, time %.4f of plain\n",
+                p, be, (long long)r.probes, (long long)r.verify_steps, r.ms / r.plain_ms);
+  }
+  // Above break-even it drafts (most steps verify) and gains.
+  SpecGate good(kDrafts, 8);
+  const SimResult g = simulate(good, h200, 1, 4000, 1000, [](int64_t) { return 0.75; }, 8);
+  EXPECT_GT(double(g.verify_steps) / 3000.0, 0.9);
+  EXPECT_LT(g.ms, g.plain_ms);
+  std::printf("h200 batch 1, acceptance 0.75: %lld of 3000 steps verify, time %.4f of plain\n",
+              (long long)g.verify_steps, g.ms / g.plain_ms);
 }
 
 TEST(SpecGate, SurvivalIsTheFadedConditionalAcceptanceWithThePrior) {

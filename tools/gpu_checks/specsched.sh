@@ -15,6 +15,10 @@
 # exact check is the --batch-invariant block below; tools/gpu_checks/spec_divergence_b8.sh measures the margins at
 # each difference (docs/decisions.md 2026-12-03 "Speculation's lossless contract on the GPU").
 # Each speculative run also logs the gate's probes, its steps at rest and the step graphs the runner captured.
+# SPECSCHED_REPEATS=R (default 1): off / dspark / mtp1 run R times each at every batch, interleaved (off, dspark,
+# mtp1, off, ...), and a closing table gives each one's median output tok/s, its ratio to off's median and the
+# spread (min-max over the repeats, in % of the median): single runs of 0.2-0.4 s move by up to +-10 %.
+# SPECSCHED_MAX_TOKENS=T (default 128): tokens per request at batch 1 and 8 (the short runs; 128 above).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/cuda}
@@ -23,15 +27,17 @@ mkdir -p "$O/logs" "$O/cache" /tmp/b32
 export DSINFER_CACHE_DIR=$O/cache
 rc=0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+export SPECSCHED_MAX_TOKENS=${SPECSCHED_MAX_TOKENS:-128}
 python3 - <<'PY'
-import json, pathlib
+import json, os, pathlib
 src = "".join(pathlib.Path(f).read_text() for f in ["tools/train/arch.py", "tools/train/train.py", "tools/train/evaluate.py"])
 for b in (1, 8, 32, 64, 128):
     n = max(2 * b, 4) if b <= 8 else b
     with open(f"/tmp/b32/req{b}.jsonl", "w") as f:
         for i in range(n):
             s = (i * 1543) % (len(src) - 400)
-            body = {"prompt": src[s:s + 200], "max_tokens": 128, "temperature": 0, "ignore_eos": True}
+            mt = int(os.environ["SPECSCHED_MAX_TOKENS"]) if b <= 8 else 128
+            body = {"prompt": src[s:s + 200], "max_tokens": mt, "temperature": 0, "ignore_eos": True}
             f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions", "body": body}) + "\n")
 PY
 gen() {  # name batch flags...
@@ -45,14 +51,45 @@ gen() {  # name batch flags...
     | tr -s ' \n' ' ')"
 }
 QUICK=${SPECSCHED_TABLE_ONLY:-0}
+REPEATS=${SPECSCHED_REPEATS:-1}
 for b in 1 8 32 64 128; do
-  gen off_b$b $b
-  gen dspark_b$b $b --speculative dspark
+  for r in $(seq 1 $REPEATS); do
+    sfx=$([ $r = 1 ] || echo _r$r)
+    gen off_b$b$sfx $b
+    gen dspark_b$b$sfx $b --speculative dspark
+    gen mtp1_b$b$sfx $b --speculative mtp1
+  done
   if [ "${SPECSCHED_VERIFY_ALL:-1}" = 1 ] && { [ "$QUICK" != 1 ] || [ $b = 1 ] || [ $b = 64 ]; }; then
     gen dspark_all_b$b $b --speculative dspark --speculative-cost-model off
   fi
-  gen mtp1_b$b $b --speculative mtp1
 done
+O="$O" REPEATS=$REPEATS python3 - <<'PY'
+# Medians over the repeats: output tok/s, ratio to off, spread, per-user tok/s (output tok/s / running sequences),
+# and the speculative runs' accepted length and drafts verified per round (from the first repeat's log).
+import os, re, statistics
+O, R = os.environ["O"], int(os.environ["REPEATS"])
+def grab(name, pat):
+    try:
+        m = re.search(pat, open(f"{O}/logs/{name}.log").read())
+        return float(m.group(1)) if m else None
+    except OSError:
+        return None
+print("batch method median_tok_s x_off spread_% per_user_tok_s accepted verified_per_round runs")
+for b in (1, 8, 32, 64, 128):
+    users = min(b, max(2 * b, 4) if b <= 8 else b)
+    med = {}
+    for m in ("off", "dspark", "mtp1"):
+        xs = [grab(f"{m}_b{b}" + ("" if r == 1 else f"_r{r}"), r"([0-9.]+) output tok/s") for r in range(1, R + 1)]
+        xs = [x for x in xs if x]
+        if not xs:
+            continue
+        med[m] = statistics.median(xs)
+        acc = grab(f"{m}_b{b}", r"mean accepted length ([0-9.]+)")
+        ver = grab(f"{m}_b{b}", r"drafts verified per round ([0-9.]+)")
+        spread = 100.0 * (max(xs) - min(xs)) / med[m]
+        print(f"{b} {m} {med[m]:.1f} {med[m] / med['off']:.3f} {spread:.1f} {med[m] / users:.1f} "
+              f"{acc if acc is not None else '-'} {ver if ver is not None else '-'} {' '.join(f'{x:.0f}' for x in xs)}")
+PY
 if [ "$QUICK" != 1 ]; then
   gen dspark_b1_again 1 --speculative dspark
   gen mtp1_all_b1 1 --speculative mtp1 --speculative-cost-model off
