@@ -10,6 +10,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,31 @@
 #include "v41_model_util.h"
 
 namespace dsinfer::test {
+
+// After a rank fault: run_until_idle fails naming `cause`; every submitted request in `ids` comes back, finished or
+// with an error naming `cause` (none lost); nothing stays unfinished; the engine reports itself unavailable for
+// `cause`. Returns how many requests ended with the error. `what` labels the failures.
+inline int expect_fault_ends_every_request(Engine& e, const std::set<uint64_t>& ids, const std::string& cause,
+                                           const std::string& what) {
+  std::string err;
+  std::vector<RequestResult> res;
+  EXPECT_FALSE(e.run_until_idle(res, &err)) << what;
+  EXPECT_NE(err.find(cause), std::string::npos) << what << ": " << err;
+  for (auto& r : e.take_finished()) res.push_back(std::move(r));
+  std::set<uint64_t> back;
+  int failed = 0;
+  for (const auto& r : res) {
+    back.insert(r.id);
+    if (!r.error.empty()) {
+      ++failed;
+      EXPECT_NE(r.error.find(cause), std::string::npos) << what << ": " << r.error;
+    }
+  }
+  EXPECT_EQ(back, ids) << what << ": a request was lost";
+  EXPECT_FALSE(e.has_unfinished()) << what;
+  EXPECT_NE(e.unavailable_reason().find(cause), std::string::npos) << what << ": " << e.unavailable_reason();
+  return failed;
+}
 
 // One request's greedy tokens and their logprobs.
 struct RankOut {

@@ -76,20 +76,7 @@ TEST(CpuRanks, FaultInAStepEndsEveryRequestWithTheCause) {
           r.sampling.temperature = 0.0;
           ids.insert(e->submit(r, &err));
         }
-        std::vector<dsinfer::RequestResult> res;
-        EXPECT_FALSE(e->run_until_idle(res, &err));
-        EXPECT_NE(err.find(cause), std::string::npos) << err;
-        for (auto& r : e->take_finished()) res.push_back(std::move(r));
-        std::set<uint64_t> back;
-        for (const auto& r : res) {
-          back.insert(r.id);
-          if (!r.error.empty()) {
-            EXPECT_NE(r.error.find(cause), std::string::npos) << r.error;
-          }
-        }
-        EXPECT_EQ(back, ids);  // none lost
-        EXPECT_FALSE(e->has_unfinished());
-        EXPECT_NE(e->unavailable_reason().find(cause), std::string::npos) << e->unavailable_reason();
+        dsinfer::test::expect_fault_ends_every_request(*e, ids, cause, spec);
         dsinfer::Request again;
         again.prompt_is_ids = true;
         again.prompt_ids = rank_prompt(0, 3072);
