@@ -15,10 +15,10 @@ namespace dsinfer::ops::cuda {
 // Which kernels run the routed experts. Exact: fp32 streaming GEMMs for T*topk <= 8*experts, else the bf16
 // tensor-core tiled GEMMs (the reference-checking path). Fast: the grouped decode kernels of moe_fast.cu (x and the
 // SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
-// moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda either way.
-// Fast also runs the shared expert on the workspace's side stream, concurrently with the routed experts (same
-// bits), for T*topk <= kMoePrepMaxN the permutation in one launch, and for T*topk <= kMoeDirectMaxN the gate/up
-// kernel on fp32 x directly (no bf16 gather).
+// moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda, except moe_shared_fused's case.
+// Fast runs the shared expert inside the decode kernels at 2..160 tokens (moe_fast_shared.h), else on the side
+// stream beside the routed experts; for T*topk <= kMoePrepMaxN the permutation in one launch; for T*topk <=
+// kMoeDirectMaxN the gate/up kernel on fp32 x directly (no bf16 gather).
 // Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
 // tiled grouped GEMMs for every T (never the T-dependent skinny choice); the shared expert with
 // GemmPrecision::kBatchInvariant. A token's bits then do not depend on the other tokens or on T.
@@ -86,7 +86,7 @@ struct MoePlan {
   bool gemm_skinny_ok = true;   // kGemm: the skinny kernel may run (plan_moe_expert_gemm); false for Invariant
   bool prep_one_launch = false;  // the permutation in one launch (moe_prep_kernel), else count + scatter
   bool direct_x = false;         // kFast: the gate/up kernel reads fp32 x (needs 16-byte aligned x)
-  bool side_stream = false;      // the shared expert on the side stream (when it is usable on this device)
+  bool side_stream = false;      // the shared expert on the side stream (usable, and not moe_shared_fused)
   bool shared_projection = false;  // the shared expert's GEMMs through the caller's projection (MoeSharedGemm)
 };
 // shared_gemm: the caller gave moe_cuda its projection GEMM (MoeWorkspace::set_shared_gemm). Fast above
