@@ -6,7 +6,6 @@
 
 #include <cstdint>
 
-#include "ops/moe/moe_fast_shared.h"
 #include "ops/moe/moe_plan.h"
 
 using namespace dsinfer::ops::cuda;
@@ -42,7 +41,7 @@ TEST(MoePlan, FastSupportedNeedsFp4E8m0And128Multiples) {
   EXPECT_FALSE(moe_fast_supported(f32_scales));
 }
 
-// The shared expert inside the decode kernels (moe_fast_shared.h): MoePath::Fast on the decode kernels from
+// The shared expert inside the decode kernels (moe_plan.h moe_shared_fused): MoePath::Fast on the decode kernels from
 // kMoeSharedFusedMinT to kMoeSharedFusedMaxT tokens, FP8_BLOCK weights with 128 x 128 E8M0 scales shaped like the
 // routed experts; else through gemm_cuda.
 TEST(MoePlan, SharedExpertInsideTheDecodeKernels) {

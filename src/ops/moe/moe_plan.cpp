@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "ops/gemm/gemm_common.h"
-#include "ops/moe/moe_fast_shared.h"
 
 namespace dsinfer::ops::cuda {
 
