@@ -27,6 +27,7 @@
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/moe/moe_fast_shared.h"
 #include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
@@ -221,8 +222,10 @@ double copy_ceiling() {
 
 // The fast path kernel by kernel (MoePath::Fast as moe_cuda runs it up to kMoeGroupedMinT tokens, each launch timed
 // alone on one stream): the permutation, the gather of x to bf16, the gate/up + SwiGLU and down kernels, the shared
-// expert (FP8: as moe_cuda runs it, then on each gemm_cuda precision), the combine; then moe_cuda itself with and
-// without the shared expert (the side stream's overlap). GB/s = the kernel's weight bytes (touched experts, FP4 + E8M0)
+// expert (FP8: through gemm_cuda as moe_shared_cuda runs it, then on each gemm_cuda precision), the gate/up and down
+// kernels with the shared expert's grid rows (moe_fast_shared.h; the routed rows' bits checked equal, the shared
+// output against moe_shared_cuda's), the combine; then moe_cuda itself without and with the shared expert (fused up to
+// kMoeSharedFusedMaxT tokens, on the side stream above). GB/s = the kernel's weight bytes (touched experts, FP4 + E8M0)
 // / time; "% copy" against the measured device-to-device copy.
 void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   const double ceiling = copy_ceiling();
@@ -231,8 +234,16 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   const double proj_bytes = double(w_bytes + s_bytes), shared_bytes = 3.0 * double(I * D + (I / 128) * (D / 128));
   std::printf("stages: copy ceiling %.2f TB/s; us (GB/s, %% of copy) per kernel, median of %d, %d weight sets\n",
               ceiling / 1e12, kRuns, g_sets);
-  oc::MoeWorkspace ws;
+  oc::MoeWorkspace ws, side_ws;
   die(ws.reserve(4096, k, D, I, E), "reserve");
+  die(side_ws.reserve(4096, k, D, I, E), "reserve");
+  cudaStream_t side = nullptr;
+  cudaEvent_t side_fork = nullptr, side_join = nullptr;
+  int least = 0, greatest = 0;
+  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "priorities");
+  check(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, greatest), "side stream");
+  check(cudaEventCreateWithFlags(&side_fork, cudaEventDisableTiming), "event");
+  check(cudaEventCreateWithFlags(&side_join, cudaEventDisableTiming), "event");
   uint64_t rng = 4242;
   for (int64_t T : Ts) {
     const int64_t n = T * k;
@@ -254,8 +265,8 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       q.active = blob(size_t(E + 1) * 4, 2, 1);
       q.perm = blob(size_t(n) * 4, 2, 1);
       q.pos = blob(size_t(n) * 4, 2, 1);
-      q.xb = blob(size_t(n * D) * 2, 2, 1);
-      q.hb = blob(size_t(n * I) * 2, 2, 1);
+      q.xb = blob(size_t((n + T) * D) * 2, 2, 1);  // + the shared expert's T rows (moe_fast_shared.h)
+      q.hb = blob(size_t((n + T) * I) * 2, 2, 1);
       q.yp = blob(size_t(n * D) * 4, 2, 1);
     }
     const bool one = n <= oc::kMoePrepMaxN;
@@ -274,15 +285,20 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double t_prep = median_us(prep);
     for (int si = 0; si < g_sets; ++si) prep(si);
     const bool direct = n <= oc::kMoeDirectMaxN;
-    auto gather = [&](int i) {
+    // with the shared expert's T rows of x when it is fused (moe_shared_fused, as moe_cuda runs it; with_shared forces
+    // them)
+    const bool fused = oc::moe_shared_fused(oc::MoePath::Fast, oc::MoeExpertKernels::kFast, T, sets[0].ex, sets[0].sh);
+    auto gather = [&](int i, bool with_shared = false) {
       Bufs& q = b[size_t(i)];
-      oc::detail::launch_moe_gather(q.x.as<const float>(), q.perm.as<const int32_t>(),
-                                    q.offsets.as<const int32_t>() + E, n, D, q.xb.as<uint16_t>(), nullptr);
+      oc::detail::launch_moe_gather_shared(q.x.as<const float>(), q.perm.as<const int32_t>(),
+                                           q.offsets.as<const int32_t>() + E, n, fused || with_shared ? T : 0, D,
+                                           q.xb.as<uint16_t>(), nullptr);
     };
-    const double t_gather = median_us(gather);
-    for (int si = 0; si < g_sets; ++si) gather(si);
+    const double t_gather = median_us([&](int i) { gather(i); });
+    for (int si = 0; si < g_sets; ++si) gather(si, true);
     const int64_t max_active = std::min<int64_t>(E, n);
-    auto gate_up = [&](int i, bool xf) {
+    // with_shared: the shared expert's grid rows in front (moe_fast_shared.h), its output in q.shy
+    auto gate_up = [&](int i, bool xf, bool with_shared = false) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
@@ -290,19 +306,62 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                               .perm = q.perm.as<const int32_t>(), .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale,
                               .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
                               .hout = q.hb.as<uint16_t>()};
-      oc::detail::launch_moe_fast(true, a, max_active, nullptr);
+      oc::MoeFastShared sa;
+      if (with_shared)
+        sa = {.w1 = st.sh.w1.data, .s1 = st.sh.w1.scale, .w3 = st.sh.w3.data, .s3 = st.sh.w3.scale, .rows = T,
+              .row0 = n, .limit = 10.0f};
+      oc::detail::launch_moe_fast_shared(true, a, sa, max_active, nullptr);
     };
-    auto down = [&](int i) {
+    auto down = [&](int i, bool with_shared = false) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
                               .xb = q.hb.as<const uint16_t>(), .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I,
                               .N = D, .yout = q.yp.as<float>()};
-      oc::detail::launch_moe_fast(false, a, max_active, nullptr);
+      oc::MoeFastShared sa;
+      if (with_shared) sa = {.w1 = st.sh.w2.data, .s1 = st.sh.w2.scale, .rows = T, .row0 = n, .out = q.shy.as<float>()};
+      oc::detail::launch_moe_fast_shared(false, a, sa, max_active, nullptr);
     };
     const double t_gu = median_us([&](int i) { gate_up(i, false); });
     const double t_gu_direct = direct ? median_us([&](int i) { gate_up(i, true); }) : 0.0;
     const double t_dn = median_us([&](int i) { down(i); });
+    // The same launches with the shared expert's rows (the fused route), then the bits: the routed rows of yp must
+    // not change, and the fused shared output is compared with moe_shared_cuda's (normalised L2).
+    const double t_gu_sh = median_us([&](int i) { gate_up(i, direct, true); });
+    const double t_dn_sh = median_us([&](int i) { down(i, true); });
+    bool routed_same = true;
+    double shared_err = 0.0;
+    {
+      Bufs& q = b[0];
+      auto fetch = [](const Blob& blob_, size_t bytes) {
+        std::vector<uint8_t> h(bytes);
+        check(cudaMemcpy(h.data(), blob_.data(), bytes, cudaMemcpyDeviceToHost), "fetch");
+        return h;
+      };
+      gather(0, true);
+      gate_up(0, direct, false);
+      down(0, false);
+      check(cudaDeviceSynchronize(), "routed only");
+      const std::vector<uint8_t> y0 = fetch(q.yp, size_t(n * D) * 4);
+      gate_up(0, direct, true);
+      down(0, true);
+      check(cudaDeviceSynchronize(), "with shared");
+      routed_same = fetch(q.yp, size_t(n * D) * 4) == y0;
+      const std::vector<uint8_t> fused = fetch(q.shy, size_t(T * D) * 4);
+      die(oc::moe_shared_cuda(q.x.as<const float>(), T, sets[0].sh, 10.0f, q.shy.as<float>(), ws, nullptr,
+                              oc::MoePath::Fast),
+          "moe_shared_cuda");
+      check(cudaDeviceSynchronize(), "shared");
+      const std::vector<uint8_t> ref = fetch(q.shy, size_t(T * D) * 4);
+      const float* a = reinterpret_cast<const float*>(fused.data());
+      const float* r = reinterpret_cast<const float*>(ref.data());
+      double num = 0.0, den = 0.0;
+      for (int64_t j = 0; j < T * D; ++j) {
+        num += (double(a[j]) - double(r[j])) * (double(a[j]) - double(r[j]));
+        den += double(r[j]) * double(r[j]);
+      }
+      shared_err = std::sqrt(num / std::max(den, 1e-300));
+    }
     // The shared expert as moe_shared_cuda runs it (moe_shared_precision), then on each gemm_cuda precision.
     const double t_sh = median_us([&](int i) {
       die(oc::moe_shared_cuda(b[size_t(i)].x.as<const float>(), T, sets[size_t(i)].sh, 10.0f,
@@ -323,11 +382,20 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
         oc::detail::launch_swiglu(s1, s3, T, nullptr, I, 10.0f, nullptr);
         die(oc::gemm_cuda(s1, T, I, sh.w2, q.shy.as<float>(), D, false, nullptr, precs[pi]), "gemm w2");
       });
-    const double t_comb = median_us([&](int i) {
+    auto combine = [&](int i) {
       Bufs& q = b[size_t(i)];
       die(oc::moe_combine_cuda(q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), T, k, D,
                                q.shy.as<const float>(), q.out.as<float>(), nullptr),
           "moe_combine_cuda");
+    };
+    const double t_comb = median_us(combine);
+    // The fused route forced at any T (moe_cuda's launches with the shared expert inside the decode kernels)
+    const double t_fused = median_us([&](int i) {
+      prep(i);
+      if (!direct) gather(i, true);
+      gate_up(i, direct, true);
+      down(i, true);
+      combine(i);
     });
     double t_full[2];
     for (int with_shared = 0; with_shared < 2; ++with_shared)
@@ -339,6 +407,23 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                          oc::MoePath::Fast),
             "moe_cuda");
       });
+    // The route before this session, for an A/B in the same run: moe_cuda routed only, and the shared expert through
+    // gemm_cuda (moe_shared_cuda) on a greatest-priority side stream launched after it, forked before and joined
+    // after (as MoeWorkspace's side stream; the combine's shared add is the only work left out).
+    const double t_side = median_us([&](int i) {
+      Bufs& q = b[size_t(i)];
+      const Set& st = sets[size_t(i)];
+      check(cudaEventRecord(side_fork, nullptr), "fork");
+      check(cudaStreamWaitEvent(side, side_fork, 0), "fork wait");
+      die(oc::moe_cuda(q.x.as<const float>(), T, q.idx.as<const int32_t>(), q.wt.as<const float>(), k, st.ex, nullptr,
+                       10.0f, 10.0f, q.out.as<float>(), ws, nullptr, oc::MoePath::Fast),
+          "moe_cuda");
+      die(oc::moe_shared_cuda(q.x.as<const float>(), T, st.sh, 10.0f, q.shy.as<float>(), side_ws, side,
+                              oc::MoePath::Fast),
+          "moe_shared_cuda");
+      check(cudaEventRecord(side_join, side), "join");
+      check(cudaStreamWaitEvent(nullptr, side_join, 0), "join wait");
+    });
     const double ex = double(distinct.size()), gu_b = ex * 2.0 * proj_bytes, dn_b = ex * proj_bytes;
     auto bw = [&](double bytes, double us) { return bytes / (us * 1e-6); };
     auto pct = [&](double bytes, double us) { return 100.0 * bw(bytes, us) / ceiling; };
@@ -349,12 +434,25 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     std::printf(" | down %.1f (%.0f GB/s %.0f%%)\n", t_dn, bw(dn_b, t_dn) / 1e9, pct(dn_b, t_dn));
     std::printf("        shared as bf16 / fp32-small-m / gemv: %.1f / %.1f / %.1f us\n", t_prec[0], t_prec[1], t_prec[2]);
     const double routed_b = gu_b + dn_b, all_b = routed_b + shared_bytes;
+    std::printf("        fused shared: gate/up %.1f (%.0f GB/s %.0f%%) | down %.1f (%.0f GB/s %.0f%%); "
+                  "routed bits %s; shared vs moe_shared_cuda %.2e\n",
+                  t_gu_sh, bw(gu_b + 2.0 / 3.0 * shared_bytes, t_gu_sh) / 1e9,
+                  pct(gu_b + 2.0 / 3.0 * shared_bytes, t_gu_sh), t_dn_sh,
+                  bw(dn_b + shared_bytes / 3.0, t_dn_sh) / 1e9, pct(dn_b + shared_bytes / 3.0, t_dn_sh),
+                  routed_same ? "same" : "DIFFER", shared_err);
     std::printf("        shared %.1f (%.0f GB/s %.0f%%) | combine %.1f | moe_cuda routed %.1f (%.0f GB/s %.0f%%), "
                 "with shared %.1f (%.0f GB/s %.0f%%; floor at copy %.1f us)\n",
                 t_sh, bw(shared_bytes, t_sh) / 1e9, pct(shared_bytes, t_sh), t_comb, t_full[0],
                 bw(routed_b, t_full[0]) / 1e9, pct(routed_b, t_full[0]), t_full[1], bw(all_b, t_full[1]) / 1e9,
                 pct(all_b, t_full[1]), all_b / ceiling * 1e6);
+    std::printf("        A/B: with shared %.1f us (%.0f%% of the copy) as moe_cuda runs it now (%s); fused %.1f us "
+                "(%.0f%%); the shared expert through gemm_cuda on the side stream %.1f us (%.0f%%)\n",
+                t_full[1], pct(all_b, t_full[1]), fused ? "fused" : "side stream", t_fused, pct(all_b, t_fused), t_side,
+                pct(all_b, t_side));
   }
+  cudaEventDestroy(side_fork);
+  cudaEventDestroy(side_join);
+  cudaStreamDestroy(side);
 }
 
 // The prefill path kernel by kernel (MoePath::Fast above kMoeGroupedMinT tokens = the FP8 grouped GEMMs, as moe_cuda

@@ -3,14 +3,20 @@
 //   permutation (T*topk <= kMoePrepMaxN) vs count + scatter (above): a token's output is bitwise the same at
 //   T = 2, 120 and 400 (routed experts only; the shared expert's GEMM path depends on T by design);
 // * a misaligned x pointer (gather fallback) gives the aligned run's bits;
-// * the shared expert on the workspace's side stream under CUDA graph capture: the replay equals the eager run
-//   bitwise and both are close to the in-line (Exact path) result.
+// * the shared expert under CUDA graph capture, inside the decode kernels (the smallest fused T) and on the
+//   workspace's side stream (T = 300): the replay equals the eager run bitwise and both are close to the in-line
+//   (Exact path) result;
+// * the shared expert inside the decode kernels (moe_fast_shared.h) against gemm_cuda's (moe_shared_cuda), at the
+//   smallest fused T, 17 (a partial last pass) and the largest, with the routed part unchanged;
+// * an expert-parallel rank's output is its routed rows plus the shared expert alone, bit for bit, whatever experts,
+//   slots (EPLB replicas) and rows of other ranks it holds.
 // Accuracy against the CPU reference is test_moe_gpu.cpp's business (MoeGpu.FastPath*).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -115,7 +121,10 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
 
 TEST(MoeFastGpu, SharedExpertSideStreamUnderGraphCapture) {
   DSI_SKIP_WITHOUT_GPU();
-  const int64_t E = 16, k = 4, D = 256, I = 256, T = 3;
+  for (int64_t T : {oc::kMoeSharedFusedMinT, int64_t(300)}) {
+  const bool fused = T >= oc::kMoeSharedFusedMinT && T <= oc::kMoeSharedFusedMaxT;
+  SCOPED_TRACE(testing::Message() << "T=" << T << (fused ? " (fused)" : " (side stream)"));
+  const int64_t E = 16, k = 4, D = 256, I = 256;
   Experts s;
   build_experts(s, E, D, I, 21);
   std::vector<oc::OwnedDeviceWeight> sh_owned;
@@ -162,6 +171,159 @@ TEST(MoeFastGpu, SharedExpertSideStreamUnderGraphCapture) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
+  }
+}
+
+// The shared expert inside the decode kernels against gemm_cuda's: (moe_cuda with the shared expert) - (moe_cuda
+// without it) is the fused shared output plus one fp32 rounding of the sum; moe_shared_cuda runs the same expert
+// through gemm_cuda. Both round h to bf16 before W2 (gemm_cuda's bf16 kernel also x; its fp32-small-m kernel at T = 2
+// does not), so they differ by bf16 rounding and the sums' order: ~2-3e-3 expected (kFastTol's derivation in
+// test_moe_gpu.cpp), 1e-2 as kFastTol. The routed rows are the routed-only run's (the fused blocks touch only the
+// shared rows), so the routed part's bits are checked through the outputs without the shared expert at two T.
+TEST(MoeFastGpu, SharedExpertInsideTheDecodeKernels) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t E = 32, k = 6, D = 256, I = 384;
+  Experts s;
+  build_experts(s, E, D, I, 31);
+  std::vector<oc::OwnedDeviceWeight> sh_owned;
+  std::vector<dsinfer::test::HostWeight> sh_host;
+  for (int p = 0; p < 3; ++p) {
+    sh_host.push_back(make_host_weight(WeightFormat::FP8_BLOCK, p == 2 ? D : I, p == 2 ? I : D, 950 + uint64_t(p)));
+    sh_owned.push_back(dsinfer::test::upload(sh_host.back()));
+  }
+  const oc::MoeSharedDevice sh{sh_owned[0].w, sh_owned[1].w, sh_owned[2].w};
+  for (int64_t T : {oc::kMoeSharedFusedMinT, int64_t(17), oc::kMoeSharedFusedMaxT}) {
+    SCOPED_TRACE(testing::Message() << "T=" << T);
+    std::vector<int32_t> idx;
+    std::vector<float> wt;
+    routing(T, E, k, 33 + uint64_t(T), idx, wt);
+    auto dx = to_device(random_floats(size_t(T * D), 35 + uint64_t(T)));
+    auto di = to_device(idx);
+    auto dw = to_device(wt);
+    const std::vector<float> with = run_fast(s, dx.data(), T, di.data(), dw.data(), k, &sh);
+    const std::vector<float> routed = run_fast(s, dx.data(), T, di.data(), dw.data(), k, nullptr);
+    oc::MoeWorkspace ws;
+    ASSERT_TRUE(ws.reserve(T, k, D, I, E).is_ok());
+    DeviceBuffer<float> shy;
+    ASSERT_TRUE(shy.alloc(size_t(T * D)).is_ok());
+    ASSERT_TRUE(oc::moe_shared_cuda(dx.data(), T, sh, 10.0f, shy.data(), ws, nullptr, oc::MoePath::Fast).is_ok());
+    std::vector<float> ref(size_t(T * D)), got(ref.size());
+    ASSERT_EQ(cudaMemcpy(ref.data(), shy.data(), ref.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(with[i]));
+      got[i] = with[i] - routed[i];
+    }
+    const double e = normalized_error(got, ref);
+    EXPECT_LT(e, 1e-2) << "fused shared expert vs gemm_cuda: " << e;
+    // the shared part is not small against the routed one (else the check above would see only rounding)
+    EXPECT_GT(normalized_error(routed, with), 0.05);
+  }
 }
 
 }  // namespace
+
+// A rank's experts as the EP runner holds them: slot s is global expert slots[s] (the same device weights; EPLB's
+// replicas are two slots of one expert).
+struct RankExperts {
+  DeviceBuffer<const void*> ptrs[6];
+  oc::MoeExpertsDevice ex;
+};
+
+void rank_view(const Experts& g, const std::vector<int32_t>& slots, RankExperts& r) {
+  oc::DeviceExpertWeights* views[3] = {&r.ex.w1, &r.ex.w3, &r.ex.w2};
+  r.ex = g.ex;
+  r.ex.experts = int64_t(slots.size());
+  for (int p = 0; p < 6; ++p) {
+    std::vector<const void*> all(size_t(g.ex.experts)), mine;
+    ASSERT_EQ(cudaMemcpy(all.data(), g.ptrs[p].data(), all.size() * sizeof(void*), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int32_t e : slots) mine.push_back(all[size_t(e)]);
+    r.ptrs[p] = to_device(mine);
+    (p % 2 ? views[p / 2]->scale : views[p / 2]->data) = r.ptrs[p].data();
+  }
+}
+
+// The shared expert on an expert-parallel rank does not depend on which routed rows the rank holds (session 18,
+// issue 31: GpuMultiGpu.EplbMatchesPlainExpertParallel failed with the fused route; the suspects were a rank's
+// routed rows, EPLB's slots and replicas, rows of other ranks' experts, the grid and the workspace). dsv4-small's
+// shapes (8 experts, top-2, dim 256, inter 128), every layout a rank of 2 can hold: one rank; plain EP ranks 0 and 1
+// (other ranks' experts -1); EPLB rank 0 with a replica of expert 1 taking odd tokens' rows (5 slots); EPLB rank 0
+// holding experts in another slot order with one moved in; a rank that no token routes to. One workspace reserved
+// for the largest T serves every call in turn, as the runner's does. For T across the fused window's edges (1 and
+// 161: side stream; 2, 3, 8 direct fp32 x; 9, 17, 160 gathered rows):
+//  * the output is the routed-only output plus the shared expert alone (the same call with every row -1), bit for
+//    bit (combine_kernel adds the shared row last): the shared part ignores the routed rows and vice versa;
+//  * plain EP rank 0 and EPLB rank 0 (the same assignments, expert 1's through either slot) give the same bits.
+TEST(MoeFastGpu, SharedExpertIgnoresTheRanksExpertLayout) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t E = 8, k = 2, D = 256, I = 128, Tmax = 161;
+  Experts g;
+  build_experts(g, E, D, I, 41);
+  std::vector<oc::OwnedDeviceWeight> sh_owned;
+  for (int p = 0; p < 3; ++p)
+    sh_owned.push_back(dsinfer::test::upload(
+        make_host_weight(WeightFormat::FP8_BLOCK, p == 2 ? D : I, p == 2 ? I : D, 960 + uint64_t(p))));
+  const oc::MoeSharedDevice sh{sh_owned[0].w, sh_owned[1].w, sh_owned[2].w};
+  struct Layout {
+    const char* name;
+    std::vector<int32_t> slots;
+    // local slot of (token, global expert), -1: another rank's
+    std::function<int32_t(int64_t, int32_t)> local;
+  };
+  const std::vector<Layout> layouts = {
+      {"one rank", {0, 1, 2, 3, 4, 5, 6, 7}, [](int64_t, int32_t e) { return e; }},
+      {"EP rank 0", {0, 1, 2, 3}, [](int64_t, int32_t e) { return e < 4 ? e : -1; }},
+      {"EP rank 1", {4, 5, 6, 7}, [](int64_t, int32_t e) { return e >= 4 ? e - 4 : -1; }},
+      {"EPLB rank 0, replica", {0, 1, 2, 3, 1},
+       [](int64_t t, int32_t e) { return e == 1 && t % 2 ? 4 : e < 4 ? e : -1; }},
+      {"EPLB rank 0, moved", {3, 5, 0, 1, 2},
+       [](int64_t, int32_t e) { return e == 3 ? 0 : e == 5 ? 1 : e == 0 ? 2 : e == 1 ? 3 : e == 2 ? 4 : -1; }},
+      {"no rows here", {0, 1, 2, 3}, [](int64_t, int32_t) { return -1; }},
+  };
+  std::vector<RankExperts> views(layouts.size());
+  for (size_t l = 0; l < layouts.size(); ++l) rank_view(g, layouts[l].slots, views[l]);
+  oc::MoeWorkspace ws;  // one for every call (runner: moe_ws_), reserved for the largest T and slot count
+  ASSERT_TRUE(ws.reserve(Tmax, k, D, I, E).is_ok());
+  DeviceBuffer<float> out;
+  ASSERT_TRUE(out.alloc(size_t(Tmax * D)).is_ok());
+  auto call = [&](const oc::MoeExpertsDevice& ex, const float* dx, int64_t T, const int32_t* di, const float* dw,
+                  const oc::MoeSharedDevice* s) {
+    const auto st = oc::moe_cuda(dx, T, di, dw, k, ex, s, 10.0f, 10.0f, out.data(), ws, nullptr, oc::MoePath::Fast);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    std::vector<float> h(size_t(T * D));
+    EXPECT_EQ(cudaMemcpy(h.data(), out.data(), h.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  };
+  for (int64_t T : {int64_t(1), int64_t(2), int64_t(3), int64_t(8), int64_t(9), int64_t(17), int64_t(160), Tmax}) {
+    const bool fused = T >= oc::kMoeSharedFusedMinT && T <= oc::kMoeSharedFusedMaxT;
+    SCOPED_TRACE(testing::Message() << "T=" << T << (fused ? " (fused)" : " (side stream)"));
+    std::vector<int32_t> idx;
+    std::vector<float> wt;
+    routing(T, E, k, 43 + uint64_t(T), idx, wt);
+    auto dx = to_device(random_floats(size_t(T * D), 45 + uint64_t(T)));
+    auto dw = to_device(wt);
+    std::vector<std::vector<float>> with(layouts.size());
+    std::vector<float> alone;
+    for (size_t l = layouts.size(); l-- > 0;) {  // "no rows here" first: the shared expert alone
+      SCOPED_TRACE(layouts[l].name);
+      std::vector<int32_t> local(idx.size());
+      for (size_t i = 0; i < idx.size(); ++i) local[i] = layouts[l].local(int64_t(i) / k, idx[i]);
+      auto di = to_device(local);
+      with[l] = call(views[l].ex, dx.data(), T, di.data(), dw.data(), &sh);
+      const std::vector<float> routed = call(views[l].ex, dx.data(), T, di.data(), dw.data(), nullptr);
+      if (alone.empty()) {
+        alone = with[l];
+        for (float v : alone) ASSERT_TRUE(std::isfinite(v));
+        for (float v : routed) ASSERT_EQ(v, 0.0f);
+      }
+      size_t bad = 0, first = 0;
+      for (size_t i = 0; i < alone.size(); ++i) {
+        const float want = routed[i] + alone[i];
+        if (std::memcmp(&want, &with[l][i], 4) != 0 && bad++ == 0) first = i;
+      }
+      EXPECT_EQ(bad, 0u) << "output != routed-only + shared alone at " << bad << " elements, first: token "
+                         << first / size_t(D) << " column " << first % size_t(D);
+    }
+    EXPECT_EQ(std::memcmp(with[1].data(), with[3].data(), with[1].size() * 4), 0)
+        << "plain EP rank 0 vs EPLB rank 0 (expert 1's odd tokens through its replica)";
+  }
+}

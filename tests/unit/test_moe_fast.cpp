@@ -66,6 +66,38 @@ TEST(MoeFast, Fp4DecodeTimesScaleIsExact) {
   EXPECT_TRUE(std::isnan(bf16_value(md::fp4_scale_bf16(255))));
 }
 
+// The FP8 shared expert's decode (moe_fast.cu shared_block): every e4m3 byte, in each byte slot p, decodes through
+// e4m3_pair_bits times e4m3_scale_bf16 to exactly e4m3 * 2^(s-127) (against core/small_float.h), as a normal bf16
+// product with at most 8 significant bits over the documented scale range.
+TEST(MoeFast, E4m3DecodeTimesScaleIsExact) {
+  for (uint32_t s : {74u, 90u, 110u, 118u, 127u, 140u, 170u, 198u}) {
+    const double f = bf16_value(md::e4m3_scale_bf16(s));
+    const double scale = double(sf::from_bits(sf::e8m0_f32_bits(s)));
+    for (uint32_t lo = 0; lo < 256; ++lo) {
+      if ((lo & 0x7Fu) == 0x7Fu) continue;  // e4m3fn NaN: not held by real weights (moe_fast_common.h)
+      const uint32_t hi = (lo * 37u + 11u) & 0xFFu;
+      if ((hi & 0x7Fu) == 0x7Fu) continue;
+      for (int p = 0; p < 4; ++p) {
+        // the other bytes of the words hold noise the decode must ignore
+        const uint32_t a = (lo << (8 * p)) | (0xA5u << (8 * ((p + 1) & 3)));
+        const uint32_t b = (hi << (8 * p)) | (0x5Au << (8 * ((p + 2) & 3)));
+        const uint32_t bits = md::e4m3_pair_bits(a, b, p);
+        const double vlo = bf16_value(bits) * f * std::ldexp(1.0, md::kFastScaleShift);
+        const double vhi = bf16_value(bits >> 16) * f * std::ldexp(1.0, md::kFastScaleShift);
+        EXPECT_EQ(vlo, double(sf::from_bits(sf::e4m3_f32_bits(lo))) * scale) << "s=" << s << " lo=" << lo << " p=" << p;
+        EXPECT_EQ(vhi, double(sf::from_bits(sf::e4m3_f32_bits(hi))) * scale) << "s=" << s << " hi=" << hi << " p=" << p;
+        if (vlo != 0) {
+          int ex = 0;
+          const double v = std::fabs(vlo) * std::ldexp(1.0, -md::kFastScaleShift), m = std::frexp(v, &ex);
+          EXPECT_EQ(std::ldexp(m, 8), std::floor(std::ldexp(m, 8)));
+          EXPECT_GE(v, std::ldexp(1.0, -126));
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(std::isnan(bf16_value(md::e4m3_scale_bf16(255))));
+}
+
 // Emulates moe_fast.cu's compute_chunk for one weight row and one token: for each lane t and k-step s the pairs
 // the kernel multiplies (A: fp4_pair_bits of word s/2, pairs 2(s%2), 2(s%2)+1; B: slots of pairs 2s, 2s+1 of the
 // pair-layout group) must cover each k exactly once, matching element by element.

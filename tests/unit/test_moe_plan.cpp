@@ -41,6 +41,37 @@ TEST(MoePlan, FastSupportedNeedsFp4E8m0And128Multiples) {
   EXPECT_FALSE(moe_fast_supported(f32_scales));
 }
 
+// The shared expert inside the decode kernels (moe_plan.h moe_shared_fused): MoePath::Fast on the decode kernels from
+// kMoeSharedFusedMinT to kMoeSharedFusedMaxT tokens, FP8_BLOCK weights with 128 x 128 E8M0 scales shaped like the
+// routed experts; else through gemm_cuda.
+TEST(MoePlan, SharedExpertInsideTheDecodeKernels) {
+  const MoeExpertsDevice ex = experts(WeightFormat::FP4_G32, kFlashE, 4096, 2048);
+  static const uint8_t fake = 0;
+  auto weight = [](int64_t rows, int64_t cols) {
+    return DeviceWeight{WeightFormat::FP8_BLOCK, rows, cols, &fake, &fake, true, 128, 128};
+  };
+  const MoeSharedDevice sh{weight(2048, 4096), weight(2048, 4096), weight(4096, 2048)};
+  const auto fast = MoeExpertKernels::kFast;
+  EXPECT_FALSE(moe_shared_fused(MoePath::Fast, fast, kMoeSharedFusedMinT - 1, ex, sh));
+  EXPECT_TRUE(moe_shared_fused(MoePath::Fast, fast, kMoeSharedFusedMinT, ex, sh));
+  EXPECT_TRUE(moe_shared_fused(MoePath::Fast, fast, kMoeSharedFusedMaxT, ex, sh));
+  EXPECT_FALSE(moe_shared_fused(MoePath::Fast, fast, kMoeSharedFusedMaxT + 1, ex, sh));
+  EXPECT_FALSE(moe_shared_fused(MoePath::Invariant, fast, 8, ex, sh));  // --batch-invariant keeps its own path
+  EXPECT_FALSE(moe_shared_fused(MoePath::Fast, MoeExpertKernels::kGemm, 8, ex, sh));
+  MoeSharedDevice f32_scales = sh;
+  f32_scales.w2.scale_e8m0 = false;
+  EXPECT_FALSE(moe_shared_fused(MoePath::Fast, fast, 8, ex, f32_scales));
+  MoeSharedDevice wider = sh;  // another inter than the routed experts' (other grid columns)
+  wider.w1.rows = wider.w3.rows = 4096;
+  wider.w2.cols = 4096;
+  EXPECT_FALSE(moe_shared_fused(MoePath::Fast, fast, 8, ex, wider));
+  MoeSharedDevice bf16 = sh;
+  bf16.w3.fmt = WeightFormat::BF16;
+  EXPECT_FALSE(moe_shared_fused(MoePath::Fast, fast, 8, ex, bf16));
+  // the plan's choice for the routed experts at T = 256 is still the decode kernels
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, kMoeSharedFusedMaxT, kFlashK, true, true).experts, fast);
+}
+
 // Flash fast path: decode kernels up to kMoeGroupedMinT tokens, FP8 grouped prefill GEMMs beyond; the permutation in
 // one launch up to 341 tokens (2046 assignments), fp32 x read directly up to 2 tokens (12 assignments), aligned x only.
 TEST(MoePlan, FlashFastPathByTokens) {

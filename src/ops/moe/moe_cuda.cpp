@@ -20,6 +20,7 @@
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
 #include "ops/gemm/gemm_official_cuda.h"
+#include "ops/moe/moe_fast_shared.h"
 #include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_cutlass_launch.h"
@@ -43,8 +44,10 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(pos_of_.alloc(tk, "moe pos_of"));
   DSI_RETURN_IF_ERROR(h1_.alloc(tk * size_t(inter), "moe h1"));
   // h3 doubles as the fast path's bf16 x rows [tk, dim] and the FP8 path's two e4m3 terms of x [tk, dim] + scales
+  // and, after the fast path's tk rows, the shared expert's T rows of x in bf16 (moe_fast_shared.h)
   const int64_t x_floats = (dim + 1) / 2 + (dim + 127) / 128;
-  DSI_RETURN_IF_ERROR(h3_.alloc(tk * size_t(std::max<int64_t>(inter, x_floats)), "moe h3"));
+  const size_t h3_floats = std::max(tk * size_t(std::max<int64_t>(inter, x_floats)), (tk + t1) * size_t((dim + 1) / 2));
+  DSI_RETURN_IF_ERROR(h3_.alloc(h3_floats, "moe h3"));
   DSI_RETURN_IF_ERROR(active_.alloc(size_t(experts + 1), "moe active experts"));
   DSI_RETURN_IF_ERROR(tiles_.alloc(size_t(1 + 2 * moe_detail::grp_max_tiles(int64_t(tk), experts)), "moe tile list"));
   DSI_RETURN_IF_ERROR(yp_.alloc(tk * size_t(dim), "moe expert outputs"));
@@ -196,20 +199,29 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
   return Status::ok();
 }
 
-// Fast path of the routed experts (after the permutation): yp rows of all valid assignments.
+// Fast path of the routed experts (after the permutation): yp rows of all valid assignments; with `sh` (the plan's
+// moe_shared_fused) the shared expert too, on the same launches (its x and h rows after the n permuted rows of xb /
+// hb, its output in shy [T, D]).
 // direct (MoePlan::direct_x): the gate/up kernel reads fp32 x itself.
-void moe_fast_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, float limit, const int32_t* offsets,
-                      const int32_t* perm, const int32_t* active, uint16_t* xb, uint16_t* hb, float* yp, bool direct,
+void moe_fast_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
+                      const int32_t* offsets, const int32_t* perm, const int32_t* active, uint16_t* xb, uint16_t* hb,
+                      float* yp, bool direct, const MoeSharedDevice* sh, float shared_limit, float* shy,
                       void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_active = std::min(E, n);
-  if (!direct) detail::launch_moe_gather(x, perm, offsets + E, n, D, xb, stream);
+  if (!direct) detail::launch_moe_gather_shared(x, perm, offsets + E, n, sh ? T : 0, D, xb, stream);
+  MoeFastShared sgu, sdn;
+  if (sh) {
+    sgu = {.w1 = sh->w1.data, .s1 = sh->w1.scale, .w3 = sh->w3.data, .s3 = sh->w3.scale, .rows = T, .row0 = n,
+           .limit = shared_limit};
+    sdn = {.w1 = sh->w2.data, .s1 = sh->w2.scale, .rows = T, .row0 = n, .out = shy};
+  }
   const MoeFastArgs gate_up{.active = active, .offsets = offsets, .xb = direct ? nullptr : xb,
                             .xf = direct ? x : nullptr, .perm = perm, .w1 = ex.w1.data, .s1 = ex.w1.scale,
                             .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit, .hout = hb};
-  detail::launch_moe_fast(true, gate_up, max_active, stream);
+  detail::launch_moe_fast_shared(true, gate_up, sgu, max_active, stream);
   const MoeFastArgs down{.active = active, .offsets = offsets, .xb = hb, .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I,
                          .N = D, .yout = yp};
-  detail::launch_moe_fast(false, down, max_active, stream);
+  detail::launch_moe_fast_shared(false, down, sdn, max_active, stream);
 }
 
 // Grouped (prefill) path of the routed experts: yp rows of all valid assignments.
@@ -380,11 +392,13 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
                                 bool(ws.shared_gemm_));
   const bool fast = plan.experts != MoeExpertKernels::kGemm;
   int32_t* active = fast ? ws.active_.data() : nullptr;
+  // Decode sizes: the shared expert inside the routed experts' kernels (moe_fast_shared.h), no side stream.
+  const bool fused_shared = shared && moe_shared_fused(path, plan.experts, T, ex, *shared);
 
   // Fast path: the shared expert on the side stream, concurrently with the routed experts. The join precedes the
   // combine and is recorded whatever happened in between (a captured forward never ends with the side stream
   // unjoined).
-  const bool side = plan.side_stream && ws.side_.usable();
+  const bool side = plan.side_stream && !fused_shared && ws.side_.usable();
   float *s1 = ws.sh1_.data(), *s3 = ws.sh3_.data(), *shy = shared ? ws.shy_.data() : nullptr;
   if (side) DSI_RETURN_IF_ERROR(ws.side_.fork(stream));
   Status st = Status::ok();
@@ -410,14 +424,15 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
                         reinterpret_cast<uint16_t*>(h1), yp, stream);
     st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_kernel / moe_grouped_kernel");
   } else if (st.is_ok() && fast) {
-    moe_fast_experts(x, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
-                     reinterpret_cast<uint16_t*>(h1), yp, plan.direct_x, stream);
+    moe_fast_experts(x, T, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
+                     reinterpret_cast<uint16_t*>(h1), yp, plan.direct_x, fused_shared ? shared : nullptr,
+                     shared_limit, shy, stream);
     st = check_launch_status("moe_gather_kernel / moe_fast_kernel");
   } else if (st.is_ok()) {
     st = exact_experts(x, n, ex, limit, offsets, perm, h1, h3, yp, stream, plan.gemm_skinny_ok);
   }
   // launched after the routed kernels (host launch time stays off the routed critical path), forked before them
-  if (st.is_ok() && shared)
+  if (st.is_ok() && shared && !fused_shared)
     st = shared_expert(x, T, D, *shared, shared_limit, path, s1, s3, shy, side ? ws.side_.stream() : stream,
                        plan.shared_projection ? &ws.shared_gemm_ : nullptr);
   if (side) {

@@ -7,12 +7,16 @@
 // operand from the gathered bf16 rows or (kXf32, small T) from fp32 x through perm_token, rounded the same way.
 // Gate/up kernel: tiles W1 rows n0..n0+31 and W3 rows n0..n0+31, epilogue = clamped SwiGLU -> bf16 (pair layout,
 // the B operand of the down kernel). Down kernel: W2 rows n0..n0+63, epilogue = fp32 rows of yp.
+// The shared expert (moe_fast_shared.h) rides in the same launches: grid rows y < ceil(T / 8) stream its FP8 weights
+// for tokens 8y..8y+7 (shared_block: same tiles, warps and reduction; each 128-k chunk in two halves of 16 bytes per
+// row, decoded by e4m3_pair_bits and one E8M0 factor per chunk and matrix), the routed experts' slots follow.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "ops/moe/moe_fast_common.h"
+#include "ops/moe/moe_fast_shared.h"
 #include "ops/moe/moe_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -85,6 +89,26 @@ __device__ __forceinline__ void load_x(const uint16_t* xb, const float* xf, int 
   }
 }
 
+// load_x's slots 2h and 2h + 1 only (the shared expert's half chunk: elements 16h..16h+15 of the lane's 32).
+__device__ __forceinline__ void load_x_half(const uint16_t* xb, const float* xf, int ch, int t, int h, uint4 (&x)[2]) {
+  if (xf) {
+    const float4* p = reinterpret_cast<const float4*>(xf + ch * kFastChunk + t * 32);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int i = 2 * h + j;
+      const float4 a = __ldg(p + 2 * i), b = __ldg(p + 2 * i + 1);
+      x[j] = make_uint4(pack_bf16(a.x, b.x), pack_bf16(a.y, b.y), pack_bf16(a.z, b.z), pack_bf16(a.w, b.w));
+    }
+  } else if (xb) {
+    const uint4* p = reinterpret_cast<const uint4*>(xb + ch * kFastChunk + t * 32);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) x[j] = __ldg(p + 2 * h + j);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) x[j] = make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Weight matrix of tile a (0: W1 or W2, 1: W3) and its row half r's offset from the lane's row g.
 template <bool kGateUp>
 __device__ __forceinline__ int tile_matrix(int a) { return kGateUp ? (a >> 1) : 0; }
@@ -134,11 +158,115 @@ __device__ __forceinline__ float reduced(const float* red, int a, int row16, int
 static_assert(md::kFastScaleShift == 64, "reduced() multiplies by 2^64");
 static_assert(kFastThreads == md::kFastGateRows * kFastTokens, "gate/up epilogue: one thread per (row, token)");
 
+// The pass's outputs from the reduction buffer: tokens 0..valid-1 of the pass (valid may exceed 8) to output rows
+// orow + tok. Gate/up: clamped SwiGLU to bf16 pair layout in hout [rows, N]; down: fp32 rows of yout [rows, N].
+template <bool kGateUp>
+__device__ __forceinline__ void store_pass(const float* red, int64_t n0, int64_t N, int64_t orow, int valid,
+                                           float limit, uint16_t* hout, float* yout) {
+  if constexpr (kGateUp) {
+    // 256 threads = 32 rows x 8 tokens; the 32 rows are one pair-layout group of h.
+    const int r = threadIdx.x >> 3, tok = threadIdx.x & 7;
+    if (tok < valid) {
+      float gv = reduced(red, r >> 4, r & 15, tok), uv = reduced(red, 2 + (r >> 4), r & 15, tok);
+      if (limit > 0.0f) {
+        gv = fminf(gv, limit);
+        uv = fminf(fmaxf(uv, -limit), limit);
+      }
+      const float h = gv / (1.0f + expf(-gv)) * uv;
+      hout[(orow + tok) * N + n0 + md::pair_dst(r)] = __bfloat16_as_ushort(__float2bfloat16_rn(h));
+    }
+  } else {
+    const int rows = md::kFastDownRows;
+    for (int i = threadIdx.x; i < rows * kFastTokens; i += kFastThreads) {
+      const int r = i % rows, tok = i / rows;
+      if (tok < valid) yout[(orow + tok) * N + n0 + r] = reduced(red, r >> 4, r & 15, tok);
+    }
+  }
+}
+
+__device__ __forceinline__ void store_partials(float* red, int warp, int lane, const float (&acc)[kFastTiles][4]) {
+#pragma unroll
+  for (int a = 0; a < kFastTiles; ++a)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) red[((warp * kFastTiles + a) * 4 + j) * 32 + lane] = acc[a][j];
+}
+
+// The shared expert's block (grid row y < ceil(sh.rows / 8)): its tokens 8y..8y+7 against FP8 rows n0.. of W1 / W3
+// (gate/up) or W2 (down). Lane t's 32 k of a chunk are 32 bytes per row, read in two halves of 16 (h): half h holds
+// the lane's words q = 2h, 2h+1 of the FP4 layout (elements 8q..8q+7), whose B operand is x slot q. The block's rows
+// lie in one 128-row scale block, so one E8M0 byte per chunk and matrix scales every weight of the chunk.
 template <bool kGateUp, bool kXf32>
-__global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p) {
+__device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFastShared& sh, float* red) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int rows = kGateUp ? md::kFastGateRows : md::kFastDownRows;
+  const int64_t n0 = int64_t(blockIdx.x) * rows;
+  const int64_t K = p.K, nch = K / kFastChunk;
+  const int pass = int(blockIdx.y) * kFastTokens;
+  const bool has_row = pass + g < sh.rows;
+  const uint16_t* xrow = !kXf32 && has_row ? p.xb + (sh.row0 + pass + g) * K : nullptr;
+  const float* xfrow = kXf32 && has_row ? p.xf + int64_t(pass + g) * K : nullptr;
+  const uint8_t* wd[2];
+  const uint8_t* ws[2];
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const bool up = kGateUp && m == 1;
+    wd[m] = static_cast<const uint8_t*>(up ? sh.w3 : sh.w1) + (n0 + g) * K;
+    ws[m] = static_cast<const uint8_t*>(up ? sh.s3 : sh.s1) + (n0 / 128) * (K / 128);
+  }
+  float acc[kFastTiles][4] = {};
+  for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
+    uint32_t F[2];
+#pragma unroll
+    for (int m = 0; m < (kGateUp ? 2 : 1); ++m) {
+      const uint32_t f = md::e4m3_scale_bf16(__ldg(ws[m] + ch));
+      F[m] = f | (f << 16);
+    }
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {  // not unrolled: one half's 32 weight registers live at a time
+      uint4 w[kFastTiles][2], xh[2];
+      load_x_half(xrow, xfrow, int(ch), t, h, xh);
+#pragma unroll
+      for (int a = 0; a < kFastTiles; ++a)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          w[a][r] = __ldg(reinterpret_cast<const uint4*>(wd[tile_matrix<kGateUp>(a)] + tile_row<kGateUp>(a, r) * K +
+                                                         ch * kFastChunk + t * 32 + 16 * h));
+#pragma unroll
+      for (int a = 0; a < kFastTiles; ++a) {
+        const uint32_t Fa = F[kGateUp ? (a >> 1) : 0];
+#pragma unroll
+        for (int qq = 0; qq < 2; ++qq) {
+          const uint32_t w0a = word(w[a][0], 2 * qq), w0b = word(w[a][0], 2 * qq + 1);
+          const uint32_t w1a = word(w[a][1], 2 * qq), w1b = word(w[a][1], 2 * qq + 1);
+          const uint4& xb = xh[qq];
+          mma_bf16(acc[a], bf16x2_mul(md::e4m3_pair_bits(w0a, w0b, 0), Fa),
+                   bf16x2_mul(md::e4m3_pair_bits(w1a, w1b, 0), Fa), bf16x2_mul(md::e4m3_pair_bits(w0a, w0b, 1), Fa),
+                   bf16x2_mul(md::e4m3_pair_bits(w1a, w1b, 1), Fa), xb.x, xb.y);
+          mma_bf16(acc[a], bf16x2_mul(md::e4m3_pair_bits(w0a, w0b, 2), Fa),
+                   bf16x2_mul(md::e4m3_pair_bits(w1a, w1b, 2), Fa), bf16x2_mul(md::e4m3_pair_bits(w0a, w0b, 3), Fa),
+                   bf16x2_mul(md::e4m3_pair_bits(w1a, w1b, 3), Fa), xb.z, xb.w);
+        }
+      }
+    }
+  }
+  store_partials(red, warp, lane, acc);
+  __syncthreads();
+  const int valid = int(sh.rows) - pass;
+  if constexpr (kGateUp) store_pass<true>(red, n0, p.N, sh.row0 + pass, valid, sh.limit, p.hout, nullptr);
+  else store_pass<false>(red, n0, p.N, pass, valid, 0.0f, nullptr, sh.out);
+}
+
+template <bool kGateUp, bool kXf32>
+__global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p, MoeFastShared sh) {
   __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
-  if (int(blockIdx.y) >= p.active[0]) return;
-  const int e = p.active[1 + blockIdx.y];
+  const int shared_slots = int((sh.rows + kFastTokens - 1) / kFastTokens);
+  if (int(blockIdx.y) < shared_slots) {
+    shared_block<kGateUp, kXf32>(p, sh, red);
+    return;
+  }
+  const int slot = int(blockIdx.y) - shared_slots;
+  if (slot >= p.active[0]) return;
+  const int e = p.active[1 + slot];
   const int rb = p.offsets[e], cnt = p.offsets[e + 1] - rb;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rows = kGateUp ? md::kFastGateRows : md::kFastDownRows;
@@ -174,39 +302,20 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
       if constexpr (!kXf32) load_x(xrow, xfrow, int(ch), t, c);
       compute_chunk(c, acc);
     }
-#pragma unroll
-    for (int a = 0; a < kFastTiles; ++a)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) red[((warp * kFastTiles + a) * 4 + j) * 32 + lane] = acc[a][j];
+    store_partials(red, warp, lane, acc);
     __syncthreads();
-    if constexpr (kGateUp) {
-      // 256 threads = 32 rows x 8 tokens; the 32 rows are one pair-layout group of h.
-      const int r = threadIdx.x >> 3, tok = threadIdx.x & 7;
-      if (pass + tok < cnt) {
-        float gv = reduced(red, r >> 4, r & 15, tok), uv = reduced(red, 2 + (r >> 4), r & 15, tok);
-        if (p.limit > 0.0f) {
-          gv = fminf(gv, p.limit);
-          uv = fminf(fmaxf(uv, -p.limit), p.limit);
-        }
-        const float h = gv / (1.0f + expf(-gv)) * uv;
-        p.hout[(int64_t(rb) + pass + tok) * p.N + n0 + md::pair_dst(r)] = __bfloat16_as_ushort(__float2bfloat16_rn(h));
-      }
-    } else {
-      for (int i = threadIdx.x; i < rows * kFastTokens; i += kFastThreads) {
-        const int r = i % rows, tok = i / rows;
-        if (pass + tok < cnt) p.yout[(int64_t(rb) + pass + tok) * p.N + n0 + r] = reduced(red, r >> 4, r & 15, tok);
-      }
-    }
+    store_pass<kGateUp>(red, n0, p.N, int64_t(rb) + pass, cnt - pass, p.limit, p.hout, p.yout);
     __syncthreads();  // red is rewritten by the next pass
   }
 }
 
 // Gather of the permuted x rows to bf16 in pair layout: block = one permuted row.
-__global__ void moe_gather_kernel(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t K,
-                                  uint16_t* xb) {
+// Rows max_rows.. (the shared expert's, moe_fast_shared.h) are x's rows in token order.
+__global__ void moe_gather_kernel(const float* x, const int32_t* perm_token, const int32_t* rows_dev,
+                                  int64_t max_rows, int64_t K, uint16_t* xb) {
   const int64_t row = blockIdx.x;
-  if (row >= *rows_dev) return;
-  const float* src = x + int64_t(perm_token[row]) * K;
+  if (row < max_rows && row >= *rows_dev) return;
+  const float* src = x + (row < max_rows ? int64_t(perm_token[row]) : row - max_rows) * K;
   uint16_t* dst = xb + row * K;
   for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
     dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[(i & ~int64_t(31)) + md::pair_src(int(i & 31))]));
@@ -214,19 +323,30 @@ __global__ void moe_gather_kernel(const float* x, const int32_t* perm_token, con
 
 }  // namespace
 
+void launch_moe_gather_shared(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
+                              int64_t shared_rows, int64_t K, uint16_t* xb, void* stream) {
+  moe_gather_kernel<<<unsigned(max_rows + shared_rows), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, perm_token, rows_dev, max_rows, K, xb);
+}
+
 void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
                        int64_t K, uint16_t* xb, void* stream) {
-  moe_gather_kernel<<<unsigned(max_rows), 256, 0, static_cast<cudaStream_t>(stream)>>>(x, perm_token, rows_dev, K,
-                                                                                         xb);
+  launch_moe_gather_shared(x, perm_token, rows_dev, max_rows, 0, K, xb, stream);
+}
+
+void launch_moe_fast_shared(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, int64_t max_active,
+                            void* stream) {
+  const int rows = gate_up ? md::kFastGateRows : md::kFastDownRows;
+  const int64_t shared_slots = (s.rows + kFastTokens - 1) / kFastTokens;
+  const dim3 grid(unsigned(a.N / rows), unsigned(shared_slots + max_active));
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (gate_up && a.xf) moe_fast_kernel<true, true><<<grid, kFastThreads, 0, st>>>(a, s);
+  else if (gate_up) moe_fast_kernel<true, false><<<grid, kFastThreads, 0, st>>>(a, s);
+  else moe_fast_kernel<false, false><<<grid, kFastThreads, 0, st>>>(a, s);
 }
 
 void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream) {
-  const int rows = gate_up ? md::kFastGateRows : md::kFastDownRows;
-  const dim3 grid(unsigned(a.N / rows), unsigned(max_active));
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (gate_up && a.xf) moe_fast_kernel<true, true><<<grid, kFastThreads, 0, st>>>(a);
-  else if (gate_up) moe_fast_kernel<true, false><<<grid, kFastThreads, 0, st>>>(a);
-  else moe_fast_kernel<false, false><<<grid, kFastThreads, 0, st>>>(a);
+  launch_moe_fast_shared(gate_up, a, MoeFastShared{}, max_active, stream);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

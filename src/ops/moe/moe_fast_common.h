@@ -60,4 +60,30 @@ DSI_HD uint32_t fp4_scale_bf16(uint32_t s) {
   return e >= 255u ? 0x7F80u : (e << 7);
 }
 
+// FP8 e4m3 weights (the shared expert run inside the fast kernels, moe_fast_shared.h): a lane's 32 elements of a
+// 128-k chunk are 32 bytes; elements 8q..8q+3 are bytes 0..3 of word 2q, 8q+4..8q+7 those of word 2q+1. bf16x2 bits
+// of byte p of word a (low half: element 8q + p) and of word b (high half: element 8q + p + 4), each as the bf16
+// whose bits are sign << 15 | (the byte's 7 magnitude bits) << 4: the e4m3 value times 2^-120 (the exponent fields
+// line up at that shift, so e4m3 subnormals land on bf16 subnormals and normals on normals; the e4m3fn NaN codes
+// 0x7F / 0xFF decode as 480, which real checkpoints do not hold). On the GPU one prmt gathers the two bytes.
+DSI_HD uint32_t e4m3_pair_bits(uint32_t a, uint32_t b, int p) {
+#ifdef __CUDA_ARCH__
+  const uint32_t sel = uint32_t(p) * 0x11u + uint32_t(4 + p) * 0x1100u;  // bytes: a.p, a.p, b.p, b.p
+  const uint32_t t = __byte_perm(a, b, sel);
+#else
+  const uint32_t t = (((a >> (8 * p)) & 0xFFu) << 8) | (((b >> (8 * p)) & 0xFFu) << 24);
+#endif
+  return (t & 0x80008000u) | ((t >> 4) & 0x07F007F0u);
+}
+
+// bf16 bits of 2^(s - 127) * 2^120 / 2^kFastScaleShift for an E8M0 block scale byte s: the factor that turns
+// e4m3_pair_bits values into weight * 2^-kFastScaleShift. Exact for s = 74..198 (the product stays a normal bf16
+// for every e4m3 value: 2^-9 * 2^(s - 191) >= 2^-126); 0xFF gives a bf16 NaN, bytes above 198 saturate to inf.
+DSI_HD uint32_t e4m3_scale_bf16(uint32_t s) {
+  s &= 0xFFu;
+  if (s == 0xFFu) return 0x7FC0u;
+  const uint32_t e = s + 120u - uint32_t(kFastScaleShift);  // biased bf16 exponent of 2^(s - 127 + 120 - shift)
+  return e >= 255u ? 0x7F80u : (e << 7);
+}
+
 }  // namespace dsinfer::ops::moe_detail

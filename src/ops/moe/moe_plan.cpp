@@ -21,6 +21,17 @@ bool moe_cutlass_supported(const MoeExpertsDevice& ex) {
   return fp8(ex.w1) && fp8(ex.w3) && fp8(ex.w2) && ex.dim % 128 == 0 && ex.inter % 128 == 0 && ex.inter <= ex.dim;
 }
 
+bool moe_shared_fused(MoePath path, MoeExpertKernels experts, int64_t T, const MoeExpertsDevice& ex,
+                      const MoeSharedDevice& sh) {
+  auto fp8 = [](const DeviceWeight& w, int64_t rows, int64_t cols) {
+    return w.fmt == WeightFormat::FP8_BLOCK && w.scale_e8m0 && w.block_n == 128 && w.block_k == 128 && w.data &&
+           w.scale && w.rows == rows && w.cols == cols;
+  };
+  return path == MoePath::Fast && experts == MoeExpertKernels::kFast && T >= kMoeSharedFusedMinT &&
+         T <= kMoeSharedFusedMaxT &&
+         fp8(sh.w1, ex.inter, ex.dim) && fp8(sh.w3, ex.inter, ex.dim) && fp8(sh.w2, ex.dim, ex.inter);
+}
+
 int moe_cutlass_cluster_n(int64_t rows, int64_t experts, int64_t N) {
   const bool full = rows >= kMoeCutlassClusterMinRows * std::max<int64_t>(experts, 1);
   return full && N % 256 == 0 ? 2 : 1;

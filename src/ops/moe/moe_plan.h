@@ -8,17 +8,17 @@
 
 #include "ops/gemm/gemm_plan.h"
 #include "ops/kernel_mode.h"
-#include "ops/moe/moe_launch.h"  // MoeExpertsDevice
+#include "ops/moe/moe_launch.h"  // MoeExpertsDevice, MoeSharedDevice
 
 namespace dsinfer::ops::cuda {
 
 // Which kernels run the routed experts. Exact: fp32 streaming GEMMs for T*topk <= 8*experts, else the bf16
 // tensor-core tiled GEMMs (the reference-checking path). Fast: the grouped decode kernels of moe_fast.cu (x and the
 // SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
-// moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda either way.
-// Fast also runs the shared expert on the workspace's side stream, concurrently with the routed experts (same
-// bits), for T*topk <= kMoePrepMaxN the permutation in one launch, and for T*topk <= kMoeDirectMaxN the gate/up
-// kernel on fp32 x directly (no bf16 gather).
+// moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda, except moe_shared_fused's case.
+// Fast runs the shared expert inside the decode kernels at 2..160 tokens (moe_fast_shared.h), else on the side
+// stream beside the routed experts; for T*topk <= kMoePrepMaxN the permutation in one launch; for T*topk <=
+// kMoeDirectMaxN the gate/up kernel on fp32 x directly (no bf16 gather).
 // Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
 // tiled grouped GEMMs for every T (never the T-dependent skinny choice); the shared expert with
 // GemmPrecision::kBatchInvariant. A token's bits then do not depend on the other tokens or on T.
@@ -43,6 +43,12 @@ enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8, CutlassFp8 };
 
 // MoePath::Fast takes the grouped prefill GEMMs above this many tokens, the decode kernels up to it.
 inline constexpr int64_t kMoeGroupedMinT = 1024;
+// From kMoeSharedFusedMinT to kMoeSharedFusedMaxT tokens MoePath::Fast runs the shared expert inside the decode
+// kernels (moe_fast_shared.h: ceil(T / 8) extra grid rows, each streaming the shared weights for 8 tokens), otherwise
+// on the side stream through gemm_cuda. Measured on the H200 (bench/NOTES.md "Session 17 — MoE decode", moe_cuda per
+// V4-Flash layer, fused vs side stream): T = 1 66.1 vs 64.9 us, 2 99.2 vs 112.4, 8 228.5 vs 294.1, 16 378.1 vs 539.4,
+// 128 1,168 vs 1,225, 160 1,239 vs 1,255, 192 1,318 vs 1,323 (a tie), 256 1,495 vs 1,464.
+inline constexpr int64_t kMoeSharedFusedMinT = 2, kMoeSharedFusedMaxT = 160;
 // Up to this many assignments (T * topk) the permutation is one launch (moe_prep_kernel stages them in shared
 // memory: this is also its array size); above, the count and scatter kernels.
 inline constexpr int kMoePrepMaxN = 2048;
@@ -86,7 +92,7 @@ struct MoePlan {
   bool gemm_skinny_ok = true;   // kGemm: the skinny kernel may run (plan_moe_expert_gemm); false for Invariant
   bool prep_one_launch = false;  // the permutation in one launch (moe_prep_kernel), else count + scatter
   bool direct_x = false;         // kFast: the gate/up kernel reads fp32 x (needs 16-byte aligned x)
-  bool side_stream = false;      // the shared expert on the side stream (when it is usable on this device)
+  bool side_stream = false;      // the shared expert on the side stream (usable, and not moe_shared_fused)
   bool shared_projection = false;  // the shared expert's GEMMs through the caller's projection (MoeSharedGemm)
 };
 // shared_gemm: the caller gave moe_cuda its projection GEMM (MoeWorkspace::set_shared_gemm). Fast above
@@ -96,6 +102,13 @@ struct MoePlan {
 // stream hid 0.27 ms of it behind the persistent grouped kernels, which hold every SM.
 MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16,
                  bool cutlass_supported = false, bool shared_gemm = false);
+
+// The shared expert inside the decode kernels (moe_fast_shared.h; defined in moe_plan.cpp): MoePath::Fast on the
+// decode kernels (kFast), T in [kMoeSharedFusedMinT, kMoeSharedFusedMaxT], and a shared expert the kernels can read:
+// FP8_BLOCK with 128 x 128 E8M0 scales, its inter equal to the routed experts' (the same grid columns), its dim
+// theirs. Otherwise the shared expert runs through gemm_cuda (side stream or in line, MoePlan).
+bool moe_shared_fused(MoePath path, MoeExpertKernels experts, int64_t T, const MoeExpertsDevice& ex,
+                      const MoeSharedDevice& sh);
 
 // One grouped expert GEMM (kGemm) over total_rows permuted rows of `experts` experts: the skinny kernel when allowed
 // and the rows average <= kMoeSkinnyRowsPerExpert per expert (and 16-byte weight vectors are legal), else the tiled
