@@ -13,6 +13,10 @@
 //   the key tile goes back to the producer on its `empty` mbarrier once both have completed.
 // Every product, sum and rounding is the lock-step kernel's (its probe kProbeWgmma showed wgmma k16 steps round as
 // mma.sync's): the output is bitwise the lock-step kernel's, which the GPU test asserts.
+// Session 18, two variant bits (sparse_attention_fp8_launch.h): kWsFastConvert dequantises with
+// attn_fp8::dequant16_fast (byte permutes and one bf16 multiply, dequant16's bits; the op's default, kWsVariant);
+// kWsConsumerDequant leaves the producer only the gathers (per-stage `full` / `empty` mbarriers) and has each
+// consumer warpgroup dequantise the half of the tile its own products read (measured slower: a bench variant).
 #include <cuda_bf16.h>
 
 #include "cuda/ops_device.cuh"
@@ -200,6 +204,43 @@ __device__ __forceinline__ void qk_issue(uint32_t qs, uint32_t ks, int d0, float
   wg::wgmma_commit();
 }
 
+// Warpgroup 0: gathers every tile of the split into the FP8 ring and (unless the consumers do) dequantises it into
+// the bf16 key tiles, signalling each on its mbarriers (the kernel's comment; barriers at full0 .. as laid out there).
+template <bool kFast, bool kSplitDequant>
+__device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, uint8_t* stages,
+                                        uint8_t* flags, uint32_t* mask, __nv_bfloat16* kb, uint32_t full0,
+                                        uint32_t empty0, uint32_t sfull0, uint32_t sempty0) {
+  for (int64_t m = 0; m < kStages - 1; ++m) issue_tile(p, t, sp, m, stages, flags);
+  for (int64_t n = 0; n < sp.ntiles; ++n) {
+    if constexpr (kSplitDequant) {
+      // Gathers only: tile n + kStages - 1 into tile n - 1's stage once both consumers have dequantised it, then
+      // tile n's stage handed on when this thread's copies of it have landed.
+      const int64_t m = n + kStages - 1;
+      if (m >= kStages && m < sp.ntiles) mbar_wait(sempty0 + 8 * int(m % kStages), uint32_t(((m / kStages) - 1) & 1));
+      issue_tile(p, t, sp, m, stages, flags);
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
+      mbar_arrive(sfull0 + 8 * int(n % kStages));
+      continue;
+    }
+    // Committed: tiles 0 .. n + kStages - 2, one group each; tile n's copies are done at kStages - 2 pending.
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+    named_sync(kBarProducer, 128);  // tile n's bytes visible; every producer is past tile n - 1's dequantisation
+    issue_tile(p, t, sp, n + kStages - 1, stages, flags);  // into tile n - 1's stage
+    const int slot = int(n % kKeyTiles);
+    if (n >= kKeyTiles) mbar_wait(empty0 + 8 * slot, uint32_t(((n / kKeyTiles) - 1) & 1));
+    const uint8_t* fl = flags + (n % kStages) * kKeys;
+    dequant_chunks<0, kChunksPerKey, kFast, 1>(stages + (n % kStages) * kStageBytes, fl, kb + slot * (kTileBytes / 2),
+                                               threadIdx.x);
+    if (threadIdx.x < 32) {
+      const uint32_t bits = __ballot_sync(dev::kFull, fl[threadIdx.x] != 0);
+      if (threadIdx.x == 0) mask[slot] = bits;
+    }
+    wg::fence_proxy_async();  // the tile's generic-proxy writes, before the consumers' wgmma read it
+    mbar_arrive(full0 + 8 * slot);
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
 template <bool kQBf16, int kVariant>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_ws_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
@@ -230,35 +271,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    for (int64_t m = 0; m < kStages - 1; ++m) issue_tile(p, t, sp, m, stages, flags);
-    for (int64_t n = 0; n < sp.ntiles; ++n) {
-      if constexpr (kSplitDequant) {
-        // Gathers only: tile n + kStages - 1 into tile n - 1's stage once both consumers have dequantised it, then
-        // tile n's stage handed on when this thread's copies of it have landed.
-        const int64_t m = n + kStages - 1;
-        if (m >= kStages && m < sp.ntiles) mbar_wait(sempty0 + 8 * int(m % kStages), uint32_t(((m / kStages) - 1) & 1));
-        issue_tile(p, t, sp, m, stages, flags);
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
-        mbar_arrive(sfull0 + 8 * int(n % kStages));
-        continue;
-      }
-      // Committed: tiles 0 .. n + kStages - 2, one group each; tile n's copies are done at kStages - 2 pending.
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
-      named_sync(kBarProducer, 128);  // tile n's bytes visible; every producer is past tile n - 1's dequantisation
-      issue_tile(p, t, sp, n + kStages - 1, stages, flags);  // into tile n - 1's stage
-      const int slot = int(n % kKeyTiles);
-      if (n >= kKeyTiles) mbar_wait(empty0 + 8 * slot, uint32_t(((n / kKeyTiles) - 1) & 1));
-      const uint8_t* fl = flags + (n % kStages) * kKeys;
-      dequant_chunks<0, kChunksPerKey, kFast, 1>(stages + (n % kStages) * kStageBytes, fl,
-                                              kb + slot * (kTileBytes / 2), threadIdx.x);
-      if (threadIdx.x < 32) {
-        const uint32_t bits = __ballot_sync(dev::kFull, fl[threadIdx.x] != 0);
-        if (threadIdx.x == 0) mask[slot] = bits;
-      }
-      wg::fence_proxy_async();  // the tile's generic-proxy writes, before the consumers' wgmma read it
-      mbar_arrive(full0 + 8 * slot);
-    }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    produce<kFast, kSplitDequant>(p, t, sp, stages, flags, mask, kb, full0, empty0, sfull0, sempty0);
     return;
   }
 
