@@ -14,6 +14,8 @@
 // products (session 16: the kernel's bits), beside the kernel.
 // Session 17: each shape times both kernels (Fp8AttentionKernel: the plan's, then the lock-step one forced), and a
 // prefill shape (bench_prefill: 4,096 tokens, the model bench's 4 layers) runs first.
+// Session 18: prefill and every decode shape also time each variant of the warp-specialised kernel
+// (detail::launch_sparse_attention_fp8_ws_variant; bit 1 the fast conversion, bit 2 the consumers dequantising).
 // --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script; --quick
 // leaves out the split sweep and the phase probes (a device call that only needs the plan's timings).
 // Built only with DSINFER_CUDA.
@@ -174,9 +176,10 @@ struct Run {
   float* ws;
 };
 
-// The call of group g with `splits` splits on stream s (probe != 0: the diagnostic kernel with phases left out).
+// The call of group g with `splits` splits on stream s (probe != 0: the diagnostic kernel with phases left out;
+// variant >= 0: that variant of the warp-specialised kernel).
 void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, cudaStream_t s, int probe = 0,
-          ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto) {
+          ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto, int variant = -1) {
   ops::cuda::SparseAttentionFp8Params p;
   p.kernel = kernel;
   p.T = b.B;
@@ -191,7 +194,12 @@ void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, 
   p.num_splits = splits;
   const void* q = q_bf16 ? static_cast<const void*>(b.dqb.data() + t0 * kH * kD)
                          : static_cast<const void*>(b.dqf.data() + t0 * kH * kD);
-  if (probe == 0) {
+  if (variant >= 0) {
+    if (!ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q, r.out, r.ws, variant, s)) {
+      std::fprintf(stderr, "variant %d failed\n", variant);
+      std::exit(1);
+    }
+  } else if (probe == 0) {
     BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q, r.out, r.ws, s));
   } else if (!ops::cuda::detail::launch_sparse_attention_fp8_probe(p, q, r.out, r.ws, probe, s) ||
              cudaGetLastError() != cudaSuccess) {
@@ -236,10 +244,10 @@ double graph_us(const Calls& calls, int64_t per) {
 }
 
 double time_us(const Batch& b, const Run& r, int64_t splits, bool q_bf16, int probe = 0,
-               ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto) {
+               ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto, int variant = -1) {
   return graph_us(
       [&](cudaStream_t s) {
-        for (int64_t g = 0; g < b.G; ++g) call(b, r, g, splits, q_bf16, s, probe, kernel);
+        for (int64_t g = 0; g < b.G; ++g) call(b, r, g, splits, q_bf16, s, probe, kernel, variant);
       },
       b.G);
 }
@@ -317,7 +325,7 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   for (const Layer& L : layers)
     max_splits = std::max(max_splits, ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms));
   BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(kChunk, kH, max_splits)) + 64));
-  auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel) {
+  auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel, int variant) {
     for (const Layer& L : layers)
       for (int64_t c0 = 0; c0 < kT; c0 += kChunk) {
         ops::cuda::SparseAttentionFp8Params p;
@@ -331,7 +339,13 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
                        ops::kModel1Pages};
         p.num_splits = ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms);
         p.kernel = kernel;
-        BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q.data(), o.data(), ws.data(), s));
+        if (variant < 0) {
+          BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q.data(), o.data(), ws.data(), s));
+        } else if (!ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q.data(), o.data(), ws.data(),
+                                                                               variant, s)) {
+          std::fprintf(stderr, "variant %d failed\n", variant);
+          std::exit(1);
+        }
       }
   };
   const double flops = keys * 131072.0;
@@ -339,9 +353,15 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   for (const auto& [name, kernel] : {std::pair<const char*, ops::cuda::Fp8AttentionKernel>{
                                          "lock-step", ops::cuda::Fp8AttentionKernel::kLockstep},
                                      {"warp-specialised", ops::cuda::Fp8AttentionKernel::kWarpSpecialised}}) {
-    const double us = graph_us([&](cudaStream_t s) { run(s, kernel); }, 1);
+    const double us = graph_us([&](cudaStream_t s) { run(s, kernel, -1); }, 1);
     std::printf("  %s: %.3f ms (%.0f TFLOP/s)\n", name, us / 1e3, flops / us / 1e6);
     std::printf("RESULT prefill %s %.2f\n", name, us);
+    std::fflush(stdout);
+  }
+  for (int v = 0; v < 4; ++v) {
+    const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, v); }, 1);
+    std::printf("  warp-specialised variant %d: %.3f ms (%.0f TFLOP/s)\n", v, us / 1e3, flops / us / 1e6);
+    std::printf("RESULT prefill variant%d %.2f\n", v, us);
     std::fflush(stdout);
   }
 }
@@ -407,6 +427,10 @@ int main(int argc, char** argv) {
       std::printf("  lock-step kernel: q fp32 %.1f us, q bf16 %.1f us\n",
                   time_us(b, r, plan, false, 0, ops::cuda::Fp8AttentionKernel::kLockstep),
                   time_us(b, r, plan, true, 0, ops::cuda::Fp8AttentionKernel::kLockstep));
+      std::printf("  warp-specialised variants (q fp32):");
+      for (int v = 0; v < 4; ++v)
+        std::printf(" %d:%.1f", v, time_us(b, r, plan, false, 0, ops::cuda::Fp8AttentionKernel::kAuto, v));
+      std::printf("\n");
       if (!quick)  // the wgmma products (session 16's probe of the lock-step kernel)
         std::printf("  wgmma probe (q fp32): %.1f us\n", time_us(b, r, plan, false, ops::cuda::detail::kProbeWgmma));
       if (!quick) {

@@ -16,7 +16,10 @@
 // kernel's overlapped tile loop must give the serial loop's bits (detail::kProbeSerial: same tiles, same order), and
 // the wgmma probe (detail::kProbeWgmma) the kernel's bits. Session 17: both kernels run every case
 // (Fp8AttentionKernel::kLockstep and kWarpSpecialised, and kAuto, the plan's), each held to the reference, and the
-// warp-specialised kernel must give the lock-step kernel's bits (fp32 and bf16 q, every split count).
+// warp-specialised kernel must give the lock-step kernel's bits (fp32 and bf16 q, every split count). Session 18:
+// every variant of the warp-specialised kernel (detail::launch_sparse_attention_fp8_ws_variant: the fast conversion,
+// the consumers dequantising) must give those bits too, and the fast conversion (attn_fp8::dequant16_fast) must give
+// the reference conversion's bits for every (code, scale byte) pair.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -132,9 +135,11 @@ struct Device {
       : win(to_device(in.win)), ent(to_device(in.ent)), idx0(to_device(in.idx0)), len0(to_device(in.len0)),
         idx1(to_device(in.idx1)), len1(to_device(in.len1)), pos(to_device(in.pos)), qf(to_device(in.qf)),
         sinks(to_device(in.sinks)), inv_freq(to_device(in.inv_freq)), qb(to_device(in.qb)) {}
-  // probe: a detail::kProbe* loop (kProbeSerial, kProbeWgmma; fp32 q only) instead of the kernel.
+  // probe: a detail::kProbe* loop (kProbeSerial, kProbeWgmma; fp32 q only) instead of the kernel; ws_variant >= 0:
+  // that variant of the warp-specialised kernel instead.
   std::vector<float> run(const Case& c, SparseAttentionFp8Params p, int64_t splits, int probe = 0,
-                         ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto) {
+                         ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto,
+                         int ws_variant = -1) {
     p.kernel = kernel;
     p.sinks = sinks.data();
     p.keys[0].cache = win.data();
@@ -156,7 +161,11 @@ struct Device {
       cudaMemset(ws.data(), 0xff, size_t(wsn) * 4);
     }
     const void* q = c.q_bf16 ? static_cast<const void*>(qb.data()) : static_cast<const void*>(qf.data());
-    if (probe != 0) {
+    if (ws_variant >= 0) {
+      EXPECT_TRUE(
+          ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q, o.data(), ws.data(), ws_variant, nullptr));
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    } else if (probe != 0) {
       EXPECT_TRUE(ops::cuda::detail::launch_sparse_attention_fp8_probe(p, q, o.data(), ws.data(), probe, nullptr));
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     } else {
@@ -200,6 +209,12 @@ void run_case(const Case& c, const std::vector<int64_t>& splits) {
     }
     // The same tiles, products, sums and roundings: the same bits.
     EXPECT_EQ(0, std::memcmp(wsp.data(), lock.data(), wsp.size() * 4)) << "warp-specialised != lock-step";
+    namespace d = ops::cuda::detail;
+    for (int v : {0, d::kWsFastConvert, d::kWsConsumerDequant, d::kWsFastConvert | d::kWsConsumerDequant}) {
+      const std::vector<float> var = dev.run(c, hp, s, 0, K::kAuto, v);
+      EXPECT_EQ(0, std::memcmp(var.data(), lock.data(), var.size() * 4)) << "warp-specialised variant " << v
+                                                                           << " != lock-step";
+    }
     const std::vector<float> again = dev.run(c, hp, s);
     EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * 4)) << "not deterministic";
     if (!c.q_bf16) {  // the overlapped tile loop computes the serial one's tiles in its order: the same bits
@@ -237,6 +252,40 @@ TEST(GpuSparseAttentionFp8, Bf16QueriesPartialHeadGroupsNoRope) {
 TEST(GpuSparseAttentionFp8, TokenWithoutKeys) {
   DSI_SKIP_WITHOUT_GPU();
   run_case(Case{3, 64, false, true, true, 14}, {1, 4});
+}
+
+// The fast e4m3 -> bf16 conversion against the kernels' reference one for all 65,536 (code, scale byte) pairs, bit
+// for bit; and the reference one against the CPU codec's decode (e4m3 * 2^(sb - 127) in fp32, rounded to bf16), so
+// that the table itself is checked. NaN codes or scales: both NaN.
+TEST(GpuSparseAttentionFp8, FastDequantGivesTheReferenceBits) {
+  DSI_SKIP_WITHOUT_GPU();
+  DeviceBuffer<uint16_t> fast, ref;
+  ASSERT_TRUE(fast.alloc(65536).is_ok());
+  ASSERT_TRUE(ref.alloc(65536).is_ok());
+  ops::cuda::detail::launch_fp8_dequant_table(fast.data(), ref.data(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint16_t> f = to_host(fast, 65536), r = to_host(ref, 65536);
+  int64_t differ = 0, nan = 0, cpu_differ = 0;
+  for (uint32_t sb = 0; sb < 256; ++sb) {
+    const float scale = small_float::from_bits(small_float::e8m0_f32_bits(sb));
+    for (uint32_t code = 0; code < 256; ++code) {
+      const size_t i = sb * 256 + code;
+      const float v = small_float::from_bits(small_float::e4m3_f32_bits(code)) * scale;
+      if (std::isnan(v)) {
+        ++nan;
+        const bool fn = (f[i] & 0x7fff) > 0x7f80, rn = (r[i] & 0x7fff) > 0x7f80;
+        if (!fn || !rn) ++differ;
+        continue;
+      }
+      if (f[i] != r[i]) ++differ;
+      if (r[i] != small_float::f32_to_bf16_bits(v)) ++cpu_differ;
+    }
+  }
+  std::printf("  fast dequant: %lld of 65536 pairs differ from the reference conversion, %lld from the CPU codec "
+              "(%lld NaN)\n",
+              (long long)differ, (long long)cpu_differ, (long long)nan);
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(cpu_differ, 0);
 }
 
 TEST(GpuSparseAttentionFp8, RejectsBadArguments) {

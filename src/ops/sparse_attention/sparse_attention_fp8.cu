@@ -148,17 +148,7 @@ __device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int
   for (int c = threadIdx.x; c < kFp8Heads * kD / 8; c += kThreads) {
     const int r = kWg ? (c & 7) + 8 * ((c >> 5) & 7) : c / (kD / 8);
     const int c8 = kWg ? ((c >> 3) & 3) + 4 * (c >> 8) : c % (kD / 8);
-    const int64_t h = h0 + r;
-    uint4 out = make_uint4(0, 0, 0, 0);
-    if (h < H) {
-      if (kBf16) {
-        out = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(q) + (t * H + h) * kD) + c8);
-      } else {
-        const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(q) + (t * H + h) * kD) + 2 * c8;
-        const float4 a = __ldg(src), b = __ldg(src + 1);
-        out = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
-      }
-    }
+    const uint4 out = attn_fp8::q_chunk<kBf16>(q, t, h0 + r, H, c8);
     *reinterpret_cast<uint4*>(qs + (kWg ? wg::q_off(r, 8 * c8) : r * kP + 8 * c8)) = out;
   }
   if constexpr (kWg) wg::fence_proxy_async();
@@ -194,13 +184,7 @@ __device__ __forceinline__ void tile_update(const __nv_bfloat16* ks, const float
   for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] += other[i * 32 + lane];
   float alpha[2] = {1.0f, 1.0f};
   if (!(kProbe & kProbeNoSoftmax)) softmax_tile(s, valid, scale, m, l, alpha);
-#pragma unroll
-  for (int nt = 0; nt < 32; ++nt) {
-    acc[nt][0] *= alpha[0];
-    acc[nt][1] *= alpha[0];
-    acc[nt][2] *= alpha[1];
-    acc[nt][3] *= alpha[1];
-  }
+  rescale_rows(acc, alpha);
   if constexpr ((kProbe & kProbeNoPv) != 0) return;
   if constexpr ((kProbe & kProbeWgmma) != 0) {
     wg::pv_issue(s, smem_u32(ks), d0, acc);

@@ -55,6 +55,56 @@ __device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bf
   *reinterpret_cast<uint4*>(hi) = make_uint4(r[4], r[5], r[6], r[7]);
 }
 
+// dequant16's bits with no conversion instruction (session 18): a code's sign and its 7 exponent-mantissa bits placed
+// as a bf16 (sign << 15 | (code & 0x7f) << 4) is the e4m3 value times 2^-120 exactly, normal codes and subnormal ones
+// alike (bf16 keeps 7 mantissa bits, e4m3 3), so one bf16 multiply by 2^(sb - 7) gives the product rounded once to
+// bf16: the exact e4m3 * 2^(sb - 127), as dequant16 rounds it. Exact while 2^(sb - 7) is a bf16 normal (sb <= 134;
+// the state's scales are near 127); larger scale bytes and chunks holding a NaN code (e4m3 0x7f / 0xff: the fast
+// form would give a finite value) take dequant16. Per pair of codes: 2 byte permutes, a shift, a logic op and a
+// multiply, against dequant16's 3 conversions, 2 multiplies and a pack. The GPU test checks every (code, scale)
+// byte pair against dequant16 bit for bit.
+__device__ __forceinline__ void dequant16_fast(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t nan = 0;  // bit 7 of a byte set: that code's low 7 bits were all ones
+#pragma unroll
+  for (int i = 0; i < 4; ++i) nan |= (w[i] & 0x7f7f7f7fu) + 0x01010101u;
+  if ((nan & 0x80808080u) != 0 || sb > 134) {
+    dequant16(codes, sb, lo, hi);
+    return;
+  }
+  const uint32_t c16 = (uint32_t(sb) + 120u) << 7;  // bf16 bits of 2^(sb - 7)
+  const uint32_t c = c16 | (c16 << 16);
+  uint32_t r[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t m = w[i] & 0x7f7f7f7fu;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      // Codes 2hh, 2hh + 1 of the word: magnitudes to bits 4.. of each half, signs to bit 15 of each half.
+      const uint32_t mag = __byte_perm(m, 0u, hh ? 0x4342u : 0x4140u) << 4;
+      const uint32_t sgn = __byte_perm(w[i], 0u, hh ? 0x3424u : 0x1404u) & 0x80008000u;
+      const uint32_t raw = sgn | mag;
+      uint32_t out;
+      asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(out) : "r"(raw), "r"(c));
+      r[2 * i + hh] = out;
+    }
+  }
+  *reinterpret_cast<uint4*>(lo) = make_uint4(r[0], r[1], r[2], r[3]);
+  *reinterpret_cast<uint4*>(hi) = make_uint4(r[4], r[5], r[6], r[7]);
+}
+
+// Dims 8 c8 .. 8 c8 + 7 of head h of token t's q ([T, H, 512]) as 8 bf16 (fp32 q rounded, bf16 q as is); zeros for
+// h >= H (a partial head group). Both kernels' Q loaders.
+template <bool kBf16>
+__device__ __forceinline__ uint4 q_chunk(const void* q, int64_t t, int64_t h, int64_t H, int c8) {
+  if (h >= H) return make_uint4(0, 0, 0, 0);
+  if (kBf16) return __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(q) + (t * H + h) * kD) + c8);
+  const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(q) + (t * H + h) * kD) + 2 * c8;
+  const float4 a = __ldg(src), b = __ldg(src + 1);
+  return make_uint4(attn_mma::pack_bf16(a.x, a.y), attn_mma::pack_bf16(a.z, a.w), attn_mma::pack_bf16(b.x, b.y),
+                    attn_mma::pack_bf16(b.z, b.w));
+}
+
 // Inverse RoPE of the channel pair (d, d+1) of an output head vector at position pos.
 __device__ __forceinline__ void out_rope(float& a, float& b, int d, const SparseAttentionFp8Params& p, int64_t pos) {
   const int rs = kD - int(p.rope_dim);

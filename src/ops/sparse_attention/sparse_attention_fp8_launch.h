@@ -69,6 +69,21 @@ void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* 
                                  void* stream);
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     void* stream);
+// The warp-specialised kernel's variants (session 18), bits: kWsFastConvert, the e4m3 -> bf16 conversion by byte
+// permutes and one bf16 multiply (attn_fp8::dequant16_fast) in place of the conversion instructions; and
+// kWsConsumerDequant, the producer warpgroup only gathers the key rows and each consumer warpgroup dequantises the
+// half of every key tile that its own products read (dims 256 c ..), while its P V of the previous tile runs. All
+// give the same bits (the GPU test holds every variant to the lock-step kernel). kWsVariant is the one the op runs
+// (launch_sparse_attention_fp8_ws): the fast conversion alone, the fastest at every shape measured but batch 1
+// (equal there; bench/NOTES.md, session 18: the consumers dequantising measured 6-30 % slower, so it stays a bench
+// variant); ..._ws_variant runs any (kernel and combine; false for an unknown variant) for the test and the bench.
+inline constexpr int kWsFastConvert = 1, kWsConsumerDequant = 2;
+inline constexpr int kWsVariant = kWsFastConvert;
+bool launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
+                                            float* workspace, int variant, void* stream);
+// Test only: every (e4m3 code, UE8M0 scale byte) pair, [scale][code], as bf16 bits, through the fast conversion and
+// through the kernels' reference one (fast, ref: 65,536 each, device memory).
+void launch_fp8_dequant_table(uint16_t* fast, uint16_t* ref, void* stream);
 void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, const float* workspace, float* o,
                                          void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the kernel (fp32 q) with phases left out, to see where a tile's

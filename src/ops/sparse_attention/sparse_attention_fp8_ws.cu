@@ -13,6 +13,10 @@
 //   the key tile goes back to the producer on its `empty` mbarrier once both have completed.
 // Every product, sum and rounding is the lock-step kernel's (its probe kProbeWgmma showed wgmma k16 steps round as
 // mma.sync's): the output is bitwise the lock-step kernel's, which the GPU test asserts.
+// Session 18, two variant bits (sparse_attention_fp8_launch.h): kWsFastConvert dequantises with
+// attn_fp8::dequant16_fast (byte permutes and one bf16 multiply, dequant16's bits; the op's default, kWsVariant);
+// kWsConsumerDequant leaves the producer only the gathers (per-stage `full` / `empty` mbarriers) and has each
+// consumer warpgroup dequantise the half of the tile its own products read (measured slower: a bench variant).
 #include <cuda_bf16.h>
 
 #include "cuda/ops_device.cuh"
@@ -53,8 +57,10 @@ constexpr size_t kOffStage = kOffK + kKeyTiles * kTileBytes;              // [kS
 constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;       // f32 [2 buffers][2 consumers][4 warps][512]
 constexpr size_t kOffFlag = kOffX + size_t(2 * 2 * 4 * 512) * 4;          // u8 [kStages][32]: key present
 constexpr size_t kOffMask = kOffFlag + 128;                               // u32 [kKeyTiles]: present keys of a tile
-constexpr size_t kOffBar = kOffMask + 16;                                 // u64 full[kKeyTiles], empty[kKeyTiles]
-constexpr size_t kBytes = kOffBar + 2 * kKeyTiles * 8;
+// u64 full[kKeyTiles], empty[kKeyTiles], then (the consumer-dequantising variant) stage_full[kStages],
+// stage_empty[kStages]
+constexpr size_t kOffBar = kOffMask + 16;
+constexpr size_t kBytes = kOffBar + (2 * kKeyTiles + 2 * kStages) * 8;
 static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
 static_assert(kOffBar % 8 == 0 && kOffStage % 16 == 0 && kOffX % 16 == 0, "alignment");
 
@@ -115,15 +121,23 @@ __device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, in
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-// Producer: stage n % kStages -> the bf16 key tile (core matrices); zero rows for missing keys. Chunk c is key
-// r = 8 ((c / 8) % 4) + c % 8, chunk ((c / 32) + (c % 8) / 2) % 36 of it: the 8 threads of a 16-byte access phase
-// read 8 keys 576 bytes apart at 8 different bank groups and write 8 rows of one core matrix (as the lock-step
-// kernel's kProbeWgmma mapping).
-__device__ __forceinline__ void dequant_tile(const uint8_t* stage, const uint8_t* flags, __nv_bfloat16* ks) {
-  for (int c = threadIdx.x; c < kKeys * kChunksPerKey; c += 128) {
+// 128 threads (thread tid): chunks kCh0 .. kCh0 + kNch - 1 of every key of a stage -> the bf16 key tile (core
+// matrices); zero rows for missing keys. Item c is key r = 8 ((c / 8) % 4) + c % 8, chunk kCh0 + ((c / 32) +
+// (c % 8) / 2) % kNch of it: the 8 threads of a 16-byte access phase read 8 keys 576 bytes apart at 8 different bank
+// groups and write 8 rows of one core matrix (as the lock-step kernel's kProbeWgmma mapping). The producer takes all
+// 36 chunks; in the consumer-dequantising variant consumer 0 takes chunks 0 .. 15 (dims 0 .. 255) and consumer 1
+// chunks 16 .. 35 (dims 256 .. 511, the RoPE channels included): each the dims its own products read. kUnroll: the
+// producer's 56 registers keep one item at a time; a consumer unrolls its 4 or 5 items (their loads issued together).
+template <int kCh0, int kNch, bool kFast, int kUnroll>
+__device__ __forceinline__ void dequant_chunks(const uint8_t* __restrict__ stage, const uint8_t* __restrict__ flags,
+                                               __nv_bfloat16* __restrict__ ks, int tid) {
+  static_assert(kKeys * kNch % 128 == 0, "whole rounds of 128 items");
+#pragma unroll kUnroll
+  for (int it = 0; it < kKeys * kNch / 128; ++it) {
+    const int c = tid + 128 * it;
     const int i = c & 7, j = c >> 3;
     const int r = 8 * (j & 3) + i;
-    const int ch = ((j >> 2) + (i >> 1)) % kChunksPerKey;
+    const int ch = kCh0 + ((j >> 2) + (i >> 1)) % kNch;
     const bool nope = ch < int(kKvNope) / 16;
     // NoPE chunk ch: dims 16 ch .. + 15; RoPE chunk: 8 bf16 at dims kKvNope + 8 (ch - 28).
     const int d = nope ? 16 * ch : int(kKvNope) + 8 * (ch - int(kKvNope) / 16);
@@ -133,11 +147,15 @@ __device__ __forceinline__ void dequant_tile(const uint8_t* stage, const uint8_t
       const uint4 z = make_uint4(0, 0, 0, 0);
       *reinterpret_cast<uint4*>(lo) = z;
       if (nope) *reinterpret_cast<uint4*>(hi) = z;
-      continue;
+      continue;  // (unrolled: the next item)
     }
     const uint4 v = *reinterpret_cast<const uint4*>(stage + r * kData + 16 * ch);
     if (nope) {
-      attn_fp8::dequant16(v, stage[kKeys * kData + 8 * r + ch / 4], lo, hi);
+      if (kFast) {
+        attn_fp8::dequant16_fast(v, stage[kKeys * kData + 8 * r + ch / 4], lo, hi);
+      } else {
+        attn_fp8::dequant16(v, stage[kKeys * kData + 8 * r + ch / 4], lo, hi);
+      }
     } else {
       *reinterpret_cast<uint4*>(lo) = v;  // bf16 RoPE channels
     }
@@ -153,18 +171,7 @@ __device__ __forceinline__ void load_q_half(const void* q, int64_t t, int64_t h0
   for (int i = ct; i < kFp8Heads * kHalf / 8; i += 128) {
     const int r = (i & 7) + 8 * ((i >> 5) & 7);
     const int c8 = ((i >> 3) & 3) + 4 * (i >> 8) + (kHalf / 8) * c;
-    const int64_t h = h0 + r;
-    uint4 out = make_uint4(0, 0, 0, 0);
-    if (h < H) {
-      if (kBf16) {
-        out = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(q) + (t * H + h) * kD) + c8);
-      } else {
-        const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(q) + (t * H + h) * kD) + 2 * c8;
-        const float4 a = __ldg(src), b = __ldg(src + 1);
-        out = make_uint4(attn_mma::pack_bf16(a.x, a.y), attn_mma::pack_bf16(a.z, a.w), attn_mma::pack_bf16(b.x, b.y),
-                         attn_mma::pack_bf16(b.z, b.w));
-      }
-    }
+    const uint4 out = attn_fp8::q_chunk<kBf16>(q, t, h0 + r, H, c8);
     *reinterpret_cast<uint4*>(qs + wg::q_off(r, 8 * c8)) = out;
   }
 }
@@ -197,9 +204,48 @@ __device__ __forceinline__ void qk_issue(uint32_t qs, uint32_t ks, int d0, float
   wg::wgmma_commit();
 }
 
-template <bool kQBf16>
+// Warpgroup 0: gathers every tile of the split into the FP8 ring and (unless the consumers do) dequantises it into
+// the bf16 key tiles, signalling each on its mbarriers (the kernel's comment; barriers at full0 .. as laid out there).
+template <bool kFast, bool kSplitDequant>
+__device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, uint8_t* stages,
+                                        uint8_t* flags, uint32_t* mask, __nv_bfloat16* kb, uint32_t full0,
+                                        uint32_t empty0, uint32_t sfull0, uint32_t sempty0) {
+  for (int64_t m = 0; m < kStages - 1; ++m) issue_tile(p, t, sp, m, stages, flags);
+  for (int64_t n = 0; n < sp.ntiles; ++n) {
+    if constexpr (kSplitDequant) {
+      // Gathers only: tile n + kStages - 1 into tile n - 1's stage once both consumers have dequantised it, then
+      // tile n's stage handed on when this thread's copies of it have landed.
+      const int64_t m = n + kStages - 1;
+      if (m >= kStages && m < sp.ntiles) mbar_wait(sempty0 + 8 * int(m % kStages), uint32_t(((m / kStages) - 1) & 1));
+      issue_tile(p, t, sp, m, stages, flags);
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
+      mbar_arrive(sfull0 + 8 * int(n % kStages));
+      continue;
+    }
+    // Committed: tiles 0 .. n + kStages - 2, one group each; tile n's copies are done at kStages - 2 pending.
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+    named_sync(kBarProducer, 128);  // tile n's bytes visible; every producer is past tile n - 1's dequantisation
+    issue_tile(p, t, sp, n + kStages - 1, stages, flags);  // into tile n - 1's stage
+    const int slot = int(n % kKeyTiles);
+    if (n >= kKeyTiles) mbar_wait(empty0 + 8 * slot, uint32_t(((n / kKeyTiles) - 1) & 1));
+    const uint8_t* fl = flags + (n % kStages) * kKeys;
+    dequant_chunks<0, kChunksPerKey, kFast, 1>(stages + (n % kStages) * kStageBytes, fl, kb + slot * (kTileBytes / 2),
+                                               threadIdx.x);
+    if (threadIdx.x < 32) {
+      const uint32_t bits = __ballot_sync(dev::kFull, fl[threadIdx.x] != 0);
+      if (threadIdx.x == 0) mask[slot] = bits;
+    }
+    wg::fence_proxy_async();  // the tile's generic-proxy writes, before the consumers' wgmma read it
+    mbar_arrive(full0 + 8 * slot);
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+template <bool kQBf16, int kVariant>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_ws_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
+  constexpr bool kFast = (kVariant & kWsFastConvert) != 0;
+  constexpr bool kSplitDequant = (kVariant & kWsConsumerDequant) != 0;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + kOffQ);
   __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
@@ -208,6 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* flags = smem + kOffFlag;
   uint32_t* mask = reinterpret_cast<uint32_t*>(smem + kOffMask);
   const uint32_t full0 = smem_u32(smem + kOffBar), empty0 = full0 + 8 * kKeyTiles;
+  const uint32_t sfull0 = empty0 + 8 * kKeyTiles, sempty0 = sfull0 + 8 * kStages;
   const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kFp8Heads, split = blockIdx.z;
   const Split sp = split_of(p, t, split);
   if (threadIdx.x == 0) {
@@ -215,29 +262,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full0 + 8 * i, 128);   // every producer thread, after its writes
       mbar_init(empty0 + 8 * i, 256);  // every consumer thread, after its products read the tile
     }
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(sfull0 + 8 * i, 128);   // every producer thread, once its copies have landed
+      mbar_init(sempty0 + 8 * i, 256);  // every consumer thread, after dequantising its half of the stage
+    }
   }
   __syncthreads();
 
   if (threadIdx.x < 128) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    for (int64_t m = 0; m < kStages - 1; ++m) issue_tile(p, t, sp, m, stages, flags);
-    for (int64_t n = 0; n < sp.ntiles; ++n) {
-      // Committed: tiles 0 .. n + kStages - 2, one group each; tile n's copies are done at kStages - 2 pending.
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
-      named_sync(kBarProducer, 128);  // tile n's bytes visible; every producer is past tile n - 1's dequantisation
-      issue_tile(p, t, sp, n + kStages - 1, stages, flags);  // into tile n - 1's stage
-      const int slot = int(n % kKeyTiles);
-      if (n >= kKeyTiles) mbar_wait(empty0 + 8 * slot, uint32_t(((n / kKeyTiles) - 1) & 1));
-      const uint8_t* fl = flags + (n % kStages) * kKeys;
-      dequant_tile(stages + (n % kStages) * kStageBytes, fl, kb + slot * (kTileBytes / 2));
-      if (threadIdx.x < 32) {
-        const uint32_t bits = __ballot_sync(dev::kFull, fl[threadIdx.x] != 0);
-        if (threadIdx.x == 0) mask[slot] = bits;
-      }
-      wg::fence_proxy_async();  // the tile's generic-proxy writes, before the consumers' wgmma read it
-      mbar_arrive(full0 + 8 * slot);
-    }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    produce<kFast, kSplitDequant>(p, t, sp, stages, flags, mask, kb, full0, empty0, sfull0, sempty0);
     return;
   }
 
@@ -245,9 +279,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   const int ct = threadIdx.x - 128, c = ct >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int hr = 16 * (warp & 3), d0 = kHalf * c;
+  // The consumer-dequantising variant: this warpgroup's half (the dims d0 .. d0 + 255 that its own Q K^T and P V
+  // read) of tile n's stage -> key tile n % kKeyTiles; returns the tile's present keys and hands the stage back.
+  auto dequant_half = [&](int64_t n) -> uint32_t {
+    const int st = int(n % kStages);
+    mbar_wait(sfull0 + 8 * st, uint32_t((n / kStages) & 1));
+    const uint8_t* fl = flags + st * kKeys;
+    __nv_bfloat16* dst = kb + int(n % kKeyTiles) * int(kTileBytes / 2);
+    if (c == 0) {
+      dequant_chunks<0, kHalf / 16, kFast, 4>(stages + st * kStageBytes, fl, dst, ct & 127);
+    } else {
+      dequant_chunks<kHalf / 16, kChunksPerKey - kHalf / 16, kFast, 5>(stages + st * kStageBytes, fl, dst, ct & 127);
+    }
+    const uint32_t bits = __ballot_sync(dev::kFull, fl[lane] != 0);
+    mbar_arrive(sempty0 + 8 * st);
+    wg::fence_proxy_async();  // this thread's tile writes, before the warpgroup's wgmma read them
+    return bits;
+  };
   load_q_half<kQBf16>(q, t, h0, p.heads, c, ct & 127, qs);
+  uint32_t valid_next = 0;
+  if (kSplitDequant && sp.ntiles > 0) valid_next = dequant_half(0);
   wg::fence_proxy_async();
-  named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half written (it reads no other dims)
+  named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half (and its half of tile 0) written: it reads no other dims
 
   float acc[32][4];
 #pragma unroll
@@ -259,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float s[4][4];
   const uint32_t qa = smem_u32(qs), ka = smem_u32(kb);
   if (sp.ntiles > 0) {
-    mbar_wait(full0, 0);
+    if (!kSplitDequant) mbar_wait(full0, 0);
     qk_issue(qa, ka, d0, s);
   }
   for (int64_t n = 0; n < sp.ntiles; ++n) {
@@ -267,8 +320,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     wg::wgmma_wait<0>();  // tile n's Q K^T and tile n - 1's P V
     wg::fence_regs(s);
     wg::fence_regs(acc);
-    if (n > 0) mbar_arrive(empty0 + 8 * int((n - 1) % kKeyTiles));
-    const uint32_t valid = mask[slot];
+    uint32_t valid = valid_next;
+    if (!kSplitDequant) {
+      if (n > 0) mbar_arrive(empty0 + 8 * int((n - 1) % kKeyTiles));
+      valid = mask[slot];
+    }
     // sc: this tile's scores. s stays the Q K^T accumulator only (no other instruction writes it, so ptxas keeps the
     // next tile's Q K^T asynchronous beside this tile's P V).
     float sc[4][4];
@@ -277,48 +333,88 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float* other = sx + ((n & 1) * 2 + (c ^ 1)) * 2048 + (warp & 3) * 512;
 #pragma unroll
     for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
+    // Also: every consumer thread has waited for tile n - 1's products, so its key tile may be written again.
     named_sync(kBarExchange, 256);
 #pragma unroll
     for (int i = 0; i < 16; ++i) sc[i >> 2][i & 3] = s[i >> 2][i & 3] + other[i * 32 + lane];
     float alpha[2] = {1.0f, 1.0f};
     attn_mma::softmax_tile(sc, valid, p.scale, m, l, alpha);
-#pragma unroll
-    for (int nt = 0; nt < 32; ++nt) {
-      acc[nt][0] *= alpha[0];
-      acc[nt][1] *= alpha[0];
-      acc[nt][2] *= alpha[1];
-      acc[nt][3] *= alpha[1];
-    }
+    attn_mma::rescale_rows(acc, alpha);
     wg::pv_issue(sc, ka + uint32_t(slot) * uint32_t(kTileBytes), d0, acc);  // in flight ...
-    if (n + 1 < sp.ntiles) {  // ... while tile n + 1's Q K^T is issued
+    if (n + 1 < sp.ntiles) {  // ... while tile n + 1 is dequantised (this half) and its Q K^T issued
       const int next = int((n + 1) % kKeyTiles);
-      mbar_wait(full0 + 8 * next, uint32_t(((n + 1) / kKeyTiles) & 1));
+      if (kSplitDequant) {
+        valid_next = dequant_half(n + 1);
+        named_sync(kBarQ0 + c, 128);
+      } else {
+        mbar_wait(full0 + 8 * next, uint32_t(((n + 1) / kKeyTiles) & 1));
+      }
       qk_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
     }
   }
   if (sp.ntiles > 0) {
     wg::pv_wait(acc);
-    mbar_arrive(empty0 + 8 * int((sp.ntiles - 1) % kKeyTiles));
+    if (!kSplitDequant) mbar_arrive(empty0 + 8 * int((sp.ntiles - 1) % kKeyTiles));
   }
   const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
   attn_mma::write_rows(acc, m, l, h0 + hr, d0, t, split, p.heads, p.num_splits, kD, kPart, p.num_splits == 1,
                        p.sinks, o, ws, [&](float& e0, float& e1, int d) { attn_fp8::out_rope(e0, e1, d, p, pos); });
 }
+
+template <int kVariant>
+void launch_variant(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
+  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
+  if (p.q_bf16) {
+    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<true, kVariant>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(kBytes));
+    sparse_attention_fp8_ws_kernel<true, kVariant><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
+  } else {
+    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<false, kVariant>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
+    sparse_attention_fp8_ws_kernel<false, kVariant><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
+  }
+}
+
+// Every (code, scale byte) pair through dequant16 and dequant16_fast: block = scale byte, thread i = codes 16 i ..
+__global__ void fp8_dequant_table_kernel(uint16_t* fast, uint16_t* ref) {
+  const uint32_t b = 16u * threadIdx.x;
+  uint32_t w[4];
+  for (int i = 0; i < 4; ++i) w[i] = (b + 4 * i) | (b + 4 * i + 1) << 8 | (b + 4 * i + 2) << 16 | (b + 4 * i + 3) << 24;
+  const uint4 codes = make_uint4(w[0], w[1], w[2], w[3]);
+  const uint8_t sb = uint8_t(blockIdx.x);
+  __align__(16) __nv_bfloat16 f[16], r[16];
+  attn_fp8::dequant16_fast(codes, sb, f, f + 8);
+  attn_fp8::dequant16(codes, sb, r, r + 8);
+  for (int i = 0; i < 16; ++i) {
+    fast[blockIdx.x * 256 + b + i] = __bfloat16_as_ushort(f[i]);
+    ref[blockIdx.x * 256 + b + i] = __bfloat16_as_ushort(r[i]);
+  }
+}
 }  // namespace
 
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     void* stream) {
-  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
+  launch_variant<kWsVariant>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
+}
+
+bool launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
+                                            float* workspace, int variant, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (p.q_bf16) {
-    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(kBytes));
-    sparse_attention_fp8_ws_kernel<true><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
-  } else {
-    cudaFuncSetAttribute(sparse_attention_fp8_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(kBytes));
-    sparse_attention_fp8_ws_kernel<false><<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
+  switch (variant) {
+    case 0: launch_variant<0>(p, q, o, workspace, s); break;
+    case kWsFastConvert: launch_variant<kWsFastConvert>(p, q, o, workspace, s); break;
+    case kWsConsumerDequant: launch_variant<kWsConsumerDequant>(p, q, o, workspace, s); break;
+    case kWsFastConvert | kWsConsumerDequant:
+      launch_variant<kWsFastConvert | kWsConsumerDequant>(p, q, o, workspace, s);
+      break;
+    default: return false;
   }
+  if (p.num_splits > 1) launch_sparse_attention_fp8_combine(p, workspace, o, stream);
+  return true;
+}
+
+void launch_fp8_dequant_table(uint16_t* fast, uint16_t* ref, void* stream) {
+  fp8_dequant_table_kernel<<<256, 16, 0, static_cast<cudaStream_t>(stream)>>>(fast, ref);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -122,6 +122,18 @@ __device__ __forceinline__ void softmax_tile(float (&s)[4][4], uint32_t valid, f
   }
 }
 
+// The online softmax's rescale of the output accumulators: rows g (elements 0, 1) by alpha[0], rows g + 8 (2, 3) by
+// alpha[1].
+__device__ __forceinline__ void rescale_rows(float (&acc)[32][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < 32; ++nt) {
+    acc[nt][0] *= alpha[0];
+    acc[nt][1] *= alpha[0];
+    acc[nt][2] *= alpha[1];
+    acc[nt][3] *= alpha[1];
+  }
+}
+
 // acc[nt] (dims d0 + 8nt ..) += P V over the tile's 32 keys (two k16 steps). A = P from the score fragments:
 // a0 = tile 2kk (c0, c1), a1 = tile 2kk (c2, c3), a2 / a3 the same of tile 2kk+1. B by ldmatrix.x4.trans of key
 // rows: matrices (keys +0, dims +0), (keys +8, dims +0), (keys +0, dims +8), (keys +8, dims +8) give b0, b1 of

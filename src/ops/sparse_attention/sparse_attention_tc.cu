@@ -157,13 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] += other[i * 32 + lane];
     float alpha[2];
     softmax_tile(s, valid, prm.scale, m, l, alpha);
-#pragma unroll
-    for (int nt = 0; nt < 32; ++nt) {
-      acc[nt][0] *= alpha[0];
-      acc[nt][1] *= alpha[0];
-      acc[nt][2] *= alpha[1];
-      acc[nt][3] *= alpha[1];
-    }
+    rescale_rows(acc, alpha);
     pv_half(s, ks, d0, acc);
   }
   Fp32RowLoader::wait_all();  // only empty groups are left; nothing may outlive the block
