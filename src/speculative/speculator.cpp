@@ -254,6 +254,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   std::vector<Proposal> props(items.size());
   if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))
     DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
+  DSI_RETURN_IF_ERROR(drafter_->flush());  // an ingest no propose took (nothing drafted this step)
   props.resize(items.size());
   std::vector<std::vector<float>> a(items.size());
   for (size_t j = 0; j < items.size(); ++j) {
