@@ -79,6 +79,10 @@ class Drafter {
   virtual int64_t resume_positions() const = 0;
   virtual Status ingest(std::span<const IngestItem> items, std::span<const float> hidden) = 0;
   virtual Status propose(std::span<const ProposeItem> items, const DrawFn& draw, std::vector<Proposal>& out) = 0;
+  // Runs what ingest() deferred to fuse it with the next propose() (the CUDA DSpark drafter's ingest joins the
+  // round's graph); propose() and another ingest() run it too. The speculator calls it at the end of each draft(),
+  // since the next step overwrites the captured hidden states an ingest reads.
+  virtual Status flush() { return Status::ok(); }
 };
 
 // CPU reference drafter of `cfg.method` for `num_slots` state-cache slots; weights from cfg.model_dir

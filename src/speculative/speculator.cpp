@@ -159,9 +159,7 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
   return Status::ok();
 }
 
-Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outputs, std::span<const float> hidden,
-                         scheduler::Scheduler& sched, structured::StructuredDecoding* sd) {
-  const auto t0 = std::chrono::steady_clock::now();
+void Speculator::forget_finished(const scheduler::Scheduler& sched) {
   for (auto it = drafts_.begin(); it != drafts_.end();) {  // preempted, finished or aborted meanwhile
     const scheduler::SeqState st = sched.seq_state(it->first);
     it = st == scheduler::SeqState::Decoding ? std::next(it) : drafts_.erase(it);
@@ -172,6 +170,12 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
                       st == scheduler::SeqState::Waiting;
     it = live ? std::next(it) : context_.erase(it);
   }
+}
+
+Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outputs, std::span<const float> hidden,
+                         scheduler::Scheduler& sched, structured::StructuredDecoding* sd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  forget_finished(sched);
   std::vector<int32_t> accepted(plan.seqs.size(), 0);
   for (const StepOutput& o : outputs) accepted[size_t(o.plan_index)] = int32_t(o.samples.size()) - 1;
 
@@ -254,6 +258,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   std::vector<Proposal> props(items.size());
   if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))
     DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
+  DSI_RETURN_IF_ERROR(drafter_->flush());  // an ingest no propose took (nothing drafted this step)
   props.resize(items.size());
   std::vector<std::vector<float>> a(items.size());
   for (size_t j = 0; j < items.size(); ++j) {

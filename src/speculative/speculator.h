@@ -90,6 +90,8 @@ class Speculator {
   void cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
                           const std::vector<bool>& scheduled, int64_t num_seqs);
   std::vector<float> observed_survival() const;
+  // Drops the pending drafts of sequences no longer decoding and the drafter context of finished ones.
+  void forget_finished(const scheduler::Scheduler& sched);
   // The sequences the next step is expected to hold: the running ones and the waiting ones admission can add (up to
   // max_num_seqs and the slots), the batch whose step costs the choice to draft is weighed against.
   static int64_t next_step_seqs(const scheduler::Scheduler& sched);

@@ -47,7 +47,9 @@ struct Case {
 // the items ask for the drafter's own argmax (ProposeItem::pick_argmax); third: a third live sequence (slot 1,
 // never ingested: DSpark reads its zeroed ring) so the batch of 3 is padded to 4. The slot-2 item drafts from
 // context_start 15 (a resume after a gap: DSpark reads its ring from there on).
-Draws drive(speculative::Drafter& d, int64_t width, int64_t V, bool forced, bool pick = false, bool third = false) {
+// separate: the second ingest runs on its own (Drafter::flush) instead of inside the propose's graph.
+Draws drive(speculative::Drafter& d, int64_t width, int64_t V, bool forced, bool pick = false, bool third = false,
+            bool separate = false) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   std::uniform_int_distribution<int32_t> tok(0, int32_t(V - 1));
@@ -61,6 +63,7 @@ Draws drive(speculative::Drafter& d, int64_t width, int64_t V, bool forced, bool
   const std::vector<speculative::IngestItem> r2{{0, 70, 3, 0, na2}, {2, 20, 3, 3, nb2}};
   EXPECT_TRUE(d.ingest(r1, h1).is_ok());
   EXPECT_TRUE(d.ingest(r2, h2).is_ok());
+  if (separate) EXPECT_TRUE(d.flush().is_ok());
   const int32_t k = d.max_drafts();
   const std::vector<speculative::ProposeItem> items{{0, 73, na2[2], k, pick},
                                              {1, 5, 7, third ? std::min(2, k) : 0, pick},
@@ -172,7 +175,53 @@ void check_pick(speculative::SpecMethod method, bool exact) {
   EXPECT_GT(drafts, 0u);
 }
 
+// DSpark's ingest inside the propose's graph (its rows padded to the batch's ingest shape, slot -1 rows skipped)
+// against the same ingest run on its own: forced draws, so every draft-logits row and confidence logit is compared.
+// The padded ingest's GEMMs may take another kernel for their row count, so the bound is the exact-mode parity
+// tolerance (2e-3, measured against the CPU reference above), not bitwise.
+void check_fused_ingest(bool exact) {
+  runner::RunnerOptions ro;
+  ro.model_dir = model_dir();
+  ro.backend = runner::Backend::kCuda;
+  ro.exact_gemm = exact;
+  auto runner = engine::create_runner(ro);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().message();
+  const io::ModelConfig& cfg = (*runner)->config();
+  auto gpu = (*runner)->create_drafter(spec_config(speculative::SpecMethod::kDspark), 4);
+  ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
+  ASSERT_TRUE(*gpu);
+  const int64_t width = int64_t((**gpu).tapped_layers().size()) * cfg.hc_mult * cfg.hidden_size;
+  for (bool third : {false, true}) {
+    const Draws sep = drive(**gpu, width, cfg.vocab_size, true, false, third, true);
+    const Draws fused = drive(**gpu, width, cfg.vocab_size, true, false, third, false);
+    ASSERT_EQ(sep.logits.size(), fused.logits.size());
+    ASSERT_GT(sep.logits.size(), 0u);
+    double worst = 0, worst_conf = 0;
+    for (const auto& [key, ref] : sep.logits) {
+      const double err = cuda::test::normalized_error(fused.logits.at(key), ref);
+      worst = std::max(worst, err);
+      EXPECT_LT(err, 2e-3) << "item " << key.first << " draft " << key.second;
+    }
+    for (size_t i = 0; i < sep.props.size(); ++i) {
+      EXPECT_EQ(sep.props[i].tokens, fused.props[i].tokens);
+      ASSERT_EQ(sep.props[i].confidence_logits.size(), fused.props[i].confidence_logits.size());
+      for (size_t k = 0; k < sep.props[i].confidence_logits.size(); ++k) {
+        const float ref = sep.props[i].confidence_logits[k];
+        worst_conf = std::max(worst_conf, double(std::fabs(fused.props[i].confidence_logits[k] - ref)));
+        EXPECT_NEAR(fused.props[i].confidence_logits[k], ref, 2e-3 * std::max(1.0f, std::fabs(ref)));
+      }
+    }
+    std::printf("dspark fused ingest (%s, batch %d): worst normalised logits error %.3g, confidence %.3g\n",
+                exact ? "exact" : "fast", third ? 3 : 2, worst, worst_conf);
+  }
+}
+
 }  // namespace
+
+TEST(DraftGpu, DsparkFusedIngestMatchesSeparate) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_fused_ingest(true);
+}
 
 TEST(DraftGpu, DsparkMatchesCpuReferenceExact) {
   DSI_SKIP_WITHOUT_GPU();

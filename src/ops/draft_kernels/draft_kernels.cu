@@ -77,6 +77,7 @@ __global__ void stream_mean_kernel(const float* hidden, const int32_t* rows, int
 __global__ void ring_scatter_kernel(const float* kv, const int32_t* slot, const int64_t* pos, const int32_t* rows,
                                     int64_t dim, float* ring, int64_t slot_stride, int64_t window) {
   const int64_t t = rows ? int64_t(rows[blockIdx.x]) : int64_t(blockIdx.x);
+  if (slot[t] < 0) return;  // a padding row
   float* dst = ring + int64_t(slot[t]) * slot_stride + (pos[t] % window) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = kv[t * dim + i];
 }
@@ -88,11 +89,13 @@ __device__ __forceinline__ bool pick_better(float va, int32_t a, float vb, int32
   return va > vb || (va == vb && a < b);
 }
 
-// One block per sequence: the confidence dot product (double, block reduction), then the argmax.
+// One block per sequence: the confidence dot product (double, block reduction), then the argmax, then (next_e)
+// the picked token's Markov row for the next position.
 __global__ void draft_pick_kernel(DraftPickArgs a) {
   __shared__ double dsum[kPickThreads / 32];
   __shared__ float bv[kPickThreads / 32];
   __shared__ int32_t bi[kPickThreads / 32];
+  __shared__ int32_t picked;
   const int64_t b = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (a.conf_w) {
@@ -141,7 +144,12 @@ __global__ void draft_pick_kernel(DraftPickArgs a) {
       for (int w = 0; w < int(blockDim.x / 32); ++w) c += dsum[w];
       a.conf[b * a.out_ld] = float(c);
     }
+    picked = idx;
   }
+  if (!a.next_e) return;
+  __syncthreads();  // every read of a.e (the confidence above) is done, and `picked` is set
+  const float* src = a.next_table + int64_t(picked) * a.rank;
+  for (int64_t i = threadIdx.x; i < a.rank; i += blockDim.x) a.next_e[b * a.rank + i] = src[i];
 }
 
 __global__ void copy_rows_kernel(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows,

@@ -46,6 +46,8 @@ Status draft_pick_cuda(const DraftPickArgs& a, void* stream) {
   if (!a.logits || !a.ids) return Status::error("draft_pick: null logits or ids");
   if (a.conf_w && (!a.h || a.dim <= 0 || a.h_ld < a.dim || a.rank < 0 || (a.rank > 0 && !a.e) || !a.conf))
     return Status::errorf("draft_pick: bad confidence inputs dim={} rank={}", a.dim, a.rank);
+  if (a.next_e && (!a.next_table || a.rank <= 0))
+    return Status::errorf("draft_pick: the next Markov row needs its table and rank > 0 (rank={})", a.rank);
   detail::launch_draft_pick(a, stream);
   DSI_CUDA_LAUNCHED("draft_pick_kernel");
   return Status::ok();

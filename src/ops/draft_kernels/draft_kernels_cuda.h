@@ -14,7 +14,7 @@ namespace dsinfer::ops::cuda {
 Status draft_attention_cuda(const DraftAttnArgs& a, void* stream);
 Status stream_mean_cuda(const float* hidden, const int32_t* rows, int64_t T, int64_t layers, int64_t n, int64_t dim,
                         float* feats, void* stream);
-// rows: optional device indices of the T rows to scatter (null = rows 0..T-1).
+// rows: optional device indices of the T rows to scatter (null = rows 0..T-1); a row of slot < 0 is skipped (padding).
 Status ring_scatter_cuda(const float* kv, const int32_t* slot, const int64_t* pos, int64_t T, int64_t dim, float* ring,
                          int64_t slot_stride, int64_t window, void* stream, const int32_t* rows = nullptr);
 Status draft_pick_cuda(const DraftPickArgs& a, void* stream);

@@ -40,6 +40,10 @@ struct DraftPickArgs {
   int32_t* ids = nullptr;   // ids[b * out_ld]
   float* conf = nullptr;    // conf[b * out_ld]
   int32_t* prev = nullptr;  // [B], may be null
+  // When set: next_e[b * rank + :rank] = next_table[pick * rank + :rank] after the pick (the next draft position's
+  // Markov row W1[x_k], so no gather kernel runs before it); next_e may be e (read above, before the pick).
+  const float* next_table = nullptr;
+  float* next_e = nullptr;
 };
 
 namespace detail {

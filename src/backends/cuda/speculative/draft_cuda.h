@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -121,6 +122,7 @@ class DsparkCuda final : public speculative::Drafter {
  public:
   DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig dc, speculative::DsparkWeights w, int32_t num_slots,
              DraftDeviceContext ctx);
+  ~DsparkCuda() override;
   Status init();
   speculative::SpecMethod method() const override { return speculative::SpecMethod::kDspark; }
   const std::vector<int64_t>& tapped_layers() const override { return dc_.target_layer_ids; }
@@ -131,19 +133,30 @@ class DsparkCuda final : public speculative::Drafter {
   Status ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) override;
   Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
                  std::vector<speculative::Proposal>& out) override;
+  Status flush() override;
 
   // Offsets of the packed per-call arrays of a block of Bp (padded) sequences in in_ / out_ (bytes).
   struct BlockLayout {
     int64_t Bp = 0, g = 0;
     size_t tok = 0, pos = 0, keys = 0, prev = 0, in_bytes = 0;  // in_: tokens, positions, keys, predecessors
+    int64_t ing_n = 0;                                          // the fused ingest's rows (0: none), padded
+    size_t ing_rows = 0, ing_slot = 0, ing_pos = 0;             // in_: its capture rows, slots, positions
     size_t ids = 0, conf = 0, out_bytes = 0;                    // out_: drafted ids, confidence logits [Bp, g]
   };
 
  private:
+  // An ingest's rows, validated and packed on the host, whose kernels wait for the next propose (or flush()).
+  struct PendingIngest {
+    std::vector<int32_t> rows, slots;
+    std::vector<int64_t> pos;
+    const float* src = nullptr;  // the captured hidden states on the device
+  };
+  Status reserve_ingest(int64_t N);
+  Status ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos, int64_t N);
   Status upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl);
   // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
   Status block_forward(const BlockLayout& bl, int32_t kpick);
-  Status bias_and_pick(const BlockLayout& bl, int32_t k);
+  Status bias_and_pick(const BlockLayout& bl, int32_t k, bool chained);
   Status host_draws(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl,
                     int32_t kmax, const speculative::DrawFn& draw, std::vector<std::vector<int32_t>>& toks);
   uint64_t generation() const { return gen_ + fwd_.generation(); }
@@ -162,7 +175,17 @@ class DsparkCuda final : public speculative::Drafter {
   cuda::DeviceBuffer<float> ring_, feats_, hctx_, kvc_, X_, h_, logits_, e_;
   cuda::DeviceBuffer<uint8_t> hidden_up_, ingest_in_, in_, out_;
   uint64_t gen_ = 0;    // bumped when a buffer the propose graphs read is reallocated
-  DecodeGraphs graphs_;  // propose graphs, keyed by (padded batch, picked drafts)
+  DecodeGraphs graphs_;  // propose graphs, keyed by (fused ingest, padded batch, picked drafts)
+  std::optional<PendingIngest> pending_;
+  const float* graph_src_ = nullptr;  // the hidden-state source the fused graphs read
+  bool fuse_ingest_ = true;           // ingest joins the next propose's graph (DSINFER_DSPARK_FUSED_INGEST=0: off)
+  // DSINFER_DSPARK_PART_TIMES=1: host wall time of each eager ingest (synchronised after it) and of each propose
+  // (upload to the host wait), printed to stderr when the drafter is destroyed: the round's parts, measured.
+  struct PartTimes {
+    bool on = false;
+    int64_t ingests = 0, proposes = 0, fused = 0;
+    double ingest_ms = 0, propose_ms = 0;
+  } times_;
   std::vector<uint8_t> in_host_, out_host_;
   std::vector<float> lg_host_;
 };

@@ -6,8 +6,13 @@
 // every request draws greedily from unprocessed logits (ProposeItem::pick_argmax) the argmax is taken on the
 // device too and the round (one input upload, forward, k picks) replays a CUDA graph of its padded batch size;
 // only the drafted ids and confidences come down (one copy, the one host wait). Otherwise each draft position's
-// rows come down for the host's draw.
+// rows come down for the host's draw. The step's ingest is deferred and runs inside that graph, its rows in the
+// same upload (padded to Bp (1 + g) rows; larger ingests, and steps that propose nothing, run it eagerly: flush()).
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "backends/cuda/speculative/draft_cuda.h"
 #include "cuda/cuda_common.h"
@@ -30,7 +35,21 @@ DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig d
       num_slots_(num_slots),
       window_(lc_.sliding_window),
       ctx_(std::move(ctx)),
-      fwd_(lc_, ctx_) {}
+      fwd_(lc_, ctx_) {
+  // DSINFER_DSPARK_FUSED_INGEST=0: every ingest runs on its own at once (session 17's round: the before/after switch).
+  const char* f = std::getenv("DSINFER_DSPARK_FUSED_INGEST");
+  fuse_ingest_ = !(f && std::string(f) == "0");
+  const char* t = std::getenv("DSINFER_DSPARK_PART_TIMES");
+  times_.on = t && std::string(t) == "1";
+}
+
+DsparkCuda::~DsparkCuda() {
+  if (!times_.on) return;
+  std::fprintf(stderr, "dspark round parts: %lld eager ingests, %.4f ms each; %lld proposes (%lld with the ingest inside), "
+               "%.4f ms each\n", static_cast<long long>(times_.ingests),
+               times_.ingests ? times_.ingest_ms / double(times_.ingests) : 0.0, static_cast<long long>(times_.proposes),
+               static_cast<long long>(times_.fused), times_.proposes ? times_.propose_ms / double(times_.proposes) : 0.0);
+}
 
 Status DsparkCuda::init() {
   DSI_RETURN_IF_ERROR(fwd_.init());
@@ -66,46 +85,79 @@ int64_t bucket(int64_t B) {
 }
 }  // namespace
 
+// Validates and packs the rows; the kernels are deferred (pending_) to run inside the next propose's graph with its
+// inputs in the same upload (one upload and one graph per round instead of an upload and 11 eager kernels more),
+// or eagerly at flush(): before another ingest, a propose that cannot take them, or the speculator's end of step.
 Status DsparkCuda::ingest(std::span<const speculative::IngestItem> items, std::span<const float> hidden) {
-  const int64_t D = tc_.hidden_size, n = tc_.hc_mult, m = int64_t(dc_.target_layer_ids.size()), hd = lc_.head_dim;
+  const int64_t D = tc_.hidden_size, n = tc_.hc_mult, m = int64_t(dc_.target_layer_ids.size());
   const int64_t row_width = m * n * D;
-  std::vector<int32_t> rows, slots;
-  std::vector<int64_t> pos;
+  PendingIngest p;
   for (const speculative::IngestItem& it : items) {
     if (it.slot < 0 || it.slot >= num_slots_) return Status::errorf("dspark ingest: slot {} outside [0, {})", it.slot, num_slots_);
     if (it.count <= 0) continue;
     const int64_t skip = std::max<int64_t>(0, it.count - window_);  // only the last `window` positions are read again
     for (int64_t t = skip; t < it.count; ++t) {
-      rows.push_back(int32_t(it.row + t));
-      slots.push_back(it.slot);
-      pos.push_back(it.start_pos + t);
+      p.rows.push_back(int32_t(it.row + t));
+      p.slots.push_back(it.slot);
+      p.pos.push_back(it.start_pos + t);
     }
   }
-  const int64_t N = int64_t(rows.size());
-  if (N == 0) return Status::ok();
+  if (p.rows.empty()) return Status::ok();
+  DSI_RETURN_IF_ERROR(flush());  // the pending rows read the source this call may overwrite
   DSI_ASSIGN_OR_RETURN(std::span<const float> src, device_hidden_source(ctx_, hidden, hidden_up_));
   for (const speculative::IngestItem& it : items)
     if (it.count > 0 && int64_t(it.row + it.count) * row_width > int64_t(src.size()))
       return Status::errorf("dspark ingest: rows [{}, {}) outside the captured hidden states", it.row, it.row + it.count);
+  p.src = src.data();
+  pending_ = std::move(p);
+  return fuse_ingest_ ? Status::ok() : flush();
+}
+
+Status DsparkCuda::reserve_ingest(int64_t N) {
+  const int64_t D = tc_.hidden_size, m = int64_t(dc_.target_layer_ids.size()), hd = lc_.head_dim;
   void* s = ctx_.stream;
-  HostPack pk;
-  const size_t o_rows = pk.add(rows), o_slot = pk.add(slots), o_pos = pk.add(pos);
-  DSI_RETURN_IF_ERROR(upload_async(s, ingest_in_, pk.bytes.data(), pk.bytes.size(), "dspark ingest arrays"));
-  const int32_t* rows_d = reinterpret_cast<const int32_t*>(ingest_in_.data() + o_rows);
-  const int32_t* slot_d = reinterpret_cast<const int32_t*>(ingest_in_.data() + o_slot);
-  const int64_t* pos_d = reinterpret_cast<const int64_t*>(ingest_in_.data() + o_pos);
   DSI_RETURN_IF_ERROR(fwd_.reserve(N, 0));
-  DSI_RETURN_IF_ERROR(grow_buffer(feats_, size_t(N * m * D), s, "dspark context features"));
-  DSI_RETURN_IF_ERROR(grow_buffer(hctx_, size_t(N * D), s, "dspark context"));
-  DSI_RETURN_IF_ERROR(grow_buffer(kvc_, size_t(N * hd), s, "dspark context kv"));
-  DSI_RETURN_IF_ERROR(stream_mean_cuda(src.data(), rows_d, N, m, n, D, feats_.data(), s));
+  DSI_RETURN_IF_ERROR(grow_buffer(feats_, size_t(N * m * D), s, "dspark context features", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(hctx_, size_t(N * D), s, "dspark context", &gen_));
+  return grow_buffer(kvc_, size_t(N * hd), s, "dspark context kv", &gen_);
+}
+
+// Kernels only (capturable): stream mean of the N rows' tapped layers -> main_proj -> main_norm -> per layer the K=V
+// row scattered into the ring (a row of slot -1 is padding: computed, never scattered).
+Status DsparkCuda::ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos,
+                                  int64_t N) {
+  const int64_t D = tc_.hidden_size, n = tc_.hc_mult, m = int64_t(dc_.target_layer_ids.size()), hd = lc_.head_dim;
+  void* s = ctx_.stream;
+  DSI_RETURN_IF_ERROR(stream_mean_cuda(src, rows, N, m, n, D, feats_.data(), s));
   DSI_RETURN_IF_ERROR(fwd_.gemm(feats_.data(), N, m * D, main_proj_, hctx_.data(), D, false));
   DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(hctx_.data(), N, D, main_norm_, hctx_.data()));
   const int64_t L = int64_t(layers_.size()), slot_stride = L * window_ * hd;
   for (int64_t l = 0; l < L; ++l) {
-    DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos_d, kvc_.data()));
-    DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slot_d, pos_d, N, hd,
-                                          ring_.data() + l * window_ * hd, slot_stride, window_, s));
+    DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos, kvc_.data()));
+    DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slots, pos, N, hd, ring_.data() + l * window_ * hd, slot_stride,
+                                          window_, s));
+  }
+  return Status::ok();
+}
+
+// The pending ingest on its own (one upload, eager kernels): the path of a step that proposes nothing.
+Status DsparkCuda::flush() {
+  if (!pending_) return Status::ok();
+  const PendingIngest p = std::move(*pending_);
+  pending_.reset();
+  const int64_t N = int64_t(p.rows.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  HostPack pk;
+  const size_t o_rows = pk.add(p.rows), o_slot = pk.add(p.slots), o_pos = pk.add(p.pos);
+  DSI_RETURN_IF_ERROR(upload_async(ctx_.stream, ingest_in_, pk.bytes.data(), pk.bytes.size(), "dspark ingest arrays"));
+  DSI_RETURN_IF_ERROR(reserve_ingest(N));
+  DSI_RETURN_IF_ERROR(ingest_kernels(p.src, reinterpret_cast<const int32_t*>(ingest_in_.data() + o_rows),
+                                     reinterpret_cast<const int32_t*>(ingest_in_.data() + o_slot),
+                                     reinterpret_cast<const int64_t*>(ingest_in_.data() + o_pos), N));
+  if (times_.on) {
+    DSI_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.stream)));
+    times_.ingest_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++times_.ingests;
   }
   return Status::ok();
 }
@@ -137,6 +189,18 @@ Status DsparkCuda::upload_block(std::span<const speculative::ProposeItem> items,
       keys[b * g + k] = kk;
     }
   }
+  if (bl.ing_n > 0) {  // the fused ingest's rows, padded to ing_n with rows of slot -1 (row 0, position 0)
+    auto* irows = reinterpret_cast<int32_t*>(in_host_.data() + bl.ing_rows);
+    auto* islot = reinterpret_cast<int32_t*>(in_host_.data() + bl.ing_slot);
+    auto* ipos = reinterpret_cast<int64_t*>(in_host_.data() + bl.ing_pos);
+    const size_t N = pending_->rows.size();
+    for (size_t t = 0; t < size_t(bl.ing_n); ++t) {
+      irows[t] = t < N ? pending_->rows[t] : 0;
+      islot[t] = t < N ? pending_->slots[t] : -1;
+      ipos[t] = t < N ? pending_->pos[t] : 0;
+    }
+    DSI_RETURN_IF_ERROR(reserve_ingest(bl.ing_n));
+  }
   void* s = ctx_.stream;
   const int64_t D = tc_.hidden_size, n = tc_.hc_mult, V = tc_.vocab_size;
   DSI_RETURN_IF_ERROR(fwd_.reserve(Tq, window_ + g));
@@ -157,6 +221,10 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
   const auto* tok = reinterpret_cast<const int32_t*>(in_.data() + bl.tok);
   const auto* pos = reinterpret_cast<const int64_t*>(in_.data() + bl.pos);
   const auto* keys = reinterpret_cast<const DraftKeys*>(in_.data() + bl.keys);
+  if (bl.ing_n > 0)
+    DSI_RETURN_IF_ERROR(ingest_kernels(pending_->src, reinterpret_cast<const int32_t*>(in_.data() + bl.ing_rows),
+                                       reinterpret_cast<const int32_t*>(in_.data() + bl.ing_slot),
+                                       reinterpret_cast<const int64_t*>(in_.data() + bl.ing_pos), bl.ing_n));
   DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, tok, Tq, n, X_.data(), ctx_.stream));
   const int64_t L = int64_t(layers_.size());
   for (int64_t l = 0; l < L; ++l)
@@ -164,18 +232,20 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
                                    ring_.data() + l * window_ * hd, L * window_ * hd));
   DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), nullptr, Tq, h_.data()));
   DSI_RETURN_IF_ERROR(fwd_.gemm(h_.data(), Tq, D, *ctx_.head, logits_.data(), V, false));
-  for (int32_t k = 0; k < kpick; ++k) DSI_RETURN_IF_ERROR(bias_and_pick(bl, k));
+  for (int32_t k = 0; k < kpick; ++k) DSI_RETURN_IF_ERROR(bias_and_pick(bl, k, /*chained=*/true));
   return Status::ok();
 }
 
 // Draft position k: logits[b, k] += W2 W1[prev_b] (prev on the device), the confidence logit
-// w.[h_k ; W1[prev_b]] + b and the argmax into out_ (prev_b := the argmax).
-Status DsparkCuda::bias_and_pick(const BlockLayout& bl, int32_t k) {
+// w.[h_k ; W1[prev_b]] + b and the argmax into out_ (prev_b := the argmax). chained (the device picks every position
+// in order): the pick of position k - 1 already wrote W1[prev_b] into e_, so only position 0 gathers it.
+Status DsparkCuda::bias_and_pick(const BlockLayout& bl, int32_t k, bool chained) {
   const int64_t g = bl.g, D = tc_.hidden_size, V = tc_.vocab_size, r = dc_.markov_rank;
   auto* prev = reinterpret_cast<int32_t*>(in_.data() + bl.prev);
   void* s = ctx_.stream;
   if (r > 0) {
-    DSI_RETURN_IF_ERROR(ops::cuda::embed(markov_embed_.data, ops::cuda::EmbedDType::F32, V, r, prev, bl.Bp, 1, e_.data(), s));
+    if (!chained || k == 0)
+      DSI_RETURN_IF_ERROR(ops::cuda::embed(markov_embed_.data, ops::cuda::EmbedDType::F32, V, r, prev, bl.Bp, 1, e_.data(), s));
     DSI_RETURN_IF_ERROR(fwd_.gemm(e_.data(), bl.Bp, r, markov_head_, logits_.data() + k * V, g * V, true));
   }
   ops::cuda::DraftPickArgs a;
@@ -194,6 +264,10 @@ Status DsparkCuda::bias_and_pick(const BlockLayout& bl, int32_t k) {
   a.ids = reinterpret_cast<int32_t*>(out_.data() + bl.ids) + k;
   a.conf = reinterpret_cast<float*>(out_.data() + bl.conf) + k;
   a.prev = prev;
+  if (chained && r > 0 && k + 1 < g) {
+    a.next_table = static_cast<const float*>(markov_embed_.data);
+    a.next_e = e_.data();
+  }
   return draft_pick_cuda(a, s);
 }
 
@@ -209,7 +283,7 @@ Status DsparkCuda::host_draws(std::span<const speculative::ProposeItem> items, c
   lg_host_.resize(size_t(B * V));
   for (int32_t k = 0; k < kmax; ++k) {
     DSI_CUDA_TRY(cudaMemcpyAsync(in_.data() + bl.prev, prev.data(), prev.size() * 4, cudaMemcpyHostToDevice, cs));
-    DSI_RETURN_IF_ERROR(bias_and_pick(bl, k));
+    DSI_RETURN_IF_ERROR(bias_and_pick(bl, k, /*chained=*/false));
     DSI_CUDA_TRY(cudaMemcpy2DAsync(lg_host_.data(), size_t(V) * 4, logits_.data() + k * V, size_t(g * V) * 4,
                                    size_t(V) * 4, size_t(B), cudaMemcpyDeviceToHost, cs));
     DSI_CUDA_TRY(cudaStreamSynchronize(cs));
@@ -242,7 +316,7 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
     kmax = std::max(kmax, it.num_drafts);
     pick = pick && it.pick_argmax;
   }
-  if (live.empty()) return Status::ok();
+  if (live.empty()) return flush();
   if (g > 255) return Status::errorf("dspark propose: block size {} above 255", g);
   BlockLayout bl;
   bl.Bp = bucket(int64_t(live.size()));
@@ -253,6 +327,22 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
   bl.keys = bl.pos + align16(Tq * 8);
   bl.prev = bl.keys + align16(Tq * sizeof(DraftKeys));
   bl.in_bytes = bl.prev + align16(size_t(bl.Bp) * 4);
+  // The pending ingest joins the round's graph when its rows fit the one ingest shape of this padded batch, Bp (1 + g)
+  // rows (a decode round commits at most 1 + g positions a sequence), so a round adds no graph shape; larger ones
+  // (prefill chunks, sequences that ingest without drafting) run eagerly first.
+  if (pending_ && int64_t(pending_->rows.size()) > bl.Bp * (g + 1)) DSI_RETURN_IF_ERROR(flush());
+  const auto t0 = std::chrono::steady_clock::now();  // the round's propose (with its ingest when fused)
+  if (pending_) {
+    if (pending_->src != graph_src_) {  // the captured source moved (or the host-upload buffer did)
+      graph_src_ = pending_->src;
+      ++gen_;
+    }
+    bl.ing_n = bl.Bp * (g + 1);
+    bl.ing_rows = bl.in_bytes;
+    bl.ing_slot = bl.ing_rows + align16(size_t(bl.ing_n) * 4);
+    bl.ing_pos = bl.ing_slot + align16(size_t(bl.ing_n) * 4);
+    bl.in_bytes = bl.ing_pos + align16(size_t(bl.ing_n) * 8);
+  }
   bl.ids = 0;
   bl.conf = align16(Tq * 4);
   bl.out_bytes = bl.conf + Tq * 4;
@@ -263,10 +353,11 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
   // per shorter block (a few ms each, inside the run).
   const int32_t kpick = pick ? int32_t(g) : 0;
   auto body = [&] { return block_forward(bl, kpick); };
-  if (ctx_.graphs)
-    DSI_RETURN_IF_ERROR(graphs_.launch(bl.Bp * 512 + kpick * 2 + (pick ? 1 : 0), generation(), ctx_.stream, body));
-  else
-    DSI_RETURN_IF_ERROR(body());
+  const int64_t key = (bl.ing_n > 0 ? int64_t(1) << 40 : 0) + bl.Bp * 512 + kpick * 2 + (pick ? 1 : 0);
+  const Status launched = ctx_.graphs ? graphs_.launch(key, generation(), ctx_.stream, body) : body();
+  times_.fused += bl.ing_n > 0 ? 1 : 0;
+  pending_.reset();  // launched (or failed: the rows are lost with the step)
+  DSI_RETURN_IF_ERROR(launched);
   std::vector<std::vector<int32_t>> toks(live.size());
   if (!pick) DSI_RETURN_IF_ERROR(host_draws(items, live, bl, kmax, draw, toks));
   cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
@@ -283,6 +374,10 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
       p.tokens.push_back(t);
       p.confidence_logits.push_back(conf[b * size_t(g) + size_t(k)]);
     }
+  }
+  if (times_.on) {
+    times_.propose_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++times_.proposes;
   }
   return Status::ok();
 }
