@@ -13,6 +13,7 @@
 // the result already ascending. Cost O(n) per token instead of the O(k n) of repeated arg-max scans.
 #include <algorithm>
 
+#include "cuda/func_smem.h"
 #include "cuda/ops_device.cuh"
 #include "ops/csa2/csa2_launch.h"
 #include "ops/csa2/torch_topk.h"
@@ -306,7 +307,8 @@ void launch_scores(const StepDevice& st, const LayerStateView& src, const Csa2In
   const int64_t chunks = (p.stride + chunk - 1) / chunk;
   const size_t smem = size_t(ScoreSmem(p.heads, p.dim, kKeysPerWarp).floats() * 4);
   auto* kernel = index_scores_kernel<Acc, kKeysPerWarp>;
-  if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  // smem follows the model's heads and dim: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h).
+  if (smem > 48 * 1024) dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   kernel<<<unsigned(st.T * chunks), kScoreThreads, smem, stream>>>(st, src, p, chunk, chunks, q, w, scores);
 }
 }  // namespace

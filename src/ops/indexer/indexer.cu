@@ -421,7 +421,7 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
 
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                               const float* q, const float* weights, int64_t max_visible, float* scores, void* stream) {
-  cudaFuncSetAttribute(indexer_scores_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kTcSmem));
+  dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_tc_kernel), kTcSmem);
   // Up to 4 tiles a block (q converted once per 512 keys) while that leaves about 4 blocks an SM (decode: fewer).
   int tiles = kTcMaxTiles;
   auto blocks = [&](int n) { return step.T * ((max_visible + kTcKeys * n - 1) / (kTcKeys * n)); };
@@ -435,11 +435,8 @@ void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, c
                            int32_t* out, void* stream) {
   const int64_t cache_keys = max_visible < kIdxSelCacheKeys ? max_visible : kIdxSelCacheKeys;
   const size_t smem = size_t(cache_keys) * sizeof(uint32_t);
-  // The attribute is the kernel's fixed bound, not this call's size: it is per function and device, and ranks
-  // sharing a GPU launch from their own threads with different max_visible, so a smaller value set by one rank
-  // between another's set and launch failed that launch (cudaErrorInvalidValue; GpuMultiGpu DP ranks, session 16).
-  cudaFuncSetAttribute(indexer_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       int(kIdxSelCacheKeys * sizeof(uint32_t)));
+  // smem follows max_visible: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h).
+  dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_select_kernel), smem);
   indexer_select_kernel<<<unsigned(step.T), kSelThreads, smem, static_cast<cudaStream_t>(stream)>>>(
       step, p, scores, max_visible, cache_keys, out);
 }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/sm90_async.cuh"
 #include "ops/moe/moe_fast_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
@@ -23,6 +24,10 @@ namespace dsinfer::ops::cuda::detail {
 namespace {
 
 namespace md = ::dsinfer::ops::moe_detail;
+using ::dsinfer::cuda::sm90::cp_async16;
+using ::dsinfer::cuda::sm90::cp_async_commit;
+using ::dsinfer::cuda::sm90::cp_async_wait;
+using ::dsinfer::cuda::sm90::smem_u32;
 constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK, kStages = md::kGrpStages, NT = md::kGrpThreads;
 constexpr int kAStage = BM * BK * 2;   // bf16 A tile, 256-byte rows, 16-byte pieces swizzled by row & 7
 constexpr int kBStage = BN * BK / 2;   // raw FP4 rows, 64 bytes each
@@ -32,17 +37,8 @@ constexpr int kSmem = kStages * kStage;
 static_assert(BM == 128 && BN == 128 && BK == 128 && NT == 256, "the loaders below assume these sizes");
 static_assert(md::kFastScaleShift == 64, "the epilogues multiply by 2^64");
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

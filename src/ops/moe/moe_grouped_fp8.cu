@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/sm90_async.cuh"
 #include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
@@ -33,6 +34,21 @@ namespace dsinfer::ops::cuda::detail {
 namespace {
 
 namespace md = ::dsinfer::ops::moe_detail;
+using ::dsinfer::cuda::sm90::cp_async16;
+using ::dsinfer::cuda::sm90::cp_async4;
+using ::dsinfer::cuda::sm90::cp_async8;
+using ::dsinfer::cuda::sm90::cp_async_commit;
+using ::dsinfer::cuda::sm90::cp_async_wait;
+using ::dsinfer::cuda::sm90::fence_proxy_async;
+using ::dsinfer::cuda::sm90::mbar_arrive;
+using ::dsinfer::cuda::sm90::mbar_arrive_cp_async;
+using ::dsinfer::cuda::sm90::mbar_arrive_expect_tx;
+using ::dsinfer::cuda::sm90::mbar_init;
+using ::dsinfer::cuda::sm90::mbar_wait;
+using ::dsinfer::cuda::sm90::smem_u32;
+using ::dsinfer::cuda::sm90::wgmma_commit;
+using ::dsinfer::cuda::sm90::wgmma_fence;
+using ::dsinfer::cuda::sm90::wgmma_wait;
 constexpr int BM = md::kGrpBM, BN = md::kGrpBN, BK = md::kGrpBK;
 // 384 threads: warpgroup 0 produces (loads, expands), warpgroups 1 and 2 consume (64 rows each: wgmma, promotion,
 // epilogue). Registers moved from the producer to the consumers by setmaxnreg (128 x 88 + 256 x 208 <= 64K).
@@ -62,23 +78,6 @@ constexpr int kBlk = kGateUp ? md::kFp8BlockGateUp : md::kFp8BlockDown;
 template <bool kGateUp>
 constexpr int kNB = BK / kBlk<kGateUp>;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// Shared memory written by the generic proxy (cp.async, st.shared), read next by wgmma (the async proxy).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // Keeps the compiler from moving accesses of the accumulator registers across the asynchronous wgmma.
 __device__ __forceinline__ void fence_regs(float (&d)[64]) {
 #pragma unroll
@@ -111,36 +110,8 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
-__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0) : "memory");
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrives on the barrier when all of the thread's cp.async so far have landed (counted in the barrier's init count).
-__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 // The producer warpgroup's own barrier (id 1; __syncthreads uses 0).
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
-// Waits until the phase of parity `parity` of the barrier has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// Arrives on the barrier and adds `bytes` to the transactions its current phase waits for (the TMA box below).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
 // TMA: the box at (k, row, 0) of the A tensor map (128 k x 128 rows x both terms) into shared memory at dst, its
 // bytes counted on the mbarrier bar.
 __device__ __forceinline__ void tma_load_a(uint32_t dst, const CUtensorMap& map, int k, int row, uint32_t bar) {
@@ -462,7 +433,7 @@ __device__ __forceinline__ void consumer(const MoeGroupedFp8Args& p, const Smem&
         if (live) {
           issue_block<kGateUp>(blk, slot + uint32_t(cwg * 64 * 128), slot + kOffB, bi);
           turn_pass(theirs);
-          wgmma_wait0();
+          wgmma_wait<0>();
           fence_regs(blk);
           promote(acc, blk, sa[ra * NB + bi], sa[(ra + 8) * NB + bi], sb + bi * BN, t);
         } else {

@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/ops_device.cuh"
+#include "cuda/sm90_async.cuh"
 #include "ops/kv_format/kv_format.h"
 #include "ops/sparse_attention/sparse_attention_fp8_common.cuh"  // key lookup, dequant16, out_rope, kPart
 #include "ops/sparse_attention/sparse_attention_fp8_launch.h"
@@ -58,26 +59,10 @@ static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may us
 static_assert(kOffBar % 8 == 0 && kOffStage % 16 == 0 && kOffX % 16 == 0, "alignment");
 
 enum NamedBarrier : int { kBarProducer = 1, kBarExchange = 2, kBarQ0 = 3 };  // kBarQ0 + c: consumer c's Q half
-__device__ __forceinline__ void named_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+using ::dsinfer::cuda::sm90::mbar_arrive;
+using ::dsinfer::cuda::sm90::mbar_init;
+using ::dsinfer::cuda::sm90::mbar_wait;
+using ::dsinfer::cuda::sm90::named_sync;
 
 // The block's split of token t's keys, as the lock-step kernel cuts it.
 struct Split {
@@ -279,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int64_t n = 0; n < sp.ntiles; ++n) {
     const int slot = int(n % kKeyTiles);
-    wg::wgmma_wait0();  // tile n's Q K^T and tile n - 1's P V
+    wg::wgmma_wait<0>();  // tile n's Q K^T and tile n - 1's P V
     wg::fence_regs(s);
     wg::fence_regs(acc);
     if (n > 0) mbar_arrive(empty0 + 8 * int((n - 1) % kKeyTiles));

@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/ops_device.cuh"
+#include "cuda/sm90_async.cuh"
 
 namespace dsinfer::ops::cuda::detail::attn_mma {
 
@@ -16,7 +17,7 @@ inline constexpr int kMmaDim = 512;              // head_dim of both kernels
 inline constexpr int kMmaPitch = kMmaDim + 8;    // bf16 row pitch (1040 B): rows 4 banks apart, conflict-free
 inline constexpr int kMmaHalf = kMmaDim / 2;     // dims a warp owns
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+using ::dsinfer::cuda::sm90::smem_u32;
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   union {

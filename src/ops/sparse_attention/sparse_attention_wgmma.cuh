@@ -21,12 +21,11 @@ __device__ __forceinline__ int k_off(int r, int d) { return (((d >> 3) * 4 + (r 
 __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
 }
-// Shared memory written by the generic proxy (st.shared), read next by wgmma (the async proxy): every writer fences
-// before the barrier.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// The sm_90 ordering primitives (cuda/sm90_async.cuh), under this namespace for the kernels that use wg::.
+using ::dsinfer::cuda::sm90::fence_proxy_async;
+using ::dsinfer::cuda::sm90::wgmma_commit;
+using ::dsinfer::cuda::sm90::wgmma_fence;
+using ::dsinfer::cuda::sm90::wgmma_wait;
 // Keeps the compiler from moving accesses of these registers across the asynchronous wgmma.
 template <int N, int M>
 __device__ __forceinline__ void fence_regs(float (&d)[N][M]) {
@@ -106,7 +105,7 @@ __device__ __forceinline__ void qk_wg(uint32_t qs, uint32_t ks, int d0, float (&
     wgmma_m64n32k16_ss(s, desc(qs + d * 128u, 1024u, 128u), desc(ks + d * 64u, 512u, 128u));
   }
   wgmma_commit();
-  wgmma_wait0();
+  wgmma_wait<0>();
   fence_regs(s);
 }
 
@@ -134,7 +133,7 @@ __device__ __forceinline__ void pv_issue(const float (&p)[4][4], uint32_t ks, in
   wgmma_commit();
 }
 __device__ __forceinline__ void pv_wait(float (&acc)[32][4]) {
-  wgmma_wait0();
+  wgmma_wait<0>();
   fence_regs(acc);
 }
 
