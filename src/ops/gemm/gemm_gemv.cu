@@ -12,6 +12,7 @@
 //  - small N: the K steps of a chunk are split over wk warps of a block and their partials summed through shared
 //    memory in warp order after a fixed butterfly inside each warp: deterministic, no atomics, no workspace;
 //  - block shape (wk, wr) from plan_gemm_gemv (gemm_plan.cpp): enough blocks for the SMs, x chunk <= kGemvXsBudget.
+#include "cuda/pdl.cuh"
 #include "ops/gemm/gemm_dequant.cuh"
 
 namespace dsinfer::ops::cuda::detail {
@@ -107,6 +108,11 @@ inline constexpr bool kGvPrefetch = MT == 1;
 
 template <WeightFormat F, int MT>
 __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const GemmArgs a, const GemvParams p) {
+  // PDL (cuda/pdl.h): a weight given by pointer (not a device array of them, which a kernel may have written) is
+  // never written by the kernels before this one, so its first K step's loads are issued before the wait and are in
+  // flight during the previous kernel's tail; x, y and pointer arrays are touched after it.
+  const bool early = a.wdata_arr == nullptr;
+  if (!early) dsinfer::cuda::pdl_wait_then_release();
   using C = GvCfg<F, MT>;
   constexpr int RW = C::RW, VPL = C::VPL, VE = C::VE;
   extern __shared__ float4 gv_smem[];
@@ -131,6 +137,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
   for (int rr = 0; rr < RW; ++rr)
     srow[rr] = F == WeightFormat::FP8_BLOCK ? uint32_t((w.row0 + n_first + rr) / a.block_n * a.scale_cols) : 0;
 
+  if (early && a.K <= 0) dsinfer::cuda::pdl_wait_then_release();  // no K step below: wait before the stores
   GvStep<F, MT> cur;
   if constexpr (kGvPrefetch<MT>)
     load_step<F, MT>(a, wbase, row_bytes, n_first, srow, w.scale, int64_t(wk) * C::STEP, lane, cur);
@@ -142,6 +149,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
     } else {
       load_step<F, MT>(a, wbase, row_bytes, n_first, srow, w.scale, kw, lane, cur);
     }
+    if (early && k0 == 0) dsinfer::cuda::pdl_wait_then_release();
     __syncthreads();  // the previous chunk's readers are done
     stage_x<F, MT>(a, p, g, k0, xs);
     __syncthreads();
@@ -224,8 +232,8 @@ template <WeightFormat F, int MT>
 cudaError_t launch(const GemmArgs& a, const GemvParams& p, cudaStream_t s) {
   const int64_t rows = int64_t(kGemvRowsPerWarp) * p.wr;
   const dim3 grid(unsigned((a.N + rows - 1) / rows), unsigned(a.groups));
-  gemm_gemv_kernel<F, MT><<<grid, 32 * p.wk * p.wr, size_t(p.smem), s>>>(a, p);
-  return cudaPeekAtLastError();
+  return dsinfer::cuda::pdl_launch(gemm_gemv_kernel<F, MT>, grid, dim3(unsigned(32 * p.wk * p.wr)), size_t(p.smem), s,
+                                   a, p);
 }
 
 template <WeightFormat F>

@@ -5,6 +5,7 @@
 // partial sums are reduced with a fixed butterfly, so the result is deterministic.
 // Requires (checked by the caller, GemmArgs::w_vec): K % vec_elems == 0, 16-byte aligned weight rows, FP8
 // block_k % 16 == 0 (one scale per vector).
+#include "cuda/pdl.cuh"
 #include "ops/gemm/gemm_dequant.cuh"
 
 namespace dsinfer::ops::cuda::detail {
@@ -55,6 +56,7 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&wf)[SkFmt<F>::VE]
 
 template <WeightFormat F>
 __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(const GemmArgs a) {
+  dsinfer::cuda::pdl_wait_then_release();
   using T = SkFmt<F>;
   extern __shared__ float4 xs4[];
   float* xs = reinterpret_cast<float*>(xs4);
@@ -154,7 +156,7 @@ void launch(const GemmArgs& a, cudaStream_t s) {
     cudaFuncSetAttribute(gemm_skinny_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   const int64_t rows_per_block = int64_t(kSkWarps) * kSkRowsPerWarp;
   const dim3 grid(unsigned((a.N + rows_per_block - 1) / rows_per_block), unsigned(a.groups));
-  gemm_skinny_kernel<F><<<grid, kSkWarps * 32, smem, s>>>(a);
+  dsinfer::cuda::pdl_launch(gemm_skinny_kernel<F>, grid, dim3(kSkWarps * 32), smem, s, a);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/func_smem.h"
+#include "cuda/pdl.cuh"
 #include "ops/gemm/gemm_dequant.cuh"
 
 namespace dsinfer::ops::cuda::detail {
@@ -156,6 +157,10 @@ __device__ __forceinline__ void load_chunk(const GemmArgs& a, const WPtr& w, con
 // token chunk.
 template <int NT, int D>
 __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmArgs a, const StreamParams p) {
+  // PDL (cuda/pdl.h): as the GEMV kernel, a weight given by pointer has its first chunks' loads issued before the
+  // wait (no kernel writes a weight); x, y and pointer arrays are touched after it.
+  const bool early = a.wdata_arr == nullptr;
+  if (!early) dsinfer::cuda::pdl_wait_then_release();
   constexpr int TP = 8 * NT;
   extern __shared__ uint4 smem4[];
   uint16_t* xs = reinterpret_cast<uint16_t*>(smem4);             // [TP][xs_ld] bf16
@@ -183,6 +188,7 @@ __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmAr
     sl[j] = sh[j] = 0;
     if (j < nchunks) load_chunk(a, w, cur, j, cpb, bl[j], bh[j], sl[j], sh[j]);
   }
+  if (early) dsinfer::cuda::pdl_wait_then_release();
   load_x_tile<TP>(a, p, g, tok0, k_begin, k_end, xs);
   __syncthreads();
 
@@ -275,13 +281,22 @@ cudaError_t launch(const GemmArgs& a, const StreamParams& p, cudaStream_t s) {
   cfg.blockDim = dim3(kStThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(p.splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[2];
+  int na = 0;
+  if (p.splits > 1) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = unsigned(p.splits);
+    attr[na].val.clusterDim.y = 1;
+    attr[na].val.clusterDim.z = 1;
+    ++na;
+  }
+  if (dsinfer::cuda::pdl_enabled()) {  // cuda/pdl.h: the kernel's first statement is pdl_wait_then_release
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = p.splits > 1 ? 1 : 0;
+  cfg.numAttrs = unsigned(na);
   return cudaLaunchKernelEx(&cfg, gemm_stream_kernel<NT, D>, a, p);
 }
 

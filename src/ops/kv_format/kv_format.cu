@@ -2,6 +2,7 @@
 // owns channels 2l, 2l+1 of each 64-channel tile (its two codes are one 16-bit store, a tile one 64-byte run) and
 // RoPE channels 448 + 2l, +1; lane 0 writes the row's 8 scale bytes. Indexer: lane l owns channels 4l .. 4l+3.
 #include "cuda/ops_device.cuh"
+#include "cuda/pdl.cuh"
 #include "ops/kv_format/kv_format.h"
 #include "ops/kv_format/kv_format_launch.h"
 
@@ -19,6 +20,7 @@ __device__ __forceinline__ float warp_amax(float a, bool finite) {
 
 __global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
                                  int64_t cache_rows, KvPages g) {
+  dsinfer::cuda::pdl_wait_then_release();
   const int lane = threadIdx.x & 31;
   const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (i >= n) return;
@@ -45,6 +47,7 @@ __global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_
 
 __global__ void idx_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
                                   int64_t cache_rows, KvPages g) {
+  dsinfer::cuda::pdl_wait_then_release();
   const int lane = threadIdx.x & 31;
   const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (i >= n) return;
@@ -109,15 +112,15 @@ void launch_kv_sanitize(uint8_t* cache, int64_t rows, const KvPages& g, bool ind
 void launch_kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
                       int64_t cache_rows, const KvPages& g, void* stream) {
   const unsigned blocks = unsigned((n + kWarps - 1) / kWarps);
-  kv_encode_kernel<<<blocks, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(x, int(n), ld, dst_rows, cache,
-                                                                                  cache_rows, g);
+  dsinfer::cuda::pdl_launch(kv_encode_kernel, dim3(blocks), dim3(kWarps * 32), 0, static_cast<cudaStream_t>(stream), x,
+                            int(n), ld, dst_rows, cache, cache_rows, g);
 }
 
 void launch_idx_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
                        int64_t cache_rows, const KvPages& g, void* stream) {
   const unsigned blocks = unsigned((n + kWarps - 1) / kWarps);
-  idx_encode_kernel<<<blocks, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(x, int(n), ld, dst_rows, cache,
-                                                                                   cache_rows, g);
+  dsinfer::cuda::pdl_launch(idx_encode_kernel, dim3(blocks), dim3(kWarps * 32), 0, static_cast<cudaStream_t>(stream), x,
+                            int(n), ld, dst_rows, cache, cache_rows, g);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -13,6 +13,7 @@
 // The finalize loads the site's scale / base at its start, before the partial sums (session 16). hc_post: one thread per (token, 4 channels), float4 loads issued before the token's post/comb
 // are staged in shared memory; optionally the bf16 rounding of V4.1's official numerics on the stored streams.
 #include "cuda/ops_device.cuh"
+#include "cuda/pdl.cuh"
 #include "ops/mhc/mhc_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -306,19 +307,21 @@ __global__ void __launch_bounds__(kThreads, 2) hc_finalize_kernel(HcNormParams p
   const int team = int(threadIdx.x >> 5) / kTeamWarps, tt = int(threadIdx.x) % kTeamThreads;
   const int n = N > 0 ? N : int(p.n), R = (kHead ? n : (2 + n) * n) + 1;
   const int64_t t = int64_t(blockIdx.x) * kTeams + team;
+  const int64_t d4 = p.dim / 4;
+  const bool one_pass = d4 <= kPass;
+  // The site's weights (norm_w, scale, base: written by no kernel) before the PDL wait (cuda/pdl.h), so their loads
+  // overlap the previous kernel's tail; the rows, X and the partials in y after it. Every thread waits before a
+  // team leaves (t >= T), so the grid completes only after the one it follows.
+  float4 xv[D::kUnroll][D::kN], wv[D::kUnroll], ov[D::kUnroll];
+  if (one_pass && t < T) load_weights<N, kTeamThreads>(p.norm_w, d4, tt, wv);
+  HcConsts<kHead, N> consts;
+  if (tt < 32 && t < T) consts = load_consts<kHead, N>(p);
+  dsinfer::cuda::pdl_wait_then_release();
   if (t >= T) return;  // kTeamWarps > 1: one team per block, so the whole block leaves
   float* yr = y + t * p.dim;
-  const int64_t d4 = p.dim / 4;
   const float4* x4 = reinterpret_cast<const float4*>(X + (rows ? int64_t(rows[t]) : t) * n * p.dim);
   float4* y4 = reinterpret_cast<float4*>(yr);
-  const bool one_pass = d4 <= kPass;
-  float4 xv[D::kUnroll][D::kN], wv[D::kUnroll], ov[D::kUnroll];
-  if (one_pass) {  // X and norm_w only: y still holds the partials read below
-    load_columns<N, kTeamThreads>(x4, n, d4, tt, xv);
-    load_weights<N, kTeamThreads>(p.norm_w, d4, tt, wv);
-  }
-  HcConsts<kHead, N> consts;
-  if (tt < 32) consts = load_consts<kHead, N>(p);
+  if (one_pass) load_columns<N, kTeamThreads>(x4, n, d4, tt, xv);  // X only: y still holds the partials read below
   double acc[D::kMixSlots];
   team_partials<N, kTeamWarps>(reinterpret_cast<const double*>(yr), splits, R, acc, s_acc);
   if (tt < 32)
@@ -364,6 +367,7 @@ template <int N>
 __global__ void __launch_bounds__(kPostThreads, N == 4 ? 5 : 2)
     hc_post_kernel(int64_t T, int n_arg, int64_t dim, const float* __restrict__ f, const float* __restrict__ post,
                    const float* __restrict__ comb, float* X, bool round) {
+  dsinfer::cuda::pdl_wait_then_release();
   constexpr int kN = N > 0 ? N : kHcMaxN;
   const int n = N > 0 ? N : n_arg;
   __shared__ float s_post[kHcMaxN], s_comb[kHcMaxN * kHcMaxN];
@@ -430,11 +434,13 @@ __global__ void __launch_bounds__(kThreads) hc_collapse_norm_kernel(const float*
 template <bool kHead, int N>
 void launch_finalize(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp,
                      float* y, float* post, float* comb, cudaStream_t st) {
+  using dsinfer::cuda::pdl_launch;
   if (sp.wide)
-    hc_finalize_kernel<kHead, kWarps, N><<<unsigned(T), kThreads, 0, st>>>(p, X, rows, T, sp.splits, y, post, comb);
+    pdl_launch(hc_finalize_kernel<kHead, kWarps, N>, dim3(unsigned(T)), dim3(kThreads), 0, st, p, X, rows, T,
+               int(sp.splits), y, post, comb);
   else
-    hc_finalize_kernel<kHead, 1, N><<<unsigned((T + kWarps - 1) / kWarps), kThreads, 0, st>>>(p, X, rows, T, sp.splits,
-                                                                                             y, post, comb);
+    pdl_launch(hc_finalize_kernel<kHead, 1, N>, dim3(unsigned((T + kWarps - 1) / kWarps)), dim3(kThreads), 0, st, p,
+               X, rows, T, int(sp.splits), y, post, comb);
 }
 }  // namespace
 
@@ -468,9 +474,11 @@ void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const flo
   const dim3 grid(unsigned((dim / 4 + kPostThreads - 1) / kPostThreads), unsigned(T < 65535 ? T : 65535));
   const auto st = static_cast<cudaStream_t>(stream);
   if (n == 4)
-    hc_post_kernel<4><<<grid, kPostThreads, 0, st>>>(T, int(n), dim, f, post, comb, X, round_bf16);
+    dsinfer::cuda::pdl_launch(hc_post_kernel<4>, grid, dim3(kPostThreads), 0, st, T, int(n), dim, f, post, comb, X,
+                              round_bf16);
   else
-    hc_post_kernel<0><<<grid, kPostThreads, 0, st>>>(T, int(n), dim, f, post, comb, X, round_bf16);
+    dsinfer::cuda::pdl_launch(hc_post_kernel<0>, grid, dim3(kPostThreads), 0, st, T, int(n), dim, f, post, comb, X,
+                              round_bf16);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

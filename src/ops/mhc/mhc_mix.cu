@@ -11,6 +11,7 @@
 // the 8-token tile on m8n8k4; each output element is the same four exact products added to the same accumulator,
 // and GpuMhc.MixM16EqualsM8 checks that the two shapes give the same bits.
 #include "cuda/ops_device.cuh"
+#include "cuda/pdl.cuh"
 #include "ops/mhc/mhc_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -92,6 +93,7 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
                                                               const float* __restrict__ X,
                                                               const int32_t* __restrict__ rows, int64_t T,
                                                               int64_t len, int64_t dim, int cps, float* y) {
+  dsinfer::cuda::pdl_wait_then_release();
   constexpr int TT = 8 * MT, NR = 8 * NT, kStageF = (TT + NR) * kRowF, kStages = mix_stages<MT, NT>();
   extern __shared__ __align__(16) float sm[];  // kStages stages; after the loop: the warps' sums [kWarps][TT][NR + 1]
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, gr = lane >> 2, kq = lane & 3;
@@ -184,8 +186,8 @@ void launch_mix(const HcNormParams& p, int mixes, const float* X, const int32_t*
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(hc_mix_mma_kernel<MT, NT, kM16>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   const dim3 grid(unsigned((T + 8 * MT - 1) / (8 * MT)), unsigned(sp.splits));
-  hc_mix_mma_kernel<MT, NT, kM16><<<grid, kThreads, smem, st>>>(p.fn, mixes, X, rows, T, p.n * p.dim, p.dim,
-                                                          sp.chunks_per_split, y);
+  dsinfer::cuda::pdl_launch(hc_mix_mma_kernel<MT, NT, kM16>, grid, dim3(kThreads), smem, st, p.fn, mixes, X, rows, T,
+                            p.n * p.dim, p.dim, int(sp.chunks_per_split), y);
 }
 }  // namespace
 

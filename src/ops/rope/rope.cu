@@ -8,6 +8,7 @@
 // runs the butterflies of dev::smem_hadamard in double registers, stages h < 4 inside a lane and h >= 4 across
 // lanes (partner lane ^ h/4), each pair combined by the same a + b / a - b: the same bits as hadamard_fp4_sim.
 #include "cuda/ops_device.cuh"
+#include "cuda/pdl.cuh"
 #include "ops/rope/rope_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -120,6 +121,7 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
 }
 
 __global__ void head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int64_t* pos) {
+  dsinfer::cuda::pdl_wait_then_release();
   const int64_t vec = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (vec >= p.rows * p.heads) return;  // warp-uniform
   norm_rope_vec(p, x, pos, vec);
@@ -128,6 +130,7 @@ __global__ void head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int6
 // Blocks [0, blocks_a) take a's vectors, the rest b's.
 __global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, HeadNormRopeParams b, float* xb,
                                            const int64_t* pos, int64_t blocks_a) {
+  dsinfer::cuda::pdl_wait_then_release();
   const int64_t warp = threadIdx.x >> 5, per_block = blockDim.x >> 5;
   if (int64_t(blockIdx.x) < blocks_a) {
     const int64_t vec = int64_t(blockIdx.x) * per_block + warp;
@@ -141,14 +144,15 @@ __global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, Head
 
 void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream) {
   const int64_t blocks = (p.rows * p.heads + 7) / 8;
-  head_norm_rope_kernel<<<unsigned(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(p, x, pos);
+  dsinfer::cuda::pdl_launch(head_norm_rope_kernel, dim3(unsigned(blocks)), dim3(256), 0,
+                            static_cast<cudaStream_t>(stream), p, x, pos);
 }
 
 void launch_head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNormRopeParams& b, float* xb,
                                 const int64_t* pos, void* stream) {
   const int64_t blocks_a = (a.rows * a.heads + 7) / 8, blocks_b = (b.rows * b.heads + 7) / 8;
-  head_norm_rope_pair_kernel<<<unsigned(blocks_a + blocks_b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      a, xa, b, xb, pos, blocks_a);
+  dsinfer::cuda::pdl_launch(head_norm_rope_pair_kernel, dim3(unsigned(blocks_a + blocks_b)), dim3(256), 0,
+                            static_cast<cudaStream_t>(stream), a, xa, b, xb, pos, blocks_a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail
