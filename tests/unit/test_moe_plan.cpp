@@ -104,6 +104,20 @@ TEST(MoePlan, Fp8GroupedForPrefill) {
   EXPECT_EQ(moe_shared_precision(MoePath::GroupedFp8, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
 }
 
+// The RS grouped kernels (bf16 wgmma, FP4 weights in registers): MoePath::GroupedRs at any T when the experts are
+// FP4 (else the exact path), never for Fast (not yet measured faster: bench/NOTES.md, session 18).
+TEST(MoePlan, RsGroupedByName) {
+  for (int64_t T : {1, 1024, 4096, 8192}) {
+    const MoePlan p = plan_moe(MoePath::GroupedRs, true, T, kFlashK, true, true);
+    EXPECT_EQ(p.experts, MoeExpertKernels::kGroupedRs) << T;
+    EXPECT_TRUE(p.side_stream);
+    EXPECT_FALSE(p.direct_x);
+  }
+  EXPECT_EQ(plan_moe(MoePath::GroupedRs, false, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGemm);
+  EXPECT_NE(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGroupedRs);
+  EXPECT_EQ(moe_shared_precision(MoePath::GroupedRs, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
+}
+
 // The CUTLASS grouped FP8 GEMMs: FP8_BLOCK experts with 128 x 128 blocks (E8M0 or fp32 scales), 128 multiples and
 // inter <= dim; MoePath::CutlassFp8 at any T; never for Fast (single-term activations fail the fidelity gate), FP4
 // experts, Exact, Invariant or Default.

@@ -37,7 +37,11 @@ namespace dsinfer::ops::cuda {
 // moe_cutlass_supported(), else as Exact. FP4 experts never take it. Fast does not take it: with one e4m3 term the
 // fidelity gate fails on an FP8-expert copy of the shipped model (top-1 97.66 %, KL 1.72e-3; docs/decisions.md
 // 2026-12-03), so it is asked for by name (benches, tests) until it has a second term.
-enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8, CutlassFp8 };
+// GroupedRs for every T (benches, tests; session 18): the bf16 wgmma grouped GEMMs of moe_grouped_rs.cu (the FP4
+// weights decoded in registers as wgmma's A operand, the activations by TMA; numerics of Grouped: x and h rounded to
+// bf16, exact weights, fp32 sums over the whole K; a token's result does not depend on the other tokens) when
+// moe_fast_supported(), else as Exact.
+enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8, CutlassFp8, GroupedRs };
 
 // ---- Thresholds (one definition each) ----
 
@@ -78,7 +82,11 @@ bool moe_cutlass_supported(const MoeExpertsDevice& experts);
 // outputs per row (MoeCutlassGemmArgs::cluster_n).
 int moe_cutlass_cluster_n(int64_t rows, int64_t experts, int64_t N);
 
-enum class MoeExpertKernels { kGemm, kFast, kGrouped, kGroupedFp8, kCutlassFp8 };
+enum class MoeExpertKernels { kGemm, kFast, kGrouped, kGroupedFp8, kCutlassFp8, kGroupedRs };
+
+// Consumer warpgroups per CTA of the GroupedRs kernels (MoeGroupedRsArgs::cwg: 2 -> 128 weight rows per CTA, 4 ->
+// 256 where N allows).
+inline constexpr int kMoeGroupedRsCwg = 2;
 
 // moe_cuda's choices for one call of T tokens with topk experts each.
 struct MoePlan {
