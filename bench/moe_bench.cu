@@ -360,8 +360,8 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   }
 }
 
-// The prefill path kernel by kernel (MoePath::Fast above kMoeGroupedMinT tokens = the FP8 grouped GEMMs, as moe_cuda
-// runs it; each launch timed alone on one stream): the permutation (count, scatter), the two-term quantization of x
+// The prefill kernels one by one (each launch timed alone on one stream): the FP8 grouped GEMMs (MoePath::Fast's
+// prefill route until session 18; MoePath::Fast above kMoeGroupedMinT now takes the RS kernels, timed beside them): the permutation (count, scatter), the two-term quantization of x
 // into permuted rows, the tile list, the gate/up + SwiGLU and down GEMMs, the shared expert (moe_shared_cuda), the
 // combine; then moe_cuda itself routed only and with the shared expert (on the side stream). "other" = moe_cuda with
 // the shared expert minus the two GEMMs. Last: an FNV-1a hash of moe_cuda's output (weight set 0, with and without
@@ -376,7 +376,8 @@ uint64_t fnv_hash(const Blob& b, size_t bytes) {
 
 void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   namespace md = dsinfer::ops::moe_detail;
-  std::printf("prefill stages (MoePath::Fast, FP8 grouped GEMMs): us per launch, median of %d, %d weight sets, "
+  std::printf("prefill stages (FP8 grouped GEMMs and the RS kernels; moe_cuda = MoePath::Fast): us per launch, "
+              "median of %d, %d weight sets, "
               "uniform random routing\n",
               kRuns, g_sets);
   int64_t maxT = 1;
@@ -573,14 +574,16 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     check(cudaDeviceSynchronize(), "sync");
     const uint64_t h_full = fnv_hash(b[0].out, size_t(T * D) * 4);
     const double flop = 2.0 * double(n) * 3.0 * double(D) * double(I);
-    std::printf("prefill T %5lld: count %.1f | scatter %.1f | quant x %.1f | tiles %.1f | gate/up %.1f | down %.1f "
-                "(GEMMs %.1f us, %.0f TFLOP/s) | shared %.1f | combine %.1f\n",
+    std::printf("prefill T %5lld: count %.1f | scatter %.1f | FP8: quant x %.1f | tiles %.1f | gate/up %.1f | down "
+                "%.1f (GEMMs %.1f us, %.0f TFLOP/s) | shared %.1f | combine %.1f\n",
                 (long long)T, t_count, t_scatter, t_quant, t_tiles, t_gu, t_dn, t_gu + t_dn,
                 flop / ((t_gu + t_dn) * 1e-6) / 1e12, t_sh, t_comb);
-    std::printf("prefill T %5lld: moe_cuda routed %.1f us, with shared %.1f us (other than the GEMMs %.1f; sum of "
+    // moe_cuda (MoePath::Fast) runs the RS kernels with kMoeGroupedRsCwg consumer warpgroups
+    const double t_rs_gu = t_rs[oc::kMoeGroupedRsCwg == 4][0], t_rs_dn = t_rs[oc::kMoeGroupedRsCwg == 4][1];
+    std::printf("prefill T %5lld: moe_cuda routed %.1f us, with shared %.1f us (other than the RS GEMMs %.1f; sum of "
                 "the launches %.1f); hash routed %016llx with shared %016llx\n",
-                (long long)T, t_routed, t_full, t_full - t_gu - t_dn,
-                t_count + t_scatter + t_quant + t_tiles + t_gu + t_dn + t_sh + t_comb, (unsigned long long)h_routed,
+                (long long)T, t_routed, t_full, t_full - t_rs_gu - t_rs_dn,
+                t_count + t_scatter + t_xp + t_tiles + t_rs_gu + t_rs_dn + t_sh + t_comb, (unsigned long long)h_routed,
                 (unsigned long long)h_full);
   }
 }

@@ -10,9 +10,9 @@
 // the list of touched experts written by the count kernel (or by the one-launch moe_prep_kernel for
 // T*topk <= kMoePrepMaxN), and runs 5 on the workspace's side stream concurrently with 1-4 (fork before 1, join
 // before 6).
-// Large T (MoePath::Fast above kMoeGroupedMinT, or GroupedFp8) replaces 2-4 by moe_grouped_fp8.cu: x to two e4m3
-// terms, the tile list, gate/up + SwiGLU GEMM, down GEMM; MoePath::Grouped likewise by moe_grouped.cu (bf16), and
-// MoePath::GroupedRs by moe_grouped_rs.cu (bf16 wgmma, x gathered to bf16 in permuted order).
+// Large T (MoePath::Fast above kMoeGroupedMinT, or GroupedRs) replaces 2-4 by moe_grouped_rs.cu (bf16 wgmma): x to
+// bf16 in permuted order, the tile list, gate/up + SwiGLU GEMM, down GEMM; MoePath::GroupedFp8 likewise by
+// moe_grouped_fp8.cu (x to two e4m3 terms), MoePath::Grouped by moe_grouped.cu (bf16 mma.sync).
 #include "ops/moe/moe_cuda.h"
 
 #include <algorithm>

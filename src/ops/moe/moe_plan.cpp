@@ -34,9 +34,9 @@ MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, boo
   const bool cutlass = cutlass_supported && path == MoePath::CutlassFp8;
   MoePlan p;
   if (cutlass) p.experts = MoeExpertKernels::kCutlassFp8;
-  else if (fast && (path == MoePath::GroupedFp8 || prefill)) p.experts = MoeExpertKernels::kGroupedFp8;
+  else if (fast && path == MoePath::GroupedFp8) p.experts = MoeExpertKernels::kGroupedFp8;
   else if (fast && path == MoePath::Grouped) p.experts = MoeExpertKernels::kGrouped;
-  else if (fast && path == MoePath::GroupedRs) p.experts = MoeExpertKernels::kGroupedRs;
+  else if (fast && (path == MoePath::GroupedRs || prefill)) p.experts = MoeExpertKernels::kGroupedRs;
   else p.experts = fast ? MoeExpertKernels::kFast : MoeExpertKernels::kGemm;
   const bool any_fast = p.experts != MoeExpertKernels::kGemm;
   p.gemm_skinny_ok = path != MoePath::Invariant;
