@@ -12,9 +12,9 @@
 // all land on the slot's `full` mbarrier. No proxy fence: the TMA writes what wgmma reads (both async proxy), and the
 // weights are read by the consumers' own ld.shared. Consumer warpgroups (setmaxnreg up): per stage each thread loads
 // the 16 FP4 bytes of its two weight rows (lane t of a quad owns k 32t..32t+31 of the chunk, as the chunk layout
-// orders the activations) and their scales, then per 16-k step decodes 4 bf16x2 A registers (two rows, two pairs)
-// and issues m64nNk16 with B from the slot, double-buffering the A registers so that step s + 1 decodes while step
-// s runs (wgmma.wait_group 1); the slot is released once the next stage's first wait shows its wgmmas done.
+// orders the activations) and their scales, then per group of 16-k steps decodes 4 bf16x2 A registers a step (two
+// rows, two pairs) and issues the group's m64nNk16 wgmmas with B from the slot, waiting for them before the next
+// group decodes; the slot is released after the stage's last group.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
 // activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
@@ -241,9 +241,10 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
 
 // One item's main loop for a consumer warpgroup with wgmma N = kN: per stage the thread's two weight rows (16 FP4
 // bytes and a scale each), then per group of kSteps 16-k steps the decode of their A registers and their wgmmas in
-// one commit group, waited for before the next group decodes (ptxas serializes wgmmas whose register operands are
-// written while any wgmma is in flight: C7513), so the decode overlaps the other consumer warpgroups' wgmmas, not
-// its own. The slot is released after the stage's last group. Returns the next stage index.
+// one commit group, waited for before the next group decodes, so the decode overlaps the other consumer warpgroups'
+// wgmmas, not its own (a decode-ahead that keeps a wgmma in flight across the stage boundary makes ptxas serialize
+// every wgmma, C7513; one drained at each stage's end compiles clean: bench/NOTES.md session 18, not yet timed).
+// The slot is released after the stage's last group. Returns the next stage index.
 template <int kCwg, int kN>
 __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int wrow, int t, float (&acc)[64]) {
   using C = Cfg<kCwg>;
