@@ -9,10 +9,12 @@
 // Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only)
 // | dsinfer_moe_bench stages [T ...] (default 1 8 64 128 256): MoePath::Fast kernel by kernel (bench_stages)
 // | dsinfer_moe_bench prefill [T ...] (default 2048 4096 8192, T <= 16384): the prefill path (FP8 grouped GEMMs)
-// kernel by kernel, with an output hash (bench_prefill).
+// kernel by kernel, with an output hash, and beside them the RS kernels (bf16 wgmma, FP4 weights in registers) with
+// 2 and 4 consumer warpgroups and their yp against the bf16 grouped path's (bench_prefill).
 // Env (for profiling): DSINFER_MOE_BENCH_SETS = 1..4 weight sets rotated (1: the weights may stay warm in L2 / TLB);
 // DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192);
-// DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0).
+// DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0);
+// DSINFER_MOE_BENCH_RS_ONLY = 1: prefill stops after the RS kernels (moe_grouped_rs.cu) of each T.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,6 +42,7 @@ namespace {
 
 constexpr int kMaxSets = 4, kWarm = 3, kRuns = 25;
 int g_sets = kMaxSets;  // weight sets rotated (DSINFER_MOE_BENCH_SETS)
+bool g_rs_only = false;  // prefill: stop after the RS kernels (DSINFER_MOE_BENCH_RS_ONLY = 1, for profiling)
 constexpr double kHbm = 4.8e12;
 constexpr int64_t E = 256, k = 6, D = 4096, I = 2048;
 
@@ -455,8 +458,8 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   cudaStreamDestroy(side);
 }
 
-// The prefill path kernel by kernel (MoePath::Fast above kMoeGroupedMinT tokens = the FP8 grouped GEMMs, as moe_cuda
-// runs it; each launch timed alone on one stream): the permutation (count, scatter), the two-term quantization of x
+// The prefill kernels one by one (each launch timed alone on one stream): the FP8 grouped GEMMs (MoePath::Fast's
+// prefill route until session 18; MoePath::Fast above kMoeGroupedMinT now takes the RS kernels, timed beside them): the permutation (count, scatter), the two-term quantization of x
 // into permuted rows, the tile list, the gate/up + SwiGLU and down GEMMs, the shared expert (moe_shared_cuda), the
 // combine; then moe_cuda itself routed only and with the shared expert (on the side stream). "other" = moe_cuda with
 // the shared expert minus the two GEMMs. Last: an FNV-1a hash of moe_cuda's output (weight set 0, with and without
@@ -471,7 +474,8 @@ uint64_t fnv_hash(const Blob& b, size_t bytes) {
 
 void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   namespace md = dsinfer::ops::moe_detail;
-  std::printf("prefill stages (MoePath::Fast, FP8 grouped GEMMs): us per launch, median of %d, %d weight sets, "
+  std::printf("prefill stages (FP8 grouped GEMMs and the RS kernels; moe_cuda = MoePath::Fast): us per launch, "
+              "median of %d, %d weight sets, "
               "uniform random routing\n",
               kRuns, g_sets);
   int64_t maxT = 1;
@@ -482,7 +486,7 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   for (int64_t T : Ts) {
     const int64_t n = T * k, max_tiles = md::grp_max_tiles(n, E);
     struct Bufs {
-      Blob idx, wt, x, out, shy, offsets, perm, pos, tiles, xq, hq, yp;
+      Blob idx, wt, x, out, shy, offsets, perm, pos, tiles, xq, hq, yp, xb, hb;
     };
     std::vector<Bufs> b(static_cast<size_t>(g_sets));
     for (int si = 0; si < g_sets; ++si) {
@@ -501,6 +505,8 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       q.xq = blob(size_t(n * D) * 2 + size_t(n * (D / 128)) * 4, 2, 1);
       q.hq = blob(size_t(n * I) * 2 + size_t(n * (I / 64)) * 4, 2, 1);
       q.yp = blob(size_t(n * D) * 4, 2, 1);
+      q.xb = blob(size_t(n * D) * 2, 2, 1);
+      q.hb = blob(size_t(n * I) * 2, 2, 1);
     }
     auto count = [&](int i) {
       Bufs& q = b[size_t(i)];
@@ -552,6 +558,92 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     for (int si = 0; si < g_sets; ++si) gemm(si, true);
     const double t_dn = median_us([&](int i) { gemm(i, false); });
     for (int si = 0; si < g_sets; ++si) gemm(si, false);
+    // The RS kernels (moe_grouped_rs.cu, MoePath::GroupedRs) on the same rows: x to bf16 in permuted order, then
+    // gate/up and down with 2 and 4 consumer warpgroups (same bits expected: the per-element k order is the same).
+    auto xp = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      oc::detail::launch_moe_grouped_xp(q.x.as<const float>(), q.pos.as<const int32_t>(), T, k, D,
+                                        reinterpret_cast<uint16_t*>(q.xb.data()), nullptr);
+    };
+    const double t_xp = median_us(xp);
+    for (int si = 0; si < g_sets; ++si) xp(si);
+    auto rs = [&](int i, bool gate_up, int cwg) {
+      Bufs& q = b[size_t(i)];
+      const Set& st = sets[size_t(i)];
+      uint16_t* xb = reinterpret_cast<uint16_t*>(q.xb.data());
+      uint16_t* hb = reinterpret_cast<uint16_t*>(q.hb.data());
+      const oc::MoeGroupedRsArgs gu{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                                    .a = xb, .rows_a = n, .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale,
+                                    .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
+                                    .hout = hb, .cwg = cwg};
+      const oc::MoeGroupedRsArgs dn{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                                    .a = hb, .rows_a = n, .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I, .N = D,
+                                    .yout = q.yp.as<float>(), .cwg = cwg};
+      if (!oc::detail::launch_moe_grouped_rs(gate_up, gate_up ? gu : dn, max_tiles, nullptr)) {
+        std::fprintf(stderr, "launch_moe_grouped_rs: no TMA map\n");
+        std::exit(1);
+      }
+    };
+    double t_rs[2][2];  // [cwg 2, 4][gate/up, down]
+    uint64_t h_rs[2] = {0, 0};
+    for (int ci = 0; ci < 2; ++ci) {
+      const int cwg = ci == 0 ? 2 : 4;
+      t_rs[ci][0] = median_us([&](int i) { rs(i, true, cwg); });
+      for (int si = 0; si < g_sets; ++si) rs(si, true, cwg);
+      t_rs[ci][1] = median_us([&](int i) { rs(i, false, cwg); });
+      for (int si = 0; si < g_sets; ++si) rs(si, false, cwg);
+      check(cudaDeviceSynchronize(), "sync");
+      h_rs[ci] = fnv_hash(b[0].yp, size_t(n * D) * 4);
+    }
+    // RS yp (weight set 0) against the bf16 grouped path's (moe_grouped.cu: same roundings, another k order) on the
+    // valid rows: normalized L2 and the largest elementwise difference over the row's largest magnitude
+    {
+      Bufs& q = b[0];
+      const Set& st = sets[0];
+      const size_t cnt = size_t(n * D);
+      std::vector<float> y_rs(cnt), y_ref(cnt);
+      check(cudaMemcpy(y_rs.data(), q.yp.data(), cnt * 4, cudaMemcpyDeviceToHost), "download");
+      uint16_t* xb = reinterpret_cast<uint16_t*>(q.xb.data());
+      uint16_t* hb = reinterpret_cast<uint16_t*>(q.hb.data());
+      oc::detail::launch_moe_grouped_x(q.x.as<const float>(), T, D, xb, nullptr);
+      const oc::MoeGroupedArgs gu{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                                  .perm_token = q.perm.as<const int32_t>(), .a = xb, .w1 = st.ex.w1.data,
+                                  .s1 = st.ex.w1.scale, .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale, .K = D, .N = I,
+                                  .limit = 10.0f, .hout = hb};
+      const oc::MoeGroupedArgs dn{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
+                                  .a = hb, .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I, .N = D,
+                                  .yout = q.yp.as<float>()};
+      oc::detail::launch_moe_grouped(true, gu, max_tiles, nullptr);
+      oc::detail::launch_moe_grouped(false, dn, max_tiles, nullptr);
+      check(cudaDeviceSynchronize(), "sync");
+      check(cudaMemcpy(y_ref.data(), q.yp.data(), cnt * 4, cudaMemcpyDeviceToHost), "download");
+      int32_t rows = 0;
+      check(cudaMemcpy(&rows, q.offsets.as<const int32_t>() + E, 4, cudaMemcpyDeviceToHost), "download");
+      double num = 0, den = 0, worst = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        double amax = 0, dmax = 0;
+        for (int64_t c = 0; c < D; ++c) {
+          const double a = y_rs[size_t(r * D + c)], bref = y_ref[size_t(r * D + c)];
+          num += (a - bref) * (a - bref);
+          den += bref * bref;
+          amax = std::max(amax, std::fabs(bref));
+          dmax = std::max(dmax, std::fabs(a - bref));
+        }
+        if (amax > 0) worst = std::max(worst, dmax / amax);
+      }
+      std::printf("prefill T %5lld: RS vs bf16 grouped yp (%d rows): normalized L2 %.3e, worst row max|diff|/max|y| "
+                  "%.3e\n",
+                  (long long)T, rows, std::sqrt(num / std::max(den, 1e-300)), worst);
+    }
+    std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg 2: gate/up %.1f down %.1f (GEMMs %.1f us, %.0f "
+                "TFLOP/s) | cwg 4: gate/up %.1f down %.1f (GEMMs %.1f us, %.0f TFLOP/s) | yp hash cwg2 %016llx "
+                "cwg4 %016llx (%s)\n",
+                (long long)T, t_xp, t_rs[0][0], t_rs[0][1], t_rs[0][0] + t_rs[0][1],
+                2.0 * double(n) * 3.0 * double(D) * double(I) / ((t_rs[0][0] + t_rs[0][1]) * 1e-6) / 1e12,
+                t_rs[1][0], t_rs[1][1], t_rs[1][0] + t_rs[1][1],
+                2.0 * double(n) * 3.0 * double(D) * double(I) / ((t_rs[1][0] + t_rs[1][1]) * 1e-6) / 1e12,
+                (unsigned long long)h_rs[0], (unsigned long long)h_rs[1], h_rs[0] == h_rs[1] ? "same" : "DIFFER");
+    if (g_rs_only) continue;
     const double t_sh = median_us([&](int i) {
       die(oc::moe_shared_cuda(b[size_t(i)].x.as<const float>(), T, sets[size_t(i)].sh, 10.0f,
                               b[size_t(i)].shy.as<float>(), ws, nullptr, oc::MoePath::Fast),
@@ -580,14 +672,16 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     check(cudaDeviceSynchronize(), "sync");
     const uint64_t h_full = fnv_hash(b[0].out, size_t(T * D) * 4);
     const double flop = 2.0 * double(n) * 3.0 * double(D) * double(I);
-    std::printf("prefill T %5lld: count %.1f | scatter %.1f | quant x %.1f | tiles %.1f | gate/up %.1f | down %.1f "
-                "(GEMMs %.1f us, %.0f TFLOP/s) | shared %.1f | combine %.1f\n",
+    std::printf("prefill T %5lld: count %.1f | scatter %.1f | FP8: quant x %.1f | tiles %.1f | gate/up %.1f | down "
+                "%.1f (GEMMs %.1f us, %.0f TFLOP/s) | shared %.1f | combine %.1f\n",
                 (long long)T, t_count, t_scatter, t_quant, t_tiles, t_gu, t_dn, t_gu + t_dn,
                 flop / ((t_gu + t_dn) * 1e-6) / 1e12, t_sh, t_comb);
-    std::printf("prefill T %5lld: moe_cuda routed %.1f us, with shared %.1f us (other than the GEMMs %.1f; sum of "
+    // moe_cuda (MoePath::Fast) runs the RS kernels with kMoeGroupedRsCwg consumer warpgroups
+    const double t_rs_gu = t_rs[oc::kMoeGroupedRsCwg == 4][0], t_rs_dn = t_rs[oc::kMoeGroupedRsCwg == 4][1];
+    std::printf("prefill T %5lld: moe_cuda routed %.1f us, with shared %.1f us (other than the RS GEMMs %.1f; sum of "
                 "the launches %.1f); hash routed %016llx with shared %016llx\n",
-                (long long)T, t_routed, t_full, t_full - t_gu - t_dn,
-                t_count + t_scatter + t_quant + t_tiles + t_gu + t_dn + t_sh + t_comb, (unsigned long long)h_routed,
+                (long long)T, t_routed, t_full, t_full - t_rs_gu - t_rs_dn,
+                t_count + t_scatter + t_xp + t_tiles + t_rs_gu + t_rs_dn + t_sh + t_comb, (unsigned long long)h_routed,
                 (unsigned long long)h_full);
   }
 }
@@ -613,6 +707,7 @@ int main(int argc, char** argv) {
          : stages ? std::vector<int64_t>{1, 8, 64, 128, 256}
                   : std::vector<int64_t>{1, 8, 64, 128, 256, 512, 1024, 4096};
   if (const char* env = std::getenv("DSINFER_MOE_BENCH_SETS")) g_sets = std::clamp(std::atoi(env), 1, kMaxSets);
+  if (const char* env = std::getenv("DSINFER_MOE_BENCH_RS_ONLY")) g_rs_only = std::atoi(env) == 1;
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
     std::fprintf(stderr, "no CUDA device\n");

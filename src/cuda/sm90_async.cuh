@@ -1,8 +1,8 @@
 // Hopper (sm_90) asynchronous-copy, barrier and wgmma-ordering primitives shared by the warp-specialised kernels
-// (*.cu only): shared-memory addresses, cp.async, mbarriers, named barriers, the proxy fence between generic-proxy
-// writes and wgmma reads, and the wgmma fence / commit / wait. Each is one PTX instruction with a "memory" clobber,
-// so the compiler keeps ordinary loads and stores on their side of it. Kernel-specific pieces (wgmma shapes, matrix
-// descriptors of one shared-memory layout, TMA boxes of one tensor map) stay beside their kernels.
+// (*.cu only): shared-memory addresses, cp.async, mbarriers, named barriers, 2-D TMA loads, the proxy fence between
+// generic-proxy writes and wgmma reads, and the wgmma fence / commit / wait. Each is one PTX instruction with a
+// "memory" clobber, so the compiler keeps ordinary loads and stores on their side of it. Kernel-specific pieces (wgmma
+// shapes, matrix descriptors of one shared-memory layout, TMA boxes of one tensor map) stay beside their kernels.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -66,6 +66,15 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 
 // Shared memory written by the generic proxy (cp.async, st.shared), read next by wgmma or TMA (the async proxy):
 // every writer fences before the barrier that hands the data on.
+// TMA: the box at coordinates (c0, c1) of the 2-D tensor map `map` (a __grid_constant__ CUtensorMap, passed by its
+// address) into shared memory at dst, its bytes counted on the mbarrier bar (expected by mbar_arrive_expect_tx).
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

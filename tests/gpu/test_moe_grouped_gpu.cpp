@@ -1,9 +1,10 @@
-// GPU parity of the grouped (prefill) MoE GEMMs (moe_grouped.cu, MoePath::Grouped and MoePath::Fast above
-// kMoeGroupedMinT) against the CPU reference (expert_accumulate_ref on io::dequant_fp4_e2m1 weights) on sampled
-// tokens and against the exact path on all tokens, with ragged expert groups: an empty expert, a one-row expert, an
-// expert with > 128 rows (several CTA row tiles, the last partial), invalid ids; K of one 128-k stage (fewer stages
-// than the ring) and of 32. Also: bitwise determinism (two runs) and row independence (the first half of the tokens
-// alone gives bitwise the same rows), and the fall-back of non-FP4 experts to the exact path.
+// GPU parity of the grouped (prefill) MoE GEMMs (moe_grouped.cu, MoePath::Grouped; moe_grouped_rs.cu,
+// MoePath::GroupedRs and MoePath::Fast above kMoeGroupedMinT, also bitwise against Grouped) against the CPU
+// reference (expert_accumulate_ref on io::dequant_fp4_e2m1 weights) on sampled tokens and against the exact path on
+// all tokens, with ragged expert groups: an empty expert, a one-row expert, an expert with > 128 rows (several CTA
+// row tiles, the last partial), invalid ids; K of one 128-k stage (fewer stages than the ring) and of 32. Also:
+// bitwise determinism (two runs) and row independence (the first half of the tokens alone gives bitwise the same
+// rows), and the fall-back of non-FP4 experts to the exact path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,6 +37,10 @@ namespace oc = dsinfer::ops::cuda;
 // 1e-2 leaves margin for the small-K cases (few terms) and the tight clamp. Against the exact path (tiled bf16
 // GEMMs that round the same x and h): both within ~3e-3 of the reference, so 1e-2 as well.
 constexpr double kTol = 1e-2;
+// MoePath::GroupedRs against MoePath::Grouped: the same bf16 roundings of x and h, the same exact weights and the
+// same k order (16-k steps in chunk-layout order, each summed by the tensor core into fp32): measured bitwise equal
+// on the H200 (session 18: these cases, and yp of 24,576 / 49,152 rows at V4-Flash shapes in dsinfer_moe_bench
+// prefill). The test asks for the same bits, so a change of either kernel's k order shows here.
 
 struct ExpertSet {
   std::vector<oc::OwnedDeviceWeight> owned;
@@ -140,11 +145,16 @@ void check_grouped(const GroupedCase& c, uint64_t seed) {
   for (float v : out) ASSERT_TRUE(std::isfinite(v)) << "unwritten / NaN output";
   const std::vector<float> again = run_moe(c, c.T, dx, di, dwt, ex, shp, c.path);
   EXPECT_EQ(std::memcmp(out.data(), again.data(), out.size() * 4), 0) << "grouped path not bitwise deterministic";
-  if (!c.shared && c.path == oc::MoePath::Grouped) {
+  if (!c.shared && (c.path == oc::MoePath::Grouped || c.path == oc::MoePath::GroupedRs)) {
     // Row independence: the first half of the tokens alone (other row tiles, other tile positions) -> same bits.
     const int64_t half = c.T / 2;
     const std::vector<float> part = run_moe(c, half, dx, di, dwt, ex, shp, c.path);
     EXPECT_EQ(std::memcmp(part.data(), out.data(), part.size() * 4), 0) << "a row depends on the other rows";
+  }
+  if (c.path == oc::MoePath::GroupedRs) {
+    const std::vector<float> grouped = run_moe(c, c.T, dx, di, dwt, ex, shp, oc::MoePath::Grouped);
+    EXPECT_EQ(std::memcmp(out.data(), grouped.data(), out.size() * 4), 0)
+        << "not the bf16 grouped path's bits; normalized error " << normalized_error(out, grouped);
   }
   const std::vector<float> exact = run_moe(c, c.T, dx, di, dwt, ex, shp, oc::MoePath::Exact);
   const double ee = normalized_error(out, exact);
@@ -185,12 +195,26 @@ TEST(MoeGroupedGpu, SmallRagged) {
 }
 
 // V4-Flash expert shapes (D 4096, I 2048, top-6, swiglu limit 10) with 32 experts (host memory and test time), T
-// above kMoeGroupedMinT through MoePath::Fast: ~290 rows per expert (3 row tiles), expert 2 with ~470. Since issue 30
-// MoePath::Fast runs the FP8 grouped kernels there (two-term activations: ~1e-3 from the CPU reference, inside kTol).
+// above kMoeGroupedMinT through MoePath::Fast: ~290 rows per expert (3 row tiles), expert 2 with ~470. Since session
+// 18 MoePath::Fast runs the RS kernels there (moe_grouped_rs.cu: the bf16 grouped path's numerics).
 TEST(MoeGroupedGpu, FlashShapes) {
   DSI_SKIP_WITHOUT_GPU();
   check_grouped({1536, 32, 6, 4096, 2048, 10.0f, false, true, oc::MoePath::Fast, 4}, 10);
   check_grouped({700, 32, 6, 4096, 2048, 10.0f, false, false, oc::MoePath::Grouped, 3}, 11);
+}
+
+// The RS kernels (moe_grouped_rs.cu, MoePath::GroupedRs) on the ragged cases (K of 1, 2, 3 and 5 stages; tiles of
+// <= 96 rows take wgmma N = 96, larger ones 128) and at V4-Flash shapes (~290 rows per expert: full and partial row
+// tiles), against the CPU reference, the exact path and the bf16 grouped path.
+TEST(MoeGroupedGpu, RsRagged) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_grouped({300, 8, 2, 256, 384, 0.05f, false, false, oc::MoePath::GroupedRs, 12}, 1);
+  check_grouped({37, 8, 3, 128, 128, 0.0f, false, true, oc::MoePath::GroupedRs, 12}, 2);
+  check_grouped({260, 12, 4, 384, 640, 0.0f, true, true, oc::MoePath::GroupedRs, 12}, 3);
+}
+TEST(MoeGroupedGpu, RsFlashShapes) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_grouped({1536, 32, 6, 4096, 2048, 10.0f, false, true, oc::MoePath::GroupedRs, 4}, 10);
 }
 
 // Other formats fall back to the exact path (bitwise the same).

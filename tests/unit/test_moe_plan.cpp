@@ -80,7 +80,7 @@ TEST(MoePlan, FlashFastPathByTokens) {
   };
   EXPECT_EQ(plan(1).experts, MoeExpertKernels::kFast);
   EXPECT_EQ(plan(1024).experts, MoeExpertKernels::kFast);
-  EXPECT_EQ(plan(1025).experts, MoeExpertKernels::kGroupedFp8);
+  EXPECT_EQ(plan(1025).experts, MoeExpertKernels::kGroupedRs);
   EXPECT_TRUE(plan(1).direct_x);
   EXPECT_TRUE(plan(2).direct_x);
   EXPECT_FALSE(plan(3).direct_x);
@@ -115,9 +115,9 @@ TEST(MoePlan, PathsAndFallbacks) {
   }
 }
 
-// The FP8 grouped kernels: MoePath::GroupedFp8 at any T, and MoePath::Fast above kMoeGroupedMinT (measured faster
-// than the bf16 grouped kernels there, inside the fidelity gate: bench/NOTES.md, issue 30); the bf16 grouped kernels
-// only by name (MoePath::Grouped); the decode kernels below; Default and Invariant never take them.
+// The FP8 grouped kernels: MoePath::GroupedFp8 at any T (Fast's prefill route until session 18); the bf16 grouped
+// kernels only by name (MoePath::Grouped); MoePath::Fast above kMoeGroupedMinT takes the RS kernels
+// (RsGroupedForPrefill), the decode kernels below; Default and Invariant never take them.
 TEST(MoePlan, Fp8GroupedForPrefill) {
   for (int64_t T : {1, 1024, 4096, 8192}) {
     const MoePlan p = plan_moe(MoePath::GroupedFp8, true, T, kFlashK, true, true);
@@ -125,7 +125,7 @@ TEST(MoePlan, Fp8GroupedForPrefill) {
     EXPECT_TRUE(p.side_stream);
     EXPECT_FALSE(p.direct_x);
   }
-  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGroupedFp8);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGroupedRs);
   EXPECT_EQ(plan_moe(MoePath::Grouped, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGrouped);
   EXPECT_EQ(plan_moe(MoePath::Fast, false, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGemm);
   EXPECT_EQ(plan_moe(MoePath::Invariant, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kFast);
@@ -133,6 +133,22 @@ TEST(MoePlan, Fp8GroupedForPrefill) {
   EXPECT_EQ(plan_moe(MoePath::Fast, true, 64, kFlashK, true, true).experts, MoeExpertKernels::kFast);
   EXPECT_EQ(moe_path(KernelMode::kFast, 4096), MoePath::Fast);
   EXPECT_EQ(moe_shared_precision(MoePath::GroupedFp8, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
+}
+
+// The RS grouped kernels (bf16 wgmma, FP4 weights in registers): MoePath::GroupedRs at any T when the experts are
+// FP4 (else the exact path), and MoePath::Fast above kMoeGroupedMinT (measured 2.0x the FP8 kernels at T = 4,096, the
+// bf16 grouped path's bits: bench/NOTES.md, session 18).
+TEST(MoePlan, RsGroupedForPrefill) {
+  for (int64_t T : {1, 1024, 4096, 8192}) {
+    const MoePlan p = plan_moe(MoePath::GroupedRs, true, T, kFlashK, true, true);
+    EXPECT_EQ(p.experts, MoeExpertKernels::kGroupedRs) << T;
+    EXPECT_TRUE(p.side_stream);
+    EXPECT_FALSE(p.direct_x);
+  }
+  EXPECT_EQ(plan_moe(MoePath::GroupedRs, false, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGemm);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGroupedRs);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 1024, kFlashK, true, true).experts, MoeExpertKernels::kFast);
+  EXPECT_EQ(moe_shared_precision(MoePath::GroupedRs, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
 }
 
 // The CUTLASS grouped FP8 GEMMs: FP8_BLOCK experts with 128 x 128 blocks (E8M0 or fp32 scales), 128 multiples and
@@ -165,7 +181,7 @@ TEST(MoePlan, CutlassForFp8ExpertsAtPrefill) {
   EXPECT_TRUE(plan_moe(MoePath::CutlassFp8, false, 64, kFlashK, false, true, true).prep_one_launch);
   EXPECT_EQ(moe_shared_precision(MoePath::CutlassFp8, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
   // FP4 experts keep their kernels whatever cutlass_supported says (it is false for them)
-  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true, false).experts, MoeExpertKernels::kGroupedFp8);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true, false).experts, MoeExpertKernels::kGroupedRs);
 }
 
 // The CUTLASS GEMMs' cluster: 1 x 2 (A multicast) wherever N / 256 is whole (measured faster at every T on the H200,

@@ -10,8 +10,9 @@
 // the list of touched experts written by the count kernel (or by the one-launch moe_prep_kernel for
 // T*topk <= kMoePrepMaxN), and runs 5 on the workspace's side stream concurrently with 1-4 (fork before 1, join
 // before 6).
-// Large T (MoePath::Fast above kMoeGroupedMinT, or GroupedFp8) replaces 2-4 by moe_grouped_fp8.cu: x to two e4m3
-// terms, the tile list, gate/up + SwiGLU GEMM, down GEMM; MoePath::Grouped likewise by moe_grouped.cu (bf16).
+// Large T (MoePath::Fast above kMoeGroupedMinT, or GroupedRs) replaces 2-4 by moe_grouped_rs.cu (bf16 wgmma): x to
+// bf16 in permuted order, the tile list, gate/up + SwiGLU GEMM, down GEMM; MoePath::GroupedFp8 likewise by
+// moe_grouped_fp8.cu (x to two e4m3 terms), MoePath::Grouped by moe_grouped.cu (bf16 mma.sync).
 #include "ops/moe/moe_cuda.h"
 
 #include <algorithm>
@@ -269,6 +270,28 @@ Status moe_grouped_fp8_experts(const float* x, int64_t T, int64_t topk, const Mo
   return Status::ok();
 }
 
+// RS grouped path of the routed experts (bf16 wgmma, FP4 weights in registers): x rounded to bf16 in chunk layout in
+// permuted row order (row p = token perm_token[p], written through pos_of) in the x scratch, the SwiGLU output bf16
+// [n, I] in the h scratch.
+Status moe_grouped_rs_experts(const float* x, int64_t T, int64_t topk, const MoeExpertsDevice& ex, float limit,
+                              const int32_t* offsets, const int32_t* pos, int32_t* tiles, uint16_t* xp, uint16_t* hb,
+                              float* yp, void* stream) {
+  const int64_t n = T * topk;
+  const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
+  detail::launch_moe_grouped_xp(x, pos, T, topk, D, xp, stream);
+  detail::launch_moe_tile_list(offsets, E, tiles, stream);
+  const MoeGroupedRsArgs gate_up{.tiles = tiles, .offsets = offsets, .a = xp, .rows_a = n, .w1 = ex.w1.data,
+                                 .s1 = ex.w1.scale, .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I,
+                                 .limit = limit, .hout = hb, .cwg = kMoeGroupedRsCwg};
+  const MoeGroupedRsArgs down{.tiles = tiles, .offsets = offsets, .a = hb, .rows_a = n, .w1 = ex.w2.data,
+                              .s1 = ex.w2.scale, .K = I, .N = D, .yout = yp, .cwg = kMoeGroupedRsCwg};
+  if (!detail::launch_moe_grouped_rs(true, gate_up, max_tiles, stream) ||
+      !detail::launch_moe_grouped_rs(false, down, max_tiles, stream))
+    return Status::errorf("moe_cuda: the RS grouped MoE cannot make its TMA tensor map (driver without "
+                          "cuTensorMapEncodeTiled?) for n = {} rows, dim = {}, inter = {}", n, D, I);
+  return Status::ok();
+}
+
 // CUTLASS grouped FP8 path of the routed experts (FP8_BLOCK experts): x quantized in permuted row order to e4m3 +
 // 1x128 scales in h3; gate (into h1) and up (into yp) bf16 [n, I] by one grouped GEMM of 2 E groups; clamped SwiGLU
 // quantized like x into h3 (x is dead by then); the down GEMM into yp as bf16 [n, D] (moe_cuda's combine reads it
@@ -419,6 +442,10 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     st = moe_grouped_fp8_experts(x, T, topk, ex, limit, offsets, pos, ws.tiles_.data(),
                                  reinterpret_cast<uint8_t*>(h3), reinterpret_cast<uint8_t*>(h1), yp, stream);
     if (st.is_ok()) st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
+  } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedRs) {
+    st = moe_grouped_rs_experts(x, T, topk, ex, limit, offsets, pos, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
+                                reinterpret_cast<uint16_t*>(h1), yp, stream);
+    if (st.is_ok()) st = check_launch_status("moe_grouped_xp_kernel / moe_tile_list_kernel / moe_grouped_rs_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
                         reinterpret_cast<uint16_t*>(h1), yp, stream);

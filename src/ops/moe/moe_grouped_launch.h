@@ -42,7 +42,37 @@ struct MoeGroupedFp8Args {
   float* yout = nullptr;                // down: fp32 [rows, N]
 };
 
+// The bf16 wgmma grouped GEMMs with the FP4 weights as the register A operand (moe_grouped_rs.cu; numerics of
+// MoeGroupedArgs: bf16 activations in chunk layout, exact weights, fp32 sums). The activation rows are the permuted
+// rows (gate/up: x gathered in permuted order by launch_moe_grouped_xp), loaded by TMA.
+struct MoeGroupedRsArgs {
+  const int32_t* tiles = nullptr;       // as MoeGroupedArgs
+  const int32_t* offsets = nullptr;
+  const uint16_t* a = nullptr;          // bf16 chunk layout [rows_a, K], row p = permuted row p (gate/up x, down h)
+  int64_t rows_a = 0;                   // rows of a (>= the permuted rows; the TMA reads none past it)
+  const void* const* w1 = nullptr;      // gate/up: W1 [N, K]; down: W2 [N, K] (per-expert device pointers)
+  const void* const* s1 = nullptr;
+  const void* const* w3 = nullptr;      // gate/up: W3 [N, K]; unused by the down kernel
+  const void* const* s3 = nullptr;
+  int64_t K = 0, N = 0;                 // K % 128 == 0; N % 64 (gate/up) or % 128 (down) == 0
+  float limit = 0.0f;                   // SwiGLU clamp (gate/up), 0 = none
+  uint16_t* hout = nullptr;             // gate/up: SwiGLU output, bf16 chunk layout [rows, N]
+  float* yout = nullptr;                // down: fp32 [rows, N]
+  int cwg = 2;                          // consumer warpgroups per CTA (64 weight rows each): 2 or 4 (benches)
+};
+
 namespace detail {
+// x fp32 [T, K] -> bf16 chunk layout, written to the permuted rows pos_of[t * topk + j] >= 0 of xp [rows, K]
+// ("moe_grouped_xp_kernel"); K % 128 == 0.
+void launch_moe_grouped_xp(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K, uint16_t* xp,
+                           void* stream);
+// The consumer warpgroups the RS kernel runs with for a requested count: 4 when asked and N is a whole number of
+// items (gate/up 128 h columns, down 256 rows), else 2.
+int moe_grouped_rs_cwg(bool gate_up, int64_t N, int cwg);
+// The RS gate/up + SwiGLU kernel (gate_up) or down kernel ("moe_grouped_rs_kernel"), persistent grid of one CTA per
+// SM. False (nothing launched) if its TMA tensor map cannot be made (driver without cuTensorMapEncodeTiled, or a
+// not 16-byte aligned).
+bool launch_moe_grouped_rs(bool gate_up, const MoeGroupedRsArgs& a, int64_t max_tiles, void* stream);
 // x fp32 [T, K], each row quantized once to two e4m3 terms + scales [., K / block] and written to the permuted rows
 // pos_of[t * topk + j] >= 0 of q, lo [rows, K] and s [rows, K / block] ("moe_quant_kernel"); block 64 or 128,
 // K % block == 0. Row r then holds x row perm_token[r] (the rows no assignment maps to are left as they are).

@@ -45,8 +45,9 @@ MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, boo
   const bool cutlass = cutlass_supported && path == MoePath::CutlassFp8;
   MoePlan p;
   if (cutlass) p.experts = MoeExpertKernels::kCutlassFp8;
-  else if (fast && (path == MoePath::GroupedFp8 || prefill)) p.experts = MoeExpertKernels::kGroupedFp8;
+  else if (fast && path == MoePath::GroupedFp8) p.experts = MoeExpertKernels::kGroupedFp8;
   else if (fast && path == MoePath::Grouped) p.experts = MoeExpertKernels::kGrouped;
+  else if (fast && (path == MoePath::GroupedRs || prefill)) p.experts = MoeExpertKernels::kGroupedRs;
   else p.experts = fast ? MoeExpertKernels::kFast : MoeExpertKernels::kGemm;
   const bool any_fast = p.experts != MoeExpertKernels::kGemm;
   p.gemm_skinny_ok = path != MoePath::Invariant;
@@ -73,7 +74,7 @@ MoeExpertGemmPlan plan_moe_expert_gemm(bool skinny_ok, int64_t total_rows, int64
 GemmPrecision moe_shared_precision(MoePath path, int64_t T, int64_t N) {
   if (path == MoePath::Invariant) return GemmPrecision::kBatchInvariant;
   const bool fast = path == MoePath::Fast || path == MoePath::Grouped || path == MoePath::GroupedFp8 ||
-                    path == MoePath::CutlassFp8;
+                    path == MoePath::CutlassFp8 || path == MoePath::GroupedRs;
   return fast && gemm_stream_preferred(T, N) ? GemmPrecision::kBf16 : GemmPrecision::kFp32SmallM;
 }
 

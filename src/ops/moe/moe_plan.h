@@ -25,7 +25,8 @@ namespace dsinfer::ops::cuda {
 // Grouped for every T (tests, benches): the bf16 grouped prefill GEMMs of moe_grouped.cu (same numerics as Fast's
 // decode kernels: x and h rounded to bf16, exact weights, fp32 sums; a token's result does not depend on the other
 // tokens, but differs in the last bits from the decode kernels' k order) when moe_fast_supported(), else as Exact.
-// Fast with T > kMoeGroupedMinT, and GroupedFp8 for every T: the FP8 wgmma grouped GEMMs of moe_grouped_fp8.cu (x
+// GroupedFp8 for every T (benches, tests; Fast's prefill route from issue 30 to session 17): the FP8 wgmma grouped
+// GEMMs of moe_grouped_fp8.cu (x
 // and h quantized to two e4m3 terms per row and 128 / 64 k, FP4 weights expanded to e4m3 exactly, fp32 block sums
 // promoted per block; contract in moe_fp8_common.h; a token's result does not depend on the other tokens) when
 // moe_fast_supported(), else as Exact. Measured on the H200 (bench/NOTES.md, issue 30, third session): 1.19-1.26x
@@ -37,7 +38,13 @@ namespace dsinfer::ops::cuda {
 // moe_cutlass_supported(), else as Exact. FP4 experts never take it. Fast does not take it: with one e4m3 term the
 // fidelity gate fails on an FP8-expert copy of the shipped model (top-1 97.66 %, KL 1.72e-3; docs/decisions.md
 // 2026-12-03), so it is asked for by name (benches, tests) until it has a second term.
-enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8, CutlassFp8 };
+// Fast with T > kMoeGroupedMinT, and GroupedRs for every T: the bf16 wgmma grouped GEMMs of moe_grouped_rs.cu (the
+// FP4 weights decoded in registers as wgmma's A operand, the activations by TMA; numerics of Grouped: x and h rounded
+// to bf16, exact weights, fp32 sums over the whole K; a token's result does not depend on the other tokens) when
+// moe_fast_supported(), else as Exact. Measured on the H200 (bench/NOTES.md "Session 18 — the grouped MoE GEMMs as
+// one bf16 term"): bitwise the bf16 grouped path's output (so its fidelity), gate/up + down 2.53 ms per V4-Flash
+// layer at T = 4,096 against the FP8 kernels' 5.07 (5.04 vs 9.47 at 8,192).
+enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8, CutlassFp8, GroupedRs };
 
 // ---- Thresholds (one definition each) ----
 
@@ -84,7 +91,12 @@ bool moe_cutlass_supported(const MoeExpertsDevice& experts);
 // outputs per row (MoeCutlassGemmArgs::cluster_n).
 int moe_cutlass_cluster_n(int64_t rows, int64_t experts, int64_t N);
 
-enum class MoeExpertKernels { kGemm, kFast, kGrouped, kGroupedFp8, kCutlassFp8 };
+enum class MoeExpertKernels { kGemm, kFast, kGrouped, kGroupedFp8, kCutlassFp8, kGroupedRs };
+
+// Consumer warpgroups per CTA of the GroupedRs kernels (MoeGroupedRsArgs::cwg: 2 -> 128 weight rows per CTA, 4 ->
+// 256 where N allows).
+// Measured (session 18, T = 4,096 / 8,192): 4 is 1.19x / 1.27x faster than 2 (the same bits).
+inline constexpr int kMoeGroupedRsCwg = 4;
 
 // moe_cuda's choices for one call of T tokens with topk experts each.
 struct MoePlan {

@@ -1,0 +1,451 @@
+// BF16 grouped (prefill) MoE GEMMs on Hopper's wgmma with the FP4 weights as the register A operand ("RS"), for
+// FP4_G32 experts with E8M0 scales (design in docs/kernels.md "MoE grouped RS path"). Same numerics as the bf16 grouped
+// path (moe_grouped.cu): x and the SwiGLU output h rounded to bf16, the weights exact (e2m1 x 2^e is a bf16, decoded
+// as in moe_fast_common.h), fp32 sums over the whole K (no promotion: the scale is in the weights).
+//
+// Work item: a row tile of the device-built list (<= 128 permuted rows of one expert: the wgmma N, 96 or 128 by the
+// tile's rows) x a column tile of 64 kCwg weight rows (the wgmma M: 64 per consumer warpgroup). Persistent grid of one
+// CTA per SM walking the items row tile major. CTA = 128 (kCwg + 1) threads, warp-specialized: warpgroup 0 produces
+// (setmaxnreg down): per 128-k stage, once the consumers released a ring slot (mbarrier `empty`), thread 0 loads the
+// stage's activation tile (bf16, chunk layout, 128 rows x 128 k, two TMA boxes of 64 k with the 128-byte swizzle the
+// wgmma descriptors expect) and every thread cp.asyncs its share of the raw FP4 bytes + E8M0 bytes of the weight rows;
+// all land on the slot's `full` mbarrier. No proxy fence: the TMA writes what wgmma reads (both async proxy), and the
+// weights are read by the consumers' own ld.shared. Consumer warpgroups (setmaxnreg up): per stage each thread loads
+// the 16 FP4 bytes of its two weight rows (lane t of a quad owns k 32t..32t+31 of the chunk, as the chunk layout
+// orders the activations) and their scales, then per group of 16-k steps decodes 4 bf16x2 A registers a step (two
+// rows, two pairs) and issues the group's m64nNk16 wgmmas with B from the slot, waiting for them before the next
+// group decodes; the slot is released after the stage's last group.
+// Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
+// output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
+// activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
+// depend on the other rows (its column of the wgmma only).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/sm90_async.cuh"
+#include "ops/moe/moe_fast_common.h"
+#include "ops/moe/moe_grouped_common.h"
+#include "ops/moe/moe_grouped_launch.h"
+
+namespace dsinfer::ops::cuda::detail {
+
+namespace {
+
+namespace md = ::dsinfer::ops::moe_detail;
+using ::dsinfer::cuda::sm90::cp_async16;
+using ::dsinfer::cuda::sm90::cp_async4;
+using ::dsinfer::cuda::sm90::mbar_arrive;
+using ::dsinfer::cuda::sm90::mbar_arrive_cp_async;
+using ::dsinfer::cuda::sm90::mbar_arrive_expect_tx;
+using ::dsinfer::cuda::sm90::mbar_init;
+using ::dsinfer::cuda::sm90::mbar_wait;
+using ::dsinfer::cuda::sm90::smem_u32;
+using ::dsinfer::cuda::sm90::tma_load_2d;
+using ::dsinfer::cuda::sm90::wgmma_commit;
+using ::dsinfer::cuda::sm90::wgmma_fence;
+using ::dsinfer::cuda::sm90::wgmma_wait;
+
+constexpr int BT = md::kGrpBM;   // permuted rows (tokens) per item: the tile list's row tile
+constexpr int BK = md::kGrpBK;   // k per stage: one 128-k chunk of the chunk layout
+constexpr int kBox = 64;         // k per TMA box (128 bytes of bf16: the swizzle width)
+constexpr int kTile = BT * BK * 2;  // the activation tile of a stage: two boxes of BT rows x 128 bytes
+static_assert(BT == 128 && BK == 128, "the loaders below assume these sizes");
+static_assert(md::kFastScaleShift == 64, "the epilogues multiply by 2^64");
+
+// Per-configuration sizes: kCwg consumer warpgroups, 64 weight rows each.
+template <int kCwg>
+struct Cfg {
+  static constexpr int NT = 128 * (kCwg + 1);
+  static constexpr int BW = 64 * kCwg;                 // weight rows per item
+  static constexpr int kOffRaw = kTile;                // raw FP4 rows, 64 bytes each (16-byte piece t at 16 t)
+  static constexpr int kOffSc = kOffRaw + BW * BK / 2;  // E8M0 bytes, 4 per row
+  static constexpr int kSlot = (kOffSc + BW * 4 + 1023) / 1024 * 1024;
+  static constexpr int kSlots = kCwg == 2 ? 5 : 4;
+  static constexpr int kOffBar = kSlots * kSlot;
+  static constexpr int kSmem = 1024 + kOffBar + 2 * kSlots * 8;  // + 1024: the base is aligned up to 1024
+  // gate/up: h columns per item (W1 and W3 rows of each); down: W2 rows per item
+  static constexpr int kGateCols = 32 * kCwg;
+  // registers moved from the producer to the consumers by setmaxnreg
+  static constexpr int kProd = kCwg == 2 ? 40 : 32;
+  static constexpr int kCons = kCwg == 2 ? 232 : 112;
+  static constexpr int kSteps = kCwg == 2 ? 8 : 4;  // 16-k steps per wgmma commit group (A registers: 4 each)
+  static_assert(kSmem <= 227 * 1024, "Hopper's shared memory per block");
+  // within what the launch holds: NT x the entry cap of __launch_bounds__(NT, 1) (65536 / NT rounded down to 8)
+  static_assert(128 * kProd + 128 * kCwg * kCons <= NT * (65536 / NT / 8 * 8), "the registers of the launch");
+};
+
+// Shared-memory matrix descriptor: K-major rows of 128 bytes, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+// Keeps the compiler from moving accesses of the accumulator registers across the asynchronous wgmma.
+__device__ __forceinline__ void fence_regs(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (64 x N fp32, the wgmma accumulator layout; N = 96 uses d[0..47]) = (scale_d ? D : 0) + A (64 x 16 bf16 in the
+// registers of the m64nNk16 A fragment) * B (N x 16 bf16 at descriptor db, K-major)^T.
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d);
+template <>
+__device__ __forceinline__ void wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<96>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+      "}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+// bf16x2 multiply (exact here: a power-of-two factor, results in the normal range; see moe_fast_common.h).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&a), y = *reinterpret_cast<__nv_bfloat162*>(&b);
+  __nv_bfloat162 r = __hmul2(x, y);
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+__device__ __forceinline__ uint32_t word(const uint4& v, int q) {
+  return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+}
+
+// A work item of the persistent grid: row tile `tile` of the device-built list x column tile `col`.
+struct Item {
+  int e, rb, rows, col;
+};
+__device__ __forceinline__ Item item_of(const MoeGroupedRsArgs& p, int w, int ncols) {
+  const int tile = w / ncols;
+  const int e = p.tiles[1 + 2 * tile];
+  const int rb = p.offsets[e] + p.tiles[2 + 2 * tile];
+  return {e, rb, min(BT, p.offsets[e + 1] - rb), w % ncols};
+}
+
+// Weight row (expert row index) of the item's row r (0 .. BW - 1). Gate/up: warp-row block r / 16 covers h columns
+// col * kGateCols + 8 (r / 16) .. + 7, W1 for r % 16 < 8, W3 else. Down: W2 row col * BW + r.
+template <int kCwg, bool kGateUp>
+__device__ __forceinline__ const uint8_t* weight_row(const MoeGroupedRsArgs& p, const Item& it, int r, bool scale) {
+  using C = Cfg<kCwg>;
+  const bool up = kGateUp && (r & 8);
+  const int64_t n = kGateUp ? int64_t(it.col) * C::kGateCols + 8 * (r >> 4) + (r & 7) : int64_t(it.col) * C::BW + r;
+  const void* base = scale ? (up ? p.s3[it.e] : p.s1[it.e]) : (up ? p.w3[it.e] : p.w1[it.e]);
+  return static_cast<const uint8_t*>(base) + n * (scale ? p.K / 32 : p.K / 2);
+}
+
+// The producer thread's weight sources in an item: raw rows (tid >> 2) + 32 i (i < 2 kCwg), piece tid & 3 (whole
+// 64-byte rows per 4 lanes), and the E8M0 rows tid + 128 i (i < kCwg / 2). Both sequences are evenly spaced in the
+// expert's rows (gate/up: 16 and 64 h columns apart, W1 or W3 by the thread; down: 32 and 128 rows), so a base and a
+// step each (few producer registers).
+struct WSrc {
+  const uint8_t* row;
+  const uint8_t* scale;
+  int64_t row_step, scale_step;
+};
+template <int kCwg, bool kGateUp>
+__device__ __forceinline__ WSrc w_source(const MoeGroupedRsArgs& p, const Item& it) {
+  const int tid = int(threadIdx.x);
+  WSrc s;
+  const uint8_t* r0 = weight_row<kCwg, kGateUp>(p, it, tid >> 2, false);
+  s.row = r0 + (tid & 3) * 16;
+  s.row_step = weight_row<kCwg, kGateUp>(p, it, (tid >> 2) + 32, false) - r0;
+  s.scale = weight_row<kCwg, kGateUp>(p, it, tid, true);
+  s.scale_step = weight_row<kCwg, kGateUp>(p, it, tid + 128, true) - s.scale;
+  return s;
+}
+
+// Shared-memory addresses: ring slots, full[kSlots] then empty[kSlots] mbarriers.
+template <int kCwg>
+struct Smem {
+  using C = Cfg<kCwg>;
+  uint8_t* base;
+  uint32_t s0;
+  __device__ uint32_t slot(int c) const { return s0 + uint32_t((c % C::kSlots) * C::kSlot); }
+  __device__ uint32_t full(int c) const { return s0 + uint32_t(C::kOffBar + (c % C::kSlots) * 8); }
+  __device__ uint32_t empty(int c) const { return s0 + uint32_t(C::kOffBar + (C::kSlots + c % C::kSlots) * 8); }
+  __device__ uint32_t parity(int c) const { return uint32_t(c / C::kSlots) & 1u; }
+  __device__ const uint8_t* ptr(uint32_t addr) const { return base + (addr - s0); }
+};
+
+// The CTA's item count (items blockIdx.x, + gridDim.x, ...).
+__device__ __forceinline__ int cta_items(int nitems) {
+  return nitems > int(blockIdx.x) ? (nitems - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
+}
+
+// Producer warpgroup: global stage c (this CTA's items one after the other, nk stages each): wait for slot c to be
+// released, then the activation tile (thread 0: two TMA boxes, counted as bytes on full) and the weight bytes
+// (cp.async, each thread's arrival on full when its copies landed).
+template <int kCwg, bool kGateUp>
+__device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtensorMap& amap, const Smem<kCwg>& sm,
+                                         int nitems, int ncols, int nk) {
+  using C = Cfg<kCwg>;
+  const int tid = int(threadIdx.x), total = cta_items(nitems) * nk;
+  WSrc ws{};
+  int rb = 0;
+  for (int c = 0; c < total; ++c) {
+    const int kt = c % nk;
+    if (kt == 0) {
+      const Item it = item_of(p, int(blockIdx.x) + (c / nk) * int(gridDim.x), ncols);
+      ws = w_source<kCwg, kGateUp>(p, it);
+      rb = it.rb;
+    }
+    mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
+    const uint32_t slot = sm.slot(c), full = sm.full(c);
+    if (tid == 0) {
+      mbar_arrive_expect_tx(full, kTile);
+      tma_load_2d(slot, &amap, kt * BK, rb, full);
+      tma_load_2d(slot + BT * 128, &amap, kt * BK + kBox, rb, full);
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kCwg; ++i)
+      cp_async16(slot + C::kOffRaw + uint32_t(((tid >> 2) + 32 * i) * 64 + (tid & 3) * 16),
+                 ws.row + i * ws.row_step + int64_t(kt) * (BK / 2), true);
+#pragma unroll
+    for (int i = 0; i < kCwg / 2; ++i)
+      cp_async4(slot + C::kOffSc + uint32_t((tid + 128 * i) * 4),
+                ws.scale + i * ws.scale_step + int64_t(kt) * (BK / 32), true);
+    mbar_arrive_cp_async(full);
+  }
+}
+
+// One item's main loop for a consumer warpgroup with wgmma N = kN: per stage the thread's two weight rows (16 FP4
+// bytes and a scale each), then per group of kSteps 16-k steps the decode of their A registers and their wgmmas in
+// one commit group, waited for before the next group decodes, so the decode overlaps the other consumer warpgroups'
+// wgmmas, not its own (a decode-ahead that keeps a wgmma in flight across the stage boundary makes ptxas serialize
+// every wgmma, C7513; one drained at each stage's end compiles clean: bench/NOTES.md session 18, not yet timed).
+// The slot is released after the stage's last group. Returns the next stage index.
+template <int kCwg, int kN>
+__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int wrow, int t, float (&acc)[64]) {
+  using C = Cfg<kCwg>;
+  constexpr int kSteps = C::kSteps;
+  for (int kt = 0; kt < nk; ++kt, ++c) {
+    const uint32_t slot = sm.slot(c);
+    mbar_wait(sm.full(c), sm.parity(c));
+    const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
+    const uint8_t* sc = sm.ptr(slot + C::kOffSc);
+    const uint4 w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
+    const uint4 w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
+    const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
+    const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
+#pragma unroll
+    for (int s0 = 0; s0 < 8; s0 += kSteps) {
+      uint32_t a[kSteps][4];
+#pragma unroll
+      for (int i = 0; i < kSteps; ++i) {
+        const int s = s0 + i, q = s >> 1, pp = 2 * (s & 1);
+        a[i][0] = bf16x2_mul(md::fp4_pair_bits(word(w0, q), pp), F0);      // row g, k 2t, 2t + 1 (pair 2s)
+        a[i][1] = bf16x2_mul(md::fp4_pair_bits(word(w1, q), pp), F1);      // row g + 8
+        a[i][2] = bf16x2_mul(md::fp4_pair_bits(word(w0, q), pp + 1), F0);  // row g, k 2t + 8, 2t + 9 (pair 2s + 1)
+        a[i][3] = bf16x2_mul(md::fp4_pair_bits(word(w1, q), pp + 1), F1);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int i = 0; i < kSteps; ++i) {
+        const int s = s0 + i;
+        wgmma_rs<kN>(acc, a[i], smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)), kt > 0 || s > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(acc);
+    }
+    mbar_arrive(sm.empty(c));  // the stage's wgmmas are done, its weight bytes in registers
+  }
+  return c;
+}
+
+// Epilogue of consumer warpgroup cwg (weight rows 64 cwg ..) of item `it`, accumulator columns (tokens) < kN.
+template <int kCwg, bool kGateUp, int kN>
+__device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& it, int cwg, int warp, int g, int t,
+                                         const float (&acc)[64]) {
+  using C = Cfg<kCwg>;
+  constexpr float kScale = 0x1p64f;  // 2^kFastScaleShift: the decoded weights were scaled by 2^-64
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int tok = 8 * j + 2 * t + h;
+      if (tok >= it.rows) continue;
+      const int64_t grow = int64_t(it.rb) + tok;
+      if constexpr (kGateUp) {
+        float gv = acc[4 * j + h] * kScale, uv = acc[4 * j + 2 + h] * kScale;
+        if (p.limit > 0.0f) {
+          gv = fminf(gv, p.limit);
+          uv = fminf(fmaxf(uv, -p.limit), p.limit);
+        }
+        const float hv = gv / (1.0f + expf(-gv)) * uv;
+        const int64_t col = int64_t(it.col) * C::kGateCols + 8 * (4 * cwg + warp) + g;
+        p.hout[grow * p.N + (col & ~int64_t(127)) + md::grp_slot(int(col & 127))] =
+            __bfloat16_as_ushort(__float2bfloat16_rn(hv));
+      } else {
+        const int64_t n = int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g;
+        p.yout[grow * p.N + n] = acc[4 * j + h] * kScale;
+        p.yout[grow * p.N + n + 8] = acc[4 * j + 2 + h] * kScale;
+      }
+    }
+}
+
+// Consumer warpgroup cwg: per item the main loop (wgmma N = 96 when the tile has at most 96 rows, else 128), then
+// the epilogue.
+template <int kCwg, bool kGateUp>
+__device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<kCwg>& sm, int nitems, int ncols,
+                                         int nk, int cwg) {
+  const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int wrow = cwg * 64 + warp * 16 + g;  // the thread's weight rows wrow, wrow + 8 (smem rows of the item)
+  int c = 0;
+  for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
+    const Item it = item_of(p, w, ncols);
+    float acc[64];
+    if (it.rows <= 96) {
+      c = mainloop<kCwg, 96>(sm, c, nk, wrow, t, acc);
+      epilogue<kCwg, kGateUp, 96>(p, it, cwg, warp, g, t, acc);
+    } else {
+      c = mainloop<kCwg, 128>(sm, c, nk, wrow, t, acc);
+      epilogue<kCwg, kGateUp, 128>(p, it, cwg, warp, g, t, acc);
+    }
+  }
+}
+
+// Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
+template <int kCwg, bool kGateUp>
+__global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
+    moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap) {
+  using C = Cfg<kCwg>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const Smem<kCwg> sm{smem, smem_u32(smem)};
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < C::kSlots; ++i) {
+      mbar_init(sm.full(i), 128 + 1);     // the producer's 128 cp.async arrivals + thread 0's expect_tx
+      mbar_init(sm.empty(i), 128 * kCwg);  // the consumers' threads
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&amap)) : "memory");
+  }
+  __syncthreads();
+  const int ncols = int(p.N / (kGateUp ? C::kGateCols : C::BW)), nitems = p.tiles[0] * ncols, nk = int(p.K / BK);
+  const int wg = int(threadIdx.x) >> 7;
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProd));
+    producer<kCwg, kGateUp>(p, amap, sm, nitems, ncols, nk);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kCons));
+    consumer<kCwg, kGateUp>(p, sm, nitems, ncols, nk, wg - 1);
+  }
+}
+
+// x fp32 [T, K] -> bf16 chunk layout, written to every permuted row pos_of[t * topk + j] >= 0 of xp [rows, K] (one
+// thread per element pair of a token; x read once).
+__global__ void moe_grouped_xp_kernel(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K,
+                                      uint16_t* xp) {
+  const int64_t pairs = T * K / 2;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = 2 * i / K, slot = 2 * i - t * K, chunk = slot & ~int64_t(127);
+    const float* xr = x + t * K + chunk;
+    const uint32_t v = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(xr[md::grp_elem(int(slot & 127))]))) |
+                       uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(xr[md::grp_elem(int(slot & 127) + 1)])))
+                           << 16;
+    for (int64_t j = 0; j < topk; ++j) {
+      const int32_t r = pos_of[t * topk + j];
+      if (r >= 0) *reinterpret_cast<uint32_t*>(xp + int64_t(r) * K + slot) = v;
+    }
+  }
+}
+
+// The activation tensor map of a launch: bf16 [rows_a][K], boxes of 64 k x 128 rows with the 128-byte swizzle; rows
+// past rows_a read as zero. cuTensorMapEncodeTiled comes from the driver through the runtime (no link against
+// libcuda). False if the map cannot be made.
+bool make_act_map(const MoeGroupedRsArgs& a, CUtensorMap& map) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(a.K), cuuint64_t(a.rows_a)};
+  const cuuint64_t strides[1] = {cuuint64_t(a.K) * 2};
+  const cuuint32_t box[2] = {kBox, BT}, unit[2] = {1, 1};
+  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(a.a), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int kCwg>
+void launch_cfg(bool gate_up, const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles,
+                cudaStream_t st) {
+  using C = Cfg<kCwg>;
+  // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
+  if (gate_up)
+    cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  else cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  static const int sms = [] {
+    int dev = 0, n = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / (gate_up ? C::kGateCols : C::BW)));
+  const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
+  if (gate_up) moe_grouped_rs_kernel<kCwg, true><<<grid, C::NT, C::kSmem, st>>>(a, amap);
+  else moe_grouped_rs_kernel<kCwg, false><<<grid, C::NT, C::kSmem, st>>>(a, amap);
+}
+
+}  // namespace
+
+void launch_moe_grouped_xp(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K, uint16_t* xp,
+                           void* stream) {
+  const int64_t pairs = T * K / 2;
+  const unsigned blocks = unsigned(std::clamp<int64_t>((pairs + 255) / 256, 1, 132 * 16));
+  moe_grouped_xp_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, pos_of, T, topk, K, xp);
+}
+
+int moe_grouped_rs_cwg(bool gate_up, int64_t N, int cwg) {
+  const int64_t per = gate_up ? 32 * cwg : 64 * cwg;  // h columns (gate/up) or W2 rows (down) per item
+  return cwg == 4 && N % per == 0 ? 4 : 2;
+}
+
+bool launch_moe_grouped_rs(bool gate_up, const MoeGroupedRsArgs& a, int64_t max_tiles, void* stream) {
+  CUtensorMap amap;
+  if (!make_act_map(a, amap)) return false;
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (moe_grouped_rs_cwg(gate_up, a.N, a.cwg) == 4) launch_cfg<4>(gate_up, a, amap, max_tiles, st);
+  else launch_cfg<2>(gate_up, a, amap, max_tiles, st);
+  return true;
+}
+
+}  // namespace dsinfer::ops::cuda::detail
