@@ -20,7 +20,9 @@ __device__ __forceinline__ void pdl_wait_then_release() {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization where pdl_enabled(). The
-// kernel must call pdl_wait_then_release() as its first statement.
+// kernel must call pdl_wait_then_release() before it touches any memory that a kernel may write: in practice as its
+// first statement; only loads of model weights (which no kernel of a step writes) may be issued before it, as the
+// GEMV and streaming GEMMs do with their first K step.
 template <typename... P, typename... A>
 cudaError_t pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
   cudaLaunchConfig_t cfg = {};

@@ -3,9 +3,9 @@
 // still running (inside CUDA graphs too, as a programmatic edge), so its launch and block dispatch overlap the
 // previous kernel's tail instead of following its completion. Such a kernel must execute pdl_wait() (pdl.cuh) in
 // every block before it touches global memory that earlier work writes or reads: griddepcontrol.wait returns once
-// the previous grid has completed and its writes are visible. Every kernel that pdl_launch starts does so as its
-// first statement, so completion stays transitive (a PDL kernel cannot complete before the grid it follows) and
-// the bits are those of plain launches. Host-only header (no CUDA types).
+// the previous grid has completed and its writes are visible. Every kernel that pdl_launch starts waits before any
+// access but its first loads of model weights, so completion stays transitive (a PDL kernel cannot complete before
+// the grid it follows) and the bits are those of plain launches. Host-only header (no CUDA types).
 #pragma once
 
 namespace dsinfer::cuda {
