@@ -1,6 +1,7 @@
 // Benchmark of the Lightning Indexer kernels at V4-Flash shapes (64 heads x 128, top-512, ratio 4): the scores on
-// tensor cores over FP8 keys (bf16-exact queries: one split, as the official FP4-simulated queries; fp32 queries:
-// three splits), the fp32 CUDA-core scores over fp32 keys, and the radix top-k, each timed alone with CUDA events
+// tensor cores over FP8 keys (bf16-exact queries: one split, as the official FP4-simulated queries, with one token a
+// block and with four tokens a block sharing each key tile; fp32 queries: three splits, the plan's kernel), the fp32
+// CUDA-core scores over fp32 keys, and the radix top-k, each timed alone with CUDA events
 // (2 warm-up calls, mean of 10). Cases: prefill of 4,096 tokens from position 0; a 32K prompt in four 8,192-token
 // chunks (summed); decode batch 1 / 64 / 256 at context 4,096; decode batch 1 at context 131,072 (32,768
 // candidates: the top-k's rows exceed its shared-memory cache and re-read the scores).
@@ -50,7 +51,8 @@ struct Case {
 };
 
 struct Timing {
-  double tc1 = 0, tc3 = 0, fp32 = 0, select = 0, flops = 0, key_bytes = 0, cand = 0, T = 0;
+  double tc1 = 0, tc1_4 = 0, tc3 = 0, fp32 = 0, select = 0, flops = 0, key_bytes = 0, cand = 0, T = 0;
+  int plan = 1;  // tokens a block the plan picks (the tc 3-split column runs it)
 };
 
 template <class F>
@@ -128,7 +130,10 @@ Timing run(const Case& c, std::mt19937& g) {
   check(cudaMalloc(&scores, size_t(T * max_visible) * 4), "scores");
   check(cudaMalloc(&out, size_t(T * kTopk) * 4), "out");
   const oc::IndexerCudaParams p{kHeads, kDim, kM, kTopk};
-  tm.tc1 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr); });
+  // One token a block (the session-15 kernel), four tokens a block sharing each key tile, and the plan's choice.
+  tm.tc1 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 1); });
+  tm.tc1_4 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 4); });
+  tm.plan = oc::detail::indexer_tc_tokens_per_block(st);
   tm.tc3 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq3, dw, max_visible, scores, nullptr); });
   tm.fp32 = time_ms([&] { oc::detail::launch_indexer_scores(st, v32, p, dq3, dw, max_visible, scores, nullptr); });
   tm.select = time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr); });
@@ -142,9 +147,10 @@ Timing run(const Case& c, std::mt19937& g) {
 void print(const std::string& name, const Timing& t) {
   const double fl_ms = std::max(t.flops / kFp8Peak, t.key_bytes / kHbm) * 1e3;
   const double sel_floor = (t.cand * 4 + t.T * kTopk * 4) / kHbm * 1e3;
-  std::printf("%-26s %9.4f %9.4f %9.4f %8.4f %6.1fx %7.1f | %8.4f %8.4f %6.1fx | %7.1fx\n", name.c_str(), t.tc1, t.tc3,
-              t.fp32, fl_ms, t.tc1 / fl_ms, t.flops / (t.tc1 * 1e9), t.select, sel_floor, t.select / sel_floor,
-              (t.tc1 + t.select) / (fl_ms + sel_floor));
+  const double tc = t.plan == 4 ? t.tc1_4 : t.tc1;  // the plan's 1-split kernel
+  std::printf("%-26s %9.4f %9.4f %4d %9.4f %9.4f %8.4f %6.1fx %7.1f | %8.4f %8.4f %6.1fx | %7.1fx\n", name.c_str(),
+              t.tc1, t.tc1_4, t.plan, t.tc3, t.fp32, fl_ms, tc / fl_ms, t.flops / (tc * 1e9), t.select, sel_floor,
+              t.select / sel_floor, (tc + t.select) / (fl_ms + sel_floor));
 }
 
 }  // namespace
@@ -154,8 +160,8 @@ int main() {
   check(cudaGetDeviceProperties(&prop, 0), "device");
   std::printf("indexer bench: %s, %lld heads x %lld, top-%lld, ratio %lld; ms per call (mean of %d)\n", prop.name,
               (long long)kHeads, (long long)kDim, (long long)kTopk, (long long)kM, kRuns);
-  std::printf("%-26s %9s %9s %9s %8s %7s %7s | %8s %8s %7s | %8s\n", "case", "tc 1-split", "tc 3-split", "fp32 cc",
-              "floor", "x floor", "TFLOP/s", "top-k", "floor", "x floor", "op x floor");
+  std::printf("%-26s %9s %9s %4s %9s %9s %8s %7s %7s | %8s %8s %7s | %8s\n", "case", "tc 1tok", "tc 4tok", "plan",
+              "tc 3split", "fp32 cc", "floor", "x floor", "TFLOP/s", "top-k", "floor", "x floor", "op x floor");
   std::mt19937 g(1234);
   const std::vector<Case> cases = {{"prefill 4096", 1, 0, 4096},       {"decode b1 ctx 4096", 1, 4095, 1},
                                    {"decode b64 ctx 4096", 64, 4095, 1}, {"decode b256 ctx 4096", 256, 4095, 1},
@@ -166,6 +172,8 @@ int main() {
     const Timing t = run({"", 1, k * 8192, 8192}, g);
     print("prefill 32K chunk " + std::to_string(k), t);
     sum.tc1 += t.tc1;
+    sum.tc1_4 += t.tc1_4;
+    sum.plan = t.plan;
     sum.tc3 += t.tc3;
     sum.fp32 += t.fp32;
     sum.select += t.select;

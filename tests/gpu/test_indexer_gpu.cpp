@@ -7,7 +7,9 @@
 // sorted ascending, -1 padded; (3) it equals the reference selection except where the reference scores of the
 // differing indices are within 1e-5 (relative to the row's score range) of the reference k-th score.
 // FP8 state (the tensor-core scores): the same checks with keys stored as e4m3 codes + power-of-two scales (the
-// reference reads the decoded keys), q either random fp32 (three bf16 splits) or bf16-exact (one split).
+// reference reads the decoded keys), q either random fp32 (three bf16 splits) or bf16-exact (one split); and the
+// scores of the one-token-a-block kernel and of the four-tokens-a-block kernel must be bit-identical (ragged steps:
+// blocks whose tokens belong to two or more sequences, tokens seeing fewer keys than the block's last).
 // Top-k alone (planted scores, m = 1 so a row at position p has p + 1 candidates): rows of equal scores, a few
 // values with -0.0 / +0.0, values sharing their high bits, k = candidates, k = candidates + 1, k > candidates,
 // rows longer than the shared-memory cache; the selection must equal the CPU rule exactly.
@@ -124,6 +126,23 @@ void run_case(int64_t heads, int64_t dim, int64_t topk, int64_t block_size, std:
   ASSERT_TRUE(s.is_ok()) << s.message();
   const auto gs = to_host(scores, scores.size());
   const auto go = to_host(out, out.size());
+  if (fp8) {  // (4) the tensor-core scores with one token a block and with four sharing each key tile: the same bits
+    std::vector<float> by[2];
+    for (int k = 0; k < 2; ++k) {
+      cudaMemset(scores.data(), 0xff, scores.size() * 4);
+      ops::cuda::detail::launch_indexer_scores_tc(step.dev, st.device_view(), p, dq.data(), dw.data(), max_visible,
+                                                  scores.data(), nullptr, k == 0 ? 1 : 4);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      by[k] = to_host(scores, scores.size());
+    }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < (step.pos[size_t(t)] + 1) / m; ++j) {
+        const size_t i = size_t(t * max_visible + j);
+        ASSERT_EQ(std::memcmp(&by[0][i], &by[1][i], 4), 0)
+            << "token " << t << " key " << j << ": " << by[0][i] << " vs " << by[1][i];
+        ASSERT_EQ(std::memcmp(&by[0][i], &gs[i], 4), 0) << "token " << t << " key " << j;
+      }
+  }
 
   std::vector<float> all_ref, all_gpu, keys;
   for (int64_t t = 0; t < T; ++t) {
@@ -239,6 +258,9 @@ TEST(GpuIndexer, Fp8KeysTensorCoreScoresBf16ExactQueries) {
   run_case(64, 128, 512, 128, {{0, 3990, 12}, {1, 2051, 2}, {2, 100, 30}}, 700, true, QMode::Bf16Exact);
   run_case(20, 128, 64, 128, {{0, 1000, 9}, {1, 60000, 1}}, 800, true, QMode::Bf16Exact);  // 20 heads: padding rows
   run_case(64, 128, 512, 128, {{0, 2000, 600}}, 850, true, QMode::Bf16Exact);  // 4 key tiles a block
+  // Sequences of 1-7 tokens: four-token blocks holding several runs; a prefill from 0 (causal masks per token).
+  run_case(64, 128, 512, 128, {{0, 0, 301}, {1, 77, 5}, {2, 3, 1}, {3, 1500, 7}, {4, 800, 2}, {5, 5000, 3}}, 870, true,
+           QMode::Bf16Exact);
 }
 
 TEST(GpuIndexer, TopkPlantedTiesExact) {

@@ -123,9 +123,10 @@ __device__ __forceinline__ uint2 pack4_bf16(const __nv_bfloat16 (&x)[4]) {
 
 // Split `split` (0 = hi, 1 = mid, 2 = lo) of the token's q rows into qs (bf16, heads padded with zeros); returns
 // whether any value of this thread's share is not bf16-exact (hi alone is not the value).
+template <int kThreads>
 __device__ __forceinline__ bool write_q_split(__nv_bfloat16* qs, const float* qt, int heads, int split, int tid) {
   bool inexact = false;
-  for (int i = tid; i < kTcHeads * (kTcDim / 4); i += kTcThreads) {
+  for (int i = tid; i < kTcHeads * (kTcDim / 4); i += kThreads) {
     const int h = i / (kTcDim / 4), c = i % (kTcDim / 4);
     const float4 x4 = h < heads ? reinterpret_cast<const float4*>(qt + h * kTcDim)[c] : make_float4(0.f, 0.f, 0.f, 0.f);
     const float x[4] = {x4.x, x4.y, x4.z, x4.w};
@@ -143,41 +144,76 @@ __device__ __forceinline__ bool write_q_split(__nv_bfloat16* qs, const float* qt
   return inexact;
 }
 
-// This thread's share of a 128-key tile from j0: key rows tid / 8 + 16 it (it < 8), 16 codes at 16 (tid % 8), and
-// the scale of key tid; zeros past N. Loaded into registers (the next tile's, during this tile's MMAs).
+// This thread's share of a 128-key tile from j0: key rows tid / 8 + (kThreads / 8) it, 16 codes at 16 (tid % 8), and
+// the scale of key tid (tid < 128); zeros past N. Loaded into registers (the next tile's, during this tile's MMAs).
+template <int kThreads>
 struct KeyTileRegs {
-  uint4 codes[kTcKeys * kTcDim / 16 / kTcThreads];
+  static constexpr int kLoads = kTcKeys * kTcDim / 16 / kThreads;
+  static constexpr int kRowStep = kThreads / 8;
+  uint4 codes[kLoads];
   float scale;
 };
-__device__ __forceinline__ void load_key_tile(KeyTileRegs& k, const LayerStateView& v, const int32_t* table,
+template <int kThreads>
+__device__ __forceinline__ void load_key_tile(KeyTileRegs<kThreads>& k, const LayerStateView& v, const int32_t* table,
                                               int64_t j0, int64_t N, int tid) {
+  using R = KeyTileRegs<kThreads>;
   const uint8_t* kbase = reinterpret_cast<const uint8_t*>(v.blocks);
   const KvPages pages = v.index_key_pages();
 #pragma unroll
-  for (int it = 0; it < kTcKeys * kTcDim / 16 / kTcThreads; ++it) {
-    const int64_t j = j0 + tid / 8 + 16 * it;
+  for (int it = 0; it < R::kLoads; ++it) {
+    const int64_t j = j0 + tid / 8 + R::kRowStep * it;
     k.codes[it] = make_uint4(0u, 0u, 0u, 0u);
     if (j < N)
       k.codes[it] = *reinterpret_cast<const uint4*>(kbase + idx_code_offset(pages, v.entry_index(table, j)) +
                                                     16 * (tid % 8));
   }
   k.scale = 0.0f;
-  if (j0 + tid < N) {
+  if (tid < kTcKeys && j0 + tid < N) {
     const int64_t row = v.entry_index(table, j0 + tid);
     k.scale = __uint_as_float(*reinterpret_cast<const uint32_t*>(kbase + idx_scale_offset(pages, row)));
   }
 }
-__device__ __forceinline__ void store_key_tile(const KeyTileRegs& k, __nv_bfloat16* ks, float* kscale, int tid) {
+template <int kThreads>
+__device__ __forceinline__ void store_key_tile(const KeyTileRegs<kThreads>& k, __nv_bfloat16* ks, float* kscale,
+                                               int tid) {
+  using R = KeyTileRegs<kThreads>;
 #pragma unroll
-  for (int it = 0; it < kTcKeys * kTcDim / 16 / kTcThreads; ++it) {
+  for (int it = 0; it < R::kLoads; ++it) {
     const uint4 c = k.codes[it];
-    uint4* dst = reinterpret_cast<uint4*>(ks + (tid / 8 + 16 * it) * kTcPitch + 16 * (tid % 8));
+    uint4* dst = reinterpret_cast<uint4*>(ks + (tid / 8 + R::kRowStep * it) * kTcPitch + 16 * (tid % 8));
     dst[0] = make_uint4(e4m3x2_to_bf16x2(c.x), e4m3x2_to_bf16x2(c.x >> 16), e4m3x2_to_bf16x2(c.y),
                         e4m3x2_to_bf16x2(c.y >> 16));
     dst[1] = make_uint4(e4m3x2_to_bf16x2(c.z), e4m3x2_to_bf16x2(c.z >> 16), e4m3x2_to_bf16x2(c.w),
                         e4m3x2_to_bf16x2(c.w >> 16));
   }
-  kscale[tid] = k.scale;
+  if (tid < kTcKeys) kscale[tid] = k.scale;
+}
+
+// One warp's share of a tile: its 32 keys from n0 against the 64 (padded) heads of qs, accumulated into
+// acc[m-tile][n-tile] (kk = 0..7 in order, so the fp32 sums are the same whichever kernel calls it).
+__device__ __forceinline__ void mma_warp_keys(float (&acc)[4][4][4], const __nv_bfloat16* qs,
+                                              const __nv_bfloat16* ks, int n0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kTcDim / 16; ++kk) {
+    uint32_t b[4][2];
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      uint32_t r[4];
+      const int n = n0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+      ldsm_x4(r, ks + n * kTcPitch + kk * 16 + ((lane >> 3) & 1) * 8);
+      b[2 * np][0] = r[0];
+      b[2 * np][1] = r[1];
+      b[2 * np + 1][0] = r[2];
+      b[2 * np + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+      uint32_t a[4];
+      ldsm_x4(a, qs + (mt * 16 + (lane & 15)) * kTcPitch + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) mma_16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
+    }
+  }
 }
 
 // Block = one token x `tiles` tiles of 128 keys; in a tile warp w owns keys 32w..32w+31 against all 64 (padded)
@@ -198,9 +234,9 @@ __global__ void __launch_bounds__(kTcThreads, 4)
   const int heads = int(p.heads), tid = int(threadIdx.x);
   const int32_t* table = st.block_tables + int64_t(st.seq_of_token[t]) * st.table_stride;
   const float* qt = q + t * heads * kTcDim;
-  KeyTileRegs next;
-  load_key_tile(next, v, table, jb, N, tid);
-  const bool inexact = write_q_split(qs, qt, heads, 0, tid);
+  KeyTileRegs<kTcThreads> next;
+  load_key_tile<kTcThreads>(next, v, table, jb, N, tid);
+  const bool inexact = write_q_split<kTcThreads>(qs, qt, heads, 0, tid);
   if (tid < kTcHeads) ws[tid] = tid < heads ? weights[t * heads + tid] : 0.0f;
   const int nsplit = __syncthreads_or(inexact) ? kTcSplits : 1;
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3, n0 = warp * 32;
@@ -209,9 +245,9 @@ __global__ void __launch_bounds__(kTcThreads, 4)
     const int64_t j0 = jb + int64_t(tile) * kTcKeys;
     if (j0 >= N) break;             // block-uniform
     if (tile > 0) __syncthreads();  // the previous tile's keys and scales are read
-    store_key_tile(next, ks, kscale, tid);
+    store_key_tile<kTcThreads>(next, ks, kscale, tid);
     __syncthreads();
-    if (tile + 1 < tiles && j0 + kTcKeys < N) load_key_tile(next, v, table, j0 + kTcKeys, N, tid);  // in flight
+    if (tile + 1 < tiles && j0 + kTcKeys < N) load_key_tile<kTcThreads>(next, v, table, j0 + kTcKeys, N, tid);
     float acc[4][4][4];
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
@@ -222,30 +258,10 @@ __global__ void __launch_bounds__(kTcThreads, 4)
     for (int s = 0; s < nsplit; ++s) {
       if (nsplit > 1 && (s > 0 || tile > 0)) {  // qs holds another split: rewrite it (block-uniform)
         __syncthreads();
-        write_q_split(qs, qt, heads, s, tid);
+        write_q_split<kTcThreads>(qs, qt, heads, s, tid);
         __syncthreads();
       }
-#pragma unroll
-      for (int kk = 0; kk < kTcDim / 16; ++kk) {
-        uint32_t b[4][2];
-#pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          uint32_t r[4];
-          const int n = n0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-          ldsm_x4(r, ks + n * kTcPitch + kk * 16 + ((lane >> 3) & 1) * 8);
-          b[2 * np][0] = r[0];
-          b[2 * np][1] = r[1];
-          b[2 * np + 1][0] = r[2];
-          b[2 * np + 1][1] = r[3];
-        }
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          uint32_t a[4];
-          ldsm_x4(a, qs + (mt * 16 + (lane & 15)) * kTcPitch + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) mma_16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
-        }
-      }
+      mma_warp_keys(acc, qs, ks, n0, lane);
     }
     // Epilogue: key 8nt + 2q4 + e of the warp; the lane holds heads 16mt + g and 16mt + g + 8.
 #pragma unroll
@@ -265,6 +281,131 @@ __global__ void __launch_bounds__(kTcThreads, 4)
         if (g == 0 && j0 + n < N) scores[t * max_visible + j0 + n] = part * kscale[n] * rs;
       }
     }
+  }
+}
+
+// ---- Scores on tensor cores, several tokens a block (prefill): kTcTok consecutive tokens of the step share each
+// converted key tile (loaded and converted once for all of them), each token's 64 heads x 128 q being the A operand
+// of its own products. 8 warps: warp w takes keys 32 (w % 4) .. + 31 of the tile for tokens 2 (w / 4) and
+// 2 (w / 4) + 1, in turn. Tokens of different sequences in one block (a ragged step) form runs, each with its own
+// keys; the key range is the run's largest visible count, and each token's scores are masked to its own. The
+// per-head products and sums are the one-token kernel's (mma_warp_keys, same operands); the epilogue sums the heads
+// by a transposing butterfly over the same lane pairs (xor 4, then 8, then 16) as that kernel's shuffles, so every
+// score has the one-token kernel's bits (fp32 adds commute), while each lane ends with one key to store.
+constexpr int kTcTok = 4;
+constexpr int kTcmThreads = 256;
+constexpr size_t kTcmSmem =
+    size_t(kTcTok * kTcHeads + kTcKeys) * kTcPitch * 2 + (kTcKeys + kTcTok * kTcHeads) * 4;  // 105,984 B
+
+__global__ void __launch_bounds__(kTcmThreads, 2)
+    indexer_scores_tc_tokens_kernel(StepDevice st, LayerStateView v, IndexerCudaParams p, const float* q,
+                                    const float* weights, int64_t max_visible, int tiles, float* scores) {
+  extern __shared__ __align__(16) unsigned char tcm_smem[];
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(tcm_smem);    // [token][head][kTcPitch], one split
+  __nv_bfloat16* ks = qs + kTcTok * kTcHeads * kTcPitch;              // [key][kTcPitch]
+  float* kscale = reinterpret_cast<float*>(ks + kTcKeys * kTcPitch);  // [key]
+  float* ws = kscale + kTcKeys;                                       // [token][head]
+  const int64_t t0 = int64_t(blockIdx.x) * kTcTok;
+  const int tn = int(st.T - t0 < kTcTok ? st.T - t0 : kTcTok);
+  int64_t n_of[kTcTok];
+  int32_t seq_of[kTcTok];
+  int64_t nmax = 0;
+#pragma unroll
+  for (int s = 0; s < kTcTok; ++s) {
+    n_of[s] = s < tn ? visible(st.pos[t0 + s], p.m, max_visible) : 0;
+    seq_of[s] = s < tn ? st.seq_of_token[t0 + s] : -1;
+    nmax = n_of[s] > nmax ? n_of[s] : nmax;
+  }
+  const int64_t jb = int64_t(blockIdx.y) * kTcKeys * tiles;
+  if (jb >= nmax) return;  // block-uniform
+  const int heads = int(p.heads), tid = int(threadIdx.x);
+  bool inexact = false;
+  for (int s = 0; s < tn; ++s)
+    inexact = write_q_split<kTcmThreads>(qs + s * kTcHeads * kTcPitch, q + (t0 + s) * heads * kTcDim, heads, 0, tid) ||
+              inexact;
+  for (int i = tid; i < kTcTok * kTcHeads; i += kTcmThreads) {
+    const int s = i / kTcHeads, h = i % kTcHeads;
+    ws[i] = s < tn && h < heads ? weights[(t0 + s) * heads + h] : 0.0f;
+  }
+  const int nsplit = __syncthreads_or(inexact) ? kTcSplits : 1;
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3, n0 = (warp & 3) * 32;
+  const int first = (warp >> 2) * 2;  // this warp's tokens: first, first + 1
+  const float rs = rsqrtf(float(kTcDim));
+  // After the butterfly the lane holds index i = 4 (g & 1) + 2 ((g >> 1) & 1) + (g >> 2) of (nt, e) = (i / 2, i % 2).
+  const int ri = 4 * (g & 1) + 2 * ((g >> 1) & 1) + (g >> 2);
+  const int nkey = n0 + 8 * (ri >> 1) + 2 * q4 + (ri & 1);
+  for (int r0 = 0; r0 < tn;) {  // a run of tokens of one sequence: they share the key tiles
+    int r1 = r0 + 1;
+    while (r1 < tn && seq_of[r1] == seq_of[r0]) ++r1;
+    int64_t nrun = 0;
+    for (int s = r0; s < r1; ++s) nrun = n_of[s] > nrun ? n_of[s] : nrun;
+    const int32_t* table = st.block_tables + int64_t(seq_of[r0]) * st.table_stride;
+    if (jb < nrun) {  // block-uniform
+      KeyTileRegs<kTcmThreads> next;
+      load_key_tile<kTcmThreads>(next, v, table, jb, nrun, tid);
+      for (int tile = 0; tile < tiles; ++tile) {
+        const int64_t j0 = jb + int64_t(tile) * kTcKeys;
+        if (j0 >= nrun) break;  // block-uniform
+        __syncthreads();        // the previous tile's (or run's) keys and scales are read
+        store_key_tile<kTcmThreads>(next, ks, kscale, tid);
+        __syncthreads();
+        if (tile + 1 < tiles && j0 + kTcKeys < nrun)
+          load_key_tile<kTcmThreads>(next, v, table, j0 + kTcKeys, nrun, tid);  // in flight
+        for (int s = r0; s < r1; ++s) {
+          const bool mine = (s == first || s == first + 1) && j0 < n_of[s];  // warp-uniform
+          if (nsplit == 1 && !mine) continue;  // (no barrier below when nsplit == 1)
+          __nv_bfloat16* qt = qs + s * kTcHeads * kTcPitch;
+          float acc[4][4][4];
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+          for (int sp = 0; sp < nsplit; ++sp) {
+            if (nsplit > 1) {  // the token's split sp (block-uniform: every thread takes every token here)
+              __syncthreads();
+              write_q_split<kTcmThreads>(qt, q + (t0 + s) * heads * kTcDim, heads, sp, tid);
+              __syncthreads();
+            }
+            if (mine) mma_warp_keys(acc, qt, ks, n0, lane);
+          }
+          if (!mine) continue;
+          const float* wt = ws + s * kTcHeads;
+          float part[8];
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float x = 0.0f;
+#pragma unroll
+              for (int mt = 0; mt < 4; ++mt) {
+                x += wt[mt * 16 + g] * fmaxf(acc[mt][nt][e], 0.0f);
+                x += wt[mt * 16 + g + 8] * fmaxf(acc[mt][nt][2 + e], 0.0f);
+              }
+              part[2 * nt + e] = x;
+            }
+          }
+          // Transposing butterfly: keep the half named by the g bit, send the other half to the partner lane.
+          float h4[4], h2[2];
+          const bool b0 = (g & 1) != 0, b1 = (g & 2) != 0, b2 = (g & 4) != 0;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float keep = b0 ? part[k + 4] : part[k], send = b0 ? part[k] : part[k + 4];
+            h4[k] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+          }
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const float keep = b1 ? h4[k + 2] : h4[k], send = b1 ? h4[k] : h4[k + 2];
+            h2[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+          }
+          const float keep = b2 ? h2[1] : h2[0], send = b2 ? h2[0] : h2[1];
+          const float total = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+          if (j0 + nkey < n_of[s]) scores[(t0 + s) * max_visible + j0 + nkey] = total * kscale[nkey] * rs;
+        }
+      }
+    }
+    r0 = r1;
   }
 }
 
@@ -419,14 +560,27 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
                                                                                          max_visible, scores);
 }
 
+// The plan (which tensor-core kernel for which step): kTcTok tokens a block sharing each key tile when the step's
+// sequences average at least kTcTok tokens (prefill chunks); one token a block otherwise (decode, MTP).
+int indexer_tc_tokens_per_block(const StepDevice& step) { return step.T >= kTcTok * step.num_seqs ? kTcTok : 1; }
+
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
-                              const float* q, const float* weights, int64_t max_visible, float* scores, void* stream) {
-  dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_tc_kernel), kTcSmem);
+                              const float* q, const float* weights, int64_t max_visible, float* scores, void* stream,
+                              int tokens_per_block) {
+  const int tok = (tokens_per_block > 0 ? tokens_per_block : indexer_tc_tokens_per_block(step)) == kTcTok ? kTcTok : 1;
   // Up to 4 tiles a block (q converted once per 512 keys) while that leaves about 4 blocks an SM (decode: fewer).
+  const int64_t groups = (step.T + tok - 1) / tok;
   int tiles = kTcMaxTiles;
-  auto blocks = [&](int n) { return step.T * ((max_visible + kTcKeys * n - 1) / (kTcKeys * n)); };
+  auto blocks = [&](int n) { return groups * ((max_visible + kTcKeys * n - 1) / (kTcKeys * n)); };
   while (tiles > 1 && blocks(tiles) < 528) tiles /= 2;
-  const dim3 grid(unsigned(step.T), unsigned((max_visible + kTcKeys * tiles - 1) / (kTcKeys * tiles)));
+  const dim3 grid(unsigned(groups), unsigned((max_visible + kTcKeys * tiles - 1) / (kTcKeys * tiles)));
+  if (tok == kTcTok) {
+    dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_tc_tokens_kernel), kTcmSmem);
+    indexer_scores_tc_tokens_kernel<<<grid, kTcmThreads, kTcmSmem, static_cast<cudaStream_t>(stream)>>>(
+        step, view, p, q, weights, max_visible, tiles, scores);
+    return;
+  }
+  dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_tc_kernel), kTcSmem);
   indexer_scores_tc_kernel<<<grid, kTcThreads, kTcSmem, static_cast<cudaStream_t>(stream)>>>(
       step, view, p, q, weights, max_visible, tiles, scores);
 }

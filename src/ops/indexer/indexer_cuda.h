@@ -18,10 +18,12 @@ inline int64_t indexer_scores_floats(int64_t T, int64_t max_visible) { return T 
 // max_visible: >= max over the step's tokens of (pos+1)/m (the host knows it from the plan; larger only wastes
 // scratch). scores: [T, max_visible] scratch, left holding each token's scores [0, visible) (tests read them).
 // out: [T, topk] int32.
-// Kernels: scores over FP8 keys (view.fp8, dim 128) = bf16 mma.sync, grid (T, ceil(max_visible / (128 tiles))),
-// 128 threads: one token's 64 (padded) heads x 1-4 tiles of 128 keys per block (4 unless that leaves under 528
-// blocks), e4m3 codes -> bf16 exactly, q split into bf16 hi + mid + lo (one split when the block's q is bf16-exact,
-// as the official FP4-simulated queries are), the key's power-of-two scale applied in the epilogue; over fp32 keys =
+// Kernels: scores over FP8 keys (view.fp8, dim 128) = bf16 mma.sync, 1-4 tiles of 128 keys per block (4 unless
+// that leaves under 528 blocks), e4m3 codes -> bf16 exactly, q split into bf16 hi + mid + lo (one split when the
+// block's q is bf16-exact, as the official FP4-simulated queries are), the key's power-of-two scale applied in the
+// epilogue; the plan (detail::indexer_tc_tokens_per_block) takes 4 consecutive tokens a block sharing each converted
+// key tile (256 threads) when the step's sequences average >= 4 tokens (prefill), else one token's 64 (padded)
+// heads a block (128 threads; decode); both give the same bits; over fp32 keys =
 // CUDA-core fp32, grid (T, ceil(max_visible/64)), 256 threads: 64 keys x 4 head groups. Select = one block of 512
 // threads per token: the row's order keys in shared memory (up to kIdxSelCacheKeys), a 3-pass 11/11/10-bit radix
 // select of the k-th largest key (warp-aggregated histograms, the bin found by a block scan), then an index-ordered

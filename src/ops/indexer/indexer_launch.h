@@ -22,9 +22,12 @@ inline constexpr int64_t kIdxSelCacheKeys = 16384;  // top-k: a row's keys kept 
 // fp32 state (fp32 keys): CUDA-core fp32 dot products.
 void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                            const float* q, const float* weights, int64_t max_visible, float* scores, void* stream);
-// FP8 state (e4m3 keys, dim kIdxTcDim): bf16 mma.sync, q split into exact bf16 parts.
+// FP8 state (e4m3 keys, dim kIdxTcDim): bf16 mma.sync, q split into exact bf16 parts. tokens_per_block: 1 (one
+// token a block) or 4 (four tokens share each key tile; the same bits); 0 = the plan, indexer_tc_tokens_per_block.
+int indexer_tc_tokens_per_block(const StepDevice& step);
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
-                              const float* q, const float* weights, int64_t max_visible, float* scores, void* stream);
+                              const float* q, const float* weights, int64_t max_visible, float* scores, void* stream,
+                              int tokens_per_block = 0);
 void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
                            int32_t* out, void* stream);
 }  // namespace detail
