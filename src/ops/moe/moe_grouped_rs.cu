@@ -12,9 +12,9 @@
 // all land on the slot's `full` mbarrier. No proxy fence: the TMA writes what wgmma reads (both async proxy), and the
 // weights are read by the consumers' own ld.shared. Consumer warpgroups (setmaxnreg up): per stage each thread loads
 // the 16 FP4 bytes of its two weight rows (lane t of a quad owns k 32t..32t+31 of the chunk, as the chunk layout
-// orders the activations) and their scales, then per group of 16-k steps decodes 4 bf16x2 A registers a step (two
-// rows, two pairs) and issues the group's m64nNk16 wgmmas with B from the slot, waiting for them before the next
-// group decodes; the slot is released after the stage's last group.
+// orders the activations) and their scales, then per 16-k step decodes 4 bf16x2 A registers (two rows, two pairs)
+// and issues the step's m64nNk16 wgmma with B from the slot, decoding step s + 1 while step s runs (double buffer,
+// kMoeGroupedRsAhead; drained at the stage's end); the slot is released after the stage's last wgmma.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
 // activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
