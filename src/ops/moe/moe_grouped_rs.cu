@@ -30,6 +30,7 @@
 #include "ops/moe/moe_fast_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
+#include "ops/moe/moe_grouped_rs_decode.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -130,16 +131,6 @@ __device__ __forceinline__ void wgmma_rs<96>(float (&d)[64], const uint32_t (&a)
         "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-
-// bf16x2 multiply (exact here: a power-of-two factor, results in the normal range; see moe_fast_common.h).
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&a), y = *reinterpret_cast<__nv_bfloat162*>(&b);
-  __nv_bfloat162 r = __hmul2(x, y);
-  return *reinterpret_cast<uint32_t*>(&r);
-}
-__device__ __forceinline__ uint32_t word(const uint4& v, int q) {
-  return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
 }
 
 // A work item of the persistent grid: row tile `tile` of the device-built list x column tile `col`.
@@ -261,14 +252,8 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
     const uint4 w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
     const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
     const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
-    // the A registers of 16-k step s: rows g and g + 8, k pairs 2s (k 2t, 2t + 1) and 2s + 1 (k 2t + 8, 2t + 9)
-    auto decode = [&](uint32_t(&a)[4], int s) {
-      const int q = s >> 1, pp = 2 * (s & 1);
-      a[0] = bf16x2_mul(md::fp4_pair_bits(word(w0, q), pp), F0);
-      a[1] = bf16x2_mul(md::fp4_pair_bits(word(w1, q), pp), F1);
-      a[2] = bf16x2_mul(md::fp4_pair_bits(word(w0, q), pp + 1), F0);
-      a[3] = bf16x2_mul(md::fp4_pair_bits(word(w1, q), pp + 1), F1);
-    };
+    // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
+    auto decode = [&](uint32_t(&a)[4], int s) { md::rs_decode_step(w0, w1, F0, F1, s, a); };
     auto desc = [&](int s) { return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)); };
     if constexpr (kAhead) {
       uint32_t a[2][4];
