@@ -10,7 +10,7 @@
 // | dsinfer_moe_bench stages [T ...] (default 1 8 64 128 256): MoePath::Fast kernel by kernel (bench_stages)
 // | dsinfer_moe_bench prefill [T ...] (default 2048 4096 8192, T <= 16384): the prefill path (FP8 grouped GEMMs)
 // kernel by kernel, with an output hash, and beside them the RS kernels (bf16 wgmma, FP4 weights in registers) with
-// 2 and 4 consumer warpgroups and their yp against the bf16 grouped path's (bench_prefill).
+// 2 and 4 consumer warpgroups, each with the decode-ahead main loop off and on, and their yp against the bf16 grouped path's (bench_prefill).
 // Env (for profiling): DSINFER_MOE_BENCH_SETS = 1..4 weight sets rotated (1: the weights may stay warm in L2 / TLB);
 // DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192);
 // DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0);
@@ -559,7 +559,7 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double t_dn = median_us([&](int i) { gemm(i, false); });
     for (int si = 0; si < g_sets; ++si) gemm(si, false);
     // The RS kernels (moe_grouped_rs.cu, MoePath::GroupedRs) on the same rows: x to bf16 in permuted order, then
-    // gate/up and down with 2 and 4 consumer warpgroups (same bits expected: the per-element k order is the same).
+    // gate/up and down with 2 and 4 consumer warpgroups, decode-ahead off and on (same bits expected: the same wgmmas).
     auto xp = [&](int i) {
       Bufs& q = b[size_t(i)];
       oc::detail::launch_moe_grouped_xp(q.x.as<const float>(), q.pos.as<const int32_t>(), T, k, D,
@@ -567,7 +567,7 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     };
     const double t_xp = median_us(xp);
     for (int si = 0; si < g_sets; ++si) xp(si);
-    auto rs = [&](int i, bool gate_up, int cwg) {
+    auto rs = [&](int i, bool gate_up, int cwg, bool ahead) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       uint16_t* xb = reinterpret_cast<uint16_t*>(q.xb.data());
@@ -575,26 +575,29 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       const oc::MoeGroupedRsArgs gu{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
                                     .a = xb, .rows_a = n, .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale,
                                     .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
-                                    .hout = hb, .cwg = cwg};
+                                    .hout = hb, .cwg = cwg, .ahead = ahead};
       const oc::MoeGroupedRsArgs dn{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
                                     .a = hb, .rows_a = n, .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I, .N = D,
-                                    .yout = q.yp.as<float>(), .cwg = cwg};
+                                    .yout = q.yp.as<float>(), .cwg = cwg, .ahead = ahead};
       if (!oc::detail::launch_moe_grouped_rs(gate_up, gate_up ? gu : dn, max_tiles, nullptr)) {
         std::fprintf(stderr, "launch_moe_grouped_rs: no TMA map\n");
         std::exit(1);
       }
     };
-    double t_rs[2][2];  // [cwg 2, 4][gate/up, down]
-    uint64_t h_rs[2] = {0, 0};
-    for (int ci = 0; ci < 2; ++ci) {
-      const int cwg = ci == 0 ? 2 : 4;
-      t_rs[ci][0] = median_us([&](int i) { rs(i, true, cwg); });
-      for (int si = 0; si < g_sets; ++si) rs(si, true, cwg);
-      t_rs[ci][1] = median_us([&](int i) { rs(i, false, cwg); });
-      for (int si = 0; si < g_sets; ++si) rs(si, false, cwg);
-      check(cudaDeviceSynchronize(), "sync");
-      h_rs[ci] = fnv_hash(b[0].yp, size_t(n * D) * 4);
-    }
+    // [cwg 2, 4][decode-ahead off, on][gate/up, down]; the hashes of yp (weight set 0) after each variant
+    double t_rs[2][2][2];
+    uint64_t h_rs[2][2] = {{0, 0}, {0, 0}};
+    for (int ci = 0; ci < 2; ++ci)
+      for (int ai = 0; ai < 2; ++ai) {
+        const int cwg = ci == 0 ? 2 : 4;
+        const bool ahead = ai == 1;
+        t_rs[ci][ai][0] = median_us([&](int i) { rs(i, true, cwg, ahead); });
+        for (int si = 0; si < g_sets; ++si) rs(si, true, cwg, ahead);
+        t_rs[ci][ai][1] = median_us([&](int i) { rs(i, false, cwg, ahead); });
+        for (int si = 0; si < g_sets; ++si) rs(si, false, cwg, ahead);
+        check(cudaDeviceSynchronize(), "sync");
+        h_rs[ci][ai] = fnv_hash(b[0].yp, size_t(n * D) * 4);
+      }
     // RS yp (weight set 0) against the bf16 grouped path's (moe_grouped.cu: same roundings, another k order) on the
     // valid rows: normalized L2 and the largest elementwise difference over the row's largest magnitude
     {
@@ -635,14 +638,16 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                   "%.3e\n",
                   (long long)T, rows, std::sqrt(num / std::max(den, 1e-300)), worst);
     }
-    std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg 2: gate/up %.1f down %.1f (GEMMs %.1f us, %.0f "
-                "TFLOP/s) | cwg 4: gate/up %.1f down %.1f (GEMMs %.1f us, %.0f TFLOP/s) | yp hash cwg2 %016llx "
-                "cwg4 %016llx (%s)\n",
-                (long long)T, t_xp, t_rs[0][0], t_rs[0][1], t_rs[0][0] + t_rs[0][1],
-                2.0 * double(n) * 3.0 * double(D) * double(I) / ((t_rs[0][0] + t_rs[0][1]) * 1e-6) / 1e12,
-                t_rs[1][0], t_rs[1][1], t_rs[1][0] + t_rs[1][1],
-                2.0 * double(n) * 3.0 * double(D) * double(I) / ((t_rs[1][0] + t_rs[1][1]) * 1e-6) / 1e12,
-                (unsigned long long)h_rs[0], (unsigned long long)h_rs[1], h_rs[0] == h_rs[1] ? "same" : "DIFFER");
+    const double flop_rs = 2.0 * double(n) * 3.0 * double(D) * double(I);
+    for (int ci = 0; ci < 2; ++ci)
+      for (int ai = 0; ai < 2; ++ai) {
+        const double sum = t_rs[ci][ai][0] + t_rs[ci][ai][1];
+        std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d ahead %d: gate/up %.1f down %.1f (GEMMs %.1f "
+                    "us, %.0f TFLOP/s) | yp hash %016llx (%s)\n",
+                    (long long)T, t_xp, ci == 0 ? 2 : 4, ai, t_rs[ci][ai][0], t_rs[ci][ai][1], sum,
+                    flop_rs / (sum * 1e-6) / 1e12, (unsigned long long)h_rs[ci][ai],
+                    h_rs[ci][ai] == h_rs[0][0] ? "same" : "DIFFER");
+      }
     if (g_rs_only) continue;
     const double t_sh = median_us([&](int i) {
       die(oc::moe_shared_cuda(b[size_t(i)].x.as<const float>(), T, sets[size_t(i)].sh, 10.0f,
@@ -676,8 +681,9 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                 "%.1f (GEMMs %.1f us, %.0f TFLOP/s) | shared %.1f | combine %.1f\n",
                 (long long)T, t_count, t_scatter, t_quant, t_tiles, t_gu, t_dn, t_gu + t_dn,
                 flop / ((t_gu + t_dn) * 1e-6) / 1e12, t_sh, t_comb);
-    // moe_cuda (MoePath::Fast) runs the RS kernels with kMoeGroupedRsCwg consumer warpgroups
-    const double t_rs_gu = t_rs[oc::kMoeGroupedRsCwg == 4][0], t_rs_dn = t_rs[oc::kMoeGroupedRsCwg == 4][1];
+    // moe_cuda (MoePath::Fast) runs the RS kernels with kMoeGroupedRsCwg consumer warpgroups, kMoeGroupedRsAhead
+    const double t_rs_gu = t_rs[oc::kMoeGroupedRsCwg == 4][oc::kMoeGroupedRsAhead][0];
+    const double t_rs_dn = t_rs[oc::kMoeGroupedRsCwg == 4][oc::kMoeGroupedRsAhead][1];
     std::printf("prefill T %5lld: moe_cuda routed %.1f us, with shared %.1f us (other than the RS GEMMs %.1f; sum of "
                 "the launches %.1f); hash routed %016llx with shared %016llx\n",
                 (long long)T, t_routed, t_full, t_full - t_rs_gu - t_rs_dn,

@@ -42,6 +42,11 @@ struct MoeGroupedFp8Args {
   float* yout = nullptr;                // down: fp32 [rows, N]
 };
 
+// The RS kernels' main loop (moe_grouped_rs.cu): true = each consumer warpgroup decodes the next 16-k step's A
+// registers while its own wgmma runs (session 18, helper s18-moep2); false = decode, issue, wait per commit group (the
+// first version, kept for the bench). Same bits either way.
+inline constexpr bool kMoeGroupedRsAhead = true;
+
 // The bf16 wgmma grouped GEMMs with the FP4 weights as the register A operand (moe_grouped_rs.cu; numerics of
 // MoeGroupedArgs: bf16 activations in chunk layout, exact weights, fp32 sums). The activation rows are the permuted
 // rows (gate/up: x gathered in permuted order by launch_moe_grouped_xp), loaded by TMA.
@@ -59,6 +64,7 @@ struct MoeGroupedRsArgs {
   uint16_t* hout = nullptr;             // gate/up: SwiGLU output, bf16 chunk layout [rows, N]
   float* yout = nullptr;                // down: fp32 [rows, N]
   int cwg = 2;                          // consumer warpgroups per CTA (64 weight rows each): 2 or 4 (benches)
+  bool ahead = kMoeGroupedRsAhead;      // the main loop's decode-ahead (benches time both)
 };
 
 namespace detail {

@@ -12,9 +12,9 @@
 // all land on the slot's `full` mbarrier. No proxy fence: the TMA writes what wgmma reads (both async proxy), and the
 // weights are read by the consumers' own ld.shared. Consumer warpgroups (setmaxnreg up): per stage each thread loads
 // the 16 FP4 bytes of its two weight rows (lane t of a quad owns k 32t..32t+31 of the chunk, as the chunk layout
-// orders the activations) and their scales, then per group of 16-k steps decodes 4 bf16x2 A registers a step (two
-// rows, two pairs) and issues the group's m64nNk16 wgmmas with B from the slot, waiting for them before the next
-// group decodes; the slot is released after the stage's last group.
+// orders the activations) and their scales, then per 16-k step decodes 4 bf16x2 A registers (two rows, two pairs)
+// and issues the step's m64nNk16 wgmma with B from the slot, decoding step s + 1 while step s runs (double buffer,
+// kMoeGroupedRsAhead; drained at the stage's end); the slot is released after the stage's last wgmma.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
 // activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
@@ -30,6 +30,7 @@
 #include "ops/moe/moe_fast_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
+#include "ops/moe/moe_grouped_rs_decode.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -132,16 +133,6 @@ __device__ __forceinline__ void wgmma_rs<96>(float (&d)[64], const uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
-// bf16x2 multiply (exact here: a power-of-two factor, results in the normal range; see moe_fast_common.h).
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&a), y = *reinterpret_cast<__nv_bfloat162*>(&b);
-  __nv_bfloat162 r = __hmul2(x, y);
-  return *reinterpret_cast<uint32_t*>(&r);
-}
-__device__ __forceinline__ uint32_t word(const uint4& v, int q) {
-  return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
-}
-
 // A work item of the persistent grid: row tile `tile` of the device-built list x column tile `col`.
 struct Item {
   int e, rb, rows, col;
@@ -240,12 +231,15 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
 }
 
 // One item's main loop for a consumer warpgroup with wgmma N = kN: per stage the thread's two weight rows (16 FP4
-// bytes and a scale each), then per group of kSteps 16-k steps the decode of their A registers and their wgmmas in
-// one commit group, waited for before the next group decodes, so the decode overlaps the other consumer warpgroups'
-// wgmmas, not its own (a decode-ahead that keeps a wgmma in flight across the stage boundary makes ptxas serialize
-// every wgmma, C7513; one drained at each stage's end compiles clean: bench/NOTES.md session 18, not yet timed).
-// The slot is released after the stage's last group. Returns the next stage index.
-template <int kCwg, int kN>
+// bytes and a scale each), then the 8 16-k steps' A registers decoded and their wgmmas issued. kAhead (the default,
+// kMoeGroupedRsAhead): a per-step double buffer, step s + 1 decoded into the other 4 registers while the warpgroup's
+// own wgmma of step s runs (`wgmma.wait_group 1` before each decode frees the buffer step s - 1 read), drained at the
+// stage's end: 7 of 8 decodes overlap the warpgroup's own tensor work. A wgmma kept in flight ACROSS the stage
+// boundary (the slot's mbarrier wait, the next stage's shared loads) makes ptxas serialize every wgmma (C7513), so
+// the drain stays. Without kAhead (the session 18 first version, for the bench): per group of kSteps steps decode,
+// issue, wait, so the decode overlaps only the other consumer warpgroups' wgmmas. Same wgmmas in the same order:
+// same bits. The slot is released after the stage's last wgmma completed. Returns the next stage index.
+template <int kCwg, int kN, bool kAhead>
 __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int wrow, int t, float (&acc)[64]) {
   using C = Cfg<kCwg>;
   constexpr int kSteps = C::kSteps;
@@ -258,26 +252,37 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
     const uint4 w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
     const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
     const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
+    // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
+    auto decode = [&](uint32_t(&a)[4], int s) { md::rs_decode_step(w0, w1, F0, F1, s, a); };
+    auto desc = [&](int s) { return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)); };
+    if constexpr (kAhead) {
+      uint32_t a[2][4];
+      decode(a[0], 0);
 #pragma unroll
-    for (int s0 = 0; s0 < 8; s0 += kSteps) {
-      uint32_t a[kSteps][4];
-#pragma unroll
-      for (int i = 0; i < kSteps; ++i) {
-        const int s = s0 + i, q = s >> 1, pp = 2 * (s & 1);
-        a[i][0] = bf16x2_mul(md::fp4_pair_bits(word(w0, q), pp), F0);      // row g, k 2t, 2t + 1 (pair 2s)
-        a[i][1] = bf16x2_mul(md::fp4_pair_bits(word(w1, q), pp), F1);      // row g + 8
-        a[i][2] = bf16x2_mul(md::fp4_pair_bits(word(w0, q), pp + 1), F0);  // row g, k 2t + 8, 2t + 9 (pair 2s + 1)
-        a[i][3] = bf16x2_mul(md::fp4_pair_bits(word(w1, q), pp + 1), F1);
+      for (int s = 0; s < 8; ++s) {
+        wgmma_fence();
+        wgmma_rs<kN>(acc, a[s & 1], desc(s), kt > 0 || s > 0);
+        wgmma_commit();
+        if (s + 1 < 8) {
+          wgmma_wait<1>();  // step s - 1 done: its buffer a[(s + 1) & 1] is free
+          decode(a[(s + 1) & 1], s + 1);
+        }
       }
-      wgmma_fence();
-#pragma unroll
-      for (int i = 0; i < kSteps; ++i) {
-        const int s = s0 + i;
-        wgmma_rs<kN>(acc, a[i], smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)), kt > 0 || s > 0);
-      }
-      wgmma_commit();
       wgmma_wait<0>();
       fence_regs(acc);
+    } else {
+#pragma unroll
+      for (int s0 = 0; s0 < 8; s0 += kSteps) {
+        uint32_t a[kSteps][4];
+#pragma unroll
+        for (int i = 0; i < kSteps; ++i) decode(a[i], s0 + i);
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < kSteps; ++i) wgmma_rs<kN>(acc, a[i], desc(s0 + i), kt > 0 || s0 + i > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(acc);
+      }
     }
     mbar_arrive(sm.empty(c));  // the stage's wgmmas are done, its weight bytes in registers
   }
@@ -317,7 +322,7 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
 
 // Consumer warpgroup cwg: per item the main loop (wgmma N = 96 when the tile has at most 96 rows, else 128), then
 // the epilogue.
-template <int kCwg, bool kGateUp>
+template <int kCwg, bool kGateUp, bool kAhead>
 __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<kCwg>& sm, int nitems, int ncols,
                                          int nk, int cwg) {
   const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, t = lane & 3;
@@ -327,17 +332,17 @@ __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<k
     const Item it = item_of(p, w, ncols);
     float acc[64];
     if (it.rows <= 96) {
-      c = mainloop<kCwg, 96>(sm, c, nk, wrow, t, acc);
+      c = mainloop<kCwg, 96, kAhead>(sm, c, nk, wrow, t, acc);
       epilogue<kCwg, kGateUp, 96>(p, it, cwg, warp, g, t, acc);
     } else {
-      c = mainloop<kCwg, 128>(sm, c, nk, wrow, t, acc);
+      c = mainloop<kCwg, 128, kAhead>(sm, c, nk, wrow, t, acc);
       epilogue<kCwg, kGateUp, 128>(p, it, cwg, warp, g, t, acc);
     }
   }
 }
 
 // Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
-template <int kCwg, bool kGateUp>
+template <int kCwg, bool kGateUp, bool kAhead>
 __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap) {
   using C = Cfg<kCwg>;
@@ -360,7 +365,7 @@ __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     producer<kCwg, kGateUp>(p, amap, sm, nitems, ncols, nk);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kCons));
-    consumer<kCwg, kGateUp>(p, sm, nitems, ncols, nk, wg - 1);
+    consumer<kCwg, kGateUp, kAhead>(p, sm, nitems, ncols, nk, wg - 1);
   }
 }
 
@@ -406,23 +411,25 @@ bool make_act_map(const MoeGroupedRsArgs& a, CUtensorMap& map) {
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int kCwg>
-void launch_cfg(bool gate_up, const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles,
-                cudaStream_t st) {
+template <int kCwg, bool kGateUp, bool kAhead>
+void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
   using C = Cfg<kCwg>;
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
-  if (gate_up)
-    cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
-  else cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kAhead>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       C::kSmem);
   static const int sms = [] {
     int dev = 0, n = 132;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n;
   }();
-  const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / (gate_up ? C::kGateCols : C::BW)));
+  const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / (kGateUp ? C::kGateCols : C::BW)));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
-  if (gate_up) moe_grouped_rs_kernel<kCwg, true><<<grid, C::NT, C::kSmem, st>>>(a, amap);
-  else moe_grouped_rs_kernel<kCwg, false><<<grid, C::NT, C::kSmem, st>>>(a, amap);
+  moe_grouped_rs_kernel<kCwg, kGateUp, kAhead><<<grid, C::NT, C::kSmem, st>>>(a, amap);
+}
+template <int kCwg, bool kGateUp>
+void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
+  if (a.ahead) launch_cfg<kCwg, kGateUp, true>(a, amap, max_tiles, st);
+  else launch_cfg<kCwg, kGateUp, false>(a, amap, max_tiles, st);
 }
 
 }  // namespace
@@ -443,8 +450,11 @@ bool launch_moe_grouped_rs(bool gate_up, const MoeGroupedRsArgs& a, int64_t max_
   CUtensorMap amap;
   if (!make_act_map(a, amap)) return false;
   const auto st = static_cast<cudaStream_t>(stream);
-  if (moe_grouped_rs_cwg(gate_up, a.N, a.cwg) == 4) launch_cfg<4>(gate_up, a, amap, max_tiles, st);
-  else launch_cfg<2>(gate_up, a, amap, max_tiles, st);
+  const bool four = moe_grouped_rs_cwg(gate_up, a.N, a.cwg) == 4;
+  if (gate_up && four) launch_variant<4, true>(a, amap, max_tiles, st);
+  else if (gate_up) launch_variant<2, true>(a, amap, max_tiles, st);
+  else if (four) launch_variant<4, false>(a, amap, max_tiles, st);
+  else launch_variant<2, false>(a, amap, max_tiles, st);
   return true;
 }
 
