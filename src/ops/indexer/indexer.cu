@@ -189,6 +189,27 @@ __device__ __forceinline__ void store_key_tile(const KeyTileRegs<kThreads>& k, _
   if (tid < kTcKeys) kscale[tid] = k.scale;
 }
 
+__device__ __forceinline__ void zero_acc(float (&acc)[4][4][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+}
+
+// The ReLU-weighted sum over the lane's 8 heads (16 mt + g and 16 mt + g + 8) of key 8 nt + 2 q4 + e of the warp,
+// in the one order both kernels sum it.
+__device__ __forceinline__ float head_partial(const float* w, const float (&acc)[4][4][4], int nt, int e, int g) {
+  float x = 0.0f;
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+    x += w[mt * 16 + g] * fmaxf(acc[mt][nt][e], 0.0f);
+    x += w[mt * 16 + g + 8] * fmaxf(acc[mt][nt][2 + e], 0.0f);
+  }
+  return x;
+}
+
 // One warp's share of a tile: its 32 keys from n0 against the 64 (padded) heads of qs, accumulated into
 // acc[m-tile][n-tile] (kk = 0..7 in order, so the fp32 sums are the same whichever kernel calls it).
 __device__ __forceinline__ void mma_warp_keys(float (&acc)[4][4][4], const __nv_bfloat16* qs,
@@ -249,12 +270,7 @@ __global__ void __launch_bounds__(kTcThreads, 4)
     __syncthreads();
     if (tile + 1 < tiles && j0 + kTcKeys < N) load_key_tile<kTcThreads>(next, v, table, j0 + kTcKeys, N, tid);
     float acc[4][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+    zero_acc(acc);
     for (int s = 0; s < nsplit; ++s) {
       if (nsplit > 1 && (s > 0 || tile > 0)) {  // qs holds another split: rewrite it (block-uniform)
         __syncthreads();
@@ -268,12 +284,7 @@ __global__ void __launch_bounds__(kTcThreads, 4)
     for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        float part = 0.0f;
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          part += ws[mt * 16 + g] * fmaxf(acc[mt][nt][e], 0.0f);
-          part += ws[mt * 16 + g + 8] * fmaxf(acc[mt][nt][2 + e], 0.0f);
-        }
+        float part = head_partial(ws, acc, nt, e, g);
         part += __shfl_xor_sync(0xffffffffu, part, 4);
         part += __shfl_xor_sync(0xffffffffu, part, 8);
         part += __shfl_xor_sync(0xffffffffu, part, 16);
@@ -356,12 +367,7 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
           if (nsplit == 1 && !mine) continue;  // (no barrier below when nsplit == 1)
           __nv_bfloat16* qt = qs + s * kTcHeads * kTcPitch;
           float acc[4][4][4];
-#pragma unroll
-          for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+          zero_acc(acc);
           for (int sp = 0; sp < nsplit; ++sp) {
             if (nsplit > 1) {  // the token's split sp (block-uniform: every thread takes every token here)
               __syncthreads();
@@ -376,15 +382,7 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float x = 0.0f;
-#pragma unroll
-              for (int mt = 0; mt < 4; ++mt) {
-                x += wt[mt * 16 + g] * fmaxf(acc[mt][nt][e], 0.0f);
-                x += wt[mt * 16 + g + 8] * fmaxf(acc[mt][nt][2 + e], 0.0f);
-              }
-              part[2 * nt + e] = x;
-            }
+            for (int e = 0; e < 2; ++e) part[2 * nt + e] = head_partial(wt, acc, nt, e, g);
           }
           // Transposing butterfly: keep the half named by the g bit, send the other half to the partner lane.
           float h4[4], h2[2];

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "cuda/sm90_async.cuh"
+#include "cuda/tensor_map.h"
 #include "ops/moe/moe_fp8_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
@@ -517,27 +518,12 @@ __global__ void moe_quant_kernel(const float* x, const int32_t* pos_of, int64_t 
 
 // The A tensor map of a launch: uint8 [2 terms][rows_a][K] (the second term a_lo - a bytes after the first), boxes of
 // 128 k x 128 rows x 2 terms with the 128-byte swizzle the wgmma descriptors expect; rows past rows_a read as zero.
-// cuTensorMapEncodeTiled comes from the driver through the runtime (no link against libcuda). False if the map cannot
-// be made (no driver entry point, or a layout TMA does not take).
+// False if the map cannot be made (no driver entry point, or a layout TMA does not take).
 bool make_a_map(const MoeGroupedFp8Args& a, CUtensorMap& map) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<Encode>(fn);
-  }();
-  if (!encode) return false;
   const cuuint64_t dims[3] = {cuuint64_t(a.K), cuuint64_t(a.rows_a), 2};
   const cuuint64_t strides[2] = {cuuint64_t(a.K), cuuint64_t(a.a_lo - a.a)};
-  const cuuint32_t box[3] = {BK, BM, 2}, unit[3] = {1, 1, 1};
-  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(a.a), dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const cuuint32_t box[3] = {BK, BM, 2};
+  return dsinfer::cuda::encode_tiled_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, a.a, dims, strides, box);
 }
 
 }  // namespace

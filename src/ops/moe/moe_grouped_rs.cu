@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "cuda/sm90_async.cuh"
+#include "cuda/tensor_map.h"
 #include "ops/moe/moe_fast_common.h"
 #include "ops/moe/moe_grouped_common.h"
 #include "ops/moe/moe_grouped_launch.h"
@@ -388,27 +389,12 @@ __global__ void moe_grouped_xp_kernel(const float* x, const int32_t* pos_of, int
 }
 
 // The activation tensor map of a launch: bf16 [rows_a][K], boxes of 64 k x 128 rows with the 128-byte swizzle; rows
-// past rows_a read as zero. cuTensorMapEncodeTiled comes from the driver through the runtime (no link against
-// libcuda). False if the map cannot be made.
+// past rows_a read as zero. False if the map cannot be made.
 bool make_act_map(const MoeGroupedRsArgs& a, CUtensorMap& map) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<Encode>(fn);
-  }();
-  if (!encode) return false;
   const cuuint64_t dims[2] = {cuuint64_t(a.K), cuuint64_t(a.rows_a)};
   const cuuint64_t strides[1] = {cuuint64_t(a.K) * 2};
-  const cuuint32_t box[2] = {kBox, BT}, unit[2] = {1, 1};
-  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(a.a), dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const cuuint32_t box[2] = {kBox, BT};
+  return dsinfer::cuda::encode_tiled_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.a, dims, strides, box);
 }
 
 template <int kCwg, bool kGateUp, bool kAhead>
