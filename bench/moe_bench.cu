@@ -9,8 +9,10 @@
 // Usage: dsinfer_moe_bench [T ...] (default 1 8 64 128 256 512 1024 4096) | dsinfer_moe_bench grouped (that table only)
 // | dsinfer_moe_bench stages [T ...] (default 1 8 64 128 256): MoePath::Fast kernel by kernel (bench_stages)
 // | dsinfer_moe_bench prefill [T ...] (default 2048 4096 8192, T <= 16384): the prefill path (FP8 grouped GEMMs)
-// kernel by kernel, with an output hash, and beside them the RS kernels (bf16 wgmma, FP4 weights in registers) with
-// 2 and 4 consumer warpgroups, each with the decode-ahead main loop off and on, and their yp against the bf16 grouped path's (bench_prefill).
+// kernel by kernel, with an output hash, and beside them the RS kernels (bf16 wgmma, FP4 weights in registers): 4
+// consumer warpgroups with wgmma N 96 / 128 or the tile's rows rounded up to 16, over the tile list in expert order
+// or by size, and 2 consumer warpgroups as moe_cuda's fallback, their yp against the bf16 grouped path's
+// (bench_prefill).
 // Env (for profiling): DSINFER_MOE_BENCH_SETS = 1..4 weight sets rotated (1: the weights may stay warm in L2 / TLB);
 // DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192);
 // DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0);
@@ -486,7 +488,7 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   for (int64_t T : Ts) {
     const int64_t n = T * k, max_tiles = md::grp_max_tiles(n, E);
     struct Bufs {
-      Blob idx, wt, x, out, shy, offsets, perm, pos, tiles, xq, hq, yp, xb, hb;
+      Blob idx, wt, x, out, shy, offsets, perm, pos, tiles, tiles_e, xq, hq, yp, xb, hb;
     };
     std::vector<Bufs> b(static_cast<size_t>(g_sets));
     for (int si = 0; si < g_sets; ++si) {
@@ -502,6 +504,7 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       q.perm = blob(size_t(n) * 4, 2, 1);
       q.pos = blob(size_t(n) * 4, 2, 1);
       q.tiles = blob(size_t(1 + 2 * max_tiles) * 4, 2, 1);
+      q.tiles_e = blob(size_t(1 + 2 * max_tiles) * 4, 2, 1);
       q.xq = blob(size_t(n * D) * 2 + size_t(n * (D / 128)) * 4, 2, 1);
       q.hq = blob(size_t(n * I) * 2 + size_t(n * (I / 64)) * 4, 2, 1);
       q.yp = blob(size_t(n * D) * 4, 2, 1);
@@ -530,12 +533,19 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     };
     const double t_quant = median_us(quant);
     for (int si = 0; si < g_sets; ++si) quant(si);
+    // the tile list as moe_cuda builds it (kMoeTileListBySize) and in expert order (the RS variants below)
     auto tiles = [&](int i) {
       Bufs& q = b[size_t(i)];
       oc::detail::launch_moe_tile_list(q.offsets.as<const int32_t>(), E, q.tiles.as<int32_t>(), nullptr);
     };
+    auto tiles_e = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      oc::detail::launch_moe_tile_list(q.offsets.as<const int32_t>(), E, q.tiles_e.as<int32_t>(), nullptr, false);
+    };
     const double t_tiles = median_us(tiles);
     for (int si = 0; si < g_sets; ++si) tiles(si);
+    const double t_tiles_e = median_us(tiles_e);
+    for (int si = 0; si < g_sets; ++si) tiles_e(si);
     auto gemm = [&](int i, bool gate_up) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
@@ -567,37 +577,47 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     };
     const double t_xp = median_us(xp);
     for (int si = 0; si < g_sets; ++si) xp(si);
-    auto rs = [&](int i, bool gate_up, int cwg, bool ahead) {
+    // Variants: consumer warpgroups, wgmma N per item (fine: rows rounded up to 16; else 96 / 128) and the tile list
+    // (by size, largest first; else expert order). The first is session 18's default, the fourth this session's.
+    struct RsVariant {
+      int cwg;
+      bool fine, by_size;
+    };
+    const RsVariant vars[] = {{4, false, false}, {4, true, false}, {4, false, true}, {4, true, true}, {2, true, true}};
+    constexpr int kVars = 5;
+    auto rs = [&](int i, bool gate_up, const RsVariant& v) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       uint16_t* xb = reinterpret_cast<uint16_t*>(q.xb.data());
       uint16_t* hb = reinterpret_cast<uint16_t*>(q.hb.data());
-      const oc::MoeGroupedRsArgs gu{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
-                                    .a = xb, .rows_a = n, .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale,
-                                    .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
-                                    .hout = hb, .cwg = cwg, .ahead = ahead};
-      const oc::MoeGroupedRsArgs dn{.tiles = q.tiles.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
-                                    .a = hb, .rows_a = n, .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I, .N = D,
-                                    .yout = q.yp.as<float>(), .cwg = cwg, .ahead = ahead};
+      const int32_t* tl = v.by_size ? q.tiles.as<const int32_t>() : q.tiles_e.as<const int32_t>();
+      const oc::MoeGroupedRsArgs gu{.tiles = tl, .offsets = q.offsets.as<const int32_t>(), .a = xb, .rows_a = n,
+                                    .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale, .w3 = st.ex.w3.data,
+                                    .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f, .hout = hb, .cwg = v.cwg,
+                                    .fine_n = v.fine};
+      const oc::MoeGroupedRsArgs dn{.tiles = tl, .offsets = q.offsets.as<const int32_t>(), .a = hb, .rows_a = n,
+                                    .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I, .N = D,
+                                    .yout = q.yp.as<float>(), .cwg = v.cwg, .fine_n = v.fine};
       if (!oc::detail::launch_moe_grouped_rs(gate_up, gate_up ? gu : dn, max_tiles, nullptr)) {
         std::fprintf(stderr, "launch_moe_grouped_rs: no TMA map\n");
         std::exit(1);
       }
     };
-    // [cwg 2, 4][decode-ahead off, on][gate/up, down]; the hashes of yp (weight set 0) after each variant
-    double t_rs[2][2][2];
-    uint64_t h_rs[2][2] = {{0, 0}, {0, 0}};
-    for (int ci = 0; ci < 2; ++ci)
-      for (int ai = 0; ai < 2; ++ai) {
-        const int cwg = ci == 0 ? 2 : 4;
-        const bool ahead = ai == 1;
-        t_rs[ci][ai][0] = median_us([&](int i) { rs(i, true, cwg, ahead); });
-        for (int si = 0; si < g_sets; ++si) rs(si, true, cwg, ahead);
-        t_rs[ci][ai][1] = median_us([&](int i) { rs(i, false, cwg, ahead); });
-        for (int si = 0; si < g_sets; ++si) rs(si, false, cwg, ahead);
-        check(cudaDeviceSynchronize(), "sync");
-        h_rs[ci][ai] = fnv_hash(b[0].yp, size_t(n * D) * 4);
-      }
+    // [variant][gate/up, down]; the hashes of yp (weight set 0) after each variant
+    double t_rs[kVars][2];
+    uint64_t h_rs[kVars] = {};
+    int v_default = 0;
+    for (int vi = 0; vi < kVars; ++vi) {
+      const RsVariant& v = vars[vi];
+      if (v.cwg == oc::kMoeGroupedRsCwg && v.fine == oc::kMoeGroupedRsFineN && v.by_size == oc::kMoeTileListBySize)
+        v_default = vi;
+      t_rs[vi][0] = median_us([&](int i) { rs(i, true, v); });
+      for (int si = 0; si < g_sets; ++si) rs(si, true, v);
+      t_rs[vi][1] = median_us([&](int i) { rs(i, false, v); });
+      for (int si = 0; si < g_sets; ++si) rs(si, false, v);
+      check(cudaDeviceSynchronize(), "sync");
+      h_rs[vi] = fnv_hash(b[0].yp, size_t(n * D) * 4);
+    }
     // RS yp (weight set 0) against the bf16 grouped path's (moe_grouped.cu: same roundings, another k order) on the
     // valid rows: normalized L2 and the largest elementwise difference over the row's largest magnitude
     {
@@ -639,15 +659,14 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                   (long long)T, rows, std::sqrt(num / std::max(den, 1e-300)), worst);
     }
     const double flop_rs = 2.0 * double(n) * 3.0 * double(D) * double(I);
-    for (int ci = 0; ci < 2; ++ci)
-      for (int ai = 0; ai < 2; ++ai) {
-        const double sum = t_rs[ci][ai][0] + t_rs[ci][ai][1];
-        std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d ahead %d: gate/up %.1f down %.1f (GEMMs %.1f "
-                    "us, %.0f TFLOP/s) | yp hash %016llx (%s)\n",
-                    (long long)T, t_xp, ci == 0 ? 2 : 4, ai, t_rs[ci][ai][0], t_rs[ci][ai][1], sum,
-                    flop_rs / (sum * 1e-6) / 1e12, (unsigned long long)h_rs[ci][ai],
-                    h_rs[ci][ai] == h_rs[0][0] ? "same" : "DIFFER");
-      }
+    for (int vi = 0; vi < kVars; ++vi) {
+      const double sum = t_rs[vi][0] + t_rs[vi][1];
+      std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d N %s tiles %s: gate/up %.1f down %.1f (GEMMs "
+                  "%.1f us, %.0f TFLOP/s) | yp hash %016llx (%s)%s\n",
+                  (long long)T, t_xp, vars[vi].cwg, vars[vi].fine ? "fine  " : "96/128", vars[vi].by_size ? "by size" : "expert ",
+                  t_rs[vi][0], t_rs[vi][1], sum, flop_rs / (sum * 1e-6) / 1e12, (unsigned long long)h_rs[vi],
+                  h_rs[vi] == h_rs[0] ? "same" : "DIFFER", vi == v_default ? " <- default" : "");
+    }
     if (g_rs_only) continue;
     const double t_sh = median_us([&](int i) {
       die(oc::moe_shared_cuda(b[size_t(i)].x.as<const float>(), T, sets[size_t(i)].sh, 10.0f,
@@ -677,13 +696,14 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     check(cudaDeviceSynchronize(), "sync");
     const uint64_t h_full = fnv_hash(b[0].out, size_t(T * D) * 4);
     const double flop = 2.0 * double(n) * 3.0 * double(D) * double(I);
-    std::printf("prefill T %5lld: count %.1f | scatter %.1f | FP8: quant x %.1f | tiles %.1f | gate/up %.1f | down "
-                "%.1f (GEMMs %.1f us, %.0f TFLOP/s) | shared %.1f | combine %.1f\n",
-                (long long)T, t_count, t_scatter, t_quant, t_tiles, t_gu, t_dn, t_gu + t_dn,
+    std::printf("prefill T %5lld: count %.1f | scatter %.1f | FP8: quant x %.1f | tiles %.1f (expert order %.1f) | "
+                "gate/up %.1f | down %.1f (GEMMs %.1f us, %.0f TFLOP/s) | shared %.1f | combine %.1f\n",
+                (long long)T, t_count, t_scatter, t_quant, t_tiles, t_tiles_e, t_gu, t_dn, t_gu + t_dn,
                 flop / ((t_gu + t_dn) * 1e-6) / 1e12, t_sh, t_comb);
-    // moe_cuda (MoePath::Fast) runs the RS kernels with kMoeGroupedRsCwg consumer warpgroups, kMoeGroupedRsAhead
-    const double t_rs_gu = t_rs[oc::kMoeGroupedRsCwg == 4][oc::kMoeGroupedRsAhead][0];
-    const double t_rs_dn = t_rs[oc::kMoeGroupedRsCwg == 4][oc::kMoeGroupedRsAhead][1];
+    // moe_cuda (MoePath::Fast) runs the RS kernels as the default variant (kMoeGroupedRsCwg, kMoeGroupedRsFineN,
+    // kMoeTileListBySize)
+    const double t_rs_gu = t_rs[v_default][0];
+    const double t_rs_dn = t_rs[v_default][1];
     std::printf("prefill T %5lld: moe_cuda routed %.1f us, with shared %.1f us (other than the RS GEMMs %.1f; sum of "
                 "the launches %.1f); hash routed %016llx with shared %016llx\n",
                 (long long)T, t_routed, t_full, t_full - t_rs_gu - t_rs_dn,

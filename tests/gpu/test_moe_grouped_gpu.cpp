@@ -16,6 +16,8 @@
 #include "cuda/gpu_test_util.h"
 #include "ops/moe/moe.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/moe/moe_grouped_common.h"
+#include "ops/moe/moe_grouped_launch.h"
 #include "weight_gen.h"
 
 namespace {
@@ -75,10 +77,23 @@ struct GroupedCase {
   bool invalid_ids;   // id -1 / E + 5 in some tokens' last slot
   oc::MoePath path;   // Grouped, or Fast with T > kMoeGroupedMinT
   int64_t ref_tokens;
+  bool stairs = false;  // slot 0 by stairs_expert (every RS wgmma N), not expert 2's 200 rows
 };
 
+// Slot 0 of token t under GroupedCase::stairs: experts 3 .. 10 take 16 i + 13 consecutive tokens (i = 0 .. 7: one row
+// tile each, of 13, 29, ..., 125 rows: wgmma N 16 .. 128 in the RS kernels), expert 11 135 (a full tile and one of 7
+// rows), expert 2 the rest (two full tiles and more at T = 1,000).
+int32_t stairs_expert(int64_t t) {
+  int64_t start = 0;
+  for (int i = 0; i < 8; ++i) {
+    start += 16 * i + 13;
+    if (t < start) return 3 + i;
+  }
+  return t < start + 135 ? 11 : 2;
+}
+
 // Ragged routing: expert 0 never, expert 1 exactly once (token T/2, last slot), expert 2 in slot 0 of the first
-// min(T, 200) tokens (> 128 rows), the other slots distinct experts from [3, E).
+// min(T, 200) tokens (> 128 rows; or slot 0 by stairs_expert), the other slots distinct experts from [3, E).
 void ragged_routing(const GroupedCase& c, uint64_t seed, std::vector<int32_t>& idx, std::vector<float>& wt) {
   Rng r(seed);
   idx.assign(size_t(c.T * c.k), 0), wt.assign(idx.size(), 0.0f);
@@ -91,7 +106,14 @@ void ragged_routing(const GroupedCase& c, uint64_t seed, std::vector<int32_t>& i
       idx[size_t(t * c.k + j)] = pool[size_t(j)];
       wt[size_t(t * c.k + j)] = 0.1f + r.uniform();
     }
-    if (t < 200) idx[size_t(t * c.k)] = 2;
+    if (c.stairs) {
+      const int32_t e = stairs_expert(t);
+      for (int64_t j = 1; j < c.k; ++j)
+        if (idx[size_t(t * c.k + j)] == e) idx[size_t(t * c.k + j)] = idx[size_t(t * c.k)];  // keep them distinct
+      idx[size_t(t * c.k)] = e;
+    } else if (t < 200) {
+      idx[size_t(t * c.k)] = 2;
+    }
     if (t == c.T / 2) idx[size_t(t * c.k + c.k - 1)] = 1;
     else if (c.invalid_ids && t % 5 == 3) idx[size_t(t * c.k + c.k - 1)] = (t % 2) ? -1 : int32_t(c.E + 5);
   }
@@ -203,8 +225,8 @@ TEST(MoeGroupedGpu, FlashShapes) {
   check_grouped({700, 32, 6, 4096, 2048, 10.0f, false, false, oc::MoePath::Grouped, 3}, 11);
 }
 
-// The RS kernels (moe_grouped_rs.cu, MoePath::GroupedRs) on the ragged cases (K of 1, 2, 3 and 5 stages; tiles of
-// <= 96 rows take wgmma N = 96, larger ones 128) and at V4-Flash shapes (~290 rows per expert: full and partial row
+// The RS kernels (moe_grouped_rs.cu, MoePath::GroupedRs) on the ragged cases (K of 1, 2, 3 and 5 stages; a tile's
+// wgmma N is its rows rounded up to 16) and at V4-Flash shapes (~290 rows per expert: full and partial row
 // tiles), against the CPU reference, the exact path and the bf16 grouped path.
 TEST(MoeGroupedGpu, RsRagged) {
   DSI_SKIP_WITHOUT_GPU();
@@ -212,9 +234,58 @@ TEST(MoeGroupedGpu, RsRagged) {
   check_grouped({37, 8, 3, 128, 128, 0.0f, false, true, oc::MoePath::GroupedRs, 12}, 2);
   check_grouped({260, 12, 4, 384, 640, 0.0f, true, true, oc::MoePath::GroupedRs, 12}, 3);
 }
+// Every wgmma N of the RS kernels (a row tile of 13, 29, ..., 125 rows, and 7: N = 16 .. 128 by 16) with 4 consumer
+// warpgroups in both kernels (D 256, I 384) and with 2 in the down kernel (D 128), slot 1 random (k = 2).
+TEST(MoeGroupedGpu, RsEveryWgmmaN) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_grouped({1000, 12, 1, 256, 384, 0.0f, false, false, oc::MoePath::GroupedRs, 12, true}, 4);
+  check_grouped({1000, 12, 2, 128, 256, 0.05f, false, true, oc::MoePath::GroupedRs, 12, true}, 5);
+}
 TEST(MoeGroupedGpu, RsFlashShapes) {
   DSI_SKIP_WITHOUT_GPU();
   check_grouped({1536, 32, 6, 4096, 2048, 10.0f, false, true, oc::MoePath::GroupedRs, 4}, 10);
+}
+
+// The row-tile list by size (kMoeTileListBySize, launch_moe_tile_list): the same (expert, first row) tiles as the list
+// in expert order, ordered by rows, largest first, expert order within a size. Groups of 0, 1, 127, 128, 129, 256,
+// 300 rows and random ones; 1,100 experts (more than the kernel's shared chunk of 1,024).
+TEST(MoeGroupedGpu, TileListBySize) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (const int64_t E : {int64_t(7), int64_t(256), int64_t(1100)}) {
+    SCOPED_TRACE(testing::Message() << "E=" << E);
+    Rng r(uint64_t(E) + 3);
+    const int32_t fixed[] = {0, 1, 127, 128, 129, 256, 300};
+    std::vector<int32_t> off(size_t(E + 1), 0);
+    for (int64_t e = 0; e < E; ++e)
+      off[size_t(e + 1)] = off[size_t(e)] + (e < 7 ? fixed[e] : int32_t(r.next() % 200));
+    const int64_t n = off[size_t(E)], max_tiles = dsinfer::ops::moe_detail::grp_max_tiles(n, E);
+    auto doff = to_device(off);
+    auto by_size = to_device(std::vector<int32_t>(size_t(1 + 2 * max_tiles), -7));
+    auto in_order = to_device(std::vector<int32_t>(size_t(1 + 2 * max_tiles), -7));
+    oc::detail::launch_moe_tile_list(doff.data(), E, by_size.data(), nullptr, true);
+    oc::detail::launch_moe_tile_list(doff.data(), E, in_order.data(), nullptr, false);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<int32_t> a(size_t(1 + 2 * max_tiles)), b(a.size());
+    ASSERT_EQ(cudaMemcpy(a.data(), by_size.data(), a.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(b.data(), in_order.data(), b.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    // the expected list on the host: every tile (rows, expert, first row), sorted by rows descending, then expert
+    struct Tile {
+      int32_t rows, e, m;
+    };
+    std::vector<Tile> want;
+    for (int64_t e = 0; e < E; ++e)
+      for (int32_t m = 0; m < off[size_t(e + 1)] - off[size_t(e)]; m += 128)
+        want.push_back({std::min(128, off[size_t(e + 1)] - off[size_t(e)] - m), int32_t(e), m});
+    ASSERT_EQ(b[0], int32_t(want.size()));
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_TRUE(b[1 + 2 * i] == want[i].e && b[2 + 2 * i] == want[i].m) << "expert order, tile " << i;
+    std::stable_sort(want.begin(), want.end(), [](const Tile& x, const Tile& y) { return x.rows > y.rows; });
+    ASSERT_EQ(a[0], int32_t(want.size()));
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_TRUE(a[1 + 2 * i] == want[i].e && a[2 + 2 * i] == want[i].m)
+          << "by size, tile " << i << ": got (" << a[1 + 2 * i] << ", " << a[2 + 2 * i] << "), want (" << want[i].e
+          << ", " << want[i].m << ")";
+  }
 }
 
 // Other formats fall back to the exact path (bitwise the same).

@@ -254,6 +254,53 @@ __global__ void moe_tile_list_kernel(const int32_t* offsets, int E, int32_t* til
   if (lane == 31) tiles[0] = incl;
 }
 
+// The same tiles ordered by rows, largest first (within a size, expert order then row order): a persistent grid
+// striding over the list then meets items of about the same cost in each round and the smallest in the last, so the
+// CTAs finish closer together. One block of BM threads: thread b collects the tiles of BM - b rows (b = 0: the full
+// tiles). The group sizes pass through shared memory a chunk of experts at a time.
+__global__ void moe_tile_list_by_size_kernel(const int32_t* offsets, int E, int32_t* tiles) {
+  constexpr int kChunk = 1024;
+  __shared__ int size[kChunk];
+  __shared__ int count[BM];
+  const int b = int(threadIdx.x);
+  // pass 0 counts the thread's tiles, pass 1 writes them from its offset in the list
+  int c = 0, run = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int e0 = 0; e0 < E; e0 += kChunk) {
+      const int n = min(kChunk, E - e0);
+      __syncthreads();
+      for (int i = b; i < n; i += BM) size[i] = offsets[e0 + i + 1] - offsets[e0 + i];
+      __syncthreads();
+      for (int i = 0; i < n; ++i) {
+        const int cnt = size[i];
+        if (b == 0) {
+          for (int m = 0; m + BM <= cnt; m += BM) {
+            if (pass == 1) {
+              tiles[1 + 2 * run] = e0 + i;
+              tiles[2 + 2 * run] = m;
+            }
+            ++run;
+          }
+        } else if (cnt > 0 && cnt % BM == BM - b) {
+          if (pass == 1) {
+            tiles[1 + 2 * run] = e0 + i;
+            tiles[2 + 2 * run] = cnt - cnt % BM;
+          }
+          ++run;
+        }
+      }
+    }
+    if (pass == 0) {
+      c = run;
+      count[b] = c;
+      __syncthreads();
+      run = 0;
+      for (int i = 0; i < b; ++i) run += count[i];
+      if (b == BM - 1) tiles[0] = run + c;
+    }
+  }
+}
+
 }  // namespace
 
 void launch_moe_grouped_x(const float* x, int64_t T, int64_t K, uint16_t* xb, void* stream) {
@@ -262,8 +309,10 @@ void launch_moe_grouped_x(const float* x, int64_t T, int64_t K, uint16_t* xb, vo
   moe_grouped_x_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, total, xb);
 }
 
-void launch_moe_tile_list(const int32_t* offsets, int64_t experts, int32_t* tiles, void* stream) {
-  moe_tile_list_kernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(offsets, int(experts), tiles);
+void launch_moe_tile_list(const int32_t* offsets, int64_t experts, int32_t* tiles, void* stream, bool by_size) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (by_size) moe_tile_list_by_size_kernel<<<1, BM, 0, st>>>(offsets, int(experts), tiles);
+  else moe_tile_list_kernel<<<1, 32, 0, st>>>(offsets, int(experts), tiles);
 }
 
 void launch_moe_grouped(bool gate_up, const MoeGroupedArgs& a, int64_t max_tiles, void* stream) {

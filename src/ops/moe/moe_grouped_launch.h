@@ -42,10 +42,13 @@ struct MoeGroupedFp8Args {
   float* yout = nullptr;                // down: fp32 [rows, N]
 };
 
-// The RS kernels' main loop (moe_grouped_rs.cu): true = each consumer warpgroup decodes the next 16-k step's A
-// registers while its own wgmma runs (session 18, helper s18-moep2); false = decode, issue, wait per commit group (the
-// first version, kept for the bench). Same bits either way.
-inline constexpr bool kMoeGroupedRsAhead = true;
+// The RS kernels' wgmma N per item (moe_grouped_rs.cu): true = the row tile's rows rounded up to 16 (16..128; session
+// 19, helper s19-moep3); false = 96 for tiles of <= 96 rows, else 128 (session 18, kept for the bench). Same bits
+// either way (a column of the wgmma does not depend on the others).
+inline constexpr bool kMoeGroupedRsFineN = true;
+// The grouped kernels' row-tile list (launch_moe_tile_list): true = largest tiles first (session 19), false = expert
+// order. Each item's result does not depend on the order.
+inline constexpr bool kMoeTileListBySize = true;
 
 // The bf16 wgmma grouped GEMMs with the FP4 weights as the register A operand (moe_grouped_rs.cu; numerics of
 // MoeGroupedArgs: bf16 activations in chunk layout, exact weights, fp32 sums). The activation rows are the permuted
@@ -64,7 +67,7 @@ struct MoeGroupedRsArgs {
   uint16_t* hout = nullptr;             // gate/up: SwiGLU output, bf16 chunk layout [rows, N]
   float* yout = nullptr;                // down: fp32 [rows, N]
   int cwg = 2;                          // consumer warpgroups per CTA (64 weight rows each): 2 or 4 (benches)
-  bool ahead = kMoeGroupedRsAhead;      // the main loop's decode-ahead (benches time both)
+  bool fine_n = kMoeGroupedRsFineN;     // the wgmma N per item (benches time both)
 };
 
 namespace detail {
@@ -90,8 +93,10 @@ void launch_moe_quant(const float* x, const int32_t* pos_of, int64_t T, int64_t 
 bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream);
 // x fp32 [T, K] -> bf16 chunk layout [T, K] ("moe_grouped_x_kernel"); K % 128 == 0.
 void launch_moe_grouped_x(const float* x, int64_t T, int64_t K, uint16_t* xb, void* stream);
-// The CTA row-tile list from offsets, one warp ("moe_tile_list_kernel").
-void launch_moe_tile_list(const int32_t* offsets, int64_t experts, int32_t* tiles, void* stream);
+// The CTA row-tile list from offsets: by_size = ordered by rows, largest first ("moe_tile_list_by_size_kernel", one
+// block), else in expert order ("moe_tile_list_kernel", one warp). The same tiles either way.
+void launch_moe_tile_list(const int32_t* offsets, int64_t experts, int32_t* tiles, void* stream,
+                          bool by_size = kMoeTileListBySize);
 // The gate/up + SwiGLU kernel (gate_up) or the down kernel ("moe_grouped_kernel"), grid
 // (N / columns per tile, min(max_tiles, 65535)); blocks stride over the tile list.
 void launch_moe_grouped(bool gate_up, const MoeGroupedArgs& a, int64_t max_tiles, void* stream);

@@ -3,8 +3,8 @@
 // path (moe_grouped.cu): x and the SwiGLU output h rounded to bf16, the weights exact (e2m1 x 2^e is a bf16, decoded
 // as in moe_fast_common.h), fp32 sums over the whole K (no promotion: the scale is in the weights).
 //
-// Work item: a row tile of the device-built list (<= 128 permuted rows of one expert: the wgmma N, 96 or 128 by the
-// tile's rows) x a column tile of 64 kCwg weight rows (the wgmma M: 64 per consumer warpgroup). Persistent grid of one
+// Work item: a row tile of the device-built list (<= 128 permuted rows of one expert: the wgmma N, the tile's rows
+// rounded up to 16) x a column tile of 64 kCwg weight rows (the wgmma M: 64 per consumer warpgroup). Persistent grid of one
 // CTA per SM walking the items row tile major. CTA = 128 (kCwg + 1) threads, warp-specialized: warpgroup 0 produces
 // (setmaxnreg down): per 128-k stage, once the consumers released a ring slot (mbarrier `empty`), thread 0 loads the
 // stage's activation tile (bf16, chunk layout, 128 rows x 128 k, two TMA boxes of 64 k with the 128-byte swizzle the
@@ -14,7 +14,7 @@
 // the 16 FP4 bytes of its two weight rows (lane t of a quad owns k 32t..32t+31 of the chunk, as the chunk layout
 // orders the activations) and their scales, then per 16-k step decodes 4 bf16x2 A registers (two rows, two pairs)
 // and issues the step's m64nNk16 wgmma with B from the slot, decoding step s + 1 while step s runs (double buffer,
-// kMoeGroupedRsAhead; drained at the stage's end); the slot is released after the stage's last wgmma.
+// drained at the stage's end); the slot is released after the stage's last wgmma.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
 // activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/sm90_async.cuh"
 #include "cuda/tensor_map.h"
@@ -74,7 +75,6 @@ struct Cfg {
   // registers moved from the producer to the consumers by setmaxnreg
   static constexpr int kProd = kCwg == 2 ? 40 : 32;
   static constexpr int kCons = kCwg == 2 ? 232 : 112;
-  static constexpr int kSteps = kCwg == 2 ? 8 : 4;  // 16-k steps per wgmma commit group (A registers: 4 each)
   static_assert(kSmem <= 227 * 1024, "Hopper's shared memory per block");
   // within what the launch holds: NT x the entry cap of __launch_bounds__(NT, 1) (65536 / NT rounded down to 8)
   static_assert(128 * kProd + 128 * kCwg * kCons <= NT * (65536 / NT / 8 * 8), "the registers of the launch");
@@ -95,24 +95,72 @@ __device__ __forceinline__ void fence_regs(float (&d)[64]) {
 template <int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d);
 template <>
-__device__ __forceinline__ void wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+__device__ __forceinline__ void wgmma_rs<16>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7"
+      "}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<32>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<48>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23"
+      "}, {%24, %25, %26, %27}, %28, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<80>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      "%32, %33, %34, %35, %36, %37, %38, %39"
+      "}, {%40, %41, %42, %43}, %44, p, 1, 1, 0;\n}\n"
       :
         "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 template <>
@@ -131,6 +179,47 @@ __device__ __forceinline__ void wgmma_rs<96>(float (&d)[64], const uint32_t (&a)
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
         "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<112>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55"
+      "}, {%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
@@ -231,19 +320,17 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
   }
 }
 
-// One item's main loop for a consumer warpgroup with wgmma N = kN: per stage the thread's two weight rows (16 FP4
-// bytes and a scale each), then the 8 16-k steps' A registers decoded and their wgmmas issued. kAhead (the default,
-// kMoeGroupedRsAhead): a per-step double buffer, step s + 1 decoded into the other 4 registers while the warpgroup's
-// own wgmma of step s runs (`wgmma.wait_group 1` before each decode frees the buffer step s - 1 read), drained at the
-// stage's end: 7 of 8 decodes overlap the warpgroup's own tensor work. A wgmma kept in flight ACROSS the stage
-// boundary (the slot's mbarrier wait, the next stage's shared loads) makes ptxas serialize every wgmma (C7513), so
-// the drain stays. Without kAhead (the session 18 first version, for the bench): per group of kSteps steps decode,
-// issue, wait, so the decode overlaps only the other consumer warpgroups' wgmmas. Same wgmmas in the same order:
-// same bits. The slot is released after the stage's last wgmma completed. Returns the next stage index.
-template <int kCwg, int kN, bool kAhead>
-__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int wrow, int t, float (&acc)[64]) {
+// One item's main loop for a consumer warpgroup with wgmma N = kN, or 16 nb chosen at run time (kN = 0): per stage the thread's two weight rows (16 FP4
+// bytes and a scale each), then the 8 16-k steps' A registers decoded and their wgmmas issued, with a per-step double
+// buffer: step s + 1 decoded into the other 4 registers while the warpgroup's own wgmma of step s runs
+// (`wgmma.wait_group 1` before each decode frees the buffer step s - 1 read), drained at the stage's end (session 18,
+// helper s18-moep2). A wgmma kept in flight ACROSS the stage boundary (the slot's mbarrier wait, the next stage's
+// shared loads) makes ptxas serialize every wgmma (C7513), so the drain stays. The slot is released after the
+// stage's last wgmma completed. Returns the next stage index.
+template <int kCwg, int kN>
+__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
+                                        float (&acc)[64]) {
   using C = Cfg<kCwg>;
-  constexpr int kSteps = C::kSteps;
   for (int kt = 0; kt < nk; ++kt, ++c) {
     const uint32_t slot = sm.slot(c);
     mbar_wait(sm.full(c), sm.parity(c));
@@ -256,13 +343,15 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
     // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
     auto decode = [&](uint32_t(&a)[4], int s) { md::rs_decode_step(w0, w1, F0, F1, s, a); };
     auto desc = [&](int s) { return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)); };
-    if constexpr (kAhead) {
+    // the stage's 8 steps with wgmma N = kS, drained at the end
+    auto steps = [&](auto shape) {
+      constexpr int kS = decltype(shape)::value;
       uint32_t a[2][4];
       decode(a[0], 0);
 #pragma unroll
       for (int s = 0; s < 8; ++s) {
         wgmma_fence();
-        wgmma_rs<kN>(acc, a[s & 1], desc(s), kt > 0 || s > 0);
+        wgmma_rs<kS>(acc, a[s & 1], desc(s), kt > 0 || s > 0);
         wgmma_commit();
         if (s + 1 < 8) {
           wgmma_wait<1>();  // step s - 1 done: its buffer a[(s + 1) & 1] is free
@@ -271,18 +360,19 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
       }
       wgmma_wait<0>();
       fence_regs(acc);
+    };
+    if constexpr (kN > 0) {
+      steps(std::integral_constant<int, kN>{});
     } else {
-#pragma unroll
-      for (int s0 = 0; s0 < 8; s0 += kSteps) {
-        uint32_t a[kSteps][4];
-#pragma unroll
-        for (int i = 0; i < kSteps; ++i) decode(a[i], s0 + i);
-        wgmma_fence();
-#pragma unroll
-        for (int i = 0; i < kSteps; ++i) wgmma_rs<kN>(acc, a[i], desc(s0 + i), kt > 0 || s0 + i > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(acc);
+      switch (nb) {
+        case 1: steps(std::integral_constant<int, 16>{}); break;
+        case 2: steps(std::integral_constant<int, 32>{}); break;
+        case 3: steps(std::integral_constant<int, 48>{}); break;
+        case 4: steps(std::integral_constant<int, 64>{}); break;
+        case 5: steps(std::integral_constant<int, 80>{}); break;
+        case 6: steps(std::integral_constant<int, 96>{}); break;
+        case 7: steps(std::integral_constant<int, 112>{}); break;
+        default: steps(std::integral_constant<int, 128>{}); break;
       }
     }
     mbar_arrive(sm.empty(c));  // the stage's wgmmas are done, its weight bytes in registers
@@ -290,14 +380,14 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
   return c;
 }
 
-// Epilogue of consumer warpgroup cwg (weight rows 64 cwg ..) of item `it`, accumulator columns (tokens) < kN.
-template <int kCwg, bool kGateUp, int kN>
+// Epilogue of consumer warpgroup cwg (weight rows 64 cwg ..) of item `it`: accumulator columns (tokens) < it.rows.
+template <int kCwg, bool kGateUp>
 __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& it, int cwg, int warp, int g, int t,
                                          const float (&acc)[64]) {
   using C = Cfg<kCwg>;
   constexpr float kScale = 0x1p64f;  // 2^kFastScaleShift: the decoded weights were scaled by 2^-64
 #pragma unroll
-  for (int j = 0; j < kN / 8; ++j)
+  for (int j = 0; j < BT / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int tok = 8 * j + 2 * t + h;
@@ -321,9 +411,11 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
     }
 }
 
-// Consumer warpgroup cwg: per item the main loop (wgmma N = 96 when the tile has at most 96 rows, else 128), then
-// the epilogue.
-template <int kCwg, bool kGateUp, bool kAhead>
+// Consumer warpgroup cwg: per item the main loop and the epilogue. kFine (MoeGroupedRsArgs::fine_n): wgmma N = the
+// tile's rows rounded up to 16, one main loop that picks the shape per step (ptxas then injects warpgroup.arrive
+// before the wgmmas, C7519: the accumulators are shared by shapes it cannot tell apart; one main loop per shape
+// spilled at cwg 4's 96 registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
+template <int kCwg, bool kGateUp, bool kFine>
 __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<kCwg>& sm, int nitems, int ncols,
                                          int nk, int cwg) {
   const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, t = lane & 3;
@@ -332,18 +424,15 @@ __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<k
   for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
     const Item it = item_of(p, w, ncols);
     float acc[64];
-    if (it.rows <= 96) {
-      c = mainloop<kCwg, 96, kAhead>(sm, c, nk, wrow, t, acc);
-      epilogue<kCwg, kGateUp, 96>(p, it, cwg, warp, g, t, acc);
-    } else {
-      c = mainloop<kCwg, 128, kAhead>(sm, c, nk, wrow, t, acc);
-      epilogue<kCwg, kGateUp, 128>(p, it, cwg, warp, g, t, acc);
-    }
+    if constexpr (kFine) c = mainloop<kCwg, 0>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
+    else if (it.rows <= 96) c = mainloop<kCwg, 96>(sm, c, nk, 6, wrow, t, acc);
+    else c = mainloop<kCwg, 128>(sm, c, nk, 8, wrow, t, acc);
+    epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
   }
 }
 
 // Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
-template <int kCwg, bool kGateUp, bool kAhead>
+template <int kCwg, bool kGateUp, bool kFine>
 __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap) {
   using C = Cfg<kCwg>;
@@ -366,7 +455,7 @@ __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     producer<kCwg, kGateUp>(p, amap, sm, nitems, ncols, nk);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kCons));
-    consumer<kCwg, kGateUp, kAhead>(p, sm, nitems, ncols, nk, wg - 1);
+    consumer<kCwg, kGateUp, kFine>(p, sm, nitems, ncols, nk, wg - 1);
   }
 }
 
@@ -397,11 +486,11 @@ bool make_act_map(const MoeGroupedRsArgs& a, CUtensorMap& map) {
   return dsinfer::cuda::encode_tiled_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.a, dims, strides, box);
 }
 
-template <int kCwg, bool kGateUp, bool kAhead>
+template <int kCwg, bool kGateUp, bool kFine>
 void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
   using C = Cfg<kCwg>;
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
-  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kAhead>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        C::kSmem);
   static const int sms = [] {
     int dev = 0, n = 132;
@@ -410,11 +499,11 @@ void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_
   }();
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / (kGateUp ? C::kGateCols : C::BW)));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
-  moe_grouped_rs_kernel<kCwg, kGateUp, kAhead><<<grid, C::NT, C::kSmem, st>>>(a, amap);
+  moe_grouped_rs_kernel<kCwg, kGateUp, kFine><<<grid, C::NT, C::kSmem, st>>>(a, amap);
 }
 template <int kCwg, bool kGateUp>
 void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
-  if (a.ahead) launch_cfg<kCwg, kGateUp, true>(a, amap, max_tiles, st);
+  if (a.fine_n) launch_cfg<kCwg, kGateUp, true>(a, amap, max_tiles, st);
   else launch_cfg<kCwg, kGateUp, false>(a, amap, max_tiles, st);
 }
 
