@@ -441,15 +441,17 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedFp8) {
     st = moe_grouped_fp8_experts(x, T, topk, ex, limit, offsets, pos, ws.tiles_.data(),
                                  reinterpret_cast<uint8_t*>(h3), reinterpret_cast<uint8_t*>(h1), yp, stream);
-    if (st.is_ok()) st = check_launch_status("moe_quant_kernel / moe_tile_list_kernel / moe_grouped_fp8_kernel");
+    if (st.is_ok())
+      st = check_launch_status("moe_quant_kernel / moe_tile_list_by_size_kernel / moe_grouped_fp8_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedRs) {
     st = moe_grouped_rs_experts(x, T, topk, ex, limit, offsets, pos, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
                                 reinterpret_cast<uint16_t*>(h1), yp, stream);
-    if (st.is_ok()) st = check_launch_status("moe_grouped_xp_kernel / moe_tile_list_kernel / moe_grouped_rs_kernel");
+    if (st.is_ok())
+      st = check_launch_status("moe_grouped_xp_kernel / moe_tile_list_by_size_kernel / moe_grouped_rs_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
                         reinterpret_cast<uint16_t*>(h1), yp, stream);
-    st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_kernel / moe_grouped_kernel");
+    st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_by_size_kernel / moe_grouped_kernel");
   } else if (st.is_ok() && fast) {
     moe_fast_experts(x, T, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
                      reinterpret_cast<uint16_t*>(h1), yp, plan.direct_x, fused_shared ? shared : nullptr,

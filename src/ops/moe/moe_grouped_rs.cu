@@ -460,19 +460,23 @@ __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
 }
 
 // x fp32 [T, K] -> bf16 chunk layout, written to every permuted row pos_of[t * topk + j] >= 0 of xp [rows, K] (one
-// thread per element pair of a token; x read once).
+// thread per 8 consecutive slots of a chunk: x read once, each row written with one 16-byte store).
 __global__ void moe_grouped_xp_kernel(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K,
                                       uint16_t* xp) {
-  const int64_t pairs = T * K / 2;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = 2 * i / K, slot = 2 * i - t * K, chunk = slot & ~int64_t(127);
+  const int64_t octs = T * K / 8;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < octs; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = 8 * i / K, slot = 8 * i - t * K, chunk = slot & ~int64_t(127);
+    const int s = int(slot & 127);
     const float* xr = x + t * K + chunk;
-    const uint32_t v = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(xr[md::grp_elem(int(slot & 127))]))) |
-                       uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(xr[md::grp_elem(int(slot & 127) + 1)])))
-                           << 16;
+    uint32_t v[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      v[q] = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(xr[md::grp_elem(s + 2 * q)]))) |
+             uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(xr[md::grp_elem(s + 2 * q + 1)]))) << 16;
+    const uint4 w = make_uint4(v[0], v[1], v[2], v[3]);
     for (int64_t j = 0; j < topk; ++j) {
       const int32_t r = pos_of[t * topk + j];
-      if (r >= 0) *reinterpret_cast<uint32_t*>(xp + int64_t(r) * K + slot) = v;
+      if (r >= 0) *reinterpret_cast<uint4*>(xp + int64_t(r) * K + slot) = w;
     }
   }
 }
@@ -511,8 +515,8 @@ void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t 
 
 void launch_moe_grouped_xp(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K, uint16_t* xp,
                            void* stream) {
-  const int64_t pairs = T * K / 2;
-  const unsigned blocks = unsigned(std::clamp<int64_t>((pairs + 255) / 256, 1, 132 * 16));
+  const int64_t octs = T * K / 8;
+  const unsigned blocks = unsigned(std::clamp<int64_t>((octs + 255) / 256, 1, 132 * 16));
   moe_grouped_xp_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, pos_of, T, topk, K, xp);
 }
 
