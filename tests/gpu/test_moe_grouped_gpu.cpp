@@ -247,8 +247,9 @@ TEST(MoeGroupedGpu, RsFlashShapes) {
 }
 
 // The row-tile list by size (kMoeTileListBySize, launch_moe_tile_list): the same (expert, first row) tiles as the list
-// in expert order, ordered by rows, largest first, expert order within a size. Groups of 0, 1, 127, 128, 129, 256,
-// 300 rows and random ones; 1,100 experts (more than the kernel's shared chunk of 1,024).
+// in expert order, ordered by size class (rows rounded up to 16, the RS kernels' wgmma N), largest first, expert order
+// within a class. Groups of 0, 1, 127, 128, 129, 256,
+// 300 rows and random ones; 7, 256 and 1,100 experts.
 TEST(MoeGroupedGpu, TileListBySize) {
   DSI_SKIP_WITHOUT_GPU();
   for (const int64_t E : {int64_t(7), int64_t(256), int64_t(1100)}) {
@@ -279,7 +280,8 @@ TEST(MoeGroupedGpu, TileListBySize) {
     ASSERT_EQ(b[0], int32_t(want.size()));
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_TRUE(b[1 + 2 * i] == want[i].e && b[2 + 2 * i] == want[i].m) << "expert order, tile " << i;
-    std::stable_sort(want.begin(), want.end(), [](const Tile& x, const Tile& y) { return x.rows > y.rows; });
+    std::stable_sort(want.begin(), want.end(),
+                     [](const Tile& x, const Tile& y) { return (x.rows + 15) / 16 > (y.rows + 15) / 16; });
     ASSERT_EQ(a[0], int32_t(want.size()));
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_TRUE(a[1 + 2 * i] == want[i].e && a[2 + 2 * i] == want[i].m)

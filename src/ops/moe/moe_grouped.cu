@@ -254,51 +254,53 @@ __global__ void moe_tile_list_kernel(const int32_t* offsets, int E, int32_t* til
   if (lane == 31) tiles[0] = incl;
 }
 
-// The same tiles ordered by rows, largest first (within a size, expert order then row order): a persistent grid
-// striding over the list then meets items of about the same cost in each round and the smallest in the last, so the
-// CTAs finish closer together. One block of BM threads: thread b collects the tiles of BM - b rows (b = 0: the full
-// tiles). The group sizes pass through shared memory a chunk of experts at a time.
+// The same tiles ordered by size class, largest first: class k (0..7) holds the tiles whose rows rounded up to 16 are
+// BM - 16 k (the RS kernels' wgmma N), within a class expert order then row order. A persistent grid striding over
+// the list then meets items of about the same cost in each round and the smallest in the last, so the CTAs finish
+// closer together. One warp, as moe_tile_list_kernel: lane l counts its experts' tiles per class, a warp scan per
+// class places them.
+constexpr int kSizeClasses = BM / 16;
+__device__ __forceinline__ int size_class(int rows) { return kSizeClasses - (rows + 15) / 16; }
 __global__ void moe_tile_list_by_size_kernel(const int32_t* offsets, int E, int32_t* tiles) {
-  constexpr int kChunk = 1024;
-  __shared__ int size[kChunk];
-  __shared__ int count[BM];
-  const int b = int(threadIdx.x);
-  // pass 0 counts the thread's tiles, pass 1 writes them from its offset in the list
-  int c = 0, run = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int e0 = 0; e0 < E; e0 += kChunk) {
-      const int n = min(kChunk, E - e0);
-      __syncthreads();
-      for (int i = b; i < n; i += BM) size[i] = offsets[e0 + i + 1] - offsets[e0 + i];
-      __syncthreads();
-      for (int i = 0; i < n; ++i) {
-        const int cnt = size[i];
-        if (b == 0) {
-          for (int m = 0; m + BM <= cnt; m += BM) {
-            if (pass == 1) {
-              tiles[1 + 2 * run] = e0 + i;
-              tiles[2 + 2 * run] = m;
-            }
-            ++run;
-          }
-        } else if (cnt > 0 && cnt % BM == BM - b) {
-          if (pass == 1) {
-            tiles[1 + 2 * run] = e0 + i;
-            tiles[2 + 2 * run] = cnt - cnt % BM;
-          }
-          ++run;
-        }
-      }
+  const int lane = int(threadIdx.x), per = (E + 31) / 32;
+  const int e0 = min(E, lane * per), e1 = min(E, e0 + per);
+  int run[kSizeClasses];
+#pragma unroll
+  for (int k = 0; k < kSizeClasses; ++k) run[k] = 0;
+  for (int e = e0; e < e1; ++e) {
+    const int cnt = offsets[e + 1] - offsets[e];
+    const int r = cnt % BM, k = size_class(r);
+    run[0] += cnt / BM;
+#pragma unroll
+    for (int j = 0; j < kSizeClasses; ++j) run[j] += r > 0 && k == j ? 1 : 0;
+  }
+  // run[k] <- the lane's first position in class k: the classes before k, then the lower lanes' tiles of class k
+  int base = 0;
+#pragma unroll
+  for (int k = 0; k < kSizeClasses; ++k) {
+    int incl = run[k];
+    for (int d = 1; d < 32; d <<= 1) {
+      const int u = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += u;
     }
-    if (pass == 0) {
-      c = run;
-      count[b] = c;
-      __syncthreads();
-      run = 0;
-      for (int i = 0; i < b; ++i) run += count[i];
-      if (b == BM - 1) tiles[0] = run + c;
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    run[k] = base + incl - run[k];
+    base += total;
+  }
+  for (int e = e0; e < e1; ++e) {
+    const int cnt = offsets[e + 1] - offsets[e];
+    for (int m = 0; m < cnt; m += BM) {
+      const int k = size_class(min(BM, cnt - m));
+#pragma unroll
+      for (int j = 0; j < kSizeClasses; ++j)
+        if (k == j) {
+          tiles[1 + 2 * run[j]] = e;
+          tiles[2 + 2 * run[j]] = m;
+          ++run[j];
+        }
     }
   }
+  if (lane == 31) tiles[0] = base;
 }
 
 }  // namespace
@@ -311,7 +313,7 @@ void launch_moe_grouped_x(const float* x, int64_t T, int64_t K, uint16_t* xb, vo
 
 void launch_moe_tile_list(const int32_t* offsets, int64_t experts, int32_t* tiles, void* stream, bool by_size) {
   const auto st = static_cast<cudaStream_t>(stream);
-  if (by_size) moe_tile_list_by_size_kernel<<<1, BM, 0, st>>>(offsets, int(experts), tiles);
+  if (by_size) moe_tile_list_by_size_kernel<<<1, 32, 0, st>>>(offsets, int(experts), tiles);
   else moe_tile_list_kernel<<<1, 32, 0, st>>>(offsets, int(experts), tiles);
 }
 

@@ -93,8 +93,9 @@ void launch_moe_quant(const float* x, const int32_t* pos_of, int64_t T, int64_t 
 bool launch_moe_grouped_fp8(bool gate_up, const MoeGroupedFp8Args& a, int64_t max_tiles, void* stream);
 // x fp32 [T, K] -> bf16 chunk layout [T, K] ("moe_grouped_x_kernel"); K % 128 == 0.
 void launch_moe_grouped_x(const float* x, int64_t T, int64_t K, uint16_t* xb, void* stream);
-// The CTA row-tile list from offsets: by_size = ordered by rows, largest first ("moe_tile_list_by_size_kernel", one
-// block), else in expert order ("moe_tile_list_kernel", one warp). The same tiles either way.
+// The CTA row-tile list from offsets, one warp: by_size = ordered by size class (rows rounded up to 16), largest first,
+// expert order within a class ("moe_tile_list_by_size_kernel"), else in expert order ("moe_tile_list_kernel"). The
+// same tiles either way.
 void launch_moe_tile_list(const int32_t* offsets, int64_t experts, int32_t* tiles, void* stream,
                           bool by_size = kMoeTileListBySize);
 // The gate/up + SwiGLU kernel (gate_up) or the down kernel ("moe_grouped_kernel"), grid
