@@ -569,7 +569,7 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double t_dn = median_us([&](int i) { gemm(i, false); });
     for (int si = 0; si < g_sets; ++si) gemm(si, false);
     // The RS kernels (moe_grouped_rs.cu, MoePath::GroupedRs) on the same rows: x to bf16 in permuted order, then
-    // gate/up and down with 2 and 4 consumer warpgroups, decode-ahead off and on (same bits expected: the same wgmmas).
+    // gate/up and down in the variants below (same bits expected: each column's wgmmas are the same).
     auto xp = [&](int i) {
       Bufs& q = b[size_t(i)];
       oc::detail::launch_moe_grouped_xp(q.x.as<const float>(), q.pos.as<const int32_t>(), T, k, D,
@@ -663,7 +663,8 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       const double sum = t_rs[vi][0] + t_rs[vi][1];
       std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d N %s tiles %s: gate/up %.1f down %.1f (GEMMs "
                   "%.1f us, %.0f TFLOP/s) | yp hash %016llx (%s)%s\n",
-                  (long long)T, t_xp, vars[vi].cwg, vars[vi].fine ? "fine  " : "96/128", vars[vi].by_size ? "by size" : "expert ",
+                  (long long)T, t_xp, vars[vi].cwg, vars[vi].fine ? "fine  " : "96/128",
+                  vars[vi].by_size ? "by size" : "expert ",
                   t_rs[vi][0], t_rs[vi][1], sum, flop_rs / (sum * 1e-6) / 1e12, (unsigned long long)h_rs[vi],
                   h_rs[vi] == h_rs[0] ? "same" : "DIFFER", vi == v_default ? " <- default" : "");
     }

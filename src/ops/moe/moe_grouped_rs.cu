@@ -4,8 +4,8 @@
 // as in moe_fast_common.h), fp32 sums over the whole K (no promotion: the scale is in the weights).
 //
 // Work item: a row tile of the device-built list (<= 128 permuted rows of one expert: the wgmma N, the tile's rows
-// rounded up to 16) x a column tile of 64 kCwg weight rows (the wgmma M: 64 per consumer warpgroup). Persistent grid of one
-// CTA per SM walking the items row tile major. CTA = 128 (kCwg + 1) threads, warp-specialized: warpgroup 0 produces
+// rounded up to 16) x a column tile of 64 kCwg weight rows (the wgmma M: 64 per consumer warpgroup). Persistent grid
+// of one CTA per SM walking the items row tile major. CTA = 128 (kCwg + 1) threads, warp-specialized: warpgroup 0 produces
 // (setmaxnreg down): per 128-k stage, once the consumers released a ring slot (mbarrier `empty`), thread 0 loads the
 // stage's activation tile (bf16, chunk layout, 128 rows x 128 k, two TMA boxes of 64 k with the 128-byte swizzle the
 // wgmma descriptors expect) and every thread cp.asyncs its share of the raw FP4 bytes + E8M0 bytes of the weight rows;
@@ -90,8 +90,8 @@ __device__ __forceinline__ void fence_regs(float (&d)[64]) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D (64 x N fp32, the wgmma accumulator layout; N = 96 uses d[0..47]) = (scale_d ? D : 0) + A (64 x 16 bf16 in the
-// registers of the m64nNk16 A fragment) * B (N x 16 bf16 at descriptor db, K-major)^T.
+// D (64 x N fp32, the wgmma accumulator layout; N < 128 uses d[0 .. N / 2 - 1]) = (scale_d ? D : 0) + A (64 x 16
+// bf16 in the registers of the m64nNk16 A fragment) * B (N x 16 bf16 at descriptor db, K-major)^T.
 template <int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d);
 template <>
@@ -320,9 +320,10 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
   }
 }
 
-// One item's main loop for a consumer warpgroup with wgmma N = kN, or 16 nb chosen at run time (kN = 0): per stage the thread's two weight rows (16 FP4
-// bytes and a scale each), then the 8 16-k steps' A registers decoded and their wgmmas issued, with a per-step double
-// buffer: step s + 1 decoded into the other 4 registers while the warpgroup's own wgmma of step s runs
+// One item's main loop for a consumer warpgroup with wgmma N = kN, or 16 nb chosen per stage at run time (kN = 0;
+// a switch over the 8 shapes of the stage's unrolled steps, so that consecutive wgmmas on the accumulators have one
+// shape and ptxas injects no warpgroup.arrive): per stage the thread's two weight rows (16 FP4 bytes and a scale
+// each), then the 8 16-k steps' A registers decoded and their wgmmas issued, with a per-step double buffer: step s + 1 decoded into the other 4 registers while the warpgroup's own wgmma of step s runs
 // (`wgmma.wait_group 1` before each decode frees the buffer step s - 1 read), drained at the stage's end (session 18,
 // helper s18-moep2). A wgmma kept in flight ACROSS the stage boundary (the slot's mbarrier wait, the next stage's
 // shared loads) makes ptxas serialize every wgmma (C7513), so the drain stays. The slot is released after the
@@ -412,9 +413,9 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
 }
 
 // Consumer warpgroup cwg: per item the main loop and the epilogue. kFine (MoeGroupedRsArgs::fine_n): wgmma N = the
-// tile's rows rounded up to 16, one main loop that picks the shape per step (ptxas then injects warpgroup.arrive
-// before the wgmmas, C7519: the accumulators are shared by shapes it cannot tell apart; one main loop per shape
-// spilled at cwg 4's 96 registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
+// tile's rows rounded up to 16, one main loop that picks the shape per stage (rejected: a switch per wgmma, after
+// which ptxas injects warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled
+// at cwg 4's 96 registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
 template <int kCwg, bool kGateUp, bool kFine>
 __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<kCwg>& sm, int nitems, int ncols,
                                          int nk, int cwg) {
