@@ -79,8 +79,8 @@ TEST(MoePlan, FlashFastPathByTokens) {
     return plan_moe(MoePath::Fast, true, T, kFlashK, true, aligned);
   };
   EXPECT_EQ(plan(1).experts, MoeExpertKernels::kFast);
-  EXPECT_EQ(plan(1024).experts, MoeExpertKernels::kFast);
-  EXPECT_EQ(plan(1025).experts, MoeExpertKernels::kGroupedRs);
+  EXPECT_EQ(plan(640).experts, MoeExpertKernels::kFast);
+  EXPECT_EQ(plan(641).experts, MoeExpertKernels::kGroupedRs);
   EXPECT_TRUE(plan(1).direct_x);
   EXPECT_TRUE(plan(2).direct_x);
   EXPECT_FALSE(plan(3).direct_x);
@@ -90,7 +90,7 @@ TEST(MoePlan, FlashFastPathByTokens) {
   EXPECT_TRUE(plan(1).side_stream);
   EXPECT_TRUE(plan(4096).side_stream);
   EXPECT_FALSE(plan_moe(MoePath::Fast, true, 1, kFlashK, false, true).side_stream);  // no shared expert
-  EXPECT_FALSE(plan(1025).direct_x);  // the grouped path gathers x itself
+  EXPECT_FALSE(plan(641).direct_x);  // the grouped path gathers x itself
 }
 
 // The other paths: Grouped at every T; Invariant the decode kernels at every T (a token's sums do not depend on T)
@@ -147,7 +147,7 @@ TEST(MoePlan, RsGroupedForPrefill) {
   }
   EXPECT_EQ(plan_moe(MoePath::GroupedRs, false, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGemm);
   EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGroupedRs);
-  EXPECT_EQ(plan_moe(MoePath::Fast, true, 1024, kFlashK, true, true).experts, MoeExpertKernels::kFast);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 640, kFlashK, true, true).experts, MoeExpertKernels::kFast);
   EXPECT_EQ(moe_shared_precision(MoePath::GroupedRs, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
 }
 

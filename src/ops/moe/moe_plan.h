@@ -48,8 +48,11 @@ enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8, CutlassFp8, Gr
 
 // ---- Thresholds (one definition each) ----
 
-// MoePath::Fast takes the grouped prefill GEMMs above this many tokens, the decode kernels up to it.
-inline constexpr int64_t kMoeGroupedMinT = 1024;
+// MoePath::Fast takes the grouped prefill GEMMs above this many tokens, the decode kernels up to it. Measured on the
+// H200 with the RS kernels' wgmma N per tile (bench/NOTES.md "Session 19 — the RS grouped MoE kernels: wgmma N per
+// tile"; moe_cuda per V4-Flash layer, routed experts): the RS route 1.5-1.85x the decode kernels at 640-896 tokens
+// (session 18, N 96 / 128: a tie at 512). 1,024 until session 19.
+inline constexpr int64_t kMoeGroupedMinT = 640;
 // From kMoeSharedFusedMinT to kMoeSharedFusedMaxT tokens MoePath::Fast runs the shared expert inside the decode
 // kernels (moe_fast_shared.h: ceil(T / 8) extra grid rows, each streaming the shared weights for 8 tokens), otherwise
 // on the side stream through gemm_cuda. Measured on the H200 (bench/NOTES.md "Session 17 — MoE decode", moe_cuda per
