@@ -50,8 +50,9 @@ enum class MoePath { Exact, Fast, Invariant, Grouped, GroupedFp8, CutlassFp8, Gr
 
 // MoePath::Fast takes the grouped prefill GEMMs above this many tokens, the decode kernels up to it. Measured on the
 // H200 with the RS kernels' wgmma N per tile (bench/NOTES.md "Session 19 — the RS grouped MoE kernels: wgmma N per
-// tile"; moe_cuda per V4-Flash layer, routed experts): the RS route 1.5-1.85x the decode kernels at 640-896 tokens
-// (session 18, N 96 / 128: a tie at 512). 1,024 until session 19.
+// tile"; moe_cuda per V4-Flash layer, routed experts): the RS route 1.45-1.85x the decode kernels at 640-896 tokens
+// (session 18, N 96 / 128: a tie at 512); the fidelity gate at 768-token steps passes (top-1 99.902 %, KL 7.6e-5).
+// 1,024 until session 19.
 inline constexpr int64_t kMoeGroupedMinT = 640;
 // From kMoeSharedFusedMinT to kMoeSharedFusedMaxT tokens MoePath::Fast runs the shared expert inside the decode
 // kernels (moe_fast_shared.h: ceil(T / 8) extra grid rows, each streaming the shared weights for 8 tokens), otherwise
