@@ -46,8 +46,8 @@ struct MoeGroupedFp8Args {
 // 19, helper s19-moep3); false = 96 for tiles of <= 96 rows, else 128 (session 18, kept for the bench). Same bits
 // either way (a column of the wgmma does not depend on the others).
 inline constexpr bool kMoeGroupedRsFineN = true;
-// The grouped kernels' row-tile list (launch_moe_tile_list): true = largest tiles first (session 19), false = expert
-// order. Each item's result does not depend on the order.
+// The grouped kernels' row-tile list (launch_moe_tile_list): true = by size class (rows rounded up to 16), largest
+// first (session 19), false = expert order. Each item's result does not depend on the order.
 inline constexpr bool kMoeTileListBySize = true;
 
 // The bf16 wgmma grouped GEMMs with the FP4 weights as the register A operand (moe_grouped_rs.cu; numerics of
