@@ -322,6 +322,11 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuMatchOneRankBitForBit) {
       compare(name, {}, {.ranks = n, .dp = true, .comm = "in-process"}, std::to_string(n) + " DP ranks on one GPU",
               0.0);
   compare("dsv4-small", {}, {.ranks = 4, .dp = true, .comm = "in-process"}, "4 DP ranks on one GPU", 0.0);
+  // Session 19: the above take the fixed-capacity exchange (the default for ranks sharing one GPU); the exchange of
+  // counts through the host gives one rank's bits too.
+  setenv("DSINFER_DP_EXCHANGE", "counts", 1);
+  compare("tiny-v4-a", {}, {.ranks = 2, .dp = true, .comm = "in-process"}, "2 DP ranks, exchange of counts", 0.0);
+  unsetenv("DSINFER_DP_EXCHANGE");
 }
 
 // Issue 27: EP and TP attention with 2 and 4 ranks sharing one GPU against one rank under --batch-invariant, bit for
@@ -354,18 +359,22 @@ TEST(GpuMultiGpu, EpAndTpRanksSharingOneGpuMatchOneRankBitForBit) {
 // are read; the shards > 0 take their pending input tokens from shard 0's sampled ids on the device): the same
 // tokens and logprobs, bit for bit, as synchronous steps of the same ranks, in fast mode (no --batch-invariant: the
 // same kernels on the same shapes either way), eager and with the group's decode graphs (DSINFER_GROUP_GRAPHS=1).
-// DP attention samples on the host and stays synchronous (its step mode says why).
+// Session 19: DP attention too (each rank samples its own sequences' rows on the device and fills their next tokens
+// from its own ids), eager and with the group's graphs (its exchange at a fixed capacity, on the device).
 TEST(GpuMultiGpu, AsyncStepsOfRanksSharingOneGpuEqualSyncSteps) {
   SKIP_WITHOUT_GPU();
   if (visible_gpus() != 1) GTEST_SKIP() << "the ranks share GPU 0 only with one visible GPU";
+  enum class L { kEp, kTp, kDp };
   for (const char* name : {"tiny-v4-a", "dsv4-small"}) {
     const std::string model = find_model(name);
     if (model.empty()) continue;
     for (int32_t n : {2, 4})
-      for (const bool tp : {false, true}) {
-        const std::string label = std::to_string(n) + (tp ? " TP" : " EP") + " ranks on one GPU";
+      for (const L layout : {L::kEp, L::kTp, L::kDp}) {
+        const bool tp = layout == L::kTp, dp = layout == L::kDp;
+        const std::string label =
+            std::to_string(n) + (tp ? " TP" : dp ? " DP" : " EP") + " ranks on one GPU";
         std::string async_mode, sync_mode, graph_mode;
-        const RunSetup a{.ranks = n, .tp = tp, .comm = "in-process", .invariant = false, .mode = &async_mode};
+        const RunSetup a{.ranks = n, .dp = dp, .tp = tp, .comm = "in-process", .invariant = false, .mode = &async_mode};
         RunSetup sy = a;
         sy.async = false;
         sy.mode = &sync_mode;
@@ -381,12 +390,6 @@ TEST(GpuMultiGpu, AsyncStepsOfRanksSharingOneGpuEqualSyncSteps) {
         EXPECT_EQ(graph_mode, "async") << name << ": " << label;
         compare_outputs(name, sync, graphs, label + ": async with group graphs vs sync eager", 0.0);
       }
-  }
-  std::string dp_mode;
-  const std::string model = find_model("tiny-v4-a");
-  if (!model.empty()) {
-    (void)run(model, {.ranks = 2, .dp = true, .comm = "in-process", .mode = &dp_mode});
-    EXPECT_EQ(dp_mode, "sync (host sampling)");
   }
 }
 
@@ -592,9 +595,12 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReferenceV41) {
 }
 
 // `dsinfer bench` with several ranks reports the collectives' bytes per step, and they are what the layouts send:
-// EP, every rank all-reduces T x D fp32 per layer; DP, every rank sends its pair counts (N x 8 bytes), and for each
-// of its T * k pairs the expert id (4 bytes) and the input row out, and the served pairs' output rows back. The
-// fixture's fp32 experts take fp32 inputs, and outside --batch-invariant the outputs come back in bf16.
+// EP, every rank all-reduces T x D fp32 per layer; DP, ranks sharing one GPU exchange at a fixed capacity (session
+// 19, expert_exchange_cuda.cpp): rank p sends each of the N ranks a segment of T_p x k pairs (the expert id, 4 bytes,
+// and the input row; its pairs for that rank, then padding) and gets as many output rows back, so over the ranks
+// N x T x k pairs out and back per layer and no counts (the exchange of counts sends N x 8 bytes a rank and exactly
+// the T x k pairs: DSINFER_DP_EXCHANGE=counts). The fixture's fp32 experts take fp32 inputs, and outside
+// --batch-invariant the outputs come back in bf16.
 TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
   SKIP_WITHOUT_GPU();
   const std::string model = find_model("tiny-v4-a");
@@ -622,11 +628,11 @@ TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
     ASSERT_EQ(rep.cases.size(), 1u);
     const dsinfer::BenchCase& c = rep.cases[0];
     ASSERT_TRUE(c.error.empty()) << c.error;
-    const double want = dp ? double(L * (2 * 2 * 8 + B * k * (4 + 4 * D) + B * k * 2 * D)) : double(L * 2 * B * D * 4);
+    const double want = dp ? double(L * 2 * (B * k * (4 + 4 * D) + B * k * 2 * D)) : double(L * 2 * B * D * 4);
     std::printf("bench, 2 ranks %s: %.0f bytes / %.0f collectives per step, %.4f ms in rank 0's collectives\n",
                 dp ? "DP attention" : "EP", c.comm_bytes_per_step, c.comm_calls_per_step, c.comm_ms);
     EXPECT_EQ(c.comm_bytes_per_step, want) << (dp ? "DP" : "EP");
-    EXPECT_EQ(c.comm_calls_per_step, double(L * 2 * (dp ? 4 : 1)));
+    EXPECT_EQ(c.comm_calls_per_step, double(L * 2 * (dp ? 3 : 1)));
     EXPECT_GT(c.comm_ms, 0.0);
   }
   // TP: per layer every rank all-reduces wo_a's output [B, G * r] (its groups' columns, zero elsewhere) and the

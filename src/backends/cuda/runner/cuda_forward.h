@@ -59,6 +59,9 @@ struct RunnerCore {
   // DP attention + EP (set by the ParallelRunner): this shard runs its own sequences only; each MoE layer sends
   // its tokens' routed pairs to the experts' ranks and combines what comes back (CudaForward::moe_exchange).
   bool dp_ = false;
+  // DP attention on ranks sharing one GPU: every rank's token count in the step (the ParallelRunner's split), which
+  // sizes the fixed-capacity exchange; empty: the exchange of counts through the host (expert_exchange_cuda.cpp).
+  std::vector<int64_t> dp_rank_tokens_;
   // TP attention + EP (set by the ParallelRunner; ep_rank_ / ep_size_ are the TP rank / size): this shard runs the
   // query heads of its output groups (CudaForward::head_groups), the state and every other op replicated.
   bool tp_ = false;
