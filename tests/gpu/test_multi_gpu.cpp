@@ -873,3 +873,58 @@ TEST(GpuMultiGpu, RanksShareOneHostTierAndEqualOneRank) {
     EXPECT_EQ(two.pm.host_hit_blocks, one.pm.host_hit_blocks);
   }
 }
+
+// Issue 27, session 19: DP attention through the whole engine at V4-Flash shapes (4 layers, dummy weights), 2 ranks
+// sharing one GPU, batch 64: the exchanges and step modes side by side, for bench/NOTES.md (printed, not asserted:
+// no timing asserts in tests). Asserted: every run completes with the step mode it should have and the runner's step
+// events on rank 0's stream. Rows: the session-18 path (host-staged collectives, exchange of counts, synchronous;
+// it now samples on the device), the exchange of counts with the device all-to-all (async), the fixed-capacity
+// exchange synchronous and asynchronous, and asynchronous with the group's decode graphs.
+TEST(GpuMultiGpu, DpEngineDecodeEveryExchange) {
+  SKIP_WITHOUT_GPU();
+  if (visible_gpus() != 1) GTEST_SKIP() << "the ranks share GPU 0 only with one visible GPU";
+  std::string cfg;
+  for (const std::string& d :
+       {std::string("configs/deepseek-v4-flash"), std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash"})
+    if (cfg.empty() && std::filesystem::exists(d + "/config.json")) cfg = d;
+  if (cfg.empty()) GTEST_SKIP() << "configs/deepseek-v4-flash not found";
+  struct Row {
+    const char* label;
+    const char* async;
+    std::vector<std::pair<const char*, const char*>> env;
+    const char* mode;
+  };
+  const std::vector<Row> rows = {
+      {"host-staged collectives, counts, sync", "off",
+       {{"DSINFER_INPROC_DEVICE_REDUCE", "0"}, {"DSINFER_DP_EXCHANGE", "counts"}}, "sync (async scheduling off)"},
+      {"device all-to-all, counts, async", "on", {{"DSINFER_DP_EXCHANGE", "counts"}}, "async"},
+      {"fixed capacity, sync", "off", {}, "sync (async scheduling off)"},
+      {"fixed capacity, async", "on", {}, "async"},
+      {"fixed capacity, async, group graphs", "on", {{"DSINFER_GROUP_GRAPHS", "1"}}, "async"},
+  };
+  for (const Row& row : rows) {
+    dsinfer::EngineDecodeOptions o;
+    o.model_dir = cfg;
+    o.load_format = "dummy";
+    o.num_layers = 4;
+    o.batch = 64;
+    o.prompt_tokens = 32;
+    o.decode_steps = 16;
+    o.async_scheduling = row.async;
+    o.gpus = 2;
+    o.data_parallel_size = 2;
+    o.communicator = "in-process";
+    for (const auto& [k, v] : row.env) setenv(k, v, 1);
+    dsinfer::EngineDecodeReport rep;
+    std::string err;
+    const bool ok = dsinfer::run_engine_decode_bench(o, &rep, &err);
+    for (const auto& [k, v] : row.env) unsetenv(k);
+    ASSERT_TRUE(ok) << row.label << ": " << err;
+    EXPECT_EQ(rep.step_mode, row.mode) << row.label;
+    EXPECT_TRUE(rep.device_events) << row.label;
+    std::printf("DP engine decode (V4-Flash shapes, 4 layers, 2 ranks on one GPU, batch 64): %s: %s, %.3f ms a step, "
+                "busy %.3f ms, idle %.3f ms (%.2f %%)\n",
+                row.label, rep.step_mode.c_str(), rep.wall_ms_per_step, rep.busy_ms_per_step, rep.idle_ms_per_step,
+                100.0 * rep.idle_fraction());
+  }
+}

@@ -77,9 +77,9 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
   // Device sampling in every layout. EP / TP: shard 0 alone computes logits and samples. DP attention: each rank
-  // samples its own sequences' rows on its GPU (dp_sampling_cuda below), so no logits come to the host. With
-  // asynchronous steps no shard waits for its device work; without, EP / TP's other shards wait for theirs (their
-  // stream is idle between steps, as EPLB's reloads need).
+  // samples its own sequences' rows on its GPU (begin_dp_sampled_step and the two after it), so no logits come to
+  // the host. With asynchronous steps no shard waits for its device work; without, EP / TP's other shards wait for
+  // theirs (their stream is idle between steps, as EPLB's reloads need).
   bool supports_device_sampling() const override { return true; }
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override {
     if (!plan.token_fills.empty() && !async_)

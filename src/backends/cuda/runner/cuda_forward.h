@@ -150,8 +150,13 @@ class CudaForward {
   // tokens x [T, D] with routing ridx (global ids) / rw [T, k] into out [T, D]. Every routed pair goes to its
   // expert's rank and its output comes back (all_to_all_v on the shard's communicator); the token's rank adds the
   // outputs in top-k order and its shared expert with moe_cuda's own combine, so with --batch-invariant the result
-  // is the one-rank result bit for bit. Synchronises the stream (the pair counts go through the host).
+  // is the one-rank result bit for bit. Synchronises the stream (the pair counts go through the host), except at a
+  // fixed capacity (RunnerCore::dp_rank_tokens_ set: ranks sharing one GPU), where nothing waits for the device.
   Status moe_exchange(int64_t l, const float* x, int64_t T, const int32_t* ridx, const float* rw, float* out);
+  // Its first part: the pairs of the routing ridx [T, k] planned per destination rank into the scratch's plan
+  // (send_token [P], send_expert [P], pos_of [T * k]), the pair rows sent to and received from each rank.
+  Status plan_exchange(const int32_t* ridx, int64_t T, int64_t& P, std::vector<int64_t>& sent,
+                       std::vector<int64_t>& got);
   // EP (replicated tokens) under --batch-invariant (expert_slots_cuda.cpp, docs/multi_gpu.md): each rank computes
   // its experts' outputs of the (token, top-k slot) pairs into a [T, k, D] buffer that is zero in the other ranks'
   // slots, the all-reduce sums it (x + 0 = x exactly), and every rank adds the slots in top-k order and the shared
