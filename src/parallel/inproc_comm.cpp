@@ -5,16 +5,20 @@
 
 #include <cstring>
 #include <numeric>
+#include <span>
 
 namespace dsinfer::parallel {
 
-Status DeviceAccess::mark(int32_t rank, void*) const {
+Status DeviceAccess::mark(int32_t rank, void*, MarkSet) const {
   return Status::errorf("rank {}: this in-process group's ranks do not share one device", rank);
 }
-Status DeviceAccess::wait_mark(int32_t rank, void*) const {
+Status DeviceAccess::wait_mark(int32_t rank, void*, MarkSet) const {
   return Status::errorf("rank {}: this in-process group's ranks do not share one device", rank);
 }
 Status DeviceAccess::sum_in_rank_order(float* const*, int32_t, size_t, void*) const {
+  return Status::error("this in-process group's ranks do not share one device");
+}
+Status DeviceAccess::copy_on_device(void*, const void*, size_t, void*) const {
   return Status::error("this in-process group's ranks do not share one device");
 }
 
@@ -39,7 +43,10 @@ struct Call {
   int32_t root = 0;
   std::vector<size_t> send_bytes;   // all_to_all_v
   std::vector<uint8_t> staged;      // this rank's input, in host memory
-  float* device = nullptr;          // all_reduce on a shared device: this rank's buffer (nothing staged)
+  // On a shared device (nothing staged): all_reduce's buffer (float), all_to_all_v's send buffer (null when it
+  // sends nothing).
+  bool on_device = false;
+  const void* device = nullptr;
 };
 
 }  // namespace
@@ -97,14 +104,31 @@ class InProcessGroup {
     return stream && device_ && world_ <= device_->shared_device_ranks();
   }
   Status reduce_on_device(int32_t rank, float* buf, size_t count, void* stream) {
-    if (rank > 0) DSI_RETURN_IF_ERROR(device_->mark(rank, stream));
-    calls_[size_t(rank)] = Call{Op::kAllReduce, count * sizeof(float), 0, {}, {}, buf};
+    if (rank > 0) DSI_RETURN_IF_ERROR(device_->mark(rank, stream, MarkSet::kReduce));
+    calls_[size_t(rank)] = Call{Op::kAllReduce, count * sizeof(float), 0, {}, {}, true, buf};
     DSI_RETURN_IF_ERROR(barrier(rank, Op::kAllReduce));
     Status st = agree(rank);
     if (st.is_ok() && rank == 0) st = sum_on_device(count, stream);
     if (!st.is_ok()) abort(st);
     DSI_RETURN_IF_ERROR(barrier(rank, Op::kAllReduce));  // rank 0's mark is recorded before anyone waits for it
-    if (rank > 0) DSI_RETURN_IF_ERROR(device_->wait_mark(0, stream));
+    if (rank > 0) DSI_RETURN_IF_ERROR(device_->wait_mark(0, stream, MarkSet::kReduce));
+    return st;
+  }
+
+  // all_to_all_v of ranks sharing one device (DeviceAccess, inproc_comm.h): each rank copies its segments out of
+  // every rank's send buffer on its own stream, between the kSent and kRead marks.
+  Status exchange_on_device(int32_t rank, const void* send, std::span<const size_t> send_bytes, void* recv,
+                            std::span<const size_t> recv_bytes, void* stream) {
+    DSI_RETURN_IF_ERROR(device_->mark(rank, stream, MarkSet::kSent));
+    calls_[size_t(rank)] = Call{Op::kAllToAll, 0, 0, {send_bytes.begin(), send_bytes.end()}, {}, true, send};
+    DSI_RETURN_IF_ERROR(barrier(rank, Op::kAllToAll));
+    Status st = agree(rank);
+    if (st.is_ok()) st = copy_segments(rank, recv, recv_bytes, stream);
+    if (st.is_ok()) st = device_->mark(rank, stream, MarkSet::kRead);
+    if (!st.is_ok()) abort(st);
+    DSI_RETURN_IF_ERROR(barrier(rank, Op::kAllToAll));  // every kRead mark is recorded before anyone waits for it
+    for (int32_t r = 0; r < world_; ++r)
+      if (r != rank) DSI_RETURN_IF_ERROR(device_->wait_mark(r, stream, MarkSet::kRead));
     return st;
   }
 
@@ -148,11 +172,11 @@ class InProcessGroup {
     for (int32_t r = 0; r < world_; ++r) {
       const Call& c = calls_[size_t(r)];
       if (c.op != me.op || (me.op != Op::kAllToAll && (c.bytes != me.bytes || c.root != me.root)) ||
-          (c.device == nullptr) != (me.device == nullptr))
+          c.on_device != me.on_device)
         return Status::errorf("ranks disagree on the collective: rank {} called {} ({} bytes, root {}{}), rank {} {} "
                               "({} bytes, root {}{})", rank, op_name(me.op), me.bytes, me.root,
-                              me.device ? ", on the device" : "", r, op_name(c.op), c.bytes, c.root,
-                              c.device ? ", on the device" : "");
+                              me.on_device ? ", on the device" : "", r, op_name(c.op), c.bytes, c.root,
+                              c.on_device ? ", on the device" : "");
     }
     return Status::ok();
   }
@@ -162,11 +186,34 @@ class InProcessGroup {
   Status sum_on_device(size_t count, void* stream) const {
     std::vector<float*> bufs(static_cast<size_t>(world_), nullptr);
     for (int32_t r = 0; r < world_; ++r) {
-      bufs[size_t(r)] = calls_[size_t(r)].device;
-      if (r > 0) DSI_RETURN_IF_ERROR(device_->wait_mark(r, stream));
+      bufs[size_t(r)] = static_cast<float*>(const_cast<void*>(calls_[size_t(r)].device));  // the rank's own buffer
+      if (r > 0) DSI_RETURN_IF_ERROR(device_->wait_mark(r, stream, MarkSet::kReduce));
     }
     if (count > 0) DSI_RETURN_IF_ERROR(device_->sum_in_rank_order(bufs.data(), world_, count, stream));
-    return device_->mark(0, stream);
+    return device_->mark(0, stream, MarkSet::kReduce);
+  }
+
+  // Between the rendezvous of a device all_to_all_v: rank's stream waits for every other rank's kSent mark, then
+  // copies segment `rank` of every rank's send buffer to its receive buffer, in rank order. The sizes must match
+  // what each sender announced.
+  Status copy_segments(int32_t rank, void* recv, std::span<const size_t> recv_bytes, void* stream) const {
+    size_t at = 0;
+    for (int32_t r = 0; r < world_; ++r) {
+      const Call& c = calls_[size_t(r)];
+      if (c.send_bytes.size() != size_t(world_))
+        return Status::errorf("all_to_all_v: rank {} gave {} send sizes for {} ranks", r, c.send_bytes.size(), world_);
+      const size_t len = c.send_bytes[size_t(rank)];
+      if (len != recv_bytes[size_t(r)])
+        return Status::errorf("all_to_all_v: rank {} expected {} bytes from rank {}, which sent {}", rank,
+                              recv_bytes[size_t(r)], r, len);
+      if (r != rank) DSI_RETURN_IF_ERROR(device_->wait_mark(r, stream, MarkSet::kSent));
+      const size_t off = std::accumulate(c.send_bytes.begin(), c.send_bytes.begin() + rank, size_t(0));
+      if (len > 0)
+        DSI_RETURN_IF_ERROR(device_->copy_on_device(static_cast<uint8_t*>(recv) + at,
+                                                    static_cast<const uint8_t*>(c.device) + off, len, stream));
+      at += len;
+    }
+    return Status::ok();
   }
 
   Status compute(int32_t rank, std::vector<uint8_t>& out) const {
@@ -254,6 +301,8 @@ class InProcessComm final : public Communicator {
     if (send_bytes.size() != size_t(world()) || recv_bytes.size() != size_t(world()))
       return Status::errorf("all_to_all_v: {} send / {} receive sizes for {} ranks", send_bytes.size(),
                             recv_bytes.size(), world());
+    if (g_->on_shared_device(stream))
+      return g_->exchange_on_device(rank_, send, send_bytes, recv, recv_bytes, stream);
     Call c{Op::kAllToAll, 0, 0, {send_bytes.begin(), send_bytes.end()}, {}};
     const size_t total = std::accumulate(send_bytes.begin(), send_bytes.end(), size_t(0));
     DSI_RETURN_IF_ERROR(g_->stage_in(rank_, send, total, stream, c.staged));

@@ -29,6 +29,15 @@ namespace dsinfer::parallel {
 // other rank's stream waits for rank 0's mark. Nothing there synchronises with the device, so a CUDA graph of the
 // whole group's step can capture it (backends/cuda/parallel/group_graphs.h). A rank's mark is re-recorded only at
 // its next collective, after the rendezvous that follows every wait on it.
+//
+// all_to_all_v of ranks sharing one device (session 19) stays on the device too, with two more marks per rank: each
+// rank marks its stream once its send buffer is written (kSent); after a rendezvous each rank's stream waits for
+// every other rank's kSent mark, copies its segments out of every rank's send buffer into its receive buffer
+// (copy_on_device) and marks (kRead); after a second rendezvous each rank's stream waits for every other rank's
+// kRead mark, so no send buffer is rewritten while a rank still reads it. Each set of marks is re-recorded only after
+// the rendezvous that follows every wait on it, so every wait sees the mark of its own collective.
+enum class MarkSet : int32_t { kReduce = 0, kSent = 1, kRead = 2 };
+inline constexpr int32_t kMarkSets = 3;
 class DeviceAccess {
  public:
   virtual ~DeviceAccess() = default;
@@ -36,11 +45,13 @@ class DeviceAccess {
   virtual Status from_host(void* dst, const void* host_src, size_t bytes, void* stream) const = 0;
   // How many ranks the device all-reduce can sum (0: the ranks do not share one device: host staging).
   virtual int32_t shared_device_ranks() const { return 0; }
-  // The three steps of the device all-reduce (errors unless shared_device_ranks() > 0).
-  virtual Status mark(int32_t rank, void* stream) const;       // rank's mark := its stream's work so far
-  virtual Status wait_mark(int32_t rank, void* stream) const;  // `stream` waits for rank's latest mark
+  // The steps of the device collectives (errors unless shared_device_ranks() > 0).
+  virtual Status mark(int32_t rank, void* stream, MarkSet set) const;       // rank's mark := its stream's work so far
+  virtual Status wait_mark(int32_t rank, void* stream, MarkSet set) const;  // `stream` waits for rank's latest mark
   // In place on `stream`: every element of every bufs[r] (r < world) = the fp64 rank-order sum, rounded once.
   virtual Status sum_in_rank_order(float* const* bufs, int32_t world, size_t count, void* stream) const;
+  // Device to device on the shared device, ordered on `stream`.
+  virtual Status copy_on_device(void* dst, const void* src, size_t bytes, void* stream) const;
 };
 
 // Creates a group of `world` ranks; comm(r) is rank r's communicator (each used by one thread at a time). `device`

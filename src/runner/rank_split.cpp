@@ -4,14 +4,16 @@
 namespace dsinfer::runner {
 
 Status split_plan_by_rank(const scheduler::BatchPlan& plan, int32_t n, int32_t slots_per_rank,
-                          int32_t blocks_per_rank, RankPlans& out) {
-  if (!plan.token_fills.empty()) return Status::error("DP attention: asynchronous steps are not supported");
+                          int32_t blocks_per_rank, RankPlans& out, std::span<const RankRow> prev_rows) {
+  if (!plan.token_fills.empty() && prev_rows.empty())
+    return Status::error("DP attention: token fills without the rows of a previous sampling");
   if (n < 1 || slots_per_rank < 1 || blocks_per_rank < 1)
     return Status::errorf("DP attention: {} ranks of {} slots / {} blocks", n, slots_per_rank, blocks_per_rank);
   out.plans.resize(size_t(n));
   out.rows.resize(size_t(n));
   out.tables.resize(size_t(n));
   std::vector<int32_t> seq_rank(plan.seqs.size()), seq_local(plan.seqs.size());
+  std::vector<RankRow> token_at(plan.token_fills.empty() ? 0 : plan.token_ids.size());  // fills: rank, local index
   for (int32_t r = 0; r < n; ++r) {
     out.plans[size_t(r)].clear();
     out.plans[size_t(r)].step = plan.step;
@@ -34,6 +36,8 @@ Status split_plan_by_rank(const scheduler::BatchPlan& plan, int32_t n, int32_t s
     lp.block_table = table;
     lp.token_offset = q.num_tokens();
     lp.logits_row = -1;
+    for (int32_t j = 0; j < sp.num_new_tokens && !token_at.empty(); ++j)
+      token_at[size_t(sp.token_offset + j)] = {r, lp.token_offset + j};
     q.token_ids.insert(q.token_ids.end(), plan.token_ids.begin() + sp.token_offset,
                        plan.token_ids.begin() + sp.token_offset + sp.num_new_tokens);
     q.positions.insert(q.positions.end(), plan.positions.begin() + sp.token_offset,
@@ -54,6 +58,45 @@ Status split_plan_by_rank(const scheduler::BatchPlan& plan, int32_t n, int32_t s
     if (lp.logits_row < 0) lp.logits_row = q.num_logits();
     q.logits_token_index.push_back(lp.token_offset + (t - plan.seqs[i].token_offset));
     out.rows[size_t(seq_rank[i])].push_back(g);
+  }
+  out.row_of.assign(size_t(plan.num_logits()), {});
+  for (int32_t r = 0; r < n; ++r)
+    for (size_t i = 0; i < out.rows[size_t(r)].size(); ++i) out.row_of[size_t(out.rows[size_t(r)][i])] = {r, int32_t(i)};
+  for (const scheduler::TokenFill& f : plan.token_fills) {
+    if (f.token_index < 0 || size_t(f.token_index) >= token_at.size() || token_at[size_t(f.token_index)].rank < 0)
+      return Status::errorf("DP attention: token fill at token {} of no sequence", f.token_index);
+    if (f.sample_row < 0 || size_t(f.sample_row) >= prev_rows.size())
+      return Status::errorf("DP attention: token fill from row {} of a sampling of {} rows", f.sample_row,
+                            prev_rows.size());
+    const RankRow at = token_at[size_t(f.token_index)], from = prev_rows[size_t(f.sample_row)];
+    if (from.rank != at.rank)
+      return Status::errorf("DP attention: token {} is on rank {}, its fill's row {} was sampled on rank {}",
+                            f.token_index, at.rank, f.sample_row, from.rank);
+    out.plans[size_t(at.rank)].token_fills.push_back({at.row, from.row});
+  }
+  return Status::ok();
+}
+
+Status split_sample_rows(const sampling::PackedRows& rows, const RankPlans& split, std::vector<sampling::PackedRows>& out,
+                         std::vector<RankRow>& where) {
+  const size_t n = split.plans.size();
+  out.resize(n);
+  for (sampling::PackedRows& p : out) {
+    p.clear(rows.vocab());
+    p.entries = rows.entries;
+    p.mask_words = rows.mask_words;
+  }
+  where.assign(rows.rows.size(), {});
+  for (size_t i = 0; i < rows.rows.size(); ++i) {
+    const int32_t g = rows.rows[i].logits_row;
+    if (g < 0 || size_t(g) >= split.row_of.size() || split.row_of[size_t(g)].rank < 0)
+      return Status::errorf("DP attention: sampling row {} names logits row {} of a step with {} rows", i, g,
+                            split.row_of.size());
+    const RankRow at = split.row_of[size_t(g)];
+    sampling::PackedRows& p = out[size_t(at.rank)];
+    where[i] = {at.rank, int32_t(p.rows.size())};
+    p.rows.push_back(rows.rows[i]);
+    p.rows.back().logits_row = at.row;
   }
   return Status::ok();
 }

@@ -34,6 +34,7 @@ constexpr int64_t kMaxLen = 256;
 struct Setup {
   int32_t ranks = 1;
   bool tp = false;
+  bool dp = false;
   bool invariant = true;
   bool graphs = true;
 };
@@ -52,6 +53,7 @@ Result<RunResult> run(const std::string& model, const Setup& s) {
   o.batch_invariant = s.invariant;
   o.gpus = s.ranks;
   o.tensor_parallel_size = s.tp ? s.ranks : 1;
+  o.data_parallel_size = s.dp ? s.ranks : 1;
   o.communicator = s.ranks > 1 ? "in-process" : "auto";
   if (!s.graphs) setenv("DSINFER_CUDA_GRAPHS", "0", 1);
   setenv("DSINFER_GROUP_GRAPHS", "1", 1);
@@ -162,6 +164,47 @@ TEST(GpuGroupGraphs, RanksSharingOneGpuGraphEqualsEagerAndOneRankBitForBit) {
                       inv ? (d1 == one->logits.size() ? ", == one rank bit for bit" : ", one rank DIFFERS") : "");
           ++checked;
         }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no fixture found";
+}
+
+// Session 19: DP attention's decode steps as one graph of the group (its exchange at a fixed capacity, the
+// all-to-all on the device: docs/multi_gpu.md "CUDA graphs and asynchronous steps at N > 1"). The sequences sit on
+// slots 7..3 of 8, so at 2 ranks rank 0 has one sequence and then none (its graphed part only serves its experts),
+// at 4 ranks rank 0 has none throughout; every rank's stream is in the one capture either way. Graph == eager bit for
+// bit, and under --batch-invariant == one rank.
+TEST(GpuGroupGraphs, DpRanksSharingOneGpuGraphEqualsEagerAndOneRankBitForBit) {
+  DSI_SKIP_WITHOUT_GPU();
+  int checked = 0;
+  for (const char* name : {"tiny-v4-a", "tiny-v4-b", "dsv4-small"}) {
+    const std::string model = find_model(name);
+    if (model.empty()) continue;
+    for (const bool inv : {true, false}) {
+      auto one = run(model, {.invariant = inv});
+      ASSERT_TRUE(one.is_ok()) << name << ": " << one.status().message();
+      for (const int32_t n : {2, 4}) {
+        const std::string label = std::string(name) + ", " + std::to_string(n) + " DP ranks" +
+                                  (inv ? ", batch-invariant" : "");
+        SCOPED_TRACE(label);
+        auto graph = run(model, {.ranks = n, .dp = true, .invariant = inv});
+        ASSERT_TRUE(graph.is_ok()) << graph.status().message();
+        auto eager = run(model, {.ranks = n, .dp = true, .invariant = inv, .graphs = false});
+        ASSERT_TRUE(eager.is_ok()) << eager.status().message();
+        EXPECT_EQ(graph->graphs, 2) << "decode at " << kSeqs << " and " << kSeqs - 2 << " sequences: " << graph->name;
+        EXPECT_EQ(eager->graphs, 0);
+        const size_t d = first_difference(eager->logits, graph->logits);
+        EXPECT_EQ(d, eager->logits.size()) << "graph vs eager: first differing logit at " << d;
+        size_t d1 = 0;
+        if (inv) {
+          d1 = first_difference(one->logits, graph->logits);
+          EXPECT_EQ(d1, one->logits.size()) << "graph vs one rank: first differing logit at " << d1;
+        }
+        std::printf("%s: %zu logits, graphs %lld, graph == eager %s%s\n", label.c_str(), graph->logits.size(),
+                    (long long)graph->graphs, d == eager->logits.size() ? "bit for bit" : "DIFFERS",
+                    inv ? (d1 == one->logits.size() ? ", == one rank bit for bit" : ", one rank DIFFERS") : "");
+        ++checked;
+      }
     }
   }
   if (checked == 0) GTEST_SKIP() << "no fixture found";

@@ -322,6 +322,11 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuMatchOneRankBitForBit) {
       compare(name, {}, {.ranks = n, .dp = true, .comm = "in-process"}, std::to_string(n) + " DP ranks on one GPU",
               0.0);
   compare("dsv4-small", {}, {.ranks = 4, .dp = true, .comm = "in-process"}, "4 DP ranks on one GPU", 0.0);
+  // Session 19: the above take the fixed-capacity exchange (the default for ranks sharing one GPU); the exchange of
+  // counts through the host gives one rank's bits too.
+  setenv("DSINFER_DP_EXCHANGE", "counts", 1);
+  compare("tiny-v4-a", {}, {.ranks = 2, .dp = true, .comm = "in-process"}, "2 DP ranks, exchange of counts", 0.0);
+  unsetenv("DSINFER_DP_EXCHANGE");
 }
 
 // Issue 27: EP and TP attention with 2 and 4 ranks sharing one GPU against one rank under --batch-invariant, bit for
@@ -354,18 +359,22 @@ TEST(GpuMultiGpu, EpAndTpRanksSharingOneGpuMatchOneRankBitForBit) {
 // are read; the shards > 0 take their pending input tokens from shard 0's sampled ids on the device): the same
 // tokens and logprobs, bit for bit, as synchronous steps of the same ranks, in fast mode (no --batch-invariant: the
 // same kernels on the same shapes either way), eager and with the group's decode graphs (DSINFER_GROUP_GRAPHS=1).
-// DP attention samples on the host and stays synchronous (its step mode says why).
+// Session 19: DP attention too (each rank samples its own sequences' rows on the device and fills their next tokens
+// from its own ids), eager and with the group's graphs (its exchange at a fixed capacity, on the device).
 TEST(GpuMultiGpu, AsyncStepsOfRanksSharingOneGpuEqualSyncSteps) {
   SKIP_WITHOUT_GPU();
   if (visible_gpus() != 1) GTEST_SKIP() << "the ranks share GPU 0 only with one visible GPU";
+  enum class L { kEp, kTp, kDp };
   for (const char* name : {"tiny-v4-a", "dsv4-small"}) {
     const std::string model = find_model(name);
     if (model.empty()) continue;
     for (int32_t n : {2, 4})
-      for (const bool tp : {false, true}) {
-        const std::string label = std::to_string(n) + (tp ? " TP" : " EP") + " ranks on one GPU";
+      for (const L layout : {L::kEp, L::kTp, L::kDp}) {
+        const bool tp = layout == L::kTp, dp = layout == L::kDp;
+        const std::string label =
+            std::to_string(n) + (tp ? " TP" : dp ? " DP" : " EP") + " ranks on one GPU";
         std::string async_mode, sync_mode, graph_mode;
-        const RunSetup a{.ranks = n, .tp = tp, .comm = "in-process", .invariant = false, .mode = &async_mode};
+        const RunSetup a{.ranks = n, .dp = dp, .tp = tp, .comm = "in-process", .invariant = false, .mode = &async_mode};
         RunSetup sy = a;
         sy.async = false;
         sy.mode = &sync_mode;
@@ -381,12 +390,6 @@ TEST(GpuMultiGpu, AsyncStepsOfRanksSharingOneGpuEqualSyncSteps) {
         EXPECT_EQ(graph_mode, "async") << name << ": " << label;
         compare_outputs(name, sync, graphs, label + ": async with group graphs vs sync eager", 0.0);
       }
-  }
-  std::string dp_mode;
-  const std::string model = find_model("tiny-v4-a");
-  if (!model.empty()) {
-    (void)run(model, {.ranks = 2, .dp = true, .comm = "in-process", .mode = &dp_mode});
-    EXPECT_EQ(dp_mode, "sync (host sampling)");
   }
 }
 
@@ -592,9 +595,12 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReferenceV41) {
 }
 
 // `dsinfer bench` with several ranks reports the collectives' bytes per step, and they are what the layouts send:
-// EP, every rank all-reduces T x D fp32 per layer; DP, every rank sends its pair counts (N x 8 bytes), and for each
-// of its T * k pairs the expert id (4 bytes) and the input row out, and the served pairs' output rows back. The
-// fixture's fp32 experts take fp32 inputs, and outside --batch-invariant the outputs come back in bf16.
+// EP, every rank all-reduces T x D fp32 per layer; DP, ranks sharing one GPU exchange at a fixed capacity (session
+// 19, expert_exchange_cuda.cpp): rank p sends each of the N ranks a segment of T_p x k pairs (the expert id, 4 bytes,
+// and the input row; its pairs for that rank, then padding) and gets as many output rows back, so over the ranks
+// N x T x k pairs out and back per layer and no counts (the exchange of counts sends N x 8 bytes a rank and exactly
+// the T x k pairs: DSINFER_DP_EXCHANGE=counts). The fixture's fp32 experts take fp32 inputs, and outside
+// --batch-invariant the outputs come back in bf16.
 TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
   SKIP_WITHOUT_GPU();
   const std::string model = find_model("tiny-v4-a");
@@ -622,11 +628,11 @@ TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
     ASSERT_EQ(rep.cases.size(), 1u);
     const dsinfer::BenchCase& c = rep.cases[0];
     ASSERT_TRUE(c.error.empty()) << c.error;
-    const double want = dp ? double(L * (2 * 2 * 8 + B * k * (4 + 4 * D) + B * k * 2 * D)) : double(L * 2 * B * D * 4);
+    const double want = dp ? double(L * 2 * (B * k * (4 + 4 * D) + B * k * 2 * D)) : double(L * 2 * B * D * 4);
     std::printf("bench, 2 ranks %s: %.0f bytes / %.0f collectives per step, %.4f ms in rank 0's collectives\n",
                 dp ? "DP attention" : "EP", c.comm_bytes_per_step, c.comm_calls_per_step, c.comm_ms);
     EXPECT_EQ(c.comm_bytes_per_step, want) << (dp ? "DP" : "EP");
-    EXPECT_EQ(c.comm_calls_per_step, double(L * 2 * (dp ? 4 : 1)));
+    EXPECT_EQ(c.comm_calls_per_step, double(L * 2 * (dp ? 3 : 1)));
     EXPECT_GT(c.comm_ms, 0.0);
   }
   // TP: per layer every rank all-reduces wo_a's output [B, G * r] (its groups' columns, zero elsewhere) and the
@@ -865,5 +871,60 @@ TEST(GpuMultiGpu, RanksShareOneHostTierAndEqualOneRank) {
     EXPECT_EQ(two.tokens, one.tokens);
     EXPECT_EQ(two.pm.host_spills, one.pm.host_spills);
     EXPECT_EQ(two.pm.host_hit_blocks, one.pm.host_hit_blocks);
+  }
+}
+
+// Issue 27, session 19: DP attention through the whole engine at V4-Flash shapes (4 layers, dummy weights), 2 ranks
+// sharing one GPU, batch 64: the exchanges and step modes side by side, for bench/NOTES.md (printed, not asserted:
+// no timing asserts in tests). Asserted: every run completes with the step mode it should have and the runner's step
+// events on rank 0's stream. Rows: the session-18 path (host-staged collectives, exchange of counts, synchronous;
+// it now samples on the device), the exchange of counts with the device all-to-all (async), the fixed-capacity
+// exchange synchronous and asynchronous, and asynchronous with the group's decode graphs.
+TEST(GpuMultiGpu, DpEngineDecodeEveryExchange) {
+  SKIP_WITHOUT_GPU();
+  if (visible_gpus() != 1) GTEST_SKIP() << "the ranks share GPU 0 only with one visible GPU";
+  std::string cfg;
+  for (const std::string& d :
+       {std::string("configs/deepseek-v4-flash"), std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash"})
+    if (cfg.empty() && std::filesystem::exists(d + "/config.json")) cfg = d;
+  if (cfg.empty()) GTEST_SKIP() << "configs/deepseek-v4-flash not found";
+  struct Row {
+    const char* label;
+    const char* async;
+    std::vector<std::pair<const char*, const char*>> env;
+    const char* mode;
+  };
+  const std::vector<Row> rows = {
+      {"host-staged collectives, counts, sync", "off",
+       {{"DSINFER_INPROC_DEVICE_REDUCE", "0"}, {"DSINFER_DP_EXCHANGE", "counts"}}, "sync (async scheduling off)"},
+      {"device all-to-all, counts, async", "on", {{"DSINFER_DP_EXCHANGE", "counts"}}, "async"},
+      {"fixed capacity, sync", "off", {}, "sync (async scheduling off)"},
+      {"fixed capacity, async", "on", {}, "async"},
+      {"fixed capacity, async, group graphs", "on", {{"DSINFER_GROUP_GRAPHS", "1"}}, "async"},
+  };
+  for (const Row& row : rows) {
+    dsinfer::EngineDecodeOptions o;
+    o.model_dir = cfg;
+    o.load_format = "dummy";
+    o.num_layers = 4;
+    o.batch = 64;
+    o.prompt_tokens = 32;
+    o.decode_steps = 16;
+    o.async_scheduling = row.async;
+    o.gpus = 2;
+    o.data_parallel_size = 2;
+    o.communicator = "in-process";
+    for (const auto& [k, v] : row.env) setenv(k, v, 1);
+    dsinfer::EngineDecodeReport rep;
+    std::string err;
+    const bool ok = dsinfer::run_engine_decode_bench(o, &rep, &err);
+    for (const auto& [k, v] : row.env) unsetenv(k);
+    ASSERT_TRUE(ok) << row.label << ": " << err;
+    EXPECT_EQ(rep.step_mode, row.mode) << row.label;
+    EXPECT_TRUE(rep.device_events) << row.label;
+    std::printf("DP engine decode (V4-Flash shapes, 4 layers, 2 ranks on one GPU, batch 64): %s: %s, %.3f ms a step, "
+                "busy %.3f ms, idle %.3f ms (%.2f %%)\n",
+                row.label, rep.step_mode.c_str(), rep.wall_ms_per_step, rep.busy_ms_per_step, rep.idle_ms_per_step,
+                100.0 * rep.idle_fraction());
   }
 }

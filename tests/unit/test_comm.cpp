@@ -9,6 +9,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -182,14 +183,16 @@ TEST(InProcessComm, SharedDeviceAllReduceJoinsTheRanksThroughMarks) {
     Status to_host(void*, const void*, size_t, void*) const override { ++staged; return Status::ok(); }
     Status from_host(void*, const void*, size_t, void*) const override { ++staged; return Status::ok(); }
     int32_t shared_device_ranks() const override { return kWorld; }
-    Status mark(int32_t rank, void* stream) const override {
+    Status mark(int32_t rank, void* stream, dsinfer::parallel::MarkSet set) const override {
       std::lock_guard<std::mutex> lk(mu);
       if (rank_of(stream) != rank) return Status::errorf("rank {} marked on rank {}'s stream", rank, rank_of(stream));
+      if (set != dsinfer::parallel::MarkSet::kReduce) return Status::error("an all-reduce marked another set");
       ++marks[size_t(rank)];
       return Status::ok();
     }
-    Status wait_mark(int32_t rank, void* stream) const override {
+    Status wait_mark(int32_t rank, void* stream, dsinfer::parallel::MarkSet set) const override {
       std::lock_guard<std::mutex> lk(mu);
+      if (set != dsinfer::parallel::MarkSet::kReduce) return Status::error("an all-reduce waited on another set");
       seen[size_t(rank_of(stream))].push_back(rank * 1000000 + marks[size_t(rank)]);
       return Status::ok();
     }
@@ -232,6 +235,133 @@ TEST(InProcessComm, SharedDeviceAllReduceJoinsTheRanksThroughMarks) {
     ASSERT_EQ(dev.seen[size_t(q)].size(), size_t(kCalls));
     for (int32_t k = 0; k < kCalls; ++k) EXPECT_EQ(dev.seen[size_t(q)][size_t(k)], k + 1) << "rank " << q;
   }
+}
+
+// Ranks sharing one device, session 19: all_to_all_v stays on the device too (the DP expert exchange's four calls per
+// MoE layer). Each rank marks its send buffer written (kSent), copies its segments out of every rank's send buffer on
+// its own stream after waiting for their kSent marks, marks (kRead), and after the second rendezvous waits for every
+// other rank's kRead mark. A host stand-in records every wait: each must see the mark of its own collective, never
+// an older or newer one, over many calls interleaved with device all-reduces (whose kReduce marks must keep their
+// own discipline) and random delays on every rank. The received bytes are the host path's (the pattern of
+// DeviceBuffersGoThroughTheDeviceAccess, zero-byte segments and a null send buffer of a rank sending nothing
+// included), and nothing is staged through the host.
+TEST(InProcessComm, SharedDeviceAllToAllJoinsTheRanksThroughMarks) {
+  using dsinfer::parallel::MarkSet;
+  constexpr int32_t kWorld = 3;
+  constexpr int32_t kCalls = 120;
+  struct SharedDevice final : dsinfer::parallel::DeviceAccess {
+    mutable std::mutex mu;
+    mutable int64_t marks[3][kWorld] = {};                // per set and rank
+    mutable std::vector<std::vector<int64_t>> seen[3];    // per set: per waiting rank, rank * 1e6 + mark count
+    mutable std::atomic<int> staged{0}, copies{0};
+    SharedDevice() {
+      for (auto& v : seen) v.resize(kWorld);
+    }
+    static int32_t rank_of(void* stream) { return int32_t(reinterpret_cast<intptr_t>(stream)) - 1; }
+    Status to_host(void*, const void*, size_t, void*) const override { ++staged; return Status::ok(); }
+    Status from_host(void*, const void*, size_t, void*) const override { ++staged; return Status::ok(); }
+    int32_t shared_device_ranks() const override { return kWorld; }
+    Status mark(int32_t rank, void* stream, MarkSet set) const override {
+      std::lock_guard<std::mutex> lk(mu);
+      if (rank_of(stream) != rank) return Status::errorf("rank {} marked on rank {}'s stream", rank, rank_of(stream));
+      ++marks[int(set)][rank];
+      return Status::ok();
+    }
+    Status wait_mark(int32_t rank, void* stream, MarkSet set) const override {
+      std::lock_guard<std::mutex> lk(mu);
+      seen[int(set)][size_t(rank_of(stream))].push_back(rank * 1000000 + marks[int(set)][rank]);
+      return Status::ok();
+    }
+    Status sum_in_rank_order(float* const* bufs, int32_t world, size_t count, void*) const override {
+      for (size_t i = 0; i < count; ++i) {
+        double acc = 0;
+        for (int32_t r = 0; r < world; ++r) acc += double(bufs[r][i]);
+        for (int32_t r = 0; r < world; ++r) bufs[r][i] = float(acc);
+      }
+      return Status::ok();
+    }
+    Status copy_on_device(void* dst, const void* src, size_t bytes, void*) const override {
+      ++copies;
+      std::memcpy(dst, src, bytes);
+      return Status::ok();
+    }
+  } dev;
+  auto comms = make_inprocess_group(kWorld, quick(), &dev);
+  std::vector<int> bad(kWorld, 0);
+  auto st = on_ranks(comms, [&](int32_t r, Communicator& c) -> Status {
+    std::mt19937 rng(uint32_t(r) * 104729u + 3u);
+    void* stream = reinterpret_cast<void*>(intptr_t(r) + 1);
+    for (int32_t k = 0; k < kCalls; ++k) {
+      if (rng() % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+      // Rank r sends r * q + k % 2 ints (value 1000 * k + 10 * r + q) to rank q.
+      std::vector<int32_t> send, got;
+      std::vector<size_t> sb, rb;
+      for (int32_t q = 0; q < kWorld; ++q) {
+        for (int32_t i = 0; i < r * q + k % 2; ++i) send.push_back(1000 * k + 10 * r + q);
+        sb.push_back(size_t(r * q + k % 2) * 4);
+        rb.push_back(size_t(q * r + k % 2) * 4);
+      }
+      got.assign(std::accumulate(rb.begin(), rb.end(), size_t(0)) / 4, -1);
+      DSI_RETURN_IF_ERROR(c.all_to_all_v(send.empty() ? nullptr : send.data(), sb, got.data(), rb, stream));
+      std::vector<int32_t> want;
+      for (int32_t q = 0; q < kWorld; ++q)
+        for (int32_t i = 0; i < q * r + k % 2; ++i) want.push_back(1000 * k + 10 * q + r);
+      bad[size_t(r)] += got != want;
+      std::vector<float> b(3, float(r + 1));
+      DSI_RETURN_IF_ERROR(c.all_reduce_sum(b.data(), b.size(), stream));
+      for (float x : b) bad[size_t(r)] += x != 6.0f;
+    }
+    return Status::ok();
+  });
+  for (int32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(st[size_t(r)].is_ok()) << st[size_t(r)].message();
+    EXPECT_EQ(bad[size_t(r)], 0) << "rank " << r;
+  }
+  EXPECT_EQ(dev.staged.load(), 0);
+  EXPECT_GT(dev.copies.load(), kCalls);
+  // Per all-to-all k, rank q waits for the kSent and then the kRead mark k + 1 of every other rank, in rank order.
+  for (const MarkSet set : {MarkSet::kSent, MarkSet::kRead})
+    for (int32_t q = 0; q < kWorld; ++q) {
+      const std::vector<int64_t>& w = dev.seen[int(set)][size_t(q)];
+      ASSERT_EQ(w.size(), size_t(kCalls * (kWorld - 1))) << "rank " << q;
+      size_t i = 0;
+      for (int32_t k = 0; k < kCalls; ++k)
+        for (int32_t r = 0; r < kWorld; ++r) {
+          if (r == q) continue;
+          EXPECT_EQ(w[i++], r * 1000000 + k + 1) << "rank " << q << " set " << int(set) << " call " << k;
+        }
+    }
+  // The all-reduces' marks keep their discipline between the all-to-alls.
+  ASSERT_EQ(dev.seen[0][0].size(), size_t(kCalls * (kWorld - 1)));
+  for (int32_t q = 1; q < kWorld; ++q) {
+    ASSERT_EQ(dev.seen[0][size_t(q)].size(), size_t(kCalls));
+    for (int32_t k = 0; k < kCalls; ++k) EXPECT_EQ(dev.seen[0][size_t(q)][size_t(k)], k + 1) << "rank " << q;
+  }
+}
+
+// Ranks that disagree on a device all_to_all_v's sizes (rank 1 expects bytes rank 0 does not send) are refused on
+// every rank with both sizes named, not left waiting.
+TEST(InProcessComm, SharedDeviceAllToAllRefusesMismatchedSizes) {
+  struct SharedDevice final : dsinfer::parallel::DeviceAccess {
+    Status to_host(void*, const void*, size_t, void*) const override { return Status::error("staged"); }
+    Status from_host(void*, const void*, size_t, void*) const override { return Status::error("staged"); }
+    int32_t shared_device_ranks() const override { return 2; }
+    Status mark(int32_t, void*, dsinfer::parallel::MarkSet) const override { return Status::ok(); }
+    Status wait_mark(int32_t, void*, dsinfer::parallel::MarkSet) const override { return Status::ok(); }
+    Status copy_on_device(void* dst, const void* src, size_t bytes, void*) const override {
+      std::memcpy(dst, src, bytes);
+      return Status::ok();
+    }
+  } dev;
+  auto comms = make_inprocess_group(2, quick(), &dev);
+  auto st = on_ranks(comms, [&](int32_t r, Communicator& c) -> Status {
+    std::vector<int32_t> send(4, r), got(4, -1);
+    const std::vector<size_t> sb = {4, 4}, rb = {r == 1 ? size_t(8) : size_t(4), 4};
+    return c.all_to_all_v(send.data(), sb, got.data(), rb, reinterpret_cast<void*>(intptr_t(r) + 1));
+  });
+  for (int32_t r = 0; r < 2; ++r) ASSERT_FALSE(st[size_t(r)].is_ok()) << "rank " << r;
+  EXPECT_NE(st[1].message().find("rank 1 expected 8 bytes from rank 0, which sent 4"), std::string::npos)
+      << st[1].message();
 }
 
 // One rank fails instead of joining: its abort wakes the ranks already waiting, each returns the cause and its

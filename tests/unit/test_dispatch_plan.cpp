@@ -178,6 +178,86 @@ TEST(RankSplit, RefusalsNameTheSequence) {
   EXPECT_FALSE(dsinfer::runner::split_plan_by_rank(h.plan, 2, 2, 4, out).is_ok());
 }
 
+// Device sampling with DP attention (asynchronous steps): each rank samples its own logits rows, and the next step's
+// token fills go to their sequences' ranks with local token indices and the rows of that rank's sampling.
+TEST(RankSplit, SampleRowsAndTokenFillsGoToTheirRanks) {
+  using dsinfer::runner::RankRow;
+  PlanFixture f;
+  dsinfer::runner::RankPlans split;
+  ASSERT_TRUE(dsinfer::runner::split_plan_by_rank(f.plan, 2, 2, 4, split).is_ok());
+  ASSERT_EQ(split.row_of.size(), 4u);  // global logits rows 0..3: A (rank 1), B x 2 (rank 0), C (rank 1)
+  EXPECT_EQ(split.row_of[0].rank, 1);
+  EXPECT_EQ(split.row_of[0].row, 0);
+  EXPECT_EQ(split.row_of[2].rank, 0);
+  EXPECT_EQ(split.row_of[2].row, 1);
+  EXPECT_EQ(split.row_of[3].row, 1);
+  dsinfer::sampling::PackedRows rows;
+  rows.clear(10);
+  for (int32_t g : {3, 1, 0}) {
+    dsinfer::ops::SampleRowDesc d;
+    d.logits_row = g;
+    d.top_k = 7 + g;  // tells the rows apart
+    d.bias_begin = 1;
+    d.bias_count = 1;
+    rows.rows.push_back(d);
+  }
+  rows.entries.resize(3);
+  std::vector<dsinfer::sampling::PackedRows> parts;
+  std::vector<RankRow> where;
+  ASSERT_TRUE(dsinfer::runner::split_sample_rows(rows, split, parts, where).is_ok());
+  ASSERT_EQ(parts.size(), 2u);
+  ASSERT_EQ(parts[0].rows.size(), 1u);
+  EXPECT_EQ(parts[0].rows[0].top_k, 8);  // global row 1: B's first, rank 0's row 0
+  EXPECT_EQ(parts[0].rows[0].logits_row, 0);
+  ASSERT_EQ(parts[1].rows.size(), 2u);
+  EXPECT_EQ(parts[1].rows[0].top_k, 10);  // global row 3: C, rank 1's row 1
+  EXPECT_EQ(parts[1].rows[0].logits_row, 1);
+  EXPECT_EQ(parts[1].rows[1].logits_row, 0);
+  for (const auto& p : parts) {
+    EXPECT_EQ(p.vocab(), 10);
+    EXPECT_EQ(p.entries.size(), 3u);  // whole: the rows' entry indices hold
+    EXPECT_EQ(p.rows.empty() ? 1 : p.rows[0].bias_begin, 1);
+  }
+  ASSERT_EQ(where.size(), 3u);
+  EXPECT_EQ(where[0].rank, 1);
+  EXPECT_EQ(where[0].row, 0);
+  EXPECT_EQ(where[1].rank, 0);
+  EXPECT_EQ(where[1].row, 0);
+  EXPECT_EQ(where[2].rank, 1);
+  EXPECT_EQ(where[2].row, 1);
+  const std::vector<RankRow> sampled = where;
+  rows.rows[1].logits_row = 4;
+  Status st = dsinfer::runner::split_sample_rows(rows, split, parts, where);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("sampling row 1 names logits row 4"), std::string::npos) << st.message();
+
+  // Next step: C's token (flat 5; rank 1's token 3) from row 0 of that sampling (rank 1's row 0), B's first token
+  // (flat 3; rank 0's token 0) from row 1 (rank 0's row 0).
+  PlanFixture g;
+  g.plan.token_fills = {{3, 1}, {5, 0}};
+  where = sampled;
+  ASSERT_TRUE(dsinfer::runner::split_plan_by_rank(g.plan, 2, 2, 4, split, where).is_ok());
+  ASSERT_EQ(split.plans[0].token_fills.size(), 1u);
+  EXPECT_EQ(split.plans[0].token_fills[0].token_index, 0);
+  EXPECT_EQ(split.plans[0].token_fills[0].sample_row, 0);
+  ASSERT_EQ(split.plans[1].token_fills.size(), 1u);
+  EXPECT_EQ(split.plans[1].token_fills[0].token_index, 3);
+  EXPECT_EQ(split.plans[1].token_fills[0].sample_row, 0);
+  g.plan.token_fills = {{3, 2}};  // B's token from a row rank 1 sampled
+  st = dsinfer::runner::split_plan_by_rank(g.plan, 2, 2, 4, split, where);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("token 3 is on rank 0, its fill's row 2 was sampled on rank 1"), std::string::npos)
+      << st.message();
+  g.plan.token_fills = {{3, 3}};
+  st = dsinfer::runner::split_plan_by_rank(g.plan, 2, 2, 4, split, where);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("row 3 of a sampling of 3 rows"), std::string::npos) << st.message();
+  g.plan.token_fills = {{9, 0}};
+  st = dsinfer::runner::split_plan_by_rank(g.plan, 2, 2, 4, split, where);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("token fill at token 9 of no sequence"), std::string::npos) << st.message();
+}
+
 TEST(RankSplit, CopiesGoToTheRankOfTheirSlotOrBlocks) {
   using K = dsinfer::cache::StateCopy::Kind;
   using dsinfer::runner::localize_copy;

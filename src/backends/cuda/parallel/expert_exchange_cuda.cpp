@@ -2,6 +2,9 @@
 // one MoE layer of this shard's own tokens with the routed experts spread over the ranks.
 //   1. the routing comes to the host and parallel::plan_dispatch packs the (token, slot) pairs by destination rank;
 //   2. all_to_all_v of the pair counts (device buffers, so NCCL and the in-process group both take them);
+//   (1-2 with the fixed-capacity exchange, ranks sharing one GPU: the pairs are planned on the device into segments
+//   of the sender's worst case, T x k pairs each, whose sizes every rank knows from the step's per-rank token counts:
+//   nothing waits for the device; dp_dispatch_cuda.h)
 //   3. all_to_all_v of each pair's local expert id and of its input row in the wire type (input_wire);
 //   4. this rank's experts on the pairs it received (moe_cuda with top-k 1 and weight 1: y = 1 * expert(x));
 //   5. all_to_all_v of those outputs back to the pairs' ranks (output_wire);
@@ -17,6 +20,7 @@
 #include <numeric>
 #include <string>
 
+#include "backends/cuda/parallel/dp_dispatch_cuda.h"
 #include "backends/cuda/parallel/fp8_wire_cuda.h"
 #include "backends/cuda/runner/cuda_forward.h"
 #include "cuda/cuda_common.h"
@@ -94,41 +98,17 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   const bool fp8 = fp8_dispatch(mode);
   const int64_t bx = fp8 ? parallel::fp8_wire_row_bytes(D) : ops::cuda::wire_bytes(wx) * D;  // bytes per row
   const int64_t by = ops::cuda::wire_bytes(wy) * D;
-  auto* cs = static_cast<cudaStream_t>(stream_);
 
   // 1-3. Plan, counts, ids and inputs out.
   DSI_RETURN_IF_ERROR(mark("moe_dispatch", l, true));
-  X.idx.resize(size_t(T * k));
-  if (T > 0) {
-    DSI_CUDA_TRY(cudaMemcpyAsync(X.idx.data(), ridx, size_t(T * k) * sizeof(int32_t), cudaMemcpyDeviceToHost, cs));
-    DSI_CUDA_TRY(cudaStreamSynchronize(cs));
-  }
-  DSI_ASSIGN_OR_RETURN(const parallel::DispatchPlan plan, parallel::plan_dispatch(X.idx, k, E, N));
-  const int64_t P = plan.pairs();
-  X.meta.assign(plan.send_token.begin(), plan.send_token.end());
-  X.meta.insert(X.meta.end(), plan.send_expert.begin(), plan.send_expert.end());
-  X.meta.insert(X.meta.end(), plan.pos_of.begin(), plan.pos_of.end());
-  DSI_RETURN_IF_ERROR(grow(X.meta_dev, X.meta.size(), "expert dispatch plan"));
-  if (!X.meta.empty())
-    DSI_CUDA_TRY(cudaMemcpyAsync(X.meta_dev.data(), X.meta.data(), X.meta.size() * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, cs));
+  const bool fixed = !core_.dp_rank_tokens_.empty();  // the fixed-capacity exchange: no count reaches the host
+  std::vector<int64_t> sent_rows, got_rows;
+  int64_t P = 0;
+  DSI_RETURN_IF_ERROR(plan_exchange(ridx, T, P, sent_rows, got_rows));
   const int32_t* send_token = X.meta_dev.data();
   const int32_t* send_expert = send_token + P;
   const int32_t* pos_of = send_token + 2 * P;
-  X.counts.assign(size_t(2 * N), 0);
-  std::copy(plan.send_count.begin(), plan.send_count.end(), X.counts.begin());
-  DSI_RETURN_IF_ERROR(grow(X.counts_dev, size_t(2 * N), "expert dispatch counts"));
-  DSI_CUDA_TRY(cudaMemcpyAsync(X.counts_dev.data(), X.counts.data(), size_t(N) * sizeof(int64_t),
-                               cudaMemcpyHostToDevice, cs));
-  const std::vector<size_t> eight(size_t(N), sizeof(int64_t));
-  DSI_RETURN_IF_ERROR(comm_->all_to_all_v(X.counts_dev.data(), eight, X.counts_dev.data() + N, eight, stream_));
-  DSI_CUDA_TRY(cudaMemcpyAsync(X.counts.data() + N, X.counts_dev.data() + N, size_t(N) * sizeof(int64_t),
-                               cudaMemcpyDeviceToHost, cs));
-  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
-  const std::span<const int64_t> sent(plan.send_count), got(X.counts.data() + N, size_t(N));
-  for (int32_t q = 0; q < N; ++q)
-    if (got[size_t(q)] < 0 || got[size_t(q)] > int64_t(1) << 30)
-      return Status::errorf("expert dispatch: rank {} announced {} pairs to rank {}", q, got[size_t(q)], comm_->rank());
+  const std::span<const int64_t> sent(sent_rows), got(got_rows);
   const int64_t R = std::accumulate(got.begin(), got.end(), int64_t(0));
   DSI_RETURN_IF_ERROR(grow(X.xs, size_t(P * bx), "expert dispatch inputs"));
   if (fp8) {
@@ -149,7 +129,9 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   const int64_t shared_inter = L.shared ? L.shared->w1.rows : 0;
   const int64_t served_chunk = std::max<int64_t>(ops::cuda::moe_chunk_tokens(mode, R, ex.experts, 1), 1);
   const int64_t own_chunk = std::max<int64_t>(ops::cuda::moe_chunk_tokens(mode, T, E, k), 1);
+  const void* ws_before = X.ws.pos_of();
   DSI_RETURN_IF_ERROR(X.ws.reserve(std::max(served_chunk, own_chunk), k, D, std::max(ex.inter, shared_inter), ex.experts));
+  if (X.ws.pos_of() != ws_before) ++scratch_gen_;  // the workspace moved: captured graphs hold its old pointers
   const float* xin = X.xr.as<float>();
   if (fp8) {
     DSI_RETURN_IF_ERROR(grow(X.xr32, size_t(R * D), "expert dispatch inputs"));
@@ -195,8 +177,71 @@ Status CudaForward::moe_exchange(int64_t l, const float* x, int64_t T, const int
   }
   DSI_RETURN_IF_ERROR(moe_shared_and_combine(l, x, T, own_chunk, yin, pos_of, rw, X.shy, X.ws, out));
   DSI_RETURN_IF_ERROR(mark("moe_shared", l, false));
-  core_.traffic_.bytes += N * int64_t(sizeof(int64_t)) + P * int64_t(sizeof(int32_t)) + P * bx + R * by;
-  core_.traffic_.calls += 4;
+  core_.traffic_.bytes += (fixed ? 0 : N * int64_t(sizeof(int64_t))) + P * int64_t(sizeof(int32_t)) + P * bx + R * by;
+  core_.traffic_.calls += fixed ? 3 : 4;
+  return Status::ok();
+}
+
+Status CudaForward::plan_exchange(const int32_t* ridx, int64_t T, int64_t& P, std::vector<int64_t>& sent,
+                                  std::vector<int64_t>& got) {
+  ExchangeScratch& X = *xchg_;
+  const int32_t N = comm_->world();
+  const int64_t k = cfg_.num_experts_per_tok, E = cfg_.n_routed_experts;
+  auto* cs = static_cast<cudaStream_t>(stream_);
+  sent.clear();
+  got.clear();
+  const std::vector<int64_t>& rank_tokens = core_.dp_rank_tokens_;
+  if (!rank_tokens.empty()) {
+    // Rank p may send all of its T_p x k pairs to any one rank, so each of its segments holds T_p x k pairs (the
+    // padding: expert -1, which the MoE kernels skip). The sizes follow from the step's per-rank token counts (the
+    // same on every rank); the pairs are planned on the device.
+    if (rank_tokens.size() != size_t(N) || rank_tokens[size_t(comm_->rank())] != T)
+      return Status::errorf("expert dispatch: rank {} has {} tokens, the step's per-rank counts ({} ranks) say {}",
+                            comm_->rank(), T, rank_tokens.size(),
+                            size_t(comm_->rank()) < rank_tokens.size() ? rank_tokens[size_t(comm_->rank())] : -1);
+    if (N > detail::kDpDispatchMaxRanks)
+      return Status::errorf("expert dispatch: {} ranks (the device plan takes up to {})", N,
+                            detail::kDpDispatchMaxRanks);
+    const int64_t cap = T * k;
+    P = N * cap;
+    sent.assign(size_t(N), cap);
+    for (int64_t t : rank_tokens) got.push_back(t * k);
+    DSI_RETURN_IF_ERROR(grow(X.meta_dev, size_t(2 * P + T * k), "expert dispatch plan"));
+    detail::launch_dp_dispatch_plan(ridx, T, int32_t(k), int32_t(E), N, cap, X.meta_dev.data(),
+                                    X.meta_dev.data() + P, X.meta_dev.data() + 2 * P, stream_);
+    DSI_CUDA_TRY(cudaGetLastError());
+  } else {
+    X.idx.resize(size_t(T * k));
+    if (T > 0) {
+      DSI_CUDA_TRY(cudaMemcpyAsync(X.idx.data(), ridx, size_t(T * k) * sizeof(int32_t), cudaMemcpyDeviceToHost, cs));
+      DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+    }
+    DSI_ASSIGN_OR_RETURN(const parallel::DispatchPlan plan, parallel::plan_dispatch(X.idx, k, E, N));
+    P = plan.pairs();
+    X.meta.assign(plan.send_token.begin(), plan.send_token.end());
+    X.meta.insert(X.meta.end(), plan.send_expert.begin(), plan.send_expert.end());
+    X.meta.insert(X.meta.end(), plan.pos_of.begin(), plan.pos_of.end());
+    DSI_RETURN_IF_ERROR(grow(X.meta_dev, X.meta.size(), "expert dispatch plan"));
+    if (!X.meta.empty())
+      DSI_CUDA_TRY(cudaMemcpyAsync(X.meta_dev.data(), X.meta.data(), X.meta.size() * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, cs));
+    X.counts.assign(size_t(2 * N), 0);
+    std::copy(plan.send_count.begin(), plan.send_count.end(), X.counts.begin());
+    DSI_RETURN_IF_ERROR(grow(X.counts_dev, size_t(2 * N), "expert dispatch counts"));
+    DSI_CUDA_TRY(cudaMemcpyAsync(X.counts_dev.data(), X.counts.data(), size_t(N) * sizeof(int64_t),
+                                 cudaMemcpyHostToDevice, cs));
+    const std::vector<size_t> eight(size_t(N), sizeof(int64_t));
+    DSI_RETURN_IF_ERROR(comm_->all_to_all_v(X.counts_dev.data(), eight, X.counts_dev.data() + N, eight, stream_));
+    DSI_CUDA_TRY(cudaMemcpyAsync(X.counts.data() + N, X.counts_dev.data() + N, size_t(N) * sizeof(int64_t),
+                                 cudaMemcpyDeviceToHost, cs));
+    DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+    for (int32_t q = 0; q < N; ++q)
+      if (X.counts[size_t(N + q)] < 0 || X.counts[size_t(N + q)] > int64_t(1) << 30)
+        return Status::errorf("expert dispatch: rank {} announced {} pairs to rank {}", q, X.counts[size_t(N + q)],
+                              comm_->rank());
+    sent.assign(plan.send_count.begin(), plan.send_count.end());
+    got.assign(X.counts.begin() + N, X.counts.end());
+  }
   return Status::ok();
 }
 

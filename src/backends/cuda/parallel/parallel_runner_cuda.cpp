@@ -8,6 +8,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <map>
 #include <mutex>
 
 #include "backends/cuda/parallel/group_graphs.h"
@@ -15,6 +17,7 @@
 #include "backends/cuda/runner/cuda_runner.h"
 #include "backends/cuda/runner/cuda_runner_impl.h"
 #include "backends/cuda/runner/host_tier_cuda.h"
+#include "backends/cuda/step/step_plan.h"
 #include "cuda/cuda_common.h"
 #include "model/tensor_table.h"
 #include "model/weights_v41.h"
@@ -73,15 +76,16 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   int32_t state_ranks() const override { return dp_ ? int32_t(shards_.size()) : 1; }
   Status bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks, int64_t max_len) override;
   Status step(const scheduler::BatchPlan& plan, std::vector<float>& logits) override;
-  // DP attention: each rank's logits stay on its GPU; the engine samples on the host from step()'s rows.
-  bool supports_device_sampling() const override { return !dp_; }
-  // Shard 0 alone computes logits and samples. With asynchronous steps no shard waits for its device work; without,
-  // the other shards wait for theirs (their stream is idle between steps, as EPLB's reloads need).
+  // Device sampling in every layout. EP / TP: shard 0 alone computes logits and samples. DP attention: each rank
+  // samples its own sequences' rows on its GPU (begin_dp_sampled_step and the two after it), so no logits come to
+  // the host. With asynchronous steps no shard waits for its device work; without, EP / TP's other shards wait for
+  // theirs (their stream is idle between steps, as EPLB's reloads need).
+  bool supports_device_sampling() const override { return true; }
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override {
-    if (dp_) return Status::error("parallel runner: device sampling is not implemented with DP attention");
     if (!plan.token_fills.empty() && !async_)
       return Status::error("parallel runner: token fills without asynchronous steps");
     DSI_RETURN_IF_ERROR(before_step());
+    if (dp_) return begin_dp_sampled_step(plan);
     return checked(pool_.run([&](int32_t r) {
       DSI_RETURN_IF_ERROR(inject(r));
       std::vector<float> unused;
@@ -89,16 +93,23 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
     }));
   }
   Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override {
+    if (dp_) {
+      DSI_RETURN_IF_ERROR(launch_sample_rows(rows));
+      return wait_sample_rows(out);
+    }
     return on_first([&](CudaRunner& s) { return s.sample_rows(rows, out); });
   }
-  // Asynchronous steps (docs/multi_gpu.md "Asynchronous steps at N > 1"): EP and TP whose ranks share one GPU
-  // (in-process communicator) without EPLB. Shard 0 samples; the other shards' token fills read its ids on the
-  // device after its sampling's event (CudaRunner::set_token_source), so no rank waits for the device in a step.
+  // Asynchronous steps (docs/multi_gpu.md "Asynchronous steps at N > 1"): ranks sharing one GPU (in-process
+  // communicator) without EPLB. EP / TP: shard 0 samples; the other shards' token fills read its ids on the device
+  // after its sampling's event (CudaRunner::set_token_source). DP: each rank fills its sequences' tokens from its
+  // own sampling. No rank waits for the device in a step.
   bool supports_async_steps() const override { return async_; }
   Status launch_sample_rows(const sampling::PackedRows& rows) override {
+    if (dp_) return launch_dp_sample_rows(rows);
     return on_first([&](CudaRunner& s) { return s.launch_sample_rows(rows); });
   }
   Status wait_sample_rows(std::vector<ops::SampleRowOut>& out) override {
+    if (dp_) return wait_dp_sample_rows(out);
     return on_first([&](CudaRunner& s) { return s.wait_sample_rows(out); });
   }
   Status bind_snapshots(int32_t n) override;
@@ -196,6 +207,26 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   Status inject(int32_t r) { return fault_.hits_step(r, steps_ - 1) ? fault_.fire(steps_ - 1) : Status::ok(); }
 
   Status copy_replicated_state(std::span<const cache::StateCopy> copies);  // EP / TP: copy_state
+  // DP attention, ranks sharing one GPU: every rank's token count in the split step, which sizes the
+  // fixed-capacity exchange (expert_exchange_cuda.cpp: no count goes through the host). Empty (the exchange of
+  // counts) over NCCL, on several GPUs, or with DSINFER_DP_EXCHANGE=counts.
+  void set_rank_tokens() {
+    rank_tokens_.clear();
+    group_key_ = -1;
+    if (!fixed_exchange_) return;
+    for (const scheduler::BatchPlan& p : split_.plans) rank_tokens_.push_back(p.num_tokens());
+    group_key_ = dp_group_key();
+  }
+  int64_t dp_group_key();
+  // Every rank's part of a DP step: its token counts (the exchange's capacities) and the group's graph key.
+  void set_dp_step(int32_t r) {
+    shards_[size_t(r)]->set_dp_rank_tokens(rank_tokens_);
+    shards_[size_t(r)]->set_dp_group_key(group_key_);
+  }
+  // DP attention's device sampling: every rank its part of the plan and of the rows, on its own GPU.
+  Status begin_dp_sampled_step(const scheduler::BatchPlan& plan);
+  Status launch_dp_sample_rows(const sampling::PackedRows& rows);
+  Status wait_dp_sample_rows(std::vector<ops::SampleRowOut>& out);
   // Graphs of the whole group's decode steps (EP and TP with the ranks on one GPU, in-process: group_graphs.h),
   // dropped where a shard would drop its own (new state, a rebalance).
   Status enable_group_graphs();
@@ -245,6 +276,20 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   // block ids each rank holds, and the snapshot (on rank 0's GPU) and host-tier pools every rank shares.
   std::vector<std::vector<float>> out_;
   runner::RankPlans split_;
+  // DP device sampling: each rank's rows of a launch, and where every row of each launch not yet waited for went
+  // (oldest first: at most two) and of the latest launch (its ids feed the next step's token fills).
+  std::vector<sampling::PackedRows> rank_rows_;
+  std::deque<std::vector<runner::RankRow>> launched_;
+  std::vector<runner::RankRow> last_launch_;
+  std::vector<std::vector<ops::SampleRowOut>> rank_out_;
+  bool fixed_exchange_ = false;  // init: DP ranks sharing one GPU
+  std::vector<int64_t> rank_tokens_;
+  // DP group graphs: the step's key (-1: eager), one id per shape of the whole group (every rank's tokens and
+  // sequences), and the bound state's layout and length (fixed_shape_step).
+  int64_t group_key_ = -1;
+  std::map<std::vector<int64_t>, int64_t> group_keys_;
+  cache::StateLayout state_layout_;
+  int64_t max_len_ = 0;
   int32_t slots_per_rank_ = 0, blocks_per_rank_ = 0;
   int64_t slot_bytes_ = 0, block_bytes_ = 0;
   cuda::DeviceBuffer<uint8_t> snapshots_;
@@ -256,6 +301,8 @@ Status ParallelRunner::bind_state(const cache::StateLayout& layout, int32_t num_
                                   int64_t max_len) {
   slot_bytes_ = layout.slot_bytes;
   block_bytes_ = layout.block_bytes;
+  state_layout_ = layout;
+  max_len_ = max_len;
   DSI_RETURN_IF_ERROR(drop_group_graphs());
   if (!dp_) return all([&](CudaRunner& s) { return s.bind_state(layout, num_slots, num_blocks, max_len); });
   const int32_t n = int32_t(shards_.size());
@@ -277,9 +324,11 @@ Status ParallelRunner::step(const scheduler::BatchPlan& plan, std::vector<float>
     }));
   DSI_RETURN_IF_ERROR(runner::split_plan_by_rank(plan, int32_t(shards_.size()), slots_per_rank_, blocks_per_rank_,
                                                  split_));
+  set_rank_tokens();
   // Every rank runs a step, one without sequences too: it serves the routed pairs its experts are sent.
   DSI_RETURN_IF_ERROR(checked(pool_.run([&](int32_t r) {
     DSI_RETURN_IF_ERROR(inject(r));
+    set_dp_step(r);
     return shards_[size_t(r)]->step(split_.plans[size_t(r)], out_[size_t(r)]);
   })));
   const size_t V = size_t(cfg_.vocab_size);
@@ -287,6 +336,72 @@ Status ParallelRunner::step(const scheduler::BatchPlan& plan, std::vector<float>
   for (size_t r = 0; r < shards_.size(); ++r)
     for (size_t i = 0; i < split_.rows[r].size(); ++i)
       std::copy_n(out_[r].data() + i * V, V, logits.data() + size_t(split_.rows[r][i]) * V);
+  return Status::ok();
+}
+
+// DP attention with the group's decode graphs (DSINFER_GROUP_GRAPHS=1, ranks sharing one GPU): a step is graphed when
+// every rank with tokens runs a fixed-shape (decode) step; its key names the whole group's shape (every rank's
+// tokens and sequences: the exchange's capacities and every rank's forward follow from it), the same on every rank.
+int64_t ParallelRunner::dp_group_key() {
+  if (!group_graphs_) return -1;
+  std::vector<int64_t> shape;
+  bool any = false;
+  for (const scheduler::BatchPlan& p : split_.plans) {
+    if (p.num_tokens() > 0 && !fixed_shape_step(p, state_layout_, max_len_)) return -1;
+    any = any || p.num_tokens() > 0;
+    shape.push_back(p.num_tokens());
+    shape.push_back(p.num_seqs());
+  }
+  if (!any) return -1;
+  const auto [it, fresh] = group_keys_.emplace(std::move(shape), int64_t(group_keys_.size()));
+  return it->second;
+}
+
+// DP attention with device sampling: each rank runs its part of the plan (its token fills mapped to the rows its own
+// previous sampling produced: a sequence never changes rank) and keeps its logits on its GPU.
+Status ParallelRunner::begin_dp_sampled_step(const scheduler::BatchPlan& plan) {
+  DSI_RETURN_IF_ERROR(runner::split_plan_by_rank(plan, int32_t(shards_.size()), slots_per_rank_, blocks_per_rank_,
+                                                 split_, last_launch_));
+  set_rank_tokens();
+  return checked(pool_.run([&](int32_t r) {
+    DSI_RETURN_IF_ERROR(inject(r));
+    set_dp_step(r);
+    return shards_[size_t(r)]->begin_sampled_step(split_.plans[size_t(r)]);
+  }));
+}
+
+// Every rank launches a sampling, of no rows too (its outstanding samplings then stay in step with the others'):
+// each rank's rows of the last begun step, on its stream.
+Status ParallelRunner::launch_dp_sample_rows(const sampling::PackedRows& rows) {
+  DSI_RETURN_IF_ERROR(health());
+  if (launched_.size() >= 2) return Status::error("parallel runner: two samplings are outstanding already");
+  std::vector<runner::RankRow> where;
+  DSI_RETURN_IF_ERROR(runner::split_sample_rows(rows, split_, rank_rows_, where));
+  DSI_RETURN_IF_ERROR(
+      checked(pool_.run([&](int32_t r) { return shards_[size_t(r)]->launch_sample_rows(rank_rows_[size_t(r)]); })));
+  last_launch_ = where;
+  launched_.push_back(std::move(where));
+  return Status::ok();
+}
+
+// The oldest launch: every rank's results, back in the order of the launch's rows.
+Status ParallelRunner::wait_dp_sample_rows(std::vector<ops::SampleRowOut>& out) {
+  out.clear();
+  DSI_RETURN_IF_ERROR(health());
+  if (launched_.empty()) return Status::error("parallel runner: wait_sample_rows with no sampling launched");
+  rank_out_.resize(shards_.size());
+  DSI_RETURN_IF_ERROR(
+      checked(pool_.run([&](int32_t r) { return shards_[size_t(r)]->wait_sample_rows(rank_out_[size_t(r)]); })));
+  const std::vector<runner::RankRow> where = std::move(launched_.front());
+  launched_.pop_front();
+  out.resize(where.size());
+  for (size_t i = 0; i < where.size(); ++i) {
+    const std::vector<ops::SampleRowOut>& got = rank_out_[size_t(where[i].rank)];
+    if (size_t(where[i].row) >= got.size())
+      return Status::errorf("parallel runner: rank {} returned {} sampled rows, row {} missing", where[i].rank,
+                            got.size(), where[i].row);
+    out[i] = got[size_t(where[i].row)];
+  }
   return Status::ok();
 }
 
@@ -500,30 +615,36 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
     shards_[size_t(r)] = std::move(shard);
     return Status::ok();
   })));
+  // DP's exchange without host counts (expert_exchange_cuda.cpp) on ranks sharing one GPU, whose all-to-all stays on
+  // the device (inproc_comm.h); DSINFER_DP_EXCHANGE=counts keeps the exchange of counts through the host (to compare).
+  const char* x = std::getenv("DSINFER_DP_EXCHANGE");
+  fixed_exchange_ = dp_ && access_ && access_->shared_device_ranks() >= n && !(x && std::string(x) == "counts");
   DSI_RETURN_IF_ERROR(enable_async_steps());
   return enable_group_graphs();
 }
 
-// Asynchronous steps at N > 1 for EP and TP whose ranks share one GPU through the in-process communicator: the
-// device all-reduce never waits on the host, and shard 0's sampled ids are on the GPU every shard runs on. Off with
-// DP attention (host sampling of the gathered rows), with EPLB (a rebalance rewrites expert slots between steps,
-// which needs the previous step finished), and over NCCL or several GPUs (the ids would cross GPUs: a peer copy,
-// not checked without a machine of several GPUs).
+// Asynchronous steps at N > 1 for ranks sharing one GPU through the in-process communicator. EP and TP: the device
+// all-reduce never waits on the host, and shard 0's sampled ids are on the GPU every shard runs on. DP attention:
+// each rank samples its own sequences and fills their next tokens from its own ids (its exchange still brings each
+// MoE layer's pair counts to the host, which then waits inside the step, but the steps stay in order on each
+// stream). Off with EPLB (a rebalance rewrites expert slots between steps, which needs the previous step finished),
+// and over NCCL or several GPUs (EP / TP: the ids would cross GPUs, a peer copy; DP would need no peer copy but has
+// not run on several GPUs: none is lent).
 Status ParallelRunner::enable_async_steps() {
   const int32_t n = int32_t(shards_.size());
-  if (dp_ || eplb_ || !access_ || access_->shared_device_ranks() < n) return Status::ok();
-  for (int32_t r = 1; r < n; ++r) shards_[size_t(r)]->set_token_source(shards_[0].get());
+  if (eplb_ || !access_ || access_->shared_device_ranks() < n) return Status::ok();
+  for (int32_t r = 1; r < n && !dp_; ++r) shards_[size_t(r)]->set_token_source(shards_[0].get());
   async_ = true;
   return Status::ok();
 }
 
-// Decode graphs at N > 1 (docs/multi_gpu.md "CUDA graphs at N > 1"): for EP and TP whose ranks share one GPU
-// through the in-process communicator (its all-reduce then never waits on the host). DP attention's exchange
-// reads pair counts on the host and NCCL's capture is unchecked (no machine with two GPUs): both stay eager.
+// Decode graphs at N > 1 (docs/multi_gpu.md "CUDA graphs at N > 1"): for EP, TP and DP whose ranks share one GPU
+// through the in-process communicator (its all-reduce and all-to-all then never wait on the host; DP with the
+// fixed-capacity exchange, whose sizes the host knows). NCCL's capture is unchecked (no machine with two GPUs): eager.
 // DSINFER_GROUP_GRAPHS=1 turns them on (DSINFER_CUDA_GRAPHS=0: every decode graph off).
 Status ParallelRunner::enable_group_graphs() {
   const int32_t n = int32_t(shards_.size());
-  if (dp_ || !access_ || access_->shared_device_ranks() < n) return Status::ok();
+  if ((dp_ && !fixed_exchange_) || !access_ || access_->shared_device_ranks() < n) return Status::ok();
   // Opt-in: GpuGroupGraphs checked the capture on the H200 (session 16, bit for bit against eager and one rank), and
   // the --gpus 2 bench measured no gain from it (bench/NOTES.md, session 16 review).
   if (const char* g = std::getenv("DSINFER_GROUP_GRAPHS"); !g || std::string(g) != "1") return Status::ok();

@@ -59,6 +59,9 @@ struct RunnerCore {
   // DP attention + EP (set by the ParallelRunner): this shard runs its own sequences only; each MoE layer sends
   // its tokens' routed pairs to the experts' ranks and combines what comes back (CudaForward::moe_exchange).
   bool dp_ = false;
+  // DP attention on ranks sharing one GPU: every rank's token count in the step (the ParallelRunner's split), which
+  // sizes the fixed-capacity exchange; empty: the exchange of counts through the host (expert_exchange_cuda.cpp).
+  std::vector<int64_t> dp_rank_tokens_;
   // TP attention + EP (set by the ParallelRunner; ep_rank_ / ep_size_ are the TP rank / size): this shard runs the
   // query heads of its output groups (CudaForward::head_groups), the state and every other op replicated.
   bool tp_ = false;
@@ -147,8 +150,13 @@ class CudaForward {
   // tokens x [T, D] with routing ridx (global ids) / rw [T, k] into out [T, D]. Every routed pair goes to its
   // expert's rank and its output comes back (all_to_all_v on the shard's communicator); the token's rank adds the
   // outputs in top-k order and its shared expert with moe_cuda's own combine, so with --batch-invariant the result
-  // is the one-rank result bit for bit. Synchronises the stream (the pair counts go through the host).
+  // is the one-rank result bit for bit. Synchronises the stream (the pair counts go through the host), except at a
+  // fixed capacity (RunnerCore::dp_rank_tokens_ set: ranks sharing one GPU), where nothing waits for the device.
   Status moe_exchange(int64_t l, const float* x, int64_t T, const int32_t* ridx, const float* rw, float* out);
+  // Its first part: the pairs of the routing ridx [T, k] planned per destination rank into the scratch's plan
+  // (send_token [P], send_expert [P], pos_of [T * k]), the pair rows sent to and received from each rank.
+  Status plan_exchange(const int32_t* ridx, int64_t T, int64_t& P, std::vector<int64_t>& sent,
+                       std::vector<int64_t>& got);
   // EP (replicated tokens) under --batch-invariant (expert_slots_cuda.cpp, docs/multi_gpu.md): each rank computes
   // its experts' outputs of the (token, top-k slot) pairs into a [T, k, D] buffer that is zero in the other ranks'
   // slots, the all-reduce sums it (x + 0 = x exactly), and every rank adds the slots in top-k order and the shared

@@ -168,14 +168,20 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const int64_t T = plan.num_tokens(), R = compute_logits_ ? plan.num_logits() : 0;
   const int64_t V = cfg_.vocab_size;
   hidden_view_ = {};
-  if (T == 0) return dp_ ? fwd_->serve_experts() : Status::ok();  // DP: the other ranks' pairs still come here
+  // DP attention: a step without tokens still serves the other ranks' pairs, inside the group's graph when the
+  // group's step is graphed (every rank's stream is in the one capture).
+  const bool dp_graph = dp_ && dp_group_key_ >= 0 && group_graphs_ && graphs_enabled_ && !timer_.enabled();
+  if (T == 0 && dp_graph)
+    return group_graphs_->launch(dp_group_key_, scratch_gen_, stream_, [&] { return fwd_->serve_experts(); });
+  if (T == 0) return dp_ ? fwd_->serve_experts() : Status::ok();
   DSI_RETURN_IF_ERROR(fwd_->check_plan(plan));
   // A decode step, or a verify step of the same 1 + k tokens per sequence, replays a CUDA graph of its shape. It
   // is laid out for max_model_len (split counts and scratch follow max_pos) whether or not it is graphed, so graphs
   // on or off (DSINFER_CUDA_GRAPHS, per-op timing) compute the same bits. On one rank it runs padded to its graph
   // bucket: the padding sequences come after the plan's, so the first T tokens and R logits rows are the plan's.
   const bool fixed = fixed_shape_step(plan, layout_, max_model_len_);
-  const bool graph = fixed && graphs_enabled_ && !timer_.enabled();
+  const bool graph = dp_ ? dp_graph : fixed && graphs_enabled_ && !timer_.enabled();
+  if (dp_graph && !fixed) return Status::error("cuda runner: a DP group graph step of a shape that is not fixed");
   const int64_t bucket = fixed ? graph_bucket_seqs(plan.num_seqs()) : plan.num_seqs();
   const bool pad = pad_.slot >= 0 && !dp_ && !tp_ && bucket > plan.num_seqs();
   if (pad) pad_fixed_step(plan, bucket, pad_, layout_.block_size, pad_table_, padded_);
@@ -190,8 +196,8 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const ops::StepDevice st = step_device(layout, plan_.device());
   const int32_t* rows = logits_rows(layout, plan_.device());
   if (graph && group_graphs_)
-    DSI_RETURN_IF_ERROR(group_graphs_->launch(graph_key(run_T, run_plan.num_seqs()), scratch_gen_, stream_,
-                                              [&] { return fwd_->run(st, rows, run_R); }));
+    DSI_RETURN_IF_ERROR(group_graphs_->launch(dp_ ? dp_group_key_ : graph_key(run_T, run_plan.num_seqs()),
+                                              scratch_gen_, stream_, [&] { return fwd_->run(st, rows, run_R); }));
   else if (graph)
     DSI_RETURN_IF_ERROR(graphs_.launch(graph_key(run_T, run_plan.num_seqs()), scratch_gen_, stream_,
                                        [&] { return fwd_->run(st, rows, run_R); }));

@@ -68,6 +68,11 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // DP attention + EP (docs/multi_gpu.md "DP attention"): this shard runs its own sequences (a step without
   // tokens still serves its experts to the other ranks), every MoE layer exchanges routed pairs with the others.
   void set_data_parallel(bool on) { dp_ = on; }
+  // DP attention on ranks sharing one GPU, before each step: every rank's token count (RunnerCore::dp_rank_tokens_).
+  void set_dp_rank_tokens(const std::vector<int64_t>& tokens) { dp_rank_tokens_ = tokens; }
+  // DP attention with the group's decode graphs, before each step: the group's shape key (every rank's decode
+  // shape; the same on every rank) or -1 (the step runs eagerly on every rank).
+  void set_dp_group_key(int64_t key) { dp_group_key_ = key; }
   // TP attention + EP (RunnerCore::tp_): this shard runs the query heads of its wo_a output groups.
   void set_tensor_parallel(bool on) { tp_ = on; }
   // A group graphed as a whole (ranks sharing one GPU, in-process communicator): this shard's graph steps go
@@ -160,6 +165,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   bool graphs_env_ = true;        // DSINFER_CUDA_GRAPHS is not 0
   DecodeGraphs graphs_;
   GroupStepGraphs* group_graphs_ = nullptr;  // set_group_graphs
+  int64_t dp_group_key_ = -1;                 // set_dp_group_key
   const CudaRunner* token_src_ = nullptr;    // set_token_source
   std::vector<int64_t> graph_capture_layers_;  // the tapped layers whose copies the capturing decode graphs hold
   // Graph buckets (step_plan.h graph_bucket_seqs): on one rank, a fixed-shape step runs padded to its bucket, graphed
