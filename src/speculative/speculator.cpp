@@ -191,7 +191,6 @@ bool Speculator::one_wait_round(const BatchPlan& plan, const scheduler::Schedule
 Status Speculator::round(const BatchPlan& plan, std::vector<StepOutput>& out) {
   out.clear();
   ++metrics_.steps;
-  const auto t0 = std::chrono::steady_clock::now();
   std::vector<RoundItem> items;
   for (const SeqPlan& sp : plan.seqs) {
     const int32_t L = sp.num_spec_tokens;
@@ -223,9 +222,17 @@ Status Speculator::round(const BatchPlan& plan, std::vector<StepOutput>& out) {
   }
   gate_.spent(int64_t(plan.seqs.size()), rows, tokens, cost_);
   round_.active = true;
-  metrics_.one_wait_rounds += 1;
-  metrics_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics_.one_wait_rounds += 1;  // no draft_seconds: the drafter's part of the round is not timed apart from the verify
   return Status::ok();
+}
+
+void Speculator::take_round_proposals(const std::vector<ProposeItem>& items, std::vector<Proposal>& props) {
+  for (size_t j = 0; j < items.size(); ++j) {
+    props[j] = std::move(round_.results[j].proposal);
+    props[j].tokens.resize(size_t(items[j].num_drafts));
+    props[j].confidence_logits.resize(props[j].tokens.size());
+  }
+  metrics_.one_wait_proposals += 1;
 }
 
 bool Speculator::round_usable(const std::vector<ProposeItem>& items, size_t planned) const {
@@ -337,13 +344,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   gate_drafting(items, scheduled, num_seqs);
   std::vector<Proposal> props(items.size());
   if (round_usable(items, decoding.size() == plan.seqs.size() ? plan.seqs.size() : 0)) {
-    // The one-wait round ingested these positions and proposed after the same anchors already (round()).
-    for (size_t j = 0; j < items.size(); ++j) {
-      props[j] = std::move(round_.results[j].proposal);
-      props[j].tokens.resize(size_t(items[j].num_drafts));
-      props[j].confidence_logits.resize(props[j].tokens.size());
-    }
-    metrics_.one_wait_proposals += 1;
+    take_round_proposals(items, props);  // the one-wait round ingested and proposed after the same anchors already
   } else {
     // A round whose proposals do not fit what the host decided after it (a sequence finished, the gate stopped, the
     // request's last tokens) proposes again; its ingest of the same positions writes the same rows again.

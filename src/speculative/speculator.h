@@ -100,6 +100,7 @@ class Speculator {
   void count_round(int32_t L, int64_t emitted);
   // draft()'s items match the last round()'s (`planned`: the plan's sequences when all still decode, else 0).
   bool round_usable(const std::vector<ProposeItem>& items, size_t planned) const;
+  void take_round_proposals(const std::vector<ProposeItem>& items, std::vector<Proposal>& props);
   void count_calibration(const SeqDraft& d, int32_t verified, int32_t accepted);
   // The cost-model schedule of draft(): which items draft at all (num_drafts = 0 where drafting does not pay), and
   // after proposing, the greedy sequences' common verify length.
