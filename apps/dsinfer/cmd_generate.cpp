@@ -453,6 +453,9 @@ int cmd_generate(int argc, char** argv) {
                  sm.scheduled_rounds ? double(sm.scheduled_verify_length) / double(sm.scheduled_rounds) : 0.0);
     std::fprintf(stderr, "         gate probes %lld, steps at rest %lld, step graphs captured %lld\n",
                  (long long)sm.gate_probes, (long long)sm.rest_steps, (long long)sm.graphs_captured);
+    if (sm.one_wait_rounds > 0)
+      std::fprintf(stderr, "         one-wait rounds %lld, their proposals used %lld\n", (long long)sm.one_wait_rounds,
+                   (long long)sm.one_wait_proposals);
   }
   const PrefixCacheMetrics pm = engine->stats().prefix_cache;
   if (pm.mode != "off")

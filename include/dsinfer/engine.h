@@ -154,6 +154,9 @@ struct SpeculativeMetrics {
   // The gate (speculative/spec_gate.h): probes taken after rest, plain steps taken at rest; the runner's step graphs
   // captured over the run (switching between rest and drafting must not recapture them).
   int64_t gate_probes = 0, rest_steps = 0, graphs_captured = 0;
+  // One-wait rounds (verify, acceptance and the next proposal with one host wait), and how many of their proposals
+  // were used (the others were proposed again after the host's bookkeeping).
+  int64_t one_wait_rounds = 0, one_wait_proposals = 0;
   double mean_accepted_length() const { return rounds ? double(emitted_tokens) / double(rounds) : 0.0; }
 };
 

@@ -213,9 +213,11 @@ Status Engine::step_sync(bool rest) {
   const auto t0 = std::chrono::steady_clock::now();
   std::future<Status> masks = start_bitmasks(plan);
   const bool masked = masks.valid();
+  // Speculation's one-wait round: the verify step's logits stay on the device, where the drafter accepts and drafts.
+  const bool one_wait = spec_ && !rest && !device_sampling && !masked && spec_->one_wait_round(plan, *sched_, structured_.get());
   Status ran = runner_->copy_state(plan.state_copies);  // prefix-cache hits: restore / replay setup
-  if (ran && device_sampling) logits_.clear();
-  if (ran) ran = device_sampling ? runner_->begin_sampled_step(plan) : runner_->step(plan, logits_);
+  if (ran && (device_sampling || one_wait)) logits_.clear();
+  if (ran) ran = device_sampling || one_wait ? runner_->begin_sampled_step(plan) : runner_->step(plan, logits_);
   if (masked) DSI_RETURN_IF_ERROR(masks.get());
   DSI_RETURN_IF_ERROR(ran);
   const int64_t V = model_config().vocab_size;
@@ -227,6 +229,8 @@ Status Engine::step_sync(bool rest) {
     DSI_RETURN_IF_ERROR(runner_->sample_rows(rows_, device_samples_));
     DSI_RETURN_IF_ERROR(scheduler::collect_device_samples(plan, device_samples_, outputs_, nonfinite_));
     for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
+  } else if (one_wait) {
+    DSI_RETURN_IF_ERROR(spec_->round(plan, outputs_));
   } else if (spec_ && !rest) {
     DSI_RETURN_IF_ERROR(spec_->sample(plan, logits_, eos, sampler_, outputs_, mask, structured_.get()));
   } else {

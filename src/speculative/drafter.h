@@ -61,6 +61,27 @@ struct Proposal {
   std::vector<float> confidence_logits;  // raw c_k per draft (empty without a confidence head)
 };
 
+// The one-wait round (Drafter::verify_and_propose): a decoding sequence of the verify step just launched, all of
+// whose rows draw greedily from unprocessed logits. Its verify rows are logits rows logits_row .. logits_row +
+// drafts.size() of that step; its committed positions start at start_pos, capture row `row` (SeqPlan::token_offset).
+struct RoundItem {
+  int32_t slot = -1;
+  int64_t start_pos = 0;
+  int32_t logits_row = 0;
+  int32_t row = 0;
+  std::span<const int32_t> drafts;  // the drafts the step verifies
+  int64_t context_start = 0;        // of the next proposal (ProposeItem::context_start)
+};
+
+// What the round computed for one RoundItem: the greedy acceptance (tokens = the accepted drafts, then the target's
+// token after them: Sampler::sample's greedy tokens of the rows), and a whole block of drafts (DSpark's block size,
+// with the confidence logits) after the new anchor tokens.back() at position start_pos + tokens.size().
+struct RoundResult {
+  int32_t accepted = 0;
+  std::vector<int32_t> tokens;
+  Proposal proposal;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -83,6 +104,16 @@ class Drafter {
   // round's graph); propose() and another ingest() run it too. The speculator calls it at the end of each draft(),
   // since the next step overwrites the captured hidden states an ingest reads.
   virtual Status flush() { return Status::ok(); }
+  // The one-wait round (docs/decisions.md, 2026-12-04): after the verify step was launched without a host wait
+  // (ModelRunner::begin_sampled_step), the acceptance on the device, then the ingest of each item's committed positions
+  // and the proposal after its new anchor, with one download and one host wait. Equal to sampling the rows greedily,
+  // ingest() of the committed positions and propose() of whole blocks with pick_argmax. Only drafters that say so.
+  virtual bool supports_round() const { return false; }
+  virtual Status verify_and_propose(std::span<const RoundItem> items, std::vector<RoundResult>& out) {
+    (void)items;
+    (void)out;
+    return Status::error("drafter: no one-wait round");
+  }
 };
 
 // CPU reference drafter of `cfg.method` for `num_slots` state-cache slots; weights from cfg.model_dir

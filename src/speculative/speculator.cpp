@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "sampling/spec_sampling.h"
 #include "scheduler/scheduler.h"
@@ -39,6 +41,9 @@ Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, 
       vocab_(vocab),
       cost_(std::move(cost)),
       gate_(size_t(std::max(cfg_.num_speculative_tokens, 0)), drafter_->resume_positions()) {
+  // DSINFER_SPEC_ONE_WAIT=0: every round verifies, then drafts, with a host wait each (the before/after switch).
+  const char* w = std::getenv("DSINFER_SPEC_ONE_WAIT");
+  one_wait_ = !(w && std::string(w) == "0");
   const size_t k = size_t(cfg_.num_speculative_tokens);
   metrics_.method = spec_method_name(drafter_->method());
   metrics_.trials_per_position.assign(k, 0);
@@ -136,19 +141,10 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
         };
       }
       sampling::verify_drafts(vi, sampler, logprobs_mode_, o.samples);
-      const int32_t acc = int32_t(o.samples.size()) - 1;
-      if (it != drafts_.end()) count_calibration(it->second, L, acc);
-      if (greedy) gate_.observe(L, acc);
-      for (int32_t k = 0; k < L && k <= acc && k < cfg_.num_speculative_tokens; ++k) {
-        metrics_.trials_per_position[size_t(k)] += 1;
-        if (k < acc) metrics_.accepted_per_position[size_t(k)] += 1;
-      }
-      metrics_.accepted_tokens += acc;
+      count_verified(sp, L, int32_t(o.samples.size()) - 1);
     }
     if (!sp.is_prefill) {
-      ++metrics_.rounds;
-      metrics_.emitted_tokens += int64_t(o.samples.size());
-      metrics_.verified_tokens += 1 + L;
+      count_round(L, int64_t(o.samples.size()));
       rounds += 1;
       tokens += int64_t(o.samples.size());
       rows = std::max(rows, 1 + L);
@@ -157,6 +153,98 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
   }
   gate_.spent(rounds, rows, tokens, cost_);
   return Status::ok();
+}
+
+void Speculator::count_verified(const SeqPlan& sp, int32_t L, int32_t acc) {
+  auto it = drafts_.find(sp.seq_id);
+  if (it != drafts_.end()) count_calibration(it->second, L, acc);
+  if (sp.params->greedy()) gate_.observe(L, acc);
+  for (int32_t k = 0; k < L && k <= acc && k < cfg_.num_speculative_tokens; ++k) {
+    metrics_.trials_per_position[size_t(k)] += 1;
+    if (k < acc) metrics_.accepted_per_position[size_t(k)] += 1;
+  }
+  metrics_.accepted_tokens += acc;
+}
+
+void Speculator::count_round(int32_t L, int64_t emitted) {
+  ++metrics_.rounds;
+  metrics_.emitted_tokens += emitted;
+  metrics_.verified_tokens += 1 + L;
+}
+
+bool Speculator::one_wait_round(const BatchPlan& plan, const scheduler::Scheduler& sched,
+                                structured::StructuredDecoding* sd) const {
+  if (!one_wait_ || !drafter_->supports_round() || plan.seqs.empty()) return false;
+  if (!cost_.empty() && !gate_.should_draft(next_step_seqs(sched), cost_)) return false;
+  for (const SeqPlan& sp : plan.seqs) {
+    if (sp.is_prefill || !sp.needs_logits || sched.seq_state(sp.seq_id) != scheduler::SeqState::Decoding) return false;
+    if (!plain_argmax(*sp.params, sp.output_tokens.size()) || sp.params->logprobs) return false;
+    if (sd && sd->matcher(sp.seq_id)) return false;
+    if (sp.num_spec_tokens > drafter_->max_drafts() || sp.num_new_tokens != 1 + sp.num_spec_tokens) return false;
+    auto c = context_.find(sp.seq_id);  // the drafter's context runs up to this step, whole (no gap to catch up)
+    if (c == context_.end() || c->second.ingested_end != sp.start_pos || sp.start_pos + 1 < c->second.ready_at)
+      return false;
+  }
+  return true;
+}
+
+Status Speculator::round(const BatchPlan& plan, std::vector<StepOutput>& out) {
+  out.clear();
+  ++metrics_.steps;
+  std::vector<RoundItem> items;
+  for (const SeqPlan& sp : plan.seqs) {
+    const int32_t L = sp.num_spec_tokens;
+    const auto drafts = std::span<const int32_t>(plan.token_ids.data() + sp.token_offset + sp.num_new_tokens - L, size_t(L));
+    items.push_back({sp.slot, sp.start_pos, sp.logits_row, sp.token_offset, drafts, context_.at(sp.seq_id).context_start});
+  }
+  round_ = Round{};
+  DSI_RETURN_IF_ERROR(drafter_->verify_and_propose(items, round_.results));
+  int64_t tokens = 0;
+  int32_t rows = 1;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const SeqPlan& sp = plan.seqs[i];
+    const RoundResult& r = round_.results[i];
+    StepOutput o;
+    o.plan_index = int32_t(i);
+    o.seq_id = sp.seq_id;
+    for (int32_t t : r.tokens) {
+      sampling::SampleResult x;
+      x.token = t;
+      o.samples.push_back(std::move(x));
+    }
+    const int32_t L = sp.num_spec_tokens;
+    if (L > 0) count_verified(sp, L, r.accepted);
+    count_round(L, int64_t(o.samples.size()));
+    tokens += int64_t(o.samples.size());
+    rows = std::max(rows, 1 + L);
+    round_.items.push_back({sp.slot, sp.start_pos + 1 + r.accepted, r.tokens.back(), 0, true, items[i].context_start});
+    out.push_back(std::move(o));
+  }
+  gate_.spent(int64_t(plan.seqs.size()), rows, tokens, cost_);
+  round_.active = true;
+  metrics_.one_wait_rounds += 1;  // no draft_seconds: the drafter's part of the round is not timed apart from the verify
+  return Status::ok();
+}
+
+void Speculator::take_round_proposals(const std::vector<ProposeItem>& items, std::vector<Proposal>& props) {
+  for (size_t j = 0; j < items.size(); ++j) {
+    props[j] = std::move(round_.results[j].proposal);
+    props[j].tokens.resize(size_t(items[j].num_drafts));
+    props[j].confidence_logits.resize(props[j].tokens.size());
+  }
+  metrics_.one_wait_proposals += 1;
+}
+
+bool Speculator::round_usable(const std::vector<ProposeItem>& items, size_t planned) const {
+  if (!round_.active || items.size() != round_.items.size() || planned != items.size()) return false;
+  for (size_t j = 0; j < items.size(); ++j) {
+    const ProposeItem& a = items[j];
+    const ProposeItem& b = round_.items[j];
+    if (a.slot != b.slot || a.anchor_pos != b.anchor_pos || a.anchor_token != b.anchor_token ||
+        a.context_start != b.context_start || a.num_drafts <= 0 || !a.pick_argmax)
+      return false;
+  }
+  return true;
 }
 
 void Speculator::forget_finished(const scheduler::Scheduler& sched) {
@@ -200,7 +288,6 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     ready[i] = note_ingest(sp.seq_id, sp.start_pos, n);
     if (st == scheduler::SeqState::Decoding) decoding.push_back(i);
   }
-  DSI_RETURN_IF_ERROR(drafter_->ingest(ingest, hidden));
 
   // 2. A block of drafts after each decoding sequence's last token, drawn from the request's processing of the
   //    draft logits with its own Philox stream.
@@ -256,10 +343,18 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
   gate_drafting(items, scheduled, num_seqs);
   std::vector<Proposal> props(items.size());
-  if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))
-    DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
-  DSI_RETURN_IF_ERROR(drafter_->flush());  // an ingest no propose took (nothing drafted this step)
-  props.resize(items.size());
+  if (round_usable(items, decoding.size() == plan.seqs.size() ? plan.seqs.size() : 0)) {
+    take_round_proposals(items, props);  // the one-wait round ingested and proposed after the same anchors already
+  } else {
+    // A round whose proposals do not fit what the host decided after it (a sequence finished, the gate stopped, the
+    // request's last tokens) proposes again; its ingest of the same positions writes the same rows again.
+    DSI_RETURN_IF_ERROR(drafter_->ingest(ingest, hidden));
+    if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))
+      DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
+    DSI_RETURN_IF_ERROR(drafter_->flush());  // an ingest no propose took (nothing drafted this step)
+    props.resize(items.size());
+  }
+  round_.active = false;
   std::vector<std::vector<float>> a(items.size());
   for (size_t j = 0; j < items.size(); ++j) {
     const bool greedy = plan.seqs[decoding[j]].params->greedy();

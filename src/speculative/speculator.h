@@ -66,6 +66,18 @@ class Speculator {
                std::span<const float> hidden, scheduler::Scheduler& sched,
                structured::StructuredDecoding* sd = nullptr);
 
+  // The one-wait round (docs/decisions.md, 2026-12-04; DSINFER_SPEC_ONE_WAIT=0 turns it off): true when this verify
+  // step can be verified and the next block proposed on the device with one host wait. Every sequence of the plan
+  // decodes, draws greedily from unprocessed logits without logprobs or a grammar, its drafter context is whole up to
+  // the step, the drafter can (Drafter::supports_round) and the gate would draft. The engine then launches the step
+  // without a download (ModelRunner::begin_sampled_step) and calls round() instead of sample(), then draft() as always.
+  bool one_wait_round(const scheduler::BatchPlan& plan, const scheduler::Scheduler& sched,
+                      structured::StructuredDecoding* sd) const;
+  // sample()'s outputs of a one-wait round (the same tokens: greedy acceptance of the same logits); the proposals wait
+  // for draft(), which uses them where the host's decisions after the step match the anchors they were proposed
+  // after, and proposes again otherwise.
+  Status round(const scheduler::BatchPlan& plan, std::vector<scheduler::StepOutput>& out);
+
   SpeculativeMetrics& metrics() { return metrics_; }
 
   // At rest: the gate (spec_gate.h) does not draft at the next step's batch (next_step_seqs: drafting not expected to
@@ -83,6 +95,12 @@ class Speculator {
     std::vector<float> a;   // the drafts' cumulative survival (calibration counters)
   };
   std::vector<float> survival(std::span<const float> conf_logits, bool greedy) const;
+  // The metrics and the gate's observation of one verified sequence (L drafts, acc accepted) and of one decode round.
+  void count_verified(const scheduler::SeqPlan& sp, int32_t L, int32_t acc);
+  void count_round(int32_t L, int64_t emitted);
+  // draft()'s items match the last round()'s (`planned`: the plan's sequences when all still decode, else 0).
+  bool round_usable(const std::vector<ProposeItem>& items, size_t planned) const;
+  void take_round_proposals(const std::vector<ProposeItem>& items, std::vector<Proposal>& props);
   void count_calibration(const SeqDraft& d, int32_t verified, int32_t accepted);
   // The cost-model schedule of draft(): which items draft at all (num_drafts = 0 where drafting does not pay), and
   // after proposing, the greedy sequences' common verify length.
@@ -117,6 +135,12 @@ class Speculator {
   std::unordered_map<scheduler::SeqId, Context> context_;
   sampling::LogprobsMode logprobs_mode_ = sampling::LogprobsMode::Raw;
   std::unordered_map<scheduler::SeqId, SeqDraft> drafts_;
+  bool one_wait_ = true;  // DSINFER_SPEC_ONE_WAIT (read once, in the constructor)
+  struct Round {
+    bool active = false;  // round() ran since the last draft()
+    std::vector<RoundResult> results;
+    std::vector<ProposeItem> items;  // the anchors its proposals follow (num_drafts unused)
+  } round_;
   SpeculativeMetrics metrics_;
 };
 

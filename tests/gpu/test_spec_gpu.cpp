@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -118,6 +119,7 @@ struct RunResult {
   std::vector<dsinfer::Completion> out;
   int64_t preemptions = 0;
   dsinfer::SpeculativeMetrics metrics;
+  double seconds = 0;  // run_until_idle's wall time (printed, never asserted)
 };
 
 RunResult run(const dsinfer::EngineOptions& o, const std::vector<std::string>& bodies) {
@@ -133,7 +135,9 @@ RunResult run(const dsinfer::EngineOptions& o, const std::vector<std::string>& b
     idx[id] = i;
   }
   std::vector<dsinfer::RequestResult> results;
+  const auto t0 = std::chrono::steady_clock::now();
   EXPECT_TRUE(e->run_until_idle(results, &err)) << err;
+  rr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rr.out.resize(bodies.size());
   for (auto& r : results) {
     EXPECT_TRUE(r.error.empty()) << r.error;
@@ -374,4 +378,100 @@ TEST(SpecGpu, DsparkLongOutputsAtBatch8NearTiesOnlyOnTheFastPath) {
   std::printf("fast path batch 8 x 128 tokens: %d of 16 differ, margin sums:", d.count);
   for (double m : d.margins) std::printf(" %.3f", m);
   std::printf("\n");
+}
+
+namespace {
+
+// The one-wait round (DSINFER_SPEC_ONE_WAIT, docs/decisions.md 2026-12-04): 16 requests of 96 tokens without logprobs
+// (a request asking for them takes the two-wait round), greedy ones with max_tokens cutting a block short and one
+// stopping on a stop string (sequences that finish mid-run: proposals the host cannot use), and with `seeded` every
+// third request drawing with its own seed for 24 tokens (its steps take the two-wait round).
+std::vector<std::string> round_bodies(bool seeded) {
+  std::vector<std::string> b;
+  for (size_t i = 0; i < 16 && i < prompts().size(); ++i) {
+    json body = {{"prompt", prompts()[i]}, {"max_tokens", 96 - int(i % 3)}, {"temperature", 0.0}, {"ignore_eos", true}};
+    if (i == 5) body["stop"] = json::array({"\n"});
+    // Seeded requests are short, so a batch of 8 has steps without them (one-wait rounds) once they finished.
+    if (seeded && i % 3 == 0)
+      body.update({{"temperature", 0.8}, {"top_p", 0.95}, {"seed", 100 + int(i)}, {"max_tokens", 24}});
+    b.push_back(body.dump());
+  }
+  return b;
+}
+
+RunResult run_waits(dsinfer::EngineOptions o, const std::vector<std::string>& bodies, bool one_wait) {
+  if (!one_wait) setenv("DSINFER_SPEC_ONE_WAIT", "0", 1);
+  RunResult r = run(o, bodies);
+  unsetenv("DSINFER_SPEC_ONE_WAIT");
+  return r;
+}
+
+// Bit for bit: the same token ids, text and finish reason for every request.
+void expect_identical(const RunResult& a, const RunResult& b, const std::string& what) {
+  ASSERT_EQ(a.out.size(), b.out.size()) << what;
+  for (size_t i = 0; i < a.out.size(); ++i) {
+    EXPECT_EQ(a.out[i].token_ids, b.out[i].token_ids) << what << ", request " << i << " (first difference at token "
+                                                      << first_difference(a.out[i], b.out[i]) << ")";
+    EXPECT_EQ(a.out[i].finish_reason, b.out[i].finish_reason) << what << ", request " << i;
+  }
+}
+
+void check_one_wait(int32_t batch, bool invariant, bool seeded) {
+  dsinfer::EngineOptions o = batch8_options("dspark", invariant);
+  o.max_num_seqs = batch;
+  const std::vector<std::string> bodies = round_bodies(seeded);
+  const RunResult two = run_waits(o, bodies, false);
+  const RunResult one = run_waits(o, bodies, true);
+  const std::string what = "batch " + std::to_string(batch) + (invariant ? " batch-invariant" : " fast") +
+                           (seeded ? " greedy + seeded" : " greedy");
+  expect_identical(two, one, what);
+  EXPECT_EQ(two.metrics.one_wait_rounds, 0) << what;
+  EXPECT_GT(one.metrics.one_wait_rounds, 0) << what;
+  EXPECT_GT(one.metrics.one_wait_proposals, 0) << what;
+  if (batch == 1) {  // the same drafts too (at batch 8 a proposal made again for fewer sequences may round differently)
+    EXPECT_EQ(one.metrics.rounds, two.metrics.rounds) << what;
+    EXPECT_EQ(one.metrics.accepted_tokens, two.metrics.accepted_tokens) << what;
+  }
+  std::printf("one-wait %s: %lld rounds, %lld one-wait (%lld proposals used), accepted length %.3f (two-wait %.3f)\n",
+              what.c_str(), (long long)one.metrics.rounds, (long long)one.metrics.one_wait_rounds,
+              (long long)one.metrics.one_wait_proposals, one.metrics.mean_accepted_length(),
+              two.metrics.mean_accepted_length());
+}
+
+}  // namespace
+
+// The one-wait round gives the two-wait round's tokens bit for bit: at batch 1 on the fast path (one sequence: the
+// same step shapes and, with the same drafts, the same verify rows), at batch 8 under --batch-invariant (the
+// drafts of a round whose proposals were not used and proposed again may differ in the last bits on the fast path,
+// which moves acceptance and so the step shapes), greedy alone and with seeded requests in the batch.
+TEST(SpecGpu, OneWaitRoundEqualsTwoWaitRound) {
+  DSI_SKIP_WITHOUT_GPU();
+  check_one_wait(1, false, false);
+  check_one_wait(1, false, true);
+  check_one_wait(8, true, false);
+  check_one_wait(8, true, true);
+}
+
+// Not a check (no timing asserts): the A/B of the round's wall time in one process, DSpark verifying every draft, fast
+// path, batch 1 and 8, three alternating runs each (output tokens / run_until_idle's wall time, and per round).
+TEST(SpecGpu, OneWaitRoundTiming) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (int32_t batch : {1, 8}) {
+    dsinfer::EngineOptions o = batch8_options("dspark", false);
+    o.max_num_seqs = batch;
+    const std::vector<std::string> bodies = round_bodies(false);
+    run_waits(o, bodies, true);  // warm-up, not printed (the process's first runs load modules and libraries)
+    for (int rep = 0; rep < 3; ++rep) {
+      for (bool one_wait : {rep % 2 == 1, rep % 2 == 0}) {
+        const RunResult r = run_waits(o, bodies, one_wait);
+        int64_t tokens = 0;
+        for (const dsinfer::Completion& c : r.out) tokens += int64_t(c.token_ids.size());
+        const double steps = double(std::max<int64_t>(1, r.metrics.steps));
+        std::printf("one-wait timing batch %d %s: %lld tokens in %.3f s = %.0f tok/s, %lld steps, %.4f ms a step, "
+                    "accepted length %.3f, one-wait rounds %lld\n", batch, one_wait ? "one-wait" : "two-wait",
+                    (long long)tokens, r.seconds, double(tokens) / r.seconds, (long long)r.metrics.steps,
+                    1e3 * r.seconds / steps, r.metrics.mean_accepted_length(), (long long)r.metrics.one_wait_rounds);
+      }
+    }
+  }
 }

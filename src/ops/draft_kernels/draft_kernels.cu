@@ -165,6 +165,91 @@ __global__ void add_rows_kernel(const float* b, int64_t rep, int64_t dim, float*
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[t * dim + i] += b[(t / rep) * dim + i];
 }
 
+
+// Block-wide argmax of one row in sampling's order (every thread returns the winner).
+__device__ int32_t block_argmax(const float* row, int64_t vocab, float* bv, int32_t* bi) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float best = -INFINITY;
+  int32_t idx = 0x7fffffff;
+  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+    float x = row[v];
+    if (isnan(x)) x = -INFINITY;
+    if (pick_better(x, int32_t(v), best, idx)) {
+      best = x;
+      idx = int32_t(v);
+    }
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (pick_better(ov, oi, best, idx)) {
+      best = ov;
+      idx = oi;
+    }
+  }
+  if (lane == 0) {
+    bv[warp] = best;
+    bi[warp] = idx;
+  }
+  __syncthreads();
+  best = bv[0];
+  idx = bi[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w)
+    if (pick_better(bv[w], bi[w], best, idx)) {
+      best = bv[w];
+      idx = bi[w];
+    }
+  __syncthreads();  // bv / bi are reused by the next row
+  return idx == 0x7fffffff ? 0 : idx;
+}
+
+// One block per padded sequence: the acceptance over its verify rows (stops at the first mismatch), then its rows of
+// the next propose's inputs and of the fused ingest.
+__global__ void spec_round_kernel(SpecRoundArgs a) {
+  __shared__ float bv[kPickThreads / 32];
+  __shared__ int32_t bi[kPickThreads / 32];
+  __shared__ int32_t tok[kSpecRoundMaxBlock + 1];
+  const int32_t b = int32_t(blockIdx.x), g = a.g;
+  const bool real = b < a.B;
+  SpecRoundRow r;
+  int32_t acc = 0;
+  if (real) {
+    r = a.rows[b];
+    for (int32_t k = 0; k <= r.L; ++k) {
+      const int32_t t = block_argmax(a.logits + (int64_t(r.logits_row) + k) * a.vocab, a.vocab, bv, bi);
+      if (threadIdx.x == 0) tok[k] = t;
+      acc = k;
+      if (k == r.L || t != a.drafts[int64_t(b) * g + k]) break;
+    }
+  }
+  __syncthreads();
+  const int64_t anchor = real ? r.start_pos + 1 + acc : 0;
+  const int32_t bonus = real ? tok[acc] : a.noise_token;
+  if (threadIdx.x == 0) {
+    a.accepted[b] = real ? acc : 0;
+    a.prev[b] = bonus;
+  }
+  for (int32_t t = threadIdx.x; t <= g; t += blockDim.x) {
+    const bool c = real && t <= acc;
+    const int64_t i = int64_t(b) * (g + 1) + t;
+    a.tokens[i] = c ? tok[t] : -1;
+    a.ing_rows[i] = c ? r.cap_row + t : 0;
+    a.ing_slot[i] = c ? r.slot : -1;
+    a.ing_pos[i] = c ? r.start_pos + t : 0;
+  }
+  for (int32_t k = threadIdx.x; k < g; k += blockDim.x) {
+    const int64_t i = int64_t(b) * g + k;
+    a.tok[i] = k == 0 && real ? bonus : a.noise_token;
+    a.pos[i] = anchor + k;
+    DraftKeys kk;
+    kk.slot = real ? r.slot : 0;
+    kk.ring_lo = real ? max(max(int64_t(0), anchor - a.window), r.context_start) : 0;
+    kk.ring_hi = anchor;
+    kk.new_lo = b * g;
+    kk.new_hi = b * g + g;
+    a.keys[i] = kk;
+  }
+}
 }  // namespace
 
 void launch_draft_attention(const DraftAttnArgs& a, void* stream) {
@@ -194,6 +279,10 @@ void launch_copy_rows(const float* src, const int32_t* src_rows, float* dst, con
 
 void launch_add_rows(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream) {
   add_rows_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(b, rep, dim, y);
+}
+
+void launch_spec_round(const SpecRoundArgs& a, void* stream) {
+  spec_round_kernel<<<unsigned(a.Bp), kPickThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -72,4 +72,17 @@ Status add_rows_cuda(const float* b, int64_t T, int64_t rep, int64_t dim, float*
   return Status::ok();
 }
 
+Status spec_round_cuda(const SpecRoundArgs& a, void* stream) {
+  if (a.Bp == 0) return Status::ok();
+  if (a.B < 0 || a.Bp < a.B || a.g <= 0 || a.g > kSpecRoundMaxBlock || a.vocab <= 0 || a.vocab > 0x7fffffff ||
+      a.window < a.g + 1)
+    return Status::errorf("spec_round: bad shape B={} Bp={} g={} vocab={} window={}", a.B, a.Bp, a.g, a.vocab, a.window);
+  if ((a.B > 0 && (!a.rows || !a.drafts || !a.logits)) || !a.accepted || !a.tokens || !a.tok || !a.pos || !a.keys ||
+      !a.prev || !a.ing_rows || !a.ing_slot || !a.ing_pos)
+    return Status::error("spec_round: null pointer");
+  detail::launch_spec_round(a, stream);
+  DSI_CUDA_LAUNCHED("spec_round_kernel");
+  return Status::ok();
+}
+
 }  // namespace dsinfer::ops::cuda

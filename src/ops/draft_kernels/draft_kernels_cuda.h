@@ -21,5 +21,8 @@ Status draft_pick_cuda(const DraftPickArgs& a, void* stream);
 Status copy_rows_cuda(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
                       int64_t width, void* stream);
 Status add_rows_cuda(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream);
+// The one-wait round's acceptance and next-propose inputs (SpecRoundArgs). The argmax is sampling's (NaN as -inf, ties
+// to the lower id; every logit -inf: id 0), so the accepted tokens are Sampler::sample's greedy tokens of the rows.
+Status spec_round_cuda(const SpecRoundArgs& a, void* stream);
 
 }  // namespace dsinfer::ops::cuda

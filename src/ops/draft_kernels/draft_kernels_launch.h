@@ -46,6 +46,44 @@ struct DraftPickArgs {
   float* next_e = nullptr;
 };
 
+// One round of speculative decoding on the device (the one-wait round, DsparkCuda::verify_and_propose): per
+// sequence b < B the greedy acceptance of its verify rows, then the next round's DSpark inputs from it, so the drafter's
+// graph follows the verify step with no host wait between. Row b of `rows` describes sequence b; the verify logits hold
+// rows logits_row .. logits_row + L of vocab floats (ld = vocab); drafts[b * g + k], k < L, are the verified drafts.
+struct SpecRoundRow {
+  int64_t start_pos = 0;      // the verify step's first position (the anchor it verified from)
+  int64_t context_start = 0;  // the first position the next proposal may read (ProposeItem::context_start)
+  int32_t slot = 0;
+  int32_t L = 0;              // drafts verified (rows L + 1)
+  int32_t logits_row = 0;
+  int32_t cap_row = 0;        // the capture row of start_pos (SeqPlan::token_offset)
+};
+
+struct SpecRoundArgs {
+  const SpecRoundRow* rows = nullptr;  // [B]
+  const int32_t* drafts = nullptr;     // [B, g]
+  const float* logits = nullptr;       // the verify step's logits
+  int64_t vocab = 0;
+  int32_t B = 0, Bp = 0, g = 0;        // sequences, padded sequences (grid), block size (<= kSpecRoundMaxBlock)
+  int64_t window = 0;                  // the drafter's ring rows
+  int32_t noise_token = 0;
+  // Acceptance (downloaded): accepted[b] = the longest prefix of drafts equal to the target's argmax; tokens[b * (g +
+  // 1) + t], t <= accepted[b], the target's argmax of row t (the accepted drafts, then the bonus token); -1 after.
+  int32_t* accepted = nullptr;  // [Bp]
+  int32_t* tokens = nullptr;    // [Bp, g + 1]
+  // The next propose's inputs, laid out as DsparkCuda::upload_block writes them (padding sequences b >= B the same).
+  int32_t* tok = nullptr;       // [Bp, g]
+  int64_t* pos = nullptr;       // [Bp, g]
+  DraftKeys* keys = nullptr;    // [Bp, g]
+  int32_t* prev = nullptr;      // [Bp]
+  // The fused ingest's rows of the committed positions: sequence b's positions start_pos .. start_pos + accepted at
+  // rows b * (g + 1) + t; the rest padding (row 0, slot -1, position 0).
+  int32_t* ing_rows = nullptr;  // [Bp, g + 1]
+  int32_t* ing_slot = nullptr;
+  int64_t* ing_pos = nullptr;
+};
+inline constexpr int32_t kSpecRoundMaxBlock = 255;
+
 namespace detail {
 
 void launch_draft_attention(const DraftAttnArgs& a, void* stream);           // draft_kernels.cu ("draft_attention_kernel")
@@ -62,6 +100,7 @@ void launch_draft_pick(const DraftPickArgs& a, void* stream);  // ("draft_pick_k
 void launch_copy_rows(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
                       int64_t width, void* stream);  // ("copy_rows_kernel")
 void launch_add_rows(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream);  // ("add_rows_kernel")
+void launch_spec_round(const SpecRoundArgs& a, void* stream);  // ("spec_round_kernel")
 
 }  // namespace detail
 

@@ -96,6 +96,10 @@ Result<std::unique_ptr<speculative::Drafter>> CudaRunner::create_drafter(const s
   ctx.embed = fwd_->embed_weight();
   ctx.head = fwd_->head_weight();
   ctx.device_hidden = [this] { return std::span<const float>(hidden_dev_.data(), capture_floats_); };
+  ctx.device_logits = [this] {
+    const int64_t rows = std::max<int64_t>(dsamp_.logits_rows, 0);
+    return std::span<const float>(rows > 0 ? fwd_->logits() : nullptr, size_t(rows * cfg_.vocab_size));
+  };
   ctx.exact = exact_;
   ctx.graphs = graphs_enabled_;
   DSI_ASSIGN_OR_RETURN(std::unique_ptr<speculative::Drafter> d, create_cuda_drafter(cfg, cfg_, num_slots, std::move(ctx)));

@@ -37,6 +37,9 @@ struct DraftDeviceContext {
   // The runner's capture of the last step on the device ([tokens, layers, hc * D]); ingest reads it when the host
   // span it is given is empty (otherwise it uploads the host span: tests, the host-capture path).
   std::function<std::span<const float>()> device_hidden;
+  // The logits of the runner's last step on the device ([rows, vocab]), left there by begin_sampled_step: the
+  // one-wait round's acceptance reads them (empty: no such step).
+  std::function<std::span<const float>()> device_logits;
   bool exact = false;
   bool graphs = true;  // DSpark propose replays a CUDA graph per (padded batch, drafts) bucket (DSINFER_CUDA_GRAPHS=0: off)
 };
@@ -134,6 +137,11 @@ class DsparkCuda final : public speculative::Drafter {
   Status propose(std::span<const speculative::ProposeItem> items, const speculative::DrawFn& draw,
                  std::vector<speculative::Proposal>& out) override;
   Status flush() override;
+  bool supports_round() const override {
+    return bool(ctx_.device_logits) && dc_.block_size <= ops::cuda::kSpecRoundMaxBlock && window_ >= dc_.block_size + 1;
+  }
+  Status verify_and_propose(std::span<const speculative::RoundItem> items,
+                            std::vector<speculative::RoundResult>& out) override;
 
   // Offsets of the packed per-call arrays of a block of Bp (padded) sequences in in_ / out_ (bytes).
   struct BlockLayout {
@@ -142,6 +150,7 @@ class DsparkCuda final : public speculative::Drafter {
     int64_t ing_n = 0;                                          // the fused ingest's rows (0: none), padded
     size_t ing_rows = 0, ing_slot = 0, ing_pos = 0;             // in_: its capture rows, slots, positions
     size_t ids = 0, conf = 0, out_bytes = 0;                    // out_: drafted ids, confidence logits [Bp, g]
+    size_t accepted = 0, tokens = 0;  // out_ of a one-wait round: the acceptance (SpecRoundArgs), after conf
   };
 
  private:
@@ -152,6 +161,12 @@ class DsparkCuda final : public speculative::Drafter {
     const float* src = nullptr;  // the captured hidden states on the device
   };
   Status reserve_ingest(int64_t N);
+  // The layout of a block of Bp padded sequences; fused: with the ingest's Bp (1 + g) rows; round: with the acceptance.
+  BlockLayout block_layout(int64_t Bp, bool fused, bool round) const;
+  // Grows the block's buffers for bl (in_ and out_ too).
+  Status reserve_block(const BlockLayout& bl);
+  // The graph of a fused (or not) all-greedy round (kpick = g) or of a forward for host draws (kpick = 0).
+  Status launch_block(const BlockLayout& bl, int32_t kpick);
   Status ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos, int64_t N);
   Status upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl);
   // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
@@ -173,7 +188,7 @@ class DsparkCuda final : public speculative::Drafter {
   const float *main_norm_ = nullptr, *norm_ = nullptr, *conf_w_ = nullptr;
   HcDevice hc_head_;
   cuda::DeviceBuffer<float> ring_, feats_, hctx_, kvc_, X_, h_, logits_, e_;
-  cuda::DeviceBuffer<uint8_t> hidden_up_, ingest_in_, in_, out_;
+  cuda::DeviceBuffer<uint8_t> hidden_up_, ingest_in_, in_, out_, round_in_;
   uint64_t gen_ = 0;    // bumped when a buffer the propose graphs read is reallocated
   DecodeGraphs graphs_;  // propose graphs, keyed by (fused ingest, padded batch, picked drafts)
   std::optional<PendingIngest> pending_;
@@ -186,7 +201,7 @@ class DsparkCuda final : public speculative::Drafter {
     int64_t ingests = 0, proposes = 0, fused = 0;
     double ingest_ms = 0, propose_ms = 0;
   } times_;
-  std::vector<uint8_t> in_host_, out_host_;
+  std::vector<uint8_t> in_host_, out_host_, round_host_;
   std::vector<float> lg_host_;
 };
 

@@ -162,11 +162,56 @@ Status DsparkCuda::flush() {
   return Status::ok();
 }
 
+DsparkCuda::BlockLayout DsparkCuda::block_layout(int64_t Bp, bool fused, bool round) const {
+  BlockLayout bl;
+  bl.Bp = Bp;
+  bl.g = dc_.block_size;
+  const size_t Tq = size_t(bl.Bp * bl.g);
+  bl.tok = 0;
+  bl.pos = align16(Tq * 4);
+  bl.keys = bl.pos + align16(Tq * 8);
+  bl.prev = bl.keys + align16(Tq * sizeof(DraftKeys));
+  bl.in_bytes = bl.prev + align16(size_t(bl.Bp) * 4);
+  if (fused) {
+    bl.ing_n = bl.Bp * (bl.g + 1);
+    bl.ing_rows = bl.in_bytes;
+    bl.ing_slot = bl.ing_rows + align16(size_t(bl.ing_n) * 4);
+    bl.ing_pos = bl.ing_slot + align16(size_t(bl.ing_n) * 4);
+    bl.in_bytes = bl.ing_pos + align16(size_t(bl.ing_n) * 8);
+  }
+  bl.ids = 0;
+  bl.conf = align16(Tq * 4);
+  bl.out_bytes = bl.conf + Tq * 4;
+  if (round) {
+    bl.accepted = align16(bl.out_bytes);
+    bl.tokens = bl.accepted + align16(size_t(bl.Bp) * 4);
+    bl.out_bytes = bl.tokens + size_t(bl.Bp * (bl.g + 1)) * 4;
+  }
+  return bl;
+}
+
+// Replays (or captures) the block's graph; the pending ingest, when bl has its rows, runs inside it. A one-wait round
+// (bl.accepted) replays the same graph as a fused all-greedy propose of its padded batch: the graph reads in_, which
+// that round's acceptance kernel wrote instead of an upload.
+Status DsparkCuda::launch_block(const BlockLayout& bl, int32_t kpick) {
+  if (pending_ && bl.ing_n > 0 && pending_->src != graph_src_) {  // the captured source moved (or the upload buffer did)
+    graph_src_ = pending_->src;
+    ++gen_;
+  }
+  const bool pick = kpick > 0;
+  auto body = [&] { return block_forward(bl, kpick); };
+  const int64_t key = (bl.ing_n > 0 ? int64_t(1) << 40 : 0) + bl.Bp * 512 + kpick * 2 + (pick ? 1 : 0);
+  const Status launched = ctx_.graphs ? graphs_.launch(key, generation(), ctx_.stream, body) : body();
+  times_.fused += bl.ing_n > 0 ? 1 : 0;
+  pending_.reset();  // launched (or failed: the rows are lost with the step)
+  return launched;
+}
+
 // Packs and uploads the block's inputs (one copy): Bp padded sequences of g positions; a padding sequence drafts
 // noise tokens at positions 0..g-1 over slot 0 with no ring keys (valid reads, outputs ignored).
 Status DsparkCuda::upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live,
                                 const BlockLayout& bl) {
-  const int64_t g = bl.g, Tq = bl.Bp * g;
+  const int64_t g = bl.g;
   in_host_.assign(bl.in_bytes, 0);
   auto* tok = reinterpret_cast<int32_t*>(in_host_.data() + bl.tok);
   auto* pos = reinterpret_cast<int64_t*>(in_host_.data() + bl.pos);
@@ -199,18 +244,22 @@ Status DsparkCuda::upload_block(std::span<const speculative::ProposeItem> items,
       islot[t] = t < N ? pending_->slots[t] : -1;
       ipos[t] = t < N ? pending_->pos[t] : 0;
     }
-    DSI_RETURN_IF_ERROR(reserve_ingest(bl.ing_n));
   }
+  DSI_RETURN_IF_ERROR(reserve_block(bl));
+  return upload_async(ctx_.stream, in_, in_host_.data(), bl.in_bytes, "dspark block inputs");
+}
+
+Status DsparkCuda::reserve_block(const BlockLayout& bl) {
   void* s = ctx_.stream;
-  const int64_t D = tc_.hidden_size, n = tc_.hc_mult, V = tc_.vocab_size;
+  const int64_t g = bl.g, Tq = bl.Bp * g, D = tc_.hidden_size, n = tc_.hc_mult, V = tc_.vocab_size;
+  if (bl.ing_n > 0) DSI_RETURN_IF_ERROR(reserve_ingest(bl.ing_n));
   DSI_RETURN_IF_ERROR(fwd_.reserve(Tq, window_ + g));
   DSI_RETURN_IF_ERROR(grow_buffer(in_, bl.in_bytes, s, "dspark block inputs", &gen_));
   DSI_RETURN_IF_ERROR(grow_buffer(out_, bl.out_bytes, s, "dspark block outputs", &gen_));
   DSI_RETURN_IF_ERROR(grow_buffer(X_, size_t(Tq * n * D), s, "dspark block streams", &gen_));
   DSI_RETURN_IF_ERROR(grow_buffer(h_, size_t(Tq * D), s, "dspark block hidden", &gen_));
   DSI_RETURN_IF_ERROR(grow_buffer(logits_, size_t(Tq * V), s, "dspark draft logits", &gen_));
-  DSI_RETURN_IF_ERROR(grow_buffer(e_, size_t(bl.Bp * std::max<int64_t>(dc_.markov_rank, 1)), s, "dspark markov rows", &gen_));
-  return upload_async(s, in_, in_host_.data(), bl.in_bytes, "dspark block inputs");
+  return grow_buffer(e_, size_t(bl.Bp * std::max<int64_t>(dc_.markov_rank, 1)), s, "dspark markov rows", &gen_);
 }
 
 // Kernels only (no host synchronisation, no allocation): capturable into a CUDA graph.
@@ -318,46 +367,20 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
   }
   if (live.empty()) return flush();
   if (g > 255) return Status::errorf("dspark propose: block size {} above 255", g);
-  BlockLayout bl;
-  bl.Bp = bucket(int64_t(live.size()));
-  bl.g = g;
-  const size_t Tq = size_t(bl.Bp * g);
-  bl.tok = 0;
-  bl.pos = align16(Tq * 4);
-  bl.keys = bl.pos + align16(Tq * 8);
-  bl.prev = bl.keys + align16(Tq * sizeof(DraftKeys));
-  bl.in_bytes = bl.prev + align16(size_t(bl.Bp) * 4);
+  const int64_t Bp = bucket(int64_t(live.size()));
   // The pending ingest joins the round's graph when its rows fit the one ingest shape of this padded batch, Bp (1 + g)
   // rows (a decode round commits at most 1 + g positions a sequence), so a round adds no graph shape; larger ones
   // (prefill chunks, sequences that ingest without drafting) run eagerly first.
-  if (pending_ && int64_t(pending_->rows.size()) > bl.Bp * (g + 1)) DSI_RETURN_IF_ERROR(flush());
+  if (pending_ && int64_t(pending_->rows.size()) > Bp * (g + 1)) DSI_RETURN_IF_ERROR(flush());
   const auto t0 = std::chrono::steady_clock::now();  // the round's propose (with its ingest when fused)
-  if (pending_) {
-    if (pending_->src != graph_src_) {  // the captured source moved (or the host-upload buffer did)
-      graph_src_ = pending_->src;
-      ++gen_;
-    }
-    bl.ing_n = bl.Bp * (g + 1);
-    bl.ing_rows = bl.in_bytes;
-    bl.ing_slot = bl.ing_rows + align16(size_t(bl.ing_n) * 4);
-    bl.ing_pos = bl.ing_slot + align16(size_t(bl.ing_n) * 4);
-    bl.in_bytes = bl.ing_pos + align16(size_t(bl.ing_n) * 8);
-  }
-  bl.ids = 0;
-  bl.conf = align16(Tq * 4);
-  bl.out_bytes = bl.conf + Tq * 4;
+  const BlockLayout bl = block_layout(Bp, pending_.has_value(), /*round=*/false);
   DSI_RETURN_IF_ERROR(upload_block(items, live, bl));
   // All greedy-plain: the whole round (forward + picks) is one graph and only ids + confidences come down. It picks
   // the whole block even where every sequence asks fewer (a request's last tokens): picks are sequential, so the
   // drafts kept are the same, and the graph is the one the start-up profile captured instead of one more capture
   // per shorter block (a few ms each, inside the run).
   const int32_t kpick = pick ? int32_t(g) : 0;
-  auto body = [&] { return block_forward(bl, kpick); };
-  const int64_t key = (bl.ing_n > 0 ? int64_t(1) << 40 : 0) + bl.Bp * 512 + kpick * 2 + (pick ? 1 : 0);
-  const Status launched = ctx_.graphs ? graphs_.launch(key, generation(), ctx_.stream, body) : body();
-  times_.fused += bl.ing_n > 0 ? 1 : 0;
-  pending_.reset();  // launched (or failed: the rows are lost with the step)
-  DSI_RETURN_IF_ERROR(launched);
+  DSI_RETURN_IF_ERROR(launch_block(bl, kpick));
   std::vector<std::vector<int32_t>> toks(live.size());
   if (!pick) DSI_RETURN_IF_ERROR(host_draws(items, live, bl, kmax, draw, toks));
   cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
@@ -373,6 +396,108 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
       if (t < 0 || t >= V) return Status::errorf("dspark propose: drafted token {} outside the vocabulary", t);
       p.tokens.push_back(t);
       p.confidence_logits.push_back(conf[b * size_t(g) + size_t(k)]);
+    }
+  }
+  if (times_.on) {
+    times_.propose_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++times_.proposes;
+  }
+  return Status::ok();
+}
+
+// The one-wait round: the verify step is on the stream (its logits stay on the device); one upload of the items, the
+// acceptance kernel (writes this round's propose inputs and ingest rows into in_), the fused propose graph, one
+// download of the acceptance and the drafts, one host wait.
+Status DsparkCuda::verify_and_propose(std::span<const speculative::RoundItem> items,
+                                      std::vector<speculative::RoundResult>& out) {
+  out.assign(items.size(), {});
+  if (items.empty()) return Status::ok();
+  const int64_t g = dc_.block_size, V = tc_.vocab_size, B = int64_t(items.size());
+  if (g <= 0 || g > ops::cuda::kSpecRoundMaxBlock || window_ < g + 1)
+    return Status::errorf("dspark round: block size {} with a window of {}", g, window_);
+  const std::span<const float> logits = ctx_.device_logits ? ctx_.device_logits() : std::span<const float>();
+  for (const speculative::RoundItem& it : items) {
+    if (it.slot < 0 || it.slot >= num_slots_) return Status::errorf("dspark round: slot {} outside [0, {})", it.slot, num_slots_);
+    if (int64_t(it.drafts.size()) > g) return Status::errorf("dspark round: {} drafts verified, the block has {}", it.drafts.size(), g);
+    if (it.logits_row < 0 || (int64_t(it.logits_row) + int64_t(it.drafts.size()) + 1) * V > int64_t(logits.size()))
+      return Status::errorf("dspark round: logits rows [{}, {}) outside the step's {} rows", it.logits_row,
+                            it.logits_row + int64_t(it.drafts.size()) + 1, int64_t(logits.size()) / V);
+  }
+  DSI_RETURN_IF_ERROR(flush());  // nothing should be pending; an older ingest reads a capture this step overwrote
+  DSI_ASSIGN_OR_RETURN(std::span<const float> src, device_hidden_source(ctx_, {}, hidden_up_));
+  const int64_t D = tc_.hidden_size, n = tc_.hc_mult, m = int64_t(dc_.target_layer_ids.size());
+  for (const speculative::RoundItem& it : items)
+    if (it.row < 0 || (int64_t(it.row) + int64_t(it.drafts.size()) + 1) * m * n * D > int64_t(src.size()))
+      return Status::errorf("dspark round: capture rows from {} outside the captured hidden states", it.row);
+  const auto t0 = std::chrono::steady_clock::now();
+  const BlockLayout bl = block_layout(bucket(B), /*fused=*/true, /*round=*/true);
+  DSI_RETURN_IF_ERROR(reserve_block(bl));
+  // One upload: the item rows, then their drafts [B, g].
+  const size_t o_drafts = align16(size_t(B) * sizeof(ops::cuda::SpecRoundRow));
+  round_host_.assign(o_drafts + size_t(B * g) * 4, 0);
+  auto* rows = reinterpret_cast<ops::cuda::SpecRoundRow*>(round_host_.data());
+  auto* drafts = reinterpret_cast<int32_t*>(round_host_.data() + o_drafts);
+  for (int64_t b = 0; b < B; ++b) {
+    const speculative::RoundItem& it = items[size_t(b)];
+    ops::cuda::SpecRoundRow r;
+    r.start_pos = it.start_pos;
+    r.context_start = it.context_start;
+    r.slot = it.slot;
+    r.L = int32_t(it.drafts.size());
+    r.logits_row = it.logits_row;
+    r.cap_row = it.row;
+    rows[b] = r;
+    std::copy(it.drafts.begin(), it.drafts.end(), drafts + b * g);
+  }
+  void* s = ctx_.stream;
+  DSI_RETURN_IF_ERROR(upload_async(s, round_in_, round_host_.data(), round_host_.size(), "dspark round inputs"));
+  ops::cuda::SpecRoundArgs a;
+  a.rows = round_in_.as<const ops::cuda::SpecRoundRow>();
+  a.drafts = reinterpret_cast<const int32_t*>(round_in_.data() + o_drafts);
+  a.logits = logits.data();
+  a.vocab = V;
+  a.B = int32_t(B);
+  a.Bp = int32_t(bl.Bp);
+  a.g = int32_t(g);
+  a.window = window_;
+  a.noise_token = int32_t(dc_.noise_token_id);
+  a.accepted = reinterpret_cast<int32_t*>(out_.data() + bl.accepted);
+  a.tokens = reinterpret_cast<int32_t*>(out_.data() + bl.tokens);
+  a.tok = reinterpret_cast<int32_t*>(in_.data() + bl.tok);
+  a.pos = reinterpret_cast<int64_t*>(in_.data() + bl.pos);
+  a.keys = reinterpret_cast<DraftKeys*>(in_.data() + bl.keys);
+  a.prev = reinterpret_cast<int32_t*>(in_.data() + bl.prev);
+  a.ing_rows = reinterpret_cast<int32_t*>(in_.data() + bl.ing_rows);
+  a.ing_slot = reinterpret_cast<int32_t*>(in_.data() + bl.ing_slot);
+  a.ing_pos = reinterpret_cast<int64_t*>(in_.data() + bl.ing_pos);
+  DSI_RETURN_IF_ERROR(ops::cuda::spec_round_cuda(a, s));
+  PendingIngest p;  // the graph's ingest reads the capture; its rows are the ones the acceptance kernel wrote
+  p.src = src.data();
+  pending_ = std::move(p);
+  DSI_RETURN_IF_ERROR(launch_block(bl, int32_t(g)));
+  cudaStream_t cs = static_cast<cudaStream_t>(s);
+  out_host_.resize(bl.out_bytes);
+  DSI_CUDA_TRY(cudaMemcpyAsync(out_host_.data(), out_.data(), bl.out_bytes, cudaMemcpyDeviceToHost, cs));
+  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  const auto* ids = reinterpret_cast<const int32_t*>(out_host_.data() + bl.ids);
+  const auto* conf = reinterpret_cast<const float*>(out_host_.data() + bl.conf);
+  const auto* acc = reinterpret_cast<const int32_t*>(out_host_.data() + bl.accepted);
+  const auto* tok = reinterpret_cast<const int32_t*>(out_host_.data() + bl.tokens);
+  for (int64_t b = 0; b < B; ++b) {
+    speculative::RoundResult& r = out[size_t(b)];
+    r.accepted = acc[b];
+    if (r.accepted < 0 || r.accepted > int32_t(items[size_t(b)].drafts.size()))
+      return Status::errorf("dspark round: accepted {} of {} drafts", r.accepted, items[size_t(b)].drafts.size());
+    for (int32_t t = 0; t <= r.accepted; ++t) {
+      const int32_t x = tok[b * (g + 1) + t];
+      if (x < 0 || x >= V) return Status::errorf("dspark round: target token {} outside the vocabulary", x);
+      r.tokens.push_back(x);
+    }
+    for (int64_t k = 0; k < g; ++k) {
+      const int32_t x = ids[b * g + k];
+      if (x < 0 || x >= V) return Status::errorf("dspark round: drafted token {} outside the vocabulary", x);
+      r.proposal.tokens.push_back(x);
+      r.proposal.confidence_logits.push_back(conf[b * g + k]);
     }
   }
   if (times_.on) {
