@@ -7,6 +7,7 @@
 // block_k % 16 == 0 (one scale per vector).
 #include "cuda/pdl.cuh"
 #include "ops/gemm/gemm_dequant.cuh"
+#include "ops/gemm/gemm_segments_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
 namespace {
@@ -54,19 +55,21 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&wf)[SkFmt<F>::VE]
   }
 }
 
+// The work of block (bx, blockIdx.y): weight rows [bx * kSkWarps * kSkRowsPerWarp, +kSkWarps * kSkRowsPerWarp) of
+// a's weight for every x row of its group. A row's sums depend on K, the format and its own x row only (lane
+// vectors in K order, then the fixed butterfly), never on N or the block: the segments kernel below gives the
+// plain kernel's bits. scaled: the written value is v * out_scale (what scale_cuda after the GEMM gives).
 template <WeightFormat F>
-__global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(const GemmArgs a) {
-  dsinfer::cuda::pdl_wait_then_release();
+__device__ __forceinline__ void skinny_block(const GemmArgs& a, int64_t bx, bool scaled, float out_scale,
+                                             float* xs) {
   using T = SkFmt<F>;
-  extern __shared__ float4 xs4[];
-  float* xs = reinterpret_cast<float*>(xs4);
   const int64_t g = blockIdx.y;
   int64_t r_begin, r_count;
   group_rows(a, g, r_begin, r_count);
   if (r_count <= 0) return;  // uniform over the block
   const WPtr w = group_weight(a, g);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t n_first = (int64_t(blockIdx.x) * kSkWarps + warp) * kSkRowsPerWarp;
+  const int64_t n_first = (bx * kSkWarps + warp) * kSkRowsPerWarp;
 
   for (int64_t m0 = 0; m0 < r_count; m0 += kSkMaxM) {
     const int mc = int(r_count - m0 < kSkMaxM ? r_count - m0 : kSkMaxM);
@@ -143,10 +146,36 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(const GemmAr
         const int64_t nl = n_first + rr;
         if (lane == 0 && m < mc && nl < a.N) {
           float* yp = y_row(a, g, r_begin + m0 + m) + nl;
+          if (scaled) v *= out_scale;
           *yp = a.accumulate ? *yp + v : v;
         }
       }
   }
+}
+
+template <WeightFormat F>
+__global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(const GemmArgs a) {
+  dsinfer::cuda::pdl_wait_then_release();
+  extern __shared__ float4 xs4[];
+  skinny_block<F>(a, blockIdx.x, false, 1.0f, reinterpret_cast<float*>(xs4));
+}
+
+// Several weights over the same x (GemmSegments): block x belongs to the last segment whose block0 <= x; that
+// segment's weight, N, y and scale replace a's. Every segment's rows are computed as the plain kernel computes them.
+template <WeightFormat F>
+__global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_segments_kernel(const GemmArgs a, const GemmSegments s) {
+  dsinfer::cuda::pdl_wait_then_release();
+  extern __shared__ float4 xs4[];
+  int i = 0;
+  while (i + 1 < s.count && int(blockIdx.x) >= s.seg[i + 1].block0) ++i;
+  const GemmSegmentArgs& sg = s.seg[i];
+  GemmArgs b = a;
+  b.wdata = sg.wdata;
+  b.wscale = sg.wscale;
+  b.N = sg.N;
+  b.y = sg.y;
+  b.ldy = sg.ldy;
+  skinny_block<F>(b, int64_t(blockIdx.x) - sg.block0, sg.scaled, sg.out_scale, reinterpret_cast<float*>(xs4));
 }
 
 template <WeightFormat F>
@@ -159,7 +188,29 @@ void launch(const GemmArgs& a, cudaStream_t s) {
   dsinfer::cuda::pdl_launch(gemm_skinny_kernel<F>, grid, dim3(kSkWarps * 32), smem, s, a);
 }
 
+template <WeightFormat F>
+int launch_segments(const GemmArgs& a, const GemmSegments& sg, cudaStream_t s) {
+  constexpr size_t smem = SkFmt<F>::kSmem;
+  if (smem > 48 * 1024)
+    cudaFuncSetAttribute(gemm_skinny_segments_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  const dim3 grid(unsigned(sg.blocks), 1u);
+  return int(dsinfer::cuda::pdl_launch(gemm_skinny_segments_kernel<F>, grid, dim3(kSkWarps * 32), smem, s, a, sg));
+}
+
 }  // namespace
+
+int64_t gemm_skinny_rows_per_block() { return int64_t(kSkWarps) * kSkRowsPerWarp; }
+
+int launch_gemm_skinny_segments(WeightFormat f, const GemmArgs& a, const GemmSegments& sg, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (f) {
+    case WeightFormat::F32: return launch_segments<WeightFormat::F32>(a, sg, s);
+    case WeightFormat::BF16: return launch_segments<WeightFormat::BF16>(a, sg, s);
+    case WeightFormat::FP8_BLOCK: return launch_segments<WeightFormat::FP8_BLOCK>(a, sg, s);
+    case WeightFormat::FP4_G32: return launch_segments<WeightFormat::FP4_G32>(a, sg, s);
+  }
+  return int(cudaErrorInvalidValue);
+}
 
 void launch_gemm_skinny(WeightFormat f, const GemmArgs& a, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
