@@ -194,7 +194,8 @@ TEST(GpuKvFormat, RingEncodeEqualsRingRowsThenEncode) {
     auto apart = to_device(std::vector<uint8_t>(bytes, 0xAA));
     DeviceBuffer<int32_t> rows;
     ASSERT_TRUE(rows.alloc(size_t(T)).is_ok());
-    ASSERT_TRUE(ops::cuda::kv_encode_ring(dx.data(), ld, st, ring, fused.data(), cache_rows, nullptr, g).is_ok());
+    const ops::cuda::KvRingStep rs{T, st.pos, st.seq_of_token, st.cu_seqlens, st.start_pos, st.slot};
+    ASSERT_TRUE(ops::cuda::kv_encode_ring(dx.data(), ld, rs, ring, fused.data(), cache_rows, nullptr, g).is_ok());
     ops::LayerStateView v;
     v.ring_rows = ring;
     v.fp8 = true;
@@ -203,9 +204,9 @@ TEST(GpuKvFormat, RingEncodeEqualsRingRowsThenEncode) {
     const std::vector<uint8_t> a = to_host(fused, bytes), b = to_host(apart, bytes);
     for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(int(a[i]), int(ref[i])) << "byte " << i << " cache_rows " << cache_rows;
     for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(int(a[i]), int(b[i])) << "byte " << i << " (two launches)";
-    EXPECT_FALSE(ops::cuda::kv_encode_ring(dx.data(), ld, st, 0, fused.data(), cache_rows, nullptr, g).is_ok());
-    EXPECT_FALSE(ops::cuda::kv_encode_ring(dx.data(), 100, st, ring, fused.data(), cache_rows, nullptr, g).is_ok());
-    ops::StepDevice bad = st;
+    EXPECT_FALSE(ops::cuda::kv_encode_ring(dx.data(), ld, rs, 0, fused.data(), cache_rows, nullptr, g).is_ok());
+    EXPECT_FALSE(ops::cuda::kv_encode_ring(dx.data(), 100, rs, ring, fused.data(), cache_rows, nullptr, g).is_ok());
+    ops::cuda::KvRingStep bad = rs;
     bad.slot = nullptr;
     EXPECT_FALSE(ops::cuda::kv_encode_ring(dx.data(), ld, bad, ring, fused.data(), cache_rows, nullptr, g).is_ok());
   }

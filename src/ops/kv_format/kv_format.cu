@@ -52,7 +52,7 @@ __global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_
 
 // Token t's row into its slot's ring, when t is the last token of its chunk at that ring row: the rule of the fp32
 // ring_write and of fp8_ring_rows (a later token at pos + k * ring_rows overwrites it), then kv_encode's bytes.
-__global__ void kv_encode_ring_kernel(const float* x, int64_t ld, StepDevice st, int64_t ring_rows, uint8_t* cache,
+__global__ void kv_encode_ring_kernel(const float* x, int64_t ld, KvRingStep st, int64_t ring_rows, uint8_t* cache,
                                       int64_t cache_rows, KvPages g) {
   dsinfer::cuda::pdl_wait_then_release();
   const int lane = threadIdx.x & 31;
@@ -138,7 +138,7 @@ void launch_kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_
                             int(n), ld, dst_rows, cache, cache_rows, g);
 }
 
-void launch_kv_encode_ring(const float* x, int64_t ld, const StepDevice& st, int64_t ring_rows, uint8_t* cache,
+void launch_kv_encode_ring(const float* x, int64_t ld, const KvRingStep& st, int64_t ring_rows, uint8_t* cache,
                            int64_t cache_rows, const KvPages& g, void* stream) {
   const unsigned blocks = unsigned((st.T + kWarps - 1) / kWarps);
   dsinfer::cuda::pdl_launch(kv_encode_ring_kernel, dim3(blocks), dim3(kWarps * 32), 0, static_cast<cudaStream_t>(stream),

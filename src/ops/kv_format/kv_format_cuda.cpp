@@ -29,7 +29,7 @@ Status kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows,
   return Status::ok();
 }
 
-Status kv_encode_ring(const float* x, int64_t ld, const StepDevice& st, int64_t ring_rows, uint8_t* cache,
+Status kv_encode_ring(const float* x, int64_t ld, const KvRingStep& st, int64_t ring_rows, uint8_t* cache,
                       int64_t cache_rows, void* stream, const KvPages& pages) {
   DSI_RETURN_IF_ERROR(check("kv_encode_ring", x, st.T, ld, kKvDim, nullptr, cache, cache_rows, pages));
   if (ring_rows <= 0) return Status::errorf("kv_encode_ring: bad ring row count {}", ring_rows);

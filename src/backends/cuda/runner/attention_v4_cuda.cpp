@@ -105,18 +105,13 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
 
   if (type != AttnType::Sliding) {
     const int64_t c = type == AttnType::CSA ? 2 : 1;
-    // The compressor's projections of y and (CSA) the indexer's - its head weights with their 1/sqrt(heads) - in
-    // one launch where each would run the skinny kernel alone (decode, batch-invariant mode: the same bits), else
-    // one call each (forward_v4_cuda.cpp gemm_segments). On CSA layers this op's time includes indexer_proj's.
-    GemmSegment ys[5] = {{L.comp_wkv, s_.ckv.data(), c * hd}, {L.comp_wgate, s_.cg.data(), c * hd}};
-    int nys = 2;
-    if (type == AttnType::CSA) {
-      const int64_t Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
-      ys[nys++] = {L.idx_wproj, s_.iw.data(), Hi, float(1.0 / std::sqrt(double(Hi)))};
-      ys[nys++] = {L.idx_wkv, s_.ikv.data(), 2 * di};
-      ys[nys++] = {L.idx_wgate, s_.ig.data(), 2 * di};
-    }
-    DSI_OP("compressor_proj", l, gemm_segments(y, T, D, ys, nys));
+    // The compressor's and (CSA) the indexer's projections of y (the head weights times 1/sqrt(heads)): one launch
+    // where allowed, the same bits (forward_v4_cuda.cpp gemm_segments); on CSA layers this op includes indexer_proj.
+    const int64_t Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
+    const GemmSegment ys[5] = {{L.comp_wkv, s_.ckv.data(), c * hd}, {L.comp_wgate, s_.cg.data(), c * hd},
+                               {L.idx_wproj, s_.iw.data(), Hi, float(1.0 / std::sqrt(double(Hi)))},
+                               {L.idx_wkv, s_.ikv.data(), 2 * di}, {L.idx_wgate, s_.ig.data(), 2 * di}};
+    DSI_OP("compressor_proj", l, gemm_segments(y, T, D, ys, type == AttnType::CSA ? 5 : 2));
     CompressorCudaParams cp = compressor_params(type == AttnType::CSA, hd, false, L.comp_ape, L.comp_norm);
     cp.sim = num_.kv_fp8_sim ? CompressorSim::Fp8Nope : CompressorSim::None;
     cp.fp8_dims = nope;
@@ -315,7 +310,8 @@ Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops
 // fp8_ring_rows + kv_encode: the same bytes).
 Status CudaForwardV4::ring_write_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view) {
   const int64_t slots = int64_t(slots_.bytes()) / layout_.slot_bytes;
-  return kv_encode_ring(s_.kv.data(), cfg_.head_dim, st, view.ring_rows, slots_.data(), slots * layout_.ring_rows,
+  const KvRingStep rs{st.T, st.pos, st.seq_of_token, st.cu_seqlens, st.start_pos, st.slot};
+  return kv_encode_ring(s_.kv.data(), cfg_.head_dim, rs, view.ring_rows, slots_.data(), slots * layout_.ring_rows,
                         stream_, layout_.ring_pages(l));
 }
 
