@@ -1,6 +1,7 @@
 // Streaming GEMM for few rows (decode): y rows computed in fp32 on CUDA cores while the weight is read once per
 // chunk of kSkMaxM x rows. Each warp owns kSkRowsPerWarp weight rows; each lane loads 16-byte weight vectors
-// (kSkVecPerLane per row per K chunk, all issued before use), dequantizes them in registers and dots them with
+// (kSkVecPerLane per row per K chunk, issued one chunk ahead: the next chunk's loads are in flight while this one
+// is staged and computed; session 19), dequantizes them in registers and dots them with
 // the x chunk held in shared memory (fp32, padded by 4 floats per vector so lanes hit distinct banks). Lane
 // partial sums are reduced with a fixed butterfly, so the result is deterministic.
 // Requires (checked by the caller, GemmArgs::w_vec): K % vec_elems == 0, 16-byte aligned weight rows, FP8
@@ -55,6 +56,37 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&wf)[SkFmt<F>::VE]
   }
 }
 
+// One K chunk's weight vectors of a warp's rows in registers (zeros past N or K), with their raw scales.
+template <WeightFormat F>
+struct SkStep {
+  uint4 wv[kSkRowsPerWarp][kSkVecPerLane];
+  uint32_t sr[kSkRowsPerWarp][kSkVecPerLane];
+};
+
+// Issues the loads of the chunk at k0 (rows n_first.. of the warp, vectors lane + 32 u).
+template <WeightFormat F>
+__device__ __forceinline__ void skinny_load(const GemmArgs& a, const WPtr& w, int64_t n_first, int lane, int64_t k0,
+                                            SkStep<F>& st) {
+  using T = SkFmt<F>;
+  const int kc = int(a.K - k0 < T::KC ? a.K - k0 : T::KC);
+  const int nv = kc / T::VE;
+#pragma unroll
+  for (int rr = 0; rr < kSkRowsPerWarp; ++rr)
+#pragma unroll
+    for (int u = 0; u < kSkVecPerLane; ++u) {
+      const int64_t nl = n_first + rr;
+      const int v = lane + 32 * u;
+      st.wv[rr][u] = make_uint4(0, 0, 0, 0);
+      st.sr[rr][u] = 0;
+      if (nl < a.N && v < nv) {
+        const int64_t n = w.row0 + nl, k = k0 + int64_t(v) * T::VE;
+        st.wv[rr][u] = __ldg(vec_ptr<F>(a, w, n, k));
+        if constexpr (F == WeightFormat::FP8_BLOCK || F == WeightFormat::FP4_G32)
+          st.sr[rr][u] = load_scale_raw(a, w.scale, scale_index<F>(a, n, k));
+      }
+    }
+}
+
 // The work of block (bx, blockIdx.y): weight rows [bx * kSkWarps * kSkRowsPerWarp, +kSkWarps * kSkRowsPerWarp) of
 // a's weight for every x row of its group. A row's sums depend on K, the format and its own x row only (lane
 // vectors in K order, then the fixed butterfly), never on N or the block: the segments kernel below gives the
@@ -79,6 +111,10 @@ __device__ __forceinline__ void skinny_block(const GemmArgs& a, int64_t bx, bool
 #pragma unroll
       for (int m = 0; m < kSkMaxM; ++m) acc[rr][m] = 0.0f;
 
+    // The weight vectors of chunk k0 + KC are loaded while chunk k0 is staged and computed (register double
+    // buffer): only when loads are issued changes, not a single operation of the sums.
+    SkStep<F> cur;
+    skinny_load<F>(a, w, n_first, lane, 0, cur);
     for (int64_t k0 = 0; k0 < a.K; k0 += T::KC) {
       const int kc = int(a.K - k0 < T::KC ? a.K - k0 : T::KC);  // a multiple of VE
       __syncthreads();  // the previous chunk's readers are done
@@ -89,23 +125,9 @@ __device__ __forceinline__ void skinny_block(const GemmArgs& a, int64_t bx, bool
       }
       __syncthreads();
       const int nv = kc / T::VE;
-      uint4 wv[kSkRowsPerWarp][kSkVecPerLane];
-      uint32_t sr[kSkRowsPerWarp][kSkVecPerLane];
-#pragma unroll
-      for (int rr = 0; rr < kSkRowsPerWarp; ++rr)
-#pragma unroll
-        for (int u = 0; u < kSkVecPerLane; ++u) {
-          const int64_t nl = n_first + rr;
-          const int v = lane + 32 * u;
-          wv[rr][u] = make_uint4(0, 0, 0, 0);
-          sr[rr][u] = 0;
-          if (nl < a.N && v < nv) {
-            const int64_t n = w.row0 + nl, k = k0 + int64_t(v) * T::VE;
-            wv[rr][u] = __ldg(vec_ptr<F>(a, w, n, k));
-            if constexpr (F == WeightFormat::FP8_BLOCK || F == WeightFormat::FP4_G32)
-              sr[rr][u] = load_scale_raw(a, w.scale, scale_index<F>(a, n, k));
-          }
-        }
+      const bool more = k0 + T::KC < a.K;
+      SkStep<F> nxt;
+      if (more) skinny_load<F>(a, w, n_first, lane, k0 + T::KC, nxt);
 #pragma unroll
       for (int rr = 0; rr < kSkRowsPerWarp; ++rr)
 #pragma unroll
@@ -113,9 +135,9 @@ __device__ __forceinline__ void skinny_block(const GemmArgs& a, int64_t bx, bool
           const int v = lane + 32 * u;
           if (n_first + rr < a.N && v < nv) {
             float wf[T::VE];
-            unpack<F>(wv[rr][u], wf);
+            unpack<F>(cur.wv[rr][u], wf);
             float s = 1.0f;
-            if constexpr (F == WeightFormat::FP8_BLOCK || F == WeightFormat::FP4_G32) s = scale_value(a, sr[rr][u]);
+            if constexpr (F == WeightFormat::FP8_BLOCK || F == WeightFormat::FP4_G32) s = scale_value(a, cur.sr[rr][u]);
             const float4* xv = reinterpret_cast<const float4*>(xs + v * (T::VE + T::PAD));
 #pragma unroll
             for (int m = 0; m < kSkMaxM; ++m) {
@@ -134,6 +156,7 @@ __device__ __forceinline__ void skinny_block(const GemmArgs& a, int64_t bx, bool
             }
           }
         }
+      if (more) cur = nxt;
     }
     // butterfly reduction over the warp (fixed order), lane 0 writes
 #pragma unroll
