@@ -14,9 +14,12 @@
 #include "ops/kv_format/kv_format.h"
 #include "ops/kv_format/kv_format_cuda.h"
 #include "ops/quant_sim/quant_sim.h"
+#include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
+#include "ops/state_view.h"
 
 using namespace dsinfer;
 using namespace dsinfer::cuda::test;
+using dsinfer::cuda::DeviceBuffer;
 
 namespace {
 std::vector<float> rows_with_edges(int64_t n, int64_t ld, int64_t tile, uint32_t seed) {
@@ -136,4 +139,75 @@ TEST(GpuKvFormat, PagedEncodeMatchesTheReferenceBytes) {
   for (size_t b = 0; b < ib; ++b) ASSERT_EQ(int(got[b]), int(iref[b])) << "indexer byte " << b;
   const ops::KvPages odd{131, 131 * 584 + 4, 0};  // stride not a multiple of 16
   EXPECT_FALSE(ops::cuda::kv_encode(dx.data(), n, ld, dd.data(), dc.data(), cache_rows, nullptr, odd).is_ok());
+}
+
+// kv_encode_ring (the FP8 state's ring write in one launch): a ragged step of a decode token, a 300-token chunk over
+// a ring of 131 rows (only each row's last writer lands) and a short chunk, into paged slots. The bytes equal (1) the
+// reference encoder at the rows the rule gives on the host and (2) the two launches it replaced, fp8_ring_rows then
+// kv_encode, bit for bit; rows past the cache are skipped.
+TEST(GpuKvFormat, RingEncodeEqualsRingRowsThenEncode) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t ring = 131, ld = ops::kKvDim + 8;
+  const ops::KvPages g{ring, ring * 584 + 24, 768};
+  struct Seq {
+    int32_t slot;
+    int64_t start, len;
+  };
+  for (const int64_t cache_rows : {3 * ring, 2 * ring}) {  // the second leaves slot 2 outside the cache
+    const std::vector<Seq> seqs = {{2, 10, 1}, {0, 0, 300}, {1, 500, 7}};
+    std::vector<int64_t> pos, start;
+    std::vector<int32_t> seq_of, cu = {0}, slot;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      for (int64_t k = 0; k < seqs[s].len; ++k) {
+        pos.push_back(seqs[s].start + k);
+        seq_of.push_back(int32_t(s));
+      }
+      cu.push_back(int32_t(pos.size()));
+      start.push_back(seqs[s].start);
+      slot.push_back(seqs[s].slot);
+    }
+    const int64_t T = int64_t(pos.size());
+    const std::vector<float> x = rows_with_edges(T, ld, ops::kKvTile, 11);
+    const size_t bytes = size_t(g.offset + 3 * g.page_stride);
+    std::vector<uint8_t> ref(bytes, 0xAA);
+    for (int64_t t = 0; t < T; ++t) {
+      const Seq& q = seqs[size_t(seq_of[size_t(t)])];
+      if (pos[size_t(t)] < q.start + q.len - ring) continue;  // a later token of the chunk owns the row
+      const int64_t row = q.slot * ring + pos[size_t(t)] % ring;
+      if (row < cache_rows) ops::kv_encode_row_ref(x.data() + t * ld, ref.data(), row, g);
+    }
+    auto dpos = to_device(pos);
+    auto dstart = to_device(start);
+    auto dseq = to_device(seq_of);
+    auto dcu = to_device(cu);
+    auto dslot = to_device(slot);
+    ops::StepDevice st;
+    st.T = T;
+    st.num_seqs = int64_t(seqs.size());
+    st.pos = dpos.data();
+    st.seq_of_token = dseq.data();
+    st.cu_seqlens = dcu.data();
+    st.start_pos = dstart.data();
+    st.slot = dslot.data();
+    auto dx = to_device(x);
+    auto fused = to_device(std::vector<uint8_t>(bytes, 0xAA));
+    auto apart = to_device(std::vector<uint8_t>(bytes, 0xAA));
+    DeviceBuffer<int32_t> rows;
+    ASSERT_TRUE(rows.alloc(size_t(T)).is_ok());
+    const ops::cuda::KvRingStep rs{T, st.pos, st.seq_of_token, st.cu_seqlens, st.start_pos, st.slot};
+    ASSERT_TRUE(ops::cuda::kv_encode_ring(dx.data(), ld, rs, ring, fused.data(), cache_rows, nullptr, g).is_ok());
+    ops::LayerStateView v;
+    v.ring_rows = ring;
+    v.fp8 = true;
+    ASSERT_TRUE(ops::cuda::fp8_ring_rows(st, v, rows.data(), nullptr).is_ok());
+    ASSERT_TRUE(ops::cuda::kv_encode(dx.data(), T, ld, rows.data(), apart.data(), cache_rows, nullptr, g).is_ok());
+    const std::vector<uint8_t> a = to_host(fused, bytes), b = to_host(apart, bytes);
+    for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(int(a[i]), int(ref[i])) << "byte " << i << " cache_rows " << cache_rows;
+    for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(int(a[i]), int(b[i])) << "byte " << i << " (two launches)";
+    EXPECT_FALSE(ops::cuda::kv_encode_ring(dx.data(), ld, rs, 0, fused.data(), cache_rows, nullptr, g).is_ok());
+    EXPECT_FALSE(ops::cuda::kv_encode_ring(dx.data(), 100, rs, ring, fused.data(), cache_rows, nullptr, g).is_ok());
+    ops::cuda::KvRingStep bad = rs;
+    bad.slot = nullptr;
+    EXPECT_FALSE(ops::cuda::kv_encode_ring(dx.data(), ld, bad, ring, fused.data(), cache_rows, nullptr, g).is_ok());
+  }
 }

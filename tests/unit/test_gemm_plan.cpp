@@ -423,3 +423,56 @@ TEST(GemmPlan, CublasLtRoutingRule) {
   EXPECT_FALSE(plan_gemm_grouped_call(fp8(8192, 4096), 8, kGemmGroupedBatchedMinM - 1, KernelMode::kFast, s).lt);
   EXPECT_TRUE(plan_gemm_grouped_call(fp8(8192, 4096), 8, kGemmGroupedBatchedMinM, KernelMode::kFast, s).lt);
 }
+
+// plan_gemm_segments (V4's compressor and indexer projections of y in one skinny launch): only where each weight's
+// own call is one skinny-kernel call under one precision - decode rows (M <= kGemmSkinnyMaxM; above it the BF16
+// weights go to cuBLASLt or the tiled kernel) and batch-invariant mode at any M; never the FP8 streaming weights
+// (wq_a / wkv: their K split follows N), mixed formats or K, exact mode past one chunk, or DSINFER_GEMM_SEGMENTS=0.
+TEST(GemmPlan, SegmentsOnlyWhereEveryWeightRunsTheSkinnyKernelAlone) {
+  const DeviceWeight cw = bf16(1024, 4096), cg = bf16(1024, 4096), iw = bf16(64, 4096), ik = bf16(256, 4096),
+                     ig = bf16(256, 4096), hw = bf16(512, 4096);
+  const DeviceWeight* csa[] = {&cw, &cg, &iw, &ik, &ig};
+  const DeviceWeight* hca[] = {&hw, &hw};
+  const GemmSettings on{};
+  for (const KernelMode mode : {KernelMode::kFast, KernelMode::kDefault, KernelMode::kExact}) {
+    for (int64_t M = 1; M <= kGemmSkinnyMaxM; ++M) {
+      EXPECT_TRUE(plan_gemm_segments(csa, 5, M, mode, on, kSms).one_launch) << "M=" << M << " mode " << int(mode);
+      EXPECT_TRUE(plan_gemm_segments(hca, 2, M, mode, on, kSms).one_launch) << "M=" << M;
+      for (const DeviceWeight* w : csa) EXPECT_EQ(ran(*w, M, mode), Ran::kSkinny) << "M=" << M;
+    }
+    for (int64_t M : {9, 16, 64, 4096})
+      EXPECT_FALSE(plan_gemm_segments(csa, 5, M, mode, on, kSms).one_launch) << "M=" << M << " mode " << int(mode);
+  }
+  for (int64_t M : {1, 9, 64, 300, 4096}) {
+    const GemmSegmentsPlan p = plan_gemm_segments(csa, 5, M, KernelMode::kBatchInvariant, on, kSms);
+    EXPECT_TRUE(p.one_launch) << "M=" << M;
+    EXPECT_EQ(p.precision, GemmPrecision::kBatchInvariant);
+  }
+  EXPECT_EQ(plan_gemm_segments(csa, 5, 1, KernelMode::kFast, on, kSms).precision, GemmPrecision::kBf16);
+  // wq_a + wkv: the streaming kernel (not skinny) at decode.
+  const DeviceWeight qa = fp8(1024, 4096), kv = fp8(512, 4096);
+  const DeviceWeight* fp8s[] = {&qa, &kv};
+  EXPECT_FALSE(plan_gemm_segments(fp8s, 2, 1, KernelMode::kFast, on, kSms).one_launch);
+  // Mixed format / K, one or too many segments, no rows, the switch off.
+  const DeviceWeight k2 = bf16(256, 2048);
+  const DeviceWeight* mixed[] = {&cw, &qa};
+  const DeviceWeight* mixed_k[] = {&cw, &k2};
+  EXPECT_FALSE(plan_gemm_segments(mixed, 2, 1, KernelMode::kDefault, on, kSms).one_launch);
+  EXPECT_FALSE(plan_gemm_segments(mixed_k, 2, 1, KernelMode::kDefault, on, kSms).one_launch);
+  EXPECT_FALSE(plan_gemm_segments(csa, 1, 1, KernelMode::kFast, on, kSms).one_launch);
+  const DeviceWeight* nine[] = {&cw, &cw, &cw, &cw, &cw, &cw, &cw, &cw, &cw};
+  EXPECT_FALSE(plan_gemm_segments(nine, 9, 1, KernelMode::kFast, on, kSms).one_launch);
+  EXPECT_FALSE(plan_gemm_segments(csa, 5, 0, KernelMode::kFast, on, kSms).one_launch);
+  GemmSettings off;
+  off.segments = false;
+  EXPECT_FALSE(plan_gemm_segments(csa, 5, 1, KernelMode::kFast, off, kSms).one_launch);
+  // DSINFER_GEMM_SEGMENTS: 0 / 1 / unset; anything else is an error naming the variable.
+  EXPECT_TRUE(gemm_settings_from(nullptr, nullptr, nullptr, nullptr).value().segments);
+  EXPECT_FALSE(gemm_settings_from(nullptr, nullptr, nullptr, "0").value().segments);
+  EXPECT_TRUE(gemm_settings_from(nullptr, nullptr, nullptr, "1").value().segments);
+  for (const char* bad : {"yes", "2", "off"}) {
+    const Result<GemmSettings> s = gemm_settings_from(nullptr, nullptr, nullptr, bad);
+    ASSERT_FALSE(s.is_ok()) << bad;
+    EXPECT_NE(s.status().message().find("DSINFER_GEMM_SEGMENTS"), std::string::npos);
+  }
+}

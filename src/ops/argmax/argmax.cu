@@ -3,6 +3,8 @@
 
 #include <climits>
 
+#include "cuda/pdl.cuh"
+
 #include "ops/argmax/argmax_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -11,6 +13,7 @@ namespace {
 __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }
 
 __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
+  dsinfer::cuda::pdl_wait_then_release();
   const float* row = logits + int64_t(blockIdx.x) * V;
   float bv = -INFINITY;
   int bi = INT_MAX;
@@ -47,7 +50,8 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
 }  // namespace
 
 void launch_argmax_rows(const float* logits, int64_t R, int64_t V, int32_t* out, void* stream) {
-  argmax_kernel<<<unsigned(R), 1024, 0, static_cast<cudaStream_t>(stream)>>>(logits, V, out);
+  dsinfer::cuda::pdl_launch(argmax_kernel, dim3(unsigned(R)), dim3(1024), 0, static_cast<cudaStream_t>(stream), logits,
+                            V, out);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

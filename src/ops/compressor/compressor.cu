@@ -1,5 +1,6 @@
 // CUDA compressor kernels (see compressor_cuda.h).
 #include "cuda/ops_device.cuh"
+#include "cuda/pdl.cuh"
 #include "ops/compressor/compressor_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -32,6 +33,7 @@ struct SlotSource {
 
 __global__ void compressor_emit_kernel(StepDevice st, LayerStateView v, CompressorCudaParams p, const float* kv,
                                        const float* gate) {
+  dsinfer::cuda::pdl_wait_then_release();
   extern __shared__ double cmp_smem[];  // [d] doubles (Hadamard scratch), then [d] floats (the entry)
   float* e = reinterpret_cast<float*>(cmp_smem + p.d);
   const int64_t t = blockIdx.x, pos = st.pos[t];
@@ -90,6 +92,7 @@ __global__ void compressor_emit_kernel(StepDevice st, LayerStateView v, Compress
 
 __global__ void compressor_frontier_kernel(StepDevice st, LayerStateView v, CompressorCudaParams p, const float* kv,
                                            const float* gate) {
+  dsinfer::cuda::pdl_wait_then_release();
   const int64_t t = blockIdx.x, pos = st.pos[t];
   const int32_t s = st.seq_of_token[t];
   const int64_t end = st.start_pos[s] + (st.cu_seqlens[s + 1] - st.cu_seqlens[s]);
@@ -106,13 +109,15 @@ __global__ void compressor_frontier_kernel(StepDevice st, LayerStateView v, Comp
 
 void launch_compressor_emit(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
                             const float* kv, const float* gate, void* stream) {
-  compressor_emit_kernel<<<unsigned(step.T), unsigned((p.d + 31) / 32 * 32), size_t(p.d) * (sizeof(double) + sizeof(float)),
-                           static_cast<cudaStream_t>(stream)>>>(step, view, p, kv, gate);
+  dsinfer::cuda::pdl_launch(compressor_emit_kernel, dim3(unsigned(step.T)), dim3(unsigned((p.d + 31) / 32 * 32)),
+                            size_t(p.d) * (sizeof(double) + sizeof(float)), static_cast<cudaStream_t>(stream), step,
+                            view, p, kv, gate);
 }
 
 void launch_compressor_frontier(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
                                 const float* kv, const float* gate, void* stream) {
-  compressor_frontier_kernel<<<unsigned(step.T), 256, 0, static_cast<cudaStream_t>(stream)>>>(step, view, p, kv, gate);
+  dsinfer::cuda::pdl_launch(compressor_frontier_kernel, dim3(unsigned(step.T)), dim3(256), 0,
+                            static_cast<cudaStream_t>(stream), step, view, p, kv, gate);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

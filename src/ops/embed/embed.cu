@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "core/small_float.h"
+#include "cuda/pdl.cuh"
 #include "ops/embed/embed_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -9,6 +10,7 @@ namespace dsinfer::ops::cuda::detail {
 namespace {
 __global__ void embed_kernel(const void* table, EmbedDType dt, int64_t vocab, int64_t dim, const int32_t* tokens,
                              int n, float* X) {
+  dsinfer::cuda::pdl_wait_then_release();
   const int64_t t = blockIdx.x;
   const int64_t tok = tokens[t];
   const bool ok = tok >= 0 && tok < vocab;
@@ -28,7 +30,8 @@ __global__ void embed_kernel(const void* table, EmbedDType dt, int64_t vocab, in
 
 void launch_embed(const void* table, EmbedDType dt, int64_t vocab, int64_t dim, const int32_t* tokens, int64_t T,
                   int64_t n, float* X, void* stream) {
-  embed_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(table, dt, vocab, dim, tokens, int(n), X);
+  dsinfer::cuda::pdl_launch(embed_kernel, dim3(unsigned(T)), dim3(256), 0, static_cast<cudaStream_t>(stream), table, dt,
+                            vocab, dim, tokens, int(n), X);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -3,11 +3,13 @@
 #include "ops/gemm/gemm_cuda.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "cuda/cuda_common.h"
 #include "ops/gemm/gemm_common.h"
 #include "ops/gemm/gemm_plan.h"
+#include "ops/gemm/gemm_segments_launch.h"
 
 namespace dsinfer::ops::cuda {
 
@@ -176,6 +178,45 @@ Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group
   if (M == 0) return Status::ok();
   detail::GemmArgs a = gemm_args(x, ldx, y, ldy, M, w, groups, x_group_stride, y_group_stride);
   return run(a, w.fmt, precision, stream);
+}
+
+Status gemm_segments_cuda(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count, void* stream) {
+  if (count < 1 || count > kGemmMaxSegments || !segs)
+    return Status::errorf("gemm segments: {} segments (1..{})", count, kGemmMaxSegments);
+  const DeviceWeight& w0 = segs[0].w;
+  const int64_t rpb = detail::gemm_skinny_rows_per_block();
+  detail::GemmSegments sg;
+  sg.count = count;
+  int64_t blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    const GemmSegment& s = segs[i];
+    DSI_RETURN_IF_ERROR(validate_weight(s.w, "gemm segment weight"));
+    if (s.w.fmt != w0.fmt || s.w.cols != w0.cols || s.w.block_n != w0.block_n || s.w.block_k != w0.block_k ||
+        s.w.scale_e8m0 != w0.scale_e8m0)
+      return Status::errorf("gemm segments: segment {} ({}, K {}) differs from segment 0 ({}, K {}) in format, K or "
+                            "block sizes", i, weight_format_name(s.w.fmt), s.w.cols, weight_format_name(w0.fmt), w0.cols);
+    DSI_RETURN_IF_ERROR(check_activations(x, M, ldx, s.w.cols, s.y, s.ldy, s.w.rows));
+    if (blocks > INT32_MAX - (s.w.rows + rpb - 1) / rpb) return Status::error("gemm segments: too many weight rows");
+    sg.seg[i] = {static_cast<const uint8_t*>(s.w.data), static_cast<const uint8_t*>(s.w.scale), s.w.rows, s.y, s.ldy,
+                 int(blocks), s.out_scale != 1.0f, s.out_scale};
+    blocks += (s.w.rows + rpb - 1) / rpb;
+  }
+  if (M == 0) return Status::ok();
+  detail::GemmArgs a = gemm_args(x, ldx, segs[0].y, segs[0].ldy, M, w0, 1);
+  for (int i = 0; i < count; ++i) {
+    detail::GemmArgs ai = gemm_args(x, ldx, segs[i].y, segs[i].ldy, M, segs[i].w, 1);
+    if (!ai.w_vec)
+      return Status::errorf("gemm segments: segment {} cannot take 16-byte weight vectors (K {}, alignment)", i,
+                            segs[i].w.cols);
+  }
+  sg.blocks = int(blocks);
+  const int err = detail::launch_gemm_skinny_segments(w0.fmt, a, sg, stream);
+  if (err != 0) {
+    cudaGetLastError();  // as launch_stream
+    return Status::errorf("gemm_skinny_segments_kernel launch failed: {}", cudaGetErrorString(cudaError_t(err)));
+  }
+  DSI_CUDA_LAUNCHED("gemm_skinny_segments_kernel");
+  return Status::ok();
 }
 
 }  // namespace dsinfer::ops::cuda

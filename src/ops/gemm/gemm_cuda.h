@@ -44,6 +44,19 @@ Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group
                          int64_t groups, float* y, int64_t ldy, int64_t y_group_stride, void* stream,
                          GemmPrecision precision = GemmPrecision::kFp32SmallM);
 
+// One output of gemm_segments_cuda: y[M, w.rows] (row stride ldy) = out_scale * (x . w^T) (out_scale 1: the plain
+// product; any other value: the product, then one multiply, the bits of gemm_cuda followed by scale_cuda).
+struct GemmSegment {
+  DeviceWeight w;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  float out_scale = 1.0f;
+};
+// Several weights over the same x[M, K] in one launch of the skinny kernel (gemm_plan.h plan_gemm_segments says
+// when the runner may: each output then has the bits of its own gemm_cuda call at `precision`). The weights share
+// format, K and block sizes; 1..kGemmMaxSegments segments, none overlapping x. Errors name the first bad segment.
+Status gemm_segments_cuda(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count, void* stream);
+
 // A weight uploaded from host arrays in storage format (sizes from weight_data_bytes / weight_scale_bytes).
 struct OwnedDeviceWeight {
   dsinfer::cuda::DeviceBuffer<uint8_t> data, scale;

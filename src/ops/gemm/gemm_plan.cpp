@@ -13,7 +13,8 @@
 
 namespace dsinfer::ops::cuda {
 
-Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act) {
+Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act,
+                                        const char* segments) {
   GemmSettings s;
   const std::string on = cublaslt ? cublaslt : "";
   if (!on.empty()) {
@@ -34,12 +35,17 @@ Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m,
   else if (a == "bf16") s.lt_activations = GemmLtActivations::kBf16;
   else if (a == "auto") s.lt_activations = GemmLtActivations::kAuto;
   else if (!a.empty()) return Status::errorf("DSINFER_CUBLASLT_ACT must be fp8, fp8x2, bf16 or auto, found '{}'", a);
+  const std::string seg = segments ? segments : "";
+  if (!seg.empty()) {
+    if (seg != "0" && seg != "1") return Status::errorf("DSINFER_GEMM_SEGMENTS must be 0 or 1, found '{}'", seg);
+    s.segments = seg == "1";
+  }
   return s;
 }
 
 Result<GemmSettings> gemm_settings_from_env() {
   return gemm_settings_from(std::getenv("DSINFER_CUBLASLT"), std::getenv("DSINFER_CUBLASLT_MIN_M"),
-                            std::getenv("DSINFER_CUBLASLT_ACT"));
+                            std::getenv("DSINFER_CUBLASLT_ACT"), std::getenv("DSINFER_GEMM_SEGMENTS"));
 }
 
 bool gemm_gemv_preferred(int64_t M, int64_t N, bool grouped) {
@@ -305,6 +311,28 @@ GemmKernelPlan plan_gemm_kernel(const detail::GemmArgs& a, WeightFormat f, GemmP
   }
   p.kernel = a.M <= kGemmSkinnyMaxM && a.w_vec ? GemmKernel::kSkinny : GemmKernel::kTiled;
   return p;
+}
+
+GemmSegmentsPlan plan_gemm_segments(const DeviceWeight* const* w, int count, int64_t M, KernelMode mode,
+                                    const GemmSettings& s, int sm_count) {
+  GemmSegmentsPlan out;
+  if (!s.segments || count < 2 || count > kGemmMaxSegments || M < 1 || !w) return out;
+  for (int i = 0; i < count; ++i) {
+    const DeviceWeight& wi = *w[i];
+    const DeviceWeight& w0 = *w[0];
+    if (!wi.data || wi.rows <= 0 || wi.fmt != w0.fmt || wi.cols != w0.cols || wi.block_n != w0.block_n ||
+        wi.block_k != w0.block_k || wi.scale_e8m0 != w0.scale_e8m0)
+      return out;
+    const GemmCallPlan c = plan_gemm_call(wi, M, mode, s);
+    if (c.lt || c.chunk_rows < M) return out;
+    if (i > 0 && c.precision != out.precision) return out;
+    out.precision = c.precision;
+    detail::GemmArgs a{.M = M, .N = wi.rows, .K = wi.cols};
+    detail::set_weight_args(a, wi);
+    if (plan_gemm_kernel(a, wi.fmt, c.precision, sm_count).kernel != GemmKernel::kSkinny) return out;
+  }
+  out.one_launch = true;
+  return out;
 }
 
 }  // namespace dsinfer::ops::cuda

@@ -49,6 +49,8 @@ inline constexpr int64_t kGemmInvariantStreamMaxN = 4096;
 // any M (it walks the rows in chunks of 8, re-reading a small weight from L2): router, indexer weights, compressor
 // projections. Larger ones (lm head) and grouped weights (wo_a) take the tiled kernel.
 inline constexpr int64_t kGemmInvariantSkinnyMaxN = 1024;
+// Weights one skinny launch may take over the same x (plan_gemm_segments, gemm_segments_cuda): V4's CSA layers use 5.
+inline constexpr int kGemmMaxSegments = 8;
 // Whether the fast path uses cuBLASLt at all when DSINFER_CUBLASLT is unset.
 inline constexpr bool kGemmLtDefaultOn = true;
 // The smallest M cuBLASLt takes for FP8_BLOCK weights (DSINFER_CUBLASLT_MIN_M overrides). H200 (bench/NOTES.md,
@@ -120,13 +122,17 @@ enum class GemmLtActivations { kFp8, kFp8x2, kBf16, kAuto };
 //   DSINFER_CUBLASLT_MIN_M  smallest M for FP8 weights on cuBLASLt, an integer >= 1 (default kGemmLtMinM)
 //   DSINFER_CUBLASLT_ACT    fp8 = one activation term, fp8x2 = two, bf16 = bf16 x on the widened weight, auto =
 //                           gemm_lt_fp8_route's per-shape choice (default kAuto)
+//   DSINFER_GEMM_SEGMENTS   0 = one launch per projection, 1 = projections of one x in one skinny launch where
+//                           plan_gemm_segments allows (default; the same bits either way: the A/B switch)
 struct GemmSettings {
   bool cublaslt = kGemmLtDefaultOn;
   int64_t lt_min_m = kGemmLtMinM;
   GemmLtActivations lt_activations = GemmLtActivations::kAuto;
+  bool segments = true;
 };
 // The settings from these variable values (nullptr = unset); gemm_settings_from_env passes std::getenv's.
-Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act);
+Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act,
+                                        const char* segments = nullptr);
 Result<GemmSettings> gemm_settings_from_env();
 
 // The fast path's kernel choice for FP8_BLOCK / BF16 weights at few rows:
@@ -270,5 +276,20 @@ struct GemmKernelPlan {
   GemmInvariantPlan invariant;    // kBatchInvariant: the fixed K partition of the streaming kernel
 };
 GemmKernelPlan plan_gemm_kernel(const detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, int sm_count);
+
+// Several weights over the same x (the projections of one normalised input) in one launch of the skinny kernel
+// (gemm_segments_cuda): one_launch when there are 2..kGemmMaxSegments weights of one format, K and block size, each
+// of whose own runner call (plan_gemm_call) would be one kernel call (no cuBLASLt, chunk_rows >= M) of the skinny
+// kernel (plan_gemm_kernel) under one common precision. A skinny row's sums depend only
+// on K, the format and its x row, so every output then has the bits of its own call (V4's compressor and indexer
+// projections at decode and in batch-invariant mode; never the FP8 streaming or GEMV kernels, whose K split
+// follows N). Never when s.segments is off. The caller keeps each weight's lt_prepare (cuBLASLt setup) as its own
+// call would.
+struct GemmSegmentsPlan {
+  bool one_launch = false;
+  GemmPrecision precision = GemmPrecision::kFp32SmallM;
+};
+GemmSegmentsPlan plan_gemm_segments(const DeviceWeight* const* w, int count, int64_t M, KernelMode mode,
+                                    const GemmSettings& s, int sm_count);
 
 }  // namespace dsinfer::ops::cuda

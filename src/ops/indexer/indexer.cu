@@ -5,6 +5,7 @@
 
 #include "cuda/func_smem.h"
 #include "cuda/ops_device.cuh"
+#include "cuda/pdl.cuh"
 #include "ops/indexer/indexer_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -23,6 +24,7 @@ __global__ void __launch_bounds__(kKB * kGroups) indexer_scores_kernel(StepDevic
                                                                        IndexerCudaParams p, const float* q,
                                                                        const float* weights, int64_t max_visible,
                                                                        float* scores) {
+  dsinfer::cuda::pdl_wait_then_release();
   extern __shared__ float idx_smem[];
   const int dim = int(p.dim), heads = int(p.heads), kstride = dim + 4;
   float* qs = idx_smem;                 // [heads][dim]
@@ -244,6 +246,7 @@ __device__ __forceinline__ void mma_warp_keys(float (&acc)[4][4][4], const __nv_
 __global__ void __launch_bounds__(kTcThreads, 4)
     indexer_scores_tc_kernel(StepDevice st, LayerStateView v, IndexerCudaParams p, const float* q,
                              const float* weights, int64_t max_visible, int tiles, float* scores) {
+  dsinfer::cuda::pdl_wait_then_release();
   extern __shared__ __align__(16) unsigned char tc_smem[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);     // [head][kTcPitch], one split
   __nv_bfloat16* ks = qs + kTcHeads * kTcPitch;                       // [key][kTcPitch]
@@ -311,6 +314,7 @@ constexpr size_t kTcmSmem =
 __global__ void __launch_bounds__(kTcmThreads, 2)
     indexer_scores_tc_tokens_kernel(StepDevice st, LayerStateView v, IndexerCudaParams p, const float* q,
                                     const float* weights, int64_t max_visible, int tiles, float* scores) {
+  dsinfer::cuda::pdl_wait_then_release();
   extern __shared__ __align__(16) unsigned char tcm_smem[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(tcm_smem);    // [token][head][kTcPitch], one split
   __nv_bfloat16* ks = qs + kTcTok * kTcHeads * kTcPitch;              // [key][kTcPitch]
@@ -448,6 +452,7 @@ __device__ int sel_exclusive_scan(int x, int* warp_sums, int* total) {
 __global__ void __launch_bounds__(kSelThreads) indexer_select_kernel(StepDevice st, IndexerCudaParams p,
                                                                      const float* scores, int64_t max_visible,
                                                                      int64_t cache_keys, int32_t* out) {
+  dsinfer::cuda::pdl_wait_then_release();
   extern __shared__ uint32_t sel_keys[];  // [cache_keys] the row's keys when N <= cache_keys
   __shared__ uint32_t hist[kSelBins];
   __shared__ int warp_sums[kSelWarps];
@@ -554,8 +559,8 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
   // smem follows the model's heads and dim: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h).
   dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel), smem);
   const dim3 grid(unsigned(step.T), unsigned((max_visible + kKB - 1) / kKB));
-  indexer_scores_kernel<<<grid, kKB * kGroups, smem, static_cast<cudaStream_t>(stream)>>>(step, view, p, q, weights,
-                                                                                         max_visible, scores);
+  dsinfer::cuda::pdl_launch(indexer_scores_kernel, grid, dim3(kKB * kGroups), smem, static_cast<cudaStream_t>(stream),
+                            step, view, p, q, weights, max_visible, scores);
 }
 
 // The plan (which tensor-core kernel for which step): kTcTok tokens a block sharing each key tile when the step's
@@ -574,13 +579,13 @@ void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view
   const dim3 grid(unsigned(groups), unsigned((max_visible + kTcKeys * tiles - 1) / (kTcKeys * tiles)));
   if (tok == kTcTok) {
     dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_tc_tokens_kernel), kTcmSmem);
-    indexer_scores_tc_tokens_kernel<<<grid, kTcmThreads, kTcmSmem, static_cast<cudaStream_t>(stream)>>>(
-        step, view, p, q, weights, max_visible, tiles, scores);
+    dsinfer::cuda::pdl_launch(indexer_scores_tc_tokens_kernel, grid, dim3(kTcmThreads), kTcmSmem,
+                              static_cast<cudaStream_t>(stream), step, view, p, q, weights, max_visible, tiles, scores);
     return;
   }
   dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_tc_kernel), kTcSmem);
-  indexer_scores_tc_kernel<<<grid, kTcThreads, kTcSmem, static_cast<cudaStream_t>(stream)>>>(
-      step, view, p, q, weights, max_visible, tiles, scores);
+  dsinfer::cuda::pdl_launch(indexer_scores_tc_kernel, grid, dim3(kTcThreads), kTcSmem, static_cast<cudaStream_t>(stream),
+                            step, view, p, q, weights, max_visible, tiles, scores);
 }
 
 void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
@@ -589,8 +594,8 @@ void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, c
   const size_t smem = size_t(cache_keys) * sizeof(uint32_t);
   // smem follows max_visible: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h).
   dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_select_kernel), smem);
-  indexer_select_kernel<<<unsigned(step.T), kSelThreads, smem, static_cast<cudaStream_t>(stream)>>>(
-      step, p, scores, max_visible, cache_keys, out);
+  dsinfer::cuda::pdl_launch(indexer_select_kernel, dim3(unsigned(step.T)), dim3(kSelThreads), smem,
+                            static_cast<cudaStream_t>(stream), step, p, scores, max_visible, cache_keys, out);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

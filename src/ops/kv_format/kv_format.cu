@@ -18,15 +18,9 @@ __device__ __forceinline__ float warp_amax(float a, bool finite) {
   return __all_sync(dev::kFull, finite) ? m : INFINITY;
 }
 
-__global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
-                                 int64_t cache_rows, KvPages g) {
-  dsinfer::cuda::pdl_wait_then_release();
-  const int lane = threadIdx.x & 31;
-  const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (i >= n) return;
-  const int64_t row = dst ? dst[i] : i;
-  if (row < 0 || row >= cache_rows) return;
-  const float* xr = x + int64_t(i) * ld;
+// One warp encodes the main-KV row xr into cache row `row` (in range).
+__device__ __forceinline__ void encode_kv_row(const float* xr, uint8_t* cache, int64_t row, const KvPages& g,
+                                              int lane) {
   uint8_t* data = cache + kv_data_offset(g, row);
   uint64_t scales = 0;
 #pragma unroll
@@ -43,6 +37,34 @@ __global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_
   const uint32_t r1 = small_float::f32_to_bf16_bits(xr[kKvNope + 2 * lane + 1]);
   *reinterpret_cast<uint32_t*>(data + kKvNope + 4 * lane) = r0 | (r1 << 16);
   if (lane == 0) *reinterpret_cast<uint64_t*>(cache + kv_scale_offset(g, row)) = scales;
+}
+
+__global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
+                                 int64_t cache_rows, KvPages g) {
+  dsinfer::cuda::pdl_wait_then_release();
+  const int lane = threadIdx.x & 31;
+  const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (i >= n) return;
+  const int64_t row = dst ? dst[i] : i;
+  if (row < 0 || row >= cache_rows) return;
+  encode_kv_row(x + int64_t(i) * ld, cache, row, g, lane);
+}
+
+// Token t's row into its slot's ring, when t is the last token of its chunk at that ring row: the rule of the fp32
+// ring_write and of fp8_ring_rows (a later token at pos + k * ring_rows overwrites it), then kv_encode's bytes.
+__global__ void kv_encode_ring_kernel(const float* x, int64_t ld, KvRingStep st, int64_t ring_rows, uint8_t* cache,
+                                      int64_t cache_rows, KvPages g) {
+  dsinfer::cuda::pdl_wait_then_release();
+  const int lane = threadIdx.x & 31;
+  const int64_t t = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (t >= st.T) return;
+  const int64_t pos = st.pos[t];
+  const int32_t s = st.seq_of_token[t];
+  const int64_t end = st.start_pos[s] + (st.cu_seqlens[s + 1] - st.cu_seqlens[s]);
+  if (pos < end - ring_rows) return;
+  const int64_t row = int64_t(st.slot[s]) * ring_rows + pos % ring_rows;
+  if (row < 0 || row >= cache_rows) return;
+  encode_kv_row(x + t * ld, cache, row, g, lane);
 }
 
 __global__ void idx_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
@@ -114,6 +136,13 @@ void launch_kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_
   const unsigned blocks = unsigned((n + kWarps - 1) / kWarps);
   dsinfer::cuda::pdl_launch(kv_encode_kernel, dim3(blocks), dim3(kWarps * 32), 0, static_cast<cudaStream_t>(stream), x,
                             int(n), ld, dst_rows, cache, cache_rows, g);
+}
+
+void launch_kv_encode_ring(const float* x, int64_t ld, const KvRingStep& st, int64_t ring_rows, uint8_t* cache,
+                           int64_t cache_rows, const KvPages& g, void* stream) {
+  const unsigned blocks = unsigned((st.T + kWarps - 1) / kWarps);
+  dsinfer::cuda::pdl_launch(kv_encode_ring_kernel, dim3(blocks), dim3(kWarps * 32), 0, static_cast<cudaStream_t>(stream),
+                            x, ld, st, ring_rows, cache, cache_rows, g);
 }
 
 void launch_idx_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,

@@ -29,6 +29,18 @@ Status kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows,
   return Status::ok();
 }
 
+Status kv_encode_ring(const float* x, int64_t ld, const KvRingStep& st, int64_t ring_rows, uint8_t* cache,
+                      int64_t cache_rows, void* stream, const KvPages& pages) {
+  DSI_RETURN_IF_ERROR(check("kv_encode_ring", x, st.T, ld, kKvDim, nullptr, cache, cache_rows, pages));
+  if (ring_rows <= 0) return Status::errorf("kv_encode_ring: bad ring row count {}", ring_rows);
+  if (st.T == 0) return Status::ok();
+  if (!st.pos || !st.seq_of_token || !st.cu_seqlens || !st.start_pos || !st.slot)
+    return Status::error("kv_encode_ring: the step's device arrays are missing");
+  detail::launch_kv_encode_ring(x, ld, st, ring_rows, cache, cache_rows, pages, stream);
+  DSI_CUDA_LAUNCHED("kv_encode_ring_kernel");
+  return Status::ok();
+}
+
 Status idx_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache, int64_t cache_rows,
                   void* stream, const KvPages& pages) {
   DSI_RETURN_IF_ERROR(check("idx_encode", x, n, ld, kIdxDim, dst_rows, cache, cache_rows, pages));

@@ -4,7 +4,8 @@
 #include <cstdint>
 
 #include "core/status.h"
-#include "ops/kv_format/kv_format.h"  // KvPages
+#include "ops/kv_format/kv_format.h"         // KvPages
+#include "ops/kv_format/kv_format_launch.h"  // KvRingStep
 
 namespace dsinfer::ops::cuda {
 
@@ -13,6 +14,12 @@ namespace dsinfer::ops::cuda {
 // as `pages`.
 Status kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache, int64_t cache_rows,
                  void* stream, const KvPages& pages = kModel1Pages);
+// This step's rows x[t * ld ..) (t < st.T) into the window ring of a main KV cache (the FP8 state): token t of
+// sequence s at pos writes ring row st.slot[s] * ring_rows + pos % ring_rows unless a later token of its chunk
+// writes that row (pos < chunk end - ring_rows: the fp32 ring_write's rule). One launch with the bytes of
+// fp8_ring_rows (ops/sparse_attention) followed by kv_encode; rows outside [0, cache_rows) are skipped.
+Status kv_encode_ring(const float* x, int64_t ld, const KvRingStep& st, int64_t ring_rows, uint8_t* cache,
+                      int64_t cache_rows, void* stream, const KvPages& pages = kModel1Pages);
 // The same for indexer keys (kIdxDim floats a row, after the Hadamard + FP4 simulation).
 Status idx_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache, int64_t cache_rows,
                   void* stream, const KvPages& pages = kIdxPages);

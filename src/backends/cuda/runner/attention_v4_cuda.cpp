@@ -105,8 +105,13 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
 
   if (type != AttnType::Sliding) {
     const int64_t c = type == AttnType::CSA ? 2 : 1;
-    DSI_OP("compressor_proj", l, gemm(y, T, D, L.comp_wkv, s_.ckv.data(), c * hd, false));
-    DSI_OP("compressor_proj", l, gemm(y, T, D, L.comp_wgate, s_.cg.data(), c * hd, false));
+    // The compressor's and (CSA) the indexer's projections of y (the head weights times 1/sqrt(heads)): one launch
+    // where allowed, the same bits (forward_v4_cuda.cpp gemm_segments); on CSA layers this op includes indexer_proj.
+    const int64_t Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
+    const GemmSegment ys[5] = {{L.comp_wkv, s_.ckv.data(), c * hd}, {L.comp_wgate, s_.cg.data(), c * hd},
+                               {L.idx_wproj, s_.iw.data(), Hi, float(1.0 / std::sqrt(double(Hi)))},
+                               {L.idx_wkv, s_.ikv.data(), 2 * di}, {L.idx_wgate, s_.ig.data(), 2 * di}};
+    DSI_OP("compressor_proj", l, gemm_segments(y, T, D, ys, type == AttnType::CSA ? 5 : 2));
     CompressorCudaParams cp = compressor_params(type == AttnType::CSA, hd, false, L.comp_ape, L.comp_norm);
     cp.sim = num_.kv_fp8_sim ? CompressorSim::Fp8Nope : CompressorSim::None;
     cp.fp8_dims = nope;
@@ -124,10 +129,6 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     DSI_OP("indexer_q", l, gemm(cq, T, qr, L.idx_wq_b, iq, Hi * di, false));
     const HeadNormRopeParams rp{T, Hi, di, HeadNorm::None, nullptr, eps, rd, inv, af, false};
     DSI_OP("indexer_q_rope", l, index_q_rope(rp, iq, num_.indexer_fp4_sim, st.pos, stream_));
-    DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wproj, iw, Hi, false));
-    DSI_OP("indexer_proj", l, scale_cuda(iw, T * Hi, float(1.0 / std::sqrt(double(Hi))), stream_));
-    DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wkv, s_.ikv.data(), 2 * di, false));
-    DSI_OP("indexer_proj", l, gemm(y, T, D, L.idx_wgate, s_.ig.data(), 2 * di, false));
     CompressorCudaParams ip = compressor_params(true, di, true, L.idx_ape, L.idx_norm);
     ip.sim = num_.indexer_fp4_sim ? CompressorSim::HadamardFp4 : CompressorSim::None;
     if (view.fp8) {
@@ -305,12 +306,13 @@ Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops
   return sparse_attention_fp8(p, s_.q.data(), s_.o.data(), f8_.ws.data(), stream_);
 }
 
-// This step's kv rows into the ring (the last writer of each ring row, as ring_write).
+// This step's kv rows into the ring (the last writer of each ring row, as ring_write) in one launch (was
+// fp8_ring_rows + kv_encode: the same bytes).
 Status CudaForwardV4::ring_write_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view) {
-  DSI_RETURN_IF_ERROR(fp8_ring_rows(st, view, f8_.rows.data(), stream_));
   const int64_t slots = int64_t(slots_.bytes()) / layout_.slot_bytes;
-  return kv_encode(s_.kv.data(), st.T, cfg_.head_dim, f8_.rows.data(), slots_.data(), slots * layout_.ring_rows,
-                   stream_, layout_.ring_pages(l));
+  const KvRingStep rs{st.T, st.pos, st.seq_of_token, st.cu_seqlens, st.start_pos, st.slot};
+  return kv_encode_ring(s_.kv.data(), cfg_.head_dim, rs, view.ring_rows, slots_.data(), slots * layout_.ring_rows,
+                        stream_, layout_.ring_pages(l));
 }
 
 }  // namespace dsinfer::backends

@@ -79,6 +79,9 @@ class CudaForwardV4 final : public CudaForward {
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy,
               bool acc);
+  // Several projections of the same x: one skinny launch where ops/gemm/gemm_plan.h plan_gemm_segments says each
+  // would run the skinny kernel alone (the same bits), else gemm (then scale_cuda where out_scale != 1) per segment.
+  Status gemm_segments(const float* x, int64_t M, int64_t ldx, const ops::cuda::GemmSegment* segs, int count);
   Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
                       int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/runner/forward_v4.h"
 #include "cuda/cuda_common.h"
+#include "ops/elementwise/elementwise_cuda.h"
 #include "ops/embed/embed_cuda.h"
 #include "ops/indexer/indexer_cuda.h"
 #include "model/tensor_table.h"
@@ -111,6 +112,27 @@ Status CudaForwardV4::gemm(const float* x, int64_t M, int64_t ldx, const DeviceW
   for (int64_t r = 0; r < M; r += chunk)
     DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, stream_, prec));
   return Status::ok();
+}
+
+Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count) {
+  const DeviceWeight* ws[kGemmMaxSegments] = {};
+  for (int i = 0; i < count && i < kGemmMaxSegments; ++i) ws[i] = &segs[i].w;
+  const GemmSegmentsPlan sp = plan_gemm_segments(ws, count, M, kernel_mode(), gemm_settings_, device_.multiprocessors);
+  if (!sp.one_launch) {
+    for (int i = 0; i < count; ++i) {
+      DSI_RETURN_IF_ERROR(gemm(x, M, ldx, segs[i].w, segs[i].y, segs[i].ldy, false));
+      if (segs[i].out_scale != 1.0f) {
+        if (segs[i].ldy != segs[i].w.rows) return Status::error("gemm segments: a scaled output needs ldy == N");
+        DSI_RETURN_IF_ERROR(scale_cuda(segs[i].y, M * segs[i].ldy, segs[i].out_scale, stream_));
+      }
+    }
+    return Status::ok();
+  }
+  // Each weight's cuBLASLt setup as its own gemm() call does it (the engine is ready when a larger M takes it).
+  for (int i = 0; i < count; ++i)
+    if (plan_gemm_call(segs[i].w, M, kernel_mode(), gemm_settings_).lt_prepare)
+      (void)lt_->prepare(segs[i].w, std::max(M, s_.tokens), stream_);
+  return gemm_segments_cuda(x, M, ldx, segs, count, stream_);
 }
 
 // The grouped FP8 weight (wo_a) through the cuBLASLt engine's batched call (one strided-batched GEMM over every
