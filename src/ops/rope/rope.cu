@@ -143,12 +143,13 @@ __device__ __forceinline__ void norm_rope_step(const HeadNormRopeParams& p, floa
 }
 
 // Vector `vec` of p over x. Warp-collective: all 32 lanes call it with the same vec. tab: the block's staged cos /
-// sin (rows from r0) or nullptr. Vectors of <= kRegSteps steps (dim <= 512: V4's query and KV) are loaded once,
-// all chunks in flight, and kept in registers for the second pass (session 19: it read them again, step by step);
-// longer ones loop over memory as before. Same arithmetic in the same order either way.
+// sin (rows from r0) or nullptr. Vectors of <= kRegSteps steps (dim <= 512: V4's query and KV) come in `a`, loaded
+// by norm_rope_block before the angles are staged (their latency overlaps the sincos), and stay in registers for the
+// second pass (session 19: it read them again, step by step); longer ones loop over memory as before. Same
+// arithmetic in the same order either way.
 constexpr int kRegSteps = 4;
 __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float* x, const int64_t* pos, int64_t vec,
-                                              const float2* tab, int64_t r0) {
+                                              const float2* tab, int64_t r0, const float4 (&a)[kRegSteps]) {
   const int lane = threadIdx.x & 31;
   const int64_t row = vec / p.heads;
   float* v = x + vec * p.dim;
@@ -158,10 +159,6 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
   const float2* cs_row = tab ? tab + (row - r0) * (p.rope_dim / 2) : nullptr;
   float inv = 1.0f;
   if (nchunks <= 32 * kRegSteps) {
-    float4 a[kRegSteps];
-#pragma unroll
-    for (int s = 0; s < kRegSteps; ++s)
-      a[s] = 32 * s + lane < nchunks ? v4[32 * s + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
     if (p.norm != HeadNorm::None) {
       double ss = 0.0;
 #pragma unroll
@@ -187,22 +184,35 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
   }
 }
 
-// The block's vectors [v0, v0 + 8) of p: the cos / sin staged, then one vector per warp. Block-collective.
+// The block's vectors [v0, v0 + 8) of p: each warp's vector loaded (<= 512 channels), the cos / sin staged, then
+// one vector per warp. Block-collective.
 __device__ __forceinline__ void norm_rope_block(const HeadNormRopeParams& p, float* x, const int64_t* pos, int64_t v0,
                                                 float2* tab) {
+  const int lane = threadIdx.x & 31;
   const int64_t vec = v0 + (threadIdx.x >> 5);
+  const bool mine = vec < p.rows * p.heads;  // warp-uniform
+  const int nchunks = int(p.dim / 4);
+  float4 a[kRegSteps];
+  const float4* v4 = reinterpret_cast<const float4*>(x + vec * p.dim);
+#pragma unroll
+  for (int s = 0; s < kRegSteps; ++s)
+    a[s] = mine && nchunks <= 32 * kRegSteps && 32 * s + lane < nchunks ? v4[32 * s + lane]
+                                                                       : make_float4(0.f, 0.f, 0.f, 0.f);
   const float2* t = stage_cos_sin(p, pos, v0, tab);
-  if (vec < p.rows * p.heads) norm_rope_vec(p, x, pos, vec, t, v0 / p.heads);  // warp-uniform, after the barrier
+  if (mine) norm_rope_vec(p, x, pos, vec, t, v0 / p.heads, a);  // after the barrier
 }
 
-__global__ void head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int64_t* pos) {
+// At most 64 registers (4 blocks, 32 warps per SM; unbounded the vector held across the barrier took 66: 3 blocks).
+__global__ void __launch_bounds__(32 * kWarpsPerBlock, 4)
+    head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int64_t* pos) {
   __shared__ float2 tab[kTabPairs];
   dsinfer::cuda::pdl_wait_then_release();
   norm_rope_block(p, x, pos, int64_t(blockIdx.x) * kWarpsPerBlock, tab);
 }
 
 // Blocks [0, blocks_a) take a's vectors, the rest b's.
-__global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, HeadNormRopeParams b, float* xb,
+__global__ void __launch_bounds__(32 * kWarpsPerBlock, 4)
+    head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, HeadNormRopeParams b, float* xb,
                                            const int64_t* pos, int64_t blocks_a) {
   __shared__ float2 tab[kTabPairs];
   dsinfer::cuda::pdl_wait_then_release();
