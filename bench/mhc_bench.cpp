@@ -6,7 +6,8 @@
 // bytes / 4.2e12 B/s. The mixes run in double (as the reference) on the fp64 tensor cores: fp64_us is their FLOPs
 // at 67 TFLOP/s, a second bound. hc_pre also prints its two kernels alone (mix = the split reduction, fin = the
 // finalize: partial sums, Sinkhorn, collapse, norm; mix_m8: the mixing on the m8n8k4 shape instead of sm_90's
-// m16n8k4, where the tile is 32 tokens), the batch-invariant split (hc_pre_inv), and old_us: the
+// m16n8k4, where the tile is 32 tokens; fin_fused: the narrow finalize as one kernel instead of the coefficients then
+// the collapse, where T > 512), the batch-invariant split (hc_pre_inv), and old_us: the
 // per-call figure of the previous kernels (`dsinfer bench` per-op table, 2026-11-30: 44 / 60 / 112 / 1160 us).
 #include <cuda_runtime.h>
 
@@ -157,6 +158,15 @@ int main() {
                                             nullptr);
     }, e0, e1);
     row("  fin", T, xb + yb, 0.0, us);
+    if (!sp.wide) {  // the A/B of the split finalize (session 19): the fused narrow kernel, the one before
+      ops::cuda::detail::HcSplit spf = sp;
+      spf.split_fin = false;
+      us = median_us([&](int i) {
+        ops::cuda::detail::launch_hc_finalize(params(false, i), xs(i), nullptr, T, spf, y.data(), post.data(),
+                                              comb.data(), nullptr);
+      }, e0, e1);
+      row("  fin_fused", T, xb + yb, 0.0, us);
+    }
     us = median_us([&](int i) {
       BENCH_CHECK(ops::cuda::hc_pre_norm(params(false, i, true), xs(i), T, y.data(), post.data(), comb.data(), nullptr));
     }, e0, e1);

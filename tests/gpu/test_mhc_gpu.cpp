@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <tuple>
 
@@ -163,6 +164,59 @@ TEST(GpuMhc, MixM16EqualsM8) {
     for (int v = 1; v < 3; ++v)
       EXPECT_EQ(std::memcmp(out[0].data(), out[v].data(), out[0].size() * sizeof(float)), 0)
           << "head " << head << " variant " << v;
+  }
+}
+
+// The narrow finalize split in two kernels (coefficients, then the collapse + norm from a shared-memory row) gives
+// the bits of the fused narrow kernel: y, post, comb (and V4.1's pre_out, with pre_in and the bf16 rounding) for
+// hc_pre at n = 4 / dim 4,096 (8 passes per lane), n = 2 / dim 64 and n = 8 / dim 256 (the generic N = 0 kernels),
+// and hc_head over scrambled rows. T = 70 and 5 force the narrow team (below 512 the default is the wide one).
+TEST(GpuMhc, SplitFinalizeEqualsFused) {
+  DSI_SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t T, n, dim;
+    bool head, v41;
+  };
+  for (const Case c : {Case{1000, kN, kD, false, false}, Case{600, kN, kD, false, true}, Case{600, 2, 64, false, false},
+                       Case{70, 8, 256, false, false}, Case{5, kN, kD, false, false}, Case{600, kN, kD, true, false}}) {
+    HcFixture f(c.n, c.dim, c.head, 70);
+    auto X = random_vec(size_t(c.T * c.n * c.dim), 71, 2.0f);
+    auto dX = to_device(X);
+    std::vector<int32_t> rows(static_cast<size_t>(c.T));
+    for (int64_t r = 0; r < c.T; ++r) rows[size_t(r)] = int32_t((r * 7 + 3) % c.T);
+    auto drows = to_device(rows);
+    auto pre_in = to_device(random_vec(size_t(c.T * c.n), 72));
+    ops::cuda::HcNormParams p = f.device();
+    if (c.v41) {
+      p.pre_in = pre_in.data();
+      p.round_bf16 = true;
+    }
+    const int64_t mixes = c.head ? c.n : (2 + c.n) * c.n;
+    ops::cuda::detail::HcSplit sp = ops::cuda::detail::hc_default_split(c.T, c.n, c.dim, mixes);
+    sp.wide = false;
+    const int32_t* r = c.head ? drows.data() : nullptr;
+    auto parts = poisoned<float>(size_t(c.T * c.dim));
+    ops::cuda::detail::launch_hc_mix(p, dX.data(), r, c.T, sp, parts.data(), nullptr);
+    std::vector<float> out[2][4];
+    for (int v = 0; v < 2; ++v) {
+      auto dy = poisoned<float>(size_t(c.T * c.dim)), dpost = poisoned<float>(size_t(c.T * c.n));
+      auto dcomb = poisoned<float>(size_t(c.T * c.n * c.n)), dpre = poisoned<float>(size_t(c.T * c.n));
+      ASSERT_EQ(cudaMemcpy(dy.data(), parts.data(), size_t(c.T * c.dim) * sizeof(float), cudaMemcpyDeviceToDevice),
+                cudaSuccess);
+      p.pre_out = c.v41 ? dpre.data() : nullptr;
+      sp.split_fin = v == 0;
+      ops::cuda::detail::launch_hc_finalize(p, dX.data(), r, c.T, sp, dy.data(), c.head ? nullptr : dpost.data(),
+                                            c.head ? nullptr : dcomb.data(), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      out[v][0] = to_host(dy, size_t(c.T * c.dim));
+      out[v][1] = to_host(dpost, size_t(c.T * c.n));
+      out[v][2] = to_host(dcomb, size_t(c.T * c.n * c.n));
+      out[v][3] = to_host(dpre, size_t(c.T * c.n));
+    }
+    for (int k = 0; k < 4; ++k)
+      EXPECT_EQ(std::memcmp(out[0][k].data(), out[1][k].data(), out[0][k].size() * sizeof(float)), 0)
+          << "T " << c.T << " n " << c.n << " dim " << c.dim << " head " << c.head << " v41 " << c.v41 << " out " << k;
+    EXPECT_FALSE(std::isnan(out[0][0][0])) << "y written";
   }
 }
 

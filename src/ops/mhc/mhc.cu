@@ -359,6 +359,85 @@ __global__ void __launch_bounds__(kThreads, 2) hc_finalize_kernel(HcNormParams p
   }
 }
 
+// The narrow finalize in two kernels (HcSplit::split_fin, session 19). The fused narrow kernel writes each collapsed
+// row to y and reads it back for the norm: at 4,096 tokens the row is evicted from L2 in between (the 268 MB of
+// streams pass through it meanwhile), so y crossed HBM three times (469 MB per call against the 335 MB of X read
+// + y written), and its warps streamed nothing while they ran the Sinkhorn. Here the coefficients come first, one
+// warp per token (1 wave at 4 blocks per SM), then a streaming kernel collapses and normalises with the row staged
+// in shared memory. The functions and their order are those of the fused kernel's one-warp team, so the bits are
+// the same (GpuMhc.SplitFinalizeEqualsFused).
+// 1. Per token (one warp): the partials summed in split order, the coefficients; pre into pre_out (V4.1) and into
+//    the first n floats of y[t] (over the partials, all read before: the warp's barrier orders the stores).
+template <bool kHead, int N>
+__global__ void __launch_bounds__(kThreads, 4) hc_coef_kernel(HcNormParams p, int64_t T, int splits, float* y,
+                                                              float* post, float* comb) {
+  using D = HcDims<N>;
+  __shared__ float s_pre[kWarps][kHcMaxN];
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int n = N > 0 ? N : int(p.n), R = (kHead ? n : (2 + n) * n) + 1;
+  const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
+  HcConsts<kHead, N> consts;
+  if (t < T) consts = load_consts<kHead, N>(p);  // weights: before the PDL wait, as in the fused kernel
+  dsinfer::cuda::pdl_wait_then_release();
+  if (t >= T) return;
+  float* yr = y + t * p.dim;
+  double acc[D::kMixSlots];
+  team_partials<N, 1>(reinterpret_cast<const double*>(yr), splits, R, acc, nullptr);
+  hc_coefficients<kHead, N>(p, consts, acc, s_pre[warp], kHead ? nullptr : post + t * n,
+                            kHead ? nullptr : comb + t * n * n);
+  __syncwarp();
+  if (lane < n) {
+    const float v = s_pre[warp][lane];
+    if (!kHead && p.pre_out) p.pre_out[t * n + lane] = v;
+    yr[lane] = v;
+  }
+}
+
+// 2. Per token (one warp of kColWarps per block): pre from y[t] (or V4.1's pre_in), the collapse in passes of
+//    kUnroll float4 columns per lane (the first pass's loads issued before pre is read) into the warp's shared row,
+//    the sum of squares in the fused kernel's order (lane: passes then u then components; then warp_sum), the norm
+//    from the shared row into y. Shared memory: kColWarps * dim floats (64 KB at dim 4,096: 3 blocks per SM).
+constexpr int kColWarps = 4, kColThreads = 32 * kColWarps;
+template <bool kHead, int N>
+__global__ void __launch_bounds__(kColThreads, 3) hc_collapse_kernel(HcNormParams p, const float* __restrict__ X,
+                                                                     const int32_t* __restrict__ rows, int64_t T,
+                                                                     float* y) {
+  using D = HcDims<N>;
+  constexpr int kPass = D::kUnroll * 32;
+  extern __shared__ __align__(16) float s_rows[];
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int n = N > 0 ? N : int(p.n);
+  const int64_t t = int64_t(blockIdx.x) * kColWarps + warp, d4 = p.dim / 4;
+  dsinfer::cuda::pdl_wait_then_release();
+  if (t >= T) return;
+  float* yr = y + t * p.dim;
+  float4* y4 = reinterpret_cast<float4*>(yr);
+  float4* s4 = reinterpret_cast<float4*>(s_rows + int64_t(warp) * p.dim);
+  const float4* x4 = reinterpret_cast<const float4*>(X + (rows ? int64_t(rows[t]) : t) * n * p.dim);
+  float4 xv[D::kUnroll][D::kN], ov[D::kUnroll], wv[D::kUnroll];
+  load_columns<N, 32>(x4, n, d4, lane, xv);
+  float pr[D::kN];
+#pragma unroll
+  for (int j = 0; j < D::kN; ++j) pr[j] = j < n ? (!kHead && p.pre_in ? p.pre_in[t * n + j] : yr[j]) : 0.0f;
+  __syncwarp();  // pre read by every lane before any lane's store to y
+  double ss = 0.0;
+  for (int64_t q0 = lane; q0 < d4; q0 += kPass) {
+    if (q0 != lane) load_columns<N, 32>(x4, n, d4, q0, xv);
+    combine_columns<N, 32>(xv, n, d4, q0, pr, s4, p.round_bf16, ss, ov);
+  }
+  ss = team_sum<1>(ss, nullptr);
+  const float inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.rms_eps)));
+  for (int64_t q0 = lane; q0 < d4; q0 += kPass) {  // each lane reads back only the columns it wrote
+#pragma unroll
+    for (int u = 0; u < D::kUnroll; ++u) {
+      const int64_t q = q0 + int64_t(u) * 32;
+      if (q < d4) ov[u] = s4[q];
+    }
+    load_weights<N, 32>(p.norm_w, d4, q0, wv);
+    norm_columns<N, 32>(ov, wv, d4, q0, inv, p.round_bf16, y4);
+  }
+}
+
 // N > 0: hc_mult fixed at compile time (n = 4: 96 registers, bounded for five blocks per SM; lower bounds
 // spill). Blocks of kPostThreads = 128: 20 warps per SM against 16 in two blocks of 256 before session 16.
 // The arithmetic is the same.
@@ -435,6 +514,16 @@ template <bool kHead, int N>
 void launch_finalize(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp,
                      float* y, float* post, float* comb, cudaStream_t st) {
   using dsinfer::cuda::pdl_launch;
+  if (!sp.wide && sp.split_fin) {
+    pdl_launch(hc_coef_kernel<kHead, N>, dim3(unsigned((T + kWarps - 1) / kWarps)), dim3(kThreads), 0, st, p, T,
+               int(sp.splits), y, post, comb);
+    const size_t smem = size_t(kColWarps) * size_t(p.dim) * sizeof(float);
+    if (smem > 48 * 1024)
+      cudaFuncSetAttribute(hc_collapse_kernel<kHead, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    pdl_launch(hc_collapse_kernel<kHead, N>, dim3(unsigned((T + kColWarps - 1) / kColWarps)), dim3(kColThreads), smem,
+               st, p, X, rows, T, y);
+    return;
+  }
   if (sp.wide)
     pdl_launch(hc_finalize_kernel<kHead, kWarps, N>, dim3(unsigned(T)), dim3(kThreads), 0, st, p, X, rows, T,
                int(sp.splits), y, post, comb);

@@ -35,10 +35,15 @@ inline constexpr int kHcChunk = 128;  // floats of the n*dim reduction staged in
 // squares of the norm are added in a different order, so it must not depend on T in batch-invariant mode.
 // mma16: the 32-token tile on sm_90's m16n8k4 fp64 shape (else Ampere's m8n8k4, as the 8-token tile); false only
 // for the bench's A/B and the test that the two shapes give the same bits.
+// split_fin (used only when !wide): the narrow finalize as two kernels, the coefficients (one warp per token: partial
+// sums, Sinkhorn; pre parked in y) and then the collapse + norm (one warp per token, the collapsed row kept in shared
+// memory for the norm instead of written to y and read back); the same arithmetic in the same order, so the same
+// bits as the fused narrow kernel (session 19; false only for the bench's A/B and GpuMhc.SplitFinalizeEqualsFused).
 struct HcSplit {
   int splits = 1, chunks_per_split = 1, tile = 32;
   bool wide = true;
   bool mma16 = true;
+  bool split_fin = true;
 };
 // Largest split count whose double partials [splits, mixes + 1] fit in one output row of dim floats (the
 // partials live in y until the finalize kernel overwrites y; see mhc.cu). 0: dim too small.
