@@ -69,16 +69,15 @@ void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* 
                                  void* stream);
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     void* stream);
-// The warp-specialised kernel's variants (session 18), bits: kWsFastConvert, the e4m3 -> bf16 conversion by byte
-// permutes and one bf16 multiply (attn_fp8::dequant16_fast) in place of the conversion instructions; and
-// kWsConsumerDequant, the producer warpgroup only gathers the key rows and each consumer warpgroup dequantises the
-// half of every key tile that its own products read (dims 256 c ..), while its P V of the previous tile runs. All
-// give the same bits (the GPU test holds every variant to the lock-step kernel). kWsVariant is the one the op runs
-// (launch_sparse_attention_fp8_ws): the fast conversion alone, the fastest at every shape measured but batch 1
-// (equal there; bench/NOTES.md, session 18: the consumers dequantising measured 6-30 % slower, so it stays a bench
-// variant); ..._ws_variant runs any (kernel and combine; false for an unknown variant) for the test and the bench.
-inline constexpr int kWsFastConvert = 1, kWsConsumerDequant = 2;
-inline constexpr int kWsVariant = kWsFastConvert;
+// The warp-specialised kernel's variants (session 19; session 18's other two, the consumers dequantising and the
+// conversion instructions, measured slower everywhere and were removed): kWsOneBlock, one block per (token, head
+// group, split); kWsPair, a cluster of two blocks per (token, head group, split), each dequantising half of every key
+// tile into both blocks' shared memory and keeping half of the output dims (FlashMLA's two-CTA crossover). Both give
+// the lock-step kernel's bits (the GPU test holds every variant to it). kWsVariant is the one the op runs
+// (launch_sparse_attention_fp8_ws); ..._ws_variant runs any of the kWsVariants (kernel and combine; false for an
+// unknown variant) for the test and the bench.
+inline constexpr int kWsOneBlock = 0, kWsPair = 1, kWsVariants = 2;
+inline constexpr int kWsVariant = kWsOneBlock;
 bool launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
                                             float* workspace, int variant, void* stream);
 // Test only: every (e4m3 code, UE8M0 scale byte) pair, [scale][code], as bf16 bits, through the fast conversion and
