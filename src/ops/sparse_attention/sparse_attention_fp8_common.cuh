@@ -28,19 +28,13 @@ __device__ __forceinline__ int64_t list_len(const Fp8KeySource& s, int64_t t) {
 
 // Cache row of key k of token t (-1: none) and its list `src`: keys[0]'s list, then keys[1]'s, then keys[2]'s (n0,
 // n01: the first list's length, the first two's).
-// key_index: the list entry as stored (not yet checked against the cache's rows; the warp-specialised kernel loads it
-// a tile ahead).
-__device__ __forceinline__ int32_t key_index(const SparseAttentionFp8Params& p, int64_t t, int64_t n0, int64_t n01,
-                                             int64_t k, int& src) {
+__device__ __forceinline__ int64_t key_cache_row(const SparseAttentionFp8Params& p, int64_t t, int64_t n0, int64_t n01,
+                                                 int64_t k, int& src) {
   src = k < n0 ? 0 : (k < n01 ? 1 : 2);
   const Fp8KeySource& s = p.keys[src];
   const int64_t j = src == 0 ? k : (src == 1 ? k - n0 : k - n01);
-  return s.idx[t * s.stride + j];
-}
-__device__ __forceinline__ int64_t key_cache_row(const SparseAttentionFp8Params& p, int64_t t, int64_t n0, int64_t n01,
-                                                 int64_t k, int& src) {
-  const int64_t r = key_index(p, t, n0, n01, k, src);
-  return r >= 0 && r < p.keys[src].rows ? r : -1;
+  const int64_t r = s.idx[t * s.stride + j];
+  return r >= 0 && r < s.rows ? r : -1;
 }
 
 // 16 e4m3 codes times 2^(sb - 127) -> 16 bf16 (exact) as 8 bf16 pairs (r[0..3]: the first 8, r[4..7] the last 8);

@@ -72,12 +72,11 @@ void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const voi
 // The warp-specialised kernel's variants (session 19; session 18's other two, the consumers dequantising and the
 // conversion instructions, measured slower everywhere and were removed): kWsOneBlock, one block per (token, head
 // group, split); kWsPair, a cluster of two blocks per (token, head group, split), each dequantising half of every key
-// tile into both blocks' shared memory and keeping half of the output dims (FlashMLA's two-CTA crossover); and, an
-// OR with either, kWsPrefetch: the producer loads each key's list entry one tile ahead (under the dequantisation) and
-// finds its page by 32-bit division. All give the lock-step kernel's bits (the GPU test holds every variant to it).
-// kWsVariant is the one the op runs (launch_sparse_attention_fp8_ws); ..._ws_variant runs any of the kWsVariants
-// (kernel and combine; false for an unknown variant) for the test and the bench.
-inline constexpr int kWsOneBlock = 0, kWsPair = 1, kWsPrefetch = 2, kWsVariants = 4;
+// tile into both blocks' shared memory and keeping half of the output dims (FlashMLA's two-CTA crossover). Both give
+// the lock-step kernel's bits (the GPU test holds every variant to it). kWsVariant is the one the op runs
+// (launch_sparse_attention_fp8_ws); ..._ws_variant runs any of the kWsVariants (kernel and combine; false for an
+// unknown variant) for the test and the bench.
+inline constexpr int kWsOneBlock = 0, kWsPair = 1, kWsVariants = 2;
 inline constexpr int kWsVariant = kWsOneBlock;
 bool launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
                                             float* workspace, int variant, void* stream);

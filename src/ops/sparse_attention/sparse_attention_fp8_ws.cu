@@ -144,43 +144,24 @@ __device__ __forceinline__ Split split_of(const SparseAttentionFp8Params& p, int
   return s;
 }
 
-// Key i / 4 of tile m (thread i of the producer): its list and its entry as stored (raw -1: none, or past the split).
-struct KeyRef {
-  int src = 0;
-  int32_t raw = -1;
-};
-__device__ __forceinline__ KeyRef key_ref(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, int64_t m) {
-  KeyRef ref;
-  const int64_t k = m * kKeys + (threadIdx.x >> 2);
-  if (m < sp.ntiles && k < sp.nk) ref.raw = attn_fp8::key_index(p, t, sp.n0, sp.n01, sp.kbeg + k, ref.src);
-  return ref;
-}
-
-// Producer: chunks kCh0 .. kCh0 + kNch - 1 of tile m's rows (thread i: key i / 4, ref its entry) into stage
-// m % kStages (one commit group, empty past the split's end). Thread i copies its key's chunks kCh0 + i % 4, + 4, ..
-// (the 4 threads of a key read 64 contiguous bytes at a time) and, for i % 4 == 0, its 8 scale bytes and its presence
-// flag. kFastOffsets: the row's page and place in it by 32-bit division (the entry is an int32; pages of < 2^31 rows:
-// the same offsets as kv_data_offset's 64-bit division).
-template <int kCh0, int kNch, bool kFastOffsets>
+// Producer: chunks kCh0 .. kCh0 + kNch - 1 of tile m's rows into stage m % kStages (one commit group, empty past the
+// split's end). Thread i copies key i / 4's chunks kCh0 + i % 4, + 4, .. (the 4 threads of a key read 64 contiguous
+// bytes at a time) and, for i % 4 == 0, its 8 scale bytes and its presence flag.
+template <int kCh0, int kNch>
 __device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, int64_t m,
-                                           uint8_t* stages, uint8_t* flags, KeyRef ref) {
+                                           uint8_t* stages, uint8_t* flags) {
   const int i = threadIdx.x, kr = i >> 2, kq = i & 3;
-  (void)t;
   if (m < sp.ntiles) {
     uint8_t* dst = stages + (m % kStages) * kStageBytes;
+    const int64_t k = m * kKeys + kr;
     const uint8_t* data = nullptr;
     const uint8_t* scale = nullptr;
-    const Fp8KeySource& s = p.keys[ref.src];
-    if (ref.raw >= 0 && ref.raw < s.rows) {
-      const KvPages& g = s.pages;
-      if (kFastOffsets && g.page_rows > 0 && g.page_rows <= 0x7fffffff) {
-        const uint32_t pr = uint32_t(g.page_rows), pg = uint32_t(ref.raw) / pr, in = uint32_t(ref.raw) - pg * pr;
-        const uint8_t* page = s.cache + g.offset + int64_t(pg) * g.page_stride;
-        data = page + int64_t(in) * kKvDataBytes;
-        scale = page + g.page_rows * kKvDataBytes + int64_t(in) * kKvScaleBytes;
-      } else {
-        data = s.cache + kv_data_offset(g, ref.raw);
-        scale = s.cache + kv_scale_offset(g, ref.raw);
+    if (k < sp.nk) {
+      int src = 0;
+      const int64_t r = attn_fp8::key_cache_row(p, t, sp.n0, sp.n01, sp.kbeg + k, src);
+      if (r >= 0) {
+        data = p.keys[src].cache + kv_data_offset(p.keys[src].pages, r);
+        scale = p.keys[src].cache + kv_scale_offset(p.keys[src].pages, r);
       }
     }
     if (kq == 0) flags[(m % kStages) * kKeys + kr] = data != nullptr ? 1 : 0;
@@ -344,24 +325,18 @@ __device__ __forceinline__ void pv_issue(const float (&p)[4][4], uint32_t ks, in
 // Warpgroup 0: gathers every tile of the split (its chunks: all, or the pair's half of them) into the FP8 ring and
 // dequantises it into the bf16 key tiles (the pair: both blocks'), signalling each on its mbarriers (the kernel's
 // comment; barriers at full0, empty0 as laid out there; rank: the block in the pair).
-template <bool kPair, bool kPrefetch, int kCh0, int kNch>
+template <bool kPair, int kCh0, int kNch>
 __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, uint8_t* stages,
                                         uint8_t* flags, uint32_t* mask, uint8_t* kb, uint32_t full0, uint32_t empty0,
                                         uint32_t rank) {
   const uint32_t peer_kb = kPair ? peer_addr(smem_u32(kb), rank ^ 1u) : 0u;
   const uint32_t peer_full0 = kPair ? peer_addr(full0, rank ^ 1u) : 0u;
-  for (int64_t m = 0; m < kStages - 1; ++m)
-    issue_tile<kCh0, kNch, kPrefetch>(p, t, sp, m, stages, flags, key_ref(p, t, sp, m));
-  // kPrefetch: the entry of the next tile to issue, loaded one tile ahead (its latency under a dequantisation).
-  KeyRef next = kPrefetch ? key_ref(p, t, sp, kStages - 1) : KeyRef{};
+  for (int64_t m = 0; m < kStages - 1; ++m) issue_tile<kCh0, kNch>(p, t, sp, m, stages, flags);
   for (int64_t n = 0; n < sp.ntiles; ++n) {
     // Committed: tiles 0 .. n + kStages - 2, one group each; tile n's copies are done at kStages - 2 pending.
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
     named_sync(kBarProducer, 128);  // tile n's bytes visible; every producer is past tile n - 1's dequantisation
-    const int64_t m = n + kStages - 1;
-    const KeyRef ref = kPrefetch ? next : key_ref(p, t, sp, m);
-    if (kPrefetch) next = key_ref(p, t, sp, m + 1);
-    issue_tile<kCh0, kNch, kPrefetch>(p, t, sp, m, stages, flags, ref);  // into tile n - 1's stage
+    issue_tile<kCh0, kNch>(p, t, sp, n + kStages - 1, stages, flags);  // into tile n - 1's stage
     const int slot = int(n % kKeyTiles);
     if (n >= kKeyTiles) wait_tile<kPair>(empty0 + 8 * slot, uint32_t(((n / kKeyTiles) - 1) & 1));
     const uint8_t* fl = flags + (n % kStages) * kKeys;
@@ -384,7 +359,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-template <bool kQBf16, bool kPair, bool kPrefetch>
+template <bool kQBf16, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_ws_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
   constexpr int kN = kPair ? 16 : 32;  // accumulator columns of 8 dims a thread: 128 or 256 dims a warpgroup
@@ -419,15 +394,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kPair) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kPairProducerRegs));
       if (rank == 0) {
-        produce<true, kPrefetch, 0, kPairSplitChunk>(p, t, sp, stages, flags, mask, kb, full0, empty0, rank);
+        produce<true, 0, kPairSplitChunk>(p, t, sp, stages, flags, mask, kb, full0, empty0, rank);
       } else {
-        produce<true, kPrefetch, kPairSplitChunk, kChunksPerKey - kPairSplitChunk>(p, t, sp, stages, flags, mask, kb,
-                                                                                    full0, empty0, rank);
+        produce<true, kPairSplitChunk, kChunksPerKey - kPairSplitChunk>(p, t, sp, stages, flags, mask, kb, full0,
+                                                                         empty0, rank);
       }
       cluster_sync();
     } else {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-      produce<false, kPrefetch, 0, kChunksPerKey>(p, t, sp, stages, flags, mask, kb, full0, empty0, rank);
+      produce<false, 0, kChunksPerKey>(p, t, sp, stages, flags, mask, kb, full0, empty0, rank);
     }
     return;
   }
@@ -510,10 +485,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kPair) cluster_sync();
 }
 
-template <bool kQBf16, int kVariant>
+template <bool kQBf16, bool kPair>
 void launch_kernel(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
-  constexpr bool kPair = (kVariant & kWsPair) != 0;
-  auto* kernel = sparse_attention_fp8_ws_kernel<kQBf16, kPair, (kVariant & kWsPrefetch) != 0>;
+  auto* kernel = sparse_attention_fp8_ws_kernel<kQBf16, kPair>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
   const dim3 grid(unsigned(p.T * (kPair ? 2 : 1)), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads),
                   unsigned(p.num_splits));
@@ -536,12 +510,12 @@ void launch_kernel(const SparseAttentionFp8Params& p, const void* q, float* o, f
   }
 }
 
-template <int kVariant>
+template <bool kPair>
 void launch_variant(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
   if (p.q_bf16) {
-    launch_kernel<true, kVariant>(p, q, o, workspace, s);
+    launch_kernel<true, kPair>(p, q, o, workspace, s);
   } else {
-    launch_kernel<false, kVariant>(p, q, o, workspace, s);
+    launch_kernel<false, kPair>(p, q, o, workspace, s);
   }
 }
 
@@ -564,17 +538,15 @@ __global__ void fp8_dequant_table_kernel(uint16_t* fast, uint16_t* ref) {
 
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     void* stream) {
-  launch_variant<kWsVariant>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
+  launch_variant<kWsVariant == kWsPair>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
 }
 
 bool launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
                                             float* workspace, int variant, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (variant) {
-    case kWsOneBlock: launch_variant<kWsOneBlock>(p, q, o, workspace, s); break;
-    case kWsPair: launch_variant<kWsPair>(p, q, o, workspace, s); break;
-    case kWsPrefetch: launch_variant<kWsPrefetch>(p, q, o, workspace, s); break;
-    case kWsPair | kWsPrefetch: launch_variant<kWsPair | kWsPrefetch>(p, q, o, workspace, s); break;
+    case kWsOneBlock: launch_variant<false>(p, q, o, workspace, s); break;
+    case kWsPair: launch_variant<true>(p, q, o, workspace, s); break;
     default: return false;
   }
   if (p.num_splits > 1) launch_sparse_attention_fp8_combine(p, workspace, o, stream);
