@@ -537,8 +537,12 @@ __global__ void fp8_dequant_table_kernel(uint16_t* fast, uint16_t* ref) {
 }  // namespace
 
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
-                                    void* stream) {
-  launch_variant<kWsVariant == kWsPair>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
+                                    bool pair, void* stream) {
+  if (pair) {
+    launch_variant<true>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
+  } else {
+    launch_variant<false>(p, q, o, workspace, static_cast<cudaStream_t>(stream));
+  }
 }
 
 bool launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
