@@ -180,12 +180,12 @@ __device__ __forceinline__ void issue_tile(const SparseAttentionFp8Params& p, in
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-// 16 bytes at byte offset off of the key tile: into this block's (own) and, in the pair, the peer's (peer: its
-// shared::cluster address).
+// 16 bytes at *own (this block's key tile) and, in the pair, at the peer's same place (peer: the shared::cluster
+// address of the peer's tile, off: the element offset in it).
 template <bool kPair>
-__device__ __forceinline__ void put16(uint8_t* own, uint32_t peer, uint32_t off, uint4 v) {
-  *reinterpret_cast<uint4*>(own + off) = v;
-  if constexpr (kPair) st_cluster(peer + off, v);
+__device__ __forceinline__ void put16(__nv_bfloat16* own, uint32_t peer, int off, uint4 v) {
+  *reinterpret_cast<uint4*>(own) = v;
+  if constexpr (kPair) st_cluster(peer + 2u * uint32_t(off), v);
 }
 
 // 128 threads (thread tid): chunks kCh0 .. kCh0 + kNch - 1 of every key of a stage -> the bf16 key tile (core
@@ -196,7 +196,7 @@ __device__ __forceinline__ void put16(uint8_t* own, uint32_t peer, uint32_t off,
 // kUnroll: the one block's producer (56 registers) keeps one item at a time; the pair's unrolls its 4 or 5 items.
 template <int kCh0, int kNch, int kUnroll, bool kPair>
 __device__ __forceinline__ void dequant_chunks(const uint8_t* __restrict__ stage, const uint8_t* __restrict__ flags,
-                                               uint8_t* ks, uint32_t peer_ks, int tid) {
+                                               __nv_bfloat16* __restrict__ ks, uint32_t peer_ks, int tid) {
   static_assert(kKeys * kNch % 128 == 0, "whole rounds of 128 items");
 #pragma unroll kUnroll
   for (int it = 0; it < kKeys * kNch / 128; ++it) {
@@ -207,21 +207,28 @@ __device__ __forceinline__ void dequant_chunks(const uint8_t* __restrict__ stage
     const bool nope = ch < int(kKvNope) / 16;
     // NoPE chunk ch: dims 16 ch .. + 15; RoPE chunk: 8 bf16 at dims kKvNope + 8 (ch - 28).
     const int d = nope ? 16 * ch : int(kKvNope) + 8 * (ch - int(kKvNope) / 16);
-    const uint32_t lo = 2u * uint32_t(wg::k_off(r, d)), hi = 2u * uint32_t(wg::k_off(r, d + 8));
+    const int olo = wg::k_off(r, d), ohi = wg::k_off(r, d + 8);
+    __nv_bfloat16* lo = ks + olo;
+    __nv_bfloat16* hi = ks + ohi;
     if (!flags[r]) {
       const uint4 z = make_uint4(0, 0, 0, 0);
-      put16<kPair>(ks, peer_ks, lo, z);
-      if (nope) put16<kPair>(ks, peer_ks, hi, z);
+      put16<kPair>(lo, peer_ks, olo, z);
+      if (nope) put16<kPair>(hi, peer_ks, ohi, z);
       continue;  // (unrolled: the next item)
     }
     const uint4 v = *reinterpret_cast<const uint4*>(stage + r * kData + 16 * ch);
     if (nope) {
-      uint32_t b[8];
-      attn_fp8::dequant16_fast_bits(v, stage[kKeys * kData + 8 * r + ch / 4], b);
-      put16<kPair>(ks, peer_ks, lo, make_uint4(b[0], b[1], b[2], b[3]));
-      put16<kPair>(ks, peer_ks, hi, make_uint4(b[4], b[5], b[6], b[7]));
+      if constexpr (kPair) {
+        uint32_t b[8];
+        const uint8_t sb = stage[kKeys * kData + 8 * r + ch / 4];
+        if (!attn_fp8::dequant16_fast_bits(v, sb, b)) attn_fp8::dequant16_bits(v, sb, b);
+        put16<kPair>(lo, peer_ks, olo, make_uint4(b[0], b[1], b[2], b[3]));
+        put16<kPair>(hi, peer_ks, ohi, make_uint4(b[4], b[5], b[6], b[7]));
+      } else {
+        attn_fp8::dequant16_fast(v, stage[kKeys * kData + 8 * r + ch / 4], lo, hi);
+      }
     } else {
-      put16<kPair>(ks, peer_ks, lo, v);  // bf16 RoPE channels
+      put16<kPair>(lo, peer_ks, olo, v);  // bf16 RoPE channels
     }
   }
 }
@@ -327,8 +334,8 @@ __device__ __forceinline__ void pv_issue(const float (&p)[4][4], uint32_t ks, in
 // comment; barriers at full0, empty0 as laid out there; rank: the block in the pair).
 template <bool kPair, int kCh0, int kNch>
 __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64_t t, const Split& sp, uint8_t* stages,
-                                        uint8_t* flags, uint32_t* mask, uint8_t* kb, uint32_t full0, uint32_t empty0,
-                                        uint32_t rank) {
+                                        uint8_t* flags, uint32_t* mask, __nv_bfloat16* kb, uint32_t full0,
+                                        uint32_t empty0, uint32_t rank) {
   const uint32_t peer_kb = kPair ? peer_addr(smem_u32(kb), rank ^ 1u) : 0u;
   const uint32_t peer_full0 = kPair ? peer_addr(full0, rank ^ 1u) : 0u;
   for (int64_t m = 0; m < kStages - 1; ++m) issue_tile<kCh0, kNch>(p, t, sp, m, stages, flags);
@@ -341,7 +348,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64
     if (n >= kKeyTiles) wait_tile<kPair>(empty0 + 8 * slot, uint32_t(((n / kKeyTiles) - 1) & 1));
     const uint8_t* fl = flags + (n % kStages) * kKeys;
     dequant_chunks<kCh0, kNch, kPair ? kKeys * kNch / 128 : 1, kPair>(
-        stages + (n % kStages) * kStageBytes, fl, kb + slot * kTileBytes, peer_kb + uint32_t(slot * kTileBytes),
+        stages + (n % kStages) * kStageBytes, fl, kb + slot * (kTileBytes / 2), peer_kb + uint32_t(slot * kTileBytes),
         threadIdx.x);
     if (threadIdx.x < 32) {
       const uint32_t bits = __ballot_sync(dev::kFull, fl[threadIdx.x] != 0);
@@ -365,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kN = kPair ? 16 : 32;  // accumulator columns of 8 dims a thread: 128 or 256 dims a warpgroup
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + kOffQ);
-  uint8_t* kb = smem + kOffK;
+  __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
   uint8_t* stages = smem + kOffStage;
   float* sx = reinterpret_cast<float*>(smem + kOffX);
   uint8_t* flags = smem + kOffFlag;

@@ -63,8 +63,8 @@ int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, in
   int64_t best = 1;
   int64_t best_cost = -1;
   for (int64_t s = 1; s <= tiles && s <= 64; ++s)
-    for (bool pair : {false, true}) {
-      const int64_t cost = fp8_cost(groups, tiles, s, sms, pair);
+    for (int pair = 0; pair < 2; ++pair) {
+      const int64_t cost = fp8_cost(groups, tiles, s, sms, pair != 0);
       if (best_cost < 0 || cost < best_cost) {
         best = s;
         best_cost = cost;
