@@ -366,6 +366,25 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+// The key tiles' barriers, seen by every thread of the block (the pair: of both blocks) before any arrival. full:
+// every producer thread after its writes (the pair: both blocks' producers). empty: every consumer thread after its
+// products read the tile (the pair: lane 0 of each consumer warp of both blocks).
+template <bool kPair>
+__device__ __forceinline__ void init_barriers(uint32_t full0, uint32_t empty0) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kKeyTiles; ++i) {
+      mbar_init(full0 + 8 * i, kPair ? 256 : 128);
+      mbar_init(empty0 + 8 * i, kPair ? 16 : 256);
+    }
+    if (kPair) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if constexpr (kPair) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+}
+
 template <bool kQBf16, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_ws_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
@@ -382,20 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t t = kPair ? int64_t(blockIdx.x >> 1) : int64_t(blockIdx.x);
   const int64_t h0 = int64_t(blockIdx.y) * kFp8Heads, split = blockIdx.z;
   const Split sp = split_of(p, t, split);
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kKeyTiles; ++i) {
-      // full: every producer thread after its writes (the pair: both blocks' producers). empty: every consumer
-      // thread after its products read the tile (the pair: lane 0 of each consumer warp of both blocks).
-      mbar_init(full0 + 8 * i, kPair ? 256 : 128);
-      mbar_init(empty0 + 8 * i, kPair ? 16 : 256);
-    }
-    if (kPair) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  if constexpr (kPair) {
-    cluster_sync();
-  } else {
-    __syncthreads();
-  }
+  init_barriers<kPair>(full0, empty0);
 
   if (threadIdx.x < 128) {  // ---- producer ----
     if constexpr (kPair) {
