@@ -15,7 +15,7 @@
 // Session 17: each shape times both kernels (Fp8AttentionKernel: the plan's, then the lock-step one forced), and a
 // prefill shape (bench_prefill: 4,096 tokens, the model bench's 4 layers) runs first.
 // Session 18: prefill and every decode shape also time each variant of the warp-specialised kernel
-// (detail::launch_sparse_attention_fp8_ws_variant; bit 1 the fast conversion, bit 2 the consumers dequantising).
+// (detail::launch_sparse_attention_fp8_ws_variant; session 19: 0 one block, 1 the two-block cluster pair).
 // --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script; --quick
 // leaves out the split sweep and the phase probes (a device call that only needs the plan's timings).
 // Built only with DSINFER_CUDA.
@@ -358,7 +358,7 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
     std::printf("RESULT prefill %s %.2f\n", name, us);
     std::fflush(stdout);
   }
-  for (int v = 0; v < 4; ++v) {
+  for (int v = 0; v < ops::cuda::detail::kWsVariants; ++v) {
     const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, v); }, 1);
     std::printf("  warp-specialised variant %d: %.3f ms (%.0f TFLOP/s)\n", v, us / 1e3, flops / us / 1e6);
     std::printf("RESULT prefill variant%d %.2f\n", v, us);
@@ -428,8 +428,15 @@ int main(int argc, char** argv) {
                   time_us(b, r, plan, false, 0, ops::cuda::Fp8AttentionKernel::kLockstep),
                   time_us(b, r, plan, true, 0, ops::cuda::Fp8AttentionKernel::kLockstep));
       std::printf("  warp-specialised variants (q fp32):");
-      for (int v = 0; v < 4; ++v)
+      for (int v = 0; v < ops::cuda::detail::kWsVariants; ++v)
         std::printf(" %d:%.1f", v, time_us(b, r, plan, false, 0, ops::cuda::Fp8AttentionKernel::kAuto, v));
+      std::printf("\n");
+      // The two-block cluster pair (session 19) at forced split counts: each split takes two SMs.
+      std::printf("  pair sweep (q fp32):");
+      for (int64_t s : {1, 2, 3, 4, 5, 8, 10, 20})
+        if (s <= (nkeys + 31) / 32)
+          std::printf(" %lld:%.1f", (long long)s,
+                      time_us(b, r, s, false, 0, ops::cuda::Fp8AttentionKernel::kAuto, ops::cuda::detail::kWsPair));
       std::printf("\n");
       if (!quick)  // the wgmma products (session 16's probe of the lock-step kernel)
         std::printf("  wgmma probe (q fp32): %.1f us\n", time_us(b, r, plan, false, ops::cuda::detail::kProbeWgmma));

@@ -17,9 +17,9 @@
 // the wgmma probe (detail::kProbeWgmma) the kernel's bits. Session 17: both kernels run every case
 // (Fp8AttentionKernel::kLockstep and kWarpSpecialised, and kAuto, the plan's), each held to the reference, and the
 // warp-specialised kernel must give the lock-step kernel's bits (fp32 and bf16 q, every split count). Session 18:
-// every variant of the warp-specialised kernel (detail::launch_sparse_attention_fp8_ws_variant: the fast conversion,
-// the consumers dequantising) must give those bits too, and the fast conversion (attn_fp8::dequant16_fast) must give
-// the reference conversion's bits for every (code, scale byte) pair.
+// every variant of the warp-specialised kernel (detail::launch_sparse_attention_fp8_ws_variant; session 19: one
+// block, and the two-block cluster pair) must give those bits too, and the fast conversion (attn_fp8::dequant16_fast)
+// must give the reference conversion's bits for every (code, scale byte) pair.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -210,7 +210,7 @@ void run_case(const Case& c, const std::vector<int64_t>& splits) {
     // The same tiles, products, sums and roundings: the same bits.
     EXPECT_EQ(0, std::memcmp(wsp.data(), lock.data(), wsp.size() * 4)) << "warp-specialised != lock-step";
     namespace d = ops::cuda::detail;
-    for (int v : {0, d::kWsFastConvert, d::kWsConsumerDequant, d::kWsFastConvert | d::kWsConsumerDequant}) {
+    for (int v = 0; v < d::kWsVariants; ++v) {
       const std::vector<float> var = dev.run(c, hp, s, 0, K::kAuto, v);
       EXPECT_EQ(0, std::memcmp(var.data(), lock.data(), var.size() * 4)) << "warp-specialised variant " << v
                                                                            << " != lock-step";

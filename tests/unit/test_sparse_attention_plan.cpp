@@ -91,6 +91,9 @@ TEST(SparseAttentionPlan, Fp8SplitHeuristic) {
   EXPECT_EQ(plan_sparse_attention_fp8(64, 64, 640, 132), 2);
   EXPECT_EQ(plan_sparse_attention_fp8(256, 64, 640, 132), 1);
   EXPECT_EQ(plan_sparse_attention_fp8(1, 64, 160, 132), 5);  // HCA: window + 32 entries
+  // Session 19: the pair at one split (HCA batch 64: 30.0 us against the one block's 40.5 at 2 splits and 36.9 at 1).
+  EXPECT_EQ(plan_sparse_attention_fp8(64, 64, 160, 132), 1);
+  EXPECT_EQ(plan_sparse_attention_fp8(256, 64, 160, 132), 1);
   EXPECT_EQ(plan_sparse_attention_fp8(0, 64, 0, 0), 1);
   for (int64_t T : {1, 2, 7, 64, 100, 256, 4096}) {
     const int64_t s = plan_sparse_attention_fp8(T, 64, 640, 132);
@@ -99,13 +102,23 @@ TEST(SparseAttentionPlan, Fp8SplitHeuristic) {
   }
 }
 
-// Which FP8-state kernel (session 17): a forced choice is kept; kAuto takes the warp-specialised kernel at every
-// shape (the two give the same bits, so batch-invariant mode may take it too).
+// Which FP8-state kernel (session 17; the pair, session 19): a forced choice is kept; kAuto takes the warp-specialised
+// kernel at every shape, as the two-block pair where the model finds it cheaper at the given split count: the
+// measured winners of session 19's H200 bench (batch 1 CSA / HCA, HCA batch 64 at one split; one block at batch 64
+// CSA and batch 256). The kernels give the same bits, so batch-invariant mode may take any.
 TEST(SparseAttentionPlan, Fp8KernelChoice) {
   using K = Fp8AttentionKernel;
   for (int64_t T : {1, 64, 256, 2048}) {
-    EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, T, 640), K::kWarpSpecialised);
-    EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kLockstep, T, 640), K::kLockstep);
-    EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kWarpSpecialised, T, 160), K::kWarpSpecialised);
+    EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kLockstep, T, 64, 640, 1, 132), K::kLockstep);
+    EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kWarpSpecialised, T, 64, 160, 1, 132), K::kWarpSpecialised);
+    EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kWarpSpecialisedPair, T, 64, 160, 1, 132), K::kWarpSpecialisedPair);
   }
+  EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 1, 64, 640, 20, 132), K::kWarpSpecialisedPair);
+  EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 1, 64, 160, 5, 132), K::kWarpSpecialisedPair);
+  EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 64, 64, 160, 1, 132), K::kWarpSpecialisedPair);
+  EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 64, 64, 640, 2, 132), K::kWarpSpecialised);
+  EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 256, 64, 640, 1, 132), K::kWarpSpecialised);
+  EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 256, 64, 160, 1, 132), K::kWarpSpecialised);
+  EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 2048, 64, 640, 1, 132), K::kWarpSpecialised);
+  EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 0, 64, 0, 0, 0), K::kWarpSpecialised);
 }

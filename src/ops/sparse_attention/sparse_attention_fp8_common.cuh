@@ -37,11 +37,11 @@ __device__ __forceinline__ int64_t key_cache_row(const SparseAttentionFp8Params&
   return r >= 0 && r < s.rows ? r : -1;
 }
 
-// 16 e4m3 codes times 2^(sb - 127) -> 16 bf16 (exact): the first 8 to lo, the last 8 to hi.
-__device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
+// 16 e4m3 codes times 2^(sb - 127) -> 16 bf16 (exact) as 8 bf16 pairs (r[0..3]: the first 8, r[4..7] the last 8);
+// dequant16 stores them: the first 8 to lo, the last 8 to hi.
+__device__ __forceinline__ void dequant16_bits(const uint4 codes, uint8_t sb, uint32_t (&r)[8]) {
   const float s = small_float::from_bits(small_float::e8m0_f32_bits(sb));
   const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-  uint32_t r[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -51,6 +51,10 @@ __device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bf
       r[2 * i + hh] = attn_mma::pack_bf16(f.x * s, f.y * s);
     }
   }
+}
+__device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
+  uint32_t r[8];
+  dequant16_bits(codes, sb, r);
   *reinterpret_cast<uint4*>(lo) = make_uint4(r[0], r[1], r[2], r[3]);
   *reinterpret_cast<uint4*>(hi) = make_uint4(r[4], r[5], r[6], r[7]);
 }
@@ -62,19 +66,16 @@ __device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bf
 // the state's scales are near 127); larger scale bytes and chunks holding a NaN code (e4m3 0x7f / 0xff: the fast
 // form would give a finite value) take dequant16. Per pair of codes: 2 byte permutes, a shift, a logic op and a
 // multiply, against dequant16's 3 conversions, 2 multiplies and a pack. The GPU test checks every (code, scale)
-// byte pair against dequant16 bit for bit.
-__device__ __forceinline__ void dequant16_fast(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
+// byte pair against dequant16 bit for bit. dequant16_fast_bits gives the 8 pairs (as dequant16_bits) and true, or
+// false for the chunks that must take dequant16; dequant16_fast stores them or takes dequant16.
+__device__ __forceinline__ bool dequant16_fast_bits(const uint4 codes, uint8_t sb, uint32_t (&r)[8]) {
   const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
   uint32_t nan = 0;  // bit 7 of a byte set: that code's low 7 bits were all ones
 #pragma unroll
   for (int i = 0; i < 4; ++i) nan |= (w[i] & 0x7f7f7f7fu) + 0x01010101u;
-  if ((nan & 0x80808080u) != 0 || sb > 134) {
-    dequant16(codes, sb, lo, hi);
-    return;
-  }
+  if ((nan & 0x80808080u) != 0 || sb > 134) return false;
   const uint32_t c16 = (uint32_t(sb) + 120u) << 7;  // bf16 bits of 2^(sb - 7)
   const uint32_t c = c16 | (c16 << 16);
-  uint32_t r[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const uint32_t m = w[i] & 0x7f7f7f7fu;
@@ -88,6 +89,14 @@ __device__ __forceinline__ void dequant16_fast(const uint4 codes, uint8_t sb, __
       asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(out) : "r"(raw), "r"(c));
       r[2 * i + hh] = out;
     }
+  }
+  return true;
+}
+__device__ __forceinline__ void dequant16_fast(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
+  uint32_t r[8];
+  if (!dequant16_fast_bits(codes, sb, r)) {
+    dequant16(codes, sb, lo, hi);
+    return;
   }
   *reinterpret_cast<uint4*>(lo) = make_uint4(r[0], r[1], r[2], r[3]);
   *reinterpret_cast<uint4*>(hi) = make_uint4(r[4], r[5], r[6], r[7]);

@@ -37,14 +37,20 @@ Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, fl
   if (p.num_splits < 1 || p.num_splits > 65535)
     return Status::errorf("sparse_attention_fp8: num_splits {}", p.num_splits);
   if (p.num_splits > 1 && !workspace) return Status::error("sparse_attention_fp8: num_splits > 1 needs a workspace");
-  if (int(p.kernel) < 0 || int(p.kernel) > int(Fp8AttentionKernel::kWarpSpecialised))
+  if (int(p.kernel) < 0 || int(p.kernel) > int(Fp8AttentionKernel::kWarpSpecialisedPair))
     return Status::errorf("sparse_attention_fp8: unknown kernel {}", int(p.kernel));
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_fp8: null q or output");
   int64_t max_keys = 0;
   for (const Fp8KeySource& s : p.keys) max_keys += s.idx ? s.stride : 0;
-  if (plan_sparse_attention_fp8_kernel(p.kernel, p.T, max_keys) == Fp8AttentionKernel::kWarpSpecialised) {
-    detail::launch_sparse_attention_fp8_ws(p, q, o, workspace, stream);
+  int dev = 0, sms = 0;
+  DSI_CUDA_TRY(cudaGetDevice(&dev));
+  DSI_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const Fp8AttentionKernel kernel =
+      plan_sparse_attention_fp8_kernel(p.kernel, p.T, p.heads, max_keys, p.num_splits, sms);
+  if (kernel != Fp8AttentionKernel::kLockstep) {
+    detail::launch_sparse_attention_fp8_ws(p, q, o, workspace, kernel == Fp8AttentionKernel::kWarpSpecialisedPair,
+                                           stream);
     DSI_CUDA_LAUNCHED("sparse_attention_fp8_ws_kernel");
   } else {
     detail::launch_sparse_attention_fp8(p, q, o, workspace, stream);

@@ -22,9 +22,11 @@ struct Fp8KeySource {
 // Which kernel runs the op: kAuto lets the plan choose (plan_sparse_attention_fp8_kernel, sparse_attention_plan.h);
 // the others force one (tests and the bench compare them). kLockstep: sparse_attention_fp8.cu, one block of 8 warps
 // running every phase in turn (mma.sync). kWarpSpecialised: sparse_attention_fp8_ws.cu, a producer warpgroup
-// gathering and dequantising key tiles for two consumer warpgroups on wgmma (session 17). Both compute the same
-// tiles in the same order with the same roundings: their outputs are bitwise equal, splits and workspace included.
-enum class Fp8AttentionKernel : int { kAuto = 0, kLockstep = 1, kWarpSpecialised = 2 };
+// gathering and dequantising key tiles for two consumer warpgroups on wgmma (session 17); kWarpSpecialisedPair: the
+// same kernel as a cluster of two blocks per (token, head group, split) (session 19, kWsPair below). All compute the
+// same tiles in the same order with the same roundings: their outputs are bitwise equal, splits and workspace
+// included.
+enum class Fp8AttentionKernel : int { kAuto = 0, kLockstep = 1, kWarpSpecialised = 2, kWarpSpecialisedPair = 3 };
 
 struct SparseAttentionFp8Params {
   int64_t T = 0, heads = 0;      // head_dim is kKvDim (512)
@@ -68,17 +70,15 @@ inline constexpr int kFp8Keys = 32;   // keys a tile
 void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                  void* stream);
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
-                                    void* stream);
-// The warp-specialised kernel's variants (session 18), bits: kWsFastConvert, the e4m3 -> bf16 conversion by byte
-// permutes and one bf16 multiply (attn_fp8::dequant16_fast) in place of the conversion instructions; and
-// kWsConsumerDequant, the producer warpgroup only gathers the key rows and each consumer warpgroup dequantises the
-// half of every key tile that its own products read (dims 256 c ..), while its P V of the previous tile runs. All
-// give the same bits (the GPU test holds every variant to the lock-step kernel). kWsVariant is the one the op runs
-// (launch_sparse_attention_fp8_ws): the fast conversion alone, the fastest at every shape measured but batch 1
-// (equal there; bench/NOTES.md, session 18: the consumers dequantising measured 6-30 % slower, so it stays a bench
-// variant); ..._ws_variant runs any (kernel and combine; false for an unknown variant) for the test and the bench.
-inline constexpr int kWsFastConvert = 1, kWsConsumerDequant = 2;
-inline constexpr int kWsVariant = kWsFastConvert;
+                                    bool pair, void* stream);
+// The warp-specialised kernel's variants (session 19; session 18's other two, the consumers dequantising and the
+// conversion instructions, measured slower everywhere and were removed): kWsOneBlock, one block per (token, head
+// group, split); kWsPair, a cluster of two blocks per (token, head group, split), each dequantising half of every key
+// tile into both blocks' shared memory and keeping half of the output dims (FlashMLA's two-CTA crossover). Both give
+// the lock-step kernel's bits (the GPU test holds every variant to it). launch_sparse_attention_fp8_ws runs the one
+// the plan chose (pair: kWsPair); ..._ws_variant runs any of the kWsVariants (kernel and combine; false for an unknown
+// variant) for the test and the bench.
+inline constexpr int kWsOneBlock = 0, kWsPair = 1, kWsVariants = 2;
 bool launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
                                             float* workspace, int variant, void* stream);
 // Test only: every (e4m3 code, UE8M0 scale byte) pair, [scale][code], as bf16 bits, through the fast conversion and

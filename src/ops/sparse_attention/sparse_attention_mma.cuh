@@ -124,9 +124,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[4][4], uint32_t valid, f
 
 // The online softmax's rescale of the output accumulators: rows g (elements 0, 1) by alpha[0], rows g + 8 (2, 3) by
 // alpha[1].
-__device__ __forceinline__ void rescale_rows(float (&acc)[32][4], const float (&alpha)[2]) {
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&acc)[N][4], const float (&alpha)[2]) {
 #pragma unroll
-  for (int nt = 0; nt < 32; ++nt) {
+  for (int nt = 0; nt < N; ++nt) {
     acc[nt][0] *= alpha[0];
     acc[nt][1] *= alpha[0];
     acc[nt][2] *= alpha[1];
@@ -161,8 +162,8 @@ __device__ __forceinline__ void pv_half(const float (&p)[4][4], const __nv_bfloa
 // the sink, pass each pair through finish(e0, e1, d) (the inverse RoPE) and write o (rows of `dim` floats). Else the
 // unnormalised partial (rows of `part_stride` floats) and (max, sum) after its dims, written once by the dims-0 warp,
 // for the combine kernel.
-template <class Finish>
-__device__ __forceinline__ void write_rows(const float (&acc)[32][4], const float (&m)[2], const float (&l)[2],
+template <int N, class Finish>
+__device__ __forceinline__ void write_rows(const float (&acc)[N][4], const float (&m)[2], const float (&l)[2],
                                            int64_t hr, int d0, int64_t t, int64_t split, int64_t heads, int64_t splits,
                                            int64_t dim, int64_t part_stride, bool normalise, const float* sinks,
                                            float* o, float* ws, Finish finish) {
@@ -177,7 +178,7 @@ __device__ __forceinline__ void write_rows(const float (&acc)[32][4], const floa
       const float f = em / (l[r] * em + expf(sink - M));
       float* orow = o + (t * heads + h) * dim;
 #pragma unroll
-      for (int nt = 0; nt < 32; ++nt) {
+      for (int nt = 0; nt < N; ++nt) {
         const int d = d0 + 8 * nt + 2 * q4;
         float e0 = acc[nt][2 * r] * f;
         float e1 = acc[nt][2 * r + 1] * f;
@@ -187,7 +188,7 @@ __device__ __forceinline__ void write_rows(const float (&acc)[32][4], const floa
     } else {
       float* part = ws + ((t * splits + split) * heads + h) * part_stride;
 #pragma unroll
-      for (int nt = 0; nt < 32; ++nt) {
+      for (int nt = 0; nt < N; ++nt) {
         const int d = d0 + 8 * nt + 2 * q4;
         *reinterpret_cast<float2*>(part + d) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
       }

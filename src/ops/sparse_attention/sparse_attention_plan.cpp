@@ -42,27 +42,45 @@ bool sparse_attention_tensor_cores(KernelMode mode, int64_t head_dim) {
   return (mode == KernelMode::kFast || mode == KernelMode::kBatchInvariant) && sparse_attention_tc_supported(head_dim);
 }
 
+namespace {
+// The FP8 kernel's modelled time in twentieths of a one-block tile (sparse_attention_plan.h): waves of blocks times
+// (tiles a split x the tile's cost + the block cost); the pair puts two blocks (SMs) on each (token, group, split).
+int64_t fp8_cost(int64_t groups, int64_t tiles, int64_t s, int64_t sms, bool pair) {
+  const int64_t blocks = groups * s * (pair ? 2 : 1);
+  return (blocks + sms - 1) / sms * ((pair ? kFp8PairTileCost20 : 20) * ((tiles + s - 1) / s) + 20 * kFp8BlockCost);
+}
+int64_t fp8_groups(int64_t T, int64_t heads) {
+  return (T > 0 ? T : 1) * ((heads + detail::kFp8Heads - 1) / detail::kFp8Heads);
+}
+int64_t fp8_tiles(int64_t max_keys) {
+  return max_keys > detail::kFp8Keys ? (max_keys + detail::kFp8Keys - 1) / detail::kFp8Keys : 1;
+}
+}  // namespace
+
 int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
-  const int64_t groups = (T > 0 ? T : 1) * ((heads + detail::kFp8Heads - 1) / detail::kFp8Heads);
-  const int64_t tiles = max_keys > detail::kFp8Keys ? (max_keys + detail::kFp8Keys - 1) / detail::kFp8Keys : 1;
+  const int64_t groups = fp8_groups(T, heads), tiles = fp8_tiles(max_keys);
   const int64_t sms = sm_count > 0 ? sm_count : 1;
   int64_t best = 1;
   int64_t best_cost = -1;
-  for (int64_t s = 1; s <= tiles && s <= 64; ++s) {
-    const int64_t cost = (groups * s + sms - 1) / sms * ((tiles + s - 1) / s + kFp8BlockCost);
-    if (best_cost < 0 || cost < best_cost) {
-      best = s;
-      best_cost = cost;
+  for (int64_t s = 1; s <= tiles && s <= 64; ++s)
+    for (int pair = 0; pair < 2; ++pair) {
+      const int64_t cost = fp8_cost(groups, tiles, s, sms, pair != 0);
+      if (best_cost < 0 || cost < best_cost) {
+        best = s;
+        best_cost = cost;
+      }
     }
-  }
   return best;
 }
 
-Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t max_keys) {
-  (void)T;
-  (void)max_keys;
+Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t heads,
+                                                    int64_t max_keys, int64_t num_splits, int64_t sm_count) {
   if (requested != Fp8AttentionKernel::kAuto) return requested;
-  return Fp8AttentionKernel::kWarpSpecialised;
+  const int64_t groups = fp8_groups(T, heads), tiles = fp8_tiles(max_keys);
+  const int64_t sms = sm_count > 0 ? sm_count : 1, s = num_splits > 0 ? num_splits : 1;
+  return fp8_cost(groups, tiles, s, sms, true) < fp8_cost(groups, tiles, s, sms, false)
+             ? Fp8AttentionKernel::kWarpSpecialisedPair
+             : Fp8AttentionKernel::kWarpSpecialised;
 }
 
 SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,

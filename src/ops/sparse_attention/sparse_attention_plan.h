@@ -48,17 +48,25 @@ SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t he
                                           int64_t max_keys, int64_t sm_count);
 
 // The FP8-state decode kernel (sparse_attention_fp8_cuda.h): split count for T tokens of `heads` heads whose longest
-// key list has max_keys keys. Blocks are (token, 64-head group, split), one per SM. Minimises waves * (tiles per
-// split + kFp8BlockCost): a block's fixed cost (the q load, read once per split; the epilogue; its share of the
-// combine) in 32-key tiles; at least one tile per split, at most 64 splits. Flash (132 SMs, 640 CSA keys): batch 1
-// -> 20, 64 -> 2, 256 -> 1, the best of the H200 sweeps of forced counts (bench/NOTES.md, 2026-12-02; HCA batch 64
-// is the one miss: 2 splits, 5 % slower than 1).
+// key list has max_keys keys. Blocks are (token, 64-head group, split), one per SM; the warp-specialised kernel runs
+// one block per (token, group, split) or (session 19) a cluster pair of two, each dequantising half of every tile
+// and keeping half of the output dims. Minimises, over the split count and the two shapes, waves * (tiles per split
+// x a tile's cost + kFp8BlockCost): a block's fixed cost (the q load, read once per split; the epilogue; its share of
+// the combine) in 32-key tiles of the one block, and the pair's tile at kFp8PairTileCost20 / 20 of the one block's
+// on twice the blocks. At least one tile per split, at most 64 splits. Flash (132 SMs, 640 CSA keys): batch 1 -> 20
+// (the pair), 64 -> 2, 256 -> 1 (one block); HCA (160 keys) batch 1 -> 5 (the pair), 64 -> 1 (the pair), 256 -> 1:
+// the best of the H200 sweeps of forced counts and shapes (bench/NOTES.md, 2026-12-02 and session 19). The pair's
+// tile cost: between 0.5 (CSA b64 takes one block at 2 splits: 64.6 us, the pair at 1 split 74.7) and 0.6 (HCA b64
+// takes the pair at 1 split: 30.0 us, one block at 2 splits 40.5, at 1 36.9).
 inline constexpr int64_t kFp8BlockCost = 4;
+inline constexpr int64_t kFp8PairTileCost20 = 11;
 int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count);
-// Which FP8-state kernel runs a call of T tokens whose longest key list has max_keys keys (p.kernel kAuto; a forced
-// choice is kept). The two give the same bits (sparse_attention_fp8_launch.h), so the choice is speed only, and
-// batch-invariant mode may take either: the warp-specialised kernel (session 17), measured faster at every shape the
-// bench runs (bench/NOTES.md, session 17).
-Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t max_keys);
+// Which FP8-state kernel runs a call of T tokens of `heads` heads whose longest key list has max_keys keys, at
+// num_splits splits on sm_count SMs (p.kernel kAuto; a forced choice is kept): the warp-specialised kernel (session
+// 17; measured faster than the lock-step one at every shape the bench runs), as the pair where the model of
+// plan_sparse_attention_fp8 finds it cheaper at that split count. All give the same bits
+// (sparse_attention_fp8_launch.h), so the choice is speed only, and batch-invariant mode may take any.
+Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t heads,
+                                                    int64_t max_keys, int64_t num_splits, int64_t sm_count);
 
 }  // namespace dsinfer::ops::cuda
