@@ -109,3 +109,10 @@ TEST(SparseAttentionPlan, Fp8KernelChoice) {
     EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kWarpSpecialised, T, 160), K::kWarpSpecialised);
   }
 }
+
+// Session 19: the prefill op (bf16 staging) at prefill chunks (2,048 and 8,192 tokens), never at decode steps (up to
+// 256 tokens, a row read once each: the staging would only add a pass).
+TEST(SparseAttentionPlan, Fp8PrefillOpAtPrefillChunksOnly) {
+  for (int64_t T : {1, 64, 256, 512}) EXPECT_FALSE(plan_sparse_attention_fp8_prefill(T)) << T;
+  for (int64_t T : {1024, 2048, 4096, 8192}) EXPECT_TRUE(plan_sparse_attention_fp8_prefill(T)) << T;
+}

@@ -60,5 +60,14 @@ int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, in
 // batch-invariant mode may take either: the warp-specialised kernel (session 17), measured faster at every shape the
 // bench runs (bench/NOTES.md, session 17).
 Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t max_keys);
+// Whether a step of T tokens runs the prefill op (sparse_attention_prefill_cuda.h: the lists' rows dequantised once
+// into a bf16 staging, then a bf16 wgmma kernel) instead of sparse_attention_fp8. The two give the same bits, so the
+// choice is speed only and batch-invariant mode may take either. The staging pays once per distinct row, the FP8
+// kernels once per (token, key): at a prefill chunk every window row is read by 128 tokens and a compressed entry by
+// hundreds; at decode (a token per sequence) each row is read once and the staging only adds a pass. The threshold
+// sits between the largest decode step (256 tokens) and the smallest prefill chunk measured (2,048: bench/NOTES.md,
+// session 19).
+inline constexpr int64_t kFp8PrefillMinTokens = 1024;
+bool plan_sparse_attention_fp8_prefill(int64_t T);
 
 }  // namespace dsinfer::ops::cuda
