@@ -41,6 +41,7 @@
 #include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
 #include "ops/sparse_attention/sparse_attention_plan.h"
 #include "ops/sparse_attention/sparse_attention_prefill_cuda.h"
+#include "ops/sparse_attention/sparse_attention_prefill_launch.h"
 
 using namespace dsinfer;
 
@@ -279,7 +280,7 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   fill_cache(ent, kT / kCsaRatio, chunk, chunk_rows);
   struct Layer {
     std::vector<int32_t> idx0, len0, idx1, len1;
-    int64_t stride1 = 0;
+    int64_t stride1 = 0, tiles = 0;  // tiles: 32-key tiles over both chunks (one split)
     cuda::DeviceBuffer<int32_t> d0, dl0, d1, dl1;
   };
   std::mt19937 g(17);
@@ -301,7 +302,10 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
       L.len0[size_t(p)] = int32_t(nw);
       for (int64_t j = 0; j < nw; ++j) L.idx0[size_t(p * kW + j)] = int32_t(p - nw + 1 + j);
       keys += double(nw);
-      if (ratio == 0) continue;
+      if (ratio == 0) {
+        L.tiles += (nw + 31) / 32;
+        continue;
+      }
       const int64_t vis = (p + 1) / ratio;
       const int64_t n = std::min<int64_t>(vis, L.stride1);
       pick.resize(size_t(vis));
@@ -311,6 +315,7 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
       for (int64_t j = 0; j < n; ++j) L.idx1[size_t(p * L.stride1 + j)] = pick[size_t(j)];
       L.len1[size_t(p)] = int32_t(n);
       keys += double(n);
+      L.tiles += (nw + n + 31) / 32;
     }
     BENCH_CHECK(L.d0.upload(L.idx0.data(), L.idx0.size()));
     BENCH_CHECK(L.dl0.upload(L.len0.data(), L.len0.size()));
@@ -337,10 +342,13 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   }
   cuda::DeviceBuffer<uint8_t> staging;
   BENCH_CHECK(staging.alloc(size_t(staging_bytes)));
-  // variant -1: the op with `kernel`; -2: the prefill op; >= 0: that variant of the warp-specialised kernel.
+  // variant -1: the op with `kernel`; -2: the prefill op; -3: its probe `probe`; >= 0: that variant of the
+  // warp-specialised kernel. only >= 0: that layer alone.
+  int only = -1, probe = 0;
   auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel, int variant) {
-    for (const Layer& L : layers)
-      for (int64_t c0 = 0; c0 < kT; c0 += kChunk) {
+    for (int li = 0; li < 4; ++li)
+      for (int64_t c0 = 0; c0 < kT && (only < 0 || only == li); c0 += kChunk) {
+        const Layer& L = layers[size_t(li)];
         ops::cuda::SparseAttentionFp8Params p;
         p.T = kChunk;
         p.heads = kH;
@@ -355,6 +363,9 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
         if (variant == -2) {
           BENCH_CHECK(ops::cuda::sparse_attention_prefill(p, q.data(), o.data(), ws.data(), staging.data(),
                                                           staging_bytes, s));
+        } else if (variant == -3) {
+          BENCH_CHECK(ops::cuda::sparse_attention_prefill_probe(p, q.data(), o.data(), ws.data(), staging.data(),
+                                                                staging_bytes, probe, s));
         } else if (variant < 0) {
           BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q.data(), o.data(), ws.data(), s));
         } else if (!ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q.data(), o.data(), ws.data(),
@@ -389,6 +400,33 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
     std::printf("  warp-specialised variant %d    %10.3f %9.0f %10.1f\n", v, us / 1e3, flops / us / 1e6,
                 100.0 * flops / (us * 1e-6) / kBf16Peak);
     std::printf("RESULT prefill variant%d %.2f\n", v, us);
+    std::fflush(stdout);
+  }
+  // Per layer (blocks = 4,096 tokens, one a token; tiles over both chunks): fixed cost a block and cost a tile.
+  for (only = 0; only < 4; ++only) {
+    const double a = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -2); }, 1);
+    const double b =
+        graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kWarpSpecialised, -1); }, 1);
+    std::printf("  layer %d: 4096 blocks, %lld tiles: prefill op %.1f us, warp-specialised %.1f us\n", only,
+                (long long)layers[size_t(only)].tiles, a, b);
+    std::printf("RESULT prefill layer%d staged %.2f ws %.2f tiles %lld\n", only, a, b,
+                (long long)layers[size_t(only)].tiles);
+  }
+  only = -1;
+  // The prefill op's kernel with phases left out (the output wrong by design): where its time goes.
+  namespace d = ops::cuda::detail;
+  for (const auto& [name, pr] : {std::pair<const char*, int>{"no QK", d::kPrefillProbeNoQk},
+                                 {"no PV", d::kPrefillProbeNoPv},
+                                 {"no softmax+exchange", d::kPrefillProbeNoSoftmax},
+                                 {"no q load", d::kPrefillProbeNoQ},
+                                 {"no epilogue", d::kPrefillProbeNoStore},
+                                 {"no gathers", d::kPrefillProbeNoGather},
+                                 {"no math", d::kPrefillProbeNoMath},
+                                 {"skeleton", d::kPrefillProbeSkeleton}}) {
+    probe = pr;
+    const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -3); }, 1);
+    std::printf("  prefill op probe %-22s %10.3f ms\n", name, us / 1e3);
+    std::printf("RESULT prefill probe%d %.2f\n", pr, us);
     std::fflush(stdout);
   }
 }

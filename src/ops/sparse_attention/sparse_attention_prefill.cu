@@ -160,8 +160,24 @@ __device__ __forceinline__ void gather_key(const SparseAttentionFp8Params& p, co
   }
 }
 
+// The q rows (this head group) of the block that will most likely run next on some SM once this one ends (token
+// t + the SM count: blocks start in index order, one an SM) into L2, so that its q load does not wait on HBM.
+template <bool kBf16>
+__device__ __forceinline__ void prefetch_next_q(const void* q, int64_t t, int64_t h0, int64_t T, int64_t H) {
+  uint32_t sms = 0;
+  asm("mov.u32 %0, %%nsmid;\n" : "=r"(sms));
+  const int64_t tn = t + int64_t(sms);
+  if (tn >= T) return;
+  const int64_t heads = H - h0 < kFp8Heads ? H - h0 : kFp8Heads;
+  const int64_t bytes = heads * kD * (kBf16 ? 2 : 4);
+  const char* base = static_cast<const char*>(q) + (tn * H + h0) * kD * (kBf16 ? 2 : 4);
+  for (int64_t off = int64_t(threadIdx.x) * 128; off < bytes; off += 128 * 128)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(base + off));
+}
+
 // Warpgroup 0: tile n into key tile n % kKeyTiles once the consumers released its previous tile; tile n's `full`
 // barrier once this thread's copies of it have landed (kAhead later tiles in flight meanwhile).
+template <bool kGather = true>
 __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s, int64_t t,
                                         const Split& sp, __nv_bfloat16* kb, uint8_t* flags, uint32_t full0,
                                         uint32_t empty0) {
@@ -169,7 +185,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
     if (n < sp.ntiles) {
       const int tile = int(n % kKeyTiles);
       if (n >= kKeyTiles) mbar_wait(empty0 + 8 * tile, uint32_t(((n / kKeyTiles) - 1) & 1));
-      gather_key(p, s, t, sp, n, kb + tile * (kTileBytes / 2), flags + tile * kKeys);
+      if (kGather) gather_key(p, s, t, sp, n, kb + tile * (kTileBytes / 2), flags + tile * kKeys);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     const int64_t d = n - kAhead;
@@ -181,11 +197,13 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
   }
 }
 
-// Consumer c: q rows h0 .. h0 + 63, dims 256 c .., of token t -> Q's core matrices (zero rows for heads >= H).
+// Consumer c: q rows h0 .. h0 + 63, dims 256 c .., of token t -> Q's core matrices (zero rows for heads >= H). 8
+// chunks' loads in flight a thread (the accumulators are not live yet: the registers are free), so the block's
+// exposed q latency is 2 round trips, not 4.
 template <bool kBf16>
 __device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int64_t H, int c, int ct,
                                        __nv_bfloat16* qs) {
-#pragma unroll 4
+#pragma unroll 8
   for (int i = ct; i < kFp8Heads * kHalf / 8; i += 128) {
     const int r = (i & 7) + 8 * ((i >> 5) & 7);
     const int c8 = ((i >> 3) & 3) + 4 * (i >> 8) + (kHalf / 8) * c;
@@ -217,9 +235,14 @@ __device__ __forceinline__ void scores_issue(uint32_t qs, uint32_t ks, int d0, f
   wg::wgmma_commit();
 }
 
-template <bool kQBf16>
+// kProbe: 0 the kernel; else an OR of the kPrefillProbe* bits (sparse_attention_prefill_launch.h), phases left out
+// for the bench's timing (the output is then wrong by design).
+template <bool kQBf16, int kProbe>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_attention_kernel(SparseAttentionFp8Params p, PrefillStaging st, const void* q, float* o, float* ws) {
+  constexpr bool kQk = !(kProbe & kPrefillProbeNoQk), kPv = !(kProbe & kPrefillProbeNoPv);
+  constexpr bool kSoftmax = !(kProbe & kPrefillProbeNoSoftmax), kLoadQ = !(kProbe & kPrefillProbeNoQ);
+  constexpr bool kStore = !(kProbe & kPrefillProbeNoStore), kGather = !(kProbe & kPrefillProbeNoGather);
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem + kOffQ);
   __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
@@ -238,7 +261,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    produce(p, st, t, sp, kb, flags, full0, empty0);
+    prefetch_next_q<kQBf16>(q, t, h0, p.T, p.heads);  // a block's duration ahead of its use
+    produce<kGather>(p, st, t, sp, kb, flags, full0, empty0);
     return;
   }
 
@@ -246,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   const int ct = threadIdx.x - 128, c = ct >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int hr = 16 * (warp & 3), d0 = kHalf * c;
-  load_q<kQBf16>(q, t, h0, p.heads, c, ct & 127, qs);
+  if (kLoadQ) load_q<kQBf16>(q, t, h0, p.heads, c, ct & 127, qs);
   wg::fence_proxy_async();
   named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half written: it reads no other dims
 
@@ -258,10 +282,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   wg::fence_regs(acc);  // zeroed before the first wgmma is issued
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float s[4][4];
+  if (!kQk)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] = 0.0f;
   const uint32_t qa = smem_u32(qs), ka = smem_u32(kb);
   if (sp.ntiles > 0) {
     mbar_wait(full0, 0);
-    scores_issue(qa, ka, d0, s);
+    if (kQk) scores_issue(qa, ka, d0, s);
   }
   for (int64_t n = 0; n < sp.ntiles; ++n) {
     const int tile = int(n % kKeyTiles);
@@ -271,6 +298,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (n > 0) mbar_arrive(empty0 + 8 * int((n - 1) % kKeyTiles));
     const uint32_t valid = __ballot_sync(dev::kFull, flags[tile * kKeys + lane] != 0);
     float sc[4][4];
+    if (!kSoftmax) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) sc[i >> 2][i & 3] = s[i >> 2][i & 3];
+      if (kPv) wg::pv_issue(sc, ka + uint32_t(tile) * uint32_t(kTileBytes), d0, acc);
+      if (n + 1 < sp.ntiles) {
+        const int next = int((n + 1) % kKeyTiles);
+        mbar_wait(full0 + 8 * next, uint32_t(((n + 1) / kKeyTiles) & 1));
+        if (kQk) scores_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
+      }
+      continue;
+    }
     // Exchange of the partial scores: the other consumer's 256 dims of the same heads.
     float* mine = sx + ((n & 1) * 2 + c) * 2048 + (warp & 3) * 512;
     const float* other = sx + ((n & 1) * 2 + (c ^ 1)) * 2048 + (warp & 3) * 512;
@@ -282,16 +320,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     float alpha[2] = {1.0f, 1.0f};
     attn_mma::softmax_tile(sc, valid, p.scale, m, l, alpha);
     attn_mma::rescale_rows(acc, alpha);
-    wg::pv_issue(sc, ka + uint32_t(tile) * uint32_t(kTileBytes), d0, acc);  // in flight while tile n + 1's Q K^T runs
-    if (n + 1 < sp.ntiles) {
+    if (kPv) wg::pv_issue(sc, ka + uint32_t(tile) * uint32_t(kTileBytes), d0, acc);  // in flight while ...
+    if (n + 1 < sp.ntiles) {  // ... tile n + 1's Q K^T runs
       const int next = int((n + 1) % kKeyTiles);
       mbar_wait(full0 + 8 * next, uint32_t(((n + 1) / kKeyTiles) & 1));
-      scores_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
+      if (kQk) scores_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
     }
   }
   if (sp.ntiles > 0) {
     wg::pv_wait(acc);
     mbar_arrive(empty0 + 8 * int((sp.ntiles - 1) % kKeyTiles));
+  }
+  if (!kStore) {  // one value a thread, so that the products are kept
+    if (acc[0][0] == 12345.0f) o[threadIdx.x] = acc[1][1];
+    return;
   }
   const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
   attn_mma::write_rows(acc, m, l, h0 + hr, d0, t, split, p.heads, p.num_splits, kD, kPart, p.num_splits == 1,
@@ -315,17 +357,40 @@ void launch_prefill_stage(const SparseAttentionFp8Params& p, const PrefillStagin
   prefill_dequant_kernel<<<unsigned(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096), 256, 0, cs>>>(p, s);
 }
 
+namespace {
+template <bool kQBf16, int kProbe>
+void launch_kernel(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, float* o,
+                   float* workspace, cudaStream_t cs) {
+  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
+  cudaFuncSetAttribute(prefill_attention_kernel<kQBf16, kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       int(kBytes));
+  prefill_attention_kernel<kQBf16, kProbe><<<grid, kThreads, kBytes, cs>>>(p, s, q, o, workspace);
+}
+}  // namespace
+
 void launch_sparse_attention_prefill(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                      float* o, float* workspace, void* stream) {
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
-  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
-  if (p.q_bf16) {
-    cudaFuncSetAttribute(prefill_attention_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
-    prefill_attention_kernel<true><<<grid, kThreads, kBytes, cs>>>(p, s, q, o, workspace);
-  } else {
-    cudaFuncSetAttribute(prefill_attention_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
-    prefill_attention_kernel<false><<<grid, kThreads, kBytes, cs>>>(p, s, q, o, workspace);
+  if (p.q_bf16) launch_kernel<true, 0>(p, s, q, o, workspace, cs);
+  else launch_kernel<false, 0>(p, s, q, o, workspace, cs);
+}
+
+bool launch_sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
+                                           float* o, float* workspace, int probe, void* stream) {
+  const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  if (p.q_bf16) return false;
+  switch (probe) {
+    case kPrefillProbeNoQk: launch_kernel<false, kPrefillProbeNoQk>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoPv: launch_kernel<false, kPrefillProbeNoPv>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoSoftmax: launch_kernel<false, kPrefillProbeNoSoftmax>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoQ: launch_kernel<false, kPrefillProbeNoQ>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoStore: launch_kernel<false, kPrefillProbeNoStore>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoGather: launch_kernel<false, kPrefillProbeNoGather>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoMath: launch_kernel<false, kPrefillProbeNoMath>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeSkeleton: launch_kernel<false, kPrefillProbeSkeleton>(p, s, q, o, workspace, cs); break;
+    default: return false;
   }
+  return true;
 }
 
 }  // namespace dsinfer::ops::cuda::detail

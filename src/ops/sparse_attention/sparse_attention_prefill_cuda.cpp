@@ -48,8 +48,10 @@ int64_t sparse_attention_prefill_staging_bytes(const SparseAttentionFp8Params& p
   return sparse_attention_prefill_staging_bytes(p.T, rows, strides);
 }
 
-Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
-                                void* staging, int64_t staging_bytes, void* stream) {
+namespace {
+// The op (probe 0) or a diagnostic probe of its attention kernel (detail::kPrefillProbe*).
+Status run(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, void* staging,
+           int64_t staging_bytes, int probe, void* stream) {
   // The FP8 op's checks (lists, caches, pages, RoPE, splits) with no launch: T = 0 returns after them.
   SparseAttentionFp8Params none = p;
   none.T = 0;
@@ -79,13 +81,29 @@ Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q
   s.rows = reinterpret_cast<uint16_t*>(w);
   detail::launch_prefill_stage(p, s, map_ints(rows), stream);
   DSI_CUDA_LAUNCHED("sparse_attention_prefill_stage");
-  detail::launch_sparse_attention_prefill(p, s, q, o, workspace, stream);
+  if (probe == 0) {
+    detail::launch_sparse_attention_prefill(p, s, q, o, workspace, stream);
+  } else if (!detail::launch_sparse_attention_prefill_probe(p, s, q, o, workspace, probe, stream)) {
+    return Status::errorf("sparse_attention_prefill: no probe {} (fp32 q only)", probe);
+  }
   DSI_CUDA_LAUNCHED("sparse_attention_prefill_kernel");
   if (p.num_splits > 1) {
     detail::launch_sparse_attention_fp8_combine(p, workspace, o, stream);
     DSI_CUDA_LAUNCHED("sparse_attention_fp8_combine_kernel");
   }
   return Status::ok();
+}
+}  // namespace
+
+Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                void* staging, int64_t staging_bytes, void* stream) {
+  return run(p, q, o, workspace, staging, staging_bytes, 0, stream);
+}
+
+Status sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                      void* staging, int64_t staging_bytes, int probe, void* stream) {
+  if (probe == 0) return Status::error("sparse_attention_prefill_probe: probe 0 is the op");
+  return run(p, q, o, workspace, staging, staging_bytes, probe, stream);
 }
 
 }  // namespace dsinfer::ops::cuda

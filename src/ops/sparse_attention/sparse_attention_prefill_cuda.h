@@ -30,4 +30,9 @@ int64_t sparse_attention_prefill_staging_bytes(const SparseAttentionFp8Params& p
 Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                 void* staging, int64_t staging_bytes, void* stream);
 
+// Diagnostics for bench/attention_fp8_bench.cpp only: the op with its attention kernel's phases left out
+// (detail::kPrefillProbe*, sparse_attention_prefill_launch.h; fp32 q); the output is wrong by design.
+Status sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                      void* staging, int64_t staging_bytes, int probe, void* stream);
+
 }  // namespace dsinfer::ops::cuda

@@ -28,6 +28,15 @@ void launch_prefill_stage(const SparseAttentionFp8Params& p, const PrefillStagin
 // FP8 kernel); num_splits > 1 leaves partials in workspace for launch_sparse_attention_fp8_combine.
 void launch_sparse_attention_prefill(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                      float* o, float* workspace, void* stream);
+// Diagnostics for bench/attention_fp8_bench.cpp only: the attention kernel (fp32 q) with phases left out, to see
+// where a block's time goes; the output is wrong by design. probe: one bit, kPrefillProbeNoMath (Q K^T, P V and the
+// softmax out) or kPrefillProbeSkeleton (those and the gathers: barriers, q load, epilogue only); false for others.
+inline constexpr int kPrefillProbeNoQk = 1, kPrefillProbeNoPv = 2, kPrefillProbeNoSoftmax = 4, kPrefillProbeNoQ = 8,
+                     kPrefillProbeNoStore = 16, kPrefillProbeNoGather = 32;
+inline constexpr int kPrefillProbeNoMath = kPrefillProbeNoQk | kPrefillProbeNoPv | kPrefillProbeNoSoftmax;
+inline constexpr int kPrefillProbeSkeleton = kPrefillProbeNoMath | kPrefillProbeNoGather;
+bool launch_sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
+                                           float* o, float* workspace, int probe, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda
