@@ -106,17 +106,18 @@ static_assert(kOffBar % 8 == 0 && kOffX % 16 == 0, "alignment");
 enum NamedBarrier : int { kBarExchange = 2, kBarQ0 = 3 };  // kBarQ0 + c: consumer c's Q half
 
 // The block's split of token t's keys, as the FP8 kernels cut it.
-struct Split {
-  int64_t n0 = 0, n01 = 0, kbeg = 0, nk = 0, ntiles = 0;
+struct Split {  // 32-bit: a token's keys are a few thousand (registers are scarce beside the accumulators)
+  int n0 = 0, n01 = 0, kbeg = 0, nk = 0, ntiles = 0;
 };
 __device__ __forceinline__ Split split_of(const SparseAttentionFp8Params& p, int64_t t, int64_t split) {
   Split sp;
-  sp.n0 = attn_fp8::list_len(p.keys[0], t);
-  sp.n01 = sp.n0 + attn_fp8::list_len(p.keys[1], t);
+  sp.n0 = int(attn_fp8::list_len(p.keys[0], t));
+  sp.n01 = sp.n0 + int(attn_fp8::list_len(p.keys[1], t));
   const int64_t nkeys = sp.n01 + attn_fp8::list_len(p.keys[2], t);
-  int64_t kend = 0;
-  attn_split_range(nkeys, split, p.num_splits, 0, kKeys, sp.kbeg, kend);
-  sp.nk = kend > sp.kbeg ? kend - sp.kbeg : 0;
+  int64_t kbeg = 0, kend = 0;
+  attn_split_range(nkeys, split, p.num_splits, 0, kKeys, kbeg, kend);
+  sp.kbeg = int(kbeg);
+  sp.nk = kend > kbeg ? int(kend - kbeg) : 0;
   sp.ntiles = (sp.nk + kKeys - 1) / kKeys;
   return sp;
 }
@@ -125,9 +126,9 @@ __device__ __forceinline__ Split split_of(const SparseAttentionFp8Params& p, int
 // row by cp.async (this thread's part of the tile's commit group), or zeros for a missing key, or the cache row
 // dequantised here when the row has no staged copy.
 __device__ __forceinline__ void gather_key(const SparseAttentionFp8Params& p, const PrefillStaging& s, int64_t t,
-                                           const Split& sp, int64_t m, __nv_bfloat16* kt, uint8_t* flags) {
+                                           const Split& sp, int m, __nv_bfloat16* kt, uint8_t* flags) {
   const int i = threadIdx.x, kr = i >> 2, kq = i & 3;
-  const int64_t k = m * kKeys + kr;
+  const int k = m * kKeys + kr;
   int src = 0;
   const int64_t r = k < sp.nk ? attn_fp8::key_cache_row(p, t, sp.n0, sp.n01, sp.kbeg + k, src) : -1;
   if (kq == 0) flags[kr] = r >= 0 ? 1 : 0;
@@ -160,40 +161,67 @@ __device__ __forceinline__ void gather_key(const SparseAttentionFp8Params& p, co
   }
 }
 
-// The q rows (this head group) of the block that will most likely run next on some SM once this one ends (token
-// t + the SM count: blocks start in index order, one an SM) into L2, so that its q load does not wait on HBM.
+// A block's work item i (the grid form: one block an item; the persistent form: items blockIdx.x, + gridDim.x, ..):
+// token i % T, then the head group, then the split (tokens fastest: the blocks at work share their keys).
+struct Item {  // 32-bit: T x groups x splits < 2^31 (the launcher's grid)
+  int t = 0, h0 = 0, split = 0;
+};
+__device__ __forceinline__ Item item_of(int i, int T, int groups) {
+  Item it;
+  it.t = i % T;
+  const int r = i / T;
+  it.h0 = (r % groups) * kFp8Heads;
+  it.split = r / groups;
+  return it;
+}
+
+// Item i's q rows into L2 (so that its q load does not wait on HBM); nothing past the last item.
 template <bool kBf16>
-__device__ __forceinline__ void prefetch_next_q(const void* q, int64_t t, int64_t h0, int64_t T, int64_t H) {
-  uint32_t sms = 0;
-  asm("mov.u32 %0, %%nsmid;\n" : "=r"(sms));
-  const int64_t tn = t + int64_t(sms);
-  if (tn >= T) return;
-  const int64_t heads = H - h0 < kFp8Heads ? H - h0 : kFp8Heads;
+__device__ __forceinline__ void prefetch_q(const void* q, int i, int total, int T, int H) {
+  if (i >= total) return;
+  const Item it = item_of(i, T, (H + kFp8Heads - 1) / kFp8Heads);
+  const int64_t heads = H - it.h0 < kFp8Heads ? H - it.h0 : kFp8Heads;
   const int64_t bytes = heads * kD * (kBf16 ? 2 : 4);
-  const char* base = static_cast<const char*>(q) + (tn * H + h0) * kD * (kBf16 ? 2 : 4);
+  const char* base = static_cast<const char*>(q) + (int64_t(it.t) * H + it.h0) * kD * (kBf16 ? 2 : 4);
   for (int64_t off = int64_t(threadIdx.x) * 128; off < bytes; off += 128 * 128)
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(base + off));
 }
 
-// Warpgroup 0: tile n into key tile n % kKeyTiles once the consumers released its previous tile; tile n's `full`
-// barrier once this thread's copies of it have landed (kAhead later tiles in flight meanwhile).
-template <bool kGather = true>
-__device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s, int64_t t,
-                                        const Split& sp, __nv_bfloat16* kb, uint8_t* flags, uint32_t full0,
-                                        uint32_t empty0) {
-  for (int64_t n = 0; n < sp.ntiles + kAhead; ++n) {
-    if (n < sp.ntiles) {
-      const int tile = int(n % kKeyTiles);
-      if (n >= kKeyTiles) mbar_wait(empty0 + 8 * tile, uint32_t(((n / kKeyTiles) - 1) & 1));
-      if (kGather) gather_key(p, s, t, sp, n, kb + tile * (kTileBytes / 2), flags + tile * kKeys);
+// Warpgroup 0, over the block's items in order: each tile (counted across items: g) into key tile g % kKeyTiles once
+// the consumers released that key tile's previous use; tile g's `full` barrier once this thread's copies of it have
+// landed (kAhead later tiles in flight meanwhile). Also each item's successor's q into L2: the block's own next item
+// (persistent), or the block that most likely runs next on some SM (grid: item + the SM count).
+template <bool kGather, bool kQBf16, bool kPersistent>
+__device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
+                                        int first, int stride, int total, __nv_bfloat16* kb, uint8_t* flags,
+                                        uint32_t full0, uint32_t empty0) {
+  const int groups = int((p.heads + kFp8Heads - 1) / kFp8Heads);
+  int issued = 0, completed = 0;
+  auto complete = [&] {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead) : "memory");
+    wg::fence_proxy_async();  // the tile's writes (copies and stores), before the consumers' wgmma read them
+    mbar_arrive(full0 + 8 * int(completed % kKeyTiles));
+    ++completed;
+  };
+  for (int i = first; i < total; i += stride) {  // the grid form: one pass (see the kernel)
+    uint32_t sms = 0;
+    asm("mov.u32 %0, %%nsmid;\n" : "=r"(sms));
+    prefetch_q<kQBf16>(q, kPersistent ? i + stride : i + int(sms), total, int(p.T), int(p.heads));
+    const Item it = item_of(i, int(p.T), groups);
+    const Split sp = split_of(p, it.t, it.split);
+    for (int n = 0; n < sp.ntiles; ++n) {
+      const int tile = int(issued % kKeyTiles);
+      if (issued >= kKeyTiles) mbar_wait(empty0 + 8 * tile, uint32_t(((issued / kKeyTiles) - 1) & 1));
+      if (kGather) gather_key(p, s, it.t, sp, n, kb + tile * (kTileBytes / 2), flags + tile * kKeys);
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+      ++issued;
+      if (issued - completed > kAhead) complete();
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-    const int64_t d = n - kAhead;
-    if (d >= 0) {
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead) : "memory");
-      wg::fence_proxy_async();  // the tile's writes (copies and stores), before the consumers' wgmma read them
-      mbar_arrive(full0 + 8 * int(d % kKeyTiles));
-    }
+    if (!kPersistent) break;
+  }
+  while (completed < issued) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");  // an empty group: the tile kAhead back is then done
+    complete();
   }
 }
 
@@ -236,8 +264,9 @@ __device__ __forceinline__ void scores_issue(uint32_t qs, uint32_t ks, int d0, f
 }
 
 // kProbe: 0 the kernel; else an OR of the kPrefillProbe* bits (sparse_attention_prefill_launch.h), phases left out
-// for the bench's timing (the output is then wrong by design).
-template <bool kQBf16, int kProbe>
+// for the bench's timing (the output is then wrong by design). kPersistent: one block an SM walking items (the next
+// item's q load and first tiles behind this item's epilogue), else one block an item.
+template <bool kQBf16, int kProbe, bool kPersistent>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_attention_kernel(SparseAttentionFp8Params p, PrefillStaging st, const void* q, float* o, float* ws) {
   constexpr bool kQk = !(kProbe & kPrefillProbeNoQk), kPv = !(kProbe & kPrefillProbeNoPv);
@@ -249,8 +278,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* sx = reinterpret_cast<float*>(smem + kOffX);
   uint8_t* flags = smem + kOffFlag;
   const uint32_t full0 = smem_u32(smem + kOffBar), empty0 = full0 + 8 * kKeyTiles;
-  const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kFp8Heads, split = blockIdx.z;
-  const Split sp = split_of(p, t, split);
+  const int T = int(p.T), groups = int((p.heads + kFp8Heads - 1) / kFp8Heads);
+  const int total = T * groups * int(p.num_splits);
+  const int first = kPersistent ? int(blockIdx.x) : int(blockIdx.x) + T * int(blockIdx.y + groups * blockIdx.z);
+  const int stride = kPersistent ? int(gridDim.x) : total;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kKeyTiles; ++i) {
       mbar_init(full0 + 8 * i, 128);   // every producer thread, once its part of the tile is written
@@ -261,8 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    prefetch_next_q<kQBf16>(q, t, h0, p.T, p.heads);  // a block's duration ahead of its use
-    produce<kGather>(p, st, t, sp, kb, flags, full0, empty0);
+    produce<kGather, kQBf16, kPersistent>(p, st, q, first, stride, total, kb, flags, full0, empty0);
     return;
   }
 
@@ -270,74 +300,79 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   const int ct = threadIdx.x - 128, c = ct >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int hr = 16 * (warp & 3), d0 = kHalf * c;
-  if (kLoadQ) load_q<kQBf16>(q, t, h0, p.heads, c, ct & 127, qs);
-  wg::fence_proxy_async();
-  named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half written: it reads no other dims
-
-  float acc[32][4];
-#pragma unroll
-  for (int nt = 0; nt < 32; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-  wg::fence_regs(acc);  // zeroed before the first wgmma is issued
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  float s[4][4];
-  if (!kQk)
-#pragma unroll
-    for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] = 0.0f;
   const uint32_t qa = smem_u32(qs), ka = smem_u32(kb);
-  if (sp.ntiles > 0) {
-    mbar_wait(full0, 0);
-    if (kQk) scores_issue(qa, ka, d0, s);
-  }
-  for (int64_t n = 0; n < sp.ntiles; ++n) {
-    const int tile = int(n % kKeyTiles);
-    wg::wgmma_wait<0>();  // tile n's Q K^T and tile n - 1's P V
-    wg::fence_regs(s);
-    wg::fence_regs(acc);
-    if (n > 0) mbar_arrive(empty0 + 8 * int((n - 1) % kKeyTiles));
-    const uint32_t valid = __ballot_sync(dev::kFull, flags[tile * kKeys + lane] != 0);
-    float sc[4][4];
-    if (!kSoftmax) {
+  int g = 0;  // tiles of the block's earlier items: key tile g % kKeyTiles, exchange buffer g % 2
+  for (int i = first; i < total; i += stride) {
+    const Item it = item_of(i, T, groups);
+    const Split sp = split_of(p, it.t, it.split);
+    if (i != first) named_sync(kBarQ0 + c, 128);  // the warpgroup's products of the last item are done with Q
+    if (kLoadQ) load_q<kQBf16>(q, it.t, it.h0, p.heads, c, ct & 127, qs);
+    wg::fence_proxy_async();
+    named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half written: it reads no other dims
+
+    float acc[32][4];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) sc[i >> 2][i & 3] = s[i >> 2][i & 3];
-      if (kPv) wg::pv_issue(sc, ka + uint32_t(tile) * uint32_t(kTileBytes), d0, acc);
-      if (n + 1 < sp.ntiles) {
-        const int next = int((n + 1) % kKeyTiles);
-        mbar_wait(full0 + 8 * next, uint32_t(((n + 1) / kKeyTiles) & 1));
+    for (int nt = 0; nt < 32; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+    wg::fence_regs(acc);  // zeroed before the first wgmma is issued
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float s[4][4];
+    if (!kQk)
+#pragma unroll
+      for (int k = 0; k < 16; ++k) s[k >> 2][k & 3] = 0.0f;
+    if (sp.ntiles > 0) {
+      mbar_wait(full0 + 8 * int(g % kKeyTiles), uint32_t((g / kKeyTiles) & 1));
+      if (kQk) scores_issue(qa, ka + uint32_t(g % kKeyTiles) * uint32_t(kTileBytes), d0, s);
+    }
+    for (int n = 0; n < sp.ntiles; ++n) {
+      const int gn = g + n;
+      const int tile = int(gn % kKeyTiles);
+      wg::wgmma_wait<0>();  // tile n's Q K^T and tile n - 1's P V
+      wg::fence_regs(s);
+      wg::fence_regs(acc);
+      if (n > 0) mbar_arrive(empty0 + 8 * int((gn - 1) % kKeyTiles));
+      const uint32_t valid = __ballot_sync(dev::kFull, flags[tile * kKeys + lane] != 0);
+      float sc[4][4];
+      if (kSoftmax) {
+        // Exchange of the partial scores: the other consumer's 256 dims of the same heads.
+        float* mine = sx + ((gn & 1) * 2 + c) * 2048 + (warp & 3) * 512;
+        const float* other = sx + ((gn & 1) * 2 + (c ^ 1)) * 2048 + (warp & 3) * 512;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) mine[k * 32 + lane] = s[k >> 2][k & 3];
+        named_sync(kBarExchange, 256);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) sc[k >> 2][k & 3] = s[k >> 2][k & 3] + other[k * 32 + lane];
+        float alpha[2] = {1.0f, 1.0f};
+        attn_mma::softmax_tile(sc, valid, p.scale, m, l, alpha);
+        attn_mma::rescale_rows(acc, alpha);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 16; ++k) sc[k >> 2][k & 3] = s[k >> 2][k & 3];
+      }
+      if (kPv) wg::pv_issue(sc, ka + uint32_t(tile) * uint32_t(kTileBytes), d0, acc);  // in flight while ...
+      if (n + 1 < sp.ntiles) {  // ... tile n + 1's Q K^T runs
+        const int next = int((gn + 1) % kKeyTiles);
+        mbar_wait(full0 + 8 * next, uint32_t(((gn + 1) / kKeyTiles) & 1));
         if (kQk) scores_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
       }
+    }
+    if (sp.ntiles > 0) {
+      wg::pv_wait(acc);
+      mbar_arrive(empty0 + 8 * int((g + sp.ntiles - 1) % kKeyTiles));
+    }
+    g += sp.ntiles;
+    if (!kStore) {  // one value a thread, so that the products are kept
+      if (acc[0][0] == 12345.0f) o[threadIdx.x] = acc[1][1];
+      if (!kPersistent) break;
       continue;
     }
-    // Exchange of the partial scores: the other consumer's 256 dims of the same heads.
-    float* mine = sx + ((n & 1) * 2 + c) * 2048 + (warp & 3) * 512;
-    const float* other = sx + ((n & 1) * 2 + (c ^ 1)) * 2048 + (warp & 3) * 512;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) mine[i * 32 + lane] = s[i >> 2][i & 3];
-    named_sync(kBarExchange, 256);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) sc[i >> 2][i & 3] = s[i >> 2][i & 3] + other[i * 32 + lane];
-    float alpha[2] = {1.0f, 1.0f};
-    attn_mma::softmax_tile(sc, valid, p.scale, m, l, alpha);
-    attn_mma::rescale_rows(acc, alpha);
-    if (kPv) wg::pv_issue(sc, ka + uint32_t(tile) * uint32_t(kTileBytes), d0, acc);  // in flight while ...
-    if (n + 1 < sp.ntiles) {  // ... tile n + 1's Q K^T runs
-      const int next = int((n + 1) % kKeyTiles);
-      mbar_wait(full0 + 8 * next, uint32_t(((n + 1) / kKeyTiles) & 1));
-      if (kQk) scores_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
-    }
+    const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[it.t]) : 0;
+    attn_mma::write_rows(acc, m, l, it.h0 + hr, d0, it.t, it.split, p.heads, p.num_splits, kD, kPart,
+                         p.num_splits == 1, p.sinks, o, ws,
+                         [&](float& e0, float& e1, int d) { attn_fp8::out_rope(e0, e1, d, p, pos); });
+    if (!kPersistent) break;  // one item (the compiler then keeps nothing across items)
   }
-  if (sp.ntiles > 0) {
-    wg::pv_wait(acc);
-    mbar_arrive(empty0 + 8 * int((sp.ntiles - 1) % kKeyTiles));
-  }
-  if (!kStore) {  // one value a thread, so that the products are kept
-    if (acc[0][0] == 12345.0f) o[threadIdx.x] = acc[1][1];
-    return;
-  }
-  const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
-  attn_mma::write_rows(acc, m, l, h0 + hr, d0, t, split, p.heads, p.num_splits, kD, kPart, p.num_splits == 1,
-                       p.sinks, o, ws, [&](float& e0, float& e1, int d) { attn_fp8::out_rope(e0, e1, d, p, pos); });
 }
 }  // namespace
 
@@ -358,36 +393,55 @@ void launch_prefill_stage(const SparseAttentionFp8Params& p, const PrefillStagin
 }
 
 namespace {
-template <bool kQBf16, int kProbe>
+template <bool kQBf16, int kProbe, bool kPersistent>
 void launch_kernel(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, float* o,
                    float* workspace, cudaStream_t cs) {
-  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
-  cudaFuncSetAttribute(prefill_attention_kernel<kQBf16, kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       int(kBytes));
-  prefill_attention_kernel<kQBf16, kProbe><<<grid, kThreads, kBytes, cs>>>(p, s, q, o, workspace);
+  const int64_t groups = (p.heads + kFp8Heads - 1) / kFp8Heads;
+  dim3 grid(unsigned(p.T), unsigned(groups), unsigned(p.num_splits));
+  if (kPersistent) {
+    int dev = 0, sms = 1;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int64_t total = p.T * groups * p.num_splits;
+    grid = dim3(unsigned(total < sms ? total : sms));
+  }
+  cudaFuncSetAttribute(prefill_attention_kernel<kQBf16, kProbe, kPersistent>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
+  prefill_attention_kernel<kQBf16, kProbe, kPersistent><<<grid, kThreads, kBytes, cs>>>(p, s, q, o, workspace);
+}
+template <bool kPersistent>
+void launch_form(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, float* o,
+                 float* workspace, cudaStream_t cs) {
+  if (p.q_bf16) launch_kernel<true, 0, kPersistent>(p, s, q, o, workspace, cs);
+  else launch_kernel<false, 0, kPersistent>(p, s, q, o, workspace, cs);
 }
 }  // namespace
 
 void launch_sparse_attention_prefill(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                      float* o, float* workspace, void* stream) {
-  const cudaStream_t cs = static_cast<cudaStream_t>(stream);
-  if (p.q_bf16) launch_kernel<true, 0>(p, s, q, o, workspace, cs);
-  else launch_kernel<false, 0>(p, s, q, o, workspace, cs);
+  launch_form<kPrefillPersistentDefault>(p, s, q, o, workspace, static_cast<cudaStream_t>(stream));
 }
 
 bool launch_sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                            float* o, float* workspace, int probe, void* stream) {
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  if (probe == kPrefillFormGrid || probe == kPrefillFormPersistent) {
+    if (probe == kPrefillFormGrid) launch_form<false>(p, s, q, o, workspace, cs);
+    else launch_form<true>(p, s, q, o, workspace, cs);
+    return true;
+  }
   if (p.q_bf16) return false;
   switch (probe) {
-    case kPrefillProbeNoQk: launch_kernel<false, kPrefillProbeNoQk>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoPv: launch_kernel<false, kPrefillProbeNoPv>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoSoftmax: launch_kernel<false, kPrefillProbeNoSoftmax>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoQ: launch_kernel<false, kPrefillProbeNoQ>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoStore: launch_kernel<false, kPrefillProbeNoStore>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoGather: launch_kernel<false, kPrefillProbeNoGather>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoMath: launch_kernel<false, kPrefillProbeNoMath>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeSkeleton: launch_kernel<false, kPrefillProbeSkeleton>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoQk: launch_kernel<false, kPrefillProbeNoQk, false>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoPv: launch_kernel<false, kPrefillProbeNoPv, false>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoSoftmax:
+      launch_kernel<false, kPrefillProbeNoSoftmax, false>(p, s, q, o, workspace, cs);
+      break;
+    case kPrefillProbeNoQ: launch_kernel<false, kPrefillProbeNoQ, false>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoStore: launch_kernel<false, kPrefillProbeNoStore, false>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoGather: launch_kernel<false, kPrefillProbeNoGather, false>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoMath: launch_kernel<false, kPrefillProbeNoMath, false>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeSkeleton: launch_kernel<false, kPrefillProbeSkeleton, false>(p, s, q, o, workspace, cs); break;
     default: return false;
   }
   return true;
