@@ -386,16 +386,6 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
     std::printf("RESULT prefill staged %.2f\n", us);
     std::fflush(stdout);
   }
-  for (const auto& [name, form] :
-       {std::pair<const char*, int>{"prefill, grid form", ops::cuda::detail::kPrefillFormGrid},
-        {"prefill, persistent form", ops::cuda::detail::kPrefillFormPersistent}}) {
-    probe = form;
-    const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -3); }, 1);
-    std::printf("  %-28s %10.3f %9.0f %10.1f\n", name, us / 1e3, flops / us / 1e6,
-                100.0 * flops / (us * 1e-6) / kBf16Peak);
-    std::printf("RESULT prefill form%d %.2f\n", form, us);
-    std::fflush(stdout);
-  }
   for (const auto& [name, kernel] : {std::pair<const char*, ops::cuda::Fp8AttentionKernel>{
                                          "lock-step", ops::cuda::Fp8AttentionKernel::kLockstep},
                                      {"warp-specialised", ops::cuda::Fp8AttentionKernel::kWarpSpecialised}}) {

@@ -12,8 +12,7 @@
 // margin). The prefill op feeds the FP8 kernels' consumers the same bf16 key tiles (dequant16's values) in the same
 // order, so its output must equal the warp-specialised and the lock-step kernel's bit for bit at every split count;
 // that includes a case whose distinct rows pass the staging's capacity (those rows dequantised by the attention
-// kernel itself). Two runs must agree bitwise (the staging's row order is not fixed; its values are), and both forms
-// of the kernel (one block an item; one block an SM walking the items) must give the op's bits.
+// kernel itself). Two runs must agree bitwise (the staging's row order is not fixed; its values are).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,7 +30,6 @@
 #include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
 #include "ops/sparse_attention/sparse_attention_plan.h"
 #include "ops/sparse_attention/sparse_attention_prefill_cuda.h"
-#include "ops/sparse_attention/sparse_attention_prefill_launch.h"
 
 using namespace dsinfer;
 using namespace dsinfer::cuda::test;
@@ -158,10 +156,9 @@ struct Device {
   const void* q(const Case& c) const {
     return c.q_bf16 ? static_cast<const void*>(qb.data()) : static_cast<const void*>(qf.data());
   }
-  // prefill: the prefill op (form: 0 its default, else detail::kPrefillForm*), else sparse_attention_fp8 with
-  // `kernel`; NaN-poisoned output and staging.
+  // prefill: the prefill op, else sparse_attention_fp8 with `kernel`; NaN-poisoned output and staging.
   std::vector<float> run(const Case& c, const Inputs& in, int64_t splits, bool prefill,
-                         ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto, int form = 0) {
+                         ops::cuda::Fp8AttentionKernel kernel = ops::cuda::Fp8AttentionKernel::kAuto) {
     SparseAttentionFp8Params p = params(c, in);
     p.num_splits = splits;
     p.kernel = kernel;
@@ -180,9 +177,7 @@ struct Device {
       const int64_t bytes = ops::cuda::sparse_attention_prefill_staging_bytes(p);
       EXPECT_TRUE(staging.alloc(size_t(bytes)).is_ok());
       cudaMemset(staging.data(), 0xff, size_t(bytes));
-      s = form == 0 ? ops::cuda::sparse_attention_prefill(p, q(c), o.data(), ws.data(), staging.data(), bytes, nullptr)
-                    : ops::cuda::sparse_attention_prefill_probe(p, q(c), o.data(), ws.data(), staging.data(), bytes,
-                                                                form, nullptr);
+      s = ops::cuda::sparse_attention_prefill(p, q(c), o.data(), ws.data(), staging.data(), bytes, nullptr);
     } else {
       s = ops::cuda::sparse_attention_fp8(p, q(c), o.data(), ws.data(), nullptr);
     }
@@ -226,11 +221,7 @@ void run_case(const Case& c, const std::vector<int64_t>& splits) {
     EXPECT_EQ(0, std::memcmp(got.data(), lock.data(), got.size() * 4)) << "prefill != lock-step";
     const std::vector<float> again = dev.run(c, in, s, true);
     EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * 4)) << "not deterministic";
-    namespace d = ops::cuda::detail;
-    for (int form : {d::kPrefillFormGrid, d::kPrefillFormPersistent}) {  // both forms of the kernel: the same bits
-      const std::vector<float> f = dev.run(c, in, s, true, K::kAuto, form);
-      EXPECT_EQ(0, std::memcmp(got.data(), f.data(), got.size() * 4)) << "form " << form << " differs";
-    }
+
   }
 }
 }  // namespace

@@ -161,8 +161,8 @@ __device__ __forceinline__ void gather_key(const SparseAttentionFp8Params& p, co
   }
 }
 
-// A block's work item i (the grid form: one block an item; the persistent form: items blockIdx.x, + gridDim.x, ..):
-// token i % T, then the head group, then the split (tokens fastest: the blocks at work share their keys).
+// A block's work items: i = blockIdx.x, + gridDim.x, .. (one block an SM); item i is token i % T, then the head
+// group, then the split (tokens fastest: the blocks at work at one time share their keys).
 struct Item {  // 32-bit: T x groups x splits < 2^31 (the launcher's grid)
   int t = 0, h0 = 0, split = 0;
 };
@@ -189,9 +189,8 @@ __device__ __forceinline__ void prefetch_q(const void* q, int i, int total, int 
 
 // Warpgroup 0, over the block's items in order: each tile (counted across items: g) into key tile g % kKeyTiles once
 // the consumers released that key tile's previous use; tile g's `full` barrier once this thread's copies of it have
-// landed (kAhead later tiles in flight meanwhile). Also each item's successor's q into L2: the block's own next item
-// (persistent), or the block that most likely runs next on some SM (grid: item + the SM count).
-template <bool kGather, bool kQBf16, bool kPersistent>
+// landed (kAhead later tiles in flight meanwhile). Also the block's next item's q into L2 at the start of each item.
+template <bool kGather, bool kQBf16>
 __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                         int first, int stride, int total, __nv_bfloat16* kb, uint8_t* flags,
                                         uint32_t full0, uint32_t empty0) {
@@ -203,10 +202,8 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
     mbar_arrive(full0 + 8 * int(completed % kKeyTiles));
     ++completed;
   };
-  for (int i = first; i < total; i += stride) {  // the grid form: one pass (see the kernel)
-    uint32_t sms = 0;
-    asm("mov.u32 %0, %%nsmid;\n" : "=r"(sms));
-    prefetch_q<kQBf16>(q, kPersistent ? i + stride : i + int(sms), total, int(p.T), int(p.heads));
+  for (int i = first; i < total; i += stride) {
+    prefetch_q<kQBf16>(q, i + stride, total, int(p.T), int(p.heads));
     const Item it = item_of(i, int(p.T), groups);
     const Split sp = split_of(p, it.t, it.split);
     for (int n = 0; n < sp.ntiles; ++n) {
@@ -217,7 +214,6 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
       ++issued;
       if (issued - completed > kAhead) complete();
     }
-    if (!kPersistent) break;
   }
   while (completed < issued) {
     asm volatile("cp.async.commit_group;\n" ::: "memory");  // an empty group: the tile kAhead back is then done
@@ -264,9 +260,9 @@ __device__ __forceinline__ void scores_issue(uint32_t qs, uint32_t ks, int d0, f
 }
 
 // kProbe: 0 the kernel; else an OR of the kPrefillProbe* bits (sparse_attention_prefill_launch.h), phases left out
-// for the bench's timing (the output is then wrong by design). kPersistent: one block an SM walking items (the next
-// item's q load and first tiles behind this item's epilogue), else one block an item.
-template <bool kQBf16, int kProbe, bool kPersistent>
+// for the bench's timing (the output is then wrong by design). One block an SM walking the items: the next item's q
+// load and first tiles run behind this item's epilogue (session 19: one block an item measured 19 % slower).
+template <bool kQBf16, int kProbe>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_attention_kernel(SparseAttentionFp8Params p, PrefillStaging st, const void* q, float* o, float* ws) {
   constexpr bool kQk = !(kProbe & kPrefillProbeNoQk), kPv = !(kProbe & kPrefillProbeNoPv);
@@ -280,8 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t full0 = smem_u32(smem + kOffBar), empty0 = full0 + 8 * kKeyTiles;
   const int T = int(p.T), groups = int((p.heads + kFp8Heads - 1) / kFp8Heads);
   const int total = T * groups * int(p.num_splits);
-  const int first = kPersistent ? int(blockIdx.x) : int(blockIdx.x) + T * int(blockIdx.y + groups * blockIdx.z);
-  const int stride = kPersistent ? int(gridDim.x) : total;
+  const int first = int(blockIdx.x), stride = int(gridDim.x);
   if (threadIdx.x == 0) {
     for (int i = 0; i < kKeyTiles; ++i) {
       mbar_init(full0 + 8 * i, 128);   // every producer thread, once its part of the tile is written
@@ -292,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    produce<kGather, kQBf16, kPersistent>(p, st, q, first, stride, total, kb, flags, full0, empty0);
+    produce<kGather, kQBf16>(p, st, q, first, stride, total, kb, flags, full0, empty0);
     return;
   }
 
@@ -364,14 +359,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     g += sp.ntiles;
     if (!kStore) {  // one value a thread, so that the products are kept
       if (acc[0][0] == 12345.0f) o[threadIdx.x] = acc[1][1];
-      if (!kPersistent) break;
       continue;
     }
     const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[it.t]) : 0;
     attn_mma::write_rows(acc, m, l, it.h0 + hr, d0, it.t, it.split, p.heads, p.num_splits, kD, kPart,
                          p.num_splits == 1, p.sinks, o, ws,
                          [&](float& e0, float& e1, int d) { attn_fp8::out_rope(e0, e1, d, p, pos); });
-    if (!kPersistent) break;  // one item (the compiler then keeps nothing across items)
   }
 }
 }  // namespace
@@ -393,55 +386,40 @@ void launch_prefill_stage(const SparseAttentionFp8Params& p, const PrefillStagin
 }
 
 namespace {
-template <bool kQBf16, int kProbe, bool kPersistent>
+template <bool kQBf16, int kProbe>
 void launch_kernel(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, float* o,
                    float* workspace, cudaStream_t cs) {
-  const int64_t groups = (p.heads + kFp8Heads - 1) / kFp8Heads;
-  dim3 grid(unsigned(p.T), unsigned(groups), unsigned(p.num_splits));
-  if (kPersistent) {
-    int dev = 0, sms = 1;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    const int64_t total = p.T * groups * p.num_splits;
-    grid = dim3(unsigned(total < sms ? total : sms));
-  }
-  cudaFuncSetAttribute(prefill_attention_kernel<kQBf16, kProbe, kPersistent>,
-                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
-  prefill_attention_kernel<kQBf16, kProbe, kPersistent><<<grid, kThreads, kBytes, cs>>>(p, s, q, o, workspace);
-}
-template <bool kPersistent>
-void launch_form(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, float* o,
-                 float* workspace, cudaStream_t cs) {
-  if (p.q_bf16) launch_kernel<true, 0, kPersistent>(p, s, q, o, workspace, cs);
-  else launch_kernel<false, 0, kPersistent>(p, s, q, o, workspace, cs);
+  int dev = 0, sms = 1;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int64_t total = p.T * ((p.heads + kFp8Heads - 1) / kFp8Heads) * p.num_splits;
+  const dim3 grid(unsigned(total < sms ? total : sms));
+  cudaFuncSetAttribute(prefill_attention_kernel<kQBf16, kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       int(kBytes));
+  prefill_attention_kernel<kQBf16, kProbe><<<grid, kThreads, kBytes, cs>>>(p, s, q, o, workspace);
 }
 }  // namespace
 
 void launch_sparse_attention_prefill(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                      float* o, float* workspace, void* stream) {
-  launch_form<kPrefillPersistentDefault>(p, s, q, o, workspace, static_cast<cudaStream_t>(stream));
+  const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  if (p.q_bf16) launch_kernel<true, 0>(p, s, q, o, workspace, cs);
+  else launch_kernel<false, 0>(p, s, q, o, workspace, cs);
 }
 
 bool launch_sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                            float* o, float* workspace, int probe, void* stream) {
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
-  if (probe == kPrefillFormGrid || probe == kPrefillFormPersistent) {
-    if (probe == kPrefillFormGrid) launch_form<false>(p, s, q, o, workspace, cs);
-    else launch_form<true>(p, s, q, o, workspace, cs);
-    return true;
-  }
   if (p.q_bf16) return false;
   switch (probe) {
-    case kPrefillProbeNoQk: launch_kernel<false, kPrefillProbeNoQk, false>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoPv: launch_kernel<false, kPrefillProbeNoPv, false>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoSoftmax:
-      launch_kernel<false, kPrefillProbeNoSoftmax, false>(p, s, q, o, workspace, cs);
-      break;
-    case kPrefillProbeNoQ: launch_kernel<false, kPrefillProbeNoQ, false>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoStore: launch_kernel<false, kPrefillProbeNoStore, false>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoGather: launch_kernel<false, kPrefillProbeNoGather, false>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeNoMath: launch_kernel<false, kPrefillProbeNoMath, false>(p, s, q, o, workspace, cs); break;
-    case kPrefillProbeSkeleton: launch_kernel<false, kPrefillProbeSkeleton, false>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoQk: launch_kernel<false, kPrefillProbeNoQk>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoPv: launch_kernel<false, kPrefillProbeNoPv>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoSoftmax: launch_kernel<false, kPrefillProbeNoSoftmax>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoQ: launch_kernel<false, kPrefillProbeNoQ>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoStore: launch_kernel<false, kPrefillProbeNoStore>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoGather: launch_kernel<false, kPrefillProbeNoGather>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeNoMath: launch_kernel<false, kPrefillProbeNoMath>(p, s, q, o, workspace, cs); break;
+    case kPrefillProbeSkeleton: launch_kernel<false, kPrefillProbeSkeleton>(p, s, q, o, workspace, cs); break;
     default: return false;
   }
   return true;

@@ -35,12 +35,6 @@ inline constexpr int kPrefillProbeNoQk = 1, kPrefillProbeNoPv = 2, kPrefillProbe
                      kPrefillProbeNoStore = 16, kPrefillProbeNoGather = 32;
 inline constexpr int kPrefillProbeNoMath = kPrefillProbeNoQk | kPrefillProbeNoPv | kPrefillProbeNoSoftmax;
 inline constexpr int kPrefillProbeSkeleton = kPrefillProbeNoMath | kPrefillProbeNoGather;
-// Not probes: the kernel's two forms, both right and of the same bits (the test and the bench run both):
-// kPrefillFormGrid one block an item (token, head group, split), kPrefillFormPersistent one block an SM walking the
-// items (the next item's q load and first tiles behind an item's epilogue). kPrefillPersistentDefault is the form
-// the op runs (bench/NOTES.md, session 19).
-inline constexpr int kPrefillFormGrid = 64, kPrefillFormPersistent = 128;
-inline constexpr bool kPrefillPersistentDefault = true;
 bool launch_sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                            float* o, float* workspace, int probe, void* stream);
 }  // namespace detail
