@@ -4,11 +4,13 @@
 // 1. staging (prefill_claim_kernel, prefill_dequant_kernel): every cache row the call's lists name gets one index
 //    in a bf16 buffer (atomic claims; the map of each list: cache row -> staged row + 1) and is dequantised there
 //    once, by attn_fp8::dequant16 (the kernels' conversion: the same bf16 values);
-// 2. prefill_attention_kernel: the warp-specialised kernel's block (token, 64-head group, split), tiles, products,
-//    exchange, softmax and epilogue, with a producer warpgroup that only gathers: thread i copies 16 of the 64
-//    16-byte chunks of key i / 4's staged row by cp.async straight into the bf16 key tile's core matrices, 4 key
-//    tiles in a ring (no FP8 stages: 3 tiles in flight while the consumers work on one). A named row without a
-//    staged copy (the staging's capacity passed) is dequantised by the producer from the cache, as before.
+// 2. prefill_attention_kernel: the warp-specialised kernel's work items (token, 64-head group, split), tiles,
+//    products, exchange, softmax and epilogue, in one block an SM walking the items (an item's epilogue stores, the
+//    next item's q load and its first gathers overlap; session 19 measured the fixed cost of one block an item at
+//    ~20 us, half the prefill), with a producer warpgroup that only gathers: thread i copies 16 of the 64 16-byte
+//    chunks of key i / 4's staged row by cp.async straight into the bf16 key tile's core matrices, 4 key tiles in a
+//    ring (no FP8 stages: 3 tiles in flight while the consumers work on one). A named row without a staged copy
+//    (the staging's capacity passed) is dequantised by the producer from the cache, as the FP8 kernels do.
 // The consumers see the same bf16 tiles in the same order and run the same instructions: the output is bitwise the
 // warp-specialised kernel's (the GPU test asserts it against both FP8 kernels and the CPU reference).
 #include <cuda_bf16.h>

@@ -1,7 +1,8 @@
 // CUDA sparse attention PREFILL over the FP8 state (session 19, issue 30): the op of sparse_attention_fp8_cuda.h
 // (same parameters, semantics and bits) for steps with many tokens. The key rows the call's lists name are first
 // dequantised once into a bf16 staging buffer (one row per named cache row, whatever number of tokens reads it),
-// then a warp-specialised wgmma kernel gathers the staged bf16 rows by cp.async (no conversion in its loop); a named
+// then a persistent warp-specialised wgmma kernel (one block an SM walking the items) gathers the staged bf16 rows by
+// cp.async (no conversion in its loop); a named
 // row past the staging's capacity is dequantised by the kernel from the cache. The output is bitwise the FP8
 // kernels' (sparse_attention_fp8_launch.h): the same bf16 key tiles, tiles, products and order. Which op a step runs
 // is plan_sparse_attention_fp8_prefill's choice (sparse_attention_plan.h).
