@@ -61,13 +61,13 @@ int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, in
 // bench runs (bench/NOTES.md, session 17).
 Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t max_keys);
 // Whether a step of T tokens runs the prefill op (sparse_attention_prefill_cuda.h: the lists' rows dequantised once
-// into a bf16 staging, then a bf16 wgmma kernel) instead of sparse_attention_fp8. The two give the same bits, so the
-// choice is speed only and batch-invariant mode may take either. The staging pays once per distinct row, the FP8
-// kernels once per (token, key): at a prefill chunk every window row is read by 128 tokens and a compressed entry by
-// hundreds; at decode (a token per sequence) each row is read once and the staging only adds a pass. The threshold
-// sits between the largest decode step (256 tokens) and the smallest prefill chunk measured (2,048: bench/NOTES.md,
-// session 19).
-inline constexpr int64_t kFp8PrefillMinTokens = 1024;
+// into a bf16 staging, then a persistent bf16 wgmma kernel) instead of sparse_attention_fp8. The two give the same
+// bits, so the choice is speed only and batch-invariant mode may take either. OFF (kFp8PrefillMinTokens 0): measured
+// 3.7 % faster than the FP8 kernel in the attention bench (prefill 4,096 in 2,048-token chunks) but 5.74 ms of
+// sparse_attention in the model bench's 4,096-token step against the FP8 kernel's 5.48 (bench/NOTES.md, session 19;
+// the staging's pool-sized row maps are the suspected cost, not measured). A positive value takes the op from that
+// many tokens (the runner's route and workspace sizing follow; decode steps are at most 256 tokens).
+inline constexpr int64_t kFp8PrefillMinTokens = 0;
 bool plan_sparse_attention_fp8_prefill(int64_t T);
 
 }  // namespace dsinfer::ops::cuda
