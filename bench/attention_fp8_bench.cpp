@@ -40,6 +40,8 @@
 #include "ops/kv_format/kv_format_cuda.h"
 #include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
 #include "ops/sparse_attention/sparse_attention_plan.h"
+#include "ops/sparse_attention/sparse_attention_prefill_cuda.h"
+#include "ops/sparse_attention/sparse_attention_prefill_launch.h"
 
 using namespace dsinfer;
 
@@ -268,6 +270,9 @@ void dump(const std::string& dir, const std::string& tag, const Batch& b, const 
 // min(p + 1, 128) window rows, then min(512, (p + 1) / 4) CSA entries (a random sorted subset of the visible ones;
 // the indexer's picks) or its (p + 1) / 128 HCA entries. 131,072 FLOPs a key (64 heads x 512, Q K^T and P V).
 // Prints both kernels' ms for the 8 calls (q fp32, the runner's) and their TFLOP/s.
+// Session 19: also the prefill op (sparse_attention_prefill_cuda.h: the lists' rows staged once as bf16, then the
+// bf16 wgmma kernel; its staging inside the timing), and every line's % of the BF16 tensor peak (781 TFLOP/s, the
+// measured dense bf16 figure of bench/NOTES.md, session 15). --prefill-only stops after this shape.
 void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, const float* sinks, int64_t sms) {
   constexpr int64_t kT = 4096, kChunk = 2048, kCsaRatio = 4, kHcaRatio = 128;
   cuda::DeviceBuffer<uint8_t> win, ent;
@@ -275,7 +280,7 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   fill_cache(ent, kT / kCsaRatio, chunk, chunk_rows);
   struct Layer {
     std::vector<int32_t> idx0, len0, idx1, len1;
-    int64_t stride1 = 0;
+    int64_t stride1 = 0, tiles = 0;  // tiles: 32-key tiles over both chunks (one split)
     cuda::DeviceBuffer<int32_t> d0, dl0, d1, dl1;
   };
   std::mt19937 g(17);
@@ -297,7 +302,10 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
       L.len0[size_t(p)] = int32_t(nw);
       for (int64_t j = 0; j < nw; ++j) L.idx0[size_t(p * kW + j)] = int32_t(p - nw + 1 + j);
       keys += double(nw);
-      if (ratio == 0) continue;
+      if (ratio == 0) {
+        L.tiles += (nw + 31) / 32;
+        continue;
+      }
       const int64_t vis = (p + 1) / ratio;
       const int64_t n = std::min<int64_t>(vis, L.stride1);
       pick.resize(size_t(vis));
@@ -307,6 +315,7 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
       for (int64_t j = 0; j < n; ++j) L.idx1[size_t(p * L.stride1 + j)] = pick[size_t(j)];
       L.len1[size_t(p)] = int32_t(n);
       keys += double(n);
+      L.tiles += (nw + n + 31) / 32;
     }
     BENCH_CHECK(L.d0.upload(L.idx0.data(), L.idx0.size()));
     BENCH_CHECK(L.dl0.upload(L.len0.data(), L.len0.size()));
@@ -325,9 +334,21 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   for (const Layer& L : layers)
     max_splits = std::max(max_splits, ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms));
   BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(kChunk, kH, max_splits)) + 64));
+  int64_t staging_bytes = 0;
+  for (const Layer& L : layers) {
+    const int64_t rows[3] = {kT, L.stride1 > 0 ? kT / kCsaRatio : 0, 0};  // as run() passes them
+    const int64_t strides[3] = {kW, L.stride1, 0};
+    staging_bytes = std::max(staging_bytes, ops::cuda::sparse_attention_prefill_staging_bytes(kChunk, rows, strides));
+  }
+  cuda::DeviceBuffer<uint8_t> staging;
+  BENCH_CHECK(staging.alloc(size_t(staging_bytes)));
+  // variant -1: the op with `kernel`; -2: the prefill op; -3: its probe `probe`; >= 0: that variant of the
+  // warp-specialised kernel. only >= 0: that layer alone.
+  int only = -1, probe = 0;
   auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel, int variant) {
-    for (const Layer& L : layers)
-      for (int64_t c0 = 0; c0 < kT; c0 += kChunk) {
+    for (int li = 0; li < 4; ++li)
+      for (int64_t c0 = 0; c0 < kT && (only < 0 || only == li); c0 += kChunk) {
+        const Layer& L = layers[size_t(li)];
         ops::cuda::SparseAttentionFp8Params p;
         p.T = kChunk;
         p.heads = kH;
@@ -339,7 +360,13 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
                        ops::kModel1Pages};
         p.num_splits = ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms);
         p.kernel = kernel;
-        if (variant < 0) {
+        if (variant == -2) {
+          BENCH_CHECK(ops::cuda::sparse_attention_prefill(p, q.data(), o.data(), ws.data(), staging.data(),
+                                                          staging_bytes, s));
+        } else if (variant == -3) {
+          BENCH_CHECK(ops::cuda::sparse_attention_prefill_probe(p, q.data(), o.data(), ws.data(), staging.data(),
+                                                                staging_bytes, probe, s));
+        } else if (variant < 0) {
           BENCH_CHECK(ops::cuda::sparse_attention_fp8(p, q.data(), o.data(), ws.data(), s));
         } else if (!ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q.data(), o.data(), ws.data(),
                                                                                variant, s)) {
@@ -350,18 +377,56 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   };
   const double flops = keys * 131072.0;
   std::printf("prefill 4096 (2 chunks of 2048, 4 layers): %.1f keys a token, %.1f GFLOP\n", keys / kT, flops / 1e9);
+  constexpr double kBf16Peak = 781e12;
+  std::printf("  %-28s %10s %9s %10s\n", "kernel", "ms", "TFLOP/s", "% BF16 peak");
+  {
+    const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -2); }, 1);
+    std::printf("  %-28s %10.3f %9.0f %10.1f\n", "prefill (bf16 staging)", us / 1e3, flops / us / 1e6,
+                100.0 * flops / (us * 1e-6) / kBf16Peak);
+    std::printf("RESULT prefill staged %.2f\n", us);
+    std::fflush(stdout);
+  }
   for (const auto& [name, kernel] : {std::pair<const char*, ops::cuda::Fp8AttentionKernel>{
                                          "lock-step", ops::cuda::Fp8AttentionKernel::kLockstep},
                                      {"warp-specialised", ops::cuda::Fp8AttentionKernel::kWarpSpecialised}}) {
     const double us = graph_us([&](cudaStream_t s) { run(s, kernel, -1); }, 1);
-    std::printf("  %s: %.3f ms (%.0f TFLOP/s)\n", name, us / 1e3, flops / us / 1e6);
+    std::printf("  %-28s %10.3f %9.0f %10.1f\n", name, us / 1e3, flops / us / 1e6,
+                100.0 * flops / (us * 1e-6) / kBf16Peak);
     std::printf("RESULT prefill %s %.2f\n", name, us);
     std::fflush(stdout);
   }
   for (int v = 0; v < ops::cuda::detail::kWsVariants; ++v) {
     const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, v); }, 1);
-    std::printf("  warp-specialised variant %d: %.3f ms (%.0f TFLOP/s)\n", v, us / 1e3, flops / us / 1e6);
+    std::printf("  warp-specialised variant %d    %10.3f %9.0f %10.1f\n", v, us / 1e3, flops / us / 1e6,
+                100.0 * flops / (us * 1e-6) / kBf16Peak);
     std::printf("RESULT prefill variant%d %.2f\n", v, us);
+    std::fflush(stdout);
+  }
+  // Per layer (blocks = 4,096 tokens, one a token; tiles over both chunks): fixed cost a block and cost a tile.
+  for (only = 0; only < 4; ++only) {
+    const double a = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -2); }, 1);
+    const double b =
+        graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kWarpSpecialised, -1); }, 1);
+    std::printf("  layer %d: 4096 blocks, %lld tiles: prefill op %.1f us, warp-specialised %.1f us\n", only,
+                (long long)layers[size_t(only)].tiles, a, b);
+    std::printf("RESULT prefill layer%d staged %.2f ws %.2f tiles %lld\n", only, a, b,
+                (long long)layers[size_t(only)].tiles);
+  }
+  only = -1;
+  // The prefill op's kernel with phases left out (the output wrong by design): where its time goes.
+  namespace d = ops::cuda::detail;
+  for (const auto& [name, pr] : {std::pair<const char*, int>{"no QK", d::kPrefillProbeNoQk},
+                                 {"no PV", d::kPrefillProbeNoPv},
+                                 {"no softmax+exchange", d::kPrefillProbeNoSoftmax},
+                                 {"no q load", d::kPrefillProbeNoQ},
+                                 {"no epilogue", d::kPrefillProbeNoStore},
+                                 {"no gathers", d::kPrefillProbeNoGather},
+                                 {"no math", d::kPrefillProbeNoMath},
+                                 {"skeleton", d::kPrefillProbeSkeleton}}) {
+    probe = pr;
+    const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -3); }, 1);
+    std::printf("  prefill op probe %-22s %10.3f ms\n", name, us / 1e3);
+    std::printf("RESULT prefill probe%d %.2f\n", pr, us);
     std::fflush(stdout);
   }
 }
@@ -369,10 +434,11 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
 
 int main(int argc, char** argv) {
   std::string dir;
-  bool quick = false;
+  bool quick = false, prefill_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--dump" && i + 1 < argc) dir = argv[i + 1];
     quick = quick || std::string(argv[i]) == "--quick";
+    prefill_only = prefill_only || std::string(argv[i]) == "--prefill-only";
   }
   auto dev = cuda::query_device(0);
   if (!dev.is_ok()) {
@@ -396,6 +462,7 @@ int main(int argc, char** argv) {
   BENCH_CHECK(out.alloc(size_t(256 * kH * kD)));
   BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(256, kH, 64))));
   bench_prefill(chunk, chunk_rows, sinks.data(), sms);
+  if (prefill_only) return 0;
   cuda::DeviceBuffer<uint8_t> win;
   fill_cache(win, kPool * kW, chunk, chunk_rows);
   if (!dir.empty()) {

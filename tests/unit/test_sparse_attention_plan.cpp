@@ -122,3 +122,12 @@ TEST(SparseAttentionPlan, Fp8KernelChoice) {
   EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 2048, 64, 640, 1, 132), K::kWarpSpecialised);
   EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 0, 64, 0, 0, 0), K::kWarpSpecialised);
 }
+
+// Session 19: the prefill op (bf16 staging) is off at every step size until it measures faster in the model bench
+// (sparse_attention_plan.h); when on, only from kFp8PrefillMinTokens, above every decode step (256 tokens).
+TEST(SparseAttentionPlan, Fp8PrefillOpChoice) {
+  for (int64_t T : {1, 64, 256, 1024, 2048, 4096, 8192})
+    EXPECT_EQ(plan_sparse_attention_fp8_prefill(T), kFp8PrefillMinTokens > 0 && T >= kFp8PrefillMinTokens) << T;
+  EXPECT_TRUE(kFp8PrefillMinTokens == 0 || kFp8PrefillMinTokens > 256);
+  EXPECT_FALSE(plan_sparse_attention_fp8_prefill(4096));  // the measured default: off
+}

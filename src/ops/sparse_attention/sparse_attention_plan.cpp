@@ -83,6 +83,10 @@ Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested
              : Fp8AttentionKernel::kWarpSpecialised;
 }
 
+bool plan_sparse_attention_fp8_prefill(int64_t T) {
+  return kFp8PrefillMinTokens > 0 && T >= kFp8PrefillMinTokens;
+}
+
 SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,
                                           int64_t max_keys, int64_t sm_count) {
   SparseAttentionPlan p;

@@ -68,5 +68,14 @@ int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, in
 // (sparse_attention_fp8_launch.h), so the choice is speed only, and batch-invariant mode may take any.
 Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t heads,
                                                     int64_t max_keys, int64_t num_splits, int64_t sm_count);
+// Whether a step of T tokens runs the prefill op (sparse_attention_prefill_cuda.h: the lists' rows dequantised once
+// into a bf16 staging, then a persistent bf16 wgmma kernel) instead of sparse_attention_fp8. The two give the same
+// bits, so the choice is speed only and batch-invariant mode may take either. OFF (kFp8PrefillMinTokens 0): measured
+// 3.7 % faster than the FP8 kernel in the attention bench (prefill 4,096 in 2,048-token chunks) but 5.74 ms of
+// sparse_attention in the model bench's 4,096-token step against the FP8 kernel's 5.48 (bench/NOTES.md, session 19;
+// the staging's pool-sized row maps are the suspected cost, not measured). A positive value takes the op from that
+// many tokens (the runner's route and workspace sizing follow; decode steps are at most 256 tokens).
+inline constexpr int64_t kFp8PrefillMinTokens = 0;
+bool plan_sparse_attention_fp8_prefill(int64_t T);
 
 }  // namespace dsinfer::ops::cuda

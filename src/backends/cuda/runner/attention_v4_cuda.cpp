@@ -22,6 +22,7 @@
 #include "ops/sparse_attention/sparse_attention_cuda.h"
 #include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
 #include "ops/sparse_attention/sparse_attention_plan.h"
+#include "ops/sparse_attention/sparse_attention_prefill_cuda.h"
 
 namespace dsinfer::backends {
 
@@ -243,9 +244,22 @@ Status CudaForwardV4::prepare_fp8(int64_t T, int64_t max_pos) {
     comp = std::max(comp, fp8_comp_stride(l, max_pos));
     ws = std::max(ws, sparse_attention_fp8_workspace_floats(T, cfg_.num_attention_heads, fp8_splits(l, T, max_pos)));
   }
+  // The prefill op's staging (sparse_attention_prefill_cuda.h), after the split partials, where the plan takes it.
+  int64_t staging = 0;
+  if (plan_sparse_attention_fp8_prefill(T)) {
+    const int64_t slots = int64_t(slots_.bytes()) / layout_.slot_bytes;
+    const int64_t blocks = int64_t(blocks_.bytes()) / layout_.block_bytes;
+    for (int64_t l = 0; l < int64_t(layout_.layers.size()); ++l) {
+      const int64_t cs = fp8_comp_stride(l, max_pos);
+      const int64_t entries = cs > 0 ? blocks * layout_.layers[size_t(l)].entries_per_block : 0;
+      const int64_t rows[3] = {slots * layout_.ring_rows, T, entries};
+      const int64_t strides[3] = {int64_t(W), int64_t(W), cs};
+      staging = std::max(staging, sparse_attention_prefill_staging_bytes(T, rows, strides));
+    }
+  }
   DSI_RETURN_IF_ERROR(grow(f8_.step_rows, size_t(ops::kv_cache_bytes(T)), "FP8 step rows"));
   DSI_RETURN_IF_ERROR(grow(f8_.out, t * size_t(cfg_.head_dim), "FP8 entries"));
-  DSI_RETURN_IF_ERROR(grow(f8_.ws, size_t(ws) + 64, "FP8 attention workspace"));
+  DSI_RETURN_IF_ERROR(grow(f8_.ws, size_t(ws) + 64 + size_t(staging / 4), "FP8 attention workspace"));
   DSI_RETURN_IF_ERROR(grow(f8_.rows, t, "FP8 rows"));
   DSI_RETURN_IF_ERROR(grow(f8_.ring, t * W, "FP8 ring keys"));
   DSI_RETURN_IF_ERROR(grow(f8_.step, t * W, "FP8 step keys"));
@@ -303,6 +317,12 @@ Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops
   p.inv_freq = (type == AttnType::Sliding ? inv_main_ : inv_comp_).data();
   p.attention_factor = float(cfg_.rope_for_layer(l).attention_factor);
   p.num_splits = fp8_splits(l, T, shape_.max_pos);  // workspace sized by prepare_fp8 for the same shape
+  if (plan_sparse_attention_fp8_prefill(T)) {  // the staging after the split partials, as prepare_fp8 sized it
+    const size_t off = (size_t(sparse_attention_fp8_workspace_floats(T, p.heads, p.num_splits)) + 3) / 4 * 4;
+    const int64_t bytes = (int64_t(f8_.ws.size()) - int64_t(off)) * 4;
+    if (bytes >= sparse_attention_prefill_staging_bytes(p))
+      return sparse_attention_prefill(p, s_.q.data(), s_.o.data(), f8_.ws.data(), f8_.ws.data() + off, bytes, stream_);
+  }
   return sparse_attention_fp8(p, s_.q.data(), s_.o.data(), f8_.ws.data(), stream_);
 }
 

@@ -1,0 +1,109 @@
+// Argument checks, staging layout and launches of the sparse attention prefill (see sparse_attention_prefill_cuda.h).
+#include "ops/sparse_attention/sparse_attention_prefill_cuda.h"
+
+#include <algorithm>
+
+#include "cuda/cuda_common.h"
+#include "ops/sparse_attention/sparse_attention_fp8_cuda.h"  // the argument checks and the split workspace
+#include "ops/sparse_attention/sparse_attention_prefill_launch.h"
+
+namespace dsinfer::ops::cuda {
+
+namespace {
+constexpr int kLists = SparseAttentionFp8Params::kLists;
+constexpr int64_t kRowBytes = 512 * 2;
+constexpr int64_t align4(int64_t n) { return (n + 3) / 4 * 4; }  // ints, to 16 bytes
+
+// Ints of the count (padded) and the maps: the region zeroed before each call.
+int64_t map_ints(const int64_t (&rows)[kLists]) {
+  int64_t n = 4;
+  for (int64_t r : rows) n += align4(std::max<int64_t>(r, 0));
+  return n;
+}
+
+void list_shape(const SparseAttentionFp8Params& p, int64_t (&rows)[kLists], int64_t (&strides)[kLists]) {
+  for (int i = 0; i < kLists; ++i) {
+    rows[i] = p.keys[i].idx ? p.keys[i].rows : 0;
+    strides[i] = p.keys[i].idx ? p.keys[i].stride : 0;
+  }
+}
+}  // namespace
+
+int64_t sparse_attention_prefill_capacity(int64_t T, const int64_t (&rows)[kLists], const int64_t (&strides)[kLists]) {
+  int64_t named = 0;
+  for (int i = 0; i < kLists; ++i)
+    named += std::min(std::max<int64_t>(rows[i], 0), T * std::max<int64_t>(strides[i], 0));
+  return std::min(named, 2 * T + 16384);
+}
+
+int64_t sparse_attention_prefill_staging_bytes(int64_t T, const int64_t (&rows)[kLists],
+                                               const int64_t (&strides)[kLists]) {
+  const int64_t cap = sparse_attention_prefill_capacity(T, rows, strides);
+  return 4 * map_ints(rows) + 4 * align4(2 * cap) + cap * kRowBytes;
+}
+
+int64_t sparse_attention_prefill_staging_bytes(const SparseAttentionFp8Params& p) {
+  int64_t rows[kLists], strides[kLists];
+  list_shape(p, rows, strides);
+  return sparse_attention_prefill_staging_bytes(p.T, rows, strides);
+}
+
+namespace {
+// The op (probe 0) or a diagnostic probe of its attention kernel (detail::kPrefillProbe*).
+Status run(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, void* staging,
+           int64_t staging_bytes, int probe, void* stream) {
+  // The FP8 op's checks (lists, caches, pages, RoPE, splits) with no launch: T = 0 returns after them.
+  SparseAttentionFp8Params none = p;
+  none.T = 0;
+  none.kernel = Fp8AttentionKernel::kAuto;
+  if (p.T < 0 || p.T > 0x7fffffff) return Status::errorf("sparse_attention_prefill: bad token count {}", p.T);
+  DSI_RETURN_IF_ERROR(sparse_attention_fp8(none, q, o, workspace, stream));
+  if (p.T == 0) return Status::ok();
+  if (!q || !o) return Status::error("sparse_attention_prefill: null q or output");
+  const int64_t need = sparse_attention_prefill_staging_bytes(p);
+  if (!staging || staging_bytes < need)
+    return Status::errorf("sparse_attention_prefill: staging of {} bytes, the call needs {}", staging_bytes, need);
+  if (reinterpret_cast<uintptr_t>(staging) % 16 != 0)
+    return Status::error("sparse_attention_prefill: the staging is not 16-byte aligned");
+  int64_t rows[kLists], strides[kLists];
+  list_shape(p, rows, strides);
+  PrefillStaging s;
+  int32_t* w = static_cast<int32_t*>(staging);
+  s.count = w;
+  w += 4;
+  for (int i = 0; i < kLists; ++i) {
+    s.map[i] = rows[i] > 0 ? w : nullptr;
+    w += align4(rows[i]);
+  }
+  s.cap = sparse_attention_prefill_capacity(p.T, rows, strides);
+  s.inv = w;
+  w += align4(2 * s.cap);
+  s.rows = reinterpret_cast<uint16_t*>(w);
+  detail::launch_prefill_stage(p, s, map_ints(rows), stream);
+  DSI_CUDA_LAUNCHED("sparse_attention_prefill_stage");
+  if (probe == 0) {
+    detail::launch_sparse_attention_prefill(p, s, q, o, workspace, stream);
+  } else if (!detail::launch_sparse_attention_prefill_probe(p, s, q, o, workspace, probe, stream)) {
+    return Status::errorf("sparse_attention_prefill: no probe {} (fp32 q only)", probe);
+  }
+  DSI_CUDA_LAUNCHED("sparse_attention_prefill_kernel");
+  if (p.num_splits > 1) {
+    detail::launch_sparse_attention_fp8_combine(p, workspace, o, stream);
+    DSI_CUDA_LAUNCHED("sparse_attention_fp8_combine_kernel");
+  }
+  return Status::ok();
+}
+}  // namespace
+
+Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                void* staging, int64_t staging_bytes, void* stream) {
+  return run(p, q, o, workspace, staging, staging_bytes, 0, stream);
+}
+
+Status sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                      void* staging, int64_t staging_bytes, int probe, void* stream) {
+  if (probe == 0) return Status::error("sparse_attention_prefill_probe: probe 0 is the op");
+  return run(p, q, o, workspace, staging, staging_bytes, probe, stream);
+}
+
+}  // namespace dsinfer::ops::cuda

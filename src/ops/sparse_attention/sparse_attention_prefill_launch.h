@@ -1,0 +1,42 @@
+// Launchers of the sparse attention PREFILL over the FP8 state (session 19, issue 30; semantics and API:
+// sparse_attention_prefill_cuda.h). No CUDA types, no Status. C++17: shared with sparse_attention_prefill.cu.
+#pragma once
+#include <cstdint>
+
+#include "ops/sparse_attention/sparse_attention_fp8_launch.h"  // SparseAttentionFp8Params, kFp8Heads, kFp8Keys
+
+namespace dsinfer::ops::cuda {
+
+// The bf16 staging of a call (carved from the caller's workspace by sparse_attention_prefill_cuda.cpp): every cache
+// row the call's key lists name is dequantised once into `rows`, at the index its list's map gives.
+struct PrefillStaging {
+  int32_t* count = nullptr;  // rows claimed (may pass cap: those rows stay unstaged)
+  // Per key list: cache row -> staged row + 1; 0 not named, -1 named but not staged (past cap; the attention kernel
+  // dequantises such a row itself). [keys[i].rows] each; zeroed before a call.
+  int32_t* map[SparseAttentionFp8Params::kLists] = {nullptr, nullptr, nullptr};
+  int32_t* inv = nullptr;   // [cap][2]: a staged row's key list and cache row
+  uint16_t* rows = nullptr; // [cap][512] bf16: dequant16's values (e4m3 x 2^k, then the bf16 RoPE channels)
+  int64_t cap = 0;
+};
+
+namespace detail {
+// Zeroes the count and the maps, claims every named row (one staged index each, in no fixed order: the values do not
+// depend on where a row lands) and dequantises the claimed rows.
+void launch_prefill_stage(const SparseAttentionFp8Params& p, const PrefillStaging& s, int64_t map_ints,
+                          void* stream);
+// The bf16 attention kernel over the staged rows (grid, tiles, splits, partials and bits of the warp-specialised
+// FP8 kernel); num_splits > 1 leaves partials in workspace for launch_sparse_attention_fp8_combine.
+void launch_sparse_attention_prefill(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
+                                     float* o, float* workspace, void* stream);
+// Diagnostics for bench/attention_fp8_bench.cpp only: the attention kernel (fp32 q) with phases left out, to see
+// where a block's time goes; the output is wrong by design. probe: one bit, kPrefillProbeNoMath (Q K^T, P V and the
+// softmax out) or kPrefillProbeSkeleton (those and the gathers: barriers, q load, epilogue only); false for others.
+inline constexpr int kPrefillProbeNoQk = 1, kPrefillProbeNoPv = 2, kPrefillProbeNoSoftmax = 4, kPrefillProbeNoQ = 8,
+                     kPrefillProbeNoStore = 16, kPrefillProbeNoGather = 32;
+inline constexpr int kPrefillProbeNoMath = kPrefillProbeNoQk | kPrefillProbeNoPv | kPrefillProbeNoSoftmax;
+inline constexpr int kPrefillProbeSkeleton = kPrefillProbeNoMath | kPrefillProbeNoGather;
+bool launch_sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
+                                           float* o, float* workspace, int probe, void* stream);
+}  // namespace detail
+
+}  // namespace dsinfer::ops::cuda
