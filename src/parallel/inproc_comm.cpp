@@ -47,6 +47,7 @@ struct Call {
   // sends nothing).
   bool on_device = false;
   const void* device = nullptr;
+  std::vector<size_t> recv_bytes = {};  // all_to_all_v on a shared device: what this rank expects from each rank
 };
 
 }  // namespace
@@ -120,10 +121,12 @@ class InProcessGroup {
   Status exchange_on_device(int32_t rank, const void* send, std::span<const size_t> send_bytes, void* recv,
                             std::span<const size_t> recv_bytes, void* stream) {
     DSI_RETURN_IF_ERROR(device_->mark(rank, stream, MarkSet::kSent));
-    calls_[size_t(rank)] = Call{Op::kAllToAll, 0, 0, {send_bytes.begin(), send_bytes.end()}, {}, true, send};
+    calls_[size_t(rank)] = Call{Op::kAllToAll, 0, 0, {send_bytes.begin(), send_bytes.end()}, {}, true, send,
+                                {recv_bytes.begin(), recv_bytes.end()}};
     DSI_RETURN_IF_ERROR(barrier(rank, Op::kAllToAll));
     Status st = agree(rank);
-    if (st.is_ok()) st = copy_segments(rank, recv, recv_bytes, stream);
+    if (st.is_ok()) st = sizes_agree();  // every rank decides alike: all copy, or none reads a buffer
+    if (st.is_ok()) st = copy_segments(rank, recv, stream);
     if (st.is_ok()) st = device_->mark(rank, stream, MarkSet::kRead);
     if (!st.is_ok()) abort(st);
     DSI_RETURN_IF_ERROR(barrier(rank, Op::kAllToAll));  // every kRead mark is recorded before anyone waits for it
@@ -193,19 +196,27 @@ class InProcessGroup {
     return device_->mark(0, stream, MarkSet::kReduce);
   }
 
-  // Between the rendezvous of a device all_to_all_v: rank's stream waits for every other rank's kSent mark, then
-  // copies segment `rank` of every rank's send buffer to its receive buffer, in rank order. The sizes must match
-  // what each sender announced.
-  Status copy_segments(int32_t rank, void* recv, std::span<const size_t> recv_bytes, void* stream) const {
+  // Between the rendezvous of a device all_to_all_v, on every rank: what every sender announced is what its receiver
+  // expects (all_to_all_v checked each rank's counts of sizes). Every rank checks every pair, so all reach the same
+  // answer: a rank that refused alone would leave while the others still copy out of its send buffer.
+  Status sizes_agree() const {
+    for (int32_t q = 0; q < world_; ++q)
+      for (int32_t r = 0; r < world_; ++r) {
+        const size_t sent = calls_[size_t(r)].send_bytes[size_t(q)], expected = calls_[size_t(q)].recv_bytes[size_t(r)];
+        if (sent != expected)
+          return Status::errorf("all_to_all_v: rank {} expected {} bytes from rank {}, which sent {}", q, expected, r,
+                                sent);
+      }
+    return Status::ok();
+  }
+
+  // Between the rendezvous of a device all_to_all_v (sizes_agree first): rank's stream waits for every other rank's
+  // kSent mark, then copies segment `rank` of every rank's send buffer to its receive buffer, in rank order.
+  Status copy_segments(int32_t rank, void* recv, void* stream) const {
     size_t at = 0;
     for (int32_t r = 0; r < world_; ++r) {
       const Call& c = calls_[size_t(r)];
-      if (c.send_bytes.size() != size_t(world_))
-        return Status::errorf("all_to_all_v: rank {} gave {} send sizes for {} ranks", r, c.send_bytes.size(), world_);
       const size_t len = c.send_bytes[size_t(rank)];
-      if (len != recv_bytes[size_t(r)])
-        return Status::errorf("all_to_all_v: rank {} expected {} bytes from rank {}, which sent {}", rank,
-                              recv_bytes[size_t(r)], r, len);
       if (r != rank) DSI_RETURN_IF_ERROR(device_->wait_mark(r, stream, MarkSet::kSent));
       const size_t off = std::accumulate(c.send_bytes.begin(), c.send_bytes.begin() + rank, size_t(0));
       if (len > 0)
