@@ -89,6 +89,36 @@ __device__ __forceinline__ bool pick_better(float va, int32_t a, float vb, int32
   return va > vb || (va == vb && a < b);
 }
 
+// Each warp's argmax of row[0 .. vocab) in sampling's order (NaN as -inf, ties to the lower id), left in bv / bi
+// [warp] behind a block barrier; every thread's best / idx are set to its own warp's winner. The block's winner is the
+// first-better fold over bv / bi that each caller does.
+__device__ __forceinline__ void warp_argmax(const float* row, int64_t vocab, float& best, int32_t& idx, float* bv,
+                                            int32_t* bi) {
+  best = -INFINITY;
+  idx = 0x7fffffff;
+  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+    float x = row[v];
+    if (isnan(x)) x = -INFINITY;
+    if (pick_better(x, int32_t(v), best, idx)) {
+      best = x;
+      idx = int32_t(v);
+    }
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (pick_better(ov, oi, best, idx)) {
+      best = ov;
+      idx = oi;
+    }
+  }
+  if (threadIdx.x % 32 == 0) {
+    bv[threadIdx.x / 32] = best;
+    bi[threadIdx.x / 32] = idx;
+  }
+  __syncthreads();
+}
+
 // One block per sequence: the confidence dot product (double, block reduction), then the argmax, then (next_e)
 // the picked token's Markov row for the next position.
 __global__ void draft_pick_kernel(DraftPickArgs a) {
@@ -107,29 +137,9 @@ __global__ void draft_pick_kernel(DraftPickArgs a) {
     if (lane == 0) dsum[warp] = c;
   }
   const float* row = a.logits + b * a.logits_ld;
-  float best = -INFINITY;
-  int32_t idx = 0x7fffffff;
-  for (int64_t v = threadIdx.x; v < a.vocab; v += blockDim.x) {
-    float x = row[v];
-    if (isnan(x)) x = -INFINITY;
-    if (pick_better(x, int32_t(v), best, idx)) {
-      best = x;
-      idx = int32_t(v);
-    }
-  }
-  for (int o = 16; o > 0; o /= 2) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (pick_better(ov, oi, best, idx)) {
-      best = ov;
-      idx = oi;
-    }
-  }
-  if (lane == 0) {
-    bv[warp] = best;
-    bi[warp] = idx;
-  }
-  __syncthreads();
+  float best;
+  int32_t idx;
+  warp_argmax(row, a.vocab, best, idx, bv, bi);
   if (threadIdx.x == 0) {
     for (int w = 1; w < int(blockDim.x / 32); ++w)
       if (pick_better(bv[w], bi[w], best, idx)) {
@@ -168,30 +178,9 @@ __global__ void add_rows_kernel(const float* b, int64_t rep, int64_t dim, float*
 
 // Block-wide argmax of one row in sampling's order (every thread returns the winner).
 __device__ int32_t block_argmax(const float* row, int64_t vocab, float* bv, int32_t* bi) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float best = -INFINITY;
-  int32_t idx = 0x7fffffff;
-  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
-    float x = row[v];
-    if (isnan(x)) x = -INFINITY;
-    if (pick_better(x, int32_t(v), best, idx)) {
-      best = x;
-      idx = int32_t(v);
-    }
-  }
-  for (int o = 16; o > 0; o /= 2) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (pick_better(ov, oi, best, idx)) {
-      best = ov;
-      idx = oi;
-    }
-  }
-  if (lane == 0) {
-    bv[warp] = best;
-    bi[warp] = idx;
-  }
-  __syncthreads();
+  float best;
+  int32_t idx;
+  warp_argmax(row, vocab, best, idx, bv, bi);
   best = bv[0];
   idx = bi[0];
   for (int w = 1; w < int(blockDim.x / 32); ++w)

@@ -247,34 +247,6 @@ __device__ __forceinline__ void load_q_half(const void* q, int64_t t, int64_t h0
   }
 }
 
-// s (64 x 32 fp32) (+)= A (64 heads x 16 dims) * B (32 keys x 16 dims)^T, both K-major from shared memory; accumulate
-// 0: s = A B^T (the first k16 step: no instruction writes s while the previous tile's P V is in flight, which would
-// make ptxas serialise the wgmma).
-__device__ __forceinline__ void wgmma_qk(float (&s)[4][4], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]), "+f"(s[1][2]),
-        "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]), "+f"(s[3][0]), "+f"(s[3][1]),
-        "+f"(s[3][2]), "+f"(s[3][3])
-      : "l"(da), "l"(db), "r"(accumulate));
-}
-
-// Consumer: Q K^T of the warpgroup's 64 heads against a key tile over dims d0 .. d0 + 255, issued (16 k16 steps, one
-// commit group); s must not be read before the group completes. The same k16 steps in the same order as
-// attn_wgmma::qk_wg (which adds the first to zeros: the same sums).
-__device__ __forceinline__ void qk_issue(uint32_t qs, uint32_t ks, int d0, float (&s)[4][4]) {
-  wg::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 16; ++kk) {
-    const uint32_t d = uint32_t(d0 + 16 * kk);
-    wgmma_qk(s, wg::desc(qs + d * 128u, 1024u, 128u), wg::desc(ks + d * 64u, 512u, 128u), kk > 0 ? 1 : 0);
-  }
-  wg::wgmma_commit();
-}
-
 // The pair's P V step: acc (64 x 128 fp32) += A (64 heads x 16 keys, bf16 fragments a) * B (16 keys x 128 dims at db,
 // MN-major); attn_wgmma::wgmma_m64n256k16_rs on half the dims (each output element the same k16 step).
 __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&acc)[16][4], const uint32_t (&a)[4], uint64_t db) {
@@ -309,17 +281,7 @@ __device__ __forceinline__ void pv_issue(const float (&p)[4][4], uint32_t ks, in
   } else {
     static_assert(N == 16, "128 or 256 dims");
     uint32_t a[2][4];
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      const float(&lo)[4] = p[2 * kk];
-      const float(&hi)[4] = p[2 * kk + 1];
-      a[kk][0] = attn_mma::pack_bf16(lo[0], lo[1]);
-      a[kk][1] = attn_mma::pack_bf16(lo[2], lo[3]);
-      a[kk][2] = attn_mma::pack_bf16(hi[0], hi[1]);
-      a[kk][3] = attn_mma::pack_bf16(hi[2], hi[3]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kk][i])::"memory");
-    }
+    wg::p_fragments(p, a);
     wg::fence_regs(acc);
     wg::wgmma_fence();
 #pragma unroll
@@ -455,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (sp.ntiles > 0) {
     wait_tile<kPair>(full0, 0);
     if (kPair) wg::fence_proxy_async();
-    qk_issue(qa, ka, d0, s);
+    wg::qk_issue(qa, ka, d0, s);
   }
   for (int64_t n = 0; n < sp.ntiles; ++n) {
     const int slot = int(n % kKeyTiles);
@@ -484,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int next = int((n + 1) % kKeyTiles);
       wait_tile<kPair>(full0 + 8 * next, uint32_t(((n + 1) / kKeyTiles) & 1));
       if (kPair) wg::fence_proxy_async();
-      qk_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
+      wg::qk_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
     }
   }
   if (sp.ntiles > 0) {

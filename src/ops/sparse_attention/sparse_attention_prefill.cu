@@ -237,30 +237,6 @@ __device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int
   }
 }
 
-// s (64 x 32 fp32) (+)= Q (64 heads x 16 dims) * K (32 keys x 16 dims)^T from shared memory; accumulate 0 on the first
-// k16 step (no instruction writes s while the previous tile's P V is in flight).
-__device__ __forceinline__ void mma_qk(float (&s)[4][4], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]), "+f"(s[1][2]),
-        "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]), "+f"(s[3][0]), "+f"(s[3][1]),
-        "+f"(s[3][2]), "+f"(s[3][3])
-      : "l"(da), "l"(db), "r"(accumulate));
-}
-// Q K^T over dims d0 .. d0 + 255 (16 k16 steps in order, one commit group).
-__device__ __forceinline__ void scores_issue(uint32_t qs, uint32_t ks, int d0, float (&s)[4][4]) {
-  wg::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 16; ++kk) {
-    const uint32_t d = uint32_t(d0 + 16 * kk);
-    mma_qk(s, wg::desc(qs + d * 128u, 1024u, 128u), wg::desc(ks + d * 64u, 512u, 128u), kk > 0 ? 1 : 0);
-  }
-  wg::wgmma_commit();
-}
-
 // kProbe: 0 the kernel; else an OR of the kPrefillProbe* bits (sparse_attention_prefill_launch.h), phases left out
 // for the bench's timing (the output is then wrong by design). One block an SM walking the items: the next item's q
 // load and first tiles run behind this item's epilogue (session 19: one block an item measured 19 % slower).
@@ -320,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int k = 0; k < 16; ++k) s[k >> 2][k & 3] = 0.0f;
     if (sp.ntiles > 0) {
       mbar_wait(full0 + 8 * int(g % kKeyTiles), uint32_t((g / kKeyTiles) & 1));
-      if (kQk) scores_issue(qa, ka + uint32_t(g % kKeyTiles) * uint32_t(kTileBytes), d0, s);
+      if (kQk) wg::qk_issue(qa, ka + uint32_t(g % kKeyTiles) * uint32_t(kTileBytes), d0, s);
     }
     for (int n = 0; n < sp.ntiles; ++n) {
       const int gn = g + n;
@@ -351,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (n + 1 < sp.ntiles) {  // ... tile n + 1's Q K^T runs
         const int next = int((gn + 1) % kKeyTiles);
         mbar_wait(full0 + 8 * next, uint32_t(((gn + 1) / kKeyTiles) & 1));
-        if (kQk) scores_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
+        if (kQk) wg::qk_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
       }
     }
     if (sp.ntiles > 0) {

@@ -35,8 +35,9 @@ __device__ __forceinline__ void fence_regs(float (&d)[N][M]) {
     for (int j = 0; j < M; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
 }
 
-// s (64 x 32 fp32) += A (64 heads x 16 dims at da) * B (32 keys x 16 dims at db)^T, both K-major.
-__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&s)[4][4], uint64_t da, uint64_t db) {
+// s (64 x 32 fp32) += A (64 heads x 16 dims at da) * B (32 keys x 16 dims at db)^T, both K-major; accumulate 0:
+// s = A B^T.
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&s)[4][4], uint64_t da, uint64_t db, int accumulate = 1) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
@@ -46,7 +47,7 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&s)[4][4], uint64_t da
         "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]),
         "+f"(s[1][2]), "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]),
         "+f"(s[3][0]), "+f"(s[3][1]), "+f"(s[3][2]), "+f"(s[3][3])
-      : "l"(da), "l"(db), "r"(1));
+      : "l"(da), "l"(db), "r"(accumulate));
 }
 
 // acc (64 x 256 fp32) += A (64 heads x 16 keys: bf16 fragments a, the m16n8k16 A layout per warp) * B (16 keys x 256
@@ -109,11 +110,25 @@ __device__ __forceinline__ void qk_wg(uint32_t qs, uint32_t ks, int d0, float (&
   fence_regs(s);
 }
 
+// Q K^T of the warpgroup's 64 heads against a key tile over dims d0 .. d0 + 255, issued (16 k16 steps in order, one
+// commit group) and left in flight: s must not be read before the group completes. The first step does not
+// accumulate (s = Q K^T), so no instruction writes s while a previous tile's P V is in flight, which would make ptxas
+// serialise the wgmma; the same sums as qk_wg, which adds the first step to zeros.
+__device__ __forceinline__ void qk_issue(uint32_t qs, uint32_t ks, int d0, float (&s)[4][4]) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 16; ++kk) {
+    const uint32_t d = uint32_t(d0 + 16 * kk);
+    wgmma_m64n32k16_ss(s, desc(qs + d * 128u, 1024u, 128u), desc(ks + d * 64u, 512u, 128u), kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
 // acc[nt] (dims d0 + 8nt ..) += P V over the tile's 32 keys (two k16 steps); A = P from the score fragments (a0 = keys
 // 16kk + 2q4 of row g, as attn_mma::pv_half builds it), B = the key tile MN-major. pv_issue returns with the two
 // wgmma in flight (acc must not be touched until pv_wait: the caller dequantises the next tile meanwhile).
-__device__ __forceinline__ void pv_issue(const float (&p)[4][4], uint32_t ks, int d0, float (&acc)[32][4]) {
-  uint32_t a[2][4];
+// P's two k16 steps as wgmma A fragments (bf16), each register pinned before the wgmma that reads it.
+__device__ __forceinline__ void p_fragments(const float (&p)[4][4], uint32_t (&a)[2][4]) {
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
     const float(&lo)[4] = p[2 * kk];
@@ -125,6 +140,10 @@ __device__ __forceinline__ void pv_issue(const float (&p)[4][4], uint32_t ks, in
 #pragma unroll
     for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kk][i])::"memory");
   }
+}
+__device__ __forceinline__ void pv_issue(const float (&p)[4][4], uint32_t ks, int d0, float (&acc)[32][4]) {
+  uint32_t a[2][4];
+  p_fragments(p, a);
   fence_regs(acc);
   wgmma_fence();
 #pragma unroll
