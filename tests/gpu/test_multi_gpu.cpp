@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "backends/cuda/runner/tensor_parallel_parts.h"
+#include "cache/state_layout.h"
+#include "check/solo_sequence.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gpu_test_util.h"
 #include "dsinfer/diagnostics.h"
@@ -635,6 +637,37 @@ TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
     EXPECT_EQ(c.comm_calls_per_step, double(L * 2 * (dp ? 3 : 1)));
     EXPECT_GT(c.comm_ms, 0.0);
   }
+  // DP, a prefill step of T = 600 tokens (one sequence, so on one rank): 2 ranks x 600 passes
+  // kDpFixedExchangeMaxRows (1,024), so the step takes the exchange of counts instead of the fixed capacity (whose
+  // buffers grow as N^2 x T x k): per layer each rank sends N x 8 bytes of counts, and over the ranks exactly the
+  // T x k pairs go out (expert id + fp32 row) and come back (bf16 rows), in 4 collectives a rank.
+  {
+    SCOPED_TRACE("DP prefill");
+    const int64_t T = 600;
+    dsinfer::BenchOptions o;
+    o.model_dir = model;
+    o.load_format = "auto";
+    o.numerics = "hf";
+    o.gpus = 2;
+    o.data_parallel_size = 2;
+    o.communicator = "in-process";
+    o.batches = {};
+    o.context = 16;
+    o.prefill = T;
+    o.iters = 2;
+    o.ceilings = "nominal";
+    dsinfer::BenchReport rep;
+    std::string err;
+    ASSERT_TRUE(dsinfer::run_bench(o, &rep, &err)) << err;
+    ASSERT_EQ(rep.cases.size(), 1u);
+    const dsinfer::BenchCase& c = rep.cases[0];
+    ASSERT_TRUE(c.error.empty()) << c.error;
+    const double want = double(L * (2 * 2 * 8 + T * k * (4 + 4 * D) + T * k * 2 * D));
+    std::printf("bench, 2 ranks DP attention, prefill %lld: %.0f bytes / %.0f collectives per step\n", (long long)T,
+                c.comm_bytes_per_step, c.comm_calls_per_step);
+    EXPECT_EQ(c.comm_bytes_per_step, want);
+    EXPECT_EQ(c.comm_calls_per_step, double(L * 2 * 4));
+  }
   // TP: per layer every rank all-reduces wo_a's output [B, G * r] (its groups' columns, zero elsewhere) and the
   // MoE partial sums [B, D], fp32; with --batch-invariant the MoE instead gathers every pair's output [B, k, D].
   const int64_t Gr = cfg->o_groups * cfg->o_lora_rank;
@@ -926,5 +959,79 @@ TEST(GpuMultiGpu, DpEngineDecodeEveryExchange) {
                 "busy %.3f ms, idle %.3f ms (%.2f %%)\n",
                 row.label, rep.step_mode.c_str(), rep.wall_ms_per_step, rep.busy_ms_per_step, rep.idle_ms_per_step,
                 100.0 * rep.idle_fraction());
+  }
+}
+
+// Issue 27 / 31: the ranks keep the state in DeepSeek's storage format (FP8 rows and indexer keys), as one GPU does.
+// V4-Flash shapes (dummy weights, 4 layers: sliding, sliding, CSA, HCA), official numerics, --batch-invariant: one
+// sequence's prompt in chunks of 1,024, 1,024 and 152 tokens, then 12 greedy decode steps, every logits row of EP,
+// DP and TP attention at 2 ranks sharing one GPU against one rank, bit for bit. TP: each rank runs the FP8 kernels
+// over its query heads only (CudaForwardV4::attend_fp8's h0 / heads); the split count follows the model's head
+// count, and a head's output depends only on its row of q, so nothing may differ. Before 2026-12-04 the
+// ParallelRunner reported fp32 rows and TP refused the FP8 state.
+TEST(GpuMultiGpu, Fp8StateRanksSharingOneGpuMatchOneRankBitForBit) {
+  SKIP_WITHOUT_GPU();
+  if (visible_gpus() != 1) GTEST_SKIP() << "the ranks share GPU 0 only with one visible GPU";
+  const std::string cfg = std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash";
+  if (!std::filesystem::exists(cfg + "/config.json")) GTEST_SKIP() << "configs/deepseek-v4-flash not found";
+  struct Layout {
+    const char* name;
+    int32_t gpus, dp, tp;
+  };
+  const int64_t prompt = 2200, decode = 12, max_len = prompt + decode + 8;
+  auto logits_rows = [&](const Layout& lay, std::vector<std::vector<float>>& rows) {
+    dsinfer::runner::RunnerOptions o;
+    o.model_dir = cfg;
+    o.backend = dsinfer::runner::Backend::kCuda;
+    o.load_format = dsinfer::runner::LoadFormat::kDummy;
+    o.num_layers = 4;
+    o.batch_invariant = true;
+    o.fp8_state = true;
+    o.gpus = lay.gpus;
+    o.data_parallel_size = lay.dp;
+    o.tensor_parallel_size = lay.tp;
+    o.communicator = lay.gpus > 1 ? "in-process" : "auto";
+    auto r = dsinfer::engine::create_runner(o);
+    ASSERT_TRUE(r.is_ok()) << lay.name << ": " << r.status().message();
+    ASSERT_EQ((*r)->kv_elem_bytes(), dsinfer::cache::kFp8StateElem) << lay.name;
+    auto cache = dsinfer::check::bind_single_sequence_cache(**r, max_len);
+    ASSERT_TRUE(cache.is_ok()) << lay.name << ": " << cache.status().message();
+    ASSERT_TRUE(cache->layout().fp8()) << lay.name;
+    const int64_t V = (*r)->config().vocab_size;
+    std::vector<int32_t> toks;
+    for (int64_t i = 0; i < prompt; ++i) toks.push_back(int32_t((i * 7919 + 13) % (V - 1000)));
+    dsinfer::check::SoloSequence seq(**r, *cache);
+    std::vector<float> l;
+    int64_t done = 0;
+    for (int64_t chunk : {int64_t(1024), int64_t(1024), prompt - 2048}) {
+      const dsinfer::Status st = seq.step(std::span<const int32_t>(toks.data() + done, size_t(chunk)), false, l);
+      ASSERT_TRUE(st.is_ok()) << lay.name << ": " << st.message();
+      rows.push_back(l);
+      done += chunk;
+    }
+    for (int64_t i = 0; i < decode; ++i) {
+      const int32_t tok[1] = {int32_t(std::max_element(l.begin(), l.end()) - l.begin())};
+      const dsinfer::Status st = seq.step(tok, false, l);
+      ASSERT_TRUE(st.is_ok()) << lay.name << ": " << st.message();
+      rows.push_back(l);
+    }
+  };
+  std::vector<std::vector<float>> one;
+  logits_rows({"one rank", 1, 1, 1}, one);
+  ASSERT_EQ(one.size(), size_t(3 + decode));
+  for (const auto& row : one)
+    for (float v : row) ASSERT_TRUE(std::isfinite(v)) << "one rank's logits are not finite: nothing to compare";
+  for (const Layout& lay : {Layout{"2 EP ranks", 2, 1, 1}, Layout{"2 DP ranks", 2, 2, 1}, Layout{"2 TP ranks", 2, 1, 2}}) {
+    std::vector<std::vector<float>> got;
+    logits_rows(lay, got);
+    ASSERT_EQ(got.size(), one.size()) << lay.name;
+    for (size_t k = 0; k < one.size(); ++k) {
+      if (std::memcmp(one[k].data(), got[k].data(), one[k].size() * sizeof(float)) == 0) continue;
+      double worst = 0;
+      for (size_t i = 0; i < one[k].size(); ++i) worst = std::max(worst, double(std::fabs(one[k][i] - got[k][i])));
+      ADD_FAILURE() << lay.name << ": logits row " << k << " (" << (k < 3 ? "prefill chunk" : "decode step")
+                    << ") differs from one rank's, max |diff| " << worst;
+      break;
+    }
   }
 }

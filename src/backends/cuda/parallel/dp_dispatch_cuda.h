@@ -11,6 +11,12 @@
 namespace dsinfer::backends::detail {
 
 inline constexpr int32_t kDpDispatchMaxRanks = 16;
+// The fixed-capacity exchange's largest step: N ranks x the step's largest per-rank token count, in tokens. Its
+// buffers hold N segments of the worst case (every pair to one rank), so they grow as N^2 x T x k rows: ~8 GB a rank
+// at 8,192-token prefill chunks on 2 ranks (session 19). Steps above this take the exchange of counts (one host
+// synchronisation a layer, negligible beside a prefill chunk's work); decode steps up to 256 sequences a rank at 4
+// ranks stay fixed, and so graphable.
+inline constexpr int64_t kDpFixedExchangeMaxRows = 1024;
 
 // ridx [T * k] global expert ids (E experts, E / N on each rank). Writes send_token [N * cap] and send_expert
 // [N * cap] (segment q: the pairs for rank q, then padding: token 0, expert -1, which the MoE kernels skip) and

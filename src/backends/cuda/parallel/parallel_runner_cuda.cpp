@@ -6,12 +6,14 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
 
+#include "backends/cuda/parallel/dp_dispatch_cuda.h"
 #include "backends/cuda/parallel/group_graphs.h"
 #include "backends/cuda/parallel/inproc_device.h"
 #include "backends/cuda/runner/cuda_runner.h"
@@ -61,9 +63,10 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
                        parallel::layout_name(layout_), eplb,
                        comms_[0] ? comms_[0]->name() : "", shards_[0] ? shards_[0]->name() : "");
   }
-  // fp32 rows: the FP8 storage format (RunnerOptions::fp8_state) is the one-GPU runner's until an expert-parallel run
-  // has checked it; the shards follow the bound layout.
-  int32_t kv_elem_bytes() const override { return 4; }
+  // The shards' state format (every shard is made with the same options): the FP8 storage format where the one-GPU
+  // runner takes it (RunnerOptions::fp8_state, official numerics), in EP, DP and TP alike
+  // (GpuMultiGpu.Fp8StateRanksSharingOneGpuMatchOneRankBitForBit).
+  int32_t kv_elem_bytes() const override { return shards_[0]->kv_elem_bytes(); }
   bool exact_math() const override { return shards_[0]->exact_math(); }
   bool fp32_weights() const override { return shards_[0]->fp32_weights(); }
   runner::RunnerDiagnostics& diagnostics() override { return *this; }
@@ -209,11 +212,15 @@ class ParallelRunner final : public runner::ModelRunner, public runner::RunnerDi
   Status copy_replicated_state(std::span<const cache::StateCopy> copies);  // EP / TP: copy_state
   // DP attention, ranks sharing one GPU: every rank's token count in the split step, which sizes the
   // fixed-capacity exchange (expert_exchange_cuda.cpp: no count goes through the host). Empty (the exchange of
-  // counts) over NCCL, on several GPUs, or with DSINFER_DP_EXCHANGE=counts.
+  // counts) over NCCL, on several GPUs, with DSINFER_DP_EXCHANGE=counts, or in a step whose N x largest per-rank
+  // token count passes detail::kDpFixedExchangeMaxRows (prefill chunks: the fixed buffers grow as N^2).
   void set_rank_tokens() {
     rank_tokens_.clear();
     group_key_ = -1;
     if (!fixed_exchange_) return;
+    int64_t most = 0;
+    for (const scheduler::BatchPlan& p : split_.plans) most = std::max<int64_t>(most, p.num_tokens());
+    if (most * int64_t(split_.plans.size()) > detail::kDpFixedExchangeMaxRows) return;
     for (const scheduler::BatchPlan& p : split_.plans) rank_tokens_.push_back(p.num_tokens());
     group_key_ = dp_group_key();
   }

@@ -86,7 +86,6 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   const HeadGroups hg = head_groups();
   const int64_t h0 = hg.h0, Hl = hg.h1 - hg.h0;
   const bool tp = Hl != H || hg.g1 - hg.g0 != cfg_.o_groups;
-  if (tp && view.fp8) return Status::error("cuda runner: TP attention with the FP8 state is not implemented");
   DSI_OP("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr, false));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
   if (Hl > 0 && tp) {
@@ -145,7 +144,7 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   }
   float* o = s_.o.data();
   if (view.fp8) {
-    DSI_OP("sparse_attention", l, attend_fp8(l, st, view, selected));
+    if (Hl > 0) DSI_OP("sparse_attention", l, attend_fp8(l, st, view, selected, h0, Hl));
     DSI_OP("ring_write", l, ring_write_fp8(l, st, view));
   } else {
     SparseAttentionCudaParams ap;
@@ -282,9 +281,11 @@ Status CudaForwardV4::encode_entries(int64_t l, const ops::LayerStateView& view,
 }
 
 // This step's kv rows into the step cache, the three key lists, then sparse_attention_fp8 (fused sink and inverse
-// RoPE) into s_.o.
+// RoPE) into s_.o, for the query heads [h0, h0 + heads) that s_.q holds (all of them outside TP attention). A head's
+// output depends only on its own row of q and the shared keys, and the split count follows the model's head count,
+// so a TP rank's heads get the bits one rank gives them.
 Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view,
-                                 const int32_t* selected) {
+                                 const int32_t* selected, int64_t h0, int64_t heads) {
   const AttnType type = cfg_.layer_types[size_t(l)];
   const int64_t T = st.T, W = cfg_.sliding_window, cs = fp8_comp_stride(l, shape_.max_pos);
   DSI_RETURN_IF_ERROR(kv_encode(s_.kv.data(), T, cfg_.head_dim, nullptr, f8_.step_rows.data(), T, stream_));
@@ -306,9 +307,9 @@ Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops
   const int64_t entries = int64_t(blocks_.bytes()) / layout_.block_bytes * view.entries_per_block;
   SparseAttentionFp8Params p;
   p.T = T;
-  p.heads = cfg_.num_attention_heads;
+  p.heads = heads;
   p.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
-  p.sinks = weights_.layer(l).sink;
+  p.sinks = weights_.layer(l).sink + h0;
   p.keys[0] = {slots_.data(), slots * layout_.ring_rows, k.ring, W, k.ring_len, layout_.ring_pages(l)};
   p.keys[1] = {f8_.step_rows.data(), T, k.step, W, k.step_len, ops::kModel1Pages};
   if (cs > 0) p.keys[2] = {blocks_.data(), entries, k.comp, cs, k.comp_len, layout_.entry_pages(l)};
