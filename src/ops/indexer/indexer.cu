@@ -3,6 +3,10 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/func_smem.h"
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
@@ -413,9 +417,17 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
 
 // ---- Top-k: radix select of the k-th largest score key per row (11 + 11 + 10 bits), then an index-ordered
 // compaction. One block of 512 threads a row; the row's keys stay in shared memory when it has at most
-// kIdxSelCacheKeys of them (else each pass re-reads the scores). Histograms use warp-aggregated shared atomics
+// kIdxSelCacheKeys of them (else each scan re-reads the scores). Histograms use warp-aggregated shared atomics
 // (__match_any_sync), so rows whose scores share their high bits do not serialise on one bin; the bin holding the
 // k-th key is found by a block scan, not by one thread.
+// Candidate form (cand_slots > 0): after pass 0 only the keys of the boundary bin (the bin holding the k-th key) are
+// still undecided; every key of a higher bin is selected. When the boundary bin fits the row's slots, one more scan
+// of the row gathers, in index order, the higher bins' indices (fewer than K) and the boundary bin's keys and
+// indices (the candidates) into shared memory; passes 1 and 2 and the compaction then run over the candidates only,
+// and the two ascending index lists are merged into the output. The row's slots: min(cand_slots, what the dynamic
+// shared memory holds after the row's cached keys and the K indices), so a row longer than the cache has the whole
+// cache's room. Same tau, same ties, the same output as the full-scan form (cand_slots = 0, or a boundary bin larger
+// than the row's slots), which re-scans the row three times.
 constexpr int kSelThreads = 512;
 constexpr int kSelWarps = kSelThreads / 32;
 constexpr int kSelBins = 2048;
@@ -449,16 +461,61 @@ __device__ int sel_exclusive_scan(int x, int* warp_sums, int* total) {
   return base + incl - x;
 }
 
-__global__ void __launch_bounds__(kSelThreads) indexer_select_kernel(StepDevice st, IndexerCudaParams p,
+struct SelBin {
+  uint32_t bin;  // the bin holding rank kr (counted from the top)
+  int kr;        // the rank inside it (1-based)
+  int count;     // keys in the bin
+};
+
+// The bin of hist[0, nbins) holding rank kr from the top. Thread i owns bins nbins-1-per*i .. nbins-per*(i+1)
+// (descending); the one whose range holds rank kr writes *s. Every thread reads *s after the closing barrier.
+__device__ SelBin sel_find_bin(const uint32_t* hist, int nbins, int kr, int* warp_sums, SelBin* s) {
+  const int tid = int(threadIdx.x), per = nbins / kSelThreads;
+  int local = 0;
+  for (int e = 0; e < per; ++e) local += int(hist[nbins - 1 - (tid * per + e)]);
+  int total = 0;
+  const int before = sel_exclusive_scan(local, warp_sums, &total);
+  if (before < kr && kr <= before + local) {
+    int cum = before;
+    for (int e = 0; e < per; ++e) {
+      const int b = nbins - 1 - (tid * per + e), h = int(hist[b]);
+      if (cum + h >= kr) {
+        *s = SelBin{uint32_t(b), kr - cum, h};
+        break;
+      }
+      cum += h;
+    }
+  }
+  __syncthreads();
+  return *s;
+}
+
+// Keys of a sorted (ascending, distinct) list a[0, n) below x.
+__device__ __forceinline__ int sel_count_below(const int32_t* a, int n, int32_t x) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (a[mid] < x)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevice st, IndexerCudaParams p,
                                                                      const float* scores, int64_t max_visible,
-                                                                     int64_t cache_keys, int32_t* out) {
+                                                                     int64_t cache_keys, int64_t smem_words,
+                                                                     int cand_slots, int32_t* out) {
   dsinfer::cuda::pdl_wait_then_release();
-  extern __shared__ uint32_t sel_keys[];  // [cache_keys] the row's keys when N <= cache_keys
+  // [smem_words]: the row's keys [N] when N <= cache_keys; then, in the candidate form, the candidates' keys and
+  // indices [row_slots] each, and the indices above the boundary bin [K].
+  extern __shared__ uint32_t sel_keys[];
   __shared__ uint32_t hist[kSelBins];
   __shared__ int warp_sums[kSelWarps];
   __shared__ int tile_gt[2][kSelWarps], tile_eq[2][kSelWarps];
-  __shared__ uint32_t s_bin;
-  __shared__ int s_kr;
+  __shared__ int gather_a[2][kSelUnroll][kSelWarps], gather_c[2][kSelUnroll][kSelWarps];
+  __shared__ SelBin s_bin;
   const int64_t t = blockIdx.x, N = visible(st.pos[t], p.m, max_visible), K = p.topk;
   int32_t* o = out + t * K;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -468,8 +525,12 @@ __global__ void __launch_bounds__(kSelThreads) indexer_select_kernel(StepDevice 
   }
   const float* sc = scores + t * max_visible;
   const bool cached = N <= cache_keys;
+  const int64_t row_room = (smem_words - (cached ? N : 0) - K) / 2;
+  const int row_slots = int(row_room < cand_slots ? row_room : cand_slots);  // may be <= 0: the full scan
+  const uint32_t lt = (1u << lane) - 1u;
   uint32_t prefix = 0;  // the k-th key's bits found so far
   int kr = int(K);      // rank (1-based) of the k-th key among the keys that match prefix
+  int ncand = 0;        // keys in pass 0's boundary bin when the candidate form takes the row, else 0
   for (int pass = 0; pass < 3; ++pass) {
     const int shift = pass == 0 ? 21 : pass == 1 ? 10 : 0;
     const int nbins = pass == 2 ? 1024 : 2048;
@@ -497,32 +558,142 @@ __global__ void __launch_bounds__(kSelThreads) indexer_select_kernel(StepDevice 
       }
     }
     __syncthreads();
-    // Thread i owns bins nbins-1-per*i .. nbins-per*(i+1) (descending); the one whose range holds rank kr finds it.
-    const int per = nbins / kSelThreads;
-    int local = 0;
-    for (int e = 0; e < per; ++e) local += int(hist[nbins - 1 - (tid * per + e)]);
-    int total = 0;
-    const int before = sel_exclusive_scan(local, warp_sums, &total);
-    if (before < kr && kr <= before + local) {
-      int cum = before;
-      for (int e = 0; e < per; ++e) {
-        const int b = nbins - 1 - (tid * per + e), h = int(hist[b]);
-        if (cum + h >= kr) {
-          s_bin = uint32_t(b);
-          s_kr = kr - cum;
-          break;
+    const SelBin b = sel_find_bin(hist, nbins, kr, warp_sums, &s_bin);
+    prefix |= b.bin << shift;
+    kr = b.kr;
+    if (pass == 0 && b.count <= row_slots) {  // block-uniform
+      ncand = b.count;
+      break;
+    }
+  }
+  if (ncand > 0) {
+    uint32_t* cand_key = sel_keys + (cached ? N : 0);
+    int32_t* cand_idx = reinterpret_cast<int32_t*>(cand_key + row_slots);
+    int32_t* above_idx = cand_idx + row_slots;
+    const uint32_t bin0 = prefix >> 21;
+    const int n_above = int(K) - kr, n_taken = kr;  // selected: every key above bin0, kr of its candidates
+    // Gather in index order, kSelUnroll tiles of kSelThreads keys a round (element j = round base + k kSelThreads +
+    // tid, as in the passes): ballots, the per-(tile, warp) counts (double-buffered: one barrier a round), then each
+    // key's slot = the keys of its class before its tile, before its warp in the tile, and before its lane.
+    int a_run = 0, c_run = 0;
+    for (int64_t base = 0, it = 0; base < N; base += kSelUnroll * kSelThreads, ++it) {
+      uint32_t u[kSelUnroll], ba[kSelUnroll], bc[kSelUnroll];
+#pragma unroll
+      for (int k = 0; k < kSelUnroll; ++k) {
+        const int64_t j = base + k * kSelThreads + tid;
+        u[k] = j < N ? (cached ? sel_keys[j] : score_key(sc[j])) : 0u;
+      }
+      const int buf = int(it & 1);
+#pragma unroll
+      for (int k = 0; k < kSelUnroll; ++k) {
+        const int64_t j = base + k * kSelThreads + tid;
+        ba[k] = __ballot_sync(0xffffffffu, j < N && (u[k] >> 21) > bin0);
+        bc[k] = __ballot_sync(0xffffffffu, j < N && (u[k] >> 21) == bin0);
+        if (lane == 0) {
+          gather_a[buf][k][warp] = __popc(ba[k]);
+          gather_c[buf][k][warp] = __popc(bc[k]);
         }
-        cum += h;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < kSelUnroll; ++k) {
+        int abase = 0, cbase = 0, atot = 0, ctot = 0;
+        for (int w = 0; w < kSelWarps; ++w) {
+          const int aw = gather_a[buf][k][w], cw = gather_c[buf][k][w];
+          if (w < warp) {
+            abase += aw;
+            cbase += cw;
+          }
+          atot += aw;
+          ctot += cw;
+        }
+        const int64_t j = base + k * kSelThreads + tid;
+        if ((ba[k] >> lane) & 1u) above_idx[a_run + abase + __popc(ba[k] & lt)] = int32_t(j);
+        if ((bc[k] >> lane) & 1u) {
+          const int c = c_run + cbase + __popc(bc[k] & lt);
+          cand_key[c] = u[k];
+          cand_idx[c] = int32_t(j);
+        }
+        a_run += atot;
+        c_run += ctot;
       }
     }
     __syncthreads();
-    prefix |= s_bin << shift;
-    kr = s_kr;
+    // Passes 1 and 2 over the candidates (all of them match pass 0's digit).
+    for (int pass = 1; pass < 3; ++pass) {
+      const int shift = pass == 1 ? 10 : 0;
+      const int nbins = pass == 2 ? 1024 : 2048;
+      const int above = shift + (pass == 2 ? 10 : 11);
+      for (int i = tid; i < nbins; i += kSelThreads) hist[i] = 0;
+      __syncthreads();
+      for (int base = 0; base < ncand; base += kSelUnroll * kSelThreads) {
+        uint32_t u[kSelUnroll];
+#pragma unroll
+        for (int k = 0; k < kSelUnroll; ++k) {
+          const int i = base + k * kSelThreads + tid;
+          u[k] = i < ncand ? cand_key[i] : 0u;
+        }
+#pragma unroll
+        for (int k = 0; k < kSelUnroll; ++k) {
+          const int i = base + k * kSelThreads + tid;
+          const bool match = i < ncand && (u[k] >> above) == (prefix >> above);
+          const uint32_t bin = match ? (u[k] >> shift) & uint32_t(nbins - 1) : 0xFFFFFFFFu;
+          const unsigned peers = __match_any_sync(0xffffffffu, bin);
+          if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
+        }
+      }
+      __syncthreads();
+      const SelBin b = sel_find_bin(hist, nbins, kr, warp_sums, &s_bin);
+      prefix |= b.bin << shift;
+      kr = b.kr;
+    }
+    // prefix = tau. The taken candidates, compacted in place (a slot never exceeds its candidate's position; every
+    // read of a tile precedes its barrier, every write follows it): those above tau and the kr lowest-index equal.
+    const uint32_t tau = prefix;
+    int gt_run = 0, eq_run = 0;
+    for (int base = 0, it = 0; base < ncand; base += kSelThreads, ++it) {
+      const int i = base + tid;
+      const uint32_t u = i < ncand ? cand_key[i] : 0u;
+      const int32_t j = i < ncand ? cand_idx[i] : 0;
+      const bool gt = i < ncand && u > tau, eq = i < ncand && u == tau;
+      const uint32_t bg = __ballot_sync(0xffffffffu, gt), be = __ballot_sync(0xffffffffu, eq);
+      const int buf = int(it & 1);
+      if (lane == 0) {
+        tile_gt[buf][warp] = __popc(bg);
+        tile_eq[buf][warp] = __popc(be);
+      }
+      __syncthreads();
+      int gbase = 0, ebase = 0, gtot = 0, etot = 0;
+      for (int w = 0; w < kSelWarps; ++w) {
+        const int gw = tile_gt[buf][w], ew = tile_eq[buf][w];
+        if (w < warp) {
+          gbase += gw;
+          ebase += ew;
+        }
+        gtot += gw;
+        etot += ew;
+      }
+      const int gt_before = gt_run + gbase + __popc(bg & lt), eq_before = eq_run + ebase + __popc(be & lt);
+      if (gt || (eq && eq_before < kr)) cand_idx[gt_before + min(eq_before, kr)] = j;
+      gt_run += gtot;
+      eq_run += etot;
+    }
+    __syncthreads();
+    // Merge the ascending lists above_idx[0, n_above) and cand_idx[0, n_taken): an entry's slot is its position in
+    // its own list plus the other list's entries below it (the indices are distinct).
+    for (int i = tid; i < n_above; i += kSelThreads) {
+      const int32_t j = above_idx[i];
+      o[i + sel_count_below(cand_idx, n_taken, j)] = j;
+    }
+    for (int i = tid; i < n_taken; i += kSelThreads) {
+      const int32_t j = cand_idx[i];
+      o[i + sel_count_below(above_idx, n_above, j)] = j;
+    }
+    return;
   }
   // prefix = tau, the k-th largest key: take every larger key and the kr lowest-index keys equal to it, in index
   // order. Slot of a taken j = (#keys > tau before j) + min(#keys == tau before j, kr).
   const uint32_t tau = prefix;
-  const uint32_t lt = (1u << lane) - 1u;
   int gt_run = 0, eq_run = 0;
   for (int64_t base = 0, it = 0; base < N; base += kSelThreads, ++it) {
     const int64_t j = base + tid;
@@ -588,14 +759,59 @@ void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view
                             step, view, p, q, weights, max_visible, tiles, scores);
 }
 
+// The select's plan: the candidate form with kIdxSelCandSlots slots while K fits its shared memory
+// (kIdxSelCandMaxTopk); DSINFER_INDEXER_SELECT=full takes the full-scan form, =N the candidate form with N slots
+// (the A/B of one binary: every form gives the same output). Read once.
+int indexer_select_cand_slots(int64_t topk) {
+  static const int env = [] {
+    const char* v = std::getenv("DSINFER_INDEXER_SELECT");
+    if (!v) return -1;
+    if (std::strcmp(v, "full") == 0) return 0;
+    const long n = std::strtol(v, nullptr, 10);
+    return n > 0 && n <= kIdxSelCandMaxSlots ? int(n) : -1;
+  }();
+  if (topk > kIdxSelCandMaxTopk) return 0;
+  return env >= 0 ? env : kIdxSelCandSlots;
+}
+
+namespace {
+// Dynamic shared memory a select block may take while kSelBlocksPerSm blocks fit an SM (the key cache alone stays
+// within it up to kIdxSelCacheKeys; the plan's candidate lists take what is left, then the cache's own room).
+constexpr int kSelBlocksPerSm = 3;
+size_t select_smem_budget() {
+  static const size_t budget = [] {
+    int dev = 0, per_sm = 0, reserved = 0;
+    cudaFuncAttributes fa{};
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(indexer_select_kernel)) != cudaSuccess)
+      return size_t(0);
+    const long b = long(per_sm) / kSelBlocksPerSm - reserved - long(fa.sharedSizeBytes);
+    return b > 0 ? size_t(b) : size_t(0);
+  }();
+  return budget;
+}
+}  // namespace
+
 void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
-                           int32_t* out, void* stream) {
+                           int32_t* out, void* stream, int cand_slots) {
   const int64_t cache_keys = max_visible < kIdxSelCacheKeys ? max_visible : kIdxSelCacheKeys;
-  const size_t smem = size_t(cache_keys) * sizeof(uint32_t);
+  const bool plan = cand_slots < 0;
+  if (plan) cand_slots = indexer_select_cand_slots(p.topk);
+  if (p.topk > kIdxSelCandMaxTopk || cand_slots > kIdxSelCandMaxSlots) cand_slots = 0;
+  size_t smem = size_t(cache_keys) * sizeof(uint32_t);
+  if (cand_slots > 0) {
+    // The plan: the lists within the blocks-an-SM budget (rows longer than the cache still have the cache's room);
+    // an explicit slot count (the bench, the tests): its full size.
+    const size_t want = smem + size_t(cand_slots) * 8 + size_t(p.topk) * 4;
+    smem = plan ? std::max(smem, std::min(want, select_smem_budget())) : want;
+  }
   // smem follows max_visible: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h).
   dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_select_kernel), smem);
   dsinfer::cuda::pdl_launch(indexer_select_kernel, dim3(unsigned(step.T)), dim3(kSelThreads), smem,
-                            static_cast<cudaStream_t>(stream), step, p, scores, max_visible, cache_keys, out);
+                            static_cast<cudaStream_t>(stream), step, p, scores, max_visible, cache_keys,
+                            int64_t(smem / sizeof(uint32_t)), cand_slots, out);
 }
 
 }  // namespace dsinfer::ops::cuda::detail
