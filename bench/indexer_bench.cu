@@ -168,7 +168,8 @@ Timing run(const Case& c, std::mt19937& g) {
   tm.select = time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr); });
   std::vector<int32_t> ref(size_t(T * kTopk)), got(ref.size());
   for (int f = 0; f < kNumForms; ++f) {
-    tm.forms[f] = time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr, kForms[f]); });
+    tm.forms[f] =
+        time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr, kForms[f]); });
     check(cudaMemcpy(f == 0 ? ref.data() : got.data(), out, ref.size() * 4, cudaMemcpyDeviceToHost), "out");
     if (f > 0 && got != ref) tm.identical = false;
   }
@@ -268,7 +269,8 @@ int main() {
               "pass-0 boundary bin keys over sampled rows (median, max, rows over %d slots / rows)\n",
               oc::detail::kIdxSelCandSlots);
   std::printf("%-26s", "case");
-  for (int f = 0; f < kNumForms; ++f) std::printf(" %9s", kForms[f] == 0 ? "full" : ("cand " + std::to_string(kForms[f])).c_str());
+  for (int f = 0; f < kNumForms; ++f)
+    std::printf(" %9s", kForms[f] == 0 ? "full" : ("cand " + std::to_string(kForms[f])).c_str());
   std::printf(" %9s %7s %7s  %-3s  %6s %6s %s\n", "floor", "full x", "plan x", "eq", "bin50", "binmax", "over");
   for (const auto& [name, t] : all) print_forms(name, t);
   return 0;

@@ -327,8 +327,7 @@ TEST(GpuIndexer, TopkCandidateFormEqualsFullScan) {
   run_select(7, ns, 911, forms);
   run_select(1, {2, 3, 100, 5000, 17000, 40000, 2, 3, 100}, 912, forms);
   run_select(4096, {4097, 5000, 9000, 16385, 20000, 4097, 8000, 12000, 30000}, 913, forms);
-  // K above kIdxSelCandMaxTopk: the plan and every request fall back to the full scan.
-  run_select(ops::cuda::detail::kIdxSelCandMaxTopk + 1, {5000, 9000, 20000}, 914, {0, -1, 4096});
+  run_select(5000, {5001, 9000, 20000, 5001, 12000, 40000}, 914, {0, -1, 64, 4096});
   // NaN scores (either sign) among every pattern: the forms agree (the CPU rule leaves NaN unordered).
   run_select(512, ns, 915, forms, true);
 }

@@ -421,13 +421,14 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
 // (__match_any_sync), so rows whose scores share their high bits do not serialise on one bin; the bin holding the
 // k-th key is found by a block scan, not by one thread.
 // Candidate form (cand_slots > 0): after pass 0 only the keys of the boundary bin (the bin holding the k-th key) are
-// still undecided; every key of a higher bin is selected. When the boundary bin fits the row's slots, one more scan
-// of the row gathers, in index order, the higher bins' indices (fewer than K) and the boundary bin's keys and
-// indices (the candidates) into shared memory; passes 1 and 2 and the compaction then run over the candidates only,
-// and the two ascending index lists are merged into the output. The row's slots: min(cand_slots, what the dynamic
-// shared memory holds after the row's cached keys and the K indices), so a row longer than the cache has the whole
-// cache's room. Same tau, same ties, the same output as the full-scan form (cand_slots = 0, or a boundary bin larger
-// than the row's slots), which re-scans the row three times.
+// still undecided; every key of a higher bin is taken. When the boundary bin fits the row's slots, one more scan of
+// the row writes a bit map of the keys above it (a warp's ballot is one word) and appends the boundary bin's keys
+// and indices (the candidates) to shared memory; passes 1 and 2 run over the candidates only, which then mark the
+// keys above tau in that map and those equal to tau in a second one, and the output is written from the two maps in
+// index order (a word per key group of 32: the compaction's rule, 32 keys a step). The row's slots: min(cand_slots,
+// what the dynamic shared memory holds after the row's cached keys and the two maps), so a row longer than the cache
+// has the cache's room. Same tau, same ties, the same output as the full-scan form (cand_slots = 0, or a boundary
+// bin larger than the row's slots), which scans the row four times with a block barrier every 512 keys in the last.
 constexpr int kSelThreads = 512;
 constexpr int kSelWarps = kSelThreads / 32;
 constexpr int kSelBins = 2048;
@@ -490,42 +491,33 @@ __device__ SelBin sel_find_bin(const uint32_t* hist, int nbins, int kr, int* war
   return *s;
 }
 
-// Keys of a sorted (ascending, distinct) list a[0, n) below x.
-__device__ __forceinline__ int sel_count_below(const int32_t* a, int n, int32_t x) {
-  int lo = 0, hi = n;
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    if (a[mid] < x)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevice st, IndexerCudaParams p,
                                                                      const float* scores, int64_t max_visible,
                                                                      int64_t cache_keys, int64_t smem_words,
                                                                      int cand_slots, int32_t* out) {
   dsinfer::cuda::pdl_wait_then_release();
-  // [smem_words]: the row's keys [N] when N <= cache_keys; then, in the candidate form, the candidates' keys and
-  // indices [row_slots] each, and the indices above the boundary bin [K].
+  // [smem_words]: the row's keys [N] when N <= cache_keys; then, in the candidate form, two bit maps over the row
+  // [map_words] each and the candidates' keys and indices [row_slots] each.
   extern __shared__ uint32_t sel_keys[];
   __shared__ uint32_t hist[kSelBins];
   __shared__ int warp_sums[kSelWarps];
   __shared__ int tile_gt[2][kSelWarps], tile_eq[2][kSelWarps];
-  __shared__ int gather_a[2][kSelUnroll][kSelWarps], gather_c[2][kSelUnroll][kSelWarps];
+  __shared__ int s_count;  // candidates gathered
   __shared__ SelBin s_bin;
   const int64_t t = blockIdx.x, N = visible(st.pos[t], p.m, max_visible), K = p.topk;
   int32_t* o = out + t * K;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) s_count = 0;
   if (N <= K) {  // everything visible is selected
     for (int64_t i = tid; i < K; i += kSelThreads) o[i] = i < N ? int32_t(i) : -1;
     return;
   }
   const float* sc = scores + t * max_visible;
   const bool cached = N <= cache_keys;
-  const int64_t row_room = (smem_words - (cached ? N : 0) - K) / 2;
+  // The candidate form's maps: one bit a key, whole rounds of kSelUnroll * kSelThreads keys.
+  constexpr int64_t kRound = int64_t(kSelUnroll) * kSelThreads;
+  const int64_t map_words = (N + kRound - 1) / kRound * (kRound / 32);
+  const int64_t row_room = (smem_words - (cached ? N : 0) - 2 * map_words) / 2;
   const int row_slots = int(row_room < cand_slots ? row_room : cand_slots);  // may be <= 0: the full scan
   const uint32_t lt = (1u << lane) - 1u;
   uint32_t prefix = 0;  // the k-th key's bits found so far
@@ -567,59 +559,44 @@ __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevi
     }
   }
   if (ncand > 0) {
-    uint32_t* cand_key = sel_keys + (cached ? N : 0);
+    uint32_t* taken = sel_keys + (cached ? N : 0);  // [map_words] bit j: key j is above the boundary bin or tau
+    uint32_t* ties = taken + map_words;             // [map_words] bit j: key j equals tau
+    uint32_t* cand_key = ties + map_words;          // [row_slots], in no particular order
     int32_t* cand_idx = reinterpret_cast<int32_t*>(cand_key + row_slots);
-    int32_t* above_idx = cand_idx + row_slots;
     const uint32_t bin0 = prefix >> 21;
-    const int n_above = int(K) - kr, n_taken = kr;  // selected: every key above bin0, kr of its candidates
-    // Gather in index order, kSelUnroll tiles of kSelThreads keys a round (element j = round base + k kSelThreads +
-    // tid, as in the passes): ballots, the per-(tile, warp) counts (double-buffered: one barrier a round), then each
-    // key's slot = the keys of its class before its tile, before its warp in the tile, and before its lane.
-    int a_run = 0, c_run = 0;
-    for (int64_t base = 0, it = 0; base < N; base += kSelUnroll * kSelThreads, ++it) {
-      uint32_t u[kSelUnroll], ba[kSelUnroll], bc[kSelUnroll];
+    // Gather: a warp's ballot of "above bin0" over its 32 consecutive keys is one word of the taken map; bin0's keys
+    // are appended to the candidates (one shared atomic a warp).
+    for (int64_t base = 0; base < N; base += kSelUnroll * kSelThreads) {
+      uint32_t u[kSelUnroll];
 #pragma unroll
       for (int k = 0; k < kSelUnroll; ++k) {
         const int64_t j = base + k * kSelThreads + tid;
         u[k] = j < N ? (cached ? sel_keys[j] : score_key(sc[j])) : 0u;
       }
-      const int buf = int(it & 1);
 #pragma unroll
       for (int k = 0; k < kSelUnroll; ++k) {
         const int64_t j = base + k * kSelThreads + tid;
-        ba[k] = __ballot_sync(0xffffffffu, j < N && (u[k] >> 21) > bin0);
-        bc[k] = __ballot_sync(0xffffffffu, j < N && (u[k] >> 21) == bin0);
+        const uint32_t ba = __ballot_sync(0xffffffffu, j < N && (u[k] >> 21) > bin0);
+        const uint32_t bc = __ballot_sync(0xffffffffu, j < N && (u[k] >> 21) == bin0);
         if (lane == 0) {
-          gather_a[buf][k][warp] = __popc(ba[k]);
-          gather_c[buf][k][warp] = __popc(bc[k]);
+          const int64_t w = (base + k * kSelThreads) / 32 + warp;
+          taken[w] = ba;
+          ties[w] = 0u;
         }
-      }
-      __syncthreads();
-#pragma unroll
-      for (int k = 0; k < kSelUnroll; ++k) {
-        int abase = 0, cbase = 0, atot = 0, ctot = 0;
-        for (int w = 0; w < kSelWarps; ++w) {
-          const int aw = gather_a[buf][k][w], cw = gather_c[buf][k][w];
-          if (w < warp) {
-            abase += aw;
-            cbase += cw;
+        if (bc != 0u) {  // warp-uniform
+          int c0 = 0;
+          if (lane == 0) c0 = atomicAdd(&s_count, __popc(bc));
+          c0 = __shfl_sync(0xffffffffu, c0, 0);
+          if ((bc >> lane) & 1u) {
+            const int c = c0 + __popc(bc & lt);
+            cand_key[c] = u[k];
+            cand_idx[c] = int32_t(j);
           }
-          atot += aw;
-          ctot += cw;
         }
-        const int64_t j = base + k * kSelThreads + tid;
-        if ((ba[k] >> lane) & 1u) above_idx[a_run + abase + __popc(ba[k] & lt)] = int32_t(j);
-        if ((bc[k] >> lane) & 1u) {
-          const int c = c_run + cbase + __popc(bc[k] & lt);
-          cand_key[c] = u[k];
-          cand_idx[c] = int32_t(j);
-        }
-        a_run += atot;
-        c_run += ctot;
       }
     }
     __syncthreads();
-    // Passes 1 and 2 over the candidates (all of them match pass 0's digit).
+    // Passes 1 and 2 over the candidates (all of them match pass 0's digit; their order does not matter).
     for (int pass = 1; pass < 3; ++pass) {
       const int shift = pass == 1 ? 10 : 0;
       const int nbins = pass == 2 ? 1024 : 2048;
@@ -647,47 +624,41 @@ __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevi
       prefix |= b.bin << shift;
       kr = b.kr;
     }
-    // prefix = tau. The taken candidates, compacted in place (a slot never exceeds its candidate's position; every
-    // read of a tile precedes its barrier, every write follows it): those above tau and the kr lowest-index equal.
+    // prefix = tau: the candidates above it join the taken map, those equal to it the ties map.
     const uint32_t tau = prefix;
-    int gt_run = 0, eq_run = 0;
-    for (int base = 0, it = 0; base < ncand; base += kSelThreads, ++it) {
-      const int i = base + tid;
-      const uint32_t u = i < ncand ? cand_key[i] : 0u;
-      const int32_t j = i < ncand ? cand_idx[i] : 0;
-      const bool gt = i < ncand && u > tau, eq = i < ncand && u == tau;
-      const uint32_t bg = __ballot_sync(0xffffffffu, gt), be = __ballot_sync(0xffffffffu, eq);
-      const int buf = int(it & 1);
-      if (lane == 0) {
-        tile_gt[buf][warp] = __popc(bg);
-        tile_eq[buf][warp] = __popc(be);
-      }
-      __syncthreads();
-      int gbase = 0, ebase = 0, gtot = 0, etot = 0;
-      for (int w = 0; w < kSelWarps; ++w) {
-        const int gw = tile_gt[buf][w], ew = tile_eq[buf][w];
-        if (w < warp) {
-          gbase += gw;
-          ebase += ew;
-        }
-        gtot += gw;
-        etot += ew;
-      }
-      const int gt_before = gt_run + gbase + __popc(bg & lt), eq_before = eq_run + ebase + __popc(be & lt);
-      if (gt || (eq && eq_before < kr)) cand_idx[gt_before + min(eq_before, kr)] = j;
-      gt_run += gtot;
-      eq_run += etot;
+    for (int i = tid; i < ncand; i += kSelThreads) {
+      const uint32_t u = cand_key[i];
+      const int32_t j = cand_idx[i];
+      if (u > tau) atomicOr(&taken[j >> 5], 1u << (j & 31));
+      if (u == tau) atomicOr(&ties[j >> 5], 1u << (j & 31));
     }
     __syncthreads();
-    // Merge the ascending lists above_idx[0, n_above) and cand_idx[0, n_taken): an entry's slot is its position in
-    // its own list plus the other list's entries below it (the indices are distinct).
-    for (int i = tid; i < n_above; i += kSelThreads) {
-      const int32_t j = above_idx[i];
-      o[i + sel_count_below(cand_idx, n_taken, j)] = j;
+    // Output in index order, thread t over words [t per, (t + 1) per): slot of a taken key = taken keys before it +
+    // min(ties before it, kr); a tie is taken while fewer than kr ties precede it (the old compaction's rule).
+    const int nw = int((N + 31) / 32), per = (nw + kSelThreads - 1) / kSelThreads;
+    const int w0 = min(tid * per, nw), w1 = min(w0 + per, nw);
+    int nt = 0, ne = 0, total = 0;
+    for (int w = w0; w < w1; ++w) {
+      nt += __popc(taken[w]);
+      ne += __popc(ties[w]);
     }
-    for (int i = tid; i < n_taken; i += kSelThreads) {
-      const int32_t j = cand_idx[i];
-      o[i + sel_count_below(above_idx, n_above, j)] = j;
+    int t_before = sel_exclusive_scan(nt, warp_sums, &total);
+    int e_before = sel_exclusive_scan(ne, warp_sums, &total);
+    for (int w = w0; w < w1; ++w) {
+      const uint32_t tw = taken[w];
+      uint32_t m = tw | ties[w];
+      while (m != 0u) {
+        const int bit = __ffs(m) - 1;
+        m &= m - 1u;
+        const int32_t j = int32_t(w) * 32 + bit;
+        if ((tw >> bit) & 1u) {
+          o[t_before + min(e_before, kr)] = j;
+          ++t_before;
+        } else {
+          if (e_before < kr) o[t_before + e_before] = j;
+          ++e_before;
+        }
+      }
     }
     return;
   }
@@ -759,10 +730,11 @@ void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view
                             step, view, p, q, weights, max_visible, tiles, scores);
 }
 
-// The select's plan: the candidate form with kIdxSelCandSlots slots while K fits its shared memory
-// (kIdxSelCandMaxTopk); DSINFER_INDEXER_SELECT=full takes the full-scan form, =N the candidate form with N slots
-// (the A/B of one binary: every form gives the same output). Read once.
-int indexer_select_cand_slots(int64_t topk) {
+// The select's plan: the candidate form with kIdxSelCandSlots slots when a row can exceed kIdxSelCandMinKeys keys
+// (below it the form's fixed steps cost more than the two scans they save: decode and prefill at context 4,096 were
+// 1.6 us and 2 % slower, session 21); DSINFER_INDEXER_SELECT=full takes the full-scan form, =N the candidate form with
+// N slots at any length (the A/B of one binary: every form gives the same output). Read once.
+int indexer_select_cand_slots(int64_t max_visible) {
   static const int env = [] {
     const char* v = std::getenv("DSINFER_INDEXER_SELECT");
     if (!v) return -1;
@@ -770,8 +742,8 @@ int indexer_select_cand_slots(int64_t topk) {
     const long n = std::strtol(v, nullptr, 10);
     return n > 0 && n <= kIdxSelCandMaxSlots ? int(n) : -1;
   }();
-  if (topk > kIdxSelCandMaxTopk) return 0;
-  return env >= 0 ? env : kIdxSelCandSlots;
+  if (env >= 0) return env;
+  return max_visible > kIdxSelCandMinKeys ? kIdxSelCandSlots : 0;
 }
 
 namespace {
@@ -798,13 +770,15 @@ void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, c
                            int32_t* out, void* stream, int cand_slots) {
   const int64_t cache_keys = max_visible < kIdxSelCacheKeys ? max_visible : kIdxSelCacheKeys;
   const bool plan = cand_slots < 0;
-  if (plan) cand_slots = indexer_select_cand_slots(p.topk);
-  if (p.topk > kIdxSelCandMaxTopk || cand_slots > kIdxSelCandMaxSlots) cand_slots = 0;
+  if (plan) cand_slots = indexer_select_cand_slots(max_visible);
+  if (cand_slots > kIdxSelCandMaxSlots) cand_slots = 0;
   size_t smem = size_t(cache_keys) * sizeof(uint32_t);
   if (cand_slots > 0) {
     // The plan: the lists within the blocks-an-SM budget (rows longer than the cache still have the cache's room);
     // an explicit slot count (the bench, the tests): its full size.
-    const size_t want = smem + size_t(cand_slots) * 8 + size_t(p.topk) * 4;
+    const int64_t round = int64_t(kSelUnroll) * kSelThreads;
+    const size_t maps = size_t((max_visible + round - 1) / round * (round / 32)) * 2 * sizeof(uint32_t);
+    const size_t want = smem + size_t(cand_slots) * 8 + maps;
     smem = plan ? std::max(smem, std::min(want, select_smem_budget())) : want;
   }
   // smem follows max_visible: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h).
