@@ -92,9 +92,7 @@ __device__ SelBin sel_find_bin(const uint32_t* hist, int nbins, int kr, int* war
 __device__ __forceinline__ void select_candidates(uint32_t* sel_keys, uint32_t* hist, int* warp_sums, SelBin* s_bin,
                                                   int* s_count, const float* sc, int64_t N, bool cached,
                                                   int64_t map_words, int row_slots, int ncand, uint32_t prefix,
-                                                  int kr, int32_t* o) {
-  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const uint32_t lt = (1u << lane) - 1u;
+                                                  int kr, int32_t* o, int tid, int lane, int warp, uint32_t lt) {
   uint32_t* taken = sel_keys + (cached ? N : 0);  // [map_words] bit j: key j is above the boundary bin or tau
   uint32_t* ties = taken + map_words;             // [map_words] bit j: key j equals tau
   uint32_t* cand_key = ties + map_words;          // [row_slots], in no particular order
@@ -201,9 +199,8 @@ __device__ __forceinline__ void select_candidates(uint32_t* sel_keys, uint32_t* 
 // The full-scan form's compaction after pass 2.
 __device__ __forceinline__ void select_compact(const uint32_t* sel_keys, int (*tile_gt)[kSelWarps],
                                                int (*tile_eq)[kSelWarps], const float* sc, int64_t N, bool cached,
-                                               uint32_t prefix, int kr, int32_t* o) {
-  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const uint32_t lt = (1u << lane) - 1u;
+                                               uint32_t prefix, int kr, int32_t* o, int tid, int lane, int warp,
+                                               uint32_t lt) {
   // prefix = tau, the k-th largest key: take every larger key and the kr lowest-index keys equal to it, in index
   // order. Slot of a taken j = (#keys > tau before j) + min(#keys == tau before j, kr).
   const uint32_t tau = prefix;
@@ -251,7 +248,7 @@ __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevi
   __shared__ SelBin s_bin;
   const int64_t t = blockIdx.x, N = idx_visible(st.pos[t], p.m, max_visible), K = p.topk;
   int32_t* o = out + t * K;
-  const int tid = int(threadIdx.x), lane = tid & 31;
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   if (tid == 0) s_count = 0;
   if (N <= K) {  // everything visible is selected
     for (int64_t i = tid; i < K; i += kSelThreads) o[i] = i < N ? int32_t(i) : -1;
@@ -264,6 +261,7 @@ __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevi
   const int64_t map_words = (N + kRound - 1) / kRound * (kRound / 32);
   const int64_t row_room = (smem_words - (cached ? N : 0) - 2 * map_words) / 2;
   const int row_slots = int(row_room < cand_slots ? row_room : cand_slots);  // may be <= 0: the full scan
+  const uint32_t lt = (1u << lane) - 1u;
   uint32_t prefix = 0;  // the k-th key's bits found so far
   int kr = int(K);      // rank (1-based) of the k-th key among the keys that match prefix
   int ncand = 0;        // keys in pass 0's boundary bin when the candidate form takes the row, else 0
@@ -304,10 +302,10 @@ __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevi
   }
   if (ncand > 0) {
     select_candidates(sel_keys, hist, warp_sums, &s_bin, &s_count, sc, N, cached, map_words, row_slots, ncand, prefix,
-                      kr, o);
+                      kr, o, tid, lane, warp, lt);
     return;
   }
-  select_compact(sel_keys, tile_gt, tile_eq, sc, N, cached, prefix, kr, o);
+  select_compact(sel_keys, tile_gt, tile_eq, sc, N, cached, prefix, kr, o, tid, lane, warp, lt);
 }
 }  // namespace
 
