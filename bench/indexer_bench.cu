@@ -7,11 +7,15 @@
 // candidates: the top-k's rows exceed its shared-memory cache and re-read the scores).
 // Floors: scores = 2 x sum(visible) x heads x dim FLOP at the FP8 peak (1,393 TFLOP/s measured by dsinfer bench on the
 // H200) or their key bytes (132 B a key a sequence) at 4.18 TB/s, whichever is larger; top-k = the scores read once
-// (4 B a candidate) plus the output written, at 4.18 TB/s.
+// (4 B a candidate) plus the output written, at 4.18 TB/s. The top-k also in every form (the full scan and the
+// candidate form at 1,024 .. 8,192 slots; their outputs compared), with the size of pass 0's boundary bin in sampled
+// rows; long-prompt cases: 128K's chunks 8 and 15 and a 512K prompt's last 512 tokens (~131K candidates a row).
 // Usage: dsinfer_indexer_bench
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -50,10 +54,35 @@ struct Case {
   int64_t seqs, start, len;
 };
 
+// The top-k forms timed side by side: the full scan (0) and the candidate form at these slot counts.
+constexpr int kForms[] = {0, 1024, 2048, 4096, 8192};
+constexpr int kNumForms = int(sizeof(kForms) / sizeof(kForms[0]));
+
 struct Timing {
   double tc1 = 0, tc1_4 = 0, tc3 = 0, fp32 = 0, select = 0, flops = 0, key_bytes = 0, cand = 0, T = 0;
-  int plan = 1;  // tokens a block the plan picks (the tc 3-split column runs it)
+  double forms[kNumForms] = {};
+  int plan = 1;         // tokens a block the plan picks (the tc 3-split column runs it)
+  bool identical = true;  // every form's output equal to the full scan's
+  int bin_median = 0, bin_max = 0, bin_rows = 0, bin_over = 0;  // pass-0 boundary bin sizes of sampled rows
 };
+
+// Pass 0's boundary bin (top 11 bits of the order key) of the k-th largest score: how many keys it holds.
+int boundary_bin_keys(const std::vector<float>& row) {
+  std::vector<int> hist(2048, 0);
+  for (float f : row) {
+    if (f == 0.0f) f = 0.0f;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    ++hist[u >> 21];
+  }
+  int64_t cum = 0;
+  for (int b = 2047; b >= 0; --b) {
+    cum += hist[size_t(b)];
+    if (cum >= kTopk) return hist[size_t(b)];
+  }
+  return 0;
+}
 
 template <class F>
 double time_ms(F&& f) {
@@ -137,6 +166,31 @@ Timing run(const Case& c, std::mt19937& g) {
   tm.tc3 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq3, dw, max_visible, scores, nullptr); });
   tm.fp32 = time_ms([&] { oc::detail::launch_indexer_scores(st, v32, p, dq3, dw, max_visible, scores, nullptr); });
   tm.select = time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr); });
+  std::vector<int32_t> ref(size_t(T * kTopk)), got(ref.size());
+  for (int f = 0; f < kNumForms; ++f) {
+    tm.forms[f] =
+        time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr, kForms[f]); });
+    check(cudaMemcpy(f == 0 ? ref.data() : got.data(), out, ref.size() * 4, cudaMemcpyDeviceToHost), "out");
+    if (f > 0 && got != ref) tm.identical = false;
+  }
+  // The boundary bin of up to 64 rows spread over the step (rows with more than K candidates).
+  std::vector<int> bins;
+  std::vector<float> row;
+  for (int64_t k = 0; k < std::min<int64_t>(64, T); ++k) {
+    const int64_t t = (T - 1) - k * T / 64;
+    const int64_t n = std::min((pos[size_t(t)] + 1) / kM, max_visible);
+    if (n <= kTopk) continue;
+    row.resize(size_t(n));
+    check(cudaMemcpy(row.data(), scores + t * max_visible, size_t(n) * 4, cudaMemcpyDeviceToHost), "row");
+    bins.push_back(boundary_bin_keys(row));
+  }
+  if (!bins.empty()) {
+    std::sort(bins.begin(), bins.end());
+    tm.bin_median = bins[bins.size() / 2];
+    tm.bin_max = bins.back();
+    tm.bin_rows = int(bins.size());
+    for (int b : bins) tm.bin_over += b > oc::detail::kIdxSelCandSlots ? 1 : 0;
+  }
   for (void* ptr : {(void*)st.tokens, (void*)st.pos, (void*)st.seq_of_token, (void*)st.cu_seqlens,
                     (void*)st.start_pos, (void*)st.slot, (void*)st.block_tables, (void*)v8.blocks, (void*)v32.blocks,
                     (void*)dq1, (void*)dq3, (void*)dw, (void*)scores, (void*)out})
@@ -153,6 +207,14 @@ void print(const std::string& name, const Timing& t) {
               t.select / sel_floor, (tc + t.select) / (fl_ms + sel_floor));
 }
 
+void print_forms(const std::string& name, const Timing& t) {
+  const double sel_floor = (t.cand * 4 + t.T * kTopk * 4) / kHbm * 1e3;
+  std::printf("%-26s", name.c_str());
+  for (int f = 0; f < kNumForms; ++f) std::printf(" %9.4f", t.forms[f]);
+  std::printf(" %9.4f %6.2fx %6.2fx  %-3s  %6d %6d %3d/%d\n", sel_floor, t.forms[0] / sel_floor, t.select / sel_floor,
+              t.identical ? "yes" : "NO", t.bin_median, t.bin_max, t.bin_over, t.bin_rows);
+}
+
 }  // namespace
 
 int main() {
@@ -166,22 +228,50 @@ int main() {
   const std::vector<Case> cases = {{"prefill 4096", 1, 0, 4096},       {"decode b1 ctx 4096", 1, 4095, 1},
                                    {"decode b64 ctx 4096", 64, 4095, 1}, {"decode b256 ctx 4096", 256, 4095, 1},
                                    {"decode b1 ctx 131072", 1, 131071, 1}};
-  for (const Case& c : cases) print(c.name, run(c, g));
+  std::vector<std::pair<std::string, Timing>> all;
+  for (const Case& c : cases) {
+    all.push_back({c.name, run(c, g)});
+    print(c.name, all.back().second);
+  }
   Timing sum;
   for (int64_t k = 0; k < 4; ++k) {
     const Timing t = run({"", 1, k * 8192, 8192}, g);
     print("prefill 32K chunk " + std::to_string(k), t);
+    all.push_back({"prefill 32K chunk " + std::to_string(k), t});
     sum.tc1 += t.tc1;
     sum.tc1_4 += t.tc1_4;
     sum.plan = t.plan;
     sum.tc3 += t.tc3;
     sum.fp32 += t.fp32;
     sum.select += t.select;
+    for (int f = 0; f < kNumForms; ++f) sum.forms[f] += t.forms[f];
+    sum.identical = sum.identical && t.identical;
+    sum.bin_max = std::max(sum.bin_max, t.bin_max);
+    sum.bin_over += t.bin_over;
+    sum.bin_rows += t.bin_rows;
     sum.flops += t.flops;
     sum.key_bytes += t.key_bytes;
     sum.cand += t.cand;
     sum.T += t.T;
   }
   print("prefill 32K (4 chunks)", sum);
+  all.push_back({"prefill 32K (4 chunks)", sum});
+  // Long prompts: 128K's middle and last 8,192-token chunks (16K-18K and 30K-32K candidates: past the shared-memory
+  // cache), and the last 512 tokens of a 512K prompt (~131K candidates a row).
+  const std::vector<Case> longer = {{"prefill 128K chunk 8", 1, 8 * 8192, 8192},
+                                    {"prefill 128K chunk 15", 1, 15 * 8192, 8192},
+                                    {"prefill 512K last 512", 1, 524288 - 512, 512}};
+  for (const Case& c : longer) {
+    all.push_back({c.name, run(c, g)});
+    print(c.name, all.back().second);
+  }
+  std::printf("\ntop-k forms, ms per call: the full scan (0) and the candidate form with N slots; the plan's form; "
+              "pass-0 boundary bin keys over sampled rows (median, max, rows over %d slots / rows)\n",
+              oc::detail::kIdxSelCandSlots);
+  std::printf("%-26s", "case");
+  for (int f = 0; f < kNumForms; ++f)
+    std::printf(" %9s", kForms[f] == 0 ? "full" : ("cand " + std::to_string(kForms[f])).c_str());
+  std::printf(" %9s %7s %7s  %-3s  %6s %6s %s\n", "floor", "full x", "plan x", "eq", "bin50", "binmax", "over");
+  for (const auto& [name, t] : all) print_forms(name, t);
   return 0;
 }

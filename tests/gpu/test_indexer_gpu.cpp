@@ -11,11 +11,15 @@
 // scores of the one-token-a-block kernel and of the four-tokens-a-block kernel must be bit-identical (ragged steps:
 // blocks whose tokens belong to two or more sequences, tokens seeing fewer keys than the block's last).
 // Top-k alone (planted scores, m = 1 so a row at position p has p + 1 candidates): rows of equal scores, a few
-// values with -0.0 / +0.0, values sharing their high bits, k = candidates, k = candidates + 1, k > candidates,
-// rows longer than the shared-memory cache; the selection must equal the CPU rule exactly.
+// values with -0.0 / +0.0, values sharing their high bits, +-inf, one pass-0 bin holding the whole row, a crowded
+// boundary bin, k = candidates, k = candidates + 1, k > candidates, rows longer than the shared-memory cache; the
+// selection must equal the CPU rule exactly, in the full-scan form and in the candidate form (pass 0's boundary bin
+// gathered) at several slot counts, including counts the crowded rows overflow; with NaN scores the forms agree.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "attn_test_util.h"
@@ -180,10 +184,13 @@ void run_case(int64_t heads, int64_t dim, int64_t topk, int64_t block_size, std:
   EXPECT_LT(normalized_error(all_gpu, all_ref), 1e-5);
 }
 
-// Planted score rows for the top-k alone. Row r has n = pos + 1 candidates (m = 1); pattern r % 6.
-float planted(int64_t r, int64_t j, int64_t n, std::mt19937& g) {
+// Planted score rows for the top-k alone. Row r has n = pos + 1 candidates (m = 1); pattern r % kPatterns.
+constexpr int kPatterns = 9;
+float planted(int64_t r, int64_t j, int64_t n, std::mt19937& g, bool with_nan) {
   static constexpr float kFew[5] = {0.0f, -0.0f, 1.0f, 2.0f, -1.0f};
-  const int pattern = int(r % 6);
+  const float inf = std::numeric_limits<float>::infinity();
+  if (with_nan && g() % 17 == 0) return g() % 2 ? std::nanf("") : -std::nanf("");
+  const int pattern = int(r % kPatterns);
   if (pattern == 0) return 1.0f;                 // all equal
   if (pattern == 1) return kFew[g() % 5];        // few values, signed zeros
   if (pattern == 2) {                            // distinct only in the low 12 bits (the later passes decide)
@@ -194,10 +201,21 @@ float planted(int64_t r, int64_t j, int64_t n, std::mt19937& g) {
   }
   if (pattern == 3) return std::uniform_real_distribution<float>(-3.0f, 3.0f)(g);  // distinct
   if (pattern == 4) return float(int64_t(g() % 3));  // 3 values: the k-th inside a tie group
-  return j < n / 2 ? 0.5f : -0.5f;                   // two halves
+  if (pattern == 5) return j < n / 2 ? 0.5f : -0.5f;  // two halves
+  if (pattern == 6) {  // +-inf among distinct values: +inf always taken, -inf only when k reaches it
+    const uint32_t x = g() % 16;
+    return x == 0 ? inf : x == 1 ? -inf : std::normal_distribution<float>(0.0f, 1.0f)(g);
+  }
+  if (pattern == 7) return std::uniform_real_distribution<float>(1.0f, 1.25f)(g);  // one pass-0 bin: all candidates
+  // A gaussian row whose pass-0 boundary bin is crowded with copies of one value (ties across the k-th key).
+  const float x = std::normal_distribution<float>(0.0f, 1.0f)(g);
+  return g() % 4 == 0 ? 2.125f : x;
 }
 
-void run_select(int64_t topk, const std::vector<int64_t>& ns, uint32_t seed) {
+// The selection of every kernel form in `forms` (cand_slots of launch_indexer_select) on planted rows: equal to the
+// CPU rule exactly and to each other (rows holding NaN: to each other only; the CPU rule does not order NaN).
+void run_select(int64_t topk, const std::vector<int64_t>& ns, uint32_t seed, std::vector<int> forms = {-1, 0},
+                bool with_nan = false) {
   SCOPED_TRACE(testing::Message() << "topk " << topk);
   std::vector<SeqSpec> seqs;
   for (size_t i = 0; i < ns.size(); ++i) seqs.push_back({int32_t(i % 8), ns[i] - 1, 1});
@@ -207,23 +225,46 @@ void run_select(int64_t topk, const std::vector<int64_t>& ns, uint32_t seed) {
   for (int64_t n : ns) max_visible = std::max(max_visible, n);
   std::vector<float> sc(size_t(T * max_visible), std::nanf(""));
   std::mt19937 g(seed);
+  std::vector<bool> has_nan(size_t(T), false);
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < ns[size_t(t)]; ++j) sc[size_t(t * max_visible + j)] = planted(t, j, ns[size_t(t)], g);
+    for (int64_t j = 0; j < ns[size_t(t)]; ++j) {
+      const float x = planted(t, j, ns[size_t(t)], g, with_nan);
+      sc[size_t(t * max_visible + j)] = x;
+      if (std::isnan(x)) has_nan[size_t(t)] = true;
+    }
   auto dsc = to_device(sc);
   cuda::DeviceBuffer<int32_t> out;
   ASSERT_TRUE(out.alloc(size_t(T * topk)).is_ok());
-  cudaMemset(out.data(), 0x7f, out.size() * 4);
   const ops::cuda::IndexerCudaParams p{64, 128, 1, topk};
-  ops::cuda::detail::launch_indexer_select(step.dev, p, dsc.data(), max_visible, out.data(), nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto go = to_host(out, out.size());
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t n = ns[size_t(t)];
-    SCOPED_TRACE(testing::Message() << "row " << t << " pattern " << t % 6 << " candidates " << n);
-    const std::vector<int32_t> want = topk_of(sc.data() + t * max_visible, n, topk);
-    const int32_t* o = go.data() + t * topk;
-    for (int64_t i = 0; i < topk; ++i)
-      ASSERT_EQ(o[i], i < int64_t(want.size()) ? want[size_t(i)] : -1) << "slot " << i;
+  std::vector<std::vector<int32_t>> by_form;
+  for (int form : forms) {
+    cudaMemset(out.data(), 0x7f, out.size() * 4);  // poison: 0x7f7f7f7f is no valid index and not -1
+    ops::cuda::detail::launch_indexer_select(step.dev, p, dsc.data(), max_visible, out.data(), nullptr, form);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    by_form.push_back(to_host(out, out.size()));
+  }
+  for (size_t f = 0; f < forms.size(); ++f) {
+    const auto& go = by_form[f];
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t n = ns[size_t(t)];
+      SCOPED_TRACE(testing::Message() << "form " << forms[f] << " row " << t << " pattern " << t % kPatterns
+                                      << " candidates " << n << " NaN " << has_nan[size_t(t)]);
+      const int32_t* o = go.data() + t * topk;
+      if (f > 0) {
+        for (int64_t i = 0; i < topk; ++i) ASSERT_EQ(o[i], by_form[0][size_t(t * topk + i)]) << "slot " << i;
+      }
+      if (has_nan[size_t(t)]) {  // still an ascending list of distinct visible indices
+        for (int64_t i = 0; i < std::min(topk, n); ++i) {
+          ASSERT_GE(o[i], 0) << "slot " << i;
+          ASSERT_LT(o[i], n) << "slot " << i;
+          if (i > 0) ASSERT_LT(o[i - 1], o[i]) << "slot " << i;
+        }
+        continue;
+      }
+      const std::vector<int32_t> want = topk_of(sc.data() + t * max_visible, n, topk);
+      for (int64_t i = 0; i < topk; ++i)
+        ASSERT_EQ(o[i], i < int64_t(want.size()) ? want[size_t(i)] : -1) << "slot " << i;
+    }
   }
 }
 
@@ -271,4 +312,22 @@ TEST(GpuIndexer, TopkPlantedTiesExact) {
   run_select(512, ns, 900);
   run_select(7, ns, 901);
   run_select(1, {1, 2, 3, 100, 5000, 17000}, 902);
+}
+
+TEST(GpuIndexer, TopkCandidateFormEqualsFullScan) {
+  DSI_SKIP_WITHOUT_GPU();
+  // Every pattern at sizes around K, the candidate slots and the shared-memory cache (16,384 keys; beyond it the
+  // scans re-read the scores): the plan's form, the full scan (0) and the candidate form with 1, 64, 600, 4,096 and
+  // 8,192 slots (small ones send crowded rows to the full scan: both paths in one launch) must give the same lists.
+  std::vector<int64_t> ns;
+  for (int64_t n : {513, 600, 1100, 4097, 8192, 16384, 16385, 32768})
+    for (int pattern = 0; pattern < kPatterns; ++pattern) ns.push_back(n);
+  const std::vector<int> forms = {0, -1, 1, 64, 600, 4096, 8192};
+  run_select(512, ns, 910, forms);
+  run_select(7, ns, 911, forms);
+  run_select(1, {2, 3, 100, 5000, 17000, 40000, 2, 3, 100}, 912, forms);
+  run_select(4096, {4097, 5000, 9000, 16385, 20000, 4097, 8000, 12000, 30000}, 913, forms);
+  run_select(5000, {5001, 9000, 20000, 5001, 12000, 40000}, 914, {0, -1, 64, 4096});
+  // NaN scores (either sign) among every pattern: the forms agree (the CPU rule leaves NaN unordered).
+  run_select(512, ns, 915, forms, true);
 }

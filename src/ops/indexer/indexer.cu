@@ -1,4 +1,4 @@
-// CUDA Lightning Indexer kernels (see indexer_cuda.h).
+// CUDA Lightning Indexer scores kernels (see indexer_cuda.h); the top-k select is indexer_select.cu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -6,6 +6,7 @@
 #include "cuda/func_smem.h"
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
+#include "ops/indexer/indexer_device.cuh"
 #include "ops/indexer/indexer_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -15,10 +16,6 @@ constexpr int kKB = kIdxKeysPerBlock;
 constexpr int kGroups = 4;                          // head groups per block (256 threads = 64 keys x 4)
 constexpr int kMaxHpg = kIdxMaxHeads / kGroups;     // heads per group
 
-__device__ __forceinline__ int64_t visible(int64_t pos, int64_t m, int64_t max_visible) {
-  const int64_t n = (pos + 1) / m;
-  return n < max_visible ? n : max_visible;
-}
 
 __global__ void __launch_bounds__(kKB * kGroups) indexer_scores_kernel(StepDevice st, LayerStateView v,
                                                                        IndexerCudaParams p, const float* q,
@@ -30,7 +27,7 @@ __global__ void __launch_bounds__(kKB * kGroups) indexer_scores_kernel(StepDevic
   float* qs = idx_smem;                 // [heads][dim]
   float* ks = qs + heads * dim;         // [kKB][dim + 4]
   __shared__ float red[kGroups][kKB];
-  const int64_t t = blockIdx.x, pos = st.pos[t], N = visible(pos, p.m, max_visible);
+  const int64_t t = blockIdx.x, pos = st.pos[t], N = idx_visible(pos, p.m, max_visible);
   const int64_t j0 = int64_t(blockIdx.y) * kKB;
   if (j0 >= N) return;  // block-uniform
   const int32_t s = st.seq_of_token[t];
@@ -252,7 +249,7 @@ __global__ void __launch_bounds__(kTcThreads, 4)
   __nv_bfloat16* ks = qs + kTcHeads * kTcPitch;                       // [key][kTcPitch]
   float* kscale = reinterpret_cast<float*>(ks + kTcKeys * kTcPitch);  // [key]
   float* ws = kscale + kTcKeys;                                       // [head]
-  const int64_t t = blockIdx.x, N = visible(st.pos[t], p.m, max_visible);
+  const int64_t t = blockIdx.x, N = idx_visible(st.pos[t], p.m, max_visible);
   const int64_t jb = int64_t(blockIdx.y) * kTcKeys * tiles;
   if (jb >= N) return;  // block-uniform
   const int heads = int(p.heads), tid = int(threadIdx.x);
@@ -327,7 +324,7 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
   int64_t nmax = 0;
 #pragma unroll
   for (int s = 0; s < kTcTok; ++s) {
-    n_of[s] = s < tn ? visible(st.pos[t0 + s], p.m, max_visible) : 0;
+    n_of[s] = s < tn ? idx_visible(st.pos[t0 + s], p.m, max_visible) : 0;
     seq_of[s] = s < tn ? st.seq_of_token[t0 + s] : -1;
     nmax = n_of[s] > nmax ? n_of[s] : nmax;
   }
@@ -411,146 +408,6 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
   }
 }
 
-// ---- Top-k: radix select of the k-th largest score key per row (11 + 11 + 10 bits), then an index-ordered
-// compaction. One block of 512 threads a row; the row's keys stay in shared memory when it has at most
-// kIdxSelCacheKeys of them (else each pass re-reads the scores). Histograms use warp-aggregated shared atomics
-// (__match_any_sync), so rows whose scores share their high bits do not serialise on one bin; the bin holding the
-// k-th key is found by a block scan, not by one thread.
-constexpr int kSelThreads = 512;
-constexpr int kSelWarps = kSelThreads / 32;
-constexpr int kSelBins = 2048;
-constexpr int kSelUnroll = 4;  // keys a thread loads before it bins them
-
-// Order-preserving map of a float score to uint32 (larger score -> larger key); -0.0 maps like +0.0.
-__device__ __forceinline__ uint32_t score_key(float f) {
-  if (f == 0.0f) f = 0.0f;
-  const uint32_t u = __float_as_uint(f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// Exclusive prefix sum over the block (kSelThreads threads); *total = the sum. warp_sums is free again on return.
-__device__ int sel_exclusive_scan(int x, int* warp_sums, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int incl = x;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  int base = 0, all = 0;
-  for (int w = 0; w < kSelWarps; ++w) {
-    const int s = warp_sums[w];
-    if (w < warp) base += s;
-    all += s;
-  }
-  __syncthreads();
-  *total = all;
-  return base + incl - x;
-}
-
-__global__ void __launch_bounds__(kSelThreads) indexer_select_kernel(StepDevice st, IndexerCudaParams p,
-                                                                     const float* scores, int64_t max_visible,
-                                                                     int64_t cache_keys, int32_t* out) {
-  dsinfer::cuda::pdl_wait_then_release();
-  extern __shared__ uint32_t sel_keys[];  // [cache_keys] the row's keys when N <= cache_keys
-  __shared__ uint32_t hist[kSelBins];
-  __shared__ int warp_sums[kSelWarps];
-  __shared__ int tile_gt[2][kSelWarps], tile_eq[2][kSelWarps];
-  __shared__ uint32_t s_bin;
-  __shared__ int s_kr;
-  const int64_t t = blockIdx.x, N = visible(st.pos[t], p.m, max_visible), K = p.topk;
-  int32_t* o = out + t * K;
-  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  if (N <= K) {  // everything visible is selected
-    for (int64_t i = tid; i < K; i += kSelThreads) o[i] = i < N ? int32_t(i) : -1;
-    return;
-  }
-  const float* sc = scores + t * max_visible;
-  const bool cached = N <= cache_keys;
-  uint32_t prefix = 0;  // the k-th key's bits found so far
-  int kr = int(K);      // rank (1-based) of the k-th key among the keys that match prefix
-  for (int pass = 0; pass < 3; ++pass) {
-    const int shift = pass == 0 ? 21 : pass == 1 ? 10 : 0;
-    const int nbins = pass == 2 ? 1024 : 2048;
-    const int above = shift + (pass == 2 ? 10 : 11);  // bits above this pass's digit
-    for (int i = tid; i < nbins; i += kSelThreads) hist[i] = 0;
-    __syncthreads();
-    // Uniform trip count (every lane reaches the match); 4 loads in flight a thread. Element j belongs to thread
-    // j % kSelThreads in every pass and in the compaction, so sel_keys[j] is read back by the thread that wrote it.
-    for (int64_t base = 0; base < N; base += kSelUnroll * kSelThreads) {
-      uint32_t u[kSelUnroll];
-#pragma unroll
-      for (int k = 0; k < kSelUnroll; ++k) {
-        const int64_t j = base + k * kSelThreads + tid;
-        u[k] = 0;
-        if (j < N) u[k] = pass > 0 && cached ? sel_keys[j] : score_key(sc[j]);
-      }
-#pragma unroll
-      for (int k = 0; k < kSelUnroll; ++k) {
-        const int64_t j = base + k * kSelThreads + tid;
-        if (pass == 0 && cached && j < N) sel_keys[j] = u[k];
-        const bool match = j < N && (pass == 0 || (u[k] >> above) == (prefix >> above));
-        const uint32_t bin = match ? (u[k] >> shift) & uint32_t(nbins - 1) : 0xFFFFFFFFu;
-        const unsigned peers = __match_any_sync(0xffffffffu, bin);
-        if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
-      }
-    }
-    __syncthreads();
-    // Thread i owns bins nbins-1-per*i .. nbins-per*(i+1) (descending); the one whose range holds rank kr finds it.
-    const int per = nbins / kSelThreads;
-    int local = 0;
-    for (int e = 0; e < per; ++e) local += int(hist[nbins - 1 - (tid * per + e)]);
-    int total = 0;
-    const int before = sel_exclusive_scan(local, warp_sums, &total);
-    if (before < kr && kr <= before + local) {
-      int cum = before;
-      for (int e = 0; e < per; ++e) {
-        const int b = nbins - 1 - (tid * per + e), h = int(hist[b]);
-        if (cum + h >= kr) {
-          s_bin = uint32_t(b);
-          s_kr = kr - cum;
-          break;
-        }
-        cum += h;
-      }
-    }
-    __syncthreads();
-    prefix |= s_bin << shift;
-    kr = s_kr;
-  }
-  // prefix = tau, the k-th largest key: take every larger key and the kr lowest-index keys equal to it, in index
-  // order. Slot of a taken j = (#keys > tau before j) + min(#keys == tau before j, kr).
-  const uint32_t tau = prefix;
-  const uint32_t lt = (1u << lane) - 1u;
-  int gt_run = 0, eq_run = 0;
-  for (int64_t base = 0, it = 0; base < N; base += kSelThreads, ++it) {
-    const int64_t j = base + tid;
-    const uint32_t u = j < N ? (cached ? sel_keys[j] : score_key(sc[j])) : 0u;
-    const bool gt = j < N && u > tau, eq = j < N && u == tau;
-    const uint32_t bg = __ballot_sync(0xffffffffu, gt), be = __ballot_sync(0xffffffffu, eq);
-    const int buf = int(it & 1);
-    if (lane == 0) {
-      tile_gt[buf][warp] = __popc(bg);
-      tile_eq[buf][warp] = __popc(be);
-    }
-    __syncthreads();
-    int gbase = 0, ebase = 0, gtot = 0, etot = 0;
-    for (int w = 0; w < kSelWarps; ++w) {
-      const int gw = tile_gt[buf][w], ew = tile_eq[buf][w];
-      if (w < warp) {
-        gbase += gw;
-        ebase += ew;
-      }
-      gtot += gw;
-      etot += ew;
-    }
-    const int gt_before = gt_run + gbase + __popc(bg & lt), eq_before = eq_run + ebase + __popc(be & lt);
-    if (gt || (eq && eq_before < kr)) o[gt_before + min(eq_before, kr)] = int32_t(j);
-    gt_run += gtot;
-    eq_run += etot;
-  }
-}
 }  // namespace
 
 void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
@@ -586,16 +443,6 @@ void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view
   dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_tc_kernel), kTcSmem);
   dsinfer::cuda::pdl_launch(indexer_scores_tc_kernel, grid, dim3(kTcThreads), kTcSmem, static_cast<cudaStream_t>(stream),
                             step, view, p, q, weights, max_visible, tiles, scores);
-}
-
-void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
-                           int32_t* out, void* stream) {
-  const int64_t cache_keys = max_visible < kIdxSelCacheKeys ? max_visible : kIdxSelCacheKeys;
-  const size_t smem = size_t(cache_keys) * sizeof(uint32_t);
-  // smem follows max_visible: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h).
-  dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_select_kernel), smem);
-  dsinfer::cuda::pdl_launch(indexer_select_kernel, dim3(unsigned(step.T)), dim3(kSelThreads), smem,
-                            static_cast<cudaStream_t>(stream), step, p, scores, max_visible, cache_keys, out);
 }
 
 }  // namespace dsinfer::ops::cuda::detail
