@@ -97,7 +97,7 @@ __device__ __forceinline__ void dequant16_fast_pairs(const uint4 codes, uint8_t 
   }
 }
 // Session 18's control flow (the check, dequant16 and return, else the fast form and the stores): session 19 routed
-// it through dequant16_fast_bits, which gives the same bits but made the one-block kernel's code slower (bench/
+// it through dequant16_fast_bits, which gives the same bits but made the one-block kernel's code ~2 % slower (bench/
 // NOTES.md, session 21 helper s21-sparsed).
 __device__ __forceinline__ void dequant16_fast(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
   if (!dequant16_fast_ok(codes, sb)) {

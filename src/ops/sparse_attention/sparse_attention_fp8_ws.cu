@@ -338,8 +338,9 @@ __device__ __forceinline__ void init_barriers(uint32_t full0, uint32_t empty0) {
   if (threadIdx.x == 0) {
     if constexpr (!kPair) {
       // Kept, never waited on: session 18's consumer-dequantising variant's per-stage full / empty barriers. Removing
-      // them (session 19) moved the one block's code and cost time (A/B before removing: bench/NOTES.md, session 21
-      // helper s21-sparsed). They come first: after the key tiles' inits they changed the pair's code too.
+      // them (session 19) moved the one block's code and cost ~4 % (A/B before removing: prefill 4,096 5.19 against
+      // 5.00 ms, bench/NOTES.md, session 21 helper s21-sparsed). They come first: after the key tiles' inits they
+      // changed the pair's code too.
       for (int i = 0; i < kStages; ++i) {
         mbar_init(empty0 + 8 * (kKeyTiles + i), 128);
         mbar_init(empty0 + 8 * (kKeyTiles + kStages + i), 256);
