@@ -254,18 +254,20 @@ TEST(GpuSparseAttentionFp8, TokenWithoutKeys) {
   run_case(Case{3, 64, false, true, true, 14}, {1, 4});
 }
 
-// The fast e4m3 -> bf16 conversion against the kernels' reference one for all 65,536 (code, scale byte) pairs, bit
-// for bit; and the reference one against the CPU codec's decode (e4m3 * 2^(sb - 127) in fp32, rounded to bf16), so
-// that the table itself is checked. NaN codes or scales: both NaN.
+// The fast e4m3 -> bf16 conversion (both forms: the one block's dequant16_fast and the pair's dequant16_fast_bits with
+// its fallback) against the kernels' reference one for all 65,536 (code, scale byte) pairs, bit for bit; and the
+// reference one against the CPU codec's decode (e4m3 * 2^(sb - 127) in fp32, rounded to bf16), so that the table
+// itself is checked. NaN codes or scales: all NaN.
 TEST(GpuSparseAttentionFp8, FastDequantGivesTheReferenceBits) {
   DSI_SKIP_WITHOUT_GPU();
-  DeviceBuffer<uint16_t> fast, ref;
+  DeviceBuffer<uint16_t> fast, fast_bits, ref;
   ASSERT_TRUE(fast.alloc(65536).is_ok());
+  ASSERT_TRUE(fast_bits.alloc(65536).is_ok());
   ASSERT_TRUE(ref.alloc(65536).is_ok());
-  ops::cuda::detail::launch_fp8_dequant_table(fast.data(), ref.data(), nullptr);
+  ops::cuda::detail::launch_fp8_dequant_table(fast.data(), fast_bits.data(), ref.data(), nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint16_t> f = to_host(fast, 65536), r = to_host(ref, 65536);
-  int64_t differ = 0, nan = 0, cpu_differ = 0;
+  const std::vector<uint16_t> f = to_host(fast, 65536), fb = to_host(fast_bits, 65536), r = to_host(ref, 65536);
+  int64_t differ = 0, bits_differ = 0, nan = 0, cpu_differ = 0;
   for (uint32_t sb = 0; sb < 256; ++sb) {
     const float scale = small_float::from_bits(small_float::e8m0_f32_bits(sb));
     for (uint32_t code = 0; code < 256; ++code) {
@@ -273,18 +275,21 @@ TEST(GpuSparseAttentionFp8, FastDequantGivesTheReferenceBits) {
       const float v = small_float::from_bits(small_float::e4m3_f32_bits(code)) * scale;
       if (std::isnan(v)) {
         ++nan;
-        const bool fn = (f[i] & 0x7fff) > 0x7f80, rn = (r[i] & 0x7fff) > 0x7f80;
+        const bool fn = (f[i] & 0x7fff) > 0x7f80, bn = (fb[i] & 0x7fff) > 0x7f80, rn = (r[i] & 0x7fff) > 0x7f80;
         if (!fn || !rn) ++differ;
+        if (!bn) ++bits_differ;
         continue;
       }
       if (f[i] != r[i]) ++differ;
+      if (fb[i] != r[i]) ++bits_differ;
       if (r[i] != small_float::f32_to_bf16_bits(v)) ++cpu_differ;
     }
   }
-  std::printf("  fast dequant: %lld of 65536 pairs differ from the reference conversion, %lld from the CPU codec "
-              "(%lld NaN)\n",
-              (long long)differ, (long long)cpu_differ, (long long)nan);
+  std::printf("  fast dequant: %lld (one block's form) and %lld (the pair's) of 65536 pairs differ from the reference "
+              "conversion, %lld from the CPU codec (%lld NaN)\n",
+              (long long)differ, (long long)bits_differ, (long long)cpu_differ, (long long)nan);
   EXPECT_EQ(differ, 0);
+  EXPECT_EQ(bits_differ, 0);
   EXPECT_EQ(cpu_differ, 0);
 }
 

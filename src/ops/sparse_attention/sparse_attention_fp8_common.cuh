@@ -66,14 +66,19 @@ __device__ __forceinline__ void dequant16(const uint4 codes, uint8_t sb, __nv_bf
 // the state's scales are near 127); larger scale bytes and chunks holding a NaN code (e4m3 0x7f / 0xff: the fast
 // form would give a finite value) take dequant16. Per pair of codes: 2 byte permutes, a shift, a logic op and a
 // multiply, against dequant16's 3 conversions, 2 multiplies and a pack. The GPU test checks every (code, scale)
-// byte pair against dequant16 bit for bit. dequant16_fast_bits gives the 8 pairs (as dequant16_bits) and true, or
-// false for the chunks that must take dequant16; dequant16_fast stores them or takes dequant16.
-__device__ __forceinline__ bool dequant16_fast_bits(const uint4 codes, uint8_t sb, uint32_t (&r)[8]) {
+// byte pair against dequant16 bit for bit. dequant16_fast_ok: false for the chunks that must take dequant16;
+// dequant16_fast_pairs: the 8 pairs (as dequant16_bits) of a chunk that may take the fast form. dequant16_fast stores
+// them or takes dequant16 (the one-block kernel's producer); dequant16_fast_bits gives them and true, or false (the
+// pair's producer, which writes each pair twice).
+__device__ __forceinline__ bool dequant16_fast_ok(const uint4 codes, uint8_t sb) {
   const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
   uint32_t nan = 0;  // bit 7 of a byte set: that code's low 7 bits were all ones
 #pragma unroll
   for (int i = 0; i < 4; ++i) nan |= (w[i] & 0x7f7f7f7fu) + 0x01010101u;
-  if ((nan & 0x80808080u) != 0 || sb > 134) return false;
+  return !((nan & 0x80808080u) != 0 || sb > 134);
+}
+__device__ __forceinline__ void dequant16_fast_pairs(const uint4 codes, uint8_t sb, uint32_t (&r)[8]) {
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
   const uint32_t c16 = (uint32_t(sb) + 120u) << 7;  // bf16 bits of 2^(sb - 7)
   const uint32_t c = c16 | (c16 << 16);
 #pragma unroll
@@ -90,16 +95,28 @@ __device__ __forceinline__ bool dequant16_fast_bits(const uint4 codes, uint8_t s
       r[2 * i + hh] = out;
     }
   }
-  return true;
 }
+// Session 18's control flow (the check, dequant16 and return, else the fast form and the stores): session 19 routed
+// it through dequant16_fast_bits, which gives the same bits but made the one-block kernel's code ~2 % slower (bench/
+// NOTES.md, session 21 helper s21-sparsed).
 __device__ __forceinline__ void dequant16_fast(const uint4 codes, uint8_t sb, __nv_bfloat16* lo, __nv_bfloat16* hi) {
-  uint32_t r[8];
-  if (!dequant16_fast_bits(codes, sb, r)) {
+  if (!dequant16_fast_ok(codes, sb)) {
     dequant16(codes, sb, lo, hi);
     return;
   }
+  uint32_t r[8];
+  dequant16_fast_pairs(codes, sb, r);
   *reinterpret_cast<uint4*>(lo) = make_uint4(r[0], r[1], r[2], r[3]);
   *reinterpret_cast<uint4*>(hi) = make_uint4(r[4], r[5], r[6], r[7]);
+}
+__device__ __forceinline__ bool dequant16_fast_bits(const uint4 codes, uint8_t sb, uint32_t (&r)[8]) {
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t nan = 0;  // bit 7 of a byte set: that code's low 7 bits were all ones
+#pragma unroll
+  for (int i = 0; i < 4; ++i) nan |= (w[i] & 0x7f7f7f7fu) + 0x01010101u;
+  if ((nan & 0x80808080u) != 0 || sb > 134) return false;
+  dequant16_fast_pairs(codes, sb, r);
+  return true;
 }
 
 // Dims 8 c8 .. 8 c8 + 7 of head h of token t's q ([T, H, 512]) as 8 bf16 (fp32 q rounded, bf16 q as is); zeros for

@@ -81,9 +81,10 @@ void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const voi
 inline constexpr int kWsOneBlock = 0, kWsPair = 1, kWsVariants = 2;
 bool launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
                                             float* workspace, int variant, void* stream);
-// Test only: every (e4m3 code, UE8M0 scale byte) pair, [scale][code], as bf16 bits, through the fast conversion and
-// through the kernels' reference one (fast, ref: 65,536 each, device memory).
-void launch_fp8_dequant_table(uint16_t* fast, uint16_t* ref, void* stream);
+// Test only: every (e4m3 code, UE8M0 scale byte) pair, [scale][code], as bf16 bits, through the fast conversion as the
+// one block's producer calls it (fast), as the pair's producer calls it (fast_bits), and through the kernels'
+// reference one (ref; 65,536 each, device memory).
+void launch_fp8_dequant_table(uint16_t* fast, uint16_t* fast_bits, uint16_t* ref, void* stream);
 void launch_sparse_attention_fp8_combine(const SparseAttentionFp8Params& p, const float* workspace, float* o,
                                          void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the kernel (fp32 q) with phases left out, to see where a tile's

@@ -68,8 +68,10 @@ constexpr size_t kOffStage = kOffK + kKeyTiles * kTileBytes;              // [kS
 constexpr size_t kOffX = kOffStage + size_t(kStages) * kStageBytes;       // f32 [2 buffers][2 consumers][4 warps][512]
 constexpr size_t kOffFlag = kOffX + size_t(2 * 2 * 4 * 512) * 4;          // u8 [kStages][32]: key present
 constexpr size_t kOffMask = kOffFlag + 128;                               // u32 [kKeyTiles]: present keys of a tile
-constexpr size_t kOffBar = kOffMask + 16;                                 // u64 full[kKeyTiles], empty[kKeyTiles]
-constexpr size_t kBytes = kOffBar + 2 * kKeyTiles * 8;
+// u64 full[kKeyTiles], empty[kKeyTiles], then kStages x 2 barriers that the one block initialises and never uses
+// (init_barriers says why they are kept)
+constexpr size_t kOffBar = kOffMask + 16;
+constexpr size_t kBytes = kOffBar + (2 * kKeyTiles + 2 * kStages) * 8;
 static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
 static_assert(kOffBar % 8 == 0 && kOffStage % 16 == 0 && kOffX % 16 == 0, "alignment");
 
@@ -334,6 +336,16 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64
 template <bool kPair>
 __device__ __forceinline__ void init_barriers(uint32_t full0, uint32_t empty0) {
   if (threadIdx.x == 0) {
+    if constexpr (!kPair) {
+      // Kept, never waited on: session 18's consumer-dequantising variant's per-stage full / empty barriers. Removing
+      // them (session 19) moved the one block's code and cost ~4 % (A/B before removing: prefill 4,096 5.19 against
+      // 5.00 ms, bench/NOTES.md, session 21 helper s21-sparsed). They come first: after the key tiles' inits they
+      // changed the pair's code too.
+      for (int i = 0; i < kStages; ++i) {
+        mbar_init(empty0 + 8 * (kKeyTiles + i), 128);
+        mbar_init(empty0 + 8 * (kKeyTiles + kStages + i), 256);
+      }
+    }
     for (int i = 0; i < kKeyTiles; ++i) {
       mbar_init(full0 + 8 * i, kPair ? 256 : 128);
       mbar_init(empty0 + 8 * i, kPair ? 16 : 256);
@@ -494,8 +506,9 @@ void launch_variant(const SparseAttentionFp8Params& p, const void* q, float* o, 
   }
 }
 
-// Every (code, scale byte) pair through dequant16 and dequant16_fast: block = scale byte, thread i = codes 16 i ..
-__global__ void fp8_dequant_table_kernel(uint16_t* fast, uint16_t* ref) {
+// Every (code, scale byte) pair through dequant16, dequant16_fast (the one block's producer) and dequant16_fast_bits
+// with its fallback (the pair's producer): block = scale byte, thread i = codes 16 i ..
+__global__ void fp8_dequant_table_kernel(uint16_t* fast, uint16_t* fast_bits, uint16_t* ref) {
   const uint32_t b = 16u * threadIdx.x;
   uint32_t w[4];
   for (int i = 0; i < 4; ++i) w[i] = (b + 4 * i) | (b + 4 * i + 1) << 8 | (b + 4 * i + 2) << 16 | (b + 4 * i + 3) << 24;
@@ -504,8 +517,11 @@ __global__ void fp8_dequant_table_kernel(uint16_t* fast, uint16_t* ref) {
   __align__(16) __nv_bfloat16 f[16], r[16];
   attn_fp8::dequant16_fast(codes, sb, f, f + 8);
   attn_fp8::dequant16(codes, sb, r, r + 8);
+  uint32_t fb[8];
+  if (!attn_fp8::dequant16_fast_bits(codes, sb, fb)) attn_fp8::dequant16_bits(codes, sb, fb);
   for (int i = 0; i < 16; ++i) {
     fast[blockIdx.x * 256 + b + i] = __bfloat16_as_ushort(f[i]);
+    fast_bits[blockIdx.x * 256 + b + i] = uint16_t(fb[i / 2] >> (16 * (i % 2)));
     ref[blockIdx.x * 256 + b + i] = __bfloat16_as_ushort(r[i]);
   }
 }
@@ -532,8 +548,8 @@ bool launch_sparse_attention_fp8_ws_variant(const SparseAttentionFp8Params& p, c
   return true;
 }
 
-void launch_fp8_dequant_table(uint16_t* fast, uint16_t* ref, void* stream) {
-  fp8_dequant_table_kernel<<<256, 16, 0, static_cast<cudaStream_t>(stream)>>>(fast, ref);
+void launch_fp8_dequant_table(uint16_t* fast, uint16_t* fast_bits, uint16_t* ref, void* stream) {
+  fp8_dequant_table_kernel<<<256, 16, 0, static_cast<cudaStream_t>(stream)>>>(fast, fast_bits, ref);
 }
 
 }  // namespace dsinfer::ops::cuda::detail
