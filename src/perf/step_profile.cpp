@@ -105,7 +105,8 @@ Status time_rounds(runner::ModelRunner& r, speculative::Drafter& d, const schedu
   std::vector<speculative::RoundItem> items;
   for (const scheduler::SeqPlan& sp : plan.seqs) {
     const int32_t L = sp.num_spec_tokens;
-    const auto drafts = std::span<const int32_t>(plan.token_ids.data() + sp.token_offset + sp.num_new_tokens - L, size_t(L));
+    const auto drafts =
+        std::span<const int32_t>(plan.token_ids.data() + sp.token_offset + sp.num_new_tokens - L, size_t(L));
     items.push_back({int32_t(sp.slot), sp.start_pos, sp.logits_row, sp.token_offset, drafts, 0});
   }
   std::vector<speculative::RoundResult> res;

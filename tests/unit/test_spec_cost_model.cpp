@@ -194,7 +194,8 @@ TEST(SpecCostModel, TheMeasuredRoundReplacesItsPartsWhereTheEngineRunsIt) {
   EXPECT_EQ(speculative::best_verify_length(s, 1, round).length, 2);
   EXPECT_NEAR(speculative::best_verify_length(s, 1, round).tokens_per_ms, 2.2 / 0.772, 1e-6);
   // The break-even acceptance falls with the cheaper round.
-  EXPECT_LT(speculative::break_even_acceptance(2, 1, round, 0.05), speculative::break_even_acceptance(2, 1, parts, 0.05));
+  EXPECT_LT(speculative::break_even_acceptance(2, 1, round, 0.05),
+            speculative::break_even_acceptance(2, 1, parts, 0.05));
   // Dropped where the engine's rounds are two-wait: the parts again.
   const StepCostModel two = round.without_round();
   EXPECT_FALSE(two.has_round_cost());

@@ -343,7 +343,8 @@ TEST(SpecGate, AtTheShippedModelsMeasuredAcceptanceTheGateDraftsAtBatch1AndRests
     EXPECT_TRUE(r.rested) << n;
     EXPECT_LT(r.ms / r.plain_ms, 1.0 + SpecGate::kExploreShare + 0.005) << n;
     std::printf("h200 session 21, batch %lld: break-even %.3f, %lld speculative steps of 4000, %lld probes, time "
-                "%.4f of plain\n", (long long)n, speculative::break_even_acceptance(kDrafts, n, grid, SpecGate::kMargin),
+                "%.4f of plain\n", (long long)n,
+                speculative::break_even_acceptance(kDrafts, n, grid, SpecGate::kMargin),
                 (long long)r.spec_steps, (long long)r.probes, r.ms / r.plain_ms);
   }
   SpecGate g64(kDrafts, 8);
