@@ -33,10 +33,22 @@ uint64_t fnv1a(const std::string& s) {
 std::string model_key(const EngineOptions& o, const runner::ModelRunner& r, const speculative::SpeculativeConfig& s,
                       int64_t max_seqs) {
   const std::string config = read_file(std::filesystem::path(o.model_dir) / "config.json");
-  constexpr int kProfileVersion = 2;  // 2: the "plain" line
+  constexpr int kProfileVersion = 3;  // 2: the "plain" line; 3: the "round" line
   return fmt::format("{} | config {:016x} | {} | load {} | invariant {} | {} k {} | seqs {} | profile {}", r.name(),
                      fnv1a(config), o.numerics, o.load_format, o.batch_invariant ? 1 : 0,
                      speculative::spec_method_name(s.method), s.num_speculative_tokens, max_seqs, kProfileVersion);
+}
+
+// The engine's speculative steps are two-wait rounds (DSINFER_SPEC_ONE_WAIT=0, read like the Speculator reads it),
+// or DSINFER_SPEC_ROUND_COST=0 asks for the round's parts timed apart (the before / after switch of the measured
+// round): the model without its "round" line.
+speculative::StepCostModel for_engine_rounds(speculative::StepCostModel m) {
+  auto off = [](const char* name) {
+    const char* e = std::getenv(name);
+    return e && std::string(e) == "0";
+  };
+  if (off("DSINFER_SPEC_ONE_WAIT") || off("DSINFER_SPEC_ROUND_COST")) return m.without_round();
+  return m;
 }
 
 }  // namespace
@@ -66,7 +78,7 @@ Result<speculative::StepCostModel> setup_step_cost(const EngineOptions& o, const
   if (!file.empty() && std::filesystem::exists(file, ec)) {
     Result<speculative::StepCostModel> m = speculative::StepCostModel::parse(read_file(file), file.string());
     if (!m && spec.cost_model != "auto") return m.status().with_context("speculative_cost_model");
-    if (m && (m->key() == key || m->key() == "*") && m->max_rows() >= rows) return m;
+    if (m && (m->key() == key || m->key() == "*") && m->max_rows() >= rows) return for_engine_rounds(std::move(*m));
     std::fprintf(stderr, "speculative cost model: %s %s; profiling again\n", file.string().c_str(),
                  m ? "is for another model, GPU or shape" : m.status().message().c_str());
   }
@@ -87,7 +99,7 @@ Result<speculative::StepCostModel> setup_step_cost(const EngineOptions& o, const
   }
   std::fprintf(stderr, "speculative cost model: verify steps and drafting profiled in %.2f s (%s)\n", s,
                where.c_str());
-  return m;
+  return for_engine_rounds(std::move(m));
 }
 
 }  // namespace dsinfer::engine

@@ -96,6 +96,29 @@ Status time_plain_steps(runner::ModelRunner& r, scheduler::BatchPlan plan, int64
   return Status::ok();
 }
 
+// The one-wait round as the engine runs it (Engine::step_sync -> Speculator::round): the verify step of `plan` (its
+// rows: an anchor and drafts) launched without a download, then the drafter's acceptance on the device, the ingest
+// of the committed positions and the next proposal, one download and one host wait. One warm-up (it captures the
+// graphs), then `iters` rounds, ms each. Only drafters with the round (Drafter::supports_round).
+Status time_rounds(runner::ModelRunner& r, speculative::Drafter& d, const scheduler::BatchPlan& plan, int64_t iters,
+                   std::vector<double>& out) {
+  std::vector<speculative::RoundItem> items;
+  for (const scheduler::SeqPlan& sp : plan.seqs) {
+    const int32_t L = sp.num_spec_tokens;
+    const auto drafts =
+        std::span<const int32_t>(plan.token_ids.data() + sp.token_offset + sp.num_new_tokens - L, size_t(L));
+    items.push_back({int32_t(sp.slot), sp.start_pos, sp.logits_row, sp.token_offset, drafts, 0});
+  }
+  std::vector<speculative::RoundResult> res;
+  for (int64_t it = 0; it <= iters; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    DSI_RETURN_IF_ERROR(r.begin_sampled_step(plan));
+    DSI_RETURN_IF_ERROR(d.verify_and_propose(items, res));
+    if (it > 0) out.push_back(ms_since(t0));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, const cache::StateLayout& layout,
@@ -109,7 +132,8 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
   seqs.push_back(o.max_seqs);
   const int64_t ctx = std::clamp<int64_t>(o.context, 0, std::max<int64_t>(0, max_model_len - o.max_rows - 1));
   const int64_t bps = layout.blocks_per_sequence(ctx + o.max_rows);
-  std::vector<std::vector<double>> samples, draft_samples, plain_samples;
+  std::vector<std::vector<double>> samples, draft_samples, plain_samples, round_samples;
+  bool rounds = drafter && drafter->supports_round() && r.supports_device_sampling() && o.max_rows > 1;
   std::vector<double> host_rows;
   std::vector<float> logits;
   std::vector<std::vector<cache::BlockId>> tables;
@@ -129,6 +153,18 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
         if (it > 0) t.push_back(ms_since(t0));
       }
       samples.push_back(std::move(t));
+      if (rounds && rows == o.max_rows) {
+        // As with drafting: a round on state rows no sequence wrote may fail the drafter's own checks; then the
+        // model has no round times (the round's parts timed apart stand for it).
+        std::vector<double> rt;
+        if (Status s = time_rounds(r, *drafter, plan, o.iters, rt); !s) {
+          std::fprintf(stderr, "step profile: one-wait round not timed (%s)\n", s.message().c_str());
+          rounds = false;
+          round_samples.clear();
+        } else {
+          round_samples.push_back(std::move(rt));
+        }
+      }
       if (rows == 1) {
         std::vector<double> p;
         if (Status s = time_plain_steps(r, plan, o.iters, p); !s)
@@ -152,7 +188,8 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
       }
     }
   }
-  return speculative::StepCostModel::fit(o.key, seqs, o.max_rows, samples, draft_samples, host_rows, plain_samples);
+  return speculative::StepCostModel::fit(o.key, seqs, o.max_rows, samples, draft_samples, host_rows, plain_samples,
+                                        round_samples);
 }
 
 }  // namespace dsinfer::perf

@@ -5,9 +5,11 @@
 // positions; one warm-up step per shape (it also captures the shape's CUDA graph), then `iters` timed steps. With a
 // drafter, also a drafting round (the ingest of two positions and a propose with greedy picks) of each batch size's
 // sequences, max_rows - 1 drafts each, anchored at the same positions (its state rows hold whatever they hold:
-// timing only); the host's greedy sampling of one verified row, timed over the largest step's logits; and where the
+// timing only); the host's greedy sampling of one verified row, timed over the largest step's logits; where the
 // runner samples on the device, the engine's plain decode step of each batch size (pipelined as the engine's
-// asynchronous steps are): what a step at rest costs, the rate drafting must beat.
+// asynchronous steps are): what a step at rest costs, the rate drafting must beat; and where the drafter also has
+// the one-wait round (Drafter::supports_round), that round of each batch size at max_rows rows, timed as the engine
+// runs it: what a speculative step costs.
 #pragma once
 #include <string>
 

@@ -2,10 +2,51 @@
 #include "speculative/spec_gate.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include <fmt/format.h>
 
 #include "speculative/verify_plan.h"
 
 namespace dsinfer::speculative {
+
+namespace {
+
+bool gate_log() {
+  static const bool on = [] {
+    const char* e = std::getenv("DSINFER_SPEC_GATE_LOG");
+    return e && *e && std::string(e) != "0";
+  }();
+  return on;
+}
+
+}  // namespace
+
+std::string SpecGate::explain(int64_t n, const StepCostModel& cost) const {
+  if (cost.empty()) return "gate: no cost model (every draft verified)";
+  n = std::max<int64_t>(n, 1);
+  const double pr = prior(n, cost);
+  const std::vector<double> a = survival(pr);
+  std::string rounds, est;
+  double tokens = double(n), best = double(n) / cost.round_ms(n, 1, tokens);
+  int32_t best_l = 0;
+  for (size_t L = 0; L <= a.size(); ++L) {
+    if (L > 0) tokens += double(n) * a[L - 1];
+    const double ms = cost.round_ms(n, int32_t(1 + L), tokens);
+    rounds += fmt::format("{}{:.3f}", L ? " " : "", ms);
+    if (L > 0) est += fmt::format("{}{:.3f}", L > 1 ? " " : "", a[L - 1]);
+    if (tokens / ms > best) best = tokens / ms, best_l = int32_t(L);
+  }
+  const double off = double(n) / cost.plain_ms(n);
+  return fmt::format(
+      "gate n={}: plain {:.3f} ms, round ({}) by verify length 0..{}: {} ms; survival [{}] (prior {:.3f}, "
+      "break-even {:.3f}); best L={} {:.3f} tok/ms = {:.3f}x plain (needs {:.2f}x): {}; credit {:.3f} of {:.3f} ms, "
+      "{} probes, {} speculative steps, {} at rest",
+      n, cost.plain_ms(n), cost.has_round_cost() ? "one-wait, measured" : "parts", a.size(), rounds, est, pr,
+      break_even_acceptance(a.size(), n, cost, kMargin), best_l, best, best / off, 1.0 + margin(),
+      pays(n, cost) ? "drafts" : "rests", credit_, probe_price(n, cost), probes_, speculative_steps_, rest_steps_);
+}
 
 SpecGate::SpecGate(size_t positions, int64_t resume_steps)
     : reached_(positions, 0.0), accepted_(positions, 0.0), resume_steps_(std::max<int64_t>(resume_steps, 0)) {}
@@ -26,7 +67,7 @@ void SpecGate::observe_expected(std::span<const float> a, size_t from) {
     reached_[k] += k == 0 ? 1.0 : double(a[k - 1]);
     accepted_[k] += double(a[k]);
   }
-  if (from < n) {  // the probe's round is the head's estimate
+  if (from == 0 && from < n) {  // a block cut to nothing: the probe's round is the head's estimate
     probe_left_ = 0;
     probe_rounds_ = 0;
   }
@@ -45,22 +86,25 @@ std::vector<double> SpecGate::survival(double prior) const {
 double SpecGate::prior(int64_t n, const StepCostModel& cost) const {
   if (cost.empty()) return kPriorAcceptance;
   n = std::max<int64_t>(n, 1);
-  return std::min(kPriorAcceptance, break_even_acceptance(reached_.size(), n, cost, cost.draft_ms(n), kMargin));
+  return std::min(kPriorAcceptance, break_even_acceptance(reached_.size(), n, cost, kMargin));
 }
 
+double SpecGate::margin() const { return explored_ && rest_steps_ == 0 ? 0.0 : kMargin; }
+
 bool SpecGate::pays(int64_t n, const StepCostModel& cost) const {
-  return drafting_pays(survival(prior(n, cost)), n, cost, cost.draft_ms(n), kMargin);
+  return drafting_pays(survival(prior(n, cost)), n, cost, margin());
 }
 
 double SpecGate::probe_price(int64_t n, const StepCostModel& cost) const {
   if (cost.empty() || reached_.empty()) return 0.0;
   n = std::max<int64_t>(n, 1);
-  if (!drafting_pays(std::vector<double>(reached_.size(), 1.0), n, cost, cost.draft_ms(n), kMargin)) return 0.0;
+  if (!drafting_pays(std::vector<double>(reached_.size(), 1.0), n, cost, kMargin)) return 0.0;
   const double plain = cost.plain_ms(n);
   const double h = cost.host_row_ms() * double(n);
+  // The catch-up steps ingest and run the drafter without a round of the engine's kind: its parts timed apart.
   const double catch_up = std::max(0.0, cost.step_ms(n, 1) + h + cost.draft_ms(n) - plain);
   const int32_t rows = 1 + int32_t(reached_.size());
-  const double round = std::max(0.0, cost.draft_ms(n) + cost.step_ms(n, rows) + h - plain);
+  const double round = std::max(0.0, cost.round_ms(n, rows, double(n)) - plain);
   return double(resume_steps_) * catch_up + 2.0 * round;
 }
 
@@ -70,16 +114,21 @@ void SpecGate::add_credit(double ms, int64_t n, const StepCostModel& cost) {
 
 void SpecGate::rest_step(int64_t n, const StepCostModel& cost) {
   ++rest_steps_;
+  if (rest_steps_ == 1 && gate_log()) std::fprintf(stderr, "[rests] %s\n", explain(n, cost).c_str());
   if (!cost.empty() && n > 0) add_credit(kExploreShare * cost.plain_ms(n), n, cost);
 }
 
 void SpecGate::spent(int64_t n, int32_t rows, int64_t tokens, const StepCostModel& cost) {
   if (cost.empty() || n <= 0) return;
-  const double round = cost.step_ms(n, std::max(rows, 1)) + cost.host_row_ms() * double(tokens) + cost.draft_ms(n);
+  if (first_probe_ && probe_left_ > 0) return;  // a fresh gate's first probe is free: no debt for later probes
+  const double round = cost.round_ms(n, std::max(rows, 1), double(tokens));
   add_credit(double(tokens) * cost.plain_ms(n) / double(n) - round, n, cost);
 }
 
 void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
+  if (gate_log() && (rest_steps_ > 0 || speculative_steps_ % 256 == 0))
+    std::fprintf(stderr, "[%s] %s\n", rest_steps_ > 0 ? "leaves rest" : "drafting", explain(n, cost).c_str());
+  ++speculative_steps_;
   if ((rest_steps_ > 0 || !explored_) && !cost.empty() && !pays(n, cost)) {
     // A probe (the first speculative step, or the credit let the engine leave rest): the old rounds keep
     // kProbeMemory rounds' weight at most.
@@ -88,9 +137,11 @@ void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
       reached_[k] *= f;
       accepted_[k] *= f;
     }
+    const int64_t rounds = explored_ ? int64_t(kProbeRounds) : int64_t(kFirstProbeRounds);
+    first_probe_ = !explored_;
     ++probes_;
-    probe_left_ = resume_steps_ + 1 + int64_t(kProbeRounds);
-    probe_rounds_ = int64_t(kProbeRounds);
+    probe_left_ = resume_steps_ + 1 + rounds;
+    probe_rounds_ = rounds;
   }
   if (probe_left_ > 0) --probe_left_;
   rest_steps_ = 0;
@@ -107,7 +158,7 @@ bool SpecGate::should_draft(int64_t n, const StepCostModel& cost) const {
   if (price <= 0.0) return false;
   // A fresh gate's first probe is free only where the prior's ceiling would pay (the old gate drafted there from the
   // start): at batch 64 on the H200 a first-step probe of 64 sequences staggered the batch (0.81x off, session 17).
-  if (!explored_ && drafting_pays(survival(kPriorAcceptance), n, cost, cost.draft_ms(n), kMargin)) return true;
+  if (!explored_ && drafting_pays(survival(kPriorAcceptance), n, cost, kMargin)) return true;
   return credit_ >= price;
 }
 

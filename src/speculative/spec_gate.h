@@ -9,9 +9,9 @@
 // makes drafting pay, only observed rounds above break-even do (session 17: with 0.6 above the shipped model's
 // batch-1 break-even of ~0.54, every run and every probe began with rounds that lost). A position few rounds reach
 // keeps the prior instead of looking perfect; drafts the verify length cut count with the confidence head's survival
-// as their expected outcome (observe_expected). Drafting pays when a round at the estimate beats the engine's plain
-// step by kMargin (drafting_pays): the profile times the round's parts, not the host's own work around a
-// synchronous round, which the H200 traces put at 5-15 % of it (bench/NOTES.md, session 12).
+// as their expected outcome (observe_expected). Drafting pays when a round at the estimate (StepCostModel::round_ms:
+// the one-wait round as the profile timed it where the engine runs it, else its parts) beats the engine's plain
+// step by margin(): kMargin to leave rest, none to go on drafting (hysteresis).
 //
 // Exploration. At rest nothing is observed, so an estimate alone stays where its last rounds left it. The gate
 // probes: a fresh gate at its first speculative step where kPriorAcceptance itself would pay (nothing observed yet,
@@ -19,13 +19,15 @@
 // of its time; each speculative step subtracts what it cost beyond the plain steps its tokens would have taken (it
 // adds back what it saved), capped at one probe's price (the catch-up steps after the gap, each a one-row
 // speculative step with the drafter's work, and two rounds verifying every draft that emit one token each). A probe
-// cuts the memory to kProbeMemory rounds and drafts until kProbeRounds rounds were observed (at most resume_steps +
-// 1 + kProbeRounds steps), then the rounds decide again. So exploring costs at most about kExploreShare of the time
+// cuts the memory to kProbeMemory rounds and drafts until kProbeRounds rounds (a fresh gate's first probe:
+// kFirstProbeRounds) were observed or a block was cut to nothing (at most resume_steps + 1 + that many steps), then
+// the rounds decide again. So exploring costs at most about kExploreShare of the time
 // at rest, and a batch where drafting cannot pay even if every draft survived is never probed. Deterministic:
 // cost-model times and observed acceptance only, no clock read.
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "speculative/step_cost.h"
@@ -49,6 +51,11 @@ class SpecGate {
   // Rounds a probe observes before the estimate decides again (its price counts two rounds): one round alone at the
   // shipped drafter's ~0.5 first-draft acceptance ends half the probes on a rejected first draft.
   static constexpr int32_t kProbeRounds = 2;
+  // Rounds a fresh gate's first probe observes (session 21): its sequences' drafter context is whole, and nothing
+  // else informs the estimate before the gate may rest for ~100 x the probe's price; one or two rounds at the shipped
+  // drafter's ~0.6 first-draft acceptance put it at rest for a whole batch-1 run on the H200 (2 probes, 4 drafts
+  // verified, in 1,024 steps) although verifying every draft there is 1.13x off.
+  static constexpr int32_t kFirstProbeRounds = 16;
 
   // `positions`: drafts per round at most. `resume_steps`: the speculative steps a sequence needs after a gap before
   // it drafts again (the drafter's resume_positions(): Speculator::note_ingest).
@@ -77,10 +84,18 @@ class SpecGate {
   // Drafting is expected to pay at the estimate, a probe is under way, or the credit covers one.
   bool should_draft(int64_t n, const StepCostModel& cost) const;
   bool pays(int64_t n, const StepCostModel& cost) const;
+  // The share of the plain rate a round must beat: kMargin to leave rest (a fresh gate is at rest), none to go on
+  // drafting (hysteresis: a gate drafting at its estimate's break-even stays, one at rest waits for kMargin).
+  double margin() const;
   // A probe's modelled price at batch n (ms); 0 = never probed (drafting cannot pay at n even if every draft survived).
   double probe_price(int64_t n, const StepCostModel& cost) const;
   double credit() const { return credit_; }
   int64_t probes() const { return probes_; }
+  // One line of the gate's numbers at batch n: the modelled plain step and round per verify length, the estimate,
+  // the prior and break-even, the best rate at the estimate against the plain rate with kMargin, the credit. With
+  // DSINFER_SPEC_GATE_LOG=1 the gate prints it to stderr when it rests, when it leaves rest and every 256th
+  // speculative step (a log only: the decisions never read it).
+  std::string explain(int64_t n, const StepCostModel& cost) const;
 
  private:
   void add_credit(double ms, int64_t n, const StepCostModel& cost);
@@ -91,7 +106,9 @@ class SpecGate {
   int64_t probe_left_ = 0;    // speculative steps a probe still drafts for without its observed rounds
   int64_t probe_rounds_ = 0;  // observed rounds a probe still waits for
   int64_t probes_ = 0;
+  int64_t speculative_steps_ = 0;
   bool explored_ = false;  // a speculative step was begun (the first one probes)
+  bool first_probe_ = false;  // the probe under way is a fresh gate's first (free: spent() charges nothing)
   double credit_ = 0.0;
 };
 

@@ -445,9 +445,9 @@ void Speculator::cut_to_best_length(std::vector<Proposal>& props, std::vector<st
   for (size_t j = 0; j < props.size(); ++j)
     if (scheduled[j] && !props[j].tokens.empty()) sa.push_back(a[j]);
   if (sa.empty()) return;
-  // The drafting time is spent by now, but it is part of this round's time: it weighs the choice like the
-  // round-rate it is (a long verify is worth more when the draft already cost much).
-  const VerifyChoice c = best_verify_length(sa, num_seqs, cost_, cost_.draft_ms(num_seqs));
+  // The drafting time is spent by now, but it is part of this round's time (StepCostModel::round_ms): it weighs
+  // the choice like the round-rate it is (a long verify is worth more when the draft already cost much).
+  const VerifyChoice c = best_verify_length(sa, num_seqs, cost_);
   for (size_t j = 0; j < props.size(); ++j) {
     // The confidence head's survival of the drafts cut here is their expected outcome for the gate.
     if (scheduled[j] && drafter_->has_confidence()) gate_.observe_expected(a[j], size_t(c.length));

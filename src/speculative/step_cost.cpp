@@ -35,6 +35,11 @@ Status StepCostModel::check(const StepCostModel& m, const std::string& where) {
   for (double d : m.plain_ms_)
     if (!(std::isfinite(d) && d > 0))
       return Status::errorf("{}: plain step times must be finite and > 0, found {}", where, d);
+  if (!m.round_ms_.empty() && m.round_ms_.size() != m.seqs_.size())
+    return Status::errorf("{}: {} round times for {} batch sizes", where, m.round_ms_.size(), m.seqs_.size());
+  for (double d : m.round_ms_)
+    if (!(std::isfinite(d) && d > 0))
+      return Status::errorf("{}: round times must be finite and > 0, found {}", where, d);
   if (!(std::isfinite(m.host_row_ms_) && m.host_row_ms_ >= 0))
     return Status::errorf("{}: the host time per row must be finite and >= 0, found {}", where, m.host_row_ms_);
   for (double d : m.draft_ms_)
@@ -51,7 +56,8 @@ Result<StepCostModel> StepCostModel::fit(std::string key, std::vector<int64_t> s
                                          const std::vector<std::vector<double>>& samples,
                                          const std::vector<std::vector<double>>& draft_samples,
                                          const std::vector<double>& host_row_samples,
-                                         const std::vector<std::vector<double>>& plain_samples) {
+                                         const std::vector<std::vector<double>>& plain_samples,
+                                         const std::vector<std::vector<double>>& round_samples) {
   StepCostModel m;
   m.key_ = std::move(key);
   m.seqs_ = std::move(seqs);
@@ -72,6 +78,10 @@ Result<StepCostModel> StepCostModel::fit(std::string key, std::vector<int64_t> s
   for (size_t i = 0; i < plain_samples.size(); ++i) {
     if (plain_samples[i].empty()) return Status::errorf("step cost fit: no plain step time of batch size index {}", i);
     m.plain_ms_.push_back(std::max(median(plain_samples[i]), m.plain_ms_.empty() ? 0.0 : m.plain_ms_.back()));
+  }
+  for (size_t i = 0; i < round_samples.size(); ++i) {
+    if (round_samples[i].empty()) return Status::errorf("step cost fit: no round time of batch size index {}", i);
+    m.round_ms_.push_back(std::max(median(round_samples[i]), m.round_ms_.empty() ? 0.0 : m.round_ms_.back()));
   }
   if (!host_row_samples.empty()) m.host_row_ms_ = median(host_row_samples);
   DSI_RETURN_IF_ERROR(check(m, "step cost fit"));
@@ -114,6 +124,11 @@ std::string StepCostModel::serialize() const {
   if (!plain_ms_.empty()) {
     o << "plain";
     for (double d : plain_ms_) o << ' ' << d;
+    o << '\n';
+  }
+  if (!round_ms_.empty()) {
+    o << "round";
+    for (double d : round_ms_) o << ' ' << d;
     o << '\n';
   }
   return o.str();
@@ -161,6 +176,10 @@ Result<StepCostModel> StepCostModel::parse(std::string_view text, const std::str
       double t = 0;
       while (ls >> t) m.plain_ms_.push_back(t);
       if (!ls.eof()) return Status::errorf("{}:{}: 'plain' needs times in ms", where, ln);
+    } else if (word == "round") {
+      double t = 0;
+      while (ls >> t) m.round_ms_.push_back(t);
+      if (!ls.eof()) return Status::errorf("{}:{}: 'round' needs times in ms", where, ln);
     } else if (word == "host") {
       if (!(ls >> m.host_row_ms_) || (ls >> word)) return Status::errorf("{}:{}: 'host' needs one time in ms", where, ln);
     } else {
@@ -201,6 +220,19 @@ double StepCostModel::step_ms(int64_t n, int32_t rows) const {
 double StepCostModel::plain_ms(int64_t n) const {
   if (plain_ms_.empty()) return step_ms(n, 1);
   return along_seqs(n, [&](size_t i) { return plain_ms_[i]; });
+}
+
+double StepCostModel::round_ms(int64_t n, int32_t rows, double tokens) const {
+  const double host = host_row_ms_ * tokens;
+  if (round_ms_.empty()) return step_ms(n, rows) + draft_ms(n) + host;
+  const double round = along_seqs(n, [&](size_t i) { return round_ms_[i]; });
+  return std::max(round - step_ms(n, max_rows_) + step_ms(n, rows), step_ms(n, rows)) + host;
+}
+
+StepCostModel StepCostModel::without_round() const {
+  StepCostModel m = *this;
+  m.round_ms_.clear();
+  return m;
 }
 
 double StepCostModel::draft_ms(int64_t n) const {

@@ -31,11 +31,15 @@ class StepCostModel {
   // plain_samples (empty = none): per batch size, the times of one plain decode step as the engine takes it without
   // speculation (sampled on the device, launched before the step before is read); their medians, made
   // non-decreasing, become the "plain" line.
+  // round_samples (empty = none): per batch size, the times of one one-wait round as the engine runs it (the verify
+  // step of max_rows rows launched without a download, then the drafter's acceptance and next proposal on the
+  // device, one download, one host wait); their medians, made non-decreasing, become the "round" line.
   static Result<StepCostModel> fit(std::string key, std::vector<int64_t> seqs, int32_t max_rows,
                                    const std::vector<std::vector<double>>& samples,
                                    const std::vector<std::vector<double>>& draft_samples = {},
                                    const std::vector<double>& host_row_samples = {},
-                                   const std::vector<std::vector<double>>& plain_samples = {});
+                                   const std::vector<std::vector<double>>& plain_samples = {},
+                                   const std::vector<std::vector<double>>& round_samples = {});
   // The CPU fallback: time = n * rows (arbitrary unit; only ratios matter).
   static StepCostModel proportional(int64_t max_seqs, int32_t max_rows);
 
@@ -65,6 +69,17 @@ class StepCostModel {
   // "plain" line, else step_ms(n, 1).
   bool has_plain_cost() const { return !plain_ms_.empty(); }
   double plain_ms(int64_t n) const;
+  // The time of one speculative step of n sequences verifying `rows` rows each and emitting `tokens` (what a
+  // drafting round costs, the draft of the next step included): the device's part, plus host_row_ms() per emitted
+  // token (the host's work per token after the round's wait: outputs, detokenize, the scheduler's update, serial in
+  // a round where a plain step's overlaps the device; the Sampler's row time, a lower bound: session 21). The
+  // device's part: with a "round" line the measured one-wait round less the verify rows it does not run
+  // (round(n) - step_ms(n, max_rows) + step_ms(n, rows), at least step_ms(n, rows)); without it the parts timed
+  // apart, end to end: step_ms(n, rows) + draft_ms(n) (the two-wait round).
+  bool has_round_cost() const { return !round_ms_.empty(); }
+  double round_ms(int64_t n, int32_t rows, double tokens) const;
+  // This model without its "round" line (the engine's rounds are two-wait: DSINFER_SPEC_ONE_WAIT=0).
+  StepCostModel without_round() const;
 
  private:
   double cell(size_t i, int32_t rows) const { return ms_[i * size_t(max_rows_) + size_t(rows - 1)]; }
@@ -79,6 +94,7 @@ class StepCostModel {
   std::vector<double> ms_;  // [seqs_.size(), max_rows_]
   std::vector<double> draft_ms_;  // [seqs_.size()] or empty
   std::vector<double> plain_ms_;  // [seqs_.size()] or empty
+  std::vector<double> round_ms_;  // [seqs_.size()] or empty
   double host_row_ms_ = 0.0;
 };
 

@@ -19,24 +19,22 @@ struct VerifyChoice {
 
 // The one verify length L in [0, longest draft] for every drafted sequence of a step (uniform lengths keep the
 // verify step a captured CUDA graph) that maximises
-//   tokens / (draft_ms + cost.step_ms(num_seqs, 1 + L) + cost.host_row_ms() * tokens),
+//   tokens / cost.round_ms(num_seqs, 1 + L, tokens)   (the round's draft, verify and host parts: step_cost.h),
 // tokens = others + sum_s (1 + a_s,1 + ... + a_s,min(L, len_s)),
 // num_seqs = the step's sequences (the drafted ones and `others` = num_seqs - survival.size(), one token each).
-// Ties: the shorter L. L = 0 is a plain decode step.
+// Ties: the shorter L. L = 0 verifies nothing (the drafting is spent all the same).
 VerifyChoice best_verify_length(std::span<const std::vector<float>> survival, int64_t num_seqs,
-                                const StepCostModel& cost, double draft_ms);
+                                const StepCostModel& cost);
 
 // Whether drafting for a step of num_seqs sequences is expected to beat plain decode (num_seqs / plain_ms(num_seqs):
 // the engine's plain step, sampled on the device where it can) by more than `margin` (a share of its rate) when
-// every sequence's drafts survive like `mean_survival` (per position), drafting costs draft_ms and the host
-// verifies one row per emitted token.
+// every sequence's drafts survive like `mean_survival` (per position) and a round costs cost.round_ms.
 bool drafting_pays(std::span<const double> mean_survival, int64_t num_seqs, const StepCostModel& cost,
-                   double draft_ms, double margin = 0.0);
+                   double margin = 0.0);
 
 // The break-even conditional acceptance at num_seqs: the largest p in [0, 1] (to 1e-4) at which drafting_pays is
 // still false when every draft is accepted with conditional probability p (survival p, p^2, ..., p^positions).
 // Drafting pays above it; 1.0 when it cannot pay even if every draft survives.
-double break_even_acceptance(size_t positions, int64_t num_seqs, const StepCostModel& cost, double draft_ms,
-                             double margin = 0.0);
+double break_even_acceptance(size_t positions, int64_t num_seqs, const StepCostModel& cost, double margin = 0.0);
 
 }  // namespace dsinfer::speculative

@@ -15,9 +15,13 @@ namespace {
 
 // A GPU-like table: batch 1 is latency-bound (a verified row costs 0.1 of a decode step), batch 64 is close to
 // compute-bound (a row costs about as much as the decode step's own row).
-StepCostModel gpu_like() {
+// `draft`: a drafting time of that many ms at every batch size (a "draft" line; none for 0).
+StepCostModel gpu_like(double draft = 0.0, const std::string& more = "") {
+  const std::string d = draft > 0 ? "draft " + std::to_string(draft) + " " + std::to_string(draft) + " " +
+                                        std::to_string(draft) + "\n"
+                                  : "";
   return test::unwrap(StepCostModel::parse("dsinfer-step-cost 1\nkey test gpu\nrows 3\nseqs 1 1 1.1 1.2\n"
-                                           "seqs 8 1.2 1.5 1.8\nseqs 64 4 7.5 11\n",
+                                           "seqs 8 1.2 1.5 1.8\nseqs 64 4 7.5 11\n" + d + more,
                                            "table"));
 }
 
@@ -79,35 +83,35 @@ TEST(SpecCostModel, VerifyLengthMaximisesExpectedTokensPerMs) {
   const StepCostModel m = gpu_like();
   const std::vector<float> good{0.9f, 0.8f}, poor{0.05f, 0.01f};
   // Batch 1, no draft cost: (1 + .9 + .8) / 1.2 = 2.25 beats 1.9 / 1.1 and 1 / 1.
-  auto c = speculative::best_verify_length(std::vector<std::vector<float>>{good}, 1, m, 0.0);
+  auto c = speculative::best_verify_length(std::vector<std::vector<float>>{good}, 1, gpu_like(0.0));
   EXPECT_EQ(c.length, 2);
   EXPECT_NEAR(c.tokens_per_ms, 2.7 / 1.2, 1e-6);  // survival is float
   // Poor drafts: 1.05 / 1.1 and 1.06 / 1.2 do not beat decode: verify nothing.
-  EXPECT_EQ(speculative::best_verify_length(std::vector<std::vector<float>>{poor}, 1, m, 0.0).length, 0);
+  EXPECT_EQ(speculative::best_verify_length(std::vector<std::vector<float>>{poor}, 1, gpu_like(0.0)).length, 0);
   // Batch 64, 64 good sequences: 64 * 2.7 / 11 = 15.7 < 64 * 1.9 / 7.5 = 16.2 = 64 / 4 = 16 < ... L = 1 wins.
   std::vector<std::vector<float>> many(64, good);
-  EXPECT_EQ(speculative::best_verify_length(many, 64, m, 0.0).length, 1);
+  EXPECT_EQ(speculative::best_verify_length(many, 64, gpu_like(0.0)).length, 1);
   // The same with half the sequences not drafted (they add one token each, the step is still 64 wide): 32 * .9
   // more tokens for 3.5 ms more does not pay against 64 / 4.
   std::vector<std::vector<float>> half(32, good);
-  EXPECT_EQ(speculative::best_verify_length(half, 64, m, 0.0).length, 0);
+  EXPECT_EQ(speculative::best_verify_length(half, 64, gpu_like(0.0)).length, 0);
   // The round's draft time counts: batch 8, survival .2: without it L = 0 (8 / 1.2 = 6.67 > 9.6 / 1.5 = 6.4); with
   // 1 ms of drafting L = 1 (8 / 2.2 = 3.64 < 9.6 / 2.5 = 3.84).
   std::vector<std::vector<float>> mid(8, std::vector<float>{0.2f});
-  EXPECT_EQ(speculative::best_verify_length(mid, 8, m, 0.0).length, 0);
-  EXPECT_EQ(speculative::best_verify_length(mid, 8, m, 1.0).length, 1);
-  EXPECT_EQ(speculative::best_verify_length({}, 8, m, 0.0).length, 0);
+  EXPECT_EQ(speculative::best_verify_length(mid, 8, gpu_like(0.0)).length, 0);
+  EXPECT_EQ(speculative::best_verify_length(mid, 8, gpu_like(1.0)).length, 1);
+  EXPECT_EQ(speculative::best_verify_length({}, 8, gpu_like(0.0)).length, 0);
 }
 
 TEST(SpecCostModel, DraftingPaysOnlyWhereTheRoundBeatsDecode) {
   const StepCostModel m = gpu_like();
   const std::vector<double> a{0.7, 0.5};
-  EXPECT_TRUE(speculative::drafting_pays(a, 1, m, 0.2));     // (1.7) / 1.3 = 1.31 > 1
-  EXPECT_TRUE(speculative::drafting_pays(a, 1, m, 0.8));     // 1.7 / 1.9 < 1 but 2.2 / 2.0 = 1.1 > 1
-  EXPECT_FALSE(speculative::drafting_pays(a, 1, m, 1.5));    // 1.7 / 2.6 and 2.2 / 2.7 < 1
-  EXPECT_FALSE(speculative::drafting_pays(a, 64, m, 0.0));   // 64 * 1.7 / 7.5 = 14.5 < 16
-  EXPECT_FALSE(speculative::drafting_pays(a, 4, StepCostModel::proportional(64, 3), 0.0));  // never on the cpu
-  EXPECT_FALSE(speculative::drafting_pays({}, 1, m, 0.0));
+  EXPECT_TRUE(speculative::drafting_pays(a, 1, gpu_like(0.2)));     // (1.7) / 1.3 = 1.31 > 1
+  EXPECT_TRUE(speculative::drafting_pays(a, 1, gpu_like(0.8)));     // 1.7 / 1.9 < 1 but 2.2 / 2.0 = 1.1 > 1
+  EXPECT_FALSE(speculative::drafting_pays(a, 1, gpu_like(1.5)));    // 1.7 / 2.6 and 2.2 / 2.7 < 1
+  EXPECT_FALSE(speculative::drafting_pays(a, 64, gpu_like(0.0)));   // 64 * 1.7 / 7.5 = 14.5 < 16
+  EXPECT_FALSE(speculative::drafting_pays(a, 4, StepCostModel::proportional(64, 3)));  // never on the cpu
+  EXPECT_FALSE(speculative::drafting_pays({}, 1, gpu_like()));
 }
 
 // The host's verification of each emitted token's row ("host" entry): a speculative round pays it per emitted
@@ -116,19 +120,14 @@ TEST(SpecCostModel, DraftingPaysOnlyWhereTheRoundBeatsDecode) {
 // row, 2.2 / (1.4 + 0.66) = 1.07 still does, and L = 1 (1.7 / (1.3 + 0.51) = 0.94) would not; with 0.5 ms per row
 // nothing pays (2.2 / 2.5, 1.7 / 2.15 < 1).
 TEST(SpecCostModel, HostVerifyTimePerEmittedTokenWeighsTheRound) {
-  auto with_host = [](double h) {
-    return test::unwrap(StepCostModel::parse(
-        "dsinfer-step-cost 1\nkey test gpu\nrows 3\nseqs 1 1 1.1 1.2\nseqs 8 1.2 1.5 1.8\nseqs 64 4 7.5 11\nhost " +
-            std::to_string(h) + "\n",
-        "table"));
-  };
+  auto with_host = [](double h, double draft = 0.0) { return gpu_like(draft, "host " + std::to_string(h) + "\n"); };
   const std::vector<double> a{0.7, 0.5};
-  EXPECT_TRUE(speculative::drafting_pays(a, 1, with_host(0.0), 0.2));
-  EXPECT_TRUE(speculative::drafting_pays(a, 1, with_host(0.3), 0.2));
-  EXPECT_FALSE(speculative::drafting_pays(a, 1, with_host(0.5), 0.2));
+  EXPECT_TRUE(speculative::drafting_pays(a, 1, with_host(0.0, 0.2)));
+  EXPECT_TRUE(speculative::drafting_pays(a, 1, with_host(0.3, 0.2)));
+  EXPECT_FALSE(speculative::drafting_pays(a, 1, with_host(0.5, 0.2)));
   const std::vector<std::vector<float>> s{{0.7f, 0.5f}};
-  EXPECT_EQ(speculative::best_verify_length(s, 1, with_host(0.3), 0.2).length, 2);
-  EXPECT_NEAR(speculative::best_verify_length(s, 1, with_host(0.3), 0.2).tokens_per_ms, 2.2 / (1.4 + 0.66), 1e-6);
+  EXPECT_EQ(speculative::best_verify_length(s, 1, with_host(0.3, 0.2)).length, 2);
+  EXPECT_NEAR(speculative::best_verify_length(s, 1, with_host(0.3, 0.2)).tokens_per_ms, 2.2 / (1.4 + 0.66), 1e-6);
   const StepCostModel m = with_host(0.25);
   EXPECT_DOUBLE_EQ(m.host_row_ms(), 0.25);
   EXPECT_DOUBLE_EQ(test::unwrap(StepCostModel::parse(m.serialize(), "again")).host_row_ms(), 0.25);
@@ -145,16 +144,16 @@ TEST(SpecCostModel, HostVerifyTimePerEmittedTokenWeighsTheRound) {
 // per ms) nothing does (8 * 1.7 / 1.8 = 7.6, 8.38).
 TEST(SpecCostModel, DraftingMustBeatTheEnginesPlainStep) {
   const std::string base = "dsinfer-step-cost 1\nkey test gpu\nrows 3\nseqs 1 1 1.1 1.2\nseqs 8 1.2 1.5 1.8\n";
-  const StepCostModel sync = test::unwrap(StepCostModel::parse(base, "sync"));
-  const StepCostModel plain = test::unwrap(StepCostModel::parse(base + "plain 0.5 0.8\n", "plain"));
+  const StepCostModel sync = test::unwrap(StepCostModel::parse(base + "draft 0.3 0.3\n", "sync"));
+  const StepCostModel plain = test::unwrap(StepCostModel::parse(base + "draft 0.3 0.3\nplain 0.5 0.8\n", "plain"));
   const std::vector<double> a{0.7, 0.5};
   EXPECT_FALSE(sync.has_plain_cost());
   EXPECT_DOUBLE_EQ(sync.plain_ms(8), 1.2);  // the one-row step without the line
-  EXPECT_TRUE(speculative::drafting_pays(a, 8, sync, 0.3));
+  EXPECT_TRUE(speculative::drafting_pays(a, 8, sync));
   EXPECT_TRUE(plain.has_plain_cost());
   EXPECT_DOUBLE_EQ(plain.plain_ms(8), 0.8);
   EXPECT_NEAR(plain.plain_ms(4), 0.5 + 0.3 * 3.0 / 7.0, 1e-12);
-  EXPECT_FALSE(speculative::drafting_pays(a, 8, plain, 0.3));
+  EXPECT_FALSE(speculative::drafting_pays(a, 8, plain));
   EXPECT_DOUBLE_EQ(test::unwrap(StepCostModel::parse(plain.serialize(), "again")).plain_ms(8), 0.8);
   // Fitted: medians, made non-decreasing along the batch sizes.
   const StepCostModel f = test::unwrap(StepCostModel::fit("k", {1, 2}, 1, {{1}, {2}}, {}, {}, {{0.6, 0.4, 0.5}, {0.3}}));
@@ -166,4 +165,54 @@ TEST(SpecCostModel, DraftingMustBeatTheEnginesPlainStep) {
             std::string::npos);
   EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nplain 0\n").find("> 0"), std::string::npos);
   EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nplain x\n").find("f.txt:4"), std::string::npos);
+}
+
+// The measured one-wait round ("round" line: the verify step of max_rows rows, the device's acceptance and the next
+// proposal, one host wait) is the device's part of a speculative step: a round verifying fewer rows takes off the
+// verify rows it does not run; the host's row time per emitted token is added in both forms. Batch 1 of steps of 0.5
+// / 0.55 / 0.6 ms, drafting 0.3 ms, a host row of 0.01 ms, a plain step of 0.4 ms (2.5 tokens per ms, 2.625 with a
+// 5 % margin), survival .7 / .5: the parts make a round verifying both drafts 0.6 + 0.3 + 0.022 = 0.922 ms (2.2
+// tokens: 2.39 per ms, no pay); a measured round of 0.75 ms at 3 rows (0.772 ms: 2.85 per ms) pays, L = 1 (0.717
+// ms: 2.37 per ms) would not. The device's part is never cheaper than its verify step alone.
+TEST(SpecCostModel, TheMeasuredRoundReplacesItsPartsWhereTheEngineRunsIt) {
+  const std::string base = "dsinfer-step-cost 1\nkey test gpu\nrows 3\nseqs 1 0.5 0.55 0.6\nseqs 8 1.2 1.5 1.8\n"
+                           "draft 0.3 0.4\nhost 0.01\nplain 0.4 0.8\n";
+  const StepCostModel parts = test::unwrap(StepCostModel::parse(base, "parts"));
+  const StepCostModel round = test::unwrap(StepCostModel::parse(base + "round 0.75 2.5\n", "round"));
+  EXPECT_FALSE(parts.has_round_cost());
+  EXPECT_TRUE(round.has_round_cost());
+  EXPECT_NEAR(parts.round_ms(1, 3, 2.2), 0.6 + 0.3 + 0.01 * 2.2, 1e-12);
+  EXPECT_NEAR(round.round_ms(1, 3, 2.2), 0.75 + 0.022, 1e-12);
+  EXPECT_NEAR(round.round_ms(1, 2, 1.7), 0.7 + 0.017, 1e-12);
+  EXPECT_NEAR(round.round_ms(1, 1, 0.0), 0.65, 1e-12);
+  EXPECT_NEAR(round.round_ms(4, 3, 0.0), 0.75 + (2.5 - 0.75) * 3.0 / 7.0, 1e-12);  // interpolated like the steps
+  EXPECT_NEAR(round.round_ms(8, 1, 0.0), 2.5 - 1.8 + 1.2, 1e-12);
+  const std::vector<double> a{0.7, 0.5};
+  EXPECT_FALSE(speculative::drafting_pays(a, 1, parts, 0.05));
+  EXPECT_TRUE(speculative::drafting_pays(a, 1, round, 0.05));
+  const std::vector<std::vector<float>> s{{0.7f, 0.5f}};
+  EXPECT_EQ(speculative::best_verify_length(s, 1, round).length, 2);
+  EXPECT_NEAR(speculative::best_verify_length(s, 1, round).tokens_per_ms, 2.2 / 0.772, 1e-6);
+  // The break-even acceptance falls with the cheaper round.
+  EXPECT_LT(speculative::break_even_acceptance(2, 1, round, 0.05),
+            speculative::break_even_acceptance(2, 1, parts, 0.05));
+  // Dropped where the engine's rounds are two-wait: the parts again.
+  const StepCostModel two = round.without_round();
+  EXPECT_FALSE(two.has_round_cost());
+  EXPECT_DOUBLE_EQ(two.round_ms(1, 3, 2.2), parts.round_ms(1, 3, 2.2));
+  // A measured round below its verify step (timing noise) is the verify step.
+  const StepCostModel low = test::unwrap(StepCostModel::parse(base + "round 0.5 2.5\n", "low"));
+  EXPECT_DOUBLE_EQ(low.round_ms(1, 3, 0.0), 0.6);
+  EXPECT_DOUBLE_EQ(low.round_ms(1, 1, 0.0), 0.5);
+  // Text form and fit: medians, made non-decreasing along the batch sizes; errors name the line.
+  EXPECT_DOUBLE_EQ(test::unwrap(StepCostModel::parse(round.serialize(), "again")).round_ms(8, 3, 0.0), 2.5);
+  const StepCostModel f = test::unwrap(
+      StepCostModel::fit("k", {1, 2}, 1, {{1}, {2}}, {}, {}, {}, {{0.9, 1.4, 1.1}, {1.0, 0.8, 0.9}}));
+  EXPECT_DOUBLE_EQ(f.round_ms(1, 1, 0.0), 1.1);
+  EXPECT_DOUBLE_EQ(f.round_ms(2, 1, 0.0), 2.0);  // 1.1 lifted from 0.9, then at least the 2 ms verify step
+  EXPECT_FALSE(StepCostModel::fit("k", {1, 2}, 1, {{1}, {2}}, {}, {}, {}, {{0.5}, {}}).is_ok());
+  auto err = [](const char* text) { return StepCostModel::parse(text, "f.txt").status().message(); };
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nround 1 2\n").find("2 round times for 1"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nround 0\n").find("> 0"), std::string::npos);
+  EXPECT_NE(err("dsinfer-step-cost 1\nrows 1\nseqs 1 1\nround x\n").find("f.txt:4"), std::string::npos);
 }

@@ -41,6 +41,7 @@ TEST(SpecCostSetup, ProfiledOnceThenReadAgainReprofiledWhenStaleAndBadFilesNamed
   EXPECT_EQ(m.max_rows(), 6);
   EXPECT_TRUE(m.has_draft_cost());
   EXPECT_FALSE(m.has_plain_cost());  // the cpu runner samples on the host: its plain step is the one-row step
+  EXPECT_FALSE(m.has_round_cost());  // nor has the cpu drafter the one-wait round
   // Read back, not profiled again: the file is unchanged (a new profile's timings would differ in some digit).
   ASSERT_TRUE(engine::Engine::create(options(file)).is_ok());
   EXPECT_EQ(test::slurp(file), first);
