@@ -515,7 +515,8 @@ TEST(GemmPlan, SegmentsStreamWhereBothStreamWithOneLaunchShape) {
     EXPECT_LE(k.stream.row_grid, 24);
     EXPECT_LE(int64_t(k.stream.row_grid) * k.stream.splits * k.stream.token_chunks, 2 * kSms) << "M=" << M;
   }
-  for (int64_t M : {129, 256, 4096}) EXPECT_FALSE(plan_gemm_segments(qkv, 2, M, KernelMode::kFast, on, kSms).one_launch);
+  for (int64_t M : {129, 256, 4096})
+    EXPECT_FALSE(plan_gemm_segments(qkv, 2, M, KernelMode::kFast, on, kSms).one_launch) << "M=" << M;
   for (const KernelMode mode : {KernelMode::kExact, KernelMode::kDefault}) {
     const GemmSegmentsPlan p = plan_gemm_segments(qkv, 2, 8, mode, on, kSms);
     EXPECT_TRUE(p.one_launch);

@@ -11,8 +11,8 @@
 namespace dsinfer::ops::cuda::detail {
 
 // Segment i holds blocks [block0, next block0) of the grid (skinny: blocks of gemm_skinny_rows_per_block rows;
-// streaming: 64-row blocks, gd::kStRows, which the persistent grid walks), its own weight (same format, K and block sizes as the
-// others), N, y, ldy and, where scaled, a factor its outputs are multiplied by after the sum.
+// streaming: 64-row blocks, gd::kStRows, which the persistent grid walks), its own weight (same format, K and block
+// sizes as the others), N, y, ldy and, where scaled, a factor its outputs are multiplied by after the sum.
 struct GemmSegmentArgs {
   const uint8_t* wdata = nullptr;
   const uint8_t* wscale = nullptr;

@@ -242,7 +242,8 @@ __device__ __forceinline__ void stream_body(const GemmArgs& a, const StreamParam
           const uint32_t rl = sl[j], rh = sh[j];
           const int cn = c + D;  // refill this slot before computing on the copy
           if (cn < nchunks) load_chunk(a, out.w.scale, cur, cn, cpb, bl[j], bh[j], sl[j], sh[j]);
-          else if (carry && has_next) load_chunk(a, out_next.w.scale, nxt, cn - nchunks, cpb, bl[j], bh[j], sl[j], sh[j]);
+          else if (carry && has_next)
+            load_chunk(a, out_next.w.scale, nxt, cn - nchunks, cpb, bl[j], bh[j], sl[j], sh[j]);
           chunk_mma<NT>(wl, wh, xs_lane + c * kStChunk, p.xs_ld, tmp);
           if (c % cpb == cpb - 1 || c == nchunks - 1) {  // end of a scale block: acc += scale * partial
             const float fl = scale_value(a, rl), fh = scale_value(a, rh);
