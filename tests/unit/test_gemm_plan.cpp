@@ -426,8 +426,8 @@ TEST(GemmPlan, CublasLtRoutingRule) {
 
 // plan_gemm_segments (V4's compressor and indexer projections of y in one skinny launch): only where each weight's
 // own call is one skinny-kernel call under one precision - decode rows (M <= kGemmSkinnyMaxM; above it the BF16
-// weights go to cuBLASLt or the tiled kernel) and batch-invariant mode at any M; never the FP8 streaming weights
-// (wq_a / wkv: their K split follows N), mixed formats or K, exact mode past one chunk, or DSINFER_GEMM_SEGMENTS=0.
+// weights go to cuBLASLt or the tiled kernel) and batch-invariant mode at any M; never mixed formats or K, exact
+// mode past one chunk, or DSINFER_GEMM_SEGMENTS=0. wq_a + wkv: SegmentsStreamWhereBothStreamWithOneLaunchShape.
 TEST(GemmPlan, SegmentsOnlyWhereEveryWeightRunsTheSkinnyKernelAlone) {
   const DeviceWeight cw = bf16(1024, 4096), cg = bf16(1024, 4096), iw = bf16(64, 4096), ik = bf16(256, 4096),
                      ig = bf16(256, 4096), hw = bf16(512, 4096);
@@ -449,10 +449,7 @@ TEST(GemmPlan, SegmentsOnlyWhereEveryWeightRunsTheSkinnyKernelAlone) {
     EXPECT_EQ(p.precision, GemmPrecision::kBatchInvariant);
   }
   EXPECT_EQ(plan_gemm_segments(csa, 5, 1, KernelMode::kFast, on, kSms).precision, GemmPrecision::kBf16);
-  // wq_a + wkv: the streaming kernel (not skinny) at decode.
-  const DeviceWeight qa = fp8(1024, 4096), kv = fp8(512, 4096);
-  const DeviceWeight* fp8s[] = {&qa, &kv};
-  EXPECT_FALSE(plan_gemm_segments(fp8s, 2, 1, KernelMode::kFast, on, kSms).one_launch);
+  const DeviceWeight qa = fp8(1024, 4096);
   // Mixed format / K, one or too many segments, no rows, the switch off.
   const DeviceWeight k2 = bf16(256, 2048);
   const DeviceWeight* mixed[] = {&cw, &qa};
@@ -466,13 +463,78 @@ TEST(GemmPlan, SegmentsOnlyWhereEveryWeightRunsTheSkinnyKernelAlone) {
   GemmSettings off;
   off.segments = false;
   EXPECT_FALSE(plan_gemm_segments(csa, 5, 1, KernelMode::kFast, off, kSms).one_launch);
-  // DSINFER_GEMM_SEGMENTS: 0 / 1 / unset; anything else is an error naming the variable.
+  // DSINFER_GEMM_SEGMENTS: 0 / skinny / 1 / unset; anything else is an error naming the variable.
   EXPECT_TRUE(gemm_settings_from(nullptr, nullptr, nullptr, nullptr).value().segments);
+  EXPECT_TRUE(gemm_settings_from(nullptr, nullptr, nullptr, nullptr).value().segments_stream);
   EXPECT_FALSE(gemm_settings_from(nullptr, nullptr, nullptr, "0").value().segments);
   EXPECT_TRUE(gemm_settings_from(nullptr, nullptr, nullptr, "1").value().segments);
-  for (const char* bad : {"yes", "2", "off"}) {
+  EXPECT_TRUE(gemm_settings_from(nullptr, nullptr, nullptr, "1").value().segments_stream);
+  EXPECT_TRUE(gemm_settings_from(nullptr, nullptr, nullptr, "skinny").value().segments);
+  EXPECT_FALSE(gemm_settings_from(nullptr, nullptr, nullptr, "skinny").value().segments_stream);
+  EXPECT_TRUE(plan_gemm_segments(csa, 5, 1, KernelMode::kFast,
+                                 gemm_settings_from(nullptr, nullptr, nullptr, "skinny").value(), kSms).one_launch);
+  for (const char* bad : {"yes", "2", "off", "stream"}) {
     const Result<GemmSettings> s = gemm_settings_from(nullptr, nullptr, nullptr, bad);
     ASSERT_FALSE(s.is_ok()) << bad;
     EXPECT_NE(s.status().message().find("DSINFER_GEMM_SEGMENTS"), std::string::npos);
   }
 }
+
+namespace {
+
+// wq_a + wkv (V4-Flash: FP8, K = 4,096, N = 1,024 / 512) in one streaming launch (plan_gemm_segments_kernel): in fast
+// mode at every M whose own calls both stream (1..kGemmStreamMidMaxM; from 129 rows cuBLASLt takes them), with one
+// launch shape (the K split of N = 1,024 and of N = 512 agree at every such M on 132 SMs); the row grid spans both
+// weights' 64-row blocks. Exact / default mode at M <= 8: the skinny segments (both weights skinny alone).
+// Batch-invariant mode, DSINFER_GEMM_SEGMENTS=skinny, and weights whose own K splits differ: separate launches.
+TEST(GemmPlan, SegmentsStreamWhereBothStreamWithOneLaunchShape) {
+  const DeviceWeight qa = fp8(1024, 4096), kv = fp8(512, 4096);
+  const DeviceWeight* qkv[] = {&qa, &kv};
+  const GemmSettings on{};
+  for (int64_t M = 1; M <= kGemmStreamMidMaxM; ++M) {
+    const GemmSegmentsPlan p = plan_gemm_segments(qkv, 2, M, KernelMode::kFast, on, kSms);
+    ASSERT_TRUE(p.one_launch) << "M=" << M;
+    EXPECT_EQ(p.kernel, GemmKernel::kStream) << "M=" << M;
+    EXPECT_EQ(p.precision, GemmPrecision::kBf16) << "M=" << M;
+    EXPECT_EQ(ran(qa, M, KernelMode::kFast), Ran::kStream) << "M=" << M;
+    EXPECT_EQ(ran(kv, M, KernelMode::kFast), Ran::kStream) << "M=" << M;
+    // The fused launch shape: each weight's own but the row grid, which covers 24 row blocks within the residency.
+    od::GemmArgs a[2];
+    for (int i = 0; i < 2; ++i) {
+      a[i] = od::GemmArgs{.M = M, .N = qkv[i]->rows, .K = 4096};
+      od::set_weight_args(a[i], *qkv[i]);
+    }
+    const GemmSegmentsKernelPlan k = plan_gemm_segments_kernel(a, 2, WeightFormat::FP8_BLOCK, p.precision, kSms);
+    ASSERT_TRUE(k.ok);
+    od::StreamParams own;
+    ASSERT_TRUE(od::plan_gemm_stream(a[1], WeightFormat::FP8_BLOCK, kSms, own));
+    EXPECT_EQ(k.stream.splits, own.splits);
+    EXPECT_EQ(k.stream.tokens, own.tokens);
+    EXPECT_EQ(k.stream.kb_per_split, own.kb_per_split);
+    EXPECT_GE(k.stream.row_grid, 1);
+    EXPECT_LE(k.stream.row_grid, 24);
+    EXPECT_LE(int64_t(k.stream.row_grid) * k.stream.splits * k.stream.token_chunks, 2 * kSms) << "M=" << M;
+  }
+  for (int64_t M : {129, 256, 4096})
+    EXPECT_FALSE(plan_gemm_segments(qkv, 2, M, KernelMode::kFast, on, kSms).one_launch) << "M=" << M;
+  for (const KernelMode mode : {KernelMode::kExact, KernelMode::kDefault}) {
+    const GemmSegmentsPlan p = plan_gemm_segments(qkv, 2, 8, mode, on, kSms);
+    EXPECT_TRUE(p.one_launch);
+    EXPECT_EQ(p.kernel, GemmKernel::kSkinny);
+    EXPECT_FALSE(plan_gemm_segments(qkv, 2, 9, mode, on, kSms).one_launch);
+  }
+  EXPECT_FALSE(plan_gemm_segments(qkv, 2, 1, KernelMode::kBatchInvariant, on, kSms).one_launch);
+  GemmSettings skinny;
+  skinny.segments_stream = false;
+  EXPECT_FALSE(plan_gemm_segments(qkv, 2, 1, KernelMode::kFast, skinny, kSms).one_launch);
+  // K = 1,024 (8 scale blocks) at M = 1: N = 64 splits K 8 ways, N = 16,384 2 ways (256 row blocks fill the SMs).
+  const DeviceWeight small = fp8(64, 1024), big = fp8(16384, 1024);
+  od::GemmArgs d[2];
+  d[0] = od::GemmArgs{.M = 1, .N = 64, .K = 1024};
+  d[1] = od::GemmArgs{.M = 1, .N = 16384, .K = 1024};
+  od::set_weight_args(d[0], small);
+  od::set_weight_args(d[1], big);
+  EXPECT_FALSE(plan_gemm_segments_kernel(d, 2, WeightFormat::FP8_BLOCK, GemmPrecision::kBf16, kSms).ok);
+}
+
+}  // namespace

@@ -180,14 +180,12 @@ Status gemm_grouped_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_group
   return run(a, w.fmt, precision, stream);
 }
 
-Status gemm_segments_cuda(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count, void* stream) {
+Status gemm_segments_cuda(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count, void* stream,
+                          GemmPrecision precision) {
   if (count < 1 || count > kGemmMaxSegments || !segs)
     return Status::errorf("gemm segments: {} segments (1..{})", count, kGemmMaxSegments);
   const DeviceWeight& w0 = segs[0].w;
-  const int64_t rpb = detail::gemm_skinny_rows_per_block();
-  detail::GemmSegments sg;
-  sg.count = count;
-  int64_t blocks = 0;
+  detail::GemmArgs args[kGemmMaxSegments];
   for (int i = 0; i < count; ++i) {
     const GemmSegment& s = segs[i];
     DSI_RETURN_IF_ERROR(validate_weight(s.w, "gemm segment weight"));
@@ -196,26 +194,35 @@ Status gemm_segments_cuda(const float* x, int64_t M, int64_t ldx, const GemmSegm
       return Status::errorf("gemm segments: segment {} ({}, K {}) differs from segment 0 ({}, K {}) in format, K or "
                             "block sizes", i, weight_format_name(s.w.fmt), s.w.cols, weight_format_name(w0.fmt), w0.cols);
     DSI_RETURN_IF_ERROR(check_activations(x, M, ldx, s.w.cols, s.y, s.ldy, s.w.rows));
+    args[i] = gemm_args(x, ldx, s.y, s.ldy, M, s.w, 1);
+  }
+  if (M == 0) return Status::ok();
+  const GemmSegmentsKernelPlan kp = plan_gemm_segments_kernel(args, count, w0.fmt, precision, sm_count());
+  if (!kp.ok)
+    return Status::errorf("gemm segments: the {} segments' own calls at M = {} are not one skinny or one streaming "
+                          "launch (K {}, {})", count, M, w0.cols, weight_format_name(w0.fmt));
+  const int64_t rpb = kp.kernel == GemmKernel::kStream ? gemm_detail::kStRows : detail::gemm_skinny_rows_per_block();
+  detail::GemmSegments sg;
+  sg.count = count;
+  int64_t blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    const GemmSegment& s = segs[i];
     if (blocks > INT32_MAX - (s.w.rows + rpb - 1) / rpb) return Status::error("gemm segments: too many weight rows");
     sg.seg[i] = {static_cast<const uint8_t*>(s.w.data), static_cast<const uint8_t*>(s.w.scale), s.w.rows, s.y, s.ldy,
                  int(blocks), s.out_scale != 1.0f, s.out_scale};
     blocks += (s.w.rows + rpb - 1) / rpb;
   }
-  if (M == 0) return Status::ok();
-  detail::GemmArgs a = gemm_args(x, ldx, segs[0].y, segs[0].ldy, M, w0, 1);
-  for (int i = 0; i < count; ++i) {
-    detail::GemmArgs ai = gemm_args(x, ldx, segs[i].y, segs[i].ldy, M, segs[i].w, 1);
-    if (!ai.w_vec)
-      return Status::errorf("gemm segments: segment {} cannot take 16-byte weight vectors (K {}, alignment)", i,
-                            segs[i].w.cols);
-  }
   sg.blocks = int(blocks);
-  const int err = detail::launch_gemm_skinny_segments(w0.fmt, a, sg, stream);
+  detail::GemmArgs a = gemm_args(x, ldx, segs[0].y, segs[0].ldy, M, w0, 1);
+  const bool stream_kernel = kp.kernel == GemmKernel::kStream;
+  const int err = stream_kernel ? detail::launch_gemm_stream_segments(a, kp.stream, sg, stream)
+                                : detail::launch_gemm_skinny_segments(w0.fmt, a, sg, stream);
+  const char* name = stream_kernel ? "gemm_stream_segments_kernel" : "gemm_skinny_segments_kernel";
   if (err != 0) {
     cudaGetLastError();  // as launch_stream
-    return Status::errorf("gemm_skinny_segments_kernel launch failed: {}", cudaGetErrorString(cudaError_t(err)));
+    return Status::errorf("{} launch failed: {}", name, cudaGetErrorString(cudaError_t(err)));
   }
-  DSI_CUDA_LAUNCHED("gemm_skinny_segments_kernel");
+  DSI_CUDA_LAUNCHED(name);
   return Status::ok();
 }
 

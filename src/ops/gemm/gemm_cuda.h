@@ -52,10 +52,13 @@ struct GemmSegment {
   int64_t ldy = 0;
   float out_scale = 1.0f;
 };
-// Several weights over the same x[M, K] in one launch of the skinny kernel (gemm_plan.h plan_gemm_segments says
-// when the runner may: each output then has the bits of its own gemm_cuda call at `precision`). The weights share
-// format, K and block sizes; 1..kGemmMaxSegments segments, none overlapping x. Errors name the first bad segment.
-Status gemm_segments_cuda(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count, void* stream);
+// Several weights over the same x[M, K] in one launch of the skinny or the streaming kernel, the one each weight's
+// own gemm_cuda call at `precision` would take (gemm_plan.h plan_gemm_segments_kernel; plan_gemm_segments says when
+// the runner may): each output then has the bits of that call. The weights share format, K and block sizes;
+// 1..kGemmMaxSegments segments, none overlapping x. An error when the segments' own calls are not one such launch;
+// other errors name the first bad segment.
+Status gemm_segments_cuda(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count, void* stream,
+                          GemmPrecision precision);
 
 // A weight uploaded from host arrays in storage format (sizes from weight_data_bytes / weight_scale_bytes).
 struct OwnedDeviceWeight {

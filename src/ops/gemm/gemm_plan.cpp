@@ -37,8 +37,10 @@ Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m,
   else if (!a.empty()) return Status::errorf("DSINFER_CUBLASLT_ACT must be fp8, fp8x2, bf16 or auto, found '{}'", a);
   const std::string seg = segments ? segments : "";
   if (!seg.empty()) {
-    if (seg != "0" && seg != "1") return Status::errorf("DSINFER_GEMM_SEGMENTS must be 0 or 1, found '{}'", seg);
-    s.segments = seg == "1";
+    if (seg != "0" && seg != "1" && seg != "skinny")
+      return Status::errorf("DSINFER_GEMM_SEGMENTS must be 0, skinny or 1, found '{}'", seg);
+    s.segments = seg != "0";
+    s.segments_stream = seg == "1";
   }
   return s;
 }
@@ -313,10 +315,44 @@ GemmKernelPlan plan_gemm_kernel(const detail::GemmArgs& a, WeightFormat f, GemmP
   return p;
 }
 
+GemmSegmentsKernelPlan plan_gemm_segments_kernel(const detail::GemmArgs* a, int count, WeightFormat f,
+                                                 GemmPrecision precision, int sm_count) {
+  GemmSegmentsKernelPlan out;
+  if (!a || count < 1 || count > kGemmMaxSegments) return out;
+  int64_t row_blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    const GemmKernelPlan k = plan_gemm_kernel(a[i], f, precision, sm_count);
+    if (k.kernel != GemmKernel::kSkinny && k.kernel != GemmKernel::kStream) return out;
+    if (k.kernel == GemmKernel::kStream && precision == GemmPrecision::kBatchInvariant) return out;
+    if (i == 0) {
+      out.kernel = k.kernel;
+      out.stream = k.stream;
+    } else if (k.kernel != out.kernel) {
+      return out;
+    } else if (k.kernel == GemmKernel::kStream) {
+      const detail::StreamParams &p = out.stream, &q = k.stream;
+      if (q.splits != p.splits || q.kb_per_split != p.kb_per_split || q.tokens != p.tokens ||
+          q.token_chunks != p.token_chunks || q.xs_ld != p.xs_ld || q.depth != p.depth)
+        return out;
+    }
+    row_blocks += (a[i].N + gemm_detail::kStRows - 1) / gemm_detail::kStRows;
+  }
+  if (out.kernel == GemmKernel::kStream) {
+    if (row_blocks > 65535) return out;
+    detail::StreamParams& p = out.stream;
+    const int64_t smem = gemm_stream_xs_bytes(p.tokens, p.kb_per_split, a[0].block_k) +
+                         int64_t(p.tokens) * gemm_detail::kStPartLd * 4;
+    p.row_grid = int(gemm_stream_row_grid(row_blocks, int64_t(p.splits) * p.token_chunks, smem, sm_count));
+  }
+  out.ok = true;
+  return out;
+}
+
 GemmSegmentsPlan plan_gemm_segments(const DeviceWeight* const* w, int count, int64_t M, KernelMode mode,
                                     const GemmSettings& s, int sm_count) {
   GemmSegmentsPlan out;
   if (!s.segments || count < 2 || count > kGemmMaxSegments || M < 1 || !w) return out;
+  detail::GemmArgs args[kGemmMaxSegments];
   for (int i = 0; i < count; ++i) {
     const DeviceWeight& wi = *w[i];
     const DeviceWeight& w0 = *w[0];
@@ -327,10 +363,12 @@ GemmSegmentsPlan plan_gemm_segments(const DeviceWeight* const* w, int count, int
     if (c.lt || c.chunk_rows < M) return out;
     if (i > 0 && c.precision != out.precision) return out;
     out.precision = c.precision;
-    detail::GemmArgs a{.M = M, .N = wi.rows, .K = wi.cols};
-    detail::set_weight_args(a, wi);
-    if (plan_gemm_kernel(a, wi.fmt, c.precision, sm_count).kernel != GemmKernel::kSkinny) return out;
+    args[i] = detail::GemmArgs{.M = M, .N = wi.rows, .K = wi.cols};
+    detail::set_weight_args(args[i], wi);
   }
+  const GemmSegmentsKernelPlan k = plan_gemm_segments_kernel(args, count, w[0]->fmt, out.precision, sm_count);
+  if (!k.ok || (k.kernel == GemmKernel::kStream && !s.segments_stream)) return out;
+  out.kernel = k.kernel;
   out.one_launch = true;
   return out;
 }

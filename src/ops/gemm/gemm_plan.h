@@ -49,7 +49,8 @@ inline constexpr int64_t kGemmInvariantStreamMaxN = 4096;
 // any M (it walks the rows in chunks of 8, re-reading a small weight from L2): router, indexer weights, compressor
 // projections. Larger ones (lm head) and grouped weights (wo_a) take the tiled kernel.
 inline constexpr int64_t kGemmInvariantSkinnyMaxN = 1024;
-// Weights one skinny launch may take over the same x (plan_gemm_segments, gemm_segments_cuda): V4's CSA layers use 5.
+// Weights one skinny or streaming launch may take over the same x (plan_gemm_segments, gemm_segments_cuda): V4's CSA
+// layers use 5.
 inline constexpr int kGemmMaxSegments = 8;
 // Whether the fast path uses cuBLASLt at all when DSINFER_CUBLASLT is unset.
 inline constexpr bool kGemmLtDefaultOn = true;
@@ -122,13 +123,15 @@ enum class GemmLtActivations { kFp8, kFp8x2, kBf16, kAuto };
 //   DSINFER_CUBLASLT_MIN_M  smallest M for FP8 weights on cuBLASLt, an integer >= 1 (default kGemmLtMinM)
 //   DSINFER_CUBLASLT_ACT    fp8 = one activation term, fp8x2 = two, bf16 = bf16 x on the widened weight, auto =
 //                           gemm_lt_fp8_route's per-shape choice (default kAuto)
-//   DSINFER_GEMM_SEGMENTS   0 = one launch per projection, 1 = projections of one x in one skinny launch where
-//                           plan_gemm_segments allows (default; the same bits either way: the A/B switch)
+//   DSINFER_GEMM_SEGMENTS   0 = one launch per projection, skinny = projections of one x in one skinny launch where
+//                           plan_gemm_segments allows, 1 = in one skinny or one streaming launch (default; the same
+//                           bits either way: the A/B switch)
 struct GemmSettings {
   bool cublaslt = kGemmLtDefaultOn;
   int64_t lt_min_m = kGemmLtMinM;
   GemmLtActivations lt_activations = GemmLtActivations::kAuto;
-  bool segments = true;
+  bool segments = true;         // DSINFER_GEMM_SEGMENTS != 0
+  bool segments_stream = true;  // DSINFER_GEMM_SEGMENTS = 1 (or unset): the streaming kernel's segments too
 };
 // The settings from these variable values (nullptr = unset); gemm_settings_from_env passes std::getenv's.
 Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act,
@@ -277,17 +280,31 @@ struct GemmKernelPlan {
 };
 GemmKernelPlan plan_gemm_kernel(const detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, int sm_count);
 
-// Several weights over the same x (the projections of one normalised input) in one launch of the skinny kernel
-// (gemm_segments_cuda): one_launch when there are 2..kGemmMaxSegments weights of one format, K and block size, each
-// of whose own runner call (plan_gemm_call) would be one kernel call (no cuBLASLt, chunk_rows >= M) of the skinny
-// kernel (plan_gemm_kernel) under one common precision. A skinny row's sums depend only
-// on K, the format and its x row, so every output then has the bits of its own call (V4's compressor and indexer
-// projections at decode and in batch-invariant mode; never the FP8 streaming or GEMV kernels, whose K split
-// follows N). Never when s.segments is off. The caller keeps each weight's lt_prepare (cuBLASLt setup) as its own
-// call would.
+// The one launch of gemm_segments_cuda for the segments' GemmArgs (each with its own weight fields; one format, K and
+// block size) at `precision`: ok when every segment's own gemm_cuda call (plan_gemm_kernel) is the skinny kernel
+// (a skinny row's sums depend only on K, the format and its x row), or every one is the streaming kernel outside
+// batch-invariant mode with the same launch shape but the row grid (splits, scale blocks per split, tokens per
+// block, depth: the K split follows N, so it must agree, as it does for V4-Flash's wq_a and wkv at every M); the
+// streaming segments' row grid is gemm_stream_row_grid over all their 64-row blocks. Either way every output has
+// its own call's bits.
+struct GemmSegmentsKernelPlan {
+  bool ok = false;
+  GemmKernel kernel = GemmKernel::kSkinny;  // kSkinny or kStream
+  detail::StreamParams stream;               // kStream
+};
+GemmSegmentsKernelPlan plan_gemm_segments_kernel(const detail::GemmArgs* a, int count, WeightFormat f,
+                                                 GemmPrecision precision, int sm_count);
+// Several weights over the same x (the projections of one normalised input) in one launch (gemm_segments_cuda):
+// one_launch when there are 2..kGemmMaxSegments weights of one format, K and block size, each of whose own runner
+// call (plan_gemm_call) would be one kernel call (no cuBLASLt, chunk_rows >= M) under one common precision, and
+// plan_gemm_segments_kernel finds one launch for them: V4's compressor and indexer projections (skinny: decode and
+// batch-invariant mode) and wq_a + wkv (streaming: fast mode, M <= kGemmStreamMidMaxM). Never when s.segments is
+// off; the streaming form only when s.segments_stream. The caller keeps each weight's lt_prepare (cuBLASLt setup)
+// as its own call would, and passes `precision` to gemm_segments_cuda.
 struct GemmSegmentsPlan {
   bool one_launch = false;
   GemmPrecision precision = GemmPrecision::kFp32SmallM;
+  GemmKernel kernel = GemmKernel::kSkinny;  // of the one launch
 };
 GemmSegmentsPlan plan_gemm_segments(const DeviceWeight* const* w, int count, int64_t M, KernelMode mode,
                                     const GemmSettings& s, int sm_count);

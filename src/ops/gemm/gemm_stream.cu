@@ -8,6 +8,10 @@
 // Persistent over N (StreamParams::row_grid): a block walks the row blocks y, y + gridDim.y, ... reusing its x tile;
 // when the chunks of one row block are a multiple of D, the prefetch runs on into the next row block's first chunks
 // while this one finishes (no pipeline drain between row blocks).
+// Segments (gemm_stream_segments_kernel, gemm_segments_launch.h): several weights of one format, K and block size over
+// the same x in one launch; the persistent walk runs over the segments' 64-row blocks in turn (the carried prefetch
+// crosses from one weight into the next), and every row block is computed by the code and launch shape of its own
+// weight's launch, so each output has its own call's bits.
 // Split-K: the K splits of one output tile form a thread-block cluster; each block leaves its partial tile in
 // shared memory and, after a cluster barrier, sums a share of the tile over the cluster's blocks in rank order
 // through distributed shared memory (fixed order: deterministic, no atomics, no workspace).
@@ -19,6 +23,7 @@
 #include "cuda/func_smem.h"
 #include "cuda/pdl.cuh"
 #include "ops/gemm/gemm_dequant.cuh"
+#include "ops/gemm/gemm_segments_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
 namespace {
@@ -117,6 +122,29 @@ __device__ __forceinline__ void chunk_mma(const uint4& wl, const uint4& wh, cons
   }
 }
 
+// The weight, outputs and row block (within that weight) of one of the walk's 64-row blocks: a's own (group g)
+// without segments; with them, the segment whose blocks hold it (its y has no group stride: groups are 1).
+struct StreamOut {
+  WPtr w;
+  int64_t N;
+  float* y;  // output row 0
+  int64_t ldy;
+  int64_t rb;
+  float out_scale;
+  bool scaled;
+};
+template <bool SEG>
+__device__ __forceinline__ StreamOut stream_out(const GemmArgs& a, const GemmSegments* s, int64_t g, int64_t rb) {
+  if constexpr (!SEG) {
+    return {group_weight(a, g), a.N, a.y + g * a.y_gstride, a.ldy, rb, 1.0f, false};
+  } else {
+    int i = 0;
+    while (i + 1 < s->count && rb >= s->seg[i + 1].block0) ++i;
+    const GemmSegmentArgs& sg = s->seg[i];
+    return {{sg.wdata, sg.wscale, 0}, sg.N, sg.y, sg.ldy, rb - sg.block0, sg.out_scale, sg.scaled};
+  }
+}
+
 // The weight rows one lane streams for one 64-row block: rows g and g + 8 of its warp's 16 (clamped to row 0 of the
 // group past N: loaded, never stored), the pointers at k_begin and the scale index of k_begin's scale block.
 struct LaneRows {
@@ -125,12 +153,13 @@ struct LaneRows {
   int64_t s_lo, s_hi;
   bool ok_lo, ok_hi;
 };
-__device__ __forceinline__ LaneRows lane_rows(const GemmArgs& a, const WPtr& w, int64_t rb, int warp, int gq, int tq,
+__device__ __forceinline__ LaneRows lane_rows(const GemmArgs& a, const StreamOut& o, int warp, int gq, int tq,
                                               int64_t k_begin) {
   LaneRows r;
-  const int64_t r_lo = rb * kStRows + warp * 16 + gq, r_hi = r_lo + 8;  // rows within the group
-  r.ok_lo = r_lo < a.N;
-  r.ok_hi = r_hi < a.N;
+  const WPtr& w = o.w;
+  const int64_t r_lo = o.rb * kStRows + warp * 16 + gq, r_hi = r_lo + 8;  // rows within the group
+  r.ok_lo = r_lo < o.N;
+  r.ok_hi = r_hi < o.N;
   r.lo = w.data + (w.row0 + (r.ok_lo ? r_lo : 0)) * a.K + k_begin + 16 * tq;
   r.hi = w.data + (w.row0 + (r.ok_hi ? r_hi : 0)) * a.K + k_begin + 16 * tq;
   r.s_lo = ((w.row0 + (r.ok_lo ? r_lo : 0)) / a.block_n) * a.scale_cols + k_begin / a.block_k;
@@ -138,25 +167,25 @@ __device__ __forceinline__ LaneRows lane_rows(const GemmArgs& a, const WPtr& w, 
   return r;
 }
 
-// Chunk c of the lane's rows (weights and their raw scales); rows past N give zeros.
-__device__ __forceinline__ void load_chunk(const GemmArgs& a, const WPtr& w, const LaneRows& r, int c, int cpb,
+// Chunk c of the lane's rows (weights and their raw scales from `scale`, the weight's); rows past N give zeros.
+__device__ __forceinline__ void load_chunk(const GemmArgs& a, const uint8_t* scale, const LaneRows& r, int c, int cpb,
                                            uint4& bl, uint4& bh, uint32_t& sl, uint32_t& sh) {
   bl = bh = make_uint4(0, 0, 0, 0);
   sl = sh = 0;
   if (r.ok_lo) {
     bl = __ldg(reinterpret_cast<const uint4*>(r.lo + int64_t(c) * kStChunk));
-    sl = load_scale_raw(a, w.scale, r.s_lo + c / cpb);
+    sl = load_scale_raw(a, scale, r.s_lo + c / cpb);
   }
   if (r.ok_hi) {
     bh = __ldg(reinterpret_cast<const uint4*>(r.hi + int64_t(c) * kStChunk));
-    sh = load_scale_raw(a, w.scale, r.s_hi + c / cpb);
+    sh = load_scale_raw(a, scale, r.s_hi + c / cpb);
   }
 }
 
 // grid: x = K split (cluster rank), y = first 64-row block (then every gridDim.y-th), z = group * token_chunks +
-// token chunk.
-template <int NT, int D>
-__global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmArgs a, const StreamParams p) {
+// token chunk. SEG: the row blocks are s's (groups 1), else a's weight's.
+template <int NT, int D, bool SEG>
+__device__ __forceinline__ void stream_body(const GemmArgs& a, const StreamParams& p, const GemmSegments* s) {
   // PDL (cuda/pdl.h): as the GEMV kernel, a weight given by pointer has its first chunks' loads issued before the
   // wait (no kernel writes a weight); x, y and pointer arrays are touched after it.
   const bool early = a.wdata_arr == nullptr;
@@ -172,13 +201,13 @@ __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmAr
   const int64_t k_end = min(a.K, k_begin + int64_t(p.kb_per_split) * a.block_k);
   const int nchunks = k_end > k_begin ? int((k_end - k_begin) / kStChunk) : 0;
   const int cpb = int(a.block_k / kStChunk);  // chunks per scale block (k_begin is a scale-block boundary)
-  const int64_t row_blocks = (a.N + kStRows - 1) / kStRows, rb_step = gridDim.y;
+  const int64_t row_blocks = SEG ? int64_t(s->blocks) : (a.N + kStRows - 1) / kStRows, rb_step = gridDim.y;
   // The prefetch runs on into the next row block when every slot maps to the same chunk there.
   const bool carry = nchunks % D == 0;
 
-  const WPtr w = group_weight(a, g);
   int64_t rb = blockIdx.y;
-  LaneRows cur = lane_rows(a, w, rb, warp, gq, tq, k_begin);
+  StreamOut out = stream_out<SEG>(a, s, g, rb);
+  LaneRows cur = lane_rows(a, out, warp, gq, tq, k_begin);
 
   uint4 bl[D], bh[D];
   uint32_t sl[D], sh[D];
@@ -186,7 +215,7 @@ __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmAr
   for (int j = 0; j < D; ++j) {  // weight loads first: they are in flight while x is converted
     bl[j] = bh[j] = make_uint4(0, 0, 0, 0);
     sl[j] = sh[j] = 0;
-    if (j < nchunks) load_chunk(a, w, cur, j, cpb, bl[j], bh[j], sl[j], sh[j]);
+    if (j < nchunks) load_chunk(a, out.w.scale, cur, j, cpb, bl[j], bh[j], sl[j], sh[j]);
   }
   if (early) dsinfer::cuda::pdl_wait_then_release();
   load_x_tile<TP>(a, p, g, tok0, k_begin, k_end, xs);
@@ -195,9 +224,10 @@ __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmAr
   cg::cluster_group cl = cg::this_cluster();
   const uint16_t* xs_lane = xs + size_t(gq) * p.xs_ld + 16 * tq;
   for (; rb < row_blocks; rb += rb_step) {
-    const int64_t n0 = rb * kStRows;
+    const int64_t n0 = (SEG ? out.rb : rb) * kStRows;
     const bool has_next = rb + rb_step < row_blocks;
-    const LaneRows nxt = has_next ? lane_rows(a, w, rb + rb_step, warp, gq, tq, k_begin) : cur;
+    const StreamOut out_next = has_next ? stream_out<SEG>(a, s, g, rb + rb_step) : out;
+    const LaneRows nxt = has_next ? lane_rows(a, out_next, warp, gq, tq, k_begin) : cur;
     float acc[NT][4], tmp[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -211,8 +241,9 @@ __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmAr
           const uint4 wl = bl[j], wh = bh[j];
           const uint32_t rl = sl[j], rh = sh[j];
           const int cn = c + D;  // refill this slot before computing on the copy
-          if (cn < nchunks) load_chunk(a, w, cur, cn, cpb, bl[j], bh[j], sl[j], sh[j]);
-          else if (carry && has_next) load_chunk(a, w, nxt, cn - nchunks, cpb, bl[j], bh[j], sl[j], sh[j]);
+          if (cn < nchunks) load_chunk(a, out.w.scale, cur, cn, cpb, bl[j], bh[j], sl[j], sh[j]);
+          else if (carry && has_next)
+            load_chunk(a, out_next.w.scale, nxt, cn - nchunks, cpb, bl[j], bh[j], sl[j], sh[j]);
           chunk_mma<NT>(wl, wh, xs_lane + c * kStChunk, p.xs_ld, tmp);
           if (c % cpb == cpb - 1 || c == nchunks - 1) {  // end of a scale block: acc += scale * partial
             const float fl = scale_value(a, rl), fh = scale_value(a, rh);
@@ -231,7 +262,7 @@ __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmAr
     if (has_next && !carry) {  // refill the slots with the next row block's first chunks
 #pragma unroll
       for (int j = 0; j < D; ++j)
-        if (j < nchunks) load_chunk(a, w, nxt, j, cpb, bl[j], bh[j], sl[j], sh[j]);
+        if (j < nchunks) load_chunk(a, out_next.w.scale, nxt, j, cpb, bl[j], bh[j], sl[j], sh[j]);
     }
 
     // C fragment (row = weight row, col = token) -> part[token][row]
@@ -249,13 +280,14 @@ __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmAr
     for (int e = split * kStThreads + int(threadIdx.x); e < TP * kStRows; e += p.splits * kStThreads) {
       const int tk = e / kStRows, rl = e % kStRows;
       const int64_t tok = tok0 + tk, nl = n0 + rl;
-      if (tok >= a.M || nl >= a.N) continue;
+      if (tok >= a.M || nl >= (SEG ? out.N : a.N)) continue;
       float v = 0.0f;
       for (int r = 0; r < p.splits; ++r) {
         const float* src = p.splits > 1 ? cl.map_shared_rank(part, unsigned(r)) : part;
         v += src[tk * kStPartLd + rl];
       }
-      float* yp = y_row(a, g, tok) + nl;
+      float* yp = (SEG ? out.y + tok * out.ldy : y_row(a, g, tok)) + nl;
+      if (SEG && out.scaled) v *= out.out_scale;
       *yp = a.accumulate ? *yp + v : v;
     }
     // every read of the partial tiles (the peers' too) ends before the next row block overwrites them, and the
@@ -263,21 +295,36 @@ __global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmAr
     if (p.splits > 1) cl.sync();
     else __syncthreads();
     cur = nxt;
+    out = out_next;
   }
 }
 
 template <int NT, int D>
-cudaError_t launch(const GemmArgs& a, const StreamParams& p, cudaStream_t s) {
+__global__ void __launch_bounds__(kStThreads, 2) gemm_stream_kernel(const GemmArgs a, const StreamParams p) {
+  stream_body<NT, D, false>(a, p, nullptr);
+}
+
+template <int NT, int D>
+__global__ void __launch_bounds__(kStThreads, 2)
+    gemm_stream_segments_kernel(const GemmArgs a, const StreamParams p, const GemmSegments s) {
+  stream_body<NT, D, true>(a, p, &s);
+}
+
+// SEG: gemm_stream_segments_kernel over *sg (groups 1), else gemm_stream_kernel.
+template <int NT, int D, bool SEG>
+cudaError_t launch(const GemmArgs& a, const StreamParams& p, const GemmSegments* sg, cudaStream_t s) {
+  const void* fn = SEG ? reinterpret_cast<const void*>(gemm_stream_segments_kernel<NT, D>)
+                       : reinterpret_cast<const void*>(gemm_stream_kernel<NT, D>);
   const size_t smem = size_t(8 * NT) * size_t(p.xs_ld) * 2 + size_t(8 * NT) * kStPartLd * sizeof(float);
   if (smem > 48 * 1024) {  // smem follows K: raised, never set per call (ranks sharing a GPU; cuda/func_smem.h)
-    const cudaError_t e =
-        dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(gemm_stream_kernel<NT, D>), smem);
+    const cudaError_t e = dsinfer::cuda::raise_max_dynamic_smem(fn, smem);
     if (e != cudaSuccess) return e;
   }
-  const int64_t row_blocks = (a.N + kStRows - 1) / kStRows;
+  const int64_t row_blocks = SEG ? int64_t(sg->blocks) : (a.N + kStRows - 1) / kStRows;
+  const int64_t groups = SEG ? 1 : a.groups;
   const int64_t row_grid = p.row_grid > 0 && p.row_grid < row_blocks ? p.row_grid : row_blocks;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(p.splits), unsigned(row_grid), unsigned(p.token_chunks * a.groups));
+  cfg.gridDim = dim3(unsigned(p.splits), unsigned(row_grid), unsigned(p.token_chunks * groups));
   cfg.blockDim = dim3(kStThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
@@ -297,27 +344,37 @@ cudaError_t launch(const GemmArgs& a, const StreamParams& p, cudaStream_t s) {
   }
   cfg.attrs = attr;
   cfg.numAttrs = unsigned(na);
-  return cudaLaunchKernelEx(&cfg, gemm_stream_kernel<NT, D>, a, p);
+  if constexpr (SEG) return cudaLaunchKernelEx(&cfg, gemm_stream_segments_kernel<NT, D>, a, p, *sg);
+  else return cudaLaunchKernelEx(&cfg, gemm_stream_kernel<NT, D>, a, p);
 }
 
-template <int NT>
-cudaError_t launch_depth(const GemmArgs& a, const StreamParams& p, cudaStream_t s) {
-  if (p.depth == 8) return launch<NT, 8>(a, p, s);
-  if (p.depth == 4) return launch<NT, 4>(a, p, s);
+template <int NT, bool SEG>
+cudaError_t launch_depth(const GemmArgs& a, const StreamParams& p, const GemmSegments* sg, cudaStream_t s) {
+  if (p.depth == 8) return launch<NT, 8, SEG>(a, p, sg, s);
+  if (p.depth == 4) return launch<NT, 4, SEG>(a, p, sg, s);
   return cudaErrorInvalidValue;
+}
+
+template <bool SEG>
+int launch_tokens(const GemmArgs& a, const StreamParams& p, const GemmSegments* sg, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (p.tokens) {
+    case 8: return int(launch_depth<1, SEG>(a, p, sg, s));
+    case 16: return int(launch_depth<2, SEG>(a, p, sg, s));
+    case 32: return int(launch_depth<4, SEG>(a, p, sg, s));
+    case 64: return int(launch_depth<8, SEG>(a, p, sg, s));
+  }
+  return int(cudaErrorInvalidValue);
 }
 
 }  // namespace
 
 int launch_gemm_stream(const GemmArgs& a, const StreamParams& p, void* stream) {
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (p.tokens) {
-    case 8: return int(launch_depth<1>(a, p, s));
-    case 16: return int(launch_depth<2>(a, p, s));
-    case 32: return int(launch_depth<4>(a, p, s));
-    case 64: return int(launch_depth<8>(a, p, s));
-  }
-  return int(cudaErrorInvalidValue);
+  return launch_tokens<false>(a, p, nullptr, stream);
+}
+
+int launch_gemm_stream_segments(const GemmArgs& a, const StreamParams& p, const GemmSegments& s, void* stream) {
+  return launch_tokens<true>(a, p, &s, stream);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -86,7 +86,10 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   const HeadGroups hg = head_groups();
   const int64_t h0 = hg.h0, Hl = hg.h1 - hg.h0;
   const bool tp = Hl != H || hg.g1 - hg.g0 != cfg_.o_groups;
-  DSI_OP("wq_a", l, gemm(y, T, D, L.wq_a, cq, qr, false));
+  // wq_a and wkv of the same y: one launch where allowed (fast mode: streaming, M <= 128; the same bits either way,
+  // forward_v4_cuda.cpp gemm_segments), else two; the op "wq_a" holds both.
+  const GemmSegment qkv[2] = {{L.wq_a, cq, qr}, {L.wkv, kv, hd}};
+  DSI_OP("wq_a", l, gemm_segments(y, T, D, qkv, 2));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
   if (Hl > 0 && tp) {
     // This rank's rows of wq_b, called so that they run the whole weight's kernel (tensor_parallel_parts.h).
@@ -98,7 +101,6 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   } else if (Hl > 0) {
     DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, Hl * hd, false));
   }
-  DSI_OP("wkv", l, gemm(y, T, D, L.wkv, kv, hd, false));
   const HeadNormRopeParams qp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
   const HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, af, false};
   DSI_OP("q_norm_rope", l, q_kv_norm_rope(qp, q, kp, kv, num_.kv_fp8_sim ? nope : 0, st.pos, stream_));

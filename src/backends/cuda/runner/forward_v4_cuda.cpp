@@ -132,7 +132,7 @@ Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, cons
   for (int i = 0; i < count; ++i)
     if (plan_gemm_call(segs[i].w, M, kernel_mode(), gemm_settings_).lt_prepare)
       (void)lt_->prepare(segs[i].w, std::max(M, s_.tokens), stream_);
-  return gemm_segments_cuda(x, M, ldx, segs, count, stream_);
+  return gemm_segments_cuda(x, M, ldx, segs, count, stream_, sp.precision);
 }
 
 // The grouped FP8 weight (wo_a) through the cuBLASLt engine's batched call (one strided-batched GEMM over every
