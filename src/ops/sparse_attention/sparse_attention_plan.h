@@ -73,9 +73,9 @@ Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested
 // into a bf16 staging, then a persistent bf16 wgmma kernel) instead of sparse_attention_fp8. The two give the same
 // bits, so the choice is speed only and batch-invariant mode may take either. From kFp8PrefillMinTokens tokens (above
 // every decode step, at most 256 tokens, where a row is read once and the staging would only add a pass): session 21
-// measured the op (its epilogue's inverse RoPE from a per-token table) at 4.4-4.6 ms of sparse_attention against the
-// FP8 kernel's 5.7-5.8 in the model bench's 4,096-token step (bench/NOTES.md, session 21; session 19's op, one double
-// sincos an output pair, was 5.74 against 5.48).
+// measured the op (its epilogue's inverse RoPE from a per-token table) at 4.43-4.75 ms of sparse_attention against
+// the FP8 kernel's 5.73-5.75 in the model bench's 4,096-token step, the step 30.6-30.7 ms against 31.6-31.9, TTFT 32K
+// 251.3 against 260.6 ms (bench/NOTES.md, session 21; session 19's op, one double sincos an output pair, was 5.74).
 inline constexpr int64_t kFp8PrefillMinTokens = 1024;
 // The route's override, DSINFER_SPARSE_PREFILL, read once with the runner's other settings (CudaForwardV4::load):
 // unset, empty or `auto` the plan's threshold; `on` the prefill op at every step; `off` sparse_attention_fp8 at every

@@ -12,7 +12,8 @@
 //    ring (no FP8 stages: 3 tiles in flight while the consumers work on one). A named row without a staged copy
 //    (the staging's capacity passed) is dequantised by the producer from the cache, as the FP8 kernels do. The
 //    epilogue's inverse RoPE reads the item's angles from a table the consumers fill once an item
-//    (sparse_attention_rope_table.cuh; session 21: one double sincos an output pair cost ~1.3 ms a 4,096-token step).
+//    (sparse_attention_rope_table.cuh; session 21: one double sincos an output pair had cost ~1.0-1.3 ms of a
+//    4,096-token step).
 // The consumers see the same bf16 tiles in the same order and run the same instructions: the output is bitwise the
 // warp-specialised kernel's (the GPU test asserts it against both FP8 kernels and the CPU reference).
 #include <cuda_bf16.h>
