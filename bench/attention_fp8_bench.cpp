@@ -273,6 +273,8 @@ void dump(const std::string& dir, const std::string& tag, const Batch& b, const 
 // Session 19: also the prefill op (sparse_attention_prefill_cuda.h: the lists' rows staged once as bf16, then the
 // bf16 wgmma kernel; its staging inside the timing), and every line's % of the BF16 tensor peak (781 TFLOP/s, the
 // measured dense bf16 figure of bench/NOTES.md, session 15). --prefill-only stops after this shape.
+// Session 21: with the runner's inverse RoPE of the output (rope_dim 64, the tokens' positions, inv_freq
+// 10000^(-2i/64)): its cost is in the epilogue of every kernel, as in the model bench.
 void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, const float* sinks, int64_t sms) {
   constexpr int64_t kT = 4096, kChunk = 2048, kCsaRatio = 4, kHcaRatio = 128;
   cuda::DeviceBuffer<uint8_t> win, ent;
@@ -327,8 +329,17 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   std::vector<float> qh(size_t(kChunk * kH * kD));
   std::normal_distribution<float> n(0.0f, 2.0f);
   for (auto& v : qh) v = small_float::from_bits(uint32_t(small_float::f32_to_bf16_bits(n(g))) << 16);
-  cuda::DeviceBuffer<float> q, o, ws;
+  cuda::DeviceBuffer<float> q, o, ws, inv_freq;
   BENCH_CHECK(q.upload(qh.data(), qh.size()));
+  constexpr int64_t kRopeDim = 64;
+  std::vector<int32_t> posh(static_cast<size_t>(kT));
+  for (int64_t p = 0; p < kT; ++p) posh[size_t(p)] = int32_t(p);
+  std::vector<float> invh;
+  for (int64_t i = 0; i < kRopeDim / 2; ++i)
+    invh.push_back(float(std::pow(10000.0, -2.0 * double(i) / double(kRopeDim))));
+  cuda::DeviceBuffer<int32_t> pos;
+  BENCH_CHECK(pos.upload(posh.data(), posh.size()));
+  BENCH_CHECK(inv_freq.upload(invh.data(), invh.size()));
   BENCH_CHECK(o.alloc(qh.size()));
   int64_t max_splits = 1;
   for (const Layer& L : layers)
@@ -358,6 +369,9 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
         if (L.stride1 > 0)
           p.keys[1] = {ent.data(), kT / kCsaRatio, L.d1.data() + c0 * L.stride1, L.stride1, L.dl1.data() + c0,
                        ops::kModel1Pages};
+        p.rope_dim = kRopeDim;
+        p.pos = pos.data() + c0;
+        p.inv_freq = inv_freq.data();
         p.num_splits = ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms);
         p.kernel = kernel;
         if (variant == -2) {

@@ -46,6 +46,7 @@ struct Case {
   int64_t ratio = 4, topk = 512;  // ratio 0: no compressed list; topk 0: every visible entry
   bool q_bf16 = false, rope = true;
   uint32_t seed = 1;
+  int64_t rope_dim = 64;  // with rope: the trailing dims rotated (the epilogue's angle table holds rope_dim / 2)
 };
 
 // `rows` random rows encoded into a cache of page shape g.
@@ -111,7 +112,8 @@ Inputs make_inputs(const Case& c) {
   for (auto& v : in.qf) v = n(g);
   for (float v : in.qf) in.qb.push_back(small_float::f32_to_bf16_bits(v));
   for (int64_t h = 0; h < c.H; ++h) in.sinks.push_back(n(g));
-  for (int i = 0; i < 32; ++i) in.inv_freq.push_back(float(std::pow(10000.0, -2.0 * i / 64.0)));
+  for (int64_t i = 0; i < c.rope_dim / 2; ++i)
+    in.inv_freq.push_back(float(std::pow(10000.0, -2.0 * double(i) / double(c.rope_dim))));
   return in;
 }
 
@@ -127,7 +129,7 @@ SparseAttentionFp8Params params(const Case& c, const Inputs& in, const uint8_t* 
   p.keys[1] = {step, c.T, i1, kW, l1, ops::kModel1Pages};
   if (c.ratio > 0) p.keys[2] = {ent, in.entries, i2, in.stride2, l2, kEntryPages};
   p.q_bf16 = c.q_bf16;
-  p.rope_dim = c.rope ? 64 : 0;
+  p.rope_dim = c.rope ? c.rope_dim : 0;
   return p;
 }
 
@@ -240,6 +242,14 @@ TEST(GpuSparseAttentionPrefill, HcaAndSlidingBf16QueriesPartialHeads) {
   DSI_SKIP_WITHOUT_GPU();
   run_case(Case{200, 64, 900, 128, 0, false, true, 23}, {1});
   run_case(Case{130, 72, 50, 0, 0, true, false, 24}, {1, 2});
+}
+
+// The inverse RoPE over more than the second consumer warpgroup's 256 dims (rope_dim 320): both warpgroups fill
+// their part of the item's angle table (sparse_attention_rope_table.cuh); positions past 100,000, the large angles
+// of the double-precision sincos.
+TEST(GpuSparseAttentionPrefill, RopeTableOverBothHalves) {
+  DSI_SKIP_WITHOUT_GPU();
+  run_case(Case{64, 64, 100000, 128, 0, false, true, 26, 320}, {1, 2});
 }
 
 // Distinct rows past the staging's capacity (2 T + 16,384 rows): 64 tokens picking 512 of 30,000 entries each name

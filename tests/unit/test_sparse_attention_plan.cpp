@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "ops/sparse_attention/sparse_attention_plan.h"
 
@@ -123,11 +124,32 @@ TEST(SparseAttentionPlan, Fp8KernelChoice) {
   EXPECT_EQ(plan_sparse_attention_fp8_kernel(K::kAuto, 0, 64, 0, 0, 0), K::kWarpSpecialised);
 }
 
-// Session 19: the prefill op (bf16 staging) is off at every step size until it measures faster in the model bench
-// (sparse_attention_plan.h); when on, only from kFp8PrefillMinTokens, above every decode step (256 tokens).
+// Session 21: the prefill op (bf16 staging) from kFp8PrefillMinTokens tokens, above every decode step (256 tokens;
+// sparse_attention_plan.h); DSINFER_SPARSE_PREFILL's values force either route, anything else is refused by name.
 TEST(SparseAttentionPlan, Fp8PrefillOpChoice) {
-  for (int64_t T : {1, 64, 256, 1024, 2048, 4096, 8192})
+  using R = SparsePrefillRoute;
+  for (int64_t T : {1, 64, 256, 1024, 2048, 4096, 8192}) {
     EXPECT_EQ(plan_sparse_attention_fp8_prefill(T), kFp8PrefillMinTokens > 0 && T >= kFp8PrefillMinTokens) << T;
-  EXPECT_TRUE(kFp8PrefillMinTokens == 0 || kFp8PrefillMinTokens > 256);
-  EXPECT_FALSE(plan_sparse_attention_fp8_prefill(4096));  // the measured default: off
+    EXPECT_EQ(plan_sparse_attention_fp8_prefill(T, R::kAuto), plan_sparse_attention_fp8_prefill(T)) << T;
+    EXPECT_TRUE(plan_sparse_attention_fp8_prefill(T, R::kOn)) << T;
+    EXPECT_FALSE(plan_sparse_attention_fp8_prefill(T, R::kOff)) << T;
+  }
+  EXPECT_GT(kFp8PrefillMinTokens, 256);
+  EXPECT_FALSE(plan_sparse_attention_fp8_prefill(256));
+  EXPECT_TRUE(plan_sparse_attention_fp8_prefill(4096));  // the measured default: on at prefill
+  EXPECT_FALSE(plan_sparse_attention_fp8_prefill(0, R::kOn));
+  for (const char* v : {static_cast<const char*>(nullptr), "", "auto"}) {
+    auto r = sparse_prefill_route_from(v);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(*r, R::kAuto);
+  }
+  ASSERT_TRUE(sparse_prefill_route_from("on").is_ok());
+  EXPECT_EQ(*sparse_prefill_route_from("on"), R::kOn);
+  ASSERT_TRUE(sparse_prefill_route_from("off").is_ok());
+  EXPECT_EQ(*sparse_prefill_route_from("off"), R::kOff);
+  for (const char* v : {"1", "ON", "yes", "of"}) {
+    auto r = sparse_prefill_route_from(v);
+    ASSERT_FALSE(r.is_ok()) << v;
+    EXPECT_NE(r.status().message().find("DSINFER_SPARSE_PREFILL"), std::string::npos) << v;
+  }
 }

@@ -1,6 +1,9 @@
 // The sparse-attention kernel choice (see sparse_attention_plan.h).
 #include "ops/sparse_attention/sparse_attention_plan.h"
 
+#include <cstdlib>
+#include <string>
+
 namespace dsinfer::ops::cuda {
 
 int64_t sparse_attention_fixed_splits(int64_t max_keys, int64_t split_keys) {
@@ -83,8 +86,21 @@ Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested
              : Fp8AttentionKernel::kWarpSpecialised;
 }
 
-bool plan_sparse_attention_fp8_prefill(int64_t T) {
-  return kFp8PrefillMinTokens > 0 && T >= kFp8PrefillMinTokens;
+Result<SparsePrefillRoute> sparse_prefill_route_from(const char* value) {
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "auto") return SparsePrefillRoute::kAuto;
+  if (v == "on") return SparsePrefillRoute::kOn;
+  if (v == "off") return SparsePrefillRoute::kOff;
+  return Status::errorf("DSINFER_SPARSE_PREFILL must be on, off or auto, found '{}'", v);
+}
+
+Result<SparsePrefillRoute> sparse_prefill_route_from_env() {
+  return sparse_prefill_route_from(std::getenv("DSINFER_SPARSE_PREFILL"));
+}
+
+bool plan_sparse_attention_fp8_prefill(int64_t T, SparsePrefillRoute route) {
+  if (route == SparsePrefillRoute::kOff || T < 1) return false;
+  return route == SparsePrefillRoute::kOn || (kFp8PrefillMinTokens > 0 && T >= kFp8PrefillMinTokens);
 }
 
 SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,

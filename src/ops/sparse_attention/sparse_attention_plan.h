@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/status.h"
 #include "ops/kernel_mode.h"
 #include "ops/sparse_attention/sparse_attention_fp8_launch.h"  // the FP8-state kernel's tile constants
 #include "ops/sparse_attention/sparse_attention_launch.h"  // the kernels' tile constants (detail::kTc*, kAttnTile)
@@ -70,12 +71,18 @@ Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested
                                                     int64_t max_keys, int64_t num_splits, int64_t sm_count);
 // Whether a step of T tokens runs the prefill op (sparse_attention_prefill_cuda.h: the lists' rows dequantised once
 // into a bf16 staging, then a persistent bf16 wgmma kernel) instead of sparse_attention_fp8. The two give the same
-// bits, so the choice is speed only and batch-invariant mode may take either. OFF (kFp8PrefillMinTokens 0): measured
-// 3.7 % faster than the FP8 kernel in the attention bench (prefill 4,096 in 2,048-token chunks) but 5.74 ms of
-// sparse_attention in the model bench's 4,096-token step against the FP8 kernel's 5.48 (bench/NOTES.md, session 19;
-// the staging's pool-sized row maps are the suspected cost, not measured). A positive value takes the op from that
-// many tokens (the runner's route and workspace sizing follow; decode steps are at most 256 tokens).
-inline constexpr int64_t kFp8PrefillMinTokens = 0;
-bool plan_sparse_attention_fp8_prefill(int64_t T);
+// bits, so the choice is speed only and batch-invariant mode may take either. From kFp8PrefillMinTokens tokens (above
+// every decode step, at most 256 tokens, where a row is read once and the staging would only add a pass): session 21
+// measured the op (its epilogue's inverse RoPE from a per-token table) at 4.43-4.75 ms of sparse_attention against
+// the FP8 kernel's 5.73-5.75 in the model bench's 4,096-token step, the step 30.6-30.7 ms against 31.6-31.9, TTFT 32K
+// 251.3 against 260.6 ms (bench/NOTES.md, session 21; session 19's op, one double sincos an output pair, was 5.74).
+inline constexpr int64_t kFp8PrefillMinTokens = 1024;
+// The route's override, DSINFER_SPARSE_PREFILL, read once with the runner's other settings (CudaForwardV4::load):
+// unset, empty or `auto` the plan's threshold; `on` the prefill op at every step; `off` sparse_attention_fp8 at every
+// step (the A/B). Any other value is an error naming the variable.
+enum class SparsePrefillRoute { kAuto, kOn, kOff };
+Result<SparsePrefillRoute> sparse_prefill_route_from(const char* value);  // nullptr = unset
+Result<SparsePrefillRoute> sparse_prefill_route_from_env();
+bool plan_sparse_attention_fp8_prefill(int64_t T, SparsePrefillRoute route = SparsePrefillRoute::kAuto);
 
 }  // namespace dsinfer::ops::cuda

@@ -10,7 +10,10 @@
 //    ~20 us, half the prefill), with a producer warpgroup that only gathers: thread i copies 16 of the 64 16-byte
 //    chunks of key i / 4's staged row by cp.async straight into the bf16 key tile's core matrices, 4 key tiles in a
 //    ring (no FP8 stages: 3 tiles in flight while the consumers work on one). A named row without a staged copy
-//    (the staging's capacity passed) is dequantised by the producer from the cache, as the FP8 kernels do.
+//    (the staging's capacity passed) is dequantised by the producer from the cache, as the FP8 kernels do. The
+//    epilogue's inverse RoPE reads the item's angles from a table the consumers fill once an item
+//    (sparse_attention_rope_table.cuh; session 21: one double sincos an output pair had cost ~1.0-1.3 ms of a
+//    4,096-token step).
 // The consumers see the same bf16 tiles in the same order and run the same instructions: the output is bitwise the
 // warp-specialised kernel's (the GPU test asserts it against both FP8 kernels and the CPU reference).
 #include <cuda_bf16.h>
@@ -18,10 +21,11 @@
 #include "cuda/ops_device.cuh"
 #include "cuda/sm90_async.cuh"
 #include "ops/kv_format/kv_format.h"
-#include "ops/sparse_attention/sparse_attention_fp8_common.cuh"  // key lookup, dequant16, q_chunk, out_rope, kPart
+#include "ops/sparse_attention/sparse_attention_fp8_common.cuh"  // key lookup, dequant16, q_chunk, kPart
 #include "ops/sparse_attention/sparse_attention_launch.h"        // attn_split_range
 #include "ops/sparse_attention/sparse_attention_mma.cuh"         // softmax_tile, rescale_rows, write_rows
 #include "ops/sparse_attention/sparse_attention_prefill_launch.h"
+#include "ops/sparse_attention/sparse_attention_rope_table.cuh"  // the item's inverse-RoPE angles, once
 #include "ops/sparse_attention/sparse_attention_wgmma.cuh"  // the wgmma products and the core-matrix layout
 
 namespace dsinfer::ops::cuda::detail {
@@ -101,9 +105,10 @@ constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kD * 2;         // bf16 [kK
 constexpr size_t kOffX = kOffK + kKeyTiles * kTileBytes;              // f32 [2 buffers][2 consumers][4 warps][512]
 constexpr size_t kOffFlag = kOffX + size_t(2 * 2 * 4 * 512) * 4;      // u8 [kKeyTiles][32]: key present
 constexpr size_t kOffBar = kOffFlag + size_t(kKeyTiles) * kKeys;      // u64 full[kKeyTiles], empty[kKeyTiles]
-constexpr size_t kBytes = kOffBar + 2 * kKeyTiles * 8;
+constexpr size_t kOffRope = kOffBar + 2 * kKeyTiles * 8;         // float2 [kMaxPairs]: the item's (cos, sin)
+constexpr size_t kBytes = kOffRope + size_t(attn_rope::kMaxPairs) * 8;
 static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
-static_assert(kOffBar % 8 == 0 && kOffX % 16 == 0, "alignment");
+static_assert(kOffBar % 8 == 0 && kOffRope % 8 == 0 && kOffX % 16 == 0, "alignment");
 
 enum NamedBarrier : int { kBarExchange = 2, kBarQ0 = 3 };  // kBarQ0 + c: consumer c's Q half
 
@@ -251,6 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
   float* sx = reinterpret_cast<float*>(smem + kOffX);
   uint8_t* flags = smem + kOffFlag;
+  float2* rope = reinterpret_cast<float2*>(smem + kOffRope);
   const uint32_t full0 = smem_u32(smem + kOffBar), empty0 = full0 + 8 * kKeyTiles;
   const int T = int(p.T), groups = int((p.heads + kFp8Heads - 1) / kFp8Heads);
   const int total = T * groups * int(p.num_splits);
@@ -280,8 +286,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const Split sp = split_of(p, it.t, it.split);
     if (i != first) named_sync(kBarQ0 + c, 128);  // the warpgroup's products of the last item are done with Q
     if (kLoadQ) load_q<kQBf16>(q, it.t, it.h0, p.heads, c, ct & 127, qs);
+    // The item's inverse-RoPE angles of this warpgroup's dims, once (attn_rope: not one double sincos an output
+    // pair); the barrier above ended the last item's reads, the one below orders these writes before the epilogue.
+    if (kStore && p.num_splits == 1 && p.rope_dim > 0)
+      attn_rope::fill(p, kD, int64_t(p.pos[it.t]), d0, d0 + kHalf, ct & 127, 128, rope);
     wg::fence_proxy_async();
-    named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half written: it reads no other dims
+    named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half (and its angles) written: it reads no other dims
 
     float acc[32][4];
 #pragma unroll
@@ -339,10 +349,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (acc[0][0] == 12345.0f) o[threadIdx.x] = acc[1][1];
       continue;
     }
-    const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[it.t]) : 0;
     attn_mma::write_rows(acc, m, l, it.h0 + hr, d0, it.t, it.split, p.heads, p.num_splits, kD, kPart,
                          p.num_splits == 1, p.sinks, o, ws,
-                         [&](float& e0, float& e1, int d) { attn_fp8::out_rope(e0, e1, d, p, pos); });
+                         [&](float& e0, float& e1, int d) { attn_rope::apply(e0, e1, d, kD, p, rope); });
   }
 }
 }  // namespace

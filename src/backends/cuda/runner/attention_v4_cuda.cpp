@@ -247,7 +247,7 @@ Status CudaForwardV4::prepare_fp8(int64_t T, int64_t max_pos) {
   }
   // The prefill op's staging (sparse_attention_prefill_cuda.h), after the split partials, where the plan takes it.
   int64_t staging = 0;
-  if (plan_sparse_attention_fp8_prefill(T)) {
+  if (plan_sparse_attention_fp8_prefill(T, sparse_prefill_)) {
     const int64_t slots = int64_t(slots_.bytes()) / layout_.slot_bytes;
     const int64_t blocks = int64_t(blocks_.bytes()) / layout_.block_bytes;
     for (int64_t l = 0; l < int64_t(layout_.layers.size()); ++l) {
@@ -320,7 +320,8 @@ Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops
   p.inv_freq = (type == AttnType::Sliding ? inv_main_ : inv_comp_).data();
   p.attention_factor = float(cfg_.rope_for_layer(l).attention_factor);
   p.num_splits = fp8_splits(l, T, shape_.max_pos);  // workspace sized by prepare_fp8 for the same shape
-  if (plan_sparse_attention_fp8_prefill(T)) {  // the staging after the split partials, as prepare_fp8 sized it
+  // The prefill op's staging after the split partials, as prepare_fp8 sized it for the same route.
+  if (plan_sparse_attention_fp8_prefill(T, sparse_prefill_)) {
     const size_t off = (size_t(sparse_attention_fp8_workspace_floats(T, p.heads, p.num_splits)) + 3) / 4 * 4;
     const int64_t bytes = (int64_t(f8_.ws.size()) - int64_t(off)) * 4;
     if (bytes >= sparse_attention_prefill_staging_bytes(p))

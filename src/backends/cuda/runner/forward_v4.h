@@ -13,6 +13,7 @@
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/gemm/gemm_lt_cuda.h"
 #include "ops/moe/moe_cuda.h"
+#include "ops/sparse_attention/sparse_attention_plan.h"  // SparsePrefillRoute
 #include "ops/state_view.h"
 
 namespace dsinfer::backends {
@@ -108,6 +109,8 @@ class CudaForwardV4 final : public CudaForward {
   // creation); cuBLASLt runs the fast path's dense projections where plan_gemm_call says so.
   ops::cuda::GemmSettings gemm_settings_;
   std::optional<ops::cuda::GemmLtEngine> lt_;  // made by load() with gemm_settings_.lt_activations
+  // DSINFER_SPARSE_PREFILL (ops/sparse_attention/sparse_attention_plan.h), read once by load(): attend_fp8's route.
+  ops::cuda::SparsePrefillRoute sparse_prefill_ = ops::cuda::SparsePrefillRoute::kAuto;
 };
 
 }  // namespace dsinfer::backends

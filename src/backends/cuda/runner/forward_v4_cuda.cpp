@@ -36,6 +36,7 @@ int64_t CudaForwardV4::attention_splits(AttnType type, int64_t m, int64_t T, int
 Status CudaForwardV4::load(const runner::RunnerOptions& opts, ExpertSlots slots) {
   DSI_ASSIGN_OR_RETURN(gemm_settings_, gemm_settings_from_env());
   lt_.emplace(gemm_settings_.lt_activations);
+  DSI_ASSIGN_OR_RETURN(sparse_prefill_, sparse_prefill_route_from_env());
   // Refuse a model that cannot fit before allocating anything (the same per-rank sizing as the ParallelRunner).
   DSI_RETURN_IF_ERROR(parallel::check_rank_fits(
       parallel::rank_memory(model::weight_specs(cfg_), ep_size_, core_.eplb_.redundant), ep_size_, core_.ordinal_,
