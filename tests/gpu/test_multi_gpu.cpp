@@ -74,6 +74,14 @@ std::string find_model(const std::string& name) {
   return "";
 }
 
+// configs/deepseek-v4-flash (V4-Flash shapes for dummy weights): the relative path first, as find_model.
+std::string find_flash_config() {
+  for (const std::string& d :
+       {std::string("configs/deepseek-v4-flash"), std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash"})
+    if (std::filesystem::exists(d + "/config.json")) return d;
+  return "";
+}
+
 struct Out {
   std::vector<int32_t> tokens;
   std::vector<dsinfer::TokenLogprob> logprobs;
@@ -916,10 +924,7 @@ TEST(GpuMultiGpu, RanksShareOneHostTierAndEqualOneRank) {
 TEST(GpuMultiGpu, DpEngineDecodeEveryExchange) {
   SKIP_WITHOUT_GPU();
   if (visible_gpus() != 1) GTEST_SKIP() << "the ranks share GPU 0 only with one visible GPU";
-  std::string cfg;
-  for (const std::string& d :
-       {std::string("configs/deepseek-v4-flash"), std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash"})
-    if (cfg.empty() && std::filesystem::exists(d + "/config.json")) cfg = d;
+  const std::string cfg = find_flash_config();
   if (cfg.empty()) GTEST_SKIP() << "configs/deepseek-v4-flash not found";
   struct Row {
     const char* label;
@@ -972,10 +977,7 @@ TEST(GpuMultiGpu, DpEngineDecodeEveryExchange) {
 TEST(GpuMultiGpu, Fp8StateRanksSharingOneGpuMatchOneRankBitForBit) {
   SKIP_WITHOUT_GPU();
   if (visible_gpus() != 1) GTEST_SKIP() << "the ranks share GPU 0 only with one visible GPU";
-  std::string cfg;
-  for (const std::string& d :
-       {std::string("configs/deepseek-v4-flash"), std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash"})
-    if (cfg.empty() && std::filesystem::exists(d + "/config.json")) cfg = d;
+  const std::string cfg = find_flash_config();
   if (cfg.empty()) GTEST_SKIP() << "configs/deepseek-v4-flash not found";
   struct Layout {
     const char* name;
