@@ -24,7 +24,7 @@
 #include "cuda/gpu_test_util.h"
 #include "runner/model_runner.h"
 #include "scheduler/batch_plan.h"
-#include "tests/build_paths.h"
+#include "checkout_path.h"
 
 using namespace dsinfer;
 
@@ -237,7 +237,7 @@ void run_schedules(const StepSetup& s) {
 // tokens past position 1039 have two 128-key splits).
 TEST(GpuBatchInvariantSteps, SmallModelPrefillSchedulesAreBitIdentical) {
   DSI_SKIP_WITHOUT_GPU();
-  const std::string model = std::string(DSINFER_SOURCE_DIR) + "/models/dsv4-small";
+  const std::string model = test::checkout_path("models/dsv4-small");
   if (!std::filesystem::exists(model + "/model.safetensors")) GTEST_SKIP() << "models/dsv4-small not present";
   StepSetup s;
   s.opts.model_dir = model;
@@ -256,7 +256,7 @@ TEST(GpuBatchInvariantSteps, SmallModelPrefillSchedulesAreBitIdentical) {
 TEST(GpuBatchInvariantSteps, FlashShapesPrefillSchedulesAreBitIdentical) {
   DSI_SKIP_WITHOUT_GPU();
   StepSetup s;
-  s.opts.model_dir = std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash";
+  s.opts.model_dir = test::checkout_path("configs/deepseek-v4-flash");
   s.opts.backend = runner::Backend::kCuda;
   s.opts.load_format = runner::LoadFormat::kDummy;
   s.opts.num_layers = 4;
@@ -273,7 +273,7 @@ TEST(GpuBatchInvariantSteps, FlashShapesPrefillSchedulesAreBitIdentical) {
 TEST(GpuBatchInvariantSteps, FlashShapesFp8StatePrefillSchedulesAreBitIdentical) {
   DSI_SKIP_WITHOUT_GPU();
   StepSetup s;
-  s.opts.model_dir = std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash";
+  s.opts.model_dir = test::checkout_path("configs/deepseek-v4-flash");
   s.opts.backend = runner::Backend::kCuda;
   s.opts.load_format = runner::LoadFormat::kDummy;
   s.opts.num_layers = 4;

@@ -39,7 +39,7 @@
 #include "check/solo_sequence.h"
 #include "cuda/gpu_test_util.h"
 #include "runner/model_runner.h"
-#include "tests/build_paths.h"
+#include "checkout_path.h"
 
 using namespace dsinfer;
 
@@ -49,7 +49,7 @@ constexpr int kOutlierRows = 6;     // 4 layers: rows allowed above kRelBound (f
 
 runner::RunnerOptions flash_options(int layers, bool fp8_state) {
   runner::RunnerOptions o;
-  o.model_dir = std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash";
+  o.model_dir = test::checkout_path("configs/deepseek-v4-flash");
   o.backend = runner::Backend::kCuda;
   o.load_format = runner::LoadFormat::kDummy;
   o.num_layers = layers;

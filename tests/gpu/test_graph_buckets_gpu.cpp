@@ -21,7 +21,7 @@
 #include "cuda/gpu_test_util.h"
 #include "runner/model_runner.h"
 #include "scheduler/batch_plan.h"
-#include "tests/build_paths.h"
+#include "checkout_path.h"
 
 using namespace dsinfer;
 
@@ -134,7 +134,7 @@ void expect_padded_equals_exact(const BucketCase& s) {
 
 TEST(GpuGraphBuckets, PaddedStepsEqualExactShapesBitForBitOnTheShippedModel) {
   DSI_SKIP_WITHOUT_GPU();
-  const std::string model = std::string(DSINFER_SOURCE_DIR) + "/models/dsv4-small";
+  const std::string model = test::checkout_path("models/dsv4-small");
   if (!std::filesystem::exists(model + "/model.safetensors")) GTEST_SKIP() << "models/dsv4-small not present";
   BucketCase s;
   s.opts.model_dir = model;
@@ -147,7 +147,7 @@ TEST(GpuGraphBuckets, PaddedStepsEqualExactShapesBitForBitOnTheShippedModel) {
 TEST(GpuGraphBuckets, PaddedStepsEqualExactShapesBitForBitAtFlashShapesWithFp8State) {
   DSI_SKIP_WITHOUT_GPU();
   BucketCase s;
-  s.opts.model_dir = std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash";
+  s.opts.model_dir = test::checkout_path("configs/deepseek-v4-flash");
   s.opts.backend = runner::Backend::kCuda;
   s.opts.load_format = runner::LoadFormat::kDummy;
   s.opts.num_layers = 4;

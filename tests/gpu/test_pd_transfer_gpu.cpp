@@ -31,8 +31,8 @@
 #include "cuda/gpu_test_util.h"
 #include "dsinfer/engine.h"
 #include "test_util.h"
-#include "tests/build_paths.h"
 #include "v41_model_util.h"
+#include "checkout_path.h"
 
 using namespace dsinfer;
 using json = nlohmann::json;
@@ -140,7 +140,7 @@ std::vector<cache::StateRegion> prefix_regions(cache::StateCache& c, cache::Slot
 TEST(GpuPdTransfer, Fp8StateRoundTripsThroughReadAndWriteBitForBit) {
   DSI_SKIP_WITHOUT_GPU();
   runner::RunnerOptions o;
-  o.model_dir = std::string(DSINFER_SOURCE_DIR) + "/configs/deepseek-v4-flash";
+  o.model_dir = test::checkout_path("configs/deepseek-v4-flash");
   o.backend = runner::Backend::kCuda;
   o.load_format = runner::LoadFormat::kDummy;
   o.num_layers = 4;
