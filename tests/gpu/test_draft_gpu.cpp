@@ -20,12 +20,13 @@
 #include "engine/runner_factory.h"
 #include "speculative/drafter.h"
 #include "test_util.h"
+#include "checkout_path.h"
 
 namespace {
 
 using namespace dsinfer;
 
-std::string model_dir() { return test::source_dir() + "/models/dsv4-small"; }
+std::string model_dir() { return test::checkout_path("models/dsv4-small"); }
 // The speculative settings of `method` with every other option at its default (drafts per step: the maximum).
 speculative::SpeculativeConfig spec_config(speculative::SpecMethod method) {
   return test::unwrap(speculative::resolve_speculative_config(speculative::spec_method_name(method), 0, 0, 0, "off",

@@ -76,7 +76,7 @@ TEST(GpuPdTransfer, ImportedStateContinuesExactlyLikeOneEngine) {
   DSI_SKIP_WITHOUT_GPU();
   for (const char* name : {"tiny-v4-a", "tiny-v4-b", "tiny-v41-a"}) {
     SCOPED_TRACE(name);
-    const std::string model = test::own_fixture(name);
+    const std::string model = test::checkout_path("tests/fixtures/" + std::string(name));
     auto prefill = cuda_engine(model, "exact");
     auto decode = cuda_engine(model, "exact");
     auto single = cuda_engine(model, "off");

@@ -41,6 +41,7 @@
 #include "dsinfer/tokenizer.h"
 #include "io/config.h"
 #include "test_util.h"
+#include "checkout_path.h"
 
 using nlohmann::json;
 
@@ -59,7 +60,7 @@ constexpr double kPairMargin = 1.2;
 // Slack of the own-margin check (logprobs are doubles of the same row: an exact tie gives 0).
 constexpr double kOwnMarginSlack = 1e-6;
 
-std::string model_dir() { return dsinfer::test::source_dir() + "/models/dsv4-small"; }
+std::string model_dir() { return dsinfer::test::checkout_path("models/dsv4-small"); }
 
 dsinfer::EngineOptions options(const std::string& spec, int32_t max_seqs, int64_t budget_tokens, double state_gb,
                                bool invariant) {
@@ -87,8 +88,8 @@ const std::vector<std::vector<int32_t>>& prompts() {
   EXPECT_TRUE(tok) << err;
   if (!tok) return out;
   std::string text;
-  for (const char* f : {"/tools/train/arch.py", "/tools/train/evaluate.py", "/tools/train/train.py"}) {
-    std::ifstream in(dsinfer::test::source_dir() + f);
+  for (const char* f : {"tools/train/arch.py", "tools/train/evaluate.py", "tools/train/train.py"}) {
+    std::ifstream in(dsinfer::test::checkout_path(f));
     std::stringstream ss;
     ss << in.rdbuf();
     text += ss.str();

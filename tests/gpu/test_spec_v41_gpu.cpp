@@ -14,6 +14,7 @@
 #include "dsinfer/engine.h"
 #include "test_util.h"
 #include "v41_model_util.h"
+#include "checkout_path.h"
 
 namespace {
 
@@ -64,7 +65,7 @@ SpecRun run(const dsinfer::EngineOptions& o, const std::vector<dsinfer::Request>
 TEST(SpecV41Gpu, DsparkGreedyIdenticalToPlainBatchInvariant) {
   DSI_SKIP_WITHOUT_GPU();
   const dsinfer::test::ScratchDir dir("v41_spec_gpu");
-  const std::string model = dsinfer::test::write_v41_with_drafter(dsinfer::test::own_fixture("tiny-v41-b"), dir.path, 11);
+  const std::string model = dsinfer::test::write_v41_with_drafter(dsinfer::test::checkout_path("tests/fixtures/tiny-v41-b"), dir.path, 11);
   if (model.empty()) GTEST_SKIP() << "tiny-v41-b not found";
   const dsinfer::test::ScratchDir tok_dir("v41_spec_gpu_tok");
   const std::string tok = dsinfer::test::byte_tokenizer(tok_dir.path);
