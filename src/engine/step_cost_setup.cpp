@@ -39,15 +39,12 @@ std::string model_key(const EngineOptions& o, const runner::ModelRunner& r, cons
                      speculative::spec_method_name(s.method), s.num_speculative_tokens, max_seqs, kProfileVersion);
 }
 
-// The engine's speculative steps are two-wait rounds (DSINFER_SPEC_ONE_WAIT=0, read like the Speculator reads it),
-// or DSINFER_SPEC_ROUND_COST=0 asks for the round's parts timed apart (the before / after switch of the measured
-// round): the model without its "round" line.
-speculative::StepCostModel for_engine_rounds(speculative::StepCostModel m) {
-  auto off = [](const char* name) {
-    const char* e = std::getenv(name);
-    return e && std::string(e) == "0";
-  };
-  if (off("DSINFER_SPEC_ONE_WAIT") || off("DSINFER_SPEC_ROUND_COST")) return m.without_round();
+// DSINFER_SPEC_ROUND_COST=0 asks for the round's parts timed apart (the before / after switch of the measured
+// round): the model without its "round" line. (Two-wait rounds, DSINFER_SPEC_ONE_WAIT=0, drop it where that switch
+// is read: Speculator::set_cost_model.)
+speculative::StepCostModel apply_round_cost_switch(speculative::StepCostModel m) {
+  const char* e = std::getenv("DSINFER_SPEC_ROUND_COST");
+  if (e && std::string(e) == "0") return m.without_round();
   return m;
 }
 
@@ -78,7 +75,8 @@ Result<speculative::StepCostModel> setup_step_cost(const EngineOptions& o, const
   if (!file.empty() && std::filesystem::exists(file, ec)) {
     Result<speculative::StepCostModel> m = speculative::StepCostModel::parse(read_file(file), file.string());
     if (!m && spec.cost_model != "auto") return m.status().with_context("speculative_cost_model");
-    if (m && (m->key() == key || m->key() == "*") && m->max_rows() >= rows) return for_engine_rounds(std::move(*m));
+    if (m && (m->key() == key || m->key() == "*") && m->max_rows() >= rows)
+      return apply_round_cost_switch(std::move(*m));
     std::fprintf(stderr, "speculative cost model: %s %s; profiling again\n", file.string().c_str(),
                  m ? "is for another model, GPU or shape" : m.status().message().c_str());
   }
@@ -99,7 +97,7 @@ Result<speculative::StepCostModel> setup_step_cost(const EngineOptions& o, const
   }
   std::fprintf(stderr, "speculative cost model: verify steps and drafting profiled in %.2f s (%s)\n", s,
                where.c_str());
-  return for_engine_rounds(std::move(m));
+  return apply_round_cost_switch(std::move(m));
 }
 
 }  // namespace dsinfer::engine

@@ -3,8 +3,8 @@
 // proportional fallback, or on cuda the cached table of this model, GPU and numerics, profiled (perf/
 // step_profile.h, a few seconds) and written to the cache when absent or stale; a PATH = that file, read when its
 // key matches (or is "*": a hand-written table for any model), else profiled and written there. A cache that
-// cannot be written is reported, not fatal. The table's measured one-wait round ("round" line) is dropped where the
-// engine's rounds are two-wait (DSINFER_SPEC_ONE_WAIT=0) or DSINFER_SPEC_ROUND_COST=0 asks for the round's parts.
+// cannot be written is reported, not fatal. The table's measured one-wait round ("round" line) is dropped where
+// DSINFER_SPEC_ROUND_COST=0 asks for the round's parts (and by the Speculator where its rounds are two-wait).
 #pragma once
 #include <string>
 

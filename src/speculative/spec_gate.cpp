@@ -36,7 +36,10 @@ std::string SpecGate::explain(int64_t n, const StepCostModel& cost) const {
     const double ms = cost.round_ms(n, int32_t(1 + L), tokens);
     rounds += fmt::format("{}{:.3f}", L ? " " : "", ms);
     if (L > 0) est += fmt::format("{}{:.3f}", L > 1 ? " " : "", a[L - 1]);
-    if (tokens / ms > best) best = tokens / ms, best_l = int32_t(L);
+    if (tokens / ms > best) {
+      best = tokens / ms;
+      best_l = int32_t(L);
+    }
   }
   const double off = double(n) / cost.plain_ms(n);
   return fmt::format(
@@ -67,7 +70,7 @@ void SpecGate::observe_expected(std::span<const float> a, size_t from) {
     reached_[k] += k == 0 ? 1.0 : double(a[k - 1]);
     accepted_[k] += double(a[k]);
   }
-  if (from == 0 && from < n) {  // a block cut to nothing: the probe's round is the head's estimate
+  if (from == 0 && n > 0) {  // a block cut to nothing: the probe's round is the head's estimate
     probe_left_ = 0;
     probe_rounds_ = 0;
   }

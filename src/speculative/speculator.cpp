@@ -44,6 +44,7 @@ Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, 
   // DSINFER_SPEC_ONE_WAIT=0: every round verifies, then drafts, with a host wait each (the before/after switch).
   const char* w = std::getenv("DSINFER_SPEC_ONE_WAIT");
   one_wait_ = !(w && std::string(w) == "0");
+  set_cost_model(std::move(cost_));
   const size_t k = size_t(cfg_.num_speculative_tokens);
   metrics_.method = spec_method_name(drafter_->method());
   metrics_.trials_per_position.assign(k, 0);

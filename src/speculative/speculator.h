@@ -47,7 +47,9 @@ class Speculator {
   const std::vector<int64_t>& tapped_layers() const { return drafter_->tapped_layers(); }
   int32_t num_speculative_tokens() const { return cfg_.num_speculative_tokens; }
   Drafter& drafter() { return *drafter_; }
-  void set_cost_model(StepCostModel cost) { cost_ = std::move(cost); }
+  // The model the gate and the verify length read; two-wait rounds (DSINFER_SPEC_ONE_WAIT=0) drop its measured
+  // one-wait round (StepCostModel::without_round: their cost is the parts timed apart).
+  void set_cost_model(StepCostModel cost) { cost_ = one_wait_ ? std::move(cost) : cost.without_round(); }
   const StepCostModel& cost_model() const { return cost_; }
 
   // Samples every logits row of the plan: verifying sequences with sampling::verify_drafts, others like

@@ -618,26 +618,37 @@ TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
   auto cfg = dsinfer::io::load_model_config(model);
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
   const int64_t D = cfg->hidden_size, k = cfg->num_experts_per_tok, L = cfg->num_hidden_layers, B = 4;
-  for (const bool dp : {false, true}) {
-    SCOPED_TRACE(dp ? "DP" : "EP");
+  // What every case shares: 2 ranks sharing the GPU in-process, B sequences decoding at context 16, no prefill.
+  auto options = [&]() {
     dsinfer::BenchOptions o;
     o.model_dir = model;
     o.load_format = "auto";
     o.numerics = "hf";
     o.gpus = 2;
-    o.data_parallel_size = dp ? 2 : 1;
     o.communicator = "in-process";
     o.batches = {B};
     o.context = 16;
     o.prefill = 0;
     o.iters = 2;
     o.ceilings = "nominal";
+    return o;
+  };
+  // The bench's one case of `o` (a fatal failure here ends the test: the callers check HasFatalFailure).
+  auto run_one = [](const dsinfer::BenchOptions& o, dsinfer::BenchCase& c) {
     dsinfer::BenchReport rep;
     std::string err;
     ASSERT_TRUE(dsinfer::run_bench(o, &rep, &err)) << err;
     ASSERT_EQ(rep.cases.size(), 1u);
-    const dsinfer::BenchCase& c = rep.cases[0];
+    c = rep.cases[0];
     ASSERT_TRUE(c.error.empty()) << c.error;
+  };
+  for (const bool dp : {false, true}) {
+    SCOPED_TRACE(dp ? "DP" : "EP");
+    dsinfer::BenchOptions o = options();
+    o.data_parallel_size = dp ? 2 : 1;
+    dsinfer::BenchCase c;
+    run_one(o, c);
+    if (HasFatalFailure()) return;
     const double want = dp ? double(L * 2 * (B * k * (4 + 4 * D) + B * k * 2 * D)) : double(L * 2 * B * D * 4);
     std::printf("bench, 2 ranks %s: %.0f bytes / %.0f collectives per step, %.4f ms in rank 0's collectives\n",
                 dp ? "DP attention" : "EP", c.comm_bytes_per_step, c.comm_calls_per_step, c.comm_ms);
@@ -652,24 +663,13 @@ TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
   {
     SCOPED_TRACE("DP prefill");
     const int64_t T = 600;
-    dsinfer::BenchOptions o;
-    o.model_dir = model;
-    o.load_format = "auto";
-    o.numerics = "hf";
-    o.gpus = 2;
+    dsinfer::BenchOptions o = options();
     o.data_parallel_size = 2;
-    o.communicator = "in-process";
     o.batches = {};
-    o.context = 16;
     o.prefill = T;
-    o.iters = 2;
-    o.ceilings = "nominal";
-    dsinfer::BenchReport rep;
-    std::string err;
-    ASSERT_TRUE(dsinfer::run_bench(o, &rep, &err)) << err;
-    ASSERT_EQ(rep.cases.size(), 1u);
-    const dsinfer::BenchCase& c = rep.cases[0];
-    ASSERT_TRUE(c.error.empty()) << c.error;
+    dsinfer::BenchCase c;
+    run_one(o, c);
+    if (HasFatalFailure()) return;
     const double want = double(L * (2 * 2 * 8 + T * k * (4 + 4 * D) + T * k * 2 * D));
     std::printf("bench, 2 ranks DP attention, prefill %lld: %.0f bytes / %.0f collectives per step\n", (long long)T,
                 c.comm_bytes_per_step, c.comm_calls_per_step);
@@ -681,25 +681,12 @@ TEST(GpuMultiGpu, BenchReportsCollectiveBytes) {
   const int64_t Gr = cfg->o_groups * cfg->o_lora_rank;
   for (const bool inv : {false, true}) {
     SCOPED_TRACE(inv ? "TP, batch-invariant" : "TP");
-    dsinfer::BenchOptions o;
-    o.model_dir = model;
-    o.load_format = "auto";
-    o.numerics = "hf";
-    o.gpus = 2;
+    dsinfer::BenchOptions o = options();
     o.tensor_parallel_size = 2;
     o.batch_invariant = inv;
-    o.communicator = "in-process";
-    o.batches = {B};
-    o.context = 16;
-    o.prefill = 0;
-    o.iters = 2;
-    o.ceilings = "nominal";
-    dsinfer::BenchReport rep;
-    std::string err;
-    ASSERT_TRUE(dsinfer::run_bench(o, &rep, &err)) << err;
-    ASSERT_EQ(rep.cases.size(), 1u);
-    const dsinfer::BenchCase& c = rep.cases[0];
-    ASSERT_TRUE(c.error.empty()) << c.error;
+    dsinfer::BenchCase c;
+    run_one(o, c);
+    if (HasFatalFailure()) return;
     const double want = double(L * 2 * B * 4 * (Gr + (inv ? k : 1) * D));
     std::printf("bench, 2 TP ranks%s: %.0f bytes / %.0f collectives per step, %.4f ms in rank 0's collectives\n",
                 inv ? " (batch-invariant)" : "", c.comm_bytes_per_step, c.comm_calls_per_step, c.comm_ms);
