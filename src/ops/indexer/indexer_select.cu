@@ -1,5 +1,6 @@
 // CUDA Lightning Indexer top-k select (see indexer_cuda.h): one block a token's row of scores.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -318,8 +319,13 @@ int indexer_select_cand_slots(int64_t max_visible) {
     const char* v = std::getenv("DSINFER_INDEXER_SELECT");
     if (!v) return -1;
     if (std::strcmp(v, "full") == 0) return 0;
-    const long n = std::strtol(v, nullptr, 10);
-    return n > 0 && n <= kIdxSelCandMaxSlots ? int(n) : -1;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && n > 0 && n <= kIdxSelCandMaxSlots) return int(n);
+    // An A/B switch of one kernel with no Status path: a value it cannot use is named, and the plan decides.
+    std::fprintf(stderr, "DSINFER_INDEXER_SELECT must be full or a slot count in 1..%d, found '%s': ignored\n",
+                 kIdxSelCandMaxSlots, v);
+    return -1;
   }();
   if (env >= 0) return env;
   return max_visible > kIdxSelCandMinKeys ? kIdxSelCandSlots : 0;
