@@ -604,6 +604,20 @@ TEST(GpuMultiGpu, DpRanksSharingOneGpuPassCheckReferenceV41) {
   check_reference_on_one_gpu("tiny-v41-a", 2, true, {"reference.safetensors", "hf", 0.2});
 }
 
+// Session 22: TP attention for DeepSeek-V4.1 on the CUDA runner (attention_v41_cuda.cpp: each rank the query heads
+// of its wo_a output groups, their rows of wq_b, their sinks, the groups' outputs gathered exactly, wo_b whole), 2
+// and 4 ranks sharing one GPU, under the fixtures' V4.1 gates (as DpRanksSharingOneGpuPassCheckReferenceV41).
+// tiny-v41-b has 3 output groups: 2 ranks hold 1 and 2 groups (one group runs as two halves, tp::groups_part), 4
+// ranks leave one without heads.
+TEST(GpuMultiGpu, TpRanksSharingOneGpuPassCheckReferenceV41) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : {"tiny-v41-a", "tiny-v41-b"})
+    for (int32_t n : {2, 4}) {
+      check_reference_on_one_gpu(name, n, false, {"reference_noqat.safetensors", "hf-noqat", 1e-5, true});
+      check_reference_on_one_gpu(name, n, false, {"reference.safetensors", "hf", 0.2, true});
+    }
+}
+
 // `dsinfer bench` with several ranks reports the collectives' bytes per step, and they are what the layouts send:
 // EP, every rank all-reduces T x D fp32 per layer; DP, ranks sharing one GPU exchange at a fixed capacity (session
 // 19, expert_exchange_cuda.cpp): rank p sends each of the N ranks a segment of T_p x k pairs (the expert id, 4 bytes,

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -312,6 +313,76 @@ TEST(GpuV41Runner, ExpertParallelRanksMatchCpuRunner) {
   DSI_SKIP_WITHOUT_GPU();
   for (int32_t gpus : {2, 4}) run_schedule("tiny-v41-a", model::Numerics::hf_noqat(), gpus);
   run_schedule("tiny-v41-b", model::Numerics::hf_noqat(), 2);
+}
+
+// Session 22, issue 27: V4.1's TP attention against EP at the same rank count, bit for bit, in the exact, fast and
+// batch-invariant modes (ranks sharing this GPU). The two layouts run the same MoE (EP's expert split and
+// all-reduce), so only the attention differs, and TP's share of it must be exact: a head's output does not depend on
+// the others, its wq_b rows and wo_a groups run the whole weight's kernels (tp::rows_part / groups_part), and the
+// gather before wo_b adds zeros. A wrong head, sink or group offset moves logits by 1e-2 or more. tiny-v41-b has 3
+// output groups: 2 ranks hold 1 and 2 (one group as two halves), 4 ranks leave one rank without heads. (V4.1's EP
+// all-reduces partial sums, so neither layout is one rank's bits; GpuMultiGpu.TpRanksSharingOneGpuPassCheckReferenceV41
+// bounds TP against the reference.)
+TEST(GpuV41Runner, TpRanksMatchEpRanksBitForBit) {
+  DSI_SKIP_WITHOUT_GPU();
+  struct Mode {
+    const char* name;
+    bool exact, invariant;
+  };
+  for (const char* fx : {"tiny-v41-a", "tiny-v41-b"})
+    for (const Mode mode : {Mode{"exact", true, false}, Mode{"fast", false, false}, Mode{"batch-invariant", false, true}})
+      for (int32_t gpus : {2, 4}) {
+        SCOPED_TRACE(std::string(fx) + " " + mode.name + " " + std::to_string(gpus) + " ranks");
+        runner::RunnerOptions o;
+        o.model_dir = find_fixture(fx);
+        if (o.model_dir.empty()) GTEST_SKIP() << fx << " not found under tests/fixtures";
+        o.numerics = model::Numerics::hf_noqat();
+        o.exact_gemm = mode.exact;
+        o.batch_invariant = mode.invariant;
+        o.gpus = gpus;
+        o.communicator = "in-process";
+        auto ep = backends::create_parallel_runner(o);
+        ASSERT_TRUE(ep.is_ok()) << ep.status().message();
+        o.tensor_parallel_size = gpus;
+        auto tp = backends::create_parallel_runner(o);
+        ASSERT_TRUE(tp.is_ok()) << tp.status().message();
+        EXPECT_NE((*tp)->name().find("TP attention"), std::string::npos) << (*tp)->name();
+        cache::StateCacheConfig cc;
+        cc.kv_elem_bytes = 4;
+        cc.max_num_seqs = 3;
+        cc.max_model_len = 64;
+        auto layout = cache::compute_state_layout((*ep)->config(), cc);
+        ASSERT_TRUE(layout.is_ok()) << layout.status().message();
+        const int64_t nb = layout->blocks_per_sequence(64);
+        for (auto* r : {&*ep, &*tp}) ASSERT_TRUE((*r)->bind_state(*layout, 3, int32_t(3 * nb), 64).is_ok());
+        std::vector<Seq> seqs(3);
+        for (int32_t s = 0; s < 3; ++s) {
+          seqs[size_t(s)].slot = s;
+          for (int64_t b = 0; b < nb; ++b) seqs[size_t(s)].table.push_back(int32_t(s * nb + b));
+          for (int64_t k = 0; k < 40; ++k) seqs[size_t(s)].toks.push_back(int32_t(5 + (s * 97 + k * 53 + k * k) % 480));
+        }
+        Seq &a = seqs[0], &b = seqs[1], &c = seqs[2];
+        const std::vector<std::vector<std::pair<Seq*, int32_t>>> steps = {
+            {{&a, 9}, {&b, 3}, {&c, 1}}, {{&a, 1}, {&b, 14}, {&c, 20}}, {{&a, 1}, {&b, 1}, {&c, 1}}, {{&c, 1}, {&a, 12}}};
+        int64_t rows = 0, differ = 0;
+        for (size_t k = 0; k < steps.size(); ++k) {
+          const scheduler::BatchPlan plan = make_plan(steps[k]);
+          std::vector<float> le, lt;
+          const Status se = (*ep)->step(plan, le), st = (*tp)->step(plan, lt);
+          ASSERT_TRUE(se.is_ok()) << "step " << k << ": " << se.message();
+          ASSERT_TRUE(st.is_ok()) << "step " << k << ": " << st.message();
+          ASSERT_EQ(le.size(), lt.size());
+          const int64_t V = (*ep)->config().vocab_size;
+          for (int64_t r = 0; r < int64_t(le.size()) / V; ++r) {
+            ++rows;
+            differ += std::memcmp(le.data() + r * V, lt.data() + r * V, size_t(V) * sizeof(float)) != 0;
+          }
+        }
+        std::printf("%s %s, %d ranks: TP vs EP, %lld of %lld logits rows differ\n", fx, mode.name, gpus,
+                    (long long)differ, (long long)rows);
+        EXPECT_GT(rows, 0);
+        EXPECT_EQ(differ, 0);
+      }
 }
 
 // The real-format load: each fixture converted into the release's storage formats (FP8 e4m3 dense projections with

@@ -591,9 +591,6 @@ Status ParallelRunner::init(const runner::RunnerOptions& opts) {
     return Status::error("DP attention (--data-parallel-size > 1) with DeepSeek-V4.1 `official` numerics is not "
                          "implemented on the cuda backend (the expert exchange does not run the official MoE); use "
                          "--numerics hf or the EP layout");
-  if (tp_ && cfg_.is_v41())
-    return Status::error("--tensor-parallel-size > 1 (TP attention) is not implemented for DeepSeek-V4.1 on the cuda "
-                         "backend yet (its attention has no head split; EP and DP run it)");
   redundant_ = opts.eplb ? opts.num_redundant_experts : 0;
   interval_ = opts.eplb_interval;
   if (eplb_) {

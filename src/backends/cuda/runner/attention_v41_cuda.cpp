@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backends/cuda/runner/forward_v41.h"
+#include "backends/cuda/runner/tensor_parallel_parts.h"
 #include "model/state_pool.h"
 #include "ops/csa2/csa2_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
@@ -115,15 +116,30 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   const float eps = float(cfg_.rms_norm_eps);
   const float* inv = (m == 0 ? inv_main_ : inv_comp_).data();
   float *y = s_.y.data(), *cq = s_.cq.data(), *q = s_.q.data(), *kv = s_.kv.data();
+  // TP attention (tensor_parallel_cuda.cpp, as V4's): this shard's query heads [h0, h0 + Hl) of its wo_a output
+  // groups; Hl = H outside TP. The latents, the KV and index sources and the state are every rank's. Official
+  // numerics never get here with several ranks (cuda_numerics_refusal).
+  const HeadGroups hg = head_groups();
+  const int64_t h0 = hg.h0, Hl = hg.h1 - hg.h0;
+  const bool tp = Hl != H || hg.g1 - hg.g0 != cfg_.o_groups;
   DSI_OP("wq_a", l, linear(Gemm::FP8, y, T, D, L.wq_a, cq, qr));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_, official()));  // + the bf16 rounding
   DSI_RETURN_IF_ERROR(dump("attn.cq", l, cq, T, qr));
-  DSI_OP("wq_b", l, linear(Gemm::FP8, cq, T, qr, L.wq_b, q, H * hd));
+  if (Hl > 0 && tp) {
+    // This rank's rows of wq_b, called so that they run the whole weight's kernel (tensor_parallel_parts.h).
+    DSI_ASSIGN_OR_RETURN(const tp::PartGemm p, tp::rows_part(L.wq_b, h0 * hd, (h0 + Hl) * hd,
+                                                             kernel_mode() == ops::KernelMode::kBatchInvariant,
+                                                             device_.multiprocessors));
+    if (p.groups == 1) DSI_OP("wq_b", l, gemm(cq, T, qr, p.w, q, Hl * hd));
+    else DSI_OP("wq_b", l, gemm_grouped(cq, T, qr, p.x_stride, p.w, p.groups, q, Hl * hd, p.y_stride));
+  } else if (Hl > 0) {
+    DSI_OP("wq_b", l, linear(Gemm::FP8, cq, T, qr, L.wq_b, q, H * hd));
+  }
   DSI_OP("wkv", l, linear(Gemm::FP8, y, T, D, L.wkv, kv, hd));
   // The query's RoPE and the window kv's norm + RoPE in one launch, the bf16 roundings of official numerics fused
   // (was two launches, six in official numerics; the same bits). There the norm's bf16 output is what RoPE rotates,
   // so the kv norm stays a separate rmsnorm (with its rounding fused) and the pair kernel only rotates.
-  HeadNormRopeParams qp{T, H, hd, HeadNorm::None, nullptr, eps, rd, inv, 1.0f, false};
+  HeadNormRopeParams qp{T, Hl, hd, HeadNorm::None, nullptr, eps, rd, inv, 1.0f, false};
   HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, 1.0f, false};
   qp.round_rope_bf16 = official();
   kp.round_rope_bf16 = official();
@@ -131,9 +147,10 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
     DSI_OP("kv_norm_rope", l, rmsnorm(kv, T, hd, L.kv_norm, eps, kv, stream_, true));
     kp.norm = HeadNorm::None;
   }
-  DSI_OP("q_rope", l, head_norm_rope_pair(qp, q, kp, kv, st.pos, stream_));
+  if (Hl > 0) DSI_OP("q_rope", l, head_norm_rope_pair(qp, q, kp, kv, st.pos, stream_));
+  else DSI_OP("q_rope", l, head_norm_rope(kp, kv, st.pos, stream_));  // a TP rank without heads: the kv only
   if (num_.qat_sim) DSI_OP("kv_qat", l, csa2_qat(kv, T, hd, 32, QatKind::Fp8Ue8m0, stream_));
-  DSI_RETURN_IF_ERROR(dump("attn.q", l, q, T, H * hd));
+  DSI_RETURN_IF_ERROR(dump("attn.q", l, q, T, Hl * hd));
   DSI_RETURN_IF_ERROR(dump("attn.kv", l, kv, T, hd));
   const int64_t src = cfg_.kv_source_of(l);
   if (src == l) DSI_RETURN_IF_ERROR(kv_source(l, st));
@@ -148,10 +165,10 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
     view.entries_per_block = sv.entries_per_block;
   }
   SparseAttentionCudaParams ap;
-  ap.heads = H;
+  ap.heads = Hl;
   ap.head_dim = hd;
   ap.scale = float(1.0 / std::sqrt(double(hd)));
-  ap.sinks = L.sink;
+  ap.sinks = L.sink + h0;
   ap.window = cfg_.sliding_window;
   ap.m = m;
   ap.topk_idx = m > 0 ? s_.sel.data() : nullptr;
@@ -159,21 +176,31 @@ Status CudaForwardV41::attention(int64_t l, const ops::StepDevice& st) {
   ap.rope_dim = rd;  // the inverse RoPE of the output, fused into the kernel's final write
   ap.inv_freq = inv;
   ap.attention_factor = 1.0f;
-  ap.num_splits = attention_splits(l, T);
+  ap.num_splits = attention_splits(l, T);  // from the model's head count: a TP rank's heads split as one rank's
   ap.split_keys = official() ? 0 : sparse_attention_split_keys(kernel_mode());  // batch-invariant: fixed key chunks
   // Fast and batch-invariant modes: the bf16 tensor-core kernel, as V4's (sparse_attention_plan.h); exact and
   // official keep their fp32 kernels.
   ap.tensor_cores = sparse_attention_tensor_cores(kernel_mode(), hd);
   ap.official = official();
   float* o = s_.o.data();
-  DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
+  if (Hl > 0) DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
   DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
-  DSI_RETURN_IF_ERROR(dump("attn.o", l, o, T, H * hd));
-  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G;
+  DSI_RETURN_IF_ERROR(dump("attn.o", l, o, T, Hl * hd));
+  const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G, ng = hg.g1 - hg.g0;
   if (official()) {  // a bf16 einsum per group
     DSI_OP("wo_a", l, gemm_official_cuda(o, T, H * hd, L.wo_a, s_.mid.data(), G * r, OfficialGemm::kBf16, stream_, G));
-  } else {
+  } else if (ng == G) {
     DSI_OP("wo_a", l, gemm_grouped(o, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
+  } else {
+    // TP: this rank's groups' columns of wo_a's output, zero elsewhere, summed over the ranks (an exact gather), so
+    // every rank runs wo_b whole, as one rank does.
+    DSI_RETURN_IF_ERROR(clear_head_groups(s_.mid.data(), T, G * r));
+    if (ng > 0) {
+      DSI_ASSIGN_OR_RETURN(const tp::PartGemm p, tp::groups_part(L.wo_a, G, hg.g0, hg.g1, gin));
+      DSI_OP("wo_a", l, gemm_grouped(o, T, Hl * hd, p.x_stride, p.w, p.groups, s_.mid.data() + hg.g0 * r, G * r,
+                                     p.y_stride));
+    }
+    DSI_RETURN_IF_ERROR(gather_head_groups(s_.mid.data(), T, G * r, l));
   }
   DSI_RETURN_IF_ERROR(dump("attn.mid", l, s_.mid.data(), T, G * r));
   DSI_OP("wo_b", l, linear(Gemm::FP8, s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D));
