@@ -8,7 +8,7 @@
 // Floors: scores = 2 x sum(visible) x heads x dim FLOP at the FP8 peak (1,393 TFLOP/s measured by dsinfer bench on the
 // H200) or their key bytes (132 B a key a sequence) at 4.18 TB/s, whichever is larger; top-k = the scores read once
 // (4 B a candidate) plus the output written, at 4.18 TB/s. The top-k also in every form (the full scan, the
-// candidate form at 2,048 / 4,096 slots, the sample form at 2,048 .. 8,192; their outputs compared), with the size of
+// candidate form at 4,096 slots, the sample form on rows over 0 .. 8,192 keys; their outputs compared), with the size of
 // pass 0's boundary bin and the sample form's candidate count in sampled rows; long-prompt cases: 128K's chunks 8 and 15 and a 512K prompt's last 512 tokens (~131K candidates a row).
 // Usage: dsinfer_indexer_bench
 #include <cuda_runtime.h>
@@ -57,12 +57,13 @@ struct Case {
 
 // The top-k forms timed side by side: the full scan, the candidate form (session 21's plan: 4,096 slots) and the
 // sample form at these slot counts.
-constexpr oc::detail::IdxSelForm kForms[] = {{0, false}, {2048, false}, {4096, false}, {2048, true}, {4096, true},
-                                             {8192, true}};
+constexpr oc::detail::IdxSelForm kForms[] = {{0, false, 0},    {4096, false, 0},    {4096, true, 0},
+                                             {4096, true, 2048}, {4096, true, 4096}, {4096, true, 8192}};
 constexpr int kNumForms = int(sizeof(kForms) / sizeof(kForms[0]));
 std::string form_name(const oc::detail::IdxSelForm& f) {
   if (f.cand_slots == 0) return "full";
-  return (f.sample ? "smp " : "cand ") + std::to_string(f.cand_slots);
+  if (!f.sample) return "cand " + std::to_string(f.cand_slots);
+  return "smp>" + std::to_string(f.sample_min_keys);  // rows over this many keys
 }
 
 struct Timing {
@@ -295,8 +296,8 @@ int main() {
     all.push_back({c.name, run(c, g)});
     print(c.name, all.back().second);
   }
-  std::printf("\ntop-k forms, ms per call: the full scan, the candidate form and the sample form with N slots; the "
-              "plan's form; pass-0 boundary bin keys over sampled rows (median, max, rows over %d slots / rows); the "
+  std::printf("\ntop-k forms, ms per call: the full scan, the candidate form with N slots, the sample form (4,096 "
+              "slots) on rows over N keys; the plan's form; pass-0 boundary bin keys over sampled rows (median, max, rows over %d slots / rows); the "
               "sample form's candidates in the same rows (median, max, rows outside [K, %d])\n",
               oc::detail::kIdxSelCandSlots, oc::detail::kIdxSelCandSlots);
   std::printf("%-26s", "case");

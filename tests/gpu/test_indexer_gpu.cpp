@@ -225,7 +225,7 @@ float planted(int64_t r, int64_t j, int64_t n, std::mt19937& g, bool with_nan) {
 
 // A select form of launch_indexer_select: {-1, false} = the plan (nullptr), else {cand_slots, sample}.
 using Form = ops::cuda::detail::IdxSelForm;
-constexpr Form kPlan{-1, false};
+constexpr Form kPlan{-1, false, 0};
 
 // The selection of every kernel form in `forms` on planted rows: equal to the CPU rule exactly and to each other
 // (rows holding NaN: to each other only; the CPU rule does not order NaN).
@@ -263,7 +263,8 @@ void run_select(int64_t topk, const std::vector<int64_t>& ns, uint32_t seed,
     const auto& go = by_form[f];
     for (int64_t t = 0; t < T; ++t) {
       const int64_t n = ns[size_t(t)];
-      SCOPED_TRACE(testing::Message() << "form " << forms[f].cand_slots << (forms[f].sample ? " sample" : "") << " row " << t << " pattern " << t % kPatterns
+      SCOPED_TRACE(testing::Message() << "form " << forms[f].cand_slots << (forms[f].sample ? " sample over " : "")
+                                      << (forms[f].sample ? forms[f].sample_min_keys : 0) << " row " << t << " pattern " << t % kPatterns
                                       << " candidates " << n << " NaN " << has_nan[size_t(t)]);
       const int32_t* o = go.data() + t * topk;
       if (f > 0) {
@@ -338,11 +339,13 @@ TEST(GpuIndexer, TopkCandidateFormEqualsFullScan) {
   // 64, 600, 2,048, 4,096 and 8,192 slots (rows whose count misses [K, slots], among them the patterns made to
   // mislead its threshold, go on in the candidate form) must give the same lists.
   std::vector<int64_t> ns;
-  for (int64_t n : {513, 600, 1100, 4097, 8192, 16384, 16385, 32768})
+  // 32,771: a score stride that is no multiple of 4, so rows start at every alignment (the sample form's float4 scan
+  // has a head and a tail).
+  for (int64_t n : {513, 600, 1100, 4097, 8192, 16384, 16385, 32768, 32771})
     for (int pattern = 0; pattern < kPatterns; ++pattern) ns.push_back(n);
-  const std::vector<Form> forms = {{0, false},  kPlan,       {1, false},   {64, false},  {600, false},
-                                   {4096, false}, {8192, false}, {64, true},   {600, true},  {2048, true},
-                                   {4096, true},  {8192, true}};
+  const std::vector<Form> forms = {{0, false},    kPlan,        {1, false},  {64, false},       {600, false},
+                                   {4096, false}, {8192, false}, {64, true}, {600, true},       {2048, true},
+                                   {4096, true},  {8192, true},  {4096, true, 8192}};
   run_select(512, ns, 910, forms);
   run_select(7, ns, 911, forms);
   run_select(1, {2, 3, 100, 5000, 17000, 40000, 2, 3, 100}, 912, forms);
@@ -351,11 +354,14 @@ TEST(GpuIndexer, TopkCandidateFormEqualsFullScan) {
              {{0, false}, kPlan, {64, false}, {4096, false}, {8192, true}});
   // NaN scores (either sign) among every pattern: the forms agree (the CPU rule leaves NaN unordered).
   run_select(512, ns, 915, forms, true);
-  // Rows of 65,536 and 131,072 keys (a 512K prompt's rows at ratio 4), every pattern, K 512 and 2,048.
+  // Rows of 65,536 and 131,072 keys (a 512K prompt's rows at ratio 4), every pattern, K 512 and 2,048; then with a
+  // stride of 131,071 (rows at every alignment).
   std::vector<int64_t> longer;
   for (int64_t n : {65536, 131072})
     for (int pattern = 0; pattern < kPatterns; ++pattern) longer.push_back(n);
   const std::vector<Form> few = {{0, false}, kPlan, {4096, false}, {600, true}, {4096, true}, {8192, true}};
   run_select(512, longer, 916, few);
   run_select(2048, longer, 917, few);
+  longer.push_back(131071);  // unaligned rows
+  run_select(512, longer, 918, few);
 }

@@ -1,5 +1,7 @@
 // CUDA Lightning Indexer top-k select (see indexer_cuda.h): one block a token's row of scores.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -220,6 +222,69 @@ __device__ __forceinline__ void cand_finish(const CandLists& c, uint32_t* hist, 
   }
 }
 
+// The sample form's gather: every key >= lo appended to the candidates (*s_count counts them all; only the first
+// row_slots are stored), the two maps zeroed. The row is read as float4 (after up to 3 keys that align it), 8 keys a
+// thread in flight; a warp whose keys are all below lo (most of them) does no more than compare.
+constexpr int kSmpUnroll = 2;  // float4 loads a thread keeps in flight
+__device__ __forceinline__ void sample_gather(const CandLists& c, int* s_count, const float* sc, int64_t N,
+                                              int64_t map_words, int row_slots, uint32_t lo, int tid, int lane) {
+  for (int64_t w = tid; w < map_words; w += kSelThreads) {
+    c.taken[w] = 0u;
+    c.ties[w] = 0u;
+  }
+  const int64_t mis = int64_t((reinterpret_cast<uintptr_t>(sc) >> 2) & 3u);
+  const int64_t head = min((4 - mis) & 3, N), n4 = (N - head) / 4, tail0 = head + 4 * n4;
+  // The head and the tail (under 4 keys each): a thread a key, an atomic each.
+  const int64_t j1 = tid < 4 ? int64_t(tid) : tail0 + (tid - 4);
+  if ((tid < 4 && j1 < head) || (tid >= 4 && tid < 8 && j1 < N)) {
+    const uint32_t u = score_key(sc[j1]);
+    if (u >= lo) {
+      const int i = atomicAdd(s_count, 1);
+      if (i < row_slots) {
+        c.key[i] = u;
+        c.idx[i] = int32_t(j1);
+      }
+    }
+  }
+  const float4* s4 = reinterpret_cast<const float4*>(sc + head);
+  for (int64_t base = 0; base < n4; base += kSmpUnroll * kSelThreads) {
+    float4 v[kSmpUnroll];
+#pragma unroll
+    for (int k = 0; k < kSmpUnroll; ++k) {
+      const int64_t i4 = base + k * kSelThreads + tid;
+      v[k] = i4 < n4 ? s4[i4] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    }
+#pragma unroll
+    for (int k = 0; k < kSmpUnroll; ++k) {
+      const uint32_t u[4] = {score_key(v[k].x), score_key(v[k].y), score_key(v[k].z), score_key(v[k].w)};
+      const int64_t i4 = base + k * kSelThreads + tid;
+      uint32_t f = 0u;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f |= (i4 < n4 && u[e] >= lo) ? 1u << e : 0u;
+      if (__any_sync(0xffffffffu, f != 0u)) {  // rare: the warp's keys at or above lo, appended in lane order
+        const int n = __popc(f);
+        int incl = n;
+        for (int o = 1; o < 32; o <<= 1) {
+          const int y = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += y;
+        }
+        int c0 = 0;
+        if (lane == 31) c0 = atomicAdd(s_count, incl);
+        c0 = __shfl_sync(0xffffffffu, c0, 31);
+        int i = c0 + incl - n;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (((f >> e) & 1u) && i < row_slots) {
+            c.key[i] = u[e];
+            c.idx[i] = int32_t(head + 4 * i4 + e);
+          }
+          i += int((f >> e) & 1u);
+        }
+      }
+    }
+  }
+}
+
 // The sample form's threshold: the 22-bit prefix of the sample_rank-th largest of ns = min(N, kSelSample) keys at
 // even strides (two histogram rounds over them), a lower bound of that key, in *lo. False (the row skips the form)
 // when the count of keys reaching it would likely exceed row_slots (the sample rank times the stride over 3/4 of the
@@ -303,7 +368,8 @@ __device__ __forceinline__ void select_compact(const uint32_t* sel_keys, int (*t
 __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevice st, IndexerCudaParams p,
                                                                      const float* scores, int64_t max_visible,
                                                                      int64_t cache_keys, int64_t smem_words,
-                                                                     int cand_slots, bool sample, int32_t* out) {
+                                                                     int cand_slots, int64_t sample_min,
+                                                                     int32_t* out) {
   dsinfer::cuda::pdl_wait_then_release();
   // [smem_words]: the row's keys [N] when N <= cache_keys; then, in the candidate form, two bit maps over the row
   // [map_words] each and the candidates' keys and indices [row_slots] each.
@@ -329,14 +395,14 @@ __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevi
   const int64_t row_room = (smem_words - (cached ? N : 0) - 2 * map_words) / 2;
   const int row_slots = int(row_room < cand_slots ? row_room : cand_slots);  // may be <= 0: the full scan
   const uint32_t lt = (1u << lane) - 1u;
-  if (sample) {
+  if (N > sample_min) {  // block-uniform
     // The sample form's lists start at 0 (it reads the row once, from the scores: no key cache).
     const int64_t room = (smem_words - 2 * map_words) / 2;
     const int slots = int(room < cand_slots ? room : cand_slots);
     uint32_t lo = 0;
     if (sample_threshold(hist, warp_sums, &s_bin, sc, N, K, slots, tid, lane, &lo)) {
       const CandLists c = cand_lists(sel_keys, N, false, map_words, slots);
-      cand_gather(c, &s_count, sel_keys, sc, N, false, slots, lo, 0xFFFFFFFFu, tid, lane, warp, lt);
+      sample_gather(c, &s_count, sc, N, map_words, slots, lo, tid, lane);
       __syncthreads();
       const int n = s_count;
       if (n >= K && n <= slots) {  // block-uniform
@@ -407,7 +473,7 @@ IdxSelForm indexer_select_form(int64_t max_visible) {
     const char* v = std::getenv("DSINFER_INDEXER_SELECT");
     if (!v) return IdxSelForm{-1, false};
     if (std::strcmp(v, "full") == 0) return IdxSelForm{0, false};
-    if (std::strcmp(v, "sample") == 0) return IdxSelForm{kIdxSelCandSlots, true};
+    if (std::strcmp(v, "sample") == 0) return IdxSelForm{kIdxSelCandSlots, true, 0};
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
     if (end != v && *end == '\0' && n > 0 && n <= kIdxSelCandMaxSlots) return IdxSelForm{int(n), false};
@@ -417,7 +483,7 @@ IdxSelForm indexer_select_form(int64_t max_visible) {
     return IdxSelForm{-1, false};
   }();
   if (env.cand_slots >= 0) return env;
-  if (max_visible > kIdxSelCandMinKeys) return IdxSelForm{kIdxSelCandSlots, true};
+  if (max_visible > kIdxSelCandMinKeys) return IdxSelForm{kIdxSelCandSlots, true, kIdxSelSampleMinKeys};
   return IdxSelForm{0, false};
 }
 
@@ -447,7 +513,7 @@ void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, c
   const bool plan = form == nullptr;
   const IdxSelForm f = plan ? indexer_select_form(max_visible) : *form;
   const int cand_slots = f.cand_slots > kIdxSelCandMaxSlots || f.cand_slots < 0 ? 0 : f.cand_slots;
-  const bool sample = f.sample && cand_slots > 0;
+  const int64_t sample_min = f.sample && cand_slots > 0 ? f.sample_min_keys : INT64_MAX;
   size_t smem = size_t(cache_keys) * sizeof(uint32_t);
   if (cand_slots > 0) {
     // The plan: the lists within the blocks-an-SM budget (rows longer than the cache still have the cache's room);
@@ -461,7 +527,7 @@ void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, c
   dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_select_kernel), smem);
   dsinfer::cuda::pdl_launch(indexer_select_kernel, dim3(unsigned(step.T)), dim3(kSelThreads), smem,
                             static_cast<cudaStream_t>(stream), step, p, scores, max_visible, cache_keys,
-                            int64_t(smem / sizeof(uint32_t)), cand_slots, sample, out);
+                            int64_t(smem / sizeof(uint32_t)), cand_slots, sample_min, out);
 }
 
 }  // namespace dsinfer::ops::cuda::detail
