@@ -28,11 +28,12 @@ namespace {
 // what the dynamic shared memory holds after the row's cached keys and the two maps), so a row longer than the cache
 // has the cache's room. Same tau, same ties, the same output as the full-scan form (cand_slots = 0, or a boundary
 // bin larger than the row's slots), which scans the row four times with a block barrier every 512 keys in the last.
-// Sample form (sample, tried first): 1,024 keys at even strides pick, by two histogram rounds, a threshold lo that
-// about sample_rank of them reach, so that with a wide margin more than K keys of the row and fewer than its slots
-// reach it; one scan then gathers every key >= lo (one ballot and one shared atomic a warp, no __match_any_sync) and
-// the three passes, the maps and the output run over those candidates. The k-th key and all keys equal to it are >=
-// lo, so the output is the same; a row whose count misses [K, slots] goes on in the candidate form, from pass 0.
+// Sample form (tried first on rows of more than sample_min keys): 1,024 keys at even strides pick, by two histogram
+// rounds, a threshold lo below the k-th key with a wide margin (sample_threshold), so that more than K keys of the row
+// and fewer than its slots reach it; one float4 scan then gathers every key >= lo (a warp whose keys are all below lo
+// only compares; no __match_any_sync) and the three passes, the maps and the output run over those candidates. The
+// k-th key and all keys equal to it are >= lo, so the output is the same; a row whose count misses [K, slots] goes
+// on in the candidate form, from pass 0.
 constexpr int kSelThreads = 512;
 constexpr int kSelWarps = kSelThreads / 32;
 constexpr int kSelBins = 2048;
@@ -372,7 +373,7 @@ __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevi
                                                                      int32_t* out) {
   dsinfer::cuda::pdl_wait_then_release();
   // [smem_words]: the row's keys [N] when N <= cache_keys; then, in the candidate form, two bit maps over the row
-  // [map_words] each and the candidates' keys and indices [row_slots] each.
+  // [map_words] each and the candidates' keys and indices [row_slots] each (the sample form: the same lists from 0).
   extern __shared__ uint32_t sel_keys[];
   __shared__ uint32_t hist[kSelBins];
   __shared__ int warp_sums[kSelWarps];
