@@ -7,13 +7,14 @@
 // candidates: the top-k's rows exceed its shared-memory cache and re-read the scores).
 // Floors: scores = 2 x sum(visible) x heads x dim FLOP at the FP8 peak (1,393 TFLOP/s measured by dsinfer bench on the
 // H200) or their key bytes (132 B a key a sequence) at 4.18 TB/s, whichever is larger; top-k = the scores read once
-// (4 B a candidate) plus the output written, at 4.18 TB/s. The top-k also in every form (the full scan and the
-// candidate form at 1,024 .. 8,192 slots; their outputs compared), with the size of pass 0's boundary bin in sampled
-// rows; long-prompt cases: 128K's chunks 8 and 15 and a 512K prompt's last 512 tokens (~131K candidates a row).
+// (4 B a candidate) plus the output written, at 4.18 TB/s. The top-k also in every form (the full scan, the
+// candidate form at 4,096 slots, the sample form on rows over 0 .. 8,192 keys; their outputs compared), with the size of
+// pass 0's boundary bin and the sample form's candidate count in sampled rows; long-prompt cases: 128K's chunks 8 and 15 and a 512K prompt's last 512 tokens (~131K candidates a row).
 // Usage: dsinfer_indexer_bench
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -54,9 +55,16 @@ struct Case {
   int64_t seqs, start, len;
 };
 
-// The top-k forms timed side by side: the full scan (0) and the candidate form at these slot counts.
-constexpr int kForms[] = {0, 1024, 2048, 4096, 8192};
+// The top-k forms timed side by side: the full scan, the candidate form (session 21's plan: 4,096 slots) and the
+// sample form at these slot counts.
+constexpr oc::detail::IdxSelForm kForms[] = {{0, false, 0},    {4096, false, 0},    {4096, true, 0},
+                                             {4096, true, 2048}, {4096, true, 4096}, {4096, true, 8192}};
 constexpr int kNumForms = int(sizeof(kForms) / sizeof(kForms[0]));
+std::string form_name(const oc::detail::IdxSelForm& f) {
+  if (f.cand_slots == 0) return "full";
+  if (!f.sample) return "cand " + std::to_string(f.cand_slots);
+  return "smp>" + std::to_string(f.sample_min_keys);  // rows over this many keys
+}
 
 struct Timing {
   double tc1 = 0, tc1_4 = 0, tc3 = 0, fp32 = 0, select = 0, flops = 0, key_bytes = 0, cand = 0, T = 0;
@@ -64,18 +72,35 @@ struct Timing {
   int plan = 1;         // tokens a block the plan picks (the tc 3-split column runs it)
   bool identical = true;  // every form's output equal to the full scan's
   int bin_median = 0, bin_max = 0, bin_rows = 0, bin_over = 0;  // pass-0 boundary bin sizes of sampled rows
+  int reach_median = 0, reach_max = 0, reach_miss = 0;  // the sample form's candidates in the same rows
 };
+
+uint32_t order_key(float f) {
+  if (f == 0.0f) f = 0.0f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The sample form's candidates in a row (the kernel's rule, on the host): keys at or above the 22-bit prefix of the
+// sample's rank-r key (ns = min(n, 1,024) keys at even strides, r = K ns / n + 4 sqrt of it + 4).
+int sample_reach(const std::vector<float>& row) {
+  const int64_t n = int64_t(row.size()), ns = std::min<int64_t>(n, 1024);
+  std::vector<uint32_t> v(static_cast<size_t>(ns));
+  for (int64_t i = 0; i < ns; ++i) v[size_t(i)] = order_key(row[size_t(i * n / ns)]);
+  std::sort(v.begin(), v.end(), std::greater<uint32_t>());
+  const float mean = float(kTopk) * float(ns) / float(n);
+  const int64_t r = std::min<int64_t>(ns, int64_t(std::ceil(mean + 4.0f * std::sqrt(mean) + 4.0f)));
+  const uint32_t lo = v[size_t(r - 1)] & ~0x3FFu;
+  int c = 0;
+  for (float f : row) c += order_key(f) >= lo ? 1 : 0;
+  return c;
+}
 
 // Pass 0's boundary bin (top 11 bits of the order key) of the k-th largest score: how many keys it holds.
 int boundary_bin_keys(const std::vector<float>& row) {
   std::vector<int> hist(2048, 0);
-  for (float f : row) {
-    if (f == 0.0f) f = 0.0f;
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    ++hist[u >> 21];
-  }
+  for (float f : row) ++hist[order_key(f) >> 21];
   int64_t cum = 0;
   for (int b = 2047; b >= 0; --b) {
     cum += hist[size_t(b)];
@@ -169,12 +194,12 @@ Timing run(const Case& c, std::mt19937& g) {
   std::vector<int32_t> ref(size_t(T * kTopk)), got(ref.size());
   for (int f = 0; f < kNumForms; ++f) {
     tm.forms[f] =
-        time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr, kForms[f]); });
+        time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr, &kForms[f]); });
     check(cudaMemcpy(f == 0 ? ref.data() : got.data(), out, ref.size() * 4, cudaMemcpyDeviceToHost), "out");
     if (f > 0 && got != ref) tm.identical = false;
   }
   // The boundary bin of up to 64 rows spread over the step (rows with more than K candidates).
-  std::vector<int> bins;
+  std::vector<int> bins, reach;
   std::vector<float> row;
   for (int64_t k = 0; k < std::min<int64_t>(64, T); ++k) {
     const int64_t t = (T - 1) - k * T / 64;
@@ -183,6 +208,7 @@ Timing run(const Case& c, std::mt19937& g) {
     row.resize(size_t(n));
     check(cudaMemcpy(row.data(), scores + t * max_visible, size_t(n) * 4, cudaMemcpyDeviceToHost), "row");
     bins.push_back(boundary_bin_keys(row));
+    reach.push_back(sample_reach(row));
   }
   if (!bins.empty()) {
     std::sort(bins.begin(), bins.end());
@@ -190,6 +216,10 @@ Timing run(const Case& c, std::mt19937& g) {
     tm.bin_max = bins.back();
     tm.bin_rows = int(bins.size());
     for (int b : bins) tm.bin_over += b > oc::detail::kIdxSelCandSlots ? 1 : 0;
+    std::sort(reach.begin(), reach.end());
+    tm.reach_median = reach[reach.size() / 2];
+    tm.reach_max = reach.back();
+    for (int c : reach) tm.reach_miss += c < kTopk || c > oc::detail::kIdxSelCandSlots ? 1 : 0;
   }
   for (void* ptr : {(void*)st.tokens, (void*)st.pos, (void*)st.seq_of_token, (void*)st.cu_seqlens,
                     (void*)st.start_pos, (void*)st.slot, (void*)st.block_tables, (void*)v8.blocks, (void*)v32.blocks,
@@ -211,8 +241,9 @@ void print_forms(const std::string& name, const Timing& t) {
   const double sel_floor = (t.cand * 4 + t.T * kTopk * 4) / kHbm * 1e3;
   std::printf("%-26s", name.c_str());
   for (int f = 0; f < kNumForms; ++f) std::printf(" %9.4f", t.forms[f]);
-  std::printf(" %9.4f %6.2fx %6.2fx  %-3s  %6d %6d %3d/%d\n", sel_floor, t.forms[0] / sel_floor, t.select / sel_floor,
-              t.identical ? "yes" : "NO", t.bin_median, t.bin_max, t.bin_over, t.bin_rows);
+  std::printf(" %9.4f %6.2fx %6.2fx  %-3s  %6d %6d %3d/%d  %6d %6d %3d\n", sel_floor, t.forms[0] / sel_floor,
+              t.select / sel_floor, t.identical ? "yes" : "NO", t.bin_median, t.bin_max, t.bin_over, t.bin_rows,
+              t.reach_median, t.reach_max, t.reach_miss);
 }
 
 }  // namespace
@@ -265,13 +296,15 @@ int main() {
     all.push_back({c.name, run(c, g)});
     print(c.name, all.back().second);
   }
-  std::printf("\ntop-k forms, ms per call: the full scan (0) and the candidate form with N slots; the plan's form; "
-              "pass-0 boundary bin keys over sampled rows (median, max, rows over %d slots / rows)\n",
-              oc::detail::kIdxSelCandSlots);
+  std::printf("\ntop-k forms, ms per call: the full scan, the candidate form with N slots, the sample form (4,096 "
+              "slots) on rows over N keys; the plan's form; pass-0 boundary bin keys over sampled rows (median, max, rows over %d slots / rows); the "
+              "sample form's candidates in the same rows (median, max, rows outside [K, %d])\n",
+              oc::detail::kIdxSelCandSlots, oc::detail::kIdxSelCandSlots);
   std::printf("%-26s", "case");
   for (int f = 0; f < kNumForms; ++f)
-    std::printf(" %9s", kForms[f] == 0 ? "full" : ("cand " + std::to_string(kForms[f])).c_str());
-  std::printf(" %9s %7s %7s  %-3s  %6s %6s %s\n", "floor", "full x", "plan x", "eq", "bin50", "binmax", "over");
+    std::printf(" %9s", form_name(kForms[f]).c_str());
+  std::printf(" %9s %7s %7s  %-3s  %6s %6s %s  %6s %6s %s\n", "floor", "full x", "plan x", "eq", "bin50", "binmax",
+              "over", "smp50", "smpmax", "miss");
   for (const auto& [name, t] : all) print_forms(name, t);
   return 0;
 }

@@ -13,8 +13,9 @@
 // Top-k alone (planted scores, m = 1 so a row at position p has p + 1 candidates): rows of equal scores, a few
 // values with -0.0 / +0.0, values sharing their high bits, +-inf, one pass-0 bin holding the whole row, a crowded
 // boundary bin, k = candidates, k = candidates + 1, k > candidates, rows longer than the shared-memory cache; the
-// selection must equal the CPU rule exactly, in the full-scan form and in the candidate form (pass 0's boundary bin
-// gathered) at several slot counts, including counts the crowded rows overflow; with NaN scores the forms agree.
+// selection must equal the CPU rule exactly, in the full-scan form, in the candidate form (pass 0's boundary bin
+// gathered) and in the sample form (the keys above a sampled threshold gathered) at several slot counts, including
+// counts the crowded rows overflow and rows made to mislead the sample, up to 131,072 keys; with NaN the forms agree.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -185,7 +186,12 @@ void run_case(int64_t heads, int64_t dim, int64_t topk, int64_t block_size, std:
 }
 
 // Planted score rows for the top-k alone. Row r has n = pos + 1 candidates (m = 1); pattern r % kPatterns.
-constexpr int kPatterns = 9;
+constexpr int kPatterns = 12;
+// Whether key j of an n-key row is one of the sample form's 1,024 strided keys (i n / min(n, 1,024)).
+bool sampled(int64_t j, int64_t n) {
+  const int64_t ns = std::min<int64_t>(n, 1024), i = j * ns / n;
+  return i * n / ns == j || (i + 1 < ns && (i + 1) * n / ns == j);
+}
 float planted(int64_t r, int64_t j, int64_t n, std::mt19937& g, bool with_nan) {
   static constexpr float kFew[5] = {0.0f, -0.0f, 1.0f, 2.0f, -1.0f};
   const float inf = std::numeric_limits<float>::infinity();
@@ -207,15 +213,24 @@ float planted(int64_t r, int64_t j, int64_t n, std::mt19937& g, bool with_nan) {
     return x == 0 ? inf : x == 1 ? -inf : std::normal_distribution<float>(0.0f, 1.0f)(g);
   }
   if (pattern == 7) return std::uniform_real_distribution<float>(1.0f, 1.25f)(g);  // one pass-0 bin: all candidates
+  // Rows that mislead the sample form's threshold: its keys above the rest (too few keys reach it), below the rest
+  // (all reach it), or one value among gaussians (about half reach it; ties at the threshold).
+  if (pattern == 9) return sampled(j, n) ? 8.0f + float(g() % 64) : std::normal_distribution<float>(0.0f, 1.0f)(g);
+  if (pattern == 10) return sampled(j, n) ? -8.0f : std::normal_distribution<float>(0.0f, 1.0f)(g);
+  if (pattern == 11) return sampled(j, n) ? 0.0f : std::normal_distribution<float>(0.0f, 1.0f)(g);
   // A gaussian row whose pass-0 boundary bin is crowded with copies of one value (ties across the k-th key).
   const float x = std::normal_distribution<float>(0.0f, 1.0f)(g);
   return g() % 4 == 0 ? 2.125f : x;
 }
 
-// The selection of every kernel form in `forms` (cand_slots of launch_indexer_select) on planted rows: equal to the
-// CPU rule exactly and to each other (rows holding NaN: to each other only; the CPU rule does not order NaN).
-void run_select(int64_t topk, const std::vector<int64_t>& ns, uint32_t seed, std::vector<int> forms = {-1, 0},
-                bool with_nan = false) {
+// A select form of launch_indexer_select: {-1, false} = the plan (nullptr), else {cand_slots, sample}.
+using Form = ops::cuda::detail::IdxSelForm;
+constexpr Form kPlan{-1, false, 0};
+
+// The selection of every kernel form in `forms` on planted rows: equal to the CPU rule exactly and to each other
+// (rows holding NaN: to each other only; the CPU rule does not order NaN).
+void run_select(int64_t topk, const std::vector<int64_t>& ns, uint32_t seed,
+                std::vector<Form> forms = {kPlan, {0, false}}, bool with_nan = false) {
   SCOPED_TRACE(testing::Message() << "topk " << topk);
   std::vector<SeqSpec> seqs;
   for (size_t i = 0; i < ns.size(); ++i) seqs.push_back({int32_t(i % 8), ns[i] - 1, 1});
@@ -237,9 +252,10 @@ void run_select(int64_t topk, const std::vector<int64_t>& ns, uint32_t seed, std
   ASSERT_TRUE(out.alloc(size_t(T * topk)).is_ok());
   const ops::cuda::IndexerCudaParams p{64, 128, 1, topk};
   std::vector<std::vector<int32_t>> by_form;
-  for (int form : forms) {
+  for (const Form& form : forms) {
     cudaMemset(out.data(), 0x7f, out.size() * 4);  // poison: 0x7f7f7f7f is no valid index and not -1
-    ops::cuda::detail::launch_indexer_select(step.dev, p, dsc.data(), max_visible, out.data(), nullptr, form);
+    ops::cuda::detail::launch_indexer_select(step.dev, p, dsc.data(), max_visible, out.data(), nullptr,
+                                             form.cand_slots < 0 ? nullptr : &form);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     by_form.push_back(to_host(out, out.size()));
   }
@@ -247,7 +263,8 @@ void run_select(int64_t topk, const std::vector<int64_t>& ns, uint32_t seed, std
     const auto& go = by_form[f];
     for (int64_t t = 0; t < T; ++t) {
       const int64_t n = ns[size_t(t)];
-      SCOPED_TRACE(testing::Message() << "form " << forms[f] << " row " << t << " pattern " << t % kPatterns
+      SCOPED_TRACE(testing::Message() << "form " << forms[f].cand_slots << (forms[f].sample ? " sample over " : "")
+                                      << (forms[f].sample ? forms[f].sample_min_keys : 0) << " row " << t << " pattern " << t % kPatterns
                                       << " candidates " << n << " NaN " << has_nan[size_t(t)]);
       const int32_t* o = go.data() + t * topk;
       if (f > 0) {
@@ -317,17 +334,34 @@ TEST(GpuIndexer, TopkPlantedTiesExact) {
 TEST(GpuIndexer, TopkCandidateFormEqualsFullScan) {
   DSI_SKIP_WITHOUT_GPU();
   // Every pattern at sizes around K, the candidate slots and the shared-memory cache (16,384 keys; beyond it the
-  // scans re-read the scores): the plan's form, the full scan (0) and the candidate form with 1, 64, 600, 4,096 and
-  // 8,192 slots (small ones send crowded rows to the full scan: both paths in one launch) must give the same lists.
+  // scans re-read the scores): the plan's form, the full scan and the candidate form with 1, 64, 600, 4,096 and
+  // 8,192 slots (small ones send crowded rows to the full scan: both paths in one launch), and the sample form with
+  // 64, 600, 2,048, 4,096 and 8,192 slots (rows whose count misses [K, slots], among them the patterns made to
+  // mislead its threshold, go on in the candidate form) must give the same lists.
   std::vector<int64_t> ns;
-  for (int64_t n : {513, 600, 1100, 4097, 8192, 16384, 16385, 32768})
+  // 32,771: a score stride that is no multiple of 4, so rows start at every alignment (the sample form's float4 scan
+  // has a head and a tail).
+  for (int64_t n : {513, 600, 1100, 4097, 8192, 16384, 16385, 32768, 32771})
     for (int pattern = 0; pattern < kPatterns; ++pattern) ns.push_back(n);
-  const std::vector<int> forms = {0, -1, 1, 64, 600, 4096, 8192};
+  const std::vector<Form> forms = {{0, false},    kPlan,        {1, false},  {64, false},       {600, false},
+                                   {4096, false}, {8192, false}, {64, true}, {600, true},       {2048, true},
+                                   {4096, true},  {8192, true},  {4096, true, 8192}};
   run_select(512, ns, 910, forms);
   run_select(7, ns, 911, forms);
   run_select(1, {2, 3, 100, 5000, 17000, 40000, 2, 3, 100}, 912, forms);
   run_select(4096, {4097, 5000, 9000, 16385, 20000, 4097, 8000, 12000, 30000}, 913, forms);
-  run_select(5000, {5001, 9000, 20000, 5001, 12000, 40000}, 914, {0, -1, 64, 4096});
+  run_select(5000, {5001, 9000, 20000, 5001, 12000, 40000}, 914,
+             {{0, false}, kPlan, {64, false}, {4096, false}, {8192, true}});
   // NaN scores (either sign) among every pattern: the forms agree (the CPU rule leaves NaN unordered).
   run_select(512, ns, 915, forms, true);
+  // Rows of 65,536 and 131,072 keys (a 512K prompt's rows at ratio 4), every pattern, K 512 and 2,048; then with a
+  // stride of 131,071 (rows at every alignment).
+  std::vector<int64_t> longer;
+  for (int64_t n : {65536, 131072})
+    for (int pattern = 0; pattern < kPatterns; ++pattern) longer.push_back(n);
+  const std::vector<Form> few = {{0, false}, kPlan, {4096, false}, {600, true}, {4096, true}, {8192, true}};
+  run_select(512, longer, 916, few);
+  run_select(2048, longer, 917, few);
+  longer.push_back(131071);  // unaligned rows
+  run_select(512, longer, 918, few);
 }

@@ -27,12 +27,15 @@ inline int64_t indexer_scores_floats(int64_t T, int64_t max_visible) { return T 
 // CUDA-core fp32, grid (T, ceil(max_visible/64)), 256 threads: 64 keys x 4 head groups. Select = one block of 512
 // threads per token: the row's order keys in shared memory (up to kIdxSelCacheKeys), a 3-pass 11/11/10-bit radix
 // select of the k-th largest key (warp-aggregated histograms, the bin found by a block scan), then an index-ordered
-// compaction by ballots (so the output is ascending and ties go to lower indices). Candidate form (the plan,
-// detail::indexer_select_cand_slots): after the first pass one more scan marks the keys above the boundary bin (all
+// compaction by ballots (so the output is ascending and ties go to lower indices). Candidate form
+// (DSINFER_INDEXER_SELECT=N): after the first pass one more scan marks the keys above the boundary bin (all
 // taken) in a bit map and gathers the boundary bin's keys (the candidates, up to the row's slots) into shared
 // memory; the last two passes run over the candidates, which mark the keys above and equal to the k-th, and the
 // output is read from the maps in index order: the same output, two scans of the row instead of four (rows whose
-// boundary bin overflows the slots take the full scans).
+// boundary bin overflows the slots take the full scans). Sample form (the plan above 1,024 visible keys, tried
+// first, detail::indexer_select_form): a threshold from 1,024 strided keys of the row, every key at or above it
+// gathered in one scan and the three passes run over them (rows whose count misses [K, slots] go on in the
+// candidate form): one scan of the row.
 Status indexer_topk(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p, const float* q,
                     const float* weights, int64_t max_visible, float* scores, int32_t* out, void* stream);
 

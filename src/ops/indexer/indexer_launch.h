@@ -28,14 +28,23 @@ int indexer_tc_tokens_per_block(const StepDevice& step);
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                               const float* q, const float* weights, int64_t max_visible, float* scores, void* stream,
                               int tokens_per_block = 0);
-// Top-k select. cand_slots: -1 = the plan (indexer_select_cand_slots), 0 = the full-scan form, n > 0 = the candidate
-// form with n shared-memory slots (pass 0's boundary bin gathered; rows whose bin holds more scan in full); one output.
+// Top-k select. A form: cand_slots 0 = the full scan, n > 0 = the candidate form with n shared-memory slots (pass 0's
+// boundary bin gathered; rows whose bin holds more scan in full); sample = first the sample form with those slots
+// on rows of more than sample_min_keys keys (a threshold from 1,024 of the row's keys, every key at or above it
+// gathered in one scan; rows whose count misses [K, slots] go on in the candidate form). Every form gives the same
+// output. form = nullptr: the plan (indexer_select_form).
+struct IdxSelForm {
+  int cand_slots = 0;
+  bool sample = false;
+  int64_t sample_min_keys = 0;
+};
 inline constexpr int kIdxSelCandSlots = 4096;        // the plan's candidate slots (8 B each)
 inline constexpr int kIdxSelCandMaxSlots = 8192;     // the most a launch takes
 inline constexpr int64_t kIdxSelCandMinKeys = 1024;  // the plan's full scan up to this max_visible
-int indexer_select_cand_slots(int64_t max_visible);
+inline constexpr int64_t kIdxSelSampleMinKeys = 4096;  // the plan's sample form on rows longer than this
+IdxSelForm indexer_select_form(int64_t max_visible);
 void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
-                           int32_t* out, void* stream, int cand_slots = -1);
+                           int32_t* out, void* stream, const IdxSelForm* form = nullptr);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda

@@ -1,5 +1,7 @@
 // CUDA Lightning Indexer top-k select (see indexer_cuda.h): one block a token's row of scores.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +28,12 @@ namespace {
 // what the dynamic shared memory holds after the row's cached keys and the two maps), so a row longer than the cache
 // has the cache's room. Same tau, same ties, the same output as the full-scan form (cand_slots = 0, or a boundary
 // bin larger than the row's slots), which scans the row four times with a block barrier every 512 keys in the last.
+// Sample form (tried first on rows of more than sample_min keys): 1,024 keys at even strides pick, by two histogram
+// rounds, a threshold lo below the k-th key with a wide margin (sample_threshold), so that more than K keys of the row
+// and fewer than its slots reach it; one float4 scan then gathers every key >= lo (a warp whose keys are all below lo
+// only compares; no __match_any_sync) and the three passes, the maps and the output run over those candidates. The
+// k-th key and all keys equal to it are >= lo, so the output is the same; a row whose count misses [K, slots] goes
+// on in the candidate form, from pass 0.
 constexpr int kSelThreads = 512;
 constexpr int kSelWarps = kSelThreads / 32;
 constexpr int kSelBins = 2048;
@@ -88,19 +96,30 @@ __device__ SelBin sel_find_bin(const uint32_t* hist, int nbins, int kr, int* war
   return *s;
 }
 
-// The candidate form of a row after pass 0 (prefix = the boundary bin's digit, kr = the k-th key's rank in it,
-// ncand = its keys, at most row_slots): the gather, passes 1 and 2 over the candidates, the output from the maps.
-__device__ __forceinline__ void select_candidates(uint32_t* sel_keys, uint32_t* hist, int* warp_sums, SelBin* s_bin,
-                                                  int* s_count, const float* sc, int64_t N, bool cached,
-                                                  int64_t map_words, int row_slots, int ncand, uint32_t prefix,
-                                                  int kr, int32_t* o, int tid, int lane, int warp, uint32_t lt) {
-  uint32_t* taken = sel_keys + (cached ? N : 0);  // [map_words] bit j: key j is above the boundary bin or tau
-  uint32_t* ties = taken + map_words;             // [map_words] bit j: key j equals tau
-  uint32_t* cand_key = ties + map_words;          // [row_slots], in no particular order
-  int32_t* cand_idx = reinterpret_cast<int32_t*>(cand_key + row_slots);
-  const uint32_t bin0 = prefix >> 21;
-  // Gather: a warp's ballot of "above bin0" over its 32 consecutive keys is one word of the taken map; bin0's keys
-  // are appended to the candidates (one shared atomic a warp).
+// Where a row's candidate lists live in the dynamic shared memory: after the row's cached keys (cached), the two bit
+// maps over the row [map_words] each, then the candidates' keys and indices [row_slots] each.
+struct CandLists {
+  uint32_t* taken;  // bit j: key j is above the gathered range, or (after the passes) above tau
+  uint32_t* ties;   // bit j: key j equals tau
+  uint32_t* key;    // [row_slots], in no particular order
+  int32_t* idx;
+};
+__device__ __forceinline__ CandLists cand_lists(uint32_t* sel_keys, int64_t N, bool cached, int64_t map_words,
+                                                int row_slots) {
+  CandLists c;
+  c.taken = sel_keys + (cached ? N : 0);
+  c.ties = c.taken + map_words;
+  c.key = c.ties + map_words;
+  c.idx = reinterpret_cast<int32_t*>(c.key + row_slots);
+  return c;
+}
+
+// Gather: a warp's ballot of "above hi" over its 32 consecutive keys is one word of the taken map; the keys in
+// [lo, hi] are appended to the candidates (one shared atomic a warp). *s_count counts them all; only the first
+// row_slots are stored.
+__device__ __forceinline__ void cand_gather(const CandLists& c, int* s_count, const uint32_t* sel_keys,
+                                            const float* sc, int64_t N, bool cached, int row_slots, uint32_t lo,
+                                            uint32_t hi, int tid, int lane, int warp, uint32_t lt) {
   for (int64_t base = 0; base < N; base += kSelUnroll * kSelThreads) {
     uint32_t u[kSelUnroll];
 #pragma unroll
@@ -111,29 +130,36 @@ __device__ __forceinline__ void select_candidates(uint32_t* sel_keys, uint32_t* 
 #pragma unroll
     for (int k = 0; k < kSelUnroll; ++k) {
       const int64_t j = base + k * kSelThreads + tid;
-      const uint32_t ba = __ballot_sync(0xffffffffu, j < N && (u[k] >> 21) > bin0);
-      const uint32_t bc = __ballot_sync(0xffffffffu, j < N && (u[k] >> 21) == bin0);
+      const uint32_t ba = __ballot_sync(0xffffffffu, j < N && u[k] > hi);
+      const uint32_t bc = __ballot_sync(0xffffffffu, j < N && u[k] >= lo && u[k] <= hi);
       if (lane == 0) {
         const int64_t w = (base + k * kSelThreads) / 32 + warp;
-        taken[w] = ba;
-        ties[w] = 0u;
+        c.taken[w] = ba;
+        c.ties[w] = 0u;
       }
       if (bc != 0u) {  // warp-uniform
         int c0 = 0;
         if (lane == 0) c0 = atomicAdd(s_count, __popc(bc));
         c0 = __shfl_sync(0xffffffffu, c0, 0);
-        if ((bc >> lane) & 1u) {
-          const int c = c0 + __popc(bc & lt);
-          cand_key[c] = u[k];
-          cand_idx[c] = int32_t(j);
+        const int i = c0 + __popc(bc & lt);
+        if (((bc >> lane) & 1u) && i < row_slots) {
+          c.key[i] = u[k];
+          c.idx[i] = int32_t(j);
         }
       }
     }
   }
-  __syncthreads();
-  // Passes 1 and 2 over the candidates (all of them match pass 0's digit; their order does not matter).
-  for (int pass = 1; pass < 3; ++pass) {
-    const int shift = pass == 1 ? 10 : 0;
+}
+
+// After the gather (every key above the candidates in the taken map; ncand <= the row's slots): the radix passes
+// first_pass..2 over the candidates (all of them match prefix's digits above first_pass; their order does not
+// matter) find tau, the candidates above it join the taken map and those equal to it the ties map, and the output
+// is written from the maps in index order.
+__device__ __forceinline__ void cand_finish(const CandLists& c, uint32_t* hist, int* warp_sums, SelBin* s_bin,
+                                            int64_t N, int ncand, int first_pass, uint32_t prefix, int kr, int32_t* o,
+                                            int tid, int lane) {
+  for (int pass = first_pass; pass < 3; ++pass) {
+    const int shift = pass == 0 ? 21 : pass == 1 ? 10 : 0;
     const int nbins = pass == 2 ? 1024 : 2048;
     const int above = shift + (pass == 2 ? 10 : 11);
     for (int i = tid; i < nbins; i += kSelThreads) hist[i] = 0;
@@ -143,12 +169,12 @@ __device__ __forceinline__ void select_candidates(uint32_t* sel_keys, uint32_t* 
 #pragma unroll
       for (int k = 0; k < kSelUnroll; ++k) {
         const int i = base + k * kSelThreads + tid;
-        u[k] = i < ncand ? cand_key[i] : 0u;
+        u[k] = i < ncand ? c.key[i] : 0u;
       }
 #pragma unroll
       for (int k = 0; k < kSelUnroll; ++k) {
         const int i = base + k * kSelThreads + tid;
-        const bool match = i < ncand && (u[k] >> above) == (prefix >> above);
+        const bool match = i < ncand && (pass == 0 || (u[k] >> above) == (prefix >> above));
         const uint32_t bin = match ? (u[k] >> shift) & uint32_t(nbins - 1) : 0xFFFFFFFFu;
         const unsigned peers = __match_any_sync(0xffffffffu, bin);
         if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
@@ -162,10 +188,10 @@ __device__ __forceinline__ void select_candidates(uint32_t* sel_keys, uint32_t* 
   // prefix = tau: the candidates above it join the taken map, those equal to it the ties map.
   const uint32_t tau = prefix;
   for (int i = tid; i < ncand; i += kSelThreads) {
-    const uint32_t u = cand_key[i];
-    const int32_t j = cand_idx[i];
-    if (u > tau) atomicOr(&taken[j >> 5], 1u << (j & 31));
-    if (u == tau) atomicOr(&ties[j >> 5], 1u << (j & 31));
+    const uint32_t u = c.key[i];
+    const int32_t j = c.idx[i];
+    if (u > tau) atomicOr(&c.taken[j >> 5], 1u << (j & 31));
+    if (u == tau) atomicOr(&c.ties[j >> 5], 1u << (j & 31));
   }
   __syncthreads();
   // Output in index order, thread t over words [t per, (t + 1) per): slot of a taken key = taken keys before it +
@@ -174,14 +200,14 @@ __device__ __forceinline__ void select_candidates(uint32_t* sel_keys, uint32_t* 
   const int w0 = min(tid * per, nw), w1 = min(w0 + per, nw);
   int nt = 0, ne = 0, total = 0;
   for (int w = w0; w < w1; ++w) {
-    nt += __popc(taken[w]);
-    ne += __popc(ties[w]);
+    nt += __popc(c.taken[w]);
+    ne += __popc(c.ties[w]);
   }
   int t_before = sel_exclusive_scan(nt, warp_sums, &total);
   int e_before = sel_exclusive_scan(ne, warp_sums, &total);
   for (int w = w0; w < w1; ++w) {
-    const uint32_t tw = taken[w];
-    uint32_t m = tw | ties[w];
+    const uint32_t tw = c.taken[w];
+    uint32_t m = tw | c.ties[w];
     while (m != 0u) {
       const int bit = __ffs(m) - 1;
       m &= m - 1u;
@@ -195,6 +221,112 @@ __device__ __forceinline__ void select_candidates(uint32_t* sel_keys, uint32_t* 
       }
     }
   }
+}
+
+// The sample form's gather: every key >= lo appended to the candidates (*s_count counts them all; only the first
+// row_slots are stored), the two maps zeroed. The row is read as float4 (after up to 3 keys that align it), 8 keys a
+// thread in flight; a warp whose keys are all below lo (most of them) does no more than compare.
+constexpr int kSmpUnroll = 2;  // float4 loads a thread keeps in flight
+__device__ __forceinline__ void sample_gather(const CandLists& c, int* s_count, const float* sc, int64_t N,
+                                              int64_t map_words, int row_slots, uint32_t lo, int tid, int lane) {
+  for (int64_t w = tid; w < map_words; w += kSelThreads) {
+    c.taken[w] = 0u;
+    c.ties[w] = 0u;
+  }
+  const int64_t mis = int64_t((reinterpret_cast<uintptr_t>(sc) >> 2) & 3u);
+  const int64_t head = min((4 - mis) & 3, N), n4 = (N - head) / 4, tail0 = head + 4 * n4;
+  // The head and the tail (under 4 keys each): a thread a key, an atomic each.
+  const int64_t j1 = tid < 4 ? int64_t(tid) : tail0 + (tid - 4);
+  if ((tid < 4 && j1 < head) || (tid >= 4 && tid < 8 && j1 < N)) {
+    const uint32_t u = score_key(sc[j1]);
+    if (u >= lo) {
+      const int i = atomicAdd(s_count, 1);
+      if (i < row_slots) {
+        c.key[i] = u;
+        c.idx[i] = int32_t(j1);
+      }
+    }
+  }
+  const float4* s4 = reinterpret_cast<const float4*>(sc + head);
+  for (int64_t base = 0; base < n4; base += kSmpUnroll * kSelThreads) {
+    float4 v[kSmpUnroll];
+#pragma unroll
+    for (int k = 0; k < kSmpUnroll; ++k) {
+      const int64_t i4 = base + k * kSelThreads + tid;
+      v[k] = i4 < n4 ? s4[i4] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    }
+#pragma unroll
+    for (int k = 0; k < kSmpUnroll; ++k) {
+      const uint32_t u[4] = {score_key(v[k].x), score_key(v[k].y), score_key(v[k].z), score_key(v[k].w)};
+      const int64_t i4 = base + k * kSelThreads + tid;
+      uint32_t f = 0u;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f |= (i4 < n4 && u[e] >= lo) ? 1u << e : 0u;
+      if (__any_sync(0xffffffffu, f != 0u)) {  // rare: the warp's keys at or above lo, appended in lane order
+        const int n = __popc(f);
+        int incl = n;
+        for (int o = 1; o < 32; o <<= 1) {
+          const int y = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += y;
+        }
+        int c0 = 0;
+        if (lane == 31) c0 = atomicAdd(s_count, incl);
+        c0 = __shfl_sync(0xffffffffu, c0, 31);
+        int i = c0 + incl - n;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (((f >> e) & 1u) && i < row_slots) {
+            c.key[i] = u[e];
+            c.idx[i] = int32_t(head + 4 * i4 + e);
+          }
+          i += int((f >> e) & 1u);
+        }
+      }
+    }
+  }
+}
+
+// The sample form's threshold: the 22-bit prefix of the sample_rank-th largest of ns = min(N, kSelSample) keys at
+// even strides (two histogram rounds over them), a lower bound of that key, in *lo. False (the row skips the form)
+// when the count of keys reaching it would likely exceed row_slots (the sample rank times the stride over 3/4 of the
+// slots) or K does not fit the slots. Block-uniform.
+constexpr int kSelSample = 2 * kSelThreads;
+__device__ __forceinline__ bool sample_threshold(uint32_t* hist, int* warp_sums, SelBin* s_bin, const float* sc,
+                                                 int64_t N, int64_t K, int row_slots, int tid, int lane,
+                                                 uint32_t* lo) {
+  const int64_t ns = N < kSelSample ? N : kSelSample;
+  // Rank of the k-th key in the sample (K ns / N) plus 4 of its standard deviations and 4: with keys in random
+  // order, the row has fewer than K keys at or above the sample's rank-r key about once in 10^6 rows.
+  const float mean = float(K) * float(ns) / float(N);
+  int64_t r = int64_t(ceilf(mean + 4.0f * sqrtf(mean) + 4.0f));
+  if (r > ns) r = ns;
+  if (K >= row_slots || float(r) * float(N) / float(ns) > 0.75f * float(row_slots)) return false;
+  uint32_t v[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int64_t i = tid + e * kSelThreads;
+    v[e] = i < ns ? score_key(sc[i * N / ns]) : 0u;
+  }
+  uint32_t prefix = 0;
+  int kr = int(r);
+  for (int pass = 0; pass < 2; ++pass) {
+    const int shift = pass == 0 ? 21 : 10;
+    for (int i = tid; i < kSelBins; i += kSelThreads) hist[i] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const bool match = tid + e * kSelThreads < ns && (pass == 0 || (v[e] >> 21) == (prefix >> 21));
+      const uint32_t bin = match ? (v[e] >> shift) & uint32_t(kSelBins - 1) : 0xFFFFFFFFu;
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
+    }
+    __syncthreads();
+    const SelBin b = sel_find_bin(hist, kSelBins, kr, warp_sums, s_bin);
+    prefix |= b.bin << shift;
+    kr = b.kr;
+  }
+  *lo = prefix;
+  return true;
 }
 
 // The full-scan form's compaction after pass 2.
@@ -237,10 +369,11 @@ __device__ __forceinline__ void select_compact(const uint32_t* sel_keys, int (*t
 __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevice st, IndexerCudaParams p,
                                                                      const float* scores, int64_t max_visible,
                                                                      int64_t cache_keys, int64_t smem_words,
-                                                                     int cand_slots, int32_t* out) {
+                                                                     int cand_slots, int64_t sample_min,
+                                                                     int32_t* out) {
   dsinfer::cuda::pdl_wait_then_release();
   // [smem_words]: the row's keys [N] when N <= cache_keys; then, in the candidate form, two bit maps over the row
-  // [map_words] each and the candidates' keys and indices [row_slots] each.
+  // [map_words] each and the candidates' keys and indices [row_slots] each (the sample form: the same lists from 0).
   extern __shared__ uint32_t sel_keys[];
   __shared__ uint32_t hist[kSelBins];
   __shared__ int warp_sums[kSelWarps];
@@ -263,6 +396,24 @@ __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevi
   const int64_t row_room = (smem_words - (cached ? N : 0) - 2 * map_words) / 2;
   const int row_slots = int(row_room < cand_slots ? row_room : cand_slots);  // may be <= 0: the full scan
   const uint32_t lt = (1u << lane) - 1u;
+  if (N > sample_min) {  // block-uniform
+    // The sample form's lists start at 0 (it reads the row once, from the scores: no key cache).
+    const int64_t room = (smem_words - 2 * map_words) / 2;
+    const int slots = int(room < cand_slots ? room : cand_slots);
+    uint32_t lo = 0;
+    if (sample_threshold(hist, warp_sums, &s_bin, sc, N, K, slots, tid, lane, &lo)) {
+      const CandLists c = cand_lists(sel_keys, N, false, map_words, slots);
+      sample_gather(c, &s_count, sc, N, map_words, slots, lo, tid, lane);
+      __syncthreads();
+      const int n = s_count;
+      if (n >= K && n <= slots) {  // block-uniform
+        cand_finish(c, hist, warp_sums, &s_bin, N, n, 0, 0u, int(K), o, tid, lane);
+        return;
+      }
+      __syncthreads();  // every thread has read s_count (pass 0's first barrier orders the reset)
+      if (tid == 0) s_count = 0;
+    }
+  }
   uint32_t prefix = 0;  // the k-th key's bits found so far
   int kr = int(K);      // rank (1-based) of the k-th key among the keys that match prefix
   int ncand = 0;        // keys in pass 0's boundary bin when the candidate form takes the row, else 0
@@ -302,33 +453,39 @@ __global__ void __launch_bounds__(kSelThreads, 3) indexer_select_kernel(StepDevi
     }
   }
   if (ncand > 0) {
-    select_candidates(sel_keys, hist, warp_sums, &s_bin, &s_count, sc, N, cached, map_words, row_slots, ncand, prefix,
-                      kr, o, tid, lane, warp, lt);
+    const CandLists c = cand_lists(sel_keys, N, cached, map_words, row_slots);
+    const uint32_t lo = prefix, hi = prefix | 0x1FFFFFu;  // pass 0's boundary bin
+    cand_gather(c, &s_count, sel_keys, sc, N, cached, row_slots, lo, hi, tid, lane, warp, lt);
+    __syncthreads();
+    cand_finish(c, hist, warp_sums, &s_bin, N, ncand, 1, prefix, kr, o, tid, lane);
     return;
   }
   select_compact(sel_keys, tile_gt, tile_eq, sc, N, cached, prefix, kr, o, tid, lane, warp, lt);
 }
 }  // namespace
 
-// The select's plan: the candidate form with kIdxSelCandSlots slots when a row can exceed kIdxSelCandMinKeys keys
-// (below it the form's fixed steps cost more than the two scans they save: decode and prefill at context 4,096 were
-// 1.6 us and 2 % slower, session 21); DSINFER_INDEXER_SELECT=full takes the full-scan form, =N the candidate form with
-// N slots at any length (the A/B of one binary: every form gives the same output). Read once.
-int indexer_select_cand_slots(int64_t max_visible) {
-  static const int env = [] {
+// The select's plan: the sample form (falling back to the candidate form) with kIdxSelCandSlots slots when a row can
+// exceed kIdxSelCandMinKeys keys (below it the candidate form's fixed steps cost more than the two scans they save:
+// decode and prefill at context 4,096 were 1.6 us and 2 % slower, session 21), else the full scan.
+// DSINFER_INDEXER_SELECT=full takes the full-scan form, =N the candidate form with N slots at any length, =sample
+// the sample form at any length (the A/B of one binary: every form gives the same output). Read once.
+IdxSelForm indexer_select_form(int64_t max_visible) {
+  static const IdxSelForm env = [] {
     const char* v = std::getenv("DSINFER_INDEXER_SELECT");
-    if (!v) return -1;
-    if (std::strcmp(v, "full") == 0) return 0;
+    if (!v) return IdxSelForm{-1, false};
+    if (std::strcmp(v, "full") == 0) return IdxSelForm{0, false};
+    if (std::strcmp(v, "sample") == 0) return IdxSelForm{kIdxSelCandSlots, true, 0};
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && n > 0 && n <= kIdxSelCandMaxSlots) return int(n);
+    if (end != v && *end == '\0' && n > 0 && n <= kIdxSelCandMaxSlots) return IdxSelForm{int(n), false};
     // An A/B switch of one kernel with no Status path: a value it cannot use is named, and the plan decides.
-    std::fprintf(stderr, "DSINFER_INDEXER_SELECT must be full or a slot count in 1..%d, found '%s': ignored\n",
+    std::fprintf(stderr, "DSINFER_INDEXER_SELECT must be full, sample or a slot count in 1..%d, found '%s': ignored\n",
                  kIdxSelCandMaxSlots, v);
-    return -1;
+    return IdxSelForm{-1, false};
   }();
-  if (env >= 0) return env;
-  return max_visible > kIdxSelCandMinKeys ? kIdxSelCandSlots : 0;
+  if (env.cand_slots >= 0) return env;
+  if (max_visible > kIdxSelCandMinKeys) return IdxSelForm{kIdxSelCandSlots, true, kIdxSelSampleMinKeys};
+  return IdxSelForm{0, false};
 }
 
 namespace {
@@ -352,11 +509,12 @@ size_t select_smem_budget() {
 }  // namespace
 
 void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, const float* scores, int64_t max_visible,
-                           int32_t* out, void* stream, int cand_slots) {
+                           int32_t* out, void* stream, const IdxSelForm* form) {
   const int64_t cache_keys = max_visible < kIdxSelCacheKeys ? max_visible : kIdxSelCacheKeys;
-  const bool plan = cand_slots < 0;
-  if (plan) cand_slots = indexer_select_cand_slots(max_visible);
-  if (cand_slots > kIdxSelCandMaxSlots) cand_slots = 0;
+  const bool plan = form == nullptr;
+  const IdxSelForm f = plan ? indexer_select_form(max_visible) : *form;
+  const int cand_slots = f.cand_slots > kIdxSelCandMaxSlots || f.cand_slots < 0 ? 0 : f.cand_slots;
+  const int64_t sample_min = f.sample && cand_slots > 0 ? f.sample_min_keys : INT64_MAX;
   size_t smem = size_t(cache_keys) * sizeof(uint32_t);
   if (cand_slots > 0) {
     // The plan: the lists within the blocks-an-SM budget (rows longer than the cache still have the cache's room);
@@ -370,7 +528,7 @@ void launch_indexer_select(const StepDevice& step, const IndexerCudaParams& p, c
   dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_select_kernel), smem);
   dsinfer::cuda::pdl_launch(indexer_select_kernel, dim3(unsigned(step.T)), dim3(kSelThreads), smem,
                             static_cast<cudaStream_t>(stream), step, p, scores, max_visible, cache_keys,
-                            int64_t(smem / sizeof(uint32_t)), cand_slots, out);
+                            int64_t(smem / sizeof(uint32_t)), cand_slots, sample_min, out);
 }
 
 }  // namespace dsinfer::ops::cuda::detail
