@@ -412,6 +412,49 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
     }
 }
 
+// The down epilogue with 16-byte stores (MoeGroupedRsArgs::wide_store): per pair of accumulator column blocks (j =
+// 2 jj, 2 jj + 1) and row half r, a thread holds x[m] = D[row g + 8 r][token tok(m)], m = 2 (j & 1) + h, for the 4
+// tokens tok(m) = 8 j + 2 t + h. The 4 lanes of a quad column (g & 3 = i, the same t and g & 4) transpose these 4 x 4
+// blocks (two shuffle rounds: lane bits 2 and 3) so that lane i holds rows g0 .. g0 + 3 (g0 = g & 4) of token tok(i),
+// stored with one 16-byte store: the same values at the same places as `epilogue`.
+template <int kCwg>
+__device__ __forceinline__ void epilogue_down_wide(const MoeGroupedRsArgs& p, const Item& it, int cwg, int warp, int g,
+                                                   int t, const float (&acc)[64]) {
+  using C = Cfg<kCwg>;
+  constexpr float kScale = 0x1p64f;
+  const int i = g & 3;
+  const bool odd = (i & 1) != 0, hi = (i & 2) != 0;
+  const int tok_i = 8 * (i >> 1) + 2 * t + (i & 1);  // + 16 jj
+  float* const base = p.yout + int64_t(it.rb) * p.N + int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + (g & 4);
+#pragma unroll
+  for (int jj = 0; jj < BT / 16; ++jj) {
+    if (16 * jj >= it.rows) break;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float x[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) x[m] = acc[4 * (2 * jj + (m >> 1)) + 2 * r + (m & 1)] * kScale;
+      // round 1 (partner lane ^ 4: quad position bit 0), pairs (0, 1) and (2, 3)
+      const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x[0] : x[1], 4);
+      const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x[2] : x[3], 4);
+      const float z0 = odd ? r0 : x[0], z1 = odd ? x[1] : r0, z2 = odd ? r1 : x[2], z3 = odd ? x[3] : r1;
+      // round 2 (partner lane ^ 8: quad position bit 1), pairs (0, 2) and (1, 3)
+      const float q0 = __shfl_xor_sync(0xffffffffu, hi ? z0 : z2, 8);
+      const float q1 = __shfl_xor_sync(0xffffffffu, hi ? z1 : z3, 8);
+      const float4 y = make_float4(hi ? q0 : z0, hi ? q1 : z1, hi ? z2 : q0, hi ? z3 : q1);
+      const int tok = 16 * jj + tok_i;
+      if (tok < it.rows) *reinterpret_cast<float4*>(base + int64_t(tok) * p.N + 8 * r) = y;
+    }
+  }
+}
+
+// Consumer warpgroup cwg > 0 waits cwg x cycles before its first stage (MoeGroupedRsArgs::stagger_cycles).
+__device__ __forceinline__ void stagger_start(int cwg, int cycles) {
+  if (cycles <= 0 || cwg == 0) return;
+  const long long t0 = clock64(), wait = static_cast<long long>(cwg) * cycles;
+  while (clock64() - t0 < wait) __nanosleep(32);
+}
+
 // Consumer warpgroup cwg: per item the main loop and the epilogue. kFine (MoeGroupedRsArgs::fine_n): wgmma N = the
 // tile's rows rounded up to 16, one main loop that picks the shape per stage (rejected: a switch per wgmma, after
 // which ptxas injects warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled
@@ -422,13 +465,15 @@ __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<k
   const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int wrow = cwg * 64 + warp * 16 + g;  // the thread's weight rows wrow, wrow + 8 (smem rows of the item)
   int c = 0;
+  stagger_start(cwg, p.stagger_cycles);
   for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
     const Item it = item_of(p, w, ncols);
     float acc[64];
     if constexpr (kFine) c = mainloop<kCwg, 0>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
     else if (it.rows <= 96) c = mainloop<kCwg, 96>(sm, c, nk, 6, wrow, t, acc);
     else c = mainloop<kCwg, 128>(sm, c, nk, 8, wrow, t, acc);
-    epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
+    if (!kGateUp && p.wide_store) epilogue_down_wide<kCwg>(p, it, cwg, warp, g, t, acc);
+    else epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
   }
 }
 
