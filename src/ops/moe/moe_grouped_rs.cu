@@ -328,35 +328,47 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
 // helper s18-moep2). A wgmma kept in flight ACROSS the stage boundary (the slot's mbarrier wait, the next stage's
 // shared loads) makes ptxas serialize every wgmma (C7513), so the drain stays. The slot is released after the
 // stage's last wgmma completed. Returns the next stage index.
-template <int kCwg, int kN>
-__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
+template <int kCwg, int kN, int kP>
+__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int kt0, int nk, int nb, int wrow, int t,
                                         float (&acc)[64]) {
   using C = Cfg<kCwg>;
-  for (int kt = 0; kt < nk; ++kt, ++c) {
-    const uint32_t slot = sm.slot(c);
-    mbar_wait(sm.full(c), sm.parity(c));
-    const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
-    const uint8_t* sc = sm.ptr(slot + C::kOffSc);
-    const uint4 w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
-    const uint4 w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
-    const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
-    const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
+  for (int kt = kt0; kt + kP <= nk; kt += kP, c += kP) {
+#pragma unroll
+    for (int q = 0; q < kP; ++q) mbar_wait(sm.full(c + q), sm.parity(c + q));
+    // the thread's two weight rows of stage c + q: 16 FP4 bytes and the scale (in both bf16 halves) each
+    uint4 w0, w1;
+    uint32_t F0, F1;
+    auto load = [&](int q) {
+      const uint32_t slot = sm.slot(c + q);
+      const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
+      const uint8_t* sc = sm.ptr(slot + C::kOffSc);
+      w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
+      w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
+      const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
+      F0 = f0 | (f0 << 16);
+      F1 = f1 | (f1 << 16);
+    };
+    load(0);
     // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
     auto decode = [&](uint32_t(&a)[4], int s) { md::rs_decode_step(w0, w1, F0, F1, s, a); };
-    auto desc = [&](int s) { return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)); };
-    // the stage's 8 steps with wgmma N = kS, drained at the end
+    // step s (0 .. 8 kP - 1) of the kP stages: stage s / 8, 16-k step s % 8 of its activation tile
+    auto desc = [&](int s) {
+      return smem_desc(sm.slot(c + s / 8) + uint32_t(((s & 7) >> 2) * BT * 128 + (s & 3) * 32));
+    };
+    // the kP stages' 8 kP steps with wgmma N = kS, drained at the end
     auto steps = [&](auto shape) {
       constexpr int kS = decltype(shape)::value;
       uint32_t a[2][4];
       decode(a[0], 0);
 #pragma unroll
-      for (int s = 0; s < 8; ++s) {
+      for (int s = 0; s < 8 * kP; ++s) {
         wgmma_fence();
         wgmma_rs<kS>(acc, a[s & 1], desc(s), kt > 0 || s > 0);
         wgmma_commit();
-        if (s + 1 < 8) {
+        if (s + 1 < 8 * kP) {
           wgmma_wait<1>();  // step s - 1 done: its buffer a[(s + 1) & 1] is free
-          decode(a[(s + 1) & 1], s + 1);
+          if ((s + 1) % 8 == 0) load((s + 1) / 8);
+          decode(a[(s + 1) & 1], (s + 1) & 7);
         }
       }
       wgmma_wait<0>();
@@ -376,8 +388,18 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
         default: steps(std::integral_constant<int, 128>{}); break;
       }
     }
-    mbar_arrive(sm.empty(c));  // the stage's wgmmas are done, its weight bytes in registers
+#pragma unroll
+    for (int q = 0; q < kP; ++q) mbar_arrive(sm.empty(c + q));  // the stages' wgmmas are done
   }
+  return c;
+}
+// The item's main loop: kPair (MoeGroupedRsArgs::pair_stages) drains every two stages, the odd last stage alone.
+template <int kCwg, int kN>
+__device__ __forceinline__ int item_mainloop(bool pair, const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
+                                             float (&acc)[64]) {
+  if (!pair) return mainloop<kCwg, kN, 1>(sm, c, 0, nk, nb, wrow, t, acc);
+  c = mainloop<kCwg, kN, 2>(sm, c, 0, nk, nb, wrow, t, acc);
+  if (nk & 1) c = mainloop<kCwg, kN, 1>(sm, c, nk - 1, nk, nb, wrow, t, acc);
   return c;
 }
 
@@ -412,42 +434,6 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
     }
 }
 
-// The down epilogue with 16-byte stores (MoeGroupedRsArgs::wide_store): per pair of accumulator column blocks (j =
-// 2 jj, 2 jj + 1) and row half r, a thread holds x[m] = D[row g + 8 r][token tok(m)], m = 2 (j & 1) + h, for the 4
-// tokens tok(m) = 8 j + 2 t + h. The 4 lanes of a quad column (g & 3 = i, the same t and g & 4) transpose these 4 x 4
-// blocks (two shuffle rounds: lane bits 2 and 3) so that lane i holds rows g0 .. g0 + 3 (g0 = g & 4) of token tok(i),
-// stored with one 16-byte store: the same values at the same places as `epilogue`.
-template <int kCwg>
-__device__ __forceinline__ void epilogue_down_wide(const MoeGroupedRsArgs& p, const Item& it, int cwg, int warp, int g,
-                                                   int t, const float (&acc)[64]) {
-  using C = Cfg<kCwg>;
-  constexpr float kScale = 0x1p64f;
-  const int i = g & 3;
-  const bool odd = (i & 1) != 0, hi = (i & 2) != 0;
-  const int tok_i = 8 * (i >> 1) + 2 * t + (i & 1);  // + 16 jj
-  float* const base = p.yout + int64_t(it.rb) * p.N + int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + (g & 4);
-#pragma unroll
-  for (int jj = 0; jj < BT / 16; ++jj) {
-    if (16 * jj >= it.rows) break;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float x[4];
-#pragma unroll
-      for (int m = 0; m < 4; ++m) x[m] = acc[4 * (2 * jj + (m >> 1)) + 2 * r + (m & 1)] * kScale;
-      // round 1 (partner lane ^ 4: quad position bit 0), pairs (0, 1) and (2, 3)
-      const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x[0] : x[1], 4);
-      const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x[2] : x[3], 4);
-      const float z0 = odd ? r0 : x[0], z1 = odd ? x[1] : r0, z2 = odd ? r1 : x[2], z3 = odd ? x[3] : r1;
-      // round 2 (partner lane ^ 8: quad position bit 1), pairs (0, 2) and (1, 3)
-      const float q0 = __shfl_xor_sync(0xffffffffu, hi ? z0 : z2, 8);
-      const float q1 = __shfl_xor_sync(0xffffffffu, hi ? z1 : z3, 8);
-      const float4 y = make_float4(hi ? q0 : z0, hi ? q1 : z1, hi ? z2 : q0, hi ? z3 : q1);
-      const int tok = 16 * jj + tok_i;
-      if (tok < it.rows) *reinterpret_cast<float4*>(base + int64_t(tok) * p.N + 8 * r) = y;
-    }
-  }
-}
-
 // Consumer warpgroup cwg > 0 waits cwg x cycles before its first stage (MoeGroupedRsArgs::stagger_cycles).
 __device__ __forceinline__ void stagger_start(int cwg, int cycles) {
   if (cycles <= 0 || cwg == 0) return;
@@ -469,11 +455,10 @@ __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<k
   for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
     const Item it = item_of(p, w, ncols);
     float acc[64];
-    if constexpr (kFine) c = mainloop<kCwg, 0>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
-    else if (it.rows <= 96) c = mainloop<kCwg, 96>(sm, c, nk, 6, wrow, t, acc);
-    else c = mainloop<kCwg, 128>(sm, c, nk, 8, wrow, t, acc);
-    if (!kGateUp && p.wide_store) epilogue_down_wide<kCwg>(p, it, cwg, warp, g, t, acc);
-    else epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
+    if constexpr (kFine) c = item_mainloop<kCwg, 0>(p.pair_stages, sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
+    else if (it.rows <= 96) c = item_mainloop<kCwg, 96>(p.pair_stages, sm, c, nk, 6, wrow, t, acc);
+    else c = item_mainloop<kCwg, 128>(p.pair_stages, sm, c, nk, 8, wrow, t, acc);
+    epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
   }
 }
 
