@@ -577,20 +577,14 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     };
     const double t_xp = median_us(xp);
     for (int si = 0; si < g_sets; ++si) xp(si);
-    // Variants: consumer warpgroups, wgmma N per item (fine: rows rounded up to 16; else 96 / 128), the tile list
-    // (by size, largest first; else expert order), the consumer warpgroups' start offsets (cycles per warpgroup) and
-    // the drain of the wgmmas every two stages (pair) or every stage. The first is session 18's default, the second
-    // session 19's; both it and the pair variant are timed twice (the drift inside the process).
+    // Variants: consumer warpgroups, wgmma N per item (fine: rows rounded up to 16; else 96 / 128) and the tile list
+    // (by size, largest first; else expert order). The first is session 18's default, the fourth this session's.
     struct RsVariant {
       int cwg;
       bool fine, by_size;
-      int stagger;
-      bool pair;
     };
-    const RsVariant vars[] = {{4, false, false, 0, false}, {4, true, true, 0, false}, {4, true, true, 0, true},
-                              {4, true, true, 1200, true},  {4, true, true, 0, false}, {4, true, true, 0, true},
-                              {2, true, true, 0, true}};
-    constexpr int kVars = int(sizeof(vars) / sizeof(vars[0]));
+    const RsVariant vars[] = {{4, false, false}, {4, true, false}, {4, false, true}, {4, true, true}, {2, true, true}};
+    constexpr int kVars = 5;
     auto rs = [&](int i, bool gate_up, const RsVariant& v) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
@@ -600,11 +594,10 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       const oc::MoeGroupedRsArgs gu{.tiles = tl, .offsets = q.offsets.as<const int32_t>(), .a = xb, .rows_a = n,
                                     .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale, .w3 = st.ex.w3.data,
                                     .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f, .hout = hb, .cwg = v.cwg,
-                                    .fine_n = v.fine, .stagger_cycles = v.stagger, .pair_stages = v.pair};
+                                    .fine_n = v.fine};
       const oc::MoeGroupedRsArgs dn{.tiles = tl, .offsets = q.offsets.as<const int32_t>(), .a = hb, .rows_a = n,
                                     .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I, .N = D,
-                                    .yout = q.yp.as<float>(), .cwg = v.cwg, .fine_n = v.fine,
-                                    .stagger_cycles = v.stagger, .pair_stages = v.pair};
+                                    .yout = q.yp.as<float>(), .cwg = v.cwg, .fine_n = v.fine};
       if (!oc::detail::launch_moe_grouped_rs(gate_up, gate_up ? gu : dn, max_tiles, nullptr)) {
         std::fprintf(stderr, "launch_moe_grouped_rs: no TMA map\n");
         std::exit(1);
@@ -616,9 +609,7 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     int v_default = 0;
     for (int vi = 0; vi < kVars; ++vi) {
       const RsVariant& v = vars[vi];
-      if (v_default == 0 && v.cwg == oc::kMoeGroupedRsCwg && v.fine == oc::kMoeGroupedRsFineN &&
-          v.by_size == oc::kMoeTileListBySize && v.stagger == oc::kMoeGroupedRsStaggerCycles &&
-          v.pair == oc::kMoeGroupedRsPairStages)
+      if (v.cwg == oc::kMoeGroupedRsCwg && v.fine == oc::kMoeGroupedRsFineN && v.by_size == oc::kMoeTileListBySize)
         v_default = vi;
       t_rs[vi][0] = median_us([&](int i) { rs(i, true, v); });
       for (int si = 0; si < g_sets; ++si) rs(si, true, v);
@@ -670,10 +661,10 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double flop_rs = 2.0 * double(n) * 3.0 * double(D) * double(I);
     for (int vi = 0; vi < kVars; ++vi) {
       const double sum = t_rs[vi][0] + t_rs[vi][1];
-      std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d N %s tiles %s stagger %4d drain %s: gate/up "
-                  "%.1f down %.1f (GEMMs %.1f us, %.0f TFLOP/s) | yp hash %016llx (%s)%s\n",
+      std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d N %s tiles %s: gate/up %.1f down %.1f (GEMMs "
+                  "%.1f us, %.0f TFLOP/s) | yp hash %016llx (%s)%s\n",
                   (long long)T, t_xp, vars[vi].cwg, vars[vi].fine ? "fine  " : "96/128",
-                  vars[vi].by_size ? "by size" : "expert ", vars[vi].stagger, vars[vi].pair ? "2 stages" : "1 stage ",
+                  vars[vi].by_size ? "by size" : "expert ",
                   t_rs[vi][0], t_rs[vi][1], sum, flop_rs / (sum * 1e-6) / 1e12, (unsigned long long)h_rs[vi],
                   h_rs[vi] == h_rs[0] ? "same" : "DIFFER", vi == v_default ? " <- default" : "");
     }

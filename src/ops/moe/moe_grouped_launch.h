@@ -49,15 +49,6 @@ inline constexpr bool kMoeGroupedRsFineN = true;
 // The grouped kernels' row-tile list (launch_moe_tile_list): true = by size class (rows rounded up to 16), largest
 // first (session 19), false = expert order. Each item's result does not depend on the order.
 inline constexpr bool kMoeTileListBySize = true;
-// The RS kernels' consumer warpgroup w starts its first stage w x this many SM clock cycles late, so that the
-// warpgroups' epilogues (no wgmma issued) fall at different times and the others keep the tensor pipe fed (session
-// 22); 0 = all start together. Timing only: no value depends on it.
-inline constexpr int kMoeGroupedRsStaggerCycles = 0;
-// The RS kernels' consumer main loop: true = the wgmmas of two consecutive stages issued as one chain (both slots'
-// `full` waited first, the second stage's weight bytes loaded after the eighth step), drained once at the chain's end
-// and both slots released then (session 22); false = drained at every stage's end (sessions 18-19). Same wgmmas in
-// the same order.
-inline constexpr bool kMoeGroupedRsPairStages = true;
 
 // The bf16 wgmma grouped GEMMs with the FP4 weights as the register A operand (moe_grouped_rs.cu; numerics of
 // MoeGroupedArgs: bf16 activations in chunk layout, exact weights, fp32 sums). The activation rows are the permuted
@@ -77,8 +68,6 @@ struct MoeGroupedRsArgs {
   float* yout = nullptr;                // down: fp32 [rows, N]
   int cwg = 2;                          // consumer warpgroups per CTA (64 weight rows each): 2 or 4 (benches)
   bool fine_n = kMoeGroupedRsFineN;     // the wgmma N per item (benches time both)
-  int stagger_cycles = kMoeGroupedRsStaggerCycles;   // consumer warpgroup start offsets (benches time several)
-  bool pair_stages = kMoeGroupedRsPairStages;      // wgmmas drained every stage or every two (benches time both)
 };
 
 namespace detail {

@@ -328,47 +328,35 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
 // helper s18-moep2). A wgmma kept in flight ACROSS the stage boundary (the slot's mbarrier wait, the next stage's
 // shared loads) makes ptxas serialize every wgmma (C7513), so the drain stays. The slot is released after the
 // stage's last wgmma completed. Returns the next stage index.
-template <int kCwg, int kN, int kP>
-__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int kt0, int nk, int nb, int wrow, int t,
+template <int kCwg, int kN>
+__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
                                         float (&acc)[64]) {
   using C = Cfg<kCwg>;
-  for (int kt = kt0; kt + kP <= nk; kt += kP, c += kP) {
-#pragma unroll
-    for (int q = 0; q < kP; ++q) mbar_wait(sm.full(c + q), sm.parity(c + q));
-    // the thread's two weight rows of stage c + q: 16 FP4 bytes and the scale (in both bf16 halves) each
-    uint4 w0, w1;
-    uint32_t F0, F1;
-    auto load = [&](int q) {
-      const uint32_t slot = sm.slot(c + q);
-      const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
-      const uint8_t* sc = sm.ptr(slot + C::kOffSc);
-      w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
-      w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
-      const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
-      F0 = f0 | (f0 << 16);
-      F1 = f1 | (f1 << 16);
-    };
-    load(0);
+  for (int kt = 0; kt < nk; ++kt, ++c) {
+    const uint32_t slot = sm.slot(c);
+    mbar_wait(sm.full(c), sm.parity(c));
+    const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
+    const uint8_t* sc = sm.ptr(slot + C::kOffSc);
+    const uint4 w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
+    const uint4 w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
+    const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
+    const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
     // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
     auto decode = [&](uint32_t(&a)[4], int s) { md::rs_decode_step(w0, w1, F0, F1, s, a); };
-    // step s (0 .. 8 kP - 1) of the kP stages: stage s / 8, 16-k step s % 8 of its activation tile
-    auto desc = [&](int s) {
-      return smem_desc(sm.slot(c + s / 8) + uint32_t(((s & 7) >> 2) * BT * 128 + (s & 3) * 32));
-    };
-    // the kP stages' 8 kP steps with wgmma N = kS, drained at the end
+    auto desc = [&](int s) { return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)); };
+    // the stage's 8 steps with wgmma N = kS, drained at the end
     auto steps = [&](auto shape) {
       constexpr int kS = decltype(shape)::value;
       uint32_t a[2][4];
       decode(a[0], 0);
 #pragma unroll
-      for (int s = 0; s < 8 * kP; ++s) {
+      for (int s = 0; s < 8; ++s) {
         wgmma_fence();
         wgmma_rs<kS>(acc, a[s & 1], desc(s), kt > 0 || s > 0);
         wgmma_commit();
-        if (s + 1 < 8 * kP) {
+        if (s + 1 < 8) {
           wgmma_wait<1>();  // step s - 1 done: its buffer a[(s + 1) & 1] is free
-          if ((s + 1) % 8 == 0) load((s + 1) / 8);
-          decode(a[(s + 1) & 1], (s + 1) & 7);
+          decode(a[(s + 1) & 1], s + 1);
         }
       }
       wgmma_wait<0>();
@@ -388,18 +376,8 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int kt0, in
         default: steps(std::integral_constant<int, 128>{}); break;
       }
     }
-#pragma unroll
-    for (int q = 0; q < kP; ++q) mbar_arrive(sm.empty(c + q));  // the stages' wgmmas are done
+    mbar_arrive(sm.empty(c));  // the stage's wgmmas are done, its weight bytes in registers
   }
-  return c;
-}
-// The item's main loop: kPair (MoeGroupedRsArgs::pair_stages) drains every two stages, the odd last stage alone.
-template <int kCwg, int kN>
-__device__ __forceinline__ int item_mainloop(bool pair, const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
-                                             float (&acc)[64]) {
-  if (!pair) return mainloop<kCwg, kN, 1>(sm, c, 0, nk, nb, wrow, t, acc);
-  c = mainloop<kCwg, kN, 2>(sm, c, 0, nk, nb, wrow, t, acc);
-  if (nk & 1) c = mainloop<kCwg, kN, 1>(sm, c, nk - 1, nk, nb, wrow, t, acc);
   return c;
 }
 
@@ -434,13 +412,6 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
     }
 }
 
-// Consumer warpgroup cwg > 0 waits cwg x cycles before its first stage (MoeGroupedRsArgs::stagger_cycles).
-__device__ __forceinline__ void stagger_start(int cwg, int cycles) {
-  if (cycles <= 0 || cwg == 0) return;
-  const long long t0 = clock64(), wait = static_cast<long long>(cwg) * cycles;
-  while (clock64() - t0 < wait) __nanosleep(32);
-}
-
 // Consumer warpgroup cwg: per item the main loop and the epilogue. kFine (MoeGroupedRsArgs::fine_n): wgmma N = the
 // tile's rows rounded up to 16, one main loop that picks the shape per stage (rejected: a switch per wgmma, after
 // which ptxas injects warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled
@@ -451,13 +422,12 @@ __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<k
   const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int wrow = cwg * 64 + warp * 16 + g;  // the thread's weight rows wrow, wrow + 8 (smem rows of the item)
   int c = 0;
-  stagger_start(cwg, p.stagger_cycles);
   for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
     const Item it = item_of(p, w, ncols);
     float acc[64];
-    if constexpr (kFine) c = item_mainloop<kCwg, 0>(p.pair_stages, sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
-    else if (it.rows <= 96) c = item_mainloop<kCwg, 96>(p.pair_stages, sm, c, nk, 6, wrow, t, acc);
-    else c = item_mainloop<kCwg, 128>(p.pair_stages, sm, c, nk, 8, wrow, t, acc);
+    if constexpr (kFine) c = mainloop<kCwg, 0>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
+    else if (it.rows <= 96) c = mainloop<kCwg, 96>(sm, c, nk, 6, wrow, t, acc);
+    else c = mainloop<kCwg, 128>(sm, c, nk, 8, wrow, t, acc);
     epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
   }
 }
