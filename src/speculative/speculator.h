@@ -108,7 +108,10 @@ class Speculator {
   // after proposing, the greedy sequences' common verify length.
   void gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, int64_t num_seqs);
   void cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
-                          const std::vector<bool>& scheduled, int64_t num_seqs);
+                          const std::vector<bool>& scheduled, const std::vector<bool>& warmed, int64_t num_seqs);
+  // A round proposed after `outputs` output tokens is past its request's warm-up (SpecGate's file comment): the
+  // drafter's context window holds none of the prompt any more.
+  bool warm(size_t outputs) const { return int64_t(outputs) >= drafter_->context_window(); }
   std::vector<float> observed_survival() const;
   // Drops the pending drafts of sequences no longer decoding and the drafter context of finished ones.
   void forget_finished(const scheduler::Scheduler& sched);
