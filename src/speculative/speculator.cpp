@@ -35,13 +35,21 @@ bool plain_argmax(const SamplingParams& p, size_t num_output_tokens) {
          p.repetition_penalty == 1.0 && p.min_tokens <= int64_t(num_output_tokens);
 }
 
+namespace {
+// DSINFER_SPEC_GATE_WARMUP=0: every round counts as past its warm-up (the gate before session 22: the A/B switch).
+bool gate_warmup_setting() {
+  const char* w = std::getenv("DSINFER_SPEC_GATE_WARMUP");
+  return !(w && std::string(w) == "0");
+}
+}  // namespace
+
 Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, int64_t vocab, StepCostModel cost)
-    : drafter_(std::move(drafter)),
+    : warmup_(gate_warmup_setting() ? drafter->context_window() : 0),
+      drafter_(std::move(drafter)),
       cfg_(std::move(cfg)),
       vocab_(vocab),
       cost_(std::move(cost)),
-      gate_(size_t(std::max(cfg_.num_speculative_tokens, 0)), drafter_->resume_positions(),
-            drafter_->context_window()) {
+      gate_(size_t(std::max(cfg_.num_speculative_tokens, 0)), drafter_->resume_positions(), warmup_) {
   // DSINFER_SPEC_ONE_WAIT=0: every round verifies, then drafts, with a host wait each (the before/after switch).
   const char* w = std::getenv("DSINFER_SPEC_ONE_WAIT");
   one_wait_ = !(w && std::string(w) == "0");
