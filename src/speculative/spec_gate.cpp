@@ -72,7 +72,8 @@ void SpecGate::observe(int32_t verified, int32_t accepted, bool warm) {
   (warm ? saw_warm_ : saw_early_) = true;
   if (!warm) return;  // a warm-up round neither counts toward a probe's rounds nor ends it
   if (probe_rounds_ > 0) --probe_rounds_;
-  if (probe_rounds_ == 0) probe_left_ = 0;  // a probe ends with its kProbeRounds-th observed round
+  // A probe ends with its kProbeRounds-th observed round (a fresh gate's first: begin_speculative_step decides).
+  if (probe_rounds_ == 0 && !first_probe_) probe_left_ = 0;
 }
 
 void SpecGate::observe_expected(std::span<const float> a, size_t from, bool warm) {
@@ -85,8 +86,12 @@ void SpecGate::observe_expected(std::span<const float> a, size_t from, bool warm
   }
   if (from == 0 && n > 0) (warm ? saw_warm_ : saw_early_) = true;
   if (from == 0 && n > 0 && warm) {  // a block cut to nothing: the probe's round is the head's estimate
-    probe_left_ = 0;
-    probe_rounds_ = 0;
+    if (first_probe_) {
+      if (probe_rounds_ > 0) --probe_rounds_;  // the first probe counts it as one of its rounds
+    } else {
+      probe_left_ = 0;
+      probe_rounds_ = 0;
+    }
   }
 }
 
@@ -163,9 +168,21 @@ void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
     probe_left_ = resume_steps_ + 1 + rounds;
     probe_rounds_ = rounds;
     probe_extend_left_ = warmup_steps_;
+    first_extra_ = first_probe_ ? kFirstProbeExtraSteps : 0;
   } else if (probe_left_ > 0 && saw_early_ && !saw_warm_ && probe_extend_left_ > 0) {
     --probe_extend_left_;  // the last step's rounds were all in a warm-up: the probe waits it out
     ++probe_left_;
+  } else if (first_probe_ && probe_left_ > 0 && probe_rounds_ == 0) {
+    // The first probe's rounds are in: it ends where the estimate pays or lies kMargin below paying, else it goes on
+    // observing (at most kFirstProbeExtraSteps steps more).
+    const std::vector<double> a = survival(prior(n, cost));
+    const bool undecided = !cost.empty() && !drafting_pays(a, n, cost, 0.0) && drafting_pays(a, n, cost, -kMargin);
+    if (undecided && first_extra_ > 0) {
+      --first_extra_;
+      ++probe_left_;
+    } else {
+      probe_left_ = 0;
+    }
   }
   saw_warm_ = saw_early_ = false;
   if (probe_left_ > 0) --probe_left_;

@@ -20,7 +20,9 @@
 // adds back what it saved), capped at one probe's price (the catch-up steps after the gap, each a one-row
 // speculative step with the drafter's work, and two rounds verifying every draft that emit one token each). A probe
 // cuts the memory to kProbeMemory rounds and drafts until kProbeRounds rounds (a fresh gate's first probe:
-// kFirstProbeRounds) were observed or a block was cut to nothing (at most resume_steps + 1 + that many steps), then
+// kFirstProbeRounds) were observed or a block was cut to nothing (the first probe counts such a block as one of its
+// rounds instead, and goes on while undecided: kFirstProbeExtraSteps; at most resume_steps + 1 + that many steps,
+// plus its warm-up steps: below), then
 // the rounds decide again. So exploring costs at most about kExploreShare of the time
 // at rest, and a batch where drafting cannot pay even if every draft survived is never probed. Deterministic:
 // cost-model times and observed acceptance only, no clock read.
@@ -64,8 +66,13 @@ class SpecGate {
   // Rounds a fresh gate's first probe observes (session 21): its sequences' drafter context is whole, and nothing
   // else informs the estimate before the gate may rest for ~100 x the probe's price; one or two rounds at the shipped
   // drafter's ~0.6 first-draft acceptance put it at rest for a whole batch-1 run on the H200 (2 probes, 4 drafts
-  // verified, in 1,024 steps) although verifying every draft there is 1.13x off.
-  static constexpr int32_t kFirstProbeRounds = 16;
+  // verified, in 1,024 steps) although verifying every draft there is 1.13x off. Session 22: one memory's worth of
+  // rounds (1 / (1 - kMemoryFade)) past the warm-up; 16 rounds past it (outputs ~64-100 of a 256-token request) still
+  // put it at rest on the H200 (first-draft acceptance ~0.44 there, 0.60 over the run: it keeps rising).
+  static constexpr int32_t kFirstProbeRounds = 64;
+  // After its kFirstProbeRounds, the first probe goes on while its estimate is undecided (no gain at it, but within
+  // kMargin of one), up to this many steps more: the shipped drafter's acceptance keeps rising through a request.
+  static constexpr int64_t kFirstProbeExtraSteps = 192;
 
   // `positions`: drafts per round at most. `resume_steps`: the speculative steps a sequence needs after a gap before
   // it drafts again (the drafter's resume_positions(): Speculator::note_ingest).
@@ -122,6 +129,7 @@ class SpecGate {
   int64_t resume_steps_;
   int64_t warmup_steps_;
   int64_t probe_extend_left_ = 0;  // steps a probe may still extend by (warm-up rounds only observed)
+  int64_t first_extra_ = 0;        // steps the first probe may still go on while undecided
   bool saw_warm_ = false, saw_early_ = false;  // rounds observed since the last speculative step began
   int64_t rest_steps_ = 0;  // plain steps at rest since the last speculative step
   int64_t probe_left_ = 0;    // speculative steps a probe still drafts for without its observed rounds

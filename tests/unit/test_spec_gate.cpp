@@ -367,7 +367,9 @@ TEST(SpecGate, AcceptanceThatRisesPastEachRequestsWarmUpIsJudgedPastIt) {
       "h200 b1"));
   const std::vector<double> late{0.65, 0.63, 0.52, 0.45, 0.62};
   constexpr int64_t kWindow = 64, kTokens = 256, kRequests = 12;
-  auto run = [&](bool warmup_known, SimResult& r) {
+  // The conditional acceptance of a draft proposed after `outputs` outputs: 0.7 x late in the warm-up, late after it.
+  auto step_rise = [&](size_t k, int64_t outputs) { return late[k] * (outputs >= kWindow ? 1.0 : 0.7); };
+  auto run = [&](bool warmup_known, SimResult& r, auto acceptance) {
     SpecGate gate(kDrafts, 8, warmup_known ? kWindow : 0);
     std::mt19937_64 rng(2212);
     std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -386,7 +388,7 @@ TEST(SpecGate, AcceptanceThatRisesPastEachRequestsWarmUpIsJudgedPastIt) {
       if (pending) {
         const bool warm = proposed_at >= kWindow;
         int32_t acc = 0;
-        while (acc < kDrafts && u(rng) < late[size_t(acc)] * (warm ? 1.0 : 0.7)) ++acc;
+        while (acc < kDrafts && u(rng) < acceptance(size_t(acc), proposed_at)) ++acc;
         gate.observe(kDrafts, acc, warm || !warmup_known);
         tokens += acc;
       }
@@ -406,8 +408,8 @@ TEST(SpecGate, AcceptanceThatRisesPastEachRequestsWarmUpIsJudgedPastIt) {
     r.probes = gate.probes();
   };
   SimResult known, blind;
-  run(true, known);
-  run(false, blind);
+  run(true, known, step_rise);
+  run(false, blind, step_rise);
   std::printf("requests of %lld tokens at batch 1, warm-up known: %lld speculative steps (%lld verify), %lld probes, "
               "modelled %.3fx plain; judged on every round: %lld (%lld), %lld probes, %.3fx\n",
               (long long)kTokens, (long long)known.spec_steps, (long long)known.verify_steps, (long long)known.probes,
@@ -416,4 +418,17 @@ TEST(SpecGate, AcceptanceThatRisesPastEachRequestsWarmUpIsJudgedPastIt) {
   EXPECT_GT(known.plain_ms / known.ms, 1.08) << "drafting past the warm-ups pays";
   EXPECT_GT(known.verify_steps, int64_t(0.8 * double(known.spec_steps)));
   EXPECT_GT(known.plain_ms / known.ms, blind.plain_ms / blind.ms + 0.03);
+  // Acceptance that keeps rising through the request (0.75 x late at its start, 1.15 x late at its end): the rounds
+  // just past the warm-up are below break-even, the request's average above it. The first probe goes on while its
+  // estimate is within kMargin of paying, and the gate drafts.
+  auto ramp = [&](size_t k, int64_t outputs) {
+    return std::min(0.95, late[k] * (0.75 + 0.4 * double(outputs) / double(kTokens)));
+  };
+  SimResult rising;
+  run(true, rising, ramp);
+  std::printf("acceptance rising through each request: %lld speculative steps (%lld verify), %lld probes, modelled "
+              "%.3fx plain\n", (long long)rising.spec_steps, (long long)rising.verify_steps, (long long)rising.probes,
+              rising.plain_ms / rising.ms);
+  EXPECT_GT(rising.plain_ms / rising.ms, 1.05);
+  EXPECT_GT(rising.verify_steps, int64_t(0.8 * double(rising.spec_steps)));
 }
