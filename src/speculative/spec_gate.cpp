@@ -48,8 +48,8 @@ std::string SpecGate::explain(int64_t n, const StepCostModel& cost) const {
       "break-even {:.3f}, {} rounds); best L={} {:.3f} tok/ms = {:.3f}x plain (needs {:.2f}x): {}; credit {:.3f} of "
       "{:.3f} ms, {} probes, {} speculative steps, {} at rest",
       n, cost.plain_ms(n), cost.has_round_cost() ? "one-wait, measured" : "parts", a.size(), rounds, est, pr,
-      break_even_acceptance(a.size(), n, cost, kMargin), use_warm() ? "warm" : "warm-up", best_l, best, best / off, 1.0 + margin(),
-      pays(n, cost) ? "drafts" : "rests", credit_, probe_price(n, cost), probes_, speculative_steps_, rest_steps_);
+      break_even_acceptance(a.size(), n, cost, kMargin), use_warm() ? "warm" : "warm-up", best_l, best, best / off,
+      1.0 + margin(), pays(n, cost) ? "drafts" : "rests", credit_, probe_price(n, cost), probes_, speculative_steps_, rest_steps_);
 }
 
 SpecGate::SpecGate(size_t positions, int64_t resume_steps, int64_t warmup_steps)

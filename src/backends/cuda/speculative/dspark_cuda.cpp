@@ -347,7 +347,8 @@ Status DsparkCuda::profile_block(const BlockLayout& bl, int32_t kpick) {
   }
   std::fprintf(stderr,
                "dspark profile: block of %lld padded sequences x %lld positions, %s ingest of %lld rows, %d picks: "
-               "graph of %zu nodes (%d kernels), replay %.4f ms (mean of %d)\n%s  eager stages (min of 5, sum %.4f ms):\n%s",
+               "graph of %zu nodes (%d kernels), replay %.4f ms (mean of %d)\n%s"
+               "  eager stages (min of 5, sum %.4f ms):\n%s",
                static_cast<long long>(bl.Bp), static_cast<long long>(bl.g), bl.ing_n > 0 ? "with the" : "without an",
                static_cast<long long>(bl.ing_n), kpick, count, kernels, graph_ms / kReplays, kReplays, list.c_str(),
                total, stages.c_str());
