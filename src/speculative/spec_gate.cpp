@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -44,43 +45,63 @@ std::string SpecGate::explain(int64_t n, const StepCostModel& cost) const {
   const double off = double(n) / cost.plain_ms(n);
   return fmt::format(
       "gate n={}: plain {:.3f} ms, round ({}) by verify length 0..{}: {} ms; survival [{}] (prior {:.3f}, "
-      "break-even {:.3f}); best L={} {:.3f} tok/ms = {:.3f}x plain (needs {:.2f}x): {}; credit {:.3f} of {:.3f} ms, "
-      "{} probes, {} speculative steps, {} at rest",
+      "break-even {:.3f}, {} rounds); best L={} {:.3f} tok/ms = {:.3f}x plain (needs {:.2f}x): {}; credit {:.3f} of "
+      "{:.3f} ms, {} probes, {} speculative steps, {} at rest",
       n, cost.plain_ms(n), cost.has_round_cost() ? "one-wait, measured" : "parts", a.size(), rounds, est, pr,
-      break_even_acceptance(a.size(), n, cost, kMargin), best_l, best, best / off, 1.0 + margin(),
-      pays(n, cost) ? "drafts" : "rests", credit_, probe_price(n, cost), probes_, speculative_steps_, rest_steps_);
+      break_even_acceptance(a.size(), n, cost, kMargin), use_warm() ? "warm" : "warm-up", best_l, best, best / off,
+      1.0 + margin(), pays(n, cost) ? "drafts" : "rests", credit_, probe_price(n, cost), probes_, speculative_steps_, rest_steps_);
 }
 
-SpecGate::SpecGate(size_t positions, int64_t resume_steps)
-    : reached_(positions, 0.0), accepted_(positions, 0.0), resume_steps_(std::max<int64_t>(resume_steps, 0)) {}
+SpecGate::SpecGate(size_t positions, int64_t resume_steps, int64_t warmup_steps)
+    : reached_(positions, 0.0),
+      accepted_(positions, 0.0),
+      early_reached_(positions, 0.0),
+      early_accepted_(positions, 0.0),
+      resume_steps_(std::max<int64_t>(resume_steps, 0)),
+      warmup_steps_(std::max<int64_t>(warmup_steps, 0)) {}
 
-void SpecGate::observe(int32_t verified, int32_t accepted) {
-  const size_t n = std::min(reached_.size(), size_t(std::max(verified, 0)));
+void SpecGate::observe(int32_t verified, int32_t accepted, bool warm) {
+  std::vector<double>& r = warm ? reached_ : early_reached_;
+  std::vector<double>& c = warm ? accepted_ : early_accepted_;
+  const size_t n = std::min(r.size(), size_t(std::max(verified, 0)));
   for (size_t k = 0; k < n && int32_t(k) <= accepted; ++k) {
-    reached_[k] += 1.0;
-    if (int32_t(k) < accepted) accepted_[k] += 1.0;
+    r[k] += 1.0;
+    if (int32_t(k) < accepted) c[k] += 1.0;
   }
-  if (n > 0 && probe_rounds_ > 0) --probe_rounds_;
-  if (n > 0 && probe_rounds_ == 0) probe_left_ = 0;  // a probe ends with its kProbeRounds-th observed round
+  if (n == 0) return;
+  (warm ? saw_warm_ : saw_early_) = true;
+  if (!warm) return;  // a warm-up round neither counts toward a probe's rounds nor ends it
+  if (probe_rounds_ > 0) --probe_rounds_;
+  // A probe ends with its kProbeRounds-th observed round (a fresh gate's first: begin_speculative_step decides).
+  if (probe_rounds_ == 0 && !first_probe_) probe_left_ = 0;
 }
 
-void SpecGate::observe_expected(std::span<const float> a, size_t from) {
-  const size_t n = std::min(reached_.size(), a.size());
+void SpecGate::observe_expected(std::span<const float> a, size_t from, bool warm) {
+  std::vector<double>& r = warm ? reached_ : early_reached_;
+  std::vector<double>& c = warm ? accepted_ : early_accepted_;
+  const size_t n = std::min(r.size(), a.size());
   for (size_t k = from; k < n; ++k) {
-    reached_[k] += k == 0 ? 1.0 : double(a[k - 1]);
-    accepted_[k] += double(a[k]);
+    r[k] += k == 0 ? 1.0 : double(a[k - 1]);
+    c[k] += double(a[k]);
   }
-  if (from == 0 && n > 0) {  // a block cut to nothing: the probe's round is the head's estimate
-    probe_left_ = 0;
-    probe_rounds_ = 0;
+  if (from == 0 && n > 0) (warm ? saw_warm_ : saw_early_) = true;
+  if (from == 0 && n > 0 && warm) {  // a block cut to nothing: the probe's round is the head's estimate
+    if (first_probe_) {
+      if (probe_rounds_ > 0) --probe_rounds_;  // the first probe counts it as one of its rounds
+    } else {
+      probe_left_ = 0;
+      probe_rounds_ = 0;
+    }
   }
 }
 
 std::vector<double> SpecGate::survival(double prior) const {
+  const std::vector<double>& r = use_warm() ? reached_ : early_reached_;
+  const std::vector<double>& c = use_warm() ? accepted_ : early_accepted_;
   std::vector<double> a;
   double s = 1.0;
-  for (size_t k = 0; k < reached_.size(); ++k) {
-    s *= (accepted_[k] + kPriorRounds * prior) / (reached_[k] + kPriorRounds);
+  for (size_t k = 0; k < r.size(); ++k) {
+    s *= (c[k] + kPriorRounds * prior) / (r[k] + kPriorRounds);
     a.push_back(s);
   }
   return a;
@@ -135,24 +156,40 @@ void SpecGate::begin_speculative_step(int64_t n, const StepCostModel& cost) {
   if ((rest_steps_ > 0 || !explored_) && !cost.empty() && !pays(n, cost)) {
     // A probe (the first speculative step, or the credit let the engine leave rest): the old rounds keep
     // kProbeMemory rounds' weight at most.
-    for (size_t k = 0; k < reached_.size(); ++k) {
-      const double f = reached_[k] > kProbeMemory ? kProbeMemory / reached_[k] : 1.0;
-      reached_[k] *= f;
-      accepted_[k] *= f;
-    }
+    for (auto [r, c] : {std::pair{&reached_, &accepted_}, std::pair{&early_reached_, &early_accepted_}})
+      for (size_t k = 0; k < r->size(); ++k) {
+        const double f = (*r)[k] > kProbeMemory ? kProbeMemory / (*r)[k] : 1.0;
+        (*r)[k] *= f;
+        (*c)[k] *= f;
+      }
     const int64_t rounds = explored_ ? int64_t(kProbeRounds) : int64_t(kFirstProbeRounds);
     first_probe_ = !explored_;
     ++probes_;
     probe_left_ = resume_steps_ + 1 + rounds;
     probe_rounds_ = rounds;
+    probe_extend_left_ = warmup_steps_;
+    first_extra_ = first_probe_ ? kFirstProbeExtraSteps : 0;
+  } else if (probe_left_ > 0 && saw_early_ && !saw_warm_ && probe_extend_left_ > 0) {
+    --probe_extend_left_;  // the last step's rounds were all in a warm-up: the probe waits it out
+    ++probe_left_;
+  } else if (first_probe_ && probe_left_ > 0 && probe_rounds_ == 0) {
+    // The first probe's rounds are in: it ends where the estimate pays or lies kMargin below paying, else it goes on
+    // observing (at most kFirstProbeExtraSteps steps more).
+    const std::vector<double> a = survival(prior(n, cost));
+    const bool undecided = !cost.empty() && !drafting_pays(a, n, cost, 0.0) && drafting_pays(a, n, cost, -kMargin);
+    if (undecided && first_extra_ > 0) {
+      --first_extra_;
+      ++probe_left_;
+    } else {
+      probe_left_ = 0;
+    }
   }
+  saw_warm_ = saw_early_ = false;
   if (probe_left_ > 0) --probe_left_;
   rest_steps_ = 0;
   explored_ = true;
-  for (size_t k = 0; k < reached_.size(); ++k) {
-    reached_[k] *= kMemoryFade;
-    accepted_[k] *= kMemoryFade;
-  }
+  for (std::vector<double>* v : {&reached_, &accepted_, &early_reached_, &early_accepted_})
+    for (double& x : *v) x *= kMemoryFade;
 }
 
 bool SpecGate::should_draft(int64_t n, const StepCostModel& cost) const {

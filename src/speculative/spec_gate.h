@@ -20,10 +20,22 @@
 // adds back what it saved), capped at one probe's price (the catch-up steps after the gap, each a one-row
 // speculative step with the drafter's work, and two rounds verifying every draft that emit one token each). A probe
 // cuts the memory to kProbeMemory rounds and drafts until kProbeRounds rounds (a fresh gate's first probe:
-// kFirstProbeRounds) were observed or a block was cut to nothing (at most resume_steps + 1 + that many steps), then
+// kFirstProbeRounds) were observed or a block was cut to nothing (the first probe counts such a block as one of its
+// rounds instead, and goes on while undecided: kFirstProbeExtraSteps; at most resume_steps + 1 + that many steps,
+// plus its warm-up steps: below), then
 // the rounds decide again. So exploring costs at most about kExploreShare of the time
 // at rest, and a batch where drafting cannot pay even if every draft survived is never probed. Deterministic:
 // cost-model times and observed acceptance only, no clock read.
+//
+// Warm-up (session 22). A request's first rounds draft from a context ring that still holds its prompt, and accept
+// less than its later ones (the shipped drafter at batch 1 on the H200: first-draft acceptance 0.42 over a request's
+// first ~30 rounds, 0.60 over the run). The caller says whether a round is in its sequence's warm-up (the first
+// `warmup_steps` output tokens: the drafter's context window). Warm-up rounds keep their own counts, which the
+// estimate reads only while no round past a warm-up is remembered (requests that end inside their warm-up are judged
+// on what there is); they neither count toward a probe's rounds nor end it, and a probe's steps that observed
+// warm-up rounds only do not use up its steps (up to warmup_steps of them a probe). So a probe that starts with a
+// request waits out its warm-up instead of putting the gate at rest on rounds the rest of the request does not
+// resemble, and a gate that drafts keeps drafting through the next request's warm-up.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -54,20 +66,27 @@ class SpecGate {
   // Rounds a fresh gate's first probe observes (session 21): its sequences' drafter context is whole, and nothing
   // else informs the estimate before the gate may rest for ~100 x the probe's price; one or two rounds at the shipped
   // drafter's ~0.6 first-draft acceptance put it at rest for a whole batch-1 run on the H200 (2 probes, 4 drafts
-  // verified, in 1,024 steps) although verifying every draft there is 1.13x off.
-  static constexpr int32_t kFirstProbeRounds = 16;
+  // verified, in 1,024 steps) although verifying every draft there is 1.13x off. Session 22: one memory's worth of
+  // rounds (1 / (1 - kMemoryFade)) past the warm-up; 16 rounds past it (outputs ~64-100 of a 256-token request) still
+  // put it at rest on the H200 (first-draft acceptance ~0.44 there, 0.60 over the run: it keeps rising).
+  static constexpr int32_t kFirstProbeRounds = 64;
+  // After its kFirstProbeRounds, the first probe goes on while its estimate is undecided (no gain at it, but within
+  // kMargin of one), up to this many steps more: the shipped drafter's acceptance keeps rising through a request.
+  static constexpr int64_t kFirstProbeExtraSteps = 192;
 
   // `positions`: drafts per round at most. `resume_steps`: the speculative steps a sequence needs after a gap before
   // it drafts again (the drafter's resume_positions(): Speculator::note_ingest).
-  SpecGate(size_t positions, int64_t resume_steps);
+  // `warmup_steps`: the steps a probe may extend by while it observes warm-up rounds only (0: none).
+  SpecGate(size_t positions, int64_t resume_steps, int64_t warmup_steps = 0);
 
-  // One greedy sequence's verified round: `verified` drafts, the first `accepted` of them accepted.
-  void observe(int32_t verified, int32_t accepted);
+  // One greedy sequence's verified round: `verified` drafts, the first `accepted` of them accepted; `warm`: the
+  // sequence is past its warm-up (see the file comment).
+  void observe(int32_t verified, int32_t accepted, bool warm = true);
   // The drafts of one greedy block that were proposed but not verified (positions from `from` on, cut by the verify
   // length): the confidence head's calibrated survival `a` counts as their expected outcome (position k reached with
   // probability a_{k-1}, accepted with a_k). So a batch where the head's estimates make every block verify nothing
   // stops drafting too, instead of proposing blocks nobody verifies.
-  void observe_expected(std::span<const float> a, size_t from);
+  void observe_expected(std::span<const float> a, size_t from, bool warm = true);
   // A speculative step of n decoding sequences verified up to rows - 1 drafts each and emitted `tokens`: its
   // modelled cost beyond plain steps comes off the credit.
   void spent(int64_t n, int32_t rows, int64_t tokens, const StepCostModel& cost);
@@ -100,8 +119,18 @@ class SpecGate {
  private:
   void add_credit(double ms, int64_t n, const StepCostModel& cost);
 
-  std::vector<double> reached_, accepted_;  // faded counts per position
+  // The counts the estimate reads: the warm rounds', or the warm-up rounds' while no warm round is remembered.
+  bool use_warm() const { return reached_.empty() || reached_[0] >= kWarmEvidence; }
+  // A round's worth of first drafts past a warm-up: below it (faded, or none yet) the warm-up rounds decide.
+  static constexpr double kWarmEvidence = 1.0;
+
+  std::vector<double> reached_, accepted_;  // faded counts per position of rounds past their warm-up
+  std::vector<double> early_reached_, early_accepted_;  // the same of warm-up rounds
   int64_t resume_steps_;
+  int64_t warmup_steps_;
+  int64_t probe_extend_left_ = 0;  // steps a probe may still extend by (warm-up rounds only observed)
+  int64_t first_extra_ = 0;        // steps the first probe may still go on while undecided
+  bool saw_warm_ = false, saw_early_ = false;  // rounds observed since the last speculative step began
   int64_t rest_steps_ = 0;  // plain steps at rest since the last speculative step
   int64_t probe_left_ = 0;    // speculative steps a probe still drafts for without its observed rounds
   int64_t probe_rounds_ = 0;  // observed rounds a probe still waits for

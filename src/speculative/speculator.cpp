@@ -35,12 +35,21 @@ bool plain_argmax(const SamplingParams& p, size_t num_output_tokens) {
          p.repetition_penalty == 1.0 && p.min_tokens <= int64_t(num_output_tokens);
 }
 
+namespace {
+// DSINFER_SPEC_GATE_WARMUP=0: every round counts as past its warm-up (the gate before session 22: the A/B switch).
+bool gate_warmup_setting() {
+  const char* w = std::getenv("DSINFER_SPEC_GATE_WARMUP");
+  return !(w && std::string(w) == "0");
+}
+}  // namespace
+
 Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, int64_t vocab, StepCostModel cost)
-    : drafter_(std::move(drafter)),
+    : warmup_(gate_warmup_setting() ? drafter->context_window() : 0),
+      drafter_(std::move(drafter)),
       cfg_(std::move(cfg)),
       vocab_(vocab),
       cost_(std::move(cost)),
-      gate_(size_t(std::max(cfg_.num_speculative_tokens, 0)), drafter_->resume_positions()) {
+      gate_(size_t(std::max(cfg_.num_speculative_tokens, 0)), drafter_->resume_positions(), warmup_) {
   // DSINFER_SPEC_ONE_WAIT=0: every round verifies, then drafts, with a host wait each (the before/after switch).
   const char* w = std::getenv("DSINFER_SPEC_ONE_WAIT");
   one_wait_ = !(w && std::string(w) == "0");
@@ -159,7 +168,7 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
 void Speculator::count_verified(const SeqPlan& sp, int32_t L, int32_t acc) {
   auto it = drafts_.find(sp.seq_id);
   if (it != drafts_.end()) count_calibration(it->second, L, acc);
-  if (sp.params->greedy()) gate_.observe(L, acc);
+  if (sp.params->greedy()) gate_.observe(L, acc, warm(sp.output_tokens.size()));
   for (int32_t k = 0; k < L && k <= acc && k < cfg_.num_speculative_tokens; ++k) {
     metrics_.trials_per_position[size_t(k)] += 1;
     if (k < acc) metrics_.accepted_per_position[size_t(k)] += 1;
@@ -294,11 +303,13 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   //    draft logits with its own Philox stream.
   std::vector<ProposeItem> items;
   std::vector<std::vector<int32_t>> hist(decoding.size());
+  std::vector<bool> warmed(decoding.size());  // past the request's warm-up (the gate's observation of cut drafts)
   // Structured outputs: each constrained sequence's matcher walks this step's committed tokens, then the drafts.
   std::vector<std::unique_ptr<structured::TentativeMatcher>> tms(decoding.size());
   for (size_t j = 0; j < decoding.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];
     hist[j] = *sched.output_tokens(sp.seq_id);
+    warmed[j] = warm(hist[j].size());
     if (structured::SequenceMatcher* m = sd ? sd->matcher(sp.seq_id) : nullptr) {
       tms[j] = std::make_unique<structured::TentativeMatcher>(m, vocab_);
       for (size_t t = size_t(std::min<int64_t>(m->num_tokens(), int64_t(hist[j].size()))); t < hist[j].size(); ++t)
@@ -365,7 +376,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     a[j].resize(props[j].tokens.size());
     metrics_.drafted_tokens += int64_t(props[j].tokens.size());
   }
-  cut_to_best_length(props, a, scheduled, num_seqs);
+  cut_to_best_length(props, a, scheduled, warmed, num_seqs);
   drafts_pending_ = false;
   for (size_t j = 0; j < items.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];
@@ -441,7 +452,8 @@ void Speculator::gate_drafting(std::vector<ProposeItem>& items, const std::vecto
 }
 
 void Speculator::cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
-                                    const std::vector<bool>& scheduled, int64_t num_seqs) {
+                                    const std::vector<bool>& scheduled, const std::vector<bool>& warmed,
+                                    int64_t num_seqs) {
   std::vector<std::vector<float>> sa;
   for (size_t j = 0; j < props.size(); ++j)
     if (scheduled[j] && !props[j].tokens.empty()) sa.push_back(a[j]);
@@ -451,7 +463,7 @@ void Speculator::cut_to_best_length(std::vector<Proposal>& props, std::vector<st
   const VerifyChoice c = best_verify_length(sa, num_seqs, cost_);
   for (size_t j = 0; j < props.size(); ++j) {
     // The confidence head's survival of the drafts cut here is their expected outcome for the gate.
-    if (scheduled[j] && drafter_->has_confidence()) gate_.observe_expected(a[j], size_t(c.length));
+    if (scheduled[j] && drafter_->has_confidence()) gate_.observe_expected(a[j], size_t(c.length), warmed[j]);
     if (!scheduled[j] || props[j].tokens.size() <= size_t(c.length)) continue;
     props[j].tokens.resize(size_t(c.length));
     a[j].resize(size_t(c.length));

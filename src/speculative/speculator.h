@@ -108,7 +108,10 @@ class Speculator {
   // after proposing, the greedy sequences' common verify length.
   void gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, int64_t num_seqs);
   void cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
-                          const std::vector<bool>& scheduled, int64_t num_seqs);
+                          const std::vector<bool>& scheduled, const std::vector<bool>& warmed, int64_t num_seqs);
+  // A round proposed after `outputs` output tokens is past its request's warm-up (SpecGate's file comment): the
+  // drafter's context window holds none of the prompt any more.
+  bool warm(size_t outputs) const { return int64_t(outputs) >= warmup_; }
   std::vector<float> observed_survival() const;
   // Drops the pending drafts of sequences no longer decoding and the drafter context of finished ones.
   void forget_finished(const scheduler::Scheduler& sched);
@@ -121,6 +124,9 @@ class Speculator {
   // not draft yet.
   bool note_ingest(scheduler::SeqId id, int64_t start_pos, int32_t count);
 
+  // Output tokens of a request's warm-up: the drafter's context window (read before drafter_ is moved in);
+  // DSINFER_SPEC_GATE_WARMUP=0 (read once, in the constructor): 0, every round past it.
+  int64_t warmup_ = 0;
   std::unique_ptr<Drafter> drafter_;
   SpeculativeConfig cfg_;
   int64_t vocab_;

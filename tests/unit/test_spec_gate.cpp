@@ -351,3 +351,84 @@ TEST(SpecGate, AtTheShippedModelsMeasuredAcceptanceTheGateDraftsAtBatch1AndRests
   EXPECT_EQ(g64.probe_price(64, grid), 0.0) << "no round could pay at 64";
   EXPECT_FALSE(g64.should_draft(64, grid));
 }
+
+// Session 22: acceptance by position in the request. Requests of 256 tokens at batch 1, one after another, with the
+// session-21 cost model; a round proposed in a request's first 64 output tokens (its warm-up: the drafter's context
+// window still holds the prompt) accepts each draft with 0.7 of the later rounds' probability (first draft 0.42
+// against 0.60, as measured on the H200). A new request after steps at rest starts with a gap (DSpark resumes after
+// 8 positions). The gate must judge drafting on the rounds past the warm-ups: draft through most of each request
+// and gain. The gate before session 22 judged its first probe on the first request's warm-up and rested (1.02x on
+// the GPU).
+TEST(SpecGate, AcceptanceThatRisesPastEachRequestsWarmUpIsJudgedPastIt) {
+  const StepCostModel b1 = test::unwrap(StepCostModel::parse(
+      "dsinfer-step-cost 1\nkey h200 dsv4-small session 21, seqs 1\nrows 6\n"
+      "seqs 1 0.493835 0.493835 0.513255 0.56735 0.574589 0.585446\ndraft 0.359947\nhost 0.00631566667\n"
+      "plain 0.46978\nround 0.923086\n",
+      "h200 b1"));
+  const std::vector<double> late{0.65, 0.63, 0.52, 0.45, 0.62};
+  constexpr int64_t kWindow = 64, kTokens = 256, kRequests = 12;
+  // The conditional acceptance of a draft proposed after `outputs` outputs: 0.7 x late in the warm-up, late after it.
+  auto step_rise = [&](size_t k, int64_t outputs) { return late[k] * (outputs >= kWindow ? 1.0 : 0.7); };
+  auto run = [&](bool warmup_known, SimResult& r, auto acceptance) {
+    SpecGate gate(kDrafts, 8, warmup_known ? kWindow : 0);
+    std::mt19937_64 rng(2212);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    bool pending = false;
+    int64_t ingested = 8, outputs = 0, proposed_at = 0, requests = 0;
+    while (requests < kRequests) {
+      if (!pending && !gate.should_draft(1, b1)) {
+        gate.rest_step(1, b1);
+        r.rested = true;
+        ingested = 0;
+        r.ms += b1.plain_ms(1), r.plain_ms += b1.plain_ms(1);
+        if (++outputs >= kTokens) outputs = 0, ++requests;
+        continue;
+      }
+      int64_t tokens = 1;
+      if (pending) {
+        const bool warm = proposed_at >= kWindow;
+        int32_t acc = 0;
+        while (acc < kDrafts && u(rng) < acceptance(size_t(acc), proposed_at)) ++acc;
+        gate.observe(kDrafts, acc, warm || !warmup_known);
+        tokens += acc;
+      }
+      const int32_t rows = pending ? 1 + kDrafts : 1;
+      gate.spent(1, rows, tokens, b1);
+      r.ms += b1.round_ms(1, rows, double(tokens));
+      r.plain_ms += double(tokens) * b1.plain_ms(1);
+      r.spec_steps += 1;
+      r.verify_steps += pending ? 1 : 0;
+      outputs += tokens;
+      gate.begin_speculative_step(1, b1);
+      ingested += 1;
+      if (outputs >= kTokens) outputs = 0, ++requests;  // the next request's prefill: no drafts to verify yet
+      proposed_at = outputs;
+      pending = outputs > 0 && gate.should_draft(1, b1) && ingested >= 8;
+    }
+    r.probes = gate.probes();
+  };
+  SimResult known, blind;
+  run(true, known, step_rise);
+  run(false, blind, step_rise);
+  std::printf("requests of %lld tokens at batch 1, warm-up known: %lld speculative steps (%lld verify), %lld probes, "
+              "modelled %.3fx plain; judged on every round: %lld (%lld), %lld probes, %.3fx\n",
+              (long long)kTokens, (long long)known.spec_steps, (long long)known.verify_steps, (long long)known.probes,
+              known.plain_ms / known.ms, (long long)blind.spec_steps, (long long)blind.verify_steps,
+              (long long)blind.probes, blind.plain_ms / blind.ms);
+  EXPECT_GT(known.plain_ms / known.ms, 1.08) << "drafting past the warm-ups pays";
+  EXPECT_GT(known.verify_steps, int64_t(0.8 * double(known.spec_steps)));
+  EXPECT_GT(known.plain_ms / known.ms, blind.plain_ms / blind.ms + 0.03);
+  // Acceptance that keeps rising through the request (0.75 x late at its start, 1.15 x late at its end): the rounds
+  // just past the warm-up are below break-even, the request's average above it. The first probe goes on while its
+  // estimate is within kMargin of paying, and the gate drafts.
+  auto ramp = [&](size_t k, int64_t outputs) {
+    return std::min(0.95, late[k] * (0.75 + 0.4 * double(outputs) / double(kTokens)));
+  };
+  SimResult rising;
+  run(true, rising, ramp);
+  std::printf("acceptance rising through each request: %lld speculative steps (%lld verify), %lld probes, modelled "
+              "%.3fx plain\n", (long long)rising.spec_steps, (long long)rising.verify_steps, (long long)rising.probes,
+              rising.plain_ms / rising.ms);
+  EXPECT_GT(rising.plain_ms / rising.ms, 1.05);
+  EXPECT_GT(rising.verify_steps, int64_t(0.8 * double(rising.spec_steps)));
+}

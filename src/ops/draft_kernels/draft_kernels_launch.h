@@ -84,6 +84,12 @@ struct SpecRoundArgs {
 };
 inline constexpr int32_t kSpecRoundMaxBlock = 255;
 
+// The window attention's launch shape: its key rows staged in shared memory when they fit the default 48 KB beside
+// the scores (max_keys doubles + 2); else every read goes to global memory (the same bits either way).
+inline bool draft_attention_stages(int64_t max_keys, int64_t dim) {
+  return (max_keys + 2) * 8 + max_keys * dim * 4 <= 48 * 1024;
+}
+
 namespace detail {
 
 void launch_draft_attention(const DraftAttnArgs& a, void* stream);           // draft_kernels.cu ("draft_attention_kernel")

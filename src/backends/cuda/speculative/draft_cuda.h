@@ -71,19 +71,32 @@ Result<HcDevice> upload_hc(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, cons
 class DraftForward {
  public:
   DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx);
-  Status init();  // RoPE table
+  DraftForward(const DraftForward&) = delete;
+  DraftForward& operator=(const DraftForward&) = delete;
+  ~DraftForward();
+  Status init();  // RoPE table; the K=V path's side stream (DSINFER_DSPARK_CONCURRENT=0: none, every op in order)
   // Grows the scratch for T tokens whose attention reads at most max_keys keys.
   Status reserve(int64_t T, int64_t max_keys);
   // X [T, hc, D] in place; pos [T] and keys [T] device arrays; ring: the layer's ring of slot 0 (slot_stride
   // floats between slots, window rows of head_dim).
   Status layer(const DeviceLayer& L, float* X, int64_t T, const int64_t* pos, const ops::cuda::DraftKeys* keys,
                int64_t max_keys, const float* ring, int64_t slot_stride);
-  // kv [T, head_dim] = RoPE(kv_norm(wkv(attn_norm(x)))) for x [T, D] (DSpark context rows, which skip the mHC).
-  Status context_kv(const DeviceLayer& L, const float* x, int64_t T, const int64_t* pos, float* kv);
+  // kv [T, head_dim] = RoPE(kv_norm(wkv(attn_norm(x)))) for x [T, D] (DSpark context rows, which skip the mHC);
+  // attn_norm(x) goes to `normed` [T, D] when given (a call on another stream than layer()'s), else to the scratch.
+  Status context_kv(const DeviceLayer& L, const float* x, int64_t T, const int64_t* pos, float* kv,
+                    float* normed = nullptr);
   // h [R, D] = norm(hc_head(X[rows[r]])); rows (device int32) nullptr = rows 0..R-1.
   Status head_hidden(const HcDevice& hc, const float* norm, const float* X, const int32_t* rows, int64_t R, float* h);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy, bool acc);
   Status rmsnorm_rows(const float* x, int64_t rows, int64_t dim, const float* w, float* y);
+  // Stage marks of the profile (DsparkCuda::profile_block): called after each stage of layer() with its name.
+  std::function<void(const char*)> mark;
+  // The stream the ops launch on (nullptr: the drafter's, ctx.stream); a caller switches it around calls whose
+  // scratch no other stream's calls use.
+  void set_stream(void* s) { stream_ = s; }
+  // An event (cudaEvent_t) the next attention core waits for before it reads the ring, then forgets: DsparkCuda's
+  // context rows written on its side stream. The caller waits for it itself when no attention core ran.
+  void* join_before_core = nullptr;
   const float* last_kv() const { return kv_.data(); }  // this call's K=V rows of the last layer() [T, head_dim]
   uint64_t generation() const { return gen_; }          // bumped whenever reserve() reallocates the scratch
 
@@ -91,9 +104,13 @@ class DraftForward {
   Status attention(const DeviceLayer& L, int64_t T, const int64_t* pos, const ops::cuda::DraftKeys* keys,
                    int64_t max_keys, const float* ring, int64_t slot_stride);
   Status moe(const DeviceLayer& L, int64_t T);
+  void* st() const { return stream_ ? stream_ : ctx_.stream; }
 
   const io::ModelConfig& c_;
   DraftDeviceContext ctx_;
+  void* stream_ = nullptr;
+  void* kv_side_ = nullptr;                      // cudaStream_t of the K=V path (attention)
+  void *kv_fork_ = nullptr, *kv_join_ = nullptr;  // cudaEvent_t
   int64_t T_ = 0;
   uint64_t gen_ = 0;
   cuda::DeviceBuffer<float> inv_freq_, y_, f_, post_, comb_, cq_, q_, kv_, o_, mid_, router_, rw_;
@@ -167,11 +184,19 @@ class DsparkCuda final : public speculative::Drafter {
   Status reserve_block(const BlockLayout& bl);
   // The graph of a fused (or not) all-greedy round (kpick = g) or of a forward for host draws (kpick = 0).
   Status launch_block(const BlockLayout& bl, int32_t kpick);
-  Status ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos, int64_t N);
+  // On `stream` (nullptr: the drafter's): the side stream when a block forward runs it beside its own first kernels.
+  Status ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos, int64_t N,
+                        void* stream = nullptr);
   Status upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl);
   // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
   Status block_forward(const BlockLayout& bl, int32_t kpick);
   Status bias_and_pick(const BlockLayout& bl, int32_t k, bool chained);
+  // DSINFER_DSPARK_PROFILE=1: the block's graph listed once per padded batch (its kernels by name in launch order,
+  // the node count) and timed (graph replays; each stage run eagerly behind a delay, between events), to stderr.
+  Status profile_block(const BlockLayout& bl, int32_t kpick);
+  void mark(const char* stage) {
+    if (fwd_.mark) fwd_.mark(stage);
+  }
   Status host_draws(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl,
                     int32_t kmax, const speculative::DrawFn& draw, std::vector<std::vector<int32_t>>& toks);
   uint64_t generation() const { return gen_ + fwd_.generation(); }
@@ -187,13 +212,21 @@ class DsparkCuda final : public speculative::Drafter {
   ops::cuda::DeviceWeight main_proj_, markov_embed_, markov_head_;
   const float *main_norm_ = nullptr, *norm_ = nullptr, *conf_w_ = nullptr;
   HcDevice hc_head_;
-  cuda::DeviceBuffer<float> ring_, feats_, hctx_, kvc_, X_, h_, logits_, e_;
+  cuda::DeviceBuffer<float> ring_, feats_, hctx_, kvc_, kvn_, X_, h_, logits_, e_;
+  // The fused ingest on a side stream (DSINFER_DSPARK_CONCURRENT=0: on the drafter's stream, in order): forked at the
+  // block's start, joined before the first attention core reads the ring (its rows use their own scratch: feats_,
+  // hctx_, kvn_, kvc_), so its ~11 kernels run beside the embed and the first layer's mHC and projections.
+  bool concurrent_ = true;
+  void* side_ = nullptr;                          // cudaStream_t
+  void *fork_ev_ = nullptr, *join_ev_ = nullptr;  // cudaEvent_t
   cuda::DeviceBuffer<uint8_t> hidden_up_, ingest_in_, in_, out_, round_in_;
   uint64_t gen_ = 0;    // bumped when a buffer the propose graphs read is reallocated
   DecodeGraphs graphs_;  // propose graphs, keyed by (fused ingest, padded batch, picked drafts)
   std::optional<PendingIngest> pending_;
   const float* graph_src_ = nullptr;  // the hidden-state source the fused graphs read
   bool fuse_ingest_ = true;           // ingest joins the next propose's graph (DSINFER_DSPARK_FUSED_INGEST=0: off)
+  bool profile_ = false;              // DSINFER_DSPARK_PROFILE=1
+  std::vector<int64_t> profiled_;     // the graph keys profile_block listed
   // DSINFER_DSPARK_PART_TIMES=1: host wall time of each eager ingest (synchronised after it) and of each propose
   // (upload to the host wait), printed to stderr when the drafter is destroyed: the round's parts, measured.
   struct PartTimes {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <cstdlib>
+#include <string>
 
 #include "backends/cuda/speculative/draft_cuda.h"
 #include "cuda/cuda_common.h"
@@ -24,7 +26,27 @@ constexpr float kRouterNormEps = 1e-20f;  // transformers' renormalization epsil
 
 DraftForward::DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx) : c_(lc), ctx_(ctx) {}
 
+DraftForward::~DraftForward() {
+  if (kv_side_) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(kv_side_));
+    cudaStreamDestroy(static_cast<cudaStream_t>(kv_side_));
+  }
+  if (kv_fork_) cudaEventDestroy(static_cast<cudaEvent_t>(kv_fork_));
+  if (kv_join_) cudaEventDestroy(static_cast<cudaEvent_t>(kv_join_));
+}
+
 Status DraftForward::init() {
+  const char* cc = std::getenv("DSINFER_DSPARK_CONCURRENT");
+  if (!(cc && std::string(cc) == "0")) {
+    cudaStream_t side = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr;
+    DSI_CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    kv_side_ = side;
+    DSI_CUDA_TRY(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    kv_fork_ = fork;
+    DSI_CUDA_TRY(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    kv_join_ = join;
+  }
   const std::vector<float> inv = ops::rope_inv_freq(c_.rope_main, c_.qk_rope_head_dim);
   return inv_freq_.upload(inv.data(), inv.size(), "drafter rope inv_freq");
 }
@@ -65,13 +87,13 @@ Status DraftForward::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWe
   const GemmCallPlan p = plan_gemm_call(w, M, draft_mode(ctx_.exact), GemmSettings{});
   const int64_t chunk = p.chunk_rows;
   for (int64_t r = 0; r < M; r += chunk)
-    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, ctx_.stream,
+    DSI_RETURN_IF_ERROR(gemm_cuda(x + r * ldx, std::min(chunk, M - r), ldx, w, y + r * ldy, ldy, acc, st(),
                                   p.precision));
   return Status::ok();
 }
 
 Status DraftForward::rmsnorm_rows(const float* x, int64_t rows, int64_t dim, const float* w, float* y) {
-  return rmsnorm(x, rows, dim, w, float(c_.rms_norm_eps), y, ctx_.stream);
+  return rmsnorm(x, rows, dim, w, float(c_.rms_norm_eps), y, st());
 }
 
 Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* pos, const ops::cuda::DraftKeys* keys,
@@ -79,15 +101,36 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
   const int64_t D = c_.hidden_size, H = c_.num_attention_heads, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
   const int64_t qr = c_.q_lora_rank, G = c_.o_groups, r = c_.o_lora_rank, gin = H * hd / G;
   const float eps = float(c_.rms_norm_eps), af = float(c_.rope_main.attention_factor);
-  void* s = ctx_.stream;
+  void* s = st();
+  // The K=V path (wkv, kv_norm + RoPE) on the side stream beside the q path (both read y_ only; the profile's eager
+  // stages run them in order): joined before the core.
+  void* const kv_side = kv_side_ && !mark && !stream_ ? kv_side_ : nullptr;
+  auto kv_path = [&]() -> Status {
+    DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wkv, kv_.data(), hd, false));
+    const HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv_freq_.data(), af, false};
+    return head_norm_rope(kp, kv_.data(), pos, st());
+  };
+  if (kv_side) {
+    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_fork_), static_cast<cudaStream_t>(s)));
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(kv_side), static_cast<cudaEvent_t>(kv_fork_), 0));
+    stream_ = kv_side;
+    const Status kv = kv_path();
+    stream_ = nullptr;
+    DSI_RETURN_IF_ERROR(kv);
+    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_join_), static_cast<cudaStream_t>(kv_side)));
+  }
   DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wq_a, cq_.data(), qr, false));
   DSI_RETURN_IF_ERROR(rmsnorm(cq_.data(), T, qr, L.q_norm, eps, cq_.data(), s));
   DSI_RETURN_IF_ERROR(gemm(cq_.data(), T, qr, L.wq_b, q_.data(), H * hd, false));
   HeadNormRopeParams rp{T, H, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv_freq_.data(), af, false};
   DSI_RETURN_IF_ERROR(head_norm_rope(rp, q_.data(), pos, s));
-  DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wkv, kv_.data(), hd, false));
-  rp = {T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv_freq_.data(), af, false};
-  DSI_RETURN_IF_ERROR(head_norm_rope(rp, kv_.data(), pos, s));
+  if (mark) mark("attn q (wq_a, q_norm, wq_b, rope)");
+  if (kv_side) {
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(kv_join_), 0));
+  } else {
+    DSI_RETURN_IF_ERROR(kv_path());
+  }
+  if (mark) mark("attn kv (wkv, kv_norm + rope)");
   ops::cuda::DraftAttnArgs a;
   a.q = q_.data();
   a.kv = kv_.data();
@@ -102,9 +145,15 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
   a.dim = hd;
   a.max_keys = max_keys;
   a.out = o_.data();
+  if (join_before_core) {  // the context rows the core reads were written on another stream (DsparkCuda)
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(join_before_core), 0));
+    join_before_core = nullptr;
+  }
   DSI_RETURN_IF_ERROR(draft_attention_cuda(a, s));
+  if (mark) mark("attn core");
   rp = {T, H, hd, HeadNorm::None, nullptr, eps, rd, inv_freq_.data(), af, true};
   DSI_RETURN_IF_ERROR(head_norm_rope(rp, o_.data(), pos, s));
+  if (mark) mark("attn out inverse rope");
   const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, draft_mode(ctx_.exact), GemmSettings{});
   const int64_t chunk = gp.chunk_rows;
   for (int64_t i = 0; i < T; i += chunk)
@@ -123,7 +172,8 @@ Status DraftForward::moe(const DeviceLayer& L, int64_t T) {
   rp.renormalize = c_.norm_topk_prob;
   rp.norm_eps = kRouterNormEps;
   rp.route_scale = float(c_.routed_scaling_factor);
-  DSI_RETURN_IF_ERROR(route_cuda(router_.data(), T, L.gate_bias, nullptr, nullptr, rp, ridx_.data(), rw_.data(), ctx_.stream));
+  DSI_RETURN_IF_ERROR(route_cuda(router_.data(), T, L.gate_bias, nullptr, nullptr, rp, ridx_.data(), rw_.data(), st()));
+  if (mark) mark("moe gate + route");
   // Exact: chunks small enough for moe_cuda's fp32 streaming path (ops/moe/moe_plan.h moe_chunk_tokens).
   const float limit = float(c_.swiglu_limit);
   const int64_t chunk = moe_chunk_tokens(draft_mode(ctx_.exact), T, E, k);
@@ -131,7 +181,7 @@ Status DraftForward::moe(const DeviceLayer& L, int64_t T) {
     const int64_t m = std::min(chunk, T - r);
     DSI_RETURN_IF_ERROR(moe_cuda(y_.data() + r * D, m, ridx_.data() + r * k, rw_.data() + r * k, k, L.experts,
                                  L.has_shared ? &L.shared : nullptr, limit, limit, f_.data() + r * D, moe_ws_,
-                                 ctx_.stream, MoePath::Exact));
+                                 st(), MoePath::Exact));
   }
   return Status::ok();
 }
@@ -142,26 +192,35 @@ Status DraftForward::layer(const DeviceLayer& L, float* X, int64_t T, const int6
   if (T == 0) return Status::ok();
   const int64_t D = c_.hidden_size, n = c_.hc_mult;
   const float hc_eps = float(c_.hc_eps), eps = float(c_.rms_norm_eps);
-  void* s = ctx_.stream;
+  void* s = st();
   HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, c_.hc_sinkhorn_iters, hc_eps, eps, L.attn_norm};
   DSI_RETURN_IF_ERROR(hc_pre_norm(hp, X, T, y_.data(), post_.data(), comb_.data(), s));
+  if (mark) mark("hc_pre attn");
   DSI_RETURN_IF_ERROR(attention(L, T, pos, keys, max_keys, ring, slot_stride));
+  if (mark) mark("attn wo (grouped wo_a, wo_b)");
   DSI_RETURN_IF_ERROR(hc_post(T, n, D, f_.data(), post_.data(), comb_.data(), X, s));
+  if (mark) mark("hc_post attn");
   hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, c_.hc_sinkhorn_iters, hc_eps, eps, L.ffn_norm};
   DSI_RETURN_IF_ERROR(hc_pre_norm(hp, X, T, y_.data(), post_.data(), comb_.data(), s));
+  if (mark) mark("hc_pre ffn");
   DSI_RETURN_IF_ERROR(moe(L, T));
-  return hc_post(T, n, D, f_.data(), post_.data(), comb_.data(), X, s);
+  if (mark) mark("moe experts");
+  DSI_RETURN_IF_ERROR(hc_post(T, n, D, f_.data(), post_.data(), comb_.data(), X, s));
+  if (mark) mark("hc_post ffn");
+  return Status::ok();
 }
 
-Status DraftForward::context_kv(const DeviceLayer& L, const float* x, int64_t T, const int64_t* pos, float* kv) {
+Status DraftForward::context_kv(const DeviceLayer& L, const float* x, int64_t T, const int64_t* pos, float* kv,
+                                float* normed) {
   if (T > T_) return Status::errorf("drafter context kv: {} tokens, scratch for {}", T, T_);
   if (T == 0) return Status::ok();
   const int64_t D = c_.hidden_size, hd = c_.head_dim;
   const float eps = float(c_.rms_norm_eps), af = float(c_.rope_main.attention_factor);
-  DSI_RETURN_IF_ERROR(rmsnorm(x, T, D, L.attn_norm, eps, y_.data(), ctx_.stream));
-  DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wkv, kv, hd, false));
+  float* xn = normed ? normed : y_.data();
+  DSI_RETURN_IF_ERROR(rmsnorm(x, T, D, L.attn_norm, eps, xn, st()));
+  DSI_RETURN_IF_ERROR(gemm(xn, T, D, L.wkv, kv, hd, false));
   const HeadNormRopeParams rp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, c_.qk_rope_head_dim, inv_freq_.data(), af, false};
-  return head_norm_rope(rp, kv, pos, ctx_.stream);
+  return head_norm_rope(rp, kv, pos, st());
 }
 
 Status DraftForward::head_hidden(const HcDevice& hc, const float* norm, const float* X, const int32_t* rows, int64_t T,
@@ -170,7 +229,7 @@ Status DraftForward::head_hidden(const HcDevice& hc, const float* norm, const fl
   if (T == 0) return Status::ok();
   // sinkhorn_iters is unused at the head (no comb there) but must be valid.
   const HcNormParams hh{hc.fn, hc.base, hc.scale, c_.hc_mult, c_.hidden_size, 1, float(c_.hc_eps), float(c_.rms_norm_eps), norm};
-  return hc_head_norm(hh, X, rows ? rows : rows_.data(), T, h, ctx_.stream);
+  return hc_head_norm(hh, X, rows ? rows : rows_.data(), T, h, st());
 }
 
 }  // namespace dsinfer::backends

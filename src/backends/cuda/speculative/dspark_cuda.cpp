@@ -41,9 +41,19 @@ DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig d
   fuse_ingest_ = !(f && std::string(f) == "0");
   const char* t = std::getenv("DSINFER_DSPARK_PART_TIMES");
   times_.on = t && std::string(t) == "1";
+  const char* pr = std::getenv("DSINFER_DSPARK_PROFILE");
+  profile_ = pr && std::string(pr) == "1";
+  const char* cc = std::getenv("DSINFER_DSPARK_CONCURRENT");
+  concurrent_ = !(cc && std::string(cc) == "0");
 }
 
 DsparkCuda::~DsparkCuda() {
+  if (side_) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(side_));
+    cudaStreamDestroy(static_cast<cudaStream_t>(side_));
+  }
+  if (fork_ev_) cudaEventDestroy(static_cast<cudaEvent_t>(fork_ev_));
+  if (join_ev_) cudaEventDestroy(static_cast<cudaEvent_t>(join_ev_));
   if (!times_.on) return;
   std::fprintf(stderr, "dspark round parts: %lld eager ingests, %.4f ms each; %lld proposes (%lld with the ingest inside), "
                "%.4f ms each\n", static_cast<long long>(times_.ingests),
@@ -53,6 +63,16 @@ DsparkCuda::~DsparkCuda() {
 
 Status DsparkCuda::init() {
   DSI_RETURN_IF_ERROR(fwd_.init());
+  if (concurrent_) {
+    cudaStream_t side = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr;
+    DSI_CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    side_ = side;
+    DSI_CUDA_TRY(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    fork_ev_ = fork;
+    DSI_CUDA_TRY(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    join_ev_ = join;
+  }
   for (const model::LayerWeights& l : w_.layers) {
     DSI_ASSIGN_OR_RETURN(std::unique_ptr<DraftDeviceLayer> d, upload_draft_layer(l, lc_));
     layers_.push_back(std::move(d));
@@ -119,25 +139,34 @@ Status DsparkCuda::reserve_ingest(int64_t N) {
   DSI_RETURN_IF_ERROR(fwd_.reserve(N, 0));
   DSI_RETURN_IF_ERROR(grow_buffer(feats_, size_t(N * m * D), s, "dspark context features", &gen_));
   DSI_RETURN_IF_ERROR(grow_buffer(hctx_, size_t(N * D), s, "dspark context", &gen_));
+  DSI_RETURN_IF_ERROR(grow_buffer(kvn_, size_t(N * D), s, "dspark context norm", &gen_));
   return grow_buffer(kvc_, size_t(N * hd), s, "dspark context kv", &gen_);
 }
 
 // Kernels only (capturable): stream mean of the N rows' tapped layers -> main_proj -> main_norm -> per layer the K=V
 // row scattered into the ring (a row of slot -1 is padding: computed, never scattered).
 Status DsparkCuda::ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos,
-                                  int64_t N) {
+                                  int64_t N, void* stream) {
   const int64_t D = tc_.hidden_size, n = tc_.hc_mult, m = int64_t(dc_.target_layer_ids.size()), hd = lc_.head_dim;
-  void* s = ctx_.stream;
+  void* s = stream ? stream : ctx_.stream;
+  fwd_.set_stream(s);
+  const Status st = [&]() -> Status {
   DSI_RETURN_IF_ERROR(stream_mean_cuda(src, rows, N, m, n, D, feats_.data(), s));
+  mark("ingest stream mean");
   DSI_RETURN_IF_ERROR(fwd_.gemm(feats_.data(), N, m * D, main_proj_, hctx_.data(), D, false));
   DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(hctx_.data(), N, D, main_norm_, hctx_.data()));
+  mark("ingest main_proj + main_norm");
   const int64_t L = int64_t(layers_.size()), slot_stride = L * window_ * hd;
   for (int64_t l = 0; l < L; ++l) {
-    DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos, kvc_.data()));
+    DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos, kvc_.data(), kvn_.data()));
     DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slots, pos, N, hd, ring_.data() + l * window_ * hd, slot_stride,
                                           window_, s));
+    mark("ingest context kv + ring scatter (a layer)");
   }
   return Status::ok();
+  }();
+  fwd_.set_stream(nullptr);
+  return st;
 }
 
 // The pending ingest on its own (one upload, eager kernels): the path of a step that proposes nothing.
@@ -201,10 +230,129 @@ Status DsparkCuda::launch_block(const BlockLayout& bl, int32_t kpick) {
   const bool pick = kpick > 0;
   auto body = [&] { return block_forward(bl, kpick); };
   const int64_t key = (bl.ing_n > 0 ? int64_t(1) << 40 : 0) + bl.Bp * 512 + kpick * 2 + (pick ? 1 : 0);
+  if (profile_ && std::find(profiled_.begin(), profiled_.end(), key) == profiled_.end()) {
+    profiled_.push_back(key);
+    DSI_RETURN_IF_ERROR(profile_block(bl, kpick));
+  }
   const Status launched = ctx_.graphs ? graphs_.launch(key, generation(), ctx_.stream, body) : body();
   times_.fused += bl.ing_n > 0 ? 1 : 0;
   pending_.reset();  // launched (or failed: the rows are lost with the step)
   return launched;
+}
+
+// The profile (DSINFER_DSPARK_PROFILE=1). Every replay writes what the round's own launch writes next (the same ring
+// rows from the same capture, the block's scratch and outputs), so it leaves no trace.
+Status DsparkCuda::profile_block(const BlockLayout& bl, int32_t kpick) {
+  cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
+  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  cudaGraph_t g = nullptr;
+  DSI_CUDA_TRY(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed));
+  const Status fwd = block_forward(bl, kpick);
+  const cudaError_t end = cudaStreamEndCapture(cs, &g);
+  DSI_RETURN_IF_ERROR(fwd);
+  DSI_CUDA_TRY(end);
+  size_t count = 0;
+  DSI_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  DSI_CUDA_TRY(cudaGraphGetNodes(g, nodes.data(), &count));
+  std::string list;
+  std::string last;
+  int run = 0, kernels = 0;
+  auto flush_run = [&] {
+    if (run) list += "    " + std::to_string(run) + " x " + last + "\n";
+  };
+  for (cudaGraphNode_t nd : nodes) {
+    cudaGraphNodeType ty;
+    DSI_CUDA_TRY(cudaGraphNodeGetType(nd, &ty));
+    std::string name = "node type " + std::to_string(int(ty));
+    if (ty == cudaGraphNodeTypeKernel) {
+      cudaKernelNodeParams kp{};
+      const char* fn = nullptr;
+      if (cudaGraphKernelNodeGetParams(nd, &kp) != cudaSuccess || cudaFuncGetName(&fn, kp.func) != cudaSuccess) {
+        (void)cudaGetLastError();
+        fn = nullptr;
+      }
+      name = fn ? fn : "? (no name)";
+      name = name.substr(0, 110) + " <<<" + std::to_string(kp.gridDim.x * kp.gridDim.y * kp.gridDim.z) + " x " +
+             std::to_string(kp.blockDim.x * kp.blockDim.y * kp.blockDim.z) + ">>>";
+      ++kernels;
+    }
+    if (name == last) {
+      ++run;
+    } else {
+      flush_run();
+      last = name;
+      run = 1;
+    }
+  }
+  flush_run();
+  cudaGraphExec_t ex = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&ex, g, 0);
+  cudaGraphDestroy(g);
+  DSI_CUDA_TRY(inst);
+  cudaEvent_t e0, e1;
+  DSI_CUDA_TRY(cudaEventCreate(&e0));
+  DSI_CUDA_TRY(cudaEventCreate(&e1));
+  for (int i = 0; i < 5; ++i) DSI_CUDA_TRY(cudaGraphLaunch(ex, cs));
+  constexpr int kReplays = 200;
+  DSI_CUDA_TRY(cudaEventRecord(e0, cs));
+  for (int i = 0; i < kReplays; ++i) DSI_CUDA_TRY(cudaGraphLaunch(ex, cs));
+  DSI_CUDA_TRY(cudaEventRecord(e1, cs));
+  DSI_CUDA_TRY(cudaEventSynchronize(e1));
+  float graph_ms = 0;
+  DSI_CUDA_TRY(cudaEventElapsedTime(&graph_ms, e0, e1));
+  cudaGraphExecDestroy(ex);
+  // Stages: eager, behind a ~1 ms memset so the host's launches queue up and the device runs them back to back.
+  void* delay = nullptr;
+  constexpr size_t kDelayBytes = size_t(4) << 30;
+  DSI_CUDA_TRY(cudaMalloc(&delay, kDelayBytes));
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> ms;  // [repeat][stage]
+  for (int rep = 0; rep < 5; ++rep) {
+    std::vector<cudaEvent_t> ev;
+    names.clear();
+    DSI_CUDA_TRY(cudaMemsetAsync(delay, rep, kDelayBytes, cs));
+    ev.emplace_back();
+    DSI_CUDA_TRY(cudaEventCreate(&ev.back()));
+    DSI_CUDA_TRY(cudaEventRecord(ev.back(), cs));
+    fwd_.mark = [&](const char* what) {
+      ev.emplace_back();
+      cudaEventCreate(&ev.back());
+      cudaEventRecord(ev.back(), cs);
+      names.emplace_back(what);
+    };
+    const Status st = block_forward(bl, kpick);
+    fwd_.mark = nullptr;
+    DSI_RETURN_IF_ERROR(st);
+    DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+    std::vector<float> r;
+    for (size_t i = 1; i < ev.size(); ++i) {
+      float t = 0;
+      cudaEventElapsedTime(&t, ev[i - 1], ev[i]);
+      r.push_back(t);
+    }
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+    ms.push_back(std::move(r));
+  }
+  cudaFree(delay);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::string stages;
+  float total = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    float best = 1e30f;
+    for (const auto& r : ms) best = std::min(best, r[i]);
+    total += best;
+    stages += "    " + std::to_string(best * 1000.0f).substr(0, 6) + " us  " + names[i] + "\n";
+  }
+  std::fprintf(stderr,
+               "dspark profile: block of %lld padded sequences x %lld positions, %s ingest of %lld rows, %d picks: "
+               "graph of %zu nodes (%d kernels), replay %.4f ms (mean of %d)\n%s"
+               "  eager stages (min of 5, sum %.4f ms):\n%s",
+               static_cast<long long>(bl.Bp), static_cast<long long>(bl.g), bl.ing_n > 0 ? "with the" : "without an",
+               static_cast<long long>(bl.ing_n), kpick, count, kernels, graph_ms / kReplays, kReplays, list.c_str(),
+               total, stages.c_str());
+  return Status::ok();
 }
 
 // Packs and uploads the block's inputs (one copy): Bp padded sequences of g positions; a padding sequence drafts
@@ -270,18 +418,38 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
   const auto* tok = reinterpret_cast<const int32_t*>(in_.data() + bl.tok);
   const auto* pos = reinterpret_cast<const int64_t*>(in_.data() + bl.pos);
   const auto* keys = reinterpret_cast<const DraftKeys*>(in_.data() + bl.keys);
+  // The side stream's ingest runs beside the embed and the first layer's kernels up to its attention core (the
+  // profile's eager stages run it in order, so they time each part alone).
+  const bool side = bl.ing_n > 0 && side_ && !fwd_.mark;
+  if (side) {
+    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(fork_ev_), static_cast<cudaStream_t>(ctx_.stream)));
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(side_), static_cast<cudaEvent_t>(fork_ev_), 0));
+  }
   if (bl.ing_n > 0)
     DSI_RETURN_IF_ERROR(ingest_kernels(pending_->src, reinterpret_cast<const int32_t*>(in_.data() + bl.ing_rows),
                                        reinterpret_cast<const int32_t*>(in_.data() + bl.ing_slot),
-                                       reinterpret_cast<const int64_t*>(in_.data() + bl.ing_pos), bl.ing_n));
+                                       reinterpret_cast<const int64_t*>(in_.data() + bl.ing_pos), bl.ing_n,
+                                       side ? side_ : nullptr));
+  if (side) {
+    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(join_ev_), static_cast<cudaStream_t>(side_)));
+    fwd_.join_before_core = join_ev_;
+  }
   DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, tok, Tq, n, X_.data(), ctx_.stream));
+  mark("embed");
   const int64_t L = int64_t(layers_.size());
   for (int64_t l = 0; l < L; ++l)
     DSI_RETURN_IF_ERROR(fwd_.layer(layers_[size_t(l)]->L, X_.data(), Tq, pos, keys, window_ + g,
                                    ring_.data() + l * window_ * hd, L * window_ * hd));
+  if (fwd_.join_before_core) {  // no layer read the ring: join the side stream here
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx_.stream), static_cast<cudaEvent_t>(join_ev_), 0));
+    fwd_.join_before_core = nullptr;
+  }
   DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), nullptr, Tq, h_.data()));
+  mark("hc_head + norm");
   DSI_RETURN_IF_ERROR(fwd_.gemm(h_.data(), Tq, D, *ctx_.head, logits_.data(), V, false));
+  mark("head gemm");
   for (int32_t k = 0; k < kpick; ++k) DSI_RETURN_IF_ERROR(bias_and_pick(bl, k, /*chained=*/true));
+  mark("markov bias + confidence + pick (every position)");
   return Status::ok();
 }
 
