@@ -354,7 +354,11 @@ TEST(GemmPlan, CublasLtFp8Route) {
   f32s.scale_e8m0 = false;
   for (const DeviceWeight& w : {fp8(1024, 4096), fp8(32768, 1024), fp8(512, 4096), fp8(4096, 8192), fp8(2048, 4096)}) {
     SCOPED_TRACE(testing::Message() << "[" << w.rows << ", " << w.cols << "]");
-    for (int64_t M : {64, 256}) EXPECT_EQ(gemm_lt_fp8_route(w, M, A::kAuto), A::kFp8x2) << M;
+    // N <= kGemmLtWideSmallMaxN (wq_a, wkv) widens above the streaming kernel's rows, larger N from kGemmLtWideMinM.
+    const bool small = w.rows <= kGemmLtWideSmallMaxN;
+    EXPECT_EQ(gemm_lt_wide_min_m(w), small ? kGemmStreamMidMaxM + 1 : kGemmLtWideMinM);
+    for (int64_t M : {64, 128}) EXPECT_EQ(gemm_lt_fp8_route(w, M, A::kAuto), A::kFp8x2) << M;
+    for (int64_t M : {129, 192, 256}) EXPECT_EQ(gemm_lt_fp8_route(w, M, A::kAuto), small ? A::kBf16 : A::kFp8x2) << M;
     for (int64_t M : {4096, 8192}) EXPECT_EQ(gemm_lt_fp8_route(w, M, A::kAuto), A::kBf16) << M;
     bool wide = false;
     for (int64_t M = 1; M <= 16384; M += 1 + M / 8) {
@@ -376,12 +380,17 @@ TEST(GemmPlan, CublasLtFp8Route) {
   EXPECT_EQ(gemm_lt_fp8_max_rows(w, 8192, A::kFp8x2), 8192);
   EXPECT_EQ(gemm_lt_fp8_max_rows(f32s, 8192, A::kAuto), 8192);
   EXPECT_EQ(gemm_lt_fp8_max_rows(w, 0, A::kAuto), 0);
-  for (int64_t max_rows : {1, 64, 1023, 1024, 4096})
-    for (int64_t M = 1; M <= max_rows; M += 1 + M / 4) {
-      if (gemm_lt_fp8_route(w, M, A::kAuto) != A::kBf16) {
-        EXPECT_LE(M, gemm_lt_fp8_max_rows(w, max_rows, A::kAuto)) << max_rows;
+  const DeviceWeight wq_a = fp8(1024, 4096);
+  EXPECT_EQ(gemm_lt_fp8_max_rows(wq_a, 128, A::kAuto), 128);
+  EXPECT_EQ(gemm_lt_fp8_max_rows(wq_a, 256, A::kAuto), kGemmLtWideSmallMinM - 1);
+  EXPECT_EQ(gemm_lt_fp8_max_rows(wq_a, 8192, A::kAuto), kGemmLtWideSmallMinM - 1);
+  for (const DeviceWeight& v : {w, wq_a})
+    for (int64_t max_rows : {1, 64, 128, 129, 256, 1023, 1024, 4096})
+      for (int64_t M = 1; M <= max_rows; M += 1 + M / 4) {
+        if (gemm_lt_fp8_route(v, M, A::kAuto) != A::kBf16) {
+          EXPECT_LE(M, gemm_lt_fp8_max_rows(v, max_rows, A::kAuto)) << max_rows;
+        }
       }
-    }
   EXPECT_EQ(gemm_lt_fp8_route(f32s, 8192, A::kAuto), A::kFp8x2);
   EXPECT_EQ(gemm_lt_fp8_route(f32s, 8192, A::kBf16), A::kFp8x2);
 }

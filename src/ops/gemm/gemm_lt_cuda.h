@@ -3,7 +3,7 @@
 //   FP8_BLOCK W (e4m3 [N, K], 128 x 128 block scales): x is quantized per token and per 128 channels to e4m3 with a
 //     power-of-two scale (the official DeepSeek `act_quant`, gemm_lt_quant.h) - in one or two terms
 //     (GemmLtActivations, gemm_plan.h) - then cuBLASLt runs the block-scaled FP8 matmul (cuBLAS >= 12.9, Hopper);
-//     or, on the kBf16 route (gemm_lt_fp8_route: by default from kGemmLtWideMinM rows), the weight is widened to
+//     or, on the kBf16 route (gemm_lt_fp8_route: by default from gemm_lt_wide_min_m rows), the weight is widened to
 //     an exact bf16 copy in an engine buffer on every call and the BF16 path below runs on it;
 //   BF16 W (or F32 W): x is rounded to bf16 (F32 W: cuBLASLt rounds both operands, CUBLAS_COMPUTE_32F_FAST_16BF),
 //     then a bf16 tensor-core matmul with fp32 accumulation: the lm head (N = 129,280) and the compressors' wkv.

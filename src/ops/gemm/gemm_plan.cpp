@@ -77,10 +77,13 @@ bool gemm_lt_wants(const DeviceWeight& w, int64_t M, const GemmSettings& s) {
   return gemm_lt_supports(w) && M >= (w.fmt == WeightFormat::FP8_BLOCK ? s.lt_min_m : kGemmLtMinMDense);
 }
 
+int64_t gemm_lt_wide_min_m(const DeviceWeight& w) {
+  return w.rows <= kGemmLtWideSmallMaxN ? kGemmLtWideSmallMinM : kGemmLtWideMinM;
+}
 GemmLtActivations gemm_lt_fp8_route(const DeviceWeight& w, int64_t M, GemmLtActivations setting) {
   const bool widens = w.fmt == WeightFormat::FP8_BLOCK && w.scale_e8m0;
   if (setting == GemmLtActivations::kAuto)
-    return widens && M >= kGemmLtWideMinM ? GemmLtActivations::kBf16 : GemmLtActivations::kFp8x2;
+    return widens && M >= gemm_lt_wide_min_m(w) ? GemmLtActivations::kBf16 : GemmLtActivations::kFp8x2;
   if (setting == GemmLtActivations::kBf16 && !widens) return GemmLtActivations::kFp8x2;
   return setting;
 }
@@ -88,8 +91,8 @@ GemmLtActivations gemm_lt_fp8_route(const DeviceWeight& w, int64_t M, GemmLtActi
 int64_t gemm_lt_fp8_max_rows(const DeviceWeight& w, int64_t max_rows, GemmLtActivations setting) {
   if (max_rows <= 0) return 0;
   if (gemm_lt_fp8_route(w, max_rows, setting) != GemmLtActivations::kBf16) return max_rows;
-  // kBf16 at max_rows: kAuto keeps FP8 below kGemmLtWideMinM; an explicit kBf16 widens every call.
-  const int64_t below = std::min(max_rows, kGemmLtWideMinM - 1);
+  // kBf16 at max_rows: kAuto keeps FP8 below gemm_lt_wide_min_m; an explicit kBf16 widens every call.
+  const int64_t below = std::min(max_rows, gemm_lt_wide_min_m(w) - 1);
   return setting == GemmLtActivations::kAuto && below > 0 ? below : 0;
 }
 

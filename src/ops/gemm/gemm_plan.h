@@ -78,9 +78,15 @@ inline constexpr int64_t kGemmGroupedBatchedMinM = kGemmGemvMaxM + 1;
 // FP8 terms from this M (gemm_lt_fp8_route, kAuto). H200, session 16 (issue 30; bench/NOTES.md "Session 16 — dense
 // FP8 GEMMs at prefill sizes"): from 1,024 rows faster on every V4-Flash shape (M = 4,096: wq_b 871 -> 508 us, wo_b
 // 712 -> 444, wq_a 203 -> 87, wkv 177 -> 64); at 64 / 256 rows the 32 MB weights lose to the widening's 37 us (wq_b
-// 62 vs 48 us at 64). The small weights win there too (wq_a 29 vs 47 us at 256) but are left on two terms: the
-// widened route's bf16 x cost the fidelity gate 0.15 points of top-1 when forced at every M (99.71 -> 99.56 %).
+// 62 vs 48 us at 64). The small weights win there too (wq_a 29 vs 47 us at 256): kGemmLtWideSmallMinM below.
 inline constexpr int64_t kGemmLtWideMinM = 1024;
+// FP8 weights of N <= kGemmStreamMaxN (V4-Flash wq_a, wkv: the weights that take the bf16-x streaming kernel up to
+// kGemmStreamMidMaxM rows) take the widened route from the next row on (gemm_lt_fp8_route, kAuto), so they keep
+// bf16-x numerics at every M in fast mode. H200, session 16 (bench/NOTES.md): at M = 256 wq_a 28.8 / wkv 24.4 us
+// widened against 47.4 / 55.3 on two FP8 terms (the widening of 4 / 2 MB costs 10-12 us, not the 32 MB weights' 37);
+// session 22 (helper s22-route) re-measured it at 128 / 192 / 256 rows and in the decode step.
+inline constexpr int64_t kGemmLtWideSmallMaxN = kGemmStreamMaxN;
+inline constexpr int64_t kGemmLtWideSmallMinM = kGemmStreamMidMaxM + 1;
 
 // ---- Choices ----
 
@@ -168,9 +174,13 @@ bool gemm_lt_supports(const DeviceWeight& w);
 // gemm_lt_supports(w) and M at or above the format's threshold (s.lt_min_m for FP8_BLOCK, kGemmLtMinMDense else).
 bool gemm_lt_wants(const DeviceWeight& w, int64_t M, const GemmSettings& s);
 
+// The first M at which kAuto widens an E8M0 FP8_BLOCK weight: kGemmLtWideSmallMinM for N <= kGemmLtWideSmallMaxN,
+// kGemmLtWideMinM for larger N.
+int64_t gemm_lt_wide_min_m(const DeviceWeight& w);
 // The representation of one FP8_BLOCK call of the cuBLASLt engine (never kAuto): `setting` itself when it is not
 // kAuto, except that kBf16 needs E8M0 scales (an exact widening; fp32 scales fall back to kFp8x2). kAuto: kBf16 for
-// E8M0 weights from kGemmLtWideMinM rows, kFp8x2 below. Monotone in M (kBf16 at M implies kBf16 at every larger M).
+// E8M0 weights from gemm_lt_wide_min_m(w) rows, kFp8x2 below. Monotone in M (kBf16 at M implies kBf16 at every
+// larger M).
 GemmLtActivations gemm_lt_fp8_route(const DeviceWeight& w, int64_t M, GemmLtActivations setting);
 // The most rows, among calls of 1..max_rows rows, that gemm_lt_fp8_route sends to an FP8 route (kFp8 / kFp8x2); 0
 // when none does. The engine's prepare sizes its FP8 activation buffers for these and its bf16 ones for max_rows,
