@@ -13,7 +13,7 @@
 // Usage: dsinfer_gemm_bench [--gemv]   (--gemv: only M <= 16)
 //        dsinfer_gemm_bench --peer      (bench/peers: the FP8 ungrouped shapes at M = 64 / 1024 / 4096, each also as a
 //                                        "PEERROW" line: the runner's path (cuBLASLt x2 from M = 64) and our kernel)
-//        dsinfer_gemm_bench --skinny    (issue 31: the FP8 ungrouped shapes at M = 1, 8, 16, 32, 64, 128, 256, with
+//        dsinfer_gemm_bench --skinny    (issue 31: the FP8 ungrouped shapes at M = 1, 8, 16, 32, 64, 128, 192, 256, with
 //                                        PEERROW lines; the runner's path is plan_gemm_call's choice under this
 //                                        process's DSINFER_CUBLASLT* settings)
 //        dsinfer_gemm_bench --grouped   (issues 31 / 30, session 15: wo_a at M = 1 .. 4096 on every path, bench_grouped)
@@ -339,7 +339,7 @@ void bench_gemm(bool gemv_only, bool peer, bool skinny, bool prefill) {
               "'gemv'; else the streaming kernel), stream = the streaming kernel alone\n", kRuns, kWarm, kSets,
               int(oc::kGemmGemvMaxM));
   const std::vector<int64_t> ms = prefill     ? std::vector<int64_t>{64, 256, 1024, 4096, 8192}
-                                  : skinny    ? std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256}
+                                  : skinny    ? std::vector<int64_t>{1, 8, 16, 32, 64, 128, 192, 256}
                                   : peer      ? std::vector<int64_t>{64, 1024, 4096}
                                   : gemv_only ? std::vector<int64_t>{1, 2, 4, 6, 8, 16}
                                               : std::vector<int64_t>{1, 2, 4, 6, 8, 16, 64, 256, 4096};
@@ -364,7 +364,7 @@ void bench_gemm(bool gemv_only, bool peer, bool skinny, bool prefill) {
 void bench_grouped() {
   constexpr int64_t G = 8, Ng = 1024, K = 4096, N = G * Ng;
   const oc::WeightFormat f8 = oc::WeightFormat::FP8_BLOCK;
-  const int64_t ms[] = {1, 16, 17, 32, 64, 128, 256, 1024, 4096};
+  const int64_t ms[] = {1, 16, 17, 32, 64, 128, 192, 256, 1024, 4096};
   std::vector<Blob> wd, ws, qd, qs;
   std::vector<oc::DeviceWeight> w(kSets), wq(kSets);
   for (int i = 0; i < kSets; ++i) {
