@@ -179,6 +179,183 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
   }
 }
 
+// hc_post fused with the next site's mixing reduction (session 22; mhc_cuda.h hc_post_mix). The split must be
+// stream-aligned (hc_stream_aligned: every split inside one stream), n = N. Block (tile of 8 MT tokens, d-range q of
+// cps chunks of kHcChunk channels): per chunk it stages the n old streams and f of its tokens and the fn rows of the
+// n streams' chunks (cp.async, two stages), forms the new streams in place in shared memory with hc_post_kernel's
+// arithmetic (mhc.cu) and stores them to X, then adds stream j's chunk to the sums of split j * (cs / cps) + q as
+// hc_mix_mma_kernel does (warp w the k-slice [16w, 16w + 16), a split's chunks in order, then the warps in order).
+// Each split's sums thus see the same products in the same order as the two kernels': the same bits
+// (GpuMhc.PostMixEqualsTwoOps). X is read once and written once; the mixing kernel's second read of X is gone.
+// In place is safe: a block owns all n streams of its tokens' channels, and each thread reads the old values of its
+// (token, 4 channels) before writing the new ones.
+template <int MT, int NT, int N>
+__global__ void __launch_bounds__(kThreads, 1)
+    hc_post_mix_kernel(const float* __restrict__ fn, int mixes, const float* __restrict__ f,
+                       const float* __restrict__ post, const float* __restrict__ comb, float* X, bool round, int64_t T,
+                       int64_t dim, int cps, float* y) {
+  dsinfer::cuda::pdl_wait_then_release();
+  constexpr int TT = 8 * MT, NR = 8 * NT, kQ = kHcChunk / 4;
+  constexpr int kXRows = N * TT, kFnRows = N * NR, kRows = kXRows + kFnRows + TT, kStageF = kRows * kRowF;
+  extern __shared__ __align__(16) float sm[];  // two stages; after the loop: one split's warp sums
+  __shared__ float s_post[TT][N], s_comb[TT][N * N];
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, gr = lane >> 2, kq = lane & 3;
+  const int64_t tok0 = int64_t(blockIdx.x) * TT, cs = dim / kHcChunk, len = int64_t(N) * dim;
+  const int64_t c0 = int64_t(blockIdx.y) * cps, c1 = c0 + cps < cs ? c0 + cps : cs;
+  for (int i = threadIdx.x; i < TT * N * N; i += kThreads) {
+    const int tt = i / (N * N), e = i % (N * N);
+    const int64_t tok = tok0 + tt;
+    s_comb[tt][e] = tok < T ? comb[tok * N * N + e] : 0.0f;
+    if (e < N) s_post[tt][e] = tok < T ? post[tok * N + e] : 0.0f;
+  }
+  // Rows of a stage: the old streams [j][tt], the fn rows [j][m] of stream j's chunk, then f [tt].
+  auto stage = [&](float* st, int64_t c) {
+    const int64_t d0 = c * kHcChunk;
+    for (int i = threadIdx.x; i < kRows * kQ; i += kThreads) {
+      const int r = i / kQ, q = i % kQ;
+      const float* src = fn;  // any valid address when nothing is read
+      bool ok;
+      if (r < kXRows) {
+        const int64_t tok = tok0 + r % TT;
+        ok = tok < T;
+        if (ok) src = X + tok * len + int64_t(r / TT) * dim + d0 + 4 * q;
+      } else if (r < kXRows + kFnRows) {
+        const int j = (r - kXRows) / NR, m = (r - kXRows) % NR;
+        ok = m < mixes;
+        if (ok) src = fn + int64_t(m) * len + int64_t(j) * dim + d0 + 4 * q;
+      } else {
+        const int64_t tok = tok0 + (r - kXRows - kFnRows);
+        ok = tok < T;
+        if (ok) src = f + tok * dim + d0 + 4 * q;
+      }
+      cp_async16(st + r * kRowF + 4 * q, src, ok);
+    }
+  };
+  double acc[N][MT][NT][2], ss[N][MT];
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      ss[j][mt] = 0.0;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[j][mt][nt][0] = acc[j][mt][nt][1] = 0.0;
+    }
+  if (c0 < c1) stage(sm, c0);
+  cp_commit();
+  for (int64_t c = c0; c < c1; ++c) {
+    float* st = sm + int((c - c0) & 1) * kStageF;
+    // the other stage was read in the previous iteration, which ended with a barrier
+    if (c + 1 < c1) stage(sm + int((c + 1 - c0) & 1) * kStageF, c + 1);
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();  // chunk c (and, the first time, s_post / s_comb) visible to every thread
+    // The new streams of (token tt, channels 4q..4q+3): hc_post_kernel's double accumulation in its order.
+    for (int i = threadIdx.x; i < TT * kQ; i += kThreads) {
+      const int tt = i / kQ, q = i % kQ;
+      float4 old[N];
+#pragma unroll
+      for (int j = 0; j < N; ++j) old[j] = *reinterpret_cast<const float4*>(st + (j * TT + tt) * kRowF + 4 * q);
+      const float4 fv = *reinterpret_cast<const float4*>(st + (kXRows + kFnRows + tt) * kRowF + 4 * q);
+      const int64_t tok = tok0 + tt;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const double pk = s_post[tt][k];
+        double a0 = pk * double(fv.x), a1 = pk * double(fv.y), a2 = pk * double(fv.z), a3 = pk * double(fv.w);
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          const double cj = s_comb[tt][j * N + k];
+          a0 += cj * double(old[j].x);
+          a1 += cj * double(old[j].y);
+          a2 += cj * double(old[j].z);
+          a3 += cj * double(old[j].w);
+        }
+        float4 o = make_float4(float(a0), float(a1), float(a2), float(a3));
+        if (round)
+          o = make_float4(dsinfer::cuda::dev::round_bf16(o.x), dsinfer::cuda::dev::round_bf16(o.y),
+                          dsinfer::cuda::dev::round_bf16(o.z), dsinfer::cuda::dev::round_bf16(o.w));
+        *reinterpret_cast<float4*>(st + (k * TT + tt) * kRowF + 4 * q) = o;
+        if (tok < T) *reinterpret_cast<float4*>(X + tok * len + int64_t(k) * dim + c * kHcChunk + 4 * q) = o;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const float* xs = st + j * TT * kRowF;
+      const float* fs = st + (kXRows + j * NR) * kRowF;
+#pragma unroll
+      for (int ks = 0; ks < kWarpK / 4; ++ks) {
+        const int kk = warp * kWarpK + 4 * ks + kq;  // A[gr][kq], B[kq][gr] of this k-step
+        double a[MT], b[NT];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          a[mt] = double(xs[(8 * mt + gr) * kRowF + kk]);
+          ss[j][mt] = fma(a[mt], a[mt], ss[j][mt]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) b[nt] = double(fs[(8 * nt + gr) * kRowF + kk]);
+        if constexpr (MT % 2 == 0) {
+#pragma unroll
+          for (int mt = 0; mt < MT; mt += 2)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) dmma16(acc[j][mt][nt], acc[j][mt + 1][nt], a[mt], a[mt + 1], b[nt]);
+        } else {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) dmma(acc[j][mt][nt], a[mt], b[nt]);
+        }
+      }
+    }
+    __syncthreads();  // this stage is refilled by the next iteration
+  }
+  cp_wait<0>();
+  __syncthreads();
+  // Per stream j, hc_mix_mma_kernel's epilogue for split j * (cs / cps) + blockIdx.y.
+  double* red = reinterpret_cast<double*>(sm);
+  const int R = mixes + 1;
+  const int64_t spp = cs / cps;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      double* rr = red + (warp * TT + 8 * mt + gr) * (NR + 1);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        rr[8 * nt + 2 * kq] = acc[j][mt][nt][0];  // C[gr][2 kq + v]
+        rr[8 * nt + 2 * kq + 1] = acc[j][mt][nt][1];
+      }
+      double sq = 0.0;  // the 4 lanes of the row (k = kq mod 4), in lane order
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sq += __shfl_sync(0xffffffffu, ss[j][mt], (lane & ~3) + i);
+      if (kq == 0) rr[NR] = sq;
+    }
+    __syncthreads();
+    const int64_t split = int64_t(j) * spp + blockIdx.y;
+    for (int e = threadIdx.x; e < TT * R; e += kThreads) {
+      const int tt = e / R, r = e % R, col = r < mixes ? r : NR;
+      const int64_t tok = tok0 + tt;
+      if (tok >= T) continue;
+      double v = 0.0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += red[(w * TT + tt) * (NR + 1) + col];
+      reinterpret_cast<double*>(y + tok * dim)[split * R + r] = v;
+    }
+    __syncthreads();  // red is rewritten for the next stream
+  }
+}
+
+template <int MT, int NT, int N>
+void launch_post_mix(const HcNormParams& p, int mixes, const float* f, const float* post, const float* comb, float* X,
+                     bool round_bf16, int64_t T, const HcSplit& sp, float* y, cudaStream_t st) {
+  constexpr size_t smem = size_t(2) * (N * 8 * MT + N * 8 * NT + 8 * MT) * kRowF * sizeof(float);
+  static_assert(smem >= size_t(kWarps) * (8 * MT) * (8 * NT + 1) * sizeof(double), "the epilogue's sums fit");
+  cudaFuncSetAttribute(hc_post_mix_kernel<MT, NT, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  const int64_t cs = p.dim / kHcChunk;
+  const dim3 grid(unsigned((T + 8 * MT - 1) / (8 * MT)), unsigned(cs / sp.chunks_per_split));
+  dsinfer::cuda::pdl_launch(hc_post_mix_kernel<MT, NT, N>, grid, dim3(kThreads), smem, st, p.fn, mixes, f, post, comb,
+                            X, round_bf16, T, p.dim, int(sp.chunks_per_split), y);
+}
+
 template <int MT, int NT, bool kM16 = false>
 void launch_mix(const HcNormParams& p, int mixes, const float* X, const int32_t* rows, int64_t T, const HcSplit& sp,
                 float* y, cudaStream_t st) {
@@ -207,6 +384,15 @@ void launch_hc_mix(const HcNormParams& p, const float* X, const int32_t* rows, i
   } else {
     launch_mix<1, 10>(p, mixes, X, rows, T, sp, y, st);
   }
+}
+
+void launch_hc_post_mix(const HcNormParams& p, const float* f, const float* post, const float* comb, float* X,
+                       bool round_bf16, int64_t T, const HcSplit& sp, float* y, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  const int mixes = int((2 + p.n) * p.n);  // n = 4 (hc_post_mix_fusable): 24 mixes, 3 n-tiles
+  // 8-token tiles for a few tokens (decode), else 16 (m16n8k4): 16 * 4 streams of accumulators per lane.
+  if (T <= 8) launch_post_mix<1, 3, 4>(p, mixes, f, post, comb, X, round_bf16, T, sp, y, st);
+  else launch_post_mix<2, 3, 4>(p, mixes, f, post, comb, X, round_bf16, T, sp, y, st);
 }
 
 }  // namespace dsinfer::ops::cuda::detail
