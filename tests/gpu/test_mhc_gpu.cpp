@@ -248,66 +248,6 @@ TEST(GpuMhc, PostMatchesReferenceInPlace) {
   }
 }
 
-// hc_post_mix + hc_pre_finalize (session 22: hc_post fused with the next site's mixing reduction where n = 4, dim is
-// a multiple of 128 and the split is stream-aligned) give the bits of hc_post + hc_pre_norm: the new streams X, y,
-// post and comb. V4-Flash (n 4, dim 4,096) at T = 1 / 7 (8-token tiles), 64, 256, 300 (16-token tiles, a partial
-// last one), 4,096 (the prefill: 4 splits of one stream); batch-invariant at 64; V4.1's bf16 rounding of the streams
-// at 300; the shipped model (dim 256: 2 chunks a stream, the fused kernel) and the tiny fixtures' shapes (dim 64 /
-// 96 / 128 or n = 2: the two kernels).
-TEST(GpuMhc, PostMixEqualsTwoOps) {
-  DSI_SKIP_WITHOUT_GPU();
-  struct Case {
-    int64_t T, n, dim;
-    bool invariant, round, fused;
-  };
-  const Case cases[] = {{1, kN, kD, false, false, true},    {7, kN, kD, false, false, true},
-                        {64, kN, kD, false, false, true},   {256, kN, kD, false, false, true},
-                        {300, kN, kD, false, false, true},  {4096, kN, kD, false, false, true},
-                        {64, kN, kD, true, false, true},    {300, kN, kD, false, true, true},
-                        {5, kN, 256, false, false, true},   {600, kN, 256, false, false, true},
-                        {7, kN, 64, false, false, false},   {9, kN, 96, false, false, false},
-                        {7, kN, 128, false, false, false},  {5, 2, 64, false, false, false}};
-  for (const Case& c : cases) {
-    const int64_t T = c.T, n = c.n, dim = c.dim, mixes = (2 + n) * n;
-    HcFixture h(n, dim, false, 80);
-    ops::cuda::HcNormParams p = h.device();
-    p.batch_invariant = c.invariant;
-    ops::cuda::detail::HcSplit sp = c.invariant ? ops::cuda::detail::hc_invariant_split(T, n, dim, mixes)
-                                                : ops::cuda::detail::hc_default_split(T, n, dim, mixes);
-    ops::cuda::detail::hc_align_to_streams(sp, n, dim, mixes);
-    EXPECT_EQ(n == 4 && ops::cuda::detail::hc_stream_aligned(sp, dim), c.fused) << "T " << T << " dim " << dim;
-    const auto X = random_vec(size_t(T * n * dim), 81, 2.0f), fo = random_vec(size_t(T * dim), 82);
-    auto post_in = random_vec(size_t(T * n), 83), comb_in = random_vec(size_t(T * n * n), 84);
-    for (float& v : post_in) v = 1.0f + 0.5f * v;  // coefficients of the size hc_pre yields
-    for (float& v : comb_in) v = 0.25f + 0.1f * v;
-    std::vector<float> out[2][4];
-    for (int v = 0; v < 2; ++v) {
-      auto dX = to_device(X), df = to_device(fo);
-      auto dpost = to_device(post_in), dcomb = to_device(comb_in);  // read by the post, then overwritten by hc_pre
-      auto dy = poisoned<float>(size_t(T * dim));
-      if (v == 0) {
-        ASSERT_TRUE(ops::cuda::hc_post(T, n, dim, df.data(), dpost.data(), dcomb.data(), dX.data(), nullptr, c.round).is_ok());
-        ASSERT_TRUE(ops::cuda::hc_pre_norm(p, dX.data(), T, dy.data(), dpost.data(), dcomb.data(), nullptr).is_ok());
-      } else {
-        ASSERT_TRUE(ops::cuda::hc_post_mix(T, df.data(), dpost.data(), dcomb.data(), dX.data(), p, dy.data(), nullptr,
-                                           c.round).is_ok());
-        ASSERT_TRUE(ops::cuda::hc_pre_finalize(p, dX.data(), T, dy.data(), dpost.data(), dcomb.data(), nullptr).is_ok());
-      }
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      out[v][0] = to_host(dX, X.size());
-      out[v][1] = to_host(dy, size_t(T * dim));
-      out[v][2] = to_host(dpost, size_t(T * n));
-      out[v][3] = to_host(dcomb, size_t(T * n * n));
-    }
-    for (int k = 0; k < 4; ++k)
-      EXPECT_EQ(std::memcmp(out[0][k].data(), out[1][k].data(), out[0][k].size() * sizeof(float)), 0)
-          << "T " << T << " n " << n << " dim " << dim << " invariant " << c.invariant << " round " << c.round
-          << " out " << k;
-    EXPECT_FALSE(std::isnan(out[1][1][0]) || std::isnan(out[1][1].back())) << "y written";
-    EXPECT_NE(std::memcmp(out[1][0].data(), X.data(), X.size() * sizeof(float)), 0) << "X updated";
-  }
-}
-
 TEST(GpuMhc, HeadNormForSelectedRows) {
   DSI_SKIP_WITHOUT_GPU();
   for (int64_t T : {4, 600}) {

@@ -2,8 +2,6 @@
 #include "ops/mhc/mhc_cuda.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "cuda/cuda_common.h"
 
@@ -46,30 +44,14 @@ detail::HcSplit detail::hc_default_split(int64_t T, int64_t n, int64_t dim, int6
 
 namespace {
 
-// hc_pre's split (stream-aligned where it can be: hc_post_mix's and hc_pre_finalize's too) or hc_head's.
-detail::HcSplit site_split(const HcNormParams& p, int64_t T, bool head) {
-  const int64_t mixes = head ? p.n : (2 + p.n) * p.n;
-  detail::HcSplit sp =
-      p.batch_invariant ? detail::hc_invariant_split(T, p.n, p.dim, mixes) : detail::hc_default_split(T, p.n, p.dim, mixes);
-  if (!head) detail::hc_align_to_streams(sp, p.n, p.dim, mixes);
-  return sp;
-}
-
 Status launch(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, float* y, float* post, float* comb,
-              void* stream, const char* op) {
+              void* stream, int64_t mixes, const char* op) {
   if (!aligned16(X) || !aligned16(y)) return Status::errorf("{}: X and y must be 16-byte aligned", op);
   if ((T + 7) / 8 > 0x7fffffff) return Status::errorf("{}: {} tokens exceed the grid limit", op, T);
-  detail::launch_hc_norm(p, X, rows, T, site_split(p, T, rows != nullptr), y, post, comb, stream);
+  const detail::HcSplit sp =
+      p.batch_invariant ? detail::hc_invariant_split(T, p.n, p.dim, mixes) : detail::hc_default_split(T, p.n, p.dim, mixes);
+  detail::launch_hc_norm(p, X, rows, T, sp, y, post, comb, stream);
   return Status::ok();
-}
-
-// DSINFER_HC_FUSE=0: hc_post_mix as hc_post's kernel then the mixing kernel (the A/B of session 22). Read once.
-bool post_mix_fused() {
-  static const bool on = [] {
-    const char* v = std::getenv("DSINFER_HC_FUSE");
-    return !v || std::string(v) != "0";
-  }();
-  return on;
 }
 }  // namespace
 
@@ -79,7 +61,7 @@ Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, f
   if (T < 0 || T > 0x7fffffff) return Status::errorf("hc_pre_norm: bad token count {}", T);
   if (T == 0) return Status::ok();
   if (!X || !y || !post || !comb) return Status::error("hc_pre_norm: null input or output");
-  DSI_RETURN_IF_ERROR(launch(p, X, nullptr, T, y, post, comb, stream, "hc_pre_norm"));
+  DSI_RETURN_IF_ERROR(launch(p, X, nullptr, T, y, post, comb, stream, mixes, "hc_pre_norm"));
   DSI_CUDA_LAUNCHED("hc_pre_norm kernels");
   return Status::ok();
 }
@@ -97,45 +79,12 @@ Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* p
   return Status::ok();
 }
 
-Status hc_post_mix(int64_t T, const float* f, const float* post, const float* comb, float* X, const HcNormParams& next,
-                   float* y, void* stream, bool round_bf16) {
-  const int64_t mixes = (2 + next.n) * next.n;
-  DSI_RETURN_IF_ERROR(check_params(next, mixes, "hc_post_mix"));
-  if (T < 0 || T > 0x7fffffff) return Status::errorf("hc_post_mix: bad token count {}", T);
-  if (T == 0) return Status::ok();
-  if (!f || !post || !comb || !X || !y) return Status::error("hc_post_mix: null input or output");
-  if (!aligned16(f) || !aligned16(X) || !aligned16(y)) return Status::error("hc_post_mix: f, X and y must be 16-byte aligned");
-  if (y == X || y == f) return Status::error("hc_post_mix: y must not alias X or f");
-  const detail::HcSplit sp = site_split(next, T, false);
-  if (post_mix_fused() && next.n == 4 && detail::hc_stream_aligned(sp, next.dim)) {
-    detail::launch_hc_post_mix(next, f, post, comb, X, round_bf16, T, sp, y, stream);
-    DSI_CUDA_LAUNCHED("hc_post_mix_kernel");
-    return Status::ok();
-  }
-  detail::launch_hc_post(T, next.n, next.dim, f, post, comb, X, round_bf16, stream);
-  detail::launch_hc_mix(next, X, nullptr, T, sp, y, stream);
-  DSI_CUDA_LAUNCHED("hc_post_mix kernels");
-  return Status::ok();
-}
-
-Status hc_pre_finalize(const HcNormParams& p, const float* X, int64_t T, float* y, float* post, float* comb,
-                       void* stream) {
-  DSI_RETURN_IF_ERROR(check_params(p, (2 + p.n) * p.n, "hc_pre_finalize"));
-  if (T < 0 || T > 0x7fffffff) return Status::errorf("hc_pre_finalize: bad token count {}", T);
-  if (T == 0) return Status::ok();
-  if (!X || !y || !post || !comb) return Status::error("hc_pre_finalize: null input or output");
-  if (!aligned16(X) || !aligned16(y)) return Status::error("hc_pre_finalize: X and y must be 16-byte aligned");
-  detail::launch_hc_finalize(p, X, nullptr, T, site_split(p, T, false), y, post, comb, stream);
-  DSI_CUDA_LAUNCHED("hc_pre_finalize kernels");
-  return Status::ok();
-}
-
 Status hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t R, float* y, void* stream) {
   DSI_RETURN_IF_ERROR(check_params(p, p.n, "hc_head_norm"));
   if (R < 0 || R > 0x7fffffff) return Status::errorf("hc_head_norm: bad row count {}", R);
   if (R == 0) return Status::ok();
   if (!X || !rows || !y) return Status::error("hc_head_norm: null input or output");
-  DSI_RETURN_IF_ERROR(launch(p, X, rows, R, y, nullptr, nullptr, stream, "hc_head_norm"));
+  DSI_RETURN_IF_ERROR(launch(p, X, rows, R, y, nullptr, nullptr, stream, p.n, "hc_head_norm"));
   DSI_CUDA_LAUNCHED("hc_head_norm kernels");
   return Status::ok();
 }

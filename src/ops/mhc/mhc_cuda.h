@@ -22,18 +22,6 @@ Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, f
 Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                void* stream, bool round_bf16 = false);
 
-// hc_post followed by hc_pre_norm(next) in three kernels instead of four (session 22): hc_post_mix updates X in
-// place as hc_post does and leaves next's mixing partials in y; hc_pre_finalize then yields y / post / comb as
-// hc_pre_norm(next) would. Bit for bit the same as hc_post + hc_pre_norm (GpuMhc.PostMixEqualsTwoOps). Where
-// next.n == 4, dim is a multiple of 128 and the split is stream-aligned (mhc_launch.h; DSINFER_HC_FUSE=0 turns it
-// off) one kernel forms the new streams and adds them to the mixes from registers and shared memory, so X is read
-// once instead of twice; elsewhere hc_post's kernel then the mixing kernel. post / comb are read by hc_post_mix and
-// may be the buffers hc_pre_finalize writes. y must not alias X or f; n, dim as in hc_post and hc_pre_norm.
-Status hc_post_mix(int64_t T, const float* f, const float* post, const float* comb, float* X, const HcNormParams& next,
-                   float* y, void* stream, bool round_bf16 = false);
-Status hc_pre_finalize(const HcNormParams& p, const float* X, int64_t T, float* y, float* post, float* comb,
-                       void* stream);
-
 // y[r] = rmsnorm(hc_head(X[rows[r]]), norm_w) for r < R (rows: device int32 token indices into X).
 // Same two kernels as hc_pre_norm over the listed rows (n mixes, no Sinkhorn); y must not alias X.
 Status hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t R, float* y, void* stream);

@@ -68,25 +68,6 @@ inline HcSplit hc_invariant_split(int64_t T, int64_t n, int64_t dim, int64_t mix
   return s;
 }
 
-// Stream-aligned split (session 22): every split inside one stream (chunks_per_split divides the dim / kHcChunk
-// chunks of a stream), so that hc_post_mix can form a channel range of all n streams and add each stream's chunks to
-// its own split's sums in the mixing kernel's order. hc_pre's splits are aligned where dim is a multiple of kHcChunk
-// and n splits fit in the output row (else unchanged): chunks_per_split rounded up to a divisor of the stream's
-// chunks, or down to one stream. The order of a token's sums follows the split, so this changed the bits of hc_pre
-// where the split was not aligned (V4-Flash: T = 4,096 took 2 splits of two streams, now 4 of one).
-inline bool hc_stream_aligned(const HcSplit& s, int64_t dim) {
-  const int64_t cs = dim / kHcChunk;
-  return dim % kHcChunk == 0 && s.chunks_per_split <= cs && cs % s.chunks_per_split == 0;
-}
-inline void hc_align_to_streams(HcSplit& s, int64_t n, int64_t dim, int64_t mixes) {
-  if (dim % kHcChunk != 0 || hc_max_splits(dim, mixes) < n) return;
-  const int64_t cs = dim / kHcChunk;
-  int64_t cps = s.chunks_per_split < cs ? s.chunks_per_split : cs;
-  while (cs % cps != 0) ++cps;
-  s.chunks_per_split = int(cps);
-  s.splits = int(n * (cs / cps));
-}
-
 // The split of the default (and exact) path: about one wave of the mixing kernel on this device (mhc_cuda.cpp).
 HcSplit hc_default_split(int64_t T, int64_t n, int64_t dim, int64_t mixes);
 
@@ -102,10 +83,6 @@ void launch_hc_finalize(const HcNormParams& p, const float* X, const int32_t* ro
 // y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w) (DeepSeek-V4.1's final collapse).
 void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
                              const float* norm_w, float eps, bool round_bf16, float* y, void* stream);
-// hc_post fused with the mixing reduction of the next site p (mhc_mix.cu): X updated in place, p's partials in y.
-// p.n == 4, dim % kHcChunk == 0 and hc_stream_aligned(sp, dim) (mhc_cuda.cpp checks them).
-void launch_hc_post_mix(const HcNormParams& p, const float* f, const float* post, const float* comb, float* X,
-                        bool round_bf16, int64_t T, const HcSplit& sp, float* y, void* stream);
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                     bool round_bf16, void* stream);
 }  // namespace detail

@@ -180,30 +180,19 @@ Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_
   const DeviceWeight& emb = weights_.embed();
   DSI_OP("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens, T, n,
                             s_.X.data(), stream_));
-  // Each hc_post is fused with the mixing reduction of the next site's hc_pre (ops/mhc/mhc_cuda.h hc_post_mix, the
-  // same bits as hc_post + hc_pre_norm): the op hc_post_* holds the post and the next site's mixes, the op hc_pre_*
-  // the rest of that site's hc_pre (its finalize). Layer 0's hc_pre_attn follows the embedding: the whole hc_pre.
-  auto site = [&](const HcDevice& hc, const float* norm) {
-    return HcNormParams{hc.fn, hc.base, hc.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
-                        float(cfg_.rms_norm_eps), norm, batch_invariant_};
-  };
-  float *X = s_.X.data(), *y = s_.y.data(), *f = s_.f.data(), *post = s_.post.data(), *comb = s_.comb.data();
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const DeviceLayer& L = weights_.layer(l);
-    const HcNormParams attn = site(L.hc_attn, L.attn_norm), ffn_site = site(L.hc_ffn, L.ffn_norm);
-    if (l == 0) DSI_OP("hc_pre_attn", l, hc_pre_norm(attn, X, T, y, post, comb, stream_));
-    else DSI_OP("hc_pre_attn", l, hc_pre_finalize(attn, X, T, y, post, comb, stream_));
+    HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
+                    float(cfg_.rms_norm_eps), L.attn_norm, batch_invariant_};
+    DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(attention(l, st));
-    DSI_OP("hc_post_attn", l, hc_post_mix(T, f, post, comb, X, ffn_site, y, stream_));
-    DSI_OP("hc_pre_ffn", l, hc_pre_finalize(ffn_site, X, T, y, post, comb, stream_));
+    DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
+          float(cfg_.rms_norm_eps), L.ffn_norm, batch_invariant_};
+    DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     DSI_RETURN_IF_ERROR(ffn(l, st.tokens, T));
-    if (l + 1 < cfg_.num_hidden_layers) {
-      const DeviceLayer& next = weights_.layer(l + 1);
-      DSI_OP("hc_post_ffn", l, hc_post_mix(T, f, post, comb, X, site(next.hc_attn, next.attn_norm), y, stream_));
-    } else {
-      DSI_OP("hc_post_ffn", l, hc_post(T, n, D, f, post, comb, X, stream_));
-    }
-    DSI_RETURN_IF_ERROR(core_.capture_hidden(l, X, T));  // speculative decoding: the drafter's tapped layers
+    DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));  // speculative decoding: the drafter's tapped layers
   }
   if (R > 0) {
     // sinkhorn_iters is unused at the head (no comb there) but must be valid.
