@@ -4,8 +4,6 @@
 // bit-identical inputs and use an exact rounding routine: they must match exactly.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "attn_test_util.h"
 #include "ops/quant_sim/quant_sim.h"
 #include "ops/quant_sim/quant_sim_cuda.h"
@@ -13,7 +11,6 @@
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "ops/rope/rope.h"
 #include "ops/rope/rope_cuda.h"
-#include "ops/rope/rope_launch.h"
 
 using namespace dsinfer;
 using namespace dsinfer::cuda::test;
@@ -97,74 +94,6 @@ TEST(GpuHeadNormRope, QueryKvIndexerAndInverse) {
   bad.rows = 1;
   bad.dim = 6;
   EXPECT_FALSE(ops::cuda::head_norm_rope(bad, nullptr, nullptr, nullptr).is_ok());
-}
-
-// The vector kept in registers (vectors of <= 512 channels, session 22) gives the bits of the two-pass loop form,
-// through both launches (the pair: query + kv as q_norm_rope; the single: the indexer query, the inverse), with every
-// epilogue: the kv's FP8 simulation of 448 NoPE channels, the indexer's Hadamard + FP4, V4.1's bf16 rounding of the
-// rotated channels; dims 512 (4 steps), 128 (1 step), 68 (a partial step), 96 + 1,024 (1,024: beyond the register
-// form, the loop in both). T = 1, 7, 300 rows at positions up to 65,535.
-TEST(GpuHeadNormRope, RegistersEqualLoop) {
-  DSI_SKIP_WITHOUT_GPU();
-  const std::vector<float> inv = ops::rope_inv_freq(yarn_rope(), 64);
-  auto dinv = to_device(inv);
-  using ops::cuda::HeadNorm;
-  for (int64_t T : {1, 7, 300}) {
-    std::vector<int64_t> pos(static_cast<size_t>(T));
-    for (int64_t r = 0; r < T; ++r) pos[size_t(r)] = (r * 7919 + 3) % 65536;
-    auto dpos = to_device(pos);
-    auto params = [&](int64_t heads, int64_t dim, HeadNorm norm, const float* w) {
-      ops::cuda::HeadNormRopeParams p;
-      p.rows = T;
-      p.heads = heads;
-      p.dim = dim;
-      p.norm = norm;
-      p.norm_w = w;
-      p.rope_dim = 64;
-      p.inv_freq = dinv.data();
-      return p;
-    };
-    auto w512 = to_device(random_vec(512, 20)), w96 = to_device(random_vec(96, 21)), w68 = to_device(random_vec(68, 22));
-    struct Pair {
-      ops::cuda::HeadNormRopeParams a, b;
-    };
-    std::vector<Pair> pairs;
-    {
-      Pair q{params(64, 512, HeadNorm::Unweighted, nullptr), params(1, 512, HeadNorm::Weighted, w512.data())};
-      q.b.fp8_dims = 448;
-      pairs.push_back(q);  // q_norm_rope (V4)
-      Pair r = q;
-      r.a.round_rope_bf16 = r.b.round_rope_bf16 = true;
-      pairs.push_back(r);  // V4.1 official's rounding
-      Pair ix{params(64, 128, HeadNorm::None, nullptr), params(3, 68, HeadNorm::Weighted, w68.data())};
-      ix.a.fp4_block = 32;
-      pairs.push_back(ix);  // the indexer query's Hadamard + FP4; a 68-channel vector
-      Pair in{params(64, 512, HeadNorm::None, nullptr), params(2, 1024, HeadNorm::Unweighted, nullptr)};
-      in.a.inverse = true;
-      pairs.push_back(in);  // the inverse RoPE; a vector beyond the register form
-      pairs.push_back({params(5, 96, HeadNorm::Weighted, w96.data()), params(1, 512, HeadNorm::Weighted, w512.data())});
-    }
-    for (size_t k = 0; k < pairs.size(); ++k) {
-      const Pair& c = pairs[k];
-      const auto xa = random_vec(size_t(T * c.a.heads * c.a.dim), 23 + uint32_t(k), 2.0f);
-      const auto xb = random_vec(size_t(T * c.b.heads * c.b.dim), 33 + uint32_t(k), 2.0f);
-      std::vector<float> out[2][3];
-      for (int v = 0; v < 2; ++v) {
-        auto da = to_device(xa), db = to_device(xb), ds = to_device(xa);
-        ops::cuda::detail::launch_head_norm_rope_pair(c.a, da.data(), c.b, db.data(), dpos.data(), nullptr, v == 0);
-        ops::cuda::detail::launch_head_norm_rope(c.a, ds.data(), dpos.data(), nullptr, v == 0);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        out[v][0] = to_host(da, xa.size());
-        out[v][1] = to_host(db, xb.size());
-        out[v][2] = to_host(ds, xa.size());
-      }
-      for (int o = 0; o < 3; ++o)
-        EXPECT_EQ(std::memcmp(out[0][o].data(), out[1][o].data(), out[0][o].size() * sizeof(float)), 0)
-            << "T " << T << " case " << k << " output " << o;
-      EXPECT_NE(out[0][0], xa) << "the vectors changed";
-      EXPECT_EQ(out[0][0], out[0][2]) << "the pair's first tensor equals the single launch";
-    }
-  }
 }
 
 TEST(GpuQuantSim, Fp8BlockSimIsBitExact) {

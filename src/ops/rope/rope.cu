@@ -1,6 +1,5 @@
 // CUDA fused per-head norm + RoPE (see rope_cuda.h). One warp per [dim] vector: pass 1 sums squares (double),
-// pass 2 scales and rotates float4 chunks (vectors of <= 512 channels: loaded once into registers for both passes,
-// norm_rope_vec_regs); pairs (2i, 2i+1) never straddle a chunk because dim - rope_dim is
+// pass 2 scales and rotates float4 chunks; pairs (2i, 2i+1) never straddle a chunk because dim - rope_dim is
 // even and chunks start at multiples of 4. Pass 2 then applies the fused epilogues in registers: the bf16
 // rounding of the rotated channels and the FP8 block simulation, whose block amax is a max over the lanes that
 // hold the block (fp8_block / 4 consecutive lanes of one 32-chunk step: chunk c = step * 32 + lane covers channels
@@ -121,126 +120,39 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
   }
 }
 
-// The same as norm_rope_vec for vectors of at most 32 * kSteps chunks (V4: the 512-channel query and kv, the
-// 128-channel indexer query), with the vector loaded once: every lane's chunks are loaded together up front (kSteps
-// float4 loads in flight instead of one at a time), the sum of squares and the rotation read them from registers
-// (no second read of the vector), and the position is loaded with them. The same operations in the same order on the
-// same values: the same bits (GpuHeadNormRope.RegistersEqualLoop). Session 22.
-template <int kSteps>
-__device__ __forceinline__ void norm_rope_vec_regs(const HeadNormRopeParams& p, float* x, const int64_t* pos,
-                                                   int64_t vec) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = vec / p.heads;
-  float* v = x + vec * p.dim;
-  const int nchunks = int(p.dim / 4);
-  float4 a[kSteps];
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int c = 32 * s + lane;
-    a[s] = c < nchunks ? reinterpret_cast<const float4*>(v)[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-  const int64_t pp = p.rope_dim > 0 ? pos[row] : 0;
-  float inv = 1.0f;
-  if (p.norm != HeadNorm::None) {
-    double ss = 0.0;
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      if (32 * s + lane < nchunks)
-        ss += double(a[s].x) * double(a[s].x) + double(a[s].y) * double(a[s].y) + double(a[s].z) * double(a[s].z) +
-              double(a[s].w) * double(a[s].w);
-    }
-    ss = dev::warp_sum(ss);
-    inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.eps)));
-  }
-  const int64_t rope_start = p.dim - p.rope_dim;
-  const int group = int(p.fp8_block / 4);  // lanes per FP8 block (a power of two <= 32)
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {  // warp-uniform steps: the epilogues' shuffles need every lane
-    const int c0 = 32 * s, c = c0 + lane;
-    if (c0 >= nchunks) break;
-    const bool have = c < nchunks;
-    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (have) {
-      e[0] = a[s].x;
-      e[1] = a[s].y;
-      e[2] = a[s].z;
-      e[3] = a[s].w;
-      if (p.norm != HeadNorm::None) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float w = p.norm == HeadNorm::Weighted ? p.norm_w[4 * c + k] : 1.0f;
-          e[k] = __fmul_rn(__fmul_rn(e[k], inv), w);
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < 4; k += 2) {
-        const int64_t d = 4 * int64_t(c) + k;
-        if (d >= rope_start) {
-          float cs, sn;
-          dev::rope_cos_sin(p.inv_freq[(d - rope_start) / 2], pp, p.attention_factor, p.inverse, cs, sn);
-          dev::rope_rotate(e[k], e[k + 1], cs, sn);
-          if (p.round_rope_bf16) {
-            e[k] = dev::round_bf16(e[k]);
-            e[k + 1] = dev::round_bf16(e[k + 1]);
-          }
-        }
-      }
-    }
-    if (4 * int64_t(c0) < p.fp8_dims)  // warp-uniform: this step holds FP8 channels
-      block_quant_sim(e, have && 4 * int64_t(c) < p.fp8_dims, group, true);
-    if (p.fp4_block > 0) {  // the whole vector is this one step (dim <= 128)
-      warp_hadamard(e, nchunks);
-      block_quant_sim(e, have, int(p.fp4_block / 4), false);
-    }
-    if (have) reinterpret_cast<float4*>(v)[c] = make_float4(e[0], e[1], e[2], e[3]);
-  }
-}
-
-// kRegs: vectors of up to 512 channels (4 steps) in registers, longer ones the loop form; else (the A/B) the loop
-// form for all. Two instantiations, so the loop form keeps its own register allocation (48 against 64 a thread).
-constexpr int kRegSteps = 4;
-template <bool kRegs>
-__device__ __forceinline__ void norm_rope_any(const HeadNormRopeParams& p, float* x, const int64_t* pos, int64_t vec) {
-  if (kRegs && p.dim <= 4 * 32 * kRegSteps) norm_rope_vec_regs<kRegSteps>(p, x, pos, vec);
-  else norm_rope_vec(p, x, pos, vec);
-}
-
-template <bool kRegs>
 __global__ void head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int64_t* pos) {
   dsinfer::cuda::pdl_wait_then_release();
   const int64_t vec = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (vec >= p.rows * p.heads) return;  // warp-uniform
-  norm_rope_any<kRegs>(p, x, pos, vec);
+  norm_rope_vec(p, x, pos, vec);
 }
 
 // Blocks [0, blocks_a) take a's vectors, the rest b's.
-template <bool kRegs>
 __global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, HeadNormRopeParams b, float* xb,
                                            const int64_t* pos, int64_t blocks_a) {
   dsinfer::cuda::pdl_wait_then_release();
   const int64_t warp = threadIdx.x >> 5, per_block = blockDim.x >> 5;
   if (int64_t(blockIdx.x) < blocks_a) {
     const int64_t vec = int64_t(blockIdx.x) * per_block + warp;
-    if (vec < a.rows * a.heads) norm_rope_any<kRegs>(a, xa, pos, vec);  // warp-uniform
+    if (vec < a.rows * a.heads) norm_rope_vec(a, xa, pos, vec);  // warp-uniform
   } else {
     const int64_t vec = (int64_t(blockIdx.x) - blocks_a) * per_block + warp;
-    if (vec < b.rows * b.heads) norm_rope_any<kRegs>(b, xb, pos, vec);
+    if (vec < b.rows * b.heads) norm_rope_vec(b, xb, pos, vec);
   }
 }
 }  // namespace
 
-void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream, bool regs) {
+void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream) {
   const int64_t blocks = (p.rows * p.heads + 7) / 8;
-  dsinfer::cuda::pdl_launch(regs ? head_norm_rope_kernel<true> : head_norm_rope_kernel<false>, dim3(unsigned(blocks)),
-                            dim3(256), 0, static_cast<cudaStream_t>(stream), p, x, pos);
+  dsinfer::cuda::pdl_launch(head_norm_rope_kernel, dim3(unsigned(blocks)), dim3(256), 0,
+                            static_cast<cudaStream_t>(stream), p, x, pos);
 }
 
 void launch_head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNormRopeParams& b, float* xb,
-                                const int64_t* pos, void* stream, bool regs) {
+                                const int64_t* pos, void* stream) {
   const int64_t blocks_a = (a.rows * a.heads + 7) / 8, blocks_b = (b.rows * b.heads + 7) / 8;
-  dsinfer::cuda::pdl_launch(regs ? head_norm_rope_pair_kernel<true> : head_norm_rope_pair_kernel<false>,
-                            dim3(unsigned(blocks_a + blocks_b)), dim3(256), 0, static_cast<cudaStream_t>(stream), a, xa, b,
-                            xb, pos, blocks_a);
+  dsinfer::cuda::pdl_launch(head_norm_rope_pair_kernel, dim3(unsigned(blocks_a + blocks_b)), dim3(256), 0,
+                            static_cast<cudaStream_t>(stream), a, xa, b, xb, pos, blocks_a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -2,8 +2,6 @@
 #include "ops/rope/rope_cuda.h"
 
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "cuda/cuda_common.h"
 #include "ops/rope/rope_launch.h"
@@ -34,14 +32,6 @@ Status check(const HeadNormRopeParams& p, const char* op) {
   return Status::ok();
 }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-// DSINFER_ROPE_REGS=0: the two-pass loop form for every vector (session 22's A/B; the same bits). Read once.
-bool vector_in_registers() {
-  static const bool on = [] {
-    const char* v = std::getenv("DSINFER_ROPE_REGS");
-    return !v || std::string(v) != "0";
-  }();
-  return on;
-}
 }  // namespace
 
 Status head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream) {
@@ -49,7 +39,7 @@ Status head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos,
   if (p.rows == 0) return Status::ok();
   if (!x || !pos) return Status::error("head_norm_rope: null x or pos");
   if (!aligned16(x)) return Status::error("head_norm_rope: x must be 16-byte aligned");
-  detail::launch_head_norm_rope(p, x, pos, stream, vector_in_registers());
+  detail::launch_head_norm_rope(p, x, pos, stream);
   DSI_CUDA_LAUNCHED("head_norm_rope_kernel");
   return Status::ok();
 }
@@ -65,7 +55,7 @@ Status head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNor
   const auto* b0 = reinterpret_cast<const char*>(xb);
   const int64_t abytes = a.rows * a.heads * a.dim * 4, bbytes = b.rows * b.heads * b.dim * 4;
   if (a0 < b0 + bbytes && b0 < a0 + abytes) return Status::error("head_norm_rope_pair: the two tensors overlap");
-  detail::launch_head_norm_rope_pair(a, xa, b, xb, pos, stream, vector_in_registers());
+  detail::launch_head_norm_rope_pair(a, xa, b, xb, pos, stream);
   DSI_CUDA_LAUNCHED("head_norm_rope_pair_kernel");
   return Status::ok();
 }

@@ -35,12 +35,10 @@ struct HeadNormRopeParams {
 };
 
 namespace detail {
-// regs: vectors of <= 512 channels loaded once into registers (session 22, the default; rope_cuda.cpp), else the
-// two-pass loop that reads the vector twice. The same bits either way.
-void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream, bool regs = true);
+void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream);
 // a over xa, then b over xb, in one grid (the first blocks take a's vectors).
 void launch_head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNormRopeParams& b, float* xb,
-                                const int64_t* pos, void* stream, bool regs = true);
+                                const int64_t* pos, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda
