@@ -152,11 +152,8 @@ __device__ __forceinline__ void compute_chunk(const Chunk& c, float (&acc)[kFast
   }
 }
 
-// Tiles of half hf of a paired pass (the rows of tile pair j = 0, 1). Gate/up: W1 and W3 rows 16hf.. (SwiGLU pairs
-// tile a with tile a + 2); down: W2 rows 32hf..32hf+31.
-template <bool kGateUp>
-__device__ __forceinline__ int half_tile(int hf, int j) { return kGateUp ? hf + 2 * j : 2 * hf + j; }
-
+// A paired pass (pair_pass, shared_pair_block) takes the block's tiles in two halves hf, each a tile pair j = 0, 1:
+// gate/up W1 (j = 0) and W3 (j = 1) rows 16hf..16hf+15 (the rows SwiGLU pairs); down W2 rows 32hf + 16j.. .
 // k-steps 2q and 2q + 1 of a paired pass for the tile pair's rows g / g+8 (words w0 / w1, factors F0 / F1): each
 // decoded A fragment feeds the mma of pass 0 (B x0) and that of pass 1 (B x1), so each accumulator sees the mmas of
 // compute_chunk in compute_chunk's order (same A, same B column): the same bits.
@@ -216,14 +213,62 @@ __device__ __forceinline__ void store_partials(float* red, int warp, int lane, c
     for (int j = 0; j < 4; ++j) red[((warp * kFastTiles + a) * 4 + j) * 32 + lane] = acc[a][j];
 }
 
-// Reduction buffer floats per pass of 8 tokens (store_partials' layout).
-inline constexpr int kRedPass = kFastWarps * kFastTiles * 4 * 32;
+// A paired pass's partials of one half (its tile pair) for both groups of 8 tokens, in the reduction buffer of
+// a single pass (16 KB): pass pp, warp w, tile pair j, C element jj, lane.
+__device__ __forceinline__ int half_red_index(int pp, int w, int j, int jj, int lane) {
+  return (((pp * kFastWarps + w) * 2 + j) * 4 + jj) * 32 + lane;
+}
+static_assert(2 * kFastWarps * 2 * 4 * 32 == kFastWarps * kFastTiles * 4 * 32, "a half's partials fill red");
+
+__device__ __forceinline__ void store_half_partials(float* red, int warp, int lane, const float (&acc)[2][2][4]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int pp = 0; pp < 2; ++pp)
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) red[half_red_index(pp, warp, j, jj, lane)] = acc[j][pp][jj];
+}
+
+// reduced() for half_red_index's layout: the same 8 partials summed in the same (warp) order.
+__device__ __forceinline__ float reduced_half(const float* red, int pp, int j, int row16, int tok) {
+  const int g = row16 & 7, jj = 2 * (row16 >> 3) + (tok & 1), lane = 4 * g + (tok >> 1);
+  float s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kFastWarps; ++w) s += red[half_red_index(pp, w, j, jj, lane)];
+  return s * 0x1p64f;  // 2^kFastScaleShift
+}
+
+// store_pass for half hf of a paired pass: tokens tk = 0..15 (tk < valid) to output rows orow + tk. Gate/up: the
+// half's 16 rows of h (W1 tile pair 0, W3 tile pair 1: the same rows 16hf..), as store_pass's arithmetic; down: W2
+// rows 32hf..32hf+31 of yout.
+template <bool kGateUp>
+__device__ __forceinline__ void store_half(const float* red, int hf, int64_t n0, int64_t N, int64_t orow, int valid,
+                                           float limit, uint16_t* hout, float* yout) {
+  if constexpr (kGateUp) {
+    const int rr = threadIdx.x >> 4, tk = threadIdx.x & 15;  // 256 threads = 16 rows x 16 tokens
+    if (tk < valid) {
+      float gv = reduced_half(red, tk >> 3, 0, rr, tk & 7), uv = reduced_half(red, tk >> 3, 1, rr, tk & 7);
+      if (limit > 0.0f) {
+        gv = fminf(gv, limit);
+        uv = fminf(fmaxf(uv, -limit), limit);
+      }
+      const float h = gv / (1.0f + expf(-gv)) * uv;
+      hout[(orow + tk) * N + n0 + md::pair_dst(16 * hf + rr)] = __bfloat16_as_ushort(__float2bfloat16_rn(h));
+    }
+  } else {
+    for (int i = threadIdx.x; i < 32 * 2 * kFastTokens; i += kFastThreads) {
+      const int rr = i & 31, tk = i >> 5;
+      if (tk < valid) yout[(orow + tk) * N + n0 + 32 * hf + rr] = reduced_half(red, tk >> 3, rr >> 4, rr & 15, tk & 7);
+    }
+  }
+}
 
 // Tokens pass..pass+15 of the block's expert (cnt - pass > 8) with each weight fragment decoded once for both
-// passes: the block's tiles in two halves (half_tile), each warp holding 2 tiles x 2 passes of accumulators, so the
-// registers stay those of a single pass (4 tiles x 1 pass). The weights are read once, B twice (once per half, from
-// L2). Every accumulator gets compute_chunk's mmas in compute_chunk's order, and red holds each pass's partials in
-// store_partials' layout (pass 1 at red + kRedPass): the outputs are the two single passes' bits.
+// passes: the block's tiles in two halves, each warp holding a tile pair x 2 passes of accumulators (16 floats, as
+// one pass of 4 tiles), each half reduced and stored before the next (its rows are whole: SwiGLU's gate and up rows
+// are in the same half), so the reduction buffer stays one pass's 16 KB. The weights are read once, B twice (once
+// per half, from L2). Every accumulator gets compute_chunk's mmas in compute_chunk's order and reduced_half sums
+// the same partials in the same order as reduced: the outputs are the two single passes' bits.
 template <bool kGateUp>
 __device__ __forceinline__ void pair_pass(const MoeFastArgs& p, const TileRows& tr, int rb, int pass, int cnt,
                                           int64_t n0, float* red) {
@@ -260,20 +305,11 @@ __device__ __forceinline__ void pair_pass(const MoeFastArgs& p, const TileRows& 
         pair_kstep(word(w[1][0], q), word(w[1][1], q), F10, F11, b0, b1, acc[1][0], acc[1][1]);
       }
     }
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int pp = 0; pp < 2; ++pp)
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj)
-          red[pp * kRedPass + ((warp * kFastTiles + half_tile<kGateUp>(hf, j)) * 4 + jj) * 32 + lane] = acc[j][pp][jj];
+    store_half_partials(red, warp, lane, acc);
+    __syncthreads();
+    store_half<kGateUp>(red, hf, n0, p.N, int64_t(rb) + pass, cnt - pass, p.limit, p.hout, p.yout);
+    __syncthreads();  // red is rewritten by the next half or pass
   }
-  __syncthreads();
-#pragma unroll 1
-  for (int pp = 0; pp < 2; ++pp)
-    store_pass<kGateUp>(red + pp * kRedPass, n0, p.N, int64_t(rb) + pass + kFastTokens * pp,
-                        cnt - pass - kFastTokens * pp, p.limit, p.hout, p.yout);
-  __syncthreads();  // red is rewritten by the next pass
 }
 
 // The shared expert's block (grid row y < ceil(sh.rows / 8)): its tokens 8y..8y+7 against FP8 rows n0.. of W1 / W3
@@ -357,7 +393,7 @@ __device__ __forceinline__ void shared_pair_kstep(uint32_t w0a, uint32_t w0b, ui
 }
 
 // shared_block for 16 tokens (grid row y: tokens 16y..16y+15, two passes of 8), as pair_pass does for an expert: the
-// tiles in two halves (half_tile), each decoded fragment feeding both passes; every accumulator gets shared_block's
+// tiles in two halves, each decoded fragment feeding both passes; every accumulator gets shared_block's
 // mmas in its order (chunk, half h, word pair qq), so the outputs are shared_block's bits.
 template <bool kGateUp>
 __device__ __forceinline__ void shared_pair_block(const MoeFastArgs& p, const MoeFastShared& sh, float* red) {
@@ -398,20 +434,11 @@ __device__ __forceinline__ void shared_pair_block(const MoeFastArgs& p, const Mo
                               word(w[j][1], 2 * qq + 1), j ? F1 : F0, xa[qq], xc[qq], acc[j][0], acc[j][1]);
       }
     }
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int pp = 0; pp < 2; ++pp)
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj)
-          red[pp * kRedPass + ((warp * kFastTiles + half_tile<kGateUp>(hf, j)) * 4 + jj) * 32 + lane] = acc[j][pp][jj];
-  }
-  __syncthreads();
-#pragma unroll 1
-  for (int pp = 0; pp < 2; ++pp) {
-    const int first = pass + kFastTokens * pp, valid = int(sh.rows) - first;  // valid <= 0: nothing to store
-    if constexpr (kGateUp) store_pass<true>(red + pp * kRedPass, n0, p.N, sh.row0 + first, valid, sh.limit, p.hout, nullptr);
-    else store_pass<false>(red + pp * kRedPass, n0, p.N, first, valid, 0.0f, nullptr, sh.out);
+    store_half_partials(red, warp, lane, acc);
+    __syncthreads();
+    if constexpr (kGateUp) store_half<true>(red, hf, n0, p.N, sh.row0 + pass, int(sh.rows) - pass, sh.limit, p.hout, nullptr);
+    else store_half<false>(red, hf, n0, p.N, pass, int(sh.rows) - pass, 0.0f, nullptr, sh.out);
+    __syncthreads();  // red is rewritten by the next half
   }
 }
 
@@ -423,7 +450,7 @@ __host__ __device__ constexpr int shared_slot_tokens(bool pairs) { return pairs 
 template <bool kGateUp, bool kXf32, int kVariant>
 __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p, MoeFastShared sh) {
   constexpr bool kPairs = kVariant == 1 && !kXf32;  // fp32 x runs at T*topk <= 16: never 9 rows of one expert
-  __shared__ float red[(kPairs ? 2 : 1) * kFastWarps * kFastTiles * 4 * 32];
+  __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
   constexpr int kSlotTokens = shared_slot_tokens(kPairs);
   const int shared_slots = int((sh.rows + kSlotTokens - 1) / kSlotTokens);
   if (int(blockIdx.y) < shared_slots) {
