@@ -129,16 +129,11 @@ __device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Ch
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
 
-// bf16x2 factor (both halves) of an E8M0 scale byte s: md::fp4_scale_bf16 twice.
-__device__ __forceinline__ uint32_t scale_pair(uint32_t s) {
-  const uint32_t f = md::fp4_scale_bf16(s);
-  return f | (f << 16);
-}
-
 __device__ __forceinline__ void compute_chunk(const Chunk& c, float (&acc)[kFastTiles][4]) {
 #pragma unroll
   for (int a = 0; a < kFastTiles; ++a) {
-    const uint32_t F0 = scale_pair(c.s[a][0]), F1 = scale_pair(c.s[a][1]);
+    const uint32_t f0 = md::fp4_scale_bf16(c.s[a][0]), f1 = md::fp4_scale_bf16(c.s[a][1]);
+    const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const uint32_t w0 = word(c.w[a][0], q), w1 = word(c.w[a][1], q);
@@ -150,23 +145,6 @@ __device__ __forceinline__ void compute_chunk(const Chunk& c, float (&acc)[kFast
                bf16x2_mul(md::fp4_pair_bits(w0, 3), F0), bf16x2_mul(md::fp4_pair_bits(w1, 3), F1), xb.z, xb.w);
     }
   }
-}
-
-// A paired pass (pair_pass, shared_pair_block) takes the block's tiles in two halves hf, each a tile pair j = 0, 1:
-// gate/up W1 (j = 0) and W3 (j = 1) rows 16hf..16hf+15 (the rows SwiGLU pairs); down W2 rows 32hf + 16j.. .
-// k-steps 2q and 2q + 1 of a paired pass for the tile pair's rows g / g+8 (words w0 / w1, factors F0 / F1): each
-// decoded A fragment feeds the mma of pass 0 (B x0) and that of pass 1 (B x1), so each accumulator sees the mmas of
-// compute_chunk in compute_chunk's order (same A, same B column): the same bits.
-__device__ __forceinline__ void pair_kstep(uint32_t w0, uint32_t w1, uint32_t F0, uint32_t F1, const uint4& x0,
-                                           const uint4& x1, float (&acc0)[4], float (&acc1)[4]) {
-  const uint32_t a0 = bf16x2_mul(md::fp4_pair_bits(w0, 0), F0), a1 = bf16x2_mul(md::fp4_pair_bits(w1, 0), F1);
-  const uint32_t a2 = bf16x2_mul(md::fp4_pair_bits(w0, 1), F0), a3 = bf16x2_mul(md::fp4_pair_bits(w1, 1), F1);
-  mma_bf16(acc0, a0, a1, a2, a3, x0.x, x0.y);
-  mma_bf16(acc1, a0, a1, a2, a3, x1.x, x1.y);
-  const uint32_t b0 = bf16x2_mul(md::fp4_pair_bits(w0, 2), F0), b1 = bf16x2_mul(md::fp4_pair_bits(w1, 2), F1);
-  const uint32_t b2 = bf16x2_mul(md::fp4_pair_bits(w0, 3), F0), b3 = bf16x2_mul(md::fp4_pair_bits(w1, 3), F1);
-  mma_bf16(acc0, b0, b1, b2, b3, x0.z, x0.w);
-  mma_bf16(acc1, b0, b1, b2, b3, x1.z, x1.w);
 }
 
 // Sum of the 8 warps' partials (warp order) of tile a, C element j, lane l; back to the true scale.
@@ -211,105 +189,6 @@ __device__ __forceinline__ void store_partials(float* red, int warp, int lane, c
   for (int a = 0; a < kFastTiles; ++a)
 #pragma unroll
     for (int j = 0; j < 4; ++j) red[((warp * kFastTiles + a) * 4 + j) * 32 + lane] = acc[a][j];
-}
-
-// A paired pass's partials of one half (its tile pair) for both groups of 8 tokens, in the reduction buffer of
-// a single pass (16 KB): pass pp, warp w, tile pair j, C element jj, lane.
-__device__ __forceinline__ int half_red_index(int pp, int w, int j, int jj, int lane) {
-  return (((pp * kFastWarps + w) * 2 + j) * 4 + jj) * 32 + lane;
-}
-static_assert(2 * kFastWarps * 2 * 4 * 32 == kFastWarps * kFastTiles * 4 * 32, "a half's partials fill red");
-
-__device__ __forceinline__ void store_half_partials(float* red, int warp, int lane, const float (&acc)[2][2][4]) {
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int pp = 0; pp < 2; ++pp)
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) red[half_red_index(pp, warp, j, jj, lane)] = acc[j][pp][jj];
-}
-
-// reduced() for half_red_index's layout: the same 8 partials summed in the same (warp) order.
-__device__ __forceinline__ float reduced_half(const float* red, int pp, int j, int row16, int tok) {
-  const int g = row16 & 7, jj = 2 * (row16 >> 3) + (tok & 1), lane = 4 * g + (tok >> 1);
-  float s = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kFastWarps; ++w) s += red[half_red_index(pp, w, j, jj, lane)];
-  return s * 0x1p64f;  // 2^kFastScaleShift
-}
-
-// store_pass for half hf of a paired pass: tokens tk = 0..15 (tk < valid) to output rows orow + tk. Gate/up: the
-// half's 16 rows of h (W1 tile pair 0, W3 tile pair 1: the same rows 16hf..), as store_pass's arithmetic; down: W2
-// rows 32hf..32hf+31 of yout.
-template <bool kGateUp>
-__device__ __forceinline__ void store_half(const float* red, int hf, int64_t n0, int64_t N, int64_t orow, int valid,
-                                           float limit, uint16_t* hout, float* yout) {
-  if constexpr (kGateUp) {
-    const int rr = threadIdx.x >> 4, tk = threadIdx.x & 15;  // 256 threads = 16 rows x 16 tokens
-    if (tk < valid) {
-      float gv = reduced_half(red, tk >> 3, 0, rr, tk & 7), uv = reduced_half(red, tk >> 3, 1, rr, tk & 7);
-      if (limit > 0.0f) {
-        gv = fminf(gv, limit);
-        uv = fminf(fmaxf(uv, -limit), limit);
-      }
-      const float h = gv / (1.0f + expf(-gv)) * uv;
-      hout[(orow + tk) * N + n0 + md::pair_dst(16 * hf + rr)] = __bfloat16_as_ushort(__float2bfloat16_rn(h));
-    }
-  } else {
-    for (int i = threadIdx.x; i < 32 * 2 * kFastTokens; i += kFastThreads) {
-      const int rr = i & 31, tk = i >> 5;
-      if (tk < valid) yout[(orow + tk) * N + n0 + 32 * hf + rr] = reduced_half(red, tk >> 3, rr >> 4, rr & 15, tk & 7);
-    }
-  }
-}
-
-// Tokens pass..pass+15 of the block's expert (cnt - pass > 8) with each weight fragment decoded once for both
-// passes: the block's tiles in two halves, each warp holding a tile pair x 2 passes of accumulators (16 floats, as
-// one pass of 4 tiles), each half reduced and stored before the next (its rows are whole: SwiGLU's gate and up rows
-// are in the same half), so the reduction buffer stays one pass's 16 KB. The weights are read once, B twice (once
-// per half, from L2). Every accumulator gets compute_chunk's mmas in compute_chunk's order and reduced_half sums
-// the same partials in the same order as reduced: the outputs are the two single passes' bits.
-template <bool kGateUp>
-__device__ __forceinline__ void pair_pass(const MoeFastArgs& p, const TileRows& tr, int rb, int pass, int cnt,
-                                          int64_t n0, float* red) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int64_t K = p.K, nch = K / kFastChunk;
-  const uint16_t* x0 = pass + g < cnt ? p.xb + (int64_t(rb) + pass + g) * K : nullptr;
-  const uint16_t* x1 = pass + kFastTokens + g < cnt ? p.xb + (int64_t(rb) + pass + kFastTokens + g) * K : nullptr;
-  const int64_t row8 = 8 * tr.data_row, srow8 = 8 * tr.scale_row;
-#pragma unroll 1
-  for (int hf = 0; hf < 2; ++hf) {
-    // tile pair j: matrix j (gate/up) or 0 (down), first row 16hf (gate/up) or 32hf + 16j (down) past the lane's g
-    const int64_t r0 = kGateUp ? 16 * hf : 32 * hf, r1 = kGateUp ? 16 * hf : 32 * hf + 16;
-    const uint8_t* wd0 = tr.data[0] + r0 * tr.data_row + t * 16;
-    const uint8_t* wd1 = tr.data[kGateUp ? 1 : 0] + r1 * tr.data_row + t * 16;
-    const uint8_t* ws0 = tr.scale[0] + r0 * tr.scale_row + t;
-    const uint8_t* ws1 = tr.scale[kGateUp ? 1 : 0] + r1 * tr.scale_row + t;
-    float acc[2][2][4] = {};
-    for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
-      const int64_t wo = ch * (kFastChunk / 2), so = ch * (kFastChunk / 32);
-      uint4 w[2][2];
-      w[0][0] = __ldg(reinterpret_cast<const uint4*>(wd0 + wo));
-      w[0][1] = __ldg(reinterpret_cast<const uint4*>(wd0 + row8 + wo));
-      w[1][0] = __ldg(reinterpret_cast<const uint4*>(wd1 + wo));
-      w[1][1] = __ldg(reinterpret_cast<const uint4*>(wd1 + row8 + wo));
-      const uint32_t F00 = scale_pair(__ldg(ws0 + so)), F01 = scale_pair(__ldg(ws0 + srow8 + so));
-      const uint32_t F10 = scale_pair(__ldg(ws1 + so)), F11 = scale_pair(__ldg(ws1 + srow8 + so));
-      const uint4* xp0 = x0 ? reinterpret_cast<const uint4*>(x0 + ch * kFastChunk + t * 32) : nullptr;
-      const uint4* xp1 = x1 ? reinterpret_cast<const uint4*>(x1 + ch * kFastChunk + t * 32) : nullptr;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint4 b0 = xp0 ? __ldg(xp0 + q) : make_uint4(0, 0, 0, 0);
-        const uint4 b1 = xp1 ? __ldg(xp1 + q) : make_uint4(0, 0, 0, 0);
-        pair_kstep(word(w[0][0], q), word(w[0][1], q), F00, F01, b0, b1, acc[0][0], acc[0][1]);
-        pair_kstep(word(w[1][0], q), word(w[1][1], q), F10, F11, b0, b1, acc[1][0], acc[1][1]);
-      }
-    }
-    store_half_partials(red, warp, lane, acc);
-    __syncthreads();
-    store_half<kGateUp>(red, hf, n0, p.N, int64_t(rb) + pass, cnt - pass, p.limit, p.hout, p.yout);
-    __syncthreads();  // red is rewritten by the next half or pass
-  }
 }
 
 // The shared expert's block (grid row y < ceil(sh.rows / 8)): its tokens 8y..8y+7 against FP8 rows n0.. of W1 / W3
@@ -377,99 +256,17 @@ __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFast
   else store_pass<false>(red, n0, p.N, pass, valid, 0.0f, nullptr, sh.out);
 }
 
-// One k-step pair of the shared expert's FP8 rows for both passes of a paired shared block (shared_block's mmas,
-// each decoded A fragment feeding pass 0's B x0 and pass 1's B x1).
-__device__ __forceinline__ void shared_pair_kstep(uint32_t w0a, uint32_t w0b, uint32_t w1a, uint32_t w1b, uint32_t F,
-                                                  const uint4& x0, const uint4& x1, float (&acc0)[4],
-                                                  float (&acc1)[4]) {
-  const uint32_t a0 = bf16x2_mul(md::e4m3_pair_bits(w0a, w0b, 0), F), a1 = bf16x2_mul(md::e4m3_pair_bits(w1a, w1b, 0), F);
-  const uint32_t a2 = bf16x2_mul(md::e4m3_pair_bits(w0a, w0b, 1), F), a3 = bf16x2_mul(md::e4m3_pair_bits(w1a, w1b, 1), F);
-  mma_bf16(acc0, a0, a1, a2, a3, x0.x, x0.y);
-  mma_bf16(acc1, a0, a1, a2, a3, x1.x, x1.y);
-  const uint32_t b0 = bf16x2_mul(md::e4m3_pair_bits(w0a, w0b, 2), F), b1 = bf16x2_mul(md::e4m3_pair_bits(w1a, w1b, 2), F);
-  const uint32_t b2 = bf16x2_mul(md::e4m3_pair_bits(w0a, w0b, 3), F), b3 = bf16x2_mul(md::e4m3_pair_bits(w1a, w1b, 3), F);
-  mma_bf16(acc0, b0, b1, b2, b3, x0.z, x0.w);
-  mma_bf16(acc1, b0, b1, b2, b3, x1.z, x1.w);
-}
-
-// shared_block for 16 tokens (grid row y: tokens 16y..16y+15, two passes of 8), as pair_pass does for an expert: the
-// tiles in two halves, each decoded fragment feeding both passes; every accumulator gets shared_block's
-// mmas in its order (chunk, half h, word pair qq), so the outputs are shared_block's bits.
-template <bool kGateUp>
-__device__ __forceinline__ void shared_pair_block(const MoeFastArgs& p, const MoeFastShared& sh, float* red) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int rows = kGateUp ? md::kFastGateRows : md::kFastDownRows;
-  const int64_t n0 = int64_t(blockIdx.x) * rows;
-  const int64_t K = p.K, nch = K / kFastChunk;
-  const int pass = int(blockIdx.y) * 2 * kFastTokens;
-  const uint16_t* x0 = pass + g < sh.rows ? p.xb + (sh.row0 + pass + g) * K : nullptr;
-  const uint16_t* x1 = pass + kFastTokens + g < sh.rows ? p.xb + (sh.row0 + pass + kFastTokens + g) * K : nullptr;
-  const uint8_t* ws0 = static_cast<const uint8_t*>(sh.s1) + (n0 / 128) * (K / 128);
-  const uint8_t* ws1 = static_cast<const uint8_t*>(kGateUp ? sh.s3 : sh.s1) + (n0 / 128) * (K / 128);
-#pragma unroll 1
-  for (int hf = 0; hf < 2; ++hf) {
-    const int64_t r0 = kGateUp ? 16 * hf : 32 * hf, r1 = kGateUp ? 16 * hf : 32 * hf + 16;
-    const uint8_t* wd0 = static_cast<const uint8_t*>(sh.w1) + (n0 + g + r0) * K + t * 32;
-    const uint8_t* wd1 = static_cast<const uint8_t*>(kGateUp ? sh.w3 : sh.w1) + (n0 + g + r1) * K + t * 32;
-    float acc[2][2][4] = {};
-    for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
-      const uint32_t f0 = md::e4m3_scale_bf16(__ldg(ws0 + ch));
-      const uint32_t f1 = kGateUp ? md::e4m3_scale_bf16(__ldg(ws1 + ch)) : f0;
-      const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
-#pragma unroll 1
-      for (int h = 0; h < 2; ++h) {
-        uint4 w[2][2], xa[2], xc[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          w[0][r] = __ldg(reinterpret_cast<const uint4*>(wd0 + 8 * r * K + ch * kFastChunk + 16 * h));
-          w[1][r] = __ldg(reinterpret_cast<const uint4*>(wd1 + 8 * r * K + ch * kFastChunk + 16 * h));
-        }
-        load_x_half(x0, nullptr, int(ch), t, h, xa);
-        load_x_half(x1, nullptr, int(ch), t, h, xc);
-#pragma unroll
-        for (int qq = 0; qq < 2; ++qq)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            shared_pair_kstep(word(w[j][0], 2 * qq), word(w[j][0], 2 * qq + 1), word(w[j][1], 2 * qq),
-                              word(w[j][1], 2 * qq + 1), j ? F1 : F0, xa[qq], xc[qq], acc[j][0], acc[j][1]);
-      }
-    }
-    store_half_partials(red, warp, lane, acc);
-    __syncthreads();
-    if constexpr (kGateUp) store_half<true>(red, hf, n0, p.N, sh.row0 + pass, int(sh.rows) - pass, sh.limit, p.hout, nullptr);
-    else store_half<false>(red, hf, n0, p.N, pass, int(sh.rows) - pass, 0.0f, nullptr, sh.out);
-    __syncthreads();  // red is rewritten by the next half
-  }
-}
-
-// Tokens per shared-expert grid row of moe_fast_kernel: 16 with the paired passes (shared_pair_block), else 8.
-__host__ __device__ constexpr int shared_slot_tokens(bool pairs) { return pairs ? 2 * kFastTokens : kFastTokens; }
-
-// kVariant (MoeFastVariant): 0 = the session-18 kernel; 1 = an expert's passes of 8 tokens taken two at a time
-// (pair_pass) while more than 8 of its tokens are left. Same bits.
-template <bool kGateUp, bool kXf32, int kVariant>
+template <bool kGateUp, bool kXf32>
 __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p, MoeFastShared sh) {
-  constexpr bool kPairs = kVariant == 1 && !kXf32;  // fp32 x runs at T*topk <= 16: never 9 rows of one expert
   __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
-  constexpr int kSlotTokens = shared_slot_tokens(kPairs);
-  const int shared_slots = int((sh.rows + kSlotTokens - 1) / kSlotTokens);
+  const int shared_slots = int((sh.rows + kFastTokens - 1) / kFastTokens);
   if (int(blockIdx.y) < shared_slots) {
-    if constexpr (kPairs) shared_pair_block<kGateUp>(p, sh, red);
-    else shared_block<kGateUp, kXf32>(p, sh, red);
+    shared_block<kGateUp, kXf32>(p, sh, red);
     return;
   }
   const int slot = int(blockIdx.y) - shared_slots;
-  int e;
-  if constexpr (kVariant == 1) {
-    // both loads in flight at once (1 + slot <= max_active <= experts: inside active), one L2 round trip less before
-    // the weights' addresses are known
-    const int touched = p.active[0];
-    e = p.active[1 + slot];
-    if (slot >= touched) return;
-  } else {
-    if (slot >= p.active[0]) return;
-    e = p.active[1 + slot];
-  }
+  if (slot >= p.active[0]) return;
+  const int e = p.active[1 + slot];
   const int rb = p.offsets[e], cnt = p.offsets[e + 1] - rb;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rows = kGateUp ? md::kFastGateRows : md::kFastDownRows;
@@ -487,13 +284,6 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
   }
 
   for (int pass = 0; pass < cnt; pass += kFastTokens) {
-    if constexpr (kPairs) {
-      if (cnt - pass > kFastTokens) {
-        pair_pass<kGateUp>(p, tr, rb, pass, cnt, n0, red);
-        pass += kFastTokens;  // and the loop's increment: 16 tokens
-        continue;
-      }
-    }
     const bool has_row = pass + g < cnt;
     const uint16_t* xrow = !kXf32 && has_row ? p.xb + (int64_t(rb) + pass + g) * K : nullptr;
     const float* xfrow = kXf32 && has_row ? p.xf + int64_t(p.perm[rb + pass + g]) * K : nullptr;
@@ -504,7 +294,11 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     // next 3 chunks (2026-12-01) made every T slower (H200: T = 1 / 64 / 256 routed 54 / 991 / 1310 us without,
     // 73 / 1368 / 1861 us with) and was removed. 16 rows per pass (one decoded weight fragment for two n8 mmas,
     // 126-128 registers, 2 blocks/SM; session 15) gave the same bits and was slower at every T (T = 64 / 256
-    // gate/up 665 / 925 us against 545 / 843) and was removed.
+    // gate/up 665 / 925 us against 545 / 843) and was removed. Two passes at once within 80 registers (session 22,
+    // branch s22-moed 3e5802f: the tiles in two halves, each decoded fragment feeding both groups of 8, same bits)
+    // was slower at every T too, the experts without a second pass included: its registers made ptxas spill
+    // addresses that this loop then reloads before each chunk's weight loads (T = 64 / 256 gate/up 632 / 933 us
+    // against 550 / 858).
     for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
       Chunk c;
       if constexpr (kXf32) load_x(xrow, xfrow, int(ch), t, c);  // fp32 x converted first: fewer live registers
@@ -544,29 +338,19 @@ void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t*
   launch_moe_gather_shared(x, perm_token, rows_dev, max_rows, 0, K, xb, stream);
 }
 
-namespace {
-template <int kVariant>
-void launch_variant(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, dim3 grid, cudaStream_t st) {
-  if (gate_up && a.xf) moe_fast_kernel<true, true, kVariant><<<grid, kFastThreads, 0, st>>>(a, s);
-  else if (gate_up) moe_fast_kernel<true, false, kVariant><<<grid, kFastThreads, 0, st>>>(a, s);
-  else moe_fast_kernel<false, false, kVariant><<<grid, kFastThreads, 0, st>>>(a, s);
-}
-}  // namespace
-
 void launch_moe_fast_shared(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, int64_t max_active,
-                            void* stream, MoeFastVariant variant) {
+                            void* stream) {
   const int rows = gate_up ? md::kFastGateRows : md::kFastDownRows;
-  // moe_fast_kernel's kPairs: the paired variant without fp32 x
-  const int slot_tokens = shared_slot_tokens(variant == MoeFastVariant::kPairedPasses && !(gate_up && a.xf));
-  const int64_t shared_slots = (s.rows + slot_tokens - 1) / slot_tokens;
+  const int64_t shared_slots = (s.rows + kFastTokens - 1) / kFastTokens;
   const dim3 grid(unsigned(a.N / rows), unsigned(shared_slots + max_active));
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (variant == MoeFastVariant::kPairedPasses) launch_variant<1>(gate_up, a, s, grid, st);
-  else launch_variant<0>(gate_up, a, s, grid, st);
+  if (gate_up && a.xf) moe_fast_kernel<true, true><<<grid, kFastThreads, 0, st>>>(a, s);
+  else if (gate_up) moe_fast_kernel<true, false><<<grid, kFastThreads, 0, st>>>(a, s);
+  else moe_fast_kernel<false, false><<<grid, kFastThreads, 0, st>>>(a, s);
 }
 
 void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream) {
-  launch_moe_fast_shared(gate_up, a, MoeFastShared{}, max_active, stream, MoeFastVariant::kPairedPasses);
+  launch_moe_fast_shared(gate_up, a, MoeFastShared{}, max_active, stream);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

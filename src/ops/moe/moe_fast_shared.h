@@ -23,19 +23,12 @@ struct MoeFastShared {
   float* out = nullptr;
 };
 
-// The decode kernels' variant (the same bits; moe_plan.h moe_fast_variant picks it). kSession18: each pass of 8 of
-// an expert's tokens decodes the expert's weight tile anew. kPairedPasses: an expert with more than 8 tokens takes
-// them 16 at a time, each decoded weight fragment feeding the mmas of both groups of 8 (the block's tiles in two
-// halves, so the registers stay those of one pass), and chunks whose E8M0 bytes are all <= 192 decode their scales
-// with two integer multiply-adds instead of range selects.
-enum class MoeFastVariant { kSession18 = 0, kPairedPasses = 1 };
-
 namespace detail {
 // moe_fast.cu: launch_moe_fast with the shared expert's grid rows in front ("moe_fast_kernel"); the gather of the
 // permuted x rows (rows < *rows_dev of max_rows) followed by `shared_rows` rows of x in token order at rows max_rows..
 // ("moe_gather_kernel", max_rows + shared_rows blocks).
 void launch_moe_fast_shared(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, int64_t max_active,
-                            void* stream, MoeFastVariant variant);
+                            void* stream);
 void launch_moe_gather_shared(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
                               int64_t shared_rows, int64_t K, uint16_t* xb, void* stream);
 }  // namespace detail

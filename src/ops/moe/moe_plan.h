@@ -8,7 +8,6 @@
 
 #include "ops/gemm/gemm_plan.h"
 #include "ops/kernel_mode.h"
-#include "ops/moe/moe_fast_shared.h"  // MoeFastVariant
 #include "ops/moe/moe_launch.h"  // MoeExpertsDevice, MoeSharedDevice
 
 namespace dsinfer::ops::cuda {
@@ -126,13 +125,6 @@ MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, boo
 // theirs. Otherwise the shared expert runs through gemm_cuda (side stream or in line, MoePlan).
 bool moe_shared_fused(MoePath path, MoeExpertKernels experts, int64_t T, const MoeExpertsDevice& ex,
                       const MoeSharedDevice& sh);
-
-// The decode kernels' variant (MoeFastVariant, same bits): kPairedPasses; DSINFER_MOE_FAST_VARIANT=0 takes the
-// session-18 kernels (an A/B between processes), 1 or unset the paired passes. moe_fast_variant_from: nullptr = unset;
-// a value it cannot use gives kPairedPasses and *valid = false. moe_fast_variant reads the variable once and names
-// a value it cannot use on stderr. Measured on the H200: bench/NOTES.md "Session 22 — helper s22-moed".
-MoeFastVariant moe_fast_variant_from(const char* value, bool* valid = nullptr);
-MoeFastVariant moe_fast_variant();
 
 // One grouped expert GEMM (kGemm) over total_rows permuted rows of `experts` experts: the skinny kernel when allowed
 // and the rows average <= kMoeSkinnyRowsPerExpert per expert (and 16-byte weight vectors are legal), else the tiled
