@@ -294,7 +294,11 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     // next 3 chunks (2026-12-01) made every T slower (H200: T = 1 / 64 / 256 routed 54 / 991 / 1310 us without,
     // 73 / 1368 / 1861 us with) and was removed. 16 rows per pass (one decoded weight fragment for two n8 mmas,
     // 126-128 registers, 2 blocks/SM; session 15) gave the same bits and was slower at every T (T = 64 / 256
-    // gate/up 665 / 925 us against 545 / 843) and was removed.
+    // gate/up 665 / 925 us against 545 / 843) and was removed. Two passes at once within 80 registers (session 22,
+    // branch s22-moed 3e5802f: the tiles in two halves, each decoded fragment feeding both groups of 8, same bits)
+    // was slower at every T too, the experts without a second pass included: its registers made ptxas spill
+    // addresses that this loop then reloads before each chunk's weight loads (T = 64 / 256 gate/up 632 / 933 us
+    // against 550 / 858).
     for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
       Chunk c;
       if constexpr (kXf32) load_x(xrow, xfrow, int(ch), t, c);  // fp32 x converted first: fewer live registers
