@@ -67,6 +67,10 @@ Result<const float*> upload_floats(std::vector<cuda::DeviceBuffer<uint8_t>>& own
 Result<ops::cuda::DeviceWeight> upload_mat(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, const model::Mat& m);
 Result<HcDevice> upload_hc(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, const model::HcWeights& h);
 
+// Whether the drafters run independent paths on side streams (the DraftForward's K=V path, DSpark's fused ingest):
+// DSINFER_DSPARK_CONCURRENT=0 turns them off (every op in order on the drafter's stream). The one place it is read.
+bool draft_side_streams();
+
 // Scratch and the layer forward shared by both drafters (draft_layer_cuda.cpp).
 class DraftForward {
  public:

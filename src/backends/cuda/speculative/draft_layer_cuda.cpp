@@ -35,9 +35,13 @@ DraftForward::~DraftForward() {
   if (kv_join_) cudaEventDestroy(static_cast<cudaEvent_t>(kv_join_));
 }
 
-Status DraftForward::init() {
+bool draft_side_streams() {
   const char* cc = std::getenv("DSINFER_DSPARK_CONCURRENT");
-  if (!(cc && std::string(cc) == "0")) {
+  return !(cc && std::string(cc) == "0");
+}
+
+Status DraftForward::init() {
+  if (draft_side_streams()) {
     cudaStream_t side = nullptr;
     cudaEvent_t fork = nullptr, join = nullptr;
     DSI_CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));

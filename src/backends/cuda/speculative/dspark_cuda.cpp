@@ -43,8 +43,7 @@ DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig d
   times_.on = t && std::string(t) == "1";
   const char* pr = std::getenv("DSINFER_DSPARK_PROFILE");
   profile_ = pr && std::string(pr) == "1";
-  const char* cc = std::getenv("DSINFER_DSPARK_CONCURRENT");
-  concurrent_ = !(cc && std::string(cc) == "0");
+  concurrent_ = draft_side_streams();
 }
 
 DsparkCuda::~DsparkCuda() {
