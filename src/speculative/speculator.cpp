@@ -270,18 +270,13 @@ void Speculator::forget_finished(const scheduler::Scheduler& sched) {
   }
 }
 
-Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outputs, std::span<const float> hidden,
-                         scheduler::Scheduler& sched, structured::StructuredDecoding* sd) {
-  const auto t0 = std::chrono::steady_clock::now();
-  forget_finished(sched);
+Speculator::Committed Speculator::committed_positions(const BatchPlan& plan, std::span<const StepOutput> outputs,
+                                                      scheduler::Scheduler& sched) {
   std::vector<int32_t> accepted(plan.seqs.size(), 0);
   for (const StepOutput& o : outputs) accepted[size_t(o.plan_index)] = int32_t(o.samples.size()) - 1;
-
-  // 1. Every live planned sequence's newly committed positions (never a rejected draft's).
-  std::vector<IngestItem> ingest;
-  std::vector<std::vector<int32_t>> next(plan.seqs.size());
-  std::vector<size_t> decoding;  // plan indices of sequences to draft for
-  std::vector<bool> ready(plan.seqs.size(), true);  // the drafter's context of the sequence is whole
+  Committed c;
+  c.next.resize(plan.seqs.size());
+  c.ready.assign(plan.seqs.size(), true);
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const SeqPlan& sp = plan.seqs[i];
     drafts_.erase(sp.seq_id);
@@ -292,12 +287,22 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     const int64_t P = int64_t(sp.prompt_tokens.size());
     for (int32_t t = 0; t < n; ++t) {
       const int64_t p = sp.start_pos + t + 1;
-      next[i].push_back(p < P ? sp.prompt_tokens[size_t(p)] : out[size_t(p - P)]);
+      c.next[i].push_back(p < P ? sp.prompt_tokens[size_t(p)] : out[size_t(p - P)]);
     }
-    ingest.push_back({sp.slot, sp.start_pos, n, sp.token_offset, next[i]});
-    ready[i] = note_ingest(sp.seq_id, sp.start_pos, n);
-    if (st == scheduler::SeqState::Decoding) decoding.push_back(i);
+    c.ingest.push_back({sp.slot, sp.start_pos, n, sp.token_offset, c.next[i]});
+    c.ready[i] = note_ingest(sp.seq_id, sp.start_pos, n);
+    if (st == scheduler::SeqState::Decoding) c.decoding.push_back(i);
   }
+  return c;
+}
+
+Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outputs, std::span<const float> hidden,
+                         scheduler::Scheduler& sched, structured::StructuredDecoding* sd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  forget_finished(sched);
+  // 1. Every live planned sequence's newly committed positions.
+  const Committed c = committed_positions(plan, outputs, sched);
+  const std::vector<size_t>& decoding = c.decoding;
 
   // 2. A block of drafts after each decoding sequence's last token, drawn from the request's processing of the
   //    draft logits with its own Philox stream.
@@ -323,7 +328,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     if (sp.params->max_tokens)
       num_drafts = int32_t(std::clamp<int64_t>(*sp.params->max_tokens - int64_t(hist[j].size()) - 1, 0, k));
     const bool argmax = plain_argmax(*sp.params, hist[j].size()) && !tms[j];
-    if (!ready[decoding[j]]) num_drafts = 0;  // its context still holds positions never ingested
+    if (!c.ready[decoding[j]]) num_drafts = 0;  // its context still holds positions never ingested
     items.push_back({sp.slot, anchor_pos, hist[j].back(), num_drafts, argmax, context_[sp.seq_id].context_start});
   }
   std::vector<std::vector<double>> q(items.size());
@@ -360,7 +365,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   } else {
     // A round whose proposals do not fit what the host decided after it (a sequence finished, the gate stopped, the
     // request's last tokens) proposes again; its ingest of the same positions writes the same rows again.
-    DSI_RETURN_IF_ERROR(drafter_->ingest(ingest, hidden));
+    DSI_RETURN_IF_ERROR(drafter_->ingest(c.ingest, hidden));
     if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))
       DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
     DSI_RETURN_IF_ERROR(drafter_->flush());  // an ingest no propose took (nothing drafted this step)

@@ -104,6 +104,17 @@ class Speculator {
   bool round_usable(const std::vector<ProposeItem>& items, size_t planned) const;
   void take_round_proposals(const std::vector<ProposeItem>& items, std::vector<Proposal>& props);
   void count_calibration(const SeqDraft& d, int32_t verified, int32_t accepted);
+  // draft()'s first step: every live planned sequence's newly committed positions (never a rejected draft's) for the
+  // drafter's ingest, the plan indices of the decoding sequences (to draft for) and whether each sequence's drafter
+  // context is whole (note_ingest). Drops every planned sequence's pending drafts.
+  struct Committed {
+    std::vector<IngestItem> ingest;          // reads `next`
+    std::vector<std::vector<int32_t>> next;  // per plan index: the tokens after the committed positions
+    std::vector<size_t> decoding;
+    std::vector<bool> ready;
+  };
+  Committed committed_positions(const scheduler::BatchPlan& plan, std::span<const scheduler::StepOutput> outputs,
+                                scheduler::Scheduler& sched);
   // The cost-model schedule of draft(): which items draft at all (num_drafts = 0 where drafting does not pay), and
   // after proposing, the greedy sequences' common verify length.
   void gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, int64_t num_seqs);
