@@ -167,6 +167,7 @@ int cmd_bench(int argc, char** argv) {
     return ok ? FlagParse::kOk : FlagParse::kError;
   }, on_switch);
   if (rc >= 0) return rc;
+  (void)writes_results();  // one process per rank: rank 0 alone prints the report
   if (o.model_dir.empty()) {
     std::fprintf(stderr, "bench: --model is required\n%s", kUsage);
     return 2;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "apps/dsinfer/commands.h"
+#include "apps/dsinfer/engine_flags.h"
 #include "dsinfer/diagnostics.h"
 
 namespace dsinfer::cli {
@@ -142,6 +143,7 @@ int cmd_check_reference(int argc, char** argv) {
     usage();
     return 2;
   }
+  (void)writes_results();  // one process per rank: rank 0 alone prints the report
   CheckReferenceReport rep;
   std::string error;
   if (!check_reference(o, &rep, &error)) return fail(error);

@@ -203,11 +203,17 @@ int cmd_generate(int argc, char** argv) {
   Options o;
   if (int rc = parse_options(argc, argv, o); rc >= 0) return rc;
   const bool batch = o.prompt.empty();
+  const bool writer = writes_results();  // one process per rank: rank 0 alone writes the results
   std::string err;
+  if (int32_t rank = 0, world = 1; o.resume && process_rank(&rank, &world, &err) && world > 1) {
+    std::fprintf(stderr, "generate: --resume is not implemented with one process per rank (WORLD_SIZE=%d): only rank "
+                         "0 reads the earlier output\n", int(world));
+    return 2;
+  }
   std::vector<std::string> texts;
   BatchOutput output;
   if (batch && (!check_output_is_not_input(o.input, o.output, &err) || !read_input(o.input, &texts) ||
-                !output.open(o.output, o.resume, &err))) {
+                (writer && !output.open(o.output, o.resume, &err)))) {
     if (!err.empty()) std::fprintf(stderr, "generate: %s\n", err.c_str());
     return 2;
   }
@@ -226,7 +232,7 @@ int cmd_generate(int argc, char** argv) {
   auto finish_line = [&](size_t li, std::string record, bool failed) {
     lines[li].record = std::move(record);
     lines[li].failed = failed;
-    if (batch && !write_failed && !output.add(*lines[li].record, &err)) {
+    if (batch && writer && !write_failed && !output.add(*lines[li].record, &err)) {
       write_failed = true;
       std::fprintf(stderr, "generate: %s\n", err.c_str());
     }
@@ -420,7 +426,7 @@ int cmd_generate(int argc, char** argv) {
     std::vector<std::string> records;
     records.reserve(lines.size());
     for (Line& l : lines) records.push_back(std::move(*l.record));
-    if (!output.finish(records, &err)) {
+    if (writer && !output.finish(records, &err)) {
       std::fprintf(stderr, "generate: %s\n", err.c_str());
       rc = 2;
     }

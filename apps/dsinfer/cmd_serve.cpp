@@ -127,6 +127,18 @@ void drain(server::Server& srv, const sigset_t& sigs, int grace_s, int timeout_s
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
+  int32_t rank = 0, world = 1;
+  std::string launch_err;
+  if (!process_rank(&rank, &world, &launch_err)) {
+    std::fprintf(stderr, "serve: %s\n", launch_err.c_str());
+    return 2;
+  }
+  if (world > 1) {
+    std::fprintf(stderr, "serve: WORLD_SIZE=%d RANK=%d: a server's requests reach one process, so one process per "
+                 "rank cannot serve them; use one process driving N ranks: dsinfer serve --gpus N\n", int(world),
+                 int(rank));
+    return 2;
+  }
   EngineOptions eo;
   server::ServerOptions so;
   if (const char* key = std::getenv("DSINFER_API_KEY")) so.api_key = key;

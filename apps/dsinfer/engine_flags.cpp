@@ -14,6 +14,14 @@
 
 namespace dsinfer::cli {
 
+bool writes_results() {
+  int32_t rank = 0, world = 1;
+  std::string err;
+  if (!process_rank(&rank, &world, &err) || rank == 0) return true;
+  if (!std::freopen("/dev/null", "w", stdout)) std::fprintf(stderr, "rank %d: cannot silence stdout\n", int(rank));
+  return false;
+}
+
 std::string engine_flags_help() {
   const EngineOptions d;
   return fmt::format(
@@ -38,7 +46,7 @@ std::string engine_flags_help() {
       "            --eplb-interval STEPS ({}; the placement is recomputed from measured loads this often)\n"
       "            --communicator auto|nccl|in-process (in-process: ranks may share a GPU; the cpu backend's\n"
       "            --gpus N runs N ranks of the reference)  --collective-timeout-ms MS (300000)\n"
-      "            --inject-fault RANK:load|RANK:step:K|RANK:alloc:K (tests only: a planted rank failure)\n"
+      "            --inject-fault RANK:load|RANK:step:K|RANK:alloc:K|RANK:plan:K (tests only: a planted rank failure)\n"
       "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n"
       "  --engram-placement device|host|sharded (device; DeepSeek-V4.1's Engram tables: a copy per GPU, in pinned host\n"
       "            memory with each step's rows fetched behind the layers before them, or rows split over the GPUs)\n",

@@ -11,6 +11,10 @@
 
 namespace dsinfer::cli {
 
+// One process per rank (dsinfer::process_rank): false on a rank > 0, whose stdout then goes to /dev/null (rank 0
+// alone writes the command's results). Invalid variables are left to the engine, which refuses them by name.
+bool writes_results();
+
 // Help lines for the engine flags (defaults from EngineOptions).
 std::string engine_flags_help();
 

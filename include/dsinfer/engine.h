@@ -331,4 +331,9 @@ class StreamFormatter {
   std::unique_ptr<Impl> impl_;
 };
 
+// One process per rank (torchrun's WORLD_SIZE > 1 with RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT;
+// docs/multi_gpu.md "Bootstrap"): *rank = RANK and *world = WORLD_SIZE, or 0 and 1 without them. Every process runs
+// the same command; rank 0 alone writes its results. False (with the reason naming the variable) when they are invalid.
+bool process_rank(int32_t* rank, int32_t* world, std::string* error);
+
 }  // namespace dsinfer

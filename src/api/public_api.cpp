@@ -5,6 +5,7 @@
 #include "api/engine_impl.h"
 #include "api/openai_format.h"
 #include "api/request.h"
+#include "parallel/bootstrap.h"
 
 namespace dsinfer {
 
@@ -242,6 +243,14 @@ EngineStats Engine::stats() const {
   const structured::GrammarCacheStats gs = e.grammar_stats();
   st.grammar = {gs.compiles, gs.hits, gs.entries, int64_t(gs.bytes), gs.compile_seconds};
   return st;
+}
+
+bool process_rank(int32_t* rank, int32_t* world, std::string* error) {
+  auto launch = parallel::parse_launch_env(parallel::torchrun_env(), -1);
+  if (!launch.is_ok()) return report(launch.status(), false, error);
+  *rank = *launch ? (*launch)->rank : 0;
+  *world = *launch ? (*launch)->world : 1;
+  return true;
 }
 
 }  // namespace dsinfer

@@ -50,31 +50,6 @@ bool wait_fd(int fd, short events, Clock::time_point deadline) {
   return false;
 }
 
-Status send_all(int fd, const void* data, size_t n, Clock::time_point deadline) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  for (size_t off = 0; off < n;) {
-    if (!wait_fd(fd, POLLOUT, deadline)) return Status::error("timed out sending");
-    const ssize_t w = ::send(fd, p + off, n - off, MSG_NOSIGNAL);
-    if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (w <= 0) return Status::errorf("send: {}", std::strerror(errno));
-    off += size_t(w);
-  }
-  return Status::ok();
-}
-
-Status recv_all(int fd, void* data, size_t n, Clock::time_point deadline) {
-  uint8_t* p = static_cast<uint8_t*>(data);
-  for (size_t off = 0; off < n;) {
-    if (!wait_fd(fd, POLLIN, deadline)) return Status::errorf("timed out after {} of {} bytes", off, n);
-    const ssize_t r = ::recv(fd, p + off, n - off, 0);
-    if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (r == 0) return Status::errorf("the connection closed after {} of {} bytes", off, n);
-    if (r < 0) return Status::errorf("recv: {}", std::strerror(errno));
-    off += size_t(r);
-  }
-  return Status::ok();
-}
-
 void put_u32(std::vector<uint8_t>& b, uint32_t v) {
   for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i)));
 }
@@ -125,6 +100,33 @@ int try_connect(const AddrInfo& ai, Clock::time_point deadline) {
 }
 
 }  // namespace
+
+Status send_all(int fd, const void* data, size_t n, Clock::time_point deadline) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  for (size_t off = 0; off < n;) {
+    if (!wait_fd(fd, POLLOUT, deadline)) return Status::error("timed out sending");
+    const ssize_t w = ::send(fd, p + off, n - off, MSG_NOSIGNAL);
+    if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (w < 0 && (errno == ECONNRESET || errno == EPIPE)) return Status::error("the connection closed");
+    if (w <= 0) return Status::errorf("send: {}", std::strerror(errno));
+    off += size_t(w);
+  }
+  return Status::ok();
+}
+
+Status recv_all(int fd, void* data, size_t n, Clock::time_point deadline) {
+  uint8_t* p = static_cast<uint8_t*>(data);
+  for (size_t off = 0; off < n;) {
+    if (!wait_fd(fd, POLLIN, deadline)) return Status::errorf("timed out after {} of {} bytes", off, n);
+    const ssize_t r = ::recv(fd, p + off, n - off, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE)))
+      return Status::errorf("the connection closed after {} of {} bytes", off, n);
+    if (r < 0) return Status::errorf("recv: {}", std::strerror(errno));
+    off += size_t(r);
+  }
+  return Status::ok();
+}
 
 std::map<std::string, std::string> torchrun_env() {
   std::map<std::string, std::string> env;
@@ -204,6 +206,20 @@ Result<RendezvousServer> RendezvousServer::listen(const std::string& addr, int32
 }
 
 Status RendezvousServer::serve(int32_t world, std::span<const uint8_t> payload, Clock::time_point deadline) {
+  return serve_impl(world, payload, deadline, nullptr);
+}
+
+Result<std::vector<int>> RendezvousServer::accept_ranks(int32_t world, Clock::time_point deadline) {
+  std::vector<int> fds(size_t(std::max(world, 1)), -1);
+  const Status st = serve_impl(world, {}, deadline, &fds);
+  if (st.is_ok()) return fds;
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
+  return st;
+}
+
+Status RendezvousServer::serve_impl(int32_t world, std::span<const uint8_t> payload, Clock::time_point deadline,
+                                    std::vector<int>* keep) {
   if (fd_ < 0) return Status::error("rendezvous: the server is not listening");
   std::set<int32_t> served;
   while (int32_t(served.size()) < world - 1) {
@@ -234,14 +250,23 @@ Status RendezvousServer::serve(int32_t world, std::span<const uint8_t> payload, 
     const std::vector<uint8_t> out =
         problem.empty() ? answer(0, payload)
                         : answer(1, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-    if (send_all(c, out.data(), out.size(), hello_by).is_ok() && problem.empty()) served.insert(rank);
+    if (send_all(c, out.data(), out.size(), hello_by).is_ok() && problem.empty()) {
+      served.insert(rank);
+      if (keep) {
+        (*keep)[size_t(rank)] = c;
+        continue;
+      }
+    }
     ::close(c);
   }
   return Status::ok();
 }
 
-Result<std::vector<uint8_t>> rendezvous_fetch(const std::string& addr, int32_t port, int32_t rank, int32_t world,
-                                              Clock::time_point deadline) {
+namespace {
+
+// rendezvous_fetch; with `keep`, the connection stays open there (an ok answer only).
+Result<std::vector<uint8_t>> fetch_impl(const std::string& addr, int32_t port, int32_t rank, int32_t world,
+                                        Clock::time_point deadline, int* keep) {
   AddrInfo ai;
   DSI_RETURN_IF_ERROR(resolve(addr, port, false, ai));
   const std::string where = fmt::format("MASTER_ADDR={} MASTER_PORT={}", addr, port);
@@ -265,12 +290,27 @@ Result<std::vector<uint8_t>> rendezvous_fetch(const std::string& addr, int32_t p
     body.resize(get_u32(head + 8));
     st = recv_all(fd, body.data(), body.size(), deadline);
   }
-  ::close(fd);
+  if (st.is_ok() && get_u32(head + 4) == 0 && keep) *keep = fd;
+  else ::close(fd);
   if (!st.is_ok()) return Status::errorf("rendezvous: rank {} with rank 0 at {}: {}", rank, where, st.message());
   if (get_u32(head + 4) != 0)
     return Status::errorf("rendezvous: rank 0 at {} refused rank {}: {}", where, rank,
                           std::string(body.begin(), body.end()));
   return body;
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> rendezvous_fetch(const std::string& addr, int32_t port, int32_t rank, int32_t world,
+                                              Clock::time_point deadline) {
+  return fetch_impl(addr, port, rank, world, deadline, nullptr);
+}
+
+Result<int> rendezvous_connect(const std::string& addr, int32_t port, int32_t rank, int32_t world,
+                               Clock::time_point deadline) {
+  int fd = -1;
+  DSI_RETURN_IF_ERROR(fetch_impl(addr, port, rank, world, deadline, &fd).status());
+  return fd;
 }
 
 Result<std::vector<uint8_t>> exchange_id(const LaunchEnv& env, std::span<const uint8_t> payload,

@@ -1,7 +1,7 @@
-// Bootstrap of one process per GPU from torchrun-style environment variables (docs/multi_gpu.md "Bootstrap"):
-// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, read and checked here only, and the rendezvous that
-// gives every process rank 0's NCCL unique id (128 bytes) over a small TCP store on MASTER_ADDR:MASTER_PORT, every
-// wait bounded by a deadline. Without these variables (or WORLD_SIZE=1) one process drives every GPU of the node
+// Bootstrap of one process per rank from torchrun-style environment variables (docs/multi_gpu.md "Bootstrap"):
+// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, read and checked here only, and the rendezvous on
+// MASTER_ADDR:MASTER_PORT that gives every process rank 0's payload (an NCCL unique id) or keeps each rank's
+// connection to rank 0 open (the socket communicator, parallel/socket_comm.h), every wait bounded by a deadline. Without these variables (or WORLD_SIZE=1) one process drives every GPU of the node
 // (`dsinfer serve --gpus N`, the default). Host code, no CUDA / NCCL.
 #pragma once
 #include <chrono>
@@ -45,8 +45,13 @@ class RendezvousServer {
   // malformed / duplicate / wrong-world hello is answered with an error and does not count), and returns when every
   // rank has it; by `deadline` it fails naming the ranks that never came.
   Status serve(int32_t world, std::span<const uint8_t> payload, std::chrono::steady_clock::time_point deadline);
+  // serve() with an empty payload that keeps the connections: element r is rank r's socket (element 0: -1), owned
+  // by the caller.
+  Result<std::vector<int>> accept_ranks(int32_t world, std::chrono::steady_clock::time_point deadline);
 
  private:
+  Status serve_impl(int32_t world, std::span<const uint8_t> payload, std::chrono::steady_clock::time_point deadline,
+                    std::vector<int>* keep);
   int fd_ = -1;
   int32_t port_ = 0;
 };
@@ -55,6 +60,15 @@ class RendezvousServer {
 // payload; an error names the address and what failed or timed out.
 Result<std::vector<uint8_t>> rendezvous_fetch(const std::string& addr, int32_t port, int32_t rank, int32_t world,
                                               std::chrono::steady_clock::time_point deadline);
+
+// rendezvous_fetch that keeps the connection (accept_ranks' other end): the socket to rank 0, owned by the caller.
+Result<int> rendezvous_connect(const std::string& addr, int32_t port, int32_t rank, int32_t world,
+                               std::chrono::steady_clock::time_point deadline);
+
+// Blocking transfers on a non-blocking socket, bounded by `deadline` (errors say what failed; "closed" when the peer
+// closed or reset the connection).
+Status send_all(int fd, const void* data, size_t n, std::chrono::steady_clock::time_point deadline);
+Status recv_all(int fd, void* data, size_t n, std::chrono::steady_clock::time_point deadline);
 
 // Both sides by env.rank: rank 0 listens on MASTER_PORT and serves `payload` (its NCCL unique id); every rank
 // returns the payload.

@@ -12,7 +12,7 @@ Status FaultInjection::fire(int64_t k) const {
   return Status::errorf("injected fault in step {}", k);
 }
 
-Result<FaultInjection> parse_fault_injection(const std::string& spec, int32_t world) {
+Result<FaultInjection> parse_fault_injection(const std::string& spec, int32_t world, bool process_per_rank) {
   FaultInjection f;
   if (spec.empty()) return f;
   std::vector<std::string> parts;
@@ -23,8 +23,8 @@ Result<FaultInjection> parse_fault_injection(const std::string& spec, int32_t wo
       b = i + 1;
     }
   auto bad = [&] {
-    return Status::errorf("--inject-fault '{}': expected RANK:load, RANK:step:K or RANK:alloc:K with RANK < {}", spec,
-                          world);
+    return Status::errorf("--inject-fault '{}': expected RANK:load, RANK:step:K, RANK:alloc:K or RANK:plan:K with "
+                          "RANK < {}", spec, world);
   };
   auto num = [](const std::string& s, int64_t& out) {
     if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789") != std::string::npos) return false;
@@ -36,11 +36,17 @@ Result<FaultInjection> parse_fault_injection(const std::string& spec, int32_t wo
   f.rank = int32_t(rank);
   if (parts[1] == "load" && parts.size() == 2) {
     f.at = FaultInjection::At::kLoad;
-  } else if ((parts[1] == "step" || parts[1] == "alloc") && parts.size() == 3 && num(parts[2], f.step)) {
-    f.at = parts[1] == "step" ? FaultInjection::At::kStep : FaultInjection::At::kAlloc;
+  } else if ((parts[1] == "step" || parts[1] == "alloc" || parts[1] == "plan") && parts.size() == 3 &&
+             num(parts[2], f.step)) {
+    f.at = parts[1] == "step"    ? FaultInjection::At::kStep
+           : parts[1] == "alloc" ? FaultInjection::At::kAlloc
+                                 : FaultInjection::At::kPlan;
   } else {
     return bad();
   }
+  if (f.at == FaultInjection::At::kPlan && !process_per_rank)
+    return Status::errorf("--inject-fault '{}': a plan fault needs one process per rank (torchrun variables, cpu "
+                          "backend), where each step's plan is checked across the processes", spec);
   return f;
 }
 

@@ -8,7 +8,7 @@
 namespace dsinfer::parallel {
 
 Result<int32_t> validate_parallel(const ParallelSizes& s, const std::map<std::string, std::string>& env,
-                                  int32_t local_gpus) {
+                                  int32_t local_gpus, bool process_per_rank) {
   if (s.gpus < 1) return Status::errorf("--gpus must be >= 1, found {}", s.gpus);
   if (s.data_parallel != 1 && s.data_parallel != s.gpus)
     return Status::errorf("--data-parallel-size {} must be 1 (attention and state replicated on every GPU) or --gpus "
@@ -25,10 +25,19 @@ Result<int32_t> validate_parallel(const ParallelSizes& s, const std::map<std::st
     return Status::errorf("--expert-parallel-size {} must equal --gpus {} (expert parallelism over every GPU is the "
                           "only layout implemented yet)", ep, s.gpus);
   DSI_ASSIGN_OR_RETURN(const std::optional<LaunchEnv> launch, parse_launch_env(env, local_gpus));
-  if (launch)
-    return Status::errorf("WORLD_SIZE={} RANK={}: one process per GPU is not wired into the runners yet (the "
-                          "rendezvous is, parallel/bootstrap.h); run one process with --gpus {} (docs/multi_gpu.md "
-                          "\"Bootstrap\")", launch->world, launch->rank, launch->world);
+  if (launch && !process_per_rank)
+    return Status::errorf("WORLD_SIZE={} RANK={}: one process per GPU is not run on the cuda backend yet (NCCL "
+                          "needs one GPU per process, and no machine with several GPUs has run it); run one process "
+                          "driving them with --gpus {} (docs/multi_gpu.md \"Bootstrap\")", launch->world, launch->rank,
+                          launch->world);
+  if (launch && s.gpus != launch->world)
+    return Status::errorf("WORLD_SIZE={} RANK={} but --gpus {}: every process of a launch of one process per rank "
+                          "runs with --gpus WORLD_SIZE (and holds its rank's share)", launch->world, launch->rank,
+                          s.gpus);
+  if (launch && s.data_parallel > 1)
+    return Status::errorf("WORLD_SIZE={} RANK={}: DP attention (--data-parallel-size {}) is not implemented with one "
+                          "process per rank (each process runs every sequence); use expert or tensor parallelism, or "
+                          "one process with --gpus {}", launch->world, launch->rank, s.data_parallel, launch->world);
   if (local_gpus >= 0 && s.gpus > local_gpus)
     return Status::errorf("--gpus {} but only {} CUDA device(s) are visible", s.gpus, local_gpus);
   return ep;

@@ -25,10 +25,11 @@ struct ParallelSizes {
 
 // The sizes implemented: gpus >= 1, EP = gpus (0 = default), DP = 1 or gpus, TP = 1 or gpus, not DP and TP both;
 // a clear error otherwise. env: the torchrun variables as read from the environment, checked by
-// parallel::parse_launch_env (local_gpus: the visible devices, < 0 = unknown); a launch of one process per GPU
-// (WORLD_SIZE > 1) is refused until the runners take it. Returns the EP size.
+// parallel::parse_launch_env (local_gpus: the visible devices, < 0 = unknown). A launch of one process per rank
+// (WORLD_SIZE > 1) is taken only where the runner runs it (process_per_rank: the cpu backend), with --gpus equal to
+// WORLD_SIZE and no DP attention; refused by name otherwise (the cuda backend). Returns the EP size.
 Result<int32_t> validate_parallel(const ParallelSizes& s, const std::map<std::string, std::string>& env,
-                                  int32_t local_gpus);
+                                  int32_t local_gpus, bool process_per_rank = false);
 
 // The layout of a validated plan, decided here only: kExpertParallel (DP = TP = 1: attention and state replicated,
 // the MoE output all-reduced), kDataParallel (--data-parallel-size = --gpus > 1: each rank its own sequences and

@@ -194,9 +194,19 @@ TEST(ParallelOptions, SizesAndTorchrunVariables) {
   EXPECT_NE(msg({0, 0, 1, 1}, {}, 2).find(">= 1"), std::string::npos);
   EXPECT_NE(msg({2, 0, 1, 1}, {{"WORLD_SIZE", "16"}, {"RANK", "0"}}, 8).find("multi-node"), std::string::npos);
   EXPECT_EQ(msg({2, 0, 1, 1}, {{"WORLD_SIZE", "1"}}, 8), "ok");
-  EXPECT_NE(msg({2, 0, 1, 1},
-                {{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}, 8)
-                .find("WORLD_SIZE=2 RANK=1: one process per GPU is not wired"),
+  const std::map<std::string, std::string> launch = {
+      {"WORLD_SIZE", "2"}, {"RANK", "1"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
+  EXPECT_NE(msg({2, 0, 1, 1}, launch, 8).find("WORLD_SIZE=2 RANK=1: one process per GPU is not run on the cuda"),
+            std::string::npos);
+  // One process per rank where the runner takes it (the cpu backend): --gpus WORLD_SIZE, EP or TP, not DP.
+  auto per_rank = [&](const ParallelSizes& s) {
+    auto r = parallel::validate_parallel(s, launch, -1, true);
+    return r.is_ok() ? std::string("ok") : r.status().message();
+  };
+  EXPECT_EQ(per_rank({2, 0, 1, 1}), "ok");
+  EXPECT_EQ(per_rank({2, 0, 1, 2}), "ok");
+  EXPECT_NE(per_rank({4, 0, 1, 1}).find("WORLD_SIZE=2 RANK=1 but --gpus 4"), std::string::npos);
+  EXPECT_NE(per_rank({2, 0, 2, 1}).find("DP attention (--data-parallel-size 2) is not implemented with one process"),
             std::string::npos);
   EXPECT_NE(msg({1, 0, 1, 1}, {{"WORLD_SIZE", "x"}}, 8).find("WORLD_SIZE"), std::string::npos);
   EXPECT_NE(msg({1, 0, 1, 1}, {{"WORLD_SIZE", "2"}, {"RANK", "0"}}, 8).find("needs LOCAL_RANK"), std::string::npos);

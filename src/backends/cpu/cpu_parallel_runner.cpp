@@ -12,6 +12,7 @@
 #include "parallel/fault_injection.h"
 #include "parallel/inproc_comm.h"
 #include "parallel/parallel_plan.h"
+#include "parallel/socket_comm.h"
 #include "parallel/shard_pool.h"
 #include "parallel/step_queue.h"
 #include "runner/rank_split.h"
@@ -22,8 +23,11 @@ namespace {
 
 class CpuParallelRunner final : public runner::ModelRunner, public runner::RunnerDiagnostics {
  public:
-  CpuParallelRunner(int32_t n, parallel::Layout layout)
-      : layout_(layout), shards_(size_t(n)), out_(size_t(n)), traffic_(size_t(n)) {}
+  // world ranks; this process holds `local` of them from rank `first` (all of them, or its own under a launch of one
+  // process per rank).
+  CpuParallelRunner(int32_t world, int32_t first, int32_t local, parallel::Layout layout)
+      : layout_(layout), world_(world), first_(first), shards_(size_t(local)), out_(size_t(local)),
+        traffic_(size_t(local)) {}
   ~CpuParallelRunner() override {
     (void)queue_.drain(wait_limit_);  // a queued step still uses the shards
     (void)pool_.run([&](int32_t r) {
@@ -31,11 +35,12 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
       return Status::ok();
     });
   }
-  Status init(const runner::RunnerOptions& opts);
+  Status init(const runner::RunnerOptions& opts, const std::optional<parallel::LaunchEnv>& launch);
 
   const io::ModelConfig& config() const override { return shards_[0]->config(); }
   std::string name() const override {
-    return fmt::format("cpu parallel ({} ranks, {}, {}): {}", shards_.size(), parallel::layout_name(layout_),
+    const std::string here = per_process() ? fmt::format(", rank {} in this process", first_) : "";
+    return fmt::format("cpu parallel ({} ranks{}, {}, {}): {}", world_, here, parallel::layout_name(layout_),
                        comms_[0]->name(), shards_[0]->name());
   }
   int32_t kv_elem_bytes() const override { return 4; }
@@ -93,6 +98,8 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   }
   Status run_step(const scheduler::BatchPlan& plan, std::vector<float>& logits);
   bool dp() const { return layout_ == parallel::Layout::kDataParallel; }
+  bool per_process() const { return int32_t(shards_.size()) < world_; }  // one process per rank (torchrun)
+  Status same_plan_everywhere(const scheduler::BatchPlan& plan);
   // The first failure of any rank: recorded with its rank, every communicator aborted (ranks blocked in a
   // collective return at once). Called on the failing rank's thread, or by the pool at its deadline (rank -1).
   void fail(int32_t rank, const Status& cause) {
@@ -107,7 +114,7 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
     Status st = pool_.run([&](int32_t r) { return f(*shards_[size_t(r)]); });
     return st.is_ok() ? st : health();
   }
-  Status load_rank(const runner::RunnerOptions& opts, int32_t r);
+  Status load_rank(const runner::RunnerOptions& opts, int32_t i);  // local shard i: rank first_ + i
   // The planted step fault of rank r, fired at its first collective of that step (its peers wait there).
   Status step_fault(int32_t r) const { return fault_.hits_step(r, steps_) ? fault_.fire(steps_) : Status::ok(); }
   Status copy_one(const cache::StateCopy& c);
@@ -115,10 +122,11 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   Status regions_dp(std::span<const cache::StateRegion> regions, uint8_t* host, size_t bytes, cache::CopyRun::Dir dir);
 
   parallel::Layout layout_;
+  int32_t world_ = 1, first_ = 0;  // the group's ranks; the first held here (shards_[i] is rank first_ + i)
   parallel::ShardPool pool_;
   std::vector<std::unique_ptr<parallel::Communicator>> comms_;
   std::vector<std::unique_ptr<CpuRunner>> shards_;
-  std::vector<std::vector<float>> out_;  // each rank's logits (EP: identical to rank 0's, dropped)
+  std::vector<std::vector<float>> out_;  // each local rank's logits (EP: identical to the first's, dropped)
   parallel::FaultInjection fault_;
   int64_t steps_ = 0;  // written between steps by the caller, read by the ranks during one
   mutable std::mutex mu_;
@@ -147,25 +155,25 @@ class CpuParallelRunner final : public runner::ModelRunner, public runner::Runne
   std::deque<std::pair<std::shared_ptr<Launched>, std::future<Status>>> launched_;
 };
 
-Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r) {
+Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t i) {
+  const int32_t r = first_ + i, n = world_;
   if (fault_.hits_load(r)) return fault_.fire(0);
-  const int32_t n = int32_t(shards_.size());
   DSI_ASSIGN_OR_RETURN(auto model, load_cpu_model(opts.model_dir, opts.numerics, opts.engram_placement));
   const io::ModelConfig& cfg = model->config();
   DSI_ASSIGN_OR_RETURN(const parallel::ExpertRange range, parallel::expert_range(cfg.n_routed_experts, r, n));
   model::ExpertShard shard;
-  parallel::Communicator* comm = comms_[size_t(r)].get();
+  parallel::Communicator* comm = comms_[size_t(i)].get();
   const parallel::DispatchShape shape{0, cfg.num_experts_per_tok, cfg.hidden_size, cfg.n_routed_experts};
   // Every pair's output through `route` (dispatch_combine or gather_pair_outputs); a step fault fires first.
   using Route = decltype(&parallel::dispatch_combine);
-  const auto exchange_by = [this, comm, r, shape](Route route) {
-    return [this, comm, r, shape, route](int64_t, std::span<const float> x, std::span<const int32_t> idx,
+  const auto exchange_by = [this, comm, r, i, shape](Route route) {
+    return [this, comm, r, i, shape, route](int64_t, std::span<const float> x, std::span<const int32_t> idx,
                                          std::span<const float> wt, const model::ExpertCompute& compute,
                                          std::vector<float>& y) -> Status {
       DSI_RETURN_IF_ERROR(step_fault(r));
       parallel::DispatchShape sh = shape;
       sh.tokens = int64_t(idx.size()) / shape.topk;
-      return route(*comm, sh, x, idx, wt, compute, y, &traffic_[size_t(r)]);
+      return route(*comm, sh, x, idx, wt, compute, y, &traffic_[size_t(i)]);
     };
   };
   if (dp()) {  // this rank's tokens only; the routed pairs go to the experts' ranks, the shared expert stays here
@@ -196,23 +204,74 @@ Status CpuParallelRunner::load_rank(const runner::RunnerOptions& opts, int32_t r
     }
   }
   DSI_RETURN_IF_ERROR(model->set_expert_shard(std::move(shard)));
-  shards_[size_t(r)] = std::make_unique<CpuRunner>(std::move(model));
+  shards_[size_t(i)] = std::make_unique<CpuRunner>(std::move(model));
   return Status::ok();
 }
 
-Status CpuParallelRunner::init(const runner::RunnerOptions& opts) {
-  const int32_t n = int32_t(shards_.size());
+Status CpuParallelRunner::init(const runner::RunnerOptions& opts, const std::optional<parallel::LaunchEnv>& launch) {
   if (opts.communicator != "auto" && opts.communicator != "in-process")
     return Status::errorf("the cpu backend's ranks use the in-process communicator, not '{}'", opts.communicator);
+  if (launch && opts.communicator != "auto")
+    return Status::errorf("WORLD_SIZE={}: one process per rank talks over sockets (--communicator auto), not '{}'",
+                          launch->world, opts.communicator);
   if (opts.collective_timeout_ms < 1) return Status::errorf("collective timeout {} ms", opts.collective_timeout_ms);
-  DSI_ASSIGN_OR_RETURN(fault_, parallel::parse_fault_injection(opts.fault_injection, n));
+  DSI_ASSIGN_OR_RETURN(fault_, parallel::parse_fault_injection(opts.fault_injection, world_, per_process()));
   const auto timeout = std::chrono::milliseconds(opts.collective_timeout_ms);
-  comms_ = parallel::make_inprocess_group(n, parallel::CommOptions{timeout});
-  pool_.set_on_failure([this](int32_t r, const Status& cause) { fail(r, cause); });
+  if (launch) {  // the rendezvous before the load: every process's failure then reaches the others
+    DSI_ASSIGN_OR_RETURN(auto comm, parallel::connect_socket_group(*launch, parallel::CommOptions{timeout}));
+    comms_.push_back(std::move(comm));
+  } else {
+    comms_ = parallel::make_inprocess_group(world_, parallel::CommOptions{timeout});
+  }
+  pool_.set_on_failure([this](int32_t i, const Status& cause) { fail(first_ + i, cause); });
   pool_.set_deadline(timeout + std::chrono::seconds(5));  // the communicator's own deadline comes first
   wait_limit_ = timeout + std::chrono::seconds(10);       // a queued step ends by the pool's deadline
-  Status st = pool_.start(n, [&](int32_t r) { return load_rank(opts, r); });
+  Status st = pool_.start(int32_t(shards_.size()), [&](int32_t i) { return load_rank(opts, i); });
   return st.is_ok() ? st : health();
+}
+
+// One process per rank: every process runs the same engine on the same requests, so every step's plan (its
+// sequences, tokens, positions, slots and blocks, and the tokens filled in from the last sampling) must be the same
+// on every rank. An all-gather of the plan's hash before the step checks it: a rank that differs ends the group
+// with an error naming it and the step, on every process alike (each compares every rank's hash).
+Status CpuParallelRunner::same_plan_everywhere(const scheduler::BatchPlan& plan) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the plan's fields
+  auto mix = [&h](const void* p, size_t n) {
+    for (size_t k = 0; k < n; ++k) h = (h ^ static_cast<const uint8_t*>(p)[k]) * 1099511628211ull;
+  };
+  auto mix_v = [&mix](const auto& v) {
+    const uint64_t n = v.size();
+    mix(&n, sizeof n);
+    if (n) mix(v.data(), n * sizeof(v[0]));
+  };
+  mix(&plan.step, sizeof plan.step);
+  for (const scheduler::SeqPlan& q : plan.seqs) {
+    const int64_t f[] = {int64_t(q.seq_id), int64_t(q.request_id), q.start_pos, q.num_new_tokens, q.token_offset,
+                         q.is_prefill, q.needs_logits, q.logits_row, q.num_spec_tokens, q.slot};
+    mix(f, sizeof f);
+    mix_v(q.block_table);
+  }
+  mix_v(plan.token_ids);
+  mix_v(plan.positions);
+  mix_v(plan.logits_token_index);
+  for (const cache::StateCopy& c : plan.state_copies) {
+    const int32_t f[] = {int32_t(c.kind), c.src, c.dst};
+    mix(f, sizeof f);
+  }
+  if (fault_.hits_plan(first_, steps_)) h ^= 1;  // test only: this rank's plan looks different
+  std::vector<uint64_t> all(static_cast<size_t>(world_));
+  if (Status st = comms_[0]->all_gather(&h, all.data(), sizeof h, nullptr); !st.is_ok()) {
+    fail(-1, st);
+    return health();
+  }
+  for (int32_t r = 1; r < world_; ++r)
+    if (all[size_t(r)] != all[0]) {
+      fail(-1, Status::errorf("step {}: rank {}'s plan differs from rank 0's (hash {:016x}, rank 0 {:016x}): every "
+                              "process of a launch of one process per rank must run the same requests with the same "
+                              "options", steps_, r, all[size_t(r)], all[0]));
+      return health();
+    }
+  return Status::ok();
 }
 
 Status CpuParallelRunner::bind_state(const cache::StateLayout& layout, int32_t num_slots, int32_t num_blocks,
@@ -305,8 +364,9 @@ Status CpuParallelRunner::step(const scheduler::BatchPlan& plan, std::vector<flo
 Status CpuParallelRunner::run_step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
   DSI_RETURN_IF_ERROR(health());
   if (!dp()) {
-    Status st = pool_.run([&](int32_t r) {
-      return shards_[size_t(r)]->step(plan, r == 0 ? logits : out_[size_t(r)]);  // rank 0's logits
+    if (per_process()) DSI_RETURN_IF_ERROR(same_plan_everywhere(plan));
+    Status st = pool_.run([&](int32_t i) {
+      return shards_[size_t(i)]->step(plan, i == 0 ? logits : out_[size_t(i)]);  // the first local rank's logits
     });
     ++steps_;
     return st.is_ok() ? st : health();
@@ -374,14 +434,19 @@ Status CpuParallelRunner::wait_sample_rows(std::vector<ops::SampleRowOut>& out) 
 
 }  // namespace
 
-Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(const runner::RunnerOptions& opts) {
+Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(
+    const runner::RunnerOptions& opts, const std::optional<parallel::LaunchEnv>& launch) {
   if (opts.gpus < 2) return Status::errorf("the cpu parallel runner needs 2 or more ranks, got {}", opts.gpus);
   if (opts.load_format != runner::LoadFormat::kAuto)
     return Status::error("dummy weights are only supported by the cuda backend");
   const parallel::Layout layout = parallel::layout_of(
       {opts.gpus, opts.expert_parallel_size, opts.data_parallel_size, opts.tensor_parallel_size});
-  auto r = std::make_unique<CpuParallelRunner>(opts.gpus, layout);
-  DSI_RETURN_IF_ERROR(r->init(opts));
+  if (launch && (launch->world != opts.gpus || layout == parallel::Layout::kDataParallel))
+    return Status::errorf("WORLD_SIZE={} with --gpus {} ({}): one process per rank runs --gpus WORLD_SIZE, EP or TP",
+                          launch->world, opts.gpus, parallel::layout_name(layout));
+  auto r = launch ? std::make_unique<CpuParallelRunner>(opts.gpus, launch->rank, 1, layout)
+                  : std::make_unique<CpuParallelRunner>(opts.gpus, 0, opts.gpus, layout);
+  DSI_RETURN_IF_ERROR(r->init(opts, launch));
   return std::unique_ptr<runner::ModelRunner>(std::move(r));
 }
 

@@ -16,14 +16,25 @@
 // whole on every rank. DeepSeek-V4.1's TP always takes the exact way.
 // A failure on any rank (load, step, an exception) aborts the group, so no rank hangs, and ends the runner: every
 // later call returns "rank R failed: <cause>" (health()).
+// One process per rank (docs/multi_gpu.md "Bootstrap", vLLM's external launcher): every process runs the same
+// engine on the same requests and its runner holds one rank (EP or TP), its collectives going through the socket
+// communicator. The head is replicated and every all-reduce gives every rank the same bits, so every process ends
+// each step with the same logits and samples the same tokens; an all-gather of each step's plan hash checks that
+// the processes agree (a rank that differs ends the group naming it and the step).
 #pragma once
 #include <memory>
+#include <optional>
+
+#include "parallel/bootstrap.h"
 
 #include "runner/model_runner.h"
 
 namespace dsinfer::backends {
 
 // opts.gpus ranks (> 1) of opts.model_dir (n_routed_experts % ranks == 0): DeepSeek-V4 and V4.1 in every layout.
-Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(const runner::RunnerOptions& opts);
+// With `launch` (torchrun variables, one process per rank; EP or TP): this process holds rank launch->rank only,
+// joined to the other processes by the socket communicator (parallel/socket_comm.h).
+Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(
+    const runner::RunnerOptions& opts, const std::optional<parallel::LaunchEnv>& launch = std::nullopt);
 
 }  // namespace dsinfer::backends
