@@ -71,6 +71,18 @@ Result<HcDevice> upload_hc(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, cons
 // DSINFER_DSPARK_CONCURRENT=0 turns them off (every op in order on the drafter's stream). The one place it is read.
 bool draft_side_streams();
 
+// A side stream with its fork and join events (cudaStream_t / cudaEvent_t as void*), for a drafter's independent
+// path; empty (stream == nullptr) until create(). The destructor waits for the stream's work, then destroys all three.
+struct DraftSideStream {
+  void* stream = nullptr;
+  void *fork = nullptr, *join = nullptr;
+  DraftSideStream() = default;
+  DraftSideStream(const DraftSideStream&) = delete;
+  DraftSideStream& operator=(const DraftSideStream&) = delete;
+  ~DraftSideStream();
+  Status create();
+};
+
 // Scratch and the layer forward shared by both drafters (draft_layer_cuda.cpp).
 class DraftForward {
  public:
@@ -113,13 +125,14 @@ class DraftForward {
   const io::ModelConfig& c_;
   DraftDeviceContext ctx_;
   void* stream_ = nullptr;
-  void* kv_side_ = nullptr;                      // cudaStream_t of the K=V path (attention)
-  void *kv_fork_ = nullptr, *kv_join_ = nullptr;  // cudaEvent_t
   int64_t T_ = 0;
   uint64_t gen_ = 0;
   cuda::DeviceBuffer<float> inv_freq_, y_, f_, post_, comb_, cq_, q_, kv_, o_, mid_, router_, rw_;
   cuda::DeviceBuffer<int32_t> ridx_, rows_;
   ops::cuda::MoeWorkspace moe_ws_;
+  // The K=V path's side stream (attention; empty: draft_side_streams() off). Declared last, so destroyed first: its
+  // work has finished before the buffers it reads are freed.
+  DraftSideStream kv_side_;
 };
 
 // Host arrays of one call packed into one buffer (16-byte aligned offsets) that goes up in one copy.
@@ -221,8 +234,6 @@ class DsparkCuda final : public speculative::Drafter {
   // block's start, joined before the first attention core reads the ring (its rows use their own scratch: feats_,
   // hctx_, kvn_, kvc_), so its ~11 kernels run beside the embed and the first layer's mHC and projections.
   bool concurrent_ = true;
-  void* side_ = nullptr;                          // cudaStream_t
-  void *fork_ev_ = nullptr, *join_ev_ = nullptr;  // cudaEvent_t
   cuda::DeviceBuffer<uint8_t> hidden_up_, ingest_in_, in_, out_, round_in_;
   uint64_t gen_ = 0;    // bumped when a buffer the propose graphs read is reallocated
   DecodeGraphs graphs_;  // propose graphs, keyed by (fused ingest, padded batch, picked drafts)
@@ -240,6 +251,9 @@ class DsparkCuda final : public speculative::Drafter {
   } times_;
   std::vector<uint8_t> in_host_, out_host_, round_host_;
   std::vector<float> lg_host_;
+  // The fused ingest's side stream (above). Declared last, so destroyed first: its work has finished before the
+  // buffers it reads are freed.
+  DraftSideStream side_;
 };
 
 class Mtp1Cuda final : public speculative::Drafter {

@@ -26,31 +26,36 @@ constexpr float kRouterNormEps = 1e-20f;  // transformers' renormalization epsil
 
 DraftForward::DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx) : c_(lc), ctx_(ctx) {}
 
-DraftForward::~DraftForward() {
-  if (kv_side_) {
-    cudaStreamSynchronize(static_cast<cudaStream_t>(kv_side_));
-    cudaStreamDestroy(static_cast<cudaStream_t>(kv_side_));
-  }
-  if (kv_fork_) cudaEventDestroy(static_cast<cudaEvent_t>(kv_fork_));
-  if (kv_join_) cudaEventDestroy(static_cast<cudaEvent_t>(kv_join_));
-}
+DraftForward::~DraftForward() = default;
 
 bool draft_side_streams() {
   const char* cc = std::getenv("DSINFER_DSPARK_CONCURRENT");
   return !(cc && std::string(cc) == "0");
 }
 
-Status DraftForward::init() {
-  if (draft_side_streams()) {
-    cudaStream_t side = nullptr;
-    cudaEvent_t fork = nullptr, join = nullptr;
-    DSI_CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-    kv_side_ = side;
-    DSI_CUDA_TRY(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-    kv_fork_ = fork;
-    DSI_CUDA_TRY(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-    kv_join_ = join;
+DraftSideStream::~DraftSideStream() {
+  if (stream) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+    cudaStreamDestroy(static_cast<cudaStream_t>(stream));
   }
+  if (fork) cudaEventDestroy(static_cast<cudaEvent_t>(fork));
+  if (join) cudaEventDestroy(static_cast<cudaEvent_t>(join));
+}
+
+Status DraftSideStream::create() {
+  cudaStream_t s = nullptr;
+  cudaEvent_t f = nullptr, j = nullptr;
+  DSI_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream = s;
+  DSI_CUDA_TRY(cudaEventCreateWithFlags(&f, cudaEventDisableTiming));
+  fork = f;
+  DSI_CUDA_TRY(cudaEventCreateWithFlags(&j, cudaEventDisableTiming));
+  join = j;
+  return Status::ok();
+}
+
+Status DraftForward::init() {
+  if (draft_side_streams()) DSI_RETURN_IF_ERROR(kv_side_.create());
   const std::vector<float> inv = ops::rope_inv_freq(c_.rope_main, c_.qk_rope_head_dim);
   return inv_freq_.upload(inv.data(), inv.size(), "drafter rope inv_freq");
 }
@@ -108,20 +113,20 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
   void* s = st();
   // The K=V path (wkv, kv_norm + RoPE) on the side stream beside the q path (both read y_ only; the profile's eager
   // stages run them in order): joined before the core.
-  void* const kv_side = kv_side_ && !mark && !stream_ ? kv_side_ : nullptr;
+  void* const kv_side = kv_side_.stream && !mark && !stream_ ? kv_side_.stream : nullptr;
   auto kv_path = [&]() -> Status {
     DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wkv, kv_.data(), hd, false));
     const HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv_freq_.data(), af, false};
     return head_norm_rope(kp, kv_.data(), pos, st());
   };
   if (kv_side) {
-    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_fork_), static_cast<cudaStream_t>(s)));
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(kv_side), static_cast<cudaEvent_t>(kv_fork_), 0));
+    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_side_.fork), static_cast<cudaStream_t>(s)));
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(kv_side), static_cast<cudaEvent_t>(kv_side_.fork), 0));
     stream_ = kv_side;
     const Status kv = kv_path();
     stream_ = nullptr;
     DSI_RETURN_IF_ERROR(kv);
-    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_join_), static_cast<cudaStream_t>(kv_side)));
+    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_side_.join), static_cast<cudaStream_t>(kv_side)));
   }
   DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wq_a, cq_.data(), qr, false));
   DSI_RETURN_IF_ERROR(rmsnorm(cq_.data(), T, qr, L.q_norm, eps, cq_.data(), s));
@@ -130,7 +135,7 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
   DSI_RETURN_IF_ERROR(head_norm_rope(rp, q_.data(), pos, s));
   if (mark) mark("attn q (wq_a, q_norm, wq_b, rope)");
   if (kv_side) {
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(kv_join_), 0));
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(kv_side_.join), 0));
   } else {
     DSI_RETURN_IF_ERROR(kv_path());
   }

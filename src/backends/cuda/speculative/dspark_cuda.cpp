@@ -47,12 +47,6 @@ DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig d
 }
 
 DsparkCuda::~DsparkCuda() {
-  if (side_) {
-    cudaStreamSynchronize(static_cast<cudaStream_t>(side_));
-    cudaStreamDestroy(static_cast<cudaStream_t>(side_));
-  }
-  if (fork_ev_) cudaEventDestroy(static_cast<cudaEvent_t>(fork_ev_));
-  if (join_ev_) cudaEventDestroy(static_cast<cudaEvent_t>(join_ev_));
   if (!times_.on) return;
   std::fprintf(stderr, "dspark round parts: %lld eager ingests, %.4f ms each; %lld proposes (%lld with the ingest inside), "
                "%.4f ms each\n", static_cast<long long>(times_.ingests),
@@ -62,16 +56,7 @@ DsparkCuda::~DsparkCuda() {
 
 Status DsparkCuda::init() {
   DSI_RETURN_IF_ERROR(fwd_.init());
-  if (concurrent_) {
-    cudaStream_t side = nullptr;
-    cudaEvent_t fork = nullptr, join = nullptr;
-    DSI_CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-    side_ = side;
-    DSI_CUDA_TRY(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-    fork_ev_ = fork;
-    DSI_CUDA_TRY(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-    join_ev_ = join;
-  }
+  if (concurrent_) DSI_RETURN_IF_ERROR(side_.create());
   for (const model::LayerWeights& l : w_.layers) {
     DSI_ASSIGN_OR_RETURN(std::unique_ptr<DraftDeviceLayer> d, upload_draft_layer(l, lc_));
     layers_.push_back(std::move(d));
@@ -419,19 +404,19 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
   const auto* keys = reinterpret_cast<const DraftKeys*>(in_.data() + bl.keys);
   // The side stream's ingest runs beside the embed and the first layer's kernels up to its attention core (the
   // profile's eager stages run it in order, so they time each part alone).
-  const bool side = bl.ing_n > 0 && side_ && !fwd_.mark;
+  const bool side = bl.ing_n > 0 && side_.stream && !fwd_.mark;
   if (side) {
-    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(fork_ev_), static_cast<cudaStream_t>(ctx_.stream)));
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(side_), static_cast<cudaEvent_t>(fork_ev_), 0));
+    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(side_.fork), static_cast<cudaStream_t>(ctx_.stream)));
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(side_.stream), static_cast<cudaEvent_t>(side_.fork), 0));
   }
   if (bl.ing_n > 0)
     DSI_RETURN_IF_ERROR(ingest_kernels(pending_->src, reinterpret_cast<const int32_t*>(in_.data() + bl.ing_rows),
                                        reinterpret_cast<const int32_t*>(in_.data() + bl.ing_slot),
                                        reinterpret_cast<const int64_t*>(in_.data() + bl.ing_pos), bl.ing_n,
-                                       side ? side_ : nullptr));
+                                       side ? side_.stream : nullptr));
   if (side) {
-    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(join_ev_), static_cast<cudaStream_t>(side_)));
-    fwd_.join_before_core = join_ev_;
+    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(side_.join), static_cast<cudaStream_t>(side_.stream)));
+    fwd_.join_before_core = side_.join;
   }
   DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, tok, Tq, n, X_.data(), ctx_.stream));
   mark("embed");
@@ -440,7 +425,7 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
     DSI_RETURN_IF_ERROR(fwd_.layer(layers_[size_t(l)]->L, X_.data(), Tq, pos, keys, window_ + g,
                                    ring_.data() + l * window_ * hd, L * window_ * hd));
   if (fwd_.join_before_core) {  // no layer read the ring: join the side stream here
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx_.stream), static_cast<cudaEvent_t>(join_ev_), 0));
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx_.stream), static_cast<cudaEvent_t>(side_.join), 0));
     fwd_.join_before_core = nullptr;
   }
   DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), nullptr, Tq, h_.data()));
