@@ -441,9 +441,7 @@ Result<std::unique_ptr<runner::ModelRunner>> create_cpu_parallel_runner(
     return Status::error("dummy weights are only supported by the cuda backend");
   const parallel::Layout layout = parallel::layout_of(
       {opts.gpus, opts.expert_parallel_size, opts.data_parallel_size, opts.tensor_parallel_size});
-  if (launch && (launch->world != opts.gpus || layout == parallel::Layout::kDataParallel))
-    return Status::errorf("WORLD_SIZE={} with --gpus {} ({}): one process per rank runs --gpus WORLD_SIZE, EP or TP",
-                          launch->world, opts.gpus, parallel::layout_name(layout));
+  // A launch of one process per rank was checked by parallel::validate_parallel (--gpus WORLD_SIZE, EP or TP).
   auto r = launch ? std::make_unique<CpuParallelRunner>(opts.gpus, launch->rank, 1, layout)
                   : std::make_unique<CpuParallelRunner>(opts.gpus, 0, opts.gpus, layout);
   DSI_RETURN_IF_ERROR(r->init(opts, launch));

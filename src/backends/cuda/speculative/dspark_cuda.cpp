@@ -135,19 +135,19 @@ Status DsparkCuda::ingest_kernels(const float* src, const int32_t* rows, const i
   void* s = stream ? stream : ctx_.stream;
   fwd_.set_stream(s);
   const Status st = [&]() -> Status {
-  DSI_RETURN_IF_ERROR(stream_mean_cuda(src, rows, N, m, n, D, feats_.data(), s));
-  mark("ingest stream mean");
-  DSI_RETURN_IF_ERROR(fwd_.gemm(feats_.data(), N, m * D, main_proj_, hctx_.data(), D, false));
-  DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(hctx_.data(), N, D, main_norm_, hctx_.data()));
-  mark("ingest main_proj + main_norm");
-  const int64_t L = int64_t(layers_.size()), slot_stride = L * window_ * hd;
-  for (int64_t l = 0; l < L; ++l) {
-    DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos, kvc_.data(), kvn_.data()));
-    DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slots, pos, N, hd, ring_.data() + l * window_ * hd, slot_stride,
-                                          window_, s));
-    mark("ingest context kv + ring scatter (a layer)");
-  }
-  return Status::ok();
+    DSI_RETURN_IF_ERROR(stream_mean_cuda(src, rows, N, m, n, D, feats_.data(), s));
+    mark("ingest stream mean");
+    DSI_RETURN_IF_ERROR(fwd_.gemm(feats_.data(), N, m * D, main_proj_, hctx_.data(), D, false));
+    DSI_RETURN_IF_ERROR(fwd_.rmsnorm_rows(hctx_.data(), N, D, main_norm_, hctx_.data()));
+    mark("ingest main_proj + main_norm");
+    const int64_t L = int64_t(layers_.size()), slot_stride = L * window_ * hd;
+    for (int64_t l = 0; l < L; ++l) {
+      DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos, kvc_.data(), kvn_.data()));
+      DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slots, pos, N, hd, ring_.data() + l * window_ * hd,
+                                            slot_stride, window_, s));
+      mark("ingest context kv + ring scatter (a layer)");
+    }
+    return Status::ok();
   }();
   fwd_.set_stream(nullptr);
   return st;
