@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include <fstream>
@@ -321,9 +322,11 @@ TEST(GpuV41Runner, ExpertParallelRanksMatchCpuRunner) {
 // all-reduce), so only the attention differs, and TP's share of it must be exact: a head's output does not depend on
 // the others, its wq_b rows and wo_a groups run the whole weight's kernels (tp::rows_part / groups_part), and the
 // gather before wo_b adds zeros. A wrong head, sink or group offset moves logits by 1e-2 or more. tiny-v41-b has 3
-// output groups: 2 ranks hold 1 and 2 (one group as two halves), 4 ranks leave one rank without heads. (V4.1's EP
-// all-reduces partial sums, so neither layout is one rank's bits; GpuMultiGpu.TpRanksSharingOneGpuPassCheckReferenceV41
-// bounds TP against the reference.)
+// output groups: 2 ranks hold 1 and 2 (one group as two halves), 4 ranks leave one rank without heads. Outside
+// --batch-invariant V4.1's EP all-reduces partial sums, so neither layout is one rank's bits there
+// (GpuMultiGpu.TpRanksSharingOneGpuPassCheckReferenceV41 bounds TP against the reference); under --batch-invariant
+// EP gathers every pair's expert output exactly (session 23, expert_slots_cuda.cpp), so both layouts must give one
+// rank's logits bit for bit too. A lost, doubled or reordered pair moves logits by 1e-3 or more.
 TEST(GpuV41Runner, TpRanksMatchEpRanksBitForBit) {
   DSI_SKIP_WITHOUT_GPU();
   struct Mode {
@@ -348,6 +351,15 @@ TEST(GpuV41Runner, TpRanksMatchEpRanksBitForBit) {
         auto tp = backends::create_parallel_runner(o);
         ASSERT_TRUE(tp.is_ok()) << tp.status().message();
         EXPECT_NE((*tp)->name().find("TP attention"), std::string::npos) << (*tp)->name();
+        // One rank, the reference of the batch-invariant mode (the other modes compare TP with EP only).
+        std::vector<std::unique_ptr<runner::ModelRunner>> one;
+        if (mode.invariant) {
+          o.gpus = 1;
+          o.tensor_parallel_size = 1;
+          auto r = backends::create_cuda_runner(o);
+          ASSERT_TRUE(r.is_ok()) << r.status().message();
+          one.push_back(std::move(*r));
+        }
         cache::StateCacheConfig cc;
         cc.kv_elem_bytes = 4;
         cc.max_num_seqs = 3;
@@ -356,6 +368,7 @@ TEST(GpuV41Runner, TpRanksMatchEpRanksBitForBit) {
         ASSERT_TRUE(layout.is_ok()) << layout.status().message();
         const int64_t nb = layout->blocks_per_sequence(64);
         for (auto* r : {&*ep, &*tp}) ASSERT_TRUE((*r)->bind_state(*layout, 3, int32_t(3 * nb), 64).is_ok());
+        for (auto& r : one) ASSERT_TRUE(r->bind_state(*layout, 3, int32_t(3 * nb), 64).is_ok());
         std::vector<Seq> seqs(3);
         for (int32_t s = 0; s < 3; ++s) {
           seqs[size_t(s)].slot = s;
@@ -365,24 +378,40 @@ TEST(GpuV41Runner, TpRanksMatchEpRanksBitForBit) {
         Seq &a = seqs[0], &b = seqs[1], &c = seqs[2];
         const std::vector<std::vector<std::pair<Seq*, int32_t>>> steps = {
             {{&a, 9}, {&b, 3}, {&c, 1}}, {{&a, 1}, {&b, 14}, {&c, 20}}, {{&a, 1}, {&b, 1}, {&c, 1}}, {{&c, 1}, {&a, 12}}};
-        int64_t rows = 0, differ = 0;
+        int64_t rows = 0, differ = 0, ep_vs_one = 0, tp_vs_one = 0;
+        const int64_t V = (*ep)->config().vocab_size;
+        auto rows_differ = [V](const std::vector<float>& x, const std::vector<float>& y) {
+          int64_t n = 0;
+          for (int64_t r = 0; r < int64_t(x.size()) / V; ++r)
+            n += std::memcmp(x.data() + r * V, y.data() + r * V, size_t(V) * sizeof(float)) != 0;
+          return n;
+        };
         for (size_t k = 0; k < steps.size(); ++k) {
           const scheduler::BatchPlan plan = make_plan(steps[k]);
-          std::vector<float> le, lt;
+          std::vector<float> le, lt, l1;
           const Status se = (*ep)->step(plan, le), st = (*tp)->step(plan, lt);
           ASSERT_TRUE(se.is_ok()) << "step " << k << ": " << se.message();
           ASSERT_TRUE(st.is_ok()) << "step " << k << ": " << st.message();
           ASSERT_EQ(le.size(), lt.size());
-          const int64_t V = (*ep)->config().vocab_size;
-          for (int64_t r = 0; r < int64_t(le.size()) / V; ++r) {
-            ++rows;
-            differ += std::memcmp(le.data() + r * V, lt.data() + r * V, size_t(V) * sizeof(float)) != 0;
+          rows += int64_t(le.size()) / V;
+          differ += rows_differ(le, lt);
+          for (auto& r : one) {
+            const Status s1 = r->step(plan, l1);
+            ASSERT_TRUE(s1.is_ok()) << "step " << k << ": " << s1.message();
+            ASSERT_EQ(l1.size(), le.size());
+            ep_vs_one += rows_differ(le, l1);
+            tp_vs_one += rows_differ(lt, l1);
           }
         }
-        std::printf("%s %s, %d ranks: TP vs EP, %lld of %lld logits rows differ\n", fx, mode.name, gpus,
+        std::printf("%s %s, %d ranks: TP vs EP, %lld of %lld logits rows differ", fx, mode.name, gpus,
                     (long long)differ, (long long)rows);
+        if (!one.empty())
+          std::printf("; EP vs one rank %lld, TP vs one rank %lld", (long long)ep_vs_one, (long long)tp_vs_one);
+        std::printf("\n");
         EXPECT_GT(rows, 0);
         EXPECT_EQ(differ, 0);
+        EXPECT_EQ(ep_vs_one, 0);
+        EXPECT_EQ(tp_vs_one, 0);
       }
 }
 

@@ -288,6 +288,10 @@ Status CudaForwardV41::ffn(int64_t l, const ops::StepDevice& st) {
   DSI_RETURN_IF_ERROR(dump("ffn.rw", l, s_.rw.data(), T, k));
   // DP attention + EP: the routed pairs go to the experts' ranks and come back (expert_exchange_cuda.cpp).
   if (core_.dp_) return moe_exchange(l, s_.y.data(), T, s_.ridx.data(), s_.rw.data(), s_.f.data());
+  // EP under --batch-invariant: every pair's expert output gathered exactly, the one-rank combine on every rank
+  // (backends/cuda/parallel/expert_slots_cuda.cpp), as V4's ffn. Official numerics never get here with several ranks
+  // (cuda_numerics_refusal).
+  if (ep_size_ > 1 && batch_invariant_) return moe_slots(l, s_.y.data(), T, s_.ridx.data(), s_.rw.data(), s_.f.data());
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local slots (-1: another rank's), the
   // shared expert on rank 0 only, the partial sums added over the ranks in place after the MoE.
   if (ep_size_ > 1) DSI_OP("moe_remap", l, core_.remap_experts(s_.ridx.data(), l, T, k));
