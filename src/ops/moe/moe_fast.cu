@@ -10,6 +10,8 @@
 // The shared expert (moe_fast_shared.h) rides in the same launches: grid rows y < ceil(T / 8) stream its FP8 weights
 // for tokens 8y..8y+7 (shared_block: same tiles, warps and reduction; each 128-k chunk in two halves of 16 bytes per
 // row, decoded by e4m3_pair_bits and one E8M0 factor per chunk and matrix), the routed experts' slots follow.
+// FP4 decode (kVariant, MoeFastVariant): each word's four bf16 pairs at once (fp4_word_pairs; session 23), or pair by
+// pair (fp4_pair_bits; session 18, DSINFER_MOE_FAST_VARIANT=0). The same operands, so the same bits.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
