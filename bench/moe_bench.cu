@@ -303,7 +303,8 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     for (int si = 0; si < g_sets; ++si) gather(si, true);
     const int64_t max_active = std::min<int64_t>(E, n);
     // with_shared: the shared expert's grid rows in front (moe_fast_shared.h), its output in q.shy
-    auto gate_up = [&](int i, bool xf, bool with_shared = false) {
+    const oc::MoeFastVariant v_new = oc::MoeFastVariant::kWordDecode, v_old = oc::MoeFastVariant::kSession18;
+    auto gate_up = [&](int i, bool xf, bool with_shared = false, oc::MoeFastVariant v = oc::moe_fast_variant()) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
@@ -315,9 +316,9 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       if (with_shared)
         sa = {.w1 = st.sh.w1.data, .s1 = st.sh.w1.scale, .w3 = st.sh.w3.data, .s3 = st.sh.w3.scale, .rows = T,
               .row0 = n, .limit = 10.0f};
-      oc::detail::launch_moe_fast_shared(true, a, sa, max_active, nullptr);
+      oc::detail::launch_moe_fast_shared(true, a, sa, max_active, nullptr, v);
     };
-    auto down = [&](int i, bool with_shared = false) {
+    auto down = [&](int i, bool with_shared = false, oc::MoeFastVariant v = oc::moe_fast_variant()) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
@@ -325,11 +326,49 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                               .N = D, .yout = q.yp.as<float>()};
       oc::MoeFastShared sa;
       if (with_shared) sa = {.w1 = st.sh.w2.data, .s1 = st.sh.w2.scale, .rows = T, .row0 = n, .out = q.shy.as<float>()};
-      oc::detail::launch_moe_fast_shared(false, a, sa, max_active, nullptr);
+      oc::detail::launch_moe_fast_shared(false, a, sa, max_active, nullptr, v);
     };
     const double t_gu = median_us([&](int i) { gate_up(i, false); });
     const double t_gu_direct = direct ? median_us([&](int i) { gate_up(i, true); }) : 0.0;
     const double t_dn = median_us([&](int i) { down(i); });
+    // The two kernel variants (MoeFastVariant) alternated in this process: times, and their h / yp bits (weight set 0)
+    double t_var[2][2];  // [old, new][gate/up, down], median of the two medians of each
+    {
+      double a[2][2][2];
+      for (int rep = 0; rep < 2; ++rep)
+        for (int vi = 0; vi < 2; ++vi) {
+          const oc::MoeFastVariant v = vi ? v_new : v_old;
+          a[vi][0][rep] = median_us([&](int i) { gate_up(i, direct, false, v); });
+          a[vi][1][rep] = median_us([&](int i) { down(i, false, v); });
+        }
+      for (int vi = 0; vi < 2; ++vi)
+        for (int kk = 0; kk < 2; ++kk) t_var[vi][kk] = 0.5 * (a[vi][kk][0] + a[vi][kk][1]);
+    }
+    bool var_same = true;
+    int max_rows = 0;
+    {
+      Bufs& q = b[0];
+      std::vector<int32_t> offs(size_t(E + 1));
+      check(cudaMemcpy(offs.data(), q.offsets.data(), offs.size() * 4, cudaMemcpyDeviceToHost), "offsets");
+      for (int64_t e = 0; e < E; ++e) max_rows = std::max(max_rows, offs[size_t(e + 1)] - offs[size_t(e)]);
+      auto fetch_bytes = [](const Blob& blob_, size_t bytes) {
+        std::vector<uint8_t> h(bytes);
+        check(cudaMemcpy(h.data(), blob_.data(), bytes, cudaMemcpyDeviceToHost), "fetch");
+        return h;
+      };
+      std::vector<uint8_t> hv[2], yv[2];
+      for (int vi = 0; vi < 2; ++vi) {
+        check(cudaMemset(q.hb.data(), 0xFF, size_t(n * I) * 2), "clear h");
+        check(cudaMemset(q.yp.data(), 0xFF, size_t(n * D) * 4), "clear yp");
+        gather(0);
+        gate_up(0, direct, false, vi ? v_new : v_old);
+        down(0, false, vi ? v_new : v_old);
+        check(cudaDeviceSynchronize(), "variants");
+        hv[vi] = fetch_bytes(q.hb, size_t(n * I) * 2);
+        yv[vi] = fetch_bytes(q.yp, size_t(n * D) * 4);
+      }
+      var_same = hv[0] == hv[1] && yv[0] == yv[1];
+    }
     // The same launches with the shared expert's rows (the fused route), then the bits: the routed rows of yp must
     // not change, and the fused shared output is compared with moe_shared_cuda's (normalised L2).
     const double t_gu_sh = median_us([&](int i) { gate_up(i, direct, true); });
@@ -437,6 +476,11 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                 bw(gu_b, t_gu) / 1e9, pct(gu_b, t_gu));
     if (direct) std::printf(" direct-x %.1f (%.0f%%)", t_gu_direct, pct(gu_b, t_gu_direct));
     std::printf(" | down %.1f (%.0f GB/s %.0f%%)\n", t_dn, bw(dn_b, t_dn) / 1e9, pct(dn_b, t_dn));
+    std::printf("        variants (alternated, %d rows in the largest expert): gate/up session-18 %.1f (%.0f%%) vs word decode "
+                "%.1f (%.0f%%) | down %.1f (%.0f%%) vs %.1f (%.0f%%) | sum %.1f vs %.1f us; h and yp bits %s\n",
+                max_rows, t_var[0][0], pct(gu_b, t_var[0][0]), t_var[1][0], pct(gu_b, t_var[1][0]), t_var[0][1],
+                pct(dn_b, t_var[0][1]), t_var[1][1], pct(dn_b, t_var[1][1]), t_var[0][0] + t_var[0][1],
+                t_var[1][0] + t_var[1][1], var_same ? "same" : "DIFFER");
     std::printf("        shared as bf16 / fp32-small-m / gemv: %.1f / %.1f / %.1f us\n", t_prec[0], t_prec[1], t_prec[2]);
     const double routed_b = gu_b + dn_b, all_b = routed_b + shared_bytes;
     std::printf("        fused shared: gate/up %.1f (%.0f GB/s %.0f%%) | down %.1f (%.0f GB/s %.0f%%); "

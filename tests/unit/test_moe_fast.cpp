@@ -66,6 +66,33 @@ TEST(MoeFast, Fp4DecodeTimesScaleIsExact) {
   EXPECT_TRUE(std::isnan(bf16_value(md::fp4_scale_bf16(255))));
 }
 
+// The word decode of the kernels (fp4_word_pairs, four pairs at once) gives fp4_pair_bits's bits. Both are shifts,
+// masks and constant-mask bit-selects, i.e. linear maps of the word's bits, so the 32 one-bit words (and 0) prove it
+// for every word; the random words check the same once more.
+TEST(MoeFast, Fp4WordDecodeMatchesPairDecode) {
+  std::vector<uint32_t> words{0u, 0xFFFFFFFFu, 0x76543210u, 0xFEDCBA98u};
+  for (int b = 0; b < 32; ++b) words.push_back(1u << b);
+  uint32_t r = 12345u;
+  for (int i = 0; i < 200000; ++i) {
+    r = r * 1664525u + 1013904223u;
+    words.push_back(r);
+  }
+  for (uint32_t w : words) {
+    uint32_t out[4];
+    md::fp4_word_pairs(w, out);
+    for (int p = 0; p < 4; ++p) ASSERT_EQ(out[p], md::fp4_pair_bits(w, p)) << "w=" << w << " p=" << p;
+  }
+}
+
+// The kernels' bf16x2 scale factor of the word decode (fp4_scale_bf16x2) is fp4_scale_bf16 in both halves for every
+// scale byte, the inf (193..254) and NaN (255) factors included.
+TEST(MoeFast, Fp4ScalePairMatchesScale) {
+  for (uint32_t s = 0; s < 256; ++s) {
+    const uint32_t f = md::fp4_scale_bf16(s);
+    EXPECT_EQ(md::fp4_scale_bf16x2(s), f | (f << 16)) << "s=" << s;
+  }
+}
+
 // The FP8 shared expert's decode (moe_fast.cu shared_block): every e4m3 byte, in each byte slot p, decodes through
 // e4m3_pair_bits times e4m3_scale_bf16 to exactly e4m3 * 2^(s-127) (against core/small_float.h), as a normal bf16
 // product with at most 8 significant bits over the documented scale range.

@@ -270,3 +270,21 @@ TEST(MoePlan, ExactChunksStayOnTheFp32Kernel) {
       EXPECT_EQ(moe_shared_precision(MoePath::Exact, T, 2048), GemmPrecision::kFp32SmallM);
     }
 }
+
+// The decode kernels' variant (moe_plan.h moe_fast_variant_from): unset or 1 -> the word decode, 0 -> session 18's
+// kernels, anything else -> the word decode and not valid (moe_fast_variant names it on stderr).
+TEST(MoePlan, FastVariantFromItsSetting) {
+  bool valid = false;
+  EXPECT_EQ(moe_fast_variant_from(nullptr, &valid), MoeFastVariant::kWordDecode);
+  EXPECT_TRUE(valid);
+  EXPECT_EQ(moe_fast_variant_from("", &valid), MoeFastVariant::kWordDecode);
+  EXPECT_TRUE(valid);
+  EXPECT_EQ(moe_fast_variant_from("1", &valid), MoeFastVariant::kWordDecode);
+  EXPECT_TRUE(valid);
+  EXPECT_EQ(moe_fast_variant_from("0", &valid), MoeFastVariant::kSession18);
+  EXPECT_TRUE(valid);
+  for (const char* bad : {"2", "01", "on", "0 "}) {
+    EXPECT_EQ(moe_fast_variant_from(bad, &valid), MoeFastVariant::kWordDecode) << bad;
+    EXPECT_FALSE(valid) << bad;
+  }
+}

@@ -219,10 +219,11 @@ void moe_fast_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevi
   const MoeFastArgs gate_up{.active = active, .offsets = offsets, .xb = direct ? nullptr : xb,
                             .xf = direct ? x : nullptr, .perm = perm, .w1 = ex.w1.data, .s1 = ex.w1.scale,
                             .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit, .hout = hb};
-  detail::launch_moe_fast_shared(true, gate_up, sgu, max_active, stream);
+  const MoeFastVariant variant = moe_fast_variant();
+  detail::launch_moe_fast_shared(true, gate_up, sgu, max_active, stream, variant);
   const MoeFastArgs down{.active = active, .offsets = offsets, .xb = hb, .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I,
                          .N = D, .yout = yp};
-  detail::launch_moe_fast_shared(false, down, sdn, max_active, stream);
+  detail::launch_moe_fast_shared(false, down, sdn, max_active, stream, variant);
 }
 
 // Grouped (prefill) path of the routed experts: yp rows of all valid assignments.

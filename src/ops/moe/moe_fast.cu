@@ -10,6 +10,8 @@
 // The shared expert (moe_fast_shared.h) rides in the same launches: grid rows y < ceil(T / 8) stream its FP8 weights
 // for tokens 8y..8y+7 (shared_block: same tiles, warps and reduction; each 128-k chunk in two halves of 16 bytes per
 // row, decoded by e4m3_pair_bits and one E8M0 factor per chunk and matrix), the routed experts' slots follow.
+// FP4 decode (kVariant, MoeFastVariant): each word's four bf16 pairs at once (fp4_word_pairs; session 23), or pair by
+// pair (fp4_pair_bits; session 18, DSINFER_MOE_FAST_VARIANT=0). The same operands, so the same bits.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -129,15 +131,37 @@ __device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Ch
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
 
+// kWordDecode (MoeFastVariant::kWordDecode): each FP4 word's four pairs by fp4_word_pairs (11 integer operations);
+// else one fp4_pair_bits per pair (session 18). kScalePair: the scale factors by fp4_scale_bf16x2 (4 operations
+// instead of 7; in the down kernel only: in the gate/up kernel it made ptxas spill an address register, reloaded
+// before every chunk's loads). The same operands either way, so the same bits.
+template <bool kWordDecode, bool kScalePair>
 __device__ __forceinline__ void compute_chunk(const Chunk& c, float (&acc)[kFastTiles][4]) {
 #pragma unroll
   for (int a = 0; a < kFastTiles; ++a) {
-    const uint32_t f0 = md::fp4_scale_bf16(c.s[a][0]), f1 = md::fp4_scale_bf16(c.s[a][1]);
-    const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
+    uint32_t F0, F1;
+    if constexpr (kScalePair) {
+      F0 = md::fp4_scale_bf16x2(c.s[a][0]);
+      F1 = md::fp4_scale_bf16x2(c.s[a][1]);
+    } else {
+      const uint32_t f0 = md::fp4_scale_bf16(c.s[a][0]), f1 = md::fp4_scale_bf16(c.s[a][1]);
+      F0 = f0 | (f0 << 16);
+      F1 = f1 | (f1 << 16);
+    }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const uint32_t w0 = word(c.w[a][0], q), w1 = word(c.w[a][1], q);
       const uint4& xb = c.x[q];
+      if constexpr (kWordDecode) {
+        uint32_t p0[4], p1[4];
+        md::fp4_word_pairs(w0, p0);
+        md::fp4_word_pairs(w1, p1);
+        mma_bf16(acc[a], bf16x2_mul(p0[0], F0), bf16x2_mul(p1[0], F1), bf16x2_mul(p0[1], F0), bf16x2_mul(p1[1], F1),
+                 xb.x, xb.y);
+        mma_bf16(acc[a], bf16x2_mul(p0[2], F0), bf16x2_mul(p1[2], F1), bf16x2_mul(p0[3], F0), bf16x2_mul(p1[3], F1),
+                 xb.z, xb.w);
+        continue;
+      }
       // k-step 2q: pairs 4q (cols 2t..) and 4q+1 (cols 2t+8..); k-step 2q+1: pairs 4q+2 and 4q+3.
       mma_bf16(acc[a], bf16x2_mul(md::fp4_pair_bits(w0, 0), F0), bf16x2_mul(md::fp4_pair_bits(w1, 0), F1),
                bf16x2_mul(md::fp4_pair_bits(w0, 1), F0), bf16x2_mul(md::fp4_pair_bits(w1, 1), F1), xb.x, xb.y);
@@ -256,7 +280,8 @@ __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFast
   else store_pass<false>(red, n0, p.N, pass, valid, 0.0f, nullptr, sh.out);
 }
 
-template <bool kGateUp, bool kXf32>
+// kVariant: MoeFastVariant (0: session 18's decode, 1: the word decode). Same bits.
+template <bool kGateUp, bool kXf32, int kVariant>
 __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p, MoeFastShared sh) {
   __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
   const int shared_slots = int((sh.rows + kFastTokens - 1) / kFastTokens);
@@ -304,7 +329,7 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
       if constexpr (kXf32) load_x(xrow, xfrow, int(ch), t, c);  // fp32 x converted first: fewer live registers
       load_chunk<kGateUp>(tr, int(ch), t, c);
       if constexpr (!kXf32) load_x(xrow, xfrow, int(ch), t, c);
-      compute_chunk(c, acc);
+      compute_chunk<kVariant == 1, kVariant == 1 && !kGateUp>(c, acc);
     }
     store_partials(red, warp, lane, acc);
     __syncthreads();
@@ -338,19 +363,27 @@ void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t*
   launch_moe_gather_shared(x, perm_token, rows_dev, max_rows, 0, K, xb, stream);
 }
 
+namespace {
+template <int kVariant>
+void launch_variant(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, dim3 grid, cudaStream_t st) {
+  if (gate_up && a.xf) moe_fast_kernel<true, true, kVariant><<<grid, kFastThreads, 0, st>>>(a, s);
+  else if (gate_up) moe_fast_kernel<true, false, kVariant><<<grid, kFastThreads, 0, st>>>(a, s);
+  else moe_fast_kernel<false, false, kVariant><<<grid, kFastThreads, 0, st>>>(a, s);
+}
+}  // namespace
+
 void launch_moe_fast_shared(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, int64_t max_active,
-                            void* stream) {
+                            void* stream, MoeFastVariant variant) {
   const int rows = gate_up ? md::kFastGateRows : md::kFastDownRows;
   const int64_t shared_slots = (s.rows + kFastTokens - 1) / kFastTokens;
   const dim3 grid(unsigned(a.N / rows), unsigned(shared_slots + max_active));
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (gate_up && a.xf) moe_fast_kernel<true, true><<<grid, kFastThreads, 0, st>>>(a, s);
-  else if (gate_up) moe_fast_kernel<true, false><<<grid, kFastThreads, 0, st>>>(a, s);
-  else moe_fast_kernel<false, false><<<grid, kFastThreads, 0, st>>>(a, s);
+  if (variant == MoeFastVariant::kWordDecode) launch_variant<1>(gate_up, a, s, grid, st);
+  else launch_variant<0>(gate_up, a, s, grid, st);
 }
 
 void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream) {
-  launch_moe_fast_shared(gate_up, a, MoeFastShared{}, max_active, stream);
+  launch_moe_fast_shared(gate_up, a, MoeFastShared{}, max_active, stream, MoeFastVariant::kWordDecode);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

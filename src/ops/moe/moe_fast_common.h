@@ -50,6 +50,32 @@ DSI_HD uint32_t fp4_pair_bits(uint32_t w, int p) {
   return mag | sign;
 }
 
+// fp4_pair_bits(w, p) of p = 0..3 at once. Two bit-selects line the codes up: a = sign bits from w << 8, the other
+// bits from w << 2 (codes 1 / 5 in place, codes 0 / 4 four bits lower); b = sign bits from w, the others from w >> 6
+// (codes 3 / 7 in place, codes 2 / 6 four bits lower). A mask (after a shift by 4 for codes 0 / 4 and 2 / 6) takes
+// each pair out: 11 integer operations for the word's four pairs instead of ~16 (bench/NOTES.md "Session 23 —
+// helper s23-moed"). The same bits as fp4_pair_bits for every word (tests/unit/test_moe_fast.cpp).
+DSI_HD uint32_t bit_select(uint32_t mask, uint32_t x, uint32_t y) {  // x where mask has ones, else y
+#ifdef __CUDA_ARCH__
+  uint32_t r;  // one lop3 (the compiler splits the expression in two when x and y are shifts)
+  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(r) : "r"(x), "r"(y), "r"(mask));
+  return r;
+#else
+  return (x & mask) | (y & ~mask);
+#endif
+}
+
+DSI_HD void fp4_word_pairs(uint32_t w, uint32_t (&out)[4]) {
+  constexpr uint32_t kSel = 0x88008800u;   // bits 11, 15, 27, 31: where a and b hold sign bits
+  constexpr uint32_t kPair = 0x81C081C0u;  // a pair's bits: signs 15 / 31, magnitudes 6..8 / 22..24
+  const uint32_t a = bit_select(kSel, w << 8, w << 2);
+  const uint32_t b = bit_select(kSel, w, w >> 6);
+  out[0] = (a << 4) & kPair;
+  out[1] = a & kPair;
+  out[2] = (b << 4) & kPair;
+  out[3] = b & kPair;
+}
+
 // bf16 bits of 2^(s - 127) * 2^126 / 2^kFastScaleShift for an E8M0 scale byte s: the factor that turns
 // fp4_pair_bits values into weight * 2^-kFastScaleShift. 0xFF (NaN scale) gives a bf16 NaN; bytes above 192
 // (scales over 2^65, not produced by real checkpoints) saturate to inf.
@@ -58,6 +84,15 @@ DSI_HD uint32_t fp4_scale_bf16(uint32_t s) {
   if (s == 0xFFu) return 0x7FC0u;
   const uint32_t e = s + 126u - uint32_t(kFastScaleShift);  // biased bf16 exponent of 2^(s - 1 - shift)
   return e >= 255u ? 0x7F80u : (e << 7);
+}
+
+// fp4_scale_bf16(s) in both halves (the bf16x2 factor of the kernels) for a scale byte s <= 255: the range checks as
+// a min (bytes above 192 give the inf factor, as there) and one multiply-add, a NaN bit for 0xFF. 4 operations
+// against 7.
+DSI_HD uint32_t fp4_scale_bf16x2(uint32_t s) {
+  const uint32_t m = s < 193u ? s : 193u;  // biased exponent m + 62: 255 (inf) from 193 on
+  const uint32_t f = m * 0x00800080u + uint32_t(126 - kFastScaleShift) * 0x00800080u;
+  return s == 0xFFu ? (f | 0x00400040u) : f;
 }
 
 // FP8 e4m3 weights (the shared expert run inside the fast kernels, moe_fast_shared.h): a lane's 32 elements of a

@@ -23,12 +23,17 @@ struct MoeFastShared {
   float* out = nullptr;
 };
 
+// The decode kernels' variant (the same bits; moe_plan.h moe_fast_variant picks it). kSession18: each bf16 pair of
+// FP4 weights by its own shifts and masks (moe_fast_common.h fp4_pair_bits). kWordDecode: an FP4 word's four pairs at
+// once (fp4_word_pairs: 11 integer operations instead of ~16).
+enum class MoeFastVariant { kSession18 = 0, kWordDecode = 1 };
+
 namespace detail {
 // moe_fast.cu: launch_moe_fast with the shared expert's grid rows in front ("moe_fast_kernel"); the gather of the
 // permuted x rows (rows < *rows_dev of max_rows) followed by `shared_rows` rows of x in token order at rows max_rows..
 // ("moe_gather_kernel", max_rows + shared_rows blocks).
 void launch_moe_fast_shared(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, int64_t max_active,
-                            void* stream);
+                            void* stream, MoeFastVariant variant);
 void launch_moe_gather_shared(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
                               int64_t shared_rows, int64_t K, uint16_t* xb, void* stream);
 }  // namespace detail

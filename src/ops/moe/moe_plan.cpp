@@ -2,6 +2,9 @@
 #include "ops/moe/moe_plan.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "ops/gemm/gemm_common.h"
 
@@ -30,6 +33,25 @@ bool moe_shared_fused(MoePath path, MoeExpertKernels experts, int64_t T, const M
   return path == MoePath::Fast && experts == MoeExpertKernels::kFast && T >= kMoeSharedFusedMinT &&
          T <= kMoeSharedFusedMaxT &&
          fp8(sh.w1, ex.inter, ex.dim) && fp8(sh.w3, ex.inter, ex.dim) && fp8(sh.w2, ex.dim, ex.inter);
+}
+
+MoeFastVariant moe_fast_variant_from(const char* value, bool* valid) {
+  if (valid) *valid = true;
+  if (!value || !*value || std::strcmp(value, "1") == 0) return MoeFastVariant::kWordDecode;
+  if (std::strcmp(value, "0") == 0) return MoeFastVariant::kSession18;
+  if (valid) *valid = false;
+  return MoeFastVariant::kWordDecode;
+}
+
+MoeFastVariant moe_fast_variant() {
+  static const MoeFastVariant v = [] {
+    const char* env = std::getenv("DSINFER_MOE_FAST_VARIANT");
+    bool valid = true;
+    const MoeFastVariant r = moe_fast_variant_from(env, &valid);
+    if (!valid) std::fprintf(stderr, "DSINFER_MOE_FAST_VARIANT must be 0 or 1, found '%s': using 1\n", env);
+    return r;
+  }();
+  return v;
 }
 
 int moe_cutlass_cluster_n(int64_t rows, int64_t experts, int64_t N) {

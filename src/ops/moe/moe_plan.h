@@ -8,6 +8,7 @@
 
 #include "ops/gemm/gemm_plan.h"
 #include "ops/kernel_mode.h"
+#include "ops/moe/moe_fast_shared.h"  // MoeFastVariant
 #include "ops/moe/moe_launch.h"  // MoeExpertsDevice, MoeSharedDevice
 
 namespace dsinfer::ops::cuda {
@@ -125,6 +126,13 @@ MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, boo
 // theirs. Otherwise the shared expert runs through gemm_cuda (side stream or in line, MoePlan).
 bool moe_shared_fused(MoePath path, MoeExpertKernels experts, int64_t T, const MoeExpertsDevice& ex,
                       const MoeSharedDevice& sh);
+
+// The decode kernels' variant (MoeFastVariant, same bits): kWordDecode; DSINFER_MOE_FAST_VARIANT=0 takes session 18's
+// decode (an A/B between processes), 1 or unset the word decode. moe_fast_variant_from: nullptr = unset; a value it
+// cannot use gives kWordDecode and *valid = false. moe_fast_variant reads the variable once and names a value it
+// cannot use on stderr. Measured on the H200: bench/NOTES.md "Session 23 — helper s23-moed".
+MoeFastVariant moe_fast_variant_from(const char* value, bool* valid = nullptr);
+MoeFastVariant moe_fast_variant();
 
 // One grouped expert GEMM (kGemm) over total_rows permuted rows of `experts` experts: the skinny kernel when allowed
 // and the rows average <= kMoeSkinnyRowsPerExpert per expert (and 16-byte weight vectors are legal), else the tiled
