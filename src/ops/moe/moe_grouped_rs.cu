@@ -287,26 +287,39 @@ __device__ __forceinline__ int cta_items(int nitems) {
 // Producer warpgroup: global stage c (this CTA's items one after the other, nk stages each): wait for slot c to be
 // released, then the activation tile (thread 0: two TMA boxes, counted as bytes on full) and the weight bytes
 // (cp.async, each thread's arrival on full when its copies landed).
-template <int kCwg, bool kGateUp>
-__device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtensorMap& amap, const Smem<kCwg>& sm,
-                                         int nitems, int ncols, int nk) {
+template <int kCwg, bool kGateUp, bool kFine>
+__device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtensorMap& amap,
+                                         const CUtensorMap& amap16, const Smem<kCwg>& sm, int nitems, int ncols,
+                                         int nk) {
   using C = Cfg<kCwg>;
   const int tid = int(threadIdx.x), total = cta_items(nitems) * nk;
   WSrc ws{};
-  int rb = 0;
+  int rb = 0, nb = 8;
   for (int c = 0; c < total; ++c) {
     const int kt = c % nk;
     if (kt == 0) {
       const Item it = item_of(p, int(blockIdx.x) + (c / nk) * int(gridDim.x), ncols);
       ws = w_source<kCwg, kGateUp>(p, it);
       rb = it.rb;
+      // the 16-row blocks the consumers' wgmma N reads (MoeGroupedRsArgs::tma_n), else the whole 128-row tile
+      nb = !p.tma_n ? 8 : kFine ? (it.rows + 15) >> 4 : it.rows <= 96 ? 6 : 8;
     }
     mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
     const uint32_t slot = sm.slot(c), full = sm.full(c);
     if (tid == 0) {
-      mbar_arrive_expect_tx(full, kTile);
-      tma_load_2d(slot, &amap, kt * BK, rb, full);
-      tma_load_2d(slot + BT * 128, &amap, kt * BK + kBox, rb, full);
+      if (nb == 8) {
+        mbar_arrive_expect_tx(full, kTile);
+        tma_load_2d(slot, &amap, kt * BK, rb, full);
+        tma_load_2d(slot + BT * 128, &amap, kt * BK + kBox, rb, full);
+      } else {
+        // rows 16 j .. 16 j + 15 of both k halves at their place in the 128-row boxes (2,048-byte blocks: the same
+        // 128-byte swizzle phase); rows past rows_a read as zero and count as bytes, as in the whole box
+        mbar_arrive_expect_tx(full, uint32_t(nb * 2 * 16 * 128));
+        for (int j = 0; j < nb; ++j) {
+          tma_load_2d(slot + uint32_t(j * 16 * 128), &amap16, kt * BK, rb + 16 * j, full);
+          tma_load_2d(slot + uint32_t(BT * 128 + j * 16 * 128), &amap16, kt * BK + kBox, rb + 16 * j, full);
+        }
+      }
     }
 #pragma unroll
     for (int i = 0; i < 2 * kCwg; ++i)
@@ -320,6 +333,24 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
   }
 }
 
+// A stage's weight operands for a consumer thread: its two weight rows' 16 FP4 bytes (lane t's 32 k of the chunk) and
+// their scales as bf16x2 factors (fp4_scale_bf16 in both halves).
+struct WRegs {
+  uint4 w0, w1;
+  uint32_t F0, F1;
+};
+template <int kCwg>
+__device__ __forceinline__ void load_wregs(const Smem<kCwg>& sm, uint32_t slot, int wrow, int t, WRegs& r) {
+  using C = Cfg<kCwg>;
+  const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
+  const uint8_t* sc = sm.ptr(slot + C::kOffSc);
+  r.w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
+  r.w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
+  const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
+  r.F0 = f0 | (f0 << 16);
+  r.F1 = f1 | (f1 << 16);
+}
+
 // One item's main loop for a consumer warpgroup with wgmma N = kN, or 16 nb chosen per stage at run time (kN = 0;
 // a switch over the 8 shapes of the stage's unrolled steps, so that consecutive wgmmas on the accumulators have one
 // shape and ptxas injects no warpgroup.arrive): per stage the thread's two weight rows (16 FP4 bytes and a scale
@@ -327,28 +358,33 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
 // (`wgmma.wait_group 1` before each decode frees the buffer step s - 1 read), drained at the stage's end (session 18,
 // helper s18-moep2). A wgmma kept in flight ACROSS the stage boundary (the slot's mbarrier wait, the next stage's
 // shared loads) makes ptxas serialize every wgmma (C7513), so the drain stays. The slot is released after the
-// stage's last wgmma completed. Returns the next stage index.
-template <int kCwg, int kN>
+// stage's last wgmma completed. kEarly (MoeGroupedRsArgs::early_next): under the stage's last wgmma the thread
+// waits for the next stage's slot, loads its weight bytes and decodes its step 0, so that after the drain the next
+// stage's first wgmma issues at once (same wgmmas, same order). Returns the next stage index.
+template <int kCwg, int kN, bool kEarly>
 __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
                                         float (&acc)[64]) {
-  using C = Cfg<kCwg>;
+  WRegs wr;
+  uint32_t a[2][4];
+  if constexpr (kEarly) {
+    mbar_wait(sm.full(c), sm.parity(c));
+    load_wregs(sm, sm.slot(c), wrow, t, wr);
+    md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, 0, a[0]);
+  }
   for (int kt = 0; kt < nk; ++kt, ++c) {
     const uint32_t slot = sm.slot(c);
-    mbar_wait(sm.full(c), sm.parity(c));
-    const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
-    const uint8_t* sc = sm.ptr(slot + C::kOffSc);
-    const uint4 w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
-    const uint4 w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
-    const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
-    const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
+    if constexpr (!kEarly) {
+      mbar_wait(sm.full(c), sm.parity(c));
+      load_wregs(sm, slot, wrow, t, wr);
+    }
     // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
-    auto decode = [&](uint32_t(&a)[4], int s) { md::rs_decode_step(w0, w1, F0, F1, s, a); };
+    auto decode = [&](uint32_t(&r)[4], int s) { md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, s, r); };
     auto desc = [&](int s) { return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)); };
+    const bool next = kEarly && kt + 1 < nk;
     // the stage's 8 steps with wgmma N = kS, drained at the end
     auto steps = [&](auto shape) {
       constexpr int kS = decltype(shape)::value;
-      uint32_t a[2][4];
-      decode(a[0], 0);
+      if constexpr (!kEarly) decode(a[0], 0);
 #pragma unroll
       for (int s = 0; s < 8; ++s) {
         wgmma_fence();
@@ -357,6 +393,11 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
         if (s + 1 < 8) {
           wgmma_wait<1>();  // step s - 1 done: its buffer a[(s + 1) & 1] is free
           decode(a[(s + 1) & 1], s + 1);
+        } else if (next) {
+          wgmma_wait<1>();  // step 6 done: a[0] is free; step 7 (a[1]) runs on
+          mbar_wait(sm.full(c + 1), sm.parity(c + 1));
+          load_wregs(sm, sm.slot(c + 1), wrow, t, wr);
+          decode(a[0], 0);
         }
       }
       wgmma_wait<0>();
@@ -416,7 +457,7 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
 // tile's rows rounded up to 16, one main loop that picks the shape per stage (rejected: a switch per wgmma, after
 // which ptxas injects warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled
 // at cwg 4's 96 registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
-template <int kCwg, bool kGateUp, bool kFine>
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
 __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<kCwg>& sm, int nitems, int ncols,
                                          int nk, int cwg) {
   const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, t = lane & 3;
@@ -425,17 +466,30 @@ __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<k
   for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
     const Item it = item_of(p, w, ncols);
     float acc[64];
-    if constexpr (kFine) c = mainloop<kCwg, 0>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
-    else if (it.rows <= 96) c = mainloop<kCwg, 96>(sm, c, nk, 6, wrow, t, acc);
-    else c = mainloop<kCwg, 128>(sm, c, nk, 8, wrow, t, acc);
+    if constexpr (kFine && kHoist) {
+      switch ((it.rows + 15) >> 4) {
+        case 1: c = mainloop<kCwg, 16, kEarly>(sm, c, nk, 1, wrow, t, acc); break;
+        case 2: c = mainloop<kCwg, 32, kEarly>(sm, c, nk, 2, wrow, t, acc); break;
+        case 3: c = mainloop<kCwg, 48, kEarly>(sm, c, nk, 3, wrow, t, acc); break;
+        case 4: c = mainloop<kCwg, 64, kEarly>(sm, c, nk, 4, wrow, t, acc); break;
+        case 5: c = mainloop<kCwg, 80, kEarly>(sm, c, nk, 5, wrow, t, acc); break;
+        case 6: c = mainloop<kCwg, 96, kEarly>(sm, c, nk, 6, wrow, t, acc); break;
+        case 7: c = mainloop<kCwg, 112, kEarly>(sm, c, nk, 7, wrow, t, acc); break;
+        default: c = mainloop<kCwg, 128, kEarly>(sm, c, nk, 8, wrow, t, acc); break;
+      }
+    } else if constexpr (kFine) {
+      c = mainloop<kCwg, 0, kEarly>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
+    } else if (it.rows <= 96) c = mainloop<kCwg, 96, false>(sm, c, nk, 6, wrow, t, acc);
+    else c = mainloop<kCwg, 128, false>(sm, c, nk, 8, wrow, t, acc);
     epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
   }
 }
 
 // Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
-template <int kCwg, bool kGateUp, bool kFine>
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
 __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
-    moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap) {
+    moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap,
+                          const __grid_constant__ CUtensorMap amap16) {
   using C = Cfg<kCwg>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -447,16 +501,17 @@ __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&amap)) : "memory");
+    if (p.tma_n) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&amap16)) : "memory");
   }
   __syncthreads();
   const int ncols = int(p.N / (kGateUp ? C::kGateCols : C::BW)), nitems = p.tiles[0] * ncols, nk = int(p.K / BK);
   const int wg = int(threadIdx.x) >> 7;
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProd));
-    producer<kCwg, kGateUp>(p, amap, sm, nitems, ncols, nk);
+    producer<kCwg, kGateUp, kFine>(p, amap, amap16, sm, nitems, ncols, nk);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kCons));
-    consumer<kCwg, kGateUp, kFine>(p, sm, nitems, ncols, nk, wg - 1);
+    consumer<kCwg, kGateUp, kFine, kEarly, kHoist>(p, sm, nitems, ncols, nk, wg - 1);
   }
 }
 
@@ -482,21 +537,22 @@ __global__ void moe_grouped_xp_kernel(const float* x, const int32_t* pos_of, int
   }
 }
 
-// The activation tensor map of a launch: bf16 [rows_a][K], boxes of 64 k x 128 rows with the 128-byte swizzle; rows
-// past rows_a read as zero. False if the map cannot be made.
-bool make_act_map(const MoeGroupedRsArgs& a, CUtensorMap& map) {
+// The activation tensor map of a launch: bf16 [rows_a][K], boxes of 64 k x `rows` rows (BT, or 16 for
+// MoeGroupedRsArgs::tma_n) with the 128-byte swizzle; rows past rows_a read as zero. False if the map cannot be made.
+bool make_act_map(const MoeGroupedRsArgs& a, uint32_t rows, CUtensorMap& map) {
   const cuuint64_t dims[2] = {cuuint64_t(a.K), cuuint64_t(a.rows_a)};
   const cuuint64_t strides[1] = {cuuint64_t(a.K) * 2};
-  const cuuint32_t box[2] = {kBox, BT};
+  const cuuint32_t box[2] = {kBox, rows};
   return dsinfer::cuda::encode_tiled_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.a, dims, strides, box);
 }
 
-template <int kCwg, bool kGateUp, bool kFine>
-void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
+void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, const CUtensorMap& amap16, int64_t max_tiles,
+                cudaStream_t st) {
   using C = Cfg<kCwg>;
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
-  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       C::kSmem);
+  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   static const int sms = [] {
     int dev = 0, n = 132;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
@@ -504,12 +560,18 @@ void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_
   }();
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / (kGateUp ? C::kGateCols : C::BW)));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
-  moe_grouped_rs_kernel<kCwg, kGateUp, kFine><<<grid, C::NT, C::kSmem, st>>>(a, amap);
+  moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist><<<grid, C::NT, C::kSmem, st>>>(a, amap, amap16);
 }
+// early_next and item_switch are compiled with the fine N only (the N 96 / 128 main loop is kept for the bench's
+// session 18 variant).
 template <int kCwg, bool kGateUp>
-void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
-  if (a.fine_n) launch_cfg<kCwg, kGateUp, true>(a, amap, max_tiles, st);
-  else launch_cfg<kCwg, kGateUp, false>(a, amap, max_tiles, st);
+void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, const CUtensorMap& amap16, int64_t max_tiles,
+                    cudaStream_t st) {
+  if (!a.fine_n) launch_cfg<kCwg, kGateUp, false, false, false>(a, amap, amap16, max_tiles, st);
+  else if (a.early_next && a.item_switch) launch_cfg<kCwg, kGateUp, true, true, true>(a, amap, amap16, max_tiles, st);
+  else if (a.early_next) launch_cfg<kCwg, kGateUp, true, true, false>(a, amap, amap16, max_tiles, st);
+  else if (a.item_switch) launch_cfg<kCwg, kGateUp, true, false, true>(a, amap, amap16, max_tiles, st);
+  else launch_cfg<kCwg, kGateUp, true, false, false>(a, amap, amap16, max_tiles, st);
 }
 
 }  // namespace
@@ -527,14 +589,14 @@ int moe_grouped_rs_cwg(bool gate_up, int64_t N, int cwg) {
 }
 
 bool launch_moe_grouped_rs(bool gate_up, const MoeGroupedRsArgs& a, int64_t max_tiles, void* stream) {
-  CUtensorMap amap;
-  if (!make_act_map(a, amap)) return false;
+  CUtensorMap amap, amap16;
+  if (!make_act_map(a, BT, amap) || !make_act_map(a, 16, amap16)) return false;
   const auto st = static_cast<cudaStream_t>(stream);
   const bool four = moe_grouped_rs_cwg(gate_up, a.N, a.cwg) == 4;
-  if (gate_up && four) launch_variant<4, true>(a, amap, max_tiles, st);
-  else if (gate_up) launch_variant<2, true>(a, amap, max_tiles, st);
-  else if (four) launch_variant<4, false>(a, amap, max_tiles, st);
-  else launch_variant<2, false>(a, amap, max_tiles, st);
+  if (gate_up && four) launch_variant<4, true>(a, amap, amap16, max_tiles, st);
+  else if (gate_up) launch_variant<2, true>(a, amap, amap16, max_tiles, st);
+  else if (four) launch_variant<4, false>(a, amap, amap16, max_tiles, st);
+  else launch_variant<2, false>(a, amap, amap16, max_tiles, st);
   return true;
 }
 
