@@ -247,9 +247,8 @@ TEST(MoeGroupedGpu, RsFlashShapes) {
   check_grouped({1536, 32, 6, 4096, 2048, 10.0f, false, true, oc::MoePath::GroupedRs, 4}, 10);
 }
 
-// The RS kernels' timing-only variants (MoeGroupedRsArgs::tma_n: activation TMA boxes of the tile's 16-row blocks;
-// ::early_next: the next stage's operands before the drain; ::item_switch: the wgmma shape picked per item; ::fine_n;
-// 2 or 4 consumer warpgroups) give bitwise the
+// The RS kernels' timing-only variants (MoeGroupedRsArgs::early_next: the next stage's operands before the drain;
+// ::item_switch: the wgmma shape picked per item; ::fine_n; 2 or 4 consumer warpgroups) give bitwise the
 // default's h and yp (the default's bits are the ones checked against the CPU reference above). Launched directly
 // (count, scatter, tile list, x prep, gate/up, down) on the stairs routing (every wgmma N 16 .. 128, tiles of 7 and
 // > 128 rows) with K of 1, 2, 3 and 5 stages.
@@ -283,18 +282,17 @@ TEST(MoeGroupedGpu, RsVariantsSameBits) {
     oc::detail::launch_moe_grouped_xp(dx.data(), pos.data(), c.T, c.k, c.D, xb.data(), nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     // h and yp of one variant (fine_n, tma_n, early_next), NaN-filled first so that an unwritten row shows
-    auto run = [&](bool fine, bool tma_n, bool early, bool item, std::vector<uint16_t>& h, std::vector<float>& y) {
+    auto run = [&](bool fine, bool early, bool item, std::vector<uint16_t>& h, std::vector<float>& y) {
       auto hb = to_device(std::vector<uint16_t>(size_t(n * c.I), 0x7FC0));
       auto yp = to_device(std::vector<float>(size_t(n * c.D), NAN));
       const oc::MoeGroupedRsArgs gu{.tiles = tiles.data(), .offsets = offsets.data(), .a = xb.data(), .rows_a = n,
                                     .w1 = w1.view.data, .s1 = w1.view.scale, .w3 = w3.view.data,
                                     .s3 = w3.view.scale, .K = c.D, .N = c.I, .limit = c.limit, .hout = hb.data(),
-                                    .cwg = sh.cwg, .fine_n = fine, .tma_n = tma_n, .early_next = early,
-                                    .item_switch = item};
+                                    .cwg = sh.cwg, .fine_n = fine, .early_next = early, .item_switch = item};
       const oc::MoeGroupedRsArgs dn{.tiles = tiles.data(), .offsets = offsets.data(), .a = hb.data(), .rows_a = n,
                                     .w1 = w2.view.data, .s1 = w2.view.scale, .K = c.I, .N = c.D,
-                                    .yout = yp.data(), .cwg = sh.cwg, .fine_n = fine, .tma_n = tma_n,
-                                    .early_next = early, .item_switch = item};
+                                    .yout = yp.data(), .cwg = sh.cwg, .fine_n = fine, .early_next = early,
+                                    .item_switch = item};
       ASSERT_TRUE(oc::detail::launch_moe_grouped_rs(true, gu, max_tiles, nullptr));
       ASSERT_TRUE(oc::detail::launch_moe_grouped_rs(false, dn, max_tiles, nullptr));
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -305,24 +303,21 @@ TEST(MoeGroupedGpu, RsVariantsSameBits) {
     };
     std::vector<uint16_t> h0;
     std::vector<float> y0;
-    run(oc::kMoeGroupedRsFineN, oc::kMoeGroupedRsTmaN, oc::kMoeGroupedRsEarlyNext, oc::kMoeGroupedRsItemSwitch, h0,
-        y0);
+    run(oc::kMoeGroupedRsFineN, oc::kMoeGroupedRsEarlyNext, oc::kMoeGroupedRsItemSwitch, h0, y0);
     int32_t rows = 0;
     ASSERT_EQ(cudaMemcpy(&rows, offsets.data() + c.E, 4, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_GT(rows, 0);
     for (int64_t i = 0; i < int64_t(rows) * c.D; ++i) ASSERT_TRUE(std::isfinite(y0[size_t(i)])) << "yp " << i;
     for (const bool fine : {true, false})
-      for (const bool tma_n : {false, true})
-        for (const bool early : {false, true})
-          for (const bool item : {false, true}) {
-            SCOPED_TRACE(testing::Message() << "fine_n=" << fine << " tma_n=" << tma_n << " early_next=" << early
-                                            << " item_switch=" << item);
-            std::vector<uint16_t> h;
-            std::vector<float> y;
-            run(fine, tma_n, early, item, h, y);
-            EXPECT_EQ(std::memcmp(h.data(), h0.data(), size_t(rows) * size_t(c.I) * 2), 0) << "h differs";
-            EXPECT_EQ(std::memcmp(y.data(), y0.data(), size_t(rows) * size_t(c.D) * 4), 0) << "yp differs";
-          }
+      for (const bool early : {false, true})
+        for (const bool item : {false, true}) {
+          SCOPED_TRACE(testing::Message() << "fine_n=" << fine << " early_next=" << early << " item_switch=" << item);
+          std::vector<uint16_t> h;
+          std::vector<float> y;
+          run(fine, early, item, h, y);
+          EXPECT_EQ(std::memcmp(h.data(), h0.data(), size_t(rows) * size_t(c.I) * 2), 0) << "h differs";
+          EXPECT_EQ(std::memcmp(y.data(), y0.data(), size_t(rows) * size_t(c.D) * 4), 0) << "yp differs";
+        }
   }
 }
 

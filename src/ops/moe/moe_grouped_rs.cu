@@ -14,7 +14,8 @@
 // the 16 FP4 bytes of its two weight rows (lane t of a quad owns k 32t..32t+31 of the chunk, as the chunk layout
 // orders the activations) and their scales, then per 16-k step decodes 4 bf16x2 A registers (two rows, two pairs)
 // and issues the step's m64nNk16 wgmma with B from the slot, decoding step s + 1 while step s runs (double buffer,
-// drained at the stage's end); the slot is released after the stage's last wgmma.
+// drained at the stage's end; the next stage's weight bytes and first decode come before that drain, under the
+// stage's last wgmma); the slot is released after the stage's last wgmma.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
 // activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
@@ -287,39 +288,26 @@ __device__ __forceinline__ int cta_items(int nitems) {
 // Producer warpgroup: global stage c (this CTA's items one after the other, nk stages each): wait for slot c to be
 // released, then the activation tile (thread 0: two TMA boxes, counted as bytes on full) and the weight bytes
 // (cp.async, each thread's arrival on full when its copies landed).
-template <int kCwg, bool kGateUp, bool kFine>
-__device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtensorMap& amap,
-                                         const CUtensorMap& amap16, const Smem<kCwg>& sm, int nitems, int ncols,
-                                         int nk) {
+template <int kCwg, bool kGateUp>
+__device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtensorMap& amap, const Smem<kCwg>& sm,
+                                         int nitems, int ncols, int nk) {
   using C = Cfg<kCwg>;
   const int tid = int(threadIdx.x), total = cta_items(nitems) * nk;
   WSrc ws{};
-  int rb = 0, nb = 8;
+  int rb = 0;
   for (int c = 0; c < total; ++c) {
     const int kt = c % nk;
     if (kt == 0) {
       const Item it = item_of(p, int(blockIdx.x) + (c / nk) * int(gridDim.x), ncols);
       ws = w_source<kCwg, kGateUp>(p, it);
       rb = it.rb;
-      // the 16-row blocks the consumers' wgmma N reads (MoeGroupedRsArgs::tma_n), else the whole 128-row tile
-      nb = !p.tma_n ? 8 : kFine ? (it.rows + 15) >> 4 : it.rows <= 96 ? 6 : 8;
     }
     mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
     const uint32_t slot = sm.slot(c), full = sm.full(c);
     if (tid == 0) {
-      if (nb == 8) {
-        mbar_arrive_expect_tx(full, kTile);
-        tma_load_2d(slot, &amap, kt * BK, rb, full);
-        tma_load_2d(slot + BT * 128, &amap, kt * BK + kBox, rb, full);
-      } else {
-        // rows 16 j .. 16 j + 15 of both k halves at their place in the 128-row boxes (2,048-byte blocks: the same
-        // 128-byte swizzle phase); rows past rows_a read as zero and count as bytes, as in the whole box
-        mbar_arrive_expect_tx(full, uint32_t(nb * 2 * 16 * 128));
-        for (int j = 0; j < nb; ++j) {
-          tma_load_2d(slot + uint32_t(j * 16 * 128), &amap16, kt * BK, rb + 16 * j, full);
-          tma_load_2d(slot + uint32_t(BT * 128 + j * 16 * 128), &amap16, kt * BK + kBox, rb + 16 * j, full);
-        }
-      }
+      mbar_arrive_expect_tx(full, kTile);
+      tma_load_2d(slot, &amap, kt * BK, rb, full);
+      tma_load_2d(slot + BT * 128, &amap, kt * BK + kBox, rb, full);
     }
 #pragma unroll
     for (int i = 0; i < 2 * kCwg; ++i)
@@ -360,7 +348,9 @@ __device__ __forceinline__ void load_wregs(const Smem<kCwg>& sm, uint32_t slot, 
 // shared loads) makes ptxas serialize every wgmma (C7513), so the drain stays. The slot is released after the
 // stage's last wgmma completed. kEarly (MoeGroupedRsArgs::early_next): under the stage's last wgmma the thread
 // waits for the next stage's slot, loads its weight bytes and decodes its step 0, so that after the drain the next
-// stage's first wgmma issues at once (same wgmmas, same order). Returns the next stage index.
+// stage's first wgmma issues at once (same wgmmas, same order). Returns the next stage index. Rejected (session
+// 23): no drain per stage, the slot of stage kt - 1 released after stage kt's first wgmma and `wait_group 1`: at
+// cwg 4's 112 registers ptxas serializes every wgmma (C7512, insufficient registers).
 template <int kCwg, int kN, bool kEarly>
 __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
                                         float (&acc)[64]) {
@@ -454,9 +444,11 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
 }
 
 // Consumer warpgroup cwg: per item the main loop and the epilogue. kFine (MoeGroupedRsArgs::fine_n): wgmma N = the
-// tile's rows rounded up to 16, one main loop that picks the shape per stage (rejected: a switch per wgmma, after
-// which ptxas injects warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled
-// at cwg 4's 96 registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
+// tile's rows rounded up to 16, with kHoist (MoeGroupedRsArgs::item_switch) one main loop per shape, picked once per
+// item (session 23: no switch per stage; the epilogue stays one copy, 96 registers at cwg 4, no spills), else one
+// main loop that picks the shape per stage (session 19; rejected: a switch per wgmma, after which ptxas injects
+// warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled at cwg 4's 96
+// registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
 template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
 __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<kCwg>& sm, int nitems, int ncols,
                                          int nk, int cwg) {
@@ -488,8 +480,7 @@ __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<k
 // Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
 template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
 __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
-    moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap,
-                          const __grid_constant__ CUtensorMap amap16) {
+    moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap) {
   using C = Cfg<kCwg>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -501,14 +492,13 @@ __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&amap)) : "memory");
-    if (p.tma_n) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&amap16)) : "memory");
   }
   __syncthreads();
   const int ncols = int(p.N / (kGateUp ? C::kGateCols : C::BW)), nitems = p.tiles[0] * ncols, nk = int(p.K / BK);
   const int wg = int(threadIdx.x) >> 7;
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProd));
-    producer<kCwg, kGateUp, kFine>(p, amap, amap16, sm, nitems, ncols, nk);
+    producer<kCwg, kGateUp>(p, amap, sm, nitems, ncols, nk);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kCons));
     consumer<kCwg, kGateUp, kFine, kEarly, kHoist>(p, sm, nitems, ncols, nk, wg - 1);
@@ -537,18 +527,17 @@ __global__ void moe_grouped_xp_kernel(const float* x, const int32_t* pos_of, int
   }
 }
 
-// The activation tensor map of a launch: bf16 [rows_a][K], boxes of 64 k x `rows` rows (BT, or 16 for
-// MoeGroupedRsArgs::tma_n) with the 128-byte swizzle; rows past rows_a read as zero. False if the map cannot be made.
-bool make_act_map(const MoeGroupedRsArgs& a, uint32_t rows, CUtensorMap& map) {
+// The activation tensor map of a launch: bf16 [rows_a][K], boxes of 64 k x 128 rows with the 128-byte swizzle; rows
+// past rows_a read as zero. False if the map cannot be made.
+bool make_act_map(const MoeGroupedRsArgs& a, CUtensorMap& map) {
   const cuuint64_t dims[2] = {cuuint64_t(a.K), cuuint64_t(a.rows_a)};
   const cuuint64_t strides[1] = {cuuint64_t(a.K) * 2};
-  const cuuint32_t box[2] = {kBox, rows};
+  const cuuint32_t box[2] = {kBox, BT};
   return dsinfer::cuda::encode_tiled_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.a, dims, strides, box);
 }
 
 template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
-void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, const CUtensorMap& amap16, int64_t max_tiles,
-                cudaStream_t st) {
+void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
   using C = Cfg<kCwg>;
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
   cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist>,
@@ -560,18 +549,17 @@ void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, const CUtens
   }();
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / (kGateUp ? C::kGateCols : C::BW)));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
-  moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist><<<grid, C::NT, C::kSmem, st>>>(a, amap, amap16);
+  moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist><<<grid, C::NT, C::kSmem, st>>>(a, amap);
 }
 // early_next and item_switch are compiled with the fine N only (the N 96 / 128 main loop is kept for the bench's
 // session 18 variant).
 template <int kCwg, bool kGateUp>
-void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, const CUtensorMap& amap16, int64_t max_tiles,
-                    cudaStream_t st) {
-  if (!a.fine_n) launch_cfg<kCwg, kGateUp, false, false, false>(a, amap, amap16, max_tiles, st);
-  else if (a.early_next && a.item_switch) launch_cfg<kCwg, kGateUp, true, true, true>(a, amap, amap16, max_tiles, st);
-  else if (a.early_next) launch_cfg<kCwg, kGateUp, true, true, false>(a, amap, amap16, max_tiles, st);
-  else if (a.item_switch) launch_cfg<kCwg, kGateUp, true, false, true>(a, amap, amap16, max_tiles, st);
-  else launch_cfg<kCwg, kGateUp, true, false, false>(a, amap, amap16, max_tiles, st);
+void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
+  if (!a.fine_n) launch_cfg<kCwg, kGateUp, false, false, false>(a, amap, max_tiles, st);
+  else if (a.early_next && a.item_switch) launch_cfg<kCwg, kGateUp, true, true, true>(a, amap, max_tiles, st);
+  else if (a.early_next) launch_cfg<kCwg, kGateUp, true, true, false>(a, amap, max_tiles, st);
+  else if (a.item_switch) launch_cfg<kCwg, kGateUp, true, false, true>(a, amap, max_tiles, st);
+  else launch_cfg<kCwg, kGateUp, true, false, false>(a, amap, max_tiles, st);
 }
 
 }  // namespace
@@ -589,14 +577,14 @@ int moe_grouped_rs_cwg(bool gate_up, int64_t N, int cwg) {
 }
 
 bool launch_moe_grouped_rs(bool gate_up, const MoeGroupedRsArgs& a, int64_t max_tiles, void* stream) {
-  CUtensorMap amap, amap16;
-  if (!make_act_map(a, BT, amap) || !make_act_map(a, 16, amap16)) return false;
+  CUtensorMap amap;
+  if (!make_act_map(a, amap)) return false;
   const auto st = static_cast<cudaStream_t>(stream);
   const bool four = moe_grouped_rs_cwg(gate_up, a.N, a.cwg) == 4;
-  if (gate_up && four) launch_variant<4, true>(a, amap, amap16, max_tiles, st);
-  else if (gate_up) launch_variant<2, true>(a, amap, amap16, max_tiles, st);
-  else if (four) launch_variant<4, false>(a, amap, amap16, max_tiles, st);
-  else launch_variant<2, false>(a, amap, amap16, max_tiles, st);
+  if (gate_up && four) launch_variant<4, true>(a, amap, max_tiles, st);
+  else if (gate_up) launch_variant<2, true>(a, amap, max_tiles, st);
+  else if (four) launch_variant<4, false>(a, amap, max_tiles, st);
+  else launch_variant<2, false>(a, amap, max_tiles, st);
   return true;
 }
 
