@@ -16,10 +16,14 @@
 // Env (for profiling): DSINFER_MOE_BENCH_SETS = 1..4 weight sets rotated (1: the weights may stay warm in L2 / TLB);
 // DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192);
 // DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0);
-// DSINFER_MOE_BENCH_RS_ONLY = 1: prefill stops after the RS kernels (moe_grouped_rs.cu) of each T.
+// DSINFER_MOE_BENCH_RS_ONLY = 1: prefill stops after the RS kernels (moe_grouped_rs.cu) of each T;
+// DSINFER_MOE_BENCH_RS_VARIANTS = comma list of indices into bench_prefill's RS variant list (repeats allowed;
+// default 0, 3, 4, 7); DSINFER_MOE_BENCH_PROFILE = 1: prefill launches each RS variant's two kernels once (weight
+// set 0) and times nothing (for ncu: -k regex:moe_grouped_rs_kernel -c 2 x the variants).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +49,8 @@ namespace {
 constexpr int kMaxSets = 4, kWarm = 3, kRuns = 25;
 int g_sets = kMaxSets;  // weight sets rotated (DSINFER_MOE_BENCH_SETS)
 bool g_rs_only = false;  // prefill: stop after the RS kernels (DSINFER_MOE_BENCH_RS_ONLY = 1, for profiling)
+bool g_profile = false;  // prefill: each RS variant's kernels launched once, nothing timed (DSINFER_MOE_BENCH_PROFILE)
+std::vector<int> g_rs_variants;  // prefill: the RS variants timed, by index (DSINFER_MOE_BENCH_RS_VARIANTS)
 constexpr double kHbm = 4.8e12;
 constexpr int64_t E = 256, k = 6, D = 4096, I = 2048;
 
@@ -621,14 +627,25 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     };
     const double t_xp = median_us(xp);
     for (int si = 0; si < g_sets; ++si) xp(si);
-    // Variants: consumer warpgroups, wgmma N per item (fine: rows rounded up to 16; else 96 / 128) and the tile list
-    // (by size, largest first; else expert order). The first is session 18's default, the fourth this session's.
+    // Variants: consumer warpgroups, wgmma N per item (fine: rows rounded up to 16; else 96 / 128), the tile list (by
+    // size, largest first; else expert order), the stage boundary (early: the next stage's operands before the
+    // drain; else after it) and the wgmma shape switch (item: per item; else per stage). 0 is session 18's default,
+    // 3 session 19's, 7 session 23's, 4 the cwg 2 fallback. DSINFER_MOE_BENCH_RS_VARIANTS picks (and may repeat)
+    // indices of this list.
     struct RsVariant {
       int cwg;
-      bool fine, by_size;
+      bool fine, by_size, early, item;
     };
-    const RsVariant vars[] = {{4, false, false}, {4, true, false}, {4, false, true}, {4, true, true}, {2, true, true}};
-    constexpr int kVars = 5;
+    const RsVariant all_vars[] = {{4, false, false, false, false}, {4, true, false, false, false},
+                                  {4, false, true, false, false},  {4, true, true, false, false},
+                                  {2, true, true, true, true},     {4, true, true, true, false},
+                                  {4, true, true, false, true},    {4, true, true, true, true}};
+    std::vector<RsVariant> vars = {all_vars[0], all_vars[3], all_vars[4], all_vars[7]};
+    if (!g_rs_variants.empty()) {
+      vars.clear();
+      for (int vi : g_rs_variants) vars.push_back(all_vars[vi]);
+    }
+    const int kVars = int(vars.size());
     auto rs = [&](int i, bool gate_up, const RsVariant& v) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
@@ -638,29 +655,40 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       const oc::MoeGroupedRsArgs gu{.tiles = tl, .offsets = q.offsets.as<const int32_t>(), .a = xb, .rows_a = n,
                                     .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale, .w3 = st.ex.w3.data,
                                     .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f, .hout = hb, .cwg = v.cwg,
-                                    .fine_n = v.fine};
+                                    .fine_n = v.fine, .early_next = v.early, .item_switch = v.item};
       const oc::MoeGroupedRsArgs dn{.tiles = tl, .offsets = q.offsets.as<const int32_t>(), .a = hb, .rows_a = n,
                                     .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I, .N = D,
-                                    .yout = q.yp.as<float>(), .cwg = v.cwg, .fine_n = v.fine};
+                                    .yout = q.yp.as<float>(), .cwg = v.cwg, .fine_n = v.fine, .early_next = v.early,
+                                    .item_switch = v.item};
       if (!oc::detail::launch_moe_grouped_rs(gate_up, gate_up ? gu : dn, max_tiles, nullptr)) {
         std::fprintf(stderr, "launch_moe_grouped_rs: no TMA map\n");
         std::exit(1);
       }
     };
+    if (g_profile) {  // each variant's two kernels once, for ncu (-k regex:moe_grouped_rs_kernel -c 2 x variants)
+      for (const RsVariant& v : vars) {
+        rs(0, true, v);
+        rs(0, false, v);
+      }
+      check(cudaDeviceSynchronize(), "sync");
+      std::printf("prefill T %5lld: profile launches of %d RS variants done\n", (long long)T, kVars);
+      continue;
+    }
     // [variant][gate/up, down]; the hashes of yp (weight set 0) after each variant
-    double t_rs[kVars][2];
-    uint64_t h_rs[kVars] = {};
+    std::vector<std::array<double, 2>> t_rs(static_cast<size_t>(kVars));
+    std::vector<uint64_t> h_rs(static_cast<size_t>(kVars));
     int v_default = 0;
     for (int vi = 0; vi < kVars; ++vi) {
       const RsVariant& v = vars[vi];
-      if (v.cwg == oc::kMoeGroupedRsCwg && v.fine == oc::kMoeGroupedRsFineN && v.by_size == oc::kMoeTileListBySize)
+      if (v.cwg == oc::kMoeGroupedRsCwg && v.fine == oc::kMoeGroupedRsFineN && v.by_size == oc::kMoeTileListBySize &&
+          v.early == oc::kMoeGroupedRsEarlyNext && v.item == oc::kMoeGroupedRsItemSwitch)
         v_default = vi;
-      t_rs[vi][0] = median_us([&](int i) { rs(i, true, v); });
+      t_rs[size_t(vi)][0] = median_us([&](int i) { rs(i, true, v); });
       for (int si = 0; si < g_sets; ++si) rs(si, true, v);
-      t_rs[vi][1] = median_us([&](int i) { rs(i, false, v); });
+      t_rs[size_t(vi)][1] = median_us([&](int i) { rs(i, false, v); });
       for (int si = 0; si < g_sets; ++si) rs(si, false, v);
       check(cudaDeviceSynchronize(), "sync");
-      h_rs[vi] = fnv_hash(b[0].yp, size_t(n * D) * 4);
+      h_rs[size_t(vi)] = fnv_hash(b[0].yp, size_t(n * D) * 4);
     }
     // RS yp (weight set 0) against the bf16 grouped path's (moe_grouped.cu: same roundings, another k order) on the
     // valid rows: normalized L2 and the largest elementwise difference over the row's largest magnitude
@@ -704,13 +732,15 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     }
     const double flop_rs = 2.0 * double(n) * 3.0 * double(D) * double(I);
     for (int vi = 0; vi < kVars; ++vi) {
-      const double sum = t_rs[vi][0] + t_rs[vi][1];
-      std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d N %s tiles %s: gate/up %.1f down %.1f (GEMMs "
-                  "%.1f us, %.0f TFLOP/s) | yp hash %016llx (%s)%s\n",
-                  (long long)T, t_xp, vars[vi].cwg, vars[vi].fine ? "fine  " : "96/128",
-                  vars[vi].by_size ? "by size" : "expert ",
-                  t_rs[vi][0], t_rs[vi][1], sum, flop_rs / (sum * 1e-6) / 1e12, (unsigned long long)h_rs[vi],
-                  h_rs[vi] == h_rs[0] ? "same" : "DIFFER", vi == v_default ? " <- default" : "");
+      const size_t u = size_t(vi);
+      const double sum = t_rs[u][0] + t_rs[u][1];
+      std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d N %s tiles %s boundary %s switch %s: "
+                  "gate/up %.1f down %.1f (GEMMs %.1f us, %.0f TFLOP/s) | yp hash %016llx (%s)%s\n",
+                  (long long)T, t_xp, vars[u].cwg, vars[u].fine ? "fine  " : "96/128",
+                  vars[u].by_size ? "by size" : "expert ", vars[u].early ? "early" : "drain",
+                  vars[u].item ? "item " : "stage", t_rs[u][0], t_rs[u][1], sum, flop_rs / (sum * 1e-6) / 1e12,
+                  (unsigned long long)h_rs[u], h_rs[u] == h_rs[0] ? "same" : "DIFFER",
+                  vi == v_default ? " <- default" : "");
     }
     if (g_rs_only) continue;
     const double t_sh = median_us([&](int i) {
@@ -747,8 +777,8 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                 flop / ((t_gu + t_dn) * 1e-6) / 1e12, t_sh, t_comb);
     // moe_cuda (MoePath::Fast) runs the RS kernels as the default variant (kMoeGroupedRsCwg, kMoeGroupedRsFineN,
     // kMoeTileListBySize)
-    const double t_rs_gu = t_rs[v_default][0];
-    const double t_rs_dn = t_rs[v_default][1];
+    const double t_rs_gu = t_rs[size_t(v_default)][0];
+    const double t_rs_dn = t_rs[size_t(v_default)][1];
     std::printf("prefill T %5lld: moe_cuda routed %.1f us, with shared %.1f us (other than the RS GEMMs %.1f; sum of "
                 "the launches %.1f); hash routed %016llx with shared %016llx\n",
                 (long long)T, t_routed, t_full, t_full - t_rs_gu - t_rs_dn,
@@ -779,6 +809,19 @@ int main(int argc, char** argv) {
                   : std::vector<int64_t>{1, 8, 64, 128, 256, 512, 1024, 4096};
   if (const char* env = std::getenv("DSINFER_MOE_BENCH_SETS")) g_sets = std::clamp(std::atoi(env), 1, kMaxSets);
   if (const char* env = std::getenv("DSINFER_MOE_BENCH_RS_ONLY")) g_rs_only = std::atoi(env) == 1;
+  if (const char* env = std::getenv("DSINFER_MOE_BENCH_PROFILE")) g_profile = std::atoi(env) == 1;
+  if (const char* env = std::getenv("DSINFER_MOE_BENCH_RS_VARIANTS")) {
+    for (const char* q = env; *q != '\0';) {
+      char* end = nullptr;
+      const long v = std::strtol(q, &end, 10);
+      if (end == q || v < 0 || v > 7) {
+        std::fprintf(stderr, "DSINFER_MOE_BENCH_RS_VARIANTS: indices 0..7, comma-separated, got '%s'\n", env);
+        return 2;
+      }
+      g_rs_variants.push_back(int(v));
+      q = *end == ',' ? end + 1 : end;
+    }
+  }
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
     std::fprintf(stderr, "no CUDA device\n");

@@ -49,6 +49,13 @@ inline constexpr bool kMoeGroupedRsFineN = true;
 // The grouped kernels' row-tile list (launch_moe_tile_list): true = by size class (rows rounded up to 16), largest
 // first (session 19), false = expert order. Each item's result does not depend on the order.
 inline constexpr bool kMoeTileListBySize = true;
+// The RS kernels' stage boundary: true = each consumer warpgroup waits for the next stage's slot, loads its weight
+// bytes and decodes its first k-step under the stage's last wgmma, before the drain (session 23); false = after the
+// drain (session 19). Same wgmmas in the same order (same bits).
+inline constexpr bool kMoeGroupedRsEarlyNext = true;
+// The RS kernels' wgmma shape choice under fine_n: true = one main loop per N, picked once per item; false = one main
+// loop, the shape picked per 128-k stage (session 19). Same wgmmas (same bits).
+inline constexpr bool kMoeGroupedRsItemSwitch = true;
 
 // The bf16 wgmma grouped GEMMs with the FP4 weights as the register A operand (moe_grouped_rs.cu; numerics of
 // MoeGroupedArgs: bf16 activations in chunk layout, exact weights, fp32 sums). The activation rows are the permuted
@@ -68,6 +75,8 @@ struct MoeGroupedRsArgs {
   float* yout = nullptr;                // down: fp32 [rows, N]
   int cwg = 2;                          // consumer warpgroups per CTA (64 weight rows each): 2 or 4 (benches)
   bool fine_n = kMoeGroupedRsFineN;     // the wgmma N per item (benches time both)
+  bool early_next = kMoeGroupedRsEarlyNext;  // the next stage's operands before the drain (fine_n only; benches)
+  bool item_switch = kMoeGroupedRsItemSwitch;  // the wgmma shape picked per item (fine_n only; benches)
 };
 
 namespace detail {

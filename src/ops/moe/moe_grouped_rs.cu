@@ -14,7 +14,8 @@
 // the 16 FP4 bytes of its two weight rows (lane t of a quad owns k 32t..32t+31 of the chunk, as the chunk layout
 // orders the activations) and their scales, then per 16-k step decodes 4 bf16x2 A registers (two rows, two pairs)
 // and issues the step's m64nNk16 wgmma with B from the slot, decoding step s + 1 while step s runs (double buffer,
-// drained at the stage's end); the slot is released after the stage's last wgmma.
+// drained at the stage's end; the next stage's weight bytes and first decode come before that drain, under the
+// stage's last wgmma); the slot is released after the stage's last wgmma.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
 // activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
@@ -320,6 +321,24 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
   }
 }
 
+// A stage's weight operands for a consumer thread: its two weight rows' 16 FP4 bytes (lane t's 32 k of the chunk) and
+// their scales as bf16x2 factors (fp4_scale_bf16 in both halves).
+struct WRegs {
+  uint4 w0, w1;
+  uint32_t F0, F1;
+};
+template <int kCwg>
+__device__ __forceinline__ void load_wregs(const Smem<kCwg>& sm, uint32_t slot, int wrow, int t, WRegs& r) {
+  using C = Cfg<kCwg>;
+  const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
+  const uint8_t* sc = sm.ptr(slot + C::kOffSc);
+  r.w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
+  r.w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
+  const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
+  r.F0 = f0 | (f0 << 16);
+  r.F1 = f1 | (f1 << 16);
+}
+
 // One item's main loop for a consumer warpgroup with wgmma N = kN, or 16 nb chosen per stage at run time (kN = 0;
 // a switch over the 8 shapes of the stage's unrolled steps, so that consecutive wgmmas on the accumulators have one
 // shape and ptxas injects no warpgroup.arrive): per stage the thread's two weight rows (16 FP4 bytes and a scale
@@ -327,28 +346,35 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
 // (`wgmma.wait_group 1` before each decode frees the buffer step s - 1 read), drained at the stage's end (session 18,
 // helper s18-moep2). A wgmma kept in flight ACROSS the stage boundary (the slot's mbarrier wait, the next stage's
 // shared loads) makes ptxas serialize every wgmma (C7513), so the drain stays. The slot is released after the
-// stage's last wgmma completed. Returns the next stage index.
-template <int kCwg, int kN>
+// stage's last wgmma completed. kEarly (MoeGroupedRsArgs::early_next): under the stage's last wgmma the thread
+// waits for the next stage's slot, loads its weight bytes and decodes its step 0, so that after the drain the next
+// stage's first wgmma issues at once (same wgmmas, same order). Returns the next stage index. Rejected (session
+// 23): no drain per stage, the slot of stage kt - 1 released after stage kt's first wgmma and `wait_group 1`: at
+// cwg 4's 112 registers ptxas serializes every wgmma (C7512, insufficient registers).
+template <int kCwg, int kN, bool kEarly>
 __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
                                         float (&acc)[64]) {
-  using C = Cfg<kCwg>;
+  WRegs wr;
+  uint32_t a[2][4];
+  if constexpr (kEarly) {
+    mbar_wait(sm.full(c), sm.parity(c));
+    load_wregs(sm, sm.slot(c), wrow, t, wr);
+    md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, 0, a[0]);
+  }
   for (int kt = 0; kt < nk; ++kt, ++c) {
     const uint32_t slot = sm.slot(c);
-    mbar_wait(sm.full(c), sm.parity(c));
-    const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
-    const uint8_t* sc = sm.ptr(slot + C::kOffSc);
-    const uint4 w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
-    const uint4 w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
-    const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
-    const uint32_t F0 = f0 | (f0 << 16), F1 = f1 | (f1 << 16);
+    if constexpr (!kEarly) {
+      mbar_wait(sm.full(c), sm.parity(c));
+      load_wregs(sm, slot, wrow, t, wr);
+    }
     // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
-    auto decode = [&](uint32_t(&a)[4], int s) { md::rs_decode_step(w0, w1, F0, F1, s, a); };
+    auto decode = [&](uint32_t(&r)[4], int s) { md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, s, r); };
     auto desc = [&](int s) { return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)); };
+    const bool next = kEarly && kt + 1 < nk;
     // the stage's 8 steps with wgmma N = kS, drained at the end
     auto steps = [&](auto shape) {
       constexpr int kS = decltype(shape)::value;
-      uint32_t a[2][4];
-      decode(a[0], 0);
+      if constexpr (!kEarly) decode(a[0], 0);
 #pragma unroll
       for (int s = 0; s < 8; ++s) {
         wgmma_fence();
@@ -357,6 +383,11 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
         if (s + 1 < 8) {
           wgmma_wait<1>();  // step s - 1 done: its buffer a[(s + 1) & 1] is free
           decode(a[(s + 1) & 1], s + 1);
+        } else if (next) {
+          wgmma_wait<1>();  // step 6 done: a[0] is free; step 7 (a[1]) runs on
+          mbar_wait(sm.full(c + 1), sm.parity(c + 1));
+          load_wregs(sm, sm.slot(c + 1), wrow, t, wr);
+          decode(a[0], 0);
         }
       }
       wgmma_wait<0>();
@@ -413,10 +444,12 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
 }
 
 // Consumer warpgroup cwg: per item the main loop and the epilogue. kFine (MoeGroupedRsArgs::fine_n): wgmma N = the
-// tile's rows rounded up to 16, one main loop that picks the shape per stage (rejected: a switch per wgmma, after
-// which ptxas injects warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled
-// at cwg 4's 96 registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
-template <int kCwg, bool kGateUp, bool kFine>
+// tile's rows rounded up to 16, with kHoist (MoeGroupedRsArgs::item_switch) one main loop per shape, picked once per
+// item (session 23: no switch per stage; the epilogue stays one copy, 96 registers at cwg 4, no spills), else one
+// main loop that picks the shape per stage (session 19; rejected: a switch per wgmma, after which ptxas injects
+// warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled at cwg 4's 96
+// registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
 __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<kCwg>& sm, int nitems, int ncols,
                                          int nk, int cwg) {
   const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, t = lane & 3;
@@ -425,15 +458,27 @@ __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<k
   for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
     const Item it = item_of(p, w, ncols);
     float acc[64];
-    if constexpr (kFine) c = mainloop<kCwg, 0>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
-    else if (it.rows <= 96) c = mainloop<kCwg, 96>(sm, c, nk, 6, wrow, t, acc);
-    else c = mainloop<kCwg, 128>(sm, c, nk, 8, wrow, t, acc);
+    if constexpr (kFine && kHoist) {
+      switch ((it.rows + 15) >> 4) {
+        case 1: c = mainloop<kCwg, 16, kEarly>(sm, c, nk, 1, wrow, t, acc); break;
+        case 2: c = mainloop<kCwg, 32, kEarly>(sm, c, nk, 2, wrow, t, acc); break;
+        case 3: c = mainloop<kCwg, 48, kEarly>(sm, c, nk, 3, wrow, t, acc); break;
+        case 4: c = mainloop<kCwg, 64, kEarly>(sm, c, nk, 4, wrow, t, acc); break;
+        case 5: c = mainloop<kCwg, 80, kEarly>(sm, c, nk, 5, wrow, t, acc); break;
+        case 6: c = mainloop<kCwg, 96, kEarly>(sm, c, nk, 6, wrow, t, acc); break;
+        case 7: c = mainloop<kCwg, 112, kEarly>(sm, c, nk, 7, wrow, t, acc); break;
+        default: c = mainloop<kCwg, 128, kEarly>(sm, c, nk, 8, wrow, t, acc); break;
+      }
+    } else if constexpr (kFine) {
+      c = mainloop<kCwg, 0, kEarly>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
+    } else if (it.rows <= 96) c = mainloop<kCwg, 96, false>(sm, c, nk, 6, wrow, t, acc);
+    else c = mainloop<kCwg, 128, false>(sm, c, nk, 8, wrow, t, acc);
     epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
   }
 }
 
 // Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
-template <int kCwg, bool kGateUp, bool kFine>
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
 __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap) {
   using C = Cfg<kCwg>;
@@ -456,7 +501,7 @@ __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     producer<kCwg, kGateUp>(p, amap, sm, nitems, ncols, nk);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kCons));
-    consumer<kCwg, kGateUp, kFine>(p, sm, nitems, ncols, nk, wg - 1);
+    consumer<kCwg, kGateUp, kFine, kEarly, kHoist>(p, sm, nitems, ncols, nk, wg - 1);
   }
 }
 
@@ -491,12 +536,12 @@ bool make_act_map(const MoeGroupedRsArgs& a, CUtensorMap& map) {
   return dsinfer::cuda::encode_tiled_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.a, dims, strides, box);
 }
 
-template <int kCwg, bool kGateUp, bool kFine>
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
 void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
   using C = Cfg<kCwg>;
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
-  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       C::kSmem);
+  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   static const int sms = [] {
     int dev = 0, n = 132;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
@@ -504,12 +549,17 @@ void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_
   }();
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / (kGateUp ? C::kGateCols : C::BW)));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
-  moe_grouped_rs_kernel<kCwg, kGateUp, kFine><<<grid, C::NT, C::kSmem, st>>>(a, amap);
+  moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist><<<grid, C::NT, C::kSmem, st>>>(a, amap);
 }
+// early_next and item_switch are compiled with the fine N only (the N 96 / 128 main loop is kept for the bench's
+// session 18 variant).
 template <int kCwg, bool kGateUp>
 void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
-  if (a.fine_n) launch_cfg<kCwg, kGateUp, true>(a, amap, max_tiles, st);
-  else launch_cfg<kCwg, kGateUp, false>(a, amap, max_tiles, st);
+  if (!a.fine_n) launch_cfg<kCwg, kGateUp, false, false, false>(a, amap, max_tiles, st);
+  else if (a.early_next && a.item_switch) launch_cfg<kCwg, kGateUp, true, true, true>(a, amap, max_tiles, st);
+  else if (a.early_next) launch_cfg<kCwg, kGateUp, true, true, false>(a, amap, max_tiles, st);
+  else if (a.item_switch) launch_cfg<kCwg, kGateUp, true, false, true>(a, amap, max_tiles, st);
+  else launch_cfg<kCwg, kGateUp, true, false, false>(a, amap, max_tiles, st);
 }
 
 }  // namespace
