@@ -307,4 +307,52 @@ TEST(GemmLtGpu, GraphCaptureReplaysEagerResult) {
   }
 }
 
+// Session 23: the two-term route stacked (GemmLtStack: one matmul over both terms as 2 M rows, then the sum kernel)
+// against its two accumulating matmuls, on the V4-Flash shapes it takes at decode sizes (wq_a, wkv, wo_b; kAll also
+// wq_b's N = 32,768) and M % 4 != 0 (tail rows on the fp32 kernel), overwrite and accumulate: the same quantization,
+// the same per-term products, and the sum kernel adds them in the matmuls' order, so the two differ at most by the
+// library's K order inside a term for 2 M rows instead of M (printed: the measured count of differing elements and
+// their normalised error). The stacked route's parity against the fp64 reference is check_lt's (every kFp8x2 /
+// kAuto test above runs stacked at M <= kGemmLtStackMaxM, N <= kGemmLtStackMaxN); here also N = 8,192 with kAll.
+TEST(GemmLtGpu, StackedTermsEqualTwoMatmuls) {
+  DSI_SKIP_WITHOUT_GPU();
+  using dsinfer::ops::cuda::GemmLtActivations;
+  using dsinfer::ops::cuda::GemmLtStack;
+  struct Shape {
+    int64_t N, K;
+  };
+  uint64_t seed = 400;
+  for (const Shape sh : {Shape{1024, 4096}, Shape{512, 4096}, Shape{4096, 8192}, Shape{32768, 1024}}) {
+    GemmLtEngine two(GemmLtActivations::kFp8x2, GemmLtStack::kOff), one(GemmLtActivations::kFp8x2, GemmLtStack::kAll);
+    const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, sh.N, sh.K, ++seed);
+    auto dw = dsinfer::test::upload(w);
+    for (int64_t M : {64, 70, 128, 192, 256}) {
+      for (bool acc : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "N=" << sh.N << " K=" << sh.K << " M=" << M << " acc=" << acc);
+        const std::vector<float> x = block_activations(M, sh.K, ++seed);
+        const std::vector<float> y0 = acc ? dsinfer::test::random_floats(size_t(M * sh.N), ++seed)
+                                          : std::vector<float>(size_t(M * sh.N), 0.0f);
+        auto dx = to_device(x);
+        auto da = to_device(y0), db = to_device(y0);
+        ASSERT_TRUE(two.gemm(dx.data(), M, sh.K, dw.w, da.data(), sh.N, acc, nullptr).is_ok());
+        ASSERT_TRUE(one.gemm(dx.data(), M, sh.K, dw.w, db.data(), sh.N, acc, nullptr).is_ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> a = to_host(da, y0.size()), b = to_host(db, y0.size());
+        size_t differ = 0;
+        for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], 4) != 0;
+        const double err = normalized_error(b, a);
+        std::printf("stacked vs two matmuls N=%lld K=%lld M=%lld acc=%d: %zu of %zu differ, normalised error %.3g\n",
+                    (long long)sh.N, (long long)sh.K, (long long)M, int(acc), differ, a.size(), err);
+        EXPECT_LT(err, 1e-5);
+      }
+    }
+  }
+  // Against the fp64 reference where kAuto would not stack (N > kGemmLtStackMaxN), with a tail and accumulate.
+  GemmLtEngine all(GemmLtActivations::kFp8x2, GemmLtStack::kAll);
+  const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, 8192, 1024, ++seed);
+  auto dw = dsinfer::test::upload(w);
+  EXPECT_TRUE(check_lt(all, w, dw.w, 66, 1024, 8192, false, ++seed));
+  EXPECT_TRUE(check_lt(all, w, dw.w, 64, 1028, 8196, true, ++seed));
+}
+
 }  // namespace
