@@ -15,8 +15,13 @@
 //                                        "PEERROW" line: the runner's path (cuBLASLt x2 from M = 64) and our kernel)
 //        dsinfer_gemm_bench --skinny    (issue 31: the FP8 ungrouped shapes at M = 1, 8, 16, 32, 64, 128, 192, 256, with
 //                                        PEERROW lines; the runner's path is plan_gemm_call's choice under this
-//                                        process's DSINFER_CUBLASLT* settings)
-//        dsinfer_gemm_bench --grouped   (issues 31 / 30, session 15: wo_a at M = 1 .. 4096 on every path, bench_grouped)
+//                                        process's DSINFER_CUBLASLT* settings; session 23: "x2s" = the two terms
+//                                        stacked in one matmul (GemmLtStack::kAll), "graph x2 / x2s" = the same
+//                                        calls replayed from CUDA graphs, us per call without eager host gaps, and
+//                                        the copy ceiling of the run)
+//        dsinfer_gemm_bench --grouped   (issues 31 / 30, session 15: wo_a at M = 1 .. 4096 on every path,
+//                                        bench_grouped; "stream" = the streaming kernel on the grouped weight,
+//                                        M = 17 .. 256)
 //        dsinfer_gemm_bench --prefill   (issue 30, session 16: the FP8 ungrouped shapes at M = 64 .. 8192 with PEERROW
 //                                        lines; "wide" = the engine's kBf16 route: the weight widened to bf16 per
 //                                        call (its widening alone in brackets), x to bf16, one bf16 matmul)
@@ -281,7 +286,8 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     }
     CHECK(cudaDeviceSynchronize());
     if (graph_us) *graph_us = all ? time_graph_us([&](int i, cudaStream_t st) {
-      return eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, st).is_ok();
+      return eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, st)
+          .is_ok();
     }) : -1.0;
     return time_opt(all, [&](int i) {
       return ok(eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, nullptr),
@@ -393,8 +399,11 @@ void bench_gemm(bool gemv_only, bool peer, bool skinny, bool prefill) {
   {  // the copy ceiling of this run: a device-to-device copy of 256 MB (read + write bytes / time)
     const size_t cb = size_t(256) << 20;
     Blob c0 = blob(cb, 1, 5), c1 = blob(cb, 1, 6);
-    const double t = time_ms([&](int) { return cudaMemcpyAsync(c1.data(), c0.data(), cb, cudaMemcpyDeviceToDevice) == cudaSuccess; });
-    std::printf("copy ceiling: %.2f TB/s (256 MB device-to-device, read + write)\n", 2.0 * double(cb) / (t * 1e-3) / 1e12);
+    const double t = time_ms([&](int) {
+      return cudaMemcpyAsync(c1.data(), c0.data(), cb, cudaMemcpyDeviceToDevice) == cudaSuccess;
+    });
+    std::printf("copy ceiling: %.2f TB/s (256 MB device-to-device, read + write)\n",
+                2.0 * double(cb) / (t * 1e-3) / 1e12);
   }
   std::printf("GEMM times in us (median of %d after %d warm-up, %d rotating sets); old = default path (fp32 skinny for "
               "M <= 8, tiled above), new = GemmPrecision::kBf16 (the GEMV kernel at M <= %d where it applies, tagged "
@@ -456,8 +465,9 @@ void bench_grouped() {
     // Session 23: the streaming kernel on the grouped weight (GemmPrecision::kBf16 above the GEMV kernel's rows:
     // groups on grid z, the FP8 weight read in place, x to bf16 in each block), the batched call's numerics class.
     const double t_stream = time_opt(M > oc::kGemmGemvMaxM && M <= oc::kGemmStreamMaxM, [&](int i) {
-      return ok(oc::gemm_grouped_cuda(xs[size_t(i)].as<float>(), M, G * K, K, w[size_t(i)], G, ys[size_t(i)].as<float>(),
-                                      N, Ng, nullptr, oc::GemmPrecision::kBf16), "grouped stream");
+      return ok(oc::gemm_grouped_cuda(xs[size_t(i)].as<float>(), M, G * K, K, w[size_t(i)], G,
+                                      ys[size_t(i)].as<float>(), N, Ng, nullptr, oc::GemmPrecision::kBf16),
+                "grouped stream");
     });
     std::vector<float> y_kern(size_t(M * N)), y_new(size_t(M * N));
     CHECK(cudaDeviceSynchronize());

@@ -158,9 +158,9 @@ void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t*
   const int64_t warps = s_ld * (K / lt::kActBlock);
   const bool x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
   const unsigned grid = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const int64_t ld = s_stride > 0 ? s_stride : s_ld;
   gemm_lt_quant_kernel<<<grid, 32 * kWarpsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(x, M, ldx, K, q, s, s_ld,
-                                                                                            q2, s2, x_vec,
-                                                                                            s_stride > 0 ? s_stride : s_ld);
+                                                                                            q2, s2, x_vec, ld);
 }
 
 void launch_lt_weight_scales(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld, void* stream) {
@@ -186,7 +186,9 @@ void launch_lt_epilogue(const uint16_t* t, int64_t M, int64_t N, float* y, int64
 
 void launch_lt_sum2(const float* d, int64_t M, int64_t N, float* y, int64_t ldy, bool accumulate, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (N % 4 == 0 && ldy % 4 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+  const bool vec = N % 4 == 0 && ldy % 4 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  if (vec) {
     gemm_lt_sum2_vec_kernel<<<grid_for(M * N / 4, 256), 256, 0, s>>>(reinterpret_cast<const float4*>(d), M, N / 4, y,
                                                                      ldy, accumulate);
     return;

@@ -84,7 +84,7 @@ inline uint32_t alignment(uint64_t v) {
 
 struct GemmLtEngine::Impl {
   GemmLtActivations act = GemmLtActivations::kFp8x2;
-  GemmLtStack stack = GemmLtStack::kAuto;
+  GemmLtStack stack = kGemmLtStackDefault;
   cublasLtHandle_t handle = nullptr;
   bool initialized = false;
   Status init_status;  // sticky: the engine is unusable when this is an error
