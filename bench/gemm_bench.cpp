@@ -15,8 +15,13 @@
 //                                        "PEERROW" line: the runner's path (cuBLASLt x2 from M = 64) and our kernel)
 //        dsinfer_gemm_bench --skinny    (issue 31: the FP8 ungrouped shapes at M = 1, 8, 16, 32, 64, 128, 192, 256, with
 //                                        PEERROW lines; the runner's path is plan_gemm_call's choice under this
-//                                        process's DSINFER_CUBLASLT* settings)
-//        dsinfer_gemm_bench --grouped   (issues 31 / 30, session 15: wo_a at M = 1 .. 4096 on every path, bench_grouped)
+//                                        process's DSINFER_CUBLASLT* settings; session 23: "x2s" = the two terms
+//                                        stacked in one matmul (GemmLtStack::kAll), "graph x2 / x2s" = the same
+//                                        calls replayed from CUDA graphs, us per call without eager host gaps, and
+//                                        the copy ceiling of the run)
+//        dsinfer_gemm_bench --grouped   (issues 31 / 30, session 15: wo_a at M = 1 .. 4096 on every path,
+//                                        bench_grouped; "stream" = the streaming kernel on the grouped weight,
+//                                        M = 17 .. 256)
 //        dsinfer_gemm_bench --prefill   (issue 30, session 16: the FP8 ungrouped shapes at M = 64 .. 8192 with PEERROW
 //                                        lines; "wide" = the engine's kBf16 route: the weight widened to bf16 per
 //                                        call (its widening alone in brackets), x to bf16, one bf16 matmul)
@@ -125,6 +130,45 @@ struct GemmShape {
   int64_t N, K, groups;  // N: all rows of W (groups * rows per group); K per group
 };
 
+// Mean us of one call replayed from a CUDA graph: fn(set, stream) captured once per set on a stream of its own,
+// kWarm replays, then kRuns replays rotating the sets between two events; -1 when a capture fails.
+double time_graph_us(const std::function<bool(int, cudaStream_t)>& fn) {
+  cudaStream_t st;
+  CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  std::vector<cudaGraphExec_t> ex;
+  bool good = true;
+  for (int i = 0; i < kSets && good; ++i) {
+    cudaGraph_t g = nullptr;
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    const bool r = fn(i, st);
+    const cudaError_t e = cudaStreamEndCapture(st, &g);
+    cudaGraphExec_t x = nullptr;
+    good = r && e == cudaSuccess && cudaGraphInstantiate(&x, g, 0) == cudaSuccess;
+    if (g) cudaGraphDestroy(g);
+    if (good) ex.push_back(x);
+  }
+  double us = -1.0;
+  if (good) {
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    for (int i = 0; i < kWarm; ++i) CHECK(cudaGraphLaunch(ex[size_t(i % kSets)], st));
+    CHECK(cudaEventRecord(a, st));
+    for (int i = 0; i < kRuns; ++i) CHECK(cudaGraphLaunch(ex[size_t(i % kSets)], st));
+    CHECK(cudaEventRecord(b, st));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    us = double(ms) * 1e3 / kRuns;
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  cudaGetLastError();
+  for (cudaGraphExec_t x : ex) cudaGraphExecDestroy(x);
+  cudaStreamDestroy(st);
+  return us;
+}
+
 // Median ms of fn over the sets, or -1 when fn is not available (init returned false).
 double time_opt(bool available, const std::function<bool(int)>& fn) { return available ? time_ms(fn) : -1.0; }
 
@@ -225,9 +269,12 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   // The runner's engine (one per shape: its prepared scales are keyed by weight address), M rows as the runner
   // sends them; n/a with the engine's reason when it refuses (e.g. no block-scaled algorithm at this M).
   std::string why_run;
-  auto time_engine = [&](oc::GemmLtActivations act) {
+  // graph_us: also the call replayed from a CUDA graph (one per set, captured on a stream of its own), the mean us of
+  // a call over kRuns replays rotating the sets: the device time without the eager call's host gaps.
+  auto time_engine = [&](oc::GemmLtActivations act, oc::GemmLtStack stack = oc::GemmLtStack::kOff,
+                         double* graph_us = nullptr) {
     if (s.groups != 1 || !oc::GemmLtEngine::supports(w[0]) || (!fp8 && act != oc::GemmLtActivations::kFp8x2)) return -1.0;
-    oc::GemmLtEngine eng(act);
+    oc::GemmLtEngine eng(act, stack);
     bool all = true;
     for (int i = 0; i < kSets && all; ++i) {
       dsinfer::Status st = eng.prepare(w[size_t(i)], M, nullptr);
@@ -238,12 +285,23 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
       }
     }
     CHECK(cudaDeviceSynchronize());
+    if (graph_us) *graph_us = all ? time_graph_us([&](int i, cudaStream_t st) {
+      return eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, st)
+          .is_ok();
+    }) : -1.0;
     return time_opt(all, [&](int i) {
       return ok(eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, nullptr),
                 "lt-runner");
     });
   };
-  const double t_run = time_engine(oc::GemmLtActivations::kFp8x2), t_run1 = time_engine(oc::GemmLtActivations::kFp8);
+  // Session 23: the two-term route as two matmuls (x2, GemmLtStack::kOff) and stacked (x2s, kAll: one matmul over
+  // 2 M rows + the sum kernel), eager and replayed from graphs (g).
+  double g_run = -1.0, g_stack = -1.0;
+  const double t_run = time_engine(oc::GemmLtActivations::kFp8x2, oc::GemmLtStack::kOff, &g_run),
+               t_run1 = time_engine(oc::GemmLtActivations::kFp8);
+  const double t_stack = fp8 && M >= 4 && M <= oc::kGemmLtStackMaxM
+                             ? time_engine(oc::GemmLtActivations::kFp8x2, oc::GemmLtStack::kAll, &g_stack)
+                             : -1.0;
   // Session 16: the engine's widened route (the FP8 weight widened to bf16 per call, x to bf16, one bf16 matmul),
   // and its widening alone.
   const double t_wide = fp8 ? time_engine(oc::GemmLtActivations::kBf16) : -1.0;
@@ -284,7 +342,11 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   std::printf(" | lt-runner %s", fp8 ? "x2" : "bf16");
   print_ms(t_run);
   if (t_run > 0) std::printf(" %5.2fx", t_run * 1e-3 / floor8);
-  std::printf(" x1");
+  std::printf(" x2s");
+  print_ms(t_stack);
+  std::printf(" | graph x2 %7.1f x2s %7.1f us", g_run, g_stack);
+  if (g_stack > 0) std::printf(" %5.2f TB/s", bytes / (g_stack * 1e-6) / 1e12);
+  std::printf(" | x1");
   print_ms(t_run1);
   if (t_run1 > 0) std::printf(" %5.2fx", t_run1 * 1e-3 / floor8);
   std::printf(" wide");
@@ -334,6 +396,15 @@ void bench_gemm(bool gemv_only, bool peer, bool skinny, bool prefill) {
   }
   const size_t ws_bytes = size_t(64) << 20;
   Blob lt_ws = blob(ws_bytes, 2, 1);
+  {  // the copy ceiling of this run: a device-to-device copy of 256 MB (read + write bytes / time)
+    const size_t cb = size_t(256) << 20;
+    Blob c0 = blob(cb, 1, 5), c1 = blob(cb, 1, 6);
+    const double t = time_ms([&](int) {
+      return cudaMemcpyAsync(c1.data(), c0.data(), cb, cudaMemcpyDeviceToDevice) == cudaSuccess;
+    });
+    std::printf("copy ceiling: %.2f TB/s (256 MB device-to-device, read + write)\n",
+                2.0 * double(cb) / (t * 1e-3) / 1e12);
+  }
   std::printf("GEMM times in us (median of %d after %d warm-up, %d rotating sets); old = default path (fp32 skinny for "
               "M <= 8, tiled above), new = GemmPrecision::kBf16 (the GEMV kernel at M <= %d where it applies, tagged "
               "'gemv'; else the streaming kernel), stream = the streaming kernel alone\n", kRuns, kWarm, kSets,
@@ -391,6 +462,13 @@ void bench_grouped() {
                                       N, Ng, nullptr, cp.precision), "grouped kernels");
     };
     const double t_kern = time_ms(kernels);
+    // Session 23: the streaming kernel on the grouped weight (GemmPrecision::kBf16 above the GEMV kernel's rows:
+    // groups on grid z, the FP8 weight read in place, x to bf16 in each block), the batched call's numerics class.
+    const double t_stream = time_opt(M > oc::kGemmGemvMaxM && M <= oc::kGemmStreamMaxM, [&](int i) {
+      return ok(oc::gemm_grouped_cuda(xs[size_t(i)].as<float>(), M, G * K, K, w[size_t(i)], G,
+                                      ys[size_t(i)].as<float>(), N, Ng, nullptr, oc::GemmPrecision::kBf16),
+                "grouped stream");
+    });
     std::vector<float> y_kern(size_t(M * N)), y_new(size_t(M * N));
     CHECK(cudaDeviceSynchronize());
     if (!kernels(0)) std::exit(1);
@@ -447,7 +525,9 @@ void bench_grouped() {
     std::printf("wo_a M=%5lld floor %7.1f | kernels(%s)", (long long)M, floor_s * 1e6,
                 cp.precision == oc::GemmPrecision::kBf16 ? "gemv" : "tiled");
     print_ms(t_kern);
-    std::printf(" %5.2fx | per-group Lt x2", t_kern * 1e-3 / floor_s);
+    std::printf(" %5.2fx | stream", t_kern * 1e-3 / floor_s);
+    print_ms(t_stream);
+    std::printf(" | per-group Lt x2");
     print_ms(t_pg);
     std::printf(" | batched");
     print_ms(t_new);

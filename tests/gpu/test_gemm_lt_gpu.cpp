@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/gpu_test_util.h"
@@ -237,10 +238,14 @@ TEST(GemmLtGpu, RefusesUnsupportedWeightsCleanly) {
 // A weight prepared for a prefill-sized step (the widened route) must also serve the smaller calls that stay on
 // two FP8 terms, eager and inside a graph capture: a decode step after a prefill. Before session 16's review the
 // prepare sized only the widened route's buffers, so these calls failed and the runner fell back to gemm_cuda.
+// Both forms of the two-term route (GemmLtStack kOff and kAuto: the stacked product's buffer must be sized by the
+// prefill-sized prepare too).
 TEST(GemmLtGpu, PrefillSizedPrepareServesDecodeCalls) {
   DSI_SKIP_WITHOUT_GPU();
+  for (auto stack : {dsinfer::ops::cuda::GemmLtStack::kOff, dsinfer::ops::cuda::GemmLtStack::kAuto}) {
+  SCOPED_TRACE(stack == dsinfer::ops::cuda::GemmLtStack::kOff ? "two matmuls" : "stacked");
   const int64_t M = 70, N = 1024, K = 1024;
-  GemmLtEngine eng(dsinfer::ops::cuda::GemmLtActivations::kAuto);
+  GemmLtEngine eng(dsinfer::ops::cuda::GemmLtActivations::kAuto, stack);
   const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, N, K, 34, true, 128, 128, false);
   auto dw = dsinfer::test::upload(w);
   cudaStream_t s = nullptr;
@@ -265,14 +270,22 @@ TEST(GemmLtGpu, PrefillSizedPrepareServesDecodeCalls) {
   cudaGraphExecDestroy(ex);
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);
+  }
 }
 
 TEST(GemmLtGpu, GraphCaptureReplaysEagerResult) {
   DSI_SKIP_WITHOUT_GPU();
-  for (auto act : {dsinfer::ops::cuda::GemmLtActivations::kAuto, dsinfer::ops::cuda::GemmLtActivations::kBf16}) {
-  SCOPED_TRACE(act == dsinfer::ops::cuda::GemmLtActivations::kBf16 ? "widened bf16" : "auto");
+  using dsinfer::ops::cuda::GemmLtActivations;
+  using dsinfer::ops::cuda::GemmLtStack;
+  const std::pair<GemmLtActivations, GemmLtStack> routes[] = {
+      {GemmLtActivations::kAuto, GemmLtStack::kOff}, {GemmLtActivations::kAuto, GemmLtStack::kAuto},
+      {GemmLtActivations::kBf16, GemmLtStack::kOff}};
+  for (const auto& [act, stack] : routes) {
+  SCOPED_TRACE(act == GemmLtActivations::kBf16    ? "widened bf16"
+               : stack == GemmLtStack::kAuto     ? "auto, stacked"
+                                                 : "auto");
   const int64_t M = 70, N = 1024, K = 1024;
-  GemmLtEngine eng(act);
+  GemmLtEngine eng(act, stack);
   const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, N, K, 31, true, 128, 128, false);
   const HostWeight other = make_host_weight(WeightFormat::FP8_BLOCK, N, K, 32, true, 128, 128, false);
   auto dw = dsinfer::test::upload(w);
@@ -305,6 +318,71 @@ TEST(GemmLtGpu, GraphCaptureReplaysEagerResult) {
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);
   }
+}
+
+// Session 23: the two-term route stacked (GemmLtStack: one matmul over both terms as 2 M rows, then the sum kernel)
+// against its two accumulating matmuls, on the V4-Flash shapes it takes at decode sizes (wq_a, wkv, wo_b; kAll also
+// wq_b's N = 32,768) and M % 4 != 0 (tail rows on the fp32 kernel), overwrite and accumulate: the same quantization,
+// the same per-term products, and the sum kernel adds them in the matmuls' order, so the two differ at most by the
+// library's K order inside a term for 2 M rows instead of M (printed: the count of differing elements and their
+// normalised error). Measured on the H200 (2026-12-04): bit-equal for N = 1,024 / 512 (K = 4,096) and 32,768 (K =
+// 1,024) at every M and both modes; wo_b's shape (K = 8,192) bit-equal at M = 64, from 70 rows 64-70 % of the
+// outputs differ in the last bits (normalised error 0.97-1.18e-7: cuBLASLt picks another K order for 2 M rows):
+// the bound 1e-5 is ~85x that, far below a wrong term (O(2^-8)) or a lost one. Then check_lt's fp64 parity.
+TEST(GemmLtGpu, StackedTermsEqualTwoMatmuls) {
+  DSI_SKIP_WITHOUT_GPU();
+  using dsinfer::ops::cuda::GemmLtActivations;
+  using dsinfer::ops::cuda::GemmLtStack;
+  struct Shape {
+    int64_t N, K;
+  };
+  uint64_t seed = 400;
+  for (const Shape sh : {Shape{1024, 4096}, Shape{512, 4096}, Shape{4096, 8192}, Shape{32768, 1024}}) {
+    GemmLtEngine two(GemmLtActivations::kFp8x2, GemmLtStack::kOff), one(GemmLtActivations::kFp8x2, GemmLtStack::kAll);
+    const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, sh.N, sh.K, ++seed);
+    auto dw = dsinfer::test::upload(w);
+    for (int64_t M : {64, 70, 128, 192, 256}) {
+      for (bool acc : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "N=" << sh.N << " K=" << sh.K << " M=" << M << " acc=" << acc);
+        const std::vector<float> x = block_activations(M, sh.K, ++seed);
+        const std::vector<float> y0 = acc ? dsinfer::test::random_floats(size_t(M * sh.N), ++seed)
+                                          : std::vector<float>(size_t(M * sh.N), 0.0f);
+        auto dx = to_device(x);
+        auto da = to_device(y0), db = to_device(y0);
+        ASSERT_TRUE(two.gemm(dx.data(), M, sh.K, dw.w, da.data(), sh.N, acc, nullptr).is_ok());
+        ASSERT_TRUE(one.gemm(dx.data(), M, sh.K, dw.w, db.data(), sh.N, acc, nullptr).is_ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> a = to_host(da, y0.size()), b = to_host(db, y0.size());
+        size_t differ = 0;
+        for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], 4) != 0;
+        const double err = normalized_error(b, a);
+        std::printf("stacked vs two matmuls N=%lld K=%lld M=%lld acc=%d: %zu of %zu differ, normalised error %.3g\n",
+                    (long long)sh.N, (long long)sh.K, (long long)M, int(acc), differ, a.size(), err);
+        EXPECT_LT(err, 1e-5);
+      }
+    }
+  }
+  // Against the fp64 reference: the cases of ParityOnFlashAndOddShapes and StridesAndAccumulate that the two-term
+  // route runs at M <= kGemmLtStackMaxM (fp32 weight scales, K = 384 / 512, tails, scalar x loads, padded y rows,
+  // accumulate), stacked by kAuto; and where only kAll stacks (N = 8,192 > kGemmLtStackMaxN).
+  GemmLtEngine st(GemmLtActivations::kFp8x2, GemmLtStack::kAuto);
+  const HostWeight wq_a = make_host_weight(WeightFormat::FP8_BLOCK, 1024, 4096, ++seed);
+  const HostWeight odd = make_host_weight(WeightFormat::FP8_BLOCK, 384, 512, ++seed, /*e8m0=*/false);
+  const HostWeight k384 = make_host_weight(WeightFormat::FP8_BLOCK, 400, 384, ++seed, /*e8m0=*/false);
+  const HostWeight w512 = make_host_weight(WeightFormat::FP8_BLOCK, 512, 1024, ++seed);
+  auto d1 = dsinfer::test::upload(wq_a), d2 = dsinfer::test::upload(odd), d3 = dsinfer::test::upload(k384),
+       d4 = dsinfer::test::upload(w512);
+  for (int64_t M : {64, 130, 256}) EXPECT_TRUE(check_lt(st, wq_a, d1.w, M, 4096, 1024, false, ++seed)) << M;
+  EXPECT_TRUE(check_lt(st, odd, d2.w, 37, 512, 384, false, ++seed));
+  EXPECT_TRUE(check_lt(st, k384, d3.w, 67, 384, 400, false, ++seed));
+  EXPECT_TRUE(check_lt(st, w512, d4.w, 66, 1030, 520, false, ++seed));
+  EXPECT_TRUE(check_lt(st, w512, d4.w, 96, 1024, 512, true, ++seed));
+  EXPECT_TRUE(check_lt(st, w512, d4.w, 131, 1028, 516, true, ++seed));
+  GemmLtEngine all(GemmLtActivations::kFp8x2, GemmLtStack::kAll);
+  const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, 8192, 1024, ++seed);
+  auto dw = dsinfer::test::upload(w);
+  EXPECT_TRUE(check_lt(all, w, dw.w, 66, 1024, 8192, false, ++seed));
+  EXPECT_TRUE(check_lt(all, w, dw.w, 64, 1028, 8196, true, ++seed));
 }
 
 }  // namespace

@@ -386,6 +386,39 @@ TEST(GemmPlan, CublasLtFp8Route) {
   EXPECT_EQ(gemm_lt_fp8_route(f32s, 8192, A::kBf16), A::kFp8x2);
 }
 
+// Session 23: the two-term route's stacked form (one matmul over 2 M rows): DSINFER_CUBLASLT_STACK's values, the
+// default, and kAuto's rule (M <= kGemmLtStackMaxM, N <= kGemmLtStackMaxN: wq_a, wkv, wo_b at decode sizes, not
+// wq_b), monotone in M below the limit (the engine sizes its product buffer for the largest stacked call).
+TEST(GemmPlan, CublasLtTwoTermsStacked) {
+  using S = GemmLtStack;
+  EXPECT_EQ(GemmSettings{}.lt_stack, kGemmLtStackDefault);
+  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, nullptr, nullptr, nullptr).value().lt_stack, kGemmLtStackDefault);
+  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, nullptr, nullptr, "0").value().lt_stack, S::kOff);
+  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, nullptr, nullptr, "auto").value().lt_stack, S::kAuto);
+  EXPECT_EQ(gemm_settings_from(nullptr, nullptr, nullptr, nullptr, "all").value().lt_stack, S::kAll);
+  for (const char* bad : {"1", "on", "AUTO", "0 "}) {
+    const Result<GemmSettings> r = gemm_settings_from(nullptr, nullptr, nullptr, nullptr, bad);
+    ASSERT_FALSE(r.is_ok()) << "'" << bad << "'";
+    EXPECT_NE(r.status().message().find("DSINFER_CUBLASLT_STACK"), std::string::npos) << r.status().message();
+  }
+  for (int64_t N : {512, 1024, 4096}) {
+    EXPECT_TRUE(gemm_lt_fp8x2_stacked(64, N, S::kAuto)) << N;
+    EXPECT_TRUE(gemm_lt_fp8x2_stacked(kGemmLtStackMaxM, N, S::kAuto)) << N;
+    EXPECT_FALSE(gemm_lt_fp8x2_stacked(kGemmLtStackMaxM + 1, N, S::kAuto)) << N;
+    EXPECT_FALSE(gemm_lt_fp8x2_stacked(64, N, S::kOff)) << N;
+  }
+  EXPECT_FALSE(gemm_lt_fp8x2_stacked(64, 32768, S::kAuto));
+  EXPECT_TRUE(gemm_lt_fp8x2_stacked(64, 32768, S::kAll));
+  EXPECT_FALSE(gemm_lt_fp8x2_stacked(kGemmLtStackMaxM + 1, 1024, S::kAll));
+  EXPECT_FALSE(gemm_lt_fp8x2_stacked(0, 1024, S::kAll));
+  for (S st : {S::kAuto, S::kAll})
+    for (int64_t N : {1024, 32768})
+      for (int64_t M = 2; M <= kGemmLtStackMaxM; ++M)
+        if (gemm_lt_fp8x2_stacked(M, N, st)) {
+          EXPECT_TRUE(gemm_lt_fp8x2_stacked(M - 1, N, st)) << M;
+        }
+}
+
 // The cuBLASLt routing rule (moved from tests/gpu/test_gemm_lt_dense_gpu.cpp: host only): BF16 from
 // kGemmLtMinMDense rows, FP8 from the settings' threshold; FP4, non-128 FP8 blocks and odd N never.
 TEST(GemmPlan, CublasLtRoutingRule) {

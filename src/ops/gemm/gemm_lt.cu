@@ -25,19 +25,20 @@ __device__ __forceinline__ uint32_t quantize_warp(const float (&v)[4], float& sc
 }
 
 // Warp w of the grid owns (row m, block b) = (w % s_ld, w / s_ld): consecutive warps write consecutive scale
-// entries. Lane l handles channels [4l, 4l + 4) of the block and stores their 4 codes as one 32-bit word.
+// entries (of a matrix of row stride s_stride >= s_ld: 2 M for the stacked terms' one matrix). Lane l handles
+// channels [4l, 4l + 4) of the block and stores their 4 codes as one 32-bit word.
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     gemm_lt_quant_kernel(const float* __restrict__ x, int64_t M, int64_t ldx, int64_t K, uint8_t* __restrict__ q,
                          float* __restrict__ s, int64_t s_ld, uint8_t* __restrict__ q2, float* __restrict__ s2,
-                         bool x_vec) {
+                         bool x_vec, int64_t s_stride) {
   const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = int(threadIdx.x % 32);
   const int64_t blocks = K / lt::kActBlock;
   if (warp >= s_ld * blocks) return;
   const int64_t m = warp % s_ld, b = warp / s_ld;
   if (m >= M) {  // padding column of the scale matrix
-    if (lane == 0) s[lt::act_scale_index(m, b, s_ld)] = 0.0f;
-    if (lane == 0 && s2) s2[lt::act_scale_index(m, b, s_ld)] = 0.0f;
+    if (lane == 0) s[lt::act_scale_index(m, b, s_stride)] = 0.0f;
+    if (lane == 0 && s2) s2[lt::act_scale_index(m, b, s_stride)] = 0.0f;
     return;
   }
   const float* xb = x + m * ldx + b * lt::kActBlock + 4 * lane;
@@ -55,14 +56,14 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   const uint32_t word = quantize_warp(v, sc);
   const int64_t at = m * K + b * lt::kActBlock + 4 * lane;
   *reinterpret_cast<uint32_t*>(q + at) = word;
-  if (lane == 0) s[lt::act_scale_index(m, b, s_ld)] = sc;
+  if (lane == 0) s[lt::act_scale_index(m, b, s_stride)] = sc;
   if (!q2) return;  // warp-uniform
   float r[4];
   for (int i = 0; i < 4; ++i) r[i] = lt::residual(v[i], uint8_t(word >> (8 * i)), sc);
   float sc2 = 0.0f;
   const uint32_t word2 = quantize_warp(r, sc2);
   *reinterpret_cast<uint32_t*>(q2 + at) = word2;
-  if (lane == 0) s2[lt::act_scale_index(m, b, s_ld)] = sc2;
+  if (lane == 0) s2[lt::act_scale_index(m, b, s_stride)] = sc2;
 }
 
 __global__ void gemm_lt_wscale_kernel(const void* __restrict__ src, bool e8m0, int64_t nb, int64_t kb,
@@ -86,6 +87,35 @@ __global__ void gemm_lt_epilogue_kernel(const uint16_t* __restrict__ t, int64_t 
     const float v = small_float::from_bits(small_float::bf16_f32_bits(t[i]));
     float* o = y + m * ldy + n;
     *o = acc ? *o + v : v;
+  }
+}
+
+// The stacked two-term product d [2M, N] (rows [0, M) the first term's, [M, 2M) the second's) into y, in the order
+// of the two accumulating matmuls it replaces: y = ((acc ? y : 0) + d1) + d2, one fp32 rounding each.
+__global__ void gemm_lt_sum2_kernel(const float* __restrict__ d, int64_t M, int64_t N, float* __restrict__ y,
+                                    int64_t ldy, bool acc) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / N, n = i % N;
+    float* o = y + m * ldy + n;
+    const float d1 = __ldg(d + i), d2 = __ldg(d + M * N + i);
+    const float v = acc ? __fadd_rn(*o, d1) : d1;
+    *o = __fadd_rn(v, d2);
+  }
+}
+
+// The same, 4 outputs a thread (N % 4 == 0, ldy % 4 == 0, d and y 16-byte aligned).
+__global__ void gemm_lt_sum2_vec_kernel(const float4* __restrict__ d, int64_t M, int64_t N4, float* __restrict__ y,
+                                        int64_t ldy, bool acc) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N4; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / N4, n = i % N4;
+    float4* o = reinterpret_cast<float4*>(y + m * ldy) + n;
+    const float4 d1 = __ldg(d + i), d2 = __ldg(d + M * N4 + i);
+    float4 v = d1;
+    if (acc) {
+      const float4 p = *o;
+      v = make_float4(__fadd_rn(p.x, d1.x), __fadd_rn(p.y, d1.y), __fadd_rn(p.z, d1.z), __fadd_rn(p.w, d1.w));
+    }
+    *o = make_float4(__fadd_rn(v.x, d2.x), __fadd_rn(v.y, d2.y), __fadd_rn(v.z, d2.z), __fadd_rn(v.w, d2.w));
   }
 }
 
@@ -124,12 +154,13 @@ unsigned grid_for(int64_t n, int threads) {
 }  // namespace
 
 void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s, int64_t s_ld,
-                     uint8_t* q2, float* s2, void* stream) {
+                     uint8_t* q2, float* s2, void* stream, int64_t s_stride) {
   const int64_t warps = s_ld * (K / lt::kActBlock);
   const bool x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
   const unsigned grid = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const int64_t ld = s_stride > 0 ? s_stride : s_ld;
   gemm_lt_quant_kernel<<<grid, 32 * kWarpsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(x, M, ldx, K, q, s, s_ld,
-                                                                                            q2, s2, x_vec);
+                                                                                            q2, s2, x_vec, ld);
 }
 
 void launch_lt_weight_scales(const void* src, bool e8m0, int64_t nb, int64_t kb, float* dst, int64_t ld, void* stream) {
@@ -151,6 +182,18 @@ void launch_lt_bf16(const float* x, int64_t M, int64_t ldx, int64_t K, uint16_t*
 void launch_lt_epilogue(const uint16_t* t, int64_t M, int64_t N, float* y, int64_t ldy, bool accumulate, void* stream) {
   gemm_lt_epilogue_kernel<<<grid_for(M * N, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(t, M, N, y, ldy,
                                                                                                accumulate);
+}
+
+void launch_lt_sum2(const float* d, int64_t M, int64_t N, float* y, int64_t ldy, bool accumulate, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const bool vec = N % 4 == 0 && ldy % 4 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  if (vec) {
+    gemm_lt_sum2_vec_kernel<<<grid_for(M * N / 4, 256), 256, 0, s>>>(reinterpret_cast<const float4*>(d), M, N / 4, y,
+                                                                     ldy, accumulate);
+    return;
+  }
+  gemm_lt_sum2_kernel<<<grid_for(M * N, 256), 256, 0, s>>>(d, M, N, y, ldy, accumulate);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

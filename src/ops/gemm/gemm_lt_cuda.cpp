@@ -61,7 +61,10 @@ Status GemmLtEngine::Impl::init() {
   return init_status;
 }
 
-GemmLtEngine::GemmLtEngine(GemmLtActivations act) : impl_(std::make_unique<Impl>()) { impl_->act = act; }
+GemmLtEngine::GemmLtEngine(GemmLtActivations act, GemmLtStack stack) : impl_(std::make_unique<Impl>()) {
+  impl_->act = act;
+  impl_->stack = stack;
+}
 GemmLtEngine::~GemmLtEngine() = default;
 
 bool GemmLtEngine::capturing(void* stream) {
@@ -115,6 +118,11 @@ Status GemmLtEngine::prepare(const DeviceWeight& w, int64_t max_rows, void* stre
     const int64_t m4 = round4(fp8_rows), sk = m4 * kb;
     DSI_RETURN_IF_ERROR(I.grow(I.q, size_t((two ? 2 : 1) * m4 * w.cols), "cuBLASLt activation codes"));
     DSI_RETURN_IF_ERROR(I.grow(I.s, size_t(two ? scale_offset(sk) + sk : sk), "cuBLASLt activation scales"));
+    // The stacked product of the largest two-term call it stacks (monotone: the limit rows or fp8_rows).
+    const int64_t stack_rows = std::min(fp8_rows, kGemmLtStackMaxM);
+    if (gemm_lt_fp8_route(w, stack_rows, I.act) == GemmLtActivations::kFp8x2 &&
+        gemm_lt_fp8x2_stacked(stack_rows, w.rows, I.stack))
+      DSI_RETURN_IF_ERROR(I.grow(I.d2, size_t(2 * round4(stack_rows) * w.rows), "cuBLASLt stacked two-term product"));
   }
   return Status::ok();
 }
@@ -157,6 +165,11 @@ Status GemmLtEngine::Impl::gemm_fp8(const float* x, int64_t M, int64_t ldx, cons
   const int64_t sk = Mm * kb, s2_at = scale_offset(sk);
   if (q.size() < size_t((two ? 2 : 1) * Mm * K) || s.size() < size_t(two ? s2_at + sk : sk))
     return Status::errorf("cuBLASLt GEMM: activation buffers too small for M = {} inside a graph capture", M);
+  if (two && gemm_lt_fp8x2_stacked(M, N, stack)) {
+    bool ran = false;
+    const Status st = gemm_fp8_stacked(x, M, ldx, w, ws.scale.data(), y, ldy, acc, cap, stream, ran);
+    if (ran || !st.is_ok()) return st;
+  }
   const PlanKey key{gemm_lt_detail::PlanKind::kFp8Block, Mm, N, K, ldy, acc,
                     alignment(reinterpret_cast<uintptr_t>(w.data) | uint64_t(K)),
                     alignment(reinterpret_cast<uintptr_t>(q.data()) | uint64_t(K)),
@@ -174,6 +187,37 @@ Status GemmLtEngine::Impl::gemm_fp8(const float* x, int64_t M, int64_t ldx, cons
   DSI_RETURN_IF_ERROR(run(p, w.data, ws.scale.data(), q.data(), s.data(), Mm, y, ldy, acc, stream));
   if (two)  // y += the second term's product (same plan; beta = 1)
     DSI_RETURN_IF_ERROR(run(p, w.data, ws.scale.data(), q2, s2, Mm, y, ldy, true, stream));
+  if (tail == 0) return Status::ok();
+  return gemm_cuda(x + Mm * ldx, tail, ldx, w, y + Mm * ldy, ldy, acc, stream, GemmPrecision::kFp32SmallM);
+}
+
+// The two-term route as one matmul: q holds the terms back to back ([2 Mm, K], q2 = q + Mm K), s their scales as
+// one [K / 128, 2 Mm] matrix (the second term's at column Mm), the product goes to d2 [2 Mm, N] and launch_lt_sum2
+// adds its halves into y in the order of the two accumulating matmuls. ran = false (ok, nothing launched) when there
+// is no fp32-output plan for 2 Mm rows or d2 cannot hold the product inside a capture: the caller then runs the two
+// matmuls.
+Status GemmLtEngine::Impl::gemm_fp8_stacked(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w,
+                                            const float* wscale, float* y, int64_t ldy, bool acc, bool cap,
+                                            void* stream, bool& ran) {
+  ran = false;
+  const int64_t tail = M % 4, Mm = M - tail, K = w.cols, N = w.rows, M2 = 2 * Mm;
+  if (d2.size() < size_t(M2 * N)) {
+    if (cap) return Status::ok();
+    DSI_RETURN_IF_ERROR(grow(d2, size_t(M2 * N), "cuBLASLt stacked two-term product"));
+  }
+  if (s.size() < size_t(M2 * (K / lt::kActBlock))) return Status::ok();
+  const PlanKey key{gemm_lt_detail::PlanKind::kFp8Block, M2, N, K, N, false,
+                    alignment(reinterpret_cast<uintptr_t>(w.data) | uint64_t(K)),
+                    alignment(reinterpret_cast<uintptr_t>(q.data()) | uint64_t(K)),
+                    alignment(reinterpret_cast<uintptr_t>(d2.data()) | uint64_t(N * 4))};
+  Plan& p = plan(key, wscale, s.data());
+  if (!p.status.is_ok() || p.bf16_out) return Status::ok();
+  ran = true;
+  detail::launch_lt_quant(x, Mm, ldx, K, q.data(), s.data(), Mm, q.data() + Mm * K, s.data() + Mm, stream, M2);
+  DSI_CUDA_LAUNCHED("gemm_lt_quant_kernel");
+  DSI_RETURN_IF_ERROR(run(p, w.data, wscale, q.data(), s.data(), M2, d2.data(), N, false, stream));
+  detail::launch_lt_sum2(d2.data(), Mm, N, y, ldy, acc, stream);
+  DSI_CUDA_LAUNCHED("gemm_lt_sum2_kernel");
   if (tail == 0) return Status::ok();
   return gemm_cuda(x + Mm * ldx, tail, ldx, w, y + Mm * ldy, ldy, acc, stream, GemmPrecision::kFp32SmallM);
 }
@@ -299,7 +343,7 @@ Status GemmLtEngine::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_
 
 size_t GemmLtEngine::device_bytes() const {
   const Impl& I = *impl_;
-  size_t n = I.workspace.bytes() + I.q.bytes() + I.t.bytes() + I.s.bytes() + I.wide.bytes();
+  size_t n = I.workspace.bytes() + I.q.bytes() + I.t.bytes() + I.s.bytes() + I.wide.bytes() + I.d2.bytes();
   for (const auto& b : I.retired) n += b.bytes();
   for (const auto& b : I.retired_f) n += b.bytes();
   for (const auto& [p, ws] : I.weights) n += ws.scale.bytes();

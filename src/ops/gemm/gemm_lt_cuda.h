@@ -51,7 +51,9 @@ namespace dsinfer::ops::cuda {
 
 class GemmLtEngine {
  public:
-  explicit GemmLtEngine(GemmLtActivations act = GemmSettings{}.lt_activations);
+  // act: the FP8 weights' activation terms (gemm_lt_fp8_route); stack: how a two-term call runs (GemmLtStack).
+  explicit GemmLtEngine(GemmLtActivations act = GemmSettings{}.lt_activations,
+                        GemmLtStack stack = GemmSettings{}.lt_stack);
   ~GemmLtEngine();
   GemmLtEngine(const GemmLtEngine&) = delete;
   GemmLtEngine& operator=(const GemmLtEngine&) = delete;

@@ -84,6 +84,7 @@ inline uint32_t alignment(uint64_t v) {
 
 struct GemmLtEngine::Impl {
   GemmLtActivations act = GemmLtActivations::kFp8x2;
+  GemmLtStack stack = kGemmLtStackDefault;
   cublasLtHandle_t handle = nullptr;
   bool initialized = false;
   Status init_status;  // sticky: the engine is unusable when this is an error
@@ -96,6 +97,8 @@ struct GemmLtEngine::Impl {
   // activation scales [terms][K / 128, M] (the second term's matrix at a 256-byte aligned offset, scale_offset)
   dsinfer::cuda::DeviceBuffer<uint8_t> workspace, q, t, wide;
   dsinfer::cuda::DeviceBuffer<float> s;
+  // the stacked two-term product [2 M, N] fp32 (GemmLtStack), summed into y by launch_lt_sum2
+  dsinfer::cuda::DeviceBuffer<float> d2;
   std::vector<dsinfer::cuda::DeviceBuffer<uint8_t>> retired;  // replaced buffers, kept for graphs that captured them
   std::vector<dsinfer::cuda::DeviceBuffer<float>> retired_f;
   std::unordered_map<const void*, gemm_lt_detail::WeightScales> weights;
@@ -124,6 +127,9 @@ struct GemmLtEngine::Impl {
                   bool cap, void* stream);
   Status gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
                     bool cap, void* stream, const DeviceWeight* widen_from = nullptr);
+  // gemm_fp8's two terms as one matmul over 2 M rows (GemmLtStack; gemm_lt_cuda.cpp); ran = false: nothing ran.
+  Status gemm_fp8_stacked(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, const float* wscale, float* y,
+                          int64_t ldy, bool acc, bool cap, void* stream, bool& ran);
   // GemmLtActivations::kBf16 for an FP8 weight: widened into `wide`, then gemm_dense on the copy.
   Status gemm_widened(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
                       bool cap, void* stream);

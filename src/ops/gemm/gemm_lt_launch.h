@@ -8,9 +8,16 @@ namespace dsinfer::ops::cuda::detail {
 // "gemm_lt_quant_kernel": x [M, ldx] fp32 with K % 128 == 0 -> q [M, K] e4m3 codes (row stride K) and the 1x128
 // scales in cuBLASLt's VEC128_32F layout for the B operand, s[gemm_lt::act_scale_index(m, b, s_ld)] (block b of
 // row m; token dimension fastest), s_ld >= M; the entries of rows [M, s_ld) are set to 0. With q2 / s2 non-null, also the second term
-// (gemm_lt::residual quantized again) in the same layouts. One warp per (row, block).
+// (gemm_lt::residual quantized again) in the same layouts. One warp per (row, block). s_stride > 0: the scale
+// matrices' row stride (>= s_ld) instead of s_ld, e.g. 2 M with s2 = s + M: the two terms' scales as one [K/128, 2 M]
+// matrix, the B scales of one matmul over the terms stacked as 2 M rows (q2 = q + M K).
 void launch_lt_quant(const float* x, int64_t M, int64_t ldx, int64_t K, uint8_t* q, float* s, int64_t s_ld,
-                     uint8_t* q2, float* s2, void* stream);
+                     uint8_t* q2, float* s2, void* stream, int64_t s_stride = 0);
+
+// "gemm_lt_sum2_kernel": y[m, n] = ((accumulate ? y[m, n] : 0) + d[m, n]) + d[M + m, n] for m < M, n < N (fp32, one
+// rounding per addition: the order of the two accumulating matmuls the stacked product replaces); d [2 M, N] with
+// row stride N.
+void launch_lt_sum2(const float* d, int64_t M, int64_t N, float* y, int64_t ldy, bool accumulate, void* stream);
 
 // "gemm_lt_wscale_kernel": weight block scales [nb, kb] (E8M0 bytes or fp32, row-major) -> fp32 [nb, ld] with
 // ld >= kb (cuBLASLt's BLK128x128_32F layout for the transposed A operand, ld = gemm_lt::wscale_ld(kb));

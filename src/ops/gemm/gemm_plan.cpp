@@ -14,7 +14,7 @@
 namespace dsinfer::ops::cuda {
 
 Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act,
-                                        const char* segments) {
+                                        const char* segments, const char* stack) {
   GemmSettings s;
   const std::string on = cublaslt ? cublaslt : "";
   if (!on.empty()) {
@@ -42,12 +42,23 @@ Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m,
     s.segments = seg != "0";
     s.segments_stream = seg == "1";
   }
+  const std::string st = stack ? stack : "";
+  if (st == "0") s.lt_stack = GemmLtStack::kOff;
+  else if (st == "auto") s.lt_stack = GemmLtStack::kAuto;
+  else if (st == "all") s.lt_stack = GemmLtStack::kAll;
+  else if (!st.empty()) return Status::errorf("DSINFER_CUBLASLT_STACK must be 0, auto or all, found '{}'", st);
   return s;
 }
 
 Result<GemmSettings> gemm_settings_from_env() {
   return gemm_settings_from(std::getenv("DSINFER_CUBLASLT"), std::getenv("DSINFER_CUBLASLT_MIN_M"),
-                            std::getenv("DSINFER_CUBLASLT_ACT"), std::getenv("DSINFER_GEMM_SEGMENTS"));
+                            std::getenv("DSINFER_CUBLASLT_ACT"), std::getenv("DSINFER_GEMM_SEGMENTS"),
+                            std::getenv("DSINFER_CUBLASLT_STACK"));
+}
+
+bool gemm_lt_fp8x2_stacked(int64_t M, int64_t N, GemmLtStack setting) {
+  if (setting == GemmLtStack::kOff || M < 1 || M > kGemmLtStackMaxM) return false;
+  return setting == GemmLtStack::kAll || N <= kGemmLtStackMaxN;
 }
 
 bool gemm_gemv_preferred(int64_t M, int64_t N, bool grouped) {

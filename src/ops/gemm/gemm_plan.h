@@ -117,6 +117,24 @@ enum class GemmKernel { kSkinny, kTiled, kStream, kGemv };
 //   kAuto   per call from the shape and M: gemm_lt_fp8_route.
 enum class GemmLtActivations { kFp8, kFp8x2, kBf16, kAuto };
 
+// How the engine runs a kFp8x2 call (DSINFER_CUBLASLT_STACK: 0, auto, all; default kGemmLtStackDefault): kOff two
+// block-scaled matmuls, the second accumulating into y (the weight read twice); kAuto where gemm_lt_fp8x2_stacked
+// says so, one matmul over the two terms stacked as 2 M rows of the B operand (the weight read once, the
+// quantization and the scales unchanged) into an engine buffer, then one kernel y = ((y) + term 1) + term 2 in the
+// two matmuls' order; kAll stacked at every M <= kGemmLtStackMaxM and every N (benches, A/B).
+enum class GemmLtStack { kOff, kAuto, kAll };
+// kOff until the model-level checks of the stacked form have run (fidelity gate, check-reference, the decode A/B:
+// bench/NOTES.md session 23, helper s23-skinny); its kernel-level measurements and GPU tests are in.
+inline constexpr GemmLtStack kGemmLtStackDefault = GemmLtStack::kOff;
+// The stacked form's limits (kAuto): rows up to kGemmLtStackMaxM (decode sizes: cuBLASLt's block-scaled matmul
+// costs about the same at 2 M rows as at M there), outputs up to kGemmLtStackMaxN (the sum kernel moves 3 x M x N x
+// 4 bytes: for wq_b's N = 32,768 the stacked call lost from 128 rows). H200, graph-replayed us, two matmuls ->
+// stacked at M = 64 / 256: wq_a 33.6 -> 21.2 / 41.7 -> 29.2, wkv 33.2 -> 20.8 / 41.0 -> 27.6, wo_b 41.7 -> 28.4 /
+// 66.1 -> 53.0; wq_b 37.3 -> 28.0 / 66.7 -> 74.5 (bench/NOTES.md session 23).
+inline constexpr int64_t kGemmLtStackMaxM = 256;
+inline constexpr int64_t kGemmLtStackMaxN = 4096;
+bool gemm_lt_fp8x2_stacked(int64_t M, int64_t N, GemmLtStack setting);
+
 // The environment overrides of the GEMM choice, read once (gemm_settings_from_env, at runner construction); unset
 // or empty keeps the default, any other value is an error naming the variable:
 //   DSINFER_CUBLASLT        0 = no cuBLASLt, 1 = cuBLASLt (default kGemmLtDefaultOn)
@@ -126,16 +144,19 @@ enum class GemmLtActivations { kFp8, kFp8x2, kBf16, kAuto };
 //   DSINFER_GEMM_SEGMENTS   0 = one launch per projection, skinny = projections of one x in one skinny launch where
 //                           plan_gemm_segments allows, 1 = in one skinny or one streaming launch (default; the same
 //                           bits either way: the A/B switch)
+//   DSINFER_CUBLASLT_STACK  0 = the two-term FP8 route as two matmuls, auto = stacked where gemm_lt_fp8x2_stacked,
+//                           all = stacked at every M <= kGemmLtStackMaxM (GemmLtStack; default kGemmLtStackDefault)
 struct GemmSettings {
   bool cublaslt = kGemmLtDefaultOn;
   int64_t lt_min_m = kGemmLtMinM;
   GemmLtActivations lt_activations = GemmLtActivations::kAuto;
   bool segments = true;         // DSINFER_GEMM_SEGMENTS != 0
   bool segments_stream = true;  // DSINFER_GEMM_SEGMENTS = 1 (or unset): the streaming kernel's segments too
+  GemmLtStack lt_stack = kGemmLtStackDefault;
 };
 // The settings from these variable values (nullptr = unset); gemm_settings_from_env passes std::getenv's.
 Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act,
-                                        const char* segments = nullptr);
+                                        const char* segments = nullptr, const char* stack = nullptr);
 Result<GemmSettings> gemm_settings_from_env();
 
 // The fast path's kernel choice for FP8_BLOCK / BF16 weights at few rows:

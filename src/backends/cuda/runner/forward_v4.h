@@ -108,7 +108,7 @@ class CudaForwardV4 final : public CudaForward {
   // The GEMM environment overrides (DSINFER_CUBLASLT*), read once by load() (a bad value fails the runner's
   // creation); cuBLASLt runs the fast path's dense projections where plan_gemm_call says so.
   ops::cuda::GemmSettings gemm_settings_;
-  std::optional<ops::cuda::GemmLtEngine> lt_;  // made by load() with gemm_settings_.lt_activations
+  std::optional<ops::cuda::GemmLtEngine> lt_;  // made by load() with gemm_settings_.lt_activations / lt_stack
   // DSINFER_SPARSE_PREFILL (ops/sparse_attention/sparse_attention_plan.h), read once by load(): attend_fp8's route.
   ops::cuda::SparsePrefillRoute sparse_prefill_ = ops::cuda::SparsePrefillRoute::kAuto;
 };

@@ -99,7 +99,7 @@ Status CudaForwardV41::prepare(int64_t T, int64_t R, int64_t max_pos) {
 Status CudaForwardV41::prepare_gemm(int64_t T) {
   if (!lt_) {
     DSI_ASSIGN_OR_RETURN(gemm_settings_, gemm_settings_from_env());
-    lt_.emplace(gemm_settings_.lt_activations);
+    lt_.emplace(gemm_settings_.lt_activations, gemm_settings_.lt_stack);
   }
   int64_t elems = 0;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {

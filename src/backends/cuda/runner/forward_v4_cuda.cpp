@@ -35,7 +35,7 @@ int64_t CudaForwardV4::attention_splits(AttnType type, int64_t m, int64_t T, int
 // formats) after the per-rank fit check, and the RoPE tables.
 Status CudaForwardV4::load(const runner::RunnerOptions& opts, ExpertSlots slots) {
   DSI_ASSIGN_OR_RETURN(gemm_settings_, gemm_settings_from_env());
-  lt_.emplace(gemm_settings_.lt_activations);
+  lt_.emplace(gemm_settings_.lt_activations, gemm_settings_.lt_stack);
   DSI_ASSIGN_OR_RETURN(sparse_prefill_, sparse_prefill_route_from_env());
   // Refuse a model that cannot fit before allocating anything (the same per-rank sizing as the ParallelRunner).
   DSI_RETURN_IF_ERROR(parallel::check_rank_fits(
