@@ -10,7 +10,10 @@
 // (4 B a candidate) plus the output written, at 4.18 TB/s. The top-k also in every form (the full scan, the
 // candidate form at 4,096 slots, the sample form on rows over 0 .. 8,192 keys; their outputs compared), with the size of
 // pass 0's boundary bin and the sample form's candidate count in sampled rows; long-prompt cases: 128K's chunks 8 and 15 and a 512K prompt's last 512 tokens (~131K candidates a row).
-// Usage: dsinfer_indexer_bench
+// The wgmma kernel (8 tokens a block; fast mode's opt-in prefill plan) in its own columns, one and three splits, with
+// its largest score difference from the four-token kernel (relative to the largest score, 64 sampled rows) and the
+// rows whose top-k differs between the two kernels' scores (near-ties).
+// Usage: dsinfer_indexer_bench (DSINFER_INDEXER_BENCH_WG_ONLY=1: one wgmma launch of 128K chunk 8 alone, for ncu)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -190,6 +193,11 @@ Timing run(const Case& c, std::mt19937& g) {
   // One token a block (the session-15 kernel), four tokens a block sharing each key tile, and the plan's choice.
   tm.tc1 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 1); });
   tm.tc1_4 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 4); });
+  if (std::getenv("DSINFER_INDEXER_BENCH_WG_ONLY")) {  // one wgmma launch (for a profiler), nothing else
+    oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 8);
+    check(cudaDeviceSynchronize(), "wg");
+    return tm;
+  }
   tm.plan = oc::detail::indexer_tc_tokens_per_block(st, p);
   tm.wg1 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 8); });
   tm.wg3 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq3, dw, max_visible, scores, nullptr, 8); });
@@ -295,6 +303,10 @@ int main() {
               "tc 1tok", "tc 4tok", "plan", "tc 3split", "fp32 cc", "floor", "x floor", "TFLOP/s", "top-k", "floor",
               "x floor", "op x floor", "wg 1split", "wg 3split", "x floor", "TFLOP/s", "wg-tc rel", "rows!=");
   std::mt19937 g(1234);
+  if (std::getenv("DSINFER_INDEXER_BENCH_WG_ONLY")) {  // the wgmma scores of 128K chunk 8 alone (for a profiler)
+    run({"prefill 128K chunk 8", 1, 8 * 8192, 8192}, g);
+    return 0;
+  }
   const std::vector<Case> cases = {{"prefill 4096", 1, 0, 4096},       {"decode b1 ctx 4096", 1, 4095, 1},
                                    {"decode b64 ctx 4096", 64, 4095, 1}, {"decode b256 ctx 4096", 256, 4095, 1},
                                    {"decode b1 ctx 131072", 1, 131071, 1}};

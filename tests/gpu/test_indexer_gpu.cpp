@@ -9,7 +9,8 @@
 // FP8 state (the tensor-core scores): the same checks with keys stored as e4m3 codes + power-of-two scales (the
 // reference reads the decoded keys), q either random fp32 (three bf16 splits) or bf16-exact (one split); and the
 // scores of the one-token-a-block kernel and of the four-tokens-a-block kernel must be bit-identical (ragged steps:
-// blocks whose tokens belong to two or more sequences, tokens seeing fewer keys than the block's last).
+// blocks whose tokens belong to two or more sequences, tokens seeing fewer keys than the block's last); the wgmma
+// kernel (8 tokens a block, its own fp32 sum order) takes checks (1)-(3) on its own scores and their selection.
 // Top-k alone (planted scores, m = 1 so a row at position p has p + 1 candidates): rows of equal scores, a few
 // values with -0.0 / +0.0, values sharing their high bits, +-inf, one pass-0 bin holding the whole row, a crowded
 // boundary bin, k = candidates, k = candidates + 1, k > candidates, rows longer than the shared-memory cache; the

@@ -414,12 +414,13 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
 }
 
 
-// ---- Scores on wgmma (fast mode, prefill): kWgTok consecutive tokens a block, their q (split hi) resident in shared
-// memory for all the block's key tiles, and 128-key tiles streamed through two buffers (the next tile's codes in
-// registers while this one is multiplied). Two warpgroups take the block's tokens in turn (warpgroup g: tokens g, g +
-// 2, ...); a token's 64 (padded) heads x 128 keys are one chain of eight m64n128k16 wgmma (A = the token's q, B = the
-// tile, both bf16 in shared memory as 8 x 8 core matrices), the next token's chain in flight while this one's epilogue
-// (ReLU x w over heads, the key scale) runs. Products are exact as in the mma.sync kernels; the per-(token, key) sum
+// ---- Scores on wgmma (fast mode, prefill; opt-in, see indexer_tc_tokens_per_block): kWgTok consecutive tokens a
+// block, their q (split hi) resident in shared memory for all the block's key tiles, and 128-key tiles through two
+// buffers (the next tile's codes loaded into registers while this one is multiplied; a tile's chains end, a block
+// barrier, then the next tile is stored and a second barrier). Two warpgroups take the block's tokens in turn
+// (warpgroup g: token slots g, g + 2, g + 4, g + 6); a token's 64 (padded) heads x 128 keys are one chain of eight
+// m64n128k16 wgmma (A = the token's q, B = the tile, both bf16 in shared memory as 8 x 8 core matrices), the next
+// slot's chain in flight while this one's epilogue (ReLU x w over heads, the key scale) runs. Products are exact as in the mma.sync kernels; the per-(token, key) sum
 // order is wgmma's k16 chain, then per lane its heads g and g + 8, a lane tree over g (xor 4, 8, 16) and the four
 // warps in order: the same for every key, token and step (so a token's scores do not depend on the chunk), but not
 // the mma.sync kernels' bits (fast mode only; decode keeps the one-token kernel). Queries that are not bf16-exact
@@ -740,18 +741,21 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
                             step, view, p, q, weights, max_visible, scores);
 }
 
-// The plan (which tensor-core kernel for which step): in fast mode (p.fast) the wgmma kernel, kWgTok tokens a block,
-// when the step's sequences average at least kWgTok tokens (prefill chunks); otherwise kTcTok tokens a block sharing
-// each key tile when they average at least kTcTok tokens; one token a block otherwise (decode, MTP).
-// DSINFER_INDEXER_SCORES=mma keeps the mma.sync kernels in fast mode too (the A/B of one binary). Read once.
+// The plan (which tensor-core kernel for which step): kTcTok tokens a block sharing each key tile when the step's
+// sequences average at least kTcTok tokens (prefill chunks); one token a block otherwise (decode, MTP). The wgmma
+// kernel (kWgTok tokens a block) only when asked for: DSINFER_INDEXER_SCORES=wgmma, in fast mode (p.fast), on steps
+// whose sequences average at least kWgTok tokens. It is opt-in until check-reference and the fidelity gate have run
+// with it on the GPU (bench/NOTES.md, session 23). Read once; a value other than mma / wgmma is named and ignored.
 int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p) {
-  static const bool mma_only = [] {
+  static const bool wgmma = [] {
     const char* v = std::getenv("DSINFER_INDEXER_SCORES");
-    if (v && std::strcmp(v, "mma") != 0)  // an A/B switch with no Status path: a value it cannot use is named
-      std::fprintf(stderr, "DSINFER_INDEXER_SCORES must be mma, found '%s': ignored\n", v);
-    return v && std::strcmp(v, "mma") == 0;
+    if (!v) return false;
+    if (std::strcmp(v, "wgmma") == 0) return true;
+    if (std::strcmp(v, "mma") != 0)  // an A/B switch with no Status path: a value it cannot use is named
+      std::fprintf(stderr, "DSINFER_INDEXER_SCORES must be mma or wgmma, found '%s': ignored\n", v);
+    return false;
   }();
-  if (p.fast && !mma_only && step.T >= kWgTok * step.num_seqs) return kWgTok;
+  if (wgmma && p.fast && step.T >= kWgTok * step.num_seqs) return kWgTok;
   return step.T >= kTcTok * step.num_seqs ? kTcTok : 1;
 }
 

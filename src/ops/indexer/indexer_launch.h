@@ -25,8 +25,8 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
                            const float* q, const float* weights, int64_t max_visible, float* scores, void* stream);
 // FP8 state (e4m3 keys, dim kIdxTcDim): bf16 mma.sync, q split into exact bf16 parts. tokens_per_block: 1 (one
 // token a block) or 4 (four tokens share each key tile; the same bits), or kIdxWgTokens (the wgmma kernel: the
-// same products, another fp32 sum order, so other last bits; p.fast's plan for prefill); 0 = the plan,
-// indexer_tc_tokens_per_block.
+// same products, another fp32 sum order, so other last bits; fast mode's prefill plan when
+// DSINFER_INDEXER_SCORES=wgmma); 0 = the plan, indexer_tc_tokens_per_block.
 inline constexpr int kIdxWgTokens = 8;
 int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p);
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
