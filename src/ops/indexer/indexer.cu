@@ -1,4 +1,6 @@
 // CUDA Lightning Indexer scores kernels (see indexer_cuda.h); the top-k select is indexer_select.cu.
+// Over 700 lines: the three tensor-core scores kernels share their key-tile loaders, conversions and epilogue
+// helpers (one anonymous namespace), and the wgmma kernel's instruction wrappers are spelled out.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -591,6 +593,32 @@ __device__ __forceinline__ void wg_epilogue(const float (&d)[16][4], const float
   buf ^= 1;
 }
 
+// The block's q split hi (tokens t0 .. t0 + tn - 1, zeros past them and past `heads`) into qs as core matrices
+// (head-fastest threads: conflict-free 8-byte stores) and their head weights into ws; returns whether any of this
+// thread's q values is not bf16-exact.
+__device__ __forceinline__ bool wg_stage_q(unsigned char* qs, float* ws, const float* q, const float* weights,
+                                           int64_t t0, int tn, int heads, int tid) {
+  bool inexact = false;
+  for (int i = tid; i < kWgTok * kTcHeads * (kTcDim / 4); i += kWgThreads) {
+    const int h = i % kTcHeads, c = (i / kTcHeads) % (kTcDim / 4), s = i / (kTcHeads * (kTcDim / 4));
+    float4 x4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (s < tn && h < heads) x4 = reinterpret_cast<const float4*>(q + ((t0 + s) * heads + h) * kTcDim)[c];
+    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+    __nv_bfloat16 hi[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      hi[e] = __float2bfloat16_rn(x[e]);
+      inexact = inexact || x[e] != __bfloat162float(hi[e]);
+    }
+    *reinterpret_cast<uint2*>(qs + s * kWgQBytes + cm_off(h, 4 * c, kTcHeads / 8)) = pack4_bf16(hi);
+  }
+  for (int i = tid; i < kWgTok * kTcHeads; i += kWgThreads) {
+    const int s = i / kTcHeads, h = i % kTcHeads;
+    ws[i] = s < tn && h < heads ? weights[(t0 + s) * heads + h] : 0.0f;
+  }
+  return inexact;
+}
+
 __global__ void __launch_bounds__(kWgThreads, 1)
     indexer_scores_wgmma_kernel(StepDevice st, LayerStateView v, IndexerCudaParams p, const float* q,
                                 const float* weights, int64_t max_visible, int tiles, float* scores) {
@@ -615,25 +643,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int64_t jb = int64_t(blockIdx.y) * kTcKeys * tiles;
   if (jb >= nmax) return;  // block-uniform
   const int heads = int(p.heads), tid = int(threadIdx.x);
-  // q split hi of every token (head-fastest threads: conflict-free 8-byte stores), whether any q is not bf16-exact.
-  bool inexact = false;
-  for (int i = tid; i < kWgTok * kTcHeads * (kTcDim / 4); i += kWgThreads) {
-    const int h = i % kTcHeads, c = (i / kTcHeads) % (kTcDim / 4), s = i / (kTcHeads * (kTcDim / 4));
-    float4 x4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (s < tn && h < heads) x4 = reinterpret_cast<const float4*>(q + ((t0 + s) * heads + h) * kTcDim)[c];
-    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
-    __nv_bfloat16 hi[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      hi[e] = __float2bfloat16_rn(x[e]);
-      inexact = inexact || x[e] != __bfloat162float(hi[e]);
-    }
-    *reinterpret_cast<uint2*>(qs + s * kWgQBytes + cm_off(h, 4 * c, kTcHeads / 8)) = pack4_bf16(hi);
-  }
-  for (int i = tid; i < kWgTok * kTcHeads; i += kWgThreads) {
-    const int s = i / kTcHeads, h = i % kTcHeads;
-    ws[i] = s < tn && h < heads ? weights[(t0 + s) * heads + h] : 0.0f;
-  }
+  const bool inexact = wg_stage_q(qs, ws, q, weights, t0, tn, heads, tid);
   dsinfer::cuda::sm90::fence_proxy_async();
   const bool split3 = __syncthreads_or(inexact) != 0;
   const int wgi = tid >> 7, wtid = tid & 127, wq = wtid >> 5, lane = tid & 31;
