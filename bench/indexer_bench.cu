@@ -214,7 +214,8 @@ Timing run(const Case& c, std::mt19937& g) {
     check(cudaMemcpy(o4.data(), out4, o4.size() * 4, cudaMemcpyDeviceToHost), "o4");
     check(cudaMemcpy(o8.data(), out, o8.size() * 4, cudaMemcpyDeviceToHost), "o8");
     for (int64_t t = 0; t < T; ++t)
-      tm.wg_rows_diff += std::equal(o4.begin() + t * kTopk, o4.begin() + (t + 1) * kTopk, o8.begin() + t * kTopk) ? 0 : 1;
+      tm.wg_rows_diff +=
+          std::equal(o4.begin() + t * kTopk, o4.begin() + (t + 1) * kTopk, o8.begin() + t * kTopk) ? 0 : 1;
     std::vector<float> a, b;
     double mx = 0, md = 0;
     for (int64_t k = 0; k < std::min<int64_t>(64, T); ++k) {

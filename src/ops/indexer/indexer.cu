@@ -422,11 +422,12 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
 // barrier, then the next tile is stored and a second barrier). Two warpgroups take the block's tokens in turn
 // (warpgroup g: token slots g, g + 2, g + 4, g + 6); a token's 64 (padded) heads x 128 keys are one chain of eight
 // m64n128k16 wgmma (A = the token's q, B = the tile, both bf16 in shared memory as 8 x 8 core matrices), the next
-// slot's chain in flight while this one's epilogue (ReLU x w over heads, the key scale) runs. Products are exact as in the mma.sync kernels; the per-(token, key) sum
-// order is wgmma's k16 chain, then per lane its heads g and g + 8, a lane tree over g (xor 4, 8, 16) and the four
-// warps in order: the same for every key, token and step (so a token's scores do not depend on the chunk), but not
-// the mma.sync kernels' bits (fast mode only; decode keeps the one-token kernel). Queries that are not bf16-exact
-// (hf numerics) add their mid and lo splits as register-A wgmma from q in global memory, one token at a time.
+// slot's chain in flight while this one's epilogue (ReLU x w over heads, the key scale) runs. Products are exact
+// as in the mma.sync kernels; the per-(token, key) sum order is wgmma's k16 chain, then per lane its heads g and g
+// + 8, a lane tree over g (xor 4, 8, 16) and the four warps in order: the same for every key, token and step (so a
+// token's scores do not depend on the chunk), but not the mma.sync kernels' bits (fast mode only; decode keeps the
+// one-token kernel). Queries that are not bf16-exact (hf numerics) add their mid and lo splits as register-A wgmma
+// from q in global memory, one token at a time.
 constexpr int kWgTok = kIdxWgTokens;
 constexpr int kWgThreads = 256;
 constexpr int kWgQBytes = kTcHeads * kTcDim * 2;  // 16 KB: a token's q split, core matrices (dim group, head group)
