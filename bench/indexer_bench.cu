@@ -10,7 +10,10 @@
 // (4 B a candidate) plus the output written, at 4.18 TB/s. The top-k also in every form (the full scan, the
 // candidate form at 4,096 slots, the sample form on rows over 0 .. 8,192 keys; their outputs compared), with the size of
 // pass 0's boundary bin and the sample form's candidate count in sampled rows; long-prompt cases: 128K's chunks 8 and 15 and a 512K prompt's last 512 tokens (~131K candidates a row).
-// Usage: dsinfer_indexer_bench
+// The wgmma kernel (8 tokens a block; fast mode's opt-in prefill plan) in its own columns, one and three splits, with
+// its largest score difference from the four-token kernel (relative to the largest score, 64 sampled rows) and the
+// rows whose top-k differs between the two kernels' scores (near-ties).
+// Usage: dsinfer_indexer_bench (DSINFER_INDEXER_BENCH_WG_ONLY=1: one wgmma launch of 128K chunk 8 alone, for ncu)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -68,6 +71,9 @@ std::string form_name(const oc::detail::IdxSelForm& f) {
 
 struct Timing {
   double tc1 = 0, tc1_4 = 0, tc3 = 0, fp32 = 0, select = 0, flops = 0, key_bytes = 0, cand = 0, T = 0;
+  double wg1 = 0, wg3 = 0;  // the wgmma kernel (fast mode's prefill plan), one and three splits
+  double wg_rel = 0;        // max |wg - tc 4tok| / max |tc 4tok| over the sampled rows (1 split)
+  int64_t wg_rows_diff = 0; // rows whose top-k differs between the two kernels' scores (1 split)
   double forms[kNumForms] = {};
   int plan = 1;         // tokens a block the plan picks (the tc 3-split column runs it)
   bool identical = true;  // every form's output equal to the full scan's
@@ -187,7 +193,46 @@ Timing run(const Case& c, std::mt19937& g) {
   // One token a block (the session-15 kernel), four tokens a block sharing each key tile, and the plan's choice.
   tm.tc1 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 1); });
   tm.tc1_4 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 4); });
-  tm.plan = oc::detail::indexer_tc_tokens_per_block(st);
+  if (std::getenv("DSINFER_INDEXER_BENCH_WG_ONLY")) {  // one wgmma launch (for a profiler), nothing else
+    oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 8);
+    check(cudaDeviceSynchronize(), "wg");
+    return tm;
+  }
+  tm.plan = oc::detail::indexer_tc_tokens_per_block(st, p);
+  tm.wg1 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 8); });
+  tm.wg3 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq3, dw, max_visible, scores, nullptr, 8); });
+  {  // the wgmma kernel's scores and selection against the four-token kernel's (1 split)
+    float* scores4 = nullptr;
+    int32_t* out4 = nullptr;
+    check(cudaMalloc(&scores4, size_t(T * max_visible) * 4), "scores4");
+    check(cudaMalloc(&out4, size_t(T * kTopk) * 4), "out4");
+    oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores4, nullptr, 4);
+    oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 8);
+    oc::detail::launch_indexer_select(st, p, scores4, max_visible, out4, nullptr);
+    oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr);
+    std::vector<int32_t> o4(size_t(T * kTopk)), o8(o4.size());
+    check(cudaMemcpy(o4.data(), out4, o4.size() * 4, cudaMemcpyDeviceToHost), "o4");
+    check(cudaMemcpy(o8.data(), out, o8.size() * 4, cudaMemcpyDeviceToHost), "o8");
+    for (int64_t t = 0; t < T; ++t)
+      tm.wg_rows_diff +=
+          std::equal(o4.begin() + t * kTopk, o4.begin() + (t + 1) * kTopk, o8.begin() + t * kTopk) ? 0 : 1;
+    std::vector<float> a, b;
+    double mx = 0, md = 0;
+    for (int64_t k = 0; k < std::min<int64_t>(64, T); ++k) {
+      const int64_t t = (T - 1) - k * T / 64, n = std::min((pos[size_t(t)] + 1) / kM, max_visible);
+      a.resize(size_t(n));
+      b.resize(size_t(n));
+      check(cudaMemcpy(a.data(), scores4 + t * max_visible, size_t(n) * 4, cudaMemcpyDeviceToHost), "a");
+      check(cudaMemcpy(b.data(), scores + t * max_visible, size_t(n) * 4, cudaMemcpyDeviceToHost), "b");
+      for (int64_t j = 0; j < n; ++j) {
+        mx = std::max(mx, double(std::fabs(a[size_t(j)])));
+        md = std::max(md, double(std::fabs(a[size_t(j)] - b[size_t(j)])));
+      }
+    }
+    tm.wg_rel = mx > 0 ? md / mx : 0;
+    cudaFree(scores4);
+    cudaFree(out4);
+  }
   tm.tc3 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq3, dw, max_visible, scores, nullptr); });
   tm.fp32 = time_ms([&] { oc::detail::launch_indexer_scores(st, v32, p, dq3, dw, max_visible, scores, nullptr); });
   tm.select = time_ms([&] { oc::detail::launch_indexer_select(st, p, scores, max_visible, out, nullptr); });
@@ -232,9 +277,11 @@ void print(const std::string& name, const Timing& t) {
   const double fl_ms = std::max(t.flops / kFp8Peak, t.key_bytes / kHbm) * 1e3;
   const double sel_floor = (t.cand * 4 + t.T * kTopk * 4) / kHbm * 1e3;
   const double tc = t.plan == 4 ? t.tc1_4 : t.tc1;  // the plan's 1-split kernel
-  std::printf("%-26s %9.4f %9.4f %4d %9.4f %9.4f %8.4f %6.1fx %7.1f | %8.4f %8.4f %6.1fx | %7.1fx\n", name.c_str(),
+  std::printf("%-26s %9.4f %9.4f %4d %9.4f %9.4f %8.4f %6.1fx %7.1f | %8.4f %8.4f %6.1fx | %7.1fx | %9.4f %9.4f "
+              "%6.1fx %7.1f %9.2e %6lld\n", name.c_str(),
               t.tc1, t.tc1_4, t.plan, t.tc3, t.fp32, fl_ms, tc / fl_ms, t.flops / (tc * 1e9), t.select, sel_floor,
-              t.select / sel_floor, (tc + t.select) / (fl_ms + sel_floor));
+              t.select / sel_floor, (tc + t.select) / (fl_ms + sel_floor), t.wg1, t.wg3, t.wg1 / fl_ms,
+              t.flops / (t.wg1 * 1e9), t.wg_rel, (long long)t.wg_rows_diff);
 }
 
 void print_forms(const std::string& name, const Timing& t) {
@@ -253,9 +300,14 @@ int main() {
   check(cudaGetDeviceProperties(&prop, 0), "device");
   std::printf("indexer bench: %s, %lld heads x %lld, top-%lld, ratio %lld; ms per call (mean of %d)\n", prop.name,
               (long long)kHeads, (long long)kDim, (long long)kTopk, (long long)kM, kRuns);
-  std::printf("%-26s %9s %9s %4s %9s %9s %8s %7s %7s | %8s %8s %7s | %8s\n", "case", "tc 1tok", "tc 4tok", "plan",
-              "tc 3split", "fp32 cc", "floor", "x floor", "TFLOP/s", "top-k", "floor", "x floor", "op x floor");
+  std::printf("%-26s %9s %9s %4s %9s %9s %8s %7s %7s | %8s %8s %7s | %8s | %9s %9s %7s %7s %9s %6s\n", "case",
+              "tc 1tok", "tc 4tok", "plan", "tc 3split", "fp32 cc", "floor", "x floor", "TFLOP/s", "top-k", "floor",
+              "x floor", "op x floor", "wg 1split", "wg 3split", "x floor", "TFLOP/s", "wg-tc rel", "rows!=");
   std::mt19937 g(1234);
+  if (std::getenv("DSINFER_INDEXER_BENCH_WG_ONLY")) {  // the wgmma scores of 128K chunk 8 alone (for a profiler)
+    run({"prefill 128K chunk 8", 1, 8 * 8192, 8192}, g);
+    return 0;
+  }
   const std::vector<Case> cases = {{"prefill 4096", 1, 0, 4096},       {"decode b1 ctx 4096", 1, 4095, 1},
                                    {"decode b64 ctx 4096", 64, 4095, 1}, {"decode b256 ctx 4096", 256, 4095, 1},
                                    {"decode b1 ctx 131072", 1, 131071, 1}};
@@ -273,6 +325,10 @@ int main() {
     sum.tc1_4 += t.tc1_4;
     sum.plan = t.plan;
     sum.tc3 += t.tc3;
+    sum.wg1 += t.wg1;
+    sum.wg3 += t.wg3;
+    sum.wg_rel = std::max(sum.wg_rel, t.wg_rel);
+    sum.wg_rows_diff += t.wg_rows_diff;
     sum.fp32 += t.fp32;
     sum.select += t.select;
     for (int f = 0; f < kNumForms; ++f) sum.forms[f] += t.forms[f];

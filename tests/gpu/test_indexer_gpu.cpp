@@ -9,7 +9,8 @@
 // FP8 state (the tensor-core scores): the same checks with keys stored as e4m3 codes + power-of-two scales (the
 // reference reads the decoded keys), q either random fp32 (three bf16 splits) or bf16-exact (one split); and the
 // scores of the one-token-a-block kernel and of the four-tokens-a-block kernel must be bit-identical (ragged steps:
-// blocks whose tokens belong to two or more sequences, tokens seeing fewer keys than the block's last).
+// blocks whose tokens belong to two or more sequences, tokens seeing fewer keys than the block's last); the wgmma
+// kernel (8 tokens a block, its own fp32 sum order) takes checks (1)-(3) on its own scores and their selection.
 // Top-k alone (planted scores, m = 1 so a row at position p has p + 1 candidates): rows of equal scores, a few
 // values with -0.0 / +0.0, values sharing their high bits, +-inf, one pass-0 bin holding the whole row, a crowded
 // boundary bin, k = candidates, k = candidates + 1, k > candidates, rows longer than the shared-memory cache; the
@@ -149,6 +150,7 @@ void run_case(int64_t heads, int64_t dim, int64_t topk, int64_t block_size, std:
       }
   }
 
+  auto check_against_reference = [&](const std::vector<float>& gs, const std::vector<int32_t>& go) {
   std::vector<float> all_ref, all_gpu, keys;
   for (int64_t t = 0; t < T; ++t) {
     const size_t si = step.seq_index(t);
@@ -182,7 +184,28 @@ void run_case(int64_t heads, int64_t dim, int64_t topk, int64_t block_size, std:
       EXPECT_EQ(own, ref);
     }
   }
-  EXPECT_LT(normalized_error(all_gpu, all_ref), 1e-5);
+  const double err = normalized_error(all_gpu, all_ref);
+  std::printf("[indexer] normalised score error %.3e (fp8 %d)\n", err, int(fp8));
+  EXPECT_LT(err, 1e-5);
+  };
+  // The wgmma kernel (fast mode's prefill plan; kIdxWgTokens tokens a block, its own fp32 sum order): its scores and
+  // its selection take the same checks as the plan's below.
+  std::vector<float> gs8;
+  std::vector<int32_t> go8;
+  if (fp8) {
+    cudaMemset(scores.data(), 0xff, scores.size() * 4);
+    cudaMemset(out.data(), 0x7f, out.size() * 4);
+    ops::cuda::detail::launch_indexer_scores_tc(step.dev, st.device_view(), p, dq.data(), dw.data(), max_visible,
+                                                scores.data(), nullptr, ops::cuda::detail::kIdxWgTokens);
+    ops::cuda::detail::launch_indexer_select(step.dev, p, scores.data(), max_visible, out.data(), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    gs8 = to_host(scores, scores.size());
+    go8 = to_host(out, out.size());
+  }
+  for (int kernel = 0; kernel < (fp8 ? 2 : 1); ++kernel) {
+    SCOPED_TRACE(kernel == 0 ? "plan" : "wgmma");
+    check_against_reference(kernel == 0 ? gs : gs8, kernel == 0 ? go : go8);
+  }
 }
 
 // Planted score rows for the top-k alone. Row r has n = pos + 1 candidates (m = 1); pattern r % kPatterns.

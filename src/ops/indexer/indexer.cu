@@ -1,11 +1,18 @@
 // CUDA Lightning Indexer scores kernels (see indexer_cuda.h); the top-k select is indexer_select.cu.
+// Over 700 lines: the three tensor-core scores kernels share their key-tile loaders, conversions and epilogue
+// helpers (one anonymous namespace), and the wgmma kernel's instruction wrappers are spelled out.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/func_smem.h"
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/sm90_async.cuh"
 #include "ops/indexer/indexer_device.cuh"
 #include "ops/indexer/indexer_launch.h"
 
@@ -408,6 +415,331 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
   }
 }
 
+
+// ---- Scores on wgmma (fast mode, prefill; opt-in, see indexer_tc_tokens_per_block): kWgTok consecutive tokens a
+// block, their q (split hi) resident in shared memory for all the block's key tiles, and 128-key tiles through two
+// buffers (the next tile's codes loaded into registers while this one is multiplied; a tile's chains end, a block
+// barrier, then the next tile is stored and a second barrier). Two warpgroups take the block's tokens in turn
+// (warpgroup g: token slots g, g + 2, g + 4, g + 6); a token's 64 (padded) heads x 128 keys are one chain of eight
+// m64n128k16 wgmma (A = the token's q, B = the tile, both bf16 in shared memory as 8 x 8 core matrices), the next
+// slot's chain in flight while this one's epilogue (ReLU x w over heads, the key scale) runs. Products are exact
+// as in the mma.sync kernels; the per-(token, key) sum order is wgmma's k16 chain, then per lane its heads g and g
+// + 8, a lane tree over g (xor 4, 8, 16) and the four warps in order: the same for every key, token and step (so a
+// token's scores do not depend on the chunk), but not the mma.sync kernels' bits (fast mode only; decode keeps the
+// one-token kernel). Queries that are not bf16-exact (hf numerics) add their mid and lo splits as register-A wgmma
+// from q in global memory, one token at a time.
+constexpr int kWgTok = kIdxWgTokens;
+constexpr int kWgThreads = 256;
+constexpr int kWgQBytes = kTcHeads * kTcDim * 2;  // 16 KB: a token's q split, core matrices (dim group, head group)
+constexpr int kWgKBytes = kTcKeys * kTcDim * 2;   // 32 KB: a key tile, core matrices (dim group, key group)
+constexpr size_t kWgSmem = size_t(kWgTok) * kWgQBytes + 2 * size_t(kWgKBytes) + 2 * kTcKeys * 4 +
+                           kWgTok * kTcHeads * 4 + 2 * 2 * 4 * kTcKeys * 4;  // 207,872 B
+
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
+}
+template <int N>
+__device__ __forceinline__ void wg_fence_acc(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
+}
+
+// d (64 heads x 128 keys, fp32) (+)= A (64 x 16 at descriptor da) B (128 x 16 at db)^T, both K-major in shared
+// memory; accumulate 0: d = A B^T.
+__device__ __forceinline__ void wg_m64n128k16_ss(float (&d)[16][4], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      :
+        "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+// The same with A from registers (the m16n8k16 A fragment layout per warp), always accumulating.
+__device__ __forceinline__ void wg_m64n128k16_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// Byte offset of element (row, dim) in a 64- or 128-row core-matrix tile (rows = heads or keys, `groups` row groups).
+__device__ __forceinline__ uint32_t cm_off(int row, int dim, int groups) {
+  return uint32_t((((dim >> 3) * groups + (row >> 3)) * 8 + (row & 7)) * 16 + (dim & 7) * 2);
+}
+
+// A key tile from registers (KeyTileRegs<kWgThreads>) into a core-matrix buffer: 16 codes -> dims 16c .. 16c + 15.
+__device__ __forceinline__ void store_key_tile_cm(const KeyTileRegs<kWgThreads>& k, unsigned char* kb, float* kscale,
+                                                  int tid) {
+  using R = KeyTileRegs<kWgThreads>;
+#pragma unroll
+  for (int it = 0; it < R::kLoads; ++it) {
+    const uint4 c = k.codes[it];
+    const int key = tid / 8 + R::kRowStep * it, d0 = 16 * (tid % 8);
+    *reinterpret_cast<uint4*>(kb + cm_off(key, d0, kTcKeys / 8)) =
+        make_uint4(e4m3x2_to_bf16x2(c.x), e4m3x2_to_bf16x2(c.x >> 16), e4m3x2_to_bf16x2(c.y),
+                   e4m3x2_to_bf16x2(c.y >> 16));
+    *reinterpret_cast<uint4*>(kb + cm_off(key, d0 + 8, kTcKeys / 8)) =
+        make_uint4(e4m3x2_to_bf16x2(c.z), e4m3x2_to_bf16x2(c.z >> 16), e4m3x2_to_bf16x2(c.w),
+                   e4m3x2_to_bf16x2(c.w >> 16));
+  }
+  if (tid < kTcKeys) kscale[tid] = k.scale;
+}
+
+// The bf16 split `split` (1 = mid, 2 = lo) of q as this lane's A fragments (heads 16 wq + g and + 8; zero rows past
+// `heads`), from q in global memory.
+__device__ __forceinline__ void wg_q_split_regs(uint32_t (&a)[8][4], const float* qt, int heads, int split, int wq,
+                                                int g, int q4) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int h = 16 * wq + g + 8 * (r & 1), d = 16 * kk + 2 * q4 + 8 * (r >> 1);
+      float2 x = make_float2(0.0f, 0.0f);
+      if (h < heads) x = *reinterpret_cast<const float2*>(qt + h * kTcDim + d);
+      const float v[2] = {x.x, x.y};
+      __nv_bfloat16 part[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const __nv_bfloat16 hi = __float2bfloat16_rn(v[e]);
+        const float r1 = v[e] - __bfloat162float(hi);
+        const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
+        part[e] = split == 1 ? mid : __float2bfloat16_rn(r1 - __bfloat162float(mid));
+      }
+      a[kk][r] = uint32_t(__bfloat16_as_ushort(part[0])) | (uint32_t(__bfloat16_as_ushort(part[1])) << 16);
+    }
+}
+
+// Issues one token's chain (split hi from shared memory) against a key tile: d = q K^T over the 128 dims.
+__device__ __forceinline__ void wg_issue_hi(float (&d)[16][4], uint32_t qa, uint32_t kb) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk)
+    wg_m64n128k16_ss(d, wg_desc(qa + kk * 2048u, 1024u, 128u), wg_desc(kb + kk * 4096u, 2048u, 128u), kk > 0 ? 1 : 0);
+}
+
+// The epilogue of one token and tile: the lane's heads g, g + 8 ReLU'd and weighted per key, a transposing lane tree
+// over g (each lane ends with 4 keys), the warps' sums through `red` (this warpgroup's, double-buffered) in warp order.
+__device__ __forceinline__ void wg_epilogue(const float (&d)[16][4], const float* wt, float* red, int& buf,
+                                            const float* kscale, int64_t j0, int64_t n, float* out, float rs, int wq,
+                                            int lane, int wtid, int bar) {
+  const int g = lane >> 2, q4 = lane & 3;
+  const float w0 = wt[16 * wq + g], w1 = wt[16 * wq + g + 8];
+  float part[32];
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float x = w0 * fmaxf(d[nt][e], 0.0f);
+      x += w1 * fmaxf(d[nt][2 + e], 0.0f);
+      part[2 * nt + e] = x;
+    }
+  const bool b0 = (g & 1) != 0, b1 = (g & 2) != 0, b2 = (g & 4) != 0;
+  float h16[16], h8[8], h4[4];
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const float keep = b0 ? part[k + 16] : part[k], send = b0 ? part[k] : part[k + 16];
+    h16[k] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float keep = b1 ? h16[k + 8] : h16[k], send = b1 ? h16[k] : h16[k + 8];
+    h8[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float keep = b2 ? h8[k + 4] : h8[k], send = b2 ? h8[k] : h8[k + 4];
+    h4[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+  }
+  // The lane holds i = 16 b0 + 8 b1 + 4 b2 + m of (nt, e) = (i / 2, i % 2): keys kb + {0, 1, 8, 9}.
+  float* r = red + buf * 4 * kTcKeys;
+  const int kb = 8 * (8 * int(b0) + 4 * int(b1) + 2 * int(b2)) + 2 * q4;
+  *reinterpret_cast<float2*>(r + wq * kTcKeys + kb) = make_float2(h4[0], h4[1]);
+  *reinterpret_cast<float2*>(r + wq * kTcKeys + kb + 8) = make_float2(h4[2], h4[3]);
+  dsinfer::cuda::sm90::named_sync(bar, 128);
+  const float total = ((r[wtid] + r[kTcKeys + wtid]) + r[2 * kTcKeys + wtid]) + r[3 * kTcKeys + wtid];
+  if (j0 + wtid < n) out[j0 + wtid] = total * kscale[wtid] * rs;
+  buf ^= 1;
+}
+
+// The block's q split hi (tokens t0 .. t0 + tn - 1, zeros past them and past `heads`) into qs as core matrices
+// (head-fastest threads: conflict-free 8-byte stores) and their head weights into ws; returns whether any of this
+// thread's q values is not bf16-exact.
+__device__ __forceinline__ bool wg_stage_q(unsigned char* qs, float* ws, const float* q, const float* weights,
+                                           int64_t t0, int tn, int heads, int tid) {
+  bool inexact = false;
+  for (int i = tid; i < kWgTok * kTcHeads * (kTcDim / 4); i += kWgThreads) {
+    const int h = i % kTcHeads, c = (i / kTcHeads) % (kTcDim / 4), s = i / (kTcHeads * (kTcDim / 4));
+    float4 x4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (s < tn && h < heads) x4 = reinterpret_cast<const float4*>(q + ((t0 + s) * heads + h) * kTcDim)[c];
+    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+    __nv_bfloat16 hi[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      hi[e] = __float2bfloat16_rn(x[e]);
+      inexact = inexact || x[e] != __bfloat162float(hi[e]);
+    }
+    *reinterpret_cast<uint2*>(qs + s * kWgQBytes + cm_off(h, 4 * c, kTcHeads / 8)) = pack4_bf16(hi);
+  }
+  for (int i = tid; i < kWgTok * kTcHeads; i += kWgThreads) {
+    const int s = i / kTcHeads, h = i % kTcHeads;
+    ws[i] = s < tn && h < heads ? weights[(t0 + s) * heads + h] : 0.0f;
+  }
+  return inexact;
+}
+
+__global__ void __launch_bounds__(kWgThreads, 1)
+    indexer_scores_wgmma_kernel(StepDevice st, LayerStateView v, IndexerCudaParams p, const float* q,
+                                const float* weights, int64_t max_visible, int tiles, float* scores) {
+  dsinfer::cuda::pdl_wait_then_release();
+  extern __shared__ __align__(128) unsigned char wg_smem[];
+  unsigned char* qs = wg_smem;                          // [token] 16 KB
+  unsigned char* kbuf = qs + kWgTok * kWgQBytes;        // [2] 32 KB
+  float* kscale = reinterpret_cast<float*>(kbuf + 2 * kWgKBytes);  // [2][128]
+  float* ws = kscale + 2 * kTcKeys;                     // [token][64]
+  float* redall = ws + kWgTok * kTcHeads;               // [warpgroup][2][4][128]
+  const int64_t t0 = int64_t(blockIdx.x) * kWgTok;
+  const int tn = int(st.T - t0 < kWgTok ? st.T - t0 : kWgTok);
+  int64_t n_of[kWgTok];
+  int32_t seq_of[kWgTok];
+  int64_t nmax = 0;
+#pragma unroll
+  for (int s = 0; s < kWgTok; ++s) {
+    n_of[s] = s < tn ? idx_visible(st.pos[t0 + s], p.m, max_visible) : 0;
+    seq_of[s] = s < tn ? st.seq_of_token[t0 + s] : -1;
+    nmax = n_of[s] > nmax ? n_of[s] : nmax;
+  }
+  const int64_t jb = int64_t(blockIdx.y) * kTcKeys * tiles;
+  if (jb >= nmax) return;  // block-uniform
+  const int heads = int(p.heads), tid = int(threadIdx.x);
+  const bool inexact = wg_stage_q(qs, ws, q, weights, t0, tn, heads, tid);
+  dsinfer::cuda::sm90::fence_proxy_async();
+  const bool split3 = __syncthreads_or(inexact) != 0;
+  const int wgi = tid >> 7, wtid = tid & 127, wq = wtid >> 5, lane = tid & 31;
+  const int g = lane >> 2, q4 = lane & 3;
+  float* red = redall + wgi * 2 * 4 * kTcKeys;
+  int buf = 0;
+  const float rs = rsqrtf(float(kTcDim));
+  const uint32_t qs_a = dsinfer::cuda::sm90::smem_u32(qs), kb_a = dsinfer::cuda::sm90::smem_u32(kbuf);
+  int ntile = 0;  // tiles stored so far (the buffer parity)
+  for (int r0 = 0; r0 < tn;) {  // a run of tokens of one sequence: they share the key tiles
+    int r1 = r0 + 1;
+    while (r1 < tn && seq_of[r1] == seq_of[r0]) ++r1;
+    int64_t nrun = 0;
+    for (int s = r0; s < r1; ++s) nrun = n_of[s] > nrun ? n_of[s] : nrun;
+    const int32_t* table = st.block_tables + int64_t(seq_of[r0]) * st.table_stride;
+    if (jb < nrun) {  // block-uniform
+      KeyTileRegs<kWgThreads> next;
+      load_key_tile<kWgThreads>(next, v, table, jb, nrun, tid);
+      for (int tile = 0; tile < tiles; ++tile, ++ntile) {
+        const int64_t j0 = jb + int64_t(tile) * kTcKeys;
+        if (j0 >= nrun) break;  // block-uniform
+        const int kbi = ntile & 1;
+        __syncthreads();  // the tile before the previous one (this buffer) is read
+        store_key_tile_cm(next, kbuf + kbi * kWgKBytes, kscale + kbi * kTcKeys, tid);
+        dsinfer::cuda::sm90::fence_proxy_async();
+        __syncthreads();
+        if (tile + 1 < tiles && j0 + kTcKeys < nrun)
+          load_key_tile<kWgThreads>(next, v, table, j0 + kTcKeys, nrun, tid);  // in flight
+        const uint32_t kb = kb_a + uint32_t(kbi * kWgKBytes);
+        const float* ksc = kscale + kbi * kTcKeys;
+        // This warpgroup's token slots wgi, wgi + 2, wgi + 4, wgi + 6, each multiplied whether or not it is a token
+        // of this run that sees keys of this tile (straight-line code: wgmma under a branch the compiler cannot see
+        // is warpgroup-uniform is serialised); the epilogue stores only those that are.
+        float* const out0 = scores + t0 * max_visible;
+        auto epi = [&](const float(&d)[16][4], int s) {
+          const bool mine = s >= r0 && s < r1 && j0 < n_of[s];
+          wg_epilogue(d, ws + s * kTcHeads, red, buf, ksc, j0, mine ? n_of[s] : 0, out0 + s * max_visible, rs, wq,
+                      lane, wtid, 1 + wgi);
+        };
+        if (!split3) {
+          float da[16][4], db[16][4];
+          using namespace dsinfer::cuda::sm90;
+          wg_fence_acc(da);
+          wgmma_fence();
+          wg_issue_hi(da, qs_a + uint32_t(wgi * kWgQBytes), kb);
+          wgmma_commit();
+#pragma unroll
+          for (int i = 1; i < kWgTok / 2; i += 2) {
+            wg_fence_acc(db);
+            wgmma_fence();
+            wg_issue_hi(db, qs_a + uint32_t((wgi + 2 * i) * kWgQBytes), kb);
+            wgmma_commit();
+            wgmma_wait<1>();
+            wg_fence_acc(da);
+            epi(da, wgi + 2 * (i - 1));
+            if (i + 1 < kWgTok / 2) {
+              wg_fence_acc(da);
+              wgmma_fence();
+              wg_issue_hi(da, qs_a + uint32_t((wgi + 2 * (i + 1)) * kWgQBytes), kb);
+              wgmma_commit();
+              wgmma_wait<1>();
+            } else {
+              wgmma_wait<0>();
+            }
+            wg_fence_acc(db);
+            epi(db, wgi + 2 * i);
+          }
+        } else {
+#pragma unroll 1
+          for (int i = 0; i < kWgTok / 2; ++i) {
+            const int s = wgi + 2 * i;
+            const float* qt = q + (t0 + (s < tn ? s : 0)) * heads * kTcDim;
+            uint32_t a1[8][4], a2[8][4];
+            wg_q_split_regs(a1, qt, heads, 1, wq, g, q4);
+            wg_q_split_regs(a2, qt, heads, 2, wq, g, q4);
+            float da[16][4];
+            wg_fence_acc(da);
+            dsinfer::cuda::sm90::wgmma_fence();
+            wg_issue_hi(da, qs_a + uint32_t(s * kWgQBytes), kb);
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) wg_m64n128k16_rs(da, a1[kk], wg_desc(kb + kk * 4096u, 2048u, 128u));
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) wg_m64n128k16_rs(da, a2[kk], wg_desc(kb + kk * 4096u, 2048u, 128u));
+            dsinfer::cuda::sm90::wgmma_commit();
+            dsinfer::cuda::sm90::wgmma_wait<0>();
+            wg_fence_acc(da);
+            epi(da, s);
+          }
+        }
+      }
+    }
+    r0 = r1;
+  }
+}
+
 }  // namespace
 
 void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
@@ -421,13 +753,42 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
 }
 
 // The plan (which tensor-core kernel for which step): kTcTok tokens a block sharing each key tile when the step's
-// sequences average at least kTcTok tokens (prefill chunks); one token a block otherwise (decode, MTP).
-int indexer_tc_tokens_per_block(const StepDevice& step) { return step.T >= kTcTok * step.num_seqs ? kTcTok : 1; }
+// sequences average at least kTcTok tokens (prefill chunks); one token a block otherwise (decode, MTP). The wgmma
+// kernel (kWgTok tokens a block) only when asked for: DSINFER_INDEXER_SCORES=wgmma, in fast mode (p.fast), on steps
+// whose sequences average at least kWgTok tokens. It is opt-in until check-reference and the fidelity gate have run
+// with it on the GPU (bench/NOTES.md, session 23). Read once; a value other than mma / wgmma is named and ignored.
+int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p) {
+  static const bool wgmma = [] {
+    const char* v = std::getenv("DSINFER_INDEXER_SCORES");
+    if (!v) return false;
+    if (std::strcmp(v, "wgmma") == 0) return true;
+    if (std::strcmp(v, "mma") != 0)  // an A/B switch with no Status path: a value it cannot use is named
+      std::fprintf(stderr, "DSINFER_INDEXER_SCORES must be mma or wgmma, found '%s': ignored\n", v);
+    return false;
+  }();
+  if (wgmma && p.fast && step.T >= kWgTok * step.num_seqs) return kWgTok;
+  return step.T >= kTcTok * step.num_seqs ? kTcTok : 1;
+}
 
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                               const float* q, const float* weights, int64_t max_visible, float* scores, void* stream,
                               int tokens_per_block) {
-  const int tok = (tokens_per_block > 0 ? tokens_per_block : indexer_tc_tokens_per_block(step)) == kTcTok ? kTcTok : 1;
+  const int want = tokens_per_block > 0 ? tokens_per_block : indexer_tc_tokens_per_block(step, p);
+  if (want == kWgTok) {
+    // One block per kWgTok tokens over all their keys (q staged once) unless that leaves under 2 blocks an SM
+    // (about): then the keys are split into ranges of whole tiles.
+    const int64_t groups = (step.T + kWgTok - 1) / kWgTok;
+    int64_t tiles = (max_visible + kTcKeys - 1) / kTcKeys;
+    auto ranges = [&](int64_t n) { return (max_visible + kTcKeys * n - 1) / (kTcKeys * n); };
+    while (tiles > 1 && groups * ranges(tiles) < 264) tiles = (tiles + 1) / 2;
+    const dim3 grid(unsigned(groups), unsigned(ranges(tiles)));
+    dsinfer::cuda::raise_max_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_wgmma_kernel), kWgSmem);
+    dsinfer::cuda::pdl_launch(indexer_scores_wgmma_kernel, grid, dim3(kWgThreads), kWgSmem,
+                              static_cast<cudaStream_t>(stream), step, view, p, q, weights, max_visible, int(tiles),
+                              scores);
+    return;
+  }
+  const int tok = want == kTcTok ? kTcTok : 1;
   // Up to 4 tiles a block (q converted once per 512 keys) while that leaves about 4 blocks an SM (decode: fewer).
   const int64_t groups = (step.T + tok - 1) / tok;
   int tiles = kTcMaxTiles;

@@ -23,7 +23,9 @@ inline int64_t indexer_scores_floats(int64_t T, int64_t max_visible) { return T 
 // block's q is bf16-exact, as the official FP4-simulated queries are), the key's power-of-two scale applied in the
 // epilogue; the plan (detail::indexer_tc_tokens_per_block) takes 4 consecutive tokens a block sharing each converted
 // key tile (256 threads) when the step's sequences average >= 4 tokens (prefill), else one token's 64 (padded)
-// heads a block (128 threads; decode); both give the same bits; over fp32 keys =
+// heads a block (128 threads; decode); both give the same bits; opt-in (DSINFER_INDEXER_SCORES=wgmma, fast mode
+// only: p.fast), prefill steps take the wgmma kernel instead (8 tokens a block, q resident in shared memory, 128-key
+// tiles, m64n128k16 chains; the same products, another fp32 sum order over heads); over fp32 keys =
 // CUDA-core fp32, grid (T, ceil(max_visible/64)), 256 threads: 64 keys x 4 head groups. Select = one block of 512
 // threads per token: the row's order keys in shared memory (up to kIdxSelCacheKeys), a 3-pass 11/11/10-bit radix
 // select of the k-th largest key (warp-aggregated histograms, the bin found by a block scan), then an index-ordered

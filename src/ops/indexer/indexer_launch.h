@@ -12,6 +12,7 @@ struct IndexerCudaParams {
   int64_t dim = 0;    // index_head_dim (multiple of 4, <= 256)
   int64_t m = 4;      // compress ratio of the layer
   int64_t topk = 0;   // index_topk
+  bool fast = false;  // the runner's fast mode (KernelMode::kFast): prefill scores may take the wgmma kernel
 };
 
 namespace detail {
@@ -23,8 +24,11 @@ inline constexpr int64_t kIdxSelCacheKeys = 16384;  // top-k: a row's keys kept 
 void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                            const float* q, const float* weights, int64_t max_visible, float* scores, void* stream);
 // FP8 state (e4m3 keys, dim kIdxTcDim): bf16 mma.sync, q split into exact bf16 parts. tokens_per_block: 1 (one
-// token a block) or 4 (four tokens share each key tile; the same bits); 0 = the plan, indexer_tc_tokens_per_block.
-int indexer_tc_tokens_per_block(const StepDevice& step);
+// token a block) or 4 (four tokens share each key tile; the same bits), or kIdxWgTokens (the wgmma kernel: the
+// same products, another fp32 sum order, so other last bits; fast mode's prefill plan when
+// DSINFER_INDEXER_SCORES=wgmma); 0 = the plan, indexer_tc_tokens_per_block.
+inline constexpr int kIdxWgTokens = 8;
+int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p);
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                               const float* q, const float* weights, int64_t max_visible, float* scores, void* stream,
                               int tokens_per_block = 0);

@@ -139,7 +139,8 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     }
     DSI_OP("indexer_compressor", l, compressor_step(st, view, ip, s_.ikv.data(), s_.ig.data(), stream_));
     if (view.fp8) DSI_OP("indexer_compressor", l, encode_entries(l, view, T, true));
-    const IndexerCudaParams xp{Hi, di, m, cfg_.index_topk};
+    IndexerCudaParams xp{Hi, di, m, cfg_.index_topk};
+    xp.fast = kernel_mode() == ops::KernelMode::kFast;  // prefill scores on wgmma (their own last bits)
     DSI_OP("indexer_topk", l, indexer_topk(st, view, xp, iq, iw, std::max<int64_t>(shape_.visible, 1), s_.scores.data(),
                                            s_.sel.data(), stream_));
     selected = s_.sel.data();
