@@ -104,8 +104,8 @@ constexpr size_t kOffQ = 0;                                           // bf16 64
 constexpr size_t kOffK = kOffQ + size_t(kFp8Heads) * kD * 2;         // bf16 [kKeyTiles] 32 x 512
 constexpr size_t kOffX = kOffK + kKeyTiles * kTileBytes;              // f32 [2 buffers][2 consumers][4 warps][512]
 constexpr size_t kOffFlag = kOffX + size_t(2 * 2 * 4 * 512) * 4;      // u8 [kKeyTiles][32]: key present
-constexpr size_t kOffBar = kOffFlag + size_t(kKeyTiles) * kKeys;  // u64 full[kKeyTiles], empty[kKeyTiles], qfull, qfree
-constexpr size_t kOffRope = kOffBar + (2 * kKeyTiles + 2) * 8;  // float2 [kMaxPairs]: the item's (cos, sin)
+constexpr size_t kOffBar = kOffFlag + size_t(kKeyTiles) * kKeys;      // u64 full[kKeyTiles], empty[kKeyTiles]
+constexpr size_t kOffRope = kOffBar + 2 * kKeyTiles * 8;         // float2 [kMaxPairs]: the item's (cos, sin)
 constexpr size_t kBytes = kOffRope + size_t(attn_rope::kMaxPairs) * 8;
 static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
 static_assert(kOffBar % 8 == 0 && kOffRope % 8 == 0 && kOffX % 16 == 0, "alignment");
@@ -194,31 +194,13 @@ __device__ __forceinline__ void prefetch_q(const void* q, int i, int total, int 
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(base + off));
 }
 
-// Q rows h0 .. h0 + 63 of token t, all 512 dims -> Q's core matrices (zero rows for heads >= H), by the producer
-// warpgroup's 128 threads (attn_fp8::q_chunk's bf16 rounding, as the FP8 kernels: the same bits). 4 chunks' loads in
-// flight a thread (the producer has 56 registers).
-template <bool kBf16>
-__device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int64_t H, __nv_bfloat16* qs) {
-#pragma unroll 4
-  for (int i = int(threadIdx.x); i < kFp8Heads * kD / 8; i += 128) {
-    const int r = (i & 7) + 8 * ((i >> 5) & 7);
-    const int c8 = ((i >> 3) & 3) + 4 * ((i >> 8) & 7) + (kHalf / 8) * (i >> 11);
-    *reinterpret_cast<uint4*>(qs + wg::q_off(r, 8 * c8)) = attn_fp8::q_chunk<kBf16>(q, t, h0 + r, H, c8);
-  }
-}
-
 // Warpgroup 0, over the block's items in order: each tile (counted across items: g) into key tile g % kKeyTiles once
 // the consumers released that key tile's previous use; tile g's `full` barrier once this thread's copies of it have
-// landed (kAhead later tiles in flight meanwhile). Also each item's Q (session 23: the consumers loaded it after
-// the last item's epilogue, ~0.7 ms of a 4,096-token prefill standing in line): after the item's first kAhead tiles
-// are issued and every issued tile is complete (the consumers can then finish the last item), the producer waits for
-// the consumers' last Q K^T of the last item (`qfree`), writes the item's Q and arrives on `qfull`, so the load runs
-// behind the last item's final P V and epilogue. And the block's next item's q into L2 at the start of each item.
-template <bool kGather, bool kLoadQ, bool kQBf16>
+// landed (kAhead later tiles in flight meanwhile). Also the block's next item's q into L2 at the start of each item.
+template <bool kGather, bool kQBf16>
 __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
-                                        int first, int stride, int total, __nv_bfloat16* qs, __nv_bfloat16* kb,
-                                        uint8_t* flags, uint32_t full0, uint32_t empty0, uint32_t qfull,
-                                        uint32_t qfree) {
+                                        int first, int stride, int total, __nv_bfloat16* kb, uint8_t* flags,
+                                        uint32_t full0, uint32_t empty0) {
   const int groups = int((p.heads + kFp8Heads - 1) / kFp8Heads);
   int issued = 0, completed = 0;
   auto complete = [&] {
@@ -227,34 +209,36 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
     mbar_arrive(full0 + 8 * int(completed % kKeyTiles));
     ++completed;
   };
-  auto issue = [&](const Item& it, const Split& sp, int n) {
-    const int tile = int(issued % kKeyTiles);
-    if (issued >= kKeyTiles) mbar_wait(empty0 + 8 * tile, uint32_t(((issued / kKeyTiles) - 1) & 1));
-    if (kGather) gather_key(p, s, it.t, sp, n, kb + tile * (kTileBytes / 2), flags + tile * kKeys);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-    ++issued;
-    if (issued - completed > kAhead) complete();
-  };
-  int k = 0;  // the block's items so far: qfull / qfree phase k
-  for (int i = first; i < total; i += stride, ++k) {
+  for (int i = first; i < total; i += stride) {
     prefetch_q<kQBf16>(q, i + stride, total, int(p.T), int(p.heads));
     const Item it = item_of(i, int(p.T), groups);
     const Split sp = split_of(p, it.t, it.split);
-    const int lead = sp.ntiles < kAhead ? sp.ntiles : kAhead;
-    for (int n = 0; n < lead; ++n) issue(it, sp, n);
-    // Every issued tile complete: the last item's tiles must all reach the consumers before its last Q K^T.
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    wg::fence_proxy_async();
-    for (; completed < issued; ++completed) mbar_arrive(full0 + 8 * int(completed % kKeyTiles));
-    if (k > 0) mbar_wait(qfree, uint32_t((k - 1) & 1));
-    if (kLoadQ) load_q<kQBf16>(q, it.t, it.h0, p.heads, qs);
-    wg::fence_proxy_async();  // Q's writes before the consumers' wgmma read them
-    mbar_arrive(qfull);
-    for (int n = lead; n < sp.ntiles; ++n) issue(it, sp, n);
+    for (int n = 0; n < sp.ntiles; ++n) {
+      const int tile = int(issued % kKeyTiles);
+      if (issued >= kKeyTiles) mbar_wait(empty0 + 8 * tile, uint32_t(((issued / kKeyTiles) - 1) & 1));
+      if (kGather) gather_key(p, s, it.t, sp, n, kb + tile * (kTileBytes / 2), flags + tile * kKeys);
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+      ++issued;
+      if (issued - completed > kAhead) complete();
+    }
   }
   while (completed < issued) {
     asm volatile("cp.async.commit_group;\n" ::: "memory");  // an empty group: the tile kAhead back is then done
     complete();
+  }
+}
+
+// Consumer c: q rows h0 .. h0 + 63, dims 256 c .., of token t -> Q's core matrices (zero rows for heads >= H). 8
+// chunks' loads in flight a thread (the accumulators are not live yet: the registers are free), so the block's
+// exposed q latency is 2 round trips, not 4.
+template <bool kBf16>
+__device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int64_t H, int c, int ct,
+                                       __nv_bfloat16* qs) {
+#pragma unroll 8
+  for (int i = ct; i < kFp8Heads * kHalf / 8; i += 128) {
+    const int r = (i & 7) + 8 * ((i >> 5) & 7);
+    const int c8 = ((i >> 3) & 3) + 4 * (i >> 8) + (kHalf / 8) * c;
+    *reinterpret_cast<uint4*>(qs + wg::q_off(r, 8 * c8)) = attn_fp8::q_chunk<kBf16>(q, t, h0 + r, H, c8);
   }
 }
 
@@ -274,7 +258,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* flags = smem + kOffFlag;
   float2* rope = reinterpret_cast<float2*>(smem + kOffRope);
   const uint32_t full0 = smem_u32(smem + kOffBar), empty0 = full0 + 8 * kKeyTiles;
-  const uint32_t qfull = empty0 + 8 * kKeyTiles, qfree = qfull + 8;
   const int T = int(p.T), groups = int((p.heads + kFp8Heads - 1) / kFp8Heads);
   const int total = T * groups * int(p.num_splits);
   const int first = int(blockIdx.x), stride = int(gridDim.x);
@@ -283,14 +266,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full0 + 8 * i, 128);   // every producer thread, once its part of the tile is written
       mbar_init(empty0 + 8 * i, 256);  // every consumer thread, after its products read the tile
     }
-    mbar_init(qfull, 128);  // every producer thread, once its part of the item's Q is written
-    mbar_init(qfree, 256);  // every consumer thread, once its last Q K^T of the item completed
   }
   __syncthreads();
 
   if (threadIdx.x < 128) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    produce<kGather, kLoadQ, kQBf16>(p, st, q, first, stride, total, qs, kb, flags, full0, empty0, qfull, qfree);
+    produce<kGather, kQBf16>(p, st, q, first, stride, total, kb, flags, full0, empty0);
     return;
   }
 
@@ -300,20 +281,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int hr = 16 * (warp & 3), d0 = kHalf * c;
   const uint32_t qa = smem_u32(qs), ka = smem_u32(kb);
   int g = 0;  // tiles of the block's earlier items: key tile g % kKeyTiles, exchange buffer g % 2
-  int k = 0;  // the block's items so far: qfull / qfree phase k
-  for (int i = first; i < total; i += stride, ++k) {
+  for (int i = first; i < total; i += stride) {
     const Item it = item_of(i, T, groups);
     const Split sp = split_of(p, it.t, it.split);
+    if (i != first) named_sync(kBarQ0 + c, 128);  // the warpgroup's products of the last item are done with Q
+    if (kLoadQ) load_q<kQBf16>(q, it.t, it.h0, p.heads, c, ct & 127, qs);
     // The item's inverse-RoPE angles of this warpgroup's dims, once (attn_rope: not one double sincos an output
-    // pair), while the producer writes the item's Q; the first barrier ends the last item's reads of the table, the
-    // second orders these writes before the epilogue.
-    if (kStore && p.num_splits == 1 && p.rope_dim > 0) {
-      if (i != first) named_sync(kBarQ0 + c, 128);
+    // pair); the barrier above ended the last item's reads, the one below orders these writes before the epilogue.
+    if (kStore && p.num_splits == 1 && p.rope_dim > 0)
       attn_rope::fill(p, kD, int64_t(p.pos[it.t]), d0, d0 + kHalf, ct & 127, 128, rope);
-      named_sync(kBarQ0 + c, 128);
-    }
-    mbar_wait(qfull, uint32_t(k & 1));  // the producer's Q of this item
-    if (sp.ntiles == 0) mbar_arrive(qfree);
+    wg::fence_proxy_async();
+    named_sync(kBarQ0 + c, 128);  // this warpgroup's Q half (and its angles) written: it reads no other dims
 
     float acc[32][4];
 #pragma unroll
@@ -322,54 +300,45 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
     wg::fence_regs(acc);  // zeroed before the first wgmma is issued
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    // Tile n's scores in s[n % 2]: tile n + 1's Q K^T is issued into the other array before tile n's exchange and
-    // softmax, so the tensor cores run it meanwhile (session 23: it was issued after them, the tensor cores idle during
-    // the softmax). Two named arrays and the loop unrolled by two, so that no register of a wgmma in flight is copied
-    // (ptxas would serialise the wgmma). The same products in the same order: the same bits.
-    float sa[4][4], sb[4][4];
+    float s[4][4];
     if (!kQk)
 #pragma unroll
-      for (int e = 0; e < 16; ++e) sa[e >> 2][e & 3] = sb[e >> 2][e & 3] = 0.0f;
+      for (int k = 0; k < 16; ++k) s[k >> 2][k & 3] = 0.0f;
     if (sp.ntiles > 0) {
       mbar_wait(full0 + 8 * int(g % kKeyTiles), uint32_t((g / kKeyTiles) & 1));
-      if (kQk) wg::qk_issue(qa, ka + uint32_t(g % kKeyTiles) * uint32_t(kTileBytes), d0, sa);
+      if (kQk) wg::qk_issue(qa, ka + uint32_t(g % kKeyTiles) * uint32_t(kTileBytes), d0, s);
     }
-    auto step = [&](int n, float(&s)[4][4], float(&s_next)[4][4]) {
+    for (int n = 0; n < sp.ntiles; ++n) {
       const int gn = g + n;
       const int tile = int(gn % kKeyTiles);
       wg::wgmma_wait<0>();  // tile n's Q K^T and tile n - 1's P V
       wg::fence_regs(s);
       wg::fence_regs(acc);
       if (n > 0) mbar_arrive(empty0 + 8 * int((gn - 1) % kKeyTiles));
-      if (n + 1 == sp.ntiles) mbar_arrive(qfree);  // the item's last read of Q done: the producer may write the next
       const uint32_t valid = __ballot_sync(dev::kFull, flags[tile * kKeys + lane] != 0);
-      if (n + 1 < sp.ntiles) {
-        const int next = int((gn + 1) % kKeyTiles);
-        mbar_wait(full0 + 8 * next, uint32_t(((gn + 1) / kKeyTiles) & 1));
-        if (kQk) wg::qk_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s_next);
-      }
       float sc[4][4];
       if (kSoftmax) {
         // Exchange of the partial scores: the other consumer's 256 dims of the same heads.
         float* mine = sx + ((gn & 1) * 2 + c) * 2048 + (warp & 3) * 512;
         const float* other = sx + ((gn & 1) * 2 + (c ^ 1)) * 2048 + (warp & 3) * 512;
 #pragma unroll
-        for (int e = 0; e < 16; ++e) mine[e * 32 + lane] = s[e >> 2][e & 3];
+        for (int k = 0; k < 16; ++k) mine[k * 32 + lane] = s[k >> 2][k & 3];
         named_sync(kBarExchange, 256);
 #pragma unroll
-        for (int e = 0; e < 16; ++e) sc[e >> 2][e & 3] = s[e >> 2][e & 3] + other[e * 32 + lane];
+        for (int k = 0; k < 16; ++k) sc[k >> 2][k & 3] = s[k >> 2][k & 3] + other[k * 32 + lane];
         float alpha[2] = {1.0f, 1.0f};
         attn_mma::softmax_tile(sc, valid, p.scale, m, l, alpha);
         attn_mma::rescale_rows(acc, alpha);
       } else {
 #pragma unroll
-        for (int e = 0; e < 16; ++e) sc[e >> 2][e & 3] = s[e >> 2][e & 3];
+        for (int k = 0; k < 16; ++k) sc[k >> 2][k & 3] = s[k >> 2][k & 3];
       }
-      if (kPv) wg::pv_issue(sc, ka + uint32_t(tile) * uint32_t(kTileBytes), d0, acc);  // beside tile n + 1's Q K^T
-    };
-    for (int n = 0; n < sp.ntiles; n += 2) {
-      step(n, sa, sb);
-      if (n + 1 < sp.ntiles) step(n + 1, sb, sa);
+      if (kPv) wg::pv_issue(sc, ka + uint32_t(tile) * uint32_t(kTileBytes), d0, acc);  // in flight while ...
+      if (n + 1 < sp.ntiles) {  // ... tile n + 1's Q K^T runs
+        const int next = int((gn + 1) % kKeyTiles);
+        mbar_wait(full0 + 8 * next, uint32_t(((gn + 1) / kKeyTiles) & 1));
+        if (kQk) wg::qk_issue(qa, ka + uint32_t(next) * uint32_t(kTileBytes), d0, s);
+      }
     }
     if (sp.ntiles > 0) {
       wg::pv_wait(acc);
