@@ -83,5 +83,18 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Shared-memory matrix descriptor of a wgmma operand without swizzle (PTX ISA, matrix descriptor): the start
+// address, LBO (bytes between core matrices adjacent in K) and SBO (bytes between core matrices adjacent in M / N).
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
+}
+// Keeps the compiler from moving accesses of these accumulator registers across the asynchronous wgmma.
+template <int N, int M>
+__device__ __forceinline__ void wgmma_fence_regs(float (&d)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < M; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
+}
 
 }  // namespace dsinfer::cuda::sm90

@@ -435,16 +435,8 @@ constexpr int kWgKBytes = kTcKeys * kTcDim * 2;   // 32 KB: a key tile, core mat
 constexpr size_t kWgSmem = size_t(kWgTok) * kWgQBytes + 2 * size_t(kWgKBytes) + 2 * kTcKeys * 4 +
                            kWgTok * kTcHeads * 4 + 2 * 2 * 4 * kTcKeys * 4;  // 207,872 B
 
-__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
-}
-template <int N>
-__device__ __forceinline__ void wg_fence_acc(float (&d)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
-}
+using dsinfer::cuda::sm90::wgmma_desc;        // the operands' shared-memory descriptors (no swizzle)
+using dsinfer::cuda::sm90::wgmma_fence_regs;  // the accumulators kept in place around asynchronous wgmma
 
 // d (64 heads x 128 keys, fp32) (+)= A (64 x 16 at descriptor da) B (128 x 16 at db)^T, both K-major in shared
 // memory; accumulate 0: d = A B^T.
@@ -547,7 +539,7 @@ __device__ __forceinline__ void wg_q_split_regs(uint32_t (&a)[8][4], const float
 __device__ __forceinline__ void wg_issue_hi(float (&d)[16][4], uint32_t qa, uint32_t kb) {
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk)
-    wg_m64n128k16_ss(d, wg_desc(qa + kk * 2048u, 1024u, 128u), wg_desc(kb + kk * 4096u, 2048u, 128u), kk > 0 ? 1 : 0);
+    wg_m64n128k16_ss(d, wgmma_desc(qa + kk * 2048u, 1024u, 128u), wgmma_desc(kb + kk * 4096u, 2048u, 128u), kk > 0 ? 1 : 0);
 }
 
 // The epilogue of one token and tile: the lane's heads g, g + 8 ReLU'd and weighted per key, a transposing lane tree
@@ -687,21 +679,21 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         if (!split3) {
           float da[16][4], db[16][4];
           using namespace dsinfer::cuda::sm90;
-          wg_fence_acc(da);
+          wgmma_fence_regs(da);
           wgmma_fence();
           wg_issue_hi(da, qs_a + uint32_t(wgi * kWgQBytes), kb);
           wgmma_commit();
 #pragma unroll
           for (int i = 1; i < kWgTok / 2; i += 2) {
-            wg_fence_acc(db);
+            wgmma_fence_regs(db);
             wgmma_fence();
             wg_issue_hi(db, qs_a + uint32_t((wgi + 2 * i) * kWgQBytes), kb);
             wgmma_commit();
             wgmma_wait<1>();
-            wg_fence_acc(da);
+            wgmma_fence_regs(da);
             epi(da, wgi + 2 * (i - 1));
             if (i + 1 < kWgTok / 2) {
-              wg_fence_acc(da);
+              wgmma_fence_regs(da);
               wgmma_fence();
               wg_issue_hi(da, qs_a + uint32_t((wgi + 2 * (i + 1)) * kWgQBytes), kb);
               wgmma_commit();
@@ -709,7 +701,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             } else {
               wgmma_wait<0>();
             }
-            wg_fence_acc(db);
+            wgmma_fence_regs(db);
             epi(db, wgi + 2 * i);
           }
         } else {
@@ -721,16 +713,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             wg_q_split_regs(a1, qt, heads, 1, wq, g, q4);
             wg_q_split_regs(a2, qt, heads, 2, wq, g, q4);
             float da[16][4];
-            wg_fence_acc(da);
+            wgmma_fence_regs(da);
             dsinfer::cuda::sm90::wgmma_fence();
             wg_issue_hi(da, qs_a + uint32_t(s * kWgQBytes), kb);
 #pragma unroll
-            for (int kk = 0; kk < 8; ++kk) wg_m64n128k16_rs(da, a1[kk], wg_desc(kb + kk * 4096u, 2048u, 128u));
+            for (int kk = 0; kk < 8; ++kk) wg_m64n128k16_rs(da, a1[kk], wgmma_desc(kb + kk * 4096u, 2048u, 128u));
 #pragma unroll
-            for (int kk = 0; kk < 8; ++kk) wg_m64n128k16_rs(da, a2[kk], wg_desc(kb + kk * 4096u, 2048u, 128u));
+            for (int kk = 0; kk < 8; ++kk) wg_m64n128k16_rs(da, a2[kk], wgmma_desc(kb + kk * 4096u, 2048u, 128u));
             dsinfer::cuda::sm90::wgmma_commit();
             dsinfer::cuda::sm90::wgmma_wait<0>();
-            wg_fence_acc(da);
+            wgmma_fence_regs(da);
             epi(da, s);
           }
         }

@@ -284,11 +284,11 @@ __device__ __forceinline__ void pv_issue(const float (&p)[4][4], uint32_t ks, in
     static_assert(N == 16, "128 or 256 dims");
     uint32_t a[2][4];
     wg::p_fragments(p, a);
-    wg::fence_regs(acc);
+    wg::wgmma_fence_regs(acc);
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
-      wgmma_m64n128k16_rs(acc, a[kk], wg::desc(ks + uint32_t(d0) * 64u + uint32_t(kk) * 256u, 128u, 512u));
+      wgmma_m64n128k16_rs(acc, a[kk], wg::wgmma_desc(ks + uint32_t(d0) * 64u + uint32_t(kk) * 256u, 128u, 512u));
     wg::wgmma_commit();
   }
 }
@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int nt = 0; nt < kN; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-  wg::fence_regs(acc);  // zeroed before the first wgmma is issued (ptxas serialises writes inside a wgmma stage)
+  wg::wgmma_fence_regs(acc);  // zeroed before the first wgmma is issued (ptxas serialises writes inside a wgmma stage)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float s[4][4];
   const uint32_t qa = smem_u32(qs), ka = smem_u32(kb);
@@ -434,8 +434,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t n = 0; n < sp.ntiles; ++n) {
     const int slot = int(n % kKeyTiles);
     wg::wgmma_wait<0>();  // tile n's Q K^T and tile n - 1's P V
-    wg::fence_regs(s);
-    wg::fence_regs(acc);
+    wg::wgmma_fence_regs(s);
+    wg::wgmma_fence_regs(acc);
     if (n > 0) release(n - 1);
     const uint32_t valid = mask[slot];
     // sc: this tile's scores. s stays the Q K^T accumulator only (no other instruction writes it, so ptxas keeps the
@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (sp.ntiles > 0) {
     wg::wgmma_wait<0>();
-    wg::fence_regs(acc);
+    wg::wgmma_fence_regs(acc);
     release(sp.ntiles - 1);
   }
   const int64_t pos = p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;

@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int nt = 0; nt < 32; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-    wg::fence_regs(acc);  // zeroed before the first wgmma is issued
+    wg::wgmma_fence_regs(acc);  // zeroed before the first wgmma is issued
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float s[4][4];
     if (!kQk)
@@ -312,8 +312,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int gn = g + n;
       const int tile = int(gn % kKeyTiles);
       wg::wgmma_wait<0>();  // tile n's Q K^T and tile n - 1's P V
-      wg::fence_regs(s);
-      wg::fence_regs(acc);
+      wg::wgmma_fence_regs(s);
+      wg::wgmma_fence_regs(acc);
       if (n > 0) mbar_arrive(empty0 + 8 * int((gn - 1) % kKeyTiles));
       const uint32_t valid = __ballot_sync(dev::kFull, flags[tile * kKeys + lane] != 0);
       float sc[4][4];

@@ -18,22 +18,13 @@ namespace dsinfer::ops::cuda::detail::attn_wgmma {
 __device__ __forceinline__ int q_off(int h, int d) { return (((d >> 3) * 8 + (h >> 3)) * 8 + (h & 7)) * 8 + (d & 7); }
 __device__ __forceinline__ int k_off(int r, int d) { return (((d >> 3) * 4 + (r >> 3)) * 8 + (r & 7)) * 8 + (d & 7); }
 
-__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
-}
-// The sm_90 ordering primitives (cuda/sm90_async.cuh), under this namespace for the kernels that use wg::.
+// The sm_90 primitives (cuda/sm90_async.cuh), under this namespace for the kernels that use wg::.
 using ::dsinfer::cuda::sm90::fence_proxy_async;
 using ::dsinfer::cuda::sm90::wgmma_commit;
+using ::dsinfer::cuda::sm90::wgmma_desc;
 using ::dsinfer::cuda::sm90::wgmma_fence;
+using ::dsinfer::cuda::sm90::wgmma_fence_regs;
 using ::dsinfer::cuda::sm90::wgmma_wait;
-// Keeps the compiler from moving accesses of these registers across the asynchronous wgmma.
-template <int N, int M>
-__device__ __forceinline__ void fence_regs(float (&d)[N][M]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int j = 0; j < M; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
-}
 
 // s (64 x 32 fp32) += A (64 heads x 16 dims at da) * B (32 keys x 16 dims at db)^T, both K-major; accumulate 0:
 // s = A B^T.
@@ -98,16 +89,16 @@ __device__ __forceinline__ void qk_wg(uint32_t qs, uint32_t ks, int d0, float (&
   for (int j = 0; j < 4; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-  fence_regs(s);
+  wgmma_fence_regs(s);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 16; ++kk) {
     const uint32_t d = uint32_t(d0 + 16 * kk);
-    wgmma_m64n32k16_ss(s, desc(qs + d * 128u, 1024u, 128u), desc(ks + d * 64u, 512u, 128u));
+    wgmma_m64n32k16_ss(s, wgmma_desc(qs + d * 128u, 1024u, 128u), wgmma_desc(ks + d * 64u, 512u, 128u));
   }
   wgmma_commit();
   wgmma_wait<0>();
-  fence_regs(s);
+  wgmma_fence_regs(s);
 }
 
 // Q K^T of the warpgroup's 64 heads against a key tile over dims d0 .. d0 + 255, issued (16 k16 steps in order, one
@@ -119,7 +110,7 @@ __device__ __forceinline__ void qk_issue(uint32_t qs, uint32_t ks, int d0, float
 #pragma unroll
   for (int kk = 0; kk < 16; ++kk) {
     const uint32_t d = uint32_t(d0 + 16 * kk);
-    wgmma_m64n32k16_ss(s, desc(qs + d * 128u, 1024u, 128u), desc(ks + d * 64u, 512u, 128u), kk > 0 ? 1 : 0);
+    wgmma_m64n32k16_ss(s, wgmma_desc(qs + d * 128u, 1024u, 128u), wgmma_desc(ks + d * 64u, 512u, 128u), kk > 0 ? 1 : 0);
   }
   wgmma_commit();
 }
@@ -144,16 +135,16 @@ __device__ __forceinline__ void p_fragments(const float (&p)[4][4], uint32_t (&a
 __device__ __forceinline__ void pv_issue(const float (&p)[4][4], uint32_t ks, int d0, float (&acc)[32][4]) {
   uint32_t a[2][4];
   p_fragments(p, a);
-  fence_regs(acc);
+  wgmma_fence_regs(acc);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk)
-    wgmma_m64n256k16_rs(acc, a[kk], desc(ks + uint32_t(d0) * 64u + uint32_t(kk) * 256u, 128u, 512u));
+    wgmma_m64n256k16_rs(acc, a[kk], wgmma_desc(ks + uint32_t(d0) * 64u + uint32_t(kk) * 256u, 128u, 512u));
   wgmma_commit();
 }
 __device__ __forceinline__ void pv_wait(float (&acc)[32][4]) {
   wgmma_wait<0>();
-  fence_regs(acc);
+  wgmma_fence_regs(acc);
 }
 
 }  // namespace dsinfer::ops::cuda::detail::attn_wgmma
