@@ -153,3 +153,26 @@ TEST(SparseAttentionPlan, Fp8PrefillOpChoice) {
     EXPECT_NE(r.status().message().find("DSINFER_SPARSE_PREFILL"), std::string::npos) << v;
   }
 }
+
+// Session 24: the split-block prefill kernel is opt-in (DSINFER_SPARSE_PREFILL_KERNEL=split), in the fast mode at one
+// split only; exact and batch-invariant keep main's kernel whatever the variable says.
+TEST(SparseAttentionPlan, SparsePrefillSplitKernelChoice) {
+  using K = SparsePrefillKernel;
+  for (const char* v : {static_cast<const char*>(nullptr), "", "main"}) {
+    auto r = sparse_prefill_kernel_from(v);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(*r, K::kMain);
+  }
+  ASSERT_TRUE(sparse_prefill_kernel_from("split").is_ok());
+  EXPECT_EQ(*sparse_prefill_kernel_from("split"), K::kSplit);
+  for (const char* v : {"1", "on", "SPLIT", "bf16"}) {
+    auto r = sparse_prefill_kernel_from(v);
+    ASSERT_FALSE(r.is_ok()) << v;
+    EXPECT_NE(r.status().message().find("DSINFER_SPARSE_PREFILL_KERNEL"), std::string::npos) << v;
+  }
+  EXPECT_TRUE(plan_sparse_prefill_split(K::kSplit, KernelMode::kFast, 1));
+  EXPECT_FALSE(plan_sparse_prefill_split(K::kMain, KernelMode::kFast, 1));
+  EXPECT_FALSE(plan_sparse_prefill_split(K::kSplit, KernelMode::kFast, 2));
+  for (KernelMode m : {KernelMode::kExact, KernelMode::kBatchInvariant, KernelMode::kDefault})
+    EXPECT_FALSE(plan_sparse_prefill_split(K::kSplit, m, 1));
+}

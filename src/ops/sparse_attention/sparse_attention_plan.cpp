@@ -103,6 +103,21 @@ bool plan_sparse_attention_fp8_prefill(int64_t T, SparsePrefillRoute route) {
   return route == SparsePrefillRoute::kOn || (kFp8PrefillMinTokens > 0 && T >= kFp8PrefillMinTokens);
 }
 
+Result<SparsePrefillKernel> sparse_prefill_kernel_from(const char* value) {
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "main") return SparsePrefillKernel::kMain;
+  if (v == "split") return SparsePrefillKernel::kSplit;
+  return Status::errorf("DSINFER_SPARSE_PREFILL_KERNEL must be main or split, found '{}'", v);
+}
+
+Result<SparsePrefillKernel> sparse_prefill_kernel_from_env() {
+  return sparse_prefill_kernel_from(std::getenv("DSINFER_SPARSE_PREFILL_KERNEL"));
+}
+
+bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int64_t num_splits) {
+  return kernel == SparsePrefillKernel::kSplit && mode == KernelMode::kFast && num_splits == 1;
+}
+
 SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,
                                           int64_t max_keys, int64_t sm_count) {
   SparseAttentionPlan p;

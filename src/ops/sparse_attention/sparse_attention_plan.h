@@ -84,5 +84,16 @@ enum class SparsePrefillRoute { kAuto, kOn, kOff };
 Result<SparsePrefillRoute> sparse_prefill_route_from(const char* value);  // nullptr = unset
 Result<SparsePrefillRoute> sparse_prefill_route_from_env();
 bool plan_sparse_attention_fp8_prefill(int64_t T, SparsePrefillRoute route = SparsePrefillRoute::kAuto);
+// Which kernel the prefill op runs (session 24, issue 30): main's (sparse_attention_prefill: fp32 or bf16 q, fp32 o,
+// the FP8 kernels' bits) or the split-block kernel (sparse_attention_prefill_split: bf16 q in by TMA, bf16 o out, each
+// consumer warpgroup its own 64-key block; not yet run on a GPU, so OPT-IN). DSINFER_SPARSE_PREFILL_KERNEL, read
+// once with the runner's other settings: unset, empty or `main` main's kernel; `split` the split-block kernel where
+// plan_sparse_prefill_split allows it. Any other value is an error naming the variable.
+enum class SparsePrefillKernel { kMain, kSplit };
+Result<SparsePrefillKernel> sparse_prefill_kernel_from(const char* value);  // nullptr = unset
+Result<SparsePrefillKernel> sparse_prefill_kernel_from_env();
+// Whether a prefill-op call runs the split-block kernel: asked for, the fast mode only (exact and batch-invariant
+// keep main's kernel and its bits: the split kernel's bf16 output is another rounding), one split (its only form).
+bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int64_t num_splits);
 
 }  // namespace dsinfer::ops::cuda
