@@ -51,7 +51,7 @@ constexpr int kHeads = kFp8Heads;  // 64 heads an item
 constexpr int kBlock = 64;       // keys a consumer warpgroup's block
 constexpr int kStep = 2 * kBlock;  // keys a step (both blocks)
 constexpr int kHalf = kD / 2;    // output dims a consumer warpgroup owns; also a key block's half
-constexpr int kProducerRegs = 72, kConsumerRegs = 216;  // FlashMLA's split of the register file
+constexpr int kProducerRegs = 72, kConsumerRegs = 216;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8), "register file");
 static_assert(kHeads == 64 && kD == 512, "the wgmma shapes assume 64 heads x 512 dims");
 
@@ -193,10 +193,19 @@ __device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
 // Key `key` of token t as the producer needs it: the staged row (>= 0), -1 no key, -2 a named row the staging did
 // not take (past its capacity: src / r say where it is, the producer dequantises it).
 __device__ __forceinline__ int staged_row(const SparseAttentionFp8Params& p, const PrefillStaging& s, int t,
-                                          const Keys& ks, int key, int& src, int64_t& r) {
-  src = 0;
-  r = key < ks.nk ? attn_fp8::key_cache_row(p, t, ks.n0, ks.n01, key, src) : -1;
-  if (r < 0) return -1;
+                                          const Keys& ks, int key, int& src, int& r) {
+  // attn_fp8::key_cache_row in 32-bit arithmetic (the producer has 56 registers; T x stride and rows < 2^31: the
+  // list shapes the op checks and the runner's)
+  src = key < ks.n0 ? 0 : (key < ks.n01 ? 1 : 2);
+  r = -1;
+  if (key >= ks.nk) return -1;
+  const Fp8KeySource& l = src == 0 ? p.keys[0] : (src == 1 ? p.keys[1] : p.keys[2]);
+  const int j = src == 0 ? key : (src == 1 ? key - ks.n0 : key - ks.n01);
+  r = l.idx[t * int(l.stride) + j];
+  if (r < 0 || r >= int(l.rows)) {
+    r = -1;
+    return -1;
+  }
   // (selects, not an index: a runtime index into the kernel's parameters would copy them to local memory)
   const int32_t m = (src == 0 ? s.map[0] : (src == 1 ? s.map[1] : s.map[2]))[r];
   return m > 0 ? m - 1 : -2;
@@ -204,7 +213,7 @@ __device__ __forceinline__ int staged_row(const SparseAttentionFp8Params& p, con
 
 // A key without a staged row (past the staging's capacity; rare): half h of its cache row dequantised by its own
 // lane into row kr of the key block (out of line: the copy loop keeps its registers).
-__device__ __noinline__ void dequant_half(const SparseAttentionFp8Params& p, int src, int64_t r, int h, int kr,
+__device__ __noinline__ void dequant_half(const SparseAttentionFp8Params& p, int src, int r, int h, int kr,
                                           __nv_bfloat16* kb) {
   const Fp8KeySource& ks = src == 0 ? p.keys[0] : (src == 1 ? p.keys[1] : p.keys[2]);
   const uint8_t* data = ks.cache + kv_data_offset(ks.pages, r);
@@ -226,22 +235,23 @@ __device__ __noinline__ void dequant_half(const SparseAttentionFp8Params& p, int
 // one a key (global) plus constants. A missing key's chunks are zeros (cp.async with no source bytes); a key without
 // a staged row is dequantised from the cache by its own lane.
 __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, const PrefillStaging& s, int staged,
-                                          int src, int64_t r, int h, int kw0, __nv_bfloat16* kb) {
+                                          int src, int r, int h, int kw0, unsigned char* sm, int pc) {
   const int lane = threadIdx.x & 31;
   // cm_off(kw0 + 8 q + lane / 4, 256 h + 32 (m / 4) + 8 (lane % 4)) = base + 2048 (m / 4) + 64 q (elements)
-  const uint32_t sbase =
-      smem_u32(kb) + 2u * uint32_t((32 * h + (lane & 3)) * 512 + (kw0 >> 3) * 64 + (lane >> 2) * 8);
+  const uint32_t sbase = smem_u32(sm + kOffK) + uint32_t(pc) * kBlockBytes +
+                         2u * uint32_t((32 * h + (lane & 3)) * 512 + (kw0 >> 3) * 64 + (lane >> 2) * 8);
   const __nv_bfloat16* rows = reinterpret_cast<const __nv_bfloat16*>(s.rows);
-#pragma unroll
+#pragma unroll 1
   for (int q = 0; q < 4; ++q) {
     const int st = __shfl_sync(dev::kFull, staged, 8 * q + (lane >> 2));
     if (st == -2) continue;  // its own lane dequantises it below
     const __nv_bfloat16* from = rows + int64_t(st >= 0 ? st : 0) * kD + kHalf * h + 8 * (lane & 3);
 #pragma unroll
     for (int m4 = 0; m4 < 8; ++m4)
-      sm90::cp_async16(sbase + 2u * uint32_t(2048 * m4 + 64 * q), from + 32 * m4, st >= 0);
+      sm90::cp_async16(sbase + 2u * uint32_t(2048 * m4) + 128u * uint32_t(q), from + 32 * m4, st >= 0);
   }
-  if (staged == -2) dequant_half(p, src, r, h, kw0 + lane, kb);
+  if (staged == -2)
+    dequant_half(p, src, r, h, kw0 + lane, reinterpret_cast<__nv_bfloat16*>(sm + kOffK + uint32_t(pc) * kBlockBytes));
 }
 
 // Warpgroup 0. Thread 0 loads each item's Q by TMA once the last item's final Q K^T is done (qfree) and prefetches
@@ -254,9 +264,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
   const int tid = threadIdx.x, pc = tid >> 6, pk = tid & 63;
   const int T = int(p.T), H = int(p.heads);
   const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
-  __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(sm + kOffK + uint32_t(pc) * kBlockBytes);
-  uint8_t* flags = sm + kOffFlag + pc * kBlock;
-  const uint32_t qa = smem_u32(sm + kOffQ);
+  const uint32_t qa = smem_u32(sm + kOffQ), flag = smem_u32(sm + kOffFlag) + uint32_t(pc * kBlock + pk);
   int step = 0, k = 0;
   for (int i = first; i < total; i += stride, ++k) {
     const Item it = item_of(i, T);
@@ -274,15 +282,14 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
     const Keys ks = keys_of(p, it.t);
     const int nsteps = (ks.nk + kStep - 1) / kStep;
     for (int j = 0; j < nsteps; ++j, ++step) {
-      int src = 0;
-      int64_t r = -1;
+      int src = 0, r = -1;
       const int staged = staged_row(p, s, it.t, ks, kStep * j + kBlock * pc + pk, src, r);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int h = pc ^ hh;
         if (step > 0) mbar_wait(bars.free(pc, h), uint32_t((step - 1) & 1));
-        if (hh == 0) flags[pk] = staged != -1 ? 1 : 0;
-        copy_half(p, s, staged, src, r, h, pk & 32, kb);
+        if (hh == 0) asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(flag), "h"(uint16_t(staged != -1 ? 1 : 0)) : "memory");
+        copy_half(p, s, staged, src, r, h, pk & 32, sm, pc);
         sm90::fence_proxy_async();  // the flags and any generic stores, before the consumers' wgmma
         mbar_arrive_on_copies(bars.ready(pc, h));
         mbar_arrive(bars.ready(pc, h));
@@ -311,34 +318,25 @@ __device__ __forceinline__ void qk_half(uint64_t da0, uint64_t db0, bool first, 
 // dims, the row maxima exchanged, P = exp2(s - max) rounded to bf16 (its sum as rounded), the output dims 256 c ..
 // accumulated from both blocks' P; the epilogue adds the other warpgroup's row sums, the sink, the inverse RoPE and
 // writes bf16 pairs.
+// c is a template parameter: the descriptors and shared addresses are then warp-uniform to the compiler (uniform
+// registers, no conversion before each wgmma).
+template <int c>
 __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsigned char* sm, const Bars& bars,
                                         uint16_t* o) {
-  const int ct = int(threadIdx.x) - 128, c = ct >> 7, wt = ct & 127, warp = wt >> 5, lane = threadIdx.x & 31;
+  const int wt = int(threadIdx.x) & 127, warp = wt >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, q4 = lane & 3, row0 = 16 * warp + g;
   const int T = int(p.T), H = int(p.heads);
   // (read here, not before the role split: values live across setmaxnreg are spilled)
   const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
-  const uint32_t qa = smem_u32(sm + kOffQ), ka = smem_u32(sm + kOffK), pa = smem_u32(sm + kOffP);
-  const uint32_t kown = ka + uint32_t(c) * kBlockBytes, koth = ka + uint32_t(c ^ 1) * kBlockBytes;
-  // The products' base descriptors (the k16 steps add constants): Q K^T of the own block over half c, then half c ^ 1;
-  // P V over the output dims 256 c .. of the own block (P in registers) and of the other (P from shared memory).
-  const uint64_t dq_own = desc_sw128(qa + uint32_t(c) * 4u * kQBox), dq_oth = desc_sw128(qa + uint32_t(c ^ 1) * 4u * kQBox);
-  const uint64_t dk_own = wg::wgmma_desc(kown + uint32_t(c) * kHalfBytes, 1024u, 128u);
-  const uint64_t dk_oth = wg::wgmma_desc(kown + uint32_t(c ^ 1) * kHalfBytes, 1024u, 128u);
-  const uint64_t dv_own = wg::wgmma_desc(kown + uint32_t(c) * kHalfBytes, 128u, 1024u);
-  const uint64_t dv_oth = wg::wgmma_desc(koth + uint32_t(c) * kHalfBytes, 128u, 1024u);
-  const uint64_t dp_oth = wg::wgmma_desc(pa + uint32_t(c ^ 1) * kPBytes, 1024u, 128u);
-  uint32_t* pown = reinterpret_cast<uint32_t*>(sm + kOffP + uint32_t(c) * kPBytes);
-  float* smax = reinterpret_cast<float*>(sm + kOffMax);
-  float* sl = reinterpret_cast<float*>(sm + kOffL);
-  const uint8_t* flags = sm + kOffFlag + c * kBlock;
-  float2* rope = reinterpret_cast<float2*>(sm + kOffRope);
+  const uint32_t sbase = smem_u32(sm);
   const float scale2 = p.scale * 1.4426950408889634f;
   int step = 0, k = 0;
   for (int i = first; i < total; i += stride, ++k) {
     const Item it = item_of(i, T);
     named_sync(kBarWg0 + c, 128);  // the last item's epilogue has read the angle table
-    if (p.rope_dim > 0) attn_rope::fill(p, kD, int64_t(p.pos[it.t]), kHalf * c, kHalf * (c + 1), wt, 128, rope);
+    if (p.rope_dim > 0)
+      attn_rope::fill(p, kD, int64_t(p.pos[it.t]), kHalf * c, kHalf * (c + 1), wt, 128,
+                      reinterpret_cast<float2*>(sm + kOffRope));
     const int nsteps = (keys_of(p, it.t).nk + kStep - 1) / kStep;
     float acc[32][4];
 #pragma unroll
@@ -351,6 +349,21 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
     if (nsteps == 0) mbar_arrive(bars.qfree());
     for (int j = 0; j < nsteps; ++j, ++step) {
       const uint32_t par = uint32_t(step & 1);
+      // The products' base descriptors (the k16 steps add constants), from the shared base made opaque here so that
+      // the compiler derives them in each step rather than holding them across it (held, they were spilled): Q K^T
+      // of the own block over half c, then half c ^ 1; P V over the output dims 256 c .. of the own block (P in
+      // registers) and of the other (P from shared memory).
+      uint32_t sb;
+      asm volatile("mov.b32 %0, %1;\n" : "=r"(sb) : "r"(sbase));
+      uint32_t* pown = reinterpret_cast<uint32_t*>(sm + kOffP + uint32_t(c) * kPBytes);
+      float* smax = reinterpret_cast<float*>(sm + kOffMax);
+      const uint8_t* flags = sm + kOffFlag + c * kBlock;
+      const uint32_t qa = sb + kOffQ, kown = sb + kOffK + uint32_t(c) * kBlockBytes;
+      const uint32_t koth = sb + kOffK + uint32_t(c ^ 1) * kBlockBytes;
+      const uint64_t dq_own = desc_sw128(qa + uint32_t(c) * 4u * kQBox);
+      const uint64_t dq_oth = desc_sw128(qa + uint32_t(c ^ 1) * 4u * kQBox);
+      const uint64_t dk_own = wg::wgmma_desc(kown + uint32_t(c) * kHalfBytes, 1024u, 128u);
+      const uint64_t dk_oth = wg::wgmma_desc(kown + uint32_t(c ^ 1) * kHalfBytes, 1024u, 128u);
       float sc[8][4];
       mbar_wait(bars.ready(c, c), par);
       sm90::fence_proxy_async();
@@ -367,15 +380,16 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       wg::wgmma_fence_regs(acc);
       if (j == nsteps - 1) mbar_arrive(bars.qfree());  // the item's last read of Q
       // Masked, scaled (log2 units) scores and the rows' maxima over this block.
-      const uint32_t vlo = __ballot_sync(dev::kFull, flags[lane] != 0);
-      const uint32_t vhi = __ballot_sync(dev::kFull, flags[32 + lane] != 0);
+      // (the key masks shifted by the lane's 2 q4 once: each element's bit is then at a constant position)
+      const uint32_t vlo = __ballot_sync(dev::kFull, flags[lane] != 0) >> (2 * q4);
+      const uint32_t vhi = __ballot_sync(dev::kFull, flags[32 + lane] != 0) >> (2 * q4);
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = 8 * jn + 2 * q4 + (e & 1);
-          const bool ok = ((key < 32 ? vlo >> key : vhi >> (key - 32)) & 1u) != 0;
+          const int kb = 8 * (jn & 3) + (e & 1);  // key 8 jn + 2 q4 + (e & 1), less 2 q4 (and 32 from jn 4 on)
+          const bool ok = (((jn < 4 ? vlo : vhi) >> kb) & 1u) != 0;
           sc[jn][e] = ok ? sc[jn][e] * scale2 : -INFINITY;
           mx[e >> 1] = fmaxf(mx[e >> 1], sc[jn][e]);
         }
@@ -420,6 +434,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
 #pragma unroll
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[kk][e])::"memory");
       }
+      const uint64_t dv_own = wg::wgmma_desc(kown + uint32_t(c) * kHalfBytes, 128u, 1024u);
       wg::wgmma_fence_regs(acc);
       wg::wgmma_fence();
 #pragma unroll
@@ -443,6 +458,8 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       named_sync(kBarP, 256);
       // acc += P_other V_other (half c of the other block), both from shared memory; completed under the next
       // step's first Q K^T.
+      const uint64_t dv_oth = wg::wgmma_desc(koth + uint32_t(c) * kHalfBytes, 128u, 1024u);
+      const uint64_t dp_oth = wg::wgmma_desc(sb + kOffP + uint32_t(c ^ 1) * kPBytes, 1024u, 128u);
       wg::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
@@ -460,7 +477,8 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
     }
     // (by item parity: an item with no keys reaches this write with no barrier after the other warpgroup's reads of
     // the last item's sums)
-    float* slk = sl + (k & 1) * 128;
+    float* slk = reinterpret_cast<float*>(sm + kOffL) + (k & 1) * 128;
+    const float2* rope = reinterpret_cast<const float2*>(sm + kOffRope);
     if (q4 == 0) {
       slk[c * 64 + row0] = l[0];
       slk[c * 64 + row0 + 8] = l[1];
@@ -515,7 +533,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-  consume(p, sm, bars, o);
+  if (threadIdx.x < 256) consume<0>(p, sm, bars, o);
+  else consume<1>(p, sm, bars, o);
 }
 }  // namespace
 
