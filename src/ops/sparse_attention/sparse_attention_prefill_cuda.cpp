@@ -121,6 +121,11 @@ Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const v
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_prefill_split: null q or output");
   if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return Status::error("sparse_attention_prefill_split: q not 16-byte aligned");
+  for (const Fp8KeySource& k : p.keys)  // the kernel's producer indexes the lists in 32-bit arithmetic
+    if (k.idx && p.T * k.stride > 0x7fffffff)
+      return Status::errorf("sparse_attention_prefill_split: a key list of {} x {} entries", p.T, k.stride);
+  if (p.T * ((p.heads + detail::kFp8Heads - 1) / detail::kFp8Heads) > 0x7fffffff || p.T * p.heads > 0x7fffffff)
+    return Status::errorf("sparse_attention_prefill_split: {} tokens x {} heads", p.T, p.heads);
   PrefillStaging s;
   DSI_RETURN_IF_ERROR(stage(p, staging, staging_bytes, s, stream));
   if (!detail::launch_sparse_attention_prefill_split(p, s, q, o, stream))

@@ -422,7 +422,8 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
         }
 #pragma unroll
       for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
-      attn_mma::rescale_rows(acc, alpha);
+      // (a factor of 1 leaves acc's bits as they are: the warp skips the 128 multiplies when no row max moved)
+      if (__any_sync(dev::kFull, alpha[0] != 1.0f || alpha[1] != 1.0f)) attn_mma::rescale_rows(acc, alpha);
       // acc += P_own V_own (half c of the own block), P from registers.
       uint32_t a[4][4];
 #pragma unroll
