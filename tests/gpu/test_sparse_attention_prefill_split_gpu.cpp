@@ -181,7 +181,8 @@ struct Device {
     const int64_t bytes = staging_bytes(c, in);
     EXPECT_TRUE(staging.alloc(size_t(bytes)).is_ok());
     cudaMemset(staging.data(), 0xff, size_t(bytes));
-    const Status s = ops::cuda::sparse_attention_prefill(p, qb.data(), o.data(), nullptr, staging.data(), bytes, nullptr);
+    const Status s =
+        ops::cuda::sparse_attention_prefill(p, qb.data(), o.data(), nullptr, staging.data(), bytes, nullptr);
     EXPECT_TRUE(s.is_ok()) << s.message();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return to_host(o, n);

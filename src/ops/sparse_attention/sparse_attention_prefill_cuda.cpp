@@ -115,12 +115,14 @@ Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q
 Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging,
                                       int64_t staging_bytes, void* stream) {
   if (!p.q_bf16) return Status::error("sparse_attention_prefill_split: q must be bf16 (p.q_bf16)");
-  if (p.num_splits != 1) return Status::errorf("sparse_attention_prefill_split: {} splits, the kernel takes 1", p.num_splits);
+  if (p.num_splits != 1)
+    return Status::errorf("sparse_attention_prefill_split: {} splits, the kernel takes 1", p.num_splits);
   // The FP8 op's checks; the output pointer stands in for its fp32 one (only its presence is checked).
   DSI_RETURN_IF_ERROR(check(p, q, reinterpret_cast<float*>(o), nullptr, stream));
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_prefill_split: null q or output");
-  if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return Status::error("sparse_attention_prefill_split: q not 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(q) % 16 != 0)
+    return Status::error("sparse_attention_prefill_split: q not 16-byte aligned");
   for (const Fp8KeySource& k : p.keys)  // the kernel's producer indexes the lists in 32-bit arithmetic
     if (k.idx && p.T * k.stride > 0x7fffffff)
       return Status::errorf("sparse_attention_prefill_split: a key list of {} x {} entries", p.T, k.stride);

@@ -272,7 +272,8 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
       if (k > 0) mbar_wait(bars.qfree(), uint32_t((k - 1) & 1));
       sm90::mbar_arrive_expect_tx(bars.qfull(), kQBytes);
 #pragma unroll
-      for (int b = 0; b < 8; ++b) sm90::tma_load_2d(qa + uint32_t(b) * kQBox, qmap, 64 * b, it.t * H + it.h0, bars.qfull());
+      for (int b = 0; b < 8; ++b)
+        sm90::tma_load_2d(qa + uint32_t(b) * kQBox, qmap, 64 * b, it.t * H + it.h0, bars.qfull());
       if (i + stride < total) {
         const Item nx = item_of(i + stride, T);
 #pragma unroll
@@ -288,7 +289,8 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
       for (int hh = 0; hh < 2; ++hh) {
         const int h = pc ^ hh;
         if (step > 0) mbar_wait(bars.free(pc, h), uint32_t((step - 1) & 1));
-        if (hh == 0) asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(flag), "h"(uint16_t(staged != -1 ? 1 : 0)) : "memory");
+        if (hh == 0)
+          asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(flag), "h"(uint16_t(staged != -1 ? 1 : 0)) : "memory");
         copy_half(p, s, staged, src, r, h, pk & 32, sm, pc);
         sm90::fence_proxy_async();  // the flags and any generic stores, before the consumers' wgmma
         mbar_arrive_on_copies(bars.ready(pc, h));
@@ -312,6 +314,108 @@ __device__ __forceinline__ void qk_half(uint64_t da0, uint64_t db0, bool first, 
     wgmma_m64n64k16_ss(sc, da, db, first && kk == 0 ? 0 : 1);
   }
   wg::wgmma_commit();
+}
+
+// Consumer warpgroup c's online softmax of a step: its block's scores masked (the producer's key flags) and scaled to
+// log2 units, the rows' maxima exchanged with the other warpgroup (one float a row through shared memory), then P =
+// exp2(s - max) rounded to bf16 in sc, the row sums (as rounded) and acc rescaled by the moved maxima.
+template <int c>
+// lane, q4: the thread's lane and lane % 4; row0: its first accumulator row (16 warp + lane / 4).
+__device__ __forceinline__ void softmax_step(unsigned char* sm, float scale2, int lane, int q4, int row0,
+                                             float (&sc)[8][4], float (&m)[2], float (&l)[2], float (&acc)[32][4]) {
+  float* smax = reinterpret_cast<float*>(sm + kOffMax);
+  const uint8_t* flags = sm + kOffFlag + c * kBlock;
+  // Masked, scaled (log2 units) scores and the rows' maxima over this block.
+  // (the key masks shifted by the lane's 2 q4 once: each element's bit is then at a constant position)
+  const uint32_t vlo = __ballot_sync(dev::kFull, flags[lane] != 0) >> (2 * q4);
+  const uint32_t vhi = __ballot_sync(dev::kFull, flags[32 + lane] != 0) >> (2 * q4);
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int kb = 8 * (jn & 3) + (e & 1);  // key 8 jn + 2 q4 + (e & 1), less 2 q4 (and 32 from jn 4 on)
+      const bool ok = (((jn < 4 ? vlo : vhi) >> kb) & 1u) != 0;
+      sc[jn][e] = ok ? sc[jn][e] * scale2 : -INFINITY;
+      mx[e >> 1] = fmaxf(mx[e >> 1], sc[jn][e]);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 2));
+  }
+  if (q4 == 0) {
+    smax[c * 64 + row0] = mx[0];
+    smax[c * 64 + row0 + 8] = mx[1];
+  }
+  named_sync(kBarMax, 256);
+  float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float mnew = fmaxf(m[r], fmaxf(mx[r], smax[(c ^ 1) * 64 + row0 + 8 * r]));
+    alpha[r] = mnew != -INFINITY ? exp2f(m[r] - mnew) : 1.0f;
+    mx[r] = mnew;
+    m[r] = mnew;
+  }
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      const float pv = mx[r] != -INFINITY ? __bfloat162float(__float2bfloat16_rn(exp2f(sc[jn][e] - mx[r]))) : 0.0f;
+      sc[jn][e] = pv;
+      sum[r] += pv;
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+  // (a factor of 1 leaves acc's bits as they are: the warp skips the 128 multiplies when no row max moved)
+  if (__any_sync(dev::kFull, alpha[0] != 1.0f || alpha[1] != 1.0f)) attn_mma::rescale_rows(acc, alpha);
+}
+
+// Consumer warpgroup c's epilogue of an item: the row sums of both warpgroups (each summed its own blocks' P), then
+// o = acc / (l + the sink's term), the inverse RoPE, bf16 pairs to o.
+template <int c>
+__device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsigned char* sm, const Item& it, int k,
+                                         int q4, int row0, const float (&m)[2], float (&l)[2],
+                                         const float (&acc)[32][4], uint16_t* o) {
+  const int H = int(p.heads);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(dev::kFull, l[r], 1);
+    l[r] += __shfl_xor_sync(dev::kFull, l[r], 2);
+  }
+  // (by item parity: an item with no keys reaches this write with no barrier after the other warpgroup's reads of
+  // the last item's sums)
+  float* slk = reinterpret_cast<float*>(sm + kOffL) + (k & 1) * 128;
+  const float2* rope = reinterpret_cast<const float2*>(sm + kOffRope);
+  if (q4 == 0) {
+    slk[c * 64 + row0] = l[0];
+    slk[c * 64 + row0 + 8] = l[1];
+  }
+  named_sync(kBarL, 256);  // also orders this warpgroup's angle table before its reads below
+  // The inverse RoPE of dims >= rs from the item's table (attn_rope::apply's rotation: table[(d - rs) / 2]); pair
+  // nt's dim d = 256 c + 8 nt + 2 q4 and its angle tb + 4 nt.
+  const int rs = kD - int(p.rope_dim), d0 = kHalf * c + 2 * q4, tb = (d0 - rs) / 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int h = it.h0 + row0 + 8 * r;
+    if (h >= H) continue;
+    const float lt = l[r] + slk[(c ^ 1) * 64 + row0 + 8 * r];
+    const float sink2 = p.sinks[h] * 1.4426950408889634f, mm = fmaxf(m[r], sink2);
+    const float em = exp2f(m[r] - mm);
+    const float f = em / (lt * em + exp2f(sink2 - mm));
+    uint32_t* orow = reinterpret_cast<uint32_t*>(o + (int64_t(it.t) * H + h) * kD + d0);
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      float e0 = acc[nt][2 * r] * f;
+      float e1 = acc[nt][2 * r + 1] * f;
+      if (d0 + 8 * nt >= rs) {
+        const float2 cs = rope[tb + 4 * nt];
+        dev::rope_rotate(e0, e1, cs.x, cs.y);
+      }
+      orow[4 * nt] = attn_mma::pack_bf16(e0, e1);
+    }
+  }
 }
 
 // Consumer warpgroup c over the block's items: each step's own key block (keys 128 j + 64 c ..) scored over all 512
@@ -356,8 +460,6 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       uint32_t sb;
       asm volatile("mov.b32 %0, %1;\n" : "=r"(sb) : "r"(sbase));
       uint32_t* pown = reinterpret_cast<uint32_t*>(sm + kOffP + uint32_t(c) * kPBytes);
-      float* smax = reinterpret_cast<float*>(sm + kOffMax);
-      const uint8_t* flags = sm + kOffFlag + c * kBlock;
       const uint32_t qa = sb + kOffQ, kown = sb + kOffK + uint32_t(c) * kBlockBytes;
       const uint32_t koth = sb + kOffK + uint32_t(c ^ 1) * kBlockBytes;
       const uint64_t dq_own = desc_sw128(qa + uint32_t(c) * 4u * kQBox);
@@ -379,51 +481,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       wg::wgmma_fence_regs(sc);
       wg::wgmma_fence_regs(acc);
       if (j == nsteps - 1) mbar_arrive(bars.qfree());  // the item's last read of Q
-      // Masked, scaled (log2 units) scores and the rows' maxima over this block.
-      // (the key masks shifted by the lane's 2 q4 once: each element's bit is then at a constant position)
-      const uint32_t vlo = __ballot_sync(dev::kFull, flags[lane] != 0) >> (2 * q4);
-      const uint32_t vhi = __ballot_sync(dev::kFull, flags[32 + lane] != 0) >> (2 * q4);
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kb = 8 * (jn & 3) + (e & 1);  // key 8 jn + 2 q4 + (e & 1), less 2 q4 (and 32 from jn 4 on)
-          const bool ok = (((jn < 4 ? vlo : vhi) >> kb) & 1u) != 0;
-          sc[jn][e] = ok ? sc[jn][e] * scale2 : -INFINITY;
-          mx[e >> 1] = fmaxf(mx[e >> 1], sc[jn][e]);
-        }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 2));
-      }
-      if (q4 == 0) {
-        smax[c * 64 + row0] = mx[0];
-        smax[c * 64 + row0 + 8] = mx[1];
-      }
-      named_sync(kBarMax, 256);
-      float alpha[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float mnew = fmaxf(m[r], fmaxf(mx[r], smax[(c ^ 1) * 64 + row0 + 8 * r]));
-        alpha[r] = mnew != -INFINITY ? exp2f(m[r] - mnew) : 1.0f;
-        mx[r] = mnew;
-        m[r] = mnew;
-      }
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const float pv = mx[r] != -INFINITY ? __bfloat162float(__float2bfloat16_rn(exp2f(sc[jn][e] - mx[r]))) : 0.0f;
-          sc[jn][e] = pv;
-          sum[r] += pv;
-        }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
-      // (a factor of 1 leaves acc's bits as they are: the warp skips the 128 multiplies when no row max moved)
-      if (__any_sync(dev::kFull, alpha[0] != 1.0f || alpha[1] != 1.0f)) attn_mma::rescale_rows(acc, alpha);
+      softmax_step<c>(sm, scale2, lane, q4, row0, sc, m, l, acc);
       // acc += P_own V_own (half c of the own block), P from registers.
       uint32_t a[4][4];
 #pragma unroll
@@ -470,44 +528,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
     wg::wgmma_wait<0>();  // (also with no steps: no wait is injected where acc is read)
     wg::wgmma_fence_regs(acc);
     if (nsteps > 0) mbar_arrive(bars.free(c ^ 1, c));
-    // Epilogue: the row sums of both warpgroups (each summed its own blocks' P), then o = acc / (l + sink term).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[r] += __shfl_xor_sync(dev::kFull, l[r], 1);
-      l[r] += __shfl_xor_sync(dev::kFull, l[r], 2);
-    }
-    // (by item parity: an item with no keys reaches this write with no barrier after the other warpgroup's reads of
-    // the last item's sums)
-    float* slk = reinterpret_cast<float*>(sm + kOffL) + (k & 1) * 128;
-    const float2* rope = reinterpret_cast<const float2*>(sm + kOffRope);
-    if (q4 == 0) {
-      slk[c * 64 + row0] = l[0];
-      slk[c * 64 + row0 + 8] = l[1];
-    }
-    named_sync(kBarL, 256);  // also orders this warpgroup's angle table before its reads below
-    // The inverse RoPE of dims >= rs from the item's table (attn_rope::apply's rotation: table[(d - rs) / 2]); pair
-    // nt's dim d = 256 c + 8 nt + 2 q4 and its angle tb + 4 nt.
-    const int rs = kD - int(p.rope_dim), d0 = kHalf * c + 2 * q4, tb = (d0 - rs) / 2;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int h = it.h0 + row0 + 8 * r;
-      if (h >= H) continue;
-      const float lt = l[r] + slk[(c ^ 1) * 64 + row0 + 8 * r];
-      const float sink2 = p.sinks[h] * 1.4426950408889634f, mm = fmaxf(m[r], sink2);
-      const float em = exp2f(m[r] - mm);
-      const float f = em / (lt * em + exp2f(sink2 - mm));
-      uint32_t* orow = reinterpret_cast<uint32_t*>(o + (int64_t(it.t) * H + h) * kD + d0);
-#pragma unroll
-      for (int nt = 0; nt < 32; ++nt) {
-        float e0 = acc[nt][2 * r] * f;
-        float e1 = acc[nt][2 * r + 1] * f;
-        if (d0 + 8 * nt >= rs) {
-          const float2 cs = rope[tb + 4 * nt];
-          dev::rope_rotate(e0, e1, cs.x, cs.y);
-        }
-        orow[4 * nt] = attn_mma::pack_bf16(e0, e1);
-      }
-    }
+    epilogue<c>(p, sm, it, k, q4, row0, m, l, acc, o);
   }
 }
 
