@@ -366,8 +366,8 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   cuda::DeviceBuffer<uint8_t> staging;
   BENCH_CHECK(staging.alloc(size_t(staging_bytes)));
   // variant -1: the op with `kernel`; -2: the prefill op; -3: its probe `probe`; -4: the split-block op (bf16 q and
-  // o, one split); -5: the prefill op with bf16 q; >= 0: that variant of the warp-specialised kernel. only >= 0: that
-  // layer alone.
+  // o, one split); -5: the prefill op with bf16 q; -6: the split op's probe `probe`; >= 0: that variant of the
+  // warp-specialised kernel. only >= 0: that layer alone.
   int only = -1, probe = 0;
   auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel, int variant) {
     for (int li = 0; li < 4; ++li)
@@ -387,11 +387,15 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
         p.inv_freq = inv_freq.data();
         p.num_splits = ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms);
         p.kernel = kernel;
-        if (variant == -4) {
+        if (variant == -4 || variant == -6) {
           p.q_bf16 = true;
           p.num_splits = 1;
-          BENCH_CHECK(ops::cuda::sparse_attention_prefill_split(p, qb.data(), ob.data(), staging.data(), staging_bytes,
-                                                                s));
+          if (variant == -4)
+            BENCH_CHECK(ops::cuda::sparse_attention_prefill_split(p, qb.data(), ob.data(), staging.data(),
+                                                                  staging_bytes, s));
+          else
+            BENCH_CHECK(ops::cuda::sparse_attention_prefill_split_probe(p, qb.data(), ob.data(), staging.data(),
+                                                                        staging_bytes, probe, s));
         } else if (variant == -5) {
           p.q_bf16 = true;
           BENCH_CHECK(ops::cuda::sparse_attention_prefill(p, qb.data(), o.data(), ws.data(), staging.data(),
@@ -435,6 +439,21 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
       std::printf("  layer %d: A %.1f us, B %.1f us\n", only, a, b);
       std::printf("RESULT prefill layer%d A %.2f B %.2f\n", only, a, b);
     }
+    // The split kernel with phases left out (the output wrong by design): where B's time goes.
+    namespace d = ops::cuda::detail;
+    for (const auto& [name, pr] : {std::pair<const char*, int>{"no math", d::kSplitProbeNoMath},
+                                   {"no softmax", d::kSplitProbeNoSoftmax},
+                                   {"no gathers", d::kSplitProbeNoGather},
+                                   {"no epilogue stores", d::kSplitProbeNoStore},
+                                   {"no q load", d::kSplitProbeNoQ},
+                                   {"skeleton", d::kSplitProbeSkeleton}}) {
+      probe = pr;
+      const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -6); }, 1);
+      std::printf("  split op probe %-22s %10.3f ms\n", name, us / 1e3);
+      std::printf("RESULT prefill Bprobe%d %.2f\n", pr, us);
+      std::fflush(stdout);
+    }
+    probe = 0;
     // Parity on the same inputs: one call of each on layer 2 (CSA) with bf16 q; the second chunk's outputs compared.
     only = 2;
     cudaStream_t s0;

@@ -112,8 +112,10 @@ Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q
   return run(p, q, o, workspace, staging, staging_bytes, 0, stream);
 }
 
-Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging,
-                                      int64_t staging_bytes, void* stream) {
+namespace {
+// The split op (probe 0) or a diagnostic probe of its kernel (detail::kSplitProbe*).
+Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging, int64_t staging_bytes,
+                 int probe, void* stream) {
   if (!p.q_bf16) return Status::error("sparse_attention_prefill_split: q must be bf16 (p.q_bf16)");
   if (p.num_splits != 1)
     return Status::errorf("sparse_attention_prefill_split: {} splits, the kernel takes 1", p.num_splits);
@@ -130,10 +132,24 @@ Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const v
     return Status::errorf("sparse_attention_prefill_split: {} tokens x {} heads", p.T, p.heads);
   PrefillStaging s;
   DSI_RETURN_IF_ERROR(stage(p, staging, staging_bytes, s, stream));
-  if (!detail::launch_sparse_attention_prefill_split(p, s, q, o, stream))
-    return Status::error("sparse_attention_prefill_split: no TMA tensor map for q (driver entry point or layout)");
+  const bool launched = probe == 0 ? detail::launch_sparse_attention_prefill_split(p, s, q, o, stream)
+                                   : detail::launch_sparse_attention_prefill_split_probe(p, s, q, o, probe, stream);
+  if (!launched)
+    return Status::errorf("sparse_attention_prefill_split: no TMA tensor map for q, or no probe {}", probe);
   DSI_CUDA_LAUNCHED("sparse_attention_prefill_split_kernel");
   return Status::ok();
+}
+}  // namespace
+
+Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging,
+                                      int64_t staging_bytes, void* stream) {
+  return run_split(p, q, o, staging, staging_bytes, 0, stream);
+}
+
+Status sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const void* q, uint16_t* o,
+                                            void* staging, int64_t staging_bytes, int probe, void* stream) {
+  if (probe == 0) return Status::error("sparse_attention_prefill_split_probe: probe 0 is the op");
+  return run_split(p, q, o, staging, staging_bytes, probe, stream);
 }
 
 Status sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,

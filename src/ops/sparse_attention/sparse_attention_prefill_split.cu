@@ -259,6 +259,8 @@ __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, con
 // half (dims 256 c ..; freed first, by warpgroup c's own P V) then the other; each half's `ready` barrier counts 64
 // arrivals when the thread's copies have landed and 64 plain ones (the flags and any zero / dequantised stores,
 // released by the arrive).
+// kProbe (the bench's probes, kSplitProbe*): NoQ arrives on qfull with no load, NoGather fills no key block.
+template <int kProbe>
 __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s,
                                         const CUtensorMap* qmap, unsigned char* sm, const Bars& bars) {
   const int tid = threadIdx.x, pc = tid >> 6, pk = tid & 63;
@@ -270,11 +272,15 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
     const Item it = item_of(i, T);
     if (tid == 0) {
       if (k > 0) mbar_wait(bars.qfree(), uint32_t((k - 1) & 1));
-      sm90::mbar_arrive_expect_tx(bars.qfull(), kQBytes);
+      if (kProbe & kSplitProbeNoQ) {
+        mbar_arrive(bars.qfull());
+      } else {
+        sm90::mbar_arrive_expect_tx(bars.qfull(), kQBytes);
 #pragma unroll
-      for (int b = 0; b < 8; ++b)
-        sm90::tma_load_2d(qa + uint32_t(b) * kQBox, qmap, 64 * b, it.t * H + it.h0, bars.qfull());
-      if (i + stride < total) {
+        for (int b = 0; b < 8; ++b)
+          sm90::tma_load_2d(qa + uint32_t(b) * kQBox, qmap, 64 * b, it.t * H + it.h0, bars.qfull());
+      }
+      if (!(kProbe & kSplitProbeNoQ) && i + stride < total) {
         const Item nx = item_of(i + stride, T);
 #pragma unroll
         for (int b = 0; b < 8; ++b) tma_prefetch_2d(qmap, 64 * b, nx.t * H + nx.h0);
@@ -291,7 +297,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
         if (step > 0) mbar_wait(bars.free(pc, h), uint32_t((step - 1) & 1));
         if (hh == 0)
           asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(flag), "h"(uint16_t(staged != -1 ? 1 : 0)) : "memory");
-        copy_half(p, s, staged, src, r, h, pk & 32, sm, pc);
+        if (!(kProbe & kSplitProbeNoGather)) copy_half(p, s, staged, src, r, h, pk & 32, sm, pc);
         sm90::fence_proxy_async();  // the flags and any generic stores, before the consumers' wgmma
         mbar_arrive_on_copies(bars.ready(pc, h));
         mbar_arrive(bars.ready(pc, h));
@@ -319,10 +325,15 @@ __device__ __forceinline__ void qk_half(uint64_t da0, uint64_t db0, bool first, 
 // Consumer warpgroup c's online softmax of a step: its block's scores masked (the producer's key flags) and scaled to
 // log2 units, the rows' maxima exchanged with the other warpgroup (one float a row through shared memory), then P =
 // exp2(s - max) rounded to bf16 in sc, the row sums (as rounded) and acc rescaled by the moved maxima.
-template <int c>
 // lane, q4: the thread's lane and lane % 4; row0: its first accumulator row (16 warp + lane / 4).
+// kProbe & kSplitProbeNoSoftmax: only the exchange's barrier (P = the raw scores: wrong by design).
+template <int c, int kProbe>
 __device__ __forceinline__ void softmax_step(unsigned char* sm, float scale2, int lane, int q4, int row0,
                                              float (&sc)[8][4], float (&m)[2], float (&l)[2], float (&acc)[32][4]) {
+  if (kProbe & kSplitProbeNoSoftmax) {
+    named_sync(kBarMax, 256);
+    return;
+  }
   float* smax = reinterpret_cast<float*>(sm + kOffMax);
   const uint8_t* flags = sm + kOffFlag + c * kBlock;
   // Masked, scaled (log2 units) scores and the rows' maxima over this block.
@@ -374,7 +385,8 @@ __device__ __forceinline__ void softmax_step(unsigned char* sm, float scale2, in
 
 // Consumer warpgroup c's epilogue of an item: the row sums of both warpgroups (each summed its own blocks' P), then
 // o = acc / (l + the sink's term), the inverse RoPE, bf16 pairs to o.
-template <int c>
+// kProbe & kSplitProbeNoStore: no output written (one element kept live so that the products are not removed).
+template <int c, int kProbe>
 __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsigned char* sm, const Item& it, int k,
                                          int q4, int row0, const float (&m)[2], float (&l)[2],
                                          const float (&acc)[32][4], uint16_t* o) {
@@ -413,7 +425,7 @@ __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsi
         const float2 cs = rope[tb + 4 * nt];
         dev::rope_rotate(e0, e1, cs.x, cs.y);
       }
-      orow[4 * nt] = attn_mma::pack_bf16(e0, e1);
+      if (!(kProbe & kSplitProbeNoStore) || e0 == 12345.0f) orow[4 * nt] = attn_mma::pack_bf16(e0, e1);
     }
   }
 }
@@ -424,7 +436,7 @@ __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsi
 // writes bf16 pairs.
 // c is a template parameter: the descriptors and shared addresses are then warp-uniform to the compiler (uniform
 // registers, no conversion before each wgmma).
-template <int c>
+template <int c, int kProbe>
 __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsigned char* sm, const Bars& bars,
                                         uint16_t* o) {
   const int wt = int(threadIdx.x) & 127, warp = wt >> 5, lane = threadIdx.x & 31;
@@ -469,19 +481,25 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       float sc[8][4];
       mbar_wait(bars.ready(c, c), par);
       sm90::fence_proxy_async();
-      qk_half(dq_own, dk_own, true, sc);
+      constexpr bool kMath = !(kProbe & kSplitProbeNoMath);
+      if (kMath) qk_half(dq_own, dk_own, true, sc);
       if (j > 0) {  // the last step's P V over the other block is done: its half c may be refilled
         wg::wgmma_wait<1>();
         mbar_arrive(bars.free(c ^ 1, c));
       }
       mbar_wait(bars.ready(c, c ^ 1), par);
       sm90::fence_proxy_async();
-      qk_half(dq_oth, dk_oth, false, sc);
+      if (kMath) {
+        qk_half(dq_oth, dk_oth, false, sc);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 32; ++e) sc[e >> 2][e & 3] = 0.0f;
+      }
       wg::wgmma_wait<0>();
       wg::wgmma_fence_regs(sc);
       wg::wgmma_fence_regs(acc);
       if (j == nsteps - 1) mbar_arrive(bars.qfree());  // the item's last read of Q
-      softmax_step<c>(sm, scale2, lane, q4, row0, sc, m, l, acc);
+      softmax_step<c, kProbe>(sm, scale2, lane, q4, row0, sc, m, l, acc);
       // acc += P_own V_own (half c of the own block), P from registers.
       uint32_t a[4][4];
 #pragma unroll
@@ -497,7 +515,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       wg::wgmma_fence_regs(acc);
       wg::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
+      for (int kk = 0; kk < 4 && kMath; ++kk)
         wg::wgmma_m64n256k16_rs(acc, a[kk], dv_own + uint64_t((kk * 256) >> 4));
       wg::wgmma_commit();
       // P for the other warpgroup: the A fragments' bf16 pairs into P's core matrices (a warp's store of one
@@ -521,17 +539,18 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       const uint64_t dp_oth = wg::wgmma_desc(sb + kOffP + uint32_t(c ^ 1) * kPBytes, 1024u, 128u);
       wg::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
+      for (int kk = 0; kk < 4 && kMath; ++kk)
         wgmma_m64n256k16_ss(acc, dp_oth + uint64_t((kk * 2048) >> 4), dv_oth + uint64_t((kk * 256) >> 4));
       wg::wgmma_commit();
     }
     wg::wgmma_wait<0>();  // (also with no steps: no wait is injected where acc is read)
     wg::wgmma_fence_regs(acc);
     if (nsteps > 0) mbar_arrive(bars.free(c ^ 1, c));
-    epilogue<c>(p, sm, it, k, q4, row0, m, l, acc, o);
+    epilogue<c, kProbe>(p, sm, it, k, q4, row0, m, l, acc, o);
   }
 }
 
+template <int kProbe>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_split_kernel(const __grid_constant__ SparseAttentionFp8Params p, const __grid_constant__ PrefillStaging st,
                          const __grid_constant__ CUtensorMap qmap, uint16_t* o) {
@@ -551,17 +570,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    produce(p, st, &qmap, sm, bars);
+    produce<kProbe>(p, st, &qmap, sm, bars);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-  if (threadIdx.x < 256) consume<0>(p, sm, bars, o);
-  else consume<1>(p, sm, bars, o);
+  if (threadIdx.x < 256) consume<0, kProbe>(p, sm, bars, o);
+  else consume<1, kProbe>(p, sm, bars, o);
 }
 }  // namespace
 
-bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s,
-                                           const void* q, uint16_t* o, void* stream) {
+namespace {
+template <int kProbe>
+bool launch(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, uint16_t* o, void* stream) {
   // q as [T x H rows, 512 dims] bf16; boxes of 64 dims x 64 rows (rows past T x H read as zero; a partial head
   // group's rows past H are the next token's, finite, and their outputs are not written).
   CUtensorMap qmap;
@@ -575,9 +595,28 @@ bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, co
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   const int64_t total = p.T * ((p.heads + kHeads - 1) / kHeads);
   const dim3 grid(unsigned(total < sms ? total : sms));
-  cudaFuncSetAttribute(prefill_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
-  prefill_split_kernel<<<grid, kThreads, kBytes, static_cast<cudaStream_t>(stream)>>>(p, s, qmap, o);
+  cudaFuncSetAttribute(prefill_split_kernel<kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
+  prefill_split_kernel<kProbe><<<grid, kThreads, kBytes, static_cast<cudaStream_t>(stream)>>>(p, s, qmap, o);
   return true;
+}
+}  // namespace
+
+bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s,
+                                           const void* q, uint16_t* o, void* stream) {
+  return launch<0>(p, s, q, o, stream);
+}
+
+bool launch_sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s,
+                                                 const void* q, uint16_t* o, int probe, void* stream) {
+  switch (probe) {
+    case kSplitProbeNoMath: return launch<kSplitProbeNoMath>(p, s, q, o, stream);
+    case kSplitProbeNoSoftmax: return launch<kSplitProbeNoSoftmax>(p, s, q, o, stream);
+    case kSplitProbeNoGather: return launch<kSplitProbeNoGather>(p, s, q, o, stream);
+    case kSplitProbeNoStore: return launch<kSplitProbeNoStore>(p, s, q, o, stream);
+    case kSplitProbeNoQ: return launch<kSplitProbeNoQ>(p, s, q, o, stream);
+    case kSplitProbeSkeleton: return launch<kSplitProbeSkeleton>(p, s, q, o, stream);
+    default: return false;
+  }
 }
 
 }  // namespace dsinfer::ops::cuda::detail
