@@ -118,6 +118,11 @@ bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int6
   return kernel == SparsePrefillKernel::kSplit && mode == KernelMode::kFast && num_splits == 1;
 }
 
+bool plan_sparse_prefill_split_step(const SparsePrefillSplitStep& s) {
+  return plan_sparse_prefill_split(s.kernel, s.mode, s.num_splits) && s.fp8_state && s.prefill_op && s.all_heads &&
+         s.wo_a_bf16;
+}
+
 SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,
                                           int64_t max_keys, int64_t sm_count) {
   SparseAttentionPlan p;
