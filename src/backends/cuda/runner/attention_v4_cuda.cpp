@@ -323,7 +323,8 @@ Status CudaForwardV4::encode_entries(int64_t l, const ops::LayerStateView& view,
 // RoPE) into s_.o, for the query heads [h0, h0 + heads) that s_.q holds (all of them outside TP attention). A head's
 // output depends only on its own row of q and the shared keys, and the split count follows the model's head count,
 // so a TP rank's heads get the bits one rank gives them. split (split_prefill): the split-block prefill op instead,
-// bf16 q from s_.o's memory, bf16 o into s_.q's (attention() says why there); a staging it cannot use is an error.
+// bf16 q from s_.o's memory, bf16 o into s_.q's (forward_v4.h split_q16 / split_o16 say why); a staging it cannot use
+// is an error.
 Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view,
                                  const int32_t* selected, int64_t h0, int64_t heads, bool split) {
   const AttnType type = cfg_.layer_types[size_t(l)];
