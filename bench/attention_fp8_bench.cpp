@@ -18,6 +18,7 @@
 // (detail::launch_sparse_attention_fp8_ws_variant; session 19: 0 one block, 1 the two-block cluster pair).
 // --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script; --quick
 // leaves out the split sweep and the phase probes (a device call that only needs the plan's timings).
+// --ab: the prefill shape's A/B of main's prefill op against the split-block op (session 24; bench_prefill).
 // Built only with DSINFER_CUDA.
 #include <cuda_runtime.h>
 
@@ -275,7 +276,12 @@ void dump(const std::string& dir, const std::string& tag, const Batch& b, const 
 // measured dense bf16 figure of bench/NOTES.md, session 15). --prefill-only stops after this shape.
 // Session 21: with the runner's inverse RoPE of the output (rope_dim 64, the tokens' positions, inv_freq
 // 10000^(-2i/64)): its cost is in the epilogue of every kernel, as in the model bench.
-void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, const float* sinks, int64_t sms) {
+// Session 24: --ab (with --prefill-only) times main's prefill op (fp32 q, fp32 o: the runner's today; A) against the
+// split-block op (sparse_attention_prefill_split: bf16 q, bf16 o; B) on the same inputs, A B A B, then each per layer,
+// main's op with bf16 q (the q width alone), and the two outputs' normalised difference on the last call's chunk
+// (bf16 q to both); nothing else of this shape.
+void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, const float* sinks, int64_t sms,
+                   bool ab) {
   constexpr int64_t kT = 4096, kChunk = 2048, kCsaRatio = 4, kHcaRatio = 128;
   cuda::DeviceBuffer<uint8_t> win, ent;
   fill_cache(win, kT, chunk, chunk_rows);
@@ -331,6 +337,12 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   for (auto& v : qh) v = small_float::from_bits(uint32_t(small_float::f32_to_bf16_bits(n(g))) << 16);
   cuda::DeviceBuffer<float> q, o, ws, inv_freq;
   BENCH_CHECK(q.upload(qh.data(), qh.size()));
+  // The same q as bf16 (qh holds bf16 values: exact) and a bf16 output for the split-block op.
+  std::vector<uint16_t> qbh(qh.size());
+  for (size_t i = 0; i < qh.size(); ++i) qbh[i] = uint16_t(small_float::f32_to_bf16_bits(qh[i]));
+  cuda::DeviceBuffer<uint16_t> qb, ob;
+  BENCH_CHECK(qb.upload(qbh.data(), qbh.size()));
+  BENCH_CHECK(ob.alloc(qh.size()));
   constexpr int64_t kRopeDim = 64;
   std::vector<int32_t> posh(static_cast<size_t>(kT));
   for (int64_t p = 0; p < kT; ++p) posh[size_t(p)] = int32_t(p);
@@ -353,7 +365,8 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   }
   cuda::DeviceBuffer<uint8_t> staging;
   BENCH_CHECK(staging.alloc(size_t(staging_bytes)));
-  // variant -1: the op with `kernel`; -2: the prefill op; -3: its probe `probe`; >= 0: that variant of the
+  // variant -1: the op with `kernel`; -2: the prefill op; -3: its probe `probe`; -4: the split-block op (bf16 q and
+  // o, one split); -5: the prefill op with bf16 q; -6: the split op's probe `probe`; >= 0: that variant of the
   // warp-specialised kernel. only >= 0: that layer alone.
   int only = -1, probe = 0;
   auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel, int variant) {
@@ -374,7 +387,20 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
         p.inv_freq = inv_freq.data();
         p.num_splits = ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms);
         p.kernel = kernel;
-        if (variant == -2) {
+        if (variant == -4 || variant == -6) {
+          p.q_bf16 = true;
+          p.num_splits = 1;
+          if (variant == -4)
+            BENCH_CHECK(ops::cuda::sparse_attention_prefill_split(p, qb.data(), ob.data(), staging.data(),
+                                                                  staging_bytes, s));
+          else
+            BENCH_CHECK(ops::cuda::sparse_attention_prefill_split_probe(p, qb.data(), ob.data(), staging.data(),
+                                                                        staging_bytes, probe, s));
+        } else if (variant == -5) {
+          p.q_bf16 = true;
+          BENCH_CHECK(ops::cuda::sparse_attention_prefill(p, qb.data(), o.data(), ws.data(), staging.data(),
+                                                          staging_bytes, s));
+        } else if (variant == -2) {
           BENCH_CHECK(ops::cuda::sparse_attention_prefill(p, q.data(), o.data(), ws.data(), staging.data(),
                                                           staging_bytes, s));
         } else if (variant == -3) {
@@ -393,6 +419,67 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   std::printf("prefill 4096 (2 chunks of 2048, 4 layers): %.1f keys a token, %.1f GFLOP\n", keys / kT, flops / 1e9);
   constexpr double kBf16Peak = 781e12;
   std::printf("  %-28s %10s %9s %10s\n", "kernel", "ms", "TFLOP/s", "% BF16 peak");
+  if (ab) {
+    auto line = [&](const char* name, const char* tag, int variant) {
+      const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, variant); }, 1);
+      std::printf("  %-28s %10.3f %9.0f %10.1f\n", name, us / 1e3, flops / us / 1e6,
+                  100.0 * flops / (us * 1e-6) / kBf16Peak);
+      std::printf("RESULT prefill %s %.2f\n", tag, us);
+      std::fflush(stdout);
+      return us;
+    };
+    for (int round = 0; round < 2; ++round) {
+      line("A: prefill op (fp32 q, o)", "A", -2);
+      line("B: split op (bf16 q, o)", "B", -4);
+    }
+    line("prefill op, bf16 q", "A_bf16q", -5);
+    for (only = 0; only < 4; ++only) {
+      const double a = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -2); }, 1);
+      const double b = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -4); }, 1);
+      std::printf("  layer %d: A %.1f us, B %.1f us\n", only, a, b);
+      std::printf("RESULT prefill layer%d A %.2f B %.2f\n", only, a, b);
+    }
+    // The split kernel with phases left out (the output wrong by design): where B's time goes.
+    namespace d = ops::cuda::detail;
+    for (const auto& [name, pr] : {std::pair<const char*, int>{"no math", d::kSplitProbeNoMath},
+                                   {"no softmax", d::kSplitProbeNoSoftmax},
+                                   {"no gathers", d::kSplitProbeNoGather},
+                                   {"no epilogue stores", d::kSplitProbeNoStore},
+                                   {"no q load", d::kSplitProbeNoQ},
+                                   {"skeleton", d::kSplitProbeSkeleton}}) {
+      probe = pr;
+      const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -6); }, 1);
+      std::printf("  split op probe %-22s %10.3f ms\n", name, us / 1e3);
+      std::printf("RESULT prefill Bprobe%d %.2f\n", pr, us);
+      std::fflush(stdout);
+    }
+    probe = 0;
+    // Parity on the same inputs: one call of each on layer 2 (CSA) with bf16 q; the second chunk's outputs compared.
+    only = 2;
+    cudaStream_t s0;
+    cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking);
+    run(s0, ops::cuda::Fp8AttentionKernel::kAuto, -5);
+    run(s0, ops::cuda::Fp8AttentionKernel::kAuto, -4);
+    cudaStreamSynchronize(s0);
+    cudaStreamDestroy(s0);
+    only = -1;
+    std::vector<float> a(qh.size());
+    std::vector<uint16_t> b(qh.size());
+    cudaMemcpy(a.data(), o.data(), a.size() * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(b.data(), ob.data(), b.size() * 2, cudaMemcpyDeviceToHost);
+    double num = 0, den = 0;
+    int64_t bad = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double bv = small_float::from_bits(small_float::bf16_f32_bits(b[i]));
+      if (!std::isfinite(bv)) ++bad;
+      num += (bv - a[i]) * (bv - a[i]);
+      den += double(a[i]) * a[i];
+    }
+    std::printf("  parity (layer 2, second chunk, bf16 q): ||B - A|| / ||A|| = %.3e, %lld non-finite\n",
+                std::sqrt(num / (den > 0 ? den : 1)), (long long)bad);
+    std::printf("RESULT prefill parity %.3e nonfinite %lld\n", std::sqrt(num / (den > 0 ? den : 1)), (long long)bad);
+    return;
+  }
   {
     const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -2); }, 1);
     std::printf("  %-28s %10.3f %9.0f %10.1f\n", "prefill (bf16 staging)", us / 1e3, flops / us / 1e6,
@@ -448,11 +535,12 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
 
 int main(int argc, char** argv) {
   std::string dir;
-  bool quick = false, prefill_only = false;
+  bool quick = false, prefill_only = false, ab = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--dump" && i + 1 < argc) dir = argv[i + 1];
     quick = quick || std::string(argv[i]) == "--quick";
     prefill_only = prefill_only || std::string(argv[i]) == "--prefill-only";
+    ab = ab || std::string(argv[i]) == "--ab";
   }
   auto dev = cuda::query_device(0);
   if (!dev.is_ok()) {
@@ -475,7 +563,7 @@ int main(int argc, char** argv) {
   BENCH_CHECK(sinks.upload(hs.data(), hs.size()));
   BENCH_CHECK(out.alloc(size_t(256 * kH * kD)));
   BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(256, kH, 64))));
-  bench_prefill(chunk, chunk_rows, sinks.data(), sms);
+  bench_prefill(chunk, chunk_rows, sinks.data(), sms, ab);
   if (prefill_only) return 0;
   cuda::DeviceBuffer<uint8_t> win;
   fill_cache(win, kPool * kW, chunk, chunk_rows);

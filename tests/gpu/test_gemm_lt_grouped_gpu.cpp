@@ -139,6 +139,64 @@ TEST(GemmLtGroupedGpu, RefusesWhatItCannotRun) {
   EXPECT_FALSE(eng.prepare_grouped(d1.w, 2, 8, nullptr).is_ok());
 }
 
+// Session 24 (s24-sparsep2): gemm_grouped_bf16, wo_a's entry for the split-block sparse prefill kernel's bf16 o. Its
+// x is bf16(the fp32 x) computed on the host (RNE, small_float::f32_to_bf16_bits, the bits of the engine's own
+// rounding pass), in the runner's layout (ldx = the span), so the same cached plan runs on the same operands: the
+// output must equal gemm_grouped's on the fp32 x bit for bit (no tolerance). Also with a padded bf16 row stride
+// against the fp64 reference (another plan: 2e-4 as above), and its refusals (misaligned x, ldx % 8 != 0) leave y
+// untouched.
+TEST(GemmLtGroupedGpu, Bf16EntryEqualsTheFp32Call) {
+  DSI_SKIP_WITHOUT_GPU();
+  constexpr int64_t G = 8, Ng = 1024, K = 4096;
+  const HostWeight hw = make_host_weight(WeightFormat::FP8_BLOCK, G * Ng, K, 601);
+  auto d = dsinfer::test::upload(hw);
+  GemmLtEngine eng;
+  ASSERT_TRUE(eng.prepare_grouped(d.w, G, 256, nullptr).is_ok());
+  for (int64_t M : {17, 256, 521}) {
+    SCOPED_TRACE(M);
+    const std::vector<float> x = dsinfer::test::random_floats(size_t(M * G * K), 610 + uint64_t(M), 2.0f);
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = sf::f32_to_bf16_bits(x[i]);
+    auto dx = to_device(x);
+    auto dxb = to_device(xb);
+    auto ya = to_device(std::vector<float>(size_t(M * G * Ng), NAN)), yb = to_device(std::vector<float>(size_t(M * G * Ng), NAN));
+    ASSERT_TRUE(eng.gemm_grouped(dx.data(), M, G * K, K, d.w, G, ya.data(), G * Ng, Ng, nullptr).is_ok());
+    const dsinfer::Status st = eng.gemm_grouped_bf16(dxb.data(), M, G * K, K, d.w, G, yb.data(), G * Ng, Ng, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> a = to_host(ya, size_t(M * G * Ng)), b = to_host(yb, size_t(M * G * Ng));
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "the bf16 entry's output differs from the fp32 call's";
+  }
+  // A padded bf16 row stride (ldx > span): against the fp64 reference of the rounded x.
+  const int64_t M = 33, ldx = G * K + 64;
+  const std::vector<float> x = dsinfer::test::random_floats(size_t(M * ldx), 620, 2.0f);
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = sf::f32_to_bf16_bits(x[i]);
+  auto dxb = to_device(xb);
+  auto dy = to_device(std::vector<float>(size_t(M * G * Ng), NAN));
+  ASSERT_TRUE(eng.gemm_grouped_bf16(dxb.data(), M, ldx, K, d.w, G, dy.data(), G * Ng, Ng, nullptr).is_ok());
+  const std::vector<float> y = to_host(dy, size_t(M * G * Ng));
+  std::vector<float> ref, got;
+  for (int64_t m = 0; m < M; m += 4)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t n = 0; n < Ng; n += 37) {
+        const float* wr = hw.deq.data() + (g * Ng + n) * K;
+        double r = 0.0;
+        for (int64_t k = 0; k < K; ++k)
+          r += double(sf::from_bits(sf::bf16_f32_bits(xb[size_t(m * ldx + g * K + k)]))) * double(wr[k]);
+        ref.push_back(float(r));
+        got.push_back(y[size_t(m * G * Ng + g * Ng + n)]);
+      }
+  const double err = normalized_error(got, ref);
+  std::printf("wo_a batched, bf16 x with a padded stride: normalised error %.3g\n", err);
+  EXPECT_LT(err, 2e-4);
+  // Refusals: x not 16-byte aligned, ldx % 8 != 0; y untouched.
+  auto dz = to_device(std::vector<float>(size_t(M * G * Ng), NAN));
+  EXPECT_FALSE(eng.gemm_grouped_bf16(dxb.data() + 1, M, ldx, K, d.w, G, dz.data(), G * Ng, Ng, nullptr).is_ok());
+  EXPECT_FALSE(eng.gemm_grouped_bf16(dxb.data(), M - 1, ldx - 4, K, d.w, G, dz.data(), G * Ng, Ng, nullptr).is_ok());
+  for (float v : to_host(dz, size_t(M * G * Ng))) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote y";
+}
+
 // Captured into a CUDA graph after an eager call (as the runner's decode graphs are), the call replays to the eager
 // result; a call needing more rows than prepared is refused inside the capture without breaking it.
 TEST(GemmLtGroupedGpu, GraphCaptureReplaysEagerResult) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "attn_test_util.h"
+#include "core/small_float.h"
 #include "ops/quant_sim/quant_sim.h"
 #include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/rmsnorm/rmsnorm.h"
@@ -94,6 +95,55 @@ TEST(GpuHeadNormRope, QueryKvIndexerAndInverse) {
   bad.rows = 1;
   bad.dim = 6;
   EXPECT_FALSE(ops::cuda::head_norm_rope(bad, nullptr, nullptr, nullptr).is_ok());
+}
+
+// Session 24 (s24-sparsep2): the bf16-output mode (HeadNormRopeParams::out_bf16; the query of the split-block sparse
+// prefill kernel) writes exactly bf16(the in-place fp32 result) - the same arithmetic, one rounding at the store -
+// and leaves x as it was; in head_norm_rope and in the pair launch (the query bf16, the window kv fp32 in place, the
+// kv's FP8 simulation fused, as the runner's q_kv_norm_rope calls it). Bit-exact: no tolerance.
+TEST(GpuHeadNormRope, Bf16OutputIsTheRoundedFp32Result) {
+  DSI_SKIP_WITHOUT_GPU();
+  const std::vector<float> inv = ops::rope_inv_freq(yarn_rope(), 64);
+  const std::vector<int64_t> pos = {0, 1, 127, 4000, 65535, 9};
+  const int64_t rows = int64_t(pos.size()), heads = 64, dim = 512, n = rows * heads * dim;
+  auto x = random_vec(size_t(n), 11, 3.0f), kv = random_vec(size_t(rows * dim), 12, 2.0f), w = random_vec(size_t(dim), 13);
+  auto dinv = to_device(inv), dw = to_device(w);
+  auto dpos = to_device(pos);
+  ops::cuda::HeadNormRopeParams qp{rows, heads, dim, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, 64, dinv.data(), 1.0f, false};
+  ops::cuda::HeadNormRopeParams kp{rows, 1, dim, ops::cuda::HeadNorm::Weighted, dw.data(), 1e-6f, 64, dinv.data(), 1.0f, false};
+  kp.fp8_dims = dim - 64;
+  // The fp32 results in place (the default path).
+  auto dq = to_device(x), dkv = to_device(kv);
+  ASSERT_TRUE(ops::cuda::head_norm_rope_pair(qp, dq.data(), kp, dkv.data(), dpos.data(), nullptr).is_ok());
+  const std::vector<float> q32 = to_host(dq, size_t(n)), kv32 = to_host(dkv, kv.size());
+  for (bool pair : {false, true}) {
+    SCOPED_TRACE(pair ? "pair" : "single");
+    auto dx = to_device(x), dkv2 = to_device(kv);
+    cuda::DeviceBuffer<uint16_t> out;
+    ASSERT_TRUE(out.alloc(size_t(n)).is_ok());
+    cudaMemset(out.data(), 0xff, size_t(n) * 2);  // NaN poison
+    ops::cuda::HeadNormRopeParams b = qp;
+    b.out_bf16 = out.data();
+    if (pair) ASSERT_TRUE(ops::cuda::head_norm_rope_pair(b, dx.data(), kp, dkv2.data(), dpos.data(), nullptr).is_ok());
+    else ASSERT_TRUE(ops::cuda::head_norm_rope(b, dx.data(), dpos.data(), nullptr).is_ok());
+    const std::vector<uint16_t> got = to_host(out, size_t(n));
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += got[size_t(i)] != small_float::f32_to_bf16_bits(q32[size_t(i)]);
+    EXPECT_EQ(wrong, 0) << "bf16 q values that are not bf16(the fp32 result) of " << n;
+    EXPECT_EQ(to_host(dx, size_t(n)), x) << "x must only be read";
+    if (pair) EXPECT_EQ(to_host(dkv2, kv.size()), kv32) << "the kv half keeps its in-place fp32 result";
+  }
+  // Refusals: a misaligned output, an output over its own input, an output over the pair's other tensor.
+  cuda::DeviceBuffer<uint16_t> out;
+  ASSERT_TRUE(out.alloc(size_t(n) + 8).is_ok());
+  auto rx = to_device(x), rkv = to_device(kv);
+  ops::cuda::HeadNormRopeParams b = qp;
+  b.out_bf16 = out.data() + 1;
+  EXPECT_FALSE(ops::cuda::head_norm_rope(b, rx.data(), dpos.data(), nullptr).is_ok());
+  b.out_bf16 = reinterpret_cast<uint16_t*>(rx.data());
+  EXPECT_FALSE(ops::cuda::head_norm_rope(b, rx.data(), dpos.data(), nullptr).is_ok());
+  b.out_bf16 = reinterpret_cast<uint16_t*>(rkv.data());
+  EXPECT_FALSE(ops::cuda::head_norm_rope_pair(b, rx.data(), kp, rkv.data(), dpos.data(), nullptr).is_ok());
 }
 
 TEST(GpuQuantSim, Fp8BlockSimIsBitExact) {

@@ -153,3 +153,58 @@ TEST(SparseAttentionPlan, Fp8PrefillOpChoice) {
     EXPECT_NE(r.status().message().find("DSINFER_SPARSE_PREFILL"), std::string::npos) << v;
   }
 }
+
+// Session 24: the split-block prefill kernel is opt-in (DSINFER_SPARSE_PREFILL_KERNEL=split), in the fast mode at one
+// split only; exact and batch-invariant keep main's kernel whatever the variable says.
+TEST(SparseAttentionPlan, SparsePrefillSplitKernelChoice) {
+  using K = SparsePrefillKernel;
+  for (const char* v : {static_cast<const char*>(nullptr), "", "main"}) {
+    auto r = sparse_prefill_kernel_from(v);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(*r, K::kMain);
+  }
+  ASSERT_TRUE(sparse_prefill_kernel_from("split").is_ok());
+  EXPECT_EQ(*sparse_prefill_kernel_from("split"), K::kSplit);
+  for (const char* v : {"1", "on", "SPLIT", "bf16"}) {
+    auto r = sparse_prefill_kernel_from(v);
+    ASSERT_FALSE(r.is_ok()) << v;
+    EXPECT_NE(r.status().message().find("DSINFER_SPARSE_PREFILL_KERNEL"), std::string::npos) << v;
+  }
+  EXPECT_TRUE(plan_sparse_prefill_split(K::kSplit, KernelMode::kFast, 1));
+  EXPECT_FALSE(plan_sparse_prefill_split(K::kMain, KernelMode::kFast, 1));
+  EXPECT_FALSE(plan_sparse_prefill_split(K::kSplit, KernelMode::kFast, 2));
+  for (KernelMode m : {KernelMode::kExact, KernelMode::kBatchInvariant, KernelMode::kDefault})
+    EXPECT_FALSE(plan_sparse_prefill_split(K::kSplit, m, 1));
+}
+
+// Session 24 (s24-sparsep2): the runner's per-layer, per-step decision of the split path. Taken only when every input
+// agrees (the kernel asked for in the fast mode at one split, FP8 state, the prefill op's step, all heads on this
+// rank, wo_a on the batched bf16 call); any one of them missing keeps main's path.
+TEST(SparseAttentionPlan, SparsePrefillSplitStepChoice) {
+  using K = SparsePrefillKernel;
+  SparsePrefillSplitStep s;
+  EXPECT_FALSE(plan_sparse_prefill_split_step(s));  // the defaults: main's path
+  s.kernel = K::kSplit;
+  s.mode = KernelMode::kFast;
+  s.num_splits = 1;
+  s.fp8_state = s.prefill_op = s.all_heads = s.wo_a_bf16 = true;
+  EXPECT_TRUE(plan_sparse_prefill_split_step(s));
+  auto without = [&](auto change) {
+    SparsePrefillSplitStep t = s;
+    change(t);
+    return plan_sparse_prefill_split_step(t);
+  };
+  EXPECT_FALSE(without([](SparsePrefillSplitStep& t) { t.kernel = K::kMain; }));
+  for (KernelMode m : {KernelMode::kExact, KernelMode::kBatchInvariant, KernelMode::kDefault})
+    EXPECT_FALSE(without([m](SparsePrefillSplitStep& t) { t.mode = m; }));
+  EXPECT_FALSE(without([](SparsePrefillSplitStep& t) { t.num_splits = 2; }));
+  EXPECT_FALSE(without([](SparsePrefillSplitStep& t) { t.fp8_state = false; }));
+  EXPECT_FALSE(without([](SparsePrefillSplitStep& t) { t.prefill_op = false; }));
+  EXPECT_FALSE(without([](SparsePrefillSplitStep& t) { t.all_heads = false; }));
+  EXPECT_FALSE(without([](SparsePrefillSplitStep& t) { t.wo_a_bf16 = false; }));
+  // The step's prefill-op input as the runner forms it: decode-sized steps never take the prefill op (so never the
+  // split kernel) unless DSINFER_SPARSE_PREFILL=on forces the op; 4,096-token prefill steps do.
+  EXPECT_FALSE(plan_sparse_attention_fp8_prefill(1));
+  EXPECT_FALSE(plan_sparse_attention_fp8_prefill(256));
+  EXPECT_TRUE(plan_sparse_attention_fp8_prefill(4096));
+}

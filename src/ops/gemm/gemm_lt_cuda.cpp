@@ -298,9 +298,22 @@ Status GemmLtEngine::prepare_grouped(const DeviceWeight& w, int64_t groups, int6
 
 Status GemmLtEngine::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
                                   int64_t groups, float* y, int64_t ldy, int64_t yg, void* stream) {
+  return impl_->grouped(x, nullptr, M, ldx, xg, w, groups, y, ldy, yg, stream);
+}
+
+Status GemmLtEngine::gemm_grouped_bf16(const uint16_t* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
+                                       int64_t groups, float* y, int64_t ldy, int64_t yg, void* stream) {
+  return impl_->grouped(nullptr, x, M, ldx, xg, w, groups, y, ldy, yg, stream);
+}
+
+// gemm_grouped (x fp32: rounded into q over the groups' span) or gemm_grouped_bf16 (x16: read in place, row stride
+// ldx). One of x / x16 is set.
+Status GemmLtEngine::Impl::grouped(const float* x, const uint16_t* x16, int64_t M, int64_t ldx, int64_t xg,
+                                   const DeviceWeight& w, int64_t groups, float* y, int64_t ldy, int64_t yg,
+                                   void* stream) {
   if (M < 0 || M > (int64_t(1) << 24)) return Status::errorf("cuBLASLt grouped GEMM: row count {} out of range", M);
   if (M == 0) return Status::ok();
-  if (!x || !y) return Status::error("cuBLASLt grouped GEMM: null x or y");
+  if ((!x && !x16) || !y) return Status::error("cuBLASLt grouped GEMM: null x or y");
   if (!gemm_lt_grouped_supports(w, groups)) return grouped_unsupported(w, groups);
   const int64_t K = w.cols, Ng = w.rows / groups, span = (groups - 1) * xg + K;
   if (xg < K || yg < Ng || span > ldx || (groups - 1) * yg + Ng > ldy)
@@ -308,15 +321,18 @@ Status GemmLtEngine::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_
                           K, xg, ldx, yg, ldy);
   if (span > (int64_t(1) << 30) || M * span > (int64_t(1) << 40))
     return Status::errorf("cuBLASLt grouped GEMM: x span {} x {} rows too large", span, M);
-  Impl& I = *impl_;
-  const bool cap = capturing(stream);
-  if (!cap) DSI_RETURN_IF_ERROR(I.init());
-  if (!I.initialized) return Status::error("cuBLASLt grouped GEMM: first use inside a graph capture (prepare it before)");
-  DSI_RETURN_IF_ERROR(I.init_status);
-  DSI_RETURN_IF_ERROR(I.grouped_buffers(w, M, span, cap));
+  if (x16 && (reinterpret_cast<uintptr_t>(x16) % 16 != 0 || ldx % 8 != 0 || ldx > (int64_t(1) << 30)))
+    return Status::errorf("cuBLASLt grouped GEMM: bf16 x needs 16-byte alignment and ldx % 8 == 0 (ldx {})", ldx);
+  const bool cap = GemmLtEngine::capturing(stream);
+  if (!cap) DSI_RETURN_IF_ERROR(init());
+  if (!initialized) return Status::error("cuBLASLt grouped GEMM: first use inside a graph capture (prepare it before)");
+  DSI_RETURN_IF_ERROR(init_status);
+  // The bf16 x needs no activation buffer (0 rows), only the widened weight.
+  DSI_RETURN_IF_ERROR(grouped_buffers(w, x16 ? 0 : M, span, cap));
   const bool fp8 = w.fmt == WeightFormat::FP8_BLOCK;
-  const void* wd = fp8 ? static_cast<const void*>(I.wide.data()) : w.data;
-  uint16_t* xb = reinterpret_cast<uint16_t*>(I.q.data());
+  const void* wd = fp8 ? static_cast<const void*>(wide.data()) : w.data;
+  const uint16_t* xb = x16 ? x16 : reinterpret_cast<const uint16_t*>(q.data());
+  const int64_t ldb = x16 ? ldx : span;  // B's row stride: the caller's, or the buffer's (the span)
   const PlanKey key{gemm_lt_detail::PlanKind::kBf16,
                     M,
                     Ng,
@@ -324,21 +340,23 @@ Status GemmLtEngine::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_
                     ldy,
                     false,
                     alignment(reinterpret_cast<uintptr_t>(wd) | uint64_t(K) * 2),
-                    alignment(reinterpret_cast<uintptr_t>(xb) | uint64_t(span) * 2 | uint64_t(xg) * 2),
+                    alignment(reinterpret_cast<uintptr_t>(xb) | uint64_t(ldb) * 2 | uint64_t(xg) * 2),
                     alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4) | uint64_t(yg * 4)),
                     groups,
-                    span,
+                    ldb,
                     xg,
                     yg};
-  Plan& p = I.plan(key, nullptr, nullptr);
+  Plan& p = plan(key, nullptr, nullptr);
   DSI_RETURN_IF_ERROR(p.status);
   if (fp8) {
-    const int64_t room = int64_t(I.wide.size() / 2);
-    DSI_RETURN_IF_ERROR(widen_fp8_bf16(w, reinterpret_cast<uint16_t*>(I.wide.data()), room, stream).status());
+    const int64_t room = int64_t(wide.size() / 2);
+    DSI_RETURN_IF_ERROR(widen_fp8_bf16(w, reinterpret_cast<uint16_t*>(wide.data()), room, stream).status());
   }
-  detail::launch_lt_bf16(x, M, ldx, span, xb, stream);
-  DSI_CUDA_LAUNCHED("gemm_lt_bf16_kernel");
-  return I.run(p, wd, nullptr, xb, nullptr, M, y, ldy, false, stream);
+  if (!x16) {
+    detail::launch_lt_bf16(x, M, ldx, span, reinterpret_cast<uint16_t*>(q.data()), stream);
+    DSI_CUDA_LAUNCHED("gemm_lt_bf16_kernel");
+  }
+  return run(p, wd, nullptr, xb, nullptr, M, y, ldy, false, stream);
 }
 
 size_t GemmLtEngine::device_bytes() const {

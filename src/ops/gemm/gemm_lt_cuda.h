@@ -86,6 +86,13 @@ class GemmLtEngine {
   // Device memory: the bf16 weight copy (2 bytes per weight) and M x span bf16 values of x.
   Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                       float* y, int64_t ldy, int64_t yg, void* stream);
+  // The same call with x already bf16 (session 24: the split-block sparse prefill kernel's output, wo_a's x): x
+  // [M, ldx] bf16 (row stride ldx values, 16-byte aligned), read as it is - no rounding pass, no activation buffer.
+  // For the same bf16 values it gives gemm_grouped's bits: where ldx equals gemm_grouped's span ((groups - 1) * xg
+  // + K, as wo_a's calls) and x is aligned like the engine's buffer, the same cached plan (the same algorithm) runs
+  // on the same operands. Errors as gemm_grouped (before any launch, y untouched).
+  Status gemm_grouped_bf16(const uint16_t* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
+                           float* y, int64_t ldy, int64_t yg, void* stream);
   // gemm_grouped's buffers for calls of up to max_rows rows with the groups' columns back to back (xg == K), made
   // outside a graph capture (does nothing while capturing, like prepare).
   Status prepare_grouped(const DeviceWeight& w, int64_t groups, int64_t max_rows, void* stream);

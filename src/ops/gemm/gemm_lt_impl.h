@@ -136,6 +136,9 @@ struct GemmLtEngine::Impl {
   // Grows q (and, for FP8 weights, wide) for a grouped call of max_rows rows over x spans of `span` values
   // (gemm_lt_cuda.cpp); refused while capturing when too small.
   Status grouped_buffers(const DeviceWeight& w, int64_t max_rows, int64_t span, bool cap);
+  // GemmLtEngine::gemm_grouped (x fp32, x16 null) and gemm_grouped_bf16 (x null, x16 bf16) (gemm_lt_cuda.cpp).
+  Status grouped(const float* x, const uint16_t* x16, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
+                 int64_t groups, float* y, int64_t ldy, int64_t yg, void* stream);
 };
 
 }  // namespace dsinfer::ops::cuda

@@ -116,7 +116,16 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
       warp_hadamard(e, nchunks);
       block_quant_sim(e, have, int(p.fp4_block / 4), false);
     }
-    if (have) reinterpret_cast<float4*>(v)[c] = make_float4(e[0], e[1], e[2], e[3]);
+    if (!have) continue;
+    if (p.out_bf16) {  // one rounding at the store (RNE: the bits of f32_to_bf16_bits for every non-NaN value)
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(e[0], e[1]), hi = __floats2bfloat162_rn(e[2], e[3]);
+      uint2 w;
+      w.x = *reinterpret_cast<const uint32_t*>(&lo);
+      w.y = *reinterpret_cast<const uint32_t*>(&hi);
+      reinterpret_cast<uint2*>(p.out_bf16 + vec * p.dim)[c] = w;
+    } else {
+      reinterpret_cast<float4*>(v)[c] = make_float4(e[0], e[1], e[2], e[3]);
+    }
   }
 }
 

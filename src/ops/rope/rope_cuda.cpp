@@ -32,6 +32,22 @@ Status check(const HeadNormRopeParams& p, const char* op) {
   return Status::ok();
 }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// Whether the byte ranges [a, a + an) and [b, b + bn) overlap.
+bool overlap(const void* a, int64_t an, const void* b, int64_t bn) {
+  const auto* a0 = static_cast<const char*>(a);
+  const auto* b0 = static_cast<const char*>(b);
+  return a0 < b0 + bn && b0 < a0 + an;
+}
+int64_t fp32_bytes(const HeadNormRopeParams& p) { return p.rows * p.heads * p.dim * 4; }
+int64_t out_bytes(const HeadNormRopeParams& p) { return p.out_bf16 ? p.rows * p.heads * p.dim * 2 : 0; }
+// The bf16 output's alignment and its overlap with the call's input x.
+Status check_out(const HeadNormRopeParams& p, const float* x, const char* op) {
+  if (!p.out_bf16) return Status::ok();
+  if (!aligned16(p.out_bf16)) return Status::errorf("{}: out_bf16 must be 16-byte aligned", op);
+  if (overlap(p.out_bf16, out_bytes(p), x, fp32_bytes(p)))
+    return Status::errorf("{}: out_bf16 overlaps its input x", op);
+  return Status::ok();
+}
 }  // namespace
 
 Status head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream) {
@@ -39,6 +55,7 @@ Status head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos,
   if (p.rows == 0) return Status::ok();
   if (!x || !pos) return Status::error("head_norm_rope: null x or pos");
   if (!aligned16(x)) return Status::error("head_norm_rope: x must be 16-byte aligned");
+  DSI_RETURN_IF_ERROR(check_out(p, x, "head_norm_rope"));
   detail::launch_head_norm_rope(p, x, pos, stream);
   DSI_CUDA_LAUNCHED("head_norm_rope_kernel");
   return Status::ok();
@@ -51,10 +68,13 @@ Status head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNor
   if (a.rows == 0 && b.rows == 0) return Status::ok();
   if (!xa || !xb || !pos) return Status::error("head_norm_rope_pair: null x or pos");
   if (!aligned16(xa) || !aligned16(xb)) return Status::error("head_norm_rope_pair: x must be 16-byte aligned");
-  const auto* a0 = reinterpret_cast<const char*>(xa);
-  const auto* b0 = reinterpret_cast<const char*>(xb);
-  const int64_t abytes = a.rows * a.heads * a.dim * 4, bbytes = b.rows * b.heads * b.dim * 4;
-  if (a0 < b0 + bbytes && b0 < a0 + abytes) return Status::error("head_norm_rope_pair: the two tensors overlap");
+  if (overlap(xa, fp32_bytes(a), xb, fp32_bytes(b))) return Status::error("head_norm_rope_pair: the two tensors overlap");
+  DSI_RETURN_IF_ERROR(check_out(a, xa, "head_norm_rope_pair (first)"));
+  DSI_RETURN_IF_ERROR(check_out(b, xb, "head_norm_rope_pair (second)"));
+  // A bf16 output is written while the other vector set is read or written: no overlap with it either.
+  if (overlap(a.out_bf16, out_bytes(a), xb, fp32_bytes(b)) || overlap(b.out_bf16, out_bytes(b), xa, fp32_bytes(a)) ||
+      overlap(a.out_bf16, out_bytes(a), b.out_bf16, out_bytes(b)))
+    return Status::error("head_norm_rope_pair: a bf16 output overlaps the other tensor");
   detail::launch_head_norm_rope_pair(a, xa, b, xb, pos, stream);
   DSI_CUDA_LAUNCHED("head_norm_rope_pair_kernel");
   return Status::ok();

@@ -2,7 +2,8 @@
 // attention query ([T, H, head_dim], unweighted norm), the window kv ([T, 1, head_dim], kv_norm weights), the
 // indexer query ([T, Hi, index_head_dim], no norm) and the inverse RoPE of the attention output, with the
 // epilogues that follow them fused (HeadNormRopeParams: bf16 rounding of the rotated channels, FP8 block
-// simulation of the NoPE channels). All pointers are device pointers; x is updated in place.
+// simulation of the NoPE channels). All pointers are device pointers; x is updated in place, or only read where
+// HeadNormRopeParams::out_bf16 takes the result as bf16 (the split-block sparse prefill kernel's query).
 #pragma once
 #include <cstdint>
 

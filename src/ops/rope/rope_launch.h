@@ -32,6 +32,12 @@ struct HeadNormRopeParams {
   // fp4_block): the indexer query, V4). dim a power of two <= 128 (one lane per 4 channels), fp4_block a power of
   // two in [4, 128]; not with fp8_dims.
   int64_t fp4_block = 0;
+  // out_bf16 set: the finished vector (after every epilogue above) is rounded once to bf16 (RNE, as
+  // small_float::f32_to_bf16_bits; a NaN stays a NaN) and written to out_bf16 ([rows, heads, dim] bf16, 16-byte
+  // aligned) instead of back into x, which is then only read (session 24: the query of the split-block sparse
+  // prefill kernel, sparse_attention_prefill_cuda.h). The arithmetic is the fp32 path's: out_bf16 holds exactly
+  // bf16(the fp32 result). Must not overlap any input or output of the call.
+  uint16_t* out_bf16 = nullptr;
 };
 
 namespace detail {

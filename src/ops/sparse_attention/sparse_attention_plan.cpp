@@ -103,6 +103,26 @@ bool plan_sparse_attention_fp8_prefill(int64_t T, SparsePrefillRoute route) {
   return route == SparsePrefillRoute::kOn || (kFp8PrefillMinTokens > 0 && T >= kFp8PrefillMinTokens);
 }
 
+Result<SparsePrefillKernel> sparse_prefill_kernel_from(const char* value) {
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "main") return SparsePrefillKernel::kMain;
+  if (v == "split") return SparsePrefillKernel::kSplit;
+  return Status::errorf("DSINFER_SPARSE_PREFILL_KERNEL must be main or split, found '{}'", v);
+}
+
+Result<SparsePrefillKernel> sparse_prefill_kernel_from_env() {
+  return sparse_prefill_kernel_from(std::getenv("DSINFER_SPARSE_PREFILL_KERNEL"));
+}
+
+bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int64_t num_splits) {
+  return kernel == SparsePrefillKernel::kSplit && mode == KernelMode::kFast && num_splits == 1;
+}
+
+bool plan_sparse_prefill_split_step(const SparsePrefillSplitStep& s) {
+  return plan_sparse_prefill_split(s.kernel, s.mode, s.num_splits) && s.fp8_state && s.prefill_op && s.all_heads &&
+         s.wo_a_bf16;
+}
+
 SparseAttentionPlan plan_sparse_attention(KernelMode mode, int64_t T, int64_t heads, int64_t head_dim,
                                           int64_t max_keys, int64_t sm_count) {
   SparseAttentionPlan p;

@@ -49,17 +49,10 @@ int64_t sparse_attention_prefill_staging_bytes(const SparseAttentionFp8Params& p
 }
 
 namespace {
-// The op (probe 0) or a diagnostic probe of its attention kernel (detail::kPrefillProbe*).
-Status run(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, void* staging,
-           int64_t staging_bytes, int probe, void* stream) {
-  // The FP8 op's checks (lists, caches, pages, RoPE, splits) with no launch: T = 0 returns after them.
-  SparseAttentionFp8Params none = p;
-  none.T = 0;
-  none.kernel = Fp8AttentionKernel::kAuto;
-  if (p.T < 0 || p.T > 0x7fffffff) return Status::errorf("sparse_attention_prefill: bad token count {}", p.T);
-  DSI_RETURN_IF_ERROR(sparse_attention_fp8(none, q, o, workspace, stream));
-  if (p.T == 0) return Status::ok();
-  if (!q || !o) return Status::error("sparse_attention_prefill: null q or output");
+// The staging of a call (checked, carved from `staging` and filled: count and maps zeroed, rows claimed and
+// dequantised); p already checked by the caller, T > 0.
+Status stage(const SparseAttentionFp8Params& p, void* staging, int64_t staging_bytes, PrefillStaging& s,
+             void* stream) {
   const int64_t need = sparse_attention_prefill_staging_bytes(p);
   if (!staging || staging_bytes < need)
     return Status::errorf("sparse_attention_prefill: staging of {} bytes, the call needs {}", staging_bytes, need);
@@ -67,7 +60,6 @@ Status run(const SparseAttentionFp8Params& p, const void* q, float* o, float* wo
     return Status::error("sparse_attention_prefill: the staging is not 16-byte aligned");
   int64_t rows[kLists], strides[kLists];
   list_shape(p, rows, strides);
-  PrefillStaging s;
   int32_t* w = static_cast<int32_t*>(staging);
   s.count = w;
   w += 4;
@@ -81,6 +73,26 @@ Status run(const SparseAttentionFp8Params& p, const void* q, float* o, float* wo
   s.rows = reinterpret_cast<uint16_t*>(w);
   detail::launch_prefill_stage(p, s, map_ints(rows), stream);
   DSI_CUDA_LAUNCHED("sparse_attention_prefill_stage");
+  return Status::ok();
+}
+
+// The FP8 op's checks (lists, caches, pages, RoPE, splits) with no launch (T = 0 passes them).
+Status check(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, void* stream) {
+  SparseAttentionFp8Params none = p;
+  none.T = 0;
+  none.kernel = Fp8AttentionKernel::kAuto;
+  if (p.T < 0 || p.T > 0x7fffffff) return Status::errorf("sparse_attention_prefill: bad token count {}", p.T);
+  return sparse_attention_fp8(none, q, o, workspace, stream);
+}
+
+// The op (probe 0) or a diagnostic probe of its attention kernel (detail::kPrefillProbe*).
+Status run(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, void* staging,
+           int64_t staging_bytes, int probe, void* stream) {
+  DSI_RETURN_IF_ERROR(check(p, q, o, workspace, stream));
+  if (p.T == 0) return Status::ok();
+  if (!q || !o) return Status::error("sparse_attention_prefill: null q or output");
+  PrefillStaging s;
+  DSI_RETURN_IF_ERROR(stage(p, staging, staging_bytes, s, stream));
   if (probe == 0) {
     detail::launch_sparse_attention_prefill(p, s, q, o, workspace, stream);
   } else if (!detail::launch_sparse_attention_prefill_probe(p, s, q, o, workspace, probe, stream)) {
@@ -98,6 +110,46 @@ Status run(const SparseAttentionFp8Params& p, const void* q, float* o, float* wo
 Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                 void* staging, int64_t staging_bytes, void* stream) {
   return run(p, q, o, workspace, staging, staging_bytes, 0, stream);
+}
+
+namespace {
+// The split op (probe 0) or a diagnostic probe of its kernel (detail::kSplitProbe*).
+Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging, int64_t staging_bytes,
+                 int probe, void* stream) {
+  if (!p.q_bf16) return Status::error("sparse_attention_prefill_split: q must be bf16 (p.q_bf16)");
+  if (p.num_splits != 1)
+    return Status::errorf("sparse_attention_prefill_split: {} splits, the kernel takes 1", p.num_splits);
+  // The FP8 op's checks; the output pointer stands in for its fp32 one (only its presence is checked).
+  DSI_RETURN_IF_ERROR(check(p, q, reinterpret_cast<float*>(o), nullptr, stream));
+  if (p.T == 0) return Status::ok();
+  if (!q || !o) return Status::error("sparse_attention_prefill_split: null q or output");
+  if (reinterpret_cast<uintptr_t>(q) % 16 != 0)
+    return Status::error("sparse_attention_prefill_split: q not 16-byte aligned");
+  for (const Fp8KeySource& k : p.keys)  // the kernel's producer indexes the lists in 32-bit arithmetic
+    if (k.idx && p.T * k.stride > 0x7fffffff)
+      return Status::errorf("sparse_attention_prefill_split: a key list of {} x {} entries", p.T, k.stride);
+  if (p.T * ((p.heads + detail::kFp8Heads - 1) / detail::kFp8Heads) > 0x7fffffff || p.T * p.heads > 0x7fffffff)
+    return Status::errorf("sparse_attention_prefill_split: {} tokens x {} heads", p.T, p.heads);
+  PrefillStaging s;
+  DSI_RETURN_IF_ERROR(stage(p, staging, staging_bytes, s, stream));
+  const bool launched = probe == 0 ? detail::launch_sparse_attention_prefill_split(p, s, q, o, stream)
+                                   : detail::launch_sparse_attention_prefill_split_probe(p, s, q, o, probe, stream);
+  if (!launched)
+    return Status::errorf("sparse_attention_prefill_split: no TMA tensor map for q, or no probe {}", probe);
+  DSI_CUDA_LAUNCHED("sparse_attention_prefill_split_kernel");
+  return Status::ok();
+}
+}  // namespace
+
+Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging,
+                                      int64_t staging_bytes, void* stream) {
+  return run_split(p, q, o, staging, staging_bytes, 0, stream);
+}
+
+Status sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const void* q, uint16_t* o,
+                                            void* staging, int64_t staging_bytes, int probe, void* stream) {
+  if (probe == 0) return Status::error("sparse_attention_prefill_split_probe: probe 0 is the op");
+  return run_split(p, q, o, staging, staging_bytes, probe, stream);
 }
 
 Status sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,

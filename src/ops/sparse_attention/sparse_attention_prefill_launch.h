@@ -35,6 +35,19 @@ inline constexpr int kPrefillProbeNoQk = 1, kPrefillProbeNoPv = 2, kPrefillProbe
                      kPrefillProbeNoStore = 16, kPrefillProbeNoGather = 32;
 inline constexpr int kPrefillProbeNoMath = kPrefillProbeNoQk | kPrefillProbeNoPv | kPrefillProbeNoSoftmax;
 inline constexpr int kPrefillProbeSkeleton = kPrefillProbeNoMath | kPrefillProbeNoGather;
+// The split-block kernel (sparse_attention_prefill_split.cu, session 24; not yet run on a GPU): q bf16 [T, heads,
+// 512] (16-byte aligned) loaded by TMA, o bf16 [T, heads, 512]; one split only (p.num_splits 1, p.q_bf16 set: the
+// caller checks). False (nothing launched) if q's TMA tensor map cannot be made.
+bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
+                                           uint16_t* o, void* stream);
+// Diagnostics for bench/attention_fp8_bench.cpp only: the split kernel with a phase left out (the output wrong by
+// design): NoMath no wgmma, NoSoftmax only the exchange's barrier, NoGather no key block filled, NoStore no output
+// written, NoQ no Q load; Skeleton = NoMath | NoSoftmax | NoGather. False for any other value.
+inline constexpr int kSplitProbeNoMath = 1, kSplitProbeNoSoftmax = 2, kSplitProbeNoGather = 4, kSplitProbeNoStore = 8,
+                     kSplitProbeNoQ = 16;
+inline constexpr int kSplitProbeSkeleton = kSplitProbeNoMath | kSplitProbeNoSoftmax | kSplitProbeNoGather;
+bool launch_sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s,
+                                                 const void* q, uint16_t* o, int probe, void* stream);
 bool launch_sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                            float* o, float* workspace, int probe, void* stream);
 }  // namespace detail

@@ -16,6 +16,7 @@
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/indexer/indexer_cuda.h"
 #include "ops/kv_format/kv_format_cuda.h"
+#include "ops/moe/moe_exchange_cuda.h"  // widen_rows_cuda: the split path's o back to fp32 where wo_a's engine refuses
 #include "ops/quant_sim/quant_sim_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "ops/rope/rope_cuda.h"
@@ -33,11 +34,12 @@ namespace {
 // The query's norm + RoPE (qp.heads may be 0: a TP rank without heads), the window kv's norm + RoPE and its FP8
 // simulation of the first fp8_nope channels (0: none; blocks of 64) in one launch: was three (q_norm_rope,
 // kv_norm_rope, kv_fp8_sim), the same bits (ops/rope/rope.cu). A NoPE width the fused simulation cannot take (not
-// a multiple of 4) keeps the separate fp8_block_sim.
-Status q_kv_norm_rope(const HeadNormRopeParams& qp, float* q, HeadNormRopeParams kp, float* kv, int64_t fp8_nope,
-                      const int64_t* pos, void* stream) {
+// a multiple of 4) keeps the separate fp8_block_sim. q16 set: the query's result as bf16 there, q only read.
+Status q_kv_norm_rope(HeadNormRopeParams qp, float* q, uint16_t* q16, HeadNormRopeParams kp, float* kv,
+                      int64_t fp8_nope, const int64_t* pos, void* stream) {
   const bool fuse = fp8_nope % 4 == 0;
   if (fuse) kp.fp8_dims = fp8_nope;
+  qp.out_bf16 = q16;
   if (qp.heads > 0) DSI_RETURN_IF_ERROR(head_norm_rope_pair(qp, q, kp, kv, pos, stream));
   else DSI_RETURN_IF_ERROR(head_norm_rope(kp, kv, pos, stream));
   return fuse ? Status::ok() : fp8_block_sim(kv, kp.rows, kp.dim, fp8_nope, 64, stream);
@@ -79,7 +81,6 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     p.attention_factor = af;
     return p;
   };
-
   // TP attention (tensor_parallel_cuda.cpp): this shard's query heads [h0, h1) of its output groups; Hl = H
   // outside TP. The rest of the block up to the attention (the shared latent, compressors, indexer, the state) is
   // every rank's.
@@ -101,9 +102,11 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   } else if (Hl > 0) {
     DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, Hl * hd, false));
   }
+  const bool split = split_prefill(l, T, view, !tp && Hl > 0);  // the split-block prefill kernel's path (bf16 q, o)
   const HeadNormRopeParams qp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
   const HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, af, false};
-  DSI_OP("q_norm_rope", l, q_kv_norm_rope(qp, q, kp, kv, num_.kv_fp8_sim ? nope : 0, st.pos, stream_));
+  DSI_OP("q_norm_rope", l, q_kv_norm_rope(qp, q, split ? split_q16() : nullptr, kp, kv, num_.kv_fp8_sim ? nope : 0,
+                                          st.pos, stream_));
 
   if (type != AttnType::Sliding) {
     const int64_t c = type == AttnType::CSA ? 2 : 1;
@@ -147,7 +150,7 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   }
   float* o = s_.o.data();
   if (view.fp8) {
-    if (Hl > 0) DSI_OP("sparse_attention", l, attend_fp8(l, st, view, selected, h0, Hl));
+    if (Hl > 0) DSI_OP("sparse_attention", l, attend_fp8(l, st, view, selected, h0, Hl, split));
     DSI_OP("ring_write", l, ring_write_fp8(l, st, view));
   } else {
     SparseAttentionCudaParams ap;
@@ -171,16 +174,38 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     if (Hl > 0) DSI_OP("sparse_attention", l, sparse_attention(st, view, ap, q, kv, o, s_.attn_ws.data(), stream_));
     DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
   }
-  return output_projection(l, T, hg);
+  return output_projection(l, T, hg, split ? split_o16() : nullptr);
+}
+
+// Whether layer l of a T-token step takes the split-block prefill kernel's path (sparse_attention_plan.h
+// plan_sparse_prefill_split_step has the rules): the kernel asked for (DSINFER_SPARSE_PREFILL_KERNEL, read by
+// load()), the fast mode, the layer's FP8 split plan at one split, the FP8 state, the step on the prefill op, all
+// heads here (all_heads: no TP attention), wo_a's plan for the step on the batched bf16 call. Taken, attention()
+// has q_kv_norm_rope write the query as bf16 into split_q16(), attend_fp8 run the split kernel from it into
+// split_o16(), and output_projection hand that to wo_a's batched call as its bf16 x (gemm_grouped_bf16).
+bool CudaForwardV4::split_prefill(int64_t l, int64_t T, const ops::LayerStateView& view, bool all_heads) const {
+  SparsePrefillSplitStep s;
+  s.kernel = sparse_prefill_kernel_;
+  s.mode = kernel_mode();
+  s.fp8_state = view.fp8;
+  s.num_splits = view.fp8 ? fp8_splits(l, T, shape_.max_pos) : 0;
+  s.prefill_op = plan_sparse_attention_fp8_prefill(T, sparse_prefill_);
+  s.all_heads = all_heads;
+  s.wo_a_bf16 = plan_gemm_grouped_call(weights_.layer(l).wo_a, cfg_.o_groups, T, kernel_mode(), gemm_settings_).lt;
+  return plan_sparse_prefill_split_step(s);
 }
 
 // wo_a (grouped) and wo_b into s_.f. TP: this shard's groups' columns of wo_a's output, zero elsewhere, summed over
-// the ranks (an exact gather: tensor_parallel_cuda.cpp), then wo_b whole, as one rank runs it.
-Status CudaForwardV4::output_projection(int64_t l, int64_t T, const HeadGroups& hg) {
+// the ranks (an exact gather: tensor_parallel_cuda.cpp), then wo_b whole, as one rank runs it. o16: the split path's
+// bf16 o (all groups here: split_prefill refuses TP), read by wo_a's batched call as its bf16 x.
+Status CudaForwardV4::output_projection(int64_t l, int64_t T, const HeadGroups& hg, const uint16_t* o16) {
   const DeviceLayer& L = weights_.layer(l);
   const int64_t H = cfg_.num_attention_heads, hd = cfg_.head_dim, D = cfg_.hidden_size;
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G, ng = hg.g1 - hg.g0;
-  if (ng == G) {
+  if (o16) {
+    if (ng != G) return Status::error("wo_a: the split path's bf16 o needs every output group on this rank");
+    DSI_OP("wo_a", l, gemm_grouped_bf16(o16, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
+  } else if (ng == G) {
     DSI_OP("wo_a", l, gemm_grouped(s_.o.data(), T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
   } else {
     DSI_RETURN_IF_ERROR(clear_head_groups(s_.mid.data(), T, G * r));
@@ -194,6 +219,17 @@ Status CudaForwardV4::output_projection(int64_t l, int64_t T, const HeadGroups& 
   }
   DSI_OP("wo_b", l, gemm(s_.mid.data(), T, G * r, L.wo_b, s_.f.data(), D, false));
   return Status::ok();
+}
+
+// wo_a on the split path: the cuBLASLt engine's batched call on the bf16 o as it is (split_prefill checked that wo_a's
+// plan is that call). Should the engine refuse it (no algorithm, no cuBLASLt 12.9; nothing launched, y untouched),
+// o is widened exactly into s_.o and gemm_grouped's fp32 route runs on it (its kernels round it back to the same bf16
+// values or read them exactly).
+Status CudaForwardV4::gemm_grouped_bf16(const uint16_t* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
+                                        int64_t groups, float* y, int64_t ldy, int64_t yg) {
+  if (lt_->gemm_grouped_bf16(x, M, ldx, xg, w, groups, y, ldy, yg, stream_).is_ok()) return Status::ok();
+  DSI_RETURN_IF_ERROR(widen_rows_cuda(x, M, ldx, WireType::kBf16, s_.o.data(), stream_));
+  return gemm_grouped(s_.o.data(), M, ldx, xg, w, groups, y, ldy, yg);
 }
 
 // ---------------------------------------------------------------------------------------------- FP8 state
@@ -286,9 +322,11 @@ Status CudaForwardV4::encode_entries(int64_t l, const ops::LayerStateView& view,
 // This step's kv rows into the step cache, the three key lists, then sparse_attention_fp8 (fused sink and inverse
 // RoPE) into s_.o, for the query heads [h0, h0 + heads) that s_.q holds (all of them outside TP attention). A head's
 // output depends only on its own row of q and the shared keys, and the split count follows the model's head count,
-// so a TP rank's heads get the bits one rank gives them.
+// so a TP rank's heads get the bits one rank gives them. split (split_prefill): the split-block prefill op instead,
+// bf16 q from s_.o's memory, bf16 o into s_.q's (forward_v4.h split_q16 / split_o16 say why); a staging it cannot use
+// is an error.
 Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view,
-                                 const int32_t* selected, int64_t h0, int64_t heads) {
+                                 const int32_t* selected, int64_t h0, int64_t heads, bool split) {
   const AttnType type = cfg_.layer_types[size_t(l)];
   const int64_t T = st.T, W = cfg_.sliding_window, cs = fp8_comp_stride(l, shape_.max_pos);
   DSI_RETURN_IF_ERROR(kv_encode(s_.kv.data(), T, cfg_.head_dim, nullptr, f8_.step_rows.data(), T, stream_));
@@ -322,12 +360,14 @@ Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops
   p.attention_factor = float(cfg_.rope_for_layer(l).attention_factor);
   p.num_splits = fp8_splits(l, T, shape_.max_pos);  // workspace sized by prepare_fp8 for the same shape
   // The prefill op's staging after the split partials, as prepare_fp8 sized it for the same route.
-  if (plan_sparse_attention_fp8_prefill(T, sparse_prefill_)) {
-    const size_t off = (size_t(sparse_attention_fp8_workspace_floats(T, p.heads, p.num_splits)) + 3) / 4 * 4;
-    const int64_t bytes = (int64_t(f8_.ws.size()) - int64_t(off)) * 4;
-    if (bytes >= sparse_attention_prefill_staging_bytes(p))
-      return sparse_attention_prefill(p, s_.q.data(), s_.o.data(), f8_.ws.data(), f8_.ws.data() + off, bytes, stream_);
+  const size_t off = (size_t(sparse_attention_fp8_workspace_floats(T, p.heads, p.num_splits)) + 3) / 4 * 4;
+  const int64_t bytes = (int64_t(f8_.ws.size()) - int64_t(off)) * 4;
+  if (split) {  // split_prefill took the split kernel (one split): bf16 q in, bf16 o out
+    p.q_bf16 = true;
+    return sparse_attention_prefill_split(p, split_q16(), split_o16(), f8_.ws.data() + off, bytes, stream_);
   }
+  if (plan_sparse_attention_fp8_prefill(T, sparse_prefill_) && bytes >= sparse_attention_prefill_staging_bytes(p))
+    return sparse_attention_prefill(p, s_.q.data(), s_.o.data(), f8_.ws.data(), f8_.ws.data() + off, bytes, stream_);
   return sparse_attention_fp8(p, s_.q.data(), s_.o.data(), f8_.ws.data(), stream_);
 }
 

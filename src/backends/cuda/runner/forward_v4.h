@@ -13,7 +13,7 @@
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/gemm/gemm_lt_cuda.h"
 #include "ops/moe/moe_cuda.h"
-#include "ops/sparse_attention/sparse_attention_plan.h"  // SparsePrefillRoute
+#include "ops/sparse_attention/sparse_attention_plan.h"  // SparsePrefillRoute, SparsePrefillKernel
 #include "ops/state_view.h"
 
 namespace dsinfer::backends {
@@ -89,14 +89,25 @@ class CudaForwardV4 final : public CudaForward {
                          int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L);
   Status attention(int64_t l, const ops::StepDevice& st);  // attention_v4_cuda.cpp
-  Status output_projection(int64_t l, int64_t T, const HeadGroups& hg);  // wo_a, wo_b (TP: the exact gather between)
+  // wo_a, wo_b (TP: the exact gather between); o16: the split path's bf16 o (null: s_.o)
+  Status output_projection(int64_t l, int64_t T, const HeadGroups& hg, const uint16_t* o16 = nullptr);
+  // The split-block sparse prefill kernel's path for layer l of a T-token step (attention_v4_cuda.cpp; the rules:
+  // ops/sparse_attention/sparse_attention_plan.h plan_sparse_prefill_split_step), and wo_a on its bf16 o.
+  bool split_prefill(int64_t l, int64_t T, const ops::LayerStateView& view, bool all_heads) const;
+  // Where that path's bf16 tensors live ([T, heads, head_dim] each, half of an fp32 buffer's bytes), in scratch idle
+  // while they do: q in s_.o (its fp32 output is not written on that path; the wo_a fallback's fp32 o reuses it once
+  // the attention has read q), o in s_.q (the fp32 q is dead once the norm + RoPE has read it).
+  uint16_t* split_q16() { return reinterpret_cast<uint16_t*>(s_.o.data()); }
+  uint16_t* split_o16() { return reinterpret_cast<uint16_t*>(s_.q.data()); }
+  Status gemm_grouped_bf16(const uint16_t* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
+                           int64_t groups, float* y, int64_t ldy, int64_t yg);
   // The FP8 state's parts of attention() (attention_v4_cuda.cpp): scratch, entry encoding, attention, ring write.
   Status prepare_fp8(int64_t T, int64_t max_pos);
   int64_t fp8_comp_stride(int64_t l, int64_t max_pos) const;
   int64_t fp8_splits(int64_t l, int64_t T, int64_t max_pos) const;
   Status encode_entries(int64_t l, const ops::LayerStateView& view, int64_t T, bool indexer);
   Status attend_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view, const int32_t* selected,
-                    int64_t h0, int64_t heads);
+                    int64_t h0, int64_t heads, bool split);
   Status ring_write_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view);
 
   DeviceWeights weights_;
@@ -111,6 +122,8 @@ class CudaForwardV4 final : public CudaForward {
   std::optional<ops::cuda::GemmLtEngine> lt_;  // made by load() with gemm_settings_.lt_activations / lt_stack
   // DSINFER_SPARSE_PREFILL (ops/sparse_attention/sparse_attention_plan.h), read once by load(): attend_fp8's route.
   ops::cuda::SparsePrefillRoute sparse_prefill_ = ops::cuda::SparsePrefillRoute::kAuto;
+  // DSINFER_SPARSE_PREFILL_KERNEL (the same header), read once by load(): split_prefill's kernel input.
+  ops::cuda::SparsePrefillKernel sparse_prefill_kernel_ = ops::cuda::SparsePrefillKernel::kMain;
 };
 
 }  // namespace dsinfer::backends

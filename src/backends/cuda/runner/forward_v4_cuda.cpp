@@ -34,6 +34,7 @@ int64_t CudaForwardV4::attention_splits(AttnType type, int64_t m, int64_t T, int
 // Weights (checkpoint, validated by model::resolve_weights, or dummy weights generated on the GPU in the official
 // formats) after the per-rank fit check, and the RoPE tables.
 Status CudaForwardV4::load(const runner::RunnerOptions& opts, ExpertSlots slots) {
+  DSI_ASSIGN_OR_RETURN(sparse_prefill_kernel_, sparse_prefill_kernel_from_env());
   DSI_ASSIGN_OR_RETURN(gemm_settings_, gemm_settings_from_env());
   lt_.emplace(gemm_settings_.lt_activations, gemm_settings_.lt_stack);
   DSI_ASSIGN_OR_RETURN(sparse_prefill_, sparse_prefill_route_from_env());

@@ -1,0 +1,622 @@
+// Sparse attention PREFILL, split-block form with bf16 q in and bf16 o out (session 24, issue 30; not yet run on a
+// GPU). The same op as sparse_attention_prefill.cu (64 heads x 512 a block, one shared K = V latent row a key, the
+// window + compressed + top-k lists, attention sinks, the inverse RoPE of the output, the FP8 state rows staged once
+// as bf16 by that file's staging kernels) with the work of a block split as FlashMLA's SM90 sparse prefill splits it
+// (csrc/sm90/prefill/sparse/phase1.cuh, read for the idea; nothing copied):
+// - each of the two consumer warpgroups takes its OWN 64-key block (keys 128 j .. + 63 warpgroup 0, + 64 .. + 127
+//   warpgroup 1) over all 512 of Q's dims: Q K^T is 32 m64n64k16 a step with no partial scores exchanged (main's
+//   kernel splits the dims and exchanges 64 x 32 partial scores every 32-key tile);
+// - the two exchange only their row maxima (one float a row) and then P (64 x 64 bf16) through shared memory; each
+//   owns half of the output's dims: acc (dims 256 c ..) += P_own V_own (wgmma RS, P from registers) + P_other
+//   V_other (wgmma SS, P from shared memory);
+// - the key blocks' halves (dims 0-255, 256-511) have their own ready / free mbarriers, so the producer refills the
+//   half a warpgroup's own P V has finished with while the other half is still read;
+// - q (bf16, [T, H, 512]) arrives by TMA (8 boxes of 64 dims x 64 heads, 128-byte swizzle), issued by the producer
+//   once the last item's final Q K^T is done, so it overlaps the last item's softmax, P V and epilogue; the output
+//   leaves as bf16 from registers (st.global of bf16 pairs): half the bytes of main's fp32 q and o each way.
+// The block walks items (token, 64-head group) as main's persistent kernel does (one block an SM, tokens fastest).
+// One split only (num_splits 1: the prefill steps' plan); the exact and batch-invariant modes keep main's kernel.
+// Arithmetic: scores x (scale log2 e), exp2, the running max over both blocks of a step (128 keys), P rounded to bf16
+// and summed as rounded, fp32 accumulation; the output rounded once to bf16 after the sink, the normalisation and
+// the inverse RoPE (fp32). Not main's bits: the GPU test holds it to the CPU reference and to main's kernel within a
+// bound derived from the bf16 output rounding (tests/gpu/test_sparse_attention_prefill_split_gpu.cpp).
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include "cuda/ops_device.cuh"
+#include "cuda/sm90_async.cuh"
+#include "cuda/tensor_map.h"
+#include "ops/kv_format/kv_format.h"
+#include "ops/sparse_attention/sparse_attention_fp8_common.cuh"  // key lookup, dequant16
+#include "ops/sparse_attention/sparse_attention_prefill_launch.h"
+#include "ops/sparse_attention/sparse_attention_rope_table.cuh"  // the item's inverse-RoPE angles, once
+#include "ops/sparse_attention/sparse_attention_wgmma.cuh"       // wgmma_m64n256k16_rs, p_fragments, desc helpers
+
+namespace dsinfer::ops::cuda::detail {
+
+namespace {
+namespace dev = dsinfer::cuda::dev;
+namespace wg = attn_wgmma;
+namespace sm90 = dsinfer::cuda::sm90;
+using attn_fp8::kChunksPerKey;
+using attn_fp8::kD;
+using sm90::mbar_arrive;
+using sm90::mbar_init;
+using sm90::mbar_wait;
+using sm90::named_sync;
+using sm90::smem_u32;
+
+constexpr int kThreads = 384;    // producer warpgroup + 2 consumer warpgroups
+constexpr int kHeads = kFp8Heads;  // 64 heads an item
+constexpr int kBlock = 64;       // keys a consumer warpgroup's block
+constexpr int kStep = 2 * kBlock;  // keys a step (both blocks)
+constexpr int kHalf = kD / 2;    // output dims a consumer warpgroup owns; also a key block's half
+constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8), "register file");
+static_assert(kHeads == 64 && kD == 512, "the wgmma shapes assume 64 heads x 512 dims");
+
+// Shared memory (offsets from the base aligned up to 1024 bytes: the swizzled Q boxes need it).
+constexpr uint32_t kQBox = 64 * 128;                        // 64 heads x 64 dims bf16, 128-byte swizzle
+constexpr uint32_t kQBytes = 8 * kQBox;                     // 64 KB
+constexpr uint32_t kBlockBytes = kBlock * kD * 2;           // 64 KB: a key block, core matrices (no swizzle)
+constexpr uint32_t kHalfBytes = kBlockBytes / 2;            // dims 0-255 | 256-511: each half contiguous
+constexpr uint32_t kPBytes = kHeads * kBlock * 2;           // 8 KB: a warpgroup's P, core matrices
+constexpr uint32_t kOffQ = 0;
+constexpr uint32_t kOffK = kOffQ + kQBytes;                 // [2 blocks]
+constexpr uint32_t kOffP = kOffK + 2 * kBlockBytes;         // [2 warpgroups]
+constexpr uint32_t kOffMax = kOffP + 2 * kPBytes;           // f32 [2][64]: a step's row maxima (log2 units)
+constexpr uint32_t kOffL = kOffMax + 2 * 64 * 4;            // f32 [2 items][2][64]: the item's row sums
+constexpr uint32_t kOffFlag = kOffL + 2 * 2 * 64 * 4;          // u8 [2][64]: key present
+constexpr uint32_t kOffRope = kOffFlag + 2 * 64;            // float2 [kMaxPairs]
+constexpr uint32_t kOffBar = kOffRope + attn_rope::kMaxPairs * 8;  // u64 ready[2][2], free[2][2], qfull, qfree
+constexpr uint32_t kBars = 10;
+constexpr uint32_t kBytes = kOffBar + kBars * 8 + 1024;     // + 1024: the base is aligned up
+static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
+static_assert(kOffBar % 8 == 0 && kOffRope % 8 == 0 && kOffP % 1024 == 0 && kOffK % 1024 == 0, "alignment");
+
+enum NamedBarrier : int { kBarMax = 1, kBarP = 2, kBarL = 3, kBarWg0 = 4 };  // kBarWg0 + c: warpgroup c alone
+
+// Element offset (bf16) of (row, col) in a 64-row operand of 8 x 8 core matrices (128 contiguous bytes), column
+// group major: core matrix (row group rg, column group cg) at (8 cg + rg) x 128 bytes. The key blocks (row = key,
+// col = dim) and P (row = head, col = key) use it; wgmma reads it K-major with LBO 1024, SBO 128 and (the key block
+// as V) MN-major with LBO 128 (keys), SBO 1024 (dims).
+__device__ __forceinline__ int cm_off(int r, int c) { return (((c >> 3) * 8 + (r >> 3)) * 8 + (r & 7)) * 8 + (c & 7); }
+
+// Matrix descriptor of a K-major operand of 128-byte rows with the 128-byte swizzle, 8-row groups 1024 bytes apart
+// (Q as TMA wrote it).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// s (64 x 64 fp32: s[j] = keys 8j .. 8j + 7 in the C fragment layout) (+)= A (64 heads x 16 dims, descriptor da)
+// * B (64 keys x 16 dims, descriptor db)^T, both K-major; accumulate 0: s = A B^T.
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&s)[8][4], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      :
+        "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]),
+        "+f"(s[1][2]), "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]),
+        "+f"(s[3][0]), "+f"(s[3][1]), "+f"(s[3][2]), "+f"(s[3][3]), "+f"(s[4][0]), "+f"(s[4][1]),
+        "+f"(s[4][2]), "+f"(s[4][3]), "+f"(s[5][0]), "+f"(s[5][1]), "+f"(s[5][2]), "+f"(s[5][3]),
+        "+f"(s[6][0]), "+f"(s[6][1]), "+f"(s[6][2]), "+f"(s[6][3]), "+f"(s[7][0]), "+f"(s[7][1]),
+        "+f"(s[7][2]), "+f"(s[7][3])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// acc (64 x 256 fp32) += A (64 heads x 16 keys, descriptor da, K-major) * B (16 keys x 256 dims, descriptor db,
+// MN-major).
+__device__ __forceinline__ void wgmma_m64n256k16_ss(float (&acc)[32][4], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      :
+        "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]),
+        "+f"(acc[1][2]), "+f"(acc[1][3]), "+f"(acc[2][0]), "+f"(acc[2][1]), "+f"(acc[2][2]), "+f"(acc[2][3]),
+        "+f"(acc[3][0]), "+f"(acc[3][1]), "+f"(acc[3][2]), "+f"(acc[3][3]), "+f"(acc[4][0]), "+f"(acc[4][1]),
+        "+f"(acc[4][2]), "+f"(acc[4][3]), "+f"(acc[5][0]), "+f"(acc[5][1]), "+f"(acc[5][2]), "+f"(acc[5][3]),
+        "+f"(acc[6][0]), "+f"(acc[6][1]), "+f"(acc[6][2]), "+f"(acc[6][3]), "+f"(acc[7][0]), "+f"(acc[7][1]),
+        "+f"(acc[7][2]), "+f"(acc[7][3]), "+f"(acc[8][0]), "+f"(acc[8][1]), "+f"(acc[8][2]), "+f"(acc[8][3]),
+        "+f"(acc[9][0]), "+f"(acc[9][1]), "+f"(acc[9][2]), "+f"(acc[9][3]), "+f"(acc[10][0]), "+f"(acc[10][1]),
+        "+f"(acc[10][2]), "+f"(acc[10][3]), "+f"(acc[11][0]), "+f"(acc[11][1]), "+f"(acc[11][2]), "+f"(acc[11][3]),
+        "+f"(acc[12][0]), "+f"(acc[12][1]), "+f"(acc[12][2]), "+f"(acc[12][3]), "+f"(acc[13][0]), "+f"(acc[13][1]),
+        "+f"(acc[13][2]), "+f"(acc[13][3]), "+f"(acc[14][0]), "+f"(acc[14][1]), "+f"(acc[14][2]), "+f"(acc[14][3]),
+        "+f"(acc[15][0]), "+f"(acc[15][1]), "+f"(acc[15][2]), "+f"(acc[15][3]), "+f"(acc[16][0]), "+f"(acc[16][1]),
+        "+f"(acc[16][2]), "+f"(acc[16][3]), "+f"(acc[17][0]), "+f"(acc[17][1]), "+f"(acc[17][2]), "+f"(acc[17][3]),
+        "+f"(acc[18][0]), "+f"(acc[18][1]), "+f"(acc[18][2]), "+f"(acc[18][3]), "+f"(acc[19][0]), "+f"(acc[19][1]),
+        "+f"(acc[19][2]), "+f"(acc[19][3]), "+f"(acc[20][0]), "+f"(acc[20][1]), "+f"(acc[20][2]), "+f"(acc[20][3]),
+        "+f"(acc[21][0]), "+f"(acc[21][1]), "+f"(acc[21][2]), "+f"(acc[21][3]), "+f"(acc[22][0]), "+f"(acc[22][1]),
+        "+f"(acc[22][2]), "+f"(acc[22][3]), "+f"(acc[23][0]), "+f"(acc[23][1]), "+f"(acc[23][2]), "+f"(acc[23][3]),
+        "+f"(acc[24][0]), "+f"(acc[24][1]), "+f"(acc[24][2]), "+f"(acc[24][3]), "+f"(acc[25][0]), "+f"(acc[25][1]),
+        "+f"(acc[25][2]), "+f"(acc[25][3]), "+f"(acc[26][0]), "+f"(acc[26][1]), "+f"(acc[26][2]), "+f"(acc[26][3]),
+        "+f"(acc[27][0]), "+f"(acc[27][1]), "+f"(acc[27][2]), "+f"(acc[27][3]), "+f"(acc[28][0]), "+f"(acc[28][1]),
+        "+f"(acc[28][2]), "+f"(acc[28][3]), "+f"(acc[29][0]), "+f"(acc[29][1]), "+f"(acc[29][2]), "+f"(acc[29][3]),
+        "+f"(acc[30][0]), "+f"(acc[30][1]), "+f"(acc[30][2]), "+f"(acc[30][3]), "+f"(acc[31][0]), "+f"(acc[31][1]),
+        "+f"(acc[31][2]), "+f"(acc[31][3])
+      : "l"(da), "l"(db), "r"(1));
+}
+
+// A token's keys: list 0, then 1, then 2 (n0, n01: the first list's length, the first two's; nk all).
+struct Keys {
+  int n0 = 0, n01 = 0, nk = 0;
+};
+__device__ __forceinline__ Keys keys_of(const SparseAttentionFp8Params& p, int t) {
+  Keys k;
+  k.n0 = int(attn_fp8::list_len(p.keys[0], t));
+  k.n01 = k.n0 + int(attn_fp8::list_len(p.keys[1], t));
+  k.nk = k.n01 + int(attn_fp8::list_len(p.keys[2], t));
+  return k;
+}
+
+// The block's items i = blockIdx.x, + gridDim.x, ..: token i % T, head group i / T (one split).
+struct Item {
+  int t = 0, h0 = 0;
+};
+__device__ __forceinline__ Item item_of(int i, int T) {
+  Item it;
+  it.t = i % T;
+  it.h0 = (i / T) * kHeads;
+  return it;
+}
+
+// The barriers: ready / free of key block c's half h (dims 256 h ..), the item's Q written / read.
+struct Bars {
+  uint32_t base = 0;
+  __device__ __forceinline__ uint32_t ready(int c, int h) const { return base + 8u * uint32_t(2 * c + h); }
+  __device__ __forceinline__ uint32_t free(int c, int h) const { return base + 32u + 8u * uint32_t(2 * c + h); }
+  __device__ __forceinline__ uint32_t qfull() const { return base + 64u; }
+  __device__ __forceinline__ uint32_t qfree() const { return base + 72u; }
+};
+
+__device__ __forceinline__ void tma_prefetch_2d(const void* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+// Arrives on the barrier once every cp.async this thread issued so far has landed (counted in the init count).
+__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Key `key` of token t as the producer needs it: the staged row (>= 0), -1 no key, -2 a named row the staging did
+// not take (past its capacity: src / r say where it is, the producer dequantises it).
+__device__ __forceinline__ int staged_row(const SparseAttentionFp8Params& p, const PrefillStaging& s, int t,
+                                          const Keys& ks, int key, int& src, int& r) {
+  // attn_fp8::key_cache_row in 32-bit arithmetic (the producer has 56 registers; T x stride and rows < 2^31: the
+  // list shapes the op checks and the runner's)
+  src = key < ks.n0 ? 0 : (key < ks.n01 ? 1 : 2);
+  r = -1;
+  if (key >= ks.nk) return -1;
+  const Fp8KeySource& l = src == 0 ? p.keys[0] : (src == 1 ? p.keys[1] : p.keys[2]);
+  const int j = src == 0 ? key : (src == 1 ? key - ks.n0 : key - ks.n01);
+  r = l.idx[t * int(l.stride) + j];
+  if (r < 0 || r >= int(l.rows)) {
+    r = -1;
+    return -1;
+  }
+  // (selects, not an index: a runtime index into the kernel's parameters would copy them to local memory)
+  const int32_t m = (src == 0 ? s.map[0] : (src == 1 ? s.map[1] : s.map[2]))[r];
+  return m > 0 ? m - 1 : -2;
+}
+
+// A key without a staged row (past the staging's capacity; rare): half h of its cache row dequantised by its own
+// lane into row kr of the key block (out of line: the copy loop keeps its registers).
+__device__ __noinline__ void dequant_half(const SparseAttentionFp8Params& p, int src, int r, int h, int kr,
+                                          __nv_bfloat16* kb) {
+  const Fp8KeySource& ks = src == 0 ? p.keys[0] : (src == 1 ? p.keys[1] : p.keys[2]);
+  const uint8_t* data = ks.cache + kv_data_offset(ks.pages, r);
+  for (int ch = h == 0 ? 0 : kHalf / 16; ch < (h == 0 ? kHalf / 16 : kChunksPerKey); ++ch) {
+    const uint4 v = *reinterpret_cast<const uint4*>(data + 16 * ch);
+    if (ch < int(kKvNope) / 16) {
+      attn_fp8::dequant16(v, ks.cache[kv_scale_offset(ks.pages, r) + ch / 4], kb + cm_off(kr, 16 * ch),
+                          kb + cm_off(kr, 16 * ch + 8));
+    } else {
+      *reinterpret_cast<uint4*>(kb + cm_off(kr, int(kKvNope) + 8 * (ch - int(kKvNope) / 16))) = v;
+    }
+  }
+}
+
+// Producer warp: half h (dims 256 h ..) of its 32 keys (key block rows kw0 .. kw0 + 31) into the key block at kb.
+// Lanes 4 a key, 16 bytes each: an instruction copies 64 contiguous bytes of 8 rows (two full L2 sectors a row) into
+// 4 core-matrix columns (4 shared-memory wavefronts, the minimum for 512 bytes). Copy m (0 .. 31) of a lane: key
+// 8 (m % 4) + lane / 4 of the warp's, dims 256 h + 32 (m / 4) + 8 (lane % 4) ..: one base address a lane (shared) and
+// one a key (global) plus constants. A missing key's chunks are zeros (cp.async with no source bytes); a key without
+// a staged row is dequantised from the cache by its own lane.
+__device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, const PrefillStaging& s, int staged,
+                                          int src, int r, int h, int kw0, unsigned char* sm, int pc) {
+  const int lane = threadIdx.x & 31;
+  // cm_off(kw0 + 8 q + lane / 4, 256 h + 32 (m / 4) + 8 (lane % 4)) = base + 2048 (m / 4) + 64 q (elements)
+  const uint32_t sbase = smem_u32(sm + kOffK) + uint32_t(pc) * kBlockBytes +
+                         2u * uint32_t((32 * h + (lane & 3)) * 512 + (kw0 >> 3) * 64 + (lane >> 2) * 8);
+  const __nv_bfloat16* rows = reinterpret_cast<const __nv_bfloat16*>(s.rows);
+#pragma unroll 1
+  for (int q = 0; q < 4; ++q) {
+    const int st = __shfl_sync(dev::kFull, staged, 8 * q + (lane >> 2));
+    if (st == -2) continue;  // its own lane dequantises it below
+    const __nv_bfloat16* from = rows + int64_t(st >= 0 ? st : 0) * kD + kHalf * h + 8 * (lane & 3);
+#pragma unroll
+    for (int m4 = 0; m4 < 8; ++m4)
+      sm90::cp_async16(sbase + 2u * uint32_t(2048 * m4) + 128u * uint32_t(q), from + 32 * m4, st >= 0);
+  }
+  if (staged == -2)
+    dequant_half(p, src, r, h, kw0 + lane, reinterpret_cast<__nv_bfloat16*>(sm + kOffK + uint32_t(pc) * kBlockBytes));
+}
+
+// Warpgroup 0. Thread 0 loads each item's Q by TMA once the last item's final Q K^T is done (qfree) and prefetches
+// the next item's into L2. Threads 64 c .. 64 c + 63 fill key block c (keys 128 j + 64 c ..) of every step: its own
+// half (dims 256 c ..; freed first, by warpgroup c's own P V) then the other; each half's `ready` barrier counts 64
+// arrivals when the thread's copies have landed and 64 plain ones (the flags and any zero / dequantised stores,
+// released by the arrive).
+// kProbe (the bench's probes, kSplitProbe*): NoQ arrives on qfull with no load, NoGather fills no key block.
+template <int kProbe>
+__device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s,
+                                        const CUtensorMap* qmap, unsigned char* sm, const Bars& bars) {
+  const int tid = threadIdx.x, pc = tid >> 6, pk = tid & 63;
+  const int T = int(p.T), H = int(p.heads);
+  const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
+  const uint32_t qa = smem_u32(sm + kOffQ), flag = smem_u32(sm + kOffFlag) + uint32_t(pc * kBlock + pk);
+  int step = 0, k = 0;
+  for (int i = first; i < total; i += stride, ++k) {
+    const Item it = item_of(i, T);
+    if (tid == 0) {
+      if (k > 0) mbar_wait(bars.qfree(), uint32_t((k - 1) & 1));
+      if (kProbe & kSplitProbeNoQ) {
+        mbar_arrive(bars.qfull());
+      } else {
+        sm90::mbar_arrive_expect_tx(bars.qfull(), kQBytes);
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+          sm90::tma_load_2d(qa + uint32_t(b) * kQBox, qmap, 64 * b, it.t * H + it.h0, bars.qfull());
+      }
+      if (!(kProbe & kSplitProbeNoQ) && i + stride < total) {
+        const Item nx = item_of(i + stride, T);
+#pragma unroll
+        for (int b = 0; b < 8; ++b) tma_prefetch_2d(qmap, 64 * b, nx.t * H + nx.h0);
+      }
+    }
+    const Keys ks = keys_of(p, it.t);
+    const int nsteps = (ks.nk + kStep - 1) / kStep;
+    for (int j = 0; j < nsteps; ++j, ++step) {
+      int src = 0, r = -1;
+      const int staged = staged_row(p, s, it.t, ks, kStep * j + kBlock * pc + pk, src, r);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int h = pc ^ hh;
+        if (step > 0) mbar_wait(bars.free(pc, h), uint32_t((step - 1) & 1));
+        if (hh == 0)
+          asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(flag), "h"(uint16_t(staged != -1 ? 1 : 0)) : "memory");
+        if (!(kProbe & kSplitProbeNoGather)) copy_half(p, s, staged, src, r, h, pk & 32, sm, pc);
+        sm90::fence_proxy_async();  // the flags and any generic stores, before the consumers' wgmma
+        mbar_arrive_on_copies(bars.ready(pc, h));
+        mbar_arrive(bars.ready(pc, h));
+      }
+    }
+  }
+  sm90::cp_async_wait<0>();
+}
+
+// Q K^T of the item's 64 heads against a key block over one half of the dims (16 k16 steps), issued as one commit
+// group; da0: Q's descriptor at the half's first box (4 h), db0: the key block's at the half's first dim (256 h);
+// first: the first step does not accumulate (s = Q K^T). The steps' descriptors are the bases plus constants
+// (addresses >> 4 in the low 14 bits: no carry below 256 KB).
+__device__ __forceinline__ void qk_half(uint64_t da0, uint64_t db0, bool first, float (&sc)[8][4]) {
+  wg::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 16; ++kk) {
+    const uint64_t da = da0 + uint64_t(((kk >> 2) * int(kQBox) + (kk & 3) * 32) >> 4);
+    const uint64_t db = db0 + uint64_t((16 * kk * 128) >> 4);
+    wgmma_m64n64k16_ss(sc, da, db, first && kk == 0 ? 0 : 1);
+  }
+  wg::wgmma_commit();
+}
+
+// Consumer warpgroup c's online softmax of a step: its block's scores masked (the producer's key flags) and scaled to
+// log2 units, the rows' maxima exchanged with the other warpgroup (one float a row through shared memory), then P =
+// exp2(s - max) rounded to bf16 in sc, the row sums (as rounded) and acc rescaled by the moved maxima.
+// lane, q4: the thread's lane and lane % 4; row0: its first accumulator row (16 warp + lane / 4).
+// kProbe & kSplitProbeNoSoftmax: only the exchange's barrier (P = the raw scores: wrong by design).
+template <int c, int kProbe>
+__device__ __forceinline__ void softmax_step(unsigned char* sm, float scale2, int lane, int q4, int row0,
+                                             float (&sc)[8][4], float (&m)[2], float (&l)[2], float (&acc)[32][4]) {
+  if (kProbe & kSplitProbeNoSoftmax) {
+    named_sync(kBarMax, 256);
+    return;
+  }
+  float* smax = reinterpret_cast<float*>(sm + kOffMax);
+  const uint8_t* flags = sm + kOffFlag + c * kBlock;
+  // Masked, scaled (log2 units) scores and the rows' maxima over this block.
+  // (the key masks shifted by the lane's 2 q4 once: each element's bit is then at a constant position)
+  const uint32_t vlo = __ballot_sync(dev::kFull, flags[lane] != 0) >> (2 * q4);
+  const uint32_t vhi = __ballot_sync(dev::kFull, flags[32 + lane] != 0) >> (2 * q4);
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int kb = 8 * (jn & 3) + (e & 1);  // key 8 jn + 2 q4 + (e & 1), less 2 q4 (and 32 from jn 4 on)
+      const bool ok = (((jn < 4 ? vlo : vhi) >> kb) & 1u) != 0;
+      sc[jn][e] = ok ? sc[jn][e] * scale2 : -INFINITY;
+      mx[e >> 1] = fmaxf(mx[e >> 1], sc[jn][e]);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 2));
+  }
+  if (q4 == 0) {
+    smax[c * 64 + row0] = mx[0];
+    smax[c * 64 + row0 + 8] = mx[1];
+  }
+  named_sync(kBarMax, 256);
+  float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float mnew = fmaxf(m[r], fmaxf(mx[r], smax[(c ^ 1) * 64 + row0 + 8 * r]));
+    alpha[r] = mnew != -INFINITY ? exp2f(m[r] - mnew) : 1.0f;
+    mx[r] = mnew;
+    m[r] = mnew;
+  }
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      const float pv = mx[r] != -INFINITY ? __bfloat162float(__float2bfloat16_rn(exp2f(sc[jn][e] - mx[r]))) : 0.0f;
+      sc[jn][e] = pv;
+      sum[r] += pv;
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+  // (a factor of 1 leaves acc's bits as they are: the warp skips the 128 multiplies when no row max moved)
+  if (__any_sync(dev::kFull, alpha[0] != 1.0f || alpha[1] != 1.0f)) attn_mma::rescale_rows(acc, alpha);
+}
+
+// Consumer warpgroup c's epilogue of an item: the row sums of both warpgroups (each summed its own blocks' P), then
+// o = acc / (l + the sink's term), the inverse RoPE, bf16 pairs to o.
+// kProbe & kSplitProbeNoStore: no output written (one element kept live so that the products are not removed).
+template <int c, int kProbe>
+__device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsigned char* sm, const Item& it, int k,
+                                         int q4, int row0, const float (&m)[2], float (&l)[2],
+                                         const float (&acc)[32][4], uint16_t* o) {
+  const int H = int(p.heads);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(dev::kFull, l[r], 1);
+    l[r] += __shfl_xor_sync(dev::kFull, l[r], 2);
+  }
+  // (by item parity: an item with no keys reaches this write with no barrier after the other warpgroup's reads of
+  // the last item's sums)
+  float* slk = reinterpret_cast<float*>(sm + kOffL) + (k & 1) * 128;
+  const float2* rope = reinterpret_cast<const float2*>(sm + kOffRope);
+  if (q4 == 0) {
+    slk[c * 64 + row0] = l[0];
+    slk[c * 64 + row0 + 8] = l[1];
+  }
+  named_sync(kBarL, 256);  // also orders this warpgroup's angle table before its reads below
+  // The inverse RoPE of dims >= rs from the item's table (attn_rope::apply's rotation: table[(d - rs) / 2]); pair
+  // nt's dim d = 256 c + 8 nt + 2 q4 and its angle tb + 4 nt.
+  const int rs = kD - int(p.rope_dim), d0 = kHalf * c + 2 * q4, tb = (d0 - rs) / 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int h = it.h0 + row0 + 8 * r;
+    if (h >= H) continue;
+    const float lt = l[r] + slk[(c ^ 1) * 64 + row0 + 8 * r];
+    const float sink2 = p.sinks[h] * 1.4426950408889634f, mm = fmaxf(m[r], sink2);
+    const float em = exp2f(m[r] - mm);
+    const float f = em / (lt * em + exp2f(sink2 - mm));
+    uint32_t* orow = reinterpret_cast<uint32_t*>(o + (int64_t(it.t) * H + h) * kD + d0);
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      float e0 = acc[nt][2 * r] * f;
+      float e1 = acc[nt][2 * r + 1] * f;
+      if (d0 + 8 * nt >= rs) {
+        const float2 cs = rope[tb + 4 * nt];
+        dev::rope_rotate(e0, e1, cs.x, cs.y);
+      }
+      if (!(kProbe & kSplitProbeNoStore) || e0 == 12345.0f) orow[4 * nt] = attn_mma::pack_bf16(e0, e1);
+    }
+  }
+}
+
+// Consumer warpgroup c over the block's items: each step's own key block (keys 128 j + 64 c ..) scored over all 512
+// dims, the row maxima exchanged, P = exp2(s - max) rounded to bf16 (its sum as rounded), the output dims 256 c ..
+// accumulated from both blocks' P; the epilogue adds the other warpgroup's row sums, the sink, the inverse RoPE and
+// writes bf16 pairs.
+// c is a template parameter: the descriptors and shared addresses are then warp-uniform to the compiler (uniform
+// registers, no conversion before each wgmma).
+template <int c, int kProbe>
+__device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsigned char* sm, const Bars& bars,
+                                        uint16_t* o) {
+  const int wt = int(threadIdx.x) & 127, warp = wt >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, q4 = lane & 3, row0 = 16 * warp + g;
+  const int T = int(p.T), H = int(p.heads);
+  // (read here, not before the role split: values live across setmaxnreg are spilled)
+  const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
+  const uint32_t sbase = smem_u32(sm);
+  const float scale2 = p.scale * 1.4426950408889634f;
+  int step = 0, k = 0;
+  for (int i = first; i < total; i += stride, ++k) {
+    const Item it = item_of(i, T);
+    named_sync(kBarWg0 + c, 128);  // the last item's epilogue has read the angle table
+    if (p.rope_dim > 0)
+      attn_rope::fill(p, kD, int64_t(p.pos[it.t]), kHalf * c, kHalf * (c + 1), wt, 128,
+                      reinterpret_cast<float2*>(sm + kOffRope));
+    const int nsteps = (keys_of(p, it.t).nk + kStep - 1) / kStep;
+    float acc[32][4];
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+    wg::wgmma_fence_regs(acc);
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    mbar_wait(bars.qfull(), uint32_t(k & 1));
+    if (nsteps == 0) mbar_arrive(bars.qfree());
+    for (int j = 0; j < nsteps; ++j, ++step) {
+      const uint32_t par = uint32_t(step & 1);
+      // The products' base descriptors (the k16 steps add constants), from the shared base made opaque here so that
+      // the compiler derives them in each step rather than holding them across it (held, they were spilled): Q K^T
+      // of the own block over half c, then half c ^ 1; P V over the output dims 256 c .. of the own block (P in
+      // registers) and of the other (P from shared memory).
+      uint32_t sb;
+      asm volatile("mov.b32 %0, %1;\n" : "=r"(sb) : "r"(sbase));
+      uint32_t* pown = reinterpret_cast<uint32_t*>(sm + kOffP + uint32_t(c) * kPBytes);
+      const uint32_t qa = sb + kOffQ, kown = sb + kOffK + uint32_t(c) * kBlockBytes;
+      const uint32_t koth = sb + kOffK + uint32_t(c ^ 1) * kBlockBytes;
+      const uint64_t dq_own = desc_sw128(qa + uint32_t(c) * 4u * kQBox);
+      const uint64_t dq_oth = desc_sw128(qa + uint32_t(c ^ 1) * 4u * kQBox);
+      const uint64_t dk_own = wg::wgmma_desc(kown + uint32_t(c) * kHalfBytes, 1024u, 128u);
+      const uint64_t dk_oth = wg::wgmma_desc(kown + uint32_t(c ^ 1) * kHalfBytes, 1024u, 128u);
+      float sc[8][4];
+      mbar_wait(bars.ready(c, c), par);
+      sm90::fence_proxy_async();
+      constexpr bool kMath = !(kProbe & kSplitProbeNoMath);
+      if (kMath) qk_half(dq_own, dk_own, true, sc);
+      if (j > 0) {  // the last step's P V over the other block is done: its half c may be refilled
+        wg::wgmma_wait<1>();
+        mbar_arrive(bars.free(c ^ 1, c));
+      }
+      mbar_wait(bars.ready(c, c ^ 1), par);
+      sm90::fence_proxy_async();
+      if (kMath) {
+        qk_half(dq_oth, dk_oth, false, sc);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 32; ++e) sc[e >> 2][e & 3] = 0.0f;
+      }
+      wg::wgmma_wait<0>();
+      wg::wgmma_fence_regs(sc);
+      wg::wgmma_fence_regs(acc);
+      if (j == nsteps - 1) mbar_arrive(bars.qfree());  // the item's last read of Q
+      softmax_step<c, kProbe>(sm, scale2, lane, q4, row0, sc, m, l, acc);
+      // acc += P_own V_own (half c of the own block), P from registers.
+      uint32_t a[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        a[kk][0] = attn_mma::pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+        a[kk][1] = attn_mma::pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+        a[kk][2] = attn_mma::pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+        a[kk][3] = attn_mma::pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[kk][e])::"memory");
+      }
+      const uint64_t dv_own = wg::wgmma_desc(kown + uint32_t(c) * kHalfBytes, 128u, 1024u);
+      wg::wgmma_fence_regs(acc);
+      wg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4 && kMath; ++kk)
+        wg::wgmma_m64n256k16_rs(acc, a[kk], dv_own + uint64_t((kk * 256) >> 4));
+      wg::wgmma_commit();
+      // P for the other warpgroup: the A fragments' bf16 pairs into P's core matrices (a warp's store of one
+      // fragment register fills one 128-byte core matrix: conflict-free).
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const int key = 16 * kk + 2 * q4;
+        pown[cm_off(row0, key) / 2] = a[kk][0];
+        pown[cm_off(row0 + 8, key) / 2] = a[kk][1];
+        pown[cm_off(row0, key + 8) / 2] = a[kk][2];
+        pown[cm_off(row0 + 8, key + 8) / 2] = a[kk][3];
+      }
+      sm90::fence_proxy_async();  // P's stores, before the other warpgroup's wgmma reads them
+      wg::wgmma_wait<0>();
+      wg::wgmma_fence_regs(acc);
+      mbar_arrive(bars.free(c, c));  // the own block's half c is read (its other half by the other warpgroup)
+      named_sync(kBarP, 256);
+      // acc += P_other V_other (half c of the other block), both from shared memory; completed under the next
+      // step's first Q K^T.
+      const uint64_t dv_oth = wg::wgmma_desc(koth + uint32_t(c) * kHalfBytes, 128u, 1024u);
+      const uint64_t dp_oth = wg::wgmma_desc(sb + kOffP + uint32_t(c ^ 1) * kPBytes, 1024u, 128u);
+      wg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4 && kMath; ++kk)
+        wgmma_m64n256k16_ss(acc, dp_oth + uint64_t((kk * 2048) >> 4), dv_oth + uint64_t((kk * 256) >> 4));
+      wg::wgmma_commit();
+    }
+    wg::wgmma_wait<0>();  // (also with no steps: no wait is injected where acc is read)
+    wg::wgmma_fence_regs(acc);
+    if (nsteps > 0) mbar_arrive(bars.free(c ^ 1, c));
+    epilogue<c, kProbe>(p, sm, it, k, q4, row0, m, l, acc, o);
+  }
+}
+
+template <int kProbe>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_split_kernel(const __grid_constant__ SparseAttentionFp8Params p, const __grid_constant__ PrefillStaging st,
+                         const __grid_constant__ CUtensorMap qmap, uint16_t* o) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  const Bars bars{smem_u32(sm + kOffBar)};
+  if (threadIdx.x == 0) {
+    for (int c = 0; c < 2; ++c)
+      for (int h = 0; h < 2; ++h) {
+        mbar_init(bars.ready(c, h), 128);  // 64 copy arrivals + 64 plain ones (producer threads of block c)
+        mbar_init(bars.free(c, h), 128);   // warpgroup h, after its P V read the half
+      }
+    mbar_init(bars.qfull(), 1);
+    mbar_init(bars.qfree(), 256);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    produce<kProbe>(p, st, &qmap, sm, bars);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  if (threadIdx.x < 256) consume<0, kProbe>(p, sm, bars, o);
+  else consume<1, kProbe>(p, sm, bars, o);
+}
+}  // namespace
+
+namespace {
+template <int kProbe>
+bool launch(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, uint16_t* o, void* stream) {
+  // q as [T x H rows, 512 dims] bf16; boxes of 64 dims x 64 rows (rows past T x H read as zero; a partial head
+  // group's rows past H are the next token's, finite, and their outputs are not written).
+  CUtensorMap qmap;
+  const cuuint64_t dims[2] = {cuuint64_t(kD), cuuint64_t(p.T * p.heads)};
+  const cuuint64_t strides[1] = {cuuint64_t(kD) * 2};
+  const cuuint32_t box[2] = {64, 64};
+  if (!dsinfer::cuda::encode_tiled_map_128b(qmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, q, dims, strides, box))
+    return false;
+  int dev = 0, sms = 1;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int64_t total = p.T * ((p.heads + kHeads - 1) / kHeads);
+  const dim3 grid(unsigned(total < sms ? total : sms));
+  cudaFuncSetAttribute(prefill_split_kernel<kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
+  prefill_split_kernel<kProbe><<<grid, kThreads, kBytes, static_cast<cudaStream_t>(stream)>>>(p, s, qmap, o);
+  return true;
+}
+}  // namespace
+
+bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s,
+                                           const void* q, uint16_t* o, void* stream) {
+  return launch<0>(p, s, q, o, stream);
+}
+
+bool launch_sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s,
+                                                 const void* q, uint16_t* o, int probe, void* stream) {
+  switch (probe) {
+    case kSplitProbeNoMath: return launch<kSplitProbeNoMath>(p, s, q, o, stream);
+    case kSplitProbeNoSoftmax: return launch<kSplitProbeNoSoftmax>(p, s, q, o, stream);
+    case kSplitProbeNoGather: return launch<kSplitProbeNoGather>(p, s, q, o, stream);
+    case kSplitProbeNoStore: return launch<kSplitProbeNoStore>(p, s, q, o, stream);
+    case kSplitProbeNoQ: return launch<kSplitProbeNoQ>(p, s, q, o, stream);
+    case kSplitProbeSkeleton: return launch<kSplitProbeSkeleton>(p, s, q, o, stream);
+    default: return false;
+  }
+}
+
+}  // namespace dsinfer::ops::cuda::detail
