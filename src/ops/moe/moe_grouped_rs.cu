@@ -71,12 +71,15 @@ struct Cfg {
   static constexpr int kSlots = kCwg == 2 ? 5 : 4;
   static constexpr int kOffBar = kSlots * kSlot;
   static constexpr int kSmem = 1024 + kOffBar + 2 * kSlots * 8;  // + 1024: the base is aligned up to 1024
+  // MoeGroupedRsVariant::kWordStageItem: an item entry (e, rb, rows, col) per slot after the mbarriers
+  static constexpr int kOffItem = kOffBar + 2 * kSlots * 8;
+  static constexpr int kSmemItem = kSmem + kSlots * 16;
   // gate/up: h columns per item (W1 and W3 rows of each); down: W2 rows per item
   static constexpr int kGateCols = 32 * kCwg;
   // registers moved from the producer to the consumers by setmaxnreg
   static constexpr int kProd = kCwg == 2 ? 40 : 32;
   static constexpr int kCons = kCwg == 2 ? 232 : 112;
-  static_assert(kSmem <= 227 * 1024, "Hopper's shared memory per block");
+  static_assert(kSmemItem <= 227 * 1024, "Hopper's shared memory per block");
   // within what the launch holds: NT x the entry cap of __launch_bounds__(NT, 1) (65536 / NT rounded down to 8)
   static_assert(128 * kProd + 128 * kCwg * kCons <= NT * (65536 / NT / 8 * 8), "the registers of the launch");
 };
@@ -277,6 +280,7 @@ struct Smem {
   __device__ uint32_t full(int c) const { return s0 + uint32_t(C::kOffBar + (c % C::kSlots) * 8); }
   __device__ uint32_t empty(int c) const { return s0 + uint32_t(C::kOffBar + (C::kSlots + c % C::kSlots) * 8); }
   __device__ uint32_t parity(int c) const { return uint32_t(c / C::kSlots) & 1u; }
+  __device__ uint32_t item(int c) const { return s0 + uint32_t(C::kOffItem + (c % C::kSlots) * 16); }
   __device__ const uint8_t* ptr(uint32_t addr) const { return base + (addr - s0); }
 };
 
@@ -287,24 +291,34 @@ __device__ __forceinline__ int cta_items(int nitems) {
 
 // Producer warpgroup: global stage c (this CTA's items one after the other, nk stages each): wait for slot c to be
 // released, then the activation tile (thread 0: two TMA boxes, counted as bytes on full) and the weight bytes
-// (cp.async, each thread's arrival on full when its copies landed).
-template <int kCwg, bool kGateUp>
+// (cp.async, each thread's arrival on full when its copies landed). kItem (MoeGroupedRsVariant::kWordStageItem): at an
+// item's first stage thread 0 also writes the item (e, rb, rows, col) to the slot's entry (Smem::item) before its
+// arrival on full (release; the consumers read it after their wait on full, acquire, and before their arrival on
+// empty, so the entry of a later item cannot overwrite it in between).
+template <int kCwg, bool kGateUp, bool kItem = false>
 __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtensorMap& amap, const Smem<kCwg>& sm,
                                          int nitems, int ncols, int nk) {
   using C = Cfg<kCwg>;
   const int tid = int(threadIdx.x), total = cta_items(nitems) * nk;
   WSrc ws{};
   int rb = 0;
+  Item cur{};
   for (int c = 0; c < total; ++c) {
     const int kt = c % nk;
     if (kt == 0) {
       const Item it = item_of(p, int(blockIdx.x) + (c / nk) * int(gridDim.x), ncols);
       ws = w_source<kCwg, kGateUp>(p, it);
       rb = it.rb;
+      if constexpr (kItem) cur = it;
     }
     mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
     const uint32_t slot = sm.slot(c), full = sm.full(c);
     if (tid == 0) {
+      if constexpr (kItem)
+        if (kt == 0) {
+          int4* entry = reinterpret_cast<int4*>(sm.base + (sm.item(c) - sm.s0));
+          *entry = make_int4(cur.e, cur.rb, cur.rows, cur.col);
+        }
       mbar_arrive_expect_tx(full, kTile);
       tma_load_2d(slot, &amap, kt * BK, rb, full);
       tma_load_2d(slot + BT * 128, &amap, kt * BK + kBox, rb, full);
@@ -322,21 +336,27 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
 }
 
 // A stage's weight operands for a consumer thread: its two weight rows' 16 FP4 bytes (lane t's 32 k of the chunk) and
-// their scales as bf16x2 factors (fp4_scale_bf16 in both halves).
+// their scales as bf16x2 factors (fp4_scale_bf16 in both halves; kX2: by fp4_scale_bf16x2, the same bits for every
+// byte, tests/unit/test_moe_fast.cpp Fp4ScalePairMatchesScale).
 struct WRegs {
   uint4 w0, w1;
   uint32_t F0, F1;
 };
-template <int kCwg>
+template <int kCwg, bool kX2 = false>
 __device__ __forceinline__ void load_wregs(const Smem<kCwg>& sm, uint32_t slot, int wrow, int t, WRegs& r) {
   using C = Cfg<kCwg>;
   const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
   const uint8_t* sc = sm.ptr(slot + C::kOffSc);
   r.w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
   r.w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
-  const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
-  r.F0 = f0 | (f0 << 16);
-  r.F1 = f1 | (f1 << 16);
+  if constexpr (kX2) {
+    r.F0 = md::fp4_scale_bf16x2(sc[wrow * 4 + t]);
+    r.F1 = md::fp4_scale_bf16x2(sc[(wrow + 8) * 4 + t]);
+  } else {
+    const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
+    r.F0 = f0 | (f0 << 16);
+    r.F1 = f1 | (f1 << 16);
+  }
 }
 
 // One item's main loop for a consumer warpgroup with wgmma N = kN, or 16 nb chosen per stage at run time (kN = 0;
@@ -351,25 +371,40 @@ __device__ __forceinline__ void load_wregs(const Smem<kCwg>& sm, uint32_t slot, 
 // stage's first wgmma issues at once (same wgmmas, same order). Returns the next stage index. Rejected (session
 // 23): no drain per stage, the slot of stage kt - 1 released after stage kt's first wgmma and `wait_group 1`: at
 // cwg 4's 112 registers ptxas serializes every wgmma (C7512, insufficient registers).
-template <int kCwg, int kN, bool kEarly>
+// kVar (MoeGroupedRsArgs::variant, moe_grouped_launch.h): the decode (kSession23: rs_decode_step; later:
+// rs_decode_step_word), and from kWordStage the step descriptors as the stage's first plus a constant and the scale
+// factors by fp4_scale_bf16x2: the same A registers and descriptors, so the same wgmmas.
+template <int kCwg, int kN, bool kEarly, MoeGroupedRsVariant kVar>
 __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
                                         float (&acc)[64]) {
+  constexpr bool kWord = kVar != MoeGroupedRsVariant::kSession23;
+  constexpr bool kStage = kVar == MoeGroupedRsVariant::kWordStage || kVar == MoeGroupedRsVariant::kWordStageItem;
   WRegs wr;
   uint32_t a[2][4];
+  // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
+  auto decode = [&](uint32_t(&r)[4], int s) {
+    if constexpr (kWord) md::rs_decode_step_word(wr.w0, wr.w1, wr.F0, wr.F1, s, r);
+    else md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, s, r);
+  };
   if constexpr (kEarly) {
     mbar_wait(sm.full(c), sm.parity(c));
-    load_wregs(sm, sm.slot(c), wrow, t, wr);
-    md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, 0, a[0]);
+    load_wregs<kCwg, kStage>(sm, sm.slot(c), wrow, t, wr);
+    decode(a[0], 0);
   }
   for (int kt = 0; kt < nk; ++kt, ++c) {
     const uint32_t slot = sm.slot(c);
     if constexpr (!kEarly) {
       mbar_wait(sm.full(c), sm.parity(c));
-      load_wregs(sm, slot, wrow, t, wr);
+      load_wregs<kCwg, kStage>(sm, slot, wrow, t, wr);
     }
-    // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
-    auto decode = [&](uint32_t(&r)[4], int s) { md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, s, r); };
-    auto desc = [&](int s) { return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)); };
+    // Step s's B at slot + (s / 4) BT 128 + (s % 4) 32 bytes. kStage: smem_desc(slot) + that offset / 16, the same
+    // descriptor: a shared address is below 2^18 (so the mask keeps it whole), slot and offset are multiples of 16,
+    // and (slot + offset) / 16 < 2^14 stays in the address field, below the flag bits.
+    const uint64_t d0 = smem_desc(slot);
+    auto desc = [&](int s) {
+      if constexpr (kStage) return d0 + uint64_t(((s >> 2) * BT * 128 + (s & 3) * 32) >> 4);
+      else return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32));
+    };
     const bool next = kEarly && kt + 1 < nk;
     // the stage's 8 steps with wgmma N = kS, drained at the end
     auto steps = [&](auto shape) {
@@ -386,7 +421,7 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
         } else if (next) {
           wgmma_wait<1>();  // step 6 done: a[0] is free; step 7 (a[1]) runs on
           mbar_wait(sm.full(c + 1), sm.parity(c + 1));
-          load_wregs(sm, sm.slot(c + 1), wrow, t, wr);
+          load_wregs<kCwg, kStage>(sm, sm.slot(c + 1), wrow, t, wr);
           decode(a[0], 0);
         }
       }
@@ -448,37 +483,49 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
 // item (session 23: no switch per stage; the epilogue stays one copy, 96 registers at cwg 4, no spills), else one
 // main loop that picks the shape per stage (session 19; rejected: a switch per wgmma, after which ptxas injects
 // warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled at cwg 4's 96
-// registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
-template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
+// registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128. kVar: the main loop's code
+// (mainloop); kWordStageItem reads the item from the entry the producer wrote beside the slot of its first stage
+// (producer kItem) instead of item_of's integer division and two dependent global loads between the epilogue and
+// the next item's first wgmma.
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist, MoeGroupedRsVariant kVar>
 __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<kCwg>& sm, int nitems, int ncols,
                                          int nk, int cwg) {
   const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int wrow = cwg * 64 + warp * 16 + g;  // the thread's weight rows wrow, wrow + 8 (smem rows of the item)
   int c = 0;
-  for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
-    const Item it = item_of(p, w, ncols);
+  auto item = [&](const Item& it) {
     float acc[64];
     if constexpr (kFine && kHoist) {
       switch ((it.rows + 15) >> 4) {
-        case 1: c = mainloop<kCwg, 16, kEarly>(sm, c, nk, 1, wrow, t, acc); break;
-        case 2: c = mainloop<kCwg, 32, kEarly>(sm, c, nk, 2, wrow, t, acc); break;
-        case 3: c = mainloop<kCwg, 48, kEarly>(sm, c, nk, 3, wrow, t, acc); break;
-        case 4: c = mainloop<kCwg, 64, kEarly>(sm, c, nk, 4, wrow, t, acc); break;
-        case 5: c = mainloop<kCwg, 80, kEarly>(sm, c, nk, 5, wrow, t, acc); break;
-        case 6: c = mainloop<kCwg, 96, kEarly>(sm, c, nk, 6, wrow, t, acc); break;
-        case 7: c = mainloop<kCwg, 112, kEarly>(sm, c, nk, 7, wrow, t, acc); break;
-        default: c = mainloop<kCwg, 128, kEarly>(sm, c, nk, 8, wrow, t, acc); break;
+        case 1: c = mainloop<kCwg, 16, kEarly, kVar>(sm, c, nk, 1, wrow, t, acc); break;
+        case 2: c = mainloop<kCwg, 32, kEarly, kVar>(sm, c, nk, 2, wrow, t, acc); break;
+        case 3: c = mainloop<kCwg, 48, kEarly, kVar>(sm, c, nk, 3, wrow, t, acc); break;
+        case 4: c = mainloop<kCwg, 64, kEarly, kVar>(sm, c, nk, 4, wrow, t, acc); break;
+        case 5: c = mainloop<kCwg, 80, kEarly, kVar>(sm, c, nk, 5, wrow, t, acc); break;
+        case 6: c = mainloop<kCwg, 96, kEarly, kVar>(sm, c, nk, 6, wrow, t, acc); break;
+        case 7: c = mainloop<kCwg, 112, kEarly, kVar>(sm, c, nk, 7, wrow, t, acc); break;
+        default: c = mainloop<kCwg, 128, kEarly, kVar>(sm, c, nk, 8, wrow, t, acc); break;
       }
     } else if constexpr (kFine) {
-      c = mainloop<kCwg, 0, kEarly>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
-    } else if (it.rows <= 96) c = mainloop<kCwg, 96, false>(sm, c, nk, 6, wrow, t, acc);
-    else c = mainloop<kCwg, 128, false>(sm, c, nk, 8, wrow, t, acc);
+      c = mainloop<kCwg, 0, kEarly, kVar>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
+    } else if (it.rows <= 96) c = mainloop<kCwg, 96, false, kVar>(sm, c, nk, 6, wrow, t, acc);
+    else c = mainloop<kCwg, 128, false, kVar>(sm, c, nk, 8, wrow, t, acc);
     epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
+  };
+  if constexpr (kVar == MoeGroupedRsVariant::kWordStageItem) {
+    // the item from the entry the producer wrote at its first stage (c), not from global memory
+    for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
+      mbar_wait(sm.full(c), sm.parity(c));
+      const int4 v = *reinterpret_cast<const int4*>(sm.ptr(sm.item(c)));
+      item(Item{v.x, v.y, v.z, v.w});
+    }
+  } else {
+    for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) item(item_of(p, w, ncols));
   }
 }
 
 // Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
-template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist, MoeGroupedRsVariant kVar>
 __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap) {
   using C = Cfg<kCwg>;
@@ -498,10 +545,10 @@ __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
   const int wg = int(threadIdx.x) >> 7;
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProd));
-    producer<kCwg, kGateUp>(p, amap, sm, nitems, ncols, nk);
+    producer<kCwg, kGateUp, kVar == MoeGroupedRsVariant::kWordStageItem>(p, amap, sm, nitems, ncols, nk);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kCons));
-    consumer<kCwg, kGateUp, kFine, kEarly, kHoist>(p, sm, nitems, ncols, nk, wg - 1);
+    consumer<kCwg, kGateUp, kFine, kEarly, kHoist, kVar>(p, sm, nitems, ncols, nk, wg - 1);
   }
 }
 
@@ -536,12 +583,14 @@ bool make_act_map(const MoeGroupedRsArgs& a, CUtensorMap& map) {
   return dsinfer::cuda::encode_tiled_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.a, dims, strides, box);
 }
 
-template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist,
+          MoeGroupedRsVariant kVar = MoeGroupedRsVariant::kSession23>
 void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
   using C = Cfg<kCwg>;
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
-  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist>,
-                       cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  constexpr int kSmem = kVar == MoeGroupedRsVariant::kWordStageItem ? C::kSmemItem : C::kSmem;
+  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist, kVar>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   static const int sms = [] {
     int dev = 0, n = 132;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
@@ -549,14 +598,22 @@ void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_
   }();
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / (kGateUp ? C::kGateCols : C::BW)));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
-  moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist><<<grid, C::NT, C::kSmem, st>>>(a, amap);
+  moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist, kVar><<<grid, C::NT, kSmem, st>>>(a, amap);
 }
 // early_next and item_switch are compiled with the fine N only (the N 96 / 128 main loop is kept for the bench's
-// session 18 variant).
+// session 18 variant); MoeGroupedRsArgs::variant with all three on (the plan's launch) only.
 template <int kCwg, bool kGateUp>
 void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
+  using V = MoeGroupedRsVariant;
+  const bool plan = a.fine_n && a.early_next && a.item_switch;
   if (!a.fine_n) launch_cfg<kCwg, kGateUp, false, false, false>(a, amap, max_tiles, st);
-  else if (a.early_next && a.item_switch) launch_cfg<kCwg, kGateUp, true, true, true>(a, amap, max_tiles, st);
+  else if (plan && a.variant == V::kWordDecode)
+    launch_cfg<kCwg, kGateUp, true, true, true, V::kWordDecode>(a, amap, max_tiles, st);
+  else if (plan && a.variant == V::kWordStage)
+    launch_cfg<kCwg, kGateUp, true, true, true, V::kWordStage>(a, amap, max_tiles, st);
+  else if (plan && a.variant == V::kWordStageItem)
+    launch_cfg<kCwg, kGateUp, true, true, true, V::kWordStageItem>(a, amap, max_tiles, st);
+  else if (plan) launch_cfg<kCwg, kGateUp, true, true, true>(a, amap, max_tiles, st);
   else if (a.early_next) launch_cfg<kCwg, kGateUp, true, true, false>(a, amap, max_tiles, st);
   else if (a.item_switch) launch_cfg<kCwg, kGateUp, true, false, true>(a, amap, max_tiles, st);
   else launch_cfg<kCwg, kGateUp, true, false, false>(a, amap, max_tiles, st);
