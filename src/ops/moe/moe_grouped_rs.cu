@@ -15,7 +15,9 @@
 // orders the activations) and their scales, then per 16-k step decodes 4 bf16x2 A registers (two rows, two pairs)
 // and issues the step's m64nNk16 wgmma with B from the slot, decoding step s + 1 while step s runs (double buffer,
 // drained at the stage's end; the next stage's weight bytes and first decode come before that drain, under the
-// stage's last wgmma); the slot is released after the stage's last wgmma.
+// stage's last wgmma); the slot is released after the stage's last wgmma. MoeGroupedRsArgs::variant (session 24,
+// opt-in) swaps in a leaner consumer code with the same wgmmas on the same operands: the word decode
+// (rs_decode_step_word), the step descriptors from the stage's first, and the item entry from shared memory.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
 // activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
@@ -270,17 +272,26 @@ __device__ __forceinline__ WSrc w_source(const MoeGroupedRsArgs& p, const Item& 
   return s;
 }
 
-// Shared-memory addresses: ring slots, full[kSlots] then empty[kSlots] mbarriers.
+// Shared-memory addresses of global stage c (an int, or a uint32_t where the caller wants the unsigned % and /,
+// a mask and a shift at 4 slots, instead of the signed sequences): ring slots, full[kSlots] then empty[kSlots]
+// mbarriers, the item entries of MoeGroupedRsVariant::kWordStageItem.
 template <int kCwg>
 struct Smem {
   using C = Cfg<kCwg>;
   uint8_t* base;
   uint32_t s0;
-  __device__ uint32_t slot(int c) const { return s0 + uint32_t((c % C::kSlots) * C::kSlot); }
-  __device__ uint32_t full(int c) const { return s0 + uint32_t(C::kOffBar + (c % C::kSlots) * 8); }
-  __device__ uint32_t empty(int c) const { return s0 + uint32_t(C::kOffBar + (C::kSlots + c % C::kSlots) * 8); }
-  __device__ uint32_t parity(int c) const { return uint32_t(c / C::kSlots) & 1u; }
-  __device__ uint32_t item(int c) const { return s0 + uint32_t(C::kOffItem + (c % C::kSlots) * 16); }
+  template <class I>
+  __device__ uint32_t slot(I c) const { return s0 + uint32_t((c % I(C::kSlots)) * I(C::kSlot)); }
+  template <class I>
+  __device__ uint32_t full(I c) const { return s0 + uint32_t(I(C::kOffBar) + (c % I(C::kSlots)) * I(8)); }
+  template <class I>
+  __device__ uint32_t empty(I c) const {
+    return s0 + uint32_t(I(C::kOffBar) + (I(C::kSlots) + c % I(C::kSlots)) * I(8));
+  }
+  template <class I>
+  __device__ uint32_t parity(I c) const { return uint32_t(c / I(C::kSlots)) & 1u; }
+  template <class I>
+  __device__ uint32_t item(I c) const { return s0 + uint32_t(I(C::kOffItem) + (c % I(C::kSlots)) * I(16)); }
   __device__ const uint8_t* ptr(uint32_t addr) const { return base + (addr - s0); }
 };
 
@@ -375,10 +386,12 @@ __device__ __forceinline__ void load_wregs(const Smem<kCwg>& sm, uint32_t slot, 
 // rs_decode_step_word), and from kWordStage the step descriptors as the stage's first plus a constant and the scale
 // factors by fp4_scale_bf16x2: the same A registers and descriptors, so the same wgmmas.
 template <int kCwg, int kN, bool kEarly, MoeGroupedRsVariant kVar>
-__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
+__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c0, int nk, int nb, int wrow, int t,
                                         float (&acc)[64]) {
   constexpr bool kWord = kVar != MoeGroupedRsVariant::kSession23;
   constexpr bool kStage = kVar == MoeGroupedRsVariant::kWordStage || kVar == MoeGroupedRsVariant::kWordStageItem;
+  // the global stage counter: unsigned from kWordStage on (the slot and parity by a mask and a shift; c >= 0)
+  std::conditional_t<kStage, uint32_t, int> c = c0;
   WRegs wr;
   uint32_t a[2][4];
   // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
@@ -444,7 +457,7 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
     }
     mbar_arrive(sm.empty(c));  // the stage's wgmmas are done, its weight bytes in registers
   }
-  return c;
+  return int(c);
 }
 
 // Epilogue of consumer warpgroup cwg (weight rows 64 cwg ..) of item `it`: accumulator columns (tokens) < it.rows.
