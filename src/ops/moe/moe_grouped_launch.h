@@ -62,8 +62,10 @@ inline constexpr bool kMoeGroupedRsItemSwitch = true;
 // kSession23: each bf16 pair of FP4 weights by its own shifts and masks (fp4_pair_bits), each step's wgmma descriptor
 // from its address, the scale factors by fp4_scale_bf16. kWordDecode: each step's two pairs of a row from one
 // bit-select (fp4_half_pairs, moe_grouped_rs_decode.cuh rs_decode_step_word). kWordStage: kWordDecode, the step
-// descriptors as the stage's first plus a constant, the scale factors by fp4_scale_bf16x2. kWordStageItem:
-// kWordStage, the next item's tile entry loaded before the main loop (not after the epilogue).
+// descriptors as the stage's first plus a constant, the scale factors by fp4_scale_bf16x2, the stage counter
+// unsigned (slot and parity by mask and shift). kWordStageItem:
+// kWordStage, the item entry from the producer through shared memory (not item_of's global loads) and the
+// epilogue's outputs as two row pointers stepped by 8 rows (not a 64-bit index each).
 enum class MoeGroupedRsVariant : uint8_t { kSession23 = 0, kWordDecode = 1, kWordStage = 2, kWordStageItem = 3 };
 
 // The bf16 wgmma grouped GEMMs with the FP4 weights as the register A operand (moe_grouped_rs.cu; numerics of

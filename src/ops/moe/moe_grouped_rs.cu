@@ -17,7 +17,8 @@
 // drained at the stage's end; the next stage's weight bytes and first decode come before that drain, under the
 // stage's last wgmma); the slot is released after the stage's last wgmma. MoeGroupedRsArgs::variant (session 24,
 // opt-in) swaps in a leaner consumer code with the same wgmmas on the same operands: the word decode
-// (rs_decode_step_word), the step descriptors from the stage's first, and the item entry from shared memory.
+// (rs_decode_step_word), the step descriptors from the stage's first, the item entry from shared memory and the
+// epilogue's row pointers.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
 // activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
@@ -461,34 +462,77 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c0, int nk, in
 }
 
 // Epilogue of consumer warpgroup cwg (weight rows 64 cwg ..) of item `it`: accumulator columns (tokens) < it.rows.
-template <int kCwg, bool kGateUp>
+// kRows (MoeGroupedRsVariant::kWordStageItem): the same values to the same addresses, each as the thread's first
+// output (row rb + 2t) plus a constant multiple of N, instead of the full 64-bit index per output.
+template <int kCwg, bool kGateUp, bool kRows = false>
 __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& it, int cwg, int warp, int g, int t,
                                          const float (&acc)[64]) {
   using C = Cfg<kCwg>;
   constexpr float kScale = 0x1p64f;  // 2^kFastScaleShift: the decoded weights were scaled by 2^-64
+  if constexpr (kRows) {
+    // outputs (j, h) at rows rb + 2t + 8j + h: two row pointers (h = 0, 1) stepped by 8 rows
+    const int64_t row0 = (int64_t(it.rb) + 2 * t) * p.N, step = 8 * p.N;
+    const int lim = it.rows - 2 * t;  // output (j, h) exists iff 8j + h < lim
+    if constexpr (kGateUp) {
+      const int64_t col = int64_t(it.col) * C::kGateCols + 8 * (4 * cwg + warp) + g;
+      uint16_t* o[2] = {p.hout + row0 + (col & ~int64_t(127)) + md::grp_slot(int(col & 127)), nullptr};
+      o[1] = o[0] + p.N;
 #pragma unroll
-  for (int j = 0; j < BT / 8; ++j)
+      for (int j = 0; j < BT / 8; ++j) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int tok = 8 * j + 2 * t + h;
-      if (tok >= it.rows) continue;
-      const int64_t grow = int64_t(it.rb) + tok;
-      if constexpr (kGateUp) {
-        float gv = acc[4 * j + h] * kScale, uv = acc[4 * j + 2 + h] * kScale;
-        if (p.limit > 0.0f) {
-          gv = fminf(gv, p.limit);
-          uv = fminf(fmaxf(uv, -p.limit), p.limit);
+        for (int h = 0; h < 2; ++h) {
+          if (8 * j + h >= lim) continue;
+          float gv = acc[4 * j + h] * kScale, uv = acc[4 * j + 2 + h] * kScale;
+          if (p.limit > 0.0f) {
+            gv = fminf(gv, p.limit);
+            uv = fminf(fmaxf(uv, -p.limit), p.limit);
+          }
+          const float hv = gv / (1.0f + expf(-gv)) * uv;
+          *o[h] = __bfloat16_as_ushort(__float2bfloat16_rn(hv));
         }
-        const float hv = gv / (1.0f + expf(-gv)) * uv;
-        const int64_t col = int64_t(it.col) * C::kGateCols + 8 * (4 * cwg + warp) + g;
-        p.hout[grow * p.N + (col & ~int64_t(127)) + md::grp_slot(int(col & 127))] =
-            __bfloat16_as_ushort(__float2bfloat16_rn(hv));
-      } else {
-        const int64_t n = int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g;
-        p.yout[grow * p.N + n] = acc[4 * j + h] * kScale;
-        p.yout[grow * p.N + n + 8] = acc[4 * j + 2 + h] * kScale;
+        o[0] += step;
+        o[1] += step;
+      }
+    } else {
+      float* o[2] = {p.yout + row0 + int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g, nullptr};
+      o[1] = o[0] + p.N;
+#pragma unroll
+      for (int j = 0; j < BT / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (8 * j + h >= lim) continue;
+          o[h][0] = acc[4 * j + h] * kScale;
+          o[h][8] = acc[4 * j + 2 + h] * kScale;
+        }
+        o[0] += step;
+        o[1] += step;
       }
     }
+  } else {
+#pragma unroll
+    for (int j = 0; j < BT / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int tok = 8 * j + 2 * t + h;
+        if (tok >= it.rows) continue;
+        const int64_t grow = int64_t(it.rb) + tok;
+        if constexpr (kGateUp) {
+          float gv = acc[4 * j + h] * kScale, uv = acc[4 * j + 2 + h] * kScale;
+          if (p.limit > 0.0f) {
+            gv = fminf(gv, p.limit);
+            uv = fminf(fmaxf(uv, -p.limit), p.limit);
+          }
+          const float hv = gv / (1.0f + expf(-gv)) * uv;
+          const int64_t col = int64_t(it.col) * C::kGateCols + 8 * (4 * cwg + warp) + g;
+          p.hout[grow * p.N + (col & ~int64_t(127)) + md::grp_slot(int(col & 127))] =
+              __bfloat16_as_ushort(__float2bfloat16_rn(hv));
+        } else {
+          const int64_t n = int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g;
+          p.yout[grow * p.N + n] = acc[4 * j + h] * kScale;
+          p.yout[grow * p.N + n + 8] = acc[4 * j + 2 + h] * kScale;
+        }
+      }
+  }
 }
 
 // Consumer warpgroup cwg: per item the main loop and the epilogue. kFine (MoeGroupedRsArgs::fine_n): wgmma N = the
@@ -523,7 +567,7 @@ __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<k
       c = mainloop<kCwg, 0, kEarly, kVar>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
     } else if (it.rows <= 96) c = mainloop<kCwg, 96, false, kVar>(sm, c, nk, 6, wrow, t, acc);
     else c = mainloop<kCwg, 128, false, kVar>(sm, c, nk, 8, wrow, t, acc);
-    epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
+    epilogue<kCwg, kGateUp, kVar == MoeGroupedRsVariant::kWordStageItem>(p, it, cwg, warp, g, t, acc);
   };
   if constexpr (kVar == MoeGroupedRsVariant::kWordStageItem) {
     // the item from the entry the producer wrote at its first stage (c), not from global memory
