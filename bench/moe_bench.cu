@@ -18,8 +18,8 @@
 // DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0);
 // DSINFER_MOE_BENCH_RS_ONLY = 1: prefill stops after the RS kernels (moe_grouped_rs.cu) of each T;
 // DSINFER_MOE_BENCH_RS_VARIANTS = comma list of indices 0..10 into bench_prefill's RS variant list (repeats
-// allowed; default 0, 3, 4, 7); DSINFER_MOE_BENCH_PROFILE = 1: prefill launches each RS variant's two kernels once (weight
-// set 0) and times nothing (for ncu: -k regex:moe_grouped_rs_kernel -c 2 x the variants).
+// allowed; default 0, 3, 4, 7); DSINFER_MOE_BENCH_PROFILE = 1: prefill launches each RS variant's two kernels once
+// (weight set 0) and times nothing (for ncu: -k regex:moe_grouped_rs_kernel -c 2 x the variants).
 #include <cuda_runtime.h>
 
 #include <algorithm>
