@@ -17,9 +17,9 @@
 // DSINFER_MOE_BENCH_T = comma list of the grouped table's T (default 512,1024,2048,4096,8192);
 // DSINFER_MOE_BENCH_FP8_ONLY = 1: the grouped table times the FP8 path alone (the others print 0);
 // DSINFER_MOE_BENCH_RS_ONLY = 1: prefill stops after the RS kernels (moe_grouped_rs.cu) of each T;
-// DSINFER_MOE_BENCH_RS_VARIANTS = comma list of indices into bench_prefill's RS variant list (repeats allowed;
-// default 0, 3, 4, 7); DSINFER_MOE_BENCH_PROFILE = 1: prefill launches each RS variant's two kernels once (weight
-// set 0) and times nothing (for ncu: -k regex:moe_grouped_rs_kernel -c 2 x the variants).
+// DSINFER_MOE_BENCH_RS_VARIANTS = comma list of indices 0..10 into bench_prefill's RS variant list (repeats
+// allowed; default 0, 3, 4, 7); DSINFER_MOE_BENCH_PROFILE = 1: prefill launches each RS variant's two kernels once
+// (weight set 0) and times nothing (for ncu: -k regex:moe_grouped_rs_kernel -c 2 x the variants).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -629,17 +629,27 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     for (int si = 0; si < g_sets; ++si) xp(si);
     // Variants: consumer warpgroups, wgmma N per item (fine: rows rounded up to 16; else 96 / 128), the tile list (by
     // size, largest first; else expert order), the stage boundary (early: the next stage's operands before the
-    // drain; else after it) and the wgmma shape switch (item: per item; else per stage). 0 is session 18's default,
-    // 3 session 19's, 7 session 23's, 4 the cwg 2 fallback. DSINFER_MOE_BENCH_RS_VARIANTS picks (and may repeat)
-    // indices of this list.
+    // drain; else after it), the wgmma shape switch (item: per item; else per stage) and the consumer code
+    // (MoeGroupedRsArgs::variant, session 24: 8 the word decode, 9 + the stage's descriptors from its first, 10 + the
+    // next item's entry early). 0 is session 18's default, 3 session 19's, 7 session 23's, 4 the cwg 2 fallback.
+    // DSINFER_MOE_BENCH_RS_VARIANTS picks (and may repeat) indices of this list.
+    using RsVar = oc::MoeGroupedRsVariant;
     struct RsVariant {
       int cwg;
       bool fine, by_size, early, item;
+      RsVar var = RsVar::kSession23;
     };
-    const RsVariant all_vars[] = {{4, false, false, false, false}, {4, true, false, false, false},
-                                  {4, false, true, false, false},  {4, true, true, false, false},
-                                  {2, true, true, true, true},     {4, true, true, true, false},
-                                  {4, true, true, false, true},    {4, true, true, true, true}};
+    const RsVariant all_vars[] = {{4, false, false, false, false},
+                                  {4, true, false, false, false},
+                                  {4, false, true, false, false},
+                                  {4, true, true, false, false},
+                                  {2, true, true, true, true},
+                                  {4, true, true, true, false},
+                                  {4, true, true, false, true},
+                                  {4, true, true, true, true},
+                                  {4, true, true, true, true, RsVar::kWordDecode},
+                                  {4, true, true, true, true, RsVar::kWordStage},
+                                  {4, true, true, true, true, RsVar::kWordStageItem}};
     std::vector<RsVariant> vars = {all_vars[0], all_vars[3], all_vars[4], all_vars[7]};
     if (!g_rs_variants.empty()) {
       vars.clear();
@@ -655,11 +665,12 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       const oc::MoeGroupedRsArgs gu{.tiles = tl, .offsets = q.offsets.as<const int32_t>(), .a = xb, .rows_a = n,
                                     .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale, .w3 = st.ex.w3.data,
                                     .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f, .hout = hb, .cwg = v.cwg,
-                                    .fine_n = v.fine, .early_next = v.early, .item_switch = v.item};
+                                    .fine_n = v.fine, .early_next = v.early, .item_switch = v.item,
+                                    .variant = v.var};
       const oc::MoeGroupedRsArgs dn{.tiles = tl, .offsets = q.offsets.as<const int32_t>(), .a = hb, .rows_a = n,
                                     .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I, .N = D,
                                     .yout = q.yp.as<float>(), .cwg = v.cwg, .fine_n = v.fine, .early_next = v.early,
-                                    .item_switch = v.item};
+                                    .item_switch = v.item, .variant = v.var};
       if (!oc::detail::launch_moe_grouped_rs(gate_up, gate_up ? gu : dn, max_tiles, nullptr)) {
         std::fprintf(stderr, "launch_moe_grouped_rs: no TMA map\n");
         std::exit(1);
@@ -681,7 +692,8 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     for (int vi = 0; vi < kVars; ++vi) {
       const RsVariant& v = vars[vi];
       if (v.cwg == oc::kMoeGroupedRsCwg && v.fine == oc::kMoeGroupedRsFineN && v.by_size == oc::kMoeTileListBySize &&
-          v.early == oc::kMoeGroupedRsEarlyNext && v.item == oc::kMoeGroupedRsItemSwitch)
+          v.early == oc::kMoeGroupedRsEarlyNext && v.item == oc::kMoeGroupedRsItemSwitch &&
+          v.var == oc::moe_rs_variant())
         v_default = vi;
       t_rs[size_t(vi)][0] = median_us([&](int i) { rs(i, true, v); });
       for (int si = 0; si < g_sets; ++si) rs(si, true, v);
@@ -734,11 +746,12 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     for (int vi = 0; vi < kVars; ++vi) {
       const size_t u = size_t(vi);
       const double sum = t_rs[u][0] + t_rs[u][1];
-      std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d N %s tiles %s boundary %s switch %s: "
+      std::printf("prefill T %5lld: RS x->bf16 permuted %.1f | cwg %d N %s tiles %s boundary %s switch %s code %d: "
                   "gate/up %.1f down %.1f (GEMMs %.1f us, %.0f TFLOP/s) | yp hash %016llx (%s)%s\n",
                   (long long)T, t_xp, vars[u].cwg, vars[u].fine ? "fine  " : "96/128",
                   vars[u].by_size ? "by size" : "expert ", vars[u].early ? "early" : "drain",
-                  vars[u].item ? "item " : "stage", t_rs[u][0], t_rs[u][1], sum, flop_rs / (sum * 1e-6) / 1e12,
+                  vars[u].item ? "item " : "stage", int(vars[u].var), t_rs[u][0], t_rs[u][1], sum,
+                  flop_rs / (sum * 1e-6) / 1e12,
                   (unsigned long long)h_rs[u], h_rs[u] == h_rs[0] ? "same" : "DIFFER",
                   vi == v_default ? " <- default" : "");
     }
@@ -814,8 +827,8 @@ int main(int argc, char** argv) {
     for (const char* q = env; *q != '\0';) {
       char* end = nullptr;
       const long v = std::strtol(q, &end, 10);
-      if (end == q || v < 0 || v > 7) {
-        std::fprintf(stderr, "DSINFER_MOE_BENCH_RS_VARIANTS: indices 0..7, comma-separated, got '%s'\n", env);
+      if (end == q || v < 0 || v > 10) {
+        std::fprintf(stderr, "DSINFER_MOE_BENCH_RS_VARIANTS: indices 0..10, comma-separated, got '%s'\n", env);
         return 2;
       }
       g_rs_variants.push_back(int(v));

@@ -247,78 +247,113 @@ TEST(MoeGroupedGpu, RsFlashShapes) {
   check_grouped({1536, 32, 6, 4096, 2048, 10.0f, false, true, oc::MoePath::GroupedRs, 4}, 10);
 }
 
+// Runs the RS kernels directly (count, scatter, tile list, x prep, gate/up, down) on c's routing and checks that
+// variants give bitwise the h and yp of the plan's launch as session 23 compiled it (kMoeGroupedRsFineN,
+// kMoeGroupedRsEarlyNext, kMoeGroupedRsItemSwitch, MoeGroupedRsVariant::kSession23; its bits are the ones checked
+// against the CPU reference by the tests above): every MoeGroupedRsVariant of the plan's launch, and with
+// timing_combos every fine_n x early_next x item_switch combination of session 23's code.
+void check_rs_variants_same_bits(const GroupedCase& c, int cwg, uint64_t seed, bool timing_combos) {
+  SCOPED_TRACE(testing::Message() << "T=" << c.T << " E=" << c.E << " k=" << c.k << " D=" << c.D << " I=" << c.I
+                                  << " cwg=" << cwg);
+  using V = oc::MoeGroupedRsVariant;
+  ExpertSet w1, w3, w2;
+  build_set(w1, WeightFormat::FP4_G32, c.E, c.I, c.D, seed, 1);
+  build_set(w3, WeightFormat::FP4_G32, c.E, c.I, c.D, seed, 3);
+  build_set(w2, WeightFormat::FP4_G32, c.E, c.D, c.I, seed, 2);
+  std::vector<int32_t> idx;
+  std::vector<float> wt;
+  ragged_routing(c, seed + 1, idx, wt);
+  const int64_t n = c.T * c.k, max_tiles = dsinfer::ops::moe_detail::grp_max_tiles(n, c.E);
+  auto dx = to_device(random_floats(size_t(c.T * c.D), seed + 2));
+  auto di = to_device(idx);
+  auto offsets = to_device(std::vector<int32_t>(size_t(c.E + 1), 0));
+  auto pos = to_device(std::vector<int32_t>(size_t(n), 0));
+  auto perm = to_device(std::vector<int32_t>(size_t(n), 0));
+  auto tiles = to_device(std::vector<int32_t>(size_t(1 + 2 * max_tiles), 0));
+  auto xb = to_device(std::vector<uint16_t>(size_t(n * c.D), 0));
+  oc::detail::launch_moe_count(di.data(), n, c.E, offsets.data(), pos.data(), nullptr, nullptr);
+  oc::detail::launch_moe_scatter(di.data(), n, c.k, c.E, offsets.data(), perm.data(), pos.data(), nullptr);
+  oc::detail::launch_moe_tile_list(offsets.data(), c.E, tiles.data(), nullptr);
+  oc::detail::launch_moe_grouped_xp(dx.data(), pos.data(), c.T, c.k, c.D, xb.data(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // h and yp of one variant, NaN-filled first so that an unwritten row shows
+  auto run = [&](bool fine, bool early, bool item, V var, std::vector<uint16_t>& h, std::vector<float>& y) {
+    auto hb = to_device(std::vector<uint16_t>(size_t(n * c.I), 0x7FC0));
+    auto yp = to_device(std::vector<float>(size_t(n * c.D), NAN));
+    const oc::MoeGroupedRsArgs gu{.tiles = tiles.data(), .offsets = offsets.data(), .a = xb.data(), .rows_a = n,
+                                  .w1 = w1.view.data, .s1 = w1.view.scale, .w3 = w3.view.data, .s3 = w3.view.scale,
+                                  .K = c.D, .N = c.I, .limit = c.limit, .hout = hb.data(), .cwg = cwg,
+                                  .fine_n = fine, .early_next = early, .item_switch = item, .variant = var};
+    const oc::MoeGroupedRsArgs dn{.tiles = tiles.data(), .offsets = offsets.data(), .a = hb.data(), .rows_a = n,
+                                  .w1 = w2.view.data, .s1 = w2.view.scale, .K = c.I, .N = c.D, .yout = yp.data(),
+                                  .cwg = cwg, .fine_n = fine, .early_next = early, .item_switch = item,
+                                  .variant = var};
+    ASSERT_TRUE(oc::detail::launch_moe_grouped_rs(true, gu, max_tiles, nullptr));
+    ASSERT_TRUE(oc::detail::launch_moe_grouped_rs(false, dn, max_tiles, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    h.resize(size_t(n * c.I));
+    y.resize(size_t(n * c.D));
+    ASSERT_EQ(cudaMemcpy(h.data(), hb.data(), h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(y.data(), yp.data(), y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  };
+  const bool kFine = oc::kMoeGroupedRsFineN, kEarly = oc::kMoeGroupedRsEarlyNext, kItem = oc::kMoeGroupedRsItemSwitch;
+  std::vector<uint16_t> h0;
+  std::vector<float> y0;
+  run(kFine, kEarly, kItem, V::kSession23, h0, y0);
+  int32_t rows = 0;
+  ASSERT_EQ(cudaMemcpy(&rows, offsets.data() + c.E, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_GT(rows, 0);
+  for (int64_t i = 0; i < int64_t(rows) * c.D; ++i) ASSERT_TRUE(std::isfinite(y0[size_t(i)])) << "yp " << i;
+  auto same = [&](bool fine, bool early, bool item, V var) {
+    SCOPED_TRACE(testing::Message() << "fine_n=" << fine << " early_next=" << early << " item_switch=" << item
+                                    << " variant=" << int(var));
+    std::vector<uint16_t> h;
+    std::vector<float> y;
+    run(fine, early, item, var, h, y);
+    EXPECT_EQ(std::memcmp(h.data(), h0.data(), size_t(rows) * size_t(c.I) * 2), 0) << "h differs";
+    EXPECT_EQ(std::memcmp(y.data(), y0.data(), size_t(rows) * size_t(c.D) * 4), 0) << "yp differs";
+  };
+  for (const V var : {V::kWordDecode, V::kWordStage, V::kWordStageItem}) same(kFine, kEarly, kItem, var);
+  if (timing_combos)
+    for (const bool fine : {true, false})
+      for (const bool early : {false, true})
+        for (const bool item : {false, true}) same(fine, early, item, V::kSession23);
+}
+
 // The RS kernels' timing-only variants (MoeGroupedRsArgs::early_next: the next stage's operands before the drain;
-// ::item_switch: the wgmma shape picked per item; ::fine_n; 2 or 4 consumer warpgroups) give bitwise the
-// default's h and yp (the default's bits are the ones checked against the CPU reference above). Launched directly
-// (count, scatter, tile list, x prep, gate/up, down) on the stairs routing (every wgmma N 16 .. 128, tiles of 7 and
-// > 128 rows) with K of 1, 2, 3 and 5 stages.
+// ::item_switch: the wgmma shape picked per item; ::fine_n; ::variant; 2 or 4 consumer warpgroups) give bitwise the
+// default's h and yp, on the stairs routing (every wgmma N 16 .. 128, tiles of 7 and > 128 rows) with K of 1, 2, 3
+// and 5 stages.
 TEST(MoeGroupedGpu, RsVariantsSameBits) {
   DSI_SKIP_WITHOUT_GPU();
   struct Shape {
     int64_t D, I;
     int cwg;
   };
-  for (const Shape sh : {Shape{256, 384, 4}, Shape{640, 128, 4}, Shape{128, 256, 2}}) {
-    GroupedCase c{1000, 12, 2, sh.D, sh.I, 0.05f, false, true, oc::MoePath::GroupedRs, 0, true};
-    SCOPED_TRACE(testing::Message() << "D=" << c.D << " I=" << c.I << " cwg=" << sh.cwg);
-    ExpertSet w1, w3, w2;
-    build_set(w1, WeightFormat::FP4_G32, c.E, c.I, c.D, 21, 1);
-    build_set(w3, WeightFormat::FP4_G32, c.E, c.I, c.D, 21, 3);
-    build_set(w2, WeightFormat::FP4_G32, c.E, c.D, c.I, 21, 2);
-    std::vector<int32_t> idx;
-    std::vector<float> wt;
-    ragged_routing(c, 22, idx, wt);
-    const int64_t n = c.T * c.k, max_tiles = dsinfer::ops::moe_detail::grp_max_tiles(n, c.E);
-    auto dx = to_device(random_floats(size_t(c.T * c.D), 23));
-    auto di = to_device(idx);
-    auto offsets = to_device(std::vector<int32_t>(size_t(c.E + 1), 0));
-    auto pos = to_device(std::vector<int32_t>(size_t(n), 0));
-    auto perm = to_device(std::vector<int32_t>(size_t(n), 0));
-    auto tiles = to_device(std::vector<int32_t>(size_t(1 + 2 * max_tiles), 0));
-    auto xb = to_device(std::vector<uint16_t>(size_t(n * c.D), 0));
-    oc::detail::launch_moe_count(di.data(), n, c.E, offsets.data(), pos.data(), nullptr, nullptr);
-    oc::detail::launch_moe_scatter(di.data(), n, c.k, c.E, offsets.data(), perm.data(), pos.data(), nullptr);
-    oc::detail::launch_moe_tile_list(offsets.data(), c.E, tiles.data(), nullptr);
-    oc::detail::launch_moe_grouped_xp(dx.data(), pos.data(), c.T, c.k, c.D, xb.data(), nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    // h and yp of one variant (fine_n, tma_n, early_next), NaN-filled first so that an unwritten row shows
-    auto run = [&](bool fine, bool early, bool item, std::vector<uint16_t>& h, std::vector<float>& y) {
-      auto hb = to_device(std::vector<uint16_t>(size_t(n * c.I), 0x7FC0));
-      auto yp = to_device(std::vector<float>(size_t(n * c.D), NAN));
-      const oc::MoeGroupedRsArgs gu{.tiles = tiles.data(), .offsets = offsets.data(), .a = xb.data(), .rows_a = n,
-                                    .w1 = w1.view.data, .s1 = w1.view.scale, .w3 = w3.view.data,
-                                    .s3 = w3.view.scale, .K = c.D, .N = c.I, .limit = c.limit, .hout = hb.data(),
-                                    .cwg = sh.cwg, .fine_n = fine, .early_next = early, .item_switch = item};
-      const oc::MoeGroupedRsArgs dn{.tiles = tiles.data(), .offsets = offsets.data(), .a = hb.data(), .rows_a = n,
-                                    .w1 = w2.view.data, .s1 = w2.view.scale, .K = c.I, .N = c.D,
-                                    .yout = yp.data(), .cwg = sh.cwg, .fine_n = fine, .early_next = early,
-                                    .item_switch = item};
-      ASSERT_TRUE(oc::detail::launch_moe_grouped_rs(true, gu, max_tiles, nullptr));
-      ASSERT_TRUE(oc::detail::launch_moe_grouped_rs(false, dn, max_tiles, nullptr));
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      h.resize(size_t(n * c.I));
-      y.resize(size_t(n * c.D));
-      ASSERT_EQ(cudaMemcpy(h.data(), hb.data(), h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(y.data(), yp.data(), y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    };
-    std::vector<uint16_t> h0;
-    std::vector<float> y0;
-    run(oc::kMoeGroupedRsFineN, oc::kMoeGroupedRsEarlyNext, oc::kMoeGroupedRsItemSwitch, h0, y0);
-    int32_t rows = 0;
-    ASSERT_EQ(cudaMemcpy(&rows, offsets.data() + c.E, 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    ASSERT_GT(rows, 0);
-    for (int64_t i = 0; i < int64_t(rows) * c.D; ++i) ASSERT_TRUE(std::isfinite(y0[size_t(i)])) << "yp " << i;
-    for (const bool fine : {true, false})
-      for (const bool early : {false, true})
-        for (const bool item : {false, true}) {
-          SCOPED_TRACE(testing::Message() << "fine_n=" << fine << " early_next=" << early << " item_switch=" << item);
-          std::vector<uint16_t> h;
-          std::vector<float> y;
-          run(fine, early, item, h, y);
-          EXPECT_EQ(std::memcmp(h.data(), h0.data(), size_t(rows) * size_t(c.I) * 2), 0) << "h differs";
-          EXPECT_EQ(std::memcmp(y.data(), y0.data(), size_t(rows) * size_t(c.D) * 4), 0) << "yp differs";
-        }
-  }
+  for (const Shape sh : {Shape{256, 384, 4}, Shape{640, 128, 4}, Shape{128, 256, 2}})
+    check_rs_variants_same_bits({1000, 12, 2, sh.D, sh.I, 0.05f, false, true, oc::MoePath::GroupedRs, 0, true}, sh.cwg,
+                                21, true);
+}
+
+// The RS kernels' consumer variants (MoeGroupedRsArgs::variant: the word decode, the stage's descriptors from its
+// first, the next item's entry loaded early; session 24) against session 23's code at several T: 1 token (one row
+// tile per expert of 1 row), 64, 700 (stairs: every wgmma N) and 2,500 (tiles of > 128 rows, several items per CTA),
+// with the consumer warpgroups the plan takes (4 in both kernels at D 256 / I 384; 4 in gate/up and 2 in down at D
+// 640 / I 128; 2 where asked), and at V4-Flash expert shapes (D 4,096, I 2,048, top-6, limit 10; 10 experts: ~920
+// rows each, 32 and 16 stages per item, many items per CTA) at T = 1,536.
+TEST(MoeGroupedGpu, RsWordVariantsSameBits) {
+  DSI_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int64_t D, I;
+    int cwg;
+  };
+  for (const int64_t T : {int64_t(1), int64_t(64), int64_t(700), int64_t(2500)})
+    for (const Shape sh : {Shape{256, 384, 4}, Shape{640, 128, 4}, Shape{128, 256, 2}})
+      check_rs_variants_same_bits({T, 12, 2, sh.D, sh.I, 0.05f, false, T % 7 == 1, oc::MoePath::GroupedRs, 0,
+                                   T == 700},
+                                  sh.cwg, 31 + uint64_t(T), false);
+  check_rs_variants_same_bits({1536, 10, 6, 4096, 2048, 10.0f, false, true, oc::MoePath::GroupedRs, 0, false}, 4, 41,
+                              false);
 }
 
 // The row-tile list by size (kMoeTileListBySize, launch_moe_tile_list): the same (expert, first row) tiles as the list

@@ -50,6 +50,36 @@ __global__ void rs_decode_kernel(uint32_t* out) {
   }
 }
 
+// The word decode of MoeGroupedRsVariant::kWordDecode and later (rs_decode_step_word, factors by
+// fp4_scale_bf16x2 from kWordStage on) beside session 23's (rs_decode_step, factors by fp4_scale_bf16), on the same
+// words and scale bytes: out[0 ..) session 23's registers, out[n ..) the word decode's with fp4_scale_bf16 factors,
+// out[2 n ..) with fp4_scale_bf16x2 factors.
+__global__ void rs_decode_word_kernel(uint32_t* out, size_t n) {
+  const int s = int(blockIdx.x), i = int(threadIdx.x);
+  uint32_t w[2][4];
+  for (int r = 0; r < 2; ++r)
+    for (int q = 0; q < 4; ++q) {
+      uint32_t v = 0;
+      for (int k = 0; k < 8; ++k) v |= code_of(i, r, q, k) << (4 * k);
+      w[r][q] = v;
+    }
+  const uint4 w0 = make_uint4(w[0][0], w[0][1], w[0][2], w[0][3]), w1 = make_uint4(w[1][0], w[1][1], w[1][2], w[1][3]);
+  const uint32_t f0 = md::fp4_scale_bf16(scale_of(s, 0)), f1 = md::fp4_scale_bf16(scale_of(s, 1));
+  const uint32_t F0 = md::fp4_scale_bf16x2(scale_of(s, 0)), F1 = md::fp4_scale_bf16x2(scale_of(s, 1));
+  const size_t o = (size_t(s) * kThreads + size_t(i)) * kRegs;
+  for (int st = 0; st < 8; ++st) {
+    uint32_t a[4], b[4], c[4];
+    md::rs_decode_step(w0, w1, f0 | (f0 << 16), f1 | (f1 << 16), st, a);
+    md::rs_decode_step_word(w0, w1, f0 | (f0 << 16), f1 | (f1 << 16), st, b);
+    md::rs_decode_step_word(w0, w1, F0, F1, st, c);
+    for (int j = 0; j < 4; ++j) {
+      out[o + size_t(4 * st + j)] = a[j];
+      out[n + o + size_t(4 * st + j)] = b[j];
+      out[2 * n + o + size_t(4 * st + j)] = c[j];
+    }
+  }
+}
+
 bool have_device() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -116,4 +146,28 @@ TEST(MoeRsDecodeGpu, EveryCodeEveryScaleByte) {
   EXPECT_EQ(checked, int64_t(count) * 2);
   std::printf("RS decode: %lld halves checked; scale bytes 0..65 (underflow range, not asserted): %lld of %lld exact\n",
               (long long)checked, (long long)under_exact, (long long)under_total);
+}
+
+// MoeGroupedRsVariant::kWordDecode / kWordStage's decode against session 23's on the GPU: every e2m1 code in every
+// nibble position of both weight rows, every step, times every E8M0 scale byte (NaN and inf factors included): the A
+// registers must be bitwise equal (so the kernels' wgmmas get the same operands). The exactness of session 23's
+// registers is EveryCodeEveryScaleByte's.
+TEST(MoeRsDecodeGpu, WordDecodeSameBits) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const size_t count = size_t(256) * kThreads * kRegs;
+  uint32_t* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 3 * count * 4), cudaSuccess);
+  rs_decode_word_kernel<<<256, kThreads>>>(d, count);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<uint32_t> h(3 * count);
+  ASSERT_EQ(cudaMemcpy(h.data(), d, h.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+  int64_t failures = 0;
+  for (size_t v = 1; v < 3; ++v)
+    for (size_t i = 0; i < count; ++i)
+      if (h[v * count + i] != h[i] && ++failures <= 10)
+        ADD_FAILURE() << (v == 1 ? "word decode" : "word decode, fp4_scale_bf16x2") << ": register " << i
+                      << " (scale byte " << i / (kThreads * kRegs) << ") 0x" << std::hex << h[v * count + i]
+                      << " != 0x" << h[i] << std::dec;
+  EXPECT_EQ(failures, 0) << "of " << 2 * count << " registers";
 }

@@ -84,6 +84,35 @@ TEST(MoeFast, Fp4WordDecodeMatchesPairDecode) {
   }
 }
 
+// The RS grouped kernels' step decode (fp4_half_pairs, moe_grouped_rs_decode.cuh rs_decode_step_word: pairs 2h and
+// 2h + 1 of a word from one bit-select) gives fp4_pair_bits's bits. Every output bit is one input bit or zero (shifts,
+// constant masks, a constant-mask bit-select), so the map is linear over GF(2) and the 32 one-bit words prove it for
+// every word; also checked: each pair's two nibbles in all 256 combinations with noise in the other six, and random
+// words.
+TEST(MoeFast, Fp4HalfPairsMatchPairDecode) {
+  std::vector<uint32_t> words{0u, 0xFFFFFFFFu, 0x76543210u, 0xFEDCBA98u};
+  for (int b = 0; b < 32; ++b) words.push_back(1u << b);
+  uint32_t r = 777u;
+  for (int p = 0; p < 4; ++p)
+    for (uint32_t lo = 0; lo < 16; ++lo)
+      for (uint32_t hi = 0; hi < 16; ++hi) {
+        r = r * 1664525u + 1013904223u;
+        const uint32_t keep = (0xFu << (4 * p)) | (0xFu << (4 * p + 16));
+        words.push_back((r & ~keep) | (lo << (4 * p)) | (hi << (4 * p + 16)));
+      }
+  for (int i = 0; i < 200000; ++i) {
+    r = r * 1664525u + 1013904223u;
+    words.push_back(r);
+  }
+  for (uint32_t w : words)
+    for (int h = 0; h < 2; ++h) {
+      uint32_t out[2];
+      md::fp4_half_pairs(w, h, out);
+      ASSERT_EQ(out[0], md::fp4_pair_bits(w, 2 * h)) << "w=" << w << " h=" << h;
+      ASSERT_EQ(out[1], md::fp4_pair_bits(w, 2 * h + 1)) << "w=" << w << " h=" << h;
+    }
+}
+
 // The kernels' bf16x2 scale factor of the word decode (fp4_scale_bf16x2) is fp4_scale_bf16 in both halves for every
 // scale byte, the inf (193..254) and NaN (255) factors included.
 TEST(MoeFast, Fp4ScalePairMatchesScale) {

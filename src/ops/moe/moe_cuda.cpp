@@ -283,9 +283,10 @@ Status moe_grouped_rs_experts(const float* x, int64_t T, int64_t topk, const Moe
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
   const MoeGroupedRsArgs gate_up{.tiles = tiles, .offsets = offsets, .a = xp, .rows_a = n, .w1 = ex.w1.data,
                                  .s1 = ex.w1.scale, .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I,
-                                 .limit = limit, .hout = hb, .cwg = kMoeGroupedRsCwg};
+                                 .limit = limit, .hout = hb, .cwg = kMoeGroupedRsCwg, .variant = moe_rs_variant()};
   const MoeGroupedRsArgs down{.tiles = tiles, .offsets = offsets, .a = hb, .rows_a = n, .w1 = ex.w2.data,
-                              .s1 = ex.w2.scale, .K = I, .N = D, .yout = yp, .cwg = kMoeGroupedRsCwg};
+                              .s1 = ex.w2.scale, .K = I, .N = D, .yout = yp, .cwg = kMoeGroupedRsCwg,
+                              .variant = moe_rs_variant()};
   if (!detail::launch_moe_grouped_rs(true, gate_up, max_tiles, stream) ||
       !detail::launch_moe_grouped_rs(false, down, max_tiles, stream))
     return Status::errorf("moe_cuda: the RS grouped MoE cannot make its TMA tensor map (driver without "

@@ -76,6 +76,18 @@ DSI_HD void fp4_word_pairs(uint32_t w, uint32_t (&out)[4]) {
   out[3] = b & kPair;
 }
 
+// Half of fp4_word_pairs: fp4_pair_bits(w, 2h) and fp4_pair_bits(w, 2h + 1) from one of its two bit-selects (h = 0:
+// a, h = 1: b), for kernels whose steps use two pairs of a word each (the RS grouped kernels' 16-k steps,
+// moe_grouped_rs_decode.cuh): 6 integer operations for h = 0 and 5 for h = 1 instead of 8. The same bits as
+// fp4_pair_bits for every word (tests/unit/test_moe_fast.cpp).
+DSI_HD void fp4_half_pairs(uint32_t w, int h, uint32_t (&out)[2]) {
+  constexpr uint32_t kSel = 0x88008800u;   // as fp4_word_pairs
+  constexpr uint32_t kPair = 0x81C081C0u;
+  const uint32_t v = h == 0 ? bit_select(kSel, w << 8, w << 2) : bit_select(kSel, w, w >> 6);
+  out[0] = (v << 4) & kPair;
+  out[1] = v & kPair;
+}
+
 // bf16 bits of 2^(s - 127) * 2^126 / 2^kFastScaleShift for an E8M0 scale byte s: the factor that turns
 // fp4_pair_bits values into weight * 2^-kFastScaleShift. 0xFF (NaN scale) gives a bf16 NaN; bytes above 192
 // (scales over 2^65, not produced by real checkpoints) saturate to inf.

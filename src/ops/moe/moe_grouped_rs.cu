@@ -15,7 +15,10 @@
 // orders the activations) and their scales, then per 16-k step decodes 4 bf16x2 A registers (two rows, two pairs)
 // and issues the step's m64nNk16 wgmma with B from the slot, decoding step s + 1 while step s runs (double buffer,
 // drained at the stage's end; the next stage's weight bytes and first decode come before that drain, under the
-// stage's last wgmma); the slot is released after the stage's last wgmma.
+// stage's last wgmma); the slot is released after the stage's last wgmma. MoeGroupedRsArgs::variant (session 24,
+// opt-in) swaps in a leaner consumer code with the same wgmmas on the same operands: the word decode
+// (rs_decode_step_word), the step descriptors from the stage's first, the item entry from shared memory and the
+// epilogue's row pointers.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
 // activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
@@ -71,12 +74,15 @@ struct Cfg {
   static constexpr int kSlots = kCwg == 2 ? 5 : 4;
   static constexpr int kOffBar = kSlots * kSlot;
   static constexpr int kSmem = 1024 + kOffBar + 2 * kSlots * 8;  // + 1024: the base is aligned up to 1024
+  // MoeGroupedRsVariant::kWordStageItem: an item entry (e, rb, rows, col) per slot after the mbarriers
+  static constexpr int kOffItem = kOffBar + 2 * kSlots * 8;
+  static constexpr int kSmemItem = kSmem + kSlots * 16;
   // gate/up: h columns per item (W1 and W3 rows of each); down: W2 rows per item
   static constexpr int kGateCols = 32 * kCwg;
   // registers moved from the producer to the consumers by setmaxnreg
   static constexpr int kProd = kCwg == 2 ? 40 : 32;
   static constexpr int kCons = kCwg == 2 ? 232 : 112;
-  static_assert(kSmem <= 227 * 1024, "Hopper's shared memory per block");
+  static_assert(kSmemItem <= 227 * 1024, "Hopper's shared memory per block");
   // within what the launch holds: NT x the entry cap of __launch_bounds__(NT, 1) (65536 / NT rounded down to 8)
   static_assert(128 * kProd + 128 * kCwg * kCons <= NT * (65536 / NT / 8 * 8), "the registers of the launch");
 };
@@ -267,16 +273,26 @@ __device__ __forceinline__ WSrc w_source(const MoeGroupedRsArgs& p, const Item& 
   return s;
 }
 
-// Shared-memory addresses: ring slots, full[kSlots] then empty[kSlots] mbarriers.
+// Shared-memory addresses of global stage c (an int, or a uint32_t where the caller wants the unsigned % and /,
+// a mask and a shift at 4 slots, instead of the signed sequences): ring slots, full[kSlots] then empty[kSlots]
+// mbarriers, the item entries of MoeGroupedRsVariant::kWordStageItem.
 template <int kCwg>
 struct Smem {
   using C = Cfg<kCwg>;
   uint8_t* base;
   uint32_t s0;
-  __device__ uint32_t slot(int c) const { return s0 + uint32_t((c % C::kSlots) * C::kSlot); }
-  __device__ uint32_t full(int c) const { return s0 + uint32_t(C::kOffBar + (c % C::kSlots) * 8); }
-  __device__ uint32_t empty(int c) const { return s0 + uint32_t(C::kOffBar + (C::kSlots + c % C::kSlots) * 8); }
-  __device__ uint32_t parity(int c) const { return uint32_t(c / C::kSlots) & 1u; }
+  template <class I>
+  __device__ uint32_t slot(I c) const { return s0 + uint32_t((c % I(C::kSlots)) * I(C::kSlot)); }
+  template <class I>
+  __device__ uint32_t full(I c) const { return s0 + uint32_t(I(C::kOffBar) + (c % I(C::kSlots)) * I(8)); }
+  template <class I>
+  __device__ uint32_t empty(I c) const {
+    return s0 + uint32_t(I(C::kOffBar) + (I(C::kSlots) + c % I(C::kSlots)) * I(8));
+  }
+  template <class I>
+  __device__ uint32_t parity(I c) const { return uint32_t(c / I(C::kSlots)) & 1u; }
+  template <class I>
+  __device__ uint32_t item(I c) const { return s0 + uint32_t(I(C::kOffItem) + (c % I(C::kSlots)) * I(16)); }
   __device__ const uint8_t* ptr(uint32_t addr) const { return base + (addr - s0); }
 };
 
@@ -287,24 +303,34 @@ __device__ __forceinline__ int cta_items(int nitems) {
 
 // Producer warpgroup: global stage c (this CTA's items one after the other, nk stages each): wait for slot c to be
 // released, then the activation tile (thread 0: two TMA boxes, counted as bytes on full) and the weight bytes
-// (cp.async, each thread's arrival on full when its copies landed).
-template <int kCwg, bool kGateUp>
+// (cp.async, each thread's arrival on full when its copies landed). kItem (MoeGroupedRsVariant::kWordStageItem): at an
+// item's first stage thread 0 also writes the item (e, rb, rows, col) to the slot's entry (Smem::item) before its
+// arrival on full (release; the consumers read it after their wait on full, acquire, and before their arrival on
+// empty, so the entry of a later item cannot overwrite it in between).
+template <int kCwg, bool kGateUp, bool kItem = false>
 __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtensorMap& amap, const Smem<kCwg>& sm,
                                          int nitems, int ncols, int nk) {
   using C = Cfg<kCwg>;
   const int tid = int(threadIdx.x), total = cta_items(nitems) * nk;
   WSrc ws{};
   int rb = 0;
+  Item cur{};
   for (int c = 0; c < total; ++c) {
     const int kt = c % nk;
     if (kt == 0) {
       const Item it = item_of(p, int(blockIdx.x) + (c / nk) * int(gridDim.x), ncols);
       ws = w_source<kCwg, kGateUp>(p, it);
       rb = it.rb;
+      if constexpr (kItem) cur = it;
     }
     mbar_wait(sm.empty(c), sm.parity(c) ^ 1u);  // a fresh barrier passes parity 1 at once
     const uint32_t slot = sm.slot(c), full = sm.full(c);
     if (tid == 0) {
+      if constexpr (kItem)
+        if (kt == 0) {
+          int4* entry = reinterpret_cast<int4*>(sm.base + (sm.item(c) - sm.s0));
+          *entry = make_int4(cur.e, cur.rb, cur.rows, cur.col);
+        }
       mbar_arrive_expect_tx(full, kTile);
       tma_load_2d(slot, &amap, kt * BK, rb, full);
       tma_load_2d(slot + BT * 128, &amap, kt * BK + kBox, rb, full);
@@ -322,21 +348,27 @@ __device__ __forceinline__ void producer(const MoeGroupedRsArgs& p, const CUtens
 }
 
 // A stage's weight operands for a consumer thread: its two weight rows' 16 FP4 bytes (lane t's 32 k of the chunk) and
-// their scales as bf16x2 factors (fp4_scale_bf16 in both halves).
+// their scales as bf16x2 factors (fp4_scale_bf16 in both halves; kX2: by fp4_scale_bf16x2, the same bits for every
+// byte, tests/unit/test_moe_fast.cpp Fp4ScalePairMatchesScale).
 struct WRegs {
   uint4 w0, w1;
   uint32_t F0, F1;
 };
-template <int kCwg>
+template <int kCwg, bool kX2 = false>
 __device__ __forceinline__ void load_wregs(const Smem<kCwg>& sm, uint32_t slot, int wrow, int t, WRegs& r) {
   using C = Cfg<kCwg>;
   const uint8_t* raw = sm.ptr(slot + C::kOffRaw);
   const uint8_t* sc = sm.ptr(slot + C::kOffSc);
   r.w0 = *reinterpret_cast<const uint4*>(raw + wrow * 64 + t * 16);
   r.w1 = *reinterpret_cast<const uint4*>(raw + (wrow + 8) * 64 + t * 16);
-  const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
-  r.F0 = f0 | (f0 << 16);
-  r.F1 = f1 | (f1 << 16);
+  if constexpr (kX2) {
+    r.F0 = md::fp4_scale_bf16x2(sc[wrow * 4 + t]);
+    r.F1 = md::fp4_scale_bf16x2(sc[(wrow + 8) * 4 + t]);
+  } else {
+    const uint32_t f0 = md::fp4_scale_bf16(sc[wrow * 4 + t]), f1 = md::fp4_scale_bf16(sc[(wrow + 8) * 4 + t]);
+    r.F0 = f0 | (f0 << 16);
+    r.F1 = f1 | (f1 << 16);
+  }
 }
 
 // One item's main loop for a consumer warpgroup with wgmma N = kN, or 16 nb chosen per stage at run time (kN = 0;
@@ -351,25 +383,42 @@ __device__ __forceinline__ void load_wregs(const Smem<kCwg>& sm, uint32_t slot, 
 // stage's first wgmma issues at once (same wgmmas, same order). Returns the next stage index. Rejected (session
 // 23): no drain per stage, the slot of stage kt - 1 released after stage kt's first wgmma and `wait_group 1`: at
 // cwg 4's 112 registers ptxas serializes every wgmma (C7512, insufficient registers).
-template <int kCwg, int kN, bool kEarly>
-__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int nb, int wrow, int t,
+// kVar (MoeGroupedRsArgs::variant, moe_grouped_launch.h): the decode (kSession23: rs_decode_step; later:
+// rs_decode_step_word), and from kWordStage the step descriptors as the stage's first plus a constant and the scale
+// factors by fp4_scale_bf16x2: the same A registers and descriptors, so the same wgmmas.
+template <int kCwg, int kN, bool kEarly, MoeGroupedRsVariant kVar>
+__device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c0, int nk, int nb, int wrow, int t,
                                         float (&acc)[64]) {
+  constexpr bool kWord = kVar != MoeGroupedRsVariant::kSession23;
+  constexpr bool kStage = kVar == MoeGroupedRsVariant::kWordStage || kVar == MoeGroupedRsVariant::kWordStageItem;
+  // the global stage counter: unsigned from kWordStage on (the slot and parity by a mask and a shift; c >= 0)
+  std::conditional_t<kStage, uint32_t, int> c = c0;
   WRegs wr;
   uint32_t a[2][4];
+  // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
+  auto decode = [&](uint32_t(&r)[4], int s) {
+    if constexpr (kWord) md::rs_decode_step_word(wr.w0, wr.w1, wr.F0, wr.F1, s, r);
+    else md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, s, r);
+  };
   if constexpr (kEarly) {
     mbar_wait(sm.full(c), sm.parity(c));
-    load_wregs(sm, sm.slot(c), wrow, t, wr);
-    md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, 0, a[0]);
+    load_wregs<kCwg, kStage>(sm, sm.slot(c), wrow, t, wr);
+    decode(a[0], 0);
   }
   for (int kt = 0; kt < nk; ++kt, ++c) {
     const uint32_t slot = sm.slot(c);
     if constexpr (!kEarly) {
       mbar_wait(sm.full(c), sm.parity(c));
-      load_wregs(sm, slot, wrow, t, wr);
+      load_wregs<kCwg, kStage>(sm, slot, wrow, t, wr);
     }
-    // the A registers of 16-k step s: rows g and g + 8, k pairs 2s and 2s + 1 (moe_grouped_rs_decode.cuh)
-    auto decode = [&](uint32_t(&r)[4], int s) { md::rs_decode_step(wr.w0, wr.w1, wr.F0, wr.F1, s, r); };
-    auto desc = [&](int s) { return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32)); };
+    // Step s's B at slot + (s / 4) BT 128 + (s % 4) 32 bytes. kStage: smem_desc(slot) + that offset / 16, the same
+    // descriptor: a shared address is below 2^18 (so the mask keeps it whole), slot and offset are multiples of 16,
+    // and (slot + offset) / 16 < 2^14 stays in the address field, below the flag bits.
+    const uint64_t d0 = smem_desc(slot);
+    auto desc = [&](int s) {
+      if constexpr (kStage) return d0 + uint64_t(((s >> 2) * BT * 128 + (s & 3) * 32) >> 4);
+      else return smem_desc(slot + uint32_t((s >> 2) * BT * 128 + (s & 3) * 32));
+    };
     const bool next = kEarly && kt + 1 < nk;
     // the stage's 8 steps with wgmma N = kS, drained at the end
     auto steps = [&](auto shape) {
@@ -386,7 +435,7 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
         } else if (next) {
           wgmma_wait<1>();  // step 6 done: a[0] is free; step 7 (a[1]) runs on
           mbar_wait(sm.full(c + 1), sm.parity(c + 1));
-          load_wregs(sm, sm.slot(c + 1), wrow, t, wr);
+          load_wregs<kCwg, kStage>(sm, sm.slot(c + 1), wrow, t, wr);
           decode(a[0], 0);
         }
       }
@@ -409,38 +458,81 @@ __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c, int nk, int
     }
     mbar_arrive(sm.empty(c));  // the stage's wgmmas are done, its weight bytes in registers
   }
-  return c;
+  return int(c);
 }
 
 // Epilogue of consumer warpgroup cwg (weight rows 64 cwg ..) of item `it`: accumulator columns (tokens) < it.rows.
-template <int kCwg, bool kGateUp>
+// kRows (MoeGroupedRsVariant::kWordStageItem): the same values to the same addresses, each as the thread's first
+// output (row rb + 2t) plus a constant multiple of N, instead of the full 64-bit index per output.
+template <int kCwg, bool kGateUp, bool kRows = false>
 __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& it, int cwg, int warp, int g, int t,
                                          const float (&acc)[64]) {
   using C = Cfg<kCwg>;
   constexpr float kScale = 0x1p64f;  // 2^kFastScaleShift: the decoded weights were scaled by 2^-64
+  if constexpr (kRows) {
+    // outputs (j, h) at rows rb + 2t + 8j + h: two row pointers (h = 0, 1) stepped by 8 rows
+    const int64_t row0 = (int64_t(it.rb) + 2 * t) * p.N, step = 8 * p.N;
+    const int lim = it.rows - 2 * t;  // output (j, h) exists iff 8j + h < lim
+    if constexpr (kGateUp) {
+      const int64_t col = int64_t(it.col) * C::kGateCols + 8 * (4 * cwg + warp) + g;
+      uint16_t* o[2] = {p.hout + row0 + (col & ~int64_t(127)) + md::grp_slot(int(col & 127)), nullptr};
+      o[1] = o[0] + p.N;
 #pragma unroll
-  for (int j = 0; j < BT / 8; ++j)
+      for (int j = 0; j < BT / 8; ++j) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int tok = 8 * j + 2 * t + h;
-      if (tok >= it.rows) continue;
-      const int64_t grow = int64_t(it.rb) + tok;
-      if constexpr (kGateUp) {
-        float gv = acc[4 * j + h] * kScale, uv = acc[4 * j + 2 + h] * kScale;
-        if (p.limit > 0.0f) {
-          gv = fminf(gv, p.limit);
-          uv = fminf(fmaxf(uv, -p.limit), p.limit);
+        for (int h = 0; h < 2; ++h) {
+          if (8 * j + h >= lim) continue;
+          float gv = acc[4 * j + h] * kScale, uv = acc[4 * j + 2 + h] * kScale;
+          if (p.limit > 0.0f) {
+            gv = fminf(gv, p.limit);
+            uv = fminf(fmaxf(uv, -p.limit), p.limit);
+          }
+          const float hv = gv / (1.0f + expf(-gv)) * uv;
+          *o[h] = __bfloat16_as_ushort(__float2bfloat16_rn(hv));
         }
-        const float hv = gv / (1.0f + expf(-gv)) * uv;
-        const int64_t col = int64_t(it.col) * C::kGateCols + 8 * (4 * cwg + warp) + g;
-        p.hout[grow * p.N + (col & ~int64_t(127)) + md::grp_slot(int(col & 127))] =
-            __bfloat16_as_ushort(__float2bfloat16_rn(hv));
-      } else {
-        const int64_t n = int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g;
-        p.yout[grow * p.N + n] = acc[4 * j + h] * kScale;
-        p.yout[grow * p.N + n + 8] = acc[4 * j + 2 + h] * kScale;
+        o[0] += step;
+        o[1] += step;
+      }
+    } else {
+      float* o[2] = {p.yout + row0 + int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g, nullptr};
+      o[1] = o[0] + p.N;
+#pragma unroll
+      for (int j = 0; j < BT / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (8 * j + h >= lim) continue;
+          o[h][0] = acc[4 * j + h] * kScale;
+          o[h][8] = acc[4 * j + 2 + h] * kScale;
+        }
+        o[0] += step;
+        o[1] += step;
       }
     }
+  } else {
+#pragma unroll
+    for (int j = 0; j < BT / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int tok = 8 * j + 2 * t + h;
+        if (tok >= it.rows) continue;
+        const int64_t grow = int64_t(it.rb) + tok;
+        if constexpr (kGateUp) {
+          float gv = acc[4 * j + h] * kScale, uv = acc[4 * j + 2 + h] * kScale;
+          if (p.limit > 0.0f) {
+            gv = fminf(gv, p.limit);
+            uv = fminf(fmaxf(uv, -p.limit), p.limit);
+          }
+          const float hv = gv / (1.0f + expf(-gv)) * uv;
+          const int64_t col = int64_t(it.col) * C::kGateCols + 8 * (4 * cwg + warp) + g;
+          p.hout[grow * p.N + (col & ~int64_t(127)) + md::grp_slot(int(col & 127))] =
+              __bfloat16_as_ushort(__float2bfloat16_rn(hv));
+        } else {
+          const int64_t n = int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g;
+          p.yout[grow * p.N + n] = acc[4 * j + h] * kScale;
+          p.yout[grow * p.N + n + 8] = acc[4 * j + 2 + h] * kScale;
+        }
+      }
+  }
 }
 
 // Consumer warpgroup cwg: per item the main loop and the epilogue. kFine (MoeGroupedRsArgs::fine_n): wgmma N = the
@@ -448,37 +540,49 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
 // item (session 23: no switch per stage; the epilogue stays one copy, 96 registers at cwg 4, no spills), else one
 // main loop that picks the shape per stage (session 19; rejected: a switch per wgmma, after which ptxas injects
 // warpgroup.arrive before the wgmmas, C7519; one main loop and epilogue per shape, which spilled at cwg 4's 96
-// registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128.
-template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
+// registers); else the session 18 choice, 96 for tiles of <= 96 rows, else 128. kVar: the main loop's code
+// (mainloop); kWordStageItem reads the item from the entry the producer wrote beside the slot of its first stage
+// (producer kItem) instead of item_of's integer division and two dependent global loads between the epilogue and
+// the next item's first wgmma.
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist, MoeGroupedRsVariant kVar>
 __device__ __forceinline__ void consumer(const MoeGroupedRsArgs& p, const Smem<kCwg>& sm, int nitems, int ncols,
                                          int nk, int cwg) {
   const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int wrow = cwg * 64 + warp * 16 + g;  // the thread's weight rows wrow, wrow + 8 (smem rows of the item)
   int c = 0;
-  for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
-    const Item it = item_of(p, w, ncols);
+  auto item = [&](const Item& it) {
     float acc[64];
     if constexpr (kFine && kHoist) {
       switch ((it.rows + 15) >> 4) {
-        case 1: c = mainloop<kCwg, 16, kEarly>(sm, c, nk, 1, wrow, t, acc); break;
-        case 2: c = mainloop<kCwg, 32, kEarly>(sm, c, nk, 2, wrow, t, acc); break;
-        case 3: c = mainloop<kCwg, 48, kEarly>(sm, c, nk, 3, wrow, t, acc); break;
-        case 4: c = mainloop<kCwg, 64, kEarly>(sm, c, nk, 4, wrow, t, acc); break;
-        case 5: c = mainloop<kCwg, 80, kEarly>(sm, c, nk, 5, wrow, t, acc); break;
-        case 6: c = mainloop<kCwg, 96, kEarly>(sm, c, nk, 6, wrow, t, acc); break;
-        case 7: c = mainloop<kCwg, 112, kEarly>(sm, c, nk, 7, wrow, t, acc); break;
-        default: c = mainloop<kCwg, 128, kEarly>(sm, c, nk, 8, wrow, t, acc); break;
+        case 1: c = mainloop<kCwg, 16, kEarly, kVar>(sm, c, nk, 1, wrow, t, acc); break;
+        case 2: c = mainloop<kCwg, 32, kEarly, kVar>(sm, c, nk, 2, wrow, t, acc); break;
+        case 3: c = mainloop<kCwg, 48, kEarly, kVar>(sm, c, nk, 3, wrow, t, acc); break;
+        case 4: c = mainloop<kCwg, 64, kEarly, kVar>(sm, c, nk, 4, wrow, t, acc); break;
+        case 5: c = mainloop<kCwg, 80, kEarly, kVar>(sm, c, nk, 5, wrow, t, acc); break;
+        case 6: c = mainloop<kCwg, 96, kEarly, kVar>(sm, c, nk, 6, wrow, t, acc); break;
+        case 7: c = mainloop<kCwg, 112, kEarly, kVar>(sm, c, nk, 7, wrow, t, acc); break;
+        default: c = mainloop<kCwg, 128, kEarly, kVar>(sm, c, nk, 8, wrow, t, acc); break;
       }
     } else if constexpr (kFine) {
-      c = mainloop<kCwg, 0, kEarly>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
-    } else if (it.rows <= 96) c = mainloop<kCwg, 96, false>(sm, c, nk, 6, wrow, t, acc);
-    else c = mainloop<kCwg, 128, false>(sm, c, nk, 8, wrow, t, acc);
-    epilogue<kCwg, kGateUp>(p, it, cwg, warp, g, t, acc);
+      c = mainloop<kCwg, 0, kEarly, kVar>(sm, c, nk, (it.rows + 15) >> 4, wrow, t, acc);
+    } else if (it.rows <= 96) c = mainloop<kCwg, 96, false, kVar>(sm, c, nk, 6, wrow, t, acc);
+    else c = mainloop<kCwg, 128, false, kVar>(sm, c, nk, 8, wrow, t, acc);
+    epilogue<kCwg, kGateUp, kVar == MoeGroupedRsVariant::kWordStageItem>(p, it, cwg, warp, g, t, acc);
+  };
+  if constexpr (kVar == MoeGroupedRsVariant::kWordStageItem) {
+    // the item from the entry the producer wrote at its first stage (c), not from global memory
+    for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) {
+      mbar_wait(sm.full(c), sm.parity(c));
+      const int4 v = *reinterpret_cast<const int4*>(sm.ptr(sm.item(c)));
+      item(Item{v.x, v.y, v.z, v.w});
+    }
+  } else {
+    for (int w = int(blockIdx.x); w < nitems; w += int(gridDim.x)) item(item_of(p, w, ncols));
   }
 }
 
 // Persistent grid over the items (row tile x column tile, row tile major: the CTAs running at once share A rows).
-template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist, MoeGroupedRsVariant kVar>
 __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
     moe_grouped_rs_kernel(const __grid_constant__ MoeGroupedRsArgs p, const __grid_constant__ CUtensorMap amap) {
   using C = Cfg<kCwg>;
@@ -498,10 +602,10 @@ __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
   const int wg = int(threadIdx.x) >> 7;
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProd));
-    producer<kCwg, kGateUp>(p, amap, sm, nitems, ncols, nk);
+    producer<kCwg, kGateUp, kVar == MoeGroupedRsVariant::kWordStageItem>(p, amap, sm, nitems, ncols, nk);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kCons));
-    consumer<kCwg, kGateUp, kFine, kEarly, kHoist>(p, sm, nitems, ncols, nk, wg - 1);
+    consumer<kCwg, kGateUp, kFine, kEarly, kHoist, kVar>(p, sm, nitems, ncols, nk, wg - 1);
   }
 }
 
@@ -536,12 +640,14 @@ bool make_act_map(const MoeGroupedRsArgs& a, CUtensorMap& map) {
   return dsinfer::cuda::encode_tiled_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.a, dims, strides, box);
 }
 
-template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist>
+template <int kCwg, bool kGateUp, bool kFine, bool kEarly, bool kHoist,
+          MoeGroupedRsVariant kVar = MoeGroupedRsVariant::kSession23>
 void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
   using C = Cfg<kCwg>;
   // Above 48 KB of dynamic shared memory needs the opt-in (per device, so on every launch, as the other kernels).
-  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist>,
-                       cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  constexpr int kSmem = kVar == MoeGroupedRsVariant::kWordStageItem ? C::kSmemItem : C::kSmem;
+  cudaFuncSetAttribute(moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist, kVar>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   static const int sms = [] {
     int dev = 0, n = 132;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
@@ -549,14 +655,22 @@ void launch_cfg(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_
   }();
   const int64_t items = std::max<int64_t>(1, max_tiles * (a.N / (kGateUp ? C::kGateCols : C::BW)));
   const dim3 grid(unsigned(std::clamp<int64_t>(items, 1, sms)));
-  moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist><<<grid, C::NT, C::kSmem, st>>>(a, amap);
+  moe_grouped_rs_kernel<kCwg, kGateUp, kFine, kEarly, kHoist, kVar><<<grid, C::NT, kSmem, st>>>(a, amap);
 }
 // early_next and item_switch are compiled with the fine N only (the N 96 / 128 main loop is kept for the bench's
-// session 18 variant).
+// session 18 variant); MoeGroupedRsArgs::variant with all three on (the plan's launch) only.
 template <int kCwg, bool kGateUp>
 void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t max_tiles, cudaStream_t st) {
+  using V = MoeGroupedRsVariant;
+  const bool plan = a.fine_n && a.early_next && a.item_switch;
   if (!a.fine_n) launch_cfg<kCwg, kGateUp, false, false, false>(a, amap, max_tiles, st);
-  else if (a.early_next && a.item_switch) launch_cfg<kCwg, kGateUp, true, true, true>(a, amap, max_tiles, st);
+  else if (plan && a.variant == V::kWordDecode)
+    launch_cfg<kCwg, kGateUp, true, true, true, V::kWordDecode>(a, amap, max_tiles, st);
+  else if (plan && a.variant == V::kWordStage)
+    launch_cfg<kCwg, kGateUp, true, true, true, V::kWordStage>(a, amap, max_tiles, st);
+  else if (plan && a.variant == V::kWordStageItem)
+    launch_cfg<kCwg, kGateUp, true, true, true, V::kWordStageItem>(a, amap, max_tiles, st);
+  else if (plan) launch_cfg<kCwg, kGateUp, true, true, true>(a, amap, max_tiles, st);
   else if (a.early_next) launch_cfg<kCwg, kGateUp, true, true, false>(a, amap, max_tiles, st);
   else if (a.item_switch) launch_cfg<kCwg, kGateUp, true, false, true>(a, amap, max_tiles, st);
   else launch_cfg<kCwg, kGateUp, true, false, false>(a, amap, max_tiles, st);

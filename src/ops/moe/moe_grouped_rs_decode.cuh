@@ -34,4 +34,19 @@ __device__ __forceinline__ void rs_decode_step(const uint4& w0, const uint4& w1,
   a[3] = rs_bf16x2_mul(fp4_pair_bits(rs_word(w1, q), pp + 1), F1);
 }
 
+// rs_decode_step with each row's two pairs from one bit-select (fp4_half_pairs: 11 integer operations per word's two
+// steps and row instead of 16; MoeGroupedRsVariant::kWordDecode and later). The same A registers for every word: each
+// fp4_half_pairs output is fp4_pair_bits's (tests/unit/test_moe_fast.cpp), multiplied by the same factor.
+__device__ __forceinline__ void rs_decode_step_word(const uint4& w0, const uint4& w1, uint32_t F0, uint32_t F1, int s,
+                                                    uint32_t (&a)[4]) {
+  const int q = s >> 1, h = s & 1;
+  uint32_t p0[2], p1[2];
+  fp4_half_pairs(rs_word(w0, q), h, p0);
+  fp4_half_pairs(rs_word(w1, q), h, p1);
+  a[0] = rs_bf16x2_mul(p0[0], F0);
+  a[1] = rs_bf16x2_mul(p1[0], F1);
+  a[2] = rs_bf16x2_mul(p0[1], F0);
+  a[3] = rs_bf16x2_mul(p1[1], F1);
+}
+
 }  // namespace dsinfer::ops::moe_detail

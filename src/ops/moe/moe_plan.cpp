@@ -54,6 +54,27 @@ MoeFastVariant moe_fast_variant() {
   return v;
 }
 
+MoeGroupedRsVariant moe_rs_variant_from(const char* value, bool* valid) {
+  if (valid) *valid = true;
+  if (!value || !*value || std::strcmp(value, "0") == 0) return MoeGroupedRsVariant::kSession23;
+  if (std::strcmp(value, "1") == 0) return MoeGroupedRsVariant::kWordDecode;
+  if (std::strcmp(value, "2") == 0) return MoeGroupedRsVariant::kWordStage;
+  if (std::strcmp(value, "3") == 0) return MoeGroupedRsVariant::kWordStageItem;
+  if (valid) *valid = false;
+  return MoeGroupedRsVariant::kSession23;
+}
+
+MoeGroupedRsVariant moe_rs_variant() {
+  static const MoeGroupedRsVariant v = [] {
+    const char* env = std::getenv("DSINFER_MOE_RS_VARIANT");
+    bool valid = true;
+    const MoeGroupedRsVariant r = moe_rs_variant_from(env, &valid);
+    if (!valid) std::fprintf(stderr, "DSINFER_MOE_RS_VARIANT must be 0, 1, 2 or 3, found '%s': using 0\n", env);
+    return r;
+  }();
+  return v;
+}
+
 int moe_cutlass_cluster_n(int64_t rows, int64_t experts, int64_t N) {
   const bool full = rows >= kMoeCutlassClusterMinRows * std::max<int64_t>(experts, 1);
   return full && N % 256 == 0 ? 2 : 1;

@@ -9,6 +9,7 @@
 #include "ops/gemm/gemm_plan.h"
 #include "ops/kernel_mode.h"
 #include "ops/moe/moe_fast_shared.h"  // MoeFastVariant
+#include "ops/moe/moe_grouped_launch.h"  // MoeGroupedRsVariant
 #include "ops/moe/moe_launch.h"  // MoeExpertsDevice, MoeSharedDevice
 
 namespace dsinfer::ops::cuda {
@@ -133,6 +134,13 @@ bool moe_shared_fused(MoePath path, MoeExpertKernels experts, int64_t T, const M
 // cannot use on stderr. Measured on the H200: bench/NOTES.md "Session 23 — helper s23-moed".
 MoeFastVariant moe_fast_variant_from(const char* value, bool* valid = nullptr);
 MoeFastVariant moe_fast_variant();
+
+// The RS grouped kernels' consumer code (MoeGroupedRsVariant, same bits; moe_grouped_launch.h): opt-in until measured
+// on the H200. DSINFER_MOE_RS_VARIANT=0 or unset: session 23's (kSession23); 1 kWordDecode, 2 kWordStage, 3
+// kWordStageItem (an A/B between processes). moe_rs_variant_from: nullptr = unset; a value it cannot use gives
+// kSession23 and *valid = false. moe_rs_variant reads the variable once and names a value it cannot use on stderr.
+MoeGroupedRsVariant moe_rs_variant_from(const char* value, bool* valid = nullptr);
+MoeGroupedRsVariant moe_rs_variant();
 
 // One grouped expert GEMM (kGemm) over total_rows permuted rows of `experts` experts: the skinny kernel when allowed
 // and the rows average <= kMoeSkinnyRowsPerExpert per expert (and 16-byte weight vectors are legal), else the tiled
