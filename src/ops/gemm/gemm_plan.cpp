@@ -439,7 +439,7 @@ GemmSegmentsPlan plan_gemm_segments(const DeviceWeight* const* w, int count, int
         wi.block_k != w0.block_k || wi.scale_e8m0 != w0.scale_e8m0)
       return out;
     const GemmCallPlan c = plan_gemm_call(wi, M, mode, s);
-    if (c.lt || c.chunk_rows < M) return out;
+    if (c.lt || c.chunk_rows < M || c.fp8_skinny_terms > 0) return out;  // the FP8 skinny kernel: one call each
     if (i > 0 && c.precision != out.precision) return out;
     out.precision = c.precision;
     args[i] = detail::GemmArgs{.M = M, .N = wi.rows, .K = wi.cols};

@@ -153,10 +153,10 @@ bool gemm_fp8_skinny_supports(const DeviceWeight& w, int64_t groups);
 // Launch shape for M rows of a weight of groups x N rows (per group) and K columns, `terms` activation terms:
 // M <= 128: 128 weight rows x tok tokens a CTA (tok = the power of two >= M, at least 8 with two terms, 16 with one);
 // 129..256: 64 weight rows x 2 x 128 tokens (the two consumer warpgroups on two token units, the weight read once).
-// K split (cluster, rank-order DSMEM sum) doubled while the CTAs stay <= sm_count / 2 ... (items * splits * 2 <=
-// sm_count), K / 128 blocks divide and each split keeps >= 2 blocks, up to kGemmFp8SkinnyMaxSplits; without a split
-// a persistent grid of ceil(items / ceil(items / sm_count)) CTAs. Ring stages: as many as fit (2..8). False when the
-// shape does not apply (M, K, groups) or no ring fits.
+// K split (cluster, rank-order DSMEM sum) doubled while items x 2 x splits <= sm_count, the K / 128 blocks divide
+// evenly and each split keeps >= 2 blocks, up to kGemmFp8SkinnyMaxSplits (then one item per cluster); without a
+// split a persistent grid of ceil(items / ceil(items / sm_count)) CTAs. Ring stages: as many as fit (2..8). False
+// when the shape does not apply (M, K, groups, terms) or no ring fits.
 bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int terms, int sm_count,
                           detail::Fp8SkinnyParams& p);
 
@@ -354,7 +354,8 @@ GemmSegmentsKernelPlan plan_gemm_segments_kernel(const detail::GemmArgs* a, int 
 // call (plan_gemm_call) would be one kernel call (no cuBLASLt, chunk_rows >= M) under one common precision, and
 // plan_gemm_segments_kernel finds one launch for them: V4's compressor and indexer projections (skinny: decode and
 // batch-invariant mode) and wq_a + wkv (streaming: fast mode, M <= kGemmStreamMidMaxM). Never when s.segments is
-// off; the streaming form only when s.segments_stream. The caller keeps each weight's lt_prepare (cuBLASLt setup)
+// off (nor where a weight's call takes the FP8 skinny kernel: fp8_skinny_terms); the streaming form only when
+// s.segments_stream. The caller keeps each weight's lt_prepare (cuBLASLt setup)
 // as its own call would, and passes `precision` to gemm_segments_cuda.
 struct GemmSegmentsPlan {
   bool one_launch = false;
