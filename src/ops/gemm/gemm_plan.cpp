@@ -170,7 +170,10 @@ bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int t
   r.items = r.row_tiles * r.token_tiles;
   const int64_t kbg = K / 128;
   r.splits = 1;
-  while (r.splits < kGemmFp8SkinnyMaxSplits && r.items * r.splits * 2 <= sm_count && kbg % (r.splits * 2) == 0 &&
+  // Clusters of 4 or 8 CTAs (one per SM here) need that many free SMs in one GPC (the H200's hold 16-18): kept to
+  // half the SMs, so every cluster of the grid is resident at once; pairs may fill the device.
+  auto fits = [&](int sp) { return r.items * sp <= (sp <= 2 ? sm_count : sm_count / 2); };
+  while (r.splits < kGemmFp8SkinnyMaxSplits && fits(r.splits * 2) && kbg % (r.splits * 2) == 0 &&
          kbg / (r.splits * 2) >= 2)
     r.splits *= 2;
   r.kb_per_split = int(kbg / r.splits);

@@ -153,8 +153,9 @@ bool gemm_fp8_skinny_supports(const DeviceWeight& w, int64_t groups);
 // Launch shape for M rows of a weight of groups x N rows (per group) and K columns, `terms` activation terms:
 // M <= 128: 128 weight rows x tok tokens a CTA (tok = the power of two >= M, at least 8 with two terms, 16 with one);
 // 129..256: 64 weight rows x 2 x 128 tokens (the two consumer warpgroups on two token units, the weight read once).
-// K split (cluster, rank-order DSMEM sum) doubled while items x 2 x splits <= sm_count, the K / 128 blocks divide
-// evenly and each split keeps >= 2 blocks, up to kGemmFp8SkinnyMaxSplits (then one item per cluster); without a
+// K split (cluster, rank-order DSMEM sum) doubled while the CTAs (items x splits) stay within the SMs (pairs) or half
+// of them (clusters of 4 / 8: each needs that many free SMs of one GPC), the K / 128 blocks divide evenly and each
+// split keeps >= 2 blocks, up to kGemmFp8SkinnyMaxSplits (then one item per cluster); without a
 // split a persistent grid of ceil(items / ceil(items / sm_count)) CTAs. Ring stages: as many as fit (2..8). False
 // when the shape does not apply (M, K, groups, terms) or no ring fits.
 bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int terms, int sm_count,
