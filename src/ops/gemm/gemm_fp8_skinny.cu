@@ -108,6 +108,17 @@ __device__ __forceinline__ void tma_prefetch_desc(const void* map) {
 __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+// Shared-memory loads by address (the pointers into the 1024-aligned dynamic buffer are generic to the compiler).
+__device__ __forceinline__ float2 lds2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float lds1(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
 template <int N>
 __device__ __forceinline__ void fence_acc(float (&d)[N]) {
 #pragma unroll
@@ -240,18 +251,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
         fence_acc(d);
-        const float ws = my_wsc[kb - kb0];
-        const float* ss = reinterpret_cast<const float*>(smem + s * stage + sw + sx) + half * NCOL;
+        const float ws = lds1(sm90::smem_u32(my_wsc + (kb - kb0)));
+        const uint32_t ss = base + uint32_t(sw + sx + 4 * (half * NCOL + 2 * q));  // this thread's token scales
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
-          const float2 s1 = *reinterpret_cast<const float2*>(ss + 8 * j + 2 * q);
+          const float2 s1 = lds2(ss + 32 * j);
           const float c0 = ws * s1.x, c1 = ws * s1.y;
           f[4 * j + 0] = fmaf(d[4 * j + 0], c0, f[4 * j + 0]);
           f[4 * j + 1] = fmaf(d[4 * j + 1], c1, f[4 * j + 1]);
           f[4 * j + 2] = fmaf(d[4 * j + 2], c0, f[4 * j + 2]);
           f[4 * j + 3] = fmaf(d[4 * j + 3], c1, f[4 * j + 3]);
           if constexpr (TERMS == 2) {
-            const float2 s2 = *reinterpret_cast<const float2*>(ss + TOK + 8 * j + 2 * q);
+            const float2 s2 = lds2(ss + 4 * TOK + 32 * j);
             const float e0 = ws * s2.x, e1 = ws * s2.y;
             f[4 * j + 0] = fmaf(d[4 * (j + NJ) + 0], e0, f[4 * j + 0]);
             f[4 * j + 1] = fmaf(d[4 * (j + NJ) + 1], e1, f[4 * j + 1]);
