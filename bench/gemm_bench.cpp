@@ -556,7 +556,8 @@ void bench_grouped() {
 // ---- issue 31, session 24: the FP8 skinny wgmma kernel against today's decode routes, same shapes and inputs. Every
 // column is us per call replayed from CUDA graphs (time_graph_us: kRuns replays rotating kSets sets of weights and
 // x, > 60 MB together for the 32 MB weights, so the weight comes from HBM): sk2 / sk1 = the kernel with two / one
-// activation terms (quantization + GEMM), q2 = its quantization alone, stream = the bf16 streaming kernel
+// activation terms (quantization + GEMM), "splits n | sk2" = sk2 with the K split doubled (the plan's cluster rule
+// against more CTAs), q2 = its quantization alone, stream = the bf16 streaming kernel
 // (GemmPrecision::kBf16 when its plan applies), x2 / x2s = the cuBLASLt engine's two-term route as two matmuls /
 // stacked (single weights, M % 4 == 0), batched = the engine's grouped call (wo_a). TB/s = weight bytes / time.
 // "diff" = normalised L2 difference of sk2 against x2 (or batched, bf16-x numerics) on set 0.
@@ -601,6 +602,38 @@ void bench_fp8_skinny() {
       const bool planned = oc::plan_gemm_fp8_skinny(M, Ng, s.K, G, 2, sms, p);
       const double t_sk2 = planned ? time_graph_us(skinny(2)) : -1.0;
       const double t_sk1 = planned ? time_graph_us(skinny(1)) : -1.0;
+      // The same call with the K split doubled (clusters of 2 splits -> 4, 4 -> 8, or 1 -> 2; one item per cluster),
+      // the plan's co-residency rule (clusters of 4 / 8 on half the SMs) measured: -1 when K does not divide.
+      oc::detail::Fp8SkinnyParams p2 = p;
+      const bool has_p2 = planned && p.splits < 8 && p.kb_per_split % 2 == 0 && p.kb_per_split >= 4 &&
+                          (p.splits > 1 || p.items * 2 <= sms) &&
+                          p.stages * oc::detail::fp8sk_stage_bytes(p.terms, p.tok, p.wg_rows) >=
+                              oc::detail::fp8sk_partial_bytes(p.tok);
+      if (has_p2) {
+        p2.splits = p.splits * 2;
+        p2.kb_per_split = p.kb_per_split / 2;
+        p2.grid = p.items * p2.splits;
+      }
+      const double t_sk2x = !has_p2 ? -1.0 : time_graph_us([&](int i, cudaStream_t st) {
+        oc::detail::Fp8SkinnyArgs a;
+        a.x = xs[size_t(i)].as<float>();
+        a.ldx = Kx;
+        a.x_gstride = G > 1 ? s.K : 0;
+        a.M = M;
+        a.groups = G;
+        a.N = Ng;
+        a.K = s.K;
+        a.wdata = static_cast<const uint8_t*>(w[size_t(i)].data);
+        a.wscale = w[size_t(i)].scale;
+        a.y = ys[size_t(i)].as<float>();
+        a.ldy = s.N;
+        a.y_gstride = G > 1 ? Ng : 0;
+        a.q = skws.as<uint8_t>();
+        a.s = reinterpret_cast<float*>(skws.as<uint8_t>() + (oc::detail::fp8sk_rows(p2) * Kx + 255) / 256 * 256);
+        a.x_vec = true;
+        (void)oc::detail::launch_fp8sk_quant(a, p2, st);
+        return oc::detail::launch_fp8sk_gemm(a, p2, st) == 0 && cudaGetLastError() == cudaSuccess;
+      });
       const double t_q = planned ? time_graph_us([&](int i, cudaStream_t st) {
         oc::detail::Fp8SkinnyArgs a;
         a.x = xs[size_t(i)].as<float>();
@@ -669,6 +702,8 @@ void bench_fp8_skinny() {
                     (long long)p.grid, p.stages);
       col("sk2", t_sk2);
       col("sk1", t_sk1);
+      if (has_p2) std::printf(" | splits %d", p2.splits);
+      col("sk2", t_sk2x);
       std::printf(" | q2 %6.1f", t_q);
       col("stream", t_stream);
       col(G == 1 ? "x2" : "batched", t_x2);

@@ -49,12 +49,16 @@ std::vector<double> gemm_ref(const float* x, int64_t M, int64_t ldx, int64_t x_g
                              int64_t K, const uint8_t* w, const void* wscale, bool e8m0, int terms,
                              int64_t row_step) {
   const int64_t kbg = K / 128, nt = groups * N;
-  std::vector<double> y(size_t(M * nt), 0.0);
+  std::vector<double> y(size_t(M * nt), 0.0), x1(size_t(M * K)), x2(size_t(M * K)), wv(static_cast<size_t>(K));
   for (int64_t g = 0; g < groups; ++g) {
     const Terms t = quantize_group(x + g * x_gstride, M, ldx, K, terms);
+    for (size_t i = 0; i < x1.size(); ++i) {  // the codes' e4m3 values (the scales are applied per block below)
+      x1[i] = e4m3(t.q[i]);
+      x2[i] = e4m3(t.q2[i]);
+    }
     for (int64_t n = 0; n < N; n += row_step) {
       const int64_t row = g * N + n;
-      const uint8_t* wr = w + row * K;
+      for (int64_t k = 0; k < K; ++k) wv[size_t(k)] = e4m3(w[row * K + k]);
       for (int64_t m = 0; m < M; ++m) {
         double acc = 0.0;
         for (int64_t b = 0; b < kbg; ++b) {
@@ -63,10 +67,12 @@ std::vector<double> gemm_ref(const float* x, int64_t M, int64_t ldx, int64_t x_g
                                        small_float::e8m0_f32_bits(static_cast<const uint8_t*>(wscale)[j])))
                                  : double(static_cast<const float*>(wscale)[j]);
           double p1 = 0.0, p2 = 0.0;
-          for (int64_t k = b * 128; k < b * 128 + 128; ++k) {
-            const double wv = e4m3(wr[k]);
-            p1 += wv * e4m3(t.q[size_t(m * K + k)]);
-            if (terms == 2) p2 += wv * e4m3(t.q2[size_t(m * K + k)]);
+          const double* a1 = x1.data() + m * K + b * 128;
+          const double* a2 = x2.data() + m * K + b * 128;
+          const double* wb = wv.data() + b * 128;
+          for (int64_t k = 0; k < 128; ++k) {
+            p1 += wb[k] * a1[k];
+            p2 += wb[k] * a2[k];  // zero codes with one term
           }
           acc += ws * (p1 * double(t.s[size_t(m * kbg + b)]) + p2 * double(t.s2[size_t(m * kbg + b)]));
         }
