@@ -6,7 +6,7 @@
 //    token tiles above 128 rows, split-K clusters of 2..8, the persistent grid), one and two terms, E8M0 and fp32
 //    weight scales, odd N, padded ldx / ldy, unaligned x, accumulate; outputs past N untouched;
 //  - against the cuBLASLt engine's two-term route (GemmLtEngine kFp8x2) on the same inputs;
-//  - bitwise determinism (two calls), clean refusals.
+//  - bitwise determinism (two calls), clean refusals; printed: whether a row's bits depend on M.
 // Tolerance (normalised L2 error kSkTol = 1e-3 against the fp64 reference; derived, not yet measured): the operands
 // the reference multiplies are exactly the kernel's (e4m3 codes, power-of-two or fp32 scales), so the error is the
 // kernel's arithmetic: Hopper's FP8 wgmma sums each 128-k block (four k32 steps) with ~14 mantissa bits before the
@@ -271,6 +271,33 @@ TEST(GemmFp8SkinnyGpu, MatchesCublasLtTwoTerms) {
                   (long long)s.K, (long long)M, err);
       EXPECT_LT(err, kSkLtTol);
     }
+  }
+}
+
+// Measurement, not a pass / fail rule: whether a token's row has the same bits at M = 1 as inside M = 9 / 64 / 128
+// calls (same K split for every M <= 128 at this N; only the wgmma N and the token tile change). If yes, a
+// speculative verify step (1 + k rows) reproduces a decode step's rows with the kernel on.
+TEST(GemmFp8SkinnyGpu, RowBitsAcrossMPrinted) {
+  DSI_SKIP_WITHOUT_GPU();
+  const HostWeight hw = make_host_weight(WeightFormat::FP8_BLOCK, 4096, 8192, 700, true, 128, 128, false);
+  auto d = dsinfer::test::upload(hw);
+  const std::vector<float> x = block_activations(256, 8192, 701);
+  auto dx = to_device(x);
+  DeviceBuffer<uint8_t> ws;
+  const size_t wsb = oc::gemm_fp8_skinny_workspace_bytes(8192, 2);
+  ASSERT_TRUE(ws.alloc(wsb).is_ok());
+  std::vector<std::vector<float>> row0;
+  for (int64_t M : {1, 9, 64, 128, 129, 256}) {
+    DeviceBuffer<float> y;
+    ASSERT_TRUE(y.alloc(size_t(M * 4096)).is_ok());
+    ASSERT_TRUE(oc::gemm_fp8_skinny_cuda(dx.data(), M, 8192, 0, d.w, 1, y.data(), 4096, 0, false, 2, ws.data(), wsb,
+                                         sm_count(), nullptr)
+                    .is_ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> h = to_host(y, size_t(M * 4096));
+    row0.emplace_back(h.begin(), h.begin() + 4096);
+    std::printf("fp8 skinny row 0 at M=%lld bit-equal to M=1: %s\n", (long long)M,
+                std::memcmp(row0.back().data(), row0.front().data(), 4096 * 4) == 0 ? "yes" : "no");
   }
 }
 
