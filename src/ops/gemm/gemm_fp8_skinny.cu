@@ -13,6 +13,9 @@
 // cluster): every CTA leaves its fp32 partial tile in shared memory (over the dead ring) and, after a cluster barrier,
 // sums a share of the tile over the cluster's CTAs in rank order through distributed shared memory (no atomics, no
 // workspace); splits == 1: persistent, a CTA walks items blockIdx.x, + gridDim.x, ... and stores from registers.
+// Both kernels are programmatic dependent launches (cuda/pdl.h, where pdl_enabled()): each waits before touching
+// memory an earlier kernel writes; the GEMM's CTAs start during the quantization and prefetch their first weight
+// stages into L2 before that wait.
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -20,6 +23,7 @@
 #include <cstdint>
 
 #include "cuda/func_smem.h"
+#include "cuda/pdl.cuh"
 #include "cuda/sm90_async.cuh"
 #include "cuda/tensor_map.h"
 #include "ops/gemm/gemm_fp8_skinny_launch.h"
@@ -55,6 +59,7 @@ __device__ __forceinline__ uint32_t quantize4(const float (&v)[4], float& sc) {
 // Warp w owns (token m, block b) = (w % tokens, w / tokens) of the padded tokens (units * tok) and the
 // groups * K / 128 blocks; lane l channels [4l, 4l + 4) of the block. Padded tokens: zero codes, scale 0.
 __global__ void __launch_bounds__(32 * kQuantWarps) gemm_fp8sk_quant_kernel(const Fp8SkinnyArgs a, const Fp8SkinnyParams p) {
+  dsinfer::cuda::pdl_wait_then_release();  // x is the previous kernel's output
   const int64_t warp = int64_t(blockIdx.x) * kQuantWarps + threadIdx.x / 32;
   const int lane = int(threadIdx.x % 32);
   const int64_t tokens = int64_t(p.units) * p.tok, kbg = a.K / lt::kActBlock, kt = a.groups * a.K;
@@ -101,6 +106,12 @@ __global__ void __launch_bounds__(32 * kQuantWarps) gemm_fp8sk_quant_kernel(cons
 // K-major rows of 128 bytes, 128-byte swizzle, 8-row groups 1024 bytes apart (the layout TMA writes).
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
   return sm90::wgmma_desc(addr, 16, 1024) | (uint64_t(1) << 62);
+}
+// The box at (c0, c1) of a 2-D tensor map into L2 only (no shared memory, no barrier).
+__device__ __forceinline__ void tma_prefetch_l2(const void* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1)
+               : "memory");
 }
 __device__ __forceinline__ void tma_prefetch_desc(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -195,6 +206,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (threadIdx.x == 0 && cluster < p.items) {
+      // The weight is no kernel's output: its first stages go to L2 while the quantization kernel this one follows
+      // (programmatic dependent launch) still runs.
+      const int64_t row0 = item_of(a, p, cluster).row0;
+      for (int64_t kb = kb0; kb < kb1 && kb < kb0 + S; ++kb) tma_prefetch_l2(&wmap, int(kb * 128), int(row0));
+    }
+    // Every thread waits for the quantization (and, through it, every earlier kernel) before touching x's codes,
+    // the scales or y (cuda/pdl.h's rule).
+    dsinfer::cuda::pdl_wait_then_release();
     if (threadIdx.x < 32) {
       const int lane = int(threadIdx.x);
       const int chunks = halves * NCOL / 4;  // 16-byte pieces of the stage's token scales
@@ -223,6 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    dsinfer::cuda::pdl_wait_then_release();
     const int wg = warpgroup - 1, t = int(threadIdx.x) % 128, warp = t / 32, lane = t % 32, q = lane % 4;
     const int row_off = p.wg_rows == 2 ? 64 * wg : 0, half = p.wg_rows == 2 ? 0 : wg;
     const int bar_id = 2 + wg;
@@ -333,15 +354,22 @@ cudaError_t launch_gemm(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, cudaSt
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = size_t(p.smem);
   cfg.stream = st;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  unsigned na = 0;
   if (p.splits > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(p.splits);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = unsigned(p.splits);
+    attr[na].val.clusterDim.y = 1;
+    attr[na].val.clusterDim.z = 1;
+    ++na;
   }
+  if (dsinfer::cuda::pdl_enabled()) {  // the kernel waits (pdl_wait_then_release) before any x / y access
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = na;
   return cudaLaunchKernelEx(&cfg, gemm_fp8sk_kernel<TOK, TERMS>, wmap, xmap, a, p);
 }
 
@@ -350,8 +378,8 @@ cudaError_t launch_gemm(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, cudaSt
 int launch_fp8sk_quant(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, void* stream) {
   const int64_t warps = int64_t(p.units) * p.tok * a.groups * (a.K / 128);
   const int64_t blocks = (warps + kQuantWarps - 1) / kQuantWarps;
-  gemm_fp8sk_quant_kernel<<<unsigned(blocks), 32 * kQuantWarps, 0, static_cast<cudaStream_t>(stream)>>>(a, p);
-  return 0;  // the caller checks the launch (DSI_CUDA_LAUNCHED)
+  return int(dsinfer::cuda::pdl_launch(gemm_fp8sk_quant_kernel, dim3(unsigned(blocks)), dim3(32 * kQuantWarps), 0,
+                                       static_cast<cudaStream_t>(stream), a, p));
 }
 
 int launch_fp8sk_gemm(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, void* stream) {

@@ -63,8 +63,9 @@ Status gemm_fp8_skinny_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_gs
   a.q = static_cast<uint8_t*>(workspace);
   a.s = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + codes_bytes(detail::fp8sk_rows(p), k_total));
   a.x_vec = aligned16(x) && ldx % 4 == 0 && a.x_gstride % 4 == 0;
-  (void)detail::launch_fp8sk_quant(a, p, stream);
+  const int eq = detail::launch_fp8sk_quant(a, p, stream);
   DSI_CUDA_LAUNCHED("gemm_fp8sk_quant_kernel");
+  if (eq != 0) return Status::errorf("gemm_fp8_skinny: gemm_fp8sk_quant_kernel not launched (CUDA error {})", eq);
   const int e = detail::launch_fp8sk_gemm(a, p, stream);
   DSI_CUDA_LAUNCHED("gemm_fp8sk_kernel");
   if (e != 0) return Status::errorf("gemm_fp8_skinny: gemm_fp8sk_kernel not launched (CUDA error {})", e);

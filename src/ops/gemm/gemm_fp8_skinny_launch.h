@@ -72,7 +72,8 @@ struct Fp8SkinnyArgs {
   bool x_vec = false;    // x, ldx, x_gstride allow 16-byte loads
 };
 
-// "gemm_fp8sk_quant_kernel" (x -> q, s in the token layout above); the caller checks the launch (DSI_CUDA_LAUNCHED).
+// "gemm_fp8sk_quant_kernel" (x -> q, s in the token layout above). Returns the cudaError_t of the launch (as int;
+// also check DSI_CUDA_LAUNCHED). Both launches are programmatic dependent launches where pdl_enabled() (cuda/pdl.h).
 int launch_fp8sk_quant(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, void* stream);
 // "gemm_fp8sk_kernel" (q, s, W -> y). Returns the cudaError_t of the launch or of the tensor-map encoding
 // (cudaErrorInvalidValue).
