@@ -180,6 +180,21 @@ TEST(GemmFp8SkinnyGpu, ParityWqaEveryTokenTile) {
     }
 }
 
+// The persistent grid alone (no K split, no cluster): the device script's second smoke step, so that a hang of the
+// split-K path can be told from one of the ring itself.
+TEST(GemmFp8SkinnyGpu, PersistentGridSmoke) {
+  DSI_SKIP_WITHOUT_GPU();
+  const HostWeight wq_b = make_host_weight(WeightFormat::FP8_BLOCK, 32768, 1024, 150, true, 128, 128, false);
+  auto d = dsinfer::test::upload(wq_b);
+  oc::detail::Fp8SkinnyParams p;
+  ASSERT_TRUE(oc::plan_gemm_fp8_skinny(8, 32768, 1024, 1, 2, sm_count(), p));
+  ASSERT_EQ(p.splits, 1) << "this test is the persistent path";
+  Call c;
+  c.M = 8;
+  c.row_step = 61;
+  check(wq_b, d.w, c, 151);
+}
+
 // The 32 MB weights: wo_b (K = 8,192, split-K clusters), wq_b (N = 32,768: the persistent grid), wkv (N = 512).
 TEST(GemmFp8SkinnyGpu, ParityFlashShapes) {
   DSI_SKIP_WITHOUT_GPU();
