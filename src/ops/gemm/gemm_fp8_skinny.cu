@@ -199,6 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       sm90::mbar_init(bar0 + 8 * (S + s), 8);      // lane 0 of each consumer warp
     }
     fence_barrier_init();
+    sm90::fence_proxy_async();  // the initialised barriers visible to the async proxy (TMA's complete_tx)
     tma_prefetch_desc(&wmap);
     tma_prefetch_desc(&xmap);
   }
