@@ -7,6 +7,7 @@
 // operands' product).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -235,6 +236,117 @@ TEST(GemmFp8Skinny, GemmRefIsTheDequantizedProduct) {
       }
       EXPECT_NEAR(y[size_t(m * N + n)], want, 1e-13 * mag) << m << " " << n;
     }
+}
+
+// The kernel's arithmetic emulated on the CPU with its index functions (gemm_fp8_skinny_launch.h) and the launch shape
+// of the plan: token layout, units and halves, term columns, the stage's token-scale offsets, the K split, the
+// persistent / cluster items, the partial tile and the output mapping. Each block's wgmma sum is taken exactly (fp64,
+// rounded to fp32 as the tensor core's result), the promotion is the kernel's fp32 fma sequence, and the split-K sum
+// goes in rank order. What it cannot check is the hardware side (descriptors, TMA boxes, barriers): the GPU tests do.
+std::vector<float> emulate(const std::vector<float>& x, int64_t M, int64_t N, int64_t K, int64_t G, int terms,
+                           const std::vector<uint8_t>& w, const std::vector<uint8_t>& ws, od::Fp8SkinnyParams& p) {
+  EXPECT_TRUE(plan_gemm_fp8_skinny(M, N, K, G, terms, kSms, p));
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+  sk::quantize_ref(x.data(), M, G * K, K, G, K, terms, p.tok, p.units, q, s);
+  const int64_t rows_q = od::fp8sk_rows(p), kt = G * K, kbg = K / 128, nt = G * N;
+  const int tok = p.tok, ncol = terms * tok, nj = tok / 8, nf = tok / 2, halves = 2 / p.wg_rows;
+  namespace sf = dsinfer::small_float;
+  auto e4m3 = [](uint8_t c) { return double(sf::from_bits(sf::e4m3_f32_bits(c))); };
+  std::vector<float> y(size_t(M * nt), NAN);
+  auto store = [&](int64_t row0, int64_t group, int64_t unit0, int wg, int t, int j, int i, float v) {
+    const int row_off = p.wg_rows == 2 ? 64 * wg : 0, half = p.wg_rows == 2 ? 0 : wg;
+    const int64_t m = od::fp8sk_out_token(unit0, half, tok, t, j, i);
+    const int64_t n = od::fp8sk_out_row(row0, row_off, t, i) - group * N;
+    if (m < M && n < N) y[size_t(m * nt + group * N + n)] = v;
+  };
+  for (int64_t item = 0; item < p.items; ++item) {
+    const int64_t row0 = item / p.token_tiles * 64 * p.wg_rows, unit0 = item % p.token_tiles * halves;
+    const int64_t group = G > 1 ? row0 / N : 0;
+    std::vector<std::vector<float>> part(size_t(p.splits), std::vector<float>(size_t(256 * nf), 0.0f));
+    for (int split = 0; split < p.splits; ++split) {
+      const int64_t kb0 = int64_t(split) * p.kb_per_split, kb1 = std::min<int64_t>(kb0 + p.kb_per_split, kbg);
+      for (int wg = 0; wg < 2; ++wg) {
+        const int row_off = p.wg_rows == 2 ? 64 * wg : 0, half = p.wg_rows == 2 ? 0 : wg;
+        for (int t = 0; t < 128; ++t) {
+          std::vector<float> f(size_t(nf), 0.0f), d(size_t(ncol / 2));
+          for (int64_t kb = kb0; kb < kb1; ++kb) {
+            const int64_t kx = group * K + kb * 128;
+            const float wsc = float(sf::from_bits(sf::e8m0_f32_bits(ws[size_t((row0 + row_off) / 128 * kbg + kb)])));
+            for (int jj = 0; jj < ncol / 8; ++jj)
+              for (int i = 0; i < 4; ++i) {
+                const int64_t r = od::fp8sk_out_row(row0, row_off, t, i);
+                const int64_t qr = (unit0 + half) * ncol + od::fp8sk_acc_col(t, jj, i);
+                double acc = 0.0;
+                for (int64_t k = 0; k < 128 && r < G * N; ++k)
+                  acc += e4m3(w[size_t(r * K + kb * 128 + k)]) * e4m3(q[size_t(qr * kt + kx + k)]);
+                d[size_t(4 * jj + i)] = float(acc);
+              }
+            const float* ss = s.data() + (kx / 128) * rows_q + unit0 * ncol;  // the stage's token scales
+            for (int j = 0; j < nj; ++j)
+              for (int i = 0; i < 4; ++i) {
+                const size_t fi = size_t(4 * j + i);
+                f[fi] = std::fma(d[fi], wsc * ss[od::fp8sk_scale_index(half, ncol, tok, 0, t, j, i)], f[fi]);
+                if (terms == 2)
+                  f[fi] = std::fma(d[size_t(4 * (j + nj) + i)], wsc * ss[od::fp8sk_scale_index(half, ncol, tok, 1, t, j, i)],
+                                   f[fi]);
+              }
+          }
+          for (int fi = 0; fi < nf; ++fi) {
+            if (p.splits == 1) store(row0, group, unit0, wg, t, fi / 4, fi % 4, f[size_t(fi)]);
+            else part[size_t(split)][size_t(od::fp8sk_partial_index(fi, wg * 128 + t))] = f[size_t(fi)];
+          }
+        }
+      }
+    }
+    if (p.splits == 1) continue;
+    for (int e = 0; e < 256 * nf; ++e) {
+      float v = 0.0f;
+      for (int r = 0; r < p.splits; ++r) v += part[size_t(r)][size_t(e)];
+      const int ct = e % 256, i = e / 256;
+      store(row0, group, unit0, ct / 128, ct % 128, i / 4, i % 4, v);
+    }
+  }
+  return y;
+}
+
+TEST(GemmFp8Skinny, KernelIndexMathEmulatedMatchesReference) {
+  struct S {
+    int64_t M, N, K, G;
+    int terms;
+  };
+  int cases = 0;
+  bool saw_split = false, saw_halves = false, saw_persistent = false;
+  for (const S& c : {S{5, 256, 512, 1, 2}, S{37, 200, 384, 1, 2}, S{130, 128, 256, 1, 2}, S{9, 128, 256, 2, 2},
+                     S{20, 128, 256, 1, 1}, S{64, 256, 1024, 1, 2}, S{200, 256, 512, 2, 1}, S{1, 64, 128, 1, 2}}) {
+    SCOPED_TRACE(testing::Message() << "M=" << c.M << " N=" << c.N << " K=" << c.K << " G=" << c.G << " terms=" << c.terms);
+    const int64_t rows = c.G * c.N;
+    std::vector<uint8_t> w(size_t(rows * c.K)), ws(size_t((rows + 127) / 128 * (c.K / 128)));
+    for (size_t i = 0; i < w.size(); ++i) {
+      const uint8_t code = uint8_t((i * 151 + 7) % 256);
+      w[i] = (code & 0x7F) == 0x7F ? 0 : code;
+    }
+    for (size_t i = 0; i < ws.size(); ++i) ws[i] = uint8_t(118 + (i * 5) % 11);
+    const std::vector<float> x = activations(c.M, c.G * c.K, uint64_t(c.M * 7 + c.N));
+    od::Fp8SkinnyParams p;
+    const std::vector<float> y = emulate(x, c.M, c.N, c.K, c.G, c.terms, w, ws, p);
+    saw_split |= p.splits > 1;
+    saw_halves |= p.wg_rows == 1;
+    saw_persistent |= p.splits == 1 && p.grid < p.items;
+    const std::vector<double> ref = sk::gemm_ref(x.data(), c.M, c.G * c.K, c.K, c.G, c.N, c.K, w.data(), ws.data(), true, c.terms);
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_FALSE(std::isnan(y[i])) << "output " << i << " never written";
+      num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
+      den += ref[i] * ref[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-5) << "splits " << p.splits << " wg_rows " << p.wg_rows << " tok " << p.tok;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 8);
+  EXPECT_TRUE(saw_split) << "a case with a K split";
+  EXPECT_TRUE(saw_halves) << "a case with two token units per CTA";
+  (void)saw_persistent;  // needs more items than SMs: the GPU test's wq_b covers it
 }
 
 }  // namespace

@@ -161,9 +161,8 @@ __device__ __forceinline__ Item item_of(const Fp8SkinnyArgs& a, const Fp8SkinnyP
 __device__ __forceinline__ void store_out(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, const Item& it, int wg,
                                           int t, int j, int i, float v, int tok) {
   const int row_off = p.wg_rows == 2 ? 64 * wg : 0, half = p.wg_rows == 2 ? 0 : wg;
-  const int warp = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
-  const int64_t m = (it.unit0 + half) * tok + 8 * j + 2 * q + (i & 1);
-  const int64_t n = it.row0 + row_off + 16 * warp + g + 8 * (i >> 1) - it.group * a.N;
+  const int64_t m = fp8sk_out_token(it.unit0, half, tok, t, j, i);
+  const int64_t n = fp8sk_out_row(it.row0, row_off, t, i) - it.group * a.N;
   if (m >= a.M || n >= a.N) return;
   float* yp = a.y + it.group * a.y_gstride + m * a.ldy + n;
   *yp = a.accumulate ? *yp + v : v;
@@ -245,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     dsinfer::cuda::pdl_wait_then_release();
-    const int wg = warpgroup - 1, t = int(threadIdx.x) % 128, warp = t / 32, lane = t % 32, q = lane % 4;
+    const int wg = warpgroup - 1, t = int(threadIdx.x) % 128, lane = t % 32;
     const int row_off = p.wg_rows == 2 ? 64 * wg : 0, half = p.wg_rows == 2 ? 0 : wg;
     const int bar_id = 2 + wg;
     float* my_wsc = wsc + wg * p.kb_per_split;
@@ -274,17 +273,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::wgmma_wait<0>();
         fence_acc(d);
         const float ws = lds1(sm90::smem_u32(my_wsc + (kb - kb0)));
-        const uint32_t ss = base + uint32_t(sw + sx + 4 * (half * NCOL + 2 * q));  // this thread's token scales
+        const uint32_t ss = base + uint32_t(sw + sx);  // the stage's token scales
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const float2 s1 = lds2(ss + 32 * j);
+        for (int j = 0; j < NJ; ++j) {  // elements i and i + 1 (even i) are adjacent tokens: one 8-byte load
+          const float2 s1 = lds2(ss + 4 * fp8sk_scale_index(half, NCOL, TOK, 0, t, j, 0));
           const float c0 = ws * s1.x, c1 = ws * s1.y;
           f[4 * j + 0] = fmaf(d[4 * j + 0], c0, f[4 * j + 0]);
           f[4 * j + 1] = fmaf(d[4 * j + 1], c1, f[4 * j + 1]);
           f[4 * j + 2] = fmaf(d[4 * j + 2], c0, f[4 * j + 2]);
           f[4 * j + 3] = fmaf(d[4 * j + 3], c1, f[4 * j + 3]);
           if constexpr (TERMS == 2) {
-            const float2 s2 = lds2(ss + 4 * TOK + 32 * j);
+            const float2 s2 = lds2(ss + 4 * fp8sk_scale_index(half, NCOL, TOK, 1, t, j, 0));
             const float e0 = ws * s2.x, e1 = ws * s2.y;
             f[4 * j + 0] = fmaf(d[4 * (j + NJ) + 0], e0, f[4 * j + 0]);
             f[4 * j + 1] = fmaf(d[4 * (j + NJ) + 1], e1, f[4 * j + 1]);
@@ -305,10 +304,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::named_sync(1, 256);
         float* part = reinterpret_cast<float*>(smem);
 #pragma unroll
-        for (int i = 0; i < NF; ++i) part[i * 256 + wg * 128 + t] = f[i];
+        for (int i = 0; i < NF; ++i) part[fp8sk_partial_index(i, wg * 128 + t)] = f[i];
       }
     }
-    (void)warp;
   }
 
   if (p.splits > 1) {  // every thread of every CTA of the cluster: the split-K sum in rank order
@@ -321,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = split * kThreads + int(threadIdx.x); e < total; e += p.splits * kThreads) {
         float v = 0.0f;
         for (int r = 0; r < p.splits; ++r) v += cl.map_shared_rank(part, unsigned(r))[e];
-        const int ct = e % 256, i = e / 256;
+        const int ct = e % 256, i = e / 256;  // e = fp8sk_partial_index(i, ct)
         store_out(a, p, item, ct / 128, ct % 128, i / 4, i % 4, v, TOK);
       }
     }

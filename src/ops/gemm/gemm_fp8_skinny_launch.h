@@ -18,6 +18,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace dsinfer::ops::cuda::detail {
 
 // Launch shape (gemm_plan.h plan_gemm_fp8_skinny).
@@ -42,6 +44,28 @@ inline constexpr int64_t fp8sk_row(int64_t m, int t, int terms, int tok) {
   return (m / tok * terms + t) * tok + m % tok;
 }
 inline constexpr int64_t fp8sk_rows(const Fp8SkinnyParams& p) { return int64_t(p.units) * p.terms * p.tok; }
+
+// Where the kernel's values sit (one definition for the kernel and the CPU emulation in
+// tests/unit/test_gemm_fp8_skinny.cpp). wgmma m64nNk32's accumulator (PTX ISA, "wgmma D fragment"): element
+// 4 j + i (i < 4) of thread t (0..127) of a warpgroup is row 16 (t / 32) + (t % 32) / 4 + 8 (i / 2) of the 64-row
+// tile and column 8 j + 2 (t % 4) + i % 2.
+DSI_HD constexpr int fp8sk_acc_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * (i >> 1); }
+DSI_HD constexpr int fp8sk_acc_col(int t, int j, int i) { return 8 * j + 2 * (t % 4) + (i & 1); }
+// Float index, in a stage's token scales, of the scale of term `term`, column group j, element i of thread t of the
+// consumer on token unit `half` (the stage holds halves units of terms x tok scales: term 1 tokens, then term 2).
+DSI_HD constexpr int fp8sk_scale_index(int half, int ncol, int tok, int term, int t, int j, int i) {
+  return half * ncol + term * tok + fp8sk_acc_col(t, j, i);
+}
+// Token of promoted element 4 j + i of thread t on unit unit0 + half; weight row (over groups x N rows) of element i
+// of thread t of the consumer whose rows start at row0 + row_off.
+DSI_HD constexpr int64_t fp8sk_out_token(int64_t unit0, int half, int tok, int t, int j, int i) {
+  return (unit0 + half) * tok + fp8sk_acc_col(t, j, i);
+}
+DSI_HD constexpr int64_t fp8sk_out_row(int64_t row0, int row_off, int t, int i) {
+  return row0 + row_off + fp8sk_acc_row(t, i);
+}
+// The split-K partial tile (over the dead ring): promoted element f of consumer thread ct (0..255) at f * 256 + ct.
+DSI_HD constexpr int fp8sk_partial_index(int f, int ct) { return f * 256 + ct; }
 
 // Shared-memory layout of one ring stage (bytes; 1024-aligned tiles for the 128-byte swizzle).
 inline constexpr int fp8sk_stage_w(int wg_rows) { return 64 * wg_rows * 128; }
