@@ -22,6 +22,12 @@
 //        dsinfer_gemm_bench --grouped   (issues 31 / 30, session 15: wo_a at M = 1 .. 4096 on every path,
 //                                        bench_grouped; "stream" = the streaming kernel on the grouped weight,
 //                                        M = 17 .. 256)
+//        dsinfer_gemm_bench --fp8skinny (issue 31, session 24: the FP8 skinny wgmma kernel (gemm_fp8_skinny_cuda.h)
+//                                        beside cuBLASLt x2 / x2s and the streaming kernel at the V4-Flash shapes
+//                                        wq_a, wkv, wq_b, wo_b, wo_a (8 groups; batched widened call there) for
+//                                        M = 1, 8, 64, 128, 256; graph-replayed us per call, effective TB/s = weight
+//                                        bytes / time, the plan's launch shape, the quantization alone, and the
+//                                        normalised difference to cuBLASLt x2 on set 0)
 //        dsinfer_gemm_bench --prefill   (issue 30, session 16: the FP8 ungrouped shapes at M = 64 .. 8192 with PEERROW
 //                                        lines; "wide" = the engine's kBf16 route: the weight widened to bf16 per
 //                                        call (its widening alone in brackets), x to bf16, one bf16 matmul)
@@ -38,6 +44,7 @@
 #include "cublaslt_ref.h"
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
+#include "ops/gemm/gemm_fp8_skinny_cuda.h"
 #include "ops/gemm/gemm_lt_cuda.h"
 #include "ops/gemm/gemm_lt_launch.h"
 #include "ops/gemm/gemm_widen_cuda.h"
@@ -546,6 +553,167 @@ void bench_grouped() {
   }
 }
 
+// ---- issue 31, session 24: the FP8 skinny wgmma kernel against today's decode routes, same shapes and inputs. Every
+// column is us per call replayed from CUDA graphs (time_graph_us: kRuns replays rotating kSets sets of weights and
+// x, > 60 MB together for the 32 MB weights, so the weight comes from HBM): sk2 / sk1 = the kernel with two / one
+// activation terms (quantization + GEMM), "splits n | sk2" = sk2 with the K split doubled (the plan's cluster rule
+// against more CTAs), q2 = its quantization alone, stream = the bf16 streaming kernel
+// (GemmPrecision::kBf16 when its plan applies), x2 / x2s = the cuBLASLt engine's two-term route as two matmuls /
+// stacked (single weights, M % 4 == 0), batched = the engine's grouped call (wo_a). TB/s = weight bytes / time.
+// "diff" = normalised L2 difference of sk2 against x2 (or batched, bf16-x numerics) on set 0.
+void bench_fp8_skinny() {
+  const GemmShape shapes[] = {
+      {"wq_a", oc::WeightFormat::FP8_BLOCK, 1024, 4096, 1}, {"wkv", oc::WeightFormat::FP8_BLOCK, 512, 4096, 1},
+      {"wq_b", oc::WeightFormat::FP8_BLOCK, 32768, 1024, 1}, {"wo_b", oc::WeightFormat::FP8_BLOCK, 4096, 8192, 1},
+      {"wo_a(8 groups)", oc::WeightFormat::FP8_BLOCK, 8192, 4096, 8},
+  };
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::printf("FP8 skinny wgmma kernel vs today's routes, us per call replayed from CUDA graphs (mean of %d replays, "
+              "%d rotating sets); TB/s = weight bytes / time\n", kRuns, kSets);
+  for (const GemmShape& s : shapes) {
+    const int64_t G = s.groups, Ng = s.N / G, Kx = s.K * G;
+    std::vector<Blob> wd, wsb;
+    std::vector<oc::DeviceWeight> w(kSets);
+    for (int i = 0; i < kSets; ++i) {
+      wd.push_back(blob(oc::weight_data_bytes(s.fmt, s.N, s.K), 1, 210 + i));
+      wsb.push_back(blob(oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128), 2, 220 + i));
+      w[size_t(i)] = {s.fmt, s.N, s.K, wd.back().data(), wsb.back().data(), true, 128, 128};
+    }
+    const double wbytes = double(oc::weight_data_bytes(s.fmt, s.N, s.K));
+    for (int64_t M : {1, 8, 64, 128, 256}) {
+      std::vector<Blob> xs, ys;
+      for (int i = 0; i < kSets; ++i) {
+        xs.push_back(blob(size_t(M * Kx) * 4, -1, 230 + i));
+        ys.push_back(blob(size_t(M * s.N) * 4, -1, 240 + i));
+      }
+      Blob yref = blob(size_t(M * s.N) * 4, -1, 250);
+      const size_t skb = oc::gemm_fp8_skinny_workspace_bytes(Kx, 2);
+      Blob skws = blob(skb, 2, 251);
+      auto skinny = [&](int terms) {
+        return [&, terms](int i, cudaStream_t st) {
+          return ok(oc::gemm_fp8_skinny_cuda(xs[size_t(i)].as<float>(), M, Kx, s.K, w[size_t(i)], G,
+                                             ys[size_t(i)].as<float>(), s.N, Ng, false, terms, skws.data(), skb, sms,
+                                             st),
+                    "fp8 skinny");
+        };
+      };
+      oc::detail::Fp8SkinnyParams p;
+      const bool planned = oc::plan_gemm_fp8_skinny(M, Ng, s.K, G, 2, sms, p);
+      const double t_sk2 = planned ? time_graph_us(skinny(2)) : -1.0;
+      const double t_sk1 = planned ? time_graph_us(skinny(1)) : -1.0;
+      // The same call with the K split doubled (clusters of 2 splits -> 4, 4 -> 8, or 1 -> 2; one item per cluster),
+      // the plan's co-residency rule (clusters of 4 / 8 on half the SMs) measured: -1 when K does not divide.
+      oc::detail::Fp8SkinnyParams p2 = p;
+      const bool has_p2 = planned && p.splits < 8 && p.kb_per_split % 2 == 0 && p.kb_per_split >= 4 &&
+                          (p.splits > 1 || p.items * 2 <= sms) &&
+                          p.stages * oc::detail::fp8sk_stage_bytes(p.terms, p.tok, p.wg_rows) >=
+                              oc::detail::fp8sk_partial_bytes(p.tok);
+      if (has_p2) {
+        p2.splits = p.splits * 2;
+        p2.kb_per_split = p.kb_per_split / 2;
+        p2.grid = p.items * p2.splits;
+      }
+      const double t_sk2x = !has_p2 ? -1.0 : time_graph_us([&](int i, cudaStream_t st) {
+        oc::detail::Fp8SkinnyArgs a;
+        a.x = xs[size_t(i)].as<float>();
+        a.ldx = Kx;
+        a.x_gstride = G > 1 ? s.K : 0;
+        a.M = M;
+        a.groups = G;
+        a.N = Ng;
+        a.K = s.K;
+        a.wdata = static_cast<const uint8_t*>(w[size_t(i)].data);
+        a.wscale = w[size_t(i)].scale;
+        a.y = ys[size_t(i)].as<float>();
+        a.ldy = s.N;
+        a.y_gstride = G > 1 ? Ng : 0;
+        a.q = skws.as<uint8_t>();
+        a.s = reinterpret_cast<float*>(skws.as<uint8_t>() + (oc::detail::fp8sk_rows(p2) * Kx + 255) / 256 * 256);
+        a.x_vec = true;
+        (void)oc::detail::launch_fp8sk_quant(a, p2, st);
+        return oc::detail::launch_fp8sk_gemm(a, p2, st) == 0 && cudaGetLastError() == cudaSuccess;
+      });
+      const double t_q = planned ? time_graph_us([&](int i, cudaStream_t st) {
+        oc::detail::Fp8SkinnyArgs a;
+        a.x = xs[size_t(i)].as<float>();
+        a.ldx = Kx;
+        a.x_gstride = G > 1 ? s.K : 0;
+        a.M = M;
+        a.groups = G;
+        a.N = Ng;
+        a.K = s.K;
+        a.q = skws.as<uint8_t>();
+        a.s = reinterpret_cast<float*>(skws.as<uint8_t>() + (oc::detail::fp8sk_rows(p) * Kx + 255) / 256 * 256);
+        a.x_vec = true;
+        (void)oc::detail::launch_fp8sk_quant(a, p, st);
+        return cudaGetLastError() == cudaSuccess;
+      }) : -1.0;
+      // the streaming kernel (plan_gemm_stream applies: FP8, M <= 256, K and block_k multiples of 64)
+      const double t_stream = time_graph_us([&](int i, cudaStream_t st) {
+        const float* x = xs[size_t(i)].as<float>();
+        float* y = ys[size_t(i)].as<float>();
+        if (G == 1) return oc::gemm_cuda(x, M, s.K, w[size_t(i)], y, s.N, false, st, oc::GemmPrecision::kBf16).is_ok();
+        return oc::gemm_grouped_cuda(x, M, Kx, s.K, w[size_t(i)], G, y, s.N, Ng, st, oc::GemmPrecision::kBf16).is_ok();
+      });
+      // cuBLASLt: two-term x2 / x2s (single weights), the batched widened call (grouped)
+      auto engine_us = [&](oc::GemmLtStack stack, float* keep) {
+        oc::GemmLtEngine eng(oc::GemmLtActivations::kFp8x2, stack);
+        bool all = true;
+        for (int i = 0; i < kSets && all; ++i) {
+          dsinfer::Status st = G == 1 ? eng.prepare(w[size_t(i)], M, nullptr) : eng.prepare_grouped(w[size_t(i)], G, M, nullptr);
+          if (st.is_ok())
+            st = G == 1 ? eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, nullptr)
+                        : eng.gemm_grouped(xs[size_t(i)].as<float>(), M, Kx, s.K, w[size_t(i)], G,
+                                           ys[size_t(i)].as<float>(), s.N, Ng, nullptr);
+          all = st.is_ok();
+        }
+        CHECK(cudaDeviceSynchronize());
+        if (all && keep) CHECK(cudaMemcpy(keep, ys[0].data(), size_t(M * s.N) * 4, cudaMemcpyDeviceToDevice));
+        return all ? time_graph_us([&](int i, cudaStream_t st) {
+          return (G == 1 ? eng.gemm(xs[size_t(i)].as<float>(), M, s.K, w[size_t(i)], ys[size_t(i)].as<float>(), s.N, false, st)
+                         : eng.gemm_grouped(xs[size_t(i)].as<float>(), M, Kx, s.K, w[size_t(i)], G,
+                                            ys[size_t(i)].as<float>(), s.N, Ng, st))
+              .is_ok();
+        }) : -1.0;
+      };
+      const double t_x2 = M % 4 == 0 || G > 1 ? engine_us(oc::GemmLtStack::kOff, yref.as<float>()) : -1.0;
+      const double t_x2s = G == 1 && M % 4 == 0 ? engine_us(oc::GemmLtStack::kAll, nullptr) : -1.0;
+      double diff = -1.0;
+      if (planned && t_x2 > 0 && skinny(2)(0, nullptr)) {
+        CHECK(cudaDeviceSynchronize());
+        std::vector<float> a(size_t(M * s.N)), b(size_t(M * s.N));
+        CHECK(cudaMemcpy(a.data(), ys[0].data(), a.size() * 4, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(b.data(), yref.data(), b.size() * 4, cudaMemcpyDeviceToHost));
+        double num = 0.0, den = 0.0;
+        for (size_t j = 0; j < a.size(); ++j) {
+          num += (double(a[j]) - double(b[j])) * (double(a[j]) - double(b[j]));
+          den += double(b[j]) * double(b[j]);
+        }
+        diff = den > 0 ? std::sqrt(num / den) : -1.0;
+      }
+      auto col = [&](const char* name, double us) {
+        if (us < 0) std::printf(" | %s     n/a", name);
+        else std::printf(" | %s %7.1f %4.2f TB/s", name, us, wbytes / (us * 1e-6) / 1e12);
+      };
+      std::printf("%-15s N=%5lld K=%4lld M=%3lld", s.name, (long long)s.N, (long long)s.K, (long long)M);
+      if (planned)
+        std::printf(" [tok %3d wg_rows %d splits %d grid %3lld stages %d]", p.tok, p.wg_rows, p.splits,
+                    (long long)p.grid, p.stages);
+      col("sk2", t_sk2);
+      col("sk1", t_sk1);
+      if (has_p2) std::printf(" | splits %d", p2.splits);
+      col("sk2", t_sk2x);
+      std::printf(" | q2 %6.1f", t_q);
+      col("stream", t_stream);
+      col(G == 1 ? "x2" : "batched", t_x2);
+      col("x2s", t_x2s);
+      std::printf(" | diff %.2e\n", diff);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -554,8 +722,11 @@ int main(int argc, char** argv) {
   const bool skinny = argc > 1 && std::string(argv[1]) == "--skinny";
   const bool grouped = argc > 1 && std::string(argv[1]) == "--grouped";
   const bool prefill = argc > 1 && std::string(argv[1]) == "--prefill";
-  if (argc > 1 && !gemv_only && !peer && !skinny && !grouped && !prefill) {
-    std::fprintf(stderr, "usage: dsinfer_gemm_bench [--gemv | --peer | --skinny | --grouped | --prefill], found '%s'\n",
+  const bool fp8skinny = argc > 1 && std::string(argv[1]) == "--fp8skinny";
+  if (argc > 1 && !gemv_only && !peer && !skinny && !grouped && !prefill && !fp8skinny) {
+    std::fprintf(stderr,
+                 "usage: dsinfer_gemm_bench [--gemv | --peer | --skinny | --grouped | --prefill | --fp8skinny], found "
+                 "'%s'\n",
                  argv[1]);
     return 2;
   }
@@ -569,6 +740,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, L2 %d MB; floor = max(bytes / %.1f TB/s, flops / %.0f TFLOP/s)\n", p.name,
               p.multiProcessorCount, p.l2CacheSize >> 20, kHbm / 1e12, kPeak / 1e12);
   if (grouped) bench_grouped();
+  else if (fp8skinny) bench_fp8_skinny();
   else bench_gemm(gemv_only, peer, skinny, prefill);
   return 0;
 }

@@ -14,7 +14,7 @@
 namespace dsinfer::ops::cuda {
 
 Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act,
-                                        const char* segments, const char* stack) {
+                                        const char* segments, const char* stack, const char* fp8_skinny) {
   GemmSettings s;
   const std::string on = cublaslt ? cublaslt : "";
   if (!on.empty()) {
@@ -47,13 +47,18 @@ Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m,
   else if (st == "auto") s.lt_stack = GemmLtStack::kAuto;
   else if (st == "all") s.lt_stack = GemmLtStack::kAll;
   else if (!st.empty()) return Status::errorf("DSINFER_CUBLASLT_STACK must be 0, auto or all, found '{}'", st);
+  const std::string sk = fp8_skinny ? fp8_skinny : "";
+  if (sk == "0") s.fp8_skinny = GemmFp8Skinny::kOff;
+  else if (sk == "1" || sk == "fp8x2") s.fp8_skinny = GemmFp8Skinny::kTwoTerms;
+  else if (sk == "fp8") s.fp8_skinny = GemmFp8Skinny::kOneTerm;
+  else if (!sk.empty()) return Status::errorf("DSINFER_GEMM_FP8_SKINNY must be 0, 1, fp8x2 or fp8, found '{}'", sk);
   return s;
 }
 
 Result<GemmSettings> gemm_settings_from_env() {
   return gemm_settings_from(std::getenv("DSINFER_CUBLASLT"), std::getenv("DSINFER_CUBLASLT_MIN_M"),
                             std::getenv("DSINFER_CUBLASLT_ACT"), std::getenv("DSINFER_GEMM_SEGMENTS"),
-                            std::getenv("DSINFER_CUBLASLT_STACK"));
+                            std::getenv("DSINFER_CUBLASLT_STACK"), std::getenv("DSINFER_GEMM_FP8_SKINNY"));
 }
 
 bool gemm_lt_fp8x2_stacked(int64_t M, int64_t N, GemmLtStack setting) {
@@ -126,6 +131,70 @@ DeviceWeight gemm_group_view(const DeviceWeight& w, int64_t groups, int64_t g) {
   return v;
 }
 
+bool gemm_fp8_skinny_supports(const DeviceWeight& w, int64_t groups) {
+  if (w.fmt != WeightFormat::FP8_BLOCK || !w.data || !w.scale || w.rows <= 0 || w.cols <= 0 || groups < 1) return false;
+  if (w.block_n != 128 || w.block_k != 128 || w.cols % 128 != 0) return false;
+  return groups == 1 || w.rows % (128 * groups) == 0;
+}
+
+namespace {
+// The FP8 skinny kernel's activation terms for a call (0: not taken).
+int fp8_skinny_terms(const DeviceWeight& w, int64_t groups, int64_t M, KernelMode mode, const GemmSettings& s) {
+  if (mode != KernelMode::kFast || s.fp8_skinny == GemmFp8Skinny::kOff || M < 1 || M > kGemmFp8SkinnyMaxM) return 0;
+  if (!gemm_fp8_skinny_supports(w, groups)) return 0;
+  return s.fp8_skinny == GemmFp8Skinny::kOneTerm ? 1 : 2;
+}
+}  // namespace
+
+bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int terms, int sm_count,
+                          detail::Fp8SkinnyParams& p) {
+  if (M < 1 || M > kGemmFp8SkinnyMaxM || N < 1 || K < 128 || K % 128 != 0 || groups < 1) return false;
+  if ((terms != 1 && terms != 2) || sm_count < 1) return false;
+  detail::Fp8SkinnyParams r;
+  r.terms = terms;
+  if (M <= 128) {
+    r.wg_rows = 2;
+    r.tok = terms == 2 ? 8 : 16;
+    while (r.tok < M) r.tok *= 2;
+  } else {
+    r.wg_rows = 1;
+    r.tok = 128;
+  }
+  const int64_t tile_rows = 64 * r.wg_rows;
+  if (groups > 1 && N % tile_rows != 0) return false;
+  const int halves = 2 / r.wg_rows;
+  const int64_t cta_tokens = int64_t(halves) * r.tok;
+  r.token_tiles = int((M + cta_tokens - 1) / cta_tokens);
+  r.units = r.token_tiles * halves;
+  r.row_tiles = groups * ((N + tile_rows - 1) / tile_rows);
+  r.items = r.row_tiles * r.token_tiles;
+  const int64_t kbg = K / 128;
+  r.splits = 1;
+  // Clusters of 4 or 8 CTAs (one per SM here) need that many free SMs in one GPC (the H200's hold 16-18): kept to
+  // half the SMs, so every cluster of the grid is resident at once; pairs may fill the device.
+  auto fits = [&](int sp) { return r.items * sp <= (sp <= 2 ? sm_count : sm_count / 2); };
+  while (r.splits < kGemmFp8SkinnyMaxSplits && fits(r.splits * 2) && kbg % (r.splits * 2) == 0 &&
+         kbg / (r.splits * 2) >= 2)
+    r.splits *= 2;
+  r.kb_per_split = int(kbg / r.splits);
+  if (r.splits > 1) {
+    r.grid = r.items * r.splits;
+  } else {
+    const int64_t per_cta = (r.items + sm_count - 1) / sm_count;
+    r.grid = (r.items + per_cta - 1) / per_cta;
+  }
+  const int stage = detail::fp8sk_stage_bytes(terms, r.tok, r.wg_rows);
+  const int fixed = 1024 + 8 * r.kb_per_split;  // alignment slack, the consumers' weight scales
+  r.stages = 0;
+  for (int st = 8; st >= 2 && r.stages == 0; --st)
+    if (fixed + st * stage + 16 * st <= kGemmFp8SkinnySmemMax) r.stages = st;
+  if (r.stages == 0) return false;
+  if (r.splits > 1 && r.stages * stage < detail::fp8sk_partial_bytes(r.tok)) return false;
+  r.smem = fixed + r.stages * stage + 16 * r.stages;
+  p = r;
+  return true;
+}
+
 GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s) {
   GemmCallPlan p = kernel_call(M, mode, gemm_stream_preferred(M, w.rows) || gemm_stream_fp8_preferred(M, w.fmt));
   p.lt_prepare = mode == KernelMode::kFast && s.cublaslt && gemm_lt_supports(w);
@@ -135,6 +204,7 @@ GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, c
   const bool stream_wins = w.fmt == WeightFormat::FP8_BLOCK && w.rows <= kGemmStreamMaxN && M <= kGemmStreamMidMaxM;
   p.lt = p.lt_prepare && gemm_lt_wants(w, M, s) && !(mode == KernelMode::kFast && stream_wins);
   if (stream_wins && !p.lt && mode == KernelMode::kFast) p.precision = GemmPrecision::kBf16;
+  p.fp8_skinny_terms = fp8_skinny_terms(w, 1, M, mode, s);
   return p;
 }
 
@@ -148,6 +218,7 @@ bool gemm_lt_grouped_supports(const DeviceWeight& w, int64_t groups) {
 GemmCallPlan plan_gemm_grouped_call(const DeviceWeight& w, int64_t groups, int64_t M, KernelMode mode,
                                     const GemmSettings& s) {
   GemmCallPlan p = kernel_call(M, mode, gemm_gemv_preferred(M, groups > 0 ? w.rows / groups : 0, true));
+  p.fp8_skinny_terms = fp8_skinny_terms(w, groups, M, mode, s);
   if (mode != KernelMode::kFast || !s.cublaslt || M < kGemmGroupedBatchedMinM) return p;
   p.lt = w.fmt == WeightFormat::FP8_BLOCK && gemm_lt_grouped_supports(w, groups);
   p.lt_prepare = p.lt;
@@ -371,7 +442,7 @@ GemmSegmentsPlan plan_gemm_segments(const DeviceWeight* const* w, int count, int
         wi.block_k != w0.block_k || wi.scale_e8m0 != w0.scale_e8m0)
       return out;
     const GemmCallPlan c = plan_gemm_call(wi, M, mode, s);
-    if (c.lt || c.chunk_rows < M) return out;
+    if (c.lt || c.chunk_rows < M || c.fp8_skinny_terms > 0) return out;  // the FP8 skinny kernel: one call each
     if (i > 0 && c.precision != out.precision) return out;
     out.precision = c.precision;
     args[i] = detail::GemmArgs{.M = M, .N = wi.rows, .K = wi.cols};

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "ops/gemm/gemm_fp8_skinny_launch.h"
 #include "ops/gemm/gemm_launch.h"
 #include "ops/kernel_mode.h"
 
@@ -135,6 +136,31 @@ inline constexpr int64_t kGemmLtStackMaxM = 256;
 inline constexpr int64_t kGemmLtStackMaxN = 4096;
 bool gemm_lt_fp8x2_stacked(int64_t M, int64_t N, GemmLtStack setting);
 
+// The FP8 skinny wgmma kernel (gemm_fp8_skinny_cuda.h; session 24, not yet run on a GPU), DSINFER_GEMM_FP8_SKINNY:
+// kOff (default: today's routes), kTwoTerms (1 or fp8x2: the cuBLASLt kFp8x2 numerics), kOneTerm (fp8: official
+// act_quant numerics). Opt-in until its GPU tests, the kernel bench and the model-level checks have run.
+enum class GemmFp8Skinny { kOff, kTwoTerms, kOneTerm };
+inline constexpr GemmFp8Skinny kGemmFp8SkinnyDefault = GemmFp8Skinny::kOff;
+// Rows the kernel takes (decode batches).
+inline constexpr int64_t kGemmFp8SkinnyMaxM = 256;
+// K splits (thread-block cluster size, portable limit).
+inline constexpr int kGemmFp8SkinnyMaxSplits = 8;
+// Shared memory a block may opt into on sm_90.
+inline constexpr int kGemmFp8SkinnySmemMax = 227 * 1024;
+// Whether the kernel takes the weight at all: FP8_BLOCK with 128 x 128 scale blocks, K % 128 == 0, non-null data and
+// scales; grouped (groups > 1) needs rows % (128 * groups) == 0 (whole 128-row tiles per group).
+bool gemm_fp8_skinny_supports(const DeviceWeight& w, int64_t groups);
+// Launch shape for M rows of a weight of groups x N rows (per group) and K columns, `terms` activation terms:
+// M <= 128: 128 weight rows x tok tokens a CTA (tok = the power of two >= M, at least 8 with two terms, 16 with one);
+// 129..256: 64 weight rows x 2 x 128 tokens (the two consumer warpgroups on two token units, the weight read once).
+// K split (cluster, rank-order DSMEM sum) doubled while the CTAs (items x splits) stay within the SMs (pairs) or half
+// of them (clusters of 4 / 8: each needs that many free SMs of one GPC), the K / 128 blocks divide evenly and each
+// split keeps >= 2 blocks, up to kGemmFp8SkinnyMaxSplits (then one item per cluster); without a
+// split a persistent grid of ceil(items / ceil(items / sm_count)) CTAs. Ring stages: as many as fit (2..8). False
+// when the shape does not apply (M, K, groups, terms) or no ring fits.
+bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int terms, int sm_count,
+                          detail::Fp8SkinnyParams& p);
+
 // The environment overrides of the GEMM choice, read once (gemm_settings_from_env, at runner construction); unset
 // or empty keeps the default, any other value is an error naming the variable:
 //   DSINFER_CUBLASLT        0 = no cuBLASLt, 1 = cuBLASLt (default kGemmLtDefaultOn)
@@ -146,6 +172,9 @@ bool gemm_lt_fp8x2_stacked(int64_t M, int64_t N, GemmLtStack setting);
 //                           bits either way: the A/B switch)
 //   DSINFER_CUBLASLT_STACK  0 = the two-term FP8 route as two matmuls, auto = stacked where gemm_lt_fp8x2_stacked,
 //                           all = stacked at every M <= kGemmLtStackMaxM (GemmLtStack; default kGemmLtStackDefault)
+//   DSINFER_GEMM_FP8_SKINNY 0 = off, 1 or fp8x2 = the FP8 skinny wgmma kernel with two activation terms, fp8 = with
+//                           one (GemmFp8Skinny; default kGemmFp8SkinnyDefault = off): plan_gemm_call /
+//                           plan_gemm_grouped_call send FP8 weights it supports at 1..kGemmFp8SkinnyMaxM rows there
 struct GemmSettings {
   bool cublaslt = kGemmLtDefaultOn;
   int64_t lt_min_m = kGemmLtMinM;
@@ -153,10 +182,12 @@ struct GemmSettings {
   bool segments = true;         // DSINFER_GEMM_SEGMENTS != 0
   bool segments_stream = true;  // DSINFER_GEMM_SEGMENTS = 1 (or unset): the streaming kernel's segments too
   GemmLtStack lt_stack = kGemmLtStackDefault;
+  GemmFp8Skinny fp8_skinny = kGemmFp8SkinnyDefault;
 };
 // The settings from these variable values (nullptr = unset); gemm_settings_from_env passes std::getenv's.
 Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m, const char* act,
-                                        const char* segments = nullptr, const char* stack = nullptr);
+                                        const char* segments = nullptr, const char* stack = nullptr,
+                                        const char* fp8_skinny = nullptr);
 Result<GemmSettings> gemm_settings_from_env();
 
 // The fast path's kernel choice for FP8_BLOCK / BF16 weights at few rows:
@@ -204,12 +235,16 @@ struct GemmCallPlan {
   bool lt = false;          // run it on cuBLASLt; any engine error falls back to the kernels below
   int64_t chunk_rows = 1;   // kernels: rows per gemm_cuda / gemm_grouped_cuda call
   GemmPrecision precision = GemmPrecision::kFp32SmallM;
+  // kFast with s.fp8_skinny on: the FP8 skinny wgmma kernel (gemm_fp8_skinny_cuda) with this many activation terms
+  // (0 = not); an error from it falls back to the route above.
+  int fp8_skinny_terms = 0;
 };
 // y = x . W^T, M rows. kExact: chunks of kGemmSkinnyMaxM rows, kFp32SmallM (the fp32 kernel throughout);
 // kBatchInvariant: kBatchInvariant in one call, never cuBLASLt (its algorithm depends on M); kDefault: kFp32SmallM
 // in one call; kFast: cuBLASLt where s.cublaslt and gemm_lt_wants (but FP8 weights of N <= kGemmStreamMaxN stay
 // on the streaming kernel up to kGemmStreamMidMaxM rows, where it measured faster: session 14), else kBf16 where
-// gemm_stream_preferred or gemm_stream_fp8_preferred.
+// gemm_stream_preferred or gemm_stream_fp8_preferred. With s.fp8_skinny on, kFast FP8 weights the FP8 skinny kernel
+// takes (gemm_fp8_skinny_supports) at 1..kGemmFp8SkinnyMaxM rows also get fp8_skinny_terms (tried first).
 GemmCallPlan plan_gemm_call(const DeviceWeight& w, int64_t M, KernelMode mode, const GemmSettings& s);
 // Whether the cuBLASLt engine's batched grouped call (GemmLtEngine::gemm_grouped) takes the weight: groups >= 2
 // whole groups of rows % 4 == 0, K % 8 == 0, and FP8_BLOCK with E8M0 scales (widened exactly to bf16 per call) or
@@ -320,7 +355,8 @@ GemmSegmentsKernelPlan plan_gemm_segments_kernel(const detail::GemmArgs* a, int 
 // call (plan_gemm_call) would be one kernel call (no cuBLASLt, chunk_rows >= M) under one common precision, and
 // plan_gemm_segments_kernel finds one launch for them: V4's compressor and indexer projections (skinny: decode and
 // batch-invariant mode) and wq_a + wkv (streaming: fast mode, M <= kGemmStreamMidMaxM). Never when s.segments is
-// off; the streaming form only when s.segments_stream. The caller keeps each weight's lt_prepare (cuBLASLt setup)
+// off (nor where a weight's call takes the FP8 skinny kernel: fp8_skinny_terms); the streaming form only when
+// s.segments_stream. The caller keeps each weight's lt_prepare (cuBLASLt setup)
 // as its own call would, and passes `precision` to gemm_segments_cuda.
 struct GemmSegmentsPlan {
   bool one_launch = false;

@@ -120,6 +120,8 @@ class CudaForwardV4 final : public CudaForward {
   // creation); cuBLASLt runs the fast path's dense projections where plan_gemm_call says so.
   ops::cuda::GemmSettings gemm_settings_;
   std::optional<ops::cuda::GemmLtEngine> lt_;  // made by load() with gemm_settings_.lt_activations / lt_stack
+  // DSINFER_GEMM_FP8_SKINNY (opt-in): the FP8 skinny kernel's workspace, allocated by load() when the setting is on.
+  cuda::DeviceBuffer<uint8_t> fp8sk_ws_;
   // DSINFER_SPARSE_PREFILL (ops/sparse_attention/sparse_attention_plan.h), read once by load(): attend_fp8's route.
   ops::cuda::SparsePrefillRoute sparse_prefill_ = ops::cuda::SparsePrefillRoute::kAuto;
   // DSINFER_SPARSE_PREFILL_KERNEL (the same header), read once by load(): split_prefill's kernel input.

@@ -8,6 +8,7 @@
 #include "cuda/cuda_common.h"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/embed/embed_cuda.h"
+#include "ops/gemm/gemm_fp8_skinny_cuda.h"
 #include "ops/indexer/indexer_cuda.h"
 #include "model/tensor_table.h"
 #include "ops/mhc/mhc_cuda.h"
@@ -37,6 +38,12 @@ Status CudaForwardV4::load(const runner::RunnerOptions& opts, ExpertSlots slots)
   DSI_ASSIGN_OR_RETURN(sparse_prefill_kernel_, sparse_prefill_kernel_from_env());
   DSI_ASSIGN_OR_RETURN(gemm_settings_, gemm_settings_from_env());
   lt_.emplace(gemm_settings_.lt_activations, gemm_settings_.lt_stack);
+  if (gemm_settings_.fp8_skinny != GemmFp8Skinny::kOff) {  // the widest activation row of a dense FP8 projection
+    const int64_t k_total = std::max({cfg_.hidden_size, cfg_.q_lora_rank, cfg_.num_attention_heads * cfg_.head_dim,
+                                      cfg_.o_groups * cfg_.o_lora_rank});
+    const int terms = gemm_settings_.fp8_skinny == GemmFp8Skinny::kOneTerm ? 1 : 2;
+    DSI_RETURN_IF_ERROR(fp8sk_ws_.alloc(gemm_fp8_skinny_workspace_bytes(k_total, terms), "fp8 skinny workspace"));
+  }
   DSI_ASSIGN_OR_RETURN(sparse_prefill_, sparse_prefill_route_from_env());
   // Refuse a model that cannot fit before allocating anything (the same per-rank sizing as the ParallelRunner).
   DSI_RETURN_IF_ERROR(parallel::check_rank_fits(
@@ -106,6 +113,11 @@ Status CudaForwardV4::prepare(int64_t T, int64_t R, int64_t max_pos) {
 // half-done call is overwritten).
 Status CudaForwardV4::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc) {
   const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), gemm_settings_);
+  if (p.fp8_skinny_terms > 0 &&
+      gemm_fp8_skinny_cuda(x, M, ldx, 0, w, 1, y, ldy, 0, acc, p.fp8_skinny_terms, fp8sk_ws_.data(), fp8sk_ws_.size(),
+                           device_.multiprocessors, stream_)
+          .is_ok())
+    return Status::ok();
   if (p.lt_prepare && lt_->prepare(w, std::max(M, s_.tokens), stream_).is_ok() && p.lt &&
       lt_->gemm(x, M, ldx, w, y, ldy, acc, stream_).is_ok())
     return Status::ok();
@@ -149,6 +161,11 @@ Status CudaForwardV4::gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, in
 Status CudaForwardV4::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                                 float* y, int64_t ldy, int64_t yg) {
   const GemmCallPlan p = plan_gemm_grouped_call(w, groups, M, kernel_mode(), gemm_settings_);
+  if (p.fp8_skinny_terms > 0 &&
+      gemm_fp8_skinny_cuda(x, M, ldx, xg, w, groups, y, ldy, yg, false, p.fp8_skinny_terms, fp8sk_ws_.data(),
+                           fp8sk_ws_.size(), device_.multiprocessors, stream_)
+          .is_ok())
+    return Status::ok();
   if (p.lt && gemm_grouped_lt(x, M, ldx, xg, w, groups, y, ldy, yg).is_ok()) return Status::ok();
   const int64_t chunk = p.chunk_rows;
   const GemmPrecision prec = p.precision;
