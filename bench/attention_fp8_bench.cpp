@@ -200,7 +200,13 @@ void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, 
   p.num_splits = splits;
   const void* q = q_bf16 ? static_cast<const void*>(b.dqb.data() + t0 * kH * kD)
                          : static_cast<const void*>(b.dqf.data() + t0 * kH * kD);
-  if (variant >= 0) {
+  if (variant >= 0 && kernel == ops::cuda::Fp8AttentionKernel::kRoles64) {  // a kRoles64 variant, then the combine
+    if (!ops::cuda::detail::launch_sparse_attention_fp8_r64_variant(p, q, r.out, r.ws, variant, s)) {
+      std::fprintf(stderr, "r64 variant %d failed\n", variant);
+      std::exit(1);
+    }
+    if (splits > 1) ops::cuda::detail::launch_sparse_attention_fp8_combine(p, r.ws, r.out, s);
+  } else if (variant >= 0) {
     if (!ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q, r.out, r.ws, variant, s)) {
       std::fprintf(stderr, "variant %d failed\n", variant);
       std::exit(1);
@@ -451,7 +457,7 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
 }  // namespace
 
 // --r64: A (main's plan) B (kRoles64) A B per kind and batch; one line each and RESULT_R64 lines (kind, batch, A us
-// twice, B us twice, B us with q bf16, A's splits, B's splits, ||B - A|| / ||A||).
+// twice, B us twice, B us with q bf16, B us without its L2 prefetch, A's splits, B's splits, ||B - A|| / ||A||).
 void bench_r64(const cuda::DeviceBuffer<uint8_t>& win, const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows,
                const float* sinks, float* ws, int64_t sms, double hbm) {
   using K = ops::cuda::Fp8AttentionKernel;
@@ -473,6 +479,7 @@ void bench_r64(const cuda::DeviceBuffer<uint8_t>& win, const cuda::DeviceBuffer<
       for (int i = 0; i < 4; ++i)
         t[i] = i % 2 == 0 ? time_us(b, ra, sa, false) : time_us(b, rb, sb, false, 0, K::kRoles64);
       const double tb_bf16 = time_us(b, rb, sb, true, 0, K::kRoles64);
+      const double tb_nopf = time_us(b, rb, sb, false, 0, K::kRoles64, ops::cuda::detail::kR64NoPrefetch);
       // Group 0's outputs of both (q fp32), compared.
       call(b, ra, 0, sa, false, nullptr);
       call(b, rb, 0, sb, false, nullptr, 0, K::kRoles64);
@@ -492,15 +499,16 @@ void bench_r64(const cuda::DeviceBuffer<uint8_t>& win, const cuda::DeviceBuffer<
       const double bytes = double(B) * (double(nkeys) * ops::kKvRowBytes + 2.0 * kH * kD * 4 + 4.0 * nkeys);
       const double ta = std::min(t[0], t[2]), tbm = std::min(t[1], t[3]);
       std::printf("r64 %s B=%lld keys %lld: A (main, %lld splits) %.1f / %.1f us, B (kRoles64, %lld splits) %.1f / "
-                  "%.1f us (%.0f%% hbm), B q bf16 %.1f us; B/A %.3f; ||B - A|| / ||A|| %.2e\n",
+                  "%.1f us (%.0f%% hbm), B q bf16 %.1f us, B without the L2 prefetch %.1f us; B/A %.3f; "
+                  "||B - A|| / ||A|| %.2e\n",
                   k.name, (long long)B, (long long)nkeys, (long long)sa, t[0], t[2], (long long)sb, t[1], t[3],
-                  100.0 * bytes / tbm / 1e-6 / hbm, tb_bf16, tbm / ta, diff);
+                  100.0 * bytes / tbm / 1e-6 / hbm, tb_bf16, tb_nopf, tbm / ta, diff);
       std::printf("  r64 split sweep (q fp32):");
       for (int64_t s : {1, 2, 3, 4, 5, 10})
         if (s <= (nkeys + 63) / 64) std::printf(" %lld:%.1f", (long long)s, time_us(b, rb, s, false, 0, K::kRoles64));
       std::printf("\n");
-      std::printf("RESULT_R64 %s %lld %.2f %.2f %.2f %.2f %.2f %lld %lld %.3e\n", k.name, (long long)B, t[0], t[2], t[1],
-                  t[3], tb_bf16, (long long)sa, (long long)sb, diff);
+      std::printf("RESULT_R64 %s %lld %.2f %.2f %.2f %.2f %.2f %.2f %lld %lld %.3e\n", k.name, (long long)B, t[0], t[2],
+                  t[1], t[3], tb_bf16, tb_nopf, (long long)sa, (long long)sb, diff);
       std::fflush(stdout);
     }
   }

@@ -18,7 +18,8 @@
 // per key. (b) is the error main's kernel has against the reference with bf16 q (where q's rounding is exact): 1.8-2.6e-4
 // measured; two independent such roundings give about sqrt(2) x 2.6e-4 = 3.7e-4. kTolMain leaves a 5x margin over that
 // and is far under the order-1 errors of a wrong fragment, descriptor, offset, scale, mask or split. The test prints
-// every measured value (the distribution behind both bounds for the next session). Two runs must agree bitwise.
+// every measured value (the distribution behind both bounds for the next session). Two runs must agree bitwise, and
+// the variant without the L2 prefetch (detail::kR64NoPrefetch) must give the same bits.
 // Not yet run on a GPU (session 24 had none).
 #include <gtest/gtest.h>
 
@@ -158,8 +159,10 @@ struct Device {
       len1 = to_device(in.len1);
     }
   }
-  // The op with `kernel` at `splits` splits; NaN-poisoned output and workspace.
-  std::vector<float> run(const Case& c, SparseAttentionFp8Params p, int64_t splits, Fp8AttentionKernel kernel) {
+  // The op with `kernel` at `splits` splits (r64_variant >= 0: that kRoles64 variant and the combine); NaN-poisoned
+  // output and workspace.
+  std::vector<float> run(const Case& c, SparseAttentionFp8Params p, int64_t splits, Fp8AttentionKernel kernel,
+                         int r64_variant = -1) {
     p.kernel = kernel;
     p.sinks = sinks.data();
     p.keys[0].cache = win.data();
@@ -183,8 +186,14 @@ struct Device {
       cudaMemset(ws.data(), 0xff, size_t(wsn) * 4);
     }
     const void* q = c.q_bf16 ? static_cast<const void*>(qb.data()) : static_cast<const void*>(qf.data());
-    const Status s = ops::cuda::sparse_attention_fp8(p, q, o.data(), ws.data(), nullptr);
-    EXPECT_TRUE(s.is_ok()) << s.message();
+    if (r64_variant >= 0) {
+      EXPECT_TRUE(ops::cuda::detail::launch_sparse_attention_fp8_r64_variant(p, q, o.data(), ws.data(), r64_variant,
+                                                                            nullptr));
+      if (splits > 1) ops::cuda::detail::launch_sparse_attention_fp8_combine(p, ws.data(), o.data(), nullptr);
+    } else {
+      const Status s = ops::cuda::sparse_attention_fp8(p, q, o.data(), ws.data(), nullptr);
+      EXPECT_TRUE(s.is_ok()) << s.message();
+    }
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return to_host(o, n);
   }
@@ -235,6 +244,10 @@ void run_case(const Case& c, std::vector<int64_t> splits) {
     }
     const std::vector<float> again = dev.run(c, hp, s, Fp8AttentionKernel::kRoles64);
     EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * 4)) << "not deterministic";
+    // The L2 prefetch moves no value: the variant without it gives the same bits.
+    const std::vector<float> nopf =
+        dev.run(c, hp, s, Fp8AttentionKernel::kRoles64, ops::cuda::detail::kR64NoPrefetch);
+    EXPECT_EQ(0, std::memcmp(got.data(), nopf.data(), got.size() * 4)) << "prefetch variant differs";
   }
 }
 }  // namespace
@@ -303,4 +316,56 @@ TEST(GpuSparseAttentionFp8R64, RejectsWhatItCannotServe) {
   bad = p;
   bad.keys[0].rows = (int64_t(1) << 30) + 1;  // rows past the 30-bit packing
   EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), nullptr, nullptr).is_ok());
+}
+
+// The runner's three lists (ring, this step's rows, compressed entries): each token's window list split in two (the
+// first half from the paged window cache, the rest through a second list over the same cache), the entries third
+// (list index 2: the packed row's top bits). The same keys in the same order at the same split count: the two-list
+// run's bits, and the reference within kTol.
+TEST(GpuSparseAttentionFp8R64, ThreeListsEqualTwoLists) {
+  DSI_SKIP_WITHOUT_GPU();
+  const Case c{Layer::kCsa, 6, 64, false, true, false, 32};
+  const Inputs in = make_inputs(c);
+  const SparseAttentionFp8Params hp = host_params(c, in);
+  Device dev(in);
+  for (int64_t splits : {int64_t(1), int64_t(3)}) {
+    SCOPED_TRACE(testing::Message() << "splits " << splits);
+    const std::vector<float> two = dev.run(c, hp, splits, Fp8AttentionKernel::kRoles64);
+    std::vector<int32_t> ia(size_t(c.T * kW), -1), ib(size_t(c.T * kW), -1), la, lb;
+    for (int64_t t = 0; t < c.T; ++t) {
+      const int32_t n = in.len0[size_t(t)], h = n / 2;
+      la.push_back(h);
+      lb.push_back(n - h);
+      for (int32_t j = 0; j < h; ++j) ia[size_t(t * kW + j)] = in.idx0[size_t(t * kW + j)];
+      for (int32_t j = h; j < n; ++j) ib[size_t(t * kW + j - h)] = in.idx0[size_t(t * kW + j)];
+    }
+    auto dia = to_device(ia);
+    auto dib = to_device(ib);
+    auto dla = to_device(la);
+    auto dlb = to_device(lb);
+    SparseAttentionFp8Params p = hp;
+    p.kernel = Fp8AttentionKernel::kRoles64;
+    p.sinks = dev.sinks.data();
+    p.pos = dev.pos.data();
+    p.inv_freq = dev.inv_freq.data();
+    p.num_splits = splits;
+    p.keys[0] = {dev.win.data(), c.T * kW, dia.data(), kW, dla.data(), kRing};
+    p.keys[1] = {dev.win.data(), c.T * kW, dib.data(), kW, dlb.data(), kRing};
+    p.keys[2] = {dev.ent.data(), c.T * kEntries, dev.idx1.data(), kTopk, dev.len1.data(), ops::kModel1Pages};
+    const size_t n = size_t(c.T * c.H * ops::kKvDim);
+    DeviceBuffer<float> o, ws;
+    ASSERT_TRUE(o.alloc(n).is_ok());
+    ASSERT_TRUE(ws.alloc(size_t(std::max<int64_t>(1, ops::cuda::sparse_attention_fp8_workspace_floats(c.T, c.H,
+                                                                                                      splits))))
+                    .is_ok());
+    const Status s = ops::cuda::sparse_attention_fp8(p, dev.qf.data(), o.data(), ws.data(), nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    const std::vector<float> three = to_host(o, n);
+    EXPECT_EQ(0, std::memcmp(three.data(), two.data(), n * 4)) << "three lists differ from two";
+    std::vector<float> ref(n);
+    ops::sparse_attention_fp8_ref(hp, in.qf.data(), ref.data());
+    const double err = normalized_error(three, ref);
+    std::printf("  r64 three lists splits %lld: vs reference %.3e\n", (long long)splits, err);
+    EXPECT_LT(err, kTol);
+  }
 }

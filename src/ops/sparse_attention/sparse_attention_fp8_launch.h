@@ -81,9 +81,14 @@ void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* 
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     bool pair, void* stream);
 // The kRoles64 kernel (sparse_attention_fp8_r64.cu): the same grid and partials (splits cut at 64-key tiles); the
-// caller runs the combine for num_splits > 1.
+// caller runs the combine for num_splits > 1. Its variants (the bench's A/B; the same bits): kR64Prefetch (the
+// launcher's) prefetches each split's rows two tiles ahead into L2, kR64NoPrefetch does not; ..._variant runs one
+// (no combine; false for an unknown variant).
+inline constexpr int kR64Prefetch = 0, kR64NoPrefetch = 1;
 void launch_sparse_attention_fp8_r64(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                      void* stream);
+bool launch_sparse_attention_fp8_r64_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
+                                             float* workspace, int variant, void* stream);
 // The warp-specialised kernel's variants (session 19; session 18's other two, the consumers dequantising and the
 // conversion instructions, measured slower everywhere and were removed): kWsOneBlock, one block per (token, head
 // group, split); kWsPair, a cluster of two blocks per (token, head group, split), each dequantising half of every key
