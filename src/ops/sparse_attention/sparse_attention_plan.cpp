@@ -95,7 +95,8 @@ int64_t plan_sparse_attention_fp8_r64(int64_t T, int64_t heads, int64_t max_keys
   int64_t best = 1;
   int64_t best_cost = -1;
   for (int64_t s = 1; s <= tiles && s <= 64; ++s) {
-    const int64_t cost = (groups * s + sms - 1) / sms * ((tiles + s - 1) / s + kFp8R64BlockCost);
+    const int64_t cost = (groups * s + sms - 1) / sms * ((tiles + s - 1) / s + kFp8R64BlockCost) +
+                         (s > 1 ? kFp8R64CombineCost : 0);
     if (best_cost < 0 || cost < best_cost) {
       best = s;
       best_cost = cost;

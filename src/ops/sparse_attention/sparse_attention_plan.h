@@ -71,12 +71,14 @@ Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested
                                                     int64_t max_keys, int64_t num_splits, int64_t sm_count);
 // The kRoles64 kernel (sparse_attention_fp8_r64.cu, session 24; FlashMLA's warpgroup roles on 64-key tiles): split
 // count for T tokens of `heads` heads whose longest key list has max_keys keys. Blocks are (token, 64-head group,
-// split), one per SM; minimises waves * (64-key tiles per split + kFp8R64BlockCost), the block's fixed cost (q load,
-// epilogue, its share of the combine) in 64-key tiles: session 20's model of the one-block kernel (F = 20.8 us, c =
-// 2.85 us a 32-key tile: F ~ 3.6 64-key tiles) with the fixed cost rounded up. At least one tile per split, at most
-// 64 splits. Flash (132 SMs): CSA (640 keys) batch 1 -> 10, 64 -> 2, 256 -> 1; HCA (160 keys) batch 1 -> 3, 64 -> 2,
-// 256 -> 1. Not yet measured: the device script's A/B (.dev-s24sparsed) runs these counts.
-inline constexpr int64_t kFp8R64BlockCost = 4;
+// split), one per SM; minimises waves * (64-key tiles per split + kFp8R64BlockCost) + kFp8R64CombineCost where it
+// splits: the block's fixed cost (q load, epilogue) in 64-key tiles, session 20's model of the one-block kernel (F =
+// 20.8 us, c = 2.85 us a 32-key tile: F ~ 3.6 64-key tiles) rounded up, and the combine pass (a launch and the
+// partials' round trip; main's 2-split steps measured ~14.5 us over their model at b64, taken as 2 tiles here, the
+// lower end). At least one tile per split, at most 64 splits; the first of equal costs (fewer splits). Flash (132
+// SMs): CSA (640 keys) batch 1 -> 10, 64 -> 2, 256 -> 1; HCA (160 keys) 1 at every batch. Not yet measured: the device
+// script's A/B (.dev-s24sparsed) runs these counts and sweeps others.
+inline constexpr int64_t kFp8R64BlockCost = 4, kFp8R64CombineCost = 2;
 int64_t plan_sparse_attention_fp8_r64(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count);
 // The FP8-state decode's whole choice for a step (the runner's sparse_attention_fp8 calls): split count and kernel.
 // Main's kernels (kAuto: plan_sparse_attention_fp8 and plan_sparse_attention_fp8_kernel) unless `roles64` (the
