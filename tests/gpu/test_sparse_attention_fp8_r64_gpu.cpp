@@ -314,6 +314,9 @@ TEST(GpuSparseAttentionFp8R64, RejectsWhatItCannotServe) {
   bad.rope_dim = 258;  // RoPE channels in V's dims
   EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), nullptr, nullptr).is_ok());
   bad = p;
+  bad.scale = -1.0f;  // the row max is taken before the scale
+  EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), nullptr, nullptr).is_ok());
+  bad = p;
   bad.keys[0].rows = (int64_t(1) << 30) + 1;  // rows past the 30-bit packing
   EXPECT_FALSE(ops::cuda::sparse_attention_fp8(bad, dev.qf.data(), o.data(), nullptr, nullptr).is_ok());
 }

@@ -39,8 +39,9 @@ Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, fl
   if (p.num_splits > 1 && !workspace) return Status::error("sparse_attention_fp8: num_splits > 1 needs a workspace");
   if (int(p.kernel) < 0 || int(p.kernel) > int(Fp8AttentionKernel::kRoles64))
     return Status::errorf("sparse_attention_fp8: unknown kernel {}", int(p.kernel));
-  if (p.kernel == Fp8AttentionKernel::kRoles64) {  // its RoPE channels in one warpgroup's dims, rows packed in 30 bits
+  if (p.kernel == Fp8AttentionKernel::kRoles64) {  // RoPE dims in one warpgroup's, 30-bit rows, max before scale
     if (p.rope_dim > 256) return Status::errorf("sparse_attention_fp8: kRoles64 needs rope_dim <= 256, {}", p.rope_dim);
+    if (!(p.scale > 0.0f)) return Status::errorf("sparse_attention_fp8: kRoles64 needs scale > 0, {}", p.scale);
     for (const Fp8KeySource& s : p.keys)
       if (s.idx && (s.rows > (int64_t(1) << 30) || s.pages.page_rows >= (int64_t(1) << 30)))
         return Status::errorf("sparse_attention_fp8: kRoles64 needs caches under 2^30 rows ({}, pages of {})", s.rows,

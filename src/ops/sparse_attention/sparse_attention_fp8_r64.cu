@@ -277,8 +277,19 @@ __device__ __forceinline__ void load_q(const void* q, int64_t t, int64_t h0, int
   }
 }
 
-// The online softmax of a 64-key tile for the lane's two rows (attn_mma::softmax_tile's arithmetic on 8 n8 blocks):
-// on return s holds p (rounded to bf16), alpha the old accumulator's factor. Key of s[j][e]: 8 j + 2 q4 + (e & 1).
+// The online softmax of a 64-key tile for the lane's two rows (attn_mma::softmax_tile's algorithm on 8 n8 blocks): on
+// return s holds p (rounded to bf16), alpha the old accumulator's factor; m stays in natural units of the scaled score
+// (the combine's). Arithmetic: the row max of the raw scores times scale (scale > 0, checked by the launcher: the same
+// value as the max of the scaled scores, rounding being monotonic), then p = 2^(s * (scale log2 e) - m log2 e), one
+// FFMA and one ex2.approx.ftz a key (attn_mma::softmax_tile: a multiply, a subtract and expf's ~8 instructions):
+// relative error ~2^-22 (and p < 2^-126 flushed to 0 against a row sum >= 1), far under p's bf16 rounding; this
+// kernel's bits are its own anyway. Key of s[j][e]: 8 j + 2 q4 + (e & 1).
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ void softmax64(float (&s)[8][4], uint64_t valid, float scale, float (&m)[2], float (&l)[2],
                                           float (&alpha)[2]) {
   const int q4 = threadIdx.x & 3;
@@ -288,23 +299,26 @@ __device__ __forceinline__ void softmax64(float (&s)[8][4], uint64_t valid, floa
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = 8 * j + 2 * q4 + (e & 1);
-      s[j][e] = (valid >> key) & 1u ? s[j][e] * scale : -INFINITY;
+      s[j][e] = (valid >> key) & 1u ? s[j][e] : -INFINITY;
       mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
     }
-  float mnew[2], sum[2] = {0.0f, 0.0f};
+  float mnew[2], ml[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 2; ++r) {  // the four lanes of a row are q4 = 0..3 of one g
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFull, mx[r], 2));
-    mnew[r] = fmaxf(m[r], mx[r]);
-    alpha[r] = mnew[r] != -INFINITY ? expf(m[r] - mnew[r]) : 1.0f;
+    mnew[r] = fmaxf(m[r], mx[r] * scale);
+    alpha[r] = mnew[r] != -INFINITY ? ex2((m[r] - mnew[r]) * kLog2e) : 1.0f;
+    ml[r] = mnew[r] * kLog2e;
   }
+  const float sl = scale * kLog2e;
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e >> 1;
-      const float pe = mnew[r] != -INFINITY ? __bfloat162float(__float2bfloat16_rn(expf(s[j][e] - mnew[r]))) : 0.0f;
+      const float pe =
+          mnew[r] != -INFINITY ? __bfloat162float(__float2bfloat16_rn(ex2(fmaf(s[j][e], sl, -ml[r])))) : 0.0f;
       s[j][e] = pe;
       sum[r] += pe;
     }
