@@ -20,7 +20,9 @@
 // leaves out the split sweep and the phase probes (a device call that only needs the plan's timings).
 // Session 24, --r64 (decode only; bench_r64): main's choice (A: plan_sparse_attention_fp8's count, the kAuto kernel)
 // against the opt-in kRoles64 kernel (B: plan_sparse_attention_fp8_r64's count), A B A B on the same inputs (CSA and
-// HCA, batch 1 / 64 / 256, q fp32: the runner's), then B with q bf16 and a sweep of B's split counts; the outputs of
+// HCA, batch 1 / 64 / 256, q fp32: the runner's), then B with q bf16 and without its L2 prefetch
+// (detail::kR64NoPrefetch), and a sweep of B's split counts (--r64 --r64-persistent instead: A, B and B persistent,
+// detail::kR64Persistent); the outputs of
 // A and B on group 0 compared (||B - A|| / ||A||: the GPU test's kTolMain bound is 2e-3).
 // Built only with DSINFER_CUDA.
 #include <cuda_runtime.h>
@@ -458,8 +460,9 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
 
 // --r64: A (main's plan) B (kRoles64) A B per kind and batch; one line each and RESULT_R64 lines (kind, batch, A us
 // twice, B us twice, B us with q bf16, B us without its L2 prefetch, A's splits, B's splits, ||B - A|| / ||A||).
+// persistent (--r64-persistent): A, B and B persistent (detail::kR64Persistent) only.
 void bench_r64(const cuda::DeviceBuffer<uint8_t>& win, const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows,
-               const float* sinks, float* ws, int64_t sms, double hbm) {
+               const float* sinks, float* ws, int64_t sms, double hbm, bool persistent) {
   using K = ops::cuda::Fp8AttentionKernel;
   cuda::DeviceBuffer<float> out_a, out_b;
   BENCH_CHECK(out_a.alloc(size_t(256 * kH * kD)));
@@ -475,6 +478,13 @@ void bench_r64(const cuda::DeviceBuffer<uint8_t>& win, const cuda::DeviceBuffer<
       const int64_t sb = ops::cuda::plan_sparse_attention_fp8_r64(B, kH, nkeys, sms);
       const Run ra{&win, &ent, kPool * k.entries, sinks, out_a.data(), ws};
       const Run rb{&win, &ent, kPool * k.entries, sinks, out_b.data(), ws};
+      if (persistent) {  // --r64-persistent: A, B, B persistent only (its own invocation: a hang hides nothing else)
+        std::printf("r64 persistent %s B=%lld: A %.1f us, B %.1f us, B persistent %.1f us\n", k.name, (long long)B,
+                    time_us(b, ra, sa, false), time_us(b, rb, sb, false, 0, K::kRoles64),
+                    time_us(b, rb, sb, false, 0, K::kRoles64, ops::cuda::detail::kR64Persistent));
+        std::fflush(stdout);
+        continue;
+      }
       double t[4];
       for (int i = 0; i < 4; ++i)
         t[i] = i % 2 == 0 ? time_us(b, ra, sa, false) : time_us(b, rb, sb, false, 0, K::kRoles64);
@@ -516,12 +526,13 @@ void bench_r64(const cuda::DeviceBuffer<uint8_t>& win, const cuda::DeviceBuffer<
 
 int main(int argc, char** argv) {
   std::string dir;
-  bool quick = false, prefill_only = false, r64 = false;
+  bool quick = false, prefill_only = false, r64 = false, r64_persistent = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--dump" && i + 1 < argc) dir = argv[i + 1];
     quick = quick || std::string(argv[i]) == "--quick";
     prefill_only = prefill_only || std::string(argv[i]) == "--prefill-only";
     r64 = r64 || std::string(argv[i]) == "--r64";
+    r64_persistent = r64_persistent || std::string(argv[i]) == "--r64-persistent";
   }
   auto dev = cuda::query_device(0);
   if (!dev.is_ok()) {
@@ -549,7 +560,7 @@ int main(int argc, char** argv) {
   cuda::DeviceBuffer<uint8_t> win;
   fill_cache(win, kPool * kW, chunk, chunk_rows);
   if (r64) {
-    bench_r64(win, chunk, chunk_rows, sinks.data(), ws.data(), sms, hbm);
+    bench_r64(win, chunk, chunk_rows, sinks.data(), ws.data(), sms, hbm, r64_persistent);
     return 0;
   }
   if (!dir.empty()) {

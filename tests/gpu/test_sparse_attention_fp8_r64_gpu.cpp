@@ -20,7 +20,9 @@
 // measured; two independent such roundings give about sqrt(2) x 2.6e-4 = 3.7e-4. kTolMain leaves a 5x margin over that
 // and is far under the order-1 errors of a wrong fragment, descriptor, offset, scale, mask or split. The test prints
 // every measured value (the distribution behind both bounds for the next session). Two runs must agree bitwise, and
-// the variant without the L2 prefetch (detail::kR64NoPrefetch) must give the same bits.
+// the variant without the L2 prefetch (detail::kR64NoPrefetch) must give the same bits; the persistent variant
+// (kR64Persistent) too, in its own test (PersistentVariant*: the device script runs it last, so that a hang there,
+// a slot or phase carried wrongly across items, cannot hide the other tests' results).
 // Not yet run on a GPU (session 24 had none).
 #include <gtest/gtest.h>
 
@@ -30,6 +32,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/small_float.h"
@@ -249,6 +252,7 @@ void run_case(const Case& c, std::vector<int64_t> splits) {
     const std::vector<float> nopf =
         dev.run(c, hp, s, Fp8AttentionKernel::kRoles64, ops::cuda::detail::kR64NoPrefetch);
     EXPECT_EQ(0, std::memcmp(got.data(), nopf.data(), got.size() * 4)) << "prefetch variant differs";
+
   }
 }
 }  // namespace
@@ -371,5 +375,28 @@ TEST(GpuSparseAttentionFp8R64, ThreeListsEqualTwoLists) {
     const double err = normalized_error(three, ref);
     std::printf("  r64 three lists splits %lld: vs reference %.3e\n", (long long)splits, err);
     EXPECT_LT(err, kTol);
+  }
+}
+
+// The persistent variant (detail::kR64Persistent: min(items, SMs) blocks looping over items, slots and phases running
+// on across them) computes the same items with the same code: the launcher's bits, at shapes with more items than
+// SMs (CSA b256 at 2 splits: 512 items, ~4 a block; HCA b256), few (CSA b1 at 3 splits), tokens without keys (empty
+// items between others) and bf16 q with a partial head group.
+TEST(GpuSparseAttentionFp8R64, PersistentVariantGivesTheSameBits) {
+  DSI_SKIP_WITHOUT_GPU();
+  const std::pair<Case, int64_t> cases[] = {{Case{Layer::kCsa, 256, 64, false, true, false, 41}, 2},
+                                            {Case{Layer::kHca, 256, 64, false, true, false, 42}, 1},
+                                            {Case{Layer::kCsa, 1, 64, false, true, false, 43}, 3},
+                                            {Case{Layer::kCsa, 3, 64, false, true, true, 44}, 4},
+                                            {Case{Layer::kCsa, 5, 72, true, false, false, 45}, 2}};
+  for (const auto& [c, splits] : cases) {
+    SCOPED_TRACE(testing::Message() << name(c.layer) << " T " << c.T << " splits " << splits);
+    const Inputs in = make_inputs(c);
+    const SparseAttentionFp8Params hp = host_params(c, in);
+    Device dev(in);
+    const std::vector<float> got = dev.run(c, hp, splits, Fp8AttentionKernel::kRoles64);
+    const std::vector<float> pers =
+        dev.run(c, hp, splits, Fp8AttentionKernel::kRoles64, ops::cuda::detail::kR64Persistent);
+    EXPECT_EQ(0, std::memcmp(got.data(), pers.data(), got.size() * 4)) << "persistent variant differs";
   }
 }

@@ -46,6 +46,11 @@ Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, fl
       if (s.idx && (s.rows > (int64_t(1) << 30) || s.pages.page_rows >= (int64_t(1) << 30)))
         return Status::errorf("sparse_attention_fp8: kRoles64 needs caches under 2^30 rows ({}, pages of {})", s.rows,
                               s.pages.page_rows);
+    int64_t keys = 0;  // its splits and items in 32-bit arithmetic
+    for (const Fp8KeySource& s : p.keys) keys += s.idx ? s.stride : 0;
+    const int64_t items = p.T * ((p.heads + detail::kFp8Heads - 1) / detail::kFp8Heads) * p.num_splits;
+    if (keys + p.num_splits >= (int64_t(1) << 31) || items >= (int64_t(1) << 31))
+      return Status::errorf("sparse_attention_fp8: kRoles64 needs keys and items under 2^31 ({}, {})", keys, items);
   }
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_fp8: null q or output");

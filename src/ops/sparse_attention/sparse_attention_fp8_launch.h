@@ -82,9 +82,12 @@ void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const voi
                                     bool pair, void* stream);
 // The kRoles64 kernel (sparse_attention_fp8_r64.cu): the same grid and partials (splits cut at 64-key tiles); the
 // caller runs the combine for num_splits > 1. Its variants (the bench's A/B; the same bits): kR64Prefetch (the
-// launcher's) prefetches each split's rows two tiles ahead into L2, kR64NoPrefetch does not; ..._variant runs one
-// (no combine; false for an unknown variant).
-inline constexpr int kR64Prefetch = 0, kR64NoPrefetch = 1;
+// launcher's) prefetches each split's rows two tiles ahead into L2, kR64NoPrefetch does not; kR64Persistent is
+// kR64Prefetch on a grid of min(items, SMs) blocks, each looping over items (token, head group, split) with its slots
+// and phases running on, so the producer starts the next item's tiles during the last one's epilogue (lever 2 of
+// issue 31's decode bars, untested against a fixed cost a block); ..._variant runs one (no combine; false for an
+// unknown variant).
+inline constexpr int kR64Prefetch = 0, kR64NoPrefetch = 1, kR64Persistent = 2;
 void launch_sparse_attention_fp8_r64(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                      void* stream);
 bool launch_sparse_attention_fp8_r64_variant(const SparseAttentionFp8Params& p, const void* q, float* o,

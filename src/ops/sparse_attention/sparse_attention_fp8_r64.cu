@@ -129,20 +129,67 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&acc)[32][4], uint64_
       : "l"(da), "l"(db), "r"(1));
 }
 
-// The block's split of token t's keys, cut at 64-key tiles.
-struct Split {
-  int64_t n0 = 0, n01 = 0, kbeg = 0, nk = 0, ntiles = 0;
+// The block's split of token t's keys, cut at 64-key tiles: attn_split_range (split_keys 0, tile 64) in 32-bit
+// arithmetic (the launcher checks that a token's keys are < 2^31): its 64-bit divisions are calls, whose clobbers
+// spilled the consumers' loop state once the split was cut inside the item loop.
+struct Split {  // 32-bit (the launcher's check): the producer keeps it beside 76 registers of loaded rows
+  int n0 = 0, n01 = 0, kbeg = 0, nk = 0, ntiles = 0;
 };
-__device__ __forceinline__ Split split_of(const SparseAttentionFp8Params& p, int64_t t, int64_t split) {
+__device__ __forceinline__ Split split_of(const SparseAttentionFp8Params& p, int64_t t, int split) {
   Split s;
-  s.n0 = attn_fp8::list_len(p.keys[0], t);
-  s.n01 = s.n0 + attn_fp8::list_len(p.keys[1], t);
-  const int64_t nkeys = s.n01 + attn_fp8::list_len(p.keys[2], t);
-  int64_t kend = 0;
-  attn_split_range(nkeys, split, p.num_splits, 0, kKeys, s.kbeg, kend);
-  s.nk = kend > s.kbeg ? kend - s.kbeg : 0;
+  s.n0 = int(attn_fp8::list_len(p.keys[0], t));
+  s.n01 = s.n0 + int(attn_fp8::list_len(p.keys[1], t));
+  const uint32_t nkeys = uint32_t(s.n01) + uint32_t(attn_fp8::list_len(p.keys[2], t)), S = uint32_t(p.num_splits);
+  const uint32_t per = (nkeys + S - 1) / S;
+  const uint32_t per64 = (per + kKeys - 1) / kKeys * kKeys;
+  const uint32_t beg = uint32_t(split) * per64 < nkeys ? uint32_t(split) * per64 : nkeys;
+  const uint32_t end = beg + per64 > nkeys ? nkeys : beg + per64;
+  s.kbeg = int(beg);
+  s.nk = int(end - beg);
   s.ntiles = (s.nk + kKeys - 1) / kKeys;
   return s;
+}
+
+// The block's work items (token, 64-head group, split), numbered (t G + group) S + split: one item a block (the grid
+// (T, G, S): the block's own), or (kPersistent, a grid of min(items, SMs) blocks) items blockIdx.x, + gridDim.x, ...
+// Slots and mbarrier phases run on across a block's items, so the producer runs ahead into the next item's first
+// tiles while the consumers finish the last one (the epilogue and the next q load overlap them).
+// 32-bit: the launcher checks items < 2^31 (the consumers keep an item's fields beside their accumulators).
+struct Item {
+  int t = 0, group = 0, split = 0;
+};
+struct Items {
+  int first = 0, count = 0, stride = 1;
+};
+template <bool kPersistent>
+__device__ __forceinline__ Items items_of(const SparseAttentionFp8Params& p) {
+  Items r;
+  r.count = int(p.T) * int(gridDim.y) * int(gridDim.z);
+  if constexpr (kPersistent) {
+    r.count = int(p.T) * int((p.heads + kFp8Heads - 1) / kFp8Heads) * int(p.num_splits);
+    r.first = int(blockIdx.x);
+    r.stride = int(gridDim.x);
+  } else {
+    r.first = (int(blockIdx.x) * int(gridDim.y) + int(blockIdx.y)) * int(gridDim.z) + int(blockIdx.z);
+    r.stride = r.count;
+  }
+  return r;
+}
+template <bool kPersistent>
+__device__ __forceinline__ Item item_at(const SparseAttentionFp8Params& p, int i) {
+  Item r;
+  if constexpr (kPersistent) {
+    const uint32_t S = uint32_t(p.num_splits), G = uint32_t((p.heads + kFp8Heads - 1) / kFp8Heads);
+    const uint32_t ts = uint32_t(i) / S;
+    r.split = int(uint32_t(i) - ts * S);
+    r.t = int(ts / G);
+    r.group = int(ts - uint32_t(r.t) * G);
+  } else {  // the grid's own: (T, G, S)
+    r.t = int(blockIdx.x);
+    r.group = int(blockIdx.y);
+    r.split = int(blockIdx.z);
+  }
+  return r;
 }
 
 // The producer's key k of the split as (list, cache row) packed in 32 bits: row | list << 30 (rows < 2^30, checked
@@ -232,15 +279,19 @@ __device__ __forceinline__ void prefetch_rows(const SparseAttentionFp8Params& p,
 // are prefetched into L2 while tile n is in flight, so that the loads of a tile (issued only after the previous
 // tile's dequantisation: its registers) find them in L2 (~2x less latency than HBM; 2 tiles of 37 KB a block ahead,
 // 10 MB over 132 SMs against the 50 MB L2).
+// One item's tiles; gn: the block's tiles so far (slot gn % kSlots, phase (gn / kSlots) & 1), advanced.
 template <bool kPrefetch>
-__device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64_t t, const Split& sp,
-                                        __nv_bfloat16* kb, uint8_t* maskb, uint32_t full0, uint32_t empty0) {
-  const int i = threadIdx.x, w = i >> 5, lane = i & 31, q = lane >> 3;
+__device__ __forceinline__ void produce_item(const SparseAttentionFp8Params& p, int64_t t, const Split& sp,
+                                             __nv_bfloat16* kb, uint8_t* maskb, uint32_t full0, uint32_t empty0,
+                                             int& gn) {
+  uint32_t tid;  // through a volatile asm, as in consumer_start: the store offsets are not hoisted out of the item loop
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  const int i = int(tid), w = i >> 5, lane = i & 31, q = lane >> 3;
   const int kr0 = 8 * w + (lane & 7), kr1 = kr0 + 32;
   uint32_t r0 = row_of(p, t, sp, kr0), r1 = row_of(p, t, sp, kr1);
   const int ntiles = int(sp.ntiles);
   if (kPrefetch && ntiles > 1) prefetch_rows(p, t, sp, 1, kr0, q);
-  for (int n = 0; n < ntiles; ++n) {
+  for (int n = 0; n < ntiles; ++n, ++gn) {
     Quarter v0, v1;
     load_quarter(row_ptr(p, r0), q, v0);
     load_quarter(row_ptr(p, r1), q, v1);
@@ -248,8 +299,8 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, int64
     r0 = row_of(p, t, sp, int64_t(n + 1) * kKeys + kr0);  // the next tile's rows, looked up while this one is in flight
     r1 = row_of(p, t, sp, int64_t(n + 1) * kKeys + kr1);
     if (kPrefetch && n + 2 < ntiles) prefetch_rows(p, t, sp, n + 2, kr0, q);
-    const int slot = n % kSlots;
-    if (n >= kSlots) mbar_wait(empty0 + 8 * slot, uint32_t(((n / kSlots) - 1) & 1));
+    const int slot = gn % kSlots;
+    if (gn >= kSlots) mbar_wait(empty0 + 8 * slot, uint32_t(((gn / kSlots) - 1) & 1));
     __nv_bfloat16* kt = kb + slot * (kTileBytes / 2);
     store_quarter(v0, q, kr0, kt);
     store_quarter(v1, q, kr1, kt);
@@ -352,11 +403,16 @@ __device__ __forceinline__ __nv_bfloat16* smem_bf16(size_t off) {
 __device__ __forceinline__ float* smem_f32(size_t off) { return reinterpret_cast<float*>(r64_smem + off); }
 __device__ __forceinline__ uint32_t smem_at(size_t off) { return smem_u32(r64_smem) + uint32_t(off); }
 
-// Q (both consumer warpgroups load it, ct = 0 .. 255), zeroed accumulators.
+// Item im's q (both consumer warpgroups load it, ct = 0 .. 255), zeroed accumulators. Q is free: S's last Q K^T of
+// the previous item completed before S arrived on kBarFinal, which V waited for before coming here.
 template <bool kQBf16>
-__device__ __forceinline__ void consumer_start(const SparseAttentionFp8Params& p, const void* q, float (&acc)[32][4]) {
-  load_q<kQBf16>(q, blockIdx.x, int64_t(blockIdx.y) * kFp8Heads, p.heads, int(threadIdx.x) - 128,
-                 smem_bf16(kOffQ));
+__device__ __forceinline__ void consumer_start(const SparseAttentionFp8Params& p, const void* q, const Item& im,
+                                               float (&acc)[32][4]) {
+  // %tid.x through a volatile asm: the q load's 16 address offsets are then computed per item instead of hoisted out
+  // of the persistent item loop (where they held 32 registers across it and spilled V's budget).
+  uint32_t tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  load_q<kQBf16>(q, im.t, int64_t(im.group) * kFp8Heads, p.heads, int(tid) - 128, smem_bf16(kOffQ));
   wg::fence_proxy_async();
   named_sync(kBarQ, 256);
 #pragma unroll
@@ -366,108 +422,117 @@ __device__ __forceinline__ void consumer_start(const SparseAttentionFp8Params& p
   wg::wgmma_fence_regs(acc);
 }
 
-// The output rows of this warp's 16 heads (attn_mma::write_rows), dims d0 .., with the inverse RoPE where kRope: only
-// S's dims (256 .. 511) hold RoPE channels (the launcher takes rope_dim <= 256), so V's code has no call to the
+// Item im's output rows of this warp's 16 heads (attn_mma::write_rows), dims d0 .., with the inverse RoPE where kRope:
+// only S's dims (256 .. 511) hold RoPE channels (the launcher takes rope_dim <= 256), so V's code has no call to the
 // RoPE's double-precision slow path: ptxas 13.0 crashed on such calls under two setmaxnreg budgets, and V's epilogue
 // with them needed more than its 160 (144 + 200 + 160 fill the register file).
 template <bool kRope>
-__device__ __forceinline__ void consumer_end(const SparseAttentionFp8Params& p, int d0, const float (&acc)[32][4],
-                                             const float (&m)[2], const float (&l)[2], float* o, float* ws) {
-  const int64_t t = blockIdx.x, hr = int64_t(blockIdx.y) * kFp8Heads + 16 * ((threadIdx.x >> 5) & 3);
-  const int64_t pos = kRope && p.rope_dim > 0 ? int64_t(p.pos[t]) : 0;
-  attn_mma::write_rows(acc, m, l, hr, d0, t, int64_t(blockIdx.z), p.heads, p.num_splits, kD, kPart,
-                       p.num_splits == 1, p.sinks, o, ws, [&](float& e0, float& e1, int d) {
+__device__ __forceinline__ void consumer_end(const SparseAttentionFp8Params& p, const Item& im, int d0,
+                                             const float (&acc)[32][4], const float (&m)[2], const float (&l)[2],
+                                             float* o, float* ws) {
+  const int64_t hr = int64_t(im.group) * kFp8Heads + 16 * ((threadIdx.x >> 5) & 3);
+  const int64_t pos = kRope && p.rope_dim > 0 ? int64_t(p.pos[im.t]) : 0;
+  attn_mma::write_rows(acc, m, l, hr, d0, im.t, im.split, p.heads, p.num_splits, kD, kPart, p.num_splits == 1,
+                       p.sinks, o, ws, [&](float& e0, float& e1, int d) {
                          if constexpr (kRope) attn_fp8::out_rope(e0, e1, d, p, pos);
                        });
 }
 
-// Warpgroup 1, S: Q K^T, the softmax, P, O[:, 256:512] (the RoPE channels: its epilogue alone calls out_rope).
+// Warpgroup 1, S, one item: Q K^T, the softmax, P, O[:, 256:512] (the RoPE channels: its epilogue alone calls
+// out_rope); gn: the block's tiles so far (the producer's slots and phases), advanced.
 template <bool kQBf16>
-__device__ __forceinline__ void s_role(const SparseAttentionFp8Params& p, const void* q, int ntiles, float* o,
-                                       float* ws) {
-  float acc[32][4];
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  consumer_start<kQBf16>(p, q, acc);
+__device__ __forceinline__ void s_item(const SparseAttentionFp8Params& p, const void* q, const Item& im, float* o,
+                                       float* ws, int& gn) {
   const int hr = 16 * ((threadIdx.x >> 5) & 3), g = (threadIdx.x & 31) >> 2, q4 = threadIdx.x & 3;
-  for (int n = 0; n < ntiles; ++n) {
-    const int slot = n % kSlots;
-    const uint32_t ks = smem_at(kOffK) + uint32_t(slot) * uint32_t(kTileBytes);
-    mbar_wait(smem_at(kOffBar) + 8 * slot, uint32_t((n / kSlots) & 1));
-    float s[8][4];
-    wg::wgmma_fence();
+  {
+    const int ntiles = int(split_of(p, im.t, im.split).ntiles);
+    float acc[32][4];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    consumer_start<kQBf16>(p, q, im, acc);
+    for (int n = 0; n < ntiles; ++n, ++gn) {
+      const int slot = gn % kSlots;
+      const uint32_t ks = smem_at(kOffK) + uint32_t(slot) * uint32_t(kTileBytes);
+      mbar_wait(smem_at(kOffBar) + 8 * slot, uint32_t((gn / kSlots) & 1));
+      float s[8][4];
+      wg::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 32; ++kk)
-      wgmma_m64n64k16_ss(s, wg::wgmma_desc(smem_at(kOffQ) + uint32_t(kk) * 2048u, 1024u, 128u),
-                         wg::wgmma_desc(ks + uint32_t(kk) * 2048u, 1024u, 128u), kk > 0 ? 1 : 0);
-    wg::wgmma_commit();
-    wg::wgmma_wait<0>();  // this tile's Q K^T and the previous tile's P V
-    wg::wgmma_fence_regs(s);
-    wg::wgmma_fence_regs(acc);
-    if (n > 0) {
-      mbar_arrive(smem_at(kOffBar) + 8 * (kSlots + (n - 1) % kSlots));  // this warpgroup is done with tile n - 1
-      named_sync(kBarPFree, 256);  // and V has read P and the factors of tile n - 1
-    }
-    const uint64_t valid = *reinterpret_cast<const uint64_t*>(r64_smem + kOffMask + 8 * slot);
-    float alpha[2];
-    softmax64(s, valid, p.scale, m, l, alpha);
-    __nv_bfloat16* pb = smem_bf16(kOffP);
+      for (int kk = 0; kk < 32; ++kk)
+        wgmma_m64n64k16_ss(s, wg::wgmma_desc(smem_at(kOffQ) + uint32_t(kk) * 2048u, 1024u, 128u),
+                           wg::wgmma_desc(ks + uint32_t(kk) * 2048u, 1024u, 128u), kk > 0 ? 1 : 0);
+      wg::wgmma_commit();
+      wg::wgmma_wait<0>();  // this tile's Q K^T and the previous tile's P V
+      wg::wgmma_fence_regs(s);
+      wg::wgmma_fence_regs(acc);
+      if (n > 0) {
+        mbar_arrive(smem_at(kOffBar) + 8 * (kSlots + (gn - 1) % kSlots));  // this warpgroup is done with tile n - 1
+        named_sync(kBarPFree, 256);  // and V has read P and the factors of tile n - 1
+      }
+      const uint64_t valid = *reinterpret_cast<const uint64_t*>(r64_smem + kOffMask + 8 * slot);
+      float alpha[2];
+      softmax64(s, valid, p.scale, m, l, alpha);
+      __nv_bfloat16* pb = smem_bf16(kOffP);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      *reinterpret_cast<uint32_t*>(pb + t_off(hr + g, 8 * j + 2 * q4)) = attn_mma::pack_bf16(s[j][0], s[j][1]);
-      *reinterpret_cast<uint32_t*>(pb + t_off(hr + g + 8, 8 * j + 2 * q4)) = attn_mma::pack_bf16(s[j][2], s[j][3]);
+      for (int j = 0; j < 8; ++j) {
+        *reinterpret_cast<uint32_t*>(pb + t_off(hr + g, 8 * j + 2 * q4)) = attn_mma::pack_bf16(s[j][0], s[j][1]);
+        *reinterpret_cast<uint32_t*>(pb + t_off(hr + g + 8, 8 * j + 2 * q4)) = attn_mma::pack_bf16(s[j][2], s[j][3]);
+      }
+      if (q4 == 0) {
+        smem_f32(kOffAlpha)[hr + g] = alpha[0];
+        smem_f32(kOffAlpha)[hr + g + 8] = alpha[1];
+      }
+      wg::fence_proxy_async();        // P's generic-proxy writes, before both warpgroups' wgmma read them
+      named_arrive(kBarPReady, 256);  // to V
+      named_sync(kBarS, 128);         // this warpgroup's own P V reads the other warps' rows of P too
+      attn_mma::rescale_rows(acc, alpha);
+      pv_issue(smem_at(kOffP), ks, kHalf, acc);  // in flight while the next tile's Q K^T is issued
     }
-    if (q4 == 0) {
-      smem_f32(kOffAlpha)[hr + g] = alpha[0];
-      smem_f32(kOffAlpha)[hr + g + 8] = alpha[1];
-    }
-    wg::fence_proxy_async();        // P's generic-proxy writes, before both warpgroups' wgmma read them
-    named_arrive(kBarPReady, 256);  // to V
-    named_sync(kBarS, 128);         // this warpgroup's own P V reads the other warps' rows of P too
-    attn_mma::rescale_rows(acc, alpha);
-    pv_issue(smem_at(kOffP), ks, kHalf, acc);  // in flight while the next tile's Q K^T is issued
-  }
-  // Unconditional: behind `if (ntiles > 0)` ptxas saw a path to the epilogue with a wgmma in flight and serialised
-  // every wgmma of the kernel (C7514).
-  wg::wgmma_wait<0>();
-  wg::wgmma_fence_regs(acc);
-  if (ntiles > 0) mbar_arrive(smem_at(kOffBar) + 8 * (kSlots + (ntiles - 1) % kSlots));
-  if (q4 == 0) {
-    smem_f32(kOffM)[hr + g] = m[0];
-    smem_f32(kOffM)[hr + g + 8] = m[1];
-    smem_f32(kOffL)[hr + g] = l[0];
-    smem_f32(kOffL)[hr + g + 8] = l[1];
-  }
-  named_arrive(kBarFinal, 256);
-  consumer_end<true>(p, kHalf, acc, m, l, o, ws);
-}
-
-// Warpgroup 2, V: O[:, 0:256] from S's P and factors (and the partials' max and sum: write_rows's dims-0 rows).
-template <bool kQBf16>
-__device__ __forceinline__ void v_role(const SparseAttentionFp8Params& p, const void* q, int ntiles, float* o,
-                                       float* ws) {
-  float acc[32][4];
-  consumer_start<kQBf16>(p, q, acc);
-  const int hr = 16 * ((threadIdx.x >> 5) & 3), g = (threadIdx.x & 31) >> 2;
-  for (int n = 0; n < ntiles; ++n) {
-    const int slot = n % kSlots;
-    named_sync(kBarPReady, 256);  // P and the factors of tile n (S waited for tile n's full barrier before)
-    const float alpha[2] = {smem_f32(kOffAlpha)[hr + g], smem_f32(kOffAlpha)[hr + g + 8]};
-    attn_mma::rescale_rows(acc, alpha);
-    pv_issue(smem_at(kOffP), smem_at(kOffK) + uint32_t(slot) * uint32_t(kTileBytes), 0, acc);
+    // Unconditional: behind `if (ntiles > 0)` ptxas saw a path to the epilogue with a wgmma in flight and serialised
+    // every wgmma of the kernel (C7514).
     wg::wgmma_wait<0>();
     wg::wgmma_fence_regs(acc);
-    mbar_arrive(smem_at(kOffBar) + 8 * (kSlots + slot));
-    if (n + 1 < ntiles) named_arrive(kBarPFree, 256);
+    if (ntiles > 0) mbar_arrive(smem_at(kOffBar) + 8 * (kSlots + (gn - 1) % kSlots));
+    if (q4 == 0) {
+      smem_f32(kOffM)[hr + g] = m[0];
+      smem_f32(kOffM)[hr + g + 8] = m[1];
+      smem_f32(kOffL)[hr + g] = l[0];
+      smem_f32(kOffL)[hr + g + 8] = l[1];
+    }
+    named_arrive(kBarFinal, 256);
+    consumer_end<true>(p, im, kHalf, acc, m, l, o, ws);
   }
-  wg::wgmma_wait<0>();  // (nothing in flight; for ptxas, as in S)
-  wg::wgmma_fence_regs(acc);
-  named_sync(kBarFinal, 256);
-  const float m[2] = {smem_f32(kOffM)[hr + g], smem_f32(kOffM)[hr + g + 8]};
-  const float l[2] = {smem_f32(kOffL)[hr + g], smem_f32(kOffL)[hr + g + 8]};
-  consumer_end<false>(p, 0, acc, m, l, o, ws);
 }
 
-template <bool kQBf16, bool kPrefetch>
+// Warpgroup 2, V, one item: O[:, 0:256] from S's P and factors (and the partials' max and sum: write_rows's dims-0
+// rows).
+template <bool kQBf16>
+__device__ __forceinline__ void v_item(const SparseAttentionFp8Params& p, const void* q, const Item& im, float* o,
+                                       float* ws, int& gn) {
+  const int hr = 16 * ((threadIdx.x >> 5) & 3), g = (threadIdx.x & 31) >> 2;
+  {
+    const int ntiles = int(split_of(p, im.t, im.split).ntiles);
+    float acc[32][4];
+    consumer_start<kQBf16>(p, q, im, acc);
+    for (int n = 0; n < ntiles; ++n, ++gn) {
+      const int slot = gn % kSlots;
+      named_sync(kBarPReady, 256);  // P and the factors of tile n (S waited for tile n's full barrier before)
+      const float alpha[2] = {smem_f32(kOffAlpha)[hr + g], smem_f32(kOffAlpha)[hr + g + 8]};
+      attn_mma::rescale_rows(acc, alpha);
+      pv_issue(smem_at(kOffP), smem_at(kOffK) + uint32_t(slot) * uint32_t(kTileBytes), 0, acc);
+      wg::wgmma_wait<0>();
+      wg::wgmma_fence_regs(acc);
+      mbar_arrive(smem_at(kOffBar) + 8 * (kSlots + slot));
+      if (n + 1 < ntiles) named_arrive(kBarPFree, 256);
+    }
+    wg::wgmma_wait<0>();  // (nothing in flight; for ptxas, as in S)
+    wg::wgmma_fence_regs(acc);
+    named_sync(kBarFinal, 256);
+    const float m[2] = {smem_f32(kOffM)[hr + g], smem_f32(kOffM)[hr + g + 8]};
+    const float l[2] = {smem_f32(kOffL)[hr + g], smem_f32(kOffL)[hr + g + 8]};
+    consumer_end<false>(p, im, 0, acc, m, l, o, ws);
+  }
+}
+
+template <bool kQBf16, bool kPrefetch, bool kPersistent>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attention_fp8_r64_kernel(SparseAttentionFp8Params p, const void* q, float* o, float* ws) {
   const uint32_t full0 = smem_at(kOffBar), empty0 = full0 + 8 * kSlots;
@@ -478,25 +543,65 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();
+  // One item (the grid's own: straight-line code, as ptxas fits it in the budgets below with no spill), or the
+  // persistent loop over the block's items. Each role reads its items after its setmaxnreg: nothing lives across.
+  int gn = 0;
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    produce<kPrefetch>(p, blockIdx.x, split_of(p, blockIdx.x, blockIdx.z), smem_bf16(kOffK), r64_smem + kOffMask, full0,
-            empty0);
-  } else if (threadIdx.x < 256) {  // (each role cuts the split after its setmaxnreg: nothing of it lives across)
+    if constexpr (kPersistent) {
+      const Items items = items_of<true>(p);
+      for (int it = items.first; it < items.count; it += items.stride) {
+        const Item im = item_at<true>(p, it);
+        produce_item<kPrefetch>(p, im.t, split_of(p, im.t, im.split), smem_bf16(kOffK), r64_smem + kOffMask, full0,
+                                empty0, gn);
+      }
+    } else {
+      produce_item<kPrefetch>(p, blockIdx.x, split_of(p, blockIdx.x, blockIdx.z), smem_bf16(kOffK),
+                              r64_smem + kOffMask, full0, empty0, gn);
+    }
+  } else if (threadIdx.x < 256) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSRegs));
-    s_role<kQBf16>(p, q, int(split_of(p, blockIdx.x, blockIdx.z).ntiles), o, ws);
+    if constexpr (kPersistent) {
+      const Items items = items_of<true>(p);
+      for (int it = items.first; it < items.count; it += items.stride) s_item<kQBf16>(p, q, item_at<true>(p, it), o, ws, gn);
+    } else {
+      s_item<kQBf16>(p, q, item_at<false>(p, 0), o, ws, gn);
+    }
   } else {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kVRegs));
-    v_role<kQBf16>(p, q, int(split_of(p, blockIdx.x, blockIdx.z).ntiles), o, ws);
+    if constexpr (kPersistent) {
+      const Items items = items_of<true>(p);
+      for (int it = items.first; it < items.count; it += items.stride) v_item<kQBf16>(p, q, item_at<true>(p, it), o, ws, gn);
+    } else {
+      v_item<kQBf16>(p, q, item_at<false>(p, 0), o, ws, gn);
+    }
   }
 }
 
-template <bool kQBf16, bool kPrefetch>
+template <bool kQBf16, bool kPrefetch, bool kPersistent>
 void launch_kernel(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
-  auto* kernel = sparse_attention_fp8_r64_kernel<kQBf16, kPrefetch>;
+  auto* kernel = sparse_attention_fp8_r64_kernel<kQBf16, kPrefetch, kPersistent>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
-  const dim3 grid(unsigned(p.T), unsigned((p.heads + kFp8Heads - 1) / kFp8Heads), unsigned(p.num_splits));
-  kernel<<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
+  const int64_t groups = (p.heads + kFp8Heads - 1) / kFp8Heads;
+  if constexpr (kPersistent) {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int64_t items = p.T * groups * p.num_splits;
+    kernel<<<unsigned(items < sms ? items : sms), kThreads, kBytes, s>>>(p, q, o, workspace);
+  } else {
+    const dim3 grid(unsigned(p.T), unsigned(groups), unsigned(p.num_splits));
+    kernel<<<grid, kThreads, kBytes, s>>>(p, q, o, workspace);
+  }
+}
+
+template <bool kPrefetch, bool kPersistent>
+void launch_q(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace, cudaStream_t s) {
+  if (p.q_bf16) {
+    launch_kernel<true, kPrefetch, kPersistent>(p, q, o, workspace, s);
+  } else {
+    launch_kernel<false, kPrefetch, kPersistent>(p, q, o, workspace, s);
+  }
 }
 }  // namespace
 
@@ -508,12 +613,11 @@ void launch_sparse_attention_fp8_r64(const SparseAttentionFp8Params& p, const vo
 bool launch_sparse_attention_fp8_r64_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
                                              float* workspace, int variant, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (variant != kR64Prefetch && variant != kR64NoPrefetch) return false;
-  const bool pf = variant == kR64Prefetch;
-  if (p.q_bf16) {
-    pf ? launch_kernel<true, true>(p, q, o, workspace, s) : launch_kernel<true, false>(p, q, o, workspace, s);
-  } else {
-    pf ? launch_kernel<false, true>(p, q, o, workspace, s) : launch_kernel<false, false>(p, q, o, workspace, s);
+  switch (variant) {
+    case kR64Prefetch: launch_q<true, false>(p, q, o, workspace, s); break;
+    case kR64NoPrefetch: launch_q<false, false>(p, q, o, workspace, s); break;
+    case kR64Persistent: launch_q<true, true>(p, q, o, workspace, s); break;
+    default: return false;
   }
   return true;
 }
