@@ -3,10 +3,11 @@
 // (token, 64-head group, key split), the split partials and combine of the other FP8 kernels, 64-key tiles:
 // - warpgroup 0, the producer (144 registers by setmaxnreg): per tile, thread i loads its share of 2 keys' rows
 //   straight from global memory into registers (key 8 (i / 32) + i % 8 (+ 32), quarter (i % 32) / 8 of the row: 7 code
-//   chunks and 2 RoPE chunks, 9 x 16 bytes, and the row's 8 scale bytes), the next tile's cache rows looked up while
-//   they are in flight; then waits for the bf16 key tile slot to be free, dequantises (attn_fp8::dequant16_fast_*,
-//   exact) into the slot in wgmma core matrices and signals its `full` mbarrier. No FP8 staging in shared memory:
-//   Q (64 KB) + 2 key tiles of 64 keys (128 KB) + P (8 KB) leave no room for one.
+//   chunks and 2 RoPE chunks, 9 x 16 bytes, and the row's 8 scale bytes), the next tile's cache rows looked up and tile
+//   n + 2's rows prefetched into L2 while they are in flight; then waits for the bf16 key tile slot to be free,
+//   dequantises (attn_fp8::dequant16_fast_*, exact) into the slot in wgmma core matrices and signals its `full`
+//   mbarrier. No FP8 staging in shared memory: Q (64 KB) + 2 key tiles of 64 keys (128 KB) + P (8 KB) leave no room
+//   for one.
 // - warpgroup 1, "S" (200 registers): Q K^T of all 64 heads against the tile over all 512 dims (32 wgmma m64n64k16,
 //   Q and the key tile from shared memory), the online softmax of the whole tile (no exchange of partial scores), P
 //   (bf16) and the rows' rescale factors to shared memory, then O[:, 256:512] += P V (4 wgmma m64n256k16, both
@@ -16,7 +17,8 @@
 // Rounding: q and p in bf16, fp32 accumulation, as the other FP8 kernels; but the sums run in another order (one
 // 512-dim Q K^T chain instead of two 256-dim halves added; the softmax's running max steps once per 64 keys instead of
 // 32), so the bits differ from theirs: the GPU test holds it to the CPU reference at their bound and to the lock-step
-// kernel at a derived distance (tests/gpu/test_sparse_attention_fp8_r64_gpu.cpp). Not yet run on a GPU.
+// kernel at a derived distance (tests/gpu/test_sparse_attention_fp8_r64_gpu.cpp). Variants (the same bits; bench and
+// test): without the L2 prefetch, and persistent (min(items, SMs) blocks looping over items). Not yet run on a GPU.
 #include <cuda_bf16.h>
 
 #include "cuda/ops_device.cuh"
@@ -24,7 +26,6 @@
 #include "ops/kv_format/kv_format.h"
 #include "ops/sparse_attention/sparse_attention_fp8_common.cuh"  // key lookup, dequant16_fast_*, out_rope, kPart
 #include "ops/sparse_attention/sparse_attention_fp8_launch.h"
-#include "ops/sparse_attention/sparse_attention_launch.h"  // attn_split_range
 #include "ops/sparse_attention/sparse_attention_mma.cuh"     // rescale_rows, write_rows, pack_bf16
 #include "ops/sparse_attention/sparse_attention_wgmma.cuh"   // q_off, the sm90 primitives
 
