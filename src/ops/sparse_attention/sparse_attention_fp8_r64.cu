@@ -564,7 +564,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSRegs));
     if constexpr (kPersistent) {
       const Items items = items_of<true>(p);
-      for (int it = items.first; it < items.count; it += items.stride) s_item<kQBf16>(p, q, item_at<true>(p, it), o, ws, gn);
+      for (int it = items.first; it < items.count; it += items.stride)
+        s_item<kQBf16>(p, q, item_at<true>(p, it), o, ws, gn);
     } else {
       s_item<kQBf16>(p, q, item_at<false>(p, 0), o, ws, gn);
     }
@@ -572,7 +573,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kVRegs));
     if constexpr (kPersistent) {
       const Items items = items_of<true>(p);
-      for (int it = items.first; it < items.count; it += items.stride) v_item<kQBf16>(p, q, item_at<true>(p, it), o, ws, gn);
+      for (int it = items.first; it < items.count; it += items.stride)
+        v_item<kQBf16>(p, q, item_at<true>(p, it), o, ws, gn);
     } else {
       v_item<kQBf16>(p, q, item_at<false>(p, 0), o, ws, gn);
     }
