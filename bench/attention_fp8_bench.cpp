@@ -19,6 +19,12 @@
 // --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script; --quick
 // leaves out the split sweep and the phase probes (a device call that only needs the plan's timings).
 // --ab: the prefill shape's A/B of main's prefill op against the split-block op (session 24; bench_prefill).
+// Session 24, --r64 (decode only; bench_r64): main's choice (A: plan_sparse_attention_fp8's count, the kAuto kernel)
+// against the opt-in kRoles64 kernel (B: plan_sparse_attention_fp8_r64's count), A B A B on the same inputs (CSA and
+// HCA, batch 1 / 64 / 256, q fp32: the runner's), then B with q bf16 and without its L2 prefetch
+// (detail::kR64NoPrefetch), and a sweep of B's split counts (--r64 --r64-persistent instead: A, B and B persistent,
+// detail::kR64Persistent); the outputs of
+// A and B on group 0 compared (||B - A|| / ||A||: the GPU test's kTolMain bound is 2e-3).
 // Built only with DSINFER_CUDA.
 #include <cuda_runtime.h>
 
@@ -197,7 +203,13 @@ void call(const Batch& b, const Run& r, int64_t g, int64_t splits, bool q_bf16, 
   p.num_splits = splits;
   const void* q = q_bf16 ? static_cast<const void*>(b.dqb.data() + t0 * kH * kD)
                          : static_cast<const void*>(b.dqf.data() + t0 * kH * kD);
-  if (variant >= 0) {
+  if (variant >= 0 && kernel == ops::cuda::Fp8AttentionKernel::kRoles64) {  // a kRoles64 variant, then the combine
+    if (!ops::cuda::detail::launch_sparse_attention_fp8_r64_variant(p, q, r.out, r.ws, variant, s)) {
+      std::fprintf(stderr, "r64 variant %d failed\n", variant);
+      std::exit(1);
+    }
+    if (splits > 1) ops::cuda::detail::launch_sparse_attention_fp8_combine(p, r.ws, r.out, s);
+  } else if (variant >= 0) {
     if (!ops::cuda::detail::launch_sparse_attention_fp8_ws_variant(p, q, r.out, r.ws, variant, s)) {
       std::fprintf(stderr, "variant %d failed\n", variant);
       std::exit(1);
@@ -533,14 +545,82 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
 }
 }  // namespace
 
+// --r64: A (main's plan) B (kRoles64) A B per kind and batch; one line each and RESULT_R64 lines (kind, batch, A us
+// twice, B us twice, B us with q bf16, B us without its L2 prefetch, A's splits, B's splits, ||B - A|| / ||A||).
+// persistent (--r64-persistent): A, B and B persistent (detail::kR64Persistent) only.
+void bench_r64(const cuda::DeviceBuffer<uint8_t>& win, const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows,
+               const float* sinks, float* ws, int64_t sms, double hbm, bool persistent) {
+  using K = ops::cuda::Fp8AttentionKernel;
+  cuda::DeviceBuffer<float> out_a, out_b;
+  BENCH_CHECK(out_a.alloc(size_t(256 * kH * kD)));
+  BENCH_CHECK(out_b.alloc(size_t(256 * kH * kD)));
+  for (const Kind& k : {Kind{"CSA", kCsaEntries, kTopk}, Kind{"HCA", kHcaEntries, kHcaEntries}}) {
+    cuda::DeviceBuffer<uint8_t> ent;
+    fill_cache(ent, kPool * k.entries, chunk, chunk_rows);
+    for (int64_t B : {1, 64, 256}) {
+      Batch b;
+      make_batch(b, k, B, uint32_t(B) * 7 + 1);
+      const int64_t nkeys = kW + k.topk;
+      const int64_t sa = ops::cuda::plan_sparse_attention_fp8(B, kH, nkeys, sms);
+      const int64_t sb = ops::cuda::plan_sparse_attention_fp8_r64(B, kH, nkeys, sms);
+      const Run ra{&win, &ent, kPool * k.entries, sinks, out_a.data(), ws};
+      const Run rb{&win, &ent, kPool * k.entries, sinks, out_b.data(), ws};
+      if (persistent) {  // --r64-persistent: A, B, B persistent only (its own invocation: a hang hides nothing else)
+        std::printf("r64 persistent %s B=%lld: A %.1f us, B %.1f us, B persistent %.1f us\n", k.name, (long long)B,
+                    time_us(b, ra, sa, false), time_us(b, rb, sb, false, 0, K::kRoles64),
+                    time_us(b, rb, sb, false, 0, K::kRoles64, ops::cuda::detail::kR64Persistent));
+        std::fflush(stdout);
+        continue;
+      }
+      double t[4];
+      for (int i = 0; i < 4; ++i)
+        t[i] = i % 2 == 0 ? time_us(b, ra, sa, false) : time_us(b, rb, sb, false, 0, K::kRoles64);
+      const double tb_bf16 = time_us(b, rb, sb, true, 0, K::kRoles64);
+      const double tb_nopf = time_us(b, rb, sb, false, 0, K::kRoles64, ops::cuda::detail::kR64NoPrefetch);
+      // Group 0's outputs of both (q fp32), compared.
+      call(b, ra, 0, sa, false, nullptr);
+      call(b, rb, 0, sb, false, nullptr, 0, K::kRoles64);
+      if (cudaDeviceSynchronize() != cudaSuccess) {
+        std::fprintf(stderr, "r64 %s B=%lld: %s\n", k.name, (long long)B, cudaGetErrorString(cudaGetLastError()));
+        std::exit(1);
+      }
+      const size_t n = size_t(B * kH * kD);
+      const std::vector<float> oa = download(out_a, n);
+      const std::vector<float> ob = download(out_b, n);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < n; ++i) {
+        num += (double(ob[i]) - oa[i]) * (double(ob[i]) - oa[i]);
+        den += double(oa[i]) * oa[i];
+      }
+      const double diff = std::sqrt(num / std::max(den, 1e-30));
+      const double bytes = double(B) * (double(nkeys) * ops::kKvRowBytes + 2.0 * kH * kD * 4 + 4.0 * nkeys);
+      const double ta = std::min(t[0], t[2]), tbm = std::min(t[1], t[3]);
+      std::printf("r64 %s B=%lld keys %lld: A (main, %lld splits) %.1f / %.1f us, B (kRoles64, %lld splits) %.1f / "
+                  "%.1f us (%.0f%% hbm), B q bf16 %.1f us, B without the L2 prefetch %.1f us; B/A %.3f; "
+                  "||B - A|| / ||A|| %.2e\n",
+                  k.name, (long long)B, (long long)nkeys, (long long)sa, t[0], t[2], (long long)sb, t[1], t[3],
+                  100.0 * bytes / tbm / 1e-6 / hbm, tb_bf16, tb_nopf, tbm / ta, diff);
+      std::printf("  r64 split sweep (q fp32):");
+      for (int64_t s : {1, 2, 3, 4, 5, 10})
+        if (s <= (nkeys + 63) / 64) std::printf(" %lld:%.1f", (long long)s, time_us(b, rb, s, false, 0, K::kRoles64));
+      std::printf("\n");
+      std::printf("RESULT_R64 %s %lld %.2f %.2f %.2f %.2f %.2f %.2f %lld %lld %.3e\n", k.name, (long long)B, t[0], t[2],
+                  t[1], t[3], tb_bf16, tb_nopf, (long long)sa, (long long)sb, diff);
+      std::fflush(stdout);
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   std::string dir;
-  bool quick = false, prefill_only = false, ab = false;
+  bool quick = false, prefill_only = false, ab = false, r64 = false, r64_persistent = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--dump" && i + 1 < argc) dir = argv[i + 1];
     quick = quick || std::string(argv[i]) == "--quick";
     prefill_only = prefill_only || std::string(argv[i]) == "--prefill-only";
     ab = ab || std::string(argv[i]) == "--ab";
+    r64 = r64 || std::string(argv[i]) == "--r64";
+    r64_persistent = r64_persistent || std::string(argv[i]) == "--r64-persistent";
   }
   auto dev = cuda::query_device(0);
   if (!dev.is_ok()) {
@@ -563,10 +643,14 @@ int main(int argc, char** argv) {
   BENCH_CHECK(sinks.upload(hs.data(), hs.size()));
   BENCH_CHECK(out.alloc(size_t(256 * kH * kD)));
   BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(256, kH, 64))));
-  bench_prefill(chunk, chunk_rows, sinks.data(), sms, ab);
+  if (!r64) bench_prefill(chunk, chunk_rows, sinks.data(), sms, ab);
   if (prefill_only) return 0;
   cuda::DeviceBuffer<uint8_t> win;
   fill_cache(win, kPool * kW, chunk, chunk_rows);
+  if (r64) {
+    bench_r64(win, chunk, chunk_rows, sinks.data(), ws.data(), sms, hbm, r64_persistent);
+    return 0;
+  }
   if (!dir.empty()) {
     write_file(dir + "/win.bin", download(win, size_t(ops::kv_cache_bytes(kPool * kW))).data(),
                size_t(ops::kv_cache_bytes(kPool * kW)));

@@ -37,8 +37,21 @@ Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, fl
   if (p.num_splits < 1 || p.num_splits > 65535)
     return Status::errorf("sparse_attention_fp8: num_splits {}", p.num_splits);
   if (p.num_splits > 1 && !workspace) return Status::error("sparse_attention_fp8: num_splits > 1 needs a workspace");
-  if (int(p.kernel) < 0 || int(p.kernel) > int(Fp8AttentionKernel::kWarpSpecialisedPair))
+  if (int(p.kernel) < 0 || int(p.kernel) > int(Fp8AttentionKernel::kRoles64))
     return Status::errorf("sparse_attention_fp8: unknown kernel {}", int(p.kernel));
+  if (p.kernel == Fp8AttentionKernel::kRoles64) {  // RoPE dims in one warpgroup's, 30-bit rows, max before scale
+    if (p.rope_dim > 256) return Status::errorf("sparse_attention_fp8: kRoles64 needs rope_dim <= 256, {}", p.rope_dim);
+    if (!(p.scale > 0.0f)) return Status::errorf("sparse_attention_fp8: kRoles64 needs scale > 0, {}", p.scale);
+    for (const Fp8KeySource& s : p.keys)
+      if (s.idx && (s.rows > (int64_t(1) << 30) || s.pages.page_rows >= (int64_t(1) << 30)))
+        return Status::errorf("sparse_attention_fp8: kRoles64 needs caches under 2^30 rows ({}, pages of {})", s.rows,
+                              s.pages.page_rows);
+    int64_t keys = 0;  // its splits and items in 32-bit arithmetic
+    for (const Fp8KeySource& s : p.keys) keys += s.idx ? s.stride : 0;
+    const int64_t items = p.T * ((p.heads + detail::kFp8Heads - 1) / detail::kFp8Heads) * p.num_splits;
+    if (keys + p.num_splits >= (int64_t(1) << 31) || items >= (int64_t(1) << 31))
+      return Status::errorf("sparse_attention_fp8: kRoles64 needs keys and items under 2^31 ({}, {})", keys, items);
+  }
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_fp8: null q or output");
   int64_t max_keys = 0;
@@ -48,7 +61,10 @@ Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, fl
   DSI_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const Fp8AttentionKernel kernel =
       plan_sparse_attention_fp8_kernel(p.kernel, p.T, p.heads, max_keys, p.num_splits, sms);
-  if (kernel != Fp8AttentionKernel::kLockstep) {
+  if (kernel == Fp8AttentionKernel::kRoles64) {
+    detail::launch_sparse_attention_fp8_r64(p, q, o, workspace, stream);
+    DSI_CUDA_LAUNCHED("sparse_attention_fp8_r64_kernel");
+  } else if (kernel != Fp8AttentionKernel::kLockstep) {
     detail::launch_sparse_attention_fp8_ws(p, q, o, workspace, kernel == Fp8AttentionKernel::kWarpSpecialisedPair,
                                            stream);
     DSI_CUDA_LAUNCHED("sparse_attention_fp8_ws_kernel");

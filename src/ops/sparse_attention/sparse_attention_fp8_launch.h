@@ -25,8 +25,16 @@ struct Fp8KeySource {
 // gathering and dequantising key tiles for two consumer warpgroups on wgmma (session 17); kWarpSpecialisedPair: the
 // same kernel as a cluster of two blocks per (token, head group, split) (session 19, kWsPair below). All compute the
 // same tiles in the same order with the same roundings: their outputs are bitwise equal, splits and workspace
-// included.
-enum class Fp8AttentionKernel : int { kAuto = 0, kLockstep = 1, kWarpSpecialised = 2, kWarpSpecialisedPair = 3 };
+// included. kRoles64 (session 24, opt-in: plan_sparse_attention_fp8_decode): sparse_attention_fp8_r64.cu, FlashMLA's
+// SM90 warpgroup roles on 64-key tiles (one warpgroup Q K^T and the softmax, the other only P V); its own split count
+// (plan_sparse_attention_fp8_r64) and its own bits (other sums' order), within the reference's bound.
+enum class Fp8AttentionKernel : int {
+  kAuto = 0,
+  kLockstep = 1,
+  kWarpSpecialised = 2,
+  kWarpSpecialisedPair = 3,
+  kRoles64 = 4
+};
 
 struct SparseAttentionFp8Params {
   int64_t T = 0, heads = 0;      // head_dim is kKvDim (512)
@@ -65,12 +73,25 @@ void launch_fp8_state_keys(const StepDevice& st, const LayerStateView& v, const 
 void launch_fp8_ring_rows(const StepDevice& st, const LayerStateView& v, int32_t* rows, void* stream);
 inline constexpr int kFp8Heads = 64;  // heads a block
 inline constexpr int kFp8Keys = 32;   // keys a tile
+inline constexpr int kFp8R64Keys = 64;  // keys a tile of the kRoles64 kernel
 // The lock-step kernel (sparse_attention_fp8.cu) and the warp-specialised one (sparse_attention_fp8_ws.cu); the
 // same grid, partials and combine.
 void launch_sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                  void* stream);
 void launch_sparse_attention_fp8_ws(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
                                     bool pair, void* stream);
+// The kRoles64 kernel (sparse_attention_fp8_r64.cu): the same grid and partials (splits cut at 64-key tiles); the
+// caller runs the combine for num_splits > 1. Its variants (the bench's A/B; the same bits): kR64Prefetch (the
+// launcher's) prefetches each split's rows two tiles ahead into L2, kR64NoPrefetch does not; kR64Persistent is
+// kR64Prefetch on a grid of min(items, SMs) blocks, each looping over items (token, head group, split) with its slots
+// and phases running on, so the producer starts the next item's tiles during the last one's epilogue (lever 2 of
+// issue 31's decode bars, untested against a fixed cost a block); ..._variant runs one (no combine; false for an
+// unknown variant).
+inline constexpr int kR64Prefetch = 0, kR64NoPrefetch = 1, kR64Persistent = 2;
+void launch_sparse_attention_fp8_r64(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,
+                                     void* stream);
+bool launch_sparse_attention_fp8_r64_variant(const SparseAttentionFp8Params& p, const void* q, float* o,
+                                             float* workspace, int variant, void* stream);
 // The warp-specialised kernel's variants (session 19; session 18's other two, the consumers dequantising and the
 // conversion instructions, measured slower everywhere and were removed): kWsOneBlock, one block per (token, head
 // group, split); kWsPair, a cluster of two blocks per (token, head group, split), each dequantising half of every key

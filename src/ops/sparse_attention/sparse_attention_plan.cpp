@@ -1,6 +1,7 @@
 // The sparse-attention kernel choice (see sparse_attention_plan.h).
 #include "ops/sparse_attention/sparse_attention_plan.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -84,6 +85,52 @@ Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested
   return fp8_cost(groups, tiles, s, sms, true) < fp8_cost(groups, tiles, s, sms, false)
              ? Fp8AttentionKernel::kWarpSpecialisedPair
              : Fp8AttentionKernel::kWarpSpecialised;
+}
+
+int64_t plan_sparse_attention_fp8_r64(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count) {
+  const int64_t groups = fp8_groups(T, heads);
+  const int64_t tiles =
+      max_keys > detail::kFp8R64Keys ? (max_keys + detail::kFp8R64Keys - 1) / detail::kFp8R64Keys : 1;
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  int64_t best = 1;
+  int64_t best_cost = -1;
+  for (int64_t s = 1; s <= tiles && s <= 64; ++s) {
+    const int64_t cost = (groups * s + sms - 1) / sms * ((tiles + s - 1) / s + kFp8R64BlockCost) +
+                         (s > 1 ? kFp8R64CombineCost : 0);
+    if (best_cost < 0 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+SparseAttentionFp8Plan plan_sparse_attention_fp8_decode(KernelMode mode, int64_t T, int64_t heads, int64_t max_keys,
+                                                        int64_t sm_count, bool roles64) {
+  SparseAttentionFp8Plan p;
+  if (roles64 && mode == KernelMode::kFast) {
+    p.kernel = Fp8AttentionKernel::kRoles64;
+    p.num_splits = plan_sparse_attention_fp8_r64(T, heads, max_keys, sm_count);
+  } else {
+    p.num_splits = plan_sparse_attention_fp8(T, heads, max_keys, sm_count);
+  }
+  return p;
+}
+
+Result<bool> sparse_decode64_from(const char* value) {
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "off") return false;
+  if (v == "on") return true;
+  return Status::errorf("DSINFER_SPARSE_DECODE64 must be on or off, found '{}'", v);
+}
+
+bool sparse_decode64_enabled() {
+  static const bool on = [] {
+    const Result<bool> r = sparse_decode64_from(std::getenv("DSINFER_SPARSE_DECODE64"));
+    if (!r.is_ok()) std::fprintf(stderr, "%s; main's kernels run\n", r.status().message().c_str());
+    return r.is_ok() && r.value();
+  }();
+  return on;
 }
 
 Result<SparsePrefillRoute> sparse_prefill_route_from(const char* value) {

@@ -69,6 +69,33 @@ int64_t plan_sparse_attention_fp8(int64_t T, int64_t heads, int64_t max_keys, in
 // (sparse_attention_fp8_launch.h), so the choice is speed only, and batch-invariant mode may take any.
 Fp8AttentionKernel plan_sparse_attention_fp8_kernel(Fp8AttentionKernel requested, int64_t T, int64_t heads,
                                                     int64_t max_keys, int64_t num_splits, int64_t sm_count);
+// The kRoles64 kernel (sparse_attention_fp8_r64.cu, session 24; FlashMLA's warpgroup roles on 64-key tiles): split
+// count for T tokens of `heads` heads whose longest key list has max_keys keys. Blocks are (token, 64-head group,
+// split), one per SM; minimises waves * (64-key tiles per split + kFp8R64BlockCost) + kFp8R64CombineCost where it
+// splits: the block's fixed cost (q load, epilogue) in 64-key tiles, session 20's model of the one-block kernel (F =
+// 20.8 us, c = 2.85 us a 32-key tile: F ~ 3.6 64-key tiles) rounded up, and the combine pass (a launch and the
+// partials' round trip; main's 2-split steps measured ~14.5 us over their model at b64, taken as 2 tiles here, the
+// lower end). At least one tile per split, at most 64 splits; the first of equal costs (fewer splits). Flash (132
+// SMs): CSA (640 keys) batch 1 -> 10, 64 -> 2, 256 -> 1; HCA (160 keys) 1 at every batch. Not yet measured: the device
+// script's A/B (.dev-s24sparsed) runs these counts and sweeps others.
+inline constexpr int64_t kFp8R64BlockCost = 4, kFp8R64CombineCost = 2;
+int64_t plan_sparse_attention_fp8_r64(int64_t T, int64_t heads, int64_t max_keys, int64_t sm_count);
+// The FP8-state decode's whole choice for a step (the runner's sparse_attention_fp8 calls): split count and kernel.
+// Main's kernels (kAuto: plan_sparse_attention_fp8 and plan_sparse_attention_fp8_kernel) unless `roles64` (the
+// opt-in, sparse_decode64_enabled) and mode is kFast: then kRoles64 at plan_sparse_attention_fp8_r64's count. Never
+// in exact or batch-invariant mode (its sums run in another order than the other kernels': other bits).
+struct SparseAttentionFp8Plan {
+  int64_t num_splits = 1;
+  Fp8AttentionKernel kernel = Fp8AttentionKernel::kAuto;
+};
+SparseAttentionFp8Plan plan_sparse_attention_fp8_decode(KernelMode mode, int64_t T, int64_t heads, int64_t max_keys,
+                                                        int64_t sm_count, bool roles64);
+// The opt-in, DSINFER_SPARSE_DECODE64: `on` the kRoles64 kernel in fast mode; unset, empty or `off` main's kernels.
+// sparse_decode64_from parses a value (any other is an error naming the variable); sparse_decode64_enabled reads the
+// environment once (a static) and takes an unparsable value as off, after one line on stderr.
+Result<bool> sparse_decode64_from(const char* value);  // nullptr = unset
+bool sparse_decode64_enabled();
+
 // Whether a step of T tokens runs the prefill op (sparse_attention_prefill_cuda.h: the lists' rows dequantised once
 // into a bf16 staging, then a persistent bf16 wgmma kernel) instead of sparse_attention_fp8. The two give the same
 // bits, so the choice is speed only and batch-invariant mode may take either. From kFp8PrefillMinTokens tokens (above

@@ -267,11 +267,13 @@ int64_t CudaForwardV4::fp8_comp_stride(int64_t l, int64_t max_pos) const {
 }
 
 // Split count (sparse_attention_plan.h): the plan's outside batch-invariant mode; one split there (each token's
-// keys in one block, in list order: independent of the batch).
+// keys in one block, in list order: independent of the batch). The plan's kernel for the same step: fp8_kernel.
 int64_t CudaForwardV4::fp8_splits(int64_t l, int64_t T, int64_t max_pos) const {
   if (batch_invariant_) return 1;
-  return plan_sparse_attention_fp8(T, cfg_.num_attention_heads, cfg_.sliding_window + fp8_comp_stride(l, max_pos),
-                                   device_.multiprocessors);
+  return plan_sparse_attention_fp8_decode(kernel_mode(), T, cfg_.num_attention_heads,
+                                          cfg_.sliding_window + fp8_comp_stride(l, max_pos), device_.multiprocessors,
+                                          sparse_decode64_enabled())
+      .num_splits;
 }
 
 Status CudaForwardV4::prepare_fp8(int64_t T, int64_t max_pos) {
@@ -359,6 +361,9 @@ Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops
   p.inv_freq = (type == AttnType::Sliding ? inv_main_ : inv_comp_).data();
   p.attention_factor = float(cfg_.rope_for_layer(l).attention_factor);
   p.num_splits = fp8_splits(l, T, shape_.max_pos);  // workspace sized by prepare_fp8 for the same shape
+  p.kernel = plan_sparse_attention_fp8_decode(kernel_mode(), T, cfg_.num_attention_heads, W + cs,
+                                              device_.multiprocessors, sparse_decode64_enabled())
+                 .kernel;  // kAuto (main's) unless the opt-in DSINFER_SPARSE_DECODE64 in fast mode
   // The prefill op's staging after the split partials, as prepare_fp8 sized it for the same route.
   const size_t off = (size_t(sparse_attention_fp8_workspace_floats(T, p.heads, p.num_splits)) + 3) / 4 * 4;
   const int64_t bytes = (int64_t(f8_.ws.size()) - int64_t(off)) * 4;
