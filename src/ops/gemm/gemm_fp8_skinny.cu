@@ -168,30 +168,179 @@ __device__ __forceinline__ void store_out(const Fp8SkinnyArgs& a, const Fp8Skinn
   *yp = a.accumulate ? *yp + v : v;
 }
 
+// One CTA's view of the ring and of its share of the work (gemm_fp8sk_kernel sets it up once).
+struct SkCta {
+  uint8_t* smem;     // the 1024-aligned ring: S stages of `stage` bytes, then full[S], empty[S], the weight scales
+  uint32_t smem0, bar0;
+  float* wsc;        // [2][kb_per_split] weight scales, one row per consumer warpgroup
+  int S, halves, sw, sx, stage, split;
+  int64_t cluster, clusters, kb0, kb1, rows_q;
+};
+
+// Warp 0 of the producer warpgroup: per (item, 128-k block) stage the weight box and the units' activation boxes by
+// TMA and the token scales by cp.async, all counted on the slot's `full` mbarrier.
 template <int TOK, int TERMS>
-__global__ void __launch_bounds__(kThreads, 1)
-    gemm_fp8sk_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                      const Fp8SkinnyArgs a, const Fp8SkinnyParams p) {
+__device__ __forceinline__ void produce(const CUtensorMap& wmap, const CUtensorMap& xmap, const Fp8SkinnyArgs& a,
+                                        const Fp8SkinnyParams& p, const SkCta& c) {
+  constexpr int NCOL = TERMS * TOK;
+  const int S = c.S, halves = c.halves, sw = c.sw, sx = c.sx, stage = c.stage;
+  const uint32_t smem0 = c.smem0, bar0 = c.bar0;
+  const int64_t cluster = c.cluster, clusters = c.clusters, kb0 = c.kb0, kb1 = c.kb1, rows_q = c.rows_q;
+  const int lane = int(threadIdx.x);
+  const int chunks = halves * NCOL / 4;  // 16-byte pieces of the stage's token scales
+  int64_t cnt = 0;
+  for (int64_t it = cluster; it < p.items; it += clusters) {
+    const Item item = item_of(a, p, it);
+    for (int64_t kb = kb0; kb < kb1; ++kb, ++cnt) {
+      const int s = int(cnt % S);
+      const uint32_t ph = uint32_t(cnt / S) & 1u;
+      const uint32_t full = bar0 + 8 * s, empty = bar0 + 8 * (S + s), base = smem0 + uint32_t(s * stage);
+      sm90::mbar_wait(empty, ph ^ 1u);
+      const int64_t kx = item.group * a.K + kb * 128;  // column of the quantized activations
+      if (lane == 0) {
+        sm90::mbar_arrive_expect_tx(full, uint32_t(sw + sx));
+        sm90::tma_load_2d(base, &wmap, int(kb * 128), int(item.row0), full);
+        for (int h = 0; h < halves; ++h)
+          sm90::tma_load_2d(base + uint32_t(sw + h * NCOL * 128), &xmap, int(kx),
+                            int((item.unit0 + h) * NCOL), full);
+      }
+      const float* srow = a.s + (kx / 128) * rows_q + item.unit0 * NCOL;  // halves units are contiguous
+      for (int q = lane; q < chunks; q += 32)
+        sm90::cp_async16(base + uint32_t(sw + sx + 16 * q), srow + 4 * q, true);
+      sm90::mbar_arrive_cp_async(full);
+    }
+  }
+}
+
+// Consumer warpgroup `warpgroup` (1 or 2): per item the stages' wgmmas and the fp32 promotion, then the item's
+// outputs (splits == 1) or its partial tile into the dead ring (splits > 1).
+template <int TOK, int TERMS>
+__device__ __forceinline__ void consume(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, const SkCta& c,
+                                        int warpgroup) {
   constexpr int NCOL = TERMS * TOK;  // wgmma N
   constexpr int ND = NCOL / 2;       // block accumulator floats per thread
   constexpr int NF = TOK / 2;        // promoted accumulator floats per thread (both terms of a token in one)
   constexpr int NJ = TOK / 8;        // 8-token column groups per term
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const int S = p.stages, halves = 2 / p.wg_rows;
-  const int sw = fp8sk_stage_w(p.wg_rows), sx = fp8sk_stage_x(TERMS, TOK, p.wg_rows);
-  const int stage = fp8sk_stage_bytes(TERMS, TOK, p.wg_rows);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + S * stage);  // full[S], empty[S]
-  float* wsc = reinterpret_cast<float*>(bars + 2 * S);             // [2][kb_per_split] weight scales per consumer
-  const uint32_t smem0 = sm90::smem_u32(smem), bar0 = sm90::smem_u32(bars);
-  const int warpgroup = int(threadIdx.x) / 128;
-  const int split = p.splits > 1 ? int(blockIdx.x) % p.splits : 0;
-  const int64_t cluster = int64_t(blockIdx.x) / p.splits, clusters = int64_t(gridDim.x) / p.splits;
-  const int64_t kbg = a.K / 128;
-  const int64_t kb0 = int64_t(split) * p.kb_per_split;
-  const int64_t kb1 = kb0 + p.kb_per_split < kbg ? kb0 + p.kb_per_split : kbg;
-  const int64_t rows_q = fp8sk_rows(p);
+  const int S = c.S, sw = c.sw, sx = c.sx, stage = c.stage;
+  uint8_t* const smem = c.smem;
+  const uint32_t smem0 = c.smem0, bar0 = c.bar0;
+  float* const wsc = c.wsc;
+  const int64_t cluster = c.cluster, clusters = c.clusters, kb0 = c.kb0, kb1 = c.kb1;
+  const int wg = warpgroup - 1, t = int(threadIdx.x) % 128, lane = t % 32;
+  const int row_off = p.wg_rows == 2 ? 64 * wg : 0, half = p.wg_rows == 2 ? 0 : wg;
+  const int bar_id = 2 + wg;
+  float* my_wsc = wsc + wg * p.kb_per_split;
+  int64_t cnt = 0;
+  for (int64_t it = cluster; it < p.items; it += clusters) {
+    const Item item = item_of(a, p, it);
+    sm90::named_sync(bar_id, 128);  // the previous item's promotions have read my_wsc
+    for (int64_t kb = kb0 + t; kb < kb1; kb += 128) my_wsc[kb - kb0] = weight_scale(a, (item.row0 + row_off) / 128, kb);
+    sm90::named_sync(bar_id, 128);
+    float f[NF];
+#pragma unroll
+    for (int i = 0; i < NF; ++i) f[i] = 0.0f;
+    for (int64_t kb = kb0; kb < kb1; ++kb, ++cnt) {
+      const int s = int(cnt % S);
+      const uint32_t ph = uint32_t(cnt / S) & 1u;
+      const uint32_t base = smem0 + uint32_t(s * stage);
+      sm90::mbar_wait(bar0 + 8 * s, ph);
+      const uint32_t a_addr = base + uint32_t(row_off * 128), b_addr = base + uint32_t(sw + half * NCOL * 128);
+      float d[ND];
+      fence_acc(d);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+        fp8sk::Wgmma<NCOL>::run(d, sw128_desc(a_addr + 32 * ks), sw128_desc(b_addr + 32 * ks), ks > 0 ? 1 : 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      fence_acc(d);
+      const float ws = lds1(sm90::smem_u32(my_wsc + (kb - kb0)));
+      const uint32_t ss = base + uint32_t(sw + sx);  // the stage's token scales
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {  // elements i and i + 1 (even i) are adjacent tokens: one 8-byte load
+        const float2 s1 = lds2(ss + 4 * fp8sk_scale_index(half, NCOL, TOK, 0, t, j, 0));
+        const float c0 = ws * s1.x, c1 = ws * s1.y;
+        f[4 * j + 0] = fmaf(d[4 * j + 0], c0, f[4 * j + 0]);
+        f[4 * j + 1] = fmaf(d[4 * j + 1], c1, f[4 * j + 1]);
+        f[4 * j + 2] = fmaf(d[4 * j + 2], c0, f[4 * j + 2]);
+        f[4 * j + 3] = fmaf(d[4 * j + 3], c1, f[4 * j + 3]);
+        if constexpr (TERMS == 2) {
+          const float2 s2 = lds2(ss + 4 * fp8sk_scale_index(half, NCOL, TOK, 1, t, j, 0));
+          const float e0 = ws * s2.x, e1 = ws * s2.y;
+          f[4 * j + 0] = fmaf(d[4 * (j + NJ) + 0], e0, f[4 * j + 0]);
+          f[4 * j + 1] = fmaf(d[4 * (j + NJ) + 1], e1, f[4 * j + 1]);
+          f[4 * j + 2] = fmaf(d[4 * (j + NJ) + 2], e0, f[4 * j + 2]);
+          f[4 * j + 3] = fmaf(d[4 * (j + NJ) + 3], e1, f[4 * j + 3]);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(bar0 + 8 * (S + s));
+    }
+    if (p.splits == 1) {
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) store_out(a, p, item, wg, t, j, i, f[4 * j + i], TOK);
+    } else {
+      // one item per cluster (the plan's rule): the ring is dead once both consumers are past their last wgmma
+      sm90::named_sync(1, 256);
+      float* part = reinterpret_cast<float*>(smem);
+#pragma unroll
+      for (int i = 0; i < NF; ++i) part[fp8sk_partial_index(i, wg * 128 + t)] = f[i];
+    }
+  }
+}
 
+// Split-K (splits > 1): every thread of every CTA of the cluster sums a share of the item's tile over the cluster's
+// partial tiles in rank order through distributed shared memory and stores it.
+template <int TOK>
+__device__ __forceinline__ void splitk_sum(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, const SkCta& c) {
+  constexpr int NF = TOK / 2;
+  uint8_t* const smem = c.smem;
+  const int split = c.split;
+  const int64_t cluster = c.cluster;
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();
+  if (cluster < p.items) {
+    const Item item = item_of(a, p, cluster);
+    const float* part = reinterpret_cast<const float*>(smem);
+    const int total = 256 * NF;
+    for (int e = split * kThreads + int(threadIdx.x); e < total; e += p.splits * kThreads) {
+      float v = 0.0f;
+      for (int r = 0; r < p.splits; ++r) v += cl.map_shared_rank(part, unsigned(r))[e];
+      const int ct = e % 256, i = e / 256;  // e = fp8sk_partial_index(i, ct)
+      store_out(a, p, item, ct / 128, ct % 128, i / 4, i % 4, v, TOK);
+    }
+  }
+  cl.sync();  // the peers' shared memory outlives the reads
+}
+
+template <int TOK, int TERMS>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_fp8sk_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
+                      const Fp8SkinnyArgs a, const Fp8SkinnyParams p) {
+  extern __shared__ uint8_t smem_raw[];
+  SkCta c;
+  c.smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  c.S = p.stages;
+  c.halves = 2 / p.wg_rows;
+  c.sw = fp8sk_stage_w(p.wg_rows);
+  c.sx = fp8sk_stage_x(TERMS, TOK, p.wg_rows);
+  c.stage = fp8sk_stage_bytes(TERMS, TOK, p.wg_rows);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(c.smem + c.S * c.stage);  // full[S], empty[S]
+  c.wsc = reinterpret_cast<float*>(bars + 2 * c.S);
+  c.smem0 = sm90::smem_u32(c.smem);
+  c.bar0 = sm90::smem_u32(bars);
+  c.split = p.splits > 1 ? int(blockIdx.x) % p.splits : 0;
+  c.cluster = int64_t(blockIdx.x) / p.splits;
+  c.clusters = int64_t(gridDim.x) / p.splits;
+  const int64_t kbg = a.K / 128;
+  c.kb0 = int64_t(c.split) * p.kb_per_split;
+  c.kb1 = c.kb0 + p.kb_per_split < kbg ? c.kb0 + p.kb_per_split : kbg;
+  c.rows_q = fp8sk_rows(p);
+  const int S = c.S;
+  const uint32_t bar0 = c.bar0;
+  const int warpgroup = int(threadIdx.x) / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       sm90::mbar_init(bar0 + 8 * s, 33);           // lane 0's arrive.expect_tx + 32 lanes' cp.async arrivals
@@ -206,125 +355,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (threadIdx.x == 0 && cluster < p.items) {
+    if (threadIdx.x == 0 && c.cluster < p.items) {
       // The weight is no kernel's output: its first stages go to L2 while the quantization kernel this one follows
       // (programmatic dependent launch) still runs.
-      const int64_t row0 = item_of(a, p, cluster).row0;
-      for (int64_t kb = kb0; kb < kb1 && kb < kb0 + S; ++kb) tma_prefetch_l2(&wmap, int(kb * 128), int(row0));
+      const int64_t row0 = item_of(a, p, c.cluster).row0;
+      for (int64_t kb = c.kb0; kb < c.kb1 && kb < c.kb0 + S; ++kb) tma_prefetch_l2(&wmap, int(kb * 128), int(row0));
     }
     // Every thread waits for the quantization (and, through it, every earlier kernel) before touching x's codes,
     // the scales or y (cuda/pdl.h's rule).
     dsinfer::cuda::pdl_wait_then_release();
-    if (threadIdx.x < 32) {
-      const int lane = int(threadIdx.x);
-      const int chunks = halves * NCOL / 4;  // 16-byte pieces of the stage's token scales
-      int64_t cnt = 0;
-      for (int64_t it = cluster; it < p.items; it += clusters) {
-        const Item item = item_of(a, p, it);
-        for (int64_t kb = kb0; kb < kb1; ++kb, ++cnt) {
-          const int s = int(cnt % S);
-          const uint32_t ph = uint32_t(cnt / S) & 1u;
-          const uint32_t full = bar0 + 8 * s, empty = bar0 + 8 * (S + s), base = smem0 + uint32_t(s * stage);
-          sm90::mbar_wait(empty, ph ^ 1u);
-          const int64_t kx = item.group * a.K + kb * 128;  // column of the quantized activations
-          if (lane == 0) {
-            sm90::mbar_arrive_expect_tx(full, uint32_t(sw + sx));
-            sm90::tma_load_2d(base, &wmap, int(kb * 128), int(item.row0), full);
-            for (int h = 0; h < halves; ++h)
-              sm90::tma_load_2d(base + uint32_t(sw + h * NCOL * 128), &xmap, int(kx),
-                                int((item.unit0 + h) * NCOL), full);
-          }
-          const float* srow = a.s + (kx / 128) * rows_q + item.unit0 * NCOL;  // halves units are contiguous
-          for (int c = lane; c < chunks; c += 32)
-            sm90::cp_async16(base + uint32_t(sw + sx + 16 * c), srow + 4 * c, true);
-          sm90::mbar_arrive_cp_async(full);
-        }
-      }
-    }
+    if (threadIdx.x < 32) produce<TOK, TERMS>(wmap, xmap, a, p, c);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     dsinfer::cuda::pdl_wait_then_release();
-    const int wg = warpgroup - 1, t = int(threadIdx.x) % 128, lane = t % 32;
-    const int row_off = p.wg_rows == 2 ? 64 * wg : 0, half = p.wg_rows == 2 ? 0 : wg;
-    const int bar_id = 2 + wg;
-    float* my_wsc = wsc + wg * p.kb_per_split;
-    int64_t cnt = 0;
-    for (int64_t it = cluster; it < p.items; it += clusters) {
-      const Item item = item_of(a, p, it);
-      sm90::named_sync(bar_id, 128);  // the previous item's promotions have read my_wsc
-      for (int64_t kb = kb0 + t; kb < kb1; kb += 128) my_wsc[kb - kb0] = weight_scale(a, (item.row0 + row_off) / 128, kb);
-      sm90::named_sync(bar_id, 128);
-      float f[NF];
-#pragma unroll
-      for (int i = 0; i < NF; ++i) f[i] = 0.0f;
-      for (int64_t kb = kb0; kb < kb1; ++kb, ++cnt) {
-        const int s = int(cnt % S);
-        const uint32_t ph = uint32_t(cnt / S) & 1u;
-        const uint32_t base = smem0 + uint32_t(s * stage);
-        sm90::mbar_wait(bar0 + 8 * s, ph);
-        const uint32_t a_addr = base + uint32_t(row_off * 128), b_addr = base + uint32_t(sw + half * NCOL * 128);
-        float d[ND];
-        fence_acc(d);
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-          fp8sk::Wgmma<NCOL>::run(d, sw128_desc(a_addr + 32 * ks), sw128_desc(b_addr + 32 * ks), ks > 0 ? 1 : 0);
-        sm90::wgmma_commit();
-        sm90::wgmma_wait<0>();
-        fence_acc(d);
-        const float ws = lds1(sm90::smem_u32(my_wsc + (kb - kb0)));
-        const uint32_t ss = base + uint32_t(sw + sx);  // the stage's token scales
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {  // elements i and i + 1 (even i) are adjacent tokens: one 8-byte load
-          const float2 s1 = lds2(ss + 4 * fp8sk_scale_index(half, NCOL, TOK, 0, t, j, 0));
-          const float c0 = ws * s1.x, c1 = ws * s1.y;
-          f[4 * j + 0] = fmaf(d[4 * j + 0], c0, f[4 * j + 0]);
-          f[4 * j + 1] = fmaf(d[4 * j + 1], c1, f[4 * j + 1]);
-          f[4 * j + 2] = fmaf(d[4 * j + 2], c0, f[4 * j + 2]);
-          f[4 * j + 3] = fmaf(d[4 * j + 3], c1, f[4 * j + 3]);
-          if constexpr (TERMS == 2) {
-            const float2 s2 = lds2(ss + 4 * fp8sk_scale_index(half, NCOL, TOK, 1, t, j, 0));
-            const float e0 = ws * s2.x, e1 = ws * s2.y;
-            f[4 * j + 0] = fmaf(d[4 * (j + NJ) + 0], e0, f[4 * j + 0]);
-            f[4 * j + 1] = fmaf(d[4 * (j + NJ) + 1], e1, f[4 * j + 1]);
-            f[4 * j + 2] = fmaf(d[4 * (j + NJ) + 2], e0, f[4 * j + 2]);
-            f[4 * j + 3] = fmaf(d[4 * (j + NJ) + 3], e1, f[4 * j + 3]);
-          }
-        }
-        __syncwarp();
-        if (lane == 0) sm90::mbar_arrive(bar0 + 8 * (S + s));
-      }
-      if (p.splits == 1) {
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) store_out(a, p, item, wg, t, j, i, f[4 * j + i], TOK);
-      } else {
-        // one item per cluster (the plan's rule): the ring is dead once both consumers are past their last wgmma
-        sm90::named_sync(1, 256);
-        float* part = reinterpret_cast<float*>(smem);
-#pragma unroll
-        for (int i = 0; i < NF; ++i) part[fp8sk_partial_index(i, wg * 128 + t)] = f[i];
-      }
-    }
+    consume<TOK, TERMS>(a, p, c, warpgroup);
   }
-
-  if (p.splits > 1) {  // every thread of every CTA of the cluster: the split-K sum in rank order
-    cg::cluster_group cl = cg::this_cluster();
-    cl.sync();
-    if (cluster < p.items) {
-      const Item item = item_of(a, p, cluster);
-      const float* part = reinterpret_cast<const float*>(smem);
-      const int total = 256 * NF;
-      for (int e = split * kThreads + int(threadIdx.x); e < total; e += p.splits * kThreads) {
-        float v = 0.0f;
-        for (int r = 0; r < p.splits; ++r) v += cl.map_shared_rank(part, unsigned(r))[e];
-        const int ct = e % 256, i = e / 256;  // e = fp8sk_partial_index(i, ct)
-        store_out(a, p, item, ct / 128, ct % 128, i / 4, i % 4, v, TOK);
-      }
-    }
-    cl.sync();  // the peers' shared memory outlives the reads
-  }
+  if (p.splits > 1) splitk_sum<TOK>(a, p, c);
 }
 
 template <int TOK, int TERMS>

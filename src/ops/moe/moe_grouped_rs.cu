@@ -1,3 +1,5 @@
+// Over 700 lines: session 24's consumer variants (MoeGroupedRsVariant) sit beside session 23's code until the
+// device A/B picks one; the others then go.
 // BF16 grouped (prefill) MoE GEMMs on Hopper's wgmma with the FP4 weights as the register A operand ("RS"), for
 // FP4_G32 experts with E8M0 scales (design in docs/kernels.md "MoE grouped RS path"). Same numerics as the bf16 grouped
 // path (moe_grouped.cu): x and the SwiGLU output h rounded to bf16, the weights exact (e2m1 x 2^e is a bf16, decoded
