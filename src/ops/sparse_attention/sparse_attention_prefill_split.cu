@@ -88,66 +88,6 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-// s (64 x 64 fp32: s[j] = keys 8j .. 8j + 7 in the C fragment layout) (+)= A (64 heads x 16 dims, descriptor da)
-// * B (64 keys x 16 dims, descriptor db)^T, both K-major; accumulate 0: s = A B^T.
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&s)[8][4], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      :
-        "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]),
-        "+f"(s[1][2]), "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]),
-        "+f"(s[3][0]), "+f"(s[3][1]), "+f"(s[3][2]), "+f"(s[3][3]), "+f"(s[4][0]), "+f"(s[4][1]),
-        "+f"(s[4][2]), "+f"(s[4][3]), "+f"(s[5][0]), "+f"(s[5][1]), "+f"(s[5][2]), "+f"(s[5][3]),
-        "+f"(s[6][0]), "+f"(s[6][1]), "+f"(s[6][2]), "+f"(s[6][3]), "+f"(s[7][0]), "+f"(s[7][1]),
-        "+f"(s[7][2]), "+f"(s[7][3])
-      : "l"(da), "l"(db), "r"(accumulate));
-}
-
-// acc (64 x 256 fp32) += A (64 heads x 16 keys, descriptor da, K-major) * B (16 keys x 256 dims, descriptor db,
-// MN-major).
-__device__ __forceinline__ void wgmma_m64n256k16_ss(float (&acc)[32][4], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-      :
-        "+f"(acc[0][0]), "+f"(acc[0][1]), "+f"(acc[0][2]), "+f"(acc[0][3]), "+f"(acc[1][0]), "+f"(acc[1][1]),
-        "+f"(acc[1][2]), "+f"(acc[1][3]), "+f"(acc[2][0]), "+f"(acc[2][1]), "+f"(acc[2][2]), "+f"(acc[2][3]),
-        "+f"(acc[3][0]), "+f"(acc[3][1]), "+f"(acc[3][2]), "+f"(acc[3][3]), "+f"(acc[4][0]), "+f"(acc[4][1]),
-        "+f"(acc[4][2]), "+f"(acc[4][3]), "+f"(acc[5][0]), "+f"(acc[5][1]), "+f"(acc[5][2]), "+f"(acc[5][3]),
-        "+f"(acc[6][0]), "+f"(acc[6][1]), "+f"(acc[6][2]), "+f"(acc[6][3]), "+f"(acc[7][0]), "+f"(acc[7][1]),
-        "+f"(acc[7][2]), "+f"(acc[7][3]), "+f"(acc[8][0]), "+f"(acc[8][1]), "+f"(acc[8][2]), "+f"(acc[8][3]),
-        "+f"(acc[9][0]), "+f"(acc[9][1]), "+f"(acc[9][2]), "+f"(acc[9][3]), "+f"(acc[10][0]), "+f"(acc[10][1]),
-        "+f"(acc[10][2]), "+f"(acc[10][3]), "+f"(acc[11][0]), "+f"(acc[11][1]), "+f"(acc[11][2]), "+f"(acc[11][3]),
-        "+f"(acc[12][0]), "+f"(acc[12][1]), "+f"(acc[12][2]), "+f"(acc[12][3]), "+f"(acc[13][0]), "+f"(acc[13][1]),
-        "+f"(acc[13][2]), "+f"(acc[13][3]), "+f"(acc[14][0]), "+f"(acc[14][1]), "+f"(acc[14][2]), "+f"(acc[14][3]),
-        "+f"(acc[15][0]), "+f"(acc[15][1]), "+f"(acc[15][2]), "+f"(acc[15][3]), "+f"(acc[16][0]), "+f"(acc[16][1]),
-        "+f"(acc[16][2]), "+f"(acc[16][3]), "+f"(acc[17][0]), "+f"(acc[17][1]), "+f"(acc[17][2]), "+f"(acc[17][3]),
-        "+f"(acc[18][0]), "+f"(acc[18][1]), "+f"(acc[18][2]), "+f"(acc[18][3]), "+f"(acc[19][0]), "+f"(acc[19][1]),
-        "+f"(acc[19][2]), "+f"(acc[19][3]), "+f"(acc[20][0]), "+f"(acc[20][1]), "+f"(acc[20][2]), "+f"(acc[20][3]),
-        "+f"(acc[21][0]), "+f"(acc[21][1]), "+f"(acc[21][2]), "+f"(acc[21][3]), "+f"(acc[22][0]), "+f"(acc[22][1]),
-        "+f"(acc[22][2]), "+f"(acc[22][3]), "+f"(acc[23][0]), "+f"(acc[23][1]), "+f"(acc[23][2]), "+f"(acc[23][3]),
-        "+f"(acc[24][0]), "+f"(acc[24][1]), "+f"(acc[24][2]), "+f"(acc[24][3]), "+f"(acc[25][0]), "+f"(acc[25][1]),
-        "+f"(acc[25][2]), "+f"(acc[25][3]), "+f"(acc[26][0]), "+f"(acc[26][1]), "+f"(acc[26][2]), "+f"(acc[26][3]),
-        "+f"(acc[27][0]), "+f"(acc[27][1]), "+f"(acc[27][2]), "+f"(acc[27][3]), "+f"(acc[28][0]), "+f"(acc[28][1]),
-        "+f"(acc[28][2]), "+f"(acc[28][3]), "+f"(acc[29][0]), "+f"(acc[29][1]), "+f"(acc[29][2]), "+f"(acc[29][3]),
-        "+f"(acc[30][0]), "+f"(acc[30][1]), "+f"(acc[30][2]), "+f"(acc[30][3]), "+f"(acc[31][0]), "+f"(acc[31][1]),
-        "+f"(acc[31][2]), "+f"(acc[31][3])
-      : "l"(da), "l"(db), "r"(1));
-}
-
 // A token's keys: list 0, then 1, then 2 (n0, n01: the first list's length, the first two's; nk all).
 struct Keys {
   int n0 = 0, n01 = 0, nk = 0;
@@ -317,7 +257,7 @@ __device__ __forceinline__ void qk_half(uint64_t da0, uint64_t db0, bool first, 
   for (int kk = 0; kk < 16; ++kk) {
     const uint64_t da = da0 + uint64_t(((kk >> 2) * int(kQBox) + (kk & 3) * 32) >> 4);
     const uint64_t db = db0 + uint64_t((16 * kk * 128) >> 4);
-    wgmma_m64n64k16_ss(sc, da, db, first && kk == 0 ? 0 : 1);
+    wg::wgmma_m64n64k16_ss(sc, da, db, first && kk == 0 ? 0 : 1);
   }
   wg::wgmma_commit();
 }
@@ -540,7 +480,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       wg::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4 && kMath; ++kk)
-        wgmma_m64n256k16_ss(acc, dp_oth + uint64_t((kk * 2048) >> 4), dv_oth + uint64_t((kk * 256) >> 4));
+        wg::wgmma_m64n256k16_ss(acc, dp_oth + uint64_t((kk * 2048) >> 4), dv_oth + uint64_t((kk * 256) >> 4));
       wg::wgmma_commit();
     }
     wg::wgmma_wait<0>();  // (also with no steps: no wait is injected where acc is read)
