@@ -28,7 +28,7 @@
 #include "cuda/tensor_map.h"
 #include "ops/gemm/gemm_fp8_skinny_launch.h"
 #include "ops/gemm/gemm_fp8_skinny_wgmma.cuh"
-#include "ops/gemm/gemm_lt_quant.h"
+#include "ops/gemm/gemm_lt_quant.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -44,17 +44,7 @@ constexpr int kThreads = 384;
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 constexpr int kQuantWarps = 8;
 
-// ---- 1. activation quantization (the cuBLASLt engine's arithmetic, gemm_lt_quant.h) ----
-
-// A warp's block quantization: amax over the lanes' 4 values each, the block scale, the 4 codes as one word.
-__device__ __forceinline__ uint32_t quantize4(const float (&v)[4], float& sc) {
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  sc = lt::act_scale(amax);
-  uint32_t word = 0;
-  for (int i = 0; i < 4; ++i) word |= uint32_t(lt::quantize(v[i], sc)) << (8 * i);
-  return word;
-}
+// ---- 1. activation quantization (the cuBLASLt engine's warp step, gemm_lt_quant.cuh) ----
 
 // Warp w owns (token m, block b) = (w % tokens, w / tokens) of the padded tokens (units * tok) and the
 // groups * K / 128 blocks; lane l channels [4l, 4l + 4) of the block. Padded tokens: zero codes, scale 0.
@@ -87,7 +77,7 @@ __global__ void __launch_bounds__(32 * kQuantWarps) gemm_fp8sk_quant_kernel(cons
     for (int i = 0; i < 4; ++i) v[i] = xb[i];
   }
   float sc = 0.0f;
-  const uint32_t word = quantize4(v, sc);
+  const uint32_t word = lt::quantize_warp(v, sc);
   const int64_t r0 = fp8sk_row(m, 0, p.terms, p.tok);
   *reinterpret_cast<uint32_t*>(a.q + r0 * kt + col) = word;
   if (lane == 0) a.s[b * rows + r0] = sc;
@@ -95,7 +85,7 @@ __global__ void __launch_bounds__(32 * kQuantWarps) gemm_fp8sk_quant_kernel(cons
   float res[4];
   for (int i = 0; i < 4; ++i) res[i] = lt::residual(v[i], uint8_t(word >> (8 * i)), sc);
   float sc2 = 0.0f;
-  const uint32_t word2 = quantize4(res, sc2);
+  const uint32_t word2 = lt::quantize_warp(res, sc2);
   const int64_t r1 = fp8sk_row(m, 1, p.terms, p.tok);
   *reinterpret_cast<uint32_t*>(a.q + r1 * kt + col) = word2;
   if (lane == 0) a.s[b * rows + r1] = sc2;

@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/gemm/gemm_lt_launch.h"
-#include "ops/gemm/gemm_lt_quant.h"
+#include "ops/gemm/gemm_lt_quant.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -12,17 +12,6 @@ namespace {
 
 namespace lt = dsinfer::ops::gemm_lt;
 constexpr int kWarpsPerBlock = 8;
-
-// One block-quantization step of a warp: the block's amax over the lanes' 4 values each, its scale, the 4 codes
-// packed into a word (byte i = value i).
-__device__ __forceinline__ uint32_t quantize_warp(const float (&v)[4], float& sc) {
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  sc = lt::act_scale(amax);
-  uint32_t word = 0;
-  for (int i = 0; i < 4; ++i) word |= uint32_t(lt::quantize(v[i], sc)) << (8 * i);
-  return word;
-}
 
 // Warp w of the grid owns (row m, block b) = (w % s_ld, w / s_ld): consecutive warps write consecutive scale
 // entries (of a matrix of row stride s_stride >= s_ld: 2 M for the stacked terms' one matrix). Lane l handles
@@ -53,7 +42,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     for (int i = 0; i < 4; ++i) v[i] = xb[i];
   }
   float sc = 0.0f;
-  const uint32_t word = quantize_warp(v, sc);
+  const uint32_t word = lt::quantize_warp(v, sc);
   const int64_t at = m * K + b * lt::kActBlock + 4 * lane;
   *reinterpret_cast<uint32_t*>(q + at) = word;
   if (lane == 0) s[lt::act_scale_index(m, b, s_stride)] = sc;
@@ -61,7 +50,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   float r[4];
   for (int i = 0; i < 4; ++i) r[i] = lt::residual(v[i], uint8_t(word >> (8 * i)), sc);
   float sc2 = 0.0f;
-  const uint32_t word2 = quantize_warp(r, sc2);
+  const uint32_t word2 = lt::quantize_warp(r, sc2);
   *reinterpret_cast<uint32_t*>(q2 + at) = word2;
   if (lane == 0) s2[lt::act_scale_index(m, b, s_stride)] = sc2;
 }
