@@ -53,6 +53,19 @@ Status draft_pick_cuda(const DraftPickArgs& a, void* stream) {
   return Status::ok();
 }
 
+Status draft_picks_cuda(const DraftPicksArgs& a, void* stream) {
+  if (a.B == 0 || a.g == 0) return Status::ok();
+  if (a.g < 0 || !draft_picks_supported(a.vocab, a.rank, a.B) || a.logits_ld < a.g * a.vocab || a.blocks <= 0)
+    return Status::errorf("draft_picks: bad shape B={} g={} vocab={} rank={} ld={} blocks={}", a.B, a.g, a.vocab,
+                          a.rank, a.logits_ld, a.blocks);
+  if (!a.logits || !a.markov_head || !a.markov_embed || !a.e || !a.ids || !a.prev || !a.part_v || !a.part_i ||
+      !a.barrier || (a.conf_w && (!a.h || a.dim <= 0 || !a.conf)))
+    return Status::error("draft_picks: null pointer");
+  detail::launch_draft_picks(a, stream);
+  DSI_CUDA_LAUNCHED("draft_picks_kernel");
+  return Status::ok();
+}
+
 Status copy_rows_cuda(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
                       int64_t width, void* stream) {
   if (T == 0) return Status::ok();

@@ -208,6 +208,9 @@ class DsparkCuda final : public speculative::Drafter {
   // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
   Status block_forward(const BlockLayout& bl, int32_t kpick);
   Status bias_and_pick(const BlockLayout& bl, int32_t k, bool chained);
+  // Every position's bias + pick in one launch (draft_picks_cuda) when fused_picks_ and the shape allows it.
+  Status fused_picks(const BlockLayout& bl);
+  bool picks_fused(int64_t Bp) const;
   // DSINFER_DSPARK_PROFILE=1: the block's graph listed once per padded batch (its kernels by name in launch order,
   // the node count) and timed (graph replays; each stage run eagerly behind a delay, between events), to stderr.
   Status profile_block(const BlockLayout& bl, int32_t kpick);
@@ -241,6 +244,13 @@ class DsparkCuda final : public speculative::Drafter {
   const float* graph_src_ = nullptr;  // the hidden-state source the fused graphs read
   bool fuse_ingest_ = true;           // ingest joins the next propose's graph (DSINFER_DSPARK_FUSED_INGEST=0: off)
   bool profile_ = false;              // DSINFER_DSPARK_PROFILE=1
+  // The all-greedy block's g positions of Markov bias + pick as one kernel (draft_picks_kernel) instead of g x (bias
+  // GEMM + draft_pick) and the first Markov gather; DSINFER_DSPARK_FUSED_PICKS=0: the per-position kernels.
+  bool fused_picks_ = true;
+  int32_t picks_max_blocks_ = 1;  // the SM count: the fused picks' grid barrier needs every block resident
+  cuda::DeviceBuffer<float> part_v_;    // the fused picks' slice partials [g, Bp, slices]
+  cuda::DeviceBuffer<int32_t> part_i_;
+  cuda::DeviceBuffer<int32_t> picks_barrier_;  // [2], zeroed once
   std::vector<int64_t> profiled_;     // the graph keys profile_block listed
   // DSINFER_DSPARK_PART_TIMES=1: host wall time of each eager ingest (synchronised after it) and of each propose
   // (upload to the host wait), printed to stderr when the drafter is destroyed: the round's parts, measured.
