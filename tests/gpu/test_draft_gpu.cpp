@@ -249,12 +249,13 @@ std::vector<speculative::Proposal> drive_picks(speculative::Drafter& d, int64_t 
   return out;
 }
 
-// The fused picks (one draft_picks_kernel) against the per-position kernels (DSINFER_DSPARK_FUSED_PICKS=0: g x
-// (bias GEMM + draft_pick) and the Markov gather) on the same drafter inputs: where the bias GEMM takes the fp32
-// skinny kernel (exact mode at every batch; the default mode at <= 8 padded sequences) the fused kernel sums the bias
-// in its order, so drafted tokens and confidence logits are equal bit for bit. Batches 3 (4 padded), 11 (16) and
-// 40 (64: 8 sequences a work item, several items a warp).
-void check_fused_picks(bool exact, int32_t nseq) {
+// A fused path against the kernels it replaces on the same drafter inputs (env = "0" on the second drafter):
+// DSINFER_DSPARK_FUSED_PICKS, the picks (one draft_picks_kernel against g x (bias GEMM + draft_pick) and the Markov
+// gather); DSINFER_DSPARK_FUSED_MOE, the MoE (draft_moe_cuda's two launches against moe_cuda's exact path). Where the
+// replaced GEMMs take the fp32 skinny kernel (exact mode at every batch; the default mode at <= 8 padded sequences for
+// the picks, <= 8 tokens for the MoE) the fused kernels sum in its order, so drafted tokens and confidence logits are
+// equal bit for bit. Batches 1, 3 (4 padded), 11 (16) and 40 (64: several work items a warp).
+void check_fused(const char* env, bool exact, int32_t nseq) {
   runner::RunnerOptions ro;
   ro.model_dir = model_dir();
   ro.backend = runner::Backend::kCuda;
@@ -263,9 +264,9 @@ void check_fused_picks(bool exact, int32_t nseq) {
   ASSERT_TRUE(runner.is_ok()) << runner.status().message();
   const io::ModelConfig& cfg = (*runner)->config();
   const auto make = [&](bool fused) {
-    if (!fused) setenv("DSINFER_DSPARK_FUSED_PICKS", "0", 1);
+    if (!fused) setenv(env, "0", 1);
     auto d = (*runner)->create_drafter(spec_config(speculative::SpecMethod::kDspark), nseq);
-    unsetenv("DSINFER_DSPARK_FUSED_PICKS");
+    unsetenv(env);
     return d;
   };
   auto fused = make(true);
@@ -329,6 +330,12 @@ TEST(DraftGpu, Mtp1DevicePickEqualsHostDraws) {
 
 TEST(DraftGpu, DsparkFusedPicksEqualPerPositionKernels) {
   DSI_SKIP_WITHOUT_GPU();
-  for (int32_t nseq : {3, 11, 40}) check_fused_picks(true, nseq);
-  check_fused_picks(false, 3);
+  for (int32_t nseq : {3, 11, 40}) check_fused("DSINFER_DSPARK_FUSED_PICKS", true, nseq);
+  check_fused("DSINFER_DSPARK_FUSED_PICKS", false, 3);
+}
+
+TEST(DraftGpu, DsparkFusedMoeEqualsMoeKernels) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (int32_t nseq : {1, 3, 11}) check_fused("DSINFER_DSPARK_FUSED_MOE", true, nseq);
+  check_fused("DSINFER_DSPARK_FUSED_MOE", false, 1);
 }

@@ -405,6 +405,98 @@ __global__ void __launch_bounds__(kPickThreads) draft_picks_kernel(DraftPicksArg
     __syncthreads();
   }
 }
+
+// ---- the fused MoE (DraftMoeArgs) ----
+
+// w . x over K floats (F32 weight row w, fp32 x, both 16-byte aligned, K % 4 == 0) by one warp, as gemm_skinny.cu's
+// skinny_block sums one output: chunks of 256 (32 lanes x 2 vectors x 4), lane l's vectors l and l + 32 of each chunk
+// in order, each a 4-element fma chain added with fma(1, d, acc), then the butterfly; every lane returns the sum.
+__device__ __forceinline__ float warp_skinny_dot(const float* w, const float* x, int64_t K, int lane) {
+  float acc = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += 256) {
+    const int64_t nvc = (K - k0 < 256 ? K - k0 : 256) / 4;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int v = lane + 32 * u;
+      if (v < nvc) {
+        const float4 w4 = __ldg(reinterpret_cast<const float4*>(w + k0) + v);
+        const float4 x4 = *(reinterpret_cast<const float4*>(x + k0) + v);
+        float d = 0.0f;
+        d = fmaf(w4.x, x4.x, d);
+        d = fmaf(w4.y, x4.y, d);
+        d = fmaf(w4.z, x4.z, d);
+        d = fmaf(w4.w, x4.w, d);
+        acc = fmaf(1.0f, d, acc);
+      }
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  return acc;
+}
+
+constexpr int kMoeFusedThreads = 256;
+
+// Warp per (token, slot, channel): h[t, j, i] = SwiGLU(w1_j[i] . x_t, w3_j[i] . x_t) (swiglu_kernel's arithmetic).
+__global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_up_kernel(DraftMoeArgs a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t routed = a.T * a.topk * a.inter, items = routed + a.T * a.shared_inter;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t it = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; it < items; it += warps) {
+    int64_t t, j, i;
+    const float *w1, *w3;
+    float limit;
+    if (it < routed) {
+      t = it / (a.topk * a.inter);
+      j = (it / a.inter) % a.topk;
+      i = it % a.inter;
+      const int32_t e = a.idx[t * a.topk + j];
+      if (e < 0 || e >= a.experts) continue;  // uniform over the warp
+      w1 = static_cast<const float*>(a.w1[e]) + i * a.dim;
+      w3 = static_cast<const float*>(a.w3[e]) + i * a.dim;
+      limit = a.limit;
+    } else {
+      t = (it - routed) / a.shared_inter;
+      j = a.topk;
+      i = (it - routed) % a.shared_inter;
+      w1 = a.sw1 + i * a.dim;
+      w3 = a.sw3 + i * a.dim;
+      limit = a.shared_limit;
+    }
+    const float* x = a.x + t * a.dim;
+    float g = warp_skinny_dot(w1, x, a.dim, lane);
+    float u = warp_skinny_dot(w3, x, a.dim, lane);
+    if (lane == 0) {
+      if (limit > 0.0f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+      }
+      a.h[(t * (a.topk + 1) + j) * a.h_ld + i] = g / (1.0f + expf(-g)) * u;
+    }
+  }
+}
+
+// Warp per (token, channel d): the down dot product of every slot, then combine_kernel's sum: the routed outputs times
+// their weights in k order (skipped assignments left out), then + the shared output.
+__global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_down_kernel(DraftMoeArgs a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t items = a.T * a.dim, warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t it = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; it < items; it += warps) {
+    const int64_t t = it / a.dim, d = it % a.dim;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < a.topk; ++j) {
+      const int32_t e = a.idx[t * a.topk + j];
+      if (e < 0 || e >= a.experts) continue;
+      const float y = warp_skinny_dot(static_cast<const float*>(a.w2[e]) + d * a.inter,
+                                      a.h + (t * (a.topk + 1) + j) * a.h_ld, a.inter, lane);
+      acc = fmaf(a.weight[t * a.topk + j], y, acc);
+    }
+    if (a.shared_inter > 0)
+      acc = __fadd_rn(acc, warp_skinny_dot(a.sw2 + d * a.shared_inter, a.h + (t * (a.topk + 1) + a.topk) * a.h_ld,
+                                           a.shared_inter, lane));
+    if (lane == 0) a.out[it] = acc;
+  }
+}
 }  // namespace
 
 void launch_draft_attention(const DraftAttnArgs& a, void* stream) {
@@ -449,6 +541,14 @@ void launch_spec_round(const SpecRoundArgs& a, void* stream) {
 
 void launch_draft_picks(const DraftPicksArgs& a, void* stream) {
   draft_picks_kernel<<<unsigned(a.blocks), kPickThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+}
+
+void launch_draft_moe(const DraftMoeArgs& a, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  constexpr int64_t kWarps = kMoeFusedThreads / 32;
+  const int64_t up = a.T * (a.topk * a.inter + a.shared_inter), down = a.T * a.dim;
+  draft_moe_up_kernel<<<unsigned((up + kWarps - 1) / kWarps), kMoeFusedThreads, 0, s>>>(a);
+  draft_moe_down_kernel<<<unsigned((down + kWarps - 1) / kWarps), kMoeFusedThreads, 0, s>>>(a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -92,6 +92,35 @@ inline int32_t draft_picks_blocks(int64_t vocab, int64_t B, int32_t max_blocks) 
   return int32_t(want < 1 ? 1 : (want > max_blocks ? max_blocks : want));
 }
 
+// The drafter's MoE layer for a few tokens in two launches (instead of count, scatter, w1, w3, SwiGLU, w2, the shared
+// expert's w1, w3, SwiGLU, w2 and the combine): (1) per (token, expert slot: the k routed, then the shared) and
+// intermediate channel, the gate and up dot products and the clamped SwiGLU into h; (2) per (token, channel) the down
+// dot products of every slot and the combine (routing weights in k order, then + shared). Every dot product is one
+// warp's, summed as the fp32 skinny GEMM kernel sums a row (16-byte weight vectors on lanes in K order, chunks of 256,
+// then its butterfly), the SwiGLU and the combine as swiglu_kernel / combine_kernel: the same bits as moe_cuda's exact
+// path wherever that path's GEMMs take the skinny kernel (draft_moe_supported). F32 weights only.
+struct DraftMoeArgs {
+  const float* x = nullptr;  // [T, dim]
+  int64_t T = 0, dim = 0, topk = 0, experts = 0, inter = 0, shared_inter = 0;  // shared_inter 0: no shared expert
+  const int32_t* idx = nullptr;  // [T, topk] (an id outside [0, experts) skips the assignment, as moe_cuda does)
+  const float* weight = nullptr;  // [T, topk]
+  const void* const* w1 = nullptr;  // [experts] -> [inter, dim]
+  const void* const* w3 = nullptr;
+  const void* const* w2 = nullptr;  // [experts] -> [dim, inter]
+  const float *sw1 = nullptr, *sw3 = nullptr, *sw2 = nullptr;  // shared [shared_inter, dim] x 2, [dim, shared_inter]
+  float limit = 0.0f, shared_limit = 0.0f;
+  float* h = nullptr;  // [T, topk + 1, h_ld] scratch
+  int64_t h_ld = 0;    // >= max(inter, shared_inter)
+  float* out = nullptr;  // [T, dim]
+};
+// The shapes whose moe_cuda exact path runs every GEMM on the skinny kernel (T <= 8 rows and T * topk <= 8 per
+// expert), with 16-byte weight vectors: there the fused MoE gives its bits.
+inline bool draft_moe_supported(int64_t T, int64_t topk, int64_t experts, int64_t dim, int64_t inter,
+                                int64_t shared_inter) {
+  return T > 0 && T <= 8 && topk > 0 && experts > 0 && T * topk <= 8 * experts && dim > 0 && dim % 4 == 0 &&
+         inter > 0 && inter % 4 == 0 && shared_inter >= 0 && shared_inter % 4 == 0;
+}
+
 // One round of speculative decoding on the device (the one-wait round, DsparkCuda::verify_and_propose): per
 // sequence b < B the greedy acceptance of its verify rows, then the next round's DSpark inputs from it, so the drafter's
 // graph follows the verify step with no host wait between. Row b of `rows` describes sequence b; the verify logits hold
@@ -154,6 +183,7 @@ void launch_copy_rows(const float* src, const int32_t* src_rows, float* dst, con
 void launch_add_rows(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream);  // ("add_rows_kernel")
 void launch_spec_round(const SpecRoundArgs& a, void* stream);  // ("spec_round_kernel")
 void launch_draft_picks(const DraftPicksArgs& a, void* stream);  // ("draft_picks_kernel")
+void launch_draft_moe(const DraftMoeArgs& a, void* stream);  // ("draft_moe_up_kernel", "draft_moe_down_kernel")
 
 }  // namespace detail
 

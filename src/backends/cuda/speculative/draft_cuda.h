@@ -130,6 +130,11 @@ class DraftForward {
   cuda::DeviceBuffer<float> inv_freq_, y_, f_, post_, comb_, cq_, q_, kv_, o_, mid_, router_, rw_;
   cuda::DeviceBuffer<int32_t> ridx_, rows_;
   ops::cuda::MoeWorkspace moe_ws_;
+  // The MoE of chunks that moe_cuda's exact path runs on its skinny kernels (<= 8 tokens) as two launches
+  // (draft_moe_cuda, the same bits); DSINFER_DSPARK_FUSED_MOE=0: moe_cuda. h scratch [8, k + 1, moe_h_ld_].
+  bool fused_moe_ = true;
+  int64_t moe_h_ld_ = 0;
+  cuda::DeviceBuffer<float> moe_h_;
   // The K=V path's side stream (attention; empty: draft_side_streams() off). Declared last, so destroyed first: its
   // work has finished before the buffers it reads are freed.
   DraftSideStream kv_side_;
