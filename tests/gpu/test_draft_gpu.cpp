@@ -249,7 +249,8 @@ std::vector<speculative::Proposal> drive_picks(speculative::Drafter& d, int64_t 
   return out;
 }
 
-// A fused path against the kernels it replaces on the same drafter inputs (env = "0" on the second drafter):
+// A fused path against the kernels it replaces on the same drafter inputs (env = "1" on the first drafter, "0" on
+// the second):
 // DSINFER_DSPARK_FUSED_PICKS, the picks (one draft_picks_kernel against g x (bias GEMM + draft_pick) and the Markov
 // gather); DSINFER_DSPARK_FUSED_MOE, the MoE (draft_moe_cuda's two launches against moe_cuda's exact path). Where the
 // replaced GEMMs take the fp32 skinny kernel (exact mode at every batch; the default mode at <= 8 padded sequences for
@@ -264,7 +265,7 @@ void check_fused(const char* env, bool exact, int32_t nseq) {
   ASSERT_TRUE(runner.is_ok()) << runner.status().message();
   const io::ModelConfig& cfg = (*runner)->config();
   const auto make = [&](bool fused) {
-    if (!fused) setenv(env, "0", 1);
+    setenv(env, fused ? "1" : "0", 1);
     auto d = (*runner)->create_drafter(spec_config(speculative::SpecMethod::kDspark), nseq);
     unsetenv(env);
     return d;

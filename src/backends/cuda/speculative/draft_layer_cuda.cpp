@@ -25,8 +25,9 @@ constexpr float kRouterNormEps = 1e-20f;  // transformers' renormalization epsil
 }
 
 DraftForward::DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx) : c_(lc), ctx_(ctx) {
+  // Opt-in until its GPU tests and measurements have run (session 23 had no device time left for them).
   const char* fm = std::getenv("DSINFER_DSPARK_FUSED_MOE");
-  fused_moe_ = !(fm && std::string(fm) == "0");
+  fused_moe_ = fm && std::string(fm) == "1";
 }
 
 DraftForward::~DraftForward() = default;
