@@ -278,9 +278,9 @@ __device__ __forceinline__ void picks_grid_barrier(unsigned* bar, unsigned n) {
 }
 
 // The Markov bias w . x of one vocabulary row w (rank floats as float4 in registers) as the fp32 skinny GEMM kernel
-// sums it (gemm_skinny.cu, F32 weights, K = rank <= 256: one K chunk): lane l < rank / 4 of its warp holds the fma chain
-// of 16-byte vector l (acc = fma(1, d, 0)), lanes >= rank / 4 hold 0, then the butterfly xor 16, 8, 4, 2, 1 that lane 0
-// reads. Lane l's value after step `off` is v[l] + v[l + off] for the lanes lane 0 reads, so the fold below is that
+// sums it (gemm_skinny.cu, F32 weights, K = rank <= 256: one K chunk): lane l < rank / 4 of its warp holds the fma
+// chain of 16-byte vector l (acc = fma(1, d, 0)), lanes >= rank / 4 hold 0, then the butterfly xor 16, 8, 4, 2, 1
+// that lane 0 reads. Lane l's value after step `off` is v[l] + v[l + off] for the lanes lane 0 reads, so the fold below is that
 // sequence of additions, the zero lanes included (x + 0 turns -0 into +0 as there).
 __device__ __forceinline__ float skinny_bias(const float4 (&w)[kDraftPicksMaxRank / 4], const float* x, int nv) {
   float v[16];
