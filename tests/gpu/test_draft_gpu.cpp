@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -217,6 +219,78 @@ void check_fused_ingest(bool exact) {
   }
 }
 
+// `nseq` sequences (slots 0..nseq-1) ingest 40 random capture rows each, then all propose a whole block greedily on
+// the device (pick_argmax: the round's graph with its picks); twice, the second replaying the graph.
+std::vector<speculative::Proposal> drive_picks(speculative::Drafter& d, int64_t width, int64_t V, int32_t nseq) {
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(V - 1));
+  constexpr int32_t kRows = 40;
+  std::vector<float> h(size_t(nseq) * kRows * size_t(width));
+  for (float& x : h) x = u(rng);
+  std::vector<std::vector<int32_t>> next(static_cast<size_t>(nseq), std::vector<int32_t>(static_cast<size_t>(kRows)));
+  std::vector<speculative::IngestItem> ing;
+  std::vector<speculative::ProposeItem> items;
+  for (int32_t s = 0; s < nseq; ++s) {
+    for (int32_t& t : next[size_t(s)]) t = tok(rng);
+    ing.push_back({s, 0, kRows, s * kRows, next[size_t(s)]});
+    items.push_back({s, kRows, next[size_t(s)].back(), d.max_drafts(), true});
+  }
+  EXPECT_TRUE(d.ingest(ing, h).is_ok());
+  std::vector<speculative::Proposal> out, again;
+  auto draw = [](size_t, int32_t, std::span<const float>) -> int32_t { return -1; };
+  EXPECT_TRUE(d.propose(items, draw, out).is_ok());
+  EXPECT_TRUE(d.propose(items, draw, again).is_ok());
+  EXPECT_EQ(out.size(), again.size());
+  for (size_t i = 0; i < out.size() && i < again.size(); ++i) {
+    EXPECT_EQ(out[i].tokens, again[i].tokens);
+    EXPECT_EQ(out[i].confidence_logits, again[i].confidence_logits);
+  }
+  return out;
+}
+
+// A fused path against the kernels it replaces on the same drafter inputs (env = "1" on the first drafter, "0" on
+// the second):
+// DSINFER_DSPARK_FUSED_PICKS, the picks (one draft_picks_kernel against g x (bias GEMM + draft_pick) and the Markov
+// gather); DSINFER_DSPARK_FUSED_MOE, the MoE (draft_moe_cuda's two launches against moe_cuda's exact path). Where the
+// replaced GEMMs take the fp32 skinny kernel (exact mode at every batch; the default mode at <= 8 padded sequences for
+// the picks, <= 8 tokens for the MoE) the fused kernels sum in its order, so drafted tokens and confidence logits are
+// equal bit for bit. Batches 1, 3 (4 padded), 11 (16) and 40 (64: several work items a warp).
+void check_fused(const char* env, bool exact, int32_t nseq) {
+  runner::RunnerOptions ro;
+  ro.model_dir = model_dir();
+  ro.backend = runner::Backend::kCuda;
+  ro.exact_gemm = exact;
+  auto runner = engine::create_runner(ro);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().message();
+  const io::ModelConfig& cfg = (*runner)->config();
+  const auto make = [&](bool fused) {
+    setenv(env, fused ? "1" : "0", 1);
+    auto d = (*runner)->create_drafter(spec_config(speculative::SpecMethod::kDspark), nseq);
+    unsetenv(env);
+    return d;
+  };
+  auto fused = make(true);
+  auto perpos = make(false);
+  ASSERT_TRUE(fused.is_ok() && perpos.is_ok());
+  ASSERT_TRUE(*fused && *perpos);
+  const int64_t width = int64_t((**fused).tapped_layers().size()) * cfg.hc_mult * cfg.hidden_size;
+  const auto a = drive_picks(**fused, width, cfg.vocab_size, nseq);
+  const auto b = drive_picks(**perpos, width, cfg.vocab_size, nseq);
+  ASSERT_EQ(a.size(), b.size());
+  size_t drafts = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "sequence " << i;
+    ASSERT_EQ(a[i].confidence_logits.size(), b[i].confidence_logits.size());
+    for (size_t k = 0; k < a[i].confidence_logits.size(); ++k)
+      EXPECT_EQ(std::memcmp(&a[i].confidence_logits[k], &b[i].confidence_logits[k], sizeof(float)), 0)
+          << "sequence " << i << " draft " << k << ": " << a[i].confidence_logits[k] << " vs "
+          << b[i].confidence_logits[k];
+    drafts += a[i].tokens.size();
+  }
+  EXPECT_EQ(drafts, size_t(nseq) * size_t((**fused).max_drafts()));
+}
+
 }  // namespace
 
 TEST(DraftGpu, DsparkFusedIngestMatchesSeparate) {
@@ -253,4 +327,16 @@ TEST(DraftGpu, DsparkDevicePickEqualsHostDraws) {
 TEST(DraftGpu, Mtp1DevicePickEqualsHostDraws) {
   DSI_SKIP_WITHOUT_GPU();
   check_pick(speculative::SpecMethod::kMtp1, false);
+}
+
+TEST(DraftGpu, DsparkFusedPicksEqualPerPositionKernels) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (int32_t nseq : {3, 11, 40}) check_fused("DSINFER_DSPARK_FUSED_PICKS", true, nseq);
+  check_fused("DSINFER_DSPARK_FUSED_PICKS", false, 3);
+}
+
+TEST(DraftGpu, DsparkFusedMoeEqualsMoeKernels) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (int32_t nseq : {1, 3, 11}) check_fused("DSINFER_DSPARK_FUSED_MOE", true, nseq);
+  check_fused("DSINFER_DSPARK_FUSED_MOE", false, 1);
 }

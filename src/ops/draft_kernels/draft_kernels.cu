@@ -253,6 +253,250 @@ __global__ void spec_round_kernel(SpecRoundArgs a) {
     a.keys[i] = kk;
   }
 }
+
+// ---- the fused picks (DraftPicksArgs) ----
+
+// A grid-wide barrier of `n` resident blocks (cooperative groups' grid sync, by hand: the launch is an ordinary one
+// so that it captures into the propose graph like every other node). bar[0] counts arrivals, bar[1] is the
+// generation; the last arrival resets the count, so the pair is ready for the next barrier and the next launch.
+__device__ __forceinline__ void picks_grid_barrier(unsigned* bar, unsigned n) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned* gen = bar + 1;
+    const unsigned g0 = *gen;
+    __threadfence();
+    if (atomicAdd(bar, 1u) == n - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      while (*gen == g0) __nanosleep(20);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// The Markov bias w . x of one vocabulary row w (rank floats as float4 in registers) as the fp32 skinny GEMM kernel
+// sums it (gemm_skinny.cu, F32 weights, K = rank <= 256: one K chunk): lane l < rank / 4 of its warp holds the fma
+// chain of 16-byte vector l (acc = fma(1, d, 0)), lanes >= rank / 4 hold 0, then the butterfly xor 16, 8, 4, 2, 1
+// that lane 0 reads. Lane l's value after step `off` is v[l] + v[l + off] for the lanes lane 0 reads, so the fold below is that
+// sequence of additions, the zero lanes included (x + 0 turns -0 into +0 as there).
+__device__ __forceinline__ float skinny_bias(const float4 (&w)[kDraftPicksMaxRank / 4], const float* x, int nv) {
+  float v[16];
+#pragma unroll
+  for (int l = 0; l < 16; ++l) {
+    v[l] = 0.0f;
+    if (l < nv) {
+      const float4 x4 = __ldg(reinterpret_cast<const float4*>(x) + l);
+      float d = 0.0f;
+      d = fmaf(w[l].x, x4.x, d);
+      d = fmaf(w[l].y, x4.y, d);
+      d = fmaf(w[l].z, x4.z, d);
+      d = fmaf(w[l].w, x4.w, d);
+      v[l] = fmaf(1.0f, d, v[l]);
+    }
+  }
+#pragma unroll
+  for (int l = 0; l < 16; ++l) v[l] = __fadd_rn(v[l], 0.0f);  // xor 16: lanes 16..31 hold 0
+#pragma unroll
+  for (int off = 8; off > 0; off /= 2)
+#pragma unroll
+    for (int l = 0; l < off; ++l) v[l] = __fadd_rn(v[l], v[l + off]);
+  return v[0];
+}
+
+__device__ __forceinline__ void warp_best(float& best, int32_t& idx) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (pick_better(ov, oi, best, idx)) {
+      best = ov;
+      idx = oi;
+    }
+  }
+}
+
+// Grid: DraftPicksArgs::blocks blocks of kPickThreads (the confidence sum's order is draft_pick_kernel's). Per
+// position: (A) every warp's work items, a 32-wide vocabulary slice x up to 8 sequences (the slice's Markov head rows
+// held in registers across its sequences): the biased logits written back and each (sequence, slice) best into the
+// partials; grid barrier; (B) every block folds every sequence's slices (a warp a sequence) into its pick; the owner
+// block of a sequence writes its id, confidence, predecessor and Markov row.
+__global__ void __launch_bounds__(kPickThreads) draft_picks_kernel(DraftPicksArgs a) {
+  __shared__ int32_t pred[kDraftPicksMaxB], pick[kDraftPicksMaxB];
+  __shared__ double dsum[kPickThreads / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = kPickThreads / 32;
+  const int64_t B = a.B, V = a.vocab, S = (V + 31) / 32, r = a.rank;  // draft_picks_slices
+  const int nv = int(r / 4);
+  const int64_t groups = (B + kDraftPicksSeqPerItem - 1) / kDraftPicksSeqPerItem, items = S * groups;
+  for (int64_t b = threadIdx.x; b < B; b += blockDim.x) pred[b] = a.prev[b];
+  __syncthreads();
+  for (int64_t k = 0; k < a.g; ++k) {
+    for (int64_t it = int64_t(blockIdx.x) * warps + warp; it < items; it += int64_t(gridDim.x) * warps) {
+      const int64_t sl = it / groups, b0 = (it % groups) * kDraftPicksSeqPerItem;
+      const int64_t v = sl * 32 + lane;
+      const bool valid = v < V;
+      float4 w[kDraftPicksMaxRank / 4];
+#pragma unroll
+      for (int l = 0; l < kDraftPicksMaxRank / 4; ++l)
+        w[l] = valid && l < nv ? __ldg(reinterpret_cast<const float4*>(a.markov_head + v * r) + l)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+      const int64_t b1 = min(B, b0 + int64_t(kDraftPicksSeqPerItem));
+      for (int64_t b = b0; b < b1; ++b) {
+        float best = -INFINITY;
+        int32_t idx = 0x7fffffff;
+        if (valid) {
+          float* lp = a.logits + b * a.logits_ld + k * V + v;
+          const float x = __fadd_rn(*lp, skinny_bias(w, a.markov_embed + int64_t(pred[b]) * r, nv));
+          *lp = x;
+          best = isnan(x) ? -INFINITY : x;
+          idx = int32_t(v);
+        }
+        warp_best(best, idx);
+        if (lane == 0) {
+          a.part_v[(k * B + b) * S + sl] = best;
+          a.part_i[(k * B + b) * S + sl] = idx;
+        }
+      }
+    }
+    picks_grid_barrier(a.barrier, gridDim.x);
+    for (int64_t b = warp; b < B; b += warps) {
+      float best = -INFINITY;
+      int32_t idx = 0x7fffffff;
+      for (int64_t sl = lane; sl < S; sl += 32) {
+        const float pv = __ldcg(a.part_v + (k * B + b) * S + sl);
+        const int32_t pi = __ldcg(a.part_i + (k * B + b) * S + sl);
+        if (pick_better(pv, pi, best, idx)) {
+          best = pv;
+          idx = pi;
+        }
+      }
+      warp_best(best, idx);
+      if (lane == 0) pick[b] = idx == 0x7fffffff ? 0 : idx;
+    }
+    __syncthreads();
+    for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {  // the owner block of sequence b (uniform over the block)
+      const float* xr = a.markov_embed + int64_t(pred[b]) * r;  // W1[predecessor]: what e held for this position
+      if (a.conf_w) {
+        const float* h = a.h + (b * a.g + k) * a.dim;
+        double c = 0.0;
+        for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) c += double(a.conf_w[i]) * double(h[i]);
+        for (int64_t i = threadIdx.x; i < r; i += blockDim.x) c += double(a.conf_w[a.dim + i]) * double(xr[i]);
+        for (int o = 16; o > 0; o /= 2) c += __shfl_xor_sync(0xffffffffu, c, o);
+        if (lane == 0) dsum[warp] = c;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          double cs = double(a.conf_b);
+          for (int w = 0; w < warps; ++w) cs += dsum[w];
+          a.conf[b * a.g + k] = float(cs);
+        }
+      }
+      if (threadIdx.x == 0) {
+        a.ids[b * a.g + k] = pick[b];
+        a.prev[b] = pick[b];
+      }
+      // e as the per-position kernels leave it: W1[x] of the next position's predecessor, the last one's kept.
+      const float* er = k + 1 < a.g ? a.markov_embed + int64_t(pick[b]) * r : (k == 0 ? xr : nullptr);
+      if (er)
+        for (int64_t i = threadIdx.x; i < r; i += blockDim.x) a.e[b * r + i] = er[i];
+      __syncthreads();  // dsum is reused by the next owned sequence
+    }
+    for (int64_t b = threadIdx.x; b < B; b += blockDim.x) pred[b] = pick[b];
+    __syncthreads();
+  }
+}
+
+// ---- the fused MoE (DraftMoeArgs) ----
+
+// w . x over K floats (F32 weight row w, fp32 x, both 16-byte aligned, K % 4 == 0) by one warp, as gemm_skinny.cu's
+// skinny_block sums one output: chunks of 256 (32 lanes x 2 vectors x 4), lane l's vectors l and l + 32 of each chunk
+// in order, each a 4-element fma chain added with fma(1, d, acc), then the butterfly; every lane returns the sum.
+__device__ __forceinline__ float warp_skinny_dot(const float* w, const float* x, int64_t K, int lane) {
+  float acc = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += 256) {
+    const int64_t nvc = (K - k0 < 256 ? K - k0 : 256) / 4;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int v = lane + 32 * u;
+      if (v < nvc) {
+        const float4 w4 = __ldg(reinterpret_cast<const float4*>(w + k0) + v);
+        const float4 x4 = *(reinterpret_cast<const float4*>(x + k0) + v);
+        float d = 0.0f;
+        d = fmaf(w4.x, x4.x, d);
+        d = fmaf(w4.y, x4.y, d);
+        d = fmaf(w4.z, x4.z, d);
+        d = fmaf(w4.w, x4.w, d);
+        acc = fmaf(1.0f, d, acc);
+      }
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  return acc;
+}
+
+constexpr int kMoeFusedThreads = 256;
+
+// Warp per (token, slot, channel): h[t, j, i] = SwiGLU(w1_j[i] . x_t, w3_j[i] . x_t) (swiglu_kernel's arithmetic).
+__global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_up_kernel(DraftMoeArgs a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t routed = a.T * a.topk * a.inter, items = routed + a.T * a.shared_inter;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t it = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; it < items; it += warps) {
+    int64_t t, j, i;
+    const float *w1, *w3;
+    float limit;
+    if (it < routed) {
+      t = it / (a.topk * a.inter);
+      j = (it / a.inter) % a.topk;
+      i = it % a.inter;
+      const int32_t e = a.idx[t * a.topk + j];
+      if (e < 0 || e >= a.experts) continue;  // uniform over the warp
+      w1 = static_cast<const float*>(a.w1[e]) + i * a.dim;
+      w3 = static_cast<const float*>(a.w3[e]) + i * a.dim;
+      limit = a.limit;
+    } else {
+      t = (it - routed) / a.shared_inter;
+      j = a.topk;
+      i = (it - routed) % a.shared_inter;
+      w1 = a.sw1 + i * a.dim;
+      w3 = a.sw3 + i * a.dim;
+      limit = a.shared_limit;
+    }
+    const float* x = a.x + t * a.dim;
+    float g = warp_skinny_dot(w1, x, a.dim, lane);
+    float u = warp_skinny_dot(w3, x, a.dim, lane);
+    if (lane == 0) {
+      if (limit > 0.0f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+      }
+      a.h[(t * (a.topk + 1) + j) * a.h_ld + i] = g / (1.0f + expf(-g)) * u;
+    }
+  }
+}
+
+// Warp per (token, channel d): the down dot product of every slot, then combine_kernel's sum: the routed outputs times
+// their weights in k order (skipped assignments left out), then + the shared output.
+__global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_down_kernel(DraftMoeArgs a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t items = a.T * a.dim, warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t it = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; it < items; it += warps) {
+    const int64_t t = it / a.dim, d = it % a.dim;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < a.topk; ++j) {
+      const int32_t e = a.idx[t * a.topk + j];
+      if (e < 0 || e >= a.experts) continue;
+      const float y = warp_skinny_dot(static_cast<const float*>(a.w2[e]) + d * a.inter,
+                                      a.h + (t * (a.topk + 1) + j) * a.h_ld, a.inter, lane);
+      acc = fmaf(a.weight[t * a.topk + j], y, acc);
+    }
+    if (a.shared_inter > 0)
+      acc = __fadd_rn(acc, warp_skinny_dot(a.sw2 + d * a.shared_inter, a.h + (t * (a.topk + 1) + a.topk) * a.h_ld,
+                                           a.shared_inter, lane));
+    if (lane == 0) a.out[it] = acc;
+  }
+}
 }  // namespace
 
 void launch_draft_attention(const DraftAttnArgs& a, void* stream) {
@@ -293,6 +537,18 @@ void launch_add_rows(const float* b, int64_t T, int64_t rep, int64_t dim, float*
 
 void launch_spec_round(const SpecRoundArgs& a, void* stream) {
   spec_round_kernel<<<unsigned(a.Bp), kPickThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+}
+
+void launch_draft_picks(const DraftPicksArgs& a, void* stream) {
+  draft_picks_kernel<<<unsigned(a.blocks), kPickThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+}
+
+void launch_draft_moe(const DraftMoeArgs& a, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  constexpr int64_t kWarps = kMoeFusedThreads / 32;
+  const int64_t up = a.T * (a.topk * a.inter + a.shared_inter), down = a.T * a.dim;
+  draft_moe_up_kernel<<<unsigned((up + kWarps - 1) / kWarps), kMoeFusedThreads, 0, s>>>(a);
+  draft_moe_down_kernel<<<unsigned((down + kWarps - 1) / kWarps), kMoeFusedThreads, 0, s>>>(a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -1,6 +1,8 @@
 // Argument checks and launches of the drafter kernels (see draft_kernels_cuda.h).
 #include "ops/draft_kernels/draft_kernels_cuda.h"
 
+#include <algorithm>
+
 #include "cuda/cuda_common.h"
 
 namespace dsinfer::ops::cuda {
@@ -50,6 +52,33 @@ Status draft_pick_cuda(const DraftPickArgs& a, void* stream) {
     return Status::errorf("draft_pick: the next Markov row needs its table and rank > 0 (rank={})", a.rank);
   detail::launch_draft_pick(a, stream);
   DSI_CUDA_LAUNCHED("draft_pick_kernel");
+  return Status::ok();
+}
+
+Status draft_picks_cuda(const DraftPicksArgs& a, void* stream) {
+  if (a.B == 0 || a.g == 0) return Status::ok();
+  if (a.g < 0 || !draft_picks_supported(a.vocab, a.rank, a.B) || a.logits_ld < a.g * a.vocab || a.blocks <= 0)
+    return Status::errorf("draft_picks: bad shape B={} g={} vocab={} rank={} ld={} blocks={}", a.B, a.g, a.vocab,
+                          a.rank, a.logits_ld, a.blocks);
+  if (!a.logits || !a.markov_head || !a.markov_embed || !a.e || !a.ids || !a.prev || !a.part_v || !a.part_i ||
+      !a.barrier || (a.conf_w && (!a.h || a.dim <= 0 || !a.conf)))
+    return Status::error("draft_picks: null pointer");
+  detail::launch_draft_picks(a, stream);
+  DSI_CUDA_LAUNCHED("draft_picks_kernel");
+  return Status::ok();
+}
+
+Status draft_moe_cuda(const DraftMoeArgs& a, void* stream) {
+  if (a.T == 0) return Status::ok();
+  if (!draft_moe_supported(a.T, a.topk, a.experts, a.dim, a.inter, a.shared_inter) ||
+      a.h_ld < std::max(a.inter, a.shared_inter))
+    return Status::errorf("draft_moe: bad shape T={} topk={} experts={} dim={} inter={} shared={} h_ld={}", a.T, a.topk,
+                          a.experts, a.dim, a.inter, a.shared_inter, a.h_ld);
+  if (!a.x || !a.idx || !a.weight || !a.w1 || !a.w3 || !a.w2 || !a.h || !a.out ||
+      (a.shared_inter > 0 && (!a.sw1 || !a.sw3 || !a.sw2)))
+    return Status::error("draft_moe: null pointer");
+  detail::launch_draft_moe(a, stream);
+  DSI_CUDA_LAUNCHED("draft_moe_up_kernel / draft_moe_down_kernel");
   return Status::ok();
 }
 

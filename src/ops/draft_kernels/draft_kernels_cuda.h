@@ -18,6 +18,10 @@ Status stream_mean_cuda(const float* hidden, const int32_t* rows, int64_t T, int
 Status ring_scatter_cuda(const float* kv, const int32_t* slot, const int64_t* pos, int64_t T, int64_t dim, float* ring,
                          int64_t slot_stride, int64_t window, void* stream, const int32_t* rows = nullptr);
 Status draft_pick_cuda(const DraftPickArgs& a, void* stream);
+// Every draft position's Markov bias, confidence and pick in one launch (DraftPicksArgs; draft_picks_supported).
+Status draft_picks_cuda(const DraftPicksArgs& a, void* stream);
+// The drafter's MoE for a few tokens in two launches (DraftMoeArgs; draft_moe_supported).
+Status draft_moe_cuda(const DraftMoeArgs& a, void* stream);
 Status copy_rows_cuda(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
                       int64_t width, void* stream);
 Status add_rows_cuda(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream);

@@ -46,6 +46,81 @@ struct DraftPickArgs {
   float* next_e = nullptr;
 };
 
+// Every draft position's Markov bias, confidence logit and greedy pick of a DSpark block in one launch (the chained
+// form of g x (bias GEMM + draft_pick) plus the first position's Markov gather). Position k of sequence b: logits row
+// b * logits_ld + k * vocab gets += markov_head . W1[x] (x = prev[b] at k = 0, else the pick of k - 1), with the bias
+// summed in the order of the fp32 skinny GEMM kernel (4-element fma chains per 16-byte weight vector, then its
+// butterfly), so the row equals the GEMM path's bit for bit wherever that path takes the skinny kernel (exact mode; the
+// default mode at <= 8 padded sequences); then the confidence logit and argmax as draft_pick_kernel computes them.
+// Blocks split the vocabulary in 32-wide slices; one grid barrier per position (a software barrier: the grid is at
+// most draft_picks_max_blocks blocks of 256 threads, all resident), after which every block folds the slices' argmaxes
+// of every sequence itself and only the sequence's owner block (b % grid) writes its outputs.
+struct DraftPicksArgs {
+  float* logits = nullptr;  // [B, g, vocab] rows at b * logits_ld + k * vocab; the bias is added in place
+  int64_t logits_ld = 0, vocab = 0;
+  const float* h = nullptr;  // [B, g, dim]: position k of b at b * g * dim + k * dim
+  int64_t dim = 0;
+  const float* markov_head = nullptr;   // [vocab, rank] F32 (W2)
+  const float* markov_embed = nullptr;  // [vocab, rank] F32 (W1)
+  float* e = nullptr;                   // [B, rank]: left holding W1[x] of the last position's predecessor
+  int64_t rank = 0;                     // 0 < rank <= kDraftPicksMaxRank, rank % 4 == 0
+  const float* conf_w = nullptr;        // [dim + rank]
+  float conf_b = 0.0f;
+  int64_t B = 0, g = 0;
+  int32_t* ids = nullptr;   // [B, g]
+  float* conf = nullptr;    // [B, g]
+  int32_t* prev = nullptr;  // [B]: in the predecessor of position 0, out the last pick
+  float* part_v = nullptr;  // [g, B, slices] scratch: each 32-wide slice's best value and id
+  int32_t* part_i = nullptr;
+  unsigned* barrier = nullptr;  // [2] zero-initialised once (arrivals, generation); left ready for the next launch
+  int32_t blocks = 0;           // grid (draft_picks_blocks)
+};
+inline constexpr int64_t kDraftPicksMaxRank = 64, kDraftPicksMaxB = 1024, kDraftPicksMaxVocab = 65536;
+inline constexpr int32_t kDraftPicksSeqPerItem = 8;  // sequences a warp's work item covers (one 32-wide slice)
+// Whether the fused picks take this shape (else the per-position kernels): the Markov rank in registers, the
+// sequences' picks in shared memory, the slices' argmaxes folded by every block.
+inline bool draft_picks_supported(int64_t vocab, int64_t rank, int64_t B) {
+  return rank > 0 && rank <= kDraftPicksMaxRank && rank % 4 == 0 && B > 0 && B <= kDraftPicksMaxB && vocab > 0 &&
+         vocab <= kDraftPicksMaxVocab;
+}
+inline int64_t draft_picks_slices(int64_t vocab) { return (vocab + 31) / 32; }
+// Grid of the fused picks: one warp per work item (a slice x up to 8 sequences), 8 warps a block, at most max_blocks
+// (the SM count: every block resident for the grid barrier).
+inline int32_t draft_picks_blocks(int64_t vocab, int64_t B, int32_t max_blocks) {
+  const int64_t items = draft_picks_slices(vocab) * ((B + kDraftPicksSeqPerItem - 1) / kDraftPicksSeqPerItem);
+  const int64_t want = (items + 7) / 8;
+  return int32_t(want < 1 ? 1 : (want > max_blocks ? max_blocks : want));
+}
+
+// The drafter's MoE layer for a few tokens in two launches (instead of count, scatter, w1, w3, SwiGLU, w2, the shared
+// expert's w1, w3, SwiGLU, w2 and the combine): (1) per (token, expert slot: the k routed, then the shared) and
+// intermediate channel, the gate and up dot products and the clamped SwiGLU into h; (2) per (token, channel) the down
+// dot products of every slot and the combine (routing weights in k order, then + shared). Every dot product is one
+// warp's, summed as the fp32 skinny GEMM kernel sums a row (16-byte weight vectors on lanes in K order, chunks of 256,
+// then its butterfly), the SwiGLU and the combine as swiglu_kernel / combine_kernel: the same bits as moe_cuda's exact
+// path wherever that path's GEMMs take the skinny kernel (draft_moe_supported). F32 weights only.
+struct DraftMoeArgs {
+  const float* x = nullptr;  // [T, dim]
+  int64_t T = 0, dim = 0, topk = 0, experts = 0, inter = 0, shared_inter = 0;  // shared_inter 0: no shared expert
+  const int32_t* idx = nullptr;  // [T, topk] (an id outside [0, experts) skips the assignment, as moe_cuda does)
+  const float* weight = nullptr;  // [T, topk]
+  const void* const* w1 = nullptr;  // [experts] -> [inter, dim]
+  const void* const* w3 = nullptr;
+  const void* const* w2 = nullptr;  // [experts] -> [dim, inter]
+  const float *sw1 = nullptr, *sw3 = nullptr, *sw2 = nullptr;  // shared [shared_inter, dim] x 2, [dim, shared_inter]
+  float limit = 0.0f, shared_limit = 0.0f;
+  float* h = nullptr;  // [T, topk + 1, h_ld] scratch
+  int64_t h_ld = 0;    // >= max(inter, shared_inter)
+  float* out = nullptr;  // [T, dim]
+};
+// The shapes whose moe_cuda exact path runs every GEMM on the skinny kernel (T <= 8 rows and T * topk <= 8 per
+// expert), with 16-byte weight vectors: there the fused MoE gives its bits.
+inline bool draft_moe_supported(int64_t T, int64_t topk, int64_t experts, int64_t dim, int64_t inter,
+                                int64_t shared_inter) {
+  return T > 0 && T <= 8 && topk > 0 && experts > 0 && T * topk <= 8 * experts && dim > 0 && dim % 4 == 0 &&
+         inter > 0 && inter % 4 == 0 && shared_inter >= 0 && shared_inter % 4 == 0;
+}
+
 // One round of speculative decoding on the device (the one-wait round, DsparkCuda::verify_and_propose): per
 // sequence b < B the greedy acceptance of its verify rows, then the next round's DSpark inputs from it, so the drafter's
 // graph follows the verify step with no host wait between. Row b of `rows` describes sequence b; the verify logits hold
@@ -107,6 +182,8 @@ void launch_copy_rows(const float* src, const int32_t* src_rows, float* dst, con
                       int64_t width, void* stream);  // ("copy_rows_kernel")
 void launch_add_rows(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream);  // ("add_rows_kernel")
 void launch_spec_round(const SpecRoundArgs& a, void* stream);  // ("spec_round_kernel")
+void launch_draft_picks(const DraftPicksArgs& a, void* stream);  // ("draft_picks_kernel")
+void launch_draft_moe(const DraftMoeArgs& a, void* stream);  // ("draft_moe_up_kernel", "draft_moe_down_kernel")
 
 }  // namespace detail
 

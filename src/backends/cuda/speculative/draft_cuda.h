@@ -130,6 +130,12 @@ class DraftForward {
   cuda::DeviceBuffer<float> inv_freq_, y_, f_, post_, comb_, cq_, q_, kv_, o_, mid_, router_, rw_;
   cuda::DeviceBuffer<int32_t> ridx_, rows_;
   ops::cuda::MoeWorkspace moe_ws_;
+  // The MoE of chunks that moe_cuda's exact path runs on its skinny kernels (<= 8 tokens) as two launches
+  // (draft_moe_cuda, the same bits) with DSINFER_DSPARK_FUSED_MOE=1 (opt-in: not yet run on a GPU), else moe_cuda.
+  // h scratch [8, k + 1, moe_h_ld_].
+  bool fused_moe_ = false;
+  int64_t moe_h_ld_ = 0;
+  cuda::DeviceBuffer<float> moe_h_;
   // The K=V path's side stream (attention; empty: draft_side_streams() off). Declared last, so destroyed first: its
   // work has finished before the buffers it reads are freed.
   DraftSideStream kv_side_;
@@ -208,6 +214,9 @@ class DsparkCuda final : public speculative::Drafter {
   // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
   Status block_forward(const BlockLayout& bl, int32_t kpick);
   Status bias_and_pick(const BlockLayout& bl, int32_t k, bool chained);
+  // Every position's bias + pick in one launch (draft_picks_cuda) when fused_picks_ and the shape allows it.
+  Status fused_picks(const BlockLayout& bl);
+  bool picks_fused(int64_t Bp) const;
   // DSINFER_DSPARK_PROFILE=1: the block's graph listed once per padded batch (its kernels by name in launch order,
   // the node count) and timed (graph replays; each stage run eagerly behind a delay, between events), to stderr.
   Status profile_block(const BlockLayout& bl, int32_t kpick);
@@ -241,6 +250,14 @@ class DsparkCuda final : public speculative::Drafter {
   const float* graph_src_ = nullptr;  // the hidden-state source the fused graphs read
   bool fuse_ingest_ = true;           // ingest joins the next propose's graph (DSINFER_DSPARK_FUSED_INGEST=0: off)
   bool profile_ = false;              // DSINFER_DSPARK_PROFILE=1
+  // The all-greedy block's g positions of Markov bias + pick as one kernel (draft_picks_kernel) instead of g x (bias
+  // GEMM + draft_pick) and the first Markov gather with DSINFER_DSPARK_FUSED_PICKS=1 (opt-in: not yet run on a GPU),
+  // else the per-position kernels.
+  bool fused_picks_ = false;
+  int32_t picks_max_blocks_ = 1;  // the SM count: the fused picks' grid barrier needs every block resident
+  cuda::DeviceBuffer<float> part_v_;    // the fused picks' slice partials [g, Bp, slices]
+  cuda::DeviceBuffer<int32_t> part_i_;
+  cuda::DeviceBuffer<int32_t> picks_barrier_;  // [2], zeroed once
   std::vector<int64_t> profiled_;     // the graph keys profile_block listed
   // DSINFER_DSPARK_PART_TIMES=1: host wall time of each eager ingest (synchronised after it) and of each propose
   // (upload to the host wait), printed to stderr when the drafter is destroyed: the round's parts, measured.

@@ -24,7 +24,11 @@ namespace {
 constexpr float kRouterNormEps = 1e-20f;  // transformers' renormalization epsilon (speculative/draft_layer.cpp)
 }
 
-DraftForward::DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx) : c_(lc), ctx_(ctx) {}
+DraftForward::DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx) : c_(lc), ctx_(ctx) {
+  // Opt-in until its GPU tests and measurements have run (session 23 had no device time left for them).
+  const char* fm = std::getenv("DSINFER_DSPARK_FUSED_MOE");
+  fused_moe_ = fm && std::string(fm) == "1";
+}
 
 DraftForward::~DraftForward() = default;
 
@@ -85,6 +89,9 @@ Status DraftForward::reserve(int64_t T, int64_t max_keys) {
   std::iota(iota.begin(), iota.end(), 0);
   DSI_RETURN_IF_ERROR(rows_.upload(iota.data(), iota.size(), "drafter rows"));
   DSI_RETURN_IF_ERROR(moe_ws_.reserve(int64_t(t), k, D, c_.moe_intermediate_size, E));
+  // The fused MoE's h rows: chunks of at most 8 tokens (draft_moe_supported), k + 1 slots of the widest expert.
+  moe_h_ld_ = c_.moe_intermediate_size * std::max<int64_t>(1, c_.n_shared_experts);
+  DSI_RETURN_IF_ERROR(moe_h_.alloc(size_t(8 * (k + 1) * moe_h_ld_), "drafter fused MoE"));
   T_ = int64_t(t);
   return Status::ok();
 }
@@ -186,6 +193,43 @@ Status DraftForward::moe(const DeviceLayer& L, int64_t T) {
   // Exact: chunks small enough for moe_cuda's fp32 streaming path (ops/moe/moe_plan.h moe_chunk_tokens).
   const float limit = float(c_.swiglu_limit);
   const int64_t chunk = moe_chunk_tokens(draft_mode(ctx_.exact), T, E, k);
+  // Chunks on that path's skinny kernels: the two fused launches (draft_moe_cuda), the same bits.
+  const int64_t Is = L.has_shared ? L.shared.w1.rows : 0;
+  const bool fused = fused_moe_ && L.experts.w1.fmt == WeightFormat::F32 && L.experts.w3.fmt == WeightFormat::F32 &&
+                     L.experts.w2.fmt == WeightFormat::F32 &&
+                     (!L.has_shared || (L.shared.w1.fmt == WeightFormat::F32 && L.shared.w3.fmt == WeightFormat::F32 &&
+                                        L.shared.w2.fmt == WeightFormat::F32)) &&
+                     std::max(L.experts.inter, Is) <= moe_h_ld_ &&
+                     draft_moe_supported(std::min(chunk, T), k, E, D, L.experts.inter, Is);
+  if (fused) {
+    for (int64_t r = 0; r < T; r += chunk) {
+      DraftMoeArgs a;
+      a.x = y_.data() + r * D;
+      a.T = std::min(chunk, T - r);
+      a.dim = D;
+      a.topk = k;
+      a.experts = E;
+      a.inter = L.experts.inter;
+      a.shared_inter = Is;
+      a.idx = ridx_.data() + r * k;
+      a.weight = rw_.data() + r * k;
+      a.w1 = L.experts.w1.data;
+      a.w3 = L.experts.w3.data;
+      a.w2 = L.experts.w2.data;
+      if (L.has_shared) {
+        a.sw1 = static_cast<const float*>(L.shared.w1.data);
+        a.sw3 = static_cast<const float*>(L.shared.w3.data);
+        a.sw2 = static_cast<const float*>(L.shared.w2.data);
+      }
+      a.limit = limit;
+      a.shared_limit = limit;
+      a.h = moe_h_.data();
+      a.h_ld = moe_h_ld_;
+      a.out = f_.data() + r * D;
+      DSI_RETURN_IF_ERROR(draft_moe_cuda(a, st()));
+    }
+    return Status::ok();
+  }
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t m = std::min(chunk, T - r);
     DSI_RETURN_IF_ERROR(moe_cuda(y_.data() + r * D, m, ridx_.data() + r * k, rw_.data() + r * k, k, L.experts,

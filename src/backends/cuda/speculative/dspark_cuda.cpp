@@ -43,6 +43,9 @@ DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig d
   times_.on = t && std::string(t) == "1";
   const char* pr = std::getenv("DSINFER_DSPARK_PROFILE");
   profile_ = pr && std::string(pr) == "1";
+  // Opt-in until its GPU tests and measurements have run (session 23 had no device time left for them).
+  const char* fp = std::getenv("DSINFER_DSPARK_FUSED_PICKS");
+  fused_picks_ = fp && std::string(fp) == "1";
   concurrent_ = draft_side_streams();
 }
 
@@ -75,6 +78,12 @@ Status DsparkCuda::init() {
   DSI_ASSIGN_OR_RETURN(conf_w_, upload_floats(owned_, w_.confidence_w.data(), w_.confidence_w.size()));
   const size_t ring = size_t(num_slots_) * layers_.size() * size_t(window_) * size_t(lc_.head_dim);
   DSI_RETURN_IF_ERROR(ring_.alloc(ring, "dspark context ring"));
+  int dev = 0, sms = 0;
+  DSI_CUDA_TRY(cudaGetDevice(&dev));
+  DSI_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  picks_max_blocks_ = std::max(1, sms);
+  DSI_RETURN_IF_ERROR(picks_barrier_.alloc(2, "dspark picks barrier"));
+  DSI_CUDA_TRY(cudaMemsetAsync(picks_barrier_.data(), 0, 2 * sizeof(int32_t), static_cast<cudaStream_t>(ctx_.stream)));
   if (ring) DSI_CUDA_TRY(cudaMemsetAsync(ring_.data(), 0, ring * 4, static_cast<cudaStream_t>(ctx_.stream)));
   return Status::ok();
 }
@@ -391,6 +400,11 @@ Status DsparkCuda::reserve_block(const BlockLayout& bl) {
   DSI_RETURN_IF_ERROR(grow_buffer(X_, size_t(Tq * n * D), s, "dspark block streams", &gen_));
   DSI_RETURN_IF_ERROR(grow_buffer(h_, size_t(Tq * D), s, "dspark block hidden", &gen_));
   DSI_RETURN_IF_ERROR(grow_buffer(logits_, size_t(Tq * V), s, "dspark draft logits", &gen_));
+  if (picks_fused(bl.Bp)) {
+    const size_t parts = size_t(g * bl.Bp * ops::cuda::draft_picks_slices(V));
+    DSI_RETURN_IF_ERROR(grow_buffer(part_v_, parts, s, "dspark picks partials", &gen_));
+    DSI_RETURN_IF_ERROR(grow_buffer(part_i_, parts, s, "dspark picks partials", &gen_));
+  }
   return grow_buffer(e_, size_t(bl.Bp * std::max<int64_t>(dc_.markov_rank, 1)), s, "dspark markov rows", &gen_);
 }
 
@@ -432,7 +446,11 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
   mark("hc_head + norm");
   DSI_RETURN_IF_ERROR(fwd_.gemm(h_.data(), Tq, D, *ctx_.head, logits_.data(), V, false));
   mark("head gemm");
-  for (int32_t k = 0; k < kpick; ++k) DSI_RETURN_IF_ERROR(bias_and_pick(bl, k, /*chained=*/true));
+  if (kpick == g && picks_fused(bl.Bp)) {
+    DSI_RETURN_IF_ERROR(fused_picks(bl));
+  } else {
+    for (int32_t k = 0; k < kpick; ++k) DSI_RETURN_IF_ERROR(bias_and_pick(bl, k, /*chained=*/true));
+  }
   mark("markov bias + confidence + pick (every position)");
   return Status::ok();
 }
@@ -470,6 +488,38 @@ Status DsparkCuda::bias_and_pick(const BlockLayout& bl, int32_t k, bool chained)
     a.next_e = e_.data();
   }
   return draft_pick_cuda(a, s);
+}
+
+bool DsparkCuda::picks_fused(int64_t Bp) const {
+  return fused_picks_ && ops::cuda::draft_picks_supported(tc_.vocab_size, dc_.markov_rank, Bp);
+}
+
+// The chained picks of every position in one launch: the same biased logits (the skinny GEMM's sums), confidences,
+// ids and Markov rows as g x bias_and_pick(chained) where the bias GEMM takes the fp32 skinny kernel.
+Status DsparkCuda::fused_picks(const BlockLayout& bl) {
+  const int64_t g = bl.g, D = tc_.hidden_size, V = tc_.vocab_size;
+  ops::cuda::DraftPicksArgs a;
+  a.logits = logits_.data();
+  a.logits_ld = g * V;
+  a.vocab = V;
+  a.h = h_.data();
+  a.dim = D;
+  a.markov_head = static_cast<const float*>(markov_head_.data);
+  a.markov_embed = static_cast<const float*>(markov_embed_.data);
+  a.e = e_.data();
+  a.rank = dc_.markov_rank;
+  a.conf_w = conf_w_;
+  a.conf_b = float(w_.confidence_b);
+  a.B = bl.Bp;
+  a.g = g;
+  a.ids = reinterpret_cast<int32_t*>(out_.data() + bl.ids);
+  a.conf = reinterpret_cast<float*>(out_.data() + bl.conf);
+  a.prev = reinterpret_cast<int32_t*>(in_.data() + bl.prev);
+  a.part_v = part_v_.data();
+  a.part_i = part_i_.data();
+  a.barrier = reinterpret_cast<unsigned*>(picks_barrier_.data());
+  a.blocks = ops::cuda::draft_picks_blocks(V, bl.Bp, picks_max_blocks_);
+  return ops::cuda::draft_picks_cuda(a, ctx_.stream);
 }
 
 // Requests that need the host's draw (sampling, processed logits): per draft position the predecessors go up,
