@@ -13,6 +13,7 @@
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/sm90_async.cuh"
+#include "cuda/sm90_wgmma_rs.cuh"
 #include "ops/indexer/indexer_device.cuh"
 #include "ops/indexer/indexer_launch.h"
 
@@ -302,6 +303,32 @@ __global__ void __launch_bounds__(kTcThreads, 4)
   }
 }
 
+// One step of a transposing lane butterfly: keep the half of `in` named by `hi`, send the other half to the lane xor
+// `mask`, and add what that lane sends: out[k] = kept[k] + partner's sent[k] (the partner keeps what this lane sends).
+template <int kHalf>
+__device__ __forceinline__ void fold_half(const float (&in)[2 * kHalf], float (&out)[kHalf], bool hi, int mask) {
+#pragma unroll
+  for (int k = 0; k < kHalf; ++k) {
+    const float keep = hi ? in[k + kHalf] : in[k], send = hi ? in[k] : in[k + kHalf];
+    out[k] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+  }
+}
+
+// The visible-entry count and the sequence of each of a block's tokens t0 .. t0 + tn - 1 (0 and -1 past tn), for the
+// kernels that take several tokens a block; returns the largest count.
+template <int kTok>
+__device__ __forceinline__ int64_t block_tokens(const StepDevice& st, int64_t m, int64_t max_visible, int64_t t0, int tn,
+                                                int64_t (&n_of)[kTok], int32_t (&seq_of)[kTok]) {
+  int64_t nmax = 0;
+#pragma unroll
+  for (int s = 0; s < kTok; ++s) {
+    n_of[s] = s < tn ? idx_visible(st.pos[t0 + s], m, max_visible) : 0;
+    seq_of[s] = s < tn ? st.seq_of_token[t0 + s] : -1;
+    nmax = n_of[s] > nmax ? n_of[s] : nmax;
+  }
+  return nmax;
+}
+
 // ---- Scores on tensor cores, several tokens a block (prefill): kTcTok consecutive tokens of the step share each
 // converted key tile (loaded and converted once for all of them), each token's 64 heads x 128 q being the A operand
 // of its own products. 8 warps: warp w takes keys 32 (w % 4) .. + 31 of the tile for tokens 2 (w / 4) and
@@ -328,13 +355,7 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
   const int tn = int(st.T - t0 < kTcTok ? st.T - t0 : kTcTok);
   int64_t n_of[kTcTok];
   int32_t seq_of[kTcTok];
-  int64_t nmax = 0;
-#pragma unroll
-  for (int s = 0; s < kTcTok; ++s) {
-    n_of[s] = s < tn ? idx_visible(st.pos[t0 + s], p.m, max_visible) : 0;
-    seq_of[s] = s < tn ? st.seq_of_token[t0 + s] : -1;
-    nmax = n_of[s] > nmax ? n_of[s] : nmax;
-  }
+  const int64_t nmax = block_tokens(st, p.m, max_visible, t0, tn, n_of, seq_of);
   const int64_t jb = int64_t(blockIdx.y) * kTcKeys * tiles;
   if (jb >= nmax) return;  // block-uniform
   const int heads = int(p.heads), tid = int(threadIdx.x);
@@ -395,16 +416,8 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
           // Transposing butterfly: keep the half named by the g bit, send the other half to the partner lane.
           float h4[4], h2[2];
           const bool b0 = (g & 1) != 0, b1 = (g & 2) != 0, b2 = (g & 4) != 0;
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const float keep = b0 ? part[k + 4] : part[k], send = b0 ? part[k] : part[k + 4];
-            h4[k] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
-          }
-#pragma unroll
-          for (int k = 0; k < 2; ++k) {
-            const float keep = b1 ? h4[k + 2] : h4[k], send = b1 ? h4[k] : h4[k + 2];
-            h2[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-          }
+          fold_half(part, h4, b0, 4);
+          fold_half(h4, h2, b1, 8);
           const float keep = b2 ? h2[1] : h2[0], send = b2 ? h2[0] : h2[1];
           const float total = keep + __shfl_xor_sync(0xffffffffu, send, 16);
           if (j0 + nkey < n_of[s]) scores[(t0 + s) * max_visible + j0 + nkey] = total * kscale[nkey] * rs;
@@ -437,6 +450,7 @@ constexpr size_t kWgSmem = size_t(kWgTok) * kWgQBytes + 2 * size_t(kWgKBytes) + 
 
 using dsinfer::cuda::sm90::wgmma_desc;        // the operands' shared-memory descriptors (no swizzle)
 using dsinfer::cuda::sm90::wgmma_fence_regs;  // the accumulators kept in place around asynchronous wgmma
+using dsinfer::cuda::sm90::wgmma_rs;          // the m64nNk16 bf16 wgmma with A from registers (sm90_wgmma_rs.cuh)
 
 // d (64 heads x 128 keys, fp32) (+)= A (64 x 16 at descriptor da) B (128 x 16 at db)^T, both K-major in shared
 // memory; accumulate 0: d = A B^T.
@@ -462,30 +476,6 @@ __device__ __forceinline__ void wg_m64n128k16_ss(float (&d)[16][4], uint64_t da,
         "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
         "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
       : "l"(da), "l"(db), "r"(accumulate));
-}
-// The same with A from registers (the m16n8k16 A fragment layout per warp), always accumulating.
-__device__ __forceinline__ void wg_m64n128k16_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      :
-        "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
-        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
 // Byte offset of element (row, dim) in a 64- or 128-row core-matrix tile (rows = heads or keys, `groups` row groups).
@@ -539,7 +529,8 @@ __device__ __forceinline__ void wg_q_split_regs(uint32_t (&a)[8][4], const float
 __device__ __forceinline__ void wg_issue_hi(float (&d)[16][4], uint32_t qa, uint32_t kb) {
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk)
-    wg_m64n128k16_ss(d, wgmma_desc(qa + kk * 2048u, 1024u, 128u), wgmma_desc(kb + kk * 4096u, 2048u, 128u), kk > 0 ? 1 : 0);
+    wg_m64n128k16_ss(d, wgmma_desc(qa + kk * 2048u, 1024u, 128u), wgmma_desc(kb + kk * 4096u, 2048u, 128u),
+                     kk > 0 ? 1 : 0);
 }
 
 // The epilogue of one token and tile: the lane's heads g, g + 8 ReLU'd and weighted per key, a transposing lane tree
@@ -560,21 +551,9 @@ __device__ __forceinline__ void wg_epilogue(const float (&d)[16][4], const float
     }
   const bool b0 = (g & 1) != 0, b1 = (g & 2) != 0, b2 = (g & 4) != 0;
   float h16[16], h8[8], h4[4];
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    const float keep = b0 ? part[k + 16] : part[k], send = b0 ? part[k] : part[k + 16];
-    h16[k] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
-  }
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const float keep = b1 ? h16[k + 8] : h16[k], send = b1 ? h16[k] : h16[k + 8];
-    h8[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-  }
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float keep = b2 ? h8[k + 4] : h8[k], send = b2 ? h8[k] : h8[k + 4];
-    h4[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
-  }
+  fold_half(part, h16, b0, 4);
+  fold_half(h16, h8, b1, 8);
+  fold_half(h8, h4, b2, 16);
   // The lane holds i = 16 b0 + 8 b1 + 4 b2 + m of (nt, e) = (i / 2, i % 2): keys kb + {0, 1, 8, 9}.
   float* r = red + buf * 4 * kTcKeys;
   const int kb = 8 * (8 * int(b0) + 4 * int(b1) + 2 * int(b2)) + 2 * q4;
@@ -626,13 +605,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int tn = int(st.T - t0 < kWgTok ? st.T - t0 : kWgTok);
   int64_t n_of[kWgTok];
   int32_t seq_of[kWgTok];
-  int64_t nmax = 0;
-#pragma unroll
-  for (int s = 0; s < kWgTok; ++s) {
-    n_of[s] = s < tn ? idx_visible(st.pos[t0 + s], p.m, max_visible) : 0;
-    seq_of[s] = s < tn ? st.seq_of_token[t0 + s] : -1;
-    nmax = n_of[s] > nmax ? n_of[s] : nmax;
-  }
+  const int64_t nmax = block_tokens(st, p.m, max_visible, t0, tn, n_of, seq_of);
   const int64_t jb = int64_t(blockIdx.y) * kTcKeys * tiles;
   if (jb >= nmax) return;  // block-uniform
   const int heads = int(p.heads), tid = int(threadIdx.x);
@@ -713,13 +686,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             wg_q_split_regs(a1, qt, heads, 1, wq, g, q4);
             wg_q_split_regs(a2, qt, heads, 2, wq, g, q4);
             float da[16][4];
+            float (&da64)[64] = reinterpret_cast<float (&)[64]>(da);  // the same registers, as wgmma_rs takes them
             wgmma_fence_regs(da);
             dsinfer::cuda::sm90::wgmma_fence();
             wg_issue_hi(da, qs_a + uint32_t(s * kWgQBytes), kb);
 #pragma unroll
-            for (int kk = 0; kk < 8; ++kk) wg_m64n128k16_rs(da, a1[kk], wgmma_desc(kb + kk * 4096u, 2048u, 128u));
+            for (int kk = 0; kk < 8; ++kk) wgmma_rs<128>(da64, a1[kk], wgmma_desc(kb + kk * 4096u, 2048u, 128u), 1);
 #pragma unroll
-            for (int kk = 0; kk < 8; ++kk) wg_m64n128k16_rs(da, a2[kk], wgmma_desc(kb + kk * 4096u, 2048u, 128u));
+            for (int kk = 0; kk < 8; ++kk) wgmma_rs<128>(da64, a2[kk], wgmma_desc(kb + kk * 4096u, 2048u, 128u), 1);
             dsinfer::cuda::sm90::wgmma_commit();
             dsinfer::cuda::sm90::wgmma_wait<0>();
             wgmma_fence_regs(da);
