@@ -630,8 +630,8 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     // Variants: consumer warpgroups, wgmma N per item (fine: rows rounded up to 16; else 96 / 128), the tile list (by
     // size, largest first; else expert order), the stage boundary (early: the next stage's operands before the
     // drain; else after it), the wgmma shape switch (item: per item; else per stage) and the consumer code
-    // (MoeGroupedRsArgs::variant, session 24: 8 the word decode, 9 + the stage's descriptors from its first, 10 + the
-    // next item's entry early). 0 is session 18's default, 3 session 19's, 7 session 23's, 4 the cwg 2 fallback.
+    // (MoeGroupedRsArgs::variant: 8 session 24's kWordStageItem, the default since session 26). 0 is session 18's
+    // default, 3 session 19's, 7 session 23's, 4 the cwg 2 fallback.
     // DSINFER_MOE_BENCH_RS_VARIANTS picks (and may repeat) indices of this list.
     using RsVar = oc::MoeGroupedRsVariant;
     struct RsVariant {
@@ -647,10 +647,8 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                                   {4, true, true, true, false},
                                   {4, true, true, false, true},
                                   {4, true, true, true, true},
-                                  {4, true, true, true, true, RsVar::kWordDecode},
-                                  {4, true, true, true, true, RsVar::kWordStage},
                                   {4, true, true, true, true, RsVar::kWordStageItem}};
-    std::vector<RsVariant> vars = {all_vars[0], all_vars[3], all_vars[4], all_vars[7]};
+    std::vector<RsVariant> vars = {all_vars[0], all_vars[3], all_vars[4], all_vars[7], all_vars[8]};
     if (!g_rs_variants.empty()) {
       vars.clear();
       for (int vi : g_rs_variants) vars.push_back(all_vars[vi]);

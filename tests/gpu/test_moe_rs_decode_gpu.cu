@@ -50,8 +50,8 @@ __global__ void rs_decode_kernel(uint32_t* out) {
   }
 }
 
-// The word decode of MoeGroupedRsVariant::kWordDecode and later (rs_decode_step_word, factors by
-// fp4_scale_bf16x2 from kWordStage on) beside session 23's (rs_decode_step, factors by fp4_scale_bf16), on the same
+// The word decode of MoeGroupedRsVariant::kWordStageItem (rs_decode_step_word; factors by fp4_scale_bf16x2 there,
+// by fp4_scale_bf16 in session 24's intermediate steps) beside session 23's (rs_decode_step, factors by fp4_scale_bf16), on the same
 // words and scale bytes: out[0 ..) session 23's registers, out[n ..) the word decode's with fp4_scale_bf16 factors,
 // out[2 n ..) with fp4_scale_bf16x2 factors.
 __global__ void rs_decode_word_kernel(uint32_t* out, size_t n) {
@@ -148,7 +148,7 @@ TEST(MoeRsDecodeGpu, EveryCodeEveryScaleByte) {
               (long long)checked, (long long)under_exact, (long long)under_total);
 }
 
-// MoeGroupedRsVariant::kWordDecode / kWordStage's decode against session 23's on the GPU: every e2m1 code in every
+// MoeGroupedRsVariant::kWordStageItem's decode (with either scale factor form) against session 23's on the GPU: every e2m1 code in every
 // nibble position of both weight rows, every step, times every E8M0 scale byte (NaN and inf factors included): the A
 // registers must be bitwise equal (so the kernels' wgmmas get the same operands). The exactness of session 23's
 // registers is EveryCodeEveryScaleByte's.

@@ -106,7 +106,7 @@ struct Rows {
 
 // The three runners over the prompt and the decode steps; rel per compared row.
 void run(int layers, Rows& rows) {
-  auto a = make_runner(layers, nullptr, false);
+  auto a = make_runner(layers, "main", false);
   auto b = make_runner(layers, "split", false);
   auto c = make_runner(layers, nullptr, true);
   ASSERT_TRUE(a && b && c);

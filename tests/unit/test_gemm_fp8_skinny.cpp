@@ -1,7 +1,7 @@
 // CPU checks of the FP8 skinny wgmma GEMM's host side (session 24; the kernel itself: tests/gpu/
-// test_gemm_fp8_skinny_gpu.cpp): the opt-in setting DSINFER_GEMM_FP8_SKINNY and the routing it adds to the runner's
-// plans (off by default; fast mode only; 1..256 rows; never in a segments launch), the launch shapes at the V4-Flash
-// shapes and the invariants the kernel relies on for every M (whole tokens covered, the token layout's rows, K split
+// test_gemm_fp8_skinny_gpu.cpp): the setting DSINFER_GEMM_FP8_SKINNY and the routing it adds to the runner's plans
+// (by default the measured cells only; fast mode only; 1..256 rows; never in a segments launch), the launch shapes
+// at the V4-Flash shapes and the invariants the kernel relies on for every M (whole tokens covered, the token layout's rows, K split
 // evenly, one item per cluster, the ring and the split-K partial tile in 227 KB), and the host references (the
 // quantization in the token layout = the cuBLASLt engine's reference rearranged; the fp64 GEMM = the dequantized
 // operands' product).
@@ -44,10 +44,11 @@ GemmSettings with_skinny(const char* v) {
   return s.is_ok() ? s.value() : GemmSettings{};
 }
 
-TEST(GemmFp8Skinny, SettingIsOptIn) {
-  EXPECT_EQ(GemmSettings{}.fp8_skinny, GemmFp8Skinny::kOff);
-  EXPECT_EQ(with_skinny(nullptr).fp8_skinny, GemmFp8Skinny::kOff);
-  EXPECT_EQ(with_skinny("").fp8_skinny, GemmFp8Skinny::kOff);
+TEST(GemmFp8Skinny, SettingDefaultsToTheMeasuredCells) {
+  EXPECT_EQ(GemmSettings{}.fp8_skinny, GemmFp8Skinny::kAuto);
+  EXPECT_EQ(with_skinny(nullptr).fp8_skinny, GemmFp8Skinny::kAuto);
+  EXPECT_EQ(with_skinny("").fp8_skinny, GemmFp8Skinny::kAuto);
+  EXPECT_EQ(with_skinny("auto").fp8_skinny, GemmFp8Skinny::kAuto);
   EXPECT_EQ(with_skinny("0").fp8_skinny, GemmFp8Skinny::kOff);
   EXPECT_EQ(with_skinny("1").fp8_skinny, GemmFp8Skinny::kTwoTerms);
   EXPECT_EQ(with_skinny("fp8x2").fp8_skinny, GemmFp8Skinny::kTwoTerms);
@@ -55,19 +56,29 @@ TEST(GemmFp8Skinny, SettingIsOptIn) {
   EXPECT_FALSE(gemm_settings_from(nullptr, nullptr, nullptr, nullptr, nullptr, "yes").is_ok());
 }
 
-TEST(GemmFp8Skinny, RoutingOnlyWhenAskedFor) {
+TEST(GemmFp8Skinny, RoutingWhereMeasuredOrAskedFor) {
   const DeviceWeight wq_a = fp8(1024, 4096), wq_b = fp8(32768, 1024), wo_b = fp8(4096, 8192), wo_a = fp8(8192, 4096);
-  const GemmSettings on = with_skinny("1"), one = with_skinny("fp8");
-  for (int64_t M : {1, 8, 64, 128, 256}) {
+  const GemmSettings on = with_skinny("1"), one = with_skinny("fp8"), off = with_skinny("0");
+  for (int64_t M : {1, 8, 16, 17, 64, 65, 128, 129, 256}) {
+    // the default (kAuto): the cells of gemm_fp8_skinny_auto's comment, two terms
+    const bool verify_rows = M <= kGemmGemvMaxM;
+    EXPECT_EQ(plan_gemm_call(wq_b, M, KernelMode::kFast, GemmSettings{}).fp8_skinny_terms, verify_rows ? 0 : 2) << M;
+    EXPECT_EQ(plan_gemm_call(wq_a, M, KernelMode::kFast, GemmSettings{}).fp8_skinny_terms, M > 128 ? 2 : 0) << M;
+    EXPECT_EQ(plan_gemm_call(wo_b, M, KernelMode::kFast, GemmSettings{}).fp8_skinny_terms, 0) << M;
+    EXPECT_EQ(plan_gemm_grouped_call(wo_a, 8, M, KernelMode::kFast, GemmSettings{}).fp8_skinny_terms,
+              !verify_rows && M <= 64 ? 2 : 0)
+        << M;
     for (const DeviceWeight* w : {&wq_a, &wq_b, &wo_b}) {
-      EXPECT_EQ(plan_gemm_call(*w, M, KernelMode::kFast, GemmSettings{}).fp8_skinny_terms, 0) << "default: main's route";
+      EXPECT_EQ(plan_gemm_call(*w, M, KernelMode::kFast, off).fp8_skinny_terms, 0) << "off: the other routes";
       EXPECT_EQ(plan_gemm_call(*w, M, KernelMode::kFast, on).fp8_skinny_terms, 2) << M;
       EXPECT_EQ(plan_gemm_call(*w, M, KernelMode::kFast, one).fp8_skinny_terms, 1) << M;
       for (KernelMode m : {KernelMode::kExact, KernelMode::kDefault, KernelMode::kBatchInvariant})
         EXPECT_EQ(plan_gemm_call(*w, M, m, on).fp8_skinny_terms, 0) << "fast mode only";
     }
     EXPECT_EQ(plan_gemm_grouped_call(wo_a, 8, M, KernelMode::kFast, on).fp8_skinny_terms, 2) << M;
-    EXPECT_EQ(plan_gemm_grouped_call(wo_a, 8, M, KernelMode::kFast, GemmSettings{}).fp8_skinny_terms, 0);
+    EXPECT_EQ(plan_gemm_grouped_call(wo_a, 8, M, KernelMode::kFast, off).fp8_skinny_terms, 0);
+    for (KernelMode m : {KernelMode::kExact, KernelMode::kDefault, KernelMode::kBatchInvariant})
+      EXPECT_EQ(plan_gemm_call(wq_b, M, m, GemmSettings{}).fp8_skinny_terms, 0) << "fast mode only";
   }
   EXPECT_EQ(plan_gemm_call(wq_a, 257, KernelMode::kFast, on).fp8_skinny_terms, 0) << "decode sizes only";
   DeviceWeight odd = fp8(1024, 4000);
@@ -77,7 +88,7 @@ TEST(GemmFp8Skinny, RoutingOnlyWhenAskedFor) {
   EXPECT_EQ(plan_gemm_call(odd, 64, KernelMode::kFast, on).fp8_skinny_terms, 0) << "128 x 128 blocks";
   EXPECT_EQ(plan_gemm_grouped_call(fp8(8 * 192, 4096), 8, 64, KernelMode::kFast, on).fp8_skinny_terms, 0)
       << "whole 128-row tiles per group";
-  // wq_a + wkv: one streaming segments launch by default, separate skinny calls when the kernel is on
+  // wq_a + wkv: one streaming segments launch where the kernel is not taken, separate skinny calls where it is
   const DeviceWeight wkv = fp8(512, 4096);
   const DeviceWeight* segs[] = {&wq_a, &wkv};
   EXPECT_TRUE(plan_gemm_segments(segs, 2, 64, KernelMode::kFast, GemmSettings{}, kSms).one_launch);

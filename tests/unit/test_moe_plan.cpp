@@ -289,27 +289,23 @@ TEST(MoePlan, FastVariantFromItsSetting) {
   }
 }
 
-// The RS grouped kernels' variant (moe_plan.h moe_rs_variant_from): unset, empty or 0 -> session 23's code (opt-in
-// until measured), 1 / 2 / 3 -> kWordDecode / kWordStage / kWordStageItem, anything else -> session 23's and not valid
-// (moe_rs_variant names it on stderr).
+// The RS grouped kernels' variant (moe_plan.h moe_rs_variant_from): unset, empty or 3 -> kWordStageItem (the default
+// since session 26), 0 -> session 23's code (the A/B), anything else (1 and 2 included: session 24's intermediate
+// steps, gone) -> kWordStageItem and not valid (moe_rs_variant names it on stderr).
 TEST(MoePlan, RsVariantFromItsSetting) {
   bool valid = false;
-  EXPECT_EQ(moe_rs_variant_from(nullptr, &valid), MoeGroupedRsVariant::kSession23);
+  EXPECT_EQ(moe_rs_variant_from(nullptr, &valid), MoeGroupedRsVariant::kWordStageItem);
   EXPECT_TRUE(valid);
-  EXPECT_EQ(moe_rs_variant_from("", &valid), MoeGroupedRsVariant::kSession23);
-  EXPECT_TRUE(valid);
-  EXPECT_EQ(moe_rs_variant_from("0", &valid), MoeGroupedRsVariant::kSession23);
-  EXPECT_TRUE(valid);
-  EXPECT_EQ(moe_rs_variant_from("1", &valid), MoeGroupedRsVariant::kWordDecode);
-  EXPECT_TRUE(valid);
-  EXPECT_EQ(moe_rs_variant_from("2", &valid), MoeGroupedRsVariant::kWordStage);
+  EXPECT_EQ(moe_rs_variant_from("", &valid), MoeGroupedRsVariant::kWordStageItem);
   EXPECT_TRUE(valid);
   EXPECT_EQ(moe_rs_variant_from("3", &valid), MoeGroupedRsVariant::kWordStageItem);
   EXPECT_TRUE(valid);
-  for (const char* bad : {"4", "01", "word", "1 ", "-1"}) {
-    EXPECT_EQ(moe_rs_variant_from(bad, &valid), MoeGroupedRsVariant::kSession23) << bad;
+  EXPECT_EQ(moe_rs_variant_from("0", &valid), MoeGroupedRsVariant::kSession23);
+  EXPECT_TRUE(valid);
+  for (const char* bad : {"1", "2", "4", "01", "word", "3 ", "-1"}) {
+    EXPECT_EQ(moe_rs_variant_from(bad, &valid), MoeGroupedRsVariant::kWordStageItem) << bad;
     EXPECT_FALSE(valid) << bad;
   }
-  // the launch default is session 23's code too (moe_grouped_launch.h)
-  EXPECT_EQ(MoeGroupedRsArgs{}.variant, MoeGroupedRsVariant::kSession23);
+  // the launch default is the same code (moe_grouped_launch.h)
+  EXPECT_EQ(MoeGroupedRsArgs{}.variant, MoeGroupedRsVariant::kWordStageItem);
 }

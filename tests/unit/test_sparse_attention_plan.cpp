@@ -154,17 +154,17 @@ TEST(SparseAttentionPlan, Fp8PrefillOpChoice) {
   }
 }
 
-// Session 24: the split-block prefill kernel is opt-in (DSINFER_SPARSE_PREFILL_KERNEL=split), in the fast mode at one
-// split only; exact and batch-invariant keep main's kernel whatever the variable says.
+// Session 26: the split-block prefill kernel is the default (DSINFER_SPARSE_PREFILL_KERNEL=main refuses it), in the
+// fast mode at one split only; exact and batch-invariant keep main's kernel whatever the variable says.
 TEST(SparseAttentionPlan, SparsePrefillSplitKernelChoice) {
   using K = SparsePrefillKernel;
-  for (const char* v : {static_cast<const char*>(nullptr), "", "main"}) {
+  for (const char* v : {static_cast<const char*>(nullptr), "", "split"}) {
     auto r = sparse_prefill_kernel_from(v);
     ASSERT_TRUE(r.is_ok());
-    EXPECT_EQ(*r, K::kMain);
+    EXPECT_EQ(*r, K::kSplit);
   }
-  ASSERT_TRUE(sparse_prefill_kernel_from("split").is_ok());
-  EXPECT_EQ(*sparse_prefill_kernel_from("split"), K::kSplit);
+  ASSERT_TRUE(sparse_prefill_kernel_from("main").is_ok());
+  EXPECT_EQ(*sparse_prefill_kernel_from("main"), K::kMain);
   for (const char* v : {"1", "on", "SPLIT", "bf16"}) {
     auto r = sparse_prefill_kernel_from(v);
     ASSERT_FALSE(r.is_ok()) << v;

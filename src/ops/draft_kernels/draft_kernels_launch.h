@@ -83,6 +83,11 @@ inline bool draft_picks_supported(int64_t vocab, int64_t rank, int64_t B) {
   return rank > 0 && rank <= kDraftPicksMaxRank && rank % 4 == 0 && B > 0 && B <= kDraftPicksMaxB && vocab > 0 &&
          vocab <= kDraftPicksMaxVocab;
 }
+// The drafter's choice (DsparkCuda::picks_fused): the fused picks up to this many padded sequences by default, where
+// they beat the per-position kernels (H200, session 26, V4-Flash's drafter, the propose graph with the ingest: 1
+// sequence 0.288 -> 0.218 ms with the fused MoE, 2 0.388 -> 0.381; 4 0.426 either way; 8 0.441 -> 0.454, 64 0.605
+// -> 0.650 ms: bench/NOTES.md).
+inline constexpr int64_t kDraftPicksFusedMaxB = 2;
 inline int64_t draft_picks_slices(int64_t vocab) { return (vocab + 31) / 32; }
 // Grid of the fused picks: one warp per work item (a slice x up to 8 sequences), 8 warps a block, at most max_blocks
 // (the SM count: every block resident for the grid barrier).

@@ -48,10 +48,11 @@ Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m,
   else if (st == "all") s.lt_stack = GemmLtStack::kAll;
   else if (!st.empty()) return Status::errorf("DSINFER_CUBLASLT_STACK must be 0, auto or all, found '{}'", st);
   const std::string sk = fp8_skinny ? fp8_skinny : "";
-  if (sk == "0") s.fp8_skinny = GemmFp8Skinny::kOff;
+  if (sk == "auto") s.fp8_skinny = GemmFp8Skinny::kAuto;
+  else if (sk == "0") s.fp8_skinny = GemmFp8Skinny::kOff;
   else if (sk == "1" || sk == "fp8x2") s.fp8_skinny = GemmFp8Skinny::kTwoTerms;
   else if (sk == "fp8") s.fp8_skinny = GemmFp8Skinny::kOneTerm;
-  else if (!sk.empty()) return Status::errorf("DSINFER_GEMM_FP8_SKINNY must be 0, 1, fp8x2 or fp8, found '{}'", sk);
+  else if (!sk.empty()) return Status::errorf("DSINFER_GEMM_FP8_SKINNY must be auto, 0, 1, fp8x2 or fp8, found '{}'", sk);
   return s;
 }
 
@@ -137,11 +138,19 @@ bool gemm_fp8_skinny_supports(const DeviceWeight& w, int64_t groups) {
   return groups == 1 || w.rows % (128 * groups) == 0;
 }
 
+bool gemm_fp8_skinny_auto(int64_t M, int64_t N, int64_t groups) {
+  if (M <= kGemmGemvMaxM || M > kGemmFp8SkinnyMaxM || groups < 1) return false;
+  if (groups > 1) return M <= kGemmFp8SkinnyAutoGroupedMaxM;
+  if (N > kGemmStreamMidMaxN) return true;
+  return N <= kGemmStreamMaxN && M > kGemmStreamMidMaxM;
+}
+
 namespace {
 // The FP8 skinny kernel's activation terms for a call (0: not taken).
 int fp8_skinny_terms(const DeviceWeight& w, int64_t groups, int64_t M, KernelMode mode, const GemmSettings& s) {
   if (mode != KernelMode::kFast || s.fp8_skinny == GemmFp8Skinny::kOff || M < 1 || M > kGemmFp8SkinnyMaxM) return 0;
   if (!gemm_fp8_skinny_supports(w, groups)) return 0;
+  if (s.fp8_skinny == GemmFp8Skinny::kAuto && !gemm_fp8_skinny_auto(M, w.rows / groups, groups)) return 0;
   return s.fp8_skinny == GemmFp8Skinny::kOneTerm ? 1 : 2;
 }
 }  // namespace

@@ -124,9 +124,9 @@ enum class GemmLtActivations { kFp8, kFp8x2, kBf16, kAuto };
 // quantization and the scales unchanged) into an engine buffer, then one kernel y = ((y) + term 1) + term 2 in the
 // two matmuls' order; kAll stacked at every M <= kGemmLtStackMaxM and every N (benches, A/B).
 enum class GemmLtStack { kOff, kAuto, kAll };
-// kOff until the model-level checks of the stacked form have run (fidelity gate, check-reference, the decode A/B:
-// bench/NOTES.md session 23, helper s23-skinny); its kernel-level measurements and GPU tests are in.
-inline constexpr GemmLtStack kGemmLtStackDefault = GemmLtStack::kOff;
+// kAuto since session 26: the fidelity gate and check-reference pass with it, and the decode step gained (H200,
+// V4-Flash 4 layers, context 4,096: batch 64 5.160 -> 5.087 ms, batch 256 8.636 -> 8.442 ms; bench/NOTES.md).
+inline constexpr GemmLtStack kGemmLtStackDefault = GemmLtStack::kAuto;
 // The stacked form's limits (kAuto): rows up to kGemmLtStackMaxM (decode sizes: cuBLASLt's block-scaled matmul
 // costs about the same at 2 M rows as at M there), outputs up to kGemmLtStackMaxN (the sum kernel moves 3 x M x N x
 // 4 bytes: for wq_b's N = 32,768 the stacked call lost from 128 rows). H200, graph-replayed us, two matmuls ->
@@ -136,13 +136,24 @@ inline constexpr int64_t kGemmLtStackMaxM = 256;
 inline constexpr int64_t kGemmLtStackMaxN = 4096;
 bool gemm_lt_fp8x2_stacked(int64_t M, int64_t N, GemmLtStack setting);
 
-// The FP8 skinny wgmma kernel (gemm_fp8_skinny_cuda.h; session 24, not yet run on a GPU), DSINFER_GEMM_FP8_SKINNY:
-// kOff (default: today's routes), kTwoTerms (1 or fp8x2: the cuBLASLt kFp8x2 numerics), kOneTerm (fp8: official
-// act_quant numerics). Opt-in until its GPU tests, the kernel bench and the model-level checks have run.
-enum class GemmFp8Skinny { kOff, kTwoTerms, kOneTerm };
-inline constexpr GemmFp8Skinny kGemmFp8SkinnyDefault = GemmFp8Skinny::kOff;
+// The FP8 skinny wgmma kernel (gemm_fp8_skinny_cuda.h; session 24), DSINFER_GEMM_FP8_SKINNY: kAuto (default: two
+// activation terms, the cuBLASLt kFp8x2 numerics, in gemm_fp8_skinny_auto's cells only), kOff (the other routes
+// everywhere), kTwoTerms (1 or fp8x2: at every M it takes), kOneTerm (fp8: official act_quant numerics, every M).
+enum class GemmFp8Skinny { kAuto, kOff, kTwoTerms, kOneTerm };
+inline constexpr GemmFp8Skinny kGemmFp8SkinnyDefault = GemmFp8Skinny::kAuto;
 // Rows the kernel takes (decode batches).
 inline constexpr int64_t kGemmFp8SkinnyMaxM = 256;
+// kAuto's grouped weights (wo_a) take the kernel up to this M.
+inline constexpr int64_t kGemmFp8SkinnyAutoGroupedMaxM = 64;
+// kAuto's cells, where the kernel beat the other routes in the model (H200, session 26, V4-Flash 4 layers, decode at
+// context 4,096, us a layer at batch 1 / 64 / 256, the other routes with the stacked cuBLASLt form -> the kernel):
+// wq_b (N = 32,768) 22.5 / 46 / 69 -> 19.8 / 25 / 57; wo_a (8 groups) 20.9 / 66 / 83 -> 22.4 / 45 / 119; wq_a + wkv
+// 15.7 / 25 / 71-78 -> 22.6 / 32 / 57; wo_b 22.2 / 32 / 58 -> 27.8 / 40 / 72 (bench/NOTES.md, session 26). So:
+// rows above kGemmGemvMaxM only (a speculative verify step of up to that many rows keeps the kernels of a 1-row
+// decode step: gemm_gemv_preferred), up to kGemmFp8SkinnyMaxM; grouped weights up to kGemmFp8SkinnyAutoGroupedMaxM;
+// single weights of N > kGemmStreamMidMaxN (wq_b) at every such M, of N <= kGemmStreamMaxN (wq_a, wkv) above
+// kGemmStreamMidMaxM (the streaming kernel's range); never N in between (wo_b).
+bool gemm_fp8_skinny_auto(int64_t M, int64_t N, int64_t groups);
 // K splits (thread-block cluster size, portable limit).
 inline constexpr int kGemmFp8SkinnyMaxSplits = 8;
 // Shared memory a block may opt into on sm_90.
@@ -172,9 +183,10 @@ bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int t
 //                           bits either way: the A/B switch)
 //   DSINFER_CUBLASLT_STACK  0 = the two-term FP8 route as two matmuls, auto = stacked where gemm_lt_fp8x2_stacked,
 //                           all = stacked at every M <= kGemmLtStackMaxM (GemmLtStack; default kGemmLtStackDefault)
-//   DSINFER_GEMM_FP8_SKINNY 0 = off, 1 or fp8x2 = the FP8 skinny wgmma kernel with two activation terms, fp8 = with
-//                           one (GemmFp8Skinny; default kGemmFp8SkinnyDefault = off): plan_gemm_call /
-//                           plan_gemm_grouped_call send FP8 weights it supports at 1..kGemmFp8SkinnyMaxM rows there
+//   DSINFER_GEMM_FP8_SKINNY auto = the FP8 skinny wgmma kernel in gemm_fp8_skinny_auto's cells (default
+//                           kGemmFp8SkinnyDefault), 0 = off, 1 or fp8x2 = with two activation terms, fp8 = with one,
+//                           at every 1..kGemmFp8SkinnyMaxM rows (GemmFp8Skinny): plan_gemm_call /
+//                           plan_gemm_grouped_call send the FP8 weights it supports there
 struct GemmSettings {
   bool cublaslt = kGemmLtDefaultOn;
   int64_t lt_min_m = kGemmLtMinM;

@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(kTcmThreads, 2)
 }
 
 
-// ---- Scores on wgmma (fast mode, prefill; opt-in, see indexer_tc_tokens_per_block): kWgTok consecutive tokens a
+// ---- Scores on wgmma (fast mode, prefill; the plan: indexer_tc_tokens_per_block): kWgTok consecutive tokens a
 // block, their q (split hi) resident in shared memory for all the block's key tiles, and 128-key tiles through two
 // buffers (the next tile's codes loaded into registers while this one is multiplied; a tile's chains end, a block
 // barrier, then the next tile is stored and a second barrier). Two warpgroups take the block's tokens in turn
@@ -718,19 +718,19 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
                             step, view, p, q, weights, max_visible, scores);
 }
 
-// The plan (which tensor-core kernel for which step): kTcTok tokens a block sharing each key tile when the step's
-// sequences average at least kTcTok tokens (prefill chunks); one token a block otherwise (decode, MTP). The wgmma
-// kernel (kWgTok tokens a block) only when asked for: DSINFER_INDEXER_SCORES=wgmma, in fast mode (p.fast), on steps
-// whose sequences average at least kWgTok tokens. It is opt-in until check-reference and the fidelity gate have run
-// with it on the GPU (bench/NOTES.md, session 23). Read once; a value other than mma / wgmma is named and ignored.
+// The plan (which tensor-core kernel for which step): in fast mode (p.fast) the wgmma kernel (kWgTok tokens a block)
+// on steps whose sequences average at least kWgTok tokens (prefill chunks); else kTcTok tokens a block sharing each
+// key tile when they average at least kTcTok; one token a block otherwise (decode, MTP). The wgmma kernel is the
+// default since session 26 (H200, V4-Flash 4 layers, 32K prefill in 8K chunks: indexer 12.88 -> 10.75 ms; the
+// fidelity gate and check-reference pass with it: bench/NOTES.md); DSINFER_INDEXER_SCORES=mma keeps the mma.sync
+// kernels (the A/B switch). Read once; a value other than mma / wgmma is named and ignored.
 int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p) {
   static const bool wgmma = [] {
     const char* v = std::getenv("DSINFER_INDEXER_SCORES");
-    if (!v) return false;
-    if (std::strcmp(v, "wgmma") == 0) return true;
-    if (std::strcmp(v, "mma") != 0)  // an A/B switch with no Status path: a value it cannot use is named
+    if (v && std::strcmp(v, "mma") == 0) return false;
+    if (v && std::strcmp(v, "wgmma") != 0)  // an A/B switch with no Status path: a value it cannot use is named
       std::fprintf(stderr, "DSINFER_INDEXER_SCORES must be mma or wgmma, found '%s': ignored\n", v);
-    return false;
+    return true;
   }();
   if (wgmma && p.fast && step.T >= kWgTok * step.num_seqs) return kWgTok;
   return step.T >= kTcTok * step.num_seqs ? kTcTok : 1;

@@ -57,16 +57,17 @@ inline constexpr bool kMoeGroupedRsEarlyNext = true;
 // loop, the shape picked per 128-k stage (session 19). Same wgmmas (same bits).
 inline constexpr bool kMoeGroupedRsItemSwitch = true;
 // The RS kernels' consumer code per stage and item (session 24, helper s24-moep; the same wgmmas on the same A
-// registers and descriptors, so the same bits; moe_plan.h moe_rs_variant picks it, opt-in until measured). Applies
-// with fine_n, early_next and item_switch all on (the plan's launch); any other combination runs kSession23's code.
+// registers and descriptors, so the same bits; moe_plan.h moe_rs_variant picks it). kWordStageItem applies with
+// fine_n, early_next and item_switch all on (the plan's launch); any other combination runs kSession23's code.
 // kSession23: each bf16 pair of FP4 weights by its own shifts and masks (fp4_pair_bits), each step's wgmma descriptor
-// from its address, the scale factors by fp4_scale_bf16. kWordDecode: each step's two pairs of a row from one
-// bit-select (fp4_half_pairs, moe_grouped_rs_decode.cuh rs_decode_step_word). kWordStage: kWordDecode, the step
-// descriptors as the stage's first plus a constant, the scale factors by fp4_scale_bf16x2, the stage counter
-// unsigned (slot and parity by mask and shift). kWordStageItem:
-// kWordStage, the item entry from the producer through shared memory (not item_of's global loads) and the
-// epilogue's outputs as two row pointers stepped by 8 rows (not a 64-bit index each).
-enum class MoeGroupedRsVariant : uint8_t { kSession23 = 0, kWordDecode = 1, kWordStage = 2, kWordStageItem = 3 };
+// from its address, the scale factors by fp4_scale_bf16. kWordStageItem: each step's two pairs of a row from one
+// bit-select (fp4_half_pairs, moe_grouped_rs_decode.cuh rs_decode_step_word), the step descriptors as the stage's
+// first plus a constant, the scale factors by fp4_scale_bf16x2, the stage counter unsigned (slot and parity by mask
+// and shift), the item entry from the producer through shared memory (not item_of's global loads) and the epilogue's
+// outputs as two row pointers stepped by 8 rows (not a 64-bit index each). Session 24's two intermediate steps (the
+// word decode alone, then with the stage descriptors: 1 / 2) went after the H200 A/B (session 26, T = 4,096 gate/up +
+// down, us: 2,414-2,533 / 2,224-2,247 / 2,168-2,184 / 2,090-2,140 for session 23's / 1 / 2 / kWordStageItem).
+enum class MoeGroupedRsVariant : uint8_t { kSession23 = 0, kWordStageItem = 3 };
 
 // The bf16 wgmma grouped GEMMs with the FP4 weights as the register A operand (moe_grouped_rs.cu; numerics of
 // MoeGroupedArgs: bf16 activations in chunk layout, exact weights, fp32 sums). The activation rows are the permuted
@@ -88,7 +89,7 @@ struct MoeGroupedRsArgs {
   bool fine_n = kMoeGroupedRsFineN;     // the wgmma N per item (benches time both)
   bool early_next = kMoeGroupedRsEarlyNext;  // the next stage's operands before the drain (fine_n only; benches)
   bool item_switch = kMoeGroupedRsItemSwitch;  // the wgmma shape picked per item (fine_n only; benches)
-  MoeGroupedRsVariant variant = MoeGroupedRsVariant::kSession23;  // moe_cuda: moe_rs_variant()
+  MoeGroupedRsVariant variant = MoeGroupedRsVariant::kWordStageItem;  // moe_cuda: moe_rs_variant()
 };
 
 namespace detail {

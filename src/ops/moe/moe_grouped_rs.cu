@@ -1,5 +1,3 @@
-// Over 700 lines: session 24's consumer variants (MoeGroupedRsVariant) sit beside session 23's code until the
-// device A/B picks one; the others then go.
 // BF16 grouped (prefill) MoE GEMMs on Hopper's wgmma with the FP4 weights as the register A operand ("RS"), for
 // FP4_G32 experts with E8M0 scales (design in docs/kernels.md "MoE grouped RS path"). Same numerics as the bf16 grouped
 // path (moe_grouped.cu): x and the SwiGLU output h rounded to bf16, the weights exact (e2m1 x 2^e is a bf16, decoded
@@ -18,7 +16,7 @@
 // and issues the step's m64nNk16 wgmma with B from the slot, decoding step s + 1 while step s runs (double buffer,
 // drained at the stage's end; the next stage's weight bytes and first decode come before that drain, under the
 // stage's last wgmma); the slot is released after the stage's last wgmma. MoeGroupedRsArgs::variant (session 24,
-// opt-in) swaps in a leaner consumer code with the same wgmmas on the same operands: the word decode
+// the default since session 26) swaps in a leaner consumer code with the same wgmmas on the same operands: the word decode
 // (rs_decode_step_word), the step descriptors from the stage's first, the item entry from shared memory and the
 // epilogue's row pointers.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
@@ -254,15 +252,15 @@ __device__ __forceinline__ void load_wregs(const Smem<kCwg>& sm, uint32_t slot, 
 // stage's first wgmma issues at once (same wgmmas, same order). Returns the next stage index. Rejected (session
 // 23): no drain per stage, the slot of stage kt - 1 released after stage kt's first wgmma and `wait_group 1`: at
 // cwg 4's 112 registers ptxas serializes every wgmma (C7512, insufficient registers).
-// kVar (MoeGroupedRsArgs::variant, moe_grouped_launch.h): the decode (kSession23: rs_decode_step; later:
-// rs_decode_step_word), and from kWordStage the step descriptors as the stage's first plus a constant and the scale
-// factors by fp4_scale_bf16x2: the same A registers and descriptors, so the same wgmmas.
+// kVar (MoeGroupedRsArgs::variant, moe_grouped_launch.h): the decode (kSession23: rs_decode_step; kWordStageItem:
+// rs_decode_step_word), and with kWordStageItem the step descriptors as the stage's first plus a constant and the
+// scale factors by fp4_scale_bf16x2: the same A registers and descriptors, so the same wgmmas.
 template <int kCwg, int kN, bool kEarly, MoeGroupedRsVariant kVar>
 __device__ __forceinline__ int mainloop(const Smem<kCwg>& sm, int c0, int nk, int nb, int wrow, int t,
                                         float (&acc)[64]) {
   constexpr bool kWord = kVar != MoeGroupedRsVariant::kSession23;
-  constexpr bool kStage = kVar == MoeGroupedRsVariant::kWordStage || kVar == MoeGroupedRsVariant::kWordStageItem;
-  // the global stage counter: unsigned from kWordStage on (the slot and parity by a mask and a shift; c >= 0)
+  constexpr bool kStage = kVar == MoeGroupedRsVariant::kWordStageItem;
+  // the global stage counter: unsigned with kStage (the slot and parity by a mask and a shift; c >= 0)
   std::conditional_t<kStage, uint32_t, int> c = c0;
   WRegs wr;
   uint32_t a[2][4];
@@ -535,10 +533,6 @@ void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t 
   using V = MoeGroupedRsVariant;
   const bool plan = a.fine_n && a.early_next && a.item_switch;
   if (!a.fine_n) launch_cfg<kCwg, kGateUp, false, false, false>(a, amap, max_tiles, st);
-  else if (plan && a.variant == V::kWordDecode)
-    launch_cfg<kCwg, kGateUp, true, true, true, V::kWordDecode>(a, amap, max_tiles, st);
-  else if (plan && a.variant == V::kWordStage)
-    launch_cfg<kCwg, kGateUp, true, true, true, V::kWordStage>(a, amap, max_tiles, st);
   else if (plan && a.variant == V::kWordStageItem)
     launch_cfg<kCwg, kGateUp, true, true, true, V::kWordStageItem>(a, amap, max_tiles, st);
   else if (plan) launch_cfg<kCwg, kGateUp, true, true, true>(a, amap, max_tiles, st);

@@ -35,7 +35,7 @@ __device__ __forceinline__ void rs_decode_step(const uint4& w0, const uint4& w1,
 }
 
 // rs_decode_step with each row's two pairs from one bit-select (fp4_half_pairs: 11 integer operations per word's two
-// steps and row instead of 16; MoeGroupedRsVariant::kWordDecode and later). The same A registers for every word: each
+// steps and row instead of 16; MoeGroupedRsVariant::kWordStageItem). The same A registers for every word: each
 // fp4_half_pairs output is fp4_pair_bits's (tests/unit/test_moe_fast.cpp), multiplied by the same factor.
 __device__ __forceinline__ void rs_decode_step_word(const uint4& w0, const uint4& w1, uint32_t F0, uint32_t F1, int s,
                                                     uint32_t (&a)[4]) {

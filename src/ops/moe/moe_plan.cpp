@@ -56,12 +56,10 @@ MoeFastVariant moe_fast_variant() {
 
 MoeGroupedRsVariant moe_rs_variant_from(const char* value, bool* valid) {
   if (valid) *valid = true;
-  if (!value || !*value || std::strcmp(value, "0") == 0) return MoeGroupedRsVariant::kSession23;
-  if (std::strcmp(value, "1") == 0) return MoeGroupedRsVariant::kWordDecode;
-  if (std::strcmp(value, "2") == 0) return MoeGroupedRsVariant::kWordStage;
-  if (std::strcmp(value, "3") == 0) return MoeGroupedRsVariant::kWordStageItem;
+  if (!value || !*value || std::strcmp(value, "3") == 0) return MoeGroupedRsVariant::kWordStageItem;
+  if (std::strcmp(value, "0") == 0) return MoeGroupedRsVariant::kSession23;
   if (valid) *valid = false;
-  return MoeGroupedRsVariant::kSession23;
+  return MoeGroupedRsVariant::kWordStageItem;
 }
 
 MoeGroupedRsVariant moe_rs_variant() {
@@ -69,7 +67,7 @@ MoeGroupedRsVariant moe_rs_variant() {
     const char* env = std::getenv("DSINFER_MOE_RS_VARIANT");
     bool valid = true;
     const MoeGroupedRsVariant r = moe_rs_variant_from(env, &valid);
-    if (!valid) std::fprintf(stderr, "DSINFER_MOE_RS_VARIANT must be 0, 1, 2 or 3, found '%s': using 0\n", env);
+    if (!valid) std::fprintf(stderr, "DSINFER_MOE_RS_VARIANT must be 0 or 3, found '%s': using 3\n", env);
     return r;
   }();
   return v;

@@ -135,10 +135,11 @@ bool moe_shared_fused(MoePath path, MoeExpertKernels experts, int64_t T, const M
 MoeFastVariant moe_fast_variant_from(const char* value, bool* valid = nullptr);
 MoeFastVariant moe_fast_variant();
 
-// The RS grouped kernels' consumer code (MoeGroupedRsVariant, same bits; moe_grouped_launch.h): opt-in until measured
-// on the H200. DSINFER_MOE_RS_VARIANT=0 or unset: session 23's (kSession23); 1 kWordDecode, 2 kWordStage, 3
-// kWordStageItem (an A/B between processes). moe_rs_variant_from: nullptr = unset; a value it cannot use gives
-// kSession23 and *valid = false. moe_rs_variant reads the variable once and names a value it cannot use on stderr.
+// The RS grouped kernels' consumer code (MoeGroupedRsVariant, same bits; moe_grouped_launch.h):
+// DSINFER_MOE_RS_VARIANT=3 or unset kWordStageItem (the default since session 26, measured fastest on the H200); 0
+// session 23's (kSession23: an A/B between processes). moe_rs_variant_from: nullptr = unset; a value it cannot use
+// gives kWordStageItem and *valid = false. moe_rs_variant reads the variable once and names a value it cannot use on
+// stderr.
 MoeGroupedRsVariant moe_rs_variant_from(const char* value, bool* valid = nullptr);
 MoeGroupedRsVariant moe_rs_variant();
 

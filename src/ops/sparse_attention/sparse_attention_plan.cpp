@@ -152,8 +152,8 @@ bool plan_sparse_attention_fp8_prefill(int64_t T, SparsePrefillRoute route) {
 
 Result<SparsePrefillKernel> sparse_prefill_kernel_from(const char* value) {
   const std::string v = value ? value : "";
-  if (v.empty() || v == "main") return SparsePrefillKernel::kMain;
-  if (v == "split") return SparsePrefillKernel::kSplit;
+  if (v == "main") return SparsePrefillKernel::kMain;
+  if (v.empty() || v == "split") return SparsePrefillKernel::kSplit;
   return Status::errorf("DSINFER_SPARSE_PREFILL_KERNEL must be main or split, found '{}'", v);
 }
 

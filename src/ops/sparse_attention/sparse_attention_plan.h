@@ -113,9 +113,11 @@ Result<SparsePrefillRoute> sparse_prefill_route_from_env();
 bool plan_sparse_attention_fp8_prefill(int64_t T, SparsePrefillRoute route = SparsePrefillRoute::kAuto);
 // Which kernel the prefill op runs (session 24, issue 30): main's (sparse_attention_prefill: fp32 or bf16 q, fp32 o,
 // the FP8 kernels' bits) or the split-block kernel (sparse_attention_prefill_split: bf16 q in by TMA, bf16 o out, each
-// consumer warpgroup its own 64-key block; not yet run on a GPU, so OPT-IN). DSINFER_SPARSE_PREFILL_KERNEL, read
-// once with the runner's other settings: unset, empty or `main` main's kernel; `split` the split-block kernel where
-// plan_sparse_prefill_split allows it. Any other value is an error naming the variable.
+// consumer warpgroup its own 64-key block). The split kernel is the default since session 26 (H200, V4-Flash 4 layers,
+// prefill 4,096: the op 4.43 -> 3.20 ms, the step 29.66 -> 28.11 ms; bench/NOTES.md). DSINFER_SPARSE_PREFILL_KERNEL,
+// read once with the runner's other settings: unset, empty or `split` the split-block kernel where
+// plan_sparse_prefill_split allows it; `main` main's kernel (the A/B). Any other value is an error naming the
+// variable.
 enum class SparsePrefillKernel { kMain, kSplit };
 Result<SparsePrefillKernel> sparse_prefill_kernel_from(const char* value);  // nullptr = unset
 Result<SparsePrefillKernel> sparse_prefill_kernel_from_env();
@@ -127,7 +129,7 @@ bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int6
 // norm + RoPE writes bf16 q (HeadNormRopeParams::out_bf16), the split kernel reads it and writes bf16 o, and wo_a's
 // batched cuBLASLt call reads that o as its bf16 x (GemmLtEngine::gemm_grouped_bf16) instead of rounding an fp32 o
 // itself; not taken, main's path (fp32 q and o) unchanged. Every input must agree:
-//   plan_sparse_prefill_split (asked for by DSINFER_SPARSE_PREFILL_KERNEL=split, the fast mode, the layer's FP8
+//   plan_sparse_prefill_split (not refused by DSINFER_SPARSE_PREFILL_KERNEL=main, the fast mode, the layer's FP8
 //     split plan at 1 split: where that plan wants more there are too few (token, head group) items to fill the
 //     GPU's SMs, which is all the split kernel parallelises over);
 //   fp8_state: the layer's keys in DeepSeek's FP8 format (the prefill op's only form: head_dim 512, `official`
@@ -139,7 +141,7 @@ bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int6
 //     rounds o to bf16 exactly as the split kernel does (RNE of the same fp32 value); the streaming / tiled kernels
 //     (DSINFER_CUBLASLT=0, a BF16 wo_a) would read a different x, so the split path is refused there.
 struct SparsePrefillSplitStep {
-  SparsePrefillKernel kernel = SparsePrefillKernel::kMain;
+  SparsePrefillKernel kernel = SparsePrefillKernel::kSplit;
   KernelMode mode = KernelMode::kDefault;
   int64_t num_splits = 0;
   bool fp8_state = false, prefill_op = false, all_heads = false, wo_a_bf16 = false;

@@ -125,7 +125,7 @@ class CudaForwardV4 final : public CudaForward {
   // DSINFER_SPARSE_PREFILL (ops/sparse_attention/sparse_attention_plan.h), read once by load(): attend_fp8's route.
   ops::cuda::SparsePrefillRoute sparse_prefill_ = ops::cuda::SparsePrefillRoute::kAuto;
   // DSINFER_SPARSE_PREFILL_KERNEL (the same header), read once by load(): split_prefill's kernel input.
-  ops::cuda::SparsePrefillKernel sparse_prefill_kernel_ = ops::cuda::SparsePrefillKernel::kMain;
+  ops::cuda::SparsePrefillKernel sparse_prefill_kernel_ = ops::cuda::SparsePrefillKernel::kSplit;
 };
 
 }  // namespace dsinfer::backends

@@ -131,9 +131,8 @@ class DraftForward {
   cuda::DeviceBuffer<int32_t> ridx_, rows_;
   ops::cuda::MoeWorkspace moe_ws_;
   // The MoE of chunks that moe_cuda's exact path runs on its skinny kernels (<= 8 tokens) as two launches
-  // (draft_moe_cuda, the same bits) with DSINFER_DSPARK_FUSED_MOE=1 (opt-in: not yet run on a GPU), else moe_cuda.
-  // h scratch [8, k + 1, moe_h_ld_].
-  bool fused_moe_ = false;
+  // (draft_moe_cuda, the same bits) unless DSINFER_DSPARK_FUSED_MOE=0, else moe_cuda. h scratch [8, k + 1, moe_h_ld_].
+  bool fused_moe_ = true;
   int64_t moe_h_ld_ = 0;
   cuda::DeviceBuffer<float> moe_h_;
   // The K=V path's side stream (attention; empty: draft_side_streams() off). Declared last, so destroyed first: its
@@ -251,9 +250,9 @@ class DsparkCuda final : public speculative::Drafter {
   bool fuse_ingest_ = true;           // ingest joins the next propose's graph (DSINFER_DSPARK_FUSED_INGEST=0: off)
   bool profile_ = false;              // DSINFER_DSPARK_PROFILE=1
   // The all-greedy block's g positions of Markov bias + pick as one kernel (draft_picks_kernel) instead of g x (bias
-  // GEMM + draft_pick) and the first Markov gather with DSINFER_DSPARK_FUSED_PICKS=1 (opt-in: not yet run on a GPU),
-  // else the per-position kernels.
-  bool fused_picks_ = false;
+  // GEMM + draft_pick) and the first Markov gather for blocks of up to this many padded sequences (the constructor:
+  // DSINFER_DSPARK_FUSED_PICKS, default kDraftPicksFusedMaxB), else the per-position kernels.
+  int64_t fused_picks_max_b_ = 0;
   int32_t picks_max_blocks_ = 1;  // the SM count: the fused picks' grid barrier needs every block resident
   cuda::DeviceBuffer<float> part_v_;    // the fused picks' slice partials [g, Bp, slices]
   cuda::DeviceBuffer<int32_t> part_i_;

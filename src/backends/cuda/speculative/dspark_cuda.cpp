@@ -43,9 +43,11 @@ DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig d
   times_.on = t && std::string(t) == "1";
   const char* pr = std::getenv("DSINFER_DSPARK_PROFILE");
   profile_ = pr && std::string(pr) == "1";
-  // Opt-in until its GPU tests and measurements have run (session 23 had no device time left for them).
+  // DSINFER_DSPARK_FUSED_PICKS: unset the fused picks up to kDraftPicksFusedMaxB padded sequences, 1 at every size
+  // the kernel takes, 0 never (the A/B switches).
   const char* fp = std::getenv("DSINFER_DSPARK_FUSED_PICKS");
-  fused_picks_ = fp && std::string(fp) == "1";
+  const std::string picks = fp ? fp : "";
+  fused_picks_max_b_ = picks == "0" ? 0 : picks == "1" ? ops::cuda::kDraftPicksMaxB : ops::cuda::kDraftPicksFusedMaxB;
   concurrent_ = draft_side_streams();
 }
 
@@ -376,7 +378,7 @@ Status DsparkCuda::bias_and_pick(const BlockLayout& bl, int32_t k, bool chained)
 }
 
 bool DsparkCuda::picks_fused(int64_t Bp) const {
-  return fused_picks_ && ops::cuda::draft_picks_supported(tc_.vocab_size, dc_.markov_rank, Bp);
+  return Bp <= fused_picks_max_b_ && ops::cuda::draft_picks_supported(tc_.vocab_size, dc_.markov_rank, Bp);
 }
 
 // The chained picks of every position in one launch: the same biased logits (the skinny GEMM's sums), confidences,
