@@ -67,15 +67,7 @@ __global__ void __launch_bounds__(32 * kQuantWarps) gemm_fp8sk_quant_kernel(cons
   }
   const float* xb = a.x + m * a.ldx + (b / kbg) * a.x_gstride + (b % kbg) * lt::kActBlock + 4 * lane;
   float v[4];
-  if (a.x_vec) {
-    const float4 f = *reinterpret_cast<const float4*>(xb);
-    v[0] = f.x;
-    v[1] = f.y;
-    v[2] = f.z;
-    v[3] = f.w;
-  } else {
-    for (int i = 0; i < 4; ++i) v[i] = xb[i];
-  }
+  lt::load_lane4(xb, a.x_vec, v);
   float sc = 0.0f;
   const uint32_t word = lt::quantize_warp(v, sc);
   const int64_t r0 = fp8sk_row(m, 0, p.terms, p.tok);

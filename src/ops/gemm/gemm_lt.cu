@@ -32,15 +32,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   }
   const float* xb = x + m * ldx + b * lt::kActBlock + 4 * lane;
   float v[4];
-  if (x_vec) {
-    const float4 f = *reinterpret_cast<const float4*>(xb);
-    v[0] = f.x;
-    v[1] = f.y;
-    v[2] = f.z;
-    v[3] = f.w;
-  } else {
-    for (int i = 0; i < 4; ++i) v[i] = xb[i];
-  }
+  lt::load_lane4(xb, x_vec, v);
   float sc = 0.0f;
   const uint32_t word = lt::quantize_warp(v, sc);
   const int64_t at = m * K + b * lt::kActBlock + 4 * lane;

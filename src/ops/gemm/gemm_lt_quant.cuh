@@ -8,6 +8,19 @@
 
 namespace dsinfer::ops::gemm_lt {
 
+// A lane's 4 activations of its block at xb: one 16-byte load where `vec` (xb 16-byte aligned), else 4 loads.
+__device__ __forceinline__ void load_lane4(const float* xb, bool vec, float (&v)[4]) {
+  if (vec) {
+    const float4 f = *reinterpret_cast<const float4*>(xb);
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
+  } else {
+    for (int i = 0; i < 4; ++i) v[i] = xb[i];
+  }
+}
+
 // The block's amax over the lanes' 4 values each, its scale `sc`, the 4 codes packed into a word (byte i = value i).
 __device__ __forceinline__ uint32_t quantize_warp(const float (&v)[4], float& sc) {
   float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
