@@ -451,7 +451,9 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
       std::printf("  layer %d: A %.1f us, B %.1f us\n", only, a, b);
       std::printf("RESULT prefill layer%d A %.2f B %.2f\n", only, a, b);
     }
-    // The split kernel with phases left out (the output wrong by design): where B's time goes.
+    // The split kernel with phases left out (the output wrong by design): where B's time goes. Every layer again
+    // (the loop above left `only` past the last one, which timed an empty graph: session 26's 0.32 us probes).
+    only = -1;
     namespace d = ops::cuda::detail;
     for (const auto& [name, pr] : {std::pair<const char*, int>{"no math", d::kSplitProbeNoMath},
                                    {"no softmax", d::kSplitProbeNoSoftmax},
