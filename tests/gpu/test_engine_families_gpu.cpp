@@ -38,6 +38,7 @@
 
 #include "cuda/gpu_test_util.h"
 #include "dsinfer/engine.h"
+#include "scoped_env.h"
 #include "tests/build_paths.h"
 
 namespace {
@@ -173,27 +174,6 @@ int differing(const std::vector<Out>& a, const std::vector<Out>& b, double tol, 
   return bad;
 }
 
-// Sets an environment variable for the scope (restores the previous value).
-struct ScopedEnv {
-  ScopedEnv(const char* k, const char* v) : key(k) {
-    if (const char* p = std::getenv(k)) {
-      had = true;
-      old = p;
-    }
-    setenv(k, v, 1);
-  }
-  ~ScopedEnv() {
-    if (had) {
-      setenv(key, old.c_str(), 1);
-    } else {
-      unsetenv(key);
-    }
-  }
-  const char* key;
-  bool had = false;
-  std::string old;
-};
-
 }  // namespace
 
 TEST_P(EngineFamilies, GraphsEqualEager) {
@@ -201,7 +181,7 @@ TEST_P(EngineFamilies, GraphsEqualEager) {
   const std::vector<Out> graphs = run(options(), reqs);
   std::vector<Out> eager;
   {
-    ScopedEnv off("DSINFER_CUDA_GRAPHS", "0");
+    dsinfer::test::ScopedEnv off("DSINFER_CUDA_GRAPHS", "0");
     eager = run(options(), reqs);
   }
   EXPECT_EQ(differing(graphs, eager, -1, "graphs vs eager"), 0);

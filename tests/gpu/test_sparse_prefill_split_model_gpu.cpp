@@ -36,7 +36,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,6 +46,7 @@
 #include "checkout_path.h"
 #include "cuda/gpu_test_util.h"
 #include "runner/model_runner.h"
+#include "scoped_env.h"
 
 using namespace dsinfer;
 
@@ -54,25 +54,6 @@ namespace {
 constexpr double kRelFloor = 2e-2;  // see the header comment
 constexpr int kOutlierRows = 6;     // 4 layers: B's rows allowed above the bound (flipped expert choices)
 constexpr int64_t kRowStep = 16;    // every 16th prompt token's logits compared
-
-// DSINFER_SPARSE_PREFILL_KERNEL set (value) or unset (nullptr) while a runner is made (its load() reads it once),
-// then restored.
-class ScopedKernelEnv {
- public:
-  explicit ScopedKernelEnv(const char* value) {
-    if (const char* v = std::getenv(kName)) old_ = v;
-    if (value) setenv(kName, value, 1);
-    else unsetenv(kName);
-  }
-  ~ScopedKernelEnv() {
-    if (old_) setenv(kName, old_->c_str(), 1);
-    else unsetenv(kName);
-  }
-
- private:
-  static constexpr const char* kName = "DSINFER_SPARSE_PREFILL_KERNEL";
-  std::optional<std::string> old_;
-};
 
 std::unique_ptr<runner::ModelRunner> make_runner(int layers, const char* kernel, bool batch_invariant) {
   runner::RunnerOptions o;
@@ -82,7 +63,8 @@ std::unique_ptr<runner::ModelRunner> make_runner(int layers, const char* kernel,
   o.num_layers = layers;
   o.fp8_state = true;
   o.batch_invariant = batch_invariant;
-  ScopedKernelEnv env(kernel);
+  // DSINFER_SPARSE_PREFILL_KERNEL set (kernel) or unset (nullptr) while the runner is made (its load() reads it once)
+  test::ScopedEnv env("DSINFER_SPARSE_PREFILL_KERNEL", kernel);
   auto r = backends::create_cuda_runner(o);
   EXPECT_TRUE(r.is_ok()) << r.status().message();
   return r.is_ok() ? std::move(*r) : nullptr;
