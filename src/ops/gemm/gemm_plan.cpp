@@ -52,7 +52,8 @@ Result<GemmSettings> gemm_settings_from(const char* cublaslt, const char* min_m,
   else if (sk == "0") s.fp8_skinny = GemmFp8Skinny::kOff;
   else if (sk == "1" || sk == "fp8x2") s.fp8_skinny = GemmFp8Skinny::kTwoTerms;
   else if (sk == "fp8") s.fp8_skinny = GemmFp8Skinny::kOneTerm;
-  else if (!sk.empty()) return Status::errorf("DSINFER_GEMM_FP8_SKINNY must be auto, 0, 1, fp8x2 or fp8, found '{}'", sk);
+  else if (!sk.empty())
+    return Status::errorf("DSINFER_GEMM_FP8_SKINNY must be auto, 0, 1, fp8x2 or fp8, found '{}'", sk);
   return s;
 }
 
