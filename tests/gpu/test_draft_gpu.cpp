@@ -23,6 +23,7 @@
 #include "speculative/drafter.h"
 #include "test_util.h"
 #include "checkout_path.h"
+#include "scoped_env.h"
 
 namespace {
 
@@ -265,10 +266,8 @@ void check_fused(const char* env, bool exact, int32_t nseq) {
   ASSERT_TRUE(runner.is_ok()) << runner.status().message();
   const io::ModelConfig& cfg = (*runner)->config();
   const auto make = [&](bool fused) {
-    setenv(env, fused ? "1" : "0", 1);
-    auto d = (*runner)->create_drafter(spec_config(speculative::SpecMethod::kDspark), nseq);
-    unsetenv(env);
-    return d;
+    const test::ScopedEnv on(env, fused ? "1" : "0");  // read once, by the drafter's construction
+    return (*runner)->create_drafter(spec_config(speculative::SpecMethod::kDspark), nseq);
   };
   auto fused = make(true);
   auto perpos = make(false);

@@ -103,6 +103,18 @@ __device__ __forceinline__ bool pick_better(float va, int32_t a, float vb, int32
   return va > vb || (va == vb && a < b);
 }
 
+// The warp's best (value, id) in that order, in every lane (a butterfly over the lanes).
+__device__ __forceinline__ void warp_best(float& best, int32_t& idx) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (pick_better(ov, oi, best, idx)) {
+      best = ov;
+      idx = oi;
+    }
+  }
+}
+
 // Each warp's argmax of row[0 .. vocab) in sampling's order (NaN as -inf, ties to the lower id), left in bv / bi
 // [warp] behind a block barrier; every thread's best / idx are set to its own warp's winner. The block's winner is the
 // first-better fold over bv / bi that each caller does.
@@ -118,14 +130,7 @@ __device__ __forceinline__ void warp_argmax(const float* row, int64_t vocab, flo
       idx = int32_t(v);
     }
   }
-  for (int o = 16; o > 0; o /= 2) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (pick_better(ov, oi, best, idx)) {
-      best = ov;
-      idx = oi;
-    }
-  }
+  warp_best(best, idx);
   if (threadIdx.x % 32 == 0) {
     bv[threadIdx.x / 32] = best;
     bi[threadIdx.x / 32] = idx;
@@ -304,17 +309,6 @@ __device__ __forceinline__ float skinny_bias(const float4 (&w)[kDraftPicksMaxRan
 #pragma unroll
     for (int l = 0; l < off; ++l) v[l] = __fadd_rn(v[l], v[l + off]);
   return v[0];
-}
-
-__device__ __forceinline__ void warp_best(float& best, int32_t& idx) {
-  for (int o = 16; o > 0; o /= 2) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (pick_better(ov, oi, best, idx)) {
-      best = ov;
-      idx = oi;
-    }
-  }
 }
 
 // Grid: DraftPicksArgs::blocks blocks of kPickThreads (the confidence sum's order is draft_pick_kernel's). Per

@@ -213,7 +213,8 @@ class DsparkCuda final : public speculative::Drafter {
   // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
   Status block_forward(const BlockLayout& bl, int32_t kpick);
   Status bias_and_pick(const BlockLayout& bl, int32_t k, bool chained);
-  // Every position's bias + pick in one launch (draft_picks_cuda) when fused_picks_ and the shape allows it.
+  // Every position's bias + pick in one launch (draft_picks_cuda) where picks_fused: up to fused_picks_max_b_ padded
+  // sequences and a shape the kernel takes.
   Status fused_picks(const BlockLayout& bl);
   bool picks_fused(int64_t Bp) const;
   // DSINFER_DSPARK_PROFILE=1: the block's graph listed once per padded batch (its kernels by name in launch order,
