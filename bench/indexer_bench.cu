@@ -198,7 +198,9 @@ Timing run(const Case& c, std::mt19937& g) {
     check(cudaDeviceSynchronize(), "wg");
     return tm;
   }
-  tm.plan = oc::detail::indexer_tc_tokens_per_block(st, p);
+  oc::IndexerCudaParams fast = p;  // the plan as the fast-mode runner asks it (the wgmma kernel is fast-mode only)
+  fast.fast = true;
+  tm.plan = oc::detail::indexer_tc_tokens_per_block(st, fast, max_visible);
   tm.wg1 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq1, dw, max_visible, scores, nullptr, 8); });
   tm.wg3 = time_ms([&] { oc::detail::launch_indexer_scores_tc(st, v8, p, dq3, dw, max_visible, scores, nullptr, 8); });
   {  // the wgmma kernel's scores and selection against the four-token kernel's (1 split)

@@ -386,3 +386,57 @@ TEST(GemmLtGpu, StackedTermsEqualTwoMatmuls) {
 }
 
 }  // namespace
+
+// Session 27: GemmLtEngine::gemm_bf16_out (wq_b's output at prefill: the split-block sparse prefill kernel's bf16 q)
+// on the widened route, M = 1,030 (>= kGemmLtWideMinM; M % 4 != 0 is no limit for the bf16 matmul), a padded row
+// stride. Each bf16 output must be within one bf16 ulp of the fp32 call's output (the RNE rounding of the same sums
+// is within half an ulp; another algorithm's sum order may move a value across a rounding boundary: one ulp), the
+// padding untouched, and the fp64 reference parity of check_lt (4e-3) must hold. Printed: the share of outputs
+// bitwise equal to bf16(the fp32 output). A call on another route (M = 256 under kAuto: two FP8 terms) is refused
+// before any launch, y16 untouched.
+TEST(GemmLtGpu, Bf16OutputIsTheRoundedProduct) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t N = 2048, K = 1024, ldy = N + 8;
+  GemmLtEngine eng;
+  const HostWeight w = make_host_weight(WeightFormat::FP8_BLOCK, N, K, 41);
+  auto dw = dsinfer::test::upload(w);
+  for (int64_t M : {int64_t(1030), int64_t(1024)}) {
+    SCOPED_TRACE(M);
+    ASSERT_TRUE(check_lt(eng, w, dw.w, M, K, N, false, 42));
+    const std::vector<float> x = block_activations(M, K, 42);  // check_lt's x for this seed
+    auto dx = to_device(x);
+    auto dy = to_device(std::vector<float>(size_t(M * N), 0.0f));
+    ASSERT_TRUE(eng.gemm(dx.data(), M, K, dw.w, dy.data(), N, false, nullptr).is_ok());
+    dsinfer::cuda::DeviceBuffer<uint16_t> d16;
+    ASSERT_TRUE(d16.alloc(size_t(M * ldy)).is_ok());
+    ASSERT_EQ(cudaMemset(d16.data(), 0xff, size_t(M * ldy) * 2), cudaSuccess);
+    const dsinfer::Status st = eng.gemm_bf16_out(dx.data(), M, K, dw.w, d16.data(), ldy, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> y = to_host(dy, size_t(M * N));
+    const std::vector<uint16_t> y16 = to_host(d16, size_t(M * ldy));
+    int64_t equal = 0, beyond = 0, pad = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < ldy; ++n) {
+        const uint16_t b = y16[size_t(m * ldy + n)];
+        if (n >= N) {
+          pad += b != 0xffff;
+          continue;
+        }
+        const float v = y[size_t(m * N + n)], g = dsinfer::bf16_to_f32(b);
+        equal += b == dsinfer::f32_to_bf16(v);
+        beyond += !(std::fabs(double(g) - double(v)) <= std::ldexp(std::fabs(double(v)), -8));
+      }
+    EXPECT_EQ(beyond, 0) << "bf16 outputs more than one bf16 ulp from the fp32 call's";
+    EXPECT_EQ(pad, 0) << "writes into the row padding";
+    std::printf("gemm_bf16_out M = %lld: %.4f %% of outputs bitwise bf16(the fp32 output)\n", (long long)M,
+                100.0 * double(equal) / double(M * N));
+  }
+  const int64_t M = 256;
+  auto dx = to_device(block_activations(M, K, 43));
+  dsinfer::cuda::DeviceBuffer<uint16_t> d16;
+  ASSERT_TRUE(d16.alloc(size_t(M * N)).is_ok());
+  ASSERT_EQ(cudaMemset(d16.data(), 0x7f, size_t(M * N) * 2), cudaSuccess);
+  EXPECT_FALSE(eng.gemm_bf16_out(dx.data(), M, K, dw.w, d16.data(), N, nullptr).is_ok());
+  for (uint16_t b : to_host(d16, size_t(M * N))) ASSERT_EQ(b, 0x7f7f);
+}

@@ -146,6 +146,63 @@ TEST(GpuHeadNormRope, Bf16OutputIsTheRoundedFp32Result) {
   EXPECT_FALSE(ops::cuda::head_norm_rope_pair(b, rx.data(), kp, rkv.data(), dpos.data(), nullptr).is_ok());
 }
 
+// Session 27: the bf16-input mode (HeadNormRopeParams::in_bf16; the query wq_b's matmul wrote as bf16) reads the
+// vectors from out_bf16 and writes the result back there in place. Its result must be, bit for bit, bf16(the fp32
+// path's result on the widened bf16 values) - the fp32 path being the one QueryKvIndexerAndInverse holds to the CPU
+// reference - in head_norm_rope and in the pair launch (the kv fp32 in place beside it); and within the bf16
+// rounding (2^-9 relative: bound 4e-3 normalised) of the CPU reference itself. x is not touched (null is allowed).
+TEST(GpuHeadNormRope, Bf16InputInPlaceIsTheFp32PathOnTheWidenedInput) {
+  DSI_SKIP_WITHOUT_GPU();
+  const std::vector<float> inv = ops::rope_inv_freq(yarn_rope(), 64);
+  const std::vector<int64_t> pos = {0, 1, 127, 4000, 65535, 9, 3};
+  const int64_t rows = int64_t(pos.size()), heads = 64, dim = 512, n = rows * heads * dim;
+  const auto x = random_vec(size_t(n), 21, 3.0f), kv = random_vec(size_t(rows * dim), 22, 2.0f),
+             w = random_vec(size_t(dim), 23);
+  std::vector<uint16_t> x16(static_cast<size_t>(n));
+  std::vector<float> xw(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    x16[size_t(i)] = small_float::f32_to_bf16_bits(x[size_t(i)]);
+    xw[size_t(i)] = small_float::from_bits(small_float::bf16_f32_bits(x16[size_t(i)]));
+  }
+  auto dinv = to_device(inv), dw = to_device(w);
+  auto dpos = to_device(pos);
+  ops::cuda::HeadNormRopeParams qp{rows, heads, dim, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, 64, dinv.data(), 1.0f, false};
+  ops::cuda::HeadNormRopeParams kp{rows, 1, dim, ops::cuda::HeadNorm::Weighted, dw.data(), 1e-6f, 64, dinv.data(), 1.0f, false};
+  kp.fp8_dims = dim - 64;
+  auto dq = to_device(xw), dkv = to_device(kv);
+  ASSERT_TRUE(ops::cuda::head_norm_rope_pair(qp, dq.data(), kp, dkv.data(), dpos.data(), nullptr).is_ok());
+  const std::vector<float> q32 = to_host(dq, size_t(n)), kv32 = to_host(dkv, kv.size());
+  std::vector<float> ref = xw;
+  for (int64_t v = 0; v < rows * heads; ++v) {
+    ops::rmsnorm_ref(ref.data() + v * dim, 1, dim, nullptr, 1e-6f, ref.data() + v * dim);
+    ops::rope_apply_ref(ref.data() + v * dim, dim, 64, inv, pos[size_t(v / heads)], false, 1.0f);
+  }
+  for (bool pair : {false, true}) {
+    SCOPED_TRACE(pair ? "pair" : "single");
+    cuda::DeviceBuffer<uint16_t> io;
+    ASSERT_TRUE(io.upload(x16.data(), x16.size()).is_ok());
+    auto dkv2 = to_device(kv);
+    ops::cuda::HeadNormRopeParams b = qp;
+    b.out_bf16 = io.data();
+    b.in_bf16 = true;
+    if (pair) ASSERT_TRUE(ops::cuda::head_norm_rope_pair(b, nullptr, kp, dkv2.data(), dpos.data(), nullptr).is_ok());
+    else ASSERT_TRUE(ops::cuda::head_norm_rope(b, nullptr, dpos.data(), nullptr).is_ok());
+    const std::vector<uint16_t> got = to_host(io, size_t(n));
+    int64_t wrong = 0;
+    std::vector<float> gotf(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      wrong += got[size_t(i)] != small_float::f32_to_bf16_bits(q32[size_t(i)]);
+      gotf[size_t(i)] = small_float::from_bits(small_float::bf16_f32_bits(got[size_t(i)]));
+    }
+    EXPECT_EQ(wrong, 0) << "bf16 q values that are not bf16(the fp32 path's result) of " << n;
+    EXPECT_LT(normalized_error(gotf, ref), 4e-3);
+    if (pair) EXPECT_EQ(to_host(dkv2, kv.size()), kv32) << "the kv half keeps its in-place fp32 result";
+  }
+  ops::cuda::HeadNormRopeParams b = qp;
+  b.in_bf16 = true;  // without out_bf16: nothing to read
+  EXPECT_FALSE(ops::cuda::head_norm_rope(b, nullptr, dpos.data(), nullptr).is_ok());
+}
+
 TEST(GpuQuantSim, Fp8BlockSimIsBitExact) {
   DSI_SKIP_WITHOUT_GPU();
   const int64_t rows = 64, stride = 512, n = 448;

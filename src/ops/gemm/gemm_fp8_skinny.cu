@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(32 * kQuantWarps) gemm_fp8sk_quant_kernel(cons
   if (lane == 0) a.s[b * rows + r0] = sc;
   if (p.terms < 2) return;  // uniform
   float res[4];
-  for (int i = 0; i < 4; ++i) res[i] = lt::residual(v[i], uint8_t(word >> (8 * i)), sc);
+  lt::residual4(v, word, sc, res);
   float sc2 = 0.0f;
   const uint32_t word2 = lt::quantize_warp(res, sc2);
   const int64_t r1 = fp8sk_row(m, 1, p.terms, p.tok);

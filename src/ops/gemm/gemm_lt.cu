@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   if (lane == 0) s[lt::act_scale_index(m, b, s_stride)] = sc;
   if (!q2) return;  // warp-uniform
   float r[4];
-  for (int i = 0; i < 4; ++i) r[i] = lt::residual(v[i], uint8_t(word >> (8 * i)), sc);
+  lt::residual4(v, word, sc, r);
   float sc2 = 0.0f;
   const uint32_t word2 = lt::quantize_warp(r, sc2);
   *reinterpret_cast<uint32_t*>(q2 + at) = word2;

@@ -148,6 +148,25 @@ Status GemmLtEngine::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWe
   return I.gemm_dense(x, M, ldx, w, y, ldy, accumulate, cap, stream);
 }
 
+Status GemmLtEngine::gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16,
+                                   int64_t ldy, void* stream) {
+  if (M < 0 || M > (int64_t(1) << 24)) return Status::errorf("cuBLASLt GEMM (bf16 out): row count {} out of range", M);
+  if (M == 0) return Status::ok();
+  if (!x || !y16) return Status::error("cuBLASLt GEMM (bf16 out): null x or y");
+  if (ldx < w.cols || ldy < w.rows)
+    return Status::errorf("cuBLASLt GEMM (bf16 out): ldx {} / ldy {} smaller than K {} / N {}", ldx, ldy, w.cols, w.rows);
+  Impl& I = *impl_;
+  const bool cap = capturing(stream);
+  if (!cap) DSI_RETURN_IF_ERROR(prepare(w, M, stream));
+  if (!I.initialized) return Status::error("cuBLASLt GEMM: first use inside a graph capture (prepare it before)");
+  DSI_RETURN_IF_ERROR(I.init_status);
+  if (w.fmt == WeightFormat::FP8_BLOCK && supports(w) && gemm_lt_fp8_route(w, M, I.act) == GemmLtActivations::kBf16)
+    return I.gemm_widened(x, M, ldx, w, nullptr, ldy, false, cap, stream, y16);
+  if (w.fmt == WeightFormat::BF16 && supports(w)) return I.gemm_dense(x, M, ldx, w, nullptr, ldy, false, cap, stream, nullptr, y16);
+  return Status::errorf("cuBLASLt GEMM (bf16 out): {} [{}, {}] at M = {} is not on a bf16 route", weight_format_name(w.fmt),
+                        w.rows, w.cols, M);
+}
+
 // Block scaling needs M % 4 == 0: rows [0, Mm) run on cuBLASLt, the last M % 4 on gemm_cuda's fp32 streaming kernel
 // (one more read of the weight: ~10 us for wq_b's 32 MB; the runner sends M >= 64).
 Status GemmLtEngine::Impl::gemm_fp8(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
@@ -225,7 +244,7 @@ Status GemmLtEngine::Impl::gemm_fp8_stacked(const float* x, int64_t M, int64_t l
 // GemmLtActivations::kBf16: the FP8 weight widened into `wide` (after the plan resolved, so a refusal leaves y
 // untouched), then the BF16 path on the copy. Any M (no block-scaling rule on the rows).
 Status GemmLtEngine::Impl::gemm_widened(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
-                                        int64_t ldy, bool acc, bool cap, void* stream) {
+                                        int64_t ldy, bool acc, bool cap, void* stream, uint16_t* y16) {
   const size_t wb = size_t(w.rows * w.cols) * 2;
   if (wide.size() < wb) {
     if (cap)
@@ -238,14 +257,15 @@ Status GemmLtEngine::Impl::gemm_widened(const float* x, int64_t M, int64_t ldx, 
   v.rows = w.rows;
   v.cols = w.cols;
   v.data = wide.data();
-  return gemm_dense(x, M, ldx, v, y, ldy, acc, cap, stream, &w);
+  return gemm_dense(x, M, ldx, v, y, ldy, acc, cap, stream, &w, y16);
 }
 
 // BF16 W: x rounded to bf16 into q, then the bf16 matmul. F32 W: x read in place (ld K only: cuBLASLt's B layout
 // is given ld = K), bf16 products (CUBLAS_COMPUTE_32F_FAST_16BF). widen_from: the FP8 weight that w (in `wide`) is
 // the bf16 copy of, widened once the plan is resolved.
 Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
-                                      int64_t ldy, bool acc, bool cap, void* stream, const DeviceWeight* widen_from) {
+                                      int64_t ldy, bool acc, bool cap, void* stream, const DeviceWeight* widen_from,
+                                      uint16_t* y16) {
   const bool bf = w.fmt == WeightFormat::BF16;
   const int64_t K = w.cols, N = w.rows;
   if (!bf && ldx != K) return Status::errorf("cuBLASLt GEMM: F32 weights need ldx == K ({} != {})", ldx, K);
@@ -255,10 +275,12 @@ Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, co
   }
   const void* xb = bf ? static_cast<const void*>(q.data()) : static_cast<const void*>(x);
   const uint64_t eb = bf ? 2 : 4;
-  const PlanKey key{bf ? gemm_lt_detail::PlanKind::kBf16 : gemm_lt_detail::PlanKind::kF32, M, N, K, ldy, acc,
-                    alignment(reinterpret_cast<uintptr_t>(w.data) | uint64_t(K) * eb),
-                    alignment(reinterpret_cast<uintptr_t>(xb) | uint64_t(K) * eb),
-                    alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4))};
+  PlanKey key{bf ? gemm_lt_detail::PlanKind::kBf16 : gemm_lt_detail::PlanKind::kF32, M, N, K, ldy, acc,
+              alignment(reinterpret_cast<uintptr_t>(w.data) | uint64_t(K) * eb),
+              alignment(reinterpret_cast<uintptr_t>(xb) | uint64_t(K) * eb),
+              y16 ? alignment(reinterpret_cast<uintptr_t>(y16) | uint64_t(ldy * 2))
+                  : alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4))};
+  key.out_bf16 = y16 != nullptr;
   Plan& p = plan(key, nullptr, nullptr);
   DSI_RETURN_IF_ERROR(p.status);
   if (widen_from)
@@ -268,7 +290,8 @@ Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, co
     detail::launch_lt_bf16(x, M, ldx, K, reinterpret_cast<uint16_t*>(q.data()), stream);
     DSI_CUDA_LAUNCHED("gemm_lt_bf16_kernel");
   }
-  return run(p, w.data, nullptr, xb, nullptr, M, y, ldy, acc, stream);
+  return y16 ? run(p, w.data, nullptr, xb, nullptr, M, y16, ldy, false, stream)
+             : run(p, w.data, nullptr, xb, nullptr, M, y, ldy, acc, stream);
 }
 
 Status GemmLtEngine::Impl::grouped_buffers(const DeviceWeight& w, int64_t max_rows, int64_t span, bool cap) {

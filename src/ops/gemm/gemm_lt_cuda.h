@@ -74,6 +74,12 @@ class GemmLtEngine {
   // launch after that - not expected - returns its error with y partly written).
   Status gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool accumulate,
               void* stream);
+  // y16[M, N] (bf16, row stride ldy) = x[M, K] . W^T rounded once to bf16 (RNE) by the matmul's epilogue: gemm's
+  // arithmetic without the fp32 output (no accumulation), for the weights gemm runs on a bf16 matmul (an FP8 weight
+  // on the widened kBf16 route at this M, a BF16 weight); any other is an error, before any launch (y16 untouched),
+  // and the caller takes gemm. Session 27: wq_b's output at prefill, the split-block sparse prefill kernel's bf16 q.
+  Status gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16, int64_t ldy,
+                       void* stream);
   // The grouped projection (wo_a) in one strided-batched cuBLASLt GEMM: for g < groups,
   // y_g[M, N_g] = x_g[M, K] . W_g^T with N_g = w.rows / groups, W_g = rows [g N_g, (g + 1) N_g), x_g = x + g * xg
   // and y_g = y + g * yg (row strides ldx / ldy; y overwritten). An FP8 weight (E8M0 scales) is widened to an exact

@@ -25,28 +25,32 @@ inline constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 enum class PlanKind : int { kFp8Block, kBf16, kF32 };
 // batch > 1: a strided-batched matmul (the grouped projection): batch g reads W rows [g N, (g + 1) N) (stride
 // N * K), x at g * x_stride (row stride ldx) and writes y at g * y_stride (row stride ldy). ldx 0 = K (the
-// single matmul's contiguous x).
+// single matmul's contiguous x). out_bf16 (kBf16 / kF32 only): y is bf16, written by the matmul itself (row stride
+// ldy, no accumulation), the fp32 accumulator rounded once by cuBLASLt's epilogue (GemmLtEngine::gemm_bf16_out).
 struct PlanKey {
   PlanKind kind = PlanKind::kFp8Block;
   int64_t M = 0, N = 0, K = 0, ldy = 0;
   bool accumulate = false;
   uint32_t align_w = 0, align_x = 0, align_y = 0;
   int64_t batch = 1, ldx = 0, x_stride = 0, y_stride = 0;
+  bool out_bf16 = false;
   bool operator==(const PlanKey&) const = default;
 };
 struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {
     size_t h = 1469598103934665603ull;
     for (int64_t v : {int64_t(k.kind), k.M, k.N, k.K, k.ldy, int64_t(k.accumulate), int64_t(k.align_w),
-                      int64_t(k.align_x), int64_t(k.align_y), k.batch, k.ldx, k.x_stride, k.y_stride})
+                      int64_t(k.align_x), int64_t(k.align_y), k.batch, k.ldx, k.x_stride, k.y_stride,
+                      int64_t(k.out_bf16)})
       h = (h ^ size_t(v)) * 1099511628211ull;
     return h;
   }
 };
 
 // One matmul configuration: descriptor (FP8: scale modes set, the scale pointers set per call), the A (W), B (x)
-// and D layouts and the heuristic's algorithm. D is y itself (fp32, row stride ldy) or, when cuBLASLt offers only
-// bf16 output, a bf16 [M, N] buffer the epilogue kernel adds into y. status: why there is no algorithm.
+// and D layouts and the heuristic's algorithm. D is y itself (fp32, or bf16 for a key's out_bf16; row stride ldy)
+// or, when cuBLASLt offers only bf16 output for an fp32 y (bf16_out), a bf16 [M, N] buffer the epilogue kernel adds
+// into y. status: why there is no algorithm.
 struct Plan {
   Status status;
   cublasLtMatmulDesc_t op = nullptr;
@@ -119,20 +123,22 @@ struct GemmLtEngine::Impl {
   Status grow(dsinfer::cuda::DeviceBuffer<uint8_t>& b, size_t n, const char* what);
   Status grow(dsinfer::cuda::DeviceBuffer<float>& b, size_t n, const char* what);
   // Runs a planned matmul (gemm_lt_plan_cuda.cpp): x as codes / bf16 / fp32 at xq [M, K] with scales xs (FP8),
-  // W at wdata with converted scales w_scale (FP8); D = y, or t followed by the epilogue (per plan).
+  // W at wdata with converted scales w_scale (FP8); D = y (fp32, or bf16 for an out_bf16 plan), or t followed by
+  // the epilogue into the fp32 y (per plan).
   Status run(gemm_lt_detail::Plan& p, const void* wdata, const float* w_scale, const void* xq, const float* xs,
-             int64_t M, float* y, int64_t ldy, bool accumulate, void* stream);
+             int64_t M, void* y, int64_t ldy, bool accumulate, void* stream);
   // The FP8 / dense halves of GemmLtEngine::gemm (gemm_lt_cuda.cpp); M % 4 == 0 for FP8.
   Status gemm_fp8(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
                   bool cap, void* stream);
+  // y16 set: the result goes there as bf16 (row stride ldy, y unused, acc false), rounded by the matmul's epilogue.
   Status gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
-                    bool cap, void* stream, const DeviceWeight* widen_from = nullptr);
+                    bool cap, void* stream, const DeviceWeight* widen_from = nullptr, uint16_t* y16 = nullptr);
   // gemm_fp8's two terms as one matmul over 2 M rows (GemmLtStack; gemm_lt_cuda.cpp); ran = false: nothing ran.
   Status gemm_fp8_stacked(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, const float* wscale, float* y,
                           int64_t ldy, bool acc, bool cap, void* stream, bool& ran);
   // GemmLtActivations::kBf16 for an FP8 weight: widened into `wide`, then gemm_dense on the copy.
   Status gemm_widened(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
-                      bool cap, void* stream);
+                      bool cap, void* stream, uint16_t* y16 = nullptr);
   // Grows q (and, for FP8 weights, wide) for a grouped call of max_rows rows over x spans of `span` values
   // (gemm_lt_cuda.cpp); refused while capturing when too small.
   Status grouped_buffers(const DeviceWeight& w, int64_t max_rows, int64_t span, bool cap);

@@ -63,8 +63,9 @@ cublasStatus_t describe(const PlanKey& k, const float* w_scale, const float* x_s
   st = cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(k.K), uint64_t(k.N), k.K);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(k.K), uint64_t(k.M), k.ldx > 0 ? k.ldx : k.K);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatrixLayoutCreate(&p.d, bf16 ? CUDA_R_16BF : CUDA_R_32F, uint64_t(k.N), uint64_t(k.M), bf16 ? k.N : k.ldy);
+  if (st == CUBLAS_STATUS_SUCCESS)  // bf16 D: y itself for out_bf16 (ld ldy), else the [M, N] epilogue buffer
+    st = cublasLtMatrixLayoutCreate(&p.d, bf16 ? CUDA_R_16BF : CUDA_R_32F, uint64_t(k.N), uint64_t(k.M),
+                                    bf16 && !k.out_bf16 ? k.N : k.ldy);
   if (st != CUBLAS_STATUS_SUCCESS || k.batch <= 1) return st;
   // Strided batches (the grouped projection): one group per batch, the groups' W rows back to back.
   const int32_t count = int32_t(k.batch);
@@ -86,10 +87,10 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const PlanKey& k, const floa
   auto p = std::make_unique<Plan>();
   p->N = k.N;
   std::string why;
-  for (bool bf16 : {false, true}) {  // block-scaled FP8 may offer only bf16 output
-    if (bf16 && k.kind != PlanKind::kFp8Block) break;
+  for (bool bf16 : {false, true}) {  // block-scaled FP8 may offer only bf16 output; out_bf16 asks for it
+    if (k.out_bf16 != bf16 && (k.out_bf16 || k.kind != PlanKind::kFp8Block)) continue;
     p->release();
-    p->bf16_out = bf16;
+    p->bf16_out = bf16 && !k.out_bf16;
     const char* out = bf16 ? "bf16 out" : "fp32 out";
     cublasStatus_t st = describe(k, w_scale, x_scale, bf16, *p);
     if (st != CUBLAS_STATUS_SUCCESS) {
@@ -103,7 +104,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const PlanKey& k, const floa
       continue;
     }
     const size_t ws = kWorkspaceBytes;
-    const uint32_t al_a = k.align_w, al_b = k.align_x, al_d = bf16 ? alignment(uint64_t(k.N) * 2) : k.align_y;
+    const uint32_t al_a = k.align_w, al_b = k.align_x, al_d = p->bf16_out ? alignment(uint64_t(k.N) * 2) : k.align_y;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
@@ -142,7 +143,7 @@ Plan& GemmLtEngine::Impl::plan(const PlanKey& key, const float* w_scale, const f
 }
 
 Status GemmLtEngine::Impl::run(Plan& p, const void* wdata, const float* w_scale, const void* xq, const float* xs,
-                               int64_t M, float* y, int64_t ldy, bool accumulate, void* stream) {
+                               int64_t M, void* y, int64_t ldy, bool accumulate, void* stream) {
   DSI_RETURN_IF_ERROR(p.status);
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   if (w_scale) st = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale);
@@ -158,7 +159,8 @@ Status GemmLtEngine::Impl::run(Plan& p, const void* wdata, const float* w_scale,
     return p.status;
   }
   if (p.bf16_out) {
-    detail::launch_lt_epilogue(reinterpret_cast<const uint16_t*>(t.data()), M, p.N, y, ldy, accumulate, stream);
+    detail::launch_lt_epilogue(reinterpret_cast<const uint16_t*>(t.data()), M, p.N, static_cast<float*>(y), ldy,
+                               accumulate, stream);
     DSI_CUDA_LAUNCHED("gemm_lt_epilogue_kernel");
   }
   return Status::ok();

@@ -719,27 +719,33 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
 }
 
 // The plan (which tensor-core kernel for which step): in fast mode (p.fast) the wgmma kernel (kWgTok tokens a block)
-// on steps whose sequences average at least kWgTok tokens (prefill chunks); else kTcTok tokens a block sharing each
-// key tile when they average at least kTcTok; one token a block otherwise (decode, MTP). The wgmma kernel is the
-// default since session 26 (H200, V4-Flash 4 layers, 32K prefill in 8K chunks: indexer 12.88 -> 10.75 ms; the
-// fidelity gate and check-reference pass with it: bench/NOTES.md); DSINFER_INDEXER_SCORES=mma keeps the mma.sync
-// kernels (the A/B switch). Read once; a value other than mma / wgmma is named and ignored.
-int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p) {
-  static const bool wgmma = [] {
+// on steps whose sequences average at least kWgTok tokens (prefill chunks) and that see more than kWgMinVisible keys;
+// else kTcTok tokens a block sharing each key tile when they average at least kTcTok; one token a block otherwise
+// (decode, MTP). The wgmma kernel is the default since session 26 (H200, V4-Flash 4 layers, 32K prefill in 8K chunks:
+// indexer 12.88 -> 10.75 ms; the fidelity gate and check-reference pass with it: bench/NOTES.md); on few keys it
+// loses (s23-indexer, dsinfer_indexer_bench: a 4,096-token prompt, <= 1,024 keys, 0.219 -> 0.276 ms; a 32K prompt's
+// first 8K chunk, <= 2,048 keys, 0.749 -> 0.778; its last, 6-8K keys, 4.59 -> 3.51: blocks of 8 tokens over few keys
+// spend their time staging q and filling the pipeline; the model's indexer_topk at 4,096 tokens 0.31 -> 0.36 ms in
+// session 26), so steps whose longest key list is at most kIdxWgMinVisible keep the four-token kernel (session 27).
+// DSINFER_INDEXER_SCORES (the A/B switches): `mma` the mma.sync kernels everywhere, `wgmma` the wgmma kernel on every
+// prefill step whatever its keys (session 26's plan). Read once; another value is named and ignored.
+int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p, int64_t max_visible) {
+  static const int64_t min_visible = [] {  // -1: never the wgmma kernel
     const char* v = std::getenv("DSINFER_INDEXER_SCORES");
-    if (v && std::strcmp(v, "mma") == 0) return false;
-    if (v && std::strcmp(v, "wgmma") != 0)  // an A/B switch with no Status path: a value it cannot use is named
+    if (v && std::strcmp(v, "mma") == 0) return int64_t(-1);
+    if (v && std::strcmp(v, "wgmma") == 0) return int64_t(0);
+    if (v)  // an A/B switch with no Status path: a value it cannot use is named
       std::fprintf(stderr, "DSINFER_INDEXER_SCORES must be mma or wgmma, found '%s': ignored\n", v);
-    return true;
+    return kIdxWgMinVisible;
   }();
-  if (wgmma && p.fast && step.T >= kWgTok * step.num_seqs) return kWgTok;
+  if (min_visible >= 0 && p.fast && step.T >= kWgTok * step.num_seqs && max_visible > min_visible) return kWgTok;
   return step.T >= kTcTok * step.num_seqs ? kTcTok : 1;
 }
 
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                               const float* q, const float* weights, int64_t max_visible, float* scores, void* stream,
                               int tokens_per_block) {
-  const int want = tokens_per_block > 0 ? tokens_per_block : indexer_tc_tokens_per_block(step, p);
+  const int want = tokens_per_block > 0 ? tokens_per_block : indexer_tc_tokens_per_block(step, p, max_visible);
   if (want == kWgTok) {
     // One block per kWgTok tokens over all their keys (q staged once) unless that leaves under 2 blocks an SM
     // (about): then the keys are split into ranges of whole tiles.

@@ -28,7 +28,8 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
 // same products, another fp32 sum order, so other last bits; fast mode's prefill plan when
 // DSINFER_INDEXER_SCORES=wgmma); 0 = the plan, indexer_tc_tokens_per_block.
 inline constexpr int kIdxWgTokens = 8;
-int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p);
+inline constexpr int64_t kIdxWgMinVisible = 2048;  // the wgmma kernel only for steps seeing more keys (indexer.cu)
+int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p, int64_t max_visible);
 void launch_indexer_scores_tc(const StepDevice& step, const LayerStateView& view, const IndexerCudaParams& p,
                               const float* q, const float* weights, int64_t max_visible, float* scores, void* stream,
                               int tokens_per_block = 0);

@@ -61,6 +61,14 @@ __device__ __forceinline__ void warp_hadamard(float (&e)[4], int nchunks) {
   for (int k = 0; k < 4; ++k) e[k] = float(d[k] * sc);
 }
 
+// Chunk c (channels [4c, 4c + 4)) of vector `vec`: from x (fp32), or from out_bf16 (p.in_bf16; exact widening).
+__device__ __forceinline__ float4 load_chunk(const HeadNormRopeParams& p, const float* x, int64_t vec, int c) {
+  if (!p.in_bf16) return reinterpret_cast<const float4*>(x + vec * p.dim)[c];
+  const uint2 w = reinterpret_cast<const uint2*>(p.out_bf16 + vec * p.dim)[c];
+  return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xFFFF0000u), __uint_as_float(w.y << 16),
+                     __uint_as_float(w.y & 0xFFFF0000u));
+}
+
 // Vector `vec` of p over x. Warp-collective: all 32 lanes call it with the same vec.
 __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float* x, const int64_t* pos, int64_t vec) {
   const int lane = threadIdx.x & 31;
@@ -71,7 +79,7 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
   if (p.norm != HeadNorm::None) {
     double ss = 0.0;
     for (int c = lane; c < nchunks; c += 32) {
-      const float4 a = reinterpret_cast<const float4*>(v)[c];
+      const float4 a = load_chunk(p, x, vec, c);
       ss += double(a.x) * double(a.x) + double(a.y) * double(a.y) + double(a.z) * double(a.z) + double(a.w) * double(a.w);
     }
     ss = dev::warp_sum(ss);
@@ -84,7 +92,7 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
     const bool have = c < nchunks;
     float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (have) {
-      const float4 a = reinterpret_cast<float4*>(v)[c];
+      const float4 a = load_chunk(p, x, vec, c);
       e[0] = a.x;
       e[1] = a.y;
       e[2] = a.z;

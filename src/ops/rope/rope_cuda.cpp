@@ -27,6 +27,7 @@ Status check(const HeadNormRopeParams& p, const char* op) {
   if (f != 0 && (f < 4 || f > 128 || (f & (f - 1)) != 0 || p.dim > 128 || (p.dim & (p.dim - 1)) != 0 || p.fp8_dims > 0))
     return Status::errorf("{}: the Hadamard + FP4 epilogue needs dim {} a power of two <= 128, fp4_block {} a power of "
                           "two in [4, 128], and no FP8 epilogue", op, p.dim, f);
+  if (p.in_bf16 && !p.out_bf16) return Status::errorf("{}: in_bf16 reads out_bf16, which is null", op);
   if ((p.rows * p.heads + 7) / 8 > 0x3fffffff)
     return Status::errorf("{}: {} vectors exceed the grid limit", op, p.rows * p.heads);
   return Status::ok();
@@ -38,7 +39,8 @@ bool overlap(const void* a, int64_t an, const void* b, int64_t bn) {
   const auto* b0 = static_cast<const char*>(b);
   return a0 < b0 + bn && b0 < a0 + an;
 }
-int64_t fp32_bytes(const HeadNormRopeParams& p) { return p.rows * p.heads * p.dim * 4; }
+// The bytes of x a call reads or writes (none when it works on out_bf16 in place).
+int64_t fp32_bytes(const HeadNormRopeParams& p) { return p.in_bf16 ? 0 : p.rows * p.heads * p.dim * 4; }
 int64_t out_bytes(const HeadNormRopeParams& p) { return p.out_bf16 ? p.rows * p.heads * p.dim * 2 : 0; }
 // The bf16 output's alignment and its overlap with the call's input x.
 Status check_out(const HeadNormRopeParams& p, const float* x, const char* op) {
@@ -53,8 +55,8 @@ Status check_out(const HeadNormRopeParams& p, const float* x, const char* op) {
 Status head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream) {
   DSI_RETURN_IF_ERROR(check(p, "head_norm_rope"));
   if (p.rows == 0) return Status::ok();
-  if (!x || !pos) return Status::error("head_norm_rope: null x or pos");
-  if (!aligned16(x)) return Status::error("head_norm_rope: x must be 16-byte aligned");
+  if ((!x && !p.in_bf16) || !pos) return Status::error("head_norm_rope: null x or pos");
+  if (!p.in_bf16 && !aligned16(x)) return Status::error("head_norm_rope: x must be 16-byte aligned");
   DSI_RETURN_IF_ERROR(check_out(p, x, "head_norm_rope"));
   detail::launch_head_norm_rope(p, x, pos, stream);
   DSI_CUDA_LAUNCHED("head_norm_rope_kernel");
@@ -66,8 +68,9 @@ Status head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNor
   DSI_RETURN_IF_ERROR(check(a, "head_norm_rope_pair (first)"));
   DSI_RETURN_IF_ERROR(check(b, "head_norm_rope_pair (second)"));
   if (a.rows == 0 && b.rows == 0) return Status::ok();
-  if (!xa || !xb || !pos) return Status::error("head_norm_rope_pair: null x or pos");
-  if (!aligned16(xa) || !aligned16(xb)) return Status::error("head_norm_rope_pair: x must be 16-byte aligned");
+  if ((!xa && !a.in_bf16) || (!xb && !b.in_bf16) || !pos) return Status::error("head_norm_rope_pair: null x or pos");
+  if ((!a.in_bf16 && !aligned16(xa)) || (!b.in_bf16 && !aligned16(xb)))
+    return Status::error("head_norm_rope_pair: x must be 16-byte aligned");
   if (overlap(xa, fp32_bytes(a), xb, fp32_bytes(b))) return Status::error("head_norm_rope_pair: the two tensors overlap");
   DSI_RETURN_IF_ERROR(check_out(a, xa, "head_norm_rope_pair (first)"));
   DSI_RETURN_IF_ERROR(check_out(b, xb, "head_norm_rope_pair (second)"));

@@ -38,6 +38,10 @@ struct HeadNormRopeParams {
   // prefill kernel, sparse_attention_prefill_cuda.h). The arithmetic is the fp32 path's: out_bf16 holds exactly
   // bf16(the fp32 result). Must not overlap any input or output of the call.
   uint16_t* out_bf16 = nullptr;
+  // in_bf16 (needs out_bf16): the vectors are read from out_bf16 (bf16, widened exactly to fp32) instead of x, and the
+  // result is written back there (in place: a lane reads each of its chunks before it writes it); x is neither read
+  // nor written (may be null). Session 27: the query that wq_b's matmul wrote as bf16 (GemmLtEngine::gemm_bf16_out).
+  bool in_bf16 = false;
 };
 
 namespace detail {

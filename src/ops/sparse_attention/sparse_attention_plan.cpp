@@ -154,7 +154,8 @@ Result<SparsePrefillKernel> sparse_prefill_kernel_from(const char* value) {
   const std::string v = value ? value : "";
   if (v == "main") return SparsePrefillKernel::kMain;
   if (v.empty() || v == "split") return SparsePrefillKernel::kSplit;
-  return Status::errorf("DSINFER_SPARSE_PREFILL_KERNEL must be main or split, found '{}'", v);
+  if (v == "split-q32") return SparsePrefillKernel::kSplitQ32;
+  return Status::errorf("DSINFER_SPARSE_PREFILL_KERNEL must be main, split or split-q32, found '{}'", v);
 }
 
 Result<SparsePrefillKernel> sparse_prefill_kernel_from_env() {
@@ -162,7 +163,7 @@ Result<SparsePrefillKernel> sparse_prefill_kernel_from_env() {
 }
 
 bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int64_t num_splits) {
-  return kernel == SparsePrefillKernel::kSplit && mode == KernelMode::kFast && num_splits == 1;
+  return kernel != SparsePrefillKernel::kMain && mode == KernelMode::kFast && num_splits == 1;
 }
 
 bool plan_sparse_prefill_split_step(const SparsePrefillSplitStep& s) {

@@ -34,7 +34,8 @@ namespace {
 // The query's norm + RoPE (qp.heads may be 0: a TP rank without heads), the window kv's norm + RoPE and its FP8
 // simulation of the first fp8_nope channels (0: none; blocks of 64) in one launch: was three (q_norm_rope,
 // kv_norm_rope, kv_fp8_sim), the same bits (ops/rope/rope.cu). A NoPE width the fused simulation cannot take (not
-// a multiple of 4) keeps the separate fp8_block_sim. q16 set: the query's result as bf16 there, q only read.
+// a multiple of 4) keeps the separate fp8_block_sim. q16 set: the query's result as bf16 there, q only read (with
+// qp.in_bf16 the query is read from q16 too, in place, and q is not touched).
 Status q_kv_norm_rope(HeadNormRopeParams qp, float* q, uint16_t* q16, HeadNormRopeParams kp, float* kv,
                       int64_t fp8_nope, const int64_t* pos, void* stream) {
   const bool fuse = fp8_nope % 4 == 0;
@@ -92,6 +93,8 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   const GemmSegment qkv[2] = {{L.wq_a, cq, qr}, {L.wkv, kv, hd}};
   DSI_OP("wq_a", l, gemm_segments(y, T, D, qkv, 2));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
+  const bool split = split_prefill(l, T, view, !tp && Hl > 0);  // the split-block prefill kernel's path (bf16 q, o)
+  bool q16_in = false;  // wq_b wrote the split path's bf16 q itself (the norm + RoPE then works on it in place)
   if (Hl > 0 && tp) {
     // This rank's rows of wq_b, called so that they run the whole weight's kernel (tensor_parallel_parts.h).
     DSI_ASSIGN_OR_RETURN(const tp::PartGemm p, tp::rows_part(L.wq_b, h0 * hd, (h0 + Hl) * hd,
@@ -100,10 +103,15 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     if (p.groups == 1) DSI_OP("wq_b", l, gemm(cq, T, qr, p.w, q, Hl * hd, false));
     else DSI_OP("wq_b", l, gemm_grouped(cq, T, qr, p.x_stride, p.w, p.groups, q, Hl * hd, p.y_stride));
   } else if (Hl > 0) {
-    DSI_OP("wq_b", l, gemm(cq, T, qr, L.wq_b, q, Hl * hd, false));
+    auto wq_b = [&]() -> Status {
+      if (split && sparse_prefill_kernel_ == SparsePrefillKernel::kSplit)
+        DSI_RETURN_IF_ERROR(gemm_bf16_out(cq, T, qr, L.wq_b, split_q16(), Hl * hd, q16_in));
+      return q16_in ? Status::ok() : gemm(cq, T, qr, L.wq_b, q, Hl * hd, false);
+    };
+    DSI_OP("wq_b", l, wq_b());
   }
-  const bool split = split_prefill(l, T, view, !tp && Hl > 0);  // the split-block prefill kernel's path (bf16 q, o)
-  const HeadNormRopeParams qp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
+  HeadNormRopeParams qp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
+  qp.in_bf16 = q16_in;
   const HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, af, false};
   DSI_OP("q_norm_rope", l, q_kv_norm_rope(qp, q, split ? split_q16() : nullptr, kp, kv, num_.kv_fp8_sim ? nope : 0,
                                           st.pos, stream_));

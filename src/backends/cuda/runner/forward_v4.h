@@ -80,6 +80,11 @@ class CudaForwardV4 final : public CudaForward {
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy,
               bool acc);
+  // y16 (bf16, row stride ldy) = x . W^T where the cuBLASLt engine runs this call on a bf16 matmul (plan_gemm_call's
+  // lt and GemmLtEngine::gemm_bf16_out's routes: at prefill sizes, FP8 weights on the widened route): done = true.
+  // Elsewhere nothing is launched, done = false, and the caller takes gemm.
+  Status gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, uint16_t* y16,
+                       int64_t ldy, bool& done);
   // Several projections of the same x: one skinny launch where ops/gemm/gemm_plan.h plan_gemm_segments says each
   // would run the skinny kernel alone (the same bits), else gemm (then scale_cuda where out_scale != 1) per segment.
   Status gemm_segments(const float* x, int64_t M, int64_t ldx, const ops::cuda::GemmSegment* segs, int count);

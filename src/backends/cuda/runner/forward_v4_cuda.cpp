@@ -128,6 +128,16 @@ Status CudaForwardV4::gemm(const float* x, int64_t M, int64_t ldx, const DeviceW
   return Status::ok();
 }
 
+Status CudaForwardV4::gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16,
+                                    int64_t ldy, bool& done) {
+  done = false;
+  const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), gemm_settings_);
+  if (p.fp8_skinny_terms > 0 || !p.lt_prepare || !p.lt || !lt_->prepare(w, std::max(M, s_.tokens), stream_).is_ok())
+    return Status::ok();
+  done = lt_->gemm_bf16_out(x, M, ldx, w, y16, ldy, stream_).is_ok();
+  return Status::ok();
+}
+
 Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count) {
   const DeviceWeight* ws[kGemmMaxSegments] = {};
   for (int i = 0; i < count && i < kGemmMaxSegments; ++i) ws[i] = &segs[i].w;
