@@ -440,3 +440,57 @@ TEST(GemmLtGpu, Bf16OutputIsTheRoundedProduct) {
   EXPECT_FALSE(eng.gemm_bf16_out(dx.data(), M, K, dw.w, d16.data(), N, nullptr).is_ok());
   for (uint16_t b : to_host(d16, size_t(M * N))) ASSERT_EQ(b, 0x7f7f);
 }
+
+// Session 27: GemmLtEngine::gemm_same_x (a layer's projections of one input at prefill sizes: x rounded to bf16 once
+// for all of them) against one gemm call per weight on the same engine: bit for bit (the same rounding into the same
+// buffer, the same plans), FP8 weights on the widened route and a BF16 weight, padded y rows. A weight off the bf16
+// routes (M = 256: two FP8 terms), or of another K, is refused before any launch (every y untouched).
+TEST(GemmLtGpu, SameXEqualsSeparateCalls) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t M = 1030, K = 1024;
+  GemmLtEngine eng;
+  const HostWeight a = make_host_weight(WeightFormat::FP8_BLOCK, 1024, K, 51);
+  const HostWeight b = make_host_weight(WeightFormat::FP8_BLOCK, 512, K, 52);
+  const HostWeight c = make_host_weight(WeightFormat::BF16, 256, K, 53);
+  const HostWeight k2 = make_host_weight(WeightFormat::FP8_BLOCK, 512, 2 * K, 54);
+  auto da = dsinfer::test::upload(a), db = dsinfer::test::upload(b), dc = dsinfer::test::upload(c);
+  auto dk2 = dsinfer::test::upload(k2);
+  const dsinfer::ops::cuda::DeviceWeight* ws[3] = {&da.w, &db.w, &dc.w};
+  const int64_t ldys[3] = {1024, 520, 256};
+  auto dx = to_device(block_activations(M, K + 8, 55));
+  auto run = [&](bool same, std::vector<std::vector<float>>& out) {
+    std::vector<dsinfer::cuda::DeviceBuffer<float>> ys;
+    float* yp[3] = {};
+    for (int i = 0; i < 3; ++i) {
+      ys.push_back(to_device(std::vector<float>(size_t(M * ldys[i]), 7.0f)));
+      yp[i] = ys.back().data();
+    }
+    if (same) {
+      const dsinfer::Status st = eng.gemm_same_x(dx.data(), M, K + 8, ws, yp, ldys, 3, nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+    } else {
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(eng.gemm(dx.data(), M, K + 8, *ws[i], yp[i], ldys[i], false, nullptr).is_ok());
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    out.clear();
+    for (int i = 0; i < 3; ++i) out.push_back(to_host(ys[size_t(i)], size_t(M * ldys[i])));
+  };
+  std::vector<std::vector<float>> sep, same;
+  run(false, sep);
+  run(true, same);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(std::memcmp(sep[size_t(i)].data(), same[size_t(i)].data(), sep[size_t(i)].size() * 4), 0) << "weight " << i;
+  int64_t pad = 0;  // weight 1's row padding (N = 512 of ldy 520) keeps its 7s
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 512; n < 520; ++n) pad += same[1][size_t(m * 520 + n)] != 7.0f;
+  EXPECT_EQ(pad, 0);
+  // Refusals, before any launch.
+  auto y = to_device(std::vector<float>(size_t(M * 1024), 7.0f));
+  float* yp[2] = {y.data(), y.data()};
+  const int64_t ld2[2] = {1024, 1024};
+  const dsinfer::ops::cuda::DeviceWeight* mixed[2] = {&da.w, &dk2.w};
+  EXPECT_FALSE(eng.gemm_same_x(dx.data(), M, 2 * K, mixed, yp, ld2, 2, nullptr).is_ok());
+  const dsinfer::ops::cuda::DeviceWeight* two[2] = {&da.w, &db.w};
+  EXPECT_FALSE(eng.gemm_same_x(dx.data(), 256, K + 8, two, yp, ld2, 2, nullptr).is_ok());
+  for (float v : to_host(y, size_t(M * 1024))) ASSERT_EQ(v, 7.0f);
+}

@@ -167,6 +167,37 @@ Status GemmLtEngine::gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const
                         w.rows, w.cols, M);
 }
 
+Status GemmLtEngine::gemm_same_x(const float* x, int64_t M, int64_t ldx, const DeviceWeight* const* ws,
+                                 float* const* ys, const int64_t* ldys, int count, void* stream) {
+  if (M < 0 || M > (int64_t(1) << 24)) return Status::errorf("cuBLASLt GEMM (same x): row count {} out of range", M);
+  if (M == 0 || count == 0) return Status::ok();
+  if (!x || count < 0) return Status::error("cuBLASLt GEMM (same x): null x or a negative count");
+  Impl& I = *impl_;
+  const bool cap = capturing(stream);
+  for (int i = 0; i < count; ++i) {
+    const DeviceWeight& w = *ws[i];
+    const bool widened = w.fmt == WeightFormat::FP8_BLOCK && gemm_lt_fp8_route(w, M, I.act) == GemmLtActivations::kBf16;
+    if (!supports(w) || !(widened || w.fmt == WeightFormat::BF16) || w.cols != ws[0]->cols)
+      return Status::errorf("cuBLASLt GEMM (same x): weight {} ({} [{}, {}]) is not on a bf16 route at M = {} with K = {}",
+                            i, weight_format_name(w.fmt), w.rows, w.cols, M, ws[0]->cols);
+    if (!ys[i] || ldx < w.cols || ldys[i] < w.rows)
+      return Status::errorf("cuBLASLt GEMM (same x): weight {}: null y, or ldx {} / ldy {} below K {} / N {}", i, ldx,
+                            ldys[i], w.cols, w.rows);
+    if (!cap) DSI_RETURN_IF_ERROR(prepare(w, M, stream));
+  }
+  if (!I.initialized) return Status::error("cuBLASLt GEMM: first use inside a graph capture (prepare it before)");
+  DSI_RETURN_IF_ERROR(I.init_status);
+  for (int i = 0; i < count; ++i) {
+    const DeviceWeight& w = *ws[i];
+    const bool ready = i > 0;  // the first call rounded x into q (its buffer grown for M x K then, never after)
+    if (w.fmt == WeightFormat::FP8_BLOCK)
+      DSI_RETURN_IF_ERROR(I.gemm_widened(x, M, ldx, w, ys[i], ldys[i], false, cap, stream, nullptr, ready));
+    else
+      DSI_RETURN_IF_ERROR(I.gemm_dense(x, M, ldx, w, ys[i], ldys[i], false, cap, stream, nullptr, nullptr, ready));
+  }
+  return Status::ok();
+}
+
 // Block scaling needs M % 4 == 0: rows [0, Mm) run on cuBLASLt, the last M % 4 on gemm_cuda's fp32 streaming kernel
 // (one more read of the weight: ~10 us for wq_b's 32 MB; the runner sends M >= 64).
 Status GemmLtEngine::Impl::gemm_fp8(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
@@ -244,7 +275,7 @@ Status GemmLtEngine::Impl::gemm_fp8_stacked(const float* x, int64_t M, int64_t l
 // GemmLtActivations::kBf16: the FP8 weight widened into `wide` (after the plan resolved, so a refusal leaves y
 // untouched), then the BF16 path on the copy. Any M (no block-scaling rule on the rows).
 Status GemmLtEngine::Impl::gemm_widened(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
-                                        int64_t ldy, bool acc, bool cap, void* stream, uint16_t* y16) {
+                                        int64_t ldy, bool acc, bool cap, void* stream, uint16_t* y16, bool x_ready) {
   const size_t wb = size_t(w.rows * w.cols) * 2;
   if (wide.size() < wb) {
     if (cap)
@@ -257,15 +288,15 @@ Status GemmLtEngine::Impl::gemm_widened(const float* x, int64_t M, int64_t ldx, 
   v.rows = w.rows;
   v.cols = w.cols;
   v.data = wide.data();
-  return gemm_dense(x, M, ldx, v, y, ldy, acc, cap, stream, &w, y16);
+  return gemm_dense(x, M, ldx, v, y, ldy, acc, cap, stream, &w, y16, x_ready);
 }
 
 // BF16 W: x rounded to bf16 into q, then the bf16 matmul. F32 W: x read in place (ld K only: cuBLASLt's B layout
 // is given ld = K), bf16 products (CUBLAS_COMPUTE_32F_FAST_16BF). widen_from: the FP8 weight that w (in `wide`) is
-// the bf16 copy of, widened once the plan is resolved.
+// the bf16 copy of, widened once the plan is resolved. x_ready: q already holds bf16(x) for these M, ldx and K.
 Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
                                       int64_t ldy, bool acc, bool cap, void* stream, const DeviceWeight* widen_from,
-                                      uint16_t* y16) {
+                                      uint16_t* y16, bool x_ready) {
   const bool bf = w.fmt == WeightFormat::BF16;
   const int64_t K = w.cols, N = w.rows;
   if (!bf && ldx != K) return Status::errorf("cuBLASLt GEMM: F32 weights need ldx == K ({} != {})", ldx, K);
@@ -286,7 +317,7 @@ Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, co
   if (widen_from)
     DSI_RETURN_IF_ERROR(
         widen_fp8_bf16(*widen_from, reinterpret_cast<uint16_t*>(wide.data()), int64_t(wide.size() / 2), stream).status());
-  if (bf) {
+  if (bf && !x_ready) {
     detail::launch_lt_bf16(x, M, ldx, K, reinterpret_cast<uint16_t*>(q.data()), stream);
     DSI_CUDA_LAUNCHED("gemm_lt_bf16_kernel");
   }

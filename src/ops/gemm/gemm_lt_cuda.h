@@ -80,6 +80,15 @@ class GemmLtEngine {
   // and the caller takes gemm. Session 27: wq_b's output at prefill, the split-block sparse prefill kernel's bf16 q.
   Status gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16, int64_t ldy,
                        void* stream);
+  // Several weights over the same x [M, K] (a layer's projections of one normalised input: wq_a + wkv, the
+  // compressor's and indexer's projections), y_i = x . W_i^T (row stride ldys[i], no accumulation) as gemm computes
+  // each, with x rounded to bf16 once for all of them instead of once a call (session 27: ~23 us of rounding pass a
+  // call at 4,096 tokens of 4,096 channels): the same bits as the separate calls (the same rounding into the same
+  // buffer, the same plans). Every weight must take a bf16 matmul at this M (FP8 on the widened route, BF16) with
+  // the same K, else an error before any launch; an error after one (not expected: a plan without an algorithm)
+  // leaves some y_i written, which the caller's separate calls then overwrite.
+  Status gemm_same_x(const float* x, int64_t M, int64_t ldx, const DeviceWeight* const* ws, float* const* ys,
+                     const int64_t* ldys, int count, void* stream);
   // The grouped projection (wo_a) in one strided-batched cuBLASLt GEMM: for g < groups,
   // y_g[M, N_g] = x_g[M, K] . W_g^T with N_g = w.rows / groups, W_g = rows [g N_g, (g + 1) N_g), x_g = x + g * xg
   // and y_g = y + g * yg (row strides ldx / ldy; y overwritten). An FP8 weight (E8M0 scales) is widened to an exact

@@ -131,14 +131,16 @@ struct GemmLtEngine::Impl {
   Status gemm_fp8(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
                   bool cap, void* stream);
   // y16 set: the result goes there as bf16 (row stride ldy, y unused, acc false), rounded by the matmul's epilogue.
+  // x_ready: q already holds bf16(x) for this M, ldx and K (gemm_same_x's later calls): no rounding pass.
   Status gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
-                    bool cap, void* stream, const DeviceWeight* widen_from = nullptr, uint16_t* y16 = nullptr);
+                    bool cap, void* stream, const DeviceWeight* widen_from = nullptr, uint16_t* y16 = nullptr,
+                    bool x_ready = false);
   // gemm_fp8's two terms as one matmul over 2 M rows (GemmLtStack; gemm_lt_cuda.cpp); ran = false: nothing ran.
   Status gemm_fp8_stacked(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, const float* wscale, float* y,
                           int64_t ldy, bool acc, bool cap, void* stream, bool& ran);
   // GemmLtActivations::kBf16 for an FP8 weight: widened into `wide`, then gemm_dense on the copy.
   Status gemm_widened(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
-                      bool cap, void* stream, uint16_t* y16 = nullptr);
+                      bool cap, void* stream, uint16_t* y16 = nullptr, bool x_ready = false);
   // Grows q (and, for FP8 weights, wide) for a grouped call of max_rows rows over x spans of `span` values
   // (gemm_lt_cuda.cpp); refused while capturing when too small.
   Status grouped_buffers(const DeviceWeight& w, int64_t max_rows, int64_t span, bool cap);

@@ -143,8 +143,20 @@ Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, cons
   for (int i = 0; i < count && i < kGemmMaxSegments; ++i) ws[i] = &segs[i].w;
   const GemmSegmentsPlan sp = plan_gemm_segments(ws, count, M, kernel_mode(), gemm_settings_, device_.multiprocessors);
   if (!sp.one_launch) {
+    // Every segment on cuBLASLt (prefill sizes): x rounded to bf16 once for all of them where they all take a bf16
+    // matmul (GemmLtEngine::gemm_same_x: the same bits as the calls below), else one call each.
+    bool same_x = count >= 2;
+    float* ys[kGemmMaxSegments] = {};
+    int64_t ldys[kGemmMaxSegments] = {};
+    for (int i = 0; i < count && same_x; ++i) {
+      const GemmCallPlan p = plan_gemm_call(segs[i].w, M, kernel_mode(), gemm_settings_);
+      same_x = p.lt && p.fp8_skinny_terms == 0 && lt_->prepare(segs[i].w, std::max(M, s_.tokens), stream_).is_ok();
+      ys[i] = segs[i].y;
+      ldys[i] = segs[i].ldy;
+    }
+    same_x = same_x && lt_->gemm_same_x(x, M, ldx, ws, ys, ldys, count, stream_).is_ok();
     for (int i = 0; i < count; ++i) {
-      DSI_RETURN_IF_ERROR(gemm(x, M, ldx, segs[i].w, segs[i].y, segs[i].ldy, false));
+      if (!same_x) DSI_RETURN_IF_ERROR(gemm(x, M, ldx, segs[i].w, segs[i].y, segs[i].ldy, false));
       if (segs[i].out_scale != 1.0f) {
         if (segs[i].ldy != segs[i].w.rows) return Status::error("gemm segments: a scaled output needs ldy == N");
         DSI_RETURN_IF_ERROR(scale_cuda(segs[i].y, M * segs[i].ldy, segs[i].out_scale, stream_));
