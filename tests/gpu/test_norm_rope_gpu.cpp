@@ -4,6 +4,8 @@
 // bit-identical inputs and use an exact rounding routine: they must match exactly.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "attn_test_util.h"
 #include "core/small_float.h"
 #include "ops/quant_sim/quant_sim.h"
@@ -26,6 +28,16 @@ io::RopeParams yarn_rope() {
   r.beta_fast = 32.0;
   r.beta_slow = 1.0;
   return r;
+}
+// The runner's q_kv_norm_rope on the split path: the query (unweighted norm, RoPE over the last 64 dims) and the
+// window kv (weighted norm, RoPE, the FP8 simulation of its NoPE dims).
+std::pair<ops::cuda::HeadNormRopeParams, ops::cuda::HeadNormRopeParams> split_path_params(int64_t rows, int64_t heads,
+                                                                                          int64_t dim, const float* inv,
+                                                                                          const float* w) {
+  ops::cuda::HeadNormRopeParams qp{rows, heads, dim, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, 64, inv, 1.0f, false};
+  ops::cuda::HeadNormRopeParams kp{rows, 1, dim, ops::cuda::HeadNorm::Weighted, w, 1e-6f, 64, inv, 1.0f, false};
+  kp.fp8_dims = dim - 64;
+  return {qp, kp};
 }
 }  // namespace
 
@@ -109,9 +121,7 @@ TEST(GpuHeadNormRope, Bf16OutputIsTheRoundedFp32Result) {
   auto x = random_vec(size_t(n), 11, 3.0f), kv = random_vec(size_t(rows * dim), 12, 2.0f), w = random_vec(size_t(dim), 13);
   auto dinv = to_device(inv), dw = to_device(w);
   auto dpos = to_device(pos);
-  ops::cuda::HeadNormRopeParams qp{rows, heads, dim, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, 64, dinv.data(), 1.0f, false};
-  ops::cuda::HeadNormRopeParams kp{rows, 1, dim, ops::cuda::HeadNorm::Weighted, dw.data(), 1e-6f, 64, dinv.data(), 1.0f, false};
-  kp.fp8_dims = dim - 64;
+  const auto [qp, kp] = split_path_params(rows, heads, dim, dinv.data(), dw.data());
   // The fp32 results in place (the default path).
   auto dq = to_device(x), dkv = to_device(kv);
   ASSERT_TRUE(ops::cuda::head_norm_rope_pair(qp, dq.data(), kp, dkv.data(), dpos.data(), nullptr).is_ok());
@@ -166,9 +176,7 @@ TEST(GpuHeadNormRope, Bf16InputInPlaceIsTheFp32PathOnTheWidenedInput) {
   }
   auto dinv = to_device(inv), dw = to_device(w);
   auto dpos = to_device(pos);
-  ops::cuda::HeadNormRopeParams qp{rows, heads, dim, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, 64, dinv.data(), 1.0f, false};
-  ops::cuda::HeadNormRopeParams kp{rows, 1, dim, ops::cuda::HeadNorm::Weighted, dw.data(), 1e-6f, 64, dinv.data(), 1.0f, false};
-  kp.fp8_dims = dim - 64;
+  const auto [qp, kp] = split_path_params(rows, heads, dim, dinv.data(), dw.data());
   auto dq = to_device(xw), dkv = to_device(kv);
   ASSERT_TRUE(ops::cuda::head_norm_rope_pair(qp, dq.data(), kp, dkv.data(), dpos.data(), nullptr).is_ok());
   const std::vector<float> q32 = to_host(dq, size_t(n)), kv32 = to_host(dkv, kv.size());

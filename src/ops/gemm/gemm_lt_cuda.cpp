@@ -129,18 +129,28 @@ Status GemmLtEngine::prepare(const DeviceWeight& w, int64_t max_rows, void* stre
 
 void GemmLtEngine::forget(const DeviceWeight& w) { impl_->weights.erase(w.data); }
 
+namespace {
+// The argument checks of a single-weight call (M == 0 returns before them), then its weight prepared (outside a
+// capture) and the engine's state: what every such call does before choosing a route. cap: the stream is capturing.
+Status begin_call(GemmLtEngine& e, const GemmLtEngine::Impl& I, const char* op, const void* x, const void* y, int64_t M,
+                  int64_t ldx, const DeviceWeight& w, int64_t ldy, void* stream, bool& cap) {
+  if (M < 0 || M > (int64_t(1) << 24)) return Status::errorf("{}: row count {} out of range", op, M);
+  if (!x || !y) return Status::errorf("{}: null x or y", op);
+  if (ldx < w.cols || ldy < w.rows)
+    return Status::errorf("{}: ldx {} / ldy {} smaller than K {} / N {}", op, ldx, ldy, w.cols, w.rows);
+  cap = GemmLtEngine::capturing(stream);
+  if (!cap) DSI_RETURN_IF_ERROR(e.prepare(w, M, stream));
+  if (!I.initialized) return Status::error("cuBLASLt GEMM: first use inside a graph capture (prepare it before)");
+  return I.init_status;
+}
+}  // namespace
+
 Status GemmLtEngine::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy,
                           bool accumulate, void* stream) {
-  if (M < 0 || M > (int64_t(1) << 24)) return Status::errorf("cuBLASLt GEMM: row count {} out of range", M);
   if (M == 0) return Status::ok();
-  if (!x || !y) return Status::error("cuBLASLt GEMM: null x or y");
-  if (ldx < w.cols || ldy < w.rows)
-    return Status::errorf("cuBLASLt GEMM: ldx {} / ldy {} smaller than K {} / N {}", ldx, ldy, w.cols, w.rows);
   Impl& I = *impl_;
-  const bool cap = capturing(stream);
-  if (!cap) DSI_RETURN_IF_ERROR(prepare(w, M, stream));
-  if (!I.initialized) return Status::error("cuBLASLt GEMM: first use inside a graph capture (prepare it before)");
-  DSI_RETURN_IF_ERROR(I.init_status);
+  bool cap = false;
+  DSI_RETURN_IF_ERROR(begin_call(*this, I, "cuBLASLt GEMM", x, y, M, ldx, w, ldy, stream, cap));
   if (!supports(w)) return Status::error("cuBLASLt GEMM: unsupported weight");
   if (w.fmt == WeightFormat::FP8_BLOCK && gemm_lt_fp8_route(w, M, I.act) == GemmLtActivations::kBf16)
     return I.gemm_widened(x, M, ldx, w, y, ldy, accumulate, cap, stream);
@@ -150,21 +160,16 @@ Status GemmLtEngine::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWe
 
 Status GemmLtEngine::gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16,
                                    int64_t ldy, void* stream) {
-  if (M < 0 || M > (int64_t(1) << 24)) return Status::errorf("cuBLASLt GEMM (bf16 out): row count {} out of range", M);
   if (M == 0) return Status::ok();
-  if (!x || !y16) return Status::error("cuBLASLt GEMM (bf16 out): null x or y");
-  if (ldx < w.cols || ldy < w.rows)
-    return Status::errorf("cuBLASLt GEMM (bf16 out): ldx {} / ldy {} smaller than K {} / N {}", ldx, ldy, w.cols, w.rows);
   Impl& I = *impl_;
-  const bool cap = capturing(stream);
-  if (!cap) DSI_RETURN_IF_ERROR(prepare(w, M, stream));
-  if (!I.initialized) return Status::error("cuBLASLt GEMM: first use inside a graph capture (prepare it before)");
-  DSI_RETURN_IF_ERROR(I.init_status);
+  bool cap = false;
+  DSI_RETURN_IF_ERROR(begin_call(*this, I, "cuBLASLt GEMM (bf16 out)", x, y16, M, ldx, w, ldy, stream, cap));
   if (w.fmt == WeightFormat::FP8_BLOCK && supports(w) && gemm_lt_fp8_route(w, M, I.act) == GemmLtActivations::kBf16)
     return I.gemm_widened(x, M, ldx, w, nullptr, ldy, false, cap, stream, y16);
-  if (w.fmt == WeightFormat::BF16 && supports(w)) return I.gemm_dense(x, M, ldx, w, nullptr, ldy, false, cap, stream, nullptr, y16);
-  return Status::errorf("cuBLASLt GEMM (bf16 out): {} [{}, {}] at M = {} is not on a bf16 route", weight_format_name(w.fmt),
-                        w.rows, w.cols, M);
+  if (w.fmt == WeightFormat::BF16 && supports(w))
+    return I.gemm_dense(x, M, ldx, w, nullptr, ldy, false, cap, stream, nullptr, y16);
+  return Status::errorf("cuBLASLt GEMM (bf16 out): {} [{}, {}] at M = {} is not on a bf16 route",
+                        weight_format_name(w.fmt), w.rows, w.cols, M);
 }
 
 Status GemmLtEngine::gemm_same_x(const float* x, int64_t M, int64_t ldx, const DeviceWeight* const* ws,

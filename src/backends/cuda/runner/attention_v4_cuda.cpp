@@ -95,21 +95,7 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
   const bool split = split_prefill(l, T, view, !tp && Hl > 0);  // the split-block prefill kernel's path (bf16 q, o)
   bool q16_in = false;  // wq_b wrote the split path's bf16 q itself (the norm + RoPE then works on it in place)
-  if (Hl > 0 && tp) {
-    // This rank's rows of wq_b, called so that they run the whole weight's kernel (tensor_parallel_parts.h).
-    DSI_ASSIGN_OR_RETURN(const tp::PartGemm p, tp::rows_part(L.wq_b, h0 * hd, (h0 + Hl) * hd,
-                                                             kernel_mode() == ops::KernelMode::kBatchInvariant,
-                                                             device_.multiprocessors));
-    if (p.groups == 1) DSI_OP("wq_b", l, gemm(cq, T, qr, p.w, q, Hl * hd, false));
-    else DSI_OP("wq_b", l, gemm_grouped(cq, T, qr, p.x_stride, p.w, p.groups, q, Hl * hd, p.y_stride));
-  } else if (Hl > 0) {
-    auto wq_b = [&]() -> Status {
-      if (split && sparse_prefill_kernel_ == SparsePrefillKernel::kSplit)
-        DSI_RETURN_IF_ERROR(gemm_bf16_out(cq, T, qr, L.wq_b, split_q16(), Hl * hd, q16_in));
-      return q16_in ? Status::ok() : gemm(cq, T, qr, L.wq_b, q, Hl * hd, false);
-    };
-    DSI_OP("wq_b", l, wq_b());
-  }
+  if (Hl > 0) DSI_OP("wq_b", l, query_projection(l, T, hg, tp, split, q16_in));
   HeadNormRopeParams qp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
   qp.in_bf16 = q16_in;
   const HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, af, false};
@@ -183,6 +169,27 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     DSI_OP("ring_write", l, ring_write(st, view, kv, stream_));
   }
   return output_projection(l, T, hg, split ? split_o16() : nullptr);
+}
+
+// wq_b of this rank's query heads into s_.q (fp32). TP: this rank's rows of wq_b, called so that they run the whole
+// weight's kernel (tensor_parallel_parts.h). On the split path with session 27's query (SparsePrefillKernel::kSplit),
+// the matmul writes the bf16 q into split_q16() itself where the engine runs it on a bf16 matmul (q16_in = true).
+Status CudaForwardV4::query_projection(int64_t l, int64_t T, const HeadGroups& hg, bool tp, bool split, bool& q16_in) {
+  const DeviceLayer& L = weights_.layer(l);
+  const int64_t hd = cfg_.head_dim, qr = cfg_.q_lora_rank, Hl = hg.h1 - hg.h0;
+  const float* cq = s_.cq.data();
+  float* q = s_.q.data();
+  q16_in = false;
+  if (tp) {
+    DSI_ASSIGN_OR_RETURN(const tp::PartGemm p, tp::rows_part(L.wq_b, hg.h0 * hd, hg.h1 * hd,
+                                                             kernel_mode() == ops::KernelMode::kBatchInvariant,
+                                                             device_.multiprocessors));
+    if (p.groups == 1) return gemm(cq, T, qr, p.w, q, Hl * hd, false);
+    return gemm_grouped(cq, T, qr, p.x_stride, p.w, p.groups, q, Hl * hd, p.y_stride);
+  }
+  if (split && sparse_prefill_kernel_ == SparsePrefillKernel::kSplit)
+    DSI_RETURN_IF_ERROR(gemm_bf16_out(cq, T, qr, L.wq_b, split_q16(), Hl * hd, q16_in));
+  return q16_in ? Status::ok() : gemm(cq, T, qr, L.wq_b, q, Hl * hd, false);
 }
 
 // Whether layer l of a T-token step takes the split-block prefill kernel's path (sparse_attention_plan.h

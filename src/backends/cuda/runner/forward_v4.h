@@ -94,6 +94,8 @@ class CudaForwardV4 final : public CudaForward {
                          int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L);
   Status attention(int64_t l, const ops::StepDevice& st);  // attention_v4_cuda.cpp
+  // wq_b into s_.q, or (q16_in) the split path's bf16 q into split_q16() (attention_v4_cuda.cpp).
+  Status query_projection(int64_t l, int64_t T, const HeadGroups& hg, bool tp, bool split, bool& q16_in);
   // wo_a, wo_b (TP: the exact gather between); o16: the split path's bf16 o (null: s_.o)
   Status output_projection(int64_t l, int64_t T, const HeadGroups& hg, const uint16_t* o16 = nullptr);
   // The split-block sparse prefill kernel's path for layer l of a T-token step (attention_v4_cuda.cpp; the rules:
