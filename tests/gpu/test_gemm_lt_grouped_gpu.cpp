@@ -231,3 +231,61 @@ TEST(GemmLtGroupedGpu, GraphCaptureReplaysEagerResult) {
 }
 
 }  // namespace
+
+// Session 27: gemm_grouped_bf16_out (wo_a on the split path: its output as bf16, wo_b's x) against
+// gemm_grouped_bf16's fp32 output on the same bf16 x at prefill sizes: every bf16 output within one bf16 ulp of the
+// fp32 one (RNE of the same sums is within half an ulp; another algorithm's sum order may cross a rounding boundary)
+// and the share bitwise bf16(the fp32 output) printed; then the engine's dense bf16-x entry (gemm_bf16_in, wo_b) on
+// that bf16 output against gemm on its fp32 widening: the same bf16 values into the same bf16 matmul, so within
+// 1e-6 normalised (bit for bit where the plan is the same; the share printed). Refusals (a misaligned y16, ldy % 8
+// != 0) leave y16 untouched.
+TEST(GemmLtGroupedGpu, Bf16OutputFeedsTheBf16Entry) {
+  DSI_SKIP_WITHOUT_GPU();
+  constexpr int64_t G = 8, Ng = 1024, K = 4096, M = 1030, N2 = 4096;
+  const HostWeight hw = make_host_weight(WeightFormat::FP8_BLOCK, G * Ng, K, 701);
+  const HostWeight hb = make_host_weight(WeightFormat::FP8_BLOCK, N2, G * Ng, 702);
+  auto d = dsinfer::test::upload(hw);
+  auto db = dsinfer::test::upload(hb);
+  GemmLtEngine eng;
+  const std::vector<float> x = dsinfer::test::random_floats(size_t(M * G * K), 710, 2.0f);
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = sf::f32_to_bf16_bits(x[i]);
+  auto dxb = to_device(xb);
+  auto y32 = to_device(std::vector<float>(size_t(M * G * Ng), NAN));
+  dsinfer::cuda::DeviceBuffer<uint16_t> y16;
+  ASSERT_TRUE(y16.alloc(size_t(M * G * Ng)).is_ok());
+  ASSERT_TRUE(eng.gemm_grouped_bf16(dxb.data(), M, G * K, K, d.w, G, y32.data(), G * Ng, Ng, nullptr).is_ok());
+  const dsinfer::Status st = eng.gemm_grouped_bf16_out(dxb.data(), M, G * K, K, d.w, G, y16.data(), G * Ng, Ng, nullptr);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> a = to_host(y32, size_t(M * G * Ng));
+  const std::vector<uint16_t> b = to_host(y16, size_t(M * G * Ng));
+  int64_t equal = 0, beyond = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double g = double(sf::from_bits(sf::bf16_f32_bits(b[i])));
+    equal += b[i] == sf::f32_to_bf16_bits(a[i]);
+    beyond += !(std::fabs(g - double(a[i])) <= std::ldexp(std::fabs(double(a[i])), -8));
+  }
+  EXPECT_EQ(beyond, 0) << "bf16 outputs more than one bf16 ulp from the fp32 call's";
+  std::printf("wo_a bf16 out: %.4f %% bitwise bf16(the fp32 output)\n", 100.0 * double(equal) / double(a.size()));
+  // wo_b on the bf16 output as it is, against gemm on its exact fp32 widening (rounded back to the same bf16 values).
+  std::vector<float> widened(b.size());
+  for (size_t i = 0; i < b.size(); ++i) widened[i] = sf::from_bits(sf::bf16_f32_bits(b[i]));
+  auto dw = to_device(widened);
+  auto za = to_device(std::vector<float>(size_t(M * N2), NAN)), zb = to_device(std::vector<float>(size_t(M * N2), NAN));
+  ASSERT_TRUE(eng.gemm(dw.data(), M, G * Ng, db.w, za.data(), N2, false, nullptr).is_ok());
+  const dsinfer::Status st2 = eng.gemm_bf16_in(y16.data(), M, G * Ng, db.w, zb.data(), N2, false, nullptr);
+  ASSERT_TRUE(st2.is_ok()) << st2.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> p = to_host(za, size_t(M * N2)), q = to_host(zb, size_t(M * N2));
+  int64_t same = 0;
+  for (size_t i = 0; i < p.size(); ++i) same += std::memcmp(&p[i], &q[i], 4) == 0;
+  const double err = normalized_error(q, p);
+  std::printf("wo_b bf16 in: normalised error %.3g, %.4f %% bitwise\n", err, 100.0 * double(same) / double(p.size()));
+  EXPECT_LT(err, 1e-6);
+  // Refusals: y16 misaligned, ldy % 8 != 0; y16 untouched.
+  ASSERT_EQ(cudaMemset(y16.data(), 0x7f, size_t(M * G * Ng) * 2), cudaSuccess);
+  EXPECT_FALSE(eng.gemm_grouped_bf16_out(dxb.data(), M, G * K, K, d.w, G, y16.data() + 1, G * Ng, Ng, nullptr).is_ok());
+  EXPECT_FALSE(eng.gemm_grouped_bf16_out(dxb.data(), M, G * K, K, d.w, G, y16.data(), G * Ng - 4, Ng - 4, nullptr).is_ok());
+  for (uint16_t v : to_host(y16, size_t(M * G * Ng))) ASSERT_EQ(v, 0x7f7f) << "a refused call wrote y16";
+}

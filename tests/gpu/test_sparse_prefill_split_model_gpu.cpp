@@ -12,7 +12,7 @@
 // - q: wq_b's output is rounded to bf16 by its matmul before the norm + RoPE on B's path (session 27: the query straight
 //   from the GEMM, GemmLtEngine::gemm_bf16_out), fp32 on A's: the norm's input moves by <= 2^-9 relative per element,
 //   so a bf16 q element moves by at most about one ulp (session 26's split path, DSINFER_SPARSE_PREFILL_KERNEL=
-//   split-q32, gave the same bf16 q as A: the RNE rounding of the same fp32 value).
+//   split-s26, gave the same bf16 q as A: the RNE rounding of the same fp32 value).
 // - o, per element of wo_a's bf16 x: main's fp32 o rounded by wo_a's batched call vs the split kernel's own fp32 o
 //   rounded at its store (the same RNE, the same inverse RoPE table and rotation: the same function of the fp32
 //   value). The two fp32 values differ by the kernels' sum order and by P's bf16 rounding relative to other running
@@ -25,7 +25,8 @@
 //   test_fp8_state_gpu.cpp measured that for a summation-order change alone).
 // So the bound is relative to a control of the same kind, not a number guessed before any run: C differs from A by
 // rounding-level changes in every GEMM and attention of every layer, B from A by rounding-level changes of two
-// tensors (q and wo_a's x) in the layers that take the split path. Bound, per run: B's max row rel <= max(2 x C's max row
+// tensors (q and wo_a's x) in the layers that take the split path (and wo_b's x, bf16 on both paths: wo_a's bf16
+// output on B's is the RNE rounding of the same sums, within one ulp). Bound, per run: B's max row rel <= max(2 x C's max row
 // rel, kRelFloor), kRelFloor = 2e-2 the FP8-state test's bound for ulp-level changes; at 4 layers at most
 // kOutlierRows rows of B above it (flipped routing), as there. A systematic error of the split path (a wrong head,
 // dim, key, sink or RoPE; o read at the wrong stride) moves o by O(1) in every row and fails it. The test also

@@ -156,7 +156,8 @@ TEST(SparseAttentionPlan, Fp8PrefillOpChoice) {
 
 // Session 26: the split-block prefill kernel is the default (DSINFER_SPARSE_PREFILL_KERNEL=main refuses it), in the
 // fast mode at one split only; exact and batch-invariant keep main's kernel whatever the variable says. Session 27:
-// `split-q32` is the same kernel with session 26's query (the A/B of wq_b's bf16 output).
+// `split-s26` is the same kernel with session 26's fp32 GEMM outputs around it (the A/B of wq_b's and wo_a's bf16
+// outputs).
 TEST(SparseAttentionPlan, SparsePrefillSplitKernelChoice) {
   using K = SparsePrefillKernel;
   for (const char* v : {static_cast<const char*>(nullptr), "", "split"}) {
@@ -166,15 +167,15 @@ TEST(SparseAttentionPlan, SparsePrefillSplitKernelChoice) {
   }
   ASSERT_TRUE(sparse_prefill_kernel_from("main").is_ok());
   EXPECT_EQ(*sparse_prefill_kernel_from("main"), K::kMain);
-  ASSERT_TRUE(sparse_prefill_kernel_from("split-q32").is_ok());
-  EXPECT_EQ(*sparse_prefill_kernel_from("split-q32"), K::kSplitQ32);
+  ASSERT_TRUE(sparse_prefill_kernel_from("split-s26").is_ok());
+  EXPECT_EQ(*sparse_prefill_kernel_from("split-s26"), K::kSplitS26);
   for (const char* v : {"1", "on", "SPLIT", "bf16", "split-q16"}) {
     auto r = sparse_prefill_kernel_from(v);
     ASSERT_FALSE(r.is_ok()) << v;
     EXPECT_NE(r.status().message().find("DSINFER_SPARSE_PREFILL_KERNEL"), std::string::npos) << v;
   }
   EXPECT_TRUE(plan_sparse_prefill_split(K::kSplit, KernelMode::kFast, 1));
-  EXPECT_TRUE(plan_sparse_prefill_split(K::kSplitQ32, KernelMode::kFast, 1));
+  EXPECT_TRUE(plan_sparse_prefill_split(K::kSplitS26, KernelMode::kFast, 1));
   EXPECT_FALSE(plan_sparse_prefill_split(K::kMain, KernelMode::kFast, 1));
   EXPECT_FALSE(plan_sparse_prefill_split(K::kSplit, KernelMode::kFast, 2));
   for (KernelMode m : {KernelMode::kExact, KernelMode::kBatchInvariant, KernelMode::kDefault})

@@ -152,10 +152,11 @@ Status GemmLtEngine::gemm(const float* x, int64_t M, int64_t ldx, const DeviceWe
   bool cap = false;
   DSI_RETURN_IF_ERROR(begin_call(*this, I, "cuBLASLt GEMM", x, y, M, ldx, w, ldy, stream, cap));
   if (!supports(w)) return Status::error("cuBLASLt GEMM: unsupported weight");
+  const Impl::DenseIo io{x, nullptr, ldx, y, nullptr, ldy, accumulate};
   if (w.fmt == WeightFormat::FP8_BLOCK && gemm_lt_fp8_route(w, M, I.act) == GemmLtActivations::kBf16)
-    return I.gemm_widened(x, M, ldx, w, y, ldy, accumulate, cap, stream);
+    return I.gemm_widened(io, M, w, cap, stream);
   if (w.fmt == WeightFormat::FP8_BLOCK) return I.gemm_fp8(x, M, ldx, w, y, ldy, accumulate, cap, stream);
-  return I.gemm_dense(x, M, ldx, w, y, ldy, accumulate, cap, stream);
+  return I.gemm_dense(io, M, w, cap, stream);
 }
 
 Status GemmLtEngine::gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16,
@@ -164,12 +165,27 @@ Status GemmLtEngine::gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const
   Impl& I = *impl_;
   bool cap = false;
   DSI_RETURN_IF_ERROR(begin_call(*this, I, "cuBLASLt GEMM (bf16 out)", x, y16, M, ldx, w, ldy, stream, cap));
-  if (w.fmt == WeightFormat::FP8_BLOCK && supports(w) && gemm_lt_fp8_route(w, M, I.act) == GemmLtActivations::kBf16)
-    return I.gemm_widened(x, M, ldx, w, nullptr, ldy, false, cap, stream, y16);
-  if (w.fmt == WeightFormat::BF16 && supports(w))
-    return I.gemm_dense(x, M, ldx, w, nullptr, ldy, false, cap, stream, nullptr, y16);
-  return Status::errorf("cuBLASLt GEMM (bf16 out): {} [{}, {}] at M = {} is not on a bf16 route",
-                        weight_format_name(w.fmt), w.rows, w.cols, M);
+  return I.gemm_bf16_route({x, nullptr, ldx, nullptr, y16, ldy, false}, M, w, cap, stream, "cuBLASLt GEMM (bf16 out)");
+}
+
+Status GemmLtEngine::gemm_bf16_in(const uint16_t* x16, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
+                                  int64_t ldy, bool accumulate, void* stream) {
+  if (M == 0) return Status::ok();
+  Impl& I = *impl_;
+  bool cap = false;
+  DSI_RETURN_IF_ERROR(begin_call(*this, I, "cuBLASLt GEMM (bf16 in)", x16, y, M, ldx, w, ldy, stream, cap));
+  if (reinterpret_cast<uintptr_t>(x16) % 16 != 0 || ldx % 8 != 0)
+    return Status::errorf("cuBLASLt GEMM (bf16 in): x needs 16-byte alignment and ldx % 8 == 0 (ldx {})", ldx);
+  return I.gemm_bf16_route({nullptr, x16, ldx, y, nullptr, ldy, accumulate}, M, w, cap, stream, "cuBLASLt GEMM (bf16 in)");
+}
+
+Status GemmLtEngine::Impl::gemm_bf16_route(const DenseIo& io, int64_t M, const DeviceWeight& w, bool cap, void* stream,
+                                           const char* op) {
+  if (w.fmt == WeightFormat::FP8_BLOCK && supports(w) && gemm_lt_fp8_route(w, M, act) == GemmLtActivations::kBf16)
+    return gemm_widened(io, M, w, cap, stream);
+  if (w.fmt == WeightFormat::BF16 && supports(w)) return gemm_dense(io, M, w, cap, stream);
+  return Status::errorf("{}: {} [{}, {}] at M = {} is not on a bf16 route", op, weight_format_name(w.fmt), w.rows, w.cols,
+                        M);
 }
 
 Status GemmLtEngine::gemm_same_x(const float* x, int64_t M, int64_t ldx, const DeviceWeight* const* ws,
@@ -193,12 +209,10 @@ Status GemmLtEngine::gemm_same_x(const float* x, int64_t M, int64_t ldx, const D
   if (!I.initialized) return Status::error("cuBLASLt GEMM: first use inside a graph capture (prepare it before)");
   DSI_RETURN_IF_ERROR(I.init_status);
   for (int i = 0; i < count; ++i) {
-    const DeviceWeight& w = *ws[i];
-    const bool ready = i > 0;  // the first call rounded x into q (its buffer grown for M x K then, never after)
-    if (w.fmt == WeightFormat::FP8_BLOCK)
-      DSI_RETURN_IF_ERROR(I.gemm_widened(x, M, ldx, w, ys[i], ldys[i], false, cap, stream, nullptr, ready));
-    else
-      DSI_RETURN_IF_ERROR(I.gemm_dense(x, M, ldx, w, ys[i], ldys[i], false, cap, stream, nullptr, nullptr, ready));
+    // The first call rounds x into q (grown for M x K then, never after: every K is the same); the others read it.
+    const uint16_t* x16 = i > 0 ? reinterpret_cast<const uint16_t*>(I.q.data()) : nullptr;
+    const Impl::DenseIo io{x, x16, i > 0 ? ws[0]->cols : ldx, ys[i], nullptr, ldys[i], false};
+    DSI_RETURN_IF_ERROR(I.gemm_bf16_route(io, M, *ws[i], cap, stream, "cuBLASLt GEMM (same x)"));
   }
   return Status::ok();
 }
@@ -279,8 +293,7 @@ Status GemmLtEngine::Impl::gemm_fp8_stacked(const float* x, int64_t M, int64_t l
 
 // GemmLtActivations::kBf16: the FP8 weight widened into `wide` (after the plan resolved, so a refusal leaves y
 // untouched), then the BF16 path on the copy. Any M (no block-scaling rule on the rows).
-Status GemmLtEngine::Impl::gemm_widened(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
-                                        int64_t ldy, bool acc, bool cap, void* stream, uint16_t* y16, bool x_ready) {
+Status GemmLtEngine::Impl::gemm_widened(const DenseIo& io, int64_t M, const DeviceWeight& w, bool cap, void* stream) {
   const size_t wb = size_t(w.rows * w.cols) * 2;
   if (wide.size() < wb) {
     if (cap)
@@ -293,41 +306,45 @@ Status GemmLtEngine::Impl::gemm_widened(const float* x, int64_t M, int64_t ldx, 
   v.rows = w.rows;
   v.cols = w.cols;
   v.data = wide.data();
-  return gemm_dense(x, M, ldx, v, y, ldy, acc, cap, stream, &w, y16, x_ready);
+  return gemm_dense(io, M, v, cap, stream, &w);
 }
 
-// BF16 W: x rounded to bf16 into q, then the bf16 matmul. F32 W: x read in place (ld K only: cuBLASLt's B layout
-// is given ld = K), bf16 products (CUBLAS_COMPUTE_32F_FAST_16BF). widen_from: the FP8 weight that w (in `wide`) is
-// the bf16 copy of, widened once the plan is resolved. x_ready: q already holds bf16(x) for these M, ldx and K.
-Status GemmLtEngine::Impl::gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y,
-                                      int64_t ldy, bool acc, bool cap, void* stream, const DeviceWeight* widen_from,
-                                      uint16_t* y16, bool x_ready) {
+// BF16 W: x rounded to bf16 into q (or io.x16 read as it is), then the bf16 matmul. F32 W: x read in place (ld K only:
+// cuBLASLt's B layout is given ld = K), bf16 products (CUBLAS_COMPUTE_32F_FAST_16BF). widen_from: the FP8 weight that
+// w (in `wide`) is the bf16 copy of, widened once the plan is resolved.
+Status GemmLtEngine::Impl::gemm_dense(const DenseIo& io, int64_t M, const DeviceWeight& w, bool cap, void* stream,
+                                      const DeviceWeight* widen_from) {
   const bool bf = w.fmt == WeightFormat::BF16;
   const int64_t K = w.cols, N = w.rows;
-  if (!bf && ldx != K) return Status::errorf("cuBLASLt GEMM: F32 weights need ldx == K ({} != {})", ldx, K);
-  if (bf && q.size() < size_t(M * K * 2)) {
+  if (!bf && (io.ldx != K || io.x16 || io.y16))
+    return Status::errorf("cuBLASLt GEMM: F32 weights need fp32 x and y, ldx == K ({} != {})", io.ldx, K);
+  if (bf && !io.x16 && q.size() < size_t(M * K * 2)) {
     if (cap) return Status::errorf("cuBLASLt GEMM: bf16 activation buffer too small for M = {} inside a capture", M);
     DSI_RETURN_IF_ERROR(grow(q, size_t(M * K * 2), "cuBLASLt bf16 activations"));
   }
-  const void* xb = bf ? static_cast<const void*>(q.data()) : static_cast<const void*>(x);
+  const void* xb = io.x16 ? static_cast<const void*>(io.x16)
+                   : bf   ? static_cast<const void*>(q.data())
+                          : static_cast<const void*>(io.x);
+  const int64_t ldb = io.x16 ? io.ldx : K;  // B's row stride: the caller's bf16 x, or q / the fp32 x (K)
   const uint64_t eb = bf ? 2 : 4;
-  PlanKey key{bf ? gemm_lt_detail::PlanKind::kBf16 : gemm_lt_detail::PlanKind::kF32, M, N, K, ldy, acc,
+  PlanKey key{bf ? gemm_lt_detail::PlanKind::kBf16 : gemm_lt_detail::PlanKind::kF32, M, N, K, io.ldy, io.acc && !io.y16,
               alignment(reinterpret_cast<uintptr_t>(w.data) | uint64_t(K) * eb),
-              alignment(reinterpret_cast<uintptr_t>(xb) | uint64_t(K) * eb),
-              y16 ? alignment(reinterpret_cast<uintptr_t>(y16) | uint64_t(ldy * 2))
-                  : alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4))};
-  key.out_bf16 = y16 != nullptr;
+              alignment(reinterpret_cast<uintptr_t>(xb) | uint64_t(ldb) * eb),
+              io.y16 ? alignment(reinterpret_cast<uintptr_t>(io.y16) | uint64_t(io.ldy * 2))
+                     : alignment(reinterpret_cast<uintptr_t>(io.y) | uint64_t(io.ldy * 4))};
+  key.ldx = ldb == K ? 0 : ldb;  // 0: K (the key of every contiguous x, so q read by a later call keeps its plan)
+  key.out_bf16 = io.y16 != nullptr;
   Plan& p = plan(key, nullptr, nullptr);
   DSI_RETURN_IF_ERROR(p.status);
   if (widen_from)
     DSI_RETURN_IF_ERROR(
         widen_fp8_bf16(*widen_from, reinterpret_cast<uint16_t*>(wide.data()), int64_t(wide.size() / 2), stream).status());
-  if (bf && !x_ready) {
-    detail::launch_lt_bf16(x, M, ldx, K, reinterpret_cast<uint16_t*>(q.data()), stream);
+  if (bf && !io.x16) {
+    detail::launch_lt_bf16(io.x, M, io.ldx, K, reinterpret_cast<uint16_t*>(q.data()), stream);
     DSI_CUDA_LAUNCHED("gemm_lt_bf16_kernel");
   }
-  return y16 ? run(p, w.data, nullptr, xb, nullptr, M, y16, ldy, false, stream)
-             : run(p, w.data, nullptr, xb, nullptr, M, y, ldy, acc, stream);
+  return io.y16 ? run(p, w.data, nullptr, xb, nullptr, M, io.y16, io.ldy, false, stream)
+                : run(p, w.data, nullptr, xb, nullptr, M, io.y, io.ldy, io.acc, stream);
 }
 
 Status GemmLtEngine::Impl::grouped_buffers(const DeviceWeight& w, int64_t max_rows, int64_t span, bool cap) {
@@ -365,14 +382,22 @@ Status GemmLtEngine::gemm_grouped_bf16(const uint16_t* x, int64_t M, int64_t ldx
   return impl_->grouped(nullptr, x, M, ldx, xg, w, groups, y, ldy, yg, stream);
 }
 
+Status GemmLtEngine::gemm_grouped_bf16_out(const uint16_t* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
+                                           int64_t groups, uint16_t* y16, int64_t ldy, int64_t yg, void* stream) {
+  if (!y16 || reinterpret_cast<uintptr_t>(y16) % 16 != 0 || ldy % 8 != 0 || yg % 8 != 0)
+    return Status::errorf("cuBLASLt grouped GEMM (bf16 out): y needs 16-byte alignment, ldy and yg % 8 == 0 ({}, {})",
+                          ldy, yg);
+  return impl_->grouped(nullptr, x, M, ldx, xg, w, groups, nullptr, ldy, yg, stream, y16);
+}
+
 // gemm_grouped (x fp32: rounded into q over the groups' span) or gemm_grouped_bf16 (x16: read in place, row stride
 // ldx). One of x / x16 is set.
 Status GemmLtEngine::Impl::grouped(const float* x, const uint16_t* x16, int64_t M, int64_t ldx, int64_t xg,
                                    const DeviceWeight& w, int64_t groups, float* y, int64_t ldy, int64_t yg,
-                                   void* stream) {
+                                   void* stream, uint16_t* y16) {
   if (M < 0 || M > (int64_t(1) << 24)) return Status::errorf("cuBLASLt grouped GEMM: row count {} out of range", M);
   if (M == 0) return Status::ok();
-  if ((!x && !x16) || !y) return Status::error("cuBLASLt grouped GEMM: null x or y");
+  if ((!x && !x16) || (!y && !y16)) return Status::error("cuBLASLt grouped GEMM: null x or y");
   if (!gemm_lt_grouped_supports(w, groups)) return grouped_unsupported(w, groups);
   const int64_t K = w.cols, Ng = w.rows / groups, span = (groups - 1) * xg + K;
   if (xg < K || yg < Ng || span > ldx || (groups - 1) * yg + Ng > ldy)
@@ -400,11 +425,13 @@ Status GemmLtEngine::Impl::grouped(const float* x, const uint16_t* x16, int64_t 
                     false,
                     alignment(reinterpret_cast<uintptr_t>(wd) | uint64_t(K) * 2),
                     alignment(reinterpret_cast<uintptr_t>(xb) | uint64_t(ldb) * 2 | uint64_t(xg) * 2),
-                    alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4) | uint64_t(yg * 4)),
+                    y16 ? alignment(reinterpret_cast<uintptr_t>(y16) | uint64_t(ldy * 2) | uint64_t(yg * 2))
+                        : alignment(reinterpret_cast<uintptr_t>(y) | uint64_t(ldy * 4) | uint64_t(yg * 4)),
                     groups,
                     ldb,
                     xg,
-                    yg};
+                    yg,
+                    y16 != nullptr};
   Plan& p = plan(key, nullptr, nullptr);
   DSI_RETURN_IF_ERROR(p.status);
   if (fp8) {
@@ -415,7 +442,8 @@ Status GemmLtEngine::Impl::grouped(const float* x, const uint16_t* x16, int64_t 
     detail::launch_lt_bf16(x, M, ldx, span, reinterpret_cast<uint16_t*>(q.data()), stream);
     DSI_CUDA_LAUNCHED("gemm_lt_bf16_kernel");
   }
-  return run(p, wd, nullptr, xb, nullptr, M, y, ldy, false, stream);
+  return y16 ? run(p, wd, nullptr, xb, nullptr, M, y16, ldy, false, stream)
+             : run(p, wd, nullptr, xb, nullptr, M, y, ldy, false, stream);
 }
 
 size_t GemmLtEngine::device_bytes() const {

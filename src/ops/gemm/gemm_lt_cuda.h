@@ -80,6 +80,12 @@ class GemmLtEngine {
   // and the caller takes gemm. Session 27: wq_b's output at prefill, the split-block sparse prefill kernel's bf16 q.
   Status gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16, int64_t ldy,
                        void* stream);
+  // y[M, N] (+)= x16 . W^T with x already bf16 (row stride ldx, 16-byte aligned, ldx % 8 == 0): gemm's bf16 matmul
+  // read on x as it is, no rounding pass, for the weights gemm_bf16_out takes (else an error before any launch, y
+  // untouched). For the same bf16 values it is gemm's arithmetic on the widened route (session 27: wo_b on the split
+  // path, x = wo_a's bf16 output).
+  Status gemm_bf16_in(const uint16_t* x16, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy,
+                      bool accumulate, void* stream);
   // Several weights over the same x [M, K] (a layer's projections of one normalised input: wq_a + wkv, the
   // compressor's and indexer's projections), y_i = x . W_i^T (row stride ldys[i], no accumulation) as gemm computes
   // each, with x rounded to bf16 once for all of them instead of once a call (session 27: ~23 us of rounding pass a
@@ -108,6 +114,11 @@ class GemmLtEngine {
   // on the same operands. Errors as gemm_grouped (before any launch, y untouched).
   Status gemm_grouped_bf16(const uint16_t* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w, int64_t groups,
                            float* y, int64_t ldy, int64_t yg, void* stream);
+  // gemm_grouped_bf16 with the result rounded once to bf16 by the matmul's epilogue into y16 (row stride ldy, group
+  // stride yg; 16-byte aligned, ldy and yg % 8 == 0) instead of an fp32 y (session 27: wo_a on the split path, its
+  // output wo_b's bf16 x). Errors as gemm_grouped_bf16's.
+  Status gemm_grouped_bf16_out(const uint16_t* x, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
+                               int64_t groups, uint16_t* y16, int64_t ldy, int64_t yg, void* stream);
   // gemm_grouped's buffers for calls of up to max_rows rows with the groups' columns back to back (xg == K), made
   // outside a graph capture (does nothing while capturing, like prepare).
   Status prepare_grouped(const DeviceWeight& w, int64_t groups, int64_t max_rows, void* stream);

@@ -130,23 +130,35 @@ struct GemmLtEngine::Impl {
   // The FP8 / dense halves of GemmLtEngine::gemm (gemm_lt_cuda.cpp); M % 4 == 0 for FP8.
   Status gemm_fp8(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
                   bool cap, void* stream);
-  // y16 set: the result goes there as bf16 (row stride ldy, y unused, acc false), rounded by the matmul's epilogue.
-  // x_ready: q already holds bf16(x) for this M, ldx and K (gemm_same_x's later calls): no rounding pass.
-  Status gemm_dense(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
-                    bool cap, void* stream, const DeviceWeight* widen_from = nullptr, uint16_t* y16 = nullptr,
-                    bool x_ready = false);
+  // The dense / widened calls' operands besides the weight: x fp32 (rounded to bf16 into q by the call) or already
+  // bf16 (x16, row stride ldx: no rounding pass; q itself in gemm_same_x's later calls); y fp32 (accumulated where
+  // acc) or bf16 (y16: rounded once by the matmul's epilogue, no accumulation).
+  struct DenseIo {
+    const float* x = nullptr;
+    const uint16_t* x16 = nullptr;
+    int64_t ldx = 0;
+    float* y = nullptr;
+    uint16_t* y16 = nullptr;
+    int64_t ldy = 0;
+    bool acc = false;
+  };
+  Status gemm_dense(const DenseIo& io, int64_t M, const DeviceWeight& w, bool cap, void* stream,
+                    const DeviceWeight* widen_from = nullptr);
   // gemm_fp8's two terms as one matmul over 2 M rows (GemmLtStack; gemm_lt_cuda.cpp); ran = false: nothing ran.
   Status gemm_fp8_stacked(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, const float* wscale, float* y,
                           int64_t ldy, bool acc, bool cap, void* stream, bool& ran);
   // GemmLtActivations::kBf16 for an FP8 weight: widened into `wide`, then gemm_dense on the copy.
-  Status gemm_widened(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, float* y, int64_t ldy, bool acc,
-                      bool cap, void* stream, uint16_t* y16 = nullptr, bool x_ready = false);
+  Status gemm_widened(const DenseIo& io, int64_t M, const DeviceWeight& w, bool cap, void* stream);
+  // gemm_widened / gemm_dense by the weight, for the calls that need a bf16 matmul (gemm_bf16_out, gemm_bf16_in,
+  // gemm_same_x): an error naming the weight where it takes none at this M.
+  Status gemm_bf16_route(const DenseIo& io, int64_t M, const DeviceWeight& w, bool cap, void* stream, const char* op);
   // Grows q (and, for FP8 weights, wide) for a grouped call of max_rows rows over x spans of `span` values
   // (gemm_lt_cuda.cpp); refused while capturing when too small.
   Status grouped_buffers(const DeviceWeight& w, int64_t max_rows, int64_t span, bool cap);
-  // GemmLtEngine::gemm_grouped (x fp32, x16 null) and gemm_grouped_bf16 (x null, x16 bf16) (gemm_lt_cuda.cpp).
+  // GemmLtEngine::gemm_grouped (x fp32, x16 null) and gemm_grouped_bf16 (x null, x16 bf16; y16: bf16 output
+  // instead of y) (gemm_lt_cuda.cpp).
   Status grouped(const float* x, const uint16_t* x16, int64_t M, int64_t ldx, int64_t xg, const DeviceWeight& w,
-                 int64_t groups, float* y, int64_t ldy, int64_t yg, void* stream);
+                 int64_t groups, float* y, int64_t ldy, int64_t yg, void* stream, uint16_t* y16 = nullptr);
 };
 
 }  // namespace dsinfer::ops::cuda

@@ -154,8 +154,8 @@ Result<SparsePrefillKernel> sparse_prefill_kernel_from(const char* value) {
   const std::string v = value ? value : "";
   if (v == "main") return SparsePrefillKernel::kMain;
   if (v.empty() || v == "split") return SparsePrefillKernel::kSplit;
-  if (v == "split-q32") return SparsePrefillKernel::kSplitQ32;
-  return Status::errorf("DSINFER_SPARSE_PREFILL_KERNEL must be main, split or split-q32, found '{}'", v);
+  if (v == "split-s26") return SparsePrefillKernel::kSplitS26;
+  return Status::errorf("DSINFER_SPARSE_PREFILL_KERNEL must be main, split or split-s26, found '{}'", v);
 }
 
 Result<SparsePrefillKernel> sparse_prefill_kernel_from_env() {

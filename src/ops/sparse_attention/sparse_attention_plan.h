@@ -117,11 +117,12 @@ bool plan_sparse_attention_fp8_prefill(int64_t T, SparsePrefillRoute route = Spa
 // prefill 4,096: the op 4.43 -> 3.20 ms, the step 29.66 -> 28.11 ms; bench/NOTES.md). DSINFER_SPARSE_PREFILL_KERNEL,
 // read once with the runner's other settings: unset, empty or `split` the split-block kernel where
 // plan_sparse_prefill_split allows it; `main` main's kernel (the A/B). Any other value is an error naming the
-// variable. With the split kernel the query reaches it as bf16 straight from wq_b's matmul (session 27:
-// GemmLtEngine::gemm_bf16_out, then the norm + RoPE in place on bf16: HeadNormRopeParams::in_bf16) where that matmul
-// runs on the widened bf16 route; `split-q32` keeps session 26's query (wq_b's fp32 output, rounded once by the norm
-// + RoPE) for the A/B.
-enum class SparsePrefillKernel { kMain, kSplit, kSplitQ32 };
+// variable. With the split kernel (session 27) the GEMMs around it hand over bf16 where they run on the widened bf16
+// route: the query straight from wq_b's matmul (GemmLtEngine::gemm_bf16_out, then the norm + RoPE in place on bf16:
+// HeadNormRopeParams::in_bf16), and wo_a's output straight into wo_b (gemm_grouped_bf16_out, gemm_bf16_in);
+// `split-s26` keeps session 26's fp32 outputs of wq_b (rounded once by the norm + RoPE) and wo_a (rounded by wo_b's
+// route) for the A/B.
+enum class SparsePrefillKernel { kMain, kSplit, kSplitS26 };
 Result<SparsePrefillKernel> sparse_prefill_kernel_from(const char* value);  // nullptr = unset
 Result<SparsePrefillKernel> sparse_prefill_kernel_from_env();
 // Whether a prefill-op call runs the split-block kernel: asked for, the fast mode only (exact and batch-invariant

@@ -219,7 +219,29 @@ Status CudaForwardV4::output_projection(int64_t l, int64_t T, const HeadGroups& 
   const int64_t G = cfg_.o_groups, r = cfg_.o_lora_rank, gin = H * hd / G, ng = hg.g1 - hg.g0;
   if (o16) {
     if (ng != G) return Status::error("wo_a: the split path's bf16 o needs every output group on this rank");
-    DSI_OP("wo_a", l, gemm_grouped_bf16(o16, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
+    // Session 27's split path: wo_a's output as bf16 (wo_b's x, which wo_b's widened route rounds to bf16 itself),
+    // read by wo_b as it is; where the engine refuses either half, the fp32 route (a bf16 mid widened back into s_.o,
+    // free once the attention has read q).
+    uint16_t* mid16 = reinterpret_cast<uint16_t*>(s_.mid.data());
+    bool bf16_mid = false;
+    auto wo_a = [&]() -> Status {
+      bf16_mid = sparse_prefill_kernel_ == SparsePrefillKernel::kSplit &&
+                 lt_->gemm_grouped_bf16_out(o16, T, H * hd, gin, L.wo_a, G, mid16, G * r, r, stream_).is_ok();
+      return bf16_mid ? Status::ok() : gemm_grouped_bf16(o16, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r);
+    };
+    auto wo_b = [&]() -> Status {
+      if (plan_gemm_call(L.wo_b, T, kernel_mode(), gemm_settings_).lt &&
+          lt_->prepare(L.wo_b, std::max(T, s_.tokens), stream_).is_ok() &&
+          lt_->gemm_bf16_in(mid16, T, G * r, L.wo_b, s_.f.data(), D, false, stream_).is_ok())
+        return Status::ok();
+      DSI_RETURN_IF_ERROR(widen_rows_cuda(mid16, T, G * r, WireType::kBf16, s_.o.data(), stream_));
+      return gemm(s_.o.data(), T, G * r, L.wo_b, s_.f.data(), D, false);
+    };
+    DSI_OP("wo_a", l, wo_a());
+    if (bf16_mid) {
+      DSI_OP("wo_b", l, wo_b());
+      return Status::ok();
+    }
   } else if (ng == G) {
     DSI_OP("wo_a", l, gemm_grouped(s_.o.data(), T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r));
   } else {
