@@ -5,10 +5,9 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <string>
 
+#include "core/env_switch.h"
 #include "cuda/func_smem.h"
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
@@ -731,12 +730,8 @@ void launch_indexer_scores(const StepDevice& step, const LayerStateView& view, c
 // prefill step whatever its keys (session 26's plan). Read once; another value is named and ignored.
 int indexer_tc_tokens_per_block(const StepDevice& step, const IndexerCudaParams& p, int64_t max_visible) {
   static const int64_t min_visible = [] {  // -1: never the wgmma kernel
-    const char* v = std::getenv("DSINFER_INDEXER_SCORES");
-    if (v && std::strcmp(v, "mma") == 0) return int64_t(-1);
-    if (v && std::strcmp(v, "wgmma") == 0) return int64_t(0);
-    if (v)  // an A/B switch with no Status path: a value it cannot use is named
-      std::fprintf(stderr, "DSINFER_INDEXER_SCORES must be mma or wgmma, found '%s': ignored\n", v);
-    return kIdxWgMinVisible;
+    const std::string v = env_switch("DSINFER_INDEXER_SCORES", {"mma", "wgmma"});
+    return v == "mma" ? int64_t(-1) : v == "wgmma" ? int64_t(0) : kIdxWgMinVisible;
   }();
   if (min_visible >= 0 && p.fast && step.T >= kWgTok * step.num_seqs && max_visible > min_visible) return kWgTok;
   return step.T >= kTcTok * step.num_seqs ? kTcTok : 1;

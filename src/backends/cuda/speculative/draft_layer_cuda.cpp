@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/speculative/draft_cuda.h"
+#include "core/env_switch.h"
 #include "cuda/cuda_common.h"
 #include "ops/draft_kernels/draft_kernels_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
@@ -27,15 +27,13 @@ constexpr float kRouterNormEps = 1e-20f;  // transformers' renormalization epsil
 DraftForward::DraftForward(const io::ModelConfig& lc, const DraftDeviceContext& ctx) : c_(lc), ctx_(ctx) {
   // The fused MoE (draft_moe_cuda) wherever it applies; DSINFER_DSPARK_FUSED_MOE=0 runs moe_cuda's launches (the A/B
   // switch). H200, session 26: the b1 propose graph 84 -> 56 kernels with the fused picks, 0.288 -> 0.218 ms.
-  const char* fm = std::getenv("DSINFER_DSPARK_FUSED_MOE");
-  fused_moe_ = !(fm && std::string(fm) == "0");
+  fused_moe_ = env_switch("DSINFER_DSPARK_FUSED_MOE", {"0", "1"}) != "0";
 }
 
 DraftForward::~DraftForward() = default;
 
 bool draft_side_streams() {
-  const char* cc = std::getenv("DSINFER_DSPARK_CONCURRENT");
-  return !(cc && std::string(cc) == "0");
+  return env_switch("DSINFER_DSPARK_CONCURRENT", {"0", "1"}) != "0";
 }
 
 DraftSideStream::~DraftSideStream() {

@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/speculative/draft_cuda.h"
+#include "core/env_switch.h"
 #include "cuda/cuda_common.h"
 #include "ops/draft_kernels/draft_kernels_cuda.h"
 #include "ops/embed/embed_cuda.h"
@@ -37,16 +37,12 @@ DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig d
       ctx_(std::move(ctx)),
       fwd_(lc_, ctx_) {
   // DSINFER_DSPARK_FUSED_INGEST=0: every ingest runs on its own at once (session 17's round: the before/after switch).
-  const char* f = std::getenv("DSINFER_DSPARK_FUSED_INGEST");
-  fuse_ingest_ = !(f && std::string(f) == "0");
-  const char* t = std::getenv("DSINFER_DSPARK_PART_TIMES");
-  times_.on = t && std::string(t) == "1";
-  const char* pr = std::getenv("DSINFER_DSPARK_PROFILE");
-  profile_ = pr && std::string(pr) == "1";
+  fuse_ingest_ = env_switch("DSINFER_DSPARK_FUSED_INGEST", {"0", "1"}) != "0";
+  times_.on = env_switch("DSINFER_DSPARK_PART_TIMES", {"0", "1"}) == "1";
+  profile_ = env_switch("DSINFER_DSPARK_PROFILE", {"0", "1"}) == "1";
   // DSINFER_DSPARK_FUSED_PICKS: unset the fused picks up to kDraftPicksFusedMaxB padded sequences, 1 at every size
   // the kernel takes, 0 never (the A/B switches).
-  const char* fp = std::getenv("DSINFER_DSPARK_FUSED_PICKS");
-  const std::string picks = fp ? fp : "";
+  const std::string picks = env_switch("DSINFER_DSPARK_FUSED_PICKS", {"0", "1"});
   fused_picks_max_b_ = picks == "0" ? 0 : picks == "1" ? ops::cuda::kDraftPicksMaxB : ops::cuda::kDraftPicksFusedMaxB;
   concurrent_ = draft_side_streams();
 }
