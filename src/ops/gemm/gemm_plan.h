@@ -143,8 +143,11 @@ enum class GemmFp8Skinny { kAuto, kOff, kTwoTerms, kOneTerm };
 inline constexpr GemmFp8Skinny kGemmFp8SkinnyDefault = GemmFp8Skinny::kAuto;
 // Rows the kernel takes (decode batches).
 inline constexpr int64_t kGemmFp8SkinnyMaxM = 256;
-// kAuto's grouped weights (wo_a) take the kernel up to this M.
-inline constexpr int64_t kGemmFp8SkinnyAutoGroupedMaxM = 64;
+// kAuto's grouped weights (wo_a) take the kernel up to this M: every M the kernel takes since session 27, whose
+// activation quantization on the hardware conversions runs wo_a's 32K-wide rows 2.2-2.4x faster (10.0 / 17.6 / 32.4
+// us at M = 64 / 128 / 256 against 21.9 / 40.6 / 76.8), so that the model measured wo_a 0.286-0.289 -> 0.198 ms at
+// batch 128 and 0.330-0.331 -> 0.297 at 256 (4 layers; bench/NOTES.md, session 27).
+inline constexpr int64_t kGemmFp8SkinnyAutoGroupedMaxM = kGemmFp8SkinnyMaxM;
 // kAuto's cells, where the kernel beat the other routes in the model (H200, session 26, V4-Flash 4 layers, decode at
 // context 4,096, us a layer at batch 1 / 64 / 256, the other routes with the stacked cuBLASLt form -> the kernel):
 // wq_b (N = 32,768) 22.5 / 46 / 69 -> 19.8 / 25 / 57; wo_a (8 groups) 20.9 / 66 / 83 -> 22.4 / 45 / 119; wq_a + wkv
