@@ -230,9 +230,7 @@ Status CudaForwardV4::output_projection(int64_t l, int64_t T, const HeadGroups& 
       return bf16_mid ? Status::ok() : gemm_grouped_bf16(o16, T, H * hd, gin, L.wo_a, G, s_.mid.data(), G * r, r);
     };
     auto wo_b = [&]() -> Status {
-      if (plan_gemm_call(L.wo_b, T, kernel_mode(), gemm_settings_).lt &&
-          lt_->prepare(L.wo_b, std::max(T, s_.tokens), stream_).is_ok() &&
-          lt_->gemm_bf16_in(mid16, T, G * r, L.wo_b, s_.f.data(), D, false, stream_).is_ok())
+      if (lt_bf16_call(L.wo_b, T) && lt_->gemm_bf16_in(mid16, T, G * r, L.wo_b, s_.f.data(), D, false, stream_).is_ok())
         return Status::ok();
       DSI_RETURN_IF_ERROR(widen_rows_cuda(mid16, T, G * r, WireType::kBf16, s_.o.data(), stream_));
       return gemm(s_.o.data(), T, G * r, L.wo_b, s_.f.data(), D, false);

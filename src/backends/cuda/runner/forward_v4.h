@@ -80,9 +80,12 @@ class CudaForwardV4 final : public CudaForward {
   Status ffn(int64_t l, const int32_t* tokens, int64_t T);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy,
               bool acc);
-  // y16 (bf16, row stride ldy) = x . W^T where the cuBLASLt engine runs this call on a bf16 matmul (plan_gemm_call's
-  // lt and GemmLtEngine::gemm_bf16_out's routes: at prefill sizes, FP8 weights on the widened route): done = true.
-  // Elsewhere nothing is launched, done = false, and the caller takes gemm.
+  // Whether gemm would run this call on the cuBLASLt engine's bf16 matmul (plan_gemm_call's lt, no skinny kernel; a
+  // BF16 weight, or FP8 on the widened route at this M), with the weight prepared: the calls that hand bf16 over
+  // (gemm_bf16_out, GemmLtEngine::gemm_bf16_in / gemm_same_x) ask it first, so they run only where they apply.
+  bool lt_bf16_call(const ops::cuda::DeviceWeight& w, int64_t M);
+  // y16 (bf16, row stride ldy) = x . W^T where lt_bf16_call: done = true. Elsewhere (or should the engine refuse it)
+  // nothing is launched, done = false, and the caller takes gemm.
   Status gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, uint16_t* y16,
                        int64_t ldy, bool& done);
   // Several projections of the same x: one skinny launch where ops/gemm/gemm_plan.h plan_gemm_segments says each

@@ -128,13 +128,17 @@ Status CudaForwardV4::gemm(const float* x, int64_t M, int64_t ldx, const DeviceW
   return Status::ok();
 }
 
+bool CudaForwardV4::lt_bf16_call(const DeviceWeight& w, int64_t M) {
+  const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), gemm_settings_);
+  const bool bf16 = w.fmt == WeightFormat::BF16 ||
+                    (w.fmt == WeightFormat::FP8_BLOCK &&
+                     gemm_lt_fp8_route(w, M, gemm_settings_.lt_activations) == GemmLtActivations::kBf16);
+  return p.lt && p.fp8_skinny_terms == 0 && bf16 && lt_->prepare(w, std::max(M, s_.tokens), stream_).is_ok();
+}
+
 Status CudaForwardV4::gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16,
                                     int64_t ldy, bool& done) {
-  done = false;
-  const GemmCallPlan p = plan_gemm_call(w, M, kernel_mode(), gemm_settings_);
-  if (p.fp8_skinny_terms > 0 || !p.lt_prepare || !p.lt || !lt_->prepare(w, std::max(M, s_.tokens), stream_).is_ok())
-    return Status::ok();
-  done = lt_->gemm_bf16_out(x, M, ldx, w, y16, ldy, stream_).is_ok();
+  done = lt_bf16_call(w, M) && lt_->gemm_bf16_out(x, M, ldx, w, y16, ldy, stream_).is_ok();
   return Status::ok();
 }
 
@@ -149,8 +153,7 @@ Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, cons
     float* ys[kGemmMaxSegments] = {};
     int64_t ldys[kGemmMaxSegments] = {};
     for (int i = 0; i < count && same_x; ++i) {
-      const GemmCallPlan p = plan_gemm_call(segs[i].w, M, kernel_mode(), gemm_settings_);
-      same_x = p.lt && p.fp8_skinny_terms == 0 && lt_->prepare(segs[i].w, std::max(M, s_.tokens), stream_).is_ok();
+      same_x = lt_bf16_call(segs[i].w, M);
       ys[i] = segs[i].y;
       ldys[i] = segs[i].ldy;
     }
