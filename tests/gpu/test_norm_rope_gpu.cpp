@@ -211,6 +211,43 @@ TEST(GpuHeadNormRope, Bf16InputInPlaceIsTheFp32PathOnTheWidenedInput) {
   EXPECT_FALSE(ops::cuda::head_norm_rope(b, nullptr, dpos.data(), nullptr).is_ok());
 }
 
+// Session 27: where a block's 8 warps are heads of one row (heads % 8 == 0), the row's RoPE angles are computed once
+// into shared memory for the block (head_norm_rope_pair_kernel's table form) instead of once a vector. The same
+// function of the same inputs, so the same bits: the table form (rows of 64 heads) against the warp-a-vector form
+// (heads = 1, each row repeated 64 times with its position), bit for bit, forward and inverse, fp32 in place and the
+// bf16 output.
+TEST(GpuHeadNormRope, AngleTableEqualsPerVectorAngles) {
+  DSI_SKIP_WITHOUT_GPU();
+  const std::vector<float> inv = ops::rope_inv_freq(yarn_rope(), 64);
+  const std::vector<int64_t> pos = {0, 1, 127, 4000, 65535, 9, 3, 70000};
+  const int64_t rows = int64_t(pos.size()), heads = 64, dim = 512, n = rows * heads * dim;
+  std::vector<int64_t> each;
+  for (int64_t r = 0; r < rows; ++r) each.insert(each.end(), size_t(heads), pos[size_t(r)]);
+  const auto x = random_vec(size_t(n), 31, 3.0f);
+  auto dinv = to_device(inv);
+  auto dpos = to_device(pos), deach = to_device(each);
+  for (bool inverse : {false, true}) {
+    SCOPED_TRACE(inverse ? "inverse" : "forward");
+    ops::cuda::HeadNormRopeParams t{rows, heads, dim, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, 64, dinv.data(), 1.0f, inverse};
+    ops::cuda::HeadNormRopeParams v = t;
+    v.rows = rows * heads;
+    v.heads = 1;
+    auto a = to_device(x), b = to_device(x);
+    cuda::DeviceBuffer<uint16_t> a16, b16;
+    ASSERT_TRUE(a16.alloc(size_t(n)).is_ok());
+    ASSERT_TRUE(b16.alloc(size_t(n)).is_ok());
+    ASSERT_TRUE(ops::cuda::head_norm_rope(t, a.data(), dpos.data(), nullptr).is_ok());
+    ASSERT_TRUE(ops::cuda::head_norm_rope(v, b.data(), deach.data(), nullptr).is_ok());
+    EXPECT_EQ(to_host(a, size_t(n)), to_host(b, size_t(n))) << "fp32 in place";
+    t.out_bf16 = a16.data();
+    v.out_bf16 = b16.data();
+    auto c = to_device(x), d = to_device(x);
+    ASSERT_TRUE(ops::cuda::head_norm_rope(t, c.data(), dpos.data(), nullptr).is_ok());
+    ASSERT_TRUE(ops::cuda::head_norm_rope(v, d.data(), deach.data(), nullptr).is_ok());
+    EXPECT_EQ(to_host(a16, size_t(n)), to_host(b16, size_t(n))) << "bf16 output";
+  }
+}
+
 TEST(GpuQuantSim, Fp8BlockSimIsBitExact) {
   DSI_SKIP_WITHOUT_GPU();
   const int64_t rows = 64, stride = 512, n = 448;

@@ -69,8 +69,11 @@ __device__ __forceinline__ float4 load_chunk(const HeadNormRopeParams& p, const 
                      __uint_as_float(w.y & 0xFFFF0000u));
 }
 
-// Vector `vec` of p over x. Warp-collective: all 32 lanes call it with the same vec.
-__device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float* x, const int64_t* pos, int64_t vec) {
+// Vector `vec` of p over x. Warp-collective: all 32 lanes call it with the same vec. cs: the row's RoPE (cos, sin)
+// per pair, computed once for all its heads (head_norm_rope_rows_kernel); null: each pair's own rope_cos_sin (the same
+// function of the same inputs, so the same values either way).
+__device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float* x, const int64_t* pos, int64_t vec,
+                                              const float2* cs = nullptr) {
   const int lane = threadIdx.x & 31;
   const int64_t row = vec / p.heads;
   float* v = x + vec * p.dim;
@@ -108,9 +111,14 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
       for (int k = 0; k < 4; k += 2) {
         const int64_t d = 4 * int64_t(c) + k;
         if (d >= rope_start) {
-          float cs, sn;
-          dev::rope_cos_sin(p.inv_freq[(d - rope_start) / 2], pp, p.attention_factor, p.inverse, cs, sn);
-          dev::rope_rotate(e[k], e[k + 1], cs, sn);
+          float c, sn;
+          if (cs) {
+            c = cs[(d - rope_start) / 2].x;
+            sn = cs[(d - rope_start) / 2].y;
+          } else {
+            dev::rope_cos_sin(p.inv_freq[(d - rope_start) / 2], pp, p.attention_factor, p.inverse, c, sn);
+          }
+          dev::rope_rotate(e[k], e[k + 1], c, sn);
           if (p.round_rope_bf16) {
             e[k] = dev::round_bf16(e[k]);
             e[k + 1] = dev::round_bf16(e[k + 1]);
@@ -137,19 +145,35 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
   }
 }
 
-__global__ void head_norm_rope_kernel(HeadNormRopeParams p, float* x, const int64_t* pos) {
-  dsinfer::cuda::pdl_wait_then_release();
-  const int64_t vec = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (vec >= p.rows * p.heads) return;  // warp-uniform
-  norm_rope_vec(p, x, pos, vec);
+// A block's kBlockWarps vectors, warp w vector 8 b + w, when they are heads of one row (heads % kBlockWarps == 0: the
+// query's 64): the row's RoPE angles computed once into shared memory for the block, not once a vector (a double sincos
+// a pair: with bf16 q the op's largest cost, session 27: 8x fewer). The same values, so the same bits as each warp's
+// own rope_cos_sin; the same grid. Where rope_dim / 2 <= kTableMaxPairs.
+constexpr int kBlockWarps = 8, kTableMaxPairs = 128;
+__device__ __forceinline__ void norm_rope_block(const HeadNormRopeParams& p, float* x, const int64_t* pos) {
+  __shared__ float2 cs[kTableMaxPairs];
+  const int64_t vec0 = int64_t(blockIdx.x) * kBlockWarps, row = vec0 / p.heads;
+  if (vec0 >= p.rows * p.heads) return;  // block-uniform
+  for (int i = int(threadIdx.x); i < int(p.rope_dim / 2); i += int(blockDim.x)) {
+    float c, sn;
+    dev::rope_cos_sin(p.inv_freq[i], pos[row], p.attention_factor, p.inverse, c, sn);
+    cs[i] = make_float2(c, sn);
+  }
+  __syncthreads();
+  norm_rope_vec(p, x, pos, vec0 + (threadIdx.x >> 5), cs);
 }
+bool table_form(const HeadNormRopeParams& p) { return p.heads % kBlockWarps == 0 && p.rope_dim / 2 <= kTableMaxPairs; }
 
-// Blocks [0, blocks_a) take a's vectors, the rest b's.
+// Blocks [0, blocks_a) take a's vectors (table_a: with the block's angle table, norm_rope_block), the rest b's.
 __global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, HeadNormRopeParams b, float* xb,
-                                           const int64_t* pos, int64_t blocks_a) {
+                                           const int64_t* pos, int64_t blocks_a, bool table_a) {
   dsinfer::cuda::pdl_wait_then_release();
   const int64_t warp = threadIdx.x >> 5, per_block = blockDim.x >> 5;
   if (int64_t(blockIdx.x) < blocks_a) {
+    if (table_a) {
+      norm_rope_block(a, xa, pos);
+      return;
+    }
     const int64_t vec = int64_t(blockIdx.x) * per_block + warp;
     if (vec < a.rows * a.heads) norm_rope_vec(a, xa, pos, vec);  // warp-uniform
   } else {
@@ -160,16 +184,18 @@ __global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, Head
 }  // namespace
 
 void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream) {
-  const int64_t blocks = (p.rows * p.heads + 7) / 8;
-  dsinfer::cuda::pdl_launch(head_norm_rope_kernel, dim3(unsigned(blocks)), dim3(256), 0,
-                            static_cast<cudaStream_t>(stream), p, x, pos);
+  // The pair kernel with nothing in its second half (the block angle table where table_form allows it).
+  HeadNormRopeParams none = p;
+  none.rows = 0;
+  launch_head_norm_rope_pair(p, x, none, x, pos, stream);
 }
 
 void launch_head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNormRopeParams& b, float* xb,
                                 const int64_t* pos, void* stream) {
-  const int64_t blocks_a = (a.rows * a.heads + 7) / 8, blocks_b = (b.rows * b.heads + 7) / 8;
-  dsinfer::cuda::pdl_launch(head_norm_rope_pair_kernel, dim3(unsigned(blocks_a + blocks_b)), dim3(256), 0,
-                            static_cast<cudaStream_t>(stream), a, xa, b, xb, pos, blocks_a);
+  const int64_t blocks_a = (a.rows * a.heads + kBlockWarps - 1) / kBlockWarps;
+  const int64_t blocks_b = (b.rows * b.heads + kBlockWarps - 1) / kBlockWarps;
+  dsinfer::cuda::pdl_launch(head_norm_rope_pair_kernel, dim3(unsigned(blocks_a + blocks_b)), dim3(32 * kBlockWarps), 0,
+                            static_cast<cudaStream_t>(stream), a, xa, b, xb, pos, blocks_a, table_form(a));
 }
 
 }  // namespace dsinfer::ops::cuda::detail
