@@ -445,6 +445,24 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
       line("B: split op (bf16 q, o)", "B", -4);
     }
     line("prefill op, bf16 q", "A_bf16q", -5);
+    // The split kernel's variants (session 28; the same bits, GpuSparseAttentionPrefillSplit), each beside the op
+    // (B: its planned variant, 0 unless DSINFER_SPARSE_PREFILL_SPLIT_VARIANT says otherwise), twice.
+    {
+      namespace d = ops::cuda::detail;
+      for (int round = 0; round < 2; ++round) {
+        line("B: split op", "B", -4);
+        for (const auto& [name, v] : {std::pair<const char*, int>{"B l2 (L2 policies)", d::kSplitVarL2Hints},
+                                      {"B store16 (16-byte stores)", d::kSplitVarStore16},
+                                      {"B early (next item's lengths)", d::kSplitVarEarlyItem},
+                                      {"B all three", d::kSplitVarAll}}) {
+          probe = v;
+          char tag[32];
+          std::snprintf(tag, sizeof tag, "Bvar%d", v);
+          line(name, tag, -6);
+        }
+        probe = 0;
+      }
+    }
     for (only = 0; only < 4; ++only) {
       const double a = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -2); }, 1);
       const double b = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -4); }, 1);

@@ -34,6 +34,7 @@
 #include "ops/sparse_attention/sparse_attention_fp8.h"
 #include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
 #include "ops/sparse_attention/sparse_attention_prefill_cuda.h"
+#include "ops/sparse_attention/sparse_attention_prefill_launch.h"  // the kernel's variants
 
 using namespace dsinfer;
 using namespace dsinfer::cuda::test;
@@ -187,8 +188,8 @@ struct Device {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return to_host(o, n);
   }
-  // The split-block op: its bf16 output bits.
-  std::vector<uint16_t> run_split(const Case& c, const Inputs& in) {
+  // The split-block op (flags 0) or one variant of its kernel (detail::kSplitVar*): its bf16 output bits.
+  std::vector<uint16_t> run_split(const Case& c, const Inputs& in, int flags = 0) {
     const SparseAttentionFp8Params p = params(c, in);
     const size_t n = size_t(c.T * c.H * ops::kKvDim);
     DeviceBuffer<uint16_t> o;
@@ -198,7 +199,11 @@ struct Device {
     const int64_t bytes = staging_bytes(c, in);
     EXPECT_TRUE(staging.alloc(size_t(bytes)).is_ok());
     cudaMemset(staging.data(), 0xff, size_t(bytes));
-    const Status s = ops::cuda::sparse_attention_prefill_split(p, qb.data(), o.data(), staging.data(), bytes, nullptr);
+    const Status s =
+        flags == 0
+            ? ops::cuda::sparse_attention_prefill_split(p, qb.data(), o.data(), staging.data(), bytes, nullptr)
+            : ops::cuda::sparse_attention_prefill_split_probe(p, qb.data(), o.data(), staging.data(), bytes, flags,
+                                                              nullptr);
     EXPECT_TRUE(s.is_ok()) << s.message();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return to_host(o, n);
@@ -247,6 +252,15 @@ void run_case(const Case& c) {
   expect_close(got, dev.run_main(c, in), c, "main's prefill op");
   const std::vector<uint16_t> again = dev.run_split(c, in);
   EXPECT_EQ(0, std::memcmp(bits.data(), again.data(), bits.size() * 2)) << "not deterministic";
+  // The kernel's variants (session 28: L2 policies, 16-byte stores through a quad transpose, the next item's lengths
+  // loaded early) change where and how the same values are loaded and stored, not the values: the op's bits exactly.
+  namespace d = ops::cuda::detail;
+  for (const int v : {d::kSplitVarL2Hints, d::kSplitVarStore16, d::kSplitVarEarlyItem, d::kSplitVarAll}) {
+    const std::vector<uint16_t> var = dev.run_split(c, in, v);
+    size_t differ = 0;
+    for (size_t i = 0; i < bits.size(); ++i) differ += var[i] != bits[i];
+    EXPECT_EQ(differ, 0u) << "variant " << v << ": " << differ << " of " << bits.size() << " outputs differ";
+  }
   if (c.empty_every > 0) {  // a token with no keys: o = 0 (the sink alone carries its weight)
     const int64_t per_token = c.H * ops::kKvDim;
     for (int64_t t = 3; t < c.T; t += c.empty_every)

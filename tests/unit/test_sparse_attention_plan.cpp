@@ -182,6 +182,25 @@ TEST(SparseAttentionPlan, SparsePrefillSplitKernelChoice) {
     EXPECT_FALSE(plan_sparse_prefill_split(K::kSplit, m, 1));
 }
 
+// Session 28: the split kernel's variants, named by DSINFER_SPARSE_PREFILL_SPLIT_VARIANT for the A/B; 0 (session 24's
+// kernel) when unset; a value it cannot take is -1 (plan_sparse_prefill_split_variant names it and keeps 0).
+TEST(SparseAttentionPlan, SparsePrefillSplitVariant) {
+  namespace d = detail;
+  EXPECT_EQ(sparse_prefill_split_variant_from(nullptr), 0);
+  EXPECT_EQ(sparse_prefill_split_variant_from(""), 0);
+  EXPECT_EQ(sparse_prefill_split_variant_from("0"), 0);
+  EXPECT_EQ(sparse_prefill_split_variant_from("l2"), d::kSplitVarL2Hints);
+  EXPECT_EQ(sparse_prefill_split_variant_from("store16"), d::kSplitVarStore16);
+  EXPECT_EQ(sparse_prefill_split_variant_from("early"), d::kSplitVarEarlyItem);
+  EXPECT_EQ(sparse_prefill_split_variant_from("all"), d::kSplitVarAll);
+  EXPECT_EQ(d::kSplitVarAll, d::kSplitVarL2Hints | d::kSplitVarStore16 | d::kSplitVarEarlyItem);
+  for (const char* v : {"1", "L2", "store", "all "}) EXPECT_EQ(sparse_prefill_split_variant_from(v), -1) << v;
+  // the variant bits lie above every probe bit (the op tells a probe from a variant by them)
+  for (const int probe : {d::kSplitProbeNoMath, d::kSplitProbeNoSoftmax, d::kSplitProbeNoGather,
+                          d::kSplitProbeNoStore, d::kSplitProbeNoQ})
+    EXPECT_LT(probe, d::kSplitVarL2Hints);
+}
+
 // Session 24 (s24-sparsep2): the runner's per-layer, per-step decision of the split path. Taken only when every input
 // agrees (the kernel asked for in the fast mode at one split, FP8 state, the prefill op's step, all heads on this
 // rank, wo_a on the batched bf16 call); any one of them missing keeps main's path.

@@ -7,6 +7,9 @@
 // so the result equals fp8_block_sim's bit for bit. The Hadamard epilogue (vectors of <= 128 channels: one step)
 // runs the butterflies of dev::smem_hadamard in double registers, stages h < 4 inside a lane and h >= 4 across
 // lanes (partner lane ^ h/4), each pair combined by the same a + b / a - b: the same bits as hadamard_fp4_sim.
+#include <string>
+
+#include "core/env_switch.h"
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "ops/rope/rope_launch.h"
@@ -162,7 +165,11 @@ __device__ __forceinline__ void norm_rope_block(const HeadNormRopeParams& p, flo
   __syncthreads();
   norm_rope_vec(p, x, pos, vec0 + (threadIdx.x >> 5), cs);
 }
-bool table_form(const HeadNormRopeParams& p) { return p.heads % kBlockWarps == 0 && p.rope_dim / 2 <= kTableMaxPairs; }
+// DSINFER_ROPE_TABLE=0 (the A/B switch, read once): every vector its own angles, as before session 27.
+bool table_form(const HeadNormRopeParams& p) {
+  static const bool on = dsinfer::env_switch("DSINFER_ROPE_TABLE", {"0", "1"}) != "0";
+  return on && p.heads % kBlockWarps == 0 && p.rope_dim / 2 <= kTableMaxPairs;
+}
 
 // Blocks [0, blocks_a) take a's vectors (table_a: with the block's angle table, norm_rope_block), the rest b's.
 __global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, HeadNormRopeParams b, float* xb,

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env_switch.h"
+
 namespace dsinfer::ops::cuda {
 
 int64_t sparse_attention_fixed_splits(int64_t max_keys, int64_t split_keys) {
@@ -164,6 +166,22 @@ Result<SparsePrefillKernel> sparse_prefill_kernel_from_env() {
 
 bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int64_t num_splits) {
   return kernel != SparsePrefillKernel::kMain && mode == KernelMode::kFast && num_splits == 1;
+}
+
+int sparse_prefill_split_variant_from(const char* value) {
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "0") return 0;
+  if (v == "l2") return detail::kSplitVarL2Hints;
+  if (v == "store16") return detail::kSplitVarStore16;
+  if (v == "early") return detail::kSplitVarEarlyItem;
+  if (v == "all") return detail::kSplitVarAll;
+  return -1;
+}
+
+int plan_sparse_prefill_split_variant() {
+  static const int variant = sparse_prefill_split_variant_from(
+      env_switch("DSINFER_SPARSE_PREFILL_SPLIT_VARIANT", {"0", "l2", "store16", "early", "all"}).c_str());
+  return variant;
 }
 
 bool plan_sparse_prefill_split_step(const SparsePrefillSplitStep& s) {

@@ -9,6 +9,7 @@
 #include "ops/kernel_mode.h"
 #include "ops/sparse_attention/sparse_attention_fp8_launch.h"  // the FP8-state kernel's tile constants
 #include "ops/sparse_attention/sparse_attention_launch.h"  // the kernels' tile constants (detail::kTc*, kAttnTile)
+#include "ops/sparse_attention/sparse_attention_prefill_launch.h"  // the split kernel's variants (detail::kSplitVar*)
 
 namespace dsinfer::ops::cuda {
 
@@ -128,6 +129,13 @@ Result<SparsePrefillKernel> sparse_prefill_kernel_from_env();
 // Whether a prefill-op call runs the split-block kernel: asked for, the fast mode only (exact and batch-invariant
 // keep main's kernel and its bits: the split kernel's bf16 output is another rounding), one split (its only form).
 bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int64_t num_splits);
+// The split-block kernel's variant (session 28, issue 30; detail::kSplitVar*, sparse_attention_prefill_launch.h: the
+// L2 cache policies, the 16-byte output stores, the next item's lengths loaded early; each gives the same bits): 0,
+// session 24's kernel, until an H200 run measures them. DSINFER_SPARSE_PREFILL_SPLIT_VARIANT (the A/B, read once;
+// another value is named on stderr and ignored): `0`, `l2`, `store16`, `early` or `all`.
+int plan_sparse_prefill_split_variant();
+// The variant a value of that variable names (nullptr or "" = unset: 0); -1 for a value it cannot take.
+int sparse_prefill_split_variant_from(const char* value);
 // The model path of the split-block kernel (session 24, s24-sparsep2): whether one layer of one step runs it, the
 // V4 runner's one decision (CudaForwardV4::attention, before the query's norm + RoPE). Taken, the layer's query
 // norm + RoPE writes bf16 q (HeadNormRopeParams::out_bf16), the split kernel reads it and writes bf16 o, and wo_a's

@@ -5,6 +5,7 @@
 
 #include "cuda/cuda_common.h"
 #include "ops/sparse_attention/sparse_attention_fp8_cuda.h"  // the argument checks and the split workspace
+#include "ops/sparse_attention/sparse_attention_plan.h"  // the split kernel's variant
 #include "ops/sparse_attention/sparse_attention_prefill_launch.h"
 
 namespace dsinfer::ops::cuda {
@@ -113,9 +114,10 @@ Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q
 }
 
 namespace {
-// The split op (probe 0) or a diagnostic probe of its kernel (detail::kSplitProbe*).
+// The split op (flags 0: its planned variant), a variant of its kernel (detail::kSplitVar*) or a diagnostic probe
+// (detail::kSplitProbe*).
 Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging, int64_t staging_bytes,
-                 int probe, void* stream) {
+                 int flags, void* stream) {
   if (!p.q_bf16) return Status::error("sparse_attention_prefill_split: q must be bf16 (p.q_bf16)");
   if (p.num_splits != 1)
     return Status::errorf("sparse_attention_prefill_split: {} splits, the kernel takes 1", p.num_splits);
@@ -132,10 +134,12 @@ Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, 
     return Status::errorf("sparse_attention_prefill_split: {} tokens x {} heads", p.T, p.heads);
   PrefillStaging s;
   DSI_RETURN_IF_ERROR(stage(p, staging, staging_bytes, s, stream));
-  const bool launched = probe == 0 ? detail::launch_sparse_attention_prefill_split(p, s, q, o, stream)
-                                   : detail::launch_sparse_attention_prefill_split_probe(p, s, q, o, probe, stream);
+  const bool probe = (flags & (detail::kSplitVarL2Hints - 1)) != 0;
+  const int variant = flags == 0 ? plan_sparse_prefill_split_variant() : flags;
+  const bool launched = probe ? detail::launch_sparse_attention_prefill_split_probe(p, s, q, o, flags, stream)
+                              : detail::launch_sparse_attention_prefill_split(p, s, q, o, variant, stream);
   if (!launched)
-    return Status::errorf("sparse_attention_prefill_split: no TMA tensor map for q, or no probe {}", probe);
+    return Status::errorf("sparse_attention_prefill_split: no TMA tensor map for q, or no probe / variant {}", flags);
   DSI_CUDA_LAUNCHED("sparse_attention_prefill_split_kernel");
   return Status::ok();
 }
@@ -147,9 +151,9 @@ Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const v
 }
 
 Status sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const void* q, uint16_t* o,
-                                            void* staging, int64_t staging_bytes, int probe, void* stream) {
-  if (probe == 0) return Status::error("sparse_attention_prefill_split_probe: probe 0 is the op");
-  return run_split(p, q, o, staging, staging_bytes, probe, stream);
+                                            void* staging, int64_t staging_bytes, int flags, void* stream) {
+  if (flags == 0) return Status::error("sparse_attention_prefill_split_probe: 0 is the op");
+  return run_split(p, q, o, staging, staging_bytes, flags, stream);
 }
 
 Status sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const void* q, float* o, float* workspace,

@@ -38,10 +38,11 @@ Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q
 // keys and one bf16 rounding of the output (the GPU test's bound).
 Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging,
                                       int64_t staging_bytes, void* stream);
-// Diagnostics for bench/attention_fp8_bench.cpp only: the split op with a phase of its kernel left out
-// (detail::kSplitProbe*, sparse_attention_prefill_launch.h); the output is wrong by design.
+// For bench/attention_fp8_bench.cpp and the GPU tests: the split op with flags = a variant of its kernel
+// (detail::kSplitVar*: the op's bits), or a diagnostic probe with a phase left out (detail::kSplitProbe*,
+// sparse_attention_prefill_launch.h; the output wrong by design).
 Status sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const void* q, uint16_t* o,
-                                            void* staging, int64_t staging_bytes, int probe, void* stream);
+                                            void* staging, int64_t staging_bytes, int flags, void* stream);
 
 // Diagnostics for bench/attention_fp8_bench.cpp only: the op with its attention kernel's phases left out
 // (detail::kPrefillProbe*, sparse_attention_prefill_launch.h; fp32 q); the output is wrong by design.

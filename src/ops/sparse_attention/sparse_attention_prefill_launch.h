@@ -38,8 +38,17 @@ inline constexpr int kPrefillProbeSkeleton = kPrefillProbeNoMath | kPrefillProbe
 // The split-block kernel (sparse_attention_prefill_split.cu, session 24; not yet run on a GPU): q bf16 [T, heads,
 // 512] (16-byte aligned) loaded by TMA, o bf16 [T, heads, 512]; one split only (p.num_splits 1, p.q_bf16 set: the
 // caller checks). False (nothing launched) if q's TMA tensor map cannot be made.
+// variant: 0 (session 24's kernel) or kSplitVarL2Hints, kSplitVarStore16, kSplitVarEarlyItem alone or all three
+// (session 28, not yet run on a GPU: same output bits, the A/B of plan_sparse_prefill_split_variant); false for others.
+//  - kSplitVarL2Hints: the key rows' cp.asyncs with an L2 evict_last policy and a 256-byte L2 prefetch (FlashMLA's
+//    sparse prefill gathers so), the output's stores with L2 evict_first and no L1 allocation;
+//  - kSplitVarStore16: the output in 16-byte stores (a 4 x 4 transpose of bf16 pairs across each lane quad by
+//    shuffles), a quarter of the store instructions, every 32-byte sector written whole;
+//  - kSplitVarEarlyItem: the consumers load the next item's list lengths and position under the current item.
+inline constexpr int kSplitVarL2Hints = 32, kSplitVarStore16 = 64, kSplitVarEarlyItem = 128;
+inline constexpr int kSplitVarAll = kSplitVarL2Hints | kSplitVarStore16 | kSplitVarEarlyItem;
 bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
-                                           uint16_t* o, void* stream);
+                                           uint16_t* o, int variant, void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the split kernel with a phase left out (the output wrong by
 // design): NoMath no wgmma, NoSoftmax only the exchange's barrier, NoGather no key block filled, NoStore no output
 // written, NoQ no Q load; Skeleton = NoMath | NoSoftmax | NoGather. False for any other value.

@@ -125,6 +125,42 @@ __device__ __forceinline__ void tma_prefetch_2d(const void* map, int c0, int c1)
                "r"(c0), "r"(c1)
                : "memory");
 }
+// L2 cache policies (kSplitVarL2Hints): the key rows, read by ~100 items each, kept (evict_last); the output, written
+// once and read by the next kernel, evicted first.
+__device__ __forceinline__ uint64_t l2_evict_last() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+// sm90::cp_async16 with an L2 cache policy and a 256-byte L2 prefetch (a key row is 1 KB: its next pieces).
+__device__ __forceinline__ void cp_async16_l2(uint32_t dst, const void* src, bool valid, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0), "l"(pol)
+               : "memory");
+}
+// A store of the output (4 or 16 bytes) with kHint: no L1 allocation, the L2 policy pol.
+template <bool kHint>
+__device__ __forceinline__ void store_o(uint32_t* at, uint32_t v, uint64_t pol) {
+  if constexpr (kHint)
+    asm volatile("st.global.L1::no_allocate.L2::cache_hint.b32 [%0], %1, %2;\n" ::"l"(at), "r"(v), "l"(pol) : "memory");
+  else
+    *at = v;
+}
+template <bool kHint>
+__device__ __forceinline__ void store_o(uint4* at, uint4 v, uint64_t pol) {
+  if constexpr (kHint)
+    asm volatile("st.global.L1::no_allocate.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(at), "r"(v.x),
+                 "r"(v.y), "r"(v.z), "r"(v.w), "l"(pol)
+                 : "memory");
+  else
+    *at = v;
+}
+
 // Arrives on the barrier once every cp.async this thread issued so far has landed (counted in the init count).
 __device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
@@ -174,8 +210,10 @@ __device__ __noinline__ void dequant_half(const SparseAttentionFp8Params& p, int
 // 8 (m % 4) + lane / 4 of the warp's, dims 256 h + 32 (m / 4) + 8 (lane % 4) ..: one base address a lane (shared) and
 // one a key (global) plus constants. A missing key's chunks are zeros (cp.async with no source bytes); a key without
 // a staged row is dequantised from the cache by its own lane.
+// kHint (kSplitVarL2Hints): the copies with the L2 policy pol (cp_async16_l2).
+template <bool kHint>
 __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, const PrefillStaging& s, int staged,
-                                          int src, int r, int h, int kw0, unsigned char* sm, int pc) {
+                                          int src, int r, int h, int kw0, unsigned char* sm, int pc, uint64_t pol) {
   const int lane = threadIdx.x & 31;
   // cm_off(kw0 + 8 q + lane / 4, 256 h + 32 (m / 4) + 8 (lane % 4)) = base + 2048 (m / 4) + 64 q (elements)
   const uint32_t sbase = smem_u32(sm + kOffK) + uint32_t(pc) * kBlockBytes +
@@ -187,8 +225,11 @@ __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, con
     if (st == -2) continue;  // its own lane dequantises it below
     const __nv_bfloat16* from = rows + int64_t(st >= 0 ? st : 0) * kD + kHalf * h + 8 * (lane & 3);
 #pragma unroll
-    for (int m4 = 0; m4 < 8; ++m4)
-      sm90::cp_async16(sbase + 2u * uint32_t(2048 * m4) + 128u * uint32_t(q), from + 32 * m4, st >= 0);
+    for (int m4 = 0; m4 < 8; ++m4) {
+      const uint32_t dst = sbase + 2u * uint32_t(2048 * m4) + 128u * uint32_t(q);
+      if constexpr (kHint) cp_async16_l2(dst, from + 32 * m4, st >= 0, pol);
+      else sm90::cp_async16(dst, from + 32 * m4, st >= 0);
+    }
   }
   if (staged == -2)
     dequant_half(p, src, r, h, kw0 + lane, reinterpret_cast<__nv_bfloat16*>(sm + kOffK + uint32_t(pc) * kBlockBytes));
@@ -199,20 +240,22 @@ __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, con
 // half (dims 256 c ..; freed first, by warpgroup c's own P V) then the other; each half's `ready` barrier counts 64
 // arrivals when the thread's copies have landed and 64 plain ones (the flags and any zero / dequantised stores,
 // released by the arrive).
-// kProbe (the bench's probes, kSplitProbe*): NoQ arrives on qfull with no load, NoGather fills no key block.
-template <int kProbe>
+// kMode (the bench's probes, kSplitProbe*): NoQ arrives on qfull with no load, NoGather fills no key block.
+template <int kMode>
 __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s,
                                         const CUtensorMap* qmap, unsigned char* sm, const Bars& bars) {
   const int tid = threadIdx.x, pc = tid >> 6, pk = tid & 63;
   const int T = int(p.T), H = int(p.heads);
   const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
   const uint32_t qa = smem_u32(sm + kOffQ), flag = smem_u32(sm + kOffFlag) + uint32_t(pc * kBlock + pk);
+  constexpr bool kHint = (kMode & kSplitVarL2Hints) != 0;
+  const uint64_t pol = kHint ? l2_evict_last() : 0;
   int step = 0, k = 0;
   for (int i = first; i < total; i += stride, ++k) {
     const Item it = item_of(i, T);
     if (tid == 0) {
       if (k > 0) mbar_wait(bars.qfree(), uint32_t((k - 1) & 1));
-      if (kProbe & kSplitProbeNoQ) {
+      if (kMode & kSplitProbeNoQ) {
         mbar_arrive(bars.qfull());
       } else {
         sm90::mbar_arrive_expect_tx(bars.qfull(), kQBytes);
@@ -220,7 +263,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
         for (int b = 0; b < 8; ++b)
           sm90::tma_load_2d(qa + uint32_t(b) * kQBox, qmap, 64 * b, it.t * H + it.h0, bars.qfull());
       }
-      if (!(kProbe & kSplitProbeNoQ) && i + stride < total) {
+      if (!(kMode & kSplitProbeNoQ) && i + stride < total) {
         const Item nx = item_of(i + stride, T);
 #pragma unroll
         for (int b = 0; b < 8; ++b) tma_prefetch_2d(qmap, 64 * b, nx.t * H + nx.h0);
@@ -237,7 +280,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
         if (step > 0) mbar_wait(bars.free(pc, h), uint32_t((step - 1) & 1));
         if (hh == 0)
           asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(flag), "h"(uint16_t(staged != -1 ? 1 : 0)) : "memory");
-        if (!(kProbe & kSplitProbeNoGather)) copy_half(p, s, staged, src, r, h, pk & 32, sm, pc);
+        if (!(kMode & kSplitProbeNoGather)) copy_half<kHint>(p, s, staged, src, r, h, pk & 32, sm, pc, pol);
         sm90::fence_proxy_async();  // the flags and any generic stores, before the consumers' wgmma
         mbar_arrive_on_copies(bars.ready(pc, h));
         mbar_arrive(bars.ready(pc, h));
@@ -266,11 +309,11 @@ __device__ __forceinline__ void qk_half(uint64_t da0, uint64_t db0, bool first, 
 // log2 units, the rows' maxima exchanged with the other warpgroup (one float a row through shared memory), then P =
 // exp2(s - max) rounded to bf16 in sc, the row sums (as rounded) and acc rescaled by the moved maxima.
 // lane, q4: the thread's lane and lane % 4; row0: its first accumulator row (16 warp + lane / 4).
-// kProbe & kSplitProbeNoSoftmax: only the exchange's barrier (P = the raw scores: wrong by design).
-template <int c, int kProbe>
+// kMode & kSplitProbeNoSoftmax: only the exchange's barrier (P = the raw scores: wrong by design).
+template <int c, int kMode>
 __device__ __forceinline__ void softmax_step(unsigned char* sm, float scale2, int lane, int q4, int row0,
                                              float (&sc)[8][4], float (&m)[2], float (&l)[2], float (&acc)[32][4]) {
-  if (kProbe & kSplitProbeNoSoftmax) {
+  if (kMode & kSplitProbeNoSoftmax) {
     named_sync(kBarMax, 256);
     return;
   }
@@ -323,13 +366,37 @@ __device__ __forceinline__ void softmax_step(unsigned char* sm, float scale2, in
   if (__any_sync(dev::kFull, alpha[0] != 1.0f || alpha[1] != 1.0f)) attn_mma::rescale_rows(acc, alpha);
 }
 
+// A 4 x 4 transpose of 32-bit words across the lanes of a quad (q4 = lane % 4): lane q4's word j in, lane j's word q4
+// out (two butterfly stages, word pairs (k, k + 2) across lanes q4 ^ 2, then (k, k + 1) across q4 ^ 1). Warp-collective.
+__device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int q4) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const bool hi = (q4 & 2) != 0;
+    const uint32_t r = __shfl_xor_sync(dev::kFull, hi ? w[k] : w[k + 2], 2);
+    if (hi) w[k] = r;
+    else w[k + 2] = r;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; k += 2) {
+    const bool hi = (q4 & 1) != 0;
+    const uint32_t r = __shfl_xor_sync(dev::kFull, hi ? w[k] : w[k + 1], 1);
+    if (hi) w[k] = r;
+    else w[k + 1] = r;
+  }
+}
+
 // Consumer warpgroup c's epilogue of an item: the row sums of both warpgroups (each summed its own blocks' P), then
 // o = acc / (l + the sink's term), the inverse RoPE, bf16 pairs to o.
-// kProbe & kSplitProbeNoStore: no output written (one element kept live so that the products are not removed).
-template <int c, int kProbe>
+// kMode & kSplitProbeNoStore: no output written (one element kept live so that the products are not removed).
+// kMode & kSplitVarStore16: each lane quad's 4 x 4 pairs of 4 n-tiles transposed (quad_transpose) and stored as one
+// 16-byte piece a lane (n-tile 4 qg + q4's 8 dims): the same values at the same addresses. kMode & kSplitVarL2Hints:
+// the stores with no L1 allocation and L2 evict_first.
+template <int c, int kMode>
 __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsigned char* sm, const Item& it, int k,
                                          int q4, int row0, const float (&m)[2], float (&l)[2],
                                          const float (&acc)[32][4], uint16_t* o) {
+  constexpr bool kHint = (kMode & kSplitVarL2Hints) != 0, kStore16 = (kMode & kSplitVarStore16) != 0;
+  constexpr bool kStore = !(kMode & kSplitProbeNoStore);
   const int H = int(p.heads);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -345,27 +412,48 @@ __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsi
     slk[c * 64 + row0 + 8] = l[1];
   }
   named_sync(kBarL, 256);  // also orders this warpgroup's angle table before its reads below
+  const uint64_t pol = kHint ? l2_evict_first() : 0;
   // The inverse RoPE of dims >= rs from the item's table (attn_rope::apply's rotation: table[(d - rs) / 2]); pair
   // nt's dim d = 256 c + 8 nt + 2 q4 and its angle tb + 4 nt.
   const int rs = kD - int(p.rope_dim), d0 = kHalf * c + 2 * q4, tb = (d0 - rs) / 2;
+  // Output pair nt of row r, normalised and rotated.
+  auto pair = [&](int r, int nt, float f) {
+    float e0 = acc[nt][2 * r] * f;
+    float e1 = acc[nt][2 * r + 1] * f;
+    if (d0 + 8 * nt >= rs) {
+      const float2 cs = rope[tb + 4 * nt];
+      dev::rope_rotate(e0, e1, cs.x, cs.y);
+    }
+    return attn_mma::pack_bf16(e0, e1);
+  };
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int h = it.h0 + row0 + 8 * r;
-    if (h >= H) continue;
+    // (kStore16 shuffles across the quad: a row past H, the same for its whole quad, is computed and not stored)
+    const bool live = h < H;
+    if (!kStore16 && !live) continue;
+    const int hs = live ? h : H - 1;
     const float lt = l[r] + slk[(c ^ 1) * 64 + row0 + 8 * r];
-    const float sink2 = p.sinks[h] * 1.4426950408889634f, mm = fmaxf(m[r], sink2);
+    const float sink2 = p.sinks[hs] * 1.4426950408889634f, mm = fmaxf(m[r], sink2);
     const float em = exp2f(m[r] - mm);
     const float f = em / (lt * em + exp2f(sink2 - mm));
-    uint32_t* orow = reinterpret_cast<uint32_t*>(o + (int64_t(it.t) * H + h) * kD + d0);
+    if constexpr (kStore16) {
+      uint4* orow = reinterpret_cast<uint4*>(o + (int64_t(it.t) * H + hs) * kD + kHalf * c);
 #pragma unroll
-    for (int nt = 0; nt < 32; ++nt) {
-      float e0 = acc[nt][2 * r] * f;
-      float e1 = acc[nt][2 * r + 1] * f;
-      if (d0 + 8 * nt >= rs) {
-        const float2 cs = rope[tb + 4 * nt];
-        dev::rope_rotate(e0, e1, cs.x, cs.y);
+      for (int qg = 0; qg < 8; ++qg) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[j] = pair(r, 4 * qg + j, f);
+        quad_transpose(w, q4);
+        if (live && (kStore || w[0] == 12345u)) store_o<kHint>(orow + 4 * qg + q4, make_uint4(w[0], w[1], w[2], w[3]), pol);
       }
-      if (!(kProbe & kSplitProbeNoStore) || e0 == 12345.0f) orow[4 * nt] = attn_mma::pack_bf16(e0, e1);
+    } else {
+      uint32_t* orow = reinterpret_cast<uint32_t*>(o + (int64_t(it.t) * H + h) * kD + d0);
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        const uint32_t v = pair(r, nt, f);
+        if (kStore || v == 12345u) store_o<kHint>(orow + 4 * nt, v, pol);
+      }
     }
   }
 }
@@ -376,7 +464,7 @@ __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsi
 // writes bf16 pairs.
 // c is a template parameter: the descriptors and shared addresses are then warp-uniform to the compiler (uniform
 // registers, no conversion before each wgmma).
-template <int c, int kProbe>
+template <int c, int kMode>
 __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsigned char* sm, const Bars& bars,
                                         uint16_t* o) {
   const int wt = int(threadIdx.x) & 127, warp = wt >> 5, lane = threadIdx.x & 31;
@@ -386,14 +474,35 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
   const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
   const uint32_t sbase = smem_u32(sm);
   const float scale2 = p.scale * 1.4426950408889634f;
+  // An item's key count and position, read from global memory: kSplitVarEarlyItem loads the next item's under the
+  // current one (its first use is then not a load's latency after the last epilogue).
+  constexpr bool kEarly = (kMode & kSplitVarEarlyItem) != 0;
+  struct Ahead {
+    int nk = 0;
+    int pos = 0;
+  };
+  auto ahead = [&](int i) {
+    Ahead a;
+    if (i < total) {
+      const int t = item_of(i, T).t;
+      a.nk = keys_of(p, t).nk;
+      if (p.rope_dim > 0) a.pos = p.pos[t];
+    }
+    return a;
+  };
+  Ahead cur;
+  if constexpr (kEarly) cur = ahead(first);
   int step = 0, k = 0;
   for (int i = first; i < total; i += stride, ++k) {
     const Item it = item_of(i, T);
+    Ahead nxt;
+    if constexpr (kEarly) nxt = ahead(i + stride);
+    else cur = ahead(i);
     named_sync(kBarWg0 + c, 128);  // the last item's epilogue has read the angle table
     if (p.rope_dim > 0)
-      attn_rope::fill(p, kD, int64_t(p.pos[it.t]), kHalf * c, kHalf * (c + 1), wt, 128,
+      attn_rope::fill(p, kD, int64_t(cur.pos), kHalf * c, kHalf * (c + 1), wt, 128,
                       reinterpret_cast<float2*>(sm + kOffRope));
-    const int nsteps = (keys_of(p, it.t).nk + kStep - 1) / kStep;
+    const int nsteps = (cur.nk + kStep - 1) / kStep;
     float acc[32][4];
 #pragma unroll
     for (int nt = 0; nt < 32; ++nt)
@@ -421,7 +530,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       float sc[8][4];
       mbar_wait(bars.ready(c, c), par);
       sm90::fence_proxy_async();
-      constexpr bool kMath = !(kProbe & kSplitProbeNoMath);
+      constexpr bool kMath = !(kMode & kSplitProbeNoMath);
       if (kMath) qk_half(dq_own, dk_own, true, sc);
       if (j > 0) {  // the last step's P V over the other block is done: its half c may be refilled
         wg::wgmma_wait<1>();
@@ -439,7 +548,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       wg::wgmma_fence_regs(sc);
       wg::wgmma_fence_regs(acc);
       if (j == nsteps - 1) mbar_arrive(bars.qfree());  // the item's last read of Q
-      softmax_step<c, kProbe>(sm, scale2, lane, q4, row0, sc, m, l, acc);
+      softmax_step<c, kMode>(sm, scale2, lane, q4, row0, sc, m, l, acc);
       // acc += P_own V_own (half c of the own block), P from registers.
       uint32_t a[4][4];
 #pragma unroll
@@ -486,11 +595,12 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
     wg::wgmma_wait<0>();  // (also with no steps: no wait is injected where acc is read)
     wg::wgmma_fence_regs(acc);
     if (nsteps > 0) mbar_arrive(bars.free(c ^ 1, c));
-    epilogue<c, kProbe>(p, sm, it, k, q4, row0, m, l, acc, o);
+    epilogue<c, kMode>(p, sm, it, k, q4, row0, m, l, acc, o);
+    if constexpr (kEarly) cur = nxt;
   }
 }
 
-template <int kProbe>
+template <int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_split_kernel(const __grid_constant__ SparseAttentionFp8Params p, const __grid_constant__ PrefillStaging st,
                          const __grid_constant__ CUtensorMap qmap, uint16_t* o) {
@@ -510,17 +620,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    produce<kProbe>(p, st, &qmap, sm, bars);
+    produce<kMode>(p, st, &qmap, sm, bars);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-  if (threadIdx.x < 256) consume<0, kProbe>(p, sm, bars, o);
-  else consume<1, kProbe>(p, sm, bars, o);
+  if (threadIdx.x < 256) consume<0, kMode>(p, sm, bars, o);
+  else consume<1, kMode>(p, sm, bars, o);
 }
 }  // namespace
 
 namespace {
-template <int kProbe>
+template <int kMode>
 bool launch(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, uint16_t* o, void* stream) {
   // q as [T x H rows, 512 dims] bf16; boxes of 64 dims x 64 rows (rows past T x H read as zero; a partial head
   // group's rows past H are the next token's, finite, and their outputs are not written).
@@ -535,15 +645,22 @@ bool launch(const SparseAttentionFp8Params& p, const PrefillStaging& s, const vo
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   const int64_t total = p.T * ((p.heads + kHeads - 1) / kHeads);
   const dim3 grid(unsigned(total < sms ? total : sms));
-  cudaFuncSetAttribute(prefill_split_kernel<kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
-  prefill_split_kernel<kProbe><<<grid, kThreads, kBytes, static_cast<cudaStream_t>(stream)>>>(p, s, qmap, o);
+  cudaFuncSetAttribute(prefill_split_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
+  prefill_split_kernel<kMode><<<grid, kThreads, kBytes, static_cast<cudaStream_t>(stream)>>>(p, s, qmap, o);
   return true;
 }
 }  // namespace
 
 bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s,
-                                           const void* q, uint16_t* o, void* stream) {
-  return launch<0>(p, s, q, o, stream);
+                                           const void* q, uint16_t* o, int variant, void* stream) {
+  switch (variant) {
+    case 0: return launch<0>(p, s, q, o, stream);
+    case kSplitVarL2Hints: return launch<kSplitVarL2Hints>(p, s, q, o, stream);
+    case kSplitVarStore16: return launch<kSplitVarStore16>(p, s, q, o, stream);
+    case kSplitVarEarlyItem: return launch<kSplitVarEarlyItem>(p, s, q, o, stream);
+    case kSplitVarAll: return launch<kSplitVarAll>(p, s, q, o, stream);
+    default: return false;
+  }
 }
 
 bool launch_sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s,
