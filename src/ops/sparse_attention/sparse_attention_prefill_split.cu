@@ -458,6 +458,35 @@ __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsi
   }
 }
 
+// An item's key count and position (global loads; kSplitVarEarlyItem issues the next item's under the current one, so
+// that their first use is not a load's latency after the last epilogue). Zeros past the last item.
+struct ItemLoads {
+  int nk = 0;
+  int pos = 0;
+};
+__device__ __forceinline__ ItemLoads item_loads(const SparseAttentionFp8Params& p, int i, int total) {
+  ItemLoads a;
+  if (i < total) {
+    const int t = item_of(i, int(p.T)).t;
+    a.nk = keys_of(p, t).nk;
+    if (p.rope_dim > 0) a.pos = p.pos[t];
+  }
+  return a;
+}
+
+// P for the other warpgroup: the A fragments' bf16 pairs into P's core matrices (a warp's store of one fragment
+// register fills one 128-byte core matrix: conflict-free).
+__device__ __forceinline__ void store_p(uint32_t* pown, const uint32_t (&a)[4][4], int row0, int q4) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int key = 16 * kk + 2 * q4;
+    pown[cm_off(row0, key) / 2] = a[kk][0];
+    pown[cm_off(row0 + 8, key) / 2] = a[kk][1];
+    pown[cm_off(row0, key + 8) / 2] = a[kk][2];
+    pown[cm_off(row0 + 8, key + 8) / 2] = a[kk][3];
+  }
+}
+
 // Consumer warpgroup c over the block's items: each step's own key block (keys 128 j + 64 c ..) scored over all 512
 // dims, the row maxima exchanged, P = exp2(s - max) rounded to bf16 (its sum as rounded), the output dims 256 c ..
 // accumulated from both blocks' P; the epilogue adds the other warpgroup's row sums, the sink, the inverse RoPE and
@@ -474,30 +503,15 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
   const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
   const uint32_t sbase = smem_u32(sm);
   const float scale2 = p.scale * 1.4426950408889634f;
-  // An item's key count and position, read from global memory: kSplitVarEarlyItem loads the next item's under the
-  // current one (its first use is then not a load's latency after the last epilogue).
   constexpr bool kEarly = (kMode & kSplitVarEarlyItem) != 0;
-  struct Ahead {
-    int nk = 0;
-    int pos = 0;
-  };
-  auto ahead = [&](int i) {
-    Ahead a;
-    if (i < total) {
-      const int t = item_of(i, T).t;
-      a.nk = keys_of(p, t).nk;
-      if (p.rope_dim > 0) a.pos = p.pos[t];
-    }
-    return a;
-  };
-  Ahead cur;
-  if constexpr (kEarly) cur = ahead(first);
+  ItemLoads cur;
+  if constexpr (kEarly) cur = item_loads(p, first, total);
   int step = 0, k = 0;
   for (int i = first; i < total; i += stride, ++k) {
     const Item it = item_of(i, T);
-    Ahead nxt;
-    if constexpr (kEarly) nxt = ahead(i + stride);
-    else cur = ahead(i);
+    ItemLoads nxt;
+    if constexpr (kEarly) nxt = item_loads(p, i + stride, total);
+    else cur = item_loads(p, i, total);
     named_sync(kBarWg0 + c, 128);  // the last item's epilogue has read the angle table
     if (p.rope_dim > 0)
       attn_rope::fill(p, kD, int64_t(cur.pos), kHalf * c, kHalf * (c + 1), wt, 128,
@@ -567,16 +581,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       for (int kk = 0; kk < 4 && kMath; ++kk)
         wg::wgmma_m64n256k16_rs(acc, a[kk], dv_own + uint64_t((kk * 256) >> 4));
       wg::wgmma_commit();
-      // P for the other warpgroup: the A fragments' bf16 pairs into P's core matrices (a warp's store of one
-      // fragment register fills one 128-byte core matrix: conflict-free).
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const int key = 16 * kk + 2 * q4;
-        pown[cm_off(row0, key) / 2] = a[kk][0];
-        pown[cm_off(row0 + 8, key) / 2] = a[kk][1];
-        pown[cm_off(row0, key + 8) / 2] = a[kk][2];
-        pown[cm_off(row0 + 8, key + 8) / 2] = a[kk][3];
-      }
+      store_p(pown, a, row0, q4);
       sm90::fence_proxy_async();  // P's stores, before the other warpgroup's wgmma reads them
       wg::wgmma_wait<0>();
       wg::wgmma_fence_regs(acc);
