@@ -291,9 +291,10 @@ void dump(const std::string& dir, const std::string& tag, const Batch& b, const 
 // Session 24: --ab (with --prefill-only) times main's prefill op (fp32 q, fp32 o: the runner's today; A) against the
 // split-block op (sparse_attention_prefill_split: bf16 q, bf16 o; B) on the same inputs, A B A B, then each per layer,
 // main's op with bf16 q (the q width alone), and the two outputs' normalised difference on the last call's chunk
-// (bf16 q to both); nothing else of this shape.
-void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, const float* sinks, int64_t sms,
-                   bool ab) {
+// (bf16 q to both); nothing else of this shape. Session 28: the split kernel's variants beside B, and with --dump DIR
+// (and --prefill-only) the inputs for bench/peers/sparse_prefill_peer.py (FlashMLA's sparse prefill on the same lists).
+void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, const float* sinks,
+                   const std::vector<float>& sinks_host, int64_t sms, bool ab, const std::string& dir) {
   constexpr int64_t kT = 4096, kChunk = 2048, kCsaRatio = 4, kHcaRatio = 128;
   cuda::DeviceBuffer<uint8_t> win, ent;
   fill_cache(win, kT, chunk, chunk_rows);
@@ -510,6 +511,25 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
     std::printf("  parity (layer 2, second chunk, bf16 q): ||B - A|| / ||A|| = %.3e, %lld non-finite\n",
                 std::sqrt(num / (den > 0 ? den : 1)), (long long)bad);
     std::printf("RESULT prefill parity %.3e nonfinite %lld\n", std::sqrt(num / (den > 0 ? den : 1)), (long long)bad);
+    if (!dir.empty()) {
+      // The peer script's inputs (bench/peers/sparse_prefill_peer.py: FlashMLA's sparse prefill on these lists) and
+      // the split op's output of layer 2's second chunk (bf16; the call above).
+      write_file(dir + "/prefill_q.bin", qbh.data(), qbh.size());
+      write_file(dir + "/prefill_out_l2c1.bin", b.data(), b.size());
+      write_file(dir + "/prefill_sinks.bin", sinks_host.data(), sinks_host.size());
+      write_file(dir + "/prefill_win.bin", download(win, size_t(ops::kv_cache_bytes(kT))).data(),
+                 size_t(ops::kv_cache_bytes(kT)));
+      write_file(dir + "/prefill_ent.bin", download(ent, size_t(ops::kv_cache_bytes(kT / kCsaRatio))).data(),
+                 size_t(ops::kv_cache_bytes(kT / kCsaRatio)));
+      for (int64_t li = 0; li < 4; ++li) {
+        const Layer& L = layers[size_t(li)];
+        const std::string pre = dir + "/prefill_l" + std::to_string(li) + "_";
+        write_file(pre + "idx0.bin", L.idx0.data(), L.idx0.size());
+        write_file(pre + "len0.bin", L.len0.data(), L.len0.size());
+        write_file(pre + "idx1.bin", L.idx1.data(), L.idx1.size());
+        write_file(pre + "len1.bin", L.len1.data(), L.len1.size());
+      }
+    }
     return;
   }
   {
@@ -663,7 +683,7 @@ int main(int argc, char** argv) {
   BENCH_CHECK(sinks.upload(hs.data(), hs.size()));
   BENCH_CHECK(out.alloc(size_t(256 * kH * kD)));
   BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(256, kH, 64))));
-  if (!r64) bench_prefill(chunk, chunk_rows, sinks.data(), sms, ab);
+  if (!r64) bench_prefill(chunk, chunk_rows, sinks.data(), hs, sms, ab, prefill_only ? dir : std::string());
   if (prefill_only) return 0;
   cuda::DeviceBuffer<uint8_t> win;
   fill_cache(win, kPool * kW, chunk, chunk_rows);

@@ -229,9 +229,11 @@ TEST(GpuHeadNormRope, AngleTableEqualsPerVectorAngles) {
   for (bool inverse : {false, true}) {
     SCOPED_TRACE(inverse ? "inverse" : "forward");
     ops::cuda::HeadNormRopeParams t{rows, heads, dim, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, 64, dinv.data(), 1.0f, inverse};
+    t.angle_table = 1;  // the table form (64 heads a row)
     ops::cuda::HeadNormRopeParams v = t;
     v.rows = rows * heads;
-    v.heads = 1;
+    v.heads = 1;  // each vector its own angles (one head a row: no table)
+    v.angle_table = 0;
     auto a = to_device(x), b = to_device(x);
     cuda::DeviceBuffer<uint16_t> a16, b16;
     ASSERT_TRUE(a16.alloc(size_t(n)).is_ok());

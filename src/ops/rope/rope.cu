@@ -165,9 +165,11 @@ __device__ __forceinline__ void norm_rope_block(const HeadNormRopeParams& p, flo
   __syncthreads();
   norm_rope_vec(p, x, pos, vec0 + (threadIdx.x >> 5), cs);
 }
-// DSINFER_ROPE_TABLE=0 (the A/B switch, read once): every vector its own angles, as before session 27.
+// HeadNormRopeParams::angle_table (GpuHeadNormRope.AngleTableEqualsPerVectorAngles holds the table to the per-vector
+// form bit for bit).
 bool table_form(const HeadNormRopeParams& p) {
-  static const bool on = dsinfer::env_switch("DSINFER_ROPE_TABLE", {"0", "1"}) != "0";
+  static const bool planned = dsinfer::env_switch("DSINFER_ROPE_TABLE", {"0", "1"}) == "1";
+  const bool on = p.angle_table < 0 ? planned : p.angle_table > 0;
   return on && p.heads % kBlockWarps == 0 && p.rope_dim / 2 <= kTableMaxPairs;
 }
 

@@ -42,6 +42,10 @@ struct HeadNormRopeParams {
   // result is written back there (in place: a lane reads each of its chunks before it writes it); x is neither read
   // nor written (may be null). Session 27: the query that wq_b's matmul wrote as bf16 (GemmLtEngine::gemm_bf16_out).
   bool in_bf16 = false;
+  // The RoPE angles once a block of 8 heads (shared memory) instead of once a vector, where heads % 8 == 0 (session
+  // 27; the same values, so the same bits): -1 as DSINFER_ROPE_TABLE says (read once: `1` on; unset or `0` off, opt-in
+  // until an H200 run has measured it), 0 never, 1 always where the shape allows.
+  int angle_table = -1;
 };
 
 namespace detail {
