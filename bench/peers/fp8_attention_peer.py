@@ -11,7 +11,6 @@ comparison of group 0's outputs (||ours - FlashMLA|| / ||FlashMLA||) checks our 
 timing (run_peers.py's time_us: a CUDA graph of every group's call 4 times, median of 5 replays) is on the same
 bytes. --ours: the bench's log; its RESULT lines give the ratio table.
 """
-import argparse
 import os
 import re
 import sys
@@ -19,7 +18,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_peers import time_us  # noqa: E402
+from run_peers import peer_script_args, time_us  # noqa: E402
 
 H, D, W, POOL, BLOCK, BLOCK_BYTES, ROW = 64, 512, 128, 512, 64, 37440, 584
 KINDS = {"CSA": (1024, 512), "HCA": (32, 32)}
@@ -32,23 +31,9 @@ def cache_view(torch, path, dev):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("dir")
-    ap.add_argument("--flashmla-dir", required=True)
-    ap.add_argument("--ours", default="")
-    a = ap.parse_args()
+    a, flash_mla = peer_script_args(__doc__)
     import torch
-    sys.path.insert(0, a.flashmla_dir)
-    from sgl_kernel import flash_mla
     dev = "cuda"
-    # Two seconds of GEMMs first (run_peers.py's warm-up): the clocks idle at 345 MHz.
-    import time
-    x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    end = time.time() + 2
-    while time.time() < end:
-        x @ x
-        torch.cuda.synchronize()
-    del x
     win = cache_view(torch, os.path.join(a.dir, "win.bin"), dev)
     sinks = torch.from_numpy(np.fromfile(os.path.join(a.dir, "sinks.bin"), dtype=np.float32)).to(dev)
     ours = {}

@@ -41,6 +41,33 @@ DECODE_B = [1, 64, 256]
 WARM, RUNS = 3, 25
 
 
+def warm_clocks(seconds=2):
+    """Two seconds of GEMMs before any timing: the clocks idle at 345 MHz and the first small kernels would time the
+    ramp."""
+    import torch
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    end = time.time() + seconds
+    while time.time() < end:
+        x @ x
+        torch.cuda.synchronize()
+    del x
+
+
+def peer_script_args(doc):
+    """The FlashMLA peer scripts' command line (DIR --flashmla-dir F [--ours LOG]), then FlashMLA imported from F and
+    the clocks warmed: (args, flash_mla)."""
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("dir")
+    ap.add_argument("--flashmla-dir", required=True)
+    ap.add_argument("--ours", default="")
+    a = ap.parse_args()
+    sys.path.insert(0, a.flashmla_dir)
+    from sgl_kernel import flash_mla
+    warm_clocks()
+    return a, flash_mla
+
+
 def time_us(calls, warm=WARM, runs=RUNS):
     """Per-call time in us: a CUDA graph of every call in `calls` 4 times, replayed (the median of 5 replays after
     one), so that Python's launch overhead (40-70 us a call here) does not count against the peer; the median of
@@ -345,14 +372,7 @@ def cmd_peers(args):
     import torch
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "peers": {}, "failed": {},
            "unavailable": {}, "notes": {}, "flashmla_dir": args.flashmla_dir}
-    # Two seconds of GEMMs first: the clocks idle at 345 MHz and the first small kernels would time the ramp.
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    torch.cuda.synchronize()
-    end = time.time() + 2
-    while time.time() < end:
-        x @ x
-        torch.cuda.synchronize()
-    del x
+    warm_clocks()
     # Most wanted first: a time limit that stops the call keeps what finished (the file is rewritten after each).
     for f in (peers_flashinfer, peers_flashmla, peers_topk_torch, peers_deepgemm_grouped, peers_deepgemm_wo_a,
               peers_deepgemm_dense):

@@ -19,7 +19,6 @@ dims 0..447 of layer 2's second chunk: ||ours - FlashMLA|| / ||FlashMLA||, ~1e-3
 bf16 once: 2^-8 at most a value). FLOPs: 131,072 a (token, key), as the bench counts them. --ours: the bench's log;
 its RESULT lines give ours beside FlashMLA.
 """
-import argparse
 import os
 import re
 import sys
@@ -27,7 +26,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_peers import time_us  # noqa: E402
+from run_peers import peer_script_args, time_us  # noqa: E402
 
 T, CHUNK, H, D, W, NOPE = 4096, 2048, 64, 512, 128, 448
 BLOCK, BLOCK_BYTES, DATA, SCALE = 64, 37440, 576, 8
@@ -82,23 +81,9 @@ def token_lists(idx0, len0, idx1, len1, offset1):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("dir")
-    ap.add_argument("--flashmla-dir", required=True)
-    ap.add_argument("--ours", default="")
-    a = ap.parse_args()
-    import time
-
+    a, flash_mla = peer_script_args(__doc__)
     import torch
-    sys.path.insert(0, a.flashmla_dir)
-    from sgl_kernel import flash_mla
     dev = "cuda"
-    x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)  # run_peers.py's warm-up: clocks idle low
-    end = time.time() + 2
-    while time.time() < end:
-        x @ x
-        torch.cuda.synchronize()
-    del x
     f = lambda name: os.path.join(a.dir, name)  # noqa: E731
     q = torch.from_numpy(np.fromfile(f("prefill_q.bin"), dtype=np.uint16).view(np.int16)).to(dev)
     q = q.view(torch.bfloat16).view(CHUNK, H, D)
