@@ -467,8 +467,11 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
     for (only = 0; only < 4; ++only) {
       const double a = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -2); }, 1);
       const double b = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -4); }, 1);
-      std::printf("  layer %d: A %.1f us, B %.1f us\n", only, a, b);
-      std::printf("RESULT prefill layer%d A %.2f B %.2f\n", only, a, b);
+      probe = ops::cuda::detail::kSplitVarAll;  // session 28: where the variants' time goes, layer by layer
+      const double c = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -6); }, 1);
+      probe = 0;
+      std::printf("  layer %d: A %.1f us, B %.1f us, B all variants %.1f us\n", only, a, b, c);
+      std::printf("RESULT prefill layer%d A %.2f B %.2f Ball %.2f\n", only, a, b, c);
     }
     // The split kernel with phases left out (the output wrong by design): where B's time goes. Every layer again
     // (the loop above left `only` past the last one, which timed an empty graph: session 26's 0.32 us probes).
@@ -479,7 +482,8 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
                                    {"no gathers", d::kSplitProbeNoGather},
                                    {"no epilogue stores", d::kSplitProbeNoStore},
                                    {"no q load", d::kSplitProbeNoQ},
-                                   {"skeleton", d::kSplitProbeSkeleton}}) {
+                                   {"skeleton", d::kSplitProbeSkeleton},
+                                   {"bare (all five left out)", d::kSplitProbeBare}}) {
       probe = pr;
       const double us = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -6); }, 1);
       std::printf("  split op probe %-22s %10.3f ms\n", name, us / 1e3);

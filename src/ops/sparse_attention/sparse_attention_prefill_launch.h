@@ -51,10 +51,12 @@ bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, co
                                            uint16_t* o, int variant, void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the split kernel with a phase left out (the output wrong by
 // design): NoMath no wgmma, NoSoftmax only the exchange's barrier, NoGather no key block filled, NoStore no output
-// written, NoQ no Q load; Skeleton = NoMath | NoSoftmax | NoGather. False for any other value.
+// written, NoQ no Q load; Skeleton = NoMath | NoSoftmax | NoGather; Bare all five. False for any other value.
 inline constexpr int kSplitProbeNoMath = 1, kSplitProbeNoSoftmax = 2, kSplitProbeNoGather = 4, kSplitProbeNoStore = 8,
                      kSplitProbeNoQ = 16;
 inline constexpr int kSplitProbeSkeleton = kSplitProbeNoMath | kSplitProbeNoSoftmax | kSplitProbeNoGather;
+// Session 28: every phase left out: the barriers, the list lookups and the items' bookkeeping alone.
+inline constexpr int kSplitProbeBare = kSplitProbeSkeleton | kSplitProbeNoStore | kSplitProbeNoQ;
 bool launch_sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s,
                                                  const void* q, uint16_t* o, int probe, void* stream);
 bool launch_sparse_attention_prefill_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,

@@ -677,6 +677,7 @@ bool launch_sparse_attention_prefill_split_probe(const SparseAttentionFp8Params&
     case kSplitProbeNoStore: return launch<kSplitProbeNoStore>(p, s, q, o, stream);
     case kSplitProbeNoQ: return launch<kSplitProbeNoQ>(p, s, q, o, stream);
     case kSplitProbeSkeleton: return launch<kSplitProbeSkeleton>(p, s, q, o, stream);
+    case kSplitProbeBare: return launch<kSplitProbeBare>(p, s, q, o, stream);
     default: return false;
   }
 }
