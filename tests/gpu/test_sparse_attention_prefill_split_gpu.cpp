@@ -335,5 +335,7 @@ TEST(GpuSparseAttentionPrefillSplit, RejectsBadArguments) {
   EXPECT_FALSE(call(bad, staging.data(), bytes).is_ok());
   EXPECT_FALSE(ops::cuda::sparse_attention_prefill_split(p, dev.qb.data() + 1, o.data(), staging.data(), bytes,
                                                          nullptr).is_ok());  // q not 16-byte aligned
+  EXPECT_FALSE(ops::cuda::sparse_attention_prefill_split(p, dev.qb.data(), o.data() + 1, staging.data(), bytes,
+                                                         nullptr).is_ok());  // o not 16-byte aligned
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }

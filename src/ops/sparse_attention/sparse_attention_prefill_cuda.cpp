@@ -125,8 +125,8 @@ Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, 
   DSI_RETURN_IF_ERROR(check(p, q, reinterpret_cast<float*>(o), nullptr, stream));
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_prefill_split: null q or output");
-  if (reinterpret_cast<uintptr_t>(q) % 16 != 0)
-    return Status::error("sparse_attention_prefill_split: q not 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(q) % 16 != 0 || reinterpret_cast<uintptr_t>(o) % 16 != 0)
+    return Status::error("sparse_attention_prefill_split: q or o not 16-byte aligned");
   for (const Fp8KeySource& k : p.keys)  // the kernel's producer indexes the lists in 32-bit arithmetic
     if (k.idx && p.T * k.stride > 0x7fffffff)
       return Status::errorf("sparse_attention_prefill_split: a key list of {} x {} entries", p.T, k.stride);

@@ -33,7 +33,8 @@ Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q
 
 // The same op with bf16 q in and bf16 o out, on the split-block kernel (sparse_attention_prefill_split.cu, session 24;
 // not yet run on a GPU; plan_sparse_prefill_split in sparse_attention_plan.h says when): q bf16 [T, heads, 512]
-// (p.q_bf16 must be set; 16-byte aligned), o bf16 [T, heads, 512]; p.num_splits must be 1 (no workspace). Not the
+// (p.q_bf16 must be set; 16-byte aligned), o bf16 [T, heads, 512] (16-byte aligned: kSplitVarStore16's stores);
+// p.num_splits must be 1 (no workspace). Not the
 // bits of sparse_attention_prefill: the same arithmetic up to the order of its fp32 sums, the running max over 128
 // keys and one bf16 rounding of the output (the GPU test's bound).
 Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging,
