@@ -112,7 +112,8 @@ def main():
         calls += mine
         layer_calls.append(mine)
     flops = keys * 131072.0
-    print(f"prefill 4096 (2 chunks of 2048, 4 layers): {keys / T:.1f} keys a token, {flops / 1e9:.1f} GFLOP", flush=True)
+    print(f"prefill 4096 (2 chunks of 2048, 4 layers): {keys / T:.1f} keys a token, {flops / 1e9:.1f} GFLOP",
+          flush=True)
     out = check()[0]
     ours = torch.from_numpy(np.fromfile(f("prefill_out_l2c1.bin"), dtype=np.uint16).view(np.int16)).to(dev)
     ours = ours.view(torch.bfloat16).view(CHUNK, H, D)

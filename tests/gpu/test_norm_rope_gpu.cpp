@@ -228,7 +228,8 @@ TEST(GpuHeadNormRope, AngleTableEqualsPerVectorAngles) {
   auto dpos = to_device(pos), deach = to_device(each);
   for (bool inverse : {false, true}) {
     SCOPED_TRACE(inverse ? "inverse" : "forward");
-    ops::cuda::HeadNormRopeParams t{rows, heads, dim, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, 64, dinv.data(), 1.0f, inverse};
+    ops::cuda::HeadNormRopeParams t{rows,        heads, dim, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, 64,
+                                    dinv.data(), 1.0f,  inverse};
     t.angle_table = 1;  // the table form (64 heads a row)
     ops::cuda::HeadNormRopeParams v = t;
     v.rows = rows * heads;

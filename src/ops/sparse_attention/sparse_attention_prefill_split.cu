@@ -240,7 +240,8 @@ __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, con
 // half (dims 256 c ..; freed first, by warpgroup c's own P V) then the other; each half's `ready` barrier counts 64
 // arrivals when the thread's copies have landed and 64 plain ones (the flags and any zero / dequantised stores,
 // released by the arrive).
-// kMode (the bench's probes, kSplitProbe*): NoQ arrives on qfull with no load, NoGather fills no key block.
+// kMode: the bench's probes (kSplitProbe*: NoQ arrives on qfull with no load, NoGather fills no key block) and the
+// kernel's variants (kSplitVar*: L2Hints gives the copies an L2 policy).
 template <int kMode>
 __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s,
                                         const CUtensorMap* qmap, unsigned char* sm, const Bars& bars) {
@@ -366,8 +367,9 @@ __device__ __forceinline__ void softmax_step(unsigned char* sm, float scale2, in
   if (__any_sync(dev::kFull, alpha[0] != 1.0f || alpha[1] != 1.0f)) attn_mma::rescale_rows(acc, alpha);
 }
 
-// A 4 x 4 transpose of 32-bit words across the lanes of a quad (q4 = lane % 4): lane q4's word j in, lane j's word q4
-// out (two butterfly stages, word pairs (k, k + 2) across lanes q4 ^ 2, then (k, k + 1) across q4 ^ 1). Warp-collective.
+// A 4 x 4 transpose of 32-bit words across the lanes of a quad (q4 = lane % 4): lane q4's word j in, lane j's word
+// q4 out (two butterfly stages, word pairs (k, k + 2) across lanes q4 ^ 2, then (k, k + 1) across q4 ^ 1).
+// Warp-collective.
 __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int q4) {
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -445,7 +447,8 @@ __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsi
 #pragma unroll
         for (int j = 0; j < 4; ++j) w[j] = pair(r, 4 * qg + j, f);
         quad_transpose(w, q4);
-        if (live && (kStore || w[0] == 12345u)) store_o<kHint>(orow + 4 * qg + q4, make_uint4(w[0], w[1], w[2], w[3]), pol);
+        if (live && (kStore || w[0] == 12345u))
+          store_o<kHint>(orow + 4 * qg + q4, make_uint4(w[0], w[1], w[2], w[3]), pol);
       }
     } else {
       uint32_t* orow = reinterpret_cast<uint32_t*>(o + (int64_t(it.t) * H + h) * kD + d0);
