@@ -157,6 +157,10 @@ struct BenchCase {
   // user_floor_ms = the sum of those chunks' floors. -1: not measured.
   double user_ms = -1, user_floor_ms = -1;
   int64_t user_chunk = 0;
+  // Prefill: the device's busy time within user_ms (the runner's step events, from each chunk's plan upload to its
+  // logits download, summed; median of iters), so user_ms - user_device_ms is the host's part (the plan before the
+  // first upload, the final synchronisation). -1: the backend has no step events.
+  double user_device_ms = -1;
   // Per-layer ops (layer >= 0) and the rest (embed, hc_head, lm_head) apart: sums of measured times and floors.
   double layers_ms = 0, layers_floor_ms = 0, head_ms = 0, head_floor_ms = 0;
   int64_t chunk = 0;                  // chunked prefill: tokens per step (step_ms is then the whole prompt: TTFT)

@@ -293,10 +293,16 @@ Status time_user_prefill(runner::ModelRunner& r, const cache::StateLayout& layou
   std::vector<std::vector<cache::BlockId>> tables;
   std::vector<float> logits;
   DSI_RETURN_IF_ERROR(r.diagnostics().set_timing(false));
-  std::vector<double> walls;
+  // The device's busy time too where the backend has step events (two events a step).
+  const bool events = bool(r.diagnostics().set_step_events(true));
+  std::vector<double> walls, busy;
   Status s;
   for (int64_t it = 0; it < o.iters + 1 && s.is_ok(); ++it) {
-    double wall = 0;
+    double wall = 0, busy0 = 0;
+    if (events) {
+      auto g = r.diagnostics().step_gap_times();
+      if (g) busy0 = g->busy_ms;
+    }
     for (int64_t pos = 0; pos < o.prefill && s.is_ok(); pos += chunk) {
       const int64_t n = std::min(chunk, o.prefill - pos);
       const scheduler::BatchPlan plan =
@@ -305,11 +311,18 @@ Status time_user_prefill(runner::ModelRunner& r, const cache::StateLayout& layou
       s = r.step(plan, logits);
       wall += ms_since(t0);
     }
-    if (it > 0) walls.push_back(wall);
+    if (it == 0) continue;
+    walls.push_back(wall);
+    if (events) {
+      auto g = r.diagnostics().step_gap_times();
+      if (g) busy.push_back(g->busy_ms - busy0);
+    }
   }
+  if (events) (void)r.diagnostics().set_step_events(false);
   (void)r.diagnostics().set_timing(true);
   if (!s) return s.with_context("prefill as the engine runs it");
   c.user_ms = median(walls);
+  if (!busy.empty()) c.user_device_ms = median(busy);
   c.user_chunk = chunk;
   c.user_floor_ms = chunked_floor_ms(r.config(), o.prefill, chunk, fm);
   return Status::ok();

@@ -39,12 +39,14 @@ struct BucketCase {
 struct RunResult {
   std::vector<float> logits;  // every logits row of every step, in order
   int64_t graphs = 0;         // step graphs the runner captured
+  runner::RunnerDiagnostics::StepGapTimes events;  // with step events on
 };
 
 // S sequences: a ragged prefill (s.prompt + 5 q tokens for sequence q), `decode` steps of one token each, then, as
 // two requests have finished, `decode` steps of the first S - 2 sequences and two verify steps of 1 + 2 tokens each
 // (every token a logits row). Tokens are a fixed function of (sequence, position).
-Result<RunResult> run(const BucketCase& s, bool buckets, int32_t S, int32_t decode) {
+// events: the runner's step events on (RunnerDiagnostics::set_step_events) for every step.
+Result<RunResult> run(const BucketCase& s, bool buckets, int32_t S, int32_t decode, bool events = false) {
   if (buckets)
     unsetenv("DSINFER_CUDA_GRAPH_BUCKETS");
   else
@@ -60,6 +62,7 @@ Result<RunResult> run(const BucketCase& s, bool buckets, int32_t S, int32_t deco
   DSI_ASSIGN_OR_RETURN(const cache::StateLayout layout, cache::compute_state_layout(r.config(), cc));
   const int64_t nb = layout.blocks_per_sequence(s.max_len);
   DSI_RETURN_IF_ERROR(r.bind_state(layout, kSlots, int32_t(kSlots * nb), s.max_len));
+  if (events) DSI_RETURN_IF_ERROR(r.diagnostics().set_step_events(true));
   const int64_t V = r.config().vocab_size;
   std::vector<std::vector<cache::BlockId>> tables(static_cast<size_t>(S));
   std::vector<int64_t> done(static_cast<size_t>(S), 0);
@@ -101,6 +104,9 @@ Result<RunResult> run(const BucketCase& s, bool buckets, int32_t S, int32_t deco
   for (int32_t d = 0; d < decode; ++d) DSI_RETURN_IF_ERROR(step(S - 2, 1, false));
   for (int32_t v = 0; v < 2; ++v) DSI_RETURN_IF_ERROR(step(S - 2, 3, false));
   out.graphs = r.diagnostics().graphs_captured();
+  if (events) {
+    DSI_ASSIGN_OR_RETURN(out.events, r.diagnostics().step_gap_times());
+  }
   return out;
 }
 
@@ -142,6 +148,29 @@ TEST(GpuGraphBuckets, PaddedStepsEqualExactShapesBitForBitOnTheShippedModel) {
   s.opts.numerics = model::Numerics::hf();
   s.opts.batch_invariant = true;
   expect_padded_equals_exact(s);
+}
+
+// Session 28: plain steps (logits to the host: prefill, graphed decode and verify) record step events too (the
+// model bench's prefill reads the device's busy time from them). Every step is counted, the device was busy a
+// positive time, and the events change no logit.
+TEST(GpuGraphBuckets, PlainStepsCountStepEventsAndKeepTheirBits) {
+  DSI_SKIP_WITHOUT_GPU();
+  const std::string model = test::checkout_path("models/dsv4-small");
+  if (!std::filesystem::exists(model + "/model.safetensors")) GTEST_SKIP() << "models/dsv4-small not present";
+  BucketCase s;
+  s.opts.model_dir = model;
+  s.opts.backend = runner::Backend::kCuda;
+  s.opts.numerics = model::Numerics::hf();
+  s.opts.batch_invariant = true;
+  auto plain = run(s, true, 3, 3);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+  auto timed = run(s, true, 3, 3, true);
+  ASSERT_TRUE(timed.is_ok()) << timed.status().message();
+  EXPECT_EQ(timed->events.steps, 1 + 3 + 3 + 2) << "a prefill, 3 + 3 decode steps and 2 verify steps";
+  EXPECT_GT(timed->events.busy_ms, 0.0);
+  EXPECT_GE(timed->events.idle_ms, 0.0);
+  ASSERT_EQ(plain->logits.size(), timed->logits.size());
+  EXPECT_EQ(std::memcmp(plain->logits.data(), timed->logits.data(), plain->logits.size() * 4), 0);
 }
 
 TEST(GpuGraphBuckets, PaddedStepsEqualExactShapesBitForBitAtFlashShapesWithFp8State) {

@@ -191,6 +191,9 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
                                                                          prev_sample_rows()));
   DSI_RETURN_IF_ERROR(fwd_->prepare(run_T, std::max<int64_t>(run_R, 1), layout.max_pos));
   DSI_RETURN_IF_ERROR(ensure_capture(run_T));
+  // A plain step (logits to the host) records its own step events; a sampled one's are begin_sampled_step's.
+  const bool plain = !dsamp_.defer_logits;
+  if (plain) DSI_RETURN_IF_ERROR(step_event_start());
   DSI_RETURN_IF_ERROR(upload_plan(run_plan, layout));
   DSI_RETURN_IF_ERROR(fill_plan_tokens(layout));  // asynchronous steps: inputs sampled by the step before
   const ops::StepDevice st = step_device(layout, plan_.device());
@@ -208,8 +211,9 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   logits.resize(size_t(R) * size_t(V));
   if (R > 0) DSI_CUDA_TRY(cudaMemcpyAsync(logits.data(), fwd_->logits(), size_t(R * V) * 4, cudaMemcpyDeviceToHost, cs));
   DSI_RETURN_IF_ERROR(download_hidden(T));
+  DSI_RETURN_IF_ERROR(step_event_end());
   DSI_CUDA_TRY(cudaStreamSynchronize(cs));
-  return Status::ok();
+  return plain ? count_step_events() : Status::ok();
 }
 
 }  // namespace dsinfer::backends

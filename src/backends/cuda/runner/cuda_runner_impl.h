@@ -135,6 +135,13 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   // rewritten once the previous upload has left it (asynchronous steps pack step t+1 while step t may not have started).
   Status fill_plan_tokens(const StepPlanLayout& layout);
   int64_t prev_sample_rows() const;
+  // Step events (set_step_events; same file): a step's start (its plan upload), its end (the logits download or the
+  // sampling results' copy), and the sums of a step whose end event has completed. A sampled step records them in
+  // begin_sampled_step / launch_sample_rows and sums them in wait_sample_rows; a plain step (logits to the host)
+  // in step() itself, summed after its synchronisation.
+  Status step_event_start();
+  Status step_event_end();
+  Status count_step_events();
   // hidden_capture_cuda.cpp: sizing (before the forward; the copy after each tapped layer is
   // RunnerCore::capture_hidden, inside the forward), the download (after it, before the step's synchronisation).
   Status ensure_capture(int64_t T);

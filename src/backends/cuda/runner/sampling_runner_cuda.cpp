@@ -64,13 +64,44 @@ Status CudaRunner::fill_plan_tokens(const StepPlanLayout& L) {
                                      p.rows, cfg_.vocab_size, stream_);
 }
 
-Status CudaRunner::begin_sampled_step(const scheduler::BatchPlan& plan) {
+Status CudaRunner::step_event_start() {
   StepEvents& e = dsamp_.events;
   if (e.on) {  // the step's device work starts with its plan upload (a begin without a launch is overwritten)
     e.started = e.ended;
     DSI_CUDA_TRY(cudaEventRecord(ev(e.start[e.started % StepEvents::kRing]), static_cast<cudaStream_t>(stream_)));
     ++e.started;
   }
+  return Status::ok();
+}
+
+Status CudaRunner::step_event_end() {
+  StepEvents& e = dsamp_.events;
+  if (e.on && e.started == e.ended + 1) {
+    DSI_CUDA_TRY(cudaEventRecord(ev(e.end[e.ended % StepEvents::kRing]), static_cast<cudaStream_t>(stream_)));
+    ++e.ended;
+  }
+  return Status::ok();
+}
+
+Status CudaRunner::count_step_events() {
+  StepEvents& e = dsamp_.events;
+  if (e.on && e.counted < e.ended) {  // this step's end event has completed, and with it every earlier event
+    const int k = int(e.counted % StepEvents::kRing);
+    float ms = 0;
+    DSI_CUDA_TRY(cudaEventElapsedTime(&ms, ev(e.start[k]), ev(e.end[k])));
+    e.busy_ms += ms;
+    if (e.counted > 0) {
+      DSI_CUDA_TRY(cudaEventElapsedTime(&ms, ev(e.end[(e.counted - 1) % StepEvents::kRing]), ev(e.start[k])));
+      e.idle_ms += std::max(ms, 0.0f);
+    }
+    ++e.counted;
+    ++e.steps;
+  }
+  return Status::ok();
+}
+
+Status CudaRunner::begin_sampled_step(const scheduler::BatchPlan& plan) {
+  DSI_RETURN_IF_ERROR(step_event_start());
   dsamp_.logits_rows = -1;
   dsamp_.defer_logits = true;
   std::vector<float> unused;
@@ -145,11 +176,7 @@ Status CudaRunner::launch_sample_rows(const sampling::PackedRows& rows) {
     DSI_CUDA_TRY(cudaMemcpyAsync(b.host_out, b.dev_out.data(), size_t(n) * sizeof(ops::SampleRowOut),
                                  cudaMemcpyDeviceToHost, cs));
   }
-  StepEvents& e = dsamp_.events;
-  if (e.on && e.started == e.ended + 1) {
-    DSI_CUDA_TRY(cudaEventRecord(ev(e.end[e.ended % StepEvents::kRing]), cs));
-    ++e.ended;
-  }
+  DSI_RETURN_IF_ERROR(step_event_end());
   DSI_CUDA_TRY(cudaEventRecord(ev(b.done), cs));
   b.rows = n;
   b.outstanding = true;
@@ -168,20 +195,7 @@ Status CudaRunner::wait_sample_rows(std::vector<ops::SampleRowOut>& out) {
   b.outstanding = false;
   dsamp_.oldest ^= 1;
   --dsamp_.outstanding;
-  StepEvents& e = dsamp_.events;
-  if (e.on && e.counted < e.ended) {  // this step's end event has completed, and with it every earlier event
-    const int k = int(e.counted % StepEvents::kRing);
-    float ms = 0;
-    DSI_CUDA_TRY(cudaEventElapsedTime(&ms, ev(e.start[k]), ev(e.end[k])));
-    e.busy_ms += ms;
-    if (e.counted > 0) {
-      DSI_CUDA_TRY(cudaEventElapsedTime(&ms, ev(e.end[(e.counted - 1) % StepEvents::kRing]), ev(e.start[k])));
-      e.idle_ms += std::max(ms, 0.0f);
-    }
-    ++e.counted;
-    ++e.steps;
-  }
-  return Status::ok();
+  return count_step_events();
 }
 
 Status CudaRunner::set_step_events(bool on) {
