@@ -136,17 +136,24 @@ void expect_padded_equals_exact(const BucketCase& s) {
   }
 }
 
-}  // namespace
-
-TEST(GpuGraphBuckets, PaddedStepsEqualExactShapesBitForBitOnTheShippedModel) {
-  DSI_SKIP_WITHOUT_GPU();
-  const std::string model = test::checkout_path("models/dsv4-small");
-  if (!std::filesystem::exists(model + "/model.safetensors")) GTEST_SKIP() << "models/dsv4-small not present";
+// The shipped model (hf numerics) under --batch-invariant; an empty model_dir when the checkout has no weights.
+BucketCase shipped_case() {
   BucketCase s;
+  const std::string model = test::checkout_path("models/dsv4-small");
+  if (!std::filesystem::exists(model + "/model.safetensors")) return s;
   s.opts.model_dir = model;
   s.opts.backend = runner::Backend::kCuda;
   s.opts.numerics = model::Numerics::hf();
   s.opts.batch_invariant = true;
+  return s;
+}
+
+}  // namespace
+
+TEST(GpuGraphBuckets, PaddedStepsEqualExactShapesBitForBitOnTheShippedModel) {
+  DSI_SKIP_WITHOUT_GPU();
+  const BucketCase s = shipped_case();
+  if (s.opts.model_dir.empty()) GTEST_SKIP() << "models/dsv4-small not present";
   expect_padded_equals_exact(s);
 }
 
@@ -155,13 +162,8 @@ TEST(GpuGraphBuckets, PaddedStepsEqualExactShapesBitForBitOnTheShippedModel) {
 // positive time, and the events change no logit.
 TEST(GpuGraphBuckets, PlainStepsCountStepEventsAndKeepTheirBits) {
   DSI_SKIP_WITHOUT_GPU();
-  const std::string model = test::checkout_path("models/dsv4-small");
-  if (!std::filesystem::exists(model + "/model.safetensors")) GTEST_SKIP() << "models/dsv4-small not present";
-  BucketCase s;
-  s.opts.model_dir = model;
-  s.opts.backend = runner::Backend::kCuda;
-  s.opts.numerics = model::Numerics::hf();
-  s.opts.batch_invariant = true;
+  const BucketCase s = shipped_case();
+  if (s.opts.model_dir.empty()) GTEST_SKIP() << "models/dsv4-small not present";
   auto plain = run(s, true, 3, 3);
   ASSERT_TRUE(plain.is_ok()) << plain.status().message();
   auto timed = run(s, true, 3, 3, true);
