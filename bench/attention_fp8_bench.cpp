@@ -45,6 +45,7 @@
 #include "cuda/device_buffer.h"
 #include "ops/kv_format/kv_format.h"
 #include "ops/kv_format/kv_format_cuda.h"
+#include "ops/rope/rope_cuda.h"
 #include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
 #include "ops/sparse_attention/sparse_attention_plan.h"
 #include "ops/sparse_attention/sparse_attention_prefill_cuda.h"
@@ -364,6 +365,12 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
     invh.push_back(float(std::pow(10000.0, -2.0 * double(i) / double(kRopeDim))));
   cuda::DeviceBuffer<int32_t> pos;
   BENCH_CHECK(pos.upload(posh.data(), posh.size()));
+  // Session 29: the query's norm + RoPE op (head_norm_rope, bf16 in place: int64 positions) on a scratch copy of qb.
+  const std::vector<int64_t> pos64h(posh.begin(), posh.end());
+  cuda::DeviceBuffer<int64_t> pos64;
+  cuda::DeviceBuffer<uint16_t> qn;
+  BENCH_CHECK(pos64.upload(pos64h.data(), pos64h.size()));
+  BENCH_CHECK(qn.upload(qbh.data(), qbh.size()));
   BENCH_CHECK(inv_freq.upload(invh.data(), invh.size()));
   BENCH_CHECK(o.alloc(qh.size()));
   int64_t max_splits = 1;
@@ -379,8 +386,9 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
   cuda::DeviceBuffer<uint8_t> staging;
   BENCH_CHECK(staging.alloc(size_t(staging_bytes)));
   // variant -1: the op with `kernel`; -2: the prefill op; -3: its probe `probe`; -4: the split-block op (bf16 q and
-  // o, one split); -5: the prefill op with bf16 q; -6: the split op's probe `probe`; >= 0: that variant of the
-  // warp-specialised kernel. only >= 0: that layer alone.
+  // o, one split); -5: the prefill op with bf16 q; -6: the split op's probe `probe`; -7: the query's norm + RoPE op
+  // the split op's q_norm replaces (on qn: its values drift, not its time); -8: the split op on raw q with q_norm;
+  // >= 0: that variant of the warp-specialised kernel. only >= 0: that layer alone.
   int only = -1, probe = 0;
   auto run = [&](cudaStream_t s, ops::cuda::Fp8AttentionKernel kernel, int variant) {
     for (int li = 0; li < 4; ++li)
@@ -400,10 +408,17 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
         p.inv_freq = inv_freq.data();
         p.num_splits = ops::cuda::plan_sparse_attention_fp8(kChunk, kH, kW + L.stride1, sms);
         p.kernel = kernel;
-        if (variant == -4 || variant == -6) {
+        if (variant == -7) {
+          ops::cuda::HeadNormRopeParams hp{kChunk, kH, kD, ops::cuda::HeadNorm::Unweighted, nullptr, 1e-6f, kRopeDim,
+                                           inv_freq.data(), 1.0f, false};
+          hp.in_bf16 = true;
+          hp.out_bf16 = qn.data();
+          BENCH_CHECK(ops::cuda::head_norm_rope(hp, nullptr, pos64.data() + c0, s));
+        } else if (variant == -4 || variant == -6 || variant == -8) {
           p.q_bf16 = true;
           p.num_splits = 1;
-          if (variant == -4)
+          p.q_norm = variant == -8;
+          if (variant != -6)
             BENCH_CHECK(ops::cuda::sparse_attention_prefill_split(p, qb.data(), ob.data(), staging.data(),
                                                                   staging_bytes, s));
           else
@@ -463,6 +478,12 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
         }
         probe = 0;
       }
+    }
+    // Session 29: the query's norm + RoPE inside the split kernel (q_norm, raw q) against the op it replaces, twice.
+    for (int round = 0; round < 2; ++round) {
+      line("q norm + RoPE op (bf16 q)", "QNormOp", -7);
+      line("B: split op", "B", -4);
+      line("B + q norm (raw q)", "BQNorm", -8);
     }
     for (only = 0; only < 4; ++only) {
       const double a = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -2); }, 1);

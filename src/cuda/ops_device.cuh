@@ -23,6 +23,16 @@ __device__ __forceinline__ double warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
   return v;
 }
+// A head norm's statistics (ops/rope/rope.cu; sparse_attention_prefill_split.cu's fused query norm has to give the
+// same bits): the sum of squares of 4 channels in double, products and sums unfused and in this order, and the
+// inverse RMS of a dim-channel vector from the double sum of its squares.
+__device__ __forceinline__ double sum_sq4(float a, float b, float c, float d) {
+  const double s = __dadd_rn(__dmul_rn(double(a), double(a)), __dmul_rn(double(b), double(b)));
+  return __dadd_rn(__dadd_rn(s, __dmul_rn(double(c), double(c))), __dmul_rn(double(d), double(d)));
+}
+__device__ __forceinline__ float rms_inv(double sum_sq, int64_t dim, float eps) {
+  return float(1.0 / sqrt(sum_sq / double(dim) + double(eps)));
+}
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
   return v;

@@ -34,6 +34,7 @@
 #include "ops/sparse_attention/sparse_attention_fp8.h"
 #include "ops/sparse_attention/sparse_attention_fp8_cuda.h"
 #include "ops/sparse_attention/sparse_attention_prefill_cuda.h"
+#include "ops/rope/rope_cuda.h"  // head_norm_rope: the query q_norm must reproduce
 #include "ops/sparse_attention/sparse_attention_prefill_launch.h"  // the kernel's variants
 
 using namespace dsinfer;
@@ -43,6 +44,7 @@ using ops::cuda::SparseAttentionFp8Params;
 
 namespace {
 constexpr double kTol = 5e-3;  // see the header comment
+constexpr float kEps = 1e-6f;  // the query's head norm (q_norm)
 constexpr int64_t kW = 128;
 const ops::KvPages kRingPages{130, 130 * 584 + 256, 512}, kEntryPages{32, 32 * 584 + 4096, 1024};
 
@@ -53,6 +55,7 @@ struct Case {
   uint32_t seed = 1;
   int64_t rope_dim = 64;  // with rope: the trailing dims rotated (the epilogue's angle table holds rope_dim / 2)
   int64_t empty_every = 0;  // > 0: every empty_every-th token (t % empty_every == 3) has no keys at all
+  float attention_factor = 1.0f;  // the RoPE's (the output's inverse rotation; with q_norm the query's too)
 };
 
 // `rows` random rows encoded into a cache of page shape g.
@@ -142,6 +145,7 @@ SparseAttentionFp8Params params(const Case& c, const Inputs& in, const uint8_t* 
   if (c.ratio > 0) p.keys[2] = {ent, in.entries, i2, in.stride2, l2, kEntryPages};
   p.q_bf16 = c.q_bf16;
   p.rope_dim = c.rope ? c.rope_dim : 0;
+  p.attention_factor = c.attention_factor;
   return p;
 }
 
@@ -188,9 +192,14 @@ struct Device {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return to_host(o, n);
   }
-  // The split-block op (flags 0) or one variant of its kernel (detail::kSplitVar*): its bf16 output bits.
-  std::vector<uint16_t> run_split(const Case& c, const Inputs& in, int flags = 0) {
-    const SparseAttentionFp8Params p = params(c, in);
+  // The split-block op (flags 0) or one variant of its kernel (detail::kSplitVar*): its bf16 output bits. q: the
+  // query (qb when null); q_norm: q is raw, the kernel normalises it (SparseAttentionFp8Params::q_norm, eps kEps).
+  std::vector<uint16_t> run_split(const Case& c, const Inputs& in, int flags = 0, const uint16_t* q = nullptr,
+                                  bool q_norm = false) {
+    SparseAttentionFp8Params p = params(c, in);
+    p.q_norm = q_norm;
+    p.q_norm_eps = kEps;
+    if (!q) q = qb.data();
     const size_t n = size_t(c.T * c.H * ops::kKvDim);
     DeviceBuffer<uint16_t> o;
     DeviceBuffer<uint8_t> staging;
@@ -201,14 +210,44 @@ struct Device {
     cudaMemset(staging.data(), 0xff, size_t(bytes));
     const Status s =
         flags == 0
-            ? ops::cuda::sparse_attention_prefill_split(p, qb.data(), o.data(), staging.data(), bytes, nullptr)
-            : ops::cuda::sparse_attention_prefill_split_probe(p, qb.data(), o.data(), staging.data(), bytes, flags,
-                                                              nullptr);
+            ? ops::cuda::sparse_attention_prefill_split(p, q, o.data(), staging.data(), bytes, nullptr)
+            : ops::cuda::sparse_attention_prefill_split_probe(p, q, o.data(), staging.data(), bytes, flags, nullptr);
     EXPECT_TRUE(s.is_ok()) << s.message();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return to_host(o, n);
   }
+  // The model's query before session 29: qb taken as wq_b's raw output, normalised and rotated by head_norm_rope in
+  // place (in_bf16, out_bf16, the angle table; the runner's HeadNormRopeParams for the query).
+  DeviceBuffer<uint16_t> normed_query(const Case& c, const Inputs& in) {
+    DeviceBuffer<uint16_t> qn = to_device(in.qb);
+    const std::vector<int64_t> pos64(in.pos.begin(), in.pos.end());
+    const DeviceBuffer<int64_t> dpos = to_device(pos64);
+    ops::cuda::HeadNormRopeParams hp{c.T, c.H, 512, ops::cuda::HeadNorm::Unweighted, nullptr, kEps,
+                                     c.rope ? c.rope_dim : 0, inv_freq.data(), c.attention_factor, false};
+    hp.in_bf16 = true;
+    hp.out_bf16 = qn.data();
+    const Status s = ops::cuda::head_norm_rope(hp, nullptr, dpos.data(), nullptr);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    return qn;
+  }
 };
+
+// Session 29: the kernel normalising the raw query itself (q_norm) gives, bit for bit, what it gives on
+// head_norm_rope's query, in the planned variant, session 24's kernel (kSplitQNorm alone) and the 16-byte stores;
+// with an attention factor (the forward rotation's angles are the output table's, the sine negated back).
+void expect_q_norm_bits(Case c, const Inputs& in, Device& dev) {
+  namespace d = ops::cuda::detail;
+  c.attention_factor = 1.25f;
+  const DeviceBuffer<uint16_t> qn = dev.normed_query(c, in);
+  for (const int v : {0, d::kSplitVarStore16}) {
+    const std::vector<uint16_t> want = dev.run_split(c, in, v, qn.data());
+    const std::vector<uint16_t> got = dev.run_split(c, in, v == 0 ? d::kSplitQNorm : v, nullptr, true);
+    size_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0u) << "q_norm, variant " << v << ": " << differ << " of " << want.size() << " outputs differ";
+  }
+  EXPECT_EQ(dev.run_split(c, in, 0, qn.data()), dev.run_split(c, in, 0, nullptr, true)) << "q_norm, the planned variant";
+}
 
 std::vector<float> widen(const std::vector<uint16_t>& b) {
   std::vector<float> f(b.size());
@@ -261,6 +300,7 @@ void run_case(const Case& c) {
     for (size_t i = 0; i < bits.size(); ++i) differ += var[i] != bits[i];
     EXPECT_EQ(differ, 0u) << "variant " << v << ": " << differ << " of " << bits.size() << " outputs differ";
   }
+  expect_q_norm_bits(c, in, dev);
   if (c.empty_every > 0) {  // a token with no keys: o = 0 (the sink alone carries its weight)
     const int64_t per_token = c.H * ops::kKvDim;
     for (int64_t t = 3; t < c.T; t += c.empty_every)
@@ -333,6 +373,23 @@ TEST(GpuSparseAttentionPrefillSplit, RejectsBadArguments) {
   bad = p;
   bad.sinks = nullptr;
   EXPECT_FALSE(call(bad, staging.data(), bytes).is_ok());
+  bad = p;
+  bad.q_norm = true;
+  EXPECT_TRUE(call(bad, staging.data(), bytes).is_ok());
+  bad.q_norm_eps = -1.0f;  // a negative or non-finite eps
+  EXPECT_FALSE(call(bad, staging.data(), bytes).is_ok());
+  bad.q_norm_eps = 1e-6f;  // q_norm takes variant 0 and the 16-byte stores alone, and no probe
+  namespace d = ops::cuda::detail;
+  for (const int flags : {int(d::kSplitVarL2Hints), int(d::kSplitVarAll), int(d::kSplitProbeNoMath)})
+    EXPECT_FALSE(ops::cuda::sparse_attention_prefill_split_probe(bad, dev.qb.data(), o.data(), staging.data(), bytes,
+                                                                 flags, nullptr).is_ok()) << flags;
+  EXPECT_FALSE(ops::cuda::sparse_attention_prefill_split_probe(p, dev.qb.data(), o.data(), staging.data(), bytes,
+                                                               d::kSplitQNorm, nullptr).is_ok())
+      << "kSplitQNorm without p.q_norm";
+  DeviceBuffer<float> o32;
+  ASSERT_TRUE(o32.alloc(size_t(c.T * c.H * 512)).is_ok());
+  EXPECT_FALSE(ops::cuda::sparse_attention_prefill(bad, dev.qb.data(), o32.data(), nullptr, staging.data(), bytes,
+                                                   nullptr).is_ok()) << "q_norm on main's prefill op";
   EXPECT_FALSE(ops::cuda::sparse_attention_prefill_split(p, dev.qb.data() + 1, o.data(), staging.data(), bytes,
                                                          nullptr).is_ok());  // q not 16-byte aligned
   EXPECT_FALSE(ops::cuda::sparse_attention_prefill_split(p, dev.qb.data(), o.data() + 1, staging.data(), bytes,

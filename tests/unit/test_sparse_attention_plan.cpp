@@ -182,12 +182,13 @@ TEST(SparseAttentionPlan, SparsePrefillSplitKernelChoice) {
     EXPECT_FALSE(plan_sparse_prefill_split(K::kSplit, m, 1));
 }
 
-// Session 28: the split kernel's variants, named by DSINFER_SPARSE_PREFILL_SPLIT_VARIANT for the A/B; 0 (session 24's
-// kernel) when unset; a value it cannot take is -1 (plan_sparse_prefill_split_variant names it and keeps 0).
+// Session 28: the split kernel's variants, named by DSINFER_SPARSE_PREFILL_SPLIT_VARIANT for the A/B; the 16-byte
+// stores when unset (session 29's H200 A/B); a value it cannot take is -1 (plan_sparse_prefill_split_variant names it
+// and keeps the default).
 TEST(SparseAttentionPlan, SparsePrefillSplitVariant) {
   namespace d = detail;
-  EXPECT_EQ(sparse_prefill_split_variant_from(nullptr), 0);
-  EXPECT_EQ(sparse_prefill_split_variant_from(""), 0);
+  EXPECT_EQ(sparse_prefill_split_variant_from(nullptr), d::kSplitVarStore16);
+  EXPECT_EQ(sparse_prefill_split_variant_from(""), d::kSplitVarStore16);
   EXPECT_EQ(sparse_prefill_split_variant_from("0"), 0);
   EXPECT_EQ(sparse_prefill_split_variant_from("l2"), d::kSplitVarL2Hints);
   EXPECT_EQ(sparse_prefill_split_variant_from("store16"), d::kSplitVarStore16);

@@ -86,10 +86,10 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
     double ss = 0.0;
     for (int c = lane; c < nchunks; c += 32) {
       const float4 a = load_chunk(p, x, vec, c);
-      ss += double(a.x) * double(a.x) + double(a.y) * double(a.y) + double(a.z) * double(a.z) + double(a.w) * double(a.w);
+      ss = __dadd_rn(ss, dev::sum_sq4(a.x, a.y, a.z, a.w));
     }
     ss = dev::warp_sum(ss);
-    inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.eps)));
+    inv = dev::rms_inv(ss, p.dim, p.eps);
   }
   const int64_t rope_start = p.dim - p.rope_dim, pp = pos[row];
   const int group = int(p.fp8_block / 4);  // lanes per FP8 block (a power of two <= 32)
@@ -168,7 +168,7 @@ __device__ __forceinline__ void norm_rope_block(const HeadNormRopeParams& p, flo
 // HeadNormRopeParams::angle_table (GpuHeadNormRope.AngleTableEqualsPerVectorAngles holds the table to the per-vector
 // form bit for bit).
 bool table_form(const HeadNormRopeParams& p) {
-  static const bool planned = dsinfer::env_switch("DSINFER_ROPE_TABLE", {"0", "1"}) == "1";
+  static const bool planned = dsinfer::env_switch("DSINFER_ROPE_TABLE", {"0", "1"}) != "0";
   const bool on = p.angle_table < 0 ? planned : p.angle_table > 0;
   return on && p.heads % kBlockWarps == 0 && p.rope_dim / 2 <= kTableMaxPairs;
 }

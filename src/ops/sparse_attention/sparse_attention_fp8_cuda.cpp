@@ -28,6 +28,7 @@ Status sparse_attention_fp8(const SparseAttentionFp8Params& p, const void* q, fl
   if (p.heads <= 0 || p.heads > 65535 * detail::kFp8Heads)
     return Status::errorf("sparse_attention_fp8: bad head count {}", p.heads);
   if (!p.sinks) return Status::error("sparse_attention_fp8: null sinks");
+  if (p.q_norm) return Status::error("sparse_attention_fp8: a raw query (q_norm) is the split prefill op's alone");
   for (int i = 1; i < SparseAttentionFp8Params::kLists; ++i)
     if (!p.keys[i - 1].idx && p.keys[i].idx)
       return Status::errorf("sparse_attention_fp8: key list {} after an empty list {}", i, i - 1);

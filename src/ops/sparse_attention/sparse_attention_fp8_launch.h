@@ -46,6 +46,11 @@ struct SparseAttentionFp8Params {
   static constexpr int kLists = 3;
   Fp8KeySource keys[kLists];
   bool q_bf16 = false;           // q [T, heads, 512]: fp32, or bf16 when set
+  // The split prefill op only (session 29; the other ops refuse it): q is the raw bf16 query (wq_b's output) and the
+  // kernel applies head_norm_rope's unweighted head RMSNorm (eps q_norm_eps) and the RoPE of the trailing rope_dim
+  // dims at pos[t] to it in shared memory before Q K^T, with the bits head_norm_rope gives (in_bf16, out_bf16).
+  bool q_norm = false;
+  float q_norm_eps = 1e-6f;
   // Inverse RoPE of the output's trailing rope_dim channels at pos[t] (0 = none).
   int64_t rope_dim = 0;
   const int32_t* pos = nullptr;     // [T]

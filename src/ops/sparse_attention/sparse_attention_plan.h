@@ -130,12 +130,18 @@ Result<SparsePrefillKernel> sparse_prefill_kernel_from_env();
 // keep main's kernel and its bits: the split kernel's bf16 output is another rounding), one split (its only form).
 bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int64_t num_splits);
 // The split-block kernel's variant (session 28, issue 30; detail::kSplitVar*, sparse_attention_prefill_launch.h: the
-// L2 cache policies, the 16-byte output stores, the next item's lengths loaded early; each gives the same bits): 0,
-// session 24's kernel, until an H200 run measures them. DSINFER_SPARSE_PREFILL_SPLIT_VARIANT (the A/B, read once;
-// another value is named on stderr and ignored): `0`, `l2`, `store16`, `early` or `all`.
+// L2 cache policies, the 16-byte output stores, the next item's lengths loaded early; each gives the same bits):
+// kSplitVarStore16 by default (session 29's H200 A/B over 4 layers at 4,096 tokens: 0 3.20 ms, l2 3.49, store16
+// 2.86, early 3.20, all three 3.00). DSINFER_SPARSE_PREFILL_SPLIT_VARIANT (the A/B, read once; another value is named
+// on stderr and ignored): `0` (session 24's kernel), `l2`, `store16`, `early` or `all`.
 int plan_sparse_prefill_split_variant();
-// The variant a value of that variable names (nullptr or "" = unset: 0); -1 for a value it cannot take.
+// The variant a value of that variable names (nullptr or "" = unset: kSplitVarStore16); -1 for a value it cannot
+// take.
 int sparse_prefill_split_variant_from(const char* value);
+// Whether the split kernel normalises the raw query itself (session 29; SparseAttentionFp8Params::q_norm: the head
+// RMSNorm and RoPE of head_norm_rope in its shared memory, the same bits, instead of q_norm_rope's pass over the
+// query in HBM). On unless DSINFER_SPLIT_Q_NORM=0 (the A/B; read once; another value is named on stderr and ignored).
+bool plan_split_q_norm();
 // The model path of the split-block kernel (session 24, s24-sparsep2): whether one layer of one step runs it, the
 // V4 runner's one decision (CudaForwardV4::attention, before the query's norm + RoPE). Taken, the layer's query
 // norm + RoPE writes bf16 q (HeadNormRopeParams::out_bf16), the split kernel reads it and writes bf16 o, and wo_a's

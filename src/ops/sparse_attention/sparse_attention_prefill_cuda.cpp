@@ -2,6 +2,7 @@
 #include "ops/sparse_attention/sparse_attention_prefill_cuda.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cuda/cuda_common.h"
 #include "ops/sparse_attention/sparse_attention_fp8_cuda.h"  // the argument checks and the split workspace
@@ -121,8 +122,17 @@ Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, 
   if (!p.q_bf16) return Status::error("sparse_attention_prefill_split: q must be bf16 (p.q_bf16)");
   if (p.num_splits != 1)
     return Status::errorf("sparse_attention_prefill_split: {} splits, the kernel takes 1", p.num_splits);
-  // The FP8 op's checks; the output pointer stands in for its fp32 one (only its presence is checked).
-  DSI_RETURN_IF_ERROR(check(p, q, reinterpret_cast<float*>(o), nullptr, stream));
+  // The FP8 op's checks (less q_norm, this op's alone); the output pointer stands in for its fp32 one (only its
+  // presence is checked).
+  SparseAttentionFp8Params normed = p;
+  normed.q_norm = false;
+  DSI_RETURN_IF_ERROR(check(normed, q, reinterpret_cast<float*>(o), nullptr, stream));
+  if (p.q_norm && !(p.q_norm_eps >= 0.0f && std::isfinite(p.q_norm_eps)))
+    return Status::errorf("sparse_attention_prefill_split: q_norm_eps {} must be finite and >= 0", p.q_norm_eps);
+  if (p.q_norm && (flags & (detail::kSplitVarL2Hints - 1)) != 0)
+    return Status::error("sparse_attention_prefill_split: a probe takes a normalised query (q_norm off)");
+  if (!p.q_norm && (flags & detail::kSplitQNorm) != 0)
+    return Status::error("sparse_attention_prefill_split: kSplitQNorm needs p.q_norm (a raw query and its eps)");
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_prefill_split: null q or output");
   if (reinterpret_cast<uintptr_t>(q) % 16 != 0 || reinterpret_cast<uintptr_t>(o) % 16 != 0)
@@ -139,7 +149,8 @@ Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, 
   const bool launched = probe ? detail::launch_sparse_attention_prefill_split_probe(p, s, q, o, flags, stream)
                               : detail::launch_sparse_attention_prefill_split(p, s, q, o, variant, stream);
   if (!launched)
-    return Status::errorf("sparse_attention_prefill_split: no TMA tensor map for q, or no probe / variant {}", flags);
+    return Status::errorf("sparse_attention_prefill_split: no TMA tensor map for q, or no probe / variant {}{}",
+                          variant, p.q_norm ? " with q_norm (0 or store16 only)" : "");
   DSI_CUDA_LAUNCHED("sparse_attention_prefill_split_kernel");
   return Status::ok();
 }

@@ -32,15 +32,16 @@ Status sparse_attention_prefill(const SparseAttentionFp8Params& p, const void* q
                                 void* staging, int64_t staging_bytes, void* stream);
 
 // The same op with bf16 q in and bf16 o out, on the split-block kernel (sparse_attention_prefill_split.cu, session 24;
-// not yet run on a GPU; plan_sparse_prefill_split in sparse_attention_plan.h says when): q bf16 [T, heads, 512]
-// (p.q_bf16 must be set; 16-byte aligned), o bf16 [T, heads, 512] (16-byte aligned: kSplitVarStore16's stores);
-// p.num_splits must be 1 (no workspace). Not the
-// bits of sparse_attention_prefill: the same arithmetic up to the order of its fp32 sums, the running max over 128
-// keys and one bf16 rounding of the output (the GPU test's bound).
+// plan_sparse_prefill_split in sparse_attention_plan.h says when): q bf16 [T, heads, 512] (p.q_bf16 must be set;
+// 16-byte aligned), o bf16 [T, heads, 512] (16-byte aligned: kSplitVarStore16's stores); p.num_splits must be 1 (no
+// workspace). p.q_norm (session 29): q is the raw query, normalised and rotated by the kernel with head_norm_rope's
+// bits (variant 0 or kSplitVarStore16 only). Not the bits of sparse_attention_prefill: the same arithmetic up to the
+// order of its fp32 sums, the running max over 128 keys and one bf16 rounding of the output (the GPU test's bound).
 Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, void* staging,
                                       int64_t staging_bytes, void* stream);
 // For bench/attention_fp8_bench.cpp and the GPU tests: the split op with flags = a variant of its kernel
-// (detail::kSplitVar*: the op's bits), or a diagnostic probe with a phase left out (detail::kSplitProbe*,
+// (detail::kSplitVar*: the op's bits; detail::kSplitQNorm alone: variant 0, with p.q_norm only), or a diagnostic
+// probe with a phase left out (detail::kSplitProbe*, not with p.q_norm;
 // sparse_attention_prefill_launch.h; the output wrong by design).
 Status sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const void* q, uint16_t* o,
                                             void* staging, int64_t staging_bytes, int flags, void* stream);

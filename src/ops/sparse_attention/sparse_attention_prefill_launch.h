@@ -47,6 +47,9 @@ inline constexpr int kPrefillProbeSkeleton = kPrefillProbeNoMath | kPrefillProbe
 //  - kSplitVarEarlyItem: the consumers load the next item's list lengths and position under the current item.
 inline constexpr int kSplitVarL2Hints = 32, kSplitVarStore16 = 64, kSplitVarEarlyItem = 128;
 inline constexpr int kSplitVarAll = kSplitVarL2Hints | kSplitVarStore16 | kSplitVarEarlyItem;
+// p.q_norm (session 29) adds kSplitQNorm to the variant: the kernel normalises the raw query in shared memory. With
+// variant 0 or kSplitVarStore16 only (false for the others).
+inline constexpr int kSplitQNorm = 256;
 bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                            uint16_t* o, int variant, void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the split kernel with a phase left out (the output wrong by

@@ -74,7 +74,7 @@ constexpr uint32_t kBytes = kOffBar + kBars * 8 + 1024;     // + 1024: the base 
 static_assert(kBytes <= 232448, "over the 227 KB of shared memory a block may use");
 static_assert(kOffBar % 8 == 0 && kOffRope % 8 == 0 && kOffP % 1024 == 0 && kOffK % 1024 == 0, "alignment");
 
-enum NamedBarrier : int { kBarMax = 1, kBarP = 2, kBarL = 3, kBarWg0 = 4 };  // kBarWg0 + c: warpgroup c alone
+enum NamedBarrier : int { kBarMax = 1, kBarP = 2, kBarL = 3, kBarWg0 = 4, kBarQ = 6 };  // kBarWg0 + c: warpgroup c
 
 // Element offset (bf16) of (row, col) in a 64-row operand of 8 x 8 core matrices (128 contiguous bytes), column
 // group major: core matrix (row group rg, column group cg) at (8 cg + rg) x 128 bytes. The key blocks (row = key,
@@ -461,6 +461,58 @@ __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsi
   }
 }
 
+// kSplitQNorm (session 29): the item's raw query (wq_b's bf16 output, as TMA wrote it) normalised and rotated in
+// place in shared memory by head_norm_rope's arithmetic (rope.cu norm_rope_vec with in_bf16 and out_bf16, the
+// unweighted norm, the block's angle table), so with its bits: consumer warp w (0 .. 7 over both warpgroups) takes
+// heads 8 w .. 8 w + 7, one at a time, and lane l holds the head's chunks l + 32 k (dims 4 (l + 32 k) ..) as
+// norm_rope_vec's lane l does: the double sum of squares over them in that order, the warp's butterfly sum, the
+// inverse RMS, the products (norm_rope_vec's second product is by the weight 1: the same value), the rotation of the
+// pairs at dims >= 512 - rope_dim, one bf16 rounding. The forward rotation's angles are the output table's (the
+// inverse rotation's: the sine negated back, exactly). Chunk ch of row r lies in box ch / 16, in 16-byte unit
+// ((ch % 16) / 2) ^ (r % 8) of the row's 128 bytes (TMA's 128-byte swizzle), half ch % 2.
+template <int c>
+__device__ __forceinline__ void norm_q(const SparseAttentionFp8Params& p, unsigned char* sm, int warp, int lane) {
+  const float2* rope = reinterpret_cast<const float2*>(sm + kOffRope);
+  const int rs = kD - int(p.rope_dim);
+#pragma unroll 1
+  for (int hh = 0; hh < 8; ++hh) {
+    const int row = 8 * (4 * c + warp) + hh;
+    uint2* at[4];
+    float e[4][4];
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int ch = lane + 32 * k;
+      at[k] = reinterpret_cast<uint2*>(sm + kOffQ + uint32_t(ch >> 4) * kQBox + uint32_t(row) * 128u +
+                                       uint32_t(((((ch & 15) >> 1) ^ (row & 7)) << 4) + ((ch & 1) << 3)));
+      const uint2 w = *at[k];
+      e[k][0] = __uint_as_float(w.x << 16);
+      e[k][1] = __uint_as_float(w.x & 0xFFFF0000u);
+      e[k][2] = __uint_as_float(w.y << 16);
+      e[k][3] = __uint_as_float(w.y & 0xFFFF0000u);
+      ss = __dadd_rn(ss, dev::sum_sq4(e[k][0], e[k][1], e[k][2], e[k][3]));
+    }
+    ss = dev::warp_sum(ss);
+    const float inv = dev::rms_inv(ss, kD, p.q_norm_eps);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int ch = lane + 32 * k;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) e[k][j] = __fmul_rn(e[k][j], inv);
+#pragma unroll
+      for (int j = 0; j < 4; j += 2) {
+        const int d = 4 * ch + j;
+        if (d >= rs) {
+          const float2 cs = rope[(d - rs) / 2];
+          dev::rope_rotate(e[k][j], e[k][j + 1], cs.x, -cs.y);
+        }
+      }
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(e[k][0], e[k][1]), hi = __floats2bfloat162_rn(e[k][2], e[k][3]);
+      *at[k] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    }
+  }
+}
+
 // An item's key count and position (global loads; kSplitVarEarlyItem issues the next item's under the current one, so
 // that their first use is not a load's latency after the last epilogue). Zeros past the last item.
 struct ItemLoads {
@@ -506,7 +558,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
   const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
   const uint32_t sbase = smem_u32(sm);
   const float scale2 = p.scale * 1.4426950408889634f;
-  constexpr bool kEarly = (kMode & kSplitVarEarlyItem) != 0;
+  constexpr bool kEarly = (kMode & kSplitVarEarlyItem) != 0, kQNorm = (kMode & kSplitQNorm) != 0;
   ItemLoads cur;
   if constexpr (kEarly) cur = item_loads(p, first, total);
   int step = 0, k = 0;
@@ -520,6 +572,15 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       attn_rope::fill(p, kD, int64_t(cur.pos), kHalf * c, kHalf * (c + 1), wt, 128,
                       reinterpret_cast<float2*>(sm + kOffRope));
     const int nsteps = (cur.nk + kStep - 1) / kStep;
+    if constexpr (kQNorm) {  // (before acc is live) the raw query normalised in place once both halves' angles are in
+      mbar_wait(bars.qfull(), uint32_t(k & 1));
+      if (nsteps > 0) {  // (the same for both warpgroups: one item)
+        named_sync(kBarQ, 256);
+        norm_q<c>(p, sm, warp, lane);
+        sm90::fence_proxy_async();  // the generic stores, before either warpgroup's wgmma reads Q
+        named_sync(kBarQ, 256);
+      }
+    }
     float acc[32][4];
 #pragma unroll
     for (int nt = 0; nt < 32; ++nt)
@@ -527,7 +588,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
     wg::wgmma_fence_regs(acc);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    mbar_wait(bars.qfull(), uint32_t(k & 1));
+    if constexpr (!kQNorm) mbar_wait(bars.qfull(), uint32_t(k & 1));
     if (nsteps == 0) mbar_arrive(bars.qfree());
     for (int j = 0; j < nsteps; ++j, ++step) {
       const uint32_t par = uint32_t(step & 1);
@@ -661,12 +722,14 @@ bool launch(const SparseAttentionFp8Params& p, const PrefillStaging& s, const vo
 
 bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s,
                                            const void* q, uint16_t* o, int variant, void* stream) {
-  switch (variant) {
+  switch (variant | (p.q_norm ? kSplitQNorm : 0)) {
     case 0: return launch<0>(p, s, q, o, stream);
     case kSplitVarL2Hints: return launch<kSplitVarL2Hints>(p, s, q, o, stream);
     case kSplitVarStore16: return launch<kSplitVarStore16>(p, s, q, o, stream);
     case kSplitVarEarlyItem: return launch<kSplitVarEarlyItem>(p, s, q, o, stream);
     case kSplitVarAll: return launch<kSplitVarAll>(p, s, q, o, stream);
+    case kSplitQNorm: return launch<kSplitQNorm>(p, s, q, o, stream);
+    case kSplitQNorm | kSplitVarStore16: return launch<kSplitQNorm | kSplitVarStore16>(p, s, q, o, stream);
     default: return false;
   }
 }

@@ -96,7 +96,10 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   const bool split = split_prefill(l, T, view, !tp && Hl > 0);  // the split-block prefill kernel's path (bf16 q, o)
   bool q16_in = false;  // wq_b wrote the split path's bf16 q itself (the norm + RoPE then works on it in place)
   if (Hl > 0) DSI_OP("wq_b", l, query_projection(l, T, hg, tp, split, q16_in));
-  HeadNormRopeParams qp{T, Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
+  // Where wq_b wrote the split path's raw bf16 query, the split kernel normalises it itself (plan_split_q_norm; the
+  // same bits) and q_norm_rope takes the kv row alone.
+  const bool q_norm_in_attention = split && q16_in && plan_split_q_norm();
+  HeadNormRopeParams qp{T, q_norm_in_attention ? 0 : Hl, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv, af, false};
   qp.in_bf16 = q16_in;
   const HeadNormRopeParams kp{T, 1, hd, HeadNorm::Weighted, L.kv_norm, eps, rd, inv, af, false};
   DSI_OP("q_norm_rope", l, q_kv_norm_rope(qp, q, split ? split_q16() : nullptr, kp, kv, num_.kv_fp8_sim ? nope : 0,
@@ -144,7 +147,7 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   }
   float* o = s_.o.data();
   if (view.fp8) {
-    if (Hl > 0) DSI_OP("sparse_attention", l, attend_fp8(l, st, view, selected, h0, Hl, split));
+    if (Hl > 0) DSI_OP("sparse_attention", l, attend_fp8(l, st, view, selected, h0, Hl, split, q_norm_in_attention));
     DSI_OP("ring_write", l, ring_write_fp8(l, st, view));
   } else {
     SparseAttentionCudaParams ap;
@@ -196,8 +199,9 @@ Status CudaForwardV4::query_projection(int64_t l, int64_t T, const HeadGroups& h
 // plan_sparse_prefill_split_step has the rules): the kernel asked for (DSINFER_SPARSE_PREFILL_KERNEL, read by
 // load()), the fast mode, the layer's FP8 split plan at one split, the FP8 state, the step on the prefill op, all
 // heads here (all_heads: no TP attention), wo_a's plan for the step on the batched bf16 call. Taken, attention()
-// has q_kv_norm_rope write the query as bf16 into split_q16(), attend_fp8 run the split kernel from it into
-// split_o16(), and output_projection hand that to wo_a's batched call as its bf16 x (gemm_grouped_bf16).
+// has the query as bf16 in split_q16() (wq_b's raw output, which the split kernel normalises itself, or
+// q_kv_norm_rope's), attend_fp8 run the split kernel from it into split_o16(), and output_projection hand that to
+// wo_a's batched call as its bf16 x (gemm_grouped_bf16).
 bool CudaForwardV4::split_prefill(int64_t l, int64_t T, const ops::LayerStateView& view, bool all_heads) const {
   SparsePrefillSplitStep s;
   s.kernel = sparse_prefill_kernel_;
@@ -361,9 +365,9 @@ Status CudaForwardV4::encode_entries(int64_t l, const ops::LayerStateView& view,
 // output depends only on its own row of q and the shared keys, and the split count follows the model's head count,
 // so a TP rank's heads get the bits one rank gives them. split (split_prefill): the split-block prefill op instead,
 // bf16 q from s_.o's memory, bf16 o into s_.q's (forward_v4.h split_q16 / split_o16 say why); a staging it cannot use
-// is an error.
+// is an error; q_norm: that q is wq_b's raw output, normalised and rotated by the split kernel (the norm's eps).
 Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view,
-                                 const int32_t* selected, int64_t h0, int64_t heads, bool split) {
+                                 const int32_t* selected, int64_t h0, int64_t heads, bool split, bool q_norm) {
   const AttnType type = cfg_.layer_types[size_t(l)];
   const int64_t T = st.T, W = cfg_.sliding_window, cs = fp8_comp_stride(l, shape_.max_pos);
   DSI_RETURN_IF_ERROR(kv_encode(s_.kv.data(), T, cfg_.head_dim, nullptr, f8_.step_rows.data(), T, stream_));
@@ -402,8 +406,10 @@ Status CudaForwardV4::attend_fp8(int64_t l, const ops::StepDevice& st, const ops
   // The prefill op's staging after the split partials, as prepare_fp8 sized it for the same route.
   const size_t off = (size_t(sparse_attention_fp8_workspace_floats(T, p.heads, p.num_splits)) + 3) / 4 * 4;
   const int64_t bytes = (int64_t(f8_.ws.size()) - int64_t(off)) * 4;
-  if (split) {  // split_prefill took the split kernel (one split): bf16 q in, bf16 o out
+  if (split) {  // split_prefill took the split kernel (one split): bf16 q in (raw where q_norm), bf16 o out
     p.q_bf16 = true;
+    p.q_norm = q_norm;
+    p.q_norm_eps = float(cfg_.rms_norm_eps);
     return sparse_attention_prefill_split(p, split_q16(), split_o16(), f8_.ws.data() + off, bytes, stream_);
   }
   if (plan_sparse_attention_fp8_prefill(T, sparse_prefill_) && bytes >= sparse_attention_prefill_staging_bytes(p))

@@ -117,7 +117,7 @@ class CudaForwardV4 final : public CudaForward {
   int64_t fp8_splits(int64_t l, int64_t T, int64_t max_pos) const;
   Status encode_entries(int64_t l, const ops::LayerStateView& view, int64_t T, bool indexer);
   Status attend_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view, const int32_t* selected,
-                    int64_t h0, int64_t heads, bool split);
+                    int64_t h0, int64_t heads, bool split, bool q_norm);
   Status ring_write_fp8(int64_t l, const ops::StepDevice& st, const ops::LayerStateView& view);
 
   DeviceWeights weights_;
