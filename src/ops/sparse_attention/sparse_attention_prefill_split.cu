@@ -1,5 +1,5 @@
-// Sparse attention PREFILL, split-block form with bf16 q in and bf16 o out (session 24, issue 30; not yet run on a
-// GPU). The same op as sparse_attention_prefill.cu (64 heads x 512 a block, one shared K = V latent row a key, the
+// Sparse attention PREFILL, split-block form with bf16 q in and bf16 o out (session 24, issue 30; the default since
+// session 26). The same op as sparse_attention_prefill.cu (64 heads x 512 a block, one shared K = V latent row a key, the
 // window + compressed + top-k lists, attention sinks, the inverse RoPE of the output, the FP8 state rows staged once
 // as bf16 by that file's staging kernels) with the work of a block split as FlashMLA's SM90 sparse prefill splits it
 // (csrc/sm90/prefill/sparse/phase1.cuh, read for the idea; nothing copied):
@@ -13,7 +13,9 @@
 //   half a warpgroup's own P V has finished with while the other half is still read;
 // - q (bf16, [T, H, 512]) arrives by TMA (8 boxes of 64 dims x 64 heads, 128-byte swizzle), issued by the producer
 //   once the last item's final Q K^T is done, so it overlaps the last item's softmax, P V and epilogue; the output
-//   leaves as bf16 from registers (st.global of bf16 pairs): half the bytes of main's fp32 q and o each way.
+//   leaves as bf16 from registers (st.global of bf16 pairs): half the bytes of main's fp32 q and o each way;
+// - with p.q_norm (kSplitQNorm, session 29) q is wq_b's raw output and the consumers normalise and rotate the item's
+//   Q in shared memory before its first Q K^T (norm_q: head_norm_rope's bits), instead of q_norm_rope's HBM pass.
 // The block walks items (token, 64-head group) as main's persistent kernel does (one block an SM, tokens fastest).
 // One split only (num_splits 1: the prefill steps' plan); the exact and batch-invariant modes keep main's kernel.
 // Arithmetic: scores x (scale log2 e), exp2, the running max over both blocks of a step (128 keys), P rounded to bf16
