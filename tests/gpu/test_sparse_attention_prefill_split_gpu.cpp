@@ -246,7 +246,8 @@ void expect_q_norm_bits(Case c, const Inputs& in, Device& dev) {
     for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
     EXPECT_EQ(differ, 0u) << "q_norm, variant " << v << ": " << differ << " of " << want.size() << " outputs differ";
   }
-  EXPECT_EQ(dev.run_split(c, in, 0, qn.data()), dev.run_split(c, in, 0, nullptr, true)) << "q_norm, the planned variant";
+  EXPECT_EQ(dev.run_split(c, in, 0, qn.data()), dev.run_split(c, in, 0, nullptr, true))
+      << "q_norm, the planned variant";
 }
 
 std::vector<float> widen(const std::vector<uint16_t>& b) {
