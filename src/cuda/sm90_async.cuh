@@ -1,8 +1,9 @@
 // Hopper (sm_90) asynchronous-copy, barrier and wgmma-ordering primitives shared by the warp-specialised kernels
-// (*.cu only): shared-memory addresses, cp.async, mbarriers, named barriers, 2-D TMA loads, the proxy fence between
-// generic-proxy writes and wgmma reads, and the wgmma fence / commit / wait. Each is one PTX instruction with a
-// "memory" clobber, so the compiler keeps ordinary loads and stores on their side of it. Kernel-specific pieces (wgmma
-// shapes, matrix descriptors of one shared-memory layout, TMA boxes of one tensor map) stay beside their kernels.
+// (*.cu only): shared-memory addresses, cp.async (with L2 cache policies), mbarriers, named barriers, 2-D TMA loads and
+// L2 prefetches, the proxy fence between generic-proxy writes and wgmma reads, and the wgmma fence / commit / wait.
+// Each is one PTX instruction with a "memory" clobber, so the compiler keeps ordinary loads and stores on their side
+// of it. Kernel-specific pieces (wgmma shapes, matrix descriptors of one shared-memory layout, TMA boxes of one tensor
+// map) stay beside their kernels.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -75,6 +76,29 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c
       : "memory");
 }
 
+// An L2 prefetch of a 2-D TMA box (no shared memory written, no barrier).
+__device__ __forceinline__ void tma_prefetch_2d(const void* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+// L2 cache policies for the .L2::cache_hint forms: data to keep (evict_last) or to let go first (evict_first).
+__device__ __forceinline__ uint64_t l2_evict_last() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+// cp_async16 with an L2 cache policy and a 256-byte L2 prefetch of what follows the source.
+__device__ __forceinline__ void cp_async16_l2(uint32_t dst, const void* src, bool valid, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0), "l"(pol)
+               : "memory");
+}
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -31,6 +31,7 @@
 #include "ops/kv_format/kv_format.h"
 #include "ops/sparse_attention/sparse_attention_fp8_common.cuh"  // key lookup, dequant16
 #include "ops/sparse_attention/sparse_attention_prefill_launch.h"
+#include "ops/sparse_attention/sparse_attention_q_norm.cuh"  // kSplitQNorm: the raw query normalised in place
 #include "ops/sparse_attention/sparse_attention_rope_table.cuh"  // the item's inverse-RoPE angles, once
 #include "ops/sparse_attention/sparse_attention_wgmma.cuh"       // wgmma_m64n256k16_rs, p_fragments, desc helpers
 
@@ -122,29 +123,6 @@ struct Bars {
   __device__ __forceinline__ uint32_t qfree() const { return base + 72u; }
 };
 
-__device__ __forceinline__ void tma_prefetch_2d(const void* map, int c0, int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1)
-               : "memory");
-}
-// L2 cache policies (kSplitVarL2Hints): the key rows, read by ~100 items each, kept (evict_last); the output, written
-// once and read by the next kernel, evicted first.
-__device__ __forceinline__ uint64_t l2_evict_last() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-__device__ __forceinline__ uint64_t l2_evict_first() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-// sm90::cp_async16 with an L2 cache policy and a 256-byte L2 prefetch (a key row is 1 KB: its next pieces).
-__device__ __forceinline__ void cp_async16_l2(uint32_t dst, const void* src, bool valid, uint64_t pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0), "l"(pol)
-               : "memory");
-}
 // A store of the output (4 or 16 bytes) with kHint: no L1 allocation, the L2 policy pol.
 template <bool kHint>
 __device__ __forceinline__ void store_o(uint32_t* at, uint32_t v, uint64_t pol) {
@@ -161,11 +139,6 @@ __device__ __forceinline__ void store_o(uint4* at, uint4 v, uint64_t pol) {
                  : "memory");
   else
     *at = v;
-}
-
-// Arrives on the barrier once every cp.async this thread issued so far has landed (counted in the init count).
-__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
 // Key `key` of token t as the producer needs it: the staged row (>= 0), -1 no key, -2 a named row the staging did
@@ -229,7 +202,7 @@ __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, con
 #pragma unroll
     for (int m4 = 0; m4 < 8; ++m4) {
       const uint32_t dst = sbase + 2u * uint32_t(2048 * m4) + 128u * uint32_t(q);
-      if constexpr (kHint) cp_async16_l2(dst, from + 32 * m4, st >= 0, pol);
+      if constexpr (kHint) sm90::cp_async16_l2(dst, from + 32 * m4, st >= 0, pol);
       else sm90::cp_async16(dst, from + 32 * m4, st >= 0);
     }
   }
@@ -252,7 +225,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
   const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
   const uint32_t qa = smem_u32(sm + kOffQ), flag = smem_u32(sm + kOffFlag) + uint32_t(pc * kBlock + pk);
   constexpr bool kHint = (kMode & kSplitVarL2Hints) != 0;
-  const uint64_t pol = kHint ? l2_evict_last() : 0;
+  const uint64_t pol = kHint ? sm90::l2_evict_last() : 0;
   int step = 0, k = 0;
   for (int i = first; i < total; i += stride, ++k) {
     const Item it = item_of(i, T);
@@ -269,7 +242,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
       if (!(kMode & kSplitProbeNoQ) && i + stride < total) {
         const Item nx = item_of(i + stride, T);
 #pragma unroll
-        for (int b = 0; b < 8; ++b) tma_prefetch_2d(qmap, 64 * b, nx.t * H + nx.h0);
+        for (int b = 0; b < 8; ++b) sm90::tma_prefetch_2d(qmap, 64 * b, nx.t * H + nx.h0);
       }
     }
     const Keys ks = keys_of(p, it.t);
@@ -285,7 +258,7 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
           asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(flag), "h"(uint16_t(staged != -1 ? 1 : 0)) : "memory");
         if (!(kMode & kSplitProbeNoGather)) copy_half<kHint>(p, s, staged, src, r, h, pk & 32, sm, pc, pol);
         sm90::fence_proxy_async();  // the flags and any generic stores, before the consumers' wgmma
-        mbar_arrive_on_copies(bars.ready(pc, h));
+        sm90::mbar_arrive_cp_async(bars.ready(pc, h));
         mbar_arrive(bars.ready(pc, h));
       }
     }
@@ -416,7 +389,7 @@ __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsi
     slk[c * 64 + row0 + 8] = l[1];
   }
   named_sync(kBarL, 256);  // also orders this warpgroup's angle table before its reads below
-  const uint64_t pol = kHint ? l2_evict_first() : 0;
+  const uint64_t pol = kHint ? sm90::l2_evict_first() : 0;
   // The inverse RoPE of dims >= rs from the item's table (attn_rope::apply's rotation: table[(d - rs) / 2]); pair
   // nt's dim d = 256 c + 8 nt + 2 q4 and its angle tb + 4 nt.
   const int rs = kD - int(p.rope_dim), d0 = kHalf * c + 2 * q4, tb = (d0 - rs) / 2;
@@ -459,58 +432,6 @@ __device__ __forceinline__ void epilogue(const SparseAttentionFp8Params& p, unsi
         const uint32_t v = pair(r, nt, f);
         if (kStore || v == 12345u) store_o<kHint>(orow + 4 * nt, v, pol);
       }
-    }
-  }
-}
-
-// kSplitQNorm (session 29): the item's raw query (wq_b's bf16 output, as TMA wrote it) normalised and rotated in
-// place in shared memory by head_norm_rope's arithmetic (rope.cu norm_rope_vec with in_bf16 and out_bf16, the
-// unweighted norm, the block's angle table), so with its bits: consumer warp w (0 .. 7 over both warpgroups) takes
-// heads 8 w .. 8 w + 7, one at a time, and lane l holds the head's chunks l + 32 k (dims 4 (l + 32 k) ..) as
-// norm_rope_vec's lane l does: the double sum of squares over them in that order, the warp's butterfly sum, the
-// inverse RMS, the products (norm_rope_vec's second product is by the weight 1: the same value), the rotation of the
-// pairs at dims >= 512 - rope_dim, one bf16 rounding. The forward rotation's angles are the output table's (the
-// inverse rotation's: the sine negated back, exactly). Chunk ch of row r lies in box ch / 16, in 16-byte unit
-// ((ch % 16) / 2) ^ (r % 8) of the row's 128 bytes (TMA's 128-byte swizzle), half ch % 2.
-template <int c>
-__device__ __forceinline__ void norm_q(const SparseAttentionFp8Params& p, unsigned char* sm, int warp, int lane) {
-  const float2* rope = reinterpret_cast<const float2*>(sm + kOffRope);
-  const int rs = kD - int(p.rope_dim);
-#pragma unroll 1
-  for (int hh = 0; hh < 8; ++hh) {
-    const int row = 8 * (4 * c + warp) + hh;
-    uint2* at[4];
-    float e[4][4];
-    double ss = 0.0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int ch = lane + 32 * k;
-      at[k] = reinterpret_cast<uint2*>(sm + kOffQ + uint32_t(ch >> 4) * kQBox + uint32_t(row) * 128u +
-                                       uint32_t(((((ch & 15) >> 1) ^ (row & 7)) << 4) + ((ch & 1) << 3)));
-      const uint2 w = *at[k];
-      e[k][0] = __uint_as_float(w.x << 16);
-      e[k][1] = __uint_as_float(w.x & 0xFFFF0000u);
-      e[k][2] = __uint_as_float(w.y << 16);
-      e[k][3] = __uint_as_float(w.y & 0xFFFF0000u);
-      ss = __dadd_rn(ss, dev::sum_sq4(e[k][0], e[k][1], e[k][2], e[k][3]));
-    }
-    ss = dev::warp_sum(ss);
-    const float inv = dev::rms_inv(ss, kD, p.q_norm_eps);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int ch = lane + 32 * k;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) e[k][j] = __fmul_rn(e[k][j], inv);
-#pragma unroll
-      for (int j = 0; j < 4; j += 2) {
-        const int d = 4 * ch + j;
-        if (d >= rs) {
-          const float2 cs = rope[(d - rs) / 2];
-          dev::rope_rotate(e[k][j], e[k][j + 1], cs.x, -cs.y);
-        }
-      }
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(e[k][0], e[k][1]), hi = __floats2bfloat162_rn(e[k][2], e[k][3]);
-      *at[k] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
     }
   }
 }
@@ -578,7 +499,8 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       mbar_wait(bars.qfull(), uint32_t(k & 1));
       if (nsteps > 0) {  // (the same for both warpgroups: one item)
         named_sync(kBarQ, 256);
-        norm_q<c>(p, sm, warp, lane);
+        attn_qnorm::norm_q(p, sm + kOffQ, kQBox, reinterpret_cast<const float2*>(sm + kOffRope), 8 * (4 * c + warp),
+                           lane);
         sm90::fence_proxy_async();  // the generic stores, before either warpgroup's wgmma reads Q
         named_sync(kBarQ, 256);
       }
