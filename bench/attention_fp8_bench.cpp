@@ -490,9 +490,15 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
       const double b = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -4); }, 1);
       probe = ops::cuda::detail::kSplitVarAll;  // session 28: where the variants' time goes, layer by layer
       const double c = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -6); }, 1);
+      // session 29: the query norm in the kernel, and the bare probe (barriers, lookups, bookkeeping: per item and per
+      // step overheads, told apart by the layers' steps an item)
+      const double qn = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -8); }, 1);
+      probe = ops::cuda::detail::kSplitProbeBare;
+      const double bare = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -6); }, 1);
       probe = 0;
-      std::printf("  layer %d: A %.1f us, B %.1f us, B all variants %.1f us\n", only, a, b, c);
-      std::printf("RESULT prefill layer%d A %.2f B %.2f Ball %.2f\n", only, a, b, c);
+      std::printf("  layer %d: A %.1f us, B %.1f us, B all variants %.1f us, B + q norm %.1f us, bare %.1f us\n", only,
+                  a, b, c, qn, bare);
+      std::printf("RESULT prefill layer%d A %.2f B %.2f Ball %.2f BQNorm %.2f Bbare %.2f\n", only, a, b, c, qn, bare);
     }
     // The split kernel with phases left out (the output wrong by design): where B's time goes. Every layer again
     // (the loop above left `only` past the last one, which timed an empty graph: session 26's 0.32 us probes).
