@@ -143,8 +143,9 @@ int sparse_prefill_split_variant_from(const char* value);
 // query in HBM). On unless DSINFER_SPLIT_Q_NORM=0 (the A/B; read once; another value is named on stderr and ignored).
 bool plan_split_q_norm();
 // The model path of the split-block kernel (session 24, s24-sparsep2): whether one layer of one step runs it, the
-// V4 runner's one decision (CudaForwardV4::attention, before the query's norm + RoPE). Taken, the layer's query
-// norm + RoPE writes bf16 q (HeadNormRopeParams::out_bf16), the split kernel reads it and writes bf16 o, and wo_a's
+// V4 runner's one decision (CudaForwardV4::attention, before the query's norm + RoPE). Taken, the query reaches the
+// split kernel as bf16 (wq_b's raw output that the kernel normalises itself, plan_split_q_norm, or the norm + RoPE's
+// HeadNormRopeParams::out_bf16), the split kernel writes bf16 o, and wo_a's
 // batched cuBLASLt call reads that o as its bf16 x (GemmLtEngine::gemm_grouped_bf16) instead of rounding an fp32 o
 // itself; not taken, main's path (fp32 q and o) unchanged. Every input must agree:
 //   plan_sparse_prefill_split (not refused by DSINFER_SPARSE_PREFILL_KERNEL=main, the fast mode, the layer's FP8

@@ -41,8 +41,8 @@ Status sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const v
                                       int64_t staging_bytes, void* stream);
 // For bench/attention_fp8_bench.cpp and the GPU tests: the split op with flags = a variant of its kernel
 // (detail::kSplitVar*: the op's bits; detail::kSplitQNorm alone: variant 0, with p.q_norm only), or a diagnostic
-// probe with a phase left out (detail::kSplitProbe*, not with p.q_norm;
-// sparse_attention_prefill_launch.h; the output wrong by design).
+// probe with a phase left out (detail::kSplitProbe*, sparse_attention_prefill_launch.h; not with p.q_norm; the output
+// wrong by design).
 Status sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const void* q, uint16_t* o,
                                             void* staging, int64_t staging_bytes, int flags, void* stream);
 

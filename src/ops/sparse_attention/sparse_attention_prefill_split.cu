@@ -1,8 +1,8 @@
 // Sparse attention PREFILL, split-block form with bf16 q in and bf16 o out (session 24, issue 30; the default since
 // session 26). The same op as sparse_attention_prefill.cu (64 heads x 512 a block, one shared K = V latent row a key,
 // the window + compressed + top-k lists, attention sinks, the inverse RoPE of the output, the FP8 state rows staged
-// once as bf16 by that file's staging kernels) with the work of a block split as FlashMLA's SM90 sparse prefill splits it
-// (csrc/sm90/prefill/sparse/phase1.cuh, read for the idea; nothing copied):
+// once as bf16 by that file's staging kernels) with the work of a block split as FlashMLA's SM90 sparse prefill splits
+// it (csrc/sm90/prefill/sparse/phase1.cuh, read for the idea; nothing copied):
 // - each of the two consumer warpgroups takes its OWN 64-key block (keys 128 j .. + 63 warpgroup 0, + 64 .. + 127
 //   warpgroup 1) over all 512 of Q's dims: Q K^T is 32 m64n64k16 a step with no partial scores exchanged (main's
 //   kernel splits the dims and exchanges 64 x 32 partial scores every 32-key tile);
