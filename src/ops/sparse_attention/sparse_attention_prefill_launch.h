@@ -36,7 +36,8 @@ inline constexpr int kPrefillProbeNoQk = 1, kPrefillProbeNoPv = 2, kPrefillProbe
 inline constexpr int kPrefillProbeNoMath = kPrefillProbeNoQk | kPrefillProbeNoPv | kPrefillProbeNoSoftmax;
 inline constexpr int kPrefillProbeSkeleton = kPrefillProbeNoMath | kPrefillProbeNoGather;
 // The split-block kernel (sparse_attention_prefill_split.cu, session 24): q bf16 [T, heads, 512] (16-byte aligned)
-// loaded by TMA, o bf16 [T, heads, 512]; one split only (p.num_splits 1, p.q_bf16 set: the caller checks). False (nothing launched) if q's TMA tensor map cannot be made.
+// loaded by TMA, o bf16 [T, heads, 512]; one split only (p.num_splits 1, p.q_bf16 set: the caller checks). False
+// (nothing launched) if q's TMA tensor map cannot be made.
 // variant: 0 (session 24's kernel) or kSplitVarL2Hints, kSplitVarStore16, kSplitVarEarlyItem alone or all three
 // (session 28: same output bits, the A/B of plan_sparse_prefill_split_variant); false for others.
 //  - kSplitVarL2Hints: the key rows' cp.asyncs with an L2 evict_last policy and a 256-byte L2 prefetch (FlashMLA's
