@@ -96,12 +96,13 @@ void print_case(const BenchCase& c, const BenchCeilings& ceil, int64_t layers) {
   // Headlines: the step as a user runs it, next to the sum of op times; per layer with the head apart.
   if (c.user_ms > 0) {
     std::printf("%-22s %12.4f %12.4f %8.2f   (", "STEP AS RUN", c.user_ms, c.user_floor_ms, ratio(c.user_ms, c.user_floor_ms));
-    if (c.user_chunk > 0 && c.user_device_ms >= 0)
-      std::printf("prefill in chunks of %lld tokens, no per-op events, host wall; device busy %.4f ms)\n",
-                  (long long)c.user_chunk, c.user_device_ms);
-    else if (c.user_chunk > 0)
-      std::printf("prefill in chunks of %lld tokens, no per-op events, host wall)\n", (long long)c.user_chunk);
-    else std::printf("CUDA graph replay, host wall)\n");
+    if (c.user_chunk > 0) {
+      std::printf("prefill in chunks of %lld tokens, no per-op events, host wall", (long long)c.user_chunk);
+      if (c.user_device_ms >= 0) std::printf("; device busy %.4f ms", c.user_device_ms);
+      std::printf(")\n");
+    } else {
+      std::printf("CUDA graph replay, host wall)\n");
+    }
   }
   std::printf("%-22s %12.4f %12.4f %8.2f   (sum of op times)\n", "SUM OF OPS", c.ops_ms, c.floor_ms,
               ratio(c.ops_ms, c.floor_ms));

@@ -124,9 +124,9 @@ Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, 
     return Status::errorf("sparse_attention_prefill_split: {} splits, the kernel takes 1", p.num_splits);
   // The FP8 op's checks (less q_norm, this op's alone); the output pointer stands in for its fp32 one (only its
   // presence is checked).
-  SparseAttentionFp8Params normed = p;
-  normed.q_norm = false;
-  DSI_RETURN_IF_ERROR(check(normed, q, reinterpret_cast<float*>(o), nullptr, stream));
+  SparseAttentionFp8Params as_fp8 = p;
+  as_fp8.q_norm = false;
+  DSI_RETURN_IF_ERROR(check(as_fp8, q, reinterpret_cast<float*>(o), nullptr, stream));
   if (p.q_norm && !(p.q_norm_eps >= 0.0f && std::isfinite(p.q_norm_eps)))
     return Status::errorf("sparse_attention_prefill_split: q_norm_eps {} must be finite and >= 0", p.q_norm_eps);
   if (p.q_norm && (flags & (detail::kSplitVarL2Hints - 1)) != 0)
