@@ -499,8 +499,8 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
       mbar_wait(bars.qfull(), uint32_t(k & 1));
       if (nsteps > 0) {  // (the same for both warpgroups: one item)
         named_sync(kBarQ, 256);
-        attn_qnorm::norm_q(p, sm + kOffQ, kQBox, reinterpret_cast<const float2*>(sm + kOffRope), 8 * (4 * c + warp),
-                           lane);
+        attn_qnorm::norm_q(sm + kOffQ, kQBox, reinterpret_cast<const float2*>(sm + kOffRope), int(p.rope_dim),
+                           p.q_norm_eps, 8 * (4 * c + warp), lane);
         sm90::fence_proxy_async();  // the generic stores, before either warpgroup's wgmma reads Q
         named_sync(kBarQ, 256);
       }
