@@ -27,7 +27,8 @@
 //                                        wq_a, wkv, wq_b, wo_b, wo_a (8 groups; batched widened call there) for
 //                                        M = 1, 8, 64, 128, 256; graph-replayed us per call, effective TB/s = weight
 //                                        bytes / time, the plan's launch shape, the quantization alone, and the
-//                                        normalised difference to cuBLASLt x2 on set 0)
+//                                        normalised difference to cuBLASLt x2 on set 0); `--fp8skinny NAME [M]`
+//                                        runs that shape (and M) only (a profiler's single case)
 //        dsinfer_gemm_bench --prefill   (issue 30, session 16: the FP8 ungrouped shapes at M = 64 .. 8192 with PEERROW
 //                                        lines; "wide" = the engine's kBf16 route: the weight widened to bf16 per
 //                                        call (its widening alone in brackets), x to bf16, one bf16 matmul)
@@ -36,6 +37,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -561,7 +563,7 @@ void bench_grouped() {
 // (GemmPrecision::kBf16 when its plan applies), x2 / x2s = the cuBLASLt engine's two-term route as two matmuls /
 // stacked (single weights, M % 4 == 0), batched = the engine's grouped call (wo_a). TB/s = weight bytes / time.
 // "diff" = normalised L2 difference of sk2 against x2 (or batched, bf16-x numerics) on set 0.
-void bench_fp8_skinny() {
+void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
   const GemmShape shapes[] = {
       {"wq_a", oc::WeightFormat::FP8_BLOCK, 1024, 4096, 1}, {"wkv", oc::WeightFormat::FP8_BLOCK, 512, 4096, 1},
       {"wq_b", oc::WeightFormat::FP8_BLOCK, 32768, 1024, 1}, {"wo_b", oc::WeightFormat::FP8_BLOCK, 4096, 8192, 1},
@@ -572,6 +574,7 @@ void bench_fp8_skinny() {
   std::printf("FP8 skinny wgmma kernel vs today's routes, us per call replayed from CUDA graphs (mean of %d replays, "
               "%d rotating sets); TB/s = weight bytes / time\n", kRuns, kSets);
   for (const GemmShape& s : shapes) {
+    if (only_shape && std::string(only_shape) != s.name) continue;
     const int64_t G = s.groups, Ng = s.N / G, Kx = s.K * G;
     std::vector<Blob> wd, wsb;
     std::vector<oc::DeviceWeight> w(kSets);
@@ -582,6 +585,7 @@ void bench_fp8_skinny() {
     }
     const double wbytes = double(oc::weight_data_bytes(s.fmt, s.N, s.K));
     for (int64_t M : {1, 8, 64, 128, 256}) {
+      if (only_m > 0 && M != only_m) continue;
       std::vector<Blob> xs, ys;
       for (int i = 0; i < kSets; ++i) {
         xs.push_back(blob(size_t(M * Kx) * 4, -1, 230 + i));
@@ -740,7 +744,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, L2 %d MB; floor = max(bytes / %.1f TB/s, flops / %.0f TFLOP/s)\n", p.name,
               p.multiProcessorCount, p.l2CacheSize >> 20, kHbm / 1e12, kPeak / 1e12);
   if (grouped) bench_grouped();
-  else if (fp8skinny) bench_fp8_skinny();
+  else if (fp8skinny) bench_fp8_skinny(argc > 2 ? argv[2] : nullptr, argc > 3 ? std::atoll(argv[3]) : 0);
   else bench_gemm(gemv_only, peer, skinny, prefill);
   return 0;
 }
