@@ -618,41 +618,32 @@ void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
         p2.kb_per_split = p.kb_per_split / 2;
         p2.grid = p.items * p2.splits;
       }
-      const double t_sk2x = !has_p2 ? -1.0 : time_graph_us([&](int i, cudaStream_t st) {
-        oc::detail::Fp8SkinnyArgs a;
-        a.x = xs[size_t(i)].as<float>();
-        a.ldx = Kx;
-        a.x_gstride = G > 1 ? s.K : 0;
-        a.M = M;
-        a.groups = G;
-        a.N = Ng;
-        a.K = s.K;
-        a.wdata = static_cast<const uint8_t*>(w[size_t(i)].data);
-        a.wscale = w[size_t(i)].scale;
-        a.y = ys[size_t(i)].as<float>();
-        a.ldy = s.N;
-        a.y_gstride = G > 1 ? Ng : 0;
-        a.q = skws.as<uint8_t>();
-        a.s = reinterpret_cast<float*>(skws.as<uint8_t>() + (oc::detail::fp8sk_rows(p2) * Kx + 255) / 256 * 256);
-        a.x_vec = true;
-        (void)oc::detail::launch_fp8sk_quant(a, p2, st);
-        return oc::detail::launch_fp8sk_gemm(a, p2, st) == 0 && cudaGetLastError() == cudaSuccess;
-      });
-      const double t_q = planned ? time_graph_us([&](int i, cudaStream_t st) {
-        oc::detail::Fp8SkinnyArgs a;
-        a.x = xs[size_t(i)].as<float>();
-        a.ldx = Kx;
-        a.x_gstride = G > 1 ? s.K : 0;
-        a.M = M;
-        a.groups = G;
-        a.N = Ng;
-        a.K = s.K;
-        a.q = skws.as<uint8_t>();
-        a.s = reinterpret_cast<float*>(skws.as<uint8_t>() + (oc::detail::fp8sk_rows(p) * Kx + 255) / 256 * 256);
-        a.x_vec = true;
-        (void)oc::detail::launch_fp8sk_quant(a, p, st);
-        return cudaGetLastError() == cudaSuccess;
-      }) : -1.0;
+      // The quantization and (with `gemm`) the GEMM at launch shape q, by the detail launchers.
+      auto manual = [&](const oc::detail::Fp8SkinnyParams& q, bool gemm) {
+        return [&, q, gemm](int i, cudaStream_t st) {
+          oc::detail::Fp8SkinnyArgs a;
+          a.x = xs[size_t(i)].as<float>();
+          a.ldx = Kx;
+          a.x_gstride = G > 1 ? s.K : 0;
+          a.M = M;
+          a.groups = G;
+          a.N = Ng;
+          a.K = s.K;
+          a.wdata = static_cast<const uint8_t*>(w[size_t(i)].data);
+          a.wscale = w[size_t(i)].scale;
+          a.y = ys[size_t(i)].as<float>();
+          a.ldy = s.N;
+          a.y_gstride = G > 1 ? Ng : 0;
+          a.q = skws.as<uint8_t>();
+          a.s = reinterpret_cast<float*>(skws.as<uint8_t>() + (oc::detail::fp8sk_rows(q) * Kx + 255) / 256 * 256);
+          a.x_vec = true;
+          (void)oc::detail::launch_fp8sk_quant(a, q, st);
+          if (gemm && oc::detail::launch_fp8sk_gemm(a, q, st) != 0) return false;
+          return cudaGetLastError() == cudaSuccess;
+        };
+      };
+      const double t_sk2x = has_p2 ? time_graph_us(manual(p2, true)) : -1.0;
+      const double t_q = planned ? time_graph_us(manual(p, false)) : -1.0;
       // the streaming kernel (plan_gemm_stream applies: FP8, M <= 256, K and block_k multiples of 64)
       const double t_stream = time_graph_us([&](int i, cudaStream_t st) {
         const float* x = xs[size_t(i)].as<float>();

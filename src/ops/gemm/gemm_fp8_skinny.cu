@@ -1,5 +1,5 @@
 // FP8 skinny GEMM on Hopper's wgmma for decode sizes (parameters, token layout and numerics: gemm_fp8_skinny_launch.h;
-// plan: gemm_plan.h plan_gemm_fp8_skinny; docs/kernels.md "FP8 skinny wgmma kernel"). Not yet run on a GPU.
+// plan: gemm_plan.h plan_gemm_fp8_skinny; docs/kernels.md "FP8 skinny wgmma kernel").
 //
 // CTA = 384 threads. Warpgroup 0 produces: its warp 0 walks the CTA's (item, 128-k block) stages; per stage it waits
 // for the slot's `empty` mbarrier, lane 0 arms the slot's `full` mbarrier with the TMA bytes and issues the weight box
@@ -15,7 +15,7 @@
 // workspace); splits == 1: persistent, a CTA walks items blockIdx.x, + gridDim.x, ... and stores from registers.
 // Both kernels are programmatic dependent launches (cuda/pdl.h, where pdl_enabled()): each waits before touching
 // memory an earlier kernel writes; the GEMM's CTAs start during the quantization and prefetch their first weight
-// stages into L2 before that wait.
+// stages into L2 and load their first item's weight scales before that wait.
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -150,6 +150,19 @@ __device__ __forceinline__ void store_out(const Fp8SkinnyArgs& a, const Fp8Skinn
   *yp = a.accumulate ? *yp + v : v;
 }
 
+// A consumer thread's weight scales of one item: 128-k blocks kb0 + t + 128 j of its 128-row block (j < kFp8SkWsRegs).
+__device__ __forceinline__ void load_item_scales(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, int64_t it,
+                                                 int row_off, int64_t kb0, int64_t kb1, int t,
+                                                 float (&ws)[kFp8SkWsRegs]) {
+  if (it >= p.items) return;
+  const int64_t rb = (item_of(a, p, it).row0 + row_off) / 128;
+#pragma unroll
+  for (int j = 0; j < kFp8SkWsRegs; ++j) {
+    const int64_t kb = kb0 + t + 128 * j;
+    if (kb < kb1) ws[j] = weight_scale(a, rb, kb);
+  }
+}
+
 // One CTA's view of the ring and of its share of the work (gemm_fp8sk_kernel sets it up once).
 struct SkCta {
   uint8_t* smem;     // the 1024-aligned ring: S stages of `stage` bytes, then full[S], empty[S], the weight scales
@@ -195,7 +208,9 @@ __device__ __forceinline__ void produce(const CUtensorMap& wmap, const CUtensorM
 }
 
 // Consumer warpgroup `warpgroup` (1 or 2): per item the stages' wgmmas and the fp32 promotion, then the item's
-// outputs (splits == 1) or its partial tile into the dead ring (splits > 1).
+// outputs (splits == 1) or its partial tile into the dead ring (splits > 1). The item's weight scales are loaded one
+// item ahead into registers (the first item's before the PDL wait: the weight is no kernel's output), so that no item
+// starts behind a global load.
 template <int TOK, int TERMS>
 __device__ __forceinline__ void consume(const Fp8SkinnyArgs& a, const Fp8SkinnyParams& p, const SkCta& c,
                                         int warpgroup) {
@@ -212,32 +227,40 @@ __device__ __forceinline__ void consume(const Fp8SkinnyArgs& a, const Fp8SkinnyP
   const int row_off = p.wg_rows == 2 ? 64 * wg : 0, half = p.wg_rows == 2 ? 0 : wg;
   const int bar_id = 2 + wg;
   float* my_wsc = wsc + wg * p.kb_per_split;
+  float ws_next[kFp8SkWsRegs];
+  load_item_scales(a, p, cluster, row_off, kb0, kb1, t, ws_next);
+  // Every thread waits for the quantization (and, through it, every earlier kernel) before touching x's codes, the
+  // scales or y (cuda/pdl.h's rule).
+  dsinfer::cuda::pdl_wait_then_release();
   int64_t cnt = 0;
   for (int64_t it = cluster; it < p.items; it += clusters) {
     const Item item = item_of(a, p, it);
     sm90::named_sync(bar_id, 128);  // the previous item's promotions have read my_wsc
-    for (int64_t kb = kb0 + t; kb < kb1; kb += 128) my_wsc[kb - kb0] = weight_scale(a, (item.row0 + row_off) / 128, kb);
+#pragma unroll
+    for (int j = 0; j < kFp8SkWsRegs; ++j)
+      if (kb0 + t + 128 * j < kb1) my_wsc[t + 128 * j] = ws_next[j];
     sm90::named_sync(bar_id, 128);
+    load_item_scales(a, p, it + clusters, row_off, kb0, kb1, t, ws_next);
     float f[NF];
 #pragma unroll
     for (int i = 0; i < NF; ++i) f[i] = 0.0f;
-    for (int64_t kb = kb0; kb < kb1; ++kb, ++cnt) {
-      const int s = int(cnt % S);
-      const uint32_t ph = uint32_t(cnt / S) & 1u;
-      const uint32_t base = smem0 + uint32_t(s * stage);
-      sm90::mbar_wait(bar0 + 8 * s, ph);
+    // Stage n (counted over the CTA's items): wait for its slot, issue its four wgmmas into d, commit.
+    auto issue = [&](float (&d)[ND], int64_t n) {
+      const uint32_t base = smem0 + uint32_t(int(n % S) * stage);
+      sm90::mbar_wait(bar0 + 8 * int(n % S), uint32_t(n / S) & 1u);
       const uint32_t a_addr = base + uint32_t(row_off * 128), b_addr = base + uint32_t(sw + half * NCOL * 128);
-      float d[ND];
       fence_acc(d);
       sm90::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
         fp8sk::Wgmma<NCOL>::run(d, sw128_desc(a_addr + 32 * ks), sw128_desc(b_addr + 32 * ks), ks > 0 ? 1 : 0);
       sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
+    };
+    // Stage n's finished block sums d (128-k block kb) promoted into f; then its slot is released.
+    auto promote = [&](float (&d)[ND], int64_t n, int64_t kb) {
       fence_acc(d);
       const float ws = lds1(sm90::smem_u32(my_wsc + (kb - kb0)));
-      const uint32_t ss = base + uint32_t(sw + sx);  // the stage's token scales
+      const uint32_t ss = smem0 + uint32_t(int(n % S) * stage) + uint32_t(sw + sx);  // the stage's token scales
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {  // elements i and i + 1 (even i) are adjacent tokens: one 8-byte load
         const float2 s1 = lds2(ss + 4 * fp8sk_scale_index(half, NCOL, TOK, 0, t, j, 0));
@@ -256,7 +279,13 @@ __device__ __forceinline__ void consume(const Fp8SkinnyArgs& a, const Fp8SkinnyP
         }
       }
       __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(bar0 + 8 * (S + s));
+      if (lane == 0) sm90::mbar_arrive(bar0 + 8 * (S + int(n % S)));
+    };
+    for (int64_t kb = kb0; kb < kb1; ++kb, ++cnt) {
+      float d[ND];
+      issue(d, cnt);
+      sm90::wgmma_wait<0>();
+      promote(d, cnt, kb);
     }
     if (p.splits == 1) {
 #pragma unroll
@@ -349,8 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < 32) produce<TOK, TERMS>(wmap, xmap, a, p, c);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-    dsinfer::cuda::pdl_wait_then_release();
-    consume<TOK, TERMS>(a, p, c, warpgroup);
+    consume<TOK, TERMS>(a, p, c, warpgroup);  // waits for the earlier kernels itself
   }
   if (p.splits > 1) splitk_sum<TOK>(a, p, c);
 }

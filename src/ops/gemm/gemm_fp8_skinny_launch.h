@@ -39,6 +39,10 @@ struct Fp8SkinnyParams {
   int smem = 0;          // dynamic shared memory bytes
 };
 
+// A consumer thread holds the weight scales of 128-k blocks t, t + 128, ... of a split in this many registers, so a
+// split has at most 128 * kFp8SkWsRegs blocks (K <= 32,768 a split; plan_gemm_fp8_skinny's rule).
+inline constexpr int kFp8SkWsRegs = 2;
+
 // Row of (token m, term t) in the quantized activations.
 inline constexpr int64_t fp8sk_row(int64_t m, int t, int terms, int tok) {
   return (m / tok * terms + t) * tok + m % tok;

@@ -187,6 +187,7 @@ bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int t
          kbg / (r.splits * 2) >= 2)
     r.splits *= 2;
   r.kb_per_split = int(kbg / r.splits);
+  if (r.kb_per_split > 128 * detail::kFp8SkWsRegs) return false;
   if (r.splits > 1) {
     r.grid = r.items * r.splits;
   } else {

@@ -171,7 +171,8 @@ bool gemm_fp8_skinny_supports(const DeviceWeight& w, int64_t groups);
 // of them (clusters of 4 / 8: each needs that many free SMs of one GPC), the K / 128 blocks divide evenly and each
 // split keeps >= 2 blocks, up to kGemmFp8SkinnyMaxSplits (then one item per cluster); without a
 // split a persistent grid of ceil(items / ceil(items / sm_count)) CTAs. Ring stages: as many as fit (2..8). False
-// when the shape does not apply (M, K, groups, terms) or no ring fits.
+// when the shape does not apply (M, K, groups, terms), a split would hold more than 128 * detail::kFp8SkWsRegs
+// blocks (the consumers' scale registers) or no ring fits.
 bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int terms, int sm_count,
                           detail::Fp8SkinnyParams& p);
 
