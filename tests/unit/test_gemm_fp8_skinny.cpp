@@ -138,6 +138,11 @@ TEST(GemmFp8Skinny, LaunchShapesAtFlashShapes) {
   EXPECT_FALSE(plan_gemm_fp8_skinny(1, 1024, 4000, 1, 2, kSms, q));
   EXPECT_FALSE(plan_gemm_fp8_skinny(1, 1000, 4096, 8, 2, kSms, q));
   EXPECT_FALSE(plan_gemm_fp8_skinny(1, 1024, 4096, 1, 3, kSms, q));
+  // A split holds at most 128 x kFp8SkWsRegs blocks (the consumers' scale registers): 256 items keep one split, so
+  // K = 32,768 (256 blocks) is taken and K = 32,896 (257) is not.
+  EXPECT_TRUE(plan_gemm_fp8_skinny(64, 32768, 128 * 128 * od::kFp8SkWsRegs, 1, 2, kSms, q));
+  EXPECT_EQ(q.kb_per_split, 128 * od::kFp8SkWsRegs);
+  EXPECT_FALSE(plan_gemm_fp8_skinny(64, 32768, 128 * (128 * od::kFp8SkWsRegs + 1), 1, 2, kSms, q));
 }
 
 TEST(GemmFp8Skinny, LaunchShapeInvariantsEveryM) {
