@@ -29,6 +29,9 @@
 //                                        bytes / time, the plan's launch shape, the quantization alone, and the
 //                                        normalised difference to cuBLASLt x2 on set 0); `--fp8skinny NAME [M]`
 //                                        runs that shape (and M) only (a profiler's single case)
+//        dsinfer_gemm_bench --fp8skinny-shapes [NAME [M]] (issue 31, session 30: the skinny kernel's launch shapes
+//                                        swept through plan_gemm_fp8_skinny_at at M = 8, 64, 256: consumer layout,
+//                                        tokens a unit, split cap; us, TB/s, bits against the plan's shape)
 //        dsinfer_gemm_bench --prefill   (issue 30, session 16: the FP8 ungrouped shapes at M = 64 .. 8192 with PEERROW
 //                                        lines; "wide" = the engine's kBf16 route: the weight widened to bf16 per
 //                                        call (its widening alone in brackets), x to bf16, one bf16 matmul)
@@ -38,6 +41,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -555,6 +559,30 @@ void bench_grouped() {
   }
 }
 
+// The FP8 skinny kernel's arguments for the detail launchers: x [M, groups K] fp32, weight w of groups x Ng rows, y
+// [M, groups Ng] fp32, the codes and scales in workspace ws at launch shape q (as gemm_fp8_skinny_cuda lays them out).
+oc::detail::Fp8SkinnyArgs fp8sk_args(const float* x, int64_t M, int64_t K, int64_t G, int64_t Ng,
+                                     const oc::DeviceWeight& w, float* y, uint8_t* ws,
+                                     const oc::detail::Fp8SkinnyParams& q) {
+  oc::detail::Fp8SkinnyArgs a;
+  a.x = x;
+  a.ldx = K * G;
+  a.x_gstride = G > 1 ? K : 0;
+  a.M = M;
+  a.groups = G;
+  a.N = Ng;
+  a.K = K;
+  a.wdata = static_cast<const uint8_t*>(w.data);
+  a.wscale = w.scale;
+  a.y = y;
+  a.ldy = Ng * G;
+  a.y_gstride = G > 1 ? Ng : 0;
+  a.q = ws;
+  a.s = reinterpret_cast<float*>(ws + (oc::detail::fp8sk_rows(q) * K * G + 255) / 256 * 256);
+  a.x_vec = true;
+  return a;
+}
+
 // ---- issue 31, session 24: the FP8 skinny wgmma kernel against today's decode routes, same shapes and inputs. Every
 // column is us per call replayed from CUDA graphs (time_graph_us: kRuns replays rotating kSets sets of weights and
 // x, > 60 MB together for the 32 MB weights, so the weight comes from HBM): sk2 / sk1 = the kernel with two / one
@@ -621,22 +649,8 @@ void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
       // The quantization and (with `gemm`) the GEMM at launch shape q, by the detail launchers.
       auto manual = [&](const oc::detail::Fp8SkinnyParams& q, bool gemm) {
         return [&, q, gemm](int i, cudaStream_t st) {
-          oc::detail::Fp8SkinnyArgs a;
-          a.x = xs[size_t(i)].as<float>();
-          a.ldx = Kx;
-          a.x_gstride = G > 1 ? s.K : 0;
-          a.M = M;
-          a.groups = G;
-          a.N = Ng;
-          a.K = s.K;
-          a.wdata = static_cast<const uint8_t*>(w[size_t(i)].data);
-          a.wscale = w[size_t(i)].scale;
-          a.y = ys[size_t(i)].as<float>();
-          a.ldy = s.N;
-          a.y_gstride = G > 1 ? Ng : 0;
-          a.q = skws.as<uint8_t>();
-          a.s = reinterpret_cast<float*>(skws.as<uint8_t>() + (oc::detail::fp8sk_rows(q) * Kx + 255) / 256 * 256);
-          a.x_vec = true;
+          const oc::detail::Fp8SkinnyArgs a = fp8sk_args(xs[size_t(i)].as<float>(), M, s.K, G, Ng, w[size_t(i)],
+                                                         ys[size_t(i)].as<float>(), skws.as<uint8_t>(), q);
           (void)oc::detail::launch_fp8sk_quant(a, q, st);
           if (gemm && oc::detail::launch_fp8sk_gemm(a, q, st) != 0) return false;
           return cudaGetLastError() == cudaSuccess;
@@ -709,6 +723,83 @@ void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
   }
 }
 
+// ---- issue 31, session 30: the FP8 skinny kernel's launch shapes swept (plan_gemm_fp8_skinny_at): every consumer
+// layout (wg_rows 2: 128 rows x tok tokens; 1: 64 rows x 2 units of tok) whose one token tile holds the M tokens,
+// at split caps 1, 2 and 8, two activation terms, quantization + GEMM replayed from graphs as in --fp8skinny. "bits"
+// compares y with the plan's own shape on set 0: expected equal at the plan's split count (the same sums in the same
+// order whatever the layout), not at another (the split partials are added in another grouping).
+void bench_fp8_skinny_shapes(const char* only_shape, int64_t only_m) {
+  const GemmShape shapes[] = {
+      {"wq_a", oc::WeightFormat::FP8_BLOCK, 1024, 4096, 1}, {"wq_b", oc::WeightFormat::FP8_BLOCK, 32768, 1024, 1},
+      {"wo_b", oc::WeightFormat::FP8_BLOCK, 4096, 8192, 1}, {"wo_a(8 groups)", oc::WeightFormat::FP8_BLOCK, 8192, 4096, 8},
+  };
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::printf("FP8 skinny launch shapes, two terms, us per call (quantization + GEMM, graph-replayed, mean of %d, %d "
+              "rotating sets); * = the plan's shape\n", kRuns, kSets);
+  for (const GemmShape& s : shapes) {
+    if (only_shape && std::string(only_shape) != s.name) continue;
+    const int64_t G = s.groups, Ng = s.N / G, Kx = s.K * G;
+    std::vector<Blob> wd, wsb;
+    std::vector<oc::DeviceWeight> w(kSets);
+    for (int i = 0; i < kSets; ++i) {
+      wd.push_back(blob(oc::weight_data_bytes(s.fmt, s.N, s.K), 1, 310 + i));
+      wsb.push_back(blob(oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128), 2, 320 + i));
+      w[size_t(i)] = {s.fmt, s.N, s.K, wd.back().data(), wsb.back().data(), true, 128, 128};
+    }
+    const double wbytes = double(oc::weight_data_bytes(s.fmt, s.N, s.K));
+    for (int64_t M : {8, 64, 256}) {
+      if (only_m > 0 && M != only_m) continue;
+      std::vector<Blob> xs, ys;
+      for (int i = 0; i < kSets; ++i) {
+        xs.push_back(blob(size_t(M * Kx) * 4, -1, 330 + i));
+        ys.push_back(blob(size_t(M * s.N) * 4, -1, 340 + i));
+      }
+      const size_t skb = oc::gemm_fp8_skinny_workspace_bytes(Kx, 2);
+      Blob skws = blob(skb, 2, 351);
+      oc::detail::Fp8SkinnyParams planned;
+      if (!oc::plan_gemm_fp8_skinny(M, Ng, s.K, G, 2, sms, planned)) continue;
+      auto run = [&](const oc::detail::Fp8SkinnyParams& q) {
+        return [&, q](int i, cudaStream_t st) {
+          const oc::detail::Fp8SkinnyArgs a = fp8sk_args(xs[size_t(i)].as<float>(), M, s.K, G, Ng, w[size_t(i)],
+                                                         ys[size_t(i)].as<float>(), skws.as<uint8_t>(), q);
+          return oc::detail::launch_fp8sk_quant(a, q, st) == 0 && oc::detail::launch_fp8sk_gemm(a, q, st) == 0 &&
+                 cudaGetLastError() == cudaSuccess;
+        };
+      };
+      std::vector<float> want(size_t(M * s.N)), got(size_t(M * s.N));
+      CHECK(cudaDeviceSynchronize());
+      if (!run(planned)(0, nullptr)) continue;
+      CHECK(cudaDeviceSynchronize());
+      CHECK(cudaMemcpy(want.data(), ys[0].data(), want.size() * 4, cudaMemcpyDeviceToHost));
+      for (int wg_rows : {2, 1})
+        for (int tok = 8; tok <= 128; tok *= 2) {
+          int last_splits = 0;  // split caps that give the same split count give the same shape
+          for (int cap : {1, 2, 8}) {
+            oc::detail::Fp8SkinnyParams q;
+            if ((2 / wg_rows) * tok < M || (2 / wg_rows) * tok >= 2 * M + 16) continue;  // one token tile, tight
+            if (!oc::plan_gemm_fp8_skinny_at(M, Ng, s.K, G, 2, sms, wg_rows, tok, cap, q)) continue;
+            if (q.splits == last_splits) continue;
+            last_splits = q.splits;
+            const double us = time_graph_us(run(q));
+            CHECK(cudaMemset(ys[0].data(), 0, got.size() * 4));
+            const bool ran = run(q)(0, nullptr);
+            CHECK(cudaDeviceSynchronize());
+            CHECK(cudaMemcpy(got.data(), ys[0].data(), got.size() * 4, cudaMemcpyDeviceToHost));
+            const bool same = ran && std::memcmp(got.data(), want.data(), got.size() * 4) == 0;
+            const bool is_plan = q.wg_rows == planned.wg_rows && q.tok == planned.tok && q.splits == planned.splits;
+            std::printf("%-15s M=%3lld %s wg_rows %d tok %3d splits %d grid %3lld stages %d items %4lld | %7.1f us "
+                        "%4.2f TB/s | bits %s\n",
+                        s.name, (long long)M, is_plan ? "*" : " ", q.wg_rows, q.tok, q.splits, (long long)q.grid,
+                        q.stages, (long long)q.items, us, us > 0 ? wbytes / (us * 1e-6) / 1e12 : 0.0,
+                        same ? "same" : "DIFFER");
+            std::fflush(stdout);
+          }
+        }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -718,10 +809,11 @@ int main(int argc, char** argv) {
   const bool grouped = argc > 1 && std::string(argv[1]) == "--grouped";
   const bool prefill = argc > 1 && std::string(argv[1]) == "--prefill";
   const bool fp8skinny = argc > 1 && std::string(argv[1]) == "--fp8skinny";
-  if (argc > 1 && !gemv_only && !peer && !skinny && !grouped && !prefill && !fp8skinny) {
+  const bool fp8shapes = argc > 1 && std::string(argv[1]) == "--fp8skinny-shapes";
+  if (argc > 1 && !gemv_only && !peer && !skinny && !grouped && !prefill && !fp8skinny && !fp8shapes) {
     std::fprintf(stderr,
-                 "usage: dsinfer_gemm_bench [--gemv | --peer | --skinny | --grouped | --prefill | --fp8skinny], found "
-                 "'%s'\n",
+                 "usage: dsinfer_gemm_bench [--gemv | --peer | --skinny | --grouped | --prefill | --fp8skinny "
+                 "[NAME [M]] | --fp8skinny-shapes [NAME [M]]], found '%s'\n",
                  argv[1]);
     return 2;
   }
@@ -736,6 +828,7 @@ int main(int argc, char** argv) {
               p.multiProcessorCount, p.l2CacheSize >> 20, kHbm / 1e12, kPeak / 1e12);
   if (grouped) bench_grouped();
   else if (fp8skinny) bench_fp8_skinny(argc > 2 ? argv[2] : nullptr, argc > 3 ? std::atoll(argv[3]) : 0);
+  else if (fp8shapes) bench_fp8_skinny_shapes(argc > 2 ? argv[2] : nullptr, argc > 3 ? std::atoll(argv[3]) : 0);
   else bench_gemm(gemv_only, peer, skinny, prefill);
   return 0;
 }

@@ -158,18 +158,25 @@ int fp8_skinny_terms(const DeviceWeight& w, int64_t groups, int64_t M, KernelMod
 
 bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int terms, int sm_count,
                           detail::Fp8SkinnyParams& p) {
+  int wg_rows = 1, tok = 128;
+  if (M <= 128) {
+    wg_rows = 2;
+    tok = terms == 2 ? 8 : 16;
+    while (tok < M) tok *= 2;
+  }
+  return plan_gemm_fp8_skinny_at(M, N, K, groups, terms, sm_count, wg_rows, tok, kGemmFp8SkinnyMaxSplits, p);
+}
+
+bool plan_gemm_fp8_skinny_at(int64_t M, int64_t N, int64_t K, int64_t groups, int terms, int sm_count, int wg_rows,
+                             int tok, int max_splits, detail::Fp8SkinnyParams& p) {
   if (M < 1 || M > kGemmFp8SkinnyMaxM || N < 1 || K < 128 || K % 128 != 0 || groups < 1) return false;
-  if ((terms != 1 && terms != 2) || sm_count < 1) return false;
+  if ((terms != 1 && terms != 2) || sm_count < 1 || (wg_rows != 1 && wg_rows != 2)) return false;
+  if (tok < (terms == 2 ? 8 : 16) || tok > 128 || (tok & (tok - 1)) != 0) return false;
+  if (max_splits < 1 || max_splits > kGemmFp8SkinnyMaxSplits) return false;
   detail::Fp8SkinnyParams r;
   r.terms = terms;
-  if (M <= 128) {
-    r.wg_rows = 2;
-    r.tok = terms == 2 ? 8 : 16;
-    while (r.tok < M) r.tok *= 2;
-  } else {
-    r.wg_rows = 1;
-    r.tok = 128;
-  }
+  r.wg_rows = wg_rows;
+  r.tok = tok;
   const int64_t tile_rows = 64 * r.wg_rows;
   if (groups > 1 && N % tile_rows != 0) return false;
   const int halves = 2 / r.wg_rows;
@@ -183,7 +190,7 @@ bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int t
   // Clusters of 4 or 8 CTAs (one per SM here) need that many free SMs in one GPC (the H200's hold 16-18): kept to
   // half the SMs, so every cluster of the grid is resident at once; pairs may fill the device.
   auto fits = [&](int sp) { return r.items * sp <= (sp <= 2 ? sm_count : sm_count / 2); };
-  while (r.splits < kGemmFp8SkinnyMaxSplits && fits(r.splits * 2) && kbg % (r.splits * 2) == 0 &&
+  while (r.splits < max_splits && fits(r.splits * 2) && kbg % (r.splits * 2) == 0 &&
          kbg / (r.splits * 2) >= 2)
     r.splits *= 2;
   r.kb_per_split = int(kbg / r.splits);

@@ -175,6 +175,12 @@ bool gemm_fp8_skinny_supports(const DeviceWeight& w, int64_t groups);
 // blocks (the consumers' scale registers) or no ring fits.
 bool plan_gemm_fp8_skinny(int64_t M, int64_t N, int64_t K, int64_t groups, int terms, int sm_count,
                           detail::Fp8SkinnyParams& p);
+// The launch shape at a given consumer layout (wg_rows 1 or 2, tok a power of two the kernel instantiates) with at
+// most max_splits K splits: plan_gemm_fp8_skinny's second half, which it calls with its own choice and
+// kGemmFp8SkinnyMaxSplits; dsinfer_gemm_bench --fp8skinny sweeps the others. False where plan_gemm_fp8_skinny would
+// be, or for a layout or split cap out of range.
+bool plan_gemm_fp8_skinny_at(int64_t M, int64_t N, int64_t K, int64_t groups, int terms, int sm_count, int wg_rows,
+                             int tok, int max_splits, detail::Fp8SkinnyParams& p);
 
 // The environment overrides of the GEMM choice, read once (gemm_settings_from_env, at runner construction); unset
 // or empty keeps the default, any other value is an error naming the variable:
