@@ -145,6 +145,34 @@ TEST(GemmFp8Skinny, LaunchShapesAtFlashShapes) {
   EXPECT_FALSE(plan_gemm_fp8_skinny(64, 32768, 128 * (128 * od::kFp8SkWsRegs + 1), 1, 2, kSms, q));
 }
 
+TEST(GemmFp8Skinny, LaunchShapeAtAGivenLayout) {
+  // plan_gemm_fp8_skinny is plan_gemm_fp8_skinny_at at its own layout choice and the full split cap.
+  for (int64_t M : {1, 8, 64, 100, 128, 129, 256}) {
+    od::Fp8SkinnyParams a, b;
+    ASSERT_TRUE(plan_gemm_fp8_skinny(M, 4096, 8192, 1, 2, kSms, a));
+    ASSERT_TRUE(plan_gemm_fp8_skinny_at(M, 4096, 8192, 1, 2, kSms, a.wg_rows, a.tok, kGemmFp8SkinnyMaxSplits, b));
+    EXPECT_EQ(a.splits, b.splits);
+    EXPECT_EQ(a.grid, b.grid);
+    EXPECT_EQ(a.stages, b.stages);
+    EXPECT_EQ(a.smem, b.smem);
+  }
+  // wo_b at 64 rows on 64-row tiles (two units of 32 tokens): 64 items x 2 splits fill 128 SMs.
+  od::Fp8SkinnyParams p;
+  ASSERT_TRUE(plan_gemm_fp8_skinny_at(64, 4096, 8192, 1, 2, kSms, 1, 32, kGemmFp8SkinnyMaxSplits, p));
+  EXPECT_EQ(p.units, 2);
+  EXPECT_EQ(p.items, 64);
+  EXPECT_EQ(p.splits, 2);
+  EXPECT_EQ(p.grid, 128);
+  ASSERT_TRUE(plan_gemm_fp8_skinny_at(64, 4096, 8192, 1, 2, kSms, 1, 32, 1, p));  // the cap binds
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_FALSE(plan_gemm_fp8_skinny_at(64, 4096, 8192, 1, 2, kSms, 3, 32, 8, p));   // layout
+  EXPECT_FALSE(plan_gemm_fp8_skinny_at(64, 4096, 8192, 1, 2, kSms, 2, 48, 8, p));   // not a power of two
+  EXPECT_FALSE(plan_gemm_fp8_skinny_at(64, 4096, 8192, 1, 1, kSms, 2, 8, 8, p));    // one term starts at 16
+  EXPECT_FALSE(plan_gemm_fp8_skinny_at(64, 4096, 8192, 1, 2, kSms, 2, 256, 8, p));  // above 128
+  EXPECT_FALSE(plan_gemm_fp8_skinny_at(64, 4096, 8192, 1, 2, kSms, 2, 64, 0, p));   // split cap
+  EXPECT_FALSE(plan_gemm_fp8_skinny_at(64, 4096, 8192, 1, 2, kSms, 2, 64, 16, p));
+}
+
 TEST(GemmFp8Skinny, LaunchShapeInvariantsEveryM) {
   struct S {
     int64_t N, K, groups;
