@@ -559,28 +559,16 @@ void bench_grouped() {
   }
 }
 
-// The FP8 skinny kernel's arguments for the detail launchers: x [M, groups K] fp32, weight w of groups x Ng rows, y
-// [M, groups Ng] fp32, the codes and scales in workspace ws at launch shape q (as gemm_fp8_skinny_cuda lays them out).
-oc::detail::Fp8SkinnyArgs fp8sk_args(const float* x, int64_t M, int64_t K, int64_t G, int64_t Ng,
-                                     const oc::DeviceWeight& w, float* y, uint8_t* ws,
-                                     const oc::detail::Fp8SkinnyParams& q) {
-  oc::detail::Fp8SkinnyArgs a;
-  a.x = x;
-  a.ldx = K * G;
-  a.x_gstride = G > 1 ? K : 0;
-  a.M = M;
-  a.groups = G;
-  a.N = Ng;
-  a.K = K;
-  a.wdata = static_cast<const uint8_t*>(w.data);
-  a.wscale = w.scale;
-  a.y = y;
-  a.ldy = Ng * G;
-  a.y_gstride = G > 1 ? Ng : 0;
-  a.q = ws;
-  a.s = reinterpret_cast<float*>(ws + (oc::detail::fp8sk_rows(q) * K * G + 255) / 256 * 256);
-  a.x_vec = true;
-  return a;
+// kSets FP8_BLOCK weights of shape s (E8M0 128 x 128 scales; seeds seed, seed + 1, ...; the data lives in `keep`).
+std::vector<oc::DeviceWeight> fp8_weight_sets(const GemmShape& s, uint64_t seed, std::vector<Blob>& keep) {
+  std::vector<oc::DeviceWeight> w(kSets);
+  for (int i = 0; i < kSets; ++i) {
+    keep.push_back(blob(oc::weight_data_bytes(s.fmt, s.N, s.K), 1, seed + i));
+    const void* data = keep.back().data();
+    keep.push_back(blob(oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128), 2, seed + 10 + i));
+    w[size_t(i)] = {s.fmt, s.N, s.K, data, keep.back().data(), true, 128, 128};
+  }
+  return w;
 }
 
 // ---- issue 31, session 24: the FP8 skinny wgmma kernel against today's decode routes, same shapes and inputs. Every
@@ -604,13 +592,8 @@ void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
   for (const GemmShape& s : shapes) {
     if (only_shape && std::string(only_shape) != s.name) continue;
     const int64_t G = s.groups, Ng = s.N / G, Kx = s.K * G;
-    std::vector<Blob> wd, wsb;
-    std::vector<oc::DeviceWeight> w(kSets);
-    for (int i = 0; i < kSets; ++i) {
-      wd.push_back(blob(oc::weight_data_bytes(s.fmt, s.N, s.K), 1, 210 + i));
-      wsb.push_back(blob(oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128), 2, 220 + i));
-      w[size_t(i)] = {s.fmt, s.N, s.K, wd.back().data(), wsb.back().data(), true, 128, 128};
-    }
+    std::vector<Blob> wblobs;
+    const std::vector<oc::DeviceWeight> w = fp8_weight_sets(s, 210, wblobs);
     const double wbytes = double(oc::weight_data_bytes(s.fmt, s.N, s.K));
     for (int64_t M : {1, 8, 64, 128, 256}) {
       if (only_m > 0 && M != only_m) continue;
@@ -649,8 +632,9 @@ void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
       // The quantization and (with `gemm`) the GEMM at launch shape q, by the detail launchers.
       auto manual = [&](const oc::detail::Fp8SkinnyParams& q, bool gemm) {
         return [&, q, gemm](int i, cudaStream_t st) {
-          const oc::detail::Fp8SkinnyArgs a = fp8sk_args(xs[size_t(i)].as<float>(), M, s.K, G, Ng, w[size_t(i)],
-                                                         ys[size_t(i)].as<float>(), skws.as<uint8_t>(), q);
+          const oc::detail::Fp8SkinnyArgs a = oc::gemm_fp8_skinny_args(
+              xs[size_t(i)].as<float>(), M, Kx, s.K, w[size_t(i)], G, ys[size_t(i)].as<float>(), s.N, Ng, false,
+              skws.data(), q);
           (void)oc::detail::launch_fp8sk_quant(a, q, st);
           if (gemm && oc::detail::launch_fp8sk_gemm(a, q, st) != 0) return false;
           return cudaGetLastError() == cudaSuccess;
@@ -740,13 +724,8 @@ void bench_fp8_skinny_shapes(const char* only_shape, int64_t only_m) {
   for (const GemmShape& s : shapes) {
     if (only_shape && std::string(only_shape) != s.name) continue;
     const int64_t G = s.groups, Ng = s.N / G, Kx = s.K * G;
-    std::vector<Blob> wd, wsb;
-    std::vector<oc::DeviceWeight> w(kSets);
-    for (int i = 0; i < kSets; ++i) {
-      wd.push_back(blob(oc::weight_data_bytes(s.fmt, s.N, s.K), 1, 310 + i));
-      wsb.push_back(blob(oc::weight_scale_bytes(s.fmt, s.N, s.K, true, 128, 128), 2, 320 + i));
-      w[size_t(i)] = {s.fmt, s.N, s.K, wd.back().data(), wsb.back().data(), true, 128, 128};
-    }
+    std::vector<Blob> wblobs;
+    const std::vector<oc::DeviceWeight> w = fp8_weight_sets(s, 310, wblobs);
     const double wbytes = double(oc::weight_data_bytes(s.fmt, s.N, s.K));
     for (int64_t M : {8, 64, 256}) {
       if (only_m > 0 && M != only_m) continue;
@@ -761,8 +740,9 @@ void bench_fp8_skinny_shapes(const char* only_shape, int64_t only_m) {
       if (!oc::plan_gemm_fp8_skinny(M, Ng, s.K, G, 2, sms, planned)) continue;
       auto run = [&](const oc::detail::Fp8SkinnyParams& q) {
         return [&, q](int i, cudaStream_t st) {
-          const oc::detail::Fp8SkinnyArgs a = fp8sk_args(xs[size_t(i)].as<float>(), M, s.K, G, Ng, w[size_t(i)],
-                                                         ys[size_t(i)].as<float>(), skws.as<uint8_t>(), q);
+          const oc::detail::Fp8SkinnyArgs a = oc::gemm_fp8_skinny_args(
+              xs[size_t(i)].as<float>(), M, Kx, s.K, w[size_t(i)], G, ys[size_t(i)].as<float>(), s.N, Ng, false,
+              skws.data(), q);
           return oc::detail::launch_fp8sk_quant(a, q, st) == 0 && oc::detail::launch_fp8sk_gemm(a, q, st) == 0 &&
                  cudaGetLastError() == cudaSuccess;
         };

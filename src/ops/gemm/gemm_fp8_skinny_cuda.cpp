@@ -24,6 +24,32 @@ size_t gemm_fp8_skinny_workspace_bytes(int64_t k_total, int terms) {
   return codes_bytes(rows, k_total) + align_up(size_t(k_total / 128) * size_t(rows) * 4);
 }
 
+detail::Fp8SkinnyArgs gemm_fp8_skinny_args(const float* x, int64_t M, int64_t ldx, int64_t x_gstride,
+                                           const DeviceWeight& w, int64_t groups, float* y, int64_t ldy,
+                                           int64_t y_gstride, bool accumulate, void* workspace,
+                                           const detail::Fp8SkinnyParams& p) {
+  const int64_t N = w.rows / groups, K = w.cols;
+  detail::Fp8SkinnyArgs a;
+  a.x = x;
+  a.ldx = ldx;
+  a.x_gstride = groups > 1 ? x_gstride : 0;
+  a.M = M;
+  a.groups = groups;
+  a.N = N;
+  a.K = K;
+  a.wdata = static_cast<const uint8_t*>(w.data);
+  a.wscale = w.scale;
+  a.scale_e8m0 = w.scale_e8m0;
+  a.y = y;
+  a.ldy = ldy;
+  a.y_gstride = groups > 1 ? y_gstride : 0;
+  a.accumulate = accumulate;
+  a.q = static_cast<uint8_t*>(workspace);
+  a.s = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + codes_bytes(detail::fp8sk_rows(p), groups * K));
+  a.x_vec = aligned16(x) && ldx % 4 == 0 && a.x_gstride % 4 == 0;
+  return a;
+}
+
 Status gemm_fp8_skinny_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_gstride, const DeviceWeight& w,
                             int64_t groups, float* y, int64_t ldy, int64_t y_gstride, bool accumulate, int terms,
                             void* workspace, size_t workspace_bytes, int sm_count, void* stream) {
@@ -45,24 +71,8 @@ Status gemm_fp8_skinny_cuda(const float* x, int64_t M, int64_t ldx, int64_t x_gs
   if (!workspace || workspace_bytes < gemm_fp8_skinny_workspace_bytes(k_total, terms))
     return Status::errorf("gemm_fp8_skinny: workspace of {} bytes, needs {}", workspace_bytes,
                           gemm_fp8_skinny_workspace_bytes(k_total, terms));
-  detail::Fp8SkinnyArgs a;
-  a.x = x;
-  a.ldx = ldx;
-  a.x_gstride = groups > 1 ? x_gstride : 0;
-  a.M = M;
-  a.groups = groups;
-  a.N = N;
-  a.K = K;
-  a.wdata = static_cast<const uint8_t*>(w.data);
-  a.wscale = w.scale;
-  a.scale_e8m0 = w.scale_e8m0;
-  a.y = y;
-  a.ldy = ldy;
-  a.y_gstride = groups > 1 ? y_gstride : 0;
-  a.accumulate = accumulate;
-  a.q = static_cast<uint8_t*>(workspace);
-  a.s = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + codes_bytes(detail::fp8sk_rows(p), k_total));
-  a.x_vec = aligned16(x) && ldx % 4 == 0 && a.x_gstride % 4 == 0;
+  const detail::Fp8SkinnyArgs a =
+      gemm_fp8_skinny_args(x, M, ldx, x_gstride, w, groups, y, ldy, y_gstride, accumulate, workspace, p);
   const int eq = detail::launch_fp8sk_quant(a, p, stream);
   DSI_CUDA_LAUNCHED("gemm_fp8sk_quant_kernel");
   if (eq != 0) return Status::errorf("gemm_fp8_skinny: gemm_fp8sk_quant_kernel not launched (CUDA error {})", eq);
