@@ -571,6 +571,19 @@ std::vector<oc::DeviceWeight> fp8_weight_sets(const GemmShape& s, uint64_t seed,
   return w;
 }
 
+// `--fp8skinny NAME [M]` / `--fp8skinny-shapes NAME [M]`: a NAME that no shape of the table has, or an M that is not
+// a positive integer, is a usage error naming it (exit 2) rather than an empty table.
+void check_fp8_filter(const char* only_shape, bool matched, const char* m_arg) {
+  if (only_shape && !matched) {
+    std::fprintf(stderr, "dsinfer_gemm_bench: no FP8 skinny shape named '%s'\n", only_shape);
+    std::exit(2);
+  }
+  if (m_arg && std::atoll(m_arg) <= 0) {
+    std::fprintf(stderr, "dsinfer_gemm_bench: M must be a positive integer, found '%s'\n", m_arg);
+    std::exit(2);
+  }
+}
+
 // ---- issue 31, session 24: the FP8 skinny wgmma kernel against today's decode routes, same shapes and inputs. Every
 // column is us per call replayed from CUDA graphs (time_graph_us: kRuns replays rotating kSets sets of weights and
 // x, > 60 MB together for the 32 MB weights, so the weight comes from HBM): sk2 / sk1 = the kernel with two / one
@@ -589,6 +602,9 @@ void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf("FP8 skinny wgmma kernel vs today's routes, us per call replayed from CUDA graphs (mean of %d replays, "
               "%d rotating sets); TB/s = weight bytes / time\n", kRuns, kSets);
+  bool matched = false;
+  for (const GemmShape& sh : shapes) matched = matched || (only_shape && std::string(only_shape) == sh.name);
+  check_fp8_filter(only_shape, matched, nullptr);
   for (const GemmShape& s : shapes) {
     if (only_shape && std::string(only_shape) != s.name) continue;
     const int64_t G = s.groups, Ng = s.N / G, Kx = s.K * G;
@@ -721,6 +737,9 @@ void bench_fp8_skinny_shapes(const char* only_shape, int64_t only_m) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf("FP8 skinny launch shapes, two terms, us per call (quantization + GEMM, graph-replayed, mean of %d, %d "
               "rotating sets); * = the plan's shape\n", kRuns, kSets);
+  bool matched = false;
+  for (const GemmShape& sh : shapes) matched = matched || (only_shape && std::string(only_shape) == sh.name);
+  check_fp8_filter(only_shape, matched, nullptr);
   for (const GemmShape& s : shapes) {
     if (only_shape && std::string(only_shape) != s.name) continue;
     const int64_t G = s.groups, Ng = s.N / G, Kx = s.K * G;
@@ -797,6 +816,7 @@ int main(int argc, char** argv) {
                  argv[1]);
     return 2;
   }
+  if ((fp8skinny || fp8shapes) && argc > 3) check_fp8_filter(nullptr, true, argv[3]);
   int dev = 0;
   if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
