@@ -731,7 +731,8 @@ void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
 void bench_fp8_skinny_shapes(const char* only_shape, int64_t only_m) {
   const GemmShape shapes[] = {
       {"wq_a", oc::WeightFormat::FP8_BLOCK, 1024, 4096, 1}, {"wq_b", oc::WeightFormat::FP8_BLOCK, 32768, 1024, 1},
-      {"wo_b", oc::WeightFormat::FP8_BLOCK, 4096, 8192, 1}, {"wo_a(8 groups)", oc::WeightFormat::FP8_BLOCK, 8192, 4096, 8},
+      {"wo_b", oc::WeightFormat::FP8_BLOCK, 4096, 8192, 1},
+      {"wo_a(8 groups)", oc::WeightFormat::FP8_BLOCK, 8192, 4096, 8},
   };
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
