@@ -89,6 +89,11 @@ __global__ void __launch_bounds__(32 * kQuantWarps) gemm_fp8sk_quant_kernel(cons
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
   return sm90::wgmma_desc(addr, 16, 1024) | (uint64_t(1) << 62);
 }
+// The descriptor d with `units` 16-byte units added to its start address, in the low word alone (the callers' sums
+// stay within the field's 14 bits, so nothing carries into the fields above).
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t units) {
+  return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + units);
+}
 // The box at (c0, c1) of a 2-D tensor map into L2 only (no shared memory, no barrier).
 __device__ __forceinline__ void tma_prefetch_l2(const void* map, int c0, int c1) {
   asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
@@ -172,6 +177,20 @@ struct SkCta {
   int64_t cluster, clusters, kb0, kb1, rows_q;
 };
 
+// A position in the ring, advanced one stage at a time: its slot and that slot's mbarrier parity (a wrap flips it).
+// Kept as a running cursor because slot = n % S and parity = n / S of a 64-bit stage count cost a 64-bit division on
+// every stage, in the chain every consumer waits on (ncu, session 31: ~40 of the loop's ~230 instructions).
+struct RingPos {
+  int slot = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next(int S) {
+    if (++slot == S) {
+      slot = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
 // Warp 0 of the producer warpgroup: per (item, 128-k block) stage the weight box and the units' activation boxes by
 // TMA and the token scales by cp.async, all counted on the slot's `full` mbarrier.
 template <int TOK, int TERMS>
@@ -183,14 +202,13 @@ __device__ __forceinline__ void produce(const CUtensorMap& wmap, const CUtensorM
   const int64_t cluster = c.cluster, clusters = c.clusters, kb0 = c.kb0, kb1 = c.kb1, rows_q = c.rows_q;
   const int lane = int(threadIdx.x);
   const int chunks = halves * NCOL / 4;  // 16-byte pieces of the stage's token scales
-  int64_t cnt = 0;
+  RingPos pos;
   for (int64_t it = cluster; it < p.items; it += clusters) {
     const Item item = item_of(a, p, it);
-    for (int64_t kb = kb0; kb < kb1; ++kb, ++cnt) {
-      const int s = int(cnt % S);
-      const uint32_t ph = uint32_t(cnt / S) & 1u;
+    for (int64_t kb = kb0; kb < kb1; ++kb, pos.next(S)) {
+      const int s = pos.slot;
       const uint32_t full = bar0 + 8 * s, empty = bar0 + 8 * (S + s), base = smem0 + uint32_t(s * stage);
-      sm90::mbar_wait(empty, ph ^ 1u);
+      sm90::mbar_wait(empty, pos.phase ^ 1u);
       const int64_t kx = item.group * a.K + kb * 128;  // column of the quantized activations
       if (lane == 0) {
         sm90::mbar_arrive_expect_tx(full, uint32_t(sw + sx));
@@ -232,7 +250,11 @@ __device__ __forceinline__ void consume(const Fp8SkinnyArgs& a, const Fp8SkinnyP
   // Every thread waits for the quantization (and, through it, every earlier kernel) before touching x's codes, the
   // scales or y (cuda/pdl.h's rule).
   dsinfer::cuda::pdl_wait_then_release();
-  int64_t cnt = 0;
+  // The wgmma descriptors of slot 0; slot s's are these plus s * stage / 16 (the start address field counts 16-byte
+  // units and no sum leaves its 14 bits: shared memory ends below 2^18), the k step's plus 2 (32 bytes).
+  const uint64_t da0 = sw128_desc(smem0 + uint32_t(row_off * 128));
+  const uint64_t db0 = sw128_desc(smem0 + uint32_t(sw + half * NCOL * 128));
+  RingPos pos;
   for (int64_t it = cluster; it < p.items; it += clusters) {
     const Item item = item_of(a, p, it);
     sm90::named_sync(bar_id, 128);  // the previous item's promotions have read my_wsc
@@ -244,23 +266,23 @@ __device__ __forceinline__ void consume(const Fp8SkinnyArgs& a, const Fp8SkinnyP
     float f[NF];
 #pragma unroll
     for (int i = 0; i < NF; ++i) f[i] = 0.0f;
-    // Stage n (counted over the CTA's items): wait for its slot, issue its four wgmmas into d, commit.
-    auto issue = [&](float (&d)[ND], int64_t n) {
-      const uint32_t base = smem0 + uint32_t(int(n % S) * stage);
-      sm90::mbar_wait(bar0 + 8 * int(n % S), uint32_t(n / S) & 1u);
-      const uint32_t a_addr = base + uint32_t(row_off * 128), b_addr = base + uint32_t(sw + half * NCOL * 128);
+    // The stage at ring position q: wait for its slot, issue its four wgmmas into d, commit.
+    auto issue = [&](float (&d)[ND], const RingPos& q) {
+      sm90::mbar_wait(bar0 + 8 * q.slot, q.phase);
+      const uint32_t off = uint32_t(q.slot * stage) >> 4;
       fence_acc(d);
       sm90::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
-        fp8sk::Wgmma<NCOL>::run(d, sw128_desc(a_addr + 32 * ks), sw128_desc(b_addr + 32 * ks), ks > 0 ? 1 : 0);
+        fp8sk::Wgmma<NCOL>::run(d, desc_add(da0, off + 2 * ks), desc_add(db0, off + 2 * ks), ks > 0 ? 1 : 0);
       sm90::wgmma_commit();
     };
-    // Stage n's finished block sums d (128-k block kb) promoted into f; then its slot is released.
-    auto promote = [&](float (&d)[ND], int64_t n, int64_t kb) {
+    // The finished block sums d of the stage at ring position q (128-k block kb) promoted into f; then its slot is
+    // released.
+    auto promote = [&](float (&d)[ND], const RingPos& q, int64_t kb) {
       fence_acc(d);
       const float ws = lds1(sm90::smem_u32(my_wsc + (kb - kb0)));
-      const uint32_t ss = smem0 + uint32_t(int(n % S) * stage) + uint32_t(sw + sx);  // the stage's token scales
+      const uint32_t ss = smem0 + uint32_t(q.slot * stage) + uint32_t(sw + sx);  // the stage's token scales
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {  // elements i and i + 1 (even i) are adjacent tokens: one 8-byte load
         const float2 s1 = lds2(ss + 4 * fp8sk_scale_index(half, NCOL, TOK, 0, t, j, 0));
@@ -279,13 +301,13 @@ __device__ __forceinline__ void consume(const Fp8SkinnyArgs& a, const Fp8SkinnyP
         }
       }
       __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(bar0 + 8 * (S + int(n % S)));
+      if (lane == 0) sm90::mbar_arrive(bar0 + 8 * (S + q.slot));
     };
-    for (int64_t kb = kb0; kb < kb1; ++kb, ++cnt) {
+    for (int64_t kb = kb0; kb < kb1; ++kb, pos.next(S)) {
       float d[ND];
-      issue(d, cnt);
+      issue(d, pos);
       sm90::wgmma_wait<0>();
-      promote(d, cnt, kb);
+      promote(d, pos, kb);
     }
     if (p.splits == 1) {
 #pragma unroll
