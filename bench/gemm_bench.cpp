@@ -584,6 +584,23 @@ void check_fp8_filter(const char* only_shape, bool matched, const char* m_arg) {
   }
 }
 
+// A NAME that no shape of `shapes` has: check_fp8_filter's usage error.
+template <size_t N>
+void check_fp8_shape_name(const char* only_shape, const GemmShape (&shapes)[N]) {
+  bool matched = false;
+  for (const GemmShape& sh : shapes) matched = matched || (only_shape && std::string(only_shape) == sh.name);
+  check_fp8_filter(only_shape, matched, nullptr);
+}
+
+// kSets rotating fp32 sets of x (M x kx, seeds x_seed + i) and y (M x n, seeds y_seed + i).
+void xy_sets(int64_t M, int64_t kx, int64_t n, uint64_t x_seed, uint64_t y_seed, std::vector<Blob>& xs,
+             std::vector<Blob>& ys) {
+  for (int i = 0; i < kSets; ++i) {
+    xs.push_back(blob(size_t(M * kx) * 4, -1, x_seed + i));
+    ys.push_back(blob(size_t(M * n) * 4, -1, y_seed + i));
+  }
+}
+
 // ---- issue 31, session 24: the FP8 skinny wgmma kernel against today's decode routes, same shapes and inputs. Every
 // column is us per call replayed from CUDA graphs (time_graph_us: kRuns replays rotating kSets sets of weights and
 // x, > 60 MB together for the 32 MB weights, so the weight comes from HBM): sk2 / sk1 = the kernel with two / one
@@ -602,9 +619,7 @@ void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf("FP8 skinny wgmma kernel vs today's routes, us per call replayed from CUDA graphs (mean of %d replays, "
               "%d rotating sets); TB/s = weight bytes / time\n", kRuns, kSets);
-  bool matched = false;
-  for (const GemmShape& sh : shapes) matched = matched || (only_shape && std::string(only_shape) == sh.name);
-  check_fp8_filter(only_shape, matched, nullptr);
+  check_fp8_shape_name(only_shape, shapes);
   for (const GemmShape& s : shapes) {
     if (only_shape && std::string(only_shape) != s.name) continue;
     const int64_t G = s.groups, Ng = s.N / G, Kx = s.K * G;
@@ -614,10 +629,7 @@ void bench_fp8_skinny(const char* only_shape, int64_t only_m) {
     for (int64_t M : {1, 8, 64, 128, 256}) {
       if (only_m > 0 && M != only_m) continue;
       std::vector<Blob> xs, ys;
-      for (int i = 0; i < kSets; ++i) {
-        xs.push_back(blob(size_t(M * Kx) * 4, -1, 230 + i));
-        ys.push_back(blob(size_t(M * s.N) * 4, -1, 240 + i));
-      }
+      xy_sets(M, Kx, s.N, 230, 240, xs, ys);
       Blob yref = blob(size_t(M * s.N) * 4, -1, 250);
       const size_t skb = oc::gemm_fp8_skinny_workspace_bytes(Kx, 2);
       Blob skws = blob(skb, 2, 251);
@@ -738,9 +750,7 @@ void bench_fp8_skinny_shapes(const char* only_shape, int64_t only_m) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf("FP8 skinny launch shapes, two terms, us per call (quantization + GEMM, graph-replayed, mean of %d, %d "
               "rotating sets); * = the plan's shape\n", kRuns, kSets);
-  bool matched = false;
-  for (const GemmShape& sh : shapes) matched = matched || (only_shape && std::string(only_shape) == sh.name);
-  check_fp8_filter(only_shape, matched, nullptr);
+  check_fp8_shape_name(only_shape, shapes);
   for (const GemmShape& s : shapes) {
     if (only_shape && std::string(only_shape) != s.name) continue;
     const int64_t G = s.groups, Ng = s.N / G, Kx = s.K * G;
@@ -750,10 +760,7 @@ void bench_fp8_skinny_shapes(const char* only_shape, int64_t only_m) {
     for (int64_t M : {8, 64, 256}) {
       if (only_m > 0 && M != only_m) continue;
       std::vector<Blob> xs, ys;
-      for (int i = 0; i < kSets; ++i) {
-        xs.push_back(blob(size_t(M * Kx) * 4, -1, 330 + i));
-        ys.push_back(blob(size_t(M * s.N) * 4, -1, 340 + i));
-      }
+      xy_sets(M, Kx, s.N, 330, 340, xs, ys);
       const size_t skb = oc::gemm_fp8_skinny_workspace_bytes(Kx, 2);
       Blob skws = blob(skb, 2, 351);
       oc::detail::Fp8SkinnyParams planned;
