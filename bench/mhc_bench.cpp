@@ -7,7 +7,8 @@
 // at 67 TFLOP/s, a second bound. hc_pre also prints its two kernels alone (mix = the split reduction, fin = the
 // finalize: partial sums, Sinkhorn, collapse, norm; mix_m8: the mixing on the m8n8k4 shape instead of sm_90's
 // m16n8k4, where the tile is 32 tokens; fin_fused: the narrow finalize as one kernel instead of the coefficients then
-// the collapse, where T > 512), the batch-invariant split (hc_pre_inv), and old_us: the
+// the collapse, where T > 512; fin_defer: the finalize with the coefficients deferred, comb: hc_comb alone), the
+// batch-invariant split (hc_pre_inv), and old_us: the
 // per-call figure of the previous kernels (`dsinfer bench` per-op table, 2026-11-30: 44 / 60 / 112 / 1160 us).
 #include <cuda_runtime.h>
 
@@ -158,6 +159,20 @@ int main() {
                                             nullptr);
     }, e0, e1);
     row("  fin", T, xb + yb, 0.0, us);
+    // The finalize with the coefficients deferred (HcNormParams::defer_comb: pre, collapse, norm; the raw post / comb
+    // mixes stored), and hc_comb alone (post + Sinkhorn, a warp per token): the V4 forward's decode split.
+    us = median_us([&](int i) {
+      ops::cuda::HcNormParams p = params(false, i);
+      p.defer_comb = true;
+      ops::cuda::detail::launch_hc_finalize(p, xs(i), nullptr, T, sp, y.data(), post.data(), comb.data(), nullptr);
+    }, e0, e1);
+    row("  fin_defer", T, xb + yb, 0.0, us);
+    us = median_us([&](int i) {
+      ops::cuda::HcNormParams p = params(false, i);
+      p.defer_comb = true;
+      ops::cuda::detail::launch_hc_comb(p, T, post.data(), comb.data(), nullptr);
+    }, e0, e1);
+    row("  comb", T, 0.0, 0.0, us);
     if (!sp.wide) {  // the A/B of the split finalize (session 19): the fused narrow kernel, the one before
       ops::cuda::detail::HcSplit spf = sp;
       spf.split_fin = false;

@@ -220,6 +220,56 @@ TEST(GpuMhc, SplitFinalizeEqualsFused) {
   }
 }
 
+// The deferred coefficients (HcNormParams::defer_comb, then hc_comb on a second stream, as the V4 forward runs them
+// at decode) give y, post and comb bit for bit as the plain call: the same functions on the same mixes. The wide
+// finalize (T = 1, 64, 512), the narrow one (T = 600, coefficients kernel), n = 4 and the generic n (2, 8), and V4.1's
+// exact arithmetic (round_bf16, pre_in / pre_out). hc_comb refuses parameters without defer_comb.
+TEST(GpuMhc, DeferredCoefficientsEqualPlain) {
+  DSI_SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t T, n, dim;
+    bool v41;
+  };
+  cudaStream_t side = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  for (const Case c : {Case{1, kN, kD, false}, Case{64, kN, kD, false}, Case{512, kN, kD, true}, Case{600, kN, kD, false},
+                       Case{64, kN, kD, true}, Case{9, 2, 256, false}, Case{70, 8, 256, false}}) {
+    HcFixture f(c.n, c.dim, false, 80);
+    auto dX = to_device(random_vec(size_t(c.T * c.n * c.dim), 81, 2.0f));
+    auto pre_in = to_device(random_vec(size_t(c.T * c.n), 82));
+    std::vector<float> out[2][4];
+    for (int v = 0; v < 2; ++v) {
+      auto dy = poisoned<float>(size_t(c.T * c.dim)), dpost = poisoned<float>(size_t(c.T * c.n));
+      auto dcomb = poisoned<float>(size_t(c.T * c.n * c.n)), dpre = poisoned<float>(size_t(c.T * c.n));
+      ops::cuda::HcNormParams p = f.device();
+      if (c.v41) {
+        p.pre_in = pre_in.data();
+        p.pre_out = dpre.data();
+        p.round_bf16 = true;
+      }
+      p.defer_comb = v == 1;
+      ASSERT_TRUE(ops::cuda::hc_pre_norm(p, dX.data(), c.T, dy.data(), dpost.data(), dcomb.data(), nullptr).is_ok());
+      if (p.defer_comb) {
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_TRUE(ops::cuda::hc_comb(p, c.T, dpost.data(), dcomb.data(), side).is_ok());
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      out[v][0] = to_host(dy, size_t(c.T * c.dim));
+      out[v][1] = to_host(dpost, size_t(c.T * c.n));
+      out[v][2] = to_host(dcomb, size_t(c.T * c.n * c.n));
+      out[v][3] = to_host(dpre, size_t(c.T * c.n));
+    }
+    for (int k = 0; k < 4; ++k)
+      EXPECT_EQ(std::memcmp(out[0][k].data(), out[1][k].data(), out[0][k].size() * sizeof(float)), 0)
+          << "T " << c.T << " n " << c.n << " dim " << c.dim << " v41 " << c.v41 << " out " << k;
+    EXPECT_FALSE(std::isnan(out[1][2][0])) << "comb written";
+  }
+  HcFixture f(kN, kD, false, 83);
+  auto dpost = poisoned<float>(size_t(kN)), dcomb = poisoned<float>(size_t(kN * kN));
+  EXPECT_FALSE(ops::cuda::hc_comb(f.device(), 1, dpost.data(), dcomb.data(), side).is_ok());
+  cudaStreamDestroy(side);
+}
+
 // Same input twice (the second time into outputs holding the first run's values): bitwise the same results.
 TEST(GpuMhc, PreNormIsDeterministic) {
   DSI_SKIP_WITHOUT_GPU();

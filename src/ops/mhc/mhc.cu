@@ -124,29 +124,15 @@ __device__ __forceinline__ HcConsts<kHead, N> load_consts(const HcNormParams& p)
   return k;
 }
 
-// One warp: from the token's summed mixes, pre (into smem), post and the Sinkhorn-normalised comb, in the float op
-// order of ops/mhc/mhc_ref.cpp. kHead: pre only. k: load_consts of this lane.
-template <bool kHead, int N>
-__device__ void hc_coefficients(const HcNormParams& p, const HcConsts<kHead, N>& k,
-                                const double (&acc)[HcDims<N>::kMixSlots], float* pre, float* post, float* comb) {
+// One warp: post and the Sinkhorn-normalised comb from the token's mixes mu (lane j + 32 i holds mix j in mu[i];
+// only mixes n.. are read), in the float op order of ops/mhc/mhc_ref.cpp. k: load_consts of this lane.
+template <int N>
+__device__ void hc_post_comb(const HcNormParams& p, const HcConsts<false, N>& k, const float (&mu)[HcDims<N>::kMixSlots],
+                             float* post, float* comb) {
   using D = HcDims<N>;
-  const int lane = threadIdx.x & 31, n = N > 0 ? N : int(p.n), mixes = kHead ? n : (2 + n) * n;
-  double ss = 0.0;
-#pragma unroll
-  for (int i = 0; i < D::kMixSlots; ++i) {
-    const double v = __shfl_sync(dev::kFull, acc[i], mixes & 31);
-    if (i == (mixes >> 5)) ss = v;
-  }
-  const double rho = 1.0 / sqrt(ss / double(int64_t(n) * p.dim) + double(p.rms_eps));
-  float mu[D::kMixSlots];
-#pragma unroll
-  for (int i = 0; i < D::kMixSlots; ++i) mu[i] = float(acc[i] * rho);
+  const int lane = threadIdx.x & 31, n = N > 0 ? N : int(p.n);
   const float mu_post = warp_pick(mu, n + lane);  // lanes < n: mu[n + lane]
-  if (lane < n) {
-    pre[lane] = sigmoidf(affine_mix(mu[0], k.scale[0], k.b_pre, p.round_bf16), p.round_bf16) + p.hc_eps;
-    if (!kHead) post[lane] = 2.0f * sigmoidf(affine_mix(mu_post, k.scale[1], k.b_post, p.round_bf16), p.round_bf16);
-  }
-  if (kHead) return;
+  if (lane < n) post[lane] = 2.0f * sigmoidf(affine_mix(mu_post, k.scale[1], k.b_post, p.round_bf16), p.round_bf16);
   const int nn = n * n;
   int e[D::kSlots];  // this lane's comb elements (clamped to 0 beyond n*n: computed, never stored)
   float z[D::kSlots], c[D::kSlots], s[D::kSlots];
@@ -194,6 +180,38 @@ __device__ void hc_coefficients(const HcNormParams& p, const HcConsts<kHead, N>&
 #pragma unroll
   for (int i = 0; i < D::kSlots; ++i)
     if (lane + 32 * i < nn) comb[lane + 32 * i] = c[i];
+}
+
+// One warp: from the token's summed mixes, pre (into smem), then post and comb (hc_post_comb), or with
+// p.defer_comb the raw post / comb mixes stored into post / comb for hc_comb_kernel. kHead: pre only.
+template <bool kHead, int N>
+__device__ void hc_coefficients(const HcNormParams& p, const HcConsts<kHead, N>& k,
+                                const double (&acc)[HcDims<N>::kMixSlots], float* pre, float* post, float* comb) {
+  using D = HcDims<N>;
+  const int lane = threadIdx.x & 31, n = N > 0 ? N : int(p.n), mixes = kHead ? n : (2 + n) * n;
+  double ss = 0.0;
+#pragma unroll
+  for (int i = 0; i < D::kMixSlots; ++i) {
+    const double v = __shfl_sync(dev::kFull, acc[i], mixes & 31);
+    if (i == (mixes >> 5)) ss = v;
+  }
+  const double rho = 1.0 / sqrt(ss / double(int64_t(n) * p.dim) + double(p.rms_eps));
+  float mu[D::kMixSlots];
+#pragma unroll
+  for (int i = 0; i < D::kMixSlots; ++i) mu[i] = float(acc[i] * rho);
+  if (lane < n) pre[lane] = sigmoidf(affine_mix(mu[0], k.scale[0], k.b_pre, p.round_bf16), p.round_bf16) + p.hc_eps;
+  if constexpr (!kHead) {
+    if (!p.defer_comb) {
+      hc_post_comb<N>(p, k, mu, post, comb);
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < D::kMixSlots; ++i) {
+      const int m = lane + 32 * i;
+      if (m >= n && m < 2 * n) post[m - n] = mu[i];
+      else if (m >= 2 * n && m < mixes) comb[m - 2 * n] = mu[i];
+    }
+  }
 }
 
 template <int kTeamWarps>
@@ -393,6 +411,29 @@ __global__ void __launch_bounds__(kThreads, 4) hc_coef_kernel(HcNormParams p, in
   }
 }
 
+// Finishes a deferred hc_pre (HcNormParams::defer_comb), one warp per token: the raw post / comb mixes the
+// finalize left in post / comb (mix m at lane m % 32, slot m / 32, as hc_coefficients holds them) through
+// hc_post_comb, in place. Every lane's loads complete before the first store (its shuffles consume them).
+template <int N>
+__global__ void __launch_bounds__(kThreads) hc_comb_kernel(HcNormParams p, int64_t T, float* post, float* comb) {
+  using D = HcDims<N>;
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int n = N > 0 ? N : int(p.n), nn = n * n;
+  const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
+  if (t >= T) return;
+  const HcConsts<false, N> consts = load_consts<false, N>(p);
+  float* pt = post + t * n;
+  float* ct = comb + t * nn;
+  float mu[D::kMixSlots];
+#pragma unroll
+  for (int i = 0; i < D::kMixSlots; ++i) {
+    const int m = lane + 32 * i;
+    mu[i] = m >= n && m < 2 * n ? pt[m - n] : m >= 2 * n && m < (2 + n) * n ? ct[m - 2 * n] : 0.0f;
+  }
+  __syncwarp();
+  hc_post_comb<N>(p, consts, mu, pt, ct);
+}
+
 // 2. Per token (one warp of kColWarps per block): pre from y[t] (or V4.1's pre_in), the collapse in passes of
 //    kUnroll float4 columns per lane (the first pass's loads issued before pre is read) into the warp's shared row,
 //    the sum of squares in the fused kernel's order (lane: passes then u then components; then warp_sum), the norm
@@ -556,6 +597,13 @@ void launch_hc_norm(const HcNormParams& p, const float* X, const int32_t* rows, 
                     float* post, float* comb, void* stream) {
   launch_hc_mix(p, X, rows, T, sp, y, stream);
   launch_hc_finalize(p, X, rows, T, sp, y, post, comb, stream);
+}
+
+void launch_hc_comb(const HcNormParams& p, int64_t T, float* post, float* comb, void* stream) {
+  const unsigned blocks = unsigned((T + kWarps - 1) / kWarps);
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (p.n == 4) hc_comb_kernel<4><<<blocks, kThreads, 0, st>>>(p, T, post, comb);
+  else hc_comb_kernel<0><<<blocks, kThreads, 0, st>>>(p, T, post, comb);
 }
 
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,

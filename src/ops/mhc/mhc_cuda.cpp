@@ -2,6 +2,9 @@
 #include "ops/mhc/mhc_cuda.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/cuda_common.h"
 
@@ -63,6 +66,27 @@ Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, f
   if (!X || !y || !post || !comb) return Status::error("hc_pre_norm: null input or output");
   DSI_RETURN_IF_ERROR(launch(p, X, nullptr, T, y, post, comb, stream, mixes, "hc_pre_norm"));
   DSI_CUDA_LAUNCHED("hc_pre_norm kernels");
+  return Status::ok();
+}
+
+bool hc_defer_comb(int64_t T) {
+  static const bool on = [] {
+    const char* env = std::getenv("DSINFER_HC_DEFER");
+    if (!env || !*env || std::strcmp(env, "1") == 0) return true;
+    if (std::strcmp(env, "0") != 0) std::fprintf(stderr, "DSINFER_HC_DEFER must be 0 or 1, found '%s': using 1\n", env);
+    return std::strcmp(env, "0") != 0;
+  }();
+  return on && T <= kHcDeferMaxT;
+}
+
+Status hc_comb(const HcNormParams& p, int64_t T, float* post, float* comb, void* stream) {
+  DSI_RETURN_IF_ERROR(check_params(p, (2 + p.n) * p.n, "hc_comb"));
+  if (!p.defer_comb) return Status::error("hc_comb: the parameters do not defer the coefficients (defer_comb)");
+  if (T < 0 || T > 0x7fffffff) return Status::errorf("hc_comb: bad token count {}", T);
+  if (T == 0) return Status::ok();
+  if (!post || !comb) return Status::error("hc_comb: null post or comb");
+  detail::launch_hc_comb(p, T, post, comb, stream);
+  DSI_CUDA_LAUNCHED("hc_comb_kernel");
   return Status::ok();
 }
 

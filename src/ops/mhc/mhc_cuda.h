@@ -13,7 +13,21 @@ namespace dsinfer::ops::cuda {
 // comb [T, n, n] (comb[t, j, k], row-major). Two kernels: the mixing reduction of all tokens split over n*dim
 // (its double partials are parked in y, which must not alias X), then per token the Sinkhorn in one warp and the
 // collapse + norm. n <= 8, dim % 4 == 0, dim >= 2 * ((2+n)*n + 1); X, y, fn 16-byte aligned.
+// With p.defer_comb, post and comb hold the raw post / comb mixes afterwards, and hc_comb (same p) must run before
+// anything reads them.
 Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, float* post, float* comb, void* stream);
+
+// Finishes hc_pre_norm(p with defer_comb) of the same T tokens: post and comb in place, the bits hc_pre_norm without
+// defer_comb writes. One small kernel (a warp per token), for a side stream: nothing on the main stream waits for it
+// until hc_post.
+Status hc_comb(const HcNormParams& p, int64_t T, float* post, float* comb, void* stream);
+
+// Whether a forward defers the coefficients of a T-token step to a side stream (HcNormParams::defer_comb + hc_comb):
+// decode steps (T <= kHcDeferMaxT, the wide finalize's one block per token), where the Sinkhorn chain of one warp is
+// the finalize's critical path; not at prefill, where a warp per token of Sinkhorn would compete with the main
+// stream's kernels for the SMs. DSINFER_HC_DEFER=0 turns it off (a measurement switch, read once; same bits).
+inline constexpr int64_t kHcDeferMaxT = 512;
+bool hc_defer_comb(int64_t T);
 
 // In place: X[t, k, :] = post[t, k] * f[t, :] + sum_j comb[t, j, k] * X[t, j, :] (double accumulation; every
 // thread reads all n old streams of its channels before writing). One thread per (token, 4 channels);

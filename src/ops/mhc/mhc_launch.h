@@ -22,6 +22,10 @@ struct HcNormParams {
   // DeepSeek-V4.1 official numerics: the collapse and the norm's output rounded to bf16 (as the official code stores
   // them); the norm's statistics read the rounded collapse; the mixes in the CPU reference's exact arithmetic (mhc.cu).
   bool round_bf16 = false;
+  // hc_pre_norm only: the finalize computes pre (the collapse needs nothing else) and leaves the raw post / comb mixes
+  // (mu[n, 2n) and mu[2n, (2+n)n)) in post / comb, for hc_comb to turn into the coefficients later, off the collapse's
+  // critical path (the forward runs it on a side stream; hc_post needs them). The same arithmetic either way.
+  bool defer_comb = false;
 };
 
 namespace detail {
@@ -85,6 +89,9 @@ void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* ro
                              const float* norm_w, float eps, bool round_bf16, float* y, void* stream);
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                     bool round_bf16, void* stream);
+// Finishes a deferred hc_pre (HcNormParams::defer_comb): post [T, n] and comb [T, n, n] in place from the raw mixes
+// the finalize left there; one warp per token, 8 tokens per block.
+void launch_hc_comb(const HcNormParams& p, int64_t T, float* post, float* comb, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda

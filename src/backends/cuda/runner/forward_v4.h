@@ -12,6 +12,7 @@
 #include "backends/cuda/weights/device_weights.h"
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/gemm/gemm_lt_cuda.h"
+#include "ops/mhc/mhc_launch.h"  // HcNormParams
 #include "ops/moe/moe_cuda.h"
 #include "ops/sparse_attention/sparse_attention_plan.h"  // SparsePrefillRoute, SparsePrefillKernel
 #include "ops/state_view.h"
@@ -96,6 +97,11 @@ class CudaForwardV4 final : public CudaForward {
   Status gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
                          int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L);
+  // A site's deferred coefficients (HcNormParams::defer_comb): hc_comb on hc_side_, forked after its hc_pre.
+  Status comb_on_side(const ops::cuda::HcNormParams& hp, int64_t T);
+  // After the site's sublayer: the main stream joins hc_side_ (whatever the sublayer returned, so a captured forward
+  // never ends unjoined) before hc_post reads post / comb; the sublayer's error first.
+  Status join_comb(bool defer, Status sublayer);
   Status attention(int64_t l, const ops::StepDevice& st);  // attention_v4_cuda.cpp
   // wq_b into s_.q, or (q16_in) the split path's bf16 q into split_q16() (attention_v4_cuda.cpp).
   Status query_projection(int64_t l, int64_t T, const HeadGroups& hg, bool tp, bool split, bool& q16_in);
@@ -126,6 +132,7 @@ class CudaForwardV4 final : public CudaForward {
   Fp8Scratch f8_;
   StepShape shape_;
   ops::cuda::MoeWorkspace moe_ws_;
+  ops::cuda::MoeSideStream hc_side_;  // decode steps: the mHC sites' post / comb (comb_on_side)
   // The GEMM environment overrides (DSINFER_CUBLASLT*), read once by load() (a bad value fails the runner's
   // creation); cuBLASLt runs the fast path's dense projections where plan_gemm_call says so.
   ops::cuda::GemmSettings gemm_settings_;

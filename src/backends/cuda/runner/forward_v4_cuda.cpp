@@ -45,6 +45,7 @@ Status CudaForwardV4::load(const runner::RunnerOptions& opts, ExpertSlots slots)
     DSI_RETURN_IF_ERROR(fp8sk_ws_.alloc(gemm_fp8_skinny_workspace_bytes(k_total, terms), "fp8 skinny workspace"));
   }
   DSI_ASSIGN_OR_RETURN(sparse_prefill_, sparse_prefill_route_from_env());
+  DSI_RETURN_IF_ERROR(hc_side_.create());
   // Refuse a model that cannot fit before allocating anything (the same per-rank sizing as the ParallelRunner).
   DSI_RETURN_IF_ERROR(parallel::check_rank_fits(
       parallel::rank_memory(model::weight_specs(cfg_), ep_size_, core_.eplb_.redundant), ep_size_, core_.ordinal_,
@@ -218,22 +219,42 @@ Status CudaForwardV4::moe(const float* x, int64_t T, const int32_t* idx, const f
   return Status::ok();
 }
 
+Status CudaForwardV4::comb_on_side(const HcNormParams& hp, int64_t T) {
+  DSI_RETURN_IF_ERROR(hc_side_.fork(stream_));
+  const Status st = hc_comb(hp, T, s_.post.data(), s_.comb.data(), hc_side_.stream());
+  if (!st.is_ok()) (void)hc_side_.join(stream_);  // a captured forward never ends with the side stream unjoined
+  return st;
+}
+
+Status CudaForwardV4::join_comb(bool defer, Status sublayer) {
+  if (!defer) return sublayer;
+  const Status joined = hc_side_.join(stream_);
+  return sublayer.is_ok() ? joined : sublayer;
+}
+
 Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
   const int64_t T = st.T, V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const DeviceWeight& emb = weights_.embed();
   DSI_OP("embed", -1, embed(emb.data, emb.fmt == WeightFormat::BF16 ? EmbedDType::BF16 : EmbedDType::F32, V, D, st.tokens, T, n,
                             s_.X.data(), stream_));
+  // Decode steps: each site's post / comb (the Sinkhorn) on hc_side_, off the collapse's critical path, joined before
+  // its hc_post (ops/mhc/mhc_cuda.h hc_defer_comb; the same bits).
+  const bool defer = hc_side_.usable() && hc_defer_comb(T);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const DeviceLayer& L = weights_.layer(l);
     HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
                     float(cfg_.rms_norm_eps), L.attn_norm, batch_invariant_};
+    hp.defer_comb = defer;
     DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
-    DSI_RETURN_IF_ERROR(attention(l, st));
+    if (defer) DSI_RETURN_IF_ERROR(comb_on_side(hp, T));
+    DSI_RETURN_IF_ERROR(join_comb(defer, attention(l, st)));
     DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
           float(cfg_.rms_norm_eps), L.ffn_norm, batch_invariant_};
+    hp.defer_comb = defer;
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
-    DSI_RETURN_IF_ERROR(ffn(l, st.tokens, T));
+    if (defer) DSI_RETURN_IF_ERROR(comb_on_side(hp, T));
+    DSI_RETURN_IF_ERROR(join_comb(defer, ffn(l, st.tokens, T)));
     DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));  // speculative decoding: the drafter's tapped layers
   }
