@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <tuple>
 
 #include "attn_test_util.h"
@@ -60,6 +62,26 @@ cuda::DeviceBuffer<T> poisoned(size_t n) {
   EXPECT_TRUE(b.alloc(n).is_ok());
   cudaMemset(b.data(), 0xff, n * sizeof(T));  // NaN for floats, -1 for ints
   return b;
+}
+
+// The outputs of one hc_pre finalize (y, post, comb, V4.1's pre_out) in poisoned buffers, and their host copies.
+struct PreBuffers {
+  int64_t T, n, dim;
+  cuda::DeviceBuffer<float> y, post, comb, pre;
+  PreBuffers(int64_t T_, int64_t n_, int64_t dim_)
+      : T(T_), n(n_), dim(dim_), y(poisoned<float>(size_t(T * dim))), post(poisoned<float>(size_t(T * n))),
+        comb(poisoned<float>(size_t(T * n * n))), pre(poisoned<float>(size_t(T * n))) {}
+  std::array<std::vector<float>, 4> host() const {
+    return {to_host(y, size_t(T * dim)), to_host(post, size_t(T * n)), to_host(comb, size_t(T * n * n)),
+            to_host(pre, size_t(T * n))};
+  }
+};
+
+void expect_same_bits(const std::array<std::vector<float>, 4>& a, const std::array<std::vector<float>, 4>& b,
+                      const std::string& what) {
+  for (int k = 0; k < 4; ++k)
+    EXPECT_EQ(std::memcmp(a[size_t(k)].data(), b[size_t(k)].data(), a[size_t(k)].size() * sizeof(float)), 0)
+        << what << " out " << k;
 }
 
 struct PreOut {
@@ -197,25 +219,21 @@ TEST(GpuMhc, SplitFinalizeEqualsFused) {
     const int32_t* r = c.head ? drows.data() : nullptr;
     auto parts = poisoned<float>(size_t(c.T * c.dim));
     ops::cuda::detail::launch_hc_mix(p, dX.data(), r, c.T, sp, parts.data(), nullptr);
-    std::vector<float> out[2][4];
+    std::array<std::vector<float>, 4> out[2];
     for (int v = 0; v < 2; ++v) {
-      auto dy = poisoned<float>(size_t(c.T * c.dim)), dpost = poisoned<float>(size_t(c.T * c.n));
-      auto dcomb = poisoned<float>(size_t(c.T * c.n * c.n)), dpre = poisoned<float>(size_t(c.T * c.n));
-      ASSERT_EQ(cudaMemcpy(dy.data(), parts.data(), size_t(c.T * c.dim) * sizeof(float), cudaMemcpyDeviceToDevice),
+      PreBuffers b(c.T, c.n, c.dim);
+      ASSERT_EQ(cudaMemcpy(b.y.data(), parts.data(), size_t(c.T * c.dim) * sizeof(float), cudaMemcpyDeviceToDevice),
                 cudaSuccess);
-      p.pre_out = c.v41 ? dpre.data() : nullptr;
+      p.pre_out = c.v41 ? b.pre.data() : nullptr;
       sp.split_fin = v == 0;
-      ops::cuda::detail::launch_hc_finalize(p, dX.data(), r, c.T, sp, dy.data(), c.head ? nullptr : dpost.data(),
-                                            c.head ? nullptr : dcomb.data(), nullptr);
+      ops::cuda::detail::launch_hc_finalize(p, dX.data(), r, c.T, sp, b.y.data(), c.head ? nullptr : b.post.data(),
+                                            c.head ? nullptr : b.comb.data(), nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      out[v][0] = to_host(dy, size_t(c.T * c.dim));
-      out[v][1] = to_host(dpost, size_t(c.T * c.n));
-      out[v][2] = to_host(dcomb, size_t(c.T * c.n * c.n));
-      out[v][3] = to_host(dpre, size_t(c.T * c.n));
+      out[v] = b.host();
     }
-    for (int k = 0; k < 4; ++k)
-      EXPECT_EQ(std::memcmp(out[0][k].data(), out[1][k].data(), out[0][k].size() * sizeof(float)), 0)
-          << "T " << c.T << " n " << c.n << " dim " << c.dim << " head " << c.head << " v41 " << c.v41 << " out " << k;
+    expect_same_bits(out[0], out[1], "T " + std::to_string(c.T) + " n " + std::to_string(c.n) + " dim " +
+                                         std::to_string(c.dim) + " head " + std::to_string(c.head) + " v41 " +
+                                         std::to_string(c.v41));
     EXPECT_FALSE(std::isnan(out[0][0][0])) << "y written";
   }
 }
@@ -232,36 +250,33 @@ TEST(GpuMhc, DeferredCoefficientsEqualPlain) {
   };
   cudaStream_t side = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
-  for (const Case c : {Case{1, kN, kD, false}, Case{64, kN, kD, false}, Case{512, kN, kD, true}, Case{600, kN, kD, false},
-                       Case{64, kN, kD, true}, Case{9, 2, 256, false}, Case{70, 8, 256, false}}) {
+  for (const Case c : {Case{1, kN, kD, false}, Case{64, kN, kD, false}, Case{512, kN, kD, true},
+                       Case{600, kN, kD, false}, Case{64, kN, kD, true}, Case{9, 2, 256, false},
+                       Case{70, 8, 256, false}}) {
     HcFixture f(c.n, c.dim, false, 80);
     auto dX = to_device(random_vec(size_t(c.T * c.n * c.dim), 81, 2.0f));
     auto pre_in = to_device(random_vec(size_t(c.T * c.n), 82));
-    std::vector<float> out[2][4];
+    std::array<std::vector<float>, 4> out[2];
     for (int v = 0; v < 2; ++v) {
-      auto dy = poisoned<float>(size_t(c.T * c.dim)), dpost = poisoned<float>(size_t(c.T * c.n));
-      auto dcomb = poisoned<float>(size_t(c.T * c.n * c.n)), dpre = poisoned<float>(size_t(c.T * c.n));
+      PreBuffers b(c.T, c.n, c.dim);
       ops::cuda::HcNormParams p = f.device();
       if (c.v41) {
         p.pre_in = pre_in.data();
-        p.pre_out = dpre.data();
+        p.pre_out = b.pre.data();
         p.round_bf16 = true;
       }
       p.defer_comb = v == 1;
-      ASSERT_TRUE(ops::cuda::hc_pre_norm(p, dX.data(), c.T, dy.data(), dpost.data(), dcomb.data(), nullptr).is_ok());
+      ASSERT_TRUE(
+          ops::cuda::hc_pre_norm(p, dX.data(), c.T, b.y.data(), b.post.data(), b.comb.data(), nullptr).is_ok());
       if (p.defer_comb) {
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        ASSERT_TRUE(ops::cuda::hc_comb(p, c.T, dpost.data(), dcomb.data(), side).is_ok());
+        ASSERT_TRUE(ops::cuda::hc_comb(p, c.T, b.post.data(), b.comb.data(), side).is_ok());
       }
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      out[v][0] = to_host(dy, size_t(c.T * c.dim));
-      out[v][1] = to_host(dpost, size_t(c.T * c.n));
-      out[v][2] = to_host(dcomb, size_t(c.T * c.n * c.n));
-      out[v][3] = to_host(dpre, size_t(c.T * c.n));
+      out[v] = b.host();
     }
-    for (int k = 0; k < 4; ++k)
-      EXPECT_EQ(std::memcmp(out[0][k].data(), out[1][k].data(), out[0][k].size() * sizeof(float)), 0)
-          << "T " << c.T << " n " << c.n << " dim " << c.dim << " v41 " << c.v41 << " out " << k;
+    expect_same_bits(out[0], out[1], "T " + std::to_string(c.T) + " n " + std::to_string(c.n) + " dim " +
+                                         std::to_string(c.dim) + " v41 " + std::to_string(c.v41));
     EXPECT_FALSE(std::isnan(out[1][2][0])) << "comb written";
   }
   HcFixture f(kN, kD, false, 83);

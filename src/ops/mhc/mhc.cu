@@ -10,7 +10,9 @@
 //     the partials, read before) and applies the RMSNorm. When the row is one pass of the team (decode's wide
 //     finalize at V4-Flash shapes), the streams and norm weights are loaded first, in flight during the partial sums
 //     and the Sinkhorn, and the collapsed values stay in registers for the norm (session 15; same arithmetic).
-// The finalize loads the site's scale / base at its start, before the partial sums (session 16). hc_post: one thread per (token, 4 channels), float4 loads issued before the token's post/comb
+// The finalize loads the site's scale / base at its start, before the partial sums (session 16). With
+// HcNormParams::defer_comb it computes pre only and leaves the raw post / comb mixes for hc_comb_kernel (session 32).
+// hc_post: one thread per (token, 4 channels), float4 loads issued before the token's post/comb
 // are staged in shared memory; optionally the bf16 rounding of V4.1's official numerics on the stored streams.
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
@@ -127,8 +129,8 @@ __device__ __forceinline__ HcConsts<kHead, N> load_consts(const HcNormParams& p)
 // One warp: post and the Sinkhorn-normalised comb from the token's mixes mu (lane j + 32 i holds mix j in mu[i];
 // only mixes n.. are read), in the float op order of ops/mhc/mhc_ref.cpp. k: load_consts of this lane.
 template <int N>
-__device__ void hc_post_comb(const HcNormParams& p, const HcConsts<false, N>& k, const float (&mu)[HcDims<N>::kMixSlots],
-                             float* post, float* comb) {
+__device__ void hc_post_comb(const HcNormParams& p, const HcConsts<false, N>& k,
+                             const float (&mu)[HcDims<N>::kMixSlots], float* post, float* comb) {
   using D = HcDims<N>;
   const int lane = threadIdx.x & 31, n = N > 0 ? N : int(p.n);
   const float mu_post = warp_pick(mu, n + lane);  // lanes < n: mu[n + lane]
