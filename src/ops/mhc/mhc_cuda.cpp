@@ -73,8 +73,9 @@ bool hc_defer_comb(int64_t T) {
   static const bool on = [] {
     const char* env = std::getenv("DSINFER_HC_DEFER");
     if (!env || !*env || std::strcmp(env, "1") == 0) return true;
-    if (std::strcmp(env, "0") != 0) std::fprintf(stderr, "DSINFER_HC_DEFER must be 0 or 1, found '%s': using 1\n", env);
-    return std::strcmp(env, "0") != 0;
+    if (std::strcmp(env, "0") == 0) return false;
+    std::fprintf(stderr, "DSINFER_HC_DEFER must be 0 or 1, found '%s': using 1\n", env);
+    return true;
   }();
   return on && T <= kHcDeferMaxT;
 }
