@@ -161,17 +161,18 @@ int main() {
     row("  fin", T, xb + yb, 0.0, us);
     // The finalize with the coefficients deferred (HcNormParams::defer_comb: pre, collapse, norm; the raw post / comb
     // mixes stored), and hc_comb alone (post + Sinkhorn, a warp per token): the V4 forward's decode split.
-    us = median_us([&](int i) {
+    auto deferred = [&](int i) {
       ops::cuda::HcNormParams p = params(false, i);
       p.defer_comb = true;
-      ops::cuda::detail::launch_hc_finalize(p, xs(i), nullptr, T, sp, y.data(), post.data(), comb.data(), nullptr);
+      return p;
+    };
+    us = median_us([&](int i) {
+      ops::cuda::detail::launch_hc_finalize(deferred(i), xs(i), nullptr, T, sp, y.data(), post.data(), comb.data(),
+                                            nullptr);
     }, e0, e1);
     row("  fin_defer", T, xb + yb, 0.0, us);
-    us = median_us([&](int i) {
-      ops::cuda::HcNormParams p = params(false, i);
-      p.defer_comb = true;
-      ops::cuda::detail::launch_hc_comb(p, T, post.data(), comb.data(), nullptr);
-    }, e0, e1);
+    us = median_us([&](int i) { ops::cuda::detail::launch_hc_comb(deferred(i), T, post.data(), comb.data(), nullptr); },
+                   e0, e1);
     row("  comb", T, 0.0, 0.0, us);
     if (!sp.wide) {  // the A/B of the split finalize (session 19): the fused narrow kernel, the one before
       ops::cuda::detail::HcSplit spf = sp;

@@ -184,6 +184,13 @@ __device__ void hc_post_comb(const HcNormParams& p, const HcConsts<false, N>& k,
     if (lane + 32 * i < nn) comb[lane + 32 * i] = c[i];
 }
 
+// Where a deferred hc_pre parks raw mix m of a token (HcNormParams::defer_comb): the post mixes [n, 2n) in its post
+// row, the comb mixes [2n, (2+n)n) in its comb row; nullptr for the pre mixes.
+__device__ __forceinline__ float* raw_mix_slot(int m, int n, float* post, float* comb) {
+  if (m >= n && m < 2 * n) return post + (m - n);
+  return m >= 2 * n && m < (2 + n) * n ? comb + (m - 2 * n) : nullptr;
+}
+
 // One warp: from the token's summed mixes, pre (into smem), then post and comb (hc_post_comb), or with
 // p.defer_comb the raw post / comb mixes stored into post / comb for hc_comb_kernel. kHead: pre only.
 template <bool kHead, int N>
@@ -208,11 +215,8 @@ __device__ void hc_coefficients(const HcNormParams& p, const HcConsts<kHead, N>&
       return;
     }
 #pragma unroll
-    for (int i = 0; i < D::kMixSlots; ++i) {
-      const int m = lane + 32 * i;
-      if (m >= n && m < 2 * n) post[m - n] = mu[i];
-      else if (m >= 2 * n && m < mixes) comb[m - 2 * n] = mu[i];
-    }
+    for (int i = 0; i < D::kMixSlots; ++i)
+      if (float* slot = raw_mix_slot(lane + 32 * i, n, post, comb)) *slot = mu[i];
   }
 }
 
@@ -429,8 +433,8 @@ __global__ void __launch_bounds__(kThreads) hc_comb_kernel(HcNormParams p, int64
   float mu[D::kMixSlots];
 #pragma unroll
   for (int i = 0; i < D::kMixSlots; ++i) {
-    const int m = lane + 32 * i;
-    mu[i] = m >= n && m < 2 * n ? pt[m - n] : m >= 2 * n && m < (2 + n) * n ? ct[m - 2 * n] : 0.0f;
+    const float* slot = raw_mix_slot(lane + 32 * i, n, pt, ct);
+    mu[i] = slot ? *slot : 0.0f;
   }
   __syncwarp();
   hc_post_comb<N>(p, consts, mu, pt, ct);
