@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/pdl.h"
 #include "moe_routing.h"
 #include "ops/dummy_fill/dummy_fill_cuda.h"
 #include "ops/gemm/gemm_cuda.h"
@@ -232,9 +233,9 @@ double copy_ceiling() {
 }
 
 // The fast path kernel by kernel (MoePath::Fast as moe_cuda runs it up to kMoeGroupedMinT tokens, each launch timed
-// alone on one stream): the permutation, the gather of x to bf16, the gate/up + SwiGLU and down kernels, the shared
-// expert (FP8: through gemm_cuda as moe_shared_cuda runs it, then on each gemm_cuda precision), the gate/up and down
-// kernels with the shared expert's grid rows (moe_fast_shared.h; the routed rows' bits checked equal, the shared
+// alone on one stream): the permutation, x to bf16 (alone and in the permutation's launch), the gate/up + SwiGLU and
+// down kernels, the shared expert (FP8: through gemm_cuda as moe_shared_cuda runs it, then on each gemm_cuda
+// precision), the gate/up and down kernels with the shared expert's grid rows (moe_fast_shared.h; the routed rows' bits checked equal, the shared
 // output against moe_shared_cuda's), the combine; then moe_cuda itself without and with the shared expert (fused up to
 // kMoeSharedFusedMaxT tokens, on the side stream above). GB/s = the kernel's weight bytes (touched experts, FP4 + E8M0)
 // / time; "% copy" against the measured device-to-device copy.
@@ -276,7 +277,7 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       q.active = blob(size_t(E + 1) * 4, 2, 1);
       q.perm = blob(size_t(n) * 4, 2, 1);
       q.pos = blob(size_t(n) * 4, 2, 1);
-      q.xb = blob(size_t((n + T) * D) * 2, 2, 1);  // + the shared expert's T rows (moe_fast_shared.h)
+      q.xb = blob(size_t(T * D) * 2, 2, 1);  // x's token rows in bf16
       q.hb = blob(size_t((n + T) * I) * 2, 2, 1);
       q.yp = blob(size_t(n * D) * 4, 2, 1);
     }
@@ -296,17 +297,22 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double t_prep = median_us(prep);
     for (int si = 0; si < g_sets; ++si) prep(si);
     const bool direct = n <= oc::kMoeDirectMaxN;
-    // with the shared expert's T rows of x when it is fused (moe_shared_fused, as moe_cuda runs it; with_shared forces
-    // them)
     const bool fused = oc::moe_shared_fused(oc::MoePath::Fast, oc::MoeExpertKernels::kFast, T, sets[0].ex, sets[0].sh);
-    auto gather = [&](int i, bool with_shared = false) {
+    // x's T token rows to bf16 (the gate/up kernel's B operand, the shared expert's too): their own launch, or the
+    // permutation's spare blocks (MoePlan::x_bf16_in_prep, one launch only)
+    auto x_rows = [&](int i) {
       Bufs& q = b[size_t(i)];
-      oc::detail::launch_moe_gather_shared(q.x.as<const float>(), q.perm.as<const int32_t>(),
-                                           q.offsets.as<const int32_t>() + E, n, fused || with_shared ? T : 0, D,
-                                           q.xb.as<uint16_t>(), nullptr);
+      oc::detail::launch_moe_x_bf16({.x = q.x.as<const float>(), .T = T, .K = D, .xb = q.xb.as<uint16_t>()}, nullptr);
     };
-    const double t_gather = median_us([&](int i) { gather(i); });
-    for (int si = 0; si < g_sets; ++si) gather(si, true);
+    auto prep_x = [&](int i) {
+      Bufs& q = b[size_t(i)];
+      oc::detail::launch_moe_prep(q.idx.as<const int32_t>(), n, k, E, q.offsets.as<int32_t>(), q.perm.as<int32_t>(),
+                                  q.pos.as<int32_t>(), q.active.as<int32_t>(), nullptr,
+                                  {.x = q.x.as<const float>(), .T = T, .K = D, .xb = q.xb.as<uint16_t>()});
+    };
+    const double t_x_rows = median_us(x_rows);
+    const double t_prep_x = one ? median_us(prep_x) : 0.0;
+    for (int si = 0; si < g_sets; ++si) x_rows(si);
     const int64_t max_active = std::min<int64_t>(E, n);
     // with_shared: the shared expert's grid rows in front (moe_fast_shared.h), its output in q.shy
     const oc::MoeFastVariant v_new = oc::MoeFastVariant::kWordDecode, v_old = oc::MoeFastVariant::kSession18;
@@ -366,7 +372,6 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       for (int vi = 0; vi < 2; ++vi) {
         check(cudaMemset(q.hb.data(), 0xFF, size_t(n * I) * 2), "clear h");
         check(cudaMemset(q.yp.data(), 0xFF, size_t(n * D) * 4), "clear yp");
-        gather(0);
         gate_up(0, direct, false, vi ? v_new : v_old);
         down(0, false, vi ? v_new : v_old);
         check(cudaDeviceSynchronize(), "variants");
@@ -388,7 +393,6 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
         check(cudaMemcpy(h.data(), blob_.data(), bytes, cudaMemcpyDeviceToHost), "fetch");
         return h;
       };
-      gather(0, true);
       gate_up(0, direct, false);
       down(0, false);
       check(cudaDeviceSynchronize(), "routed only");
@@ -440,13 +444,29 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     };
     const double t_comb = median_us(combine);
     // The fused route forced at any T (moe_cuda's launches with the shared expert inside the decode kernels)
-    const double t_fused = median_us([&](int i) {
-      prep(i);
-      if (!direct) gather(i, true);
+    // The fused route's chain (moe_cuda's launches with the shared expert inside the decode kernels, forced at any
+    // T), x's bf16 rows in the permutation's launch (as moe_cuda: MoePlan::x_bf16_in_prep) or in their own, with
+    // programmatic dependent launch (cuda/pdl.h) on or off: t_chain[in_prep][pdl], alternated in one run.
+    auto chain = [&](int i, bool in_prep) {
+      if (in_prep && one && !direct) {
+        prep_x(i);
+      } else {
+        prep(i);
+        if (!direct) x_rows(i);
+      }
       gate_up(i, direct, true);
       down(i, true);
       combine(i);
-    });
+    };
+    double t_chain[2][2];
+    const bool pdl_was = dsinfer::cuda::pdl_enabled();
+    for (int pdl = 0; pdl < 2; ++pdl)
+      for (int in_prep = 0; in_prep < 2; ++in_prep) {
+        dsinfer::cuda::pdl_set_enabled(pdl == 1);
+        t_chain[in_prep][pdl] = median_us([&](int i) { chain(i, in_prep == 1); });
+      }
+    dsinfer::cuda::pdl_set_enabled(pdl_was);
+    const double t_fused = t_chain[1][pdl_was ? 1 : 0];
     double t_full[2];
     for (int with_shared = 0; with_shared < 2; ++with_shared)
       t_full[with_shared] = median_us([&](int i) {
@@ -477,9 +497,9 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const double ex = double(distinct.size()), gu_b = ex * 2.0 * proj_bytes, dn_b = ex * proj_bytes;
     auto bw = [&](double bytes, double us) { return bytes / (us * 1e-6); };
     auto pct = [&](double bytes, double us) { return 100.0 * bw(bytes, us) / ceiling; };
-    std::printf("T %4lld: %3zu experts, %s; prep %.1f | gather %.1f | gate/up %.1f (%.0f GB/s %.0f%%)", (long long)T,
-                distinct.size(), one ? "prep 1 launch" : "count+scatter", t_prep, direct ? 0.0 : t_gather, t_gu,
-                bw(gu_b, t_gu) / 1e9, pct(gu_b, t_gu));
+    std::printf("T %4lld: %3zu experts, %s; prep %.1f | x rows %.1f | prep with x rows %.1f | gate/up %.1f (%.0f GB/s "
+                "%.0f%%)", (long long)T, distinct.size(), one ? "prep 1 launch" : "count+scatter", t_prep, t_x_rows,
+                t_prep_x, t_gu, bw(gu_b, t_gu) / 1e9, pct(gu_b, t_gu));
     if (direct) std::printf(" direct-x %.1f (%.0f%%)", t_gu_direct, pct(gu_b, t_gu_direct));
     std::printf(" | down %.1f (%.0f GB/s %.0f%%)\n", t_dn, bw(dn_b, t_dn) / 1e9, pct(dn_b, t_dn));
     std::printf("        variants (alternated, %d rows in the largest expert): gate/up session-18 %.1f (%.0f%%) vs word decode "
@@ -504,6 +524,8 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                 "(%.0f%%); the shared expert through gemm_cuda on the side stream %.1f us (%.0f%%)\n",
                 t_full[1], pct(all_b, t_full[1]), fused ? "fused" : "side stream", t_fused, pct(all_b, t_fused), t_side,
                 pct(all_b, t_side));
+    std::printf("        fused chain, x rows in their own launch / in the permutation's (PDL off): %.1f / %.1f us; PDL on: "
+                "%.1f / %.1f us\n", t_chain[0][0], t_chain[1][0], t_chain[0][1], t_chain[1][1]);
   }
   cudaEventDestroy(side_fork);
   cudaEventDestroy(side_join);

@@ -1,8 +1,9 @@
 // GPU checks of the fast MoE path's launch variants (ops/moe/moe_cuda.cpp), which must not change any bit:
-// * the gate/up kernel reading fp32 x itself (T*topk <= kMoeDirectMaxN = 16) vs the gathered bf16 rows (above), the one-launch
-//   permutation (T*topk <= kMoePrepMaxN) vs count + scatter (above): a token's output is bitwise the same at
-//   T = 2, 120 and 400 (routed experts only; the shared expert's GEMM path depends on T by design);
-// * a misaligned x pointer (gather fallback) gives the aligned run's bits;
+// * the gate/up kernel reading fp32 x itself (T*topk <= kMoeDirectMaxN = 16) vs the bf16 x rows (above), the one-launch
+//   permutation writing those rows (T*topk <= kMoePrepMaxN) vs count + scatter and their own launch (above): a
+//   token's output is bitwise the same at T = 2, 120 and 400 (routed experts only; the shared expert's GEMM path
+//   depends on T by design);
+// * a misaligned x pointer (bf16 rows fallback) gives the aligned run's bits;
 // * the shared expert under CUDA graph capture, inside the decode kernels (the smallest fused T) and on the
 //   workspace's side stream (T = 300): the replay equals the eager run bitwise and both are close to the in-line
 //   (Exact path) result;
@@ -105,12 +106,13 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
   const std::vector<float> x = random_floats(size_t(Tmax * D), 13);
   auto di = to_device(idx);
   auto dw = to_device(wt);
-  // x at a 4-byte offset: not 16-byte aligned, so the gate/up kernel gets the gathered rows even for small T
+  // x at a 4-byte offset: not 16-byte aligned, so the gate/up kernel gets the bf16 rows even for small T
   std::vector<float> x_off(x.size() + 1, 0.0f);
   std::memcpy(x_off.data() + 1, x.data(), x.size() * 4);
   auto dx = to_device(x);
   auto dx_off = to_device(x_off);
-  // T = 2 (n = 12: direct x, one-launch permutation), 120 (n = 720: gather), 400 (n = 2400: count + scatter, gather)
+  // T = 2 (n = 12: direct x, one-launch permutation), 120 (n = 720: bf16 rows in the permutation's launch), 400
+  // (n = 2400: count + scatter, the bf16 rows' own launch)
   const std::vector<float> small = run_fast(s, dx.data(), Tsmall, di.data(), dw.data(), k, nullptr);
   const std::vector<float> small_off = run_fast(s, dx_off.data() + 1, Tsmall, di.data(), dw.data(), k, nullptr);
   const std::vector<float> mid = run_fast(s, dx.data(), 120, di.data(), dw.data(), k, nullptr);
@@ -118,7 +120,7 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const size_t cmp = size_t(Tsmall * D) * 4;
   for (float v : small) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_EQ(std::memcmp(small.data(), small_off.data(), cmp), 0) << "misaligned x (gather) vs direct x";
+  EXPECT_EQ(std::memcmp(small.data(), small_off.data(), cmp), 0) << "misaligned x (bf16 rows) vs direct x";
   EXPECT_EQ(std::memcmp(small.data(), mid.data(), cmp), 0) << "T = 2 vs T = 120";
   EXPECT_EQ(std::memcmp(mid.data(), big.data(), size_t(120 * D) * 4), 0) << "T = 120 vs T = 400";
 }
@@ -253,7 +255,7 @@ void rank_view(const Experts& g, const std::vector<int32_t>& slots, RankExperts&
 // (other ranks' experts -1); EPLB rank 0 with a replica of expert 1 taking odd tokens' rows (5 slots); EPLB rank 0
 // holding experts in another slot order with one moved in; a rank that no token routes to. One workspace reserved
 // for the largest T serves every call in turn, as the runner's does. For T across the fused window's edges (1 and
-// 161: side stream; 2, 3, 8 direct fp32 x; 9, 17, 160 gathered rows):
+// 161: side stream; 2, 3, 8 direct fp32 x; 9, 17, 160 bf16 rows):
 //  * the output is the routed-only output plus the shared expert alone (the same call with every row -1), bit for
 //    bit (combine_kernel adds the shared row last): the shared part ignores the routed rows and vice versa;
 //  * plain EP rank 0 and EPLB rank 0 (the same assignments, expert 1's through either slot) give the same bits.
@@ -334,7 +336,7 @@ TEST(MoeFastGpu, SharedExpertIgnoresTheRanksExpertLayout) {
 
 // The decode kernels' variants (moe_fast_shared.h MoeFastVariant) give the same bits: kWordDecode decodes each FP4 word's
 // four bf16 pairs at once (and, in the down kernel, the scale factors by fp4_scale_bf16x2), kSession18 pair by pair.
-// The gate/up kernel's h (from the gathered bf16 rows, and at T = 2 from fp32 x directly) and the down kernel's yp are
+// The gate/up kernel's h (from the bf16 x rows, and at T = 2 from fp32 x directly) and the down kernel's yp are
 // compared bit for bit over uniform routing (1 .. 128 rows per expert on average, one pass of 8 tokens or several)
 // and a skewed one (4 hot experts take most rows).
 TEST(MoeFastGpu, WordDecodeKeepsTheBits) {
@@ -369,9 +371,9 @@ TEST(MoeFastGpu, WordDecodeKeepsTheBits) {
     ASSERT_TRUE(hb.alloc(size_t(n * I)).is_ok());
     ASSERT_TRUE(yp.alloc(size_t(n * D)).is_ok());
     ASSERT_LE(n, int64_t(oc::kMoePrepMaxN));
-    oc::detail::launch_moe_prep(di.data(), n, k, E, offsets.data(), perm.data(), pos.data(), active.data(), nullptr);
-    oc::detail::launch_moe_gather(dx.data(), perm.data(), offsets.data() + E, n, D, xb.data(), nullptr);
-    // runs 0 / 1: session 18 / word decode from the gathered rows; 2 / 3: the same from fp32 x (T = 2 only)
+    oc::detail::launch_moe_prep(di.data(), n, k, E, offsets.data(), perm.data(), pos.data(), active.data(), nullptr,
+                                {.x = dx.data(), .T = T, .K = D, .xb = xb.data()});
+    // runs 0 / 1: session 18 / word decode from the bf16 x rows; 2 / 3: the same from fp32 x (T = 2 only)
     const int runs = T == 2 ? 4 : 2;
     std::vector<uint16_t> h[4];
     std::vector<float> y[4];

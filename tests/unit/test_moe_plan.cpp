@@ -73,7 +73,8 @@ TEST(MoePlan, SharedExpertInsideTheDecodeKernels) {
 }
 
 // Flash fast path: decode kernels up to kMoeGroupedMinT tokens, FP8 grouped prefill GEMMs beyond; the permutation in
-// one launch up to 341 tokens (2046 assignments), fp32 x read directly up to 2 tokens (12 assignments), aligned x only.
+// one launch up to 341 tokens (2046 assignments), fp32 x read directly up to 2 tokens (12 assignments), aligned x only;
+// between the two the bf16 x rows are written by the permutation's launch, above 341 by their own.
 TEST(MoePlan, FlashFastPathByTokens) {
   auto plan = [](int64_t T, bool aligned = true) {
     return plan_moe(MoePath::Fast, true, T, kFlashK, true, aligned);
@@ -87,6 +88,12 @@ TEST(MoePlan, FlashFastPathByTokens) {
   EXPECT_FALSE(plan(1, false).direct_x);
   EXPECT_TRUE(plan(341).prep_one_launch);
   EXPECT_FALSE(plan(342).prep_one_launch);
+  EXPECT_FALSE(plan(2).x_bf16_in_prep);
+  EXPECT_TRUE(plan(3).x_bf16_in_prep);
+  EXPECT_TRUE(plan(1, false).x_bf16_in_prep);  // misaligned x: no direct read
+  EXPECT_TRUE(plan(341).x_bf16_in_prep);
+  EXPECT_FALSE(plan(342).x_bf16_in_prep);
+  EXPECT_FALSE(plan(641).x_bf16_in_prep);
   EXPECT_TRUE(plan(1).side_stream);
   EXPECT_TRUE(plan(4096).side_stream);
   EXPECT_FALSE(plan_moe(MoePath::Fast, true, 1, kFlashK, false, true).side_stream);  // no shared expert

@@ -8,8 +8,10 @@
 #include <cstdint>
 
 #include "cuda/ops_device.cuh"
+#include "cuda/pdl.cuh"
 #include "ops/moe/moe_launch.h"
 #include "ops/moe/moe_plan.h"  // kMoePrepMaxN
+#include "ops/moe/moe_x_bf16.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -89,11 +91,18 @@ __global__ void __launch_bounds__(kCountThreads)
 // __match_any_sync groups a chunk's lanes by expert, a lane's row is its expert's running start plus its rank among
 // the lower lanes of its group (so rows stay in increasing assignment order, as moe_scatter_kernel), and the
 // group's lowest lane advances the start. Same offsets / perm_token / pos_of / active as count + scatter.
+// Blocks 1.. (MoeXBf16: x given) round x's token rows to the fast kernels' bf16 B operand meanwhile (moe_x_bf16.cuh),
+// so the decode step has no gather launch between the permutation and the gate/up kernel.
 __global__ void __launch_bounds__(kCountThreads)
     moe_prep_kernel(const int32_t* idx, int n, int topk, int E, int32_t* offsets, int32_t* perm_token,
-                    int32_t* pos_of, int32_t* active) {
+                    int32_t* pos_of, int32_t* active, MoeXBf16 xc) {
   extern __shared__ int cnt[];
   __shared__ int sidx[kMoePrepMaxN];
+  dsinfer::cuda::pdl_wait_then_release();
+  if (blockIdx.x > 0) {
+    moe_x_bf16_row(xc.x, int64_t(blockIdx.x) - 1, xc.K, xc.xb);
+    return;
+  }
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   for (int a = threadIdx.x; a < n; a += blockDim.x) sidx[a] = idx[a];
   __syncthreads();
@@ -190,6 +199,7 @@ __global__ void swiglu_kernel(float* h1, const float* h3, int64_t rows, const in
 
 __global__ void combine_kernel(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,
                                int64_t D, const float* shared, float* out) {
+  dsinfer::cuda::pdl_wait_then_release();
   const int64_t total = T * D;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / D, d = i - t * D;
@@ -207,6 +217,7 @@ __global__ void combine_kernel(const float* yp, const int32_t* pos_of, const flo
 // sums in the same order per element, so the same bits, with 16-byte loads and stores.
 __global__ void combine4_kernel(const float4* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,
                                 int64_t D4, const float4* shared, float4* out) {
+  dsinfer::cuda::pdl_wait_then_release();
   const int64_t total = T * D4;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / D4, d = i - t * D4;
@@ -292,9 +303,11 @@ void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* o
 }
 
 void launch_moe_prep(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, int32_t* offsets,
-                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream) {
-  moe_prep_kernel<<<1, kCountThreads, size_t(experts) * sizeof(int), static_cast<cudaStream_t>(stream)>>>(
-      idx, int(n), int(topk), int(experts), offsets, perm_token, pos_of, active);
+                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream, const MoeXBf16& xc) {
+  const unsigned blocks = 1u + (xc.x ? unsigned(xc.T) : 0u);
+  dsinfer::cuda::pdl_launch(moe_prep_kernel, dim3(blocks), dim3(kCountThreads), size_t(experts) * sizeof(int),
+                            static_cast<cudaStream_t>(stream), idx, int(n), int(topk), int(experts), offsets,
+                            perm_token, pos_of, active, xc);
 }
 
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,
@@ -312,14 +325,15 @@ void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows
 void launch_combine(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk, int64_t dim,
                     const float* shared, float* out, void* stream) {
   const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (dim % 4 == 0 && a16(yp) && a16(shared) && a16(out)) {
-    combine4_kernel<<<elementwise_blocks(T * dim / 4), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-        reinterpret_cast<const float4*>(yp), pos_of, weight, T, topk, dim / 4, reinterpret_cast<const float4*>(shared),
-        reinterpret_cast<float4*>(out));
+    dsinfer::cuda::pdl_launch(combine4_kernel, dim3(unsigned(elementwise_blocks(T * dim / 4))), dim3(256), 0, st,
+                              reinterpret_cast<const float4*>(yp), pos_of, weight, T, topk, dim / 4,
+                              reinterpret_cast<const float4*>(shared), reinterpret_cast<float4*>(out));
     return;
   }
-  combine_kernel<<<elementwise_blocks(T * dim), 256, 0, static_cast<cudaStream_t>(stream)>>>(yp, pos_of, weight, T, topk,
-                                                                                             dim, shared, out);
+  dsinfer::cuda::pdl_launch(combine_kernel, dim3(unsigned(elementwise_blocks(T * dim))), dim3(256), 0, st, yp, pos_of,
+                            weight, T, topk, dim, shared, out);
 }
 
 void launch_official_swiglu(float* h1, const float* h3, const float* row_weight, int64_t rows,

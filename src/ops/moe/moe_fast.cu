@@ -4,7 +4,7 @@
 // Block: 8 warps split K in 128-k chunks (warp w takes chunks w, w+8, ...), each warp holds 4 m16 weight tiles
 // x 8 tokens of fp32 accumulators; the warps' partial sums are added in warp order in shared memory (deterministic,
 // no atomics). The gate/up kernel reads its B
-// operand from the gathered bf16 rows or (kXf32, small T) from fp32 x through perm_token, rounded the same way.
+// operand from x's bf16 token rows or (kXf32, small T) from fp32 x, through perm_token, rounded the same way.
 // Gate/up kernel: tiles W1 rows n0..n0+31 and W3 rows n0..n0+31, epilogue = clamped SwiGLU -> bf16 (pair layout,
 // the B operand of the down kernel). Down kernel: W2 rows n0..n0+63, epilogue = fp32 rows of yp.
 // The shared expert (moe_fast_shared.h) rides in the same launches: grid rows y < ceil(T / 8) stream its FP8 weights
@@ -17,9 +17,11 @@
 
 #include <cstdint>
 
+#include "cuda/pdl.cuh"
 #include "ops/moe/moe_fast_common.h"
 #include "ops/moe/moe_fast_shared.h"
 #include "ops/moe/moe_launch.h"
+#include "ops/moe/moe_x_bf16.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -72,7 +74,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // Activations of the lane: 32 k of the chunk. xf (fp32 x row): word c of c.x[i] holds the pair (element 8i + c,
 // element 8i + c + 4) of the lane's group = pair layout slots 8i + 2c, 8i + 2c + 1 (pair_src), so two float4 loads
-// per uint4 and the same rounding as moe_gather_kernel. xb: the gathered bf16 pair-layout row. Neither: zeros.
+// per uint4 and the same rounding as moe_x_bf16_row. xb: the bf16 pair-layout row. Neither: zeros.
 __device__ __forceinline__ void load_x(const uint16_t* xb, const float* xf, int ch, int t, Chunk& c) {
   if (xf) {
     const float4* p = reinterpret_cast<const float4*>(xf + ch * kFastChunk + t * 32);
@@ -227,7 +229,8 @@ __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFast
   const int64_t K = p.K, nch = K / kFastChunk;
   const int pass = int(blockIdx.y) * kFastTokens;
   const bool has_row = pass + g < sh.rows;
-  const uint16_t* xrow = !kXf32 && has_row ? p.xb + (sh.row0 + pass + g) * K : nullptr;
+  // gate/up: x's token rows; down: h's rows after the routed experts' (row0)
+  const uint16_t* xrow = !kXf32 && has_row ? p.xb + ((kGateUp ? 0 : sh.row0) + pass + g) * K : nullptr;
   const float* xfrow = kXf32 && has_row ? p.xf + int64_t(pass + g) * K : nullptr;
   const uint8_t* wd[2];
   const uint8_t* ws[2];
@@ -284,6 +287,7 @@ __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFast
 template <bool kGateUp, bool kXf32, int kVariant>
 __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p, MoeFastShared sh) {
   __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
+  dsinfer::cuda::pdl_wait_then_release();
   const int shared_slots = int((sh.rows + kFastTokens - 1) / kFastTokens);
   if (int(blockIdx.y) < shared_slots) {
     shared_block<kGateUp, kXf32>(p, sh, red);
@@ -310,8 +314,10 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
 
   for (int pass = 0; pass < cnt; pass += kFastTokens) {
     const bool has_row = pass + g < cnt;
-    const uint16_t* xrow = !kXf32 && has_row ? p.xb + (int64_t(rb) + pass + g) * K : nullptr;
-    const float* xfrow = kXf32 && has_row ? p.xf + int64_t(p.perm[rb + pass + g]) * K : nullptr;
+    // gate/up: x's token row of permuted row rb + pass + g; down: h's permuted row
+    const int64_t brow = !has_row ? 0 : kGateUp ? int64_t(p.perm[rb + pass + g]) : int64_t(rb) + pass + g;
+    const uint16_t* xrow = !kXf32 && has_row ? p.xb + brow * K : nullptr;
+    const float* xfrow = kXf32 && has_row ? p.xf + brow * K : nullptr;
     float acc[kFastTiles][4] = {};
     // One chunk loaded per warp at a time (4 KB); 3 blocks = 24 warps per SM. Measured on the H200 (2026-11-30):
     // 3 blocks/SM at 80 registers beat 2 blocks/SM by 10-25 %, and a 2-stage cp.async ring per warp (2 blocks/SM
@@ -338,37 +344,23 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
   }
 }
 
-// Gather of the permuted x rows to bf16 in pair layout: block = one permuted row.
-// Rows max_rows.. (the shared expert's, moe_fast_shared.h) are x's rows in token order.
-__global__ void moe_gather_kernel(const float* x, const int32_t* perm_token, const int32_t* rows_dev,
-                                  int64_t max_rows, int64_t K, uint16_t* xb) {
-  const int64_t row = blockIdx.x;
-  if (row < max_rows && row >= *rows_dev) return;
-  const float* src = x + (row < max_rows ? int64_t(perm_token[row]) : row - max_rows) * K;
-  uint16_t* dst = xb + row * K;
-  for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
-    dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[(i & ~int64_t(31)) + md::pair_src(int(i & 31))]));
-}
+// x's token rows to the gate/up kernel's bf16 B operand (moe_x_bf16.cuh): block = one row.
+__global__ void moe_x_bf16_kernel(MoeXBf16 xc) { moe_x_bf16_row(xc.x, blockIdx.x, xc.K, xc.xb); }
 
 }  // namespace
 
-void launch_moe_gather_shared(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
-                              int64_t shared_rows, int64_t K, uint16_t* xb, void* stream) {
-  moe_gather_kernel<<<unsigned(max_rows + shared_rows), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, perm_token, rows_dev, max_rows, K, xb);
-}
-
-void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
-                       int64_t K, uint16_t* xb, void* stream) {
-  launch_moe_gather_shared(x, perm_token, rows_dev, max_rows, 0, K, xb, stream);
+void launch_moe_x_bf16(const MoeXBf16& xc, void* stream) {
+  moe_x_bf16_kernel<<<unsigned(xc.T), 256, 0, static_cast<cudaStream_t>(stream)>>>(xc);
 }
 
 namespace {
 template <int kVariant>
 void launch_variant(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, dim3 grid, cudaStream_t st) {
-  if (gate_up && a.xf) moe_fast_kernel<true, true, kVariant><<<grid, kFastThreads, 0, st>>>(a, s);
-  else if (gate_up) moe_fast_kernel<true, false, kVariant><<<grid, kFastThreads, 0, st>>>(a, s);
-  else moe_fast_kernel<false, false, kVariant><<<grid, kFastThreads, 0, st>>>(a, s);
+  using dsinfer::cuda::pdl_launch;
+  const dim3 block(kFastThreads);
+  if (gate_up && a.xf) pdl_launch(moe_fast_kernel<true, true, kVariant>, grid, block, 0, st, a, s);
+  else if (gate_up) pdl_launch(moe_fast_kernel<true, false, kVariant>, grid, block, 0, st, a, s);
+  else pdl_launch(moe_fast_kernel<false, false, kVariant>, grid, block, 0, st, a, s);
 }
 }  // namespace
 

@@ -11,7 +11,7 @@ namespace dsinfer::ops::cuda {
 
 // The shared expert's part of one fast kernel launch: grid rows [0, ceil(rows / 8)) take its tokens 8 at a time, the
 // routed experts follow. Gate/up: w1 / s1 = W1, w3 / s3 = W3 ([N, K] e4m3, [N / 128, K / 128] E8M0); B rows of token t
-// at xb row row0 + t (or fp32 x row t with MoeFastArgs::xf); SwiGLU (clamp `limit`) to hout row row0 + t. Down: w1 /
+// at xb row t (or fp32 x row t with MoeFastArgs::xf); SwiGLU (clamp `limit`) to hout row row0 + t. Down: w1 /
 // s1 = W2; B rows at xb (= the gate/up kernel's hout) row row0 + t; fp32 output `out` [rows, N]. rows = 0: none.
 struct MoeFastShared {
   const void* w1 = nullptr;
@@ -29,13 +29,9 @@ struct MoeFastShared {
 enum class MoeFastVariant { kSession18 = 0, kWordDecode = 1 };
 
 namespace detail {
-// moe_fast.cu: launch_moe_fast with the shared expert's grid rows in front ("moe_fast_kernel"); the gather of the
-// permuted x rows (rows < *rows_dev of max_rows) followed by `shared_rows` rows of x in token order at rows max_rows..
-// ("moe_gather_kernel", max_rows + shared_rows blocks).
+// moe_fast.cu: launch_moe_fast with the shared expert's grid rows in front ("moe_fast_kernel").
 void launch_moe_fast_shared(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, int64_t max_active,
                             void* stream, MoeFastVariant variant);
-void launch_moe_gather_shared(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
-                              int64_t shared_rows, int64_t K, uint16_t* xb, void* stream);
 }  // namespace detail
 
 }  // namespace dsinfer::ops::cuda

@@ -41,11 +41,19 @@ struct MoeSharedDevice {
   DeviceWeight w2;      // [dim, I_s]
 };
 
+// x [T, K] rounded to the fast kernels' gate/up B operand: xb [T, K] bf16 in pair layout (moe_x_bf16.cuh).
+struct MoeXBf16 {
+  const float* x = nullptr;
+  int64_t T = 0, K = 0;
+  uint16_t* xb = nullptr;
+};
+
 // Fast (decode) path of the routed experts (moe_fast.cu): FP4_G32 weights with E8M0 scales, bf16 activations.
 struct MoeFastArgs {
   const int32_t* active = nullptr;   // [1 + experts]: number of touched experts, then their ids (increasing)
   const int32_t* offsets = nullptr;  // [experts + 1] (the permutation)
-  const uint16_t* xb = nullptr;      // B operand rows, bf16 in pair layout (moe_fast_common.h) [rows, K]
+  const uint16_t* xb = nullptr;      // B operand rows, bf16 in pair layout (moe_fast_common.h): gate kernel x [T, K]
+                                     //   (row perm[p] for permuted row p), down kernel h [rows, K] (row p)
   const float* xf = nullptr;         // gate kernel, instead of xb: fp32 x [T, K], row perm[p] for permuted row p,
   const int32_t* perm = nullptr;     //   rounded to bf16 in registers (bitwise the same B operand as xb)
   const void* const* w1 = nullptr;   // gate kernel: W1 [N, K]; down kernel: W2 [N, K] (per-expert pointers)
@@ -72,9 +80,9 @@ void launch_route(const float* logits, int64_t T, const float* bias, const int32
 void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of,
                       int32_t* active, void* stream);
 // The same permutation (and active list, when not null) in one single-block launch, for n <= kMoePrepMaxN
-// ("moe_prep_kernel").
+// ("moe_prep_kernel"); with xc.x set, T more blocks write the fast kernels' bf16 x rows (as launch_moe_x_bf16).
 void launch_moe_prep(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, int32_t* offsets,
-                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream);
+                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream, const MoeXBf16& xc = {});
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,
                         int32_t* perm_token, int32_t* pos_of, void* stream);
 void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows_dev, int64_t inter, float limit,
@@ -89,11 +97,10 @@ void launch_official_swiglu(float* h1, const float* h3, const float* row_weight,
 void launch_row_weight(const int32_t* pos_of, const float* weight, int64_t n, float* wrow, void* stream);
 void launch_official_combine(const float* yp, const int32_t* pos_of, const int32_t* idx, int64_t T, int64_t topk,
                              int64_t dim, const float* shared, float* out, void* stream);
-// moe_fast.cu: x rows gathered through perm_token into bf16 pair layout, rows < *rows_dev ("moe_gather_kernel",
-// max_rows blocks); the gate/up + SwiGLU kernel (gate_up; reads a.xf through a.perm when a.xf is set, else a.xb)
-// or the down kernel ("moe_fast_kernel"), grid (N / rows per block, max_active).
-void launch_moe_gather(const float* x, const int32_t* perm_token, const int32_t* rows_dev, int64_t max_rows,
-                       int64_t K, uint16_t* xb, void* stream);
+// moe_fast.cu: x's T token rows to the fast kernels' bf16 B operand in pair layout ("moe_x_bf16_kernel", T blocks);
+// the gate/up + SwiGLU kernel (gate_up; reads a.xf or a.xb through a.perm) or the down kernel ("moe_fast_kernel"),
+// grid (N / rows per block, max_active).
+void launch_moe_x_bf16(const MoeXBf16& xc, void* stream);
 void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream);
 }  // namespace detail
 

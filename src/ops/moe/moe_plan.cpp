@@ -94,6 +94,7 @@ MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, boo
   p.gemm_skinny_ok = path != MoePath::Invariant;
   p.prep_one_launch = any_fast && n <= kMoePrepMaxN;
   p.direct_x = p.experts == MoeExpertKernels::kFast && n <= kMoeDirectMaxN && x_aligned16;
+  p.x_bf16_in_prep = p.experts == MoeExpertKernels::kFast && !p.direct_x && p.prep_one_launch;
   p.shared_projection = has_shared && shared_gemm && prefill;
   p.side_stream = has_shared && any_fast && !p.shared_projection;
   return p;

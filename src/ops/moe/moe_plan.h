@@ -110,6 +110,7 @@ struct MoePlan {
   bool gemm_skinny_ok = true;   // kGemm: the skinny kernel may run (plan_moe_expert_gemm); false for Invariant
   bool prep_one_launch = false;  // the permutation in one launch (moe_prep_kernel), else count + scatter
   bool direct_x = false;         // kFast: the gate/up kernel reads fp32 x (needs 16-byte aligned x)
+  bool x_bf16_in_prep = false;   // kFast, not direct_x, prep_one_launch: moe_prep_kernel also writes the bf16 x rows
   bool side_stream = false;      // the shared expert on the side stream (usable, and not moe_shared_fused)
   bool shared_projection = false;  // the shared expert's GEMMs through the caller's projection (MoeSharedGemm)
 };
