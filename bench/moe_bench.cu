@@ -235,10 +235,11 @@ double copy_ceiling() {
 // The fast path kernel by kernel (MoePath::Fast as moe_cuda runs it up to kMoeGroupedMinT tokens, each launch timed
 // alone on one stream): the permutation, x to bf16 (alone and in the permutation's launch), the gate/up + SwiGLU and
 // down kernels, the shared expert (FP8: through gemm_cuda as moe_shared_cuda runs it, then on each gemm_cuda
-// precision), the gate/up and down kernels with the shared expert's grid rows (moe_fast_shared.h; the routed rows' bits checked equal, the shared
-// output against moe_shared_cuda's), the combine; then moe_cuda itself without and with the shared expert (fused up to
-// kMoeSharedFusedMaxT tokens, on the side stream above). GB/s = the kernel's weight bytes (touched experts, FP4 + E8M0)
-// / time; "% copy" against the measured device-to-device copy.
+// precision), the gate/up and down kernels with the shared expert's grid rows (moe_fast_shared.h; the routed rows'
+// bits checked equal, the shared output against moe_shared_cuda's), the combine, the fused route's whole chain; then
+// moe_cuda itself without and with the shared expert (fused up to kMoeSharedFusedMaxT tokens, on the side stream
+// above). GB/s = the kernel's weight bytes (touched experts, FP4 + E8M0) / time; "% copy" against the measured
+// device-to-device copy.
 void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   const double ceiling = copy_ceiling();
   const size_t w_bytes = oc::weight_data_bytes(oc::WeightFormat::FP4_G32, I, D);
@@ -524,8 +525,8 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                 "(%.0f%%); the shared expert through gemm_cuda on the side stream %.1f us (%.0f%%)\n",
                 t_full[1], pct(all_b, t_full[1]), fused ? "fused" : "side stream", t_fused, pct(all_b, t_fused), t_side,
                 pct(all_b, t_side));
-    std::printf("        fused chain, x rows in their own launch / in the permutation's (PDL off): %.1f / %.1f us; PDL on: "
-                "%.1f / %.1f us\n", t_chain[0][0], t_chain[1][0], t_chain[0][1], t_chain[1][1]);
+    std::printf("        fused chain, x rows in their own launch / in the permutation's (PDL off): %.1f / %.1f us; "
+                "PDL on: %.1f / %.1f us\n", t_chain[0][0], t_chain[1][0], t_chain[0][1], t_chain[1][1]);
   }
   cudaEventDestroy(side_fork);
   cudaEventDestroy(side_join);
