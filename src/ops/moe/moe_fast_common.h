@@ -93,9 +93,9 @@ DSI_HD void fp4_half_pairs(uint32_t w, int h, uint32_t (&out)[2]) {
 // (scales over 2^65, not produced by real checkpoints) saturate to inf.
 DSI_HD uint32_t fp4_scale_bf16(uint32_t s) {
   s &= 0xFFu;
-  if (s == 0xFFu) return 0x7FC0u;
-  const uint32_t e = s + 126u - uint32_t(kFastScaleShift);  // biased bf16 exponent of 2^(s - 1 - shift)
-  return e >= 255u ? 0x7F80u : (e << 7);
+  const uint32_t m = s < 193u ? s : 193u;  // biased bf16 exponent of 2^(s - 1 - shift): m + 62, 255 (inf) from 193 on
+  const uint32_t f = (m + uint32_t(126 - kFastScaleShift)) << 7;
+  return s == 0xFFu ? 0x7FC0u : f;
 }
 
 // fp4_scale_bf16(s) in both halves (the bf16x2 factor of the kernels) for a scale byte s <= 255: the range checks as
