@@ -20,7 +20,7 @@ double bf16_value(uint32_t bits16) { return double(sf::from_bits((bits16 & 0xFFF
 
 // The gate/up kernel's direct read of fp32 x (moe_fast.cu load_x): word c of uint4 i of a lane's 32-element group
 // packs (element 8i + c, element 8i + c + 4), i.e. components c of the float4s at elements 8i and 8i + 4; that must be
-// pair-layout slots 8i + 2c (low half) and 8i + 2c + 1 (high half), as moe_gather_kernel writes them.
+// pair-layout slots 8i + 2c (low half) and 8i + 2c + 1 (high half), as moe_x_bf16_row writes them.
 TEST(MoeFast, DirectFp32ReadMatchesPairLayout) {
   for (int i = 0; i < 4; ++i)
     for (int c = 0; c < 4; ++c)

@@ -1,5 +1,5 @@
 // Row packing of the expert dispatch (see moe_exchange_cuda.h): grid-stride elementwise kernels, bf16 rounded to
-// nearest even (__float2bfloat16_rn, as moe_gather_kernel).
+// nearest even (__float2bfloat16_rn, as moe_x_bf16_row).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
