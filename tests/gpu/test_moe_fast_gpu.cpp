@@ -338,69 +338,75 @@ TEST(MoeFastGpu, SharedExpertIgnoresTheRanksExpertLayout) {
 // four bf16 pairs at once (and, in the down kernel, the scale factors by fp4_scale_bf16x2), kSession18 pair by pair.
 // The gate/up kernel's h (from the bf16 x rows, and at T = 2 from fp32 x directly) and the down kernel's yp are
 // compared bit for bit over uniform routing (1 .. 128 rows per expert on average, one pass of 8 tokens or several)
-// and a skewed one (4 hot experts take most rows).
+// and a skewed one (4 hot experts take most rows). I = 2,048 also runs the word decode's down kernel compiled for
+// that K (moe_fast.cu launch_variant) against session 18's, which takes any K.
 TEST(MoeFastGpu, WordDecodeKeepsTheBits) {
   DSI_SKIP_WITHOUT_GPU();
-  const int64_t E = 16, k = 6, D = 256, I = 384;
-  Experts s;
-  build_experts(s, E, D, I, 51);
-  for (int64_t T : {int64_t(2), int64_t(9), int64_t(24), int64_t(60), int64_t(200), int64_t(340), int64_t(-40)}) {
-    const bool skewed = T < 0;
-    T = skewed ? -T : T;
-    SCOPED_TRACE(testing::Message() << "T=" << T << (skewed ? " skewed" : ""));
-    const int64_t n = T * k;
-    std::vector<int32_t> idx;
-    std::vector<float> wt;
-    routing(T, E, k, 53 + uint64_t(T), idx, wt);
-    if (skewed)  // the first choice of every token among experts 0..3 (rows stay distinct per token: the others are >= 4)
-      for (int64_t t = 0; t < T; ++t) {
-        int32_t* row = idx.data() + t * k;
-        for (int64_t j = 1; j < k; ++j) row[j] = int32_t(4 + (t + j) % (E - 4));
-        row[0] = int32_t(t % 4);
+  const int64_t E = 16, k = 6, D = 256;
+  for (const int64_t I : {int64_t(384), int64_t(2048)}) {
+    Experts s;
+    build_experts(s, E, D, I, 51);
+    for (int64_t T : {int64_t(2), int64_t(9), int64_t(24), int64_t(60), int64_t(200), int64_t(340), int64_t(-40)}) {
+      if (I == 2048 && (T == 24 || T == 200)) continue;  // the other sizes cover one / several passes there
+      const bool skewed = T < 0;
+      T = skewed ? -T : T;
+      SCOPED_TRACE(testing::Message() << "I=" << I << " T=" << T << (skewed ? " skewed" : ""));
+      const int64_t n = T * k;
+      std::vector<int32_t> idx;
+      std::vector<float> wt;
+      routing(T, E, k, 53 + uint64_t(T), idx, wt);
+      // skewed: the first choice of every token among experts 0..3 (rows stay distinct per token: the others are >= 4)
+      if (skewed)
+        for (int64_t t = 0; t < T; ++t) {
+          int32_t* row = idx.data() + t * k;
+          for (int64_t j = 1; j < k; ++j) row[j] = int32_t(4 + (t + j) % (E - 4));
+          row[0] = int32_t(t % 4);
+        }
+      auto di = to_device(idx);
+      auto dx = to_device(random_floats(size_t(T * D), 55 + uint64_t(T)));
+      DeviceBuffer<int32_t> offsets, perm, pos, active;
+      DeviceBuffer<uint16_t> xb, hb;
+      DeviceBuffer<float> yp;
+      ASSERT_TRUE(offsets.alloc(size_t(E + 1)).is_ok());
+      ASSERT_TRUE(active.alloc(size_t(E + 1)).is_ok());
+      ASSERT_TRUE(perm.alloc(size_t(n)).is_ok());
+      ASSERT_TRUE(pos.alloc(size_t(n)).is_ok());
+      ASSERT_TRUE(xb.alloc(size_t(n * D)).is_ok());
+      ASSERT_TRUE(hb.alloc(size_t(n * I)).is_ok());
+      ASSERT_TRUE(yp.alloc(size_t(n * D)).is_ok());
+      ASSERT_LE(n, int64_t(oc::kMoePrepMaxN));
+      oc::detail::launch_moe_prep(di.data(), n, k, E, offsets.data(), perm.data(), pos.data(), active.data(), nullptr,
+                                  {.x = dx.data(), .T = T, .K = D, .xb = xb.data()});
+      // runs 0 / 1: session 18 / word decode from the bf16 x rows; 2 / 3: the same from fp32 x (T = 2 only)
+      const int runs = T == 2 ? 4 : 2;
+      std::vector<uint16_t> h[4];
+      std::vector<float> y[4];
+      for (int v = 0; v < runs; ++v) {
+        const oc::MoeFastVariant variant = v % 2 ? oc::MoeFastVariant::kWordDecode : oc::MoeFastVariant::kSession18;
+        const bool xf = v >= 2;
+        ASSERT_EQ(cudaMemset(hb.data(), 0xFF, size_t(n * I) * 2), cudaSuccess);
+        ASSERT_EQ(cudaMemset(yp.data(), 0xFF, size_t(n * D) * 4), cudaSuccess);
+        const oc::MoeFastArgs gate_up{.active = active.data(), .offsets = offsets.data(),
+                                      .xb = xf ? nullptr : xb.data(), .xf = xf ? dx.data() : nullptr,
+                                      .perm = perm.data(), .w1 = s.ex.w1.data, .s1 = s.ex.w1.scale,
+                                      .w3 = s.ex.w3.data, .s3 = s.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
+                                      .hout = hb.data()};
+        oc::detail::launch_moe_fast_shared(true, gate_up, oc::MoeFastShared{}, std::min(E, n), nullptr, variant);
+        const oc::MoeFastArgs down{.active = active.data(), .offsets = offsets.data(), .xb = hb.data(),
+                                   .w1 = s.ex.w2.data, .s1 = s.ex.w2.scale, .K = I, .N = D, .yout = yp.data()};
+        oc::detail::launch_moe_fast_shared(false, down, oc::MoeFastShared{}, std::min(E, n), nullptr, variant);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        h[v].resize(size_t(n * I));
+        y[v].resize(size_t(n * D));
+        ASSERT_EQ(cudaMemcpy(h[v].data(), hb.data(), h[v].size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(y[v].data(), yp.data(), y[v].size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       }
-    auto di = to_device(idx);
-    auto dx = to_device(random_floats(size_t(T * D), 55 + uint64_t(T)));
-    DeviceBuffer<int32_t> offsets, perm, pos, active;
-    DeviceBuffer<uint16_t> xb, hb;
-    DeviceBuffer<float> yp;
-    ASSERT_TRUE(offsets.alloc(size_t(E + 1)).is_ok());
-    ASSERT_TRUE(active.alloc(size_t(E + 1)).is_ok());
-    ASSERT_TRUE(perm.alloc(size_t(n)).is_ok());
-    ASSERT_TRUE(pos.alloc(size_t(n)).is_ok());
-    ASSERT_TRUE(xb.alloc(size_t(n * D)).is_ok());
-    ASSERT_TRUE(hb.alloc(size_t(n * I)).is_ok());
-    ASSERT_TRUE(yp.alloc(size_t(n * D)).is_ok());
-    ASSERT_LE(n, int64_t(oc::kMoePrepMaxN));
-    oc::detail::launch_moe_prep(di.data(), n, k, E, offsets.data(), perm.data(), pos.data(), active.data(), nullptr,
-                                {.x = dx.data(), .T = T, .K = D, .xb = xb.data()});
-    // runs 0 / 1: session 18 / word decode from the bf16 x rows; 2 / 3: the same from fp32 x (T = 2 only)
-    const int runs = T == 2 ? 4 : 2;
-    std::vector<uint16_t> h[4];
-    std::vector<float> y[4];
-    for (int v = 0; v < runs; ++v) {
-      const oc::MoeFastVariant variant = v % 2 ? oc::MoeFastVariant::kWordDecode : oc::MoeFastVariant::kSession18;
-      const bool xf = v >= 2;
-      ASSERT_EQ(cudaMemset(hb.data(), 0xFF, size_t(n * I) * 2), cudaSuccess);
-      ASSERT_EQ(cudaMemset(yp.data(), 0xFF, size_t(n * D) * 4), cudaSuccess);
-      const oc::MoeFastArgs gate_up{.active = active.data(), .offsets = offsets.data(), .xb = xf ? nullptr : xb.data(),
-                                    .xf = xf ? dx.data() : nullptr, .perm = perm.data(), .w1 = s.ex.w1.data,
-                                    .s1 = s.ex.w1.scale, .w3 = s.ex.w3.data, .s3 = s.ex.w3.scale, .K = D, .N = I,
-                                    .limit = 10.0f, .hout = hb.data()};
-      oc::detail::launch_moe_fast_shared(true, gate_up, oc::MoeFastShared{}, std::min(E, n), nullptr, variant);
-      const oc::MoeFastArgs down{.active = active.data(), .offsets = offsets.data(), .xb = hb.data(),
-                                 .w1 = s.ex.w2.data, .s1 = s.ex.w2.scale, .K = I, .N = D, .yout = yp.data()};
-      oc::detail::launch_moe_fast_shared(false, down, oc::MoeFastShared{}, std::min(E, n), nullptr, variant);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      h[v].resize(size_t(n * I));
-      y[v].resize(size_t(n * D));
-      ASSERT_EQ(cudaMemcpy(h[v].data(), hb.data(), h[v].size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(y[v].data(), yp.data(), y[v].size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    for (int v = 0; v < runs; ++v)
-      for (float f : y[v]) ASSERT_TRUE(std::isfinite(f)) << "run " << v;  // every row written (0xFF.. is a NaN)
-    for (int v = 1; v < runs; ++v) {
-      EXPECT_EQ(std::memcmp(h[0].data(), h[v].data(), h[0].size() * 2), 0) << "h: run " << v << " vs session 18";
-      EXPECT_EQ(std::memcmp(y[0].data(), y[v].data(), y[0].size() * 4), 0) << "yp: run " << v << " vs session 18";
+      for (int v = 0; v < runs; ++v)
+        for (float f : y[v]) ASSERT_TRUE(std::isfinite(f)) << "run " << v;  // every row written (0xFF.. is a NaN)
+      for (int v = 1; v < runs; ++v) {
+        EXPECT_EQ(std::memcmp(h[0].data(), h[v].data(), h[0].size() * 2), 0) << "h: run " << v << " vs session 18";
+        EXPECT_EQ(std::memcmp(y[0].data(), y[v].data(), y[0].size() * 4), 0) << "yp: run " << v << " vs session 18";
+      }
     }
   }
 }

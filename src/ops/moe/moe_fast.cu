@@ -119,15 +119,17 @@ __device__ __forceinline__ int tile_matrix(int a) { return kGateUp ? (a >> 1) : 
 template <bool kGateUp>
 __device__ __forceinline__ int tile_row(int a, int r) { return (kGateUp ? 16 * (a & 1) : 16 * a) + 8 * r; }
 
-template <bool kGateUp>
+// kK: K known at compile time (0: tr's row strides): the rows' offsets are then load immediates.
+template <bool kGateUp, int kK>
 __device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Chunk& c) {
+  const int64_t data_row = kK ? kK / 2 : tr.data_row, scale_row = kK ? kK / 32 : tr.scale_row;
 #pragma unroll
   for (int a = 0; a < kFastTiles; ++a)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int m = tile_matrix<kGateUp>(a), row = tile_row<kGateUp>(a, r);
-      c.w[a][r] = __ldg(reinterpret_cast<const uint4*>(tr.data[m] + row * tr.data_row + ch * (kFastChunk / 2) + t * 16));
-      c.s[a][r] = __ldg(tr.scale[m] + row * tr.scale_row + ch * (kFastChunk / 32) + t);
+      c.w[a][r] = __ldg(reinterpret_cast<const uint4*>(tr.data[m] + row * data_row + ch * (kFastChunk / 2) + t * 16));
+      c.s[a][r] = __ldg(tr.scale[m] + row * scale_row + ch * (kFastChunk / 32) + t);
     }
 }
 
@@ -283,8 +285,9 @@ __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFast
   else store_pass<false>(red, n0, p.N, pass, valid, 0.0f, nullptr, sh.out);
 }
 
-// kVariant: MoeFastVariant (0: session 18's decode, 1: the word decode). Same bits.
-template <bool kGateUp, bool kXf32, int kVariant>
+// kVariant: MoeFastVariant (0: session 18's decode, 1: the word decode). kK: p.K fixed at compile time (0: any K;
+// launch_variant's choice). Same bits.
+template <bool kGateUp, bool kXf32, int kVariant, int kK>
 __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p, MoeFastShared sh) {
   __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
   dsinfer::cuda::pdl_wait_then_release();
@@ -300,7 +303,7 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rows = kGateUp ? md::kFastGateRows : md::kFastDownRows;
   const int64_t n0 = int64_t(blockIdx.x) * rows;
-  const int64_t K = p.K, nch = K / kFastChunk;
+  const int64_t K = kK ? kK : p.K, nch = K / kFastChunk;
 
   TileRows tr;
   tr.data_row = K / 2;
@@ -333,7 +336,7 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
       Chunk c;
       if constexpr (kXf32) load_x(xrow, xfrow, int(ch), t, c);  // fp32 x converted first: fewer live registers
-      load_chunk<kGateUp>(tr, int(ch), t, c);
+      load_chunk<kGateUp, kK>(tr, int(ch), t, c);
       if constexpr (!kXf32) load_x(xrow, xfrow, int(ch), t, c);
       compute_chunk<kVariant == 1, kVariant == 1 && !kGateUp>(c, acc);
     }
@@ -354,13 +357,26 @@ void launch_moe_x_bf16(const MoeXBf16& xc, void* stream) {
 }
 
 namespace {
+// The word decode's down kernel at V4-Flash's inter (K = 2,048) runs with K fixed at compile time: the weight rows'
+// offsets become load immediates (the chunk loop 626 -> 608 instructions). The gate/up kernel at K = 4,096 would too
+// (646 -> 620) but spills its weight bases there (reloaded before every chunk), so it stays on any K. Same bits.
+constexpr int kFlashDownK = 2048;
 template <int kVariant>
 void launch_variant(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, dim3 grid, cudaStream_t st) {
   using dsinfer::cuda::pdl_launch;
   const dim3 block(kFastThreads);
-  if (gate_up && a.xf) pdl_launch(moe_fast_kernel<true, true, kVariant>, grid, block, 0, st, a, s);
-  else if (gate_up) pdl_launch(moe_fast_kernel<true, false, kVariant>, grid, block, 0, st, a, s);
-  else pdl_launch(moe_fast_kernel<false, false, kVariant>, grid, block, 0, st, a, s);
+  if (gate_up) {
+    if (a.xf) pdl_launch(moe_fast_kernel<true, true, kVariant, 0>, grid, block, 0, st, a, s);
+    else pdl_launch(moe_fast_kernel<true, false, kVariant, 0>, grid, block, 0, st, a, s);
+    return;
+  }
+  if constexpr (kVariant == 1) {
+    if (a.K == kFlashDownK) {
+      pdl_launch(moe_fast_kernel<false, false, kVariant, kFlashDownK>, grid, block, 0, st, a, s);
+      return;
+    }
+  }
+  pdl_launch(moe_fast_kernel<false, false, kVariant, 0>, grid, block, 0, st, a, s);
 }
 }  // namespace
 
