@@ -122,8 +122,8 @@ class MoeWorkspace {
   int64_t T_ = 0, topk_ = 0, dim_ = 0, inter_ = 0, experts_ = 0;
   dsinfer::cuda::DeviceBuffer<int32_t> offsets_, perm_token_, pos_of_, active_;
   dsinfer::cuda::DeviceBuffer<int32_t> tiles_;  // grouped path: CTA row-tile list (moe_grouped_launch.h)
-  // Fast path: h1_ holds the bf16 SwiGLU output [n, inter], h3_ the bf16 gathered x [n, dim] (sized for both;
-  // the grouped path keeps x [T, dim] in h3_, unpermuted).
+  // Fast path: h1_ holds the bf16 SwiGLU output [n + T, inter] (the shared expert's rows last), h3_ x's bf16 token
+  // rows [T, dim]; the grouped paths keep their x rows in h3_ too (sized for all).
   dsinfer::cuda::DeviceBuffer<float> h1_, h3_, yp_, sh1_, sh3_, shy_;
   dsinfer::cuda::DeviceBuffer<float> wrow_;  // moe_official_cuda: the routing weight of each permuted row
   // CUTLASS path (moe_grouped_cutlass_launch.h): fp32 weight scales of E8M0 experts [3][experts][blocks], then the
