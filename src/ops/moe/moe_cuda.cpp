@@ -47,7 +47,8 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   // h3 doubles as the fast path's bf16 x rows [T, dim], the grouped paths' x rows [tk, dim] and the FP8 path's two
   // e4m3 terms of x [tk, dim] + scales
   const int64_t x_floats = (dim + 1) / 2 + (dim + 127) / 128;
-  DSI_RETURN_IF_ERROR(h3_.alloc(tk * size_t(std::max<int64_t>(inter, x_floats)), "moe h3"));
+  const size_t h3_floats = std::max(tk * size_t(std::max<int64_t>(inter, x_floats)), (tk + t1) * size_t((dim + 1) / 2));
+  DSI_RETURN_IF_ERROR(h3_.alloc(h3_floats, "moe h3"));
   DSI_RETURN_IF_ERROR(active_.alloc(size_t(experts + 1), "moe active experts"));
   DSI_RETURN_IF_ERROR(tiles_.alloc(size_t(1 + 2 * moe_detail::grp_max_tiles(int64_t(tk), experts)), "moe tile list"));
   DSI_RETURN_IF_ERROR(yp_.alloc(tk * size_t(dim), "moe expert outputs"));
