@@ -2,10 +2,8 @@
 #include "ops/mhc/mhc_cuda.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
+#include "core/env_switch.h"
 #include "cuda/cuda_common.h"
 
 namespace dsinfer::ops::cuda {
@@ -70,13 +68,7 @@ Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, f
 }
 
 bool hc_defer_comb(int64_t T) {
-  static const bool on = [] {
-    const char* env = std::getenv("DSINFER_HC_DEFER");
-    if (!env || !*env || std::strcmp(env, "1") == 0) return true;
-    if (std::strcmp(env, "0") == 0) return false;
-    std::fprintf(stderr, "DSINFER_HC_DEFER must be 0 or 1, found '%s': using 1\n", env);
-    return true;
-  }();
+  static const bool on = env_switch("DSINFER_HC_DEFER", {"0", "1"}) != "0";
   return on && T <= kHcDeferMaxT;
 }
 
