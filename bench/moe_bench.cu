@@ -297,7 +297,6 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     };
     const double t_prep = median_us(prep);
     for (int si = 0; si < g_sets; ++si) prep(si);
-    const bool direct = n <= oc::kMoeDirectMaxN;
     const bool fused = oc::moe_shared_fused(oc::MoePath::Fast, oc::MoeExpertKernels::kFast, T, sets[0].ex, sets[0].sh);
     // x's T token rows to bf16 (the gate/up kernel's B operand, the shared expert's too): their own launch, or the
     // permutation's spare blocks (MoePlan::x_bf16_in_prep, one launch only)
@@ -317,14 +316,13 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const int64_t max_active = std::min<int64_t>(E, n);
     // with_shared: the shared expert's grid rows in front (moe_fast_shared.h), its output in q.shy
     const oc::MoeFastVariant v_new = oc::MoeFastVariant::kWordDecode, v_old = oc::MoeFastVariant::kSession18;
-    auto gate_up = [&](int i, bool xf, bool with_shared = false, oc::MoeFastVariant v = oc::moe_fast_variant()) {
+    auto gate_up = [&](int i, bool with_shared = false, oc::MoeFastVariant v = oc::moe_fast_variant()) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
-                              .xb = xf ? nullptr : q.xb.as<const uint16_t>(), .xf = xf ? q.x.as<const float>() : nullptr,
-                              .perm = q.perm.as<const int32_t>(), .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale,
-                              .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
-                              .hout = q.hb.as<uint16_t>()};
+                              .xb = q.xb.as<const uint16_t>(), .perm = q.perm.as<const int32_t>(),
+                              .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale, .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale,
+                              .K = D, .N = I, .limit = 10.0f, .hout = q.hb.as<uint16_t>()};
       oc::MoeFastShared sa;
       if (with_shared)
         sa = {.w1 = st.sh.w1.data, .s1 = st.sh.w1.scale, .w3 = st.sh.w3.data, .s3 = st.sh.w3.scale, .rows = T,
@@ -342,7 +340,6 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       oc::detail::launch_moe_fast_shared(false, a, sa, max_active, nullptr, v);
     };
     const double t_gu = median_us([&](int i) { gate_up(i, false); });
-    const double t_gu_direct = direct ? median_us([&](int i) { gate_up(i, true); }) : 0.0;
     const double t_dn = median_us([&](int i) { down(i); });
     // The two kernel variants (MoeFastVariant) alternated in this process: times, and their h / yp bits (weight set 0)
     double t_var[2][2];  // [old, new][gate/up, down], median of the two medians of each
@@ -351,7 +348,7 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       for (int rep = 0; rep < 2; ++rep)
         for (int vi = 0; vi < 2; ++vi) {
           const oc::MoeFastVariant v = vi ? v_new : v_old;
-          a[vi][0][rep] = median_us([&](int i) { gate_up(i, direct, false, v); });
+          a[vi][0][rep] = median_us([&](int i) { gate_up(i, false, v); });
           a[vi][1][rep] = median_us([&](int i) { down(i, false, v); });
         }
       for (int vi = 0; vi < 2; ++vi)
@@ -373,7 +370,7 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       for (int vi = 0; vi < 2; ++vi) {
         check(cudaMemset(q.hb.data(), 0xFF, size_t(n * I) * 2), "clear h");
         check(cudaMemset(q.yp.data(), 0xFF, size_t(n * D) * 4), "clear yp");
-        gate_up(0, direct, false, vi ? v_new : v_old);
+        gate_up(0, false, vi ? v_new : v_old);
         down(0, false, vi ? v_new : v_old);
         check(cudaDeviceSynchronize(), "variants");
         hv[vi] = fetch_bytes(q.hb, size_t(n * I) * 2);
@@ -383,7 +380,7 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     }
     // The same launches with the shared expert's rows (the fused route), then the bits: the routed rows of yp must
     // not change, and the fused shared output is compared with moe_shared_cuda's (normalised L2).
-    const double t_gu_sh = median_us([&](int i) { gate_up(i, direct, true); });
+    const double t_gu_sh = median_us([&](int i) { gate_up(i, true); });
     const double t_dn_sh = median_us([&](int i) { down(i, true); });
     bool routed_same = true;
     double shared_err = 0.0;
@@ -394,11 +391,11 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
         check(cudaMemcpy(h.data(), blob_.data(), bytes, cudaMemcpyDeviceToHost), "fetch");
         return h;
       };
-      gate_up(0, direct, false);
+      gate_up(0, false);
       down(0, false);
       check(cudaDeviceSynchronize(), "routed only");
       const std::vector<uint8_t> y0 = fetch(q.yp, size_t(n * D) * 4);
-      gate_up(0, direct, true);
+      gate_up(0, true);
       down(0, true);
       check(cudaDeviceSynchronize(), "with shared");
       routed_same = fetch(q.yp, size_t(n * D) * 4) == y0;
@@ -449,13 +446,13 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     // T), x's bf16 rows in the permutation's launch (as moe_cuda: MoePlan::x_bf16_in_prep) or in their own, with
     // programmatic dependent launch (cuda/pdl.h) on or off: t_chain[in_prep][pdl], alternated in one run.
     auto chain = [&](int i, bool in_prep) {
-      if (in_prep && one && !direct) {
+      if (in_prep && one) {
         prep_x(i);
       } else {
         prep(i);
-        if (!direct) x_rows(i);
+        x_rows(i);
       }
-      gate_up(i, direct, true);
+      gate_up(i, true);
       down(i, true);
       combine(i);
     };
@@ -501,7 +498,6 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     std::printf("T %4lld: %3zu experts, %s; prep %.1f | x rows %.1f | prep with x rows %.1f | gate/up %.1f (%.0f GB/s "
                 "%.0f%%)", (long long)T, distinct.size(), one ? "prep 1 launch" : "count+scatter", t_prep, t_x_rows,
                 t_prep_x, t_gu, bw(gu_b, t_gu) / 1e9, pct(gu_b, t_gu));
-    if (direct) std::printf(" direct-x %.1f (%.0f%%)", t_gu_direct, pct(gu_b, t_gu_direct));
     std::printf(" | down %.1f (%.0f GB/s %.0f%%)\n", t_dn, bw(dn_b, t_dn) / 1e9, pct(dn_b, t_dn));
     std::printf("        variants (alternated, %d rows in the largest expert): gate/up session-18 %.1f (%.0f%%) vs word decode "
                 "%.1f (%.0f%%) | down %.1f (%.0f%%) vs %.1f (%.0f%%) | sum %.1f vs %.1f us; h and yp bits %s\n",

@@ -1,9 +1,8 @@
 // GPU checks of the fast MoE path's launch variants (ops/moe/moe_cuda.cpp), which must not change any bit:
-// * the gate/up kernel reading fp32 x itself (T*topk <= kMoeDirectMaxN = 16) vs the bf16 x rows (above), the one-launch
-//   permutation writing those rows (T*topk <= kMoePrepMaxN) vs count + scatter and their own launch (above): a
-//   token's output is bitwise the same at T = 2, 120 and 400 (routed experts only; the shared expert's GEMM path
-//   depends on T by design);
-// * a misaligned x pointer (bf16 rows fallback) gives the aligned run's bits;
+// * the one-launch permutation writing the bf16 x rows (T*topk <= kMoePrepMaxN) vs count + scatter and the rows' own
+//   launch (above): a token's output is bitwise the same at T = 2, 120 and 400 (routed experts only; the shared
+//   expert's GEMM path depends on T by design);
+// * a misaligned x pointer gives the aligned run's bits;
 // * the shared expert under CUDA graph capture, inside the decode kernels (the smallest fused T) and on the
 //   workspace's side stream (T = 300): the replay equals the eager run bitwise and both are close to the in-line
 //   (Exact path) result;
@@ -106,13 +105,13 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
   const std::vector<float> x = random_floats(size_t(Tmax * D), 13);
   auto di = to_device(idx);
   auto dw = to_device(wt);
-  // x at a 4-byte offset: not 16-byte aligned, so the gate/up kernel gets the bf16 rows even for small T
+  // x at a 4-byte offset: not 16-byte aligned
   std::vector<float> x_off(x.size() + 1, 0.0f);
   std::memcpy(x_off.data() + 1, x.data(), x.size() * 4);
   auto dx = to_device(x);
   auto dx_off = to_device(x_off);
-  // T = 2 (n = 12: direct x, one-launch permutation), 120 (n = 720: bf16 rows in the permutation's launch), 400
-  // (n = 2400: count + scatter, the bf16 rows' own launch)
+  // T = 2 and 120 (n = 12 / 720: the bf16 rows in the permutation's launch), 400 (n = 2400: count + scatter, the
+  // rows' own launch)
   const std::vector<float> small = run_fast(s, dx.data(), Tsmall, di.data(), dw.data(), k, nullptr);
   const std::vector<float> small_off = run_fast(s, dx_off.data() + 1, Tsmall, di.data(), dw.data(), k, nullptr);
   const std::vector<float> mid = run_fast(s, dx.data(), 120, di.data(), dw.data(), k, nullptr);
@@ -120,7 +119,7 @@ TEST(MoeFastGpu, LaunchVariantsKeepTheBits) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const size_t cmp = size_t(Tsmall * D) * 4;
   for (float v : small) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_EQ(std::memcmp(small.data(), small_off.data(), cmp), 0) << "misaligned x (bf16 rows) vs direct x";
+  EXPECT_EQ(std::memcmp(small.data(), small_off.data(), cmp), 0) << "misaligned x vs aligned";
   EXPECT_EQ(std::memcmp(small.data(), mid.data(), cmp), 0) << "T = 2 vs T = 120";
   EXPECT_EQ(std::memcmp(mid.data(), big.data(), size_t(120 * D) * 4), 0) << "T = 120 vs T = 400";
 }
@@ -255,7 +254,7 @@ void rank_view(const Experts& g, const std::vector<int32_t>& slots, RankExperts&
 // (other ranks' experts -1); EPLB rank 0 with a replica of expert 1 taking odd tokens' rows (5 slots); EPLB rank 0
 // holding experts in another slot order with one moved in; a rank that no token routes to. One workspace reserved
 // for the largest T serves every call in turn, as the runner's does. For T across the fused window's edges (1 and
-// 161: side stream; 2, 3, 8 direct fp32 x; 9, 17, 160 bf16 rows):
+// 161: side stream; 2, 3, 8, 9, 17, 160 fused):
 //  * the output is the routed-only output plus the shared expert alone (the same call with every row -1), bit for
 //    bit (combine_kernel adds the shared row last): the shared part ignores the routed rows and vice versa;
 //  * plain EP rank 0 and EPLB rank 0 (the same assignments, expert 1's through either slot) give the same bits.
@@ -336,7 +335,7 @@ TEST(MoeFastGpu, SharedExpertIgnoresTheRanksExpertLayout) {
 
 // The decode kernels' variants (moe_fast_shared.h MoeFastVariant) give the same bits: kWordDecode decodes each FP4 word's
 // four bf16 pairs at once (and, in the down kernel, the scale factors by fp4_scale_bf16x2), kSession18 pair by pair.
-// The gate/up kernel's h (from the bf16 x rows, and at T = 2 from fp32 x directly) and the down kernel's yp are
+// The gate/up kernel's h (from the bf16 x rows) and the down kernel's yp are
 // compared bit for bit over uniform routing (1 .. 128 rows per expert on average, one pass of 8 tokens or several)
 // and a skewed one (4 hot experts take most rows). I = 2,048 also runs the word decode's down kernel compiled for
 // that K (moe_fast.cu launch_variant) against session 18's, which takes any K.
@@ -377,17 +376,14 @@ TEST(MoeFastGpu, WordDecodeKeepsTheBits) {
       ASSERT_LE(n, int64_t(oc::kMoePrepMaxN));
       oc::detail::launch_moe_prep(di.data(), n, k, E, offsets.data(), perm.data(), pos.data(), active.data(), nullptr,
                                   {.x = dx.data(), .T = T, .K = D, .xb = xb.data()});
-      // runs 0 / 1: session 18 / word decode from the bf16 x rows; 2 / 3: the same from fp32 x (T = 2 only)
-      const int runs = T == 2 ? 4 : 2;
-      std::vector<uint16_t> h[4];
-      std::vector<float> y[4];
-      for (int v = 0; v < runs; ++v) {
-        const oc::MoeFastVariant variant = v % 2 ? oc::MoeFastVariant::kWordDecode : oc::MoeFastVariant::kSession18;
-        const bool xf = v >= 2;
+      // runs 0 / 1: session 18 / word decode from the bf16 x rows
+      std::vector<uint16_t> h[2];
+      std::vector<float> y[2];
+      for (int v = 0; v < 2; ++v) {
+        const oc::MoeFastVariant variant = v == 1 ? oc::MoeFastVariant::kWordDecode : oc::MoeFastVariant::kSession18;
         ASSERT_EQ(cudaMemset(hb.data(), 0xFF, size_t(n * I) * 2), cudaSuccess);
         ASSERT_EQ(cudaMemset(yp.data(), 0xFF, size_t(n * D) * 4), cudaSuccess);
-        const oc::MoeFastArgs gate_up{.active = active.data(), .offsets = offsets.data(),
-                                      .xb = xf ? nullptr : xb.data(), .xf = xf ? dx.data() : nullptr,
+        const oc::MoeFastArgs gate_up{.active = active.data(), .offsets = offsets.data(), .xb = xb.data(),
                                       .perm = perm.data(), .w1 = s.ex.w1.data, .s1 = s.ex.w1.scale,
                                       .w3 = s.ex.w3.data, .s3 = s.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
                                       .hout = hb.data()};
@@ -401,12 +397,10 @@ TEST(MoeFastGpu, WordDecodeKeepsTheBits) {
         ASSERT_EQ(cudaMemcpy(h[v].data(), hb.data(), h[v].size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(y[v].data(), yp.data(), y[v].size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       }
-      for (int v = 0; v < runs; ++v)
+      for (int v = 0; v < 2; ++v)
         for (float f : y[v]) ASSERT_TRUE(std::isfinite(f)) << "run " << v;  // every row written (0xFF.. is a NaN)
-      for (int v = 1; v < runs; ++v) {
-        EXPECT_EQ(std::memcmp(h[0].data(), h[v].data(), h[0].size() * 2), 0) << "h: run " << v << " vs session 18";
-        EXPECT_EQ(std::memcmp(y[0].data(), y[v].data(), y[0].size() * 4), 0) << "yp: run " << v << " vs session 18";
-      }
+      EXPECT_EQ(std::memcmp(h[0].data(), h[1].data(), h[0].size() * 2), 0) << "h: word decode vs session 18";
+      EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), y[0].size() * 4), 0) << "yp: word decode vs session 18";
     }
   }
 }

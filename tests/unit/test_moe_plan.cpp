@@ -1,6 +1,6 @@
 // CPU checks of the MoE kernel choice (ops/moe/moe_plan.h) at the V4-Flash (256 experts, top 6, inter 2048) and
 // shipped-model (8 experts, top 2, inter 128) shapes: the routed-expert kernels per path and T, the one-launch
-// permutation and direct-x limits, the runners' path and chunking, and the invariants exact mode relies on (every
+// permutation's limit (and the bf16 x rows it writes), the runners' path and chunking, and the invariants exact mode relies on (every
 // chunk keeps the expert and shared-expert GEMMs on the fp32 skinny kernel). The GPU side is tests/gpu/test_moe*.
 #include <gtest/gtest.h>
 
@@ -69,55 +69,45 @@ TEST(MoePlan, SharedExpertInsideTheDecodeKernels) {
   bf16.w3.fmt = WeightFormat::BF16;
   EXPECT_FALSE(moe_shared_fused(MoePath::Fast, fast, 8, ex, bf16));
   // the plan's choice for the routed experts at T = 256 is still the decode kernels
-  EXPECT_EQ(plan_moe(MoePath::Fast, true, kMoeSharedFusedMaxT, kFlashK, true, true).experts, fast);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, kMoeSharedFusedMaxT, kFlashK, true).experts, fast);
 }
 
 // Flash fast path: decode kernels up to kMoeGroupedMinT tokens, FP8 grouped prefill GEMMs beyond; the permutation in
-// one launch up to 341 tokens (2046 assignments), fp32 x read directly up to 2 tokens (12 assignments), aligned x only;
-// between the two the bf16 x rows are written by the permutation's launch, above 341 by their own.
+// one launch up to 341 tokens (2046 assignments), writing the bf16 x rows beside it; above 341 they have a launch of
+// their own (and from 641 tokens the grouped path gathers x itself).
 TEST(MoePlan, FlashFastPathByTokens) {
-  auto plan = [](int64_t T, bool aligned = true) {
-    return plan_moe(MoePath::Fast, true, T, kFlashK, true, aligned);
-  };
+  auto plan = [](int64_t T) { return plan_moe(MoePath::Fast, true, T, kFlashK, true); };
   EXPECT_EQ(plan(1).experts, MoeExpertKernels::kFast);
   EXPECT_EQ(plan(640).experts, MoeExpertKernels::kFast);
   EXPECT_EQ(plan(641).experts, MoeExpertKernels::kGroupedRs);
-  EXPECT_TRUE(plan(1).direct_x);
-  EXPECT_TRUE(plan(2).direct_x);
-  EXPECT_FALSE(plan(3).direct_x);
-  EXPECT_FALSE(plan(1, false).direct_x);
   EXPECT_TRUE(plan(341).prep_one_launch);
   EXPECT_FALSE(plan(342).prep_one_launch);
-  EXPECT_FALSE(plan(2).x_bf16_in_prep);
-  EXPECT_TRUE(plan(3).x_bf16_in_prep);
-  EXPECT_TRUE(plan(1, false).x_bf16_in_prep);  // misaligned x: no direct read
-  EXPECT_TRUE(plan(341).x_bf16_in_prep);
+  for (int64_t T : {1, 2, 3, 341}) EXPECT_TRUE(plan(T).x_bf16_in_prep) << T;
   EXPECT_FALSE(plan(342).x_bf16_in_prep);
   EXPECT_FALSE(plan(641).x_bf16_in_prep);
   EXPECT_TRUE(plan(1).side_stream);
   EXPECT_TRUE(plan(4096).side_stream);
-  EXPECT_FALSE(plan_moe(MoePath::Fast, true, 1, kFlashK, false, true).side_stream);  // no shared expert
-  EXPECT_FALSE(plan(641).direct_x);  // the grouped path gathers x itself
+  EXPECT_FALSE(plan_moe(MoePath::Fast, true, 1, kFlashK, false).side_stream);  // no shared expert
 }
 
 // The other paths: Grouped at every T; Invariant the decode kernels at every T (a token's sums do not depend on T)
 // and, without fast support, the tiled GEMMs only; Exact and unsupported formats the expert GEMMs, in line.
 TEST(MoePlan, PathsAndFallbacks) {
-  EXPECT_EQ(plan_moe(MoePath::Grouped, true, 1, kSmallK, true, true).experts, MoeExpertKernels::kGrouped);
+  EXPECT_EQ(plan_moe(MoePath::Grouped, true, 1, kSmallK, true).experts, MoeExpertKernels::kGrouped);
   for (int64_t T : {1, 1025, 8192}) {
-    const MoePlan inv = plan_moe(MoePath::Invariant, true, T, kFlashK, true, true);
+    const MoePlan inv = plan_moe(MoePath::Invariant, true, T, kFlashK, true);
     EXPECT_EQ(inv.experts, MoeExpertKernels::kFast) << T;
     EXPECT_FALSE(inv.gemm_skinny_ok);
   }
-  const MoePlan inv_gemm = plan_moe(MoePath::Invariant, false, 1, kFlashK, true, true);
+  const MoePlan inv_gemm = plan_moe(MoePath::Invariant, false, 1, kFlashK, true);
   EXPECT_EQ(inv_gemm.experts, MoeExpertKernels::kGemm);
   EXPECT_EQ(plan_moe_expert_gemm(inv_gemm.gemm_skinny_ok, 6, kFlashE, true).kernel, GemmKernel::kTiled);
   for (MoePath path : {MoePath::Exact, MoePath::Fast, MoePath::Grouped, MoePath::GroupedFp8}) {
-    const MoePlan p = plan_moe(path, path == MoePath::Exact, 1, kFlashK, true, true);
+    const MoePlan p = plan_moe(path, path == MoePath::Exact, 1, kFlashK, true);
     EXPECT_EQ(p.experts, MoeExpertKernels::kGemm);
     EXPECT_TRUE(p.gemm_skinny_ok);
     EXPECT_FALSE(p.prep_one_launch);
-    EXPECT_FALSE(p.direct_x);
+    EXPECT_FALSE(p.x_bf16_in_prep);
     EXPECT_FALSE(p.side_stream);
   }
 }
@@ -127,17 +117,17 @@ TEST(MoePlan, PathsAndFallbacks) {
 // (RsGroupedForPrefill), the decode kernels below; Default and Invariant never take them.
 TEST(MoePlan, Fp8GroupedForPrefill) {
   for (int64_t T : {1, 1024, 4096, 8192}) {
-    const MoePlan p = plan_moe(MoePath::GroupedFp8, true, T, kFlashK, true, true);
+    const MoePlan p = plan_moe(MoePath::GroupedFp8, true, T, kFlashK, true);
     EXPECT_EQ(p.experts, MoeExpertKernels::kGroupedFp8) << T;
     EXPECT_TRUE(p.side_stream);
-    EXPECT_FALSE(p.direct_x);
+    EXPECT_FALSE(p.x_bf16_in_prep);
   }
-  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGroupedRs);
-  EXPECT_EQ(plan_moe(MoePath::Grouped, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGrouped);
-  EXPECT_EQ(plan_moe(MoePath::Fast, false, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGemm);
-  EXPECT_EQ(plan_moe(MoePath::Invariant, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kFast);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true).experts, MoeExpertKernels::kGroupedRs);
+  EXPECT_EQ(plan_moe(MoePath::Grouped, true, 4096, kFlashK, true).experts, MoeExpertKernels::kGrouped);
+  EXPECT_EQ(plan_moe(MoePath::Fast, false, 4096, kFlashK, true).experts, MoeExpertKernels::kGemm);
+  EXPECT_EQ(plan_moe(MoePath::Invariant, true, 4096, kFlashK, true).experts, MoeExpertKernels::kFast);
   EXPECT_EQ(moe_path(KernelMode::kDefault, 4096), MoePath::Exact);
-  EXPECT_EQ(plan_moe(MoePath::Fast, true, 64, kFlashK, true, true).experts, MoeExpertKernels::kFast);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 64, kFlashK, true).experts, MoeExpertKernels::kFast);
   EXPECT_EQ(moe_path(KernelMode::kFast, 4096), MoePath::Fast);
   EXPECT_EQ(moe_shared_precision(MoePath::GroupedFp8, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
 }
@@ -147,14 +137,14 @@ TEST(MoePlan, Fp8GroupedForPrefill) {
 // bf16 grouped path's bits: bench/NOTES.md, session 18).
 TEST(MoePlan, RsGroupedForPrefill) {
   for (int64_t T : {1, 1024, 4096, 8192}) {
-    const MoePlan p = plan_moe(MoePath::GroupedRs, true, T, kFlashK, true, true);
+    const MoePlan p = plan_moe(MoePath::GroupedRs, true, T, kFlashK, true);
     EXPECT_EQ(p.experts, MoeExpertKernels::kGroupedRs) << T;
     EXPECT_TRUE(p.side_stream);
-    EXPECT_FALSE(p.direct_x);
+    EXPECT_FALSE(p.x_bf16_in_prep);
   }
-  EXPECT_EQ(plan_moe(MoePath::GroupedRs, false, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGemm);
-  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true).experts, MoeExpertKernels::kGroupedRs);
-  EXPECT_EQ(plan_moe(MoePath::Fast, true, 640, kFlashK, true, true).experts, MoeExpertKernels::kFast);
+  EXPECT_EQ(plan_moe(MoePath::GroupedRs, false, 4096, kFlashK, true).experts, MoeExpertKernels::kGemm);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true).experts, MoeExpertKernels::kGroupedRs);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 640, kFlashK, true).experts, MoeExpertKernels::kFast);
   EXPECT_EQ(moe_shared_precision(MoePath::GroupedRs, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
 }
 
@@ -174,7 +164,7 @@ TEST(MoePlan, CutlassForFp8ExpertsAtPrefill) {
   b64.w1.block_k = 64;
   EXPECT_FALSE(moe_cutlass_supported(b64));
   auto kernels = [](MoePath path, int64_t T, bool cutlass) {
-    return plan_moe(path, false, T, kFlashK, true, true, cutlass).experts;
+    return plan_moe(path, false, T, kFlashK, true, cutlass).experts;
   };
   for (int64_t T : {1, 511, 512, 16384}) EXPECT_EQ(kernels(MoePath::CutlassFp8, T, true), MoeExpertKernels::kCutlassFp8);
   for (int64_t T : {1, 512, 4096, 16384}) EXPECT_EQ(kernels(MoePath::Fast, T, true), MoeExpertKernels::kGemm);
@@ -182,13 +172,13 @@ TEST(MoePlan, CutlassForFp8ExpertsAtPrefill) {
   EXPECT_EQ(kernels(MoePath::CutlassFp8, 4096, false), MoeExpertKernels::kGemm);
   for (MoePath path : {MoePath::Exact, MoePath::Invariant, MoePath::Grouped, MoePath::GroupedFp8})
     EXPECT_EQ(kernels(path, 4096, true), MoeExpertKernels::kGemm);
-  const MoePlan p = plan_moe(MoePath::CutlassFp8, false, 4096, kFlashK, true, true, true);
+  const MoePlan p = plan_moe(MoePath::CutlassFp8, false, 4096, kFlashK, true, true);
   EXPECT_TRUE(p.side_stream);
-  EXPECT_FALSE(p.direct_x);
-  EXPECT_TRUE(plan_moe(MoePath::CutlassFp8, false, 64, kFlashK, false, true, true).prep_one_launch);
+  EXPECT_FALSE(p.x_bf16_in_prep);
+  EXPECT_TRUE(plan_moe(MoePath::CutlassFp8, false, 64, kFlashK, false, true).prep_one_launch);
   EXPECT_EQ(moe_shared_precision(MoePath::CutlassFp8, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
   // FP4 experts keep their kernels whatever cutlass_supported says (it is false for them)
-  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true, false).experts, MoeExpertKernels::kGroupedRs);
+  EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true, false).experts, MoeExpertKernels::kGroupedRs);
 }
 
 // The CUTLASS GEMMs' cluster: 1 x 2 (A multicast) wherever N / 256 is whole (measured faster at every T on the H200,
@@ -231,19 +221,19 @@ TEST(MoePlan, SharedExpertPrecision) {
 // with a shared expert and a GEMM given, and then in line (no side stream); decode sizes, Exact, Invariant and the
 // paths asked for by name keep gemm_cuda (moe_shared_precision) and the side stream where they had it.
 TEST(MoePlan, SharedExpertThroughTheCallersGemmAtPrefill) {
-  const MoePlan prefill = plan_moe(MoePath::Fast, true, kMoeGroupedMinT + 1, kFlashK, true, true, false, true);
+  const MoePlan prefill = plan_moe(MoePath::Fast, true, kMoeGroupedMinT + 1, kFlashK, true, false, true);
   EXPECT_TRUE(prefill.shared_projection);
   EXPECT_FALSE(prefill.side_stream);
-  const MoePlan no_gemm = plan_moe(MoePath::Fast, true, 4096, kFlashK, true, true, false, false);
+  const MoePlan no_gemm = plan_moe(MoePath::Fast, true, 4096, kFlashK, true, false, false);
   EXPECT_FALSE(no_gemm.shared_projection);
   EXPECT_TRUE(no_gemm.side_stream);
-  const MoePlan decode = plan_moe(MoePath::Fast, true, kMoeGroupedMinT, kFlashK, true, true, false, true);
+  const MoePlan decode = plan_moe(MoePath::Fast, true, kMoeGroupedMinT, kFlashK, true, false, true);
   EXPECT_FALSE(decode.shared_projection);
   EXPECT_TRUE(decode.side_stream);
-  EXPECT_FALSE(plan_moe(MoePath::Fast, true, 4096, kFlashK, false, true, false, true).shared_projection);
-  EXPECT_FALSE(plan_moe(MoePath::Fast, false, 4096, kFlashK, true, true, false, true).shared_projection);
+  EXPECT_FALSE(plan_moe(MoePath::Fast, true, 4096, kFlashK, false, false, true).shared_projection);
+  EXPECT_FALSE(plan_moe(MoePath::Fast, false, 4096, kFlashK, true, false, true).shared_projection);
   for (MoePath path : {MoePath::Exact, MoePath::Invariant, MoePath::Grouped, MoePath::GroupedFp8})
-    EXPECT_FALSE(plan_moe(path, true, 4096, kFlashK, true, true, false, true).shared_projection);
+    EXPECT_FALSE(plan_moe(path, true, 4096, kFlashK, true, false, true).shared_projection);
 }
 
 // The runners: path per mode (kDefault, the V4.1 runner: Fast up to 1024 tokens), tokens per moe_cuda call.
@@ -270,7 +260,7 @@ TEST(MoePlan, ExactChunksStayOnTheFp32Kernel) {
       if (k > E) continue;
       const int64_t T = moe_chunk_tokens(KernelMode::kExact, 100000, E, k);
       ASSERT_GE(T, 1);
-      const MoePlan p = plan_moe(moe_path(KernelMode::kExact, T), true, T, k, true, true);
+      const MoePlan p = plan_moe(moe_path(KernelMode::kExact, T), true, T, k, true);
       ASSERT_EQ(p.experts, MoeExpertKernels::kGemm);
       EXPECT_EQ(plan_moe_expert_gemm(p.gemm_skinny_ok, T * k, E, true).kernel, GemmKernel::kSkinny) << E << "/" << k;
       EXPECT_LE(T, kGemmSkinnyMaxM);

@@ -6,10 +6,10 @@
 //   5. shared expert with gemm_cuda on all T rows;
 //   6. combine: out[t] = sum_k weight[t,k] * y_p[pos_of[t,k]] in k order, + shared[t]. No float atomics anywhere.
 // Which of these run: moe_plan.h. MoePath::Fast replaces 2-4 by moe_fast.cu: x's token rows to bf16 (in the
-// one-launch moe_prep_kernel's spare blocks for T*topk <= kMoePrepMaxN; for T*topk <= kMoeDirectMaxN the gate/up
-// kernel reads fp32 x itself), gate/up + SwiGLU kernel, down kernel, over the list of touched experts written by the
-// count kernel (or by moe_prep_kernel), and runs 5 on the workspace's side stream concurrently with 1-4 (fork before
-// 1, join before 6) unless the decode kernels take it (moe_shared_fused).
+// one-launch moe_prep_kernel's spare blocks for T*topk <= kMoePrepMaxN), gate/up + SwiGLU kernel, down kernel, over
+// the list of touched experts written by the count kernel (or by moe_prep_kernel), and runs 5 on the workspace's
+// side stream concurrently with 1-4 (fork before 1, join before 6) unless the decode kernels take it
+// (moe_shared_fused).
 // Large T (MoePath::Fast above kMoeGroupedMinT, or GroupedRs) replaces 2-4 by moe_grouped_rs.cu (bf16 wgmma): x to
 // bf16 in permuted order, the tile list, gate/up + SwiGLU GEMM, down GEMM; MoePath::GroupedFp8 likewise by
 // moe_grouped_fp8.cu (x to two e4m3 terms), MoePath::Grouped by moe_grouped.cu (bf16 mma.sync).
@@ -203,23 +203,22 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
 // Fast path of the routed experts (after the permutation): yp rows of all valid assignments; with `sh` (the plan's
 // moe_shared_fused) the shared expert too, on the same launches (x's token rows of xb, its h rows after the n
 // permuted rows of hb, its output in shy [T, D]).
-// direct (MoePlan::direct_x): the gate/up kernel reads fp32 x itself; x_written (MoePlan::x_bf16_in_prep): the
-// permutation's launch wrote xb.
+// x_written (MoePlan::x_bf16_in_prep): the permutation's launch wrote xb.
 void moe_fast_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
                       const int32_t* offsets, const int32_t* perm, const int32_t* active, uint16_t* xb, uint16_t* hb,
-                      float* yp, bool direct, bool x_written, const MoeSharedDevice* sh, float shared_limit,
-                      float* shy, void* stream) {
+                      float* yp, bool x_written, const MoeSharedDevice* sh, float shared_limit, float* shy,
+                      void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_active = std::min(E, n);
-  if (!direct && !x_written) detail::launch_moe_x_bf16({.x = x, .T = T, .K = D, .xb = xb}, stream);
+  if (!x_written) detail::launch_moe_x_bf16({.x = x, .T = T, .K = D, .xb = xb}, stream);
   MoeFastShared sgu, sdn;
   if (sh) {
     sgu = {.w1 = sh->w1.data, .s1 = sh->w1.scale, .w3 = sh->w3.data, .s3 = sh->w3.scale, .rows = T, .row0 = n,
            .limit = shared_limit};
     sdn = {.w1 = sh->w2.data, .s1 = sh->w2.scale, .rows = T, .row0 = n, .out = shy};
   }
-  const MoeFastArgs gate_up{.active = active, .offsets = offsets, .xb = direct ? nullptr : xb,
-                            .xf = direct ? x : nullptr, .perm = perm, .w1 = ex.w1.data, .s1 = ex.w1.scale,
-                            .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit, .hout = hb};
+  const MoeFastArgs gate_up{.active = active, .offsets = offsets, .xb = xb, .perm = perm, .w1 = ex.w1.data,
+                            .s1 = ex.w1.scale, .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit,
+                            .hout = hb};
   const MoeFastVariant variant = moe_fast_variant();
   detail::launch_moe_fast_shared(true, gate_up, sgu, max_active, stream, variant);
   const MoeFastArgs down{.active = active, .offsets = offsets, .xb = hb, .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I,
@@ -412,9 +411,7 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   int32_t* pos = ws.pos_of_.data();
   float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data();
 
-  // the direct read uses 16-byte loads: x must be 16-byte aligned (rows are, D % 128 == 0)
-  const MoePlan plan = plan_moe(path, moe_fast_supported(ex), T, topk, shared != nullptr,
-                                reinterpret_cast<uintptr_t>(x) % 16 == 0, moe_cutlass_supported(ex),
+  const MoePlan plan = plan_moe(path, moe_fast_supported(ex), T, topk, shared != nullptr, moe_cutlass_supported(ex),
                                 bool(ws.shared_gemm_));
   const bool fast = plan.experts != MoeExpertKernels::kGemm;
   int32_t* active = fast ? ws.active_.data() : nullptr;
@@ -460,7 +457,7 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_by_size_kernel / moe_grouped_kernel");
   } else if (st.is_ok() && fast) {
     moe_fast_experts(x, T, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
-                     reinterpret_cast<uint16_t*>(h1), yp, plan.direct_x, plan.x_bf16_in_prep,
+                     reinterpret_cast<uint16_t*>(h1), yp, plan.x_bf16_in_prep,
                      fused_shared ? shared : nullptr, shared_limit, shy, stream);
     st = check_launch_status("moe_x_bf16_kernel / moe_fast_kernel");
   } else if (st.is_ok()) {

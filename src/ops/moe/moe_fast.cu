@@ -3,8 +3,7 @@
 // (blocks past the list's length exit), so every touched expert's weights are streamed once per pass of 8 tokens.
 // Block: 8 warps split K in 128-k chunks (warp w takes chunks w, w+8, ...), each warp holds 4 m16 weight tiles
 // x 8 tokens of fp32 accumulators; the warps' partial sums are added in warp order in shared memory (deterministic,
-// no atomics). The gate/up kernel reads its B
-// operand from x's bf16 token rows or (kXf32, small T) from fp32 x, through perm_token, rounded the same way.
+// no atomics). The gate/up kernel reads its B operand from x's bf16 token rows through perm_token.
 // Gate/up kernel: tiles W1 rows n0..n0+31 and W3 rows n0..n0+31, epilogue = clamped SwiGLU -> bf16 (pair layout,
 // the B operand of the down kernel). Down kernel: W2 rows n0..n0+63, epilogue = fp32 rows of yp.
 // The shared expert (moe_fast_shared.h) rides in the same launches: grid rows y < ceil(T / 8) stream its FP8 weights
@@ -66,51 +65,18 @@ struct TileRows {
   int64_t data_row, scale_row;  // bytes per row: K/2 and K/32
 };
 
-// bf16x2 bits (round to nearest) of lo (low half) and hi.
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
-         (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
-}
-
-// Activations of the lane: 32 k of the chunk. xf (fp32 x row): word c of c.x[i] holds the pair (element 8i + c,
-// element 8i + c + 4) of the lane's group = pair layout slots 8i + 2c, 8i + 2c + 1 (pair_src), so two float4 loads
-// per uint4 and the same rounding as moe_x_bf16_row. xb: the bf16 pair-layout row. Neither: zeros.
-__device__ __forceinline__ void load_x(const uint16_t* xb, const float* xf, int ch, int t, Chunk& c) {
-  if (xf) {
-    const float4* p = reinterpret_cast<const float4*>(xf + ch * kFastChunk + t * 32);
+// Activations of the lane: 32 k of the chunk from the bf16 pair-layout row xb (zeros without one).
+__device__ __forceinline__ void load_x(const uint16_t* xb, int ch, int t, Chunk& c) {
+  const uint4* p = reinterpret_cast<const uint4*>(xb + ch * kFastChunk + t * 32);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 a = __ldg(p + 2 * i), b = __ldg(p + 2 * i + 1);
-      c.x[i] = make_uint4(pack_bf16(a.x, b.x), pack_bf16(a.y, b.y), pack_bf16(a.z, b.z), pack_bf16(a.w, b.w));
-    }
-  } else if (xb) {
-    const uint4* p = reinterpret_cast<const uint4*>(xb + ch * kFastChunk + t * 32);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) c.x[i] = __ldg(p + i);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) c.x[i] = make_uint4(0, 0, 0, 0);
-  }
+  for (int i = 0; i < 4; ++i) c.x[i] = xb ? __ldg(p + i) : make_uint4(0, 0, 0, 0);
 }
 
 // load_x's slots 2h and 2h + 1 only (the shared expert's half chunk: elements 16h..16h+15 of the lane's 32).
-__device__ __forceinline__ void load_x_half(const uint16_t* xb, const float* xf, int ch, int t, int h, uint4 (&x)[2]) {
-  if (xf) {
-    const float4* p = reinterpret_cast<const float4*>(xf + ch * kFastChunk + t * 32);
+__device__ __forceinline__ void load_x_half(const uint16_t* xb, int ch, int t, int h, uint4 (&x)[2]) {
+  const uint4* p = reinterpret_cast<const uint4*>(xb + ch * kFastChunk + t * 32);
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int i = 2 * h + j;
-      const float4 a = __ldg(p + 2 * i), b = __ldg(p + 2 * i + 1);
-      x[j] = make_uint4(pack_bf16(a.x, b.x), pack_bf16(a.y, b.y), pack_bf16(a.z, b.z), pack_bf16(a.w, b.w));
-    }
-  } else if (xb) {
-    const uint4* p = reinterpret_cast<const uint4*>(xb + ch * kFastChunk + t * 32);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) x[j] = __ldg(p + 2 * h + j);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) x[j] = make_uint4(0, 0, 0, 0);
-  }
+  for (int j = 0; j < 2; ++j) x[j] = xb ? __ldg(p + 2 * h + j) : make_uint4(0, 0, 0, 0);
 }
 
 // Weight matrix of tile a (0: W1 or W2, 1: W3) and its row half r's offset from the lane's row g.
@@ -223,7 +189,7 @@ __device__ __forceinline__ void store_partials(float* red, int warp, int lane, c
 // (gate/up) or W2 (down). Lane t's 32 k of a chunk are 32 bytes per row, read in two halves of 16 (h): half h holds
 // the lane's words q = 2h, 2h+1 of the FP4 layout (elements 8q..8q+7), whose B operand is x slot q. The block's rows
 // lie in one 128-row scale block, so one E8M0 byte per chunk and matrix scales every weight of the chunk.
-template <bool kGateUp, bool kXf32>
+template <bool kGateUp>
 __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFastShared& sh, float* red) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rows = kGateUp ? md::kFastGateRows : md::kFastDownRows;
@@ -232,8 +198,7 @@ __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFast
   const int pass = int(blockIdx.y) * kFastTokens;
   const bool has_row = pass + g < sh.rows;
   // gate/up: x's token rows; down: h's rows after the routed experts' (row0)
-  const uint16_t* xrow = !kXf32 && has_row ? p.xb + ((kGateUp ? 0 : sh.row0) + pass + g) * K : nullptr;
-  const float* xfrow = kXf32 && has_row ? p.xf + int64_t(pass + g) * K : nullptr;
+  const uint16_t* xrow = has_row ? p.xb + ((kGateUp ? 0 : sh.row0) + pass + g) * K : nullptr;
   const uint8_t* wd[2];
   const uint8_t* ws[2];
 #pragma unroll
@@ -253,7 +218,7 @@ __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFast
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) {  // not unrolled: one half's 32 weight registers live at a time
       uint4 w[kFastTiles][2], xh[2];
-      load_x_half(xrow, xfrow, int(ch), t, h, xh);
+      load_x_half(xrow, int(ch), t, h, xh);
 #pragma unroll
       for (int a = 0; a < kFastTiles; ++a)
 #pragma unroll
@@ -287,13 +252,13 @@ __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFast
 
 // kVariant: MoeFastVariant (0: session 18's decode, 1: the word decode). kK: p.K fixed at compile time (0: any K;
 // launch_variant's choice). Same bits.
-template <bool kGateUp, bool kXf32, int kVariant, int kK>
+template <bool kGateUp, int kVariant, int kK>
 __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p, MoeFastShared sh) {
   __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
   dsinfer::cuda::pdl_wait_then_release();
   const int shared_slots = int((sh.rows + kFastTokens - 1) / kFastTokens);
   if (int(blockIdx.y) < shared_slots) {
-    shared_block<kGateUp, kXf32>(p, sh, red);
+    shared_block<kGateUp>(p, sh, red);
     return;
   }
   const int slot = int(blockIdx.y) - shared_slots;
@@ -319,8 +284,7 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     const bool has_row = pass + g < cnt;
     // gate/up: x's token row of permuted row rb + pass + g; down: h's permuted row
     const int64_t brow = !has_row ? 0 : kGateUp ? int64_t(p.perm[rb + pass + g]) : int64_t(rb) + pass + g;
-    const uint16_t* xrow = !kXf32 && has_row ? p.xb + brow * K : nullptr;
-    const float* xfrow = kXf32 && has_row ? p.xf + brow * K : nullptr;
+    const uint16_t* xrow = has_row ? p.xb + brow * K : nullptr;
     float acc[kFastTiles][4] = {};
     // One chunk loaded per warp at a time (4 KB); 3 blocks = 24 warps per SM. Measured on the H200 (2026-11-30):
     // 3 blocks/SM at 80 registers beat 2 blocks/SM by 10-25 %, and a 2-stage cp.async ring per warp (2 blocks/SM
@@ -335,9 +299,8 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     // against 550 / 858).
     for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
       Chunk c;
-      if constexpr (kXf32) load_x(xrow, xfrow, int(ch), t, c);  // fp32 x converted first: fewer live registers
       load_chunk<kGateUp, kK>(tr, int(ch), t, c);
-      if constexpr (!kXf32) load_x(xrow, xfrow, int(ch), t, c);
+      load_x(xrow, int(ch), t, c);
       compute_chunk<kVariant == 1, kVariant == 1 && !kGateUp>(c, acc);
     }
     store_partials(red, warp, lane, acc);
@@ -366,17 +329,16 @@ void launch_variant(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, 
   using dsinfer::cuda::pdl_launch;
   const dim3 block(kFastThreads);
   if (gate_up) {
-    if (a.xf) pdl_launch(moe_fast_kernel<true, true, kVariant, 0>, grid, block, 0, st, a, s);
-    else pdl_launch(moe_fast_kernel<true, false, kVariant, 0>, grid, block, 0, st, a, s);
+    pdl_launch(moe_fast_kernel<true, kVariant, 0>, grid, block, 0, st, a, s);
     return;
   }
   if constexpr (kVariant == 1) {
     if (a.K == kFlashDownK) {
-      pdl_launch(moe_fast_kernel<false, false, kVariant, kFlashDownK>, grid, block, 0, st, a, s);
+      pdl_launch(moe_fast_kernel<false, kVariant, kFlashDownK>, grid, block, 0, st, a, s);
       return;
     }
   }
-  pdl_launch(moe_fast_kernel<false, false, kVariant, 0>, grid, block, 0, st, a, s);
+  pdl_launch(moe_fast_kernel<false, kVariant, 0>, grid, block, 0, st, a, s);
 }
 }  // namespace
 

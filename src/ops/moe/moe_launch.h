@@ -54,8 +54,7 @@ struct MoeFastArgs {
   const int32_t* offsets = nullptr;  // [experts + 1] (the permutation)
   const uint16_t* xb = nullptr;      // B operand rows, bf16 in pair layout (moe_fast_common.h): gate kernel x [T, K]
                                      //   (row perm[p] for permuted row p), down kernel h [rows, K] (row p)
-  const float* xf = nullptr;         // gate kernel, instead of xb: fp32 x [T, K], row perm[p] for permuted row p,
-  const int32_t* perm = nullptr;     //   rounded to bf16 in registers (bitwise the same B operand as xb)
+  const int32_t* perm = nullptr;     // gate kernel: the token of permuted row p
   const void* const* w1 = nullptr;   // gate kernel: W1 [N, K]; down kernel: W2 [N, K] (per-expert pointers)
   const void* const* s1 = nullptr;
   const void* const* w3 = nullptr;   // gate kernel: W3 [N, K]; unused by the down kernel
@@ -98,7 +97,7 @@ void launch_row_weight(const int32_t* pos_of, const float* weight, int64_t n, fl
 void launch_official_combine(const float* yp, const int32_t* pos_of, const int32_t* idx, int64_t T, int64_t topk,
                              int64_t dim, const float* shared, float* out, void* stream);
 // moe_fast.cu: x's T token rows to the fast kernels' bf16 B operand in pair layout ("moe_x_bf16_kernel", T blocks);
-// the gate/up + SwiGLU kernel (gate_up; reads a.xf or a.xb through a.perm) or the down kernel ("moe_fast_kernel"),
+// the gate/up + SwiGLU kernel (gate_up; reads a.xb through a.perm) or the down kernel ("moe_fast_kernel"),
 // grid (N / rows per block, max_active).
 void launch_moe_x_bf16(const MoeXBf16& xc, void* stream);
 void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream);

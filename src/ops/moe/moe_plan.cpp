@@ -78,7 +78,7 @@ int moe_cutlass_cluster_n(int64_t rows, int64_t experts, int64_t N) {
   return full && N % 256 == 0 ? 2 : 1;
 }
 
-MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16,
+MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared,
                  bool cutlass_supported, bool shared_gemm) {
   const int64_t n = T * topk;
   const bool fast = path != MoePath::Exact && fast_supported;
@@ -93,8 +93,7 @@ MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, boo
   const bool any_fast = p.experts != MoeExpertKernels::kGemm;
   p.gemm_skinny_ok = path != MoePath::Invariant;
   p.prep_one_launch = any_fast && n <= kMoePrepMaxN;
-  p.direct_x = p.experts == MoeExpertKernels::kFast && n <= kMoeDirectMaxN && x_aligned16;
-  p.x_bf16_in_prep = p.experts == MoeExpertKernels::kFast && !p.direct_x && p.prep_one_launch;
+  p.x_bf16_in_prep = p.experts == MoeExpertKernels::kFast && p.prep_one_launch;
   p.shared_projection = has_shared && shared_gemm && prefill;
   p.side_stream = has_shared && any_fast && !p.shared_projection;
   return p;

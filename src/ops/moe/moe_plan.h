@@ -19,8 +19,8 @@ namespace dsinfer::ops::cuda {
 // SwiGLU output rounded to bf16, each touched expert's FP4 weights read once per 8 of its rows) when
 // moe_fast_supported(), else as Exact. The shared expert runs through gemm_cuda, except moe_shared_fused's case.
 // Fast runs the shared expert inside the decode kernels at 2..160 tokens (moe_fast_shared.h), else on the side
-// stream beside the routed experts; for T*topk <= kMoePrepMaxN the permutation in one launch; for T*topk <=
-// kMoeDirectMaxN the gate/up kernel on fp32 x directly (no bf16 gather).
+// stream beside the routed experts; for T*topk <= kMoePrepMaxN the permutation in one launch, which also rounds x's
+// rows to the kernels' bf16 operand.
 // Invariant (--batch-invariant): as Fast when supported (a token's result does not depend on T there), else the
 // tiled grouped GEMMs for every T (never the T-dependent skinny choice); the shared expert with
 // GemmPrecision::kBatchInvariant. A token's bits then do not depend on the other tokens or on T.
@@ -65,11 +65,6 @@ inline constexpr int64_t kMoeSharedFusedMinT = 2, kMoeSharedFusedMaxT = 160;
 // Up to this many assignments (T * topk) the permutation is one launch (moe_prep_kernel stages them in shared
 // memory: this is also its array size); above, the count and scatter kernels.
 inline constexpr int kMoePrepMaxN = 2048;
-// Up to this many assignments the gate/up kernel reads fp32 x through perm_token itself (no gather launch); above,
-// the gathered bf16 rows halve its L2 reads of x. Measured on the H200 (bench/NOTES.md wave 5, direct read and
-// one-launch permutation toggled together): ~8 us faster at T = 1 (6 assignments), ~15 us slower at T = 8 and
-// ~130 us at T = 64, so only T <= 2 read x directly.
-inline constexpr int64_t kMoeDirectMaxN = 16;
 // Exact / fallback expert GEMMs take the fp32 skinny kernel while the expert rows average at most this many per
 // expert (T * topk <= 8 * experts; the skinny kernel's row chunk), else the tiled kernel. Exact mode chunks a step
 // so that every chunk qualifies.
@@ -109,8 +104,10 @@ struct MoePlan {
   MoeExpertKernels experts = MoeExpertKernels::kGemm;
   bool gemm_skinny_ok = true;   // kGemm: the skinny kernel may run (plan_moe_expert_gemm); false for Invariant
   bool prep_one_launch = false;  // the permutation in one launch (moe_prep_kernel), else count + scatter
-  bool direct_x = false;         // kFast: the gate/up kernel reads fp32 x (needs 16-byte aligned x)
-  bool x_bf16_in_prep = false;   // kFast, not direct_x, prep_one_launch: moe_prep_kernel also writes the bf16 x rows
+  // kFast and prep_one_launch: moe_prep_kernel also writes the bf16 x rows. The gate/up kernel read fp32 x itself
+  // at T*topk <= 16 until session 33 (no gather launch); with the rows in the permutation's launch the bf16 operand
+  // is faster at every T (H100, T = 1: gate/up 30.4 vs 36.2 us; the permutation 6.5 us with the rows, 6.7 without).
+  bool x_bf16_in_prep = false;
   bool side_stream = false;      // the shared expert on the side stream (usable, and not moe_shared_fused)
   bool shared_projection = false;  // the shared expert's GEMMs through the caller's projection (MoeSharedGemm)
 };
@@ -119,7 +116,7 @@ struct MoePlan {
 // runner's projections take cuBLASLt there (ops/gemm/gemm_plan.h), where gemm_cuda's tiled bf16 kernel measured
 // 1.88 ms per V4-Flash layer at T = 4,096 (110 TFLOP/s; bench/NOTES.md "Session 16 — MoE prefill") and the side
 // stream hid 0.27 ms of it behind the persistent grouped kernels, which hold every SM.
-MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared, bool x_aligned16,
+MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared,
                  bool cutlass_supported = false, bool shared_gemm = false);
 
 // The shared expert inside the decode kernels (moe_fast_shared.h; defined in moe_plan.cpp): MoePath::Fast on the
