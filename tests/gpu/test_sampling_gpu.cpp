@@ -7,6 +7,7 @@
 // for the different summation order of the normaliser.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -225,6 +226,82 @@ TEST(GpuSampling, TiesMaskedRowsAndSeedsAcrossSteps) {
   all_masked.mask.assign(size_t(bitmask_words(V)), 0);
   cases.push_back(all_masked);
   compare(logits, 3, V, cases);
+}
+
+// Plain greedy rows (greedy, no logprobs, no bias / bans / penalties) are scanned by several blocks each
+// (ops::cuda::greedy_split: 31 a row at 1 and 3 rows of the V4 vocabulary, 5 at 64, 1 at 300) and reduced in the row
+// kernel. Their tokens against the host's argmax: the maximum repeated in different slices (the lowest id wins), at
+// the last id, a flat row (id 0), the maximum masked out, every token masked (id 0), with other rows (logprobs,
+// penalties, sampling) in the same launch taking the general path.
+TEST(GpuSampling, PlainGreedyRowsScannedInSlices) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int32_t V = 129280, R = 5;
+  std::mt19937 g(11);
+  std::vector<float> logits;
+  for (int r = 0; r < R; ++r) {
+    const std::vector<float> row = random_logits(g, V, r == 1);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  auto at = [&](int r, int i) -> float& { return logits[size_t(r) * size_t(V) + size_t(i)]; };
+  at(1, 100000) = 40.0f;  // three maxima in three slices: id 4097 wins
+  at(1, 4097) = 40.0f;
+  at(1, 64000) = 40.0f;
+  at(2, V - 1) = 40.0f;  // the last id
+  for (int i = 0; i < V; ++i) at(3, i) = 0.0f;  // flat: id 0
+  at(4, 77777) = 40.0f;  // masked out below: the row's second best wins
+  std::vector<int32_t> no_top(size_t(bitmask_words(V)), -1);
+  no_top[77777 / 32] &= ~int32_t(1u << (77777 % 32));
+  for (int rows : {1, 3, 64, 300}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows, split " << ops::cuda::greedy_split(rows, V));
+    std::vector<Case> cases;
+    for (int c = 0; c < rows; ++c) {
+      Case k;
+      k.p.temperature = 0.0;
+      k.logits_row = c % R;
+      if (c % R == 4) k.mask = no_top;
+      if (c == 7) k.mask.assign(size_t(bitmask_words(V)), 0);  // every token masked
+      if (c % 9 == 5) k.p.logprobs = true;                     // general path, same launch
+      if (c % 11 == 6) {
+        k.p.frequency_penalty = 1.5;
+        k.out = {int32_t(c % 50)};
+      }
+      if (c % 13 == 8) k.p.temperature = 0.8;
+      k.key = {uint64_t(c), 0};
+      cases.push_back(k);
+    }
+    compare(logits, R, V, cases);
+  }
+}
+
+// A non-finite logit in any slice of a plain greedy row reports the row (as the general path does); a finite row
+// beside it is still sampled.
+TEST(GpuSampling, PlainGreedyNonFiniteInAnySlice) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int32_t V = 129280;
+  std::mt19937 g(12);
+  for (int bad_id : {0, 70000, V - 1}) {
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      std::vector<float> logits = random_logits(g, V, false);
+      const std::vector<float> good = random_logits(g, V, false);
+      logits.insert(logits.end(), good.begin(), good.end());
+      logits[size_t(bad_id)] = bad;
+      SamplingParams p;
+      p.temperature = 0.0;
+      PackedRows pr;
+      pr.clear(V);
+      RowRequest r;
+      r.params = &p;
+      r.logits_row = 0;
+      ASSERT_TRUE(pr.add(r).is_ok());
+      r.logits_row = 1;
+      ASSERT_TRUE(pr.add(r).is_ok());
+      const std::vector<ops::SampleRowOut> got = run_device(logits, 2, V, pr);
+      EXPECT_EQ(got[0].status, ops::kSampleNonFinite) << "id " << bad_id << " value " << bad;
+      EXPECT_EQ(got[0].token, -1);
+      ASSERT_EQ(got[1].status, ops::kSampleOk);
+      EXPECT_EQ(got[1].token, int32_t(std::max_element(good.begin(), good.end()) - good.begin()));
+    }
+  }
 }
 
 TEST(GpuSampling, NonFiniteRowsAndBadDescriptionsAreReported) {

@@ -316,6 +316,74 @@ __device__ int sample_row(const SampleRowDesc& d, const Row& r, Cut& cut, Shared
   return draw(r, cut, d.uniform, sh);
 }
 
+// Whether the description names rows and lists inside the uploaded arrays (else the row reports kSampleBadInput).
+__device__ __forceinline__ bool row_ok(const SampleArgs& a, const SampleRowDesc& d) {
+  const bool mask_ok = d.mask_row < 0 || (a.mask_words && d.mask_row < a.num_mask_rows);
+  return d.logits_row >= 0 && d.logits_row < a.logits_rows && mask_ok && d.top_logprobs >= 0 &&
+         d.top_logprobs <= kSampleMaxTop;
+}
+
+// Row `row` of the launch (description d): its logits, work row and bitmask row.
+__device__ __forceinline__ Row row_of(const SampleArgs& a, const SampleRowDesc& d, int64_t row) {
+  Row r;
+  r.L = a.logits + int64_t(d.logits_row) * a.logits_stride;
+  r.W = a.work + row * a.V;
+  r.M = d.mask_row >= 0 ? a.mask_words + int64_t(d.mask_row) * a.words_per_row : nullptr;
+  r.V = a.V;
+  r.m = 0.0;
+  r.inv_t = d.inv_temperature;
+  r.min_p = d.min_p;
+  return r;
+}
+
+// A greedy row with no logprobs and no sparse edits (bias, bans, penalties): its token is the argmax of the raw row
+// (NaN -> -inf, the bitmask applied), which no other phase touches. One block walking 129,280 logits took ~108 us
+// (H100, session 34), so split blocks (greedy_partials_kernel) scan such a row, and the row kernel reduces their
+// partials: `better` is a total order on (value, id), so its maximum does not depend on how the row is cut.
+__device__ __forceinline__ bool plain_greedy(const SampleRowDesc& d) {
+  return (d.flags & kSampleGreedy) && !(d.flags & kSampleLogprobs) && d.bias_count == 0 && d.ban_count == 0 &&
+         d.penalty_count == 0;
+}
+
+// Where block s of a plain greedy row parks its partial in the row's work row: the value at [s], the id at
+// [split + s], whether its slice held a non-finite logit at [2 * split + s] (the ids and flags as int bits).
+struct GreedyPartials {
+  float* v;
+  int* id;
+  int* bad;
+  __device__ GreedyPartials(float* w, int split)
+      : v(w), id(reinterpret_cast<int*>(w + split)), bad(reinterpret_cast<int*>(w + 2 * split)) {}
+};
+
+// Grid (split, rows): block s scans slice s of its plain greedy row (ids [s V / split, (s + 1) V / split)) for the
+// raw row's best entry and non-finite logits, as prepare and the argmax do over the whole row.
+__global__ void __launch_bounds__(kThreads) greedy_partials_kernel(SampleArgs a) {
+  __shared__ Shared sh;
+  const SampleRowDesc d = a.rows[blockIdx.y];
+  if (!row_ok(a, d) || !plain_greedy(d)) return;  // uniform over the block
+  const Row r = row_of(a, d, blockIdx.y);
+  const int s = int(blockIdx.x), split = int(gridDim.x);
+  const int i0 = int(int64_t(r.V) * s / split), i1 = int(int64_t(r.V) * (s + 1) / split);
+  float mv = -INFINITY;
+  int mi = INT_MAX, bad = 0;
+  for (int i = i0 + int(threadIdx.x); i < i1; i += kThreads) {
+    bad |= !isfinite(r.L[i]);
+    const float v = r.raw(i);
+    if (better(v, i, mv, mi)) {
+      mv = v;
+      mi = i;
+    }
+  }
+  bad = __syncthreads_or(bad);
+  block_best(mv, mi, sh);
+  if (threadIdx.x == 0) {
+    const GreedyPartials p(r.W, split);
+    p.v[s] = mv;
+    p.id[s] = mi;
+    p.bad[s] = bad;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleArgs a) {
   __shared__ Shared sh;
   const SampleRowDesc d = a.rows[blockIdx.x];
@@ -326,20 +394,30 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleArgs a) {
     o->logprob = 0.0f;
     o->num_top = 0;
   }
-  const bool mask_ok = d.mask_row < 0 || (a.mask_words && d.mask_row < a.num_mask_rows);
-  if (d.logits_row < 0 || d.logits_row >= a.logits_rows || !mask_ok || d.top_logprobs < 0 ||
-      d.top_logprobs > kSampleMaxTop) {
+  if (!row_ok(a, d)) {
     if (threadIdx.x == 0) o->status = kSampleBadInput;
     return;
   }
-  Row r;
-  r.L = a.logits + int64_t(d.logits_row) * a.logits_stride;
-  r.W = a.work + int64_t(blockIdx.x) * a.V;
-  r.M = d.mask_row >= 0 ? a.mask_words + int64_t(d.mask_row) * a.words_per_row : nullptr;
-  r.V = a.V;
-  r.m = 0.0;
-  r.inv_t = d.inv_temperature;
-  r.min_p = d.min_p;
+  Row r = row_of(a, d, blockIdx.x);
+  if (a.split > 0 && plain_greedy(d)) {  // greedy_partials_kernel scanned the row: the best of its partials
+    const GreedyPartials p(r.W, a.split);
+    float mv = -INFINITY;
+    int mi = INT_MAX, bad = 0;
+    for (int s = int(threadIdx.x); s < a.split; s += kThreads) {
+      bad |= p.bad[s];
+      if (better(p.v[s], p.id[s], mv, mi)) {
+        mv = p.v[s];
+        mi = p.id[s];
+      }
+    }
+    if (__syncthreads_or(bad)) {
+      if (threadIdx.x == 0) o->status = kSampleNonFinite;
+      return;
+    }
+    block_best(mv, mi, sh);
+    if (threadIdx.x == 0) o->token = mi == INT_MAX ? 0 : mi;
+    return;
+  }
   if (!prepare(a, d, r, o, sh)) return;
   float mv = -INFINITY;
   int mi = INT_MAX;
@@ -371,7 +449,9 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleArgs a) {
 }  // namespace
 
 void launch_sample_rows(const SampleArgs& a, void* stream) {
-  sample_rows_kernel<<<unsigned(a.num_rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (a.split > 0) greedy_partials_kernel<<<dim3(unsigned(a.split), unsigned(a.num_rows)), kThreads, 0, s>>>(a);
+  sample_rows_kernel<<<unsigned(a.num_rows), kThreads, 0, s>>>(a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

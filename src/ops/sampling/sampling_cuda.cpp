@@ -3,10 +3,25 @@
 
 #include <algorithm>
 
+#include "core/env_switch.h"
 #include "cuda/cuda_common.h"
 #include "ops/sampling/sampling_launch.h"
 
 namespace dsinfer::ops::cuda {
+
+// About two blocks per SM over the rows, at least detail::kGreedySlice logits a block (at most 64 blocks a row);
+// 0 (no scan) where the rows exceed the grid's y limit or a row is too short for the partials, and with
+// DSINFER_GREEDY_SPLIT=0 (a measurement switch read once: session 33's one block a row; the same tokens).
+int32_t greedy_split(int64_t num_rows, int64_t V) {
+  static const bool on = env_switch("DSINFER_GREEDY_SPLIT", {"0", "1"}) != "0";
+  if (!on || num_rows < 1 || num_rows > 65535 || V < 3) return 0;  // the partials need 3 entries of the work row
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    sms = 132;
+  const int64_t want = (2 * int64_t(sms) + num_rows - 1) / num_rows;
+  return int32_t(std::clamp<int64_t>(std::min<int64_t>(want, V / detail::kGreedySlice), 1, 64));
+}
 
 Status sample_rows(const SampleRowsArgs& a, void* stream) {
   if (a.V <= 0 || a.V > 0x7fffffff || a.logits_stride < a.V || a.num_rows < 0 || a.num_rows > 0x7fffffff ||
@@ -34,8 +49,9 @@ Status sample_rows(const SampleRowsArgs& a, void* stream) {
   k.words_per_row = a.words_per_row;
   k.work = a.work;
   k.out = a.out;
+  k.split = greedy_split(a.num_rows, a.V);
   detail::launch_sample_rows(k, stream);
-  DSI_CUDA_LAUNCHED("sample_rows_kernel");
+  DSI_CUDA_LAUNCHED("greedy_partials_kernel / sample_rows_kernel");
   return Status::ok();
 }
 

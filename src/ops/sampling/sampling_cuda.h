@@ -31,6 +31,10 @@ struct SampleRowsArgs {
 
 inline int64_t sample_rows_work_floats(int64_t num_rows, int64_t V) { return num_rows * V; }
 
+// Blocks that scan each plain greedy row ahead of the row kernel (detail::SampleArgs::split) for num_rows rows of V
+// logits on the current device.
+int32_t greedy_split(int64_t num_rows, int64_t V);
+
 // Checks the shapes (the row descriptions themselves live on the device and were checked by the packer; the
 // kernel still clamps every index it reads) and launches. Asynchronous on `stream`.
 Status sample_rows(const SampleRowsArgs& a, void* stream);

@@ -21,7 +21,13 @@ struct SampleArgs {
   int32_t words_per_row = 0;
   float* work = nullptr;               // [num_rows, V] scratch: the processed row
   SampleRowOut* out = nullptr;         // [num_rows]
+  // Blocks scanning each plain greedy row (sampling.cu plain_greedy) before the row kernel, 1..V / kGreedySlice,
+  // their partial argmaxes parked in the row's work row; 0: no scan, such rows take the row kernel's general path.
+  int32_t split = 1;
 };
+
+// Fewest entries of a plain greedy row per scanning block (sample_rows chooses the split).
+inline constexpr int32_t kGreedySlice = 4096;
 
 void launch_sample_rows(const SampleArgs& a, void* stream);
 
