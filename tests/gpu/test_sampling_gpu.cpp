@@ -66,6 +66,30 @@ std::vector<float> random_logits(std::mt19937& g, int32_t V, bool ties) {
   return v;
 }
 
+// R rows of random_logits, row r with ties where ties(r).
+template <typename Ties>
+std::vector<float> stacked_logits(std::mt19937& g, int R, int32_t V, Ties ties) {
+  std::vector<float> logits;
+  for (int r = 0; r < R; ++r) {
+    const std::vector<float> row = random_logits(g, V, ties(r));
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  return logits;
+}
+
+// One row description per entry of logits_rows, all with the params p.
+PackedRows pack_rows(int32_t V, const SamplingParams& p, std::initializer_list<int32_t> logits_rows) {
+  PackedRows pr;
+  pr.clear(V);
+  RowRequest r;
+  r.params = &p;
+  for (int32_t row : logits_rows) {
+    r.logits_row = row;
+    EXPECT_TRUE(pr.add(r).is_ok());
+  }
+  return pr;
+}
+
 std::vector<ops::SampleRowOut> run_device(const std::vector<float>& logits, int64_t R, int64_t V, const PackedRows& pr) {
   auto dl = to_device(logits);
   auto drows = to_device(pr.rows);
@@ -150,11 +174,7 @@ TEST(GpuSampling, MatchesTheHostSamplerOnRandomRowsAndParams) {
   const int32_t V = 5000, R = 48;
   std::mt19937 g(11);
   for (int batch = 0; batch < 8; ++batch) {
-    std::vector<float> logits;
-    for (int r = 0; r < R; ++r) {
-      const std::vector<float> row = random_logits(g, V, r % 5 == 0);
-      logits.insert(logits.end(), row.begin(), row.end());
-    }
+    const std::vector<float> logits = stacked_logits(g, R, V, [](int r) { return r % 5 == 0; });
     std::vector<Case> cases;
     for (int r = 0; r < R; ++r) {
       cases.push_back(random_case(g, V));
@@ -168,11 +188,7 @@ TEST(GpuSampling, MatchesTheHostSamplerOnTheV4Vocabulary) {
   DSI_SKIP_WITHOUT_GPU();
   const int32_t V = 129280, R = 12;
   std::mt19937 g(5);
-  std::vector<float> logits;
-  for (int r = 0; r < R; ++r) {
-    const std::vector<float> row = random_logits(g, V, r % 3 == 0);
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
+  const std::vector<float> logits = stacked_logits(g, R, V, [](int r) { return r % 3 == 0; });
   std::vector<Case> cases;
   for (int r = 0; r < 2 * R; ++r) {
     cases.push_back(random_case(g, V));
@@ -237,11 +253,7 @@ TEST(GpuSampling, PlainGreedyRowsScannedInSlices) {
   DSI_SKIP_WITHOUT_GPU();
   const int32_t V = 129280, R = 5;
   std::mt19937 g(11);
-  std::vector<float> logits;
-  for (int r = 0; r < R; ++r) {
-    const std::vector<float> row = random_logits(g, V, r == 1);
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
+  std::vector<float> logits = stacked_logits(g, R, V, [](int r) { return r == 1; });
   auto at = [&](int r, int i) -> float& { return logits[size_t(r) * size_t(V) + size_t(i)]; };
   at(1, 100000) = 40.0f;  // three maxima in three slices: id 4097 wins
   at(1, 4097) = 40.0f;
@@ -287,15 +299,7 @@ TEST(GpuSampling, PlainGreedyNonFiniteInAnySlice) {
       logits[size_t(bad_id)] = bad;
       SamplingParams p;
       p.temperature = 0.0;
-      PackedRows pr;
-      pr.clear(V);
-      RowRequest r;
-      r.params = &p;
-      r.logits_row = 0;
-      ASSERT_TRUE(pr.add(r).is_ok());
-      r.logits_row = 1;
-      ASSERT_TRUE(pr.add(r).is_ok());
-      const std::vector<ops::SampleRowOut> got = run_device(logits, 2, V, pr);
+      const std::vector<ops::SampleRowOut> got = run_device(logits, 2, V, pack_rows(V, p, {0, 1}));
       EXPECT_EQ(got[0].status, ops::kSampleNonFinite) << "id " << bad_id << " value " << bad;
       EXPECT_EQ(got[0].token, -1);
       ASSERT_EQ(got[1].status, ops::kSampleOk);
@@ -309,18 +313,8 @@ TEST(GpuSampling, NonFiniteRowsAndBadDescriptionsAreReported) {
   const int32_t V = 300;
   std::vector<float> logits(size_t(V) * 2, 0.5f);
   logits[size_t(V + 17)] = NAN;
-  SamplingParams p;
-  PackedRows pr;
-  pr.clear(V);
-  RowRequest r;
-  r.params = &p;
-  r.logits_row = 1;
-  ASSERT_TRUE(pr.add(r).is_ok());
-  r.logits_row = 2;  // past the two logits rows
-  ASSERT_TRUE(pr.add(r).is_ok());
-  r.logits_row = 0;
-  ASSERT_TRUE(pr.add(r).is_ok());
-  const std::vector<ops::SampleRowOut> got = run_device(logits, 2, V, pr);
+  const SamplingParams p;
+  const std::vector<ops::SampleRowOut> got = run_device(logits, 2, V, pack_rows(V, p, {1, 2, 0}));  // 2: past the rows
   EXPECT_EQ(got[0].status, ops::kSampleNonFinite);
   EXPECT_EQ(got[1].status, ops::kSampleBadInput);
   EXPECT_EQ(got[2].status, ops::kSampleOk);

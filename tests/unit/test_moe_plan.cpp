@@ -1,7 +1,8 @@
 // CPU checks of the MoE kernel choice (ops/moe/moe_plan.h) at the V4-Flash (256 experts, top 6, inter 2048) and
 // shipped-model (8 experts, top 2, inter 128) shapes: the routed-expert kernels per path and T, the one-launch
 // permutation's limit (and the bf16 x rows it writes), the runners' path and chunking, and the invariants exact mode
-// relies on (every chunk keeps the expert and shared-expert GEMMs on the fp32 skinny kernel). The GPU side is tests/gpu/test_moe*.
+// relies on (every chunk keeps the expert and shared-expert GEMMs on the fp32 skinny kernel). The GPU side is
+// tests/gpu/test_moe*.
 #include <gtest/gtest.h>
 
 #include <cstdint>
