@@ -1,6 +1,7 @@
 // CUDA sampler (see sampling_cuda.h; CPU reference sampling::Sampler). One block of kThreads per row, phases
 // separated by block barriers: prepare the work row -> sparse edits -> argmax -> (sampling) min_p / top_k / top_p
-// cut -> draw -> logprobs. Every reduction has a fixed shape (xor butterflies, warp partials summed in warp
+// cut -> draw -> logprobs; a plain greedy row is scanned ahead by split blocks (greedy_partials_kernel), and its
+// block only reduces their partials. Every reduction has a fixed shape (xor butterflies, warp partials summed in warp
 // order), so a row's result is bitwise reproducible and independent of the other rows. The host computes the
 // probabilities e_i = exp((w_i - max) / T) in double; so does this kernel, and it orders tokens by the 64-bit
 // pattern of e_i (monotone for positive doubles) with ties to the lower id, exactly the host's order. The kept

@@ -21,8 +21,8 @@ struct SampleArgs {
   int32_t words_per_row = 0;
   float* work = nullptr;               // [num_rows, V] scratch: the processed row
   SampleRowOut* out = nullptr;         // [num_rows]
-  // Blocks scanning each plain greedy row (sampling.cu plain_greedy) before the row kernel, 1..V / kGreedySlice,
-  // their partial argmaxes parked in the row's work row; 0: no scan, such rows take the row kernel's general path.
+  // Blocks scanning each plain greedy row (sampling.cu plain_greedy) before the row kernel (1..64, at most
+  // max(1, V / kGreedySlice)), their partial argmaxes parked in the row's work row; 0: no scan (the general path).
   int32_t split = 1;
 };
 
