@@ -27,6 +27,16 @@ inline Status check_launch(const char* kernel, const char* file, int line) {
 #define DSI_CUDA_TRY(expr) DSI_RETURN_IF_ERROR(::dsinfer::cuda::cuda_status((expr), #expr, __FILE__, __LINE__))
 #define DSI_CUDA_LAUNCHED(name) DSI_RETURN_IF_ERROR(::dsinfer::cuda::check_launch(name, __FILE__, __LINE__))
 
+// Multiprocessors of the current device, for launch shapes only: 132 (an H100 / H200) when the query fails; a real
+// device error surfaces at the launch check.
+inline int current_sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 132;
+  return n;
+}
+
 // True when a CUDA device is usable (GPU tests skip otherwise).
 inline bool device_available() {
   int n = 0;

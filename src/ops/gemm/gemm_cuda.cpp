@@ -61,13 +61,6 @@ Status validate_weight(const DeviceWeight& w, const char* what) {
 
 namespace {
 
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 132;  // only shapes the launch; a real device error surfaces at the launch check
-  return n;
-}
-
 Status check_activations(const float* x, int64_t M, int64_t ldx, int64_t K, const float* y, int64_t ldy, int64_t N) {
   if (M < 0) return Status::errorf("gemm: negative row count {}", M);
   if (M > 0 && (!x || !y)) return Status::error("gemm: null x or y pointer");
@@ -132,7 +125,7 @@ Status run_invariant(detail::GemmArgs& a, WeightFormat f, const GemmInvariantPla
 }
 
 Status run(detail::GemmArgs& a, WeightFormat f, GemmPrecision precision, void* stream) {
-  const GemmKernelPlan p = plan_gemm_kernel(a, f, precision, sm_count());
+  const GemmKernelPlan p = plan_gemm_kernel(a, f, precision, dsinfer::cuda::current_sm_count());
   if (precision == GemmPrecision::kBatchInvariant) return run_invariant(a, f, p.invariant, stream);
   switch (p.kernel) {
     case GemmKernel::kGemv: return launch_gemv(a, f, p.gemv, stream);
@@ -197,7 +190,8 @@ Status gemm_segments_cuda(const float* x, int64_t M, int64_t ldx, const GemmSegm
     args[i] = gemm_args(x, ldx, s.y, s.ldy, M, s.w, 1);
   }
   if (M == 0) return Status::ok();
-  const GemmSegmentsKernelPlan kp = plan_gemm_segments_kernel(args, count, w0.fmt, precision, sm_count());
+  const GemmSegmentsKernelPlan kp =
+      plan_gemm_segments_kernel(args, count, w0.fmt, precision, dsinfer::cuda::current_sm_count());
   if (!kp.ok)
     return Status::errorf("gemm segments: the {} segments' own calls at M = {} are not one skinny or one streaming "
                           "launch (K {}, {})", count, M, w0.cols, weight_format_name(w0.fmt));

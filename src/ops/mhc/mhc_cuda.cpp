@@ -32,9 +32,7 @@ Status check_params(const HcNormParams& p, int64_t mixes, const char* op) {
 detail::HcSplit detail::hc_default_split(int64_t T, int64_t n, int64_t dim, int64_t mixes) {
   detail::HcSplit s;
   s.tile = detail::hc_tile(T, mixes);
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    sms = 132;
+  const int sms = dsinfer::cuda::current_sm_count();
   const int64_t tiles = (T + s.tile - 1) / s.tile, nchunks = (n * dim + detail::kHcChunk - 1) / detail::kHcChunk;
   const int64_t splits = std::clamp<int64_t>(2 * sms / tiles, 1, std::min(nchunks, detail::hc_max_splits(dim, mixes)));
   s.chunks_per_split = int((nchunks + splits - 1) / splits);

@@ -218,13 +218,7 @@ __device__ void logprobs(const Row& r, bool raw, int token, int n, SampleRowOut*
   auto val = [&](int i) { return raw ? r.raw(i) : r.W[i]; };
   float mx = -INFINITY;
   int mi = INT_MAX;
-  for (int i = int(threadIdx.x); i < r.V; i += kThreads) {
-    const float v = val(i);
-    if (better(v, i, mx, mi)) {
-      mx = v;
-      mi = i;
-    }
-  }
+  for (int i = int(threadIdx.x); i < r.V; i += kThreads) keep_best(val(i), i, mx, mi);
   block_best(mx, mi, sh);
   double sum = 0.0;
   if (mx != -INFINITY)
@@ -240,10 +234,7 @@ __device__ void logprobs(const Row& r, bool raw, int token, int n, SampleRowOut*
     int bi = INT_MAX;
     for (int i = int(threadIdx.x); i < r.V; i += kThreads) {
       const float v = val(i);
-      if ((v < pv || (v == pv && i > pi)) && better(v, i, bv, bi)) {
-        bv = v;
-        bi = i;
-      }
+      if (v < pv || (v == pv && i > pi)) keep_best(v, i, bv, bi);
     }
     block_best(bv, bi, sh);
     if (bi == INT_MAX) break;  // fewer than n tokens
@@ -369,11 +360,7 @@ __global__ void __launch_bounds__(kThreads) greedy_partials_kernel(SampleArgs a)
   int mi = INT_MAX, bad = 0;
   for (int i = i0 + int(threadIdx.x); i < i1; i += kThreads) {
     bad |= !isfinite(r.L[i]);
-    const float v = r.raw(i);
-    if (better(v, i, mv, mi)) {
-      mv = v;
-      mi = i;
-    }
+    keep_best(r.raw(i), i, mv, mi);
   }
   bad = __syncthreads_or(bad);
   block_best(mv, mi, sh);
@@ -406,10 +393,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleArgs a) {
     int mi = INT_MAX, bad = 0;
     for (int s = int(threadIdx.x); s < a.split; s += kThreads) {
       bad |= p.bad[s];
-      if (better(p.v[s], p.id[s], mv, mi)) {
-        mv = p.v[s];
-        mi = p.id[s];
-      }
+      keep_best(p.v[s], p.id[s], mv, mi);
     }
     if (__syncthreads_or(bad)) {
       if (threadIdx.x == 0) o->status = kSampleNonFinite;
@@ -423,10 +407,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleArgs a) {
   float mv = -INFINITY;
   int mi = INT_MAX;
   for (int i = int(threadIdx.x); i < r.V; i += kThreads)
-    if (better(r.W[i], i, mv, mi)) {
-      mv = r.W[i];
-      mi = i;
-    }
+    keep_best(r.W[i], i, mv, mi);
   block_best(mv, mi, sh);
   if (mi == INT_MAX) mi = 0;
   const bool greedy = (d.flags & kSampleGreedy) != 0;

@@ -23,6 +23,13 @@ struct Shared {
 };
 
 __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }
+// (mv, mi) becomes (v, i) when that is better.
+__device__ __forceinline__ void keep_best(float v, int i, float& mv, int& mi) {
+  if (better(v, i, mv, mi)) {
+    mv = v;
+    mi = i;
+  }
+}
 
 // Block reductions: every thread gets the same value (same operations in the same order everywhere).
 __device__ inline double block_sum(double v, Shared& sh) {

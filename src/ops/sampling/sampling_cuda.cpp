@@ -15,11 +15,7 @@ namespace dsinfer::ops::cuda {
 int32_t greedy_split(int64_t num_rows, int64_t V) {
   static const bool on = env_switch("DSINFER_GREEDY_SPLIT", {"0", "1"}) != "0";
   if (!on || num_rows < 1 || num_rows > 65535 || V < 3) return 0;  // the partials need 3 entries of the work row
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    sms = 132;
-  const int64_t want = (2 * int64_t(sms) + num_rows - 1) / num_rows;
+  const int64_t want = (2 * int64_t(dsinfer::cuda::current_sm_count()) + num_rows - 1) / num_rows;
   return int32_t(std::clamp<int64_t>(std::min<int64_t>(want, V / detail::kGreedySlice), 1, 64));
 }
 
