@@ -1,6 +1,8 @@
-// CUDA encoders of the KV storage formats (see kv_format_cuda.h): one warp per row, 4 warps a block. Main KV: lane l
-// owns channels 2l, 2l+1 of each 64-channel tile (its two codes are one 16-bit store, a tile one 64-byte run) and
-// RoPE channels 448 + 2l, +1; lane 0 writes the row's 8 scale bytes. Indexer: lane l owns channels 4l .. 4l+3.
+// CUDA encoders of the KV storage formats (see kv_format_cuda.h). Main KV: a block of kKvRowWarps warps per row, warp
+// t < 7 encodes 64-channel tile t (lane l channels 64t + 2l, +1: its two codes one 16-bit store, the tile one 64-byte
+// run; lane 0 the tile's scale byte), warp 7 the RoPE channels 448 + 2l, +1 and the pad byte. One warp walked all
+// seven tiles until session 34: a decode step's one row took ~11 us (ncu, H100) in that warp's ~2,500-instruction
+// chain. Indexer: one warp per row, 4 a block, lane l owns channels 4l .. 4l+3.
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "ops/kv_format/kv_format.h"
@@ -18,45 +20,50 @@ __device__ __forceinline__ float warp_amax(float a, bool finite) {
   return __all_sync(dev::kFull, finite) ? m : INFINITY;
 }
 
-// One warp encodes the main-KV row xr into cache row `row` (in range).
-__device__ __forceinline__ void encode_kv_row(const float* xr, uint8_t* cache, int64_t row, const KvPages& g,
-                                              int lane) {
+constexpr int kKvRowWarps = kKvTiles + 1;  // the tiles, then the RoPE channels
+
+// Warp `part` of the block encoding the main-KV row xr into cache row `row` (in range): tile `part` (< kKvTiles) and
+// its scale byte, or the RoPE channels and the scale slot's pad byte.
+__device__ __forceinline__ void encode_kv_part(const float* xr, uint8_t* cache, int64_t row, const KvPages& g,
+                                               int part, int lane) {
   uint8_t* data = cache + kv_data_offset(g, row);
-  uint64_t scales = 0;
-#pragma unroll
-  for (int t = 0; t < kKvTiles; ++t) {
-    const float v0 = xr[t * kKvTile + 2 * lane], v1 = xr[t * kKvTile + 2 * lane + 1];
+  uint8_t* scales = cache + kv_scale_offset(g, row);
+  if (part < kKvTiles) {
+    const float v0 = xr[part * kKvTile + 2 * lane], v1 = xr[part * kKvTile + 2 * lane + 1];
     const bool fin = isfinite(v0) && isfinite(v1);
     const uint8_t sb = kv_tile_scale_byte(warp_amax(fmaxf(fabsf(v0), fabsf(v1)), fin));
-    scales |= uint64_t(sb) << (8 * t);
     const int k = int(sb) - 127;
     const uint32_t c0 = sb == 0xFF ? 0x7Fu : kv_encode_e4m3(v0, k), c1 = sb == 0xFF ? 0x7Fu : kv_encode_e4m3(v1, k);
-    *reinterpret_cast<uint16_t*>(data + t * kKvTile + 2 * lane) = uint16_t(c0 | (c1 << 8));
+    *reinterpret_cast<uint16_t*>(data + part * kKvTile + 2 * lane) = uint16_t(c0 | (c1 << 8));
+    if (lane == 0) scales[part] = sb;
+    return;
   }
   const uint32_t r0 = small_float::f32_to_bf16_bits(xr[kKvNope + 2 * lane]);
   const uint32_t r1 = small_float::f32_to_bf16_bits(xr[kKvNope + 2 * lane + 1]);
   *reinterpret_cast<uint32_t*>(data + kKvNope + 4 * lane) = r0 | (r1 << 16);
-  if (lane == 0) *reinterpret_cast<uint64_t*>(cache + kv_scale_offset(g, row)) = scales;
+  if (lane < kKvScaleBytes - kKvTiles) scales[kKvTiles + lane] = 0;
 }
 
-__global__ void kv_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
-                                 int64_t cache_rows, KvPages g) {
+// Block i encodes row i of x into cache row dst[i] (or i).
+__global__ void __launch_bounds__(kKvRowWarps * 32) kv_encode_kernel(const float* x, int n, int64_t ld,
+                                                                      const int32_t* dst, uint8_t* cache,
+                                                                      int64_t cache_rows, KvPages g) {
   dsinfer::cuda::pdl_wait_then_release();
-  const int lane = threadIdx.x & 31;
-  const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int i = int(blockIdx.x);
   if (i >= n) return;
   const int64_t row = dst ? dst[i] : i;
   if (row < 0 || row >= cache_rows) return;
-  encode_kv_row(x + int64_t(i) * ld, cache, row, g, lane);
+  encode_kv_part(x + int64_t(i) * ld, cache, row, g, int(threadIdx.x >> 5), int(threadIdx.x & 31));
 }
 
 // Token t's row into its slot's ring, when t is the last token of its chunk at that ring row: the rule of the fp32
 // ring_write and of fp8_ring_rows (a later token at pos + k * ring_rows overwrites it), then kv_encode's bytes.
-__global__ void kv_encode_ring_kernel(const float* x, int64_t ld, KvRingStep st, int64_t ring_rows, uint8_t* cache,
-                                      int64_t cache_rows, KvPages g) {
+// Block t: token t.
+__global__ void __launch_bounds__(kKvRowWarps * 32) kv_encode_ring_kernel(const float* x, int64_t ld, KvRingStep st,
+                                                                           int64_t ring_rows, uint8_t* cache,
+                                                                           int64_t cache_rows, KvPages g) {
   dsinfer::cuda::pdl_wait_then_release();
-  const int lane = threadIdx.x & 31;
-  const int64_t t = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int64_t t = blockIdx.x;
   if (t >= st.T) return;
   const int64_t pos = st.pos[t];
   const int32_t s = st.seq_of_token[t];
@@ -64,7 +71,7 @@ __global__ void kv_encode_ring_kernel(const float* x, int64_t ld, KvRingStep st,
   if (pos < end - ring_rows) return;
   const int64_t row = int64_t(st.slot[s]) * ring_rows + pos % ring_rows;
   if (row < 0 || row >= cache_rows) return;
-  encode_kv_row(x + t * ld, cache, row, g, lane);
+  encode_kv_part(x + t * ld, cache, row, g, int(threadIdx.x >> 5), int(threadIdx.x & 31));
 }
 
 __global__ void idx_encode_kernel(const float* x, int n, int64_t ld, const int32_t* dst, uint8_t* cache,
@@ -133,16 +140,14 @@ void launch_kv_sanitize(uint8_t* cache, int64_t rows, const KvPages& g, bool ind
 
 void launch_kv_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
                       int64_t cache_rows, const KvPages& g, void* stream) {
-  const unsigned blocks = unsigned((n + kWarps - 1) / kWarps);
-  dsinfer::cuda::pdl_launch(kv_encode_kernel, dim3(blocks), dim3(kWarps * 32), 0, static_cast<cudaStream_t>(stream), x,
-                            int(n), ld, dst_rows, cache, cache_rows, g);
+  dsinfer::cuda::pdl_launch(kv_encode_kernel, dim3(unsigned(n)), dim3(kKvRowWarps * 32), 0,
+                            static_cast<cudaStream_t>(stream), x, int(n), ld, dst_rows, cache, cache_rows, g);
 }
 
 void launch_kv_encode_ring(const float* x, int64_t ld, const KvRingStep& st, int64_t ring_rows, uint8_t* cache,
                            int64_t cache_rows, const KvPages& g, void* stream) {
-  const unsigned blocks = unsigned((st.T + kWarps - 1) / kWarps);
-  dsinfer::cuda::pdl_launch(kv_encode_ring_kernel, dim3(blocks), dim3(kWarps * 32), 0, static_cast<cudaStream_t>(stream),
-                            x, ld, st, ring_rows, cache, cache_rows, g);
+  dsinfer::cuda::pdl_launch(kv_encode_ring_kernel, dim3(unsigned(st.T)), dim3(kKvRowWarps * 32), 0,
+                            static_cast<cudaStream_t>(stream), x, ld, st, ring_rows, cache, cache_rows, g);
 }
 
 void launch_idx_encode(const float* x, int64_t n, int64_t ld, const int32_t* dst_rows, uint8_t* cache,
