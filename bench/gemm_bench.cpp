@@ -9,7 +9,8 @@
 // is the engine's dense path (x rounded to bf16 by its kernel, bf16 cuBLASLt matmul, fp32 y; ratio against the bf16
 // floor). The raw cuBLASLt columns start from operands already in their formats. Every shape runs at M = 1, 2, 4, 6,
 // 8, 16 (decode, speculative verify: the GEMV kernel's range), 64, 256 and 4096 (the lm head up to 256: prefill
-// computes logits of the last tokens only).
+// computes logits of the last tokens only). At M <= 16 "gemv" is the GEMV kernel forced (GemmPrecision::kGemv) on
+// every shape it can run, also the small weights the plan gives the streaming kernel.
 // Usage: dsinfer_gemm_bench [--gemv]   (--gemv: only M <= 16)
 //        dsinfer_gemm_bench --peer      (bench/peers: the FP8 ungrouped shapes at M = 64 / 1024 / 4096, each also as a
 //                                        "PEERROW" line: the runner's path (cuBLASLt x2 from M = 64) and our kernel)
@@ -248,6 +249,11 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   const double t_stream = time_opt(has_stream && M <= oc::kGemmGemvMaxM, [&](int i) {
     return oc::detail::launch_gemm_stream(args_of(i), sp, nullptr) == 0;
   });
+  // The GEMV kernel wherever it can run (GemmPrecision::kGemv), also below kGemmGemvMinN where the plan takes the
+  // streaming kernel: the side-by-side for small weights (router, indexer, compressors).
+  oc::detail::GemvParams gforced;
+  const double t_gemv = time_opt(M <= oc::kGemmGemvMaxM && oc::detail::plan_gemm_gemv(a, s.fmt, sms, gforced),
+                                 [&](int i) { return gemm(i, oc::GemmPrecision::kGemv); });
   // The streaming kernel with one block per row block (StreamParams::row_grid = 0: not persistent), for the
   // persistent grid's effect (M > kGemmGemvMaxM, where "new" is the persistent streaming kernel).
   auto stream_variant = [&](int row_grid, int depth) {
@@ -339,6 +345,8 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   if (M <= oc::kGemmGemvMaxM) {
     std::printf(" %s | stream", uses_gemv ? "gemv" : "    ");
     print_ms(t_stream);
+    std::printf(" gemv");
+    print_ms(t_gemv);
   } else if (has_stream) {
     std::printf(" | grid %d x %d x %d depth %d flat", sp.splits, sp.row_grid, sp.token_chunks * int(s.groups), sp.depth);
     print_ms(t_flat);
@@ -400,6 +408,7 @@ void bench_gemm(bool gemv_only, bool peer, bool skinny, bool prefill) {
       {"shared w2", oc::WeightFormat::FP8_BLOCK, 4096, 2048, 1},  {"idx wq_b", oc::WeightFormat::FP8_BLOCK, 8192, 1024, 1},
       {"csa cmp wkv", oc::WeightFormat::BF16, 1024, 4096, 1},     {"hca cmp wkv", oc::WeightFormat::BF16, 512, 4096, 1},
       {"idx cmp wkv", oc::WeightFormat::BF16, 256, 4096, 1},      {"idx weights", oc::WeightFormat::BF16, 64, 4096, 1},
+      {"router", oc::WeightFormat::BF16, 256, 4096, 1},
       {"lm_head", oc::WeightFormat::BF16, 129280, 4096, 1},
   };
   cublasLtHandle_t lt = nullptr;

@@ -114,7 +114,10 @@ TEST(RouteGpu, MatchesReference) {
     check_route({T, 64, 4, ScoreFunc::Softmax, false, false, false, 0.0f, 1.0f}, ++seed);
     check_route({T, 100, 8, ScoreFunc::Sigmoid, true, true, false, 0.0f, 2.5f}, ++seed);
     check_route({T, 7, 7, ScoreFunc::Sigmoid, false, true, false, 0.0f, 1.0f}, ++seed);  // topk == experts
+    check_route({T, 384, 6, ScoreFunc::SqrtSoftplus, true, true, false, 1e-20f, 2.5f}, ++seed);  // V4-Pro, V4.1
   }
+  // The most experts route_cuda takes (32 a lane), with more winners than lanes.
+  for (int64_t T : {1, 37}) check_route({T, 1024, 40, ScoreFunc::Sigmoid, true, true, false, 0.0f, 1.0f}, ++seed);
 }
 
 TEST(RouteGpu, TiesPickTheLowerExpertId) {
