@@ -5,8 +5,9 @@
 //  - eager: an event pair around each launch, median of kRuns, the input rotating over kSets regions (no L2 reuse);
 //  - graph: kGraphLaunches launches in one CUDA graph (regions rotating), the mean per launch: no host gaps, so the
 //    kernel's own ramp and tail.
-// Grids: persistent (blocks per SM x SMs, a grid-stride loop, U 16-byte loads in flight a thread) and flat (one U x
-// 16-byte chunk a thread). The empty kernel's times are the zero-byte row. Usage: dsinfer_read_bench
+// Grids: persistent (blocks per SM x SMs, a loop over tiles, U coalesced 16-byte loads in flight a thread) and flat
+// (one tile: U words a thread). The empty kernel's times are the zero-byte row.
+// Usage: dsinfer_read_bench [MB]   (MB: that size only, e.g. under a profiler)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,16 +38,20 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return v;
 }
 
-// Reads n 16-byte words: thread i of the grid takes words (i + j * stride) * U + u. The XOR of everything goes to
-// sink only when it equals a value the data never gives, so the loads cannot be dropped.
+// Reads n 16-byte words in tiles of U x (grid threads) words: load u of thread i in tile j takes word
+// (j * U + u) * threads + i, so every load instruction of a warp is coalesced and a thread has U loads in flight. The
+// XOR of everything goes to sink only when it equals a value the data never gives, so the loads cannot be dropped.
 template <int U>
 __global__ void __launch_bounds__(kThreads) read_kernel(const uint4* p, int64_t n, uint32_t* sink) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t threads = int64_t(gridDim.x) * blockDim.x, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   uint32_t acc = 0;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i * U < n; i += stride) {
+  for (int64_t base = 0; base < n; base += U * threads) {
     uint4 v[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = i * U + u < n ? ld_stream(p + i * U + u) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < U; ++u) {
+      const int64_t w = base + u * threads + i;
+      v[u] = w < n ? ld_stream(p + w) : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
@@ -134,12 +139,20 @@ void read(const Grid& g, const uint4* p, int64_t n, int sms, uint32_t* sink, cud
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::vector<double> mb = {2.1, 4.2, 8.4, 16.8, 33.6, 67.1, 134.2, 268.4, 1059.0};
+  if (argc > 1) {
+    const double one = std::atof(argv[1]);
+    if (!(one > 0.0 && one <= 1059.0)) {
+      std::fprintf(stderr, "dsinfer_read_bench: MB must be in (0, 1059], got '%s'\n", argv[1]);
+      return 2;
+    }
+    mb = {one};
+  }
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  const double mb[] = {2.1, 4.2, 8.4, 16.8, 33.6, 67.1, 134.2, 268.4, 1059.0};
   const size_t region = size_t(1060) << 20;  // the largest size, rounded up
   uint8_t* base = nullptr;
   CHECK(cudaMalloc(&base, region * kSets));
