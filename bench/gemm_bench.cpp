@@ -10,7 +10,8 @@
 // floor). The raw cuBLASLt columns start from operands already in their formats. Every shape runs at M = 1, 2, 4, 6,
 // 8, 16 (decode, speculative verify: the GEMV kernel's range), 64, 256 and 4096 (the lm head up to 256: prefill
 // computes logits of the last tokens only). At M <= 16 "gemv" is the GEMV kernel forced (GemmPrecision::kGemv) on
-// every shape it can run, also the small weights the plan gives the streaming kernel.
+// every shape it can run, also the small weights the plan gives the streaming kernel; "even general" is the same
+// plan with its whole-tile form off (GemvParams::even), where the plan takes that form.
 // Usage: dsinfer_gemm_bench [--gemv]   (--gemv: only M <= 16)
 //        dsinfer_gemm_bench --peer      (bench/peers: the FP8 ungrouped shapes at M = 64 / 1024 / 4096, each also as a
 //                                        "PEERROW" line: the runner's path (cuBLASLt x2 from M = 64) and our kernel)
@@ -254,6 +255,13 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
   oc::detail::GemvParams gforced;
   const double t_gemv = time_opt(M <= oc::kGemmGemvMaxM && oc::detail::plan_gemm_gemv(a, s.fmt, sms, gforced),
                                  [&](int i) { return gemm(i, oc::GemmPrecision::kGemv); });
+  // Session 35: the same plan in its general form (GemvParams::even off: bounds checks, divisions, a scale per row),
+  // where the plan takes the whole-tile form: the A/B of that form in one binary.
+  const double t_gemv_gen = time_opt(t_gemv > 0 && gforced.even, [&](int i) {
+    oc::detail::GemvParams q = gforced;
+    q.even = false;
+    return oc::detail::launch_gemm_gemv(s.fmt, args_of(i), q, nullptr) == 0;
+  });
   // The streaming kernel with one block per row block (StreamParams::row_grid = 0: not persistent), for the
   // persistent grid's effect (M > kGemmGemvMaxM, where "new" is the persistent streaming kernel).
   auto stream_variant = [&](int row_grid, int depth) {
@@ -347,6 +355,8 @@ void bench_gemm_shape(const GemmShape& s, int64_t M, cublasLtHandle_t lt, void* 
     print_ms(t_stream);
     std::printf(" gemv");
     print_ms(t_gemv);
+    std::printf(" %s general", gforced.even ? "even" : "    ");
+    print_ms(t_gemv_gen);
   } else if (has_stream) {
     std::printf(" | grid %d x %d x %d depth %d flat", sp.splits, sp.row_grid, sp.token_chunks * int(s.groups), sp.depth);
     print_ms(t_flat);

@@ -230,4 +230,56 @@ TEST(GemvGpu, OneKWarpRowsBitEqualAtEveryM) {
   }
 }
 
+// The whole-tile form (GemvParams::even: no bounds checks, shifts, one scale a vector for a warp's rows applied to
+// x) gives the general form's bits: the same products (w * s * x, s a power of two) summed in the same order. Every
+// V4-Flash decode shape (the plan marks them all even) and small whole-tile ones, M from 1 to 16; x of moderate
+// magnitude, as activations are (the equality needs x * s to stay a normal float).
+TEST(GemvGpu, EvenTilesGiveTheGeneralFormsBits) {
+  DSI_SKIP_WITHOUT_GPU();
+  struct S {
+    WeightFormat f;
+    int64_t groups, Ng, K;
+  };
+  uint64_t seed = 7600;
+  const S shapes[] = {{WeightFormat::FP8_BLOCK, 1, 32768, 1024}, {WeightFormat::FP8_BLOCK, 1, 4096, 8192},
+                      {WeightFormat::FP8_BLOCK, 8, 1024, 4096},  {WeightFormat::FP8_BLOCK, 1, 2048, 4096},
+                      {WeightFormat::FP8_BLOCK, 1, 576, 4096},   {WeightFormat::BF16, 1, 1024, 512},
+                      {WeightFormat::BF16, 1, 4096, 4096},       {WeightFormat::FP8_BLOCK, 2, 128, 1024}};
+  for (const S& s : shapes) {
+    HostWeight hw = make_host_weight(s.f, s.groups * s.Ng, s.K, ++seed, true, 128, 128, /*want_deq=*/false);
+    auto dw = dsinfer::test::upload(hw);
+    for (int64_t M : {1, 2, 3, 5, 8, 16}) {
+      SCOPED_TRACE(testing::Message() << dsinfer::ops::cuda::weight_format_name(s.f) << " groups=" << s.groups
+                                      << " N=" << s.Ng << " K=" << s.K << " M=" << M);
+      od::GemvParams p = plan_for(s.f, s.groups, s.Ng, s.K, M);
+      ASSERT_TRUE(p.even);
+      const int64_t ldx = s.groups * s.K, ldy = s.groups * s.Ng;
+      auto dx = to_device(random_floats(size_t(M * ldx), ++seed));
+      auto dy_even = to_device(std::vector<float>(size_t(M * ldy), NAN));
+      auto dy_gen = to_device(std::vector<float>(size_t(M * ldy), NAN));
+      od::GemmArgs a;
+      a.M = M;
+      a.groups = s.groups;
+      a.N = s.Ng;
+      a.K = s.K;
+      a.x = dx.data();
+      a.ldx = ldx;
+      a.x_gstride = s.groups > 1 ? s.K : 0;
+      a.ldy = ldy;
+      a.y_gstride = s.groups > 1 ? s.Ng : 0;
+      od::set_weight_args(a, dw.w);
+      od::set_x_vec(a);
+      a.y = dy_even.data();
+      ASSERT_EQ(od::launch_gemm_gemv(s.f, a, p, nullptr), 0);
+      p.even = false;
+      a.y = dy_gen.data();
+      ASSERT_EQ(od::launch_gemm_gemv(s.f, a, p, nullptr), 0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> ye = to_host(dy_even, size_t(M * ldy)), yg = to_host(dy_gen, size_t(M * ldy));
+      for (float v : ye) ASSERT_TRUE(std::isfinite(v));
+      EXPECT_EQ(std::memcmp(ye.data(), yg.data(), ye.size() * 4), 0);
+    }
+  }
+}
+
 }  // namespace

@@ -247,6 +247,50 @@ TEST(GemvPlan, OneKWarpAtEveryMWhereRowsMustMatchDecode) {
   EXPECT_EQ(gemv_plan_for(WeightFormat::FP8_BLOCK, 1, 2048, 4096, 3).wk, 2);
 }
 
+// The whole-tile GEMV form (GemvParams::even; tests/gpu GemvGpu.EvenTilesGiveTheGeneralFormsBits checks its bits):
+// every V4-Flash decode shape at every M, with the shifts of its power-of-two sizes; not rows or K that leave a
+// partial tile (the shipped model's K of 128 / 256 is below one warp step), fp32 scales, or scale blocks that are not
+// powers of two.
+TEST(GemvPlan, EvenWhereTilesAreWhole) {
+  struct S {
+    WeightFormat f;
+    int64_t groups, Ng, K;
+  };
+  for (S s : {S{WeightFormat::FP8_BLOCK, 1, 32768, 1024}, S{WeightFormat::FP8_BLOCK, 1, 4096, 8192},
+              S{WeightFormat::FP8_BLOCK, 8, 1024, 4096}, S{WeightFormat::FP8_BLOCK, 1, 2048, 4096},
+              S{WeightFormat::FP8_BLOCK, 1, 4096, 2048}, S{WeightFormat::FP8_BLOCK, 1, 576, 4096},
+              S{WeightFormat::BF16, 1, 129280, 4096}, S{WeightFormat::BF16, 1, 1024, 512},
+              S{WeightFormat::FP8_BLOCK, 2, 128, 1024}})
+    for (int64_t M = 1; M <= kGemmGemvMaxM; ++M) {
+      const od::GemvParams p = gemv_plan_for(s.f, s.groups, s.Ng, s.K, M);
+      EXPECT_TRUE(p.even) << "groups=" << s.groups << " N=" << s.Ng << " K=" << s.K << " M=" << M;
+      EXPECT_EQ(1 << p.kc_shift, p.kc);
+      if (s.f == WeightFormat::FP8_BLOCK) {
+        EXPECT_EQ(p.bn_shift, 7);
+        EXPECT_EQ(p.bk_shift, 7);
+      }
+    }
+  EXPECT_FALSE(gemv_plan_for(WeightFormat::FP8_BLOCK, 1, 333, 4096, 1).even);  // a partial row tile
+  EXPECT_FALSE(gemv_plan_for(WeightFormat::FP8_BLOCK, 1, 4096, 2064, 1).even);  // a partial K chunk
+  EXPECT_FALSE(gemv_plan_for(WeightFormat::BF16, 1, 77, 1000, 1).even);
+  EXPECT_FALSE(gemv_plan_for(WeightFormat::BF16, 1, 3072, 256, 1).even);  // the shipped lm head: K below one step
+  EXPECT_FALSE(gemv_plan_for(WeightFormat::FP8_BLOCK, 2, 128, 128, 1).even);  // the shipped wo_a
+  DeviceWeight f32s = fp8(4096, 4096);
+  f32s.scale_e8m0 = false;
+  DeviceWeight odd_block = fp8(4096, 4096);
+  odd_block.block_n = 96;
+  for (const DeviceWeight& w : {f32s, odd_block}) {
+    od::GemmArgs a;
+    a.M = 1;
+    a.N = w.rows;
+    a.K = w.cols;
+    od::set_weight_args(a, w);
+    od::GemvParams p;
+    ASSERT_TRUE(od::plan_gemm_gemv(a, w.fmt, kSms, p));
+    EXPECT_FALSE(p.even) << "e8m0 " << w.scale_e8m0 << " block_n " << w.block_n;
+  }
+}
+
 // Every GEMV and streaming plan the fast path can produce is a legal launch: GEMV blocks of <= 8 warps, x rows a
 // power of two >= M, shared memory within the 48 KB default; streaming clusters of 1..8 non-empty K splits whose x
 // tile fits kGemmStreamXsMax and whose token blocks cover M.

@@ -53,16 +53,18 @@ __device__ __forceinline__ void dequant4(const uint4& v, int q, float (&o)[4]) {
   }
 }
 
-// Stages x[0..M) [k0, k0 + kc) into shared memory (zeros past K), slot of offset c: (c / VE) * VS + c % VE.
-template <WeightFormat F, int MT>
+// Stages x[0..M) [k0, k0 + kc) into shared memory (zeros past K), slot of offset c: (c / VE) * VS + c % VE. EVEN:
+// every chunk is whole (K % kc == 0) and kc a power of two.
+template <WeightFormat F, int MT, bool EVEN>
 __device__ __forceinline__ void stage_x(const GemmArgs& a, const GemvParams& p, int64_t g, int64_t k0, float* xs) {
   using C = GvCfg<F, MT>;
   const int64_t kcc = a.K - k0 < p.kc ? a.K - k0 : p.kc;  // a multiple of 4 (K % VE == 0)
   const int n4 = p.kc / 4, total = int(a.M) * n4;
   for (int i = threadIdx.x; i < total; i += blockDim.x) {
-    const int m = i / n4, c = (i - m * n4) * 4;
+    const int m = EVEN ? i >> (p.kc_shift - 2) : i / n4;
+    const int c = EVEN ? (i & (n4 - 1)) * 4 : (i - m * n4) * 4;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (c < kcc) {
+    if (EVEN || c < kcc) {
       const float* src = x_row(a, g, m) + k0 + c;
       if (a.x_vec) v = __ldg(reinterpret_cast<const float4*>(src));
       else v = make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
@@ -79,23 +81,31 @@ struct GvStep {
 };
 
 // Issues the 16-byte loads of the warp step at kw (zeros for rows >= N or k >= K). Addressing hoisted by the caller:
-// wbase = weight row n_first, srow = each row's scale-row offset (no 64-bit divisions here).
-template <WeightFormat F, int MT>
-__device__ __forceinline__ void load_step(const GemmArgs& a, const uint8_t* wbase, int64_t row_bytes, int64_t n_first,
-                                          const uint32_t (&srow)[GvCfg<F, MT>::RW], const uint8_t* scale, int64_t kw,
-                                          int lane, GvStep<F, MT>& st) {
+// wbase = weight row n_first, srow = each row's scale-row offset (no 64-bit divisions here). EVEN: no bounds to check,
+// and the warp's rows share one scale row (srow[0]), so one scale a vector, in sr[0][u].
+template <WeightFormat F, int MT, bool EVEN>
+__device__ __forceinline__ void load_step(const GemmArgs& a, const GemvParams& p, const uint8_t* wbase,
+                                          int64_t row_bytes, int64_t n_first, const uint32_t (&srow)[GvCfg<F, MT>::RW],
+                                          const uint8_t* scale, int64_t kw, int lane, GvStep<F, MT>& st) {
   using C = GvCfg<F, MT>;
 #pragma unroll
   for (int u = 0; u < C::VPL; ++u) {
     const int64_t k = kw + int64_t(lane + 32 * u) * C::VE;
-    const uint32_t kb = F == WeightFormat::FP8_BLOCK ? uint32_t(k) / uint32_t(a.block_k) : 0;  // K < 2^31
+    if constexpr (EVEN) {
 #pragma unroll
-    for (int rr = 0; rr < C::RW; ++rr) {
-      st.wv[rr][u] = make_uint4(0, 0, 0, 0);
-      st.sr[rr][u] = 0;
-      if (n_first + rr < a.N && k < a.K) {
+      for (int rr = 0; rr < C::RW; ++rr)
         st.wv[rr][u] = ld_stream(wbase + rr * row_bytes + k * (F == WeightFormat::FP8_BLOCK ? 1 : 2));
-        if constexpr (F == WeightFormat::FP8_BLOCK) st.sr[rr][u] = load_scale_raw(a, scale, srow[rr] + kb);
+      if constexpr (F == WeightFormat::FP8_BLOCK) st.sr[0][u] = __ldg(scale + srow[0] + (uint32_t(k) >> p.bk_shift));
+    } else {
+      const uint32_t kb = F == WeightFormat::FP8_BLOCK ? uint32_t(k) / uint32_t(a.block_k) : 0;  // K < 2^31
+#pragma unroll
+      for (int rr = 0; rr < C::RW; ++rr) {
+        st.wv[rr][u] = make_uint4(0, 0, 0, 0);
+        st.sr[rr][u] = 0;
+        if (n_first + rr < a.N && k < a.K) {
+          st.wv[rr][u] = ld_stream(wbase + rr * row_bytes + k * (F == WeightFormat::FP8_BLOCK ? 1 : 2));
+          if constexpr (F == WeightFormat::FP8_BLOCK) st.sr[rr][u] = load_scale_raw(a, scale, srow[rr] + kb);
+        }
       }
     }
   }
@@ -106,7 +116,7 @@ __device__ __forceinline__ void load_step(const GemmArgs& a, const uint8_t* wbas
 template <int MT>
 inline constexpr bool kGvPrefetch = MT == 1;
 
-template <WeightFormat F, int MT>
+template <WeightFormat F, int MT, bool EVEN>
 __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const GemmArgs a, const GemvParams p) {
   // PDL (cuda/pdl.h): a weight given by pointer (not a device array of them, which a kernel may have written) is
   // never written by the kernels before this one, so its first K step's loads are issued before the wait and are in
@@ -115,6 +125,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
   if (!early) dsinfer::cuda::pdl_wait_then_release();
   using C = GvCfg<F, MT>;
   constexpr int RW = C::RW, VPL = C::VPL, VE = C::VE;
+  constexpr bool kFp8 = F == WeightFormat::FP8_BLOCK;
   extern __shared__ float4 gv_smem[];
   float* xs = reinterpret_cast<float*>(gv_smem);
   const int64_t g = blockIdx.y;
@@ -129,52 +140,68 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[rr][m] = 0.0f;
 
-  // Hoisted addressing (no 64-bit divisions in the loop): row base pointer and each row's scale-row offset.
-  const int64_t row_bytes = F == WeightFormat::FP8_BLOCK ? a.K : 2 * a.K;
+  // Hoisted addressing (no 64-bit divisions in the loop): row base pointer and each row's scale-row offset (EVEN:
+  // the one scale row of the warp's rows, by a shift).
+  const int64_t row_bytes = kFp8 ? a.K : 2 * a.K;
   const uint8_t* wbase = w.data + (w.row0 + n_first) * row_bytes;
-  uint32_t srow[RW];  // scale arrays hold < 2^31 entries (plan_gemm_gemv)
+  uint32_t srow[RW] = {};  // scale arrays hold < 2^31 entries (plan_gemm_gemv)
+  if constexpr (kFp8 && EVEN) {
+    srow[0] = uint32_t((w.row0 + n_first) >> p.bn_shift) * uint32_t(a.scale_cols);
+  } else if constexpr (kFp8) {
 #pragma unroll
-  for (int rr = 0; rr < RW; ++rr)
-    srow[rr] = F == WeightFormat::FP8_BLOCK ? uint32_t((w.row0 + n_first + rr) / a.block_n * a.scale_cols) : 0;
+    for (int rr = 0; rr < RW; ++rr) srow[rr] = uint32_t((w.row0 + n_first + rr) / a.block_n * a.scale_cols);
+  }
 
   if (early && a.K <= 0) dsinfer::cuda::pdl_wait_then_release();  // no K step below: wait before the stores
   GvStep<F, MT> cur;
   if constexpr (kGvPrefetch<MT>)
-    load_step<F, MT>(a, wbase, row_bytes, n_first, srow, w.scale, int64_t(wk) * C::STEP, lane, cur);
+    load_step<F, MT, EVEN>(a, p, wbase, row_bytes, n_first, srow, w.scale, int64_t(wk) * C::STEP, lane, cur);
   for (int64_t k0 = 0; k0 < a.K; k0 += p.kc) {  // uniform over the block
     GvStep<F, MT> next;
     const int64_t kw = k0 + int64_t(wk) * C::STEP;
     if constexpr (kGvPrefetch<MT>) {
-      if (k0 + p.kc < a.K) load_step<F, MT>(a, wbase, row_bytes, n_first, srow, w.scale, kw + p.kc, lane, next);
+      if (k0 + p.kc < a.K) load_step<F, MT, EVEN>(a, p, wbase, row_bytes, n_first, srow, w.scale, kw + p.kc, lane, next);
     } else {
-      load_step<F, MT>(a, wbase, row_bytes, n_first, srow, w.scale, kw, lane, cur);
+      load_step<F, MT, EVEN>(a, p, wbase, row_bytes, n_first, srow, w.scale, kw, lane, cur);
     }
     if (early && k0 == 0) dsinfer::cuda::pdl_wait_then_release();
     __syncthreads();  // the previous chunk's readers are done
-    stage_x<F, MT>(a, p, g, k0, xs);
+    stage_x<F, MT, EVEN>(a, p, g, k0, xs);
     __syncthreads();
 #pragma unroll
     for (int u = 0; u < VPL; ++u) {
       const float* xv = xs + (wk * (C::STEP / VE) + lane + 32 * u) * C::VS;  // this warp's step slice
+      // The block scale, a power of two: each product is w * s * x exactly, whether s multiplies w (a scale per row)
+      // or x (EVEN FP8: one scale for the warp's rows, 4 multiplies a vector slice instead of 4 per row), as long as
+      // x * s stays a normal float (|x| >= 2^-126 / s) and finite.
       float s[RW];
 #pragma unroll
       for (int rr = 0; rr < RW; ++rr) {
         s[rr] = 1.0f;
-        if constexpr (F == WeightFormat::FP8_BLOCK) s[rr] = scale_value(a, cur.sr[rr][u]);  // zero vectors stay 0
+        if constexpr (kFp8 && !EVEN) s[rr] = scale_value(a, cur.sr[rr][u]);  // zero vectors stay 0
       }
+      float sx = 1.0f;
+      if constexpr (kFp8 && EVEN) sx = bits_f(sf::e8m0_f32_bits(cur.sr[0][u]));
 #pragma unroll
       for (int q = 0; q < VE / 4; ++q) {
         float wf[RW][4];
 #pragma unroll
         for (int rr = 0; rr < RW; ++rr) {
           dequant4<F>(cur.wv[rr][u], q, wf[rr]);
+          if constexpr (kFp8 && !EVEN)
 #pragma unroll
-          for (int j = 0; j < 4; ++j) wf[rr][j] *= s[rr];
+            for (int j = 0; j < 4; ++j) wf[rr][j] *= s[rr];
         }
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           if (m < mc) {
-            const float4 x4 = *reinterpret_cast<const float4*>(xv + m * p.xs_ld + 4 * q);
+            float4 x4 = *reinterpret_cast<const float4*>(xv + m * p.xs_ld + 4 * q);
+            if constexpr (kFp8 && EVEN) {
+              x4.x *= sx;
+              x4.y *= sx;
+              x4.z *= sx;
+              x4.w *= sx;
+            }
 #pragma unroll
             for (int rr = 0; rr < RW; ++rr) {
               float v = acc[rr][m];
@@ -204,7 +231,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
     for (int rr = 0; rr < RW; ++rr)
 #pragma unroll
       for (int m = 0; m < MT; ++m)
-        if (lane == (rr * MT + m) % 32 && m < mc && n_first + rr < a.N) {
+        if (lane == (rr * MT + m) % 32 && m < mc && (EVEN || n_first + rr < a.N)) {
           float* yp = y_row(a, g, m) + n_first + rr;
           *yp = a.accumulate ? *yp + acc[rr][m] : acc[rr][m];
         }
@@ -220,7 +247,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
   for (int i = threadIdx.x; i < p.wr * PER; i += blockDim.x) {
     const int r = i / PER, rr = (i % PER) / MT, m = i % MT;
     const int64_t n = (int64_t(blockIdx.x) * p.wr + r) * RW + rr;
-    if (m >= mc || n >= a.N) continue;
+    if (m >= mc || (!EVEN && n >= a.N)) continue;
     float v = red[r * PER + rr * MT + m];
     for (int j = 1; j < p.wk; ++j) v += red[(j * p.wr + r) * PER + rr * MT + m];  // warp order: deterministic
     float* yp = y_row(a, g, m) + n;
@@ -232,8 +259,9 @@ template <WeightFormat F, int MT>
 cudaError_t launch(const GemmArgs& a, const GemvParams& p, cudaStream_t s) {
   const int64_t rows = int64_t(kGemvRowsPerWarp) * p.wr;
   const dim3 grid(unsigned((a.N + rows - 1) / rows), unsigned(a.groups));
-  return dsinfer::cuda::pdl_launch(gemm_gemv_kernel<F, MT>, grid, dim3(unsigned(32 * p.wk * p.wr)), size_t(p.smem), s,
-                                   a, p);
+  const dim3 block(unsigned(32 * p.wk * p.wr));
+  if (p.even) return dsinfer::cuda::pdl_launch(gemm_gemv_kernel<F, MT, true>, grid, block, size_t(p.smem), s, a, p);
+  return dsinfer::cuda::pdl_launch(gemm_gemv_kernel<F, MT, false>, grid, block, size_t(p.smem), s, a, p);
 }
 
 template <WeightFormat F>

@@ -77,6 +77,12 @@ struct GemvParams {
   int kc = 0;          // K elements per staged x chunk
   int xs_ld = 0;       // floats per staged x row (each weight vector's slice padded by 4 floats: no bank conflicts)
   int smem = 0;        // dynamic shared memory bytes (x chunk + cross-warp partials), <= 48 KB
+  // Whole tiles (plan_gemm_gemv): every warp's rows < N, K a multiple of kc, and for FP8_BLOCK e8m0 scales with
+  // power-of-two blocks of a multiple of kGemvRowsPerWarp rows (a warp's rows share one scale row). The kernel then
+  // drops the bounds checks, shifts instead of dividing, and loads one scale a vector for the warp's rows.
+  bool even = false;
+  int kc_shift = 0;          // log2(kc) (kc is a power of two)
+  int bn_shift = 0, bk_shift = 0;  // even FP8_BLOCK: log2(block_n), log2(block_k)
 };
 
 // Elements per 16-byte weight vector.
