@@ -126,6 +126,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
   using C = GvCfg<F, MT>;
   constexpr int RW = C::RW, VPL = C::VPL, VE = C::VE;
   constexpr bool kFp8 = F == WeightFormat::FP8_BLOCK;
+  constexpr bool kScaleX = kFp8 && EVEN && MT < RW;  // the block scale multiplies x (below)
   extern __shared__ float4 gv_smem[];
   float* xs = reinterpret_cast<float*>(gv_smem);
   const int64_t g = blockIdx.y;
@@ -171,24 +172,24 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
 #pragma unroll
     for (int u = 0; u < VPL; ++u) {
       const float* xv = xs + (wk * (C::STEP / VE) + lane + 32 * u) * C::VS;  // this warp's step slice
-      // The block scale, a power of two: each product is w * s * x exactly, whether s multiplies w (a scale per row)
-      // or x (EVEN FP8: one scale for the warp's rows, 4 multiplies a vector slice instead of 4 per row), as long as
-      // x * s stays a normal float (|x| >= 2^-126 / s) and finite.
+      // The block scale, a power of two: each product is w * s * x exactly, whether s multiplies w or x, as long as
+      // x * s stays a normal float (|x| >= 2^-126 / s) and finite. EVEN FP8 has one scale for the warp's rows
+      // (loaded once); it multiplies the x slice (4 multiplies per x row) while x rows are fewer than the warp's
+      // weight rows (4 multiplies each), else the weights.
       float s[RW];
 #pragma unroll
       for (int rr = 0; rr < RW; ++rr) {
         s[rr] = 1.0f;
-        if constexpr (kFp8 && !EVEN) s[rr] = scale_value(a, cur.sr[rr][u]);  // zero vectors stay 0
+        if constexpr (kFp8 && EVEN) s[rr] = bits_f(sf::e8m0_f32_bits(cur.sr[0][u]));
+        else if constexpr (kFp8) s[rr] = scale_value(a, cur.sr[rr][u]);  // zero vectors stay 0
       }
-      float sx = 1.0f;
-      if constexpr (kFp8 && EVEN) sx = bits_f(sf::e8m0_f32_bits(cur.sr[0][u]));
 #pragma unroll
       for (int q = 0; q < VE / 4; ++q) {
         float wf[RW][4];
 #pragma unroll
         for (int rr = 0; rr < RW; ++rr) {
           dequant4<F>(cur.wv[rr][u], q, wf[rr]);
-          if constexpr (kFp8 && !EVEN)
+          if constexpr (kFp8 && !kScaleX)
 #pragma unroll
             for (int j = 0; j < 4; ++j) wf[rr][j] *= s[rr];
         }
@@ -196,11 +197,11 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
         for (int m = 0; m < MT; ++m) {
           if (m < mc) {
             float4 x4 = *reinterpret_cast<const float4*>(xv + m * p.xs_ld + 4 * q);
-            if constexpr (kFp8 && EVEN) {
-              x4.x *= sx;
-              x4.y *= sx;
-              x4.z *= sx;
-              x4.w *= sx;
+            if constexpr (kScaleX) {
+              x4.x *= s[0];
+              x4.y *= s[0];
+              x4.z *= s[0];
+              x4.w *= s[0];
             }
 #pragma unroll
             for (int rr = 0; rr < RW; ++rr) {
