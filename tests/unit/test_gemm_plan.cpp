@@ -248,9 +248,9 @@ TEST(GemvPlan, OneKWarpAtEveryMWhereRowsMustMatchDecode) {
 }
 
 // The whole-tile GEMV form (GemvParams::even; tests/gpu GemvGpu.EvenTilesGiveTheGeneralFormsBits checks its bits):
-// every V4-Flash decode shape at every M, with the shifts of its power-of-two sizes; not rows or K that leave a
-// partial tile (the shipped model's K of 128 / 256 is below one warp step), fp32 scales, or scale blocks that are not
-// powers of two.
+// every V4-Flash decode shape up to kGemvEvenMaxMt x rows, with the shifts of its power-of-two sizes; not 16 rows,
+// nor rows or K that leave a partial tile (the shipped model's K of 128 / 256 is below one warp step), fp32 scales,
+// or scale blocks that are not powers of two.
 TEST(GemvPlan, EvenWhereTilesAreWhole) {
   struct S {
     WeightFormat f;
@@ -263,7 +263,8 @@ TEST(GemvPlan, EvenWhereTilesAreWhole) {
               S{WeightFormat::FP8_BLOCK, 2, 128, 1024}})
     for (int64_t M = 1; M <= kGemmGemvMaxM; ++M) {
       const od::GemvParams p = gemv_plan_for(s.f, s.groups, s.Ng, s.K, M);
-      EXPECT_TRUE(p.even) << "groups=" << s.groups << " N=" << s.Ng << " K=" << s.K << " M=" << M;
+      EXPECT_EQ(p.even, p.mt <= od::kGemvEvenMaxMt) << "groups=" << s.groups << " N=" << s.Ng << " K=" << s.K
+                                                    << " M=" << M;
       EXPECT_EQ(1 << p.kc_shift, p.kc);
       if (s.f == WeightFormat::FP8_BLOCK) {
         EXPECT_EQ(p.bn_shift, 7);

@@ -261,7 +261,8 @@ cudaError_t launch(const GemmArgs& a, const GemvParams& p, cudaStream_t s) {
   const int64_t rows = int64_t(kGemvRowsPerWarp) * p.wr;
   const dim3 grid(unsigned((a.N + rows - 1) / rows), unsigned(a.groups));
   const dim3 block(unsigned(32 * p.wk * p.wr));
-  if (p.even) return dsinfer::cuda::pdl_launch(gemm_gemv_kernel<F, MT, true>, grid, block, size_t(p.smem), s, a, p);
+  if constexpr (MT <= kGemvEvenMaxMt)
+    if (p.even) return dsinfer::cuda::pdl_launch(gemm_gemv_kernel<F, MT, true>, grid, block, size_t(p.smem), s, a, p);
   return dsinfer::cuda::pdl_launch(gemm_gemv_kernel<F, MT, false>, grid, block, size_t(p.smem), s, a, p);
 }
 

@@ -71,15 +71,21 @@ inline constexpr int kGemvRowsPerWarp = 4, kGemvMaxWarps = 8, kGemvXsBudget = 46
 // 16-byte weight vectors per lane per row per step: 2 (8 loads in flight per thread) while x rows are few; 1 at
 // mt >= 8, where the FMAs and shared-memory reads bound the kernel and the x chunk must stay small.
 inline constexpr int gemv_vpl(int mt) { return mt <= 4 ? 2 : 1; }
+// The whole-tile form (GemvParams::even) up to this many x rows. H100, bench/NOTES.md session 35 (`gemm_bench --gemv`,
+// eager us, whole-tile / general form of one plan): wq_b M = 1 / 2 / 8 / 16 21.3 / 23.0 / 54.0 / 106.8 against 25.1 /
+// 38.9 / 67.2 / 96.2; wo_b 23.5 / 24.7 / 55.1 / 164.1 against 25.5 / 36.2 / 67.3 / 156.8: at 16 rows, where the FMAs
+// and the shared-memory reads bound the kernel, the general form's schedule is faster.
+inline constexpr int kGemvEvenMaxMt = 8;
 struct GemvParams {
   int mt = 1;          // x rows of the kernel instance: the power of two >= M (1..16)
   int wk = 1, wr = 1;  // warps splitting K / rows inside a block (wk * wr <= kGemvMaxWarps)
   int kc = 0;          // K elements per staged x chunk
   int xs_ld = 0;       // floats per staged x row (each weight vector's slice padded by 4 floats: no bank conflicts)
   int smem = 0;        // dynamic shared memory bytes (x chunk + cross-warp partials), <= 48 KB
-  // Whole tiles (plan_gemm_gemv): every warp's rows < N, K a multiple of kc, and for FP8_BLOCK e8m0 scales with
-  // power-of-two blocks of a multiple of kGemvRowsPerWarp rows (a warp's rows share one scale row). The kernel then
-  // drops the bounds checks, shifts instead of dividing, and loads one scale a vector for the warp's rows.
+  // Whole tiles (plan_gemm_gemv): mt <= kGemvEvenMaxMt, every warp's rows < N, K a multiple of kc, and for
+  // FP8_BLOCK e8m0 scales with power-of-two blocks of a multiple of kGemvRowsPerWarp rows (a warp's rows share one
+  // scale row). The kernel then drops the bounds checks, shifts instead of dividing, and loads one scale a vector for
+  // the warp's rows; the same bits as without.
   bool even = false;
   int kc_shift = 0;          // log2(kc) (kc is a power of two)
   int bn_shift = 0, bk_shift = 0;  // even FP8_BLOCK: log2(block_n), log2(block_k)

@@ -398,7 +398,8 @@ bool plan_gemm_gemv(const GemmArgs& a, WeightFormat f, int sm_count, GemvParams&
   p.kc_shift = log2(p.kc);
   const bool fp8_even = f != WeightFormat::FP8_BLOCK || (a.scale_e8m0 && pow2(a.block_n) && pow2(a.block_k) &&
                                                          a.block_n % kGemvRowsPerWarp == 0);
-  p.even = pow2(p.kc) && a.K % p.kc == 0 && a.N % (int64_t(kGemvRowsPerWarp) * wr) == 0 && fp8_even;
+  p.even = mt <= kGemvEvenMaxMt && pow2(p.kc) && a.K % p.kc == 0 && a.N % (int64_t(kGemvRowsPerWarp) * wr) == 0 &&
+           fp8_even;
   if (f == WeightFormat::FP8_BLOCK) {
     p.bn_shift = log2(a.block_n);
     p.bk_shift = log2(a.block_k);
