@@ -214,18 +214,25 @@ TEST(GemmPlan, VerifyRowsTakeTheDecodeKernel) {
 }
 
 // The plan of a weight shape at M rows, on a fake 16-byte aligned weight (moved from tests/gpu: host only).
-od::GemvParams gemv_plan_for(WeightFormat f, int64_t groups, int64_t Ng, int64_t K, int64_t M) {
-  DeviceWeight w = weight(f, groups * Ng, K);
+od::GemvParams gemv_plan_of(const DeviceWeight& w, int64_t groups, int64_t M) {
   od::GemmArgs a;
   a.M = M;
   a.groups = groups;
-  a.N = Ng;
-  a.K = K;
+  a.N = w.rows / groups;
+  a.K = w.cols;
   od::set_weight_args(a, w);
   od::GemvParams p;
-  EXPECT_TRUE(od::plan_gemm_gemv(a, f, kSms, p)) << "N=" << Ng << " K=" << K << " M=" << M;
+  EXPECT_TRUE(od::plan_gemm_gemv(a, w.fmt, kSms, p)) << "N=" << a.N << " K=" << a.K << " M=" << M;
   return p;
 }
+od::GemvParams gemv_plan_for(WeightFormat f, int64_t groups, int64_t Ng, int64_t K, int64_t M) {
+  return gemv_plan_of(weight(f, groups * Ng, K), groups, M);
+}
+// A GEMV weight shape: `groups` groups of Ng rows x K.
+struct GemvShape {
+  WeightFormat f;
+  int64_t groups, Ng, K;
+};
 
 // With one warp on K a lane sums the same weight vectors in the same order at every M (the vectors per lane only
 // change how K is chunked), so a row's bits do not depend on M; a K split over warps that changes with M changes
@@ -233,10 +240,7 @@ od::GemvParams gemv_plan_for(WeightFormat f, int64_t groups, int64_t Ng, int64_t
 // V4-Flash wq_b, grouped wo_a and the lm head; the Flash shared expert is the documented exception (wk 4 at
 // M <= 2, 2 at M = 3..8). tests/gpu/test_gemm_gemv_gpu.cpp GemvGpu.OneKWarpRowsBitEqualAtEveryM checks the bits.
 TEST(GemvPlan, OneKWarpAtEveryMWhereRowsMustMatchDecode) {
-  struct S {
-    WeightFormat f;
-    int64_t groups, Ng, K;
-  };
+  using S = GemvShape;
   for (S s : {S{WeightFormat::BF16, 1, 3072, 256}, S{WeightFormat::FP8_BLOCK, 2, 128, 128},
               S{WeightFormat::BF16, 2, 128, 128}, S{WeightFormat::FP8_BLOCK, 1, 32768, 1024},
               S{WeightFormat::FP8_BLOCK, 8, 1024, 4096}, S{WeightFormat::BF16, 1, 129280, 4096}})
@@ -252,10 +256,7 @@ TEST(GemvPlan, OneKWarpAtEveryMWhereRowsMustMatchDecode) {
 // nor rows or K that leave a partial tile (the shipped model's K of 128 / 256 is below one warp step), fp32 scales,
 // or scale blocks that are not powers of two.
 TEST(GemvPlan, EvenWhereTilesAreWhole) {
-  struct S {
-    WeightFormat f;
-    int64_t groups, Ng, K;
-  };
+  using S = GemvShape;
   for (S s : {S{WeightFormat::FP8_BLOCK, 1, 32768, 1024}, S{WeightFormat::FP8_BLOCK, 1, 4096, 8192},
               S{WeightFormat::FP8_BLOCK, 8, 1024, 4096}, S{WeightFormat::FP8_BLOCK, 1, 2048, 4096},
               S{WeightFormat::FP8_BLOCK, 1, 4096, 2048}, S{WeightFormat::FP8_BLOCK, 1, 576, 4096},
@@ -280,16 +281,8 @@ TEST(GemvPlan, EvenWhereTilesAreWhole) {
   f32s.scale_e8m0 = false;
   DeviceWeight odd_block = fp8(4096, 4096);
   odd_block.block_n = 96;
-  for (const DeviceWeight& w : {f32s, odd_block}) {
-    od::GemmArgs a;
-    a.M = 1;
-    a.N = w.rows;
-    a.K = w.cols;
-    od::set_weight_args(a, w);
-    od::GemvParams p;
-    ASSERT_TRUE(od::plan_gemm_gemv(a, w.fmt, kSms, p));
-    EXPECT_FALSE(p.even) << "e8m0 " << w.scale_e8m0 << " block_n " << w.block_n;
-  }
+  for (const DeviceWeight& w : {f32s, odd_block})
+    EXPECT_FALSE(gemv_plan_of(w, 1, 1).even) << "e8m0 " << w.scale_e8m0 << " block_n " << w.block_n;
 }
 
 // Every GEMV and streaming plan the fast path can produce is a legal launch: GEMV blocks of <= 8 warps, x rows a

@@ -11,7 +11,11 @@
 //    vector since block_k % 16 == 0; e8m0 scales are powers of two, so this is exact);
 //  - small N: the K steps of a chunk are split over wk warps of a block and their partials summed through shared
 //    memory in warp order after a fixed butterfly inside each warp: deterministic, no atomics, no workspace;
-//  - block shape (wk, wr) from plan_gemm_gemv (gemm_plan.cpp): enough blocks for the SMs, x chunk <= kGemvXsBudget.
+//  - block shape (wk, wr) from plan_gemm_gemv (gemm_plan.cpp): enough blocks for the SMs, x chunk <= kGemvXsBudget;
+//  - whole tiles (GemvParams::even, the template's EVEN; every V4-Flash decode weight up to 8 x rows): no bounds
+//    checks, shifts for the chunk and scale-block indices, one scale a vector for the warp's rows (they share a
+//    scale row), multiplying the x slice at 1-2 x rows: the same products in the same order, so the same bits. At one
+//    row the kernel is half issue-bound (ncu), so the instructions a vector set its time.
 #include "cuda/pdl.cuh"
 #include "ops/gemm/gemm_dequant.cuh"
 
@@ -116,110 +120,72 @@ __device__ __forceinline__ void load_step(const GemmArgs& a, const GemvParams& p
 template <int MT>
 inline constexpr bool kGvPrefetch = MT == 1;
 
+// The FMAs of one staged x chunk: this warp's K step of its RW rows against the chunk's x rows (xs), with the
+// block scales of the step's vectors.
 template <WeightFormat F, int MT, bool EVEN>
-__global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const GemmArgs a, const GemvParams p) {
-  // PDL (cuda/pdl.h): a weight given by pointer (not a device array of them, which a kernel may have written) is
-  // never written by the kernels before this one, so its first K step's loads are issued before the wait and are in
-  // flight during the previous kernel's tail; x, y and pointer arrays are touched after it.
-  const bool early = a.wdata_arr == nullptr;
-  if (!early) dsinfer::cuda::pdl_wait_then_release();
+__device__ __forceinline__ void fma_step(const GemmArgs& a, const GemvParams& p, const float* xs, int wk, int lane,
+                                         const GvStep<F, MT>& cur, float (&acc)[kGemvRowsPerWarp][MT]) {
   using C = GvCfg<F, MT>;
   constexpr int RW = C::RW, VPL = C::VPL, VE = C::VE;
   constexpr bool kFp8 = F == WeightFormat::FP8_BLOCK;
   constexpr bool kScaleX = kFp8 && EVEN && MT < RW;  // the block scale multiplies x (below)
-  extern __shared__ float4 gv_smem[];
-  float* xs = reinterpret_cast<float*>(gv_smem);
-  const int64_t g = blockIdx.y;
-  const WPtr w = group_weight(a, g);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wk = warp % p.wk, wr = warp / p.wk;
-  const int64_t n_first = (int64_t(blockIdx.x) * p.wr + wr) * RW;
   const int mc = int(a.M);  // <= MT (plan_gemm_gemv)
-  float acc[RW][MT];
 #pragma unroll
-  for (int rr = 0; rr < RW; ++rr)
+  for (int u = 0; u < VPL; ++u) {
+    const float* xv = xs + (wk * (C::STEP / VE) + lane + 32 * u) * C::VS;  // this warp's step slice
+    // The block scale, a power of two: each product is w * s * x exactly, whether s multiplies w or x, as long as
+    // x * s stays a normal float (|x| >= 2^-126 / s) and finite. EVEN FP8 has one scale for the warp's rows
+    // (loaded once); it multiplies the x slice (4 multiplies per x row) while x rows are fewer than the warp's
+    // weight rows (4 multiplies each), else the weights.
+    float s[RW];
 #pragma unroll
-    for (int m = 0; m < MT; ++m) acc[rr][m] = 0.0f;
-
-  // Hoisted addressing (no 64-bit divisions in the loop): row base pointer and each row's scale-row offset (EVEN:
-  // the one scale row of the warp's rows, by a shift).
-  const int64_t row_bytes = kFp8 ? a.K : 2 * a.K;
-  const uint8_t* wbase = w.data + (w.row0 + n_first) * row_bytes;
-  uint32_t srow[RW] = {};  // scale arrays hold < 2^31 entries (plan_gemm_gemv)
-  if constexpr (kFp8 && EVEN) {
-    srow[0] = uint32_t((w.row0 + n_first) >> p.bn_shift) * uint32_t(a.scale_cols);
-  } else if constexpr (kFp8) {
-#pragma unroll
-    for (int rr = 0; rr < RW; ++rr) srow[rr] = uint32_t((w.row0 + n_first + rr) / a.block_n * a.scale_cols);
-  }
-
-  if (early && a.K <= 0) dsinfer::cuda::pdl_wait_then_release();  // no K step below: wait before the stores
-  GvStep<F, MT> cur;
-  if constexpr (kGvPrefetch<MT>)
-    load_step<F, MT, EVEN>(a, p, wbase, row_bytes, n_first, srow, w.scale, int64_t(wk) * C::STEP, lane, cur);
-  for (int64_t k0 = 0; k0 < a.K; k0 += p.kc) {  // uniform over the block
-    GvStep<F, MT> next;
-    const int64_t kw = k0 + int64_t(wk) * C::STEP;
-    if constexpr (kGvPrefetch<MT>) {
-      if (k0 + p.kc < a.K) load_step<F, MT, EVEN>(a, p, wbase, row_bytes, n_first, srow, w.scale, kw + p.kc, lane, next);
-    } else {
-      load_step<F, MT, EVEN>(a, p, wbase, row_bytes, n_first, srow, w.scale, kw, lane, cur);
+    for (int rr = 0; rr < RW; ++rr) {
+      s[rr] = 1.0f;
+      if constexpr (kFp8 && EVEN) s[rr] = bits_f(sf::e8m0_f32_bits(cur.sr[0][u]));
+      else if constexpr (kFp8) s[rr] = scale_value(a, cur.sr[rr][u]);  // zero vectors stay 0
     }
-    if (early && k0 == 0) dsinfer::cuda::pdl_wait_then_release();
-    __syncthreads();  // the previous chunk's readers are done
-    stage_x<F, MT, EVEN>(a, p, g, k0, xs);
-    __syncthreads();
 #pragma unroll
-    for (int u = 0; u < VPL; ++u) {
-      const float* xv = xs + (wk * (C::STEP / VE) + lane + 32 * u) * C::VS;  // this warp's step slice
-      // The block scale, a power of two: each product is w * s * x exactly, whether s multiplies w or x, as long as
-      // x * s stays a normal float (|x| >= 2^-126 / s) and finite. EVEN FP8 has one scale for the warp's rows
-      // (loaded once); it multiplies the x slice (4 multiplies per x row) while x rows are fewer than the warp's
-      // weight rows (4 multiplies each), else the weights.
-      float s[RW];
+    for (int q = 0; q < VE / 4; ++q) {
+      float wf[RW][4];
 #pragma unroll
       for (int rr = 0; rr < RW; ++rr) {
-        s[rr] = 1.0f;
-        if constexpr (kFp8 && EVEN) s[rr] = bits_f(sf::e8m0_f32_bits(cur.sr[0][u]));
-        else if constexpr (kFp8) s[rr] = scale_value(a, cur.sr[rr][u]);  // zero vectors stay 0
+        dequant4<F>(cur.wv[rr][u], q, wf[rr]);
+        if constexpr (kFp8 && !kScaleX)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) wf[rr][j] *= s[rr];
       }
 #pragma unroll
-      for (int q = 0; q < VE / 4; ++q) {
-        float wf[RW][4];
+      for (int m = 0; m < MT; ++m) {
+        if (m < mc) {
+          float4 x4 = *reinterpret_cast<const float4*>(xv + m * p.xs_ld + 4 * q);
+          if constexpr (kScaleX) {
+            x4.x *= s[0];
+            x4.y *= s[0];
+            x4.z *= s[0];
+            x4.w *= s[0];
+          }
 #pragma unroll
-        for (int rr = 0; rr < RW; ++rr) {
-          dequant4<F>(cur.wv[rr][u], q, wf[rr]);
-          if constexpr (kFp8 && !kScaleX)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) wf[rr][j] *= s[rr];
-        }
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          if (m < mc) {
-            float4 x4 = *reinterpret_cast<const float4*>(xv + m * p.xs_ld + 4 * q);
-            if constexpr (kScaleX) {
-              x4.x *= s[0];
-              x4.y *= s[0];
-              x4.z *= s[0];
-              x4.w *= s[0];
-            }
-#pragma unroll
-            for (int rr = 0; rr < RW; ++rr) {
-              float v = acc[rr][m];
-              v = fmaf(wf[rr][0], x4.x, v);
-              v = fmaf(wf[rr][1], x4.y, v);
-              v = fmaf(wf[rr][2], x4.z, v);
-              acc[rr][m] = fmaf(wf[rr][3], x4.w, v);
-            }
+          for (int rr = 0; rr < RW; ++rr) {
+            float v = acc[rr][m];
+            v = fmaf(wf[rr][0], x4.x, v);
+            v = fmaf(wf[rr][1], x4.y, v);
+            v = fmaf(wf[rr][2], x4.z, v);
+            acc[rr][m] = fmaf(wf[rr][3], x4.w, v);
           }
         }
       }
     }
-    if constexpr (kGvPrefetch<MT>)
-      if (k0 + p.kc < a.K) cur = next;
   }
+}
 
-  // Fixed butterfly over the warp: every lane ends with the warp's sums; lane (rr * MT + m) % 32 owns item (rr, m).
+// The warp's sums: a fixed butterfly (every lane ends with the warp's sums; lane (rr * MT + m) % 32 owns item (rr, m)),
+// then with one K warp the stores, else the K warps' partials through shared memory (red: [wk][wr][RW][MT]) added in
+// warp order (deterministic).
+template <int MT, bool EVEN>
+__device__ __forceinline__ void store_rows(const GemmArgs& a, const GemvParams& p, int64_t g, int wk, int wr, int lane,
+                                           int64_t n_first, float (&acc)[kGemvRowsPerWarp][MT], float* xs) {
+  constexpr int RW = kGemvRowsPerWarp;
+  const int mc = int(a.M);
 #pragma unroll
   for (int rr = 0; rr < RW; ++rr)
 #pragma unroll
@@ -254,6 +220,66 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const 
     float* yp = y_row(a, g, m) + n;
     *yp = a.accumulate ? *yp + v : v;
   }
+}
+
+template <WeightFormat F, int MT, bool EVEN>
+__global__ void __launch_bounds__(kGemvMaxWarps * 32, 2) gemm_gemv_kernel(const GemmArgs a, const GemvParams p) {
+  // PDL (cuda/pdl.h): a weight given by pointer (not a device array of them, which a kernel may have written) is
+  // never written by the kernels before this one, so its first K step's loads are issued before the wait and are in
+  // flight during the previous kernel's tail; x, y and pointer arrays are touched after it.
+  const bool early = a.wdata_arr == nullptr;
+  if (!early) dsinfer::cuda::pdl_wait_then_release();
+  using C = GvCfg<F, MT>;
+  constexpr int RW = C::RW;
+  constexpr bool kFp8 = F == WeightFormat::FP8_BLOCK;
+  extern __shared__ float4 gv_smem[];
+  float* xs = reinterpret_cast<float*>(gv_smem);
+  const int64_t g = blockIdx.y;
+  const WPtr w = group_weight(a, g);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wk = warp % p.wk, wr = warp / p.wk;
+  const int64_t n_first = (int64_t(blockIdx.x) * p.wr + wr) * RW;
+  float acc[RW][MT];
+#pragma unroll
+  for (int rr = 0; rr < RW; ++rr)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[rr][m] = 0.0f;
+
+  // Hoisted addressing (no 64-bit divisions in the loop): row base pointer and each row's scale-row offset (EVEN:
+  // the one scale row of the warp's rows, by a shift).
+  const int64_t row_bytes = kFp8 ? a.K : 2 * a.K;
+  const uint8_t* wbase = w.data + (w.row0 + n_first) * row_bytes;
+  uint32_t srow[RW] = {};  // scale arrays hold < 2^31 entries (plan_gemm_gemv)
+  if constexpr (kFp8 && EVEN) {
+    srow[0] = uint32_t((w.row0 + n_first) >> p.bn_shift) * uint32_t(a.scale_cols);
+  } else if constexpr (kFp8) {
+#pragma unroll
+    for (int rr = 0; rr < RW; ++rr) srow[rr] = uint32_t((w.row0 + n_first + rr) / a.block_n * a.scale_cols);
+  }
+
+  if (early && a.K <= 0) dsinfer::cuda::pdl_wait_then_release();  // no K step below: wait before the stores
+  GvStep<F, MT> cur;
+  if constexpr (kGvPrefetch<MT>)
+    load_step<F, MT, EVEN>(a, p, wbase, row_bytes, n_first, srow, w.scale, int64_t(wk) * C::STEP, lane, cur);
+  for (int64_t k0 = 0; k0 < a.K; k0 += p.kc) {  // uniform over the block
+    GvStep<F, MT> next;
+    const int64_t kw = k0 + int64_t(wk) * C::STEP;
+    if constexpr (kGvPrefetch<MT>) {
+      if (k0 + p.kc < a.K)
+        load_step<F, MT, EVEN>(a, p, wbase, row_bytes, n_first, srow, w.scale, kw + p.kc, lane, next);
+    } else {
+      load_step<F, MT, EVEN>(a, p, wbase, row_bytes, n_first, srow, w.scale, kw, lane, cur);
+    }
+    if (early && k0 == 0) dsinfer::cuda::pdl_wait_then_release();
+    __syncthreads();  // the previous chunk's readers are done
+    stage_x<F, MT, EVEN>(a, p, g, k0, xs);
+    __syncthreads();
+    fma_step<F, MT, EVEN>(a, p, xs, wk, lane, cur, acc);
+    if constexpr (kGvPrefetch<MT>)
+      if (k0 + p.kc < a.K) cur = next;
+  }
+
+  store_rows<MT, EVEN>(a, p, g, wk, wr, lane, n_first, acc, xs);
 }
 
 template <WeightFormat F, int MT>

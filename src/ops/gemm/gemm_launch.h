@@ -87,8 +87,8 @@ struct GemvParams {
   // scale row). The kernel then drops the bounds checks, shifts instead of dividing, and loads one scale a vector for
   // the warp's rows; the same bits as without.
   bool even = false;
-  int kc_shift = 0;          // log2(kc) (kc is a power of two)
-  int bn_shift = 0, bk_shift = 0;  // even FP8_BLOCK: log2(block_n), log2(block_k)
+  int kc_shift = 0;                // log2(kc) (kc is a power of two)
+  int bn_shift = 0, bk_shift = 0;  // FP8_BLOCK: log2(block_n), log2(block_k) (used when even)
 };
 
 // Elements per 16-byte weight vector.
