@@ -88,7 +88,7 @@ struct GemvParams {
   // the warp's rows; the same bits as without.
   bool even = false;
   int kc_shift = 0;                // log2(kc) (kc is a power of two)
-  int bn_shift = 0, bk_shift = 0;  // FP8_BLOCK: log2(block_n), log2(block_k) (used when even)
+  int bn_shift = 0, bk_shift = 0;  // FP8_BLOCK: log2(block_n), log2(block_k) (used when even: powers of two)
 };
 
 // Elements per 16-byte weight vector.

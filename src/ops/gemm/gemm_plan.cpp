@@ -3,6 +3,7 @@
 #include "ops/gemm/gemm_plan.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -389,20 +390,16 @@ bool plan_gemm_gemv(const GemmArgs& a, WeightFormat f, int sm_count, GemvParams&
   p.kc = int(wk * step);
   p.xs_ld = int(xs_ld(wk));
   p.smem = int(int64_t(mt) * p.xs_ld * 4 + (wk > 1 ? int64_t(wk) * wr * kGemvRowsPerWarp * mt * 4 : 0));
-  auto pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
-  auto log2 = [](int64_t v) {
-    int l = 0;
-    while ((int64_t(1) << l) < v) ++l;
-    return l;
-  };
-  p.kc_shift = log2(p.kc);
+  auto pow2 = [](int64_t v) { return v > 0 && std::has_single_bit(uint64_t(v)); };
+  auto shift = [](int64_t v) { return std::countr_zero(uint64_t(v)); };  // log2 of a power of two
   const bool fp8_even = f != WeightFormat::FP8_BLOCK || (a.scale_e8m0 && pow2(a.block_n) && pow2(a.block_k) &&
                                                          a.block_n % kGemvRowsPerWarp == 0);
   p.even = mt <= kGemvEvenMaxMt && pow2(p.kc) && a.K % p.kc == 0 && a.N % (int64_t(kGemvRowsPerWarp) * wr) == 0 &&
            fp8_even;
+  p.kc_shift = shift(p.kc);  // kc = wk * step: powers of two
   if (f == WeightFormat::FP8_BLOCK) {
-    p.bn_shift = log2(a.block_n);
-    p.bk_shift = log2(a.block_k);
+    p.bn_shift = shift(a.block_n);
+    p.bk_shift = shift(a.block_k);
   }
   return true;
 }
