@@ -129,7 +129,7 @@ Status route_cuda(const float* logits, int64_t T, const float* bias, const int32
     return Status::error("route_cuda: a hash table needs token ids and hash_vocab > 0");
   if (p.score != ScoreFunc::SqrtSoftplus && p.score != ScoreFunc::Softmax && p.score != ScoreFunc::Sigmoid)
     return Status::error("route_cuda: unknown score function");
-  if (int64_t(T + detail::kRouteWarps - 1) / detail::kRouteWarps > 0x7fffffff)
+  if (T > 0x7fffffff)
     return Status::error("route_cuda: too many tokens");
   detail::launch_route(logits, T, bias, hash_table, tokens, p, idx, weight, stream);
   DSI_CUDA_LAUNCHED("route_kernel");

@@ -19,7 +19,7 @@ namespace dsinfer::ops::cuda {
 
 // logits fp32 [T, E] (x . gate^T, e.g. from gemm_cuda with an F32 gate); bias [E] or null; hash_table int32
 // [hash_vocab, topk] or null (then tokens int32 [T] select rows). Out: idx int32 [T, topk], weight fp32 [T, topk].
-// Selection ties break toward the lower expert id (as route_ref). One warp per token.
+// Selection ties break toward the lower expert id (as route_ref). One block per token.
 Status route_cuda(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
                   const RouterCudaParams& p, int32_t* idx, float* weight, void* stream);
 

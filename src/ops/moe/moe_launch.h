@@ -66,10 +66,10 @@ struct MoeFastArgs {
 };
 
 namespace detail {
-inline constexpr int kRouteWarps = 4;  // tokens per router block (one warp each)
+inline constexpr int kRouteMaxThreads = 256;  // threads of a router block (one block a token; fewer for few experts)
 inline constexpr int64_t kMoeMaxExperts = 8192;  // the count kernel keeps one int counter per expert in shared memory
 
-// route.cu: the router top-k, one warp per token (kernel "route_kernel").
+// route.cu: the router top-k, one block per token (kernel "route_kernel").
 void launch_route(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
                   const RouterCudaParams& p, int32_t* idx, float* weight, void* stream);
 // moe.cu: the permutation of n = T * topk assignments into per-expert row groups ("moe_count_kernel",

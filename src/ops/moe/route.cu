@@ -1,6 +1,6 @@
-// Router top-k on the GPU (see moe_cuda.h; launcher in moe_launch.h): one warp per token, its experts in registers
-// (lane l holds l, l + 32, ...: the logits loaded at once), topk rounds of a warp arg-max under the total order (value
-// desc, expert id asc) = route_ref's tie rule; the scores also in shared memory for the weights.
+// Router top-k on the GPU (see moe_cuda.h; launcher in moe_launch.h): one block per token; its threads score the
+// experts side by side into shared memory, then one warp holds them in registers (lane l: l, l + 32, ...) for topk
+// rounds of a warp arg-max under the total order (value desc, expert id asc) = route_ref's tie rule.
 // Transcendentals are evaluated in double and rounded to float, as the CPU reference does, so scores agree to the
 // last bit in practice and near-ties select the same experts.
 #include <cuda_runtime.h>
@@ -27,63 +27,62 @@ __device__ __forceinline__ bool better(float v, int e, float bv, int be) {
   return e != kNoExpert && (be == kNoExpert || v > bv || (v == bv && e < be));
 }
 
-// PL = experts per lane: a power of two with 32 * PL >= E.
+// PL = experts per lane of the selecting warp: a power of two with 32 * PL >= E. One block of route_threads(PL)
+// threads a token: every thread scores experts tid, tid + blockDim.x, ... into shared memory (the double-precision
+// transcendentals side by side, not PL after one another in one lane); warp 0 then selects and weights as one warp
+// per token did (the same arithmetic, sums and scan order, so the same experts and weights bit for bit).
 template <int PL>
-__global__ void __launch_bounds__(kRouteWarps * 32)
+__global__ void __launch_bounds__(kRouteMaxThreads)
     route_kernel(const float* logits, const float* bias, const int32_t* hash_table, const int32_t* tokens,
                  const RouteArgs p, int32_t* idx, float* weight) {
   dsinfer::cuda::pdl_wait_then_release();  // the logits come from the kernel before
-  extern __shared__ float sm[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
-  if (t >= p.T) return;  // no block-level barriers below
+  extern __shared__ float s[];             // the token's scores
+  __shared__ float part_max[kRouteMaxThreads / 32];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t t = blockIdx.x;
   const int E = int(p.E);
-  float* s = sm + int64_t(warp) * E;  // scores of this warp's token
   const float* z = logits + t * E;
 
-  float zv[PL], sv[PL];
-#pragma unroll
-  for (int i = 0; i < PL; ++i) {
-    const int e = lane + 32 * i;
-    zv[i] = e < E ? z[e] : 0.0f;
-  }
   if (p.score == int(ScoreFunc::Softmax)) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < PL; ++i)
-      if (lane + 32 * i < E) mx = fmaxf(mx, zv[i]);
+    float mx = -INFINITY;  // a maximum: the same in any order
+    for (int e = tid; e < E; e += blockDim.x) mx = fmaxf(mx, z[e]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    double sum = 0.0;
+    if (lane == 0) part_max[warp] = mx;
+    __syncthreads();
+    for (int w = 0; w < int(blockDim.x >> 5); ++w) mx = fmaxf(mx, part_max[w]);
+    for (int e = tid; e < E; e += blockDim.x) s[e] = float(exp(double(z[e] - mx)));
+    __syncthreads();
+    if (warp == 0) {  // the sum in one warp's order: lane l adds l, l + 32, ... in turn, then the butterfly
+      double sum = 0.0;
 #pragma unroll
-    for (int i = 0; i < PL; ++i) {
-      sv[i] = float(exp(double(zv[i] - mx)));
-      if (lane + 32 * i < E) sum += double(sv[i]);
+      for (int i = 0; i < PL; ++i)
+        if (lane + 32 * i < E) sum += double(s[lane + 32 * i]);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+#pragma unroll
+      for (int i = 0; i < PL; ++i)
+        if (lane + 32 * i < E) s[lane + 32 * i] = float(double(s[lane + 32 * i]) / sum);
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-#pragma unroll
-    for (int i = 0; i < PL; ++i) sv[i] = float(double(sv[i]) / sum);
   } else {
-#pragma unroll
-    for (int i = 0; i < PL; ++i) {
-      const float zz = zv[i];
+    for (int e = tid; e < E; e += blockDim.x) {
+      const float zz = z[e];
       if (p.score == int(ScoreFunc::SqrtSoftplus)) {
         const float sp = zz > 20.0f ? zz : float(log1p(exp(double(zz))));
-        sv[i] = sqrtf(sp);
+        s[e] = sqrtf(sp);
       } else {
-        sv[i] = 1.0f / (1.0f + float(exp(double(-zz))));
+        s[e] = 1.0f / (1.0f + float(exp(double(-zz))));
       }
     }
+    __syncthreads();
   }
+  if (warp != 0) return;  // no block barriers below
+  __syncwarp();
   float bv_[PL];  // biased scores (selection only)
 #pragma unroll
   for (int i = 0; i < PL; ++i) {
     const int e = lane + 32 * i;
-    if (e < E) {
-      s[e] = sv[i];
-      bv_[i] = sv[i] + (bias ? bias[e] : 0.0f);
-    }
+    if (e < E) bv_[i] = s[e] + (bias ? bias[e] : 0.0f);
   }
 
   int32_t* out_idx = idx + t * p.topk;
@@ -118,7 +117,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
       if (be != kNoExpert && lane == (be & 31)) taken |= 1u << (be >> 5);
     }
   }
-  __syncwarp();  // out_idx and the scores in shared memory, for every lane
+  __syncwarp();  // out_idx for every lane
   // Weights in k order, the sum in double in k order exactly as route_ref (lane 0), then renormalised by every lane.
   double sum = 0.0;
   if (lane == 0)
@@ -138,9 +137,9 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
 template <int PL>
 cudaError_t launch_pl(const float* logits, int64_t T, const float* bias, const int32_t* hash_table,
                       const int32_t* tokens, const RouteArgs& a, int32_t* idx, float* weight, cudaStream_t stream) {
-  const size_t smem = size_t(kRouteWarps) * size_t(a.E) * sizeof(float);
-  const unsigned blocks = unsigned((T + kRouteWarps - 1) / kRouteWarps);
-  return dsinfer::cuda::pdl_launch(route_kernel<PL>, dim3(blocks), dim3(kRouteWarps * 32), smem, stream, logits, bias,
+  const size_t smem = size_t(a.E) * sizeof(float);
+  const unsigned threads = unsigned(32 * PL < kRouteMaxThreads ? 32 * PL : kRouteMaxThreads);
+  return dsinfer::cuda::pdl_launch(route_kernel<PL>, dim3(unsigned(T)), dim3(threads), smem, stream, logits, bias,
                                    hash_table, tokens, a, idx, weight);
 }
 
