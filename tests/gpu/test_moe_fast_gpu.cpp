@@ -10,7 +10,8 @@
 //   smallest fused T, 17 (a partial last pass) and the largest, with the routed part unchanged;
 // * an expert-parallel rank's output is its routed rows plus the shared expert alone, bit for bit, whatever experts,
 //   slots (EPLB replicas) and rows of other ranks it holds;
-// * the decode kernels' variants (MoeFastVariant: session 18's FP4 decode, the word decode) give the same h and yp.
+// * the decode kernels' variants (MoeFastVariant: session 18's FP4 decode, the word decode) and the paired kernel
+//   (MoeFastArgs::big: the experts with more than 8 rows, 16 a pass) give the same h and yp.
 // Accuracy against the CPU reference is test_moe_gpu.cpp's business (MoeGpu.FastPath*).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -338,10 +339,13 @@ TEST(MoeFastGpu, SharedExpertIgnoresTheRanksExpertLayout) {
 // The gate/up kernel's h (from the bf16 x rows) and the down kernel's yp are
 // compared bit for bit over uniform routing (1 .. 128 rows per expert on average, one pass of 8 tokens or several)
 // and a skewed one (4 hot experts take most rows). I = 2,048 also runs the word decode's down kernel compiled for
-// that K (moe_fast.cu launch_variant) against session 18's, which takes any K.
+// that K (moe_fast.cu launch_variant) against session 18's, which takes any K. A third run gives the permutation's
+// list of experts with more than 8 rows to the paired kernel (1-8 rows: none; 9-16: one paired pass; 17-24: a paired
+// pass and a half-empty one; more), whose grid rows walk the list (big_grid 3: several experts a block).
 TEST(MoeFastGpu, WordDecodeKeepsTheBits) {
   DSI_SKIP_WITHOUT_GPU();
   const int64_t E = 16, k = 6, D = 256;
+  bool saw_pair = false, saw_pair_and_half = false;
   for (const int64_t I : {int64_t(384), int64_t(2048)}) {
     Experts s;
     build_experts(s, E, D, I, 51);
@@ -363,11 +367,12 @@ TEST(MoeFastGpu, WordDecodeKeepsTheBits) {
         }
       auto di = to_device(idx);
       auto dx = to_device(random_floats(size_t(T * D), 55 + uint64_t(T)));
-      DeviceBuffer<int32_t> offsets, perm, pos, active;
+      DeviceBuffer<int32_t> offsets, perm, pos, active, big;
       DeviceBuffer<uint16_t> xb, hb;
       DeviceBuffer<float> yp;
       ASSERT_TRUE(offsets.alloc(size_t(E + 1)).is_ok());
       ASSERT_TRUE(active.alloc(size_t(E + 1)).is_ok());
+      ASSERT_TRUE(big.alloc(size_t(E + 1)).is_ok());
       ASSERT_TRUE(perm.alloc(size_t(n)).is_ok());
       ASSERT_TRUE(pos.alloc(size_t(n)).is_ok());
       ASSERT_TRUE(xb.alloc(size_t(n * D)).is_ok());
@@ -375,21 +380,35 @@ TEST(MoeFastGpu, WordDecodeKeepsTheBits) {
       ASSERT_TRUE(yp.alloc(size_t(n * D)).is_ok());
       ASSERT_LE(n, int64_t(oc::kMoePrepMaxN));
       oc::detail::launch_moe_prep(di.data(), n, k, E, offsets.data(), perm.data(), pos.data(), active.data(), nullptr,
-                                  {.x = dx.data(), .T = T, .K = D, .xb = xb.data()});
-      // runs 0 / 1: session 18 / word decode from the bf16 x rows
-      std::vector<uint16_t> h[2];
-      std::vector<float> y[2];
-      for (int v = 0; v < 2; ++v) {
-        const oc::MoeFastVariant variant = v == 1 ? oc::MoeFastVariant::kWordDecode : oc::MoeFastVariant::kSession18;
+                                  {.x = dx.data(), .T = T, .K = D, .xb = xb.data()}, big.data());
+      std::vector<int32_t> offs(size_t(E + 1)), big_list(size_t(E + 1));
+      ASSERT_EQ(cudaMemcpy(offs.data(), offsets.data(), offs.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(big_list.data(), big.data(), big_list.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      std::vector<int32_t> want;  // the big list: the experts with more than 8 rows, increasing
+      for (int64_t e = 0; e < E; ++e) {
+        const int32_t c = offs[size_t(e + 1)] - offs[size_t(e)];
+        if (c > 8) want.push_back(int32_t(e));
+        saw_pair = saw_pair || (c > 8 && c <= 16);
+        saw_pair_and_half = saw_pair_and_half || (c > 16 && c <= 24);
+      }
+      ASSERT_EQ(big_list[0], int32_t(want.size()));
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), big_list.begin() + 1)) << "the big list";
+      // runs 0 / 1 / 2: session 18 / word decode / word decode with the paired kernel, from the bf16 x rows
+      std::vector<uint16_t> h[3];
+      std::vector<float> y[3];
+      for (int v = 0; v < 3; ++v) {
+        const oc::MoeFastVariant variant = v >= 1 ? oc::MoeFastVariant::kWordDecode : oc::MoeFastVariant::kSession18;
+        const int32_t* paired = v == 2 ? big.data() : nullptr;
         ASSERT_EQ(cudaMemset(hb.data(), 0xFF, size_t(n * I) * 2), cudaSuccess);
         ASSERT_EQ(cudaMemset(yp.data(), 0xFF, size_t(n * D) * 4), cudaSuccess);
         const oc::MoeFastArgs gate_up{.active = active.data(), .offsets = offsets.data(), .xb = xb.data(),
                                       .perm = perm.data(), .w1 = s.ex.w1.data, .s1 = s.ex.w1.scale,
                                       .w3 = s.ex.w3.data, .s3 = s.ex.w3.scale, .K = D, .N = I, .limit = 10.0f,
-                                      .hout = hb.data()};
+                                      .hout = hb.data(), .big = paired, .big_grid = 3};
         oc::detail::launch_moe_fast_shared(true, gate_up, oc::MoeFastShared{}, std::min(E, n), nullptr, variant);
         const oc::MoeFastArgs down{.active = active.data(), .offsets = offsets.data(), .xb = hb.data(),
-                                   .w1 = s.ex.w2.data, .s1 = s.ex.w2.scale, .K = I, .N = D, .yout = yp.data()};
+                                   .w1 = s.ex.w2.data, .s1 = s.ex.w2.scale, .K = I, .N = D, .yout = yp.data(),
+                                   .big = paired, .big_grid = 3};
         oc::detail::launch_moe_fast_shared(false, down, oc::MoeFastShared{}, std::min(E, n), nullptr, variant);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         h[v].resize(size_t(n * I));
@@ -397,10 +416,14 @@ TEST(MoeFastGpu, WordDecodeKeepsTheBits) {
         ASSERT_EQ(cudaMemcpy(h[v].data(), hb.data(), h[v].size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(y[v].data(), yp.data(), y[v].size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       }
-      for (int v = 0; v < 2; ++v)
+      for (int v = 0; v < 3; ++v)
         for (float f : y[v]) ASSERT_TRUE(std::isfinite(f)) << "run " << v;  // every row written (0xFF.. is a NaN)
       EXPECT_EQ(std::memcmp(h[0].data(), h[1].data(), h[0].size() * 2), 0) << "h: word decode vs session 18";
       EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), y[0].size() * 4), 0) << "yp: word decode vs session 18";
+      EXPECT_EQ(std::memcmp(h[1].data(), h[2].data(), h[1].size() * 2), 0) << "h: paired kernel vs 8 rows a pass";
+      EXPECT_EQ(std::memcmp(y[1].data(), y[2].data(), y[1].size() * 4), 0) << "yp: paired kernel vs 8 rows a pass";
     }
   }
+  EXPECT_TRUE(saw_pair) << "no expert with 9-16 rows: the cases do not reach one paired pass";
+  EXPECT_TRUE(saw_pair_and_half) << "no expert with 17-24 rows: the cases do not reach a half-empty paired pass";
 }

@@ -307,3 +307,42 @@ TEST(MoePlan, RsVariantFromItsSetting) {
   // the launch default is the same code (moe_grouped_launch.h)
   EXPECT_EQ(MoeGroupedRsArgs{}.variant, MoeGroupedRsVariant::kWordStageItem);
 }
+
+// The paired kernel (MoePlan::paired, moe_plan.h): the decode kernels take it from kMoePairedMinRowsPerExpert
+// assignments per expert on average (V4-Flash, 256 experts x 6: from 171 tokens), at every T of theirs when forced
+// on, never when off or for another kernel; its grid rows stay within the experts that can have 9 rows.
+TEST(MoePlan, PairedKernelByRowsPerExpert) {
+  auto plan = [](int64_t T, MoePairedRoute r, MoePath path = MoePath::Fast) {
+    return plan_moe(path, true, T, kFlashK, true, false, false, kFlashE, r).paired;
+  };
+  EXPECT_FALSE(plan(170, MoePairedRoute::kAuto));
+  EXPECT_TRUE(plan(171, MoePairedRoute::kAuto));
+  EXPECT_TRUE(plan(256, MoePairedRoute::kAuto));
+  EXPECT_TRUE(plan(640, MoePairedRoute::kAuto));
+  EXPECT_FALSE(plan(641, MoePairedRoute::kAuto));  // the grouped prefill kernels
+  EXPECT_TRUE(plan(1, MoePairedRoute::kOn));
+  EXPECT_FALSE(plan(256, MoePairedRoute::kOff));
+  EXPECT_TRUE(plan(256, MoePairedRoute::kAuto, MoePath::Invariant));  // the same bits: invariance keeps
+  EXPECT_FALSE(plan(256, MoePairedRoute::kOn, MoePath::Exact));
+  EXPECT_FALSE(plan_moe(MoePath::Fast, true, 256, kFlashK, true).paired);  // experts unknown
+  EXPECT_EQ(moe_paired_grid(6, kFlashE), 1);
+  EXPECT_EQ(moe_paired_grid(99, kFlashE), 11);  // 99 rows: at most 11 experts with 9
+  EXPECT_EQ(moe_paired_grid(256 * kFlashK, kFlashE), kMoePairedMaxGridRows);
+  EXPECT_EQ(moe_paired_grid(4096, 16), 16);
+}
+
+TEST(MoePlan, PairedRouteFromItsSetting) {
+  bool valid = false;
+  EXPECT_EQ(moe_paired_from(nullptr, &valid), MoePairedRoute::kAuto);
+  EXPECT_TRUE(valid);
+  EXPECT_EQ(moe_paired_from("auto", &valid), MoePairedRoute::kAuto);
+  EXPECT_TRUE(valid);
+  EXPECT_EQ(moe_paired_from("on", &valid), MoePairedRoute::kOn);
+  EXPECT_TRUE(valid);
+  EXPECT_EQ(moe_paired_from("off", &valid), MoePairedRoute::kOff);
+  EXPECT_TRUE(valid);
+  for (const char* bad : {"1", "On", "off "}) {
+    EXPECT_EQ(moe_paired_from(bad, &valid), MoePairedRoute::kAuto) << bad;
+    EXPECT_FALSE(valid) << bad;
+  }
+}

@@ -9,6 +9,7 @@
 
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
+#include "ops/moe/moe_fast_common.h"  // kFastTokens (the big list)
 #include "ops/moe/moe_launch.h"
 #include "ops/moe/moe_plan.h"  // kMoePrepMaxN
 #include "ops/moe/moe_x_bf16.cuh"
@@ -20,60 +21,65 @@ namespace {
 constexpr int kCountThreads = 1024, kScatterThreads = 512, kScatterPer = 4;
 
 // Exclusive scan of the per-expert counts cnt[0..E) (block of kCountThreads) into offsets[0..E] and, when `active`
-// is not null, the list of touched experts. starts: cnt[e] is replaced by offsets[e] (the prep kernel's running
-// row counters). Thread i owns a run of consecutive experts; warp shuffles, then warp 0 scans the 32 warp totals.
-// Integer sums: order-free.
-__device__ void scan_counts(int* cnt, int E, int32_t* offsets, int32_t* active, bool starts) {
-  __shared__ int warp_cnt[kCountThreads / 32], warp_flag[kCountThreads / 32];
+// is not null, the list of touched experts; when `big` is not null, the list of experts with more than kFastTokens
+// rows (the fast path's paired kernel; MoeFastArgs::big). starts: cnt[e] is replaced by offsets[e] (the prep kernel's
+// running row counters). Thread i owns a run of consecutive experts; warp shuffles, then warp 0 scans the 32 warp
+// totals. Integer sums: order-free; both lists in increasing expert id.
+__device__ void scan_counts(int* cnt, int E, int32_t* offsets, int32_t* active, int32_t* big, bool starts) {
+  constexpr int kSums = 3;  // rows, touched experts, big experts
+  __shared__ int warp_sum[kSums][kCountThreads / 32];
   const int per = (E + kCountThreads - 1) / kCountThreads;
   const int e0 = min(E, int(threadIdx.x) * per), e1 = min(E, e0 + per);
-  int c = 0, f = 0;
-  for (int e = e0; e < e1; ++e) c += cnt[e], f += cnt[e] > 0 ? 1 : 0;
+  int own[kSums] = {0, 0, 0};
+  for (int e = e0; e < e1; ++e) {
+    own[0] += cnt[e];
+    own[1] += cnt[e] > 0 ? 1 : 0;
+    own[2] += cnt[e] > moe_detail::kFastTokens ? 1 : 0;
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int ci = c, fi = f;  // inclusive within the warp
-  for (int d = 1; d < 32; d <<= 1) {
-    const int cu = __shfl_up_sync(0xffffffffu, ci, d), fu = __shfl_up_sync(0xffffffffu, fi, d);
-    if (lane >= d) {
-      ci += cu;
-      fi += fu;
+  int incl[kSums];  // inclusive within the warp
+  for (int i = 0; i < kSums; ++i) incl[i] = own[i];
+  for (int d = 1; d < 32; d <<= 1)
+    for (int i = 0; i < kSums; ++i) {
+      const int up = __shfl_up_sync(0xffffffffu, incl[i], d);
+      if (lane >= d) incl[i] += up;
     }
-  }
-  if (lane == 31) {
-    warp_cnt[warp] = ci;
-    warp_flag[warp] = fi;
-  }
+  if (lane == 31)
+    for (int i = 0; i < kSums; ++i) warp_sum[i][warp] = incl[i];
   __syncthreads();
   if (warp == 0) {
-    int wc = warp_cnt[lane], wf = warp_flag[lane];
-    for (int d = 1; d < 32; d <<= 1) {
-      const int cu = __shfl_up_sync(0xffffffffu, wc, d), fu = __shfl_up_sync(0xffffffffu, wf, d);
-      if (lane >= d) {
-        wc += cu;
-        wf += fu;
+    int w[kSums];
+    for (int i = 0; i < kSums; ++i) w[i] = warp_sum[i][lane];
+    for (int d = 1; d < 32; d <<= 1)
+      for (int i = 0; i < kSums; ++i) {
+        const int up = __shfl_up_sync(0xffffffffu, w[i], d);
+        if (lane >= d) w[i] += up;
       }
-    }
-    warp_cnt[lane] = wc - warp_cnt[lane];  // exclusive
-    warp_flag[lane] = wf - warp_flag[lane];
+    for (int i = 0; i < kSums; ++i) warp_sum[i][lane] = w[i] - warp_sum[i][lane];  // exclusive
   }
   __syncthreads();
-  int run = warp_cnt[warp] + ci - c, na = warp_flag[warp] + fi - f;
+  int run = warp_sum[0][warp] + incl[0] - own[0], na = warp_sum[1][warp] + incl[1] - own[1];
+  int nb = warp_sum[2][warp] + incl[2] - own[2];
   for (int e = e0; e < e1; ++e) {
     const int ce = cnt[e];
     offsets[e] = run;
     if (starts) cnt[e] = run;
     if (active && ce > 0) active[1 + na++] = e;
+    if (big && ce > moe_detail::kFastTokens) big[1 + nb++] = e;
     run += ce;
   }
   if (threadIdx.x == kCountThreads - 1) {
     offsets[E] = run;
     if (active) active[0] = na;
+    if (big) big[0] = nb;
   }
 }
 
 // One block: per-expert counts (integer atomics, result independent of order), parallel exclusive scan into offsets,
 // pos_of = -1 for invalid expert ids, optionally the list of touched experts (fast path).
 __global__ void __launch_bounds__(kCountThreads)
-    moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* offsets, int32_t* pos_of, int32_t* active) {
+    moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* offsets, int32_t* pos_of, int32_t* active,
+                     int32_t* big) {
   extern __shared__ int cnt[];
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
@@ -83,7 +89,7 @@ __global__ void __launch_bounds__(kCountThreads)
     else pos_of[a] = -1;
   }
   __syncthreads();
-  scan_counts(cnt, E, offsets, active, false);
+  scan_counts(cnt, E, offsets, active, big, false);
 }
 
 // The whole permutation in one block for n <= kMoePrepMaxN (the fast path's decode steps: one launch instead of
@@ -95,7 +101,7 @@ __global__ void __launch_bounds__(kCountThreads)
 // so the decode step has no gather launch between the permutation and the gate/up kernel.
 __global__ void __launch_bounds__(kCountThreads)
     moe_prep_kernel(const int32_t* idx, int n, int topk, int E, int32_t* offsets, int32_t* perm_token,
-                    int32_t* pos_of, int32_t* active, MoeXBf16 xc) {
+                    int32_t* pos_of, int32_t* active, int32_t* big, MoeXBf16 xc) {
   extern __shared__ int cnt[];
   __shared__ int sidx[kMoePrepMaxN];
   dsinfer::cuda::pdl_wait_then_release();
@@ -112,7 +118,7 @@ __global__ void __launch_bounds__(kCountThreads)
     else pos_of[a] = -1;
   }
   __syncthreads();
-  scan_counts(cnt, E, offsets, active, true);
+  scan_counts(cnt, E, offsets, active, big, true);
   __syncthreads();
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
@@ -297,17 +303,18 @@ unsigned elementwise_blocks(int64_t total) {
 }  // namespace
 
 void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of,
-                      int32_t* active, void* stream) {
+                      int32_t* active, void* stream, int32_t* big) {
   moe_count_kernel<<<1, kCountThreads, size_t(experts) * sizeof(int), static_cast<cudaStream_t>(stream)>>>(
-      idx, n, int(experts), offsets, pos_of, active);
+      idx, n, int(experts), offsets, pos_of, active, big);
 }
 
 void launch_moe_prep(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, int32_t* offsets,
-                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream, const MoeXBf16& xc) {
+                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream, const MoeXBf16& xc,
+                     int32_t* big) {
   const unsigned blocks = 1u + (xc.x ? unsigned(xc.T) : 0u);
   dsinfer::cuda::pdl_launch(moe_prep_kernel, dim3(blocks), dim3(kCountThreads), size_t(experts) * sizeof(int),
                             static_cast<cudaStream_t>(stream), idx, int(n), int(topk), int(experts), offsets,
-                            perm_token, pos_of, active, xc);
+                            perm_token, pos_of, active, big, xc);
 }
 
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,

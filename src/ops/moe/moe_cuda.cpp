@@ -49,7 +49,8 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   const int64_t x_floats = (dim + 1) / 2 + (dim + 127) / 128;
   const size_t h3_floats = std::max(tk * size_t(std::max<int64_t>(inter, x_floats)), (tk + t1) * size_t((dim + 1) / 2));
   DSI_RETURN_IF_ERROR(h3_.alloc(h3_floats, "moe h3"));
-  DSI_RETURN_IF_ERROR(active_.alloc(size_t(experts + 1), "moe active experts"));
+  // the touched experts, then the experts with more than 8 rows (MoePlan::paired): [1 + experts] each
+  DSI_RETURN_IF_ERROR(active_.alloc(2 * size_t(experts + 1), "moe active experts"));
   DSI_RETURN_IF_ERROR(tiles_.alloc(size_t(1 + 2 * moe_detail::grp_max_tiles(int64_t(tk), experts)), "moe tile list"));
   DSI_RETURN_IF_ERROR(yp_.alloc(tk * size_t(dim), "moe expert outputs"));
   DSI_RETURN_IF_ERROR(wrow_.alloc(tk, "moe row weights"));
@@ -203,11 +204,12 @@ Status expert_gemm(const float* x, int64_t ldx, const int32_t* x_rows, const int
 // Fast path of the routed experts (after the permutation): yp rows of all valid assignments; with `sh` (the plan's
 // moe_shared_fused) the shared expert too, on the same launches (x's token rows of xb, its h rows after the n
 // permuted rows of hb, its output in shy [T, D]).
-// x_written (MoePlan::x_bf16_in_prep): the permutation's launch wrote xb.
+// x_written (MoePlan::x_bf16_in_prep): the permutation's launch wrote xb. big (MoePlan::paired): its list of the
+// experts with more than 8 rows, for the paired kernel.
 void moe_fast_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
-                      const int32_t* offsets, const int32_t* perm, const int32_t* active, uint16_t* xb, uint16_t* hb,
-                      float* yp, bool x_written, const MoeSharedDevice* sh, float shared_limit, float* shy,
-                      void* stream) {
+                      const int32_t* offsets, const int32_t* perm, const int32_t* active, const int32_t* big,
+                      uint16_t* xb, uint16_t* hb, float* yp, bool x_written, const MoeSharedDevice* sh,
+                      float shared_limit, float* shy, void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_active = std::min(E, n);
   if (!x_written) detail::launch_moe_x_bf16({.x = x, .T = T, .K = D, .xb = xb}, stream);
   MoeFastShared sgu, sdn;
@@ -216,13 +218,14 @@ void moe_fast_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevi
            .limit = shared_limit};
     sdn = {.w1 = sh->w2.data, .s1 = sh->w2.scale, .rows = T, .row0 = n, .out = shy};
   }
+  const int64_t big_grid = big ? moe_paired_grid(n, E) : 0;
   const MoeFastArgs gate_up{.active = active, .offsets = offsets, .xb = xb, .perm = perm, .w1 = ex.w1.data,
                             .s1 = ex.w1.scale, .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I, .limit = limit,
-                            .hout = hb};
+                            .hout = hb, .big = big, .big_grid = big_grid};
   const MoeFastVariant variant = moe_fast_variant();
   detail::launch_moe_fast_shared(true, gate_up, sgu, max_active, stream, variant);
   const MoeFastArgs down{.active = active, .offsets = offsets, .xb = hb, .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I,
-                         .N = D, .yout = yp};
+                         .N = D, .yout = yp, .big = big, .big_grid = big_grid};
   detail::launch_moe_fast_shared(false, down, sdn, max_active, stream, variant);
 }
 
@@ -412,9 +415,10 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data();
 
   const MoePlan plan = plan_moe(path, moe_fast_supported(ex), T, topk, shared != nullptr, moe_cutlass_supported(ex),
-                                bool(ws.shared_gemm_));
+                                bool(ws.shared_gemm_), E, moe_paired_route());
   const bool fast = plan.experts != MoeExpertKernels::kGemm;
   int32_t* active = fast ? ws.active_.data() : nullptr;
+  int32_t* big = plan.paired ? ws.active_.data() + (E + 1) : nullptr;
   // Decode sizes: the shared expert inside the routed experts' kernels (moe_fast_shared.h), no side stream.
   const bool fused_shared = shared && moe_shared_fused(path, plan.experts, T, ex, *shared);
 
@@ -429,10 +433,10 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     // count + scatter in one launch, and the fast kernels' bf16 x rows beside them (MoePlan::x_bf16_in_prep)
     MoeXBf16 xc;
     if (plan.x_bf16_in_prep) xc = {.x = x, .T = T, .K = D, .xb = reinterpret_cast<uint16_t*>(h3)};
-    detail::launch_moe_prep(idx, n, topk, E, offsets, perm, pos, active, stream, xc);
+    detail::launch_moe_prep(idx, n, topk, E, offsets, perm, pos, active, stream, xc, big);
     st = check_launch_status("moe_prep_kernel");
   } else {
-    detail::launch_moe_count(idx, n, E, offsets, pos, active, stream);
+    detail::launch_moe_count(idx, n, E, offsets, pos, active, stream, big);
     st = check_launch_status("moe_count_kernel");
     if (st.is_ok()) detail::launch_moe_scatter(idx, n, topk, E, offsets, perm, pos, stream);
     if (st.is_ok()) st = check_launch_status("moe_scatter_kernel");
@@ -456,7 +460,7 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
                         reinterpret_cast<uint16_t*>(h1), yp, stream);
     st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_by_size_kernel / moe_grouped_kernel");
   } else if (st.is_ok() && fast) {
-    moe_fast_experts(x, T, n, ex, limit, offsets, perm, active, reinterpret_cast<uint16_t*>(h3),
+    moe_fast_experts(x, T, n, ex, limit, offsets, perm, active, big, reinterpret_cast<uint16_t*>(h3),
                      reinterpret_cast<uint16_t*>(h1), yp, plan.x_bf16_in_prep,
                      fused_shared ? shared : nullptr, shared_limit, shy, stream);
     st = check_launch_status("moe_x_bf16_kernel / moe_fast_kernel");

@@ -11,6 +11,9 @@
 // row, decoded by e4m3_pair_bits and one E8M0 factor per chunk and matrix), the routed experts' slots follow.
 // FP4 decode (kVariant, MoeFastVariant): each word's four bf16 pairs at once (fp4_word_pairs; session 23), or pair by
 // pair (fp4_pair_bits; session 18, DSINFER_MOE_FAST_VARIANT=0). The same operands, so the same bits.
+// The paired kernel (MoeFastArgs::big, session 36): the experts with more than 8 rows in a second launch, 16 of their
+// rows a pass (each decoded weight fragment feeds two n8 mmas; 2 blocks an SM), instead of a pass of 8 rows per
+// 8 tokens streaming and decoding the tile again; the same mmas per token, so the same bits.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -49,12 +52,13 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<uint32_t*>(&r);
 }
 
-// One warp step's global data: per tile, rows g and g+8 (16 bytes of FP4 each + their scale byte), and the
-// lane's 64 bytes of B (token g of the pass; zero past the expert's rows).
+// One warp step's global data: per tile, rows g and g+8 (16 bytes of FP4 each + their scale byte), and, per group of
+// 8 tokens of the pass, the lane's 64 bytes of B (token g of the group; zero past the expert's rows).
+template <int kGroups>
 struct Chunk {
   uint4 w[kFastTiles][2];
   uint32_t s[kFastTiles][2];
-  uint4 x[4];
+  uint4 x[kGroups][4];
 };
 
 // Weight rows of the block: matrix m (0: W1 or W2, 1: W3) at row n0 + g; tile a's rows g / g+8 are
@@ -66,10 +70,10 @@ struct TileRows {
 };
 
 // Activations of the lane: 32 k of the chunk from the bf16 pair-layout row xb (zeros without one).
-__device__ __forceinline__ void load_x(const uint16_t* xb, int ch, int t, Chunk& c) {
+__device__ __forceinline__ void load_x(const uint16_t* xb, int ch, int t, uint4 (&x)[4]) {
   const uint4* p = reinterpret_cast<const uint4*>(xb + ch * kFastChunk + t * 32);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) c.x[i] = xb ? __ldg(p + i) : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < 4; ++i) x[i] = xb ? __ldg(p + i) : make_uint4(0, 0, 0, 0);
 }
 
 // load_x's slots 2h and 2h + 1 only (the shared expert's half chunk: elements 16h..16h+15 of the lane's 32).
@@ -86,8 +90,8 @@ template <bool kGateUp>
 __device__ __forceinline__ int tile_row(int a, int r) { return (kGateUp ? 16 * (a & 1) : 16 * a) + 8 * r; }
 
 // kK: K known at compile time (0: tr's row strides): the rows' offsets are then load immediates.
-template <bool kGateUp, int kK>
-__device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Chunk& c) {
+template <bool kGateUp, int kK, int kGroups>
+__device__ __forceinline__ void load_chunk(const TileRows& tr, int ch, int t, Chunk<kGroups>& c) {
   const int64_t data_row = kK ? kK / 2 : tr.data_row, scale_row = kK ? kK / 32 : tr.scale_row;
 #pragma unroll
   for (int a = 0; a < kFastTiles; ++a)
@@ -104,9 +108,12 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int q) { return q == 0 
 // kWordDecode (MoeFastVariant::kWordDecode): each FP4 word's four pairs by fp4_word_pairs (11 integer operations);
 // else one fp4_pair_bits per pair (session 18). kScalePair: the scale factors by fp4_scale_bf16x2 (4 operations
 // instead of 7; in the down kernel only: in the gate/up kernel it made ptxas spill an address register, reloaded
-// before every chunk's loads). The same operands either way, so the same bits.
-template <bool kWordDecode, bool kScalePair>
-__device__ __forceinline__ void compute_chunk(const Chunk& c, float (&acc)[kFastTiles][4]) {
+// before every chunk's loads). The same operands either way, so the same bits. kGroups = 2 (the paired kernel, word
+// decode only): each decoded A fragment feeds the mmas of both groups of 8 tokens, each accumulator the same mmas in
+// the same order as with one group.
+template <bool kWordDecode, bool kScalePair, int kGroups>
+__device__ __forceinline__ void compute_chunk(const Chunk<kGroups>& c, float (&acc)[kGroups][kFastTiles][4]) {
+  static_assert(kGroups == 1 || kWordDecode, "the paired kernel has the word decode only");
 #pragma unroll
   for (int a = 0; a < kFastTiles; ++a) {
     uint32_t F0, F1;
@@ -121,21 +128,28 @@ __device__ __forceinline__ void compute_chunk(const Chunk& c, float (&acc)[kFast
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const uint32_t w0 = word(c.w[a][0], q), w1 = word(c.w[a][1], q);
-      const uint4& xb = c.x[q];
       if constexpr (kWordDecode) {
         uint32_t p0[4], p1[4];
         md::fp4_word_pairs(w0, p0);
         md::fp4_word_pairs(w1, p1);
-        mma_bf16(acc[a], bf16x2_mul(p0[0], F0), bf16x2_mul(p1[0], F1), bf16x2_mul(p0[1], F0), bf16x2_mul(p1[1], F1),
-                 xb.x, xb.y);
-        mma_bf16(acc[a], bf16x2_mul(p0[2], F0), bf16x2_mul(p1[2], F1), bf16x2_mul(p0[3], F0), bf16x2_mul(p1[3], F1),
-                 xb.z, xb.w);
+        // k-step 2q: pairs 0 / 1 of the word (A registers a0..a3); k-step 2q + 1: pairs 2 / 3
+        const uint32_t lo[4] = {bf16x2_mul(p0[0], F0), bf16x2_mul(p1[0], F1), bf16x2_mul(p0[1], F0),
+                                bf16x2_mul(p1[1], F1)};
+        const uint32_t hi[4] = {bf16x2_mul(p0[2], F0), bf16x2_mul(p1[2], F1), bf16x2_mul(p0[3], F0),
+                                bf16x2_mul(p1[3], F1)};
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) {
+          const uint4& xb = c.x[g][q];
+          mma_bf16(acc[g][a], lo[0], lo[1], lo[2], lo[3], xb.x, xb.y);
+          mma_bf16(acc[g][a], hi[0], hi[1], hi[2], hi[3], xb.z, xb.w);
+        }
         continue;
       }
+      const uint4& xb = c.x[0][q];
       // k-step 2q: pairs 4q (cols 2t..) and 4q+1 (cols 2t+8..); k-step 2q+1: pairs 4q+2 and 4q+3.
-      mma_bf16(acc[a], bf16x2_mul(md::fp4_pair_bits(w0, 0), F0), bf16x2_mul(md::fp4_pair_bits(w1, 0), F1),
+      mma_bf16(acc[0][a], bf16x2_mul(md::fp4_pair_bits(w0, 0), F0), bf16x2_mul(md::fp4_pair_bits(w1, 0), F1),
                bf16x2_mul(md::fp4_pair_bits(w0, 1), F0), bf16x2_mul(md::fp4_pair_bits(w1, 1), F1), xb.x, xb.y);
-      mma_bf16(acc[a], bf16x2_mul(md::fp4_pair_bits(w0, 2), F0), bf16x2_mul(md::fp4_pair_bits(w1, 2), F1),
+      mma_bf16(acc[0][a], bf16x2_mul(md::fp4_pair_bits(w0, 2), F0), bf16x2_mul(md::fp4_pair_bits(w1, 2), F1),
                bf16x2_mul(md::fp4_pair_bits(w0, 3), F0), bf16x2_mul(md::fp4_pair_bits(w1, 3), F1), xb.z, xb.w);
     }
   }
@@ -250,20 +264,15 @@ __device__ __forceinline__ void shared_block(const MoeFastArgs& p, const MoeFast
   else store_pass<false>(red, n0, p.N, pass, valid, 0.0f, nullptr, sh.out);
 }
 
-// kVariant: MoeFastVariant (0: session 18's decode, 1: the word decode). kK: p.K fixed at compile time (0: any K;
-// launch_variant's choice). Same bits.
-template <bool kGateUp, int kVariant, int kK>
-__global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p, MoeFastShared sh) {
-  __shared__ float red[kFastWarps * kFastTiles * 4 * 32];
-  dsinfer::cuda::pdl_wait_then_release();
-  const int shared_slots = int((sh.rows + kFastTokens - 1) / kFastTokens);
-  if (int(blockIdx.y) < shared_slots) {
-    shared_block<kGateUp>(p, sh, red);
-    return;
-  }
-  const int slot = int(blockIdx.y) - shared_slots;
-  if (slot >= p.active[0]) return;
-  const int e = p.active[1 + slot];
+constexpr int kRedFloats = kFastWarps * kFastTiles * 4 * 32;  // the reduction buffer of one group of 8 tokens
+
+// An expert's rows against the block's weight rows n0..: passes of kGroups x 8 of its tokens. kVariant:
+// MoeFastVariant (0: session 18's decode, 1: the word decode). kK: p.K fixed at compile time (0: any K;
+// launch_variant's choice). kGroups = 2 (the paired kernel): one decoded weight fragment for both groups' mmas, each
+// token's accumulators the same mmas, sums and epilogue as with one group, so the same bits; red holds kGroups
+// reduction buffers.
+template <bool kGateUp, int kVariant, int kK, int kGroups>
+__device__ __forceinline__ void expert_passes(const MoeFastArgs& p, int e, float* red) {
   const int rb = p.offsets[e], cnt = p.offsets[e + 1] - rb;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rows = kGateUp ? md::kFastGateRows : md::kFastDownRows;
@@ -280,34 +289,74 @@ __global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p
     tr.scale[m] = static_cast<const uint8_t*>(up ? p.s3[e] : p.s1[e]) + (n0 + g) * tr.scale_row;
   }
 
-  for (int pass = 0; pass < cnt; pass += kFastTokens) {
-    const bool has_row = pass + g < cnt;
-    // gate/up: x's token row of permuted row rb + pass + g; down: h's permuted row
-    const int64_t brow = !has_row ? 0 : kGateUp ? int64_t(p.perm[rb + pass + g]) : int64_t(rb) + pass + g;
-    const uint16_t* xrow = has_row ? p.xb + brow * K : nullptr;
-    float acc[kFastTiles][4] = {};
+  for (int pass = 0; pass < cnt; pass += kGroups * kFastTokens) {
+    const uint16_t* xrow[kGroups];
+#pragma unroll
+    for (int gr = 0; gr < kGroups; ++gr) {
+      const int r = pass + gr * kFastTokens + g;
+      const bool has_row = r < cnt;
+      // gate/up: x's token row of permuted row rb + r; down: h's permuted row
+      const int64_t brow = !has_row ? 0 : kGateUp ? int64_t(p.perm[rb + r]) : int64_t(rb) + r;
+      xrow[gr] = has_row ? p.xb + brow * K : nullptr;
+    }
+    float acc[kGroups][kFastTiles][4] = {};
     // One chunk loaded per warp at a time (4 KB); 3 blocks = 24 warps per SM. Measured on the H200 (2026-11-30):
     // 3 blocks/SM at 80 registers beat 2 blocks/SM by 10-25 %, and a 2-stage cp.async ring per warp (2 blocks/SM
     // by shared memory) was no faster: the FP4 decode's ALU work is the other limit. An L2 prefetch of each warp's
     // next 3 chunks (2026-12-01) made every T slower (H200: T = 1 / 64 / 256 routed 54 / 991 / 1310 us without,
-    // 73 / 1368 / 1861 us with) and was removed. 16 rows per pass (one decoded weight fragment for two n8 mmas,
-    // 126-128 registers, 2 blocks/SM; session 15) gave the same bits and was slower at every T (T = 64 / 256
-    // gate/up 665 / 925 us against 545 / 843) and was removed. Two passes at once within 80 registers (session 22,
-    // branch s22-moed 3e5802f: the tiles in two halves, each decoded fragment feeding both groups of 8, same bits)
-    // was slower at every T too, the experts without a second pass included: its registers made ptxas spill
-    // addresses that this loop then reloads before each chunk's weight loads (T = 64 / 256 gate/up 632 / 933 us
-    // against 550 / 858).
+    // 73 / 1368 / 1861 us with) and was removed. 16 rows per pass for every expert (one decoded weight fragment for
+    // two n8 mmas, 126-128 registers, 2 blocks/SM; session 15) gave the same bits and was slower at every T (T = 64 /
+    // 256 gate/up 665 / 925 us against 545 / 843) and was removed; two passes at once within 80 registers (session
+    // 22, branch s22-moed 3e5802f) was slower at every T too, the experts without a second pass included: its
+    // registers made ptxas spill addresses that this loop then reloads before each chunk's weight loads (T = 64 /
+    // 256 gate/up 632 / 933 us against 550 / 858). Hence the paired kernel of its own (kGroups = 2, 2 blocks/SM)
+    // for the experts with more than 8 rows only (session 36), this loop unchanged for the others.
     for (int64_t ch = warp; ch < nch; ch += kFastWarps) {
-      Chunk c;
+      Chunk<kGroups> c;
       load_chunk<kGateUp, kK>(tr, int(ch), t, c);
-      load_x(xrow, int(ch), t, c);
+#pragma unroll
+      for (int gr = 0; gr < kGroups; ++gr) load_x(xrow[gr], int(ch), t, c.x[gr]);
       compute_chunk<kVariant == 1, kVariant == 1 && !kGateUp>(c, acc);
     }
-    store_partials(red, warp, lane, acc);
+#pragma unroll
+    for (int gr = 0; gr < kGroups; ++gr) store_partials(red + gr * kRedFloats, warp, lane, acc[gr]);
     __syncthreads();
-    store_pass<kGateUp>(red, n0, p.N, int64_t(rb) + pass, cnt - pass, p.limit, p.hout, p.yout);
+#pragma unroll
+    for (int gr = 0; gr < kGroups; ++gr) {
+      const int first = pass + gr * kFastTokens;  // valid <= 0: nothing to store
+      store_pass<kGateUp>(red + gr * kRedFloats, n0, p.N, int64_t(rb) + first, cnt - first, p.limit, p.hout, p.yout);
+    }
     __syncthreads();  // red is rewritten by the next pass
   }
+}
+
+// The single-pass kernel: grid rows y < ceil(sh.rows / 8) take the shared expert, then one touched expert a row
+// (those of p.big left to the paired kernel).
+template <bool kGateUp, int kVariant, int kK>
+__global__ void __launch_bounds__(kFastThreads, 3) moe_fast_kernel(MoeFastArgs p, MoeFastShared sh) {
+  __shared__ float red[kRedFloats];
+  dsinfer::cuda::pdl_wait_then_release();
+  const int shared_slots = int((sh.rows + kFastTokens - 1) / kFastTokens);
+  if (int(blockIdx.y) < shared_slots) {
+    shared_block<kGateUp>(p, sh, red);
+    return;
+  }
+  const int slot = int(blockIdx.y) - shared_slots;
+  if (slot >= p.active[0]) return;
+  const int e = p.active[1 + slot];
+  if (p.big && p.offsets[e + 1] - p.offsets[e] > kFastTokens) return;  // the paired kernel's
+  expert_passes<kGateUp, kVariant, kK, 1>(p, e, red);
+}
+
+// The paired kernel (word decode): the experts of p.big, 16 of their rows a pass; grid row y takes list slots y,
+// y + gridDim.y, ... 2 blocks an SM (its 32 accumulators and two groups' B need ~128 registers).
+template <bool kGateUp, int kK>
+__global__ void __launch_bounds__(kFastThreads, 2) moe_fast_paired_kernel(MoeFastArgs p) {
+  __shared__ float red[2 * kRedFloats];
+  dsinfer::cuda::pdl_wait_then_release();
+  const int count = p.big[0];
+  for (int slot = int(blockIdx.y); slot < count; slot += int(gridDim.y))
+    expert_passes<kGateUp, 1, kK, 2>(p, p.big[1 + slot], red);
 }
 
 // x's token rows to the gate/up kernel's bf16 B operand (moe_x_bf16.cuh): block = one row.
@@ -340,6 +389,15 @@ void launch_variant(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, 
   }
   pdl_launch(moe_fast_kernel<false, kVariant, 0>, grid, block, 0, st, a, s);
 }
+
+void launch_paired(bool gate_up, const MoeFastArgs& a, cudaStream_t st) {
+  using dsinfer::cuda::pdl_launch;
+  const int rows = gate_up ? md::kFastGateRows : md::kFastDownRows;
+  const dim3 grid(unsigned(a.N / rows), unsigned(a.big_grid)), block(kFastThreads);
+  if (gate_up) pdl_launch(moe_fast_paired_kernel<true, 0>, grid, block, 0, st, a);
+  else if (a.K == kFlashDownK) pdl_launch(moe_fast_paired_kernel<false, kFlashDownK>, grid, block, 0, st, a);
+  else pdl_launch(moe_fast_paired_kernel<false, 0>, grid, block, 0, st, a);
+}
 }  // namespace
 
 void launch_moe_fast_shared(bool gate_up, const MoeFastArgs& a, const MoeFastShared& s, int64_t max_active,
@@ -348,8 +406,12 @@ void launch_moe_fast_shared(bool gate_up, const MoeFastArgs& a, const MoeFastSha
   const int64_t shared_slots = (s.rows + kFastTokens - 1) / kFastTokens;
   const dim3 grid(unsigned(a.N / rows), unsigned(shared_slots + max_active));
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (variant == MoeFastVariant::kWordDecode) launch_variant<1>(gate_up, a, s, grid, st);
-  else launch_variant<0>(gate_up, a, s, grid, st);
+  // The paired kernel has the word decode only: session 18's decode keeps every expert in the single-pass kernel.
+  MoeFastArgs args = a;
+  if (variant != MoeFastVariant::kWordDecode || args.big_grid < 1) args.big = nullptr;
+  if (variant == MoeFastVariant::kWordDecode) launch_variant<1>(gate_up, args, s, grid, st);
+  else launch_variant<0>(gate_up, args, s, grid, st);
+  if (args.big) launch_paired(gate_up, args, st);
 }
 
 void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream) {

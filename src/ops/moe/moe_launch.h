@@ -63,6 +63,10 @@ struct MoeFastArgs {
   float limit = 0.0f;                // SwiGLU clamp (gate kernel), 0 = none
   uint16_t* hout = nullptr;          // gate kernel: SwiGLU output, bf16 pair layout [rows, N]
   float* yout = nullptr;             // down kernel: fp32 [rows, N]
+  // The experts with more than 8 rows (the permutation's `big` list: count, then ids), or null. Set: the
+  // single-pass kernel leaves them to the paired kernel (16 rows a pass), whose big_grid grid rows walk the list.
+  const int32_t* big = nullptr;
+  int64_t big_grid = 0;
 };
 
 namespace detail {
@@ -75,13 +79,15 @@ void launch_route(const float* logits, int64_t T, const float* bias, const int32
 // moe.cu: the permutation of n = T * topk assignments into per-expert row groups ("moe_count_kernel",
 // "moe_scatter_kernel"), the clamped SwiGLU over the first *rows_dev (or `rows`) rows ("swiglu_kernel") and the
 // weighted combine in k order plus the optional shared expert output ("combine_kernel").
-// launch_moe_count also writes the touched-expert list (count, then ids) when `active` is not null.
+// launch_moe_count also writes the touched-expert list (count, then ids) when `active` is not null, and the list of
+// experts with more than 8 rows (MoeFastArgs::big; [1 + experts], count then increasing ids) when `big` is not null.
 void launch_moe_count(const int32_t* idx, int64_t n, int64_t experts, int32_t* offsets, int32_t* pos_of,
-                      int32_t* active, void* stream);
-// The same permutation (and active list, when not null) in one single-block launch, for n <= kMoePrepMaxN
+                      int32_t* active, void* stream, int32_t* big = nullptr);
+// The same permutation (and lists, when not null) in one single-block launch, for n <= kMoePrepMaxN
 // ("moe_prep_kernel"); with xc.x set, T more blocks write the fast kernels' bf16 x rows (as launch_moe_x_bf16).
 void launch_moe_prep(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, int32_t* offsets,
-                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream, const MoeXBf16& xc = {});
+                     int32_t* perm_token, int32_t* pos_of, int32_t* active, void* stream, const MoeXBf16& xc = {},
+                     int32_t* big = nullptr);
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,
                         int32_t* perm_token, int32_t* pos_of, void* stream);
 void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows_dev, int64_t inter, float limit,
@@ -98,7 +104,8 @@ void launch_official_combine(const float* yp, const int32_t* pos_of, const int32
                              int64_t dim, const float* shared, float* out, void* stream);
 // moe_fast.cu: x's T token rows to the fast kernels' bf16 B operand in pair layout ("moe_x_bf16_kernel", T blocks);
 // the gate/up + SwiGLU kernel (gate_up; reads a.xb through a.perm) or the down kernel ("moe_fast_kernel"),
-// grid (N / rows per block, max_active).
+// grid (N / rows per block, max_active); with a.big, then the paired kernel ("moe_fast_paired_kernel", grid
+// (N / rows per block, a.big_grid)).
 void launch_moe_x_bf16(const MoeXBf16& xc, void* stream);
 void launch_moe_fast(bool gate_up, const MoeFastArgs& a, int64_t max_active, void* stream);
 }  // namespace detail

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ops/gemm/gemm_common.h"
+#include "ops/moe/moe_fast_common.h"  // kFastTokens
 
 namespace dsinfer::ops::cuda {
 
@@ -73,13 +74,37 @@ MoeGroupedRsVariant moe_rs_variant() {
   return v;
 }
 
+MoePairedRoute moe_paired_from(const char* value, bool* valid) {
+  if (valid) *valid = true;
+  if (!value || !*value || std::strcmp(value, "auto") == 0) return MoePairedRoute::kAuto;
+  if (std::strcmp(value, "on") == 0) return MoePairedRoute::kOn;
+  if (std::strcmp(value, "off") == 0) return MoePairedRoute::kOff;
+  if (valid) *valid = false;
+  return MoePairedRoute::kAuto;
+}
+
+MoePairedRoute moe_paired_route() {
+  static const MoePairedRoute r = [] {
+    const char* env = std::getenv("DSINFER_MOE_PAIRED");
+    bool valid = true;
+    const MoePairedRoute v = moe_paired_from(env, &valid);
+    if (!valid) std::fprintf(stderr, "DSINFER_MOE_PAIRED must be auto, on or off, found '%s': using auto\n", env);
+    return v;
+  }();
+  return r;
+}
+
+int64_t moe_paired_grid(int64_t n, int64_t experts) {
+  return std::max<int64_t>(1, std::min({experts, n / (moe_detail::kFastTokens + 1), kMoePairedMaxGridRows}));
+}
+
 int moe_cutlass_cluster_n(int64_t rows, int64_t experts, int64_t N) {
   const bool full = rows >= kMoeCutlassClusterMinRows * std::max<int64_t>(experts, 1);
   return full && N % 256 == 0 ? 2 : 1;
 }
 
 MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared,
-                 bool cutlass_supported, bool shared_gemm) {
+                 bool cutlass_supported, bool shared_gemm, int64_t experts, MoePairedRoute paired) {
   const int64_t n = T * topk;
   const bool fast = path != MoePath::Exact && fast_supported;
   const bool prefill = fast && path == MoePath::Fast && T > kMoeGroupedMinT;
@@ -96,6 +121,8 @@ MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, boo
   p.x_bf16_in_prep = p.experts == MoeExpertKernels::kFast && p.prep_one_launch;
   p.shared_projection = has_shared && shared_gemm && prefill;
   p.side_stream = has_shared && any_fast && !p.shared_projection;
+  p.paired = p.experts == MoeExpertKernels::kFast && experts > 0 && paired != MoePairedRoute::kOff &&
+             (paired == MoePairedRoute::kOn || n >= kMoePairedMinRowsPerExpert * experts);
   return p;
 }
 

@@ -62,6 +62,15 @@ inline constexpr int64_t kMoeGroupedMinT = 640;
 // V4-Flash layer, fused vs side stream): T = 1 66.1 vs 64.9 us, 2 99.2 vs 112.4, 8 228.5 vs 294.1, 16 378.1 vs 539.4,
 // 128 1,168 vs 1,225, 160 1,239 vs 1,255, 192 1,318 vs 1,323 (a tie), 256 1,495 vs 1,464.
 inline constexpr int64_t kMoeSharedFusedMinT = 2, kMoeSharedFusedMaxT = 160;
+// MoePath::Fast's decode kernels take the experts with more than 8 rows in the paired kernel (MoeFastArgs::big:
+// 16 of their rows a pass, each weight tile streamed and decoded once for them instead of once per 8 rows) from this
+// many assignments per expert on average (T * topk >= kMoePairedMinRowsPerExpert * experts: V4-Flash from T = 171;
+// Poisson rows then put ~2 % of the experts above 8), where a second launch costs less than the second passes it
+// saves. Set before measuring (session 36); bench/NOTES.md has the A/B.
+inline constexpr int64_t kMoePairedMinRowsPerExpert = 4;
+// The paired kernel's grid rows (MoeFastArgs::big_grid; blocks walk the list): at most this many, at most one per
+// possible expert with 9 or more rows.
+inline constexpr int64_t kMoePairedMaxGridRows = 64;
 // Up to this many assignments (T * topk) the permutation is one launch (moe_prep_kernel stages them in shared
 // memory: this is also its array size); above, the count and scatter kernels.
 inline constexpr int kMoePrepMaxN = 2048;
@@ -109,6 +118,8 @@ struct MoePlan {
   // is faster at every T (H100, T = 1: gate/up 30.4 vs 36.2 us; the permutation 6.5 us with the rows, 6.7 without).
   bool x_bf16_in_prep = false;
   bool side_stream = false;      // the shared expert on the side stream (usable, and not moe_shared_fused)
+  // kFast: the experts with more than 8 rows in the paired kernel (the permutation writes their list)
+  bool paired = false;
   bool shared_projection = false;  // the shared expert's GEMMs through the caller's projection (MoeSharedGemm)
 };
 // shared_gemm: the caller gave moe_cuda its projection GEMM (MoeWorkspace::set_shared_gemm). Fast above
@@ -116,8 +127,20 @@ struct MoePlan {
 // runner's projections take cuBLASLt there (ops/gemm/gemm_plan.h), where gemm_cuda's tiled bf16 kernel measured
 // 1.88 ms per V4-Flash layer at T = 4,096 (110 TFLOP/s; bench/NOTES.md "Session 16 — MoE prefill") and the side
 // stream hid 0.27 ms of it behind the persistent grouped kernels, which hold every SM.
+// The paired kernel's route (MoePlan::paired; the same bits either way): kAuto from kMoePairedMinRowsPerExpert, kOn
+// at every T of the decode kernels, kOff never. DSINFER_MOE_PAIRED = auto (or unset) / on / off (an A/B between
+// processes). moe_paired_from: nullptr = unset; a value it cannot use gives kAuto and *valid = false.
+// moe_paired_route reads the variable once and names a value it cannot use on stderr.
+enum class MoePairedRoute { kAuto, kOn, kOff };
+MoePairedRoute moe_paired_from(const char* value, bool* valid = nullptr);
+MoePairedRoute moe_paired_route();
+// MoeFastArgs::big_grid for n assignments over `experts` experts.
+int64_t moe_paired_grid(int64_t n, int64_t experts);
+
+// experts, paired: the routed experts' count and the paired kernel's route (MoePlan::paired; experts 0 = never).
 MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, bool has_shared,
-                 bool cutlass_supported = false, bool shared_gemm = false);
+                 bool cutlass_supported = false, bool shared_gemm = false, int64_t experts = 0,
+                 MoePairedRoute paired = MoePairedRoute::kAuto);
 
 // The shared expert inside the decode kernels (moe_fast_shared.h; defined in moe_plan.cpp): MoePath::Fast on the
 // decode kernels (kFast), T in [kMoeSharedFusedMinT, kMoeSharedFusedMaxT], and a shared expert the kernels can read:
