@@ -309,14 +309,14 @@ TEST(MoePlan, RsVariantFromItsSetting) {
 }
 
 // The paired kernel (MoePlan::paired, moe_plan.h): the decode kernels take it from kMoePairedMinRowsPerExpert
-// assignments per expert on average (V4-Flash, 256 experts x 6: from 171 tokens), at every T of theirs when forced
+// assignments per expert on average (V4-Flash, 256 experts x 6: from 214 tokens), at every T of theirs when forced
 // on, never when off or for another kernel; its grid rows stay within the experts that can have 9 rows.
 TEST(MoePlan, PairedKernelByRowsPerExpert) {
   auto plan = [](int64_t T, MoePairedRoute r, MoePath path = MoePath::Fast) {
     return plan_moe(path, true, T, kFlashK, true, false, false, kFlashE, r).paired;
   };
-  EXPECT_FALSE(plan(170, MoePairedRoute::kAuto));
-  EXPECT_TRUE(plan(171, MoePairedRoute::kAuto));
+  EXPECT_FALSE(plan(213, MoePairedRoute::kAuto));
+  EXPECT_TRUE(plan(214, MoePairedRoute::kAuto));
   EXPECT_TRUE(plan(256, MoePairedRoute::kAuto));
   EXPECT_TRUE(plan(640, MoePairedRoute::kAuto));
   EXPECT_FALSE(plan(641, MoePairedRoute::kAuto));  // the grouped prefill kernels

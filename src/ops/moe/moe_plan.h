@@ -64,10 +64,11 @@ inline constexpr int64_t kMoeGroupedMinT = 640;
 inline constexpr int64_t kMoeSharedFusedMinT = 2, kMoeSharedFusedMaxT = 160;
 // MoePath::Fast's decode kernels take the experts with more than 8 rows in the paired kernel (MoeFastArgs::big:
 // 16 of their rows a pass, each weight tile streamed and decoded once for them instead of once per 8 rows) from this
-// many assignments per expert on average (T * topk >= kMoePairedMinRowsPerExpert * experts: V4-Flash from T = 171;
-// Poisson rows then put ~2 % of the experts above 8), where a second launch costs less than the second passes it
-// saves. Set before measuring (session 36); bench/NOTES.md has the A/B.
-inline constexpr int64_t kMoePairedMinRowsPerExpert = 4;
+// many assignments per expert on average (T * topk >= kMoePairedMinRowsPerExpert * experts: V4-Flash from T = 214;
+// Poisson rows then put ~7 % of the experts above 8). Measured on an H100 (bench/NOTES.md "Session 36", stages
+// bench, routed gate/up + down a V4-Flash layer, paired vs not): T = 128 +1.2 %, 192 (4.5 rows an expert) 0.0 %,
+// 256 -4.9 %, 320 -12.4 %; the model's b256 graph step -0.55 ms (-6 %), b192 unchanged.
+inline constexpr int64_t kMoePairedMinRowsPerExpert = 5;
 // The paired kernel's grid rows (MoeFastArgs::big_grid; blocks walk the list): at most this many, at most one per
 // possible expert with 9 or more rows.
 inline constexpr int64_t kMoePairedMaxGridRows = 64;
