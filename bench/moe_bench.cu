@@ -261,7 +261,7 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
   for (int64_t T : Ts) {
     const int64_t n = T * k;
     struct Bufs {
-      Blob idx, wt, x, out, offsets, perm, pos, active, xb, hb, yp, shy;
+      Blob idx, wt, x, out, offsets, perm, pos, active, big, xb, hb, yp, shy;
     };
     std::vector<Bufs> b(static_cast<size_t>(g_sets));
     std::set<int32_t> distinct;
@@ -276,6 +276,7 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       q.shy = blob(size_t(T * D) * 4, -1, uint64_t(970 + si));
       q.offsets = blob(size_t(E + 1) * 4, 2, 1);
       q.active = blob(size_t(E + 1) * 4, 2, 1);
+      q.big = blob(size_t(E + 1) * 4, 2, 1);
       q.perm = blob(size_t(n) * 4, 2, 1);
       q.pos = blob(size_t(n) * 4, 2, 1);
       q.xb = blob(size_t(T * D) * 2, 2, 1);  // x's token rows in bf16
@@ -287,11 +288,11 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       Bufs& q = b[size_t(i)];
       if (one) {
         oc::detail::launch_moe_prep(q.idx.as<const int32_t>(), n, k, E, q.offsets.as<int32_t>(), q.perm.as<int32_t>(),
-                                    q.pos.as<int32_t>(), q.active.as<int32_t>(), nullptr);
+                                    q.pos.as<int32_t>(), q.active.as<int32_t>(), nullptr, {}, q.big.as<int32_t>());
         return;
       }
       oc::detail::launch_moe_count(q.idx.as<const int32_t>(), n, E, q.offsets.as<int32_t>(), q.pos.as<int32_t>(),
-                                   q.active.as<int32_t>(), nullptr);
+                                   q.active.as<int32_t>(), nullptr, q.big.as<int32_t>());
       oc::detail::launch_moe_scatter(q.idx.as<const int32_t>(), n, k, E, q.offsets.as<const int32_t>(),
                                      q.perm.as<int32_t>(), q.pos.as<int32_t>(), nullptr);
     };
@@ -316,42 +317,50 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     const int64_t max_active = std::min<int64_t>(E, n);
     // with_shared: the shared expert's grid rows in front (moe_fast_shared.h), its output in q.shy
     const oc::MoeFastVariant v_new = oc::MoeFastVariant::kWordDecode, v_old = oc::MoeFastVariant::kSession18;
-    auto gate_up = [&](int i, bool with_shared = false, oc::MoeFastVariant v = oc::moe_fast_variant()) {
+    // paired: the experts with more than 8 rows in the paired kernel (MoeFastArgs::big; the word decode only)
+    const int64_t big_grid = oc::moe_paired_grid(n, E);
+    auto gate_up = [&](int i, bool with_shared = false, oc::MoeFastVariant v = oc::moe_fast_variant(),
+                       bool paired = false) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
                               .xb = q.xb.as<const uint16_t>(), .perm = q.perm.as<const int32_t>(),
                               .w1 = st.ex.w1.data, .s1 = st.ex.w1.scale, .w3 = st.ex.w3.data, .s3 = st.ex.w3.scale,
-                              .K = D, .N = I, .limit = 10.0f, .hout = q.hb.as<uint16_t>()};
+                              .K = D, .N = I, .limit = 10.0f, .hout = q.hb.as<uint16_t>(),
+                              .big = paired ? q.big.as<const int32_t>() : nullptr, .big_grid = big_grid};
       oc::MoeFastShared sa;
       if (with_shared)
         sa = {.w1 = st.sh.w1.data, .s1 = st.sh.w1.scale, .w3 = st.sh.w3.data, .s3 = st.sh.w3.scale, .rows = T,
               .row0 = n, .limit = 10.0f};
       oc::detail::launch_moe_fast_shared(true, a, sa, max_active, nullptr, v);
     };
-    auto down = [&](int i, bool with_shared = false, oc::MoeFastVariant v = oc::moe_fast_variant()) {
+    auto down = [&](int i, bool with_shared = false, oc::MoeFastVariant v = oc::moe_fast_variant(),
+                    bool paired = false) {
       Bufs& q = b[size_t(i)];
       const Set& st = sets[size_t(i)];
       const oc::MoeFastArgs a{.active = q.active.as<const int32_t>(), .offsets = q.offsets.as<const int32_t>(),
                               .xb = q.hb.as<const uint16_t>(), .w1 = st.ex.w2.data, .s1 = st.ex.w2.scale, .K = I,
-                              .N = D, .yout = q.yp.as<float>()};
+                              .N = D, .yout = q.yp.as<float>(),
+                              .big = paired ? q.big.as<const int32_t>() : nullptr, .big_grid = big_grid};
       oc::MoeFastShared sa;
       if (with_shared) sa = {.w1 = st.sh.w2.data, .s1 = st.sh.w2.scale, .rows = T, .row0 = n, .out = q.shy.as<float>()};
       oc::detail::launch_moe_fast_shared(false, a, sa, max_active, nullptr, v);
     };
     const double t_gu = median_us([&](int i) { gate_up(i, false); });
     const double t_dn = median_us([&](int i) { down(i); });
-    // The two kernel variants (MoeFastVariant) alternated in this process: times, and their h / yp bits (weight set 0)
-    double t_var[2][2];  // [old, new][gate/up, down], median of the two medians of each
+    // The two kernel variants (MoeFastVariant) and the word decode with the paired kernel, alternated in this
+    // process: times, and their h / yp bits (weight set 0)
+    constexpr int kVars = 3;
+    double t_var[kVars][2];  // [old, new, new + paired][gate/up, down], mean of the two medians of each
     {
-      double a[2][2][2];
+      double a[kVars][2][2];
       for (int rep = 0; rep < 2; ++rep)
-        for (int vi = 0; vi < 2; ++vi) {
+        for (int vi = 0; vi < kVars; ++vi) {
           const oc::MoeFastVariant v = vi ? v_new : v_old;
-          a[vi][0][rep] = median_us([&](int i) { gate_up(i, false, v); });
-          a[vi][1][rep] = median_us([&](int i) { down(i, false, v); });
+          a[vi][0][rep] = median_us([&](int i) { gate_up(i, false, v, vi == 2); });
+          a[vi][1][rep] = median_us([&](int i) { down(i, false, v, vi == 2); });
         }
-      for (int vi = 0; vi < 2; ++vi)
+      for (int vi = 0; vi < kVars; ++vi)
         for (int kk = 0; kk < 2; ++kk) t_var[vi][kk] = 0.5 * (a[vi][kk][0] + a[vi][kk][1]);
     }
     bool var_same = true;
@@ -366,17 +375,17 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
         check(cudaMemcpy(h.data(), blob_.data(), bytes, cudaMemcpyDeviceToHost), "fetch");
         return h;
       };
-      std::vector<uint8_t> hv[2], yv[2];
-      for (int vi = 0; vi < 2; ++vi) {
+      std::vector<uint8_t> hv[kVars], yv[kVars];
+      for (int vi = 0; vi < kVars; ++vi) {
         check(cudaMemset(q.hb.data(), 0xFF, size_t(n * I) * 2), "clear h");
         check(cudaMemset(q.yp.data(), 0xFF, size_t(n * D) * 4), "clear yp");
-        gate_up(0, false, vi ? v_new : v_old);
-        down(0, false, vi ? v_new : v_old);
+        gate_up(0, false, vi ? v_new : v_old, vi == 2);
+        down(0, false, vi ? v_new : v_old, vi == 2);
         check(cudaDeviceSynchronize(), "variants");
         hv[vi] = fetch_bytes(q.hb, size_t(n * I) * 2);
         yv[vi] = fetch_bytes(q.yp, size_t(n * D) * 4);
       }
-      var_same = hv[0] == hv[1] && yv[0] == yv[1];
+      var_same = hv[0] == hv[1] && yv[0] == yv[1] && hv[1] == hv[2] && yv[1] == yv[2];
     }
     // The same launches with the shared expert's rows (the fused route), then the bits: the routed rows of yp must
     // not change, and the fused shared output is compared with moe_shared_cuda's (normalised L2).
@@ -504,6 +513,10 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
                 max_rows, t_var[0][0], pct(gu_b, t_var[0][0]), t_var[1][0], pct(gu_b, t_var[1][0]), t_var[0][1],
                 pct(dn_b, t_var[0][1]), t_var[1][1], pct(dn_b, t_var[1][1]), t_var[0][0] + t_var[0][1],
                 t_var[1][0] + t_var[1][1], var_same ? "same" : "DIFFER");
+    std::printf("        paired kernel (experts with > 8 rows, 16 a pass; big_grid %lld): gate/up %.1f (%.0f%%) | down "
+                "%.1f (%.0f%%) | sum %.1f us against the word decode's %.1f\n", (long long)big_grid, t_var[2][0],
+                pct(gu_b, t_var[2][0]), t_var[2][1], pct(dn_b, t_var[2][1]), t_var[2][0] + t_var[2][1],
+                t_var[1][0] + t_var[1][1]);
     std::printf("        shared as bf16 / fp32-small-m / gemv: %.1f / %.1f / %.1f us\n", t_prec[0], t_prec[1], t_prec[2]);
     const double routed_b = gu_b + dn_b, all_b = routed_b + shared_bytes;
     std::printf("        fused shared: gate/up %.1f (%.0f GB/s %.0f%%) | down %.1f (%.0f GB/s %.0f%%); "
