@@ -21,8 +21,12 @@ __device__ __forceinline__ void pdl_wait_then_release() {
 
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization where pdl_enabled(). The
 // kernel must call pdl_wait_then_release() before it touches any memory that a kernel may write: in practice as its
-// first statement; only loads of model weights (which no kernel of a step writes) may be issued before it, as the
-// GEMV and streaming GEMMs do with their first K step.
+// first statement. Only loads may be issued before it, and only of memory the kernel launched just before it cannot be
+// writing (every kernel before that one has completed: it passed its own wait before this one could start): model
+// weights, as the GEMV and streaming GEMMs do with their first K step, and the step's tables (positions, sequence
+// tables, slots: uploaded, or written by a kernel ahead of the forward, never by the forward's own kernels), as
+// kv_encode_ring, fp8_state_keys and head_norm_rope (HeadNormRopeParams::pos_ready) do since session 36. Every store
+// stays after the wait.
 template <typename... P, typename... A>
 cudaError_t pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
   cudaLaunchConfig_t cfg = {};

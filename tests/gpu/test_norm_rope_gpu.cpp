@@ -248,6 +248,20 @@ TEST(GpuHeadNormRope, AngleTableEqualsPerVectorAngles) {
     ASSERT_TRUE(ops::cuda::head_norm_rope(t, c.data(), dpos.data(), nullptr).is_ok());
     ASSERT_TRUE(ops::cuda::head_norm_rope(v, d.data(), deach.data(), nullptr).is_ok());
     EXPECT_EQ(to_host(a16, size_t(n)), to_host(b16, size_t(n))) << "bf16 output";
+    // pos_ready (session 36): the angles computed before the PDL wait, into the block's table or (one head a row) a
+    // warp's own: the same bits as the per-vector form. As the V4 forward runs it: a pair of the query (table rows)
+    // and one kv vector a row on the same positions; then one head a row alone.
+    ops::cuda::HeadNormRopeParams tr = t, vr = v, kv = v, kv_late = v;
+    tr.out_bf16 = vr.out_bf16 = kv.out_bf16 = kv_late.out_bf16 = nullptr;
+    tr.pos_ready = vr.pos_ready = kv.pos_ready = true;
+    kv.rows = kv_late.rows = rows;  // one vector a row: the first rows of x
+    auto e = to_device(x), f = to_device(x), g = to_device(x), h = to_device(x);
+    ASSERT_TRUE(ops::cuda::head_norm_rope_pair(tr, e.data(), kv, g.data(), dpos.data(), nullptr).is_ok());
+    ASSERT_TRUE(ops::cuda::head_norm_rope(kv_late, h.data(), dpos.data(), nullptr).is_ok());
+    EXPECT_EQ(to_host(e, size_t(n)), to_host(b, size_t(n))) << "pos_ready, table rows";
+    EXPECT_EQ(to_host(g, size_t(rows * dim)), to_host(h, size_t(rows * dim))) << "pos_ready, the pair's kv half";
+    ASSERT_TRUE(ops::cuda::head_norm_rope(vr, f.data(), deach.data(), nullptr).is_ok());
+    EXPECT_EQ(to_host(f, size_t(n)), to_host(b, size_t(n))) << "pos_ready, a warp's own table";
   }
 }
 

@@ -58,18 +58,20 @@ __global__ void __launch_bounds__(kKvRowWarps * 32) kv_encode_kernel(const float
 
 // Token t's row into its slot's ring, when t is the last token of its chunk at that ring row: the rule of the fp32
 // ring_write and of fp8_ring_rows (a later token at pos + k * ring_rows overwrites it), then kv_encode's bytes.
-// Block t: token t.
+// Block t: token t. The row comes from the step's tables (positions, sequences, slots: step inputs, cuda/pdl.cuh),
+// looked up before the PDL wait: their chain of dependent loads overlaps the previous kernel.
 __global__ void __launch_bounds__(kKvRowWarps * 32) kv_encode_ring_kernel(const float* x, int64_t ld, KvRingStep st,
                                                                            int64_t ring_rows, uint8_t* cache,
                                                                            int64_t cache_rows, KvPages g) {
-  dsinfer::cuda::pdl_wait_then_release();
   const int64_t t = blockIdx.x;
-  if (t >= st.T) return;
-  const int64_t pos = st.pos[t];
-  const int32_t s = st.seq_of_token[t];
-  const int64_t end = st.start_pos[s] + (st.cu_seqlens[s + 1] - st.cu_seqlens[s]);
-  if (pos < end - ring_rows) return;
-  const int64_t row = int64_t(st.slot[s]) * ring_rows + pos % ring_rows;
+  int64_t row = -1;
+  if (t < st.T) {
+    const int64_t pos = st.pos[t];
+    const int32_t s = st.seq_of_token[t];
+    const int64_t end = st.start_pos[s] + (st.cu_seqlens[s + 1] - st.cu_seqlens[s]);
+    if (pos >= end - ring_rows) row = int64_t(st.slot[s]) * ring_rows + pos % ring_rows;
+  }
+  dsinfer::cuda::pdl_wait_then_release();
   if (row < 0 || row >= cache_rows) return;
   encode_kv_part(x + t * ld, cache, row, g, int(threadIdx.x >> 5), int(threadIdx.x & 31));
 }

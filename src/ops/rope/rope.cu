@@ -73,8 +73,8 @@ __device__ __forceinline__ float4 load_chunk(const HeadNormRopeParams& p, const 
 }
 
 // Vector `vec` of p over x. Warp-collective: all 32 lanes call it with the same vec. cs: the row's RoPE (cos, sin)
-// per pair, computed once for all its heads (head_norm_rope_rows_kernel); null: each pair's own rope_cos_sin (the same
-// function of the same inputs, so the same values either way).
+// per pair, computed once for all its heads or ahead of the PDL wait (head_norm_rope_pair_kernel); null: each pair's
+// own rope_cos_sin (the same function of the same inputs, so the same values either way).
 __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float* x, const int64_t* pos, int64_t vec,
                                               const float2* cs = nullptr) {
   const int lane = threadIdx.x & 31;
@@ -153,18 +153,6 @@ __device__ __forceinline__ void norm_rope_vec(const HeadNormRopeParams& p, float
 // a pair: with bf16 q the op's largest cost, session 27: 8x fewer). The same values, so the same bits as each warp's
 // own rope_cos_sin; the same grid. Where rope_dim / 2 <= kTableMaxPairs.
 constexpr int kBlockWarps = 8, kTableMaxPairs = 128;
-__device__ __forceinline__ void norm_rope_block(const HeadNormRopeParams& p, float* x, const int64_t* pos) {
-  __shared__ float2 cs[kTableMaxPairs];
-  const int64_t vec0 = int64_t(blockIdx.x) * kBlockWarps, row = vec0 / p.heads;
-  if (vec0 >= p.rows * p.heads) return;  // block-uniform
-  for (int i = int(threadIdx.x); i < int(p.rope_dim / 2); i += int(blockDim.x)) {
-    float c, sn;
-    dev::rope_cos_sin(p.inv_freq[i], pos[row], p.attention_factor, p.inverse, c, sn);
-    cs[i] = make_float2(c, sn);
-  }
-  __syncthreads();
-  norm_rope_vec(p, x, pos, vec0 + (threadIdx.x >> 5), cs);
-}
 // HeadNormRopeParams::angle_table (GpuHeadNormRope.AngleTableEqualsPerVectorAngles holds the table to the per-vector
 // form bit for bit).
 bool table_form(const HeadNormRopeParams& p) {
@@ -173,22 +161,48 @@ bool table_form(const HeadNormRopeParams& p) {
   return on && p.heads % kBlockWarps == 0 && p.rope_dim / 2 <= kTableMaxPairs;
 }
 
-// Blocks [0, blocks_a) take a's vectors (table_a: with the block's angle table, norm_rope_block), the rest b's.
+// The (cos, sin) of row `row`'s RoPE pairs into cs, pairs first, first + step, ... (the threads that share the table).
+__device__ __forceinline__ void fill_angles(const HeadNormRopeParams& p, const int64_t* pos, int64_t row, float2* cs,
+                                            int first, int step) {
+  for (int i = first; i < int(p.rope_dim / 2); i += step) {
+    float c, sn;
+    dev::rope_cos_sin(p.inv_freq[i], pos[row], p.attention_factor, p.inverse, c, sn);
+    cs[i] = make_float2(c, sn);
+  }
+}
+
+// A block of the pair kernel on p's vectors vec0 .. vec0 + 7 (warp w: vec0 + w). block_table: the 8 heads of one row
+// share one angle table; else a warp's own vector, through a table of its own where the angles come early. early
+// (HeadNormRopeParams::pos_ready): the tables are filled before the PDL wait; the same angles either way.
+__device__ __forceinline__ void norm_rope_pair_block(const HeadNormRopeParams& p, float* x, const int64_t* pos,
+                                                     int64_t vec0, bool block_table,
+                                                     float2 (&cs)[kBlockWarps][kTableMaxPairs]) {
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int64_t vecs = p.rows * p.heads, vec = vec0 + warp;
+  const bool early = p.pos_ready && p.rope_dim / 2 <= kTableMaxPairs;
+  if (early && block_table && vec0 < vecs) fill_angles(p, pos, vec0 / p.heads, cs[0], int(threadIdx.x), blockDim.x);
+  if (early && !block_table && vec < vecs) fill_angles(p, pos, vec / p.heads, cs[warp], lane, 32);
+  dsinfer::cuda::pdl_wait_then_release();
+  if (block_table) {
+    if (vec0 >= vecs) return;  // block-uniform
+    if (!early) fill_angles(p, pos, vec0 / p.heads, cs[0], int(threadIdx.x), blockDim.x);
+    __syncthreads();
+    norm_rope_vec(p, x, pos, vec, cs[0]);
+    return;
+  }
+  if (vec >= vecs) return;  // warp-uniform
+  __syncwarp();
+  norm_rope_vec(p, x, pos, vec, early ? cs[warp] : nullptr);
+}
+
+// Blocks [0, blocks_a) take a's vectors (table_a: each block's 8 heads of one row share an angle table), the rest
+// b's (one vector a warp). Each branch names its own parameters (a reference chosen at run time between two kernel
+// parameters would copy both to the stack).
 __global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, HeadNormRopeParams b, float* xb,
                                            const int64_t* pos, int64_t blocks_a, bool table_a) {
-  dsinfer::cuda::pdl_wait_then_release();
-  const int64_t warp = threadIdx.x >> 5, per_block = blockDim.x >> 5;
-  if (int64_t(blockIdx.x) < blocks_a) {
-    if (table_a) {
-      norm_rope_block(a, xa, pos);
-      return;
-    }
-    const int64_t vec = int64_t(blockIdx.x) * per_block + warp;
-    if (vec < a.rows * a.heads) norm_rope_vec(a, xa, pos, vec);  // warp-uniform
-  } else {
-    const int64_t vec = (int64_t(blockIdx.x) - blocks_a) * per_block + warp;
-    if (vec < b.rows * b.heads) norm_rope_vec(b, xb, pos, vec);
-  }
+  __shared__ float2 cs[kBlockWarps][kTableMaxPairs];
+  if (int64_t(blockIdx.x) < blocks_a) norm_rope_pair_block(a, xa, pos, int64_t(blockIdx.x) * kBlockWarps, table_a, cs);
+  else norm_rope_pair_block(b, xb, pos, (int64_t(blockIdx.x) - blocks_a) * kBlockWarps, false, cs);
 }
 }  // namespace
 

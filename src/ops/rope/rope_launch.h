@@ -47,6 +47,11 @@ struct HeadNormRopeParams {
   // by default since session 29's H200 run: q_norm_rope 1.16-1.20 -> 1.15 ms at prefill 4,096), 0 never, 1 always
   // where the shape allows.
   int angle_table = -1;
+  // pos_ready: the positions are step inputs that no kernel of the step writes (cuda/pdl.cuh), so the head_norm_rope
+  // kernels compute the RoPE angles (a double-precision sincos a pair) into shared memory before their PDL wait,
+  // beside the previous kernel's tail; the same values, so the same bits. Off: after the wait (the drafter's
+  // positions are written by its own kernels).
+  bool pos_ready = false;
 };
 
 namespace detail {

@@ -1,6 +1,9 @@
 // The runner's FP8 state as sparse_attention_fp8 key lists (see sparse_attention_fp8_cuda.h: fp8_state_keys,
 // fp8_ring_rows). One block of 128 threads per token; every list entry is written (-1 past a token's length), so a
 // captured decode graph reads no stale entry. The compressed list is packed: only picks of visible entries, in order.
+// fp8_state_keys launches with PDL (session 36): the token's window bounds come from the step's tables (step inputs,
+// cuda/pdl.cuh) before the wait, the indexer's picks and every store after it.
+#include "cuda/pdl.cuh"
 #include "ops/sparse_attention/sparse_attention_fp8_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
@@ -14,6 +17,7 @@ __global__ void __launch_bounds__(kThreads) fp8_state_keys_kernel(StepDevice st,
   const int64_t start = st.start_pos[s], t0 = st.cu_seqlens[s];
   const int32_t slot = st.slot[s];
   const int32_t* table = st.block_tables + int64_t(s) * st.table_stride;
+  dsinfer::cuda::pdl_wait_then_release();
   const int64_t lo = p - k.window + 1 > 0 ? p - k.window + 1 : 0;
   const int64_t ring_hi = start < p + 1 ? start : p + 1;  // ring keys: positions [lo, ring_hi)
   const int64_t step_lo = lo > start ? lo : start;        // this step's rows: positions [step_lo, p]
@@ -72,7 +76,8 @@ __global__ void fp8_ring_rows_kernel(StepDevice st, LayerStateView v, int32_t* r
 }  // namespace
 
 void launch_fp8_state_keys(const StepDevice& st, const LayerStateView& v, const Fp8StateKeys& k, void* stream) {
-  fp8_state_keys_kernel<<<unsigned(st.T), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(st, v, k);
+  dsinfer::cuda::pdl_launch(fp8_state_keys_kernel, dim3(unsigned(st.T)), dim3(kThreads), 0,
+                            static_cast<cudaStream_t>(stream), st, v, k);
 }
 
 void launch_fp8_ring_rows(const StepDevice& st, const LayerStateView& v, int32_t* rows, void* stream) {

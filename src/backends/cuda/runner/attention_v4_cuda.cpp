@@ -41,6 +41,7 @@ Status q_kv_norm_rope(HeadNormRopeParams qp, float* q, uint16_t* q16, HeadNormRo
   const bool fuse = fp8_nope % 4 == 0;
   if (fuse) kp.fp8_dims = fp8_nope;
   qp.out_bf16 = q16;
+  qp.pos_ready = kp.pos_ready = true;  // the step's positions (cuda/pdl.cuh): the angles before the PDL wait
   if (qp.heads > 0) DSI_RETURN_IF_ERROR(head_norm_rope_pair(qp, q, kp, kv, pos, stream));
   else DSI_RETURN_IF_ERROR(head_norm_rope(kp, kv, pos, stream));
   return fuse ? Status::ok() : fp8_block_sim(kv, kp.rows, kp.dim, fp8_nope, 64, stream);
@@ -52,6 +53,7 @@ Status q_kv_norm_rope(HeadNormRopeParams qp, float* q, uint16_t* q16, HeadNormRo
 Status index_q_rope(HeadNormRopeParams rp, float* iq, bool fp4, const int64_t* pos, void* stream) {
   const bool fuse = fp4 && rp.dim <= 128 && (rp.dim & (rp.dim - 1)) == 0;
   if (fuse) rp.fp4_block = 32;
+  rp.pos_ready = true;  // the step's positions (cuda/pdl.cuh)
   DSI_RETURN_IF_ERROR(head_norm_rope(rp, iq, pos, stream));
   return fp4 && !fuse ? hadamard_fp4_sim(iq, rp.rows * rp.heads, rp.dim, 32, stream) : Status::ok();
 }
