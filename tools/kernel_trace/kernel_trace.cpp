@@ -1,0 +1,75 @@
+// A per-kernel timeline of any CUDA program, the kernels of CUDA graphs included (Nsight Systems is not on the device
+// machine: docs of the device library, KINDS.md): a CUPTI injection library. The driver loads it at cuInit and calls
+// InitializeInjection(), which enables CUPTI's concurrent-kernel activity records; at exit every record goes to the
+// CSV file named by DSINFER_KERNEL_TRACE (default kernel_trace.csv), one line a kernel:
+//   start_ns,end_ns,stream,graph,graph_node,grid_x,grid_y,grid_z,block_x,name
+// (timestamps on the GPU's clock, mangled names: tools/kernel_trace/timeline.py reads the file).
+// Usage: CUDA_INJECTION64_PATH=$PWD/libdsinfer_kernel_trace.so DSINFER_KERNEL_TRACE=trace.csv <program> ...
+// (libcupti.so of the CUDA toolkit on the library path). Timing is faithful to ~1 us a kernel: CUPTI's records add a
+// little to each launch, which a comparison of the traced and untraced step times shows.
+#include <cupti.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Rec {
+  uint64_t start, end, graph_node;
+  uint32_t stream, graph;
+  int32_t gx, gy, gz, bx;
+  std::string name;
+};
+
+std::mutex g_mu;
+std::vector<Rec>* g_recs = nullptr;  // leaked on purpose: written at exit
+constexpr size_t kBuffer = size_t(8) << 20;
+
+void CUPTIAPI buffer_requested(uint8_t** buf, size_t* size, size_t* max_records) {
+  *buf = static_cast<uint8_t*>(std::aligned_alloc(8, kBuffer));
+  *size = *buf ? kBuffer : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buf, size_t, size_t valid) {
+  CUpti_Activity* r = nullptr;
+  std::lock_guard<std::mutex> lock(g_mu);
+  while (cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS) {
+    if (r->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && r->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(r);
+    g_recs->push_back({k->start, k->end, k->graphNodeId, k->streamId, k->graphId, k->gridX, k->gridY, k->gridZ,
+                       k->blockX, k->name ? k->name : "?"});
+  }
+  std::free(buf);
+}
+
+void write_trace() {
+  cuptiActivityFlushAll(1);
+  const char* path = std::getenv("DSINFER_KERNEL_TRACE");
+  std::FILE* f = std::fopen(path && *path ? path : "kernel_trace.csv", "w");
+  if (!f) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::fprintf(f, "start_ns,end_ns,stream,graph,graph_node,grid_x,grid_y,grid_z,block_x,name\n");
+  for (const Rec& r : *g_recs)
+    std::fprintf(f, "%llu,%llu,%u,%u,%llu,%d,%d,%d,%d,%s\n", (unsigned long long)r.start, (unsigned long long)r.end,
+                 r.stream, r.graph, (unsigned long long)r.graph_node, r.gx, r.gy, r.gz, r.bx, r.name.c_str());
+  std::fclose(f);
+}
+
+}  // namespace
+
+extern "C" int InitializeInjection() {
+  g_recs = new std::vector<Rec>();
+  g_recs->reserve(1 << 20);
+  if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
+    std::fprintf(stderr, "kernel_trace: CUPTI activity tracing could not be enabled\n");
+    return 0;
+  }
+  std::atexit(write_trace);
+  return 1;
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Reads a kernel_trace.cpp CSV and prints the timeline of one CUDA graph replay: every kernel with its start
+offset, duration, the gap or overlap against the end of the kernels before it, and a table of time by kernel name.
+
+usage: timeline.py TRACE.csv [--graph ID] [--replay K]   (default: the graph with the most kernel records, its
+       last complete replay; K counts from 0, negative from the end)
+Names are demangled with c++filt when it is on the PATH; templates and namespaces are shortened.
+"""
+import argparse
+import collections
+import csv
+import re
+import shutil
+import subprocess
+import sys
+
+
+def demangle(names):
+    if not shutil.which("c++filt"):
+        return {n: n for n in names}
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+    return dict(zip(names, out))
+
+
+def short(name):
+    name = re.sub(r"\(anonymous namespace\)::|dsinfer::|ops::|cuda::|detail::|^void ", "", name)
+    name = re.sub(r"\(.*$", "", name)               # arguments
+    return name[:70]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--graph", type=int, default=None)
+    ap.add_argument("--replay", type=int, default=-1)
+    a = ap.parse_args()
+    rows = list(csv.DictReader(open(a.trace)))
+    by_graph = collections.defaultdict(list)
+    for r in rows:
+        if int(r["graph"]) != 0:
+            by_graph[int(r["graph"])].append(r)
+    if not by_graph:
+        sys.exit("no kernels launched from CUDA graphs in the trace")
+    gid = a.graph if a.graph is not None else max(by_graph, key=lambda g: len(by_graph[g]))
+    ks = sorted(by_graph[gid], key=lambda r: int(r["start_ns"]))
+    nodes = len({r["graph_node"] for r in ks})
+    replays = [ks[i:i + nodes] for i in range(0, len(ks) - nodes + 1, nodes)]
+    print(f"graph {gid}: {len(ks)} kernel records, {nodes} kernel nodes, {len(replays)} replays; "
+          f"other graphs: {sorted((g, len(v)) for g, v in by_graph.items() if g != gid)}")
+    rep = sorted(replays[a.replay], key=lambda r: int(r["start_ns"]))
+    names = demangle(sorted({r["name"] for r in rep}))
+    t0 = int(rep[0]["start_ns"])
+    span = max(int(r["end_ns"]) for r in rep) - t0
+    busy_end = t0
+    idle = 0
+    by_name = collections.defaultdict(lambda: [0, 0])
+    print(f"replay {a.replay}: span {span / 1e3:.1f} us\n{'start us':>9} {'dur us':>7} {'gap us':>7} stream grid  name")
+    for r in rep:
+        s, e = int(r["start_ns"]), int(r["end_ns"])
+        gap = s - busy_end  # > 0: nothing ran in between; < 0: overlap with earlier kernels
+        if gap > 0:
+            idle += gap
+        busy_end = max(busy_end, e)
+        n = short(names[r["name"]])
+        by_name[n][0] += e - s
+        by_name[n][1] += 1
+        print(f"{(s - t0) / 1e3:9.1f} {(e - s) / 1e3:7.1f} {gap / 1e3:7.1f} {r['stream']:>6} "
+              f"{r['grid_x']}x{r['grid_y']}x{r['grid_z']}  {n}")
+    print(f"\nspan {span / 1e3:.1f} us, no kernel running {idle / 1e3:.1f} us; time by kernel (us, count):")
+    for n, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0]):
+        print(f"{t / 1e3:9.1f} {c:5d}  {n}")
+
+
+if __name__ == "__main__":
+    main()
