@@ -5,7 +5,7 @@
 //   start_ns,end_ns,stream,graph,graph_node,grid_x,grid_y,grid_z,block_x,name
 // (timestamps on the GPU's clock, mangled names: tools/kernel_trace/timeline.py reads the file).
 // Usage: CUDA_INJECTION64_PATH=$PWD/libdsinfer_kernel_trace.so DSINFER_KERNEL_TRACE=trace.csv <program> ...
-// (libcupti.so of the CUDA toolkit on the library path). Timing is faithful to ~1 us a kernel: CUPTI's records add a
+// (libcupti.so of the CUDA toolkit on the library path; CMake target dsinfer_kernel_trace where the toolkit has CUPTI). Timing is faithful to ~1 us a kernel: CUPTI's records add a
 // little to each launch, which a comparison of the traced and untraced step times shows.
 #include <cupti.h>
 
