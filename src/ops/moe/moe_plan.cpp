@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env_switch.h"
 #include "ops/gemm/gemm_common.h"
 #include "ops/moe/moe_fast_common.h"  // kFastTokens
 
@@ -84,13 +85,8 @@ MoePairedRoute moe_paired_from(const char* value, bool* valid) {
 }
 
 MoePairedRoute moe_paired_route() {
-  static const MoePairedRoute r = [] {
-    const char* env = std::getenv("DSINFER_MOE_PAIRED");
-    bool valid = true;
-    const MoePairedRoute v = moe_paired_from(env, &valid);
-    if (!valid) std::fprintf(stderr, "DSINFER_MOE_PAIRED must be auto, on or off, found '%s': using auto\n", env);
-    return v;
-  }();
+  // env_switch names a value it cannot use on stderr and reads it as unset (auto)
+  static const MoePairedRoute r = moe_paired_from(env_switch("DSINFER_MOE_PAIRED", {"auto", "on", "off"}).c_str());
   return r;
 }
 
