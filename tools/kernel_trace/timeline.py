@@ -4,6 +4,8 @@ offset, duration, the gap or overlap against the end of the kernels before it, a
 
 usage: timeline.py TRACE.csv [--graph ID] [--replay K]   (default: the graph with the most kernel records, its
        last complete replay; K counts from 0, negative from the end)
+       timeline.py TRACE.csv --eager [--per N]   (the kernels launched outside graphs, e.g. prefill steps: time by
+       kernel name summed over the whole trace, divided by N, the number of steps it ran)
 Names are demangled with c++filt when it is on the PATH; templates and namespaces are shortened.
 """
 import argparse
@@ -28,13 +30,33 @@ def short(name):
     return name[:70]
 
 
+def eager_summary(rows, per):
+    """Kernels outside graphs run one after another on their streams: a kernel's duration is its own cost."""
+    names = demangle(sorted({r["name"] for r in rows}))
+    by_name = collections.defaultdict(lambda: [0, 0])
+    for r in rows:
+        n = short(names[r["name"]])
+        by_name[n][0] += int(r["end_ns"]) - int(r["start_ns"])
+        by_name[n][1] += 1
+    total = sum(t for t, _ in by_name.values())
+    print(f"{len(rows)} eager kernel records, {total / 1e6 / per:.3f} ms of kernel time per step (/ {per:g}); "
+          "time by kernel (us per step, launches per step):")
+    for n, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0]):
+        print(f"{t / 1e3 / per:10.1f} {c / per:7.1f}  {n}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--graph", type=int, default=None)
     ap.add_argument("--replay", type=int, default=-1)
+    ap.add_argument("--eager", action="store_true")
+    ap.add_argument("--per", type=float, default=1.0)
     a = ap.parse_args()
     rows = list(csv.DictReader(open(a.trace)))
+    if a.eager:
+        eager_summary([r for r in rows if int(r["graph"]) == 0], a.per)
+        return
     by_graph = collections.defaultdict(list)
     for r in rows:
         if int(r["graph"]) != 0:
