@@ -27,6 +27,7 @@
 #include "ops/gemm/gemm_lt_quant.h"
 #include "ops/gemm/gemm_plan.h"
 #include "core/dtypes.h"
+#include "core/small_float.h"
 #include "weight_gen.h"
 
 namespace {
@@ -444,7 +445,9 @@ TEST(GemmLtGpu, Bf16OutputIsTheRoundedProduct) {
 // Session 27: GemmLtEngine::gemm_same_x (a layer's projections of one input at prefill sizes: x rounded to bf16 once
 // for all of them) against one gemm call per weight on the same engine: bit for bit (the same rounding into the same
 // buffer, the same plans), FP8 weights on the widened route and a BF16 weight, padded y rows. A weight off the bf16
-// routes (M = 256: two FP8 terms), or of another K, is refused before any launch (every y untouched).
+// routes (M = 256: two FP8 terms), or of another K, is refused before any launch (every y untouched). Session 37:
+// gemm_bf16_in on x rounded to bf16 beforehand (as hc_pre's y_bf16 hands the V4 forward's projections their x) gives
+// the same bits too.
 TEST(GemmLtGpu, SameXEqualsSeparateCalls) {
   DSI_SKIP_WITHOUT_GPU();
   const int64_t M = 1030, K = 1024;
@@ -458,16 +461,27 @@ TEST(GemmLtGpu, SameXEqualsSeparateCalls) {
   const dsinfer::ops::cuda::DeviceWeight* ws[3] = {&da.w, &db.w, &dc.w};
   const int64_t ldys[3] = {1024, 520, 256};
   auto dx = to_device(block_activations(M, K + 8, 55));
-  auto run = [&](bool same, std::vector<std::vector<float>>& out) {
+  std::vector<uint16_t> x16(size_t(M * K));
+  {
+    const std::vector<float> hx = to_host(dx, size_t(M * (K + 8)));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k)
+        x16[size_t(m * K + k)] = dsinfer::small_float::f32_to_bf16_bits(hx[size_t(m * (K + 8) + k)]);
+  }
+  auto dx16 = to_device(x16);
+  auto run = [&](int form, std::vector<std::vector<float>>& out) {  // 0 separate, 1 same x, 2 rounded beforehand
     std::vector<dsinfer::cuda::DeviceBuffer<float>> ys;
     float* yp[3] = {};
     for (int i = 0; i < 3; ++i) {
       ys.push_back(to_device(std::vector<float>(size_t(M * ldys[i]), 7.0f)));
       yp[i] = ys.back().data();
     }
-    if (same) {
+    if (form == 1) {
       const dsinfer::Status st = eng.gemm_same_x(dx.data(), M, K + 8, ws, yp, ldys, 3, nullptr);
       ASSERT_TRUE(st.is_ok()) << st.message();
+    } else if (form == 2) {
+      for (int i = 0; i < 3; ++i)
+        ASSERT_TRUE(eng.gemm_bf16_in(dx16.data(), M, K, *ws[i], yp[i], ldys[i], false, nullptr).is_ok());
     } else {
       for (int i = 0; i < 3; ++i) ASSERT_TRUE(eng.gemm(dx.data(), M, K + 8, *ws[i], yp[i], ldys[i], false, nullptr).is_ok());
     }
@@ -475,11 +489,14 @@ TEST(GemmLtGpu, SameXEqualsSeparateCalls) {
     out.clear();
     for (int i = 0; i < 3; ++i) out.push_back(to_host(ys[size_t(i)], size_t(M * ldys[i])));
   };
-  std::vector<std::vector<float>> sep, same;
-  run(false, sep);
-  run(true, same);
-  for (int i = 0; i < 3; ++i)
+  std::vector<std::vector<float>> sep, same, pre;
+  run(0, sep);
+  run(1, same);
+  run(2, pre);
+  for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(std::memcmp(sep[size_t(i)].data(), same[size_t(i)].data(), sep[size_t(i)].size() * 4), 0) << "weight " << i;
+    EXPECT_EQ(std::memcmp(sep[size_t(i)].data(), pre[size_t(i)].data(), sep[size_t(i)].size() * 4), 0) << "weight " << i;
+  }
   int64_t pad = 0;  // weight 1's row padding (N = 512 of ldy 520) keeps its 7s
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 512; n < 520; ++n) pad += same[1][size_t(m * 520 + n)] != 7.0f;

@@ -15,6 +15,7 @@
 
 #include "attn_test_util.h"
 #include "core/dtypes.h"
+#include "core/small_float.h"
 #include "ops/argmax/argmax_cuda.h"
 #include "ops/embed/embed_cuda.h"
 #include "ops/mhc/mhc.h"
@@ -283,6 +284,62 @@ TEST(GpuMhc, DeferredCoefficientsEqualPlain) {
   auto dpost = poisoned<float>(size_t(kN)), dcomb = poisoned<float>(size_t(kN * kN));
   EXPECT_FALSE(ops::cuda::hc_comb(f.device(), 1, dpost.data(), dcomb.data(), side).is_ok());
   cudaStreamDestroy(side);
+}
+
+// HcNormParams::y_bf16: every finalize form (the wide one, the fused narrow one, the split narrow one; hc_pre and
+// hc_head, V4.1's rounded arithmetic) writes y rounded to bf16 (small_float::f32_to_bf16_bits, the cuBLASLt engine's
+// rounding of an fp32 x) for every element, and y, post and comb keep the bits of the call without it.
+TEST(GpuMhc, Bf16CopyIsTheRoundedOutput) {
+  DSI_SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t T, n, dim;
+    bool head, v41;
+  };
+  for (const Case c : {Case{64, kN, kD, false, false}, Case{600, kN, kD, false, true}, Case{70, 8, 256, false, false},
+                       Case{600, kN, kD, true, false}, Case{9, 2, 64, false, false}}) {
+    HcFixture f(c.n, c.dim, c.head, 90);
+    auto dX = to_device(random_vec(size_t(c.T * c.n * c.dim), 91, 2.0f));
+    std::vector<int32_t> rows(static_cast<size_t>(c.T));
+    for (int64_t r = 0; r < c.T; ++r) rows[size_t(r)] = int32_t((r * 7 + 3) % c.T);
+    auto drows = to_device(rows);
+    auto pre_in = to_device(random_vec(size_t(c.T * c.n), 92));
+    ops::cuda::HcNormParams p = f.device();
+    if (c.v41) {
+      p.pre_in = pre_in.data();
+      p.round_bf16 = true;
+    }
+    const int64_t mixes = c.head ? c.n : (2 + c.n) * c.n;
+    const int32_t* r = c.head ? drows.data() : nullptr;
+    const std::string what = "T " + std::to_string(c.T) + " n " + std::to_string(c.n) + " dim " +
+                             std::to_string(c.dim) + " head " + std::to_string(c.head) + " v41 " +
+                             std::to_string(c.v41);
+    for (int form = 0; form < 3; ++form) {  // wide, narrow fused, narrow split
+      ops::cuda::detail::HcSplit sp = ops::cuda::detail::hc_default_split(c.T, c.n, c.dim, mixes);
+      sp.wide = form == 0;
+      sp.split_fin = form == 2;
+      auto parts = poisoned<float>(size_t(c.T * c.dim));
+      ops::cuda::detail::launch_hc_mix(p, dX.data(), r, c.T, sp, parts.data(), nullptr);
+      std::array<std::vector<float>, 4> out[2];
+      auto y16 = poisoned<uint16_t>(size_t(c.T * c.dim));
+      for (int v = 0; v < 2; ++v) {
+        PreBuffers b(c.T, c.n, c.dim);
+        ASSERT_EQ(cudaMemcpy(b.y.data(), parts.data(), size_t(c.T * c.dim) * sizeof(float), cudaMemcpyDeviceToDevice),
+                  cudaSuccess);
+        p.y_bf16 = v == 1 ? y16.data() : nullptr;
+        ops::cuda::detail::launch_hc_finalize(p, dX.data(), r, c.T, sp, b.y.data(), c.head ? nullptr : b.post.data(),
+                                              c.head ? nullptr : b.comb.data(), nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        out[v] = b.host();
+      }
+      p.y_bf16 = nullptr;
+      expect_same_bits(out[0], out[1], what + " form " + std::to_string(form));
+      const std::vector<uint16_t> h16 = to_host(y16, size_t(c.T * c.dim));
+      int64_t bad = 0;
+      for (size_t i = 0; i < h16.size(); ++i) bad += h16[i] != small_float::f32_to_bf16_bits(out[1][0][i]);
+      EXPECT_EQ(bad, 0) << what << " form " << form;
+      EXPECT_FALSE(std::isnan(out[1][0][0])) << "y written";
+    }
+  }
 }
 
 // Same input twice (the second time into outputs holding the first run's values): bitwise the same results.

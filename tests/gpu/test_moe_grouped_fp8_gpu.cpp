@@ -125,13 +125,13 @@ void ragged_routing(const Fp8Case& c, uint64_t seed, std::vector<int32_t>& idx, 
 std::vector<float> run_moe(const Fp8Case& c, int64_t T, const DeviceBuffer<float>& dx, const DeviceBuffer<int32_t>& di,
                            const DeviceBuffer<float>& dw, const oc::MoeExpertsDevice& ex, const oc::MoeSharedDevice* sh,
                            oc::MoePath path, oc::MoeSharedGemm shared_gemm = {},
-                           const char* expect_error = nullptr) {
+                           const char* expect_error = nullptr, const uint16_t* x16 = nullptr) {
   auto dout = to_device(std::vector<float>(size_t(T * c.D), NAN));
   oc::MoeWorkspace ws;
   EXPECT_TRUE(ws.reserve(T, c.k, c.D, c.I, c.E).is_ok());
   ws.set_shared_gemm(std::move(shared_gemm));
   const auto st =
-      oc::moe_cuda(dx.data(), T, di.data(), dw.data(), c.k, ex, sh, c.limit, 0.0f, dout.data(), ws, nullptr, path);
+      oc::moe_cuda(dx.data(), T, di.data(), dw.data(), c.k, ex, sh, c.limit, 0.0f, dout.data(), ws, nullptr, path, x16);
   if (expect_error) {
     EXPECT_NE(st.message().find(expect_error), std::string::npos) << st.message();
   } else {
@@ -251,7 +251,8 @@ TEST(MoeGroupedFp8Gpu, FlashShapes) {
 // The shared expert through the caller's projection GEMM (MoeWorkspace::set_shared_gemm; the runner passes its own):
 // on the fast path's prefill (T > kMoeGroupedMinT) moe_cuda calls it for the shared expert's three GEMMs, in line.
 // Given gemm_cuda at the precision moe_cuda would pick itself, the output is bitwise the one without it (the SwiGLU
-// and the combine are unchanged); at decode sizes it is not called; its error ends the call with that error.
+// and the combine are unchanged); at decode sizes it is not called; its error ends the call with that error. x's
+// bf16 copy given to moe_cuda reaches the hook for gate and up (the same pointer), never for down.
 TEST(MoeGroupedFp8Gpu, SharedExpertThroughTheCallersGemm) {
   DSI_SKIP_WITHOUT_GPU();
   const Fp8Case c{oc::kMoeGroupedMinT + 76, 12, 4, 256, 384, 0.0f, true, true, 0};
@@ -273,20 +274,32 @@ TEST(MoeGroupedFp8Gpu, SharedExpertThroughTheCallersGemm) {
   auto di = to_device(idx);
   auto dwt = to_device(wt);
   int calls = 0;
-  const oc::MoeSharedGemm own = [&](const float* x, int64_t M, int64_t K, const oc::DeviceWeight& w, float* y,
-                                    int64_t N) {
+  std::vector<const uint16_t*> seen;
+  const oc::MoeSharedGemm own = [&](const float* x, const uint16_t* x16, int64_t M, int64_t K,
+                                    const oc::DeviceWeight& w, float* y, int64_t N) {
     ++calls;
+    seen.push_back(x16);
     return oc::gemm_cuda(x, M, K, w, y, N, false, nullptr, oc::moe_shared_precision(oc::MoePath::Fast, M, N));
   };
   const std::vector<float> plain = run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast);
   const std::vector<float> hooked = run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast, own);
   EXPECT_EQ(calls, 3);
+  EXPECT_EQ(seen, (std::vector<const uint16_t*>{nullptr, nullptr, nullptr}));
   for (float v : hooked) ASSERT_TRUE(std::isfinite(v)) << "unwritten / NaN output";
   EXPECT_EQ(std::memcmp(plain.data(), hooked.data(), plain.size() * 4), 0) << "the combine changed with the hook";
+  DeviceBuffer<uint16_t> dx16;
+  ASSERT_TRUE(dx16.alloc(size_t(c.T * c.D)).is_ok());
+  calls = 0;
+  seen.clear();
+  const std::vector<float> with16 = run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast, own, nullptr, dx16.data());
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(seen, (std::vector<const uint16_t*>{dx16.data(), dx16.data(), nullptr}));
+  EXPECT_EQ(std::memcmp(plain.data(), with16.data(), plain.size() * 4), 0) << "x16 changed the hooked call";
   calls = 0;
   (void)run_moe(c, oc::kMoeGroupedMinT, dx, di, dwt, ex, &sh, oc::MoePath::Fast, own);
   EXPECT_EQ(calls, 0) << "decode sizes keep gemm_cuda on the side stream";
-  const oc::MoeSharedGemm failing = [](const float*, int64_t, int64_t, const oc::DeviceWeight&, float*, int64_t) {
+  const oc::MoeSharedGemm failing = [](const float*, const uint16_t*, int64_t, int64_t, const oc::DeviceWeight&,
+                                       float*, int64_t) {
     return dsinfer::Status::error("shared projection refused");
   };
   (void)run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast, failing, "shared projection refused");

@@ -12,8 +12,11 @@
 //     and the Sinkhorn, and the collapsed values stay in registers for the norm (session 15; same arithmetic).
 // The finalize loads the site's scale / base at its start, before the partial sums (session 16). With
 // HcNormParams::defer_comb it computes pre only and leaves the raw post / comb mixes for hc_comb_kernel (session 32).
+// Every finalize form stores the normed row through norm_columns, which also writes its bf16 rounding where
+// HcNormParams::y_bf16 asks for it (session 37: the prefill projections' x).
 // hc_post: one thread per (token, 4 channels), float4 loads issued before the token's post/comb
 // are staged in shared memory; optionally the bf16 rounding of V4.1's official numerics on the stored streams.
+#include "core/small_float.h"
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "ops/mhc/mhc_launch.h"
@@ -283,10 +286,11 @@ __device__ __forceinline__ void combine_columns(const float4 (&v)[HcDims<N>::kUn
   }
 }
 
-// The RMSNorm of the collapsed values o (columns q0 + u * kTeamThreads) with their weights w, stored into y4.
+// The RMSNorm of the collapsed values o (columns q0 + u * kTeamThreads) with their weights w, stored into y4, and
+// where y16 is not null (HcNormParams::y_bf16) also rounded to bf16 into it, four values a column.
 template <int N, int kTeamThreads>
 __device__ __forceinline__ void norm_columns(const float4 (&o)[HcDims<N>::kUnroll], const float4 (&w)[HcDims<N>::kUnroll],
-                                             int64_t d4, int64_t q0, float inv, bool round, float4* y4) {
+                                             int64_t d4, int64_t q0, float inv, bool round, float4* y4, uint2* y16) {
   using D = HcDims<N>;
 #pragma unroll
   for (int u = 0; u < D::kUnroll; ++u) {
@@ -296,7 +300,17 @@ __device__ __forceinline__ void norm_columns(const float4 (&o)[HcDims<N>::kUnrol
                            __fmul_rn(__fmul_rn(o[u].z, inv), w[u].z), __fmul_rn(__fmul_rn(o[u].w, inv), w[u].w));
     if (round) r = make_float4(dev::round_bf16(r.x), dev::round_bf16(r.y), dev::round_bf16(r.z), dev::round_bf16(r.w));
     y4[q] = r;
+    if (y16) {
+      using small_float::f32_to_bf16_bits;
+      y16[q] = make_uint2(uint32_t(f32_to_bf16_bits(r.x)) | (uint32_t(f32_to_bf16_bits(r.y)) << 16),
+                          uint32_t(f32_to_bf16_bits(r.z)) | (uint32_t(f32_to_bf16_bits(r.w)) << 16));
+    }
   }
+}
+
+// Token t's row of HcNormParams::y_bf16 (null where there is none), as 4-value columns.
+__device__ __forceinline__ uint2* y16_row(const HcNormParams& p, int64_t t) {
+  return p.y_bf16 ? reinterpret_cast<uint2*>(p.y_bf16 + t * p.dim) : nullptr;
 }
 
 template <int N, int kTeamThreads>
@@ -367,8 +381,9 @@ __global__ void __launch_bounds__(kThreads, 2) hc_finalize_kernel(HcNormParams p
   }
   ss = team_sum<kTeamWarps>(ss, s_red);
   const float inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.rms_eps)));
+  uint2* y16 = y16_row(p, t);
   if (one_pass) {
-    norm_columns<N, kTeamThreads>(ov, wv, d4, tt, inv, p.round_bf16, y4);
+    norm_columns<N, kTeamThreads>(ov, wv, d4, tt, inv, p.round_bf16, y4, y16);
     return;
   }
   // Each thread rescales the values it wrote; kUnroll columns (and their weights) loaded before any store.
@@ -379,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 2) hc_finalize_kernel(HcNormParams p
       if (q < d4) ov[u] = y4[q];
     }
     load_weights<N, kTeamThreads>(p.norm_w, d4, q0, wv);
-    norm_columns<N, kTeamThreads>(ov, wv, d4, q0, inv, p.round_bf16, y4);
+    norm_columns<N, kTeamThreads>(ov, wv, d4, q0, inv, p.round_bf16, y4, y16);
   }
 }
 
@@ -474,6 +489,7 @@ __global__ void __launch_bounds__(kColThreads, 3) hc_collapse_kernel(HcNormParam
   }
   ss = team_sum<1>(ss, nullptr);
   const float inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.rms_eps)));
+  uint2* y16 = y16_row(p, t);
   for (int64_t q0 = lane; q0 < d4; q0 += kPass) {  // each lane reads back only the columns it wrote
 #pragma unroll
     for (int u = 0; u < D::kUnroll; ++u) {
@@ -481,7 +497,7 @@ __global__ void __launch_bounds__(kColThreads, 3) hc_collapse_kernel(HcNormParam
       if (q < d4) ov[u] = s4[q];
     }
     load_weights<N, 32>(p.norm_w, d4, q0, wv);
-    norm_columns<N, 32>(ov, wv, d4, q0, inv, p.round_bf16, y4);
+    norm_columns<N, 32>(ov, wv, d4, q0, inv, p.round_bf16, y4, y16);
   }
 }
 

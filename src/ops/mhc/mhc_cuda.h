@@ -14,7 +14,7 @@ namespace dsinfer::ops::cuda {
 // (its double partials are parked in y, which must not alias X), then per token the Sinkhorn in one warp and the
 // collapse + norm. n <= 8, dim % 4 == 0, dim >= 2 * ((2+n)*n + 1); X, y, fn 16-byte aligned.
 // With p.defer_comb, post and comb hold the raw post / comb mixes afterwards, and hc_comb (same p) must run before
-// anything reads them.
+// anything reads them. With p.y_bf16, y is also written rounded to bf16 there (hc_head_norm likewise).
 Status hc_pre_norm(const HcNormParams& p, const float* X, int64_t T, float* y, float* post, float* comb, void* stream);
 
 // Finishes hc_pre_norm(p with defer_comb) of the same T tokens: post and comb in place, the bits hc_pre_norm without

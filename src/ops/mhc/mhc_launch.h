@@ -26,6 +26,11 @@ struct HcNormParams {
   // (mu[n, 2n) and mu[2n, (2+n)n)) in post / comb, for hc_comb to turn into the coefficients later, off the collapse's
   // critical path (the forward runs it on a side stream; hc_post needs them). The same arithmetic either way.
   bool defer_comb = false;
+  // Where not null: the normed output y also rounded to bf16 (round to nearest even, the rounding the cuBLASLt
+  // engine's bf16 matmuls apply to an fp32 x: small_float::f32_to_bf16_bits) into y_bf16 [T (or R), dim], for the
+  // projections that read y on a bf16 matmul (the V4 forward at prefill), which then skip their own rounding pass.
+  // 8-byte aligned. y itself is unchanged.
+  uint16_t* y_bf16 = nullptr;
 };
 
 namespace detail {

@@ -357,19 +357,21 @@ Status exact_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, floa
 }
 
 // Shared expert on all T rows: s1 = x W1^T, s3 = x W3^T, SwiGLU in place, shy = s1 W2^T. The GEMMs go through
-// `proj` (the caller's projection, MoePlan::shared_projection) when given, else gemm_cuda at moe_shared_precision.
-Status shared_expert(const float* x, int64_t T, int64_t D, const MoeSharedDevice& sh, float shared_limit,
-                     MoePath path, float* s1, float* s3, float* shy, void* stream, const MoeSharedGemm* proj) {
+// `proj` (the caller's projection, MoePlan::shared_projection, with x16 for gate and up) when given, else gemm_cuda
+// at moe_shared_precision.
+Status shared_expert(const float* x, const uint16_t* x16, int64_t T, int64_t D, const MoeSharedDevice& sh,
+                     float shared_limit, MoePath path, float* s1, float* s3, float* shy, void* stream,
+                     const MoeSharedGemm* proj) {
   const int64_t Is = sh.w1.rows;
-  auto gemm = [&](const float* a, int64_t K, const DeviceWeight& w, float* y, int64_t N) {
-    if (proj) return (*proj)(a, T, K, w, y, N);
+  auto gemm = [&](const float* a, const uint16_t* a16, int64_t K, const DeviceWeight& w, float* y, int64_t N) {
+    if (proj) return (*proj)(a, a16, T, K, w, y, N);
     return gemm_cuda(a, T, K, w, y, N, false, stream, moe_shared_precision(path, T, N));
   };
-  DSI_RETURN_IF_ERROR(gemm(x, D, sh.w1, s1, Is));
-  DSI_RETURN_IF_ERROR(gemm(x, D, sh.w3, s3, Is));
+  DSI_RETURN_IF_ERROR(gemm(x, x16, D, sh.w1, s1, Is));
+  DSI_RETURN_IF_ERROR(gemm(x, x16, D, sh.w3, s3, Is));
   detail::launch_swiglu(s1, s3, T, nullptr, Is, shared_limit, stream);
   DSI_CUDA_LAUNCHED("swiglu_kernel(shared)");
-  return gemm(s1, Is, sh.w2, shy, D);
+  return gemm(s1, nullptr, Is, sh.w2, shy, D);
 }
 
 Status check_launch_status(const char* name) {
@@ -404,7 +406,7 @@ Status MoeWorkspace::check_call(const float* x, int64_t T, const int32_t* idx, c
 
 Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                 const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
-                MoeWorkspace& ws, void* stream, MoePath path) {
+                MoeWorkspace& ws, void* stream, MoePath path, const uint16_t* x16) {
   const int64_t E = ex.experts, D = ex.dim;
   DSI_RETURN_IF_ERROR(ws.check_call(x, T, idx, weight, topk, ex, shared, out));
   if (T == 0) return Status::ok();
@@ -469,7 +471,7 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   }
   // launched after the routed kernels (host launch time stays off the routed critical path), forked before them
   if (st.is_ok() && shared && !fused_shared)
-    st = shared_expert(x, T, D, *shared, shared_limit, path, s1, s3, shy, side ? ws.side_.stream() : stream,
+    st = shared_expert(x, x16, T, D, *shared, shared_limit, path, s1, s3, shy, side ? ws.side_.stream() : stream,
                        plan.shared_projection ? &ws.shared_gemm_ : nullptr);
   if (side) {
     const Status joined = ws.side_.join(stream);
@@ -496,7 +498,8 @@ Status moe_shared_cuda(const float* x, int64_t T, const MoeSharedDevice& shared,
   if (T > ws.T_ || shared.w1.rows > ws.inter_)
     return Status::errorf("moe_shared_cuda: workspace reserved for T={} inter={}, call needs T={} inter={}", ws.T_,
                           ws.inter_, T, shared.w1.rows);
-  return shared_expert(x, T, D, shared, shared_limit, path, ws.sh1_.data(), ws.sh3_.data(), out, stream, nullptr);
+  return shared_expert(x, nullptr, T, D, shared, shared_limit, path, ws.sh1_.data(), ws.sh3_.data(), out, stream,
+                       nullptr);
 }
 
 Status moe_combine_cuda(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,

@@ -28,9 +28,10 @@ Status route_cuda(const float* logits, int64_t T, const float* bias, const int32
 // A dense projection y[M, N] = x[M, K] . W^T (row strides K and N, y overwritten) on moe_cuda's stream, with the
 // caller's kernel choice: the runner's projection GEMM, so the shared expert takes the kernels every other FP8
 // projection of the step takes. Where plan_moe sets MoePlan::shared_projection, moe_cuda's shared expert runs its
-// three GEMMs through it (the SwiGLU and the combine stay moe_cuda's).
-using MoeSharedGemm = std::function<Status(const float* x, int64_t M, int64_t K, const DeviceWeight& w, float* y,
-                                           int64_t N)>;
+// three GEMMs through it (the SwiGLU and the combine stay moe_cuda's). x16: x rounded to bf16 where the caller
+// gave moe_cuda one (its x16; gate and up only), else null; the projection may read it instead of rounding x itself.
+using MoeSharedGemm = std::function<Status(const float* x, const uint16_t* x16, int64_t M, int64_t K,
+                                           const DeviceWeight& w, float* y, int64_t N)>;
 
 class MoeWorkspace;
 // out[T, D] = sum_k weight[t,k] * expert_{idx[t,k]}(x[t]) + (shared ? shared(x[t]) : 0), summed in k order, then the
@@ -38,10 +39,12 @@ class MoeWorkspace;
 // shared_limit likewise for the shared expert. x and out are contiguous [T, D] and must not overlap. An expert id
 // outside [0, experts) contributes nothing. Deterministic: no float atomics; a token's result depends only on its
 // own row and on which path runs (Exact: chosen from T, fp32 streaming when T*topk <= 8*experts, else tensor
-// core; Fast: independent of the other tokens, see docs/kernels.md).
+// core; Fast: independent of the other tokens, see docs/kernels.md). x16 (optional): x rounded to bf16 (round to
+// nearest even) [T, D], handed to the shared expert's projection (MoeSharedGemm) for gate and up.
 Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                 const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float shared_limit,
-                float* out, MoeWorkspace& ws, void* stream, MoePath path = MoePath::Exact);
+                float* out, MoeWorkspace& ws, void* stream, MoePath path = MoePath::Exact,
+                const uint16_t* x16 = nullptr);
 
 // The two halves of moe_cuda for a caller that computes the routed experts elsewhere (the expert dispatch of DP
 // attention + EP, backends/cuda/parallel/expert_exchange_cuda.cpp), with moe_cuda's own code so the bits match:
@@ -112,7 +115,8 @@ class MoeWorkspace {
 
  private:
   friend Status moe_cuda(const float*, int64_t, const int32_t*, const float*, int64_t, const MoeExpertsDevice&,
-                         const MoeSharedDevice*, float, float, float*, MoeWorkspace&, void*, MoePath);
+                         const MoeSharedDevice*, float, float, float*, MoeWorkspace&, void*, MoePath,
+                         const uint16_t*);
   friend Status moe_shared_cuda(const float*, int64_t, const MoeSharedDevice&, float, float*, MoeWorkspace&, void*,
                                 MoePath);
   friend Status moe_official_cuda(const float*, int64_t, const int32_t*, const float*, int64_t,

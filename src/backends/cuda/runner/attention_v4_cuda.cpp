@@ -59,7 +59,7 @@ Status index_q_rope(HeadNormRopeParams rp, float* iq, bool fp4, const int64_t* p
 }
 }  // namespace
 
-Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
+Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st, const uint16_t* y16) {
   const DeviceLayer& L = weights_.layer(l);
   const AttnType type = cfg_.layer_types[size_t(l)];
   const int64_t T = st.T, D = cfg_.hidden_size, H = cfg_.num_attention_heads, hd = cfg_.head_dim, qr = cfg_.q_lora_rank;
@@ -93,7 +93,7 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
   // wq_a and wkv of the same y: one launch where allowed (fast mode: streaming, M <= 128; the same bits either way,
   // forward_v4_cuda.cpp gemm_segments), else two; the op "wq_a" holds both.
   const GemmSegment qkv[2] = {{L.wq_a, cq, qr}, {L.wkv, kv, hd}};
-  DSI_OP("wq_a", l, gemm_segments(y, T, D, qkv, 2));
+  DSI_OP("wq_a", l, gemm_segments(y, T, D, qkv, 2, y16));
   DSI_OP("q_norm", l, rmsnorm(cq, T, qr, L.q_norm, eps, cq, stream_));
   const bool split = split_prefill(l, T, view, !tp && Hl > 0);  // the split-block prefill kernel's path (bf16 q, o)
   bool q16_in = false;  // wq_b wrote the split path's bf16 q itself (the norm + RoPE then works on it in place)
@@ -115,7 +115,7 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st) {
     const GemmSegment ys[5] = {{L.comp_wkv, s_.ckv.data(), c * hd}, {L.comp_wgate, s_.cg.data(), c * hd},
                                {L.idx_wproj, s_.iw.data(), Hi, float(1.0 / std::sqrt(double(Hi)))},
                                {L.idx_wkv, s_.ikv.data(), 2 * di}, {L.idx_wgate, s_.ig.data(), 2 * di}};
-    DSI_OP("compressor_proj", l, gemm_segments(y, T, D, ys, type == AttnType::CSA ? 5 : 2));
+    DSI_OP("compressor_proj", l, gemm_segments(y, T, D, ys, type == AttnType::CSA ? 5 : 2, y16));
     CompressorCudaParams cp = compressor_params(type == AttnType::CSA, hd, false, L.comp_ape, L.comp_norm);
     cp.sim = num_.kv_fp8_sim ? CompressorSim::Fp8Nope : CompressorSim::None;
     cp.fp8_dims = nope;

@@ -23,10 +23,10 @@ class CudaForwardV4 final : public CudaForward {
  public:
   explicit CudaForwardV4(RunnerCore& core) : CudaForward(core) {
     // The MoE's shared expert at prefill through this forward's projection choice (ops/moe/moe_plan.h plan_moe).
-    moe_ws_.set_shared_gemm(
-        [this](const float* x, int64_t M, int64_t K, const ops::cuda::DeviceWeight& w, float* y, int64_t N) {
-          return gemm(x, M, K, w, y, N, false);
-        });
+    moe_ws_.set_shared_gemm([this](const float* x, const uint16_t* x16, int64_t M, int64_t K,
+                                   const ops::cuda::DeviceWeight& w, float* y, int64_t N) {
+      return gemm_x16(x, x16, M, K, w, y, N);
+    });
   }
 
   const char* family() const override { return "v4"; }
@@ -53,6 +53,7 @@ class CudaForwardV4 final : public CudaForward {
     cuda::DeviceBuffer<float> attn_ws, X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, scores, o, mid, router,
         rw, hid, logits;
     cuda::DeviceBuffer<int32_t> sel, ridx;
+    cuda::DeviceBuffer<uint16_t> y16;  // hc_pre's y rounded to bf16, where x16_site says so
   };
   // FP8 state (layout_.fp8()): this step's kv rows in the storage format (the window keys of its own positions),
   // the compressors' entries before encoding and their rows, ring rows, sparse_attention_fp8's key lists and
@@ -78,7 +79,8 @@ class CudaForwardV4 final : public CudaForward {
     return {&L.experts, L.has_shared ? &L.shared : nullptr, limit, num_.shared_expert_clamp ? limit : 0.0f};
   }
   int64_t attention_splits(io::AttnType type, int64_t m, int64_t T, int64_t max_pos) const;
-  Status ffn(int64_t l, const int32_t* tokens, int64_t T);
+  // y16: hc_pre_ffn's output rounded to bf16 (x16_site), or null.
+  Status ffn(int64_t l, const int32_t* tokens, int64_t T, const uint16_t* y16);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy,
               bool acc);
   // Whether gemm would run this call on the cuBLASLt engine's bf16 matmul (plan_gemm_call's lt, no skinny kernel; a
@@ -89,20 +91,35 @@ class CudaForwardV4 final : public CudaForward {
   // nothing is launched, done = false, and the caller takes gemm.
   Status gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, uint16_t* y16,
                        int64_t ldy, bool& done);
+  // gemm without accumulation where x16 (x rounded to bf16, row stride ldx) may replace x: where lt_bf16_call, the
+  // engine's matmul reads x16 (GemmLtEngine::gemm_bf16_in: gemm's bits, without gemm's rounding pass over x); else,
+  // or x16 null, gemm on x.
+  Status gemm_x16(const float* x, const uint16_t* x16, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w,
+                  float* y, int64_t ldy);
+  // Whether an mHC site's hc_pre writes its output rounded to bf16 too (HcNormParams::y_bf16 into s_.y16) for the
+  // projections that read it, gemm_x16 / gemm_segments: where the site's first projection w runs a bf16 matmul at
+  // this T (lt_bf16_call: FP8 weights on the widened route from kGemmLtWideMinM rows), so that the consumers skip
+  // their rounding passes over y (4-5 a layer at prefill, ~35 us each at 4,096 tokens of V4-Flash).
+  // DSINFER_PREFILL_X16=0 turns it off (the A/B).
+  bool x16_site(const ops::cuda::DeviceWeight& w, int64_t T);
   // Several projections of the same x: one skinny launch where ops/gemm/gemm_plan.h plan_gemm_segments says each
-  // would run the skinny kernel alone (the same bits), else gemm (then scale_cuda where out_scale != 1) per segment.
-  Status gemm_segments(const float* x, int64_t M, int64_t ldx, const ops::cuda::GemmSegment* segs, int count);
+  // would run the skinny kernel alone (the same bits), else gemm (then scale_cuda where out_scale != 1) per segment;
+  // x16 (optional): x rounded to bf16, row stride ldx, read by the segments on a bf16 matmul (gemm_x16).
+  Status gemm_segments(const float* x, int64_t M, int64_t ldx, const ops::cuda::GemmSegment* segs, int count,
+                       const uint16_t* x16 = nullptr);
   Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
                       int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
                          int64_t groups, float* y, int64_t ldy, int64_t yg);
-  Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L);
+  Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L,
+             const uint16_t* x16);
   // A site's deferred coefficients (HcNormParams::defer_comb): hc_comb on hc_side_, forked after its hc_pre.
   Status comb_on_side(const ops::cuda::HcNormParams& hp, int64_t T);
   // After the site's sublayer: the main stream joins hc_side_ (whatever the sublayer returned, so a captured forward
   // never ends unjoined) before hc_post reads post / comb; the sublayer's error first.
   Status join_comb(bool defer, Status sublayer);
-  Status attention(int64_t l, const ops::StepDevice& st);  // attention_v4_cuda.cpp
+  // attention_v4_cuda.cpp; y16: hc_pre_attn's output rounded to bf16 (x16_site), or null
+  Status attention(int64_t l, const ops::StepDevice& st, const uint16_t* y16);
   // wq_b into s_.q, or (q16_in) the split path's bf16 q into split_q16() (attention_v4_cuda.cpp).
   Status query_projection(int64_t l, int64_t T, const HeadGroups& hg, bool tp, bool split, bool& q16_in);
   // wo_a, wo_b (TP: the exact gather between); o16: the split path's bf16 o (null: s_.o)

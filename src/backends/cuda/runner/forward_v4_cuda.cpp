@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cuda/runner/forward_v4.h"
+#include "core/env_switch.h"
 #include "cuda/cuda_common.h"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/embed/embed_cuda.h"
@@ -72,6 +73,7 @@ Status CudaForwardV4::prepare(int64_t T, int64_t R, int64_t max_pos) {
   DSI_RETURN_IF_ERROR(grow(s_.X, t * size_t(n * D), "residual streams"));
   DSI_RETURN_IF_ERROR(grow(s_.y, t * size_t(D), "activations"));
   DSI_RETURN_IF_ERROR(grow(s_.f, t * size_t(D), "activations"));
+  DSI_RETURN_IF_ERROR(grow(s_.y16, t * size_t(D), "bf16 activations"));
   DSI_RETURN_IF_ERROR(grow(s_.post, t * size_t(n), "mHC post"));
   DSI_RETURN_IF_ERROR(grow(s_.comb, t * size_t(n * n), "mHC comb"));
   DSI_RETURN_IF_ERROR(grow(s_.cq, t * size_t(cfg_.q_lora_rank), "q latent"));
@@ -137,20 +139,39 @@ bool CudaForwardV4::lt_bf16_call(const DeviceWeight& w, int64_t M) {
   return p.lt && p.fp8_skinny_terms == 0 && bf16 && lt_->prepare(w, std::max(M, s_.tokens), stream_).is_ok();
 }
 
+Status CudaForwardV4::gemm_x16(const float* x, const uint16_t* x16, int64_t M, int64_t ldx, const DeviceWeight& w,
+                               float* y, int64_t ldy) {
+  if (x16 && lt_bf16_call(w, M) && lt_->gemm_bf16_in(x16, M, ldx, w, y, ldy, false, stream_).is_ok())
+    return Status::ok();
+  return gemm(x, M, ldx, w, y, ldy, false);
+}
+
+bool CudaForwardV4::x16_site(const DeviceWeight& w, int64_t T) {
+  // DSINFER_PREFILL_X16=0: every projection rounds y itself again (a measurement switch, read once; the same bits)
+  static const bool on = env_switch("DSINFER_PREFILL_X16", {"0", "1"}) != "0";
+  return on && lt_bf16_call(w, T);
+}
+
 Status CudaForwardV4::gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16,
                                     int64_t ldy, bool& done) {
   done = lt_bf16_call(w, M) && lt_->gemm_bf16_out(x, M, ldx, w, y16, ldy, stream_).is_ok();
   return Status::ok();
 }
 
-Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count) {
+Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, const GemmSegment* segs, int count,
+                                    const uint16_t* x16) {
   const DeviceWeight* ws[kGemmMaxSegments] = {};
   for (int i = 0; i < count && i < kGemmMaxSegments; ++i) ws[i] = &segs[i].w;
   const GemmSegmentsPlan sp = plan_gemm_segments(ws, count, M, kernel_mode(), gemm_settings_, device_.multiprocessors);
   if (!sp.one_launch) {
-    // Every segment on cuBLASLt (prefill sizes): x rounded to bf16 once for all of them where they all take a bf16
-    // matmul (GemmLtEngine::gemm_same_x: the same bits as the calls below), else one call each.
-    bool same_x = count >= 2;
+    // Every segment on cuBLASLt (prefill sizes): where they all take a bf16 matmul, x rounded to bf16 once for all
+    // of them (GemmLtEngine::gemm_same_x: the same bits as the calls below), or not at all where the caller has x16;
+    // else one call each.
+    if (x16) {
+      for (int i = 0; i < count; ++i)
+        DSI_RETURN_IF_ERROR(gemm_x16(x, x16, M, ldx, segs[i].w, segs[i].y, segs[i].ldy));
+    }
+    bool same_x = !x16 && count >= 2;
     float* ys[kGemmMaxSegments] = {};
     int64_t ldys[kGemmMaxSegments] = {};
     for (int i = 0; i < count && same_x; ++i) {
@@ -160,7 +181,7 @@ Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, cons
     }
     same_x = same_x && lt_->gemm_same_x(x, M, ldx, ws, ys, ldys, count, stream_).is_ok();
     for (int i = 0; i < count; ++i) {
-      if (!same_x) DSI_RETURN_IF_ERROR(gemm(x, M, ldx, segs[i].w, segs[i].y, segs[i].ldy, false));
+      if (!same_x && !x16) DSI_RETURN_IF_ERROR(gemm(x, M, ldx, segs[i].w, segs[i].y, segs[i].ldy, false));
       if (segs[i].out_scale != 1.0f) {
         if (segs[i].ldy != segs[i].w.rows) return Status::error("gemm segments: a scaled output needs ldy == N");
         DSI_RETURN_IF_ERROR(scale_cuda(segs[i].y, M * segs[i].ldy, segs[i].out_scale, stream_));
@@ -201,7 +222,8 @@ Status CudaForwardV4::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64
   return Status::ok();
 }
 
-Status CudaForwardV4::moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L) {
+Status CudaForwardV4::moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k,
+                          const DeviceLayer& L, const uint16_t* x16) {
   const MoeExpertsDevice& e = L.experts;
   const float limit = float(cfg_.swiglu_limit), shared_limit = num_.shared_expert_clamp ? limit : 0.0f;
   // Path and tokens per call: ops/moe/moe_plan.h (exact: chunks that keep every expert GEMM on the fp32 kernel;
@@ -213,8 +235,9 @@ Status CudaForwardV4::moe(const float* x, int64_t T, const int32_t* idx, const f
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t n = std::min(chunk, T - r);
     // Expert parallelism: the shared expert on rank 0 only (the all-reduce adds it to every rank's sum once).
-    DSI_RETURN_IF_ERROR(moe_cuda(x + r * D, n, idx + r * k, w + r * k, k, e, L.has_shared && ep_rank_ == 0 ? &L.shared : nullptr,
-                                 limit, shared_limit, out + r * D, moe_ws_, stream_, path));
+    const MoeSharedDevice* shared = L.has_shared && ep_rank_ == 0 ? &L.shared : nullptr;
+    DSI_RETURN_IF_ERROR(moe_cuda(x + r * D, n, idx + r * k, w + r * k, k, e, shared, limit, shared_limit, out + r * D,
+                                 moe_ws_, stream_, path, x16 ? x16 + r * D : nullptr));
   }
   return Status::ok();
 }
@@ -245,16 +268,18 @@ Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_
     HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
                     float(cfg_.rms_norm_eps), L.attn_norm, batch_invariant_};
     hp.defer_comb = defer;
+    hp.y_bf16 = x16_site(L.wq_a, T) ? s_.y16.data() : nullptr;
     DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     if (defer) DSI_RETURN_IF_ERROR(comb_on_side(hp, T));
-    DSI_RETURN_IF_ERROR(join_comb(defer, attention(l, st)));
+    DSI_RETURN_IF_ERROR(join_comb(defer, attention(l, st, hp.y_bf16)));
     DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
           float(cfg_.rms_norm_eps), L.ffn_norm, batch_invariant_};
     hp.defer_comb = defer;
+    hp.y_bf16 = x16_site(L.has_shared ? L.shared.w1 : L.gate, T) ? s_.y16.data() : nullptr;
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     if (defer) DSI_RETURN_IF_ERROR(comb_on_side(hp, T));
-    DSI_RETURN_IF_ERROR(join_comb(defer, ffn(l, st.tokens, T)));
+    DSI_RETURN_IF_ERROR(join_comb(defer, ffn(l, st.tokens, T, hp.y_bf16)));
     DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));  // speculative decoding: the drafter's tapped layers
   }
@@ -269,10 +294,10 @@ Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_
   return Status::ok();
 }
 
-Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T) {
+Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T, const uint16_t* y16) {
   const DeviceLayer& L = weights_.layer(l);
   const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
-  DSI_OP("router", l, gemm(s_.y.data(), T, D, L.gate, s_.router.data(), E, false));
+  DSI_OP("router", l, gemm_x16(s_.y.data(), y16, T, D, L.gate, s_.router.data(), E));
   RouterCudaParams rp;
   rp.experts = E;
   rp.topk = k;
@@ -290,7 +315,7 @@ Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T) {
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local ids, -1 (skipped) for the others';
   // after the MoE every rank holds its partial sum in s_.f, summed over the ranks in place (fp32).
   if (ep_size_ > 1) DSI_OP("moe_remap", l, core_.remap_experts(s_.ridx.data(), l, T, k));
-  DSI_OP("moe", l, moe(s_.y.data(), T, s_.ridx.data(), s_.rw.data(), k, L));
+  DSI_OP("moe", l, moe(s_.y.data(), T, s_.ridx.data(), s_.rw.data(), k, L, y16));
   if (ep_size_ > 1) {
     if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");
     DSI_OP("moe_allreduce", l, comm_->all_reduce_sum(s_.f.data(), size_t(T * D), stream_));
