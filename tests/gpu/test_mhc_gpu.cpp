@@ -118,7 +118,7 @@ void check_pre(int64_t T, int64_t n, int64_t dim, uint32_t seed) {
 // partial tile); the finalize runs a whole block per token up to T = 512 and one warp per token above (T = 1000 /
 // 600). n = 4 takes the unrolled finalize, n = 2 / 3 / 8 the generic one (n = 3: 15 mixes in 3 n-tiles; n = 8: 80
 // mixes in 10 n-tiles, two comb elements per lane). dim 256 (the shipped model) and 64 (the tiny fixtures) leave
-// room for few splits in the output row.
+// room for few splits in the output row. dim 68 / 52 end the n * dim reduction in a partial chunk.
 TEST(GpuMhc, PreNormMatchesReference) {
   DSI_SKIP_WITHOUT_GPU();
   for (int64_t T : {1, 5, 9, 64, 300, 1000}) check_pre(T, kN, kD, 10);
@@ -128,6 +128,9 @@ TEST(GpuMhc, PreNormMatchesReference) {
   check_pre(600, 2, 64, 15);
   check_pre(20, 3, 256, 16);
   check_pre(70, 8, 256, 14);
+  // n * dim not a multiple of the 128-float chunk: the last chunk is partial (its columns past n * dim zero-filled)
+  check_pre(9, 3, 68, 17);
+  check_pre(40, kN, 52, 18);
 }
 
 // Batch-invariant mode: a token's outputs are bitwise the same alone (T = 1, one m-tile) and as token 0 of 600

@@ -87,6 +87,51 @@ __device__ __forceinline__ void stage_chunk(float* st, const float* __restrict__
   }
 }
 
+// The staging of a block's chunks without a row list (hc_pre): thread (warp w, lane) copies the 16 bytes at k0 +
+// 4 lane of token row w + 8 j (j < MT) and fn row w + 8 j (j < NT) of every chunk (stage_chunk's (r, q) order: a
+// stage's rows are 8 MT + 8 NT, 32 lanes of 16 bytes each). Each slot's source row is fixed for the block, so a
+// chunk costs an add and a cp.async a slot, where stage_chunk's general loop (a row list, per-element bounds and
+// divisions) took ~250 instructions a thread and a chunk: issue-bound, 4x the warps' math (ncu, session 37). A
+// slot outside T or the mixes, or a column past len (a last partial chunk), zero-fills as stage_chunk does.
+template <int MT, int NT>
+struct StageSlots {
+  const float* x;  // X row tok0 + warp, column 4 lane
+  const float* f;  // fn row warp, column 4 lane
+  int64_t row8;    // 8 rows of X and fn
+  unsigned xvalid = 0, fvalid = 0;  // bit j: token row tok0 + warp + 8 j < T / fn row warp + 8 j < mixes
+
+  __device__ StageSlots(const float* __restrict__ fn, int mixes, const float* __restrict__ X, int64_t T, int64_t len,
+                        int64_t tok0) {
+    const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+    x = X + (tok0 + warp) * len + 4 * lane;
+    f = fn + int64_t(warp) * len + 4 * lane;
+    row8 = 8 * len;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) xvalid |= unsigned(tok0 + warp + 8 * j < T) << j;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) fvalid |= unsigned(warp + 8 * j < mixes) << j;
+  }
+
+  __device__ __forceinline__ void stage(float* st, const float* __restrict__ fn, int64_t len, int64_t c) const {
+    constexpr int kQ = kHcChunk / 4;
+    const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+    const int64_t k0 = c * kHcChunk;
+    const bool kin = k0 + 4 * lane < len;
+    float* dst = st + warp * kRowF + 4 * lane;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const bool ok = kin && ((xvalid >> j) & 1u);
+      cp_async16(dst + 8 * j * kRowF, ok ? x + j * row8 + k0 : fn, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const bool ok = kin && ((fvalid >> j) & 1u);
+      cp_async16(dst + (8 * MT + 8 * j) * kRowF, ok ? f + j * row8 + k0 : fn, ok);
+    }
+    static_assert(kQ == 32, "a row of a stage is one warp's 32 16-byte copies");
+  }
+};
+
 // kM16 (MT even): the m-tiles in pairs on the m16n8k4 shape.
 template <int MT, int NT, bool kM16>
 __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __restrict__ fn, int mixes,
@@ -107,18 +152,22 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
     for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = 0.0;
   }
   // Chunk c0 + i lives in stage i % kStages; one commit group per chunk (possibly empty), so "all but the newest
-  // kStages - 1 groups complete" means chunk c has arrived.
+  // kStages - 1 groups complete" means chunk c has arrived. Without a row list the fixed slots stage it (StageSlots).
+  const StageSlots<MT, NT> slots(fn, mixes, X, T, len, tok0);
+  auto stage = [&](float* st, int64_t c) {
+    if (rows) stage_chunk<MT, NT>(st, fn, mixes, X, rows, T, len, tok0, c);
+    else slots.stage(st, fn, len, c);
+  };
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (c0 + i < c1) stage_chunk<MT, NT>(sm + i * kStageF, fn, mixes, X, rows, T, len, tok0, c0 + i);
+    if (c0 + i < c1) stage(sm + i * kStageF, c0 + i);
     cp_commit();
   }
   for (int64_t c = c0; c < c1; ++c) {
     const int s = int((c - c0) % kStages);
     // the stage refilled here was read in the previous iteration, which ended with a barrier
     const int64_t next = c + kStages - 1;
-    if (next < c1)
-      stage_chunk<MT, NT>(sm + int((next - c0) % kStages) * kStageF, fn, mixes, X, rows, T, len, tok0, next);
+    if (next < c1) stage(sm + int((next - c0) % kStages) * kStageF, next);
     cp_commit();
     cp_wait<kStages - 1>();
     __syncthreads();
