@@ -13,6 +13,7 @@
 
 #include "cuda/gpu_test_util.h"
 #include "ops/moe/moe.h"
+#include "ops/mhc/mhc_cuda.h"
 #include "ops/moe/moe_cuda.h"
 #include "weight_gen.h"
 
@@ -210,6 +211,34 @@ struct MoeCase {
 // in quadrature: expected ~2-3e-3; 1e-2 leaves a margin for the small-D cases (few terms, clamp edges).
 constexpr double kFastTol = 1e-2;
 
+// moe_cuda's defer (session 37: the V4 forward sums the MoE's output inside hc_post_ffn): the call leaves out
+// untouched and describes it (ops/routed_sum.h); moe_combine_cuda on that description gives `out` (the plain call's
+// output) bit for bit, and hc_post_routed on it gives hc_post on `out` bit for bit (n = 4 and the generic n = 3).
+void check_deferred_combine(const MoeCase& c, const DeviceBuffer<float>& dx, const DeviceBuffer<int32_t>& di,
+                            const DeviceBuffer<float>& dwt, const oc::MoeExpertsDevice& ex,
+                            const oc::MoeSharedDevice* sh, oc::MoeWorkspace& ws, const std::vector<float>& out) {
+  auto dout = to_device(std::vector<float>(size_t(c.T * c.D), NAN));
+  dsinfer::ops::RoutedSum f;
+  ASSERT_TRUE(oc::moe_cuda(dx.data(), c.T, di.data(), dwt.data(), c.k, ex, sh, c.limit, c.shared_limit, dout.data(), ws,
+                           nullptr, c.path, nullptr, &f)
+                  .is_ok());
+  ASSERT_TRUE(f.yp != nullptr) << "the fast path's combine is the routed sum";
+  EXPECT_EQ(f.topk, c.k);
+  EXPECT_EQ(f.shared != nullptr, sh != nullptr);
+  for (float v : to_host(dout, size_t(c.T * c.D))) ASSERT_TRUE(std::isnan(v)) << "out written despite defer";
+  ASSERT_TRUE(oc::moe_combine_cuda(f.yp, f.pos_of, f.weight, c.T, f.topk, c.D, f.shared, dout.data(), nullptr).is_ok());
+  EXPECT_EQ(std::memcmp(to_host(dout, out.size()).data(), out.data(), out.size() * 4), 0) << "deferred combine";
+  for (int64_t n : {4, 3}) {
+    const auto X = random_floats(size_t(c.T * n * c.D), 77), post = random_floats(size_t(c.T * n), 78),
+               comb = random_floats(size_t(c.T * n * n), 79);
+    auto dX1 = to_device(X), dX2 = to_device(X), dp = to_device(post), dc = to_device(comb);
+    ASSERT_TRUE(oc::hc_post(c.T, n, c.D, dout.data(), dp.data(), dc.data(), dX1.data(), nullptr).is_ok());
+    ASSERT_TRUE(oc::hc_post_routed(c.T, n, c.D, f, dp.data(), dc.data(), dX2.data(), nullptr).is_ok());
+    EXPECT_EQ(std::memcmp(to_host(dX1, X.size()).data(), to_host(dX2, X.size()).data(), X.size() * 4), 0)
+        << "hc_post_routed, n " << n;
+  }
+}
+
 void check_moe(const MoeCase& c, uint64_t seed, std::vector<float>* out_copy = nullptr) {
   SCOPED_TRACE(testing::Message() << "T=" << c.T << " E=" << c.E << " k=" << c.k << " D=" << c.D << " I=" << c.I
                                   << " fmt=" << oc::weight_format_name(c.fmt) << " shared=" << c.shared);
@@ -264,6 +293,7 @@ void check_moe(const MoeCase& c, uint64_t seed, std::vector<float>* out_copy = n
   if (c.path == oc::MoePath::Fast)
     EXPECT_EQ(std::memcmp(out.data(), again.data(), out.size() * 4), 0) << "fast path not bitwise deterministic";
   if (out_copy) *out_copy = out;
+  if (c.path == oc::MoePath::Fast) check_deferred_combine(c, dx, di, dwt, ex, c.shared ? &sh : nullptr, ws, out);
   if (c.vs_exact_tol > 0) {
     ASSERT_TRUE(oc::moe_cuda(dx.data(), c.T, di.data(), dwt.data(), c.k, ex, c.shared ? &sh : nullptr, c.limit,
                              c.shared_limit, dout.data(), ws, nullptr, oc::MoePath::Exact)
@@ -360,6 +390,9 @@ TEST(MoeGpu, FastPathSmall) {
     check_moe({T, 256, 6, 128, 128, WeightFormat::FP4_G32, false, WeightFormat::F32, 0.0f, 0.0f, 12, T % 2 == 1,
                oc::MoePath::Fast}, ++seed);
   }
+  // a prefill-sized step: the grouped RS kernels, the shared expert in line (session 37: its deferred combine)
+  check_moe({oc::kMoeGroupedMinT + 40, 12, 4, 256, 384, WeightFormat::FP4_G32, true, WeightFormat::FP8_BLOCK, 0.0f,
+             0.0f, 12, true, oc::MoePath::Fast}, ++seed);
   for (WeightFormat f : {WeightFormat::FP8_BLOCK, WeightFormat::BF16}) {
     MoeCase c{17, 8, 2, 64, 96, f, true, WeightFormat::FP8_BLOCK, 0.05f, 0.05f, 4, true, oc::MoePath::Fast};
     std::vector<float> fast_out, exact_out;

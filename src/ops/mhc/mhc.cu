@@ -15,11 +15,13 @@
 // Every finalize form stores the normed row through norm_columns, which also writes its bf16 rounding where
 // HcNormParams::y_bf16 asks for it (session 37: the prefill projections' x).
 // hc_post: one thread per (token, 4 channels), float4 loads issued before the token's post/comb
-// are staged in shared memory; optionally the bf16 rounding of V4.1's official numerics on the stored streams.
+// are staged in shared memory; optionally the bf16 rounding of V4.1's official numerics on the stored streams; f
+// read, or (hc_post_routed) summed from the MoE's routed outputs as moe_cuda's combine would (session 37).
 #include "core/small_float.h"
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "ops/mhc/mhc_launch.h"
+#include "ops/routed_sum.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -503,12 +505,13 @@ __global__ void __launch_bounds__(kColThreads, 3) hc_collapse_kernel(HcNormParam
 
 // N > 0: hc_mult fixed at compile time (n = 4: 96 registers, bounded for five blocks per SM; lower bounds
 // spill). Blocks of kPostThreads = 128: 20 warps per SM against 16 in two blocks of 256 before session 16.
-// The arithmetic is the same.
+// The arithmetic is the same. kRouted (hc_post_routed): f's columns are the MoE's routed sum (ops/routed_sum.cuh),
+// computed where the plain kernel loads them, instead of read from f.
 constexpr int kPostThreads = 128;
-template <int N>
+template <int N, bool kRouted>
 __global__ void __launch_bounds__(kPostThreads, N == 4 ? 5 : 2)
-    hc_post_kernel(int64_t T, int n_arg, int64_t dim, const float* __restrict__ f, const float* __restrict__ post,
-                   const float* __restrict__ comb, float* X, bool round) {
+    hc_post_kernel(int64_t T, int n_arg, int64_t dim, const float* __restrict__ f, RoutedSum fr,
+                   const float* __restrict__ post, const float* __restrict__ comb, float* X, bool round) {
   dsinfer::cuda::pdl_wait_then_release();
   constexpr int kN = N > 0 ? N : kHcMaxN;
   const int n = N > 0 ? N : n_arg;
@@ -523,7 +526,7 @@ __global__ void __launch_bounds__(kPostThreads, N == 4 ? 5 : 2)
 #pragma unroll
       for (int j = 0; j < kN; ++j)
         if (j < n) old[j] = x4[j * d4 + q];
-      fv = reinterpret_cast<const float4*>(f + t * dim)[q];
+      fv = kRouted ? routed_sum4(fr, t, d4, q) : reinterpret_cast<const float4*>(f + t * dim)[q];
     }
     __syncthreads();  // the previous token's coefficients are no longer read
     if (int(threadIdx.x) < n) s_post[threadIdx.x] = post[t * n + threadIdx.x];
@@ -628,16 +631,17 @@ void launch_hc_comb(const HcNormParams& p, int64_t T, float* post, float* comb, 
   else hc_comb_kernel<0><<<blocks, kThreads, 0, st>>>(p, T, post, comb);
 }
 
-void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
-                    bool round_bf16, void* stream) {
+void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const RoutedSum* routed, const float* post,
+                    const float* comb, float* X, bool round_bf16, void* stream) {
   const dim3 grid(unsigned((dim / 4 + kPostThreads - 1) / kPostThreads), unsigned(T < 65535 ? T : 65535));
   const auto st = static_cast<cudaStream_t>(stream);
-  if (n == 4)
-    dsinfer::cuda::pdl_launch(hc_post_kernel<4>, grid, dim3(kPostThreads), 0, st, T, int(n), dim, f, post, comb, X,
+  const RoutedSum fr = routed ? *routed : RoutedSum{};
+  auto launch = [&](auto kernel) {
+    dsinfer::cuda::pdl_launch(kernel, grid, dim3(kPostThreads), 0, st, T, int(n), dim, f, fr, post, comb, X,
                               round_bf16);
-  else
-    dsinfer::cuda::pdl_launch(hc_post_kernel<0>, grid, dim3(kPostThreads), 0, st, T, int(n), dim, f, post, comb, X,
-                              round_bf16);
+  };
+  if (n == 4) routed ? launch(hc_post_kernel<4, true>) : launch(hc_post_kernel<4, false>);
+  else routed ? launch(hc_post_kernel<0, true>) : launch(hc_post_kernel<0, false>);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -90,8 +90,24 @@ Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* p
   if (!f || !post || !comb || !X) return Status::error("hc_post: null input or output");
   if (!aligned16(f) || !aligned16(X)) return Status::error("hc_post: f and X must be 16-byte aligned");
   if ((dim / 4 + 255) / 256 > 0x7fffffff) return Status::errorf("hc_post: dim={} exceeds the grid limit", dim);
-  detail::launch_hc_post(T, n, dim, f, post, comb, X, round_bf16, stream);
+  detail::launch_hc_post(T, n, dim, f, nullptr, post, comb, X, round_bf16, stream);
   DSI_CUDA_LAUNCHED("hc_post_kernel");
+  return Status::ok();
+}
+
+Status hc_post_routed(int64_t T, int64_t n, int64_t dim, const RoutedSum& f, const float* post, const float* comb,
+                      float* X, void* stream) {
+  if (n < 1 || n > detail::kHcMaxN || dim <= 0 || dim % 4 != 0 || T < 0 || f.topk < 0)
+    return Status::errorf("hc_post_routed: bad shape T={} n={} dim={} topk={} (dim a multiple of 4)", T, n, dim,
+                          f.topk);
+  if (T == 0) return Status::ok();
+  if (!f.yp || (f.topk > 0 && (!f.pos_of || !f.weight)) || !post || !comb || !X)
+    return Status::error("hc_post_routed: null input or output");
+  if (!aligned16(f.yp) || (f.shared && !aligned16(f.shared)) || !aligned16(X))
+    return Status::error("hc_post_routed: yp, shared and X must be 16-byte aligned");
+  if ((dim / 4 + 255) / 256 > 0x7fffffff) return Status::errorf("hc_post_routed: dim={} exceeds the grid limit", dim);
+  detail::launch_hc_post(T, n, dim, nullptr, &f, post, comb, X, false, stream);
+  DSI_CUDA_LAUNCHED("hc_post_kernel (routed)");
   return Status::ok();
 }
 

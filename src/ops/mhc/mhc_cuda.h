@@ -36,6 +36,12 @@ bool hc_defer_comb(int64_t T);
 Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                void* stream, bool round_bf16 = false);
 
+// hc_post with f = a MoE layer's output described by `f` (ops/routed_sum.h), summed in the kernel as moe_cuda's
+// combine does (the same arithmetic, ops/routed_sum.cuh): the same bits as moe_combine_cuda into a buffer and hc_post
+// on it, without f's write and read ([T, dim] fp32 each way). f.yp and f.shared 16-byte aligned, dim % 4 == 0.
+Status hc_post_routed(int64_t T, int64_t n, int64_t dim, const RoutedSum& f, const float* post, const float* comb,
+                      float* X, void* stream);
+
 // y[r] = rmsnorm(hc_head(X[rows[r]]), norm_w) for r < R (rows: device int32 token indices into X).
 // Same two kernels as hc_pre_norm over the listed rows (n mixes, no Sinkhorn); y must not alias X.
 Status hc_head_norm(const HcNormParams& p, const float* X, const int32_t* rows, int64_t R, float* y, void* stream);

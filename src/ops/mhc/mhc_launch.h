@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "ops/routed_sum.h"
+
 namespace dsinfer::ops::cuda {
 
 // One mHC site (or the head) plus the RMSNorm that follows it. Device pointers.
@@ -92,8 +94,9 @@ void launch_hc_finalize(const HcNormParams& p, const float* X, const int32_t* ro
 // y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w) (DeepSeek-V4.1's final collapse).
 void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
                              const float* norm_w, float eps, bool round_bf16, float* y, void* stream);
-void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
-                    bool round_bf16, void* stream);
+// f null and routed not null: hc_post_routed (f summed from the MoE's routed outputs).
+void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const RoutedSum* routed, const float* post,
+                    const float* comb, float* X, bool round_bf16, void* stream);
 // Finishes a deferred hc_pre (HcNormParams::defer_comb): post [T, n] and comb [T, n, n] in place from the raw mixes
 // the finalize left there; one warp per token, 8 tokens per block.
 void launch_hc_comb(const HcNormParams& p, int64_t T, float* post, float* comb, void* stream);

@@ -13,6 +13,7 @@
 #include "ops/moe/moe_launch.h"
 #include "ops/moe/moe_plan.h"  // kMoePrepMaxN
 #include "ops/moe/moe_x_bf16.cuh"
+#include "ops/routed_sum.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -220,32 +221,14 @@ __global__ void combine_kernel(const float* yp, const int32_t* pos_of, const flo
 }
 
 // combine_kernel on 4 consecutive columns per thread (dim % 4 == 0, 16-byte aligned yp / shared / out): the same
-// sums in the same order per element, so the same bits, with 16-byte loads and stores.
-__global__ void combine4_kernel(const float4* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,
-                                int64_t D4, const float4* shared, float4* out) {
+// sums in the same order per element, so the same bits, with 16-byte loads and stores (ops/routed_sum.cuh, shared
+// with hc_post_routed).
+__global__ void combine4_kernel(RoutedSum f, int64_t T, int64_t D4, float4* out) {
   dsinfer::cuda::pdl_wait_then_release();
   const int64_t total = T * D4;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / D4, d = i - t * D4;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int64_t k = 0; k < topk; ++k) {
-      const int32_t p = pos_of[t * topk + k];
-      if (p < 0) continue;
-      const float w = weight[t * topk + k];
-      const float4 y = yp[int64_t(p) * D4 + d];
-      acc.x += w * y.x;
-      acc.y += w * y.y;
-      acc.z += w * y.z;
-      acc.w += w * y.w;
-    }
-    if (shared) {
-      const float4 s = shared[i];
-      acc.x += s.x;
-      acc.y += s.y;
-      acc.z += s.z;
-      acc.w += s.w;
-    }
-    out[i] = acc;
+    out[i] = routed_sum4(f, t, D4, d);
   }
 }
 
@@ -334,9 +317,9 @@ void launch_combine(const float* yp, const int32_t* pos_of, const float* weight,
   const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (dim % 4 == 0 && a16(yp) && a16(shared) && a16(out)) {
-    dsinfer::cuda::pdl_launch(combine4_kernel, dim3(unsigned(elementwise_blocks(T * dim / 4))), dim3(256), 0, st,
-                              reinterpret_cast<const float4*>(yp), pos_of, weight, T, topk, dim / 4,
-                              reinterpret_cast<const float4*>(shared), reinterpret_cast<float4*>(out));
+    const RoutedSum f{yp, pos_of, weight, topk, shared};
+    dsinfer::cuda::pdl_launch(combine4_kernel, dim3(unsigned(elementwise_blocks(T * dim / 4))), dim3(256), 0, st, f, T,
+                              dim / 4, reinterpret_cast<float4*>(out));
     return;
   }
   dsinfer::cuda::pdl_launch(combine_kernel, dim3(unsigned(elementwise_blocks(T * dim))), dim3(256), 0, st, yp, pos_of,

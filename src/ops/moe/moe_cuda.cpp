@@ -406,8 +406,9 @@ Status MoeWorkspace::check_call(const float* x, int64_t T, const int32_t* idx, c
 
 Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                 const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
-                MoeWorkspace& ws, void* stream, MoePath path, const uint16_t* x16) {
+                MoeWorkspace& ws, void* stream, MoePath path, const uint16_t* x16, RoutedSum* defer) {
   const int64_t E = ex.experts, D = ex.dim;
+  if (defer) *defer = RoutedSum{};
   DSI_RETURN_IF_ERROR(ws.check_call(x, T, idx, weight, topk, ex, shared, out));
   if (T == 0) return Status::ok();
   const int64_t n = T * topk;
@@ -481,6 +482,10 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   if (plan.experts == MoeExpertKernels::kCutlassFp8) {
     detail::launch_moe_cutlass_combine(yp, pos, weight, T, topk, D, shy, out, stream);
     DSI_CUDA_LAUNCHED("moe_cutlass_combine_kernel");
+    return Status::ok();
+  }
+  if (defer) {
+    *defer = RoutedSum{yp, pos, weight, topk, shy};
     return Status::ok();
   }
   detail::launch_combine(yp, pos, weight, T, topk, D, shy, out, stream);

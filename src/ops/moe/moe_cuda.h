@@ -14,6 +14,7 @@
 #include "ops/gemm/gemm_cuda.h"
 #include "ops/moe/moe_launch.h"  // RouterCudaParams, DeviceExpertWeights, MoeExpertsDevice, MoeSharedDevice
 #include "ops/moe/moe_plan.h"    // MoePath, the kernel choice
+#include "ops/routed_sum.h"
 
 namespace dsinfer::ops::cuda {
 
@@ -41,10 +42,14 @@ class MoeWorkspace;
 // own row and on which path runs (Exact: chosen from T, fp32 streaming when T*topk <= 8*experts, else tensor
 // core; Fast: independent of the other tokens, see docs/kernels.md). x16 (optional): x rounded to bf16 (round to
 // nearest even) [T, D], handed to the shared expert's projection (MoeSharedGemm) for gate and up.
+// defer (optional): where the call's combine is the routed sum of ops/routed_sum.h (every path but CUTLASS's), it is
+// left to the caller: *defer describes out (yp / pos_of / shared in ws, valid until ws's next call; weight is the
+// caller's) and out is not written (hc_post_routed sums it where it reads it); elsewhere defer->yp = null and out
+// holds the result.
 Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                 const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float shared_limit,
                 float* out, MoeWorkspace& ws, void* stream, MoePath path = MoePath::Exact,
-                const uint16_t* x16 = nullptr);
+                const uint16_t* x16 = nullptr, RoutedSum* defer = nullptr);
 
 // The two halves of moe_cuda for a caller that computes the routed experts elsewhere (the expert dispatch of DP
 // attention + EP, backends/cuda/parallel/expert_exchange_cuda.cpp), with moe_cuda's own code so the bits match:
@@ -116,7 +121,7 @@ class MoeWorkspace {
  private:
   friend Status moe_cuda(const float*, int64_t, const int32_t*, const float*, int64_t, const MoeExpertsDevice&,
                          const MoeSharedDevice*, float, float, float*, MoeWorkspace&, void*, MoePath,
-                         const uint16_t*);
+                         const uint16_t*, RoutedSum*);
   friend Status moe_shared_cuda(const float*, int64_t, const MoeSharedDevice&, float, float*, MoeWorkspace&, void*,
                                 MoePath);
   friend Status moe_official_cuda(const float*, int64_t, const int32_t*, const float*, int64_t,

@@ -79,8 +79,10 @@ class CudaForwardV4 final : public CudaForward {
     return {&L.experts, L.has_shared ? &L.shared : nullptr, limit, num_.shared_expert_clamp ? limit : 0.0f};
   }
   int64_t attention_splits(io::AttnType type, int64_t m, int64_t T, int64_t max_pos) const;
-  // y16: hc_pre_ffn's output rounded to bf16 (x16_site), or null.
-  Status ffn(int64_t l, const int32_t* tokens, int64_t T, const uint16_t* y16);
+  // y16: hc_pre_ffn's output rounded to bf16 (x16_site), or null. f_sum.yp set: the MoE left its output undone as
+  // f_sum describes it (moe_cuda's defer: one rank, the whole step in one call) and s_.f is not written; hc_post_ffn
+  // then sums it (hc_post_routed).
+  Status ffn(int64_t l, const int32_t* tokens, int64_t T, const uint16_t* y16, ops::RoutedSum& f_sum);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy,
               bool acc);
   // Whether gemm would run this call on the cuBLASLt engine's bf16 matmul (plan_gemm_call's lt, no skinny kernel; a
@@ -112,7 +114,7 @@ class CudaForwardV4 final : public CudaForward {
   Status gemm_grouped_lt(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
                          int64_t groups, float* y, int64_t ldy, int64_t yg);
   Status moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k, const DeviceLayer& L,
-             const uint16_t* x16);
+             const uint16_t* x16, ops::RoutedSum* defer);
   // A site's deferred coefficients (HcNormParams::defer_comb): hc_comb on hc_side_, forked after its hc_pre.
   Status comb_on_side(const ops::cuda::HcNormParams& hp, int64_t T);
   // After the site's sublayer: the main stream joins hc_side_ (whatever the sublayer returned, so a captured forward

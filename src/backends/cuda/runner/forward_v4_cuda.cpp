@@ -223,7 +223,7 @@ Status CudaForwardV4::gemm_grouped(const float* x, int64_t M, int64_t ldx, int64
 }
 
 Status CudaForwardV4::moe(const float* x, int64_t T, const int32_t* idx, const float* w, int64_t k,
-                          const DeviceLayer& L, const uint16_t* x16) {
+                          const DeviceLayer& L, const uint16_t* x16, ops::RoutedSum* defer) {
   const MoeExpertsDevice& e = L.experts;
   const float limit = float(cfg_.swiglu_limit), shared_limit = num_.shared_expert_clamp ? limit : 0.0f;
   // Path and tokens per call: ops/moe/moe_plan.h (exact: chunks that keep every expert GEMM on the fp32 kernel;
@@ -232,12 +232,13 @@ Status CudaForwardV4::moe(const float* x, int64_t T, const int32_t* idx, const f
   const int64_t chunk = moe_chunk_tokens(kernel_mode(), T, e.experts, k);
   const int64_t D = e.dim;
   float* out = s_.f.data();
+  if (chunk < T) defer = nullptr;  // several calls: each sums its own rows into s_.f
   for (int64_t r = 0; r < T; r += chunk) {
     const int64_t n = std::min(chunk, T - r);
     // Expert parallelism: the shared expert on rank 0 only (the all-reduce adds it to every rank's sum once).
     const MoeSharedDevice* shared = L.has_shared && ep_rank_ == 0 ? &L.shared : nullptr;
     DSI_RETURN_IF_ERROR(moe_cuda(x + r * D, n, idx + r * k, w + r * k, k, e, shared, limit, shared_limit, out + r * D,
-                                 moe_ws_, stream_, path, x16 ? x16 + r * D : nullptr));
+                                 moe_ws_, stream_, path, x16 ? x16 + r * D : nullptr, defer));
   }
   return Status::ok();
 }
@@ -279,8 +280,12 @@ Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_
     hp.y_bf16 = x16_site(L.has_shared ? L.shared.w1 : L.gate, T) ? s_.y16.data() : nullptr;
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     if (defer) DSI_RETURN_IF_ERROR(comb_on_side(hp, T));
-    DSI_RETURN_IF_ERROR(join_comb(defer, ffn(l, st.tokens, T, hp.y_bf16)));
-    DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    ops::RoutedSum f_sum;
+    DSI_RETURN_IF_ERROR(join_comb(defer, ffn(l, st.tokens, T, hp.y_bf16, f_sum)));
+    if (f_sum.yp)  // the MoE's combine inside hc_post (the same bits as the two)
+      DSI_OP("hc_post_ffn", l, hc_post_routed(T, n, D, f_sum, s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    else
+      DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));  // speculative decoding: the drafter's tapped layers
   }
   if (R > 0) {
@@ -294,7 +299,7 @@ Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_
   return Status::ok();
 }
 
-Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T, const uint16_t* y16) {
+Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T, const uint16_t* y16, ops::RoutedSum& f_sum) {
   const DeviceLayer& L = weights_.layer(l);
   const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
   DSI_OP("router", l, gemm_x16(s_.y.data(), y16, T, D, L.gate, s_.router.data(), E));
@@ -315,7 +320,10 @@ Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T, const uin
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local ids, -1 (skipped) for the others';
   // after the MoE every rank holds its partial sum in s_.f, summed over the ranks in place (fp32).
   if (ep_size_ > 1) DSI_OP("moe_remap", l, core_.remap_experts(s_.ridx.data(), l, T, k));
-  DSI_OP("moe", l, moe(s_.y.data(), T, s_.ridx.data(), s_.rw.data(), k, L, y16));
+  // one rank: the combine is left to hc_post_ffn (moe_cuda's defer) where DSINFER_MOE_COMBINE_IN_POST is not 0
+  static const bool fuse = env_switch("DSINFER_MOE_COMBINE_IN_POST", {"0", "1"}) != "0";
+  ops::RoutedSum* defer = ep_size_ == 1 && fuse ? &f_sum : nullptr;
+  DSI_OP("moe", l, moe(s_.y.data(), T, s_.ridx.data(), s_.rw.data(), k, L, y16, defer));
   if (ep_size_ > 1) {
     if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");
     DSI_OP("moe_allreduce", l, comm_->all_reduce_sum(s_.f.data(), size_t(T * D), stream_));
