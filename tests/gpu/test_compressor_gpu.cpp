@@ -7,6 +7,9 @@
 // FP8/FP4 rounding, so: at most 0.5 % of the entry elements off, normalised error < 2e-3.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "attn_test_util.h"
 #include "ops/compressor/compressor.h"
 #include "ops/compressor/compressor_cuda.h"
@@ -16,12 +19,61 @@
 
 using namespace dsinfer;
 using namespace dsinfer::cuda::test;
+using dsinfer::cuda::DeviceBuffer;
 
 namespace {
 
 struct Dims {
   int64_t hd, rd, W, idx, hca_ratio, block_size;
 };
+
+// Session 37: a step of kCompressorSplitMinT tokens or more runs the split emit (three kernels) where the caller
+// gives the entries scratch, else the one-kernel emit. From the same starting state both give the same bits:
+// the slots and blocks of the fp32 state (gslots / gblocks: the one-kernel run's), and with an FP8 state the
+// out rows and their row numbers.
+void check_split_emit(TestStep& step, TestState& st, int64_t layer, ops::cuda::CompressorCudaParams p,
+                      const DeviceBuffer<float>& dkv, const DeviceBuffer<float>& dgate, const std::vector<float>& slots0,
+                      const std::vector<float>& blocks0, const std::vector<float>& gslots,
+                      const std::vector<float>& gblocks) {
+  const int64_t T = step.T;
+  const std::vector<float> cpu_slots = st.slots, cpu_blocks = st.blocks;  // the CPU walk's, restored at the end
+  DeviceBuffer<int32_t> entries;
+  ASSERT_TRUE(entries.alloc(size_t(T + 1)).is_ok());
+  auto run = [&](bool split, bool fp8, std::vector<float>& out, std::vector<int32_t>& rows) {
+    st.slots = slots0;
+    st.blocks = blocks0;
+    st.upload();
+    auto dout = to_device(std::vector<float>(size_t(T * p.d), NAN));
+    auto drows = to_device(std::vector<int32_t>(size_t(T), -7));
+    ops::LayerStateView view = st.device_view(layer);
+    ops::cuda::CompressorCudaParams q = p;
+    q.entries = split ? entries.data() : nullptr;
+    if (fp8) {
+      view.fp8 = true;  // entries go to out (the accessors of the entry pages are not used)
+      q.out = dout.data();
+      q.out_rows = drows.data();
+    }
+    const Status s = ops::cuda::compressor_step(step.dev, view, q, dkv.data(), dgate.data(), nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    out = to_host(dout, size_t(T * p.d));
+    rows = to_host(drows, size_t(T));
+  };
+  std::vector<float> out[2];
+  std::vector<int32_t> rows[2];
+  run(true, false, out[0], rows[0]);
+  EXPECT_EQ(std::memcmp(to_host(st.dslots, gslots.size()).data(), gslots.data(), gslots.size() * 4), 0) << "slots";
+  EXPECT_EQ(std::memcmp(to_host(st.dblocks, gblocks.size()).data(), gblocks.data(), gblocks.size() * 4), 0)
+      << "entries, split emit vs one kernel";
+  for (int split = 0; split < 2; ++split) run(split == 1, true, out[split], rows[split]);
+  EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0) << "FP8 state's out rows";
+  EXPECT_EQ(rows[0], rows[1]) << "FP8 state's row numbers";
+  int64_t listed = 0;
+  for (int32_t r : rows[1]) listed += r >= 0;
+  EXPECT_GT(listed, 2);
+  EXPECT_EQ(std::count(rows[1].begin(), rows[1].end(), -7), 0) << "a token without its row number";
+  st.slots = cpu_slots;
+  st.blocks = cpu_blocks;
+}
 
 void run_case(const Dims& dm, std::vector<SeqSpec> seqs, int64_t layer, bool indexer, bool sim, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << "hd " << dm.hd << " layer " << layer << " indexer " << indexer << " sim " << sim);
@@ -31,6 +83,7 @@ void run_case(const Dims& dm, std::vector<SeqSpec> seqs, int64_t layer, bool ind
   TestState st(cfg, 8, step.num_blocks(), dm.block_size, seed);
   std::fill(st.blocks.begin(), st.blocks.end(), NAN);
   st.upload();
+  const std::vector<float> slots0 = st.slots, blocks0 = st.blocks;  // the state before the step
   const bool csa = layer == 0;
   const int64_t m = csa ? 4 : dm.hca_ratio, c = csa ? 2 : 1, d = indexer ? dm.idx : dm.hd, T = step.T;
   const auto kv = random_vec(size_t(T * c * d), seed + 2), gate = random_vec(size_t(T * c * d), seed + 3, 3.0f);
@@ -78,6 +131,8 @@ void run_case(const Dims& dm, std::vector<SeqSpec> seqs, int64_t layer, bool ind
   const Status s = ops::cuda::compressor_step(step.dev, st.device_view(layer), p, dkv.data(), dgate.data(), nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   const auto gslots = to_host(st.dslots, st.slots.size()), gblocks = to_host(st.dblocks, st.blocks.size());
+  if (T >= ops::cuda::kCompressorSplitMinT) check_split_emit(step, st, layer, p, dkv, dgate, slots0, blocks0, gslots,
+                                                              gblocks);
 
   // Slots (frontier rows: copies and one fp32 add) must match exactly; blocks within tolerance.
   int64_t slot_bad = 0;
@@ -131,6 +186,19 @@ TEST(GpuCompressor, FlashSizesAllVariants) {
       for (bool sim : {false, true}) {
         if (indexer && layer == 1) continue;
         run_case(kFlash, kFlashSeqs, layer, indexer, sim, 200 + uint32_t(layer * 4 + indexer * 2 + sim));
+      }
+}
+
+// A prefill-sized step (kCompressorSplitMinT tokens and more): the split emit, against the CPU walk and bitwise
+// against the one-kernel emit (check_split_emit); a chunk starting mid-window, a second sequence, a decode token.
+TEST(GpuCompressor, LongStepSplitEmit) {
+  DSI_SKIP_WITHOUT_GPU();
+  const std::vector<SeqSpec> seqs = {{0, 6, 1030}, {1, 4000, 1}, {2, 130, 300}};
+  for (int64_t layer : {0, 1})
+    for (bool indexer : {false, true})
+      for (bool sim : {false, true}) {
+        if (indexer && layer == 1) continue;
+        run_case(kFlash, seqs, layer, indexer, sim, 300 + uint32_t(layer * 4 + indexer * 2 + sim));
       }
 }
 

@@ -1,4 +1,7 @@
-// CUDA compressor kernels (see compressor_cuda.h).
+// CUDA compressor kernels (see compressor_cuda.h). The emit: each window closed in the step pooled per channel
+// (window_value), then post-processed over the whole entry (finish_entry); decode sizes in one kernel, prefill sizes
+// in three (compressor_split_emit: the list of closing tokens, the pooled values over channel slices of every listed
+// window, the post-processing), the same functions in the same order, so the same bits.
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "ops/compressor/compressor_launch.h"
@@ -31,6 +34,70 @@ struct SlotSource {
   }
 };
 
+// The pooled value of channel ch (< p.d) of window w: the softmax over the window's slots (the previous window's
+// first under overlap, as the reference sums them) of gate + ape, weighting kv, in double. Loads of several slots
+// in flight (the unrolled loops); the sums in slot order.
+__device__ float window_value(const SlotSource& src, const CompressorCudaParams& p, int64_t w, int64_t ch) {
+  const bool prev = p.overlap && w > 0;
+  const int64_t cur_half = p.overlap ? p.d : 0;
+  float mx = -INFINITY, k, g;
+#pragma unroll 4
+  for (int64_t i = 0; i < p.m; ++i) {
+    if (prev) {
+      src.fetch((w - 1) * p.m + i, ch, k, g);
+      mx = fmaxf(mx, g);
+    }
+    src.fetch(w * p.m + i, cur_half + ch, k, g);
+    mx = fmaxf(mx, g);
+  }
+  double den = 0.0, num = 0.0;
+  if (prev)  // the reference sums the previous window's slots first
+#pragma unroll 4
+    for (int64_t i = 0; i < p.m; ++i) {
+      src.fetch((w - 1) * p.m + i, ch, k, g);
+      const double x = exp(double(g) - double(mx));
+      den += x;
+      num += x * double(k);
+    }
+#pragma unroll 4
+  for (int64_t i = 0; i < p.m; ++i) {
+    src.fetch(w * p.m + i, cur_half + ch, k, g);
+    const double x = exp(double(g) - double(mx));
+    den += x;
+    num += x * double(k);
+  }
+  return float(num / den);
+}
+
+// Where entry w of token t's sequence s goes: the FP8 path's out row t, else the state's entry / indexer key.
+__device__ float* entry_row(const StepDevice& st, const LayerStateView& v, const CompressorCudaParams& p, int64_t t,
+                            int32_t s, int64_t w) {
+  if (p.out) return p.out + t * p.d;
+  const int32_t* table = st.block_tables + int64_t(s) * st.table_stride;
+  return p.indexer ? v.index_key(table, w) : v.entry(table, w);
+}
+
+// The entry's post-processing in shared memory (e: the d pooled values, complete), then its store: the weighted
+// RMSNorm, RoPE at the window's first position, the FP8 / Hadamard + FP4 simulation. The whole block.
+__device__ void finish_entry(float* e, double* scratch, const StepDevice& st, const LayerStateView& v,
+                             const CompressorCudaParams& p, int64_t t, int32_t s, int64_t pos) {
+  const int64_t w = pos / p.m, ch = threadIdx.x;
+  dev::smem_rmsnorm(e, int(p.d), p.norm_w, p.eps);
+  if (p.rope_dim > 0) dev::smem_rope(e, int(p.d), int(p.rope_dim), p.inv_freq, pos + 1 - p.m, false, p.attention_factor);
+  if (p.sim == CompressorSim::Fp8Nope) dev::smem_block_quant_sim(e, int(p.fp8_dims), int(p.fp8_block), true);
+  if (p.sim == CompressorSim::HadamardFp4) {
+    dev::smem_hadamard(e, int(p.d), scratch);
+    dev::smem_block_quant_sim(e, int(p.d), int(p.fp4_block), false);
+  }
+  if (p.out && threadIdx.x == 0) {  // FP8 state: the caller encodes the row
+    const int32_t* table = st.block_tables + int64_t(s) * st.table_stride;
+    p.out_rows[t] = int32_t(v.entry_index(table, w));
+  }
+  float* dst = entry_row(st, v, p, t, s, w);
+  if (ch < p.d) dst[ch] = e[ch];
+}
+
+// Decode sizes: one block of d threads per token; tokens closing no window exit at once.
 __global__ void compressor_emit_kernel(StepDevice st, LayerStateView v, CompressorCudaParams p, const float* kv,
                                        const float* gate) {
   dsinfer::cuda::pdl_wait_then_release();
@@ -43,51 +110,71 @@ __global__ void compressor_emit_kernel(StepDevice st, LayerStateView v, Compress
   }
   const int32_t s = st.seq_of_token[t];
   const SlotSource src{st, v, p, kv, gate, st.start_pos[s], st.cu_seqlens[s], st.slot[s]};
-  const int64_t w = pos / p.m, ch = threadIdx.x;
-  // blockDim is d rounded up to a warp multiple: threads past d only join the block-wide steps below.
-  if (ch < p.d) {
-    const bool prev = p.overlap && w > 0;
-    const int64_t cur_half = p.overlap ? p.d : 0;
-    float mx = -INFINITY, k, g;
-    for (int64_t i = 0; i < p.m; ++i) {
-      if (prev) {
-        src.fetch((w - 1) * p.m + i, ch, k, g);
-        mx = fmaxf(mx, g);
+  // blockDim is d rounded up to a warp multiple: threads past d only join the block-wide steps.
+  if (threadIdx.x < p.d) e[threadIdx.x] = window_value(src, p, pos / p.m, threadIdx.x);
+  finish_entry(e, cmp_smem, st, v, p, t, s, pos);
+}
+
+// Prefill sizes (compressor_split_emit), three kernels over the list of the tokens that close a window:
+// 1. the list (one block): list[0] = count, list[1 + i] = the i-th such token in token order; out_rows[t] = -1 for
+//    every other token (FP8 state).
+constexpr int kListThreads = 1024;
+__global__ void __launch_bounds__(kListThreads) compressor_list_kernel(StepDevice st, int64_t m, int32_t* list,
+                                                                       int32_t* out_rows) {
+  dsinfer::cuda::pdl_wait_then_release();
+  __shared__ int32_t warp_base[kListThreads / 32];
+  __shared__ int32_t base;
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  if (threadIdx.x == 0) base = 0;
+  __syncthreads();
+  for (int64_t t0 = 0; t0 < st.T; t0 += kListThreads) {
+    const int64_t t = t0 + threadIdx.x;
+    const bool closes = t < st.T && (st.pos[t] + 1) % m == 0;
+    if (t < st.T && !closes && out_rows) out_rows[t] = -1;
+    const unsigned ballot = __ballot_sync(dev::kFull, closes);
+    if (lane == 0) warp_base[warp] = __popc(ballot);
+    __syncthreads();
+    if (threadIdx.x == 0) {  // the warps' counts into offsets, in warp order
+      int32_t acc = base;
+      for (int i = 0; i < kListThreads / 32; ++i) {
+        const int32_t c = warp_base[i];
+        warp_base[i] = acc;
+        acc += c;
       }
-      src.fetch(w * p.m + i, cur_half + ch, k, g);
-      mx = fmaxf(mx, g);
+      base = acc;
     }
-    double den = 0.0, num = 0.0;
-    if (prev)  // the reference sums the previous window's slots first
-      for (int64_t i = 0; i < p.m; ++i) {
-        src.fetch((w - 1) * p.m + i, ch, k, g);
-        const double x = exp(double(g) - double(mx));
-        den += x;
-        num += x * double(k);
-      }
-    for (int64_t i = 0; i < p.m; ++i) {
-      src.fetch(w * p.m + i, cur_half + ch, k, g);
-      const double x = exp(double(g) - double(mx));
-      den += x;
-      num += x * double(k);
-    }
-    e[ch] = float(num / den);
+    __syncthreads();
+    if (closes) list[1 + warp_base[warp] + __popc(ballot & ((1u << lane) - 1u))] = int32_t(t);
+    __syncthreads();  // warp_base is rewritten by the next round
   }
-  dev::smem_rmsnorm(e, int(p.d), p.norm_w, p.eps);
-  if (p.rope_dim > 0) dev::smem_rope(e, int(p.d), int(p.rope_dim), p.inv_freq, pos + 1 - p.m, false, p.attention_factor);
-  if (p.sim == CompressorSim::Fp8Nope) dev::smem_block_quant_sim(e, int(p.fp8_dims), int(p.fp8_block), true);
-  if (p.sim == CompressorSim::HadamardFp4) {
-    dev::smem_hadamard(e, int(p.d), cmp_smem);
-    dev::smem_block_quant_sim(e, int(p.d), int(p.fp4_block), false);
-  }
-  const int32_t* table = st.block_tables + int64_t(s) * st.table_stride;
-  if (p.out) {  // FP8 state: the caller encodes the row
-    if (ch < p.d) p.out[t * p.d + ch] = e[ch];
-    if (threadIdx.x == 0) p.out_rows[t] = int32_t(v.entry_index(table, w));
-    return;
-  }
-  float* dst = p.indexer ? v.index_key(table, w) : v.entry(table, w);
-  if (ch < p.d) dst[ch] = e[ch];
+  if (threadIdx.x == 0) list[0] = base;
+}
+
+// 2. grid (entries bound, channel slices of kSumThreads): each listed window's pooled values, written raw into the
+//    entry's own row (window_value: the one-kernel path's arithmetic).
+constexpr int kSumThreads = 64;
+__global__ void __launch_bounds__(kSumThreads) compressor_sums_kernel(StepDevice st, LayerStateView v,
+                                                                      CompressorCudaParams p, const float* kv,
+                                                                      const float* gate, const int32_t* list) {
+  dsinfer::cuda::pdl_wait_then_release();
+  if (int64_t(blockIdx.x) >= int64_t(list[0])) return;
+  const int64_t t = list[1 + blockIdx.x], pos = st.pos[t], ch = int64_t(blockIdx.y) * kSumThreads + threadIdx.x;
+  if (ch >= p.d) return;
+  const int32_t s = st.seq_of_token[t];
+  const SlotSource src{st, v, p, kv, gate, st.start_pos[s], st.cu_seqlens[s], st.slot[s]};
+  entry_row(st, v, p, t, s, pos / p.m)[ch] = window_value(src, p, pos / p.m, ch);
+}
+
+// 3. one block of d threads per listed window: the raw row back into shared memory, finish_entry.
+__global__ void compressor_finish_kernel(StepDevice st, LayerStateView v, CompressorCudaParams p, const int32_t* list) {
+  dsinfer::cuda::pdl_wait_then_release();
+  extern __shared__ double cmp_smem[];
+  float* e = reinterpret_cast<float*>(cmp_smem + p.d);
+  if (int64_t(blockIdx.x) >= int64_t(list[0])) return;
+  const int64_t t = list[1 + blockIdx.x], pos = st.pos[t];
+  const int32_t s = st.seq_of_token[t];
+  if (threadIdx.x < p.d) e[threadIdx.x] = entry_row(st, v, p, t, s, pos / p.m)[threadIdx.x];
+  finish_entry(e, cmp_smem, st, v, p, t, s, pos);
 }
 
 __global__ void compressor_frontier_kernel(StepDevice st, LayerStateView v, CompressorCudaParams p, const float* kv,
@@ -109,9 +196,20 @@ __global__ void compressor_frontier_kernel(StepDevice st, LayerStateView v, Comp
 
 void launch_compressor_emit(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
                             const float* kv, const float* gate, void* stream) {
-  dsinfer::cuda::pdl_launch(compressor_emit_kernel, dim3(unsigned(step.T)), dim3(unsigned((p.d + 31) / 32 * 32)),
-                            size_t(p.d) * (sizeof(double) + sizeof(float)), static_cast<cudaStream_t>(stream), step,
-                            view, p, kv, gate);
+  const auto st = static_cast<cudaStream_t>(stream);
+  const dim3 block(unsigned((p.d + 31) / 32 * 32));
+  const size_t smem = size_t(p.d) * (sizeof(double) + sizeof(float));
+  if (!compressor_split_emit(step.T, p)) {
+    dsinfer::cuda::pdl_launch(compressor_emit_kernel, dim3(unsigned(step.T)), block, smem, st, step, view, p, kv, gate);
+    return;
+  }
+  using dsinfer::cuda::pdl_launch;
+  const unsigned entries = unsigned(compressor_max_entries(step.T, step.num_seqs, p.m));
+  pdl_launch(compressor_list_kernel, dim3(1), dim3(kListThreads), 0, st, step, p.m, p.entries, p.out_rows);
+  pdl_launch(compressor_sums_kernel, dim3(entries, unsigned((p.d + kSumThreads - 1) / kSumThreads)), dim3(kSumThreads),
+             0, st, step, view, p, kv, gate, static_cast<const int32_t*>(p.entries));
+  pdl_launch(compressor_finish_kernel, dim3(entries), block, smem, st, step, view, p,
+             static_cast<const int32_t*>(p.entries));
 }
 
 void launch_compressor_frontier(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,

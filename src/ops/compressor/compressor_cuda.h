@@ -19,7 +19,9 @@ namespace dsinfer::ops::cuda {
 // kv, gate: [T, c*d] fp32 projections of the step's tokens (gate without ape). Writes view.entry (or
 // view.index_key) w for every window w completed in the step ((pos+1) % m == 0), then the frontier rows.
 // Kernels: emit = one block of d threads per token (tokens completing no window exit at once), channel-parallel
-// pooling with double sums; frontier = one block of 256 threads per token.
+// pooling with double sums, or at prefill sizes with p.entries (T + 1 ints of scratch) three kernels over the list of
+// the closing tokens (compressor_split_emit, compressor_launch.h; the same bits); frontier = one block of 256 threads
+// per token.
 Status compressor_step(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
                        const float* kv, const float* gate, void* stream);
 

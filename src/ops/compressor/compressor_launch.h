@@ -29,8 +29,23 @@ struct CompressorCudaParams {
   // closing no window; the caller encodes them (ops/kv_format kv_encode / idx_encode).
   float* out = nullptr;
   int32_t* out_rows = nullptr;
+  // Scratch of the split emit (compressor_split_emit): the list of the step's window-closing tokens, T + 1 ints.
+  // Null: the one-kernel emit at every T.
+  int32_t* entries = nullptr;
   DSI_HD int64_t c() const { return overlap ? 2 : 1; }
 };
+
+// The emit's kernels for a step of T tokens: where T >= kCompressorSplitMinT and the caller gave the entries scratch,
+// three (a list of the closing tokens, the pooled values on channel slices of 64, the post-processing per entry),
+// else one block of d threads per token. At prefill the one kernel ran T blocks for T / m (or, HCA, T / 128)
+// entries: 4,064 blocks exiting and 32 blocks of 512 threads each pooling 128 slots a channel in double on 32 SMs,
+// 185 us a V4-Flash HCA layer at 4,096 tokens (session 37); decode steps keep the one launch.
+inline constexpr int64_t kCompressorSplitMinT = 1024;
+DSI_HD bool compressor_split_emit(int64_t T, const CompressorCudaParams& p) {
+  return p.entries != nullptr && T >= kCompressorSplitMinT;
+}
+// Windows a step can close: every m-th position of each sequence's run, at most T / m + one per sequence.
+DSI_HD int64_t compressor_max_entries(int64_t T, int64_t num_seqs, int64_t m) { return T / m + num_seqs; }
 
 namespace detail {
 void launch_compressor_emit(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,

@@ -82,6 +82,7 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st, const uint
     p.rope_dim = rd;
     p.inv_freq = inv;
     p.attention_factor = af;
+    p.entries = s_.centries.data();  // the split emit at prefill sizes (compressor_split_emit)
     return p;
   };
   // TP attention (tensor_parallel_cuda.cpp): this shard's query heads [h0, h1) of its output groups; Hl = H

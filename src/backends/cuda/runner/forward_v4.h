@@ -52,7 +52,7 @@ class CudaForwardV4 final : public CudaForward {
     int64_t tokens = 0;
     cuda::DeviceBuffer<float> attn_ws, X, y, f, post, comb, cq, q, kv, ckv, cg, iq, iw, ikv, ig, scores, o, mid, router,
         rw, hid, logits;
-    cuda::DeviceBuffer<int32_t> sel, ridx;
+    cuda::DeviceBuffer<int32_t> sel, ridx, centries;  // centries: the compressors' split emit (T + 1)
     cuda::DeviceBuffer<uint16_t> y16;  // hc_pre's y rounded to bf16, where x16_site says so
   };
   // FP8 state (layout_.fp8()): this step's kv rows in the storage format (the window keys of its own positions),

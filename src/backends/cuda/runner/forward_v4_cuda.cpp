@@ -91,6 +91,7 @@ Status CudaForwardV4::prepare(int64_t T, int64_t R, int64_t max_pos) {
   DSI_RETURN_IF_ERROR(grow(s_.mid, t * size_t(cfg_.o_groups * cfg_.o_lora_rank), "output projection"));
   DSI_RETURN_IF_ERROR(grow(s_.router, t * size_t(cfg_.n_routed_experts), "router logits"));
   DSI_RETURN_IF_ERROR(grow(s_.ridx, t * size_t(cfg_.num_experts_per_tok), "routing"));
+  DSI_RETURN_IF_ERROR(grow(s_.centries, t + 1, "compressor entries"));
   DSI_RETURN_IF_ERROR(grow(s_.rw, t * size_t(cfg_.num_experts_per_tok), "routing"));
   DSI_RETURN_IF_ERROR(grow(s_.hid, size_t(R) * size_t(D), "final hidden"));
   DSI_RETURN_IF_ERROR(grow(s_.logits, size_t(R) * size_t(cfg_.vocab_size), "logits"));
