@@ -117,52 +117,109 @@ __global__ void compressor_emit_kernel(StepDevice st, LayerStateView v, Compress
 
 // Prefill sizes (compressor_split_emit), three kernels over the list of the tokens that close a window:
 // 1. the list (one block): list[0] = count, list[1 + i] = the i-th such token in token order; out_rows[t] = -1 for
-//    every other token (FP8 state).
-constexpr int kListThreads = 1024;
+//    every other token (FP8 state). Each thread tests kListPer tokens (loads in flight together), then a block-wide
+//    scan of the counts (warp shuffles).
+constexpr int kListThreads = 1024, kListPer = 4;
 __global__ void __launch_bounds__(kListThreads) compressor_list_kernel(StepDevice st, int64_t m, int32_t* list,
                                                                        int32_t* out_rows) {
   dsinfer::cuda::pdl_wait_then_release();
-  __shared__ int32_t warp_base[kListThreads / 32];
+  __shared__ int32_t warp_sum[kListThreads / 32];
   __shared__ int32_t base;
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   if (threadIdx.x == 0) base = 0;
-  __syncthreads();
-  for (int64_t t0 = 0; t0 < st.T; t0 += kListThreads) {
-    const int64_t t = t0 + threadIdx.x;
-    const bool closes = t < st.T && (st.pos[t] + 1) % m == 0;
-    if (t < st.T && !closes && out_rows) out_rows[t] = -1;
-    const unsigned ballot = __ballot_sync(dev::kFull, closes);
-    if (lane == 0) warp_base[warp] = __popc(ballot);
+  for (int64_t t0 = 0; t0 < st.T; t0 += int64_t(kListThreads) * kListPer) {
+    const int64_t tb = t0 + int64_t(threadIdx.x) * kListPer;  // this thread's kListPer consecutive tokens
+    unsigned closes = 0;
+#pragma unroll
+    for (int j = 0; j < kListPer; ++j) {
+      const int64_t t = tb + j;
+      if (t < st.T && (st.pos[t] + 1) % m == 0) closes |= 1u << j;
+      else if (t < st.T && out_rows) out_rows[t] = -1;
+    }
+    int32_t n = __popc(closes), incl = n;  // inclusive scan of the counts in the warp
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t v = __shfl_up_sync(dev::kFull, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (lane == 31) warp_sum[warp] = incl;
     __syncthreads();
-    if (threadIdx.x == 0) {  // the warps' counts into offsets, in warp order
-      int32_t acc = base;
-      for (int i = 0; i < kListThreads / 32; ++i) {
-        const int32_t c = warp_base[i];
-        warp_base[i] = acc;
-        acc += c;
+    if (warp == 0) {  // the warps' totals scanned the same way, plus the rounds before
+      const int32_t v = warp_sum[lane];
+      int32_t w = v;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int32_t u = __shfl_up_sync(dev::kFull, w, o);
+        if (lane >= o) w += u;
       }
-      base = acc;
+      warp_sum[lane] = base + w - v;  // exclusive
+      __syncwarp();
+      if (lane == 31) base += w;
     }
     __syncthreads();
-    if (closes) list[1 + warp_base[warp] + __popc(ballot & ((1u << lane) - 1u))] = int32_t(t);
-    __syncthreads();  // warp_base is rewritten by the next round
+    int32_t at = warp_sum[warp] + incl - n;
+#pragma unroll
+    for (int j = 0; j < kListPer; ++j)
+      if ((closes >> j) & 1u) list[1 + at++] = int32_t(tb + j);
+    __syncthreads();  // warp_sum and base are rewritten by the next round
   }
   if (threadIdx.x == 0) list[0] = base;
 }
 
-// 2. grid (entries bound, channel slices of kSumThreads): each listed window's pooled values, written raw into the
-//    entry's own row (window_value: the one-kernel path's arithmetic).
-constexpr int kSumThreads = 64;
+// 2. grid (entries bound, slices of kSumCh channels), kSumGroups warps: each listed window's pooled values, written
+//    raw into the entry's own row. The one-kernel emit's window_value walks a window's slots in one thread; here the
+//    slots are spread over the warps (slot j to warp j % kSumGroups): the slots' gate and kv staged in shared memory,
+//    the max over them (exact in any order), each slot's exp(gate - max) in its warp, then warp 0 adds them in slot
+//    order as window_value does: the same operations on the same values, so the same bits, without a thread's chain
+//    of 2 x 128 dependent loads (HCA).
+constexpr int kSumCh = 32, kSumGroups = 8, kSumThreads = kSumCh * kSumGroups;
+__device__ __forceinline__ int64_t window_slots(const CompressorCudaParams& p, int64_t w) {
+  return (p.overlap && w > 0 ? 2 : 1) * p.m;
+}
+size_t sums_smem_bytes(const CompressorCudaParams& p) {
+  return size_t(p.c() * p.m) * kSumCh * (2 * sizeof(float) + sizeof(double)) + kSumGroups * kSumCh * sizeof(float);
+}
 __global__ void __launch_bounds__(kSumThreads) compressor_sums_kernel(StepDevice st, LayerStateView v,
                                                                       CompressorCudaParams p, const float* kv,
                                                                       const float* gate, const int32_t* list) {
   dsinfer::cuda::pdl_wait_then_release();
   if (int64_t(blockIdx.x) >= int64_t(list[0])) return;
-  const int64_t t = list[1 + blockIdx.x], pos = st.pos[t], ch = int64_t(blockIdx.y) * kSumThreads + threadIdx.x;
-  if (ch >= p.d) return;
+  extern __shared__ double sum_smem[];
+  const int64_t S_max = p.c() * p.m;
+  double* X = sum_smem;                                        // [S][kSumCh]
+  float* G = reinterpret_cast<float*>(X + S_max * kSumCh);     // [S][kSumCh]
+  float* K = G + S_max * kSumCh;                               // [S][kSumCh]
+  float* M = K + S_max * kSumCh;                               // [kSumGroups][kSumCh]
+  const int lane = int(threadIdx.x) & 31, grp = int(threadIdx.x) >> 5;
+  const int64_t t = list[1 + blockIdx.x], pos = st.pos[t], w = pos / p.m, ch = int64_t(blockIdx.y) * kSumCh + lane;
   const int32_t s = st.seq_of_token[t];
   const SlotSource src{st, v, p, kv, gate, st.start_pos[s], st.cu_seqlens[s], st.slot[s]};
-  entry_row(st, v, p, t, s, pos / p.m)[ch] = window_value(src, p, pos / p.m, ch);
+  const bool prev = p.overlap && w > 0;
+  const int64_t S = window_slots(p, w), cur_half = p.overlap ? p.d : 0;
+  float mx = -INFINITY;
+  if (ch < p.d) {
+#pragma unroll 4
+    for (int64_t j = grp; j < S; j += kSumGroups) {  // slot j: the previous window's j (overlap), else the current's
+      float k, g;
+      if (prev && j < p.m) src.fetch((w - 1) * p.m + j, ch, k, g);
+      else src.fetch(w * p.m + (prev ? j - p.m : j), cur_half + ch, k, g);
+      G[j * kSumCh + lane] = g;
+      K[j * kSumCh + lane] = k;
+      mx = fmaxf(mx, g);
+    }
+  }
+  M[grp * kSumCh + lane] = mx;
+  __syncthreads();
+  for (int i = 0; i < kSumGroups; ++i) mx = fmaxf(mx, M[i * kSumCh + lane]);
+  if (ch < p.d)
+    for (int64_t j = grp; j < S; j += kSumGroups) X[j * kSumCh + lane] = exp(double(G[j * kSumCh + lane]) - double(mx));
+  __syncthreads();
+  if (grp != 0 || ch >= p.d) return;
+  double den = 0.0, num = 0.0;
+  for (int64_t j = 0; j < S; ++j) {
+    const double x = X[j * kSumCh + lane];
+    den += x;
+    num += x * double(K[j * kSumCh + lane]);
+  }
+  entry_row(st, v, p, t, s, w)[ch] = float(num / den);
 }
 
 // 3. one block of d threads per listed window: the raw row back into shared memory, finish_entry.
@@ -206,8 +263,11 @@ void launch_compressor_emit(const StepDevice& step, const LayerStateView& view, 
   using dsinfer::cuda::pdl_launch;
   const unsigned entries = unsigned(compressor_max_entries(step.T, step.num_seqs, p.m));
   pdl_launch(compressor_list_kernel, dim3(1), dim3(kListThreads), 0, st, step, p.m, p.entries, p.out_rows);
-  pdl_launch(compressor_sums_kernel, dim3(entries, unsigned((p.d + kSumThreads - 1) / kSumThreads)), dim3(kSumThreads),
-             0, st, step, view, p, kv, gate, static_cast<const int32_t*>(p.entries));
+  const size_t sums_smem = sums_smem_bytes(p);
+  if (sums_smem > 48 * 1024)
+    cudaFuncSetAttribute(compressor_sums_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sums_smem));
+  pdl_launch(compressor_sums_kernel, dim3(entries, unsigned((p.d + kSumCh - 1) / kSumCh)), dim3(kSumThreads),
+             sums_smem, st, step, view, p, kv, gate, static_cast<const int32_t*>(p.entries));
   pdl_launch(compressor_finish_kernel, dim3(entries), block, smem, st, step, view, p,
              static_cast<const int32_t*>(p.entries));
 }
