@@ -164,12 +164,26 @@ __global__ void __launch_bounds__(kListThreads) compressor_list_kernel(StepDevic
   if (threadIdx.x == 0) list[0] = base;
 }
 
-// 2. grid (entries bound, slices of kSumCh channels), kSumGroups warps: each listed window's pooled values, written
-//    raw into the entry's own row. The one-kernel emit's window_value walks a window's slots in one thread; here the
-//    slots are spread over the warps (slot j to warp j % kSumGroups): the slots' gate and kv staged in shared memory,
-//    the max over them (exact in any order), each slot's exp(gate - max) in its warp, then warp 0 adds them in slot
-//    order as window_value does: the same operations on the same values, so the same bits, without a thread's chain
-//    of 2 x 128 dependent loads (HCA).
+// 2. each listed window's pooled values, written raw into the entry's own row, in one of two forms
+//    (compressor_sums_spread): short windows (CSA: 2 x 4 slots) one thread a channel (window_value), 64 channels a
+//    block; long windows (HCA: 128 slots) the slots spread over kSumGroups warps (slot j to warp j % kSumGroups): the
+//    slots' gate and kv staged in shared memory, the max over them (exact in any order), each slot's exp(gate - max)
+//    in its warp, then warp 0 adds them in slot order as window_value does: the same operations on the same values,
+//    so the same bits, without a thread's chain of 2 x 128 dependent loads (156 us a V4-Flash HCA layer at 4,096
+//    tokens in one thread a channel, 40 spread; a CSA window spread 164 against 41, session 37).
+constexpr int kLaneThreads = 64;
+__global__ void __launch_bounds__(kLaneThreads) compressor_sums_lanes_kernel(StepDevice st, LayerStateView v,
+                                                                             CompressorCudaParams p, const float* kv,
+                                                                             const float* gate, const int32_t* list) {
+  dsinfer::cuda::pdl_wait_then_release();
+  if (int64_t(blockIdx.x) >= int64_t(list[0])) return;
+  const int64_t t = list[1 + blockIdx.x], pos = st.pos[t], ch = int64_t(blockIdx.y) * kLaneThreads + threadIdx.x;
+  if (ch >= p.d) return;
+  const int32_t s = st.seq_of_token[t];
+  const SlotSource src{st, v, p, kv, gate, st.start_pos[s], st.cu_seqlens[s], st.slot[s]};
+  entry_row(st, v, p, t, s, pos / p.m)[ch] = window_value(src, p, pos / p.m, ch);
+}
+
 constexpr int kSumCh = 32, kSumGroups = 8, kSumThreads = kSumCh * kSumGroups;
 __device__ __forceinline__ int64_t window_slots(const CompressorCudaParams& p, int64_t w) {
   return (p.overlap && w > 0 ? 2 : 1) * p.m;
@@ -263,13 +277,19 @@ void launch_compressor_emit(const StepDevice& step, const LayerStateView& view, 
   using dsinfer::cuda::pdl_launch;
   const unsigned entries = unsigned(compressor_max_entries(step.T, step.num_seqs, p.m));
   pdl_launch(compressor_list_kernel, dim3(1), dim3(kListThreads), 0, st, step, p.m, p.entries, p.out_rows);
-  const size_t sums_smem = sums_smem_bytes(p);
-  if (sums_smem > 48 * 1024)
-    cudaFuncSetAttribute(compressor_sums_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sums_smem));
-  pdl_launch(compressor_sums_kernel, dim3(entries, unsigned((p.d + kSumCh - 1) / kSumCh)), dim3(kSumThreads),
-             sums_smem, st, step, view, p, kv, gate, static_cast<const int32_t*>(p.entries));
+  const auto* list = static_cast<const int32_t*>(p.entries);
+  if (compressor_sums_spread(p)) {
+    const size_t sums_smem = sums_smem_bytes(p);
+    if (sums_smem > 48 * 1024)
+      cudaFuncSetAttribute(compressor_sums_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sums_smem));
+    pdl_launch(compressor_sums_kernel, dim3(entries, unsigned((p.d + kSumCh - 1) / kSumCh)), dim3(kSumThreads),
+               sums_smem, st, step, view, p, kv, gate, list);
+  } else {
+    pdl_launch(compressor_sums_lanes_kernel, dim3(entries, unsigned((p.d + kLaneThreads - 1) / kLaneThreads)),
+               dim3(kLaneThreads), 0, st, step, view, p, kv, gate, list);
+  }
   pdl_launch(compressor_finish_kernel, dim3(entries), block, smem, st, step, view, p,
-             static_cast<const int32_t*>(p.entries));
+             list);
 }
 
 void launch_compressor_frontier(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,

@@ -44,6 +44,10 @@ inline constexpr int64_t kCompressorSplitMinT = 1024;
 DSI_HD bool compressor_split_emit(int64_t T, const CompressorCudaParams& p) {
   return p.entries != nullptr && T >= kCompressorSplitMinT;
 }
+// The split emit's pooling form: a window of more than kCompressorSpreadMinSlots slots (HCA's 128) spread over the
+// warps of a block, a shorter one (CSA's 2 x 4) one thread a channel (compressor.cu; the same bits either way).
+inline constexpr int64_t kCompressorSpreadMinSlots = 32;
+DSI_HD bool compressor_sums_spread(const CompressorCudaParams& p) { return p.c() * p.m > kCompressorSpreadMinSlots; }
 // Windows a step can close: every m-th position of each sequence's run, at most T / m + one per sequence.
 DSI_HD int64_t compressor_max_entries(int64_t T, int64_t num_seqs, int64_t m) { return T / m + num_seqs; }
 
