@@ -226,7 +226,7 @@ void check_deferred_combine(const MoeCase& c, const DeviceBuffer<float>& dx, con
   EXPECT_EQ(f.topk, c.k);
   EXPECT_EQ(f.shared != nullptr, sh != nullptr);
   for (float v : to_host(dout, size_t(c.T * c.D))) ASSERT_TRUE(std::isnan(v)) << "out written despite defer";
-  ASSERT_TRUE(oc::moe_combine_cuda(f.yp, f.pos_of, f.weight, c.T, f.topk, c.D, f.shared, dout.data(), nullptr).is_ok());
+  ASSERT_TRUE(oc::moe_combine_cuda(f, c.T, c.D, dout.data(), nullptr).is_ok());
   EXPECT_EQ(std::memcmp(to_host(dout, out.size()).data(), out.data(), out.size() * 4), 0) << "deferred combine";
   for (int64_t n : {4, 3}) {
     const auto X = random_floats(size_t(c.T * n * c.D), 77), post = random_floats(size_t(c.T * n), 78),

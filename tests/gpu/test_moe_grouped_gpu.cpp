@@ -13,6 +13,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/small_float.h"
 #include "cuda/gpu_test_util.h"
 #include "ops/moe/moe.h"
 #include "ops/moe/moe_cuda.h"
@@ -277,15 +278,19 @@ void check_rs_variants_same_bits(const GroupedCase& c, int cwg, uint64_t seed, b
   oc::detail::launch_moe_grouped_xp(dx.data(), pos.data(), c.T, c.k, c.D, xb.data(), nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   // h and yp of one variant, NaN-filled first so that an unwritten row shows
-  auto run = [&](bool fine, bool early, bool item, V var, std::vector<uint16_t>& h, std::vector<float>& y) {
+  // y16 (MoeGroupedRsArgs::yout16): the down kernel stores bf16 there instead of fp32 into y
+  auto run = [&](bool fine, bool early, bool item, V var, std::vector<uint16_t>& h, std::vector<float>& y,
+                 std::vector<uint16_t>* y16 = nullptr) {
     auto hb = to_device(std::vector<uint16_t>(size_t(n * c.I), 0x7FC0));
     auto yp = to_device(std::vector<float>(size_t(n * c.D), NAN));
+    auto yp16 = to_device(std::vector<uint16_t>(size_t(n * c.D), 0x7FC0));
     const oc::MoeGroupedRsArgs gu{.tiles = tiles.data(), .offsets = offsets.data(), .a = xb.data(), .rows_a = n,
                                   .w1 = w1.view.data, .s1 = w1.view.scale, .w3 = w3.view.data, .s3 = w3.view.scale,
                                   .K = c.D, .N = c.I, .limit = c.limit, .hout = hb.data(), .cwg = cwg,
                                   .fine_n = fine, .early_next = early, .item_switch = item, .variant = var};
     const oc::MoeGroupedRsArgs dn{.tiles = tiles.data(), .offsets = offsets.data(), .a = hb.data(), .rows_a = n,
-                                  .w1 = w2.view.data, .s1 = w2.view.scale, .K = c.I, .N = c.D, .yout = yp.data(),
+                                  .w1 = w2.view.data, .s1 = w2.view.scale, .K = c.I, .N = c.D,
+                                  .yout = y16 ? nullptr : yp.data(), .yout16 = y16 ? yp16.data() : nullptr,
                                   .cwg = cwg, .fine_n = fine, .early_next = early, .item_switch = item,
                                   .variant = var};
     ASSERT_TRUE(oc::detail::launch_moe_grouped_rs(true, gu, max_tiles, nullptr));
@@ -295,6 +300,7 @@ void check_rs_variants_same_bits(const GroupedCase& c, int cwg, uint64_t seed, b
     y.resize(size_t(n * c.D));
     ASSERT_EQ(cudaMemcpy(h.data(), hb.data(), h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(y.data(), yp.data(), y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (y16) *y16 = dsinfer::cuda::test::to_host(yp16, size_t(n * c.D));
   };
   const bool kFine = oc::kMoeGroupedRsFineN, kEarly = oc::kMoeGroupedRsEarlyNext, kItem = oc::kMoeGroupedRsItemSwitch;
   std::vector<uint16_t> h0;
@@ -314,6 +320,15 @@ void check_rs_variants_same_bits(const GroupedCase& c, int cwg, uint64_t seed, b
     EXPECT_EQ(std::memcmp(y.data(), y0.data(), size_t(rows) * size_t(c.D) * 4), 0) << "yp differs";
   };
   same(kFine, kEarly, kItem, V::kWordStageItem);
+  {  // the plan's launch storing bf16 (session 37, MoePlan::yp_bf16): every yp value rounded to nearest even
+    std::vector<uint16_t> h, y16;
+    std::vector<float> y;
+    run(kFine, kEarly, kItem, V::kWordStageItem, h, y, &y16);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < int64_t(rows) * c.D; ++i)
+      bad += y16[size_t(i)] != dsinfer::small_float::f32_to_bf16_bits(y0[size_t(i)]);
+    EXPECT_EQ(bad, 0) << "bf16 yp is not the fp32 yp rounded";
+  }
   if (timing_combos)
     for (const bool fine : {true, false})
       for (const bool early : {false, true})

@@ -147,6 +147,13 @@ TEST(MoePlan, RsGroupedForPrefill) {
   EXPECT_EQ(plan_moe(MoePath::Fast, true, 4096, kFlashK, true).experts, MoeExpertKernels::kGroupedRs);
   EXPECT_EQ(plan_moe(MoePath::Fast, true, 640, kFlashK, true).experts, MoeExpertKernels::kFast);
   EXPECT_EQ(moe_shared_precision(MoePath::GroupedRs, 4096, 2048), moe_shared_precision(MoePath::Fast, 4096, 2048));
+  // the expert outputs in bf16 on the two FP4 prefill kernels only (session 37)
+  EXPECT_TRUE(plan_moe(MoePath::Fast, true, 4096, kFlashK, true).yp_bf16);
+  EXPECT_TRUE(plan_moe(MoePath::Grouped, true, 4096, kFlashK, true).yp_bf16);
+  EXPECT_FALSE(plan_moe(MoePath::Fast, true, 640, kFlashK, true).yp_bf16);
+  EXPECT_FALSE(plan_moe(MoePath::GroupedFp8, true, 4096, kFlashK, true).yp_bf16);
+  EXPECT_FALSE(plan_moe(MoePath::Exact, true, 4096, kFlashK, true).yp_bf16);
+  EXPECT_FALSE(plan_moe(MoePath::GroupedRs, false, 4096, kFlashK, true).yp_bf16);
 }
 
 // The CUTLASS grouped FP8 GEMMs: FP8_BLOCK experts with 128 x 128 blocks (E8M0 or fp32 scales), 128 multiples and

@@ -204,18 +204,19 @@ __global__ void swiglu_kernel(float* h1, const float* h3, int64_t rows, const in
   }
 }
 
-__global__ void combine_kernel(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,
-                               int64_t D, const float* shared, float* out) {
+__global__ void combine_kernel(RoutedSum f, int64_t T, int64_t D, float* out) {
   dsinfer::cuda::pdl_wait_then_release();
   const int64_t total = T * D;
+  const uint16_t* yp16 = reinterpret_cast<const uint16_t*>(f.yp);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / D, d = i - t * D;
     float acc = 0.0f;
-    for (int64_t k = 0; k < topk; ++k) {
-      const int32_t p = pos_of[t * topk + k];
-      if (p >= 0) acc += weight[t * topk + k] * yp[int64_t(p) * D + d];
+    for (int64_t k = 0; k < f.topk; ++k) {
+      const int32_t p = f.pos_of[t * f.topk + k];
+      const int64_t at = int64_t(p) * D + d;
+      if (p >= 0) acc += f.weight[t * f.topk + k] * (f.yp_bf16 ? __uint_as_float(uint32_t(yp16[at]) << 16) : f.yp[at]);
     }
-    if (shared) acc += shared[i];
+    if (f.shared) acc += f.shared[i];
     out[i] = acc;
   }
 }
@@ -312,18 +313,16 @@ void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows
                                                                                                  inter, limit);
 }
 
-void launch_combine(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk, int64_t dim,
-                    const float* shared, float* out, void* stream) {
-  const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+void launch_combine(const RoutedSum& f, int64_t T, int64_t dim, float* out, void* stream) {
+  const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (dim % 4 == 0 && a16(yp) && a16(shared) && a16(out)) {
-    const RoutedSum f{yp, pos_of, weight, topk, shared};
+  if (dim % 4 == 0 && aligned(f.yp, f.yp_bf16 ? 8 : 16) && aligned(f.shared, 16) && aligned(out, 16)) {
     dsinfer::cuda::pdl_launch(combine4_kernel, dim3(unsigned(elementwise_blocks(T * dim / 4))), dim3(256), 0, st, f, T,
                               dim / 4, reinterpret_cast<float4*>(out));
     return;
   }
-  dsinfer::cuda::pdl_launch(combine_kernel, dim3(unsigned(elementwise_blocks(T * dim))), dim3(256), 0, st, yp, pos_of,
-                            weight, T, topk, dim, shared, out);
+  dsinfer::cuda::pdl_launch(combine_kernel, dim3(unsigned(elementwise_blocks(T * dim))), dim3(256), 0, st, f, T, dim,
+                            out);
 }
 
 void launch_official_swiglu(float* h1, const float* h3, const float* row_weight, int64_t rows,

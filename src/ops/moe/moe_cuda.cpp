@@ -229,10 +229,10 @@ void moe_fast_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevi
   detail::launch_moe_fast_shared(false, down, sdn, max_active, stream, variant);
 }
 
-// Grouped (prefill) path of the routed experts: yp rows of all valid assignments.
+// Grouped (prefill) path of the routed experts: yp rows of all valid assignments, bf16 (MoePlan::yp_bf16).
 void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsDevice& ex, float limit,
                          const int32_t* offsets, const int32_t* perm, int32_t* tiles, uint16_t* xb, uint16_t* hb,
-                         float* yp, void* stream) {
+                         uint16_t* yp16, void* stream) {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
   detail::launch_moe_grouped_x(x, T, D, xb, stream);
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
@@ -241,7 +241,7 @@ void moe_grouped_experts(const float* x, int64_t T, int64_t n, const MoeExpertsD
                                .limit = limit, .hout = hb};
   detail::launch_moe_grouped(true, gate_up, max_tiles, stream);
   const MoeGroupedArgs down{.tiles = tiles, .offsets = offsets, .a = hb, .w1 = ex.w2.data, .s1 = ex.w2.scale, .K = I,
-                            .N = D, .yout = yp};
+                            .N = D, .yout16 = yp16};
   detail::launch_moe_grouped(false, down, max_tiles, stream);
 }
 
@@ -276,10 +276,10 @@ Status moe_grouped_fp8_experts(const float* x, int64_t T, int64_t topk, const Mo
 
 // RS grouped path of the routed experts (bf16 wgmma, FP4 weights in registers): x rounded to bf16 in chunk layout in
 // permuted row order (row p = token perm_token[p], written through pos_of) in the x scratch, the SwiGLU output bf16
-// [n, I] in the h scratch.
+// [n, I] in the h scratch, yp bf16 (MoePlan::yp_bf16).
 Status moe_grouped_rs_experts(const float* x, int64_t T, int64_t topk, const MoeExpertsDevice& ex, float limit,
                               const int32_t* offsets, const int32_t* pos, int32_t* tiles, uint16_t* xp, uint16_t* hb,
-                              float* yp, void* stream) {
+                              uint16_t* yp16, void* stream) {
   const int64_t n = T * topk;
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
   detail::launch_moe_grouped_xp(x, pos, T, topk, D, xp, stream);
@@ -288,7 +288,7 @@ Status moe_grouped_rs_experts(const float* x, int64_t T, int64_t topk, const Moe
                                  .s1 = ex.w1.scale, .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I,
                                  .limit = limit, .hout = hb, .cwg = kMoeGroupedRsCwg, .variant = moe_rs_variant()};
   const MoeGroupedRsArgs down{.tiles = tiles, .offsets = offsets, .a = hb, .rows_a = n, .w1 = ex.w2.data,
-                              .s1 = ex.w2.scale, .K = I, .N = D, .yout = yp, .cwg = kMoeGroupedRsCwg,
+                              .s1 = ex.w2.scale, .K = I, .N = D, .yout16 = yp16, .cwg = kMoeGroupedRsCwg,
                               .variant = moe_rs_variant()};
   if (!detail::launch_moe_grouped_rs(true, gate_up, max_tiles, stream) ||
       !detail::launch_moe_grouped_rs(false, down, max_tiles, stream))
@@ -455,12 +455,12 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
       st = check_launch_status("moe_quant_kernel / moe_tile_list_by_size_kernel / moe_grouped_fp8_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedRs) {
     st = moe_grouped_rs_experts(x, T, topk, ex, limit, offsets, pos, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
-                                reinterpret_cast<uint16_t*>(h1), yp, stream);
+                                reinterpret_cast<uint16_t*>(h1), reinterpret_cast<uint16_t*>(yp), stream);
     if (st.is_ok())
       st = check_launch_status("moe_grouped_xp_kernel / moe_tile_list_by_size_kernel / moe_grouped_rs_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {
     moe_grouped_experts(x, T, n, ex, limit, offsets, perm, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
-                        reinterpret_cast<uint16_t*>(h1), yp, stream);
+                        reinterpret_cast<uint16_t*>(h1), reinterpret_cast<uint16_t*>(yp), stream);
     st = check_launch_status("moe_grouped_x_kernel / moe_tile_list_by_size_kernel / moe_grouped_kernel");
   } else if (st.is_ok() && fast) {
     moe_fast_experts(x, T, n, ex, limit, offsets, perm, active, big, reinterpret_cast<uint16_t*>(h3),
@@ -484,11 +484,12 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     DSI_CUDA_LAUNCHED("moe_cutlass_combine_kernel");
     return Status::ok();
   }
+  const RoutedSum sum{yp, pos, weight, topk, shy, plan.yp_bf16};
   if (defer) {
-    *defer = RoutedSum{yp, pos, weight, topk, shy};
+    *defer = sum;
     return Status::ok();
   }
-  detail::launch_combine(yp, pos, weight, T, topk, D, shy, out, stream);
+  detail::launch_combine(sum, T, D, out, stream);
   DSI_CUDA_LAUNCHED("combine_kernel");
   return Status::ok();
 }
@@ -507,12 +508,13 @@ Status moe_shared_cuda(const float* x, int64_t T, const MoeSharedDevice& shared,
                        nullptr);
 }
 
-Status moe_combine_cuda(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,
-                        int64_t dim, const float* shared, float* out, void* stream) {
-  if (T < 0 || topk <= 0 || dim <= 0) return Status::errorf("moe_combine_cuda: bad T={} topk={} dim={}", T, topk, dim);
+Status moe_combine_cuda(const RoutedSum& f, int64_t T, int64_t dim, float* out, void* stream) {
+  if (T < 0 || f.topk <= 0 || dim <= 0)
+    return Status::errorf("moe_combine_cuda: bad T={} topk={} dim={}", T, f.topk, dim);
   if (T == 0) return Status::ok();
-  if (!pos_of || !weight || !out) return Status::error("moe_combine_cuda: null pos_of / weight / out");
-  detail::launch_combine(yp, pos_of, weight, T, topk, dim, shared, out, stream);
+  if (!f.yp || !f.pos_of || !f.weight || !out)
+    return Status::error("moe_combine_cuda: null yp / pos_of / weight / out");
+  detail::launch_combine(f, T, dim, out, stream);
   DSI_CUDA_LAUNCHED("combine_kernel");
   return Status::ok();
 }

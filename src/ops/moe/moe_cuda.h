@@ -54,12 +54,11 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
 // The two halves of moe_cuda for a caller that computes the routed experts elsewhere (the expert dispatch of DP
 // attention + EP, backends/cuda/parallel/expert_exchange_cuda.cpp), with moe_cuda's own code so the bits match:
 // out[T, D] = the shared expert of x (moe_cuda's shared-expert GEMMs and precision for `path` and T), and
-// out[t] = sum_k weight[t,k] * yp[pos_of[t,k]] in k order (pos_of -1: skipped), + shared[t] when shared is not
-// null (moe_cuda's combine kernel). ws must be reserved for T tokens and the shared expert's width.
+// out[t] = f[t] (ops/routed_sum.h: sum_k weight[t,k] * yp[pos_of[t,k]] in k order, pos_of -1 skipped, + shared[t]
+// when not null; moe_cuda's combine kernel). ws must be reserved for T tokens and the shared expert's width.
 Status moe_shared_cuda(const float* x, int64_t T, const MoeSharedDevice& shared, float shared_limit, float* out,
                        MoeWorkspace& ws, void* stream, MoePath path);
-Status moe_combine_cuda(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk,
-                        int64_t dim, const float* shared, float* out, void* stream);
+Status moe_combine_cuda(const RoutedSum& f, int64_t T, int64_t dim, float* out, void* stream);
 
 // Second stream and fork/join events on which the fast path runs the shared expert concurrently with the routed
 // experts (same kernels and buffers as in line, so the same bits; the join precedes the combine). Created by

@@ -190,8 +190,13 @@ __device__ __forceinline__ void epilogue(const MoeGroupedArgs& p, int rb, int ro
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int64_t col = int64_t(blockIdx.x) * BN + 32 * wn + 8 * j + 2 * t;
-          *reinterpret_cast<float2*>(p.yout + grow * p.N + col) =
-              make_float2(acc[mi][j][2 * half] * kScale, acc[mi][j][2 * half + 1] * kScale);
+          const float y0 = acc[mi][j][2 * half] * kScale, y1 = acc[mi][j][2 * half + 1] * kScale;
+          if (p.yout16)
+            *reinterpret_cast<uint32_t*>(p.yout16 + grow * p.N + col) =
+                uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(y0))) |
+                (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(y1))) << 16);
+          else
+            *reinterpret_cast<float2*>(p.yout + grow * p.N + col) = make_float2(y0, y1);
         }
       }
     }

@@ -18,6 +18,7 @@ struct MoeGroupedArgs {
   float limit = 0.0f;                   // SwiGLU clamp (gate/up), 0 = none
   uint16_t* hout = nullptr;             // gate/up: SwiGLU output, bf16 chunk layout [rows, N]
   float* yout = nullptr;                // down: fp32 [rows, N]
+  uint16_t* yout16 = nullptr;           // down, instead of yout where not null: bf16 [rows, N] (round to nearest even)
 };
 
 // The FP8 grouped GEMMs (moe_grouped_fp8.cu; numeric contract in moe_fp8_common.h): two-term e4m3 activations (hi +
@@ -85,6 +86,7 @@ struct MoeGroupedRsArgs {
   float limit = 0.0f;                   // SwiGLU clamp (gate/up), 0 = none
   uint16_t* hout = nullptr;             // gate/up: SwiGLU output, bf16 chunk layout [rows, N]
   float* yout = nullptr;                // down: fp32 [rows, N]
+  uint16_t* yout16 = nullptr;           // down, instead of yout where not null: bf16 [rows, N] (round to nearest even)
   int cwg = 2;                          // consumer warpgroups per CTA (64 weight rows each): 2 or 4 (benches)
   bool fine_n = kMoeGroupedRsFineN;     // the wgmma N per item (benches time both)
   bool early_next = kMoeGroupedRsEarlyNext;  // the next stage's operands before the drain (fine_n only; benches)

@@ -21,8 +21,8 @@
 // epilogue's row pointers.
 // Gate/up: warp w's 16 rows are W1 rows (rows g) and W3 rows (rows g + 8) of the same 8 h columns, so g and u of an
 // output meet in one thread; epilogue h = silu(min(g, L)) * clamp(u, -L, L) -> bf16 chunk layout (the down kernel's
-// activations, permuted rows). Down: W2 rows, epilogue fp32 rows of yp. Deterministic, and a row's result does not
-// depend on the other rows (its column of the wgmma only).
+// activations, permuted rows). Down: W2 rows, epilogue fp32 (or, yout16, bf16) rows of yp. Deterministic, and a
+// row's result does not depend on the other rows (its column of the wgmma only).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -362,6 +362,20 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
         o[0] += step;
         o[1] += step;
       }
+    } else if (p.yout16) {
+      uint16_t* o[2] = {p.yout16 + row0 + int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g, nullptr};
+      o[1] = o[0] + p.N;
+#pragma unroll
+      for (int j = 0; j < BT / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (8 * j + h >= lim) continue;
+          o[h][0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * j + h] * kScale));
+          o[h][8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * j + 2 + h] * kScale));
+        }
+        o[0] += step;
+        o[1] += step;
+      }
     } else {
       float* o[2] = {p.yout + row0 + int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g, nullptr};
       o[1] = o[0] + p.N;
@@ -397,8 +411,14 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
               __bfloat16_as_ushort(__float2bfloat16_rn(hv));
         } else {
           const int64_t n = int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g;
-          p.yout[grow * p.N + n] = acc[4 * j + h] * kScale;
-          p.yout[grow * p.N + n + 8] = acc[4 * j + 2 + h] * kScale;
+          const float y0 = acc[4 * j + h] * kScale, y1 = acc[4 * j + 2 + h] * kScale;
+          if (p.yout16) {
+            p.yout16[grow * p.N + n] = __bfloat16_as_ushort(__float2bfloat16_rn(y0));
+            p.yout16[grow * p.N + n + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(y1));
+          } else {
+            p.yout[grow * p.N + n] = y0;
+            p.yout[grow * p.N + n + 8] = y1;
+          }
         }
       }
   }

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "ops/routed_sum.h"
+
 #include "ops/gemm/gemm_launch.h"  // WeightFormat, DeviceWeight
 #include "ops/moe/moe.h"           // ScoreFunc
 
@@ -92,8 +94,7 @@ void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t exp
                         int32_t* perm_token, int32_t* pos_of, void* stream);
 void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows_dev, int64_t inter, float limit,
                    void* stream);
-void launch_combine(const float* yp, const int32_t* pos_of, const float* weight, int64_t T, int64_t topk, int64_t dim,
-                    const float* shared, float* out, void* stream);
+void launch_combine(const RoutedSum& f, int64_t T, int64_t dim, float* out, void* stream);
 // moe.cu, DeepSeek-V4.1 official numerics (moe_official_cuda): the SwiGLU with the routing weight inside and a bf16
 // output ("official_swiglu_kernel"), the routing weight of every permuted row ("row_weight_kernel"), the combine in
 // increasing expert id ("official_combine_kernel").

@@ -116,6 +116,7 @@ MoePlan plan_moe(MoePath path, bool fast_supported, int64_t T, int64_t topk, boo
   p.prep_one_launch = any_fast && n <= kMoePrepMaxN;
   p.x_bf16_in_prep = p.experts == MoeExpertKernels::kFast && p.prep_one_launch;
   p.shared_projection = has_shared && shared_gemm && prefill;
+  p.yp_bf16 = p.experts == MoeExpertKernels::kGroupedRs || p.experts == MoeExpertKernels::kGrouped;
   p.side_stream = has_shared && any_fast && !p.shared_projection;
   p.paired = p.experts == MoeExpertKernels::kFast && experts > 0 && paired != MoePairedRoute::kOff &&
              (paired == MoePairedRoute::kOn || n >= kMoePairedMinRowsPerExpert * experts);

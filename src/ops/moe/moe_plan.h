@@ -122,6 +122,11 @@ struct MoePlan {
   // kFast: the experts with more than 8 rows in the paired kernel (the permutation writes their list)
   bool paired = false;
   bool shared_projection = false;  // the shared expert's GEMMs through the caller's projection (MoeSharedGemm)
+  // The routed experts' outputs (yp) stored as bf16 (RNE) by the prefill kernels (kGroupedRs, kGrouped), as the
+  // CUTLASS path and both references (transformers' and DeepSeek's, whose expert outputs are bf16 tensors) store
+  // them: the combine's gather and the down kernel's stores move half the bytes (session 37). The decode and exact
+  // paths keep fp32.
+  bool yp_bf16 = false;
 };
 // shared_gemm: the caller gave moe_cuda its projection GEMM (MoeWorkspace::set_shared_gemm). Fast above
 // kMoeGroupedMinT (prefill) then runs the shared expert's three GEMMs through it, in line on the main stream: the

@@ -258,8 +258,8 @@ Status CudaForward::moe_shared_and_combine(int64_t l, const float* x, int64_t T,
     if (L.shared)
       DSI_RETURN_IF_ERROR(ops::cuda::moe_shared_cuda(x + r * D, m, *L.shared, L.shared_limit, shared_out.data(), ws,
                                                      stream_, own_path));
-    DSI_RETURN_IF_ERROR(ops::cuda::moe_combine_cuda(y, pos + r * k, rw + r * k, m, k, D,
-                                                    L.shared ? shared_out.data() : nullptr, out + r * D, stream_));
+    const ops::RoutedSum f{y, pos + r * k, rw + r * k, k, L.shared ? shared_out.data() : nullptr};
+    DSI_RETURN_IF_ERROR(ops::cuda::moe_combine_cuda(f, m, D, out + r * D, stream_));
   }
   return Status::ok();
 }
