@@ -112,6 +112,38 @@ void check_pre(int64_t T, int64_t n, int64_t dim, uint32_t seed) {
   EXPECT_LT(normalized_error(g.post, post), 1e-5) << "T " << T << " n " << n << " dim " << dim;
   EXPECT_LT(normalized_error(g.comb, comb), 1e-5) << "T " << T << " n " << n << " dim " << dim;
 }
+
+// One finalize case of the tests below: hc_pre (or hc_head, `head`) over T tokens of n x dim, V4.1's rounded
+// arithmetic with carried coefficients (`v41`); rows: a scrambled row list for hc_head.
+struct FinalizeCase {
+  int64_t T, n, dim;
+  bool head, v41;
+};
+struct FinalizeInputs {
+  HcFixture f;
+  cuda::DeviceBuffer<float> dX, pre_in;
+  cuda::DeviceBuffer<int32_t> drows;
+  ops::cuda::HcNormParams p;
+  int64_t mixes;
+  const int32_t* rows;  // hc_head's list, else null
+  std::string what;
+  FinalizeInputs(const FinalizeCase& c, uint32_t seed)
+      : f(c.n, c.dim, c.head, seed), dX(to_device(random_vec(size_t(c.T * c.n * c.dim), seed + 1, 2.0f))),
+        pre_in(to_device(random_vec(size_t(c.T * c.n), seed + 2))), p(f.device()),
+        mixes(c.head ? c.n : (2 + c.n) * c.n) {
+    std::vector<int32_t> r(static_cast<size_t>(c.T));
+    for (int64_t i = 0; i < c.T; ++i) r[size_t(i)] = int32_t((i * 7 + 3) % c.T);
+    drows = to_device(r);
+    rows = c.head ? drows.data() : nullptr;
+    if (c.v41) {
+      p.pre_in = pre_in.data();
+      p.round_bf16 = true;
+    }
+    what = "T " + std::to_string(c.T) + " n " + std::to_string(c.n) + " dim " + std::to_string(c.dim) + " head " +
+           std::to_string(c.head) + " v41 " + std::to_string(c.v41);
+  }
+};
+
 }  // namespace
 
 // T = 1 / 5 take 8-token mixing tiles (one m-tile), T >= 9 32-token tiles (four m-tiles; 9 and 300 end in a
@@ -199,45 +231,28 @@ TEST(GpuMhc, MixM16EqualsM8) {
 // and hc_head over scrambled rows. T = 70 and 5 force the narrow team (below 512 the default is the wide one).
 TEST(GpuMhc, SplitFinalizeEqualsFused) {
   DSI_SKIP_WITHOUT_GPU();
-  struct Case {
-    int64_t T, n, dim;
-    bool head, v41;
-  };
-  for (const Case c : {Case{1000, kN, kD, false, false}, Case{600, kN, kD, false, true}, Case{600, 2, 64, false, false},
-                       Case{70, 8, 256, false, false}, Case{5, kN, kD, false, false}, Case{600, kN, kD, true, false}}) {
-    HcFixture f(c.n, c.dim, c.head, 70);
-    auto X = random_vec(size_t(c.T * c.n * c.dim), 71, 2.0f);
-    auto dX = to_device(X);
-    std::vector<int32_t> rows(static_cast<size_t>(c.T));
-    for (int64_t r = 0; r < c.T; ++r) rows[size_t(r)] = int32_t((r * 7 + 3) % c.T);
-    auto drows = to_device(rows);
-    auto pre_in = to_device(random_vec(size_t(c.T * c.n), 72));
-    ops::cuda::HcNormParams p = f.device();
-    if (c.v41) {
-      p.pre_in = pre_in.data();
-      p.round_bf16 = true;
-    }
-    const int64_t mixes = c.head ? c.n : (2 + c.n) * c.n;
-    ops::cuda::detail::HcSplit sp = ops::cuda::detail::hc_default_split(c.T, c.n, c.dim, mixes);
+  using C = FinalizeCase;
+  for (const C c : {C{1000, kN, kD, false, false}, C{600, kN, kD, false, true}, C{600, 2, 64, false, false},
+                    C{70, 8, 256, false, false}, C{5, kN, kD, false, false}, C{600, kN, kD, true, false}}) {
+    FinalizeInputs in(c, 70);
+    ops::cuda::detail::HcSplit sp = ops::cuda::detail::hc_default_split(c.T, c.n, c.dim, in.mixes);
     sp.wide = false;
-    const int32_t* r = c.head ? drows.data() : nullptr;
     auto parts = poisoned<float>(size_t(c.T * c.dim));
-    ops::cuda::detail::launch_hc_mix(p, dX.data(), r, c.T, sp, parts.data(), nullptr);
+    ops::cuda::detail::launch_hc_mix(in.p, in.dX.data(), in.rows, c.T, sp, parts.data(), nullptr);
     std::array<std::vector<float>, 4> out[2];
     for (int v = 0; v < 2; ++v) {
       PreBuffers b(c.T, c.n, c.dim);
       ASSERT_EQ(cudaMemcpy(b.y.data(), parts.data(), size_t(c.T * c.dim) * sizeof(float), cudaMemcpyDeviceToDevice),
                 cudaSuccess);
-      p.pre_out = c.v41 ? b.pre.data() : nullptr;
+      in.p.pre_out = c.v41 ? b.pre.data() : nullptr;
       sp.split_fin = v == 0;
-      ops::cuda::detail::launch_hc_finalize(p, dX.data(), r, c.T, sp, b.y.data(), c.head ? nullptr : b.post.data(),
-                                            c.head ? nullptr : b.comb.data(), nullptr);
+      ops::cuda::detail::launch_hc_finalize(in.p, in.dX.data(), in.rows, c.T, sp, b.y.data(),
+                                            c.head ? nullptr : b.post.data(), c.head ? nullptr : b.comb.data(),
+                                            nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       out[v] = b.host();
     }
-    expect_same_bits(out[0], out[1], "T " + std::to_string(c.T) + " n " + std::to_string(c.n) + " dim " +
-                                         std::to_string(c.dim) + " head " + std::to_string(c.head) + " v41 " +
-                                         std::to_string(c.v41));
+    expect_same_bits(out[0], out[1], in.what);
     EXPECT_FALSE(std::isnan(out[0][0][0])) << "y written";
   }
 }
@@ -294,52 +309,35 @@ TEST(GpuMhc, DeferredCoefficientsEqualPlain) {
 // rounding of an fp32 x) for every element, and y, post and comb keep the bits of the call without it.
 TEST(GpuMhc, Bf16CopyIsTheRoundedOutput) {
   DSI_SKIP_WITHOUT_GPU();
-  struct Case {
-    int64_t T, n, dim;
-    bool head, v41;
-  };
-  for (const Case c : {Case{64, kN, kD, false, false}, Case{600, kN, kD, false, true}, Case{70, 8, 256, false, false},
-                       Case{600, kN, kD, true, false}, Case{9, 2, 64, false, false}}) {
-    HcFixture f(c.n, c.dim, c.head, 90);
-    auto dX = to_device(random_vec(size_t(c.T * c.n * c.dim), 91, 2.0f));
-    std::vector<int32_t> rows(static_cast<size_t>(c.T));
-    for (int64_t r = 0; r < c.T; ++r) rows[size_t(r)] = int32_t((r * 7 + 3) % c.T);
-    auto drows = to_device(rows);
-    auto pre_in = to_device(random_vec(size_t(c.T * c.n), 92));
-    ops::cuda::HcNormParams p = f.device();
-    if (c.v41) {
-      p.pre_in = pre_in.data();
-      p.round_bf16 = true;
-    }
-    const int64_t mixes = c.head ? c.n : (2 + c.n) * c.n;
-    const int32_t* r = c.head ? drows.data() : nullptr;
-    const std::string what = "T " + std::to_string(c.T) + " n " + std::to_string(c.n) + " dim " +
-                             std::to_string(c.dim) + " head " + std::to_string(c.head) + " v41 " +
-                             std::to_string(c.v41);
+  using C = FinalizeCase;
+  for (const C c : {C{64, kN, kD, false, false}, C{600, kN, kD, false, true}, C{70, 8, 256, false, false},
+                    C{600, kN, kD, true, false}, C{9, 2, 64, false, false}}) {
+    FinalizeInputs in(c, 90);
     for (int form = 0; form < 3; ++form) {  // wide, narrow fused, narrow split
-      ops::cuda::detail::HcSplit sp = ops::cuda::detail::hc_default_split(c.T, c.n, c.dim, mixes);
+      ops::cuda::detail::HcSplit sp = ops::cuda::detail::hc_default_split(c.T, c.n, c.dim, in.mixes);
       sp.wide = form == 0;
       sp.split_fin = form == 2;
       auto parts = poisoned<float>(size_t(c.T * c.dim));
-      ops::cuda::detail::launch_hc_mix(p, dX.data(), r, c.T, sp, parts.data(), nullptr);
+      ops::cuda::detail::launch_hc_mix(in.p, in.dX.data(), in.rows, c.T, sp, parts.data(), nullptr);
       std::array<std::vector<float>, 4> out[2];
       auto y16 = poisoned<uint16_t>(size_t(c.T * c.dim));
       for (int v = 0; v < 2; ++v) {
         PreBuffers b(c.T, c.n, c.dim);
         ASSERT_EQ(cudaMemcpy(b.y.data(), parts.data(), size_t(c.T * c.dim) * sizeof(float), cudaMemcpyDeviceToDevice),
                   cudaSuccess);
-        p.y_bf16 = v == 1 ? y16.data() : nullptr;
-        ops::cuda::detail::launch_hc_finalize(p, dX.data(), r, c.T, sp, b.y.data(), c.head ? nullptr : b.post.data(),
-                                              c.head ? nullptr : b.comb.data(), nullptr);
+        in.p.y_bf16 = v == 1 ? y16.data() : nullptr;
+        ops::cuda::detail::launch_hc_finalize(in.p, in.dX.data(), in.rows, c.T, sp, b.y.data(),
+                                              c.head ? nullptr : b.post.data(), c.head ? nullptr : b.comb.data(),
+                                              nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         out[v] = b.host();
       }
-      p.y_bf16 = nullptr;
-      expect_same_bits(out[0], out[1], what + " form " + std::to_string(form));
+      in.p.y_bf16 = nullptr;
+      expect_same_bits(out[0], out[1], in.what + " form " + std::to_string(form));
       const std::vector<uint16_t> h16 = to_host(y16, size_t(c.T * c.dim));
       int64_t bad = 0;
       for (size_t i = 0; i < h16.size(); ++i) bad += h16[i] != small_float::f32_to_bf16_bits(out[1][0][i]);
-      EXPECT_EQ(bad, 0) << what << " form " << form;
+      EXPECT_EQ(bad, 0) << in.what << " form " << form;
       EXPECT_FALSE(std::isnan(out[1][0][0])) << "y written";
     }
   }

@@ -362,34 +362,25 @@ __device__ __forceinline__ void epilogue(const MoeGroupedRsArgs& p, const Item& 
         o[0] += step;
         o[1] += step;
       }
-    } else if (p.yout16) {
-      uint16_t* o[2] = {p.yout16 + row0 + int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g, nullptr};
-      o[1] = o[0] + p.N;
-#pragma unroll
-      for (int j = 0; j < BT / 8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (8 * j + h >= lim) continue;
-          o[h][0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * j + h] * kScale));
-          o[h][8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * j + 2 + h] * kScale));
-        }
-        o[0] += step;
-        o[1] += step;
-      }
     } else {
-      float* o[2] = {p.yout + row0 + int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g, nullptr};
-      o[1] = o[0] + p.N;
+      // yp's rows: fp32 (yout), or (yout16) each value rounded to bf16
+      auto store_rows = [&](auto* base, auto convert) {
+        decltype(base) o[2] = {base + row0 + int64_t(it.col) * C::BW + 64 * cwg + 16 * warp + g, nullptr};
+        o[1] = o[0] + p.N;
 #pragma unroll
-      for (int j = 0; j < BT / 8; ++j) {
+        for (int j = 0; j < BT / 8; ++j) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (8 * j + h >= lim) continue;
-          o[h][0] = acc[4 * j + h] * kScale;
-          o[h][8] = acc[4 * j + 2 + h] * kScale;
+          for (int h = 0; h < 2; ++h) {
+            if (8 * j + h >= lim) continue;
+            o[h][0] = convert(acc[4 * j + h] * kScale);
+            o[h][8] = convert(acc[4 * j + 2 + h] * kScale);
+          }
+          o[0] += step;
+          o[1] += step;
         }
-        o[0] += step;
-        o[1] += step;
-      }
+      };
+      if (p.yout16) store_rows(p.yout16, [](float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); });
+      else store_rows(p.yout, [](float v) { return v; });
     }
   } else {
 #pragma unroll
