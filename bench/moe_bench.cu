@@ -445,9 +445,9 @@ void bench_stages(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
       });
     auto combine = [&](int i) {
       Bufs& q = b[size_t(i)];
-      die(oc::moe_combine_cuda(q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), T, k, D,
-                               q.shy.as<const float>(), q.out.as<float>(), nullptr),
-          "moe_combine_cuda");
+      const dsinfer::ops::RoutedSum f{q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), k,
+                                      q.shy.as<const float>()};
+      die(oc::moe_combine_cuda(f, T, D, q.out.as<float>(), nullptr), "moe_combine_cuda");
     };
     const double t_comb = median_us(combine);
     // The fused route forced at any T (moe_cuda's launches with the shared expert inside the decode kernels)
@@ -793,9 +793,9 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     });
     const double t_comb = median_us([&](int i) {
       Bufs& q = b[size_t(i)];
-      die(oc::moe_combine_cuda(q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), T, k, D,
-                               q.shy.as<const float>(), q.out.as<float>(), nullptr),
-          "moe_combine_cuda");
+      const dsinfer::ops::RoutedSum f{q.yp.as<const float>(), q.pos.as<const int32_t>(), q.wt.as<const float>(), k,
+                                      q.shy.as<const float>()};
+      die(oc::moe_combine_cuda(f, T, D, q.out.as<float>(), nullptr), "moe_combine_cuda");
     });
     auto full = [&](int i, bool with_shared) {
       Bufs& q = b[size_t(i)];
