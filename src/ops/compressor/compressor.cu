@@ -288,8 +288,7 @@ void launch_compressor_emit(const StepDevice& step, const LayerStateView& view, 
     pdl_launch(compressor_sums_lanes_kernel, dim3(entries, unsigned((p.d + kLaneThreads - 1) / kLaneThreads)),
                dim3(kLaneThreads), 0, st, step, view, p, kv, gate, list);
   }
-  pdl_launch(compressor_finish_kernel, dim3(entries), block, smem, st, step, view, p,
-             list);
+  pdl_launch(compressor_finish_kernel, dim3(entries), block, smem, st, step, view, p, list);
 }
 
 void launch_compressor_frontier(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,

@@ -36,8 +36,8 @@ struct CompressorCudaParams {
 };
 
 // The emit's kernels for a step of T tokens: where T >= kCompressorSplitMinT and the caller gave the entries scratch,
-// three (a list of the closing tokens, the pooled values on channel slices of 64, the post-processing per entry),
-// else one block of d threads per token. At prefill the one kernel ran T blocks for T / m (or, HCA, T / 128)
+// three (a list of the closing tokens, the pooled values by compressor_sums_spread's form, the post-processing per
+// entry), else one block of d threads per token. At prefill the one kernel ran T blocks for T / m (or, HCA, T / 128)
 // entries: 4,064 blocks exiting and 32 blocks of 512 threads each pooling 128 slots a channel in double on 32 SMs,
 // 185 us a V4-Flash HCA layer at 4,096 tokens (session 37); decode steps keep the one launch.
 inline constexpr int64_t kCompressorSplitMinT = 1024;

@@ -168,10 +168,6 @@ Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, cons
     // Every segment on cuBLASLt (prefill sizes): where they all take a bf16 matmul, x rounded to bf16 once for all
     // of them (GemmLtEngine::gemm_same_x: the same bits as the calls below), or not at all where the caller has x16;
     // else one call each.
-    if (x16) {
-      for (int i = 0; i < count; ++i)
-        DSI_RETURN_IF_ERROR(gemm_x16(x, x16, M, ldx, segs[i].w, segs[i].y, segs[i].ldy));
-    }
     bool same_x = !x16 && count >= 2;
     float* ys[kGemmMaxSegments] = {};
     int64_t ldys[kGemmMaxSegments] = {};
@@ -182,7 +178,8 @@ Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, cons
     }
     same_x = same_x && lt_->gemm_same_x(x, M, ldx, ws, ys, ldys, count, stream_).is_ok();
     for (int i = 0; i < count; ++i) {
-      if (!same_x && !x16) DSI_RETURN_IF_ERROR(gemm(x, M, ldx, segs[i].w, segs[i].y, segs[i].ldy, false));
+      if (x16) DSI_RETURN_IF_ERROR(gemm_x16(x, x16, M, ldx, segs[i].w, segs[i].y, segs[i].ldy));
+      else if (!same_x) DSI_RETURN_IF_ERROR(gemm(x, M, ldx, segs[i].w, segs[i].y, segs[i].ldy, false));
       if (segs[i].out_scale != 1.0f) {
         if (segs[i].ldy != segs[i].w.rows) return Status::error("gemm segments: a scaled output needs ldy == N");
         DSI_RETURN_IF_ERROR(scale_cuda(segs[i].y, M * segs[i].ldy, segs[i].out_scale, stream_));
