@@ -654,7 +654,7 @@ void bench_prefill(std::vector<Set>& sets, const std::vector<int64_t>& Ts) {
     // gate/up and down in the variants below (same bits expected: each column's wgmmas are the same).
     auto xp = [&](int i) {
       Bufs& q = b[size_t(i)];
-      oc::detail::launch_moe_grouped_xp(q.x.as<const float>(), q.pos.as<const int32_t>(), T, k, D,
+      oc::detail::launch_moe_grouped_xp(q.x.as<const float>(), nullptr, q.pos.as<const int32_t>(), T, k, D,
                                         reinterpret_cast<uint16_t*>(q.xb.data()), nullptr);
     };
     const double t_xp = median_us(xp);

@@ -319,13 +319,16 @@ TEST(GpuMhc, Bf16CopyIsTheRoundedOutput) {
       sp.split_fin = form == 2;
       auto parts = poisoned<float>(size_t(c.T * c.dim));
       ops::cuda::detail::launch_hc_mix(in.p, in.dX.data(), in.rows, c.T, sp, parts.data(), nullptr);
-      std::array<std::vector<float>, 4> out[2];
+      // v = 0 plain, 1 with the bf16 copy, 2 the bf16 copy only (y_bf16_only: no fp32 y stored)
+      std::array<std::vector<float>, 4> out[3];
       auto y16 = poisoned<uint16_t>(size_t(c.T * c.dim));
-      for (int v = 0; v < 2; ++v) {
+      auto y16_only = poisoned<uint16_t>(size_t(c.T * c.dim));
+      for (int v = 0; v < 3; ++v) {
         PreBuffers b(c.T, c.n, c.dim);
         ASSERT_EQ(cudaMemcpy(b.y.data(), parts.data(), size_t(c.T * c.dim) * sizeof(float), cudaMemcpyDeviceToDevice),
                   cudaSuccess);
-        in.p.y_bf16 = v == 1 ? y16.data() : nullptr;
+        in.p.y_bf16 = v == 1 ? y16.data() : v == 2 ? y16_only.data() : nullptr;
+        in.p.y_bf16_only = v == 2;
         ops::cuda::detail::launch_hc_finalize(in.p, in.dX.data(), in.rows, c.T, sp, b.y.data(),
                                               c.head ? nullptr : b.post.data(), c.head ? nullptr : b.comb.data(),
                                               nullptr);
@@ -333,7 +336,12 @@ TEST(GpuMhc, Bf16CopyIsTheRoundedOutput) {
         out[v] = b.host();
       }
       in.p.y_bf16 = nullptr;
+      in.p.y_bf16_only = false;
       expect_same_bits(out[0], out[1], in.what + " form " + std::to_string(form));
+      out[2][0] = out[0][0];  // y's fp32 row is not the output there
+      expect_same_bits(out[0], out[2], in.what + " form " + std::to_string(form) + " bf16 only");
+      EXPECT_EQ(to_host(y16_only, size_t(c.T * c.dim)), to_host(y16, size_t(c.T * c.dim)))
+          << in.what << " form " << form << ": the bf16-only copy";
       const std::vector<uint16_t> h16 = to_host(y16, size_t(c.T * c.dim));
       int64_t bad = 0;
       for (size_t i = 0; i < h16.size(); ++i) bad += h16[i] != small_float::f32_to_bf16_bits(out[1][0][i]);

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/dtypes.h"
 #include "cuda/gpu_test_util.h"
 #include "ops/moe/moe.h"
 #include "ops/mhc/mhc_cuda.h"
@@ -293,7 +294,18 @@ void check_moe(const MoeCase& c, uint64_t seed, std::vector<float>* out_copy = n
   if (c.path == oc::MoePath::Fast)
     EXPECT_EQ(std::memcmp(out.data(), again.data(), out.size() * 4), 0) << "fast path not bitwise deterministic";
   if (out_copy) *out_copy = out;
-  if (c.path == oc::MoePath::Fast) check_deferred_combine(c, dx, di, dwt, ex, c.shared ? &sh : nullptr, ws, out);
+  if (c.path == oc::MoePath::Fast) {
+    check_deferred_combine(c, dx, di, dwt, ex, c.shared ? &sh : nullptr, ws, out);
+    // x16, the caller's bf16 rounding of x (the runner's y16): the same bits (the RS gather reads it instead of x)
+    std::vector<uint16_t> x16(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x16[i] = dsinfer::f32_to_bf16(x[i]);
+    auto dx16 = to_device(x16);
+    ASSERT_TRUE(oc::moe_cuda(dx.data(), c.T, di.data(), dwt.data(), c.k, ex, c.shared ? &sh : nullptr, c.limit,
+                             c.shared_limit, dout.data(), ws, nullptr, c.path, dx16.data())
+                    .is_ok());
+    ASSERT_EQ(cudaMemcpy(again.data(), dout.data(), again.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(out.data(), again.data(), out.size() * 4), 0) << "x16 changed the fast path's bits";
+  }
   if (c.vs_exact_tol > 0) {
     ASSERT_TRUE(oc::moe_cuda(dx.data(), c.T, di.data(), dwt.data(), c.k, ex, c.shared ? &sh : nullptr, c.limit,
                              c.shared_limit, dout.data(), ws, nullptr, oc::MoePath::Exact)

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/dtypes.h"
 #include "core/small_float.h"
 #include "cuda/gpu_test_util.h"
 #include "ops/moe/moe.h"
@@ -265,7 +266,8 @@ void check_rs_variants_same_bits(const GroupedCase& c, int cwg, uint64_t seed, b
   std::vector<float> wt;
   ragged_routing(c, seed + 1, idx, wt);
   const int64_t n = c.T * c.k, max_tiles = dsinfer::ops::moe_detail::grp_max_tiles(n, c.E);
-  auto dx = to_device(random_floats(size_t(c.T * c.D), seed + 2));
+  const std::vector<float> hx = random_floats(size_t(c.T * c.D), seed + 2);
+  auto dx = to_device(hx);
   auto di = to_device(idx);
   auto offsets = to_device(std::vector<int32_t>(size_t(c.E + 1), 0));
   auto pos = to_device(std::vector<int32_t>(size_t(n), 0));
@@ -275,8 +277,18 @@ void check_rs_variants_same_bits(const GroupedCase& c, int cwg, uint64_t seed, b
   oc::detail::launch_moe_count(di.data(), n, c.E, offsets.data(), pos.data(), nullptr, nullptr);
   oc::detail::launch_moe_scatter(di.data(), n, c.k, c.E, offsets.data(), perm.data(), pos.data(), nullptr);
   oc::detail::launch_moe_tile_list(offsets.data(), c.E, tiles.data(), nullptr);
-  oc::detail::launch_moe_grouped_xp(dx.data(), pos.data(), c.T, c.k, c.D, xb.data(), nullptr);
+  oc::detail::launch_moe_grouped_xp(dx.data(), nullptr, pos.data(), c.T, c.k, c.D, xb.data(), nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  {  // the gather from x's bf16 copy (the runner's y16) writes the same rows
+    std::vector<uint16_t> x16(hx.size());
+    for (size_t i = 0; i < hx.size(); ++i) x16[i] = dsinfer::f32_to_bf16(hx[i]);
+    auto dx16 = to_device(x16);
+    auto xb16 = to_device(std::vector<uint16_t>(size_t(n * c.D), 0x7FC0));
+    oc::detail::launch_moe_grouped_xp(nullptr, dx16.data(), pos.data(), c.T, c.k, c.D, xb16.data(), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(dsinfer::cuda::test::to_host(xb16, size_t(n * c.D)), dsinfer::cuda::test::to_host(xb, size_t(n * c.D)))
+        << "xp gathered from the bf16 copy";
+  }
   // h and yp of one variant, NaN-filled first so that an unwritten row shows
   // y16 (MoeGroupedRsArgs::yout16): the down kernel stores bf16 there instead of fp32 into y
   auto run = [&](bool fine, bool early, bool item, V var, std::vector<uint16_t>& h, std::vector<float>& y,

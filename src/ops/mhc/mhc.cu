@@ -288,8 +288,8 @@ __device__ __forceinline__ void combine_columns(const float4 (&v)[HcDims<N>::kUn
   }
 }
 
-// The RMSNorm of the collapsed values o (columns q0 + u * kTeamThreads) with their weights w, stored into y4, and
-// where y16 is not null (HcNormParams::y_bf16) also rounded to bf16 into it, four values a column.
+// The RMSNorm of the collapsed values o (columns q0 + u * kTeamThreads) with their weights w, stored into y4 where
+// it is not null, and where y16 is not null (HcNormParams::y_bf16) also rounded to bf16 into it, four values a column.
 template <int N, int kTeamThreads>
 __device__ __forceinline__ void norm_columns(const float4 (&o)[HcDims<N>::kUnroll], const float4 (&w)[HcDims<N>::kUnroll],
                                              int64_t d4, int64_t q0, float inv, bool round, float4* y4, uint2* y16) {
@@ -301,7 +301,7 @@ __device__ __forceinline__ void norm_columns(const float4 (&o)[HcDims<N>::kUnrol
     float4 r = make_float4(__fmul_rn(__fmul_rn(o[u].x, inv), w[u].x), __fmul_rn(__fmul_rn(o[u].y, inv), w[u].y),
                            __fmul_rn(__fmul_rn(o[u].z, inv), w[u].z), __fmul_rn(__fmul_rn(o[u].w, inv), w[u].w));
     if (round) r = make_float4(dev::round_bf16(r.x), dev::round_bf16(r.y), dev::round_bf16(r.z), dev::round_bf16(r.w));
-    y4[q] = r;
+    if (y4) y4[q] = r;
     if (y16) {
       using small_float::f32_to_bf16_bits;
       y16[q] = make_uint2(uint32_t(f32_to_bf16_bits(r.x)) | (uint32_t(f32_to_bf16_bits(r.y)) << 16),
@@ -309,6 +309,10 @@ __device__ __forceinline__ void norm_columns(const float4 (&o)[HcDims<N>::kUnrol
     }
   }
 }
+
+// Where the normed row's fp32 values go: the row y4, or nowhere with HcNormParams::y_bf16_only (the store of
+// norm_columns is every finalize form's last write to y).
+__device__ __forceinline__ float4* y32_out(const HcNormParams& p, float4* y4) { return p.y_bf16_only ? nullptr : y4; }
 
 // Token t's row of HcNormParams::y_bf16 (null where there is none), as 4-value columns.
 __device__ __forceinline__ uint2* y16_row(const HcNormParams& p, int64_t t) {
@@ -385,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 2) hc_finalize_kernel(HcNormParams p
   const float inv = float(1.0 / sqrt(ss / double(p.dim) + double(p.rms_eps)));
   uint2* y16 = y16_row(p, t);
   if (one_pass) {
-    norm_columns<N, kTeamThreads>(ov, wv, d4, tt, inv, p.round_bf16, y4, y16);
+    norm_columns<N, kTeamThreads>(ov, wv, d4, tt, inv, p.round_bf16, y32_out(p, y4), y16);
     return;
   }
   // Each thread rescales the values it wrote; kUnroll columns (and their weights) loaded before any store.
@@ -396,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 2) hc_finalize_kernel(HcNormParams p
       if (q < d4) ov[u] = y4[q];
     }
     load_weights<N, kTeamThreads>(p.norm_w, d4, q0, wv);
-    norm_columns<N, kTeamThreads>(ov, wv, d4, q0, inv, p.round_bf16, y4, y16);
+    norm_columns<N, kTeamThreads>(ov, wv, d4, q0, inv, p.round_bf16, y32_out(p, y4), y16);
   }
 }
 
@@ -499,7 +503,7 @@ __global__ void __launch_bounds__(kColThreads, 3) hc_collapse_kernel(HcNormParam
       if (q < d4) ov[u] = s4[q];
     }
     load_weights<N, 32>(p.norm_w, d4, q0, wv);
-    norm_columns<N, 32>(ov, wv, d4, q0, inv, p.round_bf16, y4, y16);
+    norm_columns<N, 32>(ov, wv, d4, q0, inv, p.round_bf16, y32_out(p, y4), y16);
   }
 }
 

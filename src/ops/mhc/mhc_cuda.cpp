@@ -47,6 +47,7 @@ Status launch(const HcNormParams& p, const float* X, const int32_t* rows, int64_
               void* stream, int64_t mixes, const char* op) {
   if (!aligned16(X) || !aligned16(y)) return Status::errorf("{}: X and y must be 16-byte aligned", op);
   if (reinterpret_cast<uintptr_t>(p.y_bf16) % 8 != 0) return Status::errorf("{}: y_bf16 must be 8-byte aligned", op);
+  if (p.y_bf16_only && !p.y_bf16) return Status::errorf("{}: y_bf16_only without y_bf16", op);
   if ((T + 7) / 8 > 0x7fffffff) return Status::errorf("{}: {} tokens exceed the grid limit", op, T);
   const detail::HcSplit sp =
       p.batch_invariant ? detail::hc_invariant_split(T, p.n, p.dim, mixes) : detail::hc_default_split(T, p.n, p.dim, mixes);

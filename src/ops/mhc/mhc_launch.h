@@ -33,6 +33,9 @@ struct HcNormParams {
   // projections that read y on a bf16 matmul (the V4 forward at prefill), which then skip their own rounding pass.
   // 8-byte aligned. y itself is unchanged.
   uint16_t* y_bf16 = nullptr;
+  // With y_bf16: y's fp32 values are not stored (the caller's readers all take y_bf16; session 38, the V4 forward at
+  // prefill). y is still the kernels' scratch (the mixes' partials, pre), so it holds no normed values afterwards.
+  bool y_bf16_only = false;
 };
 
 namespace detail {

@@ -275,14 +275,14 @@ Status moe_grouped_fp8_experts(const float* x, int64_t T, int64_t topk, const Mo
 }
 
 // RS grouped path of the routed experts (bf16 wgmma, FP4 weights in registers): x rounded to bf16 in chunk layout in
-// permuted row order (row p = token perm_token[p], written through pos_of) in the x scratch, the SwiGLU output bf16
-// [n, I] in the h scratch, yp bf16 (MoePlan::yp_bf16).
-Status moe_grouped_rs_experts(const float* x, int64_t T, int64_t topk, const MoeExpertsDevice& ex, float limit,
-                              const int32_t* offsets, const int32_t* pos, int32_t* tiles, uint16_t* xp, uint16_t* hb,
-                              uint16_t* yp16, void* stream) {
+// permuted row order (row p = token perm_token[p], written through pos_of) in the x scratch (gathered from x16, the
+// caller's rounding of x, where given), the SwiGLU output bf16 [n, I] in the h scratch, yp bf16 (MoePlan::yp_bf16).
+Status moe_grouped_rs_experts(const float* x, const uint16_t* x16, int64_t T, int64_t topk, const MoeExpertsDevice& ex,
+                              float limit, const int32_t* offsets, const int32_t* pos, int32_t* tiles, uint16_t* xp,
+                              uint16_t* hb, uint16_t* yp16, void* stream) {
   const int64_t n = T * topk;
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter, max_tiles = moe_detail::grp_max_tiles(n, E);
-  detail::launch_moe_grouped_xp(x, pos, T, topk, D, xp, stream);
+  detail::launch_moe_grouped_xp(x, x16, pos, T, topk, D, xp, stream);
   detail::launch_moe_tile_list(offsets, E, tiles, stream);
   const MoeGroupedRsArgs gate_up{.tiles = tiles, .offsets = offsets, .a = xp, .rows_a = n, .w1 = ex.w1.data,
                                  .s1 = ex.w1.scale, .w3 = ex.w3.data, .s3 = ex.w3.scale, .K = D, .N = I,
@@ -382,7 +382,7 @@ Status check_launch_status(const char* name) {
 }  // namespace
 
 // The checks moe_cuda and moe_official_cuda share (shapes, formats, pointers, the workspace's capacity).
-Status MoeWorkspace::check_call(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+Status MoeWorkspace::check_call(const void* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                                 const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float* out) const {
   const int64_t E = ex.experts, D = ex.dim, I = ex.inter;
   if (T < 0 || topk <= 0) return Status::errorf("moe_cuda: bad T = {} or topk = {}", T, topk);
@@ -404,21 +404,33 @@ Status MoeWorkspace::check_call(const float* x, int64_t T, const int32_t* idx, c
   return Status::ok();
 }
 
+MoePlan MoeWorkspace::plan(const MoeExpertsDevice& ex, bool has_shared, int64_t T, int64_t topk, MoePath path) const {
+  return plan_moe(path, moe_fast_supported(ex), T, topk, has_shared, moe_cutlass_supported(ex), bool(shared_gemm_),
+                  ex.experts, moe_paired_route());
+}
+
+bool moe_x16_suffices(const MoeWorkspace& ws, const MoeExpertsDevice& ex, bool has_shared, int64_t T, int64_t topk,
+                      MoePath path) {
+  const MoePlan p = ws.plan(ex, has_shared, T, topk, path);
+  return p.experts == MoeExpertKernels::kGroupedRs && (!has_shared || p.shared_projection);
+}
+
 Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                 const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float limit, float shared_limit, float* out,
                 MoeWorkspace& ws, void* stream, MoePath path, const uint16_t* x16, RoutedSum* defer) {
   const int64_t E = ex.experts, D = ex.dim;
   if (defer) *defer = RoutedSum{};
-  DSI_RETURN_IF_ERROR(ws.check_call(x, T, idx, weight, topk, ex, shared, out));
+  DSI_RETURN_IF_ERROR(ws.check_call(x ? static_cast<const void*>(x) : x16, T, idx, weight, topk, ex, shared, out));
   if (T == 0) return Status::ok();
+  if (!x && !moe_x16_suffices(ws, ex, shared != nullptr, T, topk, path))
+    return Status::errorf("moe_cuda: no fp32 x, and the plan for {} tokens reads it (moe_x16_suffices)", T);
   const int64_t n = T * topk;
   int32_t* offsets = ws.offsets_.data();
   int32_t* perm = ws.perm_token_.data();
   int32_t* pos = ws.pos_of_.data();
   float *h1 = ws.h1_.data(), *h3 = ws.h3_.data(), *yp = ws.yp_.data();
 
-  const MoePlan plan = plan_moe(path, moe_fast_supported(ex), T, topk, shared != nullptr, moe_cutlass_supported(ex),
-                                bool(ws.shared_gemm_), E, moe_paired_route());
+  const MoePlan plan = ws.plan(ex, shared != nullptr, T, topk, path);
   const bool fast = plan.experts != MoeExpertKernels::kGemm;
   int32_t* active = fast ? ws.active_.data() : nullptr;
   int32_t* big = plan.paired ? ws.active_.data() + (E + 1) : nullptr;
@@ -454,8 +466,9 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
     if (st.is_ok())
       st = check_launch_status("moe_quant_kernel / moe_tile_list_by_size_kernel / moe_grouped_fp8_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGroupedRs) {
-    st = moe_grouped_rs_experts(x, T, topk, ex, limit, offsets, pos, ws.tiles_.data(), reinterpret_cast<uint16_t*>(h3),
-                                reinterpret_cast<uint16_t*>(h1), reinterpret_cast<uint16_t*>(yp), stream);
+    st = moe_grouped_rs_experts(x, x16, T, topk, ex, limit, offsets, pos, ws.tiles_.data(),
+                                reinterpret_cast<uint16_t*>(h3), reinterpret_cast<uint16_t*>(h1),
+                                reinterpret_cast<uint16_t*>(yp), stream);
     if (st.is_ok())
       st = check_launch_status("moe_grouped_xp_kernel / moe_tile_list_by_size_kernel / moe_grouped_rs_kernel");
   } else if (st.is_ok() && plan.experts == MoeExpertKernels::kGrouped) {

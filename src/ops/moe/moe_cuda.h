@@ -41,15 +41,22 @@ class MoeWorkspace;
 // outside [0, experts) contributes nothing. Deterministic: no float atomics; a token's result depends only on its
 // own row and on which path runs (Exact: chosen from T, fp32 streaming when T*topk <= 8*experts, else tensor
 // core; Fast: independent of the other tokens, see docs/kernels.md). x16 (optional): x rounded to bf16 (round to
-// nearest even) [T, D], handed to the shared expert's projection (MoeSharedGemm) for gate and up.
+// nearest even) [T, D], handed to the shared expert's projection (MoeSharedGemm) for gate and up, and read by the
+// RS grouped path's gather of the routed rows instead of x (the same values).
 // defer (optional): where the call's combine is the routed sum of ops/routed_sum.h (every path but CUTLASS's), it is
 // left to the caller: *defer describes out (yp / pos_of / shared in ws, valid until ws's next call; weight is the
 // caller's) and out is not written (hc_post_routed sums it where it reads it); elsewhere defer->yp = null and out
 // holds the result.
+// x may be null where x16 is given and moe_x16_suffices holds (an error otherwise, before any launch).
 Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                 const MoeExpertsDevice& experts, const MoeSharedDevice* shared, float limit, float shared_limit,
                 float* out, MoeWorkspace& ws, void* stream, MoePath path = MoePath::Exact,
                 const uint16_t* x16 = nullptr, RoutedSum* defer = nullptr);
+// Whether moe_cuda reads x16 alone for this call (x may then be null): the routed experts on the RS grouped path
+// (its gather reads x16) and the shared expert, if any, through the caller's projection (MoePlan::
+// shared_projection), which is then handed a null x for gate and up and must take x16 itself.
+bool moe_x16_suffices(const MoeWorkspace& ws, const MoeExpertsDevice& ex, bool has_shared, int64_t T, int64_t topk,
+                      MoePath path);
 
 // The two halves of moe_cuda for a caller that computes the routed experts elsewhere (the expert dispatch of DP
 // attention + EP, backends/cuda/parallel/expert_exchange_cuda.cpp), with moe_cuda's own code so the bits match:
@@ -108,6 +115,8 @@ class MoeWorkspace {
   Status reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter, int64_t experts);
   // The caller's projection GEMM for the shared expert (MoeSharedGemm); empty: gemm_cuda at moe_shared_precision.
   void set_shared_gemm(MoeSharedGemm g) { shared_gemm_ = std::move(g); }
+  // moe_cuda's plan (ops/moe/moe_plan.h plan_moe) for a call of T tokens with topk experts each on this workspace.
+  MoePlan plan(const MoeExpertsDevice& ex, bool has_shared, int64_t T, int64_t topk, MoePath path) const;
 
   // Permutation of the last moe_cuda call (device pointers; layout in docs/kernels.md):
   const int32_t* offsets() const { return offsets_.data(); }        // [experts + 1]: expert e owns permuted rows
@@ -125,7 +134,8 @@ class MoeWorkspace {
                                 MoePath);
   friend Status moe_official_cuda(const float*, int64_t, const int32_t*, const float*, int64_t,
                                   const MoeExpertsDevice&, const MoeSharedDevice*, float, float*, MoeWorkspace&, void*);
-  Status check_call(const float* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
+  // x: the call's fp32 x, or its bf16 copy where moe_cuda runs without the fp32 one
+  Status check_call(const void* x, int64_t T, const int32_t* idx, const float* weight, int64_t topk,
                     const MoeExpertsDevice& ex, const MoeSharedDevice* shared, float* out) const;
   int64_t T_ = 0, topk_ = 0, dim_ = 0, inter_ = 0, experts_ = 0;
   dsinfer::cuda::DeviceBuffer<int32_t> offsets_, perm_token_, pos_of_, active_;

@@ -96,9 +96,10 @@ struct MoeGroupedRsArgs {
 
 namespace detail {
 // x fp32 [T, K] -> bf16 chunk layout, written to the permuted rows pos_of[t * topk + j] >= 0 of xp [rows, K]
-// ("moe_grouped_xp_kernel"); K % 128 == 0.
-void launch_moe_grouped_xp(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K, uint16_t* xp,
-                           void* stream);
+// ("moe_grouped_xp_kernel"); K % 128 == 0. x16 (or null): x already rounded to bf16 [T, K], read instead of x (the
+// same values).
+void launch_moe_grouped_xp(const float* x, const uint16_t* x16, const int32_t* pos_of, int64_t T, int64_t topk,
+                           int64_t K, uint16_t* xp, void* stream);
 // The consumer warpgroups the RS kernel runs with for a requested count: 4 when asked and N is a whole number of
 // items (gate/up 128 h columns, down 256 rows), else 2.
 int moe_grouped_rs_cwg(bool gate_up, int64_t N, int cwg);

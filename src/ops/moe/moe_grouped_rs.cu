@@ -490,19 +490,22 @@ __global__ void __launch_bounds__(Cfg<kCwg>::NT, 1)
 }
 
 // x fp32 [T, K] -> bf16 chunk layout, written to every permuted row pos_of[t * topk + j] >= 0 of xp [rows, K] (one
-// thread per 8 consecutive slots of a chunk: x read once, each row written with one 16-byte store).
-__global__ void moe_grouped_xp_kernel(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K,
-                                      uint16_t* xp) {
+// thread per 8 consecutive slots of a chunk: x read once, each row written with one 16-byte store). k16: x given
+// already rounded to bf16 (the caller's x16, RNE of the same fp32 x): the same values, half the bytes read.
+template <bool k16>
+__global__ void moe_grouped_xp_kernel(const float* x, const uint16_t* x16, const int32_t* pos_of, int64_t T,
+                                      int64_t topk, int64_t K, uint16_t* xp) {
   const int64_t octs = T * K / 8;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < octs; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = 8 * i / K, slot = 8 * i - t * K, chunk = slot & ~int64_t(127);
     const int s = int(slot & 127);
-    const float* xr = x + t * K + chunk;
+    auto elem = [&](int e) -> uint32_t {
+      if constexpr (k16) return x16[t * K + chunk + md::grp_elem(e)];
+      else return __bfloat16_as_ushort(__float2bfloat16_rn(x[t * K + chunk + md::grp_elem(e)]));
+    };
     uint32_t v[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-      v[q] = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(xr[md::grp_elem(s + 2 * q)]))) |
-             uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(xr[md::grp_elem(s + 2 * q + 1)]))) << 16;
+    for (int q = 0; q < 4; ++q) v[q] = elem(s + 2 * q) | elem(s + 2 * q + 1) << 16;
     const uint4 w = make_uint4(v[0], v[1], v[2], v[3]);
     for (int64_t j = 0; j < topk; ++j) {
       const int32_t r = pos_of[t * topk + j];
@@ -554,11 +557,13 @@ void launch_variant(const MoeGroupedRsArgs& a, const CUtensorMap& amap, int64_t 
 
 }  // namespace
 
-void launch_moe_grouped_xp(const float* x, const int32_t* pos_of, int64_t T, int64_t topk, int64_t K, uint16_t* xp,
-                           void* stream) {
+void launch_moe_grouped_xp(const float* x, const uint16_t* x16, const int32_t* pos_of, int64_t T, int64_t topk,
+                           int64_t K, uint16_t* xp, void* stream) {
   const int64_t octs = T * K / 8;
   const unsigned blocks = unsigned(std::clamp<int64_t>((octs + 255) / 256, 1, 132 * 16));
-  moe_grouped_xp_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, pos_of, T, topk, K, xp);
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (x16) moe_grouped_xp_kernel<true><<<blocks, 256, 0, st>>>(x, x16, pos_of, T, topk, K, xp);
+  else moe_grouped_xp_kernel<false><<<blocks, 256, 0, st>>>(x, x16, pos_of, T, topk, K, xp);
 }
 
 int moe_grouped_rs_cwg(bool gate_up, int64_t N, int cwg) {

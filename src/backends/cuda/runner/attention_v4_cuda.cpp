@@ -59,7 +59,7 @@ Status index_q_rope(HeadNormRopeParams rp, float* iq, bool fp4, const int64_t* p
 }
 }  // namespace
 
-Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st, const uint16_t* y16) {
+Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st, const float* y, const uint16_t* y16) {
   const DeviceLayer& L = weights_.layer(l);
   const AttnType type = cfg_.layer_types[size_t(l)];
   const int64_t T = st.T, D = cfg_.hidden_size, H = cfg_.num_attention_heads, hd = cfg_.head_dim, qr = cfg_.q_lora_rank;
@@ -68,7 +68,7 @@ Status CudaForwardV4::attention(int64_t l, const ops::StepDevice& st, const uint
   const float* inv = (type == AttnType::Sliding ? inv_main_ : inv_comp_).data();
   const model::StatePool pool{&layout_, slots_.as<float>(), blocks_.as<float>()};
   const ops::LayerStateView view = model::layer_view(pool, l);
-  float *y = s_.y.data(), *cq = s_.cq.data(), *q = s_.q.data(), *kv = s_.kv.data();
+  float *cq = s_.cq.data(), *q = s_.q.data(), *kv = s_.kv.data();
   // Main (d = head_dim) and indexer (d = index_head_dim) compressors share everything but these.
   auto compressor_params = [&](bool overlap, int64_t d, bool indexer, const float* ape, const float* norm) {
     CompressorCudaParams p;

@@ -82,7 +82,8 @@ class CudaForwardV4 final : public CudaForward {
   // y16: hc_pre_ffn's output rounded to bf16 (x16_site), or null. f_sum.yp set: the MoE left its output undone as
   // f_sum describes it (moe_cuda's defer: one rank, the whole step in one call) and s_.f is not written; hc_post_ffn
   // then sums it (hc_post_routed).
-  Status ffn(int64_t l, const int32_t* tokens, int64_t T, const uint16_t* y16, ops::RoutedSum& f_sum);
+  // y: hc_pre_ffn's fp32 output, null where y16_only elided it.
+  Status ffn(int64_t l, const int32_t* tokens, int64_t T, const float* y, const uint16_t* y16, ops::RoutedSum& f_sum);
   Status gemm(const float* x, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w, float* y, int64_t ldy,
               bool acc);
   // Whether gemm would run this call on the cuBLASLt engine's bf16 matmul (plan_gemm_call's lt, no skinny kernel; a
@@ -95,7 +96,7 @@ class CudaForwardV4 final : public CudaForward {
                        int64_t ldy, bool& done);
   // gemm without accumulation where x16 (x rounded to bf16, row stride ldx) may replace x: where lt_bf16_call, the
   // engine's matmul reads x16 (GemmLtEngine::gemm_bf16_in: gemm's bits, without gemm's rounding pass over x); else,
-  // or x16 null, gemm on x.
+  // or x16 null, gemm on x (x null there: an error, nothing launched).
   Status gemm_x16(const float* x, const uint16_t* x16, int64_t M, int64_t ldx, const ops::cuda::DeviceWeight& w,
                   float* y, int64_t ldy);
   // Whether an mHC site's hc_pre writes its output rounded to bf16 too (HcNormParams::y_bf16 into s_.y16) for the
@@ -104,9 +105,17 @@ class CudaForwardV4 final : public CudaForward {
   // their rounding passes over y (4-5 a layer at prefill, ~35 us each at 4,096 tokens of V4-Flash).
   // DSINFER_PREFILL_X16=0 turns it off (the A/B).
   bool x16_site(const ops::cuda::DeviceWeight& w, int64_t T);
+  // Whether every reader of layer l's hc_pre output y (the attention's site, or with ffn the FFN's) takes its bf16
+  // copy at this T, so that hc_pre need not store y's fp32 values (HcNormParams::y_bf16_only; about 64 MB a site at
+  // 4,096 tokens of V4-Flash): the attention's projections (wq_a + wkv, the compressor's and the indexer's) each on
+  // a bf16 matmul in gemm_segments' per-segment calls; the router and the shared expert's gate and up likewise, and
+  // the routed experts on one rank in one moe_cuda call whose plan reads x16 alone (moe_x16_suffices). The readers
+  // then get a null y, so that a route that would read it fails by name instead of reading stale values.
+  bool y16_only(int64_t l, int64_t T, bool ffn);
   // Several projections of the same x: one skinny launch where ops/gemm/gemm_plan.h plan_gemm_segments says each
   // would run the skinny kernel alone (the same bits), else gemm (then scale_cuda where out_scale != 1) per segment;
-  // x16 (optional): x rounded to bf16, row stride ldx, read by the segments on a bf16 matmul (gemm_x16).
+  // x16 (optional): x rounded to bf16, row stride ldx, read by the segments on a bf16 matmul (gemm_x16); x may then
+  // be null where every segment takes x16 (y16_only).
   Status gemm_segments(const float* x, int64_t M, int64_t ldx, const ops::cuda::GemmSegment* segs, int count,
                        const uint16_t* x16 = nullptr);
   Status gemm_grouped(const float* x, int64_t M, int64_t ldx, int64_t xg, const ops::cuda::DeviceWeight& w,
@@ -120,8 +129,9 @@ class CudaForwardV4 final : public CudaForward {
   // After the site's sublayer: the main stream joins hc_side_ (whatever the sublayer returned, so a captured forward
   // never ends unjoined) before hc_post reads post / comb; the sublayer's error first.
   Status join_comb(bool defer, Status sublayer);
-  // attention_v4_cuda.cpp; y16: hc_pre_attn's output rounded to bf16 (x16_site), or null
-  Status attention(int64_t l, const ops::StepDevice& st, const uint16_t* y16);
+  // attention_v4_cuda.cpp; y: hc_pre_attn's fp32 output (null where y16_only elided it), y16: its bf16 rounding
+  // (x16_site), or null
+  Status attention(int64_t l, const ops::StepDevice& st, const float* y, const uint16_t* y16);
   // wq_b into s_.q, or (q16_in) the split path's bf16 q into split_q16() (attention_v4_cuda.cpp).
   Status query_projection(int64_t l, int64_t T, const HeadGroups& hg, bool tp, bool split, bool& q16_in);
   // wo_a, wo_b (TP: the exact gather between); o16: the split path's bf16 o (null: s_.o)

@@ -3,6 +3,7 @@
 // MoE -> hc_post] -> hc_head+norm -> head. Every op is named (timing for `dsinfer bench`). The attention block is
 // attention_v4_cuda.cpp; the weights, RoPE tables and the scratch it all runs in are set up here.
 #include <algorithm>
+#include <vector>
 
 #include "backends/cuda/runner/forward_v4.h"
 #include "core/env_switch.h"
@@ -144,6 +145,9 @@ Status CudaForwardV4::gemm_x16(const float* x, const uint16_t* x16, int64_t M, i
                                float* y, int64_t ldy) {
   if (x16 && lt_bf16_call(w, M) && lt_->gemm_bf16_in(x16, M, ldx, w, y, ldy, false, stream_).is_ok())
     return Status::ok();
+  if (!x)
+    return Status::errorf("cuda runner: {} [{}, {}] at M = {} needs its fp32 x, which this step did not store",
+                          weight_format_name(w.fmt), w.rows, w.cols, M);
   return gemm(x, M, ldx, w, y, ldy, false);
 }
 
@@ -151,6 +155,33 @@ bool CudaForwardV4::x16_site(const DeviceWeight& w, int64_t T) {
   // DSINFER_PREFILL_X16=0: every projection rounds y itself again (a measurement switch, read once; the same bits)
   static const bool on = env_switch("DSINFER_PREFILL_X16", {"0", "1"}) != "0";
   return on && lt_bf16_call(w, T);
+}
+
+bool CudaForwardV4::y16_only(int64_t l, int64_t T, bool ffn) {
+  const DeviceLayer& L = weights_.layer(l);
+  std::vector<const DeviceWeight*> ws;
+  if (ffn) {
+    // the readers of ffn(): one rank (no exchange, no expert slots), the MoE in one call
+    const int64_t k = cfg_.num_experts_per_tok;
+    if (ep_size_ != 1 || core_.dp_ || moe_chunk_tokens(kernel_mode(), T, L.experts.experts, k) < T) return false;
+    if (!moe_x16_suffices(moe_ws_, L.experts, L.has_shared, T, k, moe_path(kernel_mode(), T))) return false;
+    ws = {&L.gate};
+    if (L.has_shared) ws.insert(ws.end(), {&L.shared.w1, &L.shared.w3});
+  } else {
+    // attention(): gemm_segments over wq_a + wkv, then (compressed layers) the compressor's and indexer's
+    const AttnType type = cfg_.layer_types[size_t(l)];
+    ws = {&L.wq_a, &L.wkv};
+    if (type != AttnType::Sliding) ws.insert(ws.end(), {&L.comp_wkv, &L.comp_wgate});
+    if (type == AttnType::CSA) ws.insert(ws.end(), {&L.idx_wproj, &L.idx_wkv, &L.idx_wgate});
+    const int sms = device_.multiprocessors;
+    if (plan_gemm_segments(ws.data(), 2, T, kernel_mode(), gemm_settings_, sms).one_launch) return false;
+    if (ws.size() > 2 &&
+        plan_gemm_segments(ws.data() + 2, int(ws.size()) - 2, T, kernel_mode(), gemm_settings_, sms).one_launch)
+      return false;
+  }
+  for (const DeviceWeight* w : ws)
+    if (!lt_bf16_call(*w, T)) return false;
+  return true;
 }
 
 Status CudaForwardV4::gemm_bf16_out(const float* x, int64_t M, int64_t ldx, const DeviceWeight& w, uint16_t* y16,
@@ -187,6 +218,7 @@ Status CudaForwardV4::gemm_segments(const float* x, int64_t M, int64_t ldx, cons
     }
     return Status::ok();
   }
+  if (!x) return Status::error("cuda runner: gemm_segments' one launch needs the fp32 x, not stored this step");
   // Each weight's cuBLASLt setup as its own gemm() call does it (the engine is ready when a larger M takes it).
   for (int i = 0; i < count; ++i)
     if (plan_gemm_call(segs[i].w, M, kernel_mode(), gemm_settings_).lt_prepare)
@@ -268,18 +300,21 @@ Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_
                     float(cfg_.rms_norm_eps), L.attn_norm, batch_invariant_};
     hp.defer_comb = defer;
     hp.y_bf16 = x16_site(L.wq_a, T) ? s_.y16.data() : nullptr;
+    hp.y_bf16_only = hp.y_bf16 && y16_only(l, T, false);
     DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     if (defer) DSI_RETURN_IF_ERROR(comb_on_side(hp, T));
-    DSI_RETURN_IF_ERROR(join_comb(defer, attention(l, st, hp.y_bf16)));
+    DSI_RETURN_IF_ERROR(join_comb(defer, attention(l, st, hp.y_bf16_only ? nullptr : s_.y.data(), hp.y_bf16)));
     DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
           float(cfg_.rms_norm_eps), L.ffn_norm, batch_invariant_};
     hp.defer_comb = defer;
     hp.y_bf16 = x16_site(L.has_shared ? L.shared.w1 : L.gate, T) ? s_.y16.data() : nullptr;
+    hp.y_bf16_only = hp.y_bf16 && y16_only(l, T, true);
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     if (defer) DSI_RETURN_IF_ERROR(comb_on_side(hp, T));
     ops::RoutedSum f_sum;
-    DSI_RETURN_IF_ERROR(join_comb(defer, ffn(l, st.tokens, T, hp.y_bf16, f_sum)));
+    DSI_RETURN_IF_ERROR(
+        join_comb(defer, ffn(l, st.tokens, T, hp.y_bf16_only ? nullptr : s_.y.data(), hp.y_bf16, f_sum)));
     if (f_sum.yp)  // the MoE's combine inside hc_post (the same bits as the two)
       DSI_OP("hc_post_ffn", l, hc_post_routed(T, n, D, f_sum, s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
     else
@@ -297,10 +332,11 @@ Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_
   return Status::ok();
 }
 
-Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T, const uint16_t* y16, ops::RoutedSum& f_sum) {
+Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T, const float* y, const uint16_t* y16,
+                          ops::RoutedSum& f_sum) {
   const DeviceLayer& L = weights_.layer(l);
   const int64_t D = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
-  DSI_OP("router", l, gemm_x16(s_.y.data(), y16, T, D, L.gate, s_.router.data(), E));
+  DSI_OP("router", l, gemm_x16(y, y16, T, D, L.gate, s_.router.data(), E));
   RouterCudaParams rp;
   rp.experts = E;
   rp.topk = k;
@@ -311,17 +347,17 @@ Status CudaForwardV4::ffn(int64_t l, const int32_t* tokens, int64_t T, const uin
   rp.hash_vocab = L.tid2eid ? cfg_.vocab_size : 0;
   DSI_OP("router", l, route_cuda(s_.router.data(), T, L.gate_bias, L.tid2eid, tokens, rp, s_.ridx.data(), s_.rw.data(), stream_));
   // DP attention + EP: the routed pairs go to the experts' ranks and come back (expert_exchange_cuda.cpp).
-  if (core_.dp_) return moe_exchange(l, s_.y.data(), T, s_.ridx.data(), s_.rw.data(), s_.f.data());
+  if (core_.dp_) return moe_exchange(l, y, T, s_.ridx.data(), s_.rw.data(), s_.f.data());
   // EP under --batch-invariant: every pair's expert output gathered exactly, the one-rank combine on every rank
   // (backends/cuda/parallel/expert_slots_cuda.cpp).
-  if (ep_size_ > 1 && batch_invariant_) return moe_slots(l, s_.y.data(), T, s_.ridx.data(), s_.rw.data(), s_.f.data());
+  if (ep_size_ > 1 && batch_invariant_) return moe_slots(l, y, T, s_.ridx.data(), s_.rw.data(), s_.f.data());
   // Expert parallelism (docs/multi_gpu.md): global top-k ids -> this rank's local ids, -1 (skipped) for the others';
   // after the MoE every rank holds its partial sum in s_.f, summed over the ranks in place (fp32).
   if (ep_size_ > 1) DSI_OP("moe_remap", l, core_.remap_experts(s_.ridx.data(), l, T, k));
   // one rank: the combine is left to hc_post_ffn (moe_cuda's defer) where DSINFER_MOE_COMBINE_IN_POST is not 0
   static const bool fuse = env_switch("DSINFER_MOE_COMBINE_IN_POST", {"0", "1"}) != "0";
   ops::RoutedSum* defer = ep_size_ == 1 && fuse ? &f_sum : nullptr;
-  DSI_OP("moe", l, moe(s_.y.data(), T, s_.ridx.data(), s_.rw.data(), k, L, y16, defer));
+  DSI_OP("moe", l, moe(y, T, s_.ridx.data(), s_.rw.data(), k, L, y16, defer));
   if (ep_size_ > 1) {
     if (!comm_) return Status::error("cuda runner: expert parallelism without a communicator");
     DSI_OP("moe_allreduce", l, comm_->all_reduce_sum(s_.f.data(), size_t(T * D), stream_));
