@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtypes.h"
 #include "cuda/gpu_test_util.h"
 #include "ops/moe/moe.h"
 #include "ops/moe/moe_cuda.h"
@@ -252,7 +253,8 @@ TEST(MoeGroupedFp8Gpu, FlashShapes) {
 // on the fast path's prefill (T > kMoeGroupedMinT) moe_cuda calls it for the shared expert's three GEMMs, in line.
 // Given gemm_cuda at the precision moe_cuda would pick itself, the output is bitwise the one without it (the SwiGLU
 // and the combine are unchanged); at decode sizes it is not called; its error ends the call with that error. x's
-// bf16 copy given to moe_cuda reaches the hook for gate and up (the same pointer), never for down.
+// bf16 copy given to moe_cuda reaches the hook for gate and up (the same pointer); down gets the SwiGLU's output
+// rounded to bf16 (session 38), checked against its fp32 x here.
 TEST(MoeGroupedFp8Gpu, SharedExpertThroughTheCallersGemm) {
   DSI_SKIP_WITHOUT_GPU();
   const Fp8Case c{oc::kMoeGroupedMinT + 76, 12, 4, 256, 384, 0.0f, true, true, 0};
@@ -274,17 +276,28 @@ TEST(MoeGroupedFp8Gpu, SharedExpertThroughTheCallersGemm) {
   auto di = to_device(idx);
   auto dwt = to_device(wt);
   int calls = 0;
+  int64_t down_bad = -1;  // down's x16 against the bf16 rounding of its x
   std::vector<const uint16_t*> seen;
   const oc::MoeSharedGemm own = [&](const float* x, const uint16_t* x16, int64_t M, int64_t K,
                                     const oc::DeviceWeight& w, float* y, int64_t N) {
     ++calls;
-    seen.push_back(x16);
+    seen.push_back(K == c.I ? nullptr : x16);
+    if (K == c.I && x16) {
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> hx(size_t(M * K));
+      std::vector<uint16_t> h16(hx.size());
+      EXPECT_EQ(cudaMemcpy(hx.data(), x, hx.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(h16.data(), x16, h16.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      down_bad = 0;
+      for (size_t i = 0; i < hx.size(); ++i) down_bad += h16[i] != dsinfer::f32_to_bf16(hx[i]);
+    }
     return oc::gemm_cuda(x, M, K, w, y, N, false, nullptr, oc::moe_shared_precision(oc::MoePath::Fast, M, N));
   };
   const std::vector<float> plain = run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast);
   const std::vector<float> hooked = run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast, own);
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(seen, (std::vector<const uint16_t*>{nullptr, nullptr, nullptr}));
+  EXPECT_EQ(down_bad, 0) << "down's x16 is not its x rounded to bf16 (-1: not given)";
   for (float v : hooked) ASSERT_TRUE(std::isfinite(v)) << "unwritten / NaN output";
   EXPECT_EQ(std::memcmp(plain.data(), hooked.data(), plain.size() * 4), 0) << "the combine changed with the hook";
   DeviceBuffer<uint16_t> dx16;

@@ -189,9 +189,10 @@ __global__ void __launch_bounds__(kScatterThreads)
   }
 }
 
-// h1[p, j] <- silu(min(h1, L)) * clamp(h3, -L, L) for rows p < *rows_dev (or rows when rows_dev is null).
+// h1[p, j] <- silu(min(h1, L)) * clamp(h3, -L, L) for rows p < *rows_dev (or rows when rows_dev is null); h16 (or
+// null): also the result rounded to bf16 (RNE) there.
 __global__ void swiglu_kernel(float* h1, const float* h3, int64_t rows, const int32_t* rows_dev, int64_t inter,
-                              float limit) {
+                              float limit, uint16_t* h16) {
   const int64_t nrows = rows_dev ? int64_t(*rows_dev) : rows;
   const int64_t total = nrows * inter;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -200,7 +201,9 @@ __global__ void swiglu_kernel(float* h1, const float* h3, int64_t rows, const in
       g = fminf(g, limit);
       u = fminf(fmaxf(u, -limit), limit);
     }
-    h1[i] = g / (1.0f + expf(-g)) * u;
+    const float h = g / (1.0f + expf(-g)) * u;
+    h1[i] = h;
+    if (h16) h16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(h));
   }
 }
 
@@ -308,9 +311,9 @@ void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t exp
 }
 
 void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows_dev, int64_t inter, float limit,
-                   void* stream) {
+                   void* stream, uint16_t* h16) {
   swiglu_kernel<<<elementwise_blocks(rows * inter), 256, 0, static_cast<cudaStream_t>(stream)>>>(h1, h3, rows, rows_dev,
-                                                                                                 inter, limit);
+                                                                                                 inter, limit, h16);
 }
 
 void launch_combine(const RoutedSum& f, int64_t T, int64_t dim, float* out, void* stream) {

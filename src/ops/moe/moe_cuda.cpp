@@ -56,6 +56,7 @@ Status MoeWorkspace::reserve(int64_t T, int64_t topk, int64_t dim, int64_t inter
   DSI_RETURN_IF_ERROR(wrow_.alloc(tk, "moe row weights"));
   DSI_RETURN_IF_ERROR(sh1_.alloc(t1 * size_t(inter), "moe shared h1"));
   DSI_RETURN_IF_ERROR(sh3_.alloc(t1 * size_t(inter), "moe shared h3"));
+  DSI_RETURN_IF_ERROR(sh16_.alloc(t1 * size_t(inter), "moe shared bf16 h"));
   DSI_RETURN_IF_ERROR(shy_.alloc(t1 * size_t(dim), "moe shared out"));
   // rounded to 256 bytes: the argument arrays and CUTLASS's tensor maps after the scales need 128-byte alignment (a
   // 96-byte scale region gave cudaErrorMisalignedAddress on the H200)
@@ -357,10 +358,10 @@ Status exact_experts(const float* x, int64_t n, const MoeExpertsDevice& ex, floa
 }
 
 // Shared expert on all T rows: s1 = x W1^T, s3 = x W3^T, SwiGLU in place, shy = s1 W2^T. The GEMMs go through
-// `proj` (the caller's projection, MoePlan::shared_projection, with x16 for gate and up) when given, else gemm_cuda
-// at moe_shared_precision.
+// `proj` (the caller's projection, MoePlan::shared_projection, with x16 for gate and up, and the SwiGLU's bf16
+// rounding s16 [T, inter] for down) when given, else gemm_cuda at moe_shared_precision.
 Status shared_expert(const float* x, const uint16_t* x16, int64_t T, int64_t D, const MoeSharedDevice& sh,
-                     float shared_limit, MoePath path, float* s1, float* s3, float* shy, void* stream,
+                     float shared_limit, MoePath path, float* s1, float* s3, uint16_t* s16, float* shy, void* stream,
                      const MoeSharedGemm* proj) {
   const int64_t Is = sh.w1.rows;
   auto gemm = [&](const float* a, const uint16_t* a16, int64_t K, const DeviceWeight& w, float* y, int64_t N) {
@@ -369,9 +370,10 @@ Status shared_expert(const float* x, const uint16_t* x16, int64_t T, int64_t D, 
   };
   DSI_RETURN_IF_ERROR(gemm(x, x16, D, sh.w1, s1, Is));
   DSI_RETURN_IF_ERROR(gemm(x, x16, D, sh.w3, s3, Is));
-  detail::launch_swiglu(s1, s3, T, nullptr, Is, shared_limit, stream);
+  uint16_t* h16 = proj ? s16 : nullptr;
+  detail::launch_swiglu(s1, s3, T, nullptr, Is, shared_limit, stream, h16);
   DSI_CUDA_LAUNCHED("swiglu_kernel(shared)");
-  return gemm(s1, nullptr, Is, sh.w2, shy, D);
+  return gemm(s1, h16, Is, sh.w2, shy, D);
 }
 
 Status check_launch_status(const char* name) {
@@ -485,8 +487,8 @@ Status moe_cuda(const float* x, int64_t T, const int32_t* idx, const float* weig
   }
   // launched after the routed kernels (host launch time stays off the routed critical path), forked before them
   if (st.is_ok() && shared && !fused_shared)
-    st = shared_expert(x, x16, T, D, *shared, shared_limit, path, s1, s3, shy, side ? ws.side_.stream() : stream,
-                       plan.shared_projection ? &ws.shared_gemm_ : nullptr);
+    st = shared_expert(x, x16, T, D, *shared, shared_limit, path, s1, s3, ws.sh16_.data(), shy,
+                       side ? ws.side_.stream() : stream, plan.shared_projection ? &ws.shared_gemm_ : nullptr);
   if (side) {
     const Status joined = ws.side_.join(stream);
     if (st.is_ok()) st = joined;
@@ -517,8 +519,8 @@ Status moe_shared_cuda(const float* x, int64_t T, const MoeSharedDevice& shared,
   if (T > ws.T_ || shared.w1.rows > ws.inter_)
     return Status::errorf("moe_shared_cuda: workspace reserved for T={} inter={}, call needs T={} inter={}", ws.T_,
                           ws.inter_, T, shared.w1.rows);
-  return shared_expert(x, nullptr, T, D, shared, shared_limit, path, ws.sh1_.data(), ws.sh3_.data(), out, stream,
-                       nullptr);
+  return shared_expert(x, nullptr, T, D, shared, shared_limit, path, ws.sh1_.data(), ws.sh3_.data(), nullptr, out,
+                       stream, nullptr);
 }
 
 Status moe_combine_cuda(const RoutedSum& f, int64_t T, int64_t dim, float* out, void* stream) {

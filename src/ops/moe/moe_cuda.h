@@ -30,7 +30,8 @@ Status route_cuda(const float* logits, int64_t T, const float* bias, const int32
 // caller's kernel choice: the runner's projection GEMM, so the shared expert takes the kernels every other FP8
 // projection of the step takes. Where plan_moe sets MoePlan::shared_projection, moe_cuda's shared expert runs its
 // three GEMMs through it (the SwiGLU and the combine stay moe_cuda's). x16: x rounded to bf16 where the caller
-// gave moe_cuda one (its x16; gate and up only), else null; the projection may read it instead of rounding x itself.
+// gave moe_cuda one (its x16) for gate and up, else null; for down the SwiGLU's output rounded to bf16 (written by
+// the SwiGLU kernel beside its fp32 output); the projection may read it instead of rounding x itself.
 using MoeSharedGemm = std::function<Status(const float* x, const uint16_t* x16, int64_t M, int64_t K,
                                            const DeviceWeight& w, float* y, int64_t N)>;
 
@@ -144,6 +145,7 @@ class MoeWorkspace {
   // rows [T, dim]; the grouped paths keep their x rows in h3_ too (sized for all).
   dsinfer::cuda::DeviceBuffer<float> h1_, h3_, yp_, sh1_, sh3_, shy_;
   dsinfer::cuda::DeviceBuffer<float> wrow_;  // moe_official_cuda: the routing weight of each permuted row
+  dsinfer::cuda::DeviceBuffer<uint16_t> sh16_;  // the shared SwiGLU's bf16 rounding for MoeSharedGemm's down call
   // CUTLASS path (moe_grouped_cutlass_launch.h): fp32 weight scales of E8M0 experts [3][experts][blocks], then the
   // grouped GEMM's argument arrays and workspace
   dsinfer::cuda::DeviceBuffer<uint8_t> cutlass_;

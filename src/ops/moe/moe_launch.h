@@ -92,8 +92,9 @@ void launch_moe_prep(const int32_t* idx, int64_t n, int64_t topk, int64_t expert
                      int32_t* big = nullptr);
 void launch_moe_scatter(const int32_t* idx, int64_t n, int64_t topk, int64_t experts, const int32_t* offsets,
                         int32_t* perm_token, int32_t* pos_of, void* stream);
+// h16 (or null): the result's bf16 rounding (RNE) too, [rows, inter] (the shared expert's down projection at prefill).
 void launch_swiglu(float* h1, const float* h3, int64_t rows, const int32_t* rows_dev, int64_t inter, float limit,
-                   void* stream);
+                   void* stream, uint16_t* h16 = nullptr);
 void launch_combine(const RoutedSum& f, int64_t T, int64_t dim, float* out, void* stream);
 // moe.cu, DeepSeek-V4.1 official numerics (moe_official_cuda): the SwiGLU with the routing weight inside and a bf16
 // output ("official_swiglu_kernel"), the routing weight of every permuted row ("row_weight_kernel"), the combine in
