@@ -272,7 +272,8 @@ TEST(MoeGroupedFp8Gpu, SharedExpertThroughTheCallersGemm) {
   std::vector<int32_t> idx;
   std::vector<float> wt;
   ragged_routing(c, seed + 5, idx, wt);
-  auto dx = to_device(random_floats(size_t(c.T * c.D), seed + 6));
+  const std::vector<float> x = random_floats(size_t(c.T * c.D), seed + 6);
+  auto dx = to_device(x);
   auto di = to_device(idx);
   auto dwt = to_device(wt);
   int calls = 0;
@@ -300,8 +301,9 @@ TEST(MoeGroupedFp8Gpu, SharedExpertThroughTheCallersGemm) {
   EXPECT_EQ(down_bad, 0) << "down's x16 is not its x rounded to bf16 (-1: not given)";
   for (float v : hooked) ASSERT_TRUE(std::isfinite(v)) << "unwritten / NaN output";
   EXPECT_EQ(std::memcmp(plain.data(), hooked.data(), plain.size() * 4), 0) << "the combine changed with the hook";
-  DeviceBuffer<uint16_t> dx16;
-  ASSERT_TRUE(dx16.alloc(size_t(c.T * c.D)).is_ok());
+  std::vector<uint16_t> x16(x.size());  // x's bf16 rounding, as the runner's y16 (the RS gather may read it)
+  for (size_t i = 0; i < x.size(); ++i) x16[i] = dsinfer::f32_to_bf16(x[i]);
+  auto dx16 = to_device(x16);
   calls = 0;
   seen.clear();
   const std::vector<float> with16 = run_moe(c, c.T, dx, di, dwt, ex, &sh, oc::MoePath::Fast, own, nullptr, dx16.data());
