@@ -242,14 +242,6 @@ TEST(GpuHeadNormRope, AngleTableEqualsPerVectorAngles) {
     ASSERT_TRUE(ops::cuda::head_norm_rope(t, a.data(), dpos.data(), nullptr).is_ok());
     ASSERT_TRUE(ops::cuda::head_norm_rope(v, b.data(), deach.data(), nullptr).is_ok());
     EXPECT_EQ(to_host(a, size_t(n)), to_host(b, size_t(n))) << "fp32 in place";
-    for (bool ready : {false, true}) {  // row_table (session 38): one block a row, its warps walking the 64 heads
-      ops::cuda::HeadNormRopeParams r = t;
-      r.row_table = 1;
-      r.pos_ready = ready;
-      auto rx = to_device(x);
-      ASSERT_TRUE(ops::cuda::head_norm_rope(r, rx.data(), dpos.data(), nullptr).is_ok());
-      EXPECT_EQ(to_host(rx, size_t(n)), to_host(b, size_t(n))) << "one block a row, pos_ready " << ready;
-    }
     t.out_bf16 = a16.data();
     v.out_bf16 = b16.data();
     auto c = to_device(x), d = to_device(x);

@@ -195,36 +195,14 @@ __device__ __forceinline__ void norm_rope_pair_block(const HeadNormRopeParams& p
   norm_rope_vec(p, x, pos, vec, early ? cs[warp] : nullptr);
 }
 
-// HeadNormRopeParams::row_table: one block a row, its angle table filled once (before the PDL wait where the
-// positions allow), warp w taking heads w, w + 8, ...
-__device__ __forceinline__ void norm_rope_row_block(const HeadNormRopeParams& p, float* x, const int64_t* pos,
-                                                    int64_t row, float2 (&cs)[kBlockWarps][kTableMaxPairs]) {
-  const bool early = p.pos_ready;
-  if (early) fill_angles(p, pos, row, cs[0], int(threadIdx.x), blockDim.x);
-  dsinfer::cuda::pdl_wait_then_release();
-  if (!early) fill_angles(p, pos, row, cs[0], int(threadIdx.x), blockDim.x);
-  __syncthreads();
-  for (int64_t h = threadIdx.x >> 5; h < p.heads; h += kBlockWarps) norm_rope_vec(p, x, pos, row * p.heads + h, cs[0]);
-}
-
-// Blocks [0, blocks_a) take a's vectors (table_a: each block's 8 heads of one row share an angle table; row_a: each
-// block one row), the rest b's (one vector a warp). Each branch names its own parameters (a reference chosen at run
-// time between two kernel parameters would copy both to the stack).
+// Blocks [0, blocks_a) take a's vectors (table_a: each block's 8 heads of one row share an angle table), the rest
+// b's (one vector a warp). Each branch names its own parameters (a reference chosen at run time between two kernel
+// parameters would copy both to the stack).
 __global__ void head_norm_rope_pair_kernel(HeadNormRopeParams a, float* xa, HeadNormRopeParams b, float* xb,
-                                           const int64_t* pos, int64_t blocks_a, bool table_a, bool row_a) {
+                                           const int64_t* pos, int64_t blocks_a, bool table_a) {
   __shared__ float2 cs[kBlockWarps][kTableMaxPairs];
-  if (int64_t(blockIdx.x) < blocks_a) {
-    if (row_a) norm_rope_row_block(a, xa, pos, int64_t(blockIdx.x), cs);
-    else norm_rope_pair_block(a, xa, pos, int64_t(blockIdx.x) * kBlockWarps, table_a, cs);
-  } else {
-    norm_rope_pair_block(b, xb, pos, (int64_t(blockIdx.x) - blocks_a) * kBlockWarps, false, cs);
-  }
-}
-
-// HeadNormRopeParams::row_table, where the table form applies and a row has more heads than a block of 8.
-bool row_form(const HeadNormRopeParams& p) {
-  const bool on = p.row_table < 0 ? p.rows >= kRopeRowTableMinRows : p.row_table > 0;
-  return on && table_form(p) && p.heads > kBlockWarps;
+  if (int64_t(blockIdx.x) < blocks_a) norm_rope_pair_block(a, xa, pos, int64_t(blockIdx.x) * kBlockWarps, table_a, cs);
+  else norm_rope_pair_block(b, xb, pos, (int64_t(blockIdx.x) - blocks_a) * kBlockWarps, false, cs);
 }
 }  // namespace
 
@@ -237,11 +215,10 @@ void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t*
 
 void launch_head_norm_rope_pair(const HeadNormRopeParams& a, float* xa, const HeadNormRopeParams& b, float* xb,
                                 const int64_t* pos, void* stream) {
-  const bool row_a = row_form(a);
-  const int64_t blocks_a = row_a ? a.rows : (a.rows * a.heads + kBlockWarps - 1) / kBlockWarps;
+  const int64_t blocks_a = (a.rows * a.heads + kBlockWarps - 1) / kBlockWarps;
   const int64_t blocks_b = (b.rows * b.heads + kBlockWarps - 1) / kBlockWarps;
   dsinfer::cuda::pdl_launch(head_norm_rope_pair_kernel, dim3(unsigned(blocks_a + blocks_b)), dim3(32 * kBlockWarps), 0,
-                            static_cast<cudaStream_t>(stream), a, xa, b, xb, pos, blocks_a, table_form(a), row_a);
+                            static_cast<cudaStream_t>(stream), a, xa, b, xb, pos, blocks_a, table_form(a));
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -47,19 +47,12 @@ struct HeadNormRopeParams {
   // by default since session 29's H200 run: q_norm_rope 1.16-1.20 -> 1.15 ms at prefill 4,096), 0 never, 1 always
   // where the shape allows.
   int angle_table = -1;
-  // With the angle table: one block a row (its 8 warps walking all the row's heads) instead of a block of 8 heads,
-  // where heads > 8: the row's angles once instead of once per 8 heads (session 38: the indexer query's 64 heads of
-  // 128 channels, 32 double sincos a block). Fewer, longer warps, so only for many rows: -1 from
-  // kRopeRowTableMinRows rows, 0 never, 1 always where the shape allows. The same angles, so the same bits.
-  int row_table = -1;
   // pos_ready: the positions are step inputs that no kernel of the step writes (cuda/pdl.cuh), so the head_norm_rope
   // kernels compute the RoPE angles (a double-precision sincos a pair) into shared memory before their PDL wait,
   // beside the previous kernel's tail; the same values, so the same bits. Off: after the wait (the drafter's
   // positions are written by its own kernels).
   bool pos_ready = false;
 };
-
-inline constexpr int64_t kRopeRowTableMinRows = 512;
 
 namespace detail {
 void launch_head_norm_rope(const HeadNormRopeParams& p, float* x, const int64_t* pos, void* stream);
