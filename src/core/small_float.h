@@ -73,18 +73,27 @@ DSI_HD uint32_t e4m3_f32_bits(uint32_t b) {
 // finite magnitude maxv), saturating; the result keeps f's sign. The quotient and product are single IEEE
 // operations on both sides (device intrinsics stop nvcc from contracting them), so host and device agree bit for
 // bit. NaN propagates (the host encoders in core/dtypes.cpp handle NaN before calling this).
+// On the device the same values from the bits (session 38: frexpf, ldexpf and the division were most of the
+// simulations' instructions): a's exponent read off its bits (a subnormal or zero a reads -127, below every format's
+// smallest normal, like frexpf's exponent), the power-of-two quantum and its reciprocal built from theirs (both
+// normal for every a <= maxv of these formats), and a / quantum as a * (1 / quantum): the same real number rounded
+// once, so the same float. GpuSmallFloat.RoundingEqualsFrexpForm holds it to the host form for all 2^32 inputs.
 DSI_HD float round_small_float(float f, int M, int B, float maxv) {
   float a = fabsf(f);
   if (a >= maxv) a = maxv;
+  const int min_exp = 1 - B;  // exponent of the smallest normal
+#if defined(__CUDA_ARCH__)
+  int unbiased = int((__float_as_uint(a) >> 23) & 0xffu) - 127;
+  if (unbiased < min_exp) unbiased = min_exp;
+  const int q = unbiased - M;  // the quantum's exponent
+  const float quantum = __uint_as_float(uint32_t(q + 127) << 23), inv = __uint_as_float(uint32_t(127 - q) << 23);
+  float r = __fmul_rn(rintf(__fmul_rn(a, inv)), quantum);
+#else
   int e = 0;
   frexpf(a, &e);  // a = frac * 2^e, frac in [0.5, 1)
   int unbiased = e - 1;
-  const int min_exp = 1 - B;  // exponent of the smallest normal
   if (a == 0.0f || unbiased < min_exp) unbiased = min_exp;
   const float quantum = ldexpf(1.0f, unbiased - M);
-#if defined(__CUDA_ARCH__)
-  float r = __fmul_rn(rintf(__fdiv_rn(a, quantum)), quantum);
-#else
   float r = rintf(a / quantum) * quantum;
 #endif
   if (r > maxv) r = maxv;

@@ -74,12 +74,30 @@ __device__ __forceinline__ void rope_rotate(float& re, float& im, float c, float
 using ::dsinfer::small_float::round_e2m1;
 using ::dsinfer::small_float::round_e4m3;
 
-// 2^ceil(log2(amax / qmax)) computed exactly (the reference takes log2 in double of the double ratio).
+// 2^ceil(log2(amax / qmax)) computed exactly (the reference takes log2 in double of the double ratio): the smallest
+// 2^E with amax <= qmax * 2^E. For normal amax = (1 + ma) 2^ea and qmax = (1 + mq) 2^eq that is E = ea - eq, plus
+// one where ma > mq, read off the bits (session 38: the double division and frexp were a simulation's costliest
+// steps); the double ratio never rounds onto or across a power of two (it would have to lie within 2^-53 of one),
+// so the two agree, and GpuSmallFloat.Pow2ScaleEqualsDoubleForm checks every normal amax. Anything else (a zero,
+// subnormal or non-finite input, a scale outside the normal range) takes the double form.
 __device__ __forceinline__ float pow2_scale(float amax, float qmax) {
+  const uint32_t a = __float_as_uint(amax), q = __float_as_uint(qmax);
+  const int ea = int(a >> 23) - 127, eq = int(q >> 23) - 127;  // sign bits clear: both are maxima of |x|
+  const int E = ea - eq + ((a & 0x7fffffu) > (q & 0x7fffffu) ? 1 : 0);
+  if (ea > -127 && ea < 128 && eq > -127 && eq < 128 && E > -127 && E < 128)
+    return __uint_as_float(uint32_t(E + 127) << 23);
   const double r = double(amax) / double(qmax);
-  int E = 0;
-  const double f = frexp(r, &E);  // r = f * 2^E, f in [0.5, 1)
-  return ldexpf(1.0f, f == 0.5 ? E - 1 : E);
+  int e = 0;
+  const double f = frexp(r, &e);  // r = f * 2^e, f in [0.5, 1)
+  return ldexpf(1.0f, f == 0.5 ? e - 1 : e);
+}
+
+// x / s for a positive power of two s: x times s's exact reciprocal where that is a normal float (s in [2^-126,
+// 2^126]: the same real number rounded once, so the same value as the division), else the division.
+__device__ __forceinline__ float div_pow2(float x, float s) {
+  const uint32_t b = __float_as_uint(s), e = b >> 23;
+  if ((b & 0x7fffffu) == 0 && e >= 1 && e <= 253) return __fmul_rn(x, __uint_as_float((254u - e) << 23));
+  return __fdiv_rn(x, s);
 }
 
 // Round to the nearest bf16 (ties to even; NaN stays NaN), back in fp32: core/dtypes.h round_bf16.
@@ -112,7 +130,7 @@ __device__ __forceinline__ void smem_block_quant_sim(float* v, int n, int block,
     amax = fmaxf(amax_floor, warp_max(amax));
     const float s = pow2_scale(amax, qmax);
     for (int i = b0 + lane; i < b1; i += 32) {
-      const float x = fminf(fmaxf(__fdiv_rn(v[i], s), -qmax), qmax);
+      const float x = fminf(fmaxf(div_pow2(v[i], s), -qmax), qmax);
       v[i] = __fmul_rn(fp8 ? round_e4m3(x) : round_e2m1(x), s);
     }
   }

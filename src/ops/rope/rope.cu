@@ -31,7 +31,7 @@ __device__ __forceinline__ void block_quant_sim(float (&e)[4], bool in, int grou
   if (!in) return;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const float x = fminf(fmaxf(__fdiv_rn(e[k], s), -qmax), qmax);
+    const float x = fminf(fmaxf(dev::div_pow2(e[k], s), -qmax), qmax);
     e[k] = __fmul_rn(fp8 ? dev::round_e4m3(x) : dev::round_e2m1(x), s);
   }
 }
