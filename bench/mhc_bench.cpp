@@ -8,7 +8,8 @@
 // finalize: partial sums, Sinkhorn, collapse, norm; mix_m8: the mixing on the m8n8k4 shape instead of sm_90's
 // m16n8k4, where the tile is 32 tokens; fin_fused: the narrow finalize as one kernel instead of the coefficients then
 // the collapse, where T > 512; fin_defer: the finalize with the coefficients deferred, comb: hc_comb alone), the
-// batch-invariant split (hc_pre_inv), and old_us: the
+// batch-invariant split (hc_pre_inv), post_mix (T = 4,096: hc_post fused with the next site's mixing reduction, to
+// read against hc_post + mix), and old_us: the
 // per-call figure of the previous kernels (`dsinfer bench` per-op table, 2026-11-30: 44 / 60 / 112 / 1160 us).
 #include <cuda_runtime.h>
 
@@ -189,6 +190,14 @@ int main() {
     row("hc_pre_inv", T, pre_bytes, pre_flops, us);
     us = median_us(pst, e0, e1);
     row("hc_post", T, 2 * xb + yb, 0.0, us);
+    if (ops::cuda::hc_post_mix_wanted(params(false, 0), T, false)) {
+      // hc_post fused with the next site's mixing reduction (prefill): against hc_post + mix above, one pass over X.
+      us = median_us([&](int i) {
+        BENCH_CHECK(ops::cuda::hc_post_mix(params(false, i), T, f.data(), nullptr, post.data(), comb.data(), xs(i),
+                                           y.data(), nullptr));
+      }, e0, e1);
+      row("post_mix", T, double(kMixes * kLen) * 4 + 2 * xb + yb, pre_flops, us);
+    }
     us = median_us(head, e0, e1);
     row("hc_head", T, double(kN * kLen) * 4 + xb + yb, 2.0 * double(T) * double(kLen) * double(kN + 1), us);
   }

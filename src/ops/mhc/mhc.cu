@@ -21,6 +21,7 @@
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "ops/mhc/mhc_launch.h"
+#include "ops/mhc/mhc_post.cuh"
 #include "ops/routed_sum.cuh"
 
 namespace dsinfer::ops::cuda::detail {
@@ -540,18 +541,7 @@ __global__ void __launch_bounds__(kPostThreads, N == 4 ? 5 : 2)
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
       if (k >= n) break;
-      const double pk = s_post[k];
-      double a0 = pk * double(fv.x), a1 = pk * double(fv.y), a2 = pk * double(fv.z), a3 = pk * double(fv.w);
-#pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        if (j >= n) break;
-        const double cj = s_comb[j * n + k];
-        a0 += cj * double(old[j].x);
-        a1 += cj * double(old[j].y);
-        a2 += cj * double(old[j].z);
-        a3 += cj * double(old[j].w);
-      }
-      float4 o = make_float4(float(a0), float(a1), float(a2), float(a3));
+      float4 o = hc_post_stream4<kN>(k, n, old, fv, s_post, s_comb);
       if (round) o = make_float4(dev::round_bf16(o.x), dev::round_bf16(o.y), dev::round_bf16(o.z), dev::round_bf16(o.w));
       x4[k * d4 + q] = o;
     }

@@ -2,6 +2,7 @@
 #include "ops/mhc/mhc_cuda.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/env_switch.h"
 #include "cuda/cuda_common.h"
@@ -41,6 +42,19 @@ detail::HcSplit detail::hc_default_split(int64_t T, int64_t n, int64_t dim, int6
   return s;
 }
 
+detail::HcSplit detail::hc_post_mix_split(int64_t T, int64_t dim) {
+  detail::HcSplit s;
+  s.tile = kHcPostMixTile;
+  const int sms = dsinfer::cuda::current_sm_count();
+  const int64_t tiles = (T + kHcPostMixTile - 1) / kHcPostMixTile, nchunks = dim / kHcPostMixCols;
+  const int64_t cap = std::min(nchunks, detail::hc_max_splits(dim, 24));
+  const int64_t splits = std::clamp<int64_t>(2 * sms / tiles, 1, cap);
+  s.chunks_per_split = int((nchunks + splits - 1) / splits);
+  s.splits = int((nchunks + s.chunks_per_split - 1) / s.chunks_per_split);
+  s.wide = false;
+  return s;
+}
+
 namespace {
 
 Status launch(const HcNormParams& p, const float* X, const int32_t* rows, int64_t T, float* y, float* post, float* comb,
@@ -49,6 +63,13 @@ Status launch(const HcNormParams& p, const float* X, const int32_t* rows, int64_
   if (reinterpret_cast<uintptr_t>(p.y_bf16) % 8 != 0) return Status::errorf("{}: y_bf16 must be 8-byte aligned", op);
   if (p.y_bf16_only && !p.y_bf16) return Status::errorf("{}: y_bf16_only without y_bf16", op);
   if ((T + 7) / 8 > 0x7fffffff) return Status::errorf("{}: {} tokens exceed the grid limit", op, T);
+  if (p.premixed) {  // hc_post_mix wrote the partials
+    if (rows || !hc_post_mix_wanted(p, T, false))
+      return Status::errorf("{}: premixed parameters that hc_post_mix does not take (n {}, dim {}, T {})", op, p.n,
+                            p.dim, T);
+    detail::launch_hc_finalize(p, X, rows, T, detail::hc_post_mix_split(T, p.dim), y, post, comb, stream);
+    return Status::ok();
+  }
   const detail::HcSplit sp =
       p.batch_invariant ? detail::hc_invariant_split(T, p.n, p.dim, mixes) : detail::hc_default_split(T, p.n, p.dim, mixes);
   detail::launch_hc_norm(p, X, rows, T, sp, y, post, comb, stream);
@@ -80,6 +101,32 @@ Status hc_comb(const HcNormParams& p, int64_t T, float* post, float* comb, void*
   if (!post || !comb) return Status::error("hc_comb: null post or comb");
   detail::launch_hc_comb(p, T, post, comb, stream);
   DSI_CUDA_LAUNCHED("hc_comb_kernel");
+  return Status::ok();
+}
+
+bool hc_post_mix_wanted(const HcNormParams& next, int64_t T, bool routed) {
+  static const std::string mode = env_switch("DSINFER_HC_POST_MIX", {"1", "plain", "0"});
+  if (mode == "0" || (routed && mode == "plain")) return false;
+  return next.n == 4 && next.dim % detail::kHcPostMixCols == 0 && detail::hc_max_splits(next.dim, 24) >= 1 &&
+         T > kHcDeferMaxT && T <= 0x7fffffff && !next.batch_invariant && !next.pre_in && !next.pre_out &&
+         !next.round_bf16 && !next.defer_comb;
+}
+
+Status hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const RoutedSum* routed, const float* post,
+                   const float* comb, float* X, float* y, void* stream) {
+  DSI_RETURN_IF_ERROR(check_params(next, 24, "hc_post_mix"));
+  if (!hc_post_mix_wanted(next, T, routed != nullptr))
+    return Status::errorf("hc_post_mix: not for these parameters (n {}, dim {}, T {}; see hc_post_mix_wanted)", next.n,
+                          next.dim, T);
+  if (!(f || routed) || (f && routed) || !post || !comb || !X || !y)
+    return Status::error("hc_post_mix: null input or output (exactly one of f and routed)");
+  if (routed && (!routed->yp || (routed->topk > 0 && (!routed->pos_of || !routed->weight))))
+    return Status::error("hc_post_mix: null routed rows");
+  if (!aligned16(X) || !aligned16(y) || (f && !aligned16(f)) || (routed && !aligned16(routed->yp)) ||
+      (routed && routed->shared && !aligned16(routed->shared)))
+    return Status::error("hc_post_mix: X, y, f, yp and shared must be 16-byte aligned");
+  detail::launch_hc_post_mix(next, T, f, routed, post, comb, X, detail::hc_post_mix_split(T, next.dim), y, stream);
+  DSI_CUDA_LAUNCHED("hc_post_mix_kernel");
   return Status::ok();
 }
 

@@ -36,6 +36,9 @@ struct HcNormParams {
   // With y_bf16: y's fp32 values are not stored (the caller's readers all take y_bf16; session 38, the V4 forward at
   // prefill). y is still the kernels' scratch (the mixes' partials, pre), so it holds no normed values afterwards.
   bool y_bf16_only = false;
+  // hc_pre_norm only: the mixing partials are already in y, written by hc_post_mix (mhc_cuda.h) with these parameters
+  // and the same T over the same X; only the finalize runs.
+  bool premixed = false;
 };
 
 namespace detail {
@@ -85,6 +88,14 @@ inline HcSplit hc_invariant_split(int64_t T, int64_t n, int64_t dim, int64_t mix
 // The split of the default (and exact) path: about one wave of the mixing kernel on this device (mhc_cuda.cpp).
 HcSplit hc_default_split(int64_t T, int64_t n, int64_t dim, int64_t mixes);
 
+// hc_post fused with the next site's mixing reduction (launch_hc_post_mix): n = 4 and 24 mixes only, 32-token tiles,
+// chunks of kHcPostMixCols channels of all four streams (kHcChunk values of the reduction), dim % kHcPostMixCols == 0.
+inline constexpr int kHcPostMixTile = 32;
+inline constexpr int kHcPostMixCols = kHcChunk / 4;
+// Its split (mhc_cuda.cpp): about one wave of two blocks an SM, chunks_per_split counted in those chunks; always the
+// narrow finalize (the fused form is for prefill-sized T).
+HcSplit hc_post_mix_split(int64_t T, int64_t dim);
+
 // hc_pre / hc_head in two kernels: the split mixing reduction (launch_hc_mix, mhc_mix.cu), then the finalize
 // (sigmoids, Sinkhorn, collapse, RMSNorm). rows == nullptr: hc_pre over T tokens; else hc_head over the R = T
 // listed rows. launch_hc_norm runs both; the two halves are exposed for the bench's breakdown.
@@ -97,6 +108,11 @@ void launch_hc_finalize(const HcNormParams& p, const float* X, const int32_t* ro
 // y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w) (DeepSeek-V4.1's final collapse).
 void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
                              const float* norm_w, float eps, bool round_bf16, float* y, void* stream);
+// hc_post (routed: hc_post_routed's f) in place on X, and in the same pass over the new streams the mixing reduction
+// of the next site `next` (hc_pre's first kernel, split sp = hc_post_mix_split) into y; the next site's finalize
+// (launch_hc_finalize with the same split) completes its hc_pre.
+void launch_hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const RoutedSum* routed,
+                        const float* post, const float* comb, float* X, const HcSplit& sp, float* y, void* stream);
 // f null and routed not null: hc_post_routed (f summed from the MoE's routed outputs).
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const RoutedSum* routed, const float* post,
                     const float* comb, float* X, bool round_bf16, void* stream);

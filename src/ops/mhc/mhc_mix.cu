@@ -13,6 +13,8 @@
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "ops/mhc/mhc_launch.h"
+#include "ops/mhc/mhc_post.cuh"
+#include "ops/routed_sum.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -132,6 +134,72 @@ struct StageSlots {
   }
 };
 
+// One staged chunk of the reduction into the warp's accumulators: warp w multiplies the chunk's k-slice
+// [16 w, 16 w + 16) of the tile's rows xs ([8 MT][kRowF]) against the fn rows fs ([8 NT][kRowF]), and adds the
+// squares of its x values into ss (the RMS's sum).
+template <int MT, int NT, bool kM16>
+__device__ __forceinline__ void mix_chunk(const float* xs, const float* fs, double (&acc)[MT][NT][2], double (&ss)[MT]) {
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, gr = lane >> 2, kq = lane & 3;
+#pragma unroll
+  for (int ks = 0; ks < kWarpK / 4; ++ks) {
+    const int kk = warp * kWarpK + 4 * ks + kq;  // A[gr][kq], B[kq][gr] of this k-step
+    double a[MT], b[NT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      a[mt] = double(xs[(8 * mt + gr) * kRowF + kk]);
+      ss[mt] = fma(a[mt], a[mt], ss[mt]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) b[nt] = double(fs[(8 * nt + gr) * kRowF + kk]);
+    if constexpr (kM16) {
+      static_assert(MT % 2 == 0, "m16 tiles pair the m8 tiles");
+#pragma unroll
+      for (int mt = 0; mt < MT; mt += 2)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) dmma16(acc[mt][nt], acc[mt + 1][nt], a[mt], a[mt + 1], b[nt]);
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) dmma(acc[mt][nt], a[mt], b[nt]);
+    }
+  }
+}
+
+// After a block's last chunk (every stage consumed and a barrier passed): the 8 warps' sums added in warp order
+// through `red` (the stages' shared memory, [kWarps][8 MT][8 NT + 1] doubles) and written once per (token, split,
+// mix) into the token's output row y[t], viewed as doubles [splits, mixes + 1] (split = blockIdx.y).
+template <int MT, int NT>
+__device__ __forceinline__ void write_partials(double* red, const double (&acc)[MT][NT][2], const double (&ss)[MT],
+                                               int mixes, int64_t T, int64_t tok0, int64_t dim, float* y) {
+  constexpr int TT = 8 * MT, NR = 8 * NT;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, gr = lane >> 2, kq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    double* rr = red + (warp * TT + 8 * mt + gr) * (NR + 1);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      rr[8 * nt + 2 * kq] = acc[mt][nt][0];  // C[gr][2 kq + v]
+      rr[8 * nt + 2 * kq + 1] = acc[mt][nt][1];
+    }
+    double sq = 0.0;  // the 4 lanes of the row (k = kq mod 4), in lane order
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sq += __shfl_sync(0xffffffffu, ss[mt], (lane & ~3) + i);
+    if (kq == 0) rr[NR] = sq;
+  }
+  __syncthreads();
+  const int R = mixes + 1;
+  for (int e = threadIdx.x; e < TT * R; e += kThreads) {
+    const int tt = e / R, r = e % R, col = r < mixes ? r : NR;
+    const int64_t tok = tok0 + tt;
+    if (tok >= T) continue;
+    double v = 0.0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[(w * TT + tt) * (NR + 1) + col];
+    reinterpret_cast<double*>(y + tok * dim)[int64_t(blockIdx.y) * R + r] = v;
+  }
+}
+
 // kM16 (MT even): the m-tiles in pairs on the m16n8k4 shape.
 template <int MT, int NT, bool kM16>
 __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __restrict__ fn, int mixes,
@@ -141,7 +209,6 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
   dsinfer::cuda::pdl_wait_then_release();
   constexpr int TT = 8 * MT, NR = 8 * NT, kStageF = (TT + NR) * kRowF, kStages = mix_stages<MT, NT>();
   extern __shared__ __align__(16) float sm[];  // kStages stages; after the loop: the warps' sums [kWarps][TT][NR + 1]
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, gr = lane >> 2, kq = lane & 3;
   const int64_t tok0 = int64_t(blockIdx.x) * TT, nchunks = (len + kHcChunk - 1) / kHcChunk;
   const int64_t c0 = int64_t(blockIdx.y) * cps, c1 = c0 + cps < nchunks ? c0 + cps : nchunks;
   double acc[MT][NT][2], ss[MT];
@@ -172,60 +239,125 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
     cp_wait<kStages - 1>();
     __syncthreads();
     const float* xs = sm + s * kStageF;
-    const float* fs = xs + TT * kRowF;
-#pragma unroll
-    for (int ks = 0; ks < kWarpK / 4; ++ks) {
-      const int kk = warp * kWarpK + 4 * ks + kq;  // A[gr][kq], B[kq][gr] of this k-step
-      double a[MT], b[NT];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        a[mt] = double(xs[(8 * mt + gr) * kRowF + kk]);
-        ss[mt] = fma(a[mt], a[mt], ss[mt]);
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) b[nt] = double(fs[(8 * nt + gr) * kRowF + kk]);
-      if constexpr (kM16) {
-        static_assert(MT % 2 == 0, "m16 tiles pair the m8 tiles");
-#pragma unroll
-        for (int mt = 0; mt < MT; mt += 2)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) dmma16(acc[mt][nt], acc[mt + 1][nt], a[mt], a[mt + 1], b[nt]);
-      } else {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) dmma(acc[mt][nt], a[mt], b[nt]);
-      }
-    }
+    mix_chunk<MT, NT, kM16>(xs, xs + TT * kRowF, acc, ss);
     __syncthreads();  // stage s is refilled by the next iteration
   }
   cp_wait<0>();
   __syncthreads();
-  double* red = reinterpret_cast<double*>(sm);
+  write_partials<MT, NT>(reinterpret_cast<double*>(sm), acc, ss, mixes, T, tok0, dim, y);
+}
+
+// hc_post fused with the next site's mixing reduction (launch_hc_post_mix, V4's prefill: n = 4, 24 mixes, the
+// 32-token tile). Chunk c of a split is channels [32 c, 32 c + 32) of all four streams: the reduction's k = s * dim +
+// 32 c + [0, 32) for s = 0..3, staged as one kHcChunk-wide row (stream s at columns [32 s, 32 s + 32)) with the fn
+// rows alike, so the multiply is mix_chunk's. Between a chunk's arrival and its multiply the block runs hc_post on
+// it: thread (token tid / 8, float4 column tid % 8) reads the four old streams from the stage, forms the new ones
+// with hc_post_kernel's arithmetic (hc_post_stream4) and writes them to X and over the stage. The block owns its
+// tokens' channels of the split, so the in-place write cannot race another block. Each token's sums run over the
+// chunks in order and, within a chunk, the four streams in order: another order than hc_mix_mma_kernel's (stream
+// by stream), so the mixes may differ from the unfused call's in the last bits of the double sums.
+constexpr int kPmN = 4, kPmMixes = (2 + kPmN) * kPmN, kPmCols = kHcPostMixCols, kPmFRow = kPmCols + 4;
+constexpr int kPmTT = kHcPostMixTile, kPmStages = 3;
+static_assert(kPmCols * kPmN == kHcChunk, "a chunk is kHcChunk values of the reduction");
+template <bool kRouted>
+constexpr int pm_stage_floats() {
+  return (kPmTT + kPmMixes) * kRowF + (kRouted ? 0 : kPmTT * kPmFRow);  // x and fn rows, then f's (plain form)
+}
+template <bool kRouted>
+constexpr size_t pm_smem_bytes() {
+  return size_t(kPmStages) * pm_stage_floats<kRouted>() * sizeof(float);
+}
+static_assert(size_t(kWarps) * kPmTT * (kPmMixes + 1) * sizeof(double) <= pm_smem_bytes<true>(),
+              "the warps' sums fit in the stages");
+static_assert(pm_smem_bytes<false>() <= size_t(112) * 1024, "two blocks per SM");
+
+template <bool kRouted>
+__global__ void __launch_bounds__(kThreads, 2)
+    hc_post_mix_kernel(const float* __restrict__ fn, const float* __restrict__ f, RoutedSum fr,
+                       const float* __restrict__ post, const float* __restrict__ comb, float* X, int64_t T,
+                       int64_t dim, int cps, float* y) {
+  dsinfer::cuda::pdl_wait_then_release();
+  constexpr int MT = kPmTT / 8, NT = kPmMixes / 8, kStageF = pm_stage_floats<kRouted>();
+  extern __shared__ __align__(16) float sm[];  // kPmStages stages; after the loop: the warps' sums
+  __shared__ float s_post[kPmTT * kPmN], s_comb[kPmTT * kPmN * kPmN];
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int64_t tok0 = int64_t(blockIdx.x) * kPmTT, len = kPmN * dim, nchunks = dim / kPmCols;
+  const int64_t c0 = int64_t(blockIdx.y) * cps, c1 = c0 + cps < nchunks ? c0 + cps : nchunks;
+  for (int i = threadIdx.x; i < kPmTT * kPmN * kPmN; i += kThreads) {
+    const int64_t tok = tok0 + i / (kPmN * kPmN);
+    s_comb[i] = tok < T ? comb[tok0 * kPmN * kPmN + i] : 0.0f;
+    if (i < kPmTT * kPmN) s_post[i] = tok0 + i / kPmN < T ? post[tok0 * kPmN + i] : 0.0f;
+  }
+  // Fixed copy slots (as StageSlots): lane's 16 bytes 4 (lane % 8) of stream lane / 8, token rows warp + 8 j and fn
+  // rows warp + 8 j; the plain form's f row tid / 8.
+  const int ps = lane >> 3, pq = 4 * (lane & 7);
+  const float* xsrc = X + (tok0 + warp) * len + ps * dim + pq;
+  const float* fsrc = fn + int64_t(warp) * len + ps * dim + pq;
+  const int ftok = int(threadIdx.x) >> 3;
+  const float* f_src = kRouted ? fn : f + (tok0 + ftok) * dim + pq;
+  auto stage = [&](float* st, int64_t c) {
+    const int64_t d0 = c * kPmCols;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const bool ok = tok0 + warp + 8 * j < T;
+      cp_async16(st + (warp + 8 * j) * kRowF + ps * kPmCols + pq, ok ? xsrc + 8 * j * len + d0 : fn, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+      cp_async16(st + (kPmTT + warp + 8 * j) * kRowF + ps * kPmCols + pq, fsrc + 8 * j * len + d0, true);
+    if constexpr (!kRouted) {
+      const bool ok = tok0 + ftok < T;
+      cp_async16(st + (kPmTT + kPmMixes) * kRowF + ftok * kPmFRow + pq, ok ? f_src + d0 : fn, ok);
+    }
+  };
+  double acc[MT][NT][2], ss[MT];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
-    double* rr = red + (warp * TT + 8 * mt + gr) * (NR + 1);
+    ss[mt] = 0.0;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      rr[8 * nt + 2 * kq] = acc[mt][nt][0];  // C[gr][2 kq + v]
-      rr[8 * nt + 2 * kq + 1] = acc[mt][nt][1];
+    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = 0.0;
+  }
+#pragma unroll
+  for (int i = 0; i < kPmStages - 1; ++i) {
+    if (c0 + i < c1) stage(sm + i * kStageF, c0 + i);
+    cp_commit();
+  }
+  const int ct = ftok, cq = int(threadIdx.x) & 7;  // this thread's hc_post: token row ct, float4 column cq
+  const bool live = tok0 + ct < T;
+  for (int64_t c = c0; c < c1; ++c) {
+    const int s = int((c - c0) % kPmStages);
+    const int64_t next = c + kPmStages - 1;
+    if (next < c1) stage(sm + int((next - c0) % kPmStages) * kStageF, next);
+    cp_commit();
+    float4 fv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (kRouted) {  // the routed rows' loads in flight while the stage arrives
+      if (live) fv = routed_sum4(fr, tok0 + ct, dim / 4, c * (kPmCols / 4) + cq);
     }
-    double sq = 0.0;  // the 4 lanes of the row (k = kq mod 4), in lane order
+    cp_wait<kPmStages - 1>();
+    __syncthreads();
+    float* xs = sm + s * kStageF;
+    if (live) {
+      float* xrow = xs + ct * kRowF + 4 * cq;
+      float4 old[kPmN];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) sq += __shfl_sync(0xffffffffu, ss[mt], (lane & ~3) + i);
-    if (kq == 0) rr[NR] = sq;
+      for (int j = 0; j < kPmN; ++j) old[j] = *reinterpret_cast<const float4*>(xrow + j * kPmCols);
+      if constexpr (!kRouted)
+        fv = *reinterpret_cast<const float4*>(xs + (kPmTT + kPmMixes) * kRowF + ct * kPmFRow + 4 * cq);
+      float* xg = X + (tok0 + ct) * len + c * kPmCols + 4 * cq;
+#pragma unroll
+      for (int k = 0; k < kPmN; ++k) {
+        const float4 o = hc_post_stream4<kPmN>(k, kPmN, old, fv, s_post + ct * kPmN, s_comb + ct * kPmN * kPmN);
+        *reinterpret_cast<float4*>(xrow + k * kPmCols) = o;
+        *reinterpret_cast<float4*>(xg + k * dim) = o;
+      }
+    }
+    __syncthreads();  // the new streams staged before any warp multiplies them
+    mix_chunk<MT, NT, true>(xs, xs + kPmTT * kRowF, acc, ss);
+    __syncthreads();  // stage s is refilled by the next iteration
   }
+  cp_wait<0>();
   __syncthreads();
-  const int R = mixes + 1;
-  for (int e = threadIdx.x; e < TT * R; e += kThreads) {
-    const int tt = e / R, r = e % R, col = r < mixes ? r : NR;
-    const int64_t tok = tok0 + tt;
-    if (tok >= T) continue;
-    double v = 0.0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += red[(w * TT + tt) * (NR + 1) + col];
-    reinterpret_cast<double*>(y + tok * dim)[int64_t(blockIdx.y) * R + r] = v;
-  }
+  write_partials<MT, NT>(reinterpret_cast<double*>(sm), acc, ss, kPmMixes, T, tok0, dim, y);
 }
 
 template <int MT, int NT, bool kM16 = false>
@@ -256,6 +388,19 @@ void launch_hc_mix(const HcNormParams& p, const float* X, const int32_t* rows, i
   } else {
     launch_mix<1, 10>(p, mixes, X, rows, T, sp, y, st);
   }
+}
+
+void launch_hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const RoutedSum* routed,
+                        const float* post, const float* comb, float* X, const HcSplit& sp, float* y, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  const dim3 grid(unsigned((T + kPmTT - 1) / kPmTT), unsigned(sp.splits));
+  auto launch = [&](auto kernel, size_t smem) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    dsinfer::cuda::pdl_launch(kernel, grid, dim3(kThreads), smem, st, next.fn, f, routed ? *routed : RoutedSum{}, post,
+                              comb, X, T, next.dim, int(sp.chunks_per_split), y);
+  };
+  if (routed) launch(hc_post_mix_kernel<true>, pm_smem_bytes<true>());
+  else launch(hc_post_mix_kernel<false>, pm_smem_bytes<false>());
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -286,6 +286,28 @@ Status CudaForwardV4::join_comb(bool defer, Status sublayer) {
   return sublayer.is_ok() ? joined : sublayer;
 }
 
+HcNormParams CudaForwardV4::site_params(int64_t l, bool ffn, int64_t T, bool defer) {
+  const DeviceLayer& L = weights_.layer(l);
+  const HcDevice& hc = ffn ? L.hc_ffn : L.hc_attn;
+  HcNormParams hp{hc.fn, hc.base, hc.scale, cfg_.hc_mult, cfg_.hidden_size, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
+                  float(cfg_.rms_norm_eps), ffn ? L.ffn_norm : L.attn_norm, batch_invariant_};
+  hp.defer_comb = defer;
+  const DeviceWeight& first = ffn ? (L.has_shared ? L.shared.w1 : L.gate) : L.wq_a;
+  hp.y_bf16 = x16_site(first, T) ? s_.y16.data() : nullptr;
+  hp.y_bf16_only = hp.y_bf16 && y16_only(l, T, ffn);
+  return hp;
+}
+
+Status CudaForwardV4::post_site(HcNormParams* next, int64_t T, const float* f, const ops::RoutedSum* routed) {
+  const int64_t n = cfg_.hc_mult, D = cfg_.hidden_size;
+  if (next && hc_post_mix_wanted(*next, T, routed != nullptr)) {
+    next->premixed = true;
+    return hc_post_mix(*next, T, f, routed, s_.post.data(), s_.comb.data(), s_.X.data(), s_.y.data(), stream_);
+  }
+  if (routed) return hc_post_routed(T, n, D, *routed, s_.post.data(), s_.comb.data(), s_.X.data(), stream_);
+  return hc_post(T, n, D, f, s_.post.data(), s_.comb.data(), s_.X.data(), stream_);
+}
+
 Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_t R) {
   const int64_t T = st.T, V = cfg_.vocab_size, D = cfg_.hidden_size, n = cfg_.hc_mult;
   const DeviceWeight& emb = weights_.embed();
@@ -294,31 +316,23 @@ Status CudaForwardV4::run(const ops::StepDevice& st, const int32_t* rows, int64_
   // Decode steps: each site's post / comb (the Sinkhorn) on hc_side_, off the collapse's critical path, joined before
   // its hc_post (ops/mhc/mhc_cuda.h hc_defer_comb; the same bits).
   const bool defer = hc_side_.usable() && hc_defer_comb(T);
+  HcNormParams hp = site_params(0, false, T, defer);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-    const DeviceLayer& L = weights_.layer(l);
-    HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
-                    float(cfg_.rms_norm_eps), L.attn_norm, batch_invariant_};
-    hp.defer_comb = defer;
-    hp.y_bf16 = x16_site(L.wq_a, T) ? s_.y16.data() : nullptr;
-    hp.y_bf16_only = hp.y_bf16 && y16_only(l, T, false);
     DSI_OP("hc_pre_attn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     if (defer) DSI_RETURN_IF_ERROR(comb_on_side(hp, T));
     DSI_RETURN_IF_ERROR(join_comb(defer, attention(l, st, hp.y_bf16_only ? nullptr : s_.y.data(), hp.y_bf16)));
-    DSI_OP("hc_post_attn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
-    hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps),
-          float(cfg_.rms_norm_eps), L.ffn_norm, batch_invariant_};
-    hp.defer_comb = defer;
-    hp.y_bf16 = x16_site(L.has_shared ? L.shared.w1 : L.gate, T) ? s_.y16.data() : nullptr;
-    hp.y_bf16_only = hp.y_bf16 && y16_only(l, T, true);
+    hp = site_params(l, true, T, defer);
+    DSI_OP("hc_post_attn", l, post_site(&hp, T, s_.f.data(), nullptr));
     DSI_OP("hc_pre_ffn", l, hc_pre_norm(hp, s_.X.data(), T, s_.y.data(), s_.post.data(), s_.comb.data(), stream_));
     if (defer) DSI_RETURN_IF_ERROR(comb_on_side(hp, T));
     ops::RoutedSum f_sum;
     DSI_RETURN_IF_ERROR(
         join_comb(defer, ffn(l, st.tokens, T, hp.y_bf16_only ? nullptr : s_.y.data(), hp.y_bf16, f_sum)));
-    if (f_sum.yp)  // the MoE's combine inside hc_post (the same bits as the two)
-      DSI_OP("hc_post_ffn", l, hc_post_routed(T, n, D, f_sum, s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
-    else
-      DSI_OP("hc_post_ffn", l, hc_post(T, n, D, s_.f.data(), s_.post.data(), s_.comb.data(), s_.X.data(), stream_));
+    // f_sum.yp set: the MoE's combine inside hc_post (the same bits as the two)
+    const bool last = l + 1 == cfg_.num_hidden_layers;
+    if (!last) hp = site_params(l + 1, false, T, defer);
+    DSI_OP("hc_post_ffn", l,
+           post_site(last ? nullptr : &hp, T, f_sum.yp ? nullptr : s_.f.data(), f_sum.yp ? &f_sum : nullptr));
     DSI_RETURN_IF_ERROR(core_.capture_hidden(l, s_.X.data(), T));  // speculative decoding: the drafter's tapped layers
   }
   if (R > 0) {
