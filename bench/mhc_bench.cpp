@@ -190,11 +190,11 @@ int main() {
     row("hc_pre_inv", T, pre_bytes, pre_flops, us);
     us = median_us(pst, e0, e1);
     row("hc_post", T, 2 * xb + yb, 0.0, us);
-    if (ops::cuda::hc_post_mix_wanted(params(false, 0), T, false)) {
+    if (ops::cuda::hc_post_mix_wanted(params(false, 0), T)) {
       // hc_post fused with the next site's mixing reduction (prefill): against hc_post + mix above, one pass over X.
       us = median_us([&](int i) {
-        BENCH_CHECK(ops::cuda::hc_post_mix(params(false, i), T, f.data(), nullptr, post.data(), comb.data(), xs(i),
-                                           y.data(), nullptr));
+        BENCH_CHECK(
+            ops::cuda::hc_post_mix(params(false, i), T, f.data(), post.data(), comb.data(), xs(i), y.data(), nullptr));
       }, e0, e1);
       row("post_mix", T, double(kMixes * kLen) * 4 + 2 * xb + yb, pre_flops, us);
     }

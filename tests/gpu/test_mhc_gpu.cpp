@@ -403,78 +403,61 @@ TEST(GpuMhc, HeadNormForSelectedRows) {
   }
 }
 
-// hc_post_mix (hc_post fused with the next site's mixing reduction) then hc_pre_norm with premixed, against
-// hc_post (or hc_post_routed) then hc_pre_norm: the new streams bitwise equal (the same arithmetic, one definition in
-// mhc_post.cuh); y / post / comb are the fused reduction's other order of the same exact products, so both are held
-// to PreNormMatchesReference's 1e-5 against the CPU reference run on the new streams (and to each other). T > 512
-// (the plan's prefill sizes): 513 (a partial token tile, splits over the 128 column chunks), 1000, 4096 (two splits,
-// as at a 4,096-token prefill of V4-Flash), and the shipped model's dim 256 (8 column chunks). The routed form: f from
-// 6 bf16 rows a token (some assignments -1) plus a shared row, as the MoE leaves it at prefill.
+// hc_post_mix (hc_post fused with the next site's mixing reduction) then hc_pre_norm with premixed, against hc_post
+// then hc_pre_norm: the new streams bitwise equal (the same arithmetic, one definition in mhc_post.cuh); y / post /
+// comb are the fused reduction's other order of the same exact products, so both are held to
+// PreNormMatchesReference's 1e-5 against the CPU reference run on the new streams (and to each other). T > 512 (the
+// plan's prefill sizes): 513 (a partial token tile, splits over the 128 column chunks), 1000, 4096 (two splits, as at
+// a 4,096-token prefill of V4-Flash), and the shipped model's dim 256 (8 column chunks).
 TEST(GpuMhc, PostMixEqualsPostThenPre) {
   DSI_SKIP_WITHOUT_GPU();
   for (auto [T, dim] : {std::pair<int64_t, int64_t>{513, kD}, {1000, kD}, {4096, kD}, {777, 256}}) {
-    for (const bool routed : {false, true}) {
-      const std::string what = "T " + std::to_string(T) + " dim " + std::to_string(dim) + " routed " +
-                               std::to_string(routed);
-      const uint32_t seed = uint32_t(T + dim + routed);
-      HcFixture f(kN, dim, false, seed);
-      const auto X = random_vec(size_t(T * kN * dim), seed + 1, 2.0f), fo = random_vec(size_t(T * dim), seed + 2);
-      const auto post = random_vec(size_t(T * kN), seed + 3), comb = random_vec(size_t(T * kN * kN), seed + 4);
-      constexpr int64_t kTopk = 6;
-      const auto ypf = random_vec(size_t(T * kTopk * dim), seed + 5), wts = random_vec(size_t(T * kTopk), seed + 6);
-      std::vector<uint16_t> yp16(ypf.size());
-      for (size_t i = 0; i < ypf.size(); ++i) yp16[i] = small_float::f32_to_bf16_bits(ypf[i]);
-      std::vector<int32_t> pos(size_t(T * kTopk));
-      for (int64_t i = 0; i < T * kTopk; ++i) pos[size_t(i)] = i % 11 == 5 ? -1 : int32_t((i * 7919) % (T * kTopk));
-      auto dfo = to_device(fo), dpost = to_device(post), dcomb = to_device(comb), dw = to_device(wts);
-      auto dyp = to_device(yp16);
-      auto dpos = to_device(pos);
-      const ops::RoutedSum rs{reinterpret_cast<const float*>(dyp.data()), dpos.data(), dw.data(), kTopk, dfo.data(),
-                              true};
-      std::array<std::vector<float>, 4> out[2];
-      std::vector<float> xnew[2];
-      for (int fused = 0; fused < 2; ++fused) {
-        auto dX = to_device(X);
-        PreBuffers b(T, kN, dim);
-        ops::cuda::HcNormParams p = f.device();
-        if (fused) {
-          ASSERT_TRUE(ops::cuda::hc_post_mix_wanted(p, T, routed)) << what;
-          ASSERT_TRUE(ops::cuda::hc_post_mix(p, T, routed ? nullptr : dfo.data(), routed ? &rs : nullptr, dpost.data(),
-                                             dcomb.data(), dX.data(), b.y.data(), nullptr)
-                          .is_ok())
-              << what;
-          p.premixed = true;
-        } else if (routed) {
-          ASSERT_TRUE(ops::cuda::hc_post_routed(T, kN, dim, rs, dpost.data(), dcomb.data(), dX.data(), nullptr).is_ok());
-        } else {
-          ASSERT_TRUE(ops::cuda::hc_post(T, kN, dim, dfo.data(), dpost.data(), dcomb.data(), dX.data(), nullptr).is_ok());
-        }
-        ASSERT_TRUE(ops::cuda::hc_pre_norm(p, dX.data(), T, b.y.data(), b.post.data(), b.comb.data(), nullptr).is_ok())
-            << what;
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-        xnew[fused] = to_host(dX, X.size());
-        out[fused] = b.host();
+    const std::string what = "T " + std::to_string(T) + " dim " + std::to_string(dim);
+    const uint32_t seed = uint32_t(T + dim);
+    HcFixture f(kN, dim, false, seed);
+    const auto X = random_vec(size_t(T * kN * dim), seed + 1, 2.0f), fo = random_vec(size_t(T * dim), seed + 2);
+    const auto post = random_vec(size_t(T * kN), seed + 3), comb = random_vec(size_t(T * kN * kN), seed + 4);
+    auto dfo = to_device(fo), dpost = to_device(post), dcomb = to_device(comb);
+    std::array<std::vector<float>, 4> out[2];
+    std::vector<float> xnew[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      auto dX = to_device(X);
+      PreBuffers b(T, kN, dim);
+      ops::cuda::HcNormParams p = f.device();
+      if (fused) {
+        ASSERT_TRUE(ops::cuda::hc_post_mix_wanted(p, T)) << what;
+        const Status st =
+            ops::cuda::hc_post_mix(p, T, dfo.data(), dpost.data(), dcomb.data(), dX.data(), b.y.data(), nullptr);
+        ASSERT_TRUE(st.is_ok()) << what << ": " << st.message();
+        p.premixed = true;
+      } else {
+        ASSERT_TRUE(ops::cuda::hc_post(T, kN, dim, dfo.data(), dpost.data(), dcomb.data(), dX.data(), nullptr).is_ok());
       }
-      EXPECT_EQ(std::memcmp(xnew[0].data(), xnew[1].data(), X.size() * sizeof(float)), 0) << what << ": new streams";
-      // The CPU reference's hc_pre + norm on the new streams (the unfused GPU path's, equal to the fused one's).
-      std::vector<float> y(size_t(T * dim)), rpost(size_t(T * kN)), rcomb(size_t(T * kN * kN));
-      for (int64_t t = 0; t < T; ++t)
-        ops::hc_pre_ref(f.host(), xnew[0].data() + t * kN * dim, y.data() + t * dim, rpost.data() + t * kN,
-                        rcomb.data() + t * kN * kN);
-      ops::rmsnorm_ref(y.data(), T, dim, f.norm_w.data(), 1e-6f, y.data());
-      int64_t differ = 0;
-      for (int fused = 0; fused < 2; ++fused) {
-        EXPECT_LT(normalized_error(out[fused][0], y), 1e-5) << what << " fused " << fused;
-        EXPECT_LT(normalized_error(out[fused][1], rpost), 1e-5) << what << " fused " << fused;
-        EXPECT_LT(normalized_error(out[fused][2], rcomb), 1e-5) << what << " fused " << fused;
-      }
-      for (int k = 0; k < 3; ++k) {
-        EXPECT_LT(normalized_error(out[1][size_t(k)], out[0][size_t(k)]), 1e-5) << what << " out " << k;
-        for (size_t i = 0; i < out[0][size_t(k)].size(); ++i) differ += out[0][size_t(k)][i] != out[1][size_t(k)][i];
-      }
-      std::printf("[ info ] %s: %lld of y / post / comb's values differ from the unfused call's\n", what.c_str(),
-                  static_cast<long long>(differ));
+      ASSERT_TRUE(ops::cuda::hc_pre_norm(p, dX.data(), T, b.y.data(), b.post.data(), b.comb.data(), nullptr).is_ok())
+          << what;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      xnew[fused] = to_host(dX, X.size());
+      out[fused] = b.host();
     }
+    EXPECT_EQ(std::memcmp(xnew[0].data(), xnew[1].data(), X.size() * sizeof(float)), 0) << what << ": new streams";
+    // The CPU reference's hc_pre + norm on the new streams (the unfused GPU path's, equal to the fused one's).
+    std::vector<float> y(size_t(T * dim)), rpost(size_t(T * kN)), rcomb(size_t(T * kN * kN));
+    for (int64_t t = 0; t < T; ++t)
+      ops::hc_pre_ref(f.host(), xnew[0].data() + t * kN * dim, y.data() + t * dim, rpost.data() + t * kN,
+                      rcomb.data() + t * kN * kN);
+    ops::rmsnorm_ref(y.data(), T, dim, f.norm_w.data(), 1e-6f, y.data());
+    for (int fused = 0; fused < 2; ++fused) {
+      EXPECT_LT(normalized_error(out[fused][0], y), 1e-5) << what << " fused " << fused;
+      EXPECT_LT(normalized_error(out[fused][1], rpost), 1e-5) << what << " fused " << fused;
+      EXPECT_LT(normalized_error(out[fused][2], rcomb), 1e-5) << what << " fused " << fused;
+    }
+    int64_t differ = 0;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_LT(normalized_error(out[1][size_t(k)], out[0][size_t(k)]), 1e-5) << what << " out " << k;
+      for (size_t i = 0; i < out[0][size_t(k)].size(); ++i) differ += out[0][size_t(k)][i] != out[1][size_t(k)][i];
+    }
+    std::printf("[ info ] %s: %lld of y / post / comb's values differ from the unfused call's\n", what.c_str(),
+                static_cast<long long>(differ));
   }
 }
 
@@ -488,10 +471,9 @@ TEST(GpuMhc, PostMixRefusesWhatItDoesNotTake) {
   auto dp = to_device(random_vec(size_t(T * kN), 54)), dc = to_device(random_vec(size_t(T * kN * kN), 55));
   auto dy = poisoned<float>(size_t(T * 256));
   ops::cuda::HcNormParams p = f.device();
-  EXPECT_TRUE(ops::cuda::hc_post_mix_wanted(p, T, false));
+  EXPECT_TRUE(ops::cuda::hc_post_mix_wanted(p, T));
   const auto refused = [&](const ops::cuda::HcNormParams& q, int64_t t, const char* why) {
-    const Status st = ops::cuda::hc_post_mix(q, t, df.data(), nullptr, dp.data(), dc.data(), dX.data(), dy.data(),
-                                             nullptr);
+    const Status st = ops::cuda::hc_post_mix(q, t, df.data(), dp.data(), dc.data(), dX.data(), dy.data(), nullptr);
     EXPECT_FALSE(st.is_ok()) << why;
     EXPECT_NE(st.message().find("hc_post_mix"), std::string::npos) << st.message();
   };
@@ -500,8 +482,7 @@ TEST(GpuMhc, PostMixRefusesWhatItDoesNotTake) {
   inv.batch_invariant = true;
   refused(inv, T, "batch-invariant");
   refused(f2.device(), T, "hc_mult 2");
-  EXPECT_FALSE(ops::cuda::hc_post_mix(p, T, nullptr, nullptr, dp.data(), dc.data(), dX.data(), dy.data(), nullptr)
-                   .is_ok());
+  EXPECT_FALSE(ops::cuda::hc_post_mix(p, T, nullptr, dp.data(), dc.data(), dX.data(), dy.data(), nullptr).is_ok());
   ops::cuda::HcNormParams pre = p;
   pre.premixed = true;
   auto dpost = poisoned<float>(size_t(T * kN)), dcomb = poisoned<float>(size_t(T * kN * kN));

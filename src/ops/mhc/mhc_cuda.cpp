@@ -2,7 +2,6 @@
 #include "ops/mhc/mhc_cuda.h"
 
 #include <algorithm>
-#include <string>
 
 #include "core/env_switch.h"
 #include "cuda/cuda_common.h"
@@ -64,7 +63,7 @@ Status launch(const HcNormParams& p, const float* X, const int32_t* rows, int64_
   if (p.y_bf16_only && !p.y_bf16) return Status::errorf("{}: y_bf16_only without y_bf16", op);
   if ((T + 7) / 8 > 0x7fffffff) return Status::errorf("{}: {} tokens exceed the grid limit", op, T);
   if (p.premixed) {  // hc_post_mix wrote the partials
-    if (rows || !hc_post_mix_wanted(p, T, false))
+    if (rows || !hc_post_mix_wanted(p, T))
       return Status::errorf("{}: premixed parameters that hc_post_mix does not take (n {}, dim {}, T {})", op, p.n,
                             p.dim, T);
     detail::launch_hc_finalize(p, X, rows, T, detail::hc_post_mix_split(T, p.dim), y, post, comb, stream);
@@ -104,28 +103,23 @@ Status hc_comb(const HcNormParams& p, int64_t T, float* post, float* comb, void*
   return Status::ok();
 }
 
-bool hc_post_mix_wanted(const HcNormParams& next, int64_t T, bool routed) {
-  static const std::string mode = env_switch("DSINFER_HC_POST_MIX", {"1", "plain", "0"});
-  if (mode == "0" || (routed && mode == "plain")) return false;
-  return next.n == 4 && next.dim % detail::kHcPostMixCols == 0 && detail::hc_max_splits(next.dim, 24) >= 1 &&
+bool hc_post_mix_wanted(const HcNormParams& next, int64_t T) {
+  static const bool on = env_switch("DSINFER_HC_POST_MIX", {"0", "1"}) != "0";
+  return on && next.n == 4 && next.dim % detail::kHcPostMixCols == 0 && detail::hc_max_splits(next.dim, 24) >= 1 &&
          T > kHcDeferMaxT && T <= 0x7fffffff && !next.batch_invariant && !next.pre_in && !next.pre_out &&
          !next.round_bf16 && !next.defer_comb;
 }
 
-Status hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const RoutedSum* routed, const float* post,
-                   const float* comb, float* X, float* y, void* stream) {
+Status hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const float* post, const float* comb, float* X,
+                   float* y, void* stream) {
   DSI_RETURN_IF_ERROR(check_params(next, 24, "hc_post_mix"));
-  if (!hc_post_mix_wanted(next, T, routed != nullptr))
+  if (!hc_post_mix_wanted(next, T))
     return Status::errorf("hc_post_mix: not for these parameters (n {}, dim {}, T {}; see hc_post_mix_wanted)", next.n,
                           next.dim, T);
-  if (!(f || routed) || (f && routed) || !post || !comb || !X || !y)
-    return Status::error("hc_post_mix: null input or output (exactly one of f and routed)");
-  if (routed && (!routed->yp || (routed->topk > 0 && (!routed->pos_of || !routed->weight))))
-    return Status::error("hc_post_mix: null routed rows");
-  if (!aligned16(X) || !aligned16(y) || (f && !aligned16(f)) || (routed && !aligned16(routed->yp)) ||
-      (routed && routed->shared && !aligned16(routed->shared)))
-    return Status::error("hc_post_mix: X, y, f, yp and shared must be 16-byte aligned");
-  detail::launch_hc_post_mix(next, T, f, routed, post, comb, X, detail::hc_post_mix_split(T, next.dim), y, stream);
+  if (!f || !post || !comb || !X || !y) return Status::error("hc_post_mix: null input or output");
+  if (!aligned16(X) || !aligned16(y) || !aligned16(f))
+    return Status::error("hc_post_mix: X, y and f must be 16-byte aligned");
+  detail::launch_hc_post_mix(next, T, f, post, comb, X, detail::hc_post_mix_split(T, next.dim), y, stream);
   DSI_CUDA_LAUNCHED("hc_post_mix_kernel");
   return Status::ok();
 }

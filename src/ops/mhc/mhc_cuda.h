@@ -36,18 +36,19 @@ bool hc_defer_comb(int64_t T);
 Status hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const float* post, const float* comb, float* X,
                void* stream, bool round_bf16 = false);
 
-// hc_post (f, or with f null the MoE output `routed` describes, as hc_post_routed) fused with the mixing reduction
-// of the next site's hc_pre (`next`, over the new streams): one pass over X instead of two at prefill sizes. The new
-// X is hc_post's / hc_post_routed's bits; the mixes' double partials go to y as hc_pre_norm parks them, and
-// hc_pre_norm(next with premixed set, X, T, y, ...) then runs only the finalize. The mixes add the same exact
-// products in another order than hc_pre_norm's own reduction (GpuMhc.PostMixEqualsPostThenPre: y / post / comb
-// within 1e-5 of the CPU reference, X bitwise). Only where hc_post_mix_wanted(next, T, routed).
-Status hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const RoutedSum* routed, const float* post,
-                   const float* comb, float* X, float* y, void* stream);
+// hc_post fused with the mixing reduction of the next site's hc_pre (`next`, over the new streams): one pass over X
+// instead of two at prefill sizes. The new X is hc_post's bits; the mixes' double partials go to y as hc_pre_norm
+// parks them, and hc_pre_norm(next with premixed set, X, T, y, ...) then runs only the finalize. The mixes add the
+// same exact products in another order than hc_pre_norm's own reduction (GpuMhc.PostMixEqualsPostThenPre: y / post /
+// comb within 1e-5 of the CPU reference, X bitwise). Only where hc_post_mix_wanted(next, T). Sites whose f is the
+// MoE's routed sum keep hc_post_routed: its gather inside this kernel measured slower than the two kernels (session
+// 39, bench/NOTES.md).
+Status hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const float* post, const float* comb, float* X,
+                   float* y, void* stream);
 // The fused form's plan: V4's sites (n = 4, no carried pre, no bf16 rounding) at prefill sizes (T > kHcDeferMaxT,
-// dim % 32 == 0), not in batch-invariant mode (its split would follow T). DSINFER_HC_POST_MIX = 1 (default) / plain
-// (only sites whose f is a buffer) / 0, read once: a measurement switch.
-bool hc_post_mix_wanted(const HcNormParams& next, int64_t T, bool routed);
+// dim % 32 == 0), not in batch-invariant mode (its split would follow T). DSINFER_HC_POST_MIX = 1 (default) / 0, read
+// once: a measurement switch.
+bool hc_post_mix_wanted(const HcNormParams& next, int64_t T);
 
 // hc_post with f = a MoE layer's output described by `f` (ops/routed_sum.h), summed in the kernel as moe_cuda's
 // combine does (the same arithmetic, ops/routed_sum.cuh): the same bits as moe_combine_cuda into a buffer and hc_post

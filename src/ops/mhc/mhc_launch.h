@@ -108,11 +108,11 @@ void launch_hc_finalize(const HcNormParams& p, const float* X, const int32_t* ro
 // y[r] = rmsnorm(sum_j pre[rows[r], j] * X[rows[r], j, :], norm_w) (DeepSeek-V4.1's final collapse).
 void launch_hc_collapse_norm(const float* X, const float* pre, const int32_t* rows, int64_t R, int64_t n, int64_t dim,
                              const float* norm_w, float eps, bool round_bf16, float* y, void* stream);
-// hc_post (routed: hc_post_routed's f) in place on X, and in the same pass over the new streams the mixing reduction
-// of the next site `next` (hc_pre's first kernel, split sp = hc_post_mix_split) into y; the next site's finalize
-// (launch_hc_finalize with the same split) completes its hc_pre.
-void launch_hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const RoutedSum* routed,
-                        const float* post, const float* comb, float* X, const HcSplit& sp, float* y, void* stream);
+// hc_post in place on X, and in the same pass over the new streams the mixing reduction of the next site `next`
+// (hc_pre's first kernel, split sp = hc_post_mix_split) into y; the next site's finalize (launch_hc_finalize with the
+// same split) completes its hc_pre.
+void launch_hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const float* post, const float* comb,
+                        float* X, const HcSplit& sp, float* y, void* stream);
 // f null and routed not null: hc_post_routed (f summed from the MoE's routed outputs).
 void launch_hc_post(int64_t T, int64_t n, int64_t dim, const float* f, const RoutedSum* routed, const float* post,
                     const float* comb, float* X, bool round_bf16, void* stream);

@@ -9,12 +9,12 @@
 // A token's sums follow the same k order whatever MT is (mma rows are independent), so the tile may follow T in
 // batch-invariant mode. The 32-token tile issues its m-tiles in pairs on sm_90's m16n8k4 shape (HcSplit::mma16),
 // the 8-token tile on m8n8k4; each output element is the same four exact products added to the same accumulator,
-// and GpuMhc.MixM16EqualsM8 checks that the two shapes give the same bits.
+// and GpuMhc.MixM16EqualsM8 checks that the two shapes give the same bits. hc_post_mix_kernel (below) is the same
+// reduction over the streams hc_post writes as it stages them (prefill's attention sites, session 39).
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "ops/mhc/mhc_launch.h"
 #include "ops/mhc/mhc_post.cuh"
-#include "ops/routed_sum.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -138,7 +138,8 @@ struct StageSlots {
 // [16 w, 16 w + 16) of the tile's rows xs ([8 MT][kRowF]) against the fn rows fs ([8 NT][kRowF]), and adds the
 // squares of its x values into ss (the RMS's sum).
 template <int MT, int NT, bool kM16>
-__device__ __forceinline__ void mix_chunk(const float* xs, const float* fs, double (&acc)[MT][NT][2], double (&ss)[MT]) {
+__device__ __forceinline__ void mix_chunk(const float* xs, const float* fs, double (&acc)[MT][NT][2],
+                                          double (&ss)[MT]) {
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, gr = lane >> 2, kq = lane & 3;
 #pragma unroll
   for (int ks = 0; ks < kWarpK / 4; ++ks) {
@@ -248,36 +249,28 @@ __global__ void __launch_bounds__(kThreads) hc_mix_mma_kernel(const float* __res
 }
 
 // hc_post fused with the next site's mixing reduction (launch_hc_post_mix, V4's prefill: n = 4, 24 mixes, the
-// 32-token tile). Chunk c of a split is channels [32 c, 32 c + 32) of all four streams: the reduction's k = s * dim +
-// 32 c + [0, 32) for s = 0..3, staged as one kHcChunk-wide row (stream s at columns [32 s, 32 s + 32)) with the fn
-// rows alike, so the multiply is mix_chunk's. Between a chunk's arrival and its multiply the block runs hc_post on
-// it: thread (token tid / 8, float4 column tid % 8) reads the four old streams from the stage, forms the new ones
-// with hc_post_kernel's arithmetic (hc_post_stream4) and writes them to X and over the stage. The block owns its
-// tokens' channels of the split, so the in-place write cannot race another block. Each token's sums run over the
-// chunks in order and, within a chunk, the four streams in order: another order than hc_mix_mma_kernel's (stream
-// by stream), so the mixes may differ from the unfused call's in the last bits of the double sums.
+// 32-token tile, f a buffer). Chunk c of a split is channels [32 c, 32 c + 32) of all four streams: the reduction's
+// k = s * dim + 32 c + [0, 32) for s = 0..3, staged as one kHcChunk-wide row (stream s at columns [32 s, 32 s + 32))
+// with the fn rows alike, so the multiply is mix_chunk's. Between a chunk's arrival and its multiply the block runs
+// hc_post on it: thread (token tid / 8, float4 column tid % 8) reads the four old streams and f from the stage, forms
+// the new streams with hc_post_kernel's arithmetic (hc_post_stream4) and writes them to X and over the stage. The
+// block owns its tokens' channels of the split, so the in-place write cannot race another block. Each token's sums
+// run over the chunks in order and, within a chunk, the four streams in order: another order than
+// hc_mix_mma_kernel's (stream by stream), so the mixes may differ from the unfused call's in the last bits of the
+// double sums (none did in GpuMhc.PostMixEqualsPostThenPre's cases).
 constexpr int kPmN = 4, kPmMixes = (2 + kPmN) * kPmN, kPmCols = kHcPostMixCols, kPmFRow = kPmCols + 4;
 constexpr int kPmTT = kHcPostMixTile, kPmStages = 3;
 static_assert(kPmCols * kPmN == kHcChunk, "a chunk is kHcChunk values of the reduction");
-template <bool kRouted>
-constexpr int pm_stage_floats() {
-  return (kPmTT + kPmMixes) * kRowF + (kRouted ? 0 : kPmTT * kPmFRow);  // x and fn rows, then f's (plain form)
-}
-template <bool kRouted>
-constexpr size_t pm_smem_bytes() {
-  return size_t(kPmStages) * pm_stage_floats<kRouted>() * sizeof(float);
-}
-static_assert(size_t(kWarps) * kPmTT * (kPmMixes + 1) * sizeof(double) <= pm_smem_bytes<true>(),
-              "the warps' sums fit in the stages");
-static_assert(pm_smem_bytes<false>() <= size_t(112) * 1024, "two blocks per SM");
+constexpr int kPmStageF = (kPmTT + kPmMixes) * kRowF + kPmTT * kPmFRow;  // x and fn rows, then f's
+constexpr size_t kPmSmem = size_t(kPmStages) * kPmStageF * sizeof(float);
+static_assert(size_t(kWarps) * kPmTT * (kPmMixes + 1) * sizeof(double) <= kPmSmem, "the warps' sums fit the stages");
+static_assert(kPmSmem <= size_t(112) * 1024, "two blocks per SM");
 
-template <bool kRouted>
 __global__ void __launch_bounds__(kThreads, 2)
-    hc_post_mix_kernel(const float* __restrict__ fn, const float* __restrict__ f, RoutedSum fr,
-                       const float* __restrict__ post, const float* __restrict__ comb, float* X, int64_t T,
-                       int64_t dim, int cps, float* y) {
+    hc_post_mix_kernel(const float* __restrict__ fn, const float* __restrict__ f, const float* __restrict__ post,
+                       const float* __restrict__ comb, float* X, int64_t T, int64_t dim, int cps, float* y) {
   dsinfer::cuda::pdl_wait_then_release();
-  constexpr int MT = kPmTT / 8, NT = kPmMixes / 8, kStageF = pm_stage_floats<kRouted>();
+  constexpr int MT = kPmTT / 8, NT = kPmMixes / 8, kStageF = kPmStageF;
   extern __shared__ __align__(16) float sm[];  // kPmStages stages; after the loop: the warps' sums
   __shared__ float s_post[kPmTT * kPmN], s_comb[kPmTT * kPmN * kPmN];
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
@@ -289,12 +282,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (i < kPmTT * kPmN) s_post[i] = tok0 + i / kPmN < T ? post[tok0 * kPmN + i] : 0.0f;
   }
   // Fixed copy slots (as StageSlots): lane's 16 bytes 4 (lane % 8) of stream lane / 8, token rows warp + 8 j and fn
-  // rows warp + 8 j; the plain form's f row tid / 8.
+  // rows warp + 8 j; f's row tid / 8.
   const int ps = lane >> 3, pq = 4 * (lane & 7);
   const float* xsrc = X + (tok0 + warp) * len + ps * dim + pq;
   const float* fsrc = fn + int64_t(warp) * len + ps * dim + pq;
   const int ftok = int(threadIdx.x) >> 3;
-  const float* f_src = kRouted ? fn : f + (tok0 + ftok) * dim + pq;
+  const float* f_src = f + (tok0 + ftok) * dim + pq;
   auto stage = [&](float* st, int64_t c) {
     const int64_t d0 = c * kPmCols;
 #pragma unroll
@@ -305,10 +298,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
       cp_async16(st + (kPmTT + warp + 8 * j) * kRowF + ps * kPmCols + pq, fsrc + 8 * j * len + d0, true);
-    if constexpr (!kRouted) {
-      const bool ok = tok0 + ftok < T;
-      cp_async16(st + (kPmTT + kPmMixes) * kRowF + ftok * kPmFRow + pq, ok ? f_src + d0 : fn, ok);
-    }
+    const bool ok = tok0 + ftok < T;
+    cp_async16(st + (kPmTT + kPmMixes) * kRowF + ftok * kPmFRow + pq, ok ? f_src + d0 : fn, ok);
   };
   double acc[MT][NT][2], ss[MT];
 #pragma unroll
@@ -329,10 +320,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t next = c + kPmStages - 1;
     if (next < c1) stage(sm + int((next - c0) % kPmStages) * kStageF, next);
     cp_commit();
-    float4 fv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if constexpr (kRouted) {  // the routed rows' loads in flight while the stage arrives
-      if (live) fv = routed_sum4(fr, tok0 + ct, dim / 4, c * (kPmCols / 4) + cq);
-    }
     cp_wait<kPmStages - 1>();
     __syncthreads();
     float* xs = sm + s * kStageF;
@@ -341,8 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       float4 old[kPmN];
 #pragma unroll
       for (int j = 0; j < kPmN; ++j) old[j] = *reinterpret_cast<const float4*>(xrow + j * kPmCols);
-      if constexpr (!kRouted)
-        fv = *reinterpret_cast<const float4*>(xs + (kPmTT + kPmMixes) * kRowF + ct * kPmFRow + 4 * cq);
+      const float4 fv = *reinterpret_cast<const float4*>(xs + (kPmTT + kPmMixes) * kRowF + ct * kPmFRow + 4 * cq);
       float* xg = X + (tok0 + ct) * len + c * kPmCols + 4 * cq;
 #pragma unroll
       for (int k = 0; k < kPmN; ++k) {
@@ -390,17 +376,13 @@ void launch_hc_mix(const HcNormParams& p, const float* X, const int32_t* rows, i
   }
 }
 
-void launch_hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const RoutedSum* routed,
-                        const float* post, const float* comb, float* X, const HcSplit& sp, float* y, void* stream) {
+void launch_hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const float* post, const float* comb,
+                        float* X, const HcSplit& sp, float* y, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
   const dim3 grid(unsigned((T + kPmTT - 1) / kPmTT), unsigned(sp.splits));
-  auto launch = [&](auto kernel, size_t smem) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    dsinfer::cuda::pdl_launch(kernel, grid, dim3(kThreads), smem, st, next.fn, f, routed ? *routed : RoutedSum{}, post,
-                              comb, X, T, next.dim, int(sp.chunks_per_split), y);
-  };
-  if (routed) launch(hc_post_mix_kernel<true>, pm_smem_bytes<true>());
-  else launch(hc_post_mix_kernel<false>, pm_smem_bytes<false>());
+  cudaFuncSetAttribute(hc_post_mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPmSmem));
+  dsinfer::cuda::pdl_launch(hc_post_mix_kernel, grid, dim3(kThreads), kPmSmem, st, next.fn, f, post, comb, X, T,
+                            next.dim, int(sp.chunks_per_split), y);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

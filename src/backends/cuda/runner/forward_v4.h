@@ -128,8 +128,8 @@ class CudaForwardV4 final : public CudaForward {
   // the deferred coefficients (defer), the bf16 copy of y where x16_site / y16_only ask for it.
   ops::cuda::HcNormParams site_params(int64_t l, bool ffn, int64_t T, bool defer);
   // A site's hc_post on s_.X: f a buffer, or (routed) the MoE's output described. next: the parameters of the site
-  // that follows (null after the last layer); where hc_post_mix_wanted, its mixing reduction runs in the same pass
-  // into s_.y and next->premixed is set, so that its hc_pre_norm runs only the finalize.
+  // that follows (null after the last layer); where f is a buffer and hc_post_mix_wanted, next's mixing reduction
+  // runs in the same pass into s_.y and next->premixed is set, so that its hc_pre_norm runs only the finalize.
   Status post_site(ops::cuda::HcNormParams* next, int64_t T, const float* f, const ops::RoutedSum* routed);
   // A site's deferred coefficients (HcNormParams::defer_comb): hc_comb on hc_side_, forked after its hc_pre.
   Status comb_on_side(const ops::cuda::HcNormParams& hp, int64_t T);

@@ -300,9 +300,9 @@ HcNormParams CudaForwardV4::site_params(int64_t l, bool ffn, int64_t T, bool def
 
 Status CudaForwardV4::post_site(HcNormParams* next, int64_t T, const float* f, const ops::RoutedSum* routed) {
   const int64_t n = cfg_.hc_mult, D = cfg_.hidden_size;
-  if (next && hc_post_mix_wanted(*next, T, routed != nullptr)) {
+  if (next && !routed && hc_post_mix_wanted(*next, T)) {
     next->premixed = true;
-    return hc_post_mix(*next, T, f, routed, s_.post.data(), s_.comb.data(), s_.X.data(), s_.y.data(), stream_);
+    return hc_post_mix(*next, T, f, s_.post.data(), s_.comb.data(), s_.X.data(), s_.y.data(), stream_);
   }
   if (routed) return hc_post_routed(T, n, D, *routed, s_.post.data(), s_.comb.data(), s_.X.data(), stream_);
   return hc_post(T, n, D, f, s_.post.data(), s_.comb.data(), s_.X.data(), stream_);
