@@ -23,20 +23,27 @@ Status check_params(const HcNormParams& p, int64_t mixes, const char* op) {
   if (p.sinkhorn_iters < 1) return Status::errorf("{}: sinkhorn_iters {} < 1", op, p.sinkhorn_iters);
   return Status::ok();
 }
-}  // namespace
 
-// About one wave of the mixing kernel (two blocks per SM at its ~89 KB of shared memory): T / tile token tiles
-// times `splits` slices of the n*dim reduction (rounded down so that a second, mostly idle wave is not started),
-// bounded by the chunk count and by the partials that fit in an output row. Depends on T and the device only, so a
-// call is deterministic; partial sums are added in a fixed order.
-detail::HcSplit detail::hc_default_split(int64_t T, int64_t n, int64_t dim, int64_t mixes) {
-  detail::HcSplit s;
-  s.tile = detail::hc_tile(T, mixes);
+// hc_post_mix's mixes: n = 4 only, (2 + n) n.
+constexpr int64_t kPostMixMixes = 24;
+
+// About one wave of a mixing kernel (two blocks per SM at its ~89-105 KB of shared memory): the token tiles of s.tile
+// times `splits` slices of the reduction's nchunks chunks (rounded down so that a second, mostly idle wave is not
+// started), bounded by the chunk count and by the partials that fit in an output row of dim floats. Depends on T
+// and the device only, so a call is deterministic; partial sums are added in a fixed order.
+void one_wave(detail::HcSplit& s, int64_t T, int64_t nchunks, int64_t dim, int64_t mixes) {
   const int sms = dsinfer::cuda::current_sm_count();
-  const int64_t tiles = (T + s.tile - 1) / s.tile, nchunks = (n * dim + detail::kHcChunk - 1) / detail::kHcChunk;
+  const int64_t tiles = (T + s.tile - 1) / s.tile;
   const int64_t splits = std::clamp<int64_t>(2 * sms / tiles, 1, std::min(nchunks, detail::hc_max_splits(dim, mixes)));
   s.chunks_per_split = int((nchunks + splits - 1) / splits);
   s.splits = int((nchunks + s.chunks_per_split - 1) / s.chunks_per_split);
+}
+}  // namespace
+
+detail::HcSplit detail::hc_default_split(int64_t T, int64_t n, int64_t dim, int64_t mixes) {
+  detail::HcSplit s;
+  s.tile = detail::hc_tile(T, mixes);
+  one_wave(s, T, (n * dim + detail::kHcChunk - 1) / detail::kHcChunk, dim, mixes);
   s.wide = T <= 512;  // few tokens: a whole block per token (more loads in flight); many: one warp per token
   return s;
 }
@@ -44,12 +51,7 @@ detail::HcSplit detail::hc_default_split(int64_t T, int64_t n, int64_t dim, int6
 detail::HcSplit detail::hc_post_mix_split(int64_t T, int64_t dim) {
   detail::HcSplit s;
   s.tile = kHcPostMixTile;
-  const int sms = dsinfer::cuda::current_sm_count();
-  const int64_t tiles = (T + kHcPostMixTile - 1) / kHcPostMixTile, nchunks = dim / kHcPostMixCols;
-  const int64_t cap = std::min(nchunks, detail::hc_max_splits(dim, 24));
-  const int64_t splits = std::clamp<int64_t>(2 * sms / tiles, 1, cap);
-  s.chunks_per_split = int((nchunks + splits - 1) / splits);
-  s.splits = int((nchunks + s.chunks_per_split - 1) / s.chunks_per_split);
+  one_wave(s, T, dim / kHcPostMixCols, dim, kPostMixMixes);
   s.wide = false;
   return s;
 }
@@ -105,14 +107,15 @@ Status hc_comb(const HcNormParams& p, int64_t T, float* post, float* comb, void*
 
 bool hc_post_mix_wanted(const HcNormParams& next, int64_t T) {
   static const bool on = env_switch("DSINFER_HC_POST_MIX", {"0", "1"}) != "0";
-  return on && next.n == 4 && next.dim % detail::kHcPostMixCols == 0 && detail::hc_max_splits(next.dim, 24) >= 1 &&
+  return on && next.n == 4 && next.dim % detail::kHcPostMixCols == 0 &&
+         detail::hc_max_splits(next.dim, kPostMixMixes) >= 1 &&
          T > kHcDeferMaxT && T <= 0x7fffffff && !next.batch_invariant && !next.pre_in && !next.pre_out &&
          !next.round_bf16 && !next.defer_comb;
 }
 
 Status hc_post_mix(const HcNormParams& next, int64_t T, const float* f, const float* post, const float* comb, float* X,
                    float* y, void* stream) {
-  DSI_RETURN_IF_ERROR(check_params(next, 24, "hc_post_mix"));
+  DSI_RETURN_IF_ERROR(check_params(next, kPostMixMixes, "hc_post_mix"));
   if (!hc_post_mix_wanted(next, T))
     return Status::errorf("hc_post_mix: not for these parameters (n {}, dim {}, T {}; see hc_post_mix_wanted)", next.n,
                           next.dim, T);

@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // rows warp + 8 j; f's row tid / 8.
   const int ps = lane >> 3, pq = 4 * (lane & 7);
   const float* xsrc = X + (tok0 + warp) * len + ps * dim + pq;
-  const float* fsrc = fn + int64_t(warp) * len + ps * dim + pq;
+  const float* fnsrc = fn + int64_t(warp) * len + ps * dim + pq;
   const int ftok = int(threadIdx.x) >> 3;
   const float* f_src = f + (tok0 + ftok) * dim + pq;
   auto stage = [&](float* st, int64_t c) {
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 #pragma unroll
     for (int j = 0; j < NT; ++j)
-      cp_async16(st + (kPmTT + warp + 8 * j) * kRowF + ps * kPmCols + pq, fsrc + 8 * j * len + d0, true);
+      cp_async16(st + (kPmTT + warp + 8 * j) * kRowF + ps * kPmCols + pq, fnsrc + 8 * j * len + d0, true);
     const bool ok = tok0 + ftok < T;
     cp_async16(st + (kPmTT + kPmMixes) * kRowF + ftok * kPmFRow + pq, ok ? f_src + d0 : fn, ok);
   };
