@@ -19,6 +19,7 @@
 // --dump DIR writes the caches, the lists, q (bf16), the sinks and our set-0 output for the peer script; --quick
 // leaves out the split sweep and the phase probes (a device call that only needs the plan's timings).
 // --ab: the prefill shape's A/B of main's prefill op against the split-block op (session 24; bench_prefill).
+// --once (with --prefill-only): the split op and its q-norm form once each, eagerly, then exit (for ncu).
 // Session 24, --r64 (decode only; bench_r64): main's choice (A: plan_sparse_attention_fp8's count, the kAuto kernel)
 // against the opt-in kRoles64 kernel (B: plan_sparse_attention_fp8_r64's count), A B A B on the same inputs (CSA and
 // HCA, batch 1 / 64 / 256, q fp32: the runner's), then B with q bf16 and without its L2 prefetch
@@ -295,7 +296,7 @@ void dump(const std::string& dir, const std::string& tag, const Batch& b, const 
 // (bf16 q to both); nothing else of this shape. Session 28: the split kernel's variants beside B, and with --dump DIR
 // (and --prefill-only) the inputs for bench/peers/sparse_prefill_peer.py (FlashMLA's sparse prefill on the same lists).
 void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, const float* sinks,
-                   const std::vector<float>& sinks_host, int64_t sms, bool ab, const std::string& dir) {
+                   const std::vector<float>& sinks_host, int64_t sms, bool ab, bool once, const std::string& dir) {
   constexpr int64_t kT = 4096, kChunk = 2048, kCsaRatio = 4, kHcaRatio = 128;
   cuda::DeviceBuffer<uint8_t> win, ent;
   fill_cache(win, kT, chunk, chunk_rows);
@@ -443,6 +444,12 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
         }
       }
   };
+  if (once) {  // --once (session 40): each split form once, eagerly, for a profiler's launch filter; nothing timed
+    run(nullptr, ops::cuda::Fp8AttentionKernel::kAuto, -4);
+    run(nullptr, ops::cuda::Fp8AttentionKernel::kAuto, -8);
+    if (cudaDeviceSynchronize() != cudaSuccess) std::exit(1);
+    return;
+  }
   const double flops = keys * 131072.0;
   std::printf("prefill 4096 (2 chunks of 2048, 4 layers): %.1f keys a token, %.1f GFLOP\n", keys / kT, flops / 1e9);
   constexpr double kBf16Peak = 781e12;
@@ -684,12 +691,13 @@ void bench_r64(const cuda::DeviceBuffer<uint8_t>& win, const cuda::DeviceBuffer<
 
 int main(int argc, char** argv) {
   std::string dir;
-  bool quick = false, prefill_only = false, ab = false, r64 = false, r64_persistent = false;
+  bool quick = false, prefill_only = false, ab = false, once = false, r64 = false, r64_persistent = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--dump" && i + 1 < argc) dir = argv[i + 1];
     quick = quick || std::string(argv[i]) == "--quick";
     prefill_only = prefill_only || std::string(argv[i]) == "--prefill-only";
     ab = ab || std::string(argv[i]) == "--ab";
+    once = once || std::string(argv[i]) == "--once";
     r64 = r64 || std::string(argv[i]) == "--r64";
     r64_persistent = r64_persistent || std::string(argv[i]) == "--r64-persistent";
   }
@@ -714,7 +722,7 @@ int main(int argc, char** argv) {
   BENCH_CHECK(sinks.upload(hs.data(), hs.size()));
   BENCH_CHECK(out.alloc(size_t(256 * kH * kD)));
   BENCH_CHECK(ws.alloc(size_t(ops::cuda::sparse_attention_fp8_workspace_floats(256, kH, 64))));
-  if (!r64) bench_prefill(chunk, chunk_rows, sinks.data(), hs, sms, ab, prefill_only ? dir : std::string());
+  if (!r64) bench_prefill(chunk, chunk_rows, sinks.data(), hs, sms, ab, once, prefill_only ? dir : std::string());
   if (prefill_only) return 0;
   cuda::DeviceBuffer<uint8_t> win;
   fill_cache(win, kPool * kW, chunk, chunk_rows);
