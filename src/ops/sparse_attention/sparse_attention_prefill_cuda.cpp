@@ -134,7 +134,8 @@ Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, 
   if (!p.q_norm && (flags & detail::kSplitQNorm) != 0)
     return Status::error("sparse_attention_prefill_split: kSplitQNorm needs p.q_norm (a raw query and its eps)");
   if (p.split_run < 0 || p.split_run > 1024)
-    return Status::errorf("sparse_attention_prefill_split: split_run {} (0 planned, or 1 .. 1,024 tokens)", p.split_run);
+    return Status::errorf("sparse_attention_prefill_split: split_run {} (0 planned, or 1 .. 1,024 tokens)",
+                          p.split_run);
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_prefill_split: null q or output");
   if (reinterpret_cast<uintptr_t>(q) % 16 != 0 || reinterpret_cast<uintptr_t>(o) % 16 != 0)

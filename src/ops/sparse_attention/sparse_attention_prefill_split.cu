@@ -1,3 +1,4 @@
+// Over 700 lines: one kernel, its producer and two consumer warpgroups and the barriers between them, read together.
 // Sparse attention PREFILL, split-block form with bf16 q in and bf16 o out (session 24, issue 30; the default since
 // session 26). The same op as sparse_attention_prefill.cu (64 heads x 512 a block, one shared K = V latent row a key,
 // the window + compressed + top-k lists, attention sinks, the inverse RoPE of the output, the FP8 state rows staged
@@ -490,6 +491,12 @@ __device__ __forceinline__ ItemLoads item_loads(const SparseAttentionFp8Params& 
   }
   return a;
 }
+// The loads of the block's item after its slot `slot` (zeros past its last).
+__device__ __forceinline__ ItemLoads loads_after(const SparseAttentionFp8Params& p, const Walk& walk, int slot) {
+  Item nx;
+  const bool has = walk.next(slot, nx);
+  return item_loads(p, has, nx);
+}
 
 // P for the other warpgroup: the A fragments' bf16 pairs into P's core matrices (a warp's store of one fragment
 // register fills one 128-byte core matrix: conflict-free).
@@ -522,24 +529,13 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
   const float scale2 = p.scale * 1.4426950408889634f;
   constexpr bool kEarly = (kMode & kSplitVarEarlyItem) != 0, kQNorm = (kMode & kSplitQNorm) != 0;
   ItemLoads cur;
-  if constexpr (kEarly) {
-    int s0 = -1;
-    Item first;
-    const bool has = walk.next(s0, first);
-    cur = item_loads(p, has, first);
-  }
+  if constexpr (kEarly) cur = loads_after(p, walk, -1);
   int step = 0, k = 0, slot = -1;
   Item it;
   for (; walk.next(slot, it); ++k) {
     ItemLoads nxt;
-    if constexpr (kEarly) {
-      int s1 = slot;
-      Item nx;
-      const bool has = walk.next(s1, nx);
-      nxt = item_loads(p, has, nx);
-    } else {
-      cur = item_loads(p, true, it);
-    }
+    if constexpr (kEarly) nxt = loads_after(p, walk, slot);
+    else cur = item_loads(p, true, it);
     named_sync(kBarWg0 + c, 128);  // the last item's epilogue has read the angle table
     if (p.rope_dim > 0)
       attn_rope::fill(p, kD, int64_t(cur.pos), kHalf * c, kHalf * (c + 1), wt, 128,
