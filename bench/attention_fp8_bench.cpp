@@ -469,13 +469,14 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
     }
     line("prefill op, bf16 q", "A_bf16q", -5);
     // The split kernel's variants (session 28; the same bits, GpuSparseAttentionPrefillSplit), each beside the op
-    // (B: its planned variant, 0 unless DSINFER_SPARSE_PREFILL_SPLIT_VARIANT says otherwise), twice.
+    // (B: its planned variant, store16 with the key reuse unless DSINFER_SPARSE_PREFILL_SPLIT_VARIANT says otherwise;
+    // the variants here without the reuse: "store16" is session 29-39's B), twice.
     {
       namespace d = ops::cuda::detail;
       for (int round = 0; round < 2; ++round) {
         line("B: split op", "B", -4);
         for (const auto& [name, v] : {std::pair<const char*, int>{"B l2 (L2 policies)", d::kSplitVarL2Hints},
-                                      {"B store16 (16-byte stores)", d::kSplitVarStore16},
+                                      {"B store16 (no reuse)", d::kSplitVarStore16},
                                       {"B early (next item's lengths)", d::kSplitVarEarlyItem},
                                       {"B all three", d::kSplitVarAll}}) {
           probe = v;
@@ -502,10 +503,13 @@ void bench_prefill(const cuda::DeviceBuffer<float>& chunk, int64_t chunk_rows, c
       const double qn = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -8); }, 1);
       probe = ops::cuda::detail::kSplitProbeBare;
       const double bare = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -6); }, 1);
+      probe = ops::cuda::detail::kSplitVarStore16;  // session 40: the op's variant without the key reuse
+      const double plain = graph_us([&](cudaStream_t s) { run(s, ops::cuda::Fp8AttentionKernel::kAuto, -6); }, 1);
       probe = 0;
-      std::printf("  layer %d: A %.1f us, B %.1f us, B all variants %.1f us, B + q norm %.1f us, bare %.1f us\n", only,
-                  a, b, c, qn, bare);
-      std::printf("RESULT prefill layer%d A %.2f B %.2f Ball %.2f BQNorm %.2f Bbare %.2f\n", only, a, b, c, qn, bare);
+      std::printf("  layer %d: A %.1f us, B %.1f us (no reuse %.1f), B all variants %.1f us, B + q norm %.1f us, bare "
+                  "%.1f us\n", only, a, b, plain, c, qn, bare);
+      std::printf("RESULT prefill layer%d A %.2f B %.2f Bplain %.2f Ball %.2f BQNorm %.2f Bbare %.2f\n", only, a, b,
+                  plain, c, qn, bare);
     }
     // The split kernel with phases left out (the output wrong by design): where B's time goes. Every layer again
     // (the loop above left `only` past the last one, which timed an empty graph: session 26's 0.32 us probes).

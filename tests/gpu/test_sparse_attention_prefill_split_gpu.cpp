@@ -18,6 +18,9 @@
 // cases: the reference reads the same bf16 q). The same bound holds against main's op (its error against the
 // reference ~2.5e-4 is inside the 1e-3). The output buffer is NaN-poisoned (0xffff) first: an element the kernel
 // does not write fails the test (normalized_error of a non-finite value is infinite). Two runs must agree bitwise.
+// Session 40: the op's key reuse (a step's rows kept in shared memory from one token of a block's run to the next)
+// is held to the reference like the rest, and bitwise to itself over runs of other lengths and the step called in
+// two parts, the check that a kept row is never a stale one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -193,19 +196,30 @@ struct Device {
     return to_host(o, n);
   }
   // The split-block op (flags 0) or one variant of its kernel (detail::kSplitVar*): its bf16 output bits. q: the
-  // query (qb when null); q_norm: q is raw, the kernel normalises it (SparseAttentionFp8Params::q_norm, eps kEps).
+  // query (qb when null); q_norm: q is raw, the kernel normalises it (SparseAttentionFp8Params::q_norm, eps kEps);
+  // run: SparseAttentionFp8Params::split_run (0: planned); tokens t0 .. t0 + count - 1 of the step alone (count -1:
+  // all from t0), as a step of their own with the same lists and rows.
   std::vector<uint16_t> run_split(const Case& c, const Inputs& in, int flags = 0, const uint16_t* q = nullptr,
-                                  bool q_norm = false) {
+                                  bool q_norm = false, int64_t run = 0, int64_t t0 = 0, int64_t count = -1) {
     SparseAttentionFp8Params p = params(c, in);
     p.q_norm = q_norm;
     p.q_norm_eps = kEps;
+    p.split_run = run;
+    p.T = count < 0 ? c.T - t0 : count;
+    for (auto& k : p.keys)
+      if (k.idx) {
+        k.idx += t0 * k.stride;
+        k.len += t0;
+      }
+    p.pos += t0;
     if (!q) q = qb.data();
-    const size_t n = size_t(c.T * c.H * ops::kKvDim);
+    q += t0 * c.H * ops::kKvDim;
+    const size_t n = size_t(p.T * c.H * ops::kKvDim);
     DeviceBuffer<uint16_t> o;
     DeviceBuffer<uint8_t> staging;
     EXPECT_TRUE(o.alloc(n).is_ok());
     cudaMemset(o.data(), 0xff, n * 2);
-    const int64_t bytes = staging_bytes(c, in);
+    const int64_t bytes = ops::cuda::sparse_attention_prefill_staging_bytes(p);
     EXPECT_TRUE(staging.alloc(size_t(bytes)).is_ok());
     cudaMemset(staging.data(), 0xff, size_t(bytes));
     const Status s =
@@ -241,7 +255,7 @@ void expect_q_norm_bits(Case c, const Inputs& in, Device& dev) {
   c.attention_factor = 1.25f;
   const DeviceBuffer<uint16_t> qn = dev.normed_query(c, in);
   const std::vector<uint16_t> want = dev.run_split(c, in, 0, qn.data());
-  for (const int flags : {0, int(d::kSplitQNorm), int(d::kSplitVarStore16)}) {
+  for (const int flags : {0, int(d::kSplitQNorm | d::kSplitVarReuse), int(d::kSplitVarStore16 | d::kSplitVarReuse)}) {
     const std::vector<uint16_t> got = dev.run_split(c, in, flags, nullptr, true);
     size_t differ = 0;
     for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
@@ -292,14 +306,32 @@ void run_case(const Case& c) {
   const std::vector<uint16_t> again = dev.run_split(c, in);
   EXPECT_EQ(0, std::memcmp(bits.data(), again.data(), bits.size() * 2)) << "not deterministic";
   // The kernel's variants (session 28: L2 policies, 16-byte stores through a quad transpose, the next item's lengths
-  // loaded early) change where and how the same values are loaded and stored, not the values: the op's bits exactly.
+  // loaded early) change where and how the same values are loaded and stored, not the values: with the key reuse
+  // (the op's default, session 40) the op's bits exactly, and without it each other's.
   namespace d = ops::cuda::detail;
-  for (const int v : {d::kSplitVarL2Hints, d::kSplitVarStore16, d::kSplitVarEarlyItem, d::kSplitVarAll}) {
-    const std::vector<uint16_t> var = dev.run_split(c, in, v);
+  auto expect_same = [&](const std::vector<uint16_t>& want, const std::vector<uint16_t>& got, const char* what,
+                         int64_t v) {
+    ASSERT_EQ(want.size(), got.size()) << what << " " << v;
     size_t differ = 0;
-    for (size_t i = 0; i < bits.size(); ++i) differ += var[i] != bits[i];
-    EXPECT_EQ(differ, 0u) << "variant " << v << ": " << differ << " of " << bits.size() << " outputs differ";
+    for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0u) << what << " " << v << ": " << differ << " of " << want.size() << " outputs differ";
+  };
+  const std::vector<uint16_t> plain = dev.run_split(c, in, d::kSplitVarStore16);  // no reuse: session 24's key order
+  expect_close(widen(plain), ref, c, "CPU reference, no reuse");
+  for (const int v : {d::kSplitVarL2Hints, d::kSplitVarStore16, d::kSplitVarEarlyItem, d::kSplitVarAll}) {
+    expect_same(bits, dev.run_split(c, in, v | d::kSplitVarReuse), "variant with the reuse", v);
+    if (v != d::kSplitVarStore16) expect_same(plain, dev.run_split(c, in, v), "variant", v);
   }
+  // The reuse keeps a slot's row from one token to the next only where it is the same row: a token's bits depend on
+  // its own position and lists, not on the tokens a block took before it. Runs of other lengths, and the step's
+  // two halves called apart (other blocks, other neighbours, other grids), give the same bits.
+  for (const int64_t run : {1, 3, 8, 64})
+    expect_same(bits, dev.run_split(c, in, 0, nullptr, false, run), "run", run);
+  const int64_t half = c.T / 2;
+  std::vector<uint16_t> parts = dev.run_split(c, in, 0, nullptr, false, 2, 0, half);
+  const std::vector<uint16_t> rest = dev.run_split(c, in, 0, nullptr, false, 5, half);
+  parts.insert(parts.end(), rest.begin(), rest.end());
+  expect_same(bits, parts, "two calls, at token", half);
   expect_q_norm_bits(c, in, dev);
   if (c.empty_every > 0) {  // a token with no keys: o = 0 (the sink alone carries its weight)
     const int64_t per_token = c.H * ops::kKvDim;
@@ -373,6 +405,11 @@ TEST(GpuSparseAttentionPrefillSplit, RejectsBadArguments) {
   bad = p;
   bad.sinks = nullptr;
   EXPECT_FALSE(call(bad, staging.data(), bytes).is_ok());
+  for (const int64_t run : {int64_t(-1), int64_t(1025)}) {  // split_run: 0 (planned) or 1 .. 1,024
+    bad = p;
+    bad.split_run = run;
+    EXPECT_FALSE(call(bad, staging.data(), bytes).is_ok()) << run;
+  }
   bad = p;
   bad.q_norm = true;
   EXPECT_TRUE(call(bad, staging.data(), bytes).is_ok());

@@ -183,12 +183,14 @@ TEST(SparseAttentionPlan, SparsePrefillSplitKernelChoice) {
 }
 
 // Session 28: the split kernel's variants, named by DSINFER_SPARSE_PREFILL_SPLIT_VARIANT for the A/B; the 16-byte
-// stores when unset (session 29's H200 A/B); a value it cannot take is -1 (plan_sparse_prefill_split_variant names it
-// and keeps the default).
+// stores with the key reuse when unset (session 29's H200 A/B, session 40); a value it cannot take is -1
+// (plan_sparse_prefill_split_variant names it and keeps the default).
 TEST(SparseAttentionPlan, SparsePrefillSplitVariant) {
   namespace d = detail;
-  EXPECT_EQ(sparse_prefill_split_variant_from(nullptr), d::kSplitVarStore16);
-  EXPECT_EQ(sparse_prefill_split_variant_from(""), d::kSplitVarStore16);
+  const int reuse = d::kSplitVarStore16 | d::kSplitVarReuse;
+  EXPECT_EQ(sparse_prefill_split_variant_from(nullptr), reuse);
+  EXPECT_EQ(sparse_prefill_split_variant_from(""), reuse);
+  EXPECT_EQ(sparse_prefill_split_variant_from("reuse"), reuse);
   EXPECT_EQ(sparse_prefill_split_variant_from("0"), 0);
   EXPECT_EQ(sparse_prefill_split_variant_from("l2"), d::kSplitVarL2Hints);
   EXPECT_EQ(sparse_prefill_split_variant_from("store16"), d::kSplitVarStore16);
@@ -200,6 +202,22 @@ TEST(SparseAttentionPlan, SparsePrefillSplitVariant) {
   for (const int probe : {d::kSplitProbeNoMath, d::kSplitProbeNoSoftmax, d::kSplitProbeNoGather,
                           d::kSplitProbeNoStore, d::kSplitProbeNoQ})
     EXPECT_LT(probe, d::kSplitVarL2Hints);
+  // the reuse is a bit of its own, apart from the variants' and kSplitQNorm
+  EXPECT_EQ(d::kSplitVarReuse & (d::kSplitVarAll | d::kSplitQNorm | d::kSplitProbeBare), 0);
+}
+
+// Session 40: the split kernel's run (consecutive tokens a block takes with the key reuse): the longest of 8, 4, 2
+// that leaves the busiest block at most 1/8 more items than runs of one token do.
+TEST(SparseAttentionPlan, SparsePrefillSplitRun) {
+  EXPECT_EQ(sparse_prefill_split_run(4096, 1, 132), 8);  // 32 items a block either way
+  EXPECT_EQ(sparse_prefill_split_run(2048, 1, 132), 8);  // 16
+  EXPECT_EQ(sparse_prefill_split_run(1000, 1, 132), 8);  // 8 (125 blocks) against 8
+  EXPECT_EQ(sparse_prefill_split_run(600, 1, 132), 1);   // 8, 8, 6 against 5: none within 1/8
+  EXPECT_EQ(sparse_prefill_split_run(8192, 2, 132), 8);  // 2 head groups: 128 items against 125
+  EXPECT_EQ(sparse_prefill_split_run(1100, 1, 132), 2);  // 8, 4, 2 give 16, 12, 10 against 9
+  EXPECT_EQ(sparse_prefill_split_run(1, 1, 132), 1);
+  EXPECT_EQ(sparse_prefill_split_run(0, 1, 132), 1);
+  EXPECT_EQ(sparse_prefill_split_run(4096, 1, 0), 1);
 }
 
 // Session 24 (s24-sparsep2): the runner's per-layer, per-step decision of the split path. Taken only when every input

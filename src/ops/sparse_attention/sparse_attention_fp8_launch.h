@@ -51,6 +51,9 @@ struct SparseAttentionFp8Params {
   // dims at pos[t] to it in shared memory before Q K^T, with the bits head_norm_rope gives (in_bf16, out_bf16).
   bool q_norm = false;
   float q_norm_eps = 1e-6f;
+  // The split prefill op only (session 40): the consecutive tokens a block takes in a row, so that a step's key rows
+  // stay in shared memory from one token to the next (0: sparse_prefill_split_run's choice; tests force one).
+  int64_t split_run = 0;
   // Inverse RoPE of the output's trailing rope_dim channels at pos[t] (0 = none).
   int64_t rope_dim = 0;
   const int32_t* pos = nullptr;     // [T]

@@ -170,7 +170,8 @@ bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int6
 
 int sparse_prefill_split_variant_from(const char* value) {
   const std::string v = value ? value : "";
-  if (v.empty()) return detail::kSplitVarStore16;  // session 29's H200 A/B: 3.20 -> 2.86 ms (4 layers, 4,096)
+  // session 29's H200 A/B: 3.20 -> 2.86 ms with store16 (4 layers, 4,096); the reuse: session 40
+  if (v.empty() || v == "reuse") return detail::kSplitVarStore16 | detail::kSplitVarReuse;
   if (v == "0") return 0;
   if (v == "l2") return detail::kSplitVarL2Hints;
   if (v == "store16") return detail::kSplitVarStore16;
@@ -181,8 +182,17 @@ int sparse_prefill_split_variant_from(const char* value) {
 
 int plan_sparse_prefill_split_variant() {
   static const int variant = sparse_prefill_split_variant_from(
-      env_switch("DSINFER_SPARSE_PREFILL_SPLIT_VARIANT", {"0", "l2", "store16", "early", "all"}).c_str());
+      env_switch("DSINFER_SPARSE_PREFILL_SPLIT_VARIANT", {"0", "l2", "store16", "early", "all", "reuse"}).c_str());
   return variant;
+}
+
+int64_t sparse_prefill_split_run(int64_t T, int64_t groups, int64_t sms) {
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  if (T <= 0 || groups <= 0 || sms <= 0) return 1;
+  const int64_t one = ceil_div(T * groups, sms);  // the busiest block's items with runs of one token
+  for (int64_t run = 8; run > 1; run /= 2)
+    if (8 * ceil_div(groups * ceil_div(T, run), sms) * run <= 9 * one) return run;
+  return 1;
 }
 
 bool plan_split_q_norm() {

@@ -132,12 +132,18 @@ bool plan_sparse_prefill_split(SparsePrefillKernel kernel, KernelMode mode, int6
 // The split-block kernel's variant (session 28, issue 30; detail::kSplitVar*, sparse_attention_prefill_launch.h: the
 // L2 cache policies, the 16-byte output stores, the next item's lengths loaded early; each gives the same bits):
 // kSplitVarStore16 by default (session 29's H200 A/B over 4 layers at 4,096 tokens: 0 3.20 ms, l2 3.49, store16
-// 2.86, early 3.20, all three 3.00). DSINFER_SPARSE_PREFILL_SPLIT_VARIANT (the A/B, read once; another value is named
-// on stderr and ignored): `0` (session 24's kernel), `l2`, `store16`, `early` or `all`.
+// 2.86, early 3.20, all three 3.00), with the key reuse (detail::kSplitVarReuse, session 40).
+// DSINFER_SPARSE_PREFILL_SPLIT_VARIANT (the A/B, read once; another value is named on stderr and ignored): `0`
+// (session 24's kernel), `l2`, `store16`, `early`, `all` (none of them with the reuse) or `reuse` (the default).
 int plan_sparse_prefill_split_variant();
-// The variant a value of that variable names (nullptr or "" = unset: kSplitVarStore16); -1 for a value it cannot
-// take.
+// The variant a value of that variable names (nullptr or "" = unset: kSplitVarStore16 | kSplitVarReuse); -1 for a
+// value it cannot take.
 int sparse_prefill_split_variant_from(const char* value);
+// The split kernel's run with the reuse (SparseAttentionFp8Params::split_run, session 40): the most consecutive tokens
+// of 8, 4, 2 a block takes in a row whose busiest block has at most 1/8 more items than with runs of one token (8 at
+// 2,048 or 4,096 tokens on 132 SMs: 16 / 32 items a block either way; 1 at 600 tokens, where runs of 8 would leave
+// 57 SMs idle and give the others 8 items against 5); 1 when none does.
+int64_t sparse_prefill_split_run(int64_t T, int64_t groups, int64_t sms);
 // Whether the split kernel normalises the raw query itself (session 29; SparseAttentionFp8Params::q_norm: the head
 // RMSNorm and RoPE of head_norm_rope in its shared memory, the same bits, instead of q_norm_rope's pass over the
 // query in HBM). On unless DSINFER_SPLIT_Q_NORM=0 (the A/B; read once; another value is named on stderr and ignored).

@@ -133,6 +133,9 @@ Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, 
     return Status::error("sparse_attention_prefill_split: a probe takes a normalised query (q_norm off)");
   if (!p.q_norm && (flags & detail::kSplitQNorm) != 0)
     return Status::error("sparse_attention_prefill_split: kSplitQNorm needs p.q_norm (a raw query and its eps)");
+  if (p.split_run < 0 || p.split_run > 1024)
+    return Status::errorf("sparse_attention_prefill_split: split_run {} (0 planned, or 1 .. 1,024 tokens)",
+                          p.split_run);
   if (p.T == 0) return Status::ok();
   if (!q || !o) return Status::error("sparse_attention_prefill_split: null q or output");
   if (reinterpret_cast<uintptr_t>(q) % 16 != 0 || reinterpret_cast<uintptr_t>(o) % 16 != 0)
@@ -146,8 +149,12 @@ Status run_split(const SparseAttentionFp8Params& p, const void* q, uint16_t* o, 
   DSI_RETURN_IF_ERROR(stage(p, staging, staging_bytes, s, stream));
   const bool probe = (flags & (detail::kSplitVarL2Hints - 1)) != 0;
   const int variant = flags == 0 ? plan_sparse_prefill_split_variant() : flags;
-  const bool launched = probe ? detail::launch_sparse_attention_prefill_split_probe(p, s, q, o, flags, stream)
-                              : detail::launch_sparse_attention_prefill_split(p, s, q, o, variant, stream);
+  SparseAttentionFp8Params pr = p;
+  if ((variant & detail::kSplitVarReuse) != 0 && pr.split_run == 0)
+    pr.split_run = sparse_prefill_split_run(p.T, (p.heads + detail::kFp8Heads - 1) / detail::kFp8Heads,
+                                            dsinfer::cuda::current_sm_count());
+  const bool launched = probe ? detail::launch_sparse_attention_prefill_split_probe(pr, s, q, o, flags, stream)
+                              : detail::launch_sparse_attention_prefill_split(pr, s, q, o, variant, stream);
   if (!launched)
     return Status::errorf("sparse_attention_prefill_split: no TMA tensor map for q, or no probe / variant {}{}",
                           variant, p.q_norm ? " with q_norm (0 or store16 only)" : "");

@@ -50,6 +50,11 @@ inline constexpr int kSplitVarAll = kSplitVarL2Hints | kSplitVarStore16 | kSplit
 // p.q_norm (session 29) adds kSplitQNorm to the variant: the kernel normalises the raw query in shared memory. With
 // variant 0 or kSplitVarStore16 only (false for the others).
 inline constexpr int kSplitQNorm = 256;
+// kSplitVarReuse (session 40), with any variant or probe: a step's key rows stay in shared memory from one token of a
+// block's run (p.split_run consecutive tokens; 1 when 0) to the next where the tokens share them (the window, HCA's
+// entries), copied only where a slot's row changes; each token's keys in an order of its own position (the producer
+// in sparse_attention_prefill_split.cu says which), so other bits than without it, the same for any run and grid.
+inline constexpr int kSplitVarReuse = 512;
 bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q,
                                            uint16_t* o, int variant, void* stream);
 // Diagnostics for bench/attention_fp8_bench.cpp only: the split kernel with a phase left out (the output wrong by

@@ -1,3 +1,4 @@
+// Over 700 lines: one kernel, its producer and two consumer warpgroups and the barriers between them, read together.
 // Sparse attention PREFILL, split-block form with bf16 q in and bf16 o out (session 24, issue 30; the default since
 // session 26). The same op as sparse_attention_prefill.cu (64 heads x 512 a block, one shared K = V latent row a key,
 // the window + compressed + top-k lists, attention sinks, the inverse RoPE of the output, the FP8 state rows staged
@@ -103,16 +104,31 @@ __device__ __forceinline__ Keys keys_of(const SparseAttentionFp8Params& p, int t
   return k;
 }
 
-// The block's items i = blockIdx.x, + gridDim.x, ..: token i % T, head group i / T (one split).
+// An item: token t, heads h0 .. h0 + 63 (one split).
 struct Item {
   int t = 0, h0 = 0;
 };
-__device__ __forceinline__ Item item_of(int i, int T) {
-  Item it;
-  it.t = i % T;
-  it.h0 = (i / T) * kHeads;
-  return it;
-}
+
+// The block's walk over the items: runs of `run` consecutive tokens of one head group, run u = blockIdx.x, +
+// gridDim.x, .. (tokens fastest, then head groups; a head group's last run may be short). With run 1 it is session
+// 24's order (item i = blockIdx.x + gridDim.x k: token i % T, head group i / T). Longer runs let a step's key rows
+// stay in shared memory from one token to the next (the producer's reuse, session 40).
+struct Walk {
+  int T = 0, run = 1, group_runs = 0, runs = 0;
+  __device__ __forceinline__ Walk(int T_, int groups, int run_)
+      : T(T_), run(run_), group_runs((T_ + run_ - 1) / run_), runs(groups * ((T_ + run_ - 1) / run_)) {}
+  // The block's next item after its slot `slot` (-1 before the first); false past its last.
+  __device__ __forceinline__ bool next(int& slot, Item& it) const {
+    for (;;) {
+      ++slot;
+      const int u = int(blockIdx.x) + int(gridDim.x) * (slot / run);
+      if (u >= runs) return false;
+      it.t = (u % group_runs) * run + slot % run;
+      it.h0 = (u / group_runs) * kHeads;
+      if (it.t < T) return true;
+    }
+  }
+};
 
 // The barriers: ready / free of key block c's half h (dims 256 h ..), the item's Q written / read.
 struct Bars {
@@ -179,12 +195,15 @@ __device__ __noinline__ void dequant_half(const SparseAttentionFp8Params& p, int
   }
 }
 
+// A staged row code for copy_half: the slot already holds the row (the producer's reuse).
+constexpr int kKept = -4;
+
 // Producer warp: half h (dims 256 h ..) of its 32 keys (key block rows kw0 .. kw0 + 31) into the key block at kb.
 // Lanes 4 a key, 16 bytes each: an instruction copies 64 contiguous bytes of 8 rows (two full L2 sectors a row) into
 // 4 core-matrix columns (4 shared-memory wavefronts, the minimum for 512 bytes). Copy m (0 .. 31) of a lane: key
 // 8 (m % 4) + lane / 4 of the warp's, dims 256 h + 32 (m / 4) + 8 (lane % 4) ..: one base address a lane (shared) and
 // one a key (global) plus constants. A missing key's chunks are zeros (cp.async with no source bytes); a key without
-// a staged row is dequantised from the cache by its own lane.
+// a staged row is dequantised from the cache by its own lane; a key whose code is kKept is not copied.
 // kHint (kSplitVarL2Hints): the copies with the L2 policy pol (cp_async16_l2).
 template <bool kHint>
 __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, const PrefillStaging& s, int staged,
@@ -197,7 +216,7 @@ __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, con
 #pragma unroll 1
   for (int q = 0; q < 4; ++q) {
     const int st = __shfl_sync(dev::kFull, staged, 8 * q + (lane >> 2));
-    if (st == -2) continue;  // its own lane dequantises it below
+    if (st < -1) continue;  // -2: its own lane dequantises it below; kKept: the slot holds the row already
     const __nv_bfloat16* from = rows + int64_t(st >= 0 ? st : 0) * kD + kHalf * h + 8 * (lane & 3);
 #pragma unroll
     for (int m4 = 0; m4 < 8; ++m4) {
@@ -217,18 +236,27 @@ __device__ __forceinline__ void copy_half(const SparseAttentionFp8Params& p, con
 // released by the arrive).
 // kMode: the bench's probes (kSplitProbe*: NoQ arrives on qfull with no load, NoGather fills no key block) and the
 // kernel's variants (kSplitVar*: L2Hints gives the copies an L2 policy).
+// reuse (session 40): thread (pc, pk) owns key slot 64 pc + pk of every step and remembers the staged row it holds;
+// a step whose key there is that row again copies nothing into it. Neighbouring tokens then meet their shared rows
+// in place: the token at an even position walks its steps last to first and one at an odd position first to last
+// (the window step 0 ends one token and starts the next; the last step, HCA's compressed entries, the reverse), and
+// step 0's key j sits in slot (j + pos + 1) % 128, so that a full window's row of position q is in slot q % 128 for
+// every token that sees it. A token's key order, so its bits, depends on its own position and lists only (not on
+// the block, the run or the grid).
 template <int kMode>
 __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const PrefillStaging& s,
-                                        const CUtensorMap* qmap, unsigned char* sm, const Bars& bars) {
-  const int tid = threadIdx.x, pc = tid >> 6, pk = tid & 63;
+                                        const CUtensorMap* qmap, unsigned char* sm, const Bars& bars, int run,
+                                        bool reuse) {
+  const int tid = threadIdx.x, pc = tid >> 6, pk = tid & 63, own = kBlock * pc + pk;
   const int T = int(p.T), H = int(p.heads);
-  const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
-  const uint32_t qa = smem_u32(sm + kOffQ), flag = smem_u32(sm + kOffFlag) + uint32_t(pc * kBlock + pk);
+  const Walk walk(T, (H + kHeads - 1) / kHeads, run);
+  const uint32_t qa = smem_u32(sm + kOffQ), flag = smem_u32(sm + kOffFlag) + uint32_t(own);
   constexpr bool kHint = (kMode & kSplitVarL2Hints) != 0;
   const uint64_t pol = kHint ? sm90::l2_evict_last() : 0;
-  int step = 0, k = 0;
-  for (int i = first; i < total; i += stride, ++k) {
-    const Item it = item_of(i, T);
+  int step = 0, k = 0, slot = -1;
+  int held = -3;  // the staged row slot `own` holds (-1 zeros, -3 none known)
+  Item it;
+  for (; walk.next(slot, it); ++k) {
     if (tid == 0) {
       if (k > 0) mbar_wait(bars.qfree(), uint32_t((k - 1) & 1));
       if (kMode & kSplitProbeNoQ) {
@@ -239,24 +267,37 @@ __device__ __forceinline__ void produce(const SparseAttentionFp8Params& p, const
         for (int b = 0; b < 8; ++b)
           sm90::tma_load_2d(qa + uint32_t(b) * kQBox, qmap, 64 * b, it.t * H + it.h0, bars.qfull());
       }
-      if (!(kMode & kSplitProbeNoQ) && i + stride < total) {
-        const Item nx = item_of(i + stride, T);
+      int ns = slot;
+      Item nx;
+      if (!(kMode & kSplitProbeNoQ) && walk.next(ns, nx)) {
 #pragma unroll
         for (int b = 0; b < 8; ++b) sm90::tma_prefetch_2d(qmap, 64 * b, nx.t * H + nx.h0);
       }
     }
     const Keys ks = keys_of(p, it.t);
     const int nsteps = (ks.nk + kStep - 1) / kStep;
+    int rot = 0;
+    bool forward = true;
+    if (reuse && p.pos) {
+      const int pos = p.pos[it.t];
+      rot = (pos + 1) & (kStep - 1);
+      forward = (pos & 1) != 0;
+    }
     for (int j = 0; j < nsteps; ++j, ++step) {
+      const int sj = forward ? j : nsteps - 1 - j;  // the step's place in the token's key order
+      const int key = sj == 0 ? ((own - rot) & (kStep - 1)) : kStep * sj + own;
       int src = 0, r = -1;
-      const int staged = staged_row(p, s, it.t, ks, kStep * j + kBlock * pc + pk, src, r);
+      const int staged = staged_row(p, s, it.t, ks, key, src, r);
+      const bool kept = reuse && staged != -2 && staged == held;
+      held = staged == -2 ? -3 : staged;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int h = pc ^ hh;
         if (step > 0) mbar_wait(bars.free(pc, h), uint32_t((step - 1) & 1));
         if (hh == 0)
           asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(flag), "h"(uint16_t(staged != -1 ? 1 : 0)) : "memory");
-        if (!(kMode & kSplitProbeNoGather)) copy_half<kHint>(p, s, staged, src, r, h, pk & 32, sm, pc, pol);
+        if (!(kMode & kSplitProbeNoGather))
+          copy_half<kHint>(p, s, kept ? kKept : staged, src, r, h, pk & 32, sm, pc, pol);
         sm90::fence_proxy_async();  // the flags and any generic stores, before the consumers' wgmma
         sm90::mbar_arrive_cp_async(bars.ready(pc, h));
         mbar_arrive(bars.ready(pc, h));
@@ -442,14 +483,19 @@ struct ItemLoads {
   int nk = 0;
   int pos = 0;
 };
-__device__ __forceinline__ ItemLoads item_loads(const SparseAttentionFp8Params& p, int i, int total) {
+__device__ __forceinline__ ItemLoads item_loads(const SparseAttentionFp8Params& p, bool has, const Item& it) {
   ItemLoads a;
-  if (i < total) {
-    const int t = item_of(i, int(p.T)).t;
-    a.nk = keys_of(p, t).nk;
-    if (p.rope_dim > 0) a.pos = p.pos[t];
+  if (has) {
+    a.nk = keys_of(p, it.t).nk;
+    if (p.rope_dim > 0) a.pos = p.pos[it.t];
   }
   return a;
+}
+// The loads of the block's item after its slot `slot` (zeros past its last).
+__device__ __forceinline__ ItemLoads loads_after(const SparseAttentionFp8Params& p, const Walk& walk, int slot) {
+  Item nx;
+  const bool has = walk.next(slot, nx);
+  return item_loads(p, has, nx);
 }
 
 // P for the other warpgroup: the A fragments' bf16 pairs into P's core matrices (a warp's store of one fragment
@@ -473,23 +519,23 @@ __device__ __forceinline__ void store_p(uint32_t* pown, const uint32_t (&a)[4][4
 // registers, no conversion before each wgmma).
 template <int c, int kMode>
 __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsigned char* sm, const Bars& bars,
-                                        uint16_t* o) {
+                                        uint16_t* o, int run) {
   const int wt = int(threadIdx.x) & 127, warp = wt >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, q4 = lane & 3, row0 = 16 * warp + g;
   const int T = int(p.T), H = int(p.heads);
   // (read here, not before the role split: values live across setmaxnreg are spilled)
-  const int total = T * ((H + kHeads - 1) / kHeads), first = int(blockIdx.x), stride = int(gridDim.x);
+  const Walk walk(T, (H + kHeads - 1) / kHeads, run);
   const uint32_t sbase = smem_u32(sm);
   const float scale2 = p.scale * 1.4426950408889634f;
   constexpr bool kEarly = (kMode & kSplitVarEarlyItem) != 0, kQNorm = (kMode & kSplitQNorm) != 0;
   ItemLoads cur;
-  if constexpr (kEarly) cur = item_loads(p, first, total);
-  int step = 0, k = 0;
-  for (int i = first; i < total; i += stride, ++k) {
-    const Item it = item_of(i, T);
+  if constexpr (kEarly) cur = loads_after(p, walk, -1);
+  int step = 0, k = 0, slot = -1;
+  Item it;
+  for (; walk.next(slot, it); ++k) {
     ItemLoads nxt;
-    if constexpr (kEarly) nxt = item_loads(p, i + stride, total);
-    else cur = item_loads(p, i, total);
+    if constexpr (kEarly) nxt = loads_after(p, walk, slot);
+    else cur = item_loads(p, true, it);
     named_sync(kBarWg0 + c, 128);  // the last item's epilogue has read the angle table
     if (p.rope_dim > 0)
       attn_rope::fill(p, kD, int64_t(cur.pos), kHalf * c, kHalf * (c + 1), wt, 128,
@@ -596,7 +642,7 @@ __device__ __forceinline__ void consume(const SparseAttentionFp8Params& p, unsig
 template <int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_split_kernel(const __grid_constant__ SparseAttentionFp8Params p, const __grid_constant__ PrefillStaging st,
-                         const __grid_constant__ CUtensorMap qmap, uint16_t* o) {
+                         const __grid_constant__ CUtensorMap qmap, uint16_t* o, int run, int reuse) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   const Bars bars{smem_u32(sm + kOffBar)};
@@ -613,18 +659,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    produce<kMode>(p, st, &qmap, sm, bars);
+    produce<kMode>(p, st, &qmap, sm, bars, run, reuse != 0);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-  if (threadIdx.x < 256) consume<0, kMode>(p, sm, bars, o);
-  else consume<1, kMode>(p, sm, bars, o);
+  if (threadIdx.x < 256) consume<0, kMode>(p, sm, bars, o, run);
+  else consume<1, kMode>(p, sm, bars, o, run);
 }
 }  // namespace
 
 namespace {
+// reuse: the producer's key reuse (kSplitVarReuse); p.split_run: the tokens a run (0: one, session 24's order).
 template <int kMode>
-bool launch(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, uint16_t* o, void* stream) {
+bool launch(const SparseAttentionFp8Params& p, const PrefillStaging& s, const void* q, uint16_t* o, bool reuse,
+            void* stream) {
   // q as [T x H rows, 512 dims] bf16; boxes of 64 dims x 64 rows (rows past T x H read as zero; a partial head
   // group's rows past H are the next token's, finite, and their outputs are not written).
   CUtensorMap qmap;
@@ -636,38 +684,42 @@ bool launch(const SparseAttentionFp8Params& p, const PrefillStaging& s, const vo
   int dev = 0, sms = 1;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  const int64_t total = p.T * ((p.heads + kHeads - 1) / kHeads);
-  const dim3 grid(unsigned(total < sms ? total : sms));
+  const int64_t run = p.split_run > 0 ? p.split_run : 1;
+  const int64_t runs = (p.heads + kHeads - 1) / kHeads * ((p.T + run - 1) / run);
+  const dim3 grid(unsigned(runs < sms ? runs : sms));
   cudaFuncSetAttribute(prefill_split_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes));
-  prefill_split_kernel<kMode><<<grid, kThreads, kBytes, static_cast<cudaStream_t>(stream)>>>(p, s, qmap, o);
+  prefill_split_kernel<kMode><<<grid, kThreads, kBytes, static_cast<cudaStream_t>(stream)>>>(p, s, qmap, o, int(run),
+                                                                                             reuse ? 1 : 0);
   return true;
 }
 }  // namespace
 
 bool launch_sparse_attention_prefill_split(const SparseAttentionFp8Params& p, const PrefillStaging& s,
                                            const void* q, uint16_t* o, int variant, void* stream) {
-  switch (variant | (p.q_norm ? kSplitQNorm : 0)) {
-    case 0: return launch<0>(p, s, q, o, stream);
-    case kSplitVarL2Hints: return launch<kSplitVarL2Hints>(p, s, q, o, stream);
-    case kSplitVarStore16: return launch<kSplitVarStore16>(p, s, q, o, stream);
-    case kSplitVarEarlyItem: return launch<kSplitVarEarlyItem>(p, s, q, o, stream);
-    case kSplitVarAll: return launch<kSplitVarAll>(p, s, q, o, stream);
-    case kSplitQNorm: return launch<kSplitQNorm>(p, s, q, o, stream);
-    case kSplitQNorm | kSplitVarStore16: return launch<kSplitQNorm | kSplitVarStore16>(p, s, q, o, stream);
+  const bool r = (variant & kSplitVarReuse) != 0;  // a runtime switch of the producer, not an instantiation
+  switch ((variant & ~kSplitVarReuse) | (p.q_norm ? kSplitQNorm : 0)) {
+    case 0: return launch<0>(p, s, q, o, r, stream);
+    case kSplitVarL2Hints: return launch<kSplitVarL2Hints>(p, s, q, o, r, stream);
+    case kSplitVarStore16: return launch<kSplitVarStore16>(p, s, q, o, r, stream);
+    case kSplitVarEarlyItem: return launch<kSplitVarEarlyItem>(p, s, q, o, r, stream);
+    case kSplitVarAll: return launch<kSplitVarAll>(p, s, q, o, r, stream);
+    case kSplitQNorm: return launch<kSplitQNorm>(p, s, q, o, r, stream);
+    case kSplitQNorm | kSplitVarStore16: return launch<kSplitQNorm | kSplitVarStore16>(p, s, q, o, r, stream);
     default: return false;
   }
 }
 
 bool launch_sparse_attention_prefill_split_probe(const SparseAttentionFp8Params& p, const PrefillStaging& s,
                                                  const void* q, uint16_t* o, int probe, void* stream) {
-  switch (probe) {
-    case kSplitProbeNoMath: return launch<kSplitProbeNoMath>(p, s, q, o, stream);
-    case kSplitProbeNoSoftmax: return launch<kSplitProbeNoSoftmax>(p, s, q, o, stream);
-    case kSplitProbeNoGather: return launch<kSplitProbeNoGather>(p, s, q, o, stream);
-    case kSplitProbeNoStore: return launch<kSplitProbeNoStore>(p, s, q, o, stream);
-    case kSplitProbeNoQ: return launch<kSplitProbeNoQ>(p, s, q, o, stream);
-    case kSplitProbeSkeleton: return launch<kSplitProbeSkeleton>(p, s, q, o, stream);
-    case kSplitProbeBare: return launch<kSplitProbeBare>(p, s, q, o, stream);
+  const bool r = (probe & kSplitVarReuse) != 0;
+  switch (probe & ~kSplitVarReuse) {
+    case kSplitProbeNoMath: return launch<kSplitProbeNoMath>(p, s, q, o, r, stream);
+    case kSplitProbeNoSoftmax: return launch<kSplitProbeNoSoftmax>(p, s, q, o, r, stream);
+    case kSplitProbeNoGather: return launch<kSplitProbeNoGather>(p, s, q, o, r, stream);
+    case kSplitProbeNoStore: return launch<kSplitProbeNoStore>(p, s, q, o, r, stream);
+    case kSplitProbeNoQ: return launch<kSplitProbeNoQ>(p, s, q, o, r, stream);
+    case kSplitProbeSkeleton: return launch<kSplitProbeSkeleton>(p, s, q, o, r, stream);
+    case kSplitProbeBare: return launch<kSplitProbeBare>(p, s, q, o, r, stream);
     default: return false;
   }
 }
