@@ -17,7 +17,9 @@
 //   leaves as bf16 from registers (st.global of bf16 pairs): half the bytes of main's fp32 q and o each way;
 // - with p.q_norm (kSplitQNorm, session 29) q is wq_b's raw output and the consumers normalise and rotate the item's
 //   Q in shared memory before its first Q K^T (norm_q: head_norm_rope's bits), instead of q_norm_rope's HBM pass.
-// The block walks items (token, 64-head group) as main's persistent kernel does (one block an SM, tokens fastest).
+// The block walks items (token, 64-head group) as main's persistent kernel does (one block an SM, tokens fastest), in
+// runs of consecutive tokens with kSplitVarReuse (session 40): the producer then copies a key slot's row only where
+// it changes from one token to the next (produce says how the key order makes the window and HCA's rows stay put).
 // One split only (num_splits 1: the prefill steps' plan); the exact and batch-invariant modes keep main's kernel.
 // Arithmetic: scores x (scale log2 e), exp2, the running max over both blocks of a step (128 keys), P rounded to bf16
 // and summed as rounded, fp32 accumulation; the output rounded once to bf16 after the sink, the normalisation and
