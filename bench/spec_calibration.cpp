@@ -13,6 +13,7 @@
 //        [--max-tokens N (64)] [--max-num-seqs N (16)] [--temperature X (0)]
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -88,8 +89,14 @@ std::vector<std::string> held_out_prompts(const Args& a) {
     if (it->path().extension() == ".py") files.push_back(it->path());
   std::sort(files.begin(), files.end());
   for (const auto& f : files) src += slurp(f);
-  for (size_t i = 0; int(out.size()) < a.prompts && src.size() > 400; ++i)
-    out.push_back(src.substr((i * 15485863) % (src.size() - 300), 240));
+  // Windows of 240 bytes moved to UTF-8 character boundaries (the sources hold a few multi-byte characters).
+  const auto continuation = [&](size_t p) { return p < src.size() && (uint8_t(src[p]) & 0xC0) == 0x80; };
+  for (size_t i = 0; int(out.size()) < a.prompts && src.size() > 400; ++i) {
+    size_t begin = (i * 15485863) % (src.size() - 300), end = begin + 240;
+    while (continuation(begin)) ++begin;
+    while (continuation(end)) --end;
+    out.push_back(src.substr(begin, end - begin));
+  }
   out.resize(std::min(out.size(), size_t(a.prompts)));
   return out;
 }
