@@ -168,6 +168,17 @@ __device__ __forceinline__ void smem_rmsnorm(float* v, int n, const float* w, fl
   __syncthreads();
 }
 
+// smem_rmsnorm with one channel a thread (n <= blockDim.x) and the thread's weight given (w_own, read where the
+// caller chose, e.g. before a PDL wait): the same sums and products, so the same bits.
+__device__ __forceinline__ void smem_rmsnorm_own(float* v, int n, float w_own, float eps) {
+  __syncthreads();
+  const int i = threadIdx.x;
+  const double ss = block_sum(i < n ? double(v[i]) * double(v[i]) : 0.0);
+  const float inv = float(1.0 / sqrt(ss / double(n) + double(eps)));
+  if (i < n) v[i] = __fmul_rn(__fmul_rn(v[i], inv), w_own);
+  __syncthreads();
+}
+
 // In-place RoPE of the trailing rope_dim channels of v[0, n) at `pos`.
 __device__ __forceinline__ void smem_rope(float* v, int n, int rope_dim, const float* inv_freq, int64_t pos,
                                           bool inverse, float attention_factor) {
@@ -178,6 +189,16 @@ __device__ __forceinline__ void smem_rope(float* v, int n, int rope_dim, const f
     rope_cos_sin(inv_freq[i], pos, attention_factor, inverse, c, s);
     rope_rotate(r[2 * i], r[2 * i + 1], c, s);
   }
+  __syncthreads();
+}
+
+// smem_rope with one pair a thread (rope_dim / 2 <= blockDim.x) and the thread's cos / sin given (rope_cos_sin,
+// computed where the caller chose): the same rotation, so the same bits.
+__device__ __forceinline__ void smem_rope_own(float* v, int n, int rope_dim, float c, float s) {
+  __syncthreads();
+  float* r = v + (n - rope_dim);
+  const int i = threadIdx.x;
+  if (i < rope_dim / 2) rope_rotate(r[2 * i], r[2 * i + 1], c, s);
   __syncthreads();
 }
 

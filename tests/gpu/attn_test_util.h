@@ -53,9 +53,11 @@ struct TestState {
   std::vector<float> slots, blocks;
   DeviceBuffer<float> dslots, dblocks;
 
-  TestState(const io::ModelConfig& cfg, int32_t num_slots, int32_t num_blocks, int64_t block_size, uint32_t seed) {
+  TestState(const io::ModelConfig& cfg, int32_t num_slots, int32_t num_blocks, int64_t block_size, uint32_t seed,
+            int64_t speculative_tokens = 0) {
     cache::StateCacheConfig cc;
     cc.block_size = block_size;
+    cc.num_speculative_tokens = speculative_tokens;
     cc.kv_elem_bytes = 4;
     L = dsinfer::test::unwrap(cache::compute_state_layout(cfg, cc));  // a bad layout ends the test with the reason
     slots = random_vec(size_t(num_slots) * size_t(L.slot_bytes / 4), seed);

@@ -75,12 +75,22 @@ void check_split_emit(TestStep& step, TestState& st, int64_t layer, ops::cuda::C
   st.blocks = cpu_blocks;
 }
 
-void run_case(const Dims& dm, std::vector<SeqSpec> seqs, int64_t layer, bool indexer, bool sim, uint32_t seed) {
+// The step's frontier writes: by the emit kernel (kFused: compressor_frontier_in_emit must choose it), by their own
+// kernel (kApart), or either (kAny).
+enum class Frontier { kAny, kFused, kApart };
+struct CaseOpts {
+  int64_t speculative_tokens = 0;  // the state's spare frontier rows
+  int64_t min_emitted = 3;         // entries the step must complete for the case to mean something
+  Frontier frontier = Frontier::kAny;
+};
+
+void run_case(const Dims& dm, std::vector<SeqSpec> seqs, int64_t layer, bool indexer, bool sim, uint32_t seed,
+              const CaseOpts& o = {}) {
   SCOPED_TRACE(testing::Message() << "hd " << dm.hd << " layer " << layer << " indexer " << indexer << " sim " << sim);
   const io::ModelConfig cfg = attn_config(dm.hd, dm.rd, dm.W, dm.idx, {io::AttnType::CSA, io::AttnType::HCA},
                                           {4, dm.hca_ratio});
   TestStep step(std::move(seqs), dm.block_size);
-  TestState st(cfg, 8, step.num_blocks(), dm.block_size, seed);
+  TestState st(cfg, 8, step.num_blocks(), dm.block_size, seed, o.speculative_tokens);
   std::fill(st.blocks.begin(), st.blocks.end(), NAN);
   st.upload();
   const std::vector<float> slots0 = st.slots, blocks0 = st.blocks;  // the state before the step
@@ -112,7 +122,7 @@ void run_case(const Dims& dm, std::vector<SeqSpec> seqs, int64_t layer, bool ind
     }
     std::copy_n(entry.data(), d, indexer ? hv.index_key(step.table(s), p / m) : hv.entry(step.table(s), p / m));
   }
-  ASSERT_GT(emitted, 2);
+  ASSERT_GE(emitted, o.min_emitted);
 
   // GPU
   auto dkv = to_device(kv), dgate = to_device(gate), dape = to_device(ape), dnorm = to_device(norm_w), dinv = to_device(inv);
@@ -128,6 +138,9 @@ void run_case(const Dims& dm, std::vector<SeqSpec> seqs, int64_t layer, bool ind
   p.sim = !sim ? ops::cuda::CompressorSim::None
                : (indexer ? ops::cuda::CompressorSim::HadamardFp4 : ops::cuda::CompressorSim::Fp8Nope);
   p.fp8_dims = dm.hd - dm.rd;
+  if (o.frontier != Frontier::kAny)
+    EXPECT_EQ(ops::cuda::compressor_frontier_in_emit(T, step.dev.num_seqs, st.device_view(layer).frontier_rows, p),
+              o.frontier == Frontier::kFused);
   const Status s = ops::cuda::compressor_step(step.dev, st.device_view(layer), p, dkv.data(), dgate.data(), nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   const auto gslots = to_host(st.dslots, st.slots.size()), gblocks = to_host(st.dblocks, st.blocks.size());
@@ -187,6 +200,27 @@ TEST(GpuCompressor, FlashSizesAllVariants) {
         if (indexer && layer == 1) continue;
         run_case(kFlash, kFlashSeqs, layer, indexer, sim, 200 + uint32_t(layer * 4 + indexer * 2 + sim));
       }
+}
+
+// Session 42: decode steps and one sequence's verify step (n <= 1 + k tokens, k the state's speculative tokens) write
+// the frontier rows in the emit kernel (compressor_frontier_in_emit); a two-sequence verify step keeps the frontier
+// kernel, as the ragged steps above do. Frontier rows exact and entries as above either way. Positions close windows
+// of every ratio (4, 16, 128): 127 and 255 close all three.
+TEST(GpuCompressor, DecodeAndOneSequenceVerifyWriteTheFrontierInTheEmit) {
+  DSI_SKIP_WITHOUT_GPU();
+  const std::vector<SeqSpec> decode = {{0, 3, 1},   {1, 7, 1},   {2, 15, 1}, {3, 0, 1},
+                                       {4, 127, 1}, {5, 255, 1}, {6, 11, 1}, {7, 62, 1}};
+  const std::vector<SeqSpec> verify1 = {{2, 122, 6}}, verify2 = {{2, 122, 6}, {5, 250, 6}};
+  uint32_t seed = 300;
+  for (const Dims& dm : {kSmall, kFlash})
+    for (int64_t layer : {0, 1})
+      for (bool indexer : {false, true})
+        for (bool sim : {false, true}) {
+          if (indexer && layer == 1) continue;
+          run_case(dm, decode, layer, indexer, sim, seed++, {0, 2, Frontier::kFused});
+          run_case(dm, verify1, layer, indexer, sim, seed++, {5, 1, Frontier::kFused});
+          run_case(dm, verify2, layer, indexer, sim, seed++, {5, 2, Frontier::kApart});
+        }
 }
 
 // A prefill-sized step (kCompressorSplitMinT tokens and more): the split emit, against the CPU walk and bitwise

@@ -36,8 +36,10 @@ Status compressor_step(const StepDevice& step, const LayerStateView& view, const
   if (!kv || !gate || !step.pos || !step.seq_of_token || !step.cu_seqlens || !step.start_pos || !step.slot ||
       !step.block_tables)
     return Status::errorf("{}: null projection or step array", who);
-  detail::launch_compressor_emit(step, view, p, kv, gate, stream);
+  const bool fused = compressor_frontier_in_emit(step.T, step.num_seqs, view.frontier_rows, p);
+  detail::launch_compressor_emit(step, view, p, kv, gate, fused, stream);
   DSI_CUDA_LAUNCHED("compressor_emit_kernel");
+  if (fused) return Status::ok();
   detail::launch_compressor_frontier(step, view, p, kv, gate, stream);
   DSI_CUDA_LAUNCHED("compressor_frontier_kernel");
   return Status::ok();

@@ -21,7 +21,8 @@ namespace dsinfer::ops::cuda {
 // Kernels: emit = one block of d threads per token (tokens completing no window exit at once), channel-parallel
 // pooling with double sums, or at prefill sizes with p.entries (T + 1 ints of scratch) three kernels over the list of
 // the closing tokens (compressor_split_emit, compressor_launch.h; the same bits); frontier = one block of 256 threads
-// per token.
+// per token, or the one-kernel emit's blocks where no block writes a row another reads (compressor_frontier_in_emit:
+// decode steps and one sequence's verify step).
 Status compressor_step(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
                        const float* kv, const float* gate, void* stream);
 

@@ -44,6 +44,16 @@ inline constexpr int64_t kCompressorSplitMinT = 1024;
 DSI_HD bool compressor_split_emit(int64_t T, const CompressorCudaParams& p) {
   return p.entries != nullptr && T >= kCompressorSplitMinT;
 }
+// Whether the one-kernel emit also writes the step's frontier rows (compressor_frontier's, one launch fewer): where
+// no block can overwrite a row another block reads. Token t writes row pos_t % R (R = frontier_rows); a window closing
+// in the step reads rows of positions q >= start - c*m + 1 before the sequence's start, so a row is shared only where
+// a sequence runs n >= R - c*m + 2 tokens in the step. Decided from the step's sizes alone (any graph replaying this
+// shape agrees): each sequence runs at least one token, so n <= T - num_seqs + 1. Decode steps (n = 1), and a
+// single sequence's verify step (n = 1 + k <= R - c*m + 1: the frontier's spare rows are the speculative tokens').
+DSI_HD bool compressor_frontier_in_emit(int64_t T, int64_t num_seqs, int64_t frontier_rows,
+                                        const CompressorCudaParams& p) {
+  return !compressor_split_emit(T, p) && T - num_seqs <= frontier_rows - p.c() * p.m;
+}
 // The split emit's pooling form: a window of more than kCompressorSpreadMinSlots slots (HCA's 128) spread over the
 // warps of a block, a shorter one (CSA's 2 x 4) one thread a channel (compressor.cu; the same bits either way).
 inline constexpr int64_t kCompressorSpreadMinSlots = 32;
@@ -52,8 +62,9 @@ DSI_HD bool compressor_sums_spread(const CompressorCudaParams& p) { return p.c()
 DSI_HD int64_t compressor_max_entries(int64_t T, int64_t num_seqs, int64_t m) { return T / m + num_seqs; }
 
 namespace detail {
+// frontier: the one-kernel emit writes the frontier rows too (compressor_frontier_in_emit).
 void launch_compressor_emit(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
-                            const float* kv, const float* gate, void* stream);
+                            const float* kv, const float* gate, bool frontier, void* stream);
 void launch_compressor_frontier(const StepDevice& step, const LayerStateView& view, const CompressorCudaParams& p,
                                 const float* kv, const float* gate, void* stream);
 }  // namespace detail
