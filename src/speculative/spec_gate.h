@@ -13,19 +13,19 @@
 // the one-wait round as the profile timed it where the engine runs it, else its parts) beats the engine's plain
 // step by margin(): kMargin to leave rest, none to go on drafting (hysteresis).
 //
-// Exploration. At rest nothing is observed, so an estimate alone stays where its last rounds left it. The gate
-// probes: a fresh gate at its first speculative step where kPriorAcceptance itself would pay (nothing observed yet,
-// no gap to catch up), then whenever its credit covers a probe's price. The credit is in modelled milliseconds: each plain step at rest adds kExploreShare
-// of its time; each speculative step subtracts what it cost beyond the plain steps its tokens would have taken (it
-// adds back what it saved), capped at one probe's price (the catch-up steps after the gap, each a one-row
-// speculative step with the drafter's work, and two rounds verifying every draft that emit one token each). A probe
-// cuts the memory to kProbeMemory rounds and drafts until kProbeRounds rounds (a fresh gate's first probe:
-// kFirstProbeRounds) were observed or a block was cut to nothing (the first probe counts such a block as one of its
-// rounds instead, and goes on while undecided: kFirstProbeExtraSteps; at most resume_steps + 1 + that many steps,
-// plus its warm-up steps: below), then
-// the rounds decide again. So exploring costs at most about kExploreShare of the time
-// at rest, and a batch where drafting cannot pay even if every draft survived is never probed. Deterministic:
-// cost-model times and observed acceptance only, no clock read.
+// Exploration. At rest nothing is observed, so an estimate alone stays where its last rounds left it. The gate probes:
+// a fresh gate at its first speculative step where kPriorAcceptance itself would pay or the batch is one sequence
+// (nothing observed yet, no gap to catch up), then whenever its credit covers a probe's price. The credit is in
+// modelled milliseconds: each plain step at rest adds kExploreShare of its time; each speculative step subtracts what
+// it cost beyond the plain steps its tokens would have taken (it adds back what it saved), capped at one probe's price
+// (the catch-up steps after the gap, each a one-row speculative step with the drafter's work, and two rounds verifying
+// every draft that emit one token each). A probe cuts the memory to kProbeMemory rounds and drafts until kProbeRounds
+// rounds (a fresh gate's first probe: kFirstProbeRounds) were observed or a block was cut to nothing (the first probe
+// counts such a block as one of its rounds instead, and goes on while undecided: kFirstProbeExtraSteps; at most
+// resume_steps + 1 + that many steps, plus its warm-up steps: below), then the rounds decide again. So exploring costs
+// at most about kExploreShare of the time at rest past a fresh gate's first probe, and a batch where drafting cannot
+// pay even if every draft survived is never probed. Deterministic: cost-model times and observed acceptance only, no
+// clock read.
 //
 // Warm-up (session 22). A request's first rounds draft from a context ring that still holds its prompt, and accept
 // less than its later ones (the shipped drafter at batch 1 on the H200: first-draft acceptance 0.42 over a request's

@@ -48,7 +48,7 @@ struct SimResult {
 // [from, steps) is measured.
 template <typename Acceptance>
 SimResult simulate(SpecGate& gate, const StepCostModel& cost, int64_t n, int64_t steps, int64_t from,
-                   Acceptance acceptance, int64_t resume = kResume) {
+                   Acceptance acceptance, int64_t resume = kResume, int32_t drafts = kDrafts) {
   SimResult r;
   std::mt19937_64 rng(12345);
   std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -72,14 +72,14 @@ SimResult simulate(SpecGate& gate, const StepCostModel& cost, int64_t n, int64_t
     if (pending) {  // Speculator::sample: every sequence verifies its block
       for (int64_t q = 0; q < n; ++q) {
         int32_t acc = 0;
-        while (acc < kDrafts && u(rng) < p) ++acc;
-        gate.observe(kDrafts, acc);
+        while (acc < drafts && u(rng) < p) ++acc;
+        gate.observe(drafts, acc);
         tokens += acc;
       }
     }
-    gate.spent(n, pending ? 1 + kDrafts : 1, tokens, cost);
+    gate.spent(n, pending ? 1 + drafts : 1, tokens, cost);
     if (measured) {
-      r.ms += (pending ? cost.step_ms(n, 1 + kDrafts) : cost.step_ms(n, 1)) + cost.draft_ms(n);
+      r.ms += (pending ? cost.step_ms(n, 1 + drafts) : cost.step_ms(n, 1)) + cost.draft_ms(n);
       r.plain_ms += double(tokens) / double(n) * cost.plain_ms(n);
       r.spec_steps += 1;
       r.verify_steps += pending ? 1 : 0;
@@ -170,6 +170,38 @@ TEST(SpecGate, NeverFreezesWhereNothingPaysButNeverProbesWhereNothingCould) {
   g3.begin_speculative_step(1, cost);
   EXPECT_EQ(g3.probes(), 1);
   EXPECT_NEAR(g3.survival()[2], std::pow(SpecGate::kPriorAcceptance, 3), 1e-12);
+}
+
+// MTP-1 on the H200 at batch 1 (session 41's start-up profile, the parts: no one-wait round): a round of 2 rows is
+// 0.425 + 0.199 ms (+ host) against a plain 0.404, so leaving rest needs 0.65 acceptance (with kMargin), above the
+// prior's ceiling of 0.6.
+// Before session 43 a fresh gate probed only where that ceiling paid, and its credit-paid probe (the 64-position
+// catch-up) came after ~9,000 steps: MTP-1 rested through whole runs at its real ~0.86. Now a fresh gate's first probe
+// is free at one sequence: it drafts where the acceptance pays, and where it does not the first probe's loss is
+// bounded (at most resume + 1 + kFirstProbeRounds + kFirstProbeExtraSteps steps; 1,024-step runs, as specsched's).
+TEST(SpecGate, AFreshGateProbesOneSequenceWhereThePriorsCeilingDoesNotPay) {
+  const StepCostModel mtp1 = test::unwrap(StepCostModel::parse(
+      "dsinfer-step-cost 1\nkey h200 dsv4-small session 41, mtp1 k 1, seqs 1\nrows 2\n"
+      "seqs 1 0.424952 0.424952\ndraft 0.199176\nhost 0.0062655\nplain 0.403763\n",
+      "h200 mtp1 b1"));
+  const double be = speculative::break_even_acceptance(1, 1, mtp1, SpecGate::kMargin);
+  EXPECT_GT(be, SpecGate::kPriorAcceptance) << "the prior's ceiling does not pay here";
+  SpecGate fresh(1, kResume);
+  EXPECT_GT(fresh.probe_price(1, mtp1), 0.0) << "drafting could pay";
+  EXPECT_TRUE(fresh.should_draft(1, mtp1)) << "a fresh gate's first probe at one sequence";
+  SpecGate good(1, kResume);
+  const SimResult g = simulate(good, mtp1, 1, 1024, 0, [](int64_t) { return 0.86; }, kResume, 1);
+  EXPECT_GT(double(g.verify_steps) / double(g.spec_steps), 0.9);
+  EXPECT_LT(g.ms, g.plain_ms / 1.1) << "drafting at 0.86 gains from the start";
+  SpecGate poor(1, kResume);
+  const SimResult p = simulate(poor, mtp1, 1, 1024, 0, [](int64_t) { return 0.3; }, kResume, 1);
+  EXPECT_TRUE(p.rested);
+  const int64_t bound = kResume + 1 + SpecGate::kFirstProbeRounds + SpecGate::kFirstProbeExtraSteps;
+  EXPECT_LE(p.spec_steps, bound + 1) << "the first probe ends";
+  std::printf("mtp1 h200 batch 1 (break-even %.3f): acceptance 0.86 %lld of %lld steps verify, %.3fx plain; 0.3 "
+              "%lld speculative steps, %lld probes, time %.3f of plain\n", be, (long long)g.verify_steps,
+              (long long)g.spec_steps, g.plain_ms / g.ms, (long long)p.spec_steps, (long long)p.probes,
+              p.ms / p.plain_ms);
 }
 
 // The break-even acceptance is where drafting_pays flips, to its 1e-4 resolution; 1 where nothing could pay.
