@@ -208,8 +208,10 @@ Status Engine::set_spec_capture(bool on) {
 
 Status Engine::step_sync(bool rest) {
   const bool device_sampling = device_sampling_ || (rest && spec_rest_device_);
+  phases_.begin_step();
   const scheduler::BatchPlan& plan = sched_->schedule();
   if (plan.empty()) return Status::ok();
+  phases_.mark(StepPhases::kSchedule);
   const auto t0 = std::chrono::steady_clock::now();
   std::future<Status> masks = start_bitmasks(plan);
   const bool masked = masks.valid();
@@ -220,6 +222,7 @@ Status Engine::step_sync(bool rest) {
   if (ran) ran = device_sampling || one_wait ? runner_->begin_sampled_step(plan) : runner_->step(plan, logits_);
   if (masked) DSI_RETURN_IF_ERROR(masks.get());
   DSI_RETURN_IF_ERROR(ran);
+  phases_.mark(StepPhases::kLaunch);
   const int64_t V = model_config().vocab_size;
   const int64_t eos = model_config().eos_token_id;
   const sampling::TokenBitmask* mask = masked && bitmask_.any_active() ? &bitmask_ : nullptr;
@@ -231,6 +234,7 @@ Status Engine::step_sync(bool rest) {
     for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
   } else if (one_wait) {
     DSI_RETURN_IF_ERROR(spec_->round(plan, outputs_));
+    phases_.mark(StepPhases::kRound);
   } else if (spec_ && !rest) {
     DSI_RETURN_IF_ERROR(spec_->sample(plan, logits_, eos, sampler_, outputs_, mask, structured_.get()));
   } else {
@@ -238,10 +242,13 @@ Status Engine::step_sync(bool rest) {
     // A broken model (NaN / Inf weights or activations) fails only the requests whose logits are not finite.
     for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
   }
+  phases_.mark(StepPhases::kSample);  // the paths above other than the one-wait round
   // Text deltas let the stop checker match stop strings across token boundaries.
   for (scheduler::StepOutput& o : outputs_) DSI_RETURN_IF_ERROR(detokenize(plan.seqs[size_t(o.plan_index)].request_id, o));
+  phases_.mark(StepPhases::kDetokenize);
   DSI_RETURN_IF_ERROR(sched_->update(outputs_));
   DSI_RETURN_IF_ERROR(runner_->copy_state(sched_->state_saves()));  // boundary snapshots, before the slot moves on
+  phases_.mark(StepPhases::kUpdate);
   if (spec_ && rest) {
     int64_t decoding = 0;
     for (const scheduler::StepOutput& o : outputs_) decoding += plan.seqs[size_t(o.plan_index)].is_prefill ? 0 : 1;
@@ -251,7 +258,10 @@ Status Engine::step_sync(bool rest) {
     DSI_RETURN_IF_ERROR(spec_->draft(plan, outputs_, runner_->captured_hidden(), *sched_, structured_.get()));
     spec_->metrics().step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  phases_.mark(StepPhases::kDraft);
   apply_updates();
+  phases_.mark(StepPhases::kApply);
+  phases_.end_step();
   return Status::ok();
 }
 

@@ -19,6 +19,7 @@
 #include "chat/output_parser.h"
 #include "dsinfer/engine.h"
 #include "dsinfer/request.h"
+#include "engine/step_phases.h"
 #include "runner/model_runner.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
@@ -207,6 +208,7 @@ class Engine {
   Inflight inflight_, next_;
   std::chrono::steady_clock::time_point t0_;
   std::function<void(const StreamEvent&)> on_event_;
+  StepPhases phases_;  // DSINFER_STEP_PHASES=1: the host's time per phase of step_sync
 };
 
 }  // namespace dsinfer::engine

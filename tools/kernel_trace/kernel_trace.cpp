@@ -3,7 +3,11 @@
 // InitializeInjection(), which enables CUPTI's concurrent-kernel activity records; at exit every record goes to the
 // CSV file named by DSINFER_KERNEL_TRACE (default kernel_trace.csv), one line a kernel:
 //   start_ns,end_ns,stream,graph,graph_node,grid_x,grid_y,grid_z,block_x,name
-// (timestamps on the GPU's clock, mangled names: tools/kernel_trace/timeline.py reads the file).
+// (timestamps on the GPU's clock, mangled names: tools/kernel_trace/timeline.py reads the file). With
+// DSINFER_KERNEL_TRACE_API=1 the CUDA runtime calls are recorded too, on the same clock, into <file>.api.csv:
+//   start_ns,end_ns,thread,correlation,name
+// so an idle gap between two kernels can be put on the host (the call that launched the next kernel, and what the
+// host called since the last wait returned).
 // Usage: CUDA_INJECTION64_PATH=$PWD/libdsinfer_kernel_trace.so DSINFER_KERNEL_TRACE=trace.csv <program> ...
 // (libcupti.so of the CUDA toolkit on the library path; CMake target dsinfer_kernel_trace where the toolkit has
 // CUPTI). The records cost time: a traced b1 decode step ran ~9 % longer than an untraced one (H100, session 36), so
@@ -26,8 +30,14 @@ struct Rec {
   std::string name;
 };
 
+struct ApiRec {
+  uint64_t start, end;
+  uint32_t thread, correlation, cbid;
+};
+
 std::mutex g_mu;
 std::vector<Rec>* g_recs = nullptr;  // leaked on purpose: written at exit
+std::vector<ApiRec>* g_api = nullptr;
 constexpr size_t kBuffer = size_t(8) << 20;
 
 void CUPTIAPI buffer_requested(uint8_t** buf, size_t* size, size_t* max_records) {
@@ -40,6 +50,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buf, size_t, size_t
   CUpti_Activity* r = nullptr;
   std::lock_guard<std::mutex> lock(g_mu);
   while (cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS) {
+    if (r->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+      const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(r);
+      g_api->push_back({a->start, a->end, a->threadId, a->correlationId, a->cbid});
+      continue;
+    }
     if (r->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && r->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(r);
     g_recs->push_back({k->start, k->end, k->graphNodeId, k->streamId, k->graphId, k->gridX, k->gridY, k->gridZ,
@@ -59,6 +74,17 @@ void write_trace() {
     std::fprintf(f, "%llu,%llu,%u,%u,%llu,%d,%d,%d,%d,%s\n", (unsigned long long)r.start, (unsigned long long)r.end,
                  r.stream, r.graph, (unsigned long long)r.graph_node, r.gx, r.gy, r.gz, r.bx, r.name.c_str());
   std::fclose(f);
+  if (g_api->empty()) return;
+  std::FILE* fa = std::fopen((std::string(path && *path ? path : "kernel_trace.csv") + ".api.csv").c_str(), "w");
+  if (!fa) return;
+  std::fprintf(fa, "start_ns,end_ns,thread,correlation,name\n");
+  for (const ApiRec& a : *g_api) {
+    const char* name = nullptr;
+    if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a.cbid, &name) != CUPTI_SUCCESS || !name) name = "?";
+    std::fprintf(fa, "%llu,%llu,%u,%u,%s\n", (unsigned long long)a.start, (unsigned long long)a.end, a.thread,
+                 a.correlation, name);
+  }
+  std::fclose(fa);
 }
 
 }  // namespace
@@ -66,11 +92,15 @@ void write_trace() {
 extern "C" int InitializeInjection() {
   g_recs = new std::vector<Rec>();
   g_recs->reserve(1 << 20);
+  g_api = new std::vector<ApiRec>();
+  const char* api = std::getenv("DSINFER_KERNEL_TRACE_API");
   if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
     std::fprintf(stderr, "kernel_trace: CUPTI activity tracing could not be enabled\n");
     return 0;
   }
+  if (api && std::string(api) == "1" && cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS)
+    std::fprintf(stderr, "kernel_trace: CUPTI runtime API records could not be enabled\n");
   std::atexit(write_trace);
   return 1;
 }

@@ -1,0 +1,35 @@
+// DSINFER_STEP_PHASES=1 (a measurement switch, docs/architecture.md): the host's wall time in each phase of the
+// engine's synchronous steps, summed over the run and printed to stderr when the engine goes, so that the device's
+// idle gap between two steps (a kernel trace) can be put on the host code that makes it. Off: every call returns at
+// once; the decisions never read it.
+#pragma once
+#include <array>
+#include <chrono>
+#include <cstdint>
+
+namespace dsinfer::engine {
+
+class StepPhases {
+ public:
+  // In the order step_sync runs them. kBetween: from the end of one step to the start of the next (the caller's
+  // loop: admission, progress, results). kRound (speculation's one-wait round) and kSample hold the step's device
+  // wait; every other phase is host work the device waits for.
+  enum Phase { kBetween, kSchedule, kLaunch, kRound, kSample, kDetokenize, kUpdate, kDraft, kApply, kCount };
+  StepPhases();
+  ~StepPhases();
+  bool on() const { return on_; }
+  void begin_step();
+  // Charges the time since the last mark (or begin_step) to `p`.
+  void mark(Phase p);
+  void end_step();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool on_ = false;
+  bool in_step_ = false;
+  Clock::time_point last_;
+  int64_t steps_ = 0;
+  std::array<double, kCount> s_{};
+};
+
+}  // namespace dsinfer::engine
