@@ -6,6 +6,9 @@ usage: timeline.py TRACE.csv [--graph ID] [--replay K]   (default: the graph wit
        last complete replay; K counts from 0, negative from the end)
        timeline.py TRACE.csv --eager [--per N]   (the kernels launched outside graphs, e.g. prefill steps: time by
        kernel name summed over the whole trace, divided by N, the number of steps it ran)
+       timeline.py TRACE.csv --gaps [--min-us U]   (the device's idle gaps of at least U us, no kernel on any stream:
+       their count and spread, and with TRACE.csv.api.csv (DSINFER_KERNEL_TRACE_API=1) the host's runtime calls inside
+       the gaps: time by call name, and one median gap's calls in order)
 Names are demangled with c++filt when it is on the PATH; templates and namespaces are shortened.
 """
 import argparse
@@ -45,6 +48,44 @@ def eager_summary(rows, per):
         print(f"{t / 1e3 / per:10.1f} {c / per:7.1f}  {n}")
 
 
+def gap_summary(rows, api_path, min_us):
+    """Idle intervals of the whole device between kernels, and the runtime calls the host made inside them."""
+    ks = sorted((int(r["start_ns"]), int(r["end_ns"])) for r in rows)
+    gaps, busy_end = [], ks[0][1]
+    for s, e in ks[1:]:
+        if s - busy_end >= min_us * 1e3:
+            gaps.append((busy_end, s))
+        busy_end = max(busy_end, e)
+    if not gaps:
+        sys.exit(f"no idle gap of {min_us} us or more")
+    lens = sorted((e - s) / 1e3 for s, e in gaps)
+    span = (max(e for _, e in ks) - ks[0][0]) / 1e6
+    print(f"{len(gaps)} idle gaps >= {min_us} us in {span:.1f} ms of trace: {sum(lens) / 1e3:.2f} ms idle; gap us "
+          f"p10 {lens[len(lens) // 10]:.1f}, median {lens[len(lens) // 2]:.1f}, p90 {lens[9 * len(lens) // 10]:.1f}")
+    try:
+        calls = sorted((int(r["start_ns"]), int(r["end_ns"]), r["name"]) for r in csv.DictReader(open(api_path)))
+    except FileNotFoundError:
+        print(f"({api_path} not found: no host calls)")
+        return
+    import bisect
+    starts = [c[0] for c in calls]
+    by_name = collections.defaultdict(lambda: [0, 0])
+    for gs, ge in gaps:
+        for c in calls[max(bisect.bisect_left(starts, gs) - 1, 0):bisect.bisect_right(starts, ge)]:
+            inside = min(c[1], ge) - max(c[0], gs)
+            if inside > 0:
+                by_name[c[2]][0] += inside
+                by_name[c[2]][1] += 1
+    print("runtime calls inside the gaps (us per gap, calls per gap):")
+    for n, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0]):
+        print(f"{t / 1e3 / len(gaps):9.1f} {c / len(gaps):6.2f}  {n}")
+    gs, ge = sorted(gaps, key=lambda g: g[1] - g[0])[len(gaps) // 2]
+    print(f"a median gap ({(ge - gs) / 1e3:.1f} us): calls from 20 us before it to its end (offset from the gap's "
+          "start, duration, us):")
+    for c in calls[max(bisect.bisect_left(starts, gs - 20000), 0):bisect.bisect_right(starts, ge)]:
+        print(f"{(c[0] - gs) / 1e3:9.1f} {(c[1] - c[0]) / 1e3:7.1f}  {c[2]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
@@ -52,8 +93,13 @@ def main():
     ap.add_argument("--replay", type=int, default=-1)
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--per", type=float, default=1.0)
+    ap.add_argument("--gaps", action="store_true")
+    ap.add_argument("--min-us", type=float, default=20.0)
     a = ap.parse_args()
     rows = list(csv.DictReader(open(a.trace)))
+    if a.gaps:
+        gap_summary(rows, a.trace + ".api.csv", a.min_us)
+        return
     if a.eager:
         eager_summary([r for r in rows if int(r["graph"]) == 0], a.per)
         return
