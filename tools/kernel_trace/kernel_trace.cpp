@@ -7,7 +7,8 @@
 // DSINFER_KERNEL_TRACE_API=1 the CUDA runtime calls are recorded too, on the same clock, into <file>.api.csv:
 //   start_ns,end_ns,thread,correlation,name
 // so an idle gap between two kernels can be put on the host (the call that launched the next kernel, and what the
-// host called since the last wait returned).
+// host called since the last wait returned); the device's copies go there too (thread 0, named "[copy] <kind> <bytes>
+// B", their times on the device), since a gap without kernels may hold copies.
 // Usage: CUDA_INJECTION64_PATH=$PWD/libdsinfer_kernel_trace.so DSINFER_KERNEL_TRACE=trace.csv <program> ...
 // (libcupti.so of the CUDA toolkit on the library path; CMake target dsinfer_kernel_trace where the toolkit has
 // CUPTI). The records cost time: a traced b1 decode step ran ~9 % longer than an untraced one (H100, session 36), so
@@ -33,6 +34,7 @@ struct Rec {
 struct ApiRec {
   uint64_t start, end;
   uint32_t thread, correlation, cbid;
+  int64_t copy_bytes = -1;  // >= 0: a device copy of this kind (cbid holds CUpti_ActivityMemcpyKind)
 };
 
 std::mutex g_mu;
@@ -53,6 +55,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buf, size_t, size_t
     if (r->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
       const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(r);
       g_api->push_back({a->start, a->end, a->threadId, a->correlationId, a->cbid});
+      continue;
+    }
+    if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(r);
+      g_api->push_back({m->start, m->end, 0, m->correlationId, m->copyKind, int64_t(m->bytes)});
       continue;
     }
     if (r->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && r->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
@@ -79,10 +86,19 @@ void write_trace() {
   if (!fa) return;
   std::fprintf(fa, "start_ns,end_ns,thread,correlation,name\n");
   for (const ApiRec& a : *g_api) {
-    const char* name = nullptr;
-    if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a.cbid, &name) != CUPTI_SUCCESS || !name) name = "?";
+    std::string name;
+    if (a.copy_bytes >= 0) {
+      const char* kind = a.cbid == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "HtoD"
+                         : a.cbid == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "DtoH"
+                         : a.cbid == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD ? "DtoD"
+                                                                      : "other";
+      name = std::string("[copy] ") + kind + " " + std::to_string(a.copy_bytes) + " B";
+    } else {
+      const char* n = nullptr;
+      name = cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a.cbid, &n) == CUPTI_SUCCESS && n ? n : "?";
+    }
     std::fprintf(fa, "%llu,%llu,%u,%u,%s\n", (unsigned long long)a.start, (unsigned long long)a.end, a.thread,
-                 a.correlation, name);
+                 a.correlation, name.c_str());
   }
   std::fclose(fa);
 }
@@ -99,8 +115,9 @@ extern "C" int InitializeInjection() {
     std::fprintf(stderr, "kernel_trace: CUPTI activity tracing could not be enabled\n");
     return 0;
   }
-  if (api && std::string(api) == "1" && cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS)
-    std::fprintf(stderr, "kernel_trace: CUPTI runtime API records could not be enabled\n");
+  if (api && std::string(api) == "1" && (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS ||
+                                         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS))
+    std::fprintf(stderr, "kernel_trace: CUPTI runtime API or copy records could not be enabled\n");
   std::atexit(write_trace);
   return 1;
 }

@@ -74,9 +74,10 @@ def gap_summary(rows, api_path, min_us):
         for c in calls[max(bisect.bisect_left(starts, gs) - 1, 0):bisect.bisect_right(starts, ge)]:
             inside = min(c[1], ge) - max(c[0], gs)
             if inside > 0:
-                by_name[c[2]][0] += inside
-                by_name[c[2]][1] += 1
-    print("runtime calls inside the gaps (us per gap, calls per gap):")
+                n = re.sub(r" \d+ B$", "", c[2])  # copies grouped by kind
+                by_name[n][0] += inside
+                by_name[n][1] += 1
+    print("runtime calls and device copies inside the gaps (us per gap, calls per gap):")
     for n, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0]):
         print(f"{t / 1e3 / len(gaps):9.1f} {c / len(gaps):6.2f}  {n}")
     gs, ge = sorted(gaps, key=lambda g: g[1] - g[0])[len(gaps) // 2]
