@@ -17,7 +17,6 @@ class StepPhases {
   enum Phase { kBetween, kSchedule, kLaunch, kRound, kSample, kDetokenize, kUpdate, kDraft, kApply, kCount };
   StepPhases();
   ~StepPhases();
-  bool on() const { return on_; }
   void begin_step();
   // Charges the time since the last mark (or begin_step) to `p`.
   void mark(Phase p);
