@@ -335,7 +335,10 @@ TEST(SpecGate, AtTheShippedModelsMeasuredAcceptanceTheGateDraftsAtBatch1AndRests
         gate.rest_step(n, cost);
         r.rested = true;
         ingested = 0;
-        if (measured) r.ms += cost.plain_ms(n), r.plain_ms += cost.plain_ms(n);
+        if (measured) {
+          r.ms += cost.plain_ms(n);
+          r.plain_ms += cost.plain_ms(n);
+        }
         continue;
       }
       int64_t tokens = n;
@@ -412,8 +415,12 @@ TEST(SpecGate, AcceptanceThatRisesPastEachRequestsWarmUpIsJudgedPastIt) {
         gate.rest_step(1, b1);
         r.rested = true;
         ingested = 0;
-        r.ms += b1.plain_ms(1), r.plain_ms += b1.plain_ms(1);
-        if (++outputs >= kTokens) outputs = 0, ++requests;
+        r.ms += b1.plain_ms(1);
+        r.plain_ms += b1.plain_ms(1);
+        if (++outputs >= kTokens) {
+          outputs = 0;
+          ++requests;
+        }
         continue;
       }
       int64_t tokens = 1;
@@ -433,7 +440,10 @@ TEST(SpecGate, AcceptanceThatRisesPastEachRequestsWarmUpIsJudgedPastIt) {
       outputs += tokens;
       gate.begin_speculative_step(1, b1);
       ingested += 1;
-      if (outputs >= kTokens) outputs = 0, ++requests;  // the next request's prefill: no drafts to verify yet
+      if (outputs >= kTokens) {  // the next request's prefill: no drafts to verify yet
+        outputs = 0;
+        ++requests;
+      }
       proposed_at = outputs;
       pending = outputs > 0 && gate.should_draft(1, b1) && ingested >= 8;
     }
