@@ -11,9 +11,10 @@ namespace dsinfer::engine {
 
 class StepPhases {
  public:
-  // In the order step_sync runs them. kBetween: from the end of one step to the start of the next (the caller's
-  // loop: admission, progress, results). kRound (speculation's one-wait round) and kSample hold the step's device
-  // wait; every other phase is host work the device waits for.
+  // In the order step_sync runs them. kBetween: from the end of one synchronous step to the start of the next (the
+  // caller's loop: admission, progress, results; asynchronous steps taken in between, e.g. speculation at rest, count
+  // there too, so read it on runs that stay synchronous). kRound (speculation's one-wait round) and kSample hold the
+  // step's device wait; every other phase is host work the device waits for.
   enum Phase { kBetween, kSchedule, kLaunch, kRound, kSample, kDetokenize, kUpdate, kDraft, kApply, kCount };
   StepPhases();
   ~StepPhases();
