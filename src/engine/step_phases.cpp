@@ -28,21 +28,17 @@ void StepPhases::begin_step() {
   const Clock::time_point now = Clock::now();
   if (steps_ > 0) s_[kBetween] += std::chrono::duration<double>(now - last_).count();
   last_ = now;
-  in_step_ = true;
 }
 
 void StepPhases::mark(Phase p) {
-  if (!on_ || !in_step_) return;
+  if (!on_) return;
   const Clock::time_point now = Clock::now();
   s_[size_t(p)] += std::chrono::duration<double>(now - last_).count();
   last_ = now;
 }
 
 void StepPhases::end_step() {
-  if (!on_ || !in_step_) return;
-  in_step_ = false;
-  ++steps_;
-  last_ = Clock::now();
+  if (on_) ++steps_;  // the step's last mark set last_
 }
 
 }  // namespace dsinfer::engine

@@ -26,7 +26,6 @@ class StepPhases {
  private:
   using Clock = std::chrono::steady_clock;
   bool on_ = false;
-  bool in_step_ = false;
   Clock::time_point last_;
   int64_t steps_ = 0;
   std::array<double, kCount> s_{};

@@ -12,6 +12,7 @@ usage: timeline.py TRACE.csv [--graph ID] [--replay K]   (default: the graph wit
 Names are demangled with c++filt when it is on the PATH; templates and namespaces are shortened.
 """
 import argparse
+import bisect
 import collections
 import csv
 import re
@@ -67,7 +68,6 @@ def gap_summary(rows, api_path, min_us):
     except FileNotFoundError:
         print(f"({api_path} not found: no host calls)")
         return
-    import bisect
     starts = [c[0] for c in calls]
     by_name = collections.defaultdict(lambda: [0, 0])
     for gs, ge in gaps:
