@@ -22,6 +22,7 @@
 #include "backends/cuda/step/decode_graphs.h"
 #include "backends/cuda/weights/device_weights.h"
 #include "cuda/device_buffer.h"
+#include "cuda/pinned_buffer.h"
 #include "ops/draft_kernels/draft_kernels_launch.h"
 #include "ops/embed/embed_launch.h"
 #include "ops/moe/moe_cuda.h"
@@ -206,6 +207,8 @@ class DsparkCuda final : public speculative::Drafter {
   Status reserve_block(const BlockLayout& bl);
   // The graph of a fused (or not) all-greedy round (kpick = g) or of a forward for host draws (kpick = 0).
   Status launch_block(const BlockLayout& bl, int32_t kpick);
+  // The block's outputs (bl.out_bytes) into out_host_, then the host waits for the stream: the round's one wait.
+  Status download_out(const BlockLayout& bl);
   // On `stream` (nullptr: the drafter's): the side stream when a block forward runs it beside its own first kernels.
   Status ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos, int64_t N,
                         void* stream = nullptr);
@@ -266,7 +269,8 @@ class DsparkCuda final : public speculative::Drafter {
     int64_t ingests = 0, proposes = 0, fused = 0;
     double ingest_ms = 0, propose_ms = 0;
   } times_;
-  std::vector<uint8_t> in_host_, out_host_, round_host_;
+  std::vector<uint8_t> in_host_, round_host_;
+  cuda::PinnedHostBuffer out_host_;  // download_out's destination
   std::vector<float> lg_host_;
   // The fused ingest's side stream (above). Declared last, so destroyed first: its work has finished before the
   // buffers it reads are freed.

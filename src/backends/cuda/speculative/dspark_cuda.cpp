@@ -468,10 +468,7 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
   DSI_RETURN_IF_ERROR(launch_block(bl, kpick));
   std::vector<std::vector<int32_t>> toks(live.size());
   if (!pick) DSI_RETURN_IF_ERROR(host_draws(items, live, bl, kmax, draw, toks));
-  cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
-  out_host_.resize(bl.out_bytes);
-  DSI_CUDA_TRY(cudaMemcpyAsync(out_host_.data(), out_.data(), bl.out_bytes, cudaMemcpyDeviceToHost, cs));
-  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  DSI_RETURN_IF_ERROR(download_out(bl));
   const auto* ids = reinterpret_cast<const int32_t*>(out_host_.data() + bl.ids);
   const auto* conf = reinterpret_cast<const float*>(out_host_.data() + bl.conf);
   for (size_t b = 0; b < live.size(); ++b) {
@@ -493,6 +490,16 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
 // The one-wait round: the verify step is on the stream (its logits stay on the device); one upload of the items, the
 // acceptance kernel (writes this round's propose inputs and ingest rows into in_), the fused propose graph, one
 // download of the acceptance and the drafts, one host wait.
+Status DsparkCuda::download_out(const BlockLayout& bl) {
+  // Pinned: a pageable download is staged by the driver after the stream drains, on the round's critical path.
+  if (out_host_.size() < bl.out_bytes)
+    DSI_RETURN_IF_ERROR(out_host_.alloc(std::max<size_t>(bl.out_bytes, 4096), "dspark outputs"));
+  cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
+  DSI_CUDA_TRY(cudaMemcpyAsync(out_host_.data(), out_.data(), bl.out_bytes, cudaMemcpyDeviceToHost, cs));
+  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  return Status::ok();
+}
+
 Status DsparkCuda::verify_and_propose(std::span<const speculative::RoundItem> items,
                                       std::vector<speculative::RoundResult>& out) {
   out.assign(items.size(), {});
@@ -560,10 +567,7 @@ Status DsparkCuda::verify_and_propose(std::span<const speculative::RoundItem> it
   p.src = src.data();
   pending_ = std::move(p);
   DSI_RETURN_IF_ERROR(launch_block(bl, int32_t(g)));
-  cudaStream_t cs = static_cast<cudaStream_t>(s);
-  out_host_.resize(bl.out_bytes);
-  DSI_CUDA_TRY(cudaMemcpyAsync(out_host_.data(), out_.data(), bl.out_bytes, cudaMemcpyDeviceToHost, cs));
-  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  DSI_RETURN_IF_ERROR(download_out(bl));
   const auto* ids = reinterpret_cast<const int32_t*>(out_host_.data() + bl.ids);
   const auto* conf = reinterpret_cast<const float*>(out_host_.data() + bl.conf);
   const auto* acc = reinterpret_cast<const int32_t*>(out_host_.data() + bl.accepted);
