@@ -7,7 +7,10 @@
 namespace dsinfer::backends {
 
 StepPlanUpload::~StepPlanUpload() {
-  if (copied_) cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)), cudaEventDestroy(static_cast<cudaEvent_t>(copied_));
+  if (copied_) {
+    cudaEventSynchronize(static_cast<cudaEvent_t>(copied_));
+    cudaEventDestroy(static_cast<cudaEvent_t>(copied_));
+  }
   if (host_) cudaFreeHost(host_);
 }
 
