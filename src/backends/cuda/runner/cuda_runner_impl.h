@@ -185,6 +185,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   float* hidden_host_ = nullptr;          // pinned, hidden_host_floats_ floats
   size_t hidden_host_floats_ = 0;
   size_t capture_floats_ = 0;     // floats captured by the last step
+  int64_t scratch_tokens_ = 0;    // the token bucket the forward's scratch was last grown for (step())
   bool download_hidden_ = true;   // false once a device drafter reads the capture in place
   std::span<const float> hidden_view_;
 };

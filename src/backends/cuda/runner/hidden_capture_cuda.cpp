@@ -50,10 +50,11 @@ Status CudaRunner::ensure_capture(int64_t T) {
   hidden_view_ = {};
   capture_floats_ = 0;
   if (capture_layers_.empty()) return Status::ok();
-  const size_t n = size_t(T) * capture_layers_.size() * size_t(cfg_.hc_mult * cfg_.hidden_size);
+  const size_t per_token = capture_layers_.size() * size_t(cfg_.hc_mult * cfg_.hidden_size);
+  const size_t n = size_t(T) * per_token;
   capture_floats_ = n;
-  if (hidden_dev_.size() < n) {
-    DSI_RETURN_IF_ERROR(hidden_dev_.alloc(std::max<size_t>(n, 64), "captured hidden states"));
+  if (hidden_dev_.size() < n) {  // grown for the token bucket (decode_graphs.h scratch_tokens)
+    DSI_RETURN_IF_ERROR(hidden_dev_.alloc(std::max<size_t>(size_t(scratch_tokens(T)) * per_token, 64), "captured hidden states"));
     ++scratch_gen_;  // captured graphs hold the old pointer
   }
   if (download_hidden_ && hidden_host_floats_ < n) {

@@ -200,7 +200,7 @@ class DsparkCuda final : public speculative::Drafter {
     std::vector<int64_t> pos;
     const float* src = nullptr;  // the captured hidden states on the device
   };
-  Status reserve_ingest(int64_t N);
+  Status reserve_ingest(int64_t rows);  // sized for the rows' token bucket (decode_graphs.h scratch_tokens)
   // The layout of a block of Bp padded sequences; fused: with the ingest's Bp (1 + g) rows; round: with the acceptance.
   BlockLayout block_layout(int64_t Bp, bool fused, bool round) const;
   // Grows the block's buffers for bl (in_ and out_ too).

@@ -124,7 +124,8 @@ Status DsparkCuda::ingest(std::span<const speculative::IngestItem> items, std::s
   return fuse_ingest_ ? Status::ok() : flush();
 }
 
-Status DsparkCuda::reserve_ingest(int64_t N) {
+Status DsparkCuda::reserve_ingest(int64_t rows) {
+  const int64_t N = scratch_tokens(rows);  // a prompt a few tokens longer keeps the propose graphs (decode_graphs.h)
   const int64_t D = tc_.hidden_size, m = int64_t(dc_.target_layer_ids.size()), hd = lc_.head_dim;
   void* s = ctx_.stream;
   DSI_RETURN_IF_ERROR(fwd_.reserve(N, 0));

@@ -12,6 +12,15 @@
 
 namespace dsinfer::backends {
 
+// The token count a step's scratch is sized for: its tokens rounded up to kScratchTokenQuantum. Every growth of a
+// buffer a captured graph points at drops every graph, so scratch grown to exactly T recaptured the whole set
+// whenever a prompt was longer than all before it (a b1 DSpark run of four ~83-token prompts: 10-16 captures where
+// its shapes need 6). The quantum bounds the slack at 127 tokens of scratch.
+inline constexpr int64_t kScratchTokenQuantum = 128;
+inline int64_t scratch_tokens(int64_t T) {
+  return (T + kScratchTokenQuantum - 1) / kScratchTokenQuantum * kScratchTokenQuantum;
+}
+
 class DecodeGraphs {
  public:
   DecodeGraphs() = default;

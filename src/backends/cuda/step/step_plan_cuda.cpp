@@ -1,5 +1,6 @@
 // StepPlanUpload (see step_plan.h): the pinned staging and device copy of the packed step plan.
 #include <algorithm>
+#include <bit>
 
 #include "backends/cuda/step/step_plan.h"
 #include "cuda/cuda_common.h"
@@ -18,7 +19,8 @@ Status StepPlanUpload::upload(const scheduler::BatchPlan& plan, const StepPlanLa
   if (moved) *moved = false;
   if (copied_) DSI_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)));
   else DSI_CUDA_TRY(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(&copied_), cudaEventDisableTiming));
-  const size_t want = std::max<size_t>(layout.bytes, 4096);
+  // A power of two: a step plan a little larger than all before it keeps the captured graphs (decode_graphs.h).
+  const size_t want = std::bit_ceil(std::max<size_t>(layout.bytes, 4096));
   if (host_bytes_ < layout.bytes) {
     if (host_) cudaFreeHost(host_);
     host_ = nullptr;
