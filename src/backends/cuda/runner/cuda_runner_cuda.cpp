@@ -189,7 +189,10 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   const int64_t run_T = run_plan.num_tokens(), run_R = compute_logits_ ? run_plan.num_logits() : 0;
   DSI_ASSIGN_OR_RETURN(const StepPlanLayout layout, layout_step_plan(run_plan, layout_, V, fixed, max_model_len_,
                                                                          prev_sample_rows()));
-  if (run_T > scratch_tokens_) {  // first grown for the token bucket (decode_graphs.h scratch_tokens), then exactly
+  // A prefill or mixed step grows the scratch for its token bucket first (decode_graphs.h scratch_tokens), then
+  // exactly. A fixed-shape step keeps exact sizes: its max_pos is max_model_len, where a bucket's split workspace
+  // could be large, and its shapes are the few graph buckets.
+  if (!fixed && run_T > scratch_tokens_) {
     scratch_tokens_ = scratch_tokens(run_T);
     DSI_RETURN_IF_ERROR(fwd_->prepare(scratch_tokens_, std::max<int64_t>(run_R, 1), layout.max_pos));
   }
