@@ -460,8 +460,9 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "         gate probes %lld, steps at rest %lld, step graphs captured %lld\n",
                  (long long)sm.gate_probes, (long long)sm.rest_steps, (long long)sm.graphs_captured);
     if (sm.one_wait_rounds > 0)
-      std::fprintf(stderr, "         one-wait rounds %lld, their proposals used %lld\n", (long long)sm.one_wait_rounds,
-                   (long long)sm.one_wait_proposals);
+      std::fprintf(stderr, "         one-wait rounds %lld, their proposals used %lld; chained verify steps %lld, "
+                   "wasted %lld\n", (long long)sm.one_wait_rounds, (long long)sm.one_wait_proposals,
+                   (long long)sm.chained_steps, (long long)sm.chained_wasted);
   }
   const PrefixCacheMetrics pm = engine->stats().prefix_cache;
   if (pm.mode != "off")

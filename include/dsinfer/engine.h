@@ -157,6 +157,9 @@ struct SpeculativeMetrics {
   // One-wait rounds (verify, acceptance and the next proposal with one host wait), and how many of their proposals
   // were used (the others were proposed again after the host's bookkeeping).
   int64_t one_wait_rounds = 0, one_wait_proposals = 0;
+  // Chained verify steps (speculative/chained_step.h): launched before the host read the round before them, and
+  // adopted as the next step, or wasted (the host's next plan was another).
+  int64_t chained_steps = 0, chained_wasted = 0;
   double mean_accepted_length() const { return rounds ? double(emitted_tokens) / double(rounds) : 0.0; }
 };
 

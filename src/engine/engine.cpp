@@ -80,6 +80,7 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
                          setup_step_cost(o, cfg.speculative, *e->runner_, e->spec_->drafter(),
                                          e->sched_->cache(), e->max_model_len_));
     e->spec_->set_cost_model(std::move(cost));
+    e->spec_->enable_chained_steps(e->runner_->supports_chained_steps());
   }
   // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
   e->device_sampling_ = cfg.device_sampling && e->runner_->supports_device_sampling() && !e->spec_;
@@ -217,9 +218,12 @@ Status Engine::step_sync(bool rest) {
   const bool masked = masks.valid();
   // Speculation's one-wait round: the verify step's logits stay on the device, where the drafter accepts and drafts.
   const bool one_wait = spec_ && !rest && !device_sampling && !masked && spec_->one_wait_round(plan, *sched_, structured_.get());
+  // The verify step the last round chained (launched before the host read that round) when it is this plan's.
+  const bool chained = spec_ && spec_->take_chained(plan, *sched_, one_wait);
   Status ran = runner_->copy_state(plan.state_copies);  // prefix-cache hits: restore / replay setup
   if (ran && (device_sampling || one_wait)) logits_.clear();
-  if (ran) ran = device_sampling || one_wait ? runner_->begin_sampled_step(plan) : runner_->step(plan, logits_);
+  if (ran && !chained)
+    ran = device_sampling || one_wait ? runner_->begin_sampled_step(plan) : runner_->step(plan, logits_);
   if (masked) DSI_RETURN_IF_ERROR(masks.get());
   DSI_RETURN_IF_ERROR(ran);
   phases_.mark(StepPhases::kLaunch);
@@ -233,7 +237,11 @@ Status Engine::step_sync(bool rest) {
     DSI_RETURN_IF_ERROR(scheduler::collect_device_samples(plan, device_samples_, outputs_, nonfinite_));
     for (int32_t i : nonfinite_) fail_request(plan.seqs[size_t(i)], "the model produced non-finite logits (NaN or Inf)");
   } else if (one_wait) {
-    DSI_RETURN_IF_ERROR(spec_->round(plan, outputs_));
+    DSI_RETURN_IF_ERROR(spec_->launch_round(plan));
+    // The next round's verify step, queued now so that the device runs it while the host reads this round.
+    if (const scheduler::BatchPlan* next = spec_->chain(plan, *sched_))
+      DSI_RETURN_IF_ERROR(runner_->begin_chained_step(*next, spec_->drafter().round_outputs()));
+    DSI_RETURN_IF_ERROR(spec_->finish_round(plan, outputs_));
     phases_.mark(StepPhases::kRound);
   } else if (spec_ && !rest) {
     DSI_RETURN_IF_ERROR(spec_->sample(plan, logits_, eos, sampler_, outputs_, mask, structured_.get()));

@@ -163,6 +163,16 @@ class ModelRunner {
   virtual Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) {
     return Status::error(name() + ": this backend cannot sample on the device");
   }
+  // The chained verify step (docs/decisions.md, 2026-12-07): begin_sampled_step() of a fixed-shape verify plan
+  // launched before the host has read the speculative round queued before it. Each sequence's start_pos in `plan`
+  // is the round's; the device moves it past the round (1 + the accepted drafts) and writes its tokens (the round's
+  // next token, then its drafts) and positions first. Every sequence must still fit max_model_len and its block
+  // table after moving 1 + round.block positions. The engine adopts the launched step when the host's plan after
+  // the round equals it; otherwise the step's writes are those of a verify whose drafts were all rejected.
+  virtual bool supports_chained_steps() const { return false; }
+  virtual Status begin_chained_step(const scheduler::BatchPlan& plan, const speculative::RoundOutputs& round) {
+    return Status::error(name() + ": this backend has no chained verify steps");
+  }
   // Asynchronous steps (docs/engine_core.md): sample_rows() split in two so that the host plans the next step
   // while the device runs this one. launch_sample_rows() queues the sampling of `rows` after the forward of the
   // last begin_sampled_step() and returns at once (the rows are copied); wait_sample_rows() waits for the oldest

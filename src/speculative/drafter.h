@@ -82,6 +82,15 @@ struct RoundResult {
   Proposal proposal;
 };
 
+// A launched round's outputs on the device (device pointers; Drafter::round_outputs), read by the chained verify step
+// queued after it (ModelRunner::begin_chained_step) for its tokens and positions.
+struct RoundOutputs {
+  const int32_t* accepted = nullptr;  // [items] drafts each item accepted
+  const int32_t* verified = nullptr;  // [items, block + 1] the accepted drafts, then the target's token after them
+  const int32_t* drafts = nullptr;    // [items, block] the next block's drafts
+  int32_t block = 0;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -109,7 +118,19 @@ class Drafter {
   // and the proposal after its new anchor, with one download and one host wait. Equal to sampling the rows greedily,
   // ingest() of the committed positions and propose() of whole blocks with pick_argmax. Only drafters that say so.
   virtual bool supports_round() const { return false; }
-  virtual Status verify_and_propose(std::span<const RoundItem> items, std::vector<RoundResult>& out) {
+  Status verify_and_propose(std::span<const RoundItem> items, std::vector<RoundResult>& out) {
+    DSI_RETURN_IF_ERROR(launch_round(items));
+    return finish_round(items, out);
+  }
+  // The round in two halves, so that a chained verify step can be queued between them: launch_round() queues the
+  // acceptance, the ingest, the proposal and their download; round_outputs() names that round's outputs on the
+  // device until the next launch; finish_round() (the same items) waits for the download and returns the results.
+  virtual Status launch_round(std::span<const RoundItem> items) {
+    (void)items;
+    return Status::error("drafter: no one-wait round");
+  }
+  virtual RoundOutputs round_outputs() const { return {}; }
+  virtual Status finish_round(std::span<const RoundItem> items, std::vector<RoundResult>& out) {
     (void)items;
     (void)out;
     return Status::error("drafter: no one-wait round");

@@ -53,6 +53,9 @@ Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, 
   // DSINFER_SPEC_ONE_WAIT=0: every round verifies, then drafts, with a host wait each (the before/after switch).
   const char* w = std::getenv("DSINFER_SPEC_ONE_WAIT");
   one_wait_ = !(w && std::string(w) == "0");
+  // DSINFER_SPEC_CHAIN=0: no chained verify steps (the before/after switch).
+  const char* c = std::getenv("DSINFER_SPEC_CHAIN");
+  chain_env_ = !(c && std::string(c) == "0");
   set_cost_model(std::move(cost_));
   const size_t k = size_t(cfg_.num_speculative_tokens);
   metrics_.method = spec_method_name(drafter_->method());
@@ -198,17 +201,42 @@ bool Speculator::one_wait_round(const BatchPlan& plan, const scheduler::Schedule
   return true;
 }
 
-Status Speculator::round(const BatchPlan& plan, std::vector<StepOutput>& out) {
-  out.clear();
-  ++metrics_.steps;
-  std::vector<RoundItem> items;
+Status Speculator::launch_round(const BatchPlan& plan) {
+  round_ = Round{};
   for (const SeqPlan& sp : plan.seqs) {
     const int32_t L = sp.num_spec_tokens;
     const auto drafts = std::span<const int32_t>(plan.token_ids.data() + sp.token_offset + sp.num_new_tokens - L, size_t(L));
-    items.push_back({sp.slot, sp.start_pos, sp.logits_row, sp.token_offset, drafts, context_.at(sp.seq_id).context_start});
+    round_.launched.push_back(
+        {sp.slot, sp.start_pos, sp.logits_row, sp.token_offset, drafts, context_.at(sp.seq_id).context_start});
   }
-  round_ = Round{};
-  DSI_RETURN_IF_ERROR(drafter_->verify_and_propose(items, round_.results));
+  return drafter_->launch_round(round_.launched);
+}
+
+const BatchPlan* Speculator::chain(const BatchPlan& plan, const scheduler::Scheduler& sched) {
+  chained_.reset();
+  if (!chains(std::max(plan.seqs.size(), size_t(next_step_seqs(sched))))) return nullptr;  // as draft() will see it
+  const RoundOutputs out = drafter_->round_outputs();
+  if (!out.accepted) return nullptr;
+  chained_ = chain_after(plan, cfg_.num_speculative_tokens, out.block, sched.cache().block_size(),
+                         sched.cache().max_model_len());
+  return chained_ ? &chained_->plan : nullptr;
+}
+
+bool Speculator::take_chained(const BatchPlan& plan, const scheduler::Scheduler& sched, bool one_wait) {
+  if (!chained_) return false;
+  const bool same = one_wait && is_chained_step(*chained_, plan, sched.cache().block_size());
+  chained_.reset();
+  metrics_.chained_steps += same ? 1 : 0;
+  metrics_.chained_wasted += same ? 0 : 1;
+  return same;
+}
+
+Status Speculator::finish_round(const BatchPlan& plan, std::vector<StepOutput>& out) {
+  out.clear();
+  ++metrics_.steps;
+  DSI_RETURN_IF_ERROR(drafter_->finish_round(round_.launched, round_.results));
+  if (chained_) settle_chained_step(*chained_, round_.results);
+  const std::vector<RoundItem>& items = round_.launched;
   int64_t tokens = 0;
   int32_t rows = 1;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
@@ -364,8 +392,9 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     take_round_proposals(items, props);  // the one-wait round ingested and proposed after the same anchors already
   } else {
     // A round whose proposals do not fit what the host decided after it (a sequence finished, the gate stopped, the
-    // request's last tokens) proposes again; its ingest of the same positions writes the same rows again.
-    DSI_RETURN_IF_ERROR(drafter_->ingest(c.ingest, hidden));
+    // request's last tokens) proposes again. Its ingest already ran inside the round, reading the capture that a
+    // chained step launched since may have overwritten: only a step without a round ingests here.
+    if (!round_.active) DSI_RETURN_IF_ERROR(drafter_->ingest(c.ingest, hidden));
     if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))
       DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));
     DSI_RETURN_IF_ERROR(drafter_->flush());  // an ingest no propose took (nothing drafted this step)
@@ -465,7 +494,12 @@ void Speculator::cut_to_best_length(std::vector<Proposal>& props, std::vector<st
   if (sa.empty()) return;
   // The drafting time is spent by now, but it is part of this round's time (StepCostModel::round_ms): it weighs
   // the choice like the round-rate it is (a long verify is worth more when the draft already cost much).
-  const VerifyChoice c = best_verify_length(sa, num_seqs, cost_);
+  VerifyChoice c;
+  if (chains(size_t(num_seqs))) {
+    for (const std::vector<float>& x : sa) c.length = std::max(c.length, int32_t(x.size()));
+  } else {
+    c = best_verify_length(sa, num_seqs, cost_);
+  }
   for (size_t j = 0; j < props.size(); ++j) {
     // The confidence head's survival of the drafts cut here is their expected outcome for the gate.
     if (scheduled[j] && drafter_->has_confidence()) gate_.observe_expected(a[j], size_t(c.length), warmed[j]);

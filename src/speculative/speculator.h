@@ -7,12 +7,14 @@
 //   cumulative survival goes to the scheduler with the drafts.
 #pragma once
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "sampling/sampler.h"
 #include "scheduler/step_output.h"
+#include "speculative/chained_step.h"
 #include "speculative/drafter.h"
 #include "speculative/spec_gate.h"
 #include "speculative/speculative_config.h"
@@ -75,10 +77,19 @@ class Speculator {
   // without a download (ModelRunner::begin_sampled_step) and calls round() instead of sample(), then draft() as always.
   bool one_wait_round(const scheduler::BatchPlan& plan, const scheduler::Scheduler& sched,
                       structured::StructuredDecoding* sd) const;
-  // sample()'s outputs of a one-wait round (the same tokens: greedy acceptance of the same logits); the proposals wait
-  // for draft(), which uses them where the host's decisions after the step match the anchors they were proposed
-  // after, and proposes again otherwise.
-  Status round(const scheduler::BatchPlan& plan, std::vector<scheduler::StepOutput>& out);
+  // sample()'s outputs of a one-wait round (the same tokens: greedy acceptance of the same logits), in two halves:
+  // launch_round() queues the round on the device, finish_round() waits for it. The proposals wait for draft(),
+  // which uses them where the host's decisions after the step match the anchors they were proposed after, and
+  // proposes again otherwise.
+  Status launch_round(const scheduler::BatchPlan& plan);
+  Status finish_round(const scheduler::BatchPlan& plan, std::vector<scheduler::StepOutput>& out);
+  // The chained verify step (chained_step.h; on where the runner has it: enable_chained_steps), between the halves:
+  // the plan to launch with ModelRunner::begin_chained_step after the launched round, or nullptr where it could not
+  // be adopted. take_chained(): whether the host's next plan, run as a one-wait round, is that launched step (the
+  // engine then launches nothing); called before every synchronous step, it forgets the launched step either way.
+  void enable_chained_steps(bool on) { chain_ = on && chain_env_; }
+  const scheduler::BatchPlan* chain(const scheduler::BatchPlan& plan, const scheduler::Scheduler& sched);
+  bool take_chained(const scheduler::BatchPlan& plan, const scheduler::Scheduler& sched, bool one_wait);
 
   SpeculativeMetrics& metrics() { return metrics_; }
 
@@ -118,8 +129,10 @@ class Speculator {
   // The cost-model schedule of draft(): which items draft at all (num_drafts = 0 where drafting does not pay), and
   // after proposing, the greedy sequences' common verify length.
   void gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, int64_t num_seqs);
+  // A chained step (chain()) verifies every draft: then the length is the longest, not the cost model's.
   void cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
                           const std::vector<bool>& scheduled, const std::vector<bool>& warmed, int64_t num_seqs);
+  bool chains(size_t num_seqs) const { return chain_ && num_seqs <= size_t(kChainMaxSeqs); }
   // A round proposed after `outputs` output tokens is past its request's warm-up (SpecGate's file comment): the
   // drafter's context window holds none of the prompt any more.
   bool warm(size_t outputs) const { return int64_t(outputs) >= warmup_; }
@@ -156,10 +169,14 @@ class Speculator {
   std::unordered_map<scheduler::SeqId, SeqDraft> drafts_;
   bool one_wait_ = true;  // DSINFER_SPEC_ONE_WAIT (read once, in the constructor)
   struct Round {
-    bool active = false;  // round() ran since the last draft()
+    bool active = false;  // finish_round() ran since the last draft()
+    std::vector<RoundItem> launched;  // launch_round()'s items (finish_round reads them)
     std::vector<RoundResult> results;
     std::vector<ProposeItem> items;  // the anchors its proposals follow (num_drafts unused)
   } round_;
+  bool chain_env_ = true;  // DSINFER_SPEC_CHAIN (read once, in the constructor; 0: no chained steps)
+  bool chain_ = false;     // enable_chained_steps
+  std::optional<ChainedStep> chained_;  // launched by the last round, not yet taken
   SpeculativeMetrics metrics_;
 };
 

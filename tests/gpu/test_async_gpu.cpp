@@ -1,6 +1,6 @@
 // Asynchronous steps on the GPU. (1) The token-fill gather (token_fill_cuda.h) against its CPU reference
 // fill_step_tokens_ref, including fills from rejected rows (token -1), rows past the sampling and indices past the
-// step: exact integers. (2) The engine on the shipped model (models/dsv4-small, --backend cuda --batch-invariant):
+// step: exact integers; and the chained verify step's fill against fill_chained_step_ref. (2) The engine on the shipped model (models/dsv4-small, --backend cuda --batch-invariant):
 // 40 requests (greedy and seeded, stop strings, EOS, max_tokens 1..40, n = 2, logprobs with 2 alternatives, a small
 // token budget so prefill chunks mix with decode) with async scheduling on must give, token for token and bit for
 // bit in every logprob, what async scheduling off gives. Batch-invariant mode because async steps plan a finished
@@ -139,6 +139,49 @@ TEST(GpuAsync, TokenFillMatchesReference) {
   std::vector<int32_t> got(T);
   ASSERT_TRUE(dt.download(got.data(), got.size()).is_ok());
   EXPECT_EQ(got, want);
+}
+
+// The chained verify step's fill (fill_chained_step): every acceptance 0..block (and one past it, clamped), two
+// sequences with 3 of the block's 5 drafts each and one with all 5.
+TEST(GpuAsync, ChainedStepFillMatchesReference) {
+  DSI_SKIP_WITHOUT_GPU();
+  const int64_t block = 5;
+  for (int64_t n : {4, 6}) {
+    for (int32_t a0 = 0; a0 <= block + 1; ++a0) {
+      const int64_t S = 2;
+      std::vector<int32_t> accepted{a0, int32_t(block) - a0 / 2}, verified(S * (block + 1)), drafts(S * block);
+      for (size_t i = 0; i < verified.size(); ++i) verified[i] = int32_t(1000 + i);
+      for (size_t i = 0; i < drafts.size(); ++i) drafts[i] = int32_t(2000 + i);
+      std::vector<int32_t> tokens(S * n, 7);
+      std::vector<int64_t> pos(S * n), start{40, 900};
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t j = 0; j < n; ++j) pos[size_t(s * n + j)] = start[size_t(s)] + j;
+      std::vector<int32_t> want_t = tokens;
+      std::vector<int64_t> want_p = pos, want_s = start;
+      dsinfer::backends::fill_chained_step_ref(want_t.data(), want_p.data(), want_s.data(), S, n, accepted.data(),
+                                               verified.data(), drafts.data(), block);
+      dsinfer::cuda::DeviceBuffer<int32_t> dt, da, dv, dd;
+      dsinfer::cuda::DeviceBuffer<int64_t> dp, ds;
+      ASSERT_TRUE(dt.upload(tokens.data(), tokens.size()).is_ok());
+      ASSERT_TRUE(dp.upload(pos.data(), pos.size()).is_ok());
+      ASSERT_TRUE(ds.upload(start.data(), start.size()).is_ok());
+      ASSERT_TRUE(da.upload(accepted.data(), accepted.size()).is_ok());
+      ASSERT_TRUE(dv.upload(verified.data(), verified.size()).is_ok());
+      ASSERT_TRUE(dd.upload(drafts.data(), drafts.size()).is_ok());
+      ASSERT_TRUE(dsinfer::ops::cuda::fill_chained_step(dt.data(), dp.data(), ds.data(), S, n, da.data(), dv.data(),
+                                                        dd.data(), block, nullptr)
+                      .is_ok());
+      std::vector<int32_t> got_t(tokens.size());
+      std::vector<int64_t> got_p(pos.size()), got_s(start.size());
+      ASSERT_TRUE(dt.download(got_t.data(), got_t.size()).is_ok());
+      ASSERT_TRUE(dp.download(got_p.data(), got_p.size()).is_ok());
+      ASSERT_TRUE(ds.download(got_s.data(), got_s.size()).is_ok());
+      EXPECT_EQ(got_t, want_t) << "n " << n << ", accepted " << a0;
+      EXPECT_EQ(got_p, want_p) << "n " << n << ", accepted " << a0;
+      EXPECT_EQ(got_s, want_s) << "n " << n << ", accepted " << a0;
+      EXPECT_EQ(want_s[0], 40 + 1 + std::min<int64_t>(a0, block));  // the reference itself: clamped acceptance
+    }
+  }
 }
 
 TEST(GpuAsync, AsyncEqualsSyncTokenForToken) {

@@ -453,6 +453,28 @@ TEST(SpecGpu, OneWaitRoundEqualsTwoWaitRound) {
   check_one_wait(8, true, true);
 }
 
+// The chained verify step (speculative/chained_step.h) at batch 1 on the fast path: the same tokens as without it
+// (DSINFER_SPEC_CHAIN=0), greedy alone and with seeded requests in the batch; and it was taken.
+TEST(SpecGpu, ChainedVerifyStepEqualsUnchained) {
+  DSI_SKIP_WITHOUT_GPU();
+  for (bool seeded : {false, true}) {
+    dsinfer::EngineOptions o = batch8_options("dspark", false);
+    o.max_num_seqs = 1;
+    const std::vector<std::string> bodies = round_bodies(seeded);
+    setenv("DSINFER_SPEC_CHAIN", "0", 1);
+    const RunResult off = run(o, bodies);
+    unsetenv("DSINFER_SPEC_CHAIN");
+    const RunResult on = run(o, bodies);
+    const std::string what = seeded ? "greedy + seeded" : "greedy";
+    expect_identical(off, on, "chained " + what);
+    EXPECT_EQ(off.metrics.chained_steps, 0) << what;
+    EXPECT_GT(on.metrics.chained_steps, 0) << what;
+    std::printf("chained %s: %lld rounds, %lld chained steps, %lld wasted, accepted length %.3f (unchained %.3f)\n",
+                what.c_str(), (long long)on.metrics.rounds, (long long)on.metrics.chained_steps,
+                (long long)on.metrics.chained_wasted, on.metrics.mean_accepted_length(), off.metrics.mean_accepted_length());
+  }
+}
+
 // Not a check (no timing asserts): the A/B of the round's wall time in one process, DSpark verifying every draft, fast
 // path, batch 1 and 8, three alternating runs each (output tokens / run_until_idle's wall time, and per round).
 TEST(SpecGpu, OneWaitRoundTiming) {

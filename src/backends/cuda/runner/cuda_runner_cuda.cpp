@@ -14,6 +14,7 @@
 #include "backends/cuda/runner/forward_v41.h"
 #include "cuda/cuda_common.h"
 #include "ops/dummy_fill/dummy_fill_cuda.h"
+#include "ops/token_fill/token_fill_cuda.h"
 
 namespace dsinfer::backends {
 
@@ -203,6 +204,13 @@ Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& lo
   if (plain) DSI_RETURN_IF_ERROR(step_event_start());
   DSI_RETURN_IF_ERROR(upload_plan(run_plan, layout));
   DSI_RETURN_IF_ERROR(fill_plan_tokens(layout));  // asynchronous steps: inputs sampled by the step before
+  if (chain_) {  // a chained verify step: its sequences' tokens and positions follow the round queued before it
+    uint8_t* d = plan_.device();
+    DSI_RETURN_IF_ERROR(ops::cuda::fill_chained_step(
+        reinterpret_cast<int32_t*>(d + layout.tokens), reinterpret_cast<int64_t*>(d + layout.pos),
+        reinterpret_cast<int64_t*>(d + layout.start_pos), plan.num_seqs(), plan.num_tokens() / plan.num_seqs(),
+        chain_->accepted, chain_->verified, chain_->drafts, chain_->block, stream_));
+  }
   const ops::StepDevice st = step_device(layout, plan_.device());
   const int32_t* rows = logits_rows(layout, plan_.device());
   if (graph && group_graphs_)

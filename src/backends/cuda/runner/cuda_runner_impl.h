@@ -52,6 +52,9 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   bool supports_device_sampling() const override { return true; }
   Status begin_sampled_step(const scheduler::BatchPlan& plan) override;
   Status sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) override;
+  // Chained verify steps (same file): begin_sampled_step with the fill kernel between the plan upload and the forward.
+  bool supports_chained_steps() const override { return !dp_ && !tp_; }
+  Status begin_chained_step(const scheduler::BatchPlan& plan, const speculative::RoundOutputs& round) override;
   // Asynchronous steps (same file): sampling in two halves over two buffer sets; token fills gathered on the device.
   bool supports_async_steps() const override { return true; }
   Status launch_sample_rows(const sampling::PackedRows& rows) override;
@@ -186,6 +189,7 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   size_t hidden_host_floats_ = 0;
   size_t capture_floats_ = 0;     // floats captured by the last step
   int64_t scratch_tokens_ = 0;    // the token bucket the forward's scratch was last grown for (step())
+  const speculative::RoundOutputs* chain_ = nullptr;  // begin_chained_step: step() fills the plan's tokens from it
   bool download_hidden_ = true;   // false once a device drafter reads the capture in place
   std::span<const float> hidden_view_;
 };

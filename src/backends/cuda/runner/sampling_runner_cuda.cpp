@@ -111,6 +111,26 @@ Status CudaRunner::begin_sampled_step(const scheduler::BatchPlan& plan) {
   return s;
 }
 
+Status CudaRunner::begin_chained_step(const scheduler::BatchPlan& plan, const speculative::RoundOutputs& round) {
+  if (!supports_chained_steps()) return Status::error("cuda runner: chained verify steps need one rank");
+  if (!round.accepted || !round.verified || !round.drafts || round.block < 1)
+    return Status::error("cuda runner: a chained verify step without the round's outputs");
+  if (!fixed_shape_step(plan, layout_, max_model_len_) || plan.num_tokens() == plan.num_seqs())
+    return Status::error("cuda runner: a chained step must be a fixed-shape verify step");
+  for (const scheduler::SeqPlan& sp : plan.seqs) {
+    const int64_t end = sp.start_pos + sp.num_new_tokens + 1 + round.block;  // after the device moves it
+    if (sp.num_spec_tokens > round.block || end > max_model_len_ ||
+        end > int64_t(sp.block_table.size()) * layout_.block_size)
+      return Status::errorf("cuda runner: chained sequence {} at position {} does not fit its {} blocks or "
+                            "max_model_len {} after moving up to {} positions",
+                            sp.seq_id, sp.start_pos, sp.block_table.size(), max_model_len_, 1 + round.block);
+  }
+  chain_ = &round;
+  const Status s = begin_sampled_step(plan);
+  chain_ = nullptr;
+  return s;
+}
+
 Status CudaRunner::sample_rows(const sampling::PackedRows& rows, std::vector<ops::SampleRowOut>& out) {
   if (dsamp_.outstanding > 0) return Status::error("cuda runner: sample_rows while asynchronous samplings are outstanding");
   DSI_RETURN_IF_ERROR(launch_sample_rows(rows));

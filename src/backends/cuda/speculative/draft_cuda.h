@@ -180,8 +180,9 @@ class DsparkCuda final : public speculative::Drafter {
   bool supports_round() const override {
     return bool(ctx_.device_logits) && dc_.block_size <= ops::cuda::kSpecRoundMaxBlock && window_ >= dc_.block_size + 1;
   }
-  Status verify_and_propose(std::span<const speculative::RoundItem> items,
-                            std::vector<speculative::RoundResult>& out) override;
+  Status launch_round(std::span<const speculative::RoundItem> items) override;
+  speculative::RoundOutputs round_outputs() const override;
+  Status finish_round(std::span<const speculative::RoundItem> items, std::vector<speculative::RoundResult>& out) override;
 
   // Offsets of the packed per-call arrays of a block of Bp (padded) sequences in in_ / out_ (bytes).
   struct BlockLayout {
@@ -207,8 +208,10 @@ class DsparkCuda final : public speculative::Drafter {
   Status reserve_block(const BlockLayout& bl);
   // The graph of a fused (or not) all-greedy round (kpick = g) or of a forward for host draws (kpick = 0).
   Status launch_block(const BlockLayout& bl, int32_t kpick);
-  // The block's outputs (bl.out_bytes) into out_host_, then the host waits for the stream: the round's one wait.
-  Status download_out(const BlockLayout& bl);
+  // The block's outputs (bl.out_bytes) into out_host_, then an event (queue_download); the host's wait for that
+  // event (wait_download): the round's one wait, which work queued after the download does not delay.
+  Status queue_download(const BlockLayout& bl);
+  Status wait_download();
   // On `stream` (nullptr: the drafter's): the side stream when a block forward runs it beside its own first kernels.
   Status ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos, int64_t N,
                         void* stream = nullptr);
@@ -270,7 +273,9 @@ class DsparkCuda final : public speculative::Drafter {
     double ingest_ms = 0, propose_ms = 0;
   } times_;
   std::vector<uint8_t> in_host_, round_host_;
-  cuda::PinnedHostBuffer out_host_;  // download_out's destination
+  cuda::PinnedHostBuffer out_host_;  // queue_download's destination
+  void* downloaded_ = nullptr;       // cudaEvent_t recorded after it
+  BlockLayout round_bl_;             // the last launch_round's block (round_outputs, finish_round)
   std::vector<float> lg_host_;
   // The fused ingest's side stream (above). Declared last, so destroyed first: its work has finished before the
   // buffers it reads are freed.

@@ -48,6 +48,7 @@ DsparkCuda::DsparkCuda(const io::ModelConfig& target, speculative::DraftConfig d
 }
 
 DsparkCuda::~DsparkCuda() {
+  if (downloaded_) cudaEventDestroy(static_cast<cudaEvent_t>(downloaded_));
   if (!times_.on) return;
   std::fprintf(stderr, "dspark round parts: %lld eager ingests, %.4f ms each; %lld proposes (%lld with the ingest inside), "
                "%.4f ms each\n", static_cast<long long>(times_.ingests),
@@ -57,6 +58,7 @@ DsparkCuda::~DsparkCuda() {
 
 Status DsparkCuda::init() {
   DSI_RETURN_IF_ERROR(fwd_.init());
+  DSI_CUDA_TRY(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(&downloaded_), cudaEventDisableTiming));
   if (concurrent_) DSI_RETURN_IF_ERROR(side_.create());
   for (const model::LayerWeights& l : w_.layers) {
     DSI_ASSIGN_OR_RETURN(std::unique_ptr<DraftDeviceLayer> d, upload_draft_layer(l, lc_));
@@ -469,7 +471,8 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
   DSI_RETURN_IF_ERROR(launch_block(bl, kpick));
   std::vector<std::vector<int32_t>> toks(live.size());
   if (!pick) DSI_RETURN_IF_ERROR(host_draws(items, live, bl, kmax, draw, toks));
-  DSI_RETURN_IF_ERROR(download_out(bl));
+  DSI_RETURN_IF_ERROR(queue_download(bl));
+  DSI_RETURN_IF_ERROR(wait_download());
   const auto* ids = reinterpret_cast<const int32_t*>(out_host_.data() + bl.ids);
   const auto* conf = reinterpret_cast<const float*>(out_host_.data() + bl.conf);
   for (size_t b = 0; b < live.size(); ++b) {
@@ -488,22 +491,26 @@ Status DsparkCuda::propose(std::span<const speculative::ProposeItem> items, cons
   return Status::ok();
 }
 
-// The one-wait round: the verify step is on the stream (its logits stay on the device); one upload of the items, the
-// acceptance kernel (writes this round's propose inputs and ingest rows into in_), the fused propose graph, one
-// download of the acceptance and the drafts, one host wait.
-Status DsparkCuda::download_out(const BlockLayout& bl) {
+Status DsparkCuda::queue_download(const BlockLayout& bl) {
   // Pinned: a pageable download is staged by the driver after the stream drains, on the round's critical path.
   if (out_host_.size() < bl.out_bytes)
     DSI_RETURN_IF_ERROR(out_host_.alloc(std::max<size_t>(bl.out_bytes, 4096), "dspark outputs"));
   cudaStream_t cs = static_cast<cudaStream_t>(ctx_.stream);
   DSI_CUDA_TRY(cudaMemcpyAsync(out_host_.data(), out_.data(), bl.out_bytes, cudaMemcpyDeviceToHost, cs));
-  DSI_CUDA_TRY(cudaStreamSynchronize(cs));
+  DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(downloaded_), cs));
   return Status::ok();
 }
 
-Status DsparkCuda::verify_and_propose(std::span<const speculative::RoundItem> items,
-                                      std::vector<speculative::RoundResult>& out) {
-  out.assign(items.size(), {});
+Status DsparkCuda::wait_download() {
+  DSI_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(downloaded_)));
+  return Status::ok();
+}
+
+// The one-wait round: the verify step is on the stream (its logits stay on the device); one upload of the items, the
+// acceptance kernel (writes this round's propose inputs and ingest rows into in_), the fused propose graph, one
+// download of the acceptance and the drafts (launch_round); one host wait (finish_round).
+Status DsparkCuda::launch_round(std::span<const speculative::RoundItem> items) {
+  round_bl_ = BlockLayout{};
   if (items.empty()) return Status::ok();
   const int64_t g = dc_.block_size, V = tc_.vocab_size, B = int64_t(items.size());
   if (g <= 0 || g > ops::cuda::kSpecRoundMaxBlock || window_ < g + 1)
@@ -568,7 +575,35 @@ Status DsparkCuda::verify_and_propose(std::span<const speculative::RoundItem> it
   p.src = src.data();
   pending_ = std::move(p);
   DSI_RETURN_IF_ERROR(launch_block(bl, int32_t(g)));
-  DSI_RETURN_IF_ERROR(download_out(bl));
+  DSI_RETURN_IF_ERROR(queue_download(bl));
+  round_bl_ = bl;
+  if (times_.on) {
+    times_.propose_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++times_.proposes;
+  }
+  return Status::ok();
+}
+
+speculative::RoundOutputs DsparkCuda::round_outputs() const {
+  const BlockLayout& bl = round_bl_;
+  if (bl.Bp == 0) return {};
+  speculative::RoundOutputs r;
+  r.accepted = reinterpret_cast<const int32_t*>(out_.data() + bl.accepted);
+  r.verified = reinterpret_cast<const int32_t*>(out_.data() + bl.tokens);
+  r.drafts = reinterpret_cast<const int32_t*>(out_.data() + bl.ids);
+  r.block = int32_t(bl.g);
+  return r;
+}
+
+Status DsparkCuda::finish_round(std::span<const speculative::RoundItem> items,
+                                std::vector<speculative::RoundResult>& out) {
+  out.assign(items.size(), {});
+  if (items.empty()) return Status::ok();
+  const BlockLayout& bl = round_bl_;
+  if (bl.Bp < int64_t(items.size())) return Status::error("dspark round: finish_round without its launch_round");
+  const int64_t g = bl.g, V = tc_.vocab_size, B = int64_t(items.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  DSI_RETURN_IF_ERROR(wait_download());
   const auto* ids = reinterpret_cast<const int32_t*>(out_host_.data() + bl.ids);
   const auto* conf = reinterpret_cast<const float*>(out_host_.data() + bl.conf);
   const auto* acc = reinterpret_cast<const int32_t*>(out_host_.data() + bl.accepted);
@@ -590,10 +625,8 @@ Status DsparkCuda::verify_and_propose(std::span<const speculative::RoundItem> it
       r.proposal.confidence_logits.push_back(conf[b * g + k]);
     }
   }
-  if (times_.on) {
+  if (times_.on)  // the round's wait and reading, with its launch (launch_round)
     times_.propose_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    ++times_.proposes;
-  }
   return Status::ok();
 }
 

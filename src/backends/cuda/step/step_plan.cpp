@@ -156,4 +156,17 @@ void fill_step_tokens_ref(int32_t* tokens, int64_t T, const int32_t* fills, int6
   }
 }
 
+void fill_chained_step_ref(int32_t* tokens, int64_t* pos, int64_t* start_pos, int64_t S, int64_t n,
+                           const int32_t* accepted, const int32_t* verified, const int32_t* drafts, int64_t block) {
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t a = std::clamp<int64_t>(accepted[s], 0, block);
+    const int64_t start = start_pos[s] + 1 + a;
+    for (int64_t j = 0; j < n; ++j) {
+      tokens[s * n + j] = j == 0 ? verified[s * (block + 1) + a] : drafts[s * block + j - 1];
+      pos[s * n + j] = start + j;
+    }
+    start_pos[s] = start;
+  }
+}
+
 }  // namespace dsinfer::backends

@@ -95,5 +95,8 @@ class StepPlanUpload {
 // outside [0, vocab) (a row that was not sampled) becoming 0, over the packed tokens / fills of pack_step_plan.
 void fill_step_tokens_ref(int32_t* tokens, int64_t T, const int32_t* fills, int64_t F, const int32_t* sampled,
                           int64_t num_sampled, int64_t vocab);
+// CPU reference of the chained verify step's fill (token_fill_cuda.h fill_chained_step), same arguments.
+void fill_chained_step_ref(int32_t* tokens, int64_t* pos, int64_t* start_pos, int64_t S, int64_t n,
+                           const int32_t* accepted, const int32_t* verified, const int32_t* drafts, int64_t block);
 
 }  // namespace dsinfer::backends
