@@ -87,7 +87,7 @@ class Speculator {
   // the plan to launch with ModelRunner::begin_chained_step after the launched round, or nullptr where it could not
   // be adopted. take_chained(): whether the host's next plan, run as a one-wait round, is that launched step (the
   // engine then launches nothing); called before every synchronous step, it forgets the launched step either way.
-  void enable_chained_steps(bool on) { chain_ = on && chain_env_; }
+  void enable_chained_steps(bool on) { chain_ = on && chain_env_ && one_wait_ && drafter_->supports_round(); }
   const scheduler::BatchPlan* chain(const scheduler::BatchPlan& plan, const scheduler::Scheduler& sched);
   bool take_chained(const scheduler::BatchPlan& plan, const scheduler::Scheduler& sched, bool one_wait);
 

@@ -400,10 +400,13 @@ std::vector<std::string> round_bodies(bool seeded) {
   return b;
 }
 
+// Without chained verify steps (their rounds verify every draft; SpecGpu.ChainedVerifyStepEqualsUnchained).
 RunResult run_waits(dsinfer::EngineOptions o, const std::vector<std::string>& bodies, bool one_wait) {
   if (!one_wait) setenv("DSINFER_SPEC_ONE_WAIT", "0", 1);
+  setenv("DSINFER_SPEC_CHAIN", "0", 1);
   RunResult r = run(o, bodies);
   unsetenv("DSINFER_SPEC_ONE_WAIT");
+  unsetenv("DSINFER_SPEC_CHAIN");
   return r;
 }
 
