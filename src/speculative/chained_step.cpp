@@ -16,7 +16,7 @@ std::optional<ChainedStep> chain_after(const scheduler::BatchPlan& round, int32_
     if (sp.is_prefill || !sp.needs_logits || !sp.params || sp.num_new_tokens != 1 + sp.num_spec_tokens) return std::nullopt;
     const int64_t P = sp.start_pos, L = sp.num_spec_tokens;
     if ((P + 1 + L) / block_size != P / block_size) return std::nullopt;  // the round may end a block
-    const int64_t end = P + n + 1 + block;  // what ModelRunner::begin_chained_step requires
+    const int64_t end = P + chain_lookahead(k, block);
     if (end > max_model_len || end > int64_t(sp.block_table.size()) * block_size) return std::nullopt;
     // The next round verifies k drafts only if the request keeps room for them after this round's tokens
     // (Speculator::draft's num_drafts after up to 1 + L more outputs).

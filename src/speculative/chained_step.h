@@ -42,6 +42,9 @@ struct ChainedStep {
 // (a boundary snapshot or a block completed by the round's update must see the state before the chained step).
 std::optional<ChainedStep> chain_after(const scheduler::BatchPlan& round, int32_t k, int32_t block,
                                        int64_t block_size, int64_t max_model_len);
+// The positions past a chained step's start that its sequence's blocks and max_model_len must hold: its 1 + k
+// tokens after the device moves it up to 1 + block positions (chain_after and ModelRunner::begin_chained_step).
+inline int64_t chain_lookahead(int32_t k, int32_t block) { return int64_t(1 + k) + 1 + block; }
 // After the round's results (one per sequence, in order): the start positions and tokens the device wrote.
 void settle_chained_step(ChainedStep& c, std::span<const RoundResult> results);
 // Whether `next` (the host's plan after the round) is the launched step: the same sequences, slots, start positions,

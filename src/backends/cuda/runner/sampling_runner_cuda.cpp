@@ -12,6 +12,7 @@
 #include "cuda/cuda_common.h"
 #include "ops/sampling/sampling_cuda.h"
 #include "ops/token_fill/token_fill_cuda.h"
+#include "speculative/chained_step.h"
 
 namespace dsinfer::backends {
 
@@ -118,7 +119,7 @@ Status CudaRunner::begin_chained_step(const scheduler::BatchPlan& plan, const sp
   if (!fixed_shape_step(plan, layout_, max_model_len_) || plan.num_tokens() == plan.num_seqs())
     return Status::error("cuda runner: a chained step must be a fixed-shape verify step");
   for (const scheduler::SeqPlan& sp : plan.seqs) {
-    const int64_t end = sp.start_pos + sp.num_new_tokens + 1 + round.block;  // after the device moves it
+    const int64_t end = sp.start_pos + speculative::chain_lookahead(sp.num_spec_tokens, round.block);  // once moved
     if (sp.num_spec_tokens > round.block || end > max_model_len_ ||
         end > int64_t(sp.block_table.size()) * layout_.block_size)
       return Status::errorf("cuda runner: chained sequence {} at position {} does not fit its {} blocks or "
