@@ -4,7 +4,7 @@
 namespace dsinfer::speculative {
 
 std::optional<ChainedStep> chain_after(const scheduler::BatchPlan& round, int32_t k, int32_t block,
-                                       int64_t block_size, int64_t max_model_len) {
+                                       int64_t block_size, int64_t max_model_len, bool snapshots) {
   const int32_t S = round.num_seqs(), n = 1 + k;
   if (S < 1 || S > kChainMaxSeqs || k < 1 || k > block || block_size < 1 || !round.token_fills.empty()) return std::nullopt;
   ChainedStep c;
@@ -15,7 +15,7 @@ std::optional<ChainedStep> chain_after(const scheduler::BatchPlan& round, int32_
     const scheduler::SeqPlan& sp = round.seqs[size_t(s)];
     if (sp.is_prefill || !sp.needs_logits || !sp.params || sp.num_new_tokens != 1 + sp.num_spec_tokens) return std::nullopt;
     const int64_t P = sp.start_pos, L = sp.num_spec_tokens;
-    if ((P + 1 + L) / block_size != P / block_size) return std::nullopt;  // the round may end a block
+    if (snapshots && (P + 1 + L) / block_size != P / block_size) return std::nullopt;  // the round may end a block
     const int64_t end = P + chain_lookahead(k, block);
     if (end > max_model_len || end > int64_t(sp.block_table.size()) * block_size) return std::nullopt;
     // The next round verifies k drafts only if the request keeps room for them after this round's tokens

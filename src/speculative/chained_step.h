@@ -38,10 +38,11 @@ struct ChainedStep {
 
 // The chained step after `round` (a one-wait round's verify plan; every sequence decodes) when its next round will
 // verify exactly k drafts (k <= block, the drafter's block): each sequence's request leaves room for that round
-// (max_tokens), and its moved step fits max_model_len and its block table. None where the round may end a block
-// (a boundary snapshot or a block completed by the round's update must see the state before the chained step).
+// (max_tokens), and its moved step fits max_model_len and its block table. With `snapshots` (the prefix cache keeps
+// slot snapshots), none where the round may end a block: the boundary snapshot taken after the round's update must
+// see the slot before the chained step's writes.
 std::optional<ChainedStep> chain_after(const scheduler::BatchPlan& round, int32_t k, int32_t block,
-                                       int64_t block_size, int64_t max_model_len);
+                                       int64_t block_size, int64_t max_model_len, bool snapshots);
 // The positions past a chained step's start that its sequence's blocks and max_model_len must hold: its 1 + k
 // tokens after the device moves it up to 1 + block positions (chain_after and ModelRunner::begin_chained_step).
 inline int64_t chain_lookahead(int32_t k, int32_t block) { return int64_t(1 + k) + 1 + block; }

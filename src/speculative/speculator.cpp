@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cache/prefix_cache.h"
 #include "sampling/spec_sampling.h"
 #include "scheduler/scheduler.h"
 #include "speculative/verify_plan.h"
@@ -217,8 +218,9 @@ const BatchPlan* Speculator::chain(const BatchPlan& plan, const scheduler::Sched
   if (!chains(std::max(plan.seqs.size(), size_t(next_step_seqs(sched))))) return nullptr;  // as draft() will see it
   const RoundOutputs out = drafter_->round_outputs();
   if (!out.accepted) return nullptr;
+  const cache::PrefixCache* pc = sched.cache().prefix();
   chained_ = chain_after(plan, cfg_.num_speculative_tokens, out.block, sched.cache().block_size(),
-                         sched.cache().max_model_len());
+                         sched.cache().max_model_len(), pc && pc->has_snapshots());
   return chained_ ? &chained_->plan : nullptr;
 }
 

@@ -82,7 +82,7 @@ scheduler::BatchPlan next_plan(const Round& r, const RoundResult& res, const std
 
 TEST(ChainedStep, LaunchesTheRoundsSequenceWithAWholeBlockAtItsStart) {
   Round r(40, 3);
-  auto c = speculative::chain_after(r.plan, kK, kBlock, kBlockSize, kMaxLen);
+  auto c = speculative::chain_after(r.plan, kK, kBlock, kBlockSize, kMaxLen, true);
   ASSERT_TRUE(c.has_value());
   const scheduler::BatchPlan& p = c->plan;
   ASSERT_EQ(p.num_seqs(), 1);
@@ -100,7 +100,7 @@ TEST(ChainedStep, LaunchesTheRoundsSequenceWithAWholeBlockAtItsStart) {
 TEST(ChainedStep, TheDeviceFillWritesWhatTheHostExpects) {
   for (int32_t a = 0; a <= 3; ++a) {
     Round r(40, 3);
-    auto c = speculative::chain_after(r.plan, kK, kBlock, kBlockSize, kMaxLen);
+    auto c = speculative::chain_after(r.plan, kK, kBlock, kBlockSize, kMaxLen, true);
     ASSERT_TRUE(c.has_value());
     // The device's side: the fill kernel's reference over the launched arrays and the round's output arrays.
     const RoundResult res = result(a);
@@ -122,7 +122,7 @@ TEST(ChainedStep, TheDeviceFillWritesWhatTheHostExpects) {
 
 TEST(ChainedStep, AnotherNextPlanIsNotTheLaunchedStep) {
   Round r(40, 3);
-  auto c = speculative::chain_after(r.plan, kK, kBlock, kBlockSize, kMaxLen);
+  auto c = speculative::chain_after(r.plan, kK, kBlock, kBlockSize, kMaxLen, true);
   ASSERT_TRUE(c.has_value());
   const RoundResult res = result(2);
   speculative::settle_chained_step(*c, std::vector<RoundResult>{res});
@@ -154,24 +154,26 @@ TEST(ChainedStep, AnotherNextPlanIsNotTheLaunchedStep) {
   q.cu_seqlens = {0, 3};
   EXPECT_FALSE(speculative::is_chained_step(*c, q, kBlockSize));
   // Not settled (the round's results unknown): never.
-  auto fresh = speculative::chain_after(r.plan, kK, kBlock, kBlockSize, kMaxLen);
+  auto fresh = speculative::chain_after(r.plan, kK, kBlock, kBlockSize, kMaxLen, true);
   EXPECT_FALSE(speculative::is_chained_step(*fresh, same, kBlockSize));
 }
 
 TEST(ChainedStep, NoneWhereTheRoundMayEndABlockOrTheNextRoundIsShorter) {
-  // Positions 124..127 verified: committing up to 4 ends block 0 at 128 (a boundary snapshot sees the state).
-  EXPECT_FALSE(speculative::chain_after(Round(124, 3).plan, kK, kBlock, kBlockSize, kMaxLen).has_value());
-  EXPECT_TRUE(speculative::chain_after(Round(123, 3).plan, kK, kBlock, kBlockSize, kMaxLen).has_value());
+  // Positions 124..127 verified: committing up to 4 ends block 0 at 128 (a boundary snapshot sees the state), which
+  // matters only where the prefix cache keeps snapshots.
+  EXPECT_FALSE(speculative::chain_after(Round(124, 3).plan, kK, kBlock, kBlockSize, kMaxLen, true).has_value());
+  EXPECT_TRUE(speculative::chain_after(Round(124, 3).plan, kK, kBlock, kBlockSize, kMaxLen, false).has_value());
+  EXPECT_TRUE(speculative::chain_after(Round(123, 3).plan, kK, kBlock, kBlockSize, kMaxLen, true).has_value());
   // The moved step past the table's two blocks (256 positions): 240 + 6 + 1 + 5 = 252 fits, 245 + 12 does not.
-  EXPECT_TRUE(speculative::chain_after(Round(240, 3).plan, kK, kBlock, kBlockSize, kMaxLen).has_value());
-  EXPECT_FALSE(speculative::chain_after(Round(245, 3).plan, kK, kBlock, kBlockSize, kMaxLen).has_value());
-  EXPECT_FALSE(speculative::chain_after(Round(40, 3).plan, kK, kBlock, kBlockSize, 50).has_value());
+  EXPECT_TRUE(speculative::chain_after(Round(240, 3).plan, kK, kBlock, kBlockSize, kMaxLen, true).has_value());
+  EXPECT_FALSE(speculative::chain_after(Round(245, 3).plan, kK, kBlock, kBlockSize, kMaxLen, true).has_value());
+  EXPECT_FALSE(speculative::chain_after(Round(40, 3).plan, kK, kBlock, kBlockSize, 50, true).has_value());
   // max_tokens: 40 outputs + 3 this round + 5 next + 2 = 50.
-  EXPECT_TRUE(speculative::chain_after(Round(40, 3, 50).plan, kK, kBlock, kBlockSize, kMaxLen).has_value());
-  EXPECT_FALSE(speculative::chain_after(Round(40, 3, 49).plan, kK, kBlock, kBlockSize, kMaxLen).has_value());
+  EXPECT_TRUE(speculative::chain_after(Round(40, 3, 50).plan, kK, kBlock, kBlockSize, kMaxLen, true).has_value());
+  EXPECT_FALSE(speculative::chain_after(Round(40, 3, 49).plan, kK, kBlock, kBlockSize, kMaxLen, true).has_value());
   // More drafts than the block, or two sequences (kChainMaxSeqs).
-  EXPECT_FALSE(speculative::chain_after(Round(40, 3).plan, kBlock + 1, kBlock, kBlockSize, kMaxLen).has_value());
+  EXPECT_FALSE(speculative::chain_after(Round(40, 3).plan, kBlock + 1, kBlock, kBlockSize, kMaxLen, true).has_value());
   Round two(40, 3);
   two.plan.seqs.push_back(two.plan.seqs[0]);
-  EXPECT_FALSE(speculative::chain_after(two.plan, kK, kBlock, kBlockSize, kMaxLen).has_value());
+  EXPECT_FALSE(speculative::chain_after(two.plan, kK, kBlock, kBlockSize, kMaxLen, true).has_value());
 }

@@ -114,3 +114,37 @@ TEST(SpecScheduler, DraftsAreCappedByMaxTokensAndTheSpareRows) {
   EXPECT_EQ(s->seq_state(sid), SeqState::Finished);
   EXPECT_EQ(*s->output_tokens(sid), (std::vector<int32_t>{9, 4, 8}));
 }
+
+// SchedulerConfig::spec_lookahead (the chained verify step's blocks): a verify step's sequence gets blocks for that
+// many positions past the step where they are free, capped at max_model_len; without drafts, none.
+TEST(SpecScheduler, LookaheadBlocksForVerifySteps) {
+  for (int64_t ahead : {0, 12}) {
+    auto s = make(0, 0.0);
+    s->set_spec_lookahead(ahead);
+    sampling::SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 40;
+    auto id = s->add_request({{1, 2, 3, 4, 5}, p});  // block size 4
+    ASSERT_TRUE(id.is_ok());
+    const SeqId sid = s->seq_ids(*id)[0];
+    const BatchPlan& plan = s->schedule();
+    EXPECT_EQ(plan.seqs[0].block_table.size(), 2u) << "a prefill takes no lookahead";
+    ASSERT_TRUE(s->update(std::vector<StepOutput>{out(plan, 0, {9})}).is_ok());
+    ASSERT_TRUE(s->set_draft(sid, {4, 5, 6}, {1.f, 1.f, 1.f}).is_ok());
+    const BatchPlan& p2 = s->schedule();
+    ASSERT_EQ(p2.seqs[0].num_spec_tokens, 3);
+    // The step covers positions 5..8 (3 blocks); the lookahead 12 more: 21 positions, 6 blocks.
+    EXPECT_EQ(p2.seqs[0].block_table.size(), ahead ? 6u : 3u) << "lookahead " << ahead;
+  }
+  auto s = make(0, 0.0);
+  s->set_spec_lookahead(1000);  // capped at max_model_len (64): 16 blocks
+  sampling::SamplingParams p;
+  p.temperature = 0;
+  auto id = s->add_request({{1, 2, 3, 4, 5}, p});
+  ASSERT_TRUE(id.is_ok());
+  const SeqId sid = s->seq_ids(*id)[0];
+  const BatchPlan& plan = s->schedule();
+  ASSERT_TRUE(s->update(std::vector<StepOutput>{out(plan, 0, {9})}).is_ok());
+  ASSERT_TRUE(s->set_draft(sid, {4, 5, 6}, {1.f, 1.f, 1.f}).is_ok());
+  EXPECT_EQ(s->schedule().seqs[0].block_table.size(), 16u);
+}
