@@ -1,11 +1,13 @@
 // DSINFER_STEP_PHASES=1 (a measurement switch, docs/architecture.md): the host's wall time in each phase of the
-// engine's synchronous steps, summed over the run and printed to stderr when the engine goes, so that the device's
-// idle gap between two steps (a kernel trace) can be put on the host code that makes it. Off: every call returns at
+// engine's synchronous steps, printed to stderr when the engine goes (the mean and the median a step: captures and
+// prefills make the mean's tail), so that the device's idle gap between two steps can be put on the host code that
+// makes it without a profiler attached (CUPTI's graph tracing inflates cudaGraphLaunch ~80x: bench/NOTES.md). Off: every call returns at
 // once; the decisions never read it.
 #pragma once
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 namespace dsinfer::engine {
 
@@ -27,8 +29,8 @@ class StepPhases {
   using Clock = std::chrono::steady_clock;
   bool on_ = false;
   Clock::time_point last_;
-  int64_t steps_ = 0;
-  std::array<double, kCount> s_{};
+  std::array<double, kCount> cur_{};                  // this step's seconds a phase
+  std::array<std::vector<float>, kCount> samples_{};  // each finished step's, in us
 };
 
 }  // namespace dsinfer::engine
