@@ -12,14 +12,19 @@ namespace dsinfer::ops::cuda::detail {
 
 namespace {
 
-constexpr int kAttnThreads = 128;
+// 8 warps: a key's score is one warp's (the same lanes' sums in the same order whatever the warp), so more warps
+// shorten the score loop without changing a bit (4 warps left ~17 keys a warp at window 64 + block 5).
+constexpr int kAttnThreads = 256;
+constexpr int kStageBatch = 8;  // float4 loads each thread has in flight while staging
 
 // One block per (token, head). Scores in double like sparse_attention_ref; softmax with the sink in the
 // denominator; then every thread owns output channels. kStage (the keys fit shared memory: draft_attention_stages):
-// the block first copies its n key rows into shared memory (each warp a row at a time, coalesced), so the output
-// loop's n serial reads per channel hit shared memory instead of global memory behind a 64-bit modulo each (session
-// 22: 31.6 us of the 0.34 ms propose graph per layer at batch 1, window 64 + block 5). Same values, same order of
-// every sum: the same bits either way.
+// the block first copies its n key rows into shared memory, so the output loop's n serial reads per channel hit
+// shared memory instead of global memory behind a 64-bit modulo each (session 22: 31.6 us of the 0.34 ms propose
+// graph per layer at batch 1, window 64 + block 5). The copy runs over the block's flat [n, dim] in 16-byte vectors
+// where the rows allow it, each thread's kStageBatch loads issued before its stores (a row at a time a warp left
+// one global load's latency a row: ~17 in series, session 45). Same values, same order of every sum: the same bits
+// either way.
 template <bool kStage>
 __global__ void draft_attention_kernel(DraftAttnArgs a) {
   extern __shared__ double smem[];
@@ -36,11 +41,28 @@ __global__ void draft_attention_kernel(DraftAttnArgs a) {
     return a.kv + (k.new_lo + (j - nring)) * dim;
   };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  float* staged = reinterpret_cast<float*>(smem + a.max_keys + 2);  // [n, dim] (kStage)
+  float* staged = reinterpret_cast<float*>(smem + draft_attention_score_doubles(a.max_keys));  // [n, dim] (kStage)
   if (kStage) {
-    for (int64_t j = warp; j < n; j += warps) {
-      const float* src = key(j);
-      for (int64_t i = lane; i < dim; i += 32) staged[j * dim + i] = src[i];
+    // 16-byte vectors where every row starts on one (the ring's slots and rows, this call's rows).
+    const bool vec4 = dim % 4 == 0 && a.slot_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.ring) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.kv) % 16 == 0;
+    const int64_t width = vec4 ? 4 : 1, per_row = dim / width, total = n * per_row;
+    for (int64_t base = threadIdx.x; base < total; base += int64_t(kStageBatch) * blockDim.x) {
+      float4 v[kStageBatch];
+#pragma unroll
+      for (int u = 0; u < kStageBatch; ++u) {
+        const int64_t idx = base + int64_t(u) * blockDim.x;
+        if (idx >= total) continue;
+        const float* src = key(idx / per_row) + (idx % per_row) * width;
+        v[u] = vec4 ? __ldg(reinterpret_cast<const float4*>(src)) : make_float4(__ldg(src), 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < kStageBatch; ++u) {
+        const int64_t idx = base + int64_t(u) * blockDim.x;
+        if (idx >= total) continue;
+        if (vec4) reinterpret_cast<float4*>(staged)[idx] = v[u];
+        else staged[idx] = v[u].x;
+      }
     }
     __syncthreads();
   }
@@ -324,17 +346,24 @@ __global__ void __launch_bounds__(kPickThreads) draft_picks_kernel(DraftPicksArg
   const int nv = int(r / 4);
   const int64_t groups = (B + kDraftPicksSeqPerItem - 1) / kDraftPicksSeqPerItem, items = S * groups;
   for (int64_t b = threadIdx.x; b < B; b += blockDim.x) pred[b] = a.prev[b];
+  // A warp with at most one work item (every warp at batch 1) keeps its slice's Markov head rows in registers across
+  // the positions: the same item every position, so one load instead of one a position.
+  const bool one_item = items <= int64_t(gridDim.x) * warps;
+  float4 w[kDraftPicksMaxRank / 4];
+  const auto load_rows = [&](int64_t v) {
+#pragma unroll
+    for (int l = 0; l < kDraftPicksMaxRank / 4; ++l)
+      w[l] = v < V && l < nv ? __ldg(reinterpret_cast<const float4*>(a.markov_head + v * r) + l)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+  };
+  if (one_item) load_rows((int64_t(blockIdx.x) * warps + warp) / groups * 32 + lane);
   __syncthreads();
   for (int64_t k = 0; k < a.g; ++k) {
     for (int64_t it = int64_t(blockIdx.x) * warps + warp; it < items; it += int64_t(gridDim.x) * warps) {
       const int64_t sl = it / groups, b0 = (it % groups) * kDraftPicksSeqPerItem;
       const int64_t v = sl * 32 + lane;
       const bool valid = v < V;
-      float4 w[kDraftPicksMaxRank / 4];
-#pragma unroll
-      for (int l = 0; l < kDraftPicksMaxRank / 4; ++l)
-        w[l] = valid && l < nv ? __ldg(reinterpret_cast<const float4*>(a.markov_head + v * r) + l)
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (!one_item) load_rows(v);
       const int64_t b1 = min(B, b0 + int64_t(kDraftPicksSeqPerItem));
       for (int64_t b = b0; b < b1; ++b) {
         float best = -INFINITY;
@@ -496,7 +525,7 @@ __global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_down_kernel(DraftM
 void launch_draft_attention(const DraftAttnArgs& a, void* stream) {
   const dim3 grid(unsigned(a.T), unsigned(a.heads));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const size_t scores = size_t(a.max_keys + 2) * sizeof(double);
+  const size_t scores = size_t(draft_attention_score_doubles(a.max_keys)) * sizeof(double);
   const size_t staged = scores + size_t(a.max_keys) * size_t(a.dim) * sizeof(float);
   if (draft_attention_stages(a.max_keys, a.dim)) {
     draft_attention_kernel<true><<<grid, kAttnThreads, staged, s>>>(a);

@@ -164,10 +164,13 @@ struct SpecRoundArgs {
 };
 inline constexpr int32_t kSpecRoundMaxBlock = 255;
 
-// The window attention's launch shape: its key rows staged in shared memory when they fit the default 48 KB beside
-// the scores (max_keys doubles + 2); else every read goes to global memory (the same bits either way).
+// The window attention's shared memory: the scores (max_keys doubles + 2), rounded up to 16 bytes so that the staged
+// key rows after them take 16-byte stores.
+constexpr int64_t draft_attention_score_doubles(int64_t max_keys) { return (max_keys + 3) / 2 * 2; }
+// Its launch shape: the key rows staged in shared memory when they fit the default 48 KB beside the scores; else
+// every read goes to global memory (the same bits either way).
 inline bool draft_attention_stages(int64_t max_keys, int64_t dim) {
-  return (max_keys + 2) * 8 + max_keys * dim * 4 <= 48 * 1024;
+  return draft_attention_score_doubles(max_keys) * 8 + max_keys * dim * 4 <= 48 * 1024;
 }
 
 namespace detail {
