@@ -87,6 +87,37 @@ __device__ __forceinline__ void skinny_load(const GemmArgs& a, const WPtr& w, in
     }
 }
 
+// x rows [row0, row0 + mc) x [k0, k0 + kc) into shared memory (row r at xs + r * KCP, offset c at c + (c / VE) *
+// PAD). The block's flat [mc, kc / 4] in 4-float quads, each thread's kSkStageBatch loads issued before its stores
+// (a row at a time, each element's load waited for before its store, left ~one L2 latency a row and step in series:
+// session 45). kc and VE are multiples of 4, so a quad never straddles a padded vector.
+constexpr int kSkStageBatch = 8;
+template <WeightFormat F>
+__device__ __forceinline__ void stage_x(const GemmArgs& a, int64_t g, int64_t row0, int mc, int64_t k0, int kc,
+                                        float* xs) {
+  using T = SkFmt<F>;
+  const int quads = kc / 4, total = mc * quads;
+  for (int base = threadIdx.x; base < total; base += kSkStageBatch * kSkWarps * 32) {
+    float4 v[kSkStageBatch];
+#pragma unroll
+    for (int u = 0; u < kSkStageBatch; ++u) {
+      const int i = base + u * kSkWarps * 32;
+      if (i >= total) continue;
+      const int r = i / quads, c = (i - r * quads) * 4;
+      const float* xr = x_row(a, g, row0 + r) + k0 + c;
+      v[u] = a.x_vec ? __ldg(reinterpret_cast<const float4*>(xr))
+                     : make_float4(__ldg(xr), __ldg(xr + 1), __ldg(xr + 2), __ldg(xr + 3));
+    }
+#pragma unroll
+    for (int u = 0; u < kSkStageBatch; ++u) {
+      const int i = base + u * kSkWarps * 32;
+      if (i >= total) continue;
+      const int r = i / quads, c = (i - r * quads) * 4;
+      *reinterpret_cast<float4*>(xs + r * T::KCP + c + (c / T::VE) * T::PAD) = v[u];
+    }
+  }
+}
+
 // The work of block (bx, blockIdx.y): weight rows [bx * kSkWarps * kSkRowsPerWarp, +kSkWarps * kSkRowsPerWarp) of
 // a's weight for every x row of its group. A row's sums depend on K, the format and its own x row only (lane
 // vectors in K order, then the fixed butterfly), never on N or the block: the segments kernel below gives the
@@ -118,10 +149,11 @@ __device__ __forceinline__ void skinny_block(const GemmArgs& a, int64_t bx, bool
     for (int64_t k0 = 0; k0 < a.K; k0 += T::KC) {
       const int kc = int(a.K - k0 < T::KC ? a.K - k0 : T::KC);  // a multiple of VE
       __syncthreads();  // the previous chunk's readers are done
-      for (int r = 0; r < mc; ++r) {
-        const float* xr = x_row(a, g, r_begin + m0 + r) + k0;
-        float* dst = xs + r * T::KCP;
-        for (int c = tid; c < kc; c += kSkWarps * 32) dst[c + (c / T::VE) * T::PAD] = __ldg(xr + c);
+      if (mc > 1) {
+        stage_x<F>(a, g, r_begin + m0, mc, k0, kc, xs);
+      } else {  // one row: the element loop (the batched form measured ~1 us slower a launch here, session 45)
+        const float* xr = x_row(a, g, r_begin + m0) + k0;
+        for (int c = tid; c < kc; c += kSkWarps * 32) xs[c + (c / T::VE) * T::PAD] = __ldg(xr + c);
       }
       __syncthreads();
       const int nv = kc / T::VE;
