@@ -1,8 +1,8 @@
 // DSINFER_STEP_PHASES=1 (a measurement switch, docs/architecture.md): the host's wall time in each phase of the
 // engine's synchronous steps, printed to stderr when the engine goes (the mean and the median a step: captures and
 // prefills make the mean's tail), so that the device's idle gap between two steps can be put on the host code that
-// makes it without a profiler attached (CUPTI's graph tracing inflates cudaGraphLaunch ~80x: bench/NOTES.md). Off: every call returns at
-// once; the decisions never read it.
+// makes it without a profiler attached (CUPTI's graph tracing inflates cudaGraphLaunch ~80x: bench/NOTES.md). Off:
+// every call returns at once; the decisions never read it.
 #pragma once
 #include <array>
 #include <chrono>

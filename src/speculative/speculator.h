@@ -89,7 +89,9 @@ class Speculator {
   // engine then launches nothing); called before every synchronous step, it forgets the launched step either way.
   void enable_chained_steps(bool on) { chain_ = on && chain_env_ && one_wait_ && drafter_->supports_round(); }
   // The positions past a verify step that its sequences' blocks should cover (SchedulerConfig::spec_lookahead).
-  int64_t chained_lookahead() const { return chain_ ? chain_lookahead(cfg_.num_speculative_tokens, drafter_->max_drafts()) : 0; }
+  int64_t chained_lookahead() const {
+    return chain_ ? chain_lookahead(cfg_.num_speculative_tokens, drafter_->max_drafts()) : 0;
+  }
   const scheduler::BatchPlan* chain(const scheduler::BatchPlan& plan, const scheduler::Scheduler& sched);
   bool take_chained(const scheduler::BatchPlan& plan, const scheduler::Scheduler& sched, bool one_wait);
 
