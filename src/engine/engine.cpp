@@ -81,7 +81,7 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
                                          e->sched_->cache(), e->max_model_len_));
     e->spec_->set_cost_model(std::move(cost));
     e->spec_->enable_chained_steps(e->runner_->supports_chained_steps());
-    e->sched_->set_spec_lookahead(e->spec_->chained_lookahead());
+    e->sched_->set_spec_lookahead(e->spec_->chained_lookahead(), speculative::kChainMaxSeqs);
   }
   // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
   e->device_sampling_ = cfg.device_sampling && e->runner_->supports_device_sampling() && !e->spec_;

@@ -215,7 +215,8 @@ const BatchPlan& Scheduler::schedule() {
       --i;  // DP: the sequences after s are other ranks'; running_[i] is now the next one (i wraps, then ++i)
       continue;
     }
-    if (spec > 0 && cfg_.spec_lookahead > 0) {  // the chained step's blocks too, where free
+    // The chained step's blocks too, where free and where the step may be chained.
+    if (spec > 0 && cfg_.spec_lookahead > 0 && running_.size() <= size_t(cfg_.spec_lookahead_max_seqs)) {
       const int64_t ahead = std::min(s->num_computed + n + cfg_.spec_lookahead, cache_.max_model_len());
       if (ahead > cache_.capacity_tokens(s->slot)) (void)cache_.allocate_for(s->slot, ahead);
     }

@@ -36,8 +36,10 @@ struct SchedulerConfig {
   int64_t spec_budget = 0;
   double spec_min_survival = 0.0;
   // Positions past a verify step's own that a sequence verifying drafts gets blocks for where they are free (never
-  // preempting): the chained verify step's (speculative/chained_step.h chain_lookahead; 0 without chained steps).
+  // preempting): the chained verify step's (speculative/chained_step.h chain_lookahead; 0 without chained steps),
+  // only while at most spec_lookahead_max_seqs sequences run (kChainMaxSeqs: no larger step is chained).
   int64_t spec_lookahead = 0;
+  int32_t spec_lookahead_max_seqs = 0;
 };
 
 struct RequestSpec {
@@ -106,8 +108,12 @@ class Scheduler {
   // Between steps only (the engine's prefix-state import / export): state bookkeeping the scheduler does not plan.
   cache::StateCache& cache_between_steps() { return cache_; }
   const SchedulerConfig& config() const { return cfg_; }
-  // SchedulerConfig::spec_lookahead, known once the engine's speculator is (Speculator::chained_lookahead).
-  void set_spec_lookahead(int64_t positions) { cfg_.spec_lookahead = positions; }
+  // SchedulerConfig::spec_lookahead and spec_lookahead_max_seqs, known once the engine's speculator is
+  // (Speculator::chained_lookahead, kChainMaxSeqs).
+  void set_spec_lookahead(int64_t positions, int32_t max_seqs) {
+    cfg_.spec_lookahead = positions;
+    cfg_.spec_lookahead_max_seqs = max_seqs;
+  }
   // Inspection (tests, engine): nullopt-like -1 / empty for unknown or destroyed sequences.
   SeqState seq_state(SeqId id) const;
   std::vector<SeqId> seq_ids(RequestId id) const;

@@ -16,6 +16,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <list>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -306,15 +307,18 @@ void Server::Impl::accept_loop() {
     ++connections;
     auto c = std::make_unique<Conn>();
     Conn* raw = c.get();
+    // Shared with the thread's lambda, so that a thread that cannot start leaves the socket here to answer.
+    auto held = std::make_shared<tcp::socket>(std::move(sock));
     try {
-      c->thread = std::thread([this, raw, s = std::move(sock)]() mutable {
-        serve(std::move(s));
+      c->thread = std::thread([this, raw, held] {
+        serve(std::move(*held));
         --connections;
         raw->done = true;
       });
     } catch (const std::system_error&) {  // no thread to serve it (a process limit): refused like a full server
       --connections;
-      continue;  // the socket moved into the failed lambda is closed with it
+      reject(*held);
+      continue;
     }
     conns.push_back(std::move(c));
   }

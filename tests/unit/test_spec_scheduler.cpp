@@ -116,11 +116,12 @@ TEST(SpecScheduler, DraftsAreCappedByMaxTokensAndTheSpareRows) {
 }
 
 // SchedulerConfig::spec_lookahead (the chained verify step's blocks): a verify step's sequence gets blocks for that
-// many positions past the step where they are free, capped at max_model_len; without drafts, none.
+// many positions past the step where they are free, capped at max_model_len; without drafts, none; none where more
+// sequences run than spec_lookahead_max_seqs (no such step is chained).
 TEST(SpecScheduler, LookaheadBlocksForVerifySteps) {
   for (int64_t ahead : {0, 12}) {
     auto s = make(0, 0.0);
-    s->set_spec_lookahead(ahead);
+    s->set_spec_lookahead(ahead, 1);
     sampling::SamplingParams p;
     p.temperature = 0;
     p.max_tokens = 40;
@@ -137,7 +138,7 @@ TEST(SpecScheduler, LookaheadBlocksForVerifySteps) {
     EXPECT_EQ(p2.seqs[0].block_table.size(), ahead ? 6u : 3u) << "lookahead " << ahead;
   }
   auto s = make(0, 0.0);
-  s->set_spec_lookahead(1000);  // capped at max_model_len (64): 16 blocks
+  s->set_spec_lookahead(1000, 1);  // capped at max_model_len (64): 16 blocks
   sampling::SamplingParams p;
   p.temperature = 0;
   auto id = s->add_request({{1, 2, 3, 4, 5}, p});
@@ -147,4 +148,27 @@ TEST(SpecScheduler, LookaheadBlocksForVerifySteps) {
   ASSERT_TRUE(s->update(std::vector<StepOutput>{out(plan, 0, {9})}).is_ok());
   ASSERT_TRUE(s->set_draft(sid, {4, 5, 6}, {1.f, 1.f, 1.f}).is_ok());
   EXPECT_EQ(s->schedule().seqs[0].block_table.size(), 16u);
+  for (int32_t max_seqs : {1, 2}) {  // two sequences verifying drafts
+    auto two = make(0, 0.0);
+    two->set_spec_lookahead(12, max_seqs);
+    sampling::SamplingParams q;
+    q.temperature = 0;
+    q.max_tokens = 40;
+    std::vector<SeqId> sids;
+    for (int r = 0; r < 2; ++r) {
+      auto rid = two->add_request({{1, 2, 3, 4, 5}, q});
+      ASSERT_TRUE(rid.is_ok());
+      sids.push_back(two->seq_ids(*rid)[0]);
+    }
+    const BatchPlan& pre = two->schedule();
+    ASSERT_EQ(pre.seqs.size(), 2u);
+    ASSERT_TRUE(two->update(std::vector<StepOutput>{out(pre, 0, {9}), out(pre, 1, {9})}).is_ok());
+    for (SeqId sid2 : sids) ASSERT_TRUE(two->set_draft(sid2, {4, 5, 6}, {1.f, 1.f, 1.f}).is_ok());
+    const BatchPlan& v = two->schedule();
+    ASSERT_EQ(v.seqs.size(), 2u);
+    for (const auto& sp : v.seqs) {
+      ASSERT_EQ(sp.num_spec_tokens, 3);
+      EXPECT_EQ(sp.block_table.size(), max_seqs >= 2 ? 6u : 3u) << "max_seqs " << max_seqs;
+    }
+  }
 }
