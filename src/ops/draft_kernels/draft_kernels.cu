@@ -1,16 +1,59 @@
 // Small kernels of the CUDA drafters (see draft_kernels_launch.h): the window attention with explicit key ranges,
 // the hc-stream mean of captured target rows, the ring scatter, the greedy draft pick, row copies and a broadcast
-// row add. Simple one-block-per-row
-// kernels: the drafter's tensors are small (tens to hundreds of rows).
+// row add. Simple one-block-per-row kernels: the drafter's tensors are small (tens to hundreds of rows). Every one
+// launches by PDL (cuda/pdl.h) and waits first, so its launch overlaps the tail of the kernel before it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
+#include "cuda/ops_device.cuh"
+#include "cuda/pdl.cuh"
 #include "ops/draft_kernels/draft_kernels_launch.h"
 
 namespace dsinfer::ops::cuda::detail {
 
 namespace {
+namespace dev = dsinfer::cuda::dev;
+using dsinfer::cuda::pdl_launch;
+using dsinfer::cuda::pdl_wait_then_release;
+
+// The RoPE of the 4 channels [4c, 4c + 4) of a vector at position `pos` (DraftAttnArgs::rope_dim), inverse or not:
+// head_norm_rope's rotation of a chunk (ops/rope/rope.cu norm_rope_vec), the same functions of the same inputs.
+__device__ __forceinline__ void rope_chunk(const DraftAttnArgs& a, float (&e)[4], int c, int64_t pos, bool inverse) {
+  const int64_t rope_start = a.dim - a.rope_dim;
+#pragma unroll
+  for (int k = 0; k < 4; k += 2) {
+    const int64_t d = 4 * int64_t(c) + k;
+    if (d < rope_start) continue;
+    float cs, sn;
+    dev::rope_cos_sin(a.inv_freq[(d - rope_start) / 2], pos, a.attention_factor, inverse, cs, sn);
+    dev::rope_rotate(e[k], e[k + 1], cs, sn);
+  }
+}
+
+// DraftAttnArgs::q_norm_rope: the raw query vector q (dim channels) normalised and rotated into qs, as
+// head_norm_rope's HeadNorm::Unweighted does it: every warp sums the squares in that kernel's lanes and order (so
+// every warp holds its inverse RMS), then the block scales and rotates the chunks. Ends at a block barrier.
+__device__ __forceinline__ void query_norm_rope(const DraftAttnArgs& a, const float* q, int64_t pos, float* qs) {
+  const int lane = int(threadIdx.x & 31), nchunks = int(a.dim / 4);
+  const float4* q4 = reinterpret_cast<const float4*>(q);
+  double ss = 0.0;
+  for (int c = lane; c < nchunks; c += 32) {
+    const float4 v = q4[c];
+    ss = __dadd_rn(ss, dev::sum_sq4(v.x, v.y, v.z, v.w));
+  }
+  ss = dev::warp_sum(ss);
+  const float inv = dev::rms_inv(ss, a.dim, a.q_eps);
+  for (int c = int(threadIdx.x); c < nchunks; c += int(blockDim.x)) {
+    const float4 v = q4[c];
+    float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) e[k] = __fmul_rn(__fmul_rn(e[k], inv), 1.0f);  // the unweighted norm's weight 1
+    rope_chunk(a, e, c, pos, false);
+    reinterpret_cast<float4*>(qs)[c] = make_float4(e[0], e[1], e[2], e[3]);
+  }
+  __syncthreads();
+}
 
 // 8 warps: a key's score is one warp's (the same lanes' sums in the same order whatever the warp), so more warps
 // shorten the score loop without changing a bit (4 warps left ~17 keys a warp at window 64 + block 5).
@@ -25,8 +68,11 @@ constexpr int kStageBatch = 8;  // float4 loads each thread has in flight while 
 // where the rows allow it, each thread's kStageBatch loads issued before its stores (a row at a time a warp left
 // one global load's latency a row: ~17 in series, session 45). Same values, same order of every sum: the same bits
 // either way.
+// With DraftAttnArgs::q_norm_rope / out_rope, the query's norm and RoPE and the output's inverse RoPE run here on a
+// [dim] vector in shared memory, with head_norm_rope's arithmetic (the same bits as its two launches around this one).
 template <bool kStage>
 __global__ void draft_attention_kernel(DraftAttnArgs a) {
+  pdl_wait_then_release();
   extern __shared__ double smem[];
   const int64_t t = blockIdx.x, h = blockIdx.y, dim = a.dim;
   const DraftKeys k = a.keys[t];
@@ -36,12 +82,18 @@ __global__ void draft_attention_kernel(DraftAttnArgs a) {
   double* s = smem;                 // [max_keys]
   double* red = smem + a.max_keys;  // [2]: max, denominator
   const float* q = a.q + (t * a.heads + h) * dim;
+  const int64_t pos = a.pos ? a.pos[t] : 0;
   auto key = [&](int64_t j) -> const float* {
     if (j < nring) return a.ring + int64_t(k.slot) * a.slot_stride + ((k.ring_lo + j) % a.window) * dim;
     return a.kv + (k.new_lo + (j - nring)) * dim;
   };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   float* staged = reinterpret_cast<float*>(smem + draft_attention_score_doubles(a.max_keys));  // [n, dim] (kStage)
+  float* vec = staged + (kStage ? a.max_keys * dim : 0);  // [dim]
+  if (a.q_norm_rope) {
+    query_norm_rope(a, q, pos, vec);
+    q = vec;
+  }
   if (kStage) {
     // 16-byte vectors where every row starts on one (the ring's slots and rows, this call's rows).
     const bool vec4 = dim % 4 == 0 && a.slot_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.ring) % 16 == 0 &&
@@ -91,15 +143,25 @@ __global__ void draft_attention_kernel(DraftAttnArgs a) {
   __syncthreads();
   const double den = red[1];
   float* out = a.out + (t * a.heads + h) * dim;
+  float* o = a.out_rope ? vec : out;  // the query's vector is free: every score is taken
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     double acc = 0.0;
     for (int64_t j = 0; j < n; ++j) acc += s[j] * double(row(j)[i]);
-    out[i] = float(acc / den);
+    o[i] = float(acc / den);
+  }
+  if (!a.out_rope) return;
+  __syncthreads();
+  for (int c = int(threadIdx.x); c < int(dim / 4); c += int(blockDim.x)) {
+    const float4 v = reinterpret_cast<const float4*>(vec)[c];
+    float e[4] = {v.x, v.y, v.z, v.w};
+    rope_chunk(a, e, c, pos, true);
+    reinterpret_cast<float4*>(out)[c] = make_float4(e[0], e[1], e[2], e[3]);
   }
 }
 
 __global__ void stream_mean_kernel(const float* hidden, const int32_t* rows, int64_t layers, int64_t n, int64_t dim,
                                    float* feats) {
+  pdl_wait_then_release();
   const int64_t t = blockIdx.x;
   const float* src = hidden + int64_t(rows[t]) * layers * n * dim;
   for (int64_t idx = threadIdx.x; idx < layers * dim; idx += blockDim.x) {
@@ -112,6 +174,7 @@ __global__ void stream_mean_kernel(const float* hidden, const int32_t* rows, int
 
 __global__ void ring_scatter_kernel(const float* kv, const int32_t* slot, const int64_t* pos, const int32_t* rows,
                                     int64_t dim, float* ring, int64_t slot_stride, int64_t window) {
+  pdl_wait_then_release();
   const int64_t t = rows ? int64_t(rows[blockIdx.x]) : int64_t(blockIdx.x);
   if (slot[t] < 0) return;  // a padding row
   float* dst = ring + int64_t(slot[t]) * slot_stride + (pos[t] % window) * dim;
@@ -163,6 +226,7 @@ __device__ __forceinline__ void warp_argmax(const float* row, int64_t vocab, flo
 // One block per sequence: the confidence dot product (double, block reduction), then the argmax, then (next_e)
 // the picked token's Markov row for the next position.
 __global__ void draft_pick_kernel(DraftPickArgs a) {
+  pdl_wait_then_release();
   __shared__ double dsum[kPickThreads / 32];
   __shared__ float bv[kPickThreads / 32];
   __shared__ int32_t bi[kPickThreads / 32];
@@ -205,6 +269,7 @@ __global__ void draft_pick_kernel(DraftPickArgs a) {
 
 __global__ void copy_rows_kernel(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows,
                                  int64_t width) {
+  pdl_wait_then_release();
   const int64_t t = blockIdx.x;
   const float* s = src + (src_rows ? int64_t(src_rows[t]) : t) * width;
   float* d = dst + (dst_rows ? int64_t(dst_rows[t]) : t) * width;
@@ -212,6 +277,7 @@ __global__ void copy_rows_kernel(const float* src, const int32_t* src_rows, floa
 }
 
 __global__ void add_rows_kernel(const float* b, int64_t rep, int64_t dim, float* y) {
+  pdl_wait_then_release();
   const int64_t t = blockIdx.x;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[t * dim + i] += b[(t / rep) * dim + i];
 }
@@ -236,6 +302,7 @@ __device__ int32_t block_argmax(const float* row, int64_t vocab, float* bv, int3
 // One block per padded sequence: the acceptance over its verify rows (stops at the first mismatch), then its rows of
 // the next propose's inputs and of the fused ingest.
 __global__ void spec_round_kernel(SpecRoundArgs a) {
+  pdl_wait_then_release();
   __shared__ float bv[kPickThreads / 32];
   __shared__ int32_t bi[kPickThreads / 32];
   __shared__ int32_t tok[kSpecRoundMaxBlock + 1];
@@ -339,6 +406,7 @@ __device__ __forceinline__ float skinny_bias(const float4 (&w)[kDraftPicksMaxRan
 // partials; grid barrier; (B) every block folds every sequence's slices (a warp a sequence) into its pick; the owner
 // block of a sequence writes its id, confidence, predecessor and Markov row.
 __global__ void __launch_bounds__(kPickThreads) draft_picks_kernel(DraftPicksArgs a) {
+  pdl_wait_then_release();
   __shared__ int32_t pred[kDraftPicksMaxB], pick[kDraftPicksMaxB];
   __shared__ double dsum[kPickThreads / 32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = kPickThreads / 32;
@@ -462,6 +530,7 @@ constexpr int kMoeFusedThreads = 256;
 
 // Warp per (token, slot, channel): h[t, j, i] = SwiGLU(w1_j[i] . x_t, w3_j[i] . x_t) (swiglu_kernel's arithmetic).
 __global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_up_kernel(DraftMoeArgs a) {
+  pdl_wait_then_release();
   const int lane = threadIdx.x % 32;
   const int64_t routed = a.T * a.topk * a.inter, items = routed + a.T * a.shared_inter;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
@@ -502,6 +571,7 @@ __global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_up_kernel(DraftMoe
 // Warp per (token, channel d): the down dot product of every slot, then combine_kernel's sum: the routed outputs times
 // their weights in k order (skipped assignments left out), then + the shared output.
 __global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_down_kernel(DraftMoeArgs a) {
+  pdl_wait_then_release();
   const int lane = threadIdx.x % 32;
   const int64_t items = a.T * a.dim, warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t it = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; it < items; it += warps) {
@@ -525,53 +595,55 @@ __global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_down_kernel(DraftM
 void launch_draft_attention(const DraftAttnArgs& a, void* stream) {
   const dim3 grid(unsigned(a.T), unsigned(a.heads));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const size_t scores = size_t(draft_attention_score_doubles(a.max_keys)) * sizeof(double);
-  const size_t staged = scores + size_t(a.max_keys) * size_t(a.dim) * sizeof(float);
-  if (draft_attention_stages(a.max_keys, a.dim)) {
-    draft_attention_kernel<true><<<grid, kAttnThreads, staged, s>>>(a);
+  const bool stage = draft_attention_stages(a.max_keys, a.dim);
+  const size_t smem = size_t(draft_attention_smem(a.max_keys, a.dim, stage));
+  if (stage) {
+    pdl_launch(draft_attention_kernel<true>, grid, dim3(kAttnThreads), smem, s, a);
   } else {
-    draft_attention_kernel<false><<<grid, kAttnThreads, scores, s>>>(a);
+    pdl_launch(draft_attention_kernel<false>, grid, dim3(kAttnThreads), smem, s, a);
   }
 }
 
 void launch_stream_mean(const float* hidden, const int32_t* rows, int64_t T, int64_t layers, int64_t n, int64_t dim,
                         float* feats, void* stream) {
-  stream_mean_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(hidden, rows, layers, n, dim, feats);
+  pdl_launch(stream_mean_kernel, dim3(unsigned(T)), dim3(256), 0, static_cast<cudaStream_t>(stream), hidden, rows,
+             layers, n, dim, feats);
 }
 
 void launch_ring_scatter(const float* kv, const int32_t* slot, const int64_t* pos, const int32_t* rows, int64_t T,
                          int64_t dim, float* ring, int64_t slot_stride, int64_t window, void* stream) {
-  ring_scatter_kernel<<<unsigned(T), 128, 0, static_cast<cudaStream_t>(stream)>>>(kv, slot, pos, rows, dim, ring,
-                                                                                  slot_stride, window);
+  pdl_launch(ring_scatter_kernel, dim3(unsigned(T)), dim3(128), 0, static_cast<cudaStream_t>(stream), kv, slot, pos,
+             rows, dim, ring, slot_stride, window);
 }
 
 void launch_draft_pick(const DraftPickArgs& a, void* stream) {
-  draft_pick_kernel<<<unsigned(a.B), kPickThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  pdl_launch(draft_pick_kernel, dim3(unsigned(a.B)), dim3(kPickThreads), 0, static_cast<cudaStream_t>(stream), a);
 }
 
 void launch_copy_rows(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows, int64_t T,
                       int64_t width, void* stream) {
-  copy_rows_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, src_rows, dst, dst_rows, width);
+  pdl_launch(copy_rows_kernel, dim3(unsigned(T)), dim3(256), 0, static_cast<cudaStream_t>(stream), src, src_rows, dst,
+             dst_rows, width);
 }
 
 void launch_add_rows(const float* b, int64_t T, int64_t rep, int64_t dim, float* y, void* stream) {
-  add_rows_kernel<<<unsigned(T), 256, 0, static_cast<cudaStream_t>(stream)>>>(b, rep, dim, y);
+  pdl_launch(add_rows_kernel, dim3(unsigned(T)), dim3(256), 0, static_cast<cudaStream_t>(stream), b, rep, dim, y);
 }
 
 void launch_spec_round(const SpecRoundArgs& a, void* stream) {
-  spec_round_kernel<<<unsigned(a.Bp), kPickThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  pdl_launch(spec_round_kernel, dim3(unsigned(a.Bp)), dim3(kPickThreads), 0, static_cast<cudaStream_t>(stream), a);
 }
 
 void launch_draft_picks(const DraftPicksArgs& a, void* stream) {
-  draft_picks_kernel<<<unsigned(a.blocks), kPickThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  pdl_launch(draft_picks_kernel, dim3(unsigned(a.blocks)), dim3(kPickThreads), 0, static_cast<cudaStream_t>(stream), a);
 }
 
 void launch_draft_moe(const DraftMoeArgs& a, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   constexpr int64_t kWarps = kMoeFusedThreads / 32;
   const int64_t up = a.T * (a.topk * a.inter + a.shared_inter), down = a.T * a.dim;
-  draft_moe_up_kernel<<<unsigned((up + kWarps - 1) / kWarps), kMoeFusedThreads, 0, s>>>(a);
-  draft_moe_down_kernel<<<unsigned((down + kWarps - 1) / kWarps), kMoeFusedThreads, 0, s>>>(a);
+  pdl_launch(draft_moe_up_kernel, dim3(unsigned((up + kWarps - 1) / kWarps)), dim3(kMoeFusedThreads), 0, s, a);
+  pdl_launch(draft_moe_down_kernel, dim3(unsigned((down + kWarps - 1) / kWarps)), dim3(kMoeFusedThreads), 0, s, a);
 }
 
 }  // namespace dsinfer::ops::cuda::detail

@@ -2,6 +2,7 @@
 #include "ops/draft_kernels/draft_kernels_cuda.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "cuda/cuda_common.h"
 
@@ -12,8 +13,14 @@ Status draft_attention_cuda(const DraftAttnArgs& a, void* stream) {
   if (a.T < 0 || a.T > 0x7fffffff || a.heads <= 0 || a.heads > 65535 || a.dim <= 0 || a.max_keys < 0 || a.window <= 0)
     return Status::errorf("draft_attention: bad shape T={} heads={} dim={} max_keys={} window={}", a.T, a.heads, a.dim,
                           a.max_keys, a.window);
-  if ((a.max_keys + 2) * 8 > 48 * 1024) return Status::errorf("draft_attention: {} keys exceed shared memory", a.max_keys);
+  if (draft_attention_smem(a.max_keys, a.dim, false) > 48 * 1024)
+    return Status::errorf("draft_attention: {} keys of {} channels exceed shared memory", a.max_keys, a.dim);
   if (!a.q || !a.kv || !a.ring || !a.keys || !a.sinks || !a.out) return Status::error("draft_attention: null pointer");
+  if ((a.q_norm_rope || a.out_rope) &&
+      (a.dim % 4 != 0 || a.rope_dim <= 0 || a.rope_dim % 2 != 0 || a.rope_dim > a.dim || !a.pos || !a.inv_freq ||
+       reinterpret_cast<uintptr_t>(a.q) % 16 != 0 || reinterpret_cast<uintptr_t>(a.out) % 16 != 0))
+    return Status::errorf("draft_attention: the fused RoPE needs dim % 4 == 0 (dim {}), an even rope_dim <= dim ({}), "
+                          "positions, inv_freq and 16-byte aligned q and out", a.dim, a.rope_dim);
   detail::launch_draft_attention(a, stream);
   DSI_CUDA_LAUNCHED("draft_attention_kernel");
   return Status::ok();

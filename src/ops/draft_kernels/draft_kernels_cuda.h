@@ -9,8 +9,9 @@
 namespace dsinfer::ops::cuda {
 
 // Window attention with per-token key ranges (DraftKeys) and per-head sinks, K = V (semantics of
-// ops::sparse_attention_ref over the key list "ring range, then new rows"); no RoPE. Every token's key count
-// must be <= a.max_keys (checked on the host by the caller, which built the ranges).
+// ops::sparse_attention_ref over the key list "ring range, then new rows"); the query's norm + RoPE and the output's
+// inverse RoPE fused where DraftAttnArgs asks. Every token's key count must be <= a.max_keys (checked on the host by
+// the caller, which built the ranges).
 Status draft_attention_cuda(const DraftAttnArgs& a, void* stream);
 Status stream_mean_cuda(const float* hidden, const int32_t* rows, int64_t T, int64_t layers, int64_t n, int64_t dim,
                         float* feats, void* stream);

@@ -22,6 +22,16 @@ struct DraftAttnArgs {
   float scale = 1.0f;
   int64_t T = 0, heads = 0, dim = 0, max_keys = 0;
   float* out = nullptr;  // [T, heads, dim]
+  // The RoPE around the core, fused (the drafter's attention; head_norm_rope's bits, ops/rope/rope_cuda.h): with
+  // q_norm_rope, q is wq_b's raw output and each (token, head) vector gets head_norm_rope's unweighted RMS norm
+  // (eps q_eps) and RoPE before its scores; with out_rope, the output gets the inverse RoPE. Both read pos [T] and
+  // inv_freq [rope_dim / 2]; dim % 4 == 0, rope_dim even and <= dim, q and out 16-byte aligned (head_norm_rope's
+  // own conditions).
+  const int64_t* pos = nullptr;
+  const float* inv_freq = nullptr;
+  int64_t rope_dim = 0;
+  float attention_factor = 1.0f, q_eps = 0.0f;
+  bool q_norm_rope = false, out_rope = false;
 };
 
 // Greedy draft pick of one draft position for B sequences (DSpark: after the Markov bias of the predecessor):
@@ -164,13 +174,17 @@ struct SpecRoundArgs {
 };
 inline constexpr int32_t kSpecRoundMaxBlock = 255;
 
-// The window attention's shared memory: the scores (max_keys doubles + 2), rounded up to 16 bytes so that the staged
-// key rows after them take 16-byte stores.
+// The window attention's shared memory: the scores (max_keys doubles + 2), rounded up to 16 bytes so that the floats
+// after them take 16-byte stores; the staged key rows where they fit; one [dim] vector (the fused RoPE's query, then
+// its output before the inverse RoPE).
 constexpr int64_t draft_attention_score_doubles(int64_t max_keys) { return (max_keys + 3) / 2 * 2; }
+inline int64_t draft_attention_smem(int64_t max_keys, int64_t dim, bool staged) {
+  return draft_attention_score_doubles(max_keys) * 8 + ((staged ? max_keys : 0) + 1) * dim * 4;
+}
 // Its launch shape: the key rows staged in shared memory when they fit the default 48 KB beside the scores; else
 // every read goes to global memory (the same bits either way).
 inline bool draft_attention_stages(int64_t max_keys, int64_t dim) {
-  return draft_attention_score_doubles(max_keys) * 8 + max_keys * dim * 4 <= 48 * 1024;
+  return draft_attention_smem(max_keys, dim, true) <= 48 * 1024;
 }
 
 namespace detail {

@@ -137,9 +137,7 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
   DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wq_a, cq_.data(), qr, false));
   DSI_RETURN_IF_ERROR(rmsnorm(cq_.data(), T, qr, L.q_norm, eps, cq_.data(), s));
   DSI_RETURN_IF_ERROR(gemm(cq_.data(), T, qr, L.wq_b, q_.data(), H * hd, false));
-  HeadNormRopeParams rp{T, H, hd, HeadNorm::Unweighted, nullptr, eps, rd, inv_freq_.data(), af, false};
-  DSI_RETURN_IF_ERROR(head_norm_rope(rp, q_.data(), pos, s));
-  if (mark) mark("attn q (wq_a, q_norm, wq_b, rope)");
+  if (mark) mark("attn q (wq_a, q_norm, wq_b)");
   if (kv_side) {
     DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(kv_side_.join), 0));
   } else {
@@ -160,15 +158,20 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
   a.dim = hd;
   a.max_keys = max_keys;
   a.out = o_.data();
+  // The query's per-head norm + RoPE and the output's inverse RoPE in the core's launch (head_norm_rope's bits).
+  a.pos = pos;
+  a.inv_freq = inv_freq_.data();
+  a.rope_dim = rd;
+  a.attention_factor = af;
+  a.q_eps = eps;
+  a.q_norm_rope = true;
+  a.out_rope = true;
   if (join_before_core) {  // the context rows the core reads were written on another stream (DsparkCuda)
     DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(join_before_core), 0));
     join_before_core = nullptr;
   }
   DSI_RETURN_IF_ERROR(draft_attention_cuda(a, s));
-  if (mark) mark("attn core");
-  rp = {T, H, hd, HeadNorm::None, nullptr, eps, rd, inv_freq_.data(), af, true};
-  DSI_RETURN_IF_ERROR(head_norm_rope(rp, o_.data(), pos, s));
-  if (mark) mark("attn out inverse rope");
+  if (mark) mark("attn core (q norm + rope, the output's inverse rope)");
   const GemmCallPlan gp = plan_gemm_grouped_call(L.wo_a, G, T, draft_mode(ctx_.exact), GemmSettings{});
   const int64_t chunk = gp.chunk_rows;
   for (int64_t i = 0; i < T; i += chunk)
