@@ -72,16 +72,18 @@ Result<HcDevice> upload_hc(std::vector<cuda::DeviceBuffer<uint8_t>>& owned, cons
 // DSINFER_DSPARK_CONCURRENT=0 turns them off (every op in order on the drafter's stream). The one place it is read.
 bool draft_side_streams();
 
-// A side stream with its fork and join events (cudaStream_t / cudaEvent_t as void*), for a drafter's independent
-// path; empty (stream == nullptr) until create(). The destructor waits for the stream's work, then destroys all three.
+// A side stream with its fork event and its join events (cudaStream_t / cudaEvent_t as void*), for a drafter's
+// independent path; empty (stream == nullptr) until create(joins). The destructor waits for the stream's work, then
+// destroys the stream and the events.
 struct DraftSideStream {
   void* stream = nullptr;
-  void *fork = nullptr, *join = nullptr;
+  void* fork = nullptr;
+  std::vector<void*> joins;  // recorded on the stream where parts of its work are done (the last: all of it)
   DraftSideStream() = default;
   DraftSideStream(const DraftSideStream&) = delete;
   DraftSideStream& operator=(const DraftSideStream&) = delete;
   ~DraftSideStream();
-  Status create();
+  Status create(size_t num_joins = 1);
 };
 
 // Scratch and the layer forward shared by both drafters (draft_layer_cuda.cpp).
@@ -111,9 +113,10 @@ class DraftForward {
   // The stream the ops launch on (nullptr: the drafter's, ctx.stream); a caller switches it around calls whose
   // scratch no other stream's calls use.
   void set_stream(void* s) { stream_ = s; }
-  // An event (cudaEvent_t) the next attention core waits for before it reads the ring, then forgets: DsparkCuda's
-  // context rows written on its side stream. The caller waits for it itself when no attention core ran.
-  void* join_before_core = nullptr;
+  // Events (cudaEvent_t) the next attention cores wait for before they read their layer's ring, the first one each
+  // core, then forget: DsparkCuda's context rows written on its side stream, a layer at a time. The caller waits
+  // for those left when fewer attention cores ran.
+  std::vector<void*> joins_before_core;
   const float* last_kv() const { return kv_.data(); }  // this call's K=V rows of the last layer() [T, head_dim]
   uint64_t generation() const { return gen_; }          // bumped whenever reserve() reallocates the scratch
 
@@ -212,9 +215,10 @@ class DsparkCuda final : public speculative::Drafter {
   // event (wait_download): the round's one wait, which work queued after the download does not delay.
   Status queue_download(const BlockLayout& bl);
   Status wait_download();
-  // On `stream` (nullptr: the drafter's): the side stream when a block forward runs it beside its own first kernels.
+  // On `stream` (nullptr: the drafter's): the side stream when a block forward runs it beside its own kernels, with
+  // layer_done[l] recorded once layer l's rows are in the ring.
   Status ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos, int64_t N,
-                        void* stream = nullptr);
+                        void* stream = nullptr, void* const* layer_done = nullptr);
   Status upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl);
   // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
   Status block_forward(const BlockLayout& bl, int32_t kpick);

@@ -42,18 +42,21 @@ DraftSideStream::~DraftSideStream() {
     cudaStreamDestroy(static_cast<cudaStream_t>(stream));
   }
   if (fork) cudaEventDestroy(static_cast<cudaEvent_t>(fork));
-  if (join) cudaEventDestroy(static_cast<cudaEvent_t>(join));
+  for (void* j : joins) cudaEventDestroy(static_cast<cudaEvent_t>(j));
 }
 
-Status DraftSideStream::create() {
+Status DraftSideStream::create(size_t num_joins) {
   cudaStream_t s = nullptr;
-  cudaEvent_t f = nullptr, j = nullptr;
+  cudaEvent_t f = nullptr;
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream = s;
   DSI_CUDA_TRY(cudaEventCreateWithFlags(&f, cudaEventDisableTiming));
   fork = f;
-  DSI_CUDA_TRY(cudaEventCreateWithFlags(&j, cudaEventDisableTiming));
-  join = j;
+  for (size_t i = 0; i < std::max<size_t>(num_joins, 1); ++i) {
+    cudaEvent_t j = nullptr;
+    DSI_CUDA_TRY(cudaEventCreateWithFlags(&j, cudaEventDisableTiming));
+    joins.push_back(j);
+  }
   return Status::ok();
 }
 
@@ -132,14 +135,14 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
     const Status kv = kv_path();
     stream_ = nullptr;
     DSI_RETURN_IF_ERROR(kv);
-    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_side_.join), static_cast<cudaStream_t>(kv_side)));
+    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_side_.joins[0]), static_cast<cudaStream_t>(kv_side)));
   }
   DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wq_a, cq_.data(), qr, false));
   DSI_RETURN_IF_ERROR(rmsnorm(cq_.data(), T, qr, L.q_norm, eps, cq_.data(), s));
   DSI_RETURN_IF_ERROR(gemm(cq_.data(), T, qr, L.wq_b, q_.data(), H * hd, false));
   if (mark) mark("attn q (wq_a, q_norm, wq_b)");
   if (kv_side) {
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(kv_side_.join), 0));
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(kv_side_.joins[0]), 0));
   } else {
     DSI_RETURN_IF_ERROR(kv_path());
   }
@@ -166,9 +169,10 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
   a.q_eps = eps;
   a.q_norm_rope = true;
   a.out_rope = true;
-  if (join_before_core) {  // the context rows the core reads were written on another stream (DsparkCuda)
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(join_before_core), 0));
-    join_before_core = nullptr;
+  if (!joins_before_core.empty()) {  // this layer's context rows were written on another stream (DsparkCuda)
+    const auto j = static_cast<cudaEvent_t>(joins_before_core.front());
+    joins_before_core.erase(joins_before_core.begin());
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), j, 0));
   }
   DSI_RETURN_IF_ERROR(draft_attention_cuda(a, s));
   if (mark) mark("attn core (q norm + rope, the output's inverse rope)");

@@ -59,7 +59,7 @@ DsparkCuda::~DsparkCuda() {
 Status DsparkCuda::init() {
   DSI_RETURN_IF_ERROR(fwd_.init());
   DSI_CUDA_TRY(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(&downloaded_), cudaEventDisableTiming));
-  if (concurrent_) DSI_RETURN_IF_ERROR(side_.create());
+  if (concurrent_) DSI_RETURN_IF_ERROR(side_.create(w_.layers.size()));  // a join a layer's context rows
   for (const model::LayerWeights& l : w_.layers) {
     DSI_ASSIGN_OR_RETURN(std::unique_ptr<DraftDeviceLayer> d, upload_draft_layer(l, lc_));
     layers_.push_back(std::move(d));
@@ -138,9 +138,10 @@ Status DsparkCuda::reserve_ingest(int64_t rows) {
 }
 
 // Kernels only (capturable): stream mean of the N rows' tapped layers -> main_proj -> main_norm -> per layer the K=V
-// row scattered into the ring (a row of slot -1 is padding: computed, never scattered).
+// row scattered into the ring (a row of slot -1 is padding: computed, never scattered). layer_done (with a stream):
+// an event a layer, recorded once its rows are in the ring.
 Status DsparkCuda::ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos,
-                                  int64_t N, void* stream) {
+                                  int64_t N, void* stream, void* const* layer_done) {
   const int64_t D = tc_.hidden_size, n = tc_.hc_mult, m = int64_t(dc_.target_layer_ids.size()), hd = lc_.head_dim;
   void* s = stream ? stream : ctx_.stream;
   fwd_.set_stream(s);
@@ -155,6 +156,8 @@ Status DsparkCuda::ingest_kernels(const float* src, const int32_t* rows, const i
       DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos, kvc_.data(), kvn_.data()));
       DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slots, pos, N, hd, ring_.data() + l * window_ * hd,
                                             slot_stride, window_, s));
+      if (layer_done)
+        DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(layer_done[l]), static_cast<cudaStream_t>(s)));
       mark("ingest context kv + ring scatter (a layer)");
     }
     return Status::ok();
@@ -302,8 +305,8 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
   const auto* tok = reinterpret_cast<const int32_t*>(in_.data() + bl.tok);
   const auto* pos = reinterpret_cast<const int64_t*>(in_.data() + bl.pos);
   const auto* keys = reinterpret_cast<const DraftKeys*>(in_.data() + bl.keys);
-  // The side stream's ingest runs beside the embed and the first layer's kernels up to its attention core (the
-  // profile's eager stages run it in order, so they time each part alone).
+  // The side stream's ingest runs beside the embed and the layers' kernels, each layer's attention core waiting for
+  // its own layer's context rows only (the profile's eager stages run it in order, so they time each part alone).
   const bool side = bl.ing_n > 0 && side_.stream && !fwd_.mark;
   if (side) {
     DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(side_.fork), static_cast<cudaStream_t>(ctx_.stream)));
@@ -313,20 +316,18 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
     DSI_RETURN_IF_ERROR(ingest_kernels(pending_->src, reinterpret_cast<const int32_t*>(in_.data() + bl.ing_rows),
                                        reinterpret_cast<const int32_t*>(in_.data() + bl.ing_slot),
                                        reinterpret_cast<const int64_t*>(in_.data() + bl.ing_pos), bl.ing_n,
-                                       side ? side_.stream : nullptr));
-  if (side) {
-    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(side_.join), static_cast<cudaStream_t>(side_.stream)));
-    fwd_.join_before_core = side_.join;
-  }
+                                       side ? side_.stream : nullptr, side ? side_.joins.data() : nullptr));
+  if (side) fwd_.joins_before_core = side_.joins;
   DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, tok, Tq, n, X_.data(), ctx_.stream));
   mark("embed");
   const int64_t L = int64_t(layers_.size());
   for (int64_t l = 0; l < L; ++l)
     DSI_RETURN_IF_ERROR(fwd_.layer(layers_[size_t(l)]->L, X_.data(), Tq, pos, keys, window_ + g,
                                    ring_.data() + l * window_ * hd, L * window_ * hd));
-  if (fwd_.join_before_core) {  // no layer read the ring: join the side stream here
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx_.stream), static_cast<cudaEvent_t>(side_.join), 0));
-    fwd_.join_before_core = nullptr;
+  if (!fwd_.joins_before_core.empty()) {  // fewer cores than joins: the last one closes the side stream's work
+    const auto j = static_cast<cudaEvent_t>(fwd_.joins_before_core.back());
+    fwd_.joins_before_core.clear();
+    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx_.stream), j, 0));
   }
   DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), nullptr, Tq, h_.data()));
   mark("hc_head + norm");
