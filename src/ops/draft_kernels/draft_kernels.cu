@@ -10,6 +10,7 @@
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.cuh"
 #include "ops/draft_kernels/draft_kernels_launch.h"
+#include "ops/moe/route.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -529,9 +530,40 @@ __device__ __forceinline__ float warp_skinny_dot(const float* w, const float* x,
 
 constexpr int kMoeFusedThreads = 256;
 
+// DraftMoeArgs::gate: every block routes the T tokens into r_idx (the first block also writes idx and weight for
+// the down kernel). The T x experts router logits are spread over the block's warps, each summed by one warp as the
+// skinny kernel sums an output (warp_skinny_dot); then warp t scores token t's experts (lane e: expert e) and selects
+// with route_cuda's functions (route.cuh). Ends at a block barrier.
+__device__ __forceinline__ void moe_route_tokens(const DraftMoeArgs& a, int32_t (&r_idx)[8][kDraftMoeRouteMaxTopk]) {
+  __shared__ float z[8][kDraftMoeRouteMaxExperts];
+  __shared__ float r_w[8][kDraftMoeRouteMaxTopk];
+  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), warps = int(blockDim.x / 32);
+  const int E = int(a.experts);
+  for (int d = warp; d < int(a.T) * E; d += warps) {
+    const float v = warp_skinny_dot(a.gate + int64_t(d % E) * a.dim, a.x + int64_t(d / E) * a.dim, a.dim, lane);
+    if (lane == 0) z[d / E][d % E] = v;
+  }
+  __syncthreads();
+  if (warp < a.T) {
+    if (lane < E) z[warp][lane] = route_score(z[warp][lane], int(a.router.score));
+    __syncwarp();
+    const RouteArgs ra{a.T, a.experts, a.topk, 0, int(a.router.score), a.router.renormalize, a.router.norm_eps,
+                       a.router.route_scale};
+    route_select_warp<1>(z[warp], a.gate_bias, nullptr, nullptr, ra, r_idx[warp], r_w[warp]);
+    __syncwarp();
+    if (blockIdx.x == 0 && lane < a.topk) {
+      a.idx[warp * a.topk + lane] = r_idx[warp][lane];
+      a.weight[warp * a.topk + lane] = r_w[warp][lane];
+    }
+  }
+  __syncthreads();
+}
+
 // Warp per (token, slot, channel): h[t, j, i] = SwiGLU(w1_j[i] . x_t, w3_j[i] . x_t) (swiglu_kernel's arithmetic).
 __global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_up_kernel(DraftMoeArgs a) {
   pdl_wait_then_release();
+  __shared__ int32_t r_idx[8][kDraftMoeRouteMaxTopk];  // the tokens' experts where the kernel routes them
+  if (a.gate) moe_route_tokens(a, r_idx);
   const int lane = threadIdx.x % 32;
   const int64_t routed = a.T * a.topk * a.inter, items = routed + a.T * a.shared_inter;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
@@ -543,7 +575,7 @@ __global__ void __launch_bounds__(kMoeFusedThreads) draft_moe_up_kernel(DraftMoe
       t = it / (a.topk * a.inter);
       j = (it / a.inter) % a.topk;
       i = it % a.inter;
-      const int32_t e = a.idx[t * a.topk + j];
+      const int32_t e = a.gate ? r_idx[t][j] : a.idx[t * a.topk + j];
       if (e < 0 || e >= a.experts) continue;  // uniform over the warp
       w1 = static_cast<const float*>(a.w1[e]) + i * a.dim;
       w3 = static_cast<const float*>(a.w3[e]) + i * a.dim;

@@ -84,6 +84,9 @@ Status draft_moe_cuda(const DraftMoeArgs& a, void* stream) {
   if (!a.x || !a.idx || !a.weight || !a.w1 || !a.w3 || !a.w2 || !a.h || !a.out ||
       (a.shared_inter > 0 && (!a.sw1 || !a.sw3 || !a.sw2)))
     return Status::error("draft_moe: null pointer");
+  if (a.gate && !draft_moe_routes(a.T, a.experts, a.topk, a.router))
+    return Status::errorf("draft_moe: cannot route T={} experts={} topk={} (score {}, hash vocab {}) in the kernel", a.T,
+                          a.experts, a.topk, int(a.router.score), a.router.hash_vocab);
   detail::launch_draft_moe(a, stream);
   DSI_CUDA_LAUNCHED("draft_moe_up_kernel / draft_moe_down_kernel");
   return Status::ok();

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "ops/moe/moe_launch.h"  // RouterCudaParams, ScoreFunc
+
 namespace dsinfer::ops::cuda {
 
 // Keys of one query token of the drafter's window attention: ring positions [ring_lo, ring_hi) of `slot` (row
@@ -117,8 +119,15 @@ inline int32_t draft_picks_blocks(int64_t vocab, int64_t B, int32_t max_blocks) 
 struct DraftMoeArgs {
   const float* x = nullptr;  // [T, dim]
   int64_t T = 0, dim = 0, topk = 0, experts = 0, inter = 0, shared_inter = 0;  // shared_inter 0: no shared expert
-  const int32_t* idx = nullptr;  // [T, topk] (an id outside [0, experts) skips the assignment, as moe_cuda does)
-  const float* weight = nullptr;  // [T, topk]
+  int32_t* idx = nullptr;  // [T, topk] (an id outside [0, experts) skips the assignment, as moe_cuda does)
+  float* weight = nullptr;  // [T, topk]
+  // With gate set, the up kernel routes the tokens itself into idx and weight (written by its first block; the down
+  // kernel reads them): the router GEMM's logits (gate [experts, dim] F32, each summed as the skinny kernel sums an
+  // output) and route_cuda's scores, selection and weights (ops/moe/route.cuh), so the same bits as gemm_cuda +
+  // route_cuda where draft_moe_routes holds. Else idx and weight are inputs.
+  const float* gate = nullptr;
+  const float* gate_bias = nullptr;  // [experts] (may be null)
+  RouterCudaParams router;
   const void* const* w1 = nullptr;  // [experts] -> [inter, dim]
   const void* const* w3 = nullptr;
   const void* const* w2 = nullptr;  // [experts] -> [dim, inter]
@@ -134,6 +143,15 @@ inline bool draft_moe_supported(int64_t T, int64_t topk, int64_t experts, int64_
                                 int64_t shared_inter) {
   return T > 0 && T <= 8 && topk > 0 && experts > 0 && T * topk <= 8 * experts && dim > 0 && dim % 4 == 0 &&
          inter > 0 && inter % 4 == 0 && shared_inter >= 0 && shared_inter % 4 == 0;
+}
+// Where the fused MoE also routes (DraftMoeArgs::gate; on top of draft_moe_supported): a warp a token (T <= 8, the
+// up kernel's warps), one expert a lane (route_cuda's selection at one expert a lane), element-wise scores (no
+// softmax), no hash table. The caller's router GEMM must be the skinny kernel's (F32 weights at <= 8 rows).
+inline constexpr int64_t kDraftMoeRouteMaxExperts = 32, kDraftMoeRouteMaxTopk = 8;
+inline bool draft_moe_routes(int64_t T, int64_t experts, int64_t topk, const RouterCudaParams& r) {
+  return T > 0 && T <= 8 && experts > 0 && experts <= kDraftMoeRouteMaxExperts && topk > 0 &&
+         topk <= kDraftMoeRouteMaxTopk && topk <= experts && r.experts == experts && r.topk == topk &&
+         r.score != ScoreFunc::Softmax && r.hash_vocab == 0;
 }
 
 // One round of speculative decoding on the device (the one-wait round, DsparkCuda::verify_and_propose): per

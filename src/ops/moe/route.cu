@@ -1,6 +1,6 @@
 // Router top-k on the GPU (see moe_cuda.h; launcher in moe_launch.h): one block per token; its threads score the
 // experts side by side into shared memory, then one warp holds them in registers (lane l: l, l + 32, ...) for topk
-// rounds of a warp arg-max under the total order (value desc, expert id asc) = route_ref's tie rule.
+// rounds of a warp arg-max (route.cuh: the scores and the selection, shared with the drafter's fused MoE).
 // Transcendentals are evaluated in double and rounded to float, as the CPU reference does, so scores agree to the
 // last bit in practice and near-ties select the same experts.
 #include <cuda_runtime.h>
@@ -10,22 +10,10 @@
 
 #include "cuda/pdl.cuh"
 #include "ops/moe/moe_launch.h"
+#include "ops/moe/route.cuh"
 
 namespace dsinfer::ops::cuda::detail {
 namespace {
-
-constexpr int kNoExpert = 0x7fffffff;
-
-struct RouteArgs {
-  int64_t T, E, topk, hash_vocab;
-  int score;  // ScoreFunc
-  bool renormalize;
-  float norm_eps, route_scale;
-};
-
-__device__ __forceinline__ bool better(float v, int e, float bv, int be) {
-  return e != kNoExpert && (be == kNoExpert || v > bv || (v == bv && e < be));
-}
 
 // PL = experts per lane of the selecting warp: a power of two with 32 * PL >= E. One block of route_threads(PL)
 // threads a token: every thread scores experts tid, tid + blockDim.x, ... into shared memory (the double-precision
@@ -65,73 +53,12 @@ __global__ void __launch_bounds__(kRouteMaxThreads)
         if (lane + 32 * i < E) s[lane + 32 * i] = float(double(s[lane + 32 * i]) / sum);
     }
   } else {
-    for (int e = tid; e < E; e += blockDim.x) {
-      const float zz = z[e];
-      if (p.score == int(ScoreFunc::SqrtSoftplus)) {
-        const float sp = zz > 20.0f ? zz : float(log1p(exp(double(zz))));
-        s[e] = sqrtf(sp);
-      } else {
-        s[e] = 1.0f / (1.0f + float(exp(double(-zz))));
-      }
-    }
+    for (int e = tid; e < E; e += blockDim.x) s[e] = route_score(z[e], p.score);
     __syncthreads();
   }
   if (warp != 0) return;  // no block barriers below
   __syncwarp();
-  float bv_[PL];  // biased scores (selection only)
-#pragma unroll
-  for (int i = 0; i < PL; ++i) {
-    const int e = lane + 32 * i;
-    if (e < E) bv_[i] = s[e] + (bias ? bias[e] : 0.0f);
-  }
-
-  int32_t* out_idx = idx + t * p.topk;
-  float* out_w = weight + t * p.topk;
-  if (hash_table) {
-    const int64_t tok = tokens[t];
-    for (int64_t k = lane; k < p.topk; k += 32)
-      out_idx[k] = (tok >= 0 && tok < p.hash_vocab) ? hash_table[tok * p.topk + k] : -1;
-  } else {
-    uint32_t taken = 0;  // bit i: expert lane + 32 i is selected
-    for (int64_t k = 0; k < p.topk; ++k) {
-      float bv = 0.0f;
-      int be = kNoExpert;
-#pragma unroll
-      for (int i = 0; i < PL; ++i) {
-        const int e = lane + 32 * i;
-        if (e < E && !(taken >> i & 1u) && better(bv_[i], e, bv, be)) {
-          bv = bv_[i];
-          be = e;
-        }
-      }
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-        const int oe = __shfl_xor_sync(0xffffffffu, be, off);
-        if (better(ov, oe, bv, be)) {
-          bv = ov;
-          be = oe;
-        }
-      }
-      if (lane == 0) out_idx[k] = be == kNoExpert ? -1 : be;
-      if (be != kNoExpert && lane == (be & 31)) taken |= 1u << (be >> 5);
-    }
-  }
-  __syncwarp();  // out_idx for every lane
-  // Weights in k order, the sum in double in k order exactly as route_ref (lane 0), then renormalised by every lane.
-  double sum = 0.0;
-  if (lane == 0)
-    for (int64_t k = 0; k < p.topk; ++k) {
-      const int32_t e = out_idx[k];
-      sum += double((e >= 0 && e < E) ? s[e] : 0.0f);
-    }
-  sum = __shfl_sync(0xffffffffu, sum, 0);
-  for (int64_t k = lane; k < p.topk; k += 32) {
-    const int32_t e = out_idx[k];
-    float w = (e >= 0 && e < E) ? s[e] : 0.0f;
-    if (p.renormalize) w = float(double(w) / (sum + double(p.norm_eps)));
-    out_w[k] = w * p.route_scale;
-  }
+  route_select_warp<PL>(s, bias, hash_table, tokens ? tokens + t : nullptr, p, idx + t * p.topk, weight + t * p.topk);
 }
 
 template <int PL>

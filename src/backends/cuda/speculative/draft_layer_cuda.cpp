@@ -186,7 +186,6 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
 
 Status DraftForward::moe(const DeviceLayer& L, int64_t T) {
   const int64_t D = c_.hidden_size, E = c_.n_routed_experts, k = c_.num_experts_per_tok;
-  DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.gate, router_.data(), E, false));
   RouterCudaParams rp;
   rp.experts = E;
   rp.topk = k;
@@ -194,8 +193,6 @@ Status DraftForward::moe(const DeviceLayer& L, int64_t T) {
   rp.renormalize = c_.norm_topk_prob;
   rp.norm_eps = kRouterNormEps;
   rp.route_scale = float(c_.routed_scaling_factor);
-  DSI_RETURN_IF_ERROR(route_cuda(router_.data(), T, L.gate_bias, nullptr, nullptr, rp, ridx_.data(), rw_.data(), st()));
-  if (mark) mark("moe gate + route");
   // Exact: chunks small enough for moe_cuda's fp32 streaming path (ops/moe/moe_plan.h moe_chunk_tokens).
   const float limit = float(c_.swiglu_limit);
   const int64_t chunk = moe_chunk_tokens(draft_mode(ctx_.exact), T, E, k);
@@ -207,6 +204,18 @@ Status DraftForward::moe(const DeviceLayer& L, int64_t T) {
                                         L.shared.w2.fmt == WeightFormat::F32)) &&
                      std::max(L.experts.inter, Is) <= moe_h_ld_ &&
                      draft_moe_supported(std::min(chunk, T), k, E, D, L.experts.inter, Is);
+  // The router in the fused MoE's first launch (no GEMM and route launches) where its GEMM is the skinny kernel's:
+  // F32 at <= kGemmSkinnyMaxM rows on the fp32 plan (gemm_plan.h), so the kernel's logits are gemm_cuda's bits.
+  const bool routes = fused && T <= kGemmSkinnyMaxM && L.gate.fmt == WeightFormat::F32 &&
+                      plan_gemm_call(L.gate, T, draft_mode(ctx_.exact), GemmSettings{}).precision ==
+                          GemmPrecision::kFp32SmallM &&
+                      draft_moe_routes(T, E, k, rp);
+  if (!routes) {
+    DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.gate, router_.data(), E, false));
+    DSI_RETURN_IF_ERROR(
+        route_cuda(router_.data(), T, L.gate_bias, nullptr, nullptr, rp, ridx_.data(), rw_.data(), st()));
+    if (mark) mark("moe gate + route");
+  }
   if (fused) {
     for (int64_t r = 0; r < T; r += chunk) {
       DraftMoeArgs a;
@@ -219,6 +228,11 @@ Status DraftForward::moe(const DeviceLayer& L, int64_t T) {
       a.shared_inter = Is;
       a.idx = ridx_.data() + r * k;
       a.weight = rw_.data() + r * k;
+      if (routes) {
+        a.gate = static_cast<const float*>(L.gate.data);
+        a.gate_bias = L.gate_bias;
+        a.router = rp;
+      }
       a.w1 = L.experts.w1.data;
       a.w3 = L.experts.w3.data;
       a.w2 = L.experts.w2.data;
