@@ -6,6 +6,7 @@
 // kernels' parity with the CPU reference is DraftGpu's (test_draft_gpu.cpp), through the whole drafter.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -233,9 +234,9 @@ void check_moe_routes(int64_t T, ops::ScoreFunc score) {
   const auto os = to_host(out_sep, size_t(T * dim)), of = to_host(out_fused, size_t(T * dim));
   EXPECT_EQ(std::memcmp(ws.data(), wf.data(), ws.size() * 4), 0) << "routing weights";
   EXPECT_EQ(std::memcmp(os.data(), of.data(), os.size() * 4), 0) << "outputs";
-  std::vector<int> used(size_t(E), 0);  // the routes are not degenerate: several experts chosen
+  std::vector<int> used(size_t(E), 0);  // the routes are real: k experts a token, several over the tokens
   for (int32_t e : to_host(i_sep, size_t(T * k))) used[size_t(e)] = 1;
-  EXPECT_GE(std::accumulate(used.begin(), used.end(), 0), 3);
+  EXPECT_GE(std::accumulate(used.begin(), used.end(), 0), std::min<int64_t>(T * k, 3)) << "T " << T;
 }
 
 }  // namespace
