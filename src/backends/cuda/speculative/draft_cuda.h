@@ -139,9 +139,10 @@ class DraftForward {
   bool fused_moe_ = true;
   int64_t moe_h_ld_ = 0;
   cuda::DeviceBuffer<float> moe_h_;
-  // The K=V path's side stream (attention; empty: draft_side_streams() off). Declared last, so destroyed first: its
-  // work has finished before the buffers it reads are freed.
-  DraftSideStream kv_side_;
+  // The side streams (empty: draft_side_streams() off) of the K=V path (attention) and of the mHC sites' deferred
+  // post / comb (layer). Declared last, so destroyed first: their work has finished before the buffers it reads are
+  // freed.
+  DraftSideStream kv_side_, comb_side_;
 };
 
 // Host arrays of one call packed into one buffer (16-byte aligned offsets) that goes up in one copy.

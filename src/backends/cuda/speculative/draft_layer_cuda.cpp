@@ -61,7 +61,10 @@ Status DraftSideStream::create(size_t num_joins) {
 }
 
 Status DraftForward::init() {
-  if (draft_side_streams()) DSI_RETURN_IF_ERROR(kv_side_.create());
+  if (draft_side_streams()) {
+    DSI_RETURN_IF_ERROR(kv_side_.create());
+    DSI_RETURN_IF_ERROR(comb_side_.create());
+  }
   const std::vector<float> inv = ops::rope_inv_freq(c_.rope_main, c_.qk_rope_head_dim);
   return inv_freq_.upload(inv.data(), inv.size(), "drafter rope inv_freq");
 }
@@ -266,20 +269,37 @@ Status DraftForward::layer(const DeviceLayer& L, float* X, int64_t T, const int6
   const int64_t D = c_.hidden_size, n = c_.hc_mult;
   const float hc_eps = float(c_.hc_eps), eps = float(c_.rms_norm_eps);
   void* s = st();
-  HcNormParams hp{L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, c_.hc_sinkhorn_iters, hc_eps, eps, L.attn_norm};
-  DSI_RETURN_IF_ERROR(hc_pre_norm(hp, X, T, y_.data(), post_.data(), comb_.data(), s));
-  if (mark) mark("hc_pre attn");
-  DSI_RETURN_IF_ERROR(attention(L, T, pos, keys, max_keys, ring, slot_stride));
-  if (mark) mark("attn wo (grouped wo_a, wo_b)");
-  DSI_RETURN_IF_ERROR(hc_post(T, n, D, f_.data(), post_.data(), comb_.data(), X, s));
-  if (mark) mark("hc_post attn");
-  hp = {L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, c_.hc_sinkhorn_iters, hc_eps, eps, L.ffn_norm};
-  DSI_RETURN_IF_ERROR(hc_pre_norm(hp, X, T, y_.data(), post_.data(), comb_.data(), s));
-  if (mark) mark("hc_pre ffn");
-  DSI_RETURN_IF_ERROR(moe(L, T));
-  if (mark) mark("moe experts");
-  DSI_RETURN_IF_ERROR(hc_post(T, n, D, f_.data(), post_.data(), comb_.data(), X, s));
-  if (mark) mark("hc_post ffn");
+  // Each site's post / comb (the Sinkhorn) on comb_side_ beside the sublayer, joined before its hc_post, where the
+  // V4 forward defers them too (ops/mhc/mhc_cuda.h hc_defer_comb: the same bits); not in the profile's eager stages.
+  void* const side = comb_side_.stream && !mark && !stream_ && hc_defer_comb(T) ? comb_side_.stream : nullptr;
+  // One site: hc_pre_norm, the sublayer, hc_post; names: the profile's marks after each.
+  const auto site = [&](HcNormParams hp, const auto& sublayer, const char* const (&names)[3]) -> Status {
+    hp.defer_comb = side != nullptr;
+    DSI_RETURN_IF_ERROR(hc_pre_norm(hp, X, T, y_.data(), post_.data(), comb_.data(), s));
+    if (side) {
+      DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(comb_side_.fork), static_cast<cudaStream_t>(s)));
+      DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(side), static_cast<cudaEvent_t>(comb_side_.fork), 0));
+      const Status comb = hc_comb(hp, T, post_.data(), comb_.data(), side);
+      DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(comb_side_.joins[0]), static_cast<cudaStream_t>(side)));
+      DSI_RETURN_IF_ERROR(comb);
+    }
+    if (mark) mark(names[0]);
+    const Status sub = sublayer();
+    if (side)  // after a failure too: a captured forward never ends with the side stream unjoined
+      DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(comb_side_.joins[0]), 0));
+    DSI_RETURN_IF_ERROR(sub);
+    if (mark) mark(names[1]);
+    DSI_RETURN_IF_ERROR(hc_post(T, n, D, f_.data(), post_.data(), comb_.data(), X, s));
+    if (mark) mark(names[2]);
+    return Status::ok();
+  };
+  DSI_RETURN_IF_ERROR(site({L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, n, D, c_.hc_sinkhorn_iters, hc_eps, eps,
+                            L.attn_norm},
+                           [&] { return attention(L, T, pos, keys, max_keys, ring, slot_stride); },
+                           {"hc_pre attn", "attn wo (grouped wo_a, wo_b)", "hc_post attn"}));
+  DSI_RETURN_IF_ERROR(site({L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, n, D, c_.hc_sinkhorn_iters, hc_eps, eps,
+                            L.ffn_norm},
+                           [&] { return moe(L, T); }, {"hc_pre ffn", "moe experts", "hc_post ffn"}));
   return Status::ok();
 }
 
