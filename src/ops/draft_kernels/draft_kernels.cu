@@ -406,17 +406,16 @@ __device__ __forceinline__ float skinny_bias(const float4 (&w)[kDraftPicksMaxRan
 // position: (A) every warp's work items, a 32-wide vocabulary slice x up to 8 sequences (the slice's Markov head rows
 // held in registers across its sequences): the biased logits written back and each (sequence, slice) best into the
 // partials; grid barrier; (B) every block folds every sequence's slices (a warp a sequence) into its pick; the owner
-// block of a sequence writes its id, predecessor and Markov row. After the last position, one more grid barrier and
-// the confidences, a (sequence, position) pair a block.
+// block of a sequence writes its id, confidence, predecessor and Markov row.
 __global__ void __launch_bounds__(kPickThreads) draft_picks_kernel(DraftPicksArgs a) {
   pdl_wait_then_release();
-  __shared__ int32_t pred[kDraftPicksMaxB], pick[kDraftPicksMaxB], pred0[kDraftPicksMaxB];
+  __shared__ int32_t pred[kDraftPicksMaxB], pick[kDraftPicksMaxB];
   __shared__ double dsum[kPickThreads / 32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = kPickThreads / 32;
   const int64_t B = a.B, V = a.vocab, S = (V + 31) / 32, r = a.rank;  // draft_picks_slices
   const int nv = int(r / 4);
   const int64_t groups = (B + kDraftPicksSeqPerItem - 1) / kDraftPicksSeqPerItem, items = S * groups;
-  for (int64_t b = threadIdx.x; b < B; b += blockDim.x) pred[b] = pred0[b] = a.prev[b];
+  for (int64_t b = threadIdx.x; b < B; b += blockDim.x) pred[b] = a.prev[b];
   // A warp with at most one work item (every warp at batch 1) keeps its slice's Markov head rows in registers across
   // the positions: the same item every position, so one load instead of one a position.
   const bool one_item = items <= int64_t(gridDim.x) * warps;
@@ -470,41 +469,33 @@ __global__ void __launch_bounds__(kPickThreads) draft_picks_kernel(DraftPicksArg
     }
     __syncthreads();
     for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {  // the owner block of sequence b (uniform over the block)
+      const float* xr = a.markov_embed + int64_t(pred[b]) * r;  // W1[predecessor]: what e held for this position
+      if (a.conf_w) {
+        const float* h = a.h + (b * a.g + k) * a.dim;
+        double c = 0.0;
+        for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) c += double(a.conf_w[i]) * double(h[i]);
+        for (int64_t i = threadIdx.x; i < r; i += blockDim.x) c += double(a.conf_w[a.dim + i]) * double(xr[i]);
+        for (int o = 16; o > 0; o /= 2) c += __shfl_xor_sync(0xffffffffu, c, o);
+        if (lane == 0) dsum[warp] = c;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          double cs = double(a.conf_b);
+          for (int w = 0; w < warps; ++w) cs += dsum[w];
+          a.conf[b * a.g + k] = float(cs);
+        }
+      }
       if (threadIdx.x == 0) {
         a.ids[b * a.g + k] = pick[b];
         a.prev[b] = pick[b];
       }
       // e as the per-position kernels leave it: W1[x] of the next position's predecessor, the last one's kept.
-      const float* er = k + 1 < a.g ? a.markov_embed + int64_t(pick[b]) * r
-                                    : (k == 0 ? a.markov_embed + int64_t(pred[b]) * r : nullptr);
+      const float* er = k + 1 < a.g ? a.markov_embed + int64_t(pick[b]) * r : (k == 0 ? xr : nullptr);
       if (er)
         for (int64_t i = threadIdx.x; i < r; i += blockDim.x) a.e[b * r + i] = er[i];
+      __syncthreads();  // dsum is reused by the next owned sequence
     }
     for (int64_t b = threadIdx.x; b < B; b += blockDim.x) pred[b] = pick[b];
     __syncthreads();
-  }
-  if (!a.conf_w) return;
-  // The confidence logits after every position, a (sequence, position) pair a block, so that no position's barrier
-  // waits for them: conf_b + conf_w . [h ; W1[predecessor]] in draft_pick_kernel's order (the same bits as when each
-  // owner block summed its sequence's at each position: session 46 moved them here).
-  picks_grid_barrier(a.barrier, gridDim.x);  // every owner's ids are written
-  for (int64_t pair = blockIdx.x; pair < B * a.g; pair += gridDim.x) {  // uniform over the block
-    const int64_t b = pair / a.g, k = pair % a.g;
-    const int32_t x = k == 0 ? pred0[b] : __ldcg(a.ids + b * a.g + k - 1);
-    const float* xr = a.markov_embed + int64_t(x) * r;  // W1[predecessor]: what e held for this position
-    const float* h = a.h + (b * a.g + k) * a.dim;
-    double c = 0.0;
-    for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) c += double(a.conf_w[i]) * double(h[i]);
-    for (int64_t i = threadIdx.x; i < r; i += blockDim.x) c += double(a.conf_w[a.dim + i]) * double(xr[i]);
-    for (int o = 16; o > 0; o /= 2) c += __shfl_xor_sync(0xffffffffu, c, o);
-    if (lane == 0) dsum[warp] = c;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      double cs = double(a.conf_b);
-      for (int w = 0; w < warps; ++w) cs += dsum[w];
-      a.conf[b * a.g + k] = float(cs);
-    }
-    __syncthreads();  // dsum is reused by the block's next pair
   }
 }
 

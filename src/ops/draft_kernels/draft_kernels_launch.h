@@ -66,8 +66,7 @@ struct DraftPickArgs {
 // default mode at <= 8 padded sequences); then the confidence logit and argmax as draft_pick_kernel computes them.
 // Blocks split the vocabulary in 32-wide slices; one grid barrier per position (a software barrier: the grid is at
 // most draft_picks_max_blocks blocks of 256 threads, all resident), after which every block folds the slices' argmaxes
-// of every sequence itself and only the sequence's owner block (b % grid) writes its outputs. The confidence logits
-// come after the last position and one more barrier, a (sequence, position) pair a block, off the positions' chain.
+// of every sequence itself and only the sequence's owner block (b % grid) writes its outputs.
 struct DraftPicksArgs {
   float* logits = nullptr;  // [B, g, vocab] rows at b * logits_ld + k * vocab; the bias is added in place
   int64_t logits_ld = 0, vocab = 0;
