@@ -50,7 +50,7 @@ __device__ __forceinline__ void query_norm_rope(const DraftAttnArgs& a, const fl
     const float4 v = q4[c];
     float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) e[k] = __fmul_rn(__fmul_rn(e[k], inv), 1.0f);  // the unweighted norm's weight 1
+    for (int k = 0; k < 4; ++k) e[k] = __fmul_rn(e[k], inv);  // the unweighted norm (its weight 1: x * 1 = x)
     rope_chunk(a, e, c, pos, false);
     reinterpret_cast<float4*>(qs)[c] = make_float4(e[0], e[1], e[2], e[3]);
   }
@@ -547,9 +547,7 @@ __device__ __forceinline__ void moe_route_tokens(const DraftMoeArgs& a, int32_t 
   if (warp < a.T) {
     if (lane < E) z[warp][lane] = route_score(z[warp][lane], int(a.router.score));
     __syncwarp();
-    const RouteArgs ra{a.T, a.experts, a.topk, 0, int(a.router.score), a.router.renormalize, a.router.norm_eps,
-                       a.router.route_scale};
-    route_select_warp<1>(z[warp], a.gate_bias, nullptr, nullptr, ra, r_idx[warp], r_w[warp]);
+    route_select_warp<1>(z[warp], a.gate_bias, nullptr, nullptr, route_args(a.T, a.router), r_idx[warp], r_w[warp]);
     __syncwarp();
     if (blockIdx.x == 0 && lane < a.topk) {
       a.idx[warp * a.topk + lane] = r_idx[warp][lane];

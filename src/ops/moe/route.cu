@@ -74,7 +74,7 @@ cudaError_t launch_pl(const float* logits, int64_t T, const float* bias, const i
 
 void launch_route(const float* logits, int64_t T, const float* bias, const int32_t* hash_table, const int32_t* tokens,
                   const RouterCudaParams& p, int32_t* idx, float* weight, void* stream) {
-  const RouteArgs a{T, p.experts, p.topk, p.hash_vocab, int(p.score), p.renormalize, p.norm_eps, p.route_scale};
+  const RouteArgs a = route_args(T, p);
   const auto st = static_cast<cudaStream_t>(stream);
   const int64_t per_lane = (p.experts + 31) / 32;  // <= 32: route_cuda takes at most 1,024 experts
   if (per_lane <= 1) launch_pl<1>(logits, T, bias, hash_table, tokens, a, idx, weight, st);

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "ops/moe/moe_launch.h"  // ScoreFunc
+#include "ops/moe/moe_launch.h"  // RouterCudaParams, ScoreFunc
 
 namespace dsinfer::ops::cuda::detail {
 
@@ -20,6 +20,11 @@ struct RouteArgs {
   bool renormalize;
   float norm_eps, route_scale;
 };
+
+// The kernels' arguments for T tokens routed as `p` says.
+__host__ __device__ inline RouteArgs route_args(int64_t T, const RouterCudaParams& p) {
+  return RouteArgs{T, p.experts, p.topk, p.hash_vocab, int(p.score), p.renormalize, p.norm_eps, p.route_scale};
+}
 
 __device__ __forceinline__ bool route_better(float v, int e, float bv, int be) {
   return e != kNoExpert && (be == kNoExpert || v > bv || (v == bv && e < be));

@@ -77,14 +77,19 @@ bool draft_side_streams();
 // destroys the stream and the events.
 struct DraftSideStream {
   void* stream = nullptr;
-  void* fork = nullptr;
+  void* fork_event = nullptr;
   std::vector<void*> joins;  // recorded on the stream where parts of its work are done (the last: all of it)
   DraftSideStream() = default;
   DraftSideStream(const DraftSideStream&) = delete;
   DraftSideStream& operator=(const DraftSideStream&) = delete;
   ~DraftSideStream();
   Status create(size_t num_joins = 1);
+  Status fork(void* main_stream);           // the side stream waits for the main stream's work so far
+  Status done(size_t i = 0);                // joins[i] recorded: the side stream's work so far
+  Status join(void* main_stream, size_t i = 0) const;  // the main stream waits for joins[i]
 };
+// `stream` waits for `event` (cudaStream_t / cudaEvent_t as void*).
+Status stream_wait(void* stream, void* event);
 
 // Scratch and the layer forward shared by both drafters (draft_layer_cuda.cpp).
 class DraftForward {
@@ -216,10 +221,10 @@ class DsparkCuda final : public speculative::Drafter {
   // event (wait_download): the round's one wait, which work queued after the download does not delay.
   Status queue_download(const BlockLayout& bl);
   Status wait_download();
-  // On `stream` (nullptr: the drafter's): the side stream when a block forward runs it beside its own kernels, with
-  // layer_done[l] recorded once layer l's rows are in the ring.
+  // On the drafter's stream, or on `side` when a block forward runs it beside its own kernels, with side->joins[l]
+  // recorded once layer l's rows are in the ring.
   Status ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos, int64_t N,
-                        void* stream = nullptr, void* const* layer_done = nullptr);
+                        DraftSideStream* side = nullptr);
   Status upload_block(std::span<const speculative::ProposeItem> items, const std::vector<size_t>& live, const BlockLayout& bl);
   // The block forward (embed -> layers -> head) and, for kpick draft positions, the Markov bias + device pick.
   Status block_forward(const BlockLayout& bl, int32_t kpick);

@@ -41,7 +41,7 @@ DraftSideStream::~DraftSideStream() {
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
     cudaStreamDestroy(static_cast<cudaStream_t>(stream));
   }
-  if (fork) cudaEventDestroy(static_cast<cudaEvent_t>(fork));
+  if (fork_event) cudaEventDestroy(static_cast<cudaEvent_t>(fork_event));
   for (void* j : joins) cudaEventDestroy(static_cast<cudaEvent_t>(j));
 }
 
@@ -51,12 +51,29 @@ Status DraftSideStream::create(size_t num_joins) {
   DSI_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream = s;
   DSI_CUDA_TRY(cudaEventCreateWithFlags(&f, cudaEventDisableTiming));
-  fork = f;
+  fork_event = f;
   for (size_t i = 0; i < std::max<size_t>(num_joins, 1); ++i) {
     cudaEvent_t j = nullptr;
     DSI_CUDA_TRY(cudaEventCreateWithFlags(&j, cudaEventDisableTiming));
     joins.push_back(j);
   }
+  return Status::ok();
+}
+
+Status DraftSideStream::fork(void* main_stream) {
+  DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(fork_event), static_cast<cudaStream_t>(main_stream)));
+  return stream_wait(stream, fork_event);
+}
+
+Status DraftSideStream::done(size_t i) {
+  DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(joins.at(i)), static_cast<cudaStream_t>(stream)));
+  return Status::ok();
+}
+
+Status DraftSideStream::join(void* main_stream, size_t i) const { return stream_wait(main_stream, joins.at(i)); }
+
+Status stream_wait(void* stream, void* event) {
+  DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
   return Status::ok();
 }
 
@@ -132,23 +149,18 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
     return head_norm_rope(kp, kv_.data(), pos, st());
   };
   if (kv_side) {
-    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_side_.fork), static_cast<cudaStream_t>(s)));
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(kv_side), static_cast<cudaEvent_t>(kv_side_.fork), 0));
+    DSI_RETURN_IF_ERROR(kv_side_.fork(s));
     stream_ = kv_side;
     const Status kv = kv_path();
     stream_ = nullptr;
     DSI_RETURN_IF_ERROR(kv);
-    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(kv_side_.joins[0]), static_cast<cudaStream_t>(kv_side)));
+    DSI_RETURN_IF_ERROR(kv_side_.done());
   }
   DSI_RETURN_IF_ERROR(gemm(y_.data(), T, D, L.wq_a, cq_.data(), qr, false));
   DSI_RETURN_IF_ERROR(rmsnorm(cq_.data(), T, qr, L.q_norm, eps, cq_.data(), s));
   DSI_RETURN_IF_ERROR(gemm(cq_.data(), T, qr, L.wq_b, q_.data(), H * hd, false));
   if (mark) mark("attn q (wq_a, q_norm, wq_b)");
-  if (kv_side) {
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(kv_side_.joins[0]), 0));
-  } else {
-    DSI_RETURN_IF_ERROR(kv_path());
-  }
+  DSI_RETURN_IF_ERROR(kv_side ? kv_side_.join(s) : kv_path());
   if (mark) mark("attn kv (wkv, kv_norm + rope)");
   ops::cuda::DraftAttnArgs a;
   a.q = q_.data();
@@ -173,9 +185,9 @@ Status DraftForward::attention(const DeviceLayer& L, int64_t T, const int64_t* p
   a.q_norm_rope = true;
   a.out_rope = true;
   if (!joins_before_core.empty()) {  // this layer's context rows were written on another stream (DsparkCuda)
-    const auto j = static_cast<cudaEvent_t>(joins_before_core.front());
+    void* const j = joins_before_core.front();
     joins_before_core.erase(joins_before_core.begin());
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), j, 0));
+    DSI_RETURN_IF_ERROR(stream_wait(s, j));
   }
   DSI_RETURN_IF_ERROR(draft_attention_cuda(a, s));
   if (mark) mark("attn core (q norm + rope, the output's inverse rope)");
@@ -277,16 +289,14 @@ Status DraftForward::layer(const DeviceLayer& L, float* X, int64_t T, const int6
     hp.defer_comb = side != nullptr;
     DSI_RETURN_IF_ERROR(hc_pre_norm(hp, X, T, y_.data(), post_.data(), comb_.data(), s));
     if (side) {
-      DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(comb_side_.fork), static_cast<cudaStream_t>(s)));
-      DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(side), static_cast<cudaEvent_t>(comb_side_.fork), 0));
+      DSI_RETURN_IF_ERROR(comb_side_.fork(s));
       const Status comb = hc_comb(hp, T, post_.data(), comb_.data(), side);
-      DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(comb_side_.joins[0]), static_cast<cudaStream_t>(side)));
+      DSI_RETURN_IF_ERROR(comb_side_.done());
       DSI_RETURN_IF_ERROR(comb);
     }
     if (mark) mark(names[0]);
     const Status sub = sublayer();
-    if (side)  // after a failure too: a captured forward never ends with the side stream unjoined
-      DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(comb_side_.joins[0]), 0));
+    if (side) DSI_RETURN_IF_ERROR(comb_side_.join(s));  // after a failure too: a capture never ends unjoined
     DSI_RETURN_IF_ERROR(sub);
     if (mark) mark(names[1]);
     DSI_RETURN_IF_ERROR(hc_post(T, n, D, f_.data(), post_.data(), comb_.data(), X, s));

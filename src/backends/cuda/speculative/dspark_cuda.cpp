@@ -138,12 +138,12 @@ Status DsparkCuda::reserve_ingest(int64_t rows) {
 }
 
 // Kernels only (capturable): stream mean of the N rows' tapped layers -> main_proj -> main_norm -> per layer the K=V
-// row scattered into the ring (a row of slot -1 is padding: computed, never scattered). layer_done (with a stream):
-// an event a layer, recorded once its rows are in the ring.
+// row scattered into the ring (a row of slot -1 is padding: computed, never scattered). On `side` (when given): its
+// joins[l] recorded once layer l's rows are in the ring.
 Status DsparkCuda::ingest_kernels(const float* src, const int32_t* rows, const int32_t* slots, const int64_t* pos,
-                                  int64_t N, void* stream, void* const* layer_done) {
+                                  int64_t N, DraftSideStream* side) {
   const int64_t D = tc_.hidden_size, n = tc_.hc_mult, m = int64_t(dc_.target_layer_ids.size()), hd = lc_.head_dim;
-  void* s = stream ? stream : ctx_.stream;
+  void* s = side ? side->stream : ctx_.stream;
   fwd_.set_stream(s);
   const Status st = [&]() -> Status {
     DSI_RETURN_IF_ERROR(stream_mean_cuda(src, rows, N, m, n, D, feats_.data(), s));
@@ -156,8 +156,7 @@ Status DsparkCuda::ingest_kernels(const float* src, const int32_t* rows, const i
       DSI_RETURN_IF_ERROR(fwd_.context_kv(layers_[size_t(l)]->L, hctx_.data(), N, pos, kvc_.data(), kvn_.data()));
       DSI_RETURN_IF_ERROR(ring_scatter_cuda(kvc_.data(), slots, pos, N, hd, ring_.data() + l * window_ * hd,
                                             slot_stride, window_, s));
-      if (layer_done)
-        DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(layer_done[l]), static_cast<cudaStream_t>(s)));
+      if (side) DSI_RETURN_IF_ERROR(side->done(size_t(l)));
       mark("ingest context kv + ring scatter (a layer)");
     }
     return Status::ok();
@@ -308,15 +307,12 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
   // The side stream's ingest runs beside the embed and the layers' kernels, each layer's attention core waiting for
   // its own layer's context rows only (the profile's eager stages run it in order, so they time each part alone).
   const bool side = bl.ing_n > 0 && side_.stream && !fwd_.mark;
-  if (side) {
-    DSI_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(side_.fork), static_cast<cudaStream_t>(ctx_.stream)));
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(side_.stream), static_cast<cudaEvent_t>(side_.fork), 0));
-  }
+  if (side) DSI_RETURN_IF_ERROR(side_.fork(ctx_.stream));
   if (bl.ing_n > 0)
     DSI_RETURN_IF_ERROR(ingest_kernels(pending_->src, reinterpret_cast<const int32_t*>(in_.data() + bl.ing_rows),
                                        reinterpret_cast<const int32_t*>(in_.data() + bl.ing_slot),
                                        reinterpret_cast<const int64_t*>(in_.data() + bl.ing_pos), bl.ing_n,
-                                       side ? side_.stream : nullptr, side ? side_.joins.data() : nullptr));
+                                       side ? &side_ : nullptr));
   if (side) fwd_.joins_before_core = side_.joins;
   DSI_RETURN_IF_ERROR(ops::cuda::embed(emb.data, dt, V, D, tok, Tq, n, X_.data(), ctx_.stream));
   mark("embed");
@@ -325,9 +321,9 @@ Status DsparkCuda::block_forward(const BlockLayout& bl, int32_t kpick) {
     DSI_RETURN_IF_ERROR(fwd_.layer(layers_[size_t(l)]->L, X_.data(), Tq, pos, keys, window_ + g,
                                    ring_.data() + l * window_ * hd, L * window_ * hd));
   if (!fwd_.joins_before_core.empty()) {  // fewer cores than joins: the last one closes the side stream's work
-    const auto j = static_cast<cudaEvent_t>(fwd_.joins_before_core.back());
+    void* const j = fwd_.joins_before_core.back();
     fwd_.joins_before_core.clear();
-    DSI_CUDA_TRY(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx_.stream), j, 0));
+    DSI_RETURN_IF_ERROR(stream_wait(ctx_.stream, j));
   }
   DSI_RETURN_IF_ERROR(fwd_.head_hidden(hc_head_, norm_, X_.data(), nullptr, Tq, h_.data()));
   mark("hc_head + norm");
