@@ -22,8 +22,11 @@ Status Scheduler::set_draft(SeqId id, std::vector<int32_t> tokens, std::vector<f
     if (!(survival[k] >= 0.0f && survival[k] <= 1.0f) || (k > 0 && survival[k] > survival[k - 1]))
       return Status::errorf("set_draft: survival must be non-increasing in [0, 1], found {} at {}", survival[k], k);
   }
-  const int64_t room = s->req->max_tokens - int64_t(s->output.size());  // tokens it may still emit
-  const size_t keep = size_t(std::clamp<int64_t>(room - 1, 0, int64_t(tokens.size())));
+  // The drafts' positions stay below max_model_len. max_tokens does not cut them: near a request's end its drafts are
+  // verified like everyone's (a verify step of uniform rows is a captured graph, a ragged one runs eagerly) and the
+  // tokens past max_tokens are dropped where the outputs are applied (the stop checker; the same kept prefix).
+  const int64_t room = cache_.max_model_len() - s->total_len();
+  const size_t keep = size_t(std::clamp<int64_t>(room, 0, int64_t(tokens.size())));
   tokens.resize(std::min(keep, size_t(cache_.layout().num_speculative_tokens)));
   survival.resize(tokens.size());
   s->draft = std::move(tokens);

@@ -18,8 +18,8 @@ std::optional<ChainedStep> chain_after(const scheduler::BatchPlan& round, int32_
     if (snapshots && (P + 1 + L) / block_size != P / block_size) return std::nullopt;  // the round may end a block
     const int64_t end = P + chain_lookahead(k, block);
     if (end > max_model_len || end > int64_t(sp.block_table.size()) * block_size) return std::nullopt;
-    // The next round verifies k drafts only if the request keeps room for them after this round's tokens
-    // (Speculator::draft's num_drafts after up to 1 + L more outputs).
+    // Not near the request's end, where this round may finish it (the launched step would be wasted): room for this
+    // round's 1 + L tokens and a whole next round.
     if (sp.params->max_tokens && int64_t(sp.output_tokens.size()) + L + k + 2 > *sp.params->max_tokens)
       return std::nullopt;
     scheduler::SeqPlan q = sp;

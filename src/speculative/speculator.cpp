@@ -158,9 +158,10 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
       count_verified(sp, L, int32_t(o.samples.size()) - 1);
     }
     if (!sp.is_prefill) {
-      count_round(L, int64_t(o.samples.size()));
+      const int64_t kept = kept_tokens(sp, o.samples.size());
+      count_round(L, kept);
       rounds += 1;
-      tokens += int64_t(o.samples.size());
+      tokens += kept;
       rows = std::max(rows, 1 + L);
     }
     out.push_back(std::move(o));
@@ -178,6 +179,12 @@ void Speculator::count_verified(const SeqPlan& sp, int32_t L, int32_t acc) {
     if (k < acc) metrics_.accepted_per_position[size_t(k)] += 1;
   }
   metrics_.accepted_tokens += acc;
+}
+
+int64_t Speculator::kept_tokens(const SeqPlan& sp, size_t samples) {
+  const int64_t n = int64_t(samples);
+  if (!sp.params || !sp.params->max_tokens) return n;
+  return std::clamp<int64_t>(*sp.params->max_tokens - int64_t(sp.output_tokens.size()), 0, n);
 }
 
 void Speculator::count_round(int32_t L, int64_t emitted) {
@@ -254,8 +261,9 @@ Status Speculator::finish_round(const BatchPlan& plan, std::vector<StepOutput>& 
     }
     const int32_t L = sp.num_spec_tokens;
     if (L > 0) count_verified(sp, L, r.accepted);
-    count_round(L, int64_t(o.samples.size()));
-    tokens += int64_t(o.samples.size());
+    const int64_t kept = kept_tokens(sp, o.samples.size());
+    count_round(L, kept);
+    tokens += kept;
     rows = std::max(rows, 1 + L);
     round_.items.push_back({sp.slot, sp.start_pos + 1 + r.accepted, r.tokens.back(), 0, true, items[i].context_start});
     out.push_back(std::move(o));
@@ -351,12 +359,10 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
         tms[j]->push(hist[j][t]);
     }
     const int64_t anchor_pos = sched.num_computed(sp.seq_id);
-    // Scheduler::set_draft keeps at most max_tokens - outputs - 1 drafts: drafting more near a request's end was
-    // pure waste (a full draft head per token on the CPU drafter). The kept drafts are the same (per-position draws).
+    // Drafts at positions below max_model_len, as Scheduler::set_draft keeps them (near a request's end too: the
+    // tokens past max_tokens are dropped when applied).
     const int32_t k = cfg_.num_speculative_tokens;
-    int32_t num_drafts = k;
-    if (sp.params->max_tokens)
-      num_drafts = int32_t(std::clamp<int64_t>(*sp.params->max_tokens - int64_t(hist[j].size()) - 1, 0, k));
+    int32_t num_drafts = int32_t(std::clamp<int64_t>(sched.cache().max_model_len() - 1 - anchor_pos, 0, k));
     const bool argmax = plain_argmax(*sp.params, hist[j].size()) && !tms[j];
     if (!c.ready[decoding[j]]) num_drafts = 0;  // its context still holds positions never ingested
     items.push_back({sp.slot, anchor_pos, hist[j].back(), num_drafts, argmax, context_[sp.seq_id].context_start});

@@ -115,6 +115,9 @@ class Speculator {
   // The metrics and the gate's observation of one verified sequence (L drafts, acc accepted) and of one decode round.
   void count_verified(const scheduler::SeqPlan& sp, int32_t L, int32_t acc);
   void count_round(int32_t L, int64_t emitted);
+  // Of a round's `samples` tokens, those the request keeps (none past its max_tokens: drafts near its end are verified
+  // whole, Scheduler::set_draft).
+  static int64_t kept_tokens(const scheduler::SeqPlan& sp, size_t samples);
   // draft()'s items match the last round()'s (`planned`: the plan's sequences when all still decode, else 0).
   bool round_usable(const std::vector<ProposeItem>& items, size_t planned) const;
   void take_round_proposals(const std::vector<ProposeItem>& items, std::vector<Proposal>& props);

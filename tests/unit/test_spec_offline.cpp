@@ -63,7 +63,8 @@ struct Stats {
 
 int32_t argmax(const float* row, int64_t V) { return int32_t(std::max_element(row, row + V) - row); }
 
-// evaluate.py's greedy simulation (k drafts per round, capped like the scheduler caps them at max_tokens).
+// evaluate.py's greedy simulation (k drafts per round), with the engine's request end: the last round verifies the
+// whole block too and keeps the tokens up to max_tokens (Scheduler::set_draft).
 Stats simulate(speculative::SpecMethod method, const std::vector<std::vector<int32_t>>& ps, int32_t max_tokens) {
   Stats st;
   auto m = model::DeepseekV4Cpu::load(model_dir(), model::Numerics::official());
@@ -104,9 +105,9 @@ Stats simulate(speculative::SpecMethod method, const std::vector<std::vector<int
       std::vector<int32_t> next(cur.begin() + 1, cur.end());
       const speculative::IngestItem ing{0, 0, int32_t(anchor), 0, next};
       EXPECT_TRUE((*d)->ingest({&ing, 1}, hidden).is_ok());
-      const int32_t k = std::min(k_max, max_tokens - int32_t(out.size()) - 1);
+      const int32_t k = k_max;
       std::vector<speculative::Proposal> props(1);
-      if (k > 0) {
+      {
         const speculative::ProposeItem item{0, anchor, cur.back(), k, false};
         auto draw = [&](size_t, int32_t, std::span<const float> lg) { return argmax(lg.data(), V); };
         EXPECT_TRUE((*d)->propose({&item, 1}, draw, props).is_ok());
@@ -120,10 +121,12 @@ Stats simulate(speculative::SpecMethod method, const std::vector<std::vector<int
         if (props[0].tokens[size_t(acc)] != argmax(logits.data() + size_t(anchor + acc) * size_t(V), V)) break;
         st.accepted[size_t(acc)] += 1;
       }
+      const size_t before = out.size();
       for (int32_t j = 0; j < acc; ++j) out.push_back(props[0].tokens[size_t(j)]);
       out.push_back(argmax(logits.data() + size_t(anchor + acc) * size_t(V), V));
+      out.resize(std::min(out.size(), size_t(max_tokens)));
       st.rounds += 1;
-      st.emitted += acc + 1;
+      st.emitted += int64_t(out.size() - before);
     }
     st.tokens.push_back(out);
   }

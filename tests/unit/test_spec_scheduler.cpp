@@ -97,7 +97,9 @@ TEST(SpecScheduler, TopBudgetBySurvivalVerifiesPrefixesAndRollsBack) {
   for (const SeqPlan& sp : next.seqs) EXPECT_EQ(sp.num_spec_tokens, 0);
 }
 
-TEST(SpecScheduler, DraftsAreCappedByMaxTokensAndTheSpareRows) {
+// Near a request's end its drafts are verified whole (a uniform verify step stays a captured graph) and the tokens
+// past max_tokens are dropped; the drafts' positions stay below max_model_len, and within the layout's spare rows.
+TEST(SpecScheduler, DraftsAreCappedByMaxModelLenAndTheSpareRowsNotByMaxTokens) {
   auto s = make(0, 0.0);
   sampling::SamplingParams p;
   p.temperature = 0;
@@ -107,12 +109,25 @@ TEST(SpecScheduler, DraftsAreCappedByMaxTokensAndTheSpareRows) {
   const SeqId sid = s->seq_ids(*id)[0];
   const BatchPlan& plan = s->schedule();
   ASSERT_TRUE(s->update(std::vector<StepOutput>{out(plan, 0, {9})}).is_ok());
-  ASSERT_TRUE(s->set_draft(sid, {4, 5, 6}, {1.f, 1.f, 1.f}).is_ok());
+  ASSERT_TRUE(s->set_draft(sid, {4, 5, 6, 7}, {1.f, 1.f, 1.f, 1.f}).is_ok());
   const BatchPlan& p2 = s->schedule();
-  EXPECT_EQ(p2.seqs[0].num_spec_tokens, 1);  // 2 tokens may still come: one draft + the bonus
-  ASSERT_TRUE(s->update(std::vector<StepOutput>{out(p2, 0, {4, 8})}).is_ok());
+  EXPECT_EQ(p2.seqs[0].num_spec_tokens, 3);  // the layout's 3 spare rows, though 2 tokens may still come
+  ASSERT_TRUE(s->update(std::vector<StepOutput>{out(p2, 0, {4, 5, 6, 8})}).is_ok());
   EXPECT_EQ(s->seq_state(sid), SeqState::Finished);
-  EXPECT_EQ(*s->output_tokens(sid), (std::vector<int32_t>{9, 4, 8}));
+  EXPECT_EQ(*s->output_tokens(sid), (std::vector<int32_t>{9, 4, 5}));  // 6 and 8 past max_tokens: dropped
+
+  // A prompt 2 positions short of max_model_len (64): one draft fits (position 63) beside the anchor (62).
+  auto t = make(0, 0.0);
+  p.max_tokens = 2;
+  auto id2 = t->add_request({std::vector<int32_t>(62, 1), p});
+  ASSERT_TRUE(id2.is_ok());
+  const SeqId sid2 = t->seq_ids(*id2)[0];
+  const BatchPlan& q1 = t->schedule();
+  ASSERT_TRUE(t->update(std::vector<StepOutput>{out(q1, 0, {9})}).is_ok());
+  ASSERT_TRUE(t->set_draft(sid2, {4, 5, 6}, {1.f, 1.f, 1.f}).is_ok());
+  const BatchPlan& q2 = t->schedule();
+  EXPECT_EQ(q2.seqs[0].num_spec_tokens, 1);
+  EXPECT_EQ(q2.positions.back(), 63);
 }
 
 // SchedulerConfig::spec_lookahead (the chained verify step's blocks): a verify step's sequence gets blocks for that
