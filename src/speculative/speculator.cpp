@@ -274,20 +274,22 @@ Status Speculator::finish_round(const BatchPlan& plan, std::vector<StepOutput>& 
   return Status::ok();
 }
 
-void Speculator::take_round_proposals(const std::vector<ProposeItem>& items, std::vector<Proposal>& props) {
+void Speculator::take_round_proposals(const std::vector<ProposeItem>& items, std::span<const size_t> decoding,
+                                      std::vector<Proposal>& props) {
   for (size_t j = 0; j < items.size(); ++j) {
-    props[j] = std::move(round_.results[j].proposal);
+    props[j] = std::move(round_.results[decoding[j]].proposal);
     props[j].tokens.resize(size_t(items[j].num_drafts));
     props[j].confidence_logits.resize(props[j].tokens.size());
   }
   metrics_.one_wait_proposals += 1;
 }
 
-bool Speculator::round_usable(const std::vector<ProposeItem>& items, size_t planned) const {
-  if (!round_.active || items.size() != round_.items.size() || planned != items.size()) return false;
+bool Speculator::round_usable(const std::vector<ProposeItem>& items, std::span<const size_t> decoding) const {
+  if (!round_.active || items.empty() || items.size() != decoding.size()) return false;
   for (size_t j = 0; j < items.size(); ++j) {
+    if (decoding[j] >= round_.items.size()) return false;
     const ProposeItem& a = items[j];
-    const ProposeItem& b = round_.items[j];
+    const ProposeItem& b = round_.items[decoding[j]];
     if (a.slot != b.slot || a.anchor_pos != b.anchor_pos || a.anchor_token != b.anchor_token ||
         a.context_start != b.context_start || a.num_drafts <= 0 || !a.pick_argmax)
       return false;
@@ -396,11 +398,13 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
   gate_drafting(items, scheduled, num_seqs);
   std::vector<Proposal> props(items.size());
-  if (round_usable(items, decoding.size() == plan.seqs.size() ? plan.seqs.size() : 0)) {
-    take_round_proposals(items, props);  // the one-wait round ingested and proposed after the same anchors already
+  if (round_usable(items, decoding)) {
+    // The one-wait round ingested and proposed after the same anchors already: the proposals of the sequences that
+    // still decode (those of a sequence that finished in the round are dropped).
+    take_round_proposals(items, decoding, props);
   } else {
-    // A round whose proposals do not fit what the host decided after it (a sequence finished, the gate stopped, the
-    // request's last tokens) proposes again. Its ingest already ran inside the round, reading the capture that a
+    // A round whose proposals do not fit what the host decided after it (the gate stopped, a sequence without drafts)
+    // proposes again. Its ingest already ran inside the round, reading the capture that a
     // chained step launched since may have overwritten: only a step without a round ingests here.
     if (!round_.active) DSI_RETURN_IF_ERROR(drafter_->ingest(c.ingest, hidden));
     if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))

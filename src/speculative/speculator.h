@@ -118,9 +118,10 @@ class Speculator {
   // Of a round's `samples` tokens, those the request keeps (none past its max_tokens: drafts near its end are verified
   // whole, Scheduler::set_draft).
   static int64_t kept_tokens(const scheduler::SeqPlan& sp, size_t samples);
-  // draft()'s items match the last round()'s (`planned`: the plan's sequences when all still decode, else 0).
-  bool round_usable(const std::vector<ProposeItem>& items, size_t planned) const;
-  void take_round_proposals(const std::vector<ProposeItem>& items, std::vector<Proposal>& props);
+  // draft()'s items (items[j]: the plan's sequence decoding[j], one that still decodes) match the last round's.
+  bool round_usable(const std::vector<ProposeItem>& items, std::span<const size_t> decoding) const;
+  void take_round_proposals(const std::vector<ProposeItem>& items, std::span<const size_t> decoding,
+                            std::vector<Proposal>& props);
   void count_calibration(const SeqDraft& d, int32_t verified, int32_t accepted);
   // draft()'s first step: every live planned sequence's newly committed positions (never a rejected draft's) for the
   // drafter's ingest, the plan indices of the decoding sequences (to draft for) and whether each sequence's drafter
