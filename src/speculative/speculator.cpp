@@ -158,10 +158,8 @@ Status Speculator::sample(const BatchPlan& plan, std::span<const float> logits, 
       count_verified(sp, L, int32_t(o.samples.size()) - 1);
     }
     if (!sp.is_prefill) {
-      const int64_t kept = kept_tokens(sp, o.samples.size());
-      count_round(L, kept);
       rounds += 1;
-      tokens += kept;
+      tokens += count_round(sp, L, o.samples.size());
       rows = std::max(rows, 1 + L);
     }
     out.push_back(std::move(o));
@@ -181,16 +179,14 @@ void Speculator::count_verified(const SeqPlan& sp, int32_t L, int32_t acc) {
   metrics_.accepted_tokens += acc;
 }
 
-int64_t Speculator::kept_tokens(const SeqPlan& sp, size_t samples) {
-  const int64_t n = int64_t(samples);
-  if (!sp.params || !sp.params->max_tokens) return n;
-  return std::clamp<int64_t>(*sp.params->max_tokens - int64_t(sp.output_tokens.size()), 0, n);
-}
-
-void Speculator::count_round(int32_t L, int64_t emitted) {
+int64_t Speculator::count_round(const SeqPlan& sp, int32_t L, size_t samples) {
+  int64_t emitted = int64_t(samples);
+  if (sp.params && sp.params->max_tokens)  // none past max_tokens: a request's last round verifies its whole block
+    emitted = std::clamp<int64_t>(*sp.params->max_tokens - int64_t(sp.output_tokens.size()), 0, emitted);
   ++metrics_.rounds;
   metrics_.emitted_tokens += emitted;
   metrics_.verified_tokens += 1 + L;
+  return emitted;
 }
 
 bool Speculator::one_wait_round(const BatchPlan& plan, const scheduler::Scheduler& sched,
@@ -261,9 +257,7 @@ Status Speculator::finish_round(const BatchPlan& plan, std::vector<StepOutput>& 
     }
     const int32_t L = sp.num_spec_tokens;
     if (L > 0) count_verified(sp, L, r.accepted);
-    const int64_t kept = kept_tokens(sp, o.samples.size());
-    count_round(L, kept);
-    tokens += kept;
+    tokens += count_round(sp, L, o.samples.size());
     rows = std::max(rows, 1 + L);
     round_.items.push_back({sp.slot, sp.start_pos + 1 + r.accepted, r.tokens.back(), 0, true, items[i].context_start});
     out.push_back(std::move(o));
@@ -404,8 +398,8 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     take_round_proposals(items, decoding, props);
   } else {
     // A round whose proposals do not fit what the host decided after it (the gate stopped, a sequence without drafts)
-    // proposes again. Its ingest already ran inside the round, reading the capture that a
-    // chained step launched since may have overwritten: only a step without a round ingests here.
+    // proposes again. Its ingest already ran inside the round, reading the capture that a chained step launched since
+    // may have overwritten: only a step without a round ingests here.
     if (!round_.active) DSI_RETURN_IF_ERROR(drafter_->ingest(c.ingest, hidden));
     if (std::any_of(items.begin(), items.end(), [](const ProposeItem& it) { return it.num_drafts > 0; }))
       DSI_RETURN_IF_ERROR(drafter_->propose(items, draw, props));

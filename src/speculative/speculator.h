@@ -114,10 +114,9 @@ class Speculator {
   std::vector<float> survival(std::span<const float> conf_logits, bool greedy) const;
   // The metrics and the gate's observation of one verified sequence (L drafts, acc accepted) and of one decode round.
   void count_verified(const scheduler::SeqPlan& sp, int32_t L, int32_t acc);
-  void count_round(int32_t L, int64_t emitted);
-  // Of a round's `samples` tokens, those the request keeps (none past its max_tokens: drafts near its end are verified
-  // whole, Scheduler::set_draft).
-  static int64_t kept_tokens(const scheduler::SeqPlan& sp, size_t samples);
+  // Counts the round with the tokens of its `samples` that the request keeps (none past its max_tokens: drafts near
+  // its end are verified whole, Scheduler::set_draft) and returns them.
+  int64_t count_round(const scheduler::SeqPlan& sp, int32_t L, size_t samples);
   // draft()'s items (items[j]: the plan's sequence decoding[j], one that still decodes) match the last round's.
   bool round_usable(const std::vector<ProposeItem>& items, std::span<const size_t> decoding) const;
   void take_round_proposals(const std::vector<ProposeItem>& items, std::span<const size_t> decoding,
