@@ -440,6 +440,10 @@ int cmd_generate(int argc, char** argv) {
                lines.size(), failed, resumed ? fmt::format(", {} resumed", resumed).c_str() : "", (long long)in_tokens,
                (long long)out_tokens, wall, wall > 0 ? double(out_tokens) / wall : 0.0,
                wall > 0 ? double(in_tokens + out_tokens) / wall : 0.0, latency_ms(ttft).c_str(), latency_ms(tpot).c_str());
+  const EngineStats es = engine->stats();
+  if (es.graphs_at_start + es.graphs_in_run > 0)
+    std::fprintf(stderr, "         step graphs: %lld captured at start-up (graph warm-up %.2f s), %lld during the run\n",
+                 (long long)es.graphs_at_start, es.graph_warmup_seconds, (long long)es.graphs_in_run);
   const SpeculativeMetrics sm = engine->speculative_metrics();
   if (sm.method != "off") {
     std::string per;

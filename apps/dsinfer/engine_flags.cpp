@@ -48,10 +48,13 @@ std::string engine_flags_help() {
       "            --gpus N runs N ranks of the reference)  --collective-timeout-ms MS (300000)\n"
       "            --inject-fault RANK:load|RANK:step:K|RANK:alloc:K|RANK:plan:K (tests only: a planted rank failure)\n"
       "  --async-scheduling on|off ({}; on = plan step t+1 while the GPU runs step t, where device sampling applies)\n"
+      "  --graph-warmup on|off ({}; on = every CUDA graph a run replays captured at start-up, before the first\n"
+      "            request: the runner's buckets up to --max-num-seqs, decode and each verify length)\n"
       "  --engram-placement device|host|sharded (device; DeepSeek-V4.1's Engram tables: a copy per GPU, in pinned host\n"
       "            memory with each step's rows fetched behind the layers before them, or rows split over the GPUs)\n",
       d.backend, d.numerics, d.max_num_seqs, d.max_num_batched_tokens, d.speculative, d.num_speculative_tokens,
-      d.speculative_cost_model, d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling);
+      d.speculative_cost_model, d.enable_prefix_caching, d.sampling, d.gpus, d.eplb_interval, d.async_scheduling,
+      d.graph_warmup);
 }
 
 bool parse_int_flag(const char* cmd, const std::string& flag, const std::string& v, long long lo, long long hi,
@@ -137,6 +140,7 @@ bool check_choice(const char* cmd, const std::string& flag, const std::string& v
       {"--backend", {"cpu", "cuda"}},           {"--numerics", {"official", "hf", "hf-noqat"}},
       {"--load-format", {"auto", "dummy"}},     {"--speculative", {"dspark", "mtp1", "off"}},
       {"--sampling", {"device", "host"}},       {"--async-scheduling", {"on", "off"}},
+      {"--graph-warmup", {"on", "off"}},
       {"--communicator", {"auto", "nccl", "in-process"}},
       {"--engram-placement", {"device", "sharded", "host"}},
       {"--state-format", {"auto", "fp32"}}};
@@ -173,6 +177,7 @@ const TextFlag kTextFlags[] = {{"--model", &EO::model_dir},        {"--backend",
                                {"--numerics", &EO::numerics},      {"--load-format", &EO::load_format},
                                {"--tokenizer", &EO::tokenizer_path}, {"--speculative", &EO::speculative},
                                {"--sampling", &EO::sampling},      {"--async-scheduling", &EO::async_scheduling},
+                               {"--graph-warmup", &EO::graph_warmup},
                                {"--communicator", &EO::communicator}, {"--inject-fault", &EO::fault_injection},
                                {"--speculative-cost-model", &EO::speculative_cost_model},
                                {"--engram-placement", &EO::engram_placement},

@@ -96,6 +96,13 @@ struct EngineOptions {
   // steps of structured outputs and of requests with presence / frequency / repetition penalties wait for the
   // step before. "off": every step waits for its sampled tokens before the next is planned.
   std::string async_scheduling = "on";
+  // CUDA graphs captured at start-up (docs/engine_core.md "Graph warm-up"): "on" = before the first request the
+  // engine runs, on state no sequence holds yet, one prompt step of max_num_batched_tokens tokens ending at
+  // max_model_len (the scratch buffers grown to what any later step needs: a buffer that grows later drops every
+  // graph) and then the decode step and each verify length of every graph bucket up to max_num_seqs, so no graph is
+  // captured while requests wait (a run's first steps of each batch size otherwise pay 5-40 ms each). Start-up
+  // takes longer by those steps. "off": graphs are captured by the first step of each shape.
+  std::string graph_warmup = "on";
   // DeepSeek-V4.1's Engram tables (188.8 GiB in the release; docs/decisions.md 2026-12-02 "Engram placements"):
   // "device" (a full copy on every GPU), "host" (in pinned host memory; each step's rows are fetched while the
   // layers before the Engram layers run; cpu and cuda), or "sharded" (each rank 1/N of the rows, one gather per
@@ -233,6 +240,10 @@ struct EngineStats {
   PrefixCacheMetrics prefix_cache;
   SpeculativeMetrics speculative;
   GrammarMetrics grammar;
+  // CUDA step graphs (EngineOptions::graph_warmup): captured while the engine was created, captured since (each
+  // while requests waited), and the graph warm-up's wall time in seconds.
+  int64_t graphs_at_start = 0, graphs_in_run = 0;
+  double graph_warmup_seconds = 0;
 };
 
 class Engine {

@@ -32,6 +32,7 @@ class EngineOptions:
     num_redundant_experts: int
     eplb_interval: int
     async_scheduling: str
+    graph_warmup: str
     engram_placement: str
     def __init__(self) -> None: ...
 
@@ -144,6 +145,12 @@ class EngineStats:
     def state_bytes_used(self) -> int: ...
     @property
     def state_bytes_budget(self) -> int: ...
+    @property
+    def graphs_at_start(self) -> int: ...
+    @property
+    def graphs_in_run(self) -> int: ...
+    @property
+    def graph_warmup_seconds(self) -> float: ...
 
 class Engine:
     """The C++ engine (dsinfer::Engine); every call releases the GIL."""

@@ -185,6 +185,7 @@ void bind_options(nb::module_& m) {
       .def_rw("num_redundant_experts", &EngineOptions::num_redundant_experts)
       .def_rw("eplb_interval", &EngineOptions::eplb_interval)
       .def_rw("async_scheduling", &EngineOptions::async_scheduling)
+      .def_rw("graph_warmup", &EngineOptions::graph_warmup)
       .def_rw("engram_placement", &EngineOptions::engram_placement);
 }
 
@@ -243,7 +244,10 @@ void bind_results(nb::module_& m) {
       .def_ro("state_blocks", &EngineStats::state_blocks)
       .def_ro("state_blocks_used", &EngineStats::state_blocks_used)
       .def_ro("state_bytes_used", &EngineStats::state_bytes_used)
-      .def_ro("state_bytes_budget", &EngineStats::state_bytes_budget);
+      .def_ro("state_bytes_budget", &EngineStats::state_bytes_budget)
+      .def_ro("graphs_at_start", &EngineStats::graphs_at_start)
+      .def_ro("graphs_in_run", &EngineStats::graphs_in_run)
+      .def_ro("graph_warmup_seconds", &EngineStats::graph_warmup_seconds);
 }
 
 void bind_engine(nb::module_& m) {

@@ -240,6 +240,10 @@ EngineStats Engine::stats() const {
   st.state_slot_bytes = cs.slot_bytes;
   st.prefix_cache = e.prefix_stats();
   st.speculative = e.speculative_metrics();
+  const engine::Engine::GraphCounts gc = e.graph_counts();
+  st.graphs_at_start = gc.at_start;
+  st.graphs_in_run = gc.in_run;
+  st.graph_warmup_seconds = gc.warmup_seconds;
   const structured::GrammarCacheStats gs = e.grammar_stats();
   st.grammar = {gs.compiles, gs.hits, gs.entries, int64_t(gs.bytes), gs.compile_seconds};
   return st;

@@ -10,6 +10,7 @@
 #include "chat/chat_types.h"
 #include "chat/parser_options.h"
 #include "engine/engine_config.h"
+#include "engine/graph_warmup.h"
 #include "engine/prefix_setup.h"
 #include "engine/runner_factory.h"
 #include "engine/step_cost_setup.h"
@@ -83,6 +84,18 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
     e->spec_->enable_chained_steps(e->runner_->supports_chained_steps());
     e->sched_->set_spec_lookahead(e->spec_->chained_lookahead(), speculative::kChainMaxSeqs);
   }
+  if (cfg.graph_warmup) {  // after the cost model's profile: the graphs of every bucket, captured before a request
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t max_seqs = std::min<int64_t>(cfg.scheduler.max_num_seqs, num_slots);
+    const GraphWarmup w{.batch_sizes = e->runner_->graph_batch_sizes(max_seqs), .max_seqs = max_seqs,
+                        .max_batched_tokens = cfg.scheduler.max_num_batched_tokens, .max_model_len = e->max_model_len_,
+                        .max_drafts = e->spec_ ? cfg.speculative.num_speculative_tokens : 0};
+    DSI_RETURN_IF_ERROR(warm_up_graphs(*e->runner_, e->sched_->cache(), w,
+                                       e->spec_ ? e->spec_->tapped_layers() : std::vector<int64_t>{}));
+    if (!w.batch_sizes.empty())
+      e->warmup_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  e->graphs_at_start_ = e->runner_->diagnostics().graphs_captured();
   // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
   e->device_sampling_ = cfg.device_sampling && e->runner_->supports_device_sampling() && !e->spec_;
   // At rest (speculator.h: no draft pays at this batch) it samples as the engine without speculation does.
@@ -96,6 +109,11 @@ SpeculativeMetrics Engine::speculative_metrics() const {
   SpeculativeMetrics m = spec_->metrics();
   m.graphs_captured = runner_->diagnostics().graphs_captured();
   return m;
+}
+
+Engine::GraphCounts Engine::graph_counts() const {
+  const int64_t all = runner_->diagnostics().graphs_captured();
+  return {graphs_at_start_, all - graphs_at_start_, warmup_seconds_};
 }
 
 structured::GrammarCacheStats Engine::grammar_stats() const {

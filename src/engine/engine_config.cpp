@@ -19,6 +19,8 @@ Status check_options(const EngineOptions& o) {
     return Status::errorf("sampling must be 'device' or 'host', found '{}'", o.sampling);
   if (o.async_scheduling != "on" && o.async_scheduling != "off")
     return Status::errorf("async_scheduling must be 'on' or 'off', found '{}'", o.async_scheduling);
+  if (o.graph_warmup != "on" && o.graph_warmup != "off")
+    return Status::errorf("graph_warmup must be 'on' or 'off', found '{}'", o.graph_warmup);
   DSI_RETURN_IF_ERROR(model::parse_engram_placement(o.engram_placement).status());
   if (o.state_format != "auto" && o.state_format != "fp32")
     return Status::errorf("state_format must be 'auto' or 'fp32', found '{}'", o.state_format);
@@ -48,6 +50,7 @@ Result<EngineConfig> resolve_engine_config(const EngineOptions& o, const io::Mod
   EngineConfig c;
   c.device_sampling = o.sampling == "device";
   c.async_scheduling = o.async_scheduling == "on";
+  c.graph_warmup = o.graph_warmup == "on";
   c.tokenizer_path = o.tokenizer_path;
   const std::filesystem::path model_tokenizer = std::filesystem::path(o.model_dir) / "tokenizer.json";
   if (c.tokenizer_path.empty() && std::filesystem::exists(model_tokenizer)) c.tokenizer_path = model_tokenizer.string();

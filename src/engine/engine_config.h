@@ -25,6 +25,7 @@ struct EngineConfig {
   speculative::SpeculativeConfig speculative;
   bool device_sampling = true;   // sampling "device": where the runner can (Engine::create decides with the runner)
   bool async_scheduling = true;  // "on": where the step allows it (Engine::choose_step_mode)
+  bool graph_warmup = true;      // "on": the runner's graphs captured in Engine::create (engine/graph_warmup.h)
 };
 
 // What the runner is built from, before any weight is loaded; fails on any option that needs no model to be

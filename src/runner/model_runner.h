@@ -138,6 +138,12 @@ class ModelRunner {
   // bind_state then receives the whole id space and each rank holds its equal part. 1: one state.
   virtual int32_t state_ranks() const { return 1; }
 
+  // The batch sizes whose fixed-shape steps (decode, uniform verify) replay one CUDA graph each, for batches of up
+  // to max_seqs sequences: a batch runs padded to the smallest of them that holds it. Empty where this runner
+  // captures no step graphs, or captures one per batch size (several ranks, graphs off); the engine's graph
+  // warm-up (engine/graph_warmup.h) then runs nothing.
+  virtual std::vector<int64_t> graph_batch_sizes(int64_t max_seqs) const { return {}; }
+
   // Speculative decoding (src/speculative): from now on every step() also keeps the output residual streams of these
   // target layers for every token of the step, readable until the next step() as captured_hidden():
   // [plan.num_tokens(), layers.size(), hc_mult * hidden_size] floats in plan token order. Empty = off.

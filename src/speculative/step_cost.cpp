@@ -223,10 +223,9 @@ double StepCostModel::plain_ms(int64_t n) const {
 }
 
 double StepCostModel::round_ms(int64_t n, int32_t rows, double tokens) const {
-  const double host = host_row_ms_ * tokens;
-  if (round_ms_.empty()) return step_ms(n, rows) + draft_ms(n) + host;
+  if (round_ms_.empty()) return step_ms(n, rows) + draft_ms(n) + host_row_ms_ * tokens;
   const double round = along_seqs(n, [&](size_t i) { return round_ms_[i]; });
-  return std::max(round - step_ms(n, max_rows_) + step_ms(n, rows), step_ms(n, rows)) + host;
+  return std::max(round - step_ms(n, max_rows_) + step_ms(n, rows), step_ms(n, rows));
 }
 
 StepCostModel StepCostModel::without_round() const {

@@ -92,6 +92,7 @@ TEST(EngineConfig, OptionsAreCheckedBeforeAnyWeightIsLoaded) {
       {[](EngineOptions& x) { x.state_memory_gb = -1; }, "state_memory_gb"},
       {[](EngineOptions& x) { x.sampling = "gpu"; }, "sampling"},
       {[](EngineOptions& x) { x.async_scheduling = "maybe"; }, "async_scheduling"},
+      {[](EngineOptions& x) { x.graph_warmup = "always"; }, "graph_warmup"},
       {[](EngineOptions& x) { x.state_format = "fp16"; }, "state_format"},
       {[](EngineOptions& x) { x.backend = "tpu"; }, "backend"},
       {[](EngineOptions& x) { x.numerics = "fp64"; }, "numerics"}};

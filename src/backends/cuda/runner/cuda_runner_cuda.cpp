@@ -161,6 +161,14 @@ Status CudaRunner::upload_plan(const scheduler::BatchPlan& plan, const StepPlanL
   return Status::ok();
 }
 
+std::vector<int64_t> CudaRunner::graph_batch_sizes(int64_t max_seqs) const {
+  std::vector<int64_t> sizes;
+  if (pad_.slot < 0 || dp_ || tp_ || !graphs_enabled_ || timer_.enabled()) return sizes;
+  for (int64_t n = 1; n <= max_seqs; ++n)
+    if (sizes.empty() || graph_bucket_seqs(n) != sizes.back()) sizes.push_back(graph_bucket_seqs(n));
+  return sizes;
+}
+
 Status CudaRunner::step(const scheduler::BatchPlan& plan, std::vector<float>& logits) {
   if (!slots_.data()) return Status::error("cuda runner: bind_state was not called");
   DSI_RETURN_IF_ERROR(bind_device());

@@ -62,6 +62,8 @@ class CudaRunner final : public runner::ModelRunner, public runner::RunnerDiagno
   Status set_step_events(bool on) override;
   Result<StepGapTimes> step_gap_times() override;
   int64_t graphs_captured() const override { return graphs_.captures(); }
+  // One rank with padded buckets and graphs on: graph_bucket_seqs of 1 .. max_seqs (step_plan.h).
+  std::vector<int64_t> graph_batch_sizes(int64_t max_seqs) const override;
   double device_bytes_in_use() const override;
 
   // Expert parallelism (parallel_runner.h): the communicator of this shard's EP group (the MoE output is summed

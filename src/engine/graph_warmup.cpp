@@ -1,0 +1,67 @@
+// Graph warm-up (see graph_warmup.h).
+#include "engine/graph_warmup.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "perf/bench.h"
+
+namespace dsinfer::engine {
+
+std::vector<WarmupStep> graph_warmup_steps(const GraphWarmup& w) {
+  std::vector<WarmupStep> steps;
+  if (w.batch_sizes.empty() || w.max_seqs < 1 || w.max_model_len < 1) return steps;
+  // The prompt step: max_batched_tokens tokens in the fewest sequences of at most max_model_len tokens (of equal
+  // length, a few tokens more where they do not divide), each ending at max_model_len.
+  const int64_t len_cap = std::min(w.max_batched_tokens, w.max_model_len);
+  const int64_t seqs = std::min((w.max_batched_tokens + len_cap - 1) / len_cap, w.max_seqs);
+  const int64_t len = std::min((w.max_batched_tokens + seqs - 1) / seqs, w.max_model_len);
+  const bool speculative = w.max_drafts > 0;
+  steps.push_back({WarmupStep::Kind::kPrompt, seqs, len, speculative});
+  std::vector<int64_t> sizes = w.batch_sizes;
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  for (int64_t b : sizes) {
+    const int64_t n = std::min(b, w.max_seqs);
+    for (int64_t k = std::min<int64_t>(w.max_drafts, w.max_model_len - 1); k >= 1; --k)
+      steps.push_back({WarmupStep::Kind::kVerify, n, 1 + k, true});
+    steps.push_back({WarmupStep::Kind::kDecode, n, 1, false});
+  }
+  return steps;
+}
+
+Status warm_up_graphs(runner::ModelRunner& runner, const cache::StateCache& sc, const GraphWarmup& w,
+                      const std::vector<int64_t>& tapped) {
+  const std::vector<WarmupStep> steps = graph_warmup_steps(w);
+  const cache::StateLayout& layout = sc.layout();
+  bool capture = !tapped.empty();
+  std::vector<std::vector<cache::BlockId>> tables;
+  std::vector<float> logits;
+  for (const WarmupStep& s : steps) {
+    const bool want = s.capture && !tapped.empty();
+    if (want != capture) {
+      DSI_RETURN_IF_ERROR(runner.set_hidden_capture(want ? tapped : std::vector<int64_t>{}));
+      capture = want;
+    }
+    // A prompt ends at max_model_len; a decode or verify step starts at position 0 (a fixed-shape step is laid out
+    // for max_model_len wherever it starts).
+    const int64_t start = s.kind == WarmupStep::Kind::kPrompt ? w.max_model_len - s.tokens : 0;
+    const int64_t bps = layout.blocks_per_sequence(start + s.tokens);
+    scheduler::BatchPlan plan = perf::make_bench_plan(s.seqs, s.tokens, start, bps, runner.config().vocab_size,
+                                                      tables, s.kind == WarmupStep::Kind::kVerify);
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {  // more blocks than the cache has: sequences share them
+      for (cache::BlockId& b : tables[i]) b = cache::BlockId(int64_t(b) % sc.num_blocks());
+      plan.seqs[i].block_table = tables[i];
+    }
+    // Logits stay on the device where the runner samples there (a verify step's rows are large on the host).
+    const Status st = runner.supports_device_sampling() ? runner.begin_sampled_step(plan) : runner.step(plan, logits);
+    if (!st) {
+      static const char* const kNames[] = {"prompt", "verify", "decode"};
+      return st.with_context(fmt::format("graph warm-up, {} step of {} sequences x {} tokens",
+                                         kNames[int(s.kind)], s.seqs, s.tokens));
+    }
+  }
+  if (capture != !tapped.empty()) DSI_RETURN_IF_ERROR(runner.set_hidden_capture(tapped));
+  return Status::ok();
+}
+
+}  // namespace dsinfer::engine
