@@ -24,6 +24,7 @@ std::vector<WarmupStep> graph_warmup_steps(const GraphWarmup& w) {
     const int64_t n = std::min(b, w.max_seqs);
     for (int64_t k = std::min<int64_t>(w.max_drafts, w.max_model_len - 1); k >= 1; --k)
       steps.push_back({WarmupStep::Kind::kVerify, n, 1 + k, true});
+    if (speculative) steps.push_back({WarmupStep::Kind::kDecode, n, 1, true});  // a drafting step without drafts
     steps.push_back({WarmupStep::Kind::kDecode, n, 1, false});
   }
   return steps;

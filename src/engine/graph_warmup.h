@@ -5,10 +5,11 @@
 //   1. One prompt step of max_num_batched_tokens tokens (sequences of at most max_model_len tokens, each ending at
 //      max_model_len): the runner's scratch, step-plan and capture buffers grow to what any later step needs. A
 //      buffer that grows later moves and drops every captured graph.
-//   2. For each of the runner's graph batch sizes, largest first: the verify step of every draft count the engine
-//      may verify (speculation on; the hidden-state capture on, as drafting steps run), then the decode step (the
-//      capture off: the step at rest, or of an engine without speculation). Largest first, so the first fixed-shape
-//      step grows what they need and the graphs after it stay valid.
+//   2. For each of the runner's graph batch sizes, largest first: with speculation the verify step of every draft
+//      count the engine may verify and the decode step (a drafting step whose sequences have no drafts yet), the
+//      hidden-state capture on as in drafting steps; then the decode step with the capture off (the step at rest,
+//      or of an engine without speculation). Graphs are keyed by the capture too. Largest first, so the first
+//      fixed-shape step grows what they need and the graphs after it stay valid.
 // A runner without graph batch sizes (cpu, several ranks, graphs off) runs nothing.
 #pragma once
 #include <cstdint>

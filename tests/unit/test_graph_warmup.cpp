@@ -1,5 +1,6 @@
 // The graph warm-up (engine/graph_warmup.h) on the CPU: the steps it plans (one prompt step of the batch token budget
-// ending at max_model_len, then every graph bucket largest first: each verify length, then decode), and the engine
+// ending at max_model_len, then every graph bucket largest first: each verify length, then decode with and without
+// the hidden-state capture), and the engine
 // running them at start-up through a runner that offers graph buckets (the CPU runner wrapped: real steps of
 // models/dsv4-small). The plans must be valid on the bound state (slots and blocks the engine owns, positions within
 // max_model_len), the hidden-state capture on exactly for the prompt and verify steps and left on, and the warm-up
@@ -127,8 +128,9 @@ TEST(GraphWarmup, OnePromptStepThenEveryBucketLargestFirstEachVerifyLengthThenDe
   GraphWarmup w{.batch_sizes = {1, 2, 4, 8}, .max_seqs = 6, .max_batched_tokens = 1024, .max_model_len = 512,
                 .max_drafts = 2};
   EXPECT_EQ(describe(engine::graph_warmup_steps(w)),
-            "prompt 2x512 c, verify 6x3 c, verify 6x2 c, decode 6x1, verify 4x3 c, verify 4x2 c, decode 4x1, "
-            "verify 2x3 c, verify 2x2 c, decode 2x1, verify 1x3 c, verify 1x2 c, decode 1x1");
+            "prompt 2x512 c, verify 6x3 c, verify 6x2 c, decode 6x1 c, decode 6x1, verify 4x3 c, verify 4x2 c, "
+            "decode 4x1 c, decode 4x1, verify 2x3 c, verify 2x2 c, decode 2x1 c, decode 2x1, verify 1x3 c, "
+            "verify 1x2 c, decode 1x1 c, decode 1x1");
   // Without speculation: decode steps only, the capture off everywhere.
   w.max_drafts = 0;
   w.batch_sizes = {2, 1};
@@ -143,7 +145,7 @@ TEST(GraphWarmup, OnePromptStepThenEveryBucketLargestFirstEachVerifyLengthThenDe
   EXPECT_EQ(describe(engine::graph_warmup_steps(w)).substr(0, 12), "prompt 2x512");
   // Drafts beyond max_model_len - 1 are never verified.
   w = GraphWarmup{.batch_sizes = {1}, .max_seqs = 1, .max_batched_tokens = 4, .max_model_len = 3, .max_drafts = 5};
-  EXPECT_EQ(describe(engine::graph_warmup_steps(w)), "prompt 1x3 c, verify 1x3 c, verify 1x2 c, decode 1x1");
+  EXPECT_EQ(describe(engine::graph_warmup_steps(w)), "prompt 1x3 c, verify 1x3 c, verify 1x2 c, decode 1x1 c, decode 1x1");
   // A runner without graph batch sizes: nothing.
   w.batch_sizes.clear();
   EXPECT_TRUE(engine::graph_warmup_steps(w).empty());
