@@ -1,11 +1,10 @@
 // The graph warm-up (engine/graph_warmup.h) on the CPU: the steps it plans (one prompt step of the batch token budget
 // ending at max_model_len, then every graph bucket largest first: each verify length, then decode with and without
-// the hidden-state capture), and the engine
-// running them at start-up through a runner that offers graph buckets (the CPU runner wrapped: real steps of
-// models/dsv4-small). The plans must be valid on the bound state (slots and blocks the engine owns, positions within
-// max_model_len), the hidden-state capture on exactly for the prompt and verify steps and left on, and the warm-up
-// must leave no trace in what requests produce: greedy DSpark outputs with the warm-up equal those without it (a
-// sequence that read a position the warm-up wrote would differ).
+// the hidden-state capture), and the engine running them at start-up through a runner that offers graph buckets (the
+// CPU runner wrapped: real steps of models/dsv4-small). The plans must be valid on the bound state (slots and blocks
+// the engine owns, positions within max_model_len), the capture on exactly for the prompt, verify and drafting
+// decode steps and left on, and the warm-up must leave no trace in what requests produce: greedy DSpark outputs with
+// the warm-up equal those without it (a sequence that read a position the warm-up wrote would differ).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -28,7 +27,8 @@ std::string describe(const std::vector<WarmupStep>& steps) {
   static const char* const kNames[] = {"prompt", "verify", "decode"};
   std::string s;
   for (const WarmupStep& w : steps)
-    s += fmt::format("{}{} {}x{}{}", s.empty() ? "" : ", ", kNames[int(w.kind)], w.seqs, w.tokens, w.capture ? " c" : "");
+    s += fmt::format("{}{} {}x{}{}", s.empty() ? "" : ", ", kNames[int(w.kind)], w.seqs, w.tokens,
+                     w.capture ? " c" : "");
   return s;
 }
 
@@ -145,7 +145,8 @@ TEST(GraphWarmup, OnePromptStepThenEveryBucketLargestFirstEachVerifyLengthThenDe
   EXPECT_EQ(describe(engine::graph_warmup_steps(w)).substr(0, 12), "prompt 2x512");
   // Drafts beyond max_model_len - 1 are never verified.
   w = GraphWarmup{.batch_sizes = {1}, .max_seqs = 1, .max_batched_tokens = 4, .max_model_len = 3, .max_drafts = 5};
-  EXPECT_EQ(describe(engine::graph_warmup_steps(w)), "prompt 1x3 c, verify 1x3 c, verify 1x2 c, decode 1x1 c, decode 1x1");
+  EXPECT_EQ(describe(engine::graph_warmup_steps(w)),
+            "prompt 1x3 c, verify 1x3 c, verify 1x2 c, decode 1x1 c, decode 1x1");
   // A runner without graph batch sizes: nothing.
   w.batch_sizes.clear();
   EXPECT_TRUE(engine::graph_warmup_steps(w).empty());
