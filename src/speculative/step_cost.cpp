@@ -223,9 +223,10 @@ double StepCostModel::plain_ms(int64_t n) const {
 }
 
 double StepCostModel::round_ms(int64_t n, int32_t rows, double tokens) const {
-  if (round_ms_.empty()) return step_ms(n, rows) + draft_ms(n) + host_row_ms_ * tokens;
+  const double host = host_row_ms_ * tokens;
+  if (round_ms_.empty()) return step_ms(n, rows) + draft_ms(n) + host;
   const double round = along_seqs(n, [&](size_t i) { return round_ms_[i]; });
-  return std::max(round - step_ms(n, max_rows_) + step_ms(n, rows), step_ms(n, rows));
+  return std::max(round - step_ms(n, max_rows_) + step_ms(n, rows), step_ms(n, rows)) + host;
 }
 
 StepCostModel StepCostModel::without_round() const {

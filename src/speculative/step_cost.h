@@ -70,12 +70,12 @@ class StepCostModel {
   bool has_plain_cost() const { return !plain_ms_.empty(); }
   double plain_ms(int64_t n) const;
   // The time of one speculative step of n sequences verifying `rows` rows each and emitting `tokens` (what a
-  // drafting round costs, the draft of the next step included). With a "round" line: the measured one-wait round
-  // less the verify rows it does not run (round(n) - step_ms(n, max_rows) + step_ms(n, rows), at least
-  // step_ms(n, rows)); it verifies on the device, and the engine's host work per emitted token there is ~0.4 us
-  // (docs/decisions.md 2026-12-07, "the one-wait round's modelled cost"), noise beside the round. Without it (the
-  // two-wait round) the parts timed apart, end to end: step_ms(n, rows) + draft_ms(n), plus host_row_ms() per
-  // emitted token (the host's Sampler verifies each row there, serial after the round's wait).
+  // drafting round costs, the draft of the next step included): the device's part, plus host_row_ms() per emitted
+  // token (the host's work per token after the round's wait: outputs, detokenize, the scheduler's update, serial in
+  // a round where a plain step's overlaps the device; the Sampler's row time, a lower bound: session 21). The
+  // device's part: with a "round" line the measured one-wait round less the verify rows it does not run
+  // (round(n) - step_ms(n, max_rows) + step_ms(n, rows), at least step_ms(n, rows)); without it the parts timed
+  // apart, end to end: step_ms(n, rows) + draft_ms(n) (the two-wait round).
   bool has_round_cost() const { return !round_ms_.empty(); }
   double round_ms(int64_t n, int32_t rows, double tokens) const;
   // This model without its "round" line (the engine's rounds are two-wait: DSINFER_SPEC_ONE_WAIT=0).

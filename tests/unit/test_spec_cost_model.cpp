@@ -168,13 +168,12 @@ TEST(SpecCostModel, DraftingMustBeatTheEnginesPlainStep) {
 }
 
 // The measured one-wait round ("round" line: the verify step of max_rows rows, the device's acceptance and the next
-// proposal, one host wait) is a speculative step's time: a round verifying fewer rows takes off the verify rows it
-// does not run. The host's row time per emitted token is added to the parts only (the two-wait round, whose host
-// Sampler verifies the rows; the one-wait round verifies on the device). Batch 1 of steps of 0.5 / 0.55 / 0.6 ms,
-// drafting 0.3 ms, a host row of 0.01 ms, a plain step of 0.4 ms (2.5 tokens per ms, 2.625 with a 5 % margin),
-// survival .7 / .5: the parts make a round verifying both drafts 0.6 + 0.3 + 0.022 = 0.922 ms (2.2 tokens: 2.39
-// per ms, no pay); a measured round of 0.75 ms at 3 rows (2.93 per ms) pays, L = 1 (0.70 ms: 2.43 per ms) would
-// not. The round is never cheaper than its verify step alone.
+// proposal, one host wait) is the device's part of a speculative step: a round verifying fewer rows takes off the
+// verify rows it does not run; the host's row time per emitted token is added in both forms. Batch 1 of steps of 0.5
+// / 0.55 / 0.6 ms, drafting 0.3 ms, a host row of 0.01 ms, a plain step of 0.4 ms (2.5 tokens per ms, 2.625 with a
+// 5 % margin), survival .7 / .5: the parts make a round verifying both drafts 0.6 + 0.3 + 0.022 = 0.922 ms (2.2
+// tokens: 2.39 per ms, no pay); a measured round of 0.75 ms at 3 rows (0.772 ms: 2.85 per ms) pays, L = 1 (0.717
+// ms: 2.37 per ms) would not. The device's part is never cheaper than its verify step alone.
 TEST(SpecCostModel, TheMeasuredRoundReplacesItsPartsWhereTheEngineRunsIt) {
   const std::string base = "dsinfer-step-cost 1\nkey test gpu\nrows 3\nseqs 1 0.5 0.55 0.6\nseqs 8 1.2 1.5 1.8\n"
                            "draft 0.3 0.4\nhost 0.01\nplain 0.4 0.8\n";
@@ -183,8 +182,8 @@ TEST(SpecCostModel, TheMeasuredRoundReplacesItsPartsWhereTheEngineRunsIt) {
   EXPECT_FALSE(parts.has_round_cost());
   EXPECT_TRUE(round.has_round_cost());
   EXPECT_NEAR(parts.round_ms(1, 3, 2.2), 0.6 + 0.3 + 0.01 * 2.2, 1e-12);
-  EXPECT_NEAR(round.round_ms(1, 3, 2.2), 0.75, 1e-12);
-  EXPECT_NEAR(round.round_ms(1, 2, 1.7), 0.7, 1e-12);
+  EXPECT_NEAR(round.round_ms(1, 3, 2.2), 0.75 + 0.022, 1e-12);
+  EXPECT_NEAR(round.round_ms(1, 2, 1.7), 0.7 + 0.017, 1e-12);
   EXPECT_NEAR(round.round_ms(1, 1, 0.0), 0.65, 1e-12);
   EXPECT_NEAR(round.round_ms(4, 3, 0.0), 0.75 + (2.5 - 0.75) * 3.0 / 7.0, 1e-12);  // interpolated like the steps
   EXPECT_NEAR(round.round_ms(8, 1, 0.0), 2.5 - 1.8 + 1.2, 1e-12);
@@ -193,7 +192,7 @@ TEST(SpecCostModel, TheMeasuredRoundReplacesItsPartsWhereTheEngineRunsIt) {
   EXPECT_TRUE(speculative::drafting_pays(a, 1, round, 0.05));
   const std::vector<std::vector<float>> s{{0.7f, 0.5f}};
   EXPECT_EQ(speculative::best_verify_length(s, 1, round).length, 2);
-  EXPECT_NEAR(speculative::best_verify_length(s, 1, round).tokens_per_ms, 2.2 / 0.75, 1e-6);
+  EXPECT_NEAR(speculative::best_verify_length(s, 1, round).tokens_per_ms, 2.2 / 0.772, 1e-6);
   // The break-even acceptance falls with the cheaper round.
   EXPECT_LT(speculative::break_even_acceptance(2, 1, round, 0.05),
             speculative::break_even_acceptance(2, 1, parts, 0.05));
