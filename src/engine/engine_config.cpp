@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/env_switch.h"
+
 namespace dsinfer::engine {
 
 namespace {
@@ -86,6 +88,8 @@ Result<EngineConfig> resolve_engine_config(const EngineOptions& o, const io::Mod
   c.scheduler.seed = o.seed;
   c.scheduler.spec_budget = c.speculative.budget;
   c.scheduler.spec_min_survival = c.speculative.min_survival;
+  c.scheduler.spec_prompts_apart =
+      c.speculative.enabled() && env_switch("DSINFER_SPEC_PROMPTS_APART", {"0", "1"}) != "0";
   return c;
 }
 

@@ -183,9 +183,13 @@ const BatchPlan& Scheduler::schedule() {
 
   // 1. Running sequences, oldest first; make room by preempting from the newest end.
   plan_spec_lengths();
+  const SpecTurn turn = spec_turn(budget);
+  last_turn_prompts_ = turn == SpecTurn::kPrompts;
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
+    const bool prompt = s->state == SeqState::Prefilling;
+    if ((turn == SpecTurn::kPrompts && s->spec_len > 0) || (turn == SpecTurn::kVerify && prompt)) continue;
     const int32_t rank = cache_.rank_of_slot(s->slot);
     // Asynchronous steps: its in-flight token reaches max_tokens, so it finishes when resolved; no surplus step.
     if (s->pending_step && int64_t(s->output.size()) >= s->req->max_tokens) continue;
@@ -224,8 +228,9 @@ const BatchPlan& Scheduler::schedule() {
     budget -= n;
   }
 
-  // 2. Admission, strictly FCFS, and not in a step that had to preempt (the pool is under pressure).
-  if (!preempted) {
+  // 2. Admission, strictly FCFS, and not in a step that had to preempt (the pool is under pressure) or that verifies
+  //    drafts with prompts apart.
+  if (!preempted && turn != SpecTurn::kVerify) {
     const int32_t max_seqs = std::min(cfg_.max_num_seqs, cache_.num_slots());
     const int64_t watermark = int64_t(cfg_.admission_watermark * cache_.num_blocks());
     while (!waiting_.empty() && int32_t(running_.size()) < max_seqs && budget > 0) {

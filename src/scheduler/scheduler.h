@@ -40,6 +40,12 @@ struct SchedulerConfig {
   // only while at most spec_lookahead_max_seqs sequences run (kChainMaxSeqs: no larger step is chained).
   int64_t spec_lookahead = 0;
   int32_t spec_lookahead_max_seqs = 0;
+  // Speculation: prompts apart from verify steps. A step that verifies drafts takes no prompt tokens and a step that
+  // takes prompt tokens verifies no drafts (its sequences that hold drafts wait a step, drafts kept): a prompt in a
+  // verify step makes it an eager step whose rows the host verifies, where the verify step alone is a captured graph
+  // and the one-wait round. While both have work the two kinds alternate, prompts first. The engine sets it with
+  // speculation on (DSINFER_SPEC_PROMPTS_APART=0: mixed, as before).
+  bool spec_prompts_apart = false;
 };
 
 struct RequestSpec {
@@ -132,6 +138,11 @@ class Scheduler {
   void release_slot(Sequence* s);
   void free_consumed_slots();
   void plan_spec_lengths();
+  // Which sequences this step plans (SchedulerConfig::spec_prompts_apart), after plan_spec_lengths: kMixed (all), or
+  // with drafts to verify and prompt tokens to run both waiting, kPrompts (no sequence that verifies) or kVerify (no
+  // prompt tokens), alternating.
+  enum class SpecTurn { kMixed, kPrompts, kVerify };
+  SpecTurn spec_turn(int64_t budget) const;
   // Prefix caching (scheduler_prefix.cpp). A hit: cached blocks that start the table and where computing
   // resumes (exact: a snapshot restores the slot; replay: the window before replay_end is recomputed).
   struct PrefixHit {
@@ -166,6 +177,7 @@ class Scheduler {
   std::vector<SeqUpdate> updates_;    // reused across steps (inner buffers keep their capacity)
   std::vector<cache::StateCopy> saves_;  // prefix caching: snapshots to take after the last update()
   size_t num_updates_ = 0;
+  bool last_turn_prompts_ = false;  // the last step was spec_turn's kPrompts
   uint64_t consumed_step_ = 0;  // every step up to this one has finished on the device (asynchronous steps)
   std::vector<std::pair<cache::SlotId, uint64_t>> deferred_free_;  // slots of retired sequences, and their last step
   int64_t num_preemptions_ = 0, num_finished_ = 0, num_aborted_ = 0;

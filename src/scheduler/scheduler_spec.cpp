@@ -60,4 +60,22 @@ void Scheduler::plan_spec_lengths() {
   for (const Cand& c : cands) running_[size_t(c.seq)]->spec_len += 1;
 }
 
+Scheduler::SpecTurn Scheduler::spec_turn(int64_t budget) const {
+  if (!cfg_.spec_prompts_apart) return SpecTurn::kMixed;
+  bool verifies = false, prompts = false;
+  for (const Sequence* s : running_) {
+    verifies = verifies || s->spec_len > 0;
+    prompts = prompts || s->state == SeqState::Prefilling;
+  }
+  // Or the first waiting sequence can be admitted (as schedule() admits it; prefix caching, whose hits would change
+  // that, is not combined with speculation).
+  if (verifies && !prompts && !waiting_.empty() &&
+      int32_t(running_.size()) < std::min(cfg_.max_num_seqs, cache_.num_slots())) {
+    const int64_t watermark = running_.empty() ? 0 : int64_t(cfg_.admission_watermark * cache_.num_blocks());
+    prompts = cache_.can_admit(std::min<int64_t>(waiting_.front()->total_len(), budget), watermark);
+  }
+  if (!verifies || !prompts) return SpecTurn::kMixed;
+  return last_turn_prompts_ ? SpecTurn::kVerify : SpecTurn::kPrompts;
+}
+
 }  // namespace dsinfer::scheduler

@@ -13,7 +13,8 @@ namespace {
 
 io::ModelConfig small_model() { return test::scheduler_test_model(50); }
 
-std::unique_ptr<Scheduler> make(int64_t budget, double min_survival) {
+std::unique_ptr<Scheduler> make(int64_t budget, double min_survival, bool prompts_apart = false,
+                                int64_t batched_tokens = 256) {
   cache::StateCacheConfig cc;
   cc.block_size = 4;
   cc.max_model_len = 64;
@@ -26,11 +27,12 @@ std::unique_ptr<Scheduler> make(int64_t budget, double min_survival) {
   EXPECT_TRUE(c.is_ok());
   SchedulerConfig sc;
   sc.max_num_seqs = 4;
-  sc.max_num_batched_tokens = 256;
+  sc.max_num_batched_tokens = batched_tokens;
   sc.eos_token_id = 0;
   sc.vocab_size = 50;
   sc.spec_budget = budget;
   sc.spec_min_survival = min_survival;
+  sc.spec_prompts_apart = prompts_apart;
   return std::make_unique<Scheduler>(sc, std::move(*c));
 }
 
@@ -184,6 +186,54 @@ TEST(SpecScheduler, LookaheadBlocksForVerifySteps) {
     for (const auto& sp : v.seqs) {
       ASSERT_EQ(sp.num_spec_tokens, 3);
       EXPECT_EQ(sp.block_table.size(), max_seqs >= 2 ? 6u : 3u) << "max_seqs " << max_seqs;
+    }
+  }
+}
+
+// SchedulerConfig::spec_prompts_apart: while sequences hold drafts and prompt tokens wait, a step runs either the
+// prompt tokens (with the decoding sequences that hold no drafts) or the verify rows, never both, alternating prompts
+// first; a sequence that waits keeps its drafts. A prompt of 22 tokens with 8 tokens a step: chunks and verify steps
+// take turns. Without the option (or with no prompt waiting) the step mixes them as before.
+TEST(SpecScheduler, PromptsApartFromVerifySteps) {
+  for (bool apart : {true, false}) {
+    SCOPED_TRACE(apart ? "apart" : "mixed");
+    auto s = make(0, 0.0, apart, /*batched_tokens=*/8);
+    sampling::SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 30;
+    std::vector<SeqId> ids;
+    for (int r = 0; r < 2; ++r) ids.push_back(s->seq_ids(*s->add_request({{1, 2, 3}, p}))[0]);
+    {  // both prompts in one step (nothing to verify yet: mixed)
+      const BatchPlan& plan = s->schedule();
+      ASSERT_EQ(plan.num_seqs(), 2);
+      ASSERT_TRUE(s->update(std::vector<StepOutput>{out(plan, 0, {10}), out(plan, 1, {11})}).is_ok());
+    }
+    ids.push_back(s->seq_ids(*s->add_request({std::vector<int32_t>(22, 5), p}))[0]);
+    auto kinds = [&](const BatchPlan& plan) {
+      std::string k;
+      for (const SeqPlan& sp : plan.seqs)
+        k += sp.seq_id == ids[2] ? fmt::format("P{}", sp.num_new_tokens) : fmt::format("V{}", sp.num_spec_tokens);
+      return k;
+    };
+    std::vector<std::string> steps;
+    for (int step = 0; step < 5; ++step) {
+      // Sequences 0 and 1 hold 2 drafts whenever they have none (the drafter proposes after each of their steps).
+      for (int i = 0; i < 2; ++i)
+        if (s->seq_state(ids[size_t(i)]) == SeqState::Decoding) (void)s->set_draft(ids[size_t(i)], {20, 21}, {.9f, .8f});
+      const BatchPlan& plan = s->schedule();
+      steps.push_back(kinds(plan));
+      std::vector<StepOutput> o;
+      for (int32_t i = 0; i < plan.num_seqs(); ++i) {
+        const SeqPlan& sp = plan.seqs[size_t(i)];
+        if (!sp.needs_logits) continue;
+        o.push_back(out(plan, i, sp.num_spec_tokens > 0 ? std::vector<int32_t>{20, 22} : std::vector<int32_t>{12}));
+      }
+      ASSERT_TRUE(s->update(o).is_ok());
+    }
+    if (apart) {  // 22 prompt tokens, 8 a step: P8, verify, P8, verify, P6 (the budget's rest: 8 - 0)
+      EXPECT_EQ(steps, (std::vector<std::string>{"P8", "V2V2", "P8", "V2V2", "P6"}));
+    } else {  // the verify rows (2 x 3 tokens) first, the prompt in what is left of the 8 tokens
+      EXPECT_EQ(steps, (std::vector<std::string>{"V2V2P2", "V2V2P2", "V2V2P2", "V2V2P2", "V2V2P2"}));
     }
   }
 }
