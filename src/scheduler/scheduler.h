@@ -99,6 +99,8 @@ class Scheduler {
   // the sequence is scheduled, preempted or finishes. update() then takes 1 + accepted tokens as computed and
   // rolls the state cache back past them (StateCache::truncate; ring / frontier rows are overwritten later).
   Status set_draft(SeqId id, std::vector<int32_t> tokens, std::vector<float> survival);
+  // Some live sequence holds drafts its next step verifies.
+  bool holds_drafts() const;
 
   // Prefix caching: state copies the runner must do right after update() (snapshots of slots that reached a
   // block boundary), before the next schedule(); valid until the next update().

@@ -34,6 +34,11 @@ Status Scheduler::set_draft(SeqId id, std::vector<int32_t> tokens, std::vector<f
   return Status::ok();
 }
 
+bool Scheduler::holds_drafts() const {
+  return std::any_of(running_.begin(), running_.end(),
+                     [](const Sequence* s) { return s->state == SeqState::Decoding && !s->draft.empty(); });
+}
+
 void Scheduler::plan_spec_lengths() {
   struct Cand {
     float a;

@@ -417,7 +417,6 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
     metrics_.drafted_tokens += int64_t(props[j].tokens.size());
   }
   cut_to_best_length(props, a, scheduled, warmed, num_seqs);
-  drafts_pending_ = false;
   for (size_t j = 0; j < items.size(); ++j) {
     const SeqPlan& sp = plan.seqs[decoding[j]];
     SeqDraft& d = drafts_[sp.seq_id];
@@ -426,7 +425,6 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
       d.q.resize(std::min(d.q.size(), props[j].tokens.size() * size_t(vocab_)));
     }
     d.a = a[j];
-    drafts_pending_ = drafts_pending_ || !props[j].tokens.empty();
     DSI_RETURN_IF_ERROR(sched.set_draft(sp.seq_id, std::move(props[j].tokens), std::move(a[j])));
   }
   metrics_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -455,7 +453,8 @@ int64_t Speculator::next_step_seqs(const scheduler::Scheduler& sched) {
 }
 
 bool Speculator::resting(const scheduler::Scheduler& sched) const {
-  if (cost_.empty() || drafts_pending_) return false;
+  // Drafts held (this step's, or those of sequences a prompt step left waiting: spec_prompts_apart) are verified first.
+  if (cost_.empty() || sched.holds_drafts()) return false;
   return !gate_.should_draft(next_step_seqs(sched), cost_);
 }
 

@@ -98,7 +98,7 @@ class Speculator {
   SpeculativeMetrics& metrics() { return metrics_; }
 
   // At rest: the gate (spec_gate.h) does not draft at the next step's batch (next_step_seqs: drafting not expected to
-  // pay with the survival observed so far, and no probe due) and no sequence holds drafts from the last draft(). The
+  // pay with the survival observed so far, and no probe due) and no sequence holds drafts (Scheduler::holds_drafts). The
   // engine then runs plain decode steps (its own non-speculative path: the step without speculation, no drafter
   // launch) and calls neither sample() nor draft() while only greedy requests live (a sampled request's verified
   // drafts must not depend on the batch). Never with an empty cost model.
@@ -165,7 +165,6 @@ class Speculator {
   // The choice to draft uses the observed acceptance and times from cost_ only (profiled once, cached), never clocks
   // read during the run: the same requests make the same choices (docs/decisions.md, 2026-12-02).
   SpecGate gate_;
-  bool drafts_pending_ = false;  // the last draft() handed some sequence drafts
   struct Context {
     int64_t ingested_end = 0;  // positions [0, ingested_end) were ingested, or the gap's recovery ended there
     int64_t ready_at = 0;      // the sequence may draft with its anchor at or after this position
