@@ -161,7 +161,7 @@ TEST(GraphWarmup, TheEngineRunsThemAtStartUpOnItsOwnStateAndRequestsSeeNoTrace) 
   const GraphWarmup w{.batch_sizes = {1, 2, 4, 8}, .max_seqs = 6, .max_batched_tokens = 320, .max_model_len = 192,
                       .max_drafts = 5};
   const std::string planned = describe(engine::graph_warmup_steps(w));
-  EXPECT_EQ(planned.substr(0, 27), "prompt 2x160 c, verify 6x6 c");
+  EXPECT_EQ(planned.substr(0, 28), "prompt 2x160 c, verify 6x6 c");
   EXPECT_EQ(describe(warm->steps), planned);
   EXPECT_EQ(warm->bad, 0) << "a warm-up plan left the bound state";
   EXPECT_TRUE(warm->capture) << "the capture must be left on for the drafter";
