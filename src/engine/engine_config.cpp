@@ -88,8 +88,10 @@ Result<EngineConfig> resolve_engine_config(const EngineOptions& o, const io::Mod
   c.scheduler.seed = o.seed;
   c.scheduler.spec_budget = c.speculative.budget;
   c.scheduler.spec_min_survival = c.speculative.min_survival;
-  c.scheduler.spec_prompts_apart =
-      c.speculative.enabled() && env_switch("DSINFER_SPEC_PROMPTS_APART", {"0", "1"}) != "0";
+  // Prompts apart from verify steps, admitted in groups of an eighth of the slots (docs/decisions.md 2026-12-07).
+  const std::string apart = env_switch("DSINFER_SPEC_PROMPTS_APART", {"0", "1"});
+  c.scheduler.spec_prompts_apart = c.speculative.enabled() && apart != "0";
+  c.scheduler.spec_admit_group = apart == "1" ? 1 : std::max(1, o.max_num_seqs / 8);
   return c;
 }
 

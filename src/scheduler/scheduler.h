@@ -43,9 +43,12 @@ struct SchedulerConfig {
   // Speculation: prompts apart from verify steps. A step that verifies drafts takes no prompt tokens and a step that
   // takes prompt tokens verifies no drafts (its sequences that hold drafts wait a step, drafts kept): a prompt in a
   // verify step makes it an eager step whose rows the host verifies, where the verify step alone is a captured graph
-  // and the one-wait round. While both have work the two kinds alternate, prompts first. The engine sets it with
-  // speculation on (DSINFER_SPEC_PROMPTS_APART=0: mixed, as before).
+  // and the one-wait round. While both have work the two kinds alternate, prompts first. New prompts are admitted in
+  // groups: once min(waiting sequences, spec_admit_group) slots are free (a prompt step's fixed cost, its launches and
+  // the drafter's ingest, is paid once a group; the freed slots idle meanwhile). The engine sets both with speculation
+  // on (DSINFER_SPEC_PROMPTS_APART=0: mixed, as before; =1: apart, each prompt admitted at once).
   bool spec_prompts_apart = false;
+  int32_t spec_admit_group = 1;
 };
 
 struct RequestSpec {
@@ -140,9 +143,9 @@ class Scheduler {
   void release_slot(Sequence* s);
   void free_consumed_slots();
   void plan_spec_lengths();
-  // Which sequences this step plans (SchedulerConfig::spec_prompts_apart), after plan_spec_lengths: kMixed (all), or
-  // with drafts to verify and prompt tokens to run both waiting, kPrompts (no sequence that verifies) or kVerify (no
-  // prompt tokens), alternating.
+  // Which sequences this step plans (SchedulerConfig::spec_prompts_apart), after plan_spec_lengths: kMixed (all;
+  // nothing to verify), kVerify (no prompt tokens: none runs or can be admitted as a group, or the last step ran
+  // prompts) or kPrompts (no sequence that verifies).
   enum class SpecTurn { kMixed, kPrompts, kVerify };
   SpecTurn spec_turn(int64_t budget) const;
   // Prefix caching (scheduler_prefix.cpp). A hit: cached blocks that start the table and where computing

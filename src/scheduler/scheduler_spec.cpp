@@ -72,15 +72,16 @@ Scheduler::SpecTurn Scheduler::spec_turn(int64_t budget) const {
     verifies = verifies || s->spec_len > 0;
     prompts = prompts || s->state == SeqState::Prefilling;
   }
-  // Or the first waiting sequence can be admitted (as schedule() admits it; prefix caching, whose hits would change
-  // that, is not combined with speculation).
-  if (verifies && !prompts && !waiting_.empty() &&
-      int32_t(running_.size()) < std::min(cfg_.max_num_seqs, cache_.num_slots())) {
+  if (!verifies) return SpecTurn::kMixed;
+  // Or a group of waiting sequences can be admitted, the first as schedule() admits it (prefix caching, whose hits
+  // would change that, is not combined with speculation).
+  const int64_t free = std::min(cfg_.max_num_seqs, cache_.num_slots()) - int64_t(running_.size());
+  if (!prompts && !waiting_.empty() &&
+      free >= std::min<int64_t>(int64_t(waiting_.size()), std::max(cfg_.spec_admit_group, 1))) {
     const int64_t watermark = running_.empty() ? 0 : int64_t(cfg_.admission_watermark * cache_.num_blocks());
     prompts = cache_.can_admit(std::min<int64_t>(waiting_.front()->total_len(), budget), watermark);
   }
-  if (!verifies || !prompts) return SpecTurn::kMixed;
-  return last_turn_prompts_ ? SpecTurn::kVerify : SpecTurn::kPrompts;
+  return prompts && !last_turn_prompts_ ? SpecTurn::kPrompts : SpecTurn::kVerify;
 }
 
 }  // namespace dsinfer::scheduler

@@ -14,7 +14,7 @@ namespace {
 io::ModelConfig small_model() { return test::scheduler_test_model(50); }
 
 std::unique_ptr<Scheduler> make(int64_t budget, double min_survival, bool prompts_apart = false,
-                                int64_t batched_tokens = 256) {
+                                int64_t batched_tokens = 256, int32_t admit_group = 1) {
   cache::StateCacheConfig cc;
   cc.block_size = 4;
   cc.max_model_len = 64;
@@ -33,6 +33,7 @@ std::unique_ptr<Scheduler> make(int64_t budget, double min_survival, bool prompt
   sc.spec_budget = budget;
   sc.spec_min_survival = min_survival;
   sc.spec_prompts_apart = prompts_apart;
+  sc.spec_admit_group = admit_group;
   return std::make_unique<Scheduler>(sc, std::move(*c));
 }
 
@@ -236,4 +237,47 @@ TEST(SpecScheduler, PromptsApartFromVerifySteps) {
       EXPECT_EQ(steps, (std::vector<std::string>{"V2V2P2", "V2V2P2", "V2V2P2", "V2V2P2", "V2V2P2"}));
     }
   }
+}
+
+// SchedulerConfig::spec_admit_group: while sequences verify, waiting prompts are admitted once min(waiting, group)
+// slots are free, together in one prompt step. 4 slots, a group of 2: with 3 running and 2 waiting (1 slot free) the
+// steps only verify; once one of them finishes, both waiting prompts run in one step, then the verify step takes
+// every decoding sequence (the new ones without drafts decode one token).
+TEST(SpecScheduler, PromptsAreAdmittedInGroupsWhileSequencesVerify) {
+  auto s = make(0, 0.0, /*prompts_apart=*/true, 256, /*admit_group=*/2);
+  sampling::SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 30;
+  sampling::SamplingParams short_p = p;
+  short_p.max_tokens = 2;
+  std::vector<SeqId> ids;
+  ids.push_back(s->seq_ids(*s->add_request({{1, 2, 3}, short_p}))[0]);
+  for (int r = 0; r < 2; ++r) ids.push_back(s->seq_ids(*s->add_request({{1, 2, 3}, p}))[0]);
+  {
+    const BatchPlan& plan = s->schedule();
+    ASSERT_EQ(plan.num_seqs(), 3);
+    ASSERT_TRUE(
+        s->update(std::vector<StepOutput>{out(plan, 0, {10}), out(plan, 1, {11}), out(plan, 2, {12})}).is_ok());
+  }
+  for (int r = 0; r < 2; ++r) ids.push_back(s->seq_ids(*s->add_request({{4, 5, 6, 7}, p}))[0]);
+  auto step = [&]() {
+    for (int i = 0; i < 3; ++i)
+      if (s->seq_state(ids[size_t(i)]) == SeqState::Decoding) (void)s->set_draft(ids[size_t(i)], {20, 21}, {.9f, .8f});
+    const BatchPlan& plan = s->schedule();
+    std::string k;
+    std::vector<StepOutput> o;
+    for (int32_t i = 0; i < plan.num_seqs(); ++i) {
+      const SeqPlan& sp = plan.seqs[size_t(i)];
+      const size_t who = size_t(std::find(ids.begin(), ids.end(), sp.seq_id) - ids.begin());
+      const int32_t n = sp.is_prefill ? sp.num_new_tokens : sp.num_spec_tokens;
+      k += fmt::format("{}{}{} ", char('A' + who), sp.is_prefill ? "P" : "V", n);
+      o.push_back(out(plan, i, sp.num_spec_tokens > 0 ? std::vector<int32_t>{20, 22} : std::vector<int32_t>{13}));
+    }
+    EXPECT_TRUE(s->update(o).is_ok());
+    return k;
+  };
+  EXPECT_EQ(step(), "AV2 BV2 CV2 ");  // 1 slot free for 2 waiting: verify only (A ends: 2 tokens)
+  EXPECT_EQ(s->seq_state(ids[0]), SeqState::Finished);
+  EXPECT_EQ(step(), "DP4 EP4 ");      // 2 free: both prompts in one step, B and C keep their drafts
+  EXPECT_EQ(step(), "BV2 CV2 DV0 EV0 ");
 }
