@@ -49,10 +49,7 @@ Status warm_up_graphs(runner::ModelRunner& runner, const cache::StateCache& sc, 
     const int64_t bps = layout.blocks_per_sequence(start + s.tokens);
     scheduler::BatchPlan plan = perf::make_bench_plan(s.seqs, s.tokens, start, bps, runner.config().vocab_size,
                                                       tables, s.kind == WarmupStep::Kind::kVerify);
-    for (size_t i = 0; i < plan.seqs.size(); ++i) {  // more blocks than the cache has: sequences share them
-      for (cache::BlockId& b : tables[i]) b = cache::BlockId(int64_t(b) % sc.num_blocks());
-      plan.seqs[i].block_table = tables[i];
-    }
+    perf::share_blocks(plan, tables, sc.num_blocks());
     // Logits stay on the device where the runner samples there (a verify step's rows are large on the host).
     const Status st = runner.supports_device_sampling() ? runner.begin_sampled_step(plan) : runner.step(plan, logits);
     if (!st) {

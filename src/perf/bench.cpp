@@ -44,6 +44,13 @@ scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t c
   return p;
 }
 
+void share_blocks(scheduler::BatchPlan& plan, std::vector<std::vector<cache::BlockId>>& tables, int64_t num_blocks) {
+  for (size_t s = 0; s < plan.seqs.size(); ++s) {
+    for (cache::BlockId& b : tables[s]) b = cache::BlockId(int64_t(b) % num_blocks);
+    plan.seqs[s].block_table = tables[s];
+  }
+}
+
 namespace {
 
 // The engine's default prefill chunk (EngineOptions::max_num_batched_tokens, include/dsinfer/engine.h).

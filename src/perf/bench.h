@@ -19,6 +19,11 @@ scheduler::BatchPlan make_bench_plan(int64_t seqs, int64_t new_tokens, int64_t c
                                      int64_t vocab, std::vector<std::vector<cache::BlockId>>& tables,
                                      bool verify = false);
 
+// Maps the block tables of a make_bench_plan plan into [0, num_blocks) (sequences share blocks where the plan needs
+// more than the cache has: timing and the engine's graph warm-up only, whose values nothing reads) and points the
+// plan's sequences at them.
+void share_blocks(scheduler::BatchPlan& plan, std::vector<std::vector<cache::BlockId>>& tables, int64_t num_blocks);
+
 // Iterations >= 1, batch sizes >= 1, context and prefill >= 0, verify tokens in [1, 64]; the error names the value.
 Status validate_bench_options(const BenchOptions& options);
 

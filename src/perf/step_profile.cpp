@@ -141,10 +141,7 @@ Result<speculative::StepCostModel> profile_step_cost(runner::ModelRunner& r, con
     for (int32_t rows = 1; rows <= o.max_rows; ++rows) {
       scheduler::BatchPlan plan =
           make_bench_plan(n, rows, ctx, bps, r.config().vocab_size, tables, /*verify=*/rows > 1);
-      for (size_t s = 0; s < plan.seqs.size(); ++s) {  // more sequences than blocks: they share (timing only)
-        for (cache::BlockId& b : tables[s]) b = cache::BlockId(int64_t(b) % num_blocks);
-        plan.seqs[s].block_table = tables[s];
-      }
+      share_blocks(plan, tables, num_blocks);
       std::vector<double> t;
       for (int64_t it = 0; it <= o.iters; ++it) {
         const auto t0 = std::chrono::steady_clock::now();

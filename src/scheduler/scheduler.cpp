@@ -231,16 +231,14 @@ const BatchPlan& Scheduler::schedule() {
   // 2. Admission, strictly FCFS, and not in a step that had to preempt (the pool is under pressure) or that verifies
   //    drafts with prompts apart.
   if (!preempted && turn != SpecTurn::kVerify) {
-    const int32_t max_seqs = std::min(cfg_.max_num_seqs, cache_.num_slots());
-    const int64_t watermark = int64_t(cfg_.admission_watermark * cache_.num_blocks());
-    while (!waiting_.empty() && int32_t(running_.size()) < max_seqs && budget > 0) {
+    while (!waiting_.empty() && int32_t(running_.size()) < max_running() && budget > 0) {
       Sequence* s = waiting_.front();
       const PrefixHit hit = prefix_lookup(s);  // nothing when prefix caching is off
       if (prefix_defer(s, hit)) break;
       const int32_t n = prefix_cap(hit.start, hit.replay_end, hit.replay_end > 0,
                                    int32_t(std::min<int64_t>(s->total_len() - hit.start, budget)));
       // Alone, a sequence may use every block: the cache was sized so that it can always finish.
-      if (!cache_.can_admit(hit.start + n, running_.empty() ? 0 : watermark, hit.blocks, hit.extra_blocks)) break;
+      if (!cache_.can_admit(hit.start + n, admission_reserve(), hit.blocks, hit.extra_blocks)) break;
       waiting_.pop_front();
       s->slot = cache_.admit(hit.start + n, hit.blocks, hit.gens);
       s->state = SeqState::Prefilling;

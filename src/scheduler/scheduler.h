@@ -3,6 +3,7 @@
 // newest sequences when blocks run out, abort. schedule() -> BatchPlan; update(outputs) appends sampled
 // tokens and applies the finish conditions. Single-threaded; owns the StateCache bookkeeping.
 #pragma once
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <string>
@@ -143,6 +144,12 @@ class Scheduler {
   void release_slot(Sequence* s);
   void free_consumed_slots();
   void plan_spec_lengths();
+  // Admission's limits: the sequences that may run at once, and the blocks an admission leaves free (the watermark;
+  // none when nothing runs: alone, a sequence may use every block).
+  int32_t max_running() const { return std::min(cfg_.max_num_seqs, cache_.num_slots()); }
+  int64_t admission_reserve() const {
+    return running_.empty() ? 0 : int64_t(cfg_.admission_watermark * cache_.num_blocks());
+  }
   // Which sequences this step plans (SchedulerConfig::spec_prompts_apart), after plan_spec_lengths: kMixed (all;
   // nothing to verify), kVerify (no prompt tokens: none runs or can be admitted as a group, or the last step ran
   // prompts) or kPrompts (no sequence that verifies).

@@ -75,12 +75,10 @@ Scheduler::SpecTurn Scheduler::spec_turn(int64_t budget) const {
   if (!verifies) return SpecTurn::kMixed;
   // Or a group of waiting sequences can be admitted, the first as schedule() admits it (prefix caching, whose hits
   // would change that, is not combined with speculation).
-  const int64_t free = std::min(cfg_.max_num_seqs, cache_.num_slots()) - int64_t(running_.size());
+  const int64_t free = int64_t(max_running()) - int64_t(running_.size());
   if (!prompts && !waiting_.empty() &&
-      free >= std::min<int64_t>(int64_t(waiting_.size()), std::max(cfg_.spec_admit_group, 1))) {
-    const int64_t watermark = running_.empty() ? 0 : int64_t(cfg_.admission_watermark * cache_.num_blocks());
-    prompts = cache_.can_admit(std::min<int64_t>(waiting_.front()->total_len(), budget), watermark);
-  }
+      free >= std::min<int64_t>(int64_t(waiting_.size()), std::max(cfg_.spec_admit_group, 1)))
+    prompts = cache_.can_admit(std::min<int64_t>(waiting_.front()->total_len(), budget), admission_reserve());
   return prompts && !last_turn_prompts_ ? SpecTurn::kPrompts : SpecTurn::kVerify;
 }
 
