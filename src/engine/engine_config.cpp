@@ -92,6 +92,8 @@ Result<EngineConfig> resolve_engine_config(const EngineOptions& o, const io::Mod
   const std::string apart = env_switch("DSINFER_SPEC_PROMPTS_APART", {"0", "1"});
   c.scheduler.spec_prompts_apart = c.speculative.enabled() && apart != "0";
   c.scheduler.spec_admit_group = apart == "1" ? 1 : std::max(1, o.max_num_seqs / 8);
+  // The gate's drain rule (speculative/spec_gate.h SpecGate::drain_pays), opt-in until measured.
+  c.speculative.drain_gate = env_switch("DSINFER_SPEC_DRAIN_GATE", {"0", "1"}) == "1";
   return c;
 }
 

@@ -114,6 +114,36 @@ double SpecGate::prior(int64_t n, const StepCostModel& cost) const {
   return std::min(kPriorAcceptance, break_even_acceptance(reached_.size(), n, cost, kMargin));
 }
 
+bool SpecGate::drain_pays(int64_t n, double slowest, const StepCostModel& cost) const {
+  std::vector<double> a(reached_.size());
+  double s = 1.0;
+  for (double& x : a) x = s *= slowest;
+  return drafting_pays(a, n, cost, margin());
+}
+
+void SeqAcceptance::observe(uint64_t seq, int32_t verified, int32_t accepted) {
+  if (verified <= 0) return;
+  const double acc = double(std::clamp(accepted, 0, verified));
+  const double rej = accepted < verified ? 1.0 : 0.0;
+  Counts& c = seqs_[seq];
+  c.accepted += acc;
+  c.rejected += rej;
+  run_.accepted += acc;
+  run_.rejected += rej;
+}
+
+double SeqAcceptance::run() const {
+  return (run_.accepted + kPriorTrials * SpecGate::kPriorAcceptance) /
+         (run_.accepted + run_.rejected + kPriorTrials);
+}
+
+double SeqAcceptance::of(uint64_t seq) const {
+  const double p = run();
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return p;
+  return (it->second.accepted + kPriorTrials * p) / (it->second.accepted + it->second.rejected + kPriorTrials);
+}
+
 double SpecGate::margin() const { return explored_ && rest_steps_ == 0 ? 0.0 : kMargin; }
 
 bool SpecGate::pays(int64_t n, const StepCostModel& cost) const {

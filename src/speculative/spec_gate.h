@@ -37,14 +37,56 @@
 // request waits out its warm-up instead of putting the gate at rest on rounds the rest of the request does not
 // resemble, and a gate that drafts keeps drafting through the next request's warm-up.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "speculative/step_cost.h"
 
 namespace dsinfer::speculative {
+
+// Each greedy sequence's acceptance, for the gate's drain rule (SpecGate::drain_pays): the drafts it had verified,
+// accepted and rejected (a round that verified L drafts and accepted fewer rejected one), and the run's totals. Its
+// conditional acceptance per draft (geometric: the chance that each next draft is accepted) is
+// (accepted + kPriorTrials p) / (accepted + rejected + kPriorTrials), p the run's own (with
+// SpecGate::kPriorAcceptance as its prior, worth kPriorTrials), so a sequence judged on few rounds stays near the run's.
+class SeqAcceptance {
+ public:
+  static constexpr double kPriorTrials = 4.0;
+  // One verified round of sequence `seq`: `verified` drafts, the first `accepted` of them accepted.
+  void observe(uint64_t seq, int32_t verified, int32_t accepted);
+  // The run's conditional acceptance, and sequence `seq`'s (the run's for one never observed).
+  double run() const;
+  double of(uint64_t seq) const;
+  // The lowest acceptance among the observed sequences `live` says decode, and at most the run's where fewer than
+  // `decoding` were observed (a decoding sequence with no verified round yet); 1 where there are none.
+  template <typename Live>
+  double slowest(Live live, int64_t decoding) const {
+    double s = 1.0;
+    int64_t seen = 0;
+    for (const auto& [id, c] : seqs_) {
+      if (!live(id)) continue;
+      s = std::min(s, of(id));
+      ++seen;
+    }
+    return seen < decoding ? std::min(s, run()) : s;
+  }
+  // Keeps the sequences `live` says are live (Speculator::forget_finished: the others finished or were aborted).
+  template <typename Live>
+  void retain(Live live) {
+    std::erase_if(seqs_, [&](const auto& e) { return !live(e.first); });
+  }
+
+ private:
+  struct Counts {
+    double accepted = 0.0, rejected = 0.0;
+  };
+  std::unordered_map<uint64_t, Counts> seqs_;
+  Counts run_;
+};
 
 class SpecGate {
  public:
@@ -103,6 +145,13 @@ class SpecGate {
   // Drafting is expected to pay at the estimate, a probe is under way, or the credit covers one.
   bool should_draft(int64_t n, const StepCostModel& cost) const;
   bool pays(int64_t n, const StepCostModel& cost) const;
+  // The drain rule (SpeculativeConfig::drain_gate; Speculator::gate_drafts applies it when no request waits and the
+  // batch holds more than one sequence): such a run ends with its slowest sequence, and every round costs every
+  // sequence the round's time, so drafting must also pay for the sequence with the lowest conditional acceptance
+  // `slowest` (SeqAcceptance::slowest): drafting_pays with the survival slowest, slowest^2, ... at every position,
+  // against margin(). Static batches whose prompts the drafter predicts unevenly otherwise lose to plain steps
+  // though each round models a gain (bench/NOTES.md sessions 48-49).
+  bool drain_pays(int64_t n, double slowest, const StepCostModel& cost) const;
   // The share of the plain rate a round must beat: kMargin to leave rest (a fresh gate is at rest), none to go on
   // drafting (hysteresis: a gate drafting at its estimate's break-even stays, one at rest waits for kMargin).
   double margin() const;

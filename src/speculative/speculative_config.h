@@ -22,6 +22,10 @@ struct SpeculativeConfig {
   // The step cost model (EngineOptions::speculative_cost_model): "auto", "off" or a file path; resolved into a
   // StepCostModel by the engine at start-up (engine/step_cost_setup.h), the runner being needed to time steps.
   std::string cost_model = "auto";
+  // The gate's drain rule and a one-wait round costed without the host's row time (SpecGate::drain_pays,
+  // StepCostModel::without_round_host): DSINFER_SPEC_DRAIN_GATE=1, resolved in engine_config.cpp. Off by default
+  // until measured on a GPU (bench/NOTES.md session 49).
+  bool drain_gate = false;
   bool enabled() const { return method != SpecMethod::kOff; }
 };
 

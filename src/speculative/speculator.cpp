@@ -70,6 +70,12 @@ Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpeculativeConfig cfg, 
   metrics_.calibration_predicted.assign(kCalibrationBins, 0.0);
 }
 
+void Speculator::set_cost_model(StepCostModel cost) {
+  if (!one_wait_) cost = cost.without_round();
+  else if (cfg_.drain_gate) cost = cost.without_round_host();
+  cost_ = std::move(cost);
+}
+
 void Speculator::count_calibration(const SeqDraft& d, int32_t verified, int32_t accepted) {
   // Survival a_k (drafts 1..k all accepted) against what happened; the reliability curve bins each verified draft
   // reached (its predecessors accepted) by its conditional acceptance estimate a_k / a_{k-1}.
@@ -172,6 +178,7 @@ void Speculator::count_verified(const SeqPlan& sp, int32_t L, int32_t acc) {
   auto it = drafts_.find(sp.seq_id);
   if (it != drafts_.end()) count_calibration(it->second, L, acc);
   if (sp.params->greedy()) gate_.observe(L, acc, warm(sp.output_tokens.size()));
+  if (sp.params->greedy() && cfg_.drain_gate) seq_acceptance_.observe(sp.seq_id, L, acc);
   for (int32_t k = 0; k < L && k <= acc && k < cfg_.num_speculative_tokens; ++k) {
     metrics_.trials_per_position[size_t(k)] += 1;
     if (k < acc) metrics_.accepted_per_position[size_t(k)] += 1;
@@ -192,7 +199,7 @@ int64_t Speculator::count_round(const SeqPlan& sp, int32_t L, size_t samples) {
 bool Speculator::one_wait_round(const BatchPlan& plan, const scheduler::Scheduler& sched,
                                 structured::StructuredDecoding* sd) const {
   if (!one_wait_ || !drafter_->supports_round() || plan.seqs.empty()) return false;
-  if (!cost_.empty() && !gate_.should_draft(next_step_seqs(sched), cost_)) return false;
+  if (!cost_.empty() && !gate_drafts(sched, next_step_seqs(sched))) return false;
   for (const SeqPlan& sp : plan.seqs) {
     if (sp.is_prefill || !sp.needs_logits || sched.seq_state(sp.seq_id) != scheduler::SeqState::Decoding) return false;
     if (!plain_argmax(*sp.params, sp.output_tokens.size()) || sp.params->logprobs) return false;
@@ -302,6 +309,11 @@ void Speculator::forget_finished(const scheduler::Scheduler& sched) {
                       st == scheduler::SeqState::Waiting;
     it = live ? std::next(it) : context_.erase(it);
   }
+  seq_acceptance_.retain([&](uint64_t id) {
+    const scheduler::SeqState st = sched.seq_state(id);
+    return st == scheduler::SeqState::Decoding || st == scheduler::SeqState::Prefilling ||
+           st == scheduler::SeqState::Waiting;
+  });
 }
 
 Speculator::Committed Speculator::committed_positions(const BatchPlan& plan, std::span<const StepOutput> outputs,
@@ -390,7 +402,7 @@ Status Speculator::draft(const BatchPlan& plan, std::span<const StepOutput> outp
   gate_.begin_speculative_step(num_seqs, cost_);
   std::vector<bool> scheduled(items.size(), false);
   for (size_t j = 0; j < items.size(); ++j) scheduled[j] = !cost_.empty() && plan.seqs[decoding[j]].params->greedy();
-  gate_drafting(items, scheduled, num_seqs);
+  gate_drafting(items, scheduled, gate_drafts(sched, num_seqs));
   std::vector<Proposal> props(items.size());
   if (round_usable(items, decoding)) {
     // The one-wait round ingested and proposed after the same anchors already: the proposals of the sequences that
@@ -455,7 +467,16 @@ int64_t Speculator::next_step_seqs(const scheduler::Scheduler& sched) {
 bool Speculator::resting(const scheduler::Scheduler& sched) const {
   // Drafts held (this step's, or those of sequences a prompt step left waiting: spec_prompts_apart) are verified first.
   if (cost_.empty() || sched.holds_drafts()) return false;
-  return !gate_.should_draft(next_step_seqs(sched), cost_);
+  return !gate_drafts(sched, next_step_seqs(sched));
+}
+
+bool Speculator::gate_drafts(const scheduler::Scheduler& sched, int64_t n) const {
+  if (!gate_.should_draft(n, cost_)) return false;
+  const scheduler::SchedulerStats st = sched.stats();
+  if (!cfg_.drain_gate || cost_.empty() || n <= 1 || st.waiting > 0) return true;
+  const double slowest = seq_acceptance_.slowest(
+      [&](uint64_t id) { return sched.seq_state(id) == scheduler::SeqState::Decoding; }, st.running);
+  return gate_.drain_pays(n, slowest, cost_);
 }
 
 void Speculator::count_rest_round(int64_t num_decoding) {
@@ -481,11 +502,9 @@ bool Speculator::note_ingest(scheduler::SeqId id, int64_t start_pos, int32_t cou
   return c.ingested_end >= c.ready_at;
 }
 
-void Speculator::gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled,
-                               int64_t num_seqs) {
+void Speculator::gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, bool drafts) {
   metrics_.gate_probes = gate_.probes();  // begin_speculative_step may have started one
-  if (cost_.empty()) return;
-  if (gate_.should_draft(num_seqs, cost_)) return;
+  if (cost_.empty() || drafts) return;
   for (size_t j = 0; j < items.size(); ++j)
     if (scheduled[j]) items[j].num_drafts = 0;
 }

@@ -51,7 +51,9 @@ class Speculator {
   Drafter& drafter() { return *drafter_; }
   // The model the gate and the verify length read; two-wait rounds (DSINFER_SPEC_ONE_WAIT=0) drop its measured
   // one-wait round (StepCostModel::without_round: their cost is the parts timed apart).
-  void set_cost_model(StepCostModel cost) { cost_ = one_wait_ ? std::move(cost) : cost.without_round(); }
+  // With the drain gate (SpeculativeConfig::drain_gate) a one-wait round is costed without the host's row time
+  // (StepCostModel::without_round_host).
+  void set_cost_model(StepCostModel cost);
   const StepCostModel& cost_model() const { return cost_; }
 
   // Samples every logits row of the plan: verifying sequences with sampling::verify_drafts, others like
@@ -135,7 +137,7 @@ class Speculator {
                                 scheduler::Scheduler& sched);
   // The cost-model schedule of draft(): which items draft at all (num_drafts = 0 where drafting does not pay), and
   // after proposing, the greedy sequences' common verify length.
-  void gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, int64_t num_seqs);
+  void gate_drafting(std::vector<ProposeItem>& items, const std::vector<bool>& scheduled, bool drafts);
   // A chained step (chain()) verifies every draft: then the length is the longest, not the cost model's.
   void cut_to_best_length(std::vector<Proposal>& props, std::vector<std::vector<float>>& a,
                           const std::vector<bool>& scheduled, const std::vector<bool>& warmed, int64_t num_seqs);
@@ -149,6 +151,10 @@ class Speculator {
   // The sequences the next step is expected to hold: the running ones and the waiting ones admission can add (up to
   // max_num_seqs and the slots), the batch whose step costs the choice to draft is weighed against.
   static int64_t next_step_seqs(const scheduler::Scheduler& sched);
+  // Whether the next step of n sequences drafts: the gate's choice (SpecGate::should_draft), and with the drain gate
+  // (SpeculativeConfig::drain_gate) where no request waits and n > 1, drafting must also pay for the slowest
+  // decoding sequence (SpecGate::drain_pays, seq_acceptance_). resting(), one_wait_round() and draft() ask it.
+  bool gate_drafts(const scheduler::Scheduler& sched, int64_t n) const;
   // Drafter context after a gap (positions not ingested: steps taken at rest, a prefill at rest, a prefix-cache hit):
   // the sequence may draft again once the drafter's resume_positions() after the gap have been ingested, its
   // proposals reading context from the gap on (ProposeItem::context_start). Returns false for a sequence that may
@@ -165,6 +171,7 @@ class Speculator {
   // The choice to draft uses the observed acceptance and times from cost_ only (profiled once, cached), never clocks
   // read during the run: the same requests make the same choices (docs/decisions.md, 2026-12-02).
   SpecGate gate_;
+  SeqAcceptance seq_acceptance_;  // greedy sequences' verified drafts (the drain gate only)
   struct Context {
     int64_t ingested_end = 0;  // positions [0, ingested_end) were ingested, or the gap's recovery ended there
     int64_t ready_at = 0;      // the sequence may draft with its anchor at or after this position

@@ -226,12 +226,18 @@ double StepCostModel::round_ms(int64_t n, int32_t rows, double tokens) const {
   const double host = host_row_ms_ * tokens;
   if (round_ms_.empty()) return step_ms(n, rows) + draft_ms(n) + host;
   const double round = along_seqs(n, [&](size_t i) { return round_ms_[i]; });
-  return std::max(round - step_ms(n, max_rows_) + step_ms(n, rows), step_ms(n, rows)) + host;
+  return std::max(round - step_ms(n, max_rows_) + step_ms(n, rows), step_ms(n, rows)) + (round_host_ ? host : 0.0);
 }
 
 StepCostModel StepCostModel::without_round() const {
   StepCostModel m = *this;
   m.round_ms_.clear();
+  return m;
+}
+
+StepCostModel StepCostModel::without_round_host() const {
+  StepCostModel m = *this;
+  m.round_host_ = false;
   return m;
 }
 

@@ -75,11 +75,18 @@ class StepCostModel {
   // a round where a plain step's overlaps the device; the Sampler's row time, a lower bound: session 21). The
   // device's part: with a "round" line the measured one-wait round less the verify rows it does not run
   // (round(n) - step_ms(n, max_rows) + step_ms(n, rows), at least step_ms(n, rows)); without it the parts timed
-  // apart, end to end: step_ms(n, rows) + draft_ms(n) (the two-wait round).
+  // apart, end to end: step_ms(n, rows) + draft_ms(n) (the two-wait round). A model without_round_host() adds no host
+  // time to the measured round.
   bool has_round_cost() const { return !round_ms_.empty(); }
   double round_ms(int64_t n, int32_t rows, double tokens) const;
   // This model without its "round" line (the engine's rounds are two-wait: DSINFER_SPEC_ONE_WAIT=0).
   StepCostModel without_round() const;
+  // This model with no host time in a measured one-wait round (SpeculativeConfig::drain_gate): the device verifies
+  // the drafts there and the host samples no row, so host_row_ms() (the Sampler's row) is not its cost; the round
+  // the profile measured holds its device wait, and the host's bookkeeping after it measured ~0.07 ms at 64
+  // sequences (~4 % of that round, bench/NOTES.md session 48), within SpecGate::kMargin. Where the model has no
+  // "round" line the parts keep host_row_ms().
+  StepCostModel without_round_host() const;
 
  private:
   double cell(size_t i, int32_t rows) const { return ms_[i * size_t(max_rows_) + size_t(rows - 1)]; }
@@ -96,6 +103,7 @@ class StepCostModel {
   std::vector<double> plain_ms_;  // [seqs_.size()] or empty
   std::vector<double> round_ms_;  // [seqs_.size()] or empty
   double host_row_ms_ = 0.0;
+  bool round_host_ = true;  // without_round_host
 };
 
 }  // namespace dsinfer::speculative

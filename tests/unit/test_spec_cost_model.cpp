@@ -200,6 +200,12 @@ TEST(SpecCostModel, TheMeasuredRoundReplacesItsPartsWhereTheEngineRunsIt) {
   const StepCostModel two = round.without_round();
   EXPECT_FALSE(two.has_round_cost());
   EXPECT_DOUBLE_EQ(two.round_ms(1, 3, 2.2), parts.round_ms(1, 3, 2.2));
+  // Without the host's row time in the measured round (the drain gate's one-wait rounds): the device's part alone;
+  // a model without a round line keeps the host time of its parts.
+  EXPECT_NEAR(round.without_round_host().round_ms(1, 3, 2.2), 0.75, 1e-12);
+  EXPECT_NEAR(round.without_round_host().round_ms(4, 3, 5.0), 0.75 + (2.5 - 0.75) * 3.0 / 7.0, 1e-12);
+  EXPECT_DOUBLE_EQ(parts.without_round_host().round_ms(1, 3, 2.2), parts.round_ms(1, 3, 2.2));
+  EXPECT_DOUBLE_EQ(round.without_round_host().without_round().round_ms(1, 3, 2.2), parts.round_ms(1, 3, 2.2));
   // A measured round below its verify step (timing noise) is the verify step.
   const StepCostModel low = test::unwrap(StepCostModel::parse(base + "round 0.5 2.5\n", "low"));
   EXPECT_DOUBLE_EQ(low.round_ms(1, 3, 0.0), 0.6);
