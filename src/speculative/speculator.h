@@ -153,7 +153,8 @@ class Speculator {
   static int64_t next_step_seqs(const scheduler::Scheduler& sched);
   // Whether the next step of n sequences drafts: the gate's choice (SpecGate::should_draft), and with the drain gate
   // (SpeculativeConfig::drain_gate) where no request waits and n > 1, drafting must also pay for the slowest
-  // decoding sequence (SpecGate::drain_pays, seq_acceptance_). resting(), one_wait_round() and draft() ask it.
+  // decoding sequence (SpecGate::drain_pays, seq_acceptance_; a running sequence without a verified round yet, a
+  // prefilling one included, counts at the run's acceptance). resting(), one_wait_round() and draft() ask it.
   bool gate_drafts(const scheduler::Scheduler& sched, int64_t n) const;
   // Drafter context after a gap (positions not ingested: steps taken at rest, a prefill at rest, a prefix-cache hit):
   // the sequence may draft again once the drafter's resume_positions() after the gap have been ingested, its
