@@ -303,17 +303,14 @@ void Speculator::forget_finished(const scheduler::Scheduler& sched) {
     const scheduler::SeqState st = sched.seq_state(it->first);
     it = st == scheduler::SeqState::Decoding ? std::next(it) : drafts_.erase(it);
   }
-  for (auto it = context_.begin(); it != context_.end();) {  // finished or aborted (a preempted one recomputes)
-    const scheduler::SeqState st = sched.seq_state(it->first);
-    const bool live = st == scheduler::SeqState::Decoding || st == scheduler::SeqState::Prefilling ||
-                      st == scheduler::SeqState::Waiting;
-    it = live ? std::next(it) : context_.erase(it);
-  }
-  seq_acceptance_.retain([&](uint64_t id) {
+  // Not finished or aborted (a preempted one recomputes).
+  auto live = [&](scheduler::SeqId id) {
     const scheduler::SeqState st = sched.seq_state(id);
     return st == scheduler::SeqState::Decoding || st == scheduler::SeqState::Prefilling ||
            st == scheduler::SeqState::Waiting;
-  });
+  };
+  std::erase_if(context_, [&](const auto& e) { return !live(e.first); });
+  seq_acceptance_.retain(live);
 }
 
 Speculator::Committed Speculator::committed_positions(const BatchPlan& plan, std::span<const StepOutput> outputs,
@@ -472,8 +469,9 @@ bool Speculator::resting(const scheduler::Scheduler& sched) const {
 
 bool Speculator::gate_drafts(const scheduler::Scheduler& sched, int64_t n) const {
   if (!gate_.should_draft(n, cost_)) return false;
+  if (!cfg_.drain_gate || cost_.empty() || n <= 1) return true;
   const scheduler::SchedulerStats st = sched.stats();
-  if (!cfg_.drain_gate || cost_.empty() || n <= 1 || st.waiting > 0) return true;
+  if (st.waiting > 0) return true;
   const double slowest = seq_acceptance_.slowest(
       [&](uint64_t id) { return sched.seq_state(id) == scheduler::SeqState::Decoding; }, st.running);
   return gate_.drain_pays(n, slowest, cost_);

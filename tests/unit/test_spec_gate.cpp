@@ -36,6 +36,24 @@ StepCostModel synthetic() {
                                            "synthetic"));
 }
 
+// The shipped model's step cost profile on an H100 at 64 slots (session 48), its one-wait round costed without the
+// host's row time (the drain gate's form).
+StepCostModel h100_session48() {
+  return test::unwrap(StepCostModel::parse(
+      "dsinfer-step-cost 1\nkey h100 dsv4-small session 48, seqs 64\nrows 6\n"
+      "seqs 1 0.442396 0.442396 0.442396 0.476667 0.481377 0.489745\n"
+      "seqs 2 0.442396 0.455397 0.464777 0.501873 0.715532 0.72655\n"
+      "seqs 4 0.446697 0.485003 0.702601 0.759257 0.759257 0.759257\n"
+      "seqs 8 0.478836 0.716264 0.716264 0.759257 0.82592 0.849684\n"
+      "seqs 16 0.715855 0.734423 0.817499 0.877174 0.915828 0.965697\n"
+      "seqs 32 0.735297 0.845754 0.939398 1.009434 1.092767 1.159392\n"
+      "seqs 64 0.844429 1.014139 1.135621 1.25416 1.419207 1.534603\n"
+      "draft 0.16851 0.340569 0.391094 0.398826 0.398826 0.457615 0.537512\nhost 0.00511139063\n"
+      "plain 0.437088 0.437088 0.437177 0.469903 0.701649 0.708761 0.748373\n"
+      "round 0.638187 1.04772 1.089056 1.192794 1.270416 1.447756 1.758545\n",
+      "h100 session 48")).without_round_host();
+}
+
 struct SimResult {
   int64_t verify_steps = 0;   // steps that verified drafts (in the measured window)
   int64_t spec_steps = 0;     // speculative steps (catch-up included, in the measured window)
@@ -486,19 +504,7 @@ TEST(SpecGate, AcceptanceThatRisesPastEachRequestsWarmUpIsJudgedPastIt) {
 // measured on the GPU with such a gate). With the drain rule (SpecGate::drain_pays on SeqAcceptance::slowest) the
 // gate rests once the slowest sequence is known to lose, and the run stays within 3 % of plain steps.
 TEST(SpecGate, InAStaticBatchTheDrainRuleKeepsTheSlowestSequenceFromLosing) {
-  const StepCostModel cost = test::unwrap(StepCostModel::parse(
-      "dsinfer-step-cost 1\nkey h100 dsv4-small session 48, seqs 64\nrows 6\n"
-      "seqs 1 0.442396 0.442396 0.442396 0.476667 0.481377 0.489745\n"
-      "seqs 2 0.442396 0.455397 0.464777 0.501873 0.715532 0.72655\n"
-      "seqs 4 0.446697 0.485003 0.702601 0.759257 0.759257 0.759257\n"
-      "seqs 8 0.478836 0.716264 0.716264 0.759257 0.82592 0.849684\n"
-      "seqs 16 0.715855 0.734423 0.817499 0.877174 0.915828 0.965697\n"
-      "seqs 32 0.735297 0.845754 0.939398 1.009434 1.092767 1.159392\n"
-      "seqs 64 0.844429 1.014139 1.135621 1.25416 1.419207 1.534603\n"
-      "draft 0.16851 0.340569 0.391094 0.398826 0.398826 0.457615 0.537512\nhost 0.00511139063\n"
-      "plain 0.437088 0.437088 0.437177 0.469903 0.701649 0.708761 0.748373\n"
-      "round 0.638187 1.04772 1.089056 1.192794 1.270416 1.447756 1.758545\n",
-      "h100 session 48")).without_round_host();
+  const StepCostModel cost = h100_session48();
   constexpr int64_t kSeqs = 64, kTokens = 256;
   // Modelled time of the run (ms) with the gate alone or with the drain rule, and the rounds that verified drafts.
   auto run = [&](bool drain, int64_t& verify_rounds) {
@@ -588,12 +594,7 @@ TEST(SpecGate, SeqAcceptanceEstimatesEachSequenceWithTheRunsAsItsPrior) {
 // with 0.5 emits 1.97 tokens a round and loses; one at 0.85 emits 4.77 and gains; at one sequence the round costs
 // 1.46 plain steps and 0.5 gains.
 TEST(SpecGate, TheDrainRuleIsDraftingPaysAtTheSlowestSequence) {
-  const StepCostModel cost = test::unwrap(StepCostModel::parse(
-      "dsinfer-step-cost 1\nkey h100 session 48\nrows 6\n"
-      "seqs 1 0.442396 0.442396 0.442396 0.476667 0.481377 0.489745\n"
-      "seqs 64 0.844429 1.014139 1.135621 1.25416 1.419207 1.534603\n"
-      "draft 0.16851 0.537512\nplain 0.437088 0.748373\nround 0.638187 1.758545\n",
-      "h100")).without_round_host();
+  const StepCostModel cost = h100_session48();
   const SpecGate gate(kDrafts, 1);
   EXPECT_FALSE(gate.drain_pays(64, 0.5, cost));
   EXPECT_TRUE(gate.drain_pays(64, 0.85, cost));
