@@ -442,8 +442,12 @@ int cmd_generate(int argc, char** argv) {
                wall > 0 ? double(in_tokens + out_tokens) / wall : 0.0, latency_ms(ttft).c_str(), latency_ms(tpot).c_str());
   const EngineStats es = engine->stats();
   if (es.graphs_at_start + es.graphs_in_run > 0)
-    std::fprintf(stderr, "         step graphs: %lld captured at start-up (graph warm-up %.2f s), %lld during the run\n",
-                 (long long)es.graphs_at_start, es.graph_warmup_seconds, (long long)es.graphs_in_run);
+    std::fprintf(stderr, "         step graphs: %lld captured at start-up (graph warm-up %.2f s), %lld during the run%s\n",
+                 (long long)es.graphs_at_start, es.graph_warmup_seconds, (long long)es.graphs_in_run,
+                 es.drafter_graphs_at_start + es.drafter_graphs_in_run > 0
+                     ? fmt::format("; drafter graphs: {} at start-up, {} during the run", es.drafter_graphs_at_start,
+                                   es.drafter_graphs_in_run).c_str()
+                     : "");
   const SpeculativeMetrics sm = engine->speculative_metrics();
   if (sm.method != "off") {
     std::string per;

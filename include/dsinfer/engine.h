@@ -241,8 +241,10 @@ struct EngineStats {
   SpeculativeMetrics speculative;
   GrammarMetrics grammar;
   // CUDA step graphs (EngineOptions::graph_warmup): captured while the engine was created, captured since (each
-  // while requests waited), and the graph warm-up's wall time in seconds.
+  // while requests waited), the same for the speculative drafter's graphs, and the graph warm-up's wall time in
+  // seconds.
   int64_t graphs_at_start = 0, graphs_in_run = 0;
+  int64_t drafter_graphs_at_start = 0, drafter_graphs_in_run = 0;
   double graph_warmup_seconds = 0;
 };
 

@@ -247,6 +247,8 @@ void bind_results(nb::module_& m) {
       .def_ro("state_bytes_budget", &EngineStats::state_bytes_budget)
       .def_ro("graphs_at_start", &EngineStats::graphs_at_start)
       .def_ro("graphs_in_run", &EngineStats::graphs_in_run)
+      .def_ro("drafter_graphs_at_start", &EngineStats::drafter_graphs_at_start)
+      .def_ro("drafter_graphs_in_run", &EngineStats::drafter_graphs_in_run)
       .def_ro("graph_warmup_seconds", &EngineStats::graph_warmup_seconds);
 }
 

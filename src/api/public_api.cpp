@@ -243,6 +243,8 @@ EngineStats Engine::stats() const {
   const engine::Engine::GraphCounts gc = e.graph_counts();
   st.graphs_at_start = gc.at_start;
   st.graphs_in_run = gc.in_run;
+  st.drafter_graphs_at_start = gc.drafter_at_start;
+  st.drafter_graphs_in_run = gc.drafter_in_run;
   st.graph_warmup_seconds = gc.warmup_seconds;
   const structured::GrammarCacheStats gs = e.grammar_stats();
   st.grammar = {gs.compiles, gs.hits, gs.entries, int64_t(gs.bytes), gs.compile_seconds};

@@ -91,11 +91,13 @@ Result<std::unique_ptr<Engine>> Engine::create_with_runner(const EngineOptions& 
                         .max_batched_tokens = cfg.scheduler.max_num_batched_tokens, .max_model_len = e->max_model_len_,
                         .max_drafts = e->spec_ ? cfg.speculative.num_speculative_tokens : 0};
     DSI_RETURN_IF_ERROR(warm_up_graphs(*e->runner_, e->sched_->cache(), w,
-                                       e->spec_ ? e->spec_->tapped_layers() : std::vector<int64_t>{}));
+                                       e->spec_ ? e->spec_->tapped_layers() : std::vector<int64_t>{},
+                                       e->spec_ ? &e->spec_->drafter() : nullptr));
     if (!w.batch_sizes.empty())
       e->warmup_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   e->graphs_at_start_ = e->runner_->diagnostics().graphs_captured();
+  e->drafter_graphs_at_start_ = e->spec_ ? e->spec_->drafter().graphs_captured() : 0;
   // Speculative verification needs full logits rows on the host, so it keeps the host sampler.
   e->device_sampling_ = cfg.device_sampling && e->runner_->supports_device_sampling() && !e->spec_;
   // At rest (speculator.h: no draft pays at this batch) it samples as the engine without speculation does.
@@ -113,7 +115,9 @@ SpeculativeMetrics Engine::speculative_metrics() const {
 
 Engine::GraphCounts Engine::graph_counts() const {
   const int64_t all = runner_->diagnostics().graphs_captured();
-  return {graphs_at_start_, all - graphs_at_start_, warmup_seconds_};
+  const int64_t drafter = spec_ ? spec_->drafter().graphs_captured() : 0;
+  return {graphs_at_start_, all - graphs_at_start_, drafter_graphs_at_start_, drafter - drafter_graphs_at_start_,
+          warmup_seconds_};
 }
 
 structured::GrammarCacheStats Engine::grammar_stats() const {

@@ -114,9 +114,11 @@ class Engine {
   int64_t max_model_len() const { return max_model_len_; }
   double now_s() const;
   SpeculativeMetrics speculative_metrics() const;
-  // The runner's step graphs: captured in create() (the cost model's profile and the graph warm-up), and since.
+  // The runner's step graphs and the drafter's graphs: captured in create() (the cost model's profile and the graph
+  // warm-up), and since.
   struct GraphCounts {
     int64_t at_start = 0, in_run = 0;
+    int64_t drafter_at_start = 0, drafter_in_run = 0;
     double warmup_seconds = 0;  // the graph warm-up's wall time (0: off or nothing to warm up)
   };
   GraphCounts graph_counts() const;
@@ -213,7 +215,7 @@ class Engine {
   std::string step_mode_;
   Inflight inflight_, next_;
   std::chrono::steady_clock::time_point t0_;
-  int64_t graphs_at_start_ = 0;
+  int64_t graphs_at_start_ = 0, drafter_graphs_at_start_ = 0;
   double warmup_seconds_ = 0;
   std::function<void(const StreamEvent&)> on_event_;
   StepPhases phases_;  // DSINFER_STEP_PHASES=1: the host's time per phase of step_sync

@@ -2,6 +2,7 @@
 #include "engine/graph_warmup.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 
 #include "perf/bench.h"
@@ -30,9 +31,35 @@ std::vector<WarmupStep> graph_warmup_steps(const GraphWarmup& w) {
   return steps;
 }
 
+namespace {
+
+// The drafter's graphs of a batch: its one-wait round after `plan` (a verify step of every draft, just launched with
+// its logits left on the device), then a proposal with no ingest pending, as the steps after a prompt make.
+Status warm_up_drafter(speculative::Drafter& d, const scheduler::BatchPlan& plan) {
+  std::vector<speculative::RoundItem> items;
+  std::vector<speculative::ProposeItem> props_in;
+  for (const scheduler::SeqPlan& sp : plan.seqs) {
+    const int32_t L = sp.num_spec_tokens;
+    const auto drafts =
+        std::span<const int32_t>(plan.token_ids.data() + sp.token_offset + sp.num_new_tokens - L, size_t(L));
+    items.push_back({sp.slot, sp.start_pos, sp.logits_row, sp.token_offset, drafts, 0});
+    props_in.push_back({sp.slot, sp.start_pos + L, drafts.empty() ? 0 : drafts.back(), L, true, 0});
+  }
+  std::vector<speculative::RoundResult> res;
+  DSI_RETURN_IF_ERROR(d.verify_and_propose(items, res));
+  auto argmax = [](size_t, int32_t, std::span<const float> lg) {
+    return int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+  };
+  std::vector<speculative::Proposal> props;
+  return d.propose(props_in, argmax, props);
+}
+
+}  // namespace
+
 Status warm_up_graphs(runner::ModelRunner& runner, const cache::StateCache& sc, const GraphWarmup& w,
-                      const std::vector<int64_t>& tapped) {
+                      const std::vector<int64_t>& tapped, speculative::Drafter* drafter) {
   const std::vector<WarmupStep> steps = graph_warmup_steps(w);
+  bool drafter_graphs = drafter && drafter->supports_round() && runner.supports_device_sampling();
   const cache::StateLayout& layout = sc.layout();
   bool capture = !tapped.empty();
   std::vector<std::vector<cache::BlockId>> tables;
@@ -56,6 +83,12 @@ Status warm_up_graphs(runner::ModelRunner& runner, const cache::StateCache& sc, 
       static const char* const kNames[] = {"prompt", "verify", "decode"};
       return st.with_context(fmt::format("graph warm-up, {} step of {} sequences x {} tokens",
                                          kNames[int(s.kind)], s.seqs, s.tokens));
+    }
+    if (drafter_graphs && s.kind == WarmupStep::Kind::kVerify && s.tokens == 1 + w.max_drafts) {
+      if (Status d = warm_up_drafter(*drafter, plan); !d) {
+        std::fprintf(stderr, "graph warm-up: the drafter's graphs not captured (%s)\n", d.message().c_str());
+        drafter_graphs = false;
+      }
     }
   }
   if (capture != !tapped.empty()) DSI_RETURN_IF_ERROR(runner.set_hidden_capture(tapped));

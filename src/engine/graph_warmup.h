@@ -10,6 +10,10 @@
 //      hidden-state capture on as in drafting steps; then the decode step with the capture off (the step at rest,
 //      or of an engine without speculation). Graphs are keyed by the capture too. Largest first, so the first
 //      fixed-shape step grows what they need and the graphs after it stay valid.
+//   3. With a drafter that has the one-wait round (Drafter::supports_round: the CUDA DSpark drafter), after each
+//      bucket's verify step of every draft the round itself (its graph per padded batch, which the drafting steps
+//      replay too) and a proposal without a pending ingest (the graph the steps after a prompt replay). A drafter
+//      step that fails on the state's values (a non-finite pick) only ends this part, as in the step cost profile.
 // A runner without graph batch sizes (cpu, several ranks, graphs off) runs nothing.
 #pragma once
 #include <cstdint>
@@ -18,6 +22,7 @@
 #include "cache/state_cache.h"
 #include "core/status.h"
 #include "runner/model_runner.h"
+#include "speculative/drafter.h"
 
 namespace dsinfer::engine {
 
@@ -41,9 +46,9 @@ struct WarmupStep {
 std::vector<WarmupStep> graph_warmup_steps(const GraphWarmup& w);
 
 // Runs them on `runner`, whose state `sc` lays out (bound), with `tapped` the speculator's tapped layers (empty
-// without speculation). The capture is left as it was found: on where `tapped` is not empty. An error names the
-// step that failed.
+// without speculation) and its drafter (nullptr without). The capture is left as it was found: on where `tapped` is
+// not empty. An error names the step that failed.
 Status warm_up_graphs(runner::ModelRunner& runner, const cache::StateCache& sc, const GraphWarmup& w,
-                      const std::vector<int64_t>& tapped);
+                      const std::vector<int64_t>& tapped, speculative::Drafter* drafter = nullptr);
 
 }  // namespace dsinfer::engine

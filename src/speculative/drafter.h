@@ -130,6 +130,8 @@ class Drafter {
     return Status::error("drafter: no one-wait round");
   }
   virtual RoundOutputs round_outputs() const { return {}; }
+  // CUDA graphs this drafter captured so far (its propose and round graphs); 0 for one without them.
+  virtual int64_t graphs_captured() const { return 0; }
   virtual Status finish_round(std::span<const RoundItem> items, std::vector<RoundResult>& out) {
     (void)items;
     (void)out;

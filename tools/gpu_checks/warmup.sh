@@ -5,7 +5,8 @@
 # gate) and dspark verifying every draft (--speculative-cost-model off), with the warm-up on and off. Fails when a
 # run with the warm-up captured a step graph while requests waited ("N during the run" in generate's summary), or
 # when a run's outputs differ from the same run without the warm-up (same shapes, same kernels: identical bits).
-# Logs each run's output tok/s, the graphs captured at start-up and during the run and the warm-up's seconds. Gets
+# Logs each run's output tok/s, the graphs captured at start-up and during the run (the runner's, asserted, and the
+# DSpark drafter's: its round and proposal graphs, reported) and the warm-up's seconds. Gets
 # OUT and BIN from tools/gpu_run.sh; about a minute.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,7 +39,7 @@ for n in 64 256; do
       st=$?
       [ $st -eq 0 ] || { echo "$run: exit $st"; rc=1; }
       echo "$run: $(grep -oE '[0-9.]+ output tok/s|step graphs: .*|gate probes [0-9]+' "$O/logs/$run.log" | tr '\n' ' ')"
-      if [ $w = on ] && ! grep -qE 'step graphs: .*, 0 during the run' "$O/logs/$run.log"; then
+      if [ $w = on ] && ! grep -qE 'step graphs: [0-9]+ captured at start-up \([^)]*\), 0 during the run' "$O/logs/$run.log"; then
         echo "$run: FAILED: step graphs captured while requests waited"
         rc=1
       fi

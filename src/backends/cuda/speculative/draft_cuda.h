@@ -192,6 +192,7 @@ class DsparkCuda final : public speculative::Drafter {
   Status launch_round(std::span<const speculative::RoundItem> items) override;
   speculative::RoundOutputs round_outputs() const override;
   Status finish_round(std::span<const speculative::RoundItem> items, std::vector<speculative::RoundResult>& out) override;
+  int64_t graphs_captured() const override { return graphs_.captures(); }
 
   // Offsets of the packed per-call arrays of a block of Bp (padded) sequences in in_ / out_ (bytes).
   struct BlockLayout {
